@@ -1,0 +1,1 @@
+//! agent (filled in by the issue that needs it).

@@ -1,0 +1,1 @@
+//! api (filled in by the issue that needs it).

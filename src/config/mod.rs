@@ -1,0 +1,1 @@
+//! config (filled in by the issue that needs it).

@@ -1,0 +1,1 @@
+//! dns (filled in by the issue that needs it).

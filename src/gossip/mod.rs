@@ -1,0 +1,1 @@
+//! gossip (filled in by the issue that needs it).

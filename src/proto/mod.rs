@@ -1,0 +1,1 @@
+//! proto (filled in by the issue that needs it).

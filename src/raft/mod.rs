@@ -1,0 +1,1 @@
+//! raft (filled in by the issue that needs it).

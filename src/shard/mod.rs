@@ -1,0 +1,1 @@
+//! shard (filled in by the issue that needs it).

@@ -1,0 +1,1 @@
+//! store (filled in by the issue that needs it).
