@@ -351,44 +351,8 @@ impl Wal {
             compact_up_to <= snapshot.last_index,
             "compacting past the snapshot would lose entries"
         );
-        let name = format!(
-            "snapshot-{:020}-{:020}.snap",
-            snapshot.last_index, snapshot.last_term
-        );
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            let mut head = Vec::with_capacity(64 + snapshot.meta.len());
-            head.extend_from_slice(SNAPSHOT_MAGIC);
-            head.extend_from_slice(&snapshot.last_index.to_le_bytes());
-            head.extend_from_slice(&snapshot.last_term.to_le_bytes());
-            head.extend_from_slice(&(snapshot.meta.len() as u64).to_le_bytes());
-            head.extend_from_slice(&snapshot.meta);
-            head.extend_from_slice(&(snapshot.data.len() as u64).to_le_bytes());
-            let mut crc = crc32c::crc32c(&head);
-            crc = crc32c::crc32c_append(crc, &snapshot.data);
-            file.write_all(&head)?;
-            file.write_all(&snapshot.data)?;
-            file.write_all(&crc.to_le_bytes())?;
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, self.dir.join(&name))?;
-        sync_dir(&self.dir)?;
-        self.remove_old_snapshots()?;
+        write_snapshot_file(&self.dir, snapshot)?;
         self.compact(compact_up_to)
-    }
-
-    fn remove_old_snapshots(&self) -> io::Result<()> {
-        let mut names = snapshot_names(&self.dir)?;
-        names.sort();
-        while names.len() > SNAPSHOTS_KEPT {
-            fs::remove_file(self.dir.join(names.remove(0)))?;
-        }
-        Ok(())
     }
 
     /// Deletes closed segments whose entries are all at or below `up_to`.
@@ -414,6 +378,48 @@ impl Wal {
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
+}
+
+/// Writes a snapshot file atomically (temporary file, fsync, rename, directory fsync) and
+/// keeps only the newest few. Safe to call from a thread other than the log's owner: it
+/// touches only snapshot files.
+pub fn write_snapshot_file(dir: &Path, snapshot: &WalSnapshot) -> io::Result<()> {
+    let name = format!(
+        "snapshot-{:020}-{:020}.snap",
+        snapshot.last_index, snapshot.last_term
+    );
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let mut head = Vec::with_capacity(64 + snapshot.meta.len());
+        head.extend_from_slice(SNAPSHOT_MAGIC);
+        head.extend_from_slice(&snapshot.last_index.to_le_bytes());
+        head.extend_from_slice(&snapshot.last_term.to_le_bytes());
+        head.extend_from_slice(&(snapshot.meta.len() as u64).to_le_bytes());
+        head.extend_from_slice(&snapshot.meta);
+        head.extend_from_slice(&(snapshot.data.len() as u64).to_le_bytes());
+        let mut crc = crc32c::crc32c(&head);
+        crc = crc32c::crc32c_append(crc, &snapshot.data);
+        let mut writer = io::BufWriter::with_capacity(1 << 20, &mut file);
+        writer.write_all(&head)?;
+        writer.write_all(&snapshot.data)?;
+        writer.write_all(&crc.to_le_bytes())?;
+        writer.flush()?;
+        drop(writer);
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(&name))?;
+    sync_dir(dir)?;
+    let mut names = snapshot_names(dir)?;
+    names.sort();
+    while names.len() > SNAPSHOTS_KEPT {
+        fs::remove_file(dir.join(names.remove(0)))?;
+    }
+    Ok(())
 }
 
 fn hard_state_body(hs: WalHardState) -> [u8; 25] {
