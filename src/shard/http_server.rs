@@ -18,7 +18,7 @@ use crate::api::{self, BlockOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTIO
 use crate::proto::http::{self, BodyFraming, ChunkedDecoder, HttpError, QueryParams, RequestHead};
 use crate::shard::runtime::Shard;
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::io;
 use std::rc::Rc;
@@ -28,6 +28,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a refused request's remaining bytes are drained before closing.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most bytes drained after a refused request.
+const LINGER_BYTES_MAX: usize = 16 << 20;
 /// Input buffer capacity a connection starts with; it grows for big requests.
 const INPUT_INITIAL_BYTES: usize = 2048;
 /// Least free space offered to each read.
@@ -100,6 +104,11 @@ impl Connection {
     }
 
     /// Answers a protocol error and closes.
+    ///
+    /// The client may still be sending a body we refused; closing with unread bytes would
+    /// make the kernel send a reset that can destroy our response before the client reads
+    /// it. So the write side is shut first and incoming bytes are discarded for a bounded
+    /// time and size ("lingering close"), as HTTP servers commonly do.
     async fn fail(&mut self, error: HttpError) {
         http::write_response(
             &mut self.output,
@@ -109,7 +118,23 @@ impl Connection {
             error.message.as_bytes(),
             false,
         );
-        let _ = self.flush().await;
+        if self.flush().await.is_err() {
+            return;
+        }
+        let _ = self.stream.shutdown().await;
+        let deadline = Instant::now() + LINGER_TIMEOUT;
+        let mut discarded = 0usize;
+        while discarded < LINGER_BYTES_MAX {
+            self.input.clear();
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return;
+            }
+            match self.fill(remaining).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => discarded += n,
+            }
+        }
     }
 }
 
