@@ -326,6 +326,10 @@ fn run_shard(
                 Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
             }
         }
+        if id == 0 {
+            // The agent (local services, checks, anti-entropy) lives on shard 0.
+            monoio::spawn(crate::agent::run(shard.clone()));
+        }
         shard_main_loop(&shard).await;
     });
 }

@@ -531,7 +531,15 @@ impl RaftDriver {
         self.tables = Arc::new(tables);
         self.membership = meta.membership.clone();
         self.last_snapshot_index = meta.last_index;
-        for table in [Table::Kvs, Table::Tombstones] {
+        for table in [
+            Table::Kvs,
+            Table::Tombstones,
+            Table::Nodes,
+            Table::Services,
+            Table::Checks,
+            Table::ServiceIndex,
+            Table::NodeServices,
+        ] {
             changes.push(Change {
                 table,
                 key: ChangeKey::All,

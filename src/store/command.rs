@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Kv(KvOp),
+    Catalog(super::catalog::CatalogOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -16,6 +16,7 @@
 //! - every row's `ModifyIndex` is ≤ the index of its table, which is ≤ `Tables::index`.
 //! - a command either applies completely or not at all (a failed CAS changes nothing).
 
+pub mod catalog;
 pub mod command;
 pub mod kv;
 
@@ -40,6 +41,12 @@ pub enum Table {
     ConfigEntries = 9,
     Intentions = 10,
     Events = 11,
+    /// Watch namespace for Consul's per-service `service.<name>` index: keyed by folded
+    /// service name, changed whenever a health or catalog query of that service would
+    /// answer differently. No rows of its own.
+    ServiceIndex = 12,
+    /// Watch namespace for "the services on node N changed", keyed by folded node name.
+    NodeServices = 13,
 }
 
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
@@ -80,6 +87,8 @@ pub struct Tables {
     /// Highest index that modified each table, as Consul's `index` table tracks it.
     pub table_indexes: [u64; TABLE_COUNT],
     pub kv: kv::KvTables,
+    #[serde(default)]
+    pub catalog: catalog::CatalogTables,
 }
 
 /// An immutable, shareable version of the state.
@@ -129,6 +138,7 @@ impl Tables {
         self.advance_to(index);
         match command {
             Command::Kv(op) => kv::apply(self, index, op, changes),
+            Command::Catalog(op) => catalog::apply::apply(self, index, op, changes),
         }
     }
 
