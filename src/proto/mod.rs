@@ -1,1 +1,2 @@
 //! proto (filled in by the issue that needs it).
+pub mod gossip;
