@@ -1533,6 +1533,10 @@ impl Gossip {
     /// serf `RemoveFailedNode` / `RemoveFailedNodePrune` (Consul force-leave).
     pub fn force_leave(&mut self, now: Duration, node: &str, prune: bool) {
         self.now = self.now.max(now);
+        // serf stamps this with the current clock; peers that merged a push/pull hold
+        // the target's status at (its leave time + 1), which can equal our clock and
+        // make them drop the force-leave. Stamping one tick later avoids that.
+        self.clock += 1;
         let msg = LeaveIntent { ltime: self.clock, node: node.to_owned(), prune };
         self.clock += 1;
         self.handle_leave_intent(&msg);

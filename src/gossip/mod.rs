@@ -13,3 +13,4 @@ pub mod types;
 pub use self::config::GossipConfig;
 pub use self::core::{Gossip, GossipStats};
 pub use self::types::*;
+pub mod sim;
