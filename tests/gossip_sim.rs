@@ -19,11 +19,17 @@ use praetor::gossip::sim::{NetConfig, Sim};
 use praetor::gossip::{GossipConfig, GossipEvent, MemberStatus};
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn seed() -> u64 {
-    std::env::var("GOSSIP_SIM_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_0001)
+    std::env::var("GOSSIP_SIM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0001)
 }
 
 fn lan(name: String, ip: std::net::IpAddr, port: u16) -> GossipConfig {
@@ -60,10 +66,21 @@ fn all_alive_everywhere(sim: &mut Sim, n: usize) -> bool {
 #[test]
 fn small_cluster_converges_detects_failure_and_rejoins() {
     let n = 12;
-    let mut sim = Sim::new(seed(), NetConfig { loss: 0.05, latency: Duration::from_millis(1), jitter: Duration::from_millis(20) });
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.05,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(20),
+        },
+    );
     bootstrap(&mut sim, n, Duration::from_millis(50));
     sim.run_until(sim.now + secs(20.0));
-    assert!(all_alive_everywhere(&mut sim, n), "seed {}: cluster did not converge", sim.seed());
+    assert!(
+        all_alive_everywhere(&mut sim, n),
+        "seed {}: cluster did not converge",
+        sim.seed()
+    );
     assert!(sim.joins.iter().all(|&(_, _, joined)| joined == 1));
 
     // Crash node 5: everyone marks it failed.
@@ -73,7 +90,13 @@ fn small_cluster_converges_detects_failure_and_rejoins() {
     for i in (0..n).filter(|&i| i != 5) {
         let m = sim.node(i).members();
         let five = m.iter().find(|m| m.name == "node-5").expect("still listed");
-        assert_eq!(five.status, MemberStatus::Failed, "node {i} sees {:?} (seed {})", five.status, sim.seed());
+        assert_eq!(
+            five.status,
+            MemberStatus::Failed,
+            "node {i} sees {:?} (seed {})",
+            five.status,
+            sim.seed()
+        );
     }
     let failed_at = sim
         .events
@@ -88,7 +111,11 @@ fn small_cluster_converges_detects_failure_and_rejoins() {
     sim.restart_node(5, lan);
     sim.join(5, 99, &[0]);
     sim.run_until(sim.now + secs(20.0));
-    assert!(all_alive_everywhere(&mut sim, n), "seed {}: rejoin failed", sim.seed());
+    assert!(
+        all_alive_everywhere(&mut sim, n),
+        "seed {}: rejoin failed",
+        sim.seed()
+    );
 
     // Graceful leave of node 3: left everywhere, and no failure event for it.
     sim.with_node(3, |g, now| g.leave(now, 7));
@@ -96,28 +123,51 @@ fn small_cluster_converges_detects_failure_and_rejoins() {
     for i in (0..n).filter(|&i| i != 3) {
         let m = sim.node(i).members();
         let three = m.iter().find(|m| m.name == "node-3").expect("still listed");
-        assert_eq!(three.status, MemberStatus::Left, "node {i} (seed {})", sim.seed());
+        assert_eq!(
+            three.status,
+            MemberStatus::Left,
+            "node {i} (seed {})",
+            sim.seed()
+        );
     }
-    assert!(!sim.events.iter().any(|o| matches!(&o.event, GossipEvent::MemberFailed(m) if m.name == "node-3")));
+    assert!(!sim
+        .events
+        .iter()
+        .any(|o| matches!(&o.event, GossipEvent::MemberFailed(m) if m.name == "node-3")));
     // Force-leave (prune) of the failed-then-left node removes it from every list.
     sim.with_node(0, |g, now| g.force_leave(now, "node-3", true));
     sim.run_until(sim.now + secs(10.0));
     for i in (0..n).filter(|&i| i != 3) {
         let m = sim.node(i).members();
         let lt = sim.node(i).lamport_times();
-        assert!(!m.iter().any(|m| m.name == "node-3"), "node {i} still lists node-3: {:?} {lt:?}", m.iter().find(|m| m.name == "node-3"));
+        assert!(
+            !m.iter().any(|m| m.name == "node-3"),
+            "node {i} still lists node-3: {:?} {lt:?}",
+            m.iter().find(|m| m.name == "node-3")
+        );
     }
 }
 
 #[test]
 fn user_events_are_delivered_once_everywhere_and_lamport_clocks_advance() {
     let n = 10;
-    let mut sim = Sim::new(seed(), NetConfig { loss: 0.05, latency: Duration::from_millis(1), jitter: Duration::from_millis(20) });
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.05,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(20),
+        },
+    );
     bootstrap(&mut sim, n, Duration::from_millis(50));
     sim.run_until(sim.now + secs(10.0));
     let (_, before, _) = sim.node(4).lamport_times();
-    sim.with_node(2, |g, now| g.user_event(now, "deploy", b"v1", false).unwrap());
-    sim.with_node(7, |g, now| g.user_event(now, "deploy", b"v2", false).unwrap());
+    sim.with_node(2, |g, now| {
+        g.user_event(now, "deploy", b"v1", false).unwrap()
+    });
+    sim.with_node(7, |g, now| {
+        g.user_event(now, "deploy", b"v2", false).unwrap()
+    });
     sim.run_until(sim.now + secs(10.0));
     for i in 0..n {
         let got: Vec<&[u8]> = sim
@@ -136,19 +186,33 @@ fn user_events_are_delivered_once_everywhere_and_lamport_clocks_advance() {
     assert!(after > before);
     // Oversized events are refused.
     let now = sim.now;
-    assert!(sim.node(0).user_event(now, "big", &[0; 600], false).is_err());
+    assert!(sim
+        .node(0)
+        .user_event(now, "big", &[0; 600], false)
+        .is_err());
 }
 
 #[test]
 fn coordinates_converge_towards_network_latency() {
     let n = 6;
-    let mut sim = Sim::new(seed(), NetConfig { loss: 0.0, latency: Duration::from_millis(5), jitter: Duration::ZERO });
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.0,
+            latency: Duration::from_millis(5),
+            jitter: Duration::ZERO,
+        },
+    );
     bootstrap(&mut sim, n, Duration::from_millis(50));
     sim.run_until(sim.now + secs(120.0));
     let g0 = sim.node(0);
     let me = g0.local_coordinate();
     let others = g0.coordinates().clone();
-    assert!(others.len() >= n - 1, "coordinates for {} nodes", others.len());
+    assert!(
+        others.len() >= n - 1,
+        "coordinates for {} nodes",
+        others.len()
+    );
     for (name, c) in &others {
         if name == "node-0" {
             continue;
@@ -164,7 +228,14 @@ fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
     let n = 5;
     let key1 = vec![1u8; 16];
     let key2 = vec![2u8; 32];
-    let mut sim = Sim::new(seed(), NetConfig { loss: 0.0, latency: Duration::from_millis(1), jitter: Duration::from_millis(2) });
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.0,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(2),
+        },
+    );
     for _ in 0..n {
         let k = key1.clone();
         sim.add_node(move |name, ip, port| {
@@ -178,14 +249,20 @@ fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
     }
     sim.run_until(secs(10.0));
     assert!(all_alive_everywhere(&mut sim, n));
-    sim.with_node(0, |g, now| g.key_op(now, 1, praetor::gossip::KeyOp::Install(key2.clone())));
+    sim.with_node(0, |g, now| {
+        g.key_op(now, 1, praetor::gossip::KeyOp::Install(key2.clone()))
+    });
     sim.run_until(sim.now + secs(5.0));
-    sim.with_node(0, |g, now| g.key_op(now, 2, praetor::gossip::KeyOp::Use(key2.clone())));
+    sim.with_node(0, |g, now| {
+        g.key_op(now, 2, praetor::gossip::KeyOp::Use(key2.clone()))
+    });
     sim.run_until(sim.now + secs(5.0));
-    sim.with_node(0, |g, now| g.key_op(now, 3, praetor::gossip::KeyOp::Remove(key1.clone())));
+    sim.with_node(0, |g, now| {
+        g.key_op(now, 3, praetor::gossip::KeyOp::Remove(key1.clone()))
+    });
     sim.run_until(sim.now + secs(5.0));
     for i in 0..n {
-        assert_eq!(sim.node(i).keys(), &[key2.clone()], "node {i}");
+        assert_eq!(sim.node(i).keys(), std::slice::from_ref(&key2), "node {i}");
     }
     // Still healthy under the new key.
     sim.run_until(sim.now + secs(20.0));
@@ -197,12 +274,23 @@ fn large_cluster_under_loss_and_jitter() {
     let n = env_usize("GOSSIP_SIM_NODES", 1000);
     let minutes = env_usize("GOSSIP_SIM_MINUTES", 3);
     let wall = Instant::now();
-    let mut sim = Sim::new(seed(), NetConfig { loss: 0.05, latency: Duration::from_millis(1), jitter: Duration::from_millis(20) });
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.05,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(20),
+        },
+    );
     bootstrap(&mut sim, n, Duration::from_millis(20));
     let settled = sim.now + secs(60.0);
     sim.run_until(settled);
     let converged = (0..n).filter(|&i| sim.node(i).members().len() == n).count();
-    eprintln!("[sim] {n} nodes bootstrapped at {:?}; {converged}/{n} know everyone; wall {:?}", sim.now, wall.elapsed());
+    eprintln!(
+        "[sim] {n} nodes bootstrapped at {:?}; {converged}/{n} know everyone; wall {:?}",
+        sim.now,
+        wall.elapsed()
+    );
     assert_eq!(converged, n, "seed {}", sim.seed());
 
     let start = sim.now;
@@ -212,7 +300,9 @@ fn large_cluster_under_loss_and_jitter() {
     // A broadcast a third of the way in.
     let event_at = start + (end - start) / 3;
     sim.run_until(event_at);
-    sim.with_node(1, |g, now| g.user_event(now, "sim-broadcast", b"x", false).unwrap());
+    sim.with_node(1, |g, now| {
+        g.user_event(now, "sim-broadcast", b"x", false).unwrap()
+    });
     // A crash at two thirds.
     let crash_at = start + (end - start) * 2 / 3;
     sim.run_until(crash_at);
@@ -234,11 +324,18 @@ fn large_cluster_under_loss_and_jitter() {
         .events
         .iter()
         .filter_map(|o| match &o.event {
-            GossipEvent::MemberFailed(m) if m.name != victim_name => Some((o.at, o.node, m.name.clone())),
+            GossipEvent::MemberFailed(m) if m.name != victim_name => {
+                Some((o.at, o.node, m.name.clone()))
+            }
             _ => None,
         })
         .collect();
-    assert!(false_failures.is_empty(), "seed {}: healthy nodes declared failed: {:?}", sim.seed(), &false_failures[..false_failures.len().min(10)]);
+    assert!(
+        false_failures.is_empty(),
+        "seed {}: healthy nodes declared failed: {:?}",
+        sim.seed(),
+        &false_failures[..false_failures.len().min(10)]
+    );
 
     // 2. Every live member marked the victim failed, quickly.
     let mut failed_at: HashMap<usize, Duration> = HashMap::new();
@@ -250,11 +347,21 @@ fn large_cluster_under_loss_and_jitter() {
         }
     }
     let live: Vec<usize> = (0..n).filter(|&i| i != victim).collect();
-    let missing: Vec<usize> = live.iter().copied().filter(|i| !failed_at.contains_key(i)).collect();
-    assert!(missing.is_empty(), "seed {}: {} members never marked the victim failed", sim.seed(), missing.len());
+    let missing: Vec<usize> = live
+        .iter()
+        .copied()
+        .filter(|i| !failed_at.contains_key(i))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "seed {}: {} members never marked the victim failed",
+        sim.seed(),
+        missing.len()
+    );
     let last = failed_at.values().max().copied().unwrap_or_default();
     let first = failed_at.values().min().copied().unwrap_or_default();
-    let bound = suspicion_timeout(cfg.suspicion_mult, n, cfg.probe_interval) + cfg.probe_interval * 2;
+    let bound =
+        suspicion_timeout(cfg.suspicion_mult, n, cfg.probe_interval) + cfg.probe_interval * 2;
     // The first failed probe ends one probe interval after it started; we find when the
     // first suspicion was raised from the first Failed minus the min suspicion time is
     // not observable directly, so we bound from the crash, minus the time the victim
@@ -265,8 +372,18 @@ fn large_cluster_under_loss_and_jitter() {
         last - crash_at,
         bound
     );
-    assert!(last - first < cfg.probe_interval * 2, "seed {}: dissemination of death took {:?}", sim.seed(), last - first);
-    assert!(last - crash_at < bound + cfg.probe_interval * 3, "seed {}: detection took {:?}", sim.seed(), last - crash_at);
+    assert!(
+        last - first < cfg.probe_interval * 2,
+        "seed {}: dissemination of death took {:?}",
+        sim.seed(),
+        last - first
+    );
+    assert!(
+        last - crash_at < bound + cfg.probe_interval * 3,
+        "seed {}: detection took {:?}",
+        sim.seed(),
+        last - crash_at
+    );
 
     // 3. The broadcast reached every node within 3*log2(N) gossip rounds.
     let mut got: HashSet<usize> = HashSet::new();
@@ -281,8 +398,17 @@ fn large_cluster_under_loss_and_jitter() {
     let rounds = latest.as_secs_f64() / cfg.gossip_interval.as_secs_f64();
     let allowed = 3.0 * (n as f64).log2();
     eprintln!("[sim] broadcast reached {}/{} nodes in {:?} = {rounds:.1} gossip rounds (allowed {allowed:.1})", got.len(), n, latest);
-    assert_eq!(got.len(), n - if victim == 1 { 1 } else { 0 }, "seed {}", sim.seed());
-    assert!(rounds <= allowed, "seed {}: broadcast took {rounds:.1} rounds", sim.seed());
+    assert_eq!(
+        got.len(),
+        n - if victim == 1 { 1 } else { 0 },
+        "seed {}",
+        sim.seed()
+    );
+    assert!(
+        rounds <= allowed,
+        "seed {}: broadcast took {rounds:.1} rounds",
+        sim.seed()
+    );
 
     let secs_run = (end - start).as_secs_f64() + (settled).as_secs_f64();
     eprintln!(

@@ -189,7 +189,11 @@ impl GossipConfig {
 }
 
 /// Consul's node tags for a client agent (agent/consul/client_serf.go).
-pub fn consul_client_tags(datacenter: &str, node_id: &str, build: &str) -> BTreeMap<String, String> {
+pub fn consul_client_tags(
+    datacenter: &str,
+    node_id: &str,
+    build: &str,
+) -> BTreeMap<String, String> {
     let mut t = BTreeMap::new();
     t.insert("role".into(), "node".into());
     t.insert("dc".into(), datacenter.into());

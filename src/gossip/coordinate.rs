@@ -44,11 +44,19 @@ const ZERO_THRESHOLD: f64 = 1.0e-6;
 const RTT_MAX: Duration = Duration::from_secs(10);
 
 pub fn new_coordinate(c: &VivaldiConfig) -> Coordinate {
-    Coordinate { vec: vec![0.0; c.dimensionality], error: c.error_max, adjustment: 0.0, height: c.height_min }
+    Coordinate {
+        vec: vec![0.0; c.dimensionality],
+        error: c.error_max,
+        adjustment: 0.0,
+        height: c.height_min,
+    }
 }
 
 fn is_valid(c: &Coordinate) -> bool {
-    c.vec.iter().all(|x| x.is_finite()) && c.error.is_finite() && c.adjustment.is_finite() && c.height.is_finite()
+    c.vec.iter().all(|x| x.is_finite())
+        && c.error.is_finite()
+        && c.adjustment.is_finite()
+        && c.height.is_finite()
 }
 
 fn magnitude(v: &[f64]) -> f64 {
@@ -91,7 +99,13 @@ fn unit_vector_at(a: &[f64], b: &[f64], rng: &mut impl Rng) -> (Vec<f64>, f64) {
     (ret, 0.0)
 }
 
-fn apply_force(c: &VivaldiConfig, me: &Coordinate, force: f64, other: &Coordinate, rng: &mut impl Rng) -> Coordinate {
+fn apply_force(
+    c: &VivaldiConfig,
+    me: &Coordinate,
+    force: f64,
+    other: &Coordinate,
+    rng: &mut impl Rng,
+) -> Coordinate {
     let (unit, mag) = unit_vector_at(&me.vec, &other.vec, rng);
     let mut ret = me.clone();
     for (x, u) in ret.vec.iter_mut().zip(&unit) {
@@ -138,7 +152,13 @@ impl VivaldiClient {
     }
 
     /// serf `Client.Update`: fold in one RTT sample to `node` at `other`.
-    pub fn update(&mut self, node: &str, other: &Coordinate, rtt: Duration, rng: &mut impl Rng) -> Result<(), &'static str> {
+    pub fn update(
+        &mut self,
+        node: &str,
+        other: &Coordinate,
+        rtt: Duration,
+        rng: &mut impl Rng,
+    ) -> Result<(), &'static str> {
         if other.vec.len() != self.coord.vec.len() {
             return Err("dimensions aren't compatible");
         }
@@ -163,7 +183,8 @@ impl VivaldiClient {
         let wrongness = (dist - rtt_s).abs() / rtt_s;
         let total_error = (self.coord.error + other.error).max(ZERO_THRESHOLD);
         let weight = self.coord.error / total_error;
-        self.coord.error = self.config.ce * weight * wrongness + self.coord.error * (1.0 - self.config.ce * weight);
+        self.coord.error = self.config.ce * weight * wrongness
+            + self.coord.error * (1.0 - self.config.ce * weight);
         if self.coord.error > self.config.error_max {
             self.coord.error = self.config.error_max;
         }
@@ -174,14 +195,15 @@ impl VivaldiClient {
         if self.config.adjustment_window_size > 0 {
             let dist = raw_distance(&self.coord, other);
             self.adjustment_samples[self.adjustment_index] = rtt_seconds - dist;
-            self.adjustment_index = (self.adjustment_index + 1) % self.config.adjustment_window_size;
+            self.adjustment_index =
+                (self.adjustment_index + 1) % self.config.adjustment_window_size;
             let sum: f64 = self.adjustment_samples.iter().sum();
             self.coord.adjustment = sum / (2.0 * self.config.adjustment_window_size as f64);
         }
 
         // Gravity.
         let dist = distance_seconds(&self.origin, &self.coord);
-        let force = -1.0 * (dist / self.config.gravity_rho).powi(2);
+        let force = -(dist / self.config.gravity_rho).powi(2);
         self.coord = apply_force(&self.config, &self.coord, force, &self.origin.clone(), rng);
 
         if !is_valid(&self.coord) {
@@ -219,10 +241,16 @@ mod tests {
         let mut a = VivaldiClient::new(VivaldiConfig::default());
         let mut bad = new_coordinate(&VivaldiConfig::default());
         bad.vec[0] = f64::NAN;
-        assert!(a.update("x", &bad, Duration::from_millis(1), &mut rng).is_err());
+        assert!(a
+            .update("x", &bad, Duration::from_millis(1), &mut rng)
+            .is_err());
         bad.vec.pop();
-        assert!(a.update("x", &bad, Duration::from_millis(1), &mut rng).is_err());
+        assert!(a
+            .update("x", &bad, Duration::from_millis(1), &mut rng)
+            .is_err());
         let ok = new_coordinate(&VivaldiConfig::default());
-        assert!(a.update("x", &ok, Duration::from_secs(11), &mut rng).is_err());
+        assert!(a
+            .update("x", &ok, Duration::from_secs(11), &mut rng)
+            .is_err());
     }
 }

@@ -26,14 +26,15 @@ use super::coordinate::{Coordinate, VivaldiClient, VivaldiConfig};
 use super::queue::BroadcastQueue;
 use super::types::*;
 use crate::proto::gossip::memberlist::{
-    self as ml, msg_type, AckResp, Alive, IndirectPingReq, Message, NackResp, NodeStateKind, PacketSeal, Ping,
-    PushNodeState, StreamMessage, StreamSeal, Suspect, Unseal, COMPOUND_HEADER_OVERHEAD, COMPOUND_PART_OVERHEAD,
-    META_BYTES_MAX,
+    self as ml, msg_type, AckResp, Alive, IndirectPingReq, Message, NackResp, NodeStateKind,
+    PacketSeal, Ping, PushNodeState, StreamMessage, StreamSeal, Suspect, Unseal,
+    COMPOUND_HEADER_OVERHEAD, COMPOUND_PART_OVERHEAD, META_BYTES_MAX,
 };
 use crate::proto::gossip::security;
 use crate::proto::gossip::serf::{
-    self as sm, ConflictMember, JoinIntent, KeyRequest, KeyResponse, LeaveIntent, QueryFilter, QueryMsg,
-    QueryResponseMsg, SerfMessage, SerfPushPull, UserEventItem, UserEventMsg, UserEventsAt,
+    self as sm, ConflictMember, JoinIntent, KeyRequest, KeyResponse, LeaveIntent, QueryFilter,
+    QueryMsg, QueryResponseMsg, SerfMessage, SerfPushPull, UserEventItem, UserEventMsg,
+    UserEventsAt,
 };
 use crate::proto::gossip::{ip_from_wire, ip_to_wire, WireError};
 
@@ -118,7 +119,12 @@ struct Probe {
 #[derive(Debug)]
 enum AckHandler {
     Probe,
-    Relay { orig_seq: u32, reply_to: SocketAddr, nack: bool, acked: bool },
+    Relay {
+        orig_seq: u32,
+        reply_to: SocketAddr,
+        nack: bool,
+        acked: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -161,11 +167,22 @@ enum SerfState {
 enum LeavePhase {
     Idle,
     /// Waiting for the leave intent broadcast to be sent (or the broadcast timeout).
-    Intent { request: u64, notify: u64, step: u64 },
+    Intent {
+        request: u64,
+        notify: u64,
+        step: u64,
+    },
     /// Waiting for our own dead (left) broadcast to go out.
-    Dead { request: u64, notify: u64, step: u64 },
+    Dead {
+        request: u64,
+        notify: u64,
+        step: u64,
+    },
     /// serf `LeavePropagateDelay`.
-    Propagate { request: u64, step: u64 },
+    Propagate {
+        request: u64,
+        step: u64,
+    },
     Done,
 }
 
@@ -276,13 +293,18 @@ impl Gossip {
     pub fn new(config: GossipConfig, seed: [u8; 32], now: Duration) -> Result<Self, String> {
         let meta = sm::encode_tags(&config.tags);
         if meta.len() > META_BYTES_MAX {
-            return Err(format!("encoded length of tags exceeds limit of {META_BYTES_MAX} bytes"));
+            return Err(format!(
+                "encoded length of tags exceeds limit of {META_BYTES_MAX} bytes"
+            ));
         }
         for k in &config.keys {
             security::validate_key(k).map_err(|e| e.to_string())?;
         }
         if config.label.len() > ml::LABEL_BYTES_MAX {
-            return Err(format!("label is longer than {} bytes", ml::LABEL_BYTES_MAX));
+            return Err(format!(
+                "label is longer than {} bytes",
+                ml::LABEL_BYTES_MAX
+            ));
         }
         let mut g = Gossip {
             rng: StdRng::from_seed(seed),
@@ -413,7 +435,9 @@ impl Gossip {
 
     /// The memberlist view of a node: (state, incarnation). For tests and diagnostics.
     pub fn node_state(&self, name: &str) -> Option<(NodeStateKind, u32)> {
-        self.index.get(name).map(|&i| (self.nodes[i].state, self.nodes[i].incarnation))
+        self.index
+            .get(name)
+            .map(|&i| (self.nodes[i].state, self.nodes[i].incarnation))
     }
 
     /// Number of nodes in the memberlist table (memberlist `estNumNodes`).
@@ -499,7 +523,11 @@ impl Gossip {
     /// memberlist `rawSendMsgPacket`.
     fn send_raw(&mut self, to: SocketAddr, crc: bool, msg: Vec<u8>) {
         let nonce = self.nonce();
-        let key = if self.encryption_enabled() && self.config.gossip_verify_outgoing { self.keys.first() } else { None };
+        let key = if self.encryption_enabled() && self.config.gossip_verify_outgoing {
+            self.keys.first()
+        } else {
+            None
+        };
         let seal = PacketSeal {
             compress: self.config.enable_compression,
             crc,
@@ -515,7 +543,10 @@ impl Gossip {
 
     /// memberlist `sendMsg`: piggyback queued broadcasts on `msg`.
     fn send_msg(&mut self, to: SocketAddr, msg: Vec<u8>) {
-        let mut avail = self.config.udp_buffer_size.saturating_sub(msg.len() + COMPOUND_HEADER_OVERHEAD);
+        let mut avail = self
+            .config
+            .udp_buffer_size
+            .saturating_sub(msg.len() + COMPOUND_HEADER_OVERHEAD);
         if self.encryption_enabled() && self.config.gossip_verify_outgoing {
             avail = avail.saturating_sub(security::encrypt_overhead(1));
         }
@@ -552,11 +583,25 @@ impl Gossip {
         if avail > overhead + USER_MSG_OVERHEAD {
             let serf_n = self.members.len();
             let o = overhead + USER_MSG_OVERHEAD;
-            let mut serf_msgs = self.intent_queue.take(o, avail, serf_n, mult, &mut finished);
+            let mut serf_msgs = self
+                .intent_queue
+                .take(o, avail, serf_n, mult, &mut finished);
             let used: usize = serf_msgs.iter().map(|m| m.len() + o).sum();
-            serf_msgs.extend(self.query_queue.take(o, avail.saturating_sub(used), serf_n, mult, &mut finished));
+            serf_msgs.extend(self.query_queue.take(
+                o,
+                avail.saturating_sub(used),
+                serf_n,
+                mult,
+                &mut finished,
+            ));
             let used: usize = serf_msgs.iter().map(|m| m.len() + o).sum();
-            serf_msgs.extend(self.event_queue.take(o, avail.saturating_sub(used), serf_n, mult, &mut finished));
+            serf_msgs.extend(self.event_queue.take(
+                o,
+                avail.saturating_sub(used),
+                serf_n,
+                mult,
+                &mut finished,
+            ));
             for m in serf_msgs {
                 let mut b = Vec::with_capacity(m.len() + 1);
                 b.push(msg_type::USER);
@@ -576,14 +621,24 @@ impl Gossip {
         let done = std::mem::take(&mut self.finished_broadcasts);
         for id in done {
             match self.leave_phase {
-                LeavePhase::Intent { notify, .. } | LeavePhase::Dead { notify, .. } if notify == id => {
+                LeavePhase::Intent { notify, .. } | LeavePhase::Dead { notify, .. }
+                    if notify == id =>
+                {
                     self.leave_step += 1;
                     let step = self.leave_step;
                     // Continue on the next tick so this happens outside packet assembly.
                     self.schedule(self.now, Timer::Leave(step));
                     self.leave_phase = match self.leave_phase {
-                        LeavePhase::Intent { request, .. } => LeavePhase::Intent { request, notify: 0, step },
-                        LeavePhase::Dead { request, .. } => LeavePhase::Dead { request, notify: 0, step },
+                        LeavePhase::Intent { request, .. } => LeavePhase::Intent {
+                            request,
+                            notify: 0,
+                            step,
+                        },
+                        LeavePhase::Dead { request, .. } => LeavePhase::Dead {
+                            request,
+                            notify: 0,
+                            step,
+                        },
                         other => other,
                     };
                 }
@@ -594,7 +649,8 @@ impl Gossip {
 
     fn ml_broadcast(&mut self, node: &str, msg: &Message, notify: Option<u64>) {
         let mut finished = std::mem::take(&mut self.finished_broadcasts);
-        self.ml_queue.push(Some(node.to_owned()), msg.encode(), notify, &mut finished);
+        self.ml_queue
+            .push(Some(node.to_owned()), msg.encode(), notify, &mut finished);
         self.finished_broadcasts = finished;
         self.process_finished_broadcasts();
     }
@@ -626,7 +682,9 @@ impl Gossip {
             if *at > self.now {
                 break;
             }
-            let Some(Reverse((_, _, timer))) = self.timers.pop() else { break };
+            let Some(Reverse((_, _, timer))) = self.timers.pop() else {
+                break;
+            };
             self.fire(timer);
         }
     }
@@ -661,7 +719,10 @@ impl Gossip {
             }
             Timer::QueueCheck => {
                 self.check_queue_depth();
-                self.schedule(self.now + self.config.queue_check_interval, Timer::QueueCheck);
+                self.schedule(
+                    self.now + self.config.queue_check_interval,
+                    Timer::QueueCheck,
+                );
             }
             Timer::Leave(step) => self.leave_advance(step),
             Timer::Query(ltime) => self.query_finished(ltime),
@@ -704,7 +765,9 @@ impl Gossip {
         let now = self.now;
         let keep_for = self.config.gossip_to_the_dead_time;
         let local = self.config.node_name.clone();
-        self.nodes.retain(|n| !(n.dead_or_left() && now.saturating_sub(n.state_change) > keep_for && n.name != local));
+        self.nodes.retain(|n| {
+            !(n.dead_or_left() && now.saturating_sub(n.state_change) > keep_for && n.name != local)
+        });
         for i in (1..self.nodes.len()).rev() {
             let j = self.rng.random_range(0..=i);
             self.nodes.swap(i, j);
@@ -730,7 +793,9 @@ impl Gossip {
     }
 
     fn probe_node(&mut self, name: &str) {
-        let Some(&i) = self.index.get(name) else { return };
+        let Some(&i) = self.index.get(name) else {
+            return;
+        };
         let node = self.nodes[i].clone();
         let ping = self.self_ping(name);
         let seq = ping.seq_no;
@@ -761,17 +826,24 @@ impl Gossip {
             let compound = ml::make_compound(&[&ping_bytes, &s]);
             self.send_raw(node.socket(), node.vsn[1] >= 5, compound);
         }
-        self.schedule(self.now + self.config.probe_timeout, Timer::ProbeTimeout(seq));
+        self.schedule(
+            self.now + self.config.probe_timeout,
+            Timer::ProbeTimeout(seq),
+        );
         self.schedule(self.now + interval, Timer::ProbeDeadline(seq));
     }
 
     fn probe_timeout(&mut self, seq: u32) {
-        let Some(probe) = self.probe.as_ref() else { return };
+        let Some(probe) = self.probe.as_ref() else {
+            return;
+        };
         if probe.seq != seq || probe.acked {
             return;
         }
         let target = probe.node.clone();
-        let Some(&ti) = self.index.get(&target) else { return };
+        let Some(&ti) = self.index.get(&target) else {
+            return;
+        };
         let target_node = self.nodes[ti].clone();
         // Indirect probes through up to IndirectChecks other alive nodes.
         let local = self.config.node_name.clone();
@@ -807,7 +879,11 @@ impl Gossip {
                 source_port: self.config.advertise_port,
                 source_node: local.clone(),
             };
-            let id = self.open_stream(target_node.socket(), Message::Ping(ping).encode(), StreamKind::TcpPing { seq });
+            let id = self.open_stream(
+                target_node.socket(),
+                Message::Ping(ping).encode(),
+                StreamKind::TcpPing { seq },
+            );
             tcp_stream = Some(id);
         }
         if let Some(p) = self.probe.as_mut() {
@@ -817,7 +893,9 @@ impl Gossip {
     }
 
     fn probe_deadline(&mut self, seq: u32) {
-        let Some(probe) = self.probe.take() else { return };
+        let Some(probe) = self.probe.take() else {
+            return;
+        };
         if probe.seq != seq {
             self.probe = Some(probe);
             return;
@@ -856,7 +934,9 @@ impl Gossip {
     }
 
     fn probe_acked(&mut self, payload: Option<Vec<u8>>) {
-        let Some(probe) = self.probe.take() else { return };
+        let Some(probe) = self.probe.take() else {
+            return;
+        };
         let rtt = self.now.saturating_sub(probe.sent);
         if let Some(id) = probe.tcp_stream {
             self.streams.remove(&id);
@@ -876,7 +956,11 @@ impl Gossip {
             self.stats.decode_errors += 1;
             return;
         };
-        if self.vivaldi.update(node, &coord, rtt, &mut self.rng).is_ok() {
+        if self
+            .vivaldi
+            .update(node, &coord, rtt, &mut self.rng)
+            .is_ok()
+        {
             self.coordinates.insert(node.to_owned(), coord);
             let own = self.vivaldi.coordinate().clone();
             self.coordinates.insert(self.config.node_name.clone(), own);
@@ -884,9 +968,18 @@ impl Gossip {
     }
 
     fn relay_expire(&mut self, seq: u32) {
-        if let Some(AckHandler::Relay { orig_seq, reply_to, nack, acked }) = self.ack_handlers.remove(&seq) {
+        if let Some(AckHandler::Relay {
+            orig_seq,
+            reply_to,
+            nack,
+            acked,
+        }) = self.ack_handlers.remove(&seq)
+        {
             if nack && !acked {
-                self.send_msg(reply_to, Message::Nack(NackResp { seq_no: orig_seq }).encode());
+                self.send_msg(
+                    reply_to,
+                    Message::Nack(NackResp { seq_no: orig_seq }).encode(),
+                );
             }
         }
     }
@@ -924,7 +1017,8 @@ impl Gossip {
                 NodeStateKind::Left => true,
             }
         });
-        let mut avail = self.config.udp_buffer_size - COMPOUND_HEADER_OVERHEAD - self.label_overhead();
+        let mut avail =
+            self.config.udp_buffer_size - COMPOUND_HEADER_OVERHEAD - self.label_overhead();
         if self.encryption_enabled() {
             avail = avail.saturating_sub(security::encrypt_overhead(1));
         }
@@ -967,7 +1061,11 @@ impl Gossip {
 
     fn seal_stream(&mut self, payload: Vec<u8>, dialing: bool) -> Vec<u8> {
         let nonce = self.nonce();
-        let key = if self.encryption_enabled() && self.config.gossip_verify_outgoing { self.keys.first().cloned() } else { None };
+        let key = if self.encryption_enabled() && self.config.gossip_verify_outgoing {
+            self.keys.first().cloned()
+        } else {
+            None
+        };
         let seal = StreamSeal {
             compress: self.config.enable_compression,
             key: key.as_deref(),
@@ -1010,7 +1108,12 @@ impl Gossip {
 
     /// A stream another node opened to us delivered one message; returns the bytes to
     /// write back (if any). memberlist `handleConn`.
-    pub fn handle_stream(&mut self, now: Duration, from: SocketAddr, bytes: &[u8]) -> Option<Vec<u8>> {
+    pub fn handle_stream(
+        &mut self,
+        now: Duration,
+        from: SocketAddr,
+        bytes: &[u8],
+    ) -> Option<Vec<u8>> {
         self.now = self.now.max(now);
         if self.left {
             return None;
@@ -1025,7 +1128,11 @@ impl Gossip {
         };
         let _ = from;
         match msg {
-            StreamMessage::PushPull { join, nodes, user_state } => {
+            StreamMessage::PushPull {
+                join,
+                nodes,
+                user_state,
+            } => {
                 let reply = self.local_state(join);
                 let sealed = self.seal_stream(reply, false);
                 self.merge_remote_state(join, nodes, &user_state);
@@ -1035,7 +1142,11 @@ impl Gossip {
                 if !p.node.is_empty() && p.node != self.config.node_name {
                     return None;
                 }
-                let ack = Message::Ack(AckResp { seq_no: p.seq_no, payload: None }).encode();
+                let ack = Message::Ack(AckResp {
+                    seq_no: p.seq_no,
+                    payload: None,
+                })
+                .encode();
                 Some(self.seal_stream(ack, false))
             }
             StreamMessage::User(payload) => {
@@ -1049,12 +1160,18 @@ impl Gossip {
     /// The reply (or failure) of a stream we opened with [`Output::Stream`].
     pub fn handle_stream_reply(&mut self, now: Duration, id: u64, reply: Result<&[u8], String>) {
         self.now = self.now.max(now);
-        let Some(kind) = self.streams.remove(&id) else { return };
+        let Some(kind) = self.streams.remove(&id) else {
+            return;
+        };
         match kind {
             StreamKind::PushPull { join_request } => {
-                let result = reply.and_then(|b| ml::open_stream(b, &self.unseal(), false).map_err(|e| e.to_string()));
+                let result = reply.and_then(|b| {
+                    ml::open_stream(b, &self.unseal(), false).map_err(|e| e.to_string())
+                });
                 let ok = match result {
-                    Ok(StreamMessage::PushPull { nodes, user_state, .. }) => {
+                    Ok(StreamMessage::PushPull {
+                        nodes, user_state, ..
+                    }) => {
                         self.merge_remote_state(join_request.is_some(), nodes, &user_state);
                         Ok(())
                     }
@@ -1087,15 +1204,30 @@ impl Gossip {
             };
             match r.state {
                 NodeStateKind::Alive => {
-                    let a = Alive { incarnation: r.incarnation, node: r.name, addr: ip_to_wire(addr), port: r.port, meta: r.meta, vsn: r.vsn };
+                    let a = Alive {
+                        incarnation: r.incarnation,
+                        node: r.name,
+                        addr: ip_to_wire(addr),
+                        port: r.port,
+                        meta: r.meta,
+                        vsn: r.vsn,
+                    };
                     self.alive_node(a, None, false);
                 }
                 NodeStateKind::Left => {
-                    let d = Suspect { incarnation: r.incarnation, node: r.name.clone(), from: r.name };
+                    let d = Suspect {
+                        incarnation: r.incarnation,
+                        node: r.name.clone(),
+                        from: r.name,
+                    };
                     self.dead_node(d);
                 }
                 NodeStateKind::Dead | NodeStateKind::Suspect => {
-                    let s = Suspect { incarnation: r.incarnation, node: r.name, from: self.config.node_name.clone() };
+                    let s = Suspect {
+                        incarnation: r.incarnation,
+                        node: r.name,
+                        from: self.config.node_name.clone(),
+                    };
                     self.suspect_node(s);
                 }
             }
@@ -1167,13 +1299,28 @@ impl Gossip {
         if !p.node.is_empty() && p.node != self.config.node_name {
             return;
         }
-        let payload = if self.config.disable_coordinates { None } else { Some(self.vivaldi.coordinate().encode_ack_payload()) };
+        let payload = if self.config.disable_coordinates {
+            None
+        } else {
+            Some(self.vivaldi.coordinate().encode_ack_payload())
+        };
         let to = Self::reply_addr(from, &p.source_addr, p.source_port);
-        self.send_msg(to, Message::Ack(AckResp { seq_no: p.seq_no, payload }).encode());
+        self.send_msg(
+            to,
+            Message::Ack(AckResp {
+                seq_no: p.seq_no,
+                payload,
+            })
+            .encode(),
+        );
     }
 
     fn handle_indirect_ping(&mut self, from: SocketAddr, ind: IndirectPingReq) {
-        let port = if ind.port == 0 { self.config.advertise_port } else { ind.port };
+        let port = if ind.port == 0 {
+            self.config.advertise_port
+        } else {
+            ind.port
+        };
         let Ok(target_ip) = ip_from_wire(&ind.target) else {
             self.stats.decode_errors += 1;
             return;
@@ -1181,10 +1328,23 @@ impl Gossip {
         let ping = self.self_ping(&ind.node);
         let local_seq = ping.seq_no;
         let reply_to = Self::reply_addr(from, &ind.source_addr, ind.source_port);
-        self.ack_handlers
-            .insert(local_seq, AckHandler::Relay { orig_seq: ind.seq_no, reply_to, nack: ind.nack, acked: false });
-        self.schedule(self.now + self.config.probe_timeout, Timer::RelayExpire(local_seq));
-        self.send_msg(SocketAddr::new(target_ip, port), Message::Ping(ping).encode());
+        self.ack_handlers.insert(
+            local_seq,
+            AckHandler::Relay {
+                orig_seq: ind.seq_no,
+                reply_to,
+                nack: ind.nack,
+                acked: false,
+            },
+        );
+        self.schedule(
+            self.now + self.config.probe_timeout,
+            Timer::RelayExpire(local_seq),
+        );
+        self.send_msg(
+            SocketAddr::new(target_ip, port),
+            Message::Ping(ping).encode(),
+        );
     }
 
     fn handle_ack(&mut self, a: AckResp) {
@@ -1195,14 +1355,24 @@ impl Gossip {
                     self.probe_acked(a.payload);
                 }
             }
-            Some(AckHandler::Relay { orig_seq, reply_to, acked, .. }) => {
-                if !*acked {
-                    *acked = true;
-                    let (orig, to) = (*orig_seq, *reply_to);
-                    self.send_msg(to, Message::Ack(AckResp { seq_no: orig, payload: None }).encode());
-                }
+            Some(AckHandler::Relay {
+                orig_seq,
+                reply_to,
+                acked,
+                ..
+            }) if !*acked => {
+                *acked = true;
+                let (orig, to) = (*orig_seq, *reply_to);
+                self.send_msg(
+                    to,
+                    Message::Ack(AckResp {
+                        seq_no: orig,
+                        payload: None,
+                    })
+                    .encode(),
+                );
             }
-            None => {}
+            Some(AckHandler::Relay { .. }) | None => {}
         }
     }
 
@@ -1252,8 +1422,10 @@ impl Gossip {
                 let n = &self.nodes[i];
                 if n.addr != addr || n.port != a.port {
                     let reclaim = self.config.dead_node_reclaim_time > Duration::ZERO
-                        && self.now.saturating_sub(n.state_change) > self.config.dead_node_reclaim_time;
-                    if n.state == NodeStateKind::Left || (n.state == NodeStateKind::Dead && reclaim) {
+                        && self.now.saturating_sub(n.state_change)
+                            > self.config.dead_node_reclaim_time;
+                    if n.state == NodeStateKind::Left || (n.state == NodeStateKind::Dead && reclaim)
+                    {
                         updates_node = true;
                     } else {
                         // Name conflict: another node claims this name. memberlist only logs.
@@ -1297,7 +1469,9 @@ impl Gossip {
         let old_state = state.state;
         let old_meta = state.meta.clone();
         if !bootstrap && is_local {
-            let same = a.incarnation == state.incarnation && a.meta == state.meta && a.vsn[..] == state.vsn[..];
+            let same = a.incarnation == state.incarnation
+                && a.meta == state.meta
+                && a.vsn[..] == state.vsn[..];
             if same {
                 return;
             }
@@ -1326,7 +1500,9 @@ impl Gossip {
     }
 
     fn suspect_node(&mut self, s: Suspect) {
-        let Some(&i) = self.index.get(&s.node) else { return };
+        let Some(&i) = self.index.get(&s.node) else {
+            return;
+        };
         if s.incarnation < self.nodes[i].incarnation {
             return;
         }
@@ -1340,7 +1516,10 @@ impl Gossip {
                 self.suspicion_generation += 1;
                 susp.generation = self.suspicion_generation;
                 let generation = susp.generation;
-                self.schedule(deadline.max(self.now), Timer::Suspicion(s.node.clone(), generation));
+                self.schedule(
+                    deadline.max(self.now),
+                    Timer::Suspicion(s.node.clone(), generation),
+                );
                 let node = s.node.clone();
                 self.ml_broadcast(&node, &Message::Suspect(s), None);
             }
@@ -1365,7 +1544,11 @@ impl Gossip {
         if (count as i64 - 2) < k as i64 {
             k = 0;
         }
-        let min = suspicion_timeout(self.config.suspicion_mult, count, self.config.probe_interval);
+        let min = suspicion_timeout(
+            self.config.suspicion_mult,
+            count,
+            self.config.probe_interval,
+        );
         let max = min * self.config.suspicion_max_timeout_mult;
         let timeout = if k < 1 { min } else { max };
         self.suspicion_generation += 1;
@@ -1374,27 +1557,46 @@ impl Gossip {
         confirmations.insert(s.from);
         self.suspicions.insert(
             node.clone(),
-            Suspicion { k, n: 0, min, max, start: now, confirmations, generation, state_change: now },
+            Suspicion {
+                k,
+                n: 0,
+                min,
+                max,
+                start: now,
+                confirmations,
+                generation,
+                state_change: now,
+            },
         );
         self.schedule(now + timeout, Timer::Suspicion(node, generation));
     }
 
     fn suspicion_fired(&mut self, node: &str, generation: u64) {
-        let Some(s) = self.suspicions.get(node) else { return };
+        let Some(s) = self.suspicions.get(node) else {
+            return;
+        };
         if s.generation != generation {
             return;
         }
-        let Some(&i) = self.index.get(node) else { return };
+        let Some(&i) = self.index.get(node) else {
+            return;
+        };
         let n = &self.nodes[i];
         if n.state != NodeStateKind::Suspect || n.state_change != s.state_change {
             return;
         }
-        let d = Suspect { incarnation: n.incarnation, node: n.name.clone(), from: self.config.node_name.clone() };
+        let d = Suspect {
+            incarnation: n.incarnation,
+            node: n.name.clone(),
+            from: self.config.node_name.clone(),
+        };
         self.dead_node(d);
     }
 
     fn dead_node(&mut self, d: Suspect) {
-        let Some(&i) = self.index.get(&d.node) else { return };
+        let Some(&i) = self.index.get(&d.node) else {
+            return;
+        };
         if d.incarnation < self.nodes[i].incarnation {
             return;
         }
@@ -1411,7 +1613,11 @@ impl Gossip {
             let node = d.node.clone();
             self.ml_broadcast(&node, &Message::Dead(d.clone()), Some(notify));
             if let LeavePhase::Dead { request, step, .. } = self.leave_phase {
-                self.leave_phase = LeavePhase::Dead { request, notify, step };
+                self.leave_phase = LeavePhase::Dead {
+                    request,
+                    notify,
+                    step,
+                };
             }
         } else {
             let node = d.node.clone();
@@ -1420,7 +1626,11 @@ impl Gossip {
         let now = self.now;
         let n = &mut self.nodes[i];
         n.incarnation = d.incarnation;
-        n.state = if d.node == d.from { NodeStateKind::Left } else { NodeStateKind::Dead };
+        n.state = if d.node == d.from {
+            NodeStateKind::Left
+        } else {
+            NodeStateKind::Dead
+        };
         n.state_change = now;
         self.serf_node_leave(i);
     }
@@ -1441,17 +1651,29 @@ impl Gossip {
             return;
         }
         if addrs.is_empty() {
-            self.out.push(Output::JoinDone { request, joined: 0, errors: Vec::new() });
+            self.out.push(Output::JoinDone {
+                request,
+                joined: 0,
+                errors: Vec::new(),
+            });
             return;
         }
-        self.joins.insert(request, JoinState { pending: addrs.len(), ..Default::default() });
+        self.joins.insert(
+            request,
+            JoinState {
+                pending: addrs.len(),
+                ..Default::default()
+            },
+        );
         for &a in addrs {
             self.push_pull(a, Some(request));
         }
     }
 
     fn join_progress(&mut self, request: u64, result: Result<(), String>) {
-        let Some(j) = self.joins.get_mut(&request) else { return };
+        let Some(j) = self.joins.get_mut(&request) else {
+            return;
+        };
         j.pending -= 1;
         match result {
             Ok(()) => j.joined += 1,
@@ -1460,12 +1682,18 @@ impl Gossip {
         if j.pending > 0 {
             return;
         }
-        let Some(j) = self.joins.remove(&request) else { return };
+        let Some(j) = self.joins.remove(&request) else {
+            return;
+        };
         if j.joined > 0 {
             self.broadcast_join(self.clock);
         }
         let errors = if j.joined > 0 { Vec::new() } else { j.errors };
-        self.out.push(Output::JoinDone { request, joined: j.joined, errors });
+        self.out.push(Output::JoinDone {
+            request,
+            joined: j.joined,
+            errors,
+        });
     }
 
     /// serf `Leave` then memberlist `Leave`: reports [`Output::LeaveDone`].
@@ -1476,30 +1704,52 @@ impl Gossip {
             return;
         }
         self.serf_state = SerfState::Leaving;
-        let msg = LeaveIntent { ltime: self.clock, node: self.config.node_name.clone(), prune: false };
+        let msg = LeaveIntent {
+            ltime: self.clock,
+            node: self.config.node_name.clone(),
+            prune: false,
+        };
         self.clock += 1;
         self.handle_leave_intent(&msg);
         self.leave_step += 1;
         let step = self.leave_step;
         if self.has_alive_members() {
             let notify = self.new_notify();
-            self.leave_phase = LeavePhase::Intent { request, notify, step };
-            self.serf_broadcast(SerfQueue::Intents, SerfMessage::Leave(msg).encode(), Some(notify));
+            self.leave_phase = LeavePhase::Intent {
+                request,
+                notify,
+                step,
+            };
+            self.serf_broadcast(
+                SerfQueue::Intents,
+                SerfMessage::Leave(msg).encode(),
+                Some(notify),
+            );
             self.schedule(self.now + self.config.broadcast_timeout, Timer::Leave(step));
         } else {
-            self.leave_phase = LeavePhase::Intent { request, notify: 0, step };
+            self.leave_phase = LeavePhase::Intent {
+                request,
+                notify: 0,
+                step,
+            };
             self.schedule(self.now, Timer::Leave(step));
         }
     }
 
     fn leave_advance(&mut self, step: u64) {
         match self.leave_phase {
-            LeavePhase::Intent { request, step: s, .. } if s == step => {
+            LeavePhase::Intent {
+                request, step: s, ..
+            } if s == step => {
                 // memberlist Leave: broadcast our own death as "left".
                 self.left = true;
                 self.leave_step += 1;
                 let step = self.leave_step;
-                self.leave_phase = LeavePhase::Dead { request, notify: 0, step };
+                self.leave_phase = LeavePhase::Dead {
+                    request,
+                    notify: 0,
+                    step,
+                };
                 if let Some(&i) = self.index.get(&self.config.node_name) {
                     let d = Suspect {
                         incarnation: self.nodes[i].incarnation,
@@ -1508,18 +1758,26 @@ impl Gossip {
                     };
                     self.dead_node(d);
                 }
-                let anyone = self.nodes.iter().any(|n| n.name != self.config.node_name && n.state == NodeStateKind::Alive);
+                let anyone = self
+                    .nodes
+                    .iter()
+                    .any(|n| n.name != self.config.node_name && n.state == NodeStateKind::Alive);
                 if anyone {
                     self.schedule(self.now + self.config.broadcast_timeout, Timer::Leave(step));
                 } else {
                     self.schedule(self.now, Timer::Leave(step));
                 }
             }
-            LeavePhase::Dead { request, step: s, .. } if s == step => {
+            LeavePhase::Dead {
+                request, step: s, ..
+            } if s == step => {
                 self.leave_step += 1;
                 let step = self.leave_step;
                 self.leave_phase = LeavePhase::Propagate { request, step };
-                self.schedule(self.now + self.config.leave_propagate_delay, Timer::Leave(step));
+                self.schedule(
+                    self.now + self.config.leave_propagate_delay,
+                    Timer::Leave(step),
+                );
             }
             LeavePhase::Propagate { request, step: s } if s == step => {
                 self.serf_state = SerfState::Left;
@@ -1537,7 +1795,11 @@ impl Gossip {
         // the target's status at (its leave time + 1), which can equal our clock and
         // make them drop the force-leave. Stamping one tick later avoids that.
         self.clock += 1;
-        let msg = LeaveIntent { ltime: self.clock, node: node.to_owned(), prune };
+        let msg = LeaveIntent {
+            ltime: self.clock,
+            node: node.to_owned(),
+            prune,
+        };
         self.clock += 1;
         self.handle_leave_intent(&msg);
         if self.has_alive_members() {
@@ -1546,7 +1808,13 @@ impl Gossip {
     }
 
     /// serf `UserEvent`.
-    pub fn user_event(&mut self, now: Duration, name: &str, payload: &[u8], coalesce: bool) -> Result<(), String> {
+    pub fn user_event(
+        &mut self,
+        now: Duration,
+        name: &str,
+        payload: &[u8],
+        coalesce: bool,
+    ) -> Result<(), String> {
         self.now = self.now.max(now);
         let size = name.len() + payload.len();
         if size > self.config.user_event_size_limit {
@@ -1556,9 +1824,17 @@ impl Gossip {
             ));
         }
         if size > sm::USER_EVENT_BYTES_MAX {
-            return Err(format!("user event exceeds sane limit of {} bytes before encoding", sm::USER_EVENT_BYTES_MAX));
+            return Err(format!(
+                "user event exceeds sane limit of {} bytes before encoding",
+                sm::USER_EVENT_BYTES_MAX
+            ));
         }
-        let msg = UserEventMsg { ltime: self.event_clock, name: name.to_owned(), payload: payload.to_vec(), cc: coalesce };
+        let msg = UserEventMsg {
+            ltime: self.event_clock,
+            name: name.to_owned(),
+            payload: payload.to_vec(),
+            cc: coalesce,
+        };
         let raw = SerfMessage::UserEvent(msg.clone()).encode();
         if raw.len() > self.config.user_event_size_limit {
             return Err(format!(
@@ -1573,11 +1849,17 @@ impl Gossip {
     }
 
     /// serf `SetTags`: new metadata, announced with a fresh incarnation.
-    pub fn set_tags(&mut self, now: Duration, tags: BTreeMap<String, String>) -> Result<(), String> {
+    pub fn set_tags(
+        &mut self,
+        now: Duration,
+        tags: BTreeMap<String, String>,
+    ) -> Result<(), String> {
         self.now = self.now.max(now);
         let meta = sm::encode_tags(&tags);
         if meta.len() > META_BYTES_MAX {
-            return Err(format!("encoded length of tags exceeds limit of {META_BYTES_MAX} bytes"));
+            return Err(format!(
+                "encoded length of tags exceeds limit of {META_BYTES_MAX} bytes"
+            ));
         }
         self.config.tags = tags;
         self.meta = meta.clone();
@@ -1641,7 +1923,9 @@ impl Gossip {
     // serf layer
 
     fn has_alive_members(&self) -> bool {
-        self.members.values().any(|m| m.info.name != self.config.node_name && m.info.status == MemberStatus::Alive)
+        self.members
+            .values()
+            .any(|m| m.info.name != self.config.node_name && m.info.status == MemberStatus::Alive)
     }
 
     fn member_info_from(&self, i: usize, status: MemberStatus) -> MemberInfo {
@@ -1680,7 +1964,14 @@ impl Gossip {
                         info.status = MemberStatus::Leaving;
                     }
                 }
-                self.members.insert(name.clone(), SerfMember { info: info.clone(), status_ltime, leave_time: Duration::ZERO });
+                self.members.insert(
+                    name.clone(),
+                    SerfMember {
+                        info: info.clone(),
+                        status_ltime,
+                        leave_time: Duration::ZERO,
+                    },
+                );
             }
             Some(m) => {
                 let old = m.info.status;
@@ -1701,7 +1992,9 @@ impl Gossip {
     fn serf_node_leave(&mut self, i: usize) {
         let name = self.nodes[i].name.clone();
         let now = self.now;
-        let Some(m) = self.members.get_mut(&name) else { return };
+        let Some(m) = self.members.get_mut(&name) else {
+            return;
+        };
         let event = match m.info.status {
             MemberStatus::Leaving => {
                 m.info.status = MemberStatus::Left;
@@ -1723,7 +2016,9 @@ impl Gossip {
     /// serf `handleNodeUpdate`.
     fn serf_node_update(&mut self, i: usize) {
         let name = self.nodes[i].name.clone();
-        let Some(status) = self.members.get(&name).map(|m| m.info.status) else { return };
+        let Some(status) = self.members.get(&name).map(|m| m.info.status) else {
+            return;
+        };
         let info = self.member_info_from(i, status);
         if let Some(m) = self.members.get_mut(&name) {
             m.info = info.clone();
@@ -1732,7 +2027,10 @@ impl Gossip {
     }
 
     fn broadcast_join(&mut self, ltime: u64) {
-        let msg = JoinIntent { ltime, node: self.config.node_name.clone() };
+        let msg = JoinIntent {
+            ltime,
+            node: self.config.node_name.clone(),
+        };
         self.witness_clock(ltime);
         self.handle_join_intent(&msg);
         self.serf_broadcast(SerfQueue::Intents, SerfMessage::Join(msg).encode(), None);
@@ -1748,7 +2046,14 @@ impl Gossip {
         match self.intents.get(node) {
             Some(i) if ltime <= i.ltime => false,
             _ => {
-                self.intents.insert(node.to_owned(), Intent { join, wall: self.now, ltime });
+                self.intents.insert(
+                    node.to_owned(),
+                    Intent {
+                        join,
+                        wall: self.now,
+                        ltime,
+                    },
+                );
                 true
             }
         }
@@ -1849,7 +2154,10 @@ impl Gossip {
             return false;
         }
         let idx = (msg.ltime % len) as usize;
-        let item = UserEventItem { name: msg.name.clone(), payload: msg.payload.clone() };
+        let item = UserEventItem {
+            name: msg.name.clone(),
+            payload: msg.payload.clone(),
+        };
         match &mut self.event_buffer[idx] {
             Some(seen) if seen.ltime == msg.ltime => {
                 if seen.events.contains(&item) {
@@ -1858,7 +2166,10 @@ impl Gossip {
                 seen.events.push(item);
             }
             slot => {
-                *slot = Some(UserEventsAt { ltime: msg.ltime, events: vec![item] });
+                *slot = Some(UserEventsAt {
+                    ltime: msg.ltime,
+                    events: vec![item],
+                });
             }
         }
         self.out.push(Output::Event(GossipEvent::User(UserEvent {
@@ -1891,7 +2202,12 @@ impl Gossip {
                 self.handle_query_response(r);
                 (false, SerfQueue::Intents)
             }
-            SerfMessage::Relay { dest_ip, dest_port, inner, .. } => {
+            SerfMessage::Relay {
+                dest_ip,
+                dest_port,
+                inner,
+                ..
+            } => {
                 if let Ok(ip) = ip_from_wire(dest_ip) {
                     self.send_to_address(SocketAddr::new(ip, *dest_port), inner.clone());
                 }
@@ -1913,8 +2229,11 @@ impl Gossip {
 
     /// serf `delegate.LocalState`.
     fn serf_local_state(&self) -> Vec<u8> {
-        let mut status_ltimes: Vec<(String, u64)> =
-            self.members.iter().map(|(k, m)| (k.clone(), m.status_ltime)).collect();
+        let mut status_ltimes: Vec<(String, u64)> = self
+            .members
+            .iter()
+            .map(|(k, m)| (k.clone(), m.status_ltime))
+            .collect();
         status_ltimes.sort();
         SerfPushPull {
             ltime: self.clock,
@@ -1943,24 +2262,40 @@ impl Gossip {
         if pp.event_ltime > 0 {
             self.witness_event_clock(pp.event_ltime - 1);
         }
-        if pp.query_ltime > 0 && pp.query_ltime - 1 >= self.query_clock {
+        if pp.query_ltime > self.query_clock {
             self.query_clock = pp.query_ltime;
         }
-        let status: HashMap<&str, u64> = pp.status_ltimes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let status: HashMap<&str, u64> = pp
+            .status_ltimes
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
         let left: HashSet<&str> = pp.left_members.iter().map(String::as_str).collect();
         for name in &pp.left_members {
             let ltime = status.get(name.as_str()).copied().unwrap_or(0) + 1;
-            self.handle_leave_intent(&LeaveIntent { ltime, node: name.clone(), prune: false });
+            self.handle_leave_intent(&LeaveIntent {
+                ltime,
+                node: name.clone(),
+                prune: false,
+            });
         }
         for (name, ltime) in &pp.status_ltimes {
             if left.contains(name.as_str()) {
                 continue;
             }
-            self.handle_join_intent(&JoinIntent { ltime: *ltime, node: name.clone() });
+            self.handle_join_intent(&JoinIntent {
+                ltime: *ltime,
+                node: name.clone(),
+            });
         }
         for e in pp.events.iter().flatten() {
             for item in &e.events {
-                let m = UserEventMsg { ltime: e.ltime, name: item.name.clone(), payload: item.payload.clone(), cc: false };
+                let m = UserEventMsg {
+                    ltime: e.ltime,
+                    name: item.name.clone(),
+                    payload: item.payload.clone(),
+                    cc: false,
+                };
                 self.handle_user_event(&m);
             }
         }
@@ -1994,7 +2329,13 @@ impl Gossip {
         let expected = self.nodes.iter().filter(|n| !n.dead_or_left()).count();
         self.pending_queries.insert(
             q.ltime,
-            PendingQuery { id: q.id, request, key_op, expected, responses: BTreeMap::new() },
+            PendingQuery {
+                id: q.id,
+                request,
+                key_op,
+                expected,
+                responses: BTreeMap::new(),
+            },
         );
         self.schedule(self.now + timeout, Timer::Query(q.ltime));
         self.handle_query(&q);
@@ -2067,7 +2408,12 @@ impl Gossip {
                 Ok(QueryFilter::Tag(t)) => {
                     // serf matches a Go regexp; we support the common exact/".*" forms
                     // and treat anything else as a literal match on the whole value.
-                    let value = self.config.tags.get(&t.tag).map(String::as_str).unwrap_or("");
+                    let value = self
+                        .config
+                        .tags
+                        .get(&t.tag)
+                        .map(String::as_str)
+                        .unwrap_or("");
                     let ok = match t.expr.as_str() {
                         ".*" | "" => true,
                         e => {
@@ -2094,7 +2440,9 @@ impl Gossip {
         if raw.len() > self.config.query_response_size_limit {
             return;
         }
-        let Ok(ip) = ip_from_wire(&q.addr) else { return };
+        let Ok(ip) = ip_from_wire(&q.addr) else {
+            return;
+        };
         let to = SocketAddr::new(ip, q.port);
         self.send_to_address(to, raw.clone());
         if q.relay_factor > 0 {
@@ -2143,7 +2491,14 @@ impl Gossip {
                         port: i.port,
                         tags: i.tags.clone(),
                         status: i.status as i64,
-                        vsn: [i.protocol_min, i.protocol_max, i.protocol_cur, i.delegate_min, i.delegate_max, i.delegate_cur],
+                        vsn: [
+                            i.protocol_min,
+                            i.protocol_max,
+                            i.protocol_cur,
+                            i.delegate_min,
+                            i.delegate_max,
+                            i.delegate_cur,
+                        ],
                     }
                     .encode();
                     respond(self, payload);
@@ -2192,13 +2547,17 @@ impl Gossip {
                         flags: 0,
                         payload: payload.clone(),
                     };
-                    if SerfMessage::QueryResponse(probe).encode().len() <= self.config.query_response_size_limit || i == 0 {
+                    if SerfMessage::QueryResponse(probe).encode().len()
+                        <= self.config.query_response_size_limit
+                        || i == 0
+                    {
                         respond(self, payload);
                         break;
                     }
                     i -= 1;
                     resp.keys.truncate(i);
-                    resp.message = format!("truncated key list response, showing first {i} of {actual} keys");
+                    resp.message =
+                        format!("truncated key list response, showing first {i} of {actual} keys");
                 }
             }
             _ => {}
@@ -2207,7 +2566,9 @@ impl Gossip {
 
     /// serf `handleQueryResponse`.
     fn handle_query_response(&mut self, r: &QueryResponseMsg) {
-        let Some(pq) = self.pending_queries.get_mut(&r.ltime) else { return };
+        let Some(pq) = self.pending_queries.get_mut(&r.ltime) else {
+            return;
+        };
         if pq.id != r.id || r.flags & sm::QUERY_FLAG_ACK != 0 {
             return;
         }
@@ -2222,16 +2583,23 @@ impl Gossip {
     }
 
     fn query_finished(&mut self, ltime: u64) {
-        let Some(pq) = self.pending_queries.remove(&ltime) else { return };
+        let Some(pq) = self.pending_queries.remove(&ltime) else {
+            return;
+        };
         if !pq.key_op {
             return;
         }
-        let mut result = KeyOpResult { num_nodes: pq.expected, ..Default::default() };
+        let mut result = KeyOpResult {
+            num_nodes: pq.expected,
+            ..Default::default()
+        };
         for (from, payload) in pq.responses {
             result.num_resp += 1;
             match KeyResponse::decode(&payload) {
                 Err(_) => {
-                    result.messages.insert(from, "Failed to decode key query response".to_owned());
+                    result
+                        .messages
+                        .insert(from, "Failed to decode key query response".to_owned());
                     result.num_err += 1;
                 }
                 Ok(kr) => {
@@ -2248,7 +2616,10 @@ impl Gossip {
                 }
             }
         }
-        self.out.push(Output::KeyOpDone { request: pq.request, result });
+        self.out.push(Output::KeyOpDone {
+            request: pq.request,
+            result,
+        });
     }
 
     // -- periodic serf maintenance
@@ -2257,9 +2628,16 @@ impl Gossip {
         let now = self.now;
         let reconnect = self.config.reconnect_timeout;
         let tombstone = self.config.tombstone_timeout;
-        let expired = |list: &Vec<String>, members: &HashMap<String, SerfMember>, timeout: Duration| -> Vec<String> {
+        let expired = |list: &Vec<String>,
+                       members: &HashMap<String, SerfMember>,
+                       timeout: Duration|
+         -> Vec<String> {
             list.iter()
-                .filter(|n| members.get(*n).is_some_and(|m| now.saturating_sub(m.leave_time) > timeout))
+                .filter(|n| {
+                    members
+                        .get(*n)
+                        .is_some_and(|m| now.saturating_sub(m.leave_time) > timeout)
+                })
                 .cloned()
                 .collect()
         };
@@ -2271,7 +2649,8 @@ impl Gossip {
             self.erase_member(n);
         }
         let intent_timeout = self.config.recent_intent_timeout;
-        self.intents.retain(|_, i| now.saturating_sub(i.wall) <= intent_timeout);
+        self.intents
+            .retain(|_, i| now.saturating_sub(i.wall) <= intent_timeout);
     }
 
     fn reconnect(&mut self) {

@@ -60,7 +60,13 @@ impl BroadcastQueue {
     }
 
     /// Queues a broadcast; ids of broadcasts it replaced are appended to `finished`.
-    pub fn push(&mut self, name: Option<String>, msg: Vec<u8>, notify: Option<u64>, finished: &mut Vec<u64>) {
+    pub fn push(
+        &mut self,
+        name: Option<String>,
+        msg: Vec<u8>,
+        notify: Option<u64>,
+        finished: &mut Vec<u64>,
+    ) {
         if let Some(name) = &name {
             if let Some(&old) = self.by_name.get(name) {
                 self.remove(old, finished);
@@ -68,7 +74,12 @@ impl BroadcastQueue {
         }
         self.next_id += 1;
         let id = self.next_id;
-        let item = Item { transmits: 0, msg, name, notify };
+        let item = Item {
+            transmits: 0,
+            msg,
+            name,
+            notify,
+        };
         self.order.insert(Self::key(id, &item));
         if let Some(name) = &item.name {
             self.by_name.insert(name.clone(), id);
@@ -78,7 +89,14 @@ impl BroadcastQueue {
 
     /// memberlist `GetBroadcasts`: messages fitting in `limit` bytes, counting
     /// `overhead` per message. Finished notification ids are appended to `finished`.
-    pub fn take(&mut self, overhead: usize, limit: usize, num_nodes: usize, retransmit_mult: usize, finished: &mut Vec<u64>) -> Vec<Vec<u8>> {
+    pub fn take(
+        &mut self,
+        overhead: usize,
+        limit: usize,
+        num_nodes: usize,
+        retransmit_mult: usize,
+        finished: &mut Vec<u64>,
+    ) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         if self.items.is_empty() {
             return out;
@@ -104,7 +122,9 @@ impl BroadcastQueue {
             };
             let id = key.2 .0;
             self.order.remove(&key);
-            let Some(item) = self.items.get_mut(&id) else { continue };
+            let Some(item) = self.items.get_mut(&id) else {
+                continue;
+            };
             used += overhead + item.msg.len();
             out.push(item.msg.clone());
             if item.transmits + 1 >= transmit_limit {

@@ -30,15 +30,32 @@ pub struct NetConfig {
 
 impl Default for NetConfig {
     fn default() -> Self {
-        NetConfig { loss: 0.0, latency: Duration::from_micros(500), jitter: Duration::ZERO }
+        NetConfig {
+            loss: 0.0,
+            latency: Duration::from_micros(500),
+            jitter: Duration::ZERO,
+        }
     }
 }
 
 #[derive(Debug)]
 enum Delivery {
-    Packet { to: usize, from: SocketAddr, bytes: Vec<u8> },
-    StreamRequest { to: usize, from: usize, id: u64, bytes: Vec<u8> },
-    StreamReply { to: usize, id: u64, reply: Result<Vec<u8>, String> },
+    Packet {
+        to: usize,
+        from: SocketAddr,
+        bytes: Vec<u8>,
+    },
+    StreamRequest {
+        to: usize,
+        from: usize,
+        id: u64,
+        bytes: Vec<u8>,
+    },
+    StreamReply {
+        to: usize,
+        id: u64,
+        reply: Result<Vec<u8>, String>,
+    },
 }
 
 /// An event observed at a node, with the virtual time it was emitted.
@@ -119,7 +136,11 @@ impl Sim {
     }
 
     /// Replaces a crashed node with a fresh process at the same address (a restart).
-    pub fn restart_node(&mut self, i: usize, make: impl FnOnce(String, IpAddr, u16) -> GossipConfig) {
+    pub fn restart_node(
+        &mut self,
+        i: usize,
+        make: impl FnOnce(String, IpAddr, u16) -> GossipConfig,
+    ) {
         let addr = self.addrs[i];
         let config = make(format!("node-{i}"), addr.ip(), addr.port());
         let mut seed = [0u8; 32];
@@ -163,12 +184,18 @@ impl Sim {
 
     fn delay(&mut self) -> Duration {
         let j = self.net.jitter.as_nanos() as u64;
-        let extra = if j == 0 { 0 } else { self.rng.random_range(0..j) };
+        let extra = if j == 0 {
+            0
+        } else {
+            self.rng.random_range(0..j)
+        };
         self.net.latency + Duration::from_nanos(extra)
     }
 
     fn after_input(&mut self, i: usize) {
-        let Some(g) = self.nodes[i].as_mut() else { return };
+        let Some(g) = self.nodes[i].as_mut() else {
+            return;
+        };
         let outputs = g.drain();
         let deadline = g.next_deadline();
         if let Some(d) = deadline {
@@ -178,7 +205,9 @@ impl Sim {
             match o {
                 Output::Packet { to, bytes } => {
                     self.bytes_sent += bytes.len() as u64;
-                    let Some(&t) = self.by_addr.get(&to) else { continue };
+                    let Some(&t) = self.by_addr.get(&to) else {
+                        continue;
+                    };
                     if self.rng.random::<f64>() < self.net.loss {
                         self.packets_dropped += 1;
                         continue;
@@ -191,16 +220,37 @@ impl Sim {
                     self.bytes_sent += bytes.len() as u64;
                     let at = self.now + self.delay();
                     match self.by_addr.get(&to) {
-                        Some(&t) => self.push(at, Delivery::StreamRequest { to: t, from: i, id, bytes }),
-                        None => self.push(at, Delivery::StreamReply { to: i, id, reply: Err("no route".into()) }),
+                        Some(&t) => self.push(
+                            at,
+                            Delivery::StreamRequest {
+                                to: t,
+                                from: i,
+                                id,
+                                bytes,
+                            },
+                        ),
+                        None => self.push(
+                            at,
+                            Delivery::StreamReply {
+                                to: i,
+                                id,
+                                reply: Err("no route".into()),
+                            },
+                        ),
                     }
                 }
                 Output::Event(event) => {
                     if self.record_events {
-                        self.events.push(Observed { at: self.now, node: i, event });
+                        self.events.push(Observed {
+                            at: self.now,
+                            node: i,
+                            event,
+                        });
                     }
                 }
-                Output::JoinDone { request, joined, .. } => self.joins.push((i, request, joined)),
+                Output::JoinDone {
+                    request, joined, ..
+                } => self.joins.push((i, request, joined)),
                 Output::LeaveDone { .. } | Output::KeyOpDone { .. } => {}
             }
         }
@@ -222,13 +272,21 @@ impl Sim {
             }
             self.now = next;
             if next_delivery == Some(next) {
-                let Some(Reverse((_, seq))) = self.queue.pop() else { break };
-                let Some(d) = self.deliveries.remove(&seq) else { continue };
+                let Some(Reverse((_, seq))) = self.queue.pop() else {
+                    break;
+                };
+                let Some(d) = self.deliveries.remove(&seq) else {
+                    continue;
+                };
                 self.deliver(d);
             } else {
-                let Some(Reverse((t, i))) = self.timers.pop() else { break };
+                let Some(Reverse((t, i))) = self.timers.pop() else {
+                    break;
+                };
                 let now = self.now;
-                let Some(g) = self.nodes[i].as_mut() else { continue };
+                let Some(g) = self.nodes[i].as_mut() else {
+                    continue;
+                };
                 // Stale heap entries are fine: tick is a no-op when nothing is due.
                 if g.next_deadline().is_some_and(|d| d <= t) {
                     g.tick(now);
@@ -251,7 +309,12 @@ impl Sim {
                 g.handle_packet(now, from, &bytes);
                 self.after_input(to);
             }
-            Delivery::StreamRequest { to, from, id, bytes } => {
+            Delivery::StreamRequest {
+                to,
+                from,
+                id,
+                bytes,
+            } => {
                 let reply = match self.nodes[to].as_mut() {
                     None => Err("connection refused".to_owned()),
                     Some(g) => {
@@ -269,10 +332,19 @@ impl Sim {
                     Ok(None) => Err("no reply".to_owned()),
                     Err(e) => Err(e),
                 };
-                self.push(at, Delivery::StreamReply { to: from, id, reply });
+                self.push(
+                    at,
+                    Delivery::StreamReply {
+                        to: from,
+                        id,
+                        reply,
+                    },
+                );
             }
             Delivery::StreamReply { to, id, reply } => {
-                let Some(g) = self.nodes[to].as_mut() else { return };
+                let Some(g) = self.nodes[to].as_mut() else {
+                    return;
+                };
                 match &reply {
                     Ok(b) => g.handle_stream_reply(now, id, Ok(b)),
                     Err(e) => g.handle_stream_reply(now, id, Err(e.clone())),

@@ -109,16 +109,32 @@ pub struct KeyOpResult {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     /// Send one UDP datagram.
-    Packet { to: SocketAddr, bytes: Vec<u8> },
+    Packet {
+        to: SocketAddr,
+        bytes: Vec<u8>,
+    },
     /// Dial `to` over TCP, write `bytes`, read one stream message back, and report it
     /// with [`crate::gossip::Gossip::handle_stream_reply`] under `id`. The driver applies
     /// `tcp_timeout`.
-    Stream { id: u64, to: SocketAddr, bytes: Vec<u8> },
+    Stream {
+        id: u64,
+        to: SocketAddr,
+        bytes: Vec<u8>,
+    },
     Event(GossipEvent),
     /// A join request finished: how many addresses a push/pull succeeded with.
-    JoinDone { request: u64, joined: usize, errors: Vec<String> },
+    JoinDone {
+        request: u64,
+        joined: usize,
+        errors: Vec<String>,
+    },
     /// A graceful leave finished (the node is now Left and silent).
-    LeaveDone { request: u64 },
+    LeaveDone {
+        request: u64,
+    },
     /// A cluster-wide keyring operation finished.
-    KeyOpDone { request: u64, result: KeyOpResult },
+    KeyOpDone {
+        request: u64,
+        result: KeyOpResult,
+    },
 }

@@ -1,1 +1,2 @@
 //! shard (filled in by the issue that needs it).
+pub mod gossip;
