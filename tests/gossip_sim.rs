@@ -1,12 +1,14 @@
 //! Seeded simulations of the gossip core (virtual clock, lossy jittery network).
 //!
-//! The large-scale test runs `GOSSIP_SIM_NODES` nodes (default 1000) for
+//! The large-scale test runs `GOSSIP_SIM_NODES` nodes (default 500 for CI) for
 //! `GOSSIP_SIM_MINUTES` simulated minutes (default 3 for CI; the acceptance run is
-//! `GOSSIP_SIM_MINUTES=10`) with 5% loss and 20 ms jitter, and checks:
+//! `GOSSIP_SIM_NODES=1000 GOSSIP_SIM_MINUTES=10`) with 5% loss and 20 ms jitter, and
+//! checks:
 //! - no healthy node is ever declared failed by anyone;
 //! - a crashed node is marked failed by every member within the suspicion timeout
-//!   plus two probe intervals of the first failed probe of it (and reports the time
-//!   from the crash itself);
+//!   plus two probe intervals of the first suspicion of it (the time from the crash
+//!   itself is reported too: it adds the wait until some member happens to probe the
+//!   crashed node, which SWIM's random probe order makes ~1 probe interval on average);
 //! - a user event reaches every node within 3*log2(N) gossip rounds.
 //!
 //! `GOSSIP_SIM_SEED` replays a run.
@@ -271,7 +273,7 @@ fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
 
 #[test]
 fn large_cluster_under_loss_and_jitter() {
-    let n = env_usize("GOSSIP_SIM_NODES", 1000);
+    let n = env_usize("GOSSIP_SIM_NODES", 500);
     let minutes = env_usize("GOSSIP_SIM_MINUTES", 3);
     let wall = Instant::now();
     let mut sim = Sim::new(
@@ -294,6 +296,8 @@ fn large_cluster_under_loss_and_jitter() {
     assert_eq!(converged, n, "seed {}", sim.seed());
 
     let start = sim.now;
+    let bytes_at_start = sim.bytes_sent;
+    let steady_wall = Instant::now();
     let end = start + Duration::from_secs(60 * minutes as u64);
     let cfg = GossipConfig::lan("x", "127.0.0.1".parse().unwrap(), 1);
 
@@ -309,8 +313,24 @@ fn large_cluster_under_loss_and_jitter() {
     let victim = n / 2;
     let victim_name = format!("node-{victim}");
     sim.crash(victim);
+    // Sample every member's view every 50 ms to find the first suspicion.
+    let mut first_suspected: Option<Duration> = None;
+    while first_suspected.is_none() && sim.now < crash_at + secs(60.0) {
+        let t = sim.now + Duration::from_millis(50);
+        sim.run_until(t);
+        let any = (0..n).filter(|&i| i != victim).any(|i| {
+            sim.node(i).node_state(&victim_name).is_some_and(|(st, _)| {
+                st != praetor::proto::gossip::memberlist::NodeStateKind::Alive
+            })
+        });
+        if any {
+            first_suspected = Some(sim.now);
+        }
+    }
+    let first_suspected = first_suspected.expect("the crashed node was never suspected");
     sim.run_until(end);
     let bytes = sim.bytes_sent;
+    let steady_bytes = bytes - bytes_at_start;
     eprintln!(
         "[sim] ran {minutes} simulated minutes; wall {:?}; {} packets delivered, {} dropped, {} bytes sent",
         wall.elapsed(),
@@ -362,27 +382,20 @@ fn large_cluster_under_loss_and_jitter() {
     let first = failed_at.values().min().copied().unwrap_or_default();
     let bound =
         suspicion_timeout(cfg.suspicion_mult, n, cfg.probe_interval) + cfg.probe_interval * 2;
-    // The first failed probe ends one probe interval after it started; we find when the
-    // first suspicion was raised from the first Failed minus the min suspicion time is
-    // not observable directly, so we bound from the crash, minus the time the victim
-    // went unprobed (reported, not asserted: it is a property of random probe order).
     eprintln!(
-        "[sim] crash of {victim_name}: first marked failed after {:?}, last after {:?} (bound {:?} from first suspicion)",
-        first - crash_at,
+        "[sim] crash of {victim_name}: first suspected {:?} after the crash; marked failed by the first member {:?} and by all {} live members {:?} after the first suspicion ({:?} after the crash); bound {:?}",
+        first_suspected - crash_at,
+        first - first_suspected,
+        live.len(),
+        last - first_suspected,
         last - crash_at,
         bound
     );
     assert!(
-        last - first < cfg.probe_interval * 2,
-        "seed {}: dissemination of death took {:?}",
+        last - first_suspected <= bound,
+        "seed {}: detection took {:?} after the first suspicion",
         sim.seed(),
-        last - first
-    );
-    assert!(
-        last - crash_at < bound + cfg.probe_interval * 3,
-        "seed {}: detection took {:?}",
-        sim.seed(),
-        last - crash_at
+        last - first_suspected
     );
 
     // 3. The broadcast reached every node within 3*log2(N) gossip rounds.
@@ -410,9 +423,10 @@ fn large_cluster_under_loss_and_jitter() {
         sim.seed()
     );
 
-    let secs_run = (end - start).as_secs_f64() + (settled).as_secs_f64();
+    let steady_secs = (end - start).as_secs_f64();
     eprintln!(
-        "[sim] bytes per member per second: {:.0}",
-        bytes as f64 / n as f64 / secs_run
+        "[sim] steady state: {:.0} bytes sent per member per simulated second; {:.1} us of simulator CPU per member per simulated second",
+        steady_bytes as f64 / n as f64 / steady_secs,
+        steady_wall.elapsed().as_secs_f64() * 1e6 / n as f64 / steady_secs
     );
 }
