@@ -423,7 +423,7 @@ fn push_pull_stream_bytes_and_framing() {
     );
 
     // Sealed (compressed, encrypted, labeled) and opened again.
-    let key = vec![3u8; 24];
+    let key = [3u8; 24];
     for (compress, k, label) in [
         (false, None, ""),
         (true, None, ""),
