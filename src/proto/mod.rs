@@ -3,3 +3,4 @@
 
 pub mod duration;
 pub mod http;
+pub mod gossip;

@@ -6,6 +6,7 @@
 //! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
 //! and finish, then the raft thread syncs its log and exits.
 
+pub mod gossip;
 pub mod http_server;
 pub mod logger;
 pub mod raft_driver;
