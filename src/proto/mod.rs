@@ -2,5 +2,6 @@
 //! about the store, the runtime, or time.
 
 pub mod duration;
-pub mod http;
 pub mod gossip;
+pub mod http;
+pub mod rpc;
