@@ -336,6 +336,19 @@ pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
     ))))
 }
 
+/// `PUT /v1/internal/praetor/catalog-apply`: a catalog command encoded as a Raft payload,
+/// sent by an agent on a follower to the leader. Only catalog commands are accepted, and the
+/// store validates them as it validates every registration.
+pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
+    let command = Command::decode(request.body).map_err(ApiError::bad_request)?;
+    if !matches!(command, Command::Catalog(_)) {
+        return Err(ApiError::bad_request(
+            "only catalog commands are accepted here",
+        ));
+    }
+    Ok(write_result(command))
+}
+
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
     super::check_datacenter(shard, &request.query)?;
@@ -797,6 +810,8 @@ pub fn route(
     let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
         if path == "/v1/catalog/register" {
             (PUT, |s, r, _, _| register(s, r), "")
+        } else if path == crate::agent::catalog_client::APPLY_PATH {
+            (PUT, |_, r, _, _| internal_apply(r), "")
         } else if path == "/v1/catalog/deregister" {
             (PUT, |s, r, _, _| deregister(s, r), "")
         } else if path == "/v1/catalog/nodes" {
