@@ -1,26 +1,79 @@
-//! The agent side of the catalog: this node's own registration, and (on the leader) the
-//! reconciliation of members into the catalog.
+//! The agent side: services and checks registered on this agent, the check runners, and
+//! anti-entropy into the catalog; plus this node's own registration and, on the leader,
+//! the reconciliation of gossip members into the catalog.
 //!
-//! The agent runs as monoio tasks on shard 0, next to that shard's HTTP connections. It
-//! owns no locks: its state lives in that thread, and everything it writes goes through
-//! [`catalog_client::CatalogClient`], the single path a client agent will later redirect to
-//! a server.
+//! Threading. The agent runs as monoio tasks on shard 0, next to that shard's connections:
+//! [`Agent`] lives in an `Rc` there and its state in `RefCell`s, so nothing here takes a
+//! lock. Agent endpoints on any shard send an [`api::AgentCall`] over the bounded
+//! [`AgentChannel`] and await the reply; check runners, the sync loop and the reaper are
+//! tasks on the same thread. Everything the agent writes or reads in the catalog goes
+//! through [`catalog_client::CatalogClient`] — the seam a client agent redirects to a server.
+//!
+//! Invariants: a runner only reports for the check generation it was started with, so a
+//! replaced or removed check never receives a stale result; every local change bumps a
+//! revision that anti-entropy must see accepted before the entry counts as synced.
 
+pub mod api;
 pub mod catalog_client;
+pub mod checks;
+pub mod definition;
+pub mod local;
+pub mod metrics;
+pub mod persist;
 pub mod reconcile;
+pub mod signal;
+pub mod sync;
 
+use crate::api::body::Obj;
 use crate::config::AgentConfig;
 use crate::shard::runtime::Identity;
 use crate::shard::Shard;
-use crate::store::catalog::{CatalogOp, Registration};
+use crate::store::catalog::{CatalogOp, Registration, Status};
 use crate::store::CommandResult;
 use catalog_client::{CatalogClient, NodeState};
+use definition::{CheckKind, CheckSpec, ServiceDefinition};
+use local::{LocalState, Source};
+use signal::Signal;
+use std::cell::{Cell, RefCell};
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How often the agent checks its node registration and, on the leader, reconciles members.
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often TTL deadlines and `deregister_critical_service_after` are checked.
+pub const REAP_INTERVAL: Duration = Duration::from_secs(1);
+/// Consul's default anti-entropy full-sync interval (`ae_interval`).
+pub const AE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+/// Consul's default `check_update_interval`: output-only check changes wait this long.
+pub const CHECK_UPDATE_INTERVAL_DEFAULT: Duration = Duration::from_secs(300);
+/// Capacity of the channel from the shards to the agent.
+pub const AGENT_CHANNEL_CAPACITY: usize = 4096;
+/// Script checks run at most this long when no timeout is given (Consul's default).
+pub const SCRIPT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// How often alias checks re-evaluate what they alias.
+pub const ALIAS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The channel agent endpoints use to reach the agent on shard 0.
+#[derive(Clone)]
+pub struct AgentChannel {
+    pub tx: flume::Sender<api::AgentCall>,
+    pub rx: flume::Receiver<api::AgentCall>,
+}
+
+impl AgentChannel {
+    pub fn new() -> AgentChannel {
+        let (tx, rx) = flume::bounded(AGENT_CHANNEL_CAPACITY);
+        AgentChannel { tx, rx }
+    }
+}
+
+impl Default for AgentChannel {
+    fn default() -> Self {
+        AgentChannel::new()
+    }
+}
 
 /// The node metadata every agent publishes (Consul's `consul-network-segment` and
 /// `consul-version`), plus `node_meta` from the config.
@@ -98,22 +151,574 @@ pub fn node_in_sync(current: &NodeState, wanted: &Registration) -> bool {
         && have_meta == pairs(&wanted.node_meta)
 }
 
-/// The agent's long-running task on shard 0.
+fn duration_setting(config: &AgentConfig, key: &str, default: Duration) -> Duration {
+    config
+        .raw_str(key)
+        .and_then(|t| crate::proto::duration::parse_go_duration(t).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(default)
+}
+
+/// Whether this agent runs script checks from a source (Consul's two switches).
+pub fn scripts_allowed(config: &AgentConfig, source: Source) -> Result<(), String> {
+    let flag = |key: &str| {
+        config
+            .raw
+            .get(key)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    };
+    let remote = flag("enable_script_checks");
+    let local = remote || flag("enable_local_script_checks");
+    match source {
+        Source::Api if !remote => Err("Scripts are disabled on this agent from remote calls; to enable, configure 'enable_script_checks' to true".to_string()),
+        Source::Config if !local => Err("Scripts are disabled on this agent from local sources; to enable, configure 'enable_script_checks' or 'enable_local_script_checks' to true".to_string()),
+        _ => Ok(()),
+    }
+}
+
+/// Services and standalone checks from the config's `services` and `checks` lists.
+pub fn config_definitions(
+    config: &AgentConfig,
+) -> Result<(Vec<ServiceDefinition>, Vec<CheckSpec>), String> {
+    let mut services = Vec::new();
+    if let Some(list) = config.raw.get("services") {
+        let items = list.as_array().ok_or("services: expected a list")?;
+        for (i, item) in items.iter().enumerate() {
+            let obj = Obj::new(item).map_err(|e| format!("services[{i}]: {e}"))?;
+            let def = definition::parse_service_definition(&obj)
+                .map_err(|e| format!("services[{i}]: {}", e.message))?;
+            for check in &def.checks {
+                if check.kind == CheckKind::Script {
+                    scripts_allowed(config, Source::Config)
+                        .map_err(|e| format!("services[{i}]: {e}"))?;
+                }
+            }
+            services.push(def);
+        }
+    }
+    let mut checks = Vec::new();
+    if let Some(list) = config.raw.get("checks") {
+        let items = list.as_array().ok_or("checks: expected a list")?;
+        for (i, item) in items.iter().enumerate() {
+            let obj = Obj::new(item).map_err(|e| format!("checks[{i}]: {e}"))?;
+            let check = definition::parse_check_registration(&obj)
+                .map_err(|e| format!("checks[{i}]: {}", e.message))?;
+            if check.kind == CheckKind::Script {
+                scripts_allowed(config, Source::Config).map_err(|e| format!("checks[{i}]: {e}"))?;
+            }
+            checks.push(check);
+        }
+    }
+    Ok((services, checks))
+}
+
+/// Rounds of anti-entropy requested and completed, so handlers can wait for theirs.
+#[derive(Default)]
+pub struct SyncControl {
+    pub requested: Cell<u64>,
+    pub done: Cell<u64>,
+    pub finished: Signal,
+    wake: RefCell<Option<flume::Sender<()>>>,
+}
+
+/// The agent, on shard 0.
+pub struct Agent {
+    pub shard: Rc<Shard>,
+    pub client: CatalogClient,
+    pub config: RefCell<Arc<AgentConfig>>,
+    pub identity: Identity,
+    pub state: RefCell<LocalState>,
+    pub sync: SyncControl,
+    /// Notified on every change visible through the agent API.
+    pub changed: Signal,
+    pub ae_interval: Duration,
+    pub check_update_interval: Duration,
+    /// Where API registrations are kept across restarts (agents with a data directory).
+    pub persist: Option<persist::Store>,
+}
+
+impl Agent {
+    /// Records an API registration so a restart serves it again.
+    pub fn persist_save(&self, kind: persist::Kind, entry: persist::Entry) {
+        if let Some(store) = &self.persist {
+            if let Err(e) = store.save(kind, &entry) {
+                log::warn!("agent: cannot persist {kind:?} {:?}: {e}", entry.id);
+            }
+        }
+    }
+
+    pub fn persist_remove(&self, kind: persist::Kind, id: &str) {
+        if let Some(store) = &self.persist {
+            if let Err(e) = store.remove(kind, id) {
+                log::warn!("agent: cannot remove persisted {kind:?} {id:?}: {e}");
+            }
+        }
+    }
+
+    /// Registers what earlier runs persisted.
+    fn restore_persisted(self: &Rc<Self>) {
+        let Some(store) = &self.persist else {
+            return;
+        };
+        let config = self.config.borrow().clone();
+        for entry in store.load(persist::Kind::Service) {
+            let parsed = serde_json::from_str::<serde_json::Value>(&entry.body)
+                .map_err(|e| e.to_string())
+                .and_then(|value| {
+                    let obj = Obj::new(&value)?;
+                    definition::parse_service_definition(&obj).map_err(|e| e.message)
+                });
+            match parsed {
+                Ok(def)
+                    if def.checks.iter().all(|c| {
+                        c.kind != CheckKind::Script || scripts_allowed(&config, Source::Api).is_ok()
+                    }) =>
+                {
+                    self.add_service(def, Source::Api, entry.replace_existing_checks)
+                }
+                Ok(_) => log::warn!(
+                    "agent: not restoring service {:?}: script checks are disabled",
+                    entry.id
+                ),
+                Err(e) => log::warn!("agent: not restoring service {:?}: {e}", entry.id),
+            }
+        }
+        for entry in store.load(persist::Kind::Check) {
+            let parsed = serde_json::from_str::<serde_json::Value>(&entry.body)
+                .map_err(|e| e.to_string())
+                .and_then(|value| {
+                    let obj = Obj::new(&value)?;
+                    definition::parse_check_registration(&obj).map_err(|e| e.message)
+                });
+            match parsed {
+                Ok(check)
+                    if !check.service_id.is_empty()
+                        && !self.state.borrow().services.contains_key(&check.service_id) =>
+                {
+                    log::warn!(
+                        "agent: not restoring check {:?}: its service is gone",
+                        entry.id
+                    )
+                }
+                Ok(check)
+                    if check.kind != CheckKind::Script
+                        || scripts_allowed(&config, Source::Api).is_ok() =>
+                {
+                    self.add_check(check, Source::Api)
+                }
+                Ok(_) => log::warn!(
+                    "agent: not restoring check {:?}: script checks are disabled",
+                    entry.id
+                ),
+                Err(e) => log::warn!("agent: not restoring check {:?}: {e}", entry.id),
+            }
+        }
+    }
+
+    pub fn node_name(&self) -> String {
+        self.config.borrow().node_name.clone()
+    }
+
+    /// Asks the sync loop for a round of anti-entropy.
+    pub fn trigger_sync(&self) -> u64 {
+        let ticket = self.sync.requested.get() + 1;
+        self.sync.requested.set(ticket);
+        if let Some(wake) = self.sync.wake.borrow().as_ref() {
+            let _ = wake.try_send(());
+        }
+        ticket
+    }
+
+    /// Triggers a sync round and waits (bounded) until it ran, as Consul's agent endpoints
+    /// do before answering; a failed or slow sync is retried by anti-entropy later.
+    pub async fn sync_now(&self) {
+        const SYNC_WAIT_MAX: Duration = Duration::from_secs(5);
+        let ticket = self.trigger_sync();
+        let deadline = Instant::now() + SYNC_WAIT_MAX;
+        while self.sync.done.get() < ticket {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return;
+            }
+            let _ = monoio::time::timeout(remaining, self.sync.finished.wait()).await;
+        }
+    }
+
+    fn notify_changed(&self) {
+        self.changed.notify_all();
+    }
+
+    /// Adds a service and its checks, replacing an existing one with the same ID. With
+    /// `replace_existing_checks`, checks of the service not in the new definition go.
+    pub fn add_service(
+        self: &Rc<Self>,
+        def: ServiceDefinition,
+        source: Source,
+        replace_existing_checks: bool,
+    ) {
+        let now = Instant::now();
+        let id = def.service.id.clone();
+        let mut started = Vec::new();
+        {
+            let mut state = self.state.borrow_mut();
+            state.add_service(def.service, source);
+            if replace_existing_checks {
+                let keep: Vec<&str> = def.checks.iter().map(|c| c.id.as_str()).collect();
+                let stale: Vec<String> = state
+                    .checks_of(&id)
+                    .filter(|c| !c.is_maintenance() && !keep.contains(&c.id.as_str()))
+                    .map(|c| c.id.clone())
+                    .collect();
+                for check in stale {
+                    state.remove_check(&check);
+                }
+            }
+            for check in def.checks {
+                let generation = state.add_check(check.clone(), source, now);
+                started.push((check, generation));
+            }
+        }
+        for (check, generation) in started {
+            self.start_runner(check, generation);
+        }
+        self.notify_changed();
+    }
+
+    pub fn add_check(self: &Rc<Self>, check: CheckSpec, source: Source) {
+        let generation = self
+            .state
+            .borrow_mut()
+            .add_check(check.clone(), source, Instant::now());
+        self.start_runner(check, generation);
+        self.notify_changed();
+    }
+
+    pub fn remove_service(&self, id: &str) -> bool {
+        let checks: Vec<String> = self
+            .state
+            .borrow()
+            .checks_of(id)
+            .map(|c| c.id.clone())
+            .collect();
+        let removed = self.state.borrow_mut().remove_service(id);
+        if removed {
+            self.persist_remove(persist::Kind::Service, id);
+            for check in checks {
+                self.persist_remove(persist::Kind::Check, &check);
+            }
+            self.notify_changed();
+        }
+        removed
+    }
+
+    pub fn remove_check(&self, id: &str) -> bool {
+        let removed = self.state.borrow_mut().remove_check(id);
+        if removed {
+            self.persist_remove(persist::Kind::Check, id);
+            self.notify_changed();
+        }
+        removed
+    }
+
+    /// Applies a status/output update to a check (TTL updates, runner results after
+    /// thresholds) and schedules the sync it needs.
+    pub fn apply_update(&self, update: local::CheckUpdate) {
+        match update {
+            local::CheckUpdate::StatusChanged => {
+                metrics::CHECK_STATUS_CHANGES.add(1);
+                self.notify_changed();
+                self.trigger_sync();
+            }
+            local::CheckUpdate::OutputChanged => {
+                self.notify_changed();
+                self.trigger_sync();
+            }
+            local::CheckUpdate::Unchanged | local::CheckUpdate::Ignored => {}
+        }
+    }
+
+    /// Whether the runner of `id` at `generation` should keep going.
+    fn runner_current(&self, id: &str, generation: u64) -> bool {
+        !self.shard.shutting_down()
+            && self
+                .state
+                .borrow()
+                .checks
+                .get(id)
+                .is_some_and(|c| c.generation == generation)
+    }
+
+    /// Starts the task that runs a check (TTL checks have none: the reaper expires them).
+    pub fn start_runner(self: &Rc<Self>, spec: CheckSpec, generation: u64) {
+        if spec.kind == CheckKind::Ttl {
+            return;
+        }
+        let agent = self.clone();
+        monoio::spawn(async move {
+            let interval = match spec.kind {
+                CheckKind::Alias => ALIAS_INTERVAL,
+                _ => spec.interval(),
+            };
+            // Consul staggers the first run over the interval so checks do not run in step.
+            let stagger =
+                Duration::from_millis(rand::random_range(0..interval.as_millis().max(1) as u64));
+            monoio::time::sleep(stagger).await;
+            while agent.runner_current(&spec.id, generation) {
+                let (status, output) = agent.probe(&spec).await;
+                metrics::CHECK_RUNS.add(1);
+                if !agent.runner_current(&spec.id, generation) {
+                    return;
+                }
+                let update = agent.state.borrow_mut().record_result(
+                    &spec.id,
+                    generation,
+                    status,
+                    &output,
+                    Instant::now(),
+                );
+                agent.apply_update(update);
+                monoio::time::sleep(interval).await;
+            }
+        });
+    }
+
+    async fn probe(&self, spec: &CheckSpec) -> checks::ProbeResult {
+        let def = &spec.definition;
+        match spec.kind {
+            CheckKind::Http => {
+                checks::http::probe(def, spec.timeout(), spec.output_max_bytes()).await
+            }
+            CheckKind::Tcp => checks::tcp(&def.tcp, spec.timeout()).await,
+            CheckKind::Udp => checks::udp(&def.udp, spec.timeout()).await,
+            CheckKind::Grpc => checks::grpc::probe(&def.grpc, spec.timeout()).await,
+            CheckKind::Script => {
+                let timeout = if def.timeout_ns > 0 {
+                    spec.timeout()
+                } else {
+                    SCRIPT_TIMEOUT_DEFAULT
+                };
+                checks::script::probe(&def.script_args, timeout, spec.output_max_bytes()).await
+            }
+            CheckKind::Alias => self.alias_status(spec),
+            CheckKind::Ttl => (Status::Critical, "TTL expired".to_string()),
+        }
+    }
+
+    /// Consul's alias check: the worst status among the aliased service's checks and the
+    /// node checks of its node (local state for this node, the catalog for others).
+    fn alias_status(&self, spec: &CheckSpec) -> checks::ProbeResult {
+        let def = &spec.definition;
+        let node = if def.alias_node.is_empty() {
+            self.node_name()
+        } else {
+            def.alias_node.clone()
+        };
+        let local =
+            def.alias_node.is_empty() || def.alias_node.eq_ignore_ascii_case(&self.node_name());
+        let checks: Vec<(String, String, Status, String)> = if local {
+            self.state
+                .borrow()
+                .checks
+                .values()
+                .filter(|c| c.id != spec.id)
+                .map(|c| {
+                    (
+                        c.service_id.clone(),
+                        c.name.clone(),
+                        c.status,
+                        c.output.clone(),
+                    )
+                })
+                .collect()
+        } else {
+            match self.client.version() {
+                Some(version) => catalog_client::node_state_in(&version, &node)
+                    .checks
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.service_id.to_string(),
+                            c.name.to_string(),
+                            c.status,
+                            c.output.to_string(),
+                        )
+                    })
+                    .collect(),
+                None => Vec::new(),
+            }
+        };
+        let mut status = Status::Passing;
+        let mut message = "No checks found.".to_string();
+        let mut service_found = false;
+        for (service_id, name, check_status, output) in &checks {
+            let matches_service = !def.alias_service.is_empty()
+                && service_id.eq_ignore_ascii_case(&def.alias_service);
+            if !service_id.is_empty() && !matches_service {
+                continue;
+            }
+            service_found |= matches_service;
+            match check_status {
+                Status::Critical | Status::Warning | Status::Maintenance => {
+                    status = if *check_status == Status::Warning {
+                        Status::Warning
+                    } else {
+                        Status::Critical
+                    };
+                    message = format!("Aliased check {name:?} failing: {output}");
+                    if status == Status::Critical {
+                        break;
+                    }
+                }
+                Status::Passing => {
+                    if status == Status::Passing {
+                        message = "All checks passing.".to_string();
+                    }
+                }
+            }
+        }
+        if !def.alias_service.is_empty() && !service_found {
+            return (
+                Status::Critical,
+                format!(
+                    "Service {} could not be found on node {node}",
+                    def.alias_service
+                ),
+            );
+        }
+        (status, message)
+    }
+
+    /// Expires TTL checks and deregisters services critical for longer than their
+    /// `deregister_critical_service_after`.
+    fn reap(&self) {
+        let now = Instant::now();
+        let (expired, doomed) = {
+            let state = self.state.borrow();
+            (state.expired_ttls(now), state.services_to_reap(now))
+        };
+        for id in expired {
+            let update =
+                self.state
+                    .borrow_mut()
+                    .set_check(&id, Status::Critical, "TTL expired", now);
+            self.apply_update(update);
+        }
+        for id in doomed {
+            log::info!("agent: deregistering service {id:?}: critical for longer than deregister_critical_service_after");
+            if self.remove_service(&id) {
+                self.trigger_sync();
+            }
+        }
+    }
+
+    /// Loads `services` and `checks` from the config, replacing earlier config entries.
+    pub fn load_config_definitions(self: &Rc<Self>, config: &AgentConfig) -> Result<(), String> {
+        let (services, checks) = config_definitions(config)?;
+        let service_ids: Vec<String> = services.iter().map(|s| s.service.id.clone()).collect();
+        let check_ids: Vec<String> = checks.iter().map(|c| c.id.clone()).collect();
+        let (stale_services, stale_checks) = {
+            let state = self.state.borrow();
+            (
+                state
+                    .services
+                    .values()
+                    .filter(|s| {
+                        s.source == Source::Config && !service_ids.contains(&s.registration.id)
+                    })
+                    .map(|s| s.registration.id.clone())
+                    .collect::<Vec<_>>(),
+                state
+                    .checks
+                    .values()
+                    .filter(|c| {
+                        c.source == Source::Config
+                            && c.service_id.is_empty()
+                            && !check_ids.contains(&c.id)
+                    })
+                    .map(|c| c.id.clone())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        for id in stale_services {
+            self.remove_service(&id);
+        }
+        for id in stale_checks {
+            self.remove_check(&id);
+        }
+        for service in services {
+            // An unchanged definition keeps its checks' state and runners.
+            let unchanged = {
+                let state = self.state.borrow();
+                state
+                    .services
+                    .get(&service.service.id)
+                    .is_some_and(|s| s.registration == service.service)
+                    && service.checks.iter().all(|c| {
+                        state
+                            .checks
+                            .get(&c.id)
+                            .is_some_and(|have| have.spec.as_ref() == Some(c))
+                    })
+            };
+            if !unchanged {
+                self.add_service(service, Source::Config, true);
+            }
+        }
+        for check in checks {
+            let unchanged = self
+                .state
+                .borrow()
+                .checks
+                .get(&check.id)
+                .is_some_and(|have| have.spec.as_ref() == Some(&check));
+            if !unchanged {
+                self.add_check(check, Source::Config);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts the agent's tasks on shard 0.
 pub async fn run(shard: Rc<Shard>) {
-    let client = CatalogClient::local(shard.clone());
     let config = shard.shared().config.clone();
     let identity = shard.identity().clone();
+    let client = CatalogClient::local(shard.clone());
+    let agent = Rc::new(Agent {
+        ae_interval: duration_setting(&config, "ae_interval", AE_INTERVAL_DEFAULT),
+        check_update_interval: duration_setting(
+            &config,
+            "check_update_interval",
+            CHECK_UPDATE_INTERVAL_DEFAULT,
+        ),
+        shard: shard.clone(),
+        client,
+        config: RefCell::new(config.clone()),
+        identity,
+        state: RefCell::new(LocalState::default()),
+        sync: SyncControl::default(),
+        changed: Signal::default(),
+        persist: config.data_dir.as_deref().map(persist::Store::new),
+    });
+    agent.restore_persisted();
+    if let Err(e) = agent.load_config_definitions(&config) {
+        log::error!("agent: config services and checks not loaded: {e}");
+    }
+    let (wake_tx, wake_rx) = flume::bounded(1);
+    *agent.sync.wake.borrow_mut() = Some(wake_tx);
+    monoio::spawn(sync::sync_loop(agent.clone(), wake_rx));
+    monoio::spawn(api::serve_calls(
+        agent.clone(),
+        shard.shared().agent.rx.clone(),
+    ));
+    monoio::spawn(reconcile_loop(agent.clone()));
     loop {
         if shard.shutting_down() {
             return;
         }
-        if client.can_write() {
-            sync_node(&client, &config, &identity).await;
-            if config.server {
-                reconcile_self(&client, &config, &identity).await;
-            }
-        }
-        monoio::time::sleep(RECONCILE_INTERVAL).await;
+        agent.reap();
+        monoio::time::sleep(REAP_INTERVAL).await;
     }
 }
 
@@ -124,40 +729,47 @@ async fn apply_logged(client: &CatalogClient, op: CatalogOp, what: &str) {
     }
 }
 
-/// Anti-entropy for the node row itself.
-async fn sync_node(client: &CatalogClient, config: &AgentConfig, identity: &Identity) {
-    let wanted = self_node_registration(config, identity);
-    let Ok(current) = client.node_state(&wanted.node).await else {
-        return;
-    };
-    if !node_in_sync(&current, &wanted) {
-        apply_logged(
-            client,
-            CatalogOp::Register(Box::new(wanted)),
-            "synced node info",
-        )
-        .await;
+/// On the leader: every gossip member (or, without gossip, this server alone) is a node
+/// with a `serfHealth` check and, for servers, the `consul` service.
+async fn reconcile_loop(agent: Rc<Agent>) {
+    loop {
+        if agent.shard.shutting_down() {
+            return;
+        }
+        if agent.shard.is_leader() {
+            reconcile_members(&agent).await;
+        }
+        monoio::time::sleep(RECONCILE_INTERVAL).await;
     }
 }
 
-/// The leader's reconcile of itself as a member (gossip will supply the other members).
-async fn reconcile_self(client: &CatalogClient, config: &AgentConfig, identity: &Identity) {
-    let member = reconcile::Member {
+async fn reconcile_members(agent: &Agent) {
+    let config = agent.config.borrow().clone();
+    let mut members = vec![reconcile::Member {
         name: config.node_name.clone(),
-        id: identity.node_id.clone(),
+        id: agent.identity.node_id.clone(),
         address: config.advertise().to_string(),
         datacenter: config.datacenter.clone(),
         server_port: Some(config.ports.server.max(0) as u16),
-    };
-    let Ok(current) = client.node_state(&member.name).await else {
+        alive: true,
+    }];
+    if let Some(gossip) = &agent.shard.shared().gossip_lan {
+        for member in gossip.members().iter() {
+            if member.name == config.node_name {
+                continue;
+            }
+            if let Some(m) = reconcile::member_from_gossip(member, &config.datacenter) {
+                members.push(m);
+            }
+        }
+    }
+    let Some(version) = agent.client.version() else {
         return;
     };
-    if let Some(registration) = reconcile::member_registration(&member, &current) {
-        apply_logged(
-            client,
-            CatalogOp::Register(Box::new(registration)),
-            "member reconciled into the catalog",
-        )
-        .await;
+    for member in &members {
+        let current = catalog_client::node_state_in(&version, &member.name);
+        if let Some(op) = reconcile::member_op(member, &current) {
+            apply_logged(&agent.client, op, "member reconciled into the catalog").await;
+        }
     }
 }

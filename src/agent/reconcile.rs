@@ -7,13 +7,17 @@
 //! reconcile loop costs a lookup per member when nothing changed.
 
 use crate::agent::catalog_client::NodeState;
+use crate::gossip::{MemberInfo, MemberStatus};
 use crate::store::catalog::rows::Status;
 use crate::store::catalog::{
-    CheckRegistration, Registration, ServiceRegistration, Weights, SERF_CHECK_ID, SERF_CHECK_NAME,
+    CatalogOp, CheckRegistration, Registration, ServiceRegistration, Weights, SERF_CHECK_ID,
+    SERF_CHECK_NAME,
 };
 
 /// The output Consul gives a passing serf check.
 pub const SERF_ALIVE_OUTPUT: &str = "Agent alive and reachable";
+/// The output Consul gives a failed member's serf check.
+pub const SERF_FAILED_OUTPUT: &str = "Agent not live or unreachable";
 /// The ID and name of the service every server registers.
 pub const CONSUL_SERVICE: &str = "consul";
 
@@ -26,6 +30,57 @@ pub struct Member {
     pub datacenter: String,
     /// Server RPC port when the member is a server.
     pub server_port: Option<u16>,
+    /// Alive (serf check passing) or failed (critical). Members that left are
+    /// deregistered instead.
+    pub alive: bool,
+}
+
+/// A gossip member in this datacenter as a [`Member`]; `None` for other datacenters.
+/// Members that left are returned with their name only, for deregistration.
+pub fn member_from_gossip(info: &MemberInfo, datacenter: &str) -> Option<Member> {
+    if info
+        .tags
+        .get("dc")
+        .is_some_and(|dc| !dc.eq_ignore_ascii_case(datacenter))
+    {
+        return None;
+    }
+    let server_port = match info.tags.get("role").map(String::as_str) {
+        Some("consul") => info.tags.get("port").and_then(|p| p.parse().ok()),
+        _ => None,
+    };
+    Some(Member {
+        name: info.name.clone(),
+        id: info.tags.get("id").cloned().unwrap_or_default(),
+        address: info.addr.to_string(),
+        datacenter: datacenter.to_string(),
+        server_port,
+        alive: !matches!(info.status, MemberStatus::Failed | MemberStatus::Left),
+    })
+    .filter(|_| info.status != MemberStatus::Left)
+    .or_else(|| {
+        (info.status == MemberStatus::Left).then(|| Member {
+            name: info.name.clone(),
+            id: String::new(),
+            address: String::new(),
+            datacenter: datacenter.to_string(),
+            server_port: None,
+            alive: false,
+        })
+    })
+}
+
+/// What the leader must do for `member`: register it alive or failed, deregister it when
+/// it left (signalled by an empty address), or nothing.
+pub fn member_op(member: &Member, current: &NodeState) -> Option<CatalogOp> {
+    if member.address.is_empty() {
+        return current.node.as_ref().map(|_| CatalogOp::Deregister {
+            node: member.name.clone(),
+            service_id: String::new(),
+            check_id: String::new(),
+        });
+    }
+    member_registration(member, current).map(|r| CatalogOp::Register(Box::new(r)))
 }
 
 fn consul_service(port: u16) -> ServiceRegistration {
@@ -52,11 +107,16 @@ fn consul_service(port: u16) -> ServiceRegistration {
 /// maintains) are kept.
 pub fn member_registration(member: &Member, current: &NodeState) -> Option<Registration> {
     let service = member.server_port.map(consul_service);
+    let (want_status, want_output) = if member.alive {
+        (Status::Passing, SERF_ALIVE_OUTPUT)
+    } else {
+        (Status::Critical, SERF_FAILED_OUTPUT)
+    };
     let serf_passing = current.checks.iter().any(|c| {
         c.check_id.eq_ignore_ascii_case(SERF_CHECK_ID)
             && c.service_id.is_empty()
-            && c.status == Status::Passing
-            && *c.output == *SERF_ALIVE_OUTPUT
+            && c.status == want_status
+            && *c.output == *want_output
     });
     let node_matches = current
         .node
@@ -102,8 +162,8 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
             node: member.name.clone(),
             check_id: SERF_CHECK_ID.into(),
             name: SERF_CHECK_NAME.into(),
-            status: "passing".into(),
-            output: SERF_ALIVE_OUTPUT.into(),
+            status: want_status.as_str().into(),
+            output: want_output.into(),
             ..Default::default()
         }],
         skip_node_update: false,
@@ -126,6 +186,7 @@ mod tests {
             address: "10.0.0.1".into(),
             datacenter: "dc1".into(),
             server_port: Some(8300),
+            alive: true,
         };
         let mut tables = Tables::default();
         let mut changes = Vec::new();

@@ -327,6 +327,7 @@ fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError
 
 /// `PUT /v1/catalog/register`.
 pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+    crate::agent::metrics::CATALOG_REGISTERS.add(1);
     super::check_datacenter(shard, &request.query)?;
     let registration = parse_registration(request.body, &shard.config().datacenter)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
@@ -351,6 +352,7 @@ pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
 
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+    crate::agent::metrics::CATALOG_DEREGISTERS.add(1);
     super::check_datacenter(shard, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
         let value = parse_json(request.body)?;

@@ -12,6 +12,7 @@
 //! "No cluster leader").
 
 pub mod agent;
+pub mod agent_local;
 pub mod body;
 pub mod catalog;
 pub mod filter;
@@ -327,7 +328,16 @@ pub enum Outcome {
     Block(BlockOp),
     /// This server cannot answer; run the request on the leader.
     Forward,
+    /// The answer comes from another task on this agent (the local agent state on shard
+    /// 0); await the future, then let it write the response.
+    Async(AsyncReply),
 }
+
+/// Writes a response once an asynchronous answer is ready.
+pub type AsyncResponder = Box<dyn FnOnce(&mut Reply)>;
+
+/// A future producing an [`AsyncResponder`], for [`Outcome::Async`].
+pub type AsyncReply = std::pin::Pin<Box<dyn std::future::Future<Output = AsyncResponder>>>;
 
 /// Runs a read query: answers at once unless it is a blocking query whose index has not
 /// moved yet, in which case it is handed back to be parked.
@@ -469,6 +479,9 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         return kv::handle(shard, request, "", reply);
     }
     if let Some(outcome) = catalog::route(shard, request, reply) {
+        return outcome;
+    }
+    if let Some(outcome) = agent_local::route(shard, request, reply) {
         return outcome;
     }
     let methods: &'static [&'static str] = match path {

@@ -179,6 +179,8 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
         flags: args.to_config_object(),
     };
     let config = config::build(&sources)?;
+    // Invalid service or check definitions stop the agent at startup, as in Consul.
+    crate::agent::config_definitions(&config)?;
     crate::shard::logger::init(&config.log_level)?;
     if config.dev_mode {
         log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");

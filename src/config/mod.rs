@@ -72,6 +72,8 @@ pub struct AgentConfig {
     pub raw: Map<String, Value>,
     /// Keys present in the sources that praetor does not know, for the startup warning.
     pub unknown_keys: Vec<String>,
+    /// Where this configuration came from, so `reload` can read the files again.
+    pub sources: ConfigSources,
 }
 
 impl AgentConfig {
@@ -104,6 +106,8 @@ fn guess_private_address() -> Option<IpAddr> {
 const KNOWN_KEYS: &[&str] = &[
     "acl",
     "acl_datacenter",
+    "ae_interval",
+    "check_update_interval",
     "acl_default_policy",
     "addresses",
     "advertise_addr",
@@ -297,7 +301,9 @@ pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
         );
     }
     merge(&mut merged, sources.flags.clone());
-    from_merged(merged)
+    let mut config = from_merged(merged)?;
+    config.sources = sources.clone();
+    Ok(config)
 }
 
 fn get_bool(map: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
@@ -477,6 +483,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         ui: get_bool(&raw, "ui")?.unwrap_or(false),
         raw,
         unknown_keys,
+        sources: ConfigSources::default(),
     })
 }
 

@@ -511,6 +511,15 @@ async fn complete(
             Ok(())
         }
         Outcome::Block(op) => park(shard, op, shape, output, watch).await,
+        Outcome::Async(future) => {
+            let respond = future.await;
+            respond(&mut Reply {
+                out: output,
+                keep_alive,
+                pretty,
+            });
+            Ok(())
+        }
         Outcome::Forward => {
             let (payload, timeout) = forward.expect("a forward outcome carries its request");
             forward_to_leader(shard, payload, timeout, output, keep_alive).await;

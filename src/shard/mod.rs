@@ -234,6 +234,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         faults: faults.clone(),
         rpc_address,
         gossip_lan: lan.as_ref().map(|(handle, _)| handle.clone()),
+        agent: crate::agent::AgentChannel::new(),
     });
 
     let driver_config = raft_driver::RaftDriverConfig {

@@ -175,6 +175,8 @@ pub struct Shared {
     pub rpc_address: std::net::SocketAddr,
     /// The LAN gossip pool, when serf_lan is enabled.
     pub gossip_lan: Option<crate::shard::gossip::GossipHandle>,
+    /// How agent endpoints on any shard reach the agent on shard 0.
+    pub agent: crate::agent::AgentChannel,
 }
 
 impl Shared {

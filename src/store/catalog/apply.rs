@@ -423,59 +423,13 @@ impl<'a> Tx<'a> {
             .services
             .get(&*name_key)
             .and_then(|g| g.instances.values().next().cloned());
-        let tags = shared_tags(&service.tags, existing.as_deref(), group_sample.as_deref());
-        let extras = if service.socket_path.is_empty()
-            && service.proxy_json.is_none()
-            && !service.connect_native
-        {
-            None
-        } else {
-            Some(Box::new(ServiceExtras {
-                socket_path: arc_str(&service.socket_path),
-                proxy_json: service.proxy_json.as_deref().map(Arc::from),
-                connect_native: service.connect_native,
-            }))
-        };
-        let tagged_addresses = if service.tagged_addresses.is_empty() {
-            None
-        } else {
-            let mut list: Vec<(Arc<str>, ServiceAddress)> = service
-                .tagged_addresses
-                .iter()
-                .map(|(tag, address, port)| {
-                    (
-                        arc_str(tag),
-                        ServiceAddress {
-                            address: arc_str(address),
-                            port: *port,
-                        },
-                    )
-                })
-                .collect();
-            list.sort_by(|a, b| a.0.cmp(&b.0));
-            list.dedup_by(|later, earlier| later.0 == earlier.0);
-            Some(list.into_boxed_slice())
-        };
-        let name = match &group_sample {
-            Some(sample) if *sample.name == *service.name => sample.name.clone(),
-            _ => reuse(existing.as_ref().map(|e| &e.name), &service.name),
-        };
-        let instance = Arc::new(ServiceInstance {
-            node: node_name,
-            kind: reuse(existing.as_ref().map(|e| &e.kind), &service.kind),
-            id: reuse(existing.as_ref().map(|e| &e.id), id_text),
-            name,
-            tags,
-            address: reuse(existing.as_ref().map(|e| &e.address), &service.address),
-            tagged_addresses,
-            meta: string_pairs(&service.meta),
-            port: service.port,
-            weights: valid_weights(service.weights),
-            enable_tag_override: service.enable_tag_override,
-            extras,
-            create_index: existing.as_ref().map_or(index, |e| e.create_index),
-            modify_index: index,
-        });
+        let instance = Arc::new(instance_row(
+            service,
+            node_name,
+            existing.as_deref(),
+            group_sample.as_deref(),
+            index,
+        ));
         if let Some(old) = &existing {
             if old.same_as(&instance) {
                 return;
@@ -588,48 +542,13 @@ impl<'a> Tx<'a> {
             Some(old) => fold_arc(&old.check_id),
             None => Arc::from(&*check_id),
         };
-        let status = Status::parse(&reg.status).unwrap_or(Status::Critical);
-        let old_extras = existing.as_ref().and_then(|e| e.extras.as_deref());
-        let definition = reg.definition.clone().unwrap_or_default();
-        let extras = if reg.notes.is_empty()
-            && reg.interval.is_empty()
-            && reg.timeout.is_empty()
-            && reg.exposed_port == 0
-            && definition.is_empty()
-        {
-            None
-        } else {
-            Some(Box::new(CheckExtras {
-                notes: reuse(old_extras.map(|e| &e.notes), &reg.notes),
-                interval: reuse(old_extras.map(|e| &e.interval), &reg.interval),
-                timeout: reuse(old_extras.map(|e| &e.timeout), &reg.timeout),
-                exposed_port: reg.exposed_port,
-                definition,
-            }))
-        };
-        let check = Arc::new(HealthCheck {
-            node: entry.node.name.clone(),
-            check_id: reuse(existing.as_ref().map(|e| &e.check_id), &reg.check_id),
-            name: reuse(existing.as_ref().map(|e| &e.name), &reg.name),
-            status,
-            output: reuse(existing.as_ref().map(|e| &e.output), &reg.output),
-            service_id: match &service {
-                Some(s) => s.id.clone(),
-                None => EMPTY.clone(),
-            },
-            service_name: match &service {
-                Some(s) => s.name.clone(),
-                None => EMPTY.clone(),
-            },
-            service_tags: match &service {
-                Some(s) => s.tags.clone(),
-                None => NO_TAGS.clone(),
-            },
-            kind: kind_arc(&reg.kind),
-            extras,
-            create_index: existing.as_ref().map_or(index, |e| e.create_index),
-            modify_index: index,
-        });
+        let check = Arc::new(check_row(
+            reg,
+            entry.node.name.clone(),
+            service.as_deref(),
+            existing.as_deref(),
+            index,
+        ));
         if let Some(old) = &existing {
             if old.same_as(&check) {
                 return;
@@ -807,6 +726,127 @@ impl<'a> Tx<'a> {
                 }
             }
         }
+    }
+}
+
+/// The instance row a registration produces on node `node_name`, sharing strings with
+/// `existing` (the row it replaces) and `sample` (another instance of the service) where equal.
+pub fn instance_row(
+    service: &ServiceRegistration,
+    node_name: Arc<str>,
+    existing: Option<&ServiceInstance>,
+    sample: Option<&ServiceInstance>,
+    index: u64,
+) -> ServiceInstance {
+    let id_text = if service.id.is_empty() {
+        &service.name
+    } else {
+        &service.id
+    };
+    let extras = if service.socket_path.is_empty()
+        && service.proxy_json.is_none()
+        && !service.connect_native
+    {
+        None
+    } else {
+        Some(Box::new(ServiceExtras {
+            socket_path: arc_str(&service.socket_path),
+            proxy_json: service.proxy_json.as_deref().map(Arc::from),
+            connect_native: service.connect_native,
+        }))
+    };
+    let tagged_addresses = if service.tagged_addresses.is_empty() {
+        None
+    } else {
+        let mut list: Vec<(Arc<str>, ServiceAddress)> = service
+            .tagged_addresses
+            .iter()
+            .map(|(tag, address, port)| {
+                (
+                    arc_str(tag),
+                    ServiceAddress {
+                        address: arc_str(address),
+                        port: *port,
+                    },
+                )
+            })
+            .collect();
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        list.dedup_by(|later, earlier| later.0 == earlier.0);
+        Some(list.into_boxed_slice())
+    };
+    let name = match sample {
+        Some(sample) if *sample.name == *service.name => sample.name.clone(),
+        _ => reuse(existing.map(|e| &e.name), &service.name),
+    };
+    ServiceInstance {
+        node: node_name,
+        kind: reuse(existing.map(|e| &e.kind), &service.kind),
+        id: reuse(existing.map(|e| &e.id), id_text),
+        name,
+        tags: shared_tags(&service.tags, existing, sample),
+        address: reuse(existing.map(|e| &e.address), &service.address),
+        tagged_addresses,
+        meta: string_pairs(&service.meta),
+        port: service.port,
+        weights: valid_weights(service.weights),
+        enable_tag_override: service.enable_tag_override,
+        extras,
+        create_index: existing.map_or(index, |e| e.create_index),
+        modify_index: index,
+    }
+}
+
+/// The check row a registration produces, attached to `service` (when it is a service
+/// check) and sharing strings with `existing`.
+pub fn check_row(
+    reg: &CheckRegistration,
+    node_name: Arc<str>,
+    service: Option<&ServiceInstance>,
+    existing: Option<&HealthCheck>,
+    index: u64,
+) -> HealthCheck {
+    let status = Status::parse(&reg.status).unwrap_or(Status::Critical);
+    let old_extras = existing.and_then(|e| e.extras.as_deref());
+    let definition = reg.definition.clone().unwrap_or_default();
+    let extras = if reg.notes.is_empty()
+        && reg.interval.is_empty()
+        && reg.timeout.is_empty()
+        && reg.exposed_port == 0
+        && definition.is_empty()
+    {
+        None
+    } else {
+        Some(Box::new(CheckExtras {
+            notes: reuse(old_extras.map(|e| &e.notes), &reg.notes),
+            interval: reuse(old_extras.map(|e| &e.interval), &reg.interval),
+            timeout: reuse(old_extras.map(|e| &e.timeout), &reg.timeout),
+            exposed_port: reg.exposed_port,
+            definition,
+        }))
+    };
+    HealthCheck {
+        node: node_name,
+        check_id: reuse(existing.map(|e| &e.check_id), &reg.check_id),
+        name: reuse(existing.map(|e| &e.name), &reg.name),
+        status,
+        output: reuse(existing.map(|e| &e.output), &reg.output),
+        service_id: match service {
+            Some(s) => s.id.clone(),
+            None => EMPTY.clone(),
+        },
+        service_name: match service {
+            Some(s) => s.name.clone(),
+            None => EMPTY.clone(),
+        },
+        service_tags: match service {
+            Some(s) => s.tags.clone(),
+            None => NO_TAGS.clone(),
+        },
+        kind: kind_arc(&reg.kind),
+        extras,
+        create_index: existing.map_or(index, |e| e.create_index),
+        modify_index: index,
     }
 }
 

@@ -1,0 +1,419 @@
+//! Service and check definitions as an agent receives them: from `/v1/agent/service/register`
+//! and `/v1/agent/check/register` bodies, and from `service`/`services`/`checks` in config
+//! files. One decoder serves both, with Consul's lenient field names (`enable_tag_override`
+//! and `EnableTagOverride` alike), its defaults (service ID = name, check IDs
+//! `service:<id>[:n]`, names `Service '<name>' check`) and its validation messages.
+
+use crate::api::body::Obj;
+use crate::api::catalog::{
+    is_any_address, parse_check_definition, parse_service_tagged_addresses, parse_weights,
+    validate_meta, SERVICE_TAGS_MAX,
+};
+use crate::store::catalog::{CheckDefinition, ServiceRegistration, Status};
+use std::time::Duration;
+
+/// Consul's floor for check intervals; shorter intervals are raised to it.
+pub const CHECK_INTERVAL_MIN: Duration = Duration::from_secs(1);
+/// Timeout of HTTP, TCP, UDP and gRPC probes when none is given (Consul's default).
+pub const CHECK_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// Consul's cap on captured check output (`output_max_size` default).
+pub const CHECK_OUTPUT_BYTES_MAX: usize = 4096;
+/// Most checks one service definition may carry.
+pub const SERVICE_CHECKS_MAX: usize = 64;
+
+/// How a check is evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckKind {
+    Http,
+    Tcp,
+    Udp,
+    Grpc,
+    Ttl,
+    Script,
+    Alias,
+}
+
+impl CheckKind {
+    /// Consul's `Type` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::Http => "http",
+            CheckKind::Tcp => "tcp",
+            CheckKind::Udp => "udp",
+            CheckKind::Grpc => "grpc",
+            CheckKind::Ttl => "ttl",
+            CheckKind::Script => "script",
+            CheckKind::Alias => "alias",
+        }
+    }
+}
+
+/// A check as the agent runs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckSpec {
+    pub id: String,
+    pub name: String,
+    pub notes: String,
+    pub service_id: String,
+    /// The status the check starts in (Consul: critical unless given).
+    pub initial_status: Status,
+    /// Output to start with (Consul sets none; TTL checks keep their last note).
+    pub initial_output: String,
+    pub kind: CheckKind,
+    pub definition: CheckDefinition,
+    pub success_before_passing: u32,
+    pub failures_before_warning: u32,
+    pub failures_before_critical: u32,
+}
+
+impl CheckSpec {
+    pub fn interval(&self) -> Duration {
+        Duration::from_nanos(self.definition.interval_ns.max(0) as u64).max(CHECK_INTERVAL_MIN)
+    }
+    pub fn timeout(&self) -> Duration {
+        match self.definition.timeout_ns {
+            n if n > 0 => Duration::from_nanos(n as u64),
+            _ => CHECK_TIMEOUT_DEFAULT,
+        }
+    }
+    pub fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.definition.ttl_ns.max(0) as u64)
+    }
+    pub fn output_max_bytes(&self) -> usize {
+        match self.definition.output_max_size {
+            0 => CHECK_OUTPUT_BYTES_MAX,
+            n => (n as usize).min(1 << 20),
+        }
+    }
+    pub fn deregister_critical_after(&self) -> Option<Duration> {
+        (self.definition.deregister_critical_service_after_ns > 0).then(|| {
+            Duration::from_nanos(self.definition.deregister_critical_service_after_ns as u64)
+        })
+    }
+}
+
+/// A service with its checks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceDefinition {
+    pub service: ServiceRegistration,
+    pub checks: Vec<CheckSpec>,
+}
+
+/// A decoding or validation failure, with the status Consul answers it with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefinitionError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl DefinitionError {
+    fn bad(message: impl Into<String>) -> Self {
+        DefinitionError {
+            status: 400,
+            message: message.into(),
+        }
+    }
+}
+
+fn decode_failed(e: String) -> DefinitionError {
+    DefinitionError::bad(format!("Request decode failed: {e}"))
+}
+
+/// Consul's `CheckType.Validate`, then the kind the definition describes.
+fn check_kind(def: &CheckDefinition) -> Result<CheckKind, String> {
+    let interval_check = !def.script_args.is_empty()
+        || !def.http.is_empty()
+        || !def.tcp.is_empty()
+        || !def.udp.is_empty()
+        || !def.grpc.is_empty();
+    let alias = !def.alias_node.is_empty() || !def.alias_service.is_empty();
+    if def.interval_ns > 0 && def.ttl_ns > 0 {
+        return Err("Interval and TTL cannot both be specified".into());
+    }
+    if interval_check && def.interval_ns <= 0 {
+        return Err(
+            "Interval must be > 0 for Script, HTTP, H2PING, TCP, UDP or OSService checks".into(),
+        );
+    }
+    if interval_check && alias {
+        return Err("Interval cannot be set for Alias checks".into());
+    }
+    if alias && def.ttl_ns > 0 {
+        return Err("TTL must be not be set for Alias checks".into());
+    }
+    if !interval_check && !alias && def.ttl_ns <= 0 {
+        return Err("TTL must be > 0 for TTL checks".into());
+    }
+    Ok(if !def.grpc.is_empty() {
+        CheckKind::Grpc
+    } else if !def.http.is_empty() {
+        CheckKind::Http
+    } else if !def.tcp.is_empty() {
+        CheckKind::Tcp
+    } else if !def.udp.is_empty() {
+        CheckKind::Udp
+    } else if !def.script_args.is_empty() {
+        CheckKind::Script
+    } else if alias {
+        CheckKind::Alias
+    } else {
+        CheckKind::Ttl
+    })
+}
+
+fn threshold(obj: &Obj, names: &[&str]) -> Result<u32, String> {
+    Ok(obj.bounded(names, 0, u32::MAX as i64)? as u32)
+}
+
+/// Decodes one check definition (Consul's `CheckType`/`CheckDefinition`). `service_id`
+/// fills `ServiceID` for checks nested in a service.
+pub fn parse_check(obj: &Obj, service_id: Option<&str>) -> Result<CheckSpec, DefinitionError> {
+    let definition = parse_check_definition(obj).map_err(decode_failed)?;
+    let kind =
+        check_kind(&definition).map_err(|e| DefinitionError::bad(format!("Invalid check: {e}")))?;
+    let status = obj.string(&["status"]).map_err(decode_failed)?;
+    let initial_status = match status.as_str() {
+        "" => Status::Critical,
+        "passing" => Status::Passing,
+        "warning" => Status::Warning,
+        "critical" => Status::Critical,
+        _ => {
+            return Err(DefinitionError::bad(
+                "Status for checks must 'passing', 'warning', 'critical'",
+            ))
+        }
+    };
+    let failures_before_critical =
+        threshold(obj, &["failuresbeforecritical"]).map_err(decode_failed)?;
+    let failures_before_warning = match obj
+        .opt_i64(&["failuresbeforewarning"])
+        .map_err(decode_failed)?
+    {
+        Some(n) if n >= 0 => n as u32,
+        Some(_) => {
+            return Err(DefinitionError::bad(
+                "FailuresBeforeWarning must not be negative",
+            ))
+        }
+        None => failures_before_critical,
+    };
+    if failures_before_warning > failures_before_critical {
+        return Err(DefinitionError::bad(
+            "Invalid check: FailuresBeforeWarning must be less than or equal to FailuresBeforeCritical",
+        ));
+    }
+    let explicit_service = obj.string(&["serviceid"]).map_err(decode_failed)?;
+    Ok(CheckSpec {
+        id: obj.string(&["checkid", "id"]).map_err(decode_failed)?,
+        name: obj.string(&["name"]).map_err(decode_failed)?,
+        notes: obj.string(&["notes"]).map_err(decode_failed)?,
+        service_id: match service_id {
+            Some(id) => id.to_string(),
+            None => explicit_service,
+        },
+        initial_status,
+        initial_output: String::new(),
+        kind,
+        definition,
+        success_before_passing: threshold(obj, &["successbeforepassing"]).map_err(decode_failed)?,
+        failures_before_warning,
+        failures_before_critical,
+    })
+}
+
+/// Decodes a service definition (Consul's `ServiceDefinition`) with its checks.
+pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, DefinitionError> {
+    let name = obj.string(&["name", "service"]).map_err(decode_failed)?;
+    if name.is_empty() {
+        return Err(DefinitionError::bad("Missing service name"));
+    }
+    let address = obj.string(&["address"]).map_err(decode_failed)?;
+    if is_any_address(&address) {
+        return Err(DefinitionError::bad("Invalid service address"));
+    }
+    let meta = obj.str_map(&["meta"]).map_err(decode_failed)?;
+    validate_meta(&meta, false)
+        .map_err(|e| DefinitionError::bad(format!("Invalid Service Meta: {e}")))?;
+    let weights = parse_weights(obj).map_err(decode_failed)?;
+    if let Some(w) = weights {
+        if w.passing < 1 {
+            return Err(DefinitionError::bad(
+                "Invalid Weights: Passing must be greater than 0",
+            ));
+        }
+        if w.passing > 65535 || w.warning > 65535 {
+            return Err(DefinitionError::bad(
+                "Invalid Weights: DNS Weight must be between 0 and 65535",
+            ));
+        }
+    }
+    let tags = obj.str_list(&["tags"]).map_err(decode_failed)?;
+    if tags.len() > SERVICE_TAGS_MAX {
+        return Err(DefinitionError::bad(format!(
+            "a service may carry at most {SERVICE_TAGS_MAX} tags"
+        )));
+    }
+    let mut id = obj.string(&["id"]).map_err(decode_failed)?;
+    if id.is_empty() {
+        id = name.clone();
+    }
+    let kind = obj.string(&["kind"]).map_err(decode_failed)?;
+    let port = obj.bounded(&["port"], 0, 65535).map_err(decode_failed)? as i32;
+    let proxy_json = match obj.get(&["proxy"]) {
+        Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => Some(value.to_string()),
+        _ => None,
+    };
+    if kind == "connect-proxy" && proxy_json.is_none() {
+        return Err(DefinitionError::bad(
+            "Validation failed: Proxy.DestinationServiceName must be non-empty for Connect proxy services",
+        ));
+    }
+    let connect_native = match obj.obj(&["connect"]).map_err(decode_failed)? {
+        Some(c) => c.bool(&["native"]).map_err(decode_failed)?,
+        None => false,
+    };
+    let mut tagged_addresses = parse_service_tagged_addresses(obj).map_err(decode_failed)?;
+    // Consul gives a service with an IP address default LAN and WAN tagged addresses.
+    if let Ok(ip) = address.parse::<std::net::IpAddr>() {
+        let family = if ip.is_ipv4() { "ipv4" } else { "ipv6" };
+        for tag in [format!("lan_{family}"), format!("wan_{family}")] {
+            if !tagged_addresses.iter().any(|(t, _, _)| *t == tag) {
+                tagged_addresses.push((tag, address.clone(), port));
+            }
+        }
+    }
+    let service = ServiceRegistration {
+        kind,
+        id: id.clone(),
+        name: name.clone(),
+        tags,
+        address,
+        tagged_addresses,
+        meta,
+        port,
+        weights,
+        enable_tag_override: obj.bool(&["enabletagoverride"]).map_err(decode_failed)?,
+        socket_path: obj.string(&["socketpath"]).map_err(decode_failed)?,
+        proxy_json,
+        connect_native,
+    };
+    let mut check_objects = Vec::new();
+    if let Some(check) = obj.obj(&["check"]).map_err(decode_failed)? {
+        // An empty `Check: {}` (some clients send it) means no check.
+        if !check.map().is_empty() {
+            check_objects.push(check);
+        }
+    }
+    check_objects.extend(obj.obj_list(&["checks"]).map_err(decode_failed)?);
+    if check_objects.len() > SERVICE_CHECKS_MAX {
+        return Err(DefinitionError::bad(format!(
+            "a service may carry at most {SERVICE_CHECKS_MAX} checks"
+        )));
+    }
+    let numbered = check_objects.len() > 1;
+    let mut checks = Vec::with_capacity(check_objects.len());
+    for (i, check_obj) in check_objects.iter().enumerate() {
+        let mut check = parse_check(check_obj, Some(&id))?;
+        if check.id.is_empty() {
+            check.id = if numbered {
+                format!("service:{id}:{}", i + 1)
+            } else {
+                format!("service:{id}")
+            };
+        }
+        if check.name.is_empty() {
+            check.name = format!("Service '{name}' check");
+        }
+        checks.push(check);
+    }
+    Ok(ServiceDefinition { service, checks })
+}
+
+/// Decodes a standalone check (`/v1/agent/check/register`, config `checks`).
+pub fn parse_check_registration(obj: &Obj) -> Result<CheckSpec, DefinitionError> {
+    let mut check = parse_check(obj, None)?;
+    if check.name.is_empty() {
+        return Err(DefinitionError::bad("Missing check name"));
+    }
+    if check.id.is_empty() {
+        check.id = check.name.clone();
+    }
+    Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(value: serde_json::Value) -> Result<ServiceDefinition, DefinitionError> {
+        parse_service_definition(&Obj::new(&value).unwrap())
+    }
+
+    #[test]
+    fn service_defaults_follow_consul() {
+        let def = service(json!({
+            "name": "web", "port": 80, "address": "10.0.0.5",
+            "checks": [{"http": "http://localhost/health", "interval": "10s"}, {"ttl": "30s"}]
+        }))
+        .unwrap();
+        assert_eq!(def.service.id, "web");
+        assert_eq!(def.checks[0].id, "service:web:1");
+        assert_eq!(def.checks[1].id, "service:web:2");
+        assert_eq!(def.checks[0].name, "Service 'web' check");
+        assert_eq!(def.checks[0].kind, CheckKind::Http);
+        assert_eq!(def.checks[1].kind, CheckKind::Ttl);
+        assert_eq!(def.checks[0].initial_status, Status::Critical);
+        assert_eq!(def.checks[0].service_id, "web");
+        assert!(def.service.tagged_addresses.contains(&(
+            "lan_ipv4".to_string(),
+            "10.0.0.5".to_string(),
+            80
+        )));
+        let single =
+            service(json!({"Name": "api", "Check": {"TTL": "5s", "Status": "passing"}})).unwrap();
+        assert_eq!(single.checks[0].id, "service:api");
+        assert_eq!(single.checks[0].initial_status, Status::Passing);
+    }
+
+    #[test]
+    fn invalid_definitions_get_consuls_messages() {
+        let err = |v: serde_json::Value| service(v).unwrap_err().message;
+        assert_eq!(err(json!({"port": 1})), "Missing service name");
+        assert!(err(json!({"name": "w", "check": {"http": "http://x"}}))
+            .contains("Interval must be > 0"));
+        assert!(err(json!({"name": "w", "check": {"interval": "10s"}})).contains("TTL must be > 0"));
+        assert!(
+            err(json!({"name": "w", "check": {"ttl": "1s", "status": "great"}}))
+                .contains("Status for checks")
+        );
+        assert!(err(json!({"name": "w", "address": "0.0.0.0"})).contains("Invalid service address"));
+        assert!(
+            err(json!({"name": "w", "weights": {"passing": 0, "warning": 1}})).contains("Weights")
+        );
+        assert!(err(json!({"name": "w", "check": {"ttl": "1s", "failures_before_warning": 3, "failures_before_critical": 1}})).contains("FailuresBeforeWarning"));
+        let check =
+            parse_check_registration(&Obj::new(&json!({"ttl": "1s"})).unwrap()).unwrap_err();
+        assert_eq!(check.message, "Missing check name");
+    }
+
+    #[test]
+    fn thresholds_and_intervals() {
+        let def = service(json!({"name": "w", "check": {
+            "tcp": "localhost:1", "interval": "100ms", "timeout": "2s",
+            "success_before_passing": 2, "failures_before_critical": 3}}))
+        .unwrap();
+        let check = &def.checks[0];
+        assert_eq!(check.interval(), CHECK_INTERVAL_MIN, "raised to the floor");
+        assert_eq!(check.timeout(), Duration::from_secs(2));
+        assert_eq!(
+            (
+                check.success_before_passing,
+                check.failures_before_warning,
+                check.failures_before_critical
+            ),
+            (2, 3, 3)
+        );
+        assert_eq!(check.output_max_bytes(), CHECK_OUTPUT_BYTES_MAX);
+    }
+}

@@ -1,0 +1,349 @@
+//! Anti-entropy: keeps the catalog's copy of this node equal to the local state.
+//!
+//! Edge-triggered: every local change (a registration, a check turning critical) triggers
+//! a round that sends only what is out of sync. Periodic: every `ae_interval` (and whenever a
+//! leader appears) a full sync reads the catalog's view of this node, marks whatever differs
+//! out of sync — including entries deleted behind the agent's back — and schedules removal
+//! of catalog entries the agent does not have; then it sends the difference.
+//!
+//! Operations go out in [`CatalogOp::Batch`]es of at most [`SYNC_BATCH_OPS`]; an entry is
+//! marked synced only for the revision that was sent, and only when its batch (or, after a
+//! refusal, its own retry) was accepted. Output-only check changes wait up to
+//! `check_update_interval` (Consul's write-load guard); status changes go at once.
+
+use super::local::LocalState;
+use super::{metrics, node_in_sync, self_node_registration, Agent};
+use crate::agent::reconcile::CONSUL_SERVICE;
+use crate::store::catalog::apply::{check_row, instance_row};
+use crate::store::catalog::rows::fold;
+use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};
+use crate::store::CommandResult;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Operations per anti-entropy batch (one Raft entry each).
+pub const SYNC_BATCH_OPS: usize = 128;
+/// Pause before retrying after a round that could not reach the catalog.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// What to mark synced once an operation is accepted.
+#[derive(Clone, Debug)]
+enum Mark {
+    Node,
+    Service(String, u64),
+    Check(String, u64),
+    DeletedService(String),
+    DeletedCheck(String),
+}
+
+/// Random spread of full syncs across agents, as Consul staggers them.
+fn jittered(interval: Duration) -> Duration {
+    let spread = interval.as_millis() as u64 / 8;
+    interval + Duration::from_millis(rand::random_range(0..spread.max(1)))
+}
+
+pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
+    let mut next_full = Instant::now();
+    let mut was_writable = false;
+    loop {
+        if agent.shard.shutting_down() {
+            return;
+        }
+        let round = agent.sync.requested.get();
+        let writable = agent.client.can_write();
+        if writable && !was_writable {
+            // A leader appeared (or this agent started): compare everything.
+            next_full = Instant::now();
+        }
+        was_writable = writable;
+        let mut healthy = true;
+        if writable {
+            if Instant::now() >= next_full {
+                healthy = full_sync(&agent).await;
+                next_full = Instant::now() + jittered(agent.ae_interval);
+            } else {
+                healthy = sync_changes(&agent).await;
+            }
+        }
+        // Waiting handlers are released even when nothing could be sent: their change is
+        // recorded locally and anti-entropy retries it.
+        agent.sync.done.set(round.max(agent.sync.done.get()));
+        agent.sync.finished.notify_all();
+        let now = Instant::now();
+        let mut wait = next_full.saturating_duration_since(now);
+        if let Some(due) = next_deferred_due(&agent.state.borrow(), agent.check_update_interval) {
+            wait = wait.min(due.saturating_duration_since(now));
+        }
+        if !writable || !healthy {
+            wait = wait.min(RETRY_DELAY);
+        }
+        if agent.sync.requested.get() > round {
+            continue;
+        }
+        let _ = monoio::time::timeout(wait.max(Duration::from_millis(1)), wake.recv_async()).await;
+    }
+}
+
+/// When the earliest deferred output-only change becomes due.
+fn next_deferred_due(state: &LocalState, defer: Duration) -> Option<Instant> {
+    state
+        .checks
+        .values()
+        .filter(|c| !c.in_sync() && c.output_only_change)
+        .filter_map(|c| c.last_synced.map(|at| at + defer))
+        .min()
+}
+
+/// Compares the catalog's view of this node with the local state, marks the differences,
+/// and sends them. Returns false when the catalog could not be read or written.
+pub async fn full_sync(agent: &Agent) -> bool {
+    metrics::FULL_SYNCS.add(1);
+    let config = agent.config.borrow().clone();
+    let node_name = config.node_name.clone();
+    let current = match agent.client.node_state(&node_name).await {
+        Ok(current) => current,
+        Err(e) => {
+            log::warn!("agent: anti-entropy cannot read the catalog: {e}");
+            return false;
+        }
+    };
+    let wanted_node = self_node_registration(&config, &agent.identity);
+    {
+        let mut state = agent.state.borrow_mut();
+        state.node_in_sync = node_in_sync(&current, &wanted_node);
+        let node_arc: Arc<str> = Arc::from(node_name.as_str());
+        let catalog_services: HashMap<String, _> = current
+            .services
+            .iter()
+            .map(|s| (fold(&s.id).into_owned(), s.clone()))
+            .collect();
+        let catalog_checks: HashMap<String, _> = current
+            .checks
+            .iter()
+            .map(|c| (fold(&c.check_id).into_owned(), c.clone()))
+            .collect();
+        // Services: equal rows are in sync, others are sent again.
+        let mut local_service_keys = Vec::new();
+        for service in state.services.values_mut() {
+            let key = fold(&service.registration.id).into_owned();
+            let in_catalog = catalog_services.get(&key).is_some_and(|row| {
+                row.same_as(&instance_row(
+                    &service.registration,
+                    node_arc.clone(),
+                    Some(row),
+                    None,
+                    row.modify_index,
+                ))
+            });
+            service.synced_revision = if in_catalog { service.revision } else { 0 };
+            local_service_keys.push(key);
+        }
+        // Catalog services this agent does not have are removed — except the `consul`
+        // service, which the leader keeps for servers.
+        for (key, row) in &catalog_services {
+            let leader_managed = config.server && *row.id == *CONSUL_SERVICE;
+            if !local_service_keys.contains(key) && !leader_managed {
+                state.deleted_services.insert(row.id.to_string());
+            }
+        }
+        let mut local_check_keys = Vec::new();
+        let registrations: Vec<(String, _)> = state
+            .checks
+            .values()
+            .map(|c| (c.id.clone(), state.check_registration(c, &node_name)))
+            .collect();
+        for (id, registration) in registrations {
+            let key = fold(&id).into_owned();
+            let service_row = catalog_services.get(&fold(&registration.service_id).into_owned());
+            let verdict = catalog_checks.get(&key).map(|row| {
+                let built = check_row(
+                    &registration,
+                    node_arc.clone(),
+                    service_row.map(|s| &**s),
+                    Some(row),
+                    row.modify_index,
+                );
+                let same = row.same_as(&built);
+                let only_output_differs = !same && {
+                    let mut without_output = built.clone();
+                    without_output.output = row.output.clone();
+                    row.same_as(&without_output)
+                };
+                (same, only_output_differs)
+            });
+            let check = state.checks.get_mut(&id).expect("listed above");
+            match verdict {
+                Some((true, _)) => {
+                    check.synced_revision = check.revision;
+                    check.output_only_change = false;
+                }
+                // A pending output-only change may keep waiting.
+                Some((false, true)) if check.output_only_change => {}
+                _ => {
+                    check.synced_revision = 0;
+                    check.output_only_change = false;
+                }
+            }
+            local_check_keys.push(key);
+        }
+        for (key, row) in &catalog_checks {
+            if !local_check_keys.contains(key) && !row.check_id.eq_ignore_ascii_case(SERF_CHECK_ID)
+            {
+                // A service check goes with its service when that is being removed too.
+                let owner_removed = !row.service_id.is_empty()
+                    && state
+                        .deleted_services
+                        .iter()
+                        .any(|s| s.eq_ignore_ascii_case(&row.service_id));
+                if !owner_removed {
+                    state.deleted_checks.insert(row.check_id.to_string());
+                }
+            }
+        }
+    }
+    sync_changes(agent).await
+}
+
+/// Sends everything out of sync. Returns false when some of it could not be sent.
+pub async fn sync_changes(agent: &Agent) -> bool {
+    let now = Instant::now();
+    let config = agent.config.borrow().clone();
+    let node = self_node_registration(&config, &agent.identity);
+    let (ops, marks) = {
+        let state = agent.state.borrow();
+        let mut ops: Vec<CatalogOp> = Vec::new();
+        let mut marks: Vec<Vec<Mark>> = Vec::new();
+        if !state.node_in_sync {
+            ops.push(CatalogOp::Register(Box::new(node.clone())));
+            marks.push(vec![Mark::Node]);
+        }
+        for id in &state.deleted_checks {
+            ops.push(CatalogOp::Deregister {
+                node: node.node.clone(),
+                service_id: String::new(),
+                check_id: id.clone(),
+            });
+            marks.push(vec![Mark::DeletedCheck(id.clone())]);
+        }
+        for id in &state.deleted_services {
+            ops.push(CatalogOp::Deregister {
+                node: node.node.clone(),
+                service_id: id.clone(),
+                check_id: String::new(),
+            });
+            marks.push(vec![Mark::DeletedService(id.clone())]);
+        }
+        let base = |checks| Registration {
+            skip_node_update: true,
+            checks,
+            ..node.clone()
+        };
+        let mut sent_with_service = Vec::new();
+        for service in state.services.values().filter(|s| !s.in_sync()) {
+            let id = &service.registration.id;
+            let checks: Vec<_> = state.checks_of(id).collect();
+            let mut mark = vec![Mark::Service(id.clone(), service.revision)];
+            mark.extend(checks.iter().map(|c| Mark::Check(c.id.clone(), c.revision)));
+            sent_with_service.extend(checks.iter().map(|c| c.id.clone()));
+            let mut registration = base(
+                checks
+                    .iter()
+                    .map(|c| state.check_registration(c, &node.node))
+                    .collect(),
+            );
+            registration.service = Some(service.registration.clone());
+            ops.push(CatalogOp::Register(Box::new(registration)));
+            marks.push(mark);
+        }
+        for check in state.checks.values() {
+            if check.in_sync()
+                || sent_with_service.contains(&check.id)
+                || LocalState::check_deferred(check, now, agent.check_update_interval)
+            {
+                continue;
+            }
+            ops.push(CatalogOp::Register(Box::new(base(vec![
+                state.check_registration(check, &node.node)
+            ]))));
+            marks.push(vec![Mark::Check(check.id.clone(), check.revision)]);
+        }
+        (ops, marks)
+    };
+    if ops.is_empty() {
+        return true;
+    }
+    metrics::SYNC_ROUNDS.add(1);
+    let mut all_sent = true;
+    let mut ops = ops.into_iter();
+    let mut marks = marks.into_iter();
+    loop {
+        let batch: Vec<CatalogOp> = ops.by_ref().take(SYNC_BATCH_OPS).collect();
+        if batch.is_empty() {
+            break;
+        }
+        let batch_marks: Vec<Vec<Mark>> = marks.by_ref().take(batch.len()).collect();
+        metrics::SYNC_OPERATIONS.add(batch.len() as u64);
+        match agent.client.apply(CatalogOp::Batch(batch.clone())).await {
+            CommandResult::Bool(_) => {
+                for mark in batch_marks.into_iter().flatten() {
+                    apply_mark(agent, mark, now);
+                }
+            }
+            CommandResult::Error(reason) if batch.len() == 1 => {
+                metrics::SYNC_ERRORS.add(1);
+                log::warn!("agent: anti-entropy sync failed: {reason}");
+                all_sent = false;
+            }
+            CommandResult::Error(_) => {
+                // Find the operations that succeed on their own; re-sending the accepted
+                // ones is harmless (identical registrations change nothing).
+                for (op, mark) in batch.into_iter().zip(batch_marks) {
+                    match agent.client.apply(op).await {
+                        CommandResult::Bool(_) => {
+                            for m in mark {
+                                apply_mark(agent, m, now);
+                            }
+                        }
+                        CommandResult::Error(reason) => {
+                            metrics::SYNC_ERRORS.add(1);
+                            log::warn!("agent: anti-entropy sync failed: {reason}");
+                            all_sent = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    all_sent
+}
+
+fn apply_mark(agent: &Agent, mark: Mark, now: Instant) {
+    let mut state = agent.state.borrow_mut();
+    match mark {
+        Mark::Node => state.node_in_sync = true,
+        Mark::Service(id, revision) => {
+            if let Some(service) = state.services.get_mut(&id) {
+                if service.revision == revision {
+                    service.synced_revision = revision;
+                }
+            }
+        }
+        Mark::Check(id, revision) => {
+            if let Some(check) = state.checks.get_mut(&id) {
+                if check.revision == revision {
+                    check.synced_revision = revision;
+                    check.output_only_change = false;
+                    check.last_synced = Some(now);
+                }
+            }
+        }
+        Mark::DeletedService(id) => {
+            state.deleted_services.remove(&id);
+        }
+        Mark::DeletedCheck(id) => {
+            state.deleted_checks.remove(&id);
+        }
+    }
+}
