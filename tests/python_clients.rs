@@ -28,3 +28,15 @@ fn py_consul_kv() {
     let agent = Agent::dev(&[]);
     run_python("kv_client.py", &agent);
 }
+
+#[test]
+fn py_consul_catalog_and_health() {
+    let agent = Agent::dev(&[]);
+    run_python("catalog_client.py", &agent);
+}
+
+#[test]
+fn py_consul_agent_services_and_checks() {
+    let agent = Agent::dev(&[]);
+    run_python("agent_client.py", &agent);
+}

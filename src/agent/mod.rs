@@ -42,6 +42,8 @@ use std::time::{Duration, Instant};
 
 /// How often the agent checks its node registration and, on the leader, reconciles members.
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a non-leader looks for leadership to start reconciling.
+pub const LEADERSHIP_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How often TTL deadlines and `deregister_critical_service_after` are checked.
 pub const REAP_INTERVAL: Duration = Duration::from_secs(1);
 /// Consul's default anti-entropy full-sync interval (`ae_interval`).
@@ -736,15 +738,19 @@ async fn reconcile_loop(agent: Rc<Agent>) {
         if agent.shard.shutting_down() {
             return;
         }
+        // Until this server leads, look often, so a new leader reconciles promptly.
         if agent.shard.is_leader() {
             reconcile_members(&agent).await;
+            monoio::time::sleep(RECONCILE_INTERVAL).await;
+        } else {
+            monoio::time::sleep(LEADERSHIP_POLL_INTERVAL).await;
         }
-        monoio::time::sleep(RECONCILE_INTERVAL).await;
     }
 }
 
 async fn reconcile_members(agent: &Agent) {
     let config = agent.config.borrow().clone();
+    let gossip_enabled = agent.shard.shared().gossip_lan.is_some();
     let mut members = vec![reconcile::Member {
         name: config.node_name.clone(),
         id: agent.identity.node_id.clone(),
@@ -770,6 +776,13 @@ async fn reconcile_members(agent: &Agent) {
         let current = catalog_client::node_state_in(&version, &member.name);
         if let Some(op) = reconcile::member_op(member, &current) {
             apply_logged(&agent.client, op, "member reconciled into the catalog").await;
+        }
+    }
+    // Nodes that carry a serf check but are no longer members were reaped from the pool:
+    // they leave the catalog, as Consul's leader removes them.
+    if gossip_enabled {
+        for op in reconcile::reaped_ops(&version, &members) {
+            apply_logged(&agent.client, op, "reaped member removed from the catalog").await;
         }
     }
 }

@@ -102,6 +102,27 @@ fn consul_service(port: u16) -> ServiceRegistration {
     }
 }
 
+/// Deregistrations for catalog nodes with a serf check that are not among `members`.
+pub fn reaped_ops(version: &crate::store::Tables, members: &[Member]) -> Vec<CatalogOp> {
+    let serf_key = crate::store::catalog::rows::fold(SERF_CHECK_ID);
+    version
+        .catalog
+        .nodes
+        .values()
+        .filter(|entry| {
+            entry.check_owners.contains_key(&*serf_key)
+                && !members
+                    .iter()
+                    .any(|m| m.name.eq_ignore_ascii_case(&entry.node.name))
+        })
+        .map(|entry| CatalogOp::Deregister {
+            node: entry.node.name.to_string(),
+            service_id: String::new(),
+            check_id: String::new(),
+        })
+        .collect()
+}
+
 /// The registration that makes `member` alive in the catalog, or `None` when the catalog
 /// already says so. Existing tagged addresses and node meta (which the member's own agent
 /// maintains) are kept.

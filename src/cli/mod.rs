@@ -8,8 +8,11 @@
 //! Every command exits non-zero with one readable line on error.
 
 pub mod agent;
+pub mod catalog;
 pub mod client;
 pub mod kv;
+pub mod maint;
+pub mod services;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -31,6 +34,14 @@ pub enum Command {
     /// Reads and writes the key/value store.
     #[command(subcommand)]
     Kv(kv::KvCommand),
+    /// Lists datacenters, nodes and services in the catalog.
+    #[command(subcommand)]
+    Catalog(catalog::CatalogCommand),
+    /// Registers and deregisters services with the local agent.
+    #[command(subcommand)]
+    Services(services::ServicesCommand),
+    /// Puts the node or a service into maintenance mode, or lists what is.
+    Maint(maint::MaintArgs),
     /// Prints the Consul API version praetor implements and praetor's own version.
     Version,
 }
@@ -121,6 +132,9 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Agent(args) => agent::run(*args),
         Command::Kv(command) => kv::run(command),
+        Command::Catalog(command) => catalog::run(command),
+        Command::Services(command) => services::run(command),
+        Command::Maint(args) => maint::run(args),
         Command::Version => {
             println!("Consul v{}", crate::CONSUL_API_VERSION);
             println!("praetor v{}", crate::PRAETOR_VERSION);
