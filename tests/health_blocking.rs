@@ -7,6 +7,16 @@ use common::{request, Agent};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// Waits until the leader's own registration (node, serf check, `consul` service) is in
+/// place, so that it cannot wake the watchers a test parks afterwards.
+fn settle(agent: &Agent) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.get("/v1/catalog/service/consul").json() == json!([]) {
+        assert!(Instant::now() < deadline, "the leader registers itself");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn register_instance(agent: &Agent, node: &str, service: &str, status: &str) {
     let body = json!({
         "Node": node, "Address": "10.0.0.1", "SkipNodeUpdate": false,
@@ -103,6 +113,7 @@ fn a_parked_health_query_wakes_for_its_service_and_not_for_another() {
 #[test]
 fn catalog_and_node_queries_block_too() {
     let agent = Agent::dev(&[]);
+    settle(&agent);
     register_instance(&agent, "n1", "web", "passing");
     let addr = agent.addr();
     let services_index = agent.get("/v1/catalog/services").index();

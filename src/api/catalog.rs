@@ -480,26 +480,21 @@ impl Query for ServicesQuery {
         // Go prints map keys sorted; tags are listed once each, sorted.
         let mut services: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
         for group in tables.catalog.services.values() {
-            for instance in group.instances.values() {
-                if !self.node_meta.is_empty() || self.filter.is_some() {
-                    let Some(entry) = tables.catalog.node(&instance.node) else {
+            for view in group.instances.values() {
+                if !view.node.meta.satisfies(&self.node_meta) {
+                    continue;
+                }
+                if let Some(filter) = &self.filter {
+                    let row =
+                        render::as_value(|w| render::service_node(w, &view.node, &view.service));
+                    if !filter.matches(&row) {
                         continue;
-                    };
-                    if !entry.node.meta.satisfies(&self.node_meta) {
-                        continue;
-                    }
-                    if let Some(filter) = &self.filter {
-                        let row =
-                            render::as_value(|w| render::service_node(w, &entry.node, instance));
-                        if !filter.matches(&row) {
-                            continue;
-                        }
                     }
                 }
                 services
-                    .entry(&instance.name)
+                    .entry(&view.service.name)
                     .or_default()
-                    .extend(instance.tags.iter().map(|t| &**t));
+                    .extend(view.service.tags.iter().map(|t| &**t));
             }
         }
         let mut body = Vec::with_capacity(64 + services.len() * 48);
@@ -512,6 +507,13 @@ impl Query for ServicesQuery {
         w.finish();
         reply.json_bytes(200, &meta_headers(meta), &body);
     }
+}
+
+/// Largest rendering buffer a shard keeps between requests.
+const RENDER_SCRATCH_KEEP_BYTES: usize = 32 << 20;
+
+thread_local! {
+    static RENDER_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Which answer a single-service query gives.
@@ -574,6 +576,12 @@ impl ServiceQuery {
     }
 
     fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
+        // Roughly a kilobyte per instance (more when indented): reserve once.
+        let instances = tables
+            .catalog
+            .group(&self.service)
+            .map_or(0, |g| g.instances.len());
+        body.reserve(64 + instances * if pretty { 2048 } else { 1100 });
         let mut w = JsonWriter::new(body, pretty);
         w.begin_array();
         let group = match self.view {
@@ -583,26 +591,23 @@ impl ServiceQuery {
         if let Some(group) = group {
             match self.view {
                 ServiceView::Catalog => {
-                    for (key, instance) in group.instances.iter() {
-                        let Some(entry) = tables.catalog.nodes.get(&*key.node) else {
-                            continue;
-                        };
-                        if !self.keep(&entry.node, instance) {
+                    for view in group.instances.values() {
+                        if !self.keep(&view.node, &view.service) {
                             continue;
                         }
                         if let Some(filter) = &self.filter {
                             let row = render::as_value(|w| {
-                                render::service_node(w, &entry.node, instance)
+                                render::service_node(w, &view.node, &view.service)
                             });
                             if !filter.matches(&row) {
                                 continue;
                             }
                         }
-                        render::service_node(&mut w, &entry.node, instance);
+                        render::service_node(&mut w, &view.node, &view.service);
                     }
                 }
                 ServiceView::Health => {
-                    for row in read::check_service_nodes_of_group(tables, group) {
+                    for row in read::check_service_nodes_of_group(group) {
                         if !self.keep(row.node, row.service) || (self.passing && !row.all_passing())
                         {
                             continue;
@@ -618,14 +623,11 @@ impl ServiceQuery {
                     }
                 }
                 ServiceView::Checks => {
-                    for (key, instance) in group.instances.iter() {
-                        let Some(entry) = tables.catalog.nodes.get(&*key.node) else {
-                            continue;
-                        };
-                        if !self.keep(&entry.node, instance) {
+                    for view in group.instances.values() {
+                        if !self.keep(&view.node, &view.service) {
                             continue;
                         }
-                        for check in read::instance_checks(entry, &instance.id) {
+                        for check in view.checks.iter() {
                             if let Some(filter) = &self.filter {
                                 if !filter
                                     .matches(&render::as_value(|w| render::health_check(w, check)))
@@ -670,9 +672,17 @@ impl Query for ServiceQuery {
             });
             reply.json_bytes(200, &headers, &body);
         } else {
-            let mut body = Vec::with_capacity(1024);
-            self.render(tables, reply.pretty, &mut body);
-            reply.json_bytes(200, &headers, &body);
+            // Large answers render into a per-thread buffer that keeps its capacity, so a
+            // stream of requests does not fault in fresh pages for every body.
+            RENDER_SCRATCH.with(|scratch| {
+                let mut body = scratch.take();
+                body.clear();
+                self.render(tables, reply.pretty, &mut body);
+                reply.json_bytes(200, &headers, &body);
+                if body.capacity() <= RENDER_SCRATCH_KEEP_BYTES {
+                    scratch.set(body);
+                }
+            });
         }
     }
 }

@@ -7,10 +7,31 @@
 
 use serde::Serialize;
 
+/// Bytes that must be escaped inside a JSON string: control characters, `"` and `\\`.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        table[i] = true;
+        i += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 /// Appends `s` as a JSON string literal.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
     let bytes = s.as_bytes();
+    // Most strings (field names, IDs, addresses) need no escaping: copy them in one go.
+    if !bytes.iter().any(|b| NEEDS_ESCAPE[*b as usize]) {
+        out.reserve(bytes.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    out.push(b'"');
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let escape: &[u8] = match b {

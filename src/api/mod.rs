@@ -137,6 +137,8 @@ impl QueryMeta {
 impl Reply<'_> {
     /// A complete response with a body already serialized.
     pub fn send(&mut self, status: u16, content_type: Option<&str>, headers: &[u8], body: &[u8]) {
+        // One allocation for large answers instead of repeated doubling.
+        self.out.reserve(body.len() + headers.len() + 256);
         http::write_response(
             self.out,
             status,

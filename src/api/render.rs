@@ -309,7 +309,7 @@ pub fn check_service_node(w: &mut JsonWriter, row: &CheckServiceNode) {
     node_service_fields(w, row.service);
     w.end_object();
     w.field_array("Checks");
-    for check in &row.checks {
+    for check in row.checks() {
         health_check(w, check);
     }
     w.end_array();

@@ -6,12 +6,13 @@
 //! operation is validated completely before the first row changes, so it applies entirely
 //! or not at all; refusals carry Consul's error text.
 
+use super::rows::NO_CHECKS;
 use super::rows::{
     arc_str, fold, fold_arc, CheckDefinition, CheckExtras, CheckKey, CheckKeyRef, HealthCheck,
     InstanceKey, InstanceKeyRef, Node, ServiceAddress, ServiceExtras, ServiceInstance, Status,
     StrMap, Weights, EMPTY, NO_TAGS,
 };
-use super::{CatalogTables, NodeEntry, ServiceGroup, SERF_CHECK_ID};
+use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup, SERF_CHECK_ID};
 use crate::store::{Change, CommandResult, Table, Tables};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -355,14 +356,15 @@ impl<'a> Tx<'a> {
                 if renamed {
                     // The case of the name changed: rows that carry the name follow.
                     relabel_node_rows(entry, &node.name);
-                    self.relabel_group_rows(node_key);
                 }
+                self.refresh_views(node_key, None);
             }
             None => {
                 self.cat.nodes.insert(
                     node_key.clone(),
                     NodeEntry {
                         node,
+                        node_checks: NO_CHECKS.clone(),
                         services: OrdMap::new(),
                         checks: OrdMap::new(),
                         check_owners: OrdMap::new(),
@@ -378,21 +380,63 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Points the group copies of a node's instances at the node entry's (relabelled) rows.
-    fn relabel_group_rows(&mut self, node_key: &Arc<str>) {
-        let instances: Vec<Arc<ServiceInstance>> = match self.cat.nodes.get(&**node_key) {
-            Some(entry) => entry.services.values().cloned().collect(),
-            None => return,
+    /// Rebuilds the [`InstanceView`]s of a node's instances from its entry: all of them (and
+    /// the node's shared node-check list) when `only` is `None`, else the one instance.
+    fn refresh_views(&mut self, node_key: &Arc<str>, only: Option<&Arc<str>>) {
+        let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
+            return;
         };
-        for instance in instances {
-            if let Some(group) = self.cat.services.get_mut(&*fold(&instance.name)) {
-                group.instances.insert(
-                    InstanceKey {
-                        node: node_key.clone(),
-                        service_id: fold_arc(&instance.id),
+        if only.is_none() {
+            let node_checks: Vec<Arc<HealthCheck>> = checks_of_service(&entry.checks, "")
+                .map(|(_, c)| c.clone())
+                .collect();
+            entry.node_checks = if node_checks.is_empty() {
+                NO_CHECKS.clone()
+            } else {
+                node_checks.into()
+            };
+        }
+        let targets: Vec<(Arc<str>, Arc<ServiceInstance>)> = match only {
+            Some(key) => entry
+                .services
+                .get_key_value(&**key)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .into_iter()
+                .collect(),
+            None => entry
+                .services
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        let views: Vec<(Arc<str>, InstanceKey, InstanceView)> = targets
+            .into_iter()
+            .map(|(service_key, service)| {
+                let checks: Vec<Arc<HealthCheck>> = checks_of_service(&entry.checks, &service_key)
+                    .map(|(_, c)| c.clone())
+                    .collect();
+                let view = InstanceView {
+                    node: entry.node.clone(),
+                    node_checks: entry.node_checks.clone(),
+                    checks: if checks.is_empty() {
+                        NO_CHECKS.clone()
+                    } else {
+                        checks.into()
                     },
-                    instance,
-                );
+                    service: service.clone(),
+                };
+                let key = InstanceKey {
+                    node: node_key.clone(),
+                    service_id: service_key,
+                };
+                (fold_arc(&service.name), key, view)
+            })
+            .collect();
+        for (name_key, key, view) in views {
+            if let Some(group) = self.cat.services.get_mut(&*name_key) {
+                group.instances.insert(key, view);
+            } else {
+                debug_assert!(false, "an instance's group exists before its view");
             }
         }
     }
@@ -422,7 +466,7 @@ impl<'a> Tx<'a> {
             .cat
             .services
             .get(&*name_key)
-            .and_then(|g| g.instances.values().next().cloned());
+            .and_then(|g| g.instances.values().next().map(|v| v.service.clone()));
         let instance = Arc::new(instance_row(
             service,
             node_name,
@@ -460,25 +504,20 @@ impl<'a> Tx<'a> {
                 }
             }
         }
-        let instance_key = InstanceKey {
-            node: node_key.clone(),
-            service_id: service_key,
-        };
         match self.cat.services.get_mut(&*name_key) {
-            Some(group) => {
-                group.instances.insert(instance_key, instance);
-                group.index = index;
-            }
+            Some(group) => group.index = index,
             None => {
+                // Filled by the refresh below, so the group is never left empty.
                 self.cat.services.insert(
                     name_key.clone(),
                     ServiceGroup {
                         index,
-                        instances: OrdMap::unit(instance_key, instance),
+                        instances: OrdMap::new(),
                     },
                 );
             }
         }
+        self.refresh_views(node_key, Some(&service_key));
         self.bumped[BUMP_SERVICES] = true;
         self.touch(Table::Services, &name_key);
         self.touch(Table::ServiceIndex, &name_key);
@@ -577,6 +616,28 @@ impl<'a> Tx<'a> {
         entry
             .check_owners
             .insert(check_key_arc, service_key.clone());
+        // Views of the check's old and new owners (every instance for a node check).
+        let mut refresh_all = service_key.is_empty();
+        let mut refresh: Vec<Arc<str>> = Vec::new();
+        if !service_key.is_empty() {
+            refresh.push(service_key.clone());
+        }
+        if let Some(owner) = &old_owner {
+            if **owner != *service_key {
+                if owner.is_empty() {
+                    refresh_all = true;
+                } else {
+                    refresh.push(owner.clone());
+                }
+            }
+        }
+        if refresh_all {
+            self.refresh_views(node_key, None);
+        } else {
+            for key in &refresh {
+                self.refresh_views(node_key, Some(key));
+            }
+        }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
         // The previous owner's answers change too when a check moves between services.
@@ -662,6 +723,11 @@ impl<'a> Tx<'a> {
             check: check_id,
         });
         let service_name = entry.services.get(&*owner).map(|s| fold_arc(&s.name));
+        if owner.is_empty() {
+            self.refresh_views(node_key, None);
+        } else {
+            self.refresh_views(node_key, Some(&owner));
+        }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
         match service_name {

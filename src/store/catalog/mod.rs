@@ -55,6 +55,9 @@ pub const SERF_CHECK_NAME: &str = "Serf Health Status";
 #[derive(Clone, Debug)]
 pub struct NodeEntry {
     pub node: Arc<Node>,
+    /// The node-level checks (empty service ID) in check-ID order, shared with every
+    /// [`InstanceView`] of the node.
+    pub node_checks: Arc<[Arc<HealthCheck>]>,
     /// Folded service ID → instance.
     pub services: OrdMap<Arc<str>, Arc<ServiceInstance>>,
     /// `(folded service ID or "", folded check ID)` → check.
@@ -63,12 +66,32 @@ pub struct NodeEntry {
     pub check_owners: OrdMap<Arc<str>, Arc<str>>,
 }
 
+/// One instance as a query of its service answers it: the instance, its node row and its
+/// checks. Every write keeps these current, so reading a service (the hottest query) walks
+/// one map and looks nothing else up.
+#[derive(Clone, Debug)]
+pub struct InstanceView {
+    pub service: Arc<ServiceInstance>,
+    pub node: Arc<Node>,
+    /// The node's own checks (one shared list per node).
+    pub node_checks: Arc<[Arc<HealthCheck>]>,
+    /// The instance's own checks, in check-ID order.
+    pub checks: Arc<[Arc<HealthCheck>]>,
+}
+
+impl InstanceView {
+    /// Node checks first, then the instance's, as Consul lists them.
+    pub fn all_checks(&self) -> impl Iterator<Item = &Arc<HealthCheck>> {
+        self.node_checks.iter().chain(self.checks.iter())
+    }
+}
+
 /// Every instance of one service name.
 #[derive(Clone, Debug)]
 pub struct ServiceGroup {
     /// Consul's `service.<name>` index.
     pub index: u64,
-    pub instances: OrdMap<InstanceKey, Arc<ServiceInstance>>,
+    pub instances: OrdMap<InstanceKey, InstanceView>,
 }
 
 /// The catalog tables of one store version.
@@ -134,7 +157,7 @@ impl CatalogTables {
                     .services
                     .get(&*rows::fold(&instance.name))
                     .expect("instance's group exists");
-                let in_group = group
+                let view = group
                     .instances
                     .get(&rows::InstanceKeyRef {
                         node: key,
@@ -142,11 +165,32 @@ impl CatalogTables {
                     })
                     .expect("instance in its group");
                 assert!(
-                    Arc::ptr_eq(in_group, instance),
+                    Arc::ptr_eq(&view.service, instance),
                     "same row in node and group"
                 );
+                assert!(
+                    Arc::ptr_eq(&view.node, &entry.node),
+                    "view carries the node row"
+                );
+                assert!(
+                    Arc::ptr_eq(&view.node_checks, &entry.node_checks),
+                    "view carries node checks"
+                );
+                let own: Vec<&Arc<HealthCheck>> =
+                    apply::checks_of_service(&entry.checks, service_key)
+                        .map(|(_, c)| c)
+                        .collect();
+                assert_eq!(own.len(), view.checks.len());
+                assert!(own
+                    .iter()
+                    .zip(view.checks.iter())
+                    .all(|(a, b)| Arc::ptr_eq(a, b)));
                 assert!(group.index >= instance.modify_index);
             }
+            let node_checks: Vec<&Arc<HealthCheck>> = apply::checks_of_service(&entry.checks, "")
+                .map(|(_, c)| c)
+                .collect();
+            assert_eq!(node_checks.len(), entry.node_checks.len());
             assert_eq!(entry.checks.len(), entry.check_owners.len());
             for (check_key, check) in entry.checks.iter() {
                 assert_eq!(*check_key.check, *rows::fold(&check.check_id));

@@ -46,28 +46,33 @@ pub fn service_index(tables: &Tables, service: &str) -> u64 {
 }
 
 /// One row of a health answer: Consul's `CheckServiceNode`.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct CheckServiceNode<'a> {
     pub node: &'a Arc<Node>,
     pub service: &'a Arc<ServiceInstance>,
-    /// Node-level checks first, then the service's own, each in check-ID order.
-    pub checks: Vec<&'a Arc<HealthCheck>>,
+    /// The node's own checks.
+    pub node_checks: &'a [Arc<HealthCheck>],
+    /// The service instance's checks.
+    pub service_checks: &'a [Arc<HealthCheck>],
 }
 
-impl CheckServiceNode<'_> {
+impl<'a> CheckServiceNode<'a> {
+    /// Node-level checks first, then the service's own, each in check-ID order.
+    pub fn checks(&self) -> impl Iterator<Item = &'a Arc<HealthCheck>> + 'a {
+        self.node_checks.iter().chain(self.service_checks.iter())
+    }
     /// Whether every check passes (`?passing`); an instance with no checks passes.
     pub fn all_passing(&self) -> bool {
-        self.checks.iter().all(|c| c.status == Status::Passing)
+        self.checks().all(|c| c.status == Status::Passing)
     }
     /// Whether no check is critical (what DNS serves).
     pub fn none_critical(&self) -> bool {
-        self.checks
-            .iter()
+        self.checks()
             .all(|c| !matches!(c.status, Status::Critical | Status::Maintenance))
     }
     /// The worst status among the checks, passing when there are none.
     pub fn aggregated_status(&self) -> Status {
-        aggregate(self.checks.iter().map(|c| c.status))
+        aggregate(self.checks().map(|c| c.status))
     }
 }
 
@@ -78,49 +83,25 @@ pub fn aggregate(statuses: impl Iterator<Item = Status>) -> Status {
         .unwrap_or(Status::Passing)
 }
 
-/// The instances of a service, each joined with its node and checks. Instances whose node
-/// row is missing (impossible by the invariants) are skipped.
+/// The instances of a service, each joined with its node and checks.
 pub fn check_service_nodes<'a>(tables: &'a Tables, service: &str) -> Vec<CheckServiceNode<'a>> {
     let Some(group) = tables.catalog.group(service) else {
         return Vec::new();
     };
-    check_service_nodes_of_group(tables, group)
+    check_service_nodes_of_group(group).collect()
 }
 
-/// [`check_service_nodes`] for a group already looked up.
-pub fn check_service_nodes_of_group<'a>(
-    tables: &'a Tables,
-    group: &'a ServiceGroup,
-) -> Vec<CheckServiceNode<'a>> {
-    let mut out = Vec::with_capacity(group.instances.len());
-    let mut current: Option<(&'a str, &'a NodeEntry, Vec<&'a Arc<HealthCheck>>)> = None;
-    for (key, instance) in group.instances.iter() {
-        // Instances are ordered by node, so each node is looked up once.
-        let fresh = match &current {
-            Some((node_key, _, _)) => *node_key != &*key.node,
-            None => true,
-        };
-        if fresh {
-            current = tables.catalog.nodes.get(&*key.node).map(|entry| {
-                let node_checks: Vec<&'a Arc<HealthCheck>> = checks_of_service(&entry.checks, "")
-                    .map(|(_, c)| c)
-                    .collect();
-                (&*key.node, entry, node_checks)
-            });
-        }
-        let Some((_, entry, node_checks)) = &current else {
-            continue;
-        };
-        let mut checks = Vec::with_capacity(node_checks.len() + 1);
-        checks.extend(node_checks.iter().copied());
-        checks.extend(checks_of_service(&entry.checks, &key.service_id).map(|(_, c)| c));
-        out.push(CheckServiceNode {
-            node: &entry.node,
-            service: instance,
-            checks,
-        });
-    }
-    out
+/// [`check_service_nodes`] for a group already looked up, as an iterator: the group's
+/// views carry everything, so this allocates nothing and looks nothing up.
+pub fn check_service_nodes_of_group(
+    group: &ServiceGroup,
+) -> impl Iterator<Item = CheckServiceNode<'_>> + '_ {
+    group.instances.values().map(|view| CheckServiceNode {
+        node: &view.node,
+        service: &view.service,
+        node_checks: &view.node_checks,
+        service_checks: &view.checks,
+    })
 }
 
 /// The checks of one service across all its instances (`/v1/health/checks/<svc>`).
@@ -131,15 +112,11 @@ pub fn service_checks<'a>(
     let Some(group) = tables.catalog.group(service) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for (key, _) in group.instances.iter() {
-        if let Some(entry) = tables.catalog.nodes.get(&*key.node) {
-            out.extend(
-                checks_of_service(&entry.checks, &key.service_id).map(|(_, c)| (&entry.node, c)),
-            );
-        }
-    }
-    out
+    group
+        .instances
+        .values()
+        .flat_map(|view| view.checks.iter().map(move |c| (&view.node, c)))
+        .collect()
 }
 
 /// Every check on one node, node-level first (`/v1/health/node/<n>`).

@@ -17,6 +17,9 @@ pub static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
 /// The empty tag list, shared likewise.
 pub static NO_TAGS: LazyLock<Arc<[Arc<str>]>> = LazyLock::new(|| Arc::from(Vec::new()));
 
+/// The empty check list, shared by views of instances without checks.
+pub static NO_CHECKS: LazyLock<Arc<[Arc<HealthCheck>]>> = LazyLock::new(|| Arc::from(Vec::new()));
+
 /// An `Arc<str>` for `text`, reusing the shared empty string.
 pub fn arc_str(text: &str) -> Arc<str> {
     if text.is_empty() {

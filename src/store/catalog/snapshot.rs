@@ -2,8 +2,9 @@
 //! per-service indexes. Restoring rebuilds the secondary structures (groups, ID index) and
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
+use super::rows::NO_CHECKS;
 use super::rows::{fold_arc, CheckKey, HealthCheck, InstanceKey, Node, ServiceInstance};
-use super::{CatalogTables, NodeEntry, ServiceGroup};
+use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -78,6 +79,7 @@ impl CatalogDump {
             }
             let mut entry = NodeEntry {
                 node: node.clone(),
+                node_checks: NO_CHECKS.clone(),
                 services: OrdMap::new(),
                 checks: OrdMap::new(),
                 check_owners: OrdMap::new(),
@@ -111,13 +113,6 @@ impl CatalogDump {
                     }
                 };
                 group.index = group.index.max(service.modify_index);
-                group.instances.insert(
-                    InstanceKey {
-                        node: node_key.clone(),
-                        service_id: service_key,
-                    },
-                    service,
-                );
             }
             for mut check in dump.checks {
                 check.node = node.name.clone();
@@ -142,6 +137,40 @@ impl CatalogDump {
                     },
                     Arc::new(check),
                 );
+            }
+            // Views: the node's shared node-check list and each instance's own checks.
+            let node_checks: Vec<Arc<super::HealthCheck>> =
+                super::apply::checks_of_service(&entry.checks, "")
+                    .map(|(_, c)| c.clone())
+                    .collect();
+            if !node_checks.is_empty() {
+                entry.node_checks = node_checks.into();
+            }
+            for (service_key, service) in entry.services.iter() {
+                let checks: Vec<Arc<super::HealthCheck>> =
+                    super::apply::checks_of_service(&entry.checks, service_key)
+                        .map(|(_, c)| c.clone())
+                        .collect();
+                let view = InstanceView {
+                    service: service.clone(),
+                    node: node.clone(),
+                    node_checks: entry.node_checks.clone(),
+                    checks: if checks.is_empty() {
+                        NO_CHECKS.clone()
+                    } else {
+                        checks.into()
+                    },
+                };
+                let name_key = fold_arc(&service.name);
+                if let Some(group) = tables.services.get_mut(&*name_key) {
+                    group.instances.insert(
+                        InstanceKey {
+                            node: node_key.clone(),
+                            service_id: service_key.clone(),
+                        },
+                        view,
+                    );
+                }
             }
             if !node.id.is_empty() {
                 tables.node_ids.insert(node.id.clone(), node_key.clone());
