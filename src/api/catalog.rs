@@ -509,6 +509,13 @@ impl Query for ServicesQuery {
     }
 }
 
+/// Render-cache slots of an instance view: its `CheckServiceNode` and `ServiceNode` JSON,
+/// compact and indented (as an element of the top-level array).
+const SLOT_HEALTH: usize = 0;
+const SLOT_HEALTH_PRETTY: usize = 1;
+const SLOT_CATALOG: usize = 2;
+const SLOT_CATALOG_PRETTY: usize = 3;
+
 /// Largest rendering buffer a shard keeps between requests.
 const RENDER_SCRATCH_KEEP_BYTES: usize = 32 << 20;
 
@@ -595,31 +602,63 @@ impl ServiceQuery {
                         if !self.keep(&view.node, &view.service) {
                             continue;
                         }
+                        let render_row =
+                            |w: &mut JsonWriter| render::service_node(w, &view.node, &view.service);
                         if let Some(filter) = &self.filter {
-                            let row = render::as_value(|w| {
-                                render::service_node(w, &view.node, &view.service)
+                            let compact = view.rendered.get_or_render(SLOT_CATALOG, || {
+                                render::fragment(false, render_row)
                             });
-                            if !filter.matches(&row) {
-                                continue;
-                            }
-                        }
-                        render::service_node(&mut w, &view.node, &view.service);
-                    }
-                }
-                ServiceView::Health => {
-                    for row in read::check_service_nodes_of_group(group) {
-                        if !self.keep(row.node, row.service) || (self.passing && !row.all_passing())
-                        {
-                            continue;
-                        }
-                        if let Some(filter) = &self.filter {
                             if !filter
-                                .matches(&render::as_value(|w| render::check_service_node(w, &row)))
+                                .matches(&serde_json::from_slice(&compact).unwrap_or_default())
                             {
                                 continue;
                             }
                         }
-                        render::check_service_node(&mut w, &row);
+                        let slot = if pretty {
+                            SLOT_CATALOG_PRETTY
+                        } else {
+                            SLOT_CATALOG
+                        };
+                        w.raw_element(
+                            &view
+                                .rendered
+                                .get_or_render(slot, || render::fragment(pretty, render_row)),
+                        );
+                    }
+                }
+                ServiceView::Health => {
+                    for view in group.instances.values() {
+                        let row = read::CheckServiceNode {
+                            node: &view.node,
+                            service: &view.service,
+                            node_checks: &view.node_checks,
+                            service_checks: &view.checks,
+                        };
+                        if !self.keep(row.node, row.service) || (self.passing && !row.all_passing())
+                        {
+                            continue;
+                        }
+                        let render_row = |w: &mut JsonWriter| render::check_service_node(w, &row);
+                        if let Some(filter) = &self.filter {
+                            let compact = view
+                                .rendered
+                                .get_or_render(SLOT_HEALTH, || render::fragment(false, render_row));
+                            if !filter
+                                .matches(&serde_json::from_slice(&compact).unwrap_or_default())
+                            {
+                                continue;
+                            }
+                        }
+                        let slot = if pretty {
+                            SLOT_HEALTH_PRETTY
+                        } else {
+                            SLOT_HEALTH
+                        };
+                        w.raw_element(
+                            &view
+                                .rendered
+                                .get_or_render(slot, || render::fragment(pretty, render_row)),
+                        );
                     }
                 }
                 ServiceView::Checks => {

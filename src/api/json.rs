@@ -257,6 +257,13 @@ impl<'o> JsonWriter<'o> {
         self.end_array();
     }
 
+    /// Writes an already-rendered element (an object or value laid out for this writer's
+    /// style and the current depth).
+    pub fn raw_element(&mut self, rendered: &[u8]) {
+        self.element_prefix();
+        self.out.extend_from_slice(rendered);
+    }
+
     pub fn array_str(&mut self, value: &str) {
         self.element_prefix();
         write_str(self.out, value);

@@ -316,6 +316,26 @@ pub fn check_service_node(w: &mut JsonWriter, row: &CheckServiceNode) {
     w.end_object();
 }
 
+/// Renders one array element on its own, laid out as it appears inside a top-level array
+/// (indented one level when pretty), for the per-row render cache.
+pub fn fragment(pretty: bool, render: impl FnOnce(&mut JsonWriter)) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut w = JsonWriter::new(&mut buf, pretty);
+    render(&mut w);
+    if !pretty {
+        return buf;
+    }
+    // JSON strings never contain raw newlines, so every newline is layout: indent it.
+    let mut indented = Vec::with_capacity(buf.len() + buf.len() / 8);
+    for &b in &buf {
+        indented.push(b);
+        if b == b'\n' {
+            indented.extend_from_slice(b"    ");
+        }
+    }
+    indented
+}
+
 /// Renders one row compactly and parses it back, for `?filter` evaluation.
 pub fn as_value(render: impl FnOnce(&mut JsonWriter)) -> serde_json::Value {
     let mut buf = Vec::with_capacity(512);
@@ -381,4 +401,68 @@ pub fn cached_body(
         });
     }
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
+    use crate::store::{Command, Tables};
+
+    #[test]
+    fn cached_fragments_render_exactly_like_direct_rendering() {
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        for i in 0..3 {
+            let reg = Registration {
+                node: format!("n{i}"),
+                address: "10.0.0.1".into(),
+                datacenter: "dc1".into(),
+                node_meta: vec![("k".into(), "v".into())],
+                service: Some(ServiceRegistration {
+                    id: format!("web-{i}"),
+                    name: "web".into(),
+                    tags: vec!["a\"quoted\"".into()],
+                    port: 80,
+                    ..Default::default()
+                }),
+                checks: vec![CheckRegistration {
+                    check_id: format!("c{i}"),
+                    name: "multi\nline".into(),
+                    status: "passing".into(),
+                    service_id: format!("web-{i}"),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            tables.apply(
+                i + 1,
+                &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+                &mut changes,
+            );
+        }
+        let group = tables.catalog.group("web").unwrap();
+        for pretty in [false, true] {
+            let mut direct = Vec::new();
+            let mut w = JsonWriter::new(&mut direct, pretty);
+            w.begin_array();
+            for row in crate::store::catalog::read::check_service_nodes_of_group(group) {
+                check_service_node(&mut w, &row);
+            }
+            w.end_array();
+            w.finish();
+            let mut cached = Vec::new();
+            let mut w = JsonWriter::new(&mut cached, pretty);
+            w.begin_array();
+            for row in crate::store::catalog::read::check_service_nodes_of_group(group) {
+                w.raw_element(&fragment(pretty, |w| check_service_node(w, &row)));
+            }
+            w.end_array();
+            w.finish();
+            assert_eq!(
+                String::from_utf8(cached).unwrap(),
+                String::from_utf8(direct).unwrap()
+            );
+        }
+    }
 }

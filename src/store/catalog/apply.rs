@@ -424,6 +424,7 @@ impl<'a> Tx<'a> {
                         checks.into()
                     },
                     service: service.clone(),
+                    rendered: Default::default(),
                 };
                 let key = InstanceKey {
                     node: node_key.clone(),

@@ -32,6 +32,7 @@
 
 pub mod apply;
 pub mod read;
+pub mod render_cache;
 pub mod rows;
 mod snapshot;
 
@@ -77,6 +78,8 @@ pub struct InstanceView {
     pub node_checks: Arc<[Arc<HealthCheck>]>,
     /// The instance's own checks, in check-ID order.
     pub checks: Arc<[Arc<HealthCheck>]>,
+    /// Renderings of this view (the API layer's JSON), made once per view.
+    pub rendered: render_cache::RenderCache,
 }
 
 impl InstanceView {

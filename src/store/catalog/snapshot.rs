@@ -160,6 +160,7 @@ impl CatalogDump {
                     } else {
                         checks.into()
                     },
+                    rendered: Default::default(),
                 };
                 let name_key = fold_arc(&service.name);
                 if let Some(group) = tables.services.get_mut(&*name_key) {
