@@ -516,13 +516,6 @@ const SLOT_HEALTH_PRETTY: usize = 1;
 const SLOT_CATALOG: usize = 2;
 const SLOT_CATALOG_PRETTY: usize = 3;
 
-/// Largest rendering buffer a shard keeps between requests.
-const RENDER_SCRATCH_KEEP_BYTES: usize = 32 << 20;
-
-thread_local! {
-    static RENDER_SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
 /// Which answer a single-service query gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceView {
@@ -582,103 +575,74 @@ impl ServiceQuery {
         })
     }
 
+    /// The rendered elements of a catalog or health answer, one per matching instance,
+    /// straight from the views' render caches. `None` for the views rendered row by row.
+    fn fragments(&self, tables: &Tables, pretty: bool) -> Option<Vec<Arc<[u8]>>> {
+        let (compact_slot, pretty_slot) = match self.view {
+            ServiceView::Connect | ServiceView::HealthConnect => return Some(Vec::new()),
+            ServiceView::Catalog => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
+            ServiceView::Health => (SLOT_HEALTH, SLOT_HEALTH_PRETTY),
+            ServiceView::Checks => return None,
+        };
+        let Some(group) = tables.catalog.group(&self.service) else {
+            return Some(Vec::new());
+        };
+        let mut parts = Vec::with_capacity(group.instances.len());
+        for view in group.instances.values() {
+            let row = read::CheckServiceNode {
+                node: &view.node,
+                service: &view.service,
+                node_checks: &view.node_checks,
+                service_checks: &view.checks,
+            };
+            if !self.keep(row.node, row.service) {
+                continue;
+            }
+            if self.view == ServiceView::Health && self.passing && !row.all_passing() {
+                continue;
+            }
+            let render_row = |w: &mut JsonWriter| match self.view {
+                ServiceView::Catalog => render::service_node(w, &view.node, &view.service),
+                _ => render::check_service_node(w, &row),
+            };
+            if let Some(filter) = &self.filter {
+                let compact = view
+                    .rendered
+                    .get_or_render(compact_slot, || render::fragment(false, render_row));
+                if !filter.matches(&serde_json::from_slice(&compact).unwrap_or_default()) {
+                    continue;
+                }
+            }
+            let slot = if pretty { pretty_slot } else { compact_slot };
+            parts.push(
+                view.rendered
+                    .get_or_render(slot, || render::fragment(pretty, render_row)),
+            );
+        }
+        Some(parts)
+    }
+
     fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
-        // Roughly a kilobyte per instance (more when indented): reserve once.
-        let instances = tables
-            .catalog
-            .group(&self.service)
-            .map_or(0, |g| g.instances.len());
-        body.reserve(64 + instances * if pretty { 2048 } else { 1100 });
+        if let Some(parts) = self.fragments(tables, pretty) {
+            body.reserve(render::array_len(pretty, &parts));
+            render::write_array(body, pretty, &parts);
+            return;
+        }
         let mut w = JsonWriter::new(body, pretty);
         w.begin_array();
-        let group = match self.view {
-            ServiceView::Connect | ServiceView::HealthConnect => None,
-            _ => tables.catalog.group(&self.service),
-        };
-        if let Some(group) = group {
-            match self.view {
-                ServiceView::Catalog => {
-                    for view in group.instances.values() {
-                        if !self.keep(&view.node, &view.service) {
+        if let Some(group) = tables.catalog.group(&self.service) {
+            for view in group.instances.values() {
+                if !self.keep(&view.node, &view.service) {
+                    continue;
+                }
+                for check in view.checks.iter() {
+                    if let Some(filter) = &self.filter {
+                        if !filter.matches(&render::as_value(|w| render::health_check(w, check))) {
                             continue;
                         }
-                        let render_row =
-                            |w: &mut JsonWriter| render::service_node(w, &view.node, &view.service);
-                        if let Some(filter) = &self.filter {
-                            let compact = view.rendered.get_or_render(SLOT_CATALOG, || {
-                                render::fragment(false, render_row)
-                            });
-                            if !filter
-                                .matches(&serde_json::from_slice(&compact).unwrap_or_default())
-                            {
-                                continue;
-                            }
-                        }
-                        let slot = if pretty {
-                            SLOT_CATALOG_PRETTY
-                        } else {
-                            SLOT_CATALOG
-                        };
-                        w.raw_element(
-                            &view
-                                .rendered
-                                .get_or_render(slot, || render::fragment(pretty, render_row)),
-                        );
                     }
+                    render::health_check(&mut w, check);
                 }
-                ServiceView::Health => {
-                    for view in group.instances.values() {
-                        let row = read::CheckServiceNode {
-                            node: &view.node,
-                            service: &view.service,
-                            node_checks: &view.node_checks,
-                            service_checks: &view.checks,
-                        };
-                        if !self.keep(row.node, row.service) || (self.passing && !row.all_passing())
-                        {
-                            continue;
-                        }
-                        let render_row = |w: &mut JsonWriter| render::check_service_node(w, &row);
-                        if let Some(filter) = &self.filter {
-                            let compact = view
-                                .rendered
-                                .get_or_render(SLOT_HEALTH, || render::fragment(false, render_row));
-                            if !filter
-                                .matches(&serde_json::from_slice(&compact).unwrap_or_default())
-                            {
-                                continue;
-                            }
-                        }
-                        let slot = if pretty {
-                            SLOT_HEALTH_PRETTY
-                        } else {
-                            SLOT_HEALTH
-                        };
-                        w.raw_element(
-                            &view
-                                .rendered
-                                .get_or_render(slot, || render::fragment(pretty, render_row)),
-                        );
-                    }
-                }
-                ServiceView::Checks => {
-                    for view in group.instances.values() {
-                        if !self.keep(&view.node, &view.service) {
-                            continue;
-                        }
-                        for check in view.checks.iter() {
-                            if let Some(filter) = &self.filter {
-                                if !filter
-                                    .matches(&render::as_value(|w| render::health_check(w, check)))
-                                {
-                                    continue;
-                                }
-                            }
-                            render::health_check(&mut w, check);
-                        }
-                    }
-                }
-                ServiceView::Connect | ServiceView::HealthConnect => {}
             }
         }
         w.end_array();
@@ -710,18 +674,20 @@ impl Query for ServiceQuery {
                 self.render(tables, reply.pretty, body)
             });
             reply.json_bytes(200, &headers, &body);
+        } else if let Some(parts) = self.fragments(tables, reply.pretty) {
+            // Each instance's JSON is copied once, from its cache into the response.
+            let pretty = reply.pretty;
+            reply.send_with(
+                200,
+                Some("application/json"),
+                &headers,
+                render::array_len(pretty, &parts),
+                |out| render::write_array(out, pretty, &parts),
+            );
         } else {
-            // Large answers render into a per-thread buffer that keeps its capacity, so a
-            // stream of requests does not fault in fresh pages for every body.
-            RENDER_SCRATCH.with(|scratch| {
-                let mut body = scratch.take();
-                body.clear();
-                self.render(tables, reply.pretty, &mut body);
-                reply.json_bytes(200, &headers, &body);
-                if body.capacity() <= RENDER_SCRATCH_KEEP_BYTES {
-                    scratch.set(body);
-                }
-            });
+            let mut body = Vec::with_capacity(1024);
+            self.render(tables, reply.pretty, &mut body);
+            reply.json_bytes(200, &headers, &body);
         }
     }
 }

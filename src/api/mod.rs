@@ -149,6 +149,30 @@ impl Reply<'_> {
         );
     }
 
+    /// A complete response whose body of `body_len` bytes `write_body` appends straight
+    /// into the output, saving a copy for large answers.
+    pub fn send_with(
+        &mut self,
+        status: u16,
+        content_type: Option<&str>,
+        headers: &[u8],
+        body_len: usize,
+        write_body: impl FnOnce(&mut Vec<u8>),
+    ) {
+        self.out.reserve(body_len + headers.len() + 256);
+        http::write_response_head(
+            self.out,
+            status,
+            content_type,
+            headers,
+            body_len,
+            self.keep_alive,
+        );
+        let start = self.out.len();
+        write_body(self.out);
+        debug_assert_eq!(self.out.len() - start, body_len, "body length as announced");
+    }
+
     pub fn json_bytes(&mut self, status: u16, headers: &[u8], body: &[u8]) {
         self.send(status, Some("application/json"), headers, body);
     }

@@ -12,6 +12,7 @@ use crate::store::catalog::read::CheckServiceNode;
 use crate::store::catalog::{CheckDefinition, HealthCheck, Node, ServiceInstance};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 fn str_map(
     w: &mut JsonWriter,
@@ -334,6 +335,41 @@ pub fn fragment(pretty: bool, render: impl FnOnce(&mut JsonWriter)) -> Vec<u8> {
         }
     }
     indented
+}
+
+/// Length of the JSON array [`write_array`] writes.
+pub fn array_len(pretty: bool, parts: &[Arc<[u8]>]) -> usize {
+    let elements: usize = parts.iter().map(|p| p.len()).sum();
+    match (pretty, parts.len()) {
+        (false, 0) => 2,
+        (true, 0) => 3,
+        // "[" + elements + commas + "]"
+        (false, n) => 2 + elements + (n - 1),
+        // "[" + "\n    " before each + commas + "\n]" + "\n"
+        (true, n) => 1 + elements + n * 5 + (n - 1) + 2 + 1,
+    }
+}
+
+/// Writes a top-level JSON array of rendered elements exactly as [`JsonWriter`] would lay
+/// out the same elements.
+pub fn write_array(out: &mut Vec<u8>, pretty: bool, parts: &[Arc<[u8]>]) {
+    out.push(b'[');
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if pretty {
+            out.extend_from_slice(b"\n    ");
+        }
+        out.extend_from_slice(part);
+    }
+    if pretty && !parts.is_empty() {
+        out.push(b'\n');
+    }
+    out.push(b']');
+    if pretty {
+        out.push(b'\n');
+    }
 }
 
 /// Renders one row compactly and parses it back, for `?filter` evaluation.
