@@ -33,8 +33,12 @@ def main():
     names = sorted(n["Node"] for n in nodes)
     check("py-node" in names and "py-node-2" in names, "nodes: %r" % names)
     check(int(index) > 0, "nodes index")
-    # Only the agent's own node carries agent metadata.
+    # Only the agent's own node carries agent metadata (anti-entropy registers it shortly
+    # after the agent starts).
     me = c.agent.self()["Config"]["NodeName"]
+    deadline = time.time() + 10
+    while time.time() < deadline and not c.catalog.nodes(node_meta={"consul-version": "1.22.0"})[1]:
+        time.sleep(0.05)
     _, nodes = c.catalog.nodes(node_meta={"consul-version": "1.22.0"})
     check([n["Node"] for n in nodes] == [me], "node-meta filter: %r" % nodes)
 
