@@ -577,7 +577,7 @@ impl ServiceQuery {
 
     /// The rendered elements of a catalog or health answer, one per matching instance,
     /// straight from the views' render caches. `None` for the views rendered row by row.
-    fn fragments(&self, tables: &Tables, pretty: bool) -> Option<Vec<Arc<[u8]>>> {
+    fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<&'t [u8]>> {
         let (compact_slot, pretty_slot) = match self.view {
             ServiceView::Connect | ServiceView::HealthConnect => return Some(Vec::new()),
             ServiceView::Catalog => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
@@ -589,18 +589,18 @@ impl ServiceQuery {
         };
         let mut parts = Vec::with_capacity(group.instances.len());
         for view in group.instances.values() {
+            if !self.keep(&view.node, &view.service) {
+                continue;
+            }
+            if self.view == ServiceView::Health && self.passing && !view.all_passing {
+                continue;
+            }
             let row = read::CheckServiceNode {
                 node: &view.node,
                 service: &view.service,
                 node_checks: &view.node_checks,
                 service_checks: &view.checks,
             };
-            if !self.keep(row.node, row.service) {
-                continue;
-            }
-            if self.view == ServiceView::Health && self.passing && !row.all_passing() {
-                continue;
-            }
             let render_row = |w: &mut JsonWriter| match self.view {
                 ServiceView::Catalog => render::service_node(w, &view.node, &view.service),
                 _ => render::check_service_node(w, &row),
@@ -609,7 +609,7 @@ impl ServiceQuery {
                 let compact = view
                     .rendered
                     .get_or_render(compact_slot, || render::fragment(false, render_row));
-                if !filter.matches(&serde_json::from_slice(&compact).unwrap_or_default()) {
+                if !filter.matches(&serde_json::from_slice(compact).unwrap_or_default()) {
                     continue;
                 }
             }

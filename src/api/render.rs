@@ -12,7 +12,6 @@ use crate::store::catalog::read::CheckServiceNode;
 use crate::store::catalog::{CheckDefinition, HealthCheck, Node, ServiceInstance};
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 fn str_map(
     w: &mut JsonWriter,
@@ -338,7 +337,7 @@ pub fn fragment(pretty: bool, render: impl FnOnce(&mut JsonWriter)) -> Vec<u8> {
 }
 
 /// Length of the JSON array [`write_array`] writes.
-pub fn array_len(pretty: bool, parts: &[Arc<[u8]>]) -> usize {
+pub fn array_len(pretty: bool, parts: &[&[u8]]) -> usize {
     let elements: usize = parts.iter().map(|p| p.len()).sum();
     match (pretty, parts.len()) {
         (false, 0) => 2,
@@ -352,7 +351,7 @@ pub fn array_len(pretty: bool, parts: &[Arc<[u8]>]) -> usize {
 
 /// Writes a top-level JSON array of rendered elements exactly as [`JsonWriter`] would lay
 /// out the same elements.
-pub fn write_array(out: &mut Vec<u8>, pretty: bool, parts: &[Arc<[u8]>]) {
+pub fn write_array(out: &mut Vec<u8>, pretty: bool, parts: &[&[u8]]) {
     out.push(b'[');
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {

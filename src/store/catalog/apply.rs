@@ -415,17 +415,16 @@ impl<'a> Tx<'a> {
                 let checks: Vec<Arc<HealthCheck>> = checks_of_service(&entry.checks, &service_key)
                     .map(|(_, c)| c.clone())
                     .collect();
-                let view = InstanceView {
-                    node: entry.node.clone(),
-                    node_checks: entry.node_checks.clone(),
-                    checks: if checks.is_empty() {
+                let view = InstanceView::new(
+                    service.clone(),
+                    entry.node.clone(),
+                    entry.node_checks.clone(),
+                    if checks.is_empty() {
                         NO_CHECKS.clone()
                     } else {
                         checks.into()
                     },
-                    service: service.clone(),
-                    rendered: Default::default(),
-                };
+                );
                 let key = InstanceKey {
                     node: node_key.clone(),
                     service_id: service_key,

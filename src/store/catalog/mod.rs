@@ -78,11 +78,33 @@ pub struct InstanceView {
     pub node_checks: Arc<[Arc<HealthCheck>]>,
     /// The instance's own checks, in check-ID order.
     pub checks: Arc<[Arc<HealthCheck>]>,
+    /// Whether every check of the view passes (`?passing`), decided when it was built.
+    pub all_passing: bool,
     /// Renderings of this view (the API layer's JSON), made once per view.
     pub rendered: render_cache::RenderCache,
 }
 
 impl InstanceView {
+    pub fn new(
+        service: Arc<ServiceInstance>,
+        node: Arc<Node>,
+        node_checks: Arc<[Arc<HealthCheck>]>,
+        checks: Arc<[Arc<HealthCheck>]>,
+    ) -> InstanceView {
+        let all_passing = node_checks
+            .iter()
+            .chain(checks.iter())
+            .all(|c| c.status == Status::Passing);
+        InstanceView {
+            service,
+            node,
+            node_checks,
+            checks,
+            all_passing,
+            rendered: Default::default(),
+        }
+    }
+
     /// Node checks first, then the instance's, as Consul lists them.
     pub fn all_checks(&self) -> impl Iterator<Item = &Arc<HealthCheck>> {
         self.node_checks.iter().chain(self.checks.iter())

@@ -7,137 +7,149 @@
 //! atomic pointer installed with compare-and-swap; two threads that render the same slot
 //! at once both succeed and one copy is dropped. Nobody ever waits.
 //!
+//! Layout is chosen for the read path, which walks thousands of rows per answer: the slots
+//! live inline in the row, and each points straight at a [`Blob`] — a reference count, a
+//! length and the bytes in one allocation — so reaching a rendering is one pointer hop.
+//! Copies of a row (persistent maps copy rows along changed paths) share blobs by count.
+//!
 //! The store only keeps the bytes; what each slot means is the API layer's business.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::Arc;
+use std::alloc::{alloc, dealloc, Layout};
+use std::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// Slots per cache.
 pub const RENDER_SLOTS: usize = 4;
 
-type Slot = AtomicPtr<Arc<[u8]>>;
-
-struct Block {
-    slots: [Slot; RENDER_SLOTS],
+/// Header of a blob allocation; the bytes follow it.
+#[repr(C)]
+struct BlobHeader {
+    count: AtomicUsize,
+    len: usize,
 }
 
-impl Block {
-    fn empty() -> Block {
-        Block {
-            slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+const HEADER: usize = std::mem::size_of::<BlobHeader>();
+
+fn layout(len: usize) -> Layout {
+    Layout::from_size_align(HEADER + len, std::mem::align_of::<BlobHeader>())
+        .expect("rendering sizes are far below isize::MAX")
+}
+
+/// Allocates a blob holding `bytes` with a count of one.
+fn blob_new(bytes: &[u8]) -> *mut BlobHeader {
+    let layout = layout(bytes.len());
+    // SAFETY: the layout is non-zero-sized (it includes the header); the header is written
+    // before use and the bytes are copied into the space that follows it.
+    unsafe {
+        let ptr = alloc(layout) as *mut BlobHeader;
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        ptr.write(BlobHeader {
+            count: AtomicUsize::new(1),
+            len: bytes.len(),
+        });
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (ptr as *mut u8).add(HEADER), bytes.len());
+        ptr
+    }
+}
+
+/// The bytes of a live blob.
+///
+/// # Safety
+/// `ptr` must point to a blob whose count stays above zero for `'a`.
+unsafe fn blob_bytes<'a>(ptr: *const BlobHeader) -> &'a [u8] {
+    // SAFETY: guaranteed by the caller; the bytes follow the header.
+    unsafe { std::slice::from_raw_parts((ptr as *const u8).add(HEADER), (*ptr).len) }
+}
+
+/// Drops one reference, freeing the blob with the last.
+///
+/// # Safety
+/// `ptr` must be a live blob and the caller must own one of its references.
+unsafe fn blob_release(ptr: *mut BlobHeader) {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        if (*ptr).count.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            let len = (*ptr).len;
+            dealloc(ptr as *mut u8, layout(len));
         }
     }
 }
 
-/// Empty until first used: one null pointer per row.
+/// Per-row renderings; empty slots cost a null pointer each.
 pub struct RenderCache {
-    block: AtomicPtr<Block>,
+    slots: [AtomicPtr<BlobHeader>; RENDER_SLOTS],
 }
 
 impl Default for RenderCache {
     fn default() -> Self {
         RenderCache {
-            block: AtomicPtr::new(std::ptr::null_mut()),
+            slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
         }
     }
 }
 
 impl RenderCache {
-    fn block(&self) -> &Block {
-        let current = self.block.load(Ordering::Acquire);
-        if !current.is_null() {
-            // SAFETY: a published block lives until the cache is dropped, which needs
-            // exclusive access; `&self` outlives the returned reference.
-            return unsafe { &*current };
-        }
-        let fresh = Box::into_raw(Box::new(Block::empty()));
-        match self.block.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            // SAFETY: we just published `fresh`; see above for its lifetime.
-            Ok(_) => unsafe { &*fresh },
-            Err(existing) => {
-                // SAFETY: `fresh` was never published; we still own it.
-                drop(unsafe { Box::from_raw(fresh) });
-                // SAFETY: as above, for the block another thread published.
-                unsafe { &*existing }
-            }
-        }
-    }
-
-    /// The rendering in `slot`, made by `render` if this is the first request for it.
-    pub fn get_or_render(&self, slot: usize, render: impl FnOnce() -> Vec<u8>) -> Arc<[u8]> {
-        let cell = &self.block().slots[slot];
+    /// The rendering in `slot`, made by `render` if this is the first request for it. The
+    /// bytes live as long as the cache.
+    pub fn get_or_render(&self, slot: usize, render: impl FnOnce() -> Vec<u8>) -> &[u8] {
+        let cell = &self.slots[slot];
         let current = cell.load(Ordering::Acquire);
         if !current.is_null() {
-            // SAFETY: published slot contents live until the cache is dropped.
-            return unsafe { (*current).clone() };
+            // SAFETY: a published blob keeps the cache's reference until the cache drops,
+            // which needs `&mut self`; `&self` outlives the slice.
+            return unsafe { blob_bytes(current) };
         }
-        let rendered: Arc<[u8]> = render().into();
-        let fresh = Box::into_raw(Box::new(rendered.clone()));
+        let fresh = blob_new(&render());
         match cell.compare_exchange(
             std::ptr::null_mut(),
             fresh,
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => rendered,
+            // SAFETY: just published, as above.
+            Ok(_) => unsafe { blob_bytes(fresh) },
             Err(existing) => {
-                // SAFETY: `fresh` was never published.
-                drop(unsafe { Box::from_raw(fresh) });
-                // SAFETY: published by another thread; lives until drop.
-                unsafe { (*existing).clone() }
+                // SAFETY: `fresh` was never published; its only reference is ours.
+                unsafe { blob_release(fresh) };
+                // SAFETY: published by another thread, as above.
+                unsafe { blob_bytes(existing) }
             }
         }
     }
 
     /// The rendering in `slot` if there is one.
-    pub fn get(&self, slot: usize) -> Option<Arc<[u8]>> {
-        let block = self.block.load(Ordering::Acquire);
-        if block.is_null() {
-            return None;
-        }
-        // SAFETY: see `block`.
-        let current = unsafe { &*block }.slots[slot].load(Ordering::Acquire);
+    pub fn get(&self, slot: usize) -> Option<&[u8]> {
+        let current = self.slots[slot].load(Ordering::Acquire);
         // SAFETY: see `get_or_render`.
-        (!current.is_null()).then(|| unsafe { (*current).clone() })
+        (!current.is_null()).then(|| unsafe { blob_bytes(current) })
     }
 }
 
 impl Clone for RenderCache {
-    /// A copy of a row keeps its renderings: they describe the same content.
+    /// A copy of a row shares its renderings: they describe the same content.
     fn clone(&self) -> Self {
-        if self.block.load(Ordering::Acquire).is_null() {
-            return RenderCache::default();
-        }
-        let block = Block::empty();
-        for (slot, cell) in block.slots.iter().enumerate() {
-            if let Some(bytes) = self.get(slot) {
-                cell.store(Box::into_raw(Box::new(bytes)), Ordering::Relaxed);
+        let copy = RenderCache::default();
+        for (from, to) in self.slots.iter().zip(copy.slots.iter()) {
+            let blob = from.load(Ordering::Acquire);
+            if !blob.is_null() {
+                // SAFETY: the blob is live (`self` holds a reference); we take another.
+                unsafe { (*blob).count.fetch_add(1, Ordering::Relaxed) };
+                to.store(blob, Ordering::Relaxed);
             }
         }
-        RenderCache {
-            block: AtomicPtr::new(Box::into_raw(Box::new(block))),
-        }
+        copy
     }
 }
 
 impl Drop for RenderCache {
     fn drop(&mut self) {
-        let block = *self.block.get_mut();
-        if block.is_null() {
-            return;
-        }
-        // SAFETY: `&mut self` means no other reference to the block or its slots exists.
-        let mut block = unsafe { Box::from_raw(block) };
-        for slot in block.slots.iter_mut() {
-            let contents = *slot.get_mut();
-            if !contents.is_null() {
-                // SAFETY: as above.
-                drop(unsafe { Box::from_raw(contents) });
+        for slot in self.slots.iter_mut() {
+            let blob = *slot.get_mut();
+            if !blob.is_null() {
+                // SAFETY: the slot owns one reference to a live blob.
+                unsafe { blob_release(blob) };
             }
         }
     }
@@ -153,7 +165,7 @@ impl std::fmt::Debug for RenderCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
 
     #[test]
     fn fills_once_and_survives_clones() {
@@ -164,14 +176,16 @@ mod tests {
             renders.fetch_add(1, Ordering::SeqCst);
             b"{\"a\":1}".to_vec()
         };
-        assert_eq!(&*cache.get_or_render(1, render), b"{\"a\":1}");
-        assert_eq!(&*cache.get_or_render(1, render), b"{\"a\":1}");
+        assert_eq!(cache.get_or_render(1, render), b"{\"a\":1}");
+        assert_eq!(cache.get_or_render(1, render), b"{\"a\":1}");
         assert_eq!(renders.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.get_or_render(3, Vec::new), b"");
         let copy = cache.clone();
-        assert_eq!(copy.get(1).as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(copy.get(1), Some(&b"{\"a\":1}"[..]));
         assert!(copy.get(0).is_none());
         drop(cache);
-        assert_eq!(copy.get(1).as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(copy.get(1), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(copy.get(3), Some(&b""[..]));
     }
 
     #[test]
@@ -181,15 +195,17 @@ mod tests {
             .map(|i| {
                 let cache = cache.clone();
                 std::thread::spawn(move || {
-                    cache.get_or_render(i % RENDER_SLOTS, || vec![i as u8; 64])
+                    cache
+                        .get_or_render(i % RENDER_SLOTS, || vec![i as u8; 64])
+                        .to_vec()
                 })
             })
             .collect();
-        let results: Vec<Arc<[u8]>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let results: Vec<Vec<u8>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         for (i, r) in results.iter().enumerate() {
             assert_eq!(
-                &**r,
-                &*cache.get(i % RENDER_SLOTS).unwrap(),
+                &r[..],
+                cache.get(i % RENDER_SLOTS).unwrap(),
                 "every thread sees the installed value"
             );
         }

@@ -151,17 +151,16 @@ impl CatalogDump {
                     super::apply::checks_of_service(&entry.checks, service_key)
                         .map(|(_, c)| c.clone())
                         .collect();
-                let view = InstanceView {
-                    service: service.clone(),
-                    node: node.clone(),
-                    node_checks: entry.node_checks.clone(),
-                    checks: if checks.is_empty() {
+                let view = InstanceView::new(
+                    service.clone(),
+                    node.clone(),
+                    entry.node_checks.clone(),
+                    if checks.is_empty() {
                         NO_CHECKS.clone()
                     } else {
                         checks.into()
                     },
-                    rendered: Default::default(),
-                };
+                );
                 let name_key = fold_arc(&service.name);
                 if let Some(group) = tables.services.get_mut(&*name_key) {
                     group.instances.insert(
