@@ -266,8 +266,9 @@ fn populate(addr: SocketAddr, service: &str, count: usize, per_node: usize, thre
                         r#"{{"Node":"{node}","Address":"10.{third}.{fourth}.1","NodeMeta":{{"rack":"r{}"}},
 "Service":{{"ID":"{service}-{i}","Service":"{service}","Tags":["v1","blue"],"Port":{}}},
 "Checks":[{{"CheckID":"node-alive","Name":"node alive","Status":"passing"}},
-{{"CheckID":"{service}-{i}-check","Name":"{service} health","ServiceID":"{service}-{i}","Status":"passing","Output":"HTTP GET http://10.0.0.1:8080/health: 200 OK"}}]}}"#,
+{{"CheckID":"{service}-{i}-check","Name":"{service} health","ServiceID":"{service}-{i}","Status":"passing","Output":"HTTP GET http://10.{third}.{fourth}.1:{}/health: 200 OK"}}]}}"#,
                         i % 7,
+                        8000 + i % 1000,
                         8000 + i % 1000
                     );
                     assert_eq!(conn.put("/v1/catalog/register", body.as_bytes()), 200);

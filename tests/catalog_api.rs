@@ -361,7 +361,11 @@ fn health_state_lists_checks_by_status() {
         .filter(|c| c["Node"] == "n1")
         .map(|c| c["CheckID"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(all, ["b", "a"], "node checks, then service checks");
+    assert_eq!(
+        all,
+        ["a", "b"],
+        "a node's checks in check-ID order, as Consul's id index"
+    );
     let critical = agent.get("/v1/health/state/critical").json();
     assert_eq!(critical.as_array().unwrap().len(), 1);
     assert_eq!(critical[0]["CheckID"], "a");

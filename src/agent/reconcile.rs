@@ -110,7 +110,7 @@ pub fn reaped_ops(version: &crate::store::Tables, members: &[Member]) -> Vec<Cat
         .nodes
         .values()
         .filter(|entry| {
-            entry.check_owners.contains_key(&*serf_key)
+            entry.checks.contains_key(&*serf_key)
                 && !members
                     .iter()
                     .any(|m| m.name.eq_ignore_ascii_case(&entry.node.name))

@@ -20,6 +20,7 @@ use crate::store::catalog::{
     CatalogOp, CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
 };
 use crate::store::{Command, CommandResult, Table, Tables};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -509,12 +510,10 @@ impl Query for ServicesQuery {
     }
 }
 
-/// Render-cache slots of an instance view: its `CheckServiceNode` and `ServiceNode` JSON,
-/// compact and indented (as an element of the top-level array).
+/// Render-cache slots of an instance view: its compact `CheckServiceNode` and `ServiceNode`
+/// JSON. `?pretty` answers (rare, for people) render afresh.
 const SLOT_HEALTH: usize = 0;
-const SLOT_HEALTH_PRETTY: usize = 1;
-const SLOT_CATALOG: usize = 2;
-const SLOT_CATALOG_PRETTY: usize = 3;
+const SLOT_CATALOG: usize = 1;
 
 /// Which answer a single-service query gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -577,11 +576,11 @@ impl ServiceQuery {
 
     /// The rendered elements of a catalog or health answer, one per matching instance,
     /// straight from the views' render caches. `None` for the views rendered row by row.
-    fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<&'t [u8]>> {
-        let (compact_slot, pretty_slot) = match self.view {
+    fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<Cow<'t, [u8]>>> {
+        let compact_slot = match self.view {
             ServiceView::Connect | ServiceView::HealthConnect => return Some(Vec::new()),
-            ServiceView::Catalog => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
-            ServiceView::Health => (SLOT_HEALTH, SLOT_HEALTH_PRETTY),
+            ServiceView::Catalog => SLOT_CATALOG,
+            ServiceView::Health => SLOT_HEALTH,
             ServiceView::Checks => return None,
         };
         let Some(group) = tables.catalog.group(&self.service) else {
@@ -613,11 +612,14 @@ impl ServiceQuery {
                     continue;
                 }
             }
-            let slot = if pretty { pretty_slot } else { compact_slot };
-            parts.push(
-                view.rendered
-                    .get_or_render(slot, || render::fragment(pretty, render_row)),
-            );
+            parts.push(if pretty {
+                Cow::Owned(render::fragment(true, render_row))
+            } else {
+                Cow::Borrowed(
+                    view.rendered
+                        .get_or_render(compact_slot, || render::fragment(false, render_row)),
+                )
+            });
         }
         Some(parts)
     }

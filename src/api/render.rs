@@ -49,9 +49,10 @@ pub fn node(w: &mut JsonWriter, node: &Node) {
 }
 
 fn service_tagged_addresses(w: &mut JsonWriter, name: &str, service: &ServiceInstance) {
-    let Some(list) = &service.tagged_addresses else {
+    let list = service.tagged_addresses();
+    if list.is_empty() {
         return;
-    };
+    }
     w.field_object(name);
     for (tag, address) in list.iter() {
         w.field_object(tag);
@@ -107,7 +108,7 @@ pub fn service_node(w: &mut JsonWriter, node: &Node, service: &ServiceInstance) 
     w.field_str("Datacenter", &node.datacenter);
     str_map(w, "TaggedAddresses", &node.tagged_addresses, true);
     str_map(w, "NodeMeta", &node.meta, false);
-    w.field_str("ServiceKind", &service.kind);
+    w.field_str("ServiceKind", service.kind());
     w.field_str("ServiceID", &service.id);
     w.field_str("ServiceName", &service.name);
     w.field_str_array("ServiceTags", service.tags.iter().map(|t| &**t));
@@ -128,8 +129,8 @@ pub fn service_node(w: &mut JsonWriter, node: &Node, service: &ServiceInstance) 
 
 /// The fields of a `NodeService`, inside an open object.
 pub fn node_service_fields(w: &mut JsonWriter, service: &ServiceInstance) {
-    if !service.kind.is_empty() {
-        w.field_str("Kind", &service.kind);
+    if !service.kind().is_empty() {
+        w.field_str("Kind", service.kind());
     }
     w.field_str("ID", &service.id);
     w.field_str("Service", &service.name);
@@ -166,8 +167,8 @@ pub fn agent_service_fields(
     datacenter: &str,
     content_hash: Option<&str>,
 ) {
-    if !service.kind.is_empty() {
-        w.field_str("Kind", &service.kind);
+    if !service.kind().is_empty() {
+        w.field_str("Kind", service.kind());
     }
     w.field_str("ID", &service.id);
     w.field_str("Service", &service.name);
@@ -284,7 +285,7 @@ pub fn health_check_fields(w: &mut JsonWriter, check: &HealthCheck) {
     w.field_str("ServiceID", &check.service_id);
     w.field_str("ServiceName", &check.service_name);
     w.field_str_array("ServiceTags", check.service_tags.iter().map(|t| &**t));
-    w.field_str("Type", &check.kind);
+    w.field_str("Type", check.kind());
     w.field_str("Interval", check.interval());
     w.field_str("Timeout", check.timeout());
     w.field_i64("ExposedPort", check.exposed_port() as i64);
@@ -337,8 +338,8 @@ pub fn fragment(pretty: bool, render: impl FnOnce(&mut JsonWriter)) -> Vec<u8> {
 }
 
 /// Length of the JSON array [`write_array`] writes.
-pub fn array_len(pretty: bool, parts: &[&[u8]]) -> usize {
-    let elements: usize = parts.iter().map(|p| p.len()).sum();
+pub fn array_len<P: AsRef<[u8]>>(pretty: bool, parts: &[P]) -> usize {
+    let elements: usize = parts.iter().map(|p| p.as_ref().len()).sum();
     match (pretty, parts.len()) {
         (false, 0) => 2,
         (true, 0) => 3,
@@ -351,7 +352,7 @@ pub fn array_len(pretty: bool, parts: &[&[u8]]) -> usize {
 
 /// Writes a top-level JSON array of rendered elements exactly as [`JsonWriter`] would lay
 /// out the same elements.
-pub fn write_array(out: &mut Vec<u8>, pretty: bool, parts: &[&[u8]]) {
+pub fn write_array<P: AsRef<[u8]>>(out: &mut Vec<u8>, pretty: bool, parts: &[P]) {
     out.push(b'[');
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
@@ -360,7 +361,7 @@ pub fn write_array(out: &mut Vec<u8>, pretty: bool, parts: &[&[u8]]) {
         if pretty {
             out.extend_from_slice(b"\n    ");
         }
-        out.extend_from_slice(part);
+        out.extend_from_slice(part.as_ref());
     }
     if pretty && !parts.is_empty() {
         out.push(b'\n');

@@ -8,17 +8,16 @@
 
 use super::rows::NO_CHECKS;
 use super::rows::{
-    arc_str, fold, fold_arc, CheckDefinition, CheckExtras, CheckKey, CheckKeyRef, HealthCheck,
+    arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, HealthCheck,
     InstanceKey, InstanceKeyRef, Node, ServiceAddress, ServiceExtras, ServiceInstance, Status,
-    StrMap, Weights, EMPTY, NO_TAGS,
+    StrMap, Weights, EMPTY, NO_TAGS, OTHER_CHECK_TYPE,
 };
 use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup, SERF_CHECK_ID};
 use crate::store::{Change, CommandResult, Table, Tables};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::ops::Bound;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// Most operations one `Batch` may carry; anti-entropy splits larger syncs.
 pub const BATCH_OPS_MAX: usize = 4096;
@@ -89,35 +88,6 @@ pub struct CheckRegistration {
     pub timeout: String,
     pub exposed_port: i32,
     pub definition: Option<CheckDefinition>,
-}
-
-/// Check types Consul reports; shared so that 100,000 checks do not hold 100,000 copies.
-static CHECK_KINDS: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
-    [
-        "",
-        "http",
-        "tcp",
-        "udp",
-        "ttl",
-        "grpc",
-        "script",
-        "alias",
-        "maintenance",
-        "docker",
-        "h2ping",
-        "os_service",
-    ]
-    .iter()
-    .map(|k| Arc::from(*k))
-    .collect()
-});
-
-fn kind_arc(kind: &str) -> Arc<str> {
-    CHECK_KINDS
-        .iter()
-        .find(|k| ***k == *kind)
-        .cloned()
-        .unwrap_or_else(|| Arc::from(kind))
 }
 
 /// Reuses `existing` when it holds the same text.
@@ -311,11 +281,8 @@ impl<'a> Tx<'a> {
         }
         let healthy = entry
             .checks
-            .get(&CheckKeyRef {
-                service: "",
-                check: &fold(SERF_CHECK_ID),
-            })
-            .is_some_and(|c| c.status != Status::Critical);
+            .get(&*fold(SERF_CHECK_ID))
+            .is_some_and(|c| c.service_id.is_empty() && c.status != Status::Critical);
         if !(entry.node.id.is_empty() && allow_clash_without_id) && healthy {
             return Err(format!(
                 "Node name {} is reserved by node {} with name {} ({})",
@@ -354,10 +321,24 @@ impl<'a> Tx<'a> {
             Some(entry) => {
                 entry.node = node.clone();
                 if renamed {
-                    // The case of the name changed: rows that carry the name follow.
+                    // The case of the name changed: rows that carry the name follow, and
+                    // every view is rebuilt from them.
                     relabel_node_rows(entry, &node.name);
+                    let lists: Vec<(Arc<str>, CheckList)> = entry
+                        .services
+                        .keys()
+                        .map(|key| {
+                            let list = checks_of_service(&entry.checks, key).cloned().collect();
+                            (key.clone(), check_list(list))
+                        })
+                        .collect();
+                    self.refresh_views(node_key, None, None);
+                    for (key, list) in lists {
+                        self.refresh_views(node_key, Some(&key), Some(list));
+                    }
+                } else {
+                    self.refresh_views(node_key, None, None);
                 }
-                self.refresh_views(node_key, None);
             }
             None => {
                 self.cat.nodes.insert(
@@ -367,7 +348,6 @@ impl<'a> Tx<'a> {
                         node_checks: NO_CHECKS.clone(),
                         services: OrdMap::new(),
                         checks: OrdMap::new(),
-                        check_owners: OrdMap::new(),
                     },
                 );
             }
@@ -380,15 +360,44 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Rebuilds the [`InstanceView`]s of a node's instances from its entry: all of them (and
-    /// the node's shared node-check list) when `only` is `None`, else the one instance.
-    fn refresh_views(&mut self, node_key: &Arc<str>, only: Option<&Arc<str>>) {
+    /// The current checks list of one instance's view (empty when it has no view yet).
+    fn view_checks(
+        &self,
+        name_key: &str,
+        node_key: &str,
+        service_key: &str,
+    ) -> Arc<[Arc<HealthCheck>]> {
+        self.cat
+            .services
+            .get(name_key)
+            .and_then(|g| {
+                g.instances.get(&InstanceKeyRef {
+                    node: node_key,
+                    service_id: service_key,
+                })
+            })
+            .map_or_else(|| NO_CHECKS.clone(), |v| v.checks.clone())
+    }
+
+    /// Rebuilds the [`InstanceView`]s of a node's instances: all of them when `only` is
+    /// `None` (after the node row or its node checks changed; the shared node-check list is
+    /// recomputed), else the one instance. `checks` replaces that instance's own list; by
+    /// default each view keeps the list it had.
+    fn refresh_views(
+        &mut self,
+        node_key: &Arc<str>,
+        only: Option<&Arc<str>>,
+        checks: Option<Arc<[Arc<HealthCheck>]>>,
+    ) {
         let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
             return;
         };
         if only.is_none() {
-            let node_checks: Vec<Arc<HealthCheck>> = checks_of_service(&entry.checks, "")
-                .map(|(_, c)| c.clone())
+            let node_checks: Vec<Arc<HealthCheck>> = entry
+                .checks
+                .values()
+                .filter(|c| c.service_id.is_empty())
+                .cloned()
                 .collect();
             entry.node_checks = if node_checks.is_empty() {
                 NO_CHECKS.clone()
@@ -396,6 +405,8 @@ impl<'a> Tx<'a> {
                 node_checks.into()
             };
         }
+        let node = entry.node.clone();
+        let node_checks = entry.node_checks.clone();
         let targets: Vec<(Arc<str>, Arc<ServiceInstance>)> = match only {
             Some(key) => entry
                 .services
@@ -409,36 +420,54 @@ impl<'a> Tx<'a> {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
-        let views: Vec<(Arc<str>, InstanceKey, InstanceView)> = targets
-            .into_iter()
-            .map(|(service_key, service)| {
-                let checks: Vec<Arc<HealthCheck>> = checks_of_service(&entry.checks, &service_key)
-                    .map(|(_, c)| c.clone())
-                    .collect();
-                let view = InstanceView::new(
-                    service.clone(),
-                    entry.node.clone(),
-                    entry.node_checks.clone(),
-                    if checks.is_empty() {
-                        NO_CHECKS.clone()
-                    } else {
-                        checks.into()
-                    },
-                );
-                let key = InstanceKey {
-                    node: node_key.clone(),
-                    service_id: service_key,
-                };
-                (fold_arc(&service.name), key, view)
-            })
-            .collect();
-        for (name_key, key, view) in views {
-            if let Some(group) = self.cat.services.get_mut(&*name_key) {
-                group.instances.insert(key, view);
-            } else {
-                debug_assert!(false, "an instance's group exists before its view");
+        for (service_key, service) in targets {
+            let name_key = fold_arc(&service.name);
+            let own = match &checks {
+                Some(list) => list.clone(),
+                None => self.view_checks(&name_key, node_key, &service_key),
+            };
+            let view = InstanceView::new(service, node.clone(), node_checks.clone(), own);
+            let key = InstanceKey {
+                node: node_key.clone(),
+                service_id: service_key,
+            };
+            match self.cat.services.get_mut(&*name_key) {
+                Some(group) => {
+                    group.instances.insert(key, view);
+                }
+                None => debug_assert!(false, "an instance's group exists before its view"),
             }
         }
+    }
+
+    /// Replaces, inserts or (with `None`) removes check `check_key` in one instance's view.
+    fn edit_view_checks(
+        &mut self,
+        node_key: &Arc<str>,
+        service_key: &Arc<str>,
+        check_key: &str,
+        check: Option<Arc<HealthCheck>>,
+    ) {
+        let Some(name_key) = self
+            .cat
+            .nodes
+            .get(&**node_key)
+            .and_then(|e| e.services.get(&**service_key))
+            .map(|s| fold_arc(&s.name))
+        else {
+            return;
+        };
+        let mut list: Vec<Arc<HealthCheck>> = self
+            .view_checks(&name_key, node_key, service_key)
+            .iter()
+            .filter(|c| *fold(&c.check_id) != *check_key)
+            .cloned()
+            .collect();
+        if let Some(check) = check {
+            let at = list.partition_point(|c| *fold(&c.check_id) < *check_key);
+            list.insert(at, check);
+        }
+        self.refresh_views(node_key, Some(service_key), Some(check_list(list)));
     }
 
     fn upsert_service(&mut self, node_key: &Arc<str>, service: &ServiceRegistration) {
@@ -453,11 +482,10 @@ impl<'a> Tx<'a> {
             return;
         };
         let node_name = entry.node.name.clone();
-        let service_key: Arc<str> = match entry.services.get_key_value(&*fold(id_text)) {
-            Some((key, _)) => key.clone(),
-            None => Arc::from(&*fold(id_text)),
+        let (found_key, existing) = match entry.services.get_key_value(&*fold(id_text)) {
+            Some((key, row)) => (Some(key.clone()), Some(row.clone())),
+            None => (None, None),
         };
-        let existing = entry.services.get(&*service_key).cloned();
         let name_key: Arc<str> = match self.cat.services.get_key_value(&*fold(&service.name)) {
             Some((key, _)) => key.clone(),
             None => Arc::from(&*fold(&service.name)),
@@ -474,36 +502,51 @@ impl<'a> Tx<'a> {
             group_sample.as_deref(),
             index,
         ));
-        if let Some(old) = &existing {
-            if old.same_as(&instance) {
-                return;
+        // A new key shares the row's ID text when it is already lowercase.
+        let service_key = found_key.unwrap_or_else(|| fold_arc(&instance.id));
+        // The instance's checks, from the view it had (possibly under its old name); they
+        // carry a copy of their service's name and tags.
+        let previous_checks = match &existing {
+            Some(old) => {
+                if old.same_as(&instance) {
+                    return;
+                }
+                let old_name_key = fold_arc(&old.name);
+                let checks = self.view_checks(&old_name_key, node_key, &service_key);
+                if old_name_key != name_key {
+                    self.remove_from_group(&old_name_key, node_key, &service_key);
+                    self.touch(Table::Services, &old_name_key);
+                }
+                checks
             }
-            let old_name_key = fold_arc(&old.name);
-            if old_name_key != name_key {
-                self.remove_from_group(&old_name_key, node_key, &service_key);
-                self.touch(Table::Services, &old_name_key);
-            }
-        }
+            None => NO_CHECKS.clone(),
+        };
         let entry = self
             .cat
             .nodes
             .get_mut(&**node_key)
             .expect("node checked above");
         entry.services.insert(service_key.clone(), instance.clone());
-        // Checks carry a copy of their service's name and tags.
-        let check_keys: Vec<CheckKey> = checks_of_service(&entry.checks, &service_key)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in check_keys {
-            if let Some(check) = entry.checks.get(&key) {
-                if check.service_name != instance.name || check.service_tags != instance.tags {
-                    let mut updated = (**check).clone();
-                    updated.service_name = instance.name.clone();
-                    updated.service_tags = instance.tags.clone();
-                    entry.checks.insert(key, Arc::new(updated));
+        let mut relabelled = Vec::with_capacity(previous_checks.len());
+        for check in previous_checks.iter() {
+            if check.service_name != instance.name || check.service_tags != instance.tags {
+                let mut updated = (**check).clone();
+                updated.service_name = instance.name.clone();
+                updated.service_tags = instance.tags.clone();
+                let updated = Arc::new(updated);
+                if let Some(slot) = entry.checks.get_mut(&*fold(&check.check_id)) {
+                    *slot = updated.clone();
                 }
+                relabelled.push(updated);
+            } else {
+                relabelled.push(check.clone());
             }
         }
+        let own_checks: Arc<[Arc<HealthCheck>]> = if relabelled.is_empty() {
+            NO_CHECKS.clone()
+        } else {
+            relabelled.into()
+        };
         match self.cat.services.get_mut(&*name_key) {
             Some(group) => group.index = index,
             None => {
@@ -517,7 +560,7 @@ impl<'a> Tx<'a> {
                 );
             }
         }
-        self.refresh_views(node_key, Some(&service_key));
+        self.refresh_views(node_key, Some(&service_key), Some(own_checks));
         self.bumped[BUMP_SERVICES] = true;
         self.touch(Table::Services, &name_key);
         self.touch(Table::ServiceIndex, &name_key);
@@ -567,95 +610,81 @@ impl<'a> Tx<'a> {
             }
         };
         let service = entry.services.get(&*service_key).cloned();
-        let old_owner = entry.check_owners.get(&*check_id).cloned();
-        let existing = old_owner.as_ref().and_then(|owner| {
-            entry
-                .checks
-                .get(&CheckKeyRef {
-                    service: owner,
-                    check: &check_id,
-                })
-                .cloned()
-        });
-        let check_key_arc: Arc<str> = match &existing {
-            Some(old) => fold_arc(&old.check_id),
-            None => Arc::from(&*check_id),
+        let (found_key, existing) = match entry.checks.get_key_value(&*check_id) {
+            Some((key, check)) => (Some(key.clone()), Some(check.clone())),
+            None => (None, None),
         };
-        let check = Arc::new(check_row(
+        // The folded service ID that owned the check before (empty: a node check).
+        let old_owner: Option<Arc<str>> = existing.as_ref().map(|old| {
+            if old.service_id.is_empty() {
+                EMPTY.clone()
+            } else {
+                entry
+                    .services
+                    .get_key_value(&*fold(&old.service_id))
+                    .map_or_else(|| fold_arc(&old.service_id), |(k, _)| k.clone())
+            }
+        });
+        let mut row = check_row(
             reg,
             entry.node.name.clone(),
             service.as_deref(),
             existing.as_deref(),
             index,
-        ));
+        );
         if let Some(old) = &existing {
-            if old.same_as(&check) {
+            if old.same_as(&row) {
                 return;
             }
+        } else if let Some(name) = service
+            .as_ref()
+            .and_then(|s| self.sample_check_name(s, &row.name))
+        {
+            // Instances of a service usually carry identically named checks: share the text.
+            row.name = name;
         }
+        let check = Arc::new(row);
+        let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
+        let moved_from = old_owner.filter(|owner| **owner != *service_key);
+        let previous_service = moved_from
+            .as_ref()
+            .and_then(|owner| entry.services.get(&**owner).map(|s| fold_arc(&s.name)));
         let entry = self
             .cat
             .nodes
             .get_mut(&**node_key)
             .expect("node checked above");
-        if let Some(owner) = &old_owner {
-            if **owner != *service_key {
-                entry.checks.remove(&CheckKeyRef {
-                    service: owner,
-                    check: &check_key_arc,
-                });
+        match entry.checks.get_mut(&*check_key) {
+            Some(slot) => *slot = check.clone(),
+            None => {
+                entry.checks.insert(check_key.clone(), check.clone());
             }
         }
-        entry.checks.insert(
-            CheckKey {
-                service: service_key.clone(),
-                check: check_key_arc.clone(),
-            },
-            check,
-        );
-        entry
-            .check_owners
-            .insert(check_key_arc, service_key.clone());
-        // Views of the check's old and new owners (every instance for a node check).
-        let mut refresh_all = service_key.is_empty();
-        let mut refresh: Vec<Arc<str>> = Vec::new();
+        // Views: the old owner loses the check, the new one gains it; node checks are in
+        // every view of the node.
+        if let Some(owner) = &moved_from {
+            if !owner.is_empty() {
+                self.edit_view_checks(node_key, owner, &check_key, None);
+            }
+        }
+        let node_checks_changed =
+            service_key.is_empty() || moved_from.as_ref().is_some_and(|o| o.is_empty());
+        if node_checks_changed {
+            self.refresh_views(node_key, None, None);
+        }
         if !service_key.is_empty() {
-            refresh.push(service_key.clone());
-        }
-        if let Some(owner) = &old_owner {
-            if **owner != *service_key {
-                if owner.is_empty() {
-                    refresh_all = true;
-                } else {
-                    refresh.push(owner.clone());
-                }
-            }
-        }
-        if refresh_all {
-            self.refresh_views(node_key, None);
-        } else {
-            for key in &refresh {
-                self.refresh_views(node_key, Some(key));
-            }
+            self.edit_view_checks(node_key, &service_key, &check_key, Some(check));
         }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
-        // The previous owner's answers change too when a check moves between services.
         let mut affected: Vec<Option<Arc<str>>> = vec![service.map(|s| fold_arc(&s.name))];
-        if let Some(owner) = &old_owner {
-            if **owner != *service_key {
-                let previous_service = self
-                    .cat
-                    .nodes
-                    .get(&**node_key)
-                    .and_then(|e| e.services.get(&**owner))
-                    .map(|s| fold_arc(&s.name));
-                affected.push(if owner.is_empty() {
-                    None
-                } else {
-                    previous_service
-                });
-            }
+        if let Some(owner) = &moved_from {
+            // The previous owner's answers change too when a check moves between services.
+            affected.push(if owner.is_empty() {
+                None
+            } else {
+                previous_service
+            });
         }
         for name in affected {
             match name {
@@ -663,6 +692,16 @@ impl<'a> Tx<'a> {
                 None => self.bump_services_of_node(node_key),
             }
         }
+    }
+
+    /// The name of a check called `name` on another instance of `service`, to share.
+    fn sample_check_name(&self, service: &ServiceInstance, name: &str) -> Option<Arc<str>> {
+        let group = self.cat.services.get(&*fold(&service.name))?;
+        let view = group.instances.values().next()?;
+        view.checks
+            .iter()
+            .find(|c| *c.name == *name)
+            .map(|c| c.name.clone())
     }
 
     fn deregister(&mut self, node: &str, service_id: &str, check_id: &str) -> Result<(), String> {
@@ -687,20 +726,28 @@ impl<'a> Tx<'a> {
     }
 
     fn delete_service(&mut self, node_key: &Arc<str>, service_id: &str) {
-        let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
+        let Some(entry) = self.cat.nodes.get(&**node_key) else {
             return;
         };
-        let Some((service_key, instance)) = entry.services.remove_with_key(service_id) else {
+        let Some((service_key, instance)) = entry
+            .services
+            .get_key_value(service_id)
+            .map(|(k, v)| (k.clone(), v.clone()))
+        else {
             return;
         };
-        let doomed: Vec<CheckKey> = checks_of_service(&entry.checks, &service_key)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in &doomed {
-            entry.checks.remove(key);
-            entry.check_owners.remove(&*key.check);
-        }
         let name_key = fold_arc(&instance.name);
+        // The view lists exactly the service's checks.
+        let doomed = self.view_checks(&name_key, node_key, &service_key);
+        let entry = self
+            .cat
+            .nodes
+            .get_mut(&**node_key)
+            .expect("node checked above");
+        entry.services.remove(&*service_key);
+        for check in doomed.iter() {
+            entry.checks.remove(&*fold(&check.check_id));
+        }
         self.remove_from_group(&name_key, node_key, &service_key);
         self.bumped[BUMP_SERVICES] = true;
         self.touch(Table::Services, &name_key);
@@ -715,25 +762,24 @@ impl<'a> Tx<'a> {
         let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
             return;
         };
-        let Some(owner) = entry.check_owners.remove(check_id) else {
+        let Some((check_key, check)) = entry.checks.remove_with_key(check_id) else {
             return;
         };
-        entry.checks.remove(&CheckKeyRef {
-            service: &owner,
-            check: check_id,
-        });
-        let service_name = entry.services.get(&*owner).map(|s| fold_arc(&s.name));
-        if owner.is_empty() {
-            self.refresh_views(node_key, None);
+        if check.service_id.is_empty() {
+            self.refresh_views(node_key, None, None);
+            self.bump_services_of_node(node_key);
         } else {
-            self.refresh_views(node_key, Some(&owner));
+            let owner = entry
+                .services
+                .get_key_value(&*fold(&check.service_id))
+                .map(|(k, s)| (k.clone(), fold_arc(&s.name)));
+            if let Some((owner, name)) = owner {
+                self.edit_view_checks(node_key, &owner, &check_key, None);
+                self.bump_service(&name);
+            }
         }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
-        match service_name {
-            Some(name) => self.bump_service(&name),
-            None => self.bump_services_of_node(node_key),
-        }
     }
 
     fn delete_node(&mut self, node_key: &Arc<str>) {
@@ -809,37 +855,37 @@ pub fn instance_row(
     } else {
         &service.id
     };
-    let extras = if service.socket_path.is_empty()
+    let mut tagged_addresses: Vec<(Arc<str>, ServiceAddress)> = service
+        .tagged_addresses
+        .iter()
+        .map(|(tag, address, port)| {
+            (
+                arc_str(tag),
+                ServiceAddress {
+                    address: arc_str(address),
+                    port: *port,
+                },
+            )
+        })
+        .collect();
+    tagged_addresses.sort_by(|a, b| a.0.cmp(&b.0));
+    tagged_addresses.dedup_by(|later, earlier| later.0 == earlier.0);
+    let extras = if service.kind.is_empty()
+        && tagged_addresses.is_empty()
+        && service.socket_path.is_empty()
         && service.proxy_json.is_none()
         && !service.connect_native
     {
         None
     } else {
+        let old = existing.and_then(|e| e.extras.as_deref());
         Some(Box::new(ServiceExtras {
-            socket_path: arc_str(&service.socket_path),
+            kind: reuse(old.map(|e| &e.kind), &service.kind),
+            tagged_addresses: tagged_addresses.into_boxed_slice(),
+            socket_path: reuse(old.map(|e| &e.socket_path), &service.socket_path),
             proxy_json: service.proxy_json.as_deref().map(Arc::from),
             connect_native: service.connect_native,
         }))
-    };
-    let tagged_addresses = if service.tagged_addresses.is_empty() {
-        None
-    } else {
-        let mut list: Vec<(Arc<str>, ServiceAddress)> = service
-            .tagged_addresses
-            .iter()
-            .map(|(tag, address, port)| {
-                (
-                    arc_str(tag),
-                    ServiceAddress {
-                        address: arc_str(address),
-                        port: *port,
-                    },
-                )
-            })
-            .collect();
-        list.sort_by(|a, b| a.0.cmp(&b.0));
-        list.dedup_by(|later, earlier| later.0 == earlier.0);
-        Some(list.into_boxed_slice())
     };
     let name = match sample {
         Some(sample) if *sample.name == *service.name => sample.name.clone(),
@@ -847,12 +893,10 @@ pub fn instance_row(
     };
     ServiceInstance {
         node: node_name,
-        kind: reuse(existing.map(|e| &e.kind), &service.kind),
         id: reuse(existing.map(|e| &e.id), id_text),
         name,
         tags: shared_tags(&service.tags, existing, sample),
         address: reuse(existing.map(|e| &e.address), &service.address),
-        tagged_addresses,
         meta: string_pairs(&service.meta),
         port: service.port,
         weights: valid_weights(service.weights),
@@ -875,7 +919,9 @@ pub fn check_row(
     let status = Status::parse(&reg.status).unwrap_or(Status::Critical);
     let old_extras = existing.and_then(|e| e.extras.as_deref());
     let definition = reg.definition.clone().unwrap_or_default();
-    let extras = if reg.notes.is_empty()
+    let kind_code = check_type_code(&reg.kind);
+    let extras = if kind_code != OTHER_CHECK_TYPE
+        && reg.notes.is_empty()
         && reg.interval.is_empty()
         && reg.timeout.is_empty()
         && reg.exposed_port == 0
@@ -889,6 +935,7 @@ pub fn check_row(
             timeout: reuse(old_extras.map(|e| &e.timeout), &reg.timeout),
             exposed_port: reg.exposed_port,
             definition,
+            other_kind: (kind_code == OTHER_CHECK_TYPE).then(|| arc_str(&reg.kind)),
         }))
     };
     HealthCheck {
@@ -909,7 +956,7 @@ pub fn check_row(
             Some(s) => s.tags.clone(),
             None => NO_TAGS.clone(),
         },
-        kind: kind_arc(&reg.kind),
+        kind_code,
         extras,
         create_index: existing.map_or(index, |e| e.create_index),
         modify_index: index,
@@ -944,32 +991,37 @@ fn relabel_node_rows(entry: &mut NodeEntry, name: &Arc<str>) {
         updated.node = name.clone();
         entry.services.insert(key, Arc::new(updated));
     }
-    let checks: Vec<(CheckKey, Arc<HealthCheck>)> = entry
-        .checks
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for (key, check) in checks {
-        let mut updated = (*check).clone();
-        updated.node = name.clone();
-        entry.checks.insert(key, Arc::new(updated));
+    let keys: Vec<Arc<str>> = entry.checks.keys().cloned().collect();
+    for key in keys {
+        if let Some(check) = entry.checks.get_mut(&*key) {
+            let mut updated = (**check).clone();
+            updated.node = name.clone();
+            *check = Arc::new(updated);
+        }
     }
 }
 
-/// The checks of one service on a node (empty service key: the node's own checks).
+/// The checks of one service on a node (empty service key: the node's own checks), in
+/// check-ID order. A scan of the node's checks; writes keep each view's list instead.
 pub fn checks_of_service<'m>(
-    checks: &'m OrdMap<CheckKey, Arc<HealthCheck>>,
+    checks: &'m OrdMap<Arc<str>, Arc<HealthCheck>>,
     service_key: &'m str,
-) -> impl Iterator<Item = (&'m CheckKey, &'m Arc<HealthCheck>)> + 'm {
+) -> impl Iterator<Item = &'m Arc<HealthCheck>> + 'm {
     checks
-        .range::<_, CheckKeyRef>((
-            Bound::Included(CheckKeyRef {
-                service: service_key,
-                check: "",
-            }),
-            Bound::Unbounded,
-        ))
-        .take_while(move |(k, _)| *k.service == *service_key)
+        .values()
+        .filter(move |c| *fold(&c.service_id) == *service_key)
+}
+
+/// A shared, immutable list of checks, as views hold them.
+pub type CheckList = Arc<[Arc<HealthCheck>]>;
+
+/// A check list as views hold it (the shared empty list when empty).
+pub fn check_list(list: Vec<Arc<HealthCheck>>) -> CheckList {
+    if list.is_empty() {
+        NO_CHECKS.clone()
+    } else {
+        list.into()
+    }
 }
 
 /// A tag list sharing an existing allocation when an equal list exists.

@@ -5,8 +5,8 @@
 //! owns the list of its instances across nodes ([`ServiceGroup`]); an instance row is one
 //! `Arc` referenced from both places. Keys are folded to lowercase because Consul matches
 //! node names, service names, service IDs and check IDs case-insensitively. A node's checks
-//! are keyed by `(service ID, check ID)` so that one service's checks are a contiguous range
-//! and node-level checks (empty service ID) come first.
+//! are keyed by check ID (unique per node); each instance's [`InstanceView`] lists its own
+//! checks and the node keeps its node-level checks as one shared list.
 //!
 //! Indexes, as Consul keeps them: the `nodes`, `services` and `checks` table indexes
 //! ([`Table`] slots), one index per service name (Consul's `service.<name>` entry, here
@@ -42,8 +42,8 @@ use std::sync::Arc;
 
 pub use apply::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
 pub use rows::{
-    CheckDefinition, CheckExtras, CheckKey, HealthCheck, InstanceKey, Node, ServiceAddress,
-    ServiceInstance, Status, StrMap, Weights,
+    CheckDefinition, CheckExtras, HealthCheck, InstanceKey, Node, ServiceAddress, ServiceInstance,
+    Status, StrMap, Weights,
 };
 
 /// The check every agent's node carries, maintained from gossip membership (and, until gossip
@@ -61,10 +61,9 @@ pub struct NodeEntry {
     pub node_checks: Arc<[Arc<HealthCheck>]>,
     /// Folded service ID → instance.
     pub services: OrdMap<Arc<str>, Arc<ServiceInstance>>,
-    /// `(folded service ID or "", folded check ID)` → check.
-    pub checks: OrdMap<CheckKey, Arc<HealthCheck>>,
-    /// Folded check ID → folded service ID it belongs to (empty for node checks).
-    pub check_owners: OrdMap<Arc<str>, Arc<str>>,
+    /// Folded check ID → check (node-level and service checks alike; check IDs are unique
+    /// per node). Each instance's checks are also listed in its [`InstanceView`].
+    pub checks: OrdMap<Arc<str>, Arc<HealthCheck>>,
 }
 
 /// One instance as a query of its service answers it: the instance, its node row and its
@@ -135,7 +134,7 @@ pub struct CatalogTables {
 
 impl Serialize for CatalogTables {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        snapshot::CatalogDump::from_tables(self).serialize(serializer)
+        snapshot::CatalogDumpRef(self).serialize(serializer)
     }
 }
 
@@ -202,9 +201,7 @@ impl CatalogTables {
                     "view carries node checks"
                 );
                 let own: Vec<&Arc<HealthCheck>> =
-                    apply::checks_of_service(&entry.checks, service_key)
-                        .map(|(_, c)| c)
-                        .collect();
+                    apply::checks_of_service(&entry.checks, service_key).collect();
                 assert_eq!(own.len(), view.checks.len());
                 assert!(own
                     .iter()
@@ -212,21 +209,19 @@ impl CatalogTables {
                     .all(|(a, b)| Arc::ptr_eq(a, b)));
                 assert!(group.index >= instance.modify_index);
             }
-            let node_checks: Vec<&Arc<HealthCheck>> = apply::checks_of_service(&entry.checks, "")
-                .map(|(_, c)| c)
-                .collect();
+            let node_checks: Vec<&Arc<HealthCheck>> =
+                apply::checks_of_service(&entry.checks, "").collect();
             assert_eq!(node_checks.len(), entry.node_checks.len());
-            assert_eq!(entry.checks.len(), entry.check_owners.len());
+            assert!(node_checks
+                .iter()
+                .zip(entry.node_checks.iter())
+                .all(|(a, b)| Arc::ptr_eq(a, b)));
             for (check_key, check) in entry.checks.iter() {
-                assert_eq!(*check_key.check, *rows::fold(&check.check_id));
-                assert_eq!(*check_key.service, *rows::fold(&check.service_id));
-                assert_eq!(
-                    entry.check_owners.get(&*check_key.check),
-                    Some(&check_key.service)
-                );
-                if !check_key.service.is_empty() {
+                assert_eq!(**check_key, *rows::fold(&check.check_id));
+                let owner = rows::fold(&check.service_id);
+                if !owner.is_empty() {
                     assert!(
-                        entry.services.contains_key(&*check_key.service),
+                        entry.services.contains_key(&*owner),
                         "check {} references a registered service",
                         check.check_id
                     );

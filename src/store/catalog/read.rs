@@ -5,7 +5,6 @@
 //! rows the query needs: a service query walks that service's group, joining each
 //! instance's node row and checks by key.
 
-use super::apply::checks_of_service;
 use super::rows::{fold, HealthCheck, Node, ServiceInstance, Status};
 use super::{NodeEntry, ServiceGroup};
 use crate::store::{Table, Tables};
@@ -155,12 +154,7 @@ pub fn service_instance<'a>(
 /// A check by node and check ID.
 pub fn check<'a>(tables: &'a Tables, node: &str, check_id: &str) -> Option<&'a Arc<HealthCheck>> {
     let entry = tables.catalog.node(node)?;
-    let check_id = fold(check_id);
-    let owner = entry.check_owners.get(&*check_id)?;
-    entry.checks.get(&super::rows::CheckKeyRef {
-        service: owner,
-        check: &check_id,
-    })
+    entry.checks.get(&*fold(check_id))
 }
 
 /// The checks of one service instance on a node, without node-level checks.
@@ -168,9 +162,10 @@ pub fn instance_checks<'a>(
     entry: &'a NodeEntry,
     service_id: &str,
 ) -> impl Iterator<Item = &'a Arc<HealthCheck>> + 'a {
+    let service_key = fold(service_id).into_owned();
+    let registered = entry.services.contains_key(&*service_key);
     entry
-        .services
-        .get_key_value(&*fold(service_id))
-        .into_iter()
-        .flat_map(move |(key, _)| checks_of_service(&entry.checks, key).map(|(_, c)| c))
+        .checks
+        .values()
+        .filter(move |c| registered && *fold(&c.service_id) == *service_key)
 }

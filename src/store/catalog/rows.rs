@@ -159,7 +159,6 @@ impl Node {
             && self.name == other.name
             && self.address == other.address
             && self.datacenter == other.datacenter
-            && self.tagged_addresses == other.tagged_addresses
             && self.meta == other.meta
     }
 }
@@ -184,6 +183,10 @@ impl Default for Weights {
 /// out of line so that plain services do not pay for them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceExtras {
+    /// `ServiceKind`: `connect-proxy`, `mesh-gateway`, … (typical services have none).
+    pub kind: Arc<str>,
+    /// `(tag, address)` sorted by tag.
+    pub tagged_addresses: Box<[TaggedServiceAddress]>,
     pub socket_path: Arc<str>,
     /// `Proxy` as the client sent it (JSON text), for connect proxies and gateways.
     pub proxy_json: Option<Arc<str>>,
@@ -196,13 +199,10 @@ pub struct ServiceExtras {
 pub struct ServiceInstance {
     /// The node's name as registered (shared with the node row).
     pub node: Arc<str>,
-    /// `ServiceKind`: empty for typical services, else `connect-proxy`, `mesh-gateway`, …
-    pub kind: Arc<str>,
     pub id: Arc<str>,
     pub name: Arc<str>,
     pub tags: Arc<[Arc<str>]>,
     pub address: Arc<str>,
-    pub tagged_addresses: Option<Box<[TaggedServiceAddress]>>,
     pub meta: StrMap,
     pub port: i32,
     pub weights: Weights,
@@ -216,12 +216,10 @@ impl ServiceInstance {
     /// Same content, ignoring Raft indexes (Consul's `IsSameService`).
     pub fn same_as(&self, other: &ServiceInstance) -> bool {
         self.node == other.node
-            && self.kind == other.kind
             && self.id == other.id
             && self.name == other.name
             && self.tags == other.tags
             && self.address == other.address
-            && self.tagged_addresses == other.tagged_addresses
             && self.meta == other.meta
             && self.port == other.port
             && self.weights == other.weights
@@ -231,6 +229,14 @@ impl ServiceInstance {
     pub fn has_tag(&self, tag: &str) -> bool {
         // Consul compares tags case-insensitively for filtering.
         self.tags.iter().any(|t| t.eq_ignore_ascii_case(tag))
+    }
+    /// `ServiceTaggedAddresses`, sorted by tag.
+    pub fn tagged_addresses(&self) -> &[TaggedServiceAddress] {
+        self.extras.as_deref().map_or(&[], |e| &e.tagged_addresses)
+    }
+    /// `ServiceKind`: empty for typical services.
+    pub fn kind(&self) -> &str {
+        self.extras.as_deref().map_or("", |e| &e.kind)
     }
     pub fn socket_path(&self) -> &str {
         self.extras.as_deref().map_or("", |e| &e.socket_path)
@@ -277,6 +283,35 @@ pub struct CheckExtras {
     pub timeout: Arc<str>,
     pub exposed_port: i32,
     pub definition: CheckDefinition,
+    /// The check's `Type` when it is not one of [`CHECK_TYPES`].
+    pub other_kind: Option<Arc<str>>,
+}
+
+/// Check types Consul reports, stored as an index in [`HealthCheck::kind_code`].
+pub const CHECK_TYPES: [&str; 12] = [
+    "",
+    "http",
+    "tcp",
+    "udp",
+    "ttl",
+    "grpc",
+    "script",
+    "alias",
+    "maintenance",
+    "docker",
+    "h2ping",
+    "os_service",
+];
+
+/// [`HealthCheck::kind_code`] of a type kept in [`CheckExtras::other_kind`].
+pub const OTHER_CHECK_TYPE: u8 = u8::MAX;
+
+/// The code of a check type: its index in [`CHECK_TYPES`], else [`OTHER_CHECK_TYPE`].
+pub fn check_type_code(kind: &str) -> u8 {
+    CHECK_TYPES
+        .iter()
+        .position(|k| *k == kind)
+        .map_or(OTHER_CHECK_TYPE, |i| i as u8)
 }
 
 /// Consul's `HealthCheck`.
@@ -286,12 +321,13 @@ pub struct HealthCheck {
     pub check_id: Arc<str>,
     pub name: Arc<str>,
     pub status: Status,
+    /// `Type` (`http`, `tcp`, `ttl`, `script`, … or empty) as a [`CHECK_TYPES`] index; see
+    /// [`HealthCheck::kind`].
+    pub kind_code: u8,
     pub output: Arc<str>,
     pub service_id: Arc<str>,
     pub service_name: Arc<str>,
     pub service_tags: Arc<[Arc<str>]>,
-    /// `Type`: `http`, `tcp`, `ttl`, `script`, … or empty.
-    pub kind: Arc<str>,
     pub extras: Option<Box<CheckExtras>>,
     pub create_index: u64,
     pub modify_index: u64,
@@ -308,8 +344,19 @@ impl HealthCheck {
             && self.service_id == other.service_id
             && self.service_name == other.service_name
             && self.service_tags == other.service_tags
-            && self.kind == other.kind
+            && self.kind_code == other.kind_code
             && self.extras == other.extras
+    }
+    /// `Type`: `http`, `tcp`, `ttl`, `script`, … or empty.
+    pub fn kind(&self) -> &str {
+        match CHECK_TYPES.get(self.kind_code as usize) {
+            Some(kind) => kind,
+            None => self
+                .extras
+                .as_deref()
+                .and_then(|e| e.other_kind.as_deref())
+                .unwrap_or(""),
+        }
     }
     pub fn notes(&self) -> &str {
         self.extras.as_deref().map_or("", |e| &e.notes)
@@ -325,33 +372,6 @@ impl HealthCheck {
     }
     pub fn definition(&self) -> Option<&CheckDefinition> {
         self.extras.as_deref().map(|e| &e.definition)
-    }
-}
-
-/// Key of a check within its node: the folded service ID (empty for node checks) first, so
-/// that a service's checks are one contiguous range, then the folded check ID.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CheckKey {
-    pub service: Arc<str>,
-    pub check: Arc<str>,
-}
-
-/// A borrowed [`CheckKey`] for lookups without allocating.
-#[derive(Clone, Copy, Debug)]
-pub struct CheckKeyRef<'a> {
-    pub service: &'a str,
-    pub check: &'a str,
-}
-
-impl Equivalent<CheckKey> for CheckKeyRef<'_> {
-    fn equivalent(&self, key: &CheckKey) -> bool {
-        *self.service == *key.service && *self.check == *key.check
-    }
-}
-
-impl Comparable<CheckKey> for CheckKeyRef<'_> {
-    fn compare(&self, key: &CheckKey) -> Ordering {
-        (self.service, self.check).cmp(&(&*key.service, &*key.check))
     }
 }
 

@@ -2,15 +2,16 @@
 //! per-service indexes. Restoring rebuilds the secondary structures (groups, ID index) and
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
+use super::apply::check_list;
 use super::rows::NO_CHECKS;
-use super::rows::{fold_arc, CheckKey, HealthCheck, InstanceKey, Node, ServiceInstance};
+use super::rows::{fold_arc, HealthCheck, InstanceKey, Node, ServiceInstance};
 use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 pub(super) struct CatalogDump {
     nodes: Vec<NodeDump>,
     /// Folded service name → `service.<name>` index.
@@ -18,7 +19,7 @@ pub(super) struct CatalogDump {
     service_extinction_index: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct NodeDump {
     node: Node,
     services: Vec<ServiceInstance>,
@@ -39,27 +40,59 @@ impl Interner {
     }
 }
 
-impl CatalogDump {
-    pub(super) fn from_tables(tables: &CatalogTables) -> CatalogDump {
-        CatalogDump {
-            nodes: tables
-                .nodes
-                .values()
-                .map(|entry| NodeDump {
-                    node: (*entry.node).clone(),
-                    services: entry.services.values().map(|s| (**s).clone()).collect(),
-                    checks: entry.checks.values().map(|c| (**c).clone()).collect(),
-                })
-                .collect(),
-            service_indexes: tables
-                .services
-                .iter()
-                .map(|(name, group)| (name.clone(), group.index))
-                .collect(),
-            service_extinction_index: tables.service_extinction_index,
-        }
-    }
+/// The serializing side of [`CatalogDump`]: the same layout, written straight from the live
+/// tables (no row is copied, so a snapshot of a large catalog costs only its output bytes).
+pub(super) struct CatalogDumpRef<'a>(pub(super) &'a CatalogTables);
 
+impl Serialize for CatalogDumpRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let tables = self.0;
+        let mut dump = serializer.serialize_struct("CatalogDump", 3)?;
+        dump.serialize_field("nodes", &Seq(|| tables.nodes.values().map(NodeDumpRef)))?;
+        dump.serialize_field(
+            "service_indexes",
+            &Seq(|| {
+                tables
+                    .services
+                    .iter()
+                    .map(|(name, group)| (name, group.index))
+            }),
+        )?;
+        dump.serialize_field("service_extinction_index", &tables.service_extinction_index)?;
+        dump.end()
+    }
+}
+
+struct NodeDumpRef<'a>(&'a NodeEntry);
+
+impl Serialize for NodeDumpRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let entry = self.0;
+        let mut dump = serializer.serialize_struct("NodeDump", 3)?;
+        dump.serialize_field("node", &*entry.node)?;
+        dump.serialize_field("services", &Seq(|| entry.services.values().map(|s| &**s)))?;
+        dump.serialize_field("checks", &Seq(|| entry.checks.values().map(|c| &**c)))?;
+        dump.end()
+    }
+}
+
+/// Serializes the items an iterator factory yields as a sequence.
+struct Seq<F>(F);
+
+impl<F, I> Serialize for Seq<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq((self.0)())
+    }
+}
+
+impl CatalogDump {
     pub(super) fn into_tables(self) -> Result<CatalogTables, String> {
         let mut strings = Interner::default();
         let mut tags: HashMap<Arc<[Arc<str>]>, ()> = HashMap::new();
@@ -82,8 +115,9 @@ impl CatalogDump {
                 node_checks: NO_CHECKS.clone(),
                 services: OrdMap::new(),
                 checks: OrdMap::new(),
-                check_owners: OrdMap::new(),
             };
+            // Folded service ID → its checks, in check-ID order (empty: node checks).
+            let mut lists: HashMap<Arc<str>, Vec<Arc<HealthCheck>>> = HashMap::new();
             for mut service in dump.services {
                 service.node = node.name.clone();
                 service.name = strings.get(&service.name);
@@ -127,39 +161,28 @@ impl CatalogDump {
                     ));
                 }
                 let check_key = fold_arc(&check.check_id);
-                entry
-                    .check_owners
-                    .insert(check_key.clone(), service_key.clone());
-                entry.checks.insert(
-                    CheckKey {
-                        service: service_key,
-                        check: check_key,
-                    },
-                    Arc::new(check),
-                );
+                if entry.checks.contains_key(&*check_key) {
+                    return Err(format!(
+                        "snapshot lists check {:?} of node {:?} twice",
+                        check.check_id, node.name
+                    ));
+                }
+                let check = Arc::new(check);
+                entry.checks.insert(check_key, check.clone());
+                lists.entry(service_key).or_default().push(check);
+            }
+            for list in lists.values_mut() {
+                list.sort_by_cached_key(|check| fold_arc(&check.check_id));
             }
             // Views: the node's shared node-check list and each instance's own checks.
-            let node_checks: Vec<Arc<super::HealthCheck>> =
-                super::apply::checks_of_service(&entry.checks, "")
-                    .map(|(_, c)| c.clone())
-                    .collect();
-            if !node_checks.is_empty() {
-                entry.node_checks = node_checks.into();
-            }
+            entry.node_checks = check_list(lists.remove("").unwrap_or_default());
             for (service_key, service) in entry.services.iter() {
-                let checks: Vec<Arc<super::HealthCheck>> =
-                    super::apply::checks_of_service(&entry.checks, service_key)
-                        .map(|(_, c)| c.clone())
-                        .collect();
+                let checks = check_list(lists.remove(&**service_key).unwrap_or_default());
                 let view = InstanceView::new(
                     service.clone(),
                     node.clone(),
                     entry.node_checks.clone(),
-                    if checks.is_empty() {
-                        NO_CHECKS.clone()
-                    } else {
-                        checks.into()
-                    },
+                    checks,
                 );
                 let name_key = fold_arc(&service.name);
                 if let Some(group) = tables.services.get_mut(&*name_key) {

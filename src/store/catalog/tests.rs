@@ -403,7 +403,11 @@ fn repeated_strings_are_shared() {
         f.instance(
             &format!("n{i}"),
             service(&format!("web-{i}"), "web", &["blue", "v2"]),
-            vec![check(&format!("c{i}"), &format!("web-{i}"), "passing")],
+            vec![CheckRegistration {
+                name: "web health".into(),
+                kind: "http".into(),
+                ..check(&format!("c{i}"), &format!("web-{i}"), "passing")
+            }],
         );
     }
     let nodes = check_service_nodes(&f.tables, "web");
@@ -411,9 +415,10 @@ fn repeated_strings_are_shared() {
         assert!(Arc::ptr_eq(&pair[0].service.tags, &pair[1].service.tags));
         assert!(Arc::ptr_eq(&pair[0].service.name, &pair[1].service.name));
         assert!(Arc::ptr_eq(
-            &pair[0].checks().next().unwrap().kind,
-            &pair[1].checks().next().unwrap().kind
+            &pair[0].checks().next().unwrap().name,
+            &pair[1].checks().next().unwrap().name
         ));
+        assert_eq!(pair[0].checks().next().unwrap().kind(), "http");
     }
 }
 
@@ -470,4 +475,85 @@ fn a_service_without_id_is_identified_by_its_name() {
     let rows = check_service_nodes(&f.tables, "web");
     assert_eq!(&*rows[0].service.id, "web");
     assert_eq!(rows[0].checks().count(), 1);
+}
+
+#[test]
+fn checks_moving_between_services_and_node_level_keep_every_view_current() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("a-1", "a", &[]),
+        vec![check("c", "a-1", "passing"), check("d", "a-1", "passing")],
+    );
+    f.instance("n1", service("b-1", "b", &[]), vec![]);
+    let own = |f: &Fixture, svc: &str| -> Vec<String> {
+        check_service_nodes(&f.tables, svc)[0]
+            .service_checks
+            .iter()
+            .map(|c| c.check_id.to_string())
+            .collect()
+    };
+    assert_eq!(own(&f, "a"), ["c", "d"]);
+    // c moves from a-1 to b-1: both services' answers change.
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.checks = vec![check("c", "b-1", "warning")];
+    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert_eq!(own(&f, "a"), ["d"]);
+    assert_eq!(own(&f, "b"), ["c"]);
+    assert!(f.touched(Table::ServiceIndex, "a") && f.touched(Table::ServiceIndex, "b"));
+    assert_eq!(
+        &*check_service_nodes(&f.tables, "b")[0].service_checks[0].service_name,
+        "b"
+    );
+    // c becomes a node check: in every view's node checks, in nobody's own list.
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.checks = vec![check("c", "", "critical")];
+    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert!(own(&f, "b").is_empty());
+    for svc in ["a", "b"] {
+        let nodes = check_service_nodes(&f.tables, svc);
+        assert_eq!(nodes[0].node_checks.len(), 1);
+        assert!(!nodes[0].none_critical());
+    }
+    // And back to a service check, then deleted.
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.checks = vec![check("C", "A-1", "passing")];
+    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert_eq!(own(&f, "a"), ["C", "d"]);
+    assert!(check_service_nodes(&f.tables, "b")[0]
+        .node_checks
+        .is_empty());
+    f.run(CatalogOp::Deregister {
+        node: "n1".into(),
+        service_id: String::new(),
+        check_id: "c".into(),
+    });
+    assert_eq!(own(&f, "a"), ["d"]);
+    assert!(read::check(&f.tables, "n1", "c").is_none());
+    // Deleting the service takes its remaining checks.
+    f.run(CatalogOp::Deregister {
+        node: "n1".into(),
+        service_id: "a-1".into(),
+        check_id: String::new(),
+    });
+    assert!(read::check(&f.tables, "n1", "d").is_none());
+}
+
+#[test]
+fn a_node_name_changing_case_relabels_rows_and_views() {
+    let mut f = Fixture::new();
+    f.instance(
+        "node1",
+        service("a-1", "a", &[]),
+        vec![check("c", "a-1", "passing")],
+    );
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.node = "NODE1".into();
+    reg.checks = vec![check("nc", "", "passing")];
+    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    let nodes = check_service_nodes(&f.tables, "a");
+    assert_eq!(&*nodes[0].node.name, "NODE1");
+    assert_eq!(&*nodes[0].service.node, "NODE1");
+    assert_eq!(&*nodes[0].service_checks[0].node, "NODE1");
+    assert_eq!(&*nodes[0].node_checks[0].node, "NODE1");
 }
