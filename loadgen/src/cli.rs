@@ -179,6 +179,8 @@ pub struct RunConfig {
     pub service: String,
     pub instances: usize,
     pub via: RegisterVia,
+    /// Catalog registrations: instances per node.
+    pub per_node: usize,
     /// `?passing` on health queries; `None` = the scenario's default.
     pub passing: Option<bool>,
     // DNS
@@ -234,6 +236,7 @@ impl RunConfig {
             service: "web".into(),
             instances: 0,
             via: RegisterVia::Catalog,
+            per_node: 1,
             passing: None,
             qname: None,
             qtype: QueryType::A,
@@ -733,6 +736,15 @@ const RUN_FLAGS: &[FlagSpec] = &[
                 "agent" => RegisterVia::Agent,
                 _ => return Err(format!("--via takes catalog or agent, not {v:?}")),
             };
+            Ok(())
+        }
+    ),
+    flag!(
+        "per-node",
+        Some("N"),
+        "catalog registrations: N instances per node [1]",
+        |c, v| {
+            c.per_node = parse_count(v, 1, INSTANCES_MAX)?;
             Ok(())
         }
     ),

@@ -129,13 +129,14 @@ fn plan(config: &RunConfig) -> Plan {
                 // A new instance of the watched service: changes its health result.
                 let id = format!("{}-fanout-write", config.service);
                 let node = "loadgen-fanout-write".to_string();
-                let (path, body) = crate::workloads::registration(
-                    RegisterVia::Catalog,
-                    &config.service,
-                    &id,
-                    &node,
-                    999_999,
-                );
+                let instance = crate::workloads::Instance {
+                    service: &config.service,
+                    id: &id,
+                    node: &node,
+                    node_index: 999_999,
+                    index: 999_999,
+                };
+                let (path, body) = crate::workloads::registration(RegisterVia::Catalog, &instance);
                 ("PUT".to_string(), path.to_string(), body)
             }
         },

@@ -232,9 +232,9 @@ fn split_encoded(request: &[u8]) -> (&str, &str, Option<&str>, &[u8]) {
     (method, path, content_type, &request[head_end..])
 }
 
-/// Node name of synthetic instance `i` of `service` (catalog registrations).
-pub fn instance_node(service: &str, i: usize) -> String {
-    format!("loadgen-{service}-{i}")
+/// Name of synthetic catalog node `n` holding instances of `service`.
+pub fn instance_node(service: &str, n: usize) -> String {
+    format!("loadgen-{service}-{n}")
 }
 
 /// Instance ID of synthetic instance `i` of `service`.
@@ -242,7 +242,8 @@ pub fn instance_id(service: &str, i: usize) -> String {
     format!("{service}-{i}")
 }
 
-/// Registers `count` instances of `service` (IDs `<service>-0…`), each with a passing check.
+/// Registers `count` instances of `service` (IDs `<service>-0…`), each with a passing check,
+/// `--per-node` instances per catalog node.
 pub fn register_instances(
     config: &RunConfig,
     target: &Target,
@@ -251,8 +252,16 @@ pub fn register_instances(
 ) -> Result<(), String> {
     parallel_setup(target, config.timeout, count, |client, i| {
         let id = instance_id(service, i);
-        let node = instance_node(service, i);
-        let (path, body) = crate::workloads::registration(config.via, service, &id, &node, i);
+        let node_index = i / config.per_node;
+        let node = instance_node(service, node_index);
+        let instance = crate::workloads::Instance {
+            service,
+            id: &id,
+            node: &node,
+            node_index,
+            index: i,
+        };
+        let (path, body) = crate::workloads::registration(config.via, &instance);
         let response = client.request("PUT", path, Some("application/json"), body.as_bytes())?;
         if !(200..300).contains(&response.status) {
             return Err(format!(

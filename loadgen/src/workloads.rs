@@ -180,15 +180,30 @@ pub fn instance_address(i: usize) -> String {
     format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
 }
 
-/// The body and path that register instance `i` of `service` (with one passing check).
-pub fn registration(
-    via: RegisterVia,
-    service: &str,
-    id: &str,
-    node: &str,
-    i: usize,
-) -> (&'static str, String) {
-    let address = instance_address(i);
+/// One synthetic service instance to register.
+#[derive(Clone, Copy, Debug)]
+pub struct Instance<'a> {
+    pub service: &'a str,
+    pub id: &'a str,
+    /// Catalog node the instance lives on (ignored by agent registrations).
+    pub node: &'a str,
+    /// Numbers the node's and the instance's addresses.
+    pub node_index: usize,
+    pub index: usize,
+}
+
+/// The path and body that register `instance` with one passing check: through the agent
+/// (a TTL check, so `/v1/agent/check/fail/service:<id>` can flip it) or the catalog.
+pub fn registration(via: RegisterVia, instance: &Instance<'_>) -> (&'static str, String) {
+    let Instance {
+        service,
+        id,
+        node,
+        node_index,
+        index,
+    } = *instance;
+    let address = instance_address(index);
+    let node_address = instance_address(node_index);
     match via {
         RegisterVia::Agent => (
             "/v1/agent/service/register",
@@ -199,7 +214,7 @@ pub fn registration(
         RegisterVia::Catalog => (
             "/v1/catalog/register",
             format!(
-                r#"{{"Node":"{node}","Address":"{address}","Service":{{"ID":"{id}","Service":"{service}","Address":"{address}","Port":8080}},"Check":{{"Node":"{node}","CheckID":"service:{id}","Name":"{id} check","Status":"passing","ServiceID":"{id}"}}}}"#
+                r#"{{"Node":"{node}","Address":"{node_address}","Service":{{"ID":"{id}","Service":"{service}","Address":"{address}","Port":8080}},"Check":{{"Node":"{node}","CheckID":"service:{id}","Name":"{id} check","Status":"passing","ServiceID":"{id}"}}}}"#
             ),
         ),
     }
@@ -253,8 +268,14 @@ impl HttpWorkload for ChurnWorkload {
         request.clear();
         self.in_flight_register = !self.registered;
         if self.in_flight_register {
-            let (path, body) =
-                registration(self.via, &self.service, &self.id, &self.node, self.index);
+            let instance = Instance {
+                service: &self.service,
+                id: &self.id,
+                node: &self.node,
+                node_index: self.index,
+                index: self.index,
+            };
+            let (path, body) = registration(self.via, &instance);
             encode_request(
                 request,
                 "PUT",
@@ -589,7 +610,14 @@ mod tests {
     #[test]
     fn registration_bodies_are_json() {
         for via in [RegisterVia::Agent, RegisterVia::Catalog] {
-            let (_, body) = registration(via, "web", "web-1", "n1", 1);
+            let instance = Instance {
+                service: "web",
+                id: "web-1",
+                node: "n1",
+                node_index: 0,
+                index: 1,
+            };
+            let (_, body) = registration(via, &instance);
             let v: serde_json::Value = serde_json::from_str(&body).unwrap();
             assert!(v.is_object());
             let (_, body) = deregistration(via, "web-1", "n1");
