@@ -11,16 +11,16 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the bird's-eye view.
 
-pub mod proto;
-pub mod store;
-pub mod raft;
-pub mod gossip;
-pub mod shard;
-pub mod api;
-pub mod dns;
 pub mod agent;
-pub mod config;
+pub mod api;
 pub mod cli;
+pub mod config;
+pub mod dns;
+pub mod gossip;
+pub mod proto;
+pub mod raft;
+pub mod shard;
+pub mod store;
 
 /// The Consul HTTP API version praetor implements; reported by `praetor version` and
 /// `/v1/agent/self` as `Config.Version` so that clients that gate features on it behave.

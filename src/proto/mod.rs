@@ -1,1 +1,5 @@
-//! proto (filled in by the issue that needs it).
+//! Wire formats only: parsing and writing bytes, with explicit limits. Nothing here knows
+//! about the store, the runtime, or time.
+
+pub mod duration;
+pub mod http;
