@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -103,14 +104,16 @@ class Processes:
                 proc.wait(STOP_TIMEOUT_S)
         log.close()
 
-    def log_tail(self, name, lines=5):
+    def log_tail(self, name, lines=2):
+        """The last lines a process logged (not the command line this script wrote first)."""
         path = os.path.join(self.log_dir, f"{name}.log")
         try:
             with open(path, "rb") as f:
                 text = f.read()[-4000:].decode(errors="replace")
         except OSError:
             return ""
-        return " / ".join(l.strip() for l in text.strip().splitlines()[-lines:])
+        logged = [l.strip() for l in text.strip().splitlines() if l.strip() and not l.startswith("$ ")]
+        return " / ".join(logged[-lines:]) or "(no output)"
 
 
 def http(method, url, body=None, timeout=PROBE_TIMEOUT_S):
@@ -203,6 +206,7 @@ class Bench:
         self.started = {}  # system name -> True / reason string when it failed
         self.probes = {}
         self.quick = args.quick
+        self.last_cpu_s = 0.0
         self.duration = args.duration or (1.0 if args.quick else 5.0)
         self.runs = args.runs or (2 if args.quick else 5)
         self.fanout_watchers = 1000 if args.quick else 15000
@@ -216,13 +220,17 @@ class Bench:
         return os.path.relpath(path, self.root)
 
     def run_tool(self, argv, planned_s, capture=True):
-        """Runs a command bounded by its planned time plus slack; returns (code, stdout)."""
+        """Runs a command bounded by its planned time plus slack; returns (code, stdout). The
+        CPU time (user + system) the command used is left in `self.last_cpu_s`."""
         timeout = self.budget.cap(planned_s + RUN_SLACK_S)
         print("$ " + shlex.join(argv), flush=True)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             proc = subprocess.run(argv, stdout=subprocess.PIPE if capture else None, timeout=timeout, cwd=self.root)
         except subprocess.TimeoutExpired:
             return -1, ""
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.last_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         out = proc.stdout.decode(errors="replace") if capture and proc.stdout is not None else ""
         if capture and out:
             sys.stdout.write(out)
@@ -614,10 +622,10 @@ class Bench:
         a_runs, b_runs = [], []
         for i in range(self.runs):
             code, out = self.run_tool(wrk_argv, d)
-            a_runs.append(parse_wrk(out) if code == 0 else {"errors": 1})
+            a_runs.append(with_cpu(parse_wrk(out) if code == 0 else {"errors": 1}, self.last_cpu_s))
             time.sleep(0.5)
             doc, _ = self.loadgen_json(lg_args, f"{row_id}-loadgen-{i + 1}", d)
-            b_runs.append(doc)
+            b_runs.append(with_cpu(doc, self.last_cpu_s))
             time.sleep(0.5)
         doc = synthetic_compare("throughput_rps", "wrk -t2 -c64", a_runs, "loadgen kv-get -c64", b_runs)
         with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
@@ -629,7 +637,7 @@ class Bench:
                  peer=fmt_num(doc["a"]["median"]["throughput_rps"], "req/s"), ratio=fmt_ratio(ratio),
                  target=target, result="pass" if ok else "fail", chart=chart,
                  command=f"{shlex.join(wrk_argv)}  ⟷  loadgen {shlex.join(lg_args)}  (interleaved ×{self.runs})",
-                 note="'praetor' column = loadgen, 'peer' = wrk; the server is the floor",
+                 note="'praetor' column = loadgen, 'peer' = wrk; the server is the floor; " + cpu_note(doc),
                  raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
     def row_ceiling_dns(self):
@@ -650,10 +658,10 @@ class Bench:
         a_runs, b_runs = [], []
         for i in range(self.runs):
             code, out = self.run_tool(perf_argv, d)
-            a_runs.append(parse_dnsperf(out) if code == 0 else {"errors": 1})
+            a_runs.append(with_cpu(parse_dnsperf(out) if code == 0 else {"errors": 1}, self.last_cpu_s))
             time.sleep(0.5)
             doc, _ = self.loadgen_json(lg_args, f"{row_id}-loadgen-{i + 1}", d)
-            b_runs.append(doc)
+            b_runs.append(with_cpu(doc, self.last_cpu_s))
             time.sleep(0.5)
         doc = synthetic_compare("throughput_rps", "dnsperf -c4 -T1", a_runs, "loadgen dns -c64", b_runs)
         with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
@@ -665,7 +673,7 @@ class Bench:
                  peer=fmt_num(doc["a"]["median"]["throughput_rps"], "qps"), ratio=fmt_ratio(ratio),
                  target=target, result="pass" if ok else "fail", chart=chart,
                  command=f"{shlex.join(perf_argv)}  ⟷  loadgen {shlex.join(lg_args)}  (interleaved ×{self.runs})",
-                 note="'praetor' column = loadgen, 'peer' = dnsperf; the server is the DNS floor",
+                 note="'praetor' column = loadgen, 'peer' = dnsperf; the server is the DNS floor; " + cpu_note(doc),
                  raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
     def dev_url(self):
@@ -673,7 +681,7 @@ class Bench:
 
     def row_kv_get_vs_floor(self):
         row_id, title, target = "kv-get-vs-floor", "KV GET one key, 64 conns: praetor -dev vs HTTP floor", "≥ 0.7×"
-        reason = self.needs("http-floor", "dev:kv")
+        reason = self.needs("dev:kv", "http-floor")
         if reason:
             return self.unavailable(row_id, title, target, reason)
         self.compare_row(row_id, title, ["kv-get", "--target-a", f"http://127.0.0.1:{HTTP_FLOOR_PORT}",
@@ -683,7 +691,7 @@ class Bench:
 
     def row_kv_put_vs_etcd1(self):
         row_id, title, target = "kv-put-vs-etcd1", "KV PUT 64 conns: praetor -dev vs one-member etcd", "≥ 5×"
-        reason = self.needs("etcd1", "dev:kv")
+        reason = self.needs("dev:kv", "etcd1")
         if reason:
             return self.unavailable(row_id, title, target, reason)
         self.compare_row(row_id, title, ["kv-put", "--etcd-a", f"http://127.0.0.1:{ETCD1['client']}",
@@ -882,7 +890,7 @@ class Bench:
     def row_kv_put_3srv(self):
         row_id, title = "kv-put-3srv-vs-etcd3", "KV PUT 64 conns: 3 praetor servers vs 3-member etcd (leaders)"
         target = "≥ 5×, p99 no worse"
-        reason = self.needs("etcd3", "cluster:kv")
+        reason = self.needs("cluster:kv", "etcd3")
         if reason:
             return self.unavailable(row_id, title, target, reason)
         self.compare_row(row_id, title, ["kv-put", "--etcd-a", self.etcd3_leader_url(), "--target-b", self.leader(),
@@ -894,7 +902,7 @@ class Bench:
     def row_kv_put_1conn(self):
         row_id, title = "kv-put-1conn-vs-etcd3", "KV PUT one connection, mean latency: 3 servers vs 3-member etcd"
         target = "≤ 0.5× etcd's mean"
-        reason = self.needs("etcd3", "cluster:kv")
+        reason = self.needs("cluster:kv", "etcd3")
         if reason:
             return self.unavailable(row_id, title, target, reason)
         args = ["kv-put", "--etcd-a", self.etcd3_leader_url(), "--target-b", self.leader(), "--name-a",
@@ -1087,6 +1095,21 @@ def parse_dnsperf(out):
         elif line.startswith("Average Latency (s):"):
             doc["mean_ms"] = float(line.split()[3]) * 1e3
     return doc
+
+
+def with_cpu(doc, cpu_s):
+    """Adds the client's CPU microseconds per completed request (a noise-robust cost)."""
+    done = doc.get("requests") or 0
+    doc["client_cpu_us_per_request"] = cpu_s / done * 1e6 if done else None
+    return doc
+
+
+def cpu_note(doc):
+    a = median_or_none([r.get("client_cpu_us_per_request") for r in doc["a"]["runs"]])
+    b = median_or_none([r.get("client_cpu_us_per_request") for r in doc["b"]["runs"]])
+    if a is None or b is None:
+        return ""
+    return f"client CPU per request: {doc['a']['name']} {a:.2f} µs, {doc['b']['name']} {b:.2f} µs"
 
 
 def synthetic_compare(metric, name_a, a_runs, name_b, b_runs):

@@ -152,7 +152,7 @@ impl RunResult {
             out.push_str(&format!("  {:<14}{}\n", "first error", e));
         }
         for (k, v) in &self.extra {
-            out.push_str(&format!("  {k:<14}{}\n", compact(v)));
+            out.push_str(&format!("  {k:<28}{}\n", compact(v)));
         }
         out
     }

@@ -35,24 +35,55 @@ fn loadgen() -> &'static str {
     env!("CARGO_BIN_EXE_loadgen")
 }
 
-/// The floor binary: $FLOOR_BIN, or where the documented build puts it.
+/// Where the floor is built when no binary is given: the workspace's target directory.
+const FLOOR_TARGET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/floor");
+/// Bound on building the floor.
+const FLOOR_BUILD_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The floor binary: $FLOOR_BIN, one already built, or built now from $FLOOR_SRC (default
+/// /work/shared/floor). `None` (and a loud SKIPPED) only when there is neither.
 fn floor_bin() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var("FLOOR_BIN").ok().map(PathBuf::from),
-        Some(PathBuf::from("/tmp/floor-target/release/floor")),
-        Some(PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../target/floor/release/floor"
-        ))),
-    ];
-    let found = candidates.into_iter().flatten().find(|p| p.exists());
-    if found.is_none() {
-        eprintln!(
-            "SKIPPED: floor binary not found (set FLOOR_BIN, or `cargo build --release --manifest-path \
-             /work/shared/floor/Cargo.toml --target-dir /tmp/floor-target`)"
-        );
-    }
-    found
+    static FLOOR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    FLOOR
+        .get_or_init(|| {
+            let built = PathBuf::from(FLOOR_TARGET).join("release/floor");
+            let candidates = [
+                std::env::var("FLOOR_BIN").ok().map(PathBuf::from),
+                Some(built.clone()),
+                Some(PathBuf::from("/tmp/floor-target/release/floor")),
+            ];
+            if let Some(found) = candidates.into_iter().flatten().find(|p| p.exists()) {
+                return Some(found);
+            }
+            let src = std::env::var("FLOOR_SRC").unwrap_or_else(|_| "/work/shared/floor".into());
+            let manifest = PathBuf::from(&src).join("Cargo.toml");
+            if !manifest.exists() {
+                eprintln!("SKIPPED: no floor binary and no floor crate at {src} (set FLOOR_BIN or FLOOR_SRC)");
+                return None;
+            }
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut child = Command::new(cargo)
+                .args(["build", "--release", "--quiet", "--manifest-path"])
+                .arg(&manifest)
+                .args(["--target-dir", FLOOR_TARGET])
+                .spawn()
+                .expect("start cargo to build the floor");
+            let deadline = Instant::now() + FLOOR_BUILD_DEADLINE;
+            loop {
+                if let Some(status) = child.try_wait().expect("wait for cargo") {
+                    assert!(status.success(), "building the floor from {src} failed");
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("building the floor took longer than {FLOOR_BUILD_DEADLINE:?}");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(built)
+        })
+        .clone()
 }
 
 fn wait_for_tcp(port: u16) {
