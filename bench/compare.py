@@ -49,6 +49,8 @@ STOP_TIMEOUT_S = 10           # a process exits after SIGTERM
 RUN_SLACK_S = 60              # per loadgen/wrk/dnsperf invocation, beyond its planned time
 
 NOT_AVAILABLE = "not available yet"
+# Longest excerpt of a process log quoted in a row's note.
+LOG_TAIL_CHARS_MAX = 200
 
 
 class Budget:
@@ -113,7 +115,8 @@ class Processes:
         except OSError:
             return ""
         logged = [l.strip() for l in text.strip().splitlines() if l.strip() and not l.startswith("$ ")]
-        return " / ".join(logged[-lines:]) or "(no output)"
+        tail = " / ".join(logged[-lines:]) or "(no output)"
+        return tail if len(tail) <= LOG_TAIL_CHARS_MAX else "…" + tail[-LOG_TAIL_CHARS_MAX:]
 
 
 def http(method, url, body=None, timeout=PROBE_TIMEOUT_S):
@@ -291,7 +294,8 @@ class Bench:
             else:
                 self.procs.stop(system)
             self.started.pop(system, None)
-            self.probes.pop(system, None)
+            for key in [k for k in self.probes if k[0] == system]:
+                del self.probes[key]
 
     def start_http_floor(self):
         if not self.floor or not os.path.exists(self.floor):
@@ -554,8 +558,21 @@ class Bench:
         with open(os.path.join(self.out, "rows.json"), "w") as f:
             json.dump(self.rows, f, indent=1)
 
-    def unavailable(self, row_id, title, target, reason, command=""):
-        self.add(row_id, title, target=target, result=NOT_AVAILABLE, note=reason, command=command)
+    def unavailable(self, row_id, title, target, reason, peer=None):
+        """Marks a row not available; with `peer` = (system, loadgen args, metric, unit) the
+        peer's own figure is still measured (one run) so the row shows what praetor must beat."""
+        fields = {}
+        if peer and not self.ensure(peer[0]):
+            system, args, metric, unit = peer
+            args = args() if callable(args) else args
+            try:
+                doc, command = self.loadgen_json(args, f"{row_id}-peer", self.duration)
+                fields = {"peer": fmt_num(doc.get(metric), unit), "command": command,
+                          "raw": self.rel(os.path.join(self.raw, f"{row_id}-peer.json"))}
+                reason += "; peer measured alone (one run)"
+            except RuntimeError as e:
+                reason += f"; peer run failed: {e}"
+        self.add(row_id, title, target=target, result=NOT_AVAILABLE, note=reason, **fields)
 
     def needs(self, *requirements):
         """Starts systems / checks features; returns None or the first reason one is missing."""
@@ -683,7 +700,9 @@ class Bench:
         row_id, title, target = "kv-get-vs-floor", "KV GET one key, 64 conns: praetor -dev vs HTTP floor", "≥ 0.7×"
         reason = self.needs("dev:kv", "http-floor")
         if reason:
-            return self.unavailable(row_id, title, target, reason)
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "http-floor", ["kv-get", "--target", f"http://127.0.0.1:{HTTP_FLOOR_PORT}", "--key", "bench/get"]
+                + self.common(), "throughput_rps", "req/s"))
         self.compare_row(row_id, title, ["kv-get", "--target-a", f"http://127.0.0.1:{HTTP_FLOOR_PORT}",
                                          "--target-b", self.dev_url(), "--name-a", "HTTP floor", "--name-b",
                                          "praetor -dev", "--key", "bench/get"] + self.common(),
@@ -693,7 +712,9 @@ class Bench:
         row_id, title, target = "kv-put-vs-etcd1", "KV PUT 64 conns: praetor -dev vs one-member etcd", "≥ 5×"
         reason = self.needs("dev:kv", "etcd1")
         if reason:
-            return self.unavailable(row_id, title, target, reason)
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "etcd1", ["kv-put", "--etcd", "--target", f"http://127.0.0.1:{ETCD1['client']}", "--key", "bench/put"]
+                + self.common(), "throughput_rps", "req/s"))
         self.compare_row(row_id, title, ["kv-put", "--etcd-a", f"http://127.0.0.1:{ETCD1['client']}",
                                          "--target-b", self.dev_url(), "--name-a", "etcd (1 member)",
                                          "--name-b", "praetor -dev", "--key", "bench/put"] + self.common(),
@@ -734,8 +755,11 @@ class Bench:
                   ("p99 ≤ 100 ms", lambda d: (d.get("wake_p99_ms") or 1e9) <= 100),
                   ("RSS ≤ 4 KiB", lambda d: (d.get("rss_per_watcher_bytes") or 1e9) <= 4096)]
         self.fanout_row(row_id, title, target, args, checks, lambda d: (
-            f"{d.get('answered', 0):,}/{n:,} answered; wake p50 {fmt_num(d.get('wake_p50_ms'), 'ms')}, "
-            f"p99 {fmt_num(d.get('wake_p99_ms'), 'ms')}; {fmt_num(d.get('rss_per_watcher_bytes'), 'B')}/query"))
+            f"{d.get('answered', 0):,}/{n:,} answered; wake-up after the PUT's response p50 "
+            f"{fmt_num(d.get('wake_p50_ms'), 'ms')}, p99 {fmt_num(d.get('wake_p99_ms'), 'ms')} "
+            f"(after it was sent: p99 {fmt_num(d.get('wake_from_write_sent_p99_ms'), 'ms')}; "
+            f"{d.get('woke_before_write_response', 0):,} woke before the response); "
+            f"{fmt_num(d.get('rss_per_watcher_bytes'), 'B')}/parked query"))
 
     def register(self, base, service, instances, via="catalog", per_node=1, extra=()):
         args = ["register", "--target", base, "--service", service, "--instances", str(instances),
@@ -759,7 +783,9 @@ class Bench:
             target = f"≥ {minimum}×"
             reason = ready or self.needs(system)
             if reason:
-                self.unavailable(row_id, title, target, reason)
+                self.unavailable(row_id, title, target, reason, peer=(
+                    system, ["dns", "--target", f"127.0.0.1:{port}", "--qname", "web.service.consul", "--qtype", qtype]
+                    + self.common(), "throughput_rps", "qps"))
                 continue
             self.compare_row(row_id, title, ["dns", "--target-a", f"127.0.0.1:{port}", "--target-b",
                                              f"127.0.0.1:{DEV['dns']}", "--name-a", peer_name, "--name-b",
@@ -800,6 +826,12 @@ class Bench:
         target = "p99 ≤ 20 ms"
         reason = self.needs("dev:catalog", "dev:dns")
         if reason:
+            if not self.needs("nsd"):
+                nsat, nover, command = self.saturation(row_id, NSD_PORT, "nsd")
+                peer = (f"NSD: p99 {fmt_num(nover['p99_ms'], 'ms')} at {fmt_num(nover['rate'], 'qps')} offered "
+                        f"(saturation {fmt_num(nsat['throughput_rps'], 'qps')})")
+                return self.add(row_id, title, target=target, result=NOT_AVAILABLE, peer=peer, command=command,
+                                note=reason + "; peer measured alone")
             return self.unavailable(row_id, title, target, reason)
         sat, over, command = self.saturation(row_id, DEV["dns"], "praetor")
         peer = "—"
@@ -865,7 +897,8 @@ class Bench:
             http("PUT", f"{self.dev_url()}/v1/agent/check/pass/service:fweb-0")
             time.sleep(1)
         self.fanout_row(row_id, title, target, args, checks, lambda d: (
-            f"{d.get('answered', 0):,}/{n:,} answered, p99 {fmt_num(d.get('wake_p99_ms'), 'ms')}; "
+            f"{d.get('answered', 0):,}/{n:,} answered, p99 {fmt_num(d.get('wake_p99_ms'), 'ms')} after the "
+            f"write's response ({fmt_num(d.get('wake_from_write_sent_p99_ms'), 'ms')} after it was sent); "
             f"others woken {d.get('others_woken')}/{d.get('others_parked')}"), before_each=rearm)
 
     def row_rss_per_instance(self):
@@ -892,7 +925,9 @@ class Bench:
         target = "≥ 5×, p99 no worse"
         reason = self.needs("cluster:kv", "etcd3")
         if reason:
-            return self.unavailable(row_id, title, target, reason)
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "etcd3", lambda: ["kv-put", "--etcd", "--target", self.etcd3_leader_url(), "--key", "bench/put"]
+                + self.common(), "throughput_rps", "req/s"))
         self.compare_row(row_id, title, ["kv-put", "--etcd-a", self.etcd3_leader_url(), "--target-b", self.leader(),
                                          "--name-a", "etcd (3 members)", "--name-b", "praetor (3 servers)",
                                          "--key", "bench/put"] + self.common(),
@@ -904,7 +939,10 @@ class Bench:
         target = "≤ 0.5× etcd's mean"
         reason = self.needs("cluster:kv", "etcd3")
         if reason:
-            return self.unavailable(row_id, title, target, reason)
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "etcd3", lambda: ["kv-put", "--etcd", "--target", self.etcd3_leader_url(), "--key", "bench/put1",
+                                  "--connections", "1", "--threads", "1", "--duration", f"{self.duration}s"],
+                "mean_ms", "ms mean"))
         args = ["kv-put", "--etcd-a", self.etcd3_leader_url(), "--target-b", self.leader(), "--name-a",
                 "etcd (3 members)", "--name-b", "praetor (3 servers)", "--key", "bench/put1",
                 "--connections", "1", "--threads", "1", "--duration", f"{self.duration}s"]

@@ -1170,7 +1170,7 @@ pub fn help(topic: &str) -> String {
             Some(v) => format!("--{} {}", f.name, v),
             None => format!("--{}", f.name),
         };
-        out.push_str(&format!("  {left:<36} {}\n", f.help));
+        out.push_str(&format!("  {left:<40} {}\n", f.help));
     }
     out.push_str(
         "\nClosed loop by default (each connection sends as soon as its previous answer is in);\n\
