@@ -194,8 +194,8 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.root = os.path.abspath(args.root)
-        self.loadgen = os.path.join(self.root, "target/release/loadgen")
-        self.praetor = os.path.join(self.root, "target/release/praetor")
+        self.loadgen = args.loadgen or os.path.join(self.root, "target/release/loadgen")
+        self.praetor = args.praetor or os.path.join(self.root, "target/release/praetor")
         self.floor = args.floor_bin
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.out = os.path.abspath(args.out or os.path.join(self.root, "results", stamp))
@@ -1186,7 +1186,9 @@ def update_docs(doc_path, report, out_dir, root):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    parser.add_argument("--floor-bin", default=None)
+    parser.add_argument("--floor-bin", default=None, help="the floor binary (bench/compare.sh builds it)")
+    parser.add_argument("--loadgen", default=None, help="loadgen binary (default target/release/loadgen)")
+    parser.add_argument("--praetor", default=None, help="praetor binary (default target/release/praetor)")
     parser.add_argument("--out", help="results directory (default results/<UTC timestamp>)")
     parser.add_argument("--quick", action="store_true", help="short runs (1 s × 2), small fan-outs: CI smoke test")
     parser.add_argument("--only", help="comma-separated row ids to run")

@@ -593,3 +593,86 @@ fn blocking_fanout_measures_wake_ups_and_spares_the_others() {
     assert!(v.get("rss_per_watcher_bytes").is_some(), "{v}");
     assert_eq!(v["source_addresses"], 3);
 }
+
+#[test]
+fn the_benchmark_script_writes_a_report_with_a_chart() {
+    let Some(floor) = floor_bin() else { return };
+    if Command::new("wrk").arg("-v").output().is_err() {
+        eprintln!("SKIPPED: wrk not installed (apt-get install wrk)");
+        return;
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let out = std::env::temp_dir().join(format!("loadgen-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let console = out.join("console.log");
+    // The floor's fixed port: this test must not run while bench/compare.sh does.
+    let mut child = Command::new("python3")
+        .arg(format!("{root}/bench/compare.py"))
+        .args(["--root", root, "--loadgen", loadgen(), "--floor-bin"])
+        .arg(&floor)
+        .args([
+            "--quick",
+            "--runs",
+            "1",
+            "--only",
+            "ceiling-http",
+            "--max-time",
+            "120",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::fs::File::create(&console).unwrap())
+        .stderr(std::fs::File::create(out.join("console.err")).unwrap())
+        .spawn()
+        .expect("start python3 bench/compare.py");
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for compare.py") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("bench/compare.py ran longer than 150 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if !status.success() {
+        let err = std::fs::read_to_string(out.join("console.err")).unwrap_or_default();
+        panic!("bench/compare.py failed ({status}):\n{err}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md written");
+    let row = report
+        .lines()
+        .find(|l| l.contains("**ceiling-http**"))
+        .expect("a ceiling-http row");
+    assert!(
+        row.contains("req/s") && (row.contains("pass") || row.contains("fail")),
+        "{row}"
+    );
+    assert!(
+        row.contains("`wrk -t2 -c64"),
+        "the row quotes its exact command: {row}"
+    );
+    let raw: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("raw/ceiling-http.json")).unwrap())
+            .unwrap();
+    assert!(raw["b"]["runs"][0]["throughput_rps"].as_f64().unwrap() > 0.0);
+    assert!(
+        raw["a"]["runs"][0]["throughput_rps"].as_f64().unwrap() > 0.0,
+        "wrk output parsed: {raw}"
+    );
+    if out.join("charts/ceiling-http.png").exists() {
+        assert!(std::fs::read(out.join("charts/ceiling-http.png"))
+            .unwrap()
+            .starts_with(b"\x89PNG"));
+    } else {
+        eprintln!("SKIPPED chart check: no TrueType font on this machine");
+    }
+    // Nothing it started is left listening.
+    assert!(
+        TcpStream::connect(("127.0.0.1", 18500)).is_err(),
+        "the HTTP floor was left running"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
