@@ -2,4 +2,6 @@
 //! about the store, the runtime, or time.
 
 pub mod duration;
+pub mod gossip;
 pub mod http;
+pub mod rpc;
