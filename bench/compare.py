@@ -665,7 +665,8 @@ class Bench:
             reason = reason or "dnsperf not installed"
         if reason:
             return self.unavailable(row_id, title, target, reason)
-        qfile = os.path.join(self.tmp, "queries.txt")
+        # Kept with the results, so the quoted dnsperf command can be run again.
+        qfile = os.path.join(self.raw, "queries.txt")
         with open(qfile, "w") as f:
             f.write("web.service.consul A\n")
         d = max(1, int(round(self.duration)))
@@ -1165,8 +1166,8 @@ def synthetic_compare(metric, name_a, a_runs, name_b, b_runs):
 
 
 def update_docs(doc_path, report, out_dir, root):
-    """Replaces the report section of docs/benchmarks.md (between markers) with this report;
-    chart links point into the results directory."""
+    """Replaces the report section of docs/benchmarks.md (between markers) with this report.
+    Its charts are copied next to it (docs/benchmarks/), since results/ is not committed."""
     start, end = "<!-- report:start -->", "<!-- report:end -->"
     try:
         with open(doc_path) as f:
@@ -1175,8 +1176,16 @@ def update_docs(doc_path, report, out_dir, root):
         return
     if start not in text or end not in text:
         return
-    rel = os.path.relpath(out_dir, os.path.dirname(doc_path))
-    body = report.replace("](charts/", f"]({rel}/charts/")
+    chart_dir = os.path.join(os.path.dirname(doc_path), "benchmarks")
+    os.makedirs(chart_dir, exist_ok=True)
+    for old in os.listdir(chart_dir):
+        if old.endswith(".png"):
+            os.remove(os.path.join(chart_dir, old))
+    src = os.path.join(out_dir, "charts")
+    for name in sorted(os.listdir(src)) if os.path.isdir(src) else []:
+        shutil.copyfile(os.path.join(src, name), os.path.join(chart_dir, name))
+    body = report.replace("](charts/", "](benchmarks/")
+    # The report's headings sit one level below the document's.
     body = "\n".join("#" + l if l.startswith("#") else l for l in body.splitlines())
     new = text[: text.index(start) + len(start)] + "\n" + body + "\n" + text[text.index(end):]
     with open(doc_path, "w") as f:

@@ -230,15 +230,54 @@ fn draw_compare(config: &ChartConfig, value: &Value) -> Result<(), Box<dyn std::
     Ok(())
 }
 
-fn draw_run(config: &ChartConfig, value: &Value) -> Result<(), Box<dyn std::error::Error>> {
-    let points: Vec<(f64, f64)> = value["percentiles"]
+/// A `[[percentile, ms], …]` curve from a run's JSON.
+fn curve(value: &Value) -> Vec<(f64, f64)> {
+    value
         .as_array()
         .map(|a| {
             a.iter()
                 .filter_map(|p| Some((num(&p[0])?, num(&p[1])?)))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The figures printed under a single run's title, chosen by scenario.
+fn run_facts(value: &Value) -> String {
+    let fanout = value["scenario"].as_str() == Some("blocking-fanout");
+    let keys: &[(&str, &str)] = if fanout {
+        &[
+            ("answered", "answered"),
+            ("watchers", "of"),
+            ("wake_p99_ms", "p99 ms"),
+            ("wake_from_write_sent_p99_ms", "p99 from send ms"),
+            ("write_latency_ms", "write ms"),
+            ("rss_per_watcher_bytes", "RSS B/watcher"),
+            ("others_woken", "others woken"),
+        ]
+    } else {
+        &[
+            ("throughput_rps", "req/s"),
+            ("p50_ms", "p50 ms"),
+            ("p99_ms", "p99 ms"),
+            ("errors", "errors"),
+        ]
+    };
+    keys.iter()
+        .filter_map(|(key, label)| {
+            let v = num(&value[*key])?;
+            Some(if v.fract() == 0.0 {
+                format!("{label} {v:.0}")
+            } else {
+                format!("{label} {v:.2}")
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("   ")
+}
+
+fn draw_run(config: &ChartConfig, value: &Value) -> Result<(), Box<dyn std::error::Error>> {
+    let points = curve(&value["percentiles"]);
     if points.is_empty() {
         return Err(
             "the input has neither \"kind\": \"compare\" nor a \"percentiles\" curve".into(),
@@ -251,40 +290,51 @@ fn draw_run(config: &ChartConfig, value: &Value) -> Result<(), Box<dyn std::erro
         .unwrap_or_else(|| format!("{scenario}: latency by percentile"));
     let root = BitMapBackend::new(&config.output, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (header, body) = root.split_vertically(40);
-    let mut facts = Vec::new();
-    for key in [
-        "throughput_rps",
-        "answered",
-        "watchers",
-        "wake_p99_ms",
-        "p99_ms",
-        "errors",
-        "rss_per_watcher_bytes",
-    ] {
-        if let Some(v) = num(&value[key]) {
-            facts.push(format!("{key} {v:.2}"));
-        }
-    }
+    let (header, body) = root.split_vertically(64);
+    header.draw(&Text::new(title, (14, 8), ("sans-serif", 22).into_font()))?;
     header.draw(&Text::new(
-        format!("{title}   {}", facts.join("  ")),
-        (14, 10),
-        ("sans-serif", 18).into_font(),
+        run_facts(value),
+        (14, 38),
+        ("sans-serif", 16).into_font(),
     ))?;
     let labels: Vec<String> = points.iter().map(|(p, _)| format!("p{p}")).collect();
-    let values: Vec<Option<f64>> = points.iter().map(|(_, ms)| Some(*ms)).collect();
-    let name = value["label"]
-        .as_str()
-        .or(value["target"].as_str())
-        .unwrap_or(scenario)
-        .to_string();
-    draw_grouped_bars(
-        &body,
-        "latency at percentile",
-        &labels,
-        &[(&name, COLOR_A, values)],
-        "ms",
-    )?;
+    let mut series: Vec<(String, RGBColor, Vec<Option<f64>>)> = Vec::new();
+    if scenario == "blocking-fanout" {
+        series.push((
+            "after the write's response".into(),
+            COLOR_A,
+            points.iter().map(|(_, ms)| Some(*ms)).collect(),
+        ));
+        let from_send = curve(&value["percentiles_from_write_sent"]);
+        if from_send.len() == points.len() {
+            series.push((
+                "after the write was sent".into(),
+                COLOR_B,
+                from_send.iter().map(|(_, ms)| Some(*ms)).collect(),
+            ));
+        }
+    } else {
+        let name = value["label"]
+            .as_str()
+            .or(value["target"].as_str())
+            .unwrap_or(scenario)
+            .to_string();
+        series.push((
+            name,
+            COLOR_A,
+            points.iter().map(|(_, ms)| Some(*ms)).collect(),
+        ));
+    }
+    let borrowed: Vec<(&str, RGBColor, Vec<Option<f64>>)> = series
+        .iter()
+        .map(|(n, c, v)| (n.as_str(), *c, v.clone()))
+        .collect();
+    let caption = if scenario == "blocking-fanout" {
+        "wake-up latency at percentile"
+    } else {
+        "latency at percentile"
+    };
+    draw_grouped_bars(&body, caption, &labels, &borrowed, "ms")?;
     root.present()?;
     Ok(())
 }
@@ -310,8 +360,13 @@ mod tests {
                   "median": {"p50_ms": 0.8, "p99_ms": 2.0, "mean_ms": 1.0, "p999_ms": null}},
             "ratio": {"median": 1.13}
         });
-        let run = json!({"scenario": "blocking-fanout", "percentiles": [[50.0, 1.0], [99.0, 4.5], [100.0, 9.0]], "answered": 10});
-        for (name, v) in [("compare", compare), ("run", run)] {
+        let fanout = json!({
+            "scenario": "blocking-fanout", "answered": 10, "watchers": 10, "wake_p99_ms": 4.5,
+            "percentiles": [[50.0, 1.0], [99.0, 4.5], [100.0, 9.0]],
+            "percentiles_from_write_sent": [[50.0, 2.0], [99.0, 5.5], [100.0, 10.0]]
+        });
+        let run = json!({"scenario": "kv-get", "throughput_rps": 10.5, "percentiles": [[50.0, 1.0], [100.0, 2.0]]});
+        for (name, v) in [("compare", compare), ("fanout", fanout), ("run", run)] {
             let input = dir.join(format!("{name}.json"));
             let output = dir.join(format!("{name}.png"));
             std::fs::write(&input, v.to_string()).unwrap();

@@ -612,6 +612,14 @@ fn summarize(
     extra.insert("wake_max_ms".into(), json!(w.max_ms));
     extra.insert("wake_from_write_sent_p99_ms".into(), json!(ws.p99_ms));
     extra.insert(
+        "percentiles_from_write_sent".into(),
+        json!(wake_from_send
+            .curve()
+            .iter()
+            .map(|(p, ms)| json!([p, ms]))
+            .collect::<Vec<_>>()),
+    );
+    extra.insert(
         "wake_window_ms".into(),
         json!(wake_window.as_secs_f64() * 1e3),
     );

@@ -151,7 +151,8 @@ impl RunResult {
         if let Some(e) = &s.first_error {
             out.push_str(&format!("  {:<14}{}\n", "first error", e));
         }
-        for (k, v) in &self.extra {
+        // Curves (arrays) are for charts and JSON; the table shows the single figures.
+        for (k, v) in self.extra.iter().filter(|(_, v)| !v.is_array()) {
             out.push_str(&format!("  {k:<28}{}\n", compact(v)));
         }
         out
