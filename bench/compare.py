@@ -49,6 +49,10 @@ STOP_TIMEOUT_S = 10           # a process exits after SIGTERM
 RUN_SLACK_S = 60              # per loadgen/wrk/dnsperf invocation, beyond its planned time
 
 NOT_AVAILABLE = "not available yet"
+# Marks a reason as a crash of something that was running (an error, not a missing feature).
+CRASHED = "exited during the run"
+# The processes behind each system (for systems not named like their one process).
+SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -105,6 +109,13 @@ class Processes:
                 proc.kill()
                 proc.wait(STOP_TIMEOUT_S)
         log.close()
+
+    def dead(self, names):
+        """(name, exit code) of the first of `names` that has exited, else None."""
+        for name, proc, _ in self.running:
+            if name in names and proc.poll() is not None:
+                return name, proc.returncode
+        return None
 
     def log_tail(self, name, lines=2):
         """The last lines a process logged (not the command line this script wrote first)."""
@@ -272,6 +283,12 @@ class Bench:
         """Starts `system` if needed; returns None when it runs, else why it does not."""
         if system in self.started:
             state = self.started[system]
+            if state is True:
+                dead = self.procs.dead(SYSTEM_PROCESSES.get(system, [system]))
+                if dead:
+                    # A crash is a finding: it is reported, not hidden by a restart.
+                    state = self.started[system] = (f"{dead[0]} {CRASHED} (code {dead[1]}): "
+                                                    + self.procs.log_tail(dead[0]))
             return None if state is True else state
         starter = getattr(self, f"start_{system.replace('-', '_')}")
         try:
@@ -572,7 +589,8 @@ class Bench:
                 reason += "; peer measured alone (one run)"
             except RuntimeError as e:
                 reason += f"; peer run failed: {e}"
-        self.add(row_id, title, target=target, result=NOT_AVAILABLE, note=reason, **fields)
+        result = "error" if CRASHED in reason else NOT_AVAILABLE
+        self.add(row_id, title, target=target, result=result, note=reason, **fields)
 
     def needs(self, *requirements):
         """Starts systems / checks features; returns None or the first reason one is missing."""
