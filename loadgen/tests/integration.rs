@@ -445,9 +445,11 @@ fn etcd_put_and_range_through_the_json_gateway() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A minimal server with Consul's blocking-query contract on two keys: `GET /v1/kv/<k>`
-/// answers 404 with `X-Consul-Index: 5`; with `?index=5` it parks until a PUT to the same
-/// key, then answers with index 6. One thread per connection; `stop` ends it.
+/// A minimal server with Consul's blocking-query contract: `GET /v1/kv/<k>` or
+/// `GET /v1/health/service/<svc>` answers 404 with `X-Consul-Index: 5`; with `?index=5` it
+/// parks until a write to the same thing — `PUT /v1/kv/<k>`, or
+/// `PUT /v1/agent/check/fail/service:<svc>-<n>` for a service — then answers with index 6.
+/// One thread per connection; `stop` ends it.
 struct BlockingFixture {
     port: u16,
     state: Arc<(Mutex<FixtureState>, Condvar)>,
@@ -489,6 +491,21 @@ impl Drop for BlockingFixture {
     }
 }
 
+/// What a fixture request watches or writes: `kv:<key>` or `health:<service>`.
+fn fixture_watch_key(path: &str) -> String {
+    if let Some(key) = path.strip_prefix("/v1/kv/") {
+        format!("kv:{key}")
+    } else if let Some(service) = path.strip_prefix("/v1/health/service/") {
+        format!("health:{service}")
+    } else if let Some(check) = path.strip_prefix("/v1/agent/check/fail/service:") {
+        // `service:<svc>-<n>` belongs to service <svc>.
+        let service = check.rsplit_once('-').map_or(check, |(svc, _)| svc);
+        format!("health:{service}")
+    } else {
+        path.to_string()
+    }
+}
+
 fn serve(stream: TcpStream, state: Arc<(Mutex<FixtureState>, Condvar)>) {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -523,7 +540,7 @@ fn serve(stream: TcpStream, state: Arc<(Mutex<FixtureState>, Condvar)>) {
             return;
         }
         let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-        let key = path.trim_start_matches("/v1/kv/").to_string();
+        let key = fixture_watch_key(path);
         let (lock, cv) = &*state;
         let response = if method == "PUT" {
             lock.lock().unwrap().written.push(key);
@@ -675,4 +692,41 @@ fn the_benchmark_script_writes_a_report_with_a_chart() {
         "the HTTP floor was left running"
     );
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn blocking_fanout_on_a_health_service_with_a_check_failure() {
+    let fixture = BlockingFixture::start(18455);
+    let target = format!("http://127.0.0.1:{}", fixture.port);
+    let v = run_json(&[
+        "blocking-fanout",
+        "--target",
+        &target,
+        "--watch",
+        "health",
+        "--service",
+        "fweb",
+        "--check-id",
+        "service:fweb-0",
+        "--watchers",
+        "40",
+        "--others",
+        "10",
+        "--other-service",
+        "fapi",
+        "--settle",
+        "300ms",
+        "--wake-timeout",
+        "5s",
+        "--others-grace",
+        "300ms",
+        "--threads",
+        "2",
+        "--no-progress",
+        "--json",
+    ]);
+    assert_eq!(v["answered"], 40, "{v}");
+    assert_eq!(v["others_woken"], 0, "{v}");
+    assert_eq!(v["others_parked"], 10);
+    assert_eq!(v["write_status"], 200);
 }
