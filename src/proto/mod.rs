@@ -5,3 +5,4 @@ pub mod duration;
 pub mod gossip;
 pub mod http;
 pub mod rpc;
+pub mod snapshot_archive;
