@@ -1,1 +1,468 @@
-//! api (filled in by the issue that needs it).
+//! The HTTP API (`/v1/...`): routing, Consul's query options and response metadata, error
+//! mapping, and the endpoint handlers.
+//!
+//! Handlers are synchronous functions over the shard's current store version. Anything that
+//! must wait is returned as an [`Outcome`] holding only owned data — a command to replicate
+//! ([`WriteOp`]) or a blocking query to park ([`BlockOp`]) — and the connection loop in
+//! `shard::http_server` performs the wait. That keeps a parked request down to its query
+//! object and watch registration: it holds no borrowed request buffer.
+//!
+//! Errors follow Consul's wrapper: a plain-text body with the reason and the status Consul
+//! would use (400 bad input, 404, 405 with `Allow`, 413, 500 for server-side failures such as
+//! "No cluster leader").
+
+pub mod agent;
+pub mod json;
+pub mod kv;
+pub mod status;
+
+use crate::proto::duration::parse_go_duration;
+use crate::proto::http::{self, Method, QueryParams, RequestHead};
+use crate::shard::watch::WatchSet;
+use crate::shard::Shard;
+use crate::store::{Command, CommandResult, Tables};
+use std::time::Duration;
+
+/// Default blocking-query wait when `?wait` is absent (Consul: 5 minutes).
+pub const BLOCKING_WAIT_DEFAULT: Duration = Duration::from_secs(300);
+/// Longest blocking-query wait honoured (Consul: 10 minutes).
+pub const BLOCKING_WAIT_MAX: Duration = Duration::from_secs(600);
+/// Consul adds up to wait/16 of random jitter so that many watchers don't return together.
+pub const BLOCKING_JITTER_FRACTION: u32 = 16;
+
+/// A parsed request, borrowing the connection's receive buffer.
+pub struct Request<'a> {
+    pub method: Method,
+    /// Percent-decoded path (`%2F` is `/`).
+    pub path: &'a str,
+    pub query: QueryParams<'a>,
+    pub head: &'a RequestHead,
+    pub buf: &'a [u8],
+    pub body: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.head.header(self.buf, name)
+    }
+
+    /// The ACL token from `?token`, `X-Consul-Token`, or `Authorization: Bearer`.
+    pub fn token(&self) -> Option<&str> {
+        if let Some(t) = self.query.get("token").filter(|t| !t.is_empty()) {
+            return Some(t);
+        }
+        if let Some(t) = self.header("X-Consul-Token").filter(|t| !t.is_empty()) {
+            return Some(t);
+        }
+        self.header("Authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+    }
+}
+
+/// An error answered with a status and a plain-text reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    BadRequest(String),
+    NotFound(String),
+    MethodNotAllowed {
+        method: String,
+        allow: &'static [&'static str],
+    },
+    TooLarge(String),
+    /// A server-side failure, answered 500 as Consul does ("No cluster leader", "No path to
+    /// datacenter", …).
+    Internal(String),
+    Status(u16, String),
+}
+
+impl ApiError {
+    pub fn bad_request(reason: impl Into<String>) -> Self {
+        ApiError::BadRequest(reason.into())
+    }
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::BadRequest(_) => 400,
+            ApiError::NotFound(_) => 404,
+            ApiError::MethodNotAllowed { .. } => 405,
+            ApiError::TooLarge(_) => 413,
+            ApiError::Internal(_) => 500,
+            ApiError::Status(code, _) => *code,
+        }
+    }
+}
+
+/// Response writer for one request: where the bytes go and how to frame them.
+pub struct Reply<'o> {
+    pub out: &'o mut Vec<u8>,
+    pub keep_alive: bool,
+    /// Indented JSON (`?pretty`, or always in dev mode as Consul does).
+    pub pretty: bool,
+}
+
+/// Consul's query metadata, sent as `X-Consul-*` headers on every read.
+#[derive(Clone, Copy, Debug)]
+pub struct QueryMeta {
+    pub index: u64,
+    pub known_leader: bool,
+    pub last_contact_ms: u64,
+    pub consistency: Consistency,
+}
+
+impl QueryMeta {
+    pub fn write_headers(&self, headers: &mut Vec<u8>) {
+        // Consul never reports index 0: a client blocking on ?index=0 would spin.
+        headers.extend_from_slice(b"X-Consul-Index: ");
+        http::push_u64(headers, self.index.max(1));
+        headers.extend_from_slice(if self.known_leader {
+            b"\r\nX-Consul-KnownLeader: true\r\n"
+        } else {
+            b"\r\nX-Consul-KnownLeader: false\r\n"
+        });
+        headers.extend_from_slice(b"X-Consul-LastContact: ");
+        http::push_u64(headers, self.last_contact_ms);
+        headers.extend_from_slice(b"\r\nX-Consul-Effective-Consistency: ");
+        headers.extend_from_slice(self.consistency.as_str().as_bytes());
+        headers.extend_from_slice(b"\r\n");
+    }
+}
+
+impl Reply<'_> {
+    /// A complete response with a body already serialized.
+    pub fn send(&mut self, status: u16, content_type: Option<&str>, headers: &[u8], body: &[u8]) {
+        http::write_response(
+            self.out,
+            status,
+            content_type,
+            headers,
+            body,
+            self.keep_alive,
+        );
+    }
+
+    pub fn json_bytes(&mut self, status: u16, headers: &[u8], body: &[u8]) {
+        self.send(status, Some("application/json"), headers, body);
+    }
+
+    /// Serializes `value` and sends it as JSON.
+    pub fn json<T: serde::Serialize + ?Sized>(&mut self, status: u16, headers: &[u8], value: &T) {
+        let mut body = Vec::with_capacity(256);
+        json::write_serde(&mut body, value, self.pretty);
+        self.json_bytes(status, headers, &body);
+    }
+
+    /// `true` or `false`, the answer of KV and session writes.
+    pub fn json_bool(&mut self, value: bool) {
+        let body: &[u8] = match (value, self.pretty) {
+            (true, false) => b"true",
+            (false, false) => b"false",
+            (true, true) => b"true\n",
+            (false, true) => b"false\n",
+        };
+        self.json_bytes(200, b"", body);
+    }
+
+    pub fn text(&mut self, status: u16, body: &str) {
+        self.send(
+            status,
+            Some("text/plain; charset=utf-8"),
+            b"",
+            body.as_bytes(),
+        );
+    }
+
+    pub fn error(&mut self, error: &ApiError) {
+        let status = error.status();
+        match error {
+            ApiError::MethodNotAllowed { method, allow } => {
+                let mut headers = b"Allow: OPTIONS".to_vec();
+                for m in allow.iter() {
+                    headers.push(b',');
+                    headers.extend_from_slice(m.as_bytes());
+                }
+                headers.extend_from_slice(b"\r\n");
+                let body = format!("method {method} not allowed");
+                self.send(
+                    status,
+                    Some("text/plain; charset=utf-8"),
+                    &headers,
+                    body.as_bytes(),
+                );
+            }
+            ApiError::BadRequest(reason)
+            | ApiError::NotFound(reason)
+            | ApiError::TooLarge(reason)
+            | ApiError::Internal(reason)
+            | ApiError::Status(_, reason) => self.text(status, reason),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consistency {
+    /// Served by the leader while its lease holds.
+    Leader,
+    /// Served from any server's local state.
+    Stale,
+    /// Confirmed with a quorum round (ReadIndex) before answering.
+    Consistent,
+}
+
+impl Consistency {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consistency::Leader => "leader",
+            Consistency::Stale => "stale",
+            Consistency::Consistent => "consistent",
+        }
+    }
+}
+
+/// Consul's `QueryOptions`, parsed from the query string.
+#[derive(Clone, Debug)]
+pub struct QueryOptions {
+    pub min_index: u64,
+    pub wait: Duration,
+    pub consistency: Consistency,
+    pub max_stale: Option<Duration>,
+    pub filter: Option<String>,
+}
+
+impl QueryOptions {
+    pub fn is_blocking(&self) -> bool {
+        self.min_index > 0
+    }
+}
+
+/// Checks `?dc`: our own datacenter is fine, any other gets Consul's error.
+pub fn check_datacenter(shard: &Shard, query: &QueryParams) -> Result<(), ApiError> {
+    match query.get("dc") {
+        None | Some("") => Ok(()),
+        Some(dc) if dc.eq_ignore_ascii_case(&shard.config().datacenter) => Ok(()),
+        Some(_) => Err(ApiError::Internal("No path to datacenter".to_string())),
+    }
+}
+
+/// Parses `index`, `wait`, `stale`, `consistent`, `max_stale`, `filter` and checks `dc`.
+pub fn query_options(shard: &Shard, query: &QueryParams) -> Result<QueryOptions, ApiError> {
+    check_datacenter(shard, query)?;
+    let min_index = match query.get("index") {
+        None | Some("") => 0,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request("Invalid index"))?,
+    };
+    let wait = match query.get("wait") {
+        None | Some("") => BLOCKING_WAIT_DEFAULT,
+        Some(text) => parse_go_duration(text)
+            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
+            .min(BLOCKING_WAIT_MAX),
+    };
+    let stale = query.has("stale");
+    let consistent = query.has("consistent");
+    let max_stale = match query.get("max_stale") {
+        None | Some("") => None,
+        Some(text) => Some(
+            parse_go_duration(text)
+                .map_err(|_| ApiError::bad_request(format!("Invalid max_stale value {text:?}")))?,
+        ),
+    };
+    let stale = stale || max_stale.is_some_and(|d| !d.is_zero());
+    if stale && consistent {
+        return Err(ApiError::bad_request(
+            "Cannot specify ?stale with ?consistent, conflicting semantics.",
+        ));
+    }
+    let consistency = if stale {
+        Consistency::Stale
+    } else if consistent {
+        Consistency::Consistent
+    } else {
+        Consistency::Leader
+    };
+    Ok(QueryOptions {
+        min_index,
+        wait,
+        consistency,
+        max_stale,
+        filter: query.get("filter").map(str::to_string),
+    })
+}
+
+/// A read that can be re-run against newer versions while it blocks.
+pub trait Query {
+    /// The query's index and what it read, without building a response.
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet);
+    /// Writes the complete response for `tables`, whose index `evaluate` returned as `meta`.
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply);
+}
+
+/// Turns an applied command's result into the HTTP answer.
+pub type WriteResponder = Box<dyn FnOnce(CommandResult, &mut Reply)>;
+
+/// A command to replicate and how to answer once it is applied.
+pub struct WriteOp {
+    pub command: Command,
+    pub respond: WriteResponder,
+}
+
+/// A blocking query waiting for its index to move past `options.min_index`.
+pub struct BlockOp {
+    pub query: Box<dyn Query>,
+    pub options: QueryOptions,
+}
+
+pub enum Outcome {
+    /// The response is already in the output buffer.
+    Done,
+    Write(WriteOp),
+    Block(BlockOp),
+}
+
+/// Runs a read query: answers at once unless it is a blocking query whose index has not
+/// moved yet, in which case it is handed back to be parked.
+pub fn run_query<Q: Query + 'static>(
+    shard: &Shard,
+    query: Q,
+    options: QueryOptions,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let version = shard.read_version(options.consistency)?;
+    let (index, _) = query.evaluate(&version);
+    if options.is_blocking() && index <= options.min_index {
+        return Ok(Outcome::Block(BlockOp {
+            query: Box::new(query),
+            options,
+        }));
+    }
+    query.respond(
+        &version,
+        shard.query_meta(index, options.consistency),
+        reply,
+    );
+    Ok(Outcome::Done)
+}
+
+/// The body limit for a request, decided from its head before the body is read.
+pub struct BodyLimit {
+    pub bytes_max: usize,
+    /// Consul's message for a KV value over `kv_max_value_size`.
+    pub kv_value: bool,
+}
+
+pub fn body_limit(shard: &Shard, method: Method, path: &str) -> BodyLimit {
+    let config = shard.config();
+    if method == Method::Put && path.starts_with("/v1/kv/") {
+        return BodyLimit {
+            bytes_max: config.kv_max_value_size,
+            kv_value: true,
+        };
+    }
+    if path == "/v1/txn" {
+        return BodyLimit {
+            bytes_max: config.txn_max_req_len,
+            kv_value: false,
+        };
+    }
+    BodyLimit {
+        bytes_max: shard.http_limits().body_bytes_max,
+        kv_value: false,
+    }
+}
+
+/// The 413 message for an oversized body, Consul's wording for KV values.
+pub fn body_too_large_message(limit: &BodyLimit, body_bytes: u64) -> String {
+    if limit.kv_value {
+        format!(
+            "Request body({body_bytes} bytes) too large, max size: {} bytes. See https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size.",
+            limit.bytes_max
+        )
+    } else {
+        format!(
+            "Request body({body_bytes} bytes) too large, max size: {} bytes.",
+            limit.bytes_max
+        )
+    }
+}
+
+/// Refuses methods an endpoint does not serve; answers OPTIONS with the allowed list.
+fn allow(
+    request: &Request,
+    reply: &mut Reply,
+    methods: &'static [&'static str],
+) -> Result<bool, ApiError> {
+    if request.method == Method::Options {
+        let mut headers = b"Allow: OPTIONS".to_vec();
+        for m in methods {
+            headers.push(b',');
+            headers.extend_from_slice(m.as_bytes());
+        }
+        headers.extend_from_slice(b"\r\n");
+        reply.send(200, None, &headers, b"");
+        return Ok(false);
+    }
+    if methods.contains(&request.method.as_str()) {
+        Ok(true)
+    } else {
+        let method = std::str::from_utf8(
+            &request.buf
+                [request.head.method_range.start as usize..request.head.method_range.end as usize],
+        )
+        .unwrap_or("?")
+        .to_string();
+        Err(ApiError::MethodNotAllowed {
+            method,
+            allow: methods,
+        })
+    }
+}
+
+/// Entry point from the connection loop.
+pub fn dispatch(shard: &Shard, request: &Request, reply: &mut Reply) -> Outcome {
+    match route(shard, request, reply) {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            reply.error(&error);
+            Outcome::Done
+        }
+    }
+}
+
+const GET: &[&str] = &["GET"];
+
+fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let path = request.path;
+    if let Some(key) = path.strip_prefix("/v1/kv/") {
+        if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
+            return Ok(Outcome::Done);
+        }
+        return kv::handle(shard, request, key, reply);
+    }
+    if path == "/v1/kv" {
+        if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
+            return Ok(Outcome::Done);
+        }
+        return kv::handle(shard, request, "", reply);
+    }
+    let methods: &'static [&'static str] = match path {
+        "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {
+            GET
+        }
+        "/" => GET,
+        _ => return Err(ApiError::NotFound(format!("404 page not found: {path}"))),
+    };
+    if !allow(request, reply, methods)? {
+        return Ok(Outcome::Done);
+    }
+    match path {
+        "/v1/status/leader" => status::leader(shard, request, reply),
+        "/v1/status/peers" => status::peers(shard, request, reply),
+        "/v1/agent/self" => agent::agent_self(shard, request, reply),
+        "/v1/catalog/datacenters" => status::datacenters(shard, request, reply),
+        "/" => {
+            reply.text(200, "Consul Agent");
+            Ok(Outcome::Done)
+        }
+        _ => unreachable!("every path in the method table has a handler"),
+    }
+}

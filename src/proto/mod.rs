@@ -1,2 +1,6 @@
-//! proto (filled in by the issue that needs it).
+//! Wire formats only: parsing and writing bytes, with explicit limits. Nothing here knows
+//! about the store, the runtime, or time.
+
+pub mod duration;
 pub mod gossip;
+pub mod http;

@@ -1,2 +1,353 @@
-//! shard (filled in by the issue that needs it).
+//! The runtime: shard threads, listeners, the raft core thread and its durable log. This is
+//! the only layer that performs I/O or reads the clock.
+//!
+//! [`run_agent`] raises the descriptor limit, opens the data directory, starts the raft core
+//! thread and one monoio shard per core (each pinned, each with its own `SO_REUSEPORT`
+//! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
+//! and finish, then the raft thread syncs its log and exits.
+
 pub mod gossip;
+pub mod http_server;
+pub mod logger;
+pub mod raft_driver;
+pub mod runtime;
+pub mod wal;
+pub mod watch;
+
+pub use runtime::Shard;
+
+use crate::config::AgentConfig;
+use crate::proto::http::HttpLimits;
+use runtime::{
+    Identity, RaftInput, ShardMessage, Shared, RAFT_INBOX_CAPACITY, SHARD_CHANNEL_CAPACITY,
+};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Listen backlog for every TCP listener.
+const LISTEN_BACKLOG: i32 = 4096;
+/// io_uring submission queue entries per shard.
+const URING_ENTRIES: u32 = 4096;
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit; one process may then hold as many sockets
+/// as the machine allows. Returns the new soft limit.
+pub fn raise_fd_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
+/// A listening TCP socket with `SO_REUSEPORT`, so every shard binds its own and the kernel
+/// spreads connections across them.
+pub fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// A UDP socket with `SO_REUSEPORT`, for per-shard DNS listeners.
+pub fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// The node's UUID, read from `<data_dir>/node-id` or created there (Consul's behaviour).
+fn load_or_create_node_id(config: &AgentConfig, data_dir: &Path) -> Result<String, String> {
+    if let Some(id) = &config.node_id {
+        uuid::Uuid::parse_str(id).map_err(|_| format!("node_id: {id:?} is not a UUID"))?;
+        return Ok(id.to_lowercase());
+    }
+    let path = data_dir.join("node-id");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let id = text.trim().to_string();
+            uuid::Uuid::parse_str(&id).map_err(|_| format!("{}: not a UUID", path.display()))?;
+            Ok(id)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().to_string();
+            std::fs::write(&path, &id)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(id)
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// The Raft id derived from the node UUID: its first eight bytes, never zero.
+pub fn raft_id_of(node_id: &str) -> u64 {
+    let uuid = uuid::Uuid::parse_str(node_id).expect("node id validated at startup");
+    let bytes = uuid.as_bytes();
+    u64::from_be_bytes(bytes[..8].try_into().expect("a UUID has 16 bytes")).max(1)
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it spawns afterwards),
+/// so that only [`wait_for_signal`] receives them.
+fn block_shutdown_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local, zero-initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_signal(set: &libc::sigset_t) -> i32 {
+    let mut signal: libc::c_int = 0;
+    // SAFETY: sigwait writes the received signal number into our local.
+    unsafe { libc::sigwait(set, &mut signal) };
+    signal
+}
+
+struct DataDir {
+    path: PathBuf,
+    /// Removed at shutdown: a `-dev` agent without `-data-dir` keeps nothing.
+    temporary: bool,
+}
+
+fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
+    let (path, temporary) = match &config.data_dir {
+        Some(dir) => (dir.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!(
+                "praetor-dev-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            )),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&path)
+        .map_err(|e| format!("cannot create data dir {}: {e}", path.display()))?;
+    Ok(DataDir { path, temporary })
+}
+
+/// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
+pub fn run_agent(config: AgentConfig) -> Result<(), String> {
+    let fd_limit = raise_fd_limit();
+    let signals = block_shutdown_signals();
+    let config = Arc::new(config);
+    for key in &config.unknown_keys {
+        log::warn!("config: ignoring unknown key {key:?}");
+    }
+    if !config.server {
+        return Err("client agents (without -server) arrive with the catalog issue; run with -server or -dev".to_string());
+    }
+    let data_dir = prepare_data_dir(&config)?;
+    let node_id = load_or_create_node_id(&config, &data_dir.path)?;
+    let raft_id = raft_id_of(&node_id);
+    let shard_count = match config.shards {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        n => n,
+    };
+    let advertise = config.advertise();
+    let rpc_address = SocketAddr::new(advertise, config.ports.server.max(0) as u16).to_string();
+
+    let (raft_tx, raft_rx) = flume::bounded::<RaftInput>(RAFT_INBOX_CAPACITY);
+    let mut shard_senders = Vec::with_capacity(shard_count);
+    let mut shard_receivers = Vec::with_capacity(shard_count);
+    for _ in 0..shard_count {
+        let (tx, rx) = flume::bounded::<ShardMessage>(SHARD_CHANNEL_CAPACITY);
+        shard_senders.push(tx);
+        shard_receivers.push(rx);
+    }
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        identity: Identity {
+            node_id: node_id.clone(),
+            raft_id,
+        },
+        raft_inbox: raft_tx.clone(),
+        published_index: AtomicU64::new(0),
+        shutting_down: AtomicBool::new(false),
+        shard_count,
+        http_limits: HttpLimits::default(),
+        started_at: Instant::now(),
+    });
+
+    let driver_config = raft_driver::RaftDriverConfig {
+        data_dir: data_dir.path.clone(),
+        raft_id,
+        node_name: config.node_name.clone(),
+        rpc_address,
+        bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
+    };
+    let (driver, initial_version) =
+        raft_driver::open(driver_config, raft_rx, shard_senders, shared.clone())?;
+    shared
+        .published_index
+        .store(initial_version.index, Ordering::Release);
+
+    // Bind every listener before starting threads, so that a port conflict is a clean
+    // startup error rather than a half-started agent.
+    let mut http_listeners: Vec<Vec<std::net::TcpListener>> =
+        (0..shard_count).map(|_| Vec::new()).collect();
+    if config.ports.http >= 0 {
+        for ip in &config.client_addrs {
+            let addr = SocketAddr::new(*ip, config.ports.http as u16);
+            for listeners in http_listeners.iter_mut() {
+                listeners.push(
+                    reuseport_listener(addr)
+                        .map_err(|e| format!("cannot listen for HTTP on {addr}: {e}"))?,
+                );
+            }
+        }
+    }
+
+    let raft_thread = std::thread::Builder::new()
+        .name("praetor-raft".into())
+        .spawn(move || driver.run())
+        .map_err(|e| format!("cannot start the raft thread: {e}"))?;
+
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let mut shard_threads = Vec::with_capacity(shard_count);
+    for (id, (inbox, listeners)) in shard_receivers.into_iter().zip(http_listeners).enumerate() {
+        let shared = shared.clone();
+        let version = initial_version.clone();
+        let core = if cores.is_empty() {
+            None
+        } else {
+            Some(cores[id % cores.len()])
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("praetor-shard-{id}"))
+            .spawn(move || {
+                if let Some(core) = core {
+                    core_affinity::set_for_current(core);
+                }
+                run_shard(id, shared, version, inbox, listeners);
+            })
+            .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
+        shard_threads.push(thread);
+    }
+
+    let http_addrs: Vec<String> = config
+        .client_addrs
+        .iter()
+        .map(|ip| display_addr(*ip, config.ports.http))
+        .collect();
+    log::info!(
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, data in {}, fd limit {}",
+        config.node_name,
+        node_id,
+        config.datacenter,
+        shard_count,
+        if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
+        data_dir.path.display(),
+        fd_limit
+    );
+
+    let signal = wait_for_signal(&signals);
+    log::info!("agent: caught signal {signal}, shutting down");
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    for thread in shard_threads {
+        let _ = thread.join();
+    }
+    let _ = raft_tx.send(RaftInput::Shutdown);
+    drop(raft_tx);
+    let _ = raft_thread.join();
+    if data_dir.temporary {
+        let _ = std::fs::remove_dir_all(&data_dir.path);
+    }
+    log::info!("agent: shutdown complete");
+    Ok(())
+}
+
+fn display_addr(ip: IpAddr, port: i32) -> String {
+    SocketAddr::new(ip, port.max(0) as u16).to_string()
+}
+
+/// One shard thread: a monoio runtime serving its listeners until shutdown.
+fn run_shard(
+    id: usize,
+    shared: Arc<Shared>,
+    version: crate::store::StoreVersion,
+    inbox: flume::Receiver<ShardMessage>,
+    listeners: Vec<std::net::TcpListener>,
+) {
+    let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        .with_entries(URING_ENTRIES)
+        .enable_timer()
+        .build()
+        .expect("building the shard runtime");
+    runtime.block_on(async move {
+        let shard = Shard::new(id, shared, version, inbox);
+        for listener in listeners {
+            match monoio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    monoio::spawn(http_server::accept_loop(shard.clone(), listener));
+                }
+                Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
+            }
+        }
+        shard_main_loop(&shard).await;
+    });
+}
+
+/// Receives what the raft core publishes until shutdown. Shutdown is noticed within one
+/// poll interval even when nothing is published.
+async fn shard_main_loop(shard: &Shard) {
+    const SHUTDOWN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+    loop {
+        match monoio::time::timeout(SHUTDOWN_POLL, shard.inbox().recv_async()).await {
+            Ok(Ok(message)) => {
+                shard.handle_message(message);
+                while let Ok(message) = shard.inbox().try_recv() {
+                    shard.handle_message(message);
+                }
+            }
+            Ok(Err(_)) => return,
+            Err(_) => {}
+        }
+        if shard.shutting_down() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! `/v1/kv/<key>`: get, list, keys, put, CAS, delete, recursive delete — Consul's KV API.
+
+use super::{
+    json::JsonWriter, query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply,
+    Request, WriteOp,
+};
+use crate::proto::http::Method;
+use crate::shard::watch::WatchSet;
+use crate::shard::Shard;
+use crate::store::kv::{self, KvEntry, KvOp};
+use crate::store::{Command, CommandResult, Table, Tables};
+use bytes::Bytes;
+use std::sync::Arc;
+
+/// Longest KV key accepted; Consul's effective limit comes from the request line, this makes
+/// it explicit.
+pub const KEY_BYTES_MAX: usize = 16 * 1024;
+
+pub fn handle(
+    shard: &Shard,
+    request: &Request,
+    key: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Key exceeds {KEY_BYTES_MAX} bytes"
+        )));
+    }
+    // Newer Consul refuses traversal sequences in keys; so do we.
+    if key.contains("../") || key.contains("..\\") {
+        return Err(ApiError::bad_request(
+            "URL path contains invalid traversal sequence",
+        ));
+    }
+    match request.method {
+        Method::Get => get(shard, request, key, reply),
+        Method::Put => put(shard, request, key),
+        Method::Delete => delete(shard, request, key),
+        _ => unreachable!("the router admits only GET, PUT and DELETE"),
+    }
+}
+
+/// Consul answers 400 "Conflicting flags" when mutually exclusive parameters meet.
+fn conflicting(request: &Request, flags: &[&str]) -> Result<(), ApiError> {
+    if flags.iter().filter(|f| request.query.has(f)).count() > 1 {
+        let raw = &request.buf[request.head.query.start as usize..request.head.query.end as usize];
+        return Err(ApiError::bad_request(format!(
+            "Conflicting flags: {}",
+            String::from_utf8_lossy(raw)
+        )));
+    }
+    Ok(())
+}
+
+fn parse_u64_param(request: &Request, name: &str) -> Result<Option<u64>, ApiError> {
+    match request.query.get(name) {
+        None => Ok(None),
+        Some(text) => text.parse::<u64>().map(Some).map_err(|_| {
+            ApiError::bad_request(format!(
+                "Invalid {name} value {text:?}: expected an unsigned integer"
+            ))
+        }),
+    }
+}
+
+fn get(
+    shard: &Shard,
+    request: &Request,
+    key: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if request.query.has("keys") {
+        let separator = request
+            .query
+            .get("separator")
+            .or_else(|| request.query.get("seperator"))
+            .unwrap_or("");
+        return run_query(
+            shard,
+            KeysQuery {
+                prefix: Arc::from(key),
+                separator: Arc::from(separator),
+            },
+            options,
+            reply,
+        );
+    }
+    if request.query.has("recurse") {
+        return run_query(
+            shard,
+            ListQuery {
+                prefix: Arc::from(key),
+            },
+            options,
+            reply,
+        );
+    }
+    if key.is_empty() {
+        return Err(ApiError::bad_request("Missing key name"));
+    }
+    run_query(
+        shard,
+        GetQuery {
+            key: Arc::from(key),
+            raw: request.query.has("raw"),
+        },
+        options,
+        reply,
+    )
+}
+
+fn put(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    if key.is_empty() {
+        return Err(ApiError::bad_request("Missing key name"));
+    }
+    conflicting(request, &["cas", "acquire", "release"])?;
+    if request.query.has("acquire") || request.query.has("release") {
+        return Err(ApiError::bad_request(
+            "KV lock acquire/release requires sessions, which this agent does not support yet",
+        ));
+    }
+    let flags = parse_u64_param(request, "flags")?.unwrap_or(0);
+    let value = Bytes::copy_from_slice(request.body);
+    let key = key.to_string();
+    let (op, is_cas) = match parse_u64_param(request, "cas")? {
+        Some(modify_index) => (
+            KvOp::Cas {
+                key,
+                value,
+                flags,
+                modify_index,
+            },
+            true,
+        ),
+        None => (KvOp::Set { key, value, flags }, false),
+    };
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Kv(op),
+        respond: Box::new(move |result, reply: &mut Reply| match result {
+            // Consul answers `true` for a plain set whatever the store reports.
+            CommandResult::Bool(ok) => reply.json_bool(ok || !is_cas),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+        }),
+    }))
+}
+
+fn delete(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    conflicting(request, &["recurse", "cas"])?;
+    let op = if request.query.has("recurse") {
+        KvOp::DeleteTree {
+            prefix: key.to_string(),
+        }
+    } else if key.is_empty() {
+        return Err(ApiError::bad_request("Missing key name"));
+    } else if let Some(modify_index) = parse_u64_param(request, "cas")? {
+        KvOp::DeleteCas {
+            key: key.to_string(),
+            modify_index,
+        }
+    } else {
+        KvOp::Delete {
+            key: key.to_string(),
+        }
+    };
+    let is_cas = matches!(op, KvOp::DeleteCas { .. });
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Kv(op),
+        respond: Box::new(move |result, reply: &mut Reply| match result {
+            CommandResult::Bool(ok) => reply.json_bool(ok || !is_cas),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+        }),
+    }))
+}
+
+/// Writes entries as Consul's `DirEntry` list.
+fn write_entries<'e>(
+    out: &mut Vec<u8>,
+    pretty: bool,
+    entries: impl Iterator<Item = &'e Arc<KvEntry>>,
+) {
+    let mut w = JsonWriter::new(out, pretty);
+    w.begin_array();
+    for entry in entries {
+        w.begin_object();
+        w.field_u64("LockIndex", entry.lock_index);
+        w.field_str("Key", &entry.key);
+        w.field_u64("Flags", entry.flags);
+        w.field_base64_or_null("Value", &entry.value);
+        if let Some(session) = &entry.session {
+            w.field_str("Session", session);
+        }
+        w.field_u64("CreateIndex", entry.create_index);
+        w.field_u64("ModifyIndex", entry.modify_index);
+        w.end_object();
+    }
+    w.end_array();
+    w.finish();
+}
+
+fn not_found(meta: QueryMeta, reply: &mut Reply) {
+    let mut headers = Vec::with_capacity(160);
+    meta.write_headers(&mut headers);
+    reply.send(404, None, &headers, b"");
+}
+
+struct GetQuery {
+    key: Arc<str>,
+    raw: bool,
+}
+
+impl Query for GetQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            kv::get(tables, &self.key).0,
+            WatchSet::new().key(Table::Kvs, self.key.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let Some(entry) = kv::get(tables, &self.key).1 else {
+            return not_found(meta, reply);
+        };
+        let mut headers = Vec::with_capacity(192);
+        meta.write_headers(&mut headers);
+        if self.raw {
+            headers.extend_from_slice(
+                b"X-Content-Type-Options: nosniff\r\nContent-Security-Policy: sandbox\r\n",
+            );
+            reply.send(200, Some("text/plain"), &headers, &entry.value);
+            return;
+        }
+        let mut body = Vec::with_capacity(160 + entry.key.len() + entry.value.len() * 4 / 3);
+        write_entries(&mut body, reply.pretty, std::iter::once(entry));
+        reply.json_bytes(200, &headers, &body);
+    }
+}
+
+struct ListQuery {
+    prefix: Arc<str>,
+}
+
+impl Query for ListQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            kv::list(tables, &self.prefix).0,
+            WatchSet::new().prefix(Table::Kvs, self.prefix.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let (_, entries) = kv::list(tables, &self.prefix);
+        if entries.is_empty() {
+            return not_found(meta, reply);
+        }
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        let mut body = Vec::with_capacity(64 + entries.len() * 160);
+        write_entries(&mut body, reply.pretty, entries.into_iter());
+        reply.json_bytes(200, &headers, &body);
+    }
+}
+
+struct KeysQuery {
+    prefix: Arc<str>,
+    separator: Arc<str>,
+}
+
+impl Query for KeysQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            kv::keys(tables, &self.prefix, &self.separator).0,
+            WatchSet::new().prefix(Table::Kvs, self.prefix.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let (_, keys) = kv::keys(tables, &self.prefix, &self.separator);
+        // Consul answers 404 for an empty listing except at the root, where it sends [].
+        if keys.is_empty() && !self.prefix.is_empty() {
+            return not_found(meta, reply);
+        }
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        let mut body = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_array();
+        for key in keys {
+            w.array_str(key);
+        }
+        w.end_array();
+        w.finish();
+        reply.json_bytes(200, &headers, &body);
+    }
+}

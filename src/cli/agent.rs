@@ -1,0 +1,188 @@
+//! `praetor agent`: Consul's agent flags, turned into a config object that overrides files.
+
+use crate::config::{self, ConfigSources};
+use clap::Args;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Default)]
+pub struct AgentArgs {
+    /// Development mode: a single in-memory-ish server with everything enabled.
+    #[arg(long)]
+    pub dev: bool,
+    /// Run as a server (Raft voter) rather than a client agent.
+    #[arg(long)]
+    pub server: bool,
+    /// Bootstrap a one-server cluster.
+    #[arg(long)]
+    pub bootstrap: bool,
+    /// Servers to wait for before bootstrapping the cluster.
+    #[arg(long = "bootstrap-expect")]
+    pub bootstrap_expect: Option<u32>,
+    #[arg(long = "data-dir")]
+    pub data_dir: Option<PathBuf>,
+    /// Node name (default: the host name).
+    #[arg(long = "node")]
+    pub node: Option<String>,
+    #[arg(long = "node-id")]
+    pub node_id: Option<String>,
+    #[arg(long)]
+    pub datacenter: Option<String>,
+    /// Address for cluster communication.
+    #[arg(long)]
+    pub bind: Option<String>,
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Address(es) the HTTP and DNS interfaces listen on.
+    #[arg(long)]
+    pub client: Option<String>,
+    #[arg(long = "http-port", allow_negative_numbers = true)]
+    pub http_port: Option<i32>,
+    #[arg(long = "dns-port", allow_negative_numbers = true)]
+    pub dns_port: Option<i32>,
+    #[arg(long = "server-port", allow_negative_numbers = true)]
+    pub server_port: Option<i32>,
+    #[arg(long = "serf-lan-port", allow_negative_numbers = true)]
+    pub serf_lan_port: Option<i32>,
+    #[arg(long = "serf-wan-port", allow_negative_numbers = true)]
+    pub serf_wan_port: Option<i32>,
+    #[arg(long = "grpc-port", allow_negative_numbers = true)]
+    pub grpc_port: Option<i32>,
+    /// Shard threads (default: one per core).
+    #[arg(long)]
+    pub shards: Option<usize>,
+    #[arg(long = "log-level")]
+    pub log_level: Option<String>,
+    #[arg(long = "config-file")]
+    pub config_file: Vec<PathBuf>,
+    #[arg(long = "config-dir")]
+    pub config_dir: Vec<PathBuf>,
+    /// An HCL config fragment.
+    #[arg(long)]
+    pub hcl: Vec<String>,
+    #[arg(long = "retry-join")]
+    pub retry_join: Vec<String>,
+    #[arg(long = "join")]
+    pub join: Vec<String>,
+    #[arg(long)]
+    pub ui: bool,
+    #[arg(long)]
+    pub recursor: Vec<String>,
+    #[arg(long)]
+    pub domain: Option<String>,
+    #[arg(long = "alt-domain")]
+    pub alt_domain: Option<String>,
+    #[arg(long)]
+    pub encrypt: Option<String>,
+    #[arg(long = "enable-script-checks")]
+    pub enable_script_checks: bool,
+    #[arg(long = "enable-local-script-checks")]
+    pub enable_local_script_checks: bool,
+}
+
+impl AgentArgs {
+    /// The flags as a config object; only flags actually given appear, so files fill the rest.
+    pub fn to_config_object(&self) -> Map<String, Value> {
+        let mut flags = Map::new();
+        let mut set = |key: &str, value: Value| {
+            flags.insert(key.to_string(), value);
+        };
+        if self.server {
+            set("server", json!(true));
+        }
+        if self.bootstrap {
+            set("bootstrap", json!(true));
+        }
+        if let Some(n) = self.bootstrap_expect {
+            set("bootstrap_expect", json!(n));
+        }
+        if let Some(dir) = &self.data_dir {
+            set("data_dir", json!(dir.to_string_lossy()));
+        }
+        if let Some(v) = &self.node {
+            set("node_name", json!(v));
+        }
+        if let Some(v) = &self.node_id {
+            set("node_id", json!(v));
+        }
+        if let Some(v) = &self.datacenter {
+            set("datacenter", json!(v));
+        }
+        if let Some(v) = &self.bind {
+            set("bind_addr", json!(v));
+        }
+        if let Some(v) = &self.advertise {
+            set("advertise_addr", json!(v));
+        }
+        if let Some(v) = &self.client {
+            set("client_addr", json!(v));
+        }
+        if let Some(v) = self.shards {
+            set("shards", json!(v));
+        }
+        if let Some(v) = &self.log_level {
+            set("log_level", json!(v));
+        }
+        if !self.retry_join.is_empty() {
+            set("retry_join", json!(self.retry_join));
+        }
+        if !self.join.is_empty() {
+            set("start_join", json!(self.join));
+        }
+        if self.ui {
+            set("ui", json!(true));
+        }
+        if !self.recursor.is_empty() {
+            set("recursors", json!(self.recursor));
+        }
+        if let Some(v) = &self.domain {
+            set("domain", json!(v));
+        }
+        if let Some(v) = &self.alt_domain {
+            set("alt_domain", json!(v));
+        }
+        if let Some(v) = &self.encrypt {
+            set("encrypt", json!(v));
+        }
+        if self.enable_script_checks {
+            set("enable_script_checks", json!(true));
+        }
+        if self.enable_local_script_checks {
+            set("enable_local_script_checks", json!(true));
+        }
+        let mut ports = Map::new();
+        for (key, value) in [
+            ("http", self.http_port),
+            ("dns", self.dns_port),
+            ("server", self.server_port),
+            ("serf_lan", self.serf_lan_port),
+            ("serf_wan", self.serf_wan_port),
+            ("grpc", self.grpc_port),
+        ] {
+            if let Some(port) = value {
+                ports.insert(key.to_string(), json!(port));
+            }
+        }
+        if !ports.is_empty() {
+            set("ports", Value::Object(ports));
+        }
+        flags
+    }
+}
+
+pub fn run(args: AgentArgs) -> Result<i32, String> {
+    let sources = ConfigSources {
+        dev: args.dev,
+        config_files: args.config_file.clone(),
+        config_dirs: args.config_dir.clone(),
+        hcl_snippets: args.hcl.clone(),
+        flags: args.to_config_object(),
+    };
+    let config = config::build(&sources)?;
+    crate::shard::logger::init(&config.log_level)?;
+    if config.dev_mode {
+        log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");
+    }
+    crate::shard::run_agent(config)?;
+    Ok(0)
+}

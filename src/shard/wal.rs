@@ -1,0 +1,754 @@
+//! The durable Raft log: preallocated segment files of checksummed records, plus snapshot
+//! files. Used only by the raft core thread.
+//!
+//! Record layout (little endian):
+//! `body_len u32 | crc32c(body) u32 | body`, where body is `kind u8 | fields…`:
+//! - entry: `index u64 | term u64 | entry_kind u8 | payload`
+//! - hard state: `term u64 | vote u64 (0 = none) | commit u64`
+//! - truncate: `from_index u64` (entries at and above it are discarded)
+//!
+//! Group commit: [`Wal::append`] only encodes into a buffer; [`Wal::sync`] issues one
+//! `pwrite` and one `fdatasync` for everything appended since the last sync. Segments are
+//! preallocated, so a sync rarely has file-size metadata to flush.
+//!
+//! Recovery reads segments in order and stops at the first record whose length is zero or
+//! whose checksum does not match: that is the torn tail of a batch whose sync never returned,
+//! so nothing in it was acknowledged. The tail is zeroed before new records are written, so a
+//! stale record can never be read back after a later crash.
+//!
+//! Invariants: a record's checksum is computed before it is written and verified after it is
+//! read; entries handed out by recovery are contiguous and start right after the snapshot.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Size each segment is preallocated to; a segment is closed once a batch would overflow it.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
+/// Largest record body; a bigger length field is corruption, not a record.
+pub const RECORD_BODY_BYTES_MAX: usize = 64 << 20;
+/// Snapshot files kept on disk (the newest is used; the older one is a fallback).
+const SNAPSHOTS_KEPT: usize = 2;
+
+const RECORD_HEADER_BYTES: usize = 8;
+const KIND_ENTRY: u8 = 1;
+const KIND_HARD_STATE: u8 = 2;
+const KIND_TRUNCATE: u8 = 3;
+const SNAPSHOT_MAGIC: &[u8; 8] = b"PRSNAP01";
+
+/// Term, vote and commit index, persisted before votes are answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalHardState {
+    pub term: u64,
+    pub vote: u64,
+    pub commit: u64,
+}
+
+/// A log entry as the WAL stores it; `kind` is the Raft entry kind, opaque here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalEntry {
+    pub index: u64,
+    pub term: u64,
+    pub kind: u8,
+    pub payload: bytes::Bytes,
+}
+
+/// A snapshot as stored: Raft metadata bytes (opaque here) and the state bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalSnapshot {
+    pub last_index: u64,
+    pub last_term: u64,
+    pub meta: Vec<u8>,
+    pub data: bytes::Bytes,
+}
+
+/// What [`Wal::open`] recovered.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub hard_state: WalHardState,
+    pub snapshot: Option<WalSnapshot>,
+    /// Entries after the snapshot, contiguous, in index order.
+    pub entries: Vec<WalEntry>,
+    /// Bytes of torn tail discarded during recovery (0 after a clean shutdown).
+    pub torn_tail_bytes: u64,
+}
+
+struct Segment {
+    sequence: u64,
+    path: PathBuf,
+    /// Highest entry index recorded in this segment (0 if none).
+    max_entry_index: u64,
+}
+
+pub struct Wal {
+    dir: PathBuf,
+    segment_bytes: u64,
+    segments: Vec<Segment>,
+    active: File,
+    active_write_offset: u64,
+    pending: Vec<u8>,
+    pending_max_entry_index: u64,
+    last_hard_state: WalHardState,
+}
+
+fn segment_path(dir: &Path, sequence: u64) -> PathBuf {
+    dir.join(format!("{sequence:020}.wal"))
+}
+
+fn corrupt(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a valid descriptor; fallocate does not touch our memory.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    // Filesystems without fallocate still work; they just pay for size updates on sync.
+    if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return Ok(());
+    }
+    Err(err)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Wal {
+    /// Opens (or creates) the log in `dir`, recovering everything durable.
+    pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<(Wal, Recovered)> {
+        fs::create_dir_all(dir)?;
+        let snapshot = load_newest_snapshot(dir)?;
+        let snapshot_index = snapshot.as_ref().map(|s| s.last_index).unwrap_or(0);
+
+        let mut sequences: Vec<u64> = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(stem) = name.strip_suffix(".wal") {
+                if let Ok(seq) = stem.parse::<u64>() {
+                    sequences.push(seq);
+                }
+            }
+        }
+        sequences.sort_unstable();
+
+        let mut recovered = Recovered {
+            snapshot,
+            ..Recovered::default()
+        };
+        let mut entries: Vec<WalEntry> = Vec::new();
+        let mut segments = Vec::new();
+        let mut active_write_offset = 0;
+        for (position, &sequence) in sequences.iter().enumerate() {
+            let path = segment_path(dir, sequence);
+            let mut bytes = Vec::new();
+            File::open(&path)?.read_to_end(&mut bytes)?;
+            let mut offset = 0usize;
+            let mut max_entry_index = 0;
+            while let Some((record, next)) = read_record(&bytes, offset) {
+                match record {
+                    Record::Entry(entry) => {
+                        max_entry_index = max_entry_index.max(entry.index);
+                        if entry.index > snapshot_index {
+                            if let Some(last) = entries.last() {
+                                if entry.index > last.index + 1 {
+                                    return Err(corrupt(format!(
+                                        "gap in log: entry {} after {}",
+                                        entry.index, last.index
+                                    )));
+                                }
+                                // An entry at or below the tail replaces the old suffix; the
+                                // truncate record normally precedes it, this is belt and braces.
+                                entries.truncate((entry.index - 1 - snapshot_index) as usize);
+                            } else if entry.index != snapshot_index + 1 {
+                                return Err(corrupt(format!(
+                                    "log starts at {} but snapshot ends at {}",
+                                    entry.index, snapshot_index
+                                )));
+                            }
+                            entries.push(entry);
+                        }
+                    }
+                    Record::HardState(hs) => recovered.hard_state = hs,
+                    Record::Truncate(from) => {
+                        if from > snapshot_index {
+                            entries.truncate((from - 1 - snapshot_index) as usize);
+                        }
+                    }
+                }
+                offset = next;
+            }
+            let is_last = position + 1 == sequences.len();
+            let tail_nonzero = bytes[offset..].iter().any(|b| *b != 0);
+            if !is_last && tail_nonzero {
+                return Err(corrupt(format!(
+                    "segment {} is corrupt at byte {offset} but is not the last",
+                    path.display()
+                )));
+            }
+            if is_last {
+                if tail_nonzero {
+                    recovered.torn_tail_bytes = bytes[offset..]
+                        .iter()
+                        .rposition(|b| *b != 0)
+                        .map(|p| p as u64 + 1)
+                        .unwrap_or(0);
+                    // Zero the torn tail so no stale record can ever be read after it.
+                    let file = OpenOptions::new().write(true).open(&path)?;
+                    file.set_len(offset as u64)?;
+                    file.sync_all()?;
+                }
+                active_write_offset = offset as u64;
+            }
+            segments.push(Segment {
+                sequence,
+                path,
+                max_entry_index,
+            });
+        }
+
+        let hard_state = recovered.hard_state;
+        let (active, active_write_offset) = if let Some(last) = segments.last() {
+            let file = OpenOptions::new().read(true).write(true).open(&last.path)?;
+            preallocate(&file, segment_bytes.max(active_write_offset))?;
+            (file, active_write_offset)
+        } else {
+            let path = segment_path(dir, 1);
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            preallocate(&file, segment_bytes)?;
+            file.sync_all()?;
+            sync_dir(dir)?;
+            segments.push(Segment {
+                sequence: 1,
+                path,
+                max_entry_index: 0,
+            });
+            (file, 0)
+        };
+        recovered.entries = entries;
+        let wal = Wal {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            segments,
+            active,
+            active_write_offset,
+            pending: Vec::with_capacity(64 * 1024),
+            pending_max_entry_index: 0,
+            last_hard_state: hard_state,
+        };
+        Ok((wal, recovered))
+    }
+
+    /// Buffers a batch: an optional new hard state, an optional truncation, new entries.
+    /// Nothing is durable until [`Wal::sync`] returns.
+    pub fn append(
+        &mut self,
+        hard_state: Option<WalHardState>,
+        truncate_from: Option<u64>,
+        entries: &[WalEntry],
+    ) {
+        if let Some(from) = truncate_from {
+            let mut body = [0u8; 9];
+            body[0] = KIND_TRUNCATE;
+            body[1..9].copy_from_slice(&from.to_le_bytes());
+            push_record(&mut self.pending, &body);
+        }
+        for entry in entries {
+            debug_assert!(entry.payload.len() + 18 <= RECORD_BODY_BYTES_MAX);
+            let start = self.pending.len();
+            self.pending.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+            self.pending.push(KIND_ENTRY);
+            self.pending.extend_from_slice(&entry.index.to_le_bytes());
+            self.pending.extend_from_slice(&entry.term.to_le_bytes());
+            self.pending.push(entry.kind);
+            self.pending.extend_from_slice(&entry.payload);
+            seal_record(&mut self.pending, start);
+            self.pending_max_entry_index = self.pending_max_entry_index.max(entry.index);
+        }
+        if let Some(hs) = hard_state {
+            push_record(&mut self.pending, &hard_state_body(hs));
+            self.last_hard_state = hs;
+        }
+    }
+
+    /// Whether anything was appended since the last sync.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes every buffered record with one `pwrite` and makes it durable with one
+    /// `fdatasync`.
+    pub fn sync(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        if self.active_write_offset > 0
+            && self.active_write_offset + self.pending.len() as u64 > self.segment_bytes
+        {
+            self.roll_segment()?;
+        }
+        self.active
+            .write_all_at(&self.pending, self.active_write_offset)?;
+        self.active.sync_data()?;
+        self.active_write_offset += self.pending.len() as u64;
+        let segment = self
+            .segments
+            .last_mut()
+            .expect("there is always an active segment");
+        segment.max_entry_index = segment.max_entry_index.max(self.pending_max_entry_index);
+        self.pending.clear();
+        self.pending_max_entry_index = 0;
+        // Keep the buffer from pinning a huge allocation after a burst.
+        if self.pending.capacity() > 8 << 20 {
+            self.pending.shrink_to(64 * 1024);
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment and starts a new one whose first record is the current
+    /// hard state, so that deleting older segments never loses term or vote.
+    fn roll_segment(&mut self) -> io::Result<()> {
+        self.active.sync_data()?;
+        let sequence = self.segments.last().map(|s| s.sequence + 1).unwrap_or(1);
+        let path = segment_path(&self.dir, sequence);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        preallocate(&file, self.segment_bytes)?;
+        let mut head = Vec::with_capacity(64);
+        push_record(&mut head, &hard_state_body(self.last_hard_state));
+        file.write_all_at(&head, 0)?;
+        file.sync_all()?;
+        sync_dir(&self.dir)?;
+        self.segments.push(Segment {
+            sequence,
+            path,
+            max_entry_index: 0,
+        });
+        self.active = file;
+        self.active_write_offset = head.len() as u64;
+        Ok(())
+    }
+
+    /// Durably stores a snapshot, then deletes segments holding only entries at or below
+    /// `compact_up_to` (which the caller keeps ≤ the snapshot index).
+    pub fn save_snapshot(&mut self, snapshot: &WalSnapshot, compact_up_to: u64) -> io::Result<()> {
+        assert!(
+            compact_up_to <= snapshot.last_index,
+            "compacting past the snapshot would lose entries"
+        );
+        write_snapshot_file(&self.dir, snapshot)?;
+        self.compact(compact_up_to)
+    }
+
+    /// Deletes closed segments whose entries are all at or below `up_to`.
+    pub fn compact(&mut self, up_to: u64) -> io::Result<()> {
+        let closed = self.segments.len().saturating_sub(1);
+        let mut removable = 0;
+        for segment in &self.segments[..closed] {
+            if segment.max_entry_index > up_to {
+                break;
+            }
+            removable += 1;
+        }
+        for segment in self.segments.drain(..removable) {
+            fs::remove_file(&segment.path)?;
+        }
+        if removable > 0 {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Number of segment files, for tests and metrics.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+/// Writes a snapshot file atomically (temporary file, fsync, rename, directory fsync) and
+/// keeps only the newest few. Safe to call from a thread other than the log's owner: it
+/// touches only snapshot files.
+pub fn write_snapshot_file(dir: &Path, snapshot: &WalSnapshot) -> io::Result<()> {
+    let name = format!(
+        "snapshot-{:020}-{:020}.snap",
+        snapshot.last_index, snapshot.last_term
+    );
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let mut head = Vec::with_capacity(64 + snapshot.meta.len());
+        head.extend_from_slice(SNAPSHOT_MAGIC);
+        head.extend_from_slice(&snapshot.last_index.to_le_bytes());
+        head.extend_from_slice(&snapshot.last_term.to_le_bytes());
+        head.extend_from_slice(&(snapshot.meta.len() as u64).to_le_bytes());
+        head.extend_from_slice(&snapshot.meta);
+        head.extend_from_slice(&(snapshot.data.len() as u64).to_le_bytes());
+        let mut crc = crc32c::crc32c(&head);
+        crc = crc32c::crc32c_append(crc, &snapshot.data);
+        let mut writer = io::BufWriter::with_capacity(1 << 20, &mut file);
+        writer.write_all(&head)?;
+        writer.write_all(&snapshot.data)?;
+        writer.write_all(&crc.to_le_bytes())?;
+        writer.flush()?;
+        drop(writer);
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(&name))?;
+    sync_dir(dir)?;
+    let mut names = snapshot_names(dir)?;
+    names.sort();
+    while names.len() > SNAPSHOTS_KEPT {
+        fs::remove_file(dir.join(names.remove(0)))?;
+    }
+    Ok(())
+}
+
+fn hard_state_body(hs: WalHardState) -> [u8; 25] {
+    let mut body = [0u8; 25];
+    body[0] = KIND_HARD_STATE;
+    body[1..9].copy_from_slice(&hs.term.to_le_bytes());
+    body[9..17].copy_from_slice(&hs.vote.to_le_bytes());
+    body[17..25].copy_from_slice(&hs.commit.to_le_bytes());
+    body
+}
+
+fn push_record(out: &mut Vec<u8>, body: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+    out.extend_from_slice(body);
+    seal_record(out, start);
+}
+
+/// Fills in the length and checksum of the record starting at `start`, whose body is the
+/// rest of `out`.
+fn seal_record(out: &mut [u8], start: usize) {
+    let body = &out[start + RECORD_HEADER_BYTES..];
+    let len = body.len() as u32;
+    let crc = crc32c::crc32c(body);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+enum Record {
+    Entry(WalEntry),
+    HardState(WalHardState),
+    Truncate(u64),
+}
+
+fn le_u64(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[..8].try_into().expect("caller checked length"))
+}
+
+/// Reads the record at `offset`, or `None` at the end of valid data.
+fn read_record(bytes: &[u8], offset: usize) -> Option<(Record, usize)> {
+    let header = bytes.get(offset..offset + RECORD_HEADER_BYTES)?;
+    let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    if len == 0 || len > RECORD_BODY_BYTES_MAX {
+        return None;
+    }
+    let body = bytes.get(offset + RECORD_HEADER_BYTES..offset + RECORD_HEADER_BYTES + len)?;
+    if crc32c::crc32c(body) != crc {
+        return None;
+    }
+    let next = offset + RECORD_HEADER_BYTES + len;
+    let record = match body[0] {
+        KIND_ENTRY if body.len() >= 18 => Record::Entry(WalEntry {
+            index: le_u64(&body[1..]),
+            term: le_u64(&body[9..]),
+            kind: body[17],
+            payload: bytes::Bytes::copy_from_slice(&body[18..]),
+        }),
+        KIND_HARD_STATE if body.len() == 25 => Record::HardState(WalHardState {
+            term: le_u64(&body[1..]),
+            vote: le_u64(&body[9..]),
+            commit: le_u64(&body[17..]),
+        }),
+        KIND_TRUNCATE if body.len() == 9 => Record::Truncate(le_u64(&body[1..])),
+        _ => return None,
+    };
+    Some((record, next))
+}
+
+fn snapshot_names(dir: &Path) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.starts_with("snapshot-") && name.ends_with(".snap") {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Loads the newest snapshot whose checksum verifies; a damaged newest one falls back to the
+/// previous one.
+fn load_newest_snapshot(dir: &Path) -> io::Result<Option<WalSnapshot>> {
+    let mut names = snapshot_names(dir)?;
+    names.sort();
+    while let Some(name) = names.pop() {
+        let bytes = fs::read(dir.join(&name))?;
+        match parse_snapshot(&bytes) {
+            Some(snapshot) => return Ok(Some(snapshot)),
+            None => eprintln!("praetor: ignoring damaged snapshot {name}"),
+        }
+    }
+    Ok(None)
+}
+
+fn parse_snapshot(bytes: &[u8]) -> Option<WalSnapshot> {
+    if bytes.len() < 8 + 8 + 8 + 8 + 8 + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return None;
+    }
+    let (content, crc_bytes) = bytes.split_at(bytes.len() - 4);
+    if crc32c::crc32c(content) != u32::from_le_bytes(crc_bytes.try_into().ok()?) {
+        return None;
+    }
+    let last_index = le_u64(&content[8..]);
+    let last_term = le_u64(&content[16..]);
+    let meta_len = le_u64(&content[24..]) as usize;
+    let meta_end = 32usize.checked_add(meta_len)?;
+    let meta = content.get(32..meta_end)?.to_vec();
+    let data_len = le_u64(content.get(meta_end..meta_end + 8)?) as usize;
+    let data = content.get(meta_end + 8..meta_end + 8 + data_len)?;
+    if meta_end + 8 + data_len != content.len() {
+        return None;
+    }
+    Some(WalSnapshot {
+        last_index,
+        last_term,
+        meta,
+        data: bytes::Bytes::copy_from_slice(data),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64, payload: &str) -> WalEntry {
+        WalEntry {
+            index,
+            term,
+            kind: 0,
+            payload: bytes::Bytes::copy_from_slice(payload.as_bytes()),
+        }
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("praetor-wal-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn append_sync_recover() {
+        let dir = temp_dir("basic");
+        {
+            let (mut wal, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+            assert!(recovered.entries.is_empty());
+            wal.append(
+                Some(WalHardState {
+                    term: 1,
+                    vote: 1,
+                    commit: 0,
+                }),
+                None,
+                &[entry(1, 1, "a"), entry(2, 1, "b")],
+            );
+            wal.sync().unwrap();
+            wal.append(
+                Some(WalHardState {
+                    term: 1,
+                    vote: 1,
+                    commit: 2,
+                }),
+                None,
+                &[entry(3, 1, "c")],
+            );
+            // Not synced: must not be recovered.
+        }
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(recovered.entries, vec![entry(1, 1, "a"), entry(2, 1, "b")]);
+        assert_eq!(
+            recovered.hard_state,
+            WalHardState {
+                term: 1,
+                vote: 1,
+                commit: 0
+            }
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn truncation_replaces_suffix() {
+        let dir = temp_dir("truncate");
+        {
+            let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+            wal.append(
+                None,
+                None,
+                &[entry(1, 1, "a"), entry(2, 1, "b"), entry(3, 1, "c")],
+            );
+            wal.sync().unwrap();
+            wal.append(
+                Some(WalHardState {
+                    term: 2,
+                    vote: 2,
+                    commit: 1,
+                }),
+                Some(2),
+                &[entry(2, 2, "B")],
+            );
+            wal.sync().unwrap();
+        }
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(recovered.entries, vec![entry(1, 1, "a"), entry(2, 2, "B")]);
+        assert_eq!(recovered.hard_state.term, 2);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn torn_tail_is_discarded_and_zeroed() {
+        let dir = temp_dir("torn");
+        {
+            let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+            wal.append(None, None, &[entry(1, 1, "first")]);
+            wal.sync().unwrap();
+            wal.append(None, None, &[entry(2, 1, "second")]);
+            wal.sync().unwrap();
+        }
+        // Damage the last record's payload as a crash mid-write would.
+        let path = segment_path(&dir, 1);
+        let mut bytes = fs::read(&path).unwrap();
+        let second_payload = bytes.windows(6).position(|w| w == b"second").unwrap();
+        bytes[second_payload] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        {
+            let (mut wal, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+            assert_eq!(recovered.entries, vec![entry(1, 1, "first")]);
+            assert!(recovered.torn_tail_bytes > 0);
+            wal.append(None, None, &[entry(2, 1, "x")]);
+            wal.sync().unwrap();
+        }
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(
+            recovered.entries,
+            vec![entry(1, 1, "first"), entry(2, 1, "x")]
+        );
+        assert_eq!(recovered.torn_tail_bytes, 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn segments_roll_snapshot_and_compact() {
+        let dir = temp_dir("roll");
+        let payload = "p".repeat(300);
+        {
+            let (mut wal, _) = Wal::open(&dir, 4096).unwrap();
+            wal.append(
+                Some(WalHardState {
+                    term: 3,
+                    vote: 7,
+                    commit: 0,
+                }),
+                None,
+                &[],
+            );
+            wal.sync().unwrap();
+            for i in 1..=40 {
+                wal.append(None, None, &[entry(i, 3, &payload)]);
+                wal.sync().unwrap();
+            }
+            assert!(wal.segment_count() > 3);
+            let snapshot = WalSnapshot {
+                last_index: 30,
+                last_term: 3,
+                meta: b"meta".to_vec(),
+                data: bytes::Bytes::from_static(b"state"),
+            };
+            wal.save_snapshot(&snapshot, 30).unwrap();
+        }
+        let (wal, recovered) = Wal::open(&dir, 4096).unwrap();
+        let snapshot = recovered.snapshot.unwrap();
+        assert_eq!(
+            (snapshot.last_index, &snapshot.meta[..], &snapshot.data[..]),
+            (30, &b"meta"[..], &b"state"[..])
+        );
+        assert_eq!(recovered.entries.first().unwrap().index, 31);
+        assert_eq!(recovered.entries.last().unwrap().index, 40);
+        assert_eq!(
+            recovered.hard_state,
+            WalHardState {
+                term: 3,
+                vote: 7,
+                commit: 0
+            },
+            "hard state survives compaction"
+        );
+        assert!(wal.segment_count() < 10);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn damaged_snapshot_falls_back() {
+        let dir = temp_dir("snapfall");
+        {
+            let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+            for i in 1..=3 {
+                wal.append(None, None, &[entry(i, 1, "v")]);
+            }
+            wal.sync().unwrap();
+            let first = WalSnapshot {
+                last_index: 1,
+                last_term: 1,
+                meta: vec![],
+                data: bytes::Bytes::from_static(b"one"),
+            };
+            wal.save_snapshot(&first, 0).unwrap();
+            let second = WalSnapshot {
+                last_index: 2,
+                last_term: 1,
+                meta: vec![],
+                data: bytes::Bytes::from_static(b"two"),
+            };
+            wal.save_snapshot(&second, 0).unwrap();
+        }
+        let newest = dir.join(format!("snapshot-{:020}-{:020}.snap", 2, 1));
+        let mut bytes = fs::read(&newest).unwrap();
+        let last = bytes.len() - 6;
+        bytes[last] ^= 1;
+        fs::write(&newest, bytes).unwrap();
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(&recovered.snapshot.unwrap().data[..], b"one");
+        assert_eq!(
+            recovered
+                .entries
+                .iter()
+                .map(|e| e.index)
+                .collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,509 @@
+//! The per-shard registry of parked blocking queries.
+//!
+//! A parked query registers the exact keys, key prefixes or whole tables it read. When a new
+//! store version arrives, [`WatchRegistry::notify`] looks up only the registrations the change
+//! set names and wakes those queries; a write to one key costs O(watchers of that key plus
+//! the number of distinct prefix lengths watched in its table), never O(all watchers).
+//!
+//! Registrations are removed lazily: a woken or cancelled waiter frees its slot at once
+//! (bumping the slot's generation), and list entries pointing at dead generations are swept
+//! when they outnumber live ones, so cancellation is O(1) and the registry stays bounded.
+//!
+//! The registry is shard-local (`!Send`); nothing here locks.
+
+use crate::store::{Change, ChangeKey, Table, TABLE_COUNT};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::task::Waker;
+
+/// Above this many keys a query falls back to watching its whole table: one coarse
+/// registration instead of many fine ones.
+pub const WATCH_TARGETS_PER_QUERY_MAX: usize = 64;
+
+/// What a query read, and so what must wake it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchTarget {
+    Key(Table, Arc<str>),
+    Prefix(Table, Arc<str>),
+    Table(Table),
+}
+
+/// The set of targets of one query.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchSet {
+    targets: Vec<WatchTarget>,
+}
+
+impl WatchSet {
+    pub fn new() -> Self {
+        WatchSet::default()
+    }
+    pub fn key(mut self, table: Table, key: impl Into<Arc<str>>) -> Self {
+        self.add(WatchTarget::Key(table, key.into()));
+        self
+    }
+    pub fn prefix(mut self, table: Table, prefix: impl Into<Arc<str>>) -> Self {
+        self.add(WatchTarget::Prefix(table, prefix.into()));
+        self
+    }
+    pub fn table(mut self, table: Table) -> Self {
+        self.add(WatchTarget::Table(table));
+        self
+    }
+    pub fn add(&mut self, target: WatchTarget) {
+        if !self.targets.contains(&target) {
+            self.targets.push(target);
+        }
+    }
+    pub fn targets(&self) -> &[WatchTarget] {
+        &self.targets
+    }
+    /// Replaces fine-grained targets by whole tables when there are too many of them.
+    fn coarsened(&self) -> Vec<WatchTarget> {
+        if self.targets.len() <= WATCH_TARGETS_PER_QUERY_MAX {
+            return self.targets.clone();
+        }
+        let mut tables: Vec<Table> = self
+            .targets
+            .iter()
+            .map(|t| match t {
+                WatchTarget::Key(table, _)
+                | WatchTarget::Prefix(table, _)
+                | WatchTarget::Table(table) => *table,
+            })
+            .collect();
+        tables.sort();
+        tables.dedup();
+        tables.into_iter().map(WatchTarget::Table).collect()
+    }
+}
+
+/// A registration handle; stale once the slot's generation moves on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchId {
+    slot: u32,
+    generation: u32,
+}
+
+struct Slot {
+    generation: u32,
+    live: bool,
+    fired: bool,
+    waker: Option<Waker>,
+    /// List entries that point at this registration, for the stale-entry count.
+    entries: u32,
+}
+
+#[derive(Default)]
+struct TableWatches {
+    keys: HashMap<Arc<str>, Vec<WatchId>, ahash::RandomState>,
+    prefixes: HashMap<Arc<str>, Vec<WatchId>, ahash::RandomState>,
+    /// Distinct prefix lengths in `prefixes`, with how many prefixes have each length.
+    prefix_lengths: BTreeMap<usize, usize>,
+    whole: Vec<WatchId>,
+}
+
+#[derive(Default)]
+pub struct WatchRegistry {
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    tables: [TableWatches; TABLE_COUNT],
+    live_entries: usize,
+    stale_entries: usize,
+    live_waiters: usize,
+}
+
+impl WatchRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parked queries right now.
+    pub fn waiter_count(&self) -> usize {
+        self.live_waiters
+    }
+
+    pub fn register(&mut self, set: &WatchSet, waker: Waker) -> WatchId {
+        let targets = set.coarsened();
+        let slot_index = match self.free_slots.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    live: false,
+                    fired: false,
+                    waker: None,
+                    entries: 0,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[slot_index as usize];
+        debug_assert!(!slot.live);
+        slot.live = true;
+        slot.fired = false;
+        slot.waker = Some(waker);
+        slot.entries = targets.len() as u32;
+        let id = WatchId {
+            slot: slot_index,
+            generation: slot.generation,
+        };
+        for target in targets {
+            match target {
+                WatchTarget::Key(table, key) => self.tables[table as usize]
+                    .keys
+                    .entry(key)
+                    .or_default()
+                    .push(id),
+                WatchTarget::Prefix(table, prefix) => {
+                    let watches = &mut self.tables[table as usize];
+                    let len = prefix.len();
+                    let list = watches.prefixes.entry(prefix).or_default();
+                    if list.is_empty() {
+                        *watches.prefix_lengths.entry(len).or_default() += 1;
+                    }
+                    list.push(id);
+                }
+                WatchTarget::Table(table) => self.tables[table as usize].whole.push(id),
+            }
+            self.live_entries += 1;
+        }
+        self.live_waiters += 1;
+        id
+    }
+
+    fn slot_is(&self, id: WatchId) -> Option<&Slot> {
+        self.slots
+            .get(id.slot as usize)
+            .filter(|s| s.live && s.generation == id.generation)
+    }
+
+    /// Whether the registration was woken by a change.
+    pub fn is_fired(&self, id: WatchId) -> bool {
+        self.slot_is(id).is_none_or(|s| s.fired)
+    }
+
+    pub fn update_waker(&mut self, id: WatchId, waker: &Waker) {
+        if let Some(slot) = self.slots.get_mut(id.slot as usize) {
+            if slot.live && slot.generation == id.generation {
+                match &slot.waker {
+                    Some(existing) if existing.will_wake(waker) => {}
+                    _ => slot.waker = Some(waker.clone()),
+                }
+            }
+        }
+    }
+
+    /// Releases a registration, fired or not. Its list entries become stale.
+    pub fn release(&mut self, id: WatchId) {
+        let Some(slot) = self.slots.get_mut(id.slot as usize) else {
+            return;
+        };
+        if !slot.live || slot.generation != id.generation {
+            return;
+        }
+        slot.live = false;
+        slot.waker = None;
+        slot.generation = slot.generation.wrapping_add(1);
+        let entries = slot.entries as usize;
+        slot.entries = 0;
+        self.live_entries -= entries;
+        self.stale_entries += entries;
+        self.live_waiters -= 1;
+        self.free_slots.push(id.slot);
+        if self.stale_entries > 1024 && self.stale_entries > self.live_entries {
+            self.sweep();
+        }
+    }
+
+    fn fire(slots: &mut [Slot], id: WatchId, woken: &mut usize) {
+        if let Some(slot) = slots.get_mut(id.slot as usize) {
+            if slot.live && slot.generation == id.generation && !slot.fired {
+                slot.fired = true;
+                *woken += 1;
+                if let Some(waker) = slot.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+
+    /// Wakes every query that watched something in `changes`. Returns how many were woken.
+    pub fn notify(&mut self, changes: &[Change]) -> usize {
+        let mut woken = 0;
+        for change in changes {
+            let watches = &mut self.tables[change.table as usize];
+            // Woken lists are dropped whole; their entries are accounted as stale until the
+            // waiters release their slots, which subtracts them from the live count instead.
+            for id in watches.whole.drain(..) {
+                Self::fire(&mut self.slots, id, &mut woken);
+            }
+            match &change.key {
+                ChangeKey::Key(key) => {
+                    if let Some(list) = watches.keys.remove(key) {
+                        for id in list {
+                            Self::fire(&mut self.slots, id, &mut woken);
+                        }
+                    }
+                    let lengths: Vec<usize> = watches
+                        .prefix_lengths
+                        .range(..=key.len())
+                        .map(|(len, _)| *len)
+                        .collect();
+                    for len in lengths {
+                        if !key.is_char_boundary(len) {
+                            continue;
+                        }
+                        if let Some(list) = watches.prefixes.remove(&key[..len]) {
+                            Self::drop_prefix_length(&mut watches.prefix_lengths, len);
+                            for id in list {
+                                Self::fire(&mut self.slots, id, &mut woken);
+                            }
+                        }
+                    }
+                }
+                ChangeKey::Prefix(prefix) => {
+                    let keys: Vec<Arc<str>> = watches
+                        .keys
+                        .keys()
+                        .filter(|k| k.starts_with(&**prefix))
+                        .cloned()
+                        .collect();
+                    for key in keys {
+                        for id in watches.keys.remove(&key).unwrap_or_default() {
+                            Self::fire(&mut self.slots, id, &mut woken);
+                        }
+                    }
+                    let prefixes: Vec<Arc<str>> = watches
+                        .prefixes
+                        .keys()
+                        .filter(|w| w.starts_with(&**prefix) || prefix.starts_with(&***w))
+                        .cloned()
+                        .collect();
+                    for watched in prefixes {
+                        Self::drop_prefix_length(&mut watches.prefix_lengths, watched.len());
+                        for id in watches.prefixes.remove(&watched).unwrap_or_default() {
+                            Self::fire(&mut self.slots, id, &mut woken);
+                        }
+                    }
+                }
+                ChangeKey::All => {
+                    for (_, list) in watches.keys.drain() {
+                        for id in list {
+                            Self::fire(&mut self.slots, id, &mut woken);
+                        }
+                    }
+                    for (_, list) in watches.prefixes.drain() {
+                        for id in list {
+                            Self::fire(&mut self.slots, id, &mut woken);
+                        }
+                    }
+                    watches.prefix_lengths.clear();
+                }
+            }
+        }
+        woken
+    }
+
+    /// Wakes every parked query (shutdown, leadership loss).
+    pub fn notify_all(&mut self) -> usize {
+        let mut woken = 0;
+        for slot in self.slots.iter_mut() {
+            if slot.live && !slot.fired {
+                slot.fired = true;
+                woken += 1;
+                if let Some(waker) = slot.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+        woken
+    }
+
+    fn drop_prefix_length(lengths: &mut BTreeMap<usize, usize>, len: usize) {
+        if let Some(count) = lengths.get_mut(&len) {
+            *count -= 1;
+            if *count == 0 {
+                lengths.remove(&len);
+            }
+        }
+    }
+
+    /// Removes list entries whose registration is gone.
+    fn sweep(&mut self) {
+        let slots = &self.slots;
+        let alive = |id: &WatchId| {
+            slots
+                .get(id.slot as usize)
+                .is_some_and(|s| s.live && s.generation == id.generation)
+        };
+        let mut live_entries = 0;
+        for watches in self.tables.iter_mut() {
+            watches.keys.retain(|_, list| {
+                list.retain(alive);
+                live_entries += list.len();
+                !list.is_empty()
+            });
+            let mut removed_lengths = Vec::new();
+            watches.prefixes.retain(|prefix, list| {
+                list.retain(alive);
+                live_entries += list.len();
+                if list.is_empty() {
+                    removed_lengths.push(prefix.len());
+                }
+                !list.is_empty()
+            });
+            for len in removed_lengths {
+                Self::drop_prefix_length(&mut watches.prefix_lengths, len);
+            }
+            watches.whole.retain(alive);
+            live_entries += watches.whole.len();
+        }
+        self.live_entries = live_entries;
+        self.stale_entries = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct CountingWaker(AtomicUsize);
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<CountingWaker>, Waker) {
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        (counter.clone(), Waker::from(counter))
+    }
+
+    fn key_change(key: &str) -> Change {
+        Change::key(Table::Kvs, &Arc::from(key))
+    }
+
+    #[test]
+    fn key_watch_wakes_only_for_its_key() {
+        let mut registry = WatchRegistry::new();
+        let (count_a, waker_a) = waker();
+        let (count_b, waker_b) = waker();
+        let a = registry.register(&WatchSet::new().key(Table::Kvs, "a"), waker_a);
+        let b = registry.register(&WatchSet::new().key(Table::Kvs, "b"), waker_b);
+        assert_eq!(registry.notify(&[key_change("b")]), 1);
+        assert!(!registry.is_fired(a));
+        assert!(registry.is_fired(b));
+        assert_eq!(count_a.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count_b.0.load(Ordering::SeqCst), 1);
+        // Another table's change with the same key is someone else's business.
+        registry.notify(&[Change::key(Table::Nodes, &Arc::from("a"))]);
+        assert!(!registry.is_fired(a));
+    }
+
+    #[test]
+    fn prefix_watch_matches_keys_under_it() {
+        let mut registry = WatchRegistry::new();
+        let (_, w) = waker();
+        let p = registry.register(&WatchSet::new().prefix(Table::Kvs, "web/"), w.clone());
+        let root = registry.register(&WatchSet::new().prefix(Table::Kvs, ""), w.clone());
+        registry.notify(&[key_change("webby")]);
+        assert!(!registry.is_fired(p));
+        assert!(
+            registry.is_fired(root),
+            "the empty prefix matches every key"
+        );
+        registry.notify(&[key_change("web/a/b")]);
+        assert!(registry.is_fired(p));
+    }
+
+    #[test]
+    fn recursive_delete_wakes_keys_and_overlapping_prefixes() {
+        let mut registry = WatchRegistry::new();
+        let (_, w) = waker();
+        let inside_key = registry.register(&WatchSet::new().key(Table::Kvs, "a/b/c"), w.clone());
+        let outside_key = registry.register(&WatchSet::new().key(Table::Kvs, "b"), w.clone());
+        let deeper_prefix =
+            registry.register(&WatchSet::new().prefix(Table::Kvs, "a/b/"), w.clone());
+        let shallower_prefix =
+            registry.register(&WatchSet::new().prefix(Table::Kvs, "a"), w.clone());
+        registry.notify(&[Change {
+            table: Table::Kvs,
+            key: ChangeKey::Prefix(Arc::from("a/")),
+        }]);
+        assert!(registry.is_fired(inside_key));
+        assert!(!registry.is_fired(outside_key));
+        assert!(registry.is_fired(deeper_prefix));
+        assert!(registry.is_fired(shallower_prefix));
+    }
+
+    #[test]
+    fn table_watch_and_coarsening() {
+        let mut registry = WatchRegistry::new();
+        let (_, w) = waker();
+        let mut many = WatchSet::new();
+        for i in 0..(WATCH_TARGETS_PER_QUERY_MAX + 1) {
+            many.add(WatchTarget::Key(
+                Table::Services,
+                Arc::from(format!("s{i}")),
+            ));
+        }
+        let coarse = registry.register(&many, w.clone());
+        registry.notify(&[Change::key(Table::Services, &Arc::from("unrelated"))]);
+        assert!(registry.is_fired(coarse), "coarsened to the whole table");
+    }
+
+    #[test]
+    fn released_waiters_are_never_woken_and_slots_are_reused() {
+        let mut registry = WatchRegistry::new();
+        let (count, w) = waker();
+        let first = registry.register(&WatchSet::new().key(Table::Kvs, "k"), w.clone());
+        registry.release(first);
+        assert_eq!(registry.waiter_count(), 0);
+        let second = registry.register(&WatchSet::new().key(Table::Kvs, "other"), w.clone());
+        assert_eq!(second.slot, first.slot);
+        assert_ne!(second.generation, first.generation);
+        registry.notify(&[key_change("k")]);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            0,
+            "the stale entry for k must not wake the reused slot"
+        );
+        assert!(!registry.is_fired(second));
+    }
+
+    #[test]
+    fn sweeping_keeps_live_registrations() {
+        let mut registry = WatchRegistry::new();
+        let (_, w) = waker();
+        let keeper = registry.register(&WatchSet::new().key(Table::Kvs, "keep"), w.clone());
+        for i in 0..5000 {
+            let id = registry.register(
+                &WatchSet::new().key(Table::Kvs, format!("tmp{}", i % 7)),
+                w.clone(),
+            );
+            registry.release(id);
+        }
+        assert!(registry.stale_entries <= registry.live_entries.max(1024));
+        registry.notify(&[key_change("keep")]);
+        assert!(registry.is_fired(keeper));
+    }
+
+    #[test]
+    fn fan_out_wakes_exactly_the_watchers_of_one_key() {
+        let mut registry = WatchRegistry::new();
+        let (count, w) = waker();
+        let web: Vec<WatchId> = (0..15_000)
+            .map(|_| registry.register(&WatchSet::new().key(Table::Kvs, "web"), w.clone()))
+            .collect();
+        let api: Vec<WatchId> = (0..5_000)
+            .map(|_| registry.register(&WatchSet::new().key(Table::Kvs, "api"), w.clone()))
+            .collect();
+        assert_eq!(registry.notify(&[key_change("web")]), 15_000);
+        assert_eq!(count.0.load(Ordering::SeqCst), 15_000);
+        assert!(web.iter().all(|id| registry.is_fired(*id)));
+        assert!(api.iter().all(|id| !registry.is_fired(*id)));
+    }
+}

@@ -1,0 +1,459 @@
+//! The `kvs` and `tombstones` tables and the KV operations, with Consul's semantics.
+//!
+//! Tombstones exist so that the index of a prefix query never slides backwards when keys are
+//! deleted: a deleted key leaves `(key, delete index)` behind until the leader reaps
+//! tombstones older than the reap TTL. A recursive delete leaves a single tombstone on its
+//! prefix, as Consul does.
+//!
+//! Semantics follow Consul's state store: a set preserves the holder session; a set that
+//! changes nothing (same value, flags, session and lock index) does not bump `ModifyIndex`;
+//! `cas=0` means "only if absent"; a CAS delete of a missing key succeeds.
+
+use super::{Change, ChangeKey, CommandResult, Table, Tables};
+use bytes::Bytes;
+use imbl::OrdMap;
+use serde::{Deserialize, Serialize};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// One row of the `kvs` table: Consul's `DirEntry`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvEntry {
+    pub key: Arc<str>,
+    pub value: Bytes,
+    pub flags: u64,
+    pub session: Option<Arc<str>>,
+    pub lock_index: u64,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct KvTables {
+    pub entries: OrdMap<Arc<str>, Arc<KvEntry>>,
+    /// Deleted key (or recursively deleted prefix) → index of the delete.
+    pub tombstones: OrdMap<Arc<str>, u64>,
+}
+
+/// A KV write, as carried in a Raft entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvOp {
+    Set {
+        key: String,
+        value: Bytes,
+        flags: u64,
+    },
+    /// Set only if the key's `ModifyIndex` equals `modify_index` (0: only if absent).
+    Cas {
+        key: String,
+        value: Bytes,
+        flags: u64,
+        modify_index: u64,
+    },
+    Delete {
+        key: String,
+    },
+    DeleteCas {
+        key: String,
+        modify_index: u64,
+    },
+    DeleteTree {
+        prefix: String,
+    },
+    /// Drop tombstones whose delete index is ≤ `up_to_index`.
+    ReapTombstones {
+        up_to_index: u64,
+    },
+}
+
+pub(super) fn apply(
+    tables: &mut Tables,
+    index: u64,
+    op: &KvOp,
+    changes: &mut Vec<Change>,
+) -> CommandResult {
+    match op {
+        KvOp::Set { key, value, flags } => {
+            set(tables, index, key, value, *flags, changes);
+            CommandResult::Bool(true)
+        }
+        KvOp::Cas {
+            key,
+            value,
+            flags,
+            modify_index,
+        } => {
+            let existing = tables.kv.entries.get(key.as_str()).map(|e| e.modify_index);
+            let allowed = match (existing, *modify_index) {
+                (None, 0) => true,
+                (Some(current), wanted) => wanted != 0 && current == wanted,
+                (None, _) => false,
+            };
+            if allowed {
+                set(tables, index, key, value, *flags, changes);
+            }
+            CommandResult::Bool(allowed)
+        }
+        KvOp::Delete { key } => {
+            delete(tables, index, key, changes);
+            CommandResult::Bool(true)
+        }
+        KvOp::DeleteCas { key, modify_index } => {
+            match tables.kv.entries.get(key.as_str()).map(|e| e.modify_index) {
+                None => CommandResult::Bool(true),
+                Some(current) if current == *modify_index => {
+                    delete(tables, index, key, changes);
+                    CommandResult::Bool(true)
+                }
+                Some(_) => CommandResult::Bool(false),
+            }
+        }
+        KvOp::DeleteTree { prefix } => {
+            let doomed: Vec<Arc<str>> = prefix_range(&tables.kv.entries, prefix)
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !doomed.is_empty() {
+                for key in &doomed {
+                    tables.kv.entries.remove(key);
+                }
+                if !prefix.is_empty() {
+                    tables
+                        .kv
+                        .tombstones
+                        .insert(Arc::from(prefix.as_str()), index);
+                    tables.bump_table(Table::Tombstones, index);
+                }
+                tables.bump_table(Table::Kvs, index);
+                changes.push(Change {
+                    table: Table::Kvs,
+                    key: ChangeKey::Prefix(Arc::from(prefix.as_str())),
+                });
+            }
+            CommandResult::Bool(true)
+        }
+        KvOp::ReapTombstones { up_to_index } => {
+            // Reaping changes no visible row, so it wakes no watcher.
+            let reaped: Vec<Arc<str>> = tables
+                .kv
+                .tombstones
+                .iter()
+                .filter(|(_, deleted_at)| **deleted_at <= *up_to_index)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in &reaped {
+                tables.kv.tombstones.remove(key);
+            }
+            if !reaped.is_empty() {
+                tables.bump_table(Table::Tombstones, index);
+            }
+            CommandResult::Bool(true)
+        }
+    }
+}
+
+fn set(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    value: &Bytes,
+    flags: u64,
+    changes: &mut Vec<Change>,
+) {
+    let existing = tables.kv.entries.get(key);
+    let (create_index, session, key_arc) = match existing {
+        Some(e) => (e.create_index, e.session.clone(), e.key.clone()),
+        None => (index, None, Arc::from(key)),
+    };
+    if let Some(e) = existing {
+        // Consul skips the write entirely when nothing would change, so the key keeps its
+        // ModifyIndex and blocking queries on it stay parked.
+        if e.value == *value && e.flags == flags && e.lock_index == 0 && e.session == session {
+            return;
+        }
+    }
+    let entry = KvEntry {
+        key: key_arc.clone(),
+        value: value.clone(),
+        flags,
+        session,
+        lock_index: 0,
+        create_index,
+        modify_index: index,
+    };
+    tables.kv.entries.insert(key_arc.clone(), Arc::new(entry));
+    tables.bump_table(Table::Kvs, index);
+    changes.push(Change::key(Table::Kvs, &key_arc));
+}
+
+fn delete(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
+    if let Some(old) = tables.kv.entries.remove(key) {
+        tables.kv.tombstones.insert(old.key.clone(), index);
+        tables.bump_table(Table::Tombstones, index);
+        tables.bump_table(Table::Kvs, index);
+        changes.push(Change::key(Table::Kvs, &old.key));
+    }
+}
+
+/// Iterates over the rows whose key starts with `prefix`, in key order.
+pub fn prefix_range<'m, 'p, V>(
+    map: &'m OrdMap<Arc<str>, V>,
+    prefix: &'p str,
+) -> impl Iterator<Item = (&'m Arc<str>, &'m V)> + use<'m, 'p, V>
+where
+    V: Clone,
+{
+    map.range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(move |(k, _)| k.starts_with(prefix))
+}
+
+/// The index Consul reports for KV queries that have no better one.
+pub fn kv_table_index(tables: &Tables) -> u64 {
+    tables.max_table_index(&[Table::Kvs, Table::Tombstones])
+}
+
+/// Highest delete index of tombstones under `prefix`.
+fn graveyard_max_index(tables: &Tables, prefix: &str) -> u64 {
+    prefix_range(&tables.kv.tombstones, prefix)
+        .map(|(_, idx)| *idx)
+        .max()
+        .unwrap_or(0)
+}
+
+/// A single key. The index is the key's `ModifyIndex`, or the table index when it is missing.
+pub fn get<'a>(tables: &'a Tables, key: &str) -> (u64, Option<&'a Arc<KvEntry>>) {
+    match tables.kv.entries.get(key) {
+        Some(entry) => (entry.modify_index, Some(entry)),
+        None => (kv_table_index(tables), None),
+    }
+}
+
+/// Index of a prefix query: the highest `ModifyIndex` among the entries and tombstones under
+/// the prefix, falling back to the table index when there are none (or the prefix is empty).
+fn prefix_query_index(tables: &Tables, prefix: &str, entries_max: u64) -> u64 {
+    let local = if prefix.is_empty() {
+        kv_table_index(tables)
+    } else {
+        entries_max.max(graveyard_max_index(tables, prefix))
+    };
+    if local != 0 {
+        local
+    } else {
+        kv_table_index(tables)
+    }
+}
+
+/// Every entry under `prefix` (`?recurse`).
+pub fn list<'a>(tables: &'a Tables, prefix: &str) -> (u64, Vec<&'a Arc<KvEntry>>) {
+    let entries: Vec<&Arc<KvEntry>> = prefix_range(&tables.kv.entries, prefix)
+        .map(|(_, e)| e)
+        .collect();
+    let entries_max = entries.iter().map(|e| e.modify_index).max().unwrap_or(0);
+    (prefix_query_index(tables, prefix, entries_max), entries)
+}
+
+/// Keys under `prefix` (`?keys`), folded at the first `separator` after the prefix.
+pub fn keys<'a>(tables: &'a Tables, prefix: &str, separator: &str) -> (u64, Vec<&'a str>) {
+    let mut out: Vec<&'a str> = Vec::new();
+    let mut entries_max = 0;
+    for (key, entry) in prefix_range(&tables.kv.entries, prefix) {
+        entries_max = entries_max.max(entry.modify_index);
+        let key: &'a str = key;
+        if separator.is_empty() {
+            out.push(key);
+            continue;
+        }
+        let after = &key[prefix.len()..];
+        match after.find(separator) {
+            Some(at) => {
+                let folded = &key[..prefix.len() + at + separator.len()];
+                if out.last() != Some(&folded) {
+                    out.push(folded);
+                }
+            }
+            None => out.push(key),
+        }
+    }
+    (prefix_query_index(tables, prefix, entries_max), out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Command;
+    use super::*;
+
+    struct Fixture {
+        tables: Tables,
+        next_index: u64,
+        changes: Vec<Change>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture {
+                tables: Tables::default(),
+                next_index: 10,
+                changes: Vec::new(),
+            }
+        }
+        fn run(&mut self, op: KvOp) -> CommandResult {
+            self.next_index += 1;
+            self.changes.clear();
+            self.tables
+                .apply(self.next_index, &Command::Kv(op), &mut self.changes)
+        }
+        fn set(&mut self, key: &str, value: &str) -> CommandResult {
+            self.run(KvOp::Set {
+                key: key.into(),
+                value: Bytes::copy_from_slice(value.as_bytes()),
+                flags: 0,
+            })
+        }
+    }
+
+    #[test]
+    fn set_then_get_tracks_indexes() {
+        let mut f = Fixture::new();
+        assert_eq!(f.set("a", "1"), CommandResult::Bool(true));
+        let (index, entry) = get(&f.tables, "a");
+        let entry = entry.unwrap().clone();
+        assert_eq!(
+            (index, entry.create_index, entry.modify_index),
+            (11, 11, 11)
+        );
+        assert_eq!(f.changes, vec![Change::key(Table::Kvs, &Arc::from("a"))]);
+        f.set("a", "2");
+        let (index, entry) = get(&f.tables, "a");
+        assert_eq!((index, entry.unwrap().create_index), (12, 11));
+        // A set that changes nothing keeps the ModifyIndex and reports no change.
+        f.set("a", "2");
+        assert_eq!(get(&f.tables, "a").0, 12);
+        assert!(f.changes.is_empty());
+        assert_eq!(f.tables.index, 13);
+    }
+
+    #[test]
+    fn missing_key_reports_table_index() {
+        let mut f = Fixture::new();
+        f.set("x", "1");
+        f.set("y", "1");
+        let (index, entry) = get(&f.tables, "nope");
+        assert!(entry.is_none());
+        assert_eq!(index, 12);
+    }
+
+    #[test]
+    fn cas_semantics() {
+        let mut f = Fixture::new();
+        let cas = |key: &str, modify_index| KvOp::Cas {
+            key: key.into(),
+            value: Bytes::from_static(b"v"),
+            flags: 1,
+            modify_index,
+        };
+        assert_eq!(
+            f.run(cas("k", 5)),
+            CommandResult::Bool(false),
+            "cas≠0 on a missing key fails"
+        );
+        assert_eq!(
+            f.run(cas("k", 0)),
+            CommandResult::Bool(true),
+            "cas=0 creates"
+        );
+        assert_eq!(
+            f.run(cas("k", 0)),
+            CommandResult::Bool(false),
+            "cas=0 on an existing key fails"
+        );
+        let current = get(&f.tables, "k").0;
+        assert_eq!(f.run(cas("k", current + 100)), CommandResult::Bool(false));
+        assert!(f.changes.is_empty());
+        assert_eq!(f.run(cas("k", current)), CommandResult::Bool(true));
+    }
+
+    #[test]
+    fn delete_leaves_tombstone_and_prefix_index_does_not_slide_back() {
+        let mut f = Fixture::new();
+        f.set("p/a", "1");
+        f.set("p/b", "1");
+        f.set("q", "1");
+        assert_eq!(list(&f.tables, "p/").0, 12);
+        f.run(KvOp::Delete { key: "p/b".into() });
+        let (index, entries) = list(&f.tables, "p/");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            index, 14,
+            "the tombstone's index keeps the prefix index from going back"
+        );
+        assert_eq!(f.tables.table_index(Table::Tombstones), 14);
+        f.run(KvOp::ReapTombstones { up_to_index: 14 });
+        assert_eq!(list(&f.tables, "p/").0, 11);
+    }
+
+    #[test]
+    fn delete_cas_semantics() {
+        let mut f = Fixture::new();
+        assert_eq!(
+            f.run(KvOp::DeleteCas {
+                key: "gone".into(),
+                modify_index: 3
+            }),
+            CommandResult::Bool(true)
+        );
+        f.set("k", "v");
+        let current = get(&f.tables, "k").0;
+        assert_eq!(
+            f.run(KvOp::DeleteCas {
+                key: "k".into(),
+                modify_index: current + 1
+            }),
+            CommandResult::Bool(false)
+        );
+        assert!(get(&f.tables, "k").1.is_some());
+        assert_eq!(
+            f.run(KvOp::DeleteCas {
+                key: "k".into(),
+                modify_index: current
+            }),
+            CommandResult::Bool(true)
+        );
+        assert!(get(&f.tables, "k").1.is_none());
+    }
+
+    #[test]
+    fn delete_tree_removes_prefix_only() {
+        let mut f = Fixture::new();
+        for k in ["a/1", "a/2", "ab", "b"] {
+            f.set(k, "v");
+        }
+        f.run(KvOp::DeleteTree {
+            prefix: "a/".into(),
+        });
+        assert_eq!(
+            f.changes,
+            vec![Change {
+                table: Table::Kvs,
+                key: ChangeKey::Prefix(Arc::from("a/"))
+            }]
+        );
+        let (_, remaining) = keys(&f.tables, "", "");
+        assert_eq!(remaining, vec!["ab", "b"]);
+        assert_eq!(f.tables.kv.tombstones.get("a/"), Some(&15));
+        f.run(KvOp::DeleteTree { prefix: "".into() });
+        assert!(f.tables.kv.entries.is_empty());
+    }
+
+    #[test]
+    fn keys_fold_at_separator() {
+        let mut f = Fixture::new();
+        for k in ["web/a/x", "web/a/y", "web/b", "web/c/z", "other"] {
+            f.set(k, "v");
+        }
+        let (_, folded) = keys(&f.tables, "web/", "/");
+        assert_eq!(folded, vec!["web/a/", "web/b", "web/c/"]);
+        let (_, all) = keys(&f.tables, "web/", "");
+        assert_eq!(all.len(), 4);
+        let (_, empty) = keys(&f.tables, "zzz", "/");
+        assert!(empty.is_empty());
+    }
+}

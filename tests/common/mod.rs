@@ -1,0 +1,345 @@
+//! Shared harness for real-socket tests: spawns real `praetor` processes on their own loopback
+//! addresses, talks to them over real TCP, and stops them by PID.
+//!
+//! Every agent gets a distinct 127.x.y.z address (derived from the test process id and a
+//! counter) with Consul's default ports, so tests run in parallel with each other and with
+//! other agents on the machine without port races.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT_ADDRESS: AtomicU32 = AtomicU32::new(1);
+
+/// A fresh loopback address for one agent.
+pub fn fresh_loopback() -> IpAddr {
+    let n = NEXT_ADDRESS.fetch_add(1, Ordering::SeqCst);
+    let pid = std::process::id();
+    // 127.(100..228).(pid-derived).(counter) keeps clear of 127.0.0.x used by humans.
+    let second = 100 + (pid % 128) as u8;
+    let third = ((pid / 128) % 250) as u8 + 1;
+    IpAddr::V4(Ipv4Addr::new(127, second, third, (n % 250) as u8 + 1))
+}
+
+pub fn praetor_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_praetor"))
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "praetor-test-{name}-{}-{}",
+            std::process::id(),
+            NEXT_ADDRESS.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running agent process.
+pub struct Agent {
+    pub child: Option<Child>,
+    pub ip: IpAddr,
+    pub http_port: u16,
+    pub args: Vec<String>,
+    pub log_path: PathBuf,
+}
+
+impl Agent {
+    /// Starts `praetor agent -dev` on a fresh address with extra args, waiting until it leads.
+    pub fn dev(extra: &[&str]) -> Agent {
+        let ip = fresh_loopback();
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "-dev".into(),
+            "-bind".into(),
+            ip.to_string(),
+            "-client".into(),
+            ip.to_string(),
+            "-dns-port=-1".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let agent = Agent::spawn(ip, 8500, args);
+        agent.wait_ready();
+        agent
+    }
+
+    pub fn spawn(ip: IpAddr, http_port: u16, args: Vec<String>) -> Agent {
+        let log_path =
+            std::env::temp_dir().join(format!("praetor-test-{}-{}.log", ip, std::process::id()));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(praetor_binary())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawning praetor");
+        Agent {
+            child: Some(child),
+            ip,
+            http_port,
+            args,
+            log_path,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.http_port)
+    }
+
+    pub fn http_addr(&self) -> String {
+        self.addr().to_string()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("agent running").id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits until the agent answers and knows a leader (bounded: 20 s).
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(r) = try_request(self.addr(), "GET", "/v1/status/leader", b"", &[]) {
+                if r.status == 200 && r.body != b"\"\"" && !r.body.is_empty() {
+                    // A leader exists; wait until this agent serves leader reads too.
+                    if let Ok(r) = try_request(self.addr(), "GET", "/v1/kv/__ready_probe", b"", &[])
+                    {
+                        if r.status == 404 {
+                            return;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!(
+            "agent on {} did not become ready; log:\n{}",
+            self.ip,
+            self.log()
+        );
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit (bounded: 10 s).
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: sending a signal to our own child by PID.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the same command line again (same address, same data dir).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart needs a stopped agent");
+        let mut fresh = Agent::spawn(self.ip, self.http_port, self.args.clone());
+        self.child = fresh.child.take();
+        self.log_path = fresh.log_path.clone();
+    }
+
+    pub fn get(&self, path: &str) -> HttpResponse {
+        request(self.addr(), "GET", path, b"", &[])
+    }
+    pub fn put(&self, path: &str, body: &[u8]) -> HttpResponse {
+        request(self.addr(), "PUT", path, body, &[])
+    }
+    pub fn delete(&self, path: &str) -> HttpResponse {
+        request(self.addr(), "DELETE", path, b"", &[])
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn index(&self) -> u64 {
+        self.header("X-Consul-Index")
+            .expect("X-Consul-Index present")
+            .parse()
+            .unwrap()
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("invalid JSON ({e}): {}", self.text()))
+    }
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> HttpResponse {
+    try_request(addr, method, path, body, headers)
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))
+}
+
+/// One request on a fresh connection (`Connection: close`), bounded by a 30 s timeout.
+pub fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        raw.push_str(&format!("{name}: {value}\r\n"));
+    }
+    raw.push_str("\r\n");
+    let mut bytes = raw.into_bytes();
+    bytes.extend_from_slice(body);
+    stream.write_all(&bytes)?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    parse_response(&response).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("bad response: {:?}", String::from_utf8_lossy(&response)),
+        )
+    })
+}
+
+/// Parses one response from the front of `raw`; returns it and its length.
+pub fn parse_one_response(raw: &[u8]) -> Option<(HttpResponse, usize)> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut headers);
+    let head_len = match parsed.parse(raw).ok()? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return None,
+    };
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap_or(0);
+    if raw.len() < head_len + length {
+        return None;
+    }
+    Some((
+        HttpResponse {
+            status: parsed.code?,
+            headers,
+            body: raw[head_len..head_len + length].to_vec(),
+        },
+        head_len + length,
+    ))
+}
+
+fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
+    parse_one_response(raw).map(|(r, _)| r)
+}
+
+/// Sends raw bytes and reads until the server closes or `timeout` passes.
+pub fn raw_exchange(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// Runs a praetor CLI command and returns (exit code, stdout, stderr).
+pub fn cli(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    let mut child = Command::new(praetor_binary())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut input = child.stdin.take().unwrap();
+        if let Some(data) = stdin {
+            input.write_all(data).unwrap();
+        }
+    }
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: installs what the tests need (Debian packages, PyPI clients),
+# then formatting, lints, and the whole test suite under the `ci` profile.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v dig >/dev/null 2>&1 || missing+=(dnsutils)
+command -v kdig >/dev/null 2>&1 || missing+=(knot-dnsutils)
+command -v serf >/dev/null 2>&1 || missing+=(serf)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
+if ((${#missing[@]})); then
+  echo "tests/run.sh: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! python3 -c "import consul" >/dev/null 2>&1; then
+  echo "tests/run.sh: installing py-consul"
+  python3 -m pip install -q py-consul
+fi
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo test --profile ci --workspace
