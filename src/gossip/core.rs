@@ -1017,8 +1017,10 @@ impl Gossip {
                 NodeStateKind::Left => true,
             }
         });
-        let mut avail =
-            self.config.udp_buffer_size - COMPOUND_HEADER_OVERHEAD - self.label_overhead();
+        let mut avail = self
+            .config
+            .udp_buffer_size
+            .saturating_sub(COMPOUND_HEADER_OVERHEAD + self.label_overhead());
         if self.encryption_enabled() {
             avail = avail.saturating_sub(security::encrypt_overhead(1));
         }

@@ -523,7 +523,7 @@ impl GossipDriver {
         st.publish();
 
         let udp_loop = async {
-            let mut buf = vec![0u8; UDP_DATAGRAM_BYTES_MAX];
+            let mut buf: Vec<u8> = Vec::with_capacity(UDP_DATAGRAM_BYTES_MAX);
             loop {
                 let (res, b) = st.udp.recv_from(buf).await;
                 buf = b;
@@ -532,8 +532,7 @@ impl GossipDriver {
                     st.core.borrow_mut().handle_packet(now, from, &buf[..n]);
                     flush(&st).await;
                 }
-                // Restore full length for the next read.
-                buf.resize(UDP_DATAGRAM_BYTES_MAX, 0);
+                // monoio reads into the vector's capacity, so no reset is needed.
             }
         };
         let accept_loop = async {
