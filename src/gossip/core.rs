@@ -154,6 +154,8 @@ struct JoinState {
     pending: usize,
     joined: usize,
     errors: Vec<String>,
+    /// serf `Join(ignoreOld)`: do not replay user events older than the pool's.
+    ignore_old: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1137,7 +1139,7 @@ impl Gossip {
             } => {
                 let reply = self.local_state(join);
                 let sealed = self.seal_stream(reply, false);
-                self.merge_remote_state(join, nodes, &user_state);
+                self.merge_remote_state(join, false, nodes, &user_state);
                 Some(sealed)
             }
             StreamMessage::Ping(p) => {
@@ -1174,7 +1176,15 @@ impl Gossip {
                     Ok(StreamMessage::PushPull {
                         nodes, user_state, ..
                     }) => {
-                        self.merge_remote_state(join_request.is_some(), nodes, &user_state);
+                        let ignore_old = join_request
+                            .and_then(|r| self.joins.get(&r))
+                            .is_some_and(|j| j.ignore_old);
+                        self.merge_remote_state(
+                            join_request.is_some(),
+                            ignore_old,
+                            nodes,
+                            &user_state,
+                        );
                         Ok(())
                     }
                     Ok(StreamMessage::Err(e)) => Err(format!("remote error: {}", e.error)),
@@ -1198,7 +1208,13 @@ impl Gossip {
         }
     }
 
-    fn merge_remote_state(&mut self, join: bool, nodes: Vec<PushNodeState>, user_state: &[u8]) {
+    fn merge_remote_state(
+        &mut self,
+        join: bool,
+        ignore_old: bool,
+        nodes: Vec<PushNodeState>,
+        user_state: &[u8],
+    ) {
         for r in nodes {
             let Ok(addr) = ip_from_wire(&r.addr) else {
                 self.stats.decode_errors += 1;
@@ -1235,7 +1251,7 @@ impl Gossip {
             }
         }
         if !user_state.is_empty() {
-            self.serf_merge_remote_state(user_state, join);
+            self.serf_merge_remote_state(user_state, join, ignore_old);
         }
     }
 
@@ -1642,7 +1658,10 @@ impl Gossip {
 
     /// memberlist `Join` + serf `Join`: push/pull with every address; reports
     /// [`Output::JoinDone`] under `request`.
-    pub fn join(&mut self, now: Duration, request: u64, addrs: &[SocketAddr]) {
+    ///
+    /// `ignore_old` is serf's `ignoreOld` (Consul always joins with it, `serf join`
+    /// unless `-replay`): user events the pool fired before we joined are not replayed.
+    pub fn join(&mut self, now: Duration, request: u64, addrs: &[SocketAddr], ignore_old: bool) {
         self.now = self.now.max(now);
         if self.serf_state != SerfState::Alive || self.left {
             self.out.push(Output::JoinDone {
@@ -1664,6 +1683,7 @@ impl Gossip {
             request,
             JoinState {
                 pending: addrs.len(),
+                ignore_old,
                 ..Default::default()
             },
         );
@@ -2249,8 +2269,7 @@ impl Gossip {
     }
 
     /// serf `delegate.MergeRemoteState`.
-    fn serf_merge_remote_state(&mut self, buf: &[u8], is_join: bool) {
-        let _ = is_join;
+    fn serf_merge_remote_state(&mut self, buf: &[u8], is_join: bool, ignore_old: bool) {
         let pp = match SerfPushPull::decode(buf) {
             Ok(pp) => pp,
             Err(_) => {
@@ -2289,6 +2308,10 @@ impl Gossip {
                 ltime: *ltime,
                 node: name.clone(),
             });
+        }
+        // serf `eventJoinIgnore`: events the pool fired before we joined stay unplayed.
+        if is_join && ignore_old && pp.event_ltime > self.event_min_time {
+            self.event_min_time = pp.event_ltime;
         }
         for e in pp.events.iter().flatten() {
             for item in &e.events {
