@@ -261,11 +261,11 @@ impl RaftCore {
             self.tick_leader();
             return;
         }
-        if !self.is_voter() {
+        if !self.may_campaign() {
             return;
         }
         // The only voter needs nobody's permission: a `-dev` server leads at once.
-        let sole_voter = self.membership().voter_count() == 1;
+        let sole_voter = self.is_voter() && self.membership().voter_count() == 1;
         if sole_voter || self.now >= self.election_deadline {
             self.campaign(false);
         }
@@ -411,7 +411,7 @@ impl RaftCore {
                 sent_at,
             ),
             Message::TimeoutNow { .. } => {
-                if self.role != Role::Leader && self.leader == Some(from) && self.is_voter() {
+                if self.role != Role::Leader && self.leader == Some(from) && self.may_campaign() {
                     self.become_candidate(true);
                 }
             }
@@ -466,16 +466,18 @@ impl RaftCore {
     /// The store is also known to hold every write acknowledged by earlier leaders. Compare
     /// `t` with the current time before serving a read locally.
     pub fn leader_lease_until(&self) -> Option<Millis> {
+        // A leader removing itself has no lease: the remaining voters follow the new
+        // configuration, in which a sole voter may elect itself at once.
         if self.role != Role::Leader
             || !self.config.check_quorum
             || self.lease_revoked
             || self.transfer.is_some()
             || self.log.applied < self.term_start_index
+            || !self.is_voter()
         {
             return None;
         }
-        let self_value = self.is_voter().then_some(Millis::MAX);
-        let acked = self.quorum_value(self_value, |pr| pr.acked_sent_at)?;
+        let acked = self.quorum_value(Some(Millis::MAX), |pr| pr.acked_sent_at)?;
         Some(acked.saturating_add(self.config.lease_ms))
     }
 
@@ -879,6 +881,20 @@ impl RaftCore {
         self.membership().is_voter(self.id)
     }
 
+    /// Voters campaign; so does a voter whose removal is appended but not committed. It
+    /// may hold the longest log, which the remaining voters need to elect anyone; it counts
+    /// the votes of its latest configuration and steps down once the removal commits
+    /// (Ongaro's thesis §4.2.2: it is a legitimate leader until then).
+    fn may_campaign(&self) -> bool {
+        if self.is_voter() {
+            return true;
+        }
+        let count = self.configs.len();
+        count >= 2
+            && self.membership_index() > self.log.committed
+            && self.configs[count - 2].1.is_voter(self.id)
+    }
+
     fn membership_at(&self, index: LogIndex) -> &Membership {
         self.configs
             .iter()
@@ -958,7 +974,7 @@ impl RaftCore {
     }
 
     fn campaign(&mut self, leadership_transfer: bool) {
-        if !self.is_voter() {
+        if !self.may_campaign() {
             return;
         }
         if self.config.pre_vote && !leadership_transfer {
