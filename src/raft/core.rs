@@ -155,9 +155,11 @@ impl RaftCore {
             }
         }
         // A log entry from a later term than the hard state means the hard state write was
-        // lost while the entries survived; the term can only move forward.
+        // lost while the entries survived (a driver writing them out of order). The term can
+        // only move forward, and since we may have voted or led in it, count our vote as
+        // given so we never vote for someone else in it.
         let (term, vote) = if log.last_term() > hard_state.term {
-            (log.last_term(), None)
+            (log.last_term(), Some(config.id))
         } else {
             (hard_state.term, hard_state.vote)
         };
@@ -1626,6 +1628,7 @@ impl RaftCore {
             return;
         }
         let last = self.log.last_index();
+        let now = self.now;
         let pr = self.progress.get_mut(&from).expect("noted above");
         match reject {
             None => {
@@ -1633,16 +1636,16 @@ impl RaftCore {
                     self.messages_dropped += 1;
                     return;
                 }
-                let moved = pr.update_match(match_index);
+                let moved = pr.update_match(match_index, now);
                 match pr.state {
-                    ReplicationState::Probe => pr.become_replicate(),
+                    ReplicationState::Probe => pr.become_replicate(now),
                     ReplicationState::Snapshot => {
                         let covered = pr
                             .snapshot
                             .as_ref()
                             .is_some_and(|s| pr.match_index >= s.meta.last_index);
                         if covered {
-                            pr.become_replicate();
+                            pr.become_replicate(now);
                         }
                     }
                     ReplicationState::Replicate => {}
@@ -1702,9 +1705,9 @@ impl RaftCore {
             .is_some_and(|s| s.meta.last_index == snapshot_last_index);
         if done && snapshot_last_index <= last {
             // The follower durably holds everything through the snapshot.
-            let moved = pr.update_match(snapshot_last_index);
+            let moved = pr.update_match(snapshot_last_index, now);
             if current || pr.state == ReplicationState::Probe {
-                pr.become_replicate();
+                pr.become_replicate(now);
             }
             if moved {
                 self.maybe_commit();
@@ -1724,12 +1727,11 @@ impl RaftCore {
                 s.acked_offset = next_offset;
                 s.progress_at = now;
             }
-            if gap
-                && next_offset >= s.acked_offset
-                && next_offset < s.next_offset
-                && s.rewound_to != Some(next_offset)
-            {
-                // Go back to the hole the follower reported (go-back-N).
+            if gap && next_offset < s.next_offset && s.rewound_to != Some(next_offset) {
+                // Go back to the hole the follower reported (go-back-N). Below the
+                // acknowledged offset it means the follower lost its partial copy (it
+                // restarted): what it had acknowledged is gone.
+                s.acked_offset = s.acked_offset.min(next_offset);
                 s.next_offset = next_offset;
                 s.final_sent = false;
                 s.rewound_to = Some(next_offset);
@@ -1796,9 +1798,20 @@ impl RaftCore {
                     self.send_append(peer, true);
                 }
                 ReplicationState::Replicate => {
-                    // Checking at next - 1 reveals a lost tail of the pipeline.
-                    let at = pr.next_index - 1;
-                    self.send_empty_append(peer, at);
+                    let stalled = !pr.inflight.is_empty()
+                        && self.now >= pr.progress_at + 2 * self.config.heartbeat_interval_ms;
+                    if stalled {
+                        // Appends in flight and nothing acknowledged for two heartbeat
+                        // intervals: the pipeline's tail was lost. Probe from the match.
+                        pr.next_index = pr.match_index + 1;
+                        pr.become_probe();
+                        self.send_append(peer, true);
+                    } else {
+                        // Check at the known match: a follower never refuses that, even
+                        // when the heartbeat overtakes appends still in flight.
+                        let at = pr.match_index;
+                        self.send_empty_append(peer, at);
+                    }
                 }
                 ReplicationState::Snapshot => {
                     let now = self.now;
@@ -1962,7 +1975,15 @@ impl RaftCore {
     }
 
     fn send(&mut self, to: NodeId, message: Message) {
-        self.out_messages.push((to, message));
+        // A leader speaks in its term only once that term is durable (its Noop, written no
+        // earlier than the hard state, is persisted). Elected by a vote round it always is;
+        // a sole voter elects itself at once, and after a crash that lost the term it could
+        // lead the same term again with different entries.
+        if self.role == Role::Leader && self.log.persisted < self.term_start_index {
+            self.out_after_persist.push((to, message));
+        } else {
+            self.out_messages.push((to, message));
+        }
     }
 
     fn send_after_persist(&mut self, to: NodeId, message: Message) {

@@ -124,6 +124,9 @@ struct Scenario {
     chaos_ms: Millis,
     loss_per_mille: u64,
     dup_per_mille: u64,
+    /// Chance that a message ignores its link's FIFO order (links are otherwise ordered,
+    /// like the TCP transport).
+    reorder_per_mille: u64,
     delay_max_ms: Millis,
     fsync_max_ms: Millis,
     append_entries_max: usize,
@@ -152,18 +155,19 @@ impl Scenario {
             initial_voters,
             pipelined: rng.chance(500),
             torn_writes: rng.chance(500),
-            chaos_ms: rng.range(3000, 6000),
+            chaos_ms: rng.range(5000, 25000),
             loss_per_mille: rng.pick(&[0, 10, 50, 100]),
             dup_per_mille: rng.pick(&[0, 0, 20, 50]),
+            reorder_per_mille: rng.pick(&[0, 20, 200, 1000]),
             delay_max_ms: rng.pick(&[2, 10, 30, 60]),
             fsync_max_ms: rng.pick(&[1, 5, 15]),
-            append_entries_max: rng.pick(&[1, 4, 64]),
+            append_entries_max: rng.pick(&[2, 8, 64]),
             inflight_appends_max: rng.pick(&[1, 3, 16]),
             snapshot_chunk_bytes: rng.pick(&[16, 64, 512]),
             snapshot_inflight_chunks_max: rng.pick(&[1, 2, 4]),
             trailing_entries: rng.pick(&[0, 5, 50]),
-            crash_per_mille: rng.pick(&[0, 2, 5]),
-            partition_per_mille: rng.pick(&[0, 2, 5]),
+            crash_per_mille: rng.pick(&[0, 2, 5, 10]),
+            partition_per_mille: rng.pick(&[0, 2, 5, 10]),
             membership_per_mille: rng.pick(&[0, 3, 8]),
             transfer_per_mille: rng.pick(&[0, 2, 5]),
             snapshot_per_mille: rng.pick(&[2, 10, 30]),
@@ -171,11 +175,13 @@ impl Scenario {
         .fix_up()
     }
 
-    /// One entry per message with one message in flight cannot drain a backlog within the
-    /// liveness bound over slow links; widen the window in that corner.
+    /// A few entries per round trip cannot drain a partitioned follower's backlog within the
+    /// liveness bound over slow links (that measures throughput, not liveness): keep at
+    /// least 8 entries in flight.
     fn fix_up(mut self) -> Self {
-        if self.append_entries_max == 1 && self.inflight_appends_max == 1 {
-            self.inflight_appends_max = 4;
+        let entries_in_flight_min = 8;
+        if self.append_entries_max * self.inflight_appends_max < entries_in_flight_min {
+            self.inflight_appends_max = entries_in_flight_min.div_ceil(self.append_entries_max);
         }
         self
     }
@@ -318,6 +324,8 @@ struct World {
     queue: BinaryHeap<Scheduled>,
     nodes: BTreeMap<NodeId, Node>,
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// The latest delivery time scheduled on each directed link (FIFO order).
+    link_busy_until: HashMap<(NodeId, NodeId), Millis>,
     healed_at: Option<Millis>,
     loss_per_mille: u64,
     dup_per_mille: u64,
@@ -393,6 +401,7 @@ impl World {
             queue: BinaryHeap::new(),
             nodes: BTreeMap::new(),
             cut: BTreeSet::new(),
+            link_busy_until: HashMap::new(),
             healed_at: None,
             leader_of_term: BTreeMap::new(),
             max_leader_term: 0,
@@ -602,8 +611,13 @@ impl World {
                 },
             );
         }
-        let delay = self.rng.range(1, delay_max);
-        self.schedule(delay, Event::Deliver { from, to, message });
+        let mut at = self.now + self.rng.range(1, delay_max);
+        if !self.rng.chance(self.scenario.reorder_per_mille) {
+            let busy_until = self.link_busy_until.entry((from, to)).or_insert(0);
+            at = at.max(*busy_until);
+            *busy_until = at;
+        }
+        self.schedule(at - self.now, Event::Deliver { from, to, message });
     }
 
     // ----- the driver --------------------------------------------------------------------
@@ -631,7 +645,6 @@ impl World {
                 println!("{:>6} node {id}: {change:?}", self.now);
             }
         }
-        self.check_appended(id, &ready.entries);
         for (to, message) in ready.messages {
             self.send(id, to, message);
         }
@@ -719,14 +732,8 @@ impl World {
         if let Some(from) = write.truncate_from {
             node.disk.entries.retain(|e| e.index < from);
         }
-        for entry in &write.entries {
-            let expected = node.disk.last_index() + 1;
-            if entry.index != expected {
-                let got = entry.index;
-                fail!(self, "node {id}: Ready entry {got} does not follow the durable log (expected {expected})");
-            }
-            node.disk.entries.push(entry.clone());
-        }
+        self.append_durable(id, write.entries.iter().cloned());
+        let node = self.nodes.get_mut(&id).expect("node exists");
         if let Some(hard_state) = write.hard_state {
             node.disk.hard_state = hard_state;
         }
@@ -735,6 +742,29 @@ impl World {
         }
         if let Some(core) = self.core(id) {
             core.advance(now, write.done);
+        }
+    }
+
+    /// Appends entries to `id`'s durable log, checking they follow it and log matching.
+    fn append_durable(&mut self, id: NodeId, entries: impl Iterator<Item = Entry>) {
+        for entry in entries {
+            let disk = &self.nodes[&id].disk;
+            let expected = disk.last_index() + 1;
+            if entry.index != expected {
+                let got = entry.index;
+                fail!(
+                    self,
+                    "node {id}: Ready entry {got} does not follow the durable log (expected \
+                     {expected})"
+                );
+            }
+            let previous_term = match disk.entries.last() {
+                Some(last) => Some(last.term),
+                None => disk.snapshot.as_ref().map(|(meta, _)| meta.last_term),
+            };
+            self.check_log_matching(id, &entry, previous_term);
+            let node = self.nodes.get_mut(&id).expect("node exists");
+            node.disk.entries.push(entry);
         }
     }
 
@@ -829,39 +859,36 @@ impl World {
         let torn = self.scenario.torn_writes && self.rng.chance(500);
         let keep_snapshot = self.rng.chance(500);
         let prefix_draw = self.rng.next_u64();
-        let node = self.nodes.get_mut(&id).expect("node exists");
-        if node.core.is_none() {
+        if self.nodes[&id].core.is_none() {
             return;
         }
         if self.trace {
             println!("{:>6} crash node {id}", self.now);
         }
+        let node = self.nodes.get_mut(&id).expect("node exists");
         node.core = None;
         node.incarnation += 1;
-        if torn {
-            if let Some(write) = node.writes.pop_front() {
-                // The oldest write was cut short: the snapshot (if any) is all or nothing,
-                // then the truncation, the hard state and a prefix of the entries.
-                let snapshot_ok = write.snapshot.is_none() || keep_snapshot;
-                if snapshot_ok {
-                    if let Some((meta, data)) = write.snapshot {
-                        node.disk.snapshot = Some((meta, data));
-                        node.disk.entries.clear();
-                    }
-                    if let Some(from) = write.truncate_from {
-                        node.disk.entries.retain(|e| e.index < from);
-                    }
-                    if let Some(hard_state) = write.hard_state {
-                        node.disk.hard_state = hard_state;
-                    }
-                    let keep = (prefix_draw % (write.entries.len() as u64 + 1)) as usize;
-                    node.disk
-                        .entries
-                        .extend(write.entries.into_iter().take(keep));
+        let oldest_write = node.writes.pop_front();
+        node.writes.clear();
+        if let Some(write) = oldest_write.filter(|_| torn) {
+            // The oldest write was cut short: the snapshot (if any) is all or nothing, then
+            // the truncation, the hard state and a prefix of the entries.
+            if write.snapshot.is_none() || keep_snapshot {
+                if let Some((meta, data)) = write.snapshot {
+                    node.disk.snapshot = Some((meta, data));
+                    node.disk.entries.clear();
                 }
+                if let Some(from) = write.truncate_from {
+                    node.disk.entries.retain(|e| e.index < from);
+                }
+                if let Some(hard_state) = write.hard_state {
+                    node.disk.hard_state = hard_state;
+                }
+                let keep = (prefix_draw % (write.entries.len() as u64 + 1)) as usize;
+                self.append_durable(id, write.entries.into_iter().take(keep));
             }
         }
-        node.writes.clear();
+        let node = self.nodes.get_mut(&id).expect("node exists");
         node.kv = KvStore::default();
         node.proposals.clear();
         node.reads.clear();
@@ -890,6 +917,18 @@ impl World {
                 Ok(core) => core,
                 Err(error) => fail!(self, "node {id}: restart from its own disk failed: {error}"),
             };
+        let node = self.nodes.get_mut(&id).expect("node exists");
+        let pristine = node.disk.entries.is_empty()
+            && node.disk.snapshot.is_none()
+            && node.disk.hard_state == HardState::default();
+        if pristine && id <= self.scenario.initial_voters {
+            // Like the agent: a bootstrap server whose data dir is still empty bootstraps
+            // again (the entry is identical on every server, so this is safe).
+            let initial = membership_of(1..=self.scenario.initial_voters);
+            if let Err(error) = core.bootstrap(initial) {
+                fail!(self, "node {id}: re-bootstrap failed: {error}");
+            }
+        }
         let node = self.nodes.get_mut(&id).expect("node exists");
         node.kv = KvStore::default();
         if let Some((meta, data)) = &node.disk.snapshot {
@@ -1212,31 +1251,25 @@ impl World {
         }
     }
 
-    /// Log matching, inductively: an (index, term) pair always names the same entry with the
-    /// same predecessor term.
-    fn check_appended(&mut self, id: NodeId, entries: &[Entry]) {
-        for entry in entries {
-            let previous = self.nodes[&id]
-                .core
-                .as_ref()
-                .and_then(|c| c.log_term(entry.index - 1));
-            let fingerprint = (digest(entry), previous);
-            match self.appended.get(&(entry.index, entry.term)) {
-                None => {
-                    self.appended.insert((entry.index, entry.term), fingerprint);
-                }
-                Some(&(known_digest, known_previous)) => {
-                    let previous_differs =
-                        matches!((known_previous, previous), (Some(a), Some(b)) if a != b);
-                    if known_digest != fingerprint.0 || previous_differs {
-                        fail!(
-                            self,
-                            "log matching: node {id} appends ({}, {}) differing from another \
-                             server's entry with the same index and term",
-                            entry.index,
-                            entry.term
-                        );
-                    }
+    /// Log matching, inductively: an (index, term) pair that reached any disk always names
+    /// the same entry with the same predecessor term.
+    fn check_log_matching(&mut self, id: NodeId, entry: &Entry, previous_term: Option<Term>) {
+        let fingerprint = (digest(entry), previous_term);
+        match self.appended.get(&(entry.index, entry.term)) {
+            None => {
+                self.appended.insert((entry.index, entry.term), fingerprint);
+            }
+            Some(&(known_digest, known_previous)) => {
+                let previous_differs =
+                    matches!((known_previous, previous_term), (Some(a), Some(b)) if a != b);
+                if known_digest != fingerprint.0 || previous_differs {
+                    fail!(
+                        self,
+                        "log matching: node {id} persists ({}, {}) differing from another \
+                         server's entry with the same index and term",
+                        entry.index,
+                        entry.term
+                    );
                 }
             }
         }
@@ -1255,7 +1288,10 @@ impl World {
             let applied = core.applied_index();
             let kv_applied = node.kv.applied();
             let last_commit = node.last_commit;
-            let is_leader = core.role() == Role::Leader;
+            // A leadership counts once its term is durable: before that it can have no
+            // effect outside the node (the core sends nothing in a term not yet durable, and
+            // commits nothing), and a crash erases it.
+            let is_leader = core.role() == Role::Leader && node.disk.hard_state.term == term;
             let new_leader = is_leader && node.led_term != Some(term);
             if let Some(until) = core.leader_lease_until().filter(|&t| t > self.now) {
                 leases.push((id, term, until));
@@ -1270,6 +1306,9 @@ impl World {
                     }
                     Some(_) => {}
                     None => {
+                        if self.trace {
+                            println!("{:>6} check: node {id} leads term {term}", self.now);
+                        }
                         self.leader_of_term.insert(term, id);
                         self.max_leader_term = self.max_leader_term.max(term);
                     }
