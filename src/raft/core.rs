@@ -863,6 +863,10 @@ impl RaftCore {
     pub fn config(&self) -> &RaftConfig {
         &self.config
     }
+    /// Messages dropped as malformed or inconsistent (see [`Status::messages_dropped`]).
+    pub fn messages_dropped(&self) -> u64 {
+        self.messages_dropped
+    }
 
     // ----- internals: roles -------------------------------------------------------------
 

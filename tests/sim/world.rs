@@ -113,6 +113,9 @@ const ACTION_MS: Millis = 5;
 /// on every member within this much virtual time.
 const LIVENESS_BOUND_MS: Millis = 20 * ELECTION_TIMEOUT_MS;
 const KEYS: u64 = 8;
+/// Watchdogs: a run or a driver loop exceeding these is stuck, which is a failure too.
+const EVENTS_PER_RUN_MAX: u64 = 20_000_000;
+const READYS_PER_PUMP_MAX: u64 = 100_000;
 
 /// Everything a seed decides about a run.
 #[derive(Debug)]
@@ -477,6 +480,12 @@ impl World {
             debug_assert!(next.at >= self.now);
             self.now = next.at;
             self.stats.events += 1;
+            if self.stats.events > EVENTS_PER_RUN_MAX {
+                fail!(
+                    self,
+                    "more than {EVENTS_PER_RUN_MAX} events: the run is stuck"
+                );
+            }
             self.handle(next.event);
             self.check_invariants();
             if let Some(healed_at) = self.healed_at {
@@ -624,7 +633,7 @@ impl World {
 
     /// Handles Readys as the real driver would, as long as the node has some.
     fn pump(&mut self, id: NodeId) {
-        loop {
+        for _ in 0..READYS_PER_PUMP_MAX {
             let pipelined = self.scenario.pipelined;
             let node = self.nodes.get_mut(&id).expect("node exists");
             let Some(core) = node.core.as_mut() else {
@@ -636,6 +645,10 @@ impl World {
             let ready = core.ready();
             self.handle_ready(id, ready);
         }
+        fail!(
+            self,
+            "node {id}: more than {READYS_PER_PUMP_MAX} Readys in a row"
+        );
     }
 
     fn handle_ready(&mut self, id: NodeId, ready: Ready) {
@@ -1292,6 +1305,15 @@ impl World {
             // effect outside the node (the core sends nothing in a term not yet durable, and
             // commits nothing), and a crash erases it.
             let is_leader = core.role() == Role::Leader && node.disk.hard_state.term == term;
+            if core.messages_dropped() > 0 {
+                // Among correct servers nothing is malformed or inconsistent: a drop means
+                // e.g. a leader asked a follower to overwrite a committed entry.
+                fail!(
+                    self,
+                    "node {id} dropped a message as inconsistent; {}",
+                    self.describe()
+                );
+            }
             let new_leader = is_leader && node.led_term != Some(term);
             if let Some(until) = core.leader_lease_until().filter(|&t| t > self.now) {
                 leases.push((id, term, until));
