@@ -106,7 +106,9 @@ pub fn run_seed(seed: u64, trace: bool) -> RunStats {
 
 const ELECTION_TIMEOUT_MS: Millis = 300;
 const HEARTBEAT_MS: Millis = 50;
-const LEASE_MS: Millis = 250;
+/// The sim has no clock drift, so the lease may come as close to the election timeout as
+/// it likes; the tightest setting makes a lease computed from the wrong instant visible.
+const LEASE_CHOICES_MS: [Millis; 2] = [250, ELECTION_TIMEOUT_MS - 1];
 const TICK_MS: Millis = 10;
 const ACTION_MS: Millis = 5;
 /// After every fault heals, a leader must be elected and a new write committed and applied
@@ -142,6 +144,10 @@ struct Scenario {
     membership_per_mille: u64,
     transfer_per_mille: u64,
     snapshot_per_mille: u64,
+    lease_ms: Millis,
+    /// Chance of crashing a server inside the fsync window right after it wins an election
+    /// or grants a vote: the moments where durability rules matter most.
+    targeted_crash_per_mille: u64,
 }
 
 impl Scenario {
@@ -174,6 +180,8 @@ impl Scenario {
             membership_per_mille: rng.pick(&[0, 3, 8]),
             transfer_per_mille: rng.pick(&[0, 2, 5]),
             snapshot_per_mille: rng.pick(&[2, 10, 30]),
+            lease_ms: rng.pick(&LEASE_CHOICES_MS),
+            targeted_crash_per_mille: rng.pick(&[0, 30, 150]),
         }
         .fix_up()
     }
@@ -193,7 +201,7 @@ impl Scenario {
         let mut config = RaftConfig::new(id);
         config.election_timeout_ms = ELECTION_TIMEOUT_MS;
         config.heartbeat_interval_ms = HEARTBEAT_MS;
-        config.lease_ms = LEASE_MS;
+        config.lease_ms = self.lease_ms;
         config.append_entries_max = self.append_entries_max;
         config.append_bytes_max = 4096;
         config.inflight_appends_max = self.inflight_appends_max;
@@ -224,6 +232,10 @@ enum Event {
     },
     Restart {
         node: NodeId,
+    },
+    Crash {
+        node: NodeId,
+        incarnation: u64,
     },
     Action,
     HealAll,
@@ -572,6 +584,13 @@ impl World {
                     self.schedule(TICK_MS, Event::Tick { node, incarnation });
                 }
             }
+            Event::Crash { node, incarnation } => {
+                if self.nodes[&node].incarnation == incarnation && self.healed_at.is_none() {
+                    self.crash(node);
+                    let down_ms = self.rng.range(1, 300);
+                    self.schedule(down_ms, Event::Restart { node });
+                }
+            }
             Event::Restart { node } => {
                 if self.nodes[&node].core.is_none() {
                     self.restart(node);
@@ -657,6 +676,28 @@ impl World {
             if let Some(change) = ready.role_changed {
                 println!("{:>6} node {id}: {change:?}", self.now);
             }
+        }
+        let elected = ready
+            .role_changed
+            .is_some_and(|change| change.role == Role::Leader);
+        let voted = ready
+            .messages_after_persist
+            .iter()
+            .any(|(_, m)| matches!(m, Message::VoteResponse { granted: true, .. }));
+        if (elected || voted)
+            && self.healed_at.is_none()
+            && self.rng.chance(self.scenario.targeted_crash_per_mille)
+        {
+            let within = self.scenario.fsync_max_ms + self.scenario.delay_max_ms;
+            let after = self.rng.range(0, within);
+            let incarnation = self.nodes[&id].incarnation;
+            self.schedule(
+                after,
+                Event::Crash {
+                    node: id,
+                    incarnation,
+                },
+            );
         }
         for (to, message) in ready.messages {
             self.send(id, to, message);
@@ -1018,7 +1059,11 @@ impl World {
             if !live.is_empty() {
                 let id = self.rng.pick(&live);
                 self.crash(id);
-                let down_ms = self.rng.range(20, 1500);
+                let down_ms = if self.rng.chance(500) {
+                    self.rng.range(1, 100)
+                } else {
+                    self.rng.range(20, 1500)
+                };
                 self.schedule(down_ms, Event::Restart { node: id });
             }
         }
@@ -1107,7 +1152,7 @@ impl World {
 
     fn partition(&mut self) {
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
-        let kind = self.rng.below(4);
+        let kind = self.rng.below(5);
         let victim = self.rng.pick(&ids);
         match kind {
             0 => {
@@ -1128,6 +1173,14 @@ impl World {
                             self.cut.insert((a, b));
                         }
                     }
+                }
+            }
+            4 => {
+                // Cut one link both ways; everyone else still talks to both ends.
+                let other = self.rng.pick(&ids);
+                if other != victim {
+                    self.cut.insert((victim, other));
+                    self.cut.insert((other, victim));
                 }
             }
             2 => {
