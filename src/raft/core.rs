@@ -863,6 +863,18 @@ impl RaftCore {
     pub fn config(&self) -> &RaftConfig {
         &self.config
     }
+    /// Until when this server refuses to vote for an ordinary (non-transfer) candidate: an
+    /// election timeout after it last heard from a leader, or after it started. `None` without
+    /// check-quorum. A leader's lease is sound only while a quorum of its voters is guarded.
+    pub fn vote_guard_until(&self) -> Option<Millis> {
+        if !self.config.check_quorum {
+            return None;
+        }
+        if self.role == Role::Leader {
+            return Some(Millis::MAX);
+        }
+        Some(self.vote_guard_until)
+    }
     /// Messages dropped as malformed or inconsistent (see [`Status::messages_dropped`]).
     pub fn messages_dropped(&self) -> u64 {
         self.messages_dropped

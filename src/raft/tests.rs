@@ -1400,3 +1400,77 @@ fn a_lost_pipeline_tail_is_detected_without_new_proposals() {
         );
     }
 }
+
+#[test]
+fn an_entry_of_an_earlier_term_is_not_committed_by_counting() {
+    // Raft figure 8: the new leader of term 3 holds an uncommitted entry of term 2. A
+    // majority holding it does not make it committed; only its own Noop committing does.
+    let entry = |index, term, kind, data| Entry {
+        index,
+        term,
+        kind,
+        data,
+    };
+    let restored = Restored {
+        hard_state: HardState {
+            term: 2,
+            vote: None,
+            commit: 1,
+        },
+        snapshot: None,
+        entries: vec![
+            entry(1, 1, EntryKind::Membership, voters(&[1, 2, 3]).encode()),
+            entry(2, 2, EntryKind::Normal, Bytes::from_static(b"old")),
+        ],
+    };
+    let mut core = RaftCore::new(test_config(1), restored, 1, 0);
+    let now = 3 * ELECTION_MS;
+    core.tick(now);
+    core.step(
+        now,
+        2,
+        Message::VoteResponse {
+            term: 3,
+            pre_vote: true,
+            granted: true,
+        },
+    );
+    core.step(
+        now,
+        2,
+        Message::VoteResponse {
+            term: 3,
+            pre_vote: false,
+            granted: true,
+        },
+    );
+    assert_eq!(core.role(), Role::Leader);
+    assert_eq!(core.term(), 3);
+    let ready = core.ready();
+    core.advance(now, ready.done());
+    let acknowledge = |core: &mut RaftCore, match_index| {
+        core.step(
+            now,
+            2,
+            Message::AppendResponse {
+                term: 3,
+                match_index,
+                reject: None,
+                read_seq: 0,
+                sent_at: now,
+            },
+        )
+    };
+    acknowledge(&mut core, 2);
+    assert_eq!(
+        core.commit_index(),
+        1,
+        "index 2 is from term 2: not committed by counting"
+    );
+    acknowledge(&mut core, 3);
+    assert_eq!(
+        core.commit_index(),
+        3,
+        "the Noop of term 3 commits, and index 2 with it"
+    );
+}

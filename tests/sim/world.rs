@@ -1419,6 +1419,9 @@ impl World {
                 self.check_leader_completeness(id, term);
             }
         }
+        for &(id, term, until) in &leases {
+            self.check_lease_premise(id, term, until);
+        }
         for (id, term, until) in leases {
             if self.max_leader_term > term {
                 let newer = self.max_leader_term;
@@ -1430,6 +1433,31 @@ impl World {
             }
         }
         self.check_liveness_done();
+    }
+
+    /// A lease until `until` is sound only if a quorum of the leader's voters refuses ordinary
+    /// candidates at least that long (a server that is down votes for nobody).
+    fn check_lease_premise(&self, id: NodeId, term: Term, until: Millis) {
+        let membership = self.nodes[&id].core.as_ref().expect("live").membership();
+        let mut guards: Vec<Millis> = membership
+            .voters()
+            .map(
+                |voter| match self.nodes.get(&voter).and_then(|n| n.core.as_ref()) {
+                    None => Millis::MAX,
+                    Some(_) if voter == id => Millis::MAX,
+                    Some(core) => core.vote_guard_until().unwrap_or(0),
+                },
+            )
+            .collect();
+        guards.sort_unstable_by(|a, b| b.cmp(a));
+        let guaranteed = guards[membership.quorum() - 1];
+        if until > guaranteed {
+            fail!(
+                self,
+                "lease: node {id} (term {term}) claims a lease until {until} but a quorum of its \
+                 voters refuses other candidates only until {guaranteed}"
+            );
+        }
     }
 
     fn check_leader_completeness(&self, id: NodeId, term: Term) {
