@@ -18,7 +18,7 @@ use std::time::Instant;
 pub use world::{run_seed, RunStats};
 
 /// Seeds the default `cargo test --test sim` run covers.
-const DEFAULT_SEEDS: u64 = 500;
+const DEFAULT_SEEDS: u64 = 1000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|value| {
