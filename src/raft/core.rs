@@ -564,11 +564,8 @@ impl RaftCore {
         let invalid = |why: String| Err(RaftError::InvalidMembershipChange(why));
         let mut next = self.membership().clone();
         match change {
-            MembershipChange::AddVoter { id, name, address }
-            | MembershipChange::AddNonvoter { id, name, address }
-                if id == 0 =>
-            {
-                let _ = (name, address);
+            MembershipChange::AddVoter { id: 0, .. }
+            | MembershipChange::AddNonvoter { id: 0, .. } => {
                 return invalid("id 0 is reserved".to_string());
             }
             MembershipChange::AddVoter { id, name, address } => {

@@ -1452,10 +1452,13 @@ impl World {
         guards.sort_unstable_by(|a, b| b.cmp(a));
         let guaranteed = guards[membership.quorum() - 1];
         if until > guaranteed {
+            let peers = self.nodes[&id].core.as_ref().expect("live").status().peers;
             fail!(
                 self,
                 "lease: node {id} (term {term}) claims a lease until {until} but a quorum of its \
-                 voters refuses other candidates only until {guaranteed}"
+                 voters refuses other candidates only until {guaranteed} (guards {guards:?}; \
+                 peers {peers:?}){}",
+                self.describe()
             );
         }
     }
