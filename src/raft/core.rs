@@ -226,12 +226,12 @@ impl RaftCore {
     /// Starts a new cluster on a pristine server: appends the Membership entry at index 1,
     /// term 1. Every server of a `bootstrap-expect` set must call this with the same
     /// membership so they all hold the identical first entry.
+    ///
+    /// Pristine means no log entry and no snapshot. A durable hard state alone does not count:
+    /// the first write carries the hard state together with the bootstrap entry, and a torn
+    /// write may keep only the former; bootstrapping again then re-creates the same entry.
     pub fn bootstrap(&mut self, membership: Membership) -> Result<(), RaftError> {
-        if self.term != 0
-            || self.vote.is_some()
-            || self.log.last_index() != 0
-            || self.log.snapshot.last_index != 0
-        {
+        if self.log.last_index() != 0 || self.log.snapshot.last_index != 0 {
             return Err(RaftError::NotPristine);
         }
         if membership.voter_count() == 0 {
@@ -242,7 +242,7 @@ impl RaftCore {
                 "more than {MEMBERS_MAX} members"
             )));
         }
-        self.term = 1;
+        self.term = self.term.max(1);
         self.log.append([Entry {
             index: 1,
             term: 1,

@@ -307,6 +307,25 @@ fn bootstrap_refuses_a_used_server_and_an_empty_membership() {
 }
 
 #[test]
+fn bootstrap_again_after_a_torn_first_write_kept_only_the_hard_state() {
+    let restored = Restored {
+        hard_state: HardState {
+            term: 2,
+            vote: Some(1),
+            commit: 0,
+        },
+        snapshot: None,
+        entries: vec![],
+    };
+    let mut core = RaftCore::new(test_config(1), restored, 1, 0);
+    core.bootstrap(voters(&[1])).unwrap();
+    assert_eq!(core.term(), 2);
+    core.tick(1);
+    assert_eq!(core.role(), Role::Leader);
+    assert_eq!(core.term(), 3);
+}
+
+#[test]
 fn restart_restores_log_term_and_commit() {
     let mut net = elected_three();
     net.write("a");

@@ -972,9 +972,7 @@ impl World {
                 Err(error) => fail!(self, "node {id}: restart from its own disk failed: {error}"),
             };
         let node = self.nodes.get_mut(&id).expect("node exists");
-        let pristine = node.disk.entries.is_empty()
-            && node.disk.snapshot.is_none()
-            && node.disk.hard_state == HardState::default();
+        let pristine = node.disk.entries.is_empty() && node.disk.snapshot.is_none();
         if pristine && id <= self.scenario.initial_voters {
             // Like the agent: a bootstrap server whose data dir is still empty bootstraps
             // again (the entry is identical on every server, so this is safe).
