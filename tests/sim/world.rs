@@ -188,9 +188,9 @@ impl Scenario {
 
     /// A few entries per round trip cannot drain a partitioned follower's backlog within the
     /// liveness bound over slow links (that measures throughput, not liveness): keep at
-    /// least 8 entries in flight.
+    /// least 32 entries in flight.
     fn fix_up(mut self) -> Self {
-        let entries_in_flight_min = 8;
+        let entries_in_flight_min = 32;
         if self.append_entries_max * self.inflight_appends_max < entries_in_flight_min {
             self.inflight_appends_max = entries_in_flight_min.div_ceil(self.append_entries_max);
         }
@@ -1238,6 +1238,18 @@ impl World {
                 address: format!("10.0.0.{target}:8300"),
             },
             Some(member) if !member.voter && self.rng.chance(700) => {
+                // Like autopilot: promote only a non-voter that has caught up, or the
+                // cluster's commit waits on its catch-up.
+                let core = self.nodes[&leader].core.as_ref().unwrap();
+                let last = core.last_index();
+                let caught_up = core
+                    .status()
+                    .peers
+                    .iter()
+                    .any(|p| p.id == target && p.match_index + 64 >= last);
+                if !caught_up {
+                    return;
+                }
                 MembershipChange::Promote { id: target }
             }
             Some(_) => MembershipChange::Remove { id: target },
