@@ -1418,10 +1418,29 @@ impl World {
                         newly.push((index, entry.term, digest(entry)));
                     }
                 }
+                // A leader's first commit advance in its term: losing the leader right then is
+                // where a wrong commit rule (counting older-term entries, Raft figure 8)
+                // would surface.
+                let first_commit_of_term = core.role() == Role::Leader
+                    && core.log_term(last_commit).is_some_and(|t| t < term);
                 for (index, entry_term, entry_digest) in newly {
                     self.register_committed(id, index, entry_term, entry_digest, term);
                 }
                 self.nodes.get_mut(&id).expect("node exists").last_commit = commit;
+                if first_commit_of_term
+                    && self.healed_at.is_none()
+                    && self.rng.chance(self.scenario.targeted_crash_per_mille * 4)
+                {
+                    let incarnation = self.nodes[&id].incarnation;
+                    let after = self.rng.range(0, 2);
+                    self.schedule(
+                        after,
+                        Event::Crash {
+                            node: id,
+                            incarnation,
+                        },
+                    );
+                }
             }
             if new_leader {
                 self.nodes.get_mut(&id).expect("node exists").led_term = Some(term);
