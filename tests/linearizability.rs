@@ -98,6 +98,9 @@ fn client_loop(
                 &[],
                 REQUEST_TIMEOUT,
             );
+            if definitely_not_applied(&r) {
+                continue;
+            }
             match r {
                 Ok(r) if r.status == 200 && r.body.starts_with(b"true") => Event {
                     client: id,
@@ -147,6 +150,9 @@ fn client_loop(
                 REQUEST_TIMEOUT,
             );
             let op = Op::Cas { expected, new };
+            if definitely_not_applied(&r) {
+                continue;
+            }
             match r {
                 Ok(r) if r.status == 200 && r.body.starts_with(b"true") => Event {
                     client: id,
@@ -173,6 +179,18 @@ fn client_loop(
         };
         histories[key].lock().unwrap().push(event);
         std::thread::sleep(Duration::from_millis(rng.random_range(5..25)));
+    }
+}
+
+/// Whether a write certainly did not take effect, so it can be left out of the history
+/// instead of adding an unknown outcome: the connection was refused (nothing was sent), or
+/// the server answered "No cluster leader", which praetor answers only when it proposed
+/// nothing (no leader to forward to, or refused before reaching the log). "leadership lost
+/// while committing log" and RPC errors stay unknown: those writes may still commit.
+fn definitely_not_applied(result: &std::io::Result<common::HttpResponse>) -> bool {
+    match result {
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        Ok(r) => r.status == 500 && r.body.starts_with(b"No cluster leader"),
     }
 }
 

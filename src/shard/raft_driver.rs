@@ -211,6 +211,7 @@ pub fn open(
     };
     let pristine = hard_state.term == 0 && entries.is_empty() && snapshot_meta.is_none();
     let last_snapshot_index = snapshot_meta.as_ref().map(|m| m.last_index).unwrap_or(0);
+    let restored_snapshot_meta = snapshot_meta.clone();
     let restored = Restored {
         hard_state,
         snapshot: snapshot_meta,
@@ -220,6 +221,11 @@ pub fn open(
     let trailing_entries = raft_config.trailing_entries;
     let mut core = RaftCore::try_new(raft_config, restored, rand::random(), 0)
         .map_err(|e| format!("cannot start raft: {e}"))?;
+    // The core keeps the snapshot it may have to send to lagging followers; after a restart
+    // it learns it from us.
+    if let (Some(snapshot), Some(meta)) = (&recovered.snapshot, &restored_snapshot_meta) {
+        core.snapshot_taken(meta.clone(), snapshot.data.clone());
+    }
     if pristine && config.bootstrap_single {
         let membership =
             Membership::single_voter(config.raft_id, &config.node_name, &config.rpc_address);
