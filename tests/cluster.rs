@@ -554,3 +554,112 @@ fn snapshot_save_restore_inspect() {
         Some((200, b"v7".to_vec()))
     );
 }
+
+#[test]
+fn client_agent_forwards_and_survives_a_server_kill() {
+    let mut cluster = Cluster::start(3, &[]);
+    let ip = common::fresh_loopback();
+    let data = common::TempDir::new("client");
+    let args: Vec<String> = [
+        "agent",
+        "-node",
+        &format!("client-{ip}"),
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-retry-join",
+        &cluster.servers[0].ip.to_string(),
+        "-dns-port=-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let client = common::Agent::spawn(ip, 8500, args);
+    // The client knows a server once gossip tells it about one.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = try_request_bounded(
+            client.addr(),
+            "PUT",
+            "/v1/kv/client/a",
+            b"1",
+            &[],
+            Duration::from_secs(10),
+        ) {
+            if r.status == 200 && r.body.starts_with(b"true") {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "client never reached a server; log:\n{}",
+            client.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(client.get("/v1/kv/client/a?raw").body, b"1");
+    let leader = cluster.wait_for_leader(Duration::from_secs(10));
+    let leader_addr = cluster.servers[leader].get("/v1/status/leader").json();
+    assert_eq!(
+        client.get("/v1/status/leader").json(),
+        leader_addr,
+        "a client reports the servers' leader"
+    );
+    assert_eq!(
+        client
+            .get("/v1/status/peers")
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    // The client's node reaches the servers' catalog through its anti-entropy.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let nodes = cluster.servers[leader].get("/v1/catalog/nodes").json();
+        if nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["Node"] == format!("client-{ip}"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "client node never registered: {nodes}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Kill the leader: the client keeps working once the cluster has a new leader (and once
+    // gossip has told it if its own server was the one that died).
+    cluster.servers[leader].kill9();
+    cluster.wait_for_leader(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = try_request_bounded(
+            client.addr(),
+            "PUT",
+            "/v1/kv/client/b",
+            b"2",
+            &[],
+            Duration::from_secs(10),
+        ) {
+            if r.status == 200 && r.body.starts_with(b"true") {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "client did not recover after the leader died; log:\n{}",
+            client.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(client.get("/v1/kv/client/b?raw").body, b"2");
+}

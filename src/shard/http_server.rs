@@ -638,12 +638,18 @@ async fn forward_to_leader(
             return;
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
+            // Consul's words: a client without servers, a server without a leader.
+            let reason = if shard.is_client() {
+                "No known Consul servers"
+            } else {
+                "No cluster leader"
+            };
             Reply {
                 out: output,
                 keep_alive,
                 pretty: false,
             }
-            .error(&api::ApiError::Internal("No cluster leader".to_string()));
+            .error(&api::ApiError::Internal(reason.to_string()));
             return;
         }
         monoio::time::sleep(Duration::from_millis(50)).await;

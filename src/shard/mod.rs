@@ -186,8 +186,10 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     for key in &config.unknown_keys {
         log::warn!("config: ignoring unknown key {key:?}");
     }
-    if !config.server {
-        return Err("client agents (without -server) arrive with the catalog issue; run with -server or -dev".to_string());
+    if !config.server && config.retry_join.is_empty() && config.start_join.is_empty() {
+        log::warn!(
+            "agent: a client agent without -join or -retry-join knows no server until one joins it"
+        );
     }
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
@@ -237,24 +239,33 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         gossip_lan: lan.as_ref().map(|(handle, _)| handle.clone()),
     });
 
-    let driver_config = raft_driver::RaftDriverConfig {
-        data_dir: data_dir.path.clone(),
-        raft_id,
-        node_id: node_id.clone(),
-        node_name: config.node_name.clone(),
-        rpc_address: rpc_address.to_string(),
-        datacenter: config.datacenter.clone(),
-        bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
-        bootstrap_expect: config.bootstrap_expect,
-        raft_config: crate::raft::RaftConfig::new(raft_id),
+    // Servers run the raft core thread; client agents have no log and forward every
+    // store-bound request to a server they learn about through gossip.
+    let mut client_senders = None;
+    let (driver, initial_version) = if config.server {
+        let driver_config = raft_driver::RaftDriverConfig {
+            data_dir: data_dir.path.clone(),
+            raft_id,
+            node_id: node_id.clone(),
+            node_name: config.node_name.clone(),
+            rpc_address: rpc_address.to_string(),
+            datacenter: config.datacenter.clone(),
+            bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
+            bootstrap_expect: config.bootstrap_expect,
+            raft_config: crate::raft::RaftConfig::new(raft_id),
+        };
+        let (driver, version) = raft_driver::open(
+            driver_config,
+            raft_rx,
+            shard_senders,
+            shared.clone(),
+            faults,
+        )?;
+        (Some(driver), version)
+    } else {
+        client_senders = Some(shard_senders);
+        (None, Arc::new(crate::store::Tables::default()))
     };
-    let (driver, initial_version) = raft_driver::open(
-        driver_config,
-        raft_rx,
-        shard_senders,
-        shared.clone(),
-        faults,
-    )?;
     shared
         .published_index
         .store(initial_version.index, Ordering::Release);
@@ -278,7 +289,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             }
         }
     }
-    if config.ports.server >= 0 {
+    if config.server && config.ports.server >= 0 {
         let ip = if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
@@ -293,10 +304,15 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         }
     }
 
-    let raft_thread = std::thread::Builder::new()
-        .name("praetor-raft".into())
-        .spawn(move || driver.run())
-        .map_err(|e| format!("cannot start the raft thread: {e}"))?;
+    let raft_thread = match driver {
+        Some(driver) => Some(
+            std::thread::Builder::new()
+                .name("praetor-raft".into())
+                .spawn(move || driver.run())
+                .map_err(|e| format!("cannot start the raft thread: {e}"))?,
+        ),
+        None => None,
+    };
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let mut shard_threads = Vec::with_capacity(shard_count);
@@ -310,13 +326,14 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             Some(cores[id % cores.len()])
         };
         let gossip = if id == 0 { lan_driver.take() } else { None };
+        let router = if id == 0 { client_senders.take() } else { None };
         let thread = std::thread::Builder::new()
             .name(format!("praetor-shard-{id}"))
             .spawn(move || {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
                 }
-                run_shard(id, shared, version, inbox, shard_listeners, gossip);
+                run_shard(id, shared, version, inbox, shard_listeners, gossip, router);
             })
             .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
         shard_threads.push(thread);
@@ -350,7 +367,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     }
     let _ = raft_tx.send(RaftInput::Shutdown);
     drop(raft_tx);
-    let _ = raft_thread.join();
+    if let Some(raft_thread) = raft_thread {
+        let _ = raft_thread.join();
+    }
     if data_dir.temporary {
         let _ = std::fs::remove_dir_all(&data_dir.path);
     }
@@ -371,6 +390,7 @@ fn run_shard(
     inbox: flume::Receiver<ShardMessage>,
     listeners: ShardListeners,
     gossip: Option<gossip::GossipDriver>,
+    client_router: Option<Vec<flume::Sender<ShardMessage>>>,
 ) {
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(URING_ENTRIES)
@@ -401,7 +421,19 @@ fn run_shard(
                     log::error!("gossip: LAN pool stopped: {e}");
                 }
             });
-            monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
+            match client_router {
+                // A client agent routes to a server it learns through gossip.
+                Some(senders) => {
+                    monoio::spawn(cluster::client_router(
+                        shared.clone(),
+                        handle.clone(),
+                        senders,
+                    ));
+                }
+                None => {
+                    monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
+                }
+            }
             monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
         }
         if id == 0 {

@@ -252,6 +252,10 @@ impl Shard {
     pub fn is_leader(&self) -> bool {
         self.status.borrow().is_leader
     }
+    /// A client agent: no Raft, no store; everything store-bound goes to a server.
+    pub fn is_client(&self) -> bool {
+        !self.shared.config.server
+    }
     pub fn shutting_down(&self) -> bool {
         self.shared.shutting_down.load(Ordering::Relaxed)
     }
@@ -329,6 +333,9 @@ impl Shard {
     /// Stale reads run anywhere unless `max_stale` says this server has been out of touch
     /// with the leader for too long.
     pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
+        if self.is_client() {
+            return ReadPlan::Forward;
+        }
         let is_leader = self.is_leader();
         match options.consistency {
             Consistency::Stale => {
