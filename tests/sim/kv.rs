@@ -1,13 +1,11 @@
-//! The deterministic state machine the simulator applies committed entries to, behind a tiny
-//! trait so praetor's real store can be plugged in later.
-//!
-//! Commands are 9 bytes: a key (one byte) and a unique write id (u64, little endian). The
-//! store remembers, per key, the last write id and the log index that wrote it.
-
-use std::collections::BTreeMap;
+//! The state machine the simulator applies committed entries to: praetor's real store,
+//! behind a tiny trait. Each write sets one of a few keys to a unique write id; the store
+//! remembers, per key, the last write id and the log index that wrote it (its ModifyIndex).
 
 use bytes::Bytes;
 use praetor::raft::LogIndex;
+use praetor::store::kv::{self, KvOp};
+use praetor::store::{Command, Tables};
 
 /// What the simulator needs from a state machine.
 pub trait StateMachine {
@@ -22,61 +20,69 @@ pub trait StateMachine {
 }
 
 /// The value stored under a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Version {
     pub write_id: u64,
     pub index: LogIndex,
 }
 
-#[derive(Default, Debug, serde::Serialize, serde::Deserialize)]
+/// praetor's real store (`praetor::store::Tables`) behind the simulator's trait. Commands
+/// are real KV commands (`KvOp::Set` on key `sim/<k>` whose value is the write id), applied by
+/// the real `Tables::apply` and snapshotted with the real encoding, so the simulator checks
+/// the store's determinism along with Raft.
+#[derive(Default, Debug)]
 pub struct KvStore {
-    map: BTreeMap<u8, Version>,
-    applied: LogIndex,
+    tables: Tables,
+}
+
+fn key_name(key: u8) -> String {
+    format!("sim/{key}")
 }
 
 pub fn encode_put(key: u8, write_id: u64) -> Bytes {
-    let mut bytes = Vec::with_capacity(9);
-    bytes.push(key);
-    bytes.extend_from_slice(&write_id.to_le_bytes());
-    Bytes::from(bytes)
-}
-
-pub fn decode_put(command: &[u8]) -> Option<(u8, u64)> {
-    if command.len() != 9 {
-        return None;
-    }
-    let write_id = u64::from_le_bytes(command[1..9].try_into().ok()?);
-    Some((command[0], write_id))
+    let op = KvOp::Set {
+        key: key_name(key),
+        value: Bytes::copy_from_slice(&write_id.to_le_bytes()),
+        flags: 0,
+    };
+    Bytes::from(Command::Kv(op).encode())
 }
 
 impl KvStore {
     pub fn get(&self, key: u8) -> Option<Version> {
-        self.map.get(&key).copied()
+        let entry = kv::get(&self.tables, &key_name(key)).1?;
+        let write_id = u64::from_le_bytes(
+            entry.value[..]
+                .try_into()
+                .expect("the simulator writes 8-byte values"),
+        );
+        Some(Version {
+            write_id,
+            index: entry.modify_index,
+        })
     }
 
     /// Marks `index` applied without a command (Noop and Membership entries).
     pub fn skip(&mut self, index: LogIndex) {
-        self.applied = index;
+        self.tables.advance_to(index);
     }
 }
 
 impl StateMachine for KvStore {
     fn apply(&mut self, index: LogIndex, command: &[u8]) {
-        if let Some((key, write_id)) = decode_put(command) {
-            self.map.insert(key, Version { write_id, index });
-        }
-        self.applied = index;
+        let command = Command::decode(command).expect("the simulator proposes only real commands");
+        self.tables.apply(index, &command, &mut Vec::new());
     }
 
     fn snapshot(&self) -> Bytes {
-        Bytes::from(rmp_serde::to_vec(self).expect("the store encodes"))
+        Bytes::from(self.tables.to_snapshot_bytes())
     }
 
     fn restore(&mut self, data: &[u8]) {
-        *self = rmp_serde::from_slice(data).expect("a snapshot we made decodes");
+        self.tables = Tables::from_snapshot_bytes(data).expect("a snapshot we made decodes");
     }
 
     fn applied(&self) -> LogIndex {
-        self.applied
+        self.tables.index
     }
 }
