@@ -6,6 +6,7 @@
 //! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
 //! and finish, then the raft thread syncs its log and exits.
 
+pub mod dns_server;
 pub mod http_server;
 pub mod logger;
 pub mod raft_driver;
@@ -240,6 +241,33 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         }
     }
 
+    let mut dns_sockets: Vec<DnsSockets> =
+        (0..shard_count).map(|_| DnsSockets::default()).collect();
+    if config.ports.dns >= 0 {
+        for ip in &config.client_addrs {
+            let addr = SocketAddr::new(*ip, config.ports.dns as u16);
+            for sockets in dns_sockets.iter_mut() {
+                let udp = reuseport_udp(addr)
+                    .map_err(|e| format!("cannot listen for DNS (UDP) on {addr}: {e}"))?;
+                udp.set_nonblocking(true)
+                    .map_err(|e| format!("cannot configure the DNS socket on {addr}: {e}"))?;
+                sockets.udp.push(udp);
+                sockets.tcp.push(
+                    reuseport_listener(addr)
+                        .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
+                );
+            }
+        }
+    }
+    let dns_settings = Arc::new(crate::dns::DnsSettings::new(
+        config.dns.clone(),
+        crate::dns::resolve::LocalAgent {
+            node_name: config.node_name.clone(),
+            datacenter: config.datacenter.clone(),
+            address: advertise,
+        },
+    ));
+
     let raft_thread = std::thread::Builder::new()
         .name("praetor-raft".into())
         .spawn(move || driver.run())
@@ -247,8 +275,14 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let mut shard_threads = Vec::with_capacity(shard_count);
-    for (id, (inbox, listeners)) in shard_receivers.into_iter().zip(http_listeners).enumerate() {
+    for (id, ((inbox, listeners), dns)) in shard_receivers
+        .into_iter()
+        .zip(http_listeners)
+        .zip(dns_sockets)
+        .enumerate()
+    {
         let shared = shared.clone();
+        let dns_settings = dns_settings.clone();
         let version = initial_version.clone();
         let core = if cores.is_empty() {
             None
@@ -261,7 +295,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
                 }
-                run_shard(id, shared, version, inbox, listeners);
+                run_shard(id, shared, version, inbox, listeners, dns, dns_settings);
             })
             .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
         shard_threads.push(thread);
@@ -272,13 +306,19 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .iter()
         .map(|ip| display_addr(*ip, config.ports.http))
         .collect();
+    let dns_addrs: Vec<String> = config
+        .client_addrs
+        .iter()
+        .map(|ip| display_addr(*ip, config.ports.dns))
+        .collect();
     log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, data in {}, fd limit {}",
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, data in {}, fd limit {}",
         config.node_name,
         node_id,
         config.datacenter,
         shard_count,
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
+        if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
         data_dir.path.display(),
         fd_limit
     );
@@ -303,6 +343,13 @@ fn display_addr(ip: IpAddr, port: i32) -> String {
     SocketAddr::new(ip, port.max(0) as u16).to_string()
 }
 
+/// One shard's DNS sockets (UDP and TCP per client address), bound before threads start.
+#[derive(Default)]
+struct DnsSockets {
+    udp: Vec<std::net::UdpSocket>,
+    tcp: Vec<std::net::TcpListener>,
+}
+
 /// One shard thread: a monoio runtime serving its listeners until shutdown.
 fn run_shard(
     id: usize,
@@ -310,6 +357,8 @@ fn run_shard(
     version: crate::store::StoreVersion,
     inbox: flume::Receiver<ShardMessage>,
     listeners: Vec<std::net::TcpListener>,
+    dns: DnsSockets,
+    dns_settings: Arc<crate::dns::DnsSettings>,
 ) {
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(URING_ENTRIES)
@@ -324,6 +373,30 @@ fn run_shard(
                     monoio::spawn(http_server::accept_loop(shard.clone(), listener));
                 }
                 Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
+            }
+        }
+        for socket in dns.udp {
+            match monoio::net::udp::UdpSocket::from_std(socket) {
+                Ok(socket) => {
+                    monoio::spawn(dns_server::udp_loop(
+                        shard.clone(),
+                        dns_settings.clone(),
+                        socket,
+                    ));
+                }
+                Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
+            }
+        }
+        for listener in dns.tcp {
+            match monoio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    monoio::spawn(dns_server::tcp_accept_loop(
+                        shard.clone(),
+                        dns_settings.clone(),
+                        listener,
+                    ));
+                }
+                Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
             }
         }
         shard_main_loop(&shard).await;

@@ -101,6 +101,8 @@ pub struct Shard {
     pending: RefCell<HashMap<u64, PendingWrite, ahash::RandomState>>,
     next_request: Cell<u64>,
     inbox: flume::Receiver<ShardMessage>,
+    /// DNS answer cache and scratch space; invalidated by every applied change set.
+    pub dns: RefCell<crate::dns::ShardDns>,
 }
 
 impl Shard {
@@ -119,6 +121,7 @@ impl Shard {
             pending: RefCell::new(HashMap::default()),
             next_request: Cell::new(1),
             inbox,
+            dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
         })
     }
 
@@ -172,6 +175,7 @@ impl Shard {
                 }
                 if !batch.changes.is_empty() {
                     self.watches.borrow_mut().notify(&batch.changes);
+                    self.dns.borrow_mut().cache.invalidate(&batch.changes);
                 }
                 let mut pending = self.pending.borrow_mut();
                 for (request_id, result) in results {
