@@ -18,6 +18,7 @@ pub mod status;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
+use crate::shard::runtime::ReadPlan;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;
 use crate::store::{Command, CommandResult, Tables};
@@ -310,6 +311,8 @@ pub struct WriteOp {
 pub struct BlockOp {
     pub query: Box<dyn Query>,
     pub options: QueryOptions,
+    /// Confirm leadership with a quorum round (ReadIndex) before the first evaluation.
+    pub barrier: bool,
 }
 
 pub enum Outcome {
@@ -317,6 +320,8 @@ pub enum Outcome {
     Done,
     Write(WriteOp),
     Block(BlockOp),
+    /// This server cannot answer; run the request on the leader.
+    Forward,
 }
 
 /// Runs a read query: answers at once unless it is a blocking query whose index has not
@@ -327,12 +332,24 @@ pub fn run_query<Q: Query + 'static>(
     options: QueryOptions,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let version = shard.read_version(options.consistency)?;
+    match shard.read_plan(&options) {
+        ReadPlan::Forward => return Ok(Outcome::Forward),
+        ReadPlan::Barrier => {
+            return Ok(Outcome::Block(BlockOp {
+                query: Box::new(query),
+                options,
+                barrier: true,
+            }))
+        }
+        ReadPlan::Local => {}
+    }
+    let version = shard.current_version();
     let (index, _) = query.evaluate(&version);
     if options.is_blocking() && index <= options.min_index {
         return Ok(Outcome::Block(BlockOp {
             query: Box::new(query),
             options,
+            barrier: false,
         }));
     }
     query.respond(
@@ -420,6 +437,8 @@ fn allow(
 /// Entry point from the connection loop.
 pub fn dispatch(shard: &Shard, request: &Request, reply: &mut Reply) -> Outcome {
     match route(shard, request, reply) {
+        // Writes are proposed by the leader; anyone else hands the request over.
+        Ok(Outcome::Write(_)) if !shard.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,
         Err(error) => {
             reply.error(&error);

@@ -3,4 +3,6 @@
 
 pub mod dns;
 pub mod duration;
+pub mod gossip;
 pub mod http;
+pub mod rpc;

@@ -1,26 +1,38 @@
-//! The HTTP/1.1 server loop of a shard: accept, read, parse, dispatch, write.
+//! The HTTP/1.1 server loop of a shard: accept, read, parse, dispatch, write — and the same
+//! request path for requests forwarded from other servers over RPC.
 //!
 //! Each connection is one task with one input and one output buffer, reused across requests.
 //! Pipelined requests are answered in order; responses accumulate in the output buffer and
 //! are written with one syscall when no further complete request is buffered.
 //!
-//! A blocking query releases both buffers while it is parked, so a parked connection costs
-//! its task, its query object and its watch registration. While parked, the loop also watches
-//! the socket for readability so that a client that hangs up frees its slot immediately
-//! instead of after the wait expires.
+//! A request is dispatched synchronously ([`api::dispatch`]); what must wait comes back as an
+//! owned [`Outcome`] that [`complete`] carries out: propose a write, park a blocking query,
+//! pass a read barrier, or forward the request to the leader. A forwarded request is
+//! re-framed with `Content-Length` and an `X-Praetor-Forwarded` hop count, and the receiving
+//! server answers it through the very same `dispatch` + `complete` path
+//! ([`answer_forwarded`]), so every endpoint forwards without endpoint-specific RPCs.
+//!
+//! A blocking query releases the connection's buffers while it is parked, so a parked
+//! connection costs its task, its query object and its watch registration. While parked, the
+//! loop also watches the socket so that a client that hangs up frees its slot at once.
 //!
 //! Limits and timeouts: head size and header count ([`HttpLimits`]), body size per endpoint
 //! (`api::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
-//! its head, `BODY_READ_TIMEOUT` between body reads, `IDLE_TIMEOUT` between requests, and
-//! `WRITE_TIMEOUT` for a client that stops reading.
+//! its head, `BODY_READ_TIMEOUT` between body reads, `IDLE_TIMEOUT` between requests,
+//! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
+//! `FORWARD_HOPS_MAX` forwards per request.
 
 use crate::api::{self, BlockOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
-use crate::proto::http::{self, BodyFraming, ChunkedDecoder, HttpError, QueryParams, RequestHead};
-use crate::shard::runtime::Shard;
+use crate::proto::http::{
+    self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
+};
+use crate::proto::rpc::kind;
+use crate::shard::runtime::{ReadPlan, Shard};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::io;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +40,15 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a request waits for a leader to appear before "No cluster leader" (Consul's
+/// `rpc_hold_timeout` default).
+pub const RPC_HOLD_TIMEOUT: Duration = Duration::from_secs(7);
+/// Forwards one request may take before it is refused as a loop.
+pub const FORWARD_HOPS_MAX: u32 = 3;
+/// Timeout of a forwarded non-blocking request.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
+/// Header carrying the forward hop count between servers.
+const FORWARDED_HEADER: &str = "X-Praetor-Forwarded";
 /// How long a refused request's remaining bytes are drained before closing.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most bytes drained after a refused request.
@@ -60,6 +81,22 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     }
 }
 
+/// Reads more bytes into `input`. Returns 0 at end of stream.
+async fn fill(stream: &mut TcpStream, input: &mut Vec<u8>, timeout: Duration) -> io::Result<usize> {
+    if input.capacity() - input.len() < READ_SPACE_MIN_BYTES {
+        input.reserve(input.len().max(READ_SPACE_MIN_BYTES));
+    }
+    let buf = std::mem::take(input);
+    let len = buf.len();
+    match monoio::time::timeout(timeout, stream.read(buf.slice_mut(len..))).await {
+        Ok((result, slice)) => {
+            *input = slice.into_inner();
+            result
+        }
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+    }
+}
+
 struct Connection {
     stream: TcpStream,
     input: Vec<u8>,
@@ -67,21 +104,8 @@ struct Connection {
 }
 
 impl Connection {
-    /// Reads more bytes into `input`. Returns 0 at end of stream.
     async fn fill(&mut self, timeout: Duration) -> io::Result<usize> {
-        if self.input.capacity() - self.input.len() < READ_SPACE_MIN_BYTES {
-            self.input
-                .reserve(self.input.len().max(READ_SPACE_MIN_BYTES));
-        }
-        let buf = std::mem::take(&mut self.input);
-        let len = buf.len();
-        match monoio::time::timeout(timeout, self.stream.read(buf.slice_mut(len..))).await {
-            Ok((result, slice)) => {
-                self.input = slice.into_inner();
-                result
-            }
-            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
-        }
+        fill(&mut self.stream, &mut self.input, timeout).await
     }
 
     async fn flush(&mut self) -> io::Result<()> {
@@ -146,6 +170,160 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     };
     // Errors end the connection; there is nobody to report them to.
     let _ = serve_requests(&shard, &mut conn).await;
+}
+
+/// How a request's answer is framed.
+#[derive(Clone, Copy)]
+struct ReplyShape {
+    keep_alive: bool,
+    pretty: bool,
+}
+
+/// A request ready to dispatch: its head and where its body is.
+struct Buffered<'a> {
+    input: &'a [u8],
+    head: &'a RequestHead,
+    body: &'a [u8],
+}
+
+/// Dispatches a request whose bytes are all in memory. Returns the outcome, how to shape
+/// the answer, and — when the outcome is `Forward` — the re-framed request and its timeout.
+fn dispatch_buffered(
+    shard: &Shard,
+    request: Buffered,
+    keep_alive: bool,
+    output: &mut Vec<u8>,
+    hops: u32,
+) -> (Outcome, ReplyShape, Option<(Vec<u8>, Duration)>) {
+    let input = request.input;
+    let head = request.head;
+    let raw_path = std::str::from_utf8(&input[head.path.start as usize..head.path.end as usize]);
+    let raw_query = std::str::from_utf8(&input[head.query.start as usize..head.query.end as usize]);
+    let decoded_path = raw_path.ok().and_then(|p| http::percent_decode(p, false));
+    let query = raw_query
+        .map_err(|_| HttpError::bad_request("query string is not UTF-8"))
+        .and_then(QueryParams::parse);
+    match (decoded_path, query) {
+        (Some(path), Ok(query)) => {
+            let pretty = shard.config().dev_mode || query.has("pretty");
+            let forward_timeout = forward_timeout_for(&query);
+            let req = Request {
+                method: head.method,
+                path: &path,
+                query,
+                head,
+                buf: input,
+                body: request.body,
+            };
+            let mut reply = Reply {
+                out: output,
+                keep_alive,
+                pretty,
+            };
+            let outcome = api::dispatch(shard, &req, &mut reply);
+            let forward = match outcome {
+                Outcome::Forward => Some((
+                    reframe_for_forwarding(input, head, request.body, hops + 1),
+                    forward_timeout,
+                )),
+                _ => None,
+            };
+            (outcome, ReplyShape { keep_alive, pretty }, forward)
+        }
+        (None, _) => {
+            Reply {
+                out: output,
+                keep_alive,
+                pretty: false,
+            }
+            .error(&api::ApiError::bad_request("invalid escape in URL path"));
+            (
+                Outcome::Done,
+                ReplyShape {
+                    keep_alive,
+                    pretty: false,
+                },
+                None,
+            )
+        }
+        (_, Err(error)) => {
+            Reply {
+                out: output,
+                keep_alive,
+                pretty: false,
+            }
+            .error(&api::ApiError::BadRequest(error.message));
+            (
+                Outcome::Done,
+                ReplyShape {
+                    keep_alive,
+                    pretty: false,
+                },
+                None,
+            )
+        }
+    }
+}
+
+/// A blocking query may legitimately take its whole wait on the leader.
+fn forward_timeout_for(query: &QueryParams) -> Duration {
+    if query
+        .get("index")
+        .is_some_and(|i| !i.is_empty() && i != "0")
+    {
+        let wait = query
+            .get("wait")
+            .and_then(|w| crate::proto::duration::parse_go_duration(w).ok())
+            .unwrap_or(api::BLOCKING_WAIT_DEFAULT)
+            .min(api::BLOCKING_WAIT_MAX);
+        return wait + wait / BLOCKING_JITTER_FRACTION + FORWARD_TIMEOUT;
+    }
+    FORWARD_TIMEOUT
+}
+
+/// Rebuilds a request for another server: the same method, target and headers, with the
+/// body framed by `Content-Length` and the hop count updated.
+fn reframe_for_forwarding(input: &[u8], head: &RequestHead, body: &[u8], hops: u32) -> Vec<u8> {
+    let target_end = if head.query.end > head.query.start {
+        head.query.end
+    } else {
+        head.path.end
+    };
+    let mut out = Vec::with_capacity(head.head_len + body.len() + 64);
+    out.extend_from_slice(&input[head.method_range.start as usize..head.method_range.end as usize]);
+    out.push(b' ');
+    out.extend_from_slice(&input[head.path.start as usize..target_end as usize]);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for header in &head.headers {
+        let name = &input[header.name.start as usize..header.name.end as usize];
+        let dropped = [
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "expect",
+            "keep-alive",
+            FORWARDED_HEADER,
+        ];
+        if dropped
+            .iter()
+            .any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
+        {
+            continue;
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&input[header.value.start as usize..header.value.end as usize]);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(
+        format!(
+            "{FORWARDED_HEADER}: {hops}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(body);
+    out
 }
 
 async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> {
@@ -246,75 +424,53 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
         };
 
         let keep_alive = head.keep_alive && !shard.shutting_down();
-        let (outcome, pretty) = {
-            let input = &conn.input;
-            let raw_path =
-                std::str::from_utf8(&input[head.path.start as usize..head.path.end as usize]);
-            let raw_query =
-                std::str::from_utf8(&input[head.query.start as usize..head.query.end as usize]);
-            let decoded_path = raw_path.ok().and_then(|p| http::percent_decode(p, false));
-            let query = raw_query
-                .map_err(|_| HttpError::bad_request("query string is not UTF-8"))
-                .and_then(QueryParams::parse);
-            match (decoded_path, query) {
-                (Some(path), Ok(query)) => {
-                    let pretty = shard.config().dev_mode || query.has("pretty");
-                    let body: &[u8] = match &chunked_body {
-                        Some(body) => body,
-                        None => &input[head_len..consumed],
-                    };
-                    let request = Request {
-                        method: head.method,
-                        path: &path,
-                        query,
-                        head: &head,
-                        buf: input,
-                        body,
-                    };
-                    let mut reply = Reply {
-                        out: &mut conn.output,
-                        keep_alive,
-                        pretty,
-                    };
-                    (api::dispatch(shard, &request, &mut reply), pretty)
-                }
-                (None, _) => {
-                    let mut reply = Reply {
-                        out: &mut conn.output,
-                        keep_alive,
-                        pretty: false,
-                    };
-                    reply.error(&api::ApiError::bad_request("invalid escape in URL path"));
-                    (Outcome::Done, false)
-                }
-                (_, Err(error)) => {
-                    let mut reply = Reply {
-                        out: &mut conn.output,
-                        keep_alive,
-                        pretty: false,
-                    };
-                    reply.error(&api::ApiError::BadRequest(error.message));
-                    (Outcome::Done, false)
-                }
-            }
+        let (outcome, shape, forward) = {
+            let body: &[u8] = match &chunked_body {
+                Some(body) => body,
+                None => &conn.input[head_len..consumed],
+            };
+            dispatch_buffered(
+                shard,
+                Buffered {
+                    input: &conn.input,
+                    head: &head,
+                    body,
+                },
+                keep_alive,
+                &mut conn.output,
+                0,
+            )
         };
         conn.input.drain(..consumed);
 
-        match outcome {
-            Outcome::Done => {}
-            Outcome::Write(op) => {
-                let result = shard.propose(op.command.encode()).await;
-                let mut reply = Reply {
-                    out: &mut conn.output,
-                    keep_alive,
-                    pretty,
-                };
-                (op.respond)(result, &mut reply);
+        if let Outcome::Block(_) = outcome {
+            // Parking may be long: send earlier pipelined answers and let go of the buffers.
+            conn.flush().await?;
+            if conn.input.is_empty() {
+                conn.input = Vec::new();
             }
-            Outcome::Block(op) => {
-                conn.flush().await?;
-                park(shard, conn, op, keep_alive, pretty).await?;
-            }
+            conn.output = Vec::new();
+        }
+        let Connection {
+            stream,
+            input,
+            output,
+        } = conn;
+        complete(
+            shard,
+            outcome,
+            shape,
+            output,
+            forward,
+            Some(SocketWatch {
+                stream,
+                input,
+                limits: &limits,
+            }),
+        )
+        .await?;
+        if output.capacity() == 0 {
+            *output = Vec::with_capacity(INPUT_INITIAL_BYTES);
         }
         if !keep_alive {
             conn.flush().await?;
@@ -323,15 +479,208 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
     }
 }
 
+/// The client socket of a parked request, watched for hang-ups and pipelined bytes.
+struct SocketWatch<'a> {
+    stream: &'a mut TcpStream,
+    input: &'a mut Vec<u8>,
+    limits: &'a HttpLimits,
+}
+
+/// Carries out what dispatch decided; the answer ends up in `output`.
+async fn complete(
+    shard: &Shard,
+    outcome: Outcome,
+    shape: ReplyShape,
+    output: &mut Vec<u8>,
+    forward: Option<(Vec<u8>, Duration)>,
+    watch: Option<SocketWatch<'_>>,
+) -> io::Result<()> {
+    let ReplyShape { keep_alive, pretty } = shape;
+    match outcome {
+        Outcome::Done => Ok(()),
+        Outcome::Write(op) => {
+            let result = shard.propose(op.command.encode()).await;
+            (op.respond)(
+                result,
+                &mut Reply {
+                    out: output,
+                    keep_alive,
+                    pretty,
+                },
+            );
+            Ok(())
+        }
+        Outcome::Block(op) => park(shard, op, shape, output, watch).await,
+        Outcome::Forward => {
+            let (payload, timeout) = forward.expect("a forward outcome carries its request");
+            forward_to_leader(shard, payload, timeout, output, keep_alive).await;
+            Ok(())
+        }
+    }
+}
+
+/// Hands a request to the leader and copies its raw answer into `output`, waiting up to
+/// `RPC_HOLD_TIMEOUT` for a leader to be known.
+async fn forward_to_leader(
+    shard: &Shard,
+    payload: Vec<u8>,
+    timeout: Duration,
+    output: &mut Vec<u8>,
+    keep_alive: bool,
+) {
+    let started = Instant::now();
+    let leader: SocketAddr = loop {
+        let status = shard.cluster_status();
+        if let Ok(addr) = status.leader_rpc_address.parse::<SocketAddr>() {
+            // A leader that has not applied its first entry yet is ourselves: wait for it.
+            if !status.is_leader && addr != shard.shared().rpc_address {
+                break addr;
+            }
+        }
+        if status.is_leader {
+            // Leadership arrived here while we waited: answer locally.
+            let answer = Box::pin(answer_forwarded(shard, bytes::Bytes::from(payload))).await;
+            output.extend_from_slice(&answer);
+            return;
+        }
+        if started.elapsed() >= RPC_HOLD_TIMEOUT {
+            Reply {
+                out: output,
+                keep_alive,
+                pretty: false,
+            }
+            .error(&api::ApiError::Internal("No cluster leader".to_string()));
+            return;
+        }
+        monoio::time::sleep(Duration::from_millis(50)).await;
+    };
+    if shard.shared().faults.is_blocked(leader.ip()) {
+        monoio::time::sleep(timeout.min(RPC_HOLD_TIMEOUT)).await;
+        Reply {
+            out: output,
+            keep_alive,
+            pretty: false,
+        }
+        .error(&api::ApiError::Internal(
+            "rpc error: leader unreachable".to_string(),
+        ));
+        return;
+    }
+    match shard
+        .forward
+        .call(leader, kind::FORWARD_HTTP, &payload, timeout)
+        .await
+    {
+        Ok(frame) if frame.kind == kind::FORWARD_HTTP_RESPONSE => {
+            output.extend_from_slice(&frame.payload)
+        }
+        Ok(frame) => {
+            let reason = String::from_utf8_lossy(&frame.payload).into_owned();
+            Reply {
+                out: output,
+                keep_alive,
+                pretty: false,
+            }
+            .error(&api::ApiError::Internal(reason));
+        }
+        Err(e) => Reply {
+            out: output,
+            keep_alive,
+            pretty: false,
+        }
+        .error(&api::ApiError::Internal(format!("rpc error: {e}"))),
+    }
+}
+
+/// Answers a request another server forwarded to us: the raw HTTP/1.1 request in, the raw
+/// response out, through the same dispatch path as a local client.
+pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
+    let mut output = Vec::with_capacity(1024);
+    let limits = HttpLimits {
+        body_bytes_max: usize::MAX,
+        ..*shard.http_limits()
+    };
+    let head = match http::parse_head(&payload, &limits) {
+        Ok(Some(head)) => head,
+        Ok(None) => {
+            http::write_response(
+                &mut output,
+                400,
+                Some("text/plain; charset=utf-8"),
+                b"",
+                b"incomplete forwarded request",
+                true,
+            );
+            return output;
+        }
+        Err(error) => {
+            http::write_response(
+                &mut output,
+                error.status,
+                Some("text/plain; charset=utf-8"),
+                b"",
+                error.message.as_bytes(),
+                true,
+            );
+            return output;
+        }
+    };
+    let body_end = match head.framing {
+        BodyFraming::Length(n) => (head.head_len + n as usize).min(payload.len()),
+        _ => head.head_len,
+    };
+    let hops: u32 = head
+        .header(&payload, FORWARDED_HEADER)
+        .and_then(|h| h.trim().parse().ok())
+        .unwrap_or(0);
+    if hops > FORWARD_HOPS_MAX {
+        http::write_response(
+            &mut output,
+            500,
+            Some("text/plain; charset=utf-8"),
+            b"",
+            b"No cluster leader (request forwarded too many times)",
+            true,
+        );
+        return output;
+    }
+    let body = &payload[head.head_len..body_end];
+    let (outcome, shape, forward) = dispatch_buffered(
+        shard,
+        Buffered {
+            input: &payload,
+            head: &head,
+            body,
+        },
+        true,
+        &mut output,
+        hops,
+    );
+    if matches!(outcome, Outcome::Forward) && hops >= FORWARD_HOPS_MAX {
+        http::write_response(
+            &mut output,
+            500,
+            Some("text/plain; charset=utf-8"),
+            b"",
+            b"No cluster leader (request forwarded too many times)",
+            true,
+        );
+        return output;
+    }
+    let _ = complete(shard, outcome, shape, &mut output, forward, None).await;
+    output
+}
+
 /// Waits until the query's index moves past the client's index or the wait expires, then
 /// answers. Fails when the client went away.
 async fn park(
     shard: &Shard,
-    conn: &mut Connection,
     op: BlockOp,
-    keep_alive: bool,
-    pretty: bool,
+    shape: ReplyShape,
+    output: &mut Vec<u8>,
+    mut watch: Option<SocketWatch<'_>>,
 ) -> io::Result<()> {
+    let ReplyShape { keep_alive, pretty } = shape;
     let wait = op.options.wait;
     let jitter_ms = (wait.as_millis() as u64) / BLOCKING_JITTER_FRACTION as u64;
     let jitter = if jitter_ms > 0 {
@@ -340,35 +689,41 @@ async fn park(
         Duration::ZERO
     };
     let deadline = monoio::time::Instant::from_std(Instant::now() + wait + jitter);
-    if conn.input.is_empty() {
-        conn.input = Vec::new();
-    }
-    conn.output = Vec::new();
-    let limits = *shard.http_limits();
-    loop {
-        let version = match shard.read_version(op.options.consistency) {
-            Ok(version) => version,
-            Err(error) => {
-                restore_output(conn);
-                Reply {
-                    out: &mut conn.output,
-                    keep_alive,
-                    pretty,
-                }
-                .error(&error);
-                return Ok(());
+    if op.barrier {
+        if let Err(error) = shard.read_barrier().await {
+            restore(output);
+            Reply {
+                out: output,
+                keep_alive,
+                pretty,
             }
-        };
+            .error(&error);
+            return Ok(());
+        }
+    }
+    loop {
+        if shard.read_plan(&op.options) == ReadPlan::Forward {
+            // Leadership moved while this query waited here.
+            restore(output);
+            Reply {
+                out: output,
+                keep_alive,
+                pretty,
+            }
+            .error(&api::ApiError::Internal("No cluster leader".to_string()));
+            return Ok(());
+        }
+        let version = shard.current_version();
         let (index, watch_set) = op.query.evaluate(&version);
         let timed_out = monoio::time::Instant::now() >= deadline;
-        if index > op.options.min_index || timed_out {
-            restore_output(conn);
+        if !op.options.is_blocking() || index > op.options.min_index || timed_out {
+            restore(output);
             let meta = shard.query_meta(index, op.options.consistency);
             op.query.respond(
                 &version,
                 meta,
                 &mut Reply {
-                    out: &mut conn.output,
+                    out: output,
                     keep_alive,
                     pretty,
                 },
@@ -376,39 +731,46 @@ async fn park(
             return Ok(());
         }
         drop(version);
-        wait_parked(shard.watch(&watch_set), deadline, conn, &limits).await?;
+        wait_parked(shard.watch(&watch_set), deadline, watch.as_mut()).await?;
     }
 }
 
-/// Waits for the watch to fire or the deadline to pass. Meanwhile it watches the socket:
-/// bytes a client pipelines are kept for later, and a client that hangs up ends the wait.
+fn restore(output: &mut Vec<u8>) {
+    if output.capacity() == 0 {
+        *output = Vec::with_capacity(INPUT_INITIAL_BYTES);
+    }
+}
+
+/// Waits for the watch to fire or the deadline to pass. Meanwhile it watches the client's
+/// socket, if there is one: pipelined bytes are kept for later, and a client that hangs up
+/// ends the wait with an error.
 async fn wait_parked(
     watch: crate::shard::runtime::WatchFuture<'_>,
     deadline: monoio::time::Instant,
-    conn: &mut Connection,
-    limits: &http::HttpLimits,
+    socket: Option<&mut SocketWatch<'_>>,
 ) -> io::Result<()> {
     let mut watch = std::pin::pin!(watch);
     let mut sleep = std::pin::pin!(monoio::time::sleep_until(deadline));
+    let Some(socket) = socket else {
+        monoio::select! {
+            _ = &mut watch => {},
+            _ = &mut sleep => {},
+        }
+        return Ok(());
+    };
     loop {
-        let watch_socket = conn.input.len() < limits.head_bytes_max;
+        let watch_socket = socket.input.len() < socket.limits.head_bytes_max;
         let socket_ready = monoio::select! {
             _ = &mut watch => return Ok(()),
             _ = &mut sleep => return Ok(()),
-            readable = conn.stream.readable(false), if watch_socket => readable,
+            readable = socket.stream.readable(false), if watch_socket => readable,
         };
         socket_ready?;
-        if conn.fill(HEADER_READ_TIMEOUT).await? == 0 {
+        if fill(socket.stream, socket.input, HEADER_READ_TIMEOUT).await? == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "client closed while parked",
             ));
         }
-    }
-}
-
-fn restore_output(conn: &mut Connection) {
-    if conn.output.capacity() == 0 {
-        conn.output = Vec::with_capacity(INPUT_INITIAL_BYTES);
     }
 }

@@ -6,10 +6,15 @@
 //! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
 //! and finish, then the raft thread syncs its log and exits.
 
+pub mod cluster;
 pub mod dns_server;
+pub mod forward;
+pub mod gossip;
 pub mod http_server;
 pub mod logger;
+pub mod peer_transport;
 pub mod raft_driver;
+pub mod rpc_server;
 pub mod runtime;
 pub mod wal;
 pub mod watch;
@@ -167,6 +172,14 @@ fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
     Ok(DataDir { path, temporary })
 }
 
+/// Listeners one shard serves.
+struct ShardListeners {
+    http: Vec<std::net::TcpListener>,
+    rpc: Vec<std::net::TcpListener>,
+    dns_udp: Vec<std::net::UdpSocket>,
+    dns_tcp: Vec<std::net::TcpListener>,
+}
+
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
 pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let fd_limit = raise_fd_limit();
@@ -188,7 +201,15 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         n => n,
     };
     let advertise = config.advertise();
-    let rpc_address = SocketAddr::new(advertise, config.ports.server.max(0) as u16).to_string();
+    let rpc_address = SocketAddr::new(advertise, config.ports.server.max(0) as u16);
+    let faults = Arc::new(peer_transport::Faults::default());
+
+    // Gossip: the LAN pool, served by shard 0.
+    let lan = if config.ports.serf_lan >= 0 {
+        Some(cluster::lan_pool(&config, &node_id)?)
+    } else {
+        None
+    };
 
     let (raft_tx, raft_rx) = flume::bounded::<RaftInput>(RAFT_INBOX_CAPACITY);
     let mut shard_senders = Vec::with_capacity(shard_count);
@@ -210,49 +231,81 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         shard_count,
         http_limits: HttpLimits::default(),
         started_at: Instant::now(),
+        clock_origin: Instant::now(),
+        lease_until_ms: AtomicU64::new(0),
+        last_leader_contact_ms: AtomicU64::new(0),
+        faults: faults.clone(),
+        rpc_address,
+        gossip_lan: lan.as_ref().map(|(handle, _)| handle.clone()),
     });
 
     let driver_config = raft_driver::RaftDriverConfig {
         data_dir: data_dir.path.clone(),
         raft_id,
+        node_id: node_id.clone(),
         node_name: config.node_name.clone(),
-        rpc_address,
+        rpc_address: rpc_address.to_string(),
+        datacenter: config.datacenter.clone(),
         bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
+        bootstrap_expect: config.bootstrap_expect,
+        raft_config: crate::raft::RaftConfig::new(raft_id),
     };
-    let (driver, initial_version) =
-        raft_driver::open(driver_config, raft_rx, shard_senders, shared.clone())?;
+    let (driver, initial_version) = raft_driver::open(
+        driver_config,
+        raft_rx,
+        shard_senders,
+        shared.clone(),
+        faults,
+    )?;
     shared
         .published_index
         .store(initial_version.index, Ordering::Release);
 
     // Bind every listener before starting threads, so that a port conflict is a clean
     // startup error rather than a half-started agent.
-    let mut http_listeners: Vec<Vec<std::net::TcpListener>> =
-        (0..shard_count).map(|_| Vec::new()).collect();
+    let mut listeners: Vec<ShardListeners> = (0..shard_count)
+        .map(|_| ShardListeners {
+            http: Vec::new(),
+            rpc: Vec::new(),
+            dns_udp: Vec::new(),
+            dns_tcp: Vec::new(),
+        })
+        .collect();
     if config.ports.http >= 0 {
         for ip in &config.client_addrs {
             let addr = SocketAddr::new(*ip, config.ports.http as u16);
-            for listeners in http_listeners.iter_mut() {
-                listeners.push(
+            for shard in listeners.iter_mut() {
+                shard.http.push(
                     reuseport_listener(addr)
                         .map_err(|e| format!("cannot listen for HTTP on {addr}: {e}"))?,
                 );
             }
         }
     }
-
-    let mut dns_sockets: Vec<DnsSockets> =
-        (0..shard_count).map(|_| DnsSockets::default()).collect();
+    if config.ports.server >= 0 {
+        let ip = if config.bind_addr.is_unspecified() {
+            config.bind_addr
+        } else {
+            advertise
+        };
+        let addr = SocketAddr::new(ip, config.ports.server as u16);
+        for shard in listeners.iter_mut() {
+            shard.rpc.push(
+                reuseport_listener(addr)
+                    .map_err(|e| format!("cannot listen for server RPC on {addr}: {e}"))?,
+            );
+        }
+    }
     if config.ports.dns >= 0 {
         for ip in &config.client_addrs {
             let addr = SocketAddr::new(*ip, config.ports.dns as u16);
-            for sockets in dns_sockets.iter_mut() {
+            for shard in listeners.iter_mut() {
                 let udp = reuseport_udp(addr)
                     .map_err(|e| format!("cannot listen for DNS (UDP) on {addr}: {e}"))?;
                 udp.set_nonblocking(true)
                     .map_err(|e| format!("cannot configure the DNS socket on {addr}: {e}"))?;
-                sockets.udp.push(udp);
-                sockets.tcp.push(
+                shard.dns_udp.push(udp);
+                shard.dns_tcp.push(
                     reuseport_listener(addr)
                         .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
                 );
@@ -275,12 +328,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let mut shard_threads = Vec::with_capacity(shard_count);
-    for (id, ((inbox, listeners), dns)) in shard_receivers
-        .into_iter()
-        .zip(http_listeners)
-        .zip(dns_sockets)
-        .enumerate()
-    {
+    let mut lan_driver = lan.map(|(_, driver)| driver);
+    for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
         let shared = shared.clone();
         let dns_settings = dns_settings.clone();
         let version = initial_version.clone();
@@ -289,13 +338,22 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         } else {
             Some(cores[id % cores.len()])
         };
+        let gossip = if id == 0 { lan_driver.take() } else { None };
         let thread = std::thread::Builder::new()
             .name(format!("praetor-shard-{id}"))
             .spawn(move || {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
                 }
-                run_shard(id, shared, version, inbox, listeners, dns, dns_settings);
+                run_shard(
+                    id,
+                    shared,
+                    version,
+                    inbox,
+                    shard_listeners,
+                    gossip,
+                    dns_settings,
+                );
             })
             .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
         shard_threads.push(thread);
@@ -312,13 +370,14 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .map(|ip| display_addr(*ip, config.ports.dns))
         .collect();
     log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, data in {}, fd limit {}",
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
         config.node_name,
         node_id,
         config.datacenter,
         shard_count,
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
         if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
+        rpc_address,
         data_dir.path.display(),
         fd_limit
     );
@@ -326,6 +385,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let signal = wait_for_signal(&signals);
     log::info!("agent: caught signal {signal}, shutting down");
     shared.shutting_down.store(true, Ordering::SeqCst);
+    if let Some(gossip) = &shared.gossip_lan {
+        gossip.shutdown();
+    }
     for thread in shard_threads {
         let _ = thread.join();
     }
@@ -343,21 +405,15 @@ fn display_addr(ip: IpAddr, port: i32) -> String {
     SocketAddr::new(ip, port.max(0) as u16).to_string()
 }
 
-/// One shard's DNS sockets (UDP and TCP per client address), bound before threads start.
-#[derive(Default)]
-struct DnsSockets {
-    udp: Vec<std::net::UdpSocket>,
-    tcp: Vec<std::net::TcpListener>,
-}
-
-/// One shard thread: a monoio runtime serving its listeners until shutdown.
+/// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
+/// runs the gossip driver and the tasks that act on membership.
 fn run_shard(
     id: usize,
     shared: Arc<Shared>,
     version: crate::store::StoreVersion,
     inbox: flume::Receiver<ShardMessage>,
-    listeners: Vec<std::net::TcpListener>,
-    dns: DnsSockets,
+    listeners: ShardListeners,
+    gossip: Option<gossip::GossipDriver>,
     dns_settings: Arc<crate::dns::DnsSettings>,
 ) {
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
@@ -366,8 +422,8 @@ fn run_shard(
         .build()
         .expect("building the shard runtime");
     runtime.block_on(async move {
-        let shard = Shard::new(id, shared, version, inbox);
-        for listener in listeners {
+        let shard = Shard::new(id, shared.clone(), version, inbox);
+        for listener in listeners.http {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
                     monoio::spawn(http_server::accept_loop(shard.clone(), listener));
@@ -375,7 +431,15 @@ fn run_shard(
                 Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
             }
         }
-        for socket in dns.udp {
+        for listener in listeners.rpc {
+            match monoio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    monoio::spawn(rpc_server::accept_loop(shard.clone(), listener));
+                }
+                Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
+            }
+        }
+        for socket in listeners.dns_udp {
             match monoio::net::udp::UdpSocket::from_std(socket) {
                 Ok(socket) => {
                     monoio::spawn(dns_server::udp_loop(
@@ -387,7 +451,7 @@ fn run_shard(
                 Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
             }
         }
-        for listener in dns.tcp {
+        for listener in listeners.dns_tcp {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
                     monoio::spawn(dns_server::tcp_accept_loop(
@@ -398,6 +462,15 @@ fn run_shard(
                 }
                 Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
             }
+        }
+        if let (Some(driver), Some(handle)) = (gossip, shared.gossip_lan.clone()) {
+            monoio::spawn(async move {
+                if let Err(e) = driver.run().await {
+                    log::error!("gossip: LAN pool stopped: {e}");
+                }
+            });
+            monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
+            monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
         }
         shard_main_loop(&shard).await;
     });

@@ -1,11 +1,21 @@
 //! The raft core thread: drives the pure [`RaftCore`], owns the durable log and the
-//! authoritative store, and publishes every applied batch to the shards.
+//! authoritative store, talks to peers, and publishes every applied batch to the shards.
 //!
-//! One loop iteration: take everything waiting in the inbox (proposals from all shards), hand
-//! it to the core, then carry out each `Ready` in the order the core documents — append to the
-//! WAL with one write and one fdatasync for the whole batch (group commit), apply what is
-//! committed to the store, and send the new version, its change set and the shards' write
-//! results down each shard's bounded channel.
+//! One loop iteration: take everything waiting in the inbox (proposals and reads from all
+//! shards, messages from peers, gossip's view of the servers), hand it to the core, then carry
+//! out each `Ready` in the order the core documents: send the messages that need no
+//! durability, append to the WAL with one write and one fdatasync for the whole batch (group
+//! commit), send the messages that do, apply what is committed to the store, and send the new
+//! version, its change set and the shards' results down each shard's bounded channel.
+//!
+//! Reads: concurrent ReadIndex requests that arrive in one iteration share one quorum round;
+//! each is answered once the store has applied up to the confirmed index. The leader lease
+//! and the time of last contact with the leader are published in atomics for the shards.
+//!
+//! Membership: gossip tells the thread which servers exist. A pristine server with
+//! `bootstrap_expect = N` bootstraps once it sees N servers expecting N; the leader adds
+//! servers that joined, removes servers that left, and removes failed servers when a
+//! replacement is waiting, one single-server change at a time.
 //!
 //! Invariants: nothing is applied before it is durable; a proposal is answered only after the
 //! entry holding it is applied, and with an error if a different entry took its index; the
@@ -13,16 +23,18 @@
 //! must not keep acknowledging.
 
 use crate::raft::{
-    Entry, EntryKind, HardState, Membership, RaftConfig, RaftCore, Ready, Restored, Role,
-    SnapshotMeta,
+    Entry, EntryKind, HardState, Membership, MembershipChange, Message, NodeId, RaftConfig,
+    RaftCore, RaftError, Ready, Restored, Role, SnapshotMeta,
 };
+use crate::shard::peer_transport::{Faults, PeerTransport};
 use crate::shard::runtime::{
-    shard_of_request, AppliedBatch, ClusterStatus, RaftInput, ShardMessage, Shared,
+    shard_of_request, AppliedBatch, ClusterStatus, OperatorOp, PeerHealth, RaftInput, RaftServer,
+    ServerInfo, ShardMessage, Shared,
 };
 use crate::shard::wal::{self, Wal, WalEntry, WalHardState, WalSnapshot};
 use crate::store::kv::KvOp;
 use crate::store::{Change, ChangeKey, Command, CommandResult, StoreVersion, Table, Tables};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,6 +50,8 @@ pub const SNAPSHOT_THRESHOLD_ENTRIES: u64 = 16_384;
 const TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);
 /// How often the leader samples the index for tombstone reaping (Consul's granularity).
 const TOMBSTONE_GRANULARITY: Duration = Duration::from_secs(30);
+/// How often the leader re-checks membership against gossip and refreshes peer health.
+const RECONCILE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// A snapshot written by the helper thread, ready to hand to the core.
 type FinishedSnapshot = (SnapshotMeta, WalSnapshot);
@@ -45,14 +59,19 @@ type FinishedSnapshot = (SnapshotMeta, WalSnapshot);
 pub struct RaftDriverConfig {
     pub data_dir: PathBuf,
     pub raft_id: u64,
+    pub node_id: String,
     pub node_name: String,
     /// This server's RPC address as peers reach it, `ip:port`.
     pub rpc_address: String,
+    pub datacenter: String,
     /// Form a one-voter group if the log is pristine (`-dev`, `-bootstrap`, expect 1).
     pub bootstrap_single: bool,
+    /// `bootstrap_expect` when > 1: bootstrap once that many servers are seen.
+    pub bootstrap_expect: u32,
+    /// Raft timings scale (Consul's `raft_multiplier`, 1 = fastest).
+    pub raft_config: RaftConfig,
 }
 
-/// Recovered state handed from startup to the thread.
 pub struct RaftDriver {
     core: RaftCore,
     wal: Wal,
@@ -61,17 +80,29 @@ pub struct RaftDriver {
     inbox: flume::Receiver<RaftInput>,
     shards: Vec<flume::Sender<ShardMessage>>,
     shared: Arc<Shared>,
+    transport: PeerTransport,
+    local_id: NodeId,
+    node_id: String,
+    datacenter: String,
+    bootstrap_expect: u32,
+    trailing_entries: u64,
     /// Proposals waiting for their entry: index → (term, request id).
     pending: BTreeMap<u64, (u64, u64)>,
-    /// Results that cannot wait for an applied batch (refused proposals), per shard.
+    /// Results that cannot wait for an applied batch (refused requests), per shard.
     immediate_results: Vec<Vec<(u64, CommandResult)>>,
-    clock_origin: Instant,
+    /// Read requests that arrived this iteration and still need a quorum round.
+    reads_unsent: Vec<u64>,
+    /// Read contexts sent to the core, waiting for confirmation.
+    reads_confirming: HashMap<u64, Vec<u64>>,
+    /// Confirmed reads waiting for the store to reach their index.
+    reads_applying: VecDeque<(u64, Vec<u64>)>,
+    next_read_context: u64,
     membership: Membership,
     role: Role,
     leader: Option<u64>,
     term: u64,
-    /// Index of the first entry of this leader's term; reads are served once it is applied.
-    leader_ready_index: Option<u64>,
+    /// Index of this leader's first entry (its no-op); `None` when not leading.
+    leader_term_start: Option<u64>,
     last_snapshot_index: u64,
     snapshot_in_progress: bool,
     snapshot_results: (
@@ -80,6 +111,9 @@ pub struct RaftDriver {
     ),
     tombstone_samples: VecDeque<(Instant, u64)>,
     last_tombstone_sample: Instant,
+    last_reconcile: Instant,
+    /// Servers as gossip last reported them, by raft id.
+    servers: BTreeMap<u64, ServerInfo>,
     published_status: Arc<ClusterStatus>,
 }
 
@@ -123,6 +157,13 @@ fn fatal(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::abort();
 }
 
+fn not_leader_text(error: &RaftError) -> String {
+    match error {
+        RaftError::NotLeader { .. } => "No cluster leader".to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// Opens the log, restores the store, and builds the driver. Returns the initial version so
 /// shards can start from it.
 pub fn open(
@@ -130,6 +171,7 @@ pub fn open(
     inbox: flume::Receiver<RaftInput>,
     shards: Vec<flume::Sender<ShardMessage>>,
     shared: Arc<Shared>,
+    faults: Arc<Faults>,
 ) -> Result<(RaftDriver, StoreVersion), String> {
     let wal_dir = config.data_dir.join("raft");
     let (wal, recovered) = Wal::open(&wal_dir, wal::SEGMENT_BYTES_DEFAULT)
@@ -166,37 +208,41 @@ pub fn open(
     };
     let pristine = hard_state.term == 0 && entries.is_empty() && snapshot_meta.is_none();
     let last_snapshot_index = snapshot_meta.as_ref().map(|m| m.last_index).unwrap_or(0);
-    let mut membership = snapshot_meta
-        .as_ref()
-        .map(|m| m.membership.clone())
-        .unwrap_or_default();
-    for entry in &entries {
-        if entry.kind == EntryKind::Membership {
-            membership = Membership::decode(&entry.data).map_err(|e| e.to_string())?;
-        }
-    }
     let restored = Restored {
         hard_state,
         snapshot: snapshot_meta,
         entries,
     };
-    let now = 0;
-    let mut core = RaftCore::try_new(
-        RaftConfig::new(config.raft_id),
-        restored,
-        rand::random(),
-        now,
-    )
-    .map_err(|e| format!("cannot start raft: {e}"))?;
+    let raft_config = config.raft_config.clone();
+    let trailing_entries = raft_config.trailing_entries;
+    let mut core = RaftCore::try_new(raft_config, restored, rand::random(), 0)
+        .map_err(|e| format!("cannot start raft: {e}"))?;
     if pristine && config.bootstrap_single {
-        membership =
+        let membership =
             Membership::single_voter(config.raft_id, &config.node_name, &config.rpc_address);
-        core.bootstrap(membership.clone())
+        core.bootstrap(membership)
             .map_err(|e| format!("cannot bootstrap: {e}"))?;
         log::info!("raft: bootstrapped a single-server cluster");
     }
+    let membership = core.membership().clone();
+    let mut transport = PeerTransport::new(config.raft_id, faults);
+    transport.update_peers(&membership);
     let version: StoreVersion = Arc::new(tables);
     let shard_count = shards.len();
+    let mut servers = BTreeMap::new();
+    servers.insert(
+        config.raft_id,
+        ServerInfo {
+            raft_id: config.raft_id,
+            node_id: config.node_id.clone(),
+            name: config.node_name.clone(),
+            rpc_address: config.rpc_address.clone(),
+            datacenter: config.datacenter.clone(),
+            expect: config.bootstrap_expect,
+            alive: true,
+            left: false,
+        },
+    );
     let driver = RaftDriver {
         core,
         wal,
@@ -205,19 +251,30 @@ pub fn open(
         inbox,
         shards,
         shared,
+        transport,
+        local_id: config.raft_id,
+        node_id: config.node_id,
+        datacenter: config.datacenter,
+        bootstrap_expect: config.bootstrap_expect,
+        trailing_entries,
         pending: BTreeMap::new(),
         immediate_results: vec![Vec::new(); shard_count],
-        clock_origin: Instant::now(),
+        reads_unsent: Vec::new(),
+        reads_confirming: HashMap::new(),
+        reads_applying: VecDeque::new(),
+        next_read_context: 1,
         membership,
         role: Role::Follower,
         leader: None,
         term: hard_state.term,
-        leader_ready_index: None,
+        leader_term_start: None,
         last_snapshot_index,
         snapshot_in_progress: false,
         snapshot_results: flume::bounded(1),
         tombstone_samples: VecDeque::new(),
         last_tombstone_sample: Instant::now(),
+        last_reconcile: Instant::now(),
+        servers,
         published_status: Arc::new(ClusterStatus::default()),
     };
     Ok((driver, version))
@@ -225,13 +282,13 @@ pub fn open(
 
 impl RaftDriver {
     fn now_ms(&self) -> u64 {
-        self.clock_origin.elapsed().as_millis() as u64
+        self.shared.now_ms()
     }
 
     /// Runs until a shutdown input arrives or every shard is gone.
     pub fn run(mut self) {
         self.process_ready();
-        self.publish_status();
+        self.publish_status(true);
         loop {
             let mut shutdown = false;
             match self.inbox.recv_timeout(TICK_INTERVAL) {
@@ -247,6 +304,7 @@ impl RaftDriver {
                 Err(flume::RecvTimeoutError::Timeout) => {}
                 Err(flume::RecvTimeoutError::Disconnected) => shutdown = true,
             }
+            self.send_reads();
             let now = self.now_ms();
             self.core.tick(now);
             while let Ok((meta, snapshot)) = self.snapshot_results.1.try_recv() {
@@ -254,45 +312,246 @@ impl RaftDriver {
             }
             self.process_ready();
             self.flush_immediate_results();
-            self.maybe_reap_tombstones();
+            self.publish_lease();
+            if self.last_reconcile.elapsed() >= RECONCILE_INTERVAL {
+                self.last_reconcile = Instant::now();
+                self.reconcile_membership();
+                self.publish_status(true);
+                self.maybe_reap_tombstones();
+            }
             if shutdown {
                 break;
             }
         }
+        self.transport.shutdown();
         if let Err(e) = self.wal.sync() {
             fatal("final log sync failed", e);
         }
         log::info!("raft: stopped at applied index {}", self.tables.index);
     }
 
+    fn refuse(&mut self, request_id: u64, reason: String) {
+        if let Some(results) = self.immediate_results.get_mut(shard_of_request(request_id)) {
+            results.push((request_id, CommandResult::Error(reason)));
+        }
+    }
+
+    fn succeed(&mut self, request_id: u64) {
+        if let Some(results) = self.immediate_results.get_mut(shard_of_request(request_id)) {
+            results.push((request_id, CommandResult::Bool(true)));
+        }
+    }
+
     /// Returns true when the input asks to stop.
     fn handle_input(&mut self, input: RaftInput) -> bool {
+        let now = self.now_ms();
         match input {
             RaftInput::Propose {
                 request_id,
                 payload,
-            } => {
-                let now = self.now_ms();
-                match self.core.propose(now, payload) {
-                    Ok((index, term)) => {
-                        self.pending.insert(index, (term, request_id));
-                    }
-                    Err(error) => {
-                        let message = match error {
-                            crate::raft::RaftError::NotLeader { .. } => {
-                                "No cluster leader".to_string()
-                            }
-                            other => other.to_string(),
-                        };
-                        let shard = shard_of_request(request_id);
-                        if let Some(results) = self.immediate_results.get_mut(shard) {
-                            results.push((request_id, CommandResult::Error(message)));
-                        }
-                    }
+            } => match self.core.propose(now, payload) {
+                Ok((index, term)) => {
+                    self.pending.insert(index, (term, request_id));
                 }
-                false
+                Err(error) => self.refuse(request_id, not_leader_text(&error)),
+            },
+            RaftInput::ReadIndex { request_id } => self.reads_unsent.push(request_id),
+            RaftInput::Message { from, message } => {
+                if Some(from) == self.leader
+                    && matches!(
+                        message,
+                        Message::AppendEntries { .. } | Message::InstallSnapshot { .. }
+                    )
+                {
+                    self.shared
+                        .last_leader_contact_ms
+                        .store(now, Ordering::Relaxed);
+                }
+                self.core.step(now, from, message);
             }
-            RaftInput::Shutdown => true,
+            RaftInput::Servers(servers) => {
+                self.servers = servers
+                    .into_iter()
+                    .filter(|s| s.datacenter == self.datacenter)
+                    .map(|s| (s.raft_id, s))
+                    .collect();
+                self.maybe_bootstrap_expect();
+                self.reconcile_membership();
+            }
+            RaftInput::Operator { request_id, op } => self.operator(request_id, op),
+            RaftInput::Shutdown => return true,
+        }
+        false
+    }
+
+    /// One quorum round for every read that arrived in this iteration.
+    fn send_reads(&mut self) {
+        if self.reads_unsent.is_empty() {
+            return;
+        }
+        let reads = std::mem::take(&mut self.reads_unsent);
+        let context = self.next_read_context;
+        self.next_read_context += 1;
+        match self.core.read_index(self.now_ms(), context) {
+            Ok(()) => {
+                self.reads_confirming.insert(context, reads);
+            }
+            Err(error) => {
+                let reason = not_leader_text(&error);
+                for request_id in reads {
+                    self.refuse(request_id, reason.clone());
+                }
+            }
+        }
+    }
+
+    fn operator(&mut self, request_id: u64, op: OperatorOp) {
+        let now = self.now_ms();
+        let find = |membership: &Membership,
+                    servers: &BTreeMap<u64, ServerInfo>,
+                    id: Option<&str>,
+                    address: Option<&str>|
+         -> Option<NodeId> {
+            membership.members.iter().find_map(|(raft_id, member)| {
+                let node_id = servers
+                    .get(raft_id)
+                    .map(|s| s.node_id.as_str())
+                    .unwrap_or("");
+                let id_matches = id.is_some_and(|id| {
+                    id == node_id || id == format!("{raft_id:016x}") || id == member.name
+                });
+                let address_matches = address.is_some_and(|a| a == member.address);
+                (id_matches || address_matches).then_some(*raft_id)
+            })
+        };
+        let result = match op {
+            OperatorOp::RemovePeer { id, address } => match find(
+                &self.membership,
+                &self.servers,
+                id.as_deref(),
+                address.as_deref(),
+            ) {
+                Some(target) => self
+                    .core
+                    .propose_membership_change(now, MembershipChange::Remove { id: target })
+                    .map(|_| ())
+                    .map_err(|e| not_leader_text(&e)),
+                None => Err(format!(
+                    "address \"{}\" was not found in the Raft configuration",
+                    address.or(id).unwrap_or_default()
+                )),
+            },
+            OperatorOp::TransferLeader { id } => {
+                let target = match id.as_deref() {
+                    Some(id) => match find(&self.membership, &self.servers, Some(id), None) {
+                        Some(target) => Ok(Some(target)),
+                        None => Err(format!("cannot find peer {id}")),
+                    },
+                    None => Ok(None),
+                };
+                target.and_then(|t| {
+                    self.core
+                        .transfer_leadership(now, t)
+                        .map_err(|e| not_leader_text(&e))
+                })
+            }
+        };
+        match result {
+            Ok(()) => self.succeed(request_id),
+            Err(reason) => self.refuse(request_id, reason),
+        }
+    }
+
+    /// Bootstraps a pristine server once `bootstrap_expect` servers expecting the same number
+    /// are known, with all of them as voters (Consul's `maybeBootstrap`).
+    fn maybe_bootstrap_expect(&mut self) {
+        if self.bootstrap_expect < 2 || self.core.last_index() > 0 || self.core.term() > 0 {
+            return;
+        }
+        let candidates: Vec<&ServerInfo> = self
+            .servers
+            .values()
+            .filter(|s| s.alive && s.expect == self.bootstrap_expect)
+            .collect();
+        if candidates
+            .iter()
+            .any(|s| s.expect != 0 && s.expect != self.bootstrap_expect)
+            || candidates.len() < self.bootstrap_expect as usize
+        {
+            return;
+        }
+        let mut membership = Membership::default();
+        for server in candidates {
+            membership.members.insert(
+                server.raft_id,
+                crate::raft::Member {
+                    voter: true,
+                    name: server.name.clone(),
+                    address: server.rpc_address.clone(),
+                },
+            );
+        }
+        let names: Vec<&str> = membership
+            .members
+            .values()
+            .map(|m| m.name.as_str())
+            .collect();
+        match self.core.bootstrap(membership.clone()) {
+            Ok(()) => {
+                log::info!(
+                    "raft: bootstrapped a cluster of {} servers: {}",
+                    names.len(),
+                    names.join(", ")
+                );
+                self.membership = membership;
+                self.transport.update_peers(&self.membership);
+            }
+            Err(e) => log::warn!("raft: bootstrap skipped: {e}"),
+        }
+    }
+
+    /// On the leader: bring the Raft configuration in line with the servers gossip knows —
+    /// add servers that joined, remove servers that left, and remove failed servers when a
+    /// replacement is waiting (autopilot's dead-server cleanup). One change at a time.
+    fn reconcile_membership(&mut self) {
+        if self.role != Role::Leader
+            || self.servers.len() <= 1 && self.membership.members.len() <= 1
+        {
+            return;
+        }
+        let now = self.now_ms();
+        let change = {
+            let joined: Vec<&ServerInfo> = self
+                .servers
+                .values()
+                .filter(|s| s.alive && !self.membership.contains(s.raft_id))
+                .collect();
+            let left =
+                self.membership.members.keys().find(|id| {
+                    **id != self.local_id && self.servers.get(id).is_some_and(|s| s.left)
+                });
+            let failed = self.membership.members.keys().find(|id| {
+                **id != self.local_id && self.servers.get(id).is_some_and(|s| !s.alive && !s.left)
+            });
+            if let Some(id) = left {
+                Some(MembershipChange::Remove { id: *id })
+            } else if let (Some(id), false) = (failed, joined.is_empty()) {
+                Some(MembershipChange::Remove { id: *id })
+            } else {
+                joined.first().map(|s| MembershipChange::AddVoter {
+                    id: s.raft_id,
+                    name: s.name.clone(),
+                    address: s.rpc_address.clone(),
+                })
+            }
+        };
+        if let Some(change) = change {
+            let description = format!("{change:?}");
+            match self.core.propose_membership_change(now, change) {
+                Ok(index) => log::info!("raft: membership change at index {index}: {description}"),
+                Err(RaftError::MembershipChangePending { .. } | RaftError::LeaderNotReady) => {}
+                Err(e) => log::debug!("raft: membership change {description} not proposed: {e}"),
+            }
         }
     }
 
@@ -300,10 +559,9 @@ impl RaftDriver {
         while self.core.has_ready() {
             let mut ready: Ready = self.core.ready();
             let done = ready.done();
-            // Peer messages travel once the cluster transport exists; a single voter has
-            // no peers, so nothing is dropped here.
-            debug_assert!(ready.messages.is_empty() || self.membership.members.len() > 1);
-
+            for (to, message) in ready.messages.drain(..) {
+                self.transport.send(to, message);
+            }
             let mut changes: Vec<Change> = Vec::new();
             if let Some((meta, data)) = ready.snapshot.take() {
                 self.install_snapshot(&meta, data, &mut changes);
@@ -320,68 +578,82 @@ impl RaftDriver {
                     fatal("raft log write failed", e);
                 }
             }
+            for (to, message) in ready.messages_after_persist.drain(..) {
+                self.transport.send(to, message);
+            }
             if let Some(change) = ready.role_changed {
                 self.on_role_change(change.role, change.term, change.leader);
             }
 
             let mut results: Vec<Vec<(u64, CommandResult)>> = vec![Vec::new(); self.shards.len()];
+            let mut membership_changed = false;
             if !ready.committed.is_empty() {
                 let tables = Arc::make_mut(&mut self.tables);
                 for entry in &ready.committed {
-                    match entry.kind {
-                        EntryKind::Normal => {
-                            let result = match Command::decode(&entry.data) {
-                                Ok(command) => tables.apply(entry.index, &command, &mut changes),
-                                Err(e) => {
-                                    // A command we cannot decode would make servers diverge if
-                                    // skipped on some; every server fails the same way here.
-                                    fatal(
-                                        &format!("undecodable command at index {}", entry.index),
-                                        e,
-                                    )
-                                }
-                            };
-                            Self::route_result(
-                                &mut self.pending,
-                                &mut results,
-                                entry.index,
-                                entry.term,
-                                result,
-                            );
-                        }
-                        EntryKind::Noop => {
-                            tables.advance_to(entry.index);
-                            Self::route_result(
-                                &mut self.pending,
-                                &mut results,
-                                entry.index,
-                                entry.term,
-                                CommandResult::Bool(true),
-                            );
-                        }
-                        EntryKind::Membership => {
-                            tables.advance_to(entry.index);
-                            if let Ok(m) = Membership::decode(&entry.data) {
-                                self.membership = m;
+                    let result = match entry.kind {
+                        EntryKind::Normal => match Command::decode(&entry.data) {
+                            Ok(command) => tables.apply(entry.index, &command, &mut changes),
+                            // Every server fails the same way on the same bytes, so stopping
+                            // here cannot make servers diverge.
+                            Err(e) => {
+                                fatal(&format!("undecodable command at index {}", entry.index), e)
                             }
-                            Self::route_result(
-                                &mut self.pending,
-                                &mut results,
-                                entry.index,
-                                entry.term,
-                                CommandResult::Bool(true),
-                            );
+                        },
+                        EntryKind::Noop | EntryKind::Membership => {
+                            tables.advance_to(entry.index);
+                            CommandResult::Bool(true)
                         }
+                    };
+                    Self::route_result(
+                        &mut self.pending,
+                        &mut results,
+                        entry.index,
+                        entry.term,
+                        result,
+                    );
+                    membership_changed |= entry.kind == EntryKind::Membership;
+                }
+            }
+            for (context, index) in ready.read_states.iter().map(|r| (r.context, r.index)) {
+                if let Some(reads) = self.reads_confirming.remove(&context) {
+                    self.reads_applying.push_back((index, reads));
+                }
+            }
+            for context in ready.dropped_reads.drain(..) {
+                for request_id in self.reads_confirming.remove(&context).unwrap_or_default() {
+                    if let Some(list) = results.get_mut(shard_of_request(request_id)) {
+                        list.push((
+                            request_id,
+                            CommandResult::Error("No cluster leader".to_string()),
+                        ));
+                    }
+                }
+            }
+            while self
+                .reads_applying
+                .front()
+                .is_some_and(|(index, _)| *index <= self.tables.index)
+            {
+                let (_, reads) = self.reads_applying.pop_front().expect("front exists");
+                for request_id in reads {
+                    if let Some(list) = results.get_mut(shard_of_request(request_id)) {
+                        list.push((request_id, CommandResult::Bool(true)));
                     }
                 }
             }
             let applied_something = !ready.committed.is_empty() || done.snapshot_restored.is_some();
-            if applied_something {
+            if applied_something || results.iter().any(|r| !r.is_empty()) {
                 self.publish(changes, results);
             }
             self.core.advance(self.now_ms(), done);
+            // The core's membership moves as soon as a change is appended (not committed).
+            if membership_changed || self.core.membership() != &self.membership {
+                self.membership = self.core.membership().clone();
+                self.transport.update_peers(&self.membership);
+                self.publish_status(false);
+            }
             if applied_something {
-                self.publish_status();
+                self.publish_status(false);
                 self.maybe_snapshot();
             }
             if ready.snapshot_wanted {
@@ -408,7 +680,7 @@ impl RaftDriver {
             let outcome = if pending_index == index && pending_term == term {
                 result.clone()
             } else {
-                CommandResult::Error("leadership lost while committing".to_string())
+                CommandResult::Error("leadership lost while committing log".to_string())
             };
             if let Some(list) = results.get_mut(shard_of_request(request_id)) {
                 list.push((request_id, outcome));
@@ -450,37 +722,97 @@ impl RaftDriver {
         }
     }
 
+    fn publish_lease(&self) {
+        let lease = if self.role == Role::Leader {
+            self.core.leader_lease_until().unwrap_or(0)
+        } else {
+            0
+        };
+        self.shared.lease_until_ms.store(lease, Ordering::Release);
+        if self.role == Role::Leader {
+            self.shared
+                .last_leader_contact_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
     fn on_role_change(&mut self, role: Role, term: u64, leader: Option<u64>) {
         let was_leader = self.role == Role::Leader;
         self.role = role;
         self.term = term;
+        if leader != self.leader && leader.is_some() {
+            self.shared
+                .last_leader_contact_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+        }
         self.leader = leader;
         if role == Role::Leader && !was_leader {
-            // The leader's no-op is the last entry right now; reads wait until it applies so
-            // that they see everything committed by earlier terms.
-            self.leader_ready_index = Some(self.core.status().last_index);
+            // The no-op the core appended on winning is the last entry right now.
+            self.leader_term_start = Some(self.core.last_index());
             log::info!("raft: cluster leadership acquired (term {term})");
         } else if role != Role::Leader {
+            self.leader_term_start = None;
             if was_leader {
                 log::info!("raft: cluster leadership lost (term {term})");
             }
-            self.leader_ready_index = None;
         }
-        self.publish_status();
+        self.publish_status(false);
     }
 
-    fn publish_status(&mut self) {
+    fn node_id_of(&self, raft_id: u64) -> String {
+        match self.servers.get(&raft_id) {
+            Some(server) => server.node_id.clone(),
+            None if raft_id == self.local_id => self.node_id.clone(),
+            None => format!("{raft_id:016x}"),
+        }
+    }
+
+    /// Publishes leadership, membership and (with `with_health`) peer health to the shards
+    /// when any of it changed.
+    fn publish_status(&mut self, with_health: bool) {
+        let core_status = self.core.status();
+        // A new leader serves only once its term's first entry is applied, so that it has
+        // seen everything earlier terms committed.
         let serving = self.role == Role::Leader
             && self
-                .leader_ready_index
-                .is_some_and(|i| self.tables.index >= i);
+                .leader_term_start
+                .is_some_and(|start| self.tables.index >= start);
         let leader_member = self.leader.and_then(|id| self.membership.members.get(&id));
+        let servers: Vec<RaftServer> = self
+            .membership
+            .members
+            .iter()
+            .map(|(id, m)| RaftServer {
+                raft_id: *id,
+                node_id: self.node_id_of(*id),
+                name: m.name.clone(),
+                address: m.address.clone(),
+                voter: m.voter,
+            })
+            .collect();
+        let now = self.now_ms();
+        let peer_health = if with_health || self.published_status.peer_health.is_empty() {
+            core_status
+                .peers
+                .iter()
+                .map(|p| PeerHealth {
+                    raft_id: p.id,
+                    match_index: p.match_index,
+                    last_contact_ms: p.last_contact.map(|t| now.saturating_sub(t)),
+                })
+                .collect()
+        } else {
+            self.published_status.peer_health.clone()
+        };
         let status = ClusterStatus {
             is_leader: serving,
             leader_rpc_address: leader_member.map(|m| m.address.clone()).unwrap_or_default(),
             leader_name: leader_member.map(|m| m.name.clone()).unwrap_or_default(),
+            leader_raft_id: self.leader,
             term: self.term,
-            commit_index: self.core.status().commit,
+            commit_index: core_status.commit,
+            last_index: core_status.last_index,
+            membership_index: core_status.membership_index,
             voter_rpc_addresses: self
                 .membership
                 .members
@@ -488,11 +820,17 @@ impl RaftDriver {
                 .filter(|m| m.voter)
                 .map(|m| m.address.clone())
                 .collect(),
+            servers,
+            peer_health,
         };
-        let changed = status.is_leader != self.published_status.is_leader
-            || status.leader_rpc_address != self.published_status.leader_rpc_address
-            || status.term != self.published_status.term
-            || status.voter_rpc_addresses != self.published_status.voter_rpc_addresses;
+        let previous = &self.published_status;
+        let changed = status.is_leader != previous.is_leader
+            || status.leader_rpc_address != previous.leader_rpc_address
+            || status.term != previous.term
+            || status.servers != previous.servers
+            || (with_health
+                && (status.peer_health != previous.peer_health
+                    || status.commit_index != previous.commit_index));
         if !changed {
             return;
         }
@@ -523,13 +861,14 @@ impl RaftDriver {
         if let Err(e) = wal::write_snapshot_file(&self.data_dir, &snapshot) {
             fatal("cannot persist received snapshot", e);
         }
-        // Everything in the log is superseded; the core sends a truncation with the next
-        // entries, and old segments go now.
+        // The log before the snapshot is superseded; the core sends a truncation with the
+        // next entries, and old segments go now.
         if let Err(e) = self.wal.compact(meta.last_index) {
             fatal("cannot compact raft log", e);
         }
         self.tables = Arc::new(tables);
         self.membership = meta.membership.clone();
+        self.transport.update_peers(&self.membership);
         self.last_snapshot_index = meta.last_index;
         for table in [Table::Kvs, Table::Tombstones] {
             changes.push(Change {
@@ -537,6 +876,10 @@ impl RaftDriver {
                 key: ChangeKey::All,
             });
         }
+        log::info!(
+            "raft: installed snapshot at index {} from the leader",
+            meta.last_index
+        );
     }
 
     fn maybe_snapshot(&mut self) {
@@ -551,13 +894,12 @@ impl RaftDriver {
         if self.snapshot_in_progress || self.tables.index == 0 {
             return;
         }
-        self.snapshot_in_progress = true;
         let version = self.tables.clone();
         let last_index = version.index;
         let Some(meta) = self.core.snapshot_meta(last_index) else {
-            self.snapshot_in_progress = false;
             return;
         };
+        self.snapshot_in_progress = true;
         let last_term = meta.last_term;
         let dir = self.data_dir.clone();
         let done = self.snapshot_results.0.clone();
@@ -583,9 +925,7 @@ impl RaftDriver {
     fn finish_snapshot(&mut self, meta: SnapshotMeta, snapshot: WalSnapshot) {
         self.snapshot_in_progress = false;
         self.last_snapshot_index = meta.last_index;
-        let compact_up_to = meta
-            .last_index
-            .saturating_sub(RaftConfig::new(1).trailing_entries);
+        let compact_up_to = meta.last_index.saturating_sub(self.trailing_entries);
         self.core.snapshot_taken(meta, snapshot.data);
         if let Err(e) = self.wal.compact(compact_up_to) {
             fatal("cannot compact raft log", e);
@@ -624,8 +964,7 @@ impl RaftDriver {
         }
         let payload =
             bytes::Bytes::from(Command::Kv(KvOp::ReapTombstones { up_to_index }).encode());
-        let now_ms = self.now_ms();
-        if let Err(e) = self.core.propose(now_ms, payload) {
+        if let Err(e) = self.core.propose(self.now_ms(), payload) {
             log::debug!("raft: tombstone reap not proposed: {e}");
         }
     }

@@ -1,17 +1,18 @@
-//! One shard's context: its store version, watch registry and pending writes, plus the
+//! One shard's context: its store version, watch registry and pending requests, plus the
 //! handles it shares with the raft core thread.
 //!
 //! A shard is a single thread running a monoio runtime. Everything in [`Shard`] is
 //! thread-local (`Rc`, `RefCell`, `Cell`): request handling takes no locks. The only
 //! cross-thread traffic is the bounded channel of [`ShardMessage`]s from the raft core (new
-//! versions, results of this shard's writes, status) and the bounded raft inbox.
+//! versions, results of this shard's requests, status), the bounded raft inbox, and a few
+//! atomics in [`Shared`] (published index, leader lease, last leader contact).
 //!
-//! Invariant: a shard's version index never decreases, and a write's result is delivered in
+//! Invariant: a shard's version index never decreases, and a request's result is delivered in
 //! the same message as (or after) the version that contains it, so a client that saw its write
 //! acknowledged reads it back on the same shard. For other shards, [`Shard::catch_up`] drains
 //! any published version before a default-consistency read.
 
-use crate::api::{ApiError, Consistency, QueryMeta};
+use crate::api::{ApiError, Consistency, QueryMeta, QueryOptions};
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
 use crate::shard::watch::{WatchId, WatchRegistry, WatchSet};
@@ -30,19 +31,45 @@ use std::time::Instant;
 pub const SHARD_CHANNEL_CAPACITY: usize = 4096;
 /// Capacity of the raft core's inbox (proposals and peer messages from all shards).
 pub const RAFT_INBOX_CAPACITY: usize = 65_536;
-/// Most writes one shard may have in flight; further writes get 503 until some complete.
-pub const PENDING_WRITES_MAX: usize = 65_536;
+/// Most requests one shard may have waiting on the raft core.
+pub const PENDING_REQUESTS_MAX: usize = 65_536;
+
+/// One server in the Raft configuration, as the operator endpoints show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RaftServer {
+    pub raft_id: u64,
+    /// The node's UUID when known (from gossip or our own identity), else the raft id in hex.
+    pub node_id: String,
+    pub name: String,
+    pub address: String,
+    pub voter: bool,
+}
+
+/// The leader's view of one follower, for `/v1/operator/autopilot/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeerHealth {
+    pub raft_id: u64,
+    pub match_index: u64,
+    /// Milliseconds since the peer last answered, if it ever did in this term.
+    pub last_contact_ms: Option<u64>,
+}
 
 /// Leadership and membership as the raft core last published it.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterStatus {
+    /// This server leads and has applied its term's first entry, so it may serve reads.
     pub is_leader: bool,
     /// The leader's server RPC address, or empty when no leader is known.
     pub leader_rpc_address: String,
     pub leader_name: String,
+    pub leader_raft_id: Option<u64>,
     pub term: u64,
     pub commit_index: u64,
+    pub last_index: u64,
+    pub membership_index: u64,
+    pub servers: Vec<RaftServer>,
     pub voter_rpc_addresses: Vec<String>,
+    pub peer_health: Vec<PeerHealth>,
 }
 
 /// Identity of this agent, fixed at startup.
@@ -64,13 +91,66 @@ pub struct AppliedBatch {
     pub changes: Vec<Change>,
 }
 
+/// A server as gossip sees it, for bootstrapping and membership reconciliation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerInfo {
+    pub raft_id: u64,
+    pub node_id: String,
+    pub name: String,
+    /// Server RPC address, `ip:port`.
+    pub rpc_address: String,
+    pub datacenter: String,
+    /// The server's `bootstrap_expect`, 0 when unset.
+    pub expect: u32,
+    pub alive: bool,
+    /// Gracefully left (as opposed to failed).
+    pub left: bool,
+}
+
+/// Operator requests that change the Raft configuration or leadership.
+#[derive(Clone, Debug)]
+pub enum OperatorOp {
+    RemovePeer {
+        id: Option<String>,
+        address: Option<String>,
+    },
+    TransferLeader {
+        id: Option<String>,
+    },
+}
+
 /// What shards send the raft core.
 pub enum RaftInput {
     Propose {
         request_id: u64,
         payload: bytes::Bytes,
     },
+    /// Confirm leadership with a quorum round, answer once applied up to the read index.
+    ReadIndex {
+        request_id: u64,
+    },
+    Message {
+        from: crate::raft::NodeId,
+        message: crate::raft::Message,
+    },
+    /// The servers gossip currently knows, including this one.
+    Servers(Vec<ServerInfo>),
+    Operator {
+        request_id: u64,
+        op: OperatorOp,
+    },
     Shutdown,
+}
+
+/// How a read must be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPlan {
+    /// From this shard's current version, now.
+    Local,
+    /// After a ReadIndex quorum round on this (leading) server.
+    Barrier,
+    /// On the leader.
+    Forward,
 }
 
 /// State shared by every thread of the agent.
@@ -84,10 +164,36 @@ pub struct Shared {
     pub shard_count: usize,
     pub http_limits: HttpLimits,
     pub started_at: Instant,
+    /// The raft thread's clock origin; `now_ms` values compare against the atomics below.
+    pub clock_origin: Instant,
+    /// Leader lease expiry in raft-clock milliseconds; 0 when this server holds no lease.
+    pub lease_until_ms: AtomicU64,
+    /// When this server last heard from the leader, in raft-clock milliseconds.
+    pub last_leader_contact_ms: AtomicU64,
+    pub faults: Arc<crate::shard::peer_transport::Faults>,
+    /// This server's RPC address as peers reach it.
+    pub rpc_address: std::net::SocketAddr,
+    /// The LAN gossip pool, when serf_lan is enabled.
+    pub gossip_lan: Option<crate::shard::gossip::GossipHandle>,
 }
 
-/// A write waiting for its command to be applied.
-struct PendingWrite {
+impl Shared {
+    pub fn now_ms(&self) -> u64 {
+        self.clock_origin.elapsed().as_millis() as u64
+    }
+
+    /// Milliseconds since the leader was last heard from (0 on the leader).
+    pub fn last_contact_ms(&self, is_leader: bool) -> u64 {
+        if is_leader {
+            return 0;
+        }
+        self.now_ms()
+            .saturating_sub(self.last_leader_contact_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A request waiting for the raft core.
+struct PendingRequest {
     result: Option<CommandResult>,
     waker: Option<Waker>,
 }
@@ -98,9 +204,11 @@ pub struct Shard {
     version: RefCell<StoreVersion>,
     status: RefCell<Arc<ClusterStatus>>,
     watches: RefCell<WatchRegistry>,
-    pending: RefCell<HashMap<u64, PendingWrite, ahash::RandomState>>,
+    pending: RefCell<HashMap<u64, PendingRequest, ahash::RandomState>>,
     next_request: Cell<u64>,
     inbox: flume::Receiver<ShardMessage>,
+    /// Connections to other servers for forwarded requests.
+    pub forward: crate::shard::forward::ForwardPool,
     /// DNS answer cache and scratch space; invalidated by every applied change set.
     pub dns: RefCell<crate::dns::ShardDns>,
 }
@@ -121,6 +229,7 @@ impl Shard {
             pending: RefCell::new(HashMap::default()),
             next_request: Cell::new(1),
             inbox,
+            forward: crate::shard::forward::ForwardPool::default(),
             dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
         })
     }
@@ -160,8 +269,8 @@ impl Shard {
         self.watches.borrow().waiter_count()
     }
 
-    /// Processes everything the raft core has sent: new versions (waking the blocking queries
-    /// they affect), write results, status.
+    /// Processes what the raft core sent: new versions (waking the blocking queries they
+    /// affect), results of this shard's requests, status.
     pub fn handle_message(&self, message: ShardMessage) {
         match message {
             ShardMessage::Applied(batch, results) => {
@@ -188,7 +297,12 @@ impl Shard {
                 }
             }
             ShardMessage::Status(status) => {
+                let lost_leadership = self.status.borrow().is_leader && !status.is_leader;
                 *self.status.borrow_mut() = status;
+                if lost_leadership {
+                    // Parked leader reads re-evaluate and learn they must give up.
+                    self.watches.borrow_mut().notify_all();
+                }
             }
         }
     }
@@ -210,19 +324,50 @@ impl Shard {
         &self.inbox
     }
 
-    /// The version a read of the given consistency must run against, or the error Consul
-    /// gives when it cannot be served here.
-    pub fn read_version(&self, consistency: Consistency) -> Result<StoreVersion, ApiError> {
-        match consistency {
-            Consistency::Stale => {}
-            Consistency::Leader | Consistency::Consistent => {
-                if !self.is_leader() {
-                    return Err(ApiError::Internal("No cluster leader".to_string()));
+    /// Decides where a read runs. Local default reads need a live leader lease; without
+    /// one, and for `?consistent`, the leader first confirms itself with a quorum round.
+    /// Stale reads run anywhere unless `max_stale` says this server has been out of touch
+    /// with the leader for too long.
+    pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
+        let is_leader = self.is_leader();
+        match options.consistency {
+            Consistency::Stale => {
+                if let Some(max_stale) = options.max_stale {
+                    let known_leader = !self.status.borrow().leader_rpc_address.is_empty();
+                    let out_of_touch =
+                        self.shared.last_contact_ms(is_leader) > max_stale.as_millis() as u64;
+                    if !is_leader && known_leader && out_of_touch {
+                        return ReadPlan::Forward;
+                    }
                 }
-                self.catch_up();
+                ReadPlan::Local
             }
+            Consistency::Leader if is_leader => {
+                if self.shared.now_ms() < self.shared.lease_until_ms.load(Ordering::Acquire) {
+                    self.catch_up();
+                    ReadPlan::Local
+                } else {
+                    ReadPlan::Barrier
+                }
+            }
+            Consistency::Consistent if is_leader => ReadPlan::Barrier,
+            Consistency::Leader | Consistency::Consistent => ReadPlan::Forward,
         }
-        Ok(self.current_version())
+    }
+
+    /// Waits until a quorum confirmed that this server still leads and the shard's version
+    /// covers every write committed before the call (ReadIndex).
+    pub async fn read_barrier(&self) -> Result<(), ApiError> {
+        match self
+            .submit(|request_id| RaftInput::ReadIndex { request_id })
+            .await
+        {
+            CommandResult::Bool(_) => {
+                self.catch_up();
+                Ok(())
+            }
+            CommandResult::Error(reason) => Err(ApiError::Internal(reason)),
+        }
     }
 
     pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
@@ -230,7 +375,7 @@ impl Shard {
         QueryMeta {
             index,
             known_leader: !status.leader_rpc_address.is_empty(),
-            last_contact_ms: 0,
+            last_contact_ms: self.shared.last_contact_ms(status.is_leader),
             consistency,
         }
     }
@@ -240,8 +385,25 @@ impl Shard {
         if !self.is_leader() {
             return CommandResult::Error("No cluster leader".to_string());
         }
-        if self.pending.borrow().len() >= PENDING_WRITES_MAX {
-            return CommandResult::Error("too many writes in flight on this shard".to_string());
+        let payload = bytes::Bytes::from(payload);
+        self.submit(move |request_id| RaftInput::Propose {
+            request_id,
+            payload,
+        })
+        .await
+    }
+
+    /// Sends an operator request to the raft core and waits for its outcome.
+    pub async fn operator(&self, op: OperatorOp) -> CommandResult {
+        self.submit(move |request_id| RaftInput::Operator { request_id, op })
+            .await
+    }
+
+    /// Sends the raft core an input carrying a fresh request id and waits for the result
+    /// routed back to this shard under that id.
+    async fn submit(&self, input: impl FnOnce(u64) -> RaftInput) -> CommandResult {
+        if self.pending.borrow().len() >= PENDING_REQUESTS_MAX {
+            return CommandResult::Error("too many requests in flight on this shard".to_string());
         }
         let sequence = self.next_request.get();
         self.next_request.set(sequence + 1);
@@ -249,16 +411,18 @@ impl Shard {
         let request_id = ((self.id as u64) << 48) | (sequence & ((1 << 48) - 1));
         self.pending.borrow_mut().insert(
             request_id,
-            PendingWrite {
+            PendingRequest {
                 result: None,
                 waker: None,
             },
         );
-        let input = RaftInput::Propose {
-            request_id,
-            payload: bytes::Bytes::from(payload),
-        };
-        if self.shared.raft_inbox.send_async(input).await.is_err() {
+        if self
+            .shared
+            .raft_inbox
+            .send_async(input(request_id))
+            .await
+            .is_err()
+        {
             self.pending.borrow_mut().remove(&request_id);
             return CommandResult::Error("agent is shutting down".to_string());
         }
@@ -274,12 +438,12 @@ impl Shard {
         let id = self
             .watches
             .borrow_mut()
-            .register(set, futures_noop_waker());
+            .register(set, Waker::noop().clone());
         WatchFuture { shard: self, id }
     }
 }
 
-/// The request id of a shard-originated proposal identifies its shard.
+/// The request id of a shard-originated request identifies its shard.
 pub fn shard_of_request(request_id: u64) -> usize {
     (request_id >> 48) as usize
 }
@@ -295,7 +459,7 @@ impl Future for PendingResult<'_> {
         let mut pending = self.shard.pending.borrow_mut();
         let slot = pending
             .get_mut(&self.request_id)
-            .expect("pending write registered before polling");
+            .expect("pending request registered before polling");
         if let Some(result) = slot.result.take() {
             pending.remove(&self.request_id);
             return Poll::Ready(result);
@@ -334,9 +498,4 @@ impl Drop for WatchFuture<'_> {
     fn drop(&mut self) {
         self.shard.watches.borrow_mut().release(self.id);
     }
-}
-
-/// A waker that does nothing, used until the watch future is first polled.
-fn futures_noop_waker() -> Waker {
-    Waker::noop().clone()
 }

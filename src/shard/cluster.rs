@@ -1,0 +1,204 @@
+//! The agent's LAN gossip pool and what the cluster learns from it.
+//!
+//! Every agent joins the LAN pool (serf on `serf_lan`) with the tags Consul sets — `role`
+//! (`consul` for servers, `node` for clients), `dc`, `id` (node UUID), `port` (server RPC
+//! port), `expect` (`bootstrap_expect`), version tags — so a real Consul or serf agent sees
+//! what it expects. `-join`/`-retry-join` take a peer's serf LAN address (`host` or
+//! `host:port`), as Consul's do.
+//!
+//! Servers find each other through the pool: [`member_watch`] turns gossip membership into
+//! [`ServerInfo`]s and hands the list to the raft core thread, which bootstraps with
+//! `bootstrap_expect` and keeps the Raft configuration in line with it.
+
+use crate::config::AgentConfig;
+use crate::gossip::{GossipConfig, GossipEvent, MemberInfo, MemberStatus};
+use crate::shard::gossip::{gossip_pair, DriverConfig, GossipDriver, GossipHandle};
+use crate::shard::runtime::{RaftInput, ServerInfo, Shared};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// First retry of a failed join; doubles up to `retry_interval` (Consul's default: 30 s).
+const JOIN_RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// How often the server list is recomputed even without events (events can be dropped).
+const SERVER_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The tags Consul puts on a LAN member.
+pub fn lan_tags(config: &AgentConfig, node_id: &str) -> BTreeMap<String, String> {
+    let mut tags = BTreeMap::new();
+    let mut set = |k: &str, v: String| {
+        tags.insert(k.to_string(), v);
+    };
+    set(
+        "role",
+        if config.server { "consul" } else { "node" }.to_string(),
+    );
+    set("dc", config.datacenter.clone());
+    set("segment", String::new());
+    set("id", node_id.to_string());
+    set("vsn", "2".to_string());
+    set("vsn_min", "2".to_string());
+    set("vsn_max", "3".to_string());
+    set("build", format!("{}:praetor", crate::CONSUL_API_VERSION));
+    if config.server {
+        set("port", config.ports.server.max(0).to_string());
+        set("raft_vsn", "3".to_string());
+        if config.bootstrap_expect > 0 {
+            set("expect", config.bootstrap_expect.to_string());
+        }
+        if config.bootstrap {
+            set("bootstrap", "1".to_string());
+        }
+        if config.ports.serf_wan >= 0 {
+            set("wan_join_port", config.ports.serf_wan.to_string());
+        }
+    }
+    set("ft_fs", "1".to_string());
+    set("ft_si", "1".to_string());
+    tags
+}
+
+/// Decodes the `encrypt` key (base64 AES key, 16/24/32 bytes).
+pub fn encryption_keys(config: &AgentConfig) -> Result<Vec<Vec<u8>>, String> {
+    use base64::Engine;
+    match config.raw_str("encrypt") {
+        None | Some("") => Ok(Vec::new()),
+        Some(text) => {
+            let key = base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .map_err(|e| format!("encrypt: invalid base64 key: {e}"))?;
+            if ![16, 24, 32].contains(&key.len()) {
+                return Err(format!(
+                    "encrypt: key must be 16, 24 or 32 bytes, got {}",
+                    key.len()
+                ));
+            }
+            Ok(vec![key])
+        }
+    }
+}
+
+/// Builds the LAN pool's handle and driver; the driver runs on shard 0.
+pub fn lan_pool(
+    config: &AgentConfig,
+    node_id: &str,
+) -> Result<(GossipHandle, GossipDriver), String> {
+    let advertise = config.advertise();
+    let port = config.ports.serf_lan.max(0) as u16;
+    let mut gossip = GossipConfig::lan(config.node_name.clone(), advertise, port);
+    gossip.tags = lan_tags(config, node_id);
+    gossip.keys = encryption_keys(config)?;
+    let bind = SocketAddr::new(
+        if config.bind_addr.is_unspecified() {
+            config.bind_addr
+        } else {
+            advertise
+        },
+        port,
+    );
+    Ok(gossip_pair(DriverConfig::new(gossip, bind)))
+}
+
+/// A gossip member as a Raft server, if it is one.
+pub fn server_of(member: &MemberInfo) -> Option<ServerInfo> {
+    if member.tags.get("role").map(String::as_str) != Some("consul") {
+        return None;
+    }
+    let node_id = member.tags.get("id")?.clone();
+    uuid::Uuid::parse_str(&node_id).ok()?;
+    let port: u16 = member.tags.get("port")?.parse().ok()?;
+    Some(ServerInfo {
+        raft_id: crate::shard::raft_id_of(&node_id),
+        node_id,
+        name: member.name.clone(),
+        rpc_address: SocketAddr::new(member.addr, port).to_string(),
+        datacenter: member.tags.get("dc").cloned().unwrap_or_default(),
+        expect: member
+            .tags
+            .get("expect")
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(0),
+        alive: member.status == MemberStatus::Alive,
+        left: member.status == MemberStatus::Left,
+    })
+}
+
+/// Keeps the raft core thread's view of the servers current.
+pub async fn member_watch(shared: Arc<Shared>, handle: GossipHandle) {
+    let events = handle.events();
+    let mut last: Vec<ServerInfo> = Vec::new();
+    loop {
+        let _ = monoio::time::timeout(SERVER_REFRESH_INTERVAL, async {
+            // Any membership event is a reason to recompute; user events are for others.
+            while let Ok(event) = events.recv_async().await {
+                if !matches!(event, GossipEvent::User(_) | GossipEvent::Query(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+        if shared
+            .shutting_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let mut servers: Vec<ServerInfo> = handle.members().iter().filter_map(server_of).collect();
+        servers.sort_by_key(|s| s.raft_id);
+        if servers != last && shared.config.server {
+            last = servers.clone();
+            if shared
+                .raft_inbox
+                .send_async(RaftInput::Servers(servers))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// Joins the pool: `start_join` addresses once, `retry_join` addresses until one succeeds,
+/// with backoff from one second up to `retry_interval`.
+pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
+    if !config.start_join.is_empty() {
+        match handle.join(&config.start_join).await {
+            Ok(n) => log::info!("agent: joined {n} nodes via -join"),
+            Err(e) => log::warn!("agent: -join failed: {e}"),
+        }
+    }
+    if config.retry_join.is_empty() {
+        return;
+    }
+    let retry_interval = config
+        .raw_str("retry_interval")
+        .and_then(|t| crate::proto::duration::parse_go_duration(t).ok())
+        .unwrap_or(RETRY_INTERVAL_DEFAULT);
+    let retry_max: u64 = config
+        .raw
+        .get("retry_max")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let mut delay = JOIN_RETRY_FIRST.min(retry_interval);
+    let mut attempts = 0u64;
+    loop {
+        attempts += 1;
+        match handle.join(&config.retry_join).await {
+            Ok(n) if n > 0 => {
+                log::info!("agent: joined {n} nodes via -retry-join");
+                return;
+            }
+            Ok(_) => log::warn!("agent: -retry-join reached no node; retrying in {delay:?}"),
+            Err(e) => log::warn!("agent: -retry-join failed: {e}; retrying in {delay:?}"),
+        }
+        if retry_max > 0 && attempts >= retry_max {
+            log::error!("agent: -retry-join gave up after {attempts} attempts");
+            return;
+        }
+        monoio::time::sleep(delay).await;
+        delay = (delay * 2).min(retry_interval);
+    }
+}

@@ -1,0 +1,233 @@
+//! Calls to other servers over multiplexed RPC connections (first byte [`PROTOCOL_RPC`]).
+//!
+//! Each shard keeps at most one connection per destination. Many requests share it, told
+//! apart by request id: a writer task batches outgoing frames into one write, a reader task
+//! hands each response to the request waiting for its id. A dead connection fails every
+//! request waiting on it and is replaced on the next call.
+//!
+//! Bounds: `IN_FLIGHT_MAX` requests per connection, a timeout per call, connect timeout.
+
+use crate::proto::rpc::{decode_frame, encode_frame, Frame, PROTOCOL_RPC};
+use bytes::{Bytes, BytesMut};
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt, Splitable};
+use monoio::net::TcpStream;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// Requests waiting on one connection at most.
+pub const IN_FLIGHT_MAX: usize = 16_384;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+struct PendingReply {
+    result: Option<Result<Frame, String>>,
+    waker: Option<Waker>,
+}
+
+struct MuxConnection {
+    outgoing: flume::Sender<Bytes>,
+    pending: RefCell<HashMap<u64, PendingReply>>,
+    next_id: Cell<u64>,
+    closed: Cell<bool>,
+}
+
+impl MuxConnection {
+    fn fail_all(&self, reason: &str) {
+        self.closed.set(true);
+        for (_, slot) in self.pending.borrow_mut().iter_mut() {
+            if slot.result.is_none() {
+                slot.result = Some(Err(reason.to_string()));
+                if let Some(waker) = slot.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ForwardPool {
+    connections: RefCell<HashMap<SocketAddr, Rc<MuxConnection>>>,
+}
+
+impl ForwardPool {
+    /// Sends one request frame to `addr` and waits for its response frame.
+    pub async fn call(
+        &self,
+        addr: SocketAddr,
+        kind: u8,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Frame, String> {
+        let connection = self.connection(addr).await?;
+        if connection.pending.borrow().len() >= IN_FLIGHT_MAX {
+            return Err(format!("too many requests in flight to {addr}"));
+        }
+        let request_id = connection.next_id.get();
+        connection.next_id.set(request_id + 1);
+        let mut frame = BytesMut::with_capacity(payload.len() + 16);
+        encode_frame(&mut frame, kind, request_id, payload);
+        connection.pending.borrow_mut().insert(
+            request_id,
+            PendingReply {
+                result: None,
+                waker: None,
+            },
+        );
+        let wait = ReplyFuture {
+            connection: connection.clone(),
+            request_id,
+        };
+        if connection
+            .outgoing
+            .send_async(frame.freeze())
+            .await
+            .is_err()
+        {
+            return Err(format!("connection to {addr} closed"));
+        }
+        match monoio::time::timeout(timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("timed out after {timeout:?} waiting for {addr}")),
+        }
+    }
+
+    async fn connection(&self, addr: SocketAddr) -> Result<Rc<MuxConnection>, String> {
+        if let Some(existing) = self.connections.borrow().get(&addr) {
+            if !existing.closed.get() {
+                return Ok(existing.clone());
+            }
+        }
+        let stream =
+            match monoio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect_addr(addr)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(format!("cannot connect to {addr}: {e}")),
+                Err(_) => return Err(format!("timed out connecting to {addr}")),
+            };
+        let _ = stream.set_nodelay(true);
+        let (tx, rx) = flume::bounded::<Bytes>(IN_FLIGHT_MAX);
+        let connection = Rc::new(MuxConnection {
+            outgoing: tx,
+            pending: RefCell::new(HashMap::new()),
+            next_id: Cell::new(1),
+            closed: Cell::new(false),
+        });
+        let (reader, writer) = stream.into_split();
+        monoio::spawn(write_loop(connection.clone(), writer, rx));
+        monoio::spawn(read_loop(connection.clone(), reader, addr));
+        // The protocol byte goes first, ahead of any frame.
+        let _ = connection
+            .outgoing
+            .send_async(Bytes::from_static(&[PROTOCOL_RPC]))
+            .await;
+        self.connections
+            .borrow_mut()
+            .insert(addr, connection.clone());
+        Ok(connection)
+    }
+}
+
+async fn write_loop(
+    connection: Rc<MuxConnection>,
+    mut writer: impl monoio::io::AsyncWriteRent,
+    frames: flume::Receiver<Bytes>,
+) {
+    let mut batch = Vec::with_capacity(64 * 1024);
+    while let Ok(first) = frames.recv_async().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < 1 << 20 {
+            match frames.try_recv() {
+                Ok(frame) => batch.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        let (result, returned) = writer.write_all(std::mem::take(&mut batch)).await;
+        batch = returned;
+        if result.is_err() {
+            connection.fail_all("connection to server lost while sending");
+            return;
+        }
+        if connection.closed.get() {
+            return;
+        }
+    }
+}
+
+async fn read_loop(
+    connection: Rc<MuxConnection>,
+    mut reader: impl AsyncReadRent,
+    addr: SocketAddr,
+) {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        loop {
+            match decode_frame(&mut buf) {
+                Ok(Some(frame)) => {
+                    let mut pending = connection.pending.borrow_mut();
+                    if let Some(slot) = pending.get_mut(&frame.request_id) {
+                        slot.result = Some(Ok(frame));
+                        if let Some(waker) = slot.waker.take() {
+                            waker.wake();
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    connection.fail_all(&format!("bad frame from {addr}: {e}"));
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
+            buf.reserve(READ_CHUNK_BYTES);
+        }
+        let len = buf.len();
+        let (result, slice) = reader.read(buf.slice_mut(len..)).await;
+        buf = slice.into_inner();
+        match result {
+            Ok(0) | Err(_) => {
+                connection.fail_all(&format!("connection to {addr} lost"));
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+struct ReplyFuture {
+    connection: Rc<MuxConnection>,
+    request_id: u64,
+}
+
+impl Future for ReplyFuture {
+    type Output = Result<Frame, String>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut pending = self.connection.pending.borrow_mut();
+        let Some(slot) = pending.get_mut(&self.request_id) else {
+            return Poll::Ready(Err("request abandoned".to_string()));
+        };
+        if let Some(result) = slot.result.take() {
+            pending.remove(&self.request_id);
+            return Poll::Ready(result);
+        }
+        slot.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for ReplyFuture {
+    fn drop(&mut self) {
+        self.connection
+            .pending
+            .borrow_mut()
+            .remove(&self.request_id);
+    }
+}

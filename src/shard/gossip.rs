@@ -1,0 +1,622 @@
+//! The gossip I/O driver: runs the pure [`Gossip`] core on a monoio runtime (the agent
+//! spawns it on shard 0). It owns the UDP socket and TCP listener on the gossip port,
+//! feeds packets, streams, timers and commands into the core, and carries out its
+//! outputs. The rest of the agent talks to it through [`GossipHandle`], which is
+//! `Send + Sync + Clone`: member lists and coordinates are lock-free snapshots
+//! (arc-swap), requests go over a channel and are answered asynchronously, and
+//! membership/user events arrive on a bounded channel.
+//!
+//! Invariants: the core is only touched from the driver's thread (it lives in a
+//! `RefCell` borrowed for the duration of one synchronous call, never across an
+//! await); every TCP exchange is bounded by `tcp_timeout` and by the stream size limit
+//! of the wire format; no socket operation blocks the shard.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::udp::UdpSocket;
+use monoio::net::{TcpListener, TcpStream};
+use rand::Rng;
+
+use crate::gossip::coordinate::Coordinate;
+use crate::gossip::{Gossip, GossipConfig, GossipEvent, KeyOp, KeyOpResult, MemberInfo, Output};
+
+/// Largest UDP datagram read (the IP limit; memberlist packets are ~1400 bytes).
+const UDP_DATAGRAM_BYTES_MAX: usize = 65_536;
+/// TCP read chunk.
+const STREAM_READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How often, at most, the coordinate snapshot is rebuilt.
+const COORDINATE_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why a request through the handle failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GossipError {
+    /// The driver is not running (never started, shut down, or failed to bind).
+    Stopped,
+    /// The request was refused or failed; the text says why.
+    Failed(String),
+}
+
+impl std::fmt::Display for GossipError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GossipError::Stopped => write!(f, "gossip driver is not running"),
+            GossipError::Failed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for GossipError {}
+
+/// Local keyring changes (this node only; [`KeyOp`] goes cluster-wide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalKeyOp {
+    Install(Vec<u8>),
+    Use(Vec<u8>),
+    Remove(Vec<u8>),
+}
+
+enum Command {
+    Join(Vec<SocketAddr>, flume::Sender<Result<usize, GossipError>>),
+    Leave(flume::Sender<()>),
+    ForceLeave(String, bool, flume::Sender<()>),
+    UserEvent(
+        String,
+        Vec<u8>,
+        bool,
+        flume::Sender<Result<(), GossipError>>,
+    ),
+    KeyOp(KeyOp, flume::Sender<KeyOpResult>),
+    LocalKey(LocalKeyOp, flume::Sender<Result<(), GossipError>>),
+    SetTags(
+        std::collections::BTreeMap<String, String>,
+        flume::Sender<Result<(), GossipError>>,
+    ),
+    Shutdown,
+}
+
+struct Shared {
+    local_name: String,
+    default_port: u16,
+    members: ArcSwap<Vec<MemberInfo>>,
+    coordinates: ArcSwap<HashMap<String, Coordinate>>,
+    local_coordinate: ArcSwap<Coordinate>,
+    keys: ArcSwap<Vec<Vec<u8>>>,
+    local_addr: ArcSwap<Option<SocketAddr>>,
+    commands: flume::Sender<Command>,
+    events: flume::Receiver<GossipEvent>,
+    dropped_events: AtomicU64,
+}
+
+/// The agent's handle on the gossip pool. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct GossipHandle {
+    shared: Arc<Shared>,
+}
+
+/// How to run one gossip pool (LAN or WAN).
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    pub gossip: GossipConfig,
+    /// Address to bind UDP and TCP on. Port 0 picks a free port and advertises it.
+    pub bind: SocketAddr,
+    /// Capacity of the event channel; events beyond it are dropped and counted.
+    pub event_capacity: usize,
+}
+
+impl DriverConfig {
+    pub fn new(gossip: GossipConfig, bind: SocketAddr) -> Self {
+        DriverConfig {
+            gossip,
+            bind,
+            event_capacity: 4096,
+        }
+    }
+}
+
+/// The driver future's owner: call [`GossipDriver::run`] on a monoio runtime.
+pub struct GossipDriver {
+    config: DriverConfig,
+    shared: Arc<Shared>,
+    commands: flume::Receiver<Command>,
+    events: flume::Sender<GossipEvent>,
+}
+
+/// Creates a handle and the driver that serves it.
+pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
+    let (cmd_tx, cmd_rx) = flume::unbounded();
+    let (ev_tx, ev_rx) = flume::bounded(config.event_capacity.max(1));
+    let shared = Arc::new(Shared {
+        local_name: config.gossip.node_name.clone(),
+        default_port: config.gossip.advertise_port,
+        members: ArcSwap::from_pointee(Vec::new()),
+        coordinates: ArcSwap::from_pointee(HashMap::new()),
+        local_coordinate: ArcSwap::from_pointee(crate::gossip::coordinate::new_coordinate(
+            &Default::default(),
+        )),
+        keys: ArcSwap::from_pointee(config.gossip.keys.clone()),
+        local_addr: ArcSwap::from_pointee(None),
+        commands: cmd_tx,
+        events: ev_rx,
+        dropped_events: AtomicU64::new(0),
+    });
+    let handle = GossipHandle {
+        shared: shared.clone(),
+    };
+    (
+        handle,
+        GossipDriver {
+            config,
+            shared,
+            commands: cmd_rx,
+            events: ev_tx,
+        },
+    )
+}
+
+fn parse_join_addr(s: &str, default_port: u16) -> Result<Vec<SocketAddr>, GossipError> {
+    // memberlist accepts "name/addr"; the name is only a hint.
+    let s = s.rsplit('/').next().unwrap_or(s);
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    if let Ok(ip) = s.trim_matches(|c| c == '[' || c == ']').parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, default_port)]);
+    }
+    let with_port = if s.contains(':') {
+        s.to_owned()
+    } else {
+        format!("{s}:{default_port}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map(|i| i.collect())
+        .map_err(|e| GossipError::Failed(format!("failed to resolve {s}: {e}")))
+}
+
+impl GossipHandle {
+    /// This node's name.
+    pub fn local_name(&self) -> &str {
+        &self.shared.local_name
+    }
+
+    /// The address the driver bound (once running).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        **self.shared.local_addr.load()
+    }
+
+    /// serf `Members()`: every member including this node, sorted by name.
+    pub fn members(&self) -> Arc<Vec<MemberInfo>> {
+        self.shared.members.load_full()
+    }
+
+    /// This node's Vivaldi coordinate.
+    pub fn local_coordinate(&self) -> Arc<Coordinate> {
+        self.shared.local_coordinate.load_full()
+    }
+
+    /// The latest coordinate heard from each node (and ours).
+    pub fn coordinates(&self) -> Arc<HashMap<String, Coordinate>> {
+        self.shared.coordinates.load_full()
+    }
+
+    /// Keys installed on this node, primary first.
+    pub fn local_keys(&self) -> Arc<Vec<Vec<u8>>> {
+        self.shared.keys.load_full()
+    }
+
+    /// Membership and user events. Every clone of the handle shares one receiver.
+    pub fn events(&self) -> flume::Receiver<GossipEvent> {
+        self.shared.events.clone()
+    }
+
+    /// Events dropped because nobody drained the channel.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped_events.load(Ordering::Relaxed)
+    }
+
+    fn send(&self, c: Command) -> Result<(), GossipError> {
+        self.shared
+            .commands
+            .send(c)
+            .map_err(|_| GossipError::Stopped)
+    }
+
+    /// Joins through the given addresses (`ip`, `ip:port`, `host:port`, `name/ip:port`);
+    /// returns how many were contacted successfully.
+    pub async fn join(&self, addrs: &[String]) -> Result<usize, GossipError> {
+        let mut resolved = Vec::new();
+        for a in addrs {
+            resolved.extend(parse_join_addr(a, self.shared.default_port)?);
+        }
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::Join(resolved, tx))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)?
+    }
+
+    /// Graceful leave: broadcast the intent, wait for it to spread, then go silent.
+    pub async fn leave(&self) -> Result<(), GossipError> {
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::Leave(tx))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)
+    }
+
+    /// Consul force-leave: mark a failed node left (and forget it with `prune`).
+    pub async fn force_leave(&self, node: &str, prune: bool) -> Result<(), GossipError> {
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::ForceLeave(node.to_owned(), prune, tx))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)
+    }
+
+    /// Fires a serf user event to the whole pool.
+    pub async fn fire_user_event(
+        &self,
+        name: &str,
+        payload: &[u8],
+        coalesce: bool,
+    ) -> Result<(), GossipError> {
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::UserEvent(
+            name.to_owned(),
+            payload.to_vec(),
+            coalesce,
+            tx,
+        ))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)?
+    }
+
+    /// A cluster-wide keyring operation (serf's `_serf_*-key` queries), as Consul's
+    /// `/v1/operator/keyring` and `consul keyring` use.
+    pub async fn keyring(&self, op: KeyOp) -> Result<KeyOpResult, GossipError> {
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::KeyOp(op, tx))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)
+    }
+
+    /// Changes this node's keyring only.
+    pub async fn local_keyring(&self, op: LocalKeyOp) -> Result<(), GossipError> {
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::LocalKey(op, tx))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)?
+    }
+
+    /// Replaces this node's tags and announces them.
+    pub async fn set_tags(
+        &self,
+        tags: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), GossipError> {
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::SetTags(tags, tx))?;
+        rx.recv_async().await.map_err(|_| GossipError::Stopped)?
+    }
+
+    /// Stops the driver without leaving (as a crash would look to others).
+    pub fn shutdown(&self) {
+        let _ = self.send(Command::Shutdown);
+    }
+}
+
+struct State {
+    core: RefCell<Gossip>,
+    origin: Instant,
+    udp: UdpSocket,
+    shared: Arc<Shared>,
+    events: flume::Sender<GossipEvent>,
+    wake: flume::Sender<()>,
+    tcp_timeout: Duration,
+    members_version: Cell<u64>,
+    coordinates_at: Cell<Option<Instant>>,
+    joins: RefCell<HashMap<u64, flume::Sender<Result<usize, GossipError>>>>,
+    leaves: RefCell<HashMap<u64, flume::Sender<()>>>,
+    key_ops: RefCell<HashMap<u64, flume::Sender<KeyOpResult>>>,
+    next_request: Cell<u64>,
+}
+
+impl State {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    fn request_id(&self) -> u64 {
+        let id = self.next_request.get() + 1;
+        self.next_request.set(id);
+        id
+    }
+
+    fn publish(&self) {
+        let core = self.core.borrow();
+        if core.members_version() != self.members_version.get() {
+            self.members_version.set(core.members_version());
+            self.shared.members.store(Arc::new(core.members()));
+        }
+        let stale = self
+            .coordinates_at
+            .get()
+            .is_none_or(|t| t.elapsed() >= COORDINATE_SNAPSHOT_INTERVAL);
+        if stale {
+            self.coordinates_at.set(Some(Instant::now()));
+            self.shared
+                .coordinates
+                .store(Arc::new(core.coordinates().clone()));
+            self.shared
+                .local_coordinate
+                .store(Arc::new(core.local_coordinate()));
+        }
+        if **self.shared.keys.load() != core.keys() {
+            self.shared.keys.store(Arc::new(core.keys().to_vec()));
+        }
+    }
+}
+
+/// Carries out everything the core produced, then refreshes the snapshots.
+async fn flush(st: &Rc<State>) {
+    loop {
+        let outputs = st.core.borrow_mut().drain();
+        if outputs.is_empty() {
+            break;
+        }
+        for o in outputs {
+            match o {
+                Output::Packet { to, bytes } => {
+                    // UDP is best effort; a failed send is a lost packet to SWIM.
+                    let _ = st.udp.send_to(bytes, to).await;
+                }
+                Output::Stream { id, to, bytes } => {
+                    let st2 = st.clone();
+                    monoio::spawn(async move {
+                        let reply = stream_exchange(to, bytes, st2.tcp_timeout).await;
+                        let now = st2.now();
+                        match &reply {
+                            Ok(b) => st2.core.borrow_mut().handle_stream_reply(now, id, Ok(b)),
+                            Err(e) => {
+                                st2.core
+                                    .borrow_mut()
+                                    .handle_stream_reply(now, id, Err(e.clone()))
+                            }
+                        }
+                        flush(&st2).await;
+                    });
+                }
+                Output::Event(e) => {
+                    if st.events.try_send(e).is_err() {
+                        st.shared.dropped_events.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Output::JoinDone {
+                    request,
+                    joined,
+                    errors,
+                } => {
+                    if let Some(tx) = st.joins.borrow_mut().remove(&request) {
+                        let r = if joined > 0 || errors.is_empty() {
+                            Ok(joined)
+                        } else {
+                            Err(GossipError::Failed(errors.join("; ")))
+                        };
+                        let _ = tx.send(r);
+                    }
+                }
+                Output::LeaveDone { request } => {
+                    if let Some(tx) = st.leaves.borrow_mut().remove(&request) {
+                        let _ = tx.send(());
+                    }
+                }
+                Output::KeyOpDone { request, result } => {
+                    if let Some(tx) = st.key_ops.borrow_mut().remove(&request) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
+    }
+    st.publish();
+    // The core may have a new, earlier deadline.
+    let _ = st.wake.try_send(());
+}
+
+/// Reads one complete stream message; `accepting` is true on the listening side.
+async fn read_frame(stream: &mut TcpStream, accepting: bool) -> Result<Vec<u8>, String> {
+    let mut acc: Vec<u8> = Vec::new();
+    let mut chunk = Vec::with_capacity(STREAM_READ_CHUNK_BYTES);
+    loop {
+        match Gossip::stream_frame_len(&acc, accepting) {
+            Ok(Some(n)) => {
+                acc.truncate(n);
+                return Ok(acc);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        let (res, buf) = stream.read(chunk).await;
+        chunk = buf;
+        match res {
+            Ok(0) => return Err("connection closed before a complete message".to_owned()),
+            Ok(n) => {
+                acc.extend_from_slice(&chunk[..n]);
+                chunk.clear();
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+async fn stream_exchange(
+    to: SocketAddr,
+    bytes: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let work = async move {
+        let mut s = TcpStream::connect(to).await.map_err(|e| e.to_string())?;
+        let (res, _) = s.write_all(bytes).await;
+        res.map_err(|e| e.to_string())?;
+        read_frame(&mut s, false).await
+    };
+    match monoio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("stream to {to} timed out")),
+    }
+}
+
+async fn serve_connection(st: Rc<State>, mut stream: TcpStream, from: SocketAddr) {
+    let timeout = st.tcp_timeout;
+    let work = async {
+        let frame = read_frame(&mut stream, true).await?;
+        let now = st.now();
+        let reply = st.core.borrow_mut().handle_stream(now, from, &frame);
+        flush(&st).await;
+        if let Some(reply) = reply {
+            let (res, _) = stream.write_all(reply).await;
+            res.map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    };
+    let _ = monoio::time::timeout(timeout, work).await;
+}
+
+impl GossipDriver {
+    /// Binds the gossip port and serves until [`GossipHandle::shutdown`] (after a
+    /// completed [`GossipHandle::leave`] the node stays bound but silent). Must run on a
+    /// monoio runtime with timers enabled.
+    pub async fn run(self) -> io::Result<()> {
+        let GossipDriver {
+            mut config,
+            shared,
+            commands,
+            events,
+        } = self;
+        let udp = UdpSocket::bind(config.bind)?;
+        let bound = udp.local_addr()?;
+        let listener = TcpListener::bind(bound)?;
+        if config.gossip.advertise_port == 0 {
+            config.gossip.advertise_port = bound.port();
+        }
+        shared.local_addr.store(Arc::new(Some(bound)));
+        let mut seed = [0u8; 32];
+        rand::rng().fill_bytes(&mut seed);
+        let origin = Instant::now();
+        let core = Gossip::new(config.gossip.clone(), seed, Duration::ZERO)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (wake_tx, wake_rx) = flume::bounded(1);
+        let st = Rc::new(State {
+            core: RefCell::new(core),
+            origin,
+            udp,
+            shared,
+            events,
+            wake: wake_tx,
+            tcp_timeout: config.gossip.tcp_timeout,
+            members_version: Cell::new(u64::MAX),
+            coordinates_at: Cell::new(None),
+            joins: RefCell::new(HashMap::new()),
+            leaves: RefCell::new(HashMap::new()),
+            key_ops: RefCell::new(HashMap::new()),
+            next_request: Cell::new(0),
+        });
+        st.publish();
+
+        let udp_loop = async {
+            let mut buf = vec![0u8; UDP_DATAGRAM_BYTES_MAX];
+            loop {
+                let (res, b) = st.udp.recv_from(buf).await;
+                buf = b;
+                if let Ok((n, from)) = res {
+                    let now = st.now();
+                    st.core.borrow_mut().handle_packet(now, from, &buf[..n]);
+                    flush(&st).await;
+                }
+                // Restore full length for the next read.
+                buf.resize(UDP_DATAGRAM_BYTES_MAX, 0);
+            }
+        };
+        let accept_loop = async {
+            loop {
+                if let Ok((stream, from)) = listener.accept().await {
+                    monoio::spawn(serve_connection(st.clone(), stream, from));
+                }
+            }
+        };
+        let timer_loop = async {
+            loop {
+                let deadline = st.core.borrow().next_deadline();
+                let wait = deadline
+                    .map(|d| d.saturating_sub(st.now()))
+                    .unwrap_or(Duration::from_secs(1));
+                monoio::select! {
+                    _ = monoio::time::sleep(wait) => {},
+                    _ = wake_rx.recv_async() => {},
+                }
+                let now = st.now();
+                let due = st.core.borrow().next_deadline().is_some_and(|d| d <= now);
+                if due {
+                    st.core.borrow_mut().tick(now);
+                    flush(&st).await;
+                }
+            }
+        };
+        let command_loop = async {
+            while let Ok(cmd) = commands.recv_async().await {
+                let now = st.now();
+                match cmd {
+                    Command::Shutdown => break,
+                    Command::Join(addrs, tx) => {
+                        let id = st.request_id();
+                        st.joins.borrow_mut().insert(id, tx);
+                        st.core.borrow_mut().join(now, id, &addrs);
+                    }
+                    Command::Leave(tx) => {
+                        let id = st.request_id();
+                        st.leaves.borrow_mut().insert(id, tx);
+                        st.core.borrow_mut().leave(now, id);
+                    }
+                    Command::ForceLeave(node, prune, tx) => {
+                        st.core.borrow_mut().force_leave(now, &node, prune);
+                        let _ = tx.send(());
+                    }
+                    Command::UserEvent(name, payload, coalesce, tx) => {
+                        let r = st
+                            .core
+                            .borrow_mut()
+                            .user_event(now, &name, &payload, coalesce);
+                        let _ = tx.send(r.map_err(GossipError::Failed));
+                    }
+                    Command::KeyOp(op, tx) => {
+                        let id = st.request_id();
+                        st.key_ops.borrow_mut().insert(id, tx);
+                        st.core.borrow_mut().key_op(now, id, op);
+                    }
+                    Command::LocalKey(op, tx) => {
+                        let mut core = st.core.borrow_mut();
+                        let r = match op {
+                            LocalKeyOp::Install(k) => core.install_key(&k),
+                            LocalKeyOp::Use(k) => core.use_key(&k),
+                            LocalKeyOp::Remove(k) => core.remove_key(&k),
+                        };
+                        drop(core);
+                        let _ = tx.send(r.map_err(GossipError::Failed));
+                    }
+                    Command::SetTags(tags, tx) => {
+                        let r = st.core.borrow_mut().set_tags(now, tags);
+                        let _ = tx.send(r.map_err(GossipError::Failed));
+                    }
+                }
+                flush(&st).await;
+            }
+        };
+        monoio::select! {
+            _ = udp_loop => {},
+            _ = accept_loop => {},
+            _ = timer_loop => {},
+            _ = command_loop => {},
+        }
+        st.shared.local_addr.store(Arc::new(None));
+        Ok(())
+    }
+}

@@ -1,0 +1,432 @@
+//! Seeded simulations of the gossip core (virtual clock, lossy jittery network).
+//!
+//! The large-scale test runs `GOSSIP_SIM_NODES` nodes (default 500 for CI) for
+//! `GOSSIP_SIM_MINUTES` simulated minutes (default 3 for CI; the acceptance run is
+//! `GOSSIP_SIM_NODES=1000 GOSSIP_SIM_MINUTES=10`) with 5% loss and 20 ms jitter, and
+//! checks:
+//! - no healthy node is ever declared failed by anyone;
+//! - a crashed node is marked failed by every member within the suspicion timeout
+//!   plus two probe intervals of the first suspicion of it (the time from the crash
+//!   itself is reported too: it adds the wait until some member happens to probe the
+//!   crashed node, which SWIM's random probe order makes ~1 probe interval on average);
+//! - a user event reaches every node within 3*log2(N) gossip rounds.
+//!
+//! `GOSSIP_SIM_SEED` replays a run.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use praetor::gossip::core::suspicion_timeout;
+use praetor::gossip::sim::{NetConfig, Sim};
+use praetor::gossip::{GossipConfig, GossipEvent, MemberStatus};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn seed() -> u64 {
+    std::env::var("GOSSIP_SIM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0001)
+}
+
+fn lan(name: String, ip: std::net::IpAddr, port: u16) -> GossipConfig {
+    let mut c = GossipConfig::lan(name, ip, port);
+    c.tags.insert("role".into(), "node".into());
+    c.tags.insert("dc".into(), "dc1".into());
+    c
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Builds and joins a cluster: node i joins a random earlier node, staggered.
+fn bootstrap(sim: &mut Sim, n: usize, stagger: Duration) {
+    for _ in 0..n {
+        sim.add_node(lan);
+    }
+    for i in 1..n {
+        let t = sim.now + stagger;
+        sim.run_until(t);
+        let target = (i * 7919) % i;
+        sim.join(i, i as u64, &[target]);
+    }
+}
+
+fn all_alive_everywhere(sim: &mut Sim, n: usize) -> bool {
+    (0..n).all(|i| {
+        let m = sim.node(i).members();
+        m.len() == n && m.iter().all(|m| m.status == MemberStatus::Alive)
+    })
+}
+
+#[test]
+fn small_cluster_converges_detects_failure_and_rejoins() {
+    let n = 12;
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.05,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(20),
+        },
+    );
+    bootstrap(&mut sim, n, Duration::from_millis(50));
+    sim.run_until(sim.now + secs(20.0));
+    assert!(
+        all_alive_everywhere(&mut sim, n),
+        "seed {}: cluster did not converge",
+        sim.seed()
+    );
+    assert!(sim.joins.iter().all(|&(_, _, joined)| joined == 1));
+
+    // Crash node 5: everyone marks it failed.
+    sim.crash(5);
+    let crashed_at = sim.now;
+    sim.run_until(sim.now + secs(30.0));
+    for i in (0..n).filter(|&i| i != 5) {
+        let m = sim.node(i).members();
+        let five = m.iter().find(|m| m.name == "node-5").expect("still listed");
+        assert_eq!(
+            five.status,
+            MemberStatus::Failed,
+            "node {i} sees {:?} (seed {})",
+            five.status,
+            sim.seed()
+        );
+    }
+    let failed_at = sim
+        .events
+        .iter()
+        .filter(|o| matches!(&o.event, GossipEvent::MemberFailed(m) if m.name == "node-5"))
+        .map(|o| o.at)
+        .max()
+        .expect("failure events");
+    assert!(failed_at > crashed_at);
+
+    // Restart it with fresh state: it refutes its death and is alive everywhere again.
+    sim.restart_node(5, lan);
+    sim.join(5, 99, &[0]);
+    sim.run_until(sim.now + secs(20.0));
+    assert!(
+        all_alive_everywhere(&mut sim, n),
+        "seed {}: rejoin failed",
+        sim.seed()
+    );
+
+    // Graceful leave of node 3: left everywhere, and no failure event for it.
+    sim.with_node(3, |g, now| g.leave(now, 7));
+    sim.run_until(sim.now + secs(15.0));
+    for i in (0..n).filter(|&i| i != 3) {
+        let m = sim.node(i).members();
+        let three = m.iter().find(|m| m.name == "node-3").expect("still listed");
+        assert_eq!(
+            three.status,
+            MemberStatus::Left,
+            "node {i} (seed {})",
+            sim.seed()
+        );
+    }
+    assert!(!sim
+        .events
+        .iter()
+        .any(|o| matches!(&o.event, GossipEvent::MemberFailed(m) if m.name == "node-3")));
+    // Force-leave (prune) of the failed-then-left node removes it from every list.
+    sim.with_node(0, |g, now| g.force_leave(now, "node-3", true));
+    sim.run_until(sim.now + secs(10.0));
+    for i in (0..n).filter(|&i| i != 3) {
+        let m = sim.node(i).members();
+        let lt = sim.node(i).lamport_times();
+        assert!(
+            !m.iter().any(|m| m.name == "node-3"),
+            "node {i} still lists node-3: {:?} {lt:?}",
+            m.iter().find(|m| m.name == "node-3")
+        );
+    }
+}
+
+#[test]
+fn user_events_are_delivered_once_everywhere_and_lamport_clocks_advance() {
+    let n = 10;
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.05,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(20),
+        },
+    );
+    bootstrap(&mut sim, n, Duration::from_millis(50));
+    sim.run_until(sim.now + secs(10.0));
+    let (_, before, _) = sim.node(4).lamport_times();
+    sim.with_node(2, |g, now| {
+        g.user_event(now, "deploy", b"v1", false).unwrap()
+    });
+    sim.with_node(7, |g, now| {
+        g.user_event(now, "deploy", b"v2", false).unwrap()
+    });
+    sim.run_until(sim.now + secs(10.0));
+    for i in 0..n {
+        let got: Vec<&[u8]> = sim
+            .events
+            .iter()
+            .filter(|o| o.node == i)
+            .filter_map(|o| match &o.event {
+                GossipEvent::User(e) if e.name == "deploy" => Some(e.payload.as_slice()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got.len(), 2, "node {i} got {got:?}");
+        assert!(got.contains(&&b"v1"[..]) && got.contains(&&b"v2"[..]));
+    }
+    let (_, after, _) = sim.node(4).lamport_times();
+    assert!(after > before);
+    // Oversized events are refused.
+    let now = sim.now;
+    assert!(sim
+        .node(0)
+        .user_event(now, "big", &[0; 600], false)
+        .is_err());
+}
+
+#[test]
+fn coordinates_converge_towards_network_latency() {
+    let n = 6;
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.0,
+            latency: Duration::from_millis(5),
+            jitter: Duration::ZERO,
+        },
+    );
+    bootstrap(&mut sim, n, Duration::from_millis(50));
+    sim.run_until(sim.now + secs(120.0));
+    let g0 = sim.node(0);
+    let me = g0.local_coordinate();
+    let others = g0.coordinates().clone();
+    assert!(
+        others.len() >= n - 1,
+        "coordinates for {} nodes",
+        others.len()
+    );
+    for (name, c) in &others {
+        if name == "node-0" {
+            continue;
+        }
+        let est = praetor::gossip::coordinate::distance_seconds(&me, c);
+        // RTT is 10 ms (5 ms each way); Vivaldi gets within a few ms.
+        assert!((est - 0.010).abs() < 0.005, "estimate to {name}: {est}");
+    }
+}
+
+#[test]
+fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
+    let n = 5;
+    let key1 = vec![1u8; 16];
+    let key2 = vec![2u8; 32];
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.0,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(2),
+        },
+    );
+    for _ in 0..n {
+        let k = key1.clone();
+        sim.add_node(move |name, ip, port| {
+            let mut c = lan(name, ip, port);
+            c.keys = vec![k];
+            c
+        });
+    }
+    for i in 1..n {
+        sim.join(i, i as u64, &[0]);
+    }
+    sim.run_until(secs(10.0));
+    assert!(all_alive_everywhere(&mut sim, n));
+    sim.with_node(0, |g, now| {
+        g.key_op(now, 1, praetor::gossip::KeyOp::Install(key2.clone()))
+    });
+    sim.run_until(sim.now + secs(5.0));
+    sim.with_node(0, |g, now| {
+        g.key_op(now, 2, praetor::gossip::KeyOp::Use(key2.clone()))
+    });
+    sim.run_until(sim.now + secs(5.0));
+    sim.with_node(0, |g, now| {
+        g.key_op(now, 3, praetor::gossip::KeyOp::Remove(key1.clone()))
+    });
+    sim.run_until(sim.now + secs(5.0));
+    for i in 0..n {
+        assert_eq!(sim.node(i).keys(), std::slice::from_ref(&key2), "node {i}");
+    }
+    // Still healthy under the new key.
+    sim.run_until(sim.now + secs(20.0));
+    assert!(all_alive_everywhere(&mut sim, n));
+}
+
+#[test]
+fn large_cluster_under_loss_and_jitter() {
+    let n = env_usize("GOSSIP_SIM_NODES", 500);
+    let minutes = env_usize("GOSSIP_SIM_MINUTES", 3);
+    let wall = Instant::now();
+    let mut sim = Sim::new(
+        seed(),
+        NetConfig {
+            loss: 0.05,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(20),
+        },
+    );
+    bootstrap(&mut sim, n, Duration::from_millis(20));
+    let settled = sim.now + secs(60.0);
+    sim.run_until(settled);
+    let converged = (0..n).filter(|&i| sim.node(i).members().len() == n).count();
+    eprintln!(
+        "[sim] {n} nodes bootstrapped at {:?}; {converged}/{n} know everyone; wall {:?}",
+        sim.now,
+        wall.elapsed()
+    );
+    assert_eq!(converged, n, "seed {}", sim.seed());
+
+    let start = sim.now;
+    let bytes_at_start = sim.bytes_sent;
+    let steady_wall = Instant::now();
+    let end = start + Duration::from_secs(60 * minutes as u64);
+    let cfg = GossipConfig::lan("x", "127.0.0.1".parse().unwrap(), 1);
+
+    // A broadcast a third of the way in.
+    let event_at = start + (end - start) / 3;
+    sim.run_until(event_at);
+    sim.with_node(1, |g, now| {
+        g.user_event(now, "sim-broadcast", b"x", false).unwrap()
+    });
+    // A crash at two thirds.
+    let crash_at = start + (end - start) * 2 / 3;
+    sim.run_until(crash_at);
+    let victim = n / 2;
+    let victim_name = format!("node-{victim}");
+    sim.crash(victim);
+    // Sample every member's view every 50 ms to find the first suspicion.
+    let mut first_suspected: Option<Duration> = None;
+    while first_suspected.is_none() && sim.now < crash_at + secs(60.0) {
+        let t = sim.now + Duration::from_millis(50);
+        sim.run_until(t);
+        let any = (0..n).filter(|&i| i != victim).any(|i| {
+            sim.node(i).node_state(&victim_name).is_some_and(|(st, _)| {
+                st != praetor::proto::gossip::memberlist::NodeStateKind::Alive
+            })
+        });
+        if any {
+            first_suspected = Some(sim.now);
+        }
+    }
+    let first_suspected = first_suspected.expect("the crashed node was never suspected");
+    sim.run_until(end);
+    let bytes = sim.bytes_sent;
+    let steady_bytes = bytes - bytes_at_start;
+    eprintln!(
+        "[sim] ran {minutes} simulated minutes; wall {:?}; {} packets delivered, {} dropped, {} bytes sent",
+        wall.elapsed(),
+        sim.packets_delivered,
+        sim.packets_dropped,
+        bytes
+    );
+
+    // 1. No healthy node was ever declared failed.
+    let false_failures: Vec<_> = sim
+        .events
+        .iter()
+        .filter_map(|o| match &o.event {
+            GossipEvent::MemberFailed(m) if m.name != victim_name => {
+                Some((o.at, o.node, m.name.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        false_failures.is_empty(),
+        "seed {}: healthy nodes declared failed: {:?}",
+        sim.seed(),
+        &false_failures[..false_failures.len().min(10)]
+    );
+
+    // 2. Every live member marked the victim failed, quickly.
+    let mut failed_at: HashMap<usize, Duration> = HashMap::new();
+    for o in &sim.events {
+        if let GossipEvent::MemberFailed(m) = &o.event {
+            if m.name == victim_name {
+                failed_at.entry(o.node).or_insert(o.at);
+            }
+        }
+    }
+    let live: Vec<usize> = (0..n).filter(|&i| i != victim).collect();
+    let missing: Vec<usize> = live
+        .iter()
+        .copied()
+        .filter(|i| !failed_at.contains_key(i))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "seed {}: {} members never marked the victim failed",
+        sim.seed(),
+        missing.len()
+    );
+    let last = failed_at.values().max().copied().unwrap_or_default();
+    let first = failed_at.values().min().copied().unwrap_or_default();
+    let bound =
+        suspicion_timeout(cfg.suspicion_mult, n, cfg.probe_interval) + cfg.probe_interval * 2;
+    eprintln!(
+        "[sim] crash of {victim_name}: first suspected {:?} after the crash; marked failed by the first member {:?} and by all {} live members {:?} after the first suspicion ({:?} after the crash); bound {:?}",
+        first_suspected - crash_at,
+        first - first_suspected,
+        live.len(),
+        last - first_suspected,
+        last - crash_at,
+        bound
+    );
+    assert!(
+        last - first_suspected <= bound,
+        "seed {}: detection took {:?} after the first suspicion",
+        sim.seed(),
+        last - first_suspected
+    );
+
+    // 3. The broadcast reached every node within 3*log2(N) gossip rounds.
+    let mut got: HashSet<usize> = HashSet::new();
+    let mut latest = Duration::ZERO;
+    for o in &sim.events {
+        if let GossipEvent::User(e) = &o.event {
+            if e.name == "sim-broadcast" && got.insert(o.node) {
+                latest = latest.max(o.at - event_at);
+            }
+        }
+    }
+    let rounds = latest.as_secs_f64() / cfg.gossip_interval.as_secs_f64();
+    let allowed = 3.0 * (n as f64).log2();
+    eprintln!("[sim] broadcast reached {}/{} nodes in {:?} = {rounds:.1} gossip rounds (allowed {allowed:.1})", got.len(), n, latest);
+    assert_eq!(
+        got.len(),
+        n - if victim == 1 { 1 } else { 0 },
+        "seed {}",
+        sim.seed()
+    );
+    assert!(
+        rounds <= allowed,
+        "seed {}: broadcast took {rounds:.1} rounds",
+        sim.seed()
+    );
+
+    let steady_secs = (end - start).as_secs_f64();
+    eprintln!(
+        "[sim] steady state: {:.0} bytes sent per member per simulated second; {:.1} us of simulator CPU per member per simulated second",
+        steady_bytes as f64 / n as f64 / steady_secs,
+        steady_wall.elapsed().as_secs_f64() * 1e6 / n as f64 / steady_secs
+    );
+}
