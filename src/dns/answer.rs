@@ -440,7 +440,7 @@ fn finish_response(
 ) {
     if let Some(edns) = query.edns {
         // Echo the client's payload size (at least 512), as Consul does.
-        let size = edns.udp_payload_bytes.max(512);
+        let size = edns.udp_payload_bytes;
         write_opt(out, size, (rcode >> 4) as u8, edns.dnssec_ok);
         counts.additionals += 1;
     }

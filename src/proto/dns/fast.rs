@@ -70,7 +70,8 @@ pub fn decode(message: &[u8]) -> Result<Query, DecodeError> {
         if record[0] != 0 || u16::from_be_bytes([record[1], record[2]]) != rtype::OPT {
             return Err(DecodeError::Declined("additional record other than OPT"));
         }
-        let udp_payload_bytes = u16::from_be_bytes([record[3], record[4]]);
+        // RFC 6891 §6.2.5: values below 512 are treated as 512.
+        let udp_payload_bytes = u16::from_be_bytes([record[3], record[4]]).max(512);
         let version = record[6];
         let dnssec_ok = record[7] & 0x80 != 0;
         let rdlength = u16::from_be_bytes([record[9], record[10]]) as usize;
@@ -144,6 +145,16 @@ pub(crate) mod tests {
                 dnssec_ok: true
             })
         );
+    }
+
+    #[test]
+    fn small_edns_sizes_read_as_512_in_both_decoders() {
+        // Found by the dns_query fuzz target: the decoders disagreed on an OPT size of 0.
+        let query = build_query(1, "web.service.consul", rtype::A, Some(0));
+        let fast = decode(&query).unwrap();
+        let general = crate::proto::dns::general::decode(&query).unwrap();
+        assert_eq!(fast.edns.unwrap().udp_payload_bytes, 512);
+        assert_eq!(fast.edns, general.edns);
     }
 
     #[test]

@@ -225,7 +225,7 @@ impl<'a> Iterator for Labels<'a> {
 /// The EDNS(0) parameters of a query's OPT record (RFC 6891).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Edns {
-    /// The requestor's UDP payload size, as sent (values below 512 mean 512).
+    /// The requestor's UDP payload size; values below 512 are raised to 512 (RFC 6891).
     pub udp_payload_bytes: u16,
     pub version: u8,
     pub dnssec_ok: bool,
