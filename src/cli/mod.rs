@@ -10,6 +10,8 @@
 pub mod agent;
 pub mod client;
 pub mod kv;
+pub mod operator;
+pub mod snapshot;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -31,6 +33,12 @@ pub enum Command {
     /// Reads and writes the key/value store.
     #[command(subcommand)]
     Kv(kv::KvCommand),
+    /// Operator tools: the Raft configuration and leadership.
+    #[command(subcommand)]
+    Operator(operator::OperatorCommand),
+    /// Saves, restores and inspects snapshots of the cluster state.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Prints the Consul API version praetor implements and praetor's own version.
     Version,
 }
@@ -121,6 +129,8 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Agent(args) => agent::run(*args),
         Command::Kv(command) => kv::run(command),
+        Command::Operator(command) => operator::run(command),
+        Command::Snapshot(command) => snapshot::run(command),
         Command::Version => {
             println!("Consul v{}", crate::CONSUL_API_VERSION);
             println!("praetor v{}", crate::PRAETOR_VERSION);

@@ -177,6 +177,7 @@ const KNOWN_KEYS: &[&str] = &[
     "rejoin_after_leave",
     "http_config",
     "tombstone_ttl",
+    "enable_debug_faults",
 ];
 
 /// Keys whose list values concatenate across sources instead of replacing.

@@ -6,3 +6,4 @@ pub mod duration;
 pub mod gossip;
 pub mod http;
 pub mod rpc;
+pub mod snapshot_archive;

@@ -22,12 +22,14 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
-use crate::api::{self, BlockOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
+use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
 };
 use crate::proto::rpc::kind;
 use crate::shard::runtime::{ReadPlan, Shard};
+use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
+use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
@@ -511,12 +513,64 @@ async fn complete(
             Ok(())
         }
         Outcome::Block(op) => park(shard, op, shape, output, watch).await,
+        Outcome::Leader(LeaderOp::Operator { op, respond }) => {
+            let result = shard.operator(op).await;
+            respond(
+                result,
+                &mut Reply {
+                    out: output,
+                    keep_alive,
+                    pretty,
+                },
+            );
+            Ok(())
+        }
+        Outcome::Leader(LeaderOp::Restore { state, respond }) => {
+            let result = replicate_restore(shard, state).await;
+            respond(
+                result,
+                &mut Reply {
+                    out: output,
+                    keep_alive,
+                    pretty,
+                },
+            );
+            Ok(())
+        }
         Outcome::Forward => {
             let (payload, timeout) = forward.expect("a forward outcome carries its request");
             forward_to_leader(shard, payload, timeout, output, keep_alive).await;
             Ok(())
         }
     }
+}
+
+/// Replicates a restore: the state in chunks through the log, then the commit that every
+/// server verifies and switches to. A failed chunk aborts the staged restore.
+async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> CommandResult {
+    use sha2::Digest;
+    let restore_id: u64 = rand::random();
+    for (i, chunk) in state.chunks(RESTORE_CHUNK_BYTES).enumerate() {
+        let op = RestoreOp::Chunk {
+            restore_id,
+            offset: (i * RESTORE_CHUNK_BYTES) as u64,
+            data: bytes::Bytes::copy_from_slice(chunk),
+        };
+        let result = shard.propose(Command::Restore(op).encode()).await;
+        if let CommandResult::Error(reason) = result {
+            let _ = shard
+                .propose(Command::Restore(RestoreOp::Abort { restore_id }).encode())
+                .await;
+            return CommandResult::Error(format!("restore failed: {reason}"));
+        }
+    }
+    let sha256 = sha2::Sha256::digest(&state).to_vec();
+    let commit = RestoreOp::Commit {
+        restore_id,
+        total_bytes: state.len() as u64,
+        sha256,
+    };
+    shard.propose(Command::Restore(commit).encode()).await
 }
 
 /// Hands a request to the leader and copies its raw answer into `output`, waiting up to

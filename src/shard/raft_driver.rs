@@ -226,7 +226,13 @@ pub fn open(
     }
     let membership = core.membership().clone();
     let mut transport = PeerTransport::new(config.raft_id, faults);
-    transport.update_peers(&membership);
+    transport.update_peers(
+        &membership
+            .members
+            .iter()
+            .map(|(id, m)| (*id, m.address.clone()))
+            .collect(),
+    );
     let version: StoreVersion = Arc::new(tables);
     let shard_count = shards.len();
     let mut servers = BTreeMap::new();
@@ -375,6 +381,7 @@ impl RaftDriver {
                     .filter(|s| s.datacenter == self.datacenter)
                     .map(|s| (s.raft_id, s))
                     .collect();
+                self.update_transport();
                 self.maybe_bootstrap_expect();
                 self.reconcile_membership();
             }
@@ -504,7 +511,7 @@ impl RaftDriver {
                     names.join(", ")
                 );
                 self.membership = membership;
-                self.transport.update_peers(&self.membership);
+                self.update_transport();
             }
             Err(e) => log::warn!("raft: bootstrap skipped: {e}"),
         }
@@ -649,7 +656,14 @@ impl RaftDriver {
             // The core's membership moves as soon as a change is appended (not committed).
             if membership_changed || self.core.membership() != &self.membership {
                 self.membership = self.core.membership().clone();
-                self.transport.update_peers(&self.membership);
+                let names: Vec<&str> = self
+                    .membership
+                    .members
+                    .values()
+                    .map(|m| m.name.as_str())
+                    .collect();
+                log::info!("raft: configuration is now [{}]", names.join(", "));
+                self.update_transport();
                 self.publish_status(false);
             }
             if applied_something {
@@ -745,6 +759,13 @@ impl RaftDriver {
                 .last_leader_contact_ms
                 .store(self.now_ms(), Ordering::Relaxed);
         }
+        if leader != self.leader {
+            let name = leader
+                .and_then(|id| self.membership.members.get(&id))
+                .map(|m| m.name.as_str())
+                .unwrap_or("unknown");
+            log::debug!("raft: role {role:?} in term {term}; leader {leader:?} ({name})");
+        }
         self.leader = leader;
         if role == Role::Leader && !was_leader {
             // The no-op the core appended on winning is the last entry right now.
@@ -754,9 +775,33 @@ impl RaftDriver {
             self.leader_term_start = None;
             if was_leader {
                 log::info!("raft: cluster leadership lost (term {term})");
+                // Whether these entries commit is now up to the next leader; the clients
+                // learn that the outcome is unknown, as with Consul.
+                for (_, (_, request_id)) in std::mem::take(&mut self.pending) {
+                    self.refuse(
+                        request_id,
+                        "leadership lost while committing log".to_string(),
+                    );
+                }
+                for request_id in std::mem::take(&mut self.reads_unsent) {
+                    self.refuse(request_id, "No cluster leader".to_string());
+                }
             }
         }
         self.publish_status(false);
+    }
+
+    /// Points the transport at every configuration member and every server gossip knows.
+    fn update_transport(&mut self) {
+        let mut peers: BTreeMap<NodeId, String> = self
+            .servers
+            .values()
+            .map(|s| (s.raft_id, s.rpc_address.clone()))
+            .collect();
+        for (id, member) in &self.membership.members {
+            peers.insert(*id, member.address.clone());
+        }
+        self.transport.update_peers(&peers);
     }
 
     fn node_id_of(&self, raft_id: u64) -> String {
@@ -868,7 +913,7 @@ impl RaftDriver {
         }
         self.tables = Arc::new(tables);
         self.membership = meta.membership.clone();
-        self.transport.update_peers(&self.membership);
+        self.update_transport();
         self.last_snapshot_index = meta.last_index;
         for table in [Table::Kvs, Table::Tombstones] {
             changes.push(Change {

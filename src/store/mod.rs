@@ -18,6 +18,7 @@
 
 pub mod command;
 pub mod kv;
+pub mod restore;
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -80,6 +81,9 @@ pub struct Tables {
     /// Highest index that modified each table, as Consul's `index` table tracks it.
     pub table_indexes: [u64; TABLE_COUNT],
     pub kv: kv::KvTables,
+    /// A snapshot restore whose chunks are still arriving.
+    #[serde(default)]
+    pub restore: Option<restore::RestoreStaging>,
 }
 
 /// An immutable, shareable version of the state.
@@ -129,6 +133,7 @@ impl Tables {
         self.advance_to(index);
         match command {
             Command::Kv(op) => kv::apply(self, index, op, changes),
+            Command::Restore(op) => restore::apply(self, index, op, changes),
         }
     }
 
