@@ -22,21 +22,21 @@ fn apex_negative_answers_addr_and_edns() {
     assert!(soa.contains("status: NOERROR"), "{soa}");
     assert!(soa.contains(" aa"), "authoritative: {soa}");
     assert!(
-        soa.contains("IN\tSOA\tns.consul. hostmaster.consul."),
+        squash(&soa).contains("IN SOA ns.consul. hostmaster.consul."),
         "{soa}"
     );
 
     let ns = dig(server, &["CONSUL.", "NS"]);
     assert!(ns.contains("dns-node.node.dc1.consul."), "{ns}");
     assert!(
-        ns.contains(&format!("dns-node.node.dc1.consul. 0\tIN\tA\t{}", agent.ip)),
+        squash(&ns).contains(&format!("dns-node.node.dc1.consul. 0 IN A {}", agent.ip)),
         "glue for the name server: {ns}"
     );
 
     let missing = dig(server, &["nothing.node.consul", "A"]);
     assert!(missing.contains("status: NXDOMAIN"), "{missing}");
     assert!(missing.contains("AUTHORITY SECTION"), "{missing}");
-    assert!(missing.contains("IN\tSOA\tns.consul."), "{missing}");
+    assert!(squash(&missing).contains("IN SOA ns.consul."), "{missing}");
 
     let addr = kdig(server, &["c0000201.addr.dc1.consul", "A", "+short"]);
     assert_eq!(addr.trim(), "192.0.2.1");

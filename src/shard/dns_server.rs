@@ -12,9 +12,10 @@
 //! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
 //! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
 
+use crate::api::{Consistency, QueryOptions};
 use crate::dns::{self, recursor, DnsSettings, Handled, Transport, VersionSource};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
-use crate::shard::runtime::Shard;
+use crate::shard::runtime::{ReadPlan, Shard};
 use crate::store::StoreVersion;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
@@ -49,17 +50,32 @@ impl VersionSource for ShardVersion<'_> {
     }
 }
 
-/// Whether this shard may answer from its version now: always with `allow_stale`, else only
-/// on the leader after catching up with every published version.
+/// Whether this shard may answer from its version now, as Consul's DNS reads decide:
+/// `allow_stale` reads this server's version unless it has been out of touch with the leader
+/// for longer than `max_stale`; otherwise only a leader holding its lease answers. DNS does
+/// not forward reads to the leader or wait for a ReadIndex round (that would stall the
+/// socket), so those cases answer SERVFAIL. Either way the shard first catches up with every
+/// published version (one atomic load when it is current), so a write acknowledged on any
+/// shard shows in the next answer.
 fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
-    if settings.config.allow_stale {
-        return true;
+    let options = QueryOptions {
+        min_index: 0,
+        wait: Duration::ZERO,
+        consistency: if settings.config.allow_stale {
+            Consistency::Stale
+        } else {
+            Consistency::Leader
+        },
+        max_stale: Some(settings.config.max_stale),
+        filter: None,
+    };
+    match shard.read_plan(&options) {
+        ReadPlan::Local => {
+            shard.catch_up();
+            true
+        }
+        ReadPlan::Barrier | ReadPlan::Forward => false,
     }
-    if !shard.is_leader() {
-        return false;
-    }
-    shard.catch_up();
-    true
 }
 
 /// Answers one message through the shard's DNS state.

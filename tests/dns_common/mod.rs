@@ -225,3 +225,12 @@ fn upstream_reply(request: &[u8], over_tcp: bool) -> Option<Vec<u8>> {
     }
     reply.to_vec().ok()
 }
+
+/// `dig` output with every run of whitespace turned into one space, line by line, so that
+/// assertions do not depend on its column padding.
+pub fn squash(text: &str) -> String {
+    text.lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
