@@ -145,10 +145,36 @@ fn forward_seed(shard: &Shard, query: &Query) -> u64 {
     nanos ^ ((shard.id as u64) << 56) ^ ((query.id as u64) << 24) ^ rand::random::<u64>()
 }
 
-/// Serves one UDP socket until the shard stops.
-pub async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: UdpSocket) {
+/// Receive loops per UDP socket and shard. With io_uring each loop keeps one receive
+/// outstanding, so while one query is being answered the next is already being received, and
+/// completions that arrive together are reaped by one system call.
+pub const UDP_RECEIVERS_PER_SOCKET: usize = 4;
+
+/// Serves one UDP socket with [`UDP_RECEIVERS_PER_SOCKET`] receive loops until the shard
+/// stops.
+pub fn spawn_udp(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: UdpSocket) {
     let socket = Rc::new(socket);
     let in_flight = Rc::new(Cell::new(0usize));
+    let receivers = std::env::var("PRAETOR_DNS_UDP_RECEIVERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(UDP_RECEIVERS_PER_SOCKET);
+    for _ in 0..receivers {
+        monoio::spawn(udp_loop(
+            shard.clone(),
+            settings.clone(),
+            socket.clone(),
+            in_flight.clone(),
+        ));
+    }
+}
+
+async fn udp_loop(
+    shard: Rc<Shard>,
+    settings: Arc<DnsSettings>,
+    socket: Rc<UdpSocket>,
+    in_flight: Rc<Cell<usize>>,
+) {
     let mut input: Vec<u8> = Vec::with_capacity(UDP_RECEIVE_BYTES_MAX);
     let mut output: Vec<u8> = Vec::with_capacity(4096);
     loop {

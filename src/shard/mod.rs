@@ -442,11 +442,7 @@ fn run_shard(
         for socket in listeners.dns_udp {
             match monoio::net::udp::UdpSocket::from_std(socket) {
                 Ok(socket) => {
-                    monoio::spawn(dns_server::udp_loop(
-                        shard.clone(),
-                        dns_settings.clone(),
-                        socket,
-                    ));
+                    dns_server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
                 }
                 Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
             }
