@@ -152,6 +152,90 @@ impl<'o> JsonWriter<'o> {
         }
     }
 
+    pub fn field_i64(&mut self, name: &str, value: i64) {
+        self.key(name);
+        if value < 0 {
+            self.out.push(b'-');
+        }
+        crate::proto::http::push_u64(self.out, value.unsigned_abs());
+    }
+
+    pub fn field_bool(&mut self, name: &str, value: bool) {
+        self.key(name);
+        self.out
+            .extend_from_slice(if value { b"true" } else { b"false" });
+    }
+
+    pub fn field_null(&mut self, name: &str) {
+        self.key(name);
+        self.out.extend_from_slice(b"null");
+    }
+
+    /// Starts an object as the value of field `name`; close it with `end_object`.
+    pub fn field_object(&mut self, name: &str) {
+        self.key(name);
+        self.out.push(b'{');
+        self.depth += 1;
+        self.first = true;
+    }
+
+    /// Starts an array as the value of field `name`; close it with `end_array`.
+    pub fn field_array(&mut self, name: &str) {
+        self.key(name);
+        self.out.push(b'[');
+        self.depth += 1;
+        self.first = true;
+    }
+
+    /// Writes a field whose value is already-encoded JSON, laid out by serde in the
+    /// writer's style.
+    pub fn field_value(&mut self, name: &str, value: &serde_json::Value) {
+        self.key(name);
+        if self.pretty {
+            let mut nested = Vec::new();
+            write_serde(&mut nested, value, true);
+            // Re-indent the nested document to the current depth.
+            let text = String::from_utf8_lossy(nested.trim_ascii_end()).into_owned();
+            let indent = "    ".repeat(self.depth);
+            let mut first = true;
+            for line in text.lines() {
+                if !first {
+                    self.out.push(b'\n');
+                    self.out.extend_from_slice(indent.as_bytes());
+                }
+                first = false;
+                self.out.extend_from_slice(line.as_bytes());
+            }
+        } else {
+            write_serde(self.out, value, false);
+        }
+    }
+
+    /// Writes `name: {"k": "v", …}` from pairs already in key order, or `null` for `None`.
+    pub fn field_str_map<'s>(
+        &mut self,
+        name: &str,
+        pairs: Option<impl Iterator<Item = (&'s str, &'s str)>>,
+    ) {
+        let Some(pairs) = pairs else {
+            return self.field_null(name);
+        };
+        self.field_object(name);
+        for (k, v) in pairs {
+            self.field_str(k, v);
+        }
+        self.end_object();
+    }
+
+    /// Writes `name: ["a", "b"]`.
+    pub fn field_str_array<'s>(&mut self, name: &str, items: impl Iterator<Item = &'s str>) {
+        self.field_array(name);
+        for item in items {
+            self.array_str(item);
+        }
+        self.end_array();
+    }
+
     pub fn array_str(&mut self, value: &str) {
         self.element_prefix();
         write_str(self.out, value);

@@ -12,10 +12,15 @@
 //! "No cluster leader").
 
 pub mod agent;
+pub mod body;
+pub mod catalog;
 pub mod debug;
+pub mod filter;
+pub mod health;
 pub mod json;
 pub mod kv;
 pub mod operator;
+pub mod render;
 pub mod snapshot;
 pub mod status;
 
@@ -428,7 +433,7 @@ pub fn body_too_large_message(limit: &BodyLimit, body_bytes: u64) -> String {
 }
 
 /// Refuses methods an endpoint does not serve; answers OPTIONS with the allowed list.
-fn allow(
+pub(crate) fn allow(
     request: &Request,
     reply: &mut Reply,
     methods: &'static [&'static str],
@@ -487,6 +492,9 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
             return Ok(Outcome::Done);
         }
         return kv::handle(shard, request, "", reply);
+    }
+    if let Some(outcome) = catalog::route(shard, request, reply) {
+        return outcome;
     }
     let methods: &'static [&'static str] = match path {
         "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {

@@ -16,6 +16,7 @@ pub mod cache;
 pub mod name;
 pub mod recursor;
 pub mod resolve;
+pub mod store_view;
 pub mod view;
 
 use crate::config::DnsConfig;

@@ -7,7 +7,7 @@
 //! missing read is a stale answer, an extra read only a wasted cache entry.
 //!
 //! [`MemoryCatalog`] is a small in-memory implementation for unit tests; the store's own
-//! implementation lives next to the catalog tables.
+//! implementation is in `store_view.rs`.
 
 use crate::store::Table;
 use std::net::IpAddr;
@@ -140,26 +140,6 @@ impl CatalogView for MemoryCatalog {
             .iter()
             .find(|i| i.address.parse::<IpAddr>().ok() == Some(ip))
             .map(|i| i.service_name.clone())
-    }
-}
-
-/// The catalog tables are not in the store yet: a store version has no nodes and no services.
-impl CatalogView for crate::store::Tables {
-    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
-        reads.key(Table::Services, name);
-        Vec::new()
-    }
-    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
-        reads.key(Table::Nodes, name);
-        None
-    }
-    fn node_by_address(&self, _ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
-        reads.table(Table::Nodes);
-        None
-    }
-    fn service_by_address(&self, _ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {
-        reads.table(Table::Services);
-        None
     }
 }
 

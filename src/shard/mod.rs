@@ -468,6 +468,10 @@ fn run_shard(
             monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
             monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
         }
+        if id == 0 {
+            // The agent (local services, checks, anti-entropy) lives on shard 0.
+            monoio::spawn(crate::agent::run(shard.clone()));
+        }
         shard_main_loop(&shard).await;
     });
 }

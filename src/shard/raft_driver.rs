@@ -33,7 +33,7 @@ use crate::shard::runtime::{
 };
 use crate::shard::wal::{self, Wal, WalEntry, WalHardState, WalSnapshot};
 use crate::store::kv::KvOp;
-use crate::store::{Change, ChangeKey, Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{Change, Command, CommandResult, StoreVersion, Tables};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -915,12 +915,7 @@ impl RaftDriver {
         self.membership = meta.membership.clone();
         self.update_transport();
         self.last_snapshot_index = meta.last_index;
-        for table in [Table::Kvs, Table::Tombstones] {
-            changes.push(Change {
-                table,
-                key: ChangeKey::All,
-            });
-        }
+        changes.extend(crate::store::changes_everywhere());
         log::info!(
             "raft: installed snapshot at index {} from the leader",
             meta.last_index

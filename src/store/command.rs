@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub enum Command {
     Kv(KvOp),
     Restore(RestoreOp),
+    Catalog(super::catalog::CatalogOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -16,6 +16,7 @@
 //! - every row's `ModifyIndex` is ≤ the index of its table, which is ≤ `Tables::index`.
 //! - a command either applies completely or not at all (a failed CAS changes nothing).
 
+pub mod catalog;
 pub mod command;
 pub mod kv;
 pub mod restore;
@@ -41,6 +42,43 @@ pub enum Table {
     ConfigEntries = 9,
     Intentions = 10,
     Events = 11,
+    /// Watch namespace for Consul's per-service `service.<name>` index: keyed by folded
+    /// service name, changed whenever a health or catalog query of that service would
+    /// answer differently. No rows of its own.
+    ServiceIndex = 12,
+    /// Watch namespace for "the services on node N changed", keyed by folded node name.
+    NodeServices = 13,
+}
+
+impl Table {
+    /// Every table, for changes that touch the whole state (snapshot install, restore).
+    pub const ALL: [Table; 14] = [
+        Table::Kvs,
+        Table::Tombstones,
+        Table::Sessions,
+        Table::Nodes,
+        Table::Services,
+        Table::Checks,
+        Table::Coordinates,
+        Table::PreparedQueries,
+        Table::Acl,
+        Table::ConfigEntries,
+        Table::Intentions,
+        Table::Events,
+        Table::ServiceIndex,
+        Table::NodeServices,
+    ];
+}
+
+/// One `ChangeKey::All` per table: everything may have changed.
+pub fn changes_everywhere() -> Vec<Change> {
+    Table::ALL
+        .iter()
+        .map(|table| Change {
+            table: *table,
+            key: ChangeKey::All,
+        })
+        .collect()
 }
 
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
@@ -81,6 +119,8 @@ pub struct Tables {
     /// Highest index that modified each table, as Consul's `index` table tracks it.
     pub table_indexes: [u64; TABLE_COUNT],
     pub kv: kv::KvTables,
+    #[serde(default)]
+    pub catalog: catalog::CatalogTables,
     /// A snapshot restore whose chunks are still arriving.
     #[serde(default)]
     pub restore: Option<restore::RestoreStaging>,
@@ -133,6 +173,7 @@ impl Tables {
         self.advance_to(index);
         match command {
             Command::Kv(op) => kv::apply(self, index, op, changes),
+            Command::Catalog(op) => catalog::apply::apply(self, index, op, changes),
             Command::Restore(op) => restore::apply(self, index, op, changes),
         }
     }

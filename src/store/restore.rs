@@ -10,7 +10,7 @@
 //! Indexes: the restored rows keep their own indexes, but every table index is raised to the
 //! commit's Raft index, so blocking queries see their index move and re-read.
 
-use super::{Change, ChangeKey, CommandResult, Table, Tables};
+use super::{Change, CommandResult, Tables};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -129,19 +129,7 @@ pub(super) fn apply(
             }
             restored.restore = None;
             *tables = restored;
-            for table in [
-                Table::Kvs,
-                Table::Tombstones,
-                Table::Sessions,
-                Table::Nodes,
-                Table::Services,
-                Table::Checks,
-            ] {
-                changes.push(Change {
-                    table,
-                    key: ChangeKey::All,
-                });
-            }
+            changes.extend(crate::store::changes_everywhere());
             CommandResult::Bool(true)
         }
     }
@@ -151,6 +139,7 @@ pub(super) fn apply(
 mod tests {
     use super::super::kv::{self, KvOp};
     use super::super::Command;
+    use super::super::{ChangeKey, Table};
     use super::*;
 
     fn state_with(key: &str) -> Vec<u8> {

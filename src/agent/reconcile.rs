@@ -1,0 +1,175 @@
+//! The leader's reconciliation of cluster members into the catalog, as Consul's leader does
+//! it: every live member is a node with a passing `serfHealth` check, and every server also
+//! carries the `consul` service. Until gossip lands the only member is this agent itself;
+//! gossip will call [`member_registration`] for every member it knows.
+//!
+//! A registration is produced only when the catalog differs from what it should be, so the
+//! reconcile loop costs a lookup per member when nothing changed.
+
+use crate::agent::catalog_client::NodeState;
+use crate::store::catalog::rows::Status;
+use crate::store::catalog::{
+    CheckRegistration, Registration, ServiceRegistration, Weights, SERF_CHECK_ID, SERF_CHECK_NAME,
+};
+
+/// The output Consul gives a passing serf check.
+pub const SERF_ALIVE_OUTPUT: &str = "Agent alive and reachable";
+/// The ID and name of the service every server registers.
+pub const CONSUL_SERVICE: &str = "consul";
+
+/// A cluster member as the leader sees it.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub name: String,
+    pub id: String,
+    pub address: String,
+    pub datacenter: String,
+    /// Server RPC port when the member is a server.
+    pub server_port: Option<u16>,
+}
+
+fn consul_service(port: u16) -> ServiceRegistration {
+    ServiceRegistration {
+        id: CONSUL_SERVICE.into(),
+        name: CONSUL_SERVICE.into(),
+        port: port as i32,
+        weights: Some(Weights::default()),
+        meta: vec![
+            ("non_voter".into(), "false".into()),
+            ("read_replica".into(), "false".into()),
+            ("raft_version".into(), "3".into()),
+            ("serf_protocol_current".into(), "2".into()),
+            ("serf_protocol_min".into(), "1".into()),
+            ("serf_protocol_max".into(), "5".into()),
+            ("version".into(), crate::CONSUL_API_VERSION.into()),
+        ],
+        ..Default::default()
+    }
+}
+
+/// The registration that makes `member` alive in the catalog, or `None` when the catalog
+/// already says so. Existing tagged addresses and node meta (which the member's own agent
+/// maintains) are kept.
+pub fn member_registration(member: &Member, current: &NodeState) -> Option<Registration> {
+    let service = member.server_port.map(consul_service);
+    let serf_passing = current.checks.iter().any(|c| {
+        c.check_id.eq_ignore_ascii_case(SERF_CHECK_ID)
+            && c.service_id.is_empty()
+            && c.status == Status::Passing
+            && *c.output == *SERF_ALIVE_OUTPUT
+    });
+    let node_matches = current
+        .node
+        .as_ref()
+        .is_some_and(|n| *n.address == *member.address && *n.id == *member.id);
+    let service_matches = match &service {
+        None => true,
+        Some(wanted) => current.services.iter().any(|s| {
+            *s.id == *CONSUL_SERVICE
+                && s.port == wanted.port
+                && s.meta.len() == wanted.meta.len()
+                && wanted
+                    .meta
+                    .iter()
+                    .all(|(k, v)| s.meta.get(k).is_some_and(|have| **have == **v))
+        }),
+    };
+    if serf_passing && node_matches && service_matches {
+        return None;
+    }
+    let (tagged_addresses, node_meta) = match &current.node {
+        Some(node) => (
+            node.tagged_addresses
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            node.meta
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    Some(Registration {
+        id: member.id.clone(),
+        node: member.name.clone(),
+        address: member.address.clone(),
+        datacenter: member.datacenter.clone(),
+        tagged_addresses,
+        node_meta,
+        service,
+        checks: vec![CheckRegistration {
+            node: member.name.clone(),
+            check_id: SERF_CHECK_ID.into(),
+            name: SERF_CHECK_NAME.into(),
+            status: "passing".into(),
+            output: SERF_ALIVE_OUTPUT.into(),
+            ..Default::default()
+        }],
+        skip_node_update: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::catalog_client::node_state_in;
+    use crate::store::catalog::CatalogOp;
+    use crate::store::{Command, Tables};
+    use std::sync::Arc;
+
+    #[test]
+    fn reconcile_registers_once_and_keeps_agent_metadata() {
+        let member = Member {
+            name: "s1".into(),
+            id: "a6c7a2fa-3d83-4e2b-9b66-0b8d8f2a4c11".into(),
+            address: "10.0.0.1".into(),
+            datacenter: "dc1".into(),
+            server_port: Some(8300),
+        };
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        // The agent's own anti-entropy registered the node with metadata first.
+        let agent_node = Registration {
+            id: member.id.clone(),
+            node: "s1".into(),
+            address: "10.0.0.1".into(),
+            datacenter: "dc1".into(),
+            node_meta: vec![("consul-version".into(), "x".into())],
+            ..Default::default()
+        };
+        tables.apply(
+            1,
+            &Command::Catalog(CatalogOp::Register(Box::new(agent_node))),
+            &mut changes,
+        );
+        let version = Arc::new(tables.clone());
+        let reg = member_registration(&member, &node_state_in(&version, "s1")).expect("registers");
+        assert_eq!(
+            reg.node_meta,
+            vec![("consul-version".to_string(), "x".to_string())]
+        );
+        tables.apply(
+            2,
+            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+            &mut changes,
+        );
+        let version = Arc::new(tables);
+        let state = node_state_in(&version, "s1");
+        assert!(
+            member_registration(&member, &state).is_none(),
+            "nothing left to do"
+        );
+        assert_eq!(state.services.len(), 1);
+        assert_eq!(
+            &*state
+                .node
+                .unwrap()
+                .meta
+                .get("consul-version")
+                .unwrap()
+                .clone(),
+            "x"
+        );
+    }
+}

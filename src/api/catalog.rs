@@ -1,0 +1,933 @@
+//! `/v1/catalog/*`: register and deregister, and the blocking-capable reads of nodes and
+//! services, with Consul's parameters (`tag` repeatable, `node-meta`, `filter`, `near`
+//! accepted) and answers.
+//!
+//! Every read is a [`Query`] whose `WatchSet` names exactly what it depends on: one service's
+//! index key for service queries, one node's keys for node queries, the table for lists.
+
+use super::body::{parse_json, Obj};
+use super::filter::{self, Filter};
+use super::json::JsonWriter;
+use super::render;
+use super::{
+    query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+};
+use crate::shard::watch::WatchSet;
+use crate::shard::Shard;
+use crate::store::catalog::read;
+use crate::store::catalog::rows::fold;
+use crate::store::catalog::{
+    CatalogOp, CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
+};
+use crate::store::{Command, CommandResult, Table, Tables};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Most checks one registration may carry.
+pub const REGISTRATION_CHECKS_MAX: usize = 256;
+/// Most tags one service may carry.
+pub const SERVICE_TAGS_MAX: usize = 1024;
+/// Consul's limits on metadata: pairs, key length, value length.
+pub const META_PAIRS_MAX: usize = 64;
+pub const META_KEY_BYTES_MAX: usize = 128;
+pub const META_VALUE_BYTES_MAX: usize = 512;
+/// Longest node, service or check name or ID.
+pub const NAME_BYTES_MAX: usize = 1024;
+
+/// Consul's metadata rules: at most 64 pairs, keys of letters, digits, `_` and `-` up to 128
+/// bytes, values up to 512 bytes, and (unless allowed) no `consul-` prefix.
+pub fn validate_meta(pairs: &[(String, String)], allow_consul_prefix: bool) -> Result<(), String> {
+    if pairs.len() > META_PAIRS_MAX {
+        return Err(format!(
+            "Node metadata cannot contain more than {META_PAIRS_MAX} key/value pairs"
+        ));
+    }
+    for (key, value) in pairs {
+        let problem = if key.is_empty() {
+            Some("Key cannot be blank".to_string())
+        } else if !key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            Some("Key contains invalid characters".to_string())
+        } else if key.len() > META_KEY_BYTES_MAX {
+            Some(format!(
+                "Key is too long (limit: {META_KEY_BYTES_MAX} characters)"
+            ))
+        } else if key.starts_with("consul-") && !allow_consul_prefix {
+            Some("Key prefix 'consul-' is reserved for internal use".to_string())
+        } else if value.len() > META_VALUE_BYTES_MAX {
+            Some(format!(
+                "Value is too long (limit: {META_VALUE_BYTES_MAX} characters)"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(format!(
+                "Couldn't load metadata pair ('{key}', '{value}'): {problem}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_name(what: &str, value: &str) -> Result<(), String> {
+    if value.len() > NAME_BYTES_MAX {
+        return Err(format!("{what} exceeds {NAME_BYTES_MAX} bytes"));
+    }
+    Ok(())
+}
+
+/// Whether an address is the "any" address, which Consul refuses for services.
+pub fn is_any_address(address: &str) -> bool {
+    matches!(address, "0.0.0.0" | "::" | "[::]")
+}
+
+/// `Weights` as a client sends it.
+pub fn parse_weights(obj: &Obj) -> Result<Option<Weights>, String> {
+    let Some(w) = obj.obj(&["weights"])? else {
+        return Ok(None);
+    };
+    Ok(Some(Weights {
+        passing: w.bounded(&["passing"], 0, u32::MAX as i64)? as u32,
+        warning: w.bounded(&["warning"], 0, u32::MAX as i64)? as u32,
+    }))
+}
+
+/// A service's `TaggedAddresses`: `{"lan": {"Address": "…", "Port": 80}}`.
+pub fn parse_service_tagged_addresses(obj: &Obj) -> Result<Vec<(String, String, i32)>, String> {
+    let Some(map) = obj.obj(&["taggedaddresses"])? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (tag, value) in map.map() {
+        let entry = Obj::new(value).map_err(|e| format!("TaggedAddresses.{tag}: {e}"))?;
+        out.push((
+            tag.clone(),
+            entry.string(&["address"])?,
+            entry.bounded(&["port"], 0, 65535)? as i32,
+        ));
+    }
+    Ok(out)
+}
+
+/// Consul's `NodeService` in a registration body (`Service`).
+pub fn parse_service(obj: &Obj) -> Result<ServiceRegistration, String> {
+    let meta = obj.str_map(&["meta", "servicemeta"])?;
+    validate_meta(&meta, false).map_err(|e| format!("Invalid Service Meta: {e}"))?;
+    let tags = obj.str_list(&["tags", "servicetags"])?;
+    if tags.len() > SERVICE_TAGS_MAX {
+        return Err(format!(
+            "a service may carry at most {SERVICE_TAGS_MAX} tags"
+        ));
+    }
+    let service = ServiceRegistration {
+        kind: obj.string(&["kind", "servicekind"])?,
+        id: obj.string(&["id", "serviceid"])?,
+        name: obj.string(&["service", "name", "servicename"])?,
+        tags,
+        address: obj.string(&["address", "serviceaddress"])?,
+        tagged_addresses: parse_service_tagged_addresses(obj)?,
+        meta,
+        port: obj.bounded(&["port", "serviceport"], 0, 65535)? as i32,
+        weights: parse_weights(obj)?,
+        enable_tag_override: obj.bool(&["enabletagoverride", "serviceenabletagoverride"])?,
+        socket_path: obj.string(&["socketpath"])?,
+        proxy_json: match obj.get(&["proxy"]) {
+            Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => {
+                Some(value.to_string())
+            }
+            _ => None,
+        },
+        connect_native: match obj.obj(&["connect"])? {
+            Some(c) => c.bool(&["native"])?,
+            None => false,
+        },
+    };
+    check_name("service name", &service.name)?;
+    check_name("service ID", &service.id)?;
+    if is_any_address(&service.address) {
+        return Err("Invalid service address".to_string());
+    }
+    Ok(service)
+}
+
+/// Consul's `HealthCheckDefinition` (catalog) or the flat check fields (agent).
+pub fn parse_check_definition(obj: &Obj) -> Result<CheckDefinition, String> {
+    let header = match obj.obj(&["header"])? {
+        None => Vec::new(),
+        Some(h) => {
+            let mut pairs = Vec::new();
+            for (name, value) in h.map() {
+                let values = match value {
+                    serde_json::Value::String(s) => vec![s.clone()],
+                    serde_json::Value::Array(items) => items
+                        .iter()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_string)
+                                .ok_or_else(|| format!("Header.{name}: expected strings"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                    _ => return Err(format!("Header.{name}: expected a list of strings")),
+                };
+                pairs.push((name.clone(), values));
+            }
+            pairs
+        }
+    };
+    let mut script_args = obj.str_list(&["scriptargs", "args"])?;
+    if script_args.is_empty() {
+        // Consul's older single `Script` string runs through a shell.
+        if let Some(script) = obj.opt_string(&["script"])?.filter(|s| !s.is_empty()) {
+            script_args = vec!["/bin/sh".into(), "-c".into(), script];
+        }
+    }
+    Ok(CheckDefinition {
+        http: obj.string(&["http"])?,
+        tls_server_name: obj.string(&["tlsservername"])?,
+        tls_skip_verify: obj.bool(&["tlsskipverify"])?,
+        header,
+        method: obj.string(&["method"])?,
+        body: obj.string(&["body"])?,
+        disable_redirects: obj.bool(&["disableredirects"])?,
+        tcp: obj.string(&["tcp"])?,
+        udp: obj.string(&["udp"])?,
+        grpc: obj.string(&["grpc"])?,
+        grpc_use_tls: obj.bool(&["grpcusetls"])?,
+        interval_ns: obj.duration_ns(&["interval"])?,
+        timeout_ns: obj.duration_ns(&["timeout"])?,
+        ttl_ns: obj.duration_ns(&["ttl"])?,
+        deregister_critical_service_after_ns: obj
+            .duration_ns(&["deregistercriticalserviceafter"])?,
+        script_args,
+        alias_node: obj.string(&["aliasnode"])?,
+        alias_service: obj.string(&["aliasservice"])?,
+        output_max_size: obj.bounded(&["outputmaxsize"], 0, i64::MAX)? as u64,
+    })
+}
+
+/// Consul's `CheckType.Type()`: the kind of check a definition describes.
+pub fn check_type_of(def: &CheckDefinition) -> &'static str {
+    if !def.grpc.is_empty() {
+        "grpc"
+    } else if !def.http.is_empty() {
+        "http"
+    } else if !def.tcp.is_empty() {
+        "tcp"
+    } else if !def.udp.is_empty() {
+        "udp"
+    } else if def.ttl_ns > 0 {
+        "ttl"
+    } else if !def.script_args.is_empty() {
+        "script"
+    } else if !def.alias_service.is_empty() || !def.alias_node.is_empty() {
+        "alias"
+    } else {
+        ""
+    }
+}
+
+fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, String> {
+    let definition = match obj.obj(&["definition"])? {
+        Some(def) => parse_check_definition(&def)?,
+        None => CheckDefinition::default(),
+    };
+    let name = obj.string(&["name"])?;
+    let mut check_id = obj.string(&["checkid", "id"])?;
+    if check_id.is_empty() {
+        check_id = name.clone();
+    }
+    check_name("check ID", &check_id)?;
+    let mut kind = obj.string(&["type"])?;
+    if kind.is_empty() {
+        kind = check_type_of(&definition).to_string();
+    }
+    let node_field = obj.string(&["node"])?;
+    Ok(CheckRegistration {
+        node: if node_field.is_empty() {
+            node.to_string()
+        } else {
+            node_field
+        },
+        check_id,
+        name,
+        status: obj.string(&["status"])?,
+        notes: obj.string(&["notes"])?,
+        output: obj.string(&["output"])?,
+        service_id: obj.string(&["serviceid"])?,
+        kind,
+        interval: obj.string(&["interval"])?,
+        timeout: obj.string(&["timeout"])?,
+        exposed_port: obj.bounded(&["exposedport"], 0, 65535)? as i32,
+        definition: Some(definition),
+    })
+}
+
+/// Decodes `/v1/catalog/register`'s body (Consul's `RegisterRequest`).
+pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Registration, String> {
+    let value = parse_json(body)?;
+    let obj = Obj::new(&value)?;
+    let node = obj.string(&["node"])?;
+    check_name("node name", &node)?;
+    let node_meta = obj.str_map(&["nodemeta"])?;
+    validate_meta(&node_meta, true)?;
+    let mut checks = Vec::new();
+    if let Some(check) = obj.obj(&["check"])? {
+        checks.push(parse_catalog_check(&check, &node)?);
+    }
+    for check in obj.obj_list(&["checks"])? {
+        checks.push(parse_catalog_check(&check, &node)?);
+    }
+    if checks.len() > REGISTRATION_CHECKS_MAX {
+        return Err(format!(
+            "a registration may carry at most {REGISTRATION_CHECKS_MAX} checks"
+        ));
+    }
+    let mut datacenter = obj.string(&["datacenter"])?;
+    if datacenter.is_empty() {
+        datacenter = default_datacenter.to_string();
+    }
+    Ok(Registration {
+        id: obj.string(&["id"])?.to_lowercase(),
+        node,
+        address: obj.string(&["address"])?,
+        datacenter,
+        tagged_addresses: obj.str_map(&["taggedaddresses"])?,
+        node_meta,
+        service: match obj.obj(&["service"])? {
+            Some(s) => Some(parse_service(&s)?),
+            None => None,
+        },
+        checks,
+        skip_node_update: obj.bool(&["skipnodeupdate"])?,
+    })
+}
+
+/// `true` or the store's refusal, as Consul answers catalog writes.
+fn write_result(command: Command) -> Outcome {
+    Outcome::Write(WriteOp {
+        command,
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Bool(_) => reply.json_bool(true),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+        }),
+    })
+}
+
+fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError> {
+    if datacenter.is_empty() || datacenter.eq_ignore_ascii_case(&shard.config().datacenter) {
+        Ok(())
+    } else {
+        Err(ApiError::Internal("No path to datacenter".to_string()))
+    }
+}
+
+/// `PUT /v1/catalog/register`.
+pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    let registration = parse_registration(request.body, &shard.config().datacenter)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    check_body_datacenter(shard, &registration.datacenter)?;
+    Ok(write_result(Command::Catalog(CatalogOp::Register(
+        Box::new(registration),
+    ))))
+}
+
+/// `PUT /v1/internal/praetor/catalog-apply`: a catalog command encoded as a Raft payload,
+/// sent by an agent on a follower to the leader. Only catalog commands are accepted, and the
+/// store validates them as it validates every registration.
+pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
+    let command = Command::decode(request.body).map_err(ApiError::bad_request)?;
+    if !matches!(command, Command::Catalog(_)) {
+        return Err(ApiError::bad_request(
+            "only catalog commands are accepted here",
+        ));
+    }
+    Ok(write_result(command))
+}
+
+/// `PUT /v1/catalog/deregister`.
+pub fn deregister(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    let decode = || -> Result<CatalogOp, String> {
+        let value = parse_json(request.body)?;
+        let obj = Obj::new(&value)?;
+        Ok(CatalogOp::Deregister {
+            node: obj.string(&["node"])?,
+            service_id: obj.string(&["serviceid"])?,
+            check_id: obj.string(&["checkid"])?,
+        })
+    };
+    let op = decode().map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    if let CatalogOp::Deregister { node, .. } = &op {
+        if node.is_empty() {
+            return Err(ApiError::bad_request("Must provide node"));
+        }
+    }
+    Ok(write_result(Command::Catalog(op)))
+}
+
+/// `node-meta=key:value`, repeatable.
+pub fn node_meta_filters(request: &Request) -> Vec<(String, String)> {
+    request
+        .query
+        .get_all("node-meta")
+        .map(|pair| match pair.split_once(':') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (pair.to_string(), String::new()),
+        })
+        .collect()
+}
+
+/// Parses `?filter` against the endpoint's schema; a bad expression is a 400.
+pub fn parse_filter(request: &Request, schema: filter::Schema) -> Result<Option<Filter>, ApiError> {
+    match request.query.get("filter") {
+        None => Ok(None),
+        Some(text) => Filter::parse(text, schema).map_err(|e| {
+            ApiError::bad_request(format!(
+                "Failed to create boolean expression evaluator: {e}"
+            ))
+        }),
+    }
+}
+
+fn meta_headers(meta: QueryMeta) -> Vec<u8> {
+    let mut headers = Vec::with_capacity(160);
+    meta.write_headers(&mut headers);
+    headers
+}
+
+/// `GET /v1/catalog/nodes`.
+pub fn nodes(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    let query = NodesQuery {
+        node_meta: node_meta_filters(request),
+        filter: parse_filter(request, filter::NODE)?,
+    };
+    run_query(shard, query, options, reply)
+}
+
+struct NodesQuery {
+    node_meta: Vec<(String, String)>,
+    filter: Option<Filter>,
+}
+
+impl Query for NodesQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            read::nodes_index(tables),
+            WatchSet::new().table(Table::Nodes),
+        )
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let mut body = Vec::with_capacity(256 + tables.catalog.nodes.len() * 256);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_array();
+        for entry in tables.catalog.nodes.values() {
+            if !entry.node.meta.satisfies(&self.node_meta) {
+                continue;
+            }
+            if let Some(filter) = &self.filter {
+                if !filter.matches(&render::as_value(|w| render::node(w, &entry.node))) {
+                    continue;
+                }
+            }
+            render::node(&mut w, &entry.node);
+        }
+        w.end_array();
+        w.finish();
+        reply.json_bytes(200, &meta_headers(meta), &body);
+    }
+}
+
+/// `GET /v1/catalog/services`.
+pub fn services(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    let query = ServicesQuery {
+        node_meta: node_meta_filters(request),
+        filter: parse_filter(request, filter::SERVICE_NODE)?,
+    };
+    run_query(shard, query, options, reply)
+}
+
+struct ServicesQuery {
+    node_meta: Vec<(String, String)>,
+    filter: Option<Filter>,
+}
+
+impl Query for ServicesQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        if self.node_meta.is_empty() {
+            (
+                read::services_index(tables),
+                WatchSet::new().table(Table::Services),
+            )
+        } else {
+            (
+                read::node_services_index(tables),
+                WatchSet::new().table(Table::Services).table(Table::Nodes),
+            )
+        }
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        // Go prints map keys sorted; tags are listed once each, sorted.
+        let mut services: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+        for group in tables.catalog.services.values() {
+            for instance in group.instances.values() {
+                if !self.node_meta.is_empty() || self.filter.is_some() {
+                    let Some(entry) = tables.catalog.node(&instance.node) else {
+                        continue;
+                    };
+                    if !entry.node.meta.satisfies(&self.node_meta) {
+                        continue;
+                    }
+                    if let Some(filter) = &self.filter {
+                        let row =
+                            render::as_value(|w| render::service_node(w, &entry.node, instance));
+                        if !filter.matches(&row) {
+                            continue;
+                        }
+                    }
+                }
+                services
+                    .entry(&instance.name)
+                    .or_default()
+                    .extend(instance.tags.iter().map(|t| &**t));
+            }
+        }
+        let mut body = Vec::with_capacity(64 + services.len() * 48);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_object();
+        for (name, tags) in &services {
+            w.field_str_array(name, tags.iter().copied());
+        }
+        w.end_object();
+        w.finish();
+        reply.json_bytes(200, &meta_headers(meta), &body);
+    }
+}
+
+/// Which answer a single-service query gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceView {
+    /// `/v1/catalog/service/<s>`: `ServiceNode`s.
+    Catalog,
+    /// `/v1/catalog/connect/<s>`: Connect-capable instances; empty until Connect lands.
+    Connect,
+    /// `/v1/health/service/<s>`: `CheckServiceNode`s.
+    Health,
+    /// `/v1/health/connect/<s>`.
+    HealthConnect,
+    /// `/v1/health/checks/<s>`: the service's `HealthCheck`s.
+    Checks,
+}
+
+/// A query about one service. Watches only that service's index key, so a change to any
+/// other service never wakes it.
+pub struct ServiceQuery {
+    pub view: ServiceView,
+    pub service: Arc<str>,
+    pub folded: Arc<str>,
+    pub tags: Vec<String>,
+    pub node_meta: Vec<(String, String)>,
+    pub passing: bool,
+    pub filter: Option<Filter>,
+    /// Whether this is a blocking query (its wake-ups may share a rendered body).
+    pub blocking: bool,
+    pub cache_key: Rc<str>,
+}
+
+impl ServiceQuery {
+    pub fn new(
+        view: ServiceView,
+        request: &Request,
+        service: &str,
+        passing: bool,
+        blocking: bool,
+        schema: filter::Schema,
+    ) -> Result<ServiceQuery, ApiError> {
+        let tags: Vec<String> = request.query.get_all("tag").map(str::to_string).collect();
+        let node_meta = node_meta_filters(request);
+        let filter_text = request.query.get("filter").unwrap_or("");
+        let filter = parse_filter(request, schema)?;
+        let cache_key: Rc<str> = Rc::from(format!(
+            "{view:?}\u{0}{service}\u{0}{passing}\u{0}{tags:?}\u{0}{node_meta:?}\u{0}{filter_text}"
+        ));
+        Ok(ServiceQuery {
+            view,
+            service: Arc::from(service),
+            folded: Arc::from(&*fold(service)),
+            tags,
+            node_meta,
+            passing,
+            filter,
+            blocking,
+            cache_key,
+        })
+    }
+
+    fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
+        let mut w = JsonWriter::new(body, pretty);
+        w.begin_array();
+        let group = match self.view {
+            ServiceView::Connect | ServiceView::HealthConnect => None,
+            _ => tables.catalog.group(&self.service),
+        };
+        if let Some(group) = group {
+            match self.view {
+                ServiceView::Catalog => {
+                    for (key, instance) in group.instances.iter() {
+                        let Some(entry) = tables.catalog.nodes.get(&*key.node) else {
+                            continue;
+                        };
+                        if !self.keep(&entry.node, instance) {
+                            continue;
+                        }
+                        if let Some(filter) = &self.filter {
+                            let row = render::as_value(|w| {
+                                render::service_node(w, &entry.node, instance)
+                            });
+                            if !filter.matches(&row) {
+                                continue;
+                            }
+                        }
+                        render::service_node(&mut w, &entry.node, instance);
+                    }
+                }
+                ServiceView::Health => {
+                    for row in read::check_service_nodes_of_group(tables, group) {
+                        if !self.keep(row.node, row.service) || (self.passing && !row.all_passing())
+                        {
+                            continue;
+                        }
+                        if let Some(filter) = &self.filter {
+                            if !filter
+                                .matches(&render::as_value(|w| render::check_service_node(w, &row)))
+                            {
+                                continue;
+                            }
+                        }
+                        render::check_service_node(&mut w, &row);
+                    }
+                }
+                ServiceView::Checks => {
+                    for (key, instance) in group.instances.iter() {
+                        let Some(entry) = tables.catalog.nodes.get(&*key.node) else {
+                            continue;
+                        };
+                        if !self.keep(&entry.node, instance) {
+                            continue;
+                        }
+                        for check in read::instance_checks(entry, &instance.id) {
+                            if let Some(filter) = &self.filter {
+                                if !filter
+                                    .matches(&render::as_value(|w| render::health_check(w, check)))
+                                {
+                                    continue;
+                                }
+                            }
+                            render::health_check(&mut w, check);
+                        }
+                    }
+                }
+                ServiceView::Connect | ServiceView::HealthConnect => {}
+            }
+        }
+        w.end_array();
+        w.finish();
+    }
+
+    /// The `tag` and `node-meta` filters.
+    fn keep(
+        &self,
+        node: &crate::store::catalog::Node,
+        instance: &crate::store::catalog::ServiceInstance,
+    ) -> bool {
+        self.tags.iter().all(|t| instance.has_tag(t)) && node.meta.satisfies(&self.node_meta)
+    }
+}
+
+impl Query for ServiceQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            read::service_index(tables, &self.service),
+            WatchSet::new().key(Table::ServiceIndex, self.folded.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let headers = meta_headers(meta);
+        if self.blocking {
+            let body = render::cached_body(&self.cache_key, tables.index, reply.pretty, |body| {
+                self.render(tables, reply.pretty, body)
+            });
+            reply.json_bytes(200, &headers, &body);
+        } else {
+            let mut body = Vec::with_capacity(1024);
+            self.render(tables, reply.pretty, &mut body);
+            reply.json_bytes(200, &headers, &body);
+        }
+    }
+}
+
+/// `GET /v1/catalog/service/<s>` and `/v1/catalog/connect/<s>`.
+pub fn service(
+    shard: &Shard,
+    request: &Request,
+    name: &str,
+    connect: bool,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing service name"));
+    }
+    let view = if connect {
+        ServiceView::Connect
+    } else {
+        ServiceView::Catalog
+    };
+    let query = ServiceQuery::new(
+        view,
+        request,
+        name,
+        false,
+        options.is_blocking(),
+        filter::SERVICE_NODE,
+    )?;
+    run_query(shard, query, options, reply)
+}
+
+/// `/v1/catalog/node/<n>` (a map of services) or `/v1/catalog/node-services/<n>` (a list).
+struct NodeQuery {
+    node: Arc<str>,
+    folded: Arc<str>,
+    as_list: bool,
+    filter: Option<Filter>,
+}
+
+impl Query for NodeQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            read::node_services_index(tables),
+            WatchSet::new()
+                .key(Table::Nodes, self.folded.clone())
+                .key(Table::NodeServices, self.folded.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let entry = tables.catalog.node(&self.node);
+        let mut body = Vec::with_capacity(1024);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        match entry {
+            None if !self.as_list => {
+                body.extend_from_slice(if reply.pretty { b"null\n" } else { b"null" });
+                reply.json_bytes(200, &meta_headers(meta), &body);
+                return;
+            }
+            None => {
+                w.begin_object();
+                w.field_null("Node");
+                w.field_array("Services");
+                w.end_array();
+                w.end_object();
+            }
+            Some(entry) => {
+                let services = entry.services.values().filter(|s| match &self.filter {
+                    None => true,
+                    Some(filter) => {
+                        filter.matches(&render::as_value(|w| render::node_service(w, s)))
+                    }
+                });
+                w.begin_object();
+                w.field_object("Node");
+                render::node_fields(&mut w, &entry.node);
+                w.end_object();
+                if self.as_list {
+                    w.field_array("Services");
+                    for service in services {
+                        render::node_service(&mut w, service);
+                    }
+                    w.end_array();
+                } else {
+                    // Keyed by service ID, in Go's sorted-key order.
+                    let mut sorted: Vec<_> = services.collect();
+                    sorted.sort_by(|a, b| a.id.cmp(&b.id));
+                    w.field_object("Services");
+                    for service in sorted {
+                        w.field_object(&service.id);
+                        render::node_service_fields(&mut w, service);
+                        w.end_object();
+                    }
+                    w.end_object();
+                }
+                w.end_object();
+            }
+        }
+        w.finish();
+        reply.json_bytes(200, &meta_headers(meta), &body);
+    }
+}
+
+/// `GET /v1/catalog/node/<n>` and `/v1/catalog/node-services/<n>`.
+pub fn node(
+    shard: &Shard,
+    request: &Request,
+    name: &str,
+    as_list: bool,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing node name"));
+    }
+    let query = NodeQuery {
+        node: Arc::from(name),
+        folded: Arc::from(&*fold(name)),
+        as_list,
+        filter: parse_filter(request, filter::NODE_SERVICE)?,
+    };
+    run_query(shard, query, options, reply)
+}
+
+const GET: &[&str] = &["GET"];
+const PUT: &[&str] = &["PUT"];
+
+/// Routes `/v1/catalog/*` and `/v1/health/*`; `None` for paths it does not serve.
+pub fn route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    let path = request.path;
+    type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
+    let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
+        if path == "/v1/catalog/register" {
+            (PUT, |s, r, _, _| register(s, r), "")
+        } else if path == crate::agent::catalog_client::APPLY_PATH {
+            (PUT, |_, r, _, _| internal_apply(r), "")
+        } else if path == "/v1/catalog/deregister" {
+            (PUT, |s, r, _, _| deregister(s, r), "")
+        } else if path == "/v1/catalog/nodes" {
+            (GET, |s, r, _, o| nodes(s, r, o), "")
+        } else if path == "/v1/catalog/services" {
+            (GET, |s, r, _, o| services(s, r, o), "")
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/service/") {
+            (GET, |s, r, n, o| service(s, r, n, false, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/connect/") {
+            (GET, |s, r, n, o| service(s, r, n, true, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/node/") {
+            (GET, |s, r, n, o| node(s, r, n, false, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/node-services/") {
+            (GET, |s, r, n, o| node(s, r, n, true, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/health/service/") {
+            (
+                GET,
+                |s, r, n, o| super::health::service(s, r, n, false, o),
+                rest,
+            )
+        } else if let Some(rest) = path.strip_prefix("/v1/health/connect/") {
+            (
+                GET,
+                |s, r, n, o| super::health::service(s, r, n, true, o),
+                rest,
+            )
+        } else if let Some(rest) = path.strip_prefix("/v1/health/checks/") {
+            (GET, super::health::service_checks, rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/health/node/") {
+            (GET, super::health::node, rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/health/state/") {
+            (GET, super::health::state, rest)
+        } else {
+            return None;
+        };
+    Some(match super::allow(request, reply, methods) {
+        Ok(true) => handler(shard, request, rest, reply),
+        Ok(false) => Ok(Outcome::Done),
+        Err(e) => Err(e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_bodies_decode_leniently() {
+        let body = br#"{"node":"n1","address":"10.0.0.1","NodeMeta":{"consul-version":"1"},
+            "service":{"service":"web","tags":["a"],"port":"80","weights":{"passing":3,"warning":0},
+                       "tagged_addresses":{"lan":{"address":"10.0.0.1","port":80}}},
+            "check":{"name":"web check","serviceid":"web","status":"passing",
+                     "definition":{"http":"http://x","interval":"10s"}}}"#;
+        let reg = parse_registration(body, "dc1").unwrap();
+        assert_eq!(reg.datacenter, "dc1");
+        let service = reg.service.unwrap();
+        assert_eq!((service.name.as_str(), service.port), ("web", 80));
+        assert_eq!(
+            service.weights,
+            Some(Weights {
+                passing: 3,
+                warning: 0
+            })
+        );
+        assert_eq!(
+            service.tagged_addresses,
+            vec![("lan".into(), "10.0.0.1".into(), 80)]
+        );
+        let check = &reg.checks[0];
+        assert_eq!(check.check_id, "web check", "the ID defaults to the name");
+        assert_eq!(check.node, "n1");
+        assert_eq!(check.kind, "http");
+        assert_eq!(
+            check.definition.as_ref().unwrap().interval_ns,
+            10_000_000_000
+        );
+    }
+
+    #[test]
+    fn bad_registrations_are_refused_with_reasons() {
+        for (body, needle) in [
+            (&br#"{"Node": [5]}"#[..], "expected a string"),
+            (
+                br#"{"Service": {"Service": "w", "Meta": {"consul-x": "1"}}}"#,
+                "reserved",
+            ),
+            (
+                br#"{"Service": {"Service": "w", "Address": "0.0.0.0"}}"#,
+                "Invalid service address",
+            ),
+            (
+                br#"{"Service": {"Service": "w", "Port": 70000}}"#,
+                "out of range",
+            ),
+            (
+                br#"{"Check": {"Definition": {"Interval": "often"}}}"#,
+                "interval",
+            ),
+            (b"[1]", "expected a JSON object"),
+            (b"{", "EOF"),
+        ] {
+            let err = parse_registration(body, "dc1").unwrap_err();
+            assert!(
+                err.contains(needle),
+                "{}: {err}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn meta_rules() {
+        assert!(validate_meta(&[("ok_key-1".into(), "v".into())], false).is_ok());
+        assert!(validate_meta(&[("bad key".into(), "v".into())], false).is_err());
+        assert!(validate_meta(&[("k".into(), "v".repeat(600))], false).is_err());
+        let many: Vec<_> = (0..65).map(|i| (format!("k{i}"), String::new())).collect();
+        assert!(validate_meta(&many, false).is_err());
+    }
+}

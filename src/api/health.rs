@@ -1,0 +1,192 @@
+//! `/v1/health/*`: checks by node, by service and by state, and the health view of a
+//! service (`CheckServiceNode`s, `?passing`), all blocking-capable with precise wake-ups.
+
+use super::catalog::{node_meta_filters, parse_filter, ServiceQuery, ServiceView};
+use super::filter::{self, Filter};
+use super::json::JsonWriter;
+use super::render;
+use super::{query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request};
+use crate::shard::watch::WatchSet;
+use crate::shard::Shard;
+use crate::store::catalog::read;
+use crate::store::catalog::rows::fold;
+use crate::store::catalog::{HealthCheck, Status};
+use crate::store::{Table, Tables};
+use std::sync::Arc;
+
+/// Consul's `?passing`: present without a value means true; otherwise a Go boolean.
+fn passing_param(request: &Request) -> Result<bool, ApiError> {
+    match request.query.get("passing") {
+        None => Ok(false),
+        Some("") => Ok(true),
+        Some(text) => match text {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+            _ => Err(ApiError::bad_request("Invalid value for ?passing")),
+        },
+    }
+}
+
+/// `GET /v1/health/service/<s>` and `/v1/health/connect/<s>`.
+pub fn service(
+    shard: &Shard,
+    request: &Request,
+    name: &str,
+    connect: bool,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing service name"));
+    }
+    let passing = passing_param(request)?;
+    let view = if connect {
+        ServiceView::HealthConnect
+    } else {
+        ServiceView::Health
+    };
+    let query = ServiceQuery::new(
+        view,
+        request,
+        name,
+        passing,
+        options.is_blocking(),
+        filter::CHECK_SERVICE_NODE,
+    )?;
+    run_query(shard, query, options, reply)
+}
+
+/// `GET /v1/health/checks/<s>`.
+pub fn service_checks(
+    shard: &Shard,
+    request: &Request,
+    name: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing service name"));
+    }
+    let query = ServiceQuery::new(
+        ServiceView::Checks,
+        request,
+        name,
+        false,
+        options.is_blocking(),
+        filter::HEALTH_CHECK,
+    )?;
+    run_query(shard, query, options, reply)
+}
+
+fn write_checks<'c>(
+    checks: impl Iterator<Item = &'c Arc<HealthCheck>>,
+    filter: Option<&Filter>,
+    meta: QueryMeta,
+    reply: &mut Reply,
+) {
+    let mut body = Vec::with_capacity(1024);
+    let mut w = JsonWriter::new(&mut body, reply.pretty);
+    w.begin_array();
+    for check in checks {
+        if let Some(filter) = filter {
+            if !filter.matches(&render::as_value(|w| render::health_check(w, check))) {
+                continue;
+            }
+        }
+        render::health_check(&mut w, check);
+    }
+    w.end_array();
+    w.finish();
+    let mut headers = Vec::with_capacity(160);
+    meta.write_headers(&mut headers);
+    reply.json_bytes(200, &headers, &body);
+}
+
+struct NodeChecksQuery {
+    node: Arc<str>,
+    folded: Arc<str>,
+    filter: Option<Filter>,
+}
+
+impl Query for NodeChecksQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            read::checks_index(tables),
+            WatchSet::new().key(Table::Checks, self.folded.clone()),
+        )
+    }
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let checks = read::node_checks(tables, &self.node);
+        write_checks(checks.into_iter(), self.filter.as_ref(), meta, reply);
+    }
+}
+
+/// `GET /v1/health/node/<n>`.
+pub fn node(
+    shard: &Shard,
+    request: &Request,
+    name: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing node name"));
+    }
+    let query = NodeChecksQuery {
+        node: Arc::from(name),
+        folded: Arc::from(&*fold(name)),
+        filter: parse_filter(request, filter::HEALTH_CHECK)?,
+    };
+    run_query(shard, query, options, reply)
+}
+
+struct StateQuery {
+    state: Option<Status>,
+    node_meta: Vec<(String, String)>,
+    filter: Option<Filter>,
+}
+
+impl Query for StateQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            read::checks_index(tables),
+            WatchSet::new().table(Table::Checks),
+        )
+    }
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let checks = read::checks_in_state(tables, self.state);
+        let kept = checks
+            .into_iter()
+            .filter(|(node, _)| node.meta.satisfies(&self.node_meta))
+            .map(|(_, check)| check);
+        write_checks(kept, self.filter.as_ref(), meta, reply);
+    }
+}
+
+/// `GET /v1/health/state/<state>`: `any`, `passing`, `warning` or `critical`.
+pub fn state(
+    shard: &Shard,
+    request: &Request,
+    state: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    let state = match state {
+        "" => return Err(ApiError::bad_request("Missing check state")),
+        "any" => None,
+        "passing" => Some(Status::Passing),
+        "warning" => Some(Status::Warning),
+        "critical" => Some(Status::Critical),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid check state: {other:?}"
+            )))
+        }
+    };
+    let query = StateQuery {
+        state,
+        node_meta: node_meta_filters(request),
+        filter: parse_filter(request, filter::HEALTH_CHECK)?,
+    };
+    run_query(shard, query, options, reply)
+}

@@ -1,0 +1,384 @@
+//! Catalog rows as Consul's JSON: `Node`, `ServiceNode`, `NodeService`, `HealthCheck`,
+//! `CheckServiceNode`, `AgentService`, with Go's field order, casing and empty-value
+//! conventions (`[]` for empty tag lists, `{}` for empty meta, `null` for absent tagged
+//! addresses, omitted `omitempty` fields).
+//!
+//! Also the shard-local response cache: when many parked blocking queries for the same
+//! service wake on the same version, the body is rendered once and copied to each of them.
+
+use super::json::JsonWriter;
+use crate::proto::duration::format_go_duration;
+use crate::store::catalog::read::CheckServiceNode;
+use crate::store::catalog::{CheckDefinition, HealthCheck, Node, ServiceInstance};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+fn str_map(
+    w: &mut JsonWriter,
+    name: &str,
+    map: &crate::store::catalog::StrMap,
+    empty_is_null: bool,
+) {
+    if map.is_empty() && empty_is_null {
+        w.field_null(name);
+        return;
+    }
+    w.field_object(name);
+    for (k, v) in map.iter() {
+        w.field_str(k, v);
+    }
+    w.end_object();
+}
+
+/// The fields of a `Node`, inside an open object.
+pub fn node_fields(w: &mut JsonWriter, node: &Node) {
+    w.field_str("ID", &node.id);
+    w.field_str("Node", &node.name);
+    w.field_str("Address", &node.address);
+    w.field_str("Datacenter", &node.datacenter);
+    str_map(w, "TaggedAddresses", &node.tagged_addresses, true);
+    str_map(w, "Meta", &node.meta, false);
+    w.field_u64("CreateIndex", node.create_index);
+    w.field_u64("ModifyIndex", node.modify_index);
+}
+
+pub fn node(w: &mut JsonWriter, node: &Node) {
+    w.begin_object();
+    node_fields(w, node);
+    w.end_object();
+}
+
+fn service_tagged_addresses(w: &mut JsonWriter, name: &str, service: &ServiceInstance) {
+    let Some(list) = &service.tagged_addresses else {
+        return;
+    };
+    w.field_object(name);
+    for (tag, address) in list.iter() {
+        w.field_object(tag);
+        w.field_str("Address", &address.address);
+        w.field_i64("Port", address.port as i64);
+        w.end_object();
+    }
+    w.end_object();
+}
+
+fn weights(w: &mut JsonWriter, name: &str, service: &ServiceInstance) {
+    w.field_object(name);
+    w.field_u64("Passing", service.weights.passing as u64);
+    w.field_u64("Warning", service.weights.warning as u64);
+    w.end_object();
+}
+
+/// `Proxy`/`ServiceProxy`: the registered configuration, or the zero value Consul prints.
+fn proxy(w: &mut JsonWriter, name: &str, service: &ServiceInstance) {
+    if let Some(raw) = service
+        .extras
+        .as_ref()
+        .and_then(|e| e.proxy_json.as_deref())
+    {
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(raw) {
+            w.field_value(name, &value);
+            return;
+        }
+    }
+    w.field_object(name);
+    w.field_str("Mode", "");
+    w.field_object("MeshGateway");
+    w.end_object();
+    w.field_object("Expose");
+    w.end_object();
+    w.end_object();
+}
+
+fn connect(w: &mut JsonWriter, name: &str, service: &ServiceInstance) {
+    w.field_object(name);
+    if service.extras.as_ref().is_some_and(|e| e.connect_native) {
+        w.field_bool("Native", true);
+    }
+    w.end_object();
+}
+
+/// A `ServiceNode` (`/v1/catalog/service/<s>`): node columns joined with the instance.
+pub fn service_node(w: &mut JsonWriter, node: &Node, service: &ServiceInstance) {
+    w.begin_object();
+    w.field_str("ID", &node.id);
+    w.field_str("Node", &node.name);
+    w.field_str("Address", &node.address);
+    w.field_str("Datacenter", &node.datacenter);
+    str_map(w, "TaggedAddresses", &node.tagged_addresses, true);
+    str_map(w, "NodeMeta", &node.meta, false);
+    w.field_str("ServiceKind", &service.kind);
+    w.field_str("ServiceID", &service.id);
+    w.field_str("ServiceName", &service.name);
+    w.field_str_array("ServiceTags", service.tags.iter().map(|t| &**t));
+    w.field_str("ServiceAddress", &service.address);
+    service_tagged_addresses(w, "ServiceTaggedAddresses", service);
+    weights(w, "ServiceWeights", service);
+    str_map(w, "ServiceMeta", &service.meta, false);
+    w.field_i64("ServicePort", service.port as i64);
+    w.field_str("ServiceSocketPath", service.socket_path());
+    w.field_bool("ServiceEnableTagOverride", service.enable_tag_override);
+    proxy(w, "ServiceProxy", service);
+    connect(w, "ServiceConnect", service);
+    w.field_null("ServiceLocality");
+    w.field_u64("CreateIndex", service.create_index);
+    w.field_u64("ModifyIndex", service.modify_index);
+    w.end_object();
+}
+
+/// The fields of a `NodeService`, inside an open object.
+pub fn node_service_fields(w: &mut JsonWriter, service: &ServiceInstance) {
+    if !service.kind.is_empty() {
+        w.field_str("Kind", &service.kind);
+    }
+    w.field_str("ID", &service.id);
+    w.field_str("Service", &service.name);
+    w.field_str_array("Tags", service.tags.iter().map(|t| &**t));
+    w.field_str("Address", &service.address);
+    service_tagged_addresses(w, "TaggedAddresses", service);
+    str_map(w, "Meta", &service.meta, false);
+    if service.port != 0 {
+        w.field_i64("Port", service.port as i64);
+    }
+    if !service.socket_path().is_empty() {
+        w.field_str("SocketPath", service.socket_path());
+    }
+    weights(w, "Weights", service);
+    w.field_bool("EnableTagOverride", service.enable_tag_override);
+    proxy(w, "Proxy", service);
+    connect(w, "Connect", service);
+    w.field_str("PeerName", "");
+    w.field_u64("CreateIndex", service.create_index);
+    w.field_u64("ModifyIndex", service.modify_index);
+}
+
+pub fn node_service(w: &mut JsonWriter, service: &ServiceInstance) {
+    w.begin_object();
+    node_service_fields(w, service);
+    w.end_object();
+}
+
+/// `AgentService` (`/v1/agent/services`, `/v1/agent/service/<id>`), from a catalog-shaped row.
+/// `content_hash` is written for the single-service endpoint only.
+pub fn agent_service_fields(
+    w: &mut JsonWriter,
+    service: &ServiceInstance,
+    datacenter: &str,
+    content_hash: Option<&str>,
+) {
+    if !service.kind.is_empty() {
+        w.field_str("Kind", &service.kind);
+    }
+    w.field_str("ID", &service.id);
+    w.field_str("Service", &service.name);
+    w.field_str_array("Tags", service.tags.iter().map(|t| &**t));
+    str_map(w, "Meta", &service.meta, false);
+    w.field_i64("Port", service.port as i64);
+    w.field_str("Address", &service.address);
+    if !service.socket_path().is_empty() {
+        w.field_str("SocketPath", service.socket_path());
+    }
+    service_tagged_addresses(w, "TaggedAddresses", service);
+    weights(w, "Weights", service);
+    w.field_bool("EnableTagOverride", service.enable_tag_override);
+    if let Some(hash) = content_hash {
+        w.field_str("ContentHash", hash);
+    }
+    if service
+        .extras
+        .as_ref()
+        .is_some_and(|e| e.proxy_json.is_some())
+    {
+        proxy(w, "Proxy", service);
+    }
+    if service.extras.as_ref().is_some_and(|e| e.connect_native) {
+        connect(w, "Connect", service);
+    }
+    w.field_str("Datacenter", datacenter);
+}
+
+fn duration_field(w: &mut JsonWriter, name: &str, nanos: i64) {
+    if nanos != 0 {
+        w.field_str(name, &format_go_duration(nanos));
+    }
+}
+
+/// `HealthCheckDefinition` with Go's `omitempty` rules; durations as Go strings, except
+/// `TTL`, which Consul leaves as nanoseconds.
+fn definition(w: &mut JsonWriter, def: Option<&CheckDefinition>) {
+    w.field_object("Definition");
+    if let Some(d) = def {
+        duration_field(w, "Interval", d.interval_ns);
+        if d.output_max_size != 0 {
+            w.field_u64("OutputMaxSize", d.output_max_size);
+        }
+        duration_field(w, "Timeout", d.timeout_ns);
+        duration_field(
+            w,
+            "DeregisterCriticalServiceAfter",
+            d.deregister_critical_service_after_ns,
+        );
+        if !d.http.is_empty() {
+            w.field_str("HTTP", &d.http);
+        }
+        if !d.tls_server_name.is_empty() {
+            w.field_str("TLSServerName", &d.tls_server_name);
+        }
+        if d.tls_skip_verify {
+            w.field_bool("TLSSkipVerify", true);
+        }
+        if !d.header.is_empty() {
+            w.field_object("Header");
+            let mut headers: Vec<&(String, Vec<String>)> = d.header.iter().collect();
+            headers.sort_by(|a, b| a.0.cmp(&b.0));
+            for (name, values) in headers {
+                w.field_str_array(name, values.iter().map(String::as_str));
+            }
+            w.end_object();
+        }
+        if !d.method.is_empty() {
+            w.field_str("Method", &d.method);
+        }
+        if !d.body.is_empty() {
+            w.field_str("Body", &d.body);
+        }
+        if d.disable_redirects {
+            w.field_bool("DisableRedirects", true);
+        }
+        if !d.tcp.is_empty() {
+            w.field_str("TCP", &d.tcp);
+        }
+        if !d.udp.is_empty() {
+            w.field_str("UDP", &d.udp);
+        }
+        if !d.script_args.is_empty() {
+            w.field_str_array("ScriptArgs", d.script_args.iter().map(String::as_str));
+        }
+        if !d.grpc.is_empty() {
+            w.field_str("GRPC", &d.grpc);
+        }
+        if d.grpc_use_tls {
+            w.field_bool("GRPCUseTLS", true);
+        }
+        if !d.alias_node.is_empty() {
+            w.field_str("AliasNode", &d.alias_node);
+        }
+        if !d.alias_service.is_empty() {
+            w.field_str("AliasService", &d.alias_service);
+        }
+        if d.ttl_ns != 0 {
+            w.field_i64("TTL", d.ttl_ns);
+        }
+    }
+    w.end_object();
+}
+
+/// The fields of a `HealthCheck`, inside an open object.
+pub fn health_check_fields(w: &mut JsonWriter, check: &HealthCheck) {
+    w.field_str("Node", &check.node);
+    w.field_str("CheckID", &check.check_id);
+    w.field_str("Name", &check.name);
+    w.field_str("Status", check.status.as_str());
+    w.field_str("Notes", check.notes());
+    w.field_str("Output", &check.output);
+    w.field_str("ServiceID", &check.service_id);
+    w.field_str("ServiceName", &check.service_name);
+    w.field_str_array("ServiceTags", check.service_tags.iter().map(|t| &**t));
+    w.field_str("Type", &check.kind);
+    w.field_str("Interval", check.interval());
+    w.field_str("Timeout", check.timeout());
+    w.field_i64("ExposedPort", check.exposed_port() as i64);
+    definition(w, check.definition());
+    w.field_u64("CreateIndex", check.create_index);
+    w.field_u64("ModifyIndex", check.modify_index);
+}
+
+pub fn health_check(w: &mut JsonWriter, check: &HealthCheck) {
+    w.begin_object();
+    health_check_fields(w, check);
+    w.end_object();
+}
+
+/// A `CheckServiceNode` (`/v1/health/service/<s>`).
+pub fn check_service_node(w: &mut JsonWriter, row: &CheckServiceNode) {
+    w.begin_object();
+    w.field_object("Node");
+    node_fields(w, row.node);
+    w.end_object();
+    w.field_object("Service");
+    node_service_fields(w, row.service);
+    w.end_object();
+    w.field_array("Checks");
+    for check in &row.checks {
+        health_check(w, check);
+    }
+    w.end_array();
+    w.end_object();
+}
+
+/// Renders one row compactly and parses it back, for `?filter` evaluation.
+pub fn as_value(render: impl FnOnce(&mut JsonWriter)) -> serde_json::Value {
+    let mut buf = Vec::with_capacity(512);
+    let mut w = JsonWriter::new(&mut buf, false);
+    render(&mut w);
+    w.finish();
+    serde_json::from_slice(&buf).unwrap_or(serde_json::Value::Null)
+}
+
+/// How many rendered bodies a shard keeps.
+const RESPONSE_CACHE_ENTRIES: usize = 16;
+/// Bodies larger than this are not cached.
+const RESPONSE_CACHE_BODY_BYTES_MAX: usize = 16 << 20;
+
+struct CachedBody {
+    key: Rc<str>,
+    index: u64,
+    pretty: bool,
+    body: Rc<Vec<u8>>,
+}
+
+thread_local! {
+    static RESPONSE_CACHE: RefCell<Vec<CachedBody>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The body for `(key, store index, pretty)`, rendered by `render` on a miss. Bodies depend
+/// only on the store version and the query, so a hit is always current. Callers use it for
+/// blocking queries only: those are what wake in crowds on one version, while plain reads
+/// should show the real cost of a query.
+pub fn cached_body(
+    key: &Rc<str>,
+    index: u64,
+    pretty: bool,
+    render: impl FnOnce(&mut Vec<u8>),
+) -> Rc<Vec<u8>> {
+    let hit = RESPONSE_CACHE.with(|cache| {
+        cache
+            .borrow()
+            .iter()
+            .find(|e| e.index == index && e.pretty == pretty && *e.key == **key)
+            .map(|e| e.body.clone())
+    });
+    if let Some(body) = hit {
+        return body;
+    }
+    let mut body = Vec::with_capacity(4096);
+    render(&mut body);
+    let body = Rc::new(body);
+    if body.len() <= RESPONSE_CACHE_BODY_BYTES_MAX {
+        RESPONSE_CACHE.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            // Entries for older versions of the same query are useless now.
+            cache.retain(|e| *e.key != **key || e.pretty != pretty);
+            if cache.len() >= RESPONSE_CACHE_ENTRIES {
+                cache.remove(0);
+            }
+            cache.push(CachedBody {
+                key: key.clone(),
+                index,
+                pretty,
+                body: body.clone(),
+            });
+        });
+    }
+    body
+}

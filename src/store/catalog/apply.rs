@@ -1,0 +1,924 @@
+//! Catalog writes: registration and deregistration of nodes, services and checks, applied
+//! with Consul's state-store semantics.
+//!
+//! A write that changes nothing (the same node, service or check registered again, as
+//! anti-entropy does constantly) touches no row, moves no index and wakes nobody. Every
+//! operation is validated completely before the first row changes, so it applies entirely
+//! or not at all; refusals carry Consul's error text.
+
+use super::rows::{
+    arc_str, fold, fold_arc, CheckDefinition, CheckExtras, CheckKey, CheckKeyRef, HealthCheck,
+    InstanceKey, InstanceKeyRef, Node, ServiceAddress, ServiceExtras, ServiceInstance, Status,
+    StrMap, Weights, EMPTY, NO_TAGS,
+};
+use super::{CatalogTables, NodeEntry, ServiceGroup, SERF_CHECK_ID};
+use crate::store::{Change, CommandResult, Table, Tables};
+use imbl::OrdMap;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::ops::Bound;
+use std::sync::{Arc, LazyLock};
+
+/// Most operations one `Batch` may carry; anti-entropy splits larger syncs.
+pub const BATCH_OPS_MAX: usize = 4096;
+
+/// A catalog write, as carried in a Raft entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CatalogOp {
+    /// `/v1/catalog/register` (and anti-entropy's sync of one service or check).
+    Register(Box<Registration>),
+    /// `/v1/catalog/deregister`: the node when both IDs are empty, else the service and/or
+    /// the check.
+    Deregister {
+        node: String,
+        service_id: String,
+        check_id: String,
+    },
+    /// Several independent operations in one entry (anti-entropy). Each applies or fails on
+    /// its own; the result reports the first failure.
+    Batch(Vec<CatalogOp>),
+}
+
+/// Consul's `RegisterRequest`, already defaulted and validated for shape by the HTTP layer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub id: String,
+    pub node: String,
+    pub address: String,
+    pub datacenter: String,
+    pub tagged_addresses: Vec<(String, String)>,
+    pub node_meta: Vec<(String, String)>,
+    pub service: Option<ServiceRegistration>,
+    pub checks: Vec<CheckRegistration>,
+    pub skip_node_update: bool,
+}
+
+/// Consul's `NodeService` as registered.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceRegistration {
+    pub kind: String,
+    pub id: String,
+    pub name: String,
+    pub tags: Vec<String>,
+    pub address: String,
+    /// `(tag, address, port)`.
+    pub tagged_addresses: Vec<(String, String, i32)>,
+    pub meta: Vec<(String, String)>,
+    pub port: i32,
+    pub weights: Option<Weights>,
+    pub enable_tag_override: bool,
+    pub socket_path: String,
+    pub proxy_json: Option<String>,
+    pub connect_native: bool,
+}
+
+/// Consul's `HealthCheck` as registered.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckRegistration {
+    pub node: String,
+    pub check_id: String,
+    pub name: String,
+    /// Empty means critical, as in Consul.
+    pub status: String,
+    pub notes: String,
+    pub output: String,
+    pub service_id: String,
+    pub kind: String,
+    pub interval: String,
+    pub timeout: String,
+    pub exposed_port: i32,
+    pub definition: Option<CheckDefinition>,
+}
+
+/// Check types Consul reports; shared so that 100,000 checks do not hold 100,000 copies.
+static CHECK_KINDS: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
+    [
+        "",
+        "http",
+        "tcp",
+        "udp",
+        "ttl",
+        "grpc",
+        "script",
+        "alias",
+        "maintenance",
+        "docker",
+        "h2ping",
+        "os_service",
+    ]
+    .iter()
+    .map(|k| Arc::from(*k))
+    .collect()
+});
+
+fn kind_arc(kind: &str) -> Arc<str> {
+    CHECK_KINDS
+        .iter()
+        .find(|k| ***k == *kind)
+        .cloned()
+        .unwrap_or_else(|| Arc::from(kind))
+}
+
+/// Reuses `existing` when it holds the same text.
+fn reuse(existing: Option<&Arc<str>>, text: &str) -> Arc<str> {
+    match existing {
+        Some(arc) if **arc == *text => arc.clone(),
+        _ => arc_str(text),
+    }
+}
+
+fn string_pairs(pairs: &[(String, String)]) -> StrMap {
+    StrMap::from_pairs(
+        pairs
+            .iter()
+            .map(|(k, v)| (arc_str(k), arc_str(v)))
+            .collect(),
+    )
+}
+
+/// Consul accepts weights only within these bounds and silently uses the default otherwise.
+fn valid_weights(weights: Option<Weights>) -> Weights {
+    match weights {
+        Some(w) if w.passing >= 1 && w.passing <= 65535 && w.warning <= 65535 => w,
+        _ => Weights::default(),
+    }
+}
+
+/// One write transaction over the catalog: collects the changes (deduplicated) and which
+/// tables' indexes move.
+struct Tx<'a> {
+    cat: &'a mut CatalogTables,
+    index: u64,
+    changes: Vec<Change>,
+    seen: HashSet<Change, ahash::RandomState>,
+    bumped: [bool; 3],
+}
+
+const BUMP_NODES: usize = 0;
+const BUMP_SERVICES: usize = 1;
+const BUMP_CHECKS: usize = 2;
+
+impl<'a> Tx<'a> {
+    fn touch(&mut self, table: Table, key: &Arc<str>) {
+        let change = Change::key(table, key);
+        if self.seen.insert(change.clone()) {
+            self.changes.push(change);
+        }
+    }
+
+    /// Moves the per-service index of `name` (folded) and wakes its watchers.
+    fn bump_service(&mut self, folded_name: &Arc<str>) {
+        if let Some(group) = self.cat.services.get_mut(&**folded_name) {
+            group.index = self.index;
+        }
+        self.touch(Table::ServiceIndex, folded_name);
+    }
+
+    /// Node rows and node-level checks appear in every health answer of every service on
+    /// the node, so their changes move all those services' indexes (as Consul's
+    /// `updateAllServiceIndexesOfNode`).
+    fn bump_services_of_node(&mut self, node_key: &str) {
+        let names: Vec<Arc<str>> = match self.cat.nodes.get(node_key) {
+            Some(entry) => entry.services.values().map(|s| fold_arc(&s.name)).collect(),
+            None => return,
+        };
+        for name in &names {
+            self.bump_service(name);
+        }
+    }
+
+    fn register(&mut self, reg: &Registration) -> Result<(), String> {
+        let plan = self.plan_registration(reg)?;
+        let node_key: Arc<str> = match self.cat.nodes.get_key_value(&*fold(&reg.node)) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(&*fold(&reg.node)),
+        };
+        if let Some(old) = &plan.rename_from {
+            self.delete_node(old);
+        }
+        if plan.write_node {
+            self.upsert_node(&node_key, reg);
+        }
+        if let Some(service) = &reg.service {
+            self.upsert_service(&node_key, service);
+        }
+        for check in &reg.checks {
+            self.upsert_check(&node_key, check);
+        }
+        Ok(())
+    }
+
+    /// Validates a registration against the current state without changing anything.
+    fn plan_registration(&self, reg: &Registration) -> Result<Plan, String> {
+        if reg.node.is_empty() {
+            return Err("Must provide node".to_string());
+        }
+        if reg.address.is_empty() && !reg.skip_node_update {
+            return Err("Must provide address if SkipNodeUpdate is not set".to_string());
+        }
+        if !reg.id.is_empty() && uuid::Uuid::parse_str(&reg.id).is_err() {
+            return Err(format!(
+                "Bad node ID: uuid string is wrong length or has invalid format: {:?}",
+                reg.id
+            ));
+        }
+        let node_key = fold(&reg.node);
+        let existing = self.cat.nodes.get(&*node_key);
+        let write_node = match existing {
+            None => true,
+            Some(entry) => !reg.skip_node_update && node_differs(&entry.node, reg),
+        };
+        let mut rename_from = None;
+        if write_node && !reg.id.is_empty() {
+            match self.cat.node_ids.get(reg.id.as_str()) {
+                Some(owner) if **owner != *node_key => {
+                    self.check_name_clash(reg, false).map_err(|e| {
+                        format!(
+                            "failed inserting node: Error while renaming Node ID: {:?} ({}): {e}",
+                            reg.id, reg.address
+                        )
+                    })?;
+                    rename_from = Some(owner.clone());
+                }
+                Some(_) => {}
+                None => {
+                    self.check_name_clash(reg, true).map_err(|e| {
+                        format!(
+                            "failed inserting node: Error while renaming Node ID: {:?}: {e}",
+                            reg.id
+                        )
+                    })?;
+                }
+            }
+        }
+        if let Some(service) = &reg.service {
+            if service.name.is_empty() {
+                return Err(if service.id.is_empty() {
+                    "Must provide service name".to_string()
+                } else {
+                    "Must provide service name with ID".to_string()
+                });
+            }
+        }
+        let request_service = reg.service.as_ref().map(|s| {
+            let id = if s.id.is_empty() { &s.name } else { &s.id };
+            fold(id).into_owned()
+        });
+        for check in &reg.checks {
+            if check.check_id.is_empty() {
+                return Err("Missing check ID".to_string());
+            }
+            if !check.node.is_empty() && *fold(&check.node) != *node_key {
+                return Err(format!(
+                    "check node {:?} does not match node {:?}",
+                    check.node, reg.node
+                ));
+            }
+            if !check.status.is_empty() && Status::parse(&check.status).is_none() {
+                return Err(format!("Invalid check status: {:?}", check.status));
+            }
+            if !check.service_id.is_empty() {
+                let wanted = fold(&check.service_id);
+                let in_request = request_service.as_deref() == Some(&*wanted);
+                let registered = existing.is_some_and(|e| e.services.contains_key(&*wanted));
+                if !in_request && !registered {
+                    return Err(format!(
+                        "failed inserting check on node {:?}: Missing service registration",
+                        reg.node
+                    ));
+                }
+            }
+        }
+        Ok(Plan {
+            write_node,
+            rename_from,
+        })
+    }
+
+    /// Consul lets a node ID take over a name only from a node that is not healthy (no
+    /// passing serf check) or, for unknown IDs, from a node registered without an ID.
+    fn check_name_clash(
+        &self,
+        reg: &Registration,
+        allow_clash_without_id: bool,
+    ) -> Result<(), String> {
+        let Some(entry) = self.cat.nodes.get(&*fold(&reg.node)) else {
+            return Ok(());
+        };
+        if *entry.node.id == *reg.id {
+            return Ok(());
+        }
+        let healthy = entry
+            .checks
+            .get(&CheckKeyRef {
+                service: "",
+                check: &fold(SERF_CHECK_ID),
+            })
+            .is_some_and(|c| c.status != Status::Critical);
+        if !(entry.node.id.is_empty() && allow_clash_without_id) && healthy {
+            return Err(format!(
+                "Node name {} is reserved by node {} with name {} ({})",
+                reg.node, entry.node.id, entry.node.name, entry.node.address
+            ));
+        }
+        Ok(())
+    }
+
+    fn upsert_node(&mut self, node_key: &Arc<str>, reg: &Registration) {
+        let index = self.index;
+        let previous = self.cat.nodes.get(&**node_key).map(|e| e.node.clone());
+        let node = Arc::new(Node {
+            id: reuse(previous.as_ref().map(|n| &n.id), &reg.id),
+            name: reuse(previous.as_ref().map(|n| &n.name), &reg.node),
+            address: reuse(previous.as_ref().map(|n| &n.address), &reg.address),
+            datacenter: reuse(previous.as_ref().map(|n| &n.datacenter), &reg.datacenter),
+            tagged_addresses: string_pairs(&reg.tagged_addresses),
+            meta: string_pairs(&reg.node_meta),
+            create_index: previous.as_ref().map_or(index, |n| n.create_index),
+            modify_index: index,
+        });
+        if let Some(old) = &previous {
+            if old.same_as(&node) {
+                return;
+            }
+            if !old.id.is_empty() && old.id != node.id {
+                self.cat.node_ids.remove(&*old.id);
+            }
+        }
+        if !node.id.is_empty() {
+            self.cat.node_ids.insert(node.id.clone(), node_key.clone());
+        }
+        let renamed = previous.as_ref().is_some_and(|old| old.name != node.name);
+        match self.cat.nodes.get_mut(&**node_key) {
+            Some(entry) => {
+                entry.node = node.clone();
+                if renamed {
+                    // The case of the name changed: rows that carry the name follow.
+                    relabel_node_rows(entry, &node.name);
+                    self.relabel_group_rows(node_key);
+                }
+            }
+            None => {
+                self.cat.nodes.insert(
+                    node_key.clone(),
+                    NodeEntry {
+                        node,
+                        services: OrdMap::new(),
+                        checks: OrdMap::new(),
+                        check_owners: OrdMap::new(),
+                    },
+                );
+            }
+        }
+        self.bumped[BUMP_NODES] = true;
+        self.touch(Table::Nodes, node_key);
+        if previous.is_some() {
+            self.bump_services_of_node(node_key);
+            self.touch(Table::NodeServices, node_key);
+        }
+    }
+
+    /// Points the group copies of a node's instances at the node entry's (relabelled) rows.
+    fn relabel_group_rows(&mut self, node_key: &Arc<str>) {
+        let instances: Vec<Arc<ServiceInstance>> = match self.cat.nodes.get(&**node_key) {
+            Some(entry) => entry.services.values().cloned().collect(),
+            None => return,
+        };
+        for instance in instances {
+            if let Some(group) = self.cat.services.get_mut(&*fold(&instance.name)) {
+                group.instances.insert(
+                    InstanceKey {
+                        node: node_key.clone(),
+                        service_id: fold_arc(&instance.id),
+                    },
+                    instance,
+                );
+            }
+        }
+    }
+
+    fn upsert_service(&mut self, node_key: &Arc<str>, service: &ServiceRegistration) {
+        let index = self.index;
+        let id_text = if service.id.is_empty() {
+            &service.name
+        } else {
+            &service.id
+        };
+        let Some(entry) = self.cat.nodes.get(&**node_key) else {
+            debug_assert!(false, "the node is written before its services");
+            return;
+        };
+        let node_name = entry.node.name.clone();
+        let service_key: Arc<str> = match entry.services.get_key_value(&*fold(id_text)) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(&*fold(id_text)),
+        };
+        let existing = entry.services.get(&*service_key).cloned();
+        let name_key: Arc<str> = match self.cat.services.get_key_value(&*fold(&service.name)) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(&*fold(&service.name)),
+        };
+        let group_sample = self
+            .cat
+            .services
+            .get(&*name_key)
+            .and_then(|g| g.instances.values().next().cloned());
+        let tags = shared_tags(&service.tags, existing.as_deref(), group_sample.as_deref());
+        let extras = if service.socket_path.is_empty()
+            && service.proxy_json.is_none()
+            && !service.connect_native
+        {
+            None
+        } else {
+            Some(Box::new(ServiceExtras {
+                socket_path: arc_str(&service.socket_path),
+                proxy_json: service.proxy_json.as_deref().map(Arc::from),
+                connect_native: service.connect_native,
+            }))
+        };
+        let tagged_addresses = if service.tagged_addresses.is_empty() {
+            None
+        } else {
+            let mut list: Vec<(Arc<str>, ServiceAddress)> = service
+                .tagged_addresses
+                .iter()
+                .map(|(tag, address, port)| {
+                    (
+                        arc_str(tag),
+                        ServiceAddress {
+                            address: arc_str(address),
+                            port: *port,
+                        },
+                    )
+                })
+                .collect();
+            list.sort_by(|a, b| a.0.cmp(&b.0));
+            list.dedup_by(|later, earlier| later.0 == earlier.0);
+            Some(list.into_boxed_slice())
+        };
+        let name = match &group_sample {
+            Some(sample) if *sample.name == *service.name => sample.name.clone(),
+            _ => reuse(existing.as_ref().map(|e| &e.name), &service.name),
+        };
+        let instance = Arc::new(ServiceInstance {
+            node: node_name,
+            kind: reuse(existing.as_ref().map(|e| &e.kind), &service.kind),
+            id: reuse(existing.as_ref().map(|e| &e.id), id_text),
+            name,
+            tags,
+            address: reuse(existing.as_ref().map(|e| &e.address), &service.address),
+            tagged_addresses,
+            meta: string_pairs(&service.meta),
+            port: service.port,
+            weights: valid_weights(service.weights),
+            enable_tag_override: service.enable_tag_override,
+            extras,
+            create_index: existing.as_ref().map_or(index, |e| e.create_index),
+            modify_index: index,
+        });
+        if let Some(old) = &existing {
+            if old.same_as(&instance) {
+                return;
+            }
+            let old_name_key = fold_arc(&old.name);
+            if old_name_key != name_key {
+                self.remove_from_group(&old_name_key, node_key, &service_key);
+                self.touch(Table::Services, &old_name_key);
+            }
+        }
+        let entry = self
+            .cat
+            .nodes
+            .get_mut(&**node_key)
+            .expect("node checked above");
+        entry.services.insert(service_key.clone(), instance.clone());
+        // Checks carry a copy of their service's name and tags.
+        let check_keys: Vec<CheckKey> = checks_of_service(&entry.checks, &service_key)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in check_keys {
+            if let Some(check) = entry.checks.get(&key) {
+                if check.service_name != instance.name || check.service_tags != instance.tags {
+                    let mut updated = (**check).clone();
+                    updated.service_name = instance.name.clone();
+                    updated.service_tags = instance.tags.clone();
+                    entry.checks.insert(key, Arc::new(updated));
+                }
+            }
+        }
+        let instance_key = InstanceKey {
+            node: node_key.clone(),
+            service_id: service_key,
+        };
+        match self.cat.services.get_mut(&*name_key) {
+            Some(group) => {
+                group.instances.insert(instance_key, instance);
+                group.index = index;
+            }
+            None => {
+                self.cat.services.insert(
+                    name_key.clone(),
+                    ServiceGroup {
+                        index,
+                        instances: OrdMap::unit(instance_key, instance),
+                    },
+                );
+            }
+        }
+        self.bumped[BUMP_SERVICES] = true;
+        self.touch(Table::Services, &name_key);
+        self.touch(Table::ServiceIndex, &name_key);
+        self.touch(Table::NodeServices, node_key);
+    }
+
+    /// Removes one instance from its group; an emptied group is dropped and recorded as an
+    /// extinction.
+    fn remove_from_group(
+        &mut self,
+        name_key: &Arc<str>,
+        node_key: &Arc<str>,
+        service_key: &Arc<str>,
+    ) {
+        let Some(group) = self.cat.services.get_mut(&**name_key) else {
+            return;
+        };
+        group.instances.remove(&InstanceKeyRef {
+            node: node_key,
+            service_id: service_key,
+        });
+        if group.instances.is_empty() {
+            self.cat.services.remove(&**name_key);
+            self.cat.service_extinction_index = self.index;
+        } else {
+            group.index = self.index;
+        }
+        self.touch(Table::ServiceIndex, name_key);
+    }
+
+    fn upsert_check(&mut self, node_key: &Arc<str>, reg: &CheckRegistration) {
+        let index = self.index;
+        let Some(entry) = self.cat.nodes.get(&**node_key) else {
+            debug_assert!(false, "the node is written before its checks");
+            return;
+        };
+        let check_id = fold(&reg.check_id);
+        let service_key: Arc<str> = if reg.service_id.is_empty() {
+            EMPTY.clone()
+        } else {
+            match entry.services.get_key_value(&*fold(&reg.service_id)) {
+                Some((key, _)) => key.clone(),
+                None => {
+                    debug_assert!(false, "validated: the check's service exists");
+                    return;
+                }
+            }
+        };
+        let service = entry.services.get(&*service_key).cloned();
+        let old_owner = entry.check_owners.get(&*check_id).cloned();
+        let existing = old_owner.as_ref().and_then(|owner| {
+            entry
+                .checks
+                .get(&CheckKeyRef {
+                    service: owner,
+                    check: &check_id,
+                })
+                .cloned()
+        });
+        let check_key_arc: Arc<str> = match &existing {
+            Some(old) => fold_arc(&old.check_id),
+            None => Arc::from(&*check_id),
+        };
+        let status = Status::parse(&reg.status).unwrap_or(Status::Critical);
+        let old_extras = existing.as_ref().and_then(|e| e.extras.as_deref());
+        let definition = reg.definition.clone().unwrap_or_default();
+        let extras = if reg.notes.is_empty()
+            && reg.interval.is_empty()
+            && reg.timeout.is_empty()
+            && reg.exposed_port == 0
+            && definition.is_empty()
+        {
+            None
+        } else {
+            Some(Box::new(CheckExtras {
+                notes: reuse(old_extras.map(|e| &e.notes), &reg.notes),
+                interval: reuse(old_extras.map(|e| &e.interval), &reg.interval),
+                timeout: reuse(old_extras.map(|e| &e.timeout), &reg.timeout),
+                exposed_port: reg.exposed_port,
+                definition,
+            }))
+        };
+        let check = Arc::new(HealthCheck {
+            node: entry.node.name.clone(),
+            check_id: reuse(existing.as_ref().map(|e| &e.check_id), &reg.check_id),
+            name: reuse(existing.as_ref().map(|e| &e.name), &reg.name),
+            status,
+            output: reuse(existing.as_ref().map(|e| &e.output), &reg.output),
+            service_id: match &service {
+                Some(s) => s.id.clone(),
+                None => EMPTY.clone(),
+            },
+            service_name: match &service {
+                Some(s) => s.name.clone(),
+                None => EMPTY.clone(),
+            },
+            service_tags: match &service {
+                Some(s) => s.tags.clone(),
+                None => NO_TAGS.clone(),
+            },
+            kind: kind_arc(&reg.kind),
+            extras,
+            create_index: existing.as_ref().map_or(index, |e| e.create_index),
+            modify_index: index,
+        });
+        if let Some(old) = &existing {
+            if old.same_as(&check) {
+                return;
+            }
+        }
+        let entry = self
+            .cat
+            .nodes
+            .get_mut(&**node_key)
+            .expect("node checked above");
+        if let Some(owner) = &old_owner {
+            if **owner != *service_key {
+                entry.checks.remove(&CheckKeyRef {
+                    service: owner,
+                    check: &check_key_arc,
+                });
+            }
+        }
+        entry.checks.insert(
+            CheckKey {
+                service: service_key.clone(),
+                check: check_key_arc.clone(),
+            },
+            check,
+        );
+        entry
+            .check_owners
+            .insert(check_key_arc, service_key.clone());
+        self.bumped[BUMP_CHECKS] = true;
+        self.touch(Table::Checks, node_key);
+        // The previous owner's answers change too when a check moves between services.
+        let mut affected: Vec<Option<Arc<str>>> = vec![service.map(|s| fold_arc(&s.name))];
+        if let Some(owner) = &old_owner {
+            if **owner != *service_key {
+                let previous_service = self
+                    .cat
+                    .nodes
+                    .get(&**node_key)
+                    .and_then(|e| e.services.get(&**owner))
+                    .map(|s| fold_arc(&s.name));
+                affected.push(if owner.is_empty() {
+                    None
+                } else {
+                    previous_service
+                });
+            }
+        }
+        for name in affected {
+            match name {
+                Some(name) => self.bump_service(&name),
+                None => self.bump_services_of_node(node_key),
+            }
+        }
+    }
+
+    fn deregister(&mut self, node: &str, service_id: &str, check_id: &str) -> Result<(), String> {
+        if node.is_empty() {
+            return Err("Must provide node".to_string());
+        }
+        let Some((node_key, _)) = self.cat.nodes.get_key_value(&*fold(node)) else {
+            return Ok(());
+        };
+        let node_key = node_key.clone();
+        if service_id.is_empty() && check_id.is_empty() {
+            self.delete_node(&node_key);
+            return Ok(());
+        }
+        if !service_id.is_empty() {
+            self.delete_service(&node_key, &fold(service_id));
+        }
+        if !check_id.is_empty() {
+            self.delete_check(&node_key, &fold(check_id));
+        }
+        Ok(())
+    }
+
+    fn delete_service(&mut self, node_key: &Arc<str>, service_id: &str) {
+        let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
+            return;
+        };
+        let Some((service_key, instance)) = entry.services.remove_with_key(service_id) else {
+            return;
+        };
+        let doomed: Vec<CheckKey> = checks_of_service(&entry.checks, &service_key)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &doomed {
+            entry.checks.remove(key);
+            entry.check_owners.remove(&*key.check);
+        }
+        let name_key = fold_arc(&instance.name);
+        self.remove_from_group(&name_key, node_key, &service_key);
+        self.bumped[BUMP_SERVICES] = true;
+        self.touch(Table::Services, &name_key);
+        self.touch(Table::NodeServices, node_key);
+        if !doomed.is_empty() {
+            self.bumped[BUMP_CHECKS] = true;
+            self.touch(Table::Checks, node_key);
+        }
+    }
+
+    fn delete_check(&mut self, node_key: &Arc<str>, check_id: &str) {
+        let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
+            return;
+        };
+        let Some(owner) = entry.check_owners.remove(check_id) else {
+            return;
+        };
+        entry.checks.remove(&CheckKeyRef {
+            service: &owner,
+            check: check_id,
+        });
+        let service_name = entry.services.get(&*owner).map(|s| fold_arc(&s.name));
+        self.bumped[BUMP_CHECKS] = true;
+        self.touch(Table::Checks, node_key);
+        match service_name {
+            Some(name) => self.bump_service(&name),
+            None => self.bump_services_of_node(node_key),
+        }
+    }
+
+    fn delete_node(&mut self, node_key: &Arc<str>) {
+        let service_ids: Vec<Arc<str>> = match self.cat.nodes.get(&**node_key) {
+            Some(entry) => entry.services.keys().cloned().collect(),
+            None => return,
+        };
+        for id in &service_ids {
+            self.delete_service(node_key, id);
+        }
+        let Some(entry) = self.cat.nodes.remove(&**node_key) else {
+            return;
+        };
+        if !entry.node.id.is_empty() {
+            self.cat.node_ids.remove(&*entry.node.id);
+        }
+        if !entry.checks.is_empty() {
+            self.bumped[BUMP_CHECKS] = true;
+            self.touch(Table::Checks, node_key);
+        }
+        self.bumped[BUMP_NODES] = true;
+        self.touch(Table::Nodes, node_key);
+        self.touch(Table::NodeServices, node_key);
+    }
+
+    fn apply_op(&mut self, op: &CatalogOp) -> Result<(), String> {
+        match op {
+            CatalogOp::Register(reg) => self.register(reg),
+            CatalogOp::Deregister {
+                node,
+                service_id,
+                check_id,
+            } => self.deregister(node, service_id, check_id),
+            CatalogOp::Batch(ops) => {
+                if ops.len() > BATCH_OPS_MAX {
+                    return Err(format!(
+                        "batch of {} operations exceeds {BATCH_OPS_MAX}",
+                        ops.len()
+                    ));
+                }
+                let mut first_error = None;
+                let mut failures = 0usize;
+                for op in ops {
+                    if matches!(op, CatalogOp::Batch(_)) {
+                        return Err("nested batches are not allowed".to_string());
+                    }
+                    if let Err(e) = self.apply_op(op) {
+                        failures += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+                match first_error {
+                    None => Ok(()),
+                    Some(e) if failures == 1 => Err(e),
+                    Some(e) => Err(format!("{e} (and {} more failures)", failures - 1)),
+                }
+            }
+        }
+    }
+}
+
+/// What validation decided for a registration.
+struct Plan {
+    write_node: bool,
+    /// Another node that held this node's ID, removed first (a node rename).
+    rename_from: Option<Arc<str>>,
+}
+
+fn node_differs(node: &Node, reg: &Registration) -> bool {
+    *node.id != *reg.id
+        || *node.name != *reg.node
+        || *node.address != *reg.address
+        || *node.datacenter != *reg.datacenter
+        || node.tagged_addresses != string_pairs(&reg.tagged_addresses)
+        || node.meta != string_pairs(&reg.node_meta)
+}
+
+/// Rewrites the node name carried by every row of a node after its case changed.
+fn relabel_node_rows(entry: &mut NodeEntry, name: &Arc<str>) {
+    let services: Vec<(Arc<str>, Arc<ServiceInstance>)> = entry
+        .services
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, instance) in services {
+        let mut updated = (*instance).clone();
+        updated.node = name.clone();
+        entry.services.insert(key, Arc::new(updated));
+    }
+    let checks: Vec<(CheckKey, Arc<HealthCheck>)> = entry
+        .checks
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, check) in checks {
+        let mut updated = (*check).clone();
+        updated.node = name.clone();
+        entry.checks.insert(key, Arc::new(updated));
+    }
+}
+
+/// The checks of one service on a node (empty service key: the node's own checks).
+pub fn checks_of_service<'m>(
+    checks: &'m OrdMap<CheckKey, Arc<HealthCheck>>,
+    service_key: &'m str,
+) -> impl Iterator<Item = (&'m CheckKey, &'m Arc<HealthCheck>)> + 'm {
+    checks
+        .range::<_, CheckKeyRef>((
+            Bound::Included(CheckKeyRef {
+                service: service_key,
+                check: "",
+            }),
+            Bound::Unbounded,
+        ))
+        .take_while(move |(k, _)| *k.service == *service_key)
+}
+
+/// A tag list sharing an existing allocation when an equal list exists.
+fn shared_tags(
+    tags: &[String],
+    existing: Option<&ServiceInstance>,
+    sample: Option<&ServiceInstance>,
+) -> Arc<[Arc<str>]> {
+    if tags.is_empty() {
+        return NO_TAGS.clone();
+    }
+    for candidate in [existing, sample].into_iter().flatten() {
+        if candidate.tags.len() == tags.len()
+            && candidate.tags.iter().zip(tags).all(|(a, b)| **a == **b)
+        {
+            return candidate.tags.clone();
+        }
+    }
+    tags.iter().map(|t| arc_str(t)).collect::<Vec<_>>().into()
+}
+
+/// Applies one catalog command at `index`.
+pub(crate) fn apply(
+    tables: &mut Tables,
+    index: u64,
+    op: &CatalogOp,
+    changes: &mut Vec<Change>,
+) -> CommandResult {
+    let (result, bumped, new_changes) = {
+        let mut tx = Tx {
+            cat: &mut tables.catalog,
+            index,
+            changes: Vec::new(),
+            seen: HashSet::default(),
+            bumped: [false; 3],
+        };
+        let result = tx.apply_op(op);
+        (result, tx.bumped, tx.changes)
+    };
+    for (slot, table) in [
+        (BUMP_NODES, Table::Nodes),
+        (BUMP_SERVICES, Table::Services),
+        (BUMP_CHECKS, Table::Checks),
+    ] {
+        if bumped[slot] {
+            tables.bump_table(table, index);
+        }
+    }
+    changes.extend(new_changes);
+    #[cfg(debug_assertions)]
+    if tables.catalog.nodes.len() <= 64 {
+        tables.catalog.check_invariants();
+    }
+    match result {
+        Ok(()) => CommandResult::Bool(true),
+        Err(reason) => CommandResult::Error(reason),
+    }
+}

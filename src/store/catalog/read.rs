@@ -1,0 +1,199 @@
+//! Catalog reads over one store version, with the index Consul reports for each query.
+//!
+//! These are the functions the HTTP handlers, DNS and the agent build on. They borrow from
+//! the version they read, allocate only the result list, and never look at more than the
+//! rows the query needs: a service query walks that service's group, joining each
+//! instance's node row and checks by key.
+
+use super::apply::checks_of_service;
+use super::rows::{fold, HealthCheck, Node, ServiceInstance, Status};
+use super::{NodeEntry, ServiceGroup};
+use crate::store::{Table, Tables};
+use std::sync::Arc;
+
+/// Index of `/v1/catalog/nodes`.
+pub fn nodes_index(tables: &Tables) -> u64 {
+    tables.table_index(Table::Nodes)
+}
+
+/// Index of `/v1/catalog/services`.
+pub fn services_index(tables: &Tables) -> u64 {
+    tables.table_index(Table::Services)
+}
+
+/// Index of the node-wide queries (`/v1/catalog/node/<n>`): Consul's max over the nodes and
+/// services tables.
+pub fn node_services_index(tables: &Tables) -> u64 {
+    tables.max_table_index(&[Table::Nodes, Table::Services])
+}
+
+/// Index of check listings (`/v1/health/node/<n>`, `/v1/health/state/<s>`).
+pub fn checks_index(tables: &Tables) -> u64 {
+    tables.table_index(Table::Checks)
+}
+
+/// Index of every query about one service (Consul's `maxIndexForService`): the service's own
+/// index when it exists; otherwise the last extinction, or the catalog-wide index when no
+/// service ever went extinct.
+pub fn service_index(tables: &Tables, service: &str) -> u64 {
+    match tables.catalog.group(service) {
+        Some(group) => group.index,
+        None if tables.catalog.service_extinction_index > 0 => {
+            tables.catalog.service_extinction_index
+        }
+        None => tables.max_table_index(&[Table::Nodes, Table::Services, Table::Checks]),
+    }
+}
+
+/// One row of a health answer: Consul's `CheckServiceNode`.
+#[derive(Debug)]
+pub struct CheckServiceNode<'a> {
+    pub node: &'a Arc<Node>,
+    pub service: &'a Arc<ServiceInstance>,
+    /// Node-level checks first, then the service's own, each in check-ID order.
+    pub checks: Vec<&'a Arc<HealthCheck>>,
+}
+
+impl CheckServiceNode<'_> {
+    /// Whether every check passes (`?passing`); an instance with no checks passes.
+    pub fn all_passing(&self) -> bool {
+        self.checks.iter().all(|c| c.status == Status::Passing)
+    }
+    /// Whether no check is critical (what DNS serves).
+    pub fn none_critical(&self) -> bool {
+        self.checks
+            .iter()
+            .all(|c| !matches!(c.status, Status::Critical | Status::Maintenance))
+    }
+    /// The worst status among the checks, passing when there are none.
+    pub fn aggregated_status(&self) -> Status {
+        aggregate(self.checks.iter().map(|c| c.status))
+    }
+}
+
+/// Consul's `AggregatedStatus`: maintenance, then critical, then warning, else passing.
+pub fn aggregate(statuses: impl Iterator<Item = Status>) -> Status {
+    statuses
+        .max_by_key(|s| s.severity())
+        .unwrap_or(Status::Passing)
+}
+
+/// The instances of a service, each joined with its node and checks. Instances whose node
+/// row is missing (impossible by the invariants) are skipped.
+pub fn check_service_nodes<'a>(tables: &'a Tables, service: &str) -> Vec<CheckServiceNode<'a>> {
+    let Some(group) = tables.catalog.group(service) else {
+        return Vec::new();
+    };
+    check_service_nodes_of_group(tables, group)
+}
+
+/// [`check_service_nodes`] for a group already looked up.
+pub fn check_service_nodes_of_group<'a>(
+    tables: &'a Tables,
+    group: &'a ServiceGroup,
+) -> Vec<CheckServiceNode<'a>> {
+    let mut out = Vec::with_capacity(group.instances.len());
+    let mut current: Option<(&'a str, &'a NodeEntry, Vec<&'a Arc<HealthCheck>>)> = None;
+    for (key, instance) in group.instances.iter() {
+        // Instances are ordered by node, so each node is looked up once.
+        let fresh = match &current {
+            Some((node_key, _, _)) => *node_key != &*key.node,
+            None => true,
+        };
+        if fresh {
+            current = tables.catalog.nodes.get(&*key.node).map(|entry| {
+                let node_checks: Vec<&'a Arc<HealthCheck>> = checks_of_service(&entry.checks, "")
+                    .map(|(_, c)| c)
+                    .collect();
+                (&*key.node, entry, node_checks)
+            });
+        }
+        let Some((_, entry, node_checks)) = &current else {
+            continue;
+        };
+        let mut checks = Vec::with_capacity(node_checks.len() + 1);
+        checks.extend(node_checks.iter().copied());
+        checks.extend(checks_of_service(&entry.checks, &key.service_id).map(|(_, c)| c));
+        out.push(CheckServiceNode {
+            node: &entry.node,
+            service: instance,
+            checks,
+        });
+    }
+    out
+}
+
+/// The checks of one service across all its instances (`/v1/health/checks/<svc>`).
+pub fn service_checks<'a>(
+    tables: &'a Tables,
+    service: &str,
+) -> Vec<(&'a Arc<Node>, &'a Arc<HealthCheck>)> {
+    let Some(group) = tables.catalog.group(service) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (key, _) in group.instances.iter() {
+        if let Some(entry) = tables.catalog.nodes.get(&*key.node) {
+            out.extend(
+                checks_of_service(&entry.checks, &key.service_id).map(|(_, c)| (&entry.node, c)),
+            );
+        }
+    }
+    out
+}
+
+/// Every check on one node, node-level first (`/v1/health/node/<n>`).
+pub fn node_checks<'a>(tables: &'a Tables, node: &str) -> Vec<&'a Arc<HealthCheck>> {
+    match tables.catalog.node(node) {
+        Some(entry) => entry.checks.values().collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Every check in a state (`any` for all), with its node (`/v1/health/state/<s>`).
+pub fn checks_in_state(
+    tables: &Tables,
+    state: Option<Status>,
+) -> Vec<(&Arc<Node>, &Arc<HealthCheck>)> {
+    let mut out = Vec::new();
+    for entry in tables.catalog.nodes.values() {
+        for check in entry.checks.values() {
+            if state.is_none_or(|s| check.status == s) {
+                out.push((&entry.node, check));
+            }
+        }
+    }
+    out
+}
+
+/// A service instance by node and service ID.
+pub fn service_instance<'a>(
+    tables: &'a Tables,
+    node: &str,
+    service_id: &str,
+) -> Option<&'a Arc<ServiceInstance>> {
+    tables.catalog.node(node)?.services.get(&*fold(service_id))
+}
+
+/// A check by node and check ID.
+pub fn check<'a>(tables: &'a Tables, node: &str, check_id: &str) -> Option<&'a Arc<HealthCheck>> {
+    let entry = tables.catalog.node(node)?;
+    let check_id = fold(check_id);
+    let owner = entry.check_owners.get(&*check_id)?;
+    entry.checks.get(&super::rows::CheckKeyRef {
+        service: owner,
+        check: &check_id,
+    })
+}
+
+/// The checks of one service instance on a node, without node-level checks.
+pub fn instance_checks<'a>(
+    entry: &'a NodeEntry,
+    service_id: &str,
+) -> impl Iterator<Item = &'a Arc<HealthCheck>> + 'a {
+    entry
+        .services
+        .get_key_value(&*fold(service_id))
+        .into_iter()
+        .flat_map(move |(key, _)| checks_of_service(&entry.checks, key).map(|(_, c)| c))
+}

@@ -1,0 +1,469 @@
+//! Unit tests of the catalog tables: Consul's registration semantics, the index rules and
+//! the precision of the change keys.
+
+use super::read::{self, check_service_nodes};
+use super::rows::Status;
+use super::*;
+use crate::store::{Change, Command, CommandResult, Table, Tables};
+
+struct Fixture {
+    tables: Tables,
+    next_index: u64,
+    changes: Vec<Change>,
+}
+
+fn node_reg(node: &str, address: &str) -> Registration {
+    Registration {
+        node: node.into(),
+        address: address.into(),
+        datacenter: "dc1".into(),
+        ..Default::default()
+    }
+}
+
+fn service(id: &str, name: &str, tags: &[&str]) -> ServiceRegistration {
+    ServiceRegistration {
+        id: id.into(),
+        name: name.into(),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        port: 80,
+        ..Default::default()
+    }
+}
+
+fn check(id: &str, service_id: &str, status: &str) -> CheckRegistration {
+    CheckRegistration {
+        check_id: id.into(),
+        name: format!("check {id}"),
+        status: status.into(),
+        service_id: service_id.into(),
+        ..Default::default()
+    }
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            tables: Tables::default(),
+            next_index: 10,
+            changes: Vec::new(),
+        }
+    }
+    fn run(&mut self, op: CatalogOp) -> CommandResult {
+        self.next_index += 1;
+        self.changes.clear();
+        let result = self
+            .tables
+            .apply(self.next_index, &Command::Catalog(op), &mut self.changes);
+        self.tables.catalog.check_invariants();
+        result
+    }
+    fn register(&mut self, reg: Registration) -> CommandResult {
+        self.run(CatalogOp::Register(Box::new(reg)))
+    }
+    fn instance(&mut self, node: &str, svc: ServiceRegistration, checks: Vec<CheckRegistration>) {
+        let mut reg = node_reg(node, "10.0.0.1");
+        reg.service = Some(svc);
+        reg.checks = checks;
+        assert_eq!(self.register(reg), CommandResult::Bool(true));
+    }
+    fn touched(&self, table: Table, key: &str) -> bool {
+        self.changes
+            .iter()
+            .any(|c| c.table == table && c.key == crate::store::ChangeKey::Key(Arc::from(key)))
+    }
+}
+
+#[test]
+fn register_node_service_and_check_with_indexes_and_changes() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("web-1", "web", &["v1"]),
+        vec![check("c1", "web-1", "passing")],
+    );
+    let index = f.next_index;
+    assert_eq!(read::service_index(&f.tables, "web"), index);
+    assert_eq!(read::nodes_index(&f.tables), index);
+    assert_eq!(read::checks_index(&f.tables), index);
+    for (table, key) in [
+        (Table::Nodes, "n1"),
+        (Table::Services, "web"),
+        (Table::ServiceIndex, "web"),
+        (Table::NodeServices, "n1"),
+        (Table::Checks, "n1"),
+    ] {
+        assert!(f.touched(table, key), "{table:?} {key} in {:?}", f.changes);
+    }
+    let nodes = check_service_nodes(&f.tables, "web");
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(&*nodes[0].node.address, "10.0.0.1");
+    assert_eq!(nodes[0].checks.len(), 1);
+    assert_eq!(&*nodes[0].checks[0].service_name, "web");
+    assert_eq!(&*nodes[0].checks[0].service_tags[0], "v1");
+    assert_eq!(nodes[0].service.create_index, index);
+    assert!(nodes[0].all_passing());
+}
+
+#[test]
+fn identical_registration_changes_nothing() {
+    let mut f = Fixture::new();
+    let reg = || {
+        let mut r = node_reg("n1", "10.0.0.1");
+        r.service = Some(service("web-1", "web", &["a", "b"]));
+        r.checks = vec![check("c1", "web-1", "passing")];
+        r
+    };
+    f.register(reg());
+    let index = read::service_index(&f.tables, "web");
+    let table_indexes = f.tables.table_indexes;
+    assert_eq!(f.register(reg()), CommandResult::Bool(true));
+    assert!(f.changes.is_empty(), "{:?}", f.changes);
+    assert_eq!(read::service_index(&f.tables, "web"), index);
+    assert_eq!(f.tables.table_indexes, table_indexes);
+}
+
+#[test]
+fn one_service_changing_never_moves_another_services_index() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("web-1", "web", &[]),
+        vec![check("web-check", "web-1", "passing")],
+    );
+    f.instance(
+        "n2",
+        service("api-1", "api", &[]),
+        vec![check("api-check", "api-1", "passing")],
+    );
+    let web_index = read::service_index(&f.tables, "web");
+    // Flip api's check: api moves, web does not, and web's keys are untouched.
+    let mut reg = node_reg("n2", "10.0.0.1");
+    reg.skip_node_update = true;
+    reg.checks = vec![check("api-check", "api-1", "critical")];
+    f.register(reg);
+    assert_eq!(read::service_index(&f.tables, "web"), web_index);
+    assert_eq!(read::service_index(&f.tables, "api"), f.next_index);
+    assert!(f.touched(Table::ServiceIndex, "api"));
+    assert!(!f.touched(Table::ServiceIndex, "web"));
+    assert!(
+        !f.touched(Table::Services, "api"),
+        "a check change is not a service row change"
+    );
+    assert!(f.touched(Table::Checks, "n2"));
+}
+
+#[test]
+fn node_level_check_moves_every_service_on_the_node() {
+    let mut f = Fixture::new();
+    f.instance("n1", service("web-1", "web", &[]), vec![]);
+    f.instance("n1", service("db-1", "db", &[]), vec![]);
+    f.instance("n2", service("other-1", "other", &[]), vec![]);
+    let other = read::service_index(&f.tables, "other");
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.checks = vec![check("node-check", "", "warning")];
+    f.register(reg);
+    assert_eq!(read::service_index(&f.tables, "web"), f.next_index);
+    assert_eq!(read::service_index(&f.tables, "db"), f.next_index);
+    assert_eq!(read::service_index(&f.tables, "other"), other);
+    let web = check_service_nodes(&f.tables, "web");
+    assert_eq!(web[0].checks.len(), 1);
+    assert_eq!(web[0].aggregated_status(), Status::Warning);
+    assert!(!web[0].all_passing());
+    assert!(web[0].none_critical());
+    // A node address change also reaches the node's services, as in Consul.
+    f.register(node_reg("n1", "10.0.0.2"));
+    assert_eq!(read::service_index(&f.tables, "web"), f.next_index);
+    assert_eq!(read::service_index(&f.tables, "other"), other);
+    assert_eq!(
+        &*check_service_nodes(&f.tables, "db")[0].node.address,
+        "10.0.0.2"
+    );
+}
+
+#[test]
+fn deregistering_the_last_instance_records_an_extinction() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("web-1", "web", &[]),
+        vec![check("c1", "web-1", "passing")],
+    );
+    f.instance("n1", service("api-1", "api", &[]), vec![]);
+    let result = f.run(CatalogOp::Deregister {
+        node: "n1".into(),
+        service_id: "web-1".into(),
+        check_id: String::new(),
+    });
+    assert_eq!(result, CommandResult::Bool(true));
+    assert!(f.tables.catalog.group("web").is_none());
+    assert!(
+        read::check(&f.tables, "n1", "c1").is_none(),
+        "the service's checks go with it"
+    );
+    assert_eq!(f.tables.catalog.service_extinction_index, f.next_index);
+    assert_eq!(read::service_index(&f.tables, "web"), f.next_index);
+    assert_eq!(
+        read::service_index(&f.tables, "never-existed"),
+        f.next_index
+    );
+    assert!(f.touched(Table::ServiceIndex, "web"));
+    assert!(!f.touched(Table::ServiceIndex, "api"));
+    // Deregistering something missing is not an error.
+    let again = f.run(CatalogOp::Deregister {
+        node: "n1".into(),
+        service_id: "web-1".into(),
+        check_id: String::new(),
+    });
+    assert_eq!(again, CommandResult::Bool(true));
+    assert!(f.changes.is_empty());
+}
+
+#[test]
+fn deregistering_a_node_removes_everything_on_it() {
+    let mut f = Fixture::new();
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.id = "a6c7a2fa-3d83-4e2b-9b66-0b8d8f2a4c11".into();
+    f.register(reg);
+    f.instance(
+        "n1",
+        service("web-1", "web", &[]),
+        vec![check("c1", "web-1", "passing")],
+    );
+    f.instance("n2", service("web-2", "web", &[]), vec![]);
+    f.run(CatalogOp::Deregister {
+        node: "N1".into(),
+        service_id: String::new(),
+        check_id: String::new(),
+    });
+    assert!(f.tables.catalog.node("n1").is_none());
+    assert!(f.tables.catalog.node_ids.is_empty());
+    assert_eq!(check_service_nodes(&f.tables, "web").len(), 1);
+    assert!(f.touched(Table::Nodes, "n1"));
+    assert!(f.touched(Table::ServiceIndex, "web"));
+}
+
+#[test]
+fn refused_registrations_change_nothing() {
+    let mut f = Fixture::new();
+    f.register(node_reg("n1", "10.0.0.1"));
+    let before = f.tables.table_indexes;
+    let mut reg = node_reg("n1", "10.0.0.9");
+    reg.checks = vec![check("c1", "no-such-service", "passing")];
+    let result = f.register(reg);
+    assert!(
+        matches!(&result, CommandResult::Error(e) if e.contains("Missing service registration")),
+        "{result:?}"
+    );
+    assert_eq!(
+        &*f.tables.catalog.node("n1").unwrap().node.address,
+        "10.0.0.1"
+    );
+    assert_eq!(f.tables.table_indexes, before);
+    assert!(f.changes.is_empty());
+    for (reg, message) in [
+        (node_reg("", "1.2.3.4"), "Must provide node"),
+        (node_reg("n", ""), "Must provide address"),
+        (
+            Registration {
+                id: "not-a-uuid".into(),
+                ..node_reg("n", "1.2.3.4")
+            },
+            "Bad node ID",
+        ),
+    ] {
+        match f.register(reg) {
+            CommandResult::Error(e) => assert!(e.contains(message), "{e}"),
+            other => panic!("expected {message}, got {other:?}"),
+        }
+    }
+    let mut bad_check = node_reg("n1", "10.0.0.1");
+    bad_check.checks = vec![CheckRegistration {
+        node: "other-node".into(),
+        ..check("x", "", "passing")
+    }];
+    assert!(
+        matches!(f.register(bad_check), CommandResult::Error(e) if e.contains("does not match"))
+    );
+}
+
+#[test]
+fn names_and_ids_match_case_insensitively() {
+    let mut f = Fixture::new();
+    f.instance(
+        "Node-A",
+        service("Web-1", "Web", &[]),
+        vec![check("Check-1", "WEB-1", "passing")],
+    );
+    assert_eq!(check_service_nodes(&f.tables, "web").len(), 1);
+    assert_eq!(check_service_nodes(&f.tables, "WEB").len(), 1);
+    let entry = f.tables.catalog.node("node-a").unwrap();
+    assert_eq!(
+        &*entry.node.name, "Node-A",
+        "the registered spelling is kept"
+    );
+    assert!(read::check(&f.tables, "NODE-A", "check-1").is_some());
+    assert!(read::service_instance(&f.tables, "node-a", "WEB-1").is_some());
+}
+
+#[test]
+fn check_default_status_is_critical_and_status_changes_keep_create_index() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("web-1", "web", &[]),
+        vec![check("c1", "web-1", "")],
+    );
+    let created = read::check(&f.tables, "n1", "c1").unwrap().create_index;
+    assert_eq!(
+        read::check(&f.tables, "n1", "c1").unwrap().status,
+        Status::Critical
+    );
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.checks = vec![check("c1", "web-1", "passing")];
+    f.register(reg);
+    let c = read::check(&f.tables, "n1", "c1").unwrap();
+    assert_eq!(
+        (c.status, c.create_index, c.modify_index),
+        (Status::Passing, created, f.next_index)
+    );
+}
+
+#[test]
+fn node_ids_rename_unhealthy_nodes_and_protect_healthy_ones() {
+    let mut f = Fixture::new();
+    let id = "a6c7a2fa-3d83-4e2b-9b66-0b8d8f2a4c11";
+    let mut reg = node_reg("old-name", "10.0.0.1");
+    reg.id = id.into();
+    f.register(reg);
+    // Without a serf check the old node is not considered healthy: the ID moves.
+    let mut renamed = node_reg("new-name", "10.0.0.1");
+    renamed.id = id.into();
+    assert_eq!(f.register(renamed), CommandResult::Bool(true));
+    assert!(f.tables.catalog.node("old-name").is_none());
+    assert_eq!(&**f.tables.catalog.node_ids.get(id).unwrap(), "new-name");
+    // A healthy node keeps its name against a different ID.
+    let mut serf = node_reg("new-name", "10.0.0.1");
+    serf.id = id.into();
+    serf.checks = vec![CheckRegistration {
+        check_id: SERF_CHECK_ID.into(),
+        name: SERF_CHECK_NAME.into(),
+        status: "passing".into(),
+        ..Default::default()
+    }];
+    f.register(serf);
+    let mut thief = node_reg("new-name", "10.0.0.7");
+    thief.id = "0b3d1c60-98e1-4c41-a0f1-4b8e9b0fa001".into();
+    assert!(
+        matches!(f.register(thief), CommandResult::Error(e) if e.contains("is reserved by node"))
+    );
+}
+
+#[test]
+fn renaming_a_service_under_the_same_id_moves_it_between_groups() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("svc-1", "alpha", &[]),
+        vec![check("c", "svc-1", "passing")],
+    );
+    f.instance("n1", service("svc-1", "beta", &["t"]), vec![]);
+    assert!(f.tables.catalog.group("alpha").is_none());
+    let beta = check_service_nodes(&f.tables, "beta");
+    assert_eq!(beta.len(), 1);
+    assert_eq!(
+        &*beta[0].checks[0].service_name, "beta",
+        "checks follow their service"
+    );
+    assert_eq!(&*beta[0].checks[0].service_tags[0], "t");
+    assert!(f.touched(Table::ServiceIndex, "alpha"));
+}
+
+#[test]
+fn batches_apply_each_operation_independently() {
+    let mut f = Fixture::new();
+    let mut good = node_reg("n1", "10.0.0.1");
+    good.service = Some(service("web-1", "web", &[]));
+    let mut bad = node_reg("n2", "10.0.0.2");
+    bad.checks = vec![check("c", "missing", "passing")];
+    let result = f.run(CatalogOp::Batch(vec![
+        CatalogOp::Register(Box::new(good)),
+        CatalogOp::Register(Box::new(bad)),
+    ]));
+    assert!(matches!(result, CommandResult::Error(_)));
+    assert_eq!(check_service_nodes(&f.tables, "web").len(), 1);
+    assert!(f.tables.catalog.node("n2").is_none());
+}
+
+#[test]
+fn repeated_strings_are_shared() {
+    let mut f = Fixture::new();
+    for i in 0..10 {
+        f.instance(
+            &format!("n{i}"),
+            service(&format!("web-{i}"), "web", &["blue", "v2"]),
+            vec![check(&format!("c{i}"), &format!("web-{i}"), "passing")],
+        );
+    }
+    let nodes = check_service_nodes(&f.tables, "web");
+    for pair in nodes.windows(2) {
+        assert!(Arc::ptr_eq(&pair[0].service.tags, &pair[1].service.tags));
+        assert!(Arc::ptr_eq(&pair[0].service.name, &pair[1].service.name));
+        assert!(Arc::ptr_eq(
+            &pair[0].checks[0].kind,
+            &pair[1].checks[0].kind
+        ));
+    }
+}
+
+#[test]
+fn snapshot_round_trip_keeps_rows_indexes_and_sharing() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("web-1", "web", &["x"]),
+        vec![check("c1", "web-1", "warning")],
+    );
+    f.instance("n2", service("web-2", "web", &["x"]), vec![]);
+    let mut node_check = node_reg("n2", "10.0.0.1");
+    node_check.checks = vec![check("serfHealth", "", "passing")];
+    f.register(node_check);
+    f.instance("n2", service("gone", "gone", &[]), vec![]);
+    f.run(CatalogOp::Deregister {
+        node: "n2".into(),
+        service_id: "gone".into(),
+        check_id: String::new(),
+    });
+    let restored = Tables::from_snapshot_bytes(&f.tables.to_snapshot_bytes()).unwrap();
+    restored.catalog.check_invariants();
+    assert_eq!(
+        read::service_index(&restored, "web"),
+        read::service_index(&f.tables, "web")
+    );
+    assert_eq!(
+        restored.catalog.service_extinction_index,
+        f.tables.catalog.service_extinction_index
+    );
+    let before = check_service_nodes(&f.tables, "web");
+    let after = check_service_nodes(&restored, "web");
+    assert_eq!(before.len(), after.len());
+    for (a, b) in before.iter().zip(&after) {
+        assert_eq!(a.node, b.node);
+        assert_eq!(a.service, b.service);
+        assert_eq!(a.checks, b.checks);
+    }
+    assert!(Arc::ptr_eq(&after[0].service.tags, &after[1].service.tags));
+}
+
+#[test]
+fn a_service_without_id_is_identified_by_its_name() {
+    let mut f = Fixture::new();
+    f.instance(
+        "n1",
+        service("", "web", &[]),
+        vec![check("c", "web", "passing")],
+    );
+    let rows = check_service_nodes(&f.tables, "web");
+    assert_eq!(&*rows[0].service.id, "web");
+    assert_eq!(rows[0].checks.len(), 1);
+}
