@@ -159,7 +159,7 @@ for round in $(seq "$ROUNDS"); do
     fi
   done
   RESULTS[nsd-one-srv]+="$(qps "$NSD_PORT" "$WORK/one-srv.txt") "
-  echo "round $round: floor A ${RESULTS[floor-a]##* } ..." | sed 's/  */ /g' >/dev/null
+  echo "round $round done ($(cut -d' ' -f1 /proc/loadavg) load)" >&2
 done
 
 m() { echo "${RESULTS[$1]}" | tr ' ' '\n' | grep . | median; }

@@ -105,3 +105,136 @@ impl CatalogView for Tables {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DnsConfig;
+    use crate::dns::{handle_message, resolve::LocalAgent, DnsSettings, Handled, ShardDns};
+    use crate::dns::{Transport, VersionSource};
+    use crate::proto::dns::{fast::tests::build_query, rtype};
+    use crate::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
+    use crate::store::{Change, Command};
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::RData;
+    use std::cell::RefCell;
+
+    struct Store {
+        tables: RefCell<Arc<Tables>>,
+        index: std::cell::Cell<u64>,
+    }
+
+    impl VersionSource for Store {
+        type View = Arc<Tables>;
+        fn version(&self) -> Arc<Tables> {
+            self.tables.borrow().clone()
+        }
+    }
+
+    impl Store {
+        fn apply(&self, op: CatalogOp) -> Vec<Change> {
+            let mut tables = (**self.tables.borrow()).clone();
+            let mut changes = Vec::new();
+            self.index.set(self.index.get() + 1);
+            tables.apply(self.index.get(), &Command::Catalog(op), &mut changes);
+            *self.tables.borrow_mut() = Arc::new(tables);
+            changes
+        }
+    }
+
+    fn register(node: &str, address: &str, service: &str, status: &str) -> CatalogOp {
+        CatalogOp::Register(Box::new(Registration {
+            node: node.into(),
+            address: address.into(),
+            datacenter: "dc1".into(),
+            service: Some(ServiceRegistration {
+                id: format!("{service}-{node}"),
+                name: service.into(),
+                port: 80,
+                ..Default::default()
+            }),
+            checks: vec![CheckRegistration {
+                check_id: format!("{service}-{node}-check"),
+                name: "check".into(),
+                status: status.into(),
+                service_id: format!("{service}-{node}"),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+    }
+
+    fn addresses(settings: &DnsSettings, state: &mut ShardDns, store: &Store) -> Vec<String> {
+        let mut out = Vec::new();
+        let query = build_query(1, "web.service.consul", rtype::A, Some(4096));
+        let handled = handle_message(
+            settings,
+            state,
+            true,
+            store,
+            &query,
+            Transport::Udp,
+            &mut out,
+        );
+        assert!(matches!(handled, Handled::Reply));
+        let mut ips: Vec<String> = Message::from_vec(&out)
+            .unwrap()
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(a.0.to_string()),
+                _ => None,
+            })
+            .collect();
+        ips.sort();
+        ips
+    }
+
+    #[test]
+    fn the_catalogs_change_keys_evict_exactly_the_answers_that_read_them() {
+        let store = Store {
+            tables: RefCell::new(Arc::new(Tables::default())),
+            index: std::cell::Cell::new(10),
+        };
+        store.apply(register("n1", "10.0.0.1", "web", "passing"));
+        store.apply(register("n2", "10.0.0.2", "web", "passing"));
+        let settings = DnsSettings::new(
+            DnsConfig::default(),
+            LocalAgent {
+                node_name: "s".into(),
+                datacenter: "dc1".into(),
+                address: "127.0.0.1".parse().unwrap(),
+            },
+        );
+        let mut state = ShardDns::new(5);
+        assert_eq!(
+            addresses(&settings, &mut state, &store),
+            ["10.0.0.1", "10.0.0.2"]
+        );
+        // Another service's registration leaves the cached answer in place.
+        let changes = store.apply(register("n3", "10.0.0.3", "db", "passing"));
+        state.cache.invalidate(&changes);
+        assert_eq!(state.cache.len(), 1);
+        // A check of one `web` instance going critical evicts it.
+        let changes = store.apply(register("n1", "10.0.0.1", "web", "critical"));
+        state.cache.invalidate(&changes);
+        assert_eq!(state.cache.len(), 0);
+        assert_eq!(addresses(&settings, &mut state, &store), ["10.0.0.2"]);
+        // So does a node-level check on a node running `web`.
+        let changes = store.apply(CatalogOp::Register(Box::new(Registration {
+            node: "n2".into(),
+            address: "10.0.0.2".into(),
+            datacenter: "dc1".into(),
+            checks: vec![CheckRegistration {
+                check_id: "node-down".into(),
+                name: "node".into(),
+                status: "critical".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })));
+        state.cache.invalidate(&changes);
+        assert_eq!(state.cache.len(), 0);
+        assert!(addresses(&settings, &mut state, &store).is_empty());
+    }
+}
