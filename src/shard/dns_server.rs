@@ -40,6 +40,65 @@ pub const TCP_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a response write may take.
 pub const TCP_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h); not exported by the libc crate.
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// Makes the kernel pick the socket of a `SO_REUSEPORT` group for each datagram at random
+/// instead of by hashing the flow. DNS over UDP is stateless, and a few busy clients (a
+/// resolver, a load generator) are a few flows: hashed, they can all land on one shard while
+/// the others idle. A classic BPF program returning `random() % sockets` spreads every packet.
+/// Applies to the whole group of the given socket; on failure the kernel keeps hashing.
+pub fn spread_datagrams_randomly(
+    socket: &std::net::UdpSocket,
+    sockets: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SKF_AD_OFF + SKF_AD_RANDOM: the "load a random u32" ancillary operation.
+    const LOAD_RANDOM: u32 = (-0x1000i32 + 56) as u32;
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_ALU_MOD_K: u16 = 0x94;
+    const BPF_RET_A: u16 = 0x16;
+    let mut program = [
+        libc::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: LOAD_RANDOM,
+        },
+        libc::sock_filter {
+            code: BPF_ALU_MOD_K,
+            jt: 0,
+            jf: 0,
+            k: sockets.max(1) as u32,
+        },
+        libc::sock_filter {
+            code: BPF_RET_A,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let fprog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: setsockopt reads `fprog` (and the program it points to) during the call only.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Reads resolve against the shard's current version.
 struct ShardVersion<'a>(&'a Shard);
 

@@ -310,6 +310,11 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                         .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
                 );
             }
+            if let Some(socket) = listeners.last().and_then(|shard| shard.dns_udp.last()) {
+                if let Err(e) = dns_server::spread_datagrams_randomly(socket, shard_count) {
+                    log::warn!("dns: datagrams on {addr} are spread by flow hash: {e}");
+                }
+            }
         }
     }
     let dns_settings = Arc::new(crate::dns::DnsSettings::new(
