@@ -111,6 +111,11 @@ fn bad_or_unsupported_queries_get_error_rcodes() {
         .expect("a reply to a malformed query");
     assert_eq!(&formerr[..2], &[0xab, 0xcd]);
     assert_eq!(rcode_of(&formerr), 1);
+    // A datagram longer than any query praetor reads (4 KiB): FORMERR, ID kept.
+    let mut oversized = vec![0x0b, 0xad, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    oversized.resize(5000, 7);
+    let reply = udp_exchange_raw(server, &oversized).expect("a reply to an oversized query");
+    assert_eq!((&reply[..2], rcode_of(&reply)), (&[0x0b, 0xad][..], 1));
     // Two questions: FORMERR.
     let mut two = query("consul.", RecordType::SOA, None);
     two.queries.push(two.queries[0].clone());

@@ -1,9 +1,10 @@
 //! The DNS server loops of a shard: one UDP task per socket and one TCP accept loop per
 //! listener, every shard binding the same addresses with `SO_REUSEPORT`.
 //!
-//! UDP: the task receives a datagram, answers it synchronously into a reused buffer
-//! (`dns::handle_message`: cache hit or resolution against the shard's version) and sends the
-//! reply; nothing on this path allocates on a cache hit. Questions for the recursors are
+//! UDP: one task per socket drains it in batches (`recvmmsg`), answers each datagram
+//! synchronously into a reused buffer (`dns::handle_message`: cache hit or resolution against
+//! the shard's version) and sends the batch's replies with one `sendmmsg`; nothing on this
+//! path allocates on a cache hit. Questions for the recursors are
 //! handed to their own task, so a slow upstream never stalls the socket; at most
 //! [`RECURSIONS_IN_FLIGHT_MAX`] per shard, beyond which the query gets SERVFAIL at once.
 //!
@@ -26,9 +27,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Receive buffer per UDP socket: the largest datagram, so an oversized query is read whole
-/// (and answered FORMERR or served) rather than silently cut.
-pub const UDP_RECEIVE_BYTES_MAX: usize = 65_535;
 /// Forwards to recursors in flight per shard.
 pub const RECURSIONS_IN_FLIGHT_MAX: usize = 256;
 /// Open DNS TCP connections per shard; further connections are closed at once.
@@ -204,74 +202,245 @@ fn forward_seed(shard: &Shard, query: &Query) -> u64 {
     nanos ^ ((shard.id as u64) << 56) ^ ((query.id as u64) << 24) ^ rand::random::<u64>()
 }
 
-/// Receive loops per UDP socket and shard. With io_uring each loop keeps one receive
-/// outstanding, so while one query is being answered the next is already being received, and
-/// completions that arrive together are reaped by one system call.
-pub const UDP_RECEIVERS_PER_SOCKET: usize = 4;
+/// Datagrams received (and replies sent) per system call.
+pub const UDP_BATCH_DATAGRAMS: usize = 32;
+/// Largest UDP query read; a longer datagram arrives cut (`MSG_TRUNC`) and is answered
+/// FORMERR from its header. Real queries are well under 512 bytes.
+pub const UDP_QUERY_BYTES_MAX: usize = 4096;
 
-/// Serves one UDP socket with [`UDP_RECEIVERS_PER_SOCKET`] receive loops until the shard
-/// stops.
+/// Serves one UDP socket until the shard stops.
 pub fn spawn_udp(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: UdpSocket) {
-    let socket = Rc::new(socket);
-    let in_flight = Rc::new(Cell::new(0usize));
-    let receivers = std::env::var("PRAETOR_DNS_UDP_RECEIVERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(UDP_RECEIVERS_PER_SOCKET);
-    for _ in 0..receivers {
-        monoio::spawn(udp_loop(
-            shard.clone(),
-            settings.clone(),
-            socket.clone(),
-            in_flight.clone(),
-        ));
+    monoio::spawn(udp_loop(shard, settings, Rc::new(socket)));
+}
+
+/// Receive and send buffers for one batch, allocated once per socket. The `mmsghdr`s point
+/// into the other vectors, which are never resized after construction.
+struct DatagramBatch {
+    inputs: Vec<Box<[u8]>>,
+    peers: Vec<libc::sockaddr_storage>,
+    receive_iovecs: Vec<libc::iovec>,
+    receive_headers: Vec<libc::mmsghdr>,
+    outputs: Vec<Vec<u8>>,
+    send_iovecs: Vec<libc::iovec>,
+    send_headers: Vec<libc::mmsghdr>,
+}
+
+impl DatagramBatch {
+    fn new() -> Box<DatagramBatch> {
+        // SAFETY: all-zero bytes are valid values of these plain C structs.
+        let zeroed_header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        let zeroed_peer: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let empty_iovec = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut batch = Box::new(DatagramBatch {
+            inputs: (0..UDP_BATCH_DATAGRAMS)
+                .map(|_| vec![0u8; UDP_QUERY_BYTES_MAX].into_boxed_slice())
+                .collect(),
+            peers: vec![zeroed_peer; UDP_BATCH_DATAGRAMS],
+            receive_iovecs: vec![empty_iovec; UDP_BATCH_DATAGRAMS],
+            receive_headers: vec![zeroed_header; UDP_BATCH_DATAGRAMS],
+            outputs: (0..UDP_BATCH_DATAGRAMS)
+                .map(|_| Vec::with_capacity(1024))
+                .collect(),
+            send_iovecs: vec![empty_iovec; UDP_BATCH_DATAGRAMS],
+            send_headers: vec![zeroed_header; UDP_BATCH_DATAGRAMS],
+        });
+        let batch_ref = &mut *batch;
+        for i in 0..UDP_BATCH_DATAGRAMS {
+            batch_ref.receive_iovecs[i] = libc::iovec {
+                iov_base: batch_ref.inputs[i].as_mut_ptr() as *mut libc::c_void,
+                iov_len: UDP_QUERY_BYTES_MAX,
+            };
+        }
+        batch
+    }
+
+    /// Re-arms the receive headers (the kernel overwrites lengths and flags).
+    fn arm_receive(&mut self) {
+        for i in 0..UDP_BATCH_DATAGRAMS {
+            let header = &mut self.receive_headers[i].msg_hdr;
+            header.msg_name =
+                &mut self.peers[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+            header.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            header.msg_iov = &mut self.receive_iovecs[i];
+            header.msg_iovlen = 1;
+            header.msg_control = std::ptr::null_mut();
+            header.msg_controllen = 0;
+            header.msg_flags = 0;
+            self.receive_headers[i].msg_len = 0;
+        }
+    }
+
+    fn peer(&self, i: usize) -> Option<SocketAddr> {
+        let storage = &self.peers[i];
+        match storage.ss_family as libc::c_int {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let v4 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+                Some(SocketAddr::from((
+                    std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)),
+                    u16::from_be(v4.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let v6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+                Some(SocketAddr::from((
+                    std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr),
+                    u16::from_be(v6.sin6_port),
+                )))
+            }
+            _ => None,
+        }
     }
 }
 
-async fn udp_loop(
-    shard: Rc<Shard>,
-    settings: Arc<DnsSettings>,
-    socket: Rc<UdpSocket>,
-    in_flight: Rc<Cell<usize>>,
-) {
-    let mut input: Vec<u8> = Vec::with_capacity(UDP_RECEIVE_BYTES_MAX);
-    let mut output: Vec<u8> = Vec::with_capacity(4096);
+/// Receives up to a batch of datagrams without blocking. Returns how many arrived.
+fn receive_batch(fd: i32, batch: &mut DatagramBatch) -> std::io::Result<usize> {
+    batch.arm_receive();
+    // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
+    let count = unsafe {
+        libc::recvmmsg(
+            fd,
+            batch.receive_headers.as_mut_ptr(),
+            UDP_BATCH_DATAGRAMS as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if count < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(count as usize)
+}
+
+/// The UDP loop: wait for readability, drain the socket in batches with `recvmmsg`, answer
+/// each datagram, send the batch's replies with one `sendmmsg`. Under load a system call
+/// moves up to [`UDP_BATCH_DATAGRAMS`] datagrams; idle, the task waits on one poll.
+async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSocket>) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let in_flight = Rc::new(Cell::new(0usize));
+    let mut batch = DatagramBatch::new();
     loop {
-        let (received, buffer) = socket.recv_from(input).await;
-        input = buffer;
-        let peer = match received {
-            Ok((_, peer)) => peer,
-            Err(e) => {
+        let received = match receive_batch(fd, &mut batch) {
+            Ok(0) => continue,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if shard.shutting_down() {
                     return;
                 }
+                if let Err(e) = socket.readable(false).await {
+                    log::debug!("dns: waiting for udp readability failed: {e}");
+                }
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // ICMP errors from earlier replies surface here (ECONNREFUSED); skip them.
                 log::debug!("dns: udp receive failed: {e}");
                 continue;
             }
         };
-        match answer(&shard, &settings, &input, Transport::Udp, &mut output) {
-            Handled::Reply => {
-                let (_, buffer) = socket.send_to(output, peer).await;
-                output = buffer;
-            }
-            Handled::Drop => {}
-            Handled::Recurse(query) => {
-                if in_flight.get() >= RECURSIONS_IN_FLIGHT_MAX {
-                    server_failure(&query, &mut output);
-                    let (_, buffer) = socket.send_to(output, peer).await;
-                    output = buffer;
+        let mut replies = 0usize;
+        for i in 0..received {
+            let length = batch.receive_headers[i].msg_len as usize;
+            let cut = batch.receive_headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let mut output = std::mem::take(&mut batch.outputs[replies]);
+            let handled = {
+                let message = &batch.inputs[i][..length.min(UDP_QUERY_BYTES_MAX)];
+                if cut {
+                    match crate::proto::dns::RequestHeader::read(message) {
+                        Some(header) if header.flags & flags::QR == 0 => {
+                            dns::answer::write_header_only_response(
+                                header.id,
+                                header.flags,
+                                rcode::FORMERR,
+                                &mut output,
+                            );
+                            Handled::Reply
+                        }
+                        _ => Handled::Drop,
+                    }
                 } else {
+                    answer(&shard, &settings, message, Transport::Udp, &mut output)
+                }
+            };
+            match handled {
+                Handled::Reply => {
+                    // The reply goes back to where the query came from.
+                    batch.send_iovecs[replies] = libc::iovec {
+                        iov_base: output.as_mut_ptr() as *mut libc::c_void,
+                        iov_len: output.len(),
+                    };
+                    let header = &mut batch.send_headers[replies].msg_hdr;
+                    header.msg_name =
+                        &mut batch.peers[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+                    header.msg_namelen = batch.receive_headers[i].msg_hdr.msg_namelen;
+                    header.msg_iov = &mut batch.send_iovecs[replies];
+                    header.msg_iovlen = 1;
+                    header.msg_control = std::ptr::null_mut();
+                    header.msg_controllen = 0;
+                    header.msg_flags = 0;
+                    batch.outputs[replies] = output;
+                    replies += 1;
+                }
+                Handled::Drop => batch.outputs[replies] = output,
+                Handled::Recurse(query) => {
+                    batch.outputs[replies] = output;
+                    let Some(peer) = batch.peer(i) else { continue };
+                    if in_flight.get() >= RECURSIONS_IN_FLIGHT_MAX {
+                        let mut failure = Vec::new();
+                        server_failure(&query, &mut failure);
+                        let _ = socket.send_to(failure, peer).await;
+                        continue;
+                    }
                     in_flight.set(in_flight.get() + 1);
                     monoio::spawn(recurse_udp(
                         shard.clone(),
                         settings.clone(),
                         socket.clone(),
                         in_flight.clone(),
-                        input.clone(),
+                        batch.inputs[i][..length].to_vec(),
                         query,
                         peer,
                     ));
                 }
+            }
+        }
+        let mut sent = 0;
+        while sent < replies {
+            // Offset the headers so that a partial send resumes where it stopped.
+            let result = {
+                let headers = &mut batch.send_headers[sent..replies];
+                // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
+                let count = unsafe {
+                    libc::sendmmsg(
+                        fd,
+                        headers.as_mut_ptr(),
+                        headers.len() as libc::c_uint,
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if count < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(count as usize)
+                }
+            };
+            match result {
+                Ok(n) => sent += n.max(1),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if socket.writable(false).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A reply that cannot be sent (e.g. an unreachable peer) is dropped, as UDP
+                // allows; the rest of the batch still goes out.
+                Err(_) => sent += 1,
             }
         }
     }
