@@ -497,8 +497,11 @@ pub async fn tcp_accept_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, liste
 }
 
 /// Serves queries on one TCP connection until the client closes, misbehaves or idles out.
+/// The response buffer and the framed write buffer are reused across queries, so a
+/// connection asking for 64 KB answers allocates them once.
 async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpStream) {
     let mut output = Vec::with_capacity(4096);
+    let mut framed: Vec<u8> = Vec::with_capacity(4096);
     let mut length = vec![0u8; 2];
     loop {
         let Ok((read, buffer)) =
@@ -523,8 +526,9 @@ async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpSt
         if read.is_err() {
             return;
         }
-        let response = match answer(shard, settings, &message, Transport::Tcp, &mut output) {
-            Handled::Reply => std::mem::take(&mut output),
+        let forwarded;
+        let response: &[u8] = match answer(shard, settings, &message, Transport::Tcp, &mut output) {
+            Handled::Reply => &output,
             Handled::Drop => return,
             Handled::Recurse(query) => {
                 let upstreams = recursor::Upstreams {
@@ -534,15 +538,15 @@ async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpSt
                 };
                 let reply =
                     recursor::forward(&message, &upstreams, forward_seed(shard, &query)).await;
-                forwarded_response(settings, &query, reply, Transport::Tcp)
+                forwarded = forwarded_response(settings, &query, reply, Transport::Tcp);
+                &forwarded
             }
         };
-        let mut framed = Vec::with_capacity(response.len() + 2);
+        framed.clear();
         framed.extend_from_slice(&(response.len() as u16).to_be_bytes());
-        framed.extend_from_slice(&response);
-        output = response;
+        framed.extend_from_slice(response);
         match monoio::time::timeout(TCP_WRITE_TIMEOUT, stream.write_all(framed)).await {
-            Ok((Ok(_), _)) => {}
+            Ok((Ok(_), buffer)) => framed = buffer,
             _ => return,
         }
     }
