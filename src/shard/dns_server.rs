@@ -297,52 +297,87 @@ impl DatagramBatch {
     }
 }
 
-/// Receives up to a batch of datagrams without blocking. Returns how many arrived.
-fn receive_batch(fd: i32, batch: &mut DatagramBatch) -> std::io::Result<usize> {
+/// Receives, without blocking, more datagrams into slots `1..` of the batch (slot 0 holds
+/// the datagram the runtime delivered). Returns how many arrived; none when the socket is
+/// drained.
+fn drain_more(fd: i32, batch: &mut DatagramBatch) -> usize {
     batch.arm_receive();
     // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
     let count = unsafe {
         libc::recvmmsg(
             fd,
-            batch.receive_headers.as_mut_ptr(),
-            UDP_BATCH_DATAGRAMS as libc::c_uint,
+            batch.receive_headers[1..].as_mut_ptr(),
+            (UDP_BATCH_DATAGRAMS - 1) as libc::c_uint,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
         )
     };
-    if count < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(count as usize)
+    // EAGAIN (drained) or a queued ICMP error: nothing more this round.
+    count.max(0) as usize
 }
 
-/// The UDP loop: wait for readability, drain the socket in batches with `recvmmsg`, answer
-/// each datagram, send the batch's replies with one `sendmmsg`. Under load a system call
-/// moves up to [`UDP_BATCH_DATAGRAMS`] datagrams; idle, the task waits on one poll.
+/// Writes `address` into a `sockaddr_storage`; returns its length.
+fn store_address(storage: &mut libc::sockaddr_storage, address: SocketAddr) -> libc::socklen_t {
+    match address {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in.
+            let target = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
+            target.sin_family = libc::AF_INET as libc::sa_family_t;
+            target.sin_port = v4.port().to_be();
+            target.sin_addr = libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            };
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in6.
+            let target = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
+            target.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            target.sin6_port = v6.port().to_be();
+            target.sin6_flowinfo = v6.flowinfo();
+            target.sin6_addr = libc::in6_addr {
+                s6_addr: v6.ip().octets(),
+            };
+            target.sin6_scope_id = v6.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// The UDP loop: the runtime delivers one datagram (an io_uring receive, or epoll readiness
+/// and a receive), then non-blocking `recvmmsg` drains up to a batch more; each is answered
+/// and the batch's replies leave with one `sendmmsg`. Under load a system call moves up to
+/// [`UDP_BATCH_DATAGRAMS`] datagrams; idle, the task waits on one receive. (Waiting for
+/// readiness with an io_uring poll instead lost an occasional wake-up.)
 async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSocket>) {
     use std::os::fd::AsRawFd;
     let fd = socket.as_raw_fd();
     let in_flight = Rc::new(Cell::new(0usize));
     let mut batch = DatagramBatch::new();
     loop {
-        let received = match receive_batch(fd, &mut batch) {
-            Ok(0) => continue,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+        let first = std::mem::take(&mut batch.inputs[0]);
+        let (result, first) = socket.recv_from(first).await;
+        // The heap buffer did not move, so the slot's iovec still points at it.
+        batch.inputs[0] = first;
+        let (length, peer) = match result {
+            Ok(received) => received,
+            Err(e) => {
                 if shard.shutting_down() {
                     return;
                 }
-                if let Err(e) = socket.readable(false).await {
-                    log::debug!("dns: waiting for udp readability failed: {e}");
-                }
-                continue;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
                 // ICMP errors from earlier replies surface here (ECONNREFUSED); skip them.
                 log::debug!("dns: udp receive failed: {e}");
                 continue;
             }
+        };
+        let received = 1 + drain_more(fd, &mut batch);
+        batch.receive_headers[0].msg_len = length as u32;
+        batch.receive_headers[0].msg_hdr.msg_namelen = store_address(&mut batch.peers[0], peer);
+        // A datagram that filled the buffer may have been cut; real queries are far shorter.
+        batch.receive_headers[0].msg_hdr.msg_flags = if length >= UDP_QUERY_BYTES_MAX {
+            libc::MSG_TRUNC
+        } else {
+            0
         };
         let mut replies = 0usize;
         for i in 0..received {
