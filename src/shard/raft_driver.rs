@@ -101,6 +101,9 @@ pub struct RaftDriver {
     role: Role,
     leader: Option<u64>,
     term: u64,
+    /// Term and vote as last made durable; a hard state that differs only in its commit
+    /// index is written without a sync of its own.
+    durable_term_vote: (u64, u64),
     /// Index of this leader's first entry (its no-op); `None` when not leading.
     leader_term_start: Option<u64>,
     last_snapshot_index: u64,
@@ -274,6 +277,7 @@ pub fn open(
         leader: None,
         term: hard_state.term,
         leader_term_start: None,
+        durable_term_vote: (hard_state.term, hard_state.vote.unwrap_or(0)),
         last_snapshot_index,
         snapshot_in_progress: false,
         snapshot_results: flume::bounded(1),
@@ -581,8 +585,20 @@ impl RaftDriver {
             if hard_state.is_some() || ready.truncate_from.is_some() || !ready.entries.is_empty() {
                 let entries: Vec<WalEntry> = ready.entries.iter().map(to_wal_entry).collect();
                 self.wal.append(hard_state, ready.truncate_from, &entries);
-                if let Err(e) = self.wal.sync() {
-                    fatal("raft log write failed", e);
+                // Term and vote must be durable before anyone hears of them, and entries
+                // before they count; the commit index may lag (it is recomputed from the
+                // leader after a crash), so a Ready that only moves it rides along with the
+                // next sync instead of paying an fdatasync of its own.
+                let term_or_vote_moved =
+                    hard_state.is_some_and(|hs| (hs.term, hs.vote) != self.durable_term_vote);
+                if term_or_vote_moved || ready.truncate_from.is_some() || !ready.entries.is_empty()
+                {
+                    if let Err(e) = self.wal.sync() {
+                        fatal("raft log write failed", e);
+                    }
+                    if let Some(hs) = hard_state {
+                        self.durable_term_vote = (hs.term, hs.vote);
+                    }
                 }
             }
             for (to, message) in ready.messages_after_persist.drain(..) {

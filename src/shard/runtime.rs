@@ -282,18 +282,26 @@ impl Shard {
                     );
                     *version = batch.version.clone();
                 }
+                // In the same step as the version: no cached DNS answer outlives a change to
+                // what it read.
                 if !batch.changes.is_empty() {
-                    self.watches.borrow_mut().notify(&batch.changes);
                     self.dns.borrow_mut().cache.invalidate(&batch.changes);
                 }
-                let mut pending = self.pending.borrow_mut();
-                for (request_id, result) in results {
-                    if let Some(slot) = pending.get_mut(&request_id) {
-                        slot.result = Some(result);
-                        if let Some(waker) = slot.waker.take() {
-                            waker.wake();
+                // Writers first: tasks run in wake order, and a write that changed a key with
+                // thousands of watchers must not be answered after all of them.
+                {
+                    let mut pending = self.pending.borrow_mut();
+                    for (request_id, result) in results {
+                        if let Some(slot) = pending.get_mut(&request_id) {
+                            slot.result = Some(result);
+                            if let Some(waker) = slot.waker.take() {
+                                waker.wake();
+                            }
                         }
                     }
+                }
+                if !batch.changes.is_empty() {
+                    self.watches.borrow_mut().notify(&batch.changes);
                 }
             }
             ShardMessage::Status(status) => {
