@@ -198,3 +198,22 @@ fn recursors_answer_names_outside_the_domain() {
     let gone = dig(server, &["example.org", "A"]);
     assert!(gone.contains("status: SERVFAIL"), "{gone}");
 }
+
+#[test]
+fn domain_and_alt_domain_flags() {
+    let agent = Agent::dev_with_dns(&["-domain", "Mesh.", "-alt-domain", "alt.test"]);
+    let server = agent.dns_addr();
+    let soa = squash(&dig(server, &["mesh", "SOA"]));
+    assert!(soa.contains("IN SOA ns.mesh. hostmaster.mesh."), "{soa}");
+    let alt = kdig(server, &["0a000001.addr.alt.test", "A", "+short"]);
+    assert_eq!(alt.trim(), "10.0.0.1");
+    let missing = squash(&dig(server, &["nothing.node.alt.test", "A"]));
+    assert!(missing.contains("status: NXDOMAIN"), "{missing}");
+    assert!(
+        missing.contains("IN SOA ns.alt.test. hostmaster.alt.test."),
+        "{missing}"
+    );
+    // `consul` is no longer ours: without recursors it is refused.
+    let old = dig(server, &["consul", "SOA"]);
+    assert!(old.contains("status: REFUSED"), "{old}");
+}
