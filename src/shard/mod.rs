@@ -28,6 +28,7 @@ use runtime::{
 };
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -477,8 +478,21 @@ fn run_shard(
             // The agent (local services, checks, anti-entropy) lives on shard 0.
             monoio::spawn(crate::agent::run(shard.clone()));
         }
+        monoio::spawn(watch_ticker(shard.clone()));
         shard_main_loop(&shard).await;
     });
+}
+
+/// How often parked blocking queries are checked for expired waits.
+const WATCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Expires parked queries' waits for the whole shard, so that no query needs a timer of its
+/// own.
+async fn watch_ticker(shard: Rc<Shard>) {
+    while !shard.shutting_down() {
+        monoio::time::sleep(WATCH_TICK).await;
+        shard.expire_watches();
+    }
 }
 
 /// Receives what the raft core publishes until shutdown. Shutdown is noticed within one

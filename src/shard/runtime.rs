@@ -441,13 +441,20 @@ impl Shard {
         .await
     }
 
-    /// Parks until something in `set` changes. Returns when woken; the caller re-evaluates.
-    pub fn watch<'a>(&'a self, set: &WatchSet) -> WatchFuture<'a> {
+    /// Parks until something in `set` changes or `deadline_ms` (on [`Shared::now_ms`]'s
+    /// clock) passes. Returns when woken; the caller re-evaluates.
+    pub fn watch<'a>(&'a self, set: &WatchSet, deadline_ms: u64) -> WatchFuture<'a> {
         let id = self
             .watches
             .borrow_mut()
-            .register(set, Waker::noop().clone());
+            .register(set, Waker::noop().clone(), deadline_ms);
         WatchFuture { shard: self, id }
+    }
+
+    /// Wakes parked queries whose deadline passed; the shard's ticker calls this.
+    pub fn expire_watches(&self) -> usize {
+        let now = self.shared.now_ms();
+        self.watches.borrow_mut().expire(now)
     }
 }
 
