@@ -20,7 +20,11 @@ fn main() {
     let mut tables = Tables::default();
     let mut changes = Vec::new();
     for i in 0..keys {
-        let op = KvOp::Set { key: format!("bench/{i:08}"), value: value.clone(), flags: 0 };
+        let op = KvOp::Set {
+            key: format!("bench/{i:08}"),
+            value: value.clone(),
+            flags: 0,
+        };
         tables.apply(i + 1, &Command::Kv(op), &mut changes);
         changes.clear();
     }
@@ -28,5 +32,11 @@ fn main() {
     let meta = serde_json::json!({"Version": 1, "ID": "bench", "Index": tables.index, "Term": 1, "Size": state.len()});
     let archive = write_archive(&serde_json::to_vec(&meta).unwrap(), &state, 0);
     std::fs::write(&args[3], &archive).expect("writing the archive");
-    eprintln!("{} keys, state {} bytes, archive {} bytes -> {}", keys, state.len(), archive.len(), args[3]);
+    eprintln!(
+        "{} keys, state {} bytes, archive {} bytes -> {}",
+        keys,
+        state.len(),
+        archive.len(),
+        args[3]
+    );
 }

@@ -83,6 +83,28 @@ impl Agent {
         agent
     }
 
+    /// Like [`Agent::dev`], with the DNS interface on port 8600 of the agent's address.
+    pub fn dev_with_dns(extra: &[&str]) -> Agent {
+        let ip = fresh_loopback();
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "-dev".into(),
+            "-bind".into(),
+            ip.to_string(),
+            "-client".into(),
+            ip.to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let agent = Agent::spawn(ip, 8500, args);
+        agent.wait_ready();
+        agent
+    }
+
+    /// The DNS address of an agent started with [`Agent::dev_with_dns`].
+    pub fn dns_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, 8600)
+    }
+
     pub fn spawn(ip: IpAddr, http_port: u16, args: Vec<String>) -> Agent {
         let log_path =
             std::env::temp_dir().join(format!("praetor-test-{}-{}.log", ip, std::process::id()));
