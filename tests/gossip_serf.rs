@@ -210,6 +210,11 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
         key_b64.as_deref(),
         &handler_file,
     );
+    wait_for("serf1 lists praetor-1", Duration::from_secs(15), || {
+        serf1.members().contains_key("praetor-1")
+    });
+    // serf2 joins through serf1, so it starts once serf1 is up (a failed -join makes
+    // `serf agent` exit).
     let mut serf2 = SerfAgent::start(
         "serf2",
         &format!("127.0.0.22:{}", base + 20),
@@ -218,8 +223,9 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
         key_b64.as_deref(),
         &handler_file,
     );
-    wait_for("serf1 lists praetor-1", Duration::from_secs(15), || {
-        serf1.members().contains_key("praetor-1")
+    // serf2 is up (its RPC answers and it joined serf1) before we dial it.
+    wait_for("serf2 is running", Duration::from_secs(15), || {
+        serf2.members().contains_key("serf1")
     });
     let joined = block_on(h.join(&[serf2.bind.clone()])).expect("join serf2");
     assert_eq!(joined, 1);
@@ -311,8 +317,11 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
     serf2.kill9();
     let killed = Instant::now();
     let cfg = GossipConfig::lan("x", ours.ip(), 1);
+    // Suspicion timeout, plus: up to three probe intervals until a round-robin probe
+    // order (reshuffled each round) reaches serf2, one for the failed probe itself, and
+    // two of slack for Lifeguard stretching probes on a loaded machine.
     let bound = praetor::gossip::core::suspicion_timeout(cfg.suspicion_mult, 3, cfg.probe_interval)
-        + cfg.probe_interval * 4;
+        + cfg.probe_interval * 6;
     wait_for("praetor marks serf2 failed", bound, || {
         our_status(&h, "serf2") == Some(MemberStatus::Failed)
     });
@@ -323,12 +332,19 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
 
     // Graceful leave: serf sees us as left.
     block_on(h.leave()).expect("leave");
-    wait_for("serf1 sees praetor-1 left", Duration::from_secs(15), || {
-        serf1
-            .members()
-            .get("praetor-1")
-            .is_some_and(|(st, _)| st == "left")
-    });
+    let started = Instant::now();
+    let mut last_view = String::new();
+    let mut left = false;
+    while !left && started.elapsed() < Duration::from_secs(15) {
+        let view = serf1.members().get("praetor-1").map(|(st, _)| st.clone());
+        left = view.as_deref() == Some("left");
+        last_view = format!("{view:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        left,
+        "serf1 never saw praetor-1 as left within 15s; its last view: {last_view} (log: /tmp/praetor-serf-serf1.log)"
+    );
     serf1.kill9();
     drop(driver);
     let _ = serf1.name.len();

@@ -195,6 +195,31 @@ fn user_events_are_delivered_once_everywhere_and_lamport_clocks_advance() {
 }
 
 #[test]
+fn joining_does_not_replay_old_events_unless_asked() {
+    let mut sim = Sim::new(seed(), NetConfig::default());
+    for _ in 0..4 {
+        sim.add_node(lan);
+    }
+    sim.join(1, 1, &[0]);
+    sim.run_until(secs(5.0));
+    sim.with_node(0, |g, now| {
+        g.user_event(now, "old", b"before", false).unwrap()
+    });
+    sim.run_until(secs(10.0));
+    sim.join(2, 2, &[0]);
+    sim.join_with(3, 3, &[0], false);
+    sim.run_until(secs(20.0));
+    let got = |node: usize| {
+        sim.events
+            .iter()
+            .any(|o| o.node == node && matches!(&o.event, GossipEvent::User(e) if e.name == "old"))
+    };
+    assert!(got(1), "a member at the time gets the event");
+    assert!(!got(2), "a Consul-style join does not replay it");
+    assert!(got(3), "a replaying join (serf join -replay) does");
+}
+
+#[test]
 fn coordinates_converge_towards_network_latency() {
     let n = 6;
     let mut sim = Sim::new(

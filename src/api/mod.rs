@@ -15,11 +15,14 @@ pub mod agent;
 pub mod agent_local;
 pub mod body;
 pub mod catalog;
+pub mod debug;
 pub mod filter;
 pub mod health;
 pub mod json;
 pub mod kv;
+pub mod operator;
 pub mod render;
+pub mod snapshot;
 pub mod status;
 
 use crate::proto::duration::parse_go_duration;
@@ -352,6 +355,8 @@ pub enum Outcome {
     Done,
     Write(WriteOp),
     Block(BlockOp),
+    /// Leader-side work beyond one command.
+    Leader(LeaderOp),
     /// This server cannot answer; run the request on the leader.
     Forward,
     /// The answer comes from another task on this agent (the local agent state on shard
@@ -364,6 +369,20 @@ pub type AsyncResponder = Box<dyn FnOnce(&mut Reply)>;
 
 /// A future producing an [`AsyncResponder`], for [`Outcome::Async`].
 pub type AsyncReply = std::pin::Pin<Box<dyn std::future::Future<Output = AsyncResponder>>>;
+
+/// Work only the leader does, answered once it is done.
+pub enum LeaderOp {
+    /// Change the Raft configuration or hand leadership over.
+    Operator {
+        op: crate::shard::runtime::OperatorOp,
+        respond: WriteResponder,
+    },
+    /// Replicate a snapshot's state in chunks, then switch every server to it.
+    Restore {
+        state: Vec<u8>,
+        respond: WriteResponder,
+    },
+}
 
 /// Runs a read query: answers at once unless it is a blocking query whose index has not
 /// moved yet, in which case it is handed back to be parked.
@@ -414,6 +433,12 @@ pub fn body_limit(shard: &Shard, method: Method, path: &str) -> BodyLimit {
         return BodyLimit {
             bytes_max: config.kv_max_value_size,
             kv_value: true,
+        };
+    }
+    if path == "/v1/snapshot" && method == Method::Put {
+        return BodyLimit {
+            bytes_max: snapshot::SNAPSHOT_UPLOAD_BYTES_MAX,
+            kv_value: false,
         };
     }
     if path == "/v1/txn" {
@@ -479,7 +504,7 @@ pub(crate) fn allow(
 pub fn dispatch(shard: &Shard, request: &Request, reply: &mut Reply) -> Outcome {
     match route(shard, request, reply) {
         // Writes are proposed by the leader; anyone else hands the request over.
-        Ok(Outcome::Write(_)) if !shard.is_leader() => Outcome::Forward,
+        Ok(Outcome::Write(_) | Outcome::Leader(_)) if !shard.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,
         Err(error) => {
             reply.error(&error);
@@ -514,6 +539,11 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {
             GET
         }
+        "/v1/operator/raft/configuration" | "/v1/operator/autopilot/health" => GET,
+        "/v1/operator/raft/peer" => &["DELETE"],
+        "/v1/operator/raft/transfer-leader" => &["POST", "PUT"],
+        "/v1/snapshot" => &["GET", "PUT"],
+        "/v1/agent/debug/faults" => &["GET", "PUT"],
         "/" => GET,
         _ => return Err(ApiError::NotFound(format!("404 page not found: {path}"))),
     };
@@ -525,6 +555,13 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         "/v1/status/peers" => status::peers(shard, request, reply),
         "/v1/agent/self" => agent::agent_self(shard, request, reply),
         "/v1/catalog/datacenters" => status::datacenters(shard, request, reply),
+        "/v1/operator/raft/configuration" => operator::configuration(shard, request, reply),
+        "/v1/operator/autopilot/health" => operator::autopilot_health(shard, request, reply),
+        "/v1/operator/raft/peer" => operator::remove_peer(shard, request, reply),
+        "/v1/operator/raft/transfer-leader" => operator::transfer_leader(shard, request, reply),
+        "/v1/snapshot" if request.method == Method::Get => snapshot::save(shard, request, reply),
+        "/v1/snapshot" => snapshot::restore(shard, request, reply),
+        "/v1/agent/debug/faults" => debug::faults(shard, request, reply),
         "/" => {
             reply.text(200, "Consul Agent");
             Ok(Outcome::Done)

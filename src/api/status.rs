@@ -6,6 +6,10 @@ use crate::shard::Shard;
 /// The leader's server RPC address as `"ip:port"`, or `""` when there is none.
 pub fn leader(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(shard, &request.query)?;
+    if shard.is_client() {
+        // A client agent asks a server, as Consul's does.
+        return Ok(Outcome::Forward);
+    }
     let status = shard.cluster_status();
     reply.json(200, b"", &status.leader_rpc_address);
     Ok(Outcome::Done)
@@ -14,6 +18,9 @@ pub fn leader(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Out
 /// Server RPC addresses of the Raft voters.
 pub fn peers(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(shard, &request.query)?;
+    if shard.is_client() {
+        return Ok(Outcome::Forward);
+    }
     let status = shard.cluster_status();
     reply.json(200, b"", &status.voter_rpc_addresses);
     Ok(Outcome::Done)

@@ -12,7 +12,9 @@ pub mod catalog;
 pub mod client;
 pub mod kv;
 pub mod maint;
+pub mod operator;
 pub mod services;
+pub mod snapshot;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -42,6 +44,12 @@ pub enum Command {
     Services(services::ServicesCommand),
     /// Puts the node or a service into maintenance mode, or lists what is.
     Maint(maint::MaintArgs),
+    /// Operator tools: the Raft configuration and leadership.
+    #[command(subcommand)]
+    Operator(operator::OperatorCommand),
+    /// Saves, restores and inspects snapshots of the cluster state.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Prints the Consul API version praetor implements and praetor's own version.
     Version,
 }
@@ -135,6 +143,8 @@ pub fn main() -> i32 {
         Command::Catalog(command) => catalog::run(command),
         Command::Services(command) => services::run(command),
         Command::Maint(args) => maint::run(args),
+        Command::Operator(command) => operator::run(command),
+        Command::Snapshot(command) => snapshot::run(command),
         Command::Version => {
             println!("Consul v{}", crate::CONSUL_API_VERSION);
             println!("praetor v{}", crate::PRAETOR_VERSION);

@@ -154,6 +154,8 @@ struct JoinState {
     pending: usize,
     joined: usize,
     errors: Vec<String>,
+    /// serf `Join(ignoreOld)`: do not replay user events older than the pool's.
+    ignore_old: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1017,8 +1019,10 @@ impl Gossip {
                 NodeStateKind::Left => true,
             }
         });
-        let mut avail =
-            self.config.udp_buffer_size - COMPOUND_HEADER_OVERHEAD - self.label_overhead();
+        let mut avail = self
+            .config
+            .udp_buffer_size
+            .saturating_sub(COMPOUND_HEADER_OVERHEAD + self.label_overhead());
         if self.encryption_enabled() {
             avail = avail.saturating_sub(security::encrypt_overhead(1));
         }
@@ -1135,7 +1139,7 @@ impl Gossip {
             } => {
                 let reply = self.local_state(join);
                 let sealed = self.seal_stream(reply, false);
-                self.merge_remote_state(join, nodes, &user_state);
+                self.merge_remote_state(join, false, nodes, &user_state);
                 Some(sealed)
             }
             StreamMessage::Ping(p) => {
@@ -1172,7 +1176,15 @@ impl Gossip {
                     Ok(StreamMessage::PushPull {
                         nodes, user_state, ..
                     }) => {
-                        self.merge_remote_state(join_request.is_some(), nodes, &user_state);
+                        let ignore_old = join_request
+                            .and_then(|r| self.joins.get(&r))
+                            .is_some_and(|j| j.ignore_old);
+                        self.merge_remote_state(
+                            join_request.is_some(),
+                            ignore_old,
+                            nodes,
+                            &user_state,
+                        );
                         Ok(())
                     }
                     Ok(StreamMessage::Err(e)) => Err(format!("remote error: {}", e.error)),
@@ -1196,7 +1208,13 @@ impl Gossip {
         }
     }
 
-    fn merge_remote_state(&mut self, join: bool, nodes: Vec<PushNodeState>, user_state: &[u8]) {
+    fn merge_remote_state(
+        &mut self,
+        join: bool,
+        ignore_old: bool,
+        nodes: Vec<PushNodeState>,
+        user_state: &[u8],
+    ) {
         for r in nodes {
             let Ok(addr) = ip_from_wire(&r.addr) else {
                 self.stats.decode_errors += 1;
@@ -1233,7 +1251,7 @@ impl Gossip {
             }
         }
         if !user_state.is_empty() {
-            self.serf_merge_remote_state(user_state, join);
+            self.serf_merge_remote_state(user_state, join, ignore_old);
         }
     }
 
@@ -1640,7 +1658,10 @@ impl Gossip {
 
     /// memberlist `Join` + serf `Join`: push/pull with every address; reports
     /// [`Output::JoinDone`] under `request`.
-    pub fn join(&mut self, now: Duration, request: u64, addrs: &[SocketAddr]) {
+    ///
+    /// `ignore_old` is serf's `ignoreOld` (Consul always joins with it, `serf join`
+    /// unless `-replay`): user events the pool fired before we joined are not replayed.
+    pub fn join(&mut self, now: Duration, request: u64, addrs: &[SocketAddr], ignore_old: bool) {
         self.now = self.now.max(now);
         if self.serf_state != SerfState::Alive || self.left {
             self.out.push(Output::JoinDone {
@@ -1662,6 +1683,7 @@ impl Gossip {
             request,
             JoinState {
                 pending: addrs.len(),
+                ignore_old,
                 ..Default::default()
             },
         );
@@ -2247,8 +2269,7 @@ impl Gossip {
     }
 
     /// serf `delegate.MergeRemoteState`.
-    fn serf_merge_remote_state(&mut self, buf: &[u8], is_join: bool) {
-        let _ = is_join;
+    fn serf_merge_remote_state(&mut self, buf: &[u8], is_join: bool, ignore_old: bool) {
         let pp = match SerfPushPull::decode(buf) {
             Ok(pp) => pp,
             Err(_) => {
@@ -2287,6 +2308,10 @@ impl Gossip {
                 ltime: *ltime,
                 node: name.clone(),
             });
+        }
+        // serf `eventJoinIgnore`: events the pool fired before we joined stay unplayed.
+        if is_join && ignore_old && pp.event_ltime > self.event_min_time {
+            self.event_min_time = pp.event_ltime;
         }
         for e in pp.events.iter().flatten() {
             for item in &e.events {
@@ -2683,5 +2708,133 @@ impl Gossip {
         self.query_queue.prune(max, &mut finished);
         self.finished_broadcasts = finished;
         self.process_finished_broadcasts();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// memberlist util_test.go TestSuspicionTimeout.
+    #[test]
+    fn suspicion_timeout_matches_memberlist() {
+        for (n, ms) in [
+            (5, 1000),
+            (10, 1000),
+            (50, 1698),
+            (100, 2000),
+            (500, 2698),
+            (1000, 3000),
+        ] {
+            assert_eq!(
+                suspicion_timeout(3, n, Duration::from_secs(1)) / 3,
+                Duration::from_millis(ms),
+                "n={n}"
+            );
+        }
+    }
+
+    /// memberlist suspicion_test.go TestSuspicion_remainingSuspicionTime (total =
+    /// remaining + elapsed; negative remainders clamp at the minimum here).
+    #[test]
+    fn lifeguard_confirmations_shrink_the_timeout() {
+        let (min, max) = (Duration::from_secs(2), Duration::from_secs(30));
+        assert_eq!(suspicion_total(0, 3, min, max), Duration::from_secs(30));
+        assert_eq!(suspicion_total(1, 3, min, max), Duration::from_secs(16));
+        assert_eq!(suspicion_total(2, 3, min, max), Duration::from_millis(7810));
+        assert_eq!(suspicion_total(3, 3, min, max), min);
+        assert_eq!(suspicion_total(5, 3, min, max), min);
+    }
+
+    /// memberlist util_test.go TestPushPullScale.
+    #[test]
+    fn push_pull_interval_scales_with_cluster_size() {
+        let s = Duration::from_secs(1);
+        for n in 0..=32 {
+            assert_eq!(push_pull_scale(s, n), s);
+        }
+        for n in 33..=64 {
+            assert_eq!(push_pull_scale(s, n), 2 * s);
+        }
+        for n in 65..=128 {
+            assert_eq!(push_pull_scale(s, n), 3 * s);
+        }
+    }
+
+    fn node(name: &str, port: u16) -> Gossip {
+        let cfg = GossipConfig::lan(name, "127.0.0.20".parse().unwrap(), port);
+        Gossip::new(cfg, [1; 32], Duration::ZERO).unwrap()
+    }
+
+    #[test]
+    fn a_suspected_node_refutes_with_a_higher_incarnation() {
+        let mut g = node("me", 1);
+        let (_, inc) = g.node_state("me").unwrap();
+        let from = "127.0.0.21:2".parse().unwrap();
+        let s = Message::Suspect(Suspect {
+            incarnation: inc + 5,
+            node: "me".into(),
+            from: "other".into(),
+        });
+        g.handle_packet(Duration::from_millis(1), from, &s.encode());
+        let (state, new_inc) = g.node_state("me").unwrap();
+        assert_eq!(state, NodeStateKind::Alive);
+        assert!(new_inc > inc + 5, "refuted with {new_inc}");
+        assert_eq!(
+            g.health_score(),
+            1,
+            "refuting raises the Lifeguard health score"
+        );
+    }
+
+    #[test]
+    fn pings_for_another_node_are_ignored_and_ours_are_acked_with_a_coordinate() {
+        let mut g = node("me", 1);
+        let from: SocketAddr = "127.0.0.21:2".parse().unwrap();
+        let ping = |node: &str| {
+            Message::Ping(Ping {
+                seq_no: 7,
+                node: node.into(),
+                ..Default::default()
+            })
+            .encode()
+        };
+        g.handle_packet(Duration::from_millis(1), from, &ping("someone-else"));
+        assert!(g
+            .drain()
+            .iter()
+            .all(|o| !matches!(o, Output::Packet { .. })));
+        g.handle_packet(Duration::from_millis(2), from, &ping("me"));
+        let out = g.drain();
+        let Some(Output::Packet { to, bytes }) =
+            out.iter().find(|o| matches!(o, Output::Packet { .. }))
+        else {
+            panic!("no ack sent: {out:?}");
+        };
+        assert_eq!(*to, from);
+        let opened = ml::open_packet(
+            bytes,
+            &Unseal {
+                keys: &[],
+                verify_incoming: true,
+                label: "",
+                skip_inbound_label_check: false,
+            },
+        )
+        .unwrap();
+        let ack = opened.messages.iter().find_map(|m| match m {
+            Message::Ack(a) => Some(a.clone()),
+            _ => None,
+        });
+        let ack = ack.expect("ack in packet");
+        assert_eq!(ack.seq_no, 7);
+        assert!(Coordinate::decode_ack_payload(&ack.payload.unwrap()).is_ok());
+    }
+
+    #[test]
+    fn tags_over_the_meta_limit_are_refused() {
+        let mut cfg = GossipConfig::lan("me", "127.0.0.20".parse().unwrap(), 1);
+        cfg.tags.insert("big".into(), "x".repeat(600));
+        assert!(Gossip::new(cfg, [0; 32], Duration::ZERO).is_err());
     }
 }

@@ -158,11 +158,16 @@ impl Sim {
         self.nodes[i].as_mut().expect("node is running")
     }
 
+    /// Joins node `i` through `targets` the way Consul does (old events not replayed).
     pub fn join(&mut self, i: usize, request: u64, targets: &[usize]) {
+        self.join_with(i, request, targets, true);
+    }
+
+    pub fn join_with(&mut self, i: usize, request: u64, targets: &[usize], ignore_old: bool) {
         let addrs: Vec<SocketAddr> = targets.iter().map(|&t| self.addrs[t]).collect();
         let now = self.now;
         if let Some(g) = self.nodes[i].as_mut() {
-            g.join(now, request, &addrs);
+            g.join(now, request, &addrs, ignore_old);
         }
         self.after_input(i);
     }

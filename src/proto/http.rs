@@ -521,6 +521,9 @@ pub fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
+/// Bytes of a status line plus our fixed headers, for sizing output buffers.
+const RESPONSE_HEAD_BYTES_TYPICAL: usize = 96;
+
 /// Appends a response to `out`: status line, the given headers, `Content-Length`, and body.
 ///
 /// `extra_headers` is pre-formatted header text (each line ending in CRLF); callers build it
@@ -533,6 +536,8 @@ pub fn write_response(
     body: &[u8],
     keep_alive: bool,
 ) {
+    // One allocation sized for the whole answer instead of growing step by step.
+    out.reserve(RESPONSE_HEAD_BYTES_TYPICAL + extra_headers.len() + body.len());
     write_response_head(
         out,
         status,

@@ -155,9 +155,11 @@ impl RaftCore {
             }
         }
         // A log entry from a later term than the hard state means the hard state write was
-        // lost while the entries survived; the term can only move forward.
+        // lost while the entries survived (a driver writing them out of order). The term can
+        // only move forward, and since we may have voted or led in it, count our vote as
+        // given so we never vote for someone else in it.
         let (term, vote) = if log.last_term() > hard_state.term {
-            (log.last_term(), None)
+            (log.last_term(), Some(config.id))
         } else {
             (hard_state.term, hard_state.vote)
         };
@@ -224,12 +226,12 @@ impl RaftCore {
     /// Starts a new cluster on a pristine server: appends the Membership entry at index 1,
     /// term 1. Every server of a `bootstrap-expect` set must call this with the same
     /// membership so they all hold the identical first entry.
+    ///
+    /// Pristine means no log entry and no snapshot. A durable hard state alone does not count:
+    /// the first write carries the hard state together with the bootstrap entry, and a torn
+    /// write may keep only the former; bootstrapping again then re-creates the same entry.
     pub fn bootstrap(&mut self, membership: Membership) -> Result<(), RaftError> {
-        if self.term != 0
-            || self.vote.is_some()
-            || self.log.last_index() != 0
-            || self.log.snapshot.last_index != 0
-        {
+        if self.log.last_index() != 0 || self.log.snapshot.last_index != 0 {
             return Err(RaftError::NotPristine);
         }
         if membership.voter_count() == 0 {
@@ -240,7 +242,7 @@ impl RaftCore {
                 "more than {MEMBERS_MAX} members"
             )));
         }
-        self.term = 1;
+        self.term = self.term.max(1);
         self.log.append([Entry {
             index: 1,
             term: 1,
@@ -261,11 +263,11 @@ impl RaftCore {
             self.tick_leader();
             return;
         }
-        if !self.is_voter() {
+        if !self.may_campaign() {
             return;
         }
         // The only voter needs nobody's permission: a `-dev` server leads at once.
-        let sole_voter = self.membership().voter_count() == 1;
+        let sole_voter = self.is_voter() && self.membership().voter_count() == 1;
         if sole_voter || self.now >= self.election_deadline {
             self.campaign(false);
         }
@@ -411,7 +413,7 @@ impl RaftCore {
                 sent_at,
             ),
             Message::TimeoutNow { .. } => {
-                if self.role != Role::Leader && self.leader == Some(from) && self.is_voter() {
+                if self.role != Role::Leader && self.leader == Some(from) && self.may_campaign() {
                     self.become_candidate(true);
                 }
             }
@@ -466,16 +468,18 @@ impl RaftCore {
     /// The store is also known to hold every write acknowledged by earlier leaders. Compare
     /// `t` with the current time before serving a read locally.
     pub fn leader_lease_until(&self) -> Option<Millis> {
+        // A leader removing itself has no lease: the remaining voters follow the new
+        // configuration, in which a sole voter may elect itself at once.
         if self.role != Role::Leader
             || !self.config.check_quorum
             || self.lease_revoked
             || self.transfer.is_some()
             || self.log.applied < self.term_start_index
+            || !self.is_voter()
         {
             return None;
         }
-        let self_value = self.is_voter().then_some(Millis::MAX);
-        let acked = self.quorum_value(self_value, |pr| pr.acked_sent_at)?;
+        let acked = self.quorum_value(Some(Millis::MAX), |pr| pr.acked_sent_at)?;
         Some(acked.saturating_add(self.config.lease_ms))
     }
 
@@ -560,11 +564,8 @@ impl RaftCore {
         let invalid = |why: String| Err(RaftError::InvalidMembershipChange(why));
         let mut next = self.membership().clone();
         match change {
-            MembershipChange::AddVoter { id, name, address }
-            | MembershipChange::AddNonvoter { id, name, address }
-                if id == 0 =>
-            {
-                let _ = (name, address);
+            MembershipChange::AddVoter { id: 0, .. }
+            | MembershipChange::AddNonvoter { id: 0, .. } => {
                 return invalid("id 0 is reserved".to_string());
             }
             MembershipChange::AddVoter { id, name, address } => {
@@ -859,6 +860,22 @@ impl RaftCore {
     pub fn config(&self) -> &RaftConfig {
         &self.config
     }
+    /// Until when this server refuses to vote for an ordinary (non-transfer) candidate: an
+    /// election timeout after it last heard from a leader, or after it started. `None` without
+    /// check-quorum. A leader's lease is sound only while a quorum of its voters is guarded.
+    pub fn vote_guard_until(&self) -> Option<Millis> {
+        if !self.config.check_quorum {
+            return None;
+        }
+        if self.role == Role::Leader {
+            return Some(Millis::MAX);
+        }
+        Some(self.vote_guard_until)
+    }
+    /// Messages dropped as malformed or inconsistent (see [`Status::messages_dropped`]).
+    pub fn messages_dropped(&self) -> u64 {
+        self.messages_dropped
+    }
 
     // ----- internals: roles -------------------------------------------------------------
 
@@ -877,6 +894,20 @@ impl RaftCore {
 
     fn is_voter(&self) -> bool {
         self.membership().is_voter(self.id)
+    }
+
+    /// Voters campaign; so does a voter whose removal is appended but not committed. It
+    /// may hold the longest log, which the remaining voters need to elect anyone; it counts
+    /// the votes of its latest configuration and steps down once the removal commits
+    /// (Ongaro's thesis §4.2.2: it is a legitimate leader until then).
+    fn may_campaign(&self) -> bool {
+        if self.is_voter() {
+            return true;
+        }
+        let count = self.configs.len();
+        count >= 2
+            && self.membership_index() > self.log.committed
+            && self.configs[count - 2].1.is_voter(self.id)
     }
 
     fn membership_at(&self, index: LogIndex) -> &Membership {
@@ -958,7 +989,7 @@ impl RaftCore {
     }
 
     fn campaign(&mut self, leadership_transfer: bool) {
-        if !self.is_voter() {
+        if !self.may_campaign() {
             return;
         }
         if self.config.pre_vote && !leadership_transfer {
@@ -1610,6 +1641,7 @@ impl RaftCore {
             return;
         }
         let last = self.log.last_index();
+        let now = self.now;
         let pr = self.progress.get_mut(&from).expect("noted above");
         match reject {
             None => {
@@ -1617,16 +1649,16 @@ impl RaftCore {
                     self.messages_dropped += 1;
                     return;
                 }
-                let moved = pr.update_match(match_index);
+                let moved = pr.update_match(match_index, now);
                 match pr.state {
-                    ReplicationState::Probe => pr.become_replicate(),
+                    ReplicationState::Probe => pr.become_replicate(now),
                     ReplicationState::Snapshot => {
                         let covered = pr
                             .snapshot
                             .as_ref()
                             .is_some_and(|s| pr.match_index >= s.meta.last_index);
                         if covered {
-                            pr.become_replicate();
+                            pr.become_replicate(now);
                         }
                     }
                     ReplicationState::Replicate => {}
@@ -1686,9 +1718,9 @@ impl RaftCore {
             .is_some_and(|s| s.meta.last_index == snapshot_last_index);
         if done && snapshot_last_index <= last {
             // The follower durably holds everything through the snapshot.
-            let moved = pr.update_match(snapshot_last_index);
+            let moved = pr.update_match(snapshot_last_index, now);
             if current || pr.state == ReplicationState::Probe {
-                pr.become_replicate();
+                pr.become_replicate(now);
             }
             if moved {
                 self.maybe_commit();
@@ -1708,12 +1740,11 @@ impl RaftCore {
                 s.acked_offset = next_offset;
                 s.progress_at = now;
             }
-            if gap
-                && next_offset >= s.acked_offset
-                && next_offset < s.next_offset
-                && s.rewound_to != Some(next_offset)
-            {
-                // Go back to the hole the follower reported (go-back-N).
+            if gap && next_offset < s.next_offset && s.rewound_to != Some(next_offset) {
+                // Go back to the hole the follower reported (go-back-N). Below the
+                // acknowledged offset it means the follower lost its partial copy (it
+                // restarted): what it had acknowledged is gone.
+                s.acked_offset = s.acked_offset.min(next_offset);
                 s.next_offset = next_offset;
                 s.final_sent = false;
                 s.rewound_to = Some(next_offset);
@@ -1780,9 +1811,20 @@ impl RaftCore {
                     self.send_append(peer, true);
                 }
                 ReplicationState::Replicate => {
-                    // Checking at next - 1 reveals a lost tail of the pipeline.
-                    let at = pr.next_index - 1;
-                    self.send_empty_append(peer, at);
+                    let stalled = !pr.inflight.is_empty()
+                        && self.now >= pr.progress_at + 2 * self.config.heartbeat_interval_ms;
+                    if stalled {
+                        // Appends in flight and nothing acknowledged for two heartbeat
+                        // intervals: the pipeline's tail was lost. Probe from the match.
+                        pr.next_index = pr.match_index + 1;
+                        pr.become_probe();
+                        self.send_append(peer, true);
+                    } else {
+                        // Check at the known match: a follower never refuses that, even
+                        // when the heartbeat overtakes appends still in flight.
+                        let at = pr.match_index;
+                        self.send_empty_append(peer, at);
+                    }
                 }
                 ReplicationState::Snapshot => {
                     let now = self.now;
@@ -1946,7 +1988,15 @@ impl RaftCore {
     }
 
     fn send(&mut self, to: NodeId, message: Message) {
-        self.out_messages.push((to, message));
+        // A leader speaks in its term only once that term is durable (its Noop, written no
+        // earlier than the hard state, is persisted). Elected by a vote round it always is;
+        // a sole voter elects itself at once, and after a crash that lost the term it could
+        // lead the same term again with different entries.
+        if self.role == Role::Leader && self.log.persisted < self.term_start_index {
+            self.out_after_persist.push((to, message));
+        } else {
+            self.out_messages.push((to, message));
+        }
     }
 
     fn send_after_persist(&mut self, to: NodeId, message: Message) {

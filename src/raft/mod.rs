@@ -8,6 +8,20 @@
 //! effects it returns — persisting, sending, applying — in the order `Ready` documents, then
 //! reports back with [`RaftCore::advance`]. Its behaviour is a function of its inputs and the
 //! seed it is given, which the seeded simulator (`tests/sim`) relies on.
+//!
+//! Driver checklist (the simulator's driver in `tests/sim/world.rs` follows it):
+//! - start: `RaftCore::new` from the durable hard state, snapshot meta and entries; if there
+//!   is a snapshot, restore the store from it and call `snapshot_taken` with it so the core
+//!   can send it to lagging followers; on a pristine bootstrap server call `bootstrap`;
+//! - call `tick` every few tens of milliseconds and `step` for every message received;
+//! - whenever `has_ready`, handle `ready()` in the order [`Ready`] documents (the hard state
+//!   is written no later than the entries of the same Ready), then `advance`;
+//! - a proposal `(index, term)` succeeded once the entry at `index` with that `term` is
+//!   applied; a different term there, or losing leadership first, means it did not;
+//! - serve default reads locally while `leader_lease_until() > now`, consistent reads after
+//!   a `read_state` once the store has applied its index;
+//! - take snapshots of applied store versions with `snapshot_meta` + `snapshot_taken`
+//!   (after making them durable), and when a Ready says `snapshot_wanted`.
 
 mod config;
 mod core;

@@ -27,6 +27,9 @@ pub(crate) struct Progress {
     pub acked_read_seq: u64,
     /// The commit index carried by the last message sent, to avoid commit-only chatter.
     pub commit_sent: LogIndex,
+    /// When `match_index` last moved (or replication (re)started): appends in flight with no
+    /// progress for long mean the pipeline's tail was lost.
+    pub progress_at: Millis,
 }
 
 /// An ongoing snapshot transfer to one peer.
@@ -62,6 +65,7 @@ impl Progress {
             acked_sent_at: None,
             acked_read_seq: 0,
             commit_sent: 0,
+            progress_at: 0,
         }
     }
 
@@ -75,10 +79,11 @@ impl Progress {
     }
 
     /// Records an acknowledged match; returns whether it moved forward.
-    pub fn update_match(&mut self, index: LogIndex) -> bool {
+    pub fn update_match(&mut self, index: LogIndex, now: Millis) -> bool {
         let moved = index > self.match_index;
         if moved {
             self.match_index = index;
+            self.progress_at = now;
         }
         if self.next_index <= index {
             self.next_index = index + 1;
@@ -97,8 +102,9 @@ impl Progress {
         self.next_index = self.next_index.max(self.match_index + 1);
     }
 
-    pub fn become_replicate(&mut self) {
+    pub fn become_replicate(&mut self, now: Millis) {
         self.state = ReplicationState::Replicate;
+        self.progress_at = now;
         self.probe_sent = false;
         self.inflight.clear();
         self.snapshot = None;

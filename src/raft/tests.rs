@@ -307,6 +307,25 @@ fn bootstrap_refuses_a_used_server_and_an_empty_membership() {
 }
 
 #[test]
+fn bootstrap_again_after_a_torn_first_write_kept_only_the_hard_state() {
+    let restored = Restored {
+        hard_state: HardState {
+            term: 2,
+            vote: Some(1),
+            commit: 0,
+        },
+        snapshot: None,
+        entries: vec![],
+    };
+    let mut core = RaftCore::new(test_config(1), restored, 1, 0);
+    core.bootstrap(voters(&[1])).unwrap();
+    assert_eq!(core.term(), 2);
+    core.tick(1);
+    assert_eq!(core.role(), Role::Leader);
+    assert_eq!(core.term(), 3);
+}
+
+#[test]
 fn restart_restores_log_term_and_commit() {
     let mut net = elected_three();
     net.write("a");
@@ -1220,4 +1239,257 @@ fn malformed_appends_are_dropped() {
     );
     assert_eq!(core.last_index(), 1);
     assert_eq!(core.status().messages_dropped, 1);
+}
+
+// ----- regressions found by the simulator ------------------------------------------------
+
+#[test]
+fn a_leader_says_nothing_until_its_term_is_durable() {
+    // A sole voter elects itself without a vote round, so its new term is not durable yet.
+    let mut core = RaftCore::new(test_config(1), Restored::default(), 1, 0);
+    let mut membership = voters(&[1]);
+    membership.members.insert(
+        2,
+        Member {
+            voter: false,
+            name: "n2".into(),
+            address: "a2".into(),
+        },
+    );
+    core.bootstrap(membership).unwrap();
+    core.tick(1);
+    assert_eq!(core.role(), Role::Leader);
+    let ready = core.ready();
+    assert!(
+        ready.messages.is_empty(),
+        "nothing may leave before the term is durable"
+    );
+    assert!(ready
+        .messages_after_persist
+        .iter()
+        .any(|(to, m)| *to == 2 && matches!(m, Message::AppendEntries { .. })));
+    core.advance(1, ready.done());
+    // Peer 2 acknowledges the probe (bootstrap entry and Noop) and moves to replicate.
+    core.step(
+        2,
+        2,
+        Message::AppendResponse {
+            term: core.term(),
+            match_index: 2,
+            reject: None,
+            read_seq: 0,
+            sent_at: 1,
+        },
+    );
+    core.propose(2, Bytes::from_static(b"x")).unwrap();
+    let ready = core.ready();
+    assert!(
+        ready.messages.iter().any(|(to, m)| *to == 2
+            && matches!(m, Message::AppendEntries { entries, .. } if !entries.is_empty())),
+        "once durable, appends leave while the leader's own write runs"
+    );
+}
+
+#[test]
+fn a_leader_removing_itself_has_no_lease() {
+    let mut net = elected_three();
+    let leader = net.the_leader();
+    assert!(net.core(leader).leader_lease_until().is_some());
+    let now = net.now;
+    net.core_mut(leader)
+        .propose_membership_change(now, MembershipChange::Remove { id: leader })
+        .unwrap();
+    assert_eq!(net.core(leader).leader_lease_until(), None);
+}
+
+#[test]
+fn a_server_whose_removal_is_uncommitted_can_still_be_elected() {
+    // Two voters; the leader appends its own removal while cut off, then loses leadership.
+    // The other voter's log is shorter, so only the removed server can win; it must
+    // campaign, commit its removal and hand over.
+    let mut net = TestNet::new(&[1, 2], &[1, 2], |_| {});
+    net.run_for(3 * ELECTION_MS, 10);
+    let leader = net.the_leader();
+    let other = 3 - leader;
+    net.write("a");
+    net.isolate(leader);
+    let now = net.now;
+    net.core_mut(leader)
+        .propose_membership_change(now, MembershipChange::Remove { id: leader })
+        .unwrap();
+    net.run_for(3 * ELECTION_MS, 10);
+    assert_ne!(
+        net.core(leader).role(),
+        Role::Leader,
+        "check-quorum stepped it down"
+    );
+    net.heal();
+    net.run_for(10 * ELECTION_MS, 10);
+    assert_eq!(net.the_leader(), other);
+    assert_eq!(net.core(other).membership(), &voters(&[other]));
+    assert!(net.core(other).commit_index() >= net.core(other).membership_index());
+    net.write("b");
+    assert_eq!(
+        net.applied_data(other),
+        vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]
+    );
+}
+
+#[test]
+fn a_snapshot_transfer_restarts_when_the_follower_lost_its_partial_copy() {
+    let mut net = TestNet::new(&[1, 2, 3], &[1, 2, 3], |c| {
+        c.trailing_entries = 0;
+        c.snapshot_chunk_bytes = 10;
+        c.snapshot_inflight_chunks_max = 1;
+        c.snapshot_retransmit_ms = 300;
+    });
+    net.run_for(3 * ELECTION_MS, 10);
+    let leader = net.the_leader();
+    let lagging = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    net.isolate(lagging);
+    for _ in 0..5 {
+        net.write("entry");
+    }
+    let applied = net.core(leader).applied_index();
+    let meta = net.core(leader).snapshot_meta(applied).unwrap();
+    net.core_mut(leader)
+        .snapshot_taken(meta, Bytes::from(vec![3u8; 45]));
+    net.heal();
+    net.now += 100;
+    let now = net.now;
+    net.core_mut(leader).tick(now);
+    net.hold = true;
+    // Let the first chunk arrive and be acknowledged.
+    net.deliver_until(|queue| {
+        queue.iter().any(|(_, to, m)| {
+            *to == leader
+                && matches!(
+                    m,
+                    Message::InstallSnapshotResponse {
+                        next_offset: 10,
+                        ..
+                    }
+                )
+        })
+    });
+    net.deliver_until(|queue| {
+        queue
+            .iter()
+            .any(|(_, _, m)| matches!(m, Message::InstallSnapshot { offset: 10, .. }))
+    });
+    // The follower restarts and forgets the partial copy.
+    let node = net.nodes.get_mut(&lagging).unwrap();
+    let restored = Restored {
+        hard_state: node.hard_state,
+        snapshot: None,
+        entries: node.durable_entries.clone(),
+    };
+    node.core = RaftCore::new(test_config(lagging), restored, 9, net.now);
+    net.hold = false;
+    net.run_for(3 * ELECTION_MS, 10);
+    assert_eq!(net.nodes[&lagging].snapshots_received, 1);
+    assert_eq!(
+        net.core(lagging).commit_index(),
+        net.core(leader).commit_index()
+    );
+}
+
+#[test]
+fn a_lost_pipeline_tail_is_detected_without_new_proposals() {
+    let mut net = TestNet::new(&[1, 2, 3], &[1, 2, 3], |c| c.inflight_appends_max = 4);
+    net.run_for(3 * ELECTION_MS, 10);
+    let leader = net.the_leader();
+    let now = net.now;
+    net.core_mut(leader)
+        .propose(now, Bytes::from_static(b"lost"))
+        .unwrap();
+    net.hold = true;
+    net.settle();
+    // Lose every append carrying the entry; only heartbeats can repair this.
+    net.queue.retain(
+        |(_, _, m)| !matches!(m, Message::AppendEntries { entries, .. } if !entries.is_empty()),
+    );
+    net.hold = false;
+    net.run_for(1000, 10);
+    for id in [1, 2, 3] {
+        assert_eq!(
+            net.applied_data(id),
+            vec![Bytes::from_static(b"lost")],
+            "node {id}"
+        );
+    }
+}
+
+#[test]
+fn an_entry_of_an_earlier_term_is_not_committed_by_counting() {
+    // Raft figure 8: the new leader of term 3 holds an uncommitted entry of term 2. A
+    // majority holding it does not make it committed; only its own Noop committing does.
+    let entry = |index, term, kind, data| Entry {
+        index,
+        term,
+        kind,
+        data,
+    };
+    let restored = Restored {
+        hard_state: HardState {
+            term: 2,
+            vote: None,
+            commit: 1,
+        },
+        snapshot: None,
+        entries: vec![
+            entry(1, 1, EntryKind::Membership, voters(&[1, 2, 3]).encode()),
+            entry(2, 2, EntryKind::Normal, Bytes::from_static(b"old")),
+        ],
+    };
+    let mut core = RaftCore::new(test_config(1), restored, 1, 0);
+    let now = 3 * ELECTION_MS;
+    core.tick(now);
+    core.step(
+        now,
+        2,
+        Message::VoteResponse {
+            term: 3,
+            pre_vote: true,
+            granted: true,
+        },
+    );
+    core.step(
+        now,
+        2,
+        Message::VoteResponse {
+            term: 3,
+            pre_vote: false,
+            granted: true,
+        },
+    );
+    assert_eq!(core.role(), Role::Leader);
+    assert_eq!(core.term(), 3);
+    let ready = core.ready();
+    core.advance(now, ready.done());
+    let acknowledge = |core: &mut RaftCore, match_index| {
+        core.step(
+            now,
+            2,
+            Message::AppendResponse {
+                term: 3,
+                match_index,
+                reject: None,
+                read_seq: 0,
+                sent_at: now,
+            },
+        )
+    };
+    acknowledge(&mut core, 2);
+    assert_eq!(
+        core.commit_index(),
+        1,
+        "index 2 is from term 2: not committed by counting"
+    );
+    acknowledge(&mut core, 3);
+    assert_eq!(
+        core.commit_index(),
+        3,
+        "the Noop of term 3 commits, and index 2 with it"
+    );
 }

@@ -13,7 +13,7 @@
 use crate::config::AgentConfig;
 use crate::gossip::{GossipConfig, GossipEvent, MemberInfo, MemberStatus};
 use crate::shard::gossip::{gossip_pair, DriverConfig, GossipDriver, GossipHandle};
-use crate::shard::runtime::{RaftInput, ServerInfo, Shared};
+use crate::shard::runtime::{ClusterStatus, RaftInput, ServerInfo, ShardMessage, Shared};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -200,5 +200,74 @@ pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
         }
         monoio::time::sleep(delay).await;
         delay = (delay * 2).min(retry_interval);
+    }
+}
+
+/// On a client agent: picks the server this agent forwards to and tells every shard.
+///
+/// The choice sticks while that server is alive in gossip, so one client keeps its
+/// connections warm; a failed or departed server is replaced by a random alive one, which
+/// spreads clients over servers the way Consul's server manager rebalances them.
+pub async fn client_router(
+    shared: Arc<Shared>,
+    handle: GossipHandle,
+    shards: Vec<flume::Sender<ShardMessage>>,
+) {
+    let events = handle.events();
+    let mut current: Option<ServerInfo> = None;
+    loop {
+        let servers: Vec<ServerInfo> = handle
+            .members()
+            .iter()
+            .filter_map(server_of)
+            .filter(|s| s.alive && s.datacenter == shared.config.datacenter)
+            .collect();
+        let keep = current
+            .as_ref()
+            .is_some_and(|c| servers.iter().any(|s| s.raft_id == c.raft_id));
+        if !keep {
+            let chosen = if servers.is_empty() {
+                None
+            } else {
+                Some(servers[rand::random_range(0..servers.len())].clone())
+            };
+            if chosen.as_ref().map(|s| s.raft_id) != current.as_ref().map(|s| s.raft_id) {
+                match &chosen {
+                    Some(server) => log::info!(
+                        "agent: forwarding to server {} ({})",
+                        server.name,
+                        server.rpc_address
+                    ),
+                    None => log::warn!("agent: no Consul servers known"),
+                }
+                let status = Arc::new(ClusterStatus {
+                    leader_rpc_address: chosen
+                        .as_ref()
+                        .map(|s| s.rpc_address.clone())
+                        .unwrap_or_default(),
+                    leader_name: chosen.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+                    voter_rpc_addresses: servers.iter().map(|s| s.rpc_address.clone()).collect(),
+                    ..ClusterStatus::default()
+                });
+                for shard in &shards {
+                    let _ = shard.send_async(ShardMessage::Status(status.clone())).await;
+                }
+            }
+            current = chosen;
+        }
+        let _ = monoio::time::timeout(SERVER_REFRESH_INTERVAL, async {
+            while let Ok(event) = events.recv_async().await {
+                if !matches!(event, GossipEvent::User(_) | GossipEvent::Query(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+        if shared
+            .shutting_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
     }
 }

@@ -65,7 +65,11 @@ pub enum LocalKeyOp {
 }
 
 enum Command {
-    Join(Vec<SocketAddr>, flume::Sender<Result<usize, GossipError>>),
+    Join(
+        Vec<SocketAddr>,
+        bool,
+        flume::Sender<Result<usize, GossipError>>,
+    ),
     Leave(flume::Sender<()>),
     ForceLeave(String, bool, flume::Sender<()>),
     UserEvent(
@@ -232,13 +236,24 @@ impl GossipHandle {
 
     /// Joins through the given addresses (`ip`, `ip:port`, `host:port`, `name/ip:port`);
     /// returns how many were contacted successfully.
+    /// Like Consul (and `serf join` without `-replay`), user events fired in the pool
+    /// before this join are not replayed; see [`GossipHandle::join_replay`].
     pub async fn join(&self, addrs: &[String]) -> Result<usize, GossipError> {
+        self.join_inner(addrs, true).await
+    }
+
+    /// `serf join -replay`: also deliver the pool's recent user events.
+    pub async fn join_replay(&self, addrs: &[String]) -> Result<usize, GossipError> {
+        self.join_inner(addrs, false).await
+    }
+
+    async fn join_inner(&self, addrs: &[String], ignore_old: bool) -> Result<usize, GossipError> {
         let mut resolved = Vec::new();
         for a in addrs {
             resolved.extend(parse_join_addr(a, self.shared.default_port)?);
         }
         let (tx, rx) = flume::bounded(1);
-        self.send(Command::Join(resolved, tx))?;
+        self.send(Command::Join(resolved, ignore_old, tx))?;
         rx.recv_async().await.map_err(|_| GossipError::Stopped)?
     }
 
@@ -523,7 +538,7 @@ impl GossipDriver {
         st.publish();
 
         let udp_loop = async {
-            let mut buf = vec![0u8; UDP_DATAGRAM_BYTES_MAX];
+            let mut buf: Vec<u8> = Vec::with_capacity(UDP_DATAGRAM_BYTES_MAX);
             loop {
                 let (res, b) = st.udp.recv_from(buf).await;
                 buf = b;
@@ -532,8 +547,7 @@ impl GossipDriver {
                     st.core.borrow_mut().handle_packet(now, from, &buf[..n]);
                     flush(&st).await;
                 }
-                // Restore full length for the next read.
-                buf.resize(UDP_DATAGRAM_BYTES_MAX, 0);
+                // monoio reads into the vector's capacity, so no reset is needed.
             }
         };
         let accept_loop = async {
@@ -566,10 +580,10 @@ impl GossipDriver {
                 let now = st.now();
                 match cmd {
                     Command::Shutdown => break,
-                    Command::Join(addrs, tx) => {
+                    Command::Join(addrs, ignore_old, tx) => {
                         let id = st.request_id();
                         st.joins.borrow_mut().insert(id, tx);
-                        st.core.borrow_mut().join(now, id, &addrs);
+                        st.core.borrow_mut().join(now, id, &addrs, ignore_old);
                     }
                     Command::Leave(tx) => {
                         let id = st.request_id();

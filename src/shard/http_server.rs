@@ -22,15 +22,18 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
-use crate::api::{self, BlockOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
+use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
 };
 use crate::proto::rpc::kind;
 use crate::shard::runtime::{ReadPlan, Shard};
+use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
+use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -104,14 +107,21 @@ struct Connection {
 }
 
 impl Connection {
+    /// Reads more input. The read-with-timeout future is large (monoio's timer entry is
+    /// hundreds of bytes), so it is boxed: it then costs heap only while a read is pending,
+    /// instead of enlarging every connection's task, parked ones included.
     async fn fill(&mut self, timeout: Duration) -> io::Result<usize> {
-        fill(&mut self.stream, &mut self.input, timeout).await
+        Box::pin(fill(&mut self.stream, &mut self.input, timeout)).await
     }
 
     async fn flush(&mut self) -> io::Result<()> {
         if self.output.is_empty() {
             return Ok(());
         }
+        Box::pin(self.write_output()).await
+    }
+
+    async fn write_output(&mut self) -> io::Result<()> {
         let buf = std::mem::take(&mut self.output);
         match monoio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(buf)).await {
             Ok((result, mut buf)) => {
@@ -165,8 +175,9 @@ impl Connection {
 async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     let mut conn = Connection {
         stream,
-        input: Vec::with_capacity(INPUT_INITIAL_BYTES),
-        output: Vec::with_capacity(INPUT_INITIAL_BYTES),
+        // Buffers are allocated by the first read and the first answer, sized to need.
+        input: Vec::new(),
+        output: Vec::new(),
     };
     // Errors end the connection; there is nobody to report them to.
     let _ = serve_requests(&shard, &mut conn).await;
@@ -326,123 +337,154 @@ fn reframe_for_forwarding(input: &[u8], head: &RequestHead, body: &[u8], hops: u
     out
 }
 
+/// A request read and dispatched; what remains is to carry out its outcome.
+struct Dispatched {
+    outcome: Outcome,
+    shape: ReplyShape,
+    forward: Option<(Vec<u8>, Duration)>,
+    keep_alive: bool,
+}
+
+/// Reads the next request (head, then body as the endpoint's limit allows) and dispatches
+/// it. `None` when the connection is done. The request head lives only in this future, so a
+/// parked request does not keep it.
+async fn next_request(
+    shard: &Shard,
+    conn: &mut Connection,
+    limits: &HttpLimits,
+) -> io::Result<Option<Dispatched>> {
+    let limits = *limits;
+    // The head.
+    let head: RequestHead = loop {
+        match http::parse_head(&conn.input, &limits) {
+            Ok(Some(head)) => break head,
+            Ok(None) => {
+                conn.flush().await?;
+                if conn.input.is_empty() && conn.input.capacity() > INPUT_KEEP_MAX_BYTES {
+                    conn.input = Vec::with_capacity(INPUT_INITIAL_BYTES);
+                }
+                let timeout = if conn.input.is_empty() {
+                    IDLE_TIMEOUT
+                } else {
+                    HEADER_READ_TIMEOUT
+                };
+                if conn.fill(timeout).await? == 0 {
+                    return Ok(None);
+                }
+            }
+            Err(error) => {
+                Box::pin(conn.fail(error)).await;
+                return Ok(None);
+            }
+        }
+    };
+
+    // The body: its limit depends on the endpoint, so look at the path first.
+    let raw_path =
+        std::str::from_utf8(&conn.input[head.path.start as usize..head.path.end as usize])
+            .unwrap_or("");
+    let limit = api::body_limit(shard, head.method, raw_path);
+    let head_len = head.head_len;
+    let mut chunked_body: Option<Vec<u8>> = None;
+    let consumed = match head.framing {
+        BodyFraming::None => head_len,
+        BodyFraming::Length(length) => {
+            if length > limit.bytes_max as u64 {
+                let error = HttpError::new(413, api::body_too_large_message(&limit, length));
+                Box::pin(conn.fail(error)).await;
+                return Ok(None);
+            }
+            let needed = head_len + length as usize;
+            if conn.input.len() < needed {
+                if head.expect_continue {
+                    conn.output
+                        .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    conn.flush().await?;
+                }
+                conn.input.reserve(needed - conn.input.len());
+                while conn.input.len() < needed {
+                    if conn.fill(BODY_READ_TIMEOUT).await? == 0 {
+                        return Ok(None);
+                    }
+                }
+            }
+            needed
+        }
+        BodyFraming::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            let mut body = Vec::new();
+            let mut offset = head_len;
+            let mut continued = false;
+            loop {
+                match decoder.decode(&conn.input[offset..], &mut body, limit.bytes_max) {
+                    Ok(used) => offset += used,
+                    Err(mut error) => {
+                        if error.status == 413 {
+                            error.message =
+                                api::body_too_large_message(&limit, (body.len() + 1) as u64);
+                        }
+                        Box::pin(conn.fail(error)).await;
+                        return Ok(None);
+                    }
+                }
+                if decoder.is_done() {
+                    break;
+                }
+                if head.expect_continue && !continued {
+                    continued = true;
+                    conn.output
+                        .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    conn.flush().await?;
+                }
+                if conn.fill(BODY_READ_TIMEOUT).await? == 0 {
+                    return Ok(None);
+                }
+            }
+            chunked_body = Some(body);
+            offset
+        }
+    };
+
+    let keep_alive = head.keep_alive && !shard.shutting_down();
+    let (outcome, shape, forward) = {
+        let body: &[u8] = match &chunked_body {
+            Some(body) => body,
+            None => &conn.input[head_len..consumed],
+        };
+        dispatch_buffered(
+            shard,
+            Buffered {
+                input: &conn.input,
+                head: &head,
+                body,
+            },
+            keep_alive,
+            &mut conn.output,
+            0,
+        )
+    };
+    conn.input.drain(..consumed);
+
+    Ok(Some(Dispatched {
+        outcome,
+        shape,
+        forward,
+        keep_alive,
+    }))
+}
+
 async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> {
     let limits = *shard.http_limits();
     loop {
-        // The head.
-        let head: RequestHead = loop {
-            match http::parse_head(&conn.input, &limits) {
-                Ok(Some(head)) => break head,
-                Ok(None) => {
-                    conn.flush().await?;
-                    if conn.input.is_empty() && conn.input.capacity() > INPUT_KEEP_MAX_BYTES {
-                        conn.input = Vec::with_capacity(INPUT_INITIAL_BYTES);
-                    }
-                    let timeout = if conn.input.is_empty() {
-                        IDLE_TIMEOUT
-                    } else {
-                        HEADER_READ_TIMEOUT
-                    };
-                    if conn.fill(timeout).await? == 0 {
-                        return Ok(());
-                    }
-                }
-                Err(error) => {
-                    conn.fail(error).await;
-                    return Ok(());
-                }
-            }
+        let Some(Dispatched {
+            outcome,
+            shape,
+            forward,
+            keep_alive,
+        }) = next_request(shard, conn, &limits).await?
+        else {
+            return Ok(());
         };
-
-        // The body: its limit depends on the endpoint, so look at the path first.
-        let raw_path =
-            std::str::from_utf8(&conn.input[head.path.start as usize..head.path.end as usize])
-                .unwrap_or("");
-        let limit = api::body_limit(shard, head.method, raw_path);
-        let head_len = head.head_len;
-        let mut chunked_body: Option<Vec<u8>> = None;
-        let consumed = match head.framing {
-            BodyFraming::None => head_len,
-            BodyFraming::Length(length) => {
-                if length > limit.bytes_max as u64 {
-                    conn.fail(HttpError::new(
-                        413,
-                        api::body_too_large_message(&limit, length),
-                    ))
-                    .await;
-                    return Ok(());
-                }
-                let needed = head_len + length as usize;
-                if conn.input.len() < needed {
-                    if head.expect_continue {
-                        conn.output
-                            .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                        conn.flush().await?;
-                    }
-                    conn.input.reserve(needed - conn.input.len());
-                    while conn.input.len() < needed {
-                        if conn.fill(BODY_READ_TIMEOUT).await? == 0 {
-                            return Ok(());
-                        }
-                    }
-                }
-                needed
-            }
-            BodyFraming::Chunked => {
-                let mut decoder = ChunkedDecoder::default();
-                let mut body = Vec::new();
-                let mut offset = head_len;
-                let mut continued = false;
-                loop {
-                    match decoder.decode(&conn.input[offset..], &mut body, limit.bytes_max) {
-                        Ok(used) => offset += used,
-                        Err(mut error) => {
-                            if error.status == 413 {
-                                error.message =
-                                    api::body_too_large_message(&limit, (body.len() + 1) as u64);
-                            }
-                            conn.fail(error).await;
-                            return Ok(());
-                        }
-                    }
-                    if decoder.is_done() {
-                        break;
-                    }
-                    if head.expect_continue && !continued {
-                        continued = true;
-                        conn.output
-                            .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                        conn.flush().await?;
-                    }
-                    if conn.fill(BODY_READ_TIMEOUT).await? == 0 {
-                        return Ok(());
-                    }
-                }
-                chunked_body = Some(body);
-                offset
-            }
-        };
-
-        let keep_alive = head.keep_alive && !shard.shutting_down();
-        let (outcome, shape, forward) = {
-            let body: &[u8] = match &chunked_body {
-                Some(body) => body,
-                None => &conn.input[head_len..consumed],
-            };
-            dispatch_buffered(
-                shard,
-                Buffered {
-                    input: &conn.input,
-                    head: &head,
-                    body,
-                },
-                keep_alive,
-                &mut conn.output,
-                0,
-            )
-        };
-        conn.input.drain(..consumed);
-
         if let Outcome::Block(_) = outcome {
             // Parking may be long: send earlier pipelined answers and let go of the buffers.
             conn.flush().await?;
@@ -469,9 +511,6 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             }),
         )
         .await?;
-        if output.capacity() == 0 {
-            *output = Vec::with_capacity(INPUT_INITIAL_BYTES);
-        }
         if !keep_alive {
             conn.flush().await?;
             return Ok(());
@@ -520,12 +559,67 @@ async fn complete(
             });
             Ok(())
         }
+        Outcome::Leader(LeaderOp::Operator { op, respond }) => {
+            let result = Box::pin(shard.operator(op)).await;
+            respond(
+                result,
+                &mut Reply {
+                    out: output,
+                    keep_alive,
+                    pretty,
+                },
+            );
+            Ok(())
+        }
+        Outcome::Leader(LeaderOp::Restore { state, respond }) => {
+            let result = Box::pin(replicate_restore(shard, state)).await;
+            respond(
+                result,
+                &mut Reply {
+                    out: output,
+                    keep_alive,
+                    pretty,
+                },
+            );
+            Ok(())
+        }
         Outcome::Forward => {
             let (payload, timeout) = forward.expect("a forward outcome carries its request");
-            forward_to_leader(shard, payload, timeout, output, keep_alive).await;
+            Box::pin(forward_to_leader(
+                shard, payload, timeout, output, keep_alive,
+            ))
+            .await;
             Ok(())
         }
     }
+}
+
+/// Replicates a restore: the state in chunks through the log, then the commit that every
+/// server verifies and switches to. A failed chunk aborts the staged restore.
+async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> CommandResult {
+    use sha2::Digest;
+    let restore_id: u64 = rand::random();
+    for (i, chunk) in state.chunks(RESTORE_CHUNK_BYTES).enumerate() {
+        let op = RestoreOp::Chunk {
+            restore_id,
+            offset: (i * RESTORE_CHUNK_BYTES) as u64,
+            data: bytes::Bytes::copy_from_slice(chunk),
+        };
+        let result = shard.propose(Command::Restore(op).encode()).await;
+        if let CommandResult::Error(reason) = result {
+            let _ = shard
+                .propose(Command::Restore(RestoreOp::Abort { restore_id }).encode())
+                .await;
+            return CommandResult::Error(format!("restore failed: {reason}"));
+        }
+    }
+    let sha256 = sha2::Sha256::digest(&state).to_vec();
+    let commit = RestoreOp::Commit {
+        restore_id,
+        total_bytes: state.len() as u64,
+        sha256,
+    };
+    shard.propose(Command::Restore(commit).encode()).await
 }
 
 /// Hands a request to the leader and copies its raw answer into `output`, waiting up to
@@ -553,12 +647,18 @@ async fn forward_to_leader(
             return;
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
+            // Consul's words: a client without servers, a server without a leader.
+            let reason = if shard.is_client() {
+                "No known Consul servers"
+            } else {
+                "No cluster leader"
+            };
             Reply {
                 out: output,
                 keep_alive,
                 pretty: false,
             }
-            .error(&api::ApiError::Internal("No cluster leader".to_string()));
+            .error(&api::ApiError::Internal(reason.to_string()));
             return;
         }
         monoio::time::sleep(Duration::from_millis(50)).await;
@@ -682,6 +782,10 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
 
 /// Waits until the query's index moves past the client's index or the wait expires, then
 /// answers. Fails when the client went away.
+///
+/// The deadline lives in the shard's watch registry (one ticker per shard) rather than in
+/// a timer of this future: a monoio timer entry is hundreds of bytes, and this future is
+/// what every parked query costs.
 async fn park(
     shard: &Shard,
     op: BlockOp,
@@ -690,16 +794,16 @@ async fn park(
     mut watch: Option<SocketWatch<'_>>,
 ) -> io::Result<()> {
     let ReplyShape { keep_alive, pretty } = shape;
-    let wait = op.options.wait;
-    let jitter_ms = (wait.as_millis() as u64) / BLOCKING_JITTER_FRACTION as u64;
-    let jitter = if jitter_ms > 0 {
-        Duration::from_millis(rand::random_range(0..jitter_ms))
+    let wait_ms = op.options.wait.as_millis() as u64;
+    let jitter_ms = wait_ms / BLOCKING_JITTER_FRACTION as u64;
+    let jitter_ms = if jitter_ms > 0 {
+        rand::random_range(0..jitter_ms)
     } else {
-        Duration::ZERO
+        0
     };
-    let deadline = monoio::time::Instant::from_std(Instant::now() + wait + jitter);
+    let deadline_ms = shard.shared().now_ms() + wait_ms + jitter_ms;
     if op.barrier {
-        if let Err(error) = shard.read_barrier().await {
+        if let Err(error) = Box::pin(shard.read_barrier()).await {
             restore(output);
             Reply {
                 out: output,
@@ -724,7 +828,7 @@ async fn park(
         }
         let version = shard.current_version();
         let (index, watch_set) = op.query.evaluate(&version);
-        let timed_out = monoio::time::Instant::now() >= deadline;
+        let timed_out = shard.shared().now_ms() >= deadline_ms;
         if !op.options.is_blocking() || index > op.options.min_index || timed_out {
             restore(output);
             let meta = shard.query_meta(index, op.options.consistency);
@@ -740,42 +844,51 @@ async fn park(
             return Ok(());
         }
         drop(version);
-        wait_parked(shard.watch(&watch_set), deadline, watch.as_mut()).await?;
+        let woken = shard.watch(&watch_set, deadline_ms);
+        // Registered: the set itself need not be kept while parked.
+        drop(watch_set);
+        wait_parked(woken, watch.as_mut()).await?;
     }
 }
 
-fn restore(output: &mut Vec<u8>) {
-    if output.capacity() == 0 {
-        *output = Vec::with_capacity(INPUT_INITIAL_BYTES);
-    }
-}
+/// Parking released the output buffer; answers reallocate it at their own size.
+fn restore(_output: &mut Vec<u8>) {}
 
-/// Waits for the watch to fire or the deadline to pass. Meanwhile it watches the client's
-/// socket, if there is one: pipelined bytes are kept for later, and a client that hangs up
-/// ends the wait with an error.
+/// Waits for the watch to fire (a change or the deadline). Meanwhile it watches the
+/// client's socket, if there is one: pipelined bytes are kept for later, and a client that
+/// hangs up ends the wait with an error.
 async fn wait_parked(
     watch: crate::shard::runtime::WatchFuture<'_>,
-    deadline: monoio::time::Instant,
     socket: Option<&mut SocketWatch<'_>>,
 ) -> io::Result<()> {
-    let mut watch = std::pin::pin!(watch);
-    let mut sleep = std::pin::pin!(monoio::time::sleep_until(deadline));
     let Some(socket) = socket else {
-        monoio::select! {
-            _ = &mut watch => {},
-            _ = &mut sleep => {},
-        }
+        watch.await;
         return Ok(());
     };
+    let mut watch = std::pin::pin!(watch);
     loop {
-        let watch_socket = socket.input.len() < socket.limits.head_bytes_max;
-        let socket_ready = monoio::select! {
-            _ = &mut watch => return Ok(()),
-            _ = &mut sleep => return Ok(()),
-            readable = socket.stream.readable(false), if watch_socket => readable,
+        if socket.input.len() >= socket.limits.head_bytes_max {
+            // Enough is buffered; stop reading until this query is answered.
+            watch.as_mut().await;
+            return Ok(());
+        }
+        let readable = {
+            let mut readable = std::pin::pin!(socket.stream.readable(false));
+            std::future::poll_fn(|cx| {
+                if watch.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(None);
+                }
+                readable.as_mut().poll(cx).map(Some)
+            })
+            .await
         };
-        socket_ready?;
-        if fill(socket.stream, socket.input, HEADER_READ_TIMEOUT).await? == 0 {
+        match readable {
+            None => return Ok(()),
+            Some(result) => result?,
+        }
+        // Rare: the client sent more while parked. The read future is large, so it lives
+        // on the heap only for this moment.
+        if Box::pin(fill(socket.stream, socket.input, HEADER_READ_TIMEOUT)).await? == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "client closed while parked",

@@ -7,6 +7,7 @@
 //! and finish, then the raft thread syncs its log and exits.
 
 pub mod cluster;
+pub mod dns_server;
 pub mod forward;
 pub mod gossip;
 pub mod http_server;
@@ -27,6 +28,7 @@ use runtime::{
 };
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -175,6 +177,8 @@ fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
 struct ShardListeners {
     http: Vec<std::net::TcpListener>,
     rpc: Vec<std::net::TcpListener>,
+    dns_udp: Vec<std::net::UdpSocket>,
+    dns_tcp: Vec<std::net::TcpListener>,
 }
 
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
@@ -185,8 +189,10 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     for key in &config.unknown_keys {
         log::warn!("config: ignoring unknown key {key:?}");
     }
-    if !config.server {
-        return Err("client agents (without -server) arrive with the catalog issue; run with -server or -dev".to_string());
+    if !config.server && config.retry_join.is_empty() && config.start_join.is_empty() {
+        log::warn!(
+            "agent: a client agent without -join or -retry-join knows no server until one joins it"
+        );
     }
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
@@ -237,24 +243,33 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         agent: crate::agent::AgentChannel::new(),
     });
 
-    let driver_config = raft_driver::RaftDriverConfig {
-        data_dir: data_dir.path.clone(),
-        raft_id,
-        node_id: node_id.clone(),
-        node_name: config.node_name.clone(),
-        rpc_address: rpc_address.to_string(),
-        datacenter: config.datacenter.clone(),
-        bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
-        bootstrap_expect: config.bootstrap_expect,
-        raft_config: crate::raft::RaftConfig::new(raft_id),
+    // Servers run the raft core thread; client agents have no log and forward every
+    // store-bound request to a server they learn about through gossip.
+    let mut client_senders = None;
+    let (driver, initial_version) = if config.server {
+        let driver_config = raft_driver::RaftDriverConfig {
+            data_dir: data_dir.path.clone(),
+            raft_id,
+            node_id: node_id.clone(),
+            node_name: config.node_name.clone(),
+            rpc_address: rpc_address.to_string(),
+            datacenter: config.datacenter.clone(),
+            bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
+            bootstrap_expect: config.bootstrap_expect,
+            raft_config: crate::raft::RaftConfig::new(raft_id),
+        };
+        let (driver, version) = raft_driver::open(
+            driver_config,
+            raft_rx,
+            shard_senders,
+            shared.clone(),
+            faults,
+        )?;
+        (Some(driver), version)
+    } else {
+        client_senders = Some(shard_senders);
+        (None, Arc::new(crate::store::Tables::default()))
     };
-    let (driver, initial_version) = raft_driver::open(
-        driver_config,
-        raft_rx,
-        shard_senders,
-        shared.clone(),
-        faults,
-    )?;
     shared
         .published_index
         .store(initial_version.index, Ordering::Release);
@@ -265,6 +280,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .map(|_| ShardListeners {
             http: Vec::new(),
             rpc: Vec::new(),
+            dns_udp: Vec::new(),
+            dns_tcp: Vec::new(),
         })
         .collect();
     if config.ports.http >= 0 {
@@ -278,7 +295,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             }
         }
     }
-    if config.ports.server >= 0 {
+    if config.server && config.ports.server >= 0 {
         let ip = if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
@@ -292,17 +309,52 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             );
         }
     }
+    if config.ports.dns >= 0 {
+        for ip in &config.client_addrs {
+            let addr = SocketAddr::new(*ip, config.ports.dns as u16);
+            for shard in listeners.iter_mut() {
+                let udp = reuseport_udp(addr)
+                    .map_err(|e| format!("cannot listen for DNS (UDP) on {addr}: {e}"))?;
+                udp.set_nonblocking(true)
+                    .map_err(|e| format!("cannot configure the DNS socket on {addr}: {e}"))?;
+                shard.dns_udp.push(udp);
+                shard.dns_tcp.push(
+                    reuseport_listener(addr)
+                        .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
+                );
+            }
+            if let Some(socket) = listeners.last().and_then(|shard| shard.dns_udp.last()) {
+                if let Err(e) = dns_server::spread_datagrams_randomly(socket, shard_count) {
+                    log::warn!("dns: datagrams on {addr} are spread by flow hash: {e}");
+                }
+            }
+        }
+    }
+    let dns_settings = Arc::new(crate::dns::DnsSettings::new(
+        config.dns.clone(),
+        crate::dns::resolve::LocalAgent {
+            node_name: config.node_name.clone(),
+            datacenter: config.datacenter.clone(),
+            address: advertise,
+        },
+    ));
 
-    let raft_thread = std::thread::Builder::new()
-        .name("praetor-raft".into())
-        .spawn(move || driver.run())
-        .map_err(|e| format!("cannot start the raft thread: {e}"))?;
+    let raft_thread = match driver {
+        Some(driver) => Some(
+            std::thread::Builder::new()
+                .name("praetor-raft".into())
+                .spawn(move || driver.run())
+                .map_err(|e| format!("cannot start the raft thread: {e}"))?,
+        ),
+        None => None,
+    };
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let mut shard_threads = Vec::with_capacity(shard_count);
     let mut lan_driver = lan.map(|(_, driver)| driver);
     for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
         let shared = shared.clone();
+        let dns_settings = dns_settings.clone();
         let version = initial_version.clone();
         let core = if cores.is_empty() {
             None
@@ -310,13 +362,23 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             Some(cores[id % cores.len()])
         };
         let gossip = if id == 0 { lan_driver.take() } else { None };
+        let router = if id == 0 { client_senders.take() } else { None };
         let thread = std::thread::Builder::new()
             .name(format!("praetor-shard-{id}"))
             .spawn(move || {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
                 }
-                run_shard(id, shared, version, inbox, shard_listeners, gossip);
+                run_shard(ShardStart {
+                    id,
+                    shared,
+                    version,
+                    inbox,
+                    listeners: shard_listeners,
+                    gossip,
+                    client_router: router,
+                    dns_settings,
+                });
             })
             .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
         shard_threads.push(thread);
@@ -327,13 +389,19 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .iter()
         .map(|ip| display_addr(*ip, config.ports.http))
         .collect();
+    let dns_addrs: Vec<String> = config
+        .client_addrs
+        .iter()
+        .map(|ip| display_addr(*ip, config.ports.dns))
+        .collect();
     log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, server RPC on {}, data in {}, fd limit {}",
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
         config.node_name,
         node_id,
         config.datacenter,
         shard_count,
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
+        if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
         rpc_address,
         data_dir.path.display(),
         fd_limit
@@ -350,7 +418,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     }
     let _ = raft_tx.send(RaftInput::Shutdown);
     drop(raft_tx);
-    let _ = raft_thread.join();
+    if let Some(raft_thread) = raft_thread {
+        let _ = raft_thread.join();
+    }
     if data_dir.temporary {
         let _ = std::fs::remove_dir_all(&data_dir.path);
     }
@@ -362,16 +432,33 @@ fn display_addr(ip: IpAddr, port: i32) -> String {
     SocketAddr::new(ip, port.max(0) as u16).to_string()
 }
 
-/// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
-/// runs the gossip driver and the tasks that act on membership.
-fn run_shard(
+/// Everything one shard thread starts with.
+struct ShardStart {
     id: usize,
     shared: Arc<Shared>,
     version: crate::store::StoreVersion,
     inbox: flume::Receiver<ShardMessage>,
     listeners: ShardListeners,
+    /// Shard 0 runs the LAN gossip driver.
     gossip: Option<gossip::GossipDriver>,
-) {
+    /// On a client agent, shard 0 routes every shard to a server.
+    client_router: Option<Vec<flume::Sender<ShardMessage>>>,
+    dns_settings: Arc<crate::dns::DnsSettings>,
+}
+
+/// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
+/// runs the gossip driver and the tasks that act on membership.
+fn run_shard(start: ShardStart) {
+    let ShardStart {
+        id,
+        shared,
+        version,
+        inbox,
+        listeners,
+        gossip,
+        client_router,
+        dns_settings,
+    } = start;
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(URING_ENTRIES)
         .enable_timer()
@@ -395,21 +482,66 @@ fn run_shard(
                 Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
             }
         }
+        for socket in listeners.dns_udp {
+            match monoio::net::udp::UdpSocket::from_std(socket) {
+                Ok(socket) => {
+                    dns_server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
+                }
+                Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
+            }
+        }
+        for listener in listeners.dns_tcp {
+            match monoio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    monoio::spawn(dns_server::tcp_accept_loop(
+                        shard.clone(),
+                        dns_settings.clone(),
+                        listener,
+                    ));
+                }
+                Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
+            }
+        }
         if let (Some(driver), Some(handle)) = (gossip, shared.gossip_lan.clone()) {
             monoio::spawn(async move {
                 if let Err(e) = driver.run().await {
                     log::error!("gossip: LAN pool stopped: {e}");
                 }
             });
-            monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
+            match client_router {
+                // A client agent routes to a server it learns through gossip.
+                Some(senders) => {
+                    monoio::spawn(cluster::client_router(
+                        shared.clone(),
+                        handle.clone(),
+                        senders,
+                    ));
+                }
+                None => {
+                    monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
+                }
+            }
             monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
         }
         if id == 0 {
             // The agent (local services, checks, anti-entropy) lives on shard 0.
             monoio::spawn(crate::agent::run(shard.clone()));
         }
+        monoio::spawn(watch_ticker(shard.clone()));
         shard_main_loop(&shard).await;
     });
+}
+
+/// How often parked blocking queries are checked for expired waits.
+const WATCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Expires parked queries' waits for the whole shard, so that no query needs a timer of its
+/// own.
+async fn watch_ticker(shard: Rc<Shard>) {
+    while !shard.shutting_down() {
+        monoio::time::sleep(WATCH_TICK).await;
+        shard.expire_watches();
+    }
 }
 
 /// Receives what the raft core publishes until shutdown. Shutdown is noticed within one

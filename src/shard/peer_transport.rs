@@ -13,10 +13,10 @@
 //! which exists only when `enable_debug_faults` is configured.
 
 use crate::proto::rpc::{encode_frame, kind, PROTOCOL_RAFT};
-use crate::raft::{Membership, Message, NodeId};
+use crate::raft::{Message, NodeId};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,13 +81,15 @@ impl PeerTransport {
         self.dropped
     }
 
-    /// Starts senders for new members, stops them for removed ones, follows address changes.
-    pub fn update_peers(&mut self, membership: &Membership) {
-        let wanted: HashMap<NodeId, &str> = membership
-            .members
+    /// Starts senders for new peers, stops them for removed ones, follows address changes.
+    /// `peers` maps raft ids to RPC addresses: the configuration's members plus servers
+    /// known from gossip, so that a server not yet in any configuration can still answer
+    /// the leader that is adding it.
+    pub fn update_peers(&mut self, peers: &BTreeMap<NodeId, String>) {
+        let wanted: HashMap<NodeId, &str> = peers
             .iter()
             .filter(|(id, _)| **id != self.local_id)
-            .map(|(id, m)| (*id, m.address.as_str()))
+            .map(|(id, address)| (*id, address.as_str()))
             .collect();
         self.peers.retain(|id, sender| {
             let keep = wanted.get(id).is_some_and(|addr| *addr == sender.address);
@@ -159,7 +161,8 @@ fn sender_loop(
         };
         let mut stream = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
             Ok(stream) => stream,
-            Err(_) => {
+            Err(e) => {
+                log::debug!("raft: cannot reach peer {address}: {e}");
                 // Whatever was queued for an unreachable peer is stale; the core resends.
                 while queue.try_recv().is_ok() {}
                 std::thread::sleep(backoff);

@@ -33,7 +33,7 @@ use crate::shard::runtime::{
 };
 use crate::shard::wal::{self, Wal, WalEntry, WalHardState, WalSnapshot};
 use crate::store::kv::KvOp;
-use crate::store::{Change, ChangeKey, Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{Change, Command, CommandResult, StoreVersion, Tables};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -101,6 +101,9 @@ pub struct RaftDriver {
     role: Role,
     leader: Option<u64>,
     term: u64,
+    /// Term and vote as last made durable; a hard state that differs only in its commit
+    /// index is written without a sync of its own.
+    durable_term_vote: (u64, u64),
     /// Index of this leader's first entry (its no-op); `None` when not leading.
     leader_term_start: Option<u64>,
     last_snapshot_index: u64,
@@ -208,6 +211,7 @@ pub fn open(
     };
     let pristine = hard_state.term == 0 && entries.is_empty() && snapshot_meta.is_none();
     let last_snapshot_index = snapshot_meta.as_ref().map(|m| m.last_index).unwrap_or(0);
+    let restored_snapshot_meta = snapshot_meta.clone();
     let restored = Restored {
         hard_state,
         snapshot: snapshot_meta,
@@ -217,6 +221,11 @@ pub fn open(
     let trailing_entries = raft_config.trailing_entries;
     let mut core = RaftCore::try_new(raft_config, restored, rand::random(), 0)
         .map_err(|e| format!("cannot start raft: {e}"))?;
+    // The core keeps the snapshot it may have to send to lagging followers; after a restart
+    // it learns it from us.
+    if let (Some(snapshot), Some(meta)) = (&recovered.snapshot, &restored_snapshot_meta) {
+        core.snapshot_taken(meta.clone(), snapshot.data.clone());
+    }
     if pristine && config.bootstrap_single {
         let membership =
             Membership::single_voter(config.raft_id, &config.node_name, &config.rpc_address);
@@ -226,7 +235,13 @@ pub fn open(
     }
     let membership = core.membership().clone();
     let mut transport = PeerTransport::new(config.raft_id, faults);
-    transport.update_peers(&membership);
+    transport.update_peers(
+        &membership
+            .members
+            .iter()
+            .map(|(id, m)| (*id, m.address.clone()))
+            .collect(),
+    );
     let version: StoreVersion = Arc::new(tables);
     let shard_count = shards.len();
     let mut servers = BTreeMap::new();
@@ -268,6 +283,7 @@ pub fn open(
         leader: None,
         term: hard_state.term,
         leader_term_start: None,
+        durable_term_vote: (hard_state.term, hard_state.vote.unwrap_or(0)),
         last_snapshot_index,
         snapshot_in_progress: false,
         snapshot_results: flume::bounded(1),
@@ -375,6 +391,7 @@ impl RaftDriver {
                     .filter(|s| s.datacenter == self.datacenter)
                     .map(|s| (s.raft_id, s))
                     .collect();
+                self.update_transport();
                 self.maybe_bootstrap_expect();
                 self.reconcile_membership();
             }
@@ -504,7 +521,7 @@ impl RaftDriver {
                     names.join(", ")
                 );
                 self.membership = membership;
-                self.transport.update_peers(&self.membership);
+                self.update_transport();
             }
             Err(e) => log::warn!("raft: bootstrap skipped: {e}"),
         }
@@ -574,8 +591,20 @@ impl RaftDriver {
             if hard_state.is_some() || ready.truncate_from.is_some() || !ready.entries.is_empty() {
                 let entries: Vec<WalEntry> = ready.entries.iter().map(to_wal_entry).collect();
                 self.wal.append(hard_state, ready.truncate_from, &entries);
-                if let Err(e) = self.wal.sync() {
-                    fatal("raft log write failed", e);
+                // Term and vote must be durable before anyone hears of them, and entries
+                // before they count; the commit index may lag (it is recomputed from the
+                // leader after a crash), so a Ready that only moves it rides along with the
+                // next sync instead of paying an fdatasync of its own.
+                let term_or_vote_moved =
+                    hard_state.is_some_and(|hs| (hs.term, hs.vote) != self.durable_term_vote);
+                if term_or_vote_moved || ready.truncate_from.is_some() || !ready.entries.is_empty()
+                {
+                    if let Err(e) = self.wal.sync() {
+                        fatal("raft log write failed", e);
+                    }
+                    if let Some(hs) = hard_state {
+                        self.durable_term_vote = (hs.term, hs.vote);
+                    }
                 }
             }
             for (to, message) in ready.messages_after_persist.drain(..) {
@@ -649,7 +678,14 @@ impl RaftDriver {
             // The core's membership moves as soon as a change is appended (not committed).
             if membership_changed || self.core.membership() != &self.membership {
                 self.membership = self.core.membership().clone();
-                self.transport.update_peers(&self.membership);
+                let names: Vec<&str> = self
+                    .membership
+                    .members
+                    .values()
+                    .map(|m| m.name.as_str())
+                    .collect();
+                log::info!("raft: configuration is now [{}]", names.join(", "));
+                self.update_transport();
                 self.publish_status(false);
             }
             if applied_something {
@@ -745,6 +781,13 @@ impl RaftDriver {
                 .last_leader_contact_ms
                 .store(self.now_ms(), Ordering::Relaxed);
         }
+        if leader != self.leader {
+            let name = leader
+                .and_then(|id| self.membership.members.get(&id))
+                .map(|m| m.name.as_str())
+                .unwrap_or("unknown");
+            log::debug!("raft: role {role:?} in term {term}; leader {leader:?} ({name})");
+        }
         self.leader = leader;
         if role == Role::Leader && !was_leader {
             // The no-op the core appended on winning is the last entry right now.
@@ -754,9 +797,33 @@ impl RaftDriver {
             self.leader_term_start = None;
             if was_leader {
                 log::info!("raft: cluster leadership lost (term {term})");
+                // Whether these entries commit is now up to the next leader; the clients
+                // learn that the outcome is unknown, as with Consul.
+                for (_, (_, request_id)) in std::mem::take(&mut self.pending) {
+                    self.refuse(
+                        request_id,
+                        "leadership lost while committing log".to_string(),
+                    );
+                }
+                for request_id in std::mem::take(&mut self.reads_unsent) {
+                    self.refuse(request_id, "No cluster leader".to_string());
+                }
             }
         }
         self.publish_status(false);
+    }
+
+    /// Points the transport at every configuration member and every server gossip knows.
+    fn update_transport(&mut self) {
+        let mut peers: BTreeMap<NodeId, String> = self
+            .servers
+            .values()
+            .map(|s| (s.raft_id, s.rpc_address.clone()))
+            .collect();
+        for (id, member) in &self.membership.members {
+            peers.insert(*id, member.address.clone());
+        }
+        self.transport.update_peers(&peers);
     }
 
     fn node_id_of(&self, raft_id: u64) -> String {
@@ -868,22 +935,9 @@ impl RaftDriver {
         }
         self.tables = Arc::new(tables);
         self.membership = meta.membership.clone();
-        self.transport.update_peers(&self.membership);
+        self.update_transport();
         self.last_snapshot_index = meta.last_index;
-        for table in [
-            Table::Kvs,
-            Table::Tombstones,
-            Table::Nodes,
-            Table::Services,
-            Table::Checks,
-            Table::ServiceIndex,
-            Table::NodeServices,
-        ] {
-            changes.push(Change {
-                table,
-                key: ChangeKey::All,
-            });
-        }
+        changes.extend(crate::store::changes_everywhere());
         log::info!(
             "raft: installed snapshot at index {} from the leader",
             meta.last_index

@@ -211,6 +211,8 @@ pub struct Shard {
     inbox: flume::Receiver<ShardMessage>,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
+    /// DNS answer cache and scratch space; invalidated by every applied change set.
+    pub dns: RefCell<crate::dns::ShardDns>,
 }
 
 impl Shard {
@@ -230,6 +232,7 @@ impl Shard {
             next_request: Cell::new(1),
             inbox,
             forward: crate::shard::forward::ForwardPool::default(),
+            dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
         })
     }
 
@@ -253,6 +256,10 @@ impl Shard {
     }
     pub fn is_leader(&self) -> bool {
         self.status.borrow().is_leader
+    }
+    /// A client agent: no Raft, no store; everything store-bound goes to a server.
+    pub fn is_client(&self) -> bool {
+        !self.shared.config.server
     }
     pub fn shutting_down(&self) -> bool {
         self.shared.shutting_down.load(Ordering::Relaxed)
@@ -281,17 +288,26 @@ impl Shard {
                     );
                     *version = batch.version.clone();
                 }
+                // In the same step as the version: no cached DNS answer outlives a change to
+                // what it read.
                 if !batch.changes.is_empty() {
-                    self.watches.borrow_mut().notify(&batch.changes);
+                    self.dns.borrow_mut().cache.invalidate(&batch.changes);
                 }
-                let mut pending = self.pending.borrow_mut();
-                for (request_id, result) in results {
-                    if let Some(slot) = pending.get_mut(&request_id) {
-                        slot.result = Some(result);
-                        if let Some(waker) = slot.waker.take() {
-                            waker.wake();
+                // Writers first: tasks run in wake order, and a write that changed a key with
+                // thousands of watchers must not be answered after all of them.
+                {
+                    let mut pending = self.pending.borrow_mut();
+                    for (request_id, result) in results {
+                        if let Some(slot) = pending.get_mut(&request_id) {
+                            slot.result = Some(result);
+                            if let Some(waker) = slot.waker.take() {
+                                waker.wake();
+                            }
                         }
                     }
+                }
+                if !batch.changes.is_empty() {
+                    self.watches.borrow_mut().notify(&batch.changes);
                 }
             }
             ShardMessage::Status(status) => {
@@ -327,6 +343,9 @@ impl Shard {
     /// Stale reads run anywhere unless `max_stale` says this server has been out of touch
     /// with the leader for too long.
     pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
+        if self.is_client() {
+            return ReadPlan::Forward;
+        }
         let is_leader = self.is_leader();
         match options.consistency {
             Consistency::Stale => {
@@ -338,6 +357,9 @@ impl Shard {
                         return ReadPlan::Forward;
                     }
                 }
+                // Stale may lag the leader, but never this server's own published state:
+                // a write acknowledged here is visible to the next read on any shard.
+                self.catch_up();
                 ReadPlan::Local
             }
             Consistency::Leader if is_leader => {
@@ -431,13 +453,20 @@ impl Shard {
         .await
     }
 
-    /// Parks until something in `set` changes. Returns when woken; the caller re-evaluates.
-    pub fn watch<'a>(&'a self, set: &WatchSet) -> WatchFuture<'a> {
+    /// Parks until something in `set` changes or `deadline_ms` (on [`Shared::now_ms`]'s
+    /// clock) passes. Returns when woken; the caller re-evaluates.
+    pub fn watch<'a>(&'a self, set: &WatchSet, deadline_ms: u64) -> WatchFuture<'a> {
         let id = self
             .watches
             .borrow_mut()
-            .register(set, Waker::noop().clone());
+            .register(set, Waker::noop().clone(), deadline_ms);
         WatchFuture { shard: self, id }
+    }
+
+    /// Wakes parked queries whose deadline passed; the shard's ticker calls this.
+    pub fn expire_watches(&self) -> usize {
+        let now = self.shared.now_ms();
+        self.watches.borrow_mut().expire(now)
     }
 }
 

@@ -250,7 +250,7 @@ impl Wal {
         Ok((wal, recovered))
     }
 
-    /// Buffers a batch: an optional new hard state, an optional truncation, new entries.
+    /// Buffers a batch: an optional truncation, an optional new hard state, new entries.
     /// Nothing is durable until [`Wal::sync`] returns.
     pub fn append(
         &mut self,
@@ -264,6 +264,12 @@ impl Wal {
             body[1..9].copy_from_slice(&from.to_le_bytes());
             push_record(&mut self.pending, &body);
         }
+        // The hard state goes before the entries: a torn write may then keep a newer term
+        // without its entries (harmless) but never entries without the term they carry.
+        if let Some(hs) = hard_state {
+            push_record(&mut self.pending, &hard_state_body(hs));
+            self.last_hard_state = hs;
+        }
         for entry in entries {
             debug_assert!(entry.payload.len() + 18 <= RECORD_BODY_BYTES_MAX);
             let start = self.pending.len();
@@ -275,10 +281,6 @@ impl Wal {
             self.pending.extend_from_slice(&entry.payload);
             seal_record(&mut self.pending, start);
             self.pending_max_entry_index = self.pending_max_entry_index.max(entry.index);
-        }
-        if let Some(hs) = hard_state {
-            push_record(&mut self.pending, &hard_state_body(hs));
-            self.last_hard_state = hs;
         }
     }
 

@@ -12,7 +12,8 @@
 //! The registry is shard-local (`!Send`); nothing here locks.
 
 use crate::store::{Change, ChangeKey, Table, TABLE_COUNT};
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -103,13 +104,23 @@ struct TableWatches {
     whole: Vec<WatchId>,
 }
 
+/// How many list entries point at live registrations and how many at released ones.
+/// Every entry is counted exactly once, so the sweep heuristic stays honest.
+#[derive(Default, Debug)]
+struct EntryCounts {
+    live: usize,
+    stale: usize,
+}
+
 #[derive(Default)]
 pub struct WatchRegistry {
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
+    /// `(deadline ms, slot, generation)` of every registration with a deadline, soonest
+    /// first. Entries of released registrations are skipped when they surface.
+    deadlines: BinaryHeap<Reverse<(u64, u32, u32)>>,
     tables: [TableWatches; TABLE_COUNT],
-    live_entries: usize,
-    stale_entries: usize,
+    counts: EntryCounts,
     live_waiters: usize,
 }
 
@@ -123,7 +134,10 @@ impl WatchRegistry {
         self.live_waiters
     }
 
-    pub fn register(&mut self, set: &WatchSet, waker: Waker) -> WatchId {
+    /// Registers a parked query. At `deadline_ms` (on the caller's millisecond clock, given
+    /// again to [`WatchRegistry::expire`]) it is woken even if nothing changed; a single
+    /// shard-level ticker does that for every query instead of one timer each.
+    pub fn register(&mut self, set: &WatchSet, waker: Waker, deadline_ms: u64) -> WatchId {
         let targets = set.coarsened();
         let slot_index = match self.free_slots.pop() {
             Some(i) => i,
@@ -166,10 +180,51 @@ impl WatchRegistry {
                 }
                 WatchTarget::Table(table) => self.tables[table as usize].whole.push(id),
             }
-            self.live_entries += 1;
+            self.counts.live += 1;
         }
         self.live_waiters += 1;
+        if deadline_ms != u64::MAX {
+            self.deadlines
+                .push(Reverse((deadline_ms, id.slot, id.generation)));
+        }
         id
+    }
+
+    /// Wakes every live registration whose deadline is at or before `now_ms`. Returns how
+    /// many were woken.
+    pub fn expire(&mut self, now_ms: u64) -> usize {
+        let mut woken = 0;
+        while let Some(Reverse((deadline, slot, generation))) = self.deadlines.peek().copied() {
+            if deadline > now_ms {
+                break;
+            }
+            self.deadlines.pop();
+            if let Some(s) = self.slots.get_mut(slot as usize) {
+                if s.live && s.generation == generation && !s.fired {
+                    s.fired = true;
+                    woken += 1;
+                    if let Some(waker) = s.waker.take() {
+                        waker.wake();
+                    }
+                }
+            }
+        }
+        // Released registrations leave their deadlines behind; drop them once they
+        // dominate, so the heap stays proportional to the parked queries.
+        if self.deadlines.len() > 2 * self.live_waiters + 1024 {
+            let slots = &self.slots;
+            let live: Vec<_> = self
+                .deadlines
+                .drain()
+                .filter(|Reverse((_, slot, generation))| {
+                    slots
+                        .get(*slot as usize)
+                        .is_some_and(|s| s.live && s.generation == *generation)
+                })
+                .collect();
+            self.deadlines = live.into_iter().collect();
+        }
+        woken
     }
 
     fn slot_is(&self, id: WatchId) -> Option<&Slot> {
@@ -207,23 +262,41 @@ impl WatchRegistry {
         slot.generation = slot.generation.wrapping_add(1);
         let entries = slot.entries as usize;
         slot.entries = 0;
-        self.live_entries -= entries;
-        self.stale_entries += entries;
+        debug_assert!(
+            self.counts.live >= entries,
+            "registry entry counts out of step"
+        );
+        self.counts.live = self.counts.live.saturating_sub(entries);
+        self.counts.stale += entries;
         self.live_waiters -= 1;
         self.free_slots.push(id.slot);
-        if self.stale_entries > 1024 && self.stale_entries > self.live_entries {
+        if self.counts.stale > 1024 && self.counts.stale > self.counts.live {
             self.sweep();
         }
     }
 
-    fn fire(slots: &mut [Slot], id: WatchId, woken: &mut usize) {
-        if let Some(slot) = slots.get_mut(id.slot as usize) {
-            if slot.live && slot.generation == id.generation && !slot.fired {
-                slot.fired = true;
-                *woken += 1;
-                if let Some(waker) = slot.waker.take() {
-                    waker.wake();
+    /// Consumes one list entry that a change matched: wakes its registration if it is live
+    /// and not yet fired, and keeps the entry counts exact.
+    fn fire(slots: &mut [Slot], counts: &mut EntryCounts, id: WatchId, woken: &mut usize) {
+        match slots.get_mut(id.slot as usize) {
+            Some(slot) if slot.live && slot.generation == id.generation => {
+                debug_assert!(
+                    counts.live > 0 && slot.entries > 0,
+                    "a live entry was counted"
+                );
+                counts.live = counts.live.saturating_sub(1);
+                slot.entries = slot.entries.saturating_sub(1);
+                if !slot.fired {
+                    slot.fired = true;
+                    *woken += 1;
+                    if let Some(waker) = slot.waker.take() {
+                        waker.wake();
+                    }
                 }
+            }
+            _ => {
+                debug_assert!(counts.stale > 0, "a stale entry was counted");
+                counts.stale = counts.stale.saturating_sub(1);
             }
         }
     }
@@ -233,16 +306,15 @@ impl WatchRegistry {
         let mut woken = 0;
         for change in changes {
             let watches = &mut self.tables[change.table as usize];
-            // Woken lists are dropped whole; their entries are accounted as stale until the
-            // waiters release their slots, which subtracts them from the live count instead.
+            // Matched lists are dropped whole; `fire` accounts for each entry in them.
             for id in watches.whole.drain(..) {
-                Self::fire(&mut self.slots, id, &mut woken);
+                Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
             }
             match &change.key {
                 ChangeKey::Key(key) => {
                     if let Some(list) = watches.keys.remove(key) {
                         for id in list {
-                            Self::fire(&mut self.slots, id, &mut woken);
+                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
                         }
                     }
                     let lengths: Vec<usize> = watches
@@ -257,7 +329,7 @@ impl WatchRegistry {
                         if let Some(list) = watches.prefixes.remove(&key[..len]) {
                             Self::drop_prefix_length(&mut watches.prefix_lengths, len);
                             for id in list {
-                                Self::fire(&mut self.slots, id, &mut woken);
+                                Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
                             }
                         }
                     }
@@ -271,7 +343,7 @@ impl WatchRegistry {
                         .collect();
                     for key in keys {
                         for id in watches.keys.remove(&key).unwrap_or_default() {
-                            Self::fire(&mut self.slots, id, &mut woken);
+                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
                         }
                     }
                     let prefixes: Vec<Arc<str>> = watches
@@ -283,19 +355,19 @@ impl WatchRegistry {
                     for watched in prefixes {
                         Self::drop_prefix_length(&mut watches.prefix_lengths, watched.len());
                         for id in watches.prefixes.remove(&watched).unwrap_or_default() {
-                            Self::fire(&mut self.slots, id, &mut woken);
+                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
                         }
                     }
                 }
                 ChangeKey::All => {
                     for (_, list) in watches.keys.drain() {
                         for id in list {
-                            Self::fire(&mut self.slots, id, &mut woken);
+                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
                         }
                     }
                     for (_, list) in watches.prefixes.drain() {
                         for id in list {
-                            Self::fire(&mut self.slots, id, &mut woken);
+                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
                         }
                     }
                     watches.prefix_lengths.clear();
@@ -359,8 +431,8 @@ impl WatchRegistry {
             watches.whole.retain(alive);
             live_entries += watches.whole.len();
         }
-        self.live_entries = live_entries;
-        self.stale_entries = 0;
+        self.counts.live = live_entries;
+        self.counts.stale = 0;
     }
 }
 
@@ -391,8 +463,8 @@ mod tests {
         let mut registry = WatchRegistry::new();
         let (count_a, waker_a) = waker();
         let (count_b, waker_b) = waker();
-        let a = registry.register(&WatchSet::new().key(Table::Kvs, "a"), waker_a);
-        let b = registry.register(&WatchSet::new().key(Table::Kvs, "b"), waker_b);
+        let a = registry.register(&WatchSet::new().key(Table::Kvs, "a"), waker_a, u64::MAX);
+        let b = registry.register(&WatchSet::new().key(Table::Kvs, "b"), waker_b, u64::MAX);
         assert_eq!(registry.notify(&[key_change("b")]), 1);
         assert!(!registry.is_fired(a));
         assert!(registry.is_fired(b));
@@ -407,8 +479,12 @@ mod tests {
     fn prefix_watch_matches_keys_under_it() {
         let mut registry = WatchRegistry::new();
         let (_, w) = waker();
-        let p = registry.register(&WatchSet::new().prefix(Table::Kvs, "web/"), w.clone());
-        let root = registry.register(&WatchSet::new().prefix(Table::Kvs, ""), w.clone());
+        let p = registry.register(
+            &WatchSet::new().prefix(Table::Kvs, "web/"),
+            w.clone(),
+            u64::MAX,
+        );
+        let root = registry.register(&WatchSet::new().prefix(Table::Kvs, ""), w.clone(), u64::MAX);
         registry.notify(&[key_change("webby")]);
         assert!(!registry.is_fired(p));
         assert!(
@@ -423,12 +499,23 @@ mod tests {
     fn recursive_delete_wakes_keys_and_overlapping_prefixes() {
         let mut registry = WatchRegistry::new();
         let (_, w) = waker();
-        let inside_key = registry.register(&WatchSet::new().key(Table::Kvs, "a/b/c"), w.clone());
-        let outside_key = registry.register(&WatchSet::new().key(Table::Kvs, "b"), w.clone());
-        let deeper_prefix =
-            registry.register(&WatchSet::new().prefix(Table::Kvs, "a/b/"), w.clone());
-        let shallower_prefix =
-            registry.register(&WatchSet::new().prefix(Table::Kvs, "a"), w.clone());
+        let inside_key = registry.register(
+            &WatchSet::new().key(Table::Kvs, "a/b/c"),
+            w.clone(),
+            u64::MAX,
+        );
+        let outside_key =
+            registry.register(&WatchSet::new().key(Table::Kvs, "b"), w.clone(), u64::MAX);
+        let deeper_prefix = registry.register(
+            &WatchSet::new().prefix(Table::Kvs, "a/b/"),
+            w.clone(),
+            u64::MAX,
+        );
+        let shallower_prefix = registry.register(
+            &WatchSet::new().prefix(Table::Kvs, "a"),
+            w.clone(),
+            u64::MAX,
+        );
         registry.notify(&[Change {
             table: Table::Kvs,
             key: ChangeKey::Prefix(Arc::from("a/")),
@@ -450,7 +537,7 @@ mod tests {
                 Arc::from(format!("s{i}")),
             ));
         }
-        let coarse = registry.register(&many, w.clone());
+        let coarse = registry.register(&many, w.clone(), u64::MAX);
         registry.notify(&[Change::key(Table::Services, &Arc::from("unrelated"))]);
         assert!(registry.is_fired(coarse), "coarsened to the whole table");
     }
@@ -459,10 +546,14 @@ mod tests {
     fn released_waiters_are_never_woken_and_slots_are_reused() {
         let mut registry = WatchRegistry::new();
         let (count, w) = waker();
-        let first = registry.register(&WatchSet::new().key(Table::Kvs, "k"), w.clone());
+        let first = registry.register(&WatchSet::new().key(Table::Kvs, "k"), w.clone(), u64::MAX);
         registry.release(first);
         assert_eq!(registry.waiter_count(), 0);
-        let second = registry.register(&WatchSet::new().key(Table::Kvs, "other"), w.clone());
+        let second = registry.register(
+            &WatchSet::new().key(Table::Kvs, "other"),
+            w.clone(),
+            u64::MAX,
+        );
         assert_eq!(second.slot, first.slot);
         assert_ne!(second.generation, first.generation);
         registry.notify(&[key_change("k")]);
@@ -478,17 +569,81 @@ mod tests {
     fn sweeping_keeps_live_registrations() {
         let mut registry = WatchRegistry::new();
         let (_, w) = waker();
-        let keeper = registry.register(&WatchSet::new().key(Table::Kvs, "keep"), w.clone());
+        let keeper = registry.register(
+            &WatchSet::new().key(Table::Kvs, "keep"),
+            w.clone(),
+            u64::MAX,
+        );
         for i in 0..5000 {
             let id = registry.register(
                 &WatchSet::new().key(Table::Kvs, format!("tmp{}", i % 7)),
                 w.clone(),
+                u64::MAX,
             );
             registry.release(id);
         }
-        assert!(registry.stale_entries <= registry.live_entries.max(1024));
+        assert!(registry.counts.stale <= registry.counts.live.max(1024));
         registry.notify(&[key_change("keep")]);
         assert!(registry.is_fired(keeper));
+    }
+
+    #[test]
+    fn fired_then_released_waiters_keep_counts_exact_through_sweeps() {
+        // Regression: fired lists were dropped without adjusting the counts, so a sweep
+        // followed by more releases underflowed the live count.
+        let mut registry = WatchRegistry::new();
+        let (_, w) = waker();
+        for round in 0..3 {
+            let ids: Vec<WatchId> = (0..3000)
+                .map(|i| {
+                    registry.register(
+                        &WatchSet::new()
+                            .key(Table::Kvs, "k")
+                            .key(Table::Kvs, format!("own{}", i % 5)),
+                        w.clone(),
+                        u64::MAX,
+                    )
+                })
+                .collect();
+            assert_eq!(registry.notify(&[key_change("k")]), 3000, "round {round}");
+            for id in ids {
+                registry.release(id);
+            }
+            assert_eq!(registry.waiter_count(), 0);
+            assert_eq!(
+                registry.counts.live, 0,
+                "round {round}: {:?}",
+                registry.counts
+            );
+        }
+        // The registry still works afterwards.
+        let id = registry.register(
+            &WatchSet::new().key(Table::Kvs, "own1"),
+            w.clone(),
+            u64::MAX,
+        );
+        registry.notify(&[key_change("own1")]);
+        assert!(registry.is_fired(id));
+    }
+
+    #[test]
+    fn deadlines_wake_without_changes_and_skip_released() {
+        let mut registry = WatchRegistry::new();
+        let (count, w) = waker();
+        let early = registry.register(&WatchSet::new().key(Table::Kvs, "a"), w.clone(), 100);
+        let late = registry.register(&WatchSet::new().key(Table::Kvs, "a"), w.clone(), 300);
+        let released = registry.register(&WatchSet::new().key(Table::Kvs, "b"), w.clone(), 50);
+        registry.release(released);
+        assert_eq!(registry.expire(99), 0);
+        assert_eq!(registry.expire(100), 1);
+        assert!(registry.is_fired(early));
+        assert!(!registry.is_fired(late));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(registry.expire(1_000), 1);
+        assert!(registry.is_fired(late));
+        // A change after expiry does not wake them twice.
+        registry.notify(&[key_change("a")]);
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
     }
 
     #[test]
@@ -496,10 +651,14 @@ mod tests {
         let mut registry = WatchRegistry::new();
         let (count, w) = waker();
         let web: Vec<WatchId> = (0..15_000)
-            .map(|_| registry.register(&WatchSet::new().key(Table::Kvs, "web"), w.clone()))
+            .map(|_| {
+                registry.register(&WatchSet::new().key(Table::Kvs, "web"), w.clone(), u64::MAX)
+            })
             .collect();
         let api: Vec<WatchId> = (0..5_000)
-            .map(|_| registry.register(&WatchSet::new().key(Table::Kvs, "api"), w.clone()))
+            .map(|_| {
+                registry.register(&WatchSet::new().key(Table::Kvs, "api"), w.clone(), u64::MAX)
+            })
             .collect();
         assert_eq!(registry.notify(&[key_change("web")]), 15_000);
         assert_eq!(count.0.load(Ordering::SeqCst), 15_000);

@@ -5,12 +5,14 @@
 //! a format byte and evolves only by adding variants at the end.
 
 use super::kv::KvOp;
+use super::restore::RestoreOp;
 use serde::{Deserialize, Serialize};
 
 /// A state change, replicated through Raft and applied identically on every server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Kv(KvOp),
+    Restore(RestoreOp),
     Catalog(super::catalog::CatalogOp),
 }
 

@@ -19,6 +19,7 @@
 pub mod catalog;
 pub mod command;
 pub mod kv;
+pub mod restore;
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -47,6 +48,37 @@ pub enum Table {
     ServiceIndex = 12,
     /// Watch namespace for "the services on node N changed", keyed by folded node name.
     NodeServices = 13,
+}
+
+impl Table {
+    /// Every table, for changes that touch the whole state (snapshot install, restore).
+    pub const ALL: [Table; 14] = [
+        Table::Kvs,
+        Table::Tombstones,
+        Table::Sessions,
+        Table::Nodes,
+        Table::Services,
+        Table::Checks,
+        Table::Coordinates,
+        Table::PreparedQueries,
+        Table::Acl,
+        Table::ConfigEntries,
+        Table::Intentions,
+        Table::Events,
+        Table::ServiceIndex,
+        Table::NodeServices,
+    ];
+}
+
+/// One `ChangeKey::All` per table: everything may have changed.
+pub fn changes_everywhere() -> Vec<Change> {
+    Table::ALL
+        .iter()
+        .map(|table| Change {
+            table: *table,
+            key: ChangeKey::All,
+        })
+        .collect()
 }
 
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
@@ -89,6 +121,9 @@ pub struct Tables {
     pub kv: kv::KvTables,
     #[serde(default)]
     pub catalog: catalog::CatalogTables,
+    /// A snapshot restore whose chunks are still arriving.
+    #[serde(default)]
+    pub restore: Option<restore::RestoreStaging>,
 }
 
 /// An immutable, shareable version of the state.
@@ -139,6 +174,7 @@ impl Tables {
         match command {
             Command::Kv(op) => kv::apply(self, index, op, changes),
             Command::Catalog(op) => catalog::apply::apply(self, index, op, changes),
+            Command::Restore(op) => restore::apply(self, index, op, changes),
         }
     }
 

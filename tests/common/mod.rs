@@ -62,6 +62,10 @@ pub struct Agent {
     pub http_port: u16,
     pub args: Vec<String>,
     pub log_path: PathBuf,
+    /// The data directory the harness gave a `-dev` agent started without `-data-dir`: a killed
+    /// agent cannot remove its own temporary directory (64 MiB of preallocated log each), so
+    /// the harness owns it and removes it after the process is gone.
+    owned_data_dir: Option<TempDir>,
 }
 
 impl Agent {
@@ -83,7 +87,39 @@ impl Agent {
         agent
     }
 
-    pub fn spawn(ip: IpAddr, http_port: u16, args: Vec<String>) -> Agent {
+    /// Like [`Agent::dev`], with the DNS interface on port 8600 of the agent's address.
+    pub fn dev_with_dns(extra: &[&str]) -> Agent {
+        let ip = fresh_loopback();
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "-dev".into(),
+            "-bind".into(),
+            ip.to_string(),
+            "-client".into(),
+            ip.to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let agent = Agent::spawn(ip, 8500, args);
+        agent.wait_ready();
+        agent
+    }
+
+    /// The DNS address of an agent started with [`Agent::dev_with_dns`].
+    pub fn dns_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, 8600)
+    }
+
+    pub fn spawn(ip: IpAddr, http_port: u16, mut args: Vec<String>) -> Agent {
+        let mut owned_data_dir = None;
+        let has_data_dir = args
+            .iter()
+            .any(|a| a == "-data-dir" || a.starts_with("-data-dir="));
+        if args.iter().any(|a| a == "-dev") && !has_data_dir {
+            let dir = TempDir::new(&format!("dev-{ip}"));
+            args.push("-data-dir".into());
+            args.push(dir.path().display().to_string());
+            owned_data_dir = Some(dir);
+        }
         let log_path =
             std::env::temp_dir().join(format!("praetor-test-{}-{}.log", ip, std::process::id()));
         let log = std::fs::File::create(&log_path).unwrap();
@@ -99,6 +135,7 @@ impl Agent {
             http_port,
             args,
             log_path,
+            owned_data_dir,
         }
     }
 
@@ -171,9 +208,11 @@ impl Agent {
     /// Starts the same command line again (same address, same data dir).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart needs a stopped agent");
+        // The command line already names its data dir, so `spawn` adds none.
         let mut fresh = Agent::spawn(self.ip, self.http_port, self.args.clone());
         self.child = fresh.child.take();
-        self.log_path = fresh.log_path.clone();
+        // The log now belongs to this agent; the husk must not remove it when it drops.
+        self.log_path = std::mem::take(&mut fresh.log_path);
     }
 
     pub fn get(&self, path: &str) -> HttpResponse {
@@ -190,6 +229,11 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill9();
+        // Keep the log of a failing test for the post-mortem; otherwise leave nothing behind.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log_path);
+        }
+        drop(self.owned_data_dir.take());
     }
 }
 
@@ -241,8 +285,21 @@ pub fn try_request(
     body: &[u8],
     headers: &[(&str, &str)],
 ) -> std::io::Result<HttpResponse> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    try_request_bounded(addr, method, path, body, headers, Duration::from_secs(30))
+}
+
+/// One request on a fresh connection, every step bounded by `timeout`.
+pub fn try_request_bounded(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5).min(timeout))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
     let mut raw = format!(
         "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -342,4 +399,174 @@ pub fn cli(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// A cluster of real server processes on loopback, each on its own address.
+pub struct Cluster {
+    pub servers: Vec<Agent>,
+    pub data: Vec<TempDir>,
+}
+
+impl Cluster {
+    /// Starts `n` servers with `-bootstrap-expect n`, joined through the first one, fault
+    /// injection enabled, and waits until they agree on a serving leader.
+    pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let ips: Vec<IpAddr> = (0..n).map(|_| fresh_loopback()).collect();
+        let mut servers = Vec::new();
+        let mut data = Vec::new();
+        for (i, ip) in ips.iter().enumerate() {
+            let dir = TempDir::new(&format!("cluster{i}"));
+            let mut args: Vec<String> = [
+                "agent",
+                "-server",
+                "-bootstrap-expect",
+                &n.to_string(),
+                "-node",
+                &format!("s{i}-{ip}"),
+                "-bind",
+                &ip.to_string(),
+                "-client",
+                &ip.to_string(),
+                "-data-dir",
+                dir.path().to_str().unwrap(),
+                "-retry-join",
+                &ips[0].to_string(),
+                "-dns-port=-1",
+                "-hcl",
+                "enable_debug_faults = true",
+                "-log-level",
+                "debug",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(extra.iter().map(|s| s.to_string()));
+            servers.push(Agent::spawn(*ip, 8500, args));
+            data.push(dir);
+        }
+        let cluster = Cluster { servers, data };
+        cluster.wait_for_leader(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Index of the server that reports itself leader and serves, waiting up to `timeout`.
+    pub fn wait_for_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(i) = self.current_leader() {
+                return i;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let logs: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| format!("--- {}\n{}", s.ip, s.log()))
+            .collect();
+        panic!("no leader within {timeout:?}\n{}", logs.join("\n"));
+    }
+
+    /// The running server every running server names as leader, if they agree and it
+    /// answers a leader read.
+    pub fn current_leader(&self) -> Option<usize> {
+        let mut named = None;
+        for server in self.servers.iter().filter(|s| s.child.is_some()) {
+            let r = try_request_timeout(
+                server.addr(),
+                "GET",
+                "/v1/status/leader?stale",
+                Duration::from_secs(2),
+            )
+            .ok()?;
+            let text = String::from_utf8_lossy(&r.body)
+                .trim_matches('"')
+                .to_string();
+            if text.is_empty() {
+                return None;
+            }
+            match &named {
+                None => named = Some(text),
+                Some(previous) if *previous == text => {}
+                Some(_) => return None,
+            }
+        }
+        let leader_ip: IpAddr = named?.rsplit_once(':')?.0.parse().ok()?;
+        let index = self
+            .servers
+            .iter()
+            .position(|s| s.ip == leader_ip && s.child.is_some())?;
+        let probe = try_request_timeout(
+            self.servers[index].addr(),
+            "GET",
+            "/v1/kv/__leader_probe",
+            Duration::from_secs(2),
+        )
+        .ok()?;
+        (probe.status == 404).then_some(index)
+    }
+
+    /// Blocks traffic between `isolated` and every other server, in both directions.
+    pub fn partition(&self, isolated: usize) {
+        for (i, server) in self.servers.iter().enumerate() {
+            let blocked: Vec<String> = if i == isolated {
+                self.servers
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != isolated)
+                    .map(|(_, s)| s.ip.to_string())
+                    .collect()
+            } else {
+                vec![self.servers[isolated].ip.to_string()]
+            };
+            if server.child.is_some() {
+                let body = serde_json::json!({ "BlockedPeers": blocked }).to_string();
+                let _ = try_request(
+                    server.addr(),
+                    "PUT",
+                    "/v1/agent/debug/faults",
+                    body.as_bytes(),
+                    &[],
+                );
+            }
+        }
+    }
+
+    pub fn heal(&self) {
+        for server in self.servers.iter().filter(|s| s.child.is_some()) {
+            let _ = try_request(
+                server.addr(),
+                "PUT",
+                "/v1/agent/debug/faults",
+                br#"{"BlockedPeers":[]}"#,
+                &[],
+            );
+        }
+    }
+
+    /// SIGSTOP / SIGCONT a server.
+    pub fn signal(&self, i: usize, signal: i32) {
+        // SAFETY: signalling our own child by PID.
+        unsafe { libc::kill(self.servers[i].pid() as i32, signal) };
+    }
+}
+
+/// Like [`try_request`] with a custom read timeout, for probes that must not hang on a
+/// paused server.
+pub fn try_request_timeout(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(raw.as_bytes())?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    parse_response(&response)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad response"))
 }

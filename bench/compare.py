@@ -1,0 +1,1252 @@
+#!/usr/bin/env python3
+"""praetor's benchmark suite: every figure side by side with its peer, measured in one run.
+
+bench/compare.sh builds the binaries and calls this script. It starts the reference systems of
+../shared/BASELINES.md (HTTP and DNS floor, NSD, etcd with one and three members) and praetor
+(a -dev agent and three servers), runs each row's scenario with loadgen (or wrk / dnsperf for
+loadgen's own ceiling) interleaved A B A B ..., stops everything it started (by PID, also on
+Ctrl-C), and writes results/<timestamp>/report.md with one PNG chart per row.
+
+A row whose praetor feature is missing is marked "not available yet", found by probing the
+running agent (an endpoint that answers 404, a blocking query that returns at once, a DNS port
+that stays silent), never by assuming. Every wait has a deadline and the whole run has a time
+budget. Standard library only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+# Loopback ports of the benchmark (loadgen's range 18400-18699, etcd 12379-12420).
+HTTP_FLOOR_PORT = 18500
+DNS_FLOOR_PORT = 18600
+NSD_PORT = 18601
+DEV = dict(http=18510, dns=18610, server=18520, serf_lan=18521, serf_wan=18522)
+SERVERS = [dict(http=18530 + i, dns=18630 + i, server=18540 + i, serf_lan=18550 + i, serf_wan=18560 + i) for i in range(3)]
+ETCD1 = dict(client=12379, peer=12380)
+ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
+# Source addresses loadgen may spread parked connections over.
+SOURCE_ADDRS = "127.0.0.40-127.0.0.60"
+
+# Bounds.
+START_TIMEOUT_S = 30          # a server process becomes ready
+PROBE_TIMEOUT_S = 3           # one probe request
+STOP_TIMEOUT_S = 10           # a process exits after SIGTERM
+RUN_SLACK_S = 60              # per loadgen/wrk/dnsperf invocation, beyond its planned time
+
+NOT_AVAILABLE = "not available yet"
+# Marks a reason as a crash of something that was running (an error, not a missing feature).
+CRASHED = "exited during the run"
+# The processes behind each system (for systems not named like their one process).
+SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)]}
+# Longest excerpt of a process log quoted in a row's note.
+LOG_TAIL_CHARS_MAX = 200
+
+
+class Budget:
+    """The whole run's time budget; every wait is capped by what is left of it."""
+
+    def __init__(self, seconds):
+        self.deadline = time.monotonic() + seconds
+
+    def left(self):
+        return max(0.0, self.deadline - time.monotonic())
+
+    def cap(self, seconds):
+        left = self.left()
+        if left <= 0:
+            raise TimeoutError("time budget exhausted")
+        return min(seconds, left)
+
+
+class Processes:
+    """Children started by this run, stopped by PID in reverse order."""
+
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.running = []  # (name, Popen, log file)
+
+    def start(self, name, argv, cwd=None):
+        log = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
+        log.write(("$ " + shlex.join(argv) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
+        self.running.append((name, proc, log))
+        return proc
+
+    def stop(self, name):
+        for entry in [e for e in self.running if e[0] == name]:
+            self._stop(entry)
+            self.running.remove(entry)
+
+    def stop_all(self):
+        for entry in reversed(self.running):
+            self._stop(entry)
+        self.running.clear()
+
+    @staticmethod
+    def _stop(entry):
+        name, proc, log = entry
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(STOP_TIMEOUT_S)
+        log.close()
+
+    def dead(self, names):
+        """(name, exit code) of the first of `names` that has exited, else None."""
+        for name, proc, _ in self.running:
+            if name in names and proc.poll() is not None:
+                return name, proc.returncode
+        return None
+
+    def log_tail(self, name, lines=2):
+        """The last lines a process logged (not the command line this script wrote first)."""
+        path = os.path.join(self.log_dir, f"{name}.log")
+        try:
+            with open(path, "rb") as f:
+                text = f.read()[-4000:].decode(errors="replace")
+        except OSError:
+            return ""
+        logged = [l.strip() for l in text.strip().splitlines() if l.strip() and not l.startswith("$ ")]
+        tail = " / ".join(logged[-lines:]) or "(no output)"
+        return tail if len(tail) <= LOG_TAIL_CHARS_MAX else "…" + tail[-LOG_TAIL_CHARS_MAX:]
+
+
+def http(method, url, body=None, timeout=PROBE_TIMEOUT_S):
+    """(status, headers, body bytes); status 0 when nothing answered."""
+    req = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers or {}), e.read()
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, {}, b""
+
+
+def wait_tcp(port, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def dns_query(port, name, qtype=1, timeout=1.0):
+    """(rcode, answer count) of one UDP query, or None when nothing answered."""
+    q = struct.pack(">HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+    for label in name.strip(".").split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\x00" + struct.pack(">HH", qtype, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.sendto(q, ("127.0.0.1", port))
+            data, _ = s.recvfrom(65535)
+        except OSError:
+            return None
+    if len(data) < 12:
+        return None
+    return data[3] & 0x0F, struct.unpack(">H", data[6:8])[0]
+
+
+def fmt_num(v, unit=""):
+    if v is None:
+        return "—"
+    if abs(v) >= 100:
+        text = f"{v:,.0f}"
+    elif abs(v) >= 10:
+        text = f"{v:,.1f}"
+    else:
+        text = f"{v:,.2f}"
+    return f"{text} {unit}".strip()
+
+
+def fmt_ratio(spread):
+    if not spread or spread.get("median") is None:
+        return "—"
+    return f"{spread['median']:.2f}× ({spread['min']:.2f}–{spread['max']:.2f})"
+
+
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def spread_of(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "per_run": values}
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.root = os.path.abspath(args.root)
+        self.loadgen = args.loadgen or os.path.join(self.root, "target/release/loadgen")
+        self.praetor = args.praetor or os.path.join(self.root, "target/release/praetor")
+        self.floor = args.floor_bin
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.out = os.path.abspath(args.out or os.path.join(self.root, "results", stamp))
+        self.raw = os.path.join(self.out, "raw")
+        self.charts = os.path.join(self.out, "charts")
+        self.logs = os.path.join(self.out, "logs")
+        self.tmp = None
+        self.procs = Processes(self.logs)
+        self.budget = Budget(args.max_time)
+        self.rows = []
+        self.started = {}  # system name -> True / reason string when it failed
+        self.probes = {}
+        self.quick = args.quick
+        self.last_cpu_s = 0.0
+        self.duration = args.duration or (1.0 if args.quick else 5.0)
+        self.runs = args.runs or (2 if args.quick else 5)
+        self.fanout_watchers = 1000 if args.quick else 15000
+        self.fanout_others = 300 if args.quick else 4500
+        self.rss_instances = 5000 if args.quick else 100000
+        self.fanout_runs = 1 if args.quick else 3
+
+    # ---- running tools -------------------------------------------------------------------
+
+    def rel(self, path):
+        return os.path.relpath(path, self.root)
+
+    def run_tool(self, argv, planned_s, capture=True):
+        """Runs a command bounded by its planned time plus slack; returns (code, stdout). The
+        CPU time (user + system) the command used is left in `self.last_cpu_s`."""
+        timeout = self.budget.cap(planned_s + RUN_SLACK_S)
+        print("$ " + shlex.join(argv), flush=True)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE if capture else None, timeout=timeout, cwd=self.root)
+        except subprocess.TimeoutExpired:
+            return -1, ""
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.last_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        out = proc.stdout.decode(errors="replace") if capture and proc.stdout is not None else ""
+        if capture and out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        return proc.returncode, out
+
+    def loadgen_json(self, args, name, planned_s):
+        """One loadgen run; returns its JSON (from --json-out) and the exact command."""
+        path = os.path.join(self.raw, f"{name}.json")
+        argv = [self.loadgen] + args + ["--json-out", path]
+        code, _ = self.run_tool(argv, planned_s)
+        command = shlex.join(["loadgen"] + args)
+        if code != 0 or not os.path.exists(path):
+            raise RuntimeError(f"loadgen exited {code}: {command}")
+        with open(path) as f:
+            return json.load(f), command
+
+    def compare(self, name, args, runs=None, planned_per_run=None):
+        runs = runs or self.runs
+        per_run = planned_per_run if planned_per_run is not None else self.duration + 2
+        full = ["compare"] + args + ["--runs", str(runs), "--pause", "500ms"]
+        return self.loadgen_json(full, name, 2 * runs * per_run + 10)
+
+    def chart(self, name, title):
+        src = os.path.join(self.raw, f"{name}.json")
+        dst = os.path.join(self.charts, f"{name}.png")
+        code, _ = self.run_tool([self.loadgen, "chart", "--input", src, "--output", dst, "--title", title], 30)
+        return self.rel(dst) if code == 0 and os.path.exists(dst) else None
+
+    def common(self, connections=64):
+        return ["--connections", str(connections), "--threads", "2", "--duration", f"{self.duration}s"]
+
+    # ---- systems ----------------------------------------------------------------------------
+
+    def ensure(self, system):
+        """Starts `system` if needed; returns None when it runs, else why it does not."""
+        if system in self.started:
+            state = self.started[system]
+            if state is True:
+                dead = self.procs.dead(SYSTEM_PROCESSES.get(system, [system]))
+                if dead:
+                    # A crash is a finding: it is reported, not hidden by a restart.
+                    state = self.started[system] = (f"{dead[0]} {CRASHED} (code {dead[1]}): "
+                                                    + self.procs.log_tail(dead[0]))
+            return None if state is True else state
+        starter = getattr(self, f"start_{system.replace('-', '_')}")
+        try:
+            reason = starter()
+        except (OSError, RuntimeError, TimeoutError) as e:
+            reason = str(e)
+        self.started[system] = True if reason is None else reason
+        if reason:
+            print(f"[bench] {system}: {reason}", flush=True)
+        return reason
+
+    def stop(self, *systems):
+        for system in systems:
+            if system == "etcd3":
+                for i in range(3):
+                    self.procs.stop(f"etcd3-{i}")
+            elif system == "cluster":
+                for i in range(3):
+                    self.procs.stop(f"praetor-s{i}")
+            else:
+                self.procs.stop(system)
+            self.started.pop(system, None)
+            for key in [k for k in self.probes if k[0] == system]:
+                del self.probes[key]
+
+    def start_http_floor(self):
+        if not self.floor or not os.path.exists(self.floor):
+            return "floor binary not built (FLOOR_SRC missing?)"
+        self.procs.start("http-floor", [self.floor, "http", str(HTTP_FLOOR_PORT), "2"])
+        return None if wait_tcp(HTTP_FLOOR_PORT, START_TIMEOUT_S) else "HTTP floor did not listen"
+
+    def start_dns_floor(self):
+        if not self.floor or not os.path.exists(self.floor):
+            return "floor binary not built (FLOOR_SRC missing?)"
+        self.procs.start("dns-floor", [self.floor, "dns", str(DNS_FLOOR_PORT), "2"])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if dns_query(DNS_FLOOR_PORT, "web.service.consul", timeout=0.3):
+                return None
+        return "DNS floor did not answer"
+
+    def start_nsd(self):
+        nsd = shutil.which("nsd") or "/usr/sbin/nsd"
+        if not os.path.exists(nsd):
+            return "nsd not installed (apt-get install nsd)"
+        d = os.path.join(self.tmp, "nsd")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "consul.zone"), "w") as f:
+            f.write(
+                "$ORIGIN consul.\n$TTL 0\n"
+                "@ IN SOA ns.consul. hostmaster.consul. 1 3600 600 86400 0\n"
+                "@ IN NS ns.consul.\nns IN A 127.0.0.1\n"
+                "web.service IN A 10.0.0.1\nweb.service IN A 10.0.0.2\nweb.service IN A 10.0.0.3\n"
+                "web.service IN SRV 1 1 8080 web-0.node.dc1.consul.\n"
+                "web-0.node.dc1 IN A 10.0.0.1\n"
+            )
+        conf = os.path.join(d, "nsd.conf")
+        with open(conf, "w") as f:
+            f.write(
+                "server:\n"
+                f"  ip-address: 127.0.0.1@{NSD_PORT}\n"
+                "  server-count: 2\n  username: \"\"\n  chroot: \"\"\n"
+                f"  zonesdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  database: \"\"\n"
+                f"  xfrdfile: \"{d}/xfrd.state\"\n  zonelistfile: \"{d}/zone.list\"\n"
+                f"  logfile: \"{d}/nsd.log\"\n  verbosity: 0\n  hide-version: yes\n"
+                "  rrl-ratelimit: 0\n"
+                "remote-control:\n  control-enable: no\n"
+                f"zone:\n  name: consul.\n  zonefile: \"{d}/consul.zone\"\n"
+            )
+        self.procs.start("nsd", [nsd, "-d", "-c", conf])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            answer = dns_query(NSD_PORT, "web.service.consul", timeout=0.3)
+            if answer and answer[1] == 3:
+                return None
+        return "NSD did not answer: " + self.procs.log_tail("nsd")
+
+    def etcd_argv(self, name, member, cluster):
+        etcd = shutil.which("etcd") or "/usr/bin/etcd"
+        if not os.path.exists(etcd):
+            raise RuntimeError("etcd not installed (apt-get install etcd-server)")
+        return [
+            etcd, "--name", name, "--data-dir", os.path.join(self.tmp, name),
+            "--listen-client-urls", f"http://127.0.0.1:{member['client']}",
+            "--advertise-client-urls", f"http://127.0.0.1:{member['client']}",
+            "--listen-peer-urls", f"http://127.0.0.1:{member['peer']}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{member['peer']}",
+            "--initial-cluster", cluster, "--initial-cluster-state", "new",
+        ]
+
+    def etcd_ready(self, port, deadline):
+        while time.monotonic() < deadline:
+            status, _, body = http("POST", f"http://127.0.0.1:{port}/v3/kv/put", b'{"key":"cmVhZHk=","value":"MQ=="}')
+            if status == 200:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def start_etcd1(self):
+        cluster = f"etcd1=http://127.0.0.1:{ETCD1['peer']}"
+        self.procs.start("etcd1", self.etcd_argv("etcd1", ETCD1, cluster))
+        if not self.etcd_ready(ETCD1["client"], time.monotonic() + START_TIMEOUT_S):
+            return "etcd (one member) did not serve: " + self.procs.log_tail("etcd1")
+        return None
+
+    def start_etcd3(self):
+        cluster = ",".join(f"etcd3-{i}=http://127.0.0.1:{m['peer']}" for i, m in enumerate(ETCD3))
+        for i, m in enumerate(ETCD3):
+            self.procs.start(f"etcd3-{i}", self.etcd_argv(f"etcd3-{i}", m, cluster))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        if not all(self.etcd_ready(m["client"], deadline) for m in ETCD3):
+            return "etcd (three members) did not serve: " + self.procs.log_tail("etcd3-0")
+        return None
+
+    def etcd3_leader_url(self):
+        for m in ETCD3:
+            status, _, body = http("POST", f"http://127.0.0.1:{m['client']}/v3/maintenance/status", b"{}")
+            if status == 200:
+                doc = json.loads(body)
+                if doc.get("leader") and doc.get("leader") == doc.get("header", {}).get("member_id"):
+                    return f"http://127.0.0.1:{m['client']}"
+        return f"http://127.0.0.1:{ETCD3[0]['client']}"
+
+    def praetor_argv(self, ports, extra):
+        return [
+            self.praetor, "agent", "-http-port", str(ports["http"]), "-dns-port", str(ports["dns"]),
+            "-server-port", str(ports["server"]), "-serf-lan-port", str(ports["serf_lan"]),
+            "-serf-wan-port", str(ports["serf_wan"]), "-client", "127.0.0.1", "-bind", "127.0.0.1",
+        ] + extra
+
+    def praetor_has_leader(self, http_port):
+        status, _, body = http("GET", f"http://127.0.0.1:{http_port}/v1/status/leader")
+        return status == 200 and body.strip() not in (b"", b'""')
+
+    def start_dev(self):
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        data = os.path.join(self.tmp, f"dev-{time.monotonic_ns()}")
+        proc = self.procs.start("dev", self.praetor_argv(DEV, ["-dev", "-node", "bench-dev", "-data-dir", data]))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"praetor agent -dev exited ({proc.returncode}): " + self.procs.log_tail("dev")
+            if self.praetor_has_leader(DEV["http"]):
+                return None
+            time.sleep(0.2)
+        return "praetor agent -dev had no leader after %ds: %s" % (START_TIMEOUT_S, self.procs.log_tail("dev"))
+
+    def dev_pid(self):
+        for name, proc, _ in self.procs.running:
+            if name == "dev":
+                return proc.pid
+        return None
+
+    def start_cluster(self):
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        joins = []
+        for s in SERVERS:
+            joins += ["-retry-join", f"127.0.0.1:{s['serf_lan']}"]
+        procs = []
+        for i, s in enumerate(SERVERS):
+            data = os.path.join(self.tmp, f"server-{i}")
+            extra = ["-server", "-bootstrap-expect", "3", "-node", f"bench-s{i}", "-data-dir", data] + joins
+            procs.append(self.procs.start(f"praetor-s{i}", self.praetor_argv(s, extra)))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for i, p in enumerate(procs):
+                if p.poll() is not None:
+                    return f"praetor server {i} exited ({p.returncode}): " + self.procs.log_tail(f"praetor-s{i}")
+            if all(self.praetor_has_leader(s["http"]) for s in SERVERS):
+                return None
+            time.sleep(0.3)
+        return "three praetor servers elected no leader within %ds: %s" % (
+            START_TIMEOUT_S, self.procs.log_tail("praetor-s0"))
+
+    def cluster_leader_http(self):
+        status, _, body = http("GET", f"http://127.0.0.1:{SERVERS[0]['http']}/v1/status/leader")
+        try:
+            port = int(json.loads(body).rsplit(":", 1)[1])
+        except (ValueError, IndexError, AttributeError):
+            port = None
+        for s in SERVERS:
+            if s["server"] == port:
+                return f"http://127.0.0.1:{s['http']}"
+        return f"http://127.0.0.1:{SERVERS[0]['http']}"
+
+    # ---- feature probes ---------------------------------------------------------------------
+
+    def probe(self, system, base, feature):
+        """None when `feature` works on the agent at `base`, else why it does not."""
+        key = (system, feature)
+        if key not in self.probes:
+            try:
+                self.probes[key] = getattr(self, f"probe_{feature}")(base)
+            except (OSError, ValueError, KeyError) as e:
+                self.probes[key] = f"probe failed: {e}"
+        return self.probes[key]
+
+    @staticmethod
+    def probe_kv(base):
+        status, headers, _ = http("PUT", f"{base}/v1/kv/bench/probe", b"x")
+        if status != 200:
+            return f"PUT /v1/kv answered {status}"
+        return None
+
+    @staticmethod
+    def probe_blocking(base):
+        status, headers, _ = http("GET", f"{base}/v1/kv/bench/probe")
+        index = {k.lower(): v for k, v in headers.items()}.get("x-consul-index")
+        if status not in (200, 404) or not index:
+            return f"GET /v1/kv answered {status} without X-Consul-Index"
+        start = time.monotonic()
+        http("GET", f"{base}/v1/kv/bench/probe?index={index}&wait=2s", timeout=5)
+        if time.monotonic() - start < 1.0:
+            return "blocking query returned at once (not parked)"
+        return None
+
+    @staticmethod
+    def probe_consistency(base):
+        for mode in ("stale", "consistent"):
+            status, _, _ = http("GET", f"{base}/v1/kv/bench/probe?{mode}")
+            if status not in (200, 404):
+                return f"GET /v1/kv?{mode} answered {status}"
+        return None
+
+    @staticmethod
+    def probe_catalog(base):
+        body = json.dumps({"Node": "bench-probe", "Address": "10.255.0.1",
+                           "Service": {"ID": "probe-1", "Service": "probe", "Port": 1}}).encode()
+        status, _, _ = http("PUT", f"{base}/v1/catalog/register", body)
+        if status != 200:
+            return f"PUT /v1/catalog/register answered {status}"
+        status, _, body = http("GET", f"{base}/v1/health/service/probe")
+        if status != 200 or not isinstance(json.loads(body or b"null"), list):
+            return f"GET /v1/health/service answered {status}"
+        http("PUT", f"{base}/v1/catalog/deregister", json.dumps({"Node": "bench-probe"}).encode())
+        return None
+
+    @staticmethod
+    def probe_agent(base):
+        body = json.dumps({"ID": "probe-a", "Name": "probe-a", "Port": 1,
+                           "Check": {"CheckID": "service:probe-a", "TTL": "600s", "Status": "passing"}}).encode()
+        status, _, _ = http("PUT", f"{base}/v1/agent/service/register", body)
+        if status != 200:
+            return f"PUT /v1/agent/service/register answered {status}"
+        status, _, _ = http("PUT", f"{base}/v1/agent/check/fail/service:probe-a")
+        http("PUT", f"{base}/v1/agent/service/deregister/probe-a")
+        if status != 200:
+            return f"PUT /v1/agent/check/fail answered {status}"
+        return None
+
+    @staticmethod
+    def probe_sessions(base):
+        status, _, body = http("PUT", f"{base}/v1/session/create", b'{"Name":"bench-probe","LockDelay":"0s"}')
+        if status != 200:
+            return f"PUT /v1/session/create answered {status}"
+        sid = json.loads(body).get("ID")
+        status, _, body = http("PUT", f"{base}/v1/kv/bench/probe-lock?acquire={sid}", b"x")
+        http("PUT", f"{base}/v1/kv/bench/probe-lock?release={sid}", b"x")
+        http("PUT", f"{base}/v1/session/destroy/{sid}")
+        if status != 200 or body.strip() != b"true":
+            return f"KV ?acquire= answered {status} {body[:60]!r}"
+        return None
+
+    def probe_dns(self, _base):
+        # Needs data registered first (web with 3 instances); any answer means a listener.
+        answer = dns_query(DEV["dns"], "web.service.consul")
+        if answer is None:
+            return f"nothing answers DNS on 127.0.0.1:{DEV['dns']}"
+        if answer[0] != 0 or answer[1] == 0:
+            return f"web.service.consul answered RCODE {answer[0]} with {answer[1]} records"
+        return None
+
+    # ---- rows -------------------------------------------------------------------------------
+
+    def add(self, row_id, title, **fields):
+        row = {"id": row_id, "title": title, "praetor": "—", "peer": "—", "ratio": "—", "target": "—",
+               "result": "info", "command": "", "chart": None, "note": "", "raw": None}
+        row.update(fields)
+        row["load"] = os.getloadavg()[0]
+        self.rows.append(row)
+        print(f"[bench] {row_id}: {row['result']} {row['ratio']} {row['note']}", flush=True)
+        with open(os.path.join(self.out, "rows.json"), "w") as f:
+            json.dump(self.rows, f, indent=1)
+
+    def unavailable(self, row_id, title, target, reason, peer=None):
+        """Marks a row not available; with `peer` = (system, loadgen args, metric, unit) the
+        peer's own figure is still measured (one run) so the row shows what praetor must beat."""
+        fields = {}
+        if peer and not self.ensure(peer[0]):
+            system, args, metric, unit = peer
+            args = args() if callable(args) else args
+            try:
+                doc, command = self.loadgen_json(args, f"{row_id}-peer", self.duration)
+                fields = {"peer": fmt_num(doc.get(metric), unit), "command": command,
+                          "raw": self.rel(os.path.join(self.raw, f"{row_id}-peer.json"))}
+                reason += "; peer measured alone (one run)"
+            except RuntimeError as e:
+                reason += f"; peer run failed: {e}"
+        result = "error" if CRASHED in reason else NOT_AVAILABLE
+        self.add(row_id, title, target=target, result=result, note=reason, **fields)
+
+    def needs(self, *requirements):
+        """Starts systems / checks features; returns None or the first reason one is missing."""
+        for req in requirements:
+            system, _, feature = req.partition(":")
+            reason = self.ensure(system)
+            if reason:
+                return reason
+            if feature:
+                base = f"http://127.0.0.1:{DEV['http']}" if system == "dev" else self.cluster_leader_http()
+                reason = self.probe(system, base, feature)
+                if reason:
+                    return f"{feature}: {reason}"
+        return None
+
+    def error_note(self, *docs):
+        """A note when a run had errors (more than 0.1 % of requests); else ''."""
+        notes = []
+        for doc in docs:
+            sides = [doc["a"], doc["b"]] if doc.get("kind") == "compare" else [{"name": doc.get("target"), "runs": [doc]}]
+            for side in sides:
+                errors = sum(r.get("errors") or 0 for r in side["runs"])
+                done = sum(r.get("requests") or 0 for r in side["runs"])
+                if errors and errors > 0.001 * max(done, 1):
+                    first = next((r.get("first_error") for r in side["runs"] if r.get("first_error")), "")
+                    notes.append(f"{side['name']}: {errors:,} errors ({first})")
+        return "; ".join(notes)
+
+    def compare_row(self, row_id, title, args, target_text, passes, praetor_side="b", unit="req/s",
+                    metric="throughput_rps", extra_check=None, note=""):
+        """A loadgen compare row; `passes(doc)` decides pass/fail from the comparison JSON."""
+        doc, command = self.compare(row_id, args + (["--metric", metric] if metric != "throughput_rps" else []))
+        peer_side = "a" if praetor_side == "b" else "b"
+        chart = self.chart(row_id, title)
+        errors = self.error_note(doc)
+        if passes is None:
+            result = "error" if errors else "info"
+        else:
+            ok = passes(doc) and (extra_check(doc) if extra_check else True)
+            result = "error" if errors else ("pass" if ok else "fail")
+        self.add(row_id, title,
+                 praetor=fmt_num(doc[praetor_side]["median"].get(metric), unit),
+                 peer=fmt_num(doc[peer_side]["median"].get(metric), unit),
+                 ratio=fmt_ratio(doc["ratio"]), target=target_text, result=result,
+                 command=command, chart=chart, note="; ".join(x for x in (note, errors) if x),
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+        return doc
+
+    # Each row function runs its scenario (or marks it unavailable).
+
+    def row_ceiling_http(self):
+        row_id, title = "ceiling-http", "loadgen ceiling: kv-get on the HTTP floor vs wrk -t2 -c64"
+        target = "≥ 1.0× wrk"
+        reason = self.needs("http-floor")
+        if not shutil.which("wrk"):
+            reason = reason or "wrk not installed"
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        url = f"http://127.0.0.1:{HTTP_FLOOR_PORT}/v1/kv/x"
+        d = max(1, int(round(self.duration)))
+        wrk_argv = ["wrk", "-t2", "-c64", f"-d{d}s", "--latency", url]
+        lg_args = ["kv-get", "--target", f"http://127.0.0.1:{HTTP_FLOOR_PORT}", "--key", "x",
+                   "--connections", "64", "--threads", "2", "--duration", f"{d}s", "--no-preload"]
+        a_runs, b_runs = [], []
+        for i in range(self.runs):
+            code, out = self.run_tool(wrk_argv, d)
+            a_runs.append(with_cpu(parse_wrk(out) if code == 0 else {"errors": 1}, self.last_cpu_s))
+            time.sleep(0.5)
+            doc, _ = self.loadgen_json(lg_args, f"{row_id}-loadgen-{i + 1}", d)
+            b_runs.append(with_cpu(doc, self.last_cpu_s))
+            time.sleep(0.5)
+        doc = synthetic_compare("throughput_rps", "wrk -t2 -c64", a_runs, "loadgen kv-get -c64", b_runs)
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        chart = self.chart(row_id, title)
+        ratio = doc["ratio"]
+        ok = ratio and ratio["median"] is not None and ratio["median"] >= 1.0
+        self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "req/s"),
+                 peer=fmt_num(doc["a"]["median"]["throughput_rps"], "req/s"), ratio=fmt_ratio(ratio),
+                 target=target, result="pass" if ok else "fail", chart=chart,
+                 command=f"{shlex.join(wrk_argv)}  ⟷  loadgen {shlex.join(lg_args)}  (interleaved ×{self.runs})",
+                 note="'praetor' column = loadgen, 'peer' = wrk; the server is the floor; " + cpu_note(doc),
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def row_ceiling_dns(self):
+        row_id, title = "ceiling-dns", "loadgen ceiling: dns on the DNS floor vs dnsperf -c4 -T1"
+        target = "≥ 1.0× dnsperf"
+        reason = self.needs("dns-floor")
+        if not shutil.which("dnsperf"):
+            reason = reason or "dnsperf not installed"
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        # Kept with the results, so the quoted dnsperf command can be run again.
+        qfile = os.path.join(self.raw, "queries.txt")
+        with open(qfile, "w") as f:
+            f.write("web.service.consul A\n")
+        d = max(1, int(round(self.duration)))
+        perf_argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(DNS_FLOOR_PORT), "-d", qfile, "-l", str(d), "-c", "4", "-T", "1"]
+        lg_args = ["dns", "--target", f"127.0.0.1:{DNS_FLOOR_PORT}", "--qname", "web.service.consul",
+                   "--connections", "64", "--threads", "2", "--duration", f"{d}s"]
+        a_runs, b_runs = [], []
+        for i in range(self.runs):
+            code, out = self.run_tool(perf_argv, d)
+            a_runs.append(with_cpu(parse_dnsperf(out) if code == 0 else {"errors": 1}, self.last_cpu_s))
+            time.sleep(0.5)
+            doc, _ = self.loadgen_json(lg_args, f"{row_id}-loadgen-{i + 1}", d)
+            b_runs.append(with_cpu(doc, self.last_cpu_s))
+            time.sleep(0.5)
+        doc = synthetic_compare("throughput_rps", "dnsperf -c4 -T1", a_runs, "loadgen dns -c64", b_runs)
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        chart = self.chart(row_id, title)
+        ratio = doc["ratio"]
+        ok = ratio and ratio["median"] is not None and ratio["median"] >= 1.0
+        self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "qps"),
+                 peer=fmt_num(doc["a"]["median"]["throughput_rps"], "qps"), ratio=fmt_ratio(ratio),
+                 target=target, result="pass" if ok else "fail", chart=chart,
+                 command=f"{shlex.join(perf_argv)}  ⟷  loadgen {shlex.join(lg_args)}  (interleaved ×{self.runs})",
+                 note="'praetor' column = loadgen, 'peer' = dnsperf; the server is the DNS floor; " + cpu_note(doc),
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def dev_url(self):
+        return f"http://127.0.0.1:{DEV['http']}"
+
+    def row_kv_get_vs_floor(self):
+        row_id, title, target = "kv-get-vs-floor", "KV GET one key, 64 conns: praetor -dev vs HTTP floor", "≥ 0.7×"
+        reason = self.needs("dev:kv", "http-floor")
+        if reason:
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "http-floor", ["kv-get", "--target", f"http://127.0.0.1:{HTTP_FLOOR_PORT}", "--key", "bench/get"]
+                + self.common(), "throughput_rps", "req/s"))
+        self.compare_row(row_id, title, ["kv-get", "--target-a", f"http://127.0.0.1:{HTTP_FLOOR_PORT}",
+                                         "--target-b", self.dev_url(), "--name-a", "HTTP floor", "--name-b",
+                                         "praetor -dev", "--key", "bench/get"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= 0.7)
+
+    def row_kv_put_vs_etcd1(self):
+        row_id, title, target = "kv-put-vs-etcd1", "KV PUT 64 conns: praetor -dev vs one-member etcd", "≥ 5×"
+        reason = self.needs("dev:kv", "etcd1")
+        if reason:
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "etcd1", ["kv-put", "--etcd", "--target", f"http://127.0.0.1:{ETCD1['client']}", "--key", "bench/put"]
+                + self.common(), "throughput_rps", "req/s"))
+        self.compare_row(row_id, title, ["kv-put", "--etcd-a", f"http://127.0.0.1:{ETCD1['client']}",
+                                         "--target-b", self.dev_url(), "--name-a", "etcd (1 member)",
+                                         "--name-b", "praetor -dev", "--key", "bench/put"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= 5.0)
+
+    def fanout_row(self, row_id, title, target, args, checks, describe, before_each=None):
+        """Runs blocking-fanout `fanout_runs` times; the row shows the median run by p99."""
+        docs = []
+        command = ""
+        for i in range(self.fanout_runs):
+            if before_each:
+                before_each()
+            doc, command = self.loadgen_json(args, f"{row_id}-{i + 1}", 60)
+            docs.append(doc)
+            time.sleep(2)
+        docs.sort(key=lambda d: d.get("wake_p99_ms") or 0)
+        median_doc = docs[len(docs) // 2]
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(median_doc, f, indent=1)
+        chart = self.chart(row_id, title)
+        failures = [name for name, check in checks if not all(check(d) for d in docs)]
+        result = "pass" if not failures else "fail"
+        note = f"{len(docs)} runs, median run shown" + (f"; failed: {', '.join(failures)}" if failures else "")
+        self.add(row_id, title, praetor=describe(median_doc), target=target, result=result,
+                 command=command, chart=chart, note=note, raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def row_fanout_kv(self):
+        n = self.fanout_watchers
+        row_id, title = "fanout-kv", f"{n:,} parked blocking queries on one key + one PUT"
+        target = "all answered; p99 wake-up ≤ 100 ms; RSS ≤ 4 KiB per parked query"
+        reason = self.needs("dev:kv", "dev:blocking")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        args = ["blocking-fanout", "--target", self.dev_url(), "--key", "bench/fanout", "--watchers", str(n),
+                "--threads", "2", "--settle", "3s", "--wake-timeout", "10s", "--rss-pid", str(self.dev_pid()),
+                "--source-addrs", SOURCE_ADDRS]
+        checks = [("all answered", lambda d: d.get("answered") == n),
+                  ("p99 ≤ 100 ms", lambda d: (d.get("wake_p99_ms") or 1e9) <= 100),
+                  ("RSS ≤ 4 KiB", lambda d: (d.get("rss_per_watcher_bytes") or 1e9) <= 4096)]
+        self.fanout_row(row_id, title, target, args, checks, lambda d: (
+            f"{d.get('answered', 0):,}/{n:,} answered; wake-up after the PUT's response p50 "
+            f"{fmt_num(d.get('wake_p50_ms'), 'ms')}, p99 {fmt_num(d.get('wake_p99_ms'), 'ms')} "
+            f"(after it was sent: p99 {fmt_num(d.get('wake_from_write_sent_p99_ms'), 'ms')}; "
+            f"{d.get('woke_before_write_response', 0):,} woke before the response); "
+            f"{fmt_num(d.get('rss_per_watcher_bytes'), 'B')}/parked query"))
+
+    def register(self, base, service, instances, via="catalog", per_node=1, extra=()):
+        args = ["register", "--target", base, "--service", service, "--instances", str(instances),
+                "--via", via, "--per-node", str(per_node)] + list(extra)
+        return self.loadgen_json(args, f"register-{service}", 120)
+
+    def dns_rows(self):
+        rows = [("dns-a-vs-nsd", "DNS A web.service.consul: praetor vs NSD", "A", NSD_PORT, "nsd", "NSD", 1.0),
+                ("dns-srv-vs-nsd", "DNS SRV web.service.consul: praetor vs NSD", "SRV", NSD_PORT, "nsd", "NSD", 1.0),
+                ("dns-a-vs-floor", "DNS A: praetor vs DNS floor", "A", DNS_FLOOR_PORT, "dns-floor", "DNS floor", 0.8),
+                ("dns-srv-vs-floor", "DNS SRV: praetor vs DNS floor", "SRV", DNS_FLOOR_PORT, "dns-floor", "DNS floor", 0.8)]
+        ready = self.needs("dev:catalog")
+        if not ready:
+            try:
+                self.register(self.dev_url(), "web", 3)
+            except RuntimeError as e:
+                ready = str(e)
+        if not ready:
+            ready = self.needs("dev:dns")
+        for row_id, title, qtype, port, system, peer_name, minimum in rows:
+            target = f"≥ {minimum}×"
+            reason = ready or self.needs(system)
+            if reason:
+                self.unavailable(row_id, title, target, reason, peer=(
+                    system, ["dns", "--target", f"127.0.0.1:{port}", "--qname", "web.service.consul", "--qtype", qtype]
+                    + self.common(), "throughput_rps", "qps"))
+                continue
+            self.compare_row(row_id, title, ["dns", "--target-a", f"127.0.0.1:{port}", "--target-b",
+                                             f"127.0.0.1:{DEV['dns']}", "--name-a", peer_name, "--name-b",
+                                             "praetor -dev", "--qname", "web.service.consul", "--qtype", qtype]
+                             + self.common(), target, lambda d, m=minimum: d["ratio"]["median"] >= m, unit="qps")
+
+    def row_dns_srv_5000_tcp(self):
+        row_id, title = "dns-srv-5000-tcp", "DNS SRV over TCP for a service with 5,000 instances"
+        target = "p99 ≤ 10 ms"
+        reason = self.needs("dev:catalog", "dev:dns")
+        if not reason:
+            try:
+                self.register(self.dev_url(), "big", 5000)
+            except RuntimeError as e:
+                reason = str(e)
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        args = ["dns", "--target", f"127.0.0.1:{DEV['dns']}", "--tcp", "--qtype", "SRV", "--qname",
+                "big.service.consul", "--connections", "4", "--threads", "2", "--duration", f"{self.duration}s"]
+        doc, command = self.loadgen_json(args, row_id, self.duration)
+        chart = self.chart(row_id, title)
+        errors = self.error_note(doc)
+        ok = doc["p99_ms"] <= 10 and not errors
+        self.add(row_id, title, praetor=f"p99 {fmt_num(doc['p99_ms'], 'ms')}, {fmt_num(doc['throughput_rps'], 'qps')}",
+                 peer="consul#4036: ~100 ms", target=target, result="error" if errors else ("pass" if ok else "fail"),
+                 command=command, chart=chart, note=errors, raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def saturation(self, row_id, port, name):
+        """Closed-loop saturation, then open loop at twice it; returns (saturation doc, 2x doc, commands)."""
+        base = ["dns", "--target", f"127.0.0.1:{port}", "--qname", "web.service.consul"] + self.common()
+        sat, cmd1 = self.loadgen_json(base, f"{row_id}-{name}-saturation", self.duration)
+        rate = max(1000, int(2 * sat["throughput_rps"]))
+        over, cmd2 = self.loadgen_json(base + ["--rate", str(rate), "--timeout", "2s"], f"{row_id}-{name}-2x", self.duration)
+        return sat, over, f"{cmd1}; then {cmd2}"
+
+    def row_dns_2x(self):
+        row_id, title = "dns-2x-saturation", "DNS A offered at 2× saturation (open loop): p99 of answered"
+        target = "p99 ≤ 20 ms"
+        reason = self.needs("dev:catalog", "dev:dns")
+        if reason:
+            if not self.needs("nsd"):
+                nsat, nover, command = self.saturation(row_id, NSD_PORT, "nsd")
+                peer = (f"NSD: p99 {fmt_num(nover['p99_ms'], 'ms')} at {fmt_num(nover['rate'], 'qps')} offered "
+                        f"(saturation {fmt_num(nsat['throughput_rps'], 'qps')})")
+                return self.add(row_id, title, target=target, result=NOT_AVAILABLE, peer=peer, command=command,
+                                note=reason + "; peer measured alone")
+            return self.unavailable(row_id, title, target, reason)
+        sat, over, command = self.saturation(row_id, DEV["dns"], "praetor")
+        peer = "—"
+        if not self.needs("nsd"):
+            nsat, nover, _ = self.saturation(row_id, NSD_PORT, "nsd")
+            peer = f"NSD: p99 {fmt_num(nover['p99_ms'], 'ms')} at {fmt_num(nover['rate'], 'qps')} offered"
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(over, f, indent=1)
+        chart = self.chart(row_id, title)
+        answered = over["throughput_rps"] / max(over["rate"], 1)
+        ok = over["p99_ms"] <= 20
+        self.add(row_id, title, praetor=(f"p99 {fmt_num(over['p99_ms'], 'ms')} at {fmt_num(over['rate'], 'qps')} offered "
+                                         f"(saturation {fmt_num(sat['throughput_rps'], 'qps')}; {answered:.0%} answered)"),
+                 peer=peer, target=target, result="pass" if ok else "fail", command=command, chart=chart,
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def health_rows(self):
+        t1 = "health/service?passing, 1,000 instances, vs KV GET one key"
+        t2 = "health/service?passing: 5,000 vs 1,000 instances"
+        reason = self.needs("dev:kv", "dev:catalog")
+        if not reason:
+            try:
+                self.register(self.dev_url(), "h1k", 1000)
+                self.register(self.dev_url(), "h5k", 5000)
+            except RuntimeError as e:
+                reason = str(e)
+        if reason:
+            self.unavailable("health-1000-vs-kv", t1, "ratio reported", reason)
+            self.unavailable("health-5000-vs-1000", t2, "cost ≤ 6× (ratio ≥ 0.167)", reason)
+            return
+        self.compare_row("health-1000-vs-kv", t1, ["--scenario-a", "kv-get", "--scenario-b", "health-query",
+                                                   "--target", self.dev_url(), "--service", "h1k", "--key", "bench/get",
+                                                   "--name-a", "KV GET", "--name-b", "health 1,000"] + self.common(),
+                         "ratio reported", None)
+        self.compare_row("health-5000-vs-1000", t2, ["health-query", "--target", self.dev_url(), "--service-a", "h1k",
+                                                     "--service-b", "h5k", "--name-a", "1,000 instances",
+                                                     "--name-b", "5,000 instances"] + self.common(),
+                         "cost ≤ 6× (ratio ≥ 0.167)", lambda d: d["ratio"]["median"] >= 1 / 6)
+
+    def row_fanout_health(self):
+        n, others = self.fanout_watchers, self.fanout_others
+        row_id = "fanout-health"
+        title = f"{n:,} parked health/service/fweb?index= + {others:,} on fapi; one check fails"
+        target = "all answered; p99 ≤ 150 ms; none of the others woken"
+        reason = self.needs("dev:catalog", "dev:agent", "dev:blocking")
+        if not reason:
+            try:
+                self.register(self.dev_url(), "fweb", 3, via="agent")
+                self.register(self.dev_url(), "fapi", 3, via="agent")
+            except RuntimeError as e:
+                reason = str(e)
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        args = ["blocking-fanout", "--target", self.dev_url(), "--watch", "health", "--service", "fweb",
+                "--check-id", "service:fweb-0", "--watchers", str(n), "--others", str(others), "--other-service", "fapi",
+                "--threads", "2", "--settle", "3s", "--wake-timeout", "10s", "--others-grace", "2s",
+                "--rss-pid", str(self.dev_pid()), "--source-addrs", SOURCE_ADDRS]
+        checks = [("all answered", lambda d: d.get("answered") == n),
+                  ("p99 ≤ 150 ms", lambda d: (d.get("wake_p99_ms") or 1e9) <= 150),
+                  ("others not woken", lambda d: d.get("others_woken") == 0 and d.get("others_parked") == others)]
+        def rearm():
+            # Each run fails the same check, so it is set passing again (and allowed to settle).
+            http("PUT", f"{self.dev_url()}/v1/agent/check/pass/service:fweb-0")
+            time.sleep(1)
+        self.fanout_row(row_id, title, target, args, checks, lambda d: (
+            f"{d.get('answered', 0):,}/{n:,} answered, p99 {fmt_num(d.get('wake_p99_ms'), 'ms')} after the "
+            f"write's response ({fmt_num(d.get('wake_from_write_sent_p99_ms'), 'ms')} after it was sent); "
+            f"others woken {d.get('others_woken')}/{d.get('others_parked')}"), before_each=rearm)
+
+    def row_rss_per_instance(self):
+        n = self.rss_instances
+        row_id, title = "rss-per-instance", f"RSS per registered instance (one check each) at {n:,} instances"
+        target = "≤ 1 KiB per instance"
+        # A fresh agent, so earlier rows' data does not count.
+        self.stop("dev")
+        reason = self.needs("dev:catalog")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        doc, command = self.register(self.dev_url(), "rss", n, per_node=100,
+                                     extra=["--rss-pid", str(self.dev_pid()), "--settle", "3s"])
+        per = doc.get("rss_per_instance_bytes")
+        self.add(row_id, title, praetor=f"{fmt_num(per, 'B')}/instance ({fmt_num(doc.get('registrations_per_s'), 'reg/s')})",
+                 target=target, result="pass" if per is not None and per <= 1024 else "fail", command=command,
+                 note="100 instances per catalog node", raw=self.rel(os.path.join(self.raw, f"register-rss.json")))
+
+    def leader(self):
+        return self.cluster_leader_http()
+
+    def row_kv_put_3srv(self):
+        row_id, title = "kv-put-3srv-vs-etcd3", "KV PUT 64 conns: 3 praetor servers vs 3-member etcd (leaders)"
+        target = "≥ 5×, p99 no worse"
+        reason = self.needs("cluster:kv", "etcd3")
+        if reason:
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "etcd3", lambda: ["kv-put", "--etcd", "--target", self.etcd3_leader_url(), "--key", "bench/put"]
+                + self.common(), "throughput_rps", "req/s"))
+        self.compare_row(row_id, title, ["kv-put", "--etcd-a", self.etcd3_leader_url(), "--target-b", self.leader(),
+                                         "--name-a", "etcd (3 members)", "--name-b", "praetor (3 servers)",
+                                         "--key", "bench/put"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= 5.0,
+                         extra_check=lambda d: (d["latency_ratios"]["p99_ms"]["median"] or 1e9) <= 1.0)
+
+    def row_kv_put_1conn(self):
+        row_id, title = "kv-put-1conn-vs-etcd3", "KV PUT one connection, mean latency: 3 servers vs 3-member etcd"
+        target = "≤ 0.5× etcd's mean"
+        reason = self.needs("cluster:kv", "etcd3")
+        if reason:
+            return self.unavailable(row_id, title, target, reason, peer=(
+                "etcd3", lambda: ["kv-put", "--etcd", "--target", self.etcd3_leader_url(), "--key", "bench/put1",
+                                  "--connections", "1", "--threads", "1", "--duration", f"{self.duration}s"],
+                "mean_ms", "ms mean"))
+        args = ["kv-put", "--etcd-a", self.etcd3_leader_url(), "--target-b", self.leader(), "--name-a",
+                "etcd (3 members)", "--name-b", "praetor (3 servers)", "--key", "bench/put1",
+                "--connections", "1", "--threads", "1", "--duration", f"{self.duration}s"]
+        self.compare_row(row_id, title, args, target, lambda d: d["ratio"]["median"] <= 0.5, metric="mean_ms", unit="ms")
+
+    def row_consistency(self, mode, minimum):
+        row_id = f"get-{mode}-vs-stale"
+        title = f"KV GET on the leader: {mode} vs stale"
+        target = f"≥ {minimum}×"
+        reason = self.needs("cluster:kv", "cluster:consistency")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        self.compare_row(row_id, title, ["kv-get", "--target", self.leader(), "--consistency-a", "stale",
+                                         "--consistency-b", mode, "--name-a", "stale", "--name-b", mode,
+                                         "--key", "bench/get"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= minimum)
+
+    def row_churn(self):
+        row_id, title = "churn-vs-kv-put", "registration churn via the agent vs KV PUT, 3 servers (leader)"
+        reason = self.needs("cluster:kv", "cluster:agent")
+        if reason:
+            return self.unavailable(row_id, title, "ratio reported", reason)
+        self.compare_row(row_id, title, ["--scenario-a", "kv-put", "--scenario-b", "catalog-churn", "--via", "agent",
+                                         "--target", self.leader(), "--name-a", "KV PUT", "--name-b",
+                                         "register (+deregister)", "--key", "bench/put"] + self.common(),
+                         "ratio reported", None, metric="ops_per_s", unit="op/s",
+                         note="B counts registrations/s; each is followed by a deregistration")
+
+    def row_sessions(self):
+        row_id, title = "sessions-vs-kv-put", "session create+acquire+release(+destroy) cycles vs KV PUT, 3 servers"
+        reason = self.needs("cluster:kv", "cluster:sessions")
+        if reason:
+            return self.unavailable(row_id, title, "ratio reported", reason)
+        self.compare_row(row_id, title, ["--scenario-a", "kv-put", "--scenario-b", "session-locks",
+                                         "--target", self.leader(), "--name-a", "KV PUT", "--name-b", "lock cycles",
+                                         "--key", "bench/put"] + self.common(),
+                         "ratio reported", None, metric="ops_per_s", unit="op/s",
+                         note="B counts full cycles/s (4 requests each)")
+
+    # ---- plan -------------------------------------------------------------------------------
+
+    def plan(self):
+        """(row ids, function, systems to stop afterwards) in run order."""
+        return [
+            (["ceiling-http"], self.row_ceiling_http, []),
+            (["ceiling-dns"], self.row_ceiling_dns, []),
+            (["kv-get-vs-floor"], self.row_kv_get_vs_floor, []),
+            (["kv-put-vs-etcd1"], self.row_kv_put_vs_etcd1, ["etcd1"]),
+            (["fanout-kv"], self.row_fanout_kv, []),
+            (["dns-a-vs-nsd", "dns-srv-vs-nsd", "dns-a-vs-floor", "dns-srv-vs-floor"], self.dns_rows, []),
+            (["dns-srv-5000-tcp"], self.row_dns_srv_5000_tcp, []),
+            (["dns-2x-saturation"], self.row_dns_2x, ["nsd", "dns-floor", "http-floor"]),
+            (["health-1000-vs-kv", "health-5000-vs-1000"], self.health_rows, []),
+            (["fanout-health"], self.row_fanout_health, []),
+            (["rss-per-instance"], self.row_rss_per_instance, ["dev"]),
+            (["kv-put-3srv-vs-etcd3"], self.row_kv_put_3srv, []),
+            (["kv-put-1conn-vs-etcd3"], self.row_kv_put_1conn, []),
+            (["get-default-vs-stale"], lambda: self.row_consistency("default", 0.9), []),
+            (["get-consistent-vs-stale"], lambda: self.row_consistency("consistent", 0.5), []),
+            (["churn-vs-kv-put"], self.row_churn, []),
+            (["sessions-vs-kv-put"], self.row_sessions, ["etcd3", "cluster"]),
+        ]
+
+    def run(self):
+        for d in (self.raw, self.charts, self.logs):
+            os.makedirs(d, exist_ok=True)
+        self.tmp = tempfile.mkdtemp(prefix="praetor-bench-")
+        selected = set(self.args.only.split(",")) if self.args.only else None
+        skipped = set(self.args.skip.split(",")) if self.args.skip else set()
+        load_start = os.getloadavg()
+        started_at = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            for ids, fn, stop_after in self.plan():
+                wanted = [i for i in ids if (selected is None or i in selected) and i not in skipped]
+                if wanted:
+                    before = len(self.rows)
+                    try:
+                        if self.budget.left() <= 0:
+                            raise TimeoutError("time budget exhausted")
+                        fn()
+                    except (RuntimeError, TimeoutError, OSError, KeyError, TypeError, ValueError) as e:
+                        done = {r["id"] for r in self.rows[before:]}
+                        for i in ids:
+                            if i not in done:
+                                self.add(i, i, result="error", note=f"{type(e).__name__}: {e}")
+                    # A multi-row function may have produced rows that were not asked for.
+                    self.rows = [r for r in self.rows if r["id"] not in ids or r["id"] in wanted]
+                for system in stop_after:
+                    self.stop(system)
+        finally:
+            self.procs.stop_all()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        report = self.render(started_at, load_start, os.getloadavg())
+        path = os.path.join(self.out, "report.md")
+        with open(path, "w") as f:
+            f.write(report)
+        print(f"[bench] report: {path}")
+        if self.args.update_docs:
+            update_docs(os.path.join(self.root, "docs/benchmarks.md"), report, self.out, self.root)
+        return 0
+
+    def render(self, started_at, load_start, load_end):
+        def version(argv):
+            try:
+                out = subprocess.run(argv, capture_output=True, timeout=10, text=True)
+                return (out.stdout or out.stderr).strip().splitlines()[0]
+            except (OSError, subprocess.TimeoutExpired, IndexError):
+                return "?"
+        git = version(["git", "-C", self.root, "rev-parse", "--short", "HEAD"])
+        lines = [
+            f"# praetor benchmark report — {started_at.strftime('%Y-%m-%d %H:%M UTC')}",
+            "",
+            f"- mode: {'quick' if self.quick else 'full'}; {self.runs} interleaved runs per side, "
+            f"{self.duration:g} s each; commit {git}",
+            f"- machine: {os.cpu_count()} cores, kernel {os.uname().release}; load average "
+            f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end (shared machine: ratios, never absolutes)",
+            f"- peers: {version(['etcd', '--version'])}; NSD {version(['nsd', '-v'])}; "
+            f"{version(['wrk', '-v'])}; praetor: {version([self.praetor, 'version'])}",
+            "- ratio = praetor / peer (B/A), median of per-run ratios with (min–max); "
+            "\"not available yet\" = the praetor feature is missing, found by probing",
+            "",
+            "| scenario | praetor | peer | ratio | target | result | command |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            note = f" <br>*{md_escape(r['note'])}*" if r.get("note") else ""
+            command = f"`{md_escape(r['command'])}`" if r.get("command") else "—"
+            cells = [f"**{r['id']}**: {md_escape(r['title'])}{note}", md_escape(r["praetor"]), md_escape(r["peer"]),
+                     r["ratio"], md_escape(r["target"]), result_badge(r["result"]), command]
+            lines.append("| " + " | ".join(cells) + " |")
+        charts = [r for r in self.rows if r.get("chart")]
+        if charts:
+            lines += ["", "## Charts", ""]
+            for r in charts:
+                lines += [f"### {r['id']}", "", f"![{r['id']}]({os.path.relpath(os.path.join(self.root, r['chart']), self.out)})", ""]
+        lines += ["", "Raw JSON of every run is in `raw/`, process logs in `logs/`.", ""]
+        return "\n".join(lines)
+
+
+def md_escape(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def result_badge(result):
+    return {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error", "info": "ℹ️ reported"}.get(result, result)
+
+
+def parse_duration_ms(text):
+    units = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+    for unit in ("us", "ms", "s", "m"):
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * units[unit]
+            except ValueError:
+                return None
+    return None
+
+
+def parse_wrk(out):
+    """wrk --latency output → loadgen-like fields."""
+    doc = {"errors": 0}
+    for line in out.splitlines():
+        parts = line.split()
+        if line.startswith("Requests/sec:"):
+            doc["throughput_rps"] = float(parts[1])
+        elif parts[:1] == ["Latency"] and len(parts) >= 4:
+            doc["mean_ms"] = parse_duration_ms(parts[1])
+            doc["max_ms"] = parse_duration_ms(parts[3])
+        elif len(parts) == 2 and parts[0] in ("50%", "99%"):
+            doc["p50_ms" if parts[0] == "50%" else "p99_ms"] = parse_duration_ms(parts[1])
+        elif "Non-2xx" in line or "Socket errors" in line:
+            doc["errors"] += sum(int(x.strip(",")) for x in parts if x.strip(",").isdigit())
+        elif "requests in" in line:
+            doc["requests"] = int(parts[0])
+    return doc
+
+
+def parse_dnsperf(out):
+    doc = {"errors": 0}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("Queries per second:"):
+            doc["throughput_rps"] = float(line.split()[-1])
+        elif line.startswith("Queries lost:"):
+            doc["errors"] = int(line.split()[2])
+        elif line.startswith("Queries completed:"):
+            doc["requests"] = int(line.split()[2])
+        elif line.startswith("Average Latency (s):"):
+            doc["mean_ms"] = float(line.split()[3]) * 1e3
+    return doc
+
+
+def with_cpu(doc, cpu_s):
+    """Adds the client's CPU microseconds per completed request (a noise-robust cost)."""
+    done = doc.get("requests") or 0
+    doc["client_cpu_us_per_request"] = cpu_s / done * 1e6 if done else None
+    return doc
+
+
+def cpu_note(doc):
+    a = median_or_none([r.get("client_cpu_us_per_request") for r in doc["a"]["runs"]])
+    b = median_or_none([r.get("client_cpu_us_per_request") for r in doc["b"]["runs"]])
+    if a is None or b is None:
+        return ""
+    return f"client CPU per request: {doc['a']['name']} {a:.2f} µs, {doc['b']['name']} {b:.2f} µs"
+
+
+def synthetic_compare(metric, name_a, a_runs, name_b, b_runs):
+    """A comparison object in loadgen's format, for rows whose side A is another tool."""
+    def side(name, runs):
+        fields = [metric, "mean_ms", "p50_ms", "p99_ms", "p999_ms", "errors"]
+        return {"name": name, "runs": runs, "median": {f: median_or_none([r.get(f) for r in runs]) for f in fields}}
+    ratios = [b.get(metric) / a[metric] if a.get(metric) and b.get(metric) is not None else None
+              for a, b in zip(a_runs, b_runs)]
+    lat = {f: spread_of([b.get(f) / a[f] if a.get(f) and b.get(f) is not None else None for a, b in zip(a_runs, b_runs)])
+           for f in ("mean_ms", "p50_ms", "p99_ms", "p999_ms")}
+    return {"kind": "compare", "metric": metric, "runs": len(ratios), "a": side(name_a, a_runs),
+            "b": side(name_b, b_runs), "ratio": spread_of(ratios) or {"median": None},
+            "latency_ratios": lat}
+
+
+def update_docs(doc_path, report, out_dir, root):
+    """Replaces the report section of docs/benchmarks.md (between markers) with this report.
+    Its charts are copied next to it (docs/benchmarks/), since results/ is not committed."""
+    start, end = "<!-- report:start -->", "<!-- report:end -->"
+    try:
+        with open(doc_path) as f:
+            text = f.read()
+    except OSError:
+        return
+    if start not in text or end not in text:
+        return
+    chart_dir = os.path.join(os.path.dirname(doc_path), "benchmarks")
+    os.makedirs(chart_dir, exist_ok=True)
+    for old in os.listdir(chart_dir):
+        if old.endswith(".png"):
+            os.remove(os.path.join(chart_dir, old))
+    src = os.path.join(out_dir, "charts")
+    for name in sorted(os.listdir(src)) if os.path.isdir(src) else []:
+        shutil.copyfile(os.path.join(src, name), os.path.join(chart_dir, name))
+    body = report.replace("](charts/", "](benchmarks/")
+    # The report's headings sit one level below the document's.
+    body = "\n".join("#" + l if l.startswith("#") else l for l in body.splitlines())
+    new = text[: text.index(start) + len(start)] + "\n" + body + "\n" + text[text.index(end):]
+    with open(doc_path, "w") as f:
+        f.write(new)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    parser.add_argument("--floor-bin", default=None, help="the floor binary (bench/compare.sh builds it)")
+    parser.add_argument("--loadgen", default=None, help="loadgen binary (default target/release/loadgen)")
+    parser.add_argument("--praetor", default=None, help="praetor binary (default target/release/praetor)")
+    parser.add_argument("--out", help="results directory (default results/<UTC timestamp>)")
+    parser.add_argument("--quick", action="store_true", help="short runs (1 s × 2), small fan-outs: CI smoke test")
+    parser.add_argument("--only", help="comma-separated row ids to run")
+    parser.add_argument("--skip", help="comma-separated row ids to skip")
+    parser.add_argument("--list", action="store_true", help="print the row ids and exit")
+    parser.add_argument("--runs", type=int, help="interleaved runs per side (default 5, quick 2)")
+    parser.add_argument("--duration", type=float, help="seconds per run (default 5, quick 1)")
+    parser.add_argument("--max-time", type=float, default=None, help="time budget in seconds for the whole run")
+    parser.add_argument("--update-docs", action="store_true", help="copy the report into docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.max_time is None:
+        args.max_time = 900 if args.quick else 3600
+    if args.runs is not None and not 1 <= args.runs <= 50:
+        parser.error("--runs must be within 1..50")
+    if args.duration is not None and not 0.5 <= args.duration <= 600:
+        parser.error("--duration must be within 0.5..600 seconds")
+    bench = Bench(args)
+    if args.list:
+        for ids, _, _ in bench.plan():
+            print("\n".join(ids))
+        return 0
+    known = {i for ids, _, _ in bench.plan() for i in ids}
+    for given in (args.only or "").split(",") + (args.skip or "").split(","):
+        if given and given not in known:
+            parser.error(f"unknown row id {given!r}; see --list")
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    return bench.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

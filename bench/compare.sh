@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The benchmark suite in one command: builds loadgen, praetor and the floor servers, installs
+# the peers it needs (wrk, dnsperf, NSD, etcd) when they are missing and it may, then runs
+# bench/compare.py, which starts every system, runs the rows interleaved, stops what it
+# started and writes results/<UTC timestamp>/report.md plus one PNG chart per row.
+#
+#   bench/compare.sh                     # full run (5 interleaved runs × 5 s per side)
+#   bench/compare.sh --quick             # CI smoke test: 2 × 1 s, small fan-outs
+#   bench/compare.sh --only ceiling-http,kv-get-vs-floor
+#   bench/compare.sh --list              # row ids
+#   bench/compare.sh --update-docs       # also copy the report into docs/benchmarks.md
+#
+# Options of this wrapper: --no-build (use the binaries already built). Everything else is
+# passed to bench/compare.py (see its --help). FLOOR_SRC points at the floor crate
+# (default /work/shared/floor). Builds are bounded by BUILD_TIMEOUT_S (default 1800).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+FLOOR_SRC="${FLOOR_SRC:-/work/shared/floor}"
+BUILD_TIMEOUT_S="${BUILD_TIMEOUT_S:-1800}"
+
+build=1
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    --no-build) build=0 ;;
+    --list|-h|--help) build=0; args+=("$arg") ;;
+    *) args+=("$arg") ;;
+  esac
+done
+
+if ((build)); then
+  echo "[compare.sh] building loadgen (release)"
+  timeout "$BUILD_TIMEOUT_S" cargo build --release -p loadgen
+  echo "[compare.sh] building praetor (release)"
+  if ! timeout "$BUILD_TIMEOUT_S" cargo build --release --bin praetor; then
+    # The rows that need praetor are then reported as not available, not skipped silently.
+    echo "[compare.sh] praetor did not build; its rows will say so" >&2
+    rm -f target/release/praetor
+  fi
+  if [[ -f "$FLOOR_SRC/Cargo.toml" ]]; then
+    echo "[compare.sh] building the floor servers from $FLOOR_SRC"
+    timeout "$BUILD_TIMEOUT_S" cargo build --release --manifest-path "$FLOOR_SRC/Cargo.toml" \
+      --target-dir "$ROOT/target/floor"
+  else
+    echo "[compare.sh] no floor crate at $FLOOR_SRC (set FLOOR_SRC); floor rows will say so" >&2
+  fi
+
+  missing=()
+  command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+  command -v dnsperf >/dev/null 2>&1 || missing+=(dnsperf)
+  command -v nsd >/dev/null 2>&1 || [[ -x /usr/sbin/nsd ]] || missing+=(nsd)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  if ((${#missing[@]})) && command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+    echo "[compare.sh] installing ${missing[*]}"
+    timeout 600 apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}" >/dev/null || \
+      echo "[compare.sh] could not install ${missing[*]}; their rows will say so" >&2
+    # The Debian nsd and etcd packages start system services; the benchmark runs its own.
+    for service in nsd etcd; do
+      command -v systemctl >/dev/null 2>&1 && systemctl stop "$service" >/dev/null 2>&1 || true
+    done
+  fi
+fi
+
+floor_bin="$ROOT/target/floor/release/floor"
+exec python3 "$ROOT/bench/compare.py" --root "$ROOT" --floor-bin "$floor_bin" "${args[@]+"${args[@]}"}"

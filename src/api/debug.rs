@@ -1,0 +1,59 @@
+//! Test-only fault injection: `/v1/agent/debug/faults` blocks Raft and RPC traffic to and from
+//! the given peer IPs, to partition a cluster without network namespaces. It exists only when
+//! the agent is started with `enable_debug_faults = true`; otherwise it answers 404 like any
+//! unknown path.
+
+use super::{ApiError, Outcome, Reply, Request};
+use crate::proto::http::Method;
+use crate::shard::Shard;
+use serde_json::json;
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+/// Most peers one fault list may name.
+const BLOCKED_PEERS_MAX: usize = 64;
+
+pub fn faults(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let enabled = shard
+        .config()
+        .raw
+        .get("enable_debug_faults")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if !enabled {
+        return Err(ApiError::NotFound(format!(
+            "404 page not found: {}",
+            request.path
+        )));
+    }
+    let faults = &shard.shared().faults;
+    if request.method == Method::Put {
+        let body: serde_json::Value = serde_json::from_slice(request.body)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+        let list = body
+            .get("BlockedPeers")
+            .or_else(|| body.get("blocked_peers"))
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default();
+        if list.len() > BLOCKED_PEERS_MAX {
+            return Err(ApiError::bad_request(format!(
+                "at most {BLOCKED_PEERS_MAX} blocked peers"
+            )));
+        }
+        let mut blocked = HashSet::new();
+        for entry in list {
+            let text = entry.as_str().ok_or_else(|| {
+                ApiError::bad_request("BlockedPeers must be a list of IP strings")
+            })?;
+            let ip: IpAddr = text
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("{text:?} is not an IP address")))?;
+            blocked.insert(ip);
+        }
+        faults.set_blocked(blocked);
+    }
+    let blocked: Vec<String> = faults.blocked().iter().map(|ip| ip.to_string()).collect();
+    reply.json(200, b"", &json!({ "BlockedPeers": blocked }));
+    Ok(Outcome::Done)
+}

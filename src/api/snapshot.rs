@@ -1,0 +1,88 @@
+//! `/v1/snapshot`: GET saves the whole state as an archive; PUT restores one, replicated
+//! through Raft like any write.
+
+use super::{query_options, ApiError, LeaderOp, Outcome, Reply, Request};
+use crate::proto::snapshot_archive;
+use crate::shard::runtime::ReadPlan;
+use crate::shard::Shard;
+use crate::store::{CommandResult, Tables};
+use serde_json::json;
+
+/// Largest restore archive accepted, compressed.
+pub const SNAPSHOT_UPLOAD_BYTES_MAX: usize = 4 << 30;
+/// Largest state an archive may expand to.
+pub const SNAPSHOT_STATE_BYTES_MAX: u64 = 16 << 30;
+
+pub fn save(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    match shard.read_plan(&options) {
+        ReadPlan::Forward => return Ok(Outcome::Forward),
+        ReadPlan::Barrier | ReadPlan::Local => {}
+    }
+    shard.catch_up();
+    let version = shard.current_version();
+    let state = version.to_snapshot_bytes();
+    let status = shard.cluster_status();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let meta = json!({
+        "Version": 1,
+        "ID": format!("{}-{}-{}", status.term, version.index, now.as_millis()),
+        "Index": version.index,
+        "Term": status.term,
+        "ConfigurationIndex": status.membership_index,
+        "Size": state.len(),
+        "Format": "praetor-tables-v1",
+    });
+    let meta_json = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
+    let archive = snapshot_archive::write_archive(&meta_json, &state, now.as_secs());
+    let mut headers = Vec::with_capacity(160);
+    shard
+        .query_meta(version.index, options.consistency)
+        .write_headers(&mut headers);
+    reply.send(200, Some("application/x-gzip"), &headers, &archive);
+    Ok(Outcome::Done)
+}
+
+pub fn restore(shard: &Shard, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    let archive = snapshot_archive::read_archive(request.body, SNAPSHOT_STATE_BYTES_MAX)
+        .map_err(ApiError::BadRequest)?;
+    // Refuse a state this version cannot decode before replicating a byte of it.
+    Tables::from_snapshot_bytes(&archive.state)
+        .map_err(|e| ApiError::bad_request(format!("snapshot state cannot be restored: {e}")))?;
+    Ok(Outcome::Leader(LeaderOp::Restore {
+        state: archive.state,
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Bool(_) => reply.send(200, None, b"", b""),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+        }),
+    }))
+}
+
+/// Human summary of an archive for `praetor snapshot inspect`.
+pub fn inspect(archive_bytes: &[u8]) -> Result<String, String> {
+    let archive = snapshot_archive::read_archive(archive_bytes, SNAPSHOT_STATE_BYTES_MAX)?;
+    let meta: serde_json::Value = serde_json::from_slice(&archive.meta_json)
+        .map_err(|e| format!("snapshot meta.json is not JSON: {e}"))?;
+    let tables = Tables::from_snapshot_bytes(&archive.state)?;
+    let mut out = String::new();
+    for key in ["ID", "Index", "Term", "Version", "Size"] {
+        let value = meta
+            .get(key)
+            .map(|v| v.to_string().trim_matches('"').to_string())
+            .unwrap_or_default();
+        out.push_str(&format!("{key:<12} {value}\n"));
+    }
+    out.push('\n');
+    out.push_str(&format!("{:<16} {:>10}\n", "Type", "Count"));
+    out.push_str(&format!("{:<16} {:>10}\n", "----", "-----"));
+    out.push_str(&format!("{:<16} {:>10}\n", "KVS", tables.kv.entries.len()));
+    out.push_str(&format!(
+        "{:<16} {:>10}\n",
+        "Tombstone",
+        tables.kv.tombstones.len()
+    ));
+    Ok(out)
+}
