@@ -502,14 +502,15 @@ impl Agent {
                 };
                 checks::script::probe(&def.script_args, timeout, spec.output_max_bytes()).await
             }
-            CheckKind::Alias => self.alias_status(spec),
+            CheckKind::Alias => self.alias_status(spec).await,
             CheckKind::Ttl => (Status::Critical, "TTL expired".to_string()),
         }
     }
 
     /// Consul's alias check: the worst status among the aliased service's checks and the
-    /// node checks of its node (local state for this node, the catalog for others).
-    fn alias_status(&self, spec: &CheckSpec) -> checks::ProbeResult {
+    /// node checks of its node (local state for this node, the catalog for others — read
+    /// from a server on a client agent).
+    async fn alias_status(&self, spec: &CheckSpec) -> checks::ProbeResult {
         let def = &spec.definition;
         let node = if def.alias_node.is_empty() {
             self.node_name()
@@ -534,8 +535,8 @@ impl Agent {
                 })
                 .collect()
         } else {
-            match self.client.version() {
-                Some(version) => catalog_client::node_state_in(&version, &node)
+            match self.client.node_state(&node).await {
+                Ok(state) => state
                     .checks
                     .iter()
                     .map(|c| {
@@ -547,7 +548,12 @@ impl Agent {
                         )
                     })
                     .collect(),
-                None => Vec::new(),
+                Err(e) => {
+                    return (
+                        Status::Critical,
+                        format!("Failed to query alias target: {e}"),
+                    )
+                }
             }
         };
         let mut status = Status::Passing;
