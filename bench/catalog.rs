@@ -8,9 +8,14 @@
 //!   (p50/p99/max), and how many `api` watchers woke (must be 0).
 //! - `memory`: resident memory per service instance (one check each) at 100,000 instances on
 //!   a `-dev` agent.
+//! - `churn`: registrations and deregistrations through one server's agent endpoint
+//!   (`/v1/agent/service/register`, each answered once anti-entropy wrote it through Raft) on
+//!   a 3-server cluster, against KV PUT through the same agent with the same concurrency.
 //!
-//! Run: `cargo bench --bench catalog -- <throughput|fanout|memory|all> [--rounds N]`.
-//! The machine is shared: run when quiet and compare medians over rounds.
+//! Run: `cargo bench --bench catalog -- <throughput|fanout|memory|churn|all> [--rounds N]`.
+//! Agents listen on `<net>.1` … `<net>.30`, where `<net>` is `$PRAETOR_BENCH_NET` (three
+//! octets, default `127.0.88`). The machine is shared: run when quiet and compare medians
+//! over rounds.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -20,7 +25,26 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const AGENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 88, 1);
+/// Loopback network the bench's agents use unless `$PRAETOR_BENCH_NET` names another.
+const BENCH_NET_DEFAULT: [u8; 3] = [127, 0, 88];
+/// Concurrent keep-alive connections of the churn benchmark, and how long each measurement
+/// runs.
+const CHURN_CONNECTIONS: usize = 16;
+const CHURN_SECONDS: u64 = 5;
+/// Distinct service IDs each churn connection cycles through.
+const CHURN_IDS_PER_CONNECTION: usize = 50;
+
+/// The agent address with last octet `host` on the bench network.
+fn bench_ip(host: u8) -> Ipv4Addr {
+    let net = std::env::var("PRAETOR_BENCH_NET")
+        .ok()
+        .and_then(|text| {
+            let octets: Vec<u8> = text.split('.').filter_map(|o| o.parse().ok()).collect();
+            <[u8; 3]>::try_from(octets).ok()
+        })
+        .unwrap_or(BENCH_NET_DEFAULT);
+    Ipv4Addr::new(net[0], net[1], net[2], host)
+}
 /// Blocking queries the fan-out parks on `web`, and on `api` (the agent process can hold
 /// about 19,990 sockets: `ulimit -n` is 20,000 and cannot be raised here).
 const FANOUT_WEB: usize = 15_000;
@@ -51,26 +75,33 @@ struct AgentProcess {
 
 impl AgentProcess {
     fn start(dev: bool, ip: Ipv4Addr) -> AgentProcess {
+        let server: &[&str] = if dev {
+            &["-dev"]
+        } else {
+            &["-server", "-bootstrap"]
+        };
+        let agent = AgentProcess::spawn(ip, "bench", server);
+        agent.wait_ready();
+        agent
+    }
+
+    /// Starts an agent with `mode_args` (plus its data dir, node name and addresses) without
+    /// waiting for it.
+    fn spawn(ip: Ipv4Addr, node: &str, mode_args: &[&str]) -> AgentProcess {
         let data_dir =
             std::env::temp_dir().join(format!("praetor-bench-{}-{}", std::process::id(), ip));
         let _ = std::fs::remove_dir_all(&data_dir);
         std::fs::create_dir_all(&data_dir).unwrap();
         let ip_text = ip.to_string();
         let mut args: Vec<String> = vec!["agent".into()];
-        if dev {
-            args.push("-dev".into());
-        } else {
-            args.extend(
-                ["-server", "-bootstrap", "-data-dir"]
-                    .iter()
-                    .map(|s| s.to_string()),
-            );
-            args.push(data_dir.to_string_lossy().into_owned());
-        }
+        args.extend(mode_args.iter().map(|s| s.to_string()));
+        // `-dev` too gets the bench's directory, so nothing outlives the run.
+        args.push("-data-dir".into());
+        args.push(data_dir.to_string_lossy().into_owned());
         args.extend(
             [
                 "-node",
-                "bench",
+                node,
                 "-bind",
                 &ip_text,
                 "-client",
@@ -89,22 +120,30 @@ impl AgentProcess {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("spawning praetor");
-        let agent = AgentProcess {
+        AgentProcess {
             child,
             addr: SocketAddr::new(IpAddr::V4(ip), 8500),
             data_dir,
-        };
+        }
+    }
+
+    /// Waits until the agent serves a leader read that shows the leader registered itself.
+    fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok((200, body)) = http(agent.addr, "GET", "/v1/catalog/service/consul", b"") {
+            if let Ok((200, body)) = http(self.addr, "GET", "/v1/catalog/service/consul", b"") {
                 if body.len() > 10 {
-                    break;
+                    return;
                 }
             }
-            assert!(Instant::now() < deadline, "agent did not become ready");
+            assert!(
+                Instant::now() < deadline,
+                "agent on {} did not become ready; log in {}",
+                self.addr,
+                self.data_dir.display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        agent
     }
 
     /// CPU time the agent process has used so far (user + system).
@@ -299,7 +338,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn throughput(rounds: usize) {
-    let agent = AgentProcess::start(false, AGENT_IP);
+    let agent = AgentProcess::start(false, bench_ip(1));
     let started = Instant::now();
     populate(agent.addr, "web1k", 1_000, 1, 4);
     populate(agent.addr, "web5k", 5_000, 1, 4);
@@ -490,7 +529,7 @@ impl ClientProcess {
 
 fn fanout(rounds: usize) {
     for round in 0..rounds {
-        let agent = AgentProcess::start(false, Ipv4Addr::new(127, 0, 88, 2 + round as u8));
+        let agent = AgentProcess::start(false, bench_ip(2 + round as u8));
         populate(agent.addr, "web", 10, 5, 2);
         populate(agent.addr, "api", 10, 5, 2);
         let web_index = index_of(agent.addr, "/v1/health/service/web?passing");
@@ -538,7 +577,7 @@ fn fanout(rounds: usize) {
 
 fn memory() {
     const INSTANCES: usize = 100_000;
-    let agent = AgentProcess::start(true, Ipv4Addr::new(127, 0, 88, 20));
+    let agent = AgentProcess::start(true, bench_ip(20));
     std::thread::sleep(Duration::from_secs(2));
     let before = agent.rss_bytes();
     let started = Instant::now();
@@ -571,6 +610,93 @@ fn memory() {
     );
 }
 
+/// Runs `op(connection, thread, n)` on [`CHURN_CONNECTIONS`] keep-alive connections for
+/// [`CHURN_SECONDS`]; returns completed operations per second.
+fn closed_loop(addr: SocketAddr, op: fn(&mut KeepAlive, usize, usize)) -> f64 {
+    let done = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_secs(CHURN_SECONDS);
+    let handles: Vec<_> = (0..CHURN_CONNECTIONS)
+        .map(|thread| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut conn = KeepAlive::new(addr);
+                let mut n = 0;
+                while Instant::now() < until {
+                    op(&mut conn, thread, n);
+                    n += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for h in handles {
+        h.join().unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Every other operation registers a service (with a TTL check) through the agent, the next
+/// deregisters it; IDs cycle so the catalog stays small.
+fn churn_op(conn: &mut KeepAlive, thread: usize, n: usize) {
+    let id = format!("churn-{thread}-{}", (n / 2) % CHURN_IDS_PER_CONNECTION);
+    if n.is_multiple_of(2) {
+        let body = format!(
+            r#"{{"ID":"{id}","Name":"churn","Port":{},"Tags":["v1"],"Check":{{"CheckID":"{id}-ttl","TTL":"600s","Status":"passing"}}}}"#,
+            8000 + n % 1000
+        );
+        assert_eq!(conn.put("/v1/agent/service/register", body.as_bytes()), 200);
+    } else {
+        assert_eq!(
+            conn.put(&format!("/v1/agent/service/deregister/{id}"), b""),
+            200
+        );
+    }
+}
+
+fn kv_put_op(conn: &mut KeepAlive, thread: usize, n: usize) {
+    let path = format!("/v1/kv/churn/{thread}/{}", n % CHURN_IDS_PER_CONNECTION);
+    assert_eq!(conn.put(&path, b"some value of a typical size"), 200);
+}
+
+fn churn(rounds: usize) {
+    let ips: Vec<Ipv4Addr> = (0..3).map(|i| bench_ip(21 + i)).collect();
+    let join = ips[0].to_string();
+    let servers: Vec<AgentProcess> = ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            AgentProcess::spawn(
+                *ip,
+                &format!("bench-s{i}"),
+                &["-server", "-bootstrap-expect", "3", "-retry-join", &join],
+            )
+        })
+        .collect();
+    for server in &servers {
+        server.wait_ready();
+    }
+    // Through the first server's agent, whether or not it leads: that is what a Consul user
+    // registering on a server sees.
+    let addr = servers[0].addr;
+    let (mut kv, mut reg) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let k = closed_loop(addr, kv_put_op);
+        let r = closed_loop(addr, churn_op);
+        println!(
+            "round {}: KV PUT {k:.0}/s, agent register+deregister {r:.0}/s ({CHURN_CONNECTIONS} connections, {CHURN_SECONDS} s each)",
+            round + 1
+        );
+        kv.push(k);
+        reg.push(r);
+    }
+    let (k, r) = (median(kv), median(reg));
+    println!(
+        "median: KV PUT {k:.0}/s; agent registrations and deregistrations {r:.0}/s = {:.2} of KV PUT/s",
+        r / k
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -597,5 +723,8 @@ fn main() {
     }
     if matches!(which, "memory" | "all") {
         memory();
+    }
+    if matches!(which, "churn" | "all") {
+        churn(rounds);
     }
 }
