@@ -496,6 +496,33 @@ async fn serve_connection(st: Rc<State>, mut stream: TcpStream, from: SocketAddr
     let _ = monoio::time::timeout(timeout, work).await;
 }
 
+/// How long a starting agent waits for its gossip port to be released. A process killed
+/// with io_uring operations in flight gives its sockets back only when the kernel's
+/// deferred ring teardown runs, which can be after the process is gone; an agent restarted
+/// at once (a crash loop, a supervisor) would otherwise find its own port taken.
+const GOSSIP_BIND_WAIT: Duration = Duration::from_secs(10);
+/// Pause between bind attempts while the port is taken.
+const GOSSIP_BIND_RETRY_STEP: Duration = Duration::from_millis(100);
+
+/// Binds the gossip UDP socket, retrying while the address is in use for at most
+/// [`GOSSIP_BIND_WAIT`].
+async fn bind_gossip_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let deadline = Instant::now() + GOSSIP_BIND_WAIT;
+    let mut waited = false;
+    loop {
+        match UdpSocket::bind(addr) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                if !waited {
+                    log::info!("gossip: {addr} is still in use; waiting for it to be released");
+                    waited = true;
+                }
+                monoio::time::sleep(GOSSIP_BIND_RETRY_STEP).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 impl GossipDriver {
     /// Binds the gossip port and serves until [`GossipHandle::shutdown`] (after a
     /// completed [`GossipHandle::leave`] the node stays bound but silent). Must run on a
@@ -507,7 +534,7 @@ impl GossipDriver {
             commands,
             events,
         } = self;
-        let udp = UdpSocket::bind(config.bind)?;
+        let udp = bind_gossip_udp(config.bind).await?;
         let bound = udp.local_addr()?;
         let listener = TcpListener::bind(bound)?;
         if config.gossip.advertise_port == 0 {
