@@ -120,10 +120,14 @@ fn members_join_leave_and_force_leave_over_http_and_cli() {
         400
     );
     assert_eq!(members(s0, "?segment=_all").len(), 3);
+    assert_eq!(
+        call(s0, "GET", "/v1/agent/members?wan=1&segment=a", b"").status,
+        400
+    );
 
     // Servers flood each other into the WAN pool as `<node>.<dc>`.
     wait_for("3 alive WAN members", Duration::from_secs(20), || {
-        let wan = members(s1, "?wan");
+        let wan = members(s1, "?wan=1");
         let alive = wan.iter().filter(|m| m["Status"] == 1).count();
         (alive == 3
             && wan
@@ -150,7 +154,7 @@ fn members_join_leave_and_force_leave_over_http_and_cli() {
         (status_of(s1, &c1_name) == Some(1)).then_some(())
     });
     // Client agents have no WAN pool.
-    assert!(members(&c1, "?wan").is_empty());
+    assert!(members(&c1, "?wan=1").is_empty());
 
     // Join over the CLI.
     let c2_data = TempDir::new("members-c2");
@@ -415,7 +419,7 @@ fn keyring_install_use_remove_across_the_pool() {
     // each other into the WAN pool so that every pool has all three.
     for server in [s0, s1, s2] {
         wait_for("3 alive WAN members", Duration::from_secs(20), || {
-            let alive = members(server, "?wan")
+            let alive = members(server, "?wan=1")
                 .iter()
                 .filter(|m| m["Status"] == 1)
                 .count();

@@ -93,7 +93,12 @@ pub fn member_json(member: &MemberInfo) -> serde_json::Value {
 }
 
 fn members(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let list: Vec<serde_json::Value> = if request.query.has("wan") {
+    let list: Vec<serde_json::Value> = if wants_wan(request) {
+        if !matches!(request.query.get("segment"), None | Some("") | Some("_all")) {
+            return Err(ApiError::bad_request(
+                "Cannot provide a segment with wan=true",
+            ));
+        }
         match wan_handle(shard) {
             Some(handle) => handle.members().iter().map(member_json).collect(),
             // Client agents have no WAN pool: Consul answers an empty list.
@@ -117,6 +122,12 @@ fn members(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcom
     Ok(Outcome::Done)
 }
 
+/// Consul's members and join endpoints take `?wan` only with a value (`wan=1`); a bare
+/// `?wan` means the LAN pool there (force-leave, by contrast, looks at presence).
+fn wants_wan(request: &Request) -> bool {
+    request.query.get("wan").is_some_and(|v| !v.is_empty())
+}
+
 fn empty_ok(reply: &mut Reply) {
     reply.send(200, None, b"", b"");
 }
@@ -125,7 +136,7 @@ fn join(shard: &Shard, request: &Request, address: &str) -> Result<Outcome, ApiE
     if address.is_empty() {
         return Err(ApiError::bad_request("Missing address to join"));
     }
-    let handle = if request.query.has("wan") {
+    let handle = if wants_wan(request) {
         wan_handle(shard)
             .ok_or_else(|| ApiError::Internal("Must be a server to join WAN cluster".to_string()))?
     } else {
