@@ -260,7 +260,11 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             datacenter: config.datacenter.clone(),
             bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
             bootstrap_expect: config.bootstrap_expect,
-            raft_config: crate::raft::RaftConfig::new(raft_id),
+            raft_config: crate::raft::RaftConfig {
+                trailing_entries: config.raft_trailing_logs_entries,
+                ..crate::raft::RaftConfig::new(raft_id)
+            },
+            snapshot_threshold_entries: config.raft_snapshot_threshold_entries,
         };
         let (driver, version) = raft_driver::open(
             driver_config,

@@ -44,8 +44,6 @@ use std::time::{Duration, Instant};
 const TICK_INTERVAL: Duration = Duration::from_millis(10);
 /// Inputs taken from the inbox per loop iteration; bounds the latency one iteration adds.
 const INPUTS_PER_ITERATION_MAX: usize = 8192;
-/// Applied entries after which a snapshot is taken (Consul's `raft_snapshot_threshold`).
-pub const SNAPSHOT_THRESHOLD_ENTRIES: u64 = 16_384;
 /// How long a KV tombstone lives before the leader reaps it (Consul's `tombstone_ttl`).
 const TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);
 /// How often the leader samples the index for tombstone reaping (Consul's granularity).
@@ -70,6 +68,8 @@ pub struct RaftDriverConfig {
     pub bootstrap_expect: u32,
     /// Raft timings scale (Consul's `raft_multiplier`, 1 = fastest).
     pub raft_config: RaftConfig,
+    /// Applied entries after which a snapshot is taken (`raft_snapshot_threshold`).
+    pub snapshot_threshold_entries: u64,
 }
 
 pub struct RaftDriver {
@@ -86,6 +86,7 @@ pub struct RaftDriver {
     datacenter: String,
     bootstrap_expect: u32,
     trailing_entries: u64,
+    snapshot_threshold_entries: u64,
     /// Proposals waiting for their entry: index → (term, request id).
     pending: BTreeMap<u64, (u64, u64)>,
     /// Results that cannot wait for an applied batch (refused requests), per shard.
@@ -272,6 +273,7 @@ pub fn open(
         datacenter: config.datacenter,
         bootstrap_expect: config.bootstrap_expect,
         trailing_entries,
+        snapshot_threshold_entries: config.snapshot_threshold_entries,
         pending: BTreeMap::new(),
         immediate_results: vec![Vec::new(); shard_count],
         reads_unsent: Vec::new(),
@@ -547,12 +549,24 @@ impl RaftDriver {
                 self.membership.members.keys().find(|id| {
                     **id != self.local_id && self.servers.get(id).is_some_and(|s| s.left)
                 });
-            let failed = self.membership.members.keys().find(|id| {
-                **id != self.local_id && self.servers.get(id).is_some_and(|s| !s.alive && !s.left)
-            });
+            let is_failed = |id: &NodeId| {
+                *id != self.local_id && self.servers.get(id).is_some_and(|s| !s.alive && !s.left)
+            };
+            let failed = self.membership.members.keys().find(|id| is_failed(id));
+            // A failed server goes once a replacement exists: either one is waiting to be
+            // added, or one was added before gossip declared the old one failed and the
+            // healthy voters alone already make the cluster's expected size.
+            let healthy_voters = self
+                .membership
+                .members
+                .keys()
+                .filter(|id| !is_failed(id))
+                .count();
+            let replaced =
+                !joined.is_empty() || healthy_voters >= self.bootstrap_expect.max(2) as usize;
             if let Some(id) = left {
                 Some(MembershipChange::Remove { id: *id })
-            } else if let (Some(id), false) = (failed, joined.is_empty()) {
+            } else if let (Some(id), true) = (failed, replaced) {
                 Some(MembershipChange::Remove { id: *id })
             } else {
                 joined.first().map(|s| MembershipChange::AddVoter {
@@ -945,7 +959,7 @@ impl RaftDriver {
     }
 
     fn maybe_snapshot(&mut self) {
-        if self.tables.index >= self.last_snapshot_index + SNAPSHOT_THRESHOLD_ENTRIES {
+        if self.tables.index >= self.last_snapshot_index + self.snapshot_threshold_entries {
             self.start_snapshot();
         }
     }
