@@ -14,11 +14,15 @@
 pub mod agent;
 pub mod body;
 pub mod catalog;
+pub mod coordinate;
 pub mod debug;
+pub mod event;
 pub mod filter;
 pub mod health;
 pub mod json;
+pub mod keyring;
 pub mod kv;
+pub mod members;
 pub mod operator;
 pub mod render;
 pub mod snapshot;
@@ -332,7 +336,15 @@ pub enum Outcome {
     Leader(LeaderOp),
     /// This server cannot answer; run the request on the leader.
     Forward,
+    /// Local work that must wait (a gossip join, leave, keyring query, event wait); the
+    /// future yields how to answer.
+    Async(AsyncOp),
 }
+
+/// Writes the answer of an [`Outcome::Async`] once its work is done.
+pub type AsyncResponder = Box<dyn FnOnce(&mut Reply)>;
+/// The work of an [`Outcome::Async`]; it runs on the shard that took the request.
+pub type AsyncOp = std::pin::Pin<Box<dyn std::future::Future<Output = AsyncResponder>>>;
 
 /// Work only the leader does, answered once it is done.
 pub enum LeaderOp {
@@ -496,6 +508,9 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
     if let Some(outcome) = catalog::route(shard, request, reply) {
         return outcome;
     }
+    if let Some(outcome) = gossip_route(shard, request, reply) {
+        return outcome;
+    }
     let methods: &'static [&'static str] = match path {
         "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {
             GET
@@ -529,4 +544,17 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         }
         _ => unreachable!("every path in the method table has a handler"),
     }
+}
+
+/// The endpoints served from the gossip pool: members, join/leave, events, keyring,
+/// coordinates.
+fn gossip_route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    members::route(shard, request, reply)
+        .or_else(|| event::route(shard, request, reply))
+        .or_else(|| keyring::route(shard, request, reply))
+        .or_else(|| coordinate::route(shard, request, reply))
 }

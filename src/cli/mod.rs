@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod gossip;
 pub mod kv;
 pub mod operator;
 pub mod snapshot;
@@ -41,6 +42,22 @@ pub enum Command {
     Snapshot(snapshot::SnapshotCommand),
     /// Prints the Consul API version praetor implements and praetor's own version.
     Version,
+    /// Lists the members of the agent's gossip pool.
+    Members(gossip::MembersArgs),
+    /// Tells the agent to join a gossip pool through the given addresses.
+    Join(gossip::JoinArgs),
+    /// Makes the agent leave the cluster gracefully and shut down.
+    Leave(gossip::LeaveArgs),
+    /// Forces a failed member into the left state (or forgets it with -prune).
+    ForceLeave(gossip::ForceLeaveArgs),
+    /// Fires a user event to the cluster.
+    Event(gossip::EventArgs),
+    /// Generates a new gossip encryption key.
+    Keygen,
+    /// Lists, installs, switches and removes gossip encryption keys across the pool.
+    Keyring(gossip::KeyringArgs),
+    /// Estimates the round-trip time between two nodes from their network coordinates.
+    Rtt(gossip::RttArgs),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them.
@@ -131,6 +148,14 @@ pub fn main() -> i32 {
         Command::Kv(command) => kv::run(command),
         Command::Operator(command) => operator::run(command),
         Command::Snapshot(command) => snapshot::run(command),
+        Command::Members(args) => gossip::members(args),
+        Command::Join(args) => gossip::join(args),
+        Command::Leave(args) => gossip::leave(args),
+        Command::ForceLeave(args) => gossip::force_leave(args),
+        Command::Event(args) => gossip::event(args),
+        Command::Keygen => gossip::keygen(),
+        Command::Keyring(args) => gossip::keyring(args),
+        Command::Rtt(args) => gossip::rtt(args),
         Command::Version => {
             println!("Consul v{}", crate::CONSUL_API_VERSION);
             println!("praetor v{}", crate::PRAETOR_VERSION);

@@ -485,7 +485,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
         else {
             return Ok(());
         };
-        if let Outcome::Block(_) = outcome {
+        if let Outcome::Block(_) | Outcome::Async(_) = outcome {
             // Parking may be long: send earlier pipelined answers and let go of the buffers.
             conn.flush().await?;
             if conn.input.is_empty() {
@@ -572,6 +572,15 @@ async fn complete(
                     pretty,
                 },
             );
+            Ok(())
+        }
+        Outcome::Async(work) => {
+            let respond = work.await;
+            respond(&mut Reply {
+                out: output,
+                keep_alive,
+                pretty,
+            });
             Ok(())
         }
         Outcome::Forward => {

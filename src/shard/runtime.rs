@@ -175,6 +175,10 @@ pub struct Shared {
     pub rpc_address: std::net::SocketAddr,
     /// The LAN gossip pool, when serf_lan is enabled.
     pub gossip_lan: Option<crate::shard::gossip::GossipHandle>,
+    /// The WAN gossip pool, on servers with serf_wan enabled.
+    pub gossip_wan: Option<crate::shard::gossip::GossipHandle>,
+    /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
+    pub user_events: Arc<crate::shard::user_events::EventLog>,
 }
 
 impl Shared {
