@@ -311,7 +311,7 @@ fn write_result(command: Command) -> Outcome {
     Outcome::Write(WriteOp {
         command,
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.json_bool(true),
+            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.json_bool(true),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
         }),
     })

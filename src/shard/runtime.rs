@@ -369,7 +369,7 @@ impl Shard {
             .submit(|request_id| RaftInput::ReadIndex { request_id })
             .await
         {
-            CommandResult::Bool(_) => {
+            CommandResult::Bool(_) | CommandResult::Txn(_) => {
                 self.catch_up();
                 Ok(())
             }
