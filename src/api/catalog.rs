@@ -230,7 +230,7 @@ pub fn check_type_of(def: &CheckDefinition) -> &'static str {
     }
 }
 
-fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, String> {
+pub fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, String> {
     let definition = match obj.obj(&["definition"])? {
         Some(def) => parse_check_definition(&def)?,
         None => CheckDefinition::default(),

@@ -117,6 +117,11 @@ pub enum OperatorOp {
     TransferLeader {
         id: Option<String>,
     },
+    /// Restart a session's TTL timer; the leader keeps timers, renewals touch no log entry.
+    /// Answers `false` when the session does not exist.
+    RenewSession {
+        id: String,
+    },
 }
 
 /// What shards send the raft core.
