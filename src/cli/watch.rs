@@ -15,7 +15,7 @@
 //! re-encoded).
 
 use super::client::{encode_path, encode_query_value, Client, Response};
-use super::lock::{install_shutdown_handlers, parse_go_bool, shutdown_requested};
+use super::lock::parse_go_bool;
 use super::HttpFlags;
 use clap::{ArgAction, Args};
 use std::io::Write;
@@ -371,14 +371,11 @@ pub fn run(args: WatchArgs) -> Result<i32, String> {
     client
         .ok("GET", "/v1/agent/self", None)
         .map_err(|e| format!("Error querying Consul agent: {e}"))?;
-    install_shutdown_handlers();
+    // SIGINT and SIGTERM keep their default action: the watch holds nothing to release.
     let mut index = 0u64;
     let mut last_data: Option<Vec<u8>> = None;
     let mut retry_wait = RETRY_WAIT_FIRST;
     loop {
-        if shutdown_requested() {
-            return Ok(0);
-        }
         let separator = if plan.target.contains('?') { '&' } else { '?' };
         let target = format!("{}{separator}index={index}", plan.target);
         let response = match client.request("GET", &target, None) {
