@@ -7,6 +7,7 @@
 //! and finish, then the raft thread syncs its log and exits.
 
 pub mod cluster;
+pub mod dns_server;
 pub mod forward;
 pub mod gossip;
 pub mod http_server;
@@ -177,6 +178,8 @@ fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
 struct ShardListeners {
     http: Vec<std::net::TcpListener>,
     rpc: Vec<std::net::TcpListener>,
+    dns_udp: Vec<std::net::UdpSocket>,
+    dns_tcp: Vec<std::net::TcpListener>,
 }
 
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
@@ -277,6 +280,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .map(|_| ShardListeners {
             http: Vec::new(),
             rpc: Vec::new(),
+            dns_udp: Vec::new(),
+            dns_tcp: Vec::new(),
         })
         .collect();
     if config.ports.http >= 0 {
@@ -304,6 +309,35 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             );
         }
     }
+    if config.ports.dns >= 0 {
+        for ip in &config.client_addrs {
+            let addr = SocketAddr::new(*ip, config.ports.dns as u16);
+            for shard in listeners.iter_mut() {
+                let udp = reuseport_udp(addr)
+                    .map_err(|e| format!("cannot listen for DNS (UDP) on {addr}: {e}"))?;
+                udp.set_nonblocking(true)
+                    .map_err(|e| format!("cannot configure the DNS socket on {addr}: {e}"))?;
+                shard.dns_udp.push(udp);
+                shard.dns_tcp.push(
+                    reuseport_listener(addr)
+                        .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
+                );
+            }
+            if let Some(socket) = listeners.last().and_then(|shard| shard.dns_udp.last()) {
+                if let Err(e) = dns_server::spread_datagrams_randomly(socket, shard_count) {
+                    log::warn!("dns: datagrams on {addr} are spread by flow hash: {e}");
+                }
+            }
+        }
+    }
+    let dns_settings = Arc::new(crate::dns::DnsSettings::new(
+        config.dns.clone(),
+        crate::dns::resolve::LocalAgent {
+            node_name: config.node_name.clone(),
+            datacenter: config.datacenter.clone(),
+            address: advertise,
+        },
+    ));
 
     let raft_thread = match driver {
         Some(driver) => Some(
@@ -320,6 +354,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let mut lan_driver = lan.map(|(_, driver)| driver);
     for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
         let shared = shared.clone();
+        let dns_settings = dns_settings.clone();
         let version = initial_version.clone();
         let core = if cores.is_empty() {
             None
@@ -334,7 +369,16 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 if let Some(core) = core {
                     core_affinity::set_for_current(core);
                 }
-                run_shard(id, shared, version, inbox, shard_listeners, gossip, router);
+                run_shard(ShardStart {
+                    id,
+                    shared,
+                    version,
+                    inbox,
+                    listeners: shard_listeners,
+                    gossip,
+                    client_router: router,
+                    dns_settings,
+                });
             })
             .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
         shard_threads.push(thread);
@@ -345,13 +389,19 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .iter()
         .map(|ip| display_addr(*ip, config.ports.http))
         .collect();
+    let dns_addrs: Vec<String> = config
+        .client_addrs
+        .iter()
+        .map(|ip| display_addr(*ip, config.ports.dns))
+        .collect();
     log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, server RPC on {}, data in {}, fd limit {}",
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
         config.node_name,
         node_id,
         config.datacenter,
         shard_count,
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
+        if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
         rpc_address,
         data_dir.path.display(),
         fd_limit
@@ -382,17 +432,33 @@ fn display_addr(ip: IpAddr, port: i32) -> String {
     SocketAddr::new(ip, port.max(0) as u16).to_string()
 }
 
-/// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
-/// runs the gossip driver and the tasks that act on membership.
-fn run_shard(
+/// Everything one shard thread starts with.
+struct ShardStart {
     id: usize,
     shared: Arc<Shared>,
     version: crate::store::StoreVersion,
     inbox: flume::Receiver<ShardMessage>,
     listeners: ShardListeners,
+    /// Shard 0 runs the LAN gossip driver.
     gossip: Option<gossip::GossipDriver>,
+    /// On a client agent, shard 0 routes every shard to a server.
     client_router: Option<Vec<flume::Sender<ShardMessage>>>,
-) {
+    dns_settings: Arc<crate::dns::DnsSettings>,
+}
+
+/// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
+/// runs the gossip driver and the tasks that act on membership.
+fn run_shard(start: ShardStart) {
+    let ShardStart {
+        id,
+        shared,
+        version,
+        inbox,
+        listeners,
+        gossip,
+        client_router,
+        dns_settings,
+    } = start;
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(URING_ENTRIES)
         .enable_timer()
@@ -414,6 +480,26 @@ fn run_shard(
                     monoio::spawn(rpc_server::accept_loop(shard.clone(), listener));
                 }
                 Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
+            }
+        }
+        for socket in listeners.dns_udp {
+            match monoio::net::udp::UdpSocket::from_std(socket) {
+                Ok(socket) => {
+                    dns_server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
+                }
+                Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
+            }
+        }
+        for listener in listeners.dns_tcp {
+            match monoio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    monoio::spawn(dns_server::tcp_accept_loop(
+                        shard.clone(),
+                        dns_settings.clone(),
+                        listener,
+                    ));
+                }
+                Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
             }
         }
         if let (Some(driver), Some(handle)) = (gossip, shared.gossip_lan.clone()) {

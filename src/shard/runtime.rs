@@ -214,6 +214,8 @@ pub struct Shard {
     inbox: flume::Receiver<ShardMessage>,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
+    /// DNS answer cache and scratch space; invalidated by every applied change set.
+    pub dns: RefCell<crate::dns::ShardDns>,
 }
 
 impl Shard {
@@ -233,6 +235,7 @@ impl Shard {
             next_request: Cell::new(1),
             inbox,
             forward: crate::shard::forward::ForwardPool::default(),
+            dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
         })
     }
 
@@ -287,6 +290,11 @@ impl Shard {
                         "versions arrive in order"
                     );
                     *version = batch.version.clone();
+                }
+                // In the same step as the version: no cached DNS answer outlives a change to
+                // what it read.
+                if !batch.changes.is_empty() {
+                    self.dns.borrow_mut().cache.invalidate(&batch.changes);
                 }
                 // Writers first: tasks run in wake order, and a write that changed a key with
                 // thousands of watchers must not be answered after all of them.
@@ -352,6 +360,9 @@ impl Shard {
                         return ReadPlan::Forward;
                     }
                 }
+                // Stale may lag the leader, but never this server's own published state:
+                // a write acknowledged here is visible to the next read on any shard.
+                self.catch_up();
                 ReadPlan::Local
             }
             Consistency::Leader if is_leader => {

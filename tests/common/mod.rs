@@ -62,6 +62,10 @@ pub struct Agent {
     pub http_port: u16,
     pub args: Vec<String>,
     pub log_path: PathBuf,
+    /// The data directory the harness gave a `-dev` agent started without `-data-dir`: a killed
+    /// agent cannot remove its own temporary directory (64 MiB of preallocated log each), so
+    /// the harness owns it and removes it after the process is gone.
+    owned_data_dir: Option<TempDir>,
 }
 
 impl Agent {
@@ -83,7 +87,39 @@ impl Agent {
         agent
     }
 
-    pub fn spawn(ip: IpAddr, http_port: u16, args: Vec<String>) -> Agent {
+    /// Like [`Agent::dev`], with the DNS interface on port 8600 of the agent's address.
+    pub fn dev_with_dns(extra: &[&str]) -> Agent {
+        let ip = fresh_loopback();
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "-dev".into(),
+            "-bind".into(),
+            ip.to_string(),
+            "-client".into(),
+            ip.to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let agent = Agent::spawn(ip, 8500, args);
+        agent.wait_ready();
+        agent
+    }
+
+    /// The DNS address of an agent started with [`Agent::dev_with_dns`].
+    pub fn dns_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, 8600)
+    }
+
+    pub fn spawn(ip: IpAddr, http_port: u16, mut args: Vec<String>) -> Agent {
+        let mut owned_data_dir = None;
+        let has_data_dir = args
+            .iter()
+            .any(|a| a == "-data-dir" || a.starts_with("-data-dir="));
+        if args.iter().any(|a| a == "-dev") && !has_data_dir {
+            let dir = TempDir::new(&format!("dev-{ip}"));
+            args.push("-data-dir".into());
+            args.push(dir.path().display().to_string());
+            owned_data_dir = Some(dir);
+        }
         let log_path =
             std::env::temp_dir().join(format!("praetor-test-{}-{}.log", ip, std::process::id()));
         let log = std::fs::File::create(&log_path).unwrap();
@@ -99,6 +135,7 @@ impl Agent {
             http_port,
             args,
             log_path,
+            owned_data_dir,
         }
     }
 
@@ -171,9 +208,11 @@ impl Agent {
     /// Starts the same command line again (same address, same data dir).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart needs a stopped agent");
+        // The command line already names its data dir, so `spawn` adds none.
         let mut fresh = Agent::spawn(self.ip, self.http_port, self.args.clone());
         self.child = fresh.child.take();
-        self.log_path = fresh.log_path.clone();
+        // The log now belongs to this agent; the husk must not remove it when it drops.
+        self.log_path = std::mem::take(&mut fresh.log_path);
     }
 
     pub fn get(&self, path: &str) -> HttpResponse {
@@ -190,6 +229,11 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill9();
+        // Keep the log of a failing test for the post-mortem; otherwise leave nothing behind.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log_path);
+        }
+        drop(self.owned_data_dir.take());
     }
 }
 

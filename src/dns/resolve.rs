@@ -1,0 +1,569 @@
+//! Resolution: a question (lowercased name, type) plus a catalog view → an [`Answer`], or the
+//! decision to forward the question to a recursor, or to refuse it.
+//!
+//! Consul's semantics, name form by name form:
+//! - services: instances whose aggregated health is passing, or warning unless
+//!   `only_passing`; tag filter case-insensitive; A/AAAA per address family (a host-name
+//!   address becomes a CNAME, used only when no instance has an address record); SRV with
+//!   priority 1, the instance's weight for its health, and the target's address in the
+//!   additional section (`<node>.node.<dc>.<domain>` for node addresses,
+//!   `<hex>.addr.<dc>.<domain>` for service addresses); answers are shuffled per response;
+//!   TTL from `service_ttl`.
+//! - nodes: A/AAAA for the address, TXT from node metadata (answer for TXT/ANY, additional
+//!   for A/AAAA when `enable_additional_node_meta_txt`); TTL `node_ttl`.
+//! - `<hex>.addr`: the address itself (in the additional section if the type does not match).
+//! - SOA and NS for any name in the domain answer the zone's SOA and name servers (the
+//!   `consul` service's instances, else this agent), with glue.
+//! - PTR: a node with that address, else a service instance with that address; else the
+//!   recursors, else NXDOMAIN.
+//! - prepared queries answer NXDOMAIN until prepared queries exist.
+//! - NXDOMAIN and NODATA carry the SOA in the authority section.
+
+use super::answer::{Answer, Owner, Record, RecordData, Unit};
+use super::name::{self, DomainUsed, Domains, Lookup};
+use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
+use crate::config::DnsConfig;
+use crate::proto::dns::{rcode, rtype, WireName};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Most name servers listed for the zone, as Consul does.
+pub const NAME_SERVERS_MAX: usize = 3;
+
+/// The agent answering, for NS and SOA when the catalog lists no servers.
+#[derive(Clone, Debug)]
+pub struct LocalAgent {
+    pub node_name: String,
+    pub datacenter: String,
+    pub address: IpAddr,
+}
+
+/// What to do with a question.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    Answer(Answer),
+    /// Forward to the recursors.
+    Recurse,
+    /// Outside our domains with no recursor configured: REFUSED.
+    Refused,
+}
+
+/// Everything resolution needs besides the catalog.
+pub struct Resolver<'a> {
+    pub config: &'a DnsConfig,
+    pub domains: &'a Domains,
+    pub local: &'a LocalAgent,
+    /// SOA serial: Consul uses the current Unix time.
+    pub serial: u32,
+}
+
+fn seconds(duration: std::time::Duration) -> u32 {
+    duration.as_secs().min(u32::MAX as u64) as u32
+}
+
+fn wire(text: &str) -> Option<WireName> {
+    WireName::from_dotted(text).ok()
+}
+
+impl Resolver<'_> {
+    /// Resolves a question whose name is already lowercased.
+    pub fn resolve(
+        &self,
+        name: &WireName,
+        qtype: u16,
+        view: &dyn CatalogView,
+        reads: &mut ReadSet,
+    ) -> Resolution {
+        let parsed = name::parse(name, qtype, self.domains);
+        let domain = parsed.domain;
+        match parsed.lookup {
+            Lookup::Outside => {
+                if self.config.recursors.is_empty() {
+                    Resolution::Refused
+                } else {
+                    Resolution::Recurse
+                }
+            }
+            Lookup::Reverse(ip) => self.reverse(ip, view, reads),
+            _ if qtype == rtype::SOA => {
+                let mut answer = Answer::empty(rcode::NOERROR);
+                answer.units.push(Unit {
+                    answer: self.soa(domain),
+                    extras: Vec::new(),
+                    extras_ttl: 0,
+                });
+                for unit in self.name_servers(domain, view, reads) {
+                    if let Some(glue) = unit.extras.first() {
+                        if let RecordData::Ns(target) = &unit.answer.data {
+                            answer.additional.push(Record {
+                                owner: Owner::Name(target.clone()),
+                                ttl: unit.extras_ttl,
+                                data: glue.clone(),
+                            });
+                        }
+                    }
+                    answer.authority.push(unit.answer);
+                }
+                Resolution::Answer(answer)
+            }
+            _ if qtype == rtype::NS => {
+                let mut answer = Answer::empty(rcode::NOERROR);
+                answer.units = self.name_servers(domain, view, reads);
+                Resolution::Answer(answer)
+            }
+            Lookup::Apex => Resolution::Answer(self.no_data(domain)),
+            Lookup::Service {
+                service,
+                tag,
+                datacenter,
+            } => {
+                if !self.is_local_datacenter(datacenter.as_deref()) {
+                    return Resolution::Answer(self.nx_domain(domain));
+                }
+                let instances = view.service_instances(&service, reads);
+                Resolution::Answer(self.service_answer(
+                    &service,
+                    tag.as_deref(),
+                    instances,
+                    qtype,
+                    domain,
+                ))
+            }
+            Lookup::Node { node, datacenter } => {
+                if !self.is_local_datacenter(datacenter.as_deref()) {
+                    return Resolution::Answer(self.nx_domain(domain));
+                }
+                match view.node(&node, reads) {
+                    Some(record) => Resolution::Answer(self.node_answer(&record, qtype, domain)),
+                    None => Resolution::Answer(self.nx_domain(domain)),
+                }
+            }
+            Lookup::Addr(ip) => {
+                let ttl = seconds(self.config.node_ttl);
+                let data = match ip {
+                    IpAddr::V4(v4) => RecordData::A(v4),
+                    IpAddr::V6(v6) => RecordData::Aaaa(v6),
+                };
+                let matches = matches!(
+                    (ip, qtype),
+                    (IpAddr::V4(_), rtype::A) | (IpAddr::V6(_), rtype::AAAA) | (_, rtype::ANY)
+                );
+                let record = Record {
+                    owner: Owner::Question,
+                    ttl,
+                    data,
+                };
+                let mut answer = Answer::empty(rcode::NOERROR);
+                if matches {
+                    answer.units.push(Unit {
+                        answer: record,
+                        extras: Vec::new(),
+                        extras_ttl: 0,
+                    });
+                } else {
+                    answer.additional.push(record);
+                    answer.authority.push(self.soa(domain));
+                }
+                Resolution::Answer(answer)
+            }
+            Lookup::PreparedQuery { .. } | Lookup::Unsupported | Lookup::Invalid => {
+                Resolution::Answer(self.nx_domain(domain))
+            }
+        }
+    }
+
+    fn is_local_datacenter(&self, datacenter: Option<&str>) -> bool {
+        datacenter.is_none_or(|dc| dc.eq_ignore_ascii_case(&self.local.datacenter))
+    }
+
+    fn domain_text(&self, used: DomainUsed) -> String {
+        self.domains.text(used)
+    }
+
+    /// The zone's SOA record, as Consul writes it.
+    pub fn soa(&self, used: DomainUsed) -> Record {
+        let domain = self.domain_text(used);
+        let soa = &self.config.soa;
+        Record {
+            owner: Owner::Name(wire(&domain).unwrap_or_default()),
+            ttl: soa.min_ttl_seconds,
+            data: RecordData::Soa {
+                mname: wire(&format!("ns.{domain}")).unwrap_or_default(),
+                rname: wire(&format!("hostmaster.{domain}")).unwrap_or_default(),
+                serial: self.serial,
+                refresh: soa.refresh_seconds,
+                retry: soa.retry_seconds,
+                expire: soa.expire_seconds,
+                minimum: soa.min_ttl_seconds,
+            },
+        }
+    }
+
+    fn nx_domain(&self, used: DomainUsed) -> Answer {
+        let mut answer = Answer::empty(rcode::NXDOMAIN);
+        answer.authority.push(self.soa(used));
+        answer
+    }
+
+    fn no_data(&self, used: DomainUsed) -> Answer {
+        let mut answer = Answer::empty(rcode::NOERROR);
+        answer.authority.push(self.soa(used));
+        answer
+    }
+
+    fn node_fqdn(&self, node: &str, datacenter: &str, used: DomainUsed) -> Option<WireName> {
+        wire(&format!(
+            "{}.node.{}.{}",
+            node.to_ascii_lowercase(),
+            datacenter,
+            self.domain_text(used)
+        ))
+    }
+
+    /// NS units for the zone: up to three `consul` service instances, else this agent.
+    fn name_servers(
+        &self,
+        used: DomainUsed,
+        view: &dyn CatalogView,
+        reads: &mut ReadSet,
+    ) -> Vec<Unit> {
+        let ttl = seconds(self.config.node_ttl);
+        let owner = Owner::Name(wire(&self.domain_text(used)).unwrap_or_default());
+        let mut servers: Vec<(String, String, IpAddr)> = Vec::new();
+        for instance in view.service_instances("consul", reads) {
+            if instance.health == Health::Critical {
+                continue;
+            }
+            let Ok(ip) = instance.node.address.parse::<IpAddr>() else {
+                continue;
+            };
+            if servers.iter().any(|(n, _, _)| n == &*instance.node.name) {
+                continue;
+            }
+            servers.push((
+                instance.node.name.to_string(),
+                instance.node.datacenter.to_string(),
+                ip,
+            ));
+            if servers.len() == NAME_SERVERS_MAX {
+                break;
+            }
+        }
+        if servers.is_empty() {
+            servers.push((
+                self.local.node_name.clone(),
+                self.local.datacenter.clone(),
+                self.local.address,
+            ));
+        }
+        servers
+            .into_iter()
+            .filter_map(|(node, dc, ip)| {
+                let target = self.node_fqdn(&node, &dc, used)?;
+                Some(Unit {
+                    answer: Record {
+                        owner: owner.clone(),
+                        ttl,
+                        data: RecordData::Ns(target),
+                    },
+                    extras: vec![address_data(ip)],
+                    extras_ttl: ttl,
+                })
+            })
+            .collect()
+    }
+
+    fn reverse(
+        &self,
+        ip: Option<IpAddr>,
+        view: &dyn CatalogView,
+        reads: &mut ReadSet,
+    ) -> Resolution {
+        let used = DomainUsed::Primary;
+        let target = ip.and_then(|ip| {
+            if let Some(node) = view.node_by_address(ip, reads) {
+                return self.node_fqdn(&node.name, &node.datacenter, used);
+            }
+            let service = view.service_by_address(ip, reads)?;
+            wire(&format!(
+                "{}.service.{}.{}",
+                service.to_ascii_lowercase(),
+                self.local.datacenter,
+                self.domain_text(used)
+            ))
+        });
+        match target {
+            Some(target) => {
+                let mut answer = Answer::empty(rcode::NOERROR);
+                answer.units.push(Unit {
+                    answer: Record {
+                        owner: Owner::Question,
+                        ttl: 0,
+                        data: RecordData::Ptr(target),
+                    },
+                    extras: Vec::new(),
+                    extras_ttl: 0,
+                });
+                Resolution::Answer(answer)
+            }
+            None if !self.config.recursors.is_empty() => Resolution::Recurse,
+            None => Resolution::Answer(self.nx_domain(used)),
+        }
+    }
+
+    fn healthy(&self, instance: &ServiceInstance) -> bool {
+        match instance.health {
+            Health::Passing => true,
+            Health::Warning => !self.config.only_passing,
+            Health::Critical => false,
+        }
+    }
+
+    fn service_answer(
+        &self,
+        service: &str,
+        tag: Option<&str>,
+        instances: Vec<ServiceInstance>,
+        qtype: u16,
+        used: DomainUsed,
+    ) -> Answer {
+        let selected: Vec<&ServiceInstance> = instances
+            .iter()
+            .filter(|i| self.healthy(i))
+            .filter(|i| tag.is_none_or(|t| i.tags.iter().any(|x| x.eq_ignore_ascii_case(t))))
+            .collect();
+        if selected.is_empty() {
+            return self.nx_domain(used);
+        }
+        let ttl = seconds(self.config.service_ttl(service));
+        let mut answer = Answer::empty(rcode::NOERROR);
+        answer.shuffle = true;
+        if qtype == rtype::SRV {
+            let mut seen: Vec<(&str, &str, u16)> = Vec::new();
+            for instance in &selected {
+                let key = (&*instance.node.name, &*instance.address, instance.port);
+                if seen.contains(&key) {
+                    continue;
+                }
+                seen.push(key);
+                if let Some(unit) = self.srv_unit(instance, ttl, used) {
+                    answer.units.push(unit);
+                }
+            }
+        } else {
+            let mut cname: Option<Unit> = None;
+            for instance in &selected {
+                let Some(data) = instance_address_record(instance, qtype) else {
+                    continue;
+                };
+                let unit = Unit {
+                    answer: Record {
+                        owner: Owner::Question,
+                        ttl,
+                        data,
+                    },
+                    extras: Vec::new(),
+                    extras_ttl: 0,
+                };
+                if matches!(unit.answer.data, RecordData::Cname(_)) {
+                    cname.get_or_insert(unit);
+                    continue;
+                }
+                if answer.units.iter().any(|u| u.answer == unit.answer) {
+                    continue;
+                }
+                answer.units.push(unit);
+                if self.config.a_record_limit > 0
+                    && answer.units.len() >= self.config.a_record_limit
+                {
+                    break;
+                }
+            }
+            if answer.units.is_empty() {
+                if let Some(unit) = cname {
+                    answer.units.push(unit);
+                    answer.shuffle = false;
+                }
+            }
+        }
+        if answer.units.is_empty() {
+            answer.authority.push(self.soa(used));
+        }
+        answer
+    }
+
+    fn srv_unit(&self, instance: &ServiceInstance, ttl: u32, used: DomainUsed) -> Option<Unit> {
+        let weight = match instance.health {
+            Health::Warning => instance.weight_warning,
+            _ => instance.weight_passing,
+        };
+        let (target, extras) = if !instance.address.is_empty() {
+            match instance.address.parse::<IpAddr>() {
+                Ok(ip) => (
+                    wire(&format!(
+                        "{}.addr.{}.{}",
+                        name::hex_address(ip),
+                        instance.node.datacenter,
+                        self.domain_text(used)
+                    ))?,
+                    vec![address_data(ip)],
+                ),
+                Err(_) => (wire(&instance.address)?, Vec::new()),
+            }
+        } else {
+            match instance.node.address.parse::<IpAddr>() {
+                Ok(ip) => (
+                    self.node_fqdn(&instance.node.name, &instance.node.datacenter, used)?,
+                    vec![address_data(ip)],
+                ),
+                Err(_) => (wire(&instance.node.address)?, Vec::new()),
+            }
+        };
+        Some(Unit {
+            answer: Record {
+                owner: Owner::Question,
+                ttl,
+                data: RecordData::Srv {
+                    priority: 1,
+                    weight,
+                    port: instance.port,
+                    target,
+                },
+            },
+            extras,
+            extras_ttl: ttl,
+        })
+    }
+
+    fn node_answer(&self, node: &NodeRecord, qtype: u16, used: DomainUsed) -> Answer {
+        let ttl = seconds(self.config.node_ttl);
+        let mut answer = Answer::empty(rcode::NOERROR);
+        let wants_address = matches!(qtype, rtype::A | rtype::AAAA | rtype::ANY);
+        if wants_address {
+            if let Some(data) = node_address_record(node, qtype) {
+                answer.units.push(Unit {
+                    answer: Record {
+                        owner: Owner::Question,
+                        ttl,
+                        data,
+                    },
+                    extras: Vec::new(),
+                    extras_ttl: 0,
+                });
+            }
+        }
+        let meta = node_meta_txt(node);
+        if qtype == rtype::TXT || qtype == rtype::ANY {
+            for data in meta {
+                answer.units.push(Unit {
+                    answer: Record {
+                        owner: Owner::Question,
+                        ttl,
+                        data,
+                    },
+                    extras: Vec::new(),
+                    extras_ttl: 0,
+                });
+            }
+        } else if wants_address && self.config.enable_additional_node_meta_txt {
+            for data in meta {
+                answer.additional.push(Record {
+                    owner: Owner::Question,
+                    ttl,
+                    data,
+                });
+            }
+        }
+        if answer.units.is_empty() {
+            answer.authority.push(self.soa(used));
+        }
+        answer
+    }
+}
+
+fn address_data(ip: IpAddr) -> RecordData {
+    match ip {
+        IpAddr::V4(v4) => RecordData::A(v4),
+        IpAddr::V6(v6) => RecordData::Aaaa(v6),
+    }
+}
+
+/// The address record for `address` in the family `qtype` asks for, trying the tagged
+/// `lan_ipv4` / `lan_ipv6` address when the main one is of the other family; a host name
+/// becomes a CNAME.
+fn address_record(
+    address: &str,
+    tagged: &[(Arc<str>, Arc<str>)],
+    qtype: u16,
+) -> Option<RecordData> {
+    let tagged_ip = |tag: &str| -> Option<IpAddr> {
+        tagged
+            .iter()
+            .find(|(t, _)| &**t == tag)
+            .and_then(|(_, a)| a.parse().ok())
+    };
+    match address.parse::<IpAddr>() {
+        Ok(ip) => match (qtype, ip) {
+            (rtype::A, IpAddr::V4(v4)) => Some(RecordData::A(v4)),
+            (rtype::AAAA, IpAddr::V6(v6)) => Some(RecordData::Aaaa(v6)),
+            (rtype::ANY, ip) => Some(address_data(ip)),
+            (rtype::A, IpAddr::V6(_)) => match tagged_ip("lan_ipv4") {
+                Some(IpAddr::V4(v4)) => Some(RecordData::A(v4)),
+                _ => None,
+            },
+            (rtype::AAAA, IpAddr::V4(_)) => match tagged_ip("lan_ipv6") {
+                Some(IpAddr::V6(v6)) => Some(RecordData::Aaaa(v6)),
+                _ => None,
+            },
+            _ => None,
+        },
+        Err(_) if matches!(qtype, rtype::A | rtype::AAAA | rtype::ANY) => {
+            WireName::from_dotted(address).ok().map(RecordData::Cname)
+        }
+        Err(_) => None,
+    }
+}
+
+fn instance_address_record(instance: &ServiceInstance, qtype: u16) -> Option<RecordData> {
+    if instance.address.is_empty() {
+        address_record(
+            &instance.node.address,
+            &instance.node.tagged_addresses,
+            qtype,
+        )
+    } else {
+        address_record(&instance.address, &instance.tagged_addresses, qtype)
+    }
+}
+
+fn node_address_record(node: &NodeRecord, qtype: u16) -> Option<RecordData> {
+    address_record(&node.address, &node.tagged_addresses, qtype)
+}
+
+/// Node metadata as TXT strings: `key=value` escaped per RFC 1464, or the bare value for
+/// keys starting with `rfc1035-`, as Consul writes them.
+fn node_meta_txt(node: &NodeRecord) -> Vec<RecordData> {
+    let mut meta: Vec<&(Arc<str>, Arc<str>)> = node.meta.iter().collect();
+    meta.sort();
+    meta.into_iter()
+        .map(|(key, value)| {
+            let text = if key.to_ascii_lowercase().starts_with("rfc1035-") {
+                value.to_string()
+            } else {
+                rfc1464(key, value)
+            };
+            RecordData::Txt(vec![text.into_bytes()])
+        })
+        .collect()
+}
+
+fn rfc1464(key: &str, value: &str) -> String {
+    let mut escaped = key.replace('`', "``").replace('=', "`=");
+    let leading = escaped.len() - escaped.trim_start_matches(' ').len();
+    let trailing = escaped.len() - escaped.trim_end_matches(' ').len();
+    if leading > 0 || trailing > 0 {
+        let core = escaped.trim_matches(' ').to_string();
+        escaped = format!("{}{}{}", "` ".repeat(leading), core, "` ".repeat(trailing));
+    }
+    format!("{escaped}={}", value.replace('`', "``"))
+}

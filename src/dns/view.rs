@@ -1,0 +1,160 @@
+//! The read interface DNS resolution needs from one store version, and what it read.
+//!
+//! Resolution never touches tables directly: it asks a [`CatalogView`] for service instances,
+//! nodes and address owners. Every call records in a [`ReadSet`] the `(table, key)` pairs whose
+//! change could alter its result, so the per-shard answer cache can drop exactly the answers a
+//! change set touches. An implementation must record at least everything it looked at; a
+//! missing read is a stale answer, an extra read only a wasted cache entry.
+//!
+//! [`MemoryCatalog`] is a small in-memory implementation for unit tests; the store's own
+//! implementation is in `store_view.rs`.
+
+use crate::store::Table;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Aggregated health of an instance: the worst of its node's checks and its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    Passing,
+    Warning,
+    /// Critical or in maintenance.
+    Critical,
+}
+
+/// One node, as DNS needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeRecord {
+    pub name: Arc<str>,
+    pub datacenter: Arc<str>,
+    /// The node's address: an IP, or a host name for external nodes.
+    pub address: Arc<str>,
+    /// Consul's `TaggedAddresses` (`lan`, `lan_ipv4`, `lan_ipv6`, `wan`, …).
+    pub tagged_addresses: Vec<(Arc<str>, Arc<str>)>,
+    pub meta: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl NodeRecord {
+    pub fn tagged_address(&self, tag: &str) -> Option<&str> {
+        self.tagged_addresses
+            .iter()
+            .find(|(t, _)| &**t == tag)
+            .map(|(_, a)| &**a)
+    }
+}
+
+/// One registered service instance with its node and aggregated health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInstance {
+    pub node: Arc<NodeRecord>,
+    pub service_id: Arc<str>,
+    pub service_name: Arc<str>,
+    /// The service's own address; empty means "use the node's".
+    pub address: Arc<str>,
+    pub port: u16,
+    pub tags: Vec<Arc<str>>,
+    pub tagged_addresses: Vec<(Arc<str>, Arc<str>)>,
+    /// SRV weights (`Weights.Passing`, `Weights.Warning`); Consul's default is 1 and 1.
+    pub weight_passing: u16,
+    pub weight_warning: u16,
+    pub health: Health,
+}
+
+/// What one resolution read: keys and whole tables whose change may alter its answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadSet {
+    /// `(table, key)` pairs, keys lowercased (DNS compares names case-insensitively).
+    pub keys: Vec<(Table, Arc<str>)>,
+    pub tables: Vec<Table>,
+}
+
+impl ReadSet {
+    pub fn key(&mut self, table: Table, key: &str) {
+        let key: Arc<str> = if key.bytes().any(|b| b.is_ascii_uppercase()) {
+            key.to_ascii_lowercase().into()
+        } else {
+            key.into()
+        };
+        if !self.keys.iter().any(|(t, k)| *t == table && *k == key) {
+            self.keys.push((table, key));
+        }
+    }
+    pub fn table(&mut self, table: Table) {
+        if !self.tables.contains(&table) {
+            self.tables.push(table);
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.tables.is_empty()
+    }
+}
+
+/// Catalog reads over one store version.
+pub trait CatalogView {
+    /// Every instance of the service `name` (matched case-insensitively) in this datacenter,
+    /// whatever its health; the resolver filters.
+    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance>;
+    /// The node named `name` (case-insensitive).
+    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>>;
+    /// The first node whose address is `ip`, for PTR.
+    fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>>;
+    /// The name of the first service with an instance whose own address is `ip`, for PTR.
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>>;
+}
+
+/// An in-memory catalog for tests, recording reads the way the store implementation does:
+/// a service lookup reads `(Services, name)`, a node lookup `(Nodes, name)`, and the
+/// address scans read the whole `Nodes` / `Services` tables.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryCatalog {
+    pub nodes: Vec<Arc<NodeRecord>>,
+    pub instances: Vec<ServiceInstance>,
+}
+
+impl CatalogView for MemoryCatalog {
+    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        reads.key(Table::Services, name);
+        self.instances
+            .iter()
+            .filter(|i| i.service_name.eq_ignore_ascii_case(name))
+            .cloned()
+            .collect()
+    }
+    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        reads.key(Table::Nodes, name);
+        self.nodes
+            .iter()
+            .find(|n| n.name.eq_ignore_ascii_case(name))
+            .cloned()
+    }
+    fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        reads.table(Table::Nodes);
+        self.nodes
+            .iter()
+            .find(|n| n.address.parse::<IpAddr>().ok() == Some(ip))
+            .cloned()
+    }
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {
+        reads.table(Table::Services);
+        self.instances
+            .iter()
+            .find(|i| i.address.parse::<IpAddr>().ok() == Some(ip))
+            .map(|i| i.service_name.clone())
+    }
+}
+
+/// A shared version (`Arc<Tables>`) reads like the version itself.
+impl<T: CatalogView + ?Sized> CatalogView for Arc<T> {
+    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        (**self).service_instances(name, reads)
+    }
+    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        (**self).node(name, reads)
+    }
+    fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        (**self).node_by_address(ip, reads)
+    }
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {
+        (**self).service_by_address(ip, reads)
+    }
+}

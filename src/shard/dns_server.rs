@@ -1,0 +1,588 @@
+//! The DNS server loops of a shard: one UDP task per socket and one TCP accept loop per
+//! listener, every shard binding the same addresses with `SO_REUSEPORT`.
+//!
+//! UDP: one task per socket drains it in batches (`recvmmsg`), answers each datagram
+//! synchronously into a reused buffer (`dns::handle_message`: cache hit or resolution against
+//! the shard's version) and sends the batch's replies with one `sendmmsg`; nothing on this
+//! path allocates on a cache hit. Questions for the recursors are
+//! handed to their own task, so a slow upstream never stalls the socket; at most
+//! [`RECURSIONS_IN_FLIGHT_MAX`] per shard, beyond which the query gets SERVFAIL at once.
+//!
+//! TCP: RFC 1035 §4.2.2 / RFC 7766 framing (two-byte length, then the message); queries on a
+//! connection are answered in order. Bounded by [`TCP_CONNECTIONS_MAX`] per shard,
+//! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
+//! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
+
+use crate::api::{Consistency, QueryOptions};
+use crate::dns::{self, recursor, DnsSettings, Handled, Transport, VersionSource};
+use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
+use crate::shard::runtime::{ReadPlan, Shard};
+use crate::store::StoreVersion;
+use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
+use monoio::net::udp::UdpSocket;
+use monoio::net::{TcpListener, TcpStream};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Forwards to recursors in flight per shard.
+pub const RECURSIONS_IN_FLIGHT_MAX: usize = 256;
+/// Open DNS TCP connections per shard; further connections are closed at once.
+pub const TCP_CONNECTIONS_MAX: usize = 1024;
+/// How long a TCP connection may sit idle between queries.
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the rest of a query may take once its length arrived.
+pub const TCP_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a response write may take.
+pub const TCP_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h); not exported by the libc crate.
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// Makes the kernel pick the socket of a `SO_REUSEPORT` group for each datagram at random
+/// instead of by hashing the flow. DNS over UDP is stateless, and a few busy clients (a
+/// resolver, a load generator) are a few flows: hashed, they can all land on one shard while
+/// the others idle. A classic BPF program returning `random() % sockets` spreads every packet.
+/// Applies to the whole group of the given socket; on failure the kernel keeps hashing.
+pub fn spread_datagrams_randomly(
+    socket: &std::net::UdpSocket,
+    sockets: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SKF_AD_OFF + SKF_AD_RANDOM: the "load a random u32" ancillary operation.
+    const LOAD_RANDOM: u32 = (-0x1000i32 + 56) as u32;
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_ALU_MOD_K: u16 = 0x94;
+    const BPF_RET_A: u16 = 0x16;
+    let mut program = [
+        libc::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: LOAD_RANDOM,
+        },
+        libc::sock_filter {
+            code: BPF_ALU_MOD_K,
+            jt: 0,
+            jf: 0,
+            k: sockets.max(1) as u32,
+        },
+        libc::sock_filter {
+            code: BPF_RET_A,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let fprog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: setsockopt reads `fprog` (and the program it points to) during the call only.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Reads resolve against the shard's current version.
+struct ShardVersion<'a>(&'a Shard);
+
+impl VersionSource for ShardVersion<'_> {
+    type View = StoreVersion;
+    fn version(&self) -> StoreVersion {
+        self.0.current_version()
+    }
+}
+
+/// Whether this shard may answer from its version now, as Consul's DNS reads decide:
+/// `allow_stale` reads this server's version unless it has been out of touch with the leader
+/// for longer than `max_stale`; otherwise only a leader holding its lease answers. DNS does
+/// not forward reads to the leader or wait for a ReadIndex round (that would stall the
+/// socket), so those cases answer SERVFAIL. Either way the shard first catches up with every
+/// published version (one atomic load when it is current), so a write acknowledged on any
+/// shard shows in the next answer.
+fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
+    let options = QueryOptions {
+        min_index: 0,
+        wait: Duration::ZERO,
+        consistency: if settings.config.allow_stale {
+            Consistency::Stale
+        } else {
+            Consistency::Leader
+        },
+        max_stale: Some(settings.config.max_stale),
+        filter: None,
+    };
+    match shard.read_plan(&options) {
+        ReadPlan::Local => {
+            shard.catch_up();
+            true
+        }
+        ReadPlan::Barrier | ReadPlan::Forward => false,
+    }
+}
+
+/// Answers one message through the shard's DNS state.
+fn answer(
+    shard: &Shard,
+    settings: &DnsSettings,
+    message: &[u8],
+    transport: Transport,
+    out: &mut Vec<u8>,
+) -> Handled {
+    // Decided before borrowing the DNS state: catching up processes shard messages, which
+    // invalidate the cache.
+    let allowed = may_serve(shard, settings);
+    let mut state = shard.dns.borrow_mut();
+    dns::handle_message(
+        settings,
+        &mut state,
+        allowed,
+        &ShardVersion(shard),
+        message,
+        transport,
+        out,
+    )
+}
+
+/// A SERVFAIL (all recursors failed, or too many forwards in flight).
+fn server_failure(query: &Query, out: &mut Vec<u8>) {
+    dns::answer::write_bare_response(query, rcode::SERVFAIL, false, true, out);
+}
+
+/// The response to a forwarded query, fitted to the client's transport.
+fn forwarded_response(
+    settings: &DnsSettings,
+    query: &Query,
+    reply: Result<Vec<u8>, recursor::ForwardError>,
+    transport: Transport,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    match reply {
+        Ok(reply) => {
+            let limit = dns::response_limits(settings, query, transport).message_bytes_max;
+            if reply.len() <= limit {
+                return reply;
+            }
+            // Too big for this client's UDP size (we fetched it over TCP): tell it to retry
+            // over TCP.
+            dns::answer::write_bare_response(query, rcode::NOERROR, false, true, &mut out);
+            let header_flags = u16::from_be_bytes([out[2], out[3]]) | flags::TC;
+            out[2..4].copy_from_slice(&header_flags.to_be_bytes());
+        }
+        Err(recursor::ForwardError::AllFailed(reason)) => {
+            log::debug!(
+                "dns: recursion for {} failed: {reason}",
+                query.name.to_dotted()
+            );
+            server_failure(query, &mut out);
+        }
+    }
+    out
+}
+
+fn forward_seed(shard: &Shard, query: &Query) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ ((shard.id as u64) << 56) ^ ((query.id as u64) << 24) ^ rand::random::<u64>()
+}
+
+/// Datagrams received (and replies sent) per system call.
+pub const UDP_BATCH_DATAGRAMS: usize = 32;
+/// Largest UDP query read; a longer datagram arrives cut (`MSG_TRUNC`) and is answered
+/// FORMERR from its header. Real queries are well under 512 bytes.
+pub const UDP_QUERY_BYTES_MAX: usize = 4096;
+
+/// Serves one UDP socket until the shard stops.
+pub fn spawn_udp(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: UdpSocket) {
+    monoio::spawn(udp_loop(shard, settings, Rc::new(socket)));
+}
+
+/// Receive and send buffers for one batch, allocated once per socket. The `mmsghdr`s point
+/// into the other vectors, which are never resized after construction.
+struct DatagramBatch {
+    inputs: Vec<Box<[u8]>>,
+    peers: Vec<libc::sockaddr_storage>,
+    receive_iovecs: Vec<libc::iovec>,
+    receive_headers: Vec<libc::mmsghdr>,
+    outputs: Vec<Vec<u8>>,
+    send_iovecs: Vec<libc::iovec>,
+    send_headers: Vec<libc::mmsghdr>,
+}
+
+impl DatagramBatch {
+    fn new() -> Box<DatagramBatch> {
+        // SAFETY: all-zero bytes are valid values of these plain C structs.
+        let zeroed_header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        let zeroed_peer: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let empty_iovec = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut batch = Box::new(DatagramBatch {
+            inputs: (0..UDP_BATCH_DATAGRAMS)
+                .map(|_| vec![0u8; UDP_QUERY_BYTES_MAX].into_boxed_slice())
+                .collect(),
+            peers: vec![zeroed_peer; UDP_BATCH_DATAGRAMS],
+            receive_iovecs: vec![empty_iovec; UDP_BATCH_DATAGRAMS],
+            receive_headers: vec![zeroed_header; UDP_BATCH_DATAGRAMS],
+            outputs: (0..UDP_BATCH_DATAGRAMS)
+                .map(|_| Vec::with_capacity(1024))
+                .collect(),
+            send_iovecs: vec![empty_iovec; UDP_BATCH_DATAGRAMS],
+            send_headers: vec![zeroed_header; UDP_BATCH_DATAGRAMS],
+        });
+        let batch_ref = &mut *batch;
+        for i in 0..UDP_BATCH_DATAGRAMS {
+            batch_ref.receive_iovecs[i] = libc::iovec {
+                iov_base: batch_ref.inputs[i].as_mut_ptr() as *mut libc::c_void,
+                iov_len: UDP_QUERY_BYTES_MAX,
+            };
+        }
+        batch
+    }
+
+    /// Re-arms the receive headers (the kernel overwrites lengths and flags).
+    fn arm_receive(&mut self) {
+        for i in 0..UDP_BATCH_DATAGRAMS {
+            let header = &mut self.receive_headers[i].msg_hdr;
+            header.msg_name =
+                &mut self.peers[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+            header.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            header.msg_iov = &mut self.receive_iovecs[i];
+            header.msg_iovlen = 1;
+            header.msg_control = std::ptr::null_mut();
+            header.msg_controllen = 0;
+            header.msg_flags = 0;
+            self.receive_headers[i].msg_len = 0;
+        }
+    }
+
+    fn peer(&self, i: usize) -> Option<SocketAddr> {
+        let storage = &self.peers[i];
+        match storage.ss_family as libc::c_int {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let v4 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+                Some(SocketAddr::from((
+                    std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)),
+                    u16::from_be(v4.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let v6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+                Some(SocketAddr::from((
+                    std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr),
+                    u16::from_be(v6.sin6_port),
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Receives, without blocking, more datagrams into slots `1..` of the batch (slot 0 holds
+/// the datagram the runtime delivered). Returns how many arrived; none when the socket is
+/// drained.
+fn drain_more(fd: i32, batch: &mut DatagramBatch) -> usize {
+    batch.arm_receive();
+    // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
+    let count = unsafe {
+        libc::recvmmsg(
+            fd,
+            batch.receive_headers[1..].as_mut_ptr(),
+            (UDP_BATCH_DATAGRAMS - 1) as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    // EAGAIN (drained) or a queued ICMP error: nothing more this round.
+    count.max(0) as usize
+}
+
+/// Writes `address` into a `sockaddr_storage`; returns its length.
+fn store_address(storage: &mut libc::sockaddr_storage, address: SocketAddr) -> libc::socklen_t {
+    match address {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in.
+            let target = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
+            target.sin_family = libc::AF_INET as libc::sa_family_t;
+            target.sin_port = v4.port().to_be();
+            target.sin_addr = libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            };
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in6.
+            let target = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
+            target.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            target.sin6_port = v6.port().to_be();
+            target.sin6_flowinfo = v6.flowinfo();
+            target.sin6_addr = libc::in6_addr {
+                s6_addr: v6.ip().octets(),
+            };
+            target.sin6_scope_id = v6.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// The UDP loop: the runtime delivers one datagram (an io_uring receive, or epoll readiness
+/// and a receive), then non-blocking `recvmmsg` drains up to a batch more; each is answered
+/// and the batch's replies leave with one `sendmmsg`. Under load a system call moves up to
+/// [`UDP_BATCH_DATAGRAMS`] datagrams; idle, the task waits on one receive. (Waiting for
+/// readiness with an io_uring poll instead lost an occasional wake-up.)
+async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSocket>) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let in_flight = Rc::new(Cell::new(0usize));
+    let mut batch = DatagramBatch::new();
+    loop {
+        let first = std::mem::take(&mut batch.inputs[0]);
+        let (result, first) = socket.recv_from(first).await;
+        // The heap buffer did not move, so the slot's iovec still points at it.
+        batch.inputs[0] = first;
+        let (length, peer) = match result {
+            Ok(received) => received,
+            Err(e) => {
+                if shard.shutting_down() {
+                    return;
+                }
+                // ICMP errors from earlier replies surface here (ECONNREFUSED); skip them.
+                log::debug!("dns: udp receive failed: {e}");
+                continue;
+            }
+        };
+        let received = 1 + drain_more(fd, &mut batch);
+        batch.receive_headers[0].msg_len = length as u32;
+        batch.receive_headers[0].msg_hdr.msg_namelen = store_address(&mut batch.peers[0], peer);
+        // A datagram that filled the buffer may have been cut; real queries are far shorter.
+        batch.receive_headers[0].msg_hdr.msg_flags = if length >= UDP_QUERY_BYTES_MAX {
+            libc::MSG_TRUNC
+        } else {
+            0
+        };
+        let mut replies = 0usize;
+        for i in 0..received {
+            let length = batch.receive_headers[i].msg_len as usize;
+            let cut = batch.receive_headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let mut output = std::mem::take(&mut batch.outputs[replies]);
+            let handled = {
+                let message = &batch.inputs[i][..length.min(UDP_QUERY_BYTES_MAX)];
+                if cut {
+                    match crate::proto::dns::RequestHeader::read(message) {
+                        Some(header) if header.flags & flags::QR == 0 => {
+                            dns::answer::write_header_only_response(
+                                header.id,
+                                header.flags,
+                                rcode::FORMERR,
+                                &mut output,
+                            );
+                            Handled::Reply
+                        }
+                        _ => Handled::Drop,
+                    }
+                } else {
+                    answer(&shard, &settings, message, Transport::Udp, &mut output)
+                }
+            };
+            match handled {
+                Handled::Reply => {
+                    // The reply goes back to where the query came from.
+                    batch.send_iovecs[replies] = libc::iovec {
+                        iov_base: output.as_mut_ptr() as *mut libc::c_void,
+                        iov_len: output.len(),
+                    };
+                    let header = &mut batch.send_headers[replies].msg_hdr;
+                    header.msg_name =
+                        &mut batch.peers[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+                    header.msg_namelen = batch.receive_headers[i].msg_hdr.msg_namelen;
+                    header.msg_iov = &mut batch.send_iovecs[replies];
+                    header.msg_iovlen = 1;
+                    header.msg_control = std::ptr::null_mut();
+                    header.msg_controllen = 0;
+                    header.msg_flags = 0;
+                    batch.outputs[replies] = output;
+                    replies += 1;
+                }
+                Handled::Drop => batch.outputs[replies] = output,
+                Handled::Recurse(query) => {
+                    batch.outputs[replies] = output;
+                    let Some(peer) = batch.peer(i) else { continue };
+                    if in_flight.get() >= RECURSIONS_IN_FLIGHT_MAX {
+                        let mut failure = Vec::new();
+                        server_failure(&query, &mut failure);
+                        let _ = socket.send_to(failure, peer).await;
+                        continue;
+                    }
+                    in_flight.set(in_flight.get() + 1);
+                    monoio::spawn(recurse_udp(
+                        shard.clone(),
+                        settings.clone(),
+                        socket.clone(),
+                        in_flight.clone(),
+                        batch.inputs[i][..length].to_vec(),
+                        query,
+                        peer,
+                    ));
+                }
+            }
+        }
+        let mut sent = 0;
+        while sent < replies {
+            // Offset the headers so that a partial send resumes where it stopped.
+            let result = {
+                let headers = &mut batch.send_headers[sent..replies];
+                // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
+                let count = unsafe {
+                    libc::sendmmsg(
+                        fd,
+                        headers.as_mut_ptr(),
+                        headers.len() as libc::c_uint,
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if count < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(count as usize)
+                }
+            };
+            match result {
+                Ok(n) => sent += n.max(1),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if socket.writable(false).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A reply that cannot be sent (e.g. an unreachable peer) is dropped, as UDP
+                // allows; the rest of the batch still goes out.
+                Err(_) => sent += 1,
+            }
+        }
+    }
+}
+
+async fn recurse_udp(
+    shard: Rc<Shard>,
+    settings: Arc<DnsSettings>,
+    socket: Rc<UdpSocket>,
+    in_flight: Rc<Cell<usize>>,
+    message: Vec<u8>,
+    query: Box<Query>,
+    peer: SocketAddr,
+) {
+    let upstreams = recursor::Upstreams {
+        recursors: &settings.config.recursors,
+        strategy: settings.config.recursor_strategy,
+        timeout: settings.config.recursor_timeout,
+    };
+    let reply = recursor::forward(&message, &upstreams, forward_seed(&shard, &query)).await;
+    in_flight.set(in_flight.get() - 1);
+    let response = forwarded_response(&settings, &query, reply, Transport::Udp);
+    let _ = socket.send_to(response, peer).await;
+}
+
+/// Accepts DNS TCP connections until the shard stops.
+pub async fn tcp_accept_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, listener: TcpListener) {
+    let open = Rc::new(Cell::new(0usize));
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                if open.get() >= TCP_CONNECTIONS_MAX {
+                    drop(stream);
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                open.set(open.get() + 1);
+                let open = open.clone();
+                let (shard, settings) = (shard.clone(), settings.clone());
+                monoio::spawn(async move {
+                    serve_tcp(&shard, &settings, stream).await;
+                    open.set(open.get() - 1);
+                });
+            }
+            Err(e) => {
+                if shard.shutting_down() {
+                    return;
+                }
+                log::warn!("dns: tcp accept failed: {e}");
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Serves queries on one TCP connection until the client closes, misbehaves or idles out.
+/// The response buffer and the framed write buffer are reused across queries, so a
+/// connection asking for 64 KB answers allocates them once.
+async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpStream) {
+    let mut output = Vec::with_capacity(4096);
+    let mut framed: Vec<u8> = Vec::with_capacity(4096);
+    let mut length = vec![0u8; 2];
+    loop {
+        let Ok((read, buffer)) =
+            monoio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(length)).await
+        else {
+            return;
+        };
+        length = buffer;
+        if read.is_err() {
+            return;
+        }
+        let size = u16::from_be_bytes([length[0], length[1]]) as usize;
+        if size < HEADER_BYTES {
+            // Too short to be a message (or a zero-length frame): nothing sensible to answer.
+            return;
+        }
+        let Ok((read, message)) =
+            monoio::time::timeout(TCP_READ_TIMEOUT, stream.read_exact(vec![0u8; size])).await
+        else {
+            return;
+        };
+        if read.is_err() {
+            return;
+        }
+        let forwarded;
+        let response: &[u8] = match answer(shard, settings, &message, Transport::Tcp, &mut output) {
+            Handled::Reply => &output,
+            Handled::Drop => return,
+            Handled::Recurse(query) => {
+                let upstreams = recursor::Upstreams {
+                    recursors: &settings.config.recursors,
+                    strategy: settings.config.recursor_strategy,
+                    timeout: settings.config.recursor_timeout,
+                };
+                let reply =
+                    recursor::forward(&message, &upstreams, forward_seed(shard, &query)).await;
+                forwarded = forwarded_response(settings, &query, reply, Transport::Tcp);
+                &forwarded
+            }
+        };
+        framed.clear();
+        framed.extend_from_slice(&(response.len() as u16).to_be_bytes());
+        framed.extend_from_slice(response);
+        match monoio::time::timeout(TCP_WRITE_TIMEOUT, stream.write_all(framed)).await {
+            Ok((Ok(_), buffer)) => framed = buffer,
+            _ => return,
+        }
+    }
+}
