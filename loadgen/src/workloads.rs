@@ -470,6 +470,52 @@ impl HttpWorkload for SessionWorkload {
     }
 }
 
+/// One `PUT /v1/txn` of `--txn-ops` KV `set` operations per request, on keys of this
+/// connection's own (`<key>-<conn>-<i>`), so a transaction's cost is measured, not conflicts.
+/// The body never changes, so the request is encoded once.
+pub struct TxnWorkload {
+    request: Vec<u8>,
+}
+
+impl TxnWorkload {
+    pub fn new(config: &RunConfig, target: &Target, conn_index: usize) -> Self {
+        let value = b64(&value_of(config.value_bytes));
+        let ops: Vec<serde_json::Value> = (0..config.txn_ops)
+            .map(|i| {
+                serde_json::json!({"KV": {
+                    "Verb": "set",
+                    "Key": format!("{}-{conn_index}-{i}", config.key),
+                    "Value": value,
+                }})
+            })
+            .collect();
+        let body = serde_json::Value::Array(ops).to_string();
+        let mut request = Vec::new();
+        encode_request(
+            &mut request,
+            "PUT",
+            "/v1/txn",
+            &target.authority,
+            JSON,
+            body.as_bytes(),
+        );
+        TxnWorkload { request }
+    }
+}
+
+impl HttpWorkload for TxnWorkload {
+    fn next_request(&mut self, request: &mut Vec<u8>) -> bool {
+        if request.is_empty() {
+            request.extend_from_slice(&self.request);
+        }
+        true
+    }
+
+    fn on_response(&mut self, status: u16, _body: &[u8]) -> Verdict {
+        Verdict::from_status(status)
+    }
+}
+
 /// The workload factory for the HTTP scenarios.
 pub fn make_workload(
     config: &RunConfig,
@@ -483,6 +529,7 @@ pub fn make_workload(
         Scenario::CatalogChurn => Box::new(ChurnWorkload::new(config, target, conn_index)),
         Scenario::HealthQuery => Box::new(FixedGetWorkload::health(config, target)),
         Scenario::SessionLocks => Box::new(SessionWorkload::new(config, target, conn_index)),
+        Scenario::Txn => Box::new(TxnWorkload::new(config, target, conn_index)),
         Scenario::BlockingFanout | Scenario::Dns | Scenario::Register => {
             unreachable!("{} is not a request-loop scenario", config.scenario.name())
         }
@@ -605,6 +652,27 @@ mod tests {
         assert!(text(&req).starts_with("PUT /v1/session/destroy/s2 "));
         assert_eq!(w.on_response(200, b"{}"), Verdict::OK);
         assert_eq!(session_id_of(b"not json"), None);
+    }
+
+    #[test]
+    fn txn_sets_are_one_json_array_of_connection_owned_keys() {
+        let mut config = RunConfig::new(Scenario::Txn);
+        config.key = "t".into();
+        config.txn_ops = 3;
+        config.value_bytes = 2;
+        let mut w = TxnWorkload::new(&config, &target(), 7);
+        let mut req = Vec::new();
+        assert!(w.next_request(&mut req));
+        let t = text(&req);
+        assert!(t.starts_with("PUT /v1/txn HTTP/1.1\r\n"), "{t}");
+        let body: serde_json::Value =
+            serde_json::from_str(t.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        let ops = body.as_array().unwrap();
+        assert_eq!(ops.len(), 3);
+        assert_eq!(ops[2]["KV"]["Key"], "t-7-2");
+        assert_eq!(ops[0]["KV"]["Verb"], "set");
+        assert_eq!(ops[0]["KV"]["Value"], "YWI=");
+        assert_eq!(w.on_response(409, b""), Verdict::BAD_STATUS);
     }
 
     #[test]
