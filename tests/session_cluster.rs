@@ -3,6 +3,8 @@
 //! lock while servers are killed and restarted never hold it at the same time and always
 //! wait out the lock-delay after an invalidation.
 //!
+//! A client agent forwards session requests and puts its sessions on its own node.
+//!
 //! Every wait is bounded; the mutual-exclusion run lasts `SESSION_MUTEX_SECONDS` (default
 //! 20 s so the suite stays quick; the issue's figure is 60 s).
 
@@ -527,4 +529,92 @@ fn python_contenders_exclude_each_other_while_servers_die() {
         after_destroy >= 1,
         "no acquisition followed a destroy\n{report}"
     );
+}
+
+#[test]
+fn a_client_agent_forwards_sessions_and_puts_them_on_its_own_node() {
+    let cluster = Cluster::start(3, &[]);
+    let ip = common::fresh_loopback();
+    let node = format!("client-{ip}");
+    let data = common::TempDir::new("session-client");
+    let args: Vec<String> = [
+        "agent",
+        "-node",
+        &node,
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-retry-join",
+        &cluster.servers[0].ip.to_string(),
+        "-dns-port=-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let client = common::Agent::spawn(ip, 8500, args);
+    // The client's own anti-entropy puts its node in the catalog. (Its serfHealth check
+    // arrives once the leader reconciles every gossip member, which main does not do yet,
+    // so this session binds no check.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = try_request_bounded(
+            client.addr(),
+            "GET",
+            &format!("/v1/catalog/node/{node}"),
+            b"",
+            &[],
+            PROBE_TIMEOUT,
+        );
+        if r.as_ref()
+            .is_ok_and(|r| r.status == 200 && r.json()["Node"]["Node"] == json!(node))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client's node never reached the catalog: {r:?}\n{}",
+            client.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let created = client.put(
+        "/v1/session/create",
+        br#"{"Name":"via-client","Checks":[],"TTL":"10s"}"#,
+    );
+    assert_eq!(created.status, 200, "{}", created.text());
+    let session = created.json()["ID"].as_str().unwrap().to_string();
+    let info = client.get(&format!("/v1/session/info/{session}")).json();
+    assert_eq!(info[0]["Node"], json!(node), "{info}");
+    let acquired = client.put(&format!("/v1/kv/client/lock?acquire={session}"), b"x");
+    assert_eq!(acquired.text().trim(), "true");
+    let txn = client.put(
+        "/v1/txn",
+        json!([{"KV": {"Verb": "check-session", "Key": "client/lock", "Session": session}}])
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(txn.status, 200, "{}", txn.text());
+    let leader = cluster.wait_for_leader(Duration::from_secs(10));
+    let on_leader = cluster.servers[leader]
+        .get(&format!("/v1/session/node/{node}"))
+        .json();
+    assert_eq!(on_leader[0]["ID"], json!(session), "{on_leader}");
+    assert_eq!(
+        client
+            .put(&format!("/v1/session/renew/{session}"), b"")
+            .status,
+        200
+    );
+    assert_eq!(
+        client
+            .put(&format!("/v1/session/destroy/{session}"), b"")
+            .status,
+        200
+    );
+    let entry = client.get("/v1/kv/client/lock").json();
+    assert!(entry[0].get("Session").is_none(), "{entry}");
 }
