@@ -824,7 +824,7 @@ const RUN_FLAGS: &[FlagSpec] = &[
     flag!(
         "lock-key",
         Some("KEY"),
-        "session-locks: key prefix, one lock key per connection [loadgen/lock]",
+        "session-locks: key prefix, a fresh lock key per connection [loadgen/lock]",
         |c, v| {
             c.lock_key = v.to_string();
             Ok(())

@@ -360,12 +360,20 @@ impl HttpWorkload for FixedGetWorkload {
 /// Session lock cycles: create a session, acquire a key with it, release, destroy. One
 /// operation is one full cycle. Each connection has its own lock key, so cycles measure the
 /// write path, not contention.
+///
+/// The key is new for every workload (`<lock-key>-<pid>.<instance>-<conn>`): a run that ends
+/// mid-cycle leaves a session (no TTL) holding its key, and a later run on the same key
+/// would only count refusals.
 pub struct SessionWorkload {
     target: Target,
     lock_path: String,
     step: SessionStep,
     session: String,
 }
+
+/// Numbers the session workloads of this process, so each gets lock keys of its own.
+static NEXT_SESSION_WORKLOAD: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SessionStep {
@@ -379,7 +387,12 @@ impl SessionWorkload {
     pub fn new(config: &RunConfig, target: &Target, conn_index: usize) -> Self {
         SessionWorkload {
             target: target.clone(),
-            lock_path: format!("/v1/kv/{}-{conn_index}", encode_path(&config.lock_key)),
+            lock_path: format!(
+                "/v1/kv/{}-{}.{}-{conn_index}",
+                encode_path(&config.lock_key),
+                std::process::id(),
+                NEXT_SESSION_WORKLOAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
             step: SessionStep::Create,
             session: String::new(),
         }
@@ -635,10 +648,22 @@ mod tests {
         assert!(text(&req).starts_with("PUT /v1/session/create "));
         assert_eq!(w.on_response(200, br#"{"ID":"abc-1"}"#), Verdict::OK_STEP);
         assert!(!w.next_request(&mut req));
-        assert!(text(&req).starts_with("PUT /v1/kv/loadgen/lock-3?acquire=abc-1 "));
+        let acquire = text(&req);
+        let path = acquire.split_whitespace().nth(1).unwrap();
+        let (key, query) = path.split_once('?').unwrap();
+        assert!(
+            key.starts_with("/v1/kv/loadgen/lock-") && key.ends_with("-3"),
+            "{key}"
+        );
+        assert_eq!(query, "acquire=abc-1");
+        let other = SessionWorkload::new(&config, &target(), 3);
+        assert_ne!(
+            other.lock_path, w.lock_path,
+            "every workload has a key of its own"
+        );
         assert_eq!(w.on_response(200, b"true"), Verdict::OK_STEP);
         w.next_request(&mut req);
-        assert!(text(&req).starts_with("PUT /v1/kv/loadgen/lock-3?release=abc-1 "));
+        assert!(text(&req).starts_with(&format!("PUT {key}?release=abc-1 ")));
         assert_eq!(w.on_response(200, b"true\n"), Verdict::OK_STEP);
         w.next_request(&mut req);
         assert!(text(&req).starts_with("PUT /v1/session/destroy/abc-1 "));
