@@ -246,7 +246,7 @@ fn a_lock_renewed_at_half_ttl_survives_leader_failovers() {
         )
     });
     assert!(
-        renewals >= 8,
+        renewals >= 6,
         "the holder renewed at TTL/2 throughout: {renewals}"
     );
 
