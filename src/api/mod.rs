@@ -25,8 +25,10 @@ pub mod kv;
 pub mod members;
 pub mod operator;
 pub mod render;
+pub mod session;
 pub mod snapshot;
 pub mod status;
+pub mod txn;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
@@ -510,6 +512,15 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
     }
     if let Some(outcome) = gossip_route(shard, request, reply) {
         return outcome;
+    }
+    if let Some(outcome) = session::route(shard, request, reply) {
+        return outcome;
+    }
+    if path == "/v1/txn" {
+        if !allow(request, reply, &["PUT"])? {
+            return Ok(Outcome::Done);
+        }
+        return txn::handle(shard, request, reply);
     }
     let methods: &'static [&'static str] = match path {
         "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {

@@ -16,6 +16,7 @@ pub mod peer_transport;
 pub mod raft_driver;
 pub mod rpc_server;
 pub mod runtime;
+pub mod session_timers;
 pub mod user_events;
 pub mod wal;
 pub mod watch;

@@ -117,6 +117,11 @@ pub enum OperatorOp {
     TransferLeader {
         id: Option<String>,
     },
+    /// Restart a session's TTL timer; the leader keeps timers, renewals touch no log entry.
+    /// Answers `false` when the session does not exist.
+    RenewSession {
+        id: String,
+    },
 }
 
 /// What shards send the raft core.
@@ -384,7 +389,7 @@ impl Shard {
             .submit(|request_id| RaftInput::ReadIndex { request_id })
             .await
         {
-            CommandResult::Bool(_) => {
+            CommandResult::Bool(_) | CommandResult::Txn(_) => {
                 self.catch_up();
                 Ok(())
             }
