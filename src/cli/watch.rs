@@ -223,17 +223,7 @@ pub fn array_elements(compact: &[u8]) -> Vec<&[u8]> {
     elements
 }
 
-/// Consul's `Event.IDToIndex`: the index an event ID stands for (the XOR of its halves).
-pub fn event_id_to_index(id: &str) -> Option<u64> {
-    if id.len() != 36 {
-        return None;
-    }
-    let lower = format!("{}{}{}", &id[0..8], &id[9..13], &id[14..18]);
-    let upper = format!("{}{}", &id[19..23], &id[24..36]);
-    let low = u64::from_str_radix(&lower, 16).ok()?;
-    let high = u64::from_str_radix(&upper, 16).ok()?;
-    Some(low ^ high)
-}
+pub use crate::shard::user_events::event_id_to_index;
 
 /// Turns one answer into the handler data (compact JSON).
 pub fn data_of(kind: PlanKind, response: &Response, last_index: u64) -> Vec<u8> {

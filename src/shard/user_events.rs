@@ -101,12 +101,7 @@ impl ConsulEvent {
 
     /// Consul's `uuidToUint64`: the UUID's two 64-bit halves XORed. Malformed IDs give 0.
     pub fn index(&self) -> u64 {
-        uuid::Uuid::parse_str(&self.id)
-            .map(|u| {
-                let v = u.as_u128();
-                (v >> 64) as u64 ^ v as u64
-            })
-            .unwrap_or(0)
+        event_id_to_index(&self.id).unwrap_or(0)
     }
 
     /// Consul's JSON shape of a user event.
@@ -256,6 +251,15 @@ impl EventLog {
 
 /// Consul's list index: the newest event's UUID-derived index, or 1 when there is none
 /// (never 0, which would make a watcher spin).
+/// Consul's `uuidToUint64` (the index an event ID stands for): the UUID's two 64-bit halves
+/// XORed; `None` for an ID that is not a UUID. `praetor watch -type event` uses it too.
+pub fn event_id_to_index(id: &str) -> Option<u64> {
+    uuid::Uuid::parse_str(id).ok().map(|u| {
+        let v = u.as_u128();
+        (v >> 64) as u64 ^ v as u64
+    })
+}
+
 pub fn list_index(events: &[Arc<ConsulEvent>]) -> u64 {
     events.last().map(|e| e.index()).unwrap_or(1)
 }
