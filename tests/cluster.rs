@@ -663,3 +663,117 @@ fn client_agent_forwards_and_survives_a_server_kill() {
     }
     assert_eq!(client.get("/v1/kv/client/b?raw").body, b"2");
 }
+
+/// Autopilot's dead-server cleanup with a fresh replacement: a follower is killed for good,
+/// an empty server joins, the leader swaps the dead voter for the new one, and the newcomer
+/// receives the whole state by InstallSnapshot because the log was compacted past it.
+#[test]
+fn dead_server_is_replaced_by_an_empty_server_that_receives_a_snapshot() {
+    // Tiny snapshot settings so that a few hundred writes compact the log.
+    let raft_settings = "raft_snapshot_threshold = 64\nraft_trailing_logs = 8";
+    let mut cluster = Cluster::start(3, &["-hcl", raft_settings]);
+    let leader = cluster.wait_for_leader(Duration::from_secs(10));
+    let key_count = 300;
+    for i in 0..key_count {
+        assert_eq!(
+            put(&cluster, leader, &format!("dead/{i:04}"), &i.to_string()),
+            Some(true),
+            "write {i} through the leader"
+        );
+    }
+    let victim = other(leader, 3);
+    let victim_name = format!("s{victim}-{}", cluster.servers[victim].ip);
+    cluster.servers[victim].kill9();
+
+    let ip = common::fresh_loopback();
+    let data = common::TempDir::new("replacement");
+    let replacement_name = format!("replacement-{ip}");
+    let args: Vec<String> = [
+        "agent",
+        "-server",
+        "-node",
+        &replacement_name,
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-retry-join",
+        &cluster.servers[leader].ip.to_string(),
+        "-dns-port=-1",
+        "-hcl",
+        raft_settings,
+        "-log-level",
+        "debug",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let replacement = common::Agent::spawn(ip, 8500, args);
+
+    // The configuration ends with the two survivors and the newcomer, the dead one gone.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut last_seen = serde_json::Value::Null;
+    loop {
+        if let Ok(r) = try_request_bounded(
+            cluster.servers[leader].addr(),
+            "GET",
+            "/v1/operator/raft/configuration?stale",
+            b"",
+            &[],
+            Duration::from_secs(5),
+        ) {
+            if r.status == 200 {
+                last_seen = r.json();
+                let names: Vec<&str> = last_seen["Servers"]
+                    .as_array()
+                    .map(|servers| servers.iter().filter_map(|s| s["Node"].as_str()).collect())
+                    .unwrap_or_default();
+                if names.len() == 3
+                    && names.contains(&replacement_name.as_str())
+                    && !names.contains(&victim_name.as_str())
+                {
+                    break;
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "dead server never replaced; last configuration {last_seen}\nleader log:\n{}",
+            cluster.servers[leader].log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The newcomer serves every key from its own copy, which it got as a snapshot.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let keys = try_request_bounded(
+            replacement.addr(),
+            "GET",
+            "/v1/kv/dead/?keys&stale",
+            b"",
+            &[],
+            Duration::from_secs(5),
+        );
+        if let Ok(r) = keys {
+            if r.status == 200 && r.json().as_array().map(Vec::len) == Some(key_count) {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replacement never caught up; log:\n{}",
+            replacement.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let last = replacement.get(&format!("/v1/kv/dead/{:04}?stale&raw", key_count - 1));
+    assert_eq!(last.text(), (key_count - 1).to_string());
+    assert!(
+        replacement.log().contains("installed snapshot at index"),
+        "the replacement caught up without a snapshot; log:\n{}",
+        replacement.log()
+    );
+}

@@ -29,6 +29,8 @@ pub const RUN_DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const COMPARE_RUNS_MAX: usize = 1000;
 /// Most source addresses in a `--source-addrs` range.
 pub const SOURCE_ADDRS_MAX: usize = 65_536;
+/// Most operations in one `txn` request: Consul's (and praetor's) limit per transaction.
+pub const TXN_OPS_MAX: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
@@ -40,12 +42,14 @@ pub enum Scenario {
     HealthQuery,
     Dns,
     SessionLocks,
+    /// `PUT /v1/txn` with `--txn-ops` KV sets.
+    Txn,
     /// Setup step: register `--instances` instances of `--service`, then exit.
     Register,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::KvGet,
         Scenario::KvPut,
         Scenario::KvMixed,
@@ -54,6 +58,7 @@ impl Scenario {
         Scenario::HealthQuery,
         Scenario::Dns,
         Scenario::SessionLocks,
+        Scenario::Txn,
         Scenario::Register,
     ];
 
@@ -67,6 +72,7 @@ impl Scenario {
             Scenario::HealthQuery => "health-query",
             Scenario::Dns => "dns",
             Scenario::SessionLocks => "session-locks",
+            Scenario::Txn => "txn",
             Scenario::Register => "register",
         }
     }
@@ -87,6 +93,7 @@ impl Scenario {
             Scenario::HealthQuery => "GET /v1/health/service/<svc>[?passing]",
             Scenario::Dns => "UDP (or --tcp) DNS queries",
             Scenario::SessionLocks => "session create + KV acquire + release + destroy cycles",
+            Scenario::Txn => "PUT /v1/txn with --txn-ops KV sets, one transaction per request",
             Scenario::Register => "setup: register --instances instances of --service and exit",
         }
     }
@@ -191,6 +198,8 @@ pub struct RunConfig {
     pub allow_empty: bool,
     // Sessions
     pub lock_key: String,
+    // Transactions
+    pub txn_ops: usize,
 }
 
 impl RunConfig {
@@ -244,6 +253,7 @@ impl RunConfig {
             edns: None,
             allow_empty: false,
             lock_key: "loadgen/lock".into(),
+            txn_ops: TXN_OPS_MAX,
         }
     }
 
@@ -814,9 +824,18 @@ const RUN_FLAGS: &[FlagSpec] = &[
     flag!(
         "lock-key",
         Some("KEY"),
-        "session-locks: key prefix, one lock key per connection [loadgen/lock]",
+        "session-locks: key prefix, a fresh lock key per connection [loadgen/lock]",
         |c, v| {
             c.lock_key = v.to_string();
+            Ok(())
+        }
+    ),
+    flag!(
+        "txn-ops",
+        Some("N"),
+        "txn: KV sets per transaction, keys <key>-<conn>-<i> [64]",
+        |c, v| {
+            c.txn_ops = parse_count(v, 1, TXN_OPS_MAX)?;
             Ok(())
         }
     ),

@@ -69,6 +69,13 @@ pub fn run_scenario(config: &RunConfig) -> Result<RunResult, String> {
                 json!((ops_per_s * 1000.0).round() / 1000.0),
             );
         }
+        Scenario::Txn => {
+            extra.insert("txn_ops".into(), json!(config.txn_ops));
+            extra.insert(
+                "keys_written_per_s".into(),
+                json!((ops_per_s * config.txn_ops as f64 * 1000.0).round() / 1000.0),
+            );
+        }
         _ => {}
     }
     let multi_step = matches!(

@@ -360,12 +360,20 @@ impl HttpWorkload for FixedGetWorkload {
 /// Session lock cycles: create a session, acquire a key with it, release, destroy. One
 /// operation is one full cycle. Each connection has its own lock key, so cycles measure the
 /// write path, not contention.
+///
+/// The key is new for every workload (`<lock-key>-<pid>.<instance>-<conn>`): a run that ends
+/// mid-cycle leaves a session (no TTL) holding its key, and a later run on the same key
+/// would only count refusals.
 pub struct SessionWorkload {
     target: Target,
     lock_path: String,
     step: SessionStep,
     session: String,
 }
+
+/// Numbers the session workloads of this process, so each gets lock keys of its own.
+static NEXT_SESSION_WORKLOAD: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SessionStep {
@@ -379,7 +387,12 @@ impl SessionWorkload {
     pub fn new(config: &RunConfig, target: &Target, conn_index: usize) -> Self {
         SessionWorkload {
             target: target.clone(),
-            lock_path: format!("/v1/kv/{}-{conn_index}", encode_path(&config.lock_key)),
+            lock_path: format!(
+                "/v1/kv/{}-{}.{}-{conn_index}",
+                encode_path(&config.lock_key),
+                std::process::id(),
+                NEXT_SESSION_WORKLOAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
             step: SessionStep::Create,
             session: String::new(),
         }
@@ -470,6 +483,52 @@ impl HttpWorkload for SessionWorkload {
     }
 }
 
+/// One `PUT /v1/txn` of `--txn-ops` KV `set` operations per request, on keys of this
+/// connection's own (`<key>-<conn>-<i>`), so a transaction's cost is measured, not conflicts.
+/// The body never changes, so the request is encoded once.
+pub struct TxnWorkload {
+    request: Vec<u8>,
+}
+
+impl TxnWorkload {
+    pub fn new(config: &RunConfig, target: &Target, conn_index: usize) -> Self {
+        let value = b64(&value_of(config.value_bytes));
+        let ops: Vec<serde_json::Value> = (0..config.txn_ops)
+            .map(|i| {
+                serde_json::json!({"KV": {
+                    "Verb": "set",
+                    "Key": format!("{}-{conn_index}-{i}", config.key),
+                    "Value": value,
+                }})
+            })
+            .collect();
+        let body = serde_json::Value::Array(ops).to_string();
+        let mut request = Vec::new();
+        encode_request(
+            &mut request,
+            "PUT",
+            "/v1/txn",
+            &target.authority,
+            JSON,
+            body.as_bytes(),
+        );
+        TxnWorkload { request }
+    }
+}
+
+impl HttpWorkload for TxnWorkload {
+    fn next_request(&mut self, request: &mut Vec<u8>) -> bool {
+        if request.is_empty() {
+            request.extend_from_slice(&self.request);
+        }
+        true
+    }
+
+    fn on_response(&mut self, status: u16, _body: &[u8]) -> Verdict {
+        Verdict::from_status(status)
+    }
+}
+
 /// The workload factory for the HTTP scenarios.
 pub fn make_workload(
     config: &RunConfig,
@@ -483,6 +542,7 @@ pub fn make_workload(
         Scenario::CatalogChurn => Box::new(ChurnWorkload::new(config, target, conn_index)),
         Scenario::HealthQuery => Box::new(FixedGetWorkload::health(config, target)),
         Scenario::SessionLocks => Box::new(SessionWorkload::new(config, target, conn_index)),
+        Scenario::Txn => Box::new(TxnWorkload::new(config, target, conn_index)),
         Scenario::BlockingFanout | Scenario::Dns | Scenario::Register => {
             unreachable!("{} is not a request-loop scenario", config.scenario.name())
         }
@@ -588,10 +648,22 @@ mod tests {
         assert!(text(&req).starts_with("PUT /v1/session/create "));
         assert_eq!(w.on_response(200, br#"{"ID":"abc-1"}"#), Verdict::OK_STEP);
         assert!(!w.next_request(&mut req));
-        assert!(text(&req).starts_with("PUT /v1/kv/loadgen/lock-3?acquire=abc-1 "));
+        let acquire = text(&req);
+        let path = acquire.split_whitespace().nth(1).unwrap();
+        let (key, query) = path.split_once('?').unwrap();
+        assert!(
+            key.starts_with("/v1/kv/loadgen/lock-") && key.ends_with("-3"),
+            "{key}"
+        );
+        assert_eq!(query, "acquire=abc-1");
+        let other = SessionWorkload::new(&config, &target(), 3);
+        assert_ne!(
+            other.lock_path, w.lock_path,
+            "every workload has a key of its own"
+        );
         assert_eq!(w.on_response(200, b"true"), Verdict::OK_STEP);
         w.next_request(&mut req);
-        assert!(text(&req).starts_with("PUT /v1/kv/loadgen/lock-3?release=abc-1 "));
+        assert!(text(&req).starts_with(&format!("PUT {key}?release=abc-1 ")));
         assert_eq!(w.on_response(200, b"true\n"), Verdict::OK_STEP);
         w.next_request(&mut req);
         assert!(text(&req).starts_with("PUT /v1/session/destroy/abc-1 "));
@@ -605,6 +677,27 @@ mod tests {
         assert!(text(&req).starts_with("PUT /v1/session/destroy/s2 "));
         assert_eq!(w.on_response(200, b"{}"), Verdict::OK);
         assert_eq!(session_id_of(b"not json"), None);
+    }
+
+    #[test]
+    fn txn_sets_are_one_json_array_of_connection_owned_keys() {
+        let mut config = RunConfig::new(Scenario::Txn);
+        config.key = "t".into();
+        config.txn_ops = 3;
+        config.value_bytes = 2;
+        let mut w = TxnWorkload::new(&config, &target(), 7);
+        let mut req = Vec::new();
+        assert!(w.next_request(&mut req));
+        let t = text(&req);
+        assert!(t.starts_with("PUT /v1/txn HTTP/1.1\r\n"), "{t}");
+        let body: serde_json::Value =
+            serde_json::from_str(t.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        let ops = body.as_array().unwrap();
+        assert_eq!(ops.len(), 3);
+        assert_eq!(ops[2]["KV"]["Key"], "t-7-2");
+        assert_eq!(ops[0]["KV"]["Verb"], "set");
+        assert_eq!(ops[0]["KV"]["Value"], "YWI=");
+        assert_eq!(w.on_response(409, b""), Verdict::BAD_STATUS);
     }
 
     #[test]

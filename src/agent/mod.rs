@@ -732,7 +732,7 @@ pub async fn run(shard: Rc<Shard>) {
 
 async fn apply_logged(client: &CatalogClient, op: CatalogOp, what: &str) {
     match client.apply(op).await {
-        CommandResult::Bool(_) => log::debug!("agent: {what}"),
+        CommandResult::Bool(_) | CommandResult::Txn(_) => log::debug!("agent: {what}"),
         CommandResult::Error(reason) => log::warn!("agent: {what} failed: {reason}"),
     }
 }

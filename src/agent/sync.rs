@@ -285,28 +285,28 @@ pub async fn sync_changes(agent: &Agent) -> bool {
         }
         let batch_marks: Vec<Vec<Mark>> = marks.by_ref().take(batch.len()).collect();
         metrics::SYNC_OPERATIONS.add(batch.len() as u64);
-        match agent.client.apply(CatalogOp::Batch(batch.clone())).await {
-            CommandResult::Bool(_) => {
+        match catalog_result(agent.client.apply(CatalogOp::Batch(batch.clone())).await) {
+            Ok(()) => {
                 for mark in batch_marks.into_iter().flatten() {
                     apply_mark(agent, mark, now);
                 }
             }
-            CommandResult::Error(reason) if batch.len() == 1 => {
+            Err(reason) if batch.len() == 1 => {
                 metrics::SYNC_ERRORS.add(1);
                 log::warn!("agent: anti-entropy sync failed: {reason}");
                 all_sent = false;
             }
-            CommandResult::Error(_) => {
+            Err(_) => {
                 // Find the operations that succeed on their own; re-sending the accepted
                 // ones is harmless (identical registrations change nothing).
                 for (op, mark) in batch.into_iter().zip(batch_marks) {
-                    match agent.client.apply(op).await {
-                        CommandResult::Bool(_) => {
+                    match catalog_result(agent.client.apply(op).await) {
+                        Ok(()) => {
                             for m in mark {
                                 apply_mark(agent, m, now);
                             }
                         }
-                        CommandResult::Error(reason) => {
+                        Err(reason) => {
                             metrics::SYNC_ERRORS.add(1);
                             log::warn!("agent: anti-entropy sync failed: {reason}");
                             all_sent = false;
@@ -345,5 +345,15 @@ fn apply_mark(agent: &Agent, mark: Mark, now: Instant) {
         Mark::DeletedCheck(id) => {
             state.deleted_checks.remove(&id);
         }
+    }
+}
+
+/// A catalog command's answer as success or the reason it was refused (catalog commands
+/// never answer with transaction results; one would be a refusal too).
+fn catalog_result(result: CommandResult) -> Result<(), String> {
+    match result {
+        CommandResult::Bool(_) => Ok(()),
+        CommandResult::Error(reason) => Err(reason),
+        CommandResult::Txn(_) => Err("a catalog command answered with a transaction result".into()),
     }
 }

@@ -1,15 +1,12 @@
-//! `/v1/agent/*` endpoints about this agent's own services and checks, members, reload,
-//! leave and metrics.
+//! `/v1/agent/*` endpoints about this agent's own services and checks, reload and metrics
+//! (members, join and leave are the gossip surface's, `api/members.rs`).
 //!
 //! The local state lives with the agent on shard 0: these handlers parse the request on the
 //! shard that received it, send an [`AgentCall`] over the agent channel and answer with what
-//! comes back (`Outcome::Async`). Members and leave are answered here directly.
+//! comes back (`Outcome::Async`).
 
-use super::filter::{self, Filter};
-use super::json::JsonWriter;
 use super::{ApiError, Outcome, Reply, Request};
 use crate::agent::api::{AgentCall, AgentReply, AgentRequest};
-use crate::gossip::MemberStatus;
 use crate::proto::duration::parse_go_duration;
 use crate::shard::Shard;
 use crate::store::catalog::Status;
@@ -102,100 +99,6 @@ fn text_format(request: &Request) -> bool {
     request.query.get("format") == Some("text")
 }
 
-/// `GET /v1/agent/members`: the LAN gossip members (this agent alone without gossip).
-fn members(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let filter = match request.query.get("filter") {
-        Some(text) => Filter::parse(text, filter::MEMBER).map_err(|e| {
-            ApiError::bad_request(format!(
-                "Failed to create boolean expression evaluator: {e}"
-            ))
-        })?,
-        None => None,
-    };
-    let wan = request
-        .query
-        .get("wan")
-        .is_some_and(|w| !w.is_empty() && w != "0" && w != "false");
-    let config = shard.config();
-    let mut list: Vec<crate::gossip::MemberInfo> = Vec::new();
-    if !wan {
-        match &shard.shared().gossip_lan {
-            Some(gossip) => list.extend(gossip.members().iter().cloned()),
-            None => list.push(crate::gossip::MemberInfo {
-                name: config.node_name.clone(),
-                addr: config.advertise(),
-                port: config.ports.serf_lan.max(0) as u16,
-                tags: crate::shard::cluster::lan_tags(config, &shard.identity().node_id),
-                status: MemberStatus::Alive,
-                protocol_min: 1,
-                protocol_max: 5,
-                protocol_cur: 2,
-                delegate_min: 2,
-                delegate_max: 5,
-                delegate_cur: 4,
-            }),
-        }
-    }
-    // Consul's `serf.Member` field order.
-    let render = |w: &mut JsonWriter, m: &crate::gossip::MemberInfo| {
-        w.begin_object();
-        w.field_str("Name", &m.name);
-        w.field_str("Addr", &m.addr.to_string());
-        w.field_u64("Port", m.port as u64);
-        w.field_str_map(
-            "Tags",
-            Some(m.tags.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-        );
-        w.field_u64("Status", m.status as u64);
-        for (name, value) in [
-            ("ProtocolMin", m.protocol_min),
-            ("ProtocolMax", m.protocol_max),
-            ("ProtocolCur", m.protocol_cur),
-            ("DelegateMin", m.delegate_min),
-            ("DelegateMax", m.delegate_max),
-            ("DelegateCur", m.delegate_cur),
-        ] {
-            w.field_u64(name, value as u64);
-        }
-        w.end_object();
-    };
-    let mut body = Vec::with_capacity(512 * list.len().max(1));
-    let mut w = JsonWriter::new(&mut body, reply.pretty);
-    w.begin_array();
-    for member in &list {
-        if let Some(filter) = &filter {
-            if !filter.matches(&super::render::as_value(|w| render(w, member))) {
-                continue;
-            }
-        }
-        render(&mut w, member);
-    }
-    w.end_array();
-    w.finish();
-    reply.json_bytes(200, b"", &body);
-    Ok(Outcome::Done)
-}
-
-/// `PUT /v1/agent/leave`: leave the gossip pool gracefully, then shut down.
-fn leave(shard: &Shard) -> Result<Outcome, ApiError> {
-    let gossip = shard.shared().gossip_lan.clone();
-    Ok(Outcome::Async(Box::pin(async move {
-        if let Some(gossip) = gossip {
-            if let Err(e) = gossip.leave().await {
-                log::warn!("agent: leaving the gossip pool failed: {e}");
-            }
-        }
-        // Let the answer go out before the process stops.
-        monoio::spawn(async {
-            monoio::time::sleep(Duration::from_millis(200)).await;
-            log::info!("agent: leaving on request");
-            // SAFETY: signalling our own process, whose main thread waits for SIGTERM.
-            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
-        });
-        Box::new(|out: &mut Reply| out.send(200, None, b"", b"")) as super::AsyncResponder
-    })))
-}
-
 /// Builds the outcome of an agent endpoint once its method is allowed.
 type Handler<'r> = Box<dyn FnOnce(&mut Reply) -> Result<Outcome, ApiError> + 'r>;
 
@@ -268,8 +171,6 @@ pub fn route(
             PUT,
             Box::new(|_| Ok(call(shard, AgentRequest::Reload, pretty))),
         ),
-        "leave" => (PUT, Box::new(|_| leave(shard))),
-        "members" => (GET, Box::new(|r| members(shard, request, r))),
         "metrics" => (
             GET,
             Box::new(|_| {

@@ -231,7 +231,7 @@ pub fn check_type_of(def: &CheckDefinition) -> &'static str {
     }
 }
 
-fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, String> {
+pub fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, String> {
     let definition = match obj.obj(&["definition"])? {
         Some(def) => parse_check_definition(&def)?,
         None => CheckDefinition::default(),
@@ -312,7 +312,7 @@ fn write_result(command: Command) -> Outcome {
     Outcome::Write(WriteOp {
         command,
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.json_bool(true),
+            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.json_bool(true),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
         }),
     })

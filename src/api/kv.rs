@@ -1,4 +1,5 @@
-//! `/v1/kv/<key>`: get, list, keys, put, CAS, delete, recursive delete — Consul's KV API.
+//! `/v1/kv/<key>`: get, list, keys, put, CAS, lock acquire/release, delete, recursive delete —
+//! Consul's KV API.
 
 use super::{
     json::JsonWriter, query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply,
@@ -117,32 +118,57 @@ fn put(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiError>
         return Err(ApiError::bad_request("Missing key name"));
     }
     conflicting(request, &["cas", "acquire", "release"])?;
-    if request.query.has("acquire") || request.query.has("release") {
-        return Err(ApiError::bad_request(
-            "KV lock acquire/release requires sessions, which this agent does not support yet",
-        ));
-    }
     let flags = parse_u64_param(request, "flags")?.unwrap_or(0);
     let value = Bytes::copy_from_slice(request.body);
     let key = key.to_string();
-    let (op, is_cas) = match parse_u64_param(request, "cas")? {
-        Some(modify_index) => (
-            KvOp::Cas {
+    // Session IDs match case-insensitively in Consul's session index.
+    let session_of = |name: &str| request.query.get(name).unwrap_or("").to_ascii_lowercase();
+    let (op, is_set) = if request.query.has("acquire") {
+        let session = session_of("acquire");
+        (
+            KvOp::Lock {
                 key,
                 value,
                 flags,
-                modify_index,
+                session,
             },
-            true,
-        ),
-        None => (KvOp::Set { key, value, flags }, false),
+            false,
+        )
+    } else if request.query.has("release") {
+        let session = session_of("release");
+        (
+            KvOp::Unlock {
+                key,
+                value,
+                flags,
+                session,
+            },
+            false,
+        )
+    } else {
+        match parse_u64_param(request, "cas")? {
+            Some(modify_index) => (
+                KvOp::Cas {
+                    key,
+                    value,
+                    flags,
+                    modify_index,
+                },
+                false,
+            ),
+            None => (KvOp::Set { key, value, flags }, true),
+        }
     };
     Ok(Outcome::Write(WriteOp {
         command: Command::Kv(op),
         respond: Box::new(move |result, reply: &mut Reply| match result {
-            // Consul answers `true` for a plain set whatever the store reports.
-            CommandResult::Bool(ok) => reply.json_bool(ok || !is_cas),
+            // Consul answers `true` for a plain set whatever the store reports; CAS, acquire
+            // and release answer whether they happened.
+            CommandResult::Bool(ok) => reply.json_bool(ok || is_set),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
+                "unexpected transaction result for a KV write".to_string(),
+            )),
         }),
     }))
 }
@@ -172,6 +198,9 @@ fn delete(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiErr
         respond: Box::new(move |result, reply: &mut Reply| match result {
             CommandResult::Bool(ok) => reply.json_bool(ok || !is_cas),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
+                "unexpected transaction result for a KV delete".to_string(),
+            )),
         }),
     }))
 }

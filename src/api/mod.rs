@@ -15,15 +15,21 @@ pub mod agent;
 pub mod agent_local;
 pub mod body;
 pub mod catalog;
+pub mod coordinate;
 pub mod debug;
+pub mod event;
 pub mod filter;
 pub mod health;
 pub mod json;
+pub mod keyring;
 pub mod kv;
+pub mod members;
 pub mod operator;
 pub mod render;
+pub mod session;
 pub mod snapshot;
 pub mod status;
+pub mod txn;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
@@ -359,16 +365,15 @@ pub enum Outcome {
     Leader(LeaderOp),
     /// This server cannot answer; run the request on the leader.
     Forward,
-    /// The answer comes from another task on this agent (the local agent state on shard
-    /// 0); await the future, then let it write the response.
-    Async(AsyncReply),
+    /// Local work that must wait (a gossip join, leave, keyring query, event wait); the
+    /// future yields how to answer.
+    Async(AsyncOp),
 }
 
-/// Writes a response once an asynchronous answer is ready.
+/// Writes the answer of an [`Outcome::Async`] once its work is done.
 pub type AsyncResponder = Box<dyn FnOnce(&mut Reply)>;
-
-/// A future producing an [`AsyncResponder`], for [`Outcome::Async`].
-pub type AsyncReply = std::pin::Pin<Box<dyn std::future::Future<Output = AsyncResponder>>>;
+/// The work of an [`Outcome::Async`]; it runs on the shard that took the request.
+pub type AsyncOp = std::pin::Pin<Box<dyn std::future::Future<Output = AsyncResponder>>>;
 
 /// Work only the leader does, answered once it is done.
 pub enum LeaderOp {
@@ -532,6 +537,18 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
     if let Some(outcome) = catalog::route(shard, request, reply) {
         return outcome;
     }
+    if let Some(outcome) = gossip_route(shard, request, reply) {
+        return outcome;
+    }
+    if let Some(outcome) = session::route(shard, request, reply) {
+        return outcome;
+    }
+    if path == "/v1/txn" {
+        if !allow(request, reply, &["PUT"])? {
+            return Ok(Outcome::Done);
+        }
+        return txn::handle(shard, request, reply);
+    }
     if let Some(outcome) = agent_local::route(shard, request, reply) {
         return outcome;
     }
@@ -568,4 +585,17 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         }
         _ => unreachable!("every path in the method table has a handler"),
     }
+}
+
+/// The endpoints served from the gossip pool: members, join/leave, events, keyring,
+/// coordinates.
+fn gossip_route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    members::route(shard, request, reply)
+        .or_else(|| event::route(shard, request, reply))
+        .or_else(|| keyring::route(shard, request, reply))
+        .or_else(|| coordinate::route(shard, request, reply))
 }

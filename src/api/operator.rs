@@ -78,7 +78,7 @@ pub fn remove_peer(
     Ok(Outcome::Leader(LeaderOp::Operator {
         op: OperatorOp::RemovePeer { id, address },
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.send(200, None, b"", b""),
+            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.send(200, None, b"", b""),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
         }),
     }))
@@ -98,7 +98,9 @@ pub fn transfer_leader(
     Ok(Outcome::Leader(LeaderOp::Operator {
         op: OperatorOp::TransferLeader { id },
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.json(200, b"", &json!({ "Success": true })),
+            CommandResult::Bool(_) | CommandResult::Txn(_) => {
+                reply.json(200, b"", &json!({ "Success": true }))
+            }
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
         }),
     }))

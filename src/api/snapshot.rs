@@ -55,7 +55,7 @@ pub fn restore(shard: &Shard, request: &Request, _reply: &mut Reply) -> Result<O
     Ok(Outcome::Leader(LeaderOp::Restore {
         state: archive.state,
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.send(200, None, b"", b""),
+            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.send(200, None, b"", b""),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
         }),
     }))

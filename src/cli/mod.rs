@@ -10,11 +10,14 @@
 pub mod agent;
 pub mod catalog;
 pub mod client;
+pub mod gossip;
 pub mod kv;
+pub mod lock;
 pub mod maint;
 pub mod operator;
 pub mod services;
 pub mod snapshot;
+pub mod watch;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -50,8 +53,29 @@ pub enum Command {
     /// Saves, restores and inspects snapshots of the cluster state.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
+    /// Runs a command while holding a lock (or, with -n > 1, a semaphore slot).
+    Lock(Box<lock::LockArgs>),
+    /// Watches a view (key, prefix, services, nodes, service, checks, event) and runs a
+    /// handler on every change.
+    Watch(Box<watch::WatchArgs>),
     /// Prints the Consul API version praetor implements and praetor's own version.
     Version,
+    /// Lists the members of the agent's gossip pool.
+    Members(gossip::MembersArgs),
+    /// Tells the agent to join a gossip pool through the given addresses.
+    Join(gossip::JoinArgs),
+    /// Makes the agent leave the cluster gracefully and shut down.
+    Leave(gossip::LeaveArgs),
+    /// Forces a failed member into the left state (or forgets it with -prune).
+    ForceLeave(gossip::ForceLeaveArgs),
+    /// Fires a user event to the cluster.
+    Event(gossip::EventArgs),
+    /// Generates a new gossip encryption key.
+    Keygen,
+    /// Lists, installs, switches and removes gossip encryption keys across the pool.
+    Keyring(gossip::KeyringArgs),
+    /// Estimates the round-trip time between two nodes from their network coordinates.
+    Rtt(gossip::RttArgs),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them.
@@ -82,6 +106,17 @@ impl HttpFlags {
     }
 }
 
+/// Commands whose trailing arguments are a child command line: after this many positional
+/// arguments, everything passes through untouched, as Go's flag parsing stops at the first
+/// non-flag argument (`lock PREFIX CMD…`, `watch … CMD…`).
+fn leading_positionals_before_child(command: &str) -> Option<usize> {
+    match command {
+        "lock" => Some(1),
+        "watch" => Some(0),
+        _ => None,
+    }
+}
+
 /// Adds a dash to single-dash long flags that the command tree knows.
 pub fn normalize_args(args: Vec<String>, command: &clap::Command) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
@@ -91,6 +126,10 @@ pub fn normalize_args(args: Vec<String>, command: &clap::Command) -> Vec<String>
         out.push(program);
     }
     let mut passthrough = false;
+    // For commands with a child command line: positionals still expected before it, and
+    // whether the previous argument was a flag waiting for its value.
+    let mut positionals_left: Option<usize> = None;
+    let mut value_expected = false;
     for arg in iter {
         if passthrough {
             out.push(arg);
@@ -101,8 +140,48 @@ pub fn normalize_args(args: Vec<String>, command: &clap::Command) -> Vec<String>
             out.push(arg);
             continue;
         }
+        if let Some(left) = positionals_left {
+            if value_expected {
+                value_expected = false;
+                out.push(arg);
+                continue;
+            }
+            if !arg.starts_with('-') || arg == "-" {
+                if left == 0 {
+                    // The child command starts here; `--` keeps clap off its flags.
+                    out.push("--".to_string());
+                    out.push(arg);
+                    passthrough = true;
+                } else {
+                    out.push(arg);
+                    positionals_left = Some(left - 1);
+                    if left == 1 {
+                        out.push("--".to_string());
+                        passthrough = true;
+                    }
+                }
+                continue;
+            }
+            let name = arg.trim_start_matches('-').split('=').next().unwrap_or("");
+            let known = current.get_arguments().find(|a| {
+                a.get_long() == Some(name) || a.get_short().is_some_and(|c| name == c.to_string())
+            });
+            if let Some(flag) = known {
+                value_expected = !arg.contains('=')
+                    && flag.get_action().takes_values()
+                    && !flag.is_require_equals_set();
+                let is_long = flag.get_long() == Some(name) && name.len() > 1;
+                if is_long && !arg.starts_with("--") {
+                    out.push(format!("-{arg}"));
+                    continue;
+                }
+            }
+            out.push(arg);
+            continue;
+        }
         if let Some(sub) = current.find_subcommand(&arg) {
             current = sub.clone();
+            positionals_left = leading_positionals_before_child(&arg);
             out.push(arg);
             continue;
         }
@@ -145,6 +224,16 @@ pub fn main() -> i32 {
         Command::Maint(args) => maint::run(args),
         Command::Operator(command) => operator::run(command),
         Command::Snapshot(command) => snapshot::run(command),
+        Command::Members(args) => gossip::members(args),
+        Command::Join(args) => gossip::join(args),
+        Command::Leave(args) => gossip::leave(args),
+        Command::ForceLeave(args) => gossip::force_leave(args),
+        Command::Event(args) => gossip::event(args),
+        Command::Keygen => gossip::keygen(),
+        Command::Keyring(args) => gossip::keyring(args),
+        Command::Rtt(args) => gossip::rtt(args),
+        Command::Lock(args) => lock::run(*args),
+        Command::Watch(args) => watch::run(*args),
         Command::Version => {
             println!("Consul v{}", crate::CONSUL_API_VERSION);
             println!("praetor v{}", crate::PRAETOR_VERSION);
@@ -196,6 +285,104 @@ mod tests {
             normalized(&["praetor", "kv", "put", "-flags=3", "key", "-not-a-flag"]),
             vec!["praetor", "kv", "put", "--flags=3", "key", "-not-a-flag"]
         );
+    }
+
+    #[test]
+    fn lock_child_commands_pass_through_untouched() {
+        assert_eq!(
+            normalized(&[
+                "praetor",
+                "lock",
+                "-n",
+                "2",
+                "-name=x",
+                "-timeout",
+                "5s",
+                "-verbose",
+                "-shell=false",
+                "svc/leader",
+                "ls",
+                "-name",
+                "-la",
+                "--",
+                "-n"
+            ]),
+            vec![
+                "praetor",
+                "lock",
+                "-n",
+                "2",
+                "--name=x",
+                "--timeout",
+                "5s",
+                "--verbose",
+                "--shell=false",
+                "svc/leader",
+                "--",
+                "ls",
+                "-name",
+                "-la",
+                "--",
+                "-n"
+            ]
+        );
+        let cli = Cli::try_parse_from(normalized(&[
+            "praetor",
+            "lock",
+            "-n=3",
+            "-http-addr",
+            "1.2.3.4:8500",
+            "p",
+            "sh",
+            "-c",
+            "echo -n hi",
+        ]))
+        .unwrap();
+        let Command::Lock(lock) = cli.command else {
+            panic!("expected lock")
+        };
+        assert_eq!(lock.limit, 3);
+        assert_eq!(lock.prefix.as_deref(), Some("p"));
+        assert_eq!(lock.child, vec!["sh", "-c", "echo -n hi"]);
+        assert_eq!(lock.http.http_addr.as_deref(), Some("1.2.3.4:8500"));
+        assert!(lock.shell);
+        // A prefix alone: the child is missing and `run` says so.
+        let cli = Cli::try_parse_from(normalized(&["praetor", "lock", "p"])).unwrap();
+        let Command::Lock(lock) = cli.command else {
+            panic!("expected lock")
+        };
+        assert!(lock.child.is_empty());
+    }
+
+    #[test]
+    fn watch_handlers_pass_through_untouched() {
+        let cli = Cli::try_parse_from(normalized(&[
+            "praetor",
+            "watch",
+            "-type=key",
+            "-key",
+            "k",
+            "-passingonly",
+            "cat",
+            "-n",
+        ]))
+        .unwrap();
+        let Command::Watch(watch) = cli.command else {
+            panic!("expected watch")
+        };
+        assert_eq!(watch.watch_type.as_deref(), Some("key"));
+        assert_eq!(watch.key.as_deref(), Some("k"));
+        assert!(watch.passingonly);
+        assert_eq!(watch.child, vec!["cat", "-n"]);
+        let cli = Cli::try_parse_from(normalized(&[
+            "praetor", "watch", "-type", "nodes", "-handler", "cat -n",
+        ]))
+        .unwrap();
+        let Command::Watch(watch) = cli.command else {
+            panic!("expected watch")
+        };
+        assert_eq!(watch.handler.as_deref(), Some("cat -n"));
+        assert!(watch.child.is_empty());
     }
 
     #[test]

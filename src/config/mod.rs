@@ -14,6 +14,14 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Consul's default `raft_snapshot_threshold`, in applied entries.
+pub const RAFT_SNAPSHOT_THRESHOLD_ENTRIES_DEFAULT: u64 = 16_384;
+/// Consul's default `raft_trailing_logs`, in entries.
+pub const RAFT_TRAILING_LOGS_ENTRIES_DEFAULT: u64 = 10_240;
+/// Upper bound for both raft entry-count settings: far above any sensible value, low enough
+/// that a typo cannot make the log grow without bound.
+const RAFT_ENTRIES_SETTING_MAX: i64 = 100_000_000;
+
 /// Consul's default `kv_max_value_size`: 512 KiB.
 pub const KV_MAX_VALUE_SIZE_DEFAULT: usize = 512 * 1024;
 /// Consul's default `txn_max_req_len`: 512 KiB.
@@ -68,6 +76,11 @@ pub struct AgentConfig {
     pub start_join: Vec<String>,
     pub kv_max_value_size: usize,
     pub txn_max_req_len: usize,
+    /// Applied entries between snapshots (Consul's `raft_snapshot_threshold`, default 16384).
+    pub raft_snapshot_threshold_entries: u64,
+    /// Entries kept in the log below a snapshot so that slightly lagging followers catch up
+    /// from the log instead of a snapshot (Consul's `raft_trailing_logs`, default 10240).
+    pub raft_trailing_logs_entries: u64,
     pub ui: bool,
     /// `domain`, `alt_domain`, `recursors` and `dns_config.*`.
     pub dns: DnsConfig,
@@ -459,6 +472,20 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     if kv_max_value_size <= 0 || txn_max_req_len <= 0 {
         return Err("kv_max_value_size and txn_max_req_len must be positive".to_string());
     }
+    let raft_snapshot_threshold_entries = get_i64(&raw, "raft_snapshot_threshold")?
+        .unwrap_or(RAFT_SNAPSHOT_THRESHOLD_ENTRIES_DEFAULT as i64);
+    if !(1..=RAFT_ENTRIES_SETTING_MAX).contains(&raft_snapshot_threshold_entries) {
+        return Err(format!(
+            "raft_snapshot_threshold: {raft_snapshot_threshold_entries} is out of range 1..={RAFT_ENTRIES_SETTING_MAX}"
+        ));
+    }
+    let raft_trailing_logs_entries =
+        get_i64(&raw, "raft_trailing_logs")?.unwrap_or(RAFT_TRAILING_LOGS_ENTRIES_DEFAULT as i64);
+    if !(0..=RAFT_ENTRIES_SETTING_MAX).contains(&raft_trailing_logs_entries) {
+        return Err(format!(
+            "raft_trailing_logs: {raft_trailing_logs_entries} is out of range 0..={RAFT_ENTRIES_SETTING_MAX}"
+        ));
+    }
     let mut unknown_keys: Vec<String> = raw
         .keys()
         .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
@@ -485,6 +512,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         start_join: get_strings(&raw, "start_join")?,
         kv_max_value_size: kv_max_value_size as usize,
         txn_max_req_len: txn_max_req_len as usize,
+        raft_snapshot_threshold_entries: raft_snapshot_threshold_entries as u64,
+        raft_trailing_logs_entries: raft_trailing_logs_entries as u64,
         ui: get_bool(&raw, "ui")?.unwrap_or(false),
         dns: dns_config_from(&raw)?,
         raw,

@@ -48,11 +48,32 @@ struct PendingRead {
 }
 
 /// A snapshot being received from the leader.
+///
+/// Chunks are kept as received and joined once, into a buffer of exactly the snapshot's size,
+/// when the last one arrives: growing one buffer as chunks come in copied a gigabyte-sized
+/// snapshot several times (and overshot its size by up to 2×). Memory still follows the bytes
+/// actually received, so a peer announcing a huge size cannot make us allocate it up front.
 #[derive(Debug)]
 struct IncomingSnapshot {
     meta: SnapshotMeta,
     total_bytes: u64,
-    buffer: BytesMut,
+    chunks: Vec<Bytes>,
+    received_bytes: u64,
+}
+
+impl IncomingSnapshot {
+    fn join(&self) -> Bytes {
+        debug_assert_eq!(self.received_bytes, self.total_bytes);
+        if let [only] = self.chunks.as_slice() {
+            return only.clone();
+        }
+        let mut joined = BytesMut::with_capacity(self.received_bytes as usize);
+        for chunk in &self.chunks {
+            joined.extend_from_slice(chunk);
+        }
+        assert_eq!(joined.len() as u64, self.total_bytes);
+        joined.freeze()
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -61,10 +82,6 @@ enum VoteTally {
     Lost,
     Pending,
 }
-
-/// Initial capacity of a snapshot receive buffer; it grows with the data actually received so
-/// a peer announcing a huge size cannot make us allocate it up front.
-const SNAPSHOT_BUFFER_INITIAL_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The Raft state machine of one server. See the module documentation.
 #[derive(Debug)]
@@ -1416,32 +1433,34 @@ impl RaftCore {
                 self.send(from, respond(0, true, false));
                 return;
             }
-            let capacity = total_bytes.min(SNAPSHOT_BUFFER_INITIAL_BYTES) as usize;
             self.incoming_snapshot = Some(IncomingSnapshot {
                 meta: meta.clone(),
                 total_bytes,
-                buffer: BytesMut::with_capacity(capacity),
+                chunks: Vec::new(),
+                received_bytes: 0,
             });
         }
         let incoming = self.incoming_snapshot.as_mut().expect("set above");
-        let have = incoming.buffer.len() as u64;
+        let have = incoming.received_bytes;
         if offset > have {
             self.send(from, respond(have, true, false));
             return;
         }
         let end = offset + chunk.len() as u64;
         if end > have {
+            // A retransmitted chunk may overlap what we hold; keep only its new tail.
             incoming
-                .buffer
-                .extend_from_slice(&chunk[(have - offset) as usize..]);
+                .chunks
+                .push(chunk.slice((have - offset) as usize..));
+            incoming.received_bytes = end;
         }
-        let have = incoming.buffer.len() as u64;
+        let have = incoming.received_bytes;
         if have < total_bytes {
             self.send(from, respond(have, false, false));
             return;
         }
         let incoming = self.incoming_snapshot.take().expect("set above");
-        let data = incoming.buffer.freeze();
+        let data = incoming.join();
         self.install_snapshot(incoming.meta, data);
         self.send_after_persist(from, respond(total_bytes, false, true));
     }

@@ -101,6 +101,36 @@ pub fn lan_pool(
     Ok(gossip_pair(DriverConfig::new(gossip, bind)))
 }
 
+/// Builds a server's WAN pool (`<node>.<dc>` on `serf_wan`, Consul's WAN timings) when
+/// it runs one; client agents and `-serf-wan-port=-1` have none.
+pub fn wan_pool(
+    config: &AgentConfig,
+    node_id: &str,
+) -> Result<Option<(GossipHandle, GossipDriver)>, String> {
+    if !config.server || config.ports.serf_wan < 0 {
+        return Ok(None);
+    }
+    let advertise = config.advertise();
+    let port = config.ports.serf_wan as u16;
+    let name = format!("{}.{}", config.node_name, config.datacenter);
+    let mut gossip = GossipConfig::consul_wan(name, advertise, port);
+    let mut tags = lan_tags(config, node_id);
+    // The WAN pool has no network segments and is itself the WAN join target.
+    tags.remove("segment");
+    tags.remove("wan_join_port");
+    gossip.tags = tags;
+    gossip.keys = encryption_keys(config)?;
+    let bind = SocketAddr::new(
+        if config.bind_addr.is_unspecified() {
+            config.bind_addr
+        } else {
+            advertise
+        },
+        port,
+    );
+    Ok(Some(gossip_pair(DriverConfig::new(gossip, bind))))
+}
+
 /// A gossip member as a Raft server, if it is one.
 pub fn server_of(member: &MemberInfo) -> Option<ServerInfo> {
     if member.tags.get("role").map(String::as_str) != Some("consul") {
@@ -269,5 +299,77 @@ pub async fn client_router(
         {
             return;
         }
+    }
+}
+
+/// How often a server checks that every server of its datacenter is in the WAN pool.
+const WAN_FLOOD_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A server's WAN pool upkeep: joins `start_join_wan` / `retry_join_wan` (retrying the
+/// latter until it succeeds), and floods the datacenter's servers from the LAN pool into
+/// the WAN pool through their `wan_join_port` tags, as Consul's flood joiner does, so
+/// every server of a datacenter is in the WAN pool without configuration.
+pub async fn wan_loop(shared: Arc<Shared>, lan: GossipHandle, wan: GossipHandle) {
+    let raw_list = |key: &str| -> Vec<String> {
+        match shared.config.raw.get(key) {
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            Some(serde_json::Value::String(one)) => vec![one.clone()],
+            _ => Vec::new(),
+        }
+    };
+    let start = raw_list("start_join_wan");
+    if !start.is_empty() {
+        match wan.join(&start).await {
+            Ok(n) => log::info!("agent: joined {n} nodes via -join-wan"),
+            Err(e) => log::warn!("agent: -join-wan failed: {e}"),
+        }
+    }
+    let mut retry = raw_list("retry_join_wan");
+    let datacenter = shared.config.datacenter.clone();
+    loop {
+        if shared
+            .shutting_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        if !retry.is_empty() {
+            match wan.join(&retry).await {
+                Ok(n) if n > 0 => {
+                    log::info!("agent: joined {n} nodes via -retry-join-wan");
+                    retry.clear();
+                }
+                Ok(_) => log::warn!("agent: -retry-join-wan reached no node"),
+                Err(e) => log::warn!("agent: -retry-join-wan failed: {e}"),
+            }
+        }
+        let wan_members = wan.members();
+        for member in lan.members().iter() {
+            let Some(server) = server_of(member) else {
+                continue;
+            };
+            if !server.alive || server.datacenter != datacenter || member.name == lan.local_name() {
+                continue;
+            }
+            let wan_name = format!("{}.{}", member.name, datacenter);
+            if wan_members.iter().any(|m| m.name == wan_name) {
+                continue;
+            }
+            let Some(port) = member
+                .tags
+                .get("wan_join_port")
+                .and_then(|p| p.parse::<u16>().ok())
+            else {
+                continue;
+            };
+            let address = SocketAddr::new(member.addr, port).to_string();
+            if let Err(e) = wan.join(&[address]).await {
+                log::debug!("agent: WAN flood join of {wan_name} failed: {e}");
+            }
+        }
+        monoio::time::sleep(WAN_FLOOD_INTERVAL).await;
     }
 }

@@ -27,7 +27,9 @@ use monoio::net::{TcpListener, TcpStream};
 use rand::Rng;
 
 use crate::gossip::coordinate::Coordinate;
-use crate::gossip::{Gossip, GossipConfig, GossipEvent, KeyOp, KeyOpResult, MemberInfo, Output};
+use crate::gossip::{
+    Gossip, GossipConfig, GossipEvent, KeyOp, KeyOpResult, MemberInfo, Output, UserEvent,
+};
 
 /// Largest UDP datagram read (the IP limit; memberlist packets are ~1400 bytes).
 const UDP_DATAGRAM_BYTES_MAX: usize = 65_536;
@@ -97,6 +99,8 @@ struct Shared {
     local_addr: ArcSwap<Option<SocketAddr>>,
     commands: flume::Sender<Command>,
     events: flume::Receiver<GossipEvent>,
+    /// User events only, so that a consumer of membership events cannot swallow them.
+    user_events: flume::Receiver<UserEvent>,
     dropped_events: AtomicU64,
 }
 
@@ -132,12 +136,14 @@ pub struct GossipDriver {
     shared: Arc<Shared>,
     commands: flume::Receiver<Command>,
     events: flume::Sender<GossipEvent>,
+    user_events: flume::Sender<UserEvent>,
 }
 
 /// Creates a handle and the driver that serves it.
 pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
     let (cmd_tx, cmd_rx) = flume::unbounded();
     let (ev_tx, ev_rx) = flume::bounded(config.event_capacity.max(1));
+    let (user_tx, user_rx) = flume::bounded(config.event_capacity.max(1));
     let shared = Arc::new(Shared {
         local_name: config.gossip.node_name.clone(),
         default_port: config.gossip.advertise_port,
@@ -150,6 +156,7 @@ pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
         local_addr: ArcSwap::from_pointee(None),
         commands: cmd_tx,
         events: ev_rx,
+        user_events: user_rx,
         dropped_events: AtomicU64::new(0),
     });
     let handle = GossipHandle {
@@ -162,6 +169,7 @@ pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
             shared,
             commands: cmd_rx,
             events: ev_tx,
+            user_events: user_tx,
         },
     )
 }
@@ -220,6 +228,28 @@ impl GossipHandle {
     /// Membership and user events. Every clone of the handle shares one receiver.
     pub fn events(&self) -> flume::Receiver<GossipEvent> {
         self.shared.events.clone()
+    }
+
+    /// User events alone, on a channel of their own (also delivered on [`Self::events`]).
+    /// Every clone of the handle shares one receiver.
+    pub fn user_events(&self) -> flume::Receiver<UserEvent> {
+        self.shared.user_events.clone()
+    }
+
+    /// serf's estimated round-trip time between two nodes from their Vivaldi
+    /// coordinates, if both are known (this node's own name included).
+    pub fn rtt_between(&self, a: &str, b: &str) -> Option<Duration> {
+        let coordinates = self.coordinates();
+        let local = self.local_coordinate();
+        let lookup = |name: &str| {
+            if name == self.local_name() {
+                Some((*local).clone())
+            } else {
+                coordinates.get(name).cloned()
+            }
+        };
+        let seconds = crate::gossip::coordinate::distance_seconds(&lookup(a)?, &lookup(b)?);
+        Duration::try_from_secs_f64(seconds).ok()
     }
 
     /// Events dropped because nobody drained the channel.
@@ -325,6 +355,7 @@ struct State {
     udp: UdpSocket,
     shared: Arc<Shared>,
     events: flume::Sender<GossipEvent>,
+    user_events: flume::Sender<UserEvent>,
     wake: flume::Sender<()>,
     tcp_timeout: Duration,
     members_version: Cell<u64>,
@@ -401,6 +432,11 @@ async fn flush(st: &Rc<State>) {
                     });
                 }
                 Output::Event(e) => {
+                    if let GossipEvent::User(user) = &e {
+                        if st.user_events.try_send(user.clone()).is_err() {
+                            st.shared.dropped_events.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                     if st.events.try_send(e).is_err() {
                         st.shared.dropped_events.fetch_add(1, Ordering::Relaxed);
                     }
@@ -533,6 +569,7 @@ impl GossipDriver {
             shared,
             commands,
             events,
+            user_events,
         } = self;
         let udp = bind_gossip_udp(config.bind).await?;
         let bound = udp.local_addr()?;
@@ -553,6 +590,7 @@ impl GossipDriver {
             udp,
             shared,
             events,
+            user_events,
             wake: wake_tx,
             tcp_timeout: config.gossip.tcp_timeout,
             members_version: Cell::new(u64::MAX),

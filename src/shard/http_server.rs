@@ -52,6 +52,9 @@ pub const FORWARD_HOPS_MAX: u32 = 3;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 /// Header carrying the forward hop count between servers.
 const FORWARDED_HEADER: &str = "X-Praetor-Forwarded";
+/// The node of the agent a forwarded request first arrived at, added by its first hop: the
+/// node Consul defaults to when a request names none (a session's `Node`).
+pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
 /// How long a refused request's remaining bytes are drained before closing.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most bytes drained after a refused request.
@@ -234,7 +237,13 @@ fn dispatch_buffered(
             let outcome = api::dispatch(shard, &req, &mut reply);
             let forward = match outcome {
                 Outcome::Forward => Some((
-                    reframe_for_forwarding(input, head, request.body, hops + 1),
+                    reframe_for_forwarding(
+                        input,
+                        head,
+                        request.body,
+                        hops + 1,
+                        &shard.config().node_name,
+                    ),
                     forward_timeout,
                 )),
                 _ => None,
@@ -294,7 +303,13 @@ fn forward_timeout_for(query: &QueryParams) -> Duration {
 
 /// Rebuilds a request for another server: the same method, target and headers, with the
 /// body framed by `Content-Length` and the hop count updated.
-fn reframe_for_forwarding(input: &[u8], head: &RequestHead, body: &[u8], hops: u32) -> Vec<u8> {
+fn reframe_for_forwarding(
+    input: &[u8],
+    head: &RequestHead,
+    body: &[u8],
+    hops: u32,
+    origin_node: &str,
+) -> Vec<u8> {
     let target_end = if head.query.end > head.query.start {
         head.query.end
     } else {
@@ -305,6 +320,13 @@ fn reframe_for_forwarding(input: &[u8], head: &RequestHead, body: &[u8], hops: u
     out.push(b' ');
     out.extend_from_slice(&input[head.path.start as usize..target_end as usize]);
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let has_origin = head.headers.iter().any(|h| {
+        input[h.name.start as usize..h.name.end as usize]
+            .eq_ignore_ascii_case(ORIGIN_NODE_HEADER.as_bytes())
+    });
+    if !has_origin {
+        out.extend_from_slice(format!("{ORIGIN_NODE_HEADER}: {origin_node}\r\n").as_bytes());
+    }
     for header in &head.headers {
         let name = &input[header.name.start as usize..header.name.end as usize];
         let dropped = [
@@ -485,7 +507,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
         else {
             return Ok(());
         };
-        if let Outcome::Block(_) = outcome {
+        if let Outcome::Block(_) | Outcome::Async(_) = outcome {
             // Parking may be long: send earlier pipelined answers and let go of the buffers.
             conn.flush().await?;
             if conn.input.is_empty() {
@@ -550,15 +572,6 @@ async fn complete(
             Ok(())
         }
         Outcome::Block(op) => park(shard, op, shape, output, watch).await,
-        Outcome::Async(future) => {
-            let respond = future.await;
-            respond(&mut Reply {
-                out: output,
-                keep_alive,
-                pretty,
-            });
-            Ok(())
-        }
         Outcome::Leader(LeaderOp::Operator { op, respond }) => {
             let result = Box::pin(shard.operator(op)).await;
             respond(
@@ -581,6 +594,15 @@ async fn complete(
                     pretty,
                 },
             );
+            Ok(())
+        }
+        Outcome::Async(work) => {
+            let respond = work.await;
+            respond(&mut Reply {
+                out: output,
+                keep_alive,
+                pretty,
+            });
             Ok(())
         }
         Outcome::Forward => {

@@ -16,6 +16,8 @@ pub mod peer_transport;
 pub mod raft_driver;
 pub mod rpc_server;
 pub mod runtime;
+pub mod session_timers;
+pub mod user_events;
 pub mod wal;
 pub mod watch;
 
@@ -214,6 +216,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         None
     };
 
+    let wan = cluster::wan_pool(&config, &node_id)?;
+
     let (raft_tx, raft_rx) = flume::bounded::<RaftInput>(RAFT_INBOX_CAPACITY);
     let mut shard_senders = Vec::with_capacity(shard_count);
     let mut shard_receivers = Vec::with_capacity(shard_count);
@@ -241,6 +245,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         rpc_address,
         gossip_lan: lan.as_ref().map(|(handle, _)| handle.clone()),
         agent: crate::agent::AgentChannel::new(),
+        gossip_wan: wan.as_ref().map(|(handle, _)| handle.clone()),
+        user_events: Arc::default(),
     });
 
     // Servers run the raft core thread; client agents have no log and forward every
@@ -256,7 +262,11 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             datacenter: config.datacenter.clone(),
             bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
             bootstrap_expect: config.bootstrap_expect,
-            raft_config: crate::raft::RaftConfig::new(raft_id),
+            raft_config: crate::raft::RaftConfig {
+                trailing_entries: config.raft_trailing_logs_entries,
+                ..crate::raft::RaftConfig::new(raft_id)
+            },
+            snapshot_threshold_entries: config.raft_snapshot_threshold_entries,
         };
         let (driver, version) = raft_driver::open(
             driver_config,
@@ -352,6 +362,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let mut shard_threads = Vec::with_capacity(shard_count);
     let mut lan_driver = lan.map(|(_, driver)| driver);
+    let mut wan_driver = wan.map(|(_, driver)| driver);
     for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
         let shared = shared.clone();
         let dns_settings = dns_settings.clone();
@@ -362,6 +373,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             Some(cores[id % cores.len()])
         };
         let gossip = if id == 0 { lan_driver.take() } else { None };
+        let gossip_wan = if id == 0 { wan_driver.take() } else { None };
         let router = if id == 0 { client_senders.take() } else { None };
         let thread = std::thread::Builder::new()
             .name(format!("praetor-shard-{id}"))
@@ -376,6 +388,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                     inbox,
                     listeners: shard_listeners,
                     gossip,
+                    gossip_wan,
                     client_router: router,
                     dns_settings,
                 });
@@ -413,6 +426,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     if let Some(gossip) = &shared.gossip_lan {
         gossip.shutdown();
     }
+    if let Some(gossip) = &shared.gossip_wan {
+        gossip.shutdown();
+    }
     for thread in shard_threads {
         let _ = thread.join();
     }
@@ -441,6 +457,8 @@ struct ShardStart {
     listeners: ShardListeners,
     /// Shard 0 runs the LAN gossip driver.
     gossip: Option<gossip::GossipDriver>,
+    /// Shard 0 of a server also runs the WAN gossip driver.
+    gossip_wan: Option<gossip::GossipDriver>,
     /// On a client agent, shard 0 routes every shard to a server.
     client_router: Option<Vec<flume::Sender<ShardMessage>>>,
     dns_settings: Arc<crate::dns::DnsSettings>,
@@ -456,6 +474,7 @@ fn run_shard(start: ShardStart) {
         inbox,
         listeners,
         gossip,
+        gossip_wan,
         client_router,
         dns_settings,
     } = start;
@@ -520,6 +539,15 @@ fn run_shard(start: ShardStart) {
                 None => {
                     monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
                 }
+            }
+            monoio::spawn(user_events::ingest_loop(shard.clone(), handle.clone()));
+            if let (Some(driver), Some(wan)) = (gossip_wan, shared.gossip_wan.clone()) {
+                monoio::spawn(async move {
+                    if let Err(e) = driver.run().await {
+                        log::error!("gossip: WAN pool stopped: {e}");
+                    }
+                });
+                monoio::spawn(cluster::wan_loop(shared.clone(), handle.clone(), wan));
             }
             monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
         }

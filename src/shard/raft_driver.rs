@@ -31,21 +31,22 @@ use crate::shard::runtime::{
     shard_of_request, AppliedBatch, ClusterStatus, OperatorOp, PeerHealth, RaftInput, RaftServer,
     ServerInfo, ShardMessage, Shared,
 };
+use crate::shard::session_timers::SessionTimers;
 use crate::shard::wal::{self, Wal, WalEntry, WalHardState, WalSnapshot};
+use crate::store::command::{split_stamp, stamp_entry};
 use crate::store::kv::KvOp;
+use crate::store::session::{self, SessionOp};
 use crate::store::{Change, Command, CommandResult, StoreVersion, Tables};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often the core is ticked when no input arrives.
 const TICK_INTERVAL: Duration = Duration::from_millis(10);
 /// Inputs taken from the inbox per loop iteration; bounds the latency one iteration adds.
 const INPUTS_PER_ITERATION_MAX: usize = 8192;
-/// Applied entries after which a snapshot is taken (Consul's `raft_snapshot_threshold`).
-pub const SNAPSHOT_THRESHOLD_ENTRIES: u64 = 16_384;
 /// How long a KV tombstone lives before the leader reaps it (Consul's `tombstone_ttl`).
 const TOMBSTONE_TTL: Duration = Duration::from_secs(15 * 60);
 /// How often the leader samples the index for tombstone reaping (Consul's granularity).
@@ -70,6 +71,8 @@ pub struct RaftDriverConfig {
     pub bootstrap_expect: u32,
     /// Raft timings scale (Consul's `raft_multiplier`, 1 = fastest).
     pub raft_config: RaftConfig,
+    /// Applied entries after which a snapshot is taken (`raft_snapshot_threshold`).
+    pub snapshot_threshold_entries: u64,
 }
 
 pub struct RaftDriver {
@@ -86,6 +89,7 @@ pub struct RaftDriver {
     datacenter: String,
     bootstrap_expect: u32,
     trailing_entries: u64,
+    snapshot_threshold_entries: u64,
     /// Proposals waiting for their entry: index → (term, request id).
     pending: BTreeMap<u64, (u64, u64)>,
     /// Results that cannot wait for an applied batch (refused requests), per shard.
@@ -118,6 +122,16 @@ pub struct RaftDriver {
     /// Servers as gossip last reported them, by raft id.
     servers: BTreeMap<u64, ServerInfo>,
     published_status: Arc<ClusterStatus>,
+    /// TTL timers of sessions; kept only while leading.
+    session_timers: SessionTimers,
+}
+
+/// This server's wall clock in Unix milliseconds: the stamp every proposed entry carries.
+fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn to_wal_entry(entry: &Entry) -> WalEntry {
@@ -272,6 +286,7 @@ pub fn open(
         datacenter: config.datacenter,
         bootstrap_expect: config.bootstrap_expect,
         trailing_entries,
+        snapshot_threshold_entries: config.snapshot_threshold_entries,
         pending: BTreeMap::new(),
         immediate_results: vec![Vec::new(); shard_count],
         reads_unsent: Vec::new(),
@@ -292,6 +307,7 @@ pub fn open(
         last_reconcile: Instant::now(),
         servers,
         published_status: Arc::new(ClusterStatus::default()),
+        session_timers: SessionTimers::default(),
     };
     Ok((driver, version))
 }
@@ -327,6 +343,7 @@ impl RaftDriver {
                 self.finish_snapshot(meta, snapshot);
             }
             self.process_ready();
+            self.expire_sessions();
             self.flush_immediate_results();
             self.publish_lease();
             if self.last_reconcile.elapsed() >= RECONCILE_INTERVAL {
@@ -365,7 +382,10 @@ impl RaftDriver {
             RaftInput::Propose {
                 request_id,
                 payload,
-            } => match self.core.propose(now, payload) {
+            } => match self.core.propose(
+                now,
+                bytes::Bytes::from(stamp_entry(wall_clock_ms(), &payload)),
+            ) {
                 Ok((index, term)) => {
                     self.pending.insert(index, (term, request_id));
                 }
@@ -458,6 +478,21 @@ impl RaftDriver {
                     address.or(id).unwrap_or_default()
                 )),
             },
+            OperatorOp::RenewSession { id } => {
+                if self.role != Role::Leader {
+                    Err("No cluster leader".to_string())
+                } else if let Some(session) = session::get(&self.tables, &id) {
+                    self.session_timers.reset(session, now);
+                    Ok(())
+                } else {
+                    if let Some(results) =
+                        self.immediate_results.get_mut(shard_of_request(request_id))
+                    {
+                        results.push((request_id, CommandResult::Bool(false)));
+                    }
+                    return;
+                }
+            }
             OperatorOp::TransferLeader { id } => {
                 let target = match id.as_deref() {
                     Some(id) => match find(&self.membership, &self.servers, Some(id), None) {
@@ -547,12 +582,24 @@ impl RaftDriver {
                 self.membership.members.keys().find(|id| {
                     **id != self.local_id && self.servers.get(id).is_some_and(|s| s.left)
                 });
-            let failed = self.membership.members.keys().find(|id| {
-                **id != self.local_id && self.servers.get(id).is_some_and(|s| !s.alive && !s.left)
-            });
+            let is_failed = |id: &NodeId| {
+                *id != self.local_id && self.servers.get(id).is_some_and(|s| !s.alive && !s.left)
+            };
+            let failed = self.membership.members.keys().find(|id| is_failed(id));
+            // A failed server goes once a replacement exists: either one is waiting to be
+            // added, or one was added before gossip declared the old one failed and the
+            // healthy voters alone already make the cluster's expected size.
+            let healthy_voters = self
+                .membership
+                .members
+                .keys()
+                .filter(|id| !is_failed(id))
+                .count();
+            let replaced =
+                !joined.is_empty() || healthy_voters >= self.bootstrap_expect.max(2) as usize;
             if let Some(id) = left {
                 Some(MembershipChange::Remove { id: *id })
-            } else if let (Some(id), false) = (failed, joined.is_empty()) {
+            } else if let (Some(id), true) = (failed, replaced) {
                 Some(MembershipChange::Remove { id: *id })
             } else {
                 joined.first().map(|s| MembershipChange::AddVoter {
@@ -620,8 +667,15 @@ impl RaftDriver {
                 let tables = Arc::make_mut(&mut self.tables);
                 for entry in &ready.committed {
                     let result = match entry.kind {
-                        EntryKind::Normal => match Command::decode(&entry.data) {
-                            Ok(command) => tables.apply(entry.index, &command, &mut changes),
+                        EntryKind::Normal => match split_stamp(&entry.data)
+                            .and_then(|(stamp, bytes)| Ok((stamp, Command::decode(bytes)?)))
+                        {
+                            Ok((stamp, command)) => {
+                                if let Some(stamp) = stamp {
+                                    tables.observe_leader_time(stamp);
+                                }
+                                tables.apply(entry.index, &command, &mut changes)
+                            }
                             // Every server fails the same way on the same bytes, so stopping
                             // here cannot make servers diverge.
                             Err(e) => {
@@ -671,6 +725,10 @@ impl RaftDriver {
                 }
             }
             let applied_something = !ready.committed.is_empty() || done.snapshot_restored.is_some();
+            if applied_something && self.role == Role::Leader {
+                self.session_timers
+                    .observe(&self.tables, &changes, self.now_ms());
+            }
             if applied_something || results.iter().any(|r| !r.is_empty()) {
                 self.publish(changes, results);
             }
@@ -793,8 +851,11 @@ impl RaftDriver {
             // The no-op the core appended on winning is the last entry right now.
             self.leader_term_start = Some(self.core.last_index());
             log::info!("raft: cluster leadership acquired (term {term})");
+            // Every TTL session gets a full timer from now, whatever the previous leader had.
+            self.session_timers.start_all(&self.tables, self.now_ms());
         } else if role != Role::Leader {
             self.leader_term_start = None;
+            self.session_timers.clear();
             if was_leader {
                 log::info!("raft: cluster leadership lost (term {term})");
                 // Whether these entries commit is now up to the next leader; the clients
@@ -945,7 +1006,7 @@ impl RaftDriver {
     }
 
     fn maybe_snapshot(&mut self) {
-        if self.tables.index >= self.last_snapshot_index + SNAPSHOT_THRESHOLD_ENTRIES {
+        if self.tables.index >= self.last_snapshot_index + self.snapshot_threshold_entries {
             self.start_snapshot();
         }
     }
@@ -1024,10 +1085,30 @@ impl RaftDriver {
         {
             return;
         }
-        let payload =
-            bytes::Bytes::from(Command::Kv(KvOp::ReapTombstones { up_to_index }).encode());
-        if let Err(e) = self.core.propose(self.now_ms(), payload) {
+        if let Err(e) = self.propose_internal(&Command::Kv(KvOp::ReapTombstones { up_to_index })) {
             log::debug!("raft: tombstone reap not proposed: {e}");
+        }
+    }
+
+    /// Proposes a command the leader itself originates (no client waits for it).
+    fn propose_internal(&mut self, command: &Command) -> Result<(), RaftError> {
+        let payload = bytes::Bytes::from(stamp_entry(wall_clock_ms(), &command.encode()));
+        self.core.propose(self.now_ms(), payload).map(|_| ())
+    }
+
+    /// On the leader: destroys every session whose TTL timer ran out, as Consul's
+    /// `invalidateSession` does. A proposal lost to a leadership change is harmless: the
+    /// next leader starts fresh timers.
+    fn expire_sessions(&mut self) {
+        if self.role != Role::Leader || self.session_timers.is_empty() {
+            return;
+        }
+        for id in self.session_timers.take_expired(self.now_ms()) {
+            log::debug!("raft: session {id} TTL expired");
+            let destroy = Command::Session(SessionOp::Destroy { id: id.to_string() });
+            if let Err(e) = self.propose_internal(&destroy) {
+                log::debug!("raft: session {id} invalidation not proposed: {e}");
+            }
         }
     }
 }

@@ -117,6 +117,11 @@ pub enum OperatorOp {
     TransferLeader {
         id: Option<String>,
     },
+    /// Restart a session's TTL timer; the leader keeps timers, renewals touch no log entry.
+    /// Answers `false` when the session does not exist.
+    RenewSession {
+        id: String,
+    },
 }
 
 /// What shards send the raft core.
@@ -177,6 +182,10 @@ pub struct Shared {
     pub gossip_lan: Option<crate::shard::gossip::GossipHandle>,
     /// How agent endpoints on any shard reach the agent on shard 0.
     pub agent: crate::agent::AgentChannel,
+    /// The WAN gossip pool, on servers with serf_wan enabled.
+    pub gossip_wan: Option<crate::shard::gossip::GossipHandle>,
+    /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
+    pub user_events: Arc<crate::shard::user_events::EventLog>,
 }
 
 impl Shared {
@@ -382,7 +391,7 @@ impl Shard {
             .submit(|request_id| RaftInput::ReadIndex { request_id })
             .await
         {
-            CommandResult::Bool(_) => {
+            CommandResult::Bool(_) | CommandResult::Txn(_) => {
                 self.catch_up();
                 Ok(())
             }

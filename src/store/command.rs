@@ -14,6 +14,9 @@ pub enum Command {
     Kv(KvOp),
     Restore(RestoreOp),
     Catalog(super::catalog::CatalogOp),
+    Session(super::session::SessionOp),
+    /// `/v1/txn` writes: every operation applies, or none does.
+    Txn(Vec<super::txn::TxnOp>),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.
@@ -23,10 +26,43 @@ pub enum CommandResult {
     Bool(bool),
     /// The command was refused; the text is the error Consul would report.
     Error(String),
+    /// A transaction's results or the errors that rolled it back.
+    Txn(Box<super::txn::TxnOutcome>),
 }
 
 /// First byte of an encoded command.
 const COMMAND_FORMAT_VERSION: u8 = 1;
+/// First byte of a Raft entry payload that carries the proposing leader's wall clock: the tag,
+/// 8 bytes of Unix milliseconds (little endian), then an encoded command. The raft driver
+/// stamps every proposal on the leader, so time-dependent state (lock-delays) is computed
+/// from the same bytes on every server.
+const STAMPED_ENTRY_TAG: u8 = 2;
+const STAMP_BYTES: usize = 8;
+
+/// Prefixes an encoded command with the leader's wall clock.
+pub fn stamp_entry(leader_time_ms: u64, command: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + STAMP_BYTES + command.len());
+    out.push(STAMPED_ENTRY_TAG);
+    out.extend_from_slice(&leader_time_ms.to_le_bytes());
+    out.extend_from_slice(command);
+    out
+}
+
+/// Splits a Raft entry payload into its stamp (absent in entries written before stamping)
+/// and the encoded command.
+pub fn split_stamp(entry: &[u8]) -> Result<(Option<u64>, &[u8]), String> {
+    match entry.split_first() {
+        Some((&STAMPED_ENTRY_TAG, rest)) => {
+            if rest.len() < STAMP_BYTES {
+                return Err("truncated entry stamp".to_string());
+            }
+            let (stamp, command) = rest.split_at(STAMP_BYTES);
+            let stamp = u64::from_le_bytes(stamp.try_into().expect("split at STAMP_BYTES"));
+            Ok((Some(stamp), command))
+        }
+        _ => Ok((None, entry)),
+    }
+}
 
 impl Command {
     pub fn encode(&self) -> Vec<u8> {
@@ -80,6 +116,19 @@ mod tests {
         for command in commands {
             assert_eq!(Command::decode(&command.encode()).unwrap(), command);
         }
+        let stamped = stamp_entry(
+            1_700_000_000_123,
+            &Command::Kv(KvOp::Delete { key: "k".into() }).encode(),
+        );
+        let (stamp, command) = split_stamp(&stamped).unwrap();
+        assert_eq!(stamp, Some(1_700_000_000_123));
+        assert_eq!(
+            Command::decode(command).unwrap(),
+            Command::Kv(KvOp::Delete { key: "k".into() })
+        );
+        let plain = Command::Kv(KvOp::Delete { key: "k".into() }).encode();
+        assert_eq!(split_stamp(&plain).unwrap(), (None, &plain[..]));
+        assert!(split_stamp(&[2, 1, 2]).is_err());
         assert!(Command::decode(&[]).is_err());
         assert!(Command::decode(&[7, 1, 2]).is_err());
         assert!(Command::decode(&[1, 0xc1]).is_err());

@@ -8,7 +8,13 @@
 //! Semantics follow Consul's state store: a set preserves the holder session; a set that
 //! changes nothing (same value, flags, session and lock index) does not bump `ModifyIndex`;
 //! `cas=0` means "only if absent"; a CAS delete of a missing key succeeds.
+//!
+//! Locks follow Consul's `kvsLockTxn`/`kvsUnlockTxn`: a lock needs a live session; the holder
+//! re-acquiring updates value and flags and keeps `LockIndex`; a new acquisition increments
+//! `LockIndex`; an unlock by the holder clears `Session` and keeps `LockIndex`. A key inside
+//! its lock-delay (set when a holding session was invalidated) cannot be locked.
 
+use super::session;
 use super::{Change, ChangeKey, CommandResult, Table, Tables};
 use bytes::Bytes;
 use imbl::OrdMap;
@@ -64,6 +70,30 @@ pub enum KvOp {
     ReapTombstones {
         up_to_index: u64,
     },
+    /// `?acquire=<session>`: take the lock for `session`, writing value and flags.
+    Lock {
+        key: String,
+        value: Bytes,
+        flags: u64,
+        session: String,
+    },
+    /// `?release=<session>`: give the lock up, writing value and flags.
+    Unlock {
+        key: String,
+        value: Bytes,
+        flags: u64,
+        session: String,
+    },
+}
+
+/// How a lock attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockOutcome {
+    Acquired,
+    /// Another session holds the key.
+    HeldByOther,
+    /// The key is inside the lock-delay of a session invalidated while holding it.
+    LockDelay,
 }
 
 pub(super) fn apply(
@@ -114,7 +144,11 @@ pub(super) fn apply(
                 .collect();
             if !doomed.is_empty() {
                 for key in &doomed {
-                    tables.kv.entries.remove(key);
+                    if let Some(old) = tables.kv.entries.remove(key) {
+                        if let Some(holder) = &old.session {
+                            session::unhold(tables, holder, key);
+                        }
+                    }
                 }
                 if !prefix.is_empty() {
                     tables
@@ -131,6 +165,24 @@ pub(super) fn apply(
             }
             CommandResult::Bool(true)
         }
+        KvOp::Lock {
+            key,
+            value,
+            flags,
+            session,
+        } => match lock(tables, index, key, value, *flags, session, changes) {
+            Ok(outcome) => CommandResult::Bool(outcome == LockOutcome::Acquired),
+            Err(reason) => CommandResult::Error(reason),
+        },
+        KvOp::Unlock {
+            key,
+            value,
+            flags,
+            session,
+        } => match unlock(tables, index, key, value, *flags, session, changes) {
+            Ok(released) => CommandResult::Bool(released),
+            Err(reason) => CommandResult::Error(reason),
+        },
         KvOp::ReapTombstones { up_to_index } => {
             // Reaping changes no visible row, so it wakes no watcher.
             let reaped: Vec<Arc<str>> = tables
@@ -187,11 +239,157 @@ fn set(
 
 fn delete(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
     if let Some(old) = tables.kv.entries.remove(key) {
+        if let Some(holder) = &old.session {
+            session::unhold(tables, holder, key);
+        }
         tables.kv.tombstones.insert(old.key.clone(), index);
         tables.bump_table(Table::Tombstones, index);
         tables.bump_table(Table::Kvs, index);
         changes.push(Change::key(Table::Kvs, &old.key));
     }
+}
+
+/// Deletes one key, leaving a tombstone (a session's delete behavior, a txn `delete`).
+pub(super) fn delete_key(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
+    delete(tables, index, key, changes);
+}
+
+/// Writes `key` as Consul's `kvsSetTxn` with `updateSession = true` does: `session` replaces
+/// the holder, `lock_index` is given, and an entry equal to the stored one writes nothing.
+#[allow(clippy::too_many_arguments)]
+fn write_locked(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    value: &Bytes,
+    flags: u64,
+    session: Option<Arc<str>>,
+    lock_index: u64,
+    changes: &mut Vec<Change>,
+) {
+    let existing = tables.kv.entries.get(key);
+    if let Some(e) = existing {
+        if e.value == *value
+            && e.flags == flags
+            && e.lock_index == lock_index
+            && e.session == session
+        {
+            return;
+        }
+    }
+    let (create_index, key_arc) = match existing {
+        Some(e) => (e.create_index, e.key.clone()),
+        None => (index, Arc::from(key)),
+    };
+    let entry = KvEntry {
+        key: key_arc.clone(),
+        value: value.clone(),
+        flags,
+        session,
+        lock_index,
+        create_index,
+        modify_index: index,
+    };
+    tables.kv.entries.insert(key_arc.clone(), Arc::new(entry));
+    tables.bump_table(Table::Kvs, index);
+    changes.push(Change::key(Table::Kvs, &key_arc));
+}
+
+/// Consul's lock: refused inside a lock-delay, an error without a live session, refused
+/// while another session holds the key.
+pub(super) fn lock(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    value: &Bytes,
+    flags: u64,
+    session_id: &str,
+    changes: &mut Vec<Change>,
+) -> Result<LockOutcome, String> {
+    session::prune_lock_delays(tables);
+    if session::lock_delay_active(tables, key) {
+        return Ok(LockOutcome::LockDelay);
+    }
+    if session_id.is_empty() {
+        return Err("missing session".to_string());
+    }
+    let Some(holder) = tables
+        .sessions
+        .sessions
+        .get(session_id)
+        .map(|s| s.id.clone())
+    else {
+        return Err(format!("invalid session {session_id:?}"));
+    };
+    let lock_index = match tables.kv.entries.get(key) {
+        Some(e) => match e.session.as_deref() {
+            Some(current) if current == &*holder => e.lock_index,
+            Some(_) => return Ok(LockOutcome::HeldByOther),
+            None => e.lock_index + 1,
+        },
+        None => 1,
+    };
+    write_locked(
+        tables,
+        index,
+        key,
+        value,
+        flags,
+        Some(holder.clone()),
+        lock_index,
+        changes,
+    );
+    let key_arc = tables
+        .kv
+        .entries
+        .get(key)
+        .map(|e| e.key.clone())
+        .expect("the lock wrote the key");
+    session::hold(tables, &holder, &key_arc);
+    Ok(LockOutcome::Acquired)
+}
+
+/// Consul's unlock: only the holder may, and the key keeps its `LockIndex`.
+pub(super) fn unlock(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    value: &Bytes,
+    flags: u64,
+    session_id: &str,
+    changes: &mut Vec<Change>,
+) -> Result<bool, String> {
+    if session_id.is_empty() {
+        return Err("missing session".to_string());
+    }
+    let Some(existing) = tables.kv.entries.get(key) else {
+        return Ok(false);
+    };
+    if existing.session.as_deref() != Some(session_id) {
+        return Ok(false);
+    }
+    let lock_index = existing.lock_index;
+    write_locked(tables, index, key, value, flags, None, lock_index, changes);
+    session::unhold(tables, session_id, key);
+    Ok(true)
+}
+
+/// Clears the holder of `key`, keeping value, flags and `LockIndex` (a session's release
+/// behavior on invalidation).
+pub(super) fn clear_session(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
+    let Some(existing) = tables.kv.entries.get(key).cloned() else {
+        return;
+    };
+    write_locked(
+        tables,
+        index,
+        key,
+        &existing.value,
+        existing.flags,
+        None,
+        existing.lock_index,
+        changes,
+    );
 }
 
 /// Iterates over the rows whose key starts with `prefix`, in key order.

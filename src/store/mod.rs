@@ -20,6 +20,8 @@ pub mod catalog;
 pub mod command;
 pub mod kv;
 pub mod restore;
+pub mod session;
+pub mod txn;
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -121,6 +123,12 @@ pub struct Tables {
     pub kv: kv::KvTables,
     #[serde(default)]
     pub catalog: catalog::CatalogTables,
+    #[serde(default)]
+    pub sessions: session::SessionTables,
+    /// The proposing leader's wall clock (Unix ms) carried by the newest applied entry, never
+    /// decreasing: the clock lock-delays are measured on (see `session`).
+    #[serde(default)]
+    pub leader_time_ms: u64,
     /// A snapshot restore whose chunks are still arriving.
     #[serde(default)]
     pub restore: Option<restore::RestoreStaging>,
@@ -175,7 +183,16 @@ impl Tables {
             Command::Kv(op) => kv::apply(self, index, op, changes),
             Command::Catalog(op) => catalog::apply::apply(self, index, op, changes),
             Command::Restore(op) => restore::apply(self, index, op, changes),
+            Command::Session(op) => session::apply(self, index, op, changes),
+            Command::Txn(ops) => txn::apply(self, index, ops, changes),
         }
+    }
+
+    /// Advances [`Tables::leader_time_ms`] to the stamp of the entry about to be applied.
+    /// Stamps from a new leader whose clock is behind are ignored until it catches up, so
+    /// the clock never runs backwards.
+    pub fn observe_leader_time(&mut self, stamp_ms: u64) {
+        self.leader_time_ms = self.leader_time_ms.max(stamp_ms);
     }
 
     /// Serializes this version for a Raft snapshot or `/v1/snapshot`.

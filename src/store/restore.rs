@@ -38,10 +38,16 @@ pub enum RestoreOp {
 }
 
 /// Chunks received so far for the restore in progress.
+///
+/// The chunks stay separate `Bytes` handles rather than one growing buffer: the tables are
+/// copied on write whenever a shard still holds the previous version, and copying a list of
+/// handles costs nothing while copying a gigabyte of staged state per chunk made a large
+/// restore quadratic (and stalled the raft thread long enough to lose leadership).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RestoreStaging {
     pub restore_id: u64,
-    pub bytes: Vec<u8>,
+    pub chunks: Vec<Bytes>,
+    pub staged_bytes: u64,
 }
 
 pub(super) fn apply(
@@ -60,23 +66,21 @@ pub(super) fn apply(
                 .restore
                 .as_ref()
                 .filter(|s| s.restore_id == *restore_id)
-                .map(|s| s.bytes.len() as u64);
+                .map(|s| s.staged_bytes);
             match staged {
                 None if *offset == 0 => {
                     tables.restore = Some(RestoreStaging {
                         restore_id: *restore_id,
-                        bytes: data.to_vec(),
+                        chunks: vec![data.clone()],
+                        staged_bytes: data.len() as u64,
                     });
                 }
                 Some(len)
                     if len == *offset && len + data.len() as u64 <= RESTORE_STATE_BYTES_MAX =>
                 {
-                    tables
-                        .restore
-                        .as_mut()
-                        .expect("staging exists")
-                        .bytes
-                        .extend_from_slice(data);
+                    let staging = tables.restore.as_mut().expect("staging exists");
+                    staging.chunks.push(data.clone());
+                    staging.staged_bytes += data.len() as u64;
                 }
                 _ => {
                     return CommandResult::Error(format!(
@@ -108,18 +112,25 @@ pub(super) fn apply(
             else {
                 return CommandResult::Error(format!("restore {restore_id}: nothing staged"));
             };
-            if staging.bytes.len() as u64 != *total_bytes {
+            if staging.staged_bytes != *total_bytes {
                 return CommandResult::Error(format!(
                     "restore {restore_id}: staged {} bytes, expected {total_bytes}",
-                    staging.bytes.len()
+                    staging.staged_bytes
                 ));
             }
-            if Sha256::digest(&staging.bytes).as_slice() != sha256.as_slice() {
+            let mut hasher = Sha256::new();
+            let mut state = Vec::with_capacity(staging.staged_bytes as usize);
+            for chunk in &staging.chunks {
+                hasher.update(chunk);
+                state.extend_from_slice(chunk);
+            }
+            debug_assert_eq!(state.len() as u64, staging.staged_bytes);
+            if hasher.finalize().as_slice() != sha256.as_slice() {
                 return CommandResult::Error(format!(
                     "restore {restore_id}: SHA-256 of the staged state does not match"
                 ));
             }
-            let mut restored = match Tables::from_snapshot_bytes(&staging.bytes) {
+            let mut restored = match Tables::from_snapshot_bytes(&state) {
                 Ok(t) => t,
                 Err(e) => return CommandResult::Error(format!("restore {restore_id}: {e}")),
             };

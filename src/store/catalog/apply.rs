@@ -1070,6 +1070,9 @@ pub(crate) fn apply(
             tables.bump_table(table, index);
         }
     }
+    // Sessions bound to a node or check this write removed or made critical end here, in the
+    // same entry, as in Consul's state store.
+    crate::store::session::after_catalog_write(tables, index, &new_changes, changes);
     changes.extend(new_changes);
     #[cfg(debug_assertions)]
     if tables.catalog.nodes.len() <= 64 {

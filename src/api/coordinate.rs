@@ -1,0 +1,186 @@
+//! `/v1/coordinate/nodes`, `/v1/coordinate/node/<node>` and `/v1/coordinate/datacenters`:
+//! serf's Vivaldi coordinates as this agent's gossip pools know them (every probe's ack
+//! carries the peer's coordinate, see `crate::gossip::coordinate`).
+//!
+//! Consul serves node coordinates from the catalog, where agents upload their own; praetor
+//! answers from the agent's pool directly, which holds the same coordinates each node
+//! computes for itself. Members that left are not listed. `datacenters` lists this
+//! datacenter's servers from the WAN pool when it runs, else from the LAN pool.
+
+use super::{allow, check_datacenter, ApiError, Outcome, Reply, Request};
+use crate::gossip::coordinate::{distance_seconds, Coordinate};
+use crate::gossip::MemberStatus;
+use crate::shard::gossip::GossipHandle;
+use crate::shard::Shard;
+
+pub fn route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    let path = request.path;
+    let node = path.strip_prefix("/v1/coordinate/node/");
+    if node.is_none() && path != "/v1/coordinate/nodes" && path != "/v1/coordinate/datacenters" {
+        return None;
+    }
+    Some(allow(request, reply, &["GET"]).and_then(|go| {
+        if !go {
+            return Ok(Outcome::Done);
+        }
+        check_datacenter(shard, &request.query)?;
+        if path == "/v1/coordinate/datacenters" {
+            datacenters(shard, reply)
+        } else {
+            nodes(shard, request, node, reply)
+        }
+    }))
+}
+
+/// Consul's JSON for a coordinate.
+pub fn coordinate_json(c: &Coordinate) -> serde_json::Value {
+    serde_json::json!({
+        "Vec": c.vec,
+        "Error": c.error,
+        "Adjustment": c.adjustment,
+        "Height": c.height,
+    })
+}
+
+/// Every member's latest coordinate that is still in the pool (not left), sorted by node
+/// name; this agent's own included.
+pub fn node_coordinates(handle: &GossipHandle) -> Vec<(String, Coordinate)> {
+    let coordinates = handle.coordinates();
+    let local = handle.local_coordinate();
+    let mut out: Vec<(String, Coordinate)> = handle
+        .members()
+        .iter()
+        .filter(|m| m.status != MemberStatus::Left)
+        .filter_map(|m| {
+            if m.name == handle.local_name() {
+                Some((m.name.clone(), (*local).clone()))
+            } else {
+                coordinates
+                    .get(&m.name)
+                    .map(|c| (m.name.clone(), c.clone()))
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The estimated round-trip time between two nodes of this agent's LAN pool, in seconds,
+/// if both coordinates are known. This is what `?near=` sorting compares.
+pub fn node_distance_seconds(shard: &Shard, a: &str, b: &str) -> Option<f64> {
+    let handle = shard.shared().gossip_lan.as_ref()?;
+    handle.rtt_between(a, b).map(|d| d.as_secs_f64())
+}
+
+/// Sorts `items` by estimated distance from node `near`, nearest first; items whose node has
+/// no coordinate go last in their original order (Consul's `sortByDistanceFrom`).
+pub fn sort_by_distance<T>(
+    shard: &Shard,
+    near: &str,
+    items: &mut [T],
+    node_of: impl Fn(&T) -> &str,
+) {
+    let Some(handle) = shard.shared().gossip_lan.as_ref() else {
+        return;
+    };
+    let coordinates = handle.coordinates();
+    let local = handle.local_coordinate();
+    let lookup = |name: &str| -> Option<Coordinate> {
+        if name == handle.local_name() {
+            Some((*local).clone())
+        } else {
+            coordinates.get(name).cloned()
+        }
+    };
+    let Some(origin) = lookup(near) else {
+        return;
+    };
+    items.sort_by(|x, y| {
+        let dx = lookup(node_of(x)).map(|c| distance_seconds(&origin, &c));
+        let dy = lookup(node_of(y)).map(|c| distance_seconds(&origin, &c));
+        match (dx, dy) {
+            (Some(a), Some(b)) => a.total_cmp(&b),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        }
+    });
+}
+
+fn entry_json(node: &str, c: &Coordinate) -> serde_json::Value {
+    serde_json::json!({ "Node": node, "Segment": "", "Coord": coordinate_json(c) })
+}
+
+fn index_header(shard: &Shard) -> Vec<u8> {
+    let mut headers = Vec::with_capacity(64);
+    headers.extend_from_slice(b"X-Consul-Index: ");
+    crate::proto::http::push_u64(&mut headers, shard.local_index().max(1));
+    headers.extend_from_slice(b"\r\n");
+    headers
+}
+
+fn nodes(
+    shard: &Shard,
+    request: &Request,
+    node: Option<&str>,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let handle = super::members::lan_handle(shard)?;
+    if let Some(segment) = request.query.get("segment").filter(|s| !s.is_empty()) {
+        if segment != "_all" {
+            return Err(ApiError::BadRequest(
+                "Network segments are not supported in this version of Consul".to_string(),
+            ));
+        }
+    }
+    let entries: Vec<serde_json::Value> = node_coordinates(&handle)
+        .iter()
+        .filter(|(name, _)| node.is_none_or(|n| n == name))
+        .map(|(name, c)| entry_json(name, c))
+        .collect();
+    let headers = index_header(shard);
+    if node.is_some() && entries.is_empty() {
+        // Consul answers an unknown node with 404 and an empty body.
+        reply.send(404, None, &headers, b"");
+        return Ok(Outcome::Done);
+    }
+    reply.json(200, &headers, &entries);
+    Ok(Outcome::Done)
+}
+
+fn datacenters(shard: &Shard, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let datacenter = shard.config().datacenter.clone();
+    let coordinates: Vec<serde_json::Value> = match super::members::wan_handle(shard) {
+        Some(wan) => node_coordinates(&wan)
+            .iter()
+            .map(|(name, c)| serde_json::json!({ "Node": name, "Coord": coordinate_json(c) }))
+            .collect(),
+        None => {
+            let lan = super::members::lan_handle(shard)?;
+            let servers: std::collections::HashSet<String> = lan
+                .members()
+                .iter()
+                .filter(|m| m.tags.get("role").map(String::as_str) == Some("consul"))
+                .map(|m| m.name.clone())
+                .collect();
+            node_coordinates(&lan)
+                .iter()
+                .filter(|(name, _)| servers.contains(name))
+                .map(|(name, c)| {
+                    serde_json::json!({ "Node": format!("{name}.{datacenter}"), "Coord": coordinate_json(c) })
+                })
+                .collect()
+        }
+    };
+    let body = serde_json::json!([{
+        "Datacenter": datacenter,
+        "AreaID": "WAN",
+        "Coordinates": coordinates,
+    }]);
+    reply.json(200, b"", &body);
+    Ok(Outcome::Done)
+}

@@ -1,0 +1,151 @@
+//! `/v1/event/fire/<name>` and `/v1/event/list`: Consul's user events over the LAN pool.
+//!
+//! Firing wraps the request in Consul's envelope (a fresh UUID, the filters, version 1)
+//! and broadcasts it as the serf event `consul:event:<name>`; every agent, this one
+//! included, records it if the filters match it (see [`crate::shard::user_events`]).
+//! Listing reads this agent's ring of recent events; a blocking list (`?index=`) waits
+//! until the newest matching event's UUID-derived index differs from the one given.
+
+use super::members::lan_handle;
+use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use crate::proto::duration::parse_go_duration;
+use crate::shard::user_events::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
+use crate::shard::Shard;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub fn route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    let path = request.path;
+    let result = if let Some(name) = path.strip_prefix("/v1/event/fire/") {
+        allow(request, reply, &["PUT"]).and_then(|go| {
+            if go {
+                fire(shard, request, name)
+            } else {
+                Ok(Outcome::Done)
+            }
+        })
+    } else if path == "/v1/event/fire" {
+        allow(request, reply, &["PUT"]).and_then(|go| {
+            if go {
+                fire(shard, request, "")
+            } else {
+                Ok(Outcome::Done)
+            }
+        })
+    } else if path == "/v1/event/list" {
+        allow(request, reply, &["GET"]).and_then(|go| {
+            if go {
+                list(shard, request, reply)
+            } else {
+                Ok(Outcome::Done)
+            }
+        })
+    } else {
+        return None;
+    };
+    Some(result)
+}
+
+fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiError> {
+    check_datacenter(shard, &request.query)?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing name"));
+    }
+    let param = |key: &str| request.query.get(key).unwrap_or("").to_string();
+    let event = ConsulEvent {
+        id: uuid::Uuid::new_v4().to_string(),
+        name: name.to_string(),
+        payload: if request.body.is_empty() {
+            None
+        } else {
+            Some(request.body.to_vec())
+        },
+        node_filter: param("node"),
+        service_filter: param("service"),
+        tag_filter: param("tag"),
+        version: EVENT_VERSION_MAX,
+        ltime: 0,
+    };
+    validate_filters(&event).map_err(ApiError::BadRequest)?;
+    let handle = lan_handle(shard)?;
+    let serf_name = format!("{}{}", crate::shard::user_events::EVENT_NAME_PREFIX, name);
+    let envelope = event.encode();
+    Ok(Outcome::Async(Box::pin(async move {
+        let result = handle.fire_user_event(&serf_name, &envelope, false).await;
+        Box::new(move |reply: &mut Reply| match result {
+            Ok(()) => reply.json(200, b"", &event.to_json()),
+            Err(e) => reply.error(&ApiError::Internal(e.to_string())),
+        }) as AsyncResponder
+    })))
+}
+
+/// The recent events named `name` (all when empty), oldest first, and their index.
+fn matching(
+    shard_log: &crate::shard::user_events::EventLog,
+    name: &str,
+) -> (Vec<Arc<ConsulEvent>>, u64) {
+    let mut events = shard_log.events();
+    if !name.is_empty() {
+        events.retain(|e| e.name == name);
+    }
+    let index = list_index(&events);
+    (events, index)
+}
+
+fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64) {
+    let body: Vec<serde_json::Value> = events.iter().map(|e| e.to_json()).collect();
+    let mut headers = Vec::with_capacity(64);
+    headers.extend_from_slice(b"X-Consul-Index: ");
+    crate::proto::http::push_u64(&mut headers, index);
+    headers.extend_from_slice(b"\r\n");
+    reply.json(200, &headers, &body);
+}
+
+fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    check_datacenter(shard, &request.query)?;
+    let name = request.query.get("name").unwrap_or("").to_string();
+    let min_index = match request.query.get("index") {
+        None | Some("") => 0,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request("Invalid index"))?,
+    };
+    let wait = match request.query.get("wait") {
+        None | Some("") => super::BLOCKING_WAIT_DEFAULT,
+        Some(text) => parse_go_duration(text)
+            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
+            .min(super::BLOCKING_WAIT_MAX),
+    };
+    let log = shard.shared().user_events.clone();
+    let (events, index) = matching(&log, &name);
+    // The index is a hash of the newest event's ID, not a counter: any other value means
+    // something new arrived since the client's read.
+    if min_index == 0 || index != min_index {
+        respond(reply, &events, index);
+        return Ok(Outcome::Done);
+    }
+    let jitter = wait / super::BLOCKING_JITTER_FRACTION;
+    let deadline = Instant::now()
+        + wait
+        + if jitter.is_zero() {
+            jitter
+        } else {
+            jitter.mul_f64(rand::random::<f64>())
+        };
+    Ok(Outcome::Async(Box::pin(async move {
+        loop {
+            let woken = log.subscribe();
+            let (events, index) = matching(&log, &name);
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if index != min_index || remaining.is_zero() {
+                return Box::new(move |reply: &mut Reply| respond(reply, &events, index))
+                    as AsyncResponder;
+            }
+            let _ = monoio::time::timeout(remaining, woken.recv_async()).await;
+        }
+    })))
+}

@@ -1,0 +1,211 @@
+//! `/v1/agent/members`, `/v1/agent/join/<addr>`, `/v1/agent/leave` and
+//! `/v1/agent/force-leave/<node>`: the agent's view of its gossip pools and the requests
+//! that change its membership. Everything is answered by this agent from its own pools;
+//! nothing is forwarded to a server.
+//!
+//! The WAN pool is served only on servers that run one; `?wan` elsewhere answers as
+//! Consul's client agents do (no WAN members, joining refused).
+
+use super::{allow, ApiError, AsyncResponder, Outcome, Reply, Request};
+use crate::gossip::MemberInfo;
+use crate::shard::gossip::GossipHandle;
+use crate::shard::Shard;
+use std::time::Duration;
+
+/// How long after answering `/v1/agent/leave` the agent starts shutting down, so that the
+/// answer reaches the client first.
+const LEAVE_SHUTDOWN_DELAY: Duration = Duration::from_millis(200);
+
+pub fn route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    let path = request.path;
+    let result =
+        if path == "/v1/agent/members" {
+            allow(request, reply, &["GET"]).and_then(|go| {
+                if go {
+                    members(shard, request, reply)
+                } else {
+                    Ok(Outcome::Done)
+                }
+            })
+        } else if let Some(address) = path.strip_prefix("/v1/agent/join/") {
+            allow(request, reply, &["PUT"]).and_then(|go| {
+                if go {
+                    join(shard, request, address)
+                } else {
+                    Ok(Outcome::Done)
+                }
+            })
+        } else if path == "/v1/agent/leave" {
+            allow(request, reply, &["PUT"]).and_then(|go| {
+                if go {
+                    leave(shard)
+                } else {
+                    Ok(Outcome::Done)
+                }
+            })
+        } else if let Some(node) = path.strip_prefix("/v1/agent/force-leave/") {
+            allow(request, reply, &["PUT"]).and_then(|go| {
+                if go {
+                    force_leave(shard, request, node)
+                } else {
+                    Ok(Outcome::Done)
+                }
+            })
+        } else {
+            return None;
+        };
+    Some(result)
+}
+
+/// The LAN pool's handle, or Consul-like refusal when gossip is disabled.
+pub fn lan_handle(shard: &Shard) -> Result<GossipHandle, ApiError> {
+    shard
+        .shared()
+        .gossip_lan
+        .clone()
+        .ok_or_else(|| ApiError::Internal("gossip is disabled on this agent".to_string()))
+}
+
+/// The WAN pool's handle, if this agent runs one (servers only).
+pub fn wan_handle(shard: &Shard) -> Option<GossipHandle> {
+    shard.shared().gossip_wan.clone()
+}
+
+/// Consul's JSON for one serf member (`api.AgentMember`): `Status` as serf's integer.
+pub fn member_json(member: &MemberInfo) -> serde_json::Value {
+    serde_json::json!({
+        "Name": member.name,
+        "Addr": member.addr.to_string(),
+        "Port": member.port,
+        "Tags": member.tags,
+        "Status": member.status as i32,
+        "ProtocolMin": member.protocol_min,
+        "ProtocolMax": member.protocol_max,
+        "ProtocolCur": member.protocol_cur,
+        "DelegateMin": member.delegate_min,
+        "DelegateMax": member.delegate_max,
+        "DelegateCur": member.delegate_cur,
+    })
+}
+
+fn members(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let list: Vec<serde_json::Value> = if wants_wan(request) {
+        if !matches!(request.query.get("segment"), None | Some("") | Some("_all")) {
+            return Err(ApiError::bad_request(
+                "Cannot provide a segment with wan=true",
+            ));
+        }
+        match wan_handle(shard) {
+            Some(handle) => handle.members().iter().map(member_json).collect(),
+            // Client agents have no WAN pool: Consul answers an empty list.
+            None => Vec::new(),
+        }
+    } else {
+        let handle = lan_handle(shard)?;
+        let members = handle.members();
+        match request.query.get("segment") {
+            // praetor, like Consul's community edition, has only the default segment;
+            // `_all` asks for every segment, which is the same pool.
+            None | Some("") | Some("_all") => members.iter().map(member_json).collect(),
+            Some(_) => {
+                return Err(ApiError::BadRequest(
+                    "Network segments are not supported in this version of Consul".to_string(),
+                ))
+            }
+        }
+    };
+    reply.json(200, b"", &list);
+    Ok(Outcome::Done)
+}
+
+/// Consul's members and join endpoints take `?wan` only with a value (`wan=1`); a bare
+/// `?wan` means the LAN pool there (force-leave, by contrast, looks at presence).
+fn wants_wan(request: &Request) -> bool {
+    request.query.get("wan").is_some_and(|v| !v.is_empty())
+}
+
+fn empty_ok(reply: &mut Reply) {
+    reply.send(200, None, b"", b"");
+}
+
+fn join(shard: &Shard, request: &Request, address: &str) -> Result<Outcome, ApiError> {
+    if address.is_empty() {
+        return Err(ApiError::bad_request("Missing address to join"));
+    }
+    let handle = if wants_wan(request) {
+        wan_handle(shard)
+            .ok_or_else(|| ApiError::Internal("Must be a server to join WAN cluster".to_string()))?
+    } else {
+        lan_handle(shard)?
+    };
+    let address = address.to_string();
+    Ok(Outcome::Async(Box::pin(async move {
+        let result = handle.join(std::slice::from_ref(&address)).await;
+        Box::new(move |reply: &mut Reply| match result {
+            Ok(_) => empty_ok(reply),
+            Err(e) => reply.error(&ApiError::Internal(e.to_string())),
+        }) as AsyncResponder
+    })))
+}
+
+fn leave(shard: &Shard) -> Result<Outcome, ApiError> {
+    let lan = lan_handle(shard)?;
+    let wan = wan_handle(shard);
+    Ok(Outcome::Async(Box::pin(async move {
+        let result = lan.leave().await;
+        if let Some(wan) = &wan {
+            let _ = wan.leave().await;
+        }
+        if result.is_ok() {
+            // Consul's agent shuts down after a graceful leave; the signal path does that
+            // here too, once the answer has gone out.
+            monoio::spawn(async {
+                monoio::time::sleep(LEAVE_SHUTDOWN_DELAY).await;
+                log::info!("agent: left the cluster gracefully, shutting down");
+                // SAFETY: signalling our own process; the agent waits for SIGTERM.
+                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            });
+        }
+        Box::new(move |reply: &mut Reply| match result {
+            Ok(()) => empty_ok(reply),
+            Err(e) => reply.error(&ApiError::Internal(e.to_string())),
+        }) as AsyncResponder
+    })))
+}
+
+fn force_leave(shard: &Shard, request: &Request, node: &str) -> Result<Outcome, ApiError> {
+    if node.is_empty() {
+        return Err(ApiError::bad_request("Missing node name"));
+    }
+    let lan = lan_handle(shard)?;
+    let wan = wan_handle(shard);
+    let prune = request.query.has("prune");
+    let wan_only = request.query.has("wan");
+    let known_lan = lan.members().iter().any(|m| m.name == node);
+    let known_wan = wan
+        .as_ref()
+        .is_some_and(|w| w.members().iter().any(|m| m.name == node));
+    if !(known_lan && !wan_only || known_wan) {
+        return Err(ApiError::NotFound(format!(
+            "agent: No node found with name '{node}'"
+        )));
+    }
+    let node = node.to_string();
+    Ok(Outcome::Async(Box::pin(async move {
+        let mut result = Ok(());
+        if known_lan && !wan_only {
+            result = lan.force_leave(&node, prune).await;
+        }
+        if let (Some(wan), true, Ok(())) = (&wan, known_wan, &result) {
+            result = wan.force_leave(&node, prune).await;
+        }
+        Box::new(move |reply: &mut Reply| match result {
+            Ok(()) => empty_ok(reply),
+            Err(e) => reply.error(&ApiError::Internal(e.to_string())),
+        }) as AsyncResponder
+    })))
+}

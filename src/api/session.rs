@@ -1,0 +1,528 @@
+//! `/v1/session/*`: create, destroy, renew, info, node, list — Consul's session API.
+//!
+//! Create defaults as Consul's agent does (the agent's node, the `serfHealth` check, a 15 s
+//! lock-delay, `release`), validates TTL and behavior as Consul's session endpoint does, and
+//! generates the session ID here, on the leader, so the command every server applies carries
+//! it. A request forwarded from another agent defaults to that agent's node
+//! (`X-Praetor-Origin-Node`). Renewals go to the leader, which keeps the TTL timers; they
+//! touch no log entry.
+//!
+//! Reads report the sessions table index, as Consul does, and block precisely: info on the
+//! session's key, node on the node's key, list on the table.
+
+use super::body::{normalize_key, parse_json, Obj};
+use super::json::JsonWriter;
+use super::{
+    query_options, run_query, ApiError, LeaderOp, Outcome, Query, QueryMeta, Reply, Request,
+    WriteOp,
+};
+use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
+use crate::shard::http_server::ORIGIN_NODE_HEADER;
+use crate::shard::runtime::OperatorOp;
+use crate::shard::watch::WatchSet;
+use crate::shard::Shard;
+use crate::store::catalog::SERF_CHECK_ID;
+use crate::store::session::{
+    self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
+    SESSION_CHECKS_MAX, SESSION_NAME_BYTES_MAX, SESSION_TTL_MAX_NS, SESSION_TTL_MIN_NS,
+};
+use crate::store::{Command, CommandResult, Table, Tables};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Consul reads a numeric `LockDelay` below this as seconds rather than nanoseconds (users
+/// send `5` meaning five seconds).
+const LOCK_DELAY_SECONDS_BELOW: i64 = 1000;
+const NANOS_PER_SECOND: i64 = 1_000_000_000;
+
+const GET: &[&str] = &["GET"];
+const PUT: &[&str] = &["PUT"];
+
+/// Routes `/v1/session/*`; `None` for paths it does not serve.
+pub fn route(
+    shard: &Shard,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    let path = request.path;
+    type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
+    let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
+        if path == "/v1/session/create" {
+            (PUT, |s, r, _, _| create(s, r), "")
+        } else if let Some(id) = path.strip_prefix("/v1/session/destroy/") {
+            (PUT, |s, r, id, o| destroy(s, r, id, o), id)
+        } else if path == "/v1/session/destroy" {
+            (PUT, |s, r, id, o| destroy(s, r, id, o), "")
+        } else if let Some(id) = path.strip_prefix("/v1/session/renew/") {
+            (PUT, |s, r, id, _| renew(s, r, id), id)
+        } else if path == "/v1/session/renew" {
+            (PUT, |s, r, id, _| renew(s, r, id), "")
+        } else if let Some(id) = path.strip_prefix("/v1/session/info/") {
+            (GET, info, id)
+        } else if path == "/v1/session/info" {
+            (GET, info, "")
+        } else if let Some(node) = path.strip_prefix("/v1/session/node/") {
+            (GET, node_sessions, node)
+        } else if path == "/v1/session/node" {
+            (GET, node_sessions, "")
+        } else if path == "/v1/session/list" {
+            (GET, |s, r, _, o| list(s, r, o), "")
+        } else {
+            return None;
+        };
+    Some(match super::allow(request, reply, methods) {
+        Ok(true) => handler(shard, request, rest, reply),
+        Ok(false) => Ok(Outcome::Done),
+        Err(e) => Err(e),
+    })
+}
+
+/// The value of a body field by normalized name, `null` included (Consul tells an explicit
+/// `null` or `[]` apart from an absent field for the checks lists).
+fn field<'a>(obj: &Obj<'a>, name: &str) -> Option<&'a Value> {
+    obj.map()
+        .iter()
+        .find(|(key, _)| normalize_key(key) == name)
+        .map(|(_, value)| value)
+}
+
+/// A list of strings where `null` is Go's nil slice (`None`).
+fn string_list(obj: &Obj, name: &str) -> Result<Option<Option<Vec<String>>>, String> {
+    match field(obj, name) {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(_) => Ok(Some(Some(obj.str_list(&[name])?))),
+    }
+}
+
+/// Consul's `LockDelay`: a Go duration string or a number of nanoseconds, small numbers
+/// meaning seconds.
+fn lock_delay_ns(value: &Value) -> Result<i64, String> {
+    let ns = match value {
+        Value::String(text) => parse_go_duration_nanos(text).map_err(|e| e.to_string())?,
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .ok_or_else(|| format!("LockDelay: {n} is not a duration"))?,
+        other => return Err(format!("LockDelay: expected a duration, got {other}")),
+    };
+    Ok(if ns < LOCK_DELAY_SECONDS_BELOW {
+        ns.saturating_mul(NANOS_PER_SECOND)
+    } else {
+        ns
+    })
+}
+
+/// Decodes a create body onto Consul's defaults, including `fixupEmptySessionChecks`. The
+/// behavior comes back as text: Consul refuses a bad one later, with a different status.
+fn decode_create(body: &[u8], default_node: &str) -> Result<(Session, String), String> {
+    let value = parse_json(body)?;
+    let obj = Obj::new(&value)?;
+    let mut checks: Vec<String> = vec![SERF_CHECK_ID.to_string()];
+    let mut node_checks: Option<Vec<String>> = Some(vec![SERF_CHECK_ID.to_string()]);
+    if let Some(given) = string_list(&obj, "checks")? {
+        checks = given.unwrap_or_default();
+    }
+    if let Some(given) = string_list(&obj, "nodechecks")? {
+        node_checks = given;
+    }
+    let service_checks = match field(&obj, "servicechecks") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(
+            obj.obj_list(&["servicechecks"])?
+                .iter()
+                .map(|check| {
+                    Ok(ServiceCheck {
+                        id: check.string(&["id"])?,
+                        namespace: check.string(&["namespace"])?,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+        ),
+    };
+    // Consul's backwards-compatible reading of `Checks` next to `NodeChecks`.
+    // An empty `Checks` empties `NodeChecks` too; `Checks` that is just the default serf
+    // check, or that comes with empty `NodeChecks`, is dropped in favour of `NodeChecks`.
+    let only_serf = checks.len() == 1 && checks[0] == SERF_CHECK_ID;
+    if checks.is_empty() {
+        node_checks = Some(Vec::new());
+    } else if only_serf || node_checks.as_ref().is_none_or(Vec::is_empty) {
+        checks.clear();
+    }
+    let lock_delay_ns = match field(&obj, "lockdelay") {
+        None | Some(Value::Null) => LOCK_DELAY_DEFAULT_NS,
+        Some(value) => lock_delay_ns(value)?,
+    };
+    let node = obj
+        .opt_string(&["node"])?
+        .unwrap_or_else(|| default_node.to_string());
+    let session = Session {
+        id: Arc::from(""),
+        name: obj.string(&["name"])?,
+        node,
+        lock_delay_ns,
+        behavior: Behavior::Release,
+        ttl: obj.string(&["ttl"])?,
+        node_checks,
+        service_checks,
+        checks,
+        create_index: 0,
+        modify_index: 0,
+    };
+    let check_count = session.check_ids().count();
+    if check_count > SESSION_CHECKS_MAX {
+        return Err(format!(
+            "a session may be bound to at most {SESSION_CHECKS_MAX} checks, got {check_count}"
+        ));
+    }
+    if session.name.len() > SESSION_NAME_BYTES_MAX || session.node.len() > SESSION_NAME_BYTES_MAX {
+        return Err(format!(
+            "session Name and Node are limited to {SESSION_NAME_BYTES_MAX} bytes"
+        ));
+    }
+    Ok((session, obj.string(&["behavior"])?))
+}
+
+/// Consul's Go formatting of the TTL bounds, for its error text.
+fn ttl_bounds_text() -> String {
+    format!(
+        "[{}={}]",
+        format_go_duration(SESSION_TTL_MIN_NS),
+        format_go_duration(SESSION_TTL_MAX_NS)
+    )
+}
+
+/// `PUT /v1/session/create`.
+pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    let default_node = request
+        .header(ORIGIN_NODE_HEADER)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&shard.config().node_name)
+        .to_string();
+    let (mut session, behavior_text) = decode_create(request.body, &default_node)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    // The session endpoint's checks, with its words and its 500 status.
+    if session.node.is_empty() {
+        return Err(ApiError::Internal("Must provide Node".to_string()));
+    }
+    session.behavior = Behavior::parse(&behavior_text)
+        .ok_or_else(|| ApiError::Internal(format!("Invalid Behavior setting '{behavior_text}'")))?;
+    if !session.ttl.is_empty() {
+        let ttl = parse_go_duration_nanos(&session.ttl).map_err(|e| {
+            ApiError::Internal(format!("Session TTL '{}' invalid: {e}", session.ttl))
+        })?;
+        if ttl != 0 && !(SESSION_TTL_MIN_NS..=SESSION_TTL_MAX_NS).contains(&ttl) {
+            return Err(ApiError::Internal(format!(
+                "Invalid Session TTL '{ttl}', must be between {}",
+                ttl_bounds_text()
+            )));
+        }
+    }
+    // A fresh ID, checked against the state as Consul does; the command carries it so
+    // every server inserts the same row.
+    let version = shard.current_version();
+    let id = loop {
+        let candidate = uuid::Uuid::new_v4().to_string();
+        if session::get(&version, &candidate).is_none() {
+            break candidate;
+        }
+    };
+    session.id = Arc::from(id.as_str());
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Session(SessionOp::Create(Box::new(session))),
+        respond: Box::new(move |result, reply: &mut Reply| match result {
+            CommandResult::Bool(_) => reply.json(200, b"", &serde_json::json!({ "ID": id })),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
+                "unexpected transaction result for a session write".to_string(),
+            )),
+        }),
+    }))
+}
+
+/// `PUT /v1/session/destroy/<id>`: `true`, also for a session that does not exist.
+pub fn destroy(
+    shard: &Shard,
+    request: &Request,
+    id: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    if id.is_empty() {
+        return Err(ApiError::bad_request("Missing session"));
+    }
+    let id = id.to_ascii_lowercase();
+    if shard.is_leader() {
+        shard.catch_up();
+        if session::get(&shard.current_version(), &id).is_none() {
+            // Consul answers without a log entry when there is nothing to destroy.
+            reply.json_bool(true);
+            return Ok(Outcome::Done);
+        }
+    }
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Session(SessionOp::Destroy { id }),
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            _ => reply.json_bool(true),
+        }),
+    }))
+}
+
+/// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
+pub fn renew(shard: &Shard, request: &Request, id: &str) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    if id.is_empty() {
+        return Err(ApiError::bad_request("Missing session"));
+    }
+    if !shard.is_leader() {
+        // Only the leader keeps timers, and only its state says whether the session lives.
+        return Ok(Outcome::Forward);
+    }
+    shard.catch_up();
+    let id = id.to_ascii_lowercase();
+    let not_found = format!("Session id '{id}' not found");
+    let Some(row) = session::get(&shard.current_version(), &id).cloned() else {
+        return Err(ApiError::NotFound(not_found));
+    };
+    Ok(Outcome::Leader(LeaderOp::Operator {
+        op: OperatorOp::RenewSession { id },
+        respond: Box::new(move |result, reply: &mut Reply| match result {
+            CommandResult::Bool(true) => {
+                let mut body = Vec::with_capacity(512);
+                write_sessions(&mut body, reply.pretty, std::iter::once(&row));
+                reply.json_bytes(200, b"", &body);
+            }
+            CommandResult::Bool(false) => reply.error(&ApiError::NotFound(not_found)),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
+                "unexpected transaction result for a session renewal".to_string(),
+            )),
+        }),
+    }))
+}
+
+/// Writes sessions as Consul's `Session` JSON list.
+pub fn write_sessions<'s>(
+    out: &mut Vec<u8>,
+    pretty: bool,
+    sessions: impl Iterator<Item = &'s Arc<Session>>,
+) {
+    let mut w = JsonWriter::new(out, pretty);
+    w.begin_array();
+    for session in sessions {
+        w.begin_object();
+        w.field_str("ID", &session.id);
+        w.field_str("Name", &session.name);
+        w.field_str("Node", &session.node);
+        w.field_i64("LockDelay", session.lock_delay_ns);
+        w.field_str("Behavior", session.behavior.as_str());
+        w.field_str("TTL", &session.ttl);
+        match &session.node_checks {
+            Some(checks) => w.field_str_array("NodeChecks", checks.iter().map(String::as_str)),
+            None => w.field_null("NodeChecks"),
+        }
+        match &session.service_checks {
+            Some(checks) => {
+                w.field_array("ServiceChecks");
+                for check in checks {
+                    w.begin_object();
+                    w.field_str("ID", &check.id);
+                    w.field_str("Namespace", &check.namespace);
+                    w.end_object();
+                }
+                w.end_array();
+            }
+            None => w.field_null("ServiceChecks"),
+        }
+        if !session.checks.is_empty() {
+            w.field_str_array("Checks", session.checks.iter().map(String::as_str));
+        }
+        w.field_u64("CreateIndex", session.create_index);
+        w.field_u64("ModifyIndex", session.modify_index);
+        w.end_object();
+    }
+    w.end_array();
+    w.finish();
+}
+
+fn respond_with(meta: QueryMeta, reply: &mut Reply, sessions: Vec<&Arc<Session>>) {
+    let mut headers = Vec::with_capacity(160);
+    meta.write_headers(&mut headers);
+    let mut body = Vec::with_capacity(64 + sessions.len() * 320);
+    write_sessions(&mut body, reply.pretty, sessions.into_iter());
+    reply.json_bytes(200, &headers, &body);
+}
+
+struct InfoQuery {
+    id: Arc<str>,
+}
+
+impl Query for InfoQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            session::sessions_index(tables),
+            WatchSet::new().key(Table::Sessions, self.id.clone()),
+        )
+    }
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        respond_with(
+            meta,
+            reply,
+            session::get(tables, &self.id).into_iter().collect(),
+        );
+    }
+}
+
+struct NodeQuery {
+    node: String,
+    watch_key: Arc<str>,
+}
+
+impl Query for NodeQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            session::sessions_index(tables),
+            WatchSet::new().key(Table::Sessions, self.watch_key.clone()),
+        )
+    }
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        respond_with(meta, reply, session::node_sessions(tables, &self.node));
+    }
+}
+
+struct ListQuery;
+
+impl Query for ListQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            session::sessions_index(tables),
+            WatchSet::new().table(Table::Sessions),
+        )
+    }
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        respond_with(meta, reply, session::list(tables).collect());
+    }
+}
+
+/// `GET /v1/session/info/<id>`: `[session]`, or `[]` when it does not exist.
+pub fn info(
+    shard: &Shard,
+    request: &Request,
+    id: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if id.is_empty() {
+        return Err(ApiError::bad_request("Missing session"));
+    }
+    let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
+    run_query(shard, InfoQuery { id }, options, reply)
+}
+
+/// `GET /v1/session/node/<node>`.
+pub fn node_sessions(
+    shard: &Shard,
+    request: &Request,
+    node: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    if node.is_empty() {
+        return Err(ApiError::bad_request("Missing node name"));
+    }
+    let query = NodeQuery {
+        node: node.to_string(),
+        watch_key: node_watch_key(node),
+    };
+    run_query(shard, query, options, reply)
+}
+
+/// `GET /v1/session/list`.
+pub fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(shard, &request.query)?;
+    run_query(shard, ListQuery, options, reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(body: &str) -> Session {
+        decode_create(body.as_bytes(), "agent").unwrap().0
+    }
+
+    #[test]
+    fn create_defaults_follow_consuls_agent() {
+        let s = decode("");
+        assert_eq!(s.node, "agent");
+        assert_eq!(s.node_checks, Some(vec!["serfHealth".to_string()]));
+        assert!(s.checks.is_empty());
+        assert_eq!(s.lock_delay_ns, 15 * NANOS_PER_SECOND);
+        assert_eq!(s.service_checks, None);
+    }
+
+    #[test]
+    fn empty_checks_drop_the_serf_check() {
+        let s = decode(r#"{"checks": []}"#);
+        assert_eq!(s.node_checks, Some(vec![]));
+        assert!(s.check_ids().next().is_none());
+        let s = decode(r#"{"Checks": null}"#);
+        assert!(s.check_ids().next().is_none());
+        let s = decode(r#"{"NodeChecks": []}"#);
+        assert!(s.check_ids().next().is_none());
+        let s = decode(r#"{"Checks": ["a", "b"]}"#);
+        let ids: Vec<&str> = s.check_ids().collect();
+        assert_eq!(ids, vec!["a", "b", "serfHealth"]);
+        let s = decode(r#"{"NodeChecks": ["x"], "ServiceChecks": [{"ID": "svc"}]}"#);
+        let ids: Vec<&str> = s.check_ids().collect();
+        assert_eq!(ids, vec!["x", "svc"]);
+    }
+
+    #[test]
+    fn lock_delay_accepts_go_durations_and_numbers() {
+        assert_eq!(
+            decode(r#"{"LockDelay": "1.5s"}"#).lock_delay_ns,
+            1_500_000_000
+        );
+        assert_eq!(
+            decode(r#"{"lockdelay": 5}"#).lock_delay_ns,
+            5 * NANOS_PER_SECOND
+        );
+        assert_eq!(
+            decode(r#"{"LockDelay": "20ns"}"#).lock_delay_ns,
+            20 * NANOS_PER_SECOND
+        );
+        assert_eq!(
+            decode(r#"{"LockDelay": 2000000000}"#).lock_delay_ns,
+            2 * NANOS_PER_SECOND
+        );
+        assert_eq!(decode(r#"{"LockDelay": "0s"}"#).lock_delay_ns, 0);
+        assert!(decode_create(br#"{"LockDelay": "soon"}"#, "a").is_err());
+        assert!(decode_create(b"{", "a").is_err());
+    }
+
+    #[test]
+    fn sessions_render_as_consul_does() {
+        let session = Arc::new(Session {
+            id: Arc::from("adf4238a-882b-9ddc-4a9d-5b6758e4159e"),
+            name: "test".into(),
+            node: "n1".into(),
+            lock_delay_ns: 15 * NANOS_PER_SECOND,
+            behavior: Behavior::Delete,
+            ttl: "15.0s".into(),
+            node_checks: Some(vec!["serfHealth".into()]),
+            service_checks: None,
+            checks: Vec::new(),
+            create_index: 7,
+            modify_index: 7,
+        });
+        let mut out = Vec::new();
+        write_sessions(&mut out, false, std::iter::once(&session));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"[{"ID":"adf4238a-882b-9ddc-4a9d-5b6758e4159e","Name":"test","Node":"n1","LockDelay":15000000000,"Behavior":"delete","TTL":"15.0s","NodeChecks":["serfHealth"],"ServiceChecks":null,"CreateIndex":7,"ModifyIndex":7}]"#
+        );
+    }
+}

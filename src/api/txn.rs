@@ -1,0 +1,429 @@
+//! `PUT /v1/txn`: Consul's transaction endpoint.
+//!
+//! The body is decoded into [`TxnOp`]s and pre-checked as Consul's `Txn.preCheck` does (known
+//! verbs, a key, a node name, a service name with its ID); pre-check failures answer 409 with
+//! `Errors` and never reach Raft. A transaction with a write becomes one Raft entry applied
+//! atomically (`store::txn`); one made only of reads is answered from a store version under
+//! the request's consistency mode (`?stale`, default, `?consistent`), without Raft, with the
+//! `X-Consul-KnownLeader` and `X-Consul-LastContact` headers Consul sends for it.
+//!
+//! Answers: 200 with `Results` when the transaction committed, 409 with `Errors` (each with
+//! `OpIndex` and `What`) when it rolled back, 413 for more than [`TXN_OPS_MAX`] operations or
+//! an oversized value, 400 for a body that does not decode.
+
+use super::body::{parse_json, Obj};
+use super::catalog::{parse_catalog_check, parse_service};
+use super::json::JsonWriter;
+use super::{
+    query_options, render, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request,
+};
+use crate::shard::watch::WatchSet;
+use crate::shard::Shard;
+use crate::store::catalog::Registration;
+use crate::store::kv::KvEntry;
+use crate::store::txn::{
+    self, CatalogVerb, KvVerb, TxnError, TxnOp, TxnOutcome, TxnResult, TXN_OPS_MAX,
+};
+use crate::store::{Command, CommandResult, Tables};
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Why a request is refused before any operation runs.
+enum Refusal {
+    /// 400: the body does not decode.
+    Decode(String),
+    /// 413: too many operations, or a value over `kv_max_value_size`.
+    TooLarge(String),
+}
+
+/// The decoded operations, with the pre-check failures found while decoding.
+struct Decoded {
+    ops: Vec<TxnOp>,
+    errors: Vec<TxnError>,
+}
+
+fn decode_ops(body: &[u8], kv_value_max: usize, datacenter: &str) -> Result<Decoded, Refusal> {
+    let value = parse_json(body).map_err(Refusal::Decode)?;
+    let items = match &value {
+        Value::Array(items) => items,
+        Value::Object(map) if map.is_empty() => {
+            return Err(Refusal::Decode("expected a list of operations".into()))
+        }
+        other => {
+            return Err(Refusal::Decode(format!(
+                "expected a list of operations, got {other}"
+            )))
+        }
+    };
+    if items.len() > TXN_OPS_MAX {
+        return Err(Refusal::TooLarge(format!(
+            "Transaction contains too many operations ({} > {TXN_OPS_MAX})",
+            items.len()
+        )));
+    }
+    let mut decoded = Decoded {
+        ops: Vec::with_capacity(items.len()),
+        errors: Vec::new(),
+    };
+    for (op_index, item) in items.iter().enumerate() {
+        let obj = Obj::new(item).map_err(Refusal::Decode)?;
+        let (op, precheck) = decode_op(&obj, kv_value_max, datacenter)?;
+        if let Some(what) = precheck {
+            decoded.errors.push(TxnError { op_index, what });
+        }
+        decoded.ops.push(op);
+    }
+    Ok(decoded)
+}
+
+/// One operation, and the pre-check failure Consul would report for it.
+fn decode_op(
+    obj: &Obj,
+    kv_value_max: usize,
+    datacenter: &str,
+) -> Result<(TxnOp, Option<String>), Refusal> {
+    let decode = |e: String| Refusal::Decode(e);
+    if let Some(kv) = obj.obj(&["kv"]).map_err(decode)? {
+        let verb_text = kv.string(&["verb"]).map_err(decode)?;
+        let key = kv.string(&["key"]).map_err(decode)?;
+        let value = match kv.get(&["value"]) {
+            None => Bytes::new(),
+            Some(Value::String(text)) => {
+                use base64::Engine;
+                Bytes::from(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(text)
+                        .map_err(|e| Refusal::Decode(format!("failed to decode value: {e}")))?,
+                )
+            }
+            Some(other) => return Err(Refusal::Decode(format!("unexpected value type: {other}"))),
+        };
+        if value.len() > kv_value_max {
+            return Err(Refusal::TooLarge(format!(
+                "Value for key {key:?} is too large ({} > {kv_value_max} bytes)",
+                value.len()
+            )));
+        }
+        let verb = KvVerb::parse(&verb_text);
+        let precheck = match verb {
+            None => Some(format!("unknown KV verb {verb_text:?}")),
+            Some(v) if key.is_empty() && v != KvVerb::DeleteTree => {
+                Some("Must provide key".to_string())
+            }
+            Some(_) => None,
+        };
+        let op = TxnOp::Kv {
+            verb: verb.unwrap_or(KvVerb::Get),
+            key,
+            value,
+            flags: kv.bounded(&["flags"], 0, i64::MAX).map_err(decode)? as u64,
+            index: kv.bounded(&["index"], 0, i64::MAX).map_err(decode)? as u64,
+            session: kv
+                .string(&["session"])
+                .map_err(decode)?
+                .to_ascii_lowercase(),
+        };
+        return Ok((op, precheck));
+    }
+    if let Some(node_op) = obj.obj(&["node"]).map_err(decode)? {
+        let verb_text = node_op.string(&["verb"]).map_err(decode)?;
+        let node = node_op.obj(&["node"]).map_err(decode)?;
+        let field = |name: &str| -> Result<String, Refusal> {
+            match &node {
+                Some(n) => n.string(&[name]).map_err(decode),
+                None => Ok(String::new()),
+            }
+        };
+        let mut registration = Registration {
+            id: field("id")?.to_ascii_lowercase(),
+            node: field("node")?,
+            address: field("address")?,
+            datacenter: field("datacenter")?,
+            ..Default::default()
+        };
+        if registration.datacenter.is_empty() {
+            registration.datacenter = datacenter.to_string();
+        }
+        let mut modify_index = 0;
+        if let Some(n) = &node {
+            registration.tagged_addresses = n.str_map(&["taggedaddresses"]).map_err(decode)?;
+            registration.node_meta = n.str_map(&["meta"]).map_err(decode)?;
+            modify_index = n.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64;
+        }
+        let verb = CatalogVerb::parse(&verb_text);
+        let precheck = match verb {
+            None => Some(format!("unknown node operation: {verb_text}")),
+            Some(CatalogVerb::Get) => None,
+            Some(_) if registration.node.is_empty() => Some("Must provide node".to_string()),
+            Some(_)
+                if !registration.id.is_empty()
+                    && uuid::Uuid::parse_str(&registration.id).is_err() =>
+            {
+                Some(format!(
+                    "Bad node ID: uuid string is wrong length or has invalid format: {:?}",
+                    registration.id
+                ))
+            }
+            Some(_) => None,
+        };
+        let op = TxnOp::Node {
+            verb: verb.unwrap_or(CatalogVerb::Get),
+            registration,
+            modify_index,
+        };
+        return Ok((op, precheck));
+    }
+    if let Some(service_op) = obj.obj(&["service"]).map_err(decode)? {
+        let verb_text = service_op.string(&["verb"]).map_err(decode)?;
+        let node = service_op.string(&["node"]).map_err(decode)?;
+        let (mut service, modify_index) = match service_op.obj(&["service"]).map_err(decode)? {
+            Some(s) => (
+                parse_service(&s).map_err(decode)?,
+                s.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64,
+            ),
+            None => (Default::default(), 0),
+        };
+        let verb = CatalogVerb::parse(&verb_text);
+        let precheck = match verb {
+            None => Some(format!("unknown service operation: {verb_text}")),
+            Some(CatalogVerb::Get) => None,
+            Some(_) => {
+                // Consul's servicePreApply: the ID defaults to the name, a name is required.
+                if service.id.is_empty() {
+                    service.id = service.name.clone();
+                }
+                if !service.id.is_empty() && service.name.is_empty() {
+                    Some("Must provide service name with ID".to_string())
+                } else if node.is_empty() {
+                    Some("Must provide node".to_string())
+                } else {
+                    None
+                }
+            }
+        };
+        let op = TxnOp::Service {
+            verb: verb.unwrap_or(CatalogVerb::Get),
+            node,
+            service,
+            modify_index,
+        };
+        return Ok((op, precheck));
+    }
+    if let Some(check_op) = obj.obj(&["check"]).map_err(decode)? {
+        let verb_text = check_op.string(&["verb"]).map_err(decode)?;
+        let (check, modify_index) = match check_op.obj(&["check"]).map_err(decode)? {
+            Some(c) => (
+                parse_catalog_check(&c, "").map_err(decode)?,
+                c.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64,
+            ),
+            None => (Default::default(), 0),
+        };
+        let verb = CatalogVerb::parse(&verb_text);
+        let precheck = match verb {
+            None => Some(format!("unknown check operation: {verb_text}")),
+            Some(CatalogVerb::Get) => None,
+            Some(_) if check.node.is_empty() => Some("Must provide node".to_string()),
+            Some(_) => None,
+        };
+        let op = TxnOp::Check {
+            verb: verb.unwrap_or(CatalogVerb::Get),
+            check,
+            modify_index,
+        };
+        return Ok((op, precheck));
+    }
+    Err(Refusal::Decode(
+        "each operation must be one of KV, Node, Service or Check".to_string(),
+    ))
+}
+
+/// `PUT /v1/txn`.
+pub fn handle(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    super::check_datacenter(shard, &request.query)?;
+    let config = shard.config();
+    let decoded = match decode_ops(request.body, config.kv_max_value_size, &config.datacenter) {
+        Ok(decoded) => decoded,
+        Err(Refusal::Decode(reason)) => {
+            return Err(ApiError::bad_request(format!(
+                "Failed to parse body: {reason}"
+            )))
+        }
+        Err(Refusal::TooLarge(reason)) => return Err(ApiError::TooLarge(reason)),
+    };
+    if !decoded.errors.is_empty() {
+        let outcome = TxnOutcome {
+            results: Vec::new(),
+            errors: decoded.errors,
+        };
+        write_outcome(&outcome, b"", reply);
+        return Ok(Outcome::Done);
+    }
+    if decoded.ops.iter().any(TxnOp::is_write) {
+        return Ok(Outcome::Write(super::WriteOp {
+            command: Command::Txn(decoded.ops),
+            respond: Box::new(|result, reply: &mut Reply| match result {
+                CommandResult::Txn(outcome) => write_outcome(&outcome, b"", reply),
+                CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+                CommandResult::Bool(_) => reply.error(&ApiError::Internal(
+                    "unexpected result for a transaction".to_string(),
+                )),
+            }),
+        }));
+    }
+    let options = query_options(shard, &request.query)?;
+    run_query(shard, ReadTxn { ops: decoded.ops }, options, reply)
+}
+
+/// A read-only transaction: served like other reads, but never blocking.
+struct ReadTxn {
+    ops: Vec<TxnOp>,
+}
+
+impl Query for ReadTxn {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (tables.index, WatchSet::new())
+    }
+    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+        let outcome = txn::read_only(tables, &self.ops);
+        let mut headers = Vec::with_capacity(96);
+        headers.extend_from_slice(b"X-Consul-KnownLeader: ");
+        headers.extend_from_slice(if meta.known_leader { b"true" } else { b"false" });
+        headers.extend_from_slice(b"\r\nX-Consul-LastContact: ");
+        crate::proto::http::push_u64(&mut headers, meta.last_contact_ms);
+        headers.extend_from_slice(b"\r\n");
+        write_outcome(&outcome, &headers, reply);
+    }
+}
+
+/// `{"Results": …, "Errors": …}` with 200, or 409 when the transaction rolled back.
+fn write_outcome(outcome: &TxnOutcome, headers: &[u8], reply: &mut Reply) {
+    let mut body = Vec::with_capacity(128 + outcome.results.len() * 256);
+    let mut w = JsonWriter::new(&mut body, reply.pretty);
+    w.begin_object();
+    if outcome.errors.is_empty() {
+        w.field_array("Results");
+        for result in &outcome.results {
+            w.begin_object();
+            match result {
+                TxnResult::Kv(entry) => {
+                    w.field_object("KV");
+                    kv_entry_fields(&mut w, entry);
+                    w.end_object();
+                }
+                TxnResult::Node(node) => {
+                    w.field_object("Node");
+                    render::node_fields(&mut w, node);
+                    w.end_object();
+                }
+                TxnResult::Service(service) => {
+                    w.field_object("Service");
+                    render::node_service_fields(&mut w, service);
+                    w.end_object();
+                }
+                TxnResult::Check(check) => {
+                    w.field_object("Check");
+                    render::health_check_fields(&mut w, check);
+                    w.end_object();
+                }
+            }
+            w.end_object();
+        }
+        w.end_array();
+        w.field_null("Errors");
+    } else {
+        w.field_null("Results");
+        w.field_array("Errors");
+        for error in &outcome.errors {
+            w.begin_object();
+            w.field_u64("OpIndex", error.op_index as u64);
+            w.field_str("What", &error.what);
+            w.end_object();
+        }
+        w.end_array();
+    }
+    w.end_object();
+    w.finish();
+    let status = if outcome.errors.is_empty() { 200 } else { 409 };
+    reply.json_bytes(status, headers, &body);
+}
+
+fn kv_entry_fields(w: &mut JsonWriter, entry: &KvEntry) {
+    w.field_u64("LockIndex", entry.lock_index);
+    w.field_str("Key", &entry.key);
+    w.field_u64("Flags", entry.flags);
+    w.field_base64_or_null("Value", &entry.value);
+    if let Some(session) = &entry.session {
+        w.field_str("Session", session);
+    }
+    w.field_u64("CreateIndex", entry.create_index);
+    w.field_u64("ModifyIndex", entry.modify_index);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(body: &str) -> Result<Decoded, Refusal> {
+        decode_ops(body.as_bytes(), 1024, "dc1")
+    }
+
+    #[test]
+    fn operations_decode_with_consuls_prechecks() {
+        let d = decode(
+            r#"[{"KV":{"Verb":"set","Key":"a","Value":"aGk=","Flags":3}},
+                {"kv":{"verb":"frob","key":"b"}},
+                {"KV":{"Verb":"get","Key":""}},
+                {"KV":{"Verb":"delete-tree","Key":""}},
+                {"Node":{"Verb":"set","Node":{"Address":"1.2.3.4"}}},
+                {"Service":{"Verb":"delete","Node":"n","Service":{"ID":"db1"}}},
+                {"Check":{"Verb":"get","Check":{"Node":"n","CheckID":"c"}}}]"#,
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(d.ops.len(), 7);
+        let TxnOp::Kv { value, flags, .. } = &d.ops[0] else {
+            panic!()
+        };
+        assert_eq!((&value[..], *flags), (&b"hi"[..], 3));
+        let whats: Vec<(usize, &str)> = d
+            .errors
+            .iter()
+            .map(|e| (e.op_index, e.what.as_str()))
+            .collect();
+        assert_eq!(
+            whats,
+            vec![
+                (1, "unknown KV verb \"frob\""),
+                (2, "Must provide key"),
+                (4, "Must provide node"),
+                (5, "Must provide service name with ID"),
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_and_bad_bodies_are_refused() {
+        let many = format!(
+            "[{}]",
+            vec![r#"{"KV":{"Verb":"get","Key":"a"}}"#; TXN_OPS_MAX + 1].join(",")
+        );
+        assert!(matches!(decode(&many), Err(Refusal::TooLarge(_))));
+        let exactly = format!(
+            "[{}]",
+            vec![r#"{"KV":{"Verb":"get","Key":"a"}}"#; TXN_OPS_MAX].join(",")
+        );
+        assert!(decode(&exactly).is_ok());
+        let big = format!(
+            r#"[{{"KV":{{"Verb":"set","Key":"a","Value":"{}"}}}}]"#,
+            "QUFB".repeat(400)
+        );
+        assert!(matches!(decode(&big), Err(Refusal::TooLarge(_))));
+        assert!(matches!(decode("{"), Err(Refusal::Decode(_))));
+        assert!(matches!(decode(r#"{"KV":{}}"#), Err(Refusal::Decode(_))));
+        assert!(matches!(decode(r#"[{"Foo":{}}]"#), Err(Refusal::Decode(_))));
+        assert!(matches!(
+            decode(r#"[{"KV":{"Verb":"set","Key":"a","Value":"!!"}}]"#),
+            Err(Refusal::Decode(_))
+        ));
+    }
+}
