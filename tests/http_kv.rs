@@ -192,10 +192,14 @@ fn bad_requests_get_clear_errors() {
         404,
         "our own datacenter is accepted"
     );
-    // Sessions are not there yet: a clear 400.
+    // Acquiring with a session that does not exist fails as Consul's does: 500, naming it.
     let acquire = agent.put("/v1/kv/k?acquire=0b4d8a3c-7e0c-4f7e-8a1a-0f2c7f0f5a11", b"");
-    assert_eq!(acquire.status, 400);
-    assert!(acquire.text().contains("session"));
+    assert_eq!(acquire.status, 500, "{}", acquire.text());
+    assert!(
+        acquire.text().to_lowercase().contains("invalid session"),
+        "{}",
+        acquire.text()
+    );
     // Unknown path and wrong method.
     assert_eq!(agent.get("/v1/nonsense").status, 404);
     let patch = request(addr, "PATCH", "/v1/kv/k", b"", &[]);
