@@ -386,6 +386,50 @@ fn events_fire_everywhere_and_wake_blocking_lists_and_coordinates_fill_in() {
     let (code, _, err) = cli(&["rtt", "-http-addr", &s0.http_addr(), "nobody"], None);
     assert_eq!(code, 1);
     assert!(err.contains("nobody"), "{err}");
+
+    // `?near=` on the catalog and health service endpoints: every instance answered, and a
+    // node without a coordinate leaves the catalog's order alone.
+    for server in [s0, s1, s2] {
+        let name = name_of(server);
+        let body = format!(
+            r#"{{"Node":"{name}","Address":"{}","Service":{{"Service":"nearsvc","Port":80}}}}"#,
+            server.ip
+        );
+        assert_eq!(
+            call(s0, "PUT", "/v1/catalog/register", body.as_bytes()).status,
+            200
+        );
+    }
+    let nodes_of = |path: &str| -> Vec<String> {
+        let r = call(s0, "GET", path, b"");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                e["Node"]
+                    .as_str()
+                    .or_else(|| e["Node"]["Node"].as_str())
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let plain = nodes_of("/v1/catalog/service/nearsvc");
+    assert_eq!(plain.len(), 3);
+    assert_eq!(nodes_of("/v1/catalog/service/nearsvc?near=nobody"), plain);
+    for near in ["_agent".to_string(), s2_name.clone()] {
+        let mut sorted = nodes_of(&format!("/v1/catalog/service/nearsvc?near={near}"));
+        sorted.sort();
+        let mut expected = plain.clone();
+        expected.sort();
+        assert_eq!(sorted, expected, "near={near}");
+        assert_eq!(
+            nodes_of(&format!("/v1/health/service/nearsvc?near={near}")).len(),
+            3
+        );
+    }
 }
 
 fn lan_keyring(agent: &Agent) -> Value {

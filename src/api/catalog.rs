@@ -21,7 +21,7 @@ use crate::store::catalog::{
 };
 use crate::store::{Command, CommandResult, Table, Tables};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -551,6 +551,19 @@ pub enum ServiceView {
     Checks,
 }
 
+/// Positions of `distances` nearest first; unknown distances last. Stable, so equal
+/// distances and unknown nodes keep the catalog's order (Consul sorts the same way).
+pub fn nearest_first(distances: &[Option<f64>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..distances.len()).collect();
+    order.sort_by(|&a, &b| match (distances[a], distances[b]) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    order
+}
+
 /// A query about one service. Watches only that service's index key, so a change to any
 /// other service never wakes it.
 pub struct ServiceQuery {
@@ -564,6 +577,9 @@ pub struct ServiceQuery {
     /// Whether this is a blocking query (its wake-ups may share a rendered body).
     pub blocking: bool,
     pub cache_key: Rc<str>,
+    /// `?near=`: estimated seconds from the named node to each node, taken when the query
+    /// starts (coordinates drift slowly); instances are answered nearest first.
+    pub near: Option<Rc<HashMap<String, f64>>>,
 }
 
 impl ServiceQuery {
@@ -592,7 +608,22 @@ impl ServiceQuery {
             filter,
             blocking,
             cache_key,
+            near: None,
         })
+    }
+
+    /// Applies `?near=<node>` (or `_agent`) from the request, as Consul's catalog and health
+    /// service endpoints do: nearest first by network coordinates, nodes without one last.
+    pub fn with_near(mut self, shard: &Shard, request: &Request) -> ServiceQuery {
+        let near = request.query.get("near").unwrap_or("");
+        if near.is_empty() {
+            return self;
+        }
+        if let Some(distances) = super::coordinate::distances_from(shard, near) {
+            self.cache_key = Rc::from(format!("{}\u{0}near={near}", self.cache_key));
+            self.near = Some(Rc::new(distances));
+        }
+        self
     }
 
     /// The rendered elements of a catalog or health answer, one per matching instance,
@@ -608,12 +639,16 @@ impl ServiceQuery {
             return Some(Vec::new());
         };
         let mut parts = Vec::with_capacity(group.instances.len());
+        let mut distances: Vec<Option<f64>> = Vec::new();
         for view in group.instances.values() {
             if !self.keep(&view.node, &view.service) {
                 continue;
             }
             if self.view == ServiceView::Health && self.passing && !view.all_passing {
                 continue;
+            }
+            if let Some(near) = &self.near {
+                distances.push(near.get(&*view.node.name).copied());
             }
             let row = read::CheckServiceNode {
                 node: &view.node,
@@ -641,6 +676,15 @@ impl ServiceQuery {
                         .get_or_render(compact_slot, || render::fragment(false, render_row)),
                 )
             });
+        }
+        if self.near.is_some() {
+            debug_assert_eq!(distances.len(), parts.len());
+            let order = nearest_first(&distances);
+            let mut slots: Vec<Option<Cow<'t, [u8]>>> = parts.into_iter().map(Some).collect();
+            parts = order
+                .into_iter()
+                .map(|i| slots[i].take().expect("each index once"))
+                .collect();
         }
         Some(parts)
     }
@@ -739,7 +783,8 @@ pub fn service(
         false,
         options.is_blocking(),
         filter::SERVICE_NODE,
-    )?;
+    )?
+    .with_near(shard, request);
     run_query(shard, query, options, reply)
 }
 
@@ -900,6 +945,13 @@ pub fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nearest_first_orders_known_distances_and_keeps_unknowns_last_in_place() {
+        let distances = [None, Some(0.3), Some(0.1), None, Some(0.3), Some(0.0)];
+        assert_eq!(nearest_first(&distances), vec![5, 2, 1, 4, 0, 3]);
+        assert_eq!(nearest_first(&[]), Vec::<usize>::new());
+    }
 
     #[test]
     fn registration_bodies_decode_leniently() {

@@ -12,6 +12,7 @@ use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
 use crate::shard::gossip::GossipHandle;
 use crate::shard::Shard;
+use std::collections::HashMap;
 
 pub fn route(
     shard: &Shard,
@@ -74,6 +75,34 @@ pub fn node_coordinates(handle: &GossipHandle) -> Vec<(String, Coordinate)> {
 pub fn node_distance_seconds(shard: &Shard, a: &str, b: &str) -> Option<f64> {
     let handle = shard.shared().gossip_lan.as_ref()?;
     handle.rtt_between(a, b).map(|d| d.as_secs_f64())
+}
+
+/// Estimated distance in seconds from node `near` (`_agent` = this agent's node) to every
+/// node with a known coordinate; `None` when gossip runs no pool or `near` has no coordinate
+/// (Consul then leaves the order alone).
+pub fn distances_from(shard: &Shard, near: &str) -> Option<HashMap<String, f64>> {
+    let handle = shard.shared().gossip_lan.as_ref()?;
+    let near = if near == "_agent" {
+        handle.local_name()
+    } else {
+        near
+    };
+    let coordinates = handle.coordinates();
+    let local = handle.local_coordinate();
+    let origin = if near == handle.local_name() {
+        (*local).clone()
+    } else {
+        coordinates.get(near)?.clone()
+    };
+    let mut distances: HashMap<String, f64> = coordinates
+        .iter()
+        .map(|(name, c)| (name.clone(), distance_seconds(&origin, c)))
+        .collect();
+    distances.insert(
+        handle.local_name().to_string(),
+        distance_seconds(&origin, &local),
+    );
+    Some(distances)
 }
 
 /// Sorts `items` by estimated distance from node `near`, nearest first; items whose node has

@@ -52,7 +52,8 @@ pub fn service(
         passing,
         options.is_blocking(),
         filter::CHECK_SERVICE_NODE,
-    )?;
+    )?
+    .with_near(shard, request);
     run_query(shard, query, options, reply)
 }
 
