@@ -7,7 +7,7 @@ mod agent_support;
 mod common;
 
 use agent_support::wait_for;
-use common::{fresh_loopback, Agent, Cluster, TempDir};
+use common::{Agent, Cluster, TempDir};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -17,29 +17,10 @@ const CLIENT_AE_INTERVAL: &str = "2s";
 /// How long a change may take to reach every server's catalog.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(15);
 
-/// A client agent (no `-server`) joined to the cluster through its first server.
+/// A client agent with a short anti-entropy period, joined through the first server.
 fn start_client(cluster: &Cluster, data: &TempDir) -> Agent {
-    let ip = fresh_loopback();
-    let args: Vec<String> = [
-        "agent",
-        "-node",
-        &format!("client-{ip}"),
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-data-dir",
-        data.path().to_str().unwrap(),
-        "-retry-join",
-        &cluster.servers[0].ip.to_string(),
-        "-dns-port=-1",
-        "-hcl",
-        &format!("ae_interval = \"{CLIENT_AE_INTERVAL}\""),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    Agent::spawn(ip, 8500, args)
+    let ae_interval = format!("ae_interval = \"{CLIENT_AE_INTERVAL}\"");
+    cluster.start_client(data, &["-hcl", &ae_interval])
 }
 
 fn node_name(agent: &Agent) -> String {

@@ -558,26 +558,9 @@ fn snapshot_save_restore_inspect() {
 #[test]
 fn client_agent_forwards_and_survives_a_server_kill() {
     let mut cluster = Cluster::start(3, &[]);
-    let ip = common::fresh_loopback();
     let data = common::TempDir::new("client");
-    let args: Vec<String> = [
-        "agent",
-        "-node",
-        &format!("client-{ip}"),
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-data-dir",
-        data.path().to_str().unwrap(),
-        "-retry-join",
-        &cluster.servers[0].ip.to_string(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let client = common::Agent::spawn(ip, 8500, args);
+    let client = cluster.start_client(&data, &[]);
+    let ip = client.ip;
     // The client knows a server once gossip tells it about one.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

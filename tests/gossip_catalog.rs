@@ -8,35 +8,13 @@ mod agent_support;
 mod common;
 
 use agent_support::wait_for;
-use common::{fresh_loopback, try_request_bounded, Agent, Cluster, TempDir};
+use common::{try_request_bounded, Agent, Cluster, TempDir};
 use serde_json::Value;
 use std::time::Duration;
 
 /// Failure detection (probe interval, suspicion timeout) plus the leader's reconcile period,
 /// with room for a loaded machine.
 const DETECTION_LIMIT: Duration = Duration::from_secs(40);
-
-fn start_client(cluster: &Cluster, data: &TempDir) -> Agent {
-    let ip = fresh_loopback();
-    let args: Vec<String> = [
-        "agent",
-        "-node",
-        &format!("client-{ip}"),
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-data-dir",
-        data.path().to_str().unwrap(),
-        "-retry-join",
-        &cluster.servers[0].ip.to_string(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    Agent::spawn(ip, 8500, args)
-}
 
 fn node_name(agent: &Agent) -> String {
     format!("client-{}", agent.ip)
@@ -82,7 +60,7 @@ fn catalog_has_node(server: &Agent, node: &str) -> Option<bool> {
 fn client_failure_and_leave_reach_the_catalog_and_sessions() {
     let cluster = Cluster::start(3, &[]);
     let data: Vec<TempDir> = (0..3).map(|i| TempDir::new(&format!("gc{i}"))).collect();
-    let mut clients: Vec<Agent> = data.iter().map(|d| start_client(&cluster, d)).collect();
+    let mut clients: Vec<Agent> = data.iter().map(|d| cluster.start_client(d, &[])).collect();
     let leader = cluster.wait_for_leader(Duration::from_secs(10));
     let server = &cluster.servers[leader];
 

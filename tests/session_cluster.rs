@@ -534,27 +534,9 @@ fn python_contenders_exclude_each_other_while_servers_die() {
 #[test]
 fn a_client_agent_forwards_sessions_and_puts_them_on_its_own_node() {
     let cluster = Cluster::start(3, &[]);
-    let ip = common::fresh_loopback();
-    let node = format!("client-{ip}");
     let data = common::TempDir::new("session-client");
-    let args: Vec<String> = [
-        "agent",
-        "-node",
-        &node,
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-data-dir",
-        data.path().to_str().unwrap(),
-        "-retry-join",
-        &cluster.servers[0].ip.to_string(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let client = common::Agent::spawn(ip, 8500, args);
+    let client = cluster.start_client(&data, &[]);
+    let node = format!("client-{}", client.ip);
     // The client's own anti-entropy puts its node in the catalog. (Its serfHealth check
     // arrives once the leader reconciles every gossip member, which main does not do yet,
     // so this session binds no check.)

@@ -449,6 +449,31 @@ impl Cluster {
         cluster
     }
 
+    /// Starts a client agent (no `-server`) named `client-<ip>` on a fresh address, with its
+    /// data in `data`, joined through the first server; `extra` is appended to its flags.
+    pub fn start_client(&self, data: &TempDir, extra: &[&str]) -> Agent {
+        let ip = fresh_loopback();
+        let mut args: Vec<String> = [
+            "agent",
+            "-node",
+            &format!("client-{ip}"),
+            "-bind",
+            &ip.to_string(),
+            "-client",
+            &ip.to_string(),
+            "-data-dir",
+            data.path().to_str().unwrap(),
+            "-retry-join",
+            &self.servers[0].ip.to_string(),
+            "-dns-port=-1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Agent::spawn(ip, 8500, args)
+    }
+
     /// Index of the server that reports itself leader and serves, waiting up to `timeout`.
     pub fn wait_for_leader(&self, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
