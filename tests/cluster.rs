@@ -35,6 +35,34 @@ fn get_raw(cluster: &Cluster, server: usize, path: &str) -> Option<(u16, Vec<u8>
     Some((r.status, r.body))
 }
 
+/// Retries a PUT of `key` through `agent` every 200 ms until it is acknowledged `true`,
+/// failing with `what` (and the agent's log) after `limit_s` seconds.
+fn put_through_until_acknowledged(
+    agent: &common::Agent,
+    key: &str,
+    value: &[u8],
+    limit_s: u64,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(limit_s);
+    loop {
+        if let Ok(r) = try_request_bounded(
+            agent.addr(),
+            "PUT",
+            &format!("/v1/kv/{key}"),
+            value,
+            &[],
+            Duration::from_secs(10),
+        ) {
+            if r.status == 200 && r.body.starts_with(b"true") {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "{what}; log:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn other(leader: usize, n: usize) -> usize {
     (leader + 1) % n
 }
@@ -562,27 +590,13 @@ fn client_agent_forwards_and_survives_a_server_kill() {
     let client = cluster.start_client(&data, &[]);
     let ip = client.ip;
     // The client knows a server once gossip tells it about one.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(r) = try_request_bounded(
-            client.addr(),
-            "PUT",
-            "/v1/kv/client/a",
-            b"1",
-            &[],
-            Duration::from_secs(10),
-        ) {
-            if r.status == 200 && r.body.starts_with(b"true") {
-                break;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "client never reached a server; log:\n{}",
-            client.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    put_through_until_acknowledged(
+        &client,
+        "client/a",
+        b"1",
+        20,
+        "client never reached a server",
+    );
     assert_eq!(client.get("/v1/kv/client/a?raw").body, b"1");
     let leader = cluster.wait_for_leader(Duration::from_secs(10));
     let leader_addr = cluster.servers[leader].get("/v1/status/leader").json();
@@ -623,27 +637,13 @@ fn client_agent_forwards_and_survives_a_server_kill() {
     // gossip has told it if its own server was the one that died).
     cluster.servers[leader].kill9();
     cluster.wait_for_leader(Duration::from_secs(10));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = try_request_bounded(
-            client.addr(),
-            "PUT",
-            "/v1/kv/client/b",
-            b"2",
-            &[],
-            Duration::from_secs(10),
-        ) {
-            if r.status == 200 && r.body.starts_with(b"true") {
-                break;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "client did not recover after the leader died; log:\n{}",
-            client.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    put_through_until_acknowledged(
+        &client,
+        "client/b",
+        b"2",
+        30,
+        "client did not recover after the leader died",
+    );
     assert_eq!(client.get("/v1/kv/client/b?raw").body, b"2");
 }
 

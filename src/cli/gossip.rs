@@ -3,6 +3,7 @@
 //! agent's HTTP API (`/v1/agent/*`, `/v1/event/fire`, `/v1/operator/keyring`,
 //! `/v1/coordinate/*`), printing what Consul's command prints.
 
+use super::catalog::columns;
 use super::client::{encode_path, encode_query_value};
 use super::HttpFlags;
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
@@ -130,34 +131,6 @@ fn status_name(code: i64) -> &'static str {
     }
 }
 
-/// Pads columns like Consul's `columnize` (two spaces between columns).
-fn columnize(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
 pub fn members(args: MembersArgs) -> Result<i32, String> {
     let mut path = String::from("/v1/agent/members");
     if args.wan {
@@ -262,7 +235,7 @@ pub fn members(args: MembersArgs) -> Result<i32, String> {
             ]);
         }
     }
-    print!("{}", columnize(&rows));
+    print!("{}", columns(&rows));
     Ok(0)
 }
 
@@ -500,10 +473,7 @@ mod tests {
             vec!["Node".to_string(), "Status".to_string()],
             vec!["a-long-name".to_string(), "alive".to_string()],
         ];
-        assert_eq!(
-            columnize(&rows),
-            "Node         Status\na-long-name  alive\n"
-        );
+        assert_eq!(columns(&rows), "Node         Status\na-long-name  alive\n");
     }
 
     #[test]

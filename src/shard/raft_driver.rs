@@ -595,6 +595,8 @@ impl RaftDriver {
                 .keys()
                 .filter(|id| !is_failed(id))
                 .count();
+            // Without -bootstrap-expect (0 or 1) the expected size is unknown; two healthy
+            // voters is the least that still has a quorum after the removal.
             let replaced =
                 !joined.is_empty() || healthy_voters >= self.bootstrap_expect.max(2) as usize;
             if let Some(id) = left {
