@@ -409,3 +409,72 @@ fn the_catalog_survives_a_restart() {
     let r = request(agent.addr(), "GET", "/v1/catalog/services", b"", &[]);
     assert!(r.json().get("web").is_some());
 }
+
+/// Answers of 64 KiB and more leave the server in bounded chunks; on the wire they must be
+/// exactly what a whole answer would be, in order with pipelined requests around them.
+#[test]
+fn large_answers_stream_whole_and_in_order_with_pipelined_requests() {
+    let agent = Agent::dev(&[]);
+    let instances = 300;
+    for i in 0..instances {
+        register(
+            &agent,
+            json!({"Node": format!("big-node-{i}"), "Address": format!("10.1.{}.{}", i / 256, i % 256),
+                   "Service": {"ID": format!("big-{i}"), "Service": "big", "Port": 9000 + i},
+                   "Check": {"CheckID": format!("big-check-{i}"), "Name": "c",
+                             "ServiceID": format!("big-{i}"), "Status": "passing"}}),
+        );
+    }
+    let host = agent.http_addr();
+    let mut pipelined = Vec::new();
+    for path in [
+        "/v1/health/service/big?passing",
+        "/v1/kv/absent",
+        "/v1/catalog/service/big",
+    ] {
+        pipelined
+            .extend_from_slice(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    }
+    pipelined.extend_from_slice(
+        format!("GET /v1/status/leader HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    let raw = common::raw_exchange(agent.addr(), &pipelined, std::time::Duration::from_secs(10));
+    let mut offset = 0;
+    let mut answers = Vec::new();
+    while let Some((response, used)) = common::parse_one_response(&raw[offset..]) {
+        answers.push(response);
+        offset += used;
+    }
+    assert_eq!(offset, raw.len(), "nothing but whole responses on the wire");
+    assert_eq!(answers.len(), 4, "one answer per pipelined request");
+
+    let health: Value = serde_json::from_slice(&answers[0].body).expect("health answer is JSON");
+    assert!(answers[0].body.len() >= 64 * 1024, "large enough to stream");
+    let health = health.as_array().unwrap();
+    assert_eq!(health.len(), instances);
+    let seventh = health
+        .iter()
+        .find(|entry| entry["Service"]["ID"] == "big-7")
+        .expect("every instance answered");
+    assert_eq!(seventh["Checks"][0]["CheckID"], "big-check-7");
+    assert_eq!(seventh["Node"]["Node"], "big-node-7");
+    assert_eq!(answers[1].status, 404);
+    let catalog: Value = serde_json::from_slice(&answers[2].body).expect("catalog answer is JSON");
+    assert_eq!(catalog.as_array().unwrap().len(), instances);
+    assert_eq!(answers[3].status, 200);
+
+    // The same bytes as a plain request for it, compact and indented alike.
+    for path in [
+        "/v1/health/service/big?passing",
+        "/v1/health/service/big?passing&pretty",
+    ] {
+        let alone = agent.get(path);
+        let again = agent.get(path);
+        assert_eq!(alone.body, again.body, "{path}: answers agree");
+        assert_eq!(
+            alone.body, answers[0].body,
+            "{path}: dev agents always indent"
+        );
+    }
+}

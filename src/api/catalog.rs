@@ -19,7 +19,7 @@ use crate::store::catalog::rows::fold;
 use crate::store::catalog::{
     CatalogOp, CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
 };
-use crate::store::{Command, CommandResult, Table, Tables};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -447,7 +447,7 @@ impl Query for NodesQuery {
         )
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut body = Vec::with_capacity(256 + tables.catalog.nodes.len() * 256);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_array();
@@ -498,7 +498,7 @@ impl Query for ServicesQuery {
         }
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         // Go prints map keys sorted; tags are listed once each, sorted.
         let mut services: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
         for group in tables.catalog.services.values() {
@@ -531,10 +531,13 @@ impl Query for ServicesQuery {
     }
 }
 
-/// Render-cache slots of an instance view: its compact `CheckServiceNode` and `ServiceNode`
-/// JSON. `?pretty` answers (rare, for people) render afresh.
+/// Render-cache slots of an instance view: its `CheckServiceNode` and `ServiceNode` JSON,
+/// compact and indented. Indented answers are what a dev agent always sends (as Consul's
+/// does), so they are cached like compact ones; an empty slot costs a null pointer.
 const SLOT_HEALTH: usize = 0;
 const SLOT_CATALOG: usize = 1;
+const SLOT_HEALTH_PRETTY: usize = 2;
+const SLOT_CATALOG_PRETTY: usize = 3;
 
 /// Which answer a single-service query gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -629,10 +632,10 @@ impl ServiceQuery {
     /// The rendered elements of a catalog or health answer, one per matching instance,
     /// straight from the views' render caches. `None` for the views rendered row by row.
     fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<Cow<'t, [u8]>>> {
-        let compact_slot = match self.view {
+        let (compact_slot, pretty_slot) = match self.view {
             ServiceView::Connect | ServiceView::HealthConnect => return Some(Vec::new()),
-            ServiceView::Catalog => SLOT_CATALOG,
-            ServiceView::Health => SLOT_HEALTH,
+            ServiceView::Catalog => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
+            ServiceView::Health => (SLOT_HEALTH, SLOT_HEALTH_PRETTY),
             ServiceView::Checks => return None,
         };
         let Some(group) = tables.catalog.group(&self.service) else {
@@ -668,14 +671,11 @@ impl ServiceQuery {
                     continue;
                 }
             }
-            parts.push(if pretty {
-                Cow::Owned(render::fragment(true, render_row))
-            } else {
-                Cow::Borrowed(
-                    view.rendered
-                        .get_or_render(compact_slot, || render::fragment(false, render_row)),
-                )
-            });
+            let slot = if pretty { pretty_slot } else { compact_slot };
+            parts.push(Cow::Borrowed(
+                view.rendered
+                    .get_or_render(slot, || render::fragment(pretty, render_row)),
+            ));
         }
         if self.near.is_some() {
             debug_assert_eq!(distances.len(), parts.len());
@@ -734,7 +734,7 @@ impl Query for ServiceQuery {
         )
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let headers = meta_headers(meta);
         if self.blocking {
             let body = render::cached_body(&self.cache_key, tables.index, reply.pretty, |body| {
@@ -744,6 +744,11 @@ impl Query for ServiceQuery {
         } else if let Some(parts) = self.fragments(tables, reply.pretty) {
             // Each instance's JSON is copied once, from its cache into the response.
             let pretty = reply.pretty;
+            if render::array_len(pretty, &parts) >= render::STREAM_BODY_BYTES_MIN {
+                let body = render::StreamedArray::new(tables, pretty, parts);
+                reply.send_streamed(200, &headers, body);
+                return;
+            }
             reply.send_with(
                 200,
                 Some("application/json"),
@@ -806,7 +811,7 @@ impl Query for NodeQuery {
         )
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let entry = tables.catalog.node(&self.node);
         let mut body = Vec::with_capacity(1024);
         let mut w = JsonWriter::new(&mut body, reply.pretty);

@@ -11,7 +11,7 @@ use crate::shard::Shard;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{HealthCheck, Status};
-use crate::store::{Table, Tables};
+use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 /// Consul's `?passing`: present without a value means true; otherwise a Go boolean.
@@ -116,7 +116,7 @@ impl Query for NodeChecksQuery {
             WatchSet::new().key(Table::Checks, self.folded.clone()),
         )
     }
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let checks = read::node_checks(tables, &self.node);
         write_checks(checks.into_iter(), self.filter.as_ref(), meta, reply);
     }
@@ -154,7 +154,7 @@ impl Query for StateQuery {
             WatchSet::new().table(Table::Checks),
         )
     }
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let checks = read::checks_in_state(tables, self.state);
         let kept = checks
             .into_iter()

@@ -9,7 +9,7 @@ use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;
 use crate::store::kv::{self, KvEntry, KvOp};
-use crate::store::{Command, CommandResult, Table, Tables};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -249,7 +249,7 @@ impl Query for GetQuery {
         )
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let Some(entry) = kv::get(tables, &self.key).1 else {
             return not_found(meta, reply);
         };
@@ -280,7 +280,7 @@ impl Query for ListQuery {
         )
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let (_, entries) = kv::list(tables, &self.prefix);
         if entries.is_empty() {
             return not_found(meta, reply);
@@ -306,7 +306,7 @@ impl Query for KeysQuery {
         )
     }
 
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let (_, keys) = kv::keys(tables, &self.prefix, &self.separator);
         // Consul answers 404 for an empty listing except at the root, where it sends [].
         if keys.is_empty() && !self.prefix.is_empty() {

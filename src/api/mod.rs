@@ -36,7 +36,7 @@ use crate::proto::http::{self, Method, QueryParams, RequestHead};
 use crate::shard::runtime::ReadPlan;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;
-use crate::store::{Command, CommandResult, Tables};
+use crate::store::{Command, CommandResult, StoreVersion, Tables};
 use std::time::Duration;
 
 /// Default blocking-query wait when `?wait` is absent (Consul: 5 minutes).
@@ -114,6 +114,18 @@ pub struct Reply<'o> {
     pub keep_alive: bool,
     /// Indented JSON (`?pretty`, or always in dev mode as Consul does).
     pub pretty: bool,
+    /// A large body that follows the head already in `out`, to be streamed by the
+    /// connection ([`Reply::take_tail`]). A reply dropped with its tail still here writes
+    /// the tail into `out`, so a path that cannot stream still sends the whole answer.
+    tail: Option<render::StreamedArray>,
+}
+
+impl Drop for Reply<'_> {
+    fn drop(&mut self) {
+        if let Some(mut tail) = self.tail.take() {
+            tail.fill_all(self.out);
+        }
+    }
 }
 
 /// Consul's query metadata, sent as `X-Consul-*` headers on every read.
@@ -143,7 +155,35 @@ impl QueryMeta {
     }
 }
 
-impl Reply<'_> {
+impl<'o> Reply<'o> {
+    pub fn new(out: &'o mut Vec<u8>, keep_alive: bool, pretty: bool) -> Self {
+        Reply {
+            out,
+            keep_alive,
+            pretty,
+            tail: None,
+        }
+    }
+
+    /// The streamed body that must follow `out` on the wire, if the answer has one.
+    pub fn take_tail(&mut self) -> Option<render::StreamedArray> {
+        self.tail.take()
+    }
+
+    /// A complete response whose JSON array body is streamed after the head.
+    pub fn send_streamed(&mut self, status: u16, headers: &[u8], body: render::StreamedArray) {
+        debug_assert!(self.tail.is_none(), "one body per reply");
+        http::write_response_head(
+            self.out,
+            status,
+            Some("application/json"),
+            headers,
+            body.len(),
+            self.keep_alive,
+        );
+        self.tail = Some(body);
+    }
+
     /// A complete response with a body already serialized.
     pub fn send(&mut self, status: u16, content_type: Option<&str>, headers: &[u8], body: &[u8]) {
         // One allocation for large answers instead of repeated doubling.
@@ -336,7 +376,7 @@ pub trait Query {
     /// The query's index and what it read, without building a response.
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet);
     /// Writes the complete response for `tables`, whose index `evaluate` returned as `meta`.
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply);
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply);
 }
 
 /// Turns an applied command's result into the HTTP answer.

@@ -10,6 +10,8 @@ use super::json::JsonWriter;
 use crate::proto::duration::format_go_duration;
 use crate::store::catalog::read::CheckServiceNode;
 use crate::store::catalog::{CheckDefinition, HealthCheck, Node, ServiceInstance};
+use crate::store::StoreVersion;
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -372,6 +374,148 @@ pub fn write_array<P: AsRef<[u8]>>(out: &mut Vec<u8>, pretty: bool, parts: &[P])
     }
 }
 
+/// Answers at least this large are streamed in chunks ([`StreamedArray`]) instead of being
+/// assembled whole in the connection's output buffer.
+pub const STREAM_BODY_BYTES_MIN: usize = 64 * 1024;
+/// Bytes one chunk of a streamed body fills before it is written: small enough to stay in
+/// the core's cache and to bound each connection's buffer, large enough that a write moves
+/// a useful amount.
+pub const STREAM_CHUNK_BYTES: usize = 128 * 1024;
+
+/// One element of a [`StreamedArray`].
+pub enum Part {
+    /// A rendering held by a row of the pinned store version (a render-cache blob).
+    Pinned { ptr: *const u8, len: usize },
+    /// A rendering made for this answer alone.
+    Owned(Vec<u8>),
+}
+
+impl Part {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: see `StreamedArray::new`: the pinned version keeps the bytes alive and
+            // unchanged for as long as `self` exists.
+            Part::Pinned { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Part::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// A JSON array of rendered elements written out a chunk at a time, laid out exactly as
+/// [`write_array`] lays it out (its length is [`array_len`] of the same parts).
+///
+/// Why: a large catalog answer assembled whole costs a fresh multi-megabyte buffer per
+/// request, cold in every cache and page-faulted in; with many such answers in flight the
+/// copies into and out of those buffers grow faster than the answers. Streamed, each
+/// element is copied from the row's render cache (shared, warm) into the connection's
+/// bounded buffer, and the socket reads from there.
+pub struct StreamedArray {
+    /// Keeps every pinned part alive; never read.
+    _version: StoreVersion,
+    pretty: bool,
+    parts: Vec<Part>,
+    len: usize,
+    opened: bool,
+    next_part: usize,
+    /// Whether the current part's separator was written.
+    part_started: bool,
+    offset_in_part: usize,
+    written: usize,
+}
+
+impl StreamedArray {
+    /// The array of `parts`, borrowed ones pinned by `version`.
+    ///
+    /// Every borrowed part must be a rendering held by a row reachable from `version` (as
+    /// [`crate::store::catalog::render_cache::RenderCache`] hands them out): rows never
+    /// change, a cache releases a rendering only when the row drops, and a row lives as long
+    /// as any version that holds it. So the bytes stay valid while `version` is held here.
+    pub fn new(version: &StoreVersion, pretty: bool, parts: Vec<Cow<'_, [u8]>>) -> Self {
+        let len = array_len(pretty, &parts);
+        let parts = parts
+            .into_iter()
+            .map(|part| match part {
+                Cow::Borrowed(bytes) => Part::Pinned {
+                    ptr: bytes.as_ptr(),
+                    len: bytes.len(),
+                },
+                Cow::Owned(bytes) => Part::Owned(bytes),
+            })
+            .collect();
+        StreamedArray {
+            _version: version.clone(),
+            pretty,
+            parts,
+            len,
+            opened: false,
+            next_part: 0,
+            part_started: false,
+            offset_in_part: 0,
+            written: 0,
+        }
+    }
+
+    /// The body's length in bytes, for `Content-Length`.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends the next bytes to `out` until it holds at least `chunk_bytes` (separators may
+    /// overshoot by a few bytes). Returns whether the body is complete.
+    pub fn fill(&mut self, out: &mut Vec<u8>, chunk_bytes: usize) -> bool {
+        let start = out.len();
+        if !self.opened {
+            out.push(b'[');
+            self.opened = true;
+        }
+        while self.next_part < self.parts.len() {
+            if out.len() >= chunk_bytes {
+                self.written += out.len() - start;
+                return false;
+            }
+            if !self.part_started {
+                if self.next_part > 0 {
+                    out.push(b',');
+                }
+                if self.pretty {
+                    out.extend_from_slice(b"\n    ");
+                }
+                self.part_started = true;
+            }
+            let bytes = self.parts[self.next_part].bytes();
+            let room = chunk_bytes.saturating_sub(out.len());
+            let take = room.min(bytes.len() - self.offset_in_part);
+            out.extend_from_slice(&bytes[self.offset_in_part..self.offset_in_part + take]);
+            self.offset_in_part += take;
+            if self.offset_in_part == bytes.len() {
+                self.next_part += 1;
+                self.offset_in_part = 0;
+                self.part_started = false;
+            }
+        }
+        if self.pretty && !self.parts.is_empty() {
+            out.push(b'\n');
+        }
+        out.push(b']');
+        if self.pretty {
+            out.push(b'\n');
+        }
+        self.written += out.len() - start;
+        assert_eq!(self.written, self.len, "streamed body length as announced");
+        true
+    }
+
+    /// Appends the whole remaining body to `out`, for paths that cannot stream.
+    pub fn fill_all(&mut self, out: &mut Vec<u8>) {
+        out.reserve(self.len - self.written);
+        while !self.fill(out, usize::MAX) {}
+    }
+}
+
 /// Renders one row compactly and parses it back, for `?filter` evaluation.
 pub fn as_value(render: impl FnOnce(&mut JsonWriter)) -> serde_json::Value {
     let mut buf = Vec::with_capacity(512);
@@ -442,6 +586,59 @@ pub fn cached_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streamed_array_matches_the_whole_array_at_every_chunk_size() {
+        let version: StoreVersion = std::sync::Arc::new(crate::store::Tables::default());
+        let held: Vec<Vec<u8>> = (0..7)
+            .map(|i| format!("{{\"Element\":{i},\"Pad\":\"{}\"}}", "x".repeat(i * 13)))
+            .map(String::into_bytes)
+            .collect();
+        for pretty in [false, true] {
+            for count in [0, 1, 7] {
+                let parts = || -> Vec<Cow<'_, [u8]>> {
+                    held[..count]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| {
+                            if i % 2 == 0 {
+                                Cow::Borrowed(&p[..])
+                            } else {
+                                Cow::Owned(p.clone())
+                            }
+                        })
+                        .collect()
+                };
+                let mut whole = Vec::new();
+                write_array(&mut whole, pretty, &parts());
+                for chunk_bytes in [1, 2, 5, 16, 64, 1 << 20] {
+                    let mut streamed = StreamedArray::new(&version, pretty, parts());
+                    assert_eq!(streamed.len(), whole.len());
+                    let mut out = Vec::new();
+                    let mut chunks = 0;
+                    loop {
+                        let mut chunk = Vec::new();
+                        let done = streamed.fill(&mut chunk, chunk_bytes);
+                        // Separators and the closing bracket may overshoot a little.
+                        assert!(chunk.len() <= chunk_bytes.max(1) + 6, "chunk bounded");
+                        out.extend_from_slice(&chunk);
+                        chunks += 1;
+                        assert!(chunks <= whole.len() + 2, "fill makes progress");
+                        if done {
+                            break;
+                        }
+                    }
+                    assert_eq!(
+                        out, whole,
+                        "pretty={pretty} count={count} chunk={chunk_bytes}"
+                    );
+                }
+                let mut flat = Vec::new();
+                StreamedArray::new(&version, pretty, parts()).fill_all(&mut flat);
+                assert_eq!(flat, whole);
+            }
+        }
+    }
     use crate::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
     use crate::store::{Command, Tables};
 

@@ -26,7 +26,7 @@ use crate::store::session::{
     self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
     SESSION_CHECKS_MAX, SESSION_NAME_BYTES_MAX, SESSION_TTL_MAX_NS, SESSION_TTL_MIN_NS,
 };
-use crate::store::{Command, CommandResult, Table, Tables};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -366,7 +366,7 @@ impl Query for InfoQuery {
             WatchSet::new().key(Table::Sessions, self.id.clone()),
         )
     }
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         respond_with(
             meta,
             reply,
@@ -387,7 +387,7 @@ impl Query for NodeQuery {
             WatchSet::new().key(Table::Sessions, self.watch_key.clone()),
         )
     }
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         respond_with(meta, reply, session::node_sessions(tables, &self.node));
     }
 }
@@ -401,7 +401,7 @@ impl Query for ListQuery {
             WatchSet::new().table(Table::Sessions),
         )
     }
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         respond_with(meta, reply, session::list(tables).collect());
     }
 }

@@ -24,7 +24,7 @@ use crate::store::kv::KvEntry;
 use crate::store::txn::{
     self, CatalogVerb, KvVerb, TxnError, TxnOp, TxnOutcome, TxnResult, TXN_OPS_MAX,
 };
-use crate::store::{Command, CommandResult, Tables};
+use crate::store::{Command, CommandResult, StoreVersion, Tables};
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -283,7 +283,7 @@ impl Query for ReadTxn {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
         (tables.index, WatchSet::new())
     }
-    fn respond(&self, tables: &Tables, meta: QueryMeta, reply: &mut Reply) {
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let outcome = txn::read_only(tables, &self.ops);
         let mut headers = Vec::with_capacity(96);
         headers.extend_from_slice(b"X-Consul-KnownLeader: ");

@@ -22,6 +22,7 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
+use crate::api::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
@@ -124,6 +125,19 @@ impl Connection {
         Box::pin(self.write_output()).await
     }
 
+    /// Sends what `output` holds, then `body` a chunk at a time through the same bounded
+    /// buffer. Later pipelined answers queue behind it.
+    async fn stream(&mut self, mut body: StreamedArray) -> io::Result<()> {
+        self.flush().await?;
+        loop {
+            let done = body.fill(&mut self.output, STREAM_CHUNK_BYTES);
+            self.write_output().await?;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
     async fn write_output(&mut self) -> io::Result<()> {
         let buf = std::mem::take(&mut self.output);
         match monoio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(buf)).await {
@@ -201,14 +215,15 @@ struct Buffered<'a> {
 }
 
 /// Dispatches a request whose bytes are all in memory. Returns the outcome, how to shape
-/// the answer, and — when the outcome is `Forward` — the re-framed request and its timeout.
+/// the answer, when the outcome is `Forward` the re-framed request and its timeout, and a
+/// large body to stream after what `output` holds.
 fn dispatch_buffered(
     shard: &Shard,
     request: Buffered,
     keep_alive: bool,
     output: &mut Vec<u8>,
     hops: u32,
-) -> (Outcome, ReplyShape, Option<(Vec<u8>, Duration)>) {
+) -> Dispatched {
     let input = request.input;
     let head = request.head;
     let raw_path = std::str::from_utf8(&input[head.path.start as usize..head.path.end as usize]);
@@ -229,12 +244,13 @@ fn dispatch_buffered(
                 buf: input,
                 body: request.body,
             };
-            let mut reply = Reply {
-                out: output,
-                keep_alive,
-                pretty,
-            };
+            let mut reply = Reply::new(output, keep_alive, pretty);
             let outcome = api::dispatch(shard, &req, &mut reply);
+            let tail = reply.take_tail();
+            debug_assert!(
+                tail.is_none() || matches!(outcome, Outcome::Done),
+                "only a finished answer has a body to stream"
+            );
             let forward = match outcome {
                 Outcome::Forward => Some((
                     reframe_for_forwarding(
@@ -248,39 +264,22 @@ fn dispatch_buffered(
                 )),
                 _ => None,
             };
-            (outcome, ReplyShape { keep_alive, pretty }, forward)
+            Dispatched {
+                outcome,
+                shape: ReplyShape { keep_alive, pretty },
+                forward,
+                keep_alive,
+                tail,
+            }
         }
         (None, _) => {
-            Reply {
-                out: output,
-                keep_alive,
-                pretty: false,
-            }
-            .error(&api::ApiError::bad_request("invalid escape in URL path"));
-            (
-                Outcome::Done,
-                ReplyShape {
-                    keep_alive,
-                    pretty: false,
-                },
-                None,
-            )
+            Reply::new(output, keep_alive, false)
+                .error(&api::ApiError::bad_request("invalid escape in URL path"));
+            Dispatched::done(keep_alive)
         }
         (_, Err(error)) => {
-            Reply {
-                out: output,
-                keep_alive,
-                pretty: false,
-            }
-            .error(&api::ApiError::BadRequest(error.message));
-            (
-                Outcome::Done,
-                ReplyShape {
-                    keep_alive,
-                    pretty: false,
-                },
-                None,
-            )
+            Reply::new(output, keep_alive, false).error(&api::ApiError::BadRequest(error.message));
+            Dispatched::done(keep_alive)
         }
     }
 }
@@ -365,6 +364,23 @@ struct Dispatched {
     shape: ReplyShape,
     forward: Option<(Vec<u8>, Duration)>,
     keep_alive: bool,
+    tail: Option<StreamedArray>,
+}
+
+impl Dispatched {
+    /// An answer already complete in the output (an error).
+    fn done(keep_alive: bool) -> Self {
+        Dispatched {
+            outcome: Outcome::Done,
+            shape: ReplyShape {
+                keep_alive,
+                pretty: false,
+            },
+            forward: None,
+            keep_alive,
+            tail: None,
+        }
+    }
 }
 
 /// Reads the next request (head, then body as the endpoint's limit allows) and dispatches
@@ -468,7 +484,7 @@ async fn next_request(
     };
 
     let keep_alive = head.keep_alive && !shard.shutting_down();
-    let (outcome, shape, forward) = {
+    let dispatched = {
         let body: &[u8] = match &chunked_body {
             Some(body) => body,
             None => &conn.input[head_len..consumed],
@@ -487,12 +503,7 @@ async fn next_request(
     };
     conn.input.drain(..consumed);
 
-    Ok(Some(Dispatched {
-        outcome,
-        shape,
-        forward,
-        keep_alive,
-    }))
+    Ok(Some(dispatched))
 }
 
 async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> {
@@ -503,6 +514,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             shape,
             forward,
             keep_alive,
+            tail,
         }) = next_request(shard, conn, &limits).await?
         else {
             return Ok(());
@@ -533,6 +545,9 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             }),
         )
         .await?;
+        if let Some(tail) = tail {
+            Box::pin(conn.stream(tail)).await?;
+        }
         if !keep_alive {
             conn.flush().await?;
             return Ok(());
@@ -561,48 +576,23 @@ async fn complete(
         Outcome::Done => Ok(()),
         Outcome::Write(op) => {
             let result = shard.propose(op.command.encode()).await;
-            (op.respond)(
-                result,
-                &mut Reply {
-                    out: output,
-                    keep_alive,
-                    pretty,
-                },
-            );
+            (op.respond)(result, &mut Reply::new(output, keep_alive, pretty));
             Ok(())
         }
         Outcome::Block(op) => park(shard, op, shape, output, watch).await,
         Outcome::Leader(LeaderOp::Operator { op, respond }) => {
             let result = Box::pin(shard.operator(op)).await;
-            respond(
-                result,
-                &mut Reply {
-                    out: output,
-                    keep_alive,
-                    pretty,
-                },
-            );
+            respond(result, &mut Reply::new(output, keep_alive, pretty));
             Ok(())
         }
         Outcome::Leader(LeaderOp::Restore { state, respond }) => {
             let result = Box::pin(replicate_restore(shard, state)).await;
-            respond(
-                result,
-                &mut Reply {
-                    out: output,
-                    keep_alive,
-                    pretty,
-                },
-            );
+            respond(result, &mut Reply::new(output, keep_alive, pretty));
             Ok(())
         }
         Outcome::Async(work) => {
             let respond = work.await;
-            respond(&mut Reply {
-                out: output,
-                keep_alive,
-                pretty,
-            });
+            respond(&mut Reply::new(output, keep_alive, pretty));
             Ok(())
         }
         Outcome::Forward => {
@@ -675,24 +665,15 @@ async fn forward_to_leader(
             } else {
                 "No cluster leader"
             };
-            Reply {
-                out: output,
-                keep_alive,
-                pretty: false,
-            }
-            .error(&api::ApiError::Internal(reason.to_string()));
+            Reply::new(output, keep_alive, false)
+                .error(&api::ApiError::Internal(reason.to_string()));
             return;
         }
         monoio::time::sleep(Duration::from_millis(50)).await;
     };
     if shard.shared().faults.is_blocked(leader.ip()) {
         monoio::time::sleep(timeout.min(RPC_HOLD_TIMEOUT)).await;
-        Reply {
-            out: output,
-            keep_alive,
-            pretty: false,
-        }
-        .error(&api::ApiError::Internal(
+        Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(
             "rpc error: leader unreachable".to_string(),
         ));
         return;
@@ -707,19 +688,10 @@ async fn forward_to_leader(
         }
         Ok(frame) => {
             let reason = String::from_utf8_lossy(&frame.payload).into_owned();
-            Reply {
-                out: output,
-                keep_alive,
-                pretty: false,
-            }
-            .error(&api::ApiError::Internal(reason));
+            Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(reason));
         }
-        Err(e) => Reply {
-            out: output,
-            keep_alive,
-            pretty: false,
-        }
-        .error(&api::ApiError::Internal(format!("rpc error: {e}"))),
+        Err(e) => Reply::new(output, keep_alive, false)
+            .error(&api::ApiError::Internal(format!("rpc error: {e}"))),
     }
 }
 
@@ -776,7 +748,13 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         return output;
     }
     let body = &payload[head.head_len..body_end];
-    let (outcome, shape, forward) = dispatch_buffered(
+    let Dispatched {
+        outcome,
+        shape,
+        forward,
+        tail,
+        ..
+    } = dispatch_buffered(
         shard,
         Buffered {
             input: &payload,
@@ -787,6 +765,10 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         &mut output,
         hops,
     );
+    // The answer travels back as one RPC message: no streaming here.
+    if let Some(mut tail) = tail {
+        tail.fill_all(&mut output);
+    }
     if matches!(outcome, Outcome::Forward) && hops >= FORWARD_HOPS_MAX {
         http::write_response(
             &mut output,
@@ -827,12 +809,7 @@ async fn park(
     if op.barrier {
         if let Err(error) = Box::pin(shard.read_barrier()).await {
             restore(output);
-            Reply {
-                out: output,
-                keep_alive,
-                pretty,
-            }
-            .error(&error);
+            Reply::new(output, keep_alive, pretty).error(&error);
             return Ok(());
         }
     }
@@ -840,12 +817,8 @@ async fn park(
         if shard.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
             restore(output);
-            Reply {
-                out: output,
-                keep_alive,
-                pretty,
-            }
-            .error(&api::ApiError::Internal("No cluster leader".to_string()));
+            Reply::new(output, keep_alive, pretty)
+                .error(&api::ApiError::Internal("No cluster leader".to_string()));
             return Ok(());
         }
         let version = shard.current_version();
@@ -854,15 +827,8 @@ async fn park(
         if !op.options.is_blocking() || index > op.options.min_index || timed_out {
             restore(output);
             let meta = shard.query_meta(index, op.options.consistency);
-            op.query.respond(
-                &version,
-                meta,
-                &mut Reply {
-                    out: output,
-                    keep_alive,
-                    pretty,
-                },
-            );
+            op.query
+                .respond(&version, meta, &mut Reply::new(output, keep_alive, pretty));
             return Ok(());
         }
         drop(version);

@@ -18,7 +18,7 @@ use std::alloc::{alloc, dealloc, Layout};
 use std::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// Slots per cache.
-pub const RENDER_SLOTS: usize = 2;
+pub const RENDER_SLOTS: usize = 4;
 
 /// Header of a blob allocation; the bytes follow it.
 #[repr(C)]
