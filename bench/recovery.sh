@@ -11,7 +11,7 @@
 #      it logs the snapshot installed.
 #
 # Everything runs on 127.71.0.x with the release binaries, stops by PID, and cleans up.
-#   bench/recovery.sh [restart|install|all]
+#   bench/recovery.sh [restart|install|all]      (PRAETOR_BIN=path runs another praetor build)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -19,7 +19,7 @@ WHAT="${1:-all}"
 KEYS="${KEYS:-1000000}"
 STATE_BYTES="${STATE_BYTES:-1073741824}"
 VALUE_BYTES="${VALUE_BYTES:-65536}"
-PRAETOR="$ROOT/target/release/praetor"
+PRAETOR="${PRAETOR_BIN:-$ROOT/target/release/praetor}"
 MAKE="$ROOT/target/release/examples/make_snapshot"
 LOADGEN="$ROOT/target/release/loadgen"
 WORK="$(mktemp -d /tmp/praetor-recovery.XXXXXX)"
@@ -31,7 +31,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-[ -x "$PRAETOR" ] && [ -x "$MAKE" ] || cargo build --release --bin praetor --example make_snapshot
+# Always through cargo (a no-op when fresh): a stale make_snapshot writes an archive in an
+# older state format, which the server rightly refuses.
+cargo build --release --bin praetor --example make_snapshot
 [ -x "$LOADGEN" ] || cargo build --release -p loadgen
 
 now_ms() { date +%s%3N; }

@@ -34,8 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-/// Encoded bytes queued per peer before new messages are dropped.
-pub const OUTBOX_BYTES_MAX: usize = 64 << 20;
+/// Encoded bytes queued per peer before new messages are dropped. The core's flow control
+/// is what really bounds a peer's traffic (64 appends in flight of up to one 8 MiB entry
+/// each, 16 snapshot chunks); this sits above that window so that a burst the core allowed,
+/// such as a replicated restore, never costs the heartbeats queued behind it.
+pub const OUTBOX_BYTES_MAX: usize = 768 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
