@@ -81,7 +81,7 @@ impl CatalogView for Tables {
         reads.key(Table::Nodes, name);
         self.catalog
             .node(name)
-            .map(|entry| node_record(&entry.node))
+            .map(|entry| node_record(entry.node()))
     }
 
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
@@ -89,8 +89,8 @@ impl CatalogView for Tables {
         self.catalog
             .nodes
             .values()
-            .find(|entry| entry.node.address.parse::<IpAddr>().ok() == Some(ip))
-            .map(|entry| node_record(&entry.node))
+            .find(|entry| entry.node().address.parse::<IpAddr>().ok() == Some(ip))
+            .map(|entry| node_record(entry.node()))
     }
 
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {

@@ -6,13 +6,12 @@
 //! operation is validated completely before the first row changes, so it applies entirely
 //! or not at all; refusals carry Consul's error text.
 
-use super::rows::NO_CHECKS;
 use super::rows::{
-    arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, HealthCheck,
+    arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, CheckList, HealthCheck,
     InstanceKey, InstanceKeyRef, Node, ServiceAddress, ServiceExtras, ServiceInstance, Status,
     StrMap, Weights, EMPTY, NO_TAGS, OTHER_CHECK_TYPE,
 };
-use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup, SERF_CHECK_ID};
+use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
 use crate::store::{Change, CommandResult, Table, Tables};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -197,7 +196,7 @@ impl<'a> Tx<'a> {
         let existing = self.cat.nodes.get(&*node_key);
         let write_node = match existing {
             None => true,
-            Some(entry) => !reg.skip_node_update && node_differs(&entry.node, reg),
+            Some(entry) => !reg.skip_node_update && node_differs(entry.node(), reg),
         };
         let mut rename_from = None;
         if write_node && !reg.id.is_empty() {
@@ -276,17 +275,18 @@ impl<'a> Tx<'a> {
         let Some(entry) = self.cat.nodes.get(&*fold(&reg.node)) else {
             return Ok(());
         };
-        if *entry.node.id == *reg.id {
+        let node = entry.node();
+        if *node.id == *reg.id {
             return Ok(());
         }
         let healthy = entry
             .checks
             .get(&*fold(SERF_CHECK_ID))
             .is_some_and(|c| c.service_id.is_empty() && c.status != Status::Critical);
-        if !(entry.node.id.is_empty() && allow_clash_without_id) && healthy {
+        if !(node.id.is_empty() && allow_clash_without_id) && healthy {
             return Err(format!(
                 "Node name {} is reserved by node {} with name {} ({})",
-                reg.node, entry.node.id, entry.node.name, entry.node.address
+                reg.node, node.id, node.name, node.address
             ));
         }
         Ok(())
@@ -294,7 +294,7 @@ impl<'a> Tx<'a> {
 
     fn upsert_node(&mut self, node_key: &Arc<str>, reg: &Registration) {
         let index = self.index;
-        let previous = self.cat.nodes.get(&**node_key).map(|e| e.node.clone());
+        let previous = self.cat.nodes.get(&**node_key).map(|e| e.node().clone());
         let node = Arc::new(Node {
             id: reuse(previous.as_ref().map(|n| &n.id), &reg.id),
             name: reuse(previous.as_ref().map(|n| &n.name), &reg.node),
@@ -319,7 +319,8 @@ impl<'a> Tx<'a> {
         let renamed = previous.as_ref().is_some_and(|old| old.name != node.name);
         match self.cat.nodes.get_mut(&**node_key) {
             Some(entry) => {
-                entry.node = node.clone();
+                // The node-check list is rebuilt by the view refresh below.
+                entry.head = Arc::new(NodeHead::new(node.clone(), entry.head.checks.clone()));
                 if renamed {
                     // The case of the name changed: rows that carry the name follow, and
                     // every view is rebuilt from them.
@@ -329,7 +330,7 @@ impl<'a> Tx<'a> {
                         .keys()
                         .map(|key| {
                             let list = checks_of_service(&entry.checks, key).cloned().collect();
-                            (key.clone(), check_list(list))
+                            (key.clone(), CheckList::new(list))
                         })
                         .collect();
                     self.refresh_views(node_key, None, None);
@@ -344,8 +345,7 @@ impl<'a> Tx<'a> {
                 self.cat.nodes.insert(
                     node_key.clone(),
                     NodeEntry {
-                        node,
-                        node_checks: NO_CHECKS.clone(),
+                        head: Arc::new(NodeHead::new(node, CheckList::empty())),
                         services: OrdMap::new(),
                         checks: OrdMap::new(),
                     },
@@ -361,12 +361,7 @@ impl<'a> Tx<'a> {
     }
 
     /// The current checks list of one instance's view (empty when it has no view yet).
-    fn view_checks(
-        &self,
-        name_key: &str,
-        node_key: &str,
-        service_key: &str,
-    ) -> Arc<[Arc<HealthCheck>]> {
+    fn view_checks(&self, name_key: &str, node_key: &str, service_key: &str) -> CheckList {
         self.cat
             .services
             .get(name_key)
@@ -376,7 +371,7 @@ impl<'a> Tx<'a> {
                     service_id: service_key,
                 })
             })
-            .map_or_else(|| NO_CHECKS.clone(), |v| v.checks.clone())
+            .map_or_else(CheckList::empty, |v| v.check_list().clone())
     }
 
     /// Rebuilds the [`InstanceView`]s of a node's instances: all of them when `only` is
@@ -387,7 +382,7 @@ impl<'a> Tx<'a> {
         &mut self,
         node_key: &Arc<str>,
         only: Option<&Arc<str>>,
-        checks: Option<Arc<[Arc<HealthCheck>]>>,
+        checks: Option<CheckList>,
     ) {
         let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
             return;
@@ -399,14 +394,12 @@ impl<'a> Tx<'a> {
                 .filter(|c| c.service_id.is_empty())
                 .cloned()
                 .collect();
-            entry.node_checks = if node_checks.is_empty() {
-                NO_CHECKS.clone()
-            } else {
-                node_checks.into()
-            };
+            entry.head = Arc::new(NodeHead::new(
+                entry.head.node.clone(),
+                CheckList::new(node_checks),
+            ));
         }
-        let node = entry.node.clone();
-        let node_checks = entry.node_checks.clone();
+        let head = entry.head.clone();
         let targets: Vec<(Arc<str>, Arc<ServiceInstance>)> = match only {
             Some(key) => entry
                 .services
@@ -426,7 +419,7 @@ impl<'a> Tx<'a> {
                 Some(list) => list.clone(),
                 None => self.view_checks(&name_key, node_key, &service_key),
             };
-            let view = InstanceView::new(service, node.clone(), node_checks.clone(), own);
+            let view = InstanceView::new(service, head.clone(), own);
             let key = InstanceKey {
                 node: node_key.clone(),
                 service_id: service_key,
@@ -467,7 +460,7 @@ impl<'a> Tx<'a> {
             let at = list.partition_point(|c| *fold(&c.check_id) < *check_key);
             list.insert(at, check);
         }
-        self.refresh_views(node_key, Some(service_key), Some(check_list(list)));
+        self.refresh_views(node_key, Some(service_key), Some(CheckList::new(list)));
     }
 
     fn upsert_service(&mut self, node_key: &Arc<str>, service: &ServiceRegistration) {
@@ -481,7 +474,7 @@ impl<'a> Tx<'a> {
             debug_assert!(false, "the node is written before its services");
             return;
         };
-        let node_name = entry.node.name.clone();
+        let node_name = entry.node().name.clone();
         let (found_key, existing) = match entry.services.get_key_value(&*fold(id_text)) {
             Some((key, row)) => (Some(key.clone()), Some(row.clone())),
             None => (None, None),
@@ -519,7 +512,7 @@ impl<'a> Tx<'a> {
                 }
                 checks
             }
-            None => NO_CHECKS.clone(),
+            None => CheckList::empty(),
         };
         let entry = self
             .cat
@@ -542,11 +535,7 @@ impl<'a> Tx<'a> {
                 relabelled.push(check.clone());
             }
         }
-        let own_checks: Arc<[Arc<HealthCheck>]> = if relabelled.is_empty() {
-            NO_CHECKS.clone()
-        } else {
-            relabelled.into()
-        };
+        let own_checks = CheckList::new(relabelled);
         match self.cat.services.get_mut(&*name_key) {
             Some(group) => group.index = index,
             None => {
@@ -627,7 +616,7 @@ impl<'a> Tx<'a> {
         });
         let mut row = check_row(
             reg,
-            entry.node.name.clone(),
+            entry.node().name.clone(),
             service.as_deref(),
             existing.as_deref(),
             index,
@@ -793,8 +782,8 @@ impl<'a> Tx<'a> {
         let Some(entry) = self.cat.nodes.remove(&**node_key) else {
             return;
         };
-        if !entry.node.id.is_empty() {
-            self.cat.node_ids.remove(&*entry.node.id);
+        if !entry.node().id.is_empty() {
+            self.cat.node_ids.remove(&*entry.node().id);
         }
         if !entry.checks.is_empty() {
             self.bumped[BUMP_CHECKS] = true;
@@ -1010,18 +999,6 @@ pub fn checks_of_service<'m>(
     checks
         .values()
         .filter(move |c| *fold(&c.service_id) == *service_key)
-}
-
-/// A shared, immutable list of checks, as views hold them.
-pub type CheckList = Arc<[Arc<HealthCheck>]>;
-
-/// A check list as views hold it (the shared empty list when empty).
-pub fn check_list(list: Vec<Arc<HealthCheck>>) -> CheckList {
-    if list.is_empty() {
-        NO_CHECKS.clone()
-    } else {
-        list.into()
-    }
 }
 
 /// A tag list sharing an existing allocation when an equal list exists.

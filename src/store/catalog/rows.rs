@@ -5,20 +5,59 @@
 //! They are laid out for size: strings are `Arc<str>` shared between rows wherever the
 //! value repeats (node names, service names, tag lists, the empty string), maps that are
 //! usually empty cost one null pointer, and everything a row needs only sometimes (check
-//! definitions, proxy configuration) sits behind an `Option<Box<…>>`.
+//! definitions, proxy configuration) sits behind an `Option<Box<…>>`. Check lists, of which
+//! there is one per instance, are a single thin pointer ([`CheckList`]).
 
 use equivalent::{Comparable, Equivalent};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::sync::{Arc, LazyLock};
+use triomphe::ThinArc;
 
 /// The empty string, shared by every row field that is empty.
 pub static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
 /// The empty tag list, shared likewise.
 pub static NO_TAGS: LazyLock<Arc<[Arc<str>]>> = LazyLock::new(|| Arc::from(Vec::new()));
 
-/// The empty check list, shared by views of instances without checks.
-pub static NO_CHECKS: LazyLock<Arc<[Arc<HealthCheck>]>> = LazyLock::new(|| Arc::from(Vec::new()));
+/// The empty check list, shared by every view and node without checks.
+static NO_CHECKS: LazyLock<CheckList> =
+    LazyLock::new(|| CheckList(ThinArc::from_header_and_iter((), std::iter::empty())));
+
+/// A shared, immutable list of checks in check-ID order, as views hold them: one thin
+/// pointer (the length lives in the allocation), since there is one per instance view.
+#[derive(Clone)]
+pub struct CheckList(ThinArc<(), Arc<HealthCheck>>);
+
+impl CheckList {
+    /// The list of `checks` (the shared empty list when there are none).
+    pub fn new(checks: Vec<Arc<HealthCheck>>) -> CheckList {
+        if checks.is_empty() {
+            CheckList::empty()
+        } else {
+            CheckList(ThinArc::from_header_and_iter((), checks.into_iter()))
+        }
+    }
+    pub fn empty() -> CheckList {
+        NO_CHECKS.clone()
+    }
+    /// Whether both are the same allocation.
+    pub fn ptr_eq(a: &CheckList, b: &CheckList) -> bool {
+        a.0.ptr() == b.0.ptr()
+    }
+}
+
+impl std::ops::Deref for CheckList {
+    type Target = [Arc<HealthCheck>];
+    fn deref(&self) -> &[Arc<HealthCheck>] {
+        &self.0.slice
+    }
+}
+
+impl std::fmt::Debug for CheckList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
 
 /// An `Arc<str>` for `text`, reusing the shared empty string.
 pub fn arc_str(text: &str) -> Arc<str> {
@@ -435,5 +474,9 @@ mod tests {
         assert!(std::mem::size_of::<ServiceInstance>() <= 176);
         assert!(std::mem::size_of::<HealthCheck>() <= 176);
         assert!(std::mem::size_of::<StrMap>() == 16);
+        assert_eq!(std::mem::size_of::<CheckList>(), 8);
+        // Views sit inline in their group's map, 16 to a leaf: at 40 bytes (with the 32-byte
+        // key) a leaf fits mimalloc's 1280-byte class.
+        assert!(std::mem::size_of::<super::super::InstanceView>() <= 40);
     }
 }

@@ -2,10 +2,8 @@
 //! per-service indexes. Restoring rebuilds the secondary structures (groups, ID index) and
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
-use super::apply::check_list;
-use super::rows::NO_CHECKS;
-use super::rows::{fold_arc, HealthCheck, InstanceKey, Node, ServiceInstance};
-use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup};
+use super::rows::{fold_arc, CheckList, HealthCheck, InstanceKey, Node, ServiceInstance};
+use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -71,7 +69,7 @@ impl Serialize for NodeDumpRef<'_> {
         use serde::ser::SerializeStruct;
         let entry = self.0;
         let mut dump = serializer.serialize_struct("NodeDump", 3)?;
-        dump.serialize_field("node", &*entry.node)?;
+        dump.serialize_field("node", &**entry.node())?;
         dump.serialize_field("services", &Seq(|| entry.services.values().map(|s| &**s)))?;
         dump.serialize_field("checks", &Seq(|| entry.checks.values().map(|c| &**c)))?;
         dump.end()
@@ -111,8 +109,7 @@ impl CatalogDump {
                 return Err(format!("snapshot lists node {:?} twice", node.name));
             }
             let mut entry = NodeEntry {
-                node: node.clone(),
-                node_checks: NO_CHECKS.clone(),
+                head: Arc::new(NodeHead::new(node.clone(), CheckList::empty())),
                 services: OrdMap::new(),
                 checks: OrdMap::new(),
             };
@@ -175,15 +172,13 @@ impl CatalogDump {
                 list.sort_by_cached_key(|check| fold_arc(&check.check_id));
             }
             // Views: the node's shared node-check list and each instance's own checks.
-            entry.node_checks = check_list(lists.remove("").unwrap_or_default());
+            entry.head = Arc::new(NodeHead::new(
+                node.clone(),
+                CheckList::new(lists.remove("").unwrap_or_default()),
+            ));
             for (service_key, service) in entry.services.iter() {
-                let checks = check_list(lists.remove(&**service_key).unwrap_or_default());
-                let view = InstanceView::new(
-                    service.clone(),
-                    node.clone(),
-                    entry.node_checks.clone(),
-                    checks,
-                );
+                let checks = CheckList::new(lists.remove(&**service_key).unwrap_or_default());
+                let view = InstanceView::new(service.clone(), entry.head.clone(), checks);
                 let name_key = fold_arc(&service.name);
                 if let Some(group) = tables.services.get_mut(&*name_key) {
                     group.instances.insert(

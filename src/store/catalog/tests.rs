@@ -256,7 +256,7 @@ fn refused_registrations_change_nothing() {
         "{result:?}"
     );
     assert_eq!(
-        &*f.tables.catalog.node("n1").unwrap().node.address,
+        &*f.tables.catalog.node("n1").unwrap().node().address,
         "10.0.0.1"
     );
     assert_eq!(f.tables.table_indexes, before);
@@ -299,7 +299,8 @@ fn names_and_ids_match_case_insensitively() {
     assert_eq!(check_service_nodes(&f.tables, "WEB").len(), 1);
     let entry = f.tables.catalog.node("node-a").unwrap();
     assert_eq!(
-        &*entry.node.name, "Node-A",
+        &*entry.node().name,
+        "Node-A",
         "the registered spelling is kept"
     );
     assert!(read::check(&f.tables, "NODE-A", "check-1").is_some());
