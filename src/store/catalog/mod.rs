@@ -39,6 +39,7 @@ pub mod render_cache;
 pub mod rows;
 mod snapshot;
 
+use arcstr::ArcStr;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -83,10 +84,10 @@ pub struct NodeEntry {
     /// The node row and its node-level checks, shared with every [`InstanceView`] of the node.
     pub head: Arc<NodeHead>,
     /// Folded service ID → instance.
-    pub services: OrdMap<Arc<str>, Arc<ServiceInstance>>,
+    pub services: OrdMap<ArcStr, Arc<ServiceInstance>>,
     /// Folded check ID → check (node-level and service checks alike; check IDs are unique
     /// per node). Each instance's checks are also listed in its [`InstanceView`].
-    pub checks: OrdMap<Arc<str>, Arc<HealthCheck>>,
+    pub checks: OrdMap<ArcStr, Arc<HealthCheck>>,
 }
 
 impl NodeEntry {
@@ -169,11 +170,11 @@ pub struct ServiceGroup {
 #[derive(Clone, Debug, Default)]
 pub struct CatalogTables {
     /// Folded node name → node.
-    pub nodes: OrdMap<Arc<str>, NodeEntry>,
+    pub nodes: OrdMap<ArcStr, NodeEntry>,
     /// Folded service name → its instances.
-    pub services: OrdMap<Arc<str>, ServiceGroup>,
+    pub services: OrdMap<ArcStr, ServiceGroup>,
     /// Node UUID → folded node name.
-    pub node_ids: OrdMap<Arc<str>, Arc<str>>,
+    pub node_ids: OrdMap<ArcStr, ArcStr>,
     /// Last index at which a service lost its last instance (Consul's
     /// `service_last_extinction`).
     pub service_extinction_index: u64,
@@ -221,7 +222,7 @@ impl CatalogTables {
             for (service_key, instance) in entry.services.iter() {
                 instances_in_nodes += 1;
                 assert_eq!(**service_key, *rows::fold(&instance.id));
-                assert!(Arc::ptr_eq(&instance.node, &node.name) || instance.node == node.name);
+                assert!(ArcStr::ptr_eq(&instance.node, &node.name) || instance.node == node.name);
                 let group = self
                     .services
                     .get(&*rows::fold(&instance.name))

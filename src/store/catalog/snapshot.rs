@@ -2,8 +2,9 @@
 //! per-service indexes. Restoring rebuilds the secondary structures (groups, ID index) and
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
-use super::rows::{fold_arc, CheckList, HealthCheck, InstanceKey, Node, ServiceInstance};
+use super::rows::{fold_arc, CheckList, HealthCheck, InstanceKey, Node, ServiceInstance, Tags};
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup};
+use arcstr::ArcStr;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 pub(super) struct CatalogDump {
     nodes: Vec<NodeDump>,
     /// Folded service name → `service.<name>` index.
-    service_indexes: Vec<(Arc<str>, u64)>,
+    service_indexes: Vec<(ArcStr, u64)>,
     service_extinction_index: u64,
 }
 
@@ -26,10 +27,10 @@ struct NodeDump {
 
 /// Hands out one shared allocation per distinct string.
 #[derive(Default)]
-struct Interner(HashMap<Arc<str>, ()>);
+struct Interner(HashMap<ArcStr, ()>);
 
 impl Interner {
-    fn get(&mut self, text: &Arc<str>) -> Arc<str> {
+    fn get(&mut self, text: &ArcStr) -> ArcStr {
         if let Some((existing, _)) = self.0.get_key_value(text) {
             return existing.clone();
         }
@@ -93,12 +94,12 @@ where
 impl CatalogDump {
     pub(super) fn into_tables(self) -> Result<CatalogTables, String> {
         let mut strings = Interner::default();
-        let mut tags: HashMap<Arc<[Arc<str>]>, ()> = HashMap::new();
+        let mut tags: HashMap<Tags, ()> = HashMap::new();
         let mut tables = CatalogTables {
             service_extinction_index: self.service_extinction_index,
             ..CatalogTables::default()
         };
-        let indexes: HashMap<Arc<str>, u64> = self.service_indexes.into_iter().collect();
+        let indexes: HashMap<ArcStr, u64> = self.service_indexes.into_iter().collect();
         for dump in self.nodes {
             let mut node = dump.node;
             node.name = strings.get(&node.name);
@@ -114,7 +115,7 @@ impl CatalogDump {
                 checks: OrdMap::new(),
             };
             // Folded service ID → its checks, in check-ID order (empty: node checks).
-            let mut lists: HashMap<Arc<str>, Vec<Arc<HealthCheck>>> = HashMap::new();
+            let mut lists: HashMap<ArcStr, Vec<Arc<HealthCheck>>> = HashMap::new();
             for mut service in dump.services {
                 service.node = node.name.clone();
                 service.name = strings.get(&service.name);

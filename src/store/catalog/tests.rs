@@ -2,7 +2,7 @@
 //! the precision of the change keys.
 
 use super::read::{self, check_service_nodes};
-use super::rows::Status;
+use super::rows::{Status, Tags};
 use super::*;
 use crate::store::{Change, Command, CommandResult, Table, Tables};
 
@@ -413,9 +413,9 @@ fn repeated_strings_are_shared() {
     }
     let nodes = check_service_nodes(&f.tables, "web");
     for pair in nodes.windows(2) {
-        assert!(Arc::ptr_eq(&pair[0].service.tags, &pair[1].service.tags));
-        assert!(Arc::ptr_eq(&pair[0].service.name, &pair[1].service.name));
-        assert!(Arc::ptr_eq(
+        assert!(Tags::ptr_eq(&pair[0].service.tags, &pair[1].service.tags));
+        assert!(ArcStr::ptr_eq(&pair[0].service.name, &pair[1].service.name));
+        assert!(ArcStr::ptr_eq(
             &pair[0].checks().next().unwrap().name,
             &pair[1].checks().next().unwrap().name
         ));
@@ -462,7 +462,7 @@ fn snapshot_round_trip_keeps_rows_indexes_and_sharing() {
             b.checks().collect::<Vec<_>>()
         );
     }
-    assert!(Arc::ptr_eq(&after[0].service.tags, &after[1].service.tags));
+    assert!(Tags::ptr_eq(&after[0].service.tags, &after[1].service.tags));
 }
 
 #[test]
