@@ -201,7 +201,7 @@ fn service_row(agent: &Agent, id: &str) -> Option<ServiceInstance> {
     let service = state.services.get(id)?;
     Some(instance_row(
         &service.registration,
-        Arc::from(agent.node_name().as_str()),
+        arcstr::ArcStr::from(agent.node_name().as_str()),
         None,
         None,
         0,
@@ -212,13 +212,18 @@ fn check_row_of(agent: &Agent, check: &LocalCheck) -> HealthCheck {
     let node = agent.node_name();
     let state = agent.state.borrow();
     let registration = state.check_registration(check, &node);
-    let service = state
-        .services
-        .get(&check.service_id)
-        .map(|s| instance_row(&s.registration, Arc::from(node.as_str()), None, None, 0));
+    let service = state.services.get(&check.service_id).map(|s| {
+        instance_row(
+            &s.registration,
+            arcstr::ArcStr::from(node.as_str()),
+            None,
+            None,
+            0,
+        )
+    });
     check_row(
         &registration,
-        Arc::from(node.as_str()),
+        arcstr::ArcStr::from(node.as_str()),
         service.as_ref(),
         None,
         0,

@@ -170,7 +170,7 @@ pub fn encode_node_state(version: &StoreVersion, node: &str) -> Vec<u8> {
         match version.catalog.node(node) {
             None => (None, Vec::new(), Vec::new()),
             Some(entry) => (
-                Some(&*entry.node),
+                Some(&**entry.node()),
                 entry.services.values().map(|s| &**s).collect(),
                 entry.checks.values().map(|c| &**c).collect(),
             ),
@@ -246,7 +246,7 @@ pub fn node_state_in(version: &StoreVersion, node: &str) -> NodeState {
     match version.catalog.node(node) {
         None => NodeState::default(),
         Some(entry) => NodeState {
-            node: Some(entry.node.clone()),
+            node: Some(entry.node().clone()),
             services: entry.services.values().cloned().collect(),
             checks: entry.checks.values().cloned().collect(),
         },

@@ -113,10 +113,10 @@ pub fn reaped_ops(version: &crate::store::Tables, members: &[Member]) -> Vec<Cat
             entry.checks.contains_key(&*serf_key)
                 && !members
                     .iter()
-                    .any(|m| m.name.eq_ignore_ascii_case(&entry.node.name))
+                    .any(|m| m.name.eq_ignore_ascii_case(&entry.node().name))
         })
         .map(|entry| CatalogOp::Deregister {
-            node: entry.node.name.to_string(),
+            node: entry.node().name.to_string(),
             service_id: String::new(),
             check_id: String::new(),
         })

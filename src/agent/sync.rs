@@ -20,7 +20,6 @@ use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};
 use crate::store::CommandResult;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Operations per anti-entropy batch (one Raft entry each).
@@ -113,7 +112,7 @@ pub async fn full_sync(agent: &Agent) -> bool {
     {
         let mut state = agent.state.borrow_mut();
         state.node_in_sync = node_in_sync(&current, &wanted_node);
-        let node_arc: Arc<str> = Arc::from(node_name.as_str());
+        let node_arc = arcstr::ArcStr::from(node_name.as_str());
         let catalog_services: HashMap<String, _> = current
             .services
             .iter()

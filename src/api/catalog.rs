@@ -452,15 +452,15 @@ impl Query for NodesQuery {
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_array();
         for entry in tables.catalog.nodes.values() {
-            if !entry.node.meta.satisfies(&self.node_meta) {
+            if !entry.node().meta.satisfies(&self.node_meta) {
                 continue;
             }
             if let Some(filter) = &self.filter {
-                if !filter.matches(&render::as_value(|w| render::node(w, &entry.node))) {
+                if !filter.matches(&render::as_value(|w| render::node(w, entry.node()))) {
                     continue;
                 }
             }
-            render::node(&mut w, &entry.node);
+            render::node(&mut w, entry.node());
         }
         w.end_array();
         w.finish();
@@ -503,12 +503,12 @@ impl Query for ServicesQuery {
         let mut services: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
         for group in tables.catalog.services.values() {
             for view in group.instances.values() {
-                if !view.node.meta.satisfies(&self.node_meta) {
+                if !view.node().meta.satisfies(&self.node_meta) {
                     continue;
                 }
                 if let Some(filter) = &self.filter {
                     let row =
-                        render::as_value(|w| render::service_node(w, &view.node, &view.service));
+                        render::as_value(|w| render::service_node(w, view.node(), &view.service));
                     if !filter.matches(&row) {
                         continue;
                     }
@@ -532,12 +532,13 @@ impl Query for ServicesQuery {
 }
 
 /// Render-cache slots of an instance view: its `CheckServiceNode` and `ServiceNode` JSON,
-/// compact and indented. Indented answers are what a dev agent always sends (as Consul's
-/// does), so they are cached like compact ones; an empty slot costs a null pointer.
-const SLOT_HEALTH: usize = 0;
-const SLOT_CATALOG: usize = 1;
-const SLOT_HEALTH_PRETTY: usize = 2;
-const SLOT_CATALOG_PRETTY: usize = 3;
+/// compact and as `?pretty` lays them out. A slot is filled on first use only, so views that
+/// are never read pretty cost nothing for it.
+pub const SLOT_HEALTH: usize = 0;
+pub const SLOT_CATALOG: usize = 1;
+pub const SLOT_HEALTH_PRETTY: usize = 2;
+pub const SLOT_CATALOG_PRETTY: usize = 3;
+const _: () = assert!(SLOT_CATALOG_PRETTY < crate::store::catalog::render_cache::RENDER_SLOTS);
 
 /// Which answer a single-service query gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -644,23 +645,23 @@ impl ServiceQuery {
         let mut parts = Vec::with_capacity(group.instances.len());
         let mut distances: Vec<Option<f64>> = Vec::new();
         for view in group.instances.values() {
-            if !self.keep(&view.node, &view.service) {
+            if !self.keep(view.node(), &view.service) {
                 continue;
             }
-            if self.view == ServiceView::Health && self.passing && !view.all_passing {
+            if self.view == ServiceView::Health && self.passing && !view.all_passing() {
                 continue;
             }
             if let Some(near) = &self.near {
-                distances.push(near.get(&*view.node.name).copied());
+                distances.push(near.get(&*view.node().name).copied());
             }
             let row = read::CheckServiceNode {
-                node: &view.node,
+                node: view.node(),
                 service: &view.service,
-                node_checks: &view.node_checks,
-                service_checks: &view.checks,
+                node_checks: view.node_checks(),
+                service_checks: view.checks(),
             };
             let render_row = |w: &mut JsonWriter| match self.view {
-                ServiceView::Catalog => render::service_node(w, &view.node, &view.service),
+                ServiceView::Catalog => render::service_node(w, view.node(), &view.service),
                 _ => render::check_service_node(w, &row),
             };
             if let Some(filter) = &self.filter {
@@ -699,10 +700,10 @@ impl ServiceQuery {
         w.begin_array();
         if let Some(group) = tables.catalog.group(&self.service) {
             for view in group.instances.values() {
-                if !self.keep(&view.node, &view.service) {
+                if !self.keep(view.node(), &view.service) {
                     continue;
                 }
-                for check in view.checks.iter() {
+                for check in view.checks().iter() {
                     if let Some(filter) = &self.filter {
                         if !filter.matches(&render::as_value(|w| render::health_check(w, check))) {
                             continue;
@@ -837,7 +838,7 @@ impl Query for NodeQuery {
                 });
                 w.begin_object();
                 w.field_object("Node");
-                render::node_fields(&mut w, &entry.node);
+                render::node_fields(&mut w, entry.node());
                 w.end_object();
                 if self.as_list {
                     w.field_array("Services");
@@ -950,6 +951,84 @@ pub fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_answers_come_from_the_render_cache_compact_and_pretty() {
+        use crate::store::catalog::{CatalogOp, CheckRegistration, Registration};
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        for i in 0..3u64 {
+            let reg = Registration {
+                node: format!("n{i}"),
+                address: "10.0.0.1".into(),
+                datacenter: "dc1".into(),
+                service: Some(ServiceRegistration {
+                    id: format!("web-{i}"),
+                    name: "web".into(),
+                    tags: vec!["t".into()],
+                    port: 80,
+                    ..Default::default()
+                }),
+                checks: vec![CheckRegistration {
+                    check_id: format!("c{i}"),
+                    name: "check".into(),
+                    status: "passing".into(),
+                    service_id: format!("web-{i}"),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            tables.apply(
+                i + 1,
+                &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+                &mut changes,
+            );
+        }
+        for (view, slots) in [
+            (ServiceView::Health, [SLOT_HEALTH, SLOT_HEALTH_PRETTY]),
+            (ServiceView::Catalog, [SLOT_CATALOG, SLOT_CATALOG_PRETTY]),
+        ] {
+            let query = ServiceQuery {
+                view,
+                service: Arc::from("web"),
+                folded: Arc::from("web"),
+                tags: Vec::new(),
+                node_meta: Vec::new(),
+                passing: false,
+                filter: None,
+                blocking: false,
+                cache_key: Rc::from(""),
+                near: None,
+            };
+            let answer = |pretty: bool| {
+                let mut body = Vec::new();
+                query.render(&tables, pretty, &mut body);
+                body
+            };
+            let compact = answer(false);
+            let pretty = answer(true);
+            for (slot, pretty_slot) in [(slots[0], false), (slots[1], true)] {
+                assert!(
+                    tables
+                        .catalog
+                        .group("web")
+                        .unwrap()
+                        .instances
+                        .values()
+                        .all(|v| v.rendered.get(slot).is_some()),
+                    "{view:?} pretty={pretty_slot}: every view filled its slot"
+                );
+            }
+            // Answers from the filled caches are the same bytes, and both layouts say the
+            // same thing.
+            assert_eq!(answer(false), compact);
+            assert_eq!(answer(true), pretty);
+            assert!(!compact.contains(&b'\n') && pretty.contains(&b'\n'));
+            let parse = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+            assert_eq!(parse(&compact), parse(&pretty));
+            assert_eq!(parse(&compact).as_array().map(Vec::len), Some(3));
+        }
+    }
 
     #[test]
     fn nearest_first_orders_known_distances_and_keeps_unknowns_last_in_place() {

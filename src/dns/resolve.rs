@@ -24,8 +24,8 @@ use super::name::{self, DomainUsed, Domains, Lookup};
 use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
 use crate::config::DnsConfig;
 use crate::proto::dns::{rcode, rtype, WireName};
+use arcstr::ArcStr;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 /// Most name servers listed for the zone, as Consul does.
 pub const NAME_SERVERS_MAX: usize = 3;
@@ -491,11 +491,7 @@ fn address_data(ip: IpAddr) -> RecordData {
 /// The address record for `address` in the family `qtype` asks for, trying the tagged
 /// `lan_ipv4` / `lan_ipv6` address when the main one is of the other family; a host name
 /// becomes a CNAME.
-fn address_record(
-    address: &str,
-    tagged: &[(Arc<str>, Arc<str>)],
-    qtype: u16,
-) -> Option<RecordData> {
+fn address_record(address: &str, tagged: &[(ArcStr, ArcStr)], qtype: u16) -> Option<RecordData> {
     let tagged_ip = |tag: &str| -> Option<IpAddr> {
         tagged
             .iter()
@@ -543,7 +539,7 @@ fn node_address_record(node: &NodeRecord, qtype: u16) -> Option<RecordData> {
 /// Node metadata as TXT strings: `key=value` escaped per RFC 1464, or the bare value for
 /// keys starting with `rfc1035-`, as Consul writes them.
 fn node_meta_txt(node: &NodeRecord) -> Vec<RecordData> {
-    let mut meta: Vec<&(Arc<str>, Arc<str>)> = node.meta.iter().collect();
+    let mut meta: Vec<&(ArcStr, ArcStr)> = node.meta.iter().collect();
     meta.sort();
     meta.into_iter()
         .map(|(key, value)| {

@@ -11,6 +11,7 @@ use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
 use crate::store::catalog::read::check_service_nodes;
 use crate::store::catalog::{Node, Status};
 use crate::store::{Table, Tables};
+use arcstr::ArcStr;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -81,7 +82,7 @@ impl CatalogView for Tables {
         reads.key(Table::Nodes, name);
         self.catalog
             .node(name)
-            .map(|entry| node_record(&entry.node))
+            .map(|entry| node_record(entry.node()))
     }
 
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
@@ -89,11 +90,11 @@ impl CatalogView for Tables {
         self.catalog
             .nodes
             .values()
-            .find(|entry| entry.node.address.parse::<IpAddr>().ok() == Some(ip))
-            .map(|entry| node_record(&entry.node))
+            .find(|entry| entry.node().address.parse::<IpAddr>().ok() == Some(ip))
+            .map(|entry| node_record(entry.node()))
     }
 
-    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
         reads.table(Table::Services);
         self.catalog.services.values().find_map(|group| {
             group

@@ -10,6 +10,7 @@
 //! implementation is in `store_view.rs`.
 
 use crate::store::Table;
+use arcstr::ArcStr;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -25,13 +26,13 @@ pub enum Health {
 /// One node, as DNS needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeRecord {
-    pub name: Arc<str>,
-    pub datacenter: Arc<str>,
+    pub name: ArcStr,
+    pub datacenter: ArcStr,
     /// The node's address: an IP, or a host name for external nodes.
-    pub address: Arc<str>,
+    pub address: ArcStr,
     /// Consul's `TaggedAddresses` (`lan`, `lan_ipv4`, `lan_ipv6`, `wan`, …).
-    pub tagged_addresses: Vec<(Arc<str>, Arc<str>)>,
-    pub meta: Vec<(Arc<str>, Arc<str>)>,
+    pub tagged_addresses: Vec<(ArcStr, ArcStr)>,
+    pub meta: Vec<(ArcStr, ArcStr)>,
 }
 
 impl NodeRecord {
@@ -47,13 +48,13 @@ impl NodeRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceInstance {
     pub node: Arc<NodeRecord>,
-    pub service_id: Arc<str>,
-    pub service_name: Arc<str>,
+    pub service_id: ArcStr,
+    pub service_name: ArcStr,
     /// The service's own address; empty means "use the node's".
-    pub address: Arc<str>,
+    pub address: ArcStr,
     pub port: u16,
-    pub tags: Vec<Arc<str>>,
-    pub tagged_addresses: Vec<(Arc<str>, Arc<str>)>,
+    pub tags: Vec<ArcStr>,
+    pub tagged_addresses: Vec<(ArcStr, ArcStr)>,
     /// SRV weights (`Weights.Passing`, `Weights.Warning`); Consul's default is 1 and 1.
     pub weight_passing: u16,
     pub weight_warning: u16,
@@ -99,7 +100,7 @@ pub trait CatalogView {
     /// The first node whose address is `ip`, for PTR.
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>>;
     /// The name of the first service with an instance whose own address is `ip`, for PTR.
-    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>>;
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr>;
 }
 
 /// An in-memory catalog for tests, recording reads the way the store implementation does:
@@ -134,7 +135,7 @@ impl CatalogView for MemoryCatalog {
             .find(|n| n.address.parse::<IpAddr>().ok() == Some(ip))
             .cloned()
     }
-    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
         reads.table(Table::Services);
         self.instances
             .iter()
@@ -154,7 +155,7 @@ impl<T: CatalogView + ?Sized> CatalogView for Arc<T> {
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
         (**self).node_by_address(ip, reads)
     }
-    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<str>> {
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
         (**self).service_by_address(ip, reads)
     }
 }

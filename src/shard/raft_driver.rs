@@ -55,7 +55,7 @@ const TOMBSTONE_GRANULARITY: Duration = Duration::from_secs(30);
 const RECONCILE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// A snapshot written by the helper thread, ready to hand to the core.
-type FinishedSnapshot = (SnapshotMeta, WalSnapshot);
+type FinishedSnapshot = (SnapshotMeta, bytes::Bytes);
 
 pub struct RaftDriverConfig {
     pub data_dir: PathBuf,
@@ -1031,31 +1031,37 @@ impl RaftDriver {
         std::thread::Builder::new()
             .name("praetor-snapshot".into())
             .spawn(move || {
-                let data = bytes::Bytes::from(version.to_snapshot_bytes());
                 let encoded_meta = rmp_serde::to_vec(&meta).expect("snapshot metadata encodes");
-                let snapshot = WalSnapshot {
+                // Streamed to the file; the core gets the bytes mapped from it, which cost
+                // no memory unless a follower has to be sent the snapshot.
+                let written = wal::write_snapshot_streaming(
+                    &dir,
                     last_index,
                     last_term,
-                    meta: encoded_meta,
-                    data,
-                };
-                if let Err(e) = wal::write_snapshot_file(&dir, &snapshot) {
-                    fatal("cannot write snapshot", e);
+                    &encoded_meta,
+                    |out| version.write_snapshot(out),
+                );
+                drop(version);
+                match written {
+                    Ok(data) => {
+                        let _ = done.send((meta, data));
+                    }
+                    Err(e) => fatal("cannot write snapshot", e),
                 }
-                let _ = done.send((meta, snapshot));
             })
             .expect("spawning the snapshot thread");
     }
 
-    fn finish_snapshot(&mut self, meta: SnapshotMeta, snapshot: WalSnapshot) {
+    fn finish_snapshot(&mut self, meta: SnapshotMeta, data: bytes::Bytes) {
         self.snapshot_in_progress = false;
         self.last_snapshot_index = meta.last_index;
         let compact_up_to = meta.last_index.saturating_sub(self.trailing_entries);
-        self.core.snapshot_taken(meta, snapshot.data);
+        let last_index = meta.last_index;
+        self.core.snapshot_taken(meta, data);
         if let Err(e) = self.wal.compact(compact_up_to) {
             fatal("cannot compact raft log", e);
         }
-        log::debug!("raft: snapshot at index {} saved", snapshot.last_index);
+        log::debug!("raft: snapshot at index {last_index} saved");
     }
 
     /// The leader reaps KV tombstones older than the TTL, as Consul's tombstone GC does.

@@ -386,34 +386,86 @@ impl Wal {
 /// keeps only the newest few. Safe to call from a thread other than the log's owner: it
 /// touches only snapshot files.
 pub fn write_snapshot_file(dir: &Path, snapshot: &WalSnapshot) -> io::Result<()> {
-    let name = format!(
-        "snapshot-{:020}-{:020}.snap",
-        snapshot.last_index, snapshot.last_term
-    );
-    let tmp = dir.join(format!("{name}.tmp"));
-    {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        let mut head = Vec::with_capacity(64 + snapshot.meta.len());
-        head.extend_from_slice(SNAPSHOT_MAGIC);
-        head.extend_from_slice(&snapshot.last_index.to_le_bytes());
-        head.extend_from_slice(&snapshot.last_term.to_le_bytes());
-        head.extend_from_slice(&(snapshot.meta.len() as u64).to_le_bytes());
-        head.extend_from_slice(&snapshot.meta);
-        head.extend_from_slice(&(snapshot.data.len() as u64).to_le_bytes());
-        let mut crc = crc32c::crc32c(&head);
-        crc = crc32c::crc32c_append(crc, &snapshot.data);
-        let mut writer = io::BufWriter::with_capacity(1 << 20, &mut file);
-        writer.write_all(&head)?;
-        writer.write_all(&snapshot.data)?;
-        writer.write_all(&crc.to_le_bytes())?;
-        writer.flush()?;
-        drop(writer);
-        file.sync_all()?;
+    write_snapshot_streaming(
+        dir,
+        snapshot.last_index,
+        snapshot.last_term,
+        &snapshot.meta,
+        |out| out.write_all(&snapshot.data),
+    )
+    .map(drop)
+}
+
+/// Buffer between a streamed snapshot and its file.
+const SNAPSHOT_WRITE_BUFFER_BYTES: usize = 256 << 10;
+
+/// Passes writes through while checksumming and counting them.
+struct ChecksummedWriter<W> {
+    inner: W,
+    crc: u32,
+    len: u64,
+}
+
+impl<W: Write> Write for ChecksummedWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..written]);
+        self.len += written as u64;
+        Ok(written)
     }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Like [`write_snapshot_file`], with the state bytes produced by `write_state` straight into
+/// the file, so a large state is never held in memory whole (a growing buffer of it would
+/// also leave freed pages the allocator returns to the system only later). Returns the state
+/// bytes mapped read-only from the written file: they cost no memory until read.
+pub fn write_snapshot_streaming(
+    dir: &Path,
+    last_index: u64,
+    last_term: u64,
+    meta: &[u8],
+    write_state: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<bytes::Bytes> {
+    let name = format!("snapshot-{last_index:020}-{last_term:020}.snap");
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let mut head = Vec::with_capacity(48 + meta.len());
+    head.extend_from_slice(SNAPSHOT_MAGIC);
+    head.extend_from_slice(&last_index.to_le_bytes());
+    head.extend_from_slice(&last_term.to_le_bytes());
+    head.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    head.extend_from_slice(meta);
+    // The state's length is not known until it is written: a placeholder now, filled below.
+    let length_at = head.len();
+    head.extend_from_slice(&0u64.to_le_bytes());
+    let state_len = {
+        let mut writer = ChecksummedWriter {
+            inner: io::BufWriter::with_capacity(SNAPSHOT_WRITE_BUFFER_BYTES, &mut file),
+            crc: 0,
+            len: 0,
+        };
+        writer.inner.write_all(&head)?;
+        write_state(&mut writer)?;
+        writer.flush()?;
+        let state_crc = writer.crc;
+        let state_len = writer.len;
+        drop(writer);
+        head[length_at..].copy_from_slice(&state_len.to_le_bytes());
+        // The checksum covers the head (with the real length) followed by the state.
+        let crc = crc32c::crc32c_combine(crc32c::crc32c(&head), state_crc, state_len as usize);
+        file.write_all_at(&state_len.to_le_bytes(), length_at as u64)?;
+        file.write_all_at(&crc.to_le_bytes(), head.len() as u64 + state_len)?;
+        state_len
+    };
+    file.sync_all()?;
     fs::rename(&tmp, dir.join(&name))?;
     sync_dir(dir)?;
     let mut names = snapshot_names(dir)?;
@@ -421,7 +473,61 @@ pub fn write_snapshot_file(dir: &Path, snapshot: &WalSnapshot) -> io::Result<()>
     while names.len() > SNAPSHOTS_KEPT {
         fs::remove_file(dir.join(names.remove(0)))?;
     }
-    Ok(())
+    let total = head.len() as u64 + state_len + 4;
+    let mapped = map_file(&file, total)?;
+    Ok(mapped.slice(head.len()..head.len() + state_len as usize))
+}
+
+/// A read-only mapping of a whole file; unmapped when the last `Bytes` over it drops.
+struct FileMapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value alone; reading it from any thread
+// is as safe as reading an immutable slice.
+unsafe impl Send for FileMapping {}
+// SAFETY: as above.
+unsafe impl Sync for FileMapping {}
+
+impl AsRef<[u8]> for FileMapping {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range `map_file` mapped; no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+/// The first `len` bytes of `file`, mapped read-only. Snapshot files are never modified once
+/// renamed into place (a newer snapshot is a new file), so the mapping stays valid; a file
+/// deleted while mapped lives on until it is unmapped.
+fn map_file(file: &File, len: u64) -> io::Result<bytes::Bytes> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(bytes::Bytes::new());
+    }
+    let len = usize::try_from(len).map_err(|_| corrupt("file too large to map".into()))?;
+    // SAFETY: maps a valid descriptor read-only; the kernel picks the address.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(bytes::Bytes::from_owner(FileMapping { ptr, len }))
 }
 
 fn hard_state_body(hs: WalHardState) -> [u8; 25] {
@@ -508,7 +614,8 @@ fn load_newest_snapshot(dir: &Path) -> io::Result<Option<WalSnapshot>> {
     let mut names = snapshot_names(dir)?;
     names.sort();
     while let Some(name) = names.pop() {
-        let bytes = fs::read(dir.join(&name))?;
+        let file = File::open(dir.join(&name))?;
+        let bytes = map_file(&file, file.metadata()?.len())?;
         match parse_snapshot(&bytes) {
             Some(snapshot) => return Ok(Some(snapshot)),
             None => eprintln!("praetor: ignoring damaged snapshot {name}"),
@@ -517,7 +624,8 @@ fn load_newest_snapshot(dir: &Path) -> io::Result<Option<WalSnapshot>> {
     Ok(None)
 }
 
-fn parse_snapshot(bytes: &[u8]) -> Option<WalSnapshot> {
+/// Splits a snapshot file; the state bytes share `bytes`' buffer.
+fn parse_snapshot(bytes: &bytes::Bytes) -> Option<WalSnapshot> {
     if bytes.len() < 8 + 8 + 8 + 8 + 8 + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
         return None;
     }
@@ -531,15 +639,15 @@ fn parse_snapshot(bytes: &[u8]) -> Option<WalSnapshot> {
     let meta_end = 32usize.checked_add(meta_len)?;
     let meta = content.get(32..meta_end)?.to_vec();
     let data_len = le_u64(content.get(meta_end..meta_end + 8)?) as usize;
-    let data = content.get(meta_end + 8..meta_end + 8 + data_len)?;
-    if meta_end + 8 + data_len != content.len() {
+    let data_start = meta_end.checked_add(8)?;
+    if data_start.checked_add(data_len)? != content.len() {
         return None;
     }
     Some(WalSnapshot {
         last_index,
         last_term,
         meta,
-        data: bytes::Bytes::copy_from_slice(data),
+        data: bytes.slice(data_start..data_start + data_len),
     })
 }
 
@@ -709,6 +817,41 @@ mod tests {
             "hard state survives compaction"
         );
         assert!(wal.segment_count() < 10);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn streamed_snapshot_is_mapped_and_recovered() {
+        let dir = temp_dir("stream");
+        let _ = Wal::open(&dir, 1 << 20).unwrap();
+        let state: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mapped = write_snapshot_streaming(&dir, 9, 2, b"meta", |out| {
+            // In pieces, as a serializer writes.
+            for piece in state.chunks(7001) {
+                out.write_all(piece)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(&mapped[..], &state[..]);
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        let snapshot = recovered.snapshot.unwrap();
+        assert_eq!((snapshot.last_index, &snapshot.meta[..]), (9, &b"meta"[..]));
+        assert_eq!(&snapshot.data[..], &state[..]);
+        // An empty state is a valid snapshot too.
+        let empty = write_snapshot_streaming(&dir, 10, 2, b"", |_| Ok(())).unwrap();
+        assert!(empty.is_empty());
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        let snapshot = recovered.snapshot.unwrap();
+        assert_eq!((snapshot.last_index, snapshot.data.len()), (10, 0));
+        // The older snapshot stays readable through its mapping after newer ones replace it.
+        for index in 11..14 {
+            write_snapshot_streaming(&dir, index, 2, b"", |out| out.write_all(b"x")).unwrap();
+        }
+        assert!(!dir
+            .join(format!("snapshot-{:020}-{:020}.snap", 9, 2))
+            .exists());
+        assert_eq!(&mapped[..], &state[..]);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -198,9 +198,16 @@ impl Tables {
     /// Serializes this version for a Raft snapshot or `/v1/snapshot`.
     pub fn to_snapshot_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(1024);
-        out.push(SNAPSHOT_FORMAT_VERSION);
-        rmp_serde::encode::write(&mut out, self).expect("encoding tables into a Vec cannot fail");
+        self.write_snapshot(&mut out)
+            .expect("encoding tables into a Vec cannot fail");
         out
+    }
+
+    /// Streams the same bytes as [`Tables::to_snapshot_bytes`] into `out`, for snapshots too
+    /// large to want in memory whole.
+    pub fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&[SNAPSHOT_FORMAT_VERSION])?;
+        rmp_serde::encode::write(out, self).map_err(std::io::Error::other)
     }
 
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.

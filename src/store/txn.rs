@@ -335,12 +335,12 @@ fn read(tables: &Tables, op: &TxnOp) -> Result<Vec<TxnResult>, String> {
 fn find_node(tables: &Tables, registration: &Registration) -> Option<Arc<Node>> {
     if !registration.id.is_empty() {
         let key = tables.catalog.node_ids.get(registration.id.as_str())?;
-        return tables.catalog.nodes.get(key).map(|e| e.node.clone());
+        return tables.catalog.nodes.get(key).map(|e| e.node().clone());
     }
     tables
         .catalog
         .node(&registration.node)
-        .map(|e| e.node.clone())
+        .map(|e| e.node().clone())
 }
 
 /// Applies one catalog command inside the transaction, turning a refusal into its text.
@@ -493,7 +493,7 @@ fn node_write(
     changes: &mut Vec<Change>,
 ) -> Result<Vec<TxnResult>, String> {
     let name = &registration.node;
-    let existing = tables.catalog.node(name).map(|e| e.node.clone());
+    let existing = tables.catalog.node(name).map(|e| e.node().clone());
     match verb {
         CatalogVerb::Set | CatalogVerb::Cas => {
             if verb == CatalogVerb::Cas {

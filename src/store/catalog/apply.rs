@@ -6,14 +6,14 @@
 //! operation is validated completely before the first row changes, so it applies entirely
 //! or not at all; refusals carry Consul's error text.
 
-use super::rows::NO_CHECKS;
 use super::rows::{
-    arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, HealthCheck,
+    arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, CheckList, HealthCheck,
     InstanceKey, InstanceKeyRef, Node, ServiceAddress, ServiceExtras, ServiceInstance, Status,
-    StrMap, Weights, EMPTY, NO_TAGS, OTHER_CHECK_TYPE,
+    StrMap, Tags, Weights, OTHER_CHECK_TYPE,
 };
-use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup, SERF_CHECK_ID};
+use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
 use crate::store::{Change, CommandResult, Table, Tables};
+use arcstr::ArcStr;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -91,7 +91,7 @@ pub struct CheckRegistration {
 }
 
 /// Reuses `existing` when it holds the same text.
-fn reuse(existing: Option<&Arc<str>>, text: &str) -> Arc<str> {
+fn reuse(existing: Option<&ArcStr>, text: &str) -> ArcStr {
     match existing {
         Some(arc) if **arc == *text => arc.clone(),
         _ => arc_str(text),
@@ -130,15 +130,16 @@ const BUMP_SERVICES: usize = 1;
 const BUMP_CHECKS: usize = 2;
 
 impl<'a> Tx<'a> {
-    fn touch(&mut self, table: Table, key: &Arc<str>) {
-        let change = Change::key(table, key);
+    fn touch(&mut self, table: Table, key: &ArcStr) {
+        // Change keys are the store-wide `Arc<str>`; a write touches only a handful.
+        let change = Change::key(table, &Arc::from(&**key));
         if self.seen.insert(change.clone()) {
             self.changes.push(change);
         }
     }
 
     /// Moves the per-service index of `name` (folded) and wakes its watchers.
-    fn bump_service(&mut self, folded_name: &Arc<str>) {
+    fn bump_service(&mut self, folded_name: &ArcStr) {
         if let Some(group) = self.cat.services.get_mut(&**folded_name) {
             group.index = self.index;
         }
@@ -149,7 +150,7 @@ impl<'a> Tx<'a> {
     /// the node, so their changes move all those services' indexes (as Consul's
     /// `updateAllServiceIndexesOfNode`).
     fn bump_services_of_node(&mut self, node_key: &str) {
-        let names: Vec<Arc<str>> = match self.cat.nodes.get(node_key) {
+        let names: Vec<ArcStr> = match self.cat.nodes.get(node_key) {
             Some(entry) => entry.services.values().map(|s| fold_arc(&s.name)).collect(),
             None => return,
         };
@@ -160,9 +161,9 @@ impl<'a> Tx<'a> {
 
     fn register(&mut self, reg: &Registration) -> Result<(), String> {
         let plan = self.plan_registration(reg)?;
-        let node_key: Arc<str> = match self.cat.nodes.get_key_value(&*fold(&reg.node)) {
+        let node_key: ArcStr = match self.cat.nodes.get_key_value(&*fold(&reg.node)) {
             Some((key, _)) => key.clone(),
-            None => Arc::from(&*fold(&reg.node)),
+            None => ArcStr::from(&*fold(&reg.node)),
         };
         if let Some(old) = &plan.rename_from {
             self.delete_node(old);
@@ -197,7 +198,7 @@ impl<'a> Tx<'a> {
         let existing = self.cat.nodes.get(&*node_key);
         let write_node = match existing {
             None => true,
-            Some(entry) => !reg.skip_node_update && node_differs(&entry.node, reg),
+            Some(entry) => !reg.skip_node_update && node_differs(entry.node(), reg),
         };
         let mut rename_from = None;
         if write_node && !reg.id.is_empty() {
@@ -276,25 +277,26 @@ impl<'a> Tx<'a> {
         let Some(entry) = self.cat.nodes.get(&*fold(&reg.node)) else {
             return Ok(());
         };
-        if *entry.node.id == *reg.id {
+        let node = entry.node();
+        if *node.id == *reg.id {
             return Ok(());
         }
         let healthy = entry
             .checks
             .get(&*fold(SERF_CHECK_ID))
             .is_some_and(|c| c.service_id.is_empty() && c.status != Status::Critical);
-        if !(entry.node.id.is_empty() && allow_clash_without_id) && healthy {
+        if !(node.id.is_empty() && allow_clash_without_id) && healthy {
             return Err(format!(
                 "Node name {} is reserved by node {} with name {} ({})",
-                reg.node, entry.node.id, entry.node.name, entry.node.address
+                reg.node, node.id, node.name, node.address
             ));
         }
         Ok(())
     }
 
-    fn upsert_node(&mut self, node_key: &Arc<str>, reg: &Registration) {
+    fn upsert_node(&mut self, node_key: &ArcStr, reg: &Registration) {
         let index = self.index;
-        let previous = self.cat.nodes.get(&**node_key).map(|e| e.node.clone());
+        let previous = self.cat.nodes.get(&**node_key).map(|e| e.node().clone());
         let node = Arc::new(Node {
             id: reuse(previous.as_ref().map(|n| &n.id), &reg.id),
             name: reuse(previous.as_ref().map(|n| &n.name), &reg.node),
@@ -319,17 +321,18 @@ impl<'a> Tx<'a> {
         let renamed = previous.as_ref().is_some_and(|old| old.name != node.name);
         match self.cat.nodes.get_mut(&**node_key) {
             Some(entry) => {
-                entry.node = node.clone();
+                // The node-check list is rebuilt by the view refresh below.
+                entry.head = Arc::new(NodeHead::new(node.clone(), entry.head.checks.clone()));
                 if renamed {
                     // The case of the name changed: rows that carry the name follow, and
                     // every view is rebuilt from them.
                     relabel_node_rows(entry, &node.name);
-                    let lists: Vec<(Arc<str>, CheckList)> = entry
+                    let lists: Vec<(ArcStr, CheckList)> = entry
                         .services
                         .keys()
                         .map(|key| {
                             let list = checks_of_service(&entry.checks, key).cloned().collect();
-                            (key.clone(), check_list(list))
+                            (key.clone(), CheckList::new(list))
                         })
                         .collect();
                     self.refresh_views(node_key, None, None);
@@ -344,8 +347,7 @@ impl<'a> Tx<'a> {
                 self.cat.nodes.insert(
                     node_key.clone(),
                     NodeEntry {
-                        node,
-                        node_checks: NO_CHECKS.clone(),
+                        head: Arc::new(NodeHead::new(node, CheckList::empty())),
                         services: OrdMap::new(),
                         checks: OrdMap::new(),
                     },
@@ -361,12 +363,7 @@ impl<'a> Tx<'a> {
     }
 
     /// The current checks list of one instance's view (empty when it has no view yet).
-    fn view_checks(
-        &self,
-        name_key: &str,
-        node_key: &str,
-        service_key: &str,
-    ) -> Arc<[Arc<HealthCheck>]> {
+    fn view_checks(&self, name_key: &str, node_key: &str, service_key: &str) -> CheckList {
         self.cat
             .services
             .get(name_key)
@@ -376,7 +373,7 @@ impl<'a> Tx<'a> {
                     service_id: service_key,
                 })
             })
-            .map_or_else(|| NO_CHECKS.clone(), |v| v.checks.clone())
+            .map_or_else(CheckList::empty, |v| v.check_list().clone())
     }
 
     /// Rebuilds the [`InstanceView`]s of a node's instances: all of them when `only` is
@@ -385,9 +382,9 @@ impl<'a> Tx<'a> {
     /// default each view keeps the list it had.
     fn refresh_views(
         &mut self,
-        node_key: &Arc<str>,
-        only: Option<&Arc<str>>,
-        checks: Option<Arc<[Arc<HealthCheck>]>>,
+        node_key: &ArcStr,
+        only: Option<&ArcStr>,
+        checks: Option<CheckList>,
     ) {
         let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
             return;
@@ -399,15 +396,13 @@ impl<'a> Tx<'a> {
                 .filter(|c| c.service_id.is_empty())
                 .cloned()
                 .collect();
-            entry.node_checks = if node_checks.is_empty() {
-                NO_CHECKS.clone()
-            } else {
-                node_checks.into()
-            };
+            entry.head = Arc::new(NodeHead::new(
+                entry.head.node.clone(),
+                CheckList::new(node_checks),
+            ));
         }
-        let node = entry.node.clone();
-        let node_checks = entry.node_checks.clone();
-        let targets: Vec<(Arc<str>, Arc<ServiceInstance>)> = match only {
+        let head = entry.head.clone();
+        let targets: Vec<(ArcStr, Arc<ServiceInstance>)> = match only {
             Some(key) => entry
                 .services
                 .get_key_value(&**key)
@@ -426,7 +421,7 @@ impl<'a> Tx<'a> {
                 Some(list) => list.clone(),
                 None => self.view_checks(&name_key, node_key, &service_key),
             };
-            let view = InstanceView::new(service, node.clone(), node_checks.clone(), own);
+            let view = InstanceView::new(service, head.clone(), own);
             let key = InstanceKey {
                 node: node_key.clone(),
                 service_id: service_key,
@@ -443,8 +438,8 @@ impl<'a> Tx<'a> {
     /// Replaces, inserts or (with `None`) removes check `check_key` in one instance's view.
     fn edit_view_checks(
         &mut self,
-        node_key: &Arc<str>,
-        service_key: &Arc<str>,
+        node_key: &ArcStr,
+        service_key: &ArcStr,
         check_key: &str,
         check: Option<Arc<HealthCheck>>,
     ) {
@@ -467,10 +462,10 @@ impl<'a> Tx<'a> {
             let at = list.partition_point(|c| *fold(&c.check_id) < *check_key);
             list.insert(at, check);
         }
-        self.refresh_views(node_key, Some(service_key), Some(check_list(list)));
+        self.refresh_views(node_key, Some(service_key), Some(CheckList::new(list)));
     }
 
-    fn upsert_service(&mut self, node_key: &Arc<str>, service: &ServiceRegistration) {
+    fn upsert_service(&mut self, node_key: &ArcStr, service: &ServiceRegistration) {
         let index = self.index;
         let id_text = if service.id.is_empty() {
             &service.name
@@ -481,14 +476,14 @@ impl<'a> Tx<'a> {
             debug_assert!(false, "the node is written before its services");
             return;
         };
-        let node_name = entry.node.name.clone();
+        let node_name = entry.node().name.clone();
         let (found_key, existing) = match entry.services.get_key_value(&*fold(id_text)) {
             Some((key, row)) => (Some(key.clone()), Some(row.clone())),
             None => (None, None),
         };
-        let name_key: Arc<str> = match self.cat.services.get_key_value(&*fold(&service.name)) {
+        let name_key: ArcStr = match self.cat.services.get_key_value(&*fold(&service.name)) {
             Some((key, _)) => key.clone(),
-            None => Arc::from(&*fold(&service.name)),
+            None => ArcStr::from(&*fold(&service.name)),
         };
         let group_sample = self
             .cat
@@ -519,7 +514,7 @@ impl<'a> Tx<'a> {
                 }
                 checks
             }
-            None => NO_CHECKS.clone(),
+            None => CheckList::empty(),
         };
         let entry = self
             .cat
@@ -542,11 +537,7 @@ impl<'a> Tx<'a> {
                 relabelled.push(check.clone());
             }
         }
-        let own_checks: Arc<[Arc<HealthCheck>]> = if relabelled.is_empty() {
-            NO_CHECKS.clone()
-        } else {
-            relabelled.into()
-        };
+        let own_checks = CheckList::new(relabelled);
         match self.cat.services.get_mut(&*name_key) {
             Some(group) => group.index = index,
             None => {
@@ -569,12 +560,7 @@ impl<'a> Tx<'a> {
 
     /// Removes one instance from its group; an emptied group is dropped and recorded as an
     /// extinction.
-    fn remove_from_group(
-        &mut self,
-        name_key: &Arc<str>,
-        node_key: &Arc<str>,
-        service_key: &Arc<str>,
-    ) {
+    fn remove_from_group(&mut self, name_key: &ArcStr, node_key: &ArcStr, service_key: &ArcStr) {
         let Some(group) = self.cat.services.get_mut(&**name_key) else {
             return;
         };
@@ -591,15 +577,15 @@ impl<'a> Tx<'a> {
         self.touch(Table::ServiceIndex, name_key);
     }
 
-    fn upsert_check(&mut self, node_key: &Arc<str>, reg: &CheckRegistration) {
+    fn upsert_check(&mut self, node_key: &ArcStr, reg: &CheckRegistration) {
         let index = self.index;
         let Some(entry) = self.cat.nodes.get(&**node_key) else {
             debug_assert!(false, "the node is written before its checks");
             return;
         };
         let check_id = fold(&reg.check_id);
-        let service_key: Arc<str> = if reg.service_id.is_empty() {
-            EMPTY.clone()
+        let service_key: ArcStr = if reg.service_id.is_empty() {
+            ArcStr::new()
         } else {
             match entry.services.get_key_value(&*fold(&reg.service_id)) {
                 Some((key, _)) => key.clone(),
@@ -615,9 +601,9 @@ impl<'a> Tx<'a> {
             None => (None, None),
         };
         // The folded service ID that owned the check before (empty: a node check).
-        let old_owner: Option<Arc<str>> = existing.as_ref().map(|old| {
+        let old_owner: Option<ArcStr> = existing.as_ref().map(|old| {
             if old.service_id.is_empty() {
-                EMPTY.clone()
+                ArcStr::new()
             } else {
                 entry
                     .services
@@ -627,7 +613,7 @@ impl<'a> Tx<'a> {
         });
         let mut row = check_row(
             reg,
-            entry.node.name.clone(),
+            entry.node().name.clone(),
             service.as_deref(),
             existing.as_deref(),
             index,
@@ -677,7 +663,7 @@ impl<'a> Tx<'a> {
         }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
-        let mut affected: Vec<Option<Arc<str>>> = vec![service.map(|s| fold_arc(&s.name))];
+        let mut affected: Vec<Option<ArcStr>> = vec![service.map(|s| fold_arc(&s.name))];
         if let Some(owner) = &moved_from {
             // The previous owner's answers change too when a check moves between services.
             affected.push(if owner.is_empty() {
@@ -695,7 +681,7 @@ impl<'a> Tx<'a> {
     }
 
     /// The name of a check called `name` on another instance of `service`, to share.
-    fn sample_check_name(&self, service: &ServiceInstance, name: &str) -> Option<Arc<str>> {
+    fn sample_check_name(&self, service: &ServiceInstance, name: &str) -> Option<ArcStr> {
         let group = self.cat.services.get(&*fold(&service.name))?;
         let view = group.instances.values().next()?;
         view.checks
@@ -725,7 +711,7 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn delete_service(&mut self, node_key: &Arc<str>, service_id: &str) {
+    fn delete_service(&mut self, node_key: &ArcStr, service_id: &str) {
         let Some(entry) = self.cat.nodes.get(&**node_key) else {
             return;
         };
@@ -758,7 +744,7 @@ impl<'a> Tx<'a> {
         }
     }
 
-    fn delete_check(&mut self, node_key: &Arc<str>, check_id: &str) {
+    fn delete_check(&mut self, node_key: &ArcStr, check_id: &str) {
         let Some(entry) = self.cat.nodes.get_mut(&**node_key) else {
             return;
         };
@@ -782,8 +768,8 @@ impl<'a> Tx<'a> {
         self.touch(Table::Checks, node_key);
     }
 
-    fn delete_node(&mut self, node_key: &Arc<str>) {
-        let service_ids: Vec<Arc<str>> = match self.cat.nodes.get(&**node_key) {
+    fn delete_node(&mut self, node_key: &ArcStr) {
+        let service_ids: Vec<ArcStr> = match self.cat.nodes.get(&**node_key) {
             Some(entry) => entry.services.keys().cloned().collect(),
             None => return,
         };
@@ -793,8 +779,8 @@ impl<'a> Tx<'a> {
         let Some(entry) = self.cat.nodes.remove(&**node_key) else {
             return;
         };
-        if !entry.node.id.is_empty() {
-            self.cat.node_ids.remove(&*entry.node.id);
+        if !entry.node().id.is_empty() {
+            self.cat.node_ids.remove(&*entry.node().id);
         }
         if !entry.checks.is_empty() {
             self.bumped[BUMP_CHECKS] = true;
@@ -845,7 +831,7 @@ impl<'a> Tx<'a> {
 /// `existing` (the row it replaces) and `sample` (another instance of the service) where equal.
 pub fn instance_row(
     service: &ServiceRegistration,
-    node_name: Arc<str>,
+    node_name: ArcStr,
     existing: Option<&ServiceInstance>,
     sample: Option<&ServiceInstance>,
     index: u64,
@@ -855,7 +841,7 @@ pub fn instance_row(
     } else {
         &service.id
     };
-    let mut tagged_addresses: Vec<(Arc<str>, ServiceAddress)> = service
+    let mut tagged_addresses: Vec<(ArcStr, ServiceAddress)> = service
         .tagged_addresses
         .iter()
         .map(|(tag, address, port)| {
@@ -883,7 +869,7 @@ pub fn instance_row(
             kind: reuse(old.map(|e| &e.kind), &service.kind),
             tagged_addresses: tagged_addresses.into_boxed_slice(),
             socket_path: reuse(old.map(|e| &e.socket_path), &service.socket_path),
-            proxy_json: service.proxy_json.as_deref().map(Arc::from),
+            proxy_json: service.proxy_json.as_deref().map(ArcStr::from),
             connect_native: service.connect_native,
         }))
     };
@@ -911,7 +897,7 @@ pub fn instance_row(
 /// check) and sharing strings with `existing`.
 pub fn check_row(
     reg: &CheckRegistration,
-    node_name: Arc<str>,
+    node_name: ArcStr,
     service: Option<&ServiceInstance>,
     existing: Option<&HealthCheck>,
     index: u64,
@@ -946,15 +932,15 @@ pub fn check_row(
         output: reuse(existing.map(|e| &e.output), &reg.output),
         service_id: match service {
             Some(s) => s.id.clone(),
-            None => EMPTY.clone(),
+            None => ArcStr::new(),
         },
         service_name: match service {
             Some(s) => s.name.clone(),
-            None => EMPTY.clone(),
+            None => ArcStr::new(),
         },
         service_tags: match service {
             Some(s) => s.tags.clone(),
-            None => NO_TAGS.clone(),
+            None => Tags::empty(),
         },
         kind_code,
         extras,
@@ -967,7 +953,7 @@ pub fn check_row(
 struct Plan {
     write_node: bool,
     /// Another node that held this node's ID, removed first (a node rename).
-    rename_from: Option<Arc<str>>,
+    rename_from: Option<ArcStr>,
 }
 
 fn node_differs(node: &Node, reg: &Registration) -> bool {
@@ -980,8 +966,8 @@ fn node_differs(node: &Node, reg: &Registration) -> bool {
 }
 
 /// Rewrites the node name carried by every row of a node after its case changed.
-fn relabel_node_rows(entry: &mut NodeEntry, name: &Arc<str>) {
-    let services: Vec<(Arc<str>, Arc<ServiceInstance>)> = entry
+fn relabel_node_rows(entry: &mut NodeEntry, name: &ArcStr) {
+    let services: Vec<(ArcStr, Arc<ServiceInstance>)> = entry
         .services
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
@@ -991,7 +977,7 @@ fn relabel_node_rows(entry: &mut NodeEntry, name: &Arc<str>) {
         updated.node = name.clone();
         entry.services.insert(key, Arc::new(updated));
     }
-    let keys: Vec<Arc<str>> = entry.checks.keys().cloned().collect();
+    let keys: Vec<ArcStr> = entry.checks.keys().cloned().collect();
     for key in keys {
         if let Some(check) = entry.checks.get_mut(&*key) {
             let mut updated = (**check).clone();
@@ -1004,7 +990,7 @@ fn relabel_node_rows(entry: &mut NodeEntry, name: &Arc<str>) {
 /// The checks of one service on a node (empty service key: the node's own checks), in
 /// check-ID order. A scan of the node's checks; writes keep each view's list instead.
 pub fn checks_of_service<'m>(
-    checks: &'m OrdMap<Arc<str>, Arc<HealthCheck>>,
+    checks: &'m OrdMap<ArcStr, Arc<HealthCheck>>,
     service_key: &'m str,
 ) -> impl Iterator<Item = &'m Arc<HealthCheck>> + 'm {
     checks
@@ -1012,26 +998,14 @@ pub fn checks_of_service<'m>(
         .filter(move |c| *fold(&c.service_id) == *service_key)
 }
 
-/// A shared, immutable list of checks, as views hold them.
-pub type CheckList = Arc<[Arc<HealthCheck>]>;
-
-/// A check list as views hold it (the shared empty list when empty).
-pub fn check_list(list: Vec<Arc<HealthCheck>>) -> CheckList {
-    if list.is_empty() {
-        NO_CHECKS.clone()
-    } else {
-        list.into()
-    }
-}
-
 /// A tag list sharing an existing allocation when an equal list exists.
 fn shared_tags(
     tags: &[String],
     existing: Option<&ServiceInstance>,
     sample: Option<&ServiceInstance>,
-) -> Arc<[Arc<str>]> {
+) -> Tags {
     if tags.is_empty() {
-        return NO_TAGS.clone();
+        return Tags::empty();
     }
     for candidate in [existing, sample].into_iter().flatten() {
         if candidate.tags.len() == tags.len()
@@ -1040,7 +1014,7 @@ fn shared_tags(
             return candidate.tags.clone();
         }
     }
-    tags.iter().map(|t| arc_str(t)).collect::<Vec<_>>().into()
+    tags.iter().map(|t| arc_str(t)).collect()
 }
 
 /// Applies one catalog command at `index`.

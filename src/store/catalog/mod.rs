@@ -6,7 +6,8 @@
 //! `Arc` referenced from both places. Keys are folded to lowercase because Consul matches
 //! node names, service names, service IDs and check IDs case-insensitively. A node's checks
 //! are keyed by check ID (unique per node); each instance's [`InstanceView`] lists its own
-//! checks and the node keeps its node-level checks as one shared list.
+//! checks, and the node row with its node-level checks is one shared [`NodeHead`] that the
+//! node entry and every view of its instances point to.
 //!
 //! Indexes, as Consul keeps them: the `nodes`, `services` and `checks` table indexes
 //! ([`Table`] slots), one index per service name (Consul's `service.<name>` entry, here
@@ -25,6 +26,8 @@
 //!
 //! Invariants (checked by `check_invariants` in tests):
 //! - an instance is in its node's `services` iff it is in its name's group, as the same `Arc`;
+//! - every view of a node's instances shows the node's current [`NodeHead`], and its own
+//!   check list holds exactly the node's checks of that instance;
 //! - a group is never empty; its index is ≥ every instance's `ModifyIndex`;
 //! - every check of a node references a service of that node, or none;
 //! - `node_ids` maps exactly the non-empty node IDs to their node's key;
@@ -36,14 +39,15 @@ pub mod render_cache;
 pub mod rows;
 mod snapshot;
 
+use arcstr::ArcStr;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub use apply::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
 pub use rows::{
-    CheckDefinition, CheckExtras, HealthCheck, InstanceKey, Node, ServiceAddress, ServiceInstance,
-    Status, StrMap, Weights,
+    CheckDefinition, CheckExtras, CheckList, HealthCheck, InstanceKey, Node, ServiceAddress,
+    ServiceInstance, Status, StrMap, Weights,
 };
 
 /// The check every agent's node carries, maintained from gossip membership (and, until gossip
@@ -52,61 +56,105 @@ pub const SERF_CHECK_ID: &str = "serfHealth";
 /// The name Consul gives the serf health check.
 pub const SERF_CHECK_NAME: &str = "Serf Health Status";
 
+/// A node row with its node-level checks: the part of a node every view of its instances
+/// shows, shared by all of them through one pointer.
+#[derive(Debug)]
+pub struct NodeHead {
+    pub node: Arc<Node>,
+    /// The node-level checks (empty service ID) in check-ID order.
+    pub checks: CheckList,
+    /// Whether every node-level check passes.
+    pub all_passing: bool,
+}
+
+impl NodeHead {
+    pub fn new(node: Arc<Node>, checks: CheckList) -> NodeHead {
+        let all_passing = checks.iter().all(|c| c.status == Status::Passing);
+        NodeHead {
+            node,
+            checks,
+            all_passing,
+        }
+    }
+}
+
 /// A node and everything registered on it.
 #[derive(Clone, Debug)]
 pub struct NodeEntry {
-    pub node: Arc<Node>,
-    /// The node-level checks (empty service ID) in check-ID order, shared with every
-    /// [`InstanceView`] of the node.
-    pub node_checks: Arc<[Arc<HealthCheck>]>,
+    /// The node row and its node-level checks, shared with every [`InstanceView`] of the node.
+    pub head: Arc<NodeHead>,
     /// Folded service ID → instance.
-    pub services: OrdMap<Arc<str>, Arc<ServiceInstance>>,
+    pub services: OrdMap<ArcStr, Arc<ServiceInstance>>,
     /// Folded check ID → check (node-level and service checks alike; check IDs are unique
     /// per node). Each instance's checks are also listed in its [`InstanceView`].
-    pub checks: OrdMap<Arc<str>, Arc<HealthCheck>>,
+    pub checks: OrdMap<ArcStr, Arc<HealthCheck>>,
+}
+
+impl NodeEntry {
+    pub fn node(&self) -> &Arc<Node> {
+        &self.head.node
+    }
+    /// The node-level checks in check-ID order.
+    pub fn node_checks(&self) -> &[Arc<HealthCheck>] {
+        &self.head.checks
+    }
 }
 
 /// One instance as a query of its service answers it: the instance, its node row and its
 /// checks. Every write keeps these current, so reading a service (the hottest query) walks
 /// one map and looks nothing else up.
+///
+/// There is one per instance, stored inline in its group's map, so it is kept to five words:
+/// the node's part is one shared pointer, the checks one thin pointer, the renderings one
+/// pointer that stays null until the view is first rendered.
 #[derive(Clone, Debug)]
 pub struct InstanceView {
     pub service: Arc<ServiceInstance>,
-    pub node: Arc<Node>,
-    /// The node's own checks (one shared list per node).
-    pub node_checks: Arc<[Arc<HealthCheck>]>,
-    /// The instance's own checks, in check-ID order.
-    pub checks: Arc<[Arc<HealthCheck>]>,
-    /// Whether every check of the view passes (`?passing`), decided when it was built.
-    pub all_passing: bool,
+    head: Arc<NodeHead>,
+    checks: CheckList,
     /// Renderings of this view (the API layer's JSON), made once per view.
     pub rendered: render_cache::RenderCache,
+    all_passing: bool,
 }
 
 impl InstanceView {
-    pub fn new(
-        service: Arc<ServiceInstance>,
-        node: Arc<Node>,
-        node_checks: Arc<[Arc<HealthCheck>]>,
-        checks: Arc<[Arc<HealthCheck>]>,
-    ) -> InstanceView {
-        let all_passing = node_checks
-            .iter()
-            .chain(checks.iter())
-            .all(|c| c.status == Status::Passing);
+    pub fn new(service: Arc<ServiceInstance>, head: Arc<NodeHead>, checks: CheckList) -> Self {
+        let all_passing = head.all_passing && checks.iter().all(|c| c.status == Status::Passing);
         InstanceView {
             service,
-            node,
-            node_checks,
+            head,
             checks,
-            all_passing,
             rendered: Default::default(),
+            all_passing,
         }
     }
 
+    pub fn node(&self) -> &Arc<Node> {
+        &self.head.node
+    }
+    /// The node's own checks (one shared list per node).
+    pub fn node_checks(&self) -> &[Arc<HealthCheck>] {
+        &self.head.checks
+    }
+    /// The instance's own checks, in check-ID order.
+    pub fn checks(&self) -> &[Arc<HealthCheck>] {
+        &self.checks
+    }
+    /// The instance's own checks as the shared list.
+    pub fn check_list(&self) -> &CheckList {
+        &self.checks
+    }
+    /// Whether every check of the view passes (`?passing`), decided when it was built.
+    pub fn all_passing(&self) -> bool {
+        self.all_passing
+    }
     /// Node checks first, then the instance's, as Consul lists them.
     pub fn all_checks(&self) -> impl Iterator<Item = &Arc<HealthCheck>> {
-        self.node_checks.iter().chain(self.checks.iter())
+        self.node_checks().iter().chain(self.checks.iter())
+    }
+    /// Whether the view shows the node part `head`.
+    pub fn shows_head(&self, head: &Arc<NodeHead>) -> bool {
+        Arc::ptr_eq(&self.head, head)
     }
 }
 
@@ -122,11 +170,11 @@ pub struct ServiceGroup {
 #[derive(Clone, Debug, Default)]
 pub struct CatalogTables {
     /// Folded node name → node.
-    pub nodes: OrdMap<Arc<str>, NodeEntry>,
+    pub nodes: OrdMap<ArcStr, NodeEntry>,
     /// Folded service name → its instances.
-    pub services: OrdMap<Arc<str>, ServiceGroup>,
+    pub services: OrdMap<ArcStr, ServiceGroup>,
     /// Node UUID → folded node name.
-    pub node_ids: OrdMap<Arc<str>, Arc<str>>,
+    pub node_ids: OrdMap<ArcStr, ArcStr>,
     /// Last index at which a service lost its last instance (Consul's
     /// `service_last_extinction`).
     pub service_extinction_index: u64,
@@ -158,14 +206,15 @@ impl CatalogTables {
     pub fn check_invariants(&self) {
         let mut instances_in_nodes = 0usize;
         for (key, entry) in self.nodes.iter() {
+            let node = entry.node();
             assert_eq!(
                 **key,
-                *rows::fold(&entry.node.name),
+                *rows::fold(&node.name),
                 "node key is its folded name"
             );
-            if !entry.node.id.is_empty() {
+            if !node.id.is_empty() {
                 assert_eq!(
-                    self.node_ids.get(&*entry.node.id).map(|k| &**k),
+                    self.node_ids.get(&*node.id).map(|k| &**k),
                     Some(&**key),
                     "node id indexed"
                 );
@@ -173,10 +222,7 @@ impl CatalogTables {
             for (service_key, instance) in entry.services.iter() {
                 instances_in_nodes += 1;
                 assert_eq!(**service_key, *rows::fold(&instance.id));
-                assert!(
-                    Arc::ptr_eq(&instance.node, &entry.node.name)
-                        || instance.node == entry.node.name
-                );
+                assert!(ArcStr::ptr_eq(&instance.node, &node.name) || instance.node == node.name);
                 let group = self
                     .services
                     .get(&*rows::fold(&instance.name))
@@ -193,28 +239,28 @@ impl CatalogTables {
                     "same row in node and group"
                 );
                 assert!(
-                    Arc::ptr_eq(&view.node, &entry.node),
-                    "view carries the node row"
-                );
-                assert!(
-                    Arc::ptr_eq(&view.node_checks, &entry.node_checks),
-                    "view carries node checks"
+                    view.shows_head(&entry.head),
+                    "view carries the node row and node checks"
                 );
                 let own: Vec<&Arc<HealthCheck>> =
                     apply::checks_of_service(&entry.checks, service_key).collect();
-                assert_eq!(own.len(), view.checks.len());
+                assert_eq!(own.len(), view.checks().len());
                 assert!(own
                     .iter()
-                    .zip(view.checks.iter())
+                    .zip(view.checks().iter())
                     .all(|(a, b)| Arc::ptr_eq(a, b)));
+                assert_eq!(
+                    view.all_passing(),
+                    view.all_checks().all(|c| c.status == Status::Passing)
+                );
                 assert!(group.index >= instance.modify_index);
             }
             let node_checks: Vec<&Arc<HealthCheck>> =
                 apply::checks_of_service(&entry.checks, "").collect();
-            assert_eq!(node_checks.len(), entry.node_checks.len());
+            assert_eq!(node_checks.len(), entry.node_checks().len());
             assert!(node_checks
                 .iter()
-                .zip(entry.node_checks.iter())
+                .zip(entry.node_checks().iter())
                 .all(|(a, b)| Arc::ptr_eq(a, b)));
             for (check_key, check) in entry.checks.iter() {
                 assert_eq!(**check_key, *rows::fold(&check.check_id));
@@ -236,7 +282,7 @@ impl CatalogTables {
         assert_eq!(instances_in_nodes, instances_in_groups);
         for (id, key) in self.node_ids.iter() {
             let entry = self.nodes.get(&**key).expect("indexed node exists");
-            assert_eq!(&*entry.node.id, &**id);
+            assert_eq!(&*entry.node().id, &**id);
         }
     }
 }

@@ -96,10 +96,10 @@ pub fn check_service_nodes_of_group(
     group: &ServiceGroup,
 ) -> impl Iterator<Item = CheckServiceNode<'_>> + '_ {
     group.instances.values().map(|view| CheckServiceNode {
-        node: &view.node,
+        node: view.node(),
         service: &view.service,
-        node_checks: &view.node_checks,
-        service_checks: &view.checks,
+        node_checks: view.node_checks(),
+        service_checks: view.checks(),
     })
 }
 
@@ -114,7 +114,7 @@ pub fn service_checks<'a>(
     group
         .instances
         .values()
-        .flat_map(|view| view.checks.iter().map(move |c| (&view.node, c)))
+        .flat_map(|view| view.checks().iter().map(move |c| (view.node(), c)))
         .collect()
 }
 
@@ -135,7 +135,7 @@ pub fn checks_in_state(
     for entry in tables.catalog.nodes.values() {
         for check in entry.checks.values() {
             if state.is_none_or(|s| check.status == s) {
-                out.push((&entry.node, check));
+                out.push((entry.node(), check));
             }
         }
     }

@@ -2,31 +2,113 @@
 //!
 //! Rows are immutable once built and shared through `Arc`, so a new store version that
 //! changes one check copies one small struct and a few map paths, never the rows around it.
-//! They are laid out for size: strings are `Arc<str>` shared between rows wherever the
-//! value repeats (node names, service names, tag lists, the empty string), maps that are
-//! usually empty cost one null pointer, and everything a row needs only sometimes (check
-//! definitions, proxy configuration) sits behind an `Option<Box<…>>`.
+//! They are laid out for size, as there are several per service instance: strings are
+//! [`ArcStr`]s (one word; the length lives in the allocation, and the empty string needs
+//! none) shared between rows wherever the value repeats (node names, service names, keys
+//! that fold to themselves), lists are one-word [`SharedList`]s shared likewise (tag lists,
+//! check lists), maps that are usually empty cost one null pointer, and everything a row
+//! needs only sometimes (check definitions, proxy configuration) sits behind an
+//! `Option<Box<…>>`.
 
+use arcstr::ArcStr;
 use equivalent::{Comparable, Equivalent};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::cmp::Ordering;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
+use triomphe::ThinArc;
 
-/// The empty string, shared by every row field that is empty.
-pub static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(""));
-/// The empty tag list, shared likewise.
-pub static NO_TAGS: LazyLock<Arc<[Arc<str>]>> = LazyLock::new(|| Arc::from(Vec::new()));
+/// An immutable list shared by every row or view that holds the same items, behind one thin
+/// pointer (the length lives in the allocation); the empty list allocates nothing.
+pub struct SharedList<T>(Option<ThinArc<(), T>>);
 
-/// The empty check list, shared by views of instances without checks.
-pub static NO_CHECKS: LazyLock<Arc<[Arc<HealthCheck>]>> = LazyLock::new(|| Arc::from(Vec::new()));
-
-/// An `Arc<str>` for `text`, reusing the shared empty string.
-pub fn arc_str(text: &str) -> Arc<str> {
-    if text.is_empty() {
-        EMPTY.clone()
-    } else {
-        Arc::from(text)
+impl<T> SharedList<T> {
+    pub fn new(items: Vec<T>) -> SharedList<T> {
+        if items.is_empty() {
+            SharedList(None)
+        } else {
+            SharedList(Some(ThinArc::from_header_and_iter((), items.into_iter())))
+        }
     }
+    pub const fn empty() -> SharedList<T> {
+        SharedList(None)
+    }
+    /// Whether both are the same allocation (or both empty).
+    pub fn ptr_eq(a: &SharedList<T>, b: &SharedList<T>) -> bool {
+        match (&a.0, &b.0) {
+            (Some(a), Some(b)) => a.ptr() == b.ptr(),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl<T> Clone for SharedList<T> {
+    fn clone(&self) -> Self {
+        SharedList(self.0.clone())
+    }
+}
+
+impl<T> Default for SharedList<T> {
+    fn default() -> Self {
+        SharedList(None)
+    }
+}
+
+impl<T> std::ops::Deref for SharedList<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.0.as_ref().map_or(&[], |list| &list.slice)
+    }
+}
+
+impl<T> FromIterator<T> for SharedList<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
+        SharedList::new(items.into_iter().collect())
+    }
+}
+
+impl<T: PartialEq> PartialEq for SharedList<T> {
+    fn eq(&self, other: &Self) -> bool {
+        SharedList::ptr_eq(self, other) || **self == **other
+    }
+}
+
+impl<T: Eq> Eq for SharedList<T> {}
+
+impl<T: std::hash::Hash> std::hash::Hash for SharedList<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state)
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for SharedList<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Serialized as the sequence of its items, like the `Vec` it was built from.
+impl<T: Serialize> Serialize for SharedList<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for SharedList<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<T>::deserialize(deserializer).map(SharedList::new)
+    }
+}
+
+/// A shared list of checks in check-ID order, as views and node heads hold them.
+pub type CheckList = SharedList<Arc<HealthCheck>>;
+
+/// A service's tags, shared by every row of an instance and by instances with equal tags.
+pub type Tags = SharedList<ArcStr>;
+
+/// An [`ArcStr`] for `text`; the empty string allocates nothing.
+pub fn arc_str(text: &str) -> ArcStr {
+    ArcStr::from(text)
 }
 
 /// Consul matches node names, service names, service IDs and check IDs case-insensitively
@@ -40,10 +122,10 @@ pub fn fold(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The folded key for `original`, sharing its allocation when folding changes nothing.
-pub fn fold_arc(original: &Arc<str>) -> Arc<str> {
+pub fn fold_arc(original: &ArcStr) -> ArcStr {
     match fold(original) {
         std::borrow::Cow::Borrowed(_) => original.clone(),
-        std::borrow::Cow::Owned(lower) => Arc::from(lower),
+        std::borrow::Cow::Owned(lower) => ArcStr::from(lower),
     }
 }
 
@@ -53,10 +135,10 @@ pub fn fold_arc(original: &Arc<str>) -> Arc<str> {
 pub struct StrMap(Option<Box<[StrPair]>>);
 
 /// One key/value pair of a [`StrMap`].
-pub type StrPair = (Arc<str>, Arc<str>);
+pub type StrPair = (ArcStr, ArcStr);
 
 /// One tagged address of a service: the tag and where it points.
-pub type TaggedServiceAddress = (Arc<str>, ServiceAddress);
+pub type TaggedServiceAddress = (ArcStr, ServiceAddress);
 
 impl StrMap {
     pub fn from_pairs(mut pairs: Vec<StrPair>) -> StrMap {
@@ -67,10 +149,10 @@ impl StrMap {
         pairs.dedup_by(|later, earlier| later.0 == earlier.0);
         StrMap(Some(pairs.into_boxed_slice()))
     }
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&ArcStr, &ArcStr)> {
         self.0.iter().flat_map(|p| p.iter()).map(|(k, v)| (k, v))
     }
-    pub fn get(&self, key: &str) -> Option<&Arc<str>> {
+    pub fn get(&self, key: &str) -> Option<&ArcStr> {
         let pairs = self.0.as_deref()?;
         pairs
             .binary_search_by(|(k, _)| (**k).cmp(key))
@@ -94,7 +176,7 @@ impl StrMap {
 /// One entry of a service's `TaggedAddresses`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceAddress {
-    pub address: Arc<str>,
+    pub address: ArcStr,
     pub port: i32,
 }
 
@@ -142,10 +224,10 @@ impl Status {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     /// The node's UUID, or empty for nodes registered without one.
-    pub id: Arc<str>,
-    pub name: Arc<str>,
-    pub address: Arc<str>,
-    pub datacenter: Arc<str>,
+    pub id: ArcStr,
+    pub name: ArcStr,
+    pub address: ArcStr,
+    pub datacenter: ArcStr,
     pub tagged_addresses: StrMap,
     pub meta: StrMap,
     pub create_index: u64,
@@ -184,12 +266,12 @@ impl Default for Weights {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceExtras {
     /// `ServiceKind`: `connect-proxy`, `mesh-gateway`, … (typical services have none).
-    pub kind: Arc<str>,
+    pub kind: ArcStr,
     /// `(tag, address)` sorted by tag.
     pub tagged_addresses: Box<[TaggedServiceAddress]>,
-    pub socket_path: Arc<str>,
+    pub socket_path: ArcStr,
     /// `Proxy` as the client sent it (JSON text), for connect proxies and gateways.
-    pub proxy_json: Option<Arc<str>>,
+    pub proxy_json: Option<ArcStr>,
     pub connect_native: bool,
 }
 
@@ -198,11 +280,11 @@ pub struct ServiceExtras {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceInstance {
     /// The node's name as registered (shared with the node row).
-    pub node: Arc<str>,
-    pub id: Arc<str>,
-    pub name: Arc<str>,
-    pub tags: Arc<[Arc<str>]>,
-    pub address: Arc<str>,
+    pub node: ArcStr,
+    pub id: ArcStr,
+    pub name: ArcStr,
+    pub tags: Tags,
+    pub address: ArcStr,
     pub meta: StrMap,
     pub port: i32,
     pub weights: Weights,
@@ -278,13 +360,13 @@ impl CheckDefinition {
 /// so that a plain catalog check stays small.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckExtras {
-    pub notes: Arc<str>,
-    pub interval: Arc<str>,
-    pub timeout: Arc<str>,
+    pub notes: ArcStr,
+    pub interval: ArcStr,
+    pub timeout: ArcStr,
     pub exposed_port: i32,
     pub definition: CheckDefinition,
     /// The check's `Type` when it is not one of [`CHECK_TYPES`].
-    pub other_kind: Option<Arc<str>>,
+    pub other_kind: Option<ArcStr>,
 }
 
 /// Check types Consul reports, stored as an index in [`HealthCheck::kind_code`].
@@ -317,17 +399,17 @@ pub fn check_type_code(kind: &str) -> u8 {
 /// Consul's `HealthCheck`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthCheck {
-    pub node: Arc<str>,
-    pub check_id: Arc<str>,
-    pub name: Arc<str>,
+    pub node: ArcStr,
+    pub check_id: ArcStr,
+    pub name: ArcStr,
     pub status: Status,
     /// `Type` (`http`, `tcp`, `ttl`, `script`, … or empty) as a [`CHECK_TYPES`] index; see
     /// [`HealthCheck::kind`].
     pub kind_code: u8,
-    pub output: Arc<str>,
-    pub service_id: Arc<str>,
-    pub service_name: Arc<str>,
-    pub service_tags: Arc<[Arc<str>]>,
+    pub output: ArcStr,
+    pub service_id: ArcStr,
+    pub service_name: ArcStr,
+    pub service_tags: Tags,
     pub extras: Option<Box<CheckExtras>>,
     pub create_index: u64,
     pub modify_index: u64,
@@ -378,8 +460,8 @@ impl HealthCheck {
 /// Key of a service instance within its service group: folded node name, folded service ID.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct InstanceKey {
-    pub node: Arc<str>,
-    pub service_id: Arc<str>,
+    pub node: ArcStr,
+    pub service_id: ArcStr,
 }
 
 /// A borrowed [`InstanceKey`].
@@ -407,9 +489,9 @@ mod tests {
 
     #[test]
     fn folding_shares_lowercase_strings() {
-        let lower: Arc<str> = Arc::from("web");
-        assert!(Arc::ptr_eq(&fold_arc(&lower), &lower));
-        assert_eq!(&*fold_arc(&Arc::from("WeB")), "web");
+        let lower = ArcStr::from("web");
+        assert!(ArcStr::ptr_eq(&fold_arc(&lower), &lower));
+        assert_eq!(&*fold_arc(&ArcStr::from("WeB")), "web");
         assert_eq!(fold("Ünïcode"), "ünïcode");
     }
 
@@ -429,11 +511,41 @@ mod tests {
     }
 
     #[test]
+    fn shared_lists_encode_like_vecs_and_share_the_empty_list() {
+        let tags: Tags = ["a", "b"].into_iter().map(arc_str).collect();
+        let as_vec = vec!["a", "b"];
+        let encoded = rmp_serde::to_vec(&as_vec).unwrap();
+        assert_eq!(rmp_serde::to_vec(&tags).unwrap(), encoded);
+        let back: Tags = rmp_serde::from_slice(&encoded).unwrap();
+        assert_eq!(back, tags);
+        assert!(
+            !Tags::ptr_eq(&back, &tags),
+            "equal content, separate allocations"
+        );
+        assert!(Tags::ptr_eq(&tags.clone(), &tags));
+        let empty = Tags::new(Vec::new());
+        assert!(empty.is_empty() && Tags::ptr_eq(&empty, &Tags::empty()));
+        assert_eq!(
+            rmp_serde::to_vec(&empty).unwrap(),
+            rmp_serde::to_vec(&Vec::<String>::new()).unwrap()
+        );
+        assert_ne!(empty, tags);
+    }
+
+    #[test]
     fn row_sizes_stay_small() {
         // The per-instance memory budget depends on these; a change that grows them should
         // be deliberate.
-        assert!(std::mem::size_of::<ServiceInstance>() <= 176);
-        assert!(std::mem::size_of::<HealthCheck>() <= 176);
+        // With `Arc`'s two counts, 96 bytes fit mimalloc's 112-byte class.
+        assert!(std::mem::size_of::<ServiceInstance>() <= 96);
+        assert!(std::mem::size_of::<HealthCheck>() <= 96);
         assert!(std::mem::size_of::<StrMap>() == 16);
+        assert_eq!(std::mem::size_of::<ArcStr>(), 8);
+        assert_eq!(std::mem::size_of::<CheckList>(), 8);
+        assert_eq!(std::mem::size_of::<Tags>(), 8);
+        // Views sit inline in their group's map, 16 to a leaf: at 40 bytes with the 16-byte
+        // key, a leaf (two counts, two indexes, 16 entries) fits mimalloc's 1024-byte class.
+        assert_eq!(std::mem::size_of::<InstanceKey>(), 16);
+        assert!(std::mem::size_of::<super::super::InstanceView>() <= 40);
     }
 }

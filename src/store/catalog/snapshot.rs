@@ -2,10 +2,9 @@
 //! per-service indexes. Restoring rebuilds the secondary structures (groups, ID index) and
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
-use super::apply::check_list;
-use super::rows::NO_CHECKS;
-use super::rows::{fold_arc, HealthCheck, InstanceKey, Node, ServiceInstance};
-use super::{CatalogTables, InstanceView, NodeEntry, ServiceGroup};
+use super::rows::{fold_arc, CheckList, HealthCheck, InstanceKey, Node, ServiceInstance, Tags};
+use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup};
+use arcstr::ArcStr;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -15,7 +14,7 @@ use std::sync::Arc;
 pub(super) struct CatalogDump {
     nodes: Vec<NodeDump>,
     /// Folded service name → `service.<name>` index.
-    service_indexes: Vec<(Arc<str>, u64)>,
+    service_indexes: Vec<(ArcStr, u64)>,
     service_extinction_index: u64,
 }
 
@@ -28,10 +27,10 @@ struct NodeDump {
 
 /// Hands out one shared allocation per distinct string.
 #[derive(Default)]
-struct Interner(HashMap<Arc<str>, ()>);
+struct Interner(HashMap<ArcStr, ()>);
 
 impl Interner {
-    fn get(&mut self, text: &Arc<str>) -> Arc<str> {
+    fn get(&mut self, text: &ArcStr) -> ArcStr {
         if let Some((existing, _)) = self.0.get_key_value(text) {
             return existing.clone();
         }
@@ -71,7 +70,7 @@ impl Serialize for NodeDumpRef<'_> {
         use serde::ser::SerializeStruct;
         let entry = self.0;
         let mut dump = serializer.serialize_struct("NodeDump", 3)?;
-        dump.serialize_field("node", &*entry.node)?;
+        dump.serialize_field("node", &**entry.node())?;
         dump.serialize_field("services", &Seq(|| entry.services.values().map(|s| &**s)))?;
         dump.serialize_field("checks", &Seq(|| entry.checks.values().map(|c| &**c)))?;
         dump.end()
@@ -95,12 +94,12 @@ where
 impl CatalogDump {
     pub(super) fn into_tables(self) -> Result<CatalogTables, String> {
         let mut strings = Interner::default();
-        let mut tags: HashMap<Arc<[Arc<str>]>, ()> = HashMap::new();
+        let mut tags: HashMap<Tags, ()> = HashMap::new();
         let mut tables = CatalogTables {
             service_extinction_index: self.service_extinction_index,
             ..CatalogTables::default()
         };
-        let indexes: HashMap<Arc<str>, u64> = self.service_indexes.into_iter().collect();
+        let indexes: HashMap<ArcStr, u64> = self.service_indexes.into_iter().collect();
         for dump in self.nodes {
             let mut node = dump.node;
             node.name = strings.get(&node.name);
@@ -111,13 +110,12 @@ impl CatalogDump {
                 return Err(format!("snapshot lists node {:?} twice", node.name));
             }
             let mut entry = NodeEntry {
-                node: node.clone(),
-                node_checks: NO_CHECKS.clone(),
+                head: Arc::new(NodeHead::new(node.clone(), CheckList::empty())),
                 services: OrdMap::new(),
                 checks: OrdMap::new(),
             };
             // Folded service ID → its checks, in check-ID order (empty: node checks).
-            let mut lists: HashMap<Arc<str>, Vec<Arc<HealthCheck>>> = HashMap::new();
+            let mut lists: HashMap<ArcStr, Vec<Arc<HealthCheck>>> = HashMap::new();
             for mut service in dump.services {
                 service.node = node.name.clone();
                 service.name = strings.get(&service.name);
@@ -175,15 +173,13 @@ impl CatalogDump {
                 list.sort_by_cached_key(|check| fold_arc(&check.check_id));
             }
             // Views: the node's shared node-check list and each instance's own checks.
-            entry.node_checks = check_list(lists.remove("").unwrap_or_default());
+            entry.head = Arc::new(NodeHead::new(
+                node.clone(),
+                CheckList::new(lists.remove("").unwrap_or_default()),
+            ));
             for (service_key, service) in entry.services.iter() {
-                let checks = check_list(lists.remove(&**service_key).unwrap_or_default());
-                let view = InstanceView::new(
-                    service.clone(),
-                    node.clone(),
-                    entry.node_checks.clone(),
-                    checks,
-                );
+                let checks = CheckList::new(lists.remove(&**service_key).unwrap_or_default());
+                let view = InstanceView::new(service.clone(), entry.head.clone(), checks);
                 let name_key = fold_arc(&service.name);
                 if let Some(group) = tables.services.get_mut(&*name_key) {
                     group.instances.insert(
