@@ -163,6 +163,11 @@ impl HttpConn {
     ) -> Result<Response, RoundTripError> {
         let mut head: Option<ResponseHead> = None;
         let mut chunked = ChunkedScanner::new();
+        // Body bytes of a `Content-Length` response already read and dropped (when the
+        // caller does not want the body): a multi-megabyte answer then passes through a
+        // small, cache-warm buffer instead of growing one per connection, so the client's
+        // cost per byte stays flat and large answers do not look slower than they are.
+        let mut discarded = 0usize;
         loop {
             if head.is_none() {
                 head = parse_response_head(&self.rbuf).map_err(RoundTripError::Parse)?;
@@ -175,12 +180,20 @@ impl HttpConn {
             }
             if let Some(h) = head {
                 let complete = match h.framing {
+                    BodyFraming::Length(n) if !want_body => {
+                        let buffered = self.rbuf.len() - h.head_len;
+                        if discarded + buffered >= n {
+                            Some(h.head_len + (n - discarded))
+                        } else {
+                            discarded += buffered;
+                            self.rbuf.truncate(h.head_len);
+                            None
+                        }
+                    }
                     BodyFraming::Length(n) => {
                         let end = h.head_len + n;
                         (self.rbuf.len() >= end).then(|| {
-                            if want_body {
-                                body.extend_from_slice(&self.rbuf[h.head_len..end]);
-                            }
+                            body.extend_from_slice(&self.rbuf[h.head_len..end]);
                             end
                         })
                     }
