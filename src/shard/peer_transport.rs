@@ -5,11 +5,12 @@
 //! Why two writers: every thread hop on a message's path costs a wake-up, and on a busy box a
 //! wake-up costs tens of microseconds — a one-connection write waits for four sends (the
 //! leader's append, the follower's acknowledgement, each way). So the core thread encodes a
-//! message and, when nothing is queued ahead of it, writes it with a non-blocking `send`
-//! straight away. Whatever does not fit the socket (a slow peer, a large snapshot chunk) goes
-//! to the peer's outbox, which its sender thread drains with blocking writes. One lock orders
-//! the two: the core writes directly only while the outbox is empty and the sender is not
-//! writing, so frames leave in the order the core sent them.
+//! small message and, when nothing is queued ahead of it, writes it with a non-blocking
+//! `send` straight away. Large messages (appends of big entries, snapshot chunks) and
+//! whatever does not fit the socket go to the peer's outbox, which its sender thread encodes
+//! and drains with blocking writes. One lock orders the two: the core writes directly only
+//! while the outbox is empty and the sender is not writing, so frames leave in the order the
+//! core sent them.
 //!
 //! The raft core thread never blocks on the network: a direct write never waits, and a full
 //! outbox ([`OUTBOX_BYTES_MAX`]) drops the message — Raft tolerates loss and the core
@@ -45,6 +46,31 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How often an idle sender thread looks at its stop flag.
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+/// Messages carrying at least this many payload bytes (appends of large entries, snapshot
+/// chunks) are queued as they are and encoded by the sender thread: encoding and copying
+/// megabytes on the core thread would delay the heartbeats and acknowledgements it owes,
+/// and a 1 GiB replicated restore lost leadership that way.
+const DIRECT_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+/// What a queued, not yet encoded message is charged against the outbox bound, beyond its
+/// payload.
+const MESSAGE_OVERHEAD_BYTES: usize = 128;
+
+/// The payload bytes a message carries (entries' data, a snapshot chunk).
+fn payload_bytes(message: &Message) -> usize {
+    match message {
+        Message::AppendEntries { entries, .. } => entries.iter().map(|e| e.data.len()).sum(),
+        Message::InstallSnapshot { chunk, .. } => chunk.len(),
+        _ => 0,
+    }
+}
+
+/// Something queued for a peer, in sending order.
+enum Pending {
+    /// Encoded bytes: whole frames, or the rest of a frame the core began writing.
+    Bytes(Vec<u8>),
+    /// A message for the sender thread to encode.
+    Message(Message),
+}
 
 /// Test-only network faults: peers whose traffic is dropped in both directions.
 #[derive(Default)]
@@ -70,8 +96,10 @@ impl Faults {
 /// What the core thread and a peer's sender thread share.
 #[derive(Default)]
 struct Outbox {
-    /// Encoded frames waiting for the sender thread, oldest first.
-    bytes: Vec<u8>,
+    /// What waits for the sender thread, oldest first.
+    queue: std::collections::VecDeque<Pending>,
+    /// What `queue` is charged against [`OUTBOX_BYTES_MAX`].
+    queued_bytes: usize,
     /// The sender thread is writing a batch it took from `bytes`.
     writing: bool,
     /// The current connection, once the sender thread has one, and the peer's IP (for
@@ -155,9 +183,10 @@ impl PeerTransport {
             let thread_link = link.clone();
             let thread_address = address.to_string();
             let faults = self.faults.clone();
+            let local_id = self.local_id;
             let spawned = std::thread::Builder::new()
                 .name(format!("praetor-peer-{id:x}"))
-                .spawn(move || sender_loop(thread_address, thread_link, faults));
+                .spawn(move || sender_loop(local_id, thread_address, thread_link, faults));
             if let Err(e) = spawned {
                 log::error!("raft: cannot start sender thread for peer {address}: {e}");
                 continue;
@@ -176,34 +205,42 @@ impl PeerTransport {
         let Some(peer) = self.peers.get(&to) else {
             return;
         };
-        let payload =
-            rmp_serde::to_vec(&(self.local_id, &message)).expect("raft messages always encode");
-        self.frame.clear();
-        encode_frame(&mut self.frame, kind::RAFT_MESSAGE, 0, &payload);
-        let frame = &self.frame[..];
+        let payload_len = payload_bytes(&message);
         let mut outbox = peer.link.lock();
         if let Some((_, ip)) = &outbox.stream {
             if self.faults.is_blocked(*ip) {
                 return;
             }
         }
-        let mut rest = frame;
-        if outbox.bytes.is_empty() && !outbox.writing {
+        let idle = outbox.queue.is_empty() && !outbox.writing;
+        if idle && payload_len < DIRECT_PAYLOAD_BYTES_MAX {
             if let Some((stream, _)) = &outbox.stream {
-                // Nothing is ahead of this frame: write it now, without waiting.
-                let sent = send_without_waiting(stream, frame);
-                rest = &frame[sent..];
-                if rest.is_empty() {
+                // Nothing is ahead of this small message: encode and write it now, without
+                // waiting.
+                let payload = rmp_serde::to_vec(&(self.local_id, &message))
+                    .expect("raft messages always encode");
+                self.frame.clear();
+                encode_frame(&mut self.frame, kind::RAFT_MESSAGE, 0, &payload);
+                let sent = send_without_waiting(stream, &self.frame);
+                if sent == self.frame.len() {
                     return;
                 }
+                // The rest of a begun frame must follow it, whatever the bound says.
+                let rest = self.frame[sent..].to_vec();
+                outbox.queued_bytes += rest.len();
+                outbox.queue.push_back(Pending::Bytes(rest));
+                drop(outbox);
+                peer.link.queued.notify_one();
+                return;
             }
         }
-        if outbox.bytes.len() + rest.len() > OUTBOX_BYTES_MAX && rest.len() == frame.len() {
-            // Only a whole frame may be dropped; a cut one must be finished.
+        let charge = payload_len + MESSAGE_OVERHEAD_BYTES;
+        if outbox.queued_bytes + charge > OUTBOX_BYTES_MAX {
             self.dropped += 1;
             return;
         }
-        outbox.bytes.extend_from_slice(rest);
+        outbox.queued_bytes += charge;
+        outbox.queue.push_back(Pending::Message(message));
         drop(outbox);
         peer.link.queued.notify_one();
     }
@@ -245,10 +282,12 @@ fn resolve(address: &str) -> Option<SocketAddr> {
     address.to_socket_addrs().ok()?.next()
 }
 
-/// Connects to a peer (again after errors) and writes whatever the core queued.
-fn sender_loop(address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
+/// Connects to a peer (again after errors) and writes whatever the core queued, encoding
+/// queued messages on this thread.
+fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
     let mut backoff = BACKOFF_MIN;
     let mut batch: Vec<u8> = Vec::new();
+    let mut taken: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
     while !link.stop.load(Ordering::SeqCst) {
         let Some(addr) = resolve(&address) else {
             std::thread::sleep(backoff);
@@ -259,7 +298,7 @@ fn sender_loop(address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
             Err(e) => {
                 log::debug!("raft: cannot reach peer {address}: {e}");
                 // Whatever was queued for an unreachable peer is stale; the core resends.
-                link.lock().bytes.clear();
+                clear_queue(&mut link.lock());
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
@@ -272,12 +311,12 @@ fn sender_loop(address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
         }
         backoff = BACKOFF_MIN;
         let stream = Arc::new(stream);
-        // Queued while unconnected: whole frames only (direct writes need a connection).
+        // Queued while unconnected: whole messages only (direct writes need a connection).
         link.lock().stream = Some((stream.clone(), addr.ip()));
         loop {
             {
                 let mut outbox = link.lock();
-                while outbox.bytes.is_empty() {
+                while outbox.queue.is_empty() {
                     if link.stop.load(Ordering::SeqCst) {
                         outbox.stream = None;
                         return;
@@ -288,9 +327,22 @@ fn sender_loop(address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
                         .0;
                 }
-                batch.clear();
-                std::mem::swap(&mut batch, &mut outbox.bytes);
+                std::mem::swap(&mut taken, &mut outbox.queue);
+                outbox.queued_bytes = 0;
                 outbox.writing = true;
+            }
+            batch.clear();
+            for pending in taken.drain(..) {
+                match pending {
+                    Pending::Bytes(bytes) => batch.extend_from_slice(&bytes),
+                    Pending::Message(message) => {
+                        let payload = rmp_serde::to_vec(&(local_id, &message))
+                            .expect("raft messages always encode");
+                        let mut frame = BytesMut::with_capacity(payload.len() + 32);
+                        encode_frame(&mut frame, kind::RAFT_MESSAGE, 0, &payload);
+                        batch.extend_from_slice(&frame);
+                    }
+                }
             }
             // Traffic to a blocked peer is dropped by closing the connection: the batch may
             // begin with the rest of a frame the core started, which must not be followed by
@@ -305,7 +357,7 @@ fn sender_loop(address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
             if result.is_err() {
                 // The connection may end in the middle of a frame: start the next one clean.
                 outbox.stream = None;
-                outbox.bytes.clear();
+                clear_queue(&mut outbox);
                 break;
             }
             if batch.capacity() > OUTBOX_BYTES_MAX / 16 {
@@ -315,4 +367,9 @@ fn sender_loop(address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
         }
     }
     link.lock().stream = None;
+}
+
+fn clear_queue(outbox: &mut Outbox) {
+    outbox.queue.clear();
+    outbox.queued_bytes = 0;
 }
