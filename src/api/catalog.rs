@@ -20,7 +20,6 @@ use crate::store::catalog::{
     CatalogOp, CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -632,7 +631,7 @@ impl ServiceQuery {
 
     /// The rendered elements of a catalog or health answer, one per matching instance,
     /// straight from the views' render caches. `None` for the views rendered row by row.
-    fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<Cow<'t, [u8]>>> {
+    fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<&'t [u8]>> {
         let (compact_slot, pretty_slot) = match self.view {
             ServiceView::Connect | ServiceView::HealthConnect => return Some(Vec::new()),
             ServiceView::Catalog => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
@@ -673,18 +672,16 @@ impl ServiceQuery {
                 }
             }
             let slot = if pretty { pretty_slot } else { compact_slot };
-            parts.push(Cow::Borrowed(
+            parts.push(
                 view.rendered
                     .get_or_render(slot, || render::fragment(pretty, render_row)),
-            ));
+            );
         }
         if self.near.is_some() {
             debug_assert_eq!(distances.len(), parts.len());
-            let order = nearest_first(&distances);
-            let mut slots: Vec<Option<Cow<'t, [u8]>>> = parts.into_iter().map(Some).collect();
-            parts = order
+            parts = nearest_first(&distances)
                 .into_iter()
-                .map(|i| slots[i].take().expect("each index once"))
+                .map(|i| parts[i])
                 .collect();
         }
         Some(parts)
@@ -692,7 +689,6 @@ impl ServiceQuery {
 
     fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
         if let Some(parts) = self.fragments(tables, pretty) {
-            body.reserve(render::array_len(pretty, &parts));
             render::write_array(body, pretty, &parts);
             return;
         }
@@ -745,18 +741,15 @@ impl Query for ServiceQuery {
         } else if let Some(parts) = self.fragments(tables, reply.pretty) {
             // Each instance's JSON is copied once, from its cache into the response.
             let pretty = reply.pretty;
-            if render::array_len(pretty, &parts) >= render::STREAM_BODY_BYTES_MIN {
+            let body_len = render::array_len(pretty, &parts);
+            if body_len >= render::STREAM_BODY_BYTES_MIN {
                 let body = render::StreamedArray::new(tables, pretty, parts);
                 reply.send_streamed(200, &headers, body);
                 return;
             }
-            reply.send_with(
-                200,
-                Some("application/json"),
-                &headers,
-                render::array_len(pretty, &parts),
-                |out| render::write_array(out, pretty, &parts),
-            );
+            reply.send_with(200, Some("application/json"), &headers, body_len, |out| {
+                render::write_array(out, pretty, &parts)
+            });
         } else {
             let mut body = Vec::with_capacity(1024);
             self.render(tables, reply.pretty, &mut body);

@@ -11,7 +11,6 @@ use crate::proto::duration::format_go_duration;
 use crate::store::catalog::read::CheckServiceNode;
 use crate::store::catalog::{CheckDefinition, HealthCheck, Node, ServiceInstance};
 use crate::store::StoreVersion;
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -355,22 +354,69 @@ pub fn array_len<P: AsRef<[u8]>>(pretty: bool, parts: &[P]) -> usize {
 /// Writes a top-level JSON array of rendered elements exactly as [`JsonWriter`] would lay
 /// out the same elements.
 pub fn write_array<P: AsRef<[u8]>>(out: &mut Vec<u8>, pretty: bool, parts: &[P]) {
-    out.push(b'[');
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+    out.reserve(array_len(pretty, parts));
+    let finished = ArrayCursor::default().fill(parts, pretty, out, usize::MAX);
+    debug_assert!(finished, "an unbounded fill writes the whole array");
+}
+
+/// How far a JSON array of rendered elements has been written: the one layout of
+/// [`write_array`], resumable so [`StreamedArray`] can write it a chunk at a time.
+#[derive(Default)]
+struct ArrayCursor {
+    opened: bool,
+    next_part: usize,
+    /// Whether the current part's separator was written.
+    part_started: bool,
+    offset_in_part: usize,
+}
+
+impl ArrayCursor {
+    /// Appends the next bytes of the array of `parts` to `out` until it holds at least
+    /// `chunk_bytes` (separators and the closing bracket may overshoot by a few bytes).
+    /// Returns whether the array is complete; `parts` must be the same on every call.
+    fn fill<P: AsRef<[u8]>>(
+        &mut self,
+        parts: &[P],
+        pretty: bool,
+        out: &mut Vec<u8>,
+        chunk_bytes: usize,
+    ) -> bool {
+        if !self.opened {
+            out.push(b'[');
+            self.opened = true;
         }
+        while self.next_part < parts.len() {
+            if out.len() >= chunk_bytes {
+                return false;
+            }
+            if !self.part_started {
+                if self.next_part > 0 {
+                    out.push(b',');
+                }
+                if pretty {
+                    out.extend_from_slice(b"\n    ");
+                }
+                self.part_started = true;
+            }
+            let bytes = parts[self.next_part].as_ref();
+            let room = chunk_bytes.saturating_sub(out.len());
+            let take = room.min(bytes.len() - self.offset_in_part);
+            out.extend_from_slice(&bytes[self.offset_in_part..self.offset_in_part + take]);
+            self.offset_in_part += take;
+            if self.offset_in_part == bytes.len() {
+                self.next_part += 1;
+                self.offset_in_part = 0;
+                self.part_started = false;
+            }
+        }
+        if pretty && !parts.is_empty() {
+            out.push(b'\n');
+        }
+        out.push(b']');
         if pretty {
-            out.extend_from_slice(b"\n    ");
+            out.push(b'\n');
         }
-        out.extend_from_slice(part.as_ref());
-    }
-    if pretty && !parts.is_empty() {
-        out.push(b'\n');
-    }
-    out.push(b']');
-    if pretty {
-        out.push(b'\n');
+        true
     }
 }
 
@@ -382,22 +428,17 @@ pub const STREAM_BODY_BYTES_MIN: usize = 64 * 1024;
 /// a useful amount.
 pub const STREAM_CHUNK_BYTES: usize = 128 * 1024;
 
-/// One element of a [`StreamedArray`].
-pub enum Part {
-    /// A rendering held by a row of the pinned store version (a render-cache blob).
-    Pinned { ptr: *const u8, len: usize },
-    /// A rendering made for this answer alone.
-    Owned(Vec<u8>),
+/// A rendering held by a row of the version a [`StreamedArray`] pins.
+struct PinnedBytes {
+    ptr: *const u8,
+    len: usize,
 }
 
-impl Part {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            // SAFETY: see `StreamedArray::new`: the pinned version keeps the bytes alive and
-            // unchanged for as long as `self` exists.
-            Part::Pinned { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
-            Part::Owned(bytes) => bytes,
-        }
+impl AsRef<[u8]> for PinnedBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: see `StreamedArray::new`: the pinned version keeps the bytes alive and
+        // unchanged for as long as the array holding `self` exists.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
@@ -410,36 +451,29 @@ impl Part {
 /// element is copied from the row's render cache (shared, warm) into the connection's
 /// bounded buffer, and the socket reads from there.
 pub struct StreamedArray {
-    /// Keeps every pinned part alive; never read.
+    /// Keeps every part alive; never read.
     _version: StoreVersion,
     pretty: bool,
-    parts: Vec<Part>,
+    parts: Vec<PinnedBytes>,
     len: usize,
-    opened: bool,
-    next_part: usize,
-    /// Whether the current part's separator was written.
-    part_started: bool,
-    offset_in_part: usize,
+    cursor: ArrayCursor,
     written: usize,
 }
 
 impl StreamedArray {
-    /// The array of `parts`, borrowed ones pinned by `version`.
+    /// The array of `parts`, pinned by `version`.
     ///
-    /// Every borrowed part must be a rendering held by a row reachable from `version` (as
+    /// Every part must be a rendering held by a row reachable from `version` (as
     /// [`crate::store::catalog::render_cache::RenderCache`] hands them out): rows never
     /// change, a cache releases a rendering only when the row drops, and a row lives as long
     /// as any version that holds it. So the bytes stay valid while `version` is held here.
-    pub fn new(version: &StoreVersion, pretty: bool, parts: Vec<Cow<'_, [u8]>>) -> Self {
+    pub fn new(version: &StoreVersion, pretty: bool, parts: Vec<&[u8]>) -> Self {
         let len = array_len(pretty, &parts);
         let parts = parts
             .into_iter()
-            .map(|part| match part {
-                Cow::Borrowed(bytes) => Part::Pinned {
-                    ptr: bytes.as_ptr(),
-                    len: bytes.len(),
-                },
-                Cow::Owned(bytes) => Part::Owned(bytes),
+            .map(|bytes| PinnedBytes {
+                ptr: bytes.as_ptr(),
+                len: bytes.len(),
             })
             .collect();
         StreamedArray {
@@ -447,10 +481,7 @@ impl StreamedArray {
             pretty,
             parts,
             len,
-            opened: false,
-            next_part: 0,
-            part_started: false,
-            offset_in_part: 0,
+            cursor: ArrayCursor::default(),
             written: 0,
         }
     }
@@ -468,45 +499,12 @@ impl StreamedArray {
     /// overshoot by a few bytes). Returns whether the body is complete.
     pub fn fill(&mut self, out: &mut Vec<u8>, chunk_bytes: usize) -> bool {
         let start = out.len();
-        if !self.opened {
-            out.push(b'[');
-            self.opened = true;
-        }
-        while self.next_part < self.parts.len() {
-            if out.len() >= chunk_bytes {
-                self.written += out.len() - start;
-                return false;
-            }
-            if !self.part_started {
-                if self.next_part > 0 {
-                    out.push(b',');
-                }
-                if self.pretty {
-                    out.extend_from_slice(b"\n    ");
-                }
-                self.part_started = true;
-            }
-            let bytes = self.parts[self.next_part].bytes();
-            let room = chunk_bytes.saturating_sub(out.len());
-            let take = room.min(bytes.len() - self.offset_in_part);
-            out.extend_from_slice(&bytes[self.offset_in_part..self.offset_in_part + take]);
-            self.offset_in_part += take;
-            if self.offset_in_part == bytes.len() {
-                self.next_part += 1;
-                self.offset_in_part = 0;
-                self.part_started = false;
-            }
-        }
-        if self.pretty && !self.parts.is_empty() {
-            out.push(b'\n');
-        }
-        out.push(b']');
-        if self.pretty {
-            out.push(b'\n');
-        }
+        let done = self.cursor.fill(&self.parts, self.pretty, out, chunk_bytes);
         self.written += out.len() - start;
-        assert_eq!(self.written, self.len, "streamed body length as announced");
-        true
+        if done {
+            assert_eq!(self.written, self.len, "streamed body length as announced");
+        }
+        done
     }
 
     /// Appends the whole remaining body to `out`, for paths that cannot stream.
@@ -596,21 +594,23 @@ mod tests {
             .collect();
         for pretty in [false, true] {
             for count in [0, 1, 7] {
-                let parts = || -> Vec<Cow<'_, [u8]>> {
-                    held[..count]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| {
-                            if i % 2 == 0 {
-                                Cow::Borrowed(&p[..])
-                            } else {
-                                Cow::Owned(p.clone())
-                            }
-                        })
-                        .collect()
+                let parts = || -> Vec<&[u8]> { held[..count].iter().map(|p| &p[..]).collect() };
+                // The layout JsonWriter gives a top-level array, spelled out independently.
+                let whole: Vec<u8> = match (pretty, count) {
+                    (false, _) => [b"[".to_vec(), parts().join(&b","[..]), b"]".to_vec()].concat(),
+                    (true, 0) => b"[]\n".to_vec(),
+                    (true, _) => {
+                        let indented: Vec<Vec<u8>> = parts()
+                            .iter()
+                            .map(|p| [&b"\n    "[..], p].concat())
+                            .collect();
+                        [b"[".to_vec(), indented.join(&b","[..]), b"\n]\n".to_vec()].concat()
+                    }
                 };
-                let mut whole = Vec::new();
-                write_array(&mut whole, pretty, &parts());
+                let mut written = Vec::new();
+                write_array(&mut written, pretty, &parts());
+                assert_eq!(written, whole, "write_array pretty={pretty} count={count}");
+                assert_eq!(array_len(pretty, &parts()), whole.len());
                 for chunk_bytes in [1, 2, 5, 16, 64, 1 << 20] {
                     let mut streamed = StreamedArray::new(&version, pretty, parts());
                     assert_eq!(streamed.len(), whole.len());
