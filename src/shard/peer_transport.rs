@@ -286,7 +286,7 @@ fn resolve(address: &str) -> Option<SocketAddr> {
 /// queued messages on this thread.
 fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
     let mut backoff = BACKOFF_MIN;
-    let mut batch: Vec<u8> = Vec::new();
+    let mut batch = BytesMut::new();
     let mut taken: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
     while !link.stop.load(Ordering::SeqCst) {
         let Some(addr) = resolve(&address) else {
@@ -338,9 +338,7 @@ fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: A
                     Pending::Message(message) => {
                         let payload = rmp_serde::to_vec(&(local_id, &message))
                             .expect("raft messages always encode");
-                        let mut frame = BytesMut::with_capacity(payload.len() + 32);
-                        encode_frame(&mut frame, kind::RAFT_MESSAGE, 0, &payload);
-                        batch.extend_from_slice(&frame);
+                        encode_frame(&mut batch, kind::RAFT_MESSAGE, 0, &payload);
                     }
                 }
             }
@@ -362,7 +360,7 @@ fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: A
             }
             if batch.capacity() > OUTBOX_BYTES_MAX / 16 {
                 // Give back a buffer grown by a burst (snapshot chunks).
-                batch = Vec::new();
+                batch = BytesMut::new();
             }
         }
     }
