@@ -10,6 +10,11 @@ pub struct RaftConfig {
     /// vote for an ordinary candidate for this long after hearing from a leader.
     pub election_timeout_ms: Millis,
     pub heartbeat_interval_ms: Millis,
+    /// How long after the commit index moves a leader waits before telling followers with an
+    /// AppendEntries of its own (0 = at once). Under load the next append carries it anyway,
+    /// so a short wait saves one message and one acknowledgement per peer per commit; it
+    /// delays only what followers serve as stale reads, by at most this plus a tick.
+    pub commit_notice_delay_ms: Millis,
     /// How long a quorum acknowledgement keeps the leader's lease; must be below the election
     /// timeout, the margin covering clock-rate drift between servers.
     pub lease_ms: Millis,
@@ -48,6 +53,7 @@ impl RaftConfig {
             id,
             election_timeout_ms: 1000,
             heartbeat_interval_ms: 100,
+            commit_notice_delay_ms: 5,
             lease_ms: 900,
             pre_vote: true,
             check_quorum: true,
@@ -72,6 +78,9 @@ impl RaftConfig {
         }
         if self.heartbeat_interval_ms == 0 {
             return fail("heartbeat_interval_ms must be positive");
+        }
+        if self.commit_notice_delay_ms >= self.heartbeat_interval_ms {
+            return fail("commit_notice_delay_ms must be below heartbeat_interval_ms");
         }
         if self.election_timeout_ms <= self.heartbeat_interval_ms {
             return fail("election_timeout_ms must exceed heartbeat_interval_ms");

@@ -133,6 +133,9 @@ pub struct RaftCore {
     snapshot_wanted_reported: bool,
     /// Leader: appends or commit updates may be due; flushed in `ready`.
     broadcast_pending: bool,
+    /// When followers that have not heard the current commit index get an append carrying
+    /// only it (see `commit_notice_delay_ms`).
+    commit_notice_due: Option<Millis>,
     hard_state_handed_out: HardState,
     role_reported: RoleChange,
     messages_dropped: u64,
@@ -228,6 +231,7 @@ impl RaftCore {
             snapshot_wanted: false,
             snapshot_wanted_reported: false,
             broadcast_pending: false,
+            commit_notice_due: None,
             role_reported: RoleChange {
                 role: Role::Follower,
                 term,
@@ -1150,6 +1154,9 @@ impl RaftCore {
         {
             self.transfer = None;
         }
+        if self.commit_notice_due.is_some_and(|due| self.now >= due) {
+            self.send_commit_notices();
+        }
         if self.now >= self.heartbeat_deadline {
             self.heartbeat_deadline = self.now + self.config.heartbeat_interval_ms;
             self.broadcast_heartbeat();
@@ -1587,6 +1594,7 @@ impl RaftCore {
             .min();
         // Let everyone learn the final commit index first.
         self.flush_leader_messages();
+        self.send_commit_notices();
         if let Some(successor) = successor {
             self.send(successor, Message::TimeoutNow { term: self.term });
         }
@@ -1803,20 +1811,39 @@ impl RaftCore {
             self.broadcast_pending = false;
             let peers: Vec<NodeId> = self.progress.keys().copied().collect();
             let commit = self.log.committed;
+            let mut notice_owed = false;
             for peer in peers {
                 self.send_appends(peer);
                 let pr = &self.progress[&peer];
-                if pr.state == ReplicationState::Replicate && pr.commit_sent < commit {
-                    // Nothing new to send, but the follower should learn the commit index:
-                    // check from the known match so reordering cannot cause a refusal.
-                    let at = pr.match_index;
-                    self.send_empty_append(peer, at);
+                notice_owed |= pr.state == ReplicationState::Replicate && pr.commit_sent < commit;
+            }
+            if notice_owed {
+                if self.config.commit_notice_delay_ms == 0 {
+                    self.send_commit_notices();
+                } else if self.commit_notice_due.is_none() {
+                    self.commit_notice_due = Some(self.now + self.config.commit_notice_delay_ms);
                 }
             }
         }
         if self.read_broadcast_pending {
             self.read_broadcast_pending = false;
             self.broadcast_heartbeat();
+        }
+    }
+
+    /// Tells every replicating follower that has not heard it the current commit index, with
+    /// an append checked at the known match so that reordering cannot cause a refusal.
+    fn send_commit_notices(&mut self) {
+        self.commit_notice_due = None;
+        let commit = self.log.committed;
+        let owed: Vec<(NodeId, LogIndex)> = self
+            .progress
+            .iter()
+            .filter(|(_, pr)| pr.state == ReplicationState::Replicate && pr.commit_sent < commit)
+            .map(|(peer, pr)| (*peer, pr.match_index))
+            .collect();
+        for (peer, at) in owed {
+            self.send_empty_append(peer, at);
         }
     }
 

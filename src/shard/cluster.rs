@@ -241,7 +241,7 @@ pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
 pub async fn client_router(
     shared: Arc<Shared>,
     handle: GossipHandle,
-    shards: Vec<flume::Sender<ShardMessage>>,
+    shards: Vec<crate::shard::runtime::ShardSender>,
 ) {
     let events = handle.events();
     let mut current: Option<ServerInfo> = None;

@@ -97,13 +97,15 @@ pub fn spread_datagrams_randomly(
     }
 }
 
-/// Reads resolve against the shard's current version.
+/// Reads resolve against the shard's version as `may_serve` caught it up. Not
+/// `current_version`: catching up here would process shard messages, which invalidate the
+/// DNS cache, while the resolver holds it borrowed.
 struct ShardVersion<'a>(&'a Shard);
 
 impl VersionSource for ShardVersion<'_> {
     type View = StoreVersion;
     fn version(&self) -> StoreVersion {
-        self.0.current_version()
+        self.0.version_as_is()
     }
 }
 

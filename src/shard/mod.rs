@@ -14,6 +14,7 @@ pub mod http_server;
 pub mod logger;
 pub mod peer_transport;
 pub mod raft_driver;
+pub mod raft_inbox;
 pub mod rpc_server;
 pub mod runtime;
 pub mod session_timers;
@@ -25,9 +26,7 @@ pub use runtime::Shard;
 
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
-use runtime::{
-    Identity, RaftInput, ShardMessage, Shared, RAFT_INBOX_CAPACITY, SHARD_CHANNEL_CAPACITY,
-};
+use runtime::{Identity, RaftInput, Shared, RAFT_INBOX_CAPACITY};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -218,11 +217,12 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     let wan = cluster::wan_pool(&config, &node_id)?;
 
-    let (raft_tx, raft_rx) = flume::bounded::<RaftInput>(RAFT_INBOX_CAPACITY);
+    let (raft_tx, raft_rx) = raft_inbox::raft_inbox(RAFT_INBOX_CAPACITY, faults.clone())
+        .map_err(|e| format!("cannot create the raft inbox: {e}"))?;
     let mut shard_senders = Vec::with_capacity(shard_count);
     let mut shard_receivers = Vec::with_capacity(shard_count);
     for _ in 0..shard_count {
-        let (tx, rx) = flume::bounded::<ShardMessage>(SHARD_CHANNEL_CAPACITY);
+        let (tx, rx) = runtime::shard_channel();
         shard_senders.push(tx);
         shard_receivers.push(rx);
     }
@@ -453,14 +453,14 @@ struct ShardStart {
     id: usize,
     shared: Arc<Shared>,
     version: crate::store::StoreVersion,
-    inbox: flume::Receiver<ShardMessage>,
+    inbox: runtime::ShardReceiver,
     listeners: ShardListeners,
     /// Shard 0 runs the LAN gossip driver.
     gossip: Option<gossip::GossipDriver>,
     /// Shard 0 of a server also runs the WAN gossip driver.
     gossip_wan: Option<gossip::GossipDriver>,
     /// On a client agent, shard 0 routes every shard to a server.
-    client_router: Option<Vec<flume::Sender<ShardMessage>>>,
+    client_router: Option<Vec<runtime::ShardSender>>,
     dns_settings: Arc<crate::dns::DnsSettings>,
 }
 
@@ -577,15 +577,11 @@ async fn watch_ticker(shard: Rc<Shard>) {
 async fn shard_main_loop(shard: &Shard) {
     const SHUTDOWN_POLL: std::time::Duration = std::time::Duration::from_millis(100);
     loop {
-        match monoio::time::timeout(SHUTDOWN_POLL, shard.inbox().recv_async()).await {
-            Ok(Ok(message)) => {
-                shard.handle_message(message);
-                while let Ok(message) = shard.inbox().try_recv() {
-                    shard.handle_message(message);
-                }
-            }
-            Ok(Err(_)) => return,
-            Err(_) => {}
+        // The poll interval also bounds how long an idle shard leaves batches queued.
+        let rung = monoio::time::timeout(SHUTDOWN_POLL, shard.doorbell()).await;
+        shard.drain_inbox();
+        if let Ok(Err(_)) = rung {
+            return;
         }
         if shard.shutting_down() {
             return;

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -85,6 +85,95 @@ pub enum ShardMessage {
     Status(Arc<ClusterStatus>),
 }
 
+/// The raft core's end of one shard's channel.
+///
+/// Every message is queued, but the shard is woken (its doorbell rung) only when it must act
+/// now: a status change, results of its requests, a change set while it has parked queries,
+/// or a queue half full. An idle shard — every shard of a follower nobody queries — thus
+/// costs no thread wake-up per applied batch; it drains the queue the next time it serves
+/// anything ([`Shard::catch_up`] runs before every read) or within its poll interval.
+///
+/// A shard parking its first query and the core publishing a batch race; both sides order
+/// their flag and index accesses with sequentially consistent fences, so either the core
+/// sees `wants_changes` and rings, or the shard sees the new published index and drains.
+#[derive(Clone)]
+pub struct ShardSender {
+    messages: flume::Sender<ShardMessage>,
+    doorbell: flume::Sender<()>,
+    wants_changes: Arc<AtomicBool>,
+}
+
+/// The shard's end of its channel from the raft core.
+pub struct ShardReceiver {
+    messages: flume::Receiver<ShardMessage>,
+    doorbell: flume::Receiver<()>,
+    wants_changes: Arc<AtomicBool>,
+}
+
+pub fn shard_channel() -> (ShardSender, ShardReceiver) {
+    let (messages_tx, messages_rx) = flume::bounded(SHARD_CHANNEL_CAPACITY);
+    // One pending ring is enough: the shard drains everything when it answers.
+    let (doorbell_tx, doorbell_rx) = flume::bounded(1);
+    let wants_changes = Arc::new(AtomicBool::new(false));
+    (
+        ShardSender {
+            messages: messages_tx,
+            doorbell: doorbell_tx,
+            wants_changes: wants_changes.clone(),
+        },
+        ShardReceiver {
+            messages: messages_rx,
+            doorbell: doorbell_rx,
+            wants_changes,
+        },
+    )
+}
+
+impl ShardSender {
+    /// Queues a message the shard must act on now, and wakes it.
+    pub fn send(&self, message: ShardMessage) -> Result<(), flume::SendError<ShardMessage>> {
+        self.messages.send(message)?;
+        self.ring();
+        Ok(())
+    }
+
+    pub async fn send_async(
+        &self,
+        message: ShardMessage,
+    ) -> Result<(), flume::SendError<ShardMessage>> {
+        self.messages.send_async(message).await?;
+        self.ring();
+        Ok(())
+    }
+
+    /// Queues an applied batch. Returns whether the shard must be woken regardless of
+    /// parked queries ([`ShardSender::ring_if_watching`] decides the rest once the published
+    /// index has moved). Blocking when full is the back-pressure: a shard that falls behind
+    /// slows the core; a half-full queue always wakes the shard, so an idle one cannot
+    /// block it.
+    pub fn queue_applied(
+        &self,
+        batch: Arc<AppliedBatch>,
+        results: Vec<(u64, CommandResult)>,
+    ) -> bool {
+        let urgent = !results.is_empty();
+        let _ = self.messages.send(ShardMessage::Applied(batch, results));
+        urgent || self.messages.len() >= SHARD_CHANNEL_CAPACITY / 2
+    }
+
+    /// Call after the published index moved past a queued batch with changes.
+    pub fn ring_if_watching(&self) {
+        fence(Ordering::SeqCst);
+        if self.wants_changes.load(Ordering::SeqCst) {
+            self.ring();
+        }
+    }
+
+    pub fn ring(&self) {
+        let _ = self.doorbell.try_send(());
+    }
+}
+
 /// One applied batch, shared by every shard.
 pub struct AppliedBatch {
     pub version: StoreVersion,
@@ -144,6 +233,15 @@ pub enum RaftInput {
         request_id: u64,
         op: OperatorOp,
     },
+    /// A peer's Raft stream, its protocol byte read, for the raft thread to read itself.
+    PeerStream {
+        socket: std::net::TcpStream,
+        peer: std::net::SocketAddr,
+    },
+    /// The log sync thread made every write up to this sequence number durable.
+    Synced {
+        through: u64,
+    },
     Shutdown,
 }
 
@@ -162,7 +260,7 @@ pub enum ReadPlan {
 pub struct Shared {
     pub config: Arc<AgentConfig>,
     pub identity: Identity,
-    pub raft_inbox: flume::Sender<RaftInput>,
+    pub raft_inbox: crate::shard::raft_inbox::RaftInbox,
     /// Index of the newest version the raft core has sent to every shard.
     pub published_index: AtomicU64,
     pub shutting_down: AtomicBool,
@@ -217,7 +315,7 @@ pub struct Shard {
     watches: RefCell<WatchRegistry>,
     pending: RefCell<HashMap<u64, PendingRequest, ahash::RandomState>>,
     next_request: Cell<u64>,
-    inbox: flume::Receiver<ShardMessage>,
+    inbox: ShardReceiver,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
     /// DNS answer cache and scratch space; invalidated by every applied change set.
@@ -229,7 +327,7 @@ impl Shard {
         id: usize,
         shared: Arc<Shared>,
         version: StoreVersion,
-        inbox: flume::Receiver<ShardMessage>,
+        inbox: ShardReceiver,
     ) -> Rc<Shard> {
         Rc::new(Shard {
             id,
@@ -277,7 +375,14 @@ impl Shard {
     pub fn local_index(&self) -> u64 {
         self.version.borrow().index
     }
+    /// The newest version this server published (a queued batch is taken in first).
     pub fn current_version(&self) -> StoreVersion {
+        self.catch_up();
+        self.version_as_is()
+    }
+    /// The version this shard last took in, without looking for newer ones: for callers
+    /// that caught up already and hold shard state that taking in a batch would touch.
+    pub fn version_as_is(&self) -> StoreVersion {
         self.version.borrow().clone()
     }
     pub fn parked_queries(&self) -> usize {
@@ -337,14 +442,23 @@ impl Shard {
         if published <= self.local_index() {
             return;
         }
-        while let Ok(message) = self.inbox.try_recv() {
+        self.drain_inbox();
+    }
+
+    /// Processes everything queued by the raft core.
+    pub fn drain_inbox(&self) {
+        while let Ok(message) = self.inbox.messages.try_recv() {
             self.handle_message(message);
+        }
+        if self.watches.borrow().waiter_count() == 0 {
+            // A stale `true` only costs a wake-up; parking sets it again.
+            self.inbox.wants_changes.store(false, Ordering::Relaxed);
         }
     }
 
-    /// The receiving end of the raft core's channel; the shard's main task awaits it.
-    pub fn inbox(&self) -> &flume::Receiver<ShardMessage> {
-        &self.inbox
+    /// Waits until the raft core rings this shard's doorbell. Errs once the core is gone.
+    pub async fn doorbell(&self) -> Result<(), flume::RecvError> {
+        self.inbox.doorbell.recv_async().await
     }
 
     /// Decides where a read runs. Local default reads need a live leader lease; without
@@ -469,6 +583,13 @@ impl Shard {
             .watches
             .borrow_mut()
             .register(set, Waker::noop().clone(), deadline_ms);
+        if !self.inbox.wants_changes.load(Ordering::Relaxed) {
+            self.inbox.wants_changes.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            // A batch published before the core could see the flag: take it in now (it may
+            // wake this very registration, which the caller then re-evaluates).
+            self.catch_up();
+        }
         WatchFuture { shard: self, id }
     }
 

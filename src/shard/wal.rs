@@ -7,9 +7,12 @@
 //! - hard state: `term u64 | vote u64 (0 = none) | commit u64`
 //! - truncate: `from_index u64` (entries at and above it are discarded)
 //!
-//! Group commit: [`Wal::append`] only encodes into a buffer; [`Wal::sync`] issues one
-//! `pwrite` and one `fdatasync` for everything appended since the last sync. Segments are
-//! preallocated, so a sync rarely has file-size metadata to flush.
+//! Group commit: [`Wal::append`] only encodes into a buffer; [`Wal::write`] issues one
+//! `pwrite` for everything appended since, and hands back the segment file so that the
+//! `fdatasync` can run on another thread while later batches are written ([`Wal::sync`] does
+//! both inline). Segments are preallocated, so a sync rarely has file-size metadata to flush.
+//! Rolling to a new segment syncs the old one first, so syncing the file a write returned
+//! makes that write and every earlier one durable.
 //!
 //! Recovery reads segments in order and stops at the first record whose length is zero or
 //! whose checksum does not match: that is the torn tail of a batch whose sync never returned,
@@ -23,6 +26,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Size each segment is preallocated to; a segment is closed once a batch would overflow it.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
@@ -85,7 +89,8 @@ pub struct Wal {
     dir: PathBuf,
     segment_bytes: u64,
     segments: Vec<Segment>,
-    active: File,
+    /// Shared with the sync thread, which may still be syncing it after a roll.
+    active: Arc<File>,
     active_write_offset: u64,
     pending: Vec<u8>,
     pending_max_entry_index: u64,
@@ -241,7 +246,7 @@ impl Wal {
             dir: dir.to_path_buf(),
             segment_bytes,
             segments,
-            active,
+            active: Arc::new(active),
             active_write_offset,
             pending: Vec::with_capacity(64 * 1024),
             pending_max_entry_index: 0,
@@ -292,8 +297,16 @@ impl Wal {
     /// Writes every buffered record with one `pwrite` and makes it durable with one
     /// `fdatasync`.
     pub fn sync(&mut self) -> io::Result<()> {
+        self.write()?;
+        self.active.sync_data()
+    }
+
+    /// Writes every buffered record with one `pwrite`, without waiting for the disk. Returns
+    /// the file whose `fdatasync` makes this write, and every earlier one, durable (earlier
+    /// segments were synced when they were rolled over).
+    pub fn write(&mut self) -> io::Result<Arc<File>> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(self.active.clone());
         }
         if self.active_write_offset > 0
             && self.active_write_offset + self.pending.len() as u64 > self.segment_bytes
@@ -302,7 +315,6 @@ impl Wal {
         }
         self.active
             .write_all_at(&self.pending, self.active_write_offset)?;
-        self.active.sync_data()?;
         self.active_write_offset += self.pending.len() as u64;
         let segment = self
             .segments
@@ -315,7 +327,7 @@ impl Wal {
         if self.pending.capacity() > 8 << 20 {
             self.pending.shrink_to(64 * 1024);
         }
-        Ok(())
+        Ok(self.active.clone())
     }
 
     /// Closes the active segment and starts a new one whose first record is the current
@@ -341,7 +353,7 @@ impl Wal {
             path,
             max_entry_index: 0,
         });
-        self.active = file;
+        self.active = Arc::new(file);
         self.active_write_offset = head.len() as u64;
         Ok(())
     }
