@@ -359,6 +359,7 @@ pub enum Command {
     Run(Box<RunConfig>),
     Compare(Box<CompareConfig>),
     Chart(ChartConfig),
+    FanoutFloor(crate::fanout_floor::FloorConfig),
     Help(String),
 }
 
@@ -884,6 +885,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         "-h" | "--help" | "help" => Ok(Command::Help(args.get(1).cloned().unwrap_or_default())),
         "compare" => parse_compare(&args[1..]).map(|c| Command::Compare(Box::new(c))),
         "chart" => parse_chart(&args[1..]).map(Command::Chart),
+        "fanout-floor" => crate::fanout_floor::parse(&args[1..]).map(Command::FanoutFloor),
         other => {
             let scenario = Scenario::parse(other)
                 .ok_or_else(|| format!("unknown command {other:?}; try `loadgen --help`"))?;
@@ -1176,7 +1178,7 @@ pub fn help(topic: &str) -> String {
          loadgen compare <scenario> --target-a URL --target-b URL [--runs 5] [--pause 1s] [--metric FIELD]\n          \
          [--name-a N] [--name-b N] [--etcd-a URL] [--etcd-b URL] [--scenario-a S] [--scenario-b S]\n          \
          [--<flag>-a V] [--<flag>-b V] [flags for both sides]\n  \
-         loadgen chart --input RESULT.json --output CHART.png [--title T]\n\nSCENARIOS\n",
+         loadgen chart --input RESULT.json --output CHART.png [--title T]\n         loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D]   (least-work server for blocking-fanout)\n\nSCENARIOS\n",
     );
     for s in Scenario::ALL {
         if topic.is_empty() || topic == s.name() {

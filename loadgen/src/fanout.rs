@@ -402,6 +402,10 @@ async fn worker(
 ) -> Vec<Outcome> {
     let total = config.watchers + config.others;
     let outcomes: Rc<RefCell<Vec<Outcome>>> = Rc::new(RefCell::new(Vec::new()));
+    // Answered watchers keep their connection until the run ends: closing 15,000 sockets
+    // while the rest are still being answered would load both ends with teardown work that
+    // is not part of the wake-up being measured (a real watcher keeps it for its next query).
+    let kept: Rc<RefCell<Vec<HttpConn>>> = Rc::new(RefCell::new(Vec::new()));
     let mut encoded_watch = Vec::new();
     encode_request(
         &mut encoded_watch,
@@ -461,6 +465,7 @@ async fn worker(
             slot,
             outcomes.clone(),
             control.clone(),
+            kept.clone(),
         ));
         // Let the spawned tasks write their queries while this thread keeps connecting.
         if slot % 64 == 63 {
@@ -470,6 +475,7 @@ async fn worker(
     while !control.stop.load(Ordering::Relaxed) {
         monoio::time::sleep(STOP_POLL).await;
     }
+    kept.borrow_mut().clear();
     let result = outcomes.borrow().clone();
     result
 }
@@ -480,6 +486,7 @@ async fn watch(
     slot: usize,
     outcomes: Rc<RefCell<Vec<Outcome>>>,
     control: Arc<Control>,
+    kept: Rc<RefCell<Vec<HttpConn>>>,
 ) {
     if conn.send(request).await.is_err() {
         outcomes.borrow_mut()[slot].failed = true;
@@ -506,6 +513,8 @@ async fn watch(
         }
         Err(_) => outcome.failed = true,
     }
+    drop(all);
+    kept.borrow_mut().push(conn);
 }
 
 #[allow(clippy::too_many_arguments)]

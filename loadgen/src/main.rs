@@ -11,6 +11,7 @@ mod dnsrun;
 mod dnswire;
 mod engine;
 mod fanout;
+mod fanout_floor;
 mod hist;
 mod http;
 mod httprun;
@@ -39,6 +40,7 @@ fn main() {
         Command::Run(config) => run::run_scenario(&config).and_then(|r| report::emit(&r)),
         Command::Compare(config) => compare::run_compare(&config),
         Command::Chart(config) => chart::draw(&config),
+        Command::FanoutFloor(config) => fanout_floor::serve(&config),
     };
     if let Err(e) = outcome {
         eprintln!("loadgen: {e}");

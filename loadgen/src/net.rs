@@ -73,6 +73,19 @@ fn bind_source(socket: &Socket, source: Ipv4Addr) -> io::Result<()> {
 
 /// A TCP connection with `TCP_NODELAY`, optionally from `source`, within `timeout`; returned
 /// non-blocking, ready for a monoio runtime.
+/// A listening socket with `SO_REUSEPORT`, so several threads can each accept on one port.
+pub fn reuseport_listener(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| format!("socket: {e}"))?;
+    socket
+        .set_reuse_address(true)
+        .and_then(|_| socket.set_reuse_port(true))
+        .and_then(|_| socket.bind(&addr.into()))
+        .and_then(|_| socket.listen(4096))
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(socket.into())
+}
+
 pub fn connect_tcp(
     dest: SocketAddr,
     source: Option<Ipv4Addr>,
