@@ -153,29 +153,15 @@ async fn connection(
             if input.len() > HEAD_BYTES_MAX {
                 return;
             }
-            input.reserve(READ_BYTES);
-            let len = input.len();
-            let (result, buf) = stream
-                .read(monoio::buf::IoBufMut::slice_mut(input, len..))
-                .await;
-            input = buf.into_inner();
-            match result {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+            if !read_more(&mut stream, &mut input).await {
+                return;
             }
         };
         let head = &input[..head_end];
         let body_bytes = content_length(head).min(BODY_BYTES_MAX);
         while input.len() < head_end + body_bytes {
-            input.reserve(READ_BYTES);
-            let len = input.len();
-            let (result, buf) = stream
-                .read(monoio::buf::IoBufMut::slice_mut(input, len..))
-                .await;
-            input = buf.into_inner();
-            match result {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+            if !read_more(&mut stream, &mut input).await {
+                return;
             }
         }
         let is_put = input.starts_with(b"PUT ");
@@ -210,6 +196,20 @@ async fn connection(
             return;
         }
     }
+}
+
+/// Reads more of the request into `input`; false once the client is gone.
+async fn read_more(stream: &mut monoio::net::TcpStream, input: &mut Vec<u8>) -> bool {
+    input.reserve(READ_BYTES);
+    let len = input.len();
+    let (result, buf) = stream
+        .read(monoio::buf::IoBufMut::slice_mut(
+            std::mem::take(input),
+            len..,
+        ))
+        .await;
+    *input = buf.into_inner();
+    matches!(result, Ok(n) if n > 0)
 }
 
 fn content_length(head: &[u8]) -> usize {
