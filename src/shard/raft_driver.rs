@@ -2,7 +2,8 @@
 //! authoritative store, talks to peers, and publishes every applied batch to the shards.
 //!
 //! One loop iteration: take everything waiting in the inbox (proposals and reads from all
-//! shards, messages from peers, gossip's view of the servers), hand it to the core, then carry
+//! shards, gossip's view of the servers) and on the peers' Raft streams
+//! ([`crate::shard::raft_inbox`]), hand it to the core, then carry
 //! out each `Ready` in the order the core documents: send the messages that need no
 //! durability, append to the WAL with one write for the whole batch, send the messages that
 //! need durability once it is synced, apply what is committed to the store, and send the new
@@ -739,7 +740,9 @@ impl RaftDriver {
                     }
                 }
             }
-            if !self.awaiting_sync.is_empty() || self.sync_completed < self.sync_requested {
+            // Anything still awaiting a sync implies an outstanding one, so this one test
+            // covers both.
+            if self.sync_completed < self.sync_requested {
                 // This Ready's durable effects follow the writes before it (and its own).
                 self.awaiting_sync.push_back(AwaitingSync {
                     sequence: self.sync_requested,
@@ -945,9 +948,7 @@ impl RaftDriver {
         });
         let has_changes = !batch.changes.is_empty();
         for (shard, results) in self.shards.iter().zip(results) {
-            if shard.queue_applied(batch.clone(), results) {
-                shard.ring();
-            }
+            shard.queue_applied(batch.clone(), results);
         }
         self.shared
             .published_index
@@ -975,7 +976,6 @@ impl RaftDriver {
         for (shard, results) in self.shards.iter().zip(results) {
             if !results.is_empty() {
                 shard.queue_applied(batch.clone(), results);
-                shard.ring();
             }
         }
     }

@@ -146,19 +146,17 @@ impl ShardSender {
         Ok(())
     }
 
-    /// Queues an applied batch. Returns whether the shard must be woken regardless of
-    /// parked queries ([`ShardSender::ring_if_watching`] decides the rest once the published
-    /// index has moved). Blocking when full is the back-pressure: a shard that falls behind
-    /// slows the core; a half-full queue always wakes the shard, so an idle one cannot
-    /// block it.
-    pub fn queue_applied(
-        &self,
-        batch: Arc<AppliedBatch>,
-        results: Vec<(u64, CommandResult)>,
-    ) -> bool {
+    /// Queues an applied batch and wakes the shard if it carries results for it or the
+    /// queue is half full ([`ShardSender::ring_if_watching`] decides for parked queries once
+    /// the published index has moved). Blocking when full is the back-pressure: a shard that
+    /// falls behind slows the core; a half-full queue always wakes the shard, so an idle one
+    /// cannot block it.
+    pub fn queue_applied(&self, batch: Arc<AppliedBatch>, results: Vec<(u64, CommandResult)>) {
         let urgent = !results.is_empty();
         let _ = self.messages.send(ShardMessage::Applied(batch, results));
-        urgent || self.messages.len() >= SHARD_CHANNEL_CAPACITY / 2
+        if urgent || self.messages.len() >= SHARD_CHANNEL_CAPACITY / 2 {
+            self.ring();
+        }
     }
 
     /// Call after the published index moved past a queued batch with changes.
@@ -169,7 +167,7 @@ impl ShardSender {
         }
     }
 
-    pub fn ring(&self) {
+    fn ring(&self) {
         let _ = self.doorbell.try_send(());
     }
 }
