@@ -129,7 +129,7 @@ impl Drop for Reply<'_> {
 }
 
 /// Consul's query metadata, sent as `X-Consul-*` headers on every read.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueryMeta {
     pub index: u64,
     pub known_leader: bool,

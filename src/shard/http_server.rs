@@ -13,8 +13,12 @@
 //! ([`answer_forwarded`]), so every endpoint forwards without endpoint-specific RPCs.
 //!
 //! A blocking query releases the connection's buffers while it is parked, so a parked
-//! connection costs its task, its query object and its watch registration. While parked, the
-//! loop also watches the socket so that a client that hangs up frees its slot at once.
+//! connection costs its task, its query object, its request head and its watch registration.
+//! While parked, one readiness poll watches the socket so that a client that hangs up frees
+//! its slot at once; after the answer the same poll waits for the client's next request
+//! ([`park_connection`]). Woken queries with identical request heads share one rendered
+//! answer per store version ([`crate::shard::shared_answers`]), sent with one non-blocking
+//! `send`: a write that wakes thousands of watchers costs little more than the sends.
 //!
 //! Limits and timeouts: head size and header count ([`HttpLimits`]), body size per endpoint
 //! (`api::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
@@ -29,6 +33,7 @@ use crate::proto::http::{
 };
 use crate::proto::rpc::kind;
 use crate::shard::runtime::{ReadPlan, Shard};
+use crate::shard::shared_answers::{AnswerShape, SharedAnswer};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
@@ -37,7 +42,9 @@ use monoio::net::{TcpListener, TcpStream};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,6 +108,69 @@ async fn fill(stream: &mut TcpStream, input: &mut Vec<u8>, timeout: Duration) ->
             result
         }
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+    }
+}
+
+/// Reads what the socket holds right now, at most `room_bytes`, into `input`'s spare
+/// capacity. `Some(0)` is end of stream; `None` means nothing was there after all.
+fn receive_without_waiting(
+    stream: &TcpStream,
+    input: &mut Vec<u8>,
+    room_bytes: usize,
+) -> io::Result<Option<usize>> {
+    use std::os::fd::AsRawFd;
+    input.reserve(READ_SPACE_MIN_BYTES.min(room_bytes));
+    let (spare, len) = {
+        let spare = input.spare_capacity_mut();
+        (spare.as_mut_ptr(), spare.len().min(room_bytes))
+    };
+    loop {
+        // SAFETY: the kernel writes at most `len` bytes into `input`'s spare capacity,
+        // which is allocated and not aliased; `set_len` below covers only what it wrote.
+        // The descriptor belongs to `stream`, which outlives the call.
+        let received =
+            unsafe { libc::recv(stream.as_raw_fd(), spare.cast(), len, libc::MSG_DONTWAIT) };
+        if received >= 0 {
+            let received = received as usize;
+            debug_assert!(received <= len);
+            // SAFETY: `received` bytes past the old length were just initialized.
+            unsafe { input.set_len(input.len() + received) };
+            return Ok(Some(received));
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(error),
+        }
+    }
+}
+
+/// Writes what the socket takes right now; 0 when its send buffer is full.
+fn send_without_waiting(stream: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: `bytes` is a live, initialized slice for the duration of the call; the
+        // descriptor belongs to `stream`, which outlives the call. `MSG_DONTWAIT` keeps
+        // the call from blocking whatever the socket's mode; `MSG_NOSIGNAL` turns a reset
+        // peer into an error instead of SIGPIPE.
+        let sent = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent >= 0 {
+            return Ok(sent as usize);
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::WouldBlock => return Ok(0),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(error),
+        }
     }
 }
 
@@ -264,12 +334,17 @@ fn dispatch_buffered(
                 )),
                 _ => None,
             };
+            // A parked query keeps its head: woken queries with identical heads share one
+            // rendered answer (see `shared_answers`).
+            let answer_key = matches!(&outcome, Outcome::Block(op) if op.options.is_blocking())
+                .then(|| Box::<[u8]>::from(&input[..head.head_len]));
             Dispatched {
                 outcome,
                 shape: ReplyShape { keep_alive, pretty },
                 forward,
                 keep_alive,
                 tail,
+                answer_key,
             }
         }
         (None, _) => {
@@ -365,6 +440,8 @@ struct Dispatched {
     forward: Option<(Vec<u8>, Duration)>,
     keep_alive: bool,
     tail: Option<StreamedArray>,
+    /// The request head of a query to park, the key of its shared answer.
+    answer_key: Option<Box<[u8]>>,
 }
 
 impl Dispatched {
@@ -379,6 +456,7 @@ impl Dispatched {
             forward: None,
             keep_alive,
             tail: None,
+            answer_key: None,
         }
     }
 }
@@ -515,6 +593,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             forward,
             keep_alive,
             tail,
+            answer_key,
         }) = next_request(shard, conn, &limits).await?
         else {
             return Ok(());
@@ -527,24 +606,19 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             }
             conn.output = Vec::new();
         }
-        let Connection {
-            stream,
-            input,
-            output,
-        } = conn;
-        complete(
-            shard,
-            outcome,
-            shape,
-            output,
-            forward,
-            Some(SocketWatch {
-                stream,
-                input,
-                limits: &limits,
-            }),
-        )
-        .await?;
+        if let Outcome::Block(op) = outcome {
+            match park_connection(shard, op, shape, answer_key, conn, &limits).await? {
+                AfterPark::NextRequest => continue,
+                AfterPark::Close => return Ok(()),
+                AfterPark::SendOutput if keep_alive => continue,
+                AfterPark::SendOutput => {
+                    conn.flush().await?;
+                    return Ok(());
+                }
+            }
+        }
+        let shared = complete(shard, outcome, shape, &mut conn.output, forward, None).await?;
+        debug_assert!(shared.is_none(), "only parked queries share answers");
         if let Some(tail) = tail {
             Box::pin(conn.stream(tail)).await?;
         }
@@ -555,45 +629,188 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
     }
 }
 
-/// The client socket of a parked request, watched for hang-ups and pipelined bytes.
-struct SocketWatch<'a> {
-    stream: &'a mut TcpStream,
-    input: &'a mut Vec<u8>,
-    limits: &'a HttpLimits,
+/// What a connection does after its parked query was answered.
+enum AfterPark {
+    /// The answer is in the output buffer; the usual path sends it.
+    SendOutput,
+    /// The answer went out; read the next request.
+    NextRequest,
+    /// The answer went out and the connection ends (not keep-alive, or idle too long).
+    Close,
 }
 
-/// Carries out what dispatch decided; the answer ends up in `output`.
+/// Parks a blocking query that arrived on a client connection, and answers it.
+///
+/// One readiness poll on the client's socket serves the whole wait: while the query is
+/// parked it notices a client that hangs up (and takes in pipelined bytes), and after the
+/// answer it is what waits for the client's next request. So a woken query neither cancels
+/// nor re-arms anything, and until its client sends again the connection holds no input
+/// buffer, read or timer: its idle deadline is the shard ticker's. With thousands of
+/// queries woken by one change, that is most of what each wake-up would otherwise cost
+/// besides the send itself.
+async fn park_connection(
+    shard: &Shard,
+    op: BlockOp,
+    shape: ReplyShape,
+    answer_key: Option<Box<[u8]>>,
+    conn: &mut Connection,
+    limits: &HttpLimits,
+) -> io::Result<AfterPark> {
+    let Connection {
+        stream,
+        input,
+        output,
+    } = conn;
+    let stream: &TcpStream = stream;
+    let mut client = ParkedClient {
+        stream,
+        input,
+        limits,
+        readable: std::pin::pin!(stream.readable(false)),
+        rearm: move || stream.readable(false),
+    };
+    let Some(answer) = park(shard, op, shape, output, answer_key, Some(&mut client)).await? else {
+        return Ok(AfterPark::SendOutput);
+    };
+    // Earlier answers went out before the query parked, so this one is next.
+    debug_assert!(output.is_empty(), "a parked query answers in order");
+    send_shared(stream, &answer).await?;
+    if !shape.keep_alive {
+        return Ok(AfterPark::Close);
+    }
+    if !client.input.is_empty() {
+        // The client pipelined its next request while parked.
+        return Ok(AfterPark::NextRequest);
+    }
+    let idle_deadline_ms = shard.shared().now_ms() + IDLE_TIMEOUT.as_millis() as u64;
+    let mut idle = std::pin::pin!(shard.deadline(idle_deadline_ms));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = client.readable.as_mut().poll(cx) {
+            return Poll::Ready(result.map(|()| AfterPark::NextRequest));
+        }
+        idle.as_mut().poll(cx).map(|()| Ok(AfterPark::Close))
+    })
+    .await
+}
+
+/// Sends an answer shared with other connections.
+///
+/// A woken query's answer nearly always fits in the socket's send buffer, so it is offered
+/// to one non-blocking `send`: when thousands of queries wake at once, that saves each of
+/// them an io_uring operation, a timer and a heap-allocated write future. What the socket
+/// does not take waits for writability, within the write timeout.
+async fn send_shared(stream: &TcpStream, answer: &SharedAnswer) -> io::Result<()> {
+    let mut sent = send_without_waiting(stream, answer)?;
+    if sent == answer.len() {
+        return Ok(());
+    }
+    // Rare, and the timed wait is large: it costs heap only here.
+    Box::pin(async move {
+        let deadline = Instant::now() + WRITE_TIMEOUT;
+        while sent < answer.len() {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out"));
+            }
+            match monoio::time::timeout(remaining, stream.writable(false)).await {
+                Ok(ready) => ready?,
+                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
+            }
+            sent += send_without_waiting(stream, &answer[sent..])?;
+            debug_assert!(sent <= answer.len());
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// The client of a parked query, watched while the query waits.
+trait ClientWatch {
+    /// Takes in what the client sent (pipelined requests wait in the input buffer); ready
+    /// with an error once the client hung up or its socket failed.
+    fn poll_hang_up(&mut self, cx: &mut Context<'_>) -> Poll<io::Error>;
+}
+
+/// A client connection's socket while its query is parked. `readable` is the pending
+/// readiness poll; `rearm` makes the next one after bytes were taken in.
+struct ParkedClient<'a, F, M> {
+    stream: &'a TcpStream,
+    input: &'a mut Vec<u8>,
+    limits: &'a HttpLimits,
+    readable: Pin<&'a mut F>,
+    rearm: M,
+}
+
+/// Reads taken in per wake-up of a parked client before yielding to other tasks.
+const PARKED_READS_PER_POLL_MAX: usize = 16;
+
+impl<F, M> ClientWatch for ParkedClient<'_, F, M>
+where
+    F: Future<Output = io::Result<()>>,
+    M: FnMut() -> F,
+{
+    fn poll_hang_up(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        for _ in 0..PARKED_READS_PER_POLL_MAX {
+            if self.input.len() >= self.limits.head_bytes_max {
+                // Enough is buffered; stop reading until this query is answered.
+                return Poll::Pending;
+            }
+            match self.readable.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(error)) => return Poll::Ready(error),
+                Poll::Ready(Ok(())) => {}
+            }
+            let room = self.limits.head_bytes_max - self.input.len();
+            match receive_without_waiting(self.stream, self.input, room) {
+                Ok(Some(0)) => {
+                    return Poll::Ready(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "client closed while parked",
+                    ))
+                }
+                Ok(_) => self.readable.set((self.rearm)()),
+                Err(error) => return Poll::Ready(error),
+            }
+        }
+        // A client streaming bytes at us: let other tasks run, then continue.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// Carries out what dispatch decided. The answer ends up in `output`, or, for a woken
+/// blocking query, may come back as an answer shared with identical queries.
 async fn complete(
     shard: &Shard,
     outcome: Outcome,
     shape: ReplyShape,
     output: &mut Vec<u8>,
     forward: Option<(Vec<u8>, Duration)>,
-    watch: Option<SocketWatch<'_>>,
-) -> io::Result<()> {
+    answer_key: Option<Box<[u8]>>,
+) -> io::Result<Option<SharedAnswer>> {
     let ReplyShape { keep_alive, pretty } = shape;
     match outcome {
-        Outcome::Done => Ok(()),
+        Outcome::Done => Ok(None),
         Outcome::Write(op) => {
             let result = shard.propose(op.command.encode()).await;
             (op.respond)(result, &mut Reply::new(output, keep_alive, pretty));
-            Ok(())
+            Ok(None)
         }
-        Outcome::Block(op) => park(shard, op, shape, output, watch).await,
+        Outcome::Block(op) => park(shard, op, shape, output, answer_key, None).await,
         Outcome::Leader(LeaderOp::Operator { op, respond }) => {
             let result = Box::pin(shard.operator(op)).await;
             respond(result, &mut Reply::new(output, keep_alive, pretty));
-            Ok(())
+            Ok(None)
         }
         Outcome::Leader(LeaderOp::Restore { state, respond }) => {
             let result = Box::pin(replicate_restore(shard, state)).await;
             respond(result, &mut Reply::new(output, keep_alive, pretty));
-            Ok(())
+            Ok(None)
         }
         Outcome::Async(work) => {
             let respond = work.await;
             respond(&mut Reply::new(output, keep_alive, pretty));
-            Ok(())
+            Ok(None)
         }
         Outcome::Forward => {
             let (payload, timeout) = forward.expect("a forward outcome carries its request");
@@ -601,7 +818,7 @@ async fn complete(
                 shard, payload, timeout, output, keep_alive,
             ))
             .await;
-            Ok(())
+            Ok(None)
         }
     }
 }
@@ -753,6 +970,7 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         shape,
         forward,
         tail,
+        answer_key,
         ..
     } = dispatch_buffered(
         shard,
@@ -780,7 +998,11 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         );
         return output;
     }
-    let _ = complete(shard, outcome, shape, &mut output, forward, None).await;
+    if let Ok(Some(answer)) =
+        complete(shard, outcome, shape, &mut output, forward, answer_key).await
+    {
+        output.extend_from_slice(&answer);
+    }
     output
 }
 
@@ -795,8 +1017,9 @@ async fn park(
     op: BlockOp,
     shape: ReplyShape,
     output: &mut Vec<u8>,
-    mut watch: Option<SocketWatch<'_>>,
-) -> io::Result<()> {
+    answer_key: Option<Box<[u8]>>,
+    mut client: Option<&mut (dyn ClientWatch + '_)>,
+) -> io::Result<Option<SharedAnswer>> {
     let ReplyShape { keep_alive, pretty } = shape;
     let wait_ms = op.options.wait.as_millis() as u64;
     let jitter_ms = wait_ms / BLOCKING_JITTER_FRACTION as u64;
@@ -810,32 +1033,60 @@ async fn park(
         if let Err(error) = Box::pin(shard.read_barrier()).await {
             restore(output);
             Reply::new(output, keep_alive, pretty).error(&error);
-            return Ok(());
+            return Ok(None);
         }
     }
+    let mut woken = false;
     loop {
         if shard.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
             restore(output);
             Reply::new(output, keep_alive, pretty)
                 .error(&api::ApiError::Internal("No cluster leader".to_string()));
-            return Ok(());
+            return Ok(None);
         }
         let version = shard.current_version();
         let (index, watch_set) = op.query.evaluate(&version);
         let timed_out = shard.shared().now_ms() >= deadline_ms;
         if !op.options.is_blocking() || index > op.options.min_index || timed_out {
-            restore(output);
             let meta = shard.query_meta(index, op.options.consistency);
+            if let (true, Some(head)) = (woken, &answer_key) {
+                // Queries woken by one change are often identical: render once per shard.
+                let shape = AnswerShape {
+                    meta,
+                    keep_alive,
+                    pretty,
+                };
+                let kept = shard
+                    .shared_answers
+                    .borrow_mut()
+                    .get(&version, head, &shape);
+                if let Some(answer) = kept {
+                    return Ok(Some(answer));
+                }
+                let mut rendered = Vec::new();
+                op.query.respond(
+                    &version,
+                    meta,
+                    &mut Reply::new(&mut rendered, keep_alive, pretty),
+                );
+                let answer = shard
+                    .shared_answers
+                    .borrow_mut()
+                    .insert(&version, head, shape, rendered);
+                return Ok(Some(answer));
+            }
+            restore(output);
             op.query
                 .respond(&version, meta, &mut Reply::new(output, keep_alive, pretty));
-            return Ok(());
+            return Ok(None);
         }
         drop(version);
-        let woken = shard.watch(&watch_set, deadline_ms);
+        let fired = shard.watch(&watch_set, deadline_ms);
         // Registered: the set itself need not be kept while parked.
         drop(watch_set);
-        wait_parked(woken, watch.as_mut()).await?;
+        wait_parked(fired, client.as_deref_mut()).await?;
+        woken = true;
     }
 }
 
@@ -843,44 +1094,22 @@ async fn park(
 fn restore(_output: &mut Vec<u8>) {}
 
 /// Waits for the watch to fire (a change or the deadline). Meanwhile it watches the
-/// client's socket, if there is one: pipelined bytes are kept for later, and a client that
-/// hangs up ends the wait with an error.
+/// client, if there is one: pipelined bytes are kept for later, and a client that hangs up
+/// ends the wait with an error.
 async fn wait_parked(
     watch: crate::shard::runtime::WatchFuture<'_>,
-    socket: Option<&mut SocketWatch<'_>>,
+    client: Option<&mut (dyn ClientWatch + '_)>,
 ) -> io::Result<()> {
-    let Some(socket) = socket else {
+    let mut watch = std::pin::pin!(watch);
+    let Some(client) = client else {
         watch.await;
         return Ok(());
     };
-    let mut watch = std::pin::pin!(watch);
-    loop {
-        if socket.input.len() >= socket.limits.head_bytes_max {
-            // Enough is buffered; stop reading until this query is answered.
-            watch.as_mut().await;
-            return Ok(());
+    std::future::poll_fn(|cx| {
+        if watch.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(()));
         }
-        let readable = {
-            let mut readable = std::pin::pin!(socket.stream.readable(false));
-            std::future::poll_fn(|cx| {
-                if watch.as_mut().poll(cx).is_ready() {
-                    return std::task::Poll::Ready(None);
-                }
-                readable.as_mut().poll(cx).map(Some)
-            })
-            .await
-        };
-        match readable {
-            None => return Ok(()),
-            Some(result) => result?,
-        }
-        // Rare: the client sent more while parked. The read future is large, so it lives
-        // on the heap only for this moment.
-        if Box::pin(fill(socket.stream, socket.input, HEADER_READ_TIMEOUT)).await? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "client closed while parked",
-            ));
-        }
-    }
+        client.poll_hang_up(cx).map(Err)
+    })
+    .await
 }

@@ -318,6 +318,8 @@ pub struct Shard {
     pub forward: crate::shard::forward::ForwardPool,
     /// DNS answer cache and scratch space; invalidated by every applied change set.
     pub dns: RefCell<crate::dns::ShardDns>,
+    /// Rendered answers of woken blocking queries, shared by identical requests.
+    pub shared_answers: RefCell<crate::shard::shared_answers::SharedAnswers>,
 }
 
 impl Shard {
@@ -338,6 +340,7 @@ impl Shard {
             inbox,
             forward: crate::shard::forward::ForwardPool::default(),
             dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
+            shared_answers: RefCell::new(crate::shard::shared_answers::SharedAnswers::new()),
         })
     }
 
@@ -400,6 +403,8 @@ impl Shard {
                     );
                     *version = batch.version.clone();
                 }
+                // Shared answers belong to the version they were rendered from.
+                self.shared_answers.borrow_mut().forget();
                 // In the same step as the version: no cached DNS answer outlives a change to
                 // what it read.
                 if !batch.changes.is_empty() {
@@ -588,6 +593,17 @@ impl Shard {
             // wake this very registration, which the caller then re-evaluates).
             self.catch_up();
         }
+        WatchFuture { shard: self, id }
+    }
+
+    /// Resolves at `deadline_ms` (on [`Shared::now_ms`]'s clock), through the same
+    /// shard-level ticker as parked queries: no timer of its own, and no change wakes it.
+    pub fn deadline(&self, deadline_ms: u64) -> WatchFuture<'_> {
+        let id = self.watches.borrow_mut().register(
+            &WatchSet::new(),
+            Waker::noop().clone(),
+            deadline_ms,
+        );
         WatchFuture { shard: self, id }
     }
 

@@ -93,6 +93,8 @@ struct Slot {
     waker: Option<Waker>,
     /// List entries that point at this registration, for the stale-entry count.
     entries: u32,
+    /// Counted in `live_waiters`: it watches something (a bare deadline does not).
+    counted: bool,
 }
 
 #[derive(Default)]
@@ -129,7 +131,8 @@ impl WatchRegistry {
         Self::default()
     }
 
-    /// Parked queries right now.
+    /// Parked queries right now. A registration with nothing to watch (a bare deadline,
+    /// such as an idle connection's) is not one.
     pub fn waiter_count(&self) -> usize {
         self.live_waiters
     }
@@ -148,6 +151,7 @@ impl WatchRegistry {
                     fired: false,
                     waker: None,
                     entries: 0,
+                    counted: false,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -158,6 +162,7 @@ impl WatchRegistry {
         slot.fired = false;
         slot.waker = Some(waker);
         slot.entries = targets.len() as u32;
+        slot.counted = !targets.is_empty();
         let id = WatchId {
             slot: slot_index,
             generation: slot.generation,
@@ -182,7 +187,9 @@ impl WatchRegistry {
             }
             self.counts.live += 1;
         }
-        self.live_waiters += 1;
+        if !set.targets.is_empty() {
+            self.live_waiters += 1;
+        }
         if deadline_ms != u64::MAX {
             self.deadlines
                 .push(Reverse((deadline_ms, id.slot, id.generation)));
@@ -211,7 +218,8 @@ impl WatchRegistry {
         }
         // Released registrations leave their deadlines behind; drop them once they
         // dominate, so the heap stays proportional to the parked queries.
-        if self.deadlines.len() > 2 * self.live_waiters + 1024 {
+        let live_registrations = self.slots.len() - self.free_slots.len();
+        if self.deadlines.len() > 2 * live_registrations + 1024 {
             let slots = &self.slots;
             let live: Vec<_> = self
                 .deadlines
@@ -268,7 +276,9 @@ impl WatchRegistry {
         );
         self.counts.live = self.counts.live.saturating_sub(entries);
         self.counts.stale += entries;
-        self.live_waiters -= 1;
+        if slot.counted {
+            self.live_waiters -= 1;
+        }
         self.free_slots.push(id.slot);
         if self.counts.stale > 1024 && self.counts.stale > self.counts.live {
             self.sweep();
@@ -644,6 +654,27 @@ mod tests {
         // A change after expiry does not wake them twice.
         registry.notify(&[key_change("a")]);
         assert_eq!(count.0.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn bare_deadlines_are_not_parked_queries() {
+        let mut registry = WatchRegistry::new();
+        let (count, w) = waker();
+        let idle = registry.register(&WatchSet::new(), w.clone(), 100);
+        assert_eq!(registry.waiter_count(), 0);
+        registry.notify(&[key_change("a")]);
+        assert!(
+            !registry.is_fired(idle),
+            "changes never wake a bare deadline"
+        );
+        assert_eq!(registry.expire(100), 1);
+        assert!(registry.is_fired(idle));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        registry.release(idle);
+        let parked = registry.register(&WatchSet::new().key(Table::Kvs, "a"), w, 100);
+        assert_eq!(registry.waiter_count(), 1);
+        registry.release(parked);
+        assert_eq!(registry.waiter_count(), 0);
     }
 
     #[test]
