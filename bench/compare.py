@@ -741,8 +741,9 @@ class Bench:
                                          "--name-b", "praetor -dev", "--key", "bench/put"] + self.common(),
                          target, lambda d: d["ratio"]["median"] >= 5.0)
 
-    def fanout_row(self, row_id, title, target, args, checks, describe, before_each=None, floor_args=None):
-        """Runs blocking-fanout `fanout_runs` times; the row shows the median run by p99.
+    def fanout_row(self, row_id, title, target, args, checks, describe, before_each=None, floor_args=None,
+                   p99_key="wake_p99_ms"):
+        """Runs blocking-fanout `fanout_runs` times; the row shows the median run by `p99_key`.
 
         RSS per parked query is taken from the first run only: the agent is fresh then, while
         later runs park into memory the earlier ones freed, so their RSS growth means nothing
@@ -771,13 +772,12 @@ class Bench:
             doc["rss_per_watcher_bytes_fresh"] = fresh_rss
         peer, ratio = "—", "—"
         if floor_docs:
-            ratios = [d["wake_p99_ms"] / f["wake_p99_ms"] for d, f in zip(docs, floor_docs)
-                      if d.get("wake_p99_ms") and f.get("wake_p99_ms")]
-            floor_p99 = median_or_none([f.get("wake_p99_ms") for f in floor_docs])
+            ratios = [d[p99_key] / f[p99_key] for d, f in zip(docs, floor_docs) if d.get(p99_key) and f.get(p99_key)]
+            floor_p99 = median_or_none([f.get(p99_key) for f in floor_docs])
             peer = f"fan-out floor, same client: p99 {fmt_num(floor_p99, 'ms')} (median of {len(floor_docs)})"
             ratio = fmt_ratio(spread_of(ratios)) + " of the floor's p99"
             command = f"{floor_command}  ⟷  {command}  (interleaved ×{len(docs)})"
-        docs.sort(key=lambda d: d.get("wake_p99_ms") or 0)
+        docs.sort(key=lambda d: d.get(p99_key) or 0)
         median_doc = docs[len(docs) // 2]
         with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
             json.dump(median_doc, f, indent=1)
@@ -1007,7 +1007,8 @@ class Bench:
         self.fanout_row(row_id, title, target, args, checks, lambda d: (
             f"{d.get('answered', 0):,}/{n:,} answered, p99 {fmt_num(d.get('wake_from_write_sent_p99_ms'), 'ms')} "
             f"after the write was sent ({fmt_num(d.get('wake_p99_ms'), 'ms')} after its response); "
-            f"others woken {d.get('others_woken')}/{d.get('others_parked')}"), before_each=rearm)
+            f"others woken {d.get('others_woken')}/{d.get('others_parked')}"), before_each=rearm,
+            p99_key="wake_from_write_sent_p99_ms")
 
     def row_rss_per_instance(self):
         n = self.rss_instances

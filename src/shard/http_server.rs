@@ -683,14 +683,24 @@ async fn park_connection(
         return Ok(AfterPark::NextRequest);
     }
     let idle_deadline_ms = shard.shared().now_ms() + IDLE_TIMEOUT.as_millis() as u64;
-    let mut idle = std::pin::pin!(shard.deadline(idle_deadline_ms));
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(result) = client.readable.as_mut().poll(cx) {
-            return Poll::Ready(result.map(|()| AfterPark::NextRequest));
+    loop {
+        let mut idle = std::pin::pin!(shard.deadline(idle_deadline_ms));
+        let readable = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = client.readable.as_mut().poll(cx) {
+                return Poll::Ready(Some(result));
+            }
+            idle.as_mut().poll(cx).map(|()| None)
+        })
+        .await;
+        if let Some(result) = readable {
+            return result.map(|()| AfterPark::NextRequest);
         }
-        idle.as_mut().poll(cx).map(|()| Ok(AfterPark::Close))
-    })
-    .await
+        if shard.shutting_down() || shard.shared().now_ms() >= idle_deadline_ms {
+            return Ok(AfterPark::Close);
+        }
+        // Woken early with every registration (a leadership change): an idle
+        // connection has nothing to re-evaluate, so it keeps waiting.
+    }
 }
 
 /// Sends an answer shared with other connections.

@@ -162,7 +162,8 @@ impl WatchRegistry {
         slot.fired = false;
         slot.waker = Some(waker);
         slot.entries = targets.len() as u32;
-        slot.counted = !targets.is_empty();
+        let counted = !targets.is_empty();
+        slot.counted = counted;
         let id = WatchId {
             slot: slot_index,
             generation: slot.generation,
@@ -187,7 +188,7 @@ impl WatchRegistry {
             }
             self.counts.live += 1;
         }
-        if !set.targets.is_empty() {
+        if counted {
             self.live_waiters += 1;
         }
         if deadline_ms != u64::MAX {
