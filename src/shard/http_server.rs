@@ -32,6 +32,7 @@ use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
 };
 use crate::proto::rpc::kind;
+use crate::shard::nonblocking::{receive_now, send_now};
 use crate::shard::runtime::{ReadPlan, Shard};
 use crate::shard::shared_answers::{AnswerShape, SharedAnswer};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
@@ -108,69 +109,6 @@ async fn fill(stream: &mut TcpStream, input: &mut Vec<u8>, timeout: Duration) ->
             result
         }
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
-    }
-}
-
-/// Reads what the socket holds right now, at most `room_bytes`, into `input`'s spare
-/// capacity. `Some(0)` is end of stream; `None` means nothing was there after all.
-fn receive_without_waiting(
-    stream: &TcpStream,
-    input: &mut Vec<u8>,
-    room_bytes: usize,
-) -> io::Result<Option<usize>> {
-    use std::os::fd::AsRawFd;
-    input.reserve(READ_SPACE_MIN_BYTES.min(room_bytes));
-    let (spare, len) = {
-        let spare = input.spare_capacity_mut();
-        (spare.as_mut_ptr(), spare.len().min(room_bytes))
-    };
-    loop {
-        // SAFETY: the kernel writes at most `len` bytes into `input`'s spare capacity,
-        // which is allocated and not aliased; `set_len` below covers only what it wrote.
-        // The descriptor belongs to `stream`, which outlives the call.
-        let received =
-            unsafe { libc::recv(stream.as_raw_fd(), spare.cast(), len, libc::MSG_DONTWAIT) };
-        if received >= 0 {
-            let received = received as usize;
-            debug_assert!(received <= len);
-            // SAFETY: `received` bytes past the old length were just initialized.
-            unsafe { input.set_len(input.len() + received) };
-            return Ok(Some(received));
-        }
-        let error = io::Error::last_os_error();
-        match error.kind() {
-            io::ErrorKind::WouldBlock => return Ok(None),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(error),
-        }
-    }
-}
-
-/// Writes what the socket takes right now; 0 when its send buffer is full.
-fn send_without_waiting(stream: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    loop {
-        // SAFETY: `bytes` is a live, initialized slice for the duration of the call; the
-        // descriptor belongs to `stream`, which outlives the call. `MSG_DONTWAIT` keeps
-        // the call from blocking whatever the socket's mode; `MSG_NOSIGNAL` turns a reset
-        // peer into an error instead of SIGPIPE.
-        let sent = unsafe {
-            libc::send(
-                stream.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if sent >= 0 {
-            return Ok(sent as usize);
-        }
-        let error = io::Error::last_os_error();
-        match error.kind() {
-            io::ErrorKind::WouldBlock => return Ok(0),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(error),
-        }
     }
 }
 
@@ -710,7 +648,7 @@ async fn park_connection(
 /// them an io_uring operation, a timer and a heap-allocated write future. What the socket
 /// does not take waits for writability, within the write timeout.
 async fn send_shared(stream: &TcpStream, answer: &SharedAnswer) -> io::Result<()> {
-    let mut sent = send_without_waiting(stream, answer)?;
+    let mut sent = send_now(stream, answer)?;
     if sent == answer.len() {
         return Ok(());
     }
@@ -726,7 +664,7 @@ async fn send_shared(stream: &TcpStream, answer: &SharedAnswer) -> io::Result<()
                 Ok(ready) => ready?,
                 Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
             }
-            sent += send_without_waiting(stream, &answer[sent..])?;
+            sent += send_now(stream, &answer[sent..])?;
             debug_assert!(sent <= answer.len());
         }
         Ok(())
@@ -771,7 +709,8 @@ where
                 Poll::Ready(Ok(())) => {}
             }
             let room = self.limits.head_bytes_max - self.input.len();
-            match receive_without_waiting(self.stream, self.input, room) {
+            self.input.reserve(READ_SPACE_MIN_BYTES.min(room));
+            match receive_now(self.stream, self.input, room) {
                 Ok(Some(0)) => {
                     return Poll::Ready(io::Error::new(
                         io::ErrorKind::UnexpectedEof,

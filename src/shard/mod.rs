@@ -12,6 +12,7 @@ pub mod forward;
 pub mod gossip;
 pub mod http_server;
 pub mod logger;
+pub mod nonblocking;
 pub mod peer_transport;
 pub mod raft_driver;
 pub mod raft_inbox;

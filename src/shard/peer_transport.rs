@@ -30,7 +30,6 @@ use bytes::BytesMut;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -221,7 +220,9 @@ impl PeerTransport {
                     .expect("raft messages always encode");
                 self.frame.clear();
                 encode_frame(&mut self.frame, kind::RAFT_MESSAGE, 0, &payload);
-                let sent = send_without_waiting(stream, &self.frame);
+                // An error counts as nothing written: the bytes go to the outbox, whose
+                // writer meets the same error and reconnects.
+                let sent = crate::shard::nonblocking::send_now(stream, &self.frame).unwrap_or(0);
                 if sent == self.frame.len() {
                     return;
                 }
@@ -255,27 +256,6 @@ impl PeerTransport {
 fn stop_link(link: &PeerLink) {
     link.stop.store(true, Ordering::SeqCst);
     link.queued.notify_all();
-}
-
-/// Writes what the socket takes now (`MSG_DONTWAIT`); returns how many bytes. An error
-/// counts as nothing written: the bytes go to the outbox, whose writer meets the same error
-/// and reconnects.
-fn send_without_waiting(stream: &TcpStream, bytes: &[u8]) -> usize {
-    // SAFETY: `bytes` is valid for reads of its length for the duration of the call, and
-    // the descriptor belongs to a live stream.
-    let sent = unsafe {
-        libc::send(
-            stream.as_raw_fd(),
-            bytes.as_ptr() as *const libc::c_void,
-            bytes.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    if sent < 0 {
-        0
-    } else {
-        sent as usize
-    }
 }
 
 fn resolve(address: &str) -> Option<SocketAddr> {

@@ -21,6 +21,7 @@
 
 use crate::proto::rpc::{decode_frame, kind};
 use crate::raft::{Message, NodeId};
+use crate::shard::nonblocking::receive_now;
 use crate::shard::peer_transport::Faults;
 use crate::shard::runtime::RaftInput;
 use bytes::BytesMut;
@@ -261,11 +262,11 @@ fn read_stream(
         if stream.buffer.capacity() - stream.buffer.len() < READ_CHUNK_BYTES / 4 {
             stream.buffer.reserve(READ_CHUNK_BYTES);
         }
-        let got = match receive(&stream.socket, &mut stream.buffer) {
-            Ok(0) => return Err("end of stream".to_string()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+        // One `recv` into the buffer's spare capacity (no zero-filling of a chunk per read).
+        let got = match receive_now(&stream.socket, &mut stream.buffer, usize::MAX) {
+            Ok(Some(0)) => return Err("end of stream".to_string()),
+            Ok(Some(n)) => n,
+            Ok(None) => 0,
             Err(e) => return Err(e.to_string()),
         };
         read_bytes += got;
@@ -292,26 +293,4 @@ fn read_stream(
             return Ok(());
         }
     }
-}
-
-/// One `recv` into the buffer's spare capacity (no zero-filling of a 64 KiB chunk per read).
-fn receive(socket: &TcpStream, buffer: &mut BytesMut) -> io::Result<usize> {
-    let spare = buffer.spare_capacity_mut();
-    // SAFETY: the kernel writes at most `spare.len()` bytes into the spare capacity, which is
-    // live, writable memory owned by `buffer`.
-    let got = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            spare.as_mut_ptr().cast(),
-            spare.len(),
-            0,
-        )
-    };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let got = got as usize;
-    // SAFETY: `recv` initialised exactly `got` bytes after the current length.
-    unsafe { buffer.set_len(buffer.len() + got) };
-    Ok(got)
 }
