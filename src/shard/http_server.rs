@@ -980,7 +980,6 @@ async fn park(
     let deadline_ms = shard.shared().now_ms() + wait_ms + jitter_ms;
     if op.barrier {
         if let Err(error) = Box::pin(shard.read_barrier()).await {
-            restore(output);
             Reply::new(output, keep_alive, pretty).error(&error);
             return Ok(None);
         }
@@ -989,7 +988,6 @@ async fn park(
     loop {
         if shard.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
-            restore(output);
             Reply::new(output, keep_alive, pretty)
                 .error(&api::ApiError::Internal("No cluster leader".to_string()));
             return Ok(None);
@@ -1025,7 +1023,6 @@ async fn park(
                     .insert(&version, head, shape, rendered);
                 return Ok(Some(answer));
             }
-            restore(output);
             op.query
                 .respond(&version, meta, &mut Reply::new(output, keep_alive, pretty));
             return Ok(None);
@@ -1038,9 +1035,6 @@ async fn park(
         woken = true;
     }
 }
-
-/// Parking released the output buffer; answers reallocate it at their own size.
-fn restore(_output: &mut Vec<u8>) {}
 
 /// Waits for the watch to fire (a change or the deadline). Meanwhile it watches the
 /// client, if there is one: pipelined bytes are kept for later, and a client that hangs up
