@@ -67,6 +67,17 @@ fn blocking_get(key: &str, index: u64, extra_header: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Opens `count` connections and sends the same blocking GET of `key` on each.
+fn park_identical(agent: &Agent, key: &str, index: u64, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut stream = connect(agent);
+            stream.write_all(&blocking_get(key, index, "")).unwrap();
+            stream
+        })
+        .collect()
+}
+
 #[test]
 fn identical_woken_queries_get_the_same_answer_and_keep_their_connections() {
     let agent = Agent::dev(&["-shards", "1"]);
@@ -75,10 +86,7 @@ fn identical_woken_queries_get_the_same_answer_and_keep_their_connections() {
 
     // Twelve identical queries, and two that differ only in a header: those must not be
     // answered from the identical ones' rendering unless their bytes say the same.
-    let mut identical: Vec<TcpStream> = (0..12).map(|_| connect(&agent)).collect();
-    for stream in identical.iter_mut() {
-        stream.write_all(&blocking_get("fan", index, "")).unwrap();
-    }
+    let mut identical = park_identical(&agent, "fan", index, 12);
     let mut different = connect(&agent);
     different
         .write_all(&blocking_get("fan", index, "X-Test: one\r\n"))
@@ -183,10 +191,7 @@ fn a_client_that_hangs_up_while_parked_frees_its_slot() {
     let agent = Agent::dev(&["-shards", "1"]);
     agent.put("/v1/kv/h", b"x");
     let index = agent.get("/v1/kv/h").index();
-    let mut streams: Vec<TcpStream> = (0..5).map(|_| connect(&agent)).collect();
-    for stream in streams.iter_mut() {
-        stream.write_all(&blocking_get("h", index, "")).unwrap();
-    }
+    let mut streams = park_identical(&agent, "h", index, 5);
     wait_for_parked(&agent, 5);
     streams.truncate(2);
     wait_for_parked(&agent, 2);
