@@ -405,3 +405,31 @@ fn sigterm_shuts_down_cleanly() {
     );
     assert!(agent.log().contains("shutdown complete"));
 }
+
+/// A write acknowledged on one shard is seen by the next read on any shard, even while the
+/// raft core is slow to hand the batch to the other shards. Every request opens its own
+/// connection, so the write and the read land on shards chosen by SO_REUSEPORT's hash; with
+/// two shards about one pair in four acknowledges on the shard fed first and reads on the
+/// one still waiting for the batch.
+#[test]
+fn read_on_another_shard_sees_acknowledged_write() {
+    let agent = Agent::dev(&["-shards", "2", "-hcl", "enable_debug_faults = true"]);
+    let stall = agent.put("/v1/agent/debug/faults", br#"{"PublishStallMs": 60}"#);
+    assert_eq!(stall.status, 200, "{}", stall.text());
+    assert_eq!(stall.json()["PublishStallMs"], 60);
+    for round in 0..40 {
+        let value = format!("v{round}");
+        let put = agent.put("/v1/kv/ryw", value.as_bytes());
+        assert_eq!((put.status, put.json()), (200, serde_json::json!(true)));
+        let consistency = if round % 2 == 0 { "" } else { "&stale" };
+        let get = agent.get(&format!("/v1/kv/ryw?raw{consistency}"));
+        assert_eq!(get.status, 200);
+        assert_eq!(
+            get.text(),
+            value,
+            "round {round}: read missed the acknowledged write"
+        );
+    }
+    let bad = agent.put("/v1/agent/debug/faults", br#"{"PublishStallMs": 5000}"#);
+    assert_eq!(bad.status, 400, "{}", bad.text());
+}

@@ -71,13 +71,28 @@ enum Pending {
     Message(Message),
 }
 
-/// Test-only network faults: peers whose traffic is dropped in both directions.
+/// Test-only faults: peers whose traffic is dropped in both directions, and a stall the
+/// raft core takes between handing one applied batch to successive shards (to widen the
+/// window in which shards hold different versions).
 #[derive(Default)]
 pub struct Faults {
     blocked: ArcSwap<HashSet<IpAddr>>,
+    publish_stall_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Faults {
+    /// Longest publish stall a test may ask for, in milliseconds.
+    pub const PUBLISH_STALL_MS_MAX: u64 = 1_000;
+
+    pub fn publish_stall_ms(&self) -> u64 {
+        self.publish_stall_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+    pub fn set_publish_stall_ms(&self, stall_ms: u64) {
+        assert!(stall_ms <= Self::PUBLISH_STALL_MS_MAX);
+        self.publish_stall_ms
+            .store(stall_ms, std::sync::atomic::Ordering::Relaxed);
+    }
     pub fn is_blocked(&self, ip: IpAddr) -> bool {
         let blocked = self.blocked.load();
         !blocked.is_empty() && blocked.contains(&ip)

@@ -947,12 +947,20 @@ impl RaftDriver {
             changes,
         });
         let has_changes = !batch.changes.is_empty();
-        for (shard, results) in self.shards.iter().zip(results) {
-            shard.queue_applied(batch.clone(), results);
-        }
+        // The index goes out before the batch: a shard may answer a write from this batch as
+        // soon as it is queued there, and a read on another shard must then find the index
+        // moved, or it would skip catching up and miss the acknowledged write. A shard that
+        // sees the index before its batch arrives waits for it (`Shard::catch_up`).
         self.shared
             .published_index
             .store(self.tables.index, Ordering::Release);
+        let stall_ms = self.shared.faults.publish_stall_ms();
+        for (position, (shard, results)) in self.shards.iter().zip(results).enumerate() {
+            if stall_ms > 0 && position > 0 {
+                std::thread::sleep(Duration::from_millis(stall_ms));
+            }
+            shard.queue_applied(batch.clone(), results);
+        }
         // A shard rung above has a ring pending; ringing it again costs no wake-up.
         if has_changes {
             for shard in &self.shards {

@@ -10,7 +10,8 @@
 //! Invariant: a shard's version index never decreases, and a request's result is delivered in
 //! the same message as (or after) the version that contains it, so a client that saw its write
 //! acknowledged reads it back on the same shard. For other shards, [`Shard::catch_up`] drains
-//! any published version before a default-consistency read.
+//! any published version before a read; the raft core publishes the index before it queues
+//! the batch, so an index a read sees is always one it can wait for.
 
 use crate::api::{ApiError, Consistency, QueryMeta, QueryOptions};
 use crate::config::AgentConfig;
@@ -25,10 +26,13 @@ use std::rc::Rc;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Capacity of each shard's inbound channel from the raft core.
 pub const SHARD_CHANNEL_CAPACITY: usize = 4096;
+/// Longest a read waits for a batch whose index the raft core already published. Only a
+/// stuck core reaches it; the read is then answered from what the shard has, and logged.
+const CATCH_UP_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Capacity of the raft core's inbox (proposals and peer messages from all shards).
 pub const RAFT_INBOX_CAPACITY: usize = 65_536;
 /// Most requests one shard may have waiting on the raft core.
@@ -259,7 +263,8 @@ pub struct Shared {
     pub config: Arc<AgentConfig>,
     pub identity: Identity,
     pub raft_inbox: crate::shard::raft_inbox::RaftInbox,
-    /// Index of the newest version the raft core has sent to every shard.
+    /// Index of the newest version the raft core is sending to every shard (stored before the
+    /// batch is queued, so a shard may briefly see it ahead of its queue).
     pub published_index: AtomicU64,
     pub shutting_down: AtomicBool,
     pub shard_count: usize,
@@ -440,10 +445,33 @@ impl Shard {
 
     /// Drains published versions this shard has not processed yet, so that a read sees
     /// every write acknowledged on any shard before it started.
+    ///
+    /// The raft core moves the published index before it queues the batch to each shard,
+    /// so the batch may still be on its way here: then this blocks the shard until it
+    /// arrives, which is a moment unless the core thread was preempted mid-publish.
     pub fn catch_up(&self) {
         let published = self.shared.published_index.load(Ordering::Acquire);
         if published <= self.local_index() {
             return;
+        }
+        self.drain_inbox();
+        let deadline = Instant::now() + CATCH_UP_WAIT_MAX;
+        while self.local_index() < published {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.inbox.messages.recv_timeout(left) {
+                Ok(message) => self.handle_message(message),
+                Err(flume::RecvTimeoutError::Disconnected) => return,
+                Err(flume::RecvTimeoutError::Timeout) => {
+                    log::error!(
+                        "shard {}: published index {published} not delivered within {:?}; \
+                         answering from index {}",
+                        self.id,
+                        CATCH_UP_WAIT_MAX,
+                        self.local_index()
+                    );
+                    return;
+                }
+            }
         }
         self.drain_inbox();
     }
