@@ -137,6 +137,19 @@ pub enum IoDriver {
     Epoll,
 }
 
+/// The Linux scheduling policy loadgen's threads run under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedPolicy {
+    /// The default (`SCHED_OTHER`).
+    Normal,
+    /// `SCHED_BATCH`: a waking loadgen thread does not preempt the running one. On a machine
+    /// where the client shares cores with the server under test, thousands of answers
+    /// arriving at once otherwise wake the client thousands of times, and each wake-up
+    /// preempts the server mid-fan-out: the client's co-location, not the server, sets the
+    /// latency.
+    Batch,
+}
+
 /// Everything one run needs. Flags a scenario does not use are ignored by it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
@@ -152,6 +165,7 @@ pub struct RunConfig {
     pub threads: usize,
     pub pin_threads: bool,
     pub io_driver: IoDriver,
+    pub sched_policy: SchedPolicy,
     pub json: bool,
     pub json_out: Option<String>,
     pub progress: bool,
@@ -215,6 +229,7 @@ impl RunConfig {
             threads: 0,
             pin_threads: false,
             io_driver: IoDriver::Auto,
+            sched_policy: SchedPolicy::Normal,
             json: false,
             json_out: None,
             progress: true,
@@ -461,6 +476,20 @@ const RUN_FLAGS: &[FlagSpec] = &[
                 "uring" => IoDriver::Uring,
                 "epoll" => IoDriver::Epoll,
                 _ => return Err(format!("--io takes auto, uring or epoll, not {v:?}")),
+            };
+            Ok(())
+        }
+    ),
+    flag!(
+        "sched",
+        Some("normal|batch"),
+        "scheduling policy of loadgen's threads; batch keeps them from preempting a \
+         server on the same cores at every wake-up [normal]",
+        |c, v| {
+            c.sched_policy = match v {
+                "normal" => SchedPolicy::Normal,
+                "batch" => SchedPolicy::Batch,
+                _ => return Err(format!("--sched takes normal or batch, not {v:?}")),
             };
             Ok(())
         }
@@ -1249,6 +1278,9 @@ mod tests {
             ]
         );
         assert_eq!(c.check_id.as_deref(), Some("c1"));
+        assert_eq!(c.sched_policy, SchedPolicy::Normal);
+        let batch = run("blocking-fanout --target http://h:1 --sched batch");
+        assert_eq!(batch.sched_policy, SchedPolicy::Batch);
         let open = run("dns --target 127.0.0.1:53 --rate 50k --qtype srv --tcp");
         assert_eq!(open.rate, Some(50_000.0));
         assert_eq!(open.qtype, QueryType::Srv);
@@ -1266,6 +1298,10 @@ mod tests {
             ("kv-get --target x --json=1", "takes no value"),
             ("kv-get --target x --duration 10parsecs", "not a duration"),
             ("kv-get --target x stray", "unexpected argument"),
+            (
+                "kv-get --target x --sched fifo",
+                "--sched takes normal or batch",
+            ),
             ("dns --target x --etcd", "no --etcd mode"),
             ("kv-mixed --target x --read-ratio 1.5", "within 0..1"),
             ("kv-get --target x --rate 0", "--rate must be"),

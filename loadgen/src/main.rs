@@ -37,8 +37,12 @@ fn main() {
             print!("{}", cli::help(&topic));
             Ok(())
         }
-        Command::Run(config) => run::run_scenario(&config).and_then(|r| report::emit(&r)),
-        Command::Compare(config) => compare::run_compare(&config),
+        Command::Run(config) => apply_sched_policy(config.sched_policy)
+            .and_then(|()| run::run_scenario(&config))
+            .and_then(|r| report::emit(&r)),
+        Command::Compare(config) => {
+            apply_sched_policy(config.a.sched_policy).and_then(|()| compare::run_compare(&config))
+        }
         Command::Chart(config) => chart::draw(&config),
         Command::FanoutFloor(config) => fanout_floor::serve(&config),
     };
@@ -46,4 +50,23 @@ fn main() {
         eprintln!("loadgen: {e}");
         std::process::exit(1);
     }
+}
+
+/// Puts the calling thread under `policy`; threads started afterwards inherit it, so this
+/// runs before any worker exists.
+fn apply_sched_policy(policy: cli::SchedPolicy) -> Result<(), String> {
+    let raw_policy = match policy {
+        cli::SchedPolicy::Normal => return Ok(()),
+        cli::SchedPolicy::Batch => libc::SCHED_BATCH,
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall on the calling thread with a valid parameter struct.
+    let result = unsafe { libc::sched_setscheduler(0, raw_policy, &param) };
+    if result != 0 {
+        return Err(format!(
+            "cannot set scheduling policy: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
