@@ -471,12 +471,15 @@ const RUN_FLAGS: &[FlagSpec] = &[
         Some("auto|uring|epoll"),
         "I/O driver [auto]",
         |c, v| {
-            c.io_driver = match v {
-                "auto" => IoDriver::Auto,
-                "uring" => IoDriver::Uring,
-                "epoll" => IoDriver::Epoll,
-                _ => return Err(format!("--io takes auto, uring or epoll, not {v:?}")),
-            };
+            c.io_driver = parse_choice(
+                "io",
+                v,
+                &[
+                    ("auto", IoDriver::Auto),
+                    ("uring", IoDriver::Uring),
+                    ("epoll", IoDriver::Epoll),
+                ],
+            )?;
             Ok(())
         }
     ),
@@ -486,11 +489,14 @@ const RUN_FLAGS: &[FlagSpec] = &[
         "scheduling policy of loadgen's threads; batch keeps them from preempting a \
          server on the same cores at every wake-up [normal]",
         |c, v| {
-            c.sched_policy = match v {
-                "normal" => SchedPolicy::Normal,
-                "batch" => SchedPolicy::Batch,
-                _ => return Err(format!("--sched takes normal or batch, not {v:?}")),
-            };
+            c.sched_policy = parse_choice(
+                "sched",
+                v,
+                &[
+                    ("normal", SchedPolicy::Normal),
+                    ("batch", SchedPolicy::Batch),
+                ],
+            )?;
             Ok(())
         }
     ),
@@ -624,12 +630,15 @@ const RUN_FLAGS: &[FlagSpec] = &[
         Some("key|prefix|health"),
         "blocking-fanout: what the watchers block on [key]",
         |c, v| {
-            c.watch = match v {
-                "key" => WatchKind::Key,
-                "prefix" => WatchKind::Prefix,
-                "health" => WatchKind::Health,
-                _ => return Err(format!("--watch takes key, prefix or health, not {v:?}")),
-            };
+            c.watch = parse_choice(
+                "watch",
+                v,
+                &[
+                    ("key", WatchKind::Key),
+                    ("prefix", WatchKind::Prefix),
+                    ("health", WatchKind::Health),
+                ],
+            )?;
             Ok(())
         }
     ),
@@ -771,11 +780,14 @@ const RUN_FLAGS: &[FlagSpec] = &[
         Some("catalog|agent"),
         "registration endpoint family [catalog]",
         |c, v| {
-            c.via = match v {
-                "catalog" => RegisterVia::Catalog,
-                "agent" => RegisterVia::Agent,
-                _ => return Err(format!("--via takes catalog or agent, not {v:?}")),
-            };
+            c.via = parse_choice(
+                "via",
+                v,
+                &[
+                    ("catalog", RegisterVia::Catalog),
+                    ("agent", RegisterVia::Agent),
+                ],
+            )?;
             Ok(())
         }
     ),
@@ -1092,6 +1104,21 @@ fn parse_chart(args: &[String]) -> Result<ChartConfig, String> {
 }
 
 /// A count with an optional `k` (×1,000) or `m` (×1,000,000) suffix, within `[min, max]`.
+/// The value named `text` among `choices`, or an error naming them all:
+/// "--io takes auto, uring or epoll, not \"x\"".
+fn parse_choice<T: Copy>(flag: &str, text: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    if let Some((_, value)) = choices.iter().find(|(name, _)| *name == text) {
+        return Ok(*value);
+    }
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    let listed = match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    Err(format!("--{flag} takes {listed}, not {text:?}"))
+}
+
 pub fn parse_count(text: &str, min: usize, max: usize) -> Result<usize, String> {
     let t = text.trim();
     let (digits, scale) = match t.char_indices().last() {
@@ -1301,6 +1328,10 @@ mod tests {
             (
                 "kv-get --target x --sched fifo",
                 "--sched takes normal or batch",
+            ),
+            (
+                "kv-get --target x --io aio",
+                "--io takes auto, uring or epoll, not \"aio\"",
             ),
             ("dns --target x --etcd", "no --etcd mode"),
             ("kv-mixed --target x --read-ratio 1.5", "within 0..1"),
