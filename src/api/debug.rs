@@ -1,10 +1,9 @@
 //! Test-only fault injection: `/v1/agent/debug/faults` blocks Raft and RPC traffic to and from
 //! the given peer IPs, to partition a cluster without network namespaces, and can make the
-//! raft core stall between handing an applied batch to successive shards
-//! (`PublishStallMs`), to test that no shard answers from behind a write another shard
-//! acknowledged. It exists only when
-//! the agent is started with `enable_debug_faults = true`; otherwise it answers 404 like any
-//! unknown path.
+//! raft core stall between handing an applied batch to successive shards (`PublishStallMs`),
+//! to test that no shard answers from behind a write another shard acknowledged. It exists
+//! only when the agent is started with `enable_debug_faults = true`; otherwise it answers 404
+//! like any unknown path.
 
 use super::{ApiError, Outcome, Reply, Request};
 use crate::proto::http::Method;
@@ -35,15 +34,14 @@ pub fn faults(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Out
         // Each field present replaces that fault; both are checked before either applies.
         let body: serde_json::Value = serde_json::from_slice(request.body)
             .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-        let blocked = match body
+        let blocked = body
             .get("BlockedPeers")
             .or_else(|| body.get("blocked_peers"))
-        {
-            Some(list) => Some(parse_blocked_peers(list)?),
-            None => None,
-        };
-        let stall_ms = match body.get("PublishStallMs") {
-            Some(stall) => Some(
+            .map(parse_blocked_peers)
+            .transpose()?;
+        let stall_ms = body
+            .get("PublishStallMs")
+            .map(|stall| {
                 stall
                     .as_u64()
                     .filter(|ms| *ms <= Faults::PUBLISH_STALL_MS_MAX)
@@ -52,10 +50,9 @@ pub fn faults(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Out
                             "PublishStallMs must be a whole number of milliseconds up to {}",
                             Faults::PUBLISH_STALL_MS_MAX
                         ))
-                    })?,
-            ),
-            None => None,
-        };
+                    })
+            })
+            .transpose()?;
         if let Some(blocked) = blocked {
             faults.set_blocked(blocked);
         }

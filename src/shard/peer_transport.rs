@@ -30,7 +30,7 @@ use bytes::BytesMut;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -77,7 +77,7 @@ enum Pending {
 #[derive(Default)]
 pub struct Faults {
     blocked: ArcSwap<HashSet<IpAddr>>,
-    publish_stall_ms: std::sync::atomic::AtomicU64,
+    publish_stall_ms: AtomicU64,
 }
 
 impl Faults {
@@ -85,13 +85,11 @@ impl Faults {
     pub const PUBLISH_STALL_MS_MAX: u64 = 1_000;
 
     pub fn publish_stall_ms(&self) -> u64 {
-        self.publish_stall_ms
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.publish_stall_ms.load(Ordering::Relaxed)
     }
     pub fn set_publish_stall_ms(&self, stall_ms: u64) {
         assert!(stall_ms <= Self::PUBLISH_STALL_MS_MAX);
-        self.publish_stall_ms
-            .store(stall_ms, std::sync::atomic::Ordering::Relaxed);
+        self.publish_stall_ms.store(stall_ms, Ordering::Relaxed);
     }
     pub fn is_blocked(&self, ip: IpAddr) -> bool {
         let blocked = self.blocked.load();
