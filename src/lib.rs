@@ -5,7 +5,9 @@
 //! 1. [`proto`]: wire formats only (HTTP/1.1, DNS, msgpack frames, gossip packets).
 //! 2. [`store`]: versioned, persistent tables and the FSM apply function. Pure.
 //! 3. [`raft`] and [`gossip`]: pure protocol cores. Time and bytes come in as arguments,
-//!    effects go out as values. No I/O, no clock, no threads.
+//!    effects go out as values. No I/O, no clock, no threads. [`replica`] (the raft
+//!    thread's decisions over the core and the store) is pure too and uses `raft` and
+//!    `store` only.
 //! 4. [`shard`], [`api`], [`dns`], [`agent`]: the runtime and everything that does I/O.
 //! 5. [`config`] and [`cli`]: flags, config files and operator commands.
 //!
@@ -19,6 +21,7 @@ pub mod dns;
 pub mod gossip;
 pub mod proto;
 pub mod raft;
+pub mod replica;
 pub mod shard;
 pub mod store;
 

@@ -11,6 +11,7 @@
 //! MessagePack (see [`encode_node_state`]).
 
 use crate::proto::rpc::kind;
+use crate::replica::ProposalResult;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, HealthCheck, Node, ServiceInstance};
 use crate::store::{Command, CommandResult, StoreVersion};
@@ -64,11 +65,11 @@ impl CatalogClient {
             Backend::Local(shard) => {
                 let payload = Command::Catalog(op).encode();
                 if shard.is_leader() {
-                    return shard.propose(payload).await;
+                    return shard.propose(payload).await.into_command_result();
                 }
                 match leader_address(shard) {
                     Some(leader) => forward_apply(shard, leader, &payload).await,
-                    None => CommandResult::Error("No cluster leader".to_string()),
+                    None => ProposalResult::NotLeader.into_command_result(),
                 }
             }
         }

@@ -96,6 +96,23 @@ impl ApiError {
     pub fn bad_request(reason: impl Into<String>) -> Self {
         ApiError::BadRequest(reason.into())
     }
+
+    /// The answer to a request the raft thread did not apply: Consul's status and message
+    /// for each outcome. `None` for `Applied`, which the endpoint answers from the store's
+    /// result. Consul answers "No cluster leader", "leadership lost while committing log"
+    /// and "raft is already shutdown" with 500, and its rate limiter's leader-only refusal
+    /// with 503; a request larger than a log entry is refused as too large.
+    pub fn from_proposal(result: &crate::replica::ProposalResult) -> Option<ApiError> {
+        use crate::replica::ProposalResult;
+        match result {
+            ProposalResult::Applied(_) => None,
+            ProposalResult::NotLeader
+            | ProposalResult::LeadershipLost
+            | ProposalResult::ShuttingDown => Some(ApiError::Internal(result.to_string())),
+            ProposalResult::Overloaded => Some(ApiError::Status(503, result.to_string())),
+            ProposalResult::TooLarge { .. } => Some(ApiError::TooLarge(result.to_string())),
+        }
+    }
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) => 400,

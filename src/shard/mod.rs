@@ -18,7 +18,6 @@ pub mod raft_driver;
 pub mod raft_inbox;
 pub mod rpc_server;
 pub mod runtime;
-pub mod session_timers;
 pub mod shared_answers;
 pub mod user_events;
 pub mod wal;
