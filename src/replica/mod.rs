@@ -37,6 +37,9 @@ mod session_timers;
 mod shapes;
 mod state;
 
+#[cfg(test)]
+mod tests;
+
 use crate::raft::{Entry, HardState, LogIndex, Message, NodeId, RaftConfig, SnapshotMeta};
 use crate::store::StoreVersion;
 use bytes::Bytes;
