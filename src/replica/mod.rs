@@ -144,7 +144,8 @@ pub enum Effect {
     SyncInBackground { sequence: u64 },
     /// Store a snapshot received from the leader atomically, then delete log segments whose
     /// entries are all at or below its index. The effects before it made the log consistent
-    /// with it: every earlier write is durable.
+    /// with it: every earlier write, and a truncation of everything above its index, is
+    /// durable.
     PersistSnapshot { meta: SnapshotMeta, data: Bytes },
     /// Serialize `version` (at `meta.last_index`) into a durable snapshot, off the thread,
     /// then report [`Input::SnapshotWritten`]. At most one is outstanding.

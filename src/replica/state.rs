@@ -359,8 +359,6 @@ impl Replica {
             }
             let mut changes: Vec<Change> = Vec::new();
             if let Some((meta, data)) = ready.snapshot.take() {
-                // The snapshot replaces the log: settle every write before it first.
-                self.sync_now();
                 self.install_snapshot(meta, data, &mut changes)?;
             }
             let mut persisted_through = done.persisted_through;
@@ -566,15 +564,13 @@ impl Replica {
         }
     }
 
-    /// A snapshot from the leader replaces the store. The caller made every earlier write
-    /// durable.
+    /// A snapshot from the leader replaces the log and the store.
     fn install_snapshot(
         &mut self,
         meta: SnapshotMeta,
         data: Bytes,
         changes: &mut Vec<Change>,
     ) -> Result<(), Fatal> {
-        debug_assert_eq!(self.sync_completed, self.sync_requested);
         let tables = Tables::from_snapshot_bytes(&data)
             .map_err(|e| Fatal::new("snapshot from the leader does not decode", e))?;
         if tables.index != meta.last_index {
@@ -587,6 +583,18 @@ impl Replica {
             ));
         }
         let index = meta.last_index;
+        // The snapshot replaces the whole log, but the log file still holds what this server
+        // wrote before, possibly a divergent tail above the snapshot's index. Truncating
+        // above it, durably and before the snapshot is stored, keeps that tail from coming
+        // back after a restart behind a snapshot of a later term (which recovery refuses);
+        // the same sync settles every earlier write.
+        self.effects.push(Effect::Append {
+            hard_state: None,
+            truncate_from: Some(index + 1),
+            entries: Vec::new(),
+        });
+        self.sync_now();
+        debug_assert_eq!(self.sync_completed, self.sync_requested);
         self.membership = meta.membership.clone();
         self.effects.push(Effect::PersistSnapshot { meta, data });
         self.tables = Arc::new(tables);

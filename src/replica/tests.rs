@@ -5,11 +5,11 @@
 //! them, or about results as a shard would receive them.
 
 use super::*;
-use crate::raft::{Message, RaftConfig, Role};
+use crate::raft::{Message, RaftConfig, Role, SnapshotMeta};
 use crate::store::catalog::{CatalogOp, Registration};
 use crate::store::kv::KvOp;
 use crate::store::session::{Behavior, Session, SessionOp};
-use crate::store::{Command, CommandResult};
+use crate::store::{Command, CommandResult, Tables};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 const SHARDS: usize = 3;
@@ -77,6 +77,8 @@ struct Node {
     effects: Vec<Effect>,
     /// Background syncs handed out and not yet reported.
     background: Vec<u64>,
+    /// Snapshots asked for and not yet written.
+    snapshots: Vec<(SnapshotMeta, StoreVersion)>,
 }
 
 struct Cluster {
@@ -110,9 +112,15 @@ impl Cluster {
 
     /// Three servers bootstrapped by `bootstrap_expect = 3`, led and serving.
     fn three() -> Cluster {
+        Cluster::three_with(|_| {})
+    }
+
+    fn three_with(adjust: impl Fn(&mut ReplicaConfig)) -> Cluster {
         let mut cluster = Cluster::new();
         for id in 1..=3 {
-            cluster.add(id, config(id, false, 3));
+            let mut config = config(id, false, 3);
+            adjust(&mut config);
+            cluster.add(id, config);
         }
         let servers: Vec<ServerInfo> = (1..=3).map(|id| server(id, 3)).collect();
         for id in 1..=3 {
@@ -133,6 +141,7 @@ impl Cluster {
                 replica,
                 effects: Vec::new(),
                 background: Vec::new(),
+                snapshots: Vec::new(),
             },
         );
         self.step(id, Input::Start);
@@ -163,6 +172,9 @@ impl Cluster {
                 Effect::SyncInBackground { sequence } => {
                     assert!(node.background.last().is_none_or(|last| last < sequence));
                     node.background.push(*sequence);
+                }
+                Effect::WriteSnapshot { meta, version } => {
+                    node.snapshots.push((meta.clone(), version.clone()));
                 }
                 _ => {}
             }
@@ -197,6 +209,13 @@ impl Cluster {
         if self.auto_sync {
             for &id in &ids {
                 self.complete_syncs(id);
+            }
+        }
+        for &id in &ids {
+            let written = std::mem::take(&mut self.nodes.get_mut(&id).expect("node").snapshots);
+            for (meta, version) in written {
+                let data = Bytes::from(version.to_snapshot_bytes());
+                self.step(id, Input::SnapshotWritten { meta, data });
             }
         }
         for id in ids {
@@ -880,6 +899,63 @@ fn the_leader_reaps_tombstones_after_their_ttl() {
         cluster.replica(1).tables.kv.tombstones.is_empty(),
         "not reaped"
     );
+}
+
+#[test]
+fn a_snapshot_from_the_leader_is_stored_only_after_the_log_above_it_is_cut() {
+    let mut cluster = Cluster::three_with(|config| {
+        config.snapshot_threshold_entries = 8;
+        config.raft.trailing_entries = 0;
+    });
+    let leader = cluster.leader();
+    let lagging = cluster.followers()[0];
+    cluster.cut.insert(lagging);
+    for i in 0..20u64 {
+        let request = request_id(0, i);
+        cluster.step(
+            leader,
+            Input::Propose {
+                request_id: request,
+                payload: put("k", &i.to_string()),
+            },
+        );
+        cluster.run_until(|c| c.result_of(leader, request).is_some());
+    }
+    cluster.run_for(50);
+    assert!(cluster.replica(leader).raft().snapshot_index() > 8);
+    cluster.clear_effects();
+    cluster.cut.clear();
+    cluster.run_until(|c| c.replica(lagging).tables.index >= c.replica(leader).tables.index);
+    let effects = &cluster.node(lagging).effects;
+    let stored = effects
+        .iter()
+        .position(|e| matches!(e, Effect::PersistSnapshot { .. }))
+        .expect("the lagging follower was sent a snapshot");
+    let Effect::PersistSnapshot { meta, .. } = &effects[stored] else {
+        unreachable!("found above");
+    };
+    let cut = effects[..stored]
+        .iter()
+        .rposition(|e| {
+            matches!(e, Effect::Append { truncate_from: Some(from), .. } if *from == meta.last_index + 1)
+        })
+        .expect("the log above the snapshot is cut first");
+    assert!(
+        effects[cut..stored]
+            .iter()
+            .any(|e| matches!(e, Effect::SyncNow)),
+        "the cut is durable before the snapshot is stored"
+    );
+    assert_eq!(
+        kv_value(&cluster.replica(lagging).tables, "k"),
+        Some("19".to_string())
+    );
+}
+
+fn kv_value(tables: &Tables, key: &str) -> Option<String> {
+    crate::store::kv::get(tables, key)
+        .1
+        .map(|entry| String::from_utf8_lossy(&entry.value).into_owned())
 }
 
 #[test]

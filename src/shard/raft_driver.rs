@@ -18,7 +18,7 @@
 //! Invariant: a storage error is fatal. A server that cannot persist must not keep
 //! acknowledging, and an effect that follows a sync assumes it succeeded.
 
-use crate::raft::{Entry, EntryKind, HardState, SnapshotMeta};
+use crate::raft::{HardState, SnapshotMeta};
 use crate::replica::{Effect, Input, Now, Recovered, Replica, ReplicaConfig};
 use crate::shard::peer_transport::{Faults, PeerTransport};
 use crate::shard::raft_inbox::{RaftInbox, RaftInboxReceiver};
@@ -118,48 +118,6 @@ fn wall_clock_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn to_wal_entry(entry: &Entry) -> WalEntry {
-    let kind = match entry.kind {
-        EntryKind::Normal => 0,
-        EntryKind::Noop => 1,
-        EntryKind::Membership => 2,
-    };
-    WalEntry {
-        index: entry.index,
-        term: entry.term,
-        kind,
-        payload: entry.data.clone(),
-    }
-}
-
-fn from_wal_entry(entry: WalEntry) -> Result<Entry, String> {
-    let kind = match entry.kind {
-        0 => EntryKind::Normal,
-        1 => EntryKind::Noop,
-        2 => EntryKind::Membership,
-        other => {
-            return Err(format!(
-                "unknown entry kind {other} at index {}",
-                entry.index
-            ))
-        }
-    };
-    Ok(Entry {
-        index: entry.index,
-        term: entry.term,
-        kind,
-        data: entry.payload,
-    })
-}
-
-fn to_wal_hard_state(hard_state: HardState) -> WalHardState {
-    WalHardState {
-        term: hard_state.term,
-        vote: hard_state.vote.unwrap_or(0),
-        commit: hard_state.commit,
-    }
-}
-
 fn fatal(what: &str, error: impl std::fmt::Display) -> ! {
     log::error!("raft: fatal: {what}: {error}");
     eprintln!("praetor: fatal: {what}: {error}");
@@ -195,13 +153,9 @@ pub fn open(
     let entries = recovered
         .entries
         .into_iter()
-        .map(from_wal_entry)
+        .map(WalEntry::into_entry)
         .collect::<Result<Vec<_>, _>>()?;
-    let hard_state = HardState {
-        term: recovered.hard_state.term,
-        vote: (recovered.hard_state.vote != 0).then_some(recovered.hard_state.vote),
-        commit: recovered.hard_state.commit,
-    };
+    let hard_state = HardState::from(recovered.hard_state);
     let replica_config = ReplicaConfig {
         raft: config.raft_config,
         node_id: config.node_id,
@@ -352,9 +306,9 @@ impl RaftDriver {
                 truncate_from,
                 entries,
             } => {
-                let entries: Vec<WalEntry> = entries.iter().map(to_wal_entry).collect();
+                let entries: Vec<WalEntry> = entries.iter().map(WalEntry::from_entry).collect();
                 self.wal
-                    .append(hard_state.map(to_wal_hard_state), truncate_from, &entries);
+                    .append(hard_state.map(WalHardState::from), truncate_from, &entries);
             }
             Effect::SyncNow => {
                 if let Err(e) = self.wal.sync() {
