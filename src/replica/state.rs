@@ -111,7 +111,11 @@ impl Replica {
                 ));
             }
         }
-        let pristine = hard_state.term == 0 && entries.is_empty() && snapshot.is_none();
+        // Pristine as the core defines it: no entry and no snapshot. A durable hard state
+        // alone does not count: the first write carries it together with the bootstrap
+        // entry, and a torn write may keep only the hard state; a single-server group then
+        // bootstraps again (the same entry), instead of waiting forever for a leader.
+        let pristine = entries.is_empty() && snapshot.is_none();
         let last_snapshot_index = snapshot.as_ref().map_or(0, |(meta, _)| meta.last_index);
         let restored = Restored {
             hard_state,

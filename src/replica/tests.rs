@@ -959,6 +959,33 @@ fn kv_value(tables: &Tables, key: &str) -> Option<String> {
 }
 
 #[test]
+fn a_single_server_whose_first_write_tore_after_its_hard_state_bootstraps_again() {
+    let mut cluster = Cluster::new();
+    let torn = Recovered {
+        hard_state: crate::raft::HardState {
+            term: 1,
+            vote: None,
+            commit: 0,
+        },
+        entries: Vec::new(),
+        snapshot: None,
+    };
+    let replica = Replica::open(config(1, true, 0), torn, 7, at(cluster.now_ms))
+        .expect("a torn first write opens");
+    cluster.nodes.insert(
+        1,
+        Node {
+            replica,
+            effects: Vec::new(),
+            background: Vec::new(),
+            snapshots: Vec::new(),
+        },
+    );
+    cluster.step(1, Input::Start);
+    cluster.run_until(|c| c.serving_leader() == Some(1));
+}
+
+#[test]
 fn an_undecodable_committed_entry_stops_the_replica() {
     let mut cluster = Cluster::single();
     cluster.step(
