@@ -1,6 +1,8 @@
-//! The seeded Raft simulator: many clusters of `RaftCore`s under a virtual clock, a lossy,
-//! reordering, partitionable network, slow disks and crashes, with Raft's safety properties
-//! checked after every event. See `sim/mod.rs`.
+//! The seeded simulator: many clusters of the production replica (`praetor::replica::Replica`,
+//! Raft core and store included) under a virtual clock, a lossy, reordering, partitionable
+//! network, a disk that tears writes, fails fsyncs and syncs slowly, a raft thread that can
+//! be held up between effects, and crashes, with safety checked after every event. See
+//! `sim/mod.rs`.
 //!
 //! - `cargo test --profile ci --test sim` runs the default seed set (`SIM_SEEDS=N` for more,
 //!   `SIM_SEED_BASE=B` to start elsewhere);

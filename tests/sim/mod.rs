@@ -1,14 +1,17 @@
-//! Seeded, replayable simulation of Raft clusters built from `praetor::raft::RaftCore`.
+//! Seeded, replayable simulation of clusters of the production replica
+//! (`praetor::replica::Replica`, the raft thread's decisions over the Raft core and the store).
 //!
 //! One seed fixes everything: cluster size (3 or 5), how many start as voters, network loss,
-//! duplication and delay, disk latency, whether the driver pipelines fsyncs, and the schedule
-//! of crashes, partitions (symmetric and one-way), membership changes, leadership transfers,
-//! snapshots, client writes and reads. A run has a chaos phase, then every fault heals and
-//! the cluster must elect a leader and commit a new write within a bounded virtual time.
+//! duplication and delay, disk latency, torn writes, failed fsyncs, a raft thread held up
+//! between effects, and the schedule of crashes, partitions (symmetric and one-way), servers
+//! joining, leaving and failing in gossip, leadership transfers, client writes and reads on
+//! every shard. A run has a chaos phase, then every fault heals and the cluster must elect a
+//! leader and commit a new write within a bounded virtual time.
 //!
 //! Invariants are checked after every event (see `world.rs`); a violation panics with the
 //! seed and the command that replays it.
 
+mod disk;
 mod kv;
 mod rng;
 mod world;
@@ -52,6 +55,10 @@ pub fn run_default_seeds() {
         total.reads_checked > count * 5,
         "too few reads checked: {total}"
     );
+    assert!(
+        total.stale_reads > count * 5,
+        "too few stale reads checked: {total}"
+    );
     if count >= 100 {
         assert!(
             total.crashes > 0 && total.partitions > 0,
@@ -70,6 +77,15 @@ pub fn run_default_seeds() {
             "no leadership transfer happened: {total}"
         );
         assert!(total.lease_reads > 0, "no lease read was served: {total}");
+        assert!(
+            total.fsync_failures > 0 && total.torn_records > 0,
+            "no disk fault injected: {total}"
+        );
+        assert!(
+            total.preemptions > 0 && total.reads_waited_for_batch > 0,
+            "no read ever found its batch still on the way: {total}"
+        );
+        assert!(total.snapshots_taken > 0, "no snapshot was taken: {total}");
     }
 }
 
