@@ -70,6 +70,8 @@ pub struct Now {
     pub monotonic_ms: u64,
     /// The wall clock in Unix milliseconds, stamped on every entry this server proposes so
     /// that time-dependent state (lock-delays) is computed from the same bytes everywhere.
+    /// Read only by `Start`, `Propose` and `Tick` (which proposes the leader's own
+    /// commands): the driver need not refresh it for other inputs.
     pub unix_ms: u64,
 }
 

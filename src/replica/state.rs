@@ -224,6 +224,17 @@ impl Replica {
         self.effects.drain(..)
     }
 
+    /// Swaps the accumulated effects into `buffer`, which must be empty, and keeps its
+    /// allocation for the next ones: the raft thread's way of taking them without moving
+    /// each effect twice.
+    pub fn swap_effects(&mut self, buffer: &mut Vec<Effect>) {
+        debug_assert!(
+            buffer.is_empty(),
+            "effects left behind in the driver's buffer"
+        );
+        std::mem::swap(&mut self.effects, buffer);
+    }
+
     /// Feeds one input at time `now`. Effects accumulate until drained. An `Err` means the
     /// server must stop (see [`Fatal`]); the replica is not to be stepped again.
     pub fn step(&mut self, now: Now, input: Input) -> Result<(), Fatal> {
