@@ -656,3 +656,51 @@ fn gossip_route(
         .or_else(|| keyring::route(shard, request, reply))
         .or_else(|| coordinate::route(shard, request, reply))
 }
+
+#[cfg(test)]
+mod proposal_error_tests {
+    use super::ApiError;
+    use crate::replica::ProposalResult;
+    use crate::store::CommandResult;
+
+    fn answer(result: ProposalResult) -> Option<(u16, String)> {
+        ApiError::from_proposal(&result).map(|error| {
+            let text = match &error {
+                ApiError::Internal(text) | ApiError::Status(_, text) | ApiError::TooLarge(text) => {
+                    text.clone()
+                }
+                other => panic!("unexpected error shape {other:?}"),
+            };
+            (error.status(), text)
+        })
+    }
+
+    #[test]
+    fn each_outcome_gets_consuls_status_and_message() {
+        assert_eq!(
+            answer(ProposalResult::Applied(CommandResult::Bool(true))),
+            None
+        );
+        assert_eq!(
+            answer(ProposalResult::NotLeader),
+            Some((500, "No cluster leader".to_string()))
+        );
+        assert_eq!(
+            answer(ProposalResult::LeadershipLost),
+            Some((500, "leadership lost while committing log".to_string()))
+        );
+        assert_eq!(
+            answer(ProposalResult::ShuttingDown),
+            Some((500, "raft is already shutdown".to_string()))
+        );
+        let (status, text) = answer(ProposalResult::Overloaded).expect("an error");
+        assert_eq!(status, 503);
+        assert!(text.starts_with("rate limit exceeded"), "{text}");
+        let (status, _) = answer(ProposalResult::TooLarge {
+            bytes: 9,
+            bytes_max: 8,
+        })
+        .expect("an error");
+        assert_eq!(status, 413);
+    }
+}
