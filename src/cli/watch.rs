@@ -357,7 +357,7 @@ pub fn run(args: WatchArgs) -> Result<i32, String> {
         Some(h) if !h.is_empty() => vec![h.clone()],
         _ => args.child.clone(),
     };
-    let client: Client = args.http.client();
+    let client: Client = args.http.client()?;
     client
         .ok("GET", "/v1/agent/self", None)
         .map_err(|e| format!("Error querying Consul agent: {e}"))?;
