@@ -30,6 +30,7 @@ pub mod session;
 pub mod snapshot;
 pub mod status;
 pub mod txn;
+pub mod ui;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
@@ -590,6 +591,9 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         return txn::handle(shard, request, reply);
     }
     if let Some(outcome) = agent_local::route(shard, request, reply) {
+        return outcome;
+    }
+    if let Some(outcome) = ui::route(shard, request, reply) {
         return outcome;
     }
     let methods: &'static [&'static str] = match path {
