@@ -90,7 +90,7 @@ function instance(context, entry) {
       ),
       h('span', { class: 'instance-counts' }, checkCounts(checks)),
     ),
-    tagList(service.Tags),
+    service.Tags && service.Tags.length ? tagList(service.Tags) : null,
     checkTable(checks),
   );
 }
@@ -121,7 +121,8 @@ function mount(main, context) {
   let all = 0;
   const refilter = () => {
     const shown = filterRows(list, search.value);
-    total.textContent = shown === all ? `(${all} instances)` : `(${shown} of ${all} instances)`;
+    const noun = all === 1 ? 'instance' : 'instances';
+    total.textContent = shown === all ? `(${all} ${noun})` : `(${shown} of ${all} ${noun})`;
     empty.hidden = all > 0;
   };
   search.addEventListener('input', refilter);
