@@ -26,7 +26,7 @@
 
 use super::{ApiError, Outcome, Reply, Request};
 use crate::config::AgentConfig;
-use crate::proto::http::{self, Method};
+use crate::proto::http::Method;
 use crate::shard::Shard;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
@@ -528,18 +528,7 @@ fn send_file(request: &Request, reply: &mut Reply, file: &UiFile, caching: Cachi
     if gzipped {
         headers.extend_from_slice(b"Content-Encoding: gzip\r\n");
     }
-    if request.method == Method::Head {
-        http::write_response_head(
-            reply.out,
-            200,
-            Some(file.content_type),
-            &headers,
-            body.len(),
-            reply.keep_alive,
-        );
-    } else {
-        reply.send(200, Some(file.content_type), &headers, body);
-    }
+    reply.send(200, Some(file.content_type), &headers, body);
 }
 
 /// A `301 Moved Permanently` to `location`, with the short HTML body Go's redirect writes.
@@ -582,6 +571,35 @@ pub fn route(
         Ok(false) => return Some(Ok(Outcome::Done)),
         Err(e) => return Some(Err(e)),
     }
+    if request.method != Method::Head {
+        return answer(config, request, reply);
+    }
+    // HEAD: the head of the answer a GET gets (its Content-Length included), and no body,
+    // whatever the answer is: a body here would be read as the next response.
+    let mut scratch = Vec::with_capacity(1024);
+    {
+        let mut full = Reply::new(&mut scratch, reply.keep_alive, reply.pretty);
+        if let Err(error) = answer(config, request, &mut full)? {
+            full.error(&error);
+        }
+    }
+    let head_len = scratch
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4)
+        .expect("every answer starts with a complete head");
+    reply.out.extend_from_slice(&scratch[..head_len]);
+    Some(Ok(Outcome::Done))
+}
+
+/// The answer to a GET of one of our paths.
+fn answer(
+    config: &AgentConfig,
+    request: &Request,
+    reply: &mut Reply,
+) -> Option<Result<Outcome, ApiError>> {
+    let path = request.path;
+    let content_path = config.ui.content_path.as_str();
     let Some(site) = site(config) else {
         // No UI: `/` says so, as Consul's agent does; nothing else here is ours.
         if path == "/" {
