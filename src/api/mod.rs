@@ -30,6 +30,8 @@ pub mod session;
 pub mod snapshot;
 pub mod status;
 pub mod txn;
+pub mod ui;
+pub mod ui_assets;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
@@ -592,6 +594,12 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
     if let Some(outcome) = agent_local::route(shard, request, reply) {
         return outcome;
     }
+    if let Some(outcome) = ui::route(shard, request, reply) {
+        return outcome;
+    }
+    if let Some(outcome) = ui_assets::route(shard, request, reply) {
+        return outcome;
+    }
     let methods: &'static [&'static str] = match path {
         "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {
             GET
@@ -601,7 +609,6 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         "/v1/operator/raft/transfer-leader" => &["POST", "PUT"],
         "/v1/snapshot" => &["GET", "PUT"],
         "/v1/agent/debug/faults" => &["GET", "PUT"],
-        "/" => GET,
         _ => return Err(ApiError::NotFound(format!("404 page not found: {path}"))),
     };
     if !allow(request, reply, methods)? {
@@ -619,10 +626,6 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         "/v1/snapshot" if request.method == Method::Get => snapshot::save(shard, request, reply),
         "/v1/snapshot" => snapshot::restore(shard, request, reply),
         "/v1/agent/debug/faults" => debug::faults(shard, request, reply),
-        "/" => {
-            reply.text(200, "Consul Agent");
-            Ok(Outcome::Done)
-        }
         _ => unreachable!("every path in the method table has a handler"),
     }
 }

@@ -16,6 +16,8 @@
 pub mod hcl;
 pub mod schema;
 
+pub mod ui;
+
 use crate::proto::duration::parse_go_duration;
 use serde_json::{Map, Value};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -89,7 +91,8 @@ pub struct AgentConfig {
     /// Entries kept in the log below a snapshot so that slightly lagging followers catch up
     /// from the log instead of a snapshot (Consul's `raft_trailing_logs`, default 10240).
     pub raft_trailing_logs_entries: u64,
-    pub ui: bool,
+    /// `ui_config` and the deprecated `ui`, `ui_dir`, `ui_content_path` keys.
+    pub ui: ui::UiConfig,
     /// `domain`, `alt_domain`, `recursors` and `dns_config.*`.
     pub dns: DnsConfig,
     /// `node_meta`, validated as Consul validates it; published on this agent's node.
@@ -250,7 +253,7 @@ pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
         merged.insert("bootstrap".into(), Value::Bool(true));
         merged.insert("bind_addr".into(), Value::String("127.0.0.1".into()));
         merged.insert("client_addr".into(), Value::String("127.0.0.1".into()));
-        merged.insert("ui".into(), Value::Bool(true));
+        merged.insert("ui_config".into(), serde_json::json!({"enabled": true}));
     }
     for file in &sources.config_files {
         merge(&mut merged, read_config_file(file)?);
@@ -480,7 +483,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         txn_max_req_len: txn_max_req_len as usize,
         raft_snapshot_threshold_entries: raft_snapshot_threshold_entries as u64,
         raft_trailing_logs_entries: raft_trailing_logs_entries as u64,
-        ui: get_bool(&raw, "ui")?.unwrap_or(false),
+        ui: ui::UiConfig::from_raw(&raw, dev_mode)?,
         dns: dns_config_from(&raw)?,
         node_meta,
         disable_remote_exec,

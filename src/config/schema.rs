@@ -194,6 +194,8 @@ pub const TOP_LEVEL: &[Field] = &[
     field("txn_max_req_len", Kind::Int),
     field("ui", Kind::Bool),
     field("ui_config", Kind::Any),
+    field("ui_dir", Kind::Str),
+    field("ui_content_path", Kind::Str),
     field("watches", Kind::Any),
 ];
 
