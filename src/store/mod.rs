@@ -18,6 +18,7 @@
 
 pub mod catalog;
 pub mod command;
+pub mod dependency;
 pub mod kv;
 pub mod restore;
 pub mod session;
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub use command::{Command, CommandResult};
+pub use dependency::{invalidates, Dependencies, Dependency, DependencyIndex};
 
 /// The tables whose max-index Consul reports; one slot each in [`Tables::table_indexes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -86,7 +88,9 @@ pub fn changes_everywhere() -> Vec<Change> {
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
 pub const TABLE_COUNT: usize = 16;
 
-/// The key a change touched within its table.
+/// The key a change touched within its table, in the table's canonical form
+/// (`dependency::canonical_key`). What a read depended on is the other half:
+/// [`Dependency`], matched against changes by [`invalidates`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ChangeKey {
     /// One row, by its primary key.
