@@ -16,10 +16,14 @@
 //! - every row's `ModifyIndex` is ≤ the index of its table, which is ≤ `Tables::index`.
 //! - a command either applies completely or not at all (a failed CAS changes nothing).
 
+mod apply;
 pub mod catalog;
 pub mod command;
 pub mod dependency;
+#[cfg(test)]
+mod fixture;
 pub mod kv;
+pub mod locks;
 pub mod restore;
 pub mod session;
 pub mod txn;
@@ -173,23 +177,6 @@ impl Tables {
             self.index
         );
         self.index = index;
-    }
-
-    /// Applies one committed command at `index`, appending what it touched to `changes`.
-    pub fn apply(
-        &mut self,
-        index: u64,
-        command: &Command,
-        changes: &mut Vec<Change>,
-    ) -> CommandResult {
-        self.advance_to(index);
-        match command {
-            Command::Kv(op) => kv::apply(self, index, op, changes),
-            Command::Catalog(op) => catalog::apply::apply(self, index, op, changes),
-            Command::Restore(op) => restore::apply(self, index, op, changes),
-            Command::Session(op) => session::apply(self, index, op, changes),
-            Command::Txn(ops) => txn::apply(self, index, ops, changes),
-        }
     }
 
     /// Advances [`Tables::leader_time_ms`] to the stamp of the entry about to be applied.

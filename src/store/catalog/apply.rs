@@ -1017,8 +1017,9 @@ fn shared_tags(
     tags.iter().map(|t| arc_str(t)).collect()
 }
 
-/// Applies one catalog command at `index`.
-pub(crate) fn apply(
+/// Applies one catalog command at `index` to the catalog's tables only; the sessions it
+/// affects are ended by the caller (`Tables::write_catalog`).
+pub(in crate::store) fn apply(
     tables: &mut Tables,
     index: u64,
     op: &CatalogOp,
@@ -1044,9 +1045,6 @@ pub(crate) fn apply(
             tables.bump_table(table, index);
         }
     }
-    // Sessions bound to a node or check this write removed or made critical end here, in the
-    // same entry, as in Consul's state store.
-    crate::store::session::after_catalog_write(tables, index, &new_changes, changes);
     changes.extend(new_changes);
     #[cfg(debug_assertions)]
     if tables.catalog.nodes.len() <= 64 {
