@@ -15,6 +15,11 @@
 //! - `Tables::index` is the Raft index of the last applied entry and never decreases.
 //! - every row's `ModifyIndex` is ≤ the index of its table, which is ≤ `Tables::index`.
 //! - a command either applies completely or not at all (a failed CAS changes nothing).
+//! - every row an apply touches is named by one of its changes, in its table's canonical key
+//!   form (`dependency`), so every read that depended on it learns of it.
+//!
+//! `apply.rs` checks these at the end of every apply (the cheap ones always, the rest in
+//! debug builds, which the `ci` profile keeps).
 
 mod apply;
 pub mod catalog;
