@@ -303,6 +303,10 @@ where
     K: Ord + Clone,
     V: Clone,
 {
+    if before.ptr_eq(after) {
+        // Untouched maps still share their root: nothing to compare.
+        return Vec::new();
+    }
     let mut keys: Vec<K> = before
         .iter()
         .filter(|(k, v)| after.get(*k).is_none_or(|w| !same(*v, w)))

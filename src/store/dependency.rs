@@ -36,9 +36,11 @@ pub enum KeyCase {
     Folded,
 }
 
-/// The case rule of each table, in one place. Consul's state store indexes node names,
-/// service names and IDs, check IDs and coordinates' nodes with `Lowercase: true`; KV keys,
-/// session and ACL IDs, prepared query and intention IDs are exact.
+/// The case rule of each table, in one place: it must match how the table's rows are looked
+/// up. Consul's state store indexes node names, service names and IDs, check IDs,
+/// coordinates' nodes and config entries' kind and name lowercased; KV keys are exact, and
+/// so are the IDs praetor's tables look up byte for byte (sessions, and the ID-keyed tables
+/// still to come: ACL tokens, prepared queries, intentions).
 pub const fn key_case(table: Table) -> KeyCase {
     match table {
         Table::Nodes
@@ -46,7 +48,8 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::Checks
         | Table::ServiceIndex
         | Table::NodeServices
-        | Table::Coordinates => KeyCase::Folded,
+        | Table::Coordinates
+        | Table::ConfigEntries => KeyCase::Folded,
         // `Sessions` keys are session IDs, and `node:<folded node>` for a node's sessions
         // (`session::node_watch_key` folds the node part itself).
         Table::Kvs
@@ -54,7 +57,6 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::Sessions
         | Table::PreparedQueries
         | Table::Acl
-        | Table::ConfigEntries
         | Table::Intentions
         | Table::Events => KeyCase::Exact,
     }
