@@ -16,6 +16,7 @@
 //! - every row's `ModifyIndex` is ≤ the index of its table, which is ≤ `Tables::index`.
 //! - a command either applies completely or not at all (a failed CAS changes nothing).
 
+pub mod acl;
 pub mod catalog;
 pub mod command;
 pub mod kv;
