@@ -133,6 +133,9 @@ pub struct Tables {
     /// A snapshot restore whose chunks are still arriving.
     #[serde(default)]
     pub restore: Option<restore::RestoreStaging>,
+    /// Tokens, policies, roles, auth methods and binding rules.
+    #[serde(default)]
+    pub acl: acl::AclTables,
 }
 
 /// An immutable, shareable version of the state.
@@ -186,6 +189,7 @@ impl Tables {
             Command::Restore(op) => restore::apply(self, index, op, changes),
             Command::Session(op) => session::apply(self, index, op, changes),
             Command::Txn(ops) => txn::apply(self, index, ops, changes),
+            Command::Acl(op) => acl::apply::apply(self, index, op, changes),
         }
     }
 
