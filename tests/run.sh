@@ -10,6 +10,7 @@ command -v kdig >/dev/null 2>&1 || missing+=(knot-dnsutils)
 command -v serf >/dev/null 2>&1 || missing+=(serf)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
 if ((${#missing[@]})); then

@@ -182,6 +182,9 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
     // Invalid service or check definitions stop the agent at startup, as in Consul.
     crate::agent::config_definitions(&config)?;
     crate::shard::logger::init(&config.log_level)?;
+    for warning in &config.acl.warnings {
+        log::warn!("{warning}");
+    }
     if config.dev_mode {
         log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");
     }

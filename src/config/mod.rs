@@ -8,6 +8,8 @@
 //! Keys that praetor does not know are accepted and reported once as a warning, so a Consul
 //! config file keeps working.
 
+pub mod acl;
+
 use crate::proto::duration::parse_go_duration;
 use serde_json::{Map, Value};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -84,6 +86,8 @@ pub struct AgentConfig {
     pub ui: bool,
     /// `domain`, `alt_domain`, `recursors` and `dns_config.*`.
     pub dns: DnsConfig,
+    /// `acl { … }`, `primary_datacenter` and the legacy ACL keys.
+    pub acl: acl::AclConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -488,7 +492,9 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     }
     let mut unknown_keys: Vec<String> = raw
         .keys()
-        .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
+        .filter(|k| {
+            !KNOWN_KEYS.contains(&k.as_str()) && !acl::LEGACY_TOP_LEVEL_KEYS.contains(&k.as_str())
+        })
         .cloned()
         .collect();
     unknown_keys.sort();
@@ -516,6 +522,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         raft_trailing_logs_entries: raft_trailing_logs_entries as u64,
         ui: get_bool(&raw, "ui")?.unwrap_or(false),
         dns: dns_config_from(&raw)?,
+        acl: acl::AclConfig::from_raw(&raw)?,
         raw,
         unknown_keys,
         sources: ConfigSources::default(),
