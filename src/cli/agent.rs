@@ -201,6 +201,9 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
     for warning in &config.warnings {
         log::warn!("{warning}");
     }
+    for warning in &config.acl.warnings {
+        log::warn!("{warning}");
+    }
     crate::api::ui_assets::install(&config)?;
     if config.dev_mode {
         log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");

@@ -13,12 +13,14 @@
 //! yet, are parsed, type-checked and kept in [`AgentConfig`] with one warning each at start
 //! ([`AgentConfig::warnings`]), so nothing a Consul config says is silently dropped.
 
-pub mod hcl;
 pub mod schema;
 
 pub mod ui;
 
+pub mod acl;
+
 use crate::proto::duration::parse_go_duration;
+use crate::proto::hcl;
 use serde_json::{Map, Value};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -102,6 +104,8 @@ pub struct AgentConfig {
     pub disable_remote_exec: bool,
     /// Settings parsed and checked but not acted on yet; each one given was warned about.
     pub pending: PendingSettings,
+    /// `acl { … }`, `primary_datacenter` and the legacy ACL keys.
+    pub acl: acl::AclConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -488,6 +492,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         node_meta,
         disable_remote_exec,
         pending,
+        acl: acl::AclConfig::from_raw(&raw)?,
         raw,
         unknown_keys,
         warnings,

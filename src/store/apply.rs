@@ -20,7 +20,9 @@ use super::dependency::{self, invalidates, Dependency};
 use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
-use super::{restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables, TABLE_COUNT};
+use super::{
+    acl, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables, TABLE_COUNT,
+};
 use imbl::OrdMap;
 use std::sync::Arc;
 
@@ -55,6 +57,7 @@ impl Tables {
             }
             Command::Restore(op) => restore::apply(self, index, op, changes),
             Command::Txn(ops) => txn::apply(self, index, ops, changes),
+            Command::Acl(op) => acl::apply::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

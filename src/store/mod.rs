@@ -21,6 +21,7 @@
 //! `apply.rs` checks these at the end of every apply (the cheap ones always, the rest in
 //! debug builds, which the `ci` profile keeps).
 
+pub mod acl;
 mod apply;
 pub mod catalog;
 pub mod command;
@@ -145,6 +146,9 @@ pub struct Tables {
     /// A snapshot restore whose chunks are still arriving.
     #[serde(default)]
     pub restore: Option<restore::RestoreStaging>,
+    /// Tokens, policies, roles, auth methods and binding rules.
+    #[serde(default)]
+    pub acl: acl::AclTables,
 }
 
 /// An immutable, shareable version of the state.

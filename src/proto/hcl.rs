@@ -64,8 +64,28 @@ impl fmt::Display for HclError {
     }
 }
 
-/// Parses an HCL1 (or JSON) document into a JSON object.
+/// Parses an HCL1 (or JSON) document into a JSON object, folding repeated keys as the module
+/// docs describe (what the config loader wants).
 pub fn parse(text: &str) -> Result<Map<String, Value>, HclError> {
+    parse_with(text, Repeats::Fold)
+}
+
+/// Parses an HCL1 (or JSON) document keeping every repeated key: the second and later values
+/// of a key turn it into a list of all its values, in order, and nothing is merged. ACL rules
+/// need this: `key "a" { policy = "deny" }` followed by `key "a" { policy = "read" }` must
+/// reach the rule merger as two rules (deny wins), not folded into the last one.
+pub fn parse_keeping_repeats(text: &str) -> Result<Map<String, Value>, HclError> {
+    parse_with(text, Repeats::Keep)
+}
+
+/// What a repeated key in one object becomes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Repeats {
+    Fold,
+    Keep,
+}
+
+fn parse_with(text: &str, repeats: Repeats) -> Result<Map<String, Value>, HclError> {
     if text.len() > HCL_TEXT_BYTES_MAX {
         return Err(HclError {
             line: 1,
@@ -81,6 +101,7 @@ pub fn parse(text: &str) -> Result<Map<String, Value>, HclError> {
         text,
         pos: 0,
         depth: 0,
+        repeats,
     };
     let body = parser.body(false)?;
     debug_assert_eq!(parser.depth, 0, "every nesting level was left");
@@ -110,6 +131,7 @@ struct Parser<'a> {
     pos: usize,
     /// Objects and lists currently open.
     depth: usize,
+    repeats: Repeats,
 }
 
 fn is_identifier_start(c: char) -> bool {
@@ -208,7 +230,10 @@ impl<'a> Parser<'a> {
                 Some(_) => {}
             }
             let (key, value) = self.item()?;
-            insert_item(&mut map, key, value);
+            match self.repeats {
+                Repeats::Fold => insert_item(&mut map, key, value),
+                Repeats::Keep => keep_item(&mut map, key, value),
+            }
             self.skip_trivia()?;
             if self.peek() == Some(',') {
                 self.bump();
@@ -564,6 +589,22 @@ fn as_list(value: Value) -> Vec<Value> {
     match value {
         Value::Array(items) => items,
         other => vec![other],
+    }
+}
+
+/// Adds one item to an object; a repeated key becomes the list of all its values.
+fn keep_item(map: &mut Map<String, Value>, key: String, value: Value) {
+    match map.get_mut(&key) {
+        None => {
+            map.insert(key, value);
+        }
+        Some(Value::Array(repeated)) if repeated.first().is_some_and(Value::is_object) => {
+            repeated.push(value)
+        }
+        Some(existing) => {
+            let first = std::mem::take(existing);
+            *existing = Value::Array(vec![first, value]);
+        }
     }
 }
 
