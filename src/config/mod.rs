@@ -185,7 +185,6 @@ fn as_list(value: Value) -> Value {
     }
 }
 
-/// Parses one config document; `hcl` selects the syntax.
 /// Parses one config document; `hcl` selects the syntax. Every known key's type is checked
 /// here, so the error names the document as well as the key path, as Consul's does
 /// (`failed to parse agent.hcl: 'ports.http' expected type 'int', …`).
