@@ -15,6 +15,7 @@ pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod consul;
 pub mod dns;
 pub mod gossip;
 pub mod proto;

@@ -3,16 +3,17 @@
 //! which that shard writes to its client. Answers are rendered here because the local state
 //! lives here.
 
-use super::definition::{self, CheckKind};
 use super::local::{
     LocalCheck, Source, DEFAULT_NODE_MAINTENANCE_REASON, DEFAULT_SERVICE_MAINTENANCE_REASON,
     NODE_MAINTENANCE_ID, SERVICE_MAINTENANCE_PREFIX,
 };
-use super::{metrics, scripts_allowed, Agent};
-use crate::api::body::{parse_json, Obj};
-use crate::api::filter::{self, Filter};
-use crate::api::json::JsonWriter;
-use crate::api::render;
+use super::{scripts_allowed, Agent};
+use crate::consul::body::{parse_json, Obj};
+use crate::consul::definition::{self, CheckKind};
+use crate::consul::filter::{self, Filter};
+use crate::consul::json::JsonWriter;
+use crate::consul::metrics;
+use crate::consul::render;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::read::aggregate;
 use crate::store::catalog::{HealthCheck, ServiceInstance, Status};

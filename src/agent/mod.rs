@@ -16,22 +16,21 @@
 pub mod api;
 pub mod catalog_client;
 pub mod checks;
-pub mod definition;
 pub mod local;
-pub mod metrics;
 pub mod persist;
 pub mod reconcile;
 pub mod signal;
 pub mod sync;
 
-use crate::api::body::Obj;
 use crate::config::AgentConfig;
+use crate::consul::body::Obj;
+use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};
+use crate::consul::metrics;
 use crate::shard::runtime::Identity;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, Registration, Status};
 use crate::store::CommandResult;
 use catalog_client::{CatalogClient, NodeState};
-use definition::{CheckKind, CheckSpec, ServiceDefinition};
 use local::{LocalState, Source};
 use signal::Signal;
 use std::cell::{Cell, RefCell};

@@ -62,9 +62,9 @@ fn enable_param(request: &Request) -> Result<bool, ApiError> {
 }
 
 fn check_update(request: &Request, id: &str) -> Result<AgentRequest, ApiError> {
-    let value = super::body::parse_json(request.body)
+    let value = crate::consul::body::parse_json(request.body)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let obj = super::body::Obj::new(&value)
+    let obj = crate::consul::body::Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let status_text = obj
         .string(&["status"])

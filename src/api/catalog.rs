@@ -5,13 +5,13 @@
 //! Every read is a [`Query`] whose `WatchSet` names exactly what it depends on: one service's
 //! index key for service queries, one node's keys for node queries, the table for lists.
 
-use super::body::{parse_json, Obj};
-use super::filter::{self, Filter};
-use super::json::JsonWriter;
-use super::render;
 use super::{
     query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
+use crate::consul::body::{parse_json, Obj};
+use crate::consul::filter::{self, Filter};
+use crate::consul::json::JsonWriter;
+use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;
 use crate::store::catalog::read;
@@ -327,7 +327,7 @@ fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError
 
 /// `PUT /v1/catalog/register`.
 pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    crate::agent::metrics::CATALOG_REGISTERS.add(1);
+    crate::consul::metrics::CATALOG_REGISTERS.add(1);
     super::check_datacenter(shard, &request.query)?;
     let registration = parse_registration(request.body, &shard.config().datacenter)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
@@ -373,7 +373,7 @@ pub fn internal_node_state(
 
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    crate::agent::metrics::CATALOG_DEREGISTERS.add(1);
+    crate::consul::metrics::CATALOG_DEREGISTERS.add(1);
     super::check_datacenter(shard, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
         let value = parse_json(request.body)?;

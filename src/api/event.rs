@@ -2,14 +2,14 @@
 //!
 //! Firing wraps the request in Consul's envelope (a fresh UUID, the filters, version 1)
 //! and broadcasts it as the serf event `consul:event:<name>`; every agent, this one
-//! included, records it if the filters match it (see [`crate::shard::user_events`]).
+//! included, records it if the filters match it (see [`crate::consul::user_event`]).
 //! Listing reads this agent's ring of recent events; a blocking list (`?index=`) waits
 //! until the newest matching event's UUID-derived index differs from the one given.
 
 use super::members::lan_handle;
 use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::proto::duration::parse_go_duration;
-use crate::shard::user_events::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::shard::Shard;
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,7 +72,7 @@ fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiErro
     };
     validate_filters(&event).map_err(ApiError::BadRequest)?;
     let handle = lan_handle(shard)?;
-    let serf_name = format!("{}{}", crate::shard::user_events::EVENT_NAME_PREFIX, name);
+    let serf_name = format!("{}{}", crate::consul::user_event::EVENT_NAME_PREFIX, name);
     let envelope = event.encode();
     Ok(Outcome::Async(Box::pin(async move {
         let result = handle.fire_user_event(&serf_name, &envelope, false).await;
@@ -85,7 +85,7 @@ fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiErro
 
 /// The recent events named `name` (all when empty), oldest first, and their index.
 fn matching(
-    shard_log: &crate::shard::user_events::EventLog,
+    shard_log: &crate::consul::user_event::EventLog,
     name: &str,
 ) -> (Vec<Arc<ConsulEvent>>, u64) {
     let mut events = shard_log.events();

@@ -2,10 +2,10 @@
 //! service (`CheckServiceNode`s, `?passing`), all blocking-capable with precise wake-ups.
 
 use super::catalog::{node_meta_filters, parse_filter, ServiceQuery, ServiceView};
-use super::filter::{self, Filter};
-use super::json::JsonWriter;
-use super::render;
 use super::{query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request};
+use crate::consul::filter::{self, Filter};
+use crate::consul::json::JsonWriter;
+use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;
 use crate::store::catalog::read;

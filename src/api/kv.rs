@@ -2,9 +2,9 @@
 //! Consul's KV API.
 
 use super::{
-    json::JsonWriter, query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply,
-    Request, WriteOp,
+    query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
+use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;

@@ -13,24 +13,21 @@
 
 pub mod agent;
 pub mod agent_local;
-pub mod body;
 pub mod catalog;
 pub mod coordinate;
 pub mod debug;
 pub mod event;
-pub mod filter;
 pub mod health;
-pub mod json;
 pub mod keyring;
 pub mod kv;
 pub mod members;
 pub mod operator;
-pub mod render;
 pub mod session;
 pub mod snapshot;
 pub mod status;
 pub mod txn;
 
+use crate::consul::{json, render};
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
 use crate::shard::runtime::ReadPlan;

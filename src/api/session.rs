@@ -10,12 +10,12 @@
 //! Reads report the sessions table index, as Consul does, and block precisely: info on the
 //! session's key, node on the node's key, list on the table.
 
-use super::body::{normalize_key, parse_json, Obj};
-use super::json::JsonWriter;
 use super::{
     query_options, run_query, ApiError, LeaderOp, Outcome, Query, QueryMeta, Reply, Request,
     WriteOp,
 };
+use crate::consul::body::{normalize_key, parse_json, Obj};
+use crate::consul::json::JsonWriter;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::shard::http_server::ORIGIN_NODE_HEADER;
 use crate::shard::runtime::OperatorOp;

@@ -26,8 +26,8 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
-use crate::api::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
+use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
 };

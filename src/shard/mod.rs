@@ -20,7 +20,6 @@ pub mod rpc_server;
 pub mod runtime;
 pub mod session_timers;
 pub mod shared_answers;
-pub mod user_events;
 pub mod wal;
 pub mod watch;
 
@@ -542,7 +541,10 @@ fn run_shard(start: ShardStart) {
                     monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
                 }
             }
-            monoio::spawn(user_events::ingest_loop(shard.clone(), handle.clone()));
+            monoio::spawn(crate::consul::user_event::ingest_loop(
+                shard.clone(),
+                handle.clone(),
+            ));
             if let (Some(driver), Some(wan)) = (gossip_wan, shared.gossip_wan.clone()) {
                 monoio::spawn(async move {
                     if let Err(e) = driver.run().await {

@@ -126,7 +126,7 @@ pub fn render_json(gauges: &[Gauge], pretty: bool) -> Vec<u8> {
         "Samples": [],
     });
     let mut out = Vec::new();
-    crate::api::json::write_serde(&mut out, &body, pretty);
+    crate::consul::json::write_serde(&mut out, &body, pretty);
     out
 }
 
