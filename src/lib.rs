@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod consul;
 pub mod dns;

@@ -18,10 +18,10 @@ pub mod catalog_client;
 pub mod checks;
 pub mod local;
 pub mod persist;
-pub mod reconcile;
 pub mod signal;
 pub mod sync;
 
+use crate::cluster::reconcile;
 use crate::config::AgentConfig;
 use crate::consul::body::Obj;
 use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};

@@ -13,7 +13,7 @@
 
 use super::local::LocalState;
 use super::{node_in_sync, self_node_registration, Agent};
-use crate::agent::reconcile::CONSUL_SERVICE;
+use crate::cluster::reconcile::CONSUL_SERVICE;
 use crate::consul::metrics;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;

@@ -8,9 +8,9 @@
 //! datacenter's servers from the WAN pool when it runs, else from the LAN pool.
 
 use super::{allow, check_datacenter, ApiError, Outcome, Reply, Request};
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
-use crate::shard::gossip::GossipHandle;
 use crate::shard::Shard;
 use std::collections::HashMap;
 

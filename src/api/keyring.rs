@@ -9,9 +9,9 @@
 
 use super::members::{lan_handle, wan_handle};
 use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::{KeyOp, KeyOpResult};
 use crate::proto::http::Method;
-use crate::shard::gossip::GossipHandle;
 use crate::shard::Shard;
 
 /// Largest key request body accepted, in bytes (a 32-byte key is 44 base64 characters).

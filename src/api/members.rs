@@ -7,8 +7,8 @@
 //! Consul's client agents do (no WAN members, joining refused).
 
 use super::{allow, ApiError, AsyncResponder, Outcome, Reply, Request};
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::MemberInfo;
-use crate::shard::gossip::GossipHandle;
 use crate::shard::Shard;
 use std::time::Duration;
 

@@ -15,9 +15,9 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::UserEvent;
 use crate::proto::gossip::msgpack::{Reader, WireError, Writer};
-use crate::shard::gossip::GossipHandle;
 use crate::shard::Shard;
 
 /// Prefix of the serf event names Consul uses for its user events.

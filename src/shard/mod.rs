@@ -6,10 +6,8 @@
 //! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
 //! and finish, then the raft thread syncs its log and exits.
 
-pub mod cluster;
 pub mod dns_server;
 pub mod forward;
-pub mod gossip;
 pub mod http_server;
 pub mod logger;
 pub mod nonblocking;
@@ -211,12 +209,12 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     // Gossip: the LAN pool, served by shard 0.
     let lan = if config.ports.serf_lan >= 0 {
-        Some(cluster::lan_pool(&config, &node_id)?)
+        Some(crate::cluster::pools::lan_pool(&config, &node_id)?)
     } else {
         None
     };
 
-    let wan = cluster::wan_pool(&config, &node_id)?;
+    let wan = crate::cluster::pools::wan_pool(&config, &node_id)?;
 
     let (raft_tx, raft_rx) = raft_inbox::raft_inbox(RAFT_INBOX_CAPACITY, faults.clone())
         .map_err(|e| format!("cannot create the raft inbox: {e}"))?;
@@ -457,9 +455,9 @@ struct ShardStart {
     inbox: runtime::ShardReceiver,
     listeners: ShardListeners,
     /// Shard 0 runs the LAN gossip driver.
-    gossip: Option<gossip::GossipDriver>,
+    gossip: Option<crate::cluster::gossip::GossipDriver>,
     /// Shard 0 of a server also runs the WAN gossip driver.
-    gossip_wan: Option<gossip::GossipDriver>,
+    gossip_wan: Option<crate::cluster::gossip::GossipDriver>,
     /// On a client agent, shard 0 routes every shard to a server.
     client_router: Option<Vec<runtime::ShardSender>>,
     dns_settings: Arc<crate::dns::DnsSettings>,
@@ -531,14 +529,17 @@ fn run_shard(start: ShardStart) {
             match client_router {
                 // A client agent routes to a server it learns through gossip.
                 Some(senders) => {
-                    monoio::spawn(cluster::client_router(
+                    monoio::spawn(crate::cluster::pools::client_router(
                         shared.clone(),
                         handle.clone(),
                         senders,
                     ));
                 }
                 None => {
-                    monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
+                    monoio::spawn(crate::cluster::pools::member_watch(
+                        shared.clone(),
+                        handle.clone(),
+                    ));
                 }
             }
             monoio::spawn(crate::consul::user_event::ingest_loop(
@@ -551,9 +552,16 @@ fn run_shard(start: ShardStart) {
                         log::error!("gossip: WAN pool stopped: {e}");
                     }
                 });
-                monoio::spawn(cluster::wan_loop(shared.clone(), handle.clone(), wan));
+                monoio::spawn(crate::cluster::pools::wan_loop(
+                    shared.clone(),
+                    handle.clone(),
+                    wan,
+                ));
             }
-            monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
+            monoio::spawn(crate::cluster::pools::join_loop(
+                shared.config.clone(),
+                handle,
+            ));
         }
         if id == 0 {
             // The agent (local services, checks, anti-entropy) lives on shard 0.

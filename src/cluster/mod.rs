@@ -1,0 +1,11 @@
+//! The cluster: the agent's gossip pools and what it learns from them.
+//!
+//! [`gossip`] drives the pure gossip core (`crate::gossip`) on shard 0's runtime and hands
+//! every other part of the agent a [`gossip::GossipHandle`]; [`pools`] sets up the LAN and
+//! WAN pools with Consul's tags, joins them, and turns membership into the server list the
+//! raft thread bootstraps and reconciles from (or, on a client agent, into the server it
+//! forwards to); [`reconcile`] maps members to the catalog registrations the leader keeps.
+
+pub mod gossip;
+pub mod pools;
+pub mod reconcile;
