@@ -4,7 +4,7 @@
 //! Handlers are synchronous functions over the shard's current store version. Anything that
 //! must wait is returned as an [`Outcome`] holding only owned data — a command to replicate
 //! ([`WriteOp`]) or a blocking query to park ([`BlockOp`]) — and the connection loop in
-//! `shard::http_server` performs the wait. That keeps a parked request down to its query
+//! `api::server` performs the wait. That keeps a parked request down to its query
 //! object and watch registration: it holds no borrowed request buffer.
 //!
 //! Errors follow Consul's wrapper: a plain-text body with the reason and the status Consul
@@ -22,7 +22,9 @@ pub mod keyring;
 pub mod kv;
 pub mod members;
 pub mod operator;
+pub mod server;
 pub mod session;
+pub mod shared_answers;
 pub mod snapshot;
 pub mod status;
 pub mod txn;

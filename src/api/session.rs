@@ -14,10 +14,10 @@ use super::{
     query_options, run_query, ApiError, LeaderOp, Outcome, Query, QueryMeta, Reply, Request,
     WriteOp,
 };
+use crate::api::server::ORIGIN_NODE_HEADER;
 use crate::consul::body::{normalize_key, parse_json, Obj};
 use crate::consul::json::JsonWriter;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
-use crate::shard::http_server::ORIGIN_NODE_HEADER;
 use crate::shard::runtime::OperatorOp;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;

@@ -6,9 +6,7 @@
 //! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
 //! and finish, then the raft thread syncs its log and exits.
 
-pub mod dns_server;
 pub mod forward;
-pub mod http_server;
 pub mod logger;
 pub mod nonblocking;
 pub mod peer_transport;
@@ -17,7 +15,6 @@ pub mod raft_inbox;
 pub mod rpc_server;
 pub mod runtime;
 pub mod session_timers;
-pub mod shared_answers;
 pub mod wal;
 pub mod watch;
 
@@ -333,7 +330,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 );
             }
             if let Some(socket) = listeners.last().and_then(|shard| shard.dns_udp.last()) {
-                if let Err(e) = dns_server::spread_datagrams_randomly(socket, shard_count) {
+                if let Err(e) = crate::dns::server::spread_datagrams_randomly(socket, shard_count) {
                     log::warn!("dns: datagrams on {addr} are spread by flow hash: {e}");
                 }
             }
@@ -487,7 +484,7 @@ fn run_shard(start: ShardStart) {
         for listener in listeners.http {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    monoio::spawn(http_server::accept_loop(shard.clone(), listener));
+                    monoio::spawn(crate::api::server::accept_loop(shard.clone(), listener));
                 }
                 Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
             }
@@ -503,7 +500,7 @@ fn run_shard(start: ShardStart) {
         for socket in listeners.dns_udp {
             match monoio::net::udp::UdpSocket::from_std(socket) {
                 Ok(socket) => {
-                    dns_server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
+                    crate::dns::server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
                 }
                 Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
             }
@@ -511,7 +508,7 @@ fn run_shard(start: ShardStart) {
         for listener in listeners.dns_tcp {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    monoio::spawn(dns_server::tcp_accept_loop(
+                    monoio::spawn(crate::dns::server::tcp_accept_loop(
                         shard.clone(),
                         dns_settings.clone(),
                         listener,

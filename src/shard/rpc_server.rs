@@ -10,8 +10,8 @@
 //! frame size ([`FRAME_BYTES_MAX`](crate::proto::rpc::FRAME_BYTES_MAX)), a timeout for the
 //! first byte.
 
+use crate::api::server::answer_forwarded;
 use crate::proto::rpc::{decode_frame, encode_frame, kind, PROTOCOL_RAFT, PROTOCOL_RPC};
-use crate::shard::http_server::answer_forwarded;
 use crate::shard::runtime::{RaftInput, Shard};
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;

@@ -324,7 +324,7 @@ pub struct Shard {
     /// DNS answer cache and scratch space; invalidated by every applied change set.
     pub dns: RefCell<crate::dns::ShardDns>,
     /// Rendered answers of woken blocking queries, shared by identical requests.
-    pub shared_answers: RefCell<crate::shard::shared_answers::SharedAnswers>,
+    pub shared_answers: RefCell<crate::api::shared_answers::SharedAnswers>,
 }
 
 impl Shard {
@@ -345,7 +345,7 @@ impl Shard {
             inbox,
             forward: crate::shard::forward::ForwardPool::default(),
             dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
-            shared_answers: RefCell::new(crate::shard::shared_answers::SharedAnswers::new()),
+            shared_answers: RefCell::new(crate::api::shared_answers::SharedAnswers::new()),
         })
     }
 

@@ -17,7 +17,7 @@
 //! While parked, one readiness poll watches the socket so that a client that hangs up frees
 //! its slot at once; after the answer the same poll waits for the client's next request
 //! ([`park_connection`]). Woken queries with identical request heads share one rendered
-//! answer per store version ([`crate::shard::shared_answers`]), sent with one non-blocking
+//! answer per store version ([`crate::api::shared_answers`]), sent with one non-blocking
 //! `send`: a write that wakes thousands of watchers costs little more than the sends.
 //!
 //! Limits and timeouts: head size and header count ([`HttpLimits`]), body size per endpoint
@@ -26,6 +26,7 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
+use crate::api::shared_answers::{AnswerShape, SharedAnswer};
 use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
 use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
@@ -34,7 +35,6 @@ use crate::proto::http::{
 use crate::proto::rpc::kind;
 use crate::shard::nonblocking::{receive_now, send_now};
 use crate::shard::runtime::{ReadPlan, Shard};
-use crate::shard::shared_answers::{AnswerShape, SharedAnswer};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
