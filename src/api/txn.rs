@@ -11,10 +11,10 @@
 //! `OpIndex` and `What`) when it rolled back, 413 for more than [`TXN_OPS_MAX`] operations or
 //! an oversized value, 400 for a body that does not decode.
 
-use super::catalog::{parse_catalog_check, parse_service};
 use super::{query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request};
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::json::JsonWriter;
+use crate::consul::registration::{parse_catalog_check, parse_service};
 use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::shard::Shard;

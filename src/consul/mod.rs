@@ -3,9 +3,10 @@
 //!
 //! Go-shaped JSON output ([`json`]), catalog rows rendered as Consul's JSON ([`render`]),
 //! lenient and case-insensitive request-body decoding ([`body`]), `?filter=` expressions
-//! ([`filter`]), service and check definitions with Consul's defaults and validation
-//! ([`definition`]), the agent's metrics counters ([`metrics`]) and the user-event envelope
-//! with its filters ([`user_event`]). Both the HTTP API and the agent build on these.
+//! ([`filter`]), catalog registration bodies ([`registration`]), service and check
+//! definitions with Consul's defaults and validation ([`definition`]), the agent's metrics
+//! counters ([`metrics`]) and the user-event envelope with its filters ([`user_event`]).
+//! Both the HTTP API and the agent build on these.
 //!
 //! Architecture invariant: this layer is pure. It does no I/O, reads no clock and starts no
 //! thread; a time it needs arrives as an argument. It knows nothing of shards, sockets,
@@ -16,5 +17,6 @@ pub mod definition;
 pub mod filter;
 pub mod json;
 pub mod metrics;
+pub mod registration;
 pub mod render;
 pub mod user_event;
