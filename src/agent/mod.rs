@@ -26,11 +26,12 @@ use crate::config::AgentConfig;
 use crate::consul::body::Obj;
 use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};
 use crate::consul::metrics;
+use crate::consul::node_state::{node_state_in, NodeState};
 use crate::shard::runtime::Identity;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, Registration, Status};
 use crate::store::CommandResult;
-use catalog_client::{CatalogClient, NodeState};
+use catalog_client::CatalogClient;
 use local::{LocalState, Source};
 use signal::Signal;
 use std::cell::{Cell, RefCell};
@@ -778,7 +779,7 @@ async fn reconcile_members(agent: &Agent) {
         return;
     };
     for member in &members {
-        let current = catalog_client::node_state_in(&version, &member.name);
+        let current = node_state_in(&version, &member.name);
         if let Some(op) = reconcile::member_op(member, &current) {
             apply_logged(&agent.client, op, "member reconciled into the catalog").await;
         }

@@ -83,7 +83,7 @@ pub fn internal_node_state(
         return Err(ApiError::bad_request("Missing node name"));
     }
     shard.catch_up();
-    let body = crate::agent::catalog_client::encode_node_state(&shard.current_version(), node);
+    let body = crate::consul::node_state::encode_node_state(&shard.current_version(), node);
     reply.send(200, Some("application/msgpack"), b"", &body);
     Ok(Outcome::Done)
 }
@@ -608,49 +608,48 @@ pub fn route(
 ) -> Option<Result<Outcome, ApiError>> {
     let path = request.path;
     type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
-    let (methods, handler, rest): (&'static [&'static str], Handler, &str) = if path
-        == "/v1/catalog/register"
-    {
-        (PUT, |s, r, _, _| register(s, r), "")
-    } else if path == crate::agent::catalog_client::APPLY_PATH {
-        (PUT, |_, r, _, _| internal_apply(r), "")
-    } else if let Some(rest) = path.strip_prefix(crate::agent::catalog_client::NODE_STATE_PATH) {
-        (GET, |s, _, n, o| internal_node_state(s, n, o), rest)
-    } else if path == "/v1/catalog/deregister" {
-        (PUT, |s, r, _, _| deregister(s, r), "")
-    } else if path == "/v1/catalog/nodes" {
-        (GET, |s, r, _, o| nodes(s, r, o), "")
-    } else if path == "/v1/catalog/services" {
-        (GET, |s, r, _, o| services(s, r, o), "")
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/service/") {
-        (GET, |s, r, n, o| service(s, r, n, false, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/connect/") {
-        (GET, |s, r, n, o| service(s, r, n, true, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/node/") {
-        (GET, |s, r, n, o| node(s, r, n, false, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/node-services/") {
-        (GET, |s, r, n, o| node(s, r, n, true, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/health/service/") {
-        (
-            GET,
-            |s, r, n, o| super::health::service(s, r, n, false, o),
-            rest,
-        )
-    } else if let Some(rest) = path.strip_prefix("/v1/health/connect/") {
-        (
-            GET,
-            |s, r, n, o| super::health::service(s, r, n, true, o),
-            rest,
-        )
-    } else if let Some(rest) = path.strip_prefix("/v1/health/checks/") {
-        (GET, super::health::service_checks, rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/health/node/") {
-        (GET, super::health::node, rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/health/state/") {
-        (GET, super::health::state, rest)
-    } else {
-        return None;
-    };
+    let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
+        if path == "/v1/catalog/register" {
+            (PUT, |s, r, _, _| register(s, r), "")
+        } else if path == crate::consul::node_state::APPLY_PATH {
+            (PUT, |_, r, _, _| internal_apply(r), "")
+        } else if let Some(rest) = path.strip_prefix(crate::consul::node_state::NODE_STATE_PATH) {
+            (GET, |s, _, n, o| internal_node_state(s, n, o), rest)
+        } else if path == "/v1/catalog/deregister" {
+            (PUT, |s, r, _, _| deregister(s, r), "")
+        } else if path == "/v1/catalog/nodes" {
+            (GET, |s, r, _, o| nodes(s, r, o), "")
+        } else if path == "/v1/catalog/services" {
+            (GET, |s, r, _, o| services(s, r, o), "")
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/service/") {
+            (GET, |s, r, n, o| service(s, r, n, false, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/connect/") {
+            (GET, |s, r, n, o| service(s, r, n, true, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/node/") {
+            (GET, |s, r, n, o| node(s, r, n, false, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/catalog/node-services/") {
+            (GET, |s, r, n, o| node(s, r, n, true, o), rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/health/service/") {
+            (
+                GET,
+                |s, r, n, o| super::health::service(s, r, n, false, o),
+                rest,
+            )
+        } else if let Some(rest) = path.strip_prefix("/v1/health/connect/") {
+            (
+                GET,
+                |s, r, n, o| super::health::service(s, r, n, true, o),
+                rest,
+            )
+        } else if let Some(rest) = path.strip_prefix("/v1/health/checks/") {
+            (GET, super::health::service_checks, rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/health/node/") {
+            (GET, super::health::node, rest)
+        } else if let Some(rest) = path.strip_prefix("/v1/health/state/") {
+            (GET, super::health::state, rest)
+        } else {
+            return None;
+        };
     Some(match super::allow(request, reply, methods) {
         Ok(true) => handler(shard, request, rest, reply),
         Ok(false) => Ok(Outcome::Done),

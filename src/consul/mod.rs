@@ -5,7 +5,8 @@
 //! lenient and case-insensitive request-body decoding ([`body`]), `?filter=` expressions
 //! ([`filter`]), catalog registration bodies ([`registration`]), service and check
 //! definitions with Consul's defaults and validation ([`definition`]), the agent's metrics
-//! counters ([`metrics`]) and the user-event envelope with its filters ([`user_event`]).
+//! counters ([`metrics`]), the user-event envelope with its filters ([`user_event`]), and
+//! one node's catalog rows as the agent compares and a server sends them ([`node_state`]).
 //! Both the HTTP API and the agent build on these.
 //!
 //! Architecture invariant: this layer is pure. It does no I/O, reads no clock and starts no
@@ -17,6 +18,7 @@ pub mod definition;
 pub mod filter;
 pub mod json;
 pub mod metrics;
+pub mod node_state;
 pub mod registration;
 pub mod render;
 pub mod user_event;
