@@ -642,7 +642,7 @@ fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
         gauge(
             "consul.runtime.alloc_bytes",
             "Resident memory of the agent process, in bytes.",
-            metrics::resident_bytes() as f64,
+            resident_bytes() as f64,
         ),
         gauge(
             "consul.runtime.uptime_seconds",
@@ -729,6 +729,33 @@ fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
             body: metrics::render_prometheus(&gauges),
         }
     } else {
-        AgentReply::json(200, metrics::render_json(&gauges, pretty))
+        let now_unix_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        AgentReply::json(200, metrics::render_json(&gauges, now_unix_secs, pretty))
+    }
+}
+
+/// Resident set size of this process, from `/proc/self/statm`.
+fn resident_bytes() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn resident_bytes_reads_this_process() {
+        assert!(super::resident_bytes() > 0);
     }
 }

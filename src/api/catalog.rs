@@ -451,9 +451,12 @@ impl Query for ServiceQuery {
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let headers = meta_headers(meta);
         if self.blocking {
-            let body = render::cached_body(&self.cache_key, tables.index, reply.pretty, |body| {
-                self.render(tables, reply.pretty, body)
-            });
+            let body = super::body_cache::cached_body(
+                &self.cache_key,
+                tables.index,
+                reply.pretty,
+                |body| self.render(tables, reply.pretty, body),
+            );
             reply.json_bytes(200, &headers, &body);
         } else if let Some(parts) = self.fragments(tables, reply.pretty) {
             // Each instance's JSON is copied once, from its cache into the response.

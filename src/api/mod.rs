@@ -13,6 +13,7 @@
 
 pub mod agent;
 pub mod agent_local;
+pub mod body_cache;
 pub mod catalog;
 pub mod coordinate;
 pub mod debug;
