@@ -2,7 +2,7 @@
 //!
 //! Firing wraps the request in Consul's envelope (a fresh UUID, the filters, version 1)
 //! and broadcasts it as the serf event `consul:event:<name>`; every agent, this one
-//! included, records it if the filters match it (see [`crate::consul::user_event`]).
+//! included, records it if the filters match it (see [`crate::cluster::user_events`]).
 //! Listing reads this agent's ring of recent events; a blocking list (`?index=`) waits
 //! until the newest matching event's UUID-derived index differs from the one given.
 
@@ -85,7 +85,7 @@ fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiErro
 
 /// The recent events named `name` (all when empty), oldest first, and their index.
 fn matching(
-    shard_log: &crate::consul::user_event::EventLog,
+    shard_log: &crate::cluster::user_events::EventLog,
     name: &str,
 ) -> (Vec<Arc<ConsulEvent>>, u64) {
     let mut events = shard_log.events();

@@ -4,8 +4,10 @@
 //! every other part of the agent a [`gossip::GossipHandle`]; [`pools`] sets up the LAN and
 //! WAN pools with Consul's tags, joins them, and turns membership into the server list the
 //! raft thread bootstraps and reconciles from (or, on a client agent, into the server it
-//! forwards to); [`reconcile`] maps members to the catalog registrations the leader keeps.
+//! forwards to); [`reconcile`] maps members to the catalog registrations the leader keeps;
+//! [`user_events`] keeps the Consul user events heard on the LAN pool.
 
 pub mod gossip;
 pub mod pools;
 pub mod reconcile;
+pub mod user_events;

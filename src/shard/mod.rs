@@ -539,7 +539,7 @@ fn run_shard(start: ShardStart) {
                     ));
                 }
             }
-            monoio::spawn(crate::consul::user_event::ingest_loop(
+            monoio::spawn(crate::cluster::user_events::ingest_loop(
                 shard.clone(),
                 handle.clone(),
             ));

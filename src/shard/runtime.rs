@@ -286,7 +286,7 @@ pub struct Shared {
     /// The WAN gossip pool, on servers with serf_wan enabled.
     pub gossip_wan: Option<crate::cluster::gossip::GossipHandle>,
     /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
-    pub user_events: Arc<crate::consul::user_event::EventLog>,
+    pub user_events: Arc<crate::cluster::user_events::EventLog>,
 }
 
 impl Shared {
