@@ -5,10 +5,9 @@
 //! shard that received it, send an [`AgentCall`] over the agent channel and answer with what
 //! comes back (`Outcome::Async`).
 
-use super::{ApiError, Outcome, Reply, Request};
+use super::{ApiError, Context, Outcome, Reply, Request};
 use crate::agent::api::{AgentCall, AgentReply, AgentRequest};
 use crate::proto::duration::parse_go_duration;
-use crate::shard::Shard;
 use crate::store::catalog::Status;
 use std::time::Duration;
 
@@ -21,9 +20,9 @@ const SERVICE_WAIT_MAX: Duration = Duration::from_secs(600);
 const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(660);
 
 /// Sends `request` to the agent and answers with its reply.
-fn call(shard: &Shard, request: AgentRequest, pretty: bool) -> Outcome {
+fn call(ctx: &Context, request: AgentRequest, pretty: bool) -> Outcome {
     let (tx, rx) = flume::bounded(1);
-    let sent = shard.shared().agent.tx.try_send(AgentCall {
+    let sent = ctx.agent().tx.try_send(AgentCall {
         request,
         pretty,
         reply: tx,
@@ -104,7 +103,7 @@ type Handler<'r> = Box<dyn FnOnce(&mut Reply) -> Result<Outcome, ApiError> + 'r>
 
 /// Routes the agent-local endpoints; `None` for paths handled elsewhere.
 pub fn route(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
@@ -116,14 +115,14 @@ pub fn route(
             GET,
             Box::new(|_| {
                 let filter = request.query.get("filter").unwrap_or("").to_string();
-                Ok(call(shard, AgentRequest::Services { filter }, pretty))
+                Ok(call(ctx, AgentRequest::Services { filter }, pretty))
             }),
         ),
         "checks" => (
             GET,
             Box::new(|_| {
                 let filter = request.query.get("filter").unwrap_or("").to_string();
-                Ok(call(shard, AgentRequest::Checks { filter }, pretty))
+                Ok(call(ctx, AgentRequest::Checks { filter }, pretty))
             }),
         ),
         "service/register" => (
@@ -134,7 +133,7 @@ pub fn route(
                     .get("replace-existing-checks")
                     .is_some_and(|v| v.is_empty() || v == "true");
                 Ok(call(
-                    shard,
+                    ctx,
                     AgentRequest::RegisterService {
                         body: request.body.to_vec(),
                         replace_existing_checks: replace,
@@ -147,7 +146,7 @@ pub fn route(
             PUT,
             Box::new(|_| {
                 Ok(call(
-                    shard,
+                    ctx,
                     AgentRequest::RegisterCheck {
                         body: request.body.to_vec(),
                     },
@@ -161,7 +160,7 @@ pub fn route(
                 let enable = enable_param(request)?;
                 let reason = request.query.get("reason").unwrap_or("").to_string();
                 Ok(call(
-                    shard,
+                    ctx,
                     AgentRequest::NodeMaintenance { enable, reason },
                     pretty,
                 ))
@@ -169,7 +168,7 @@ pub fn route(
         ),
         "reload" => (
             PUT,
-            Box::new(|_| Ok(call(shard, AgentRequest::Reload, pretty))),
+            Box::new(|_| Ok(call(ctx, AgentRequest::Reload, pretty))),
         ),
         "metrics" => (
             GET,
@@ -178,7 +177,7 @@ pub fn route(
                     || request
                         .header("Accept")
                         .is_some_and(|a| a.contains("application/openmetrics-text"));
-                Ok(call(shard, AgentRequest::Metrics { prometheus }, pretty))
+                Ok(call(ctx, AgentRequest::Metrics { prometheus }, pretty))
             }),
         ),
         _ => {
@@ -187,7 +186,7 @@ pub fn route(
                     GET_PUT,
                     Box::new(move |_| {
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::DeregisterService { id: id.to_string() },
                             pretty,
                         ))
@@ -203,7 +202,7 @@ pub fn route(
                         let enable = enable_param(request)?;
                         let reason = request.query.get("reason").unwrap_or("").to_string();
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::ServiceMaintenance {
                                 id: id.to_string(),
                                 enable,
@@ -229,7 +228,7 @@ pub fn route(
                             .filter(|h| !h.is_empty())
                             .map(str::to_string);
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::Service {
                                 id: id.to_string(),
                                 hash,
@@ -244,7 +243,7 @@ pub fn route(
                     GET_PUT,
                     Box::new(move |_| {
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::DeregisterCheck { id: id.to_string() },
                             pretty,
                         ))
@@ -253,7 +252,7 @@ pub fn route(
             } else if let Some(id) = rest.strip_prefix("check/update/") {
                 (
                     PUT,
-                    Box::new(move |_| Ok(call(shard, check_update(request, id)?, pretty))),
+                    Box::new(move |_| Ok(call(ctx, check_update(request, id)?, pretty))),
                 )
             } else if let Some((verb, id)) = rest
                 .strip_prefix("check/")
@@ -270,7 +269,7 @@ pub fn route(
                     Box::new(move |_| {
                         let output = request.query.get("note").unwrap_or("").to_string();
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::UpdateTtl {
                                 id: id.to_string(),
                                 status,
@@ -288,7 +287,7 @@ pub fn route(
                             return Err(ApiError::bad_request("Missing service Name"));
                         }
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::HealthByName {
                                 name: name.to_string(),
                                 text: text_format(request),
@@ -305,7 +304,7 @@ pub fn route(
                             return Err(ApiError::bad_request("Missing serviceID"));
                         }
                         Ok(call(
-                            shard,
+                            ctx,
                             AgentRequest::HealthById {
                                 id: id.to_string(),
                                 text: text_format(request),

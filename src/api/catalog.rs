@@ -6,7 +6,7 @@
 //! index key for service queries, one node's keys for node queries, the table for lists.
 
 use super::{
-    query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::filter::{self, Filter};
@@ -14,7 +14,6 @@ use crate::consul::json::JsonWriter;
 use crate::consul::registration::parse_registration;
 use crate::consul::render;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::CatalogOp;
@@ -34,8 +33,8 @@ fn write_result(command: Command) -> Outcome {
     })
 }
 
-fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError> {
-    if datacenter.is_empty() || datacenter.eq_ignore_ascii_case(&shard.config().datacenter) {
+fn check_body_datacenter(ctx: &Context, datacenter: &str) -> Result<(), ApiError> {
+    if datacenter.is_empty() || datacenter.eq_ignore_ascii_case(&ctx.config().datacenter) {
         Ok(())
     } else {
         Err(ApiError::Internal("No path to datacenter".to_string()))
@@ -43,12 +42,12 @@ fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError
 }
 
 /// `PUT /v1/catalog/register`.
-pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+pub fn register(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     crate::consul::metrics::CATALOG_REGISTERS.add(1);
-    super::check_datacenter(shard, &request.query)?;
-    let registration = parse_registration(request.body, &shard.config().datacenter)
+    super::check_datacenter(ctx, &request.query)?;
+    let registration = parse_registration(request.body, &ctx.config().datacenter)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    check_body_datacenter(shard, &registration.datacenter)?;
+    check_body_datacenter(ctx, &registration.datacenter)?;
     Ok(write_result(Command::Catalog(CatalogOp::Register(
         Box::new(registration),
     ))))
@@ -72,26 +71,25 @@ pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
 /// its own version without a leader round trip — anti-entropy tolerates a stale view, since
 /// a difference it misses now is found on the next full sync.
 pub fn internal_node_state(
-    shard: &Shard,
+    ctx: &Context,
     node: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if shard.is_client() {
+    if ctx.is_client() {
         return Ok(Outcome::Forward);
     }
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    shard.catch_up();
-    let body = crate::consul::node_state::encode_node_state(&shard.current_version(), node);
+    let body = crate::consul::node_state::encode_node_state(&ctx.current_version(), node);
     reply.send(200, Some("application/msgpack"), b"", &body);
     Ok(Outcome::Done)
 }
 
 /// `PUT /v1/catalog/deregister`.
-pub fn deregister(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
+pub fn deregister(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     crate::consul::metrics::CATALOG_DEREGISTERS.add(1);
-    super::check_datacenter(shard, &request.query)?;
+    super::check_datacenter(ctx, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
         let value = parse_json(request.body)?;
         let obj = Obj::new(&value)?;
@@ -141,13 +139,13 @@ fn meta_headers(meta: QueryMeta) -> Vec<u8> {
 }
 
 /// `GET /v1/catalog/nodes`.
-pub fn nodes(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
     let query = NodesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::NODE)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 struct NodesQuery {
@@ -185,13 +183,13 @@ impl Query for NodesQuery {
 }
 
 /// `GET /v1/catalog/services`.
-pub fn services(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
     let query = ServicesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::SERVICE_NODE)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 struct ServicesQuery {
@@ -334,12 +332,12 @@ impl ServiceQuery {
 
     /// Applies `?near=<node>` (or `_agent`) from the request, as Consul's catalog and health
     /// service endpoints do: nearest first by network coordinates, nodes without one last.
-    pub fn with_near(mut self, shard: &Shard, request: &Request) -> ServiceQuery {
+    pub fn with_near(mut self, ctx: &Context, request: &Request) -> ServiceQuery {
         let near = request.query.get("near").unwrap_or("");
         if near.is_empty() {
             return self;
         }
-        if let Some(distances) = super::coordinate::distances_from(shard, near) {
+        if let Some(distances) = super::coordinate::distances_from(ctx, near) {
             self.cache_key = Rc::from(format!("{}\u{0}near={near}", self.cache_key));
             self.near = Some(Rc::new(distances));
         }
@@ -480,13 +478,13 @@ impl Query for ServiceQuery {
 
 /// `GET /v1/catalog/service/<s>` and `/v1/catalog/connect/<s>`.
 pub fn service(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     name: &str,
     connect: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
@@ -503,8 +501,8 @@ pub fn service(
         options.is_blocking(),
         filter::SERVICE_NODE,
     )?
-    .with_near(shard, request);
-    run_query(shard, query, options, reply)
+    .with_near(ctx, request);
+    run_query(ctx, query, options, reply)
 }
 
 /// `/v1/catalog/node/<n>` (a map of services) or `/v1/catalog/node-services/<n>` (a list).
@@ -581,13 +579,13 @@ impl Query for NodeQuery {
 
 /// `GET /v1/catalog/node/<n>` and `/v1/catalog/node-services/<n>`.
 pub fn node(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     name: &str,
     as_list: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
@@ -597,7 +595,7 @@ pub fn node(
         as_list,
         filter: parse_filter(request, filter::NODE_SERVICE)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 const GET: &[&str] = &["GET"];
@@ -605,12 +603,12 @@ const PUT: &[&str] = &["PUT"];
 
 /// Routes `/v1/catalog/*` and `/v1/health/*`; `None` for paths it does not serve.
 pub fn route(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
     let path = request.path;
-    type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
+    type Handler = fn(&Context, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
     let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
         if path == "/v1/catalog/register" {
             (PUT, |s, r, _, _| register(s, r), "")
@@ -654,7 +652,7 @@ pub fn route(
             return None;
         };
     Some(match super::allow(request, reply, methods) {
-        Ok(true) => handler(shard, request, rest, reply),
+        Ok(true) => handler(ctx, request, rest, reply),
         Ok(false) => Ok(Outcome::Done),
         Err(e) => Err(e),
     })

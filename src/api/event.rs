@@ -7,15 +7,14 @@
 //! until the newest matching event's UUID-derived index differs from the one given.
 
 use super::members::lan_handle;
-use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use super::{allow, check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::proto::duration::parse_go_duration;
-use crate::shard::Shard;
 use std::sync::Arc;
 use std::time::Instant;
 
 pub fn route(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
@@ -23,7 +22,7 @@ pub fn route(
     let result = if let Some(name) = path.strip_prefix("/v1/event/fire/") {
         allow(request, reply, &["PUT"]).and_then(|go| {
             if go {
-                fire(shard, request, name)
+                fire(ctx, request, name)
             } else {
                 Ok(Outcome::Done)
             }
@@ -31,7 +30,7 @@ pub fn route(
     } else if path == "/v1/event/fire" {
         allow(request, reply, &["PUT"]).and_then(|go| {
             if go {
-                fire(shard, request, "")
+                fire(ctx, request, "")
             } else {
                 Ok(Outcome::Done)
             }
@@ -39,7 +38,7 @@ pub fn route(
     } else if path == "/v1/event/list" {
         allow(request, reply, &["GET"]).and_then(|go| {
             if go {
-                list(shard, request, reply)
+                list(ctx, request, reply)
             } else {
                 Ok(Outcome::Done)
             }
@@ -50,8 +49,8 @@ pub fn route(
     Some(result)
 }
 
-fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiError> {
-    check_datacenter(shard, &request.query)?;
+fn fire(ctx: &Context, request: &Request, name: &str) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing name"));
     }
@@ -71,7 +70,7 @@ fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiErro
         ltime: 0,
     };
     validate_filters(&event).map_err(ApiError::BadRequest)?;
-    let handle = lan_handle(shard)?;
+    let handle = lan_handle(ctx)?;
     let serf_name = format!("{}{}", crate::consul::user_event::EVENT_NAME_PREFIX, name);
     let envelope = event.encode();
     Ok(Outcome::Async(Box::pin(async move {
@@ -105,8 +104,8 @@ fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64) {
     reply.json(200, &headers, &body);
 }
 
-fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    check_datacenter(shard, &request.query)?;
+fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     let name = request.query.get("name").unwrap_or("").to_string();
     let min_index = match request.query.get("index") {
         None | Some("") => 0,
@@ -120,7 +119,7 @@ fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, 
             .map_err(|_| ApiError::bad_request("Invalid wait time"))?
             .min(super::BLOCKING_WAIT_MAX),
     };
-    let log = shard.shared().user_events.clone();
+    let log = ctx.events().clone();
     let (events, index) = matching(&log, &name);
     // The index is a hash of the newest event's ID, not a counter: any other value means
     // something new arrived since the client's read.

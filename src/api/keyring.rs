@@ -8,17 +8,16 @@
 //! 200 with an empty body, or 500 naming how many nodes failed and why.
 
 use super::members::{lan_handle, wan_handle};
-use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use super::{allow, check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::cluster::gossip::GossipHandle;
 use crate::gossip::{KeyOp, KeyOpResult};
 use crate::proto::http::Method;
-use crate::shard::Shard;
 
 /// Largest key request body accepted, in bytes (a 32-byte key is 44 base64 characters).
 const KEY_REQUEST_BYTES_MAX: usize = 4096;
 
 pub fn route(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
@@ -28,7 +27,7 @@ pub fn route(
     Some(
         allow(request, reply, &["GET", "POST", "PUT", "DELETE"]).and_then(|go| {
             if go {
-                keyring(shard, request)
+                keyring(ctx, request)
             } else {
                 Ok(Outcome::Done)
             }
@@ -74,8 +73,8 @@ fn key_from_body(body: &[u8]) -> Result<Vec<u8>, ApiError> {
     decode_key(text).map_err(ApiError::BadRequest)
 }
 
-fn keyring(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    check_datacenter(shard, &request.query)?;
+fn keyring(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     let op = match request.method {
         Method::Get => KeyOp::List,
         Method::Post => KeyOp::Install(key_from_body(request.body)?),
@@ -83,12 +82,12 @@ fn keyring(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
         _ => KeyOp::Remove(key_from_body(request.body)?),
     };
     let listing = matches!(op, KeyOp::List);
-    let datacenter = shard.config().datacenter.clone();
+    let datacenter = ctx.config().datacenter.clone();
     let mut pools: Vec<(bool, GossipHandle)> = Vec::new();
-    if let Some(wan) = wan_handle(shard) {
+    if let Some(wan) = wan_handle(ctx) {
         pools.push((true, wan));
     }
-    pools.push((false, lan_handle(shard)?));
+    pools.push((false, lan_handle(ctx)?));
     Ok(Outcome::Async(Box::pin(async move {
         let mut results: Vec<(bool, Result<KeyOpResult, String>)> = Vec::new();
         for (wan, handle) in pools {

@@ -15,6 +15,7 @@ pub mod agent;
 pub mod agent_local;
 pub mod body_cache;
 pub mod catalog;
+pub mod context;
 pub mod coordinate;
 pub mod debug;
 pub mod event;
@@ -30,12 +31,13 @@ pub mod snapshot;
 pub mod status;
 pub mod txn;
 
+pub use context::Context;
+
 use crate::consul::{json, render};
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
 use crate::shard::runtime::ReadPlan;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::{Command, CommandResult, StoreVersion, Tables};
 use std::time::Duration;
 
@@ -317,17 +319,17 @@ impl QueryOptions {
 }
 
 /// Checks `?dc`: our own datacenter is fine, any other gets Consul's error.
-pub fn check_datacenter(shard: &Shard, query: &QueryParams) -> Result<(), ApiError> {
+pub fn check_datacenter(ctx: &Context, query: &QueryParams) -> Result<(), ApiError> {
     match query.get("dc") {
         None | Some("") => Ok(()),
-        Some(dc) if dc.eq_ignore_ascii_case(&shard.config().datacenter) => Ok(()),
+        Some(dc) if dc.eq_ignore_ascii_case(&ctx.config().datacenter) => Ok(()),
         Some(_) => Err(ApiError::Internal("No path to datacenter".to_string())),
     }
 }
 
 /// Parses `index`, `wait`, `stale`, `consistent`, `max_stale`, `filter` and checks `dc`.
-pub fn query_options(shard: &Shard, query: &QueryParams) -> Result<QueryOptions, ApiError> {
-    check_datacenter(shard, query)?;
+pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
+    check_datacenter(ctx, query)?;
     let min_index = match query.get("index") {
         None | Some("") => 0,
         Some(text) => text
@@ -432,12 +434,12 @@ pub enum LeaderOp {
 /// Runs a read query: answers at once unless it is a blocking query whose index has not
 /// moved yet, in which case it is handed back to be parked.
 pub fn run_query<Q: Query + 'static>(
-    shard: &Shard,
+    ctx: &Context,
     query: Q,
     options: QueryOptions,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    match shard.read_plan(&options) {
+    match ctx.read_plan(&options) {
         ReadPlan::Forward => return Ok(Outcome::Forward),
         ReadPlan::Barrier => {
             return Ok(Outcome::Block(BlockOp {
@@ -448,7 +450,7 @@ pub fn run_query<Q: Query + 'static>(
         }
         ReadPlan::Local => {}
     }
-    let version = shard.current_version();
+    let version = ctx.current_version();
     let (index, _) = query.evaluate(&version);
     if options.is_blocking() && index <= options.min_index {
         return Ok(Outcome::Block(BlockOp {
@@ -457,11 +459,7 @@ pub fn run_query<Q: Query + 'static>(
             barrier: false,
         }));
     }
-    query.respond(
-        &version,
-        shard.query_meta(index, options.consistency),
-        reply,
-    );
+    query.respond(&version, ctx.query_meta(index, options.consistency), reply);
     Ok(Outcome::Done)
 }
 
@@ -472,8 +470,8 @@ pub struct BodyLimit {
     pub kv_value: bool,
 }
 
-pub fn body_limit(shard: &Shard, method: Method, path: &str) -> BodyLimit {
-    let config = shard.config();
+pub fn body_limit(ctx: &Context, method: Method, path: &str) -> BodyLimit {
+    let config = ctx.config();
     if method == Method::Put && path.starts_with("/v1/kv/") {
         return BodyLimit {
             bytes_max: config.kv_max_value_size,
@@ -493,7 +491,7 @@ pub fn body_limit(shard: &Shard, method: Method, path: &str) -> BodyLimit {
         };
     }
     BodyLimit {
-        bytes_max: shard.http_limits().body_bytes_max,
+        bytes_max: ctx.http_limits().body_bytes_max,
         kv_value: false,
     }
 }
@@ -546,10 +544,10 @@ pub(crate) fn allow(
 }
 
 /// Entry point from the connection loop.
-pub fn dispatch(shard: &Shard, request: &Request, reply: &mut Reply) -> Outcome {
-    match route(shard, request, reply) {
+pub fn dispatch(ctx: &Context, request: &Request, reply: &mut Reply) -> Outcome {
+    match route(ctx, request, reply) {
         // Writes are proposed by the leader; anyone else hands the request over.
-        Ok(Outcome::Write(_) | Outcome::Leader(_)) if !shard.is_leader() => Outcome::Forward,
+        Ok(Outcome::Write(_) | Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,
         Err(error) => {
             reply.error(&error);
@@ -560,36 +558,36 @@ pub fn dispatch(shard: &Shard, request: &Request, reply: &mut Reply) -> Outcome 
 
 const GET: &[&str] = &["GET"];
 
-fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+fn route(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let path = request.path;
     if let Some(key) = path.strip_prefix("/v1/kv/") {
         if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
             return Ok(Outcome::Done);
         }
-        return kv::handle(shard, request, key, reply);
+        return kv::handle(ctx, request, key, reply);
     }
     if path == "/v1/kv" {
         if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
             return Ok(Outcome::Done);
         }
-        return kv::handle(shard, request, "", reply);
+        return kv::handle(ctx, request, "", reply);
     }
-    if let Some(outcome) = catalog::route(shard, request, reply) {
+    if let Some(outcome) = catalog::route(ctx, request, reply) {
         return outcome;
     }
-    if let Some(outcome) = gossip_route(shard, request, reply) {
+    if let Some(outcome) = gossip_route(ctx, request, reply) {
         return outcome;
     }
-    if let Some(outcome) = session::route(shard, request, reply) {
+    if let Some(outcome) = session::route(ctx, request, reply) {
         return outcome;
     }
     if path == "/v1/txn" {
         if !allow(request, reply, &["PUT"])? {
             return Ok(Outcome::Done);
         }
-        return txn::handle(shard, request, reply);
+        return txn::handle(ctx, request, reply);
     }
-    if let Some(outcome) = agent_local::route(shard, request, reply) {
+    if let Some(outcome) = agent_local::route(ctx, request, reply) {
         return outcome;
     }
     let methods: &'static [&'static str] = match path {
@@ -608,17 +606,17 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
         return Ok(Outcome::Done);
     }
     match path {
-        "/v1/status/leader" => status::leader(shard, request, reply),
-        "/v1/status/peers" => status::peers(shard, request, reply),
-        "/v1/agent/self" => agent::agent_self(shard, request, reply),
-        "/v1/catalog/datacenters" => status::datacenters(shard, request, reply),
-        "/v1/operator/raft/configuration" => operator::configuration(shard, request, reply),
-        "/v1/operator/autopilot/health" => operator::autopilot_health(shard, request, reply),
-        "/v1/operator/raft/peer" => operator::remove_peer(shard, request, reply),
-        "/v1/operator/raft/transfer-leader" => operator::transfer_leader(shard, request, reply),
-        "/v1/snapshot" if request.method == Method::Get => snapshot::save(shard, request, reply),
-        "/v1/snapshot" => snapshot::restore(shard, request, reply),
-        "/v1/agent/debug/faults" => debug::faults(shard, request, reply),
+        "/v1/status/leader" => status::leader(ctx, request, reply),
+        "/v1/status/peers" => status::peers(ctx, request, reply),
+        "/v1/agent/self" => agent::agent_self(ctx, request, reply),
+        "/v1/catalog/datacenters" => status::datacenters(ctx, request, reply),
+        "/v1/operator/raft/configuration" => operator::configuration(ctx, request, reply),
+        "/v1/operator/autopilot/health" => operator::autopilot_health(ctx, request, reply),
+        "/v1/operator/raft/peer" => operator::remove_peer(ctx, request, reply),
+        "/v1/operator/raft/transfer-leader" => operator::transfer_leader(ctx, request, reply),
+        "/v1/snapshot" if request.method == Method::Get => snapshot::save(ctx, request, reply),
+        "/v1/snapshot" => snapshot::restore(ctx, request, reply),
+        "/v1/agent/debug/faults" => debug::faults(ctx, request, reply),
         "/" => {
             reply.text(200, "Consul Agent");
             Ok(Outcome::Done)
@@ -630,12 +628,12 @@ fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome,
 /// The endpoints served from the gossip pool: members, join/leave, events, keyring,
 /// coordinates.
 fn gossip_route(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
-    members::route(shard, request, reply)
-        .or_else(|| event::route(shard, request, reply))
-        .or_else(|| keyring::route(shard, request, reply))
-        .or_else(|| coordinate::route(shard, request, reply))
+    members::route(ctx, request, reply)
+        .or_else(|| event::route(ctx, request, reply))
+        .or_else(|| keyring::route(ctx, request, reply))
+        .or_else(|| coordinate::route(ctx, request, reply))
 }

@@ -77,15 +77,31 @@ const OUTPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
 /// Input capacity kept between requests; a bigger buffer is released after use.
 const INPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
 
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+/// One shard's HTTP server: the context its handlers see, and the runtime it carries their
+/// outcomes out with.
+pub struct Server {
+    shard: Rc<Shard>,
+    context: api::Context,
+}
+
+impl Server {
+    pub fn new(shard: Rc<Shard>) -> Rc<Server> {
+        Rc::new(Server {
+            context: api::Context::new(shard.clone()),
+            shard,
+        })
+    }
+}
+
+pub async fn accept_loop(server: Rc<Server>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 let _ = stream.set_nodelay(true);
-                monoio::spawn(serve_connection(shard.clone(), stream));
+                monoio::spawn(serve_connection(server.clone(), stream));
             }
             Err(e) => {
-                if shard.shutting_down() {
+                if server.shard.shutting_down() {
                     return;
                 }
                 // Out of descriptors or memory: back off instead of spinning on accept.
@@ -197,7 +213,7 @@ impl Connection {
     }
 }
 
-async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
+async fn serve_connection(server: Rc<Server>, stream: TcpStream) {
     let mut conn = Connection {
         stream,
         // Buffers are allocated by the first read and the first answer, sized to need.
@@ -205,7 +221,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         output: Vec::new(),
     };
     // Errors end the connection; there is nobody to report them to.
-    let _ = serve_requests(&shard, &mut conn).await;
+    let _ = serve_requests(&server, &mut conn).await;
 }
 
 /// How a request's answer is framed.
@@ -226,7 +242,7 @@ struct Buffered<'a> {
 /// the answer, when the outcome is `Forward` the re-framed request and its timeout, and a
 /// large body to stream after what `output` holds.
 fn dispatch_buffered(
-    shard: &Shard,
+    server: &Server,
     request: Buffered,
     keep_alive: bool,
     output: &mut Vec<u8>,
@@ -242,7 +258,7 @@ fn dispatch_buffered(
         .and_then(QueryParams::parse);
     match (decoded_path, query) {
         (Some(path), Ok(query)) => {
-            let pretty = shard.config().dev_mode || query.has("pretty");
+            let pretty = server.shard.config().dev_mode || query.has("pretty");
             let forward_timeout = forward_timeout_for(&query);
             let req = Request {
                 method: head.method,
@@ -253,7 +269,7 @@ fn dispatch_buffered(
                 body: request.body,
             };
             let mut reply = Reply::new(output, keep_alive, pretty);
-            let outcome = api::dispatch(shard, &req, &mut reply);
+            let outcome = api::dispatch(&server.context, &req, &mut reply);
             let tail = reply.take_tail();
             debug_assert!(
                 tail.is_none() || matches!(outcome, Outcome::Done),
@@ -266,7 +282,7 @@ fn dispatch_buffered(
                         head,
                         request.body,
                         hops + 1,
-                        &shard.config().node_name,
+                        &server.shard.config().node_name,
                     ),
                     forward_timeout,
                 )),
@@ -403,7 +419,7 @@ impl Dispatched {
 /// it. `None` when the connection is done. The request head lives only in this future, so a
 /// parked request does not keep it.
 async fn next_request(
-    shard: &Shard,
+    server: &Server,
     conn: &mut Connection,
     limits: &HttpLimits,
 ) -> io::Result<Option<Dispatched>> {
@@ -437,7 +453,7 @@ async fn next_request(
     let raw_path =
         std::str::from_utf8(&conn.input[head.path.start as usize..head.path.end as usize])
             .unwrap_or("");
-    let limit = api::body_limit(shard, head.method, raw_path);
+    let limit = api::body_limit(&server.context, head.method, raw_path);
     let head_len = head.head_len;
     let mut chunked_body: Option<Vec<u8>> = None;
     let consumed = match head.framing {
@@ -499,14 +515,14 @@ async fn next_request(
         }
     };
 
-    let keep_alive = head.keep_alive && !shard.shutting_down();
+    let keep_alive = head.keep_alive && !server.shard.shutting_down();
     let dispatched = {
         let body: &[u8] = match &chunked_body {
             Some(body) => body,
             None => &conn.input[head_len..consumed],
         };
         dispatch_buffered(
-            shard,
+            server,
             Buffered {
                 input: &conn.input,
                 head: &head,
@@ -522,8 +538,8 @@ async fn next_request(
     Ok(Some(dispatched))
 }
 
-async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> {
-    let limits = *shard.http_limits();
+async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()> {
+    let limits = *server.shard.http_limits();
     loop {
         let Some(Dispatched {
             outcome,
@@ -532,7 +548,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             keep_alive,
             tail,
             answer_key,
-        }) = next_request(shard, conn, &limits).await?
+        }) = next_request(server, conn, &limits).await?
         else {
             return Ok(());
         };
@@ -545,7 +561,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             conn.output = Vec::new();
         }
         if let Outcome::Block(op) = outcome {
-            match park_connection(shard, op, shape, answer_key, conn, &limits).await? {
+            match park_connection(server, op, shape, answer_key, conn, &limits).await? {
                 AfterPark::NextRequest => continue,
                 AfterPark::Close => return Ok(()),
                 AfterPark::SendOutput if keep_alive => continue,
@@ -555,7 +571,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
                 }
             }
         }
-        let shared = complete(shard, outcome, shape, &mut conn.output, forward, None).await?;
+        let shared = complete(server, outcome, shape, &mut conn.output, forward, None).await?;
         debug_assert!(shared.is_none(), "only parked queries share answers");
         if let Some(tail) = tail {
             Box::pin(conn.stream(tail)).await?;
@@ -587,7 +603,7 @@ enum AfterPark {
 /// queries woken by one change, that is most of what each wake-up would otherwise cost
 /// besides the send itself.
 async fn park_connection(
-    shard: &Shard,
+    server: &Server,
     op: BlockOp,
     shape: ReplyShape,
     answer_key: Option<Box<[u8]>>,
@@ -607,7 +623,7 @@ async fn park_connection(
         readable: std::pin::pin!(stream.readable(false)),
         rearm: move || stream.readable(false),
     };
-    let Some(answer) = park(shard, op, shape, output, answer_key, Some(&mut client)).await? else {
+    let Some(answer) = park(server, op, shape, output, answer_key, Some(&mut client)).await? else {
         return Ok(AfterPark::SendOutput);
     };
     // Earlier answers went out before the query parked, so this one is next.
@@ -620,9 +636,9 @@ async fn park_connection(
         // The client pipelined its next request while parked.
         return Ok(AfterPark::NextRequest);
     }
-    let idle_deadline_ms = shard.shared().now_ms() + IDLE_TIMEOUT.as_millis() as u64;
+    let idle_deadline_ms = server.shard.shared().now_ms() + IDLE_TIMEOUT.as_millis() as u64;
     loop {
-        let mut idle = std::pin::pin!(shard.deadline(idle_deadline_ms));
+        let mut idle = std::pin::pin!(server.shard.deadline(idle_deadline_ms));
         let readable = std::future::poll_fn(|cx| {
             if let Poll::Ready(result) = client.readable.as_mut().poll(cx) {
                 return Poll::Ready(Some(result));
@@ -633,7 +649,7 @@ async fn park_connection(
         if let Some(result) = readable {
             return result.map(|()| AfterPark::NextRequest);
         }
-        if shard.shutting_down() || shard.shared().now_ms() >= idle_deadline_ms {
+        if server.shard.shutting_down() || server.shard.shared().now_ms() >= idle_deadline_ms {
             return Ok(AfterPark::Close);
         }
         // Woken early with every registration (a leadership change): an idle
@@ -730,7 +746,7 @@ where
 /// Carries out what dispatch decided. The answer ends up in `output`, or, for a woken
 /// blocking query, may come back as an answer shared with identical queries.
 async fn complete(
-    shard: &Shard,
+    server: &Server,
     outcome: Outcome,
     shape: ReplyShape,
     output: &mut Vec<u8>,
@@ -741,18 +757,18 @@ async fn complete(
     match outcome {
         Outcome::Done => Ok(None),
         Outcome::Write(op) => {
-            let result = shard.propose(op.command.encode()).await;
+            let result = server.shard.propose(op.command.encode()).await;
             (op.respond)(result, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
-        Outcome::Block(op) => park(shard, op, shape, output, answer_key, None).await,
+        Outcome::Block(op) => park(server, op, shape, output, answer_key, None).await,
         Outcome::Leader(LeaderOp::Operator { op, respond }) => {
-            let result = Box::pin(shard.operator(op)).await;
+            let result = Box::pin(server.shard.operator(op)).await;
             respond(result, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
         Outcome::Leader(LeaderOp::Restore { state, respond }) => {
-            let result = Box::pin(replicate_restore(shard, state)).await;
+            let result = Box::pin(replicate_restore(&server.shard, state)).await;
             respond(result, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
@@ -764,7 +780,7 @@ async fn complete(
         Outcome::Forward => {
             let (payload, timeout) = forward.expect("a forward outcome carries its request");
             Box::pin(forward_to_leader(
-                shard, payload, timeout, output, keep_alive,
+                server, payload, timeout, output, keep_alive,
             ))
             .await;
             Ok(None)
@@ -803,7 +819,7 @@ async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> CommandResult {
 /// Hands a request to the leader and copies its raw answer into `output`, waiting up to
 /// `RPC_HOLD_TIMEOUT` for a leader to be known.
 async fn forward_to_leader(
-    shard: &Shard,
+    server: &Server,
     payload: Vec<u8>,
     timeout: Duration,
     output: &mut Vec<u8>,
@@ -811,22 +827,22 @@ async fn forward_to_leader(
 ) {
     let started = Instant::now();
     let leader: SocketAddr = loop {
-        let status = shard.cluster_status();
+        let status = server.shard.cluster_status();
         if let Ok(addr) = status.leader_rpc_address.parse::<SocketAddr>() {
             // A leader that has not applied its first entry yet is ourselves: wait for it.
-            if !status.is_leader && addr != shard.shared().rpc_address {
+            if !status.is_leader && addr != server.shard.shared().rpc_address {
                 break addr;
             }
         }
         if status.is_leader {
             // Leadership arrived here while we waited: answer locally.
-            let answer = Box::pin(answer_forwarded(shard, bytes::Bytes::from(payload))).await;
+            let answer = Box::pin(answer_forwarded(server, bytes::Bytes::from(payload))).await;
             output.extend_from_slice(&answer);
             return;
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
             // Consul's words: a client without servers, a server without a leader.
-            let reason = if shard.is_client() {
+            let reason = if server.shard.is_client() {
                 "No known Consul servers"
             } else {
                 "No cluster leader"
@@ -837,14 +853,15 @@ async fn forward_to_leader(
         }
         monoio::time::sleep(Duration::from_millis(50)).await;
     };
-    if shard.shared().faults.is_blocked(leader.ip()) {
+    if server.shard.shared().faults.is_blocked(leader.ip()) {
         monoio::time::sleep(timeout.min(RPC_HOLD_TIMEOUT)).await;
         Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(
             "rpc error: leader unreachable".to_string(),
         ));
         return;
     }
-    match shard
+    match server
+        .shard
         .forward
         .call(leader, kind::FORWARD_HTTP, &payload, timeout)
         .await
@@ -863,11 +880,11 @@ async fn forward_to_leader(
 
 /// Answers a request another server forwarded to us: the raw HTTP/1.1 request in, the raw
 /// response out, through the same dispatch path as a local client.
-pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
+pub async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
     let mut output = Vec::with_capacity(1024);
     let limits = HttpLimits {
         body_bytes_max: usize::MAX,
-        ..*shard.http_limits()
+        ..*server.shard.http_limits()
     };
     let head = match http::parse_head(&payload, &limits) {
         Ok(Some(head)) => head,
@@ -922,7 +939,7 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         answer_key,
         ..
     } = dispatch_buffered(
-        shard,
+        server,
         Buffered {
             input: &payload,
             head: &head,
@@ -948,7 +965,7 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         return output;
     }
     if let Ok(Some(answer)) =
-        complete(shard, outcome, shape, &mut output, forward, answer_key).await
+        complete(server, outcome, shape, &mut output, forward, answer_key).await
     {
         output.extend_from_slice(&answer);
     }
@@ -962,7 +979,7 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
 /// a timer of this future: a monoio timer entry is hundreds of bytes, and this future is
 /// what every parked query costs.
 async fn park(
-    shard: &Shard,
+    server: &Server,
     op: BlockOp,
     shape: ReplyShape,
     output: &mut Vec<u8>,
@@ -977,26 +994,26 @@ async fn park(
     } else {
         0
     };
-    let deadline_ms = shard.shared().now_ms() + wait_ms + jitter_ms;
+    let deadline_ms = server.shard.shared().now_ms() + wait_ms + jitter_ms;
     if op.barrier {
-        if let Err(error) = Box::pin(shard.read_barrier()).await {
+        if let Err(error) = Box::pin(server.shard.read_barrier()).await {
             Reply::new(output, keep_alive, pretty).error(&error);
             return Ok(None);
         }
     }
     let mut woken = false;
     loop {
-        if shard.read_plan(&op.options) == ReadPlan::Forward {
+        if server.shard.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
             Reply::new(output, keep_alive, pretty)
                 .error(&api::ApiError::Internal("No cluster leader".to_string()));
             return Ok(None);
         }
-        let version = shard.current_version();
+        let version = server.shard.current_version();
         let (index, watch_set) = op.query.evaluate(&version);
-        let timed_out = shard.shared().now_ms() >= deadline_ms;
+        let timed_out = server.shard.shared().now_ms() >= deadline_ms;
         if !op.options.is_blocking() || index > op.options.min_index || timed_out {
-            let meta = shard.query_meta(index, op.options.consistency);
+            let meta = server.shard.query_meta(index, op.options.consistency);
             if let (true, Some(head)) = (woken, &answer_key) {
                 // Queries woken by one change are often identical: render once per shard.
                 let shape = AnswerShape {
@@ -1004,7 +1021,8 @@ async fn park(
                     keep_alive,
                     pretty,
                 };
-                let kept = shard
+                let kept = server
+                    .shard
                     .shared_answers
                     .borrow_mut()
                     .get(&version, head, &shape);
@@ -1017,7 +1035,8 @@ async fn park(
                     meta,
                     &mut Reply::new(&mut rendered, keep_alive, pretty),
                 );
-                let answer = shard
+                let answer = server
+                    .shard
                     .shared_answers
                     .borrow_mut()
                     .insert(&version, head, shape, rendered);
@@ -1028,7 +1047,7 @@ async fn park(
             return Ok(None);
         }
         drop(version);
-        let fired = shard.watch(&watch_set, deadline_ms);
+        let fired = server.shard.watch(&watch_set, deadline_ms);
         // Registered: the set itself need not be kept while parked.
         drop(watch_set);
         wait_parked(fired, client.as_deref_mut()).await?;

@@ -11,8 +11,8 @@
 //! session's key, node on the node's key, list on the table.
 
 use super::{
-    query_options, run_query, ApiError, LeaderOp, Outcome, Query, QueryMeta, Reply, Request,
-    WriteOp,
+    query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
+    Request, WriteOp,
 };
 use crate::api::server::ORIGIN_NODE_HEADER;
 use crate::consul::body::{normalize_key, parse_json, Obj};
@@ -20,7 +20,6 @@ use crate::consul::json::JsonWriter;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::shard::runtime::OperatorOp;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::SERF_CHECK_ID;
 use crate::store::session::{
     self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
@@ -40,12 +39,12 @@ const PUT: &[&str] = &["PUT"];
 
 /// Routes `/v1/session/*`; `None` for paths it does not serve.
 pub fn route(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
     let path = request.path;
-    type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
+    type Handler = fn(&Context, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
     let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
         if path == "/v1/session/create" {
             (PUT, |s, r, _, _| create(s, r), "")
@@ -71,7 +70,7 @@ pub fn route(
             return None;
         };
     Some(match super::allow(request, reply, methods) {
-        Ok(true) => handler(shard, request, rest, reply),
+        Ok(true) => handler(ctx, request, rest, reply),
         Ok(false) => Ok(Outcome::Done),
         Err(e) => Err(e),
     })
@@ -193,12 +192,12 @@ fn ttl_bounds_text() -> String {
 }
 
 /// `PUT /v1/session/create`.
-pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+pub fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
     let default_node = request
         .header(ORIGIN_NODE_HEADER)
         .filter(|n| !n.is_empty())
-        .unwrap_or(&shard.config().node_name)
+        .unwrap_or(&ctx.config().node_name)
         .to_string();
     let (mut session, behavior_text) = decode_create(request.body, &default_node)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
@@ -221,7 +220,7 @@ pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
     }
     // A fresh ID, checked against the state as Consul does; the command carries it so
     // every server inserts the same row.
-    let version = shard.current_version();
+    let version = ctx.current_version();
     let id = loop {
         let candidate = uuid::Uuid::new_v4().to_string();
         if session::get(&version, &candidate).is_none() {
@@ -243,23 +242,20 @@ pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
 
 /// `PUT /v1/session/destroy/<id>`: `true`, also for a session that does not exist.
 pub fn destroy(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     id: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+    super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
     let id = id.to_ascii_lowercase();
-    if shard.is_leader() {
-        shard.catch_up();
-        if session::get(&shard.current_version(), &id).is_none() {
-            // Consul answers without a log entry when there is nothing to destroy.
-            reply.json_bool(true);
-            return Ok(Outcome::Done);
-        }
+    // Consul answers without a log entry when there is nothing to destroy.
+    if ctx.is_leader() && session::get(&ctx.current_version(), &id).is_none() {
+        reply.json_bool(true);
+        return Ok(Outcome::Done);
     }
     Ok(Outcome::Write(WriteOp {
         command: Command::Session(SessionOp::Destroy { id }),
@@ -271,19 +267,18 @@ pub fn destroy(
 }
 
 /// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
-pub fn renew(shard: &Shard, request: &Request, id: &str) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+pub fn renew(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
-    if !shard.is_leader() {
+    if !ctx.is_leader() {
         // Only the leader keeps timers, and only its state says whether the session lives.
         return Ok(Outcome::Forward);
     }
-    shard.catch_up();
     let id = id.to_ascii_lowercase();
     let not_found = format!("Session id '{id}' not found");
-    let Some(row) = session::get(&shard.current_version(), &id).cloned() else {
+    let Some(row) = session::get(&ctx.current_version(), &id).cloned() else {
         return Err(ApiError::NotFound(not_found));
     };
     Ok(Outcome::Leader(LeaderOp::Operator {
@@ -408,27 +403,27 @@ impl Query for ListQuery {
 
 /// `GET /v1/session/info/<id>`: `[session]`, or `[]` when it does not exist.
 pub fn info(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     id: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let options = query_options(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
     let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
-    run_query(shard, InfoQuery { id }, options, reply)
+    run_query(ctx, InfoQuery { id }, options, reply)
 }
 
 /// `GET /v1/session/node/<node>`.
 pub fn node_sessions(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     node: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let options = query_options(ctx, &request.query)?;
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
@@ -436,13 +431,13 @@ pub fn node_sessions(
         node: node.to_string(),
         watch_key: node_watch_key(node),
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 /// `GET /v1/session/list`.
-pub fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
-    run_query(shard, ListQuery, options, reply)
+pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    run_query(ctx, ListQuery, options, reply)
 }
 
 #[cfg(test)]

@@ -481,10 +481,11 @@ fn run_shard(start: ShardStart) {
         .expect("building the shard runtime");
     runtime.block_on(async move {
         let shard = Shard::new(id, shared.clone(), version, inbox);
+        let http = crate::api::server::Server::new(shard.clone());
         for listener in listeners.http {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    monoio::spawn(crate::api::server::accept_loop(shard.clone(), listener));
+                    monoio::spawn(crate::api::server::accept_loop(http.clone(), listener));
                 }
                 Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
             }
@@ -492,7 +493,11 @@ fn run_shard(start: ShardStart) {
         for listener in listeners.rpc {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    monoio::spawn(rpc_server::accept_loop(shard.clone(), listener));
+                    monoio::spawn(rpc_server::accept_loop(
+                        shard.clone(),
+                        http.clone(),
+                        listener,
+                    ));
                 }
                 Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
             }

@@ -10,7 +10,7 @@
 //! frame size ([`FRAME_BYTES_MAX`](crate::proto::rpc::FRAME_BYTES_MAX)), a timeout for the
 //! first byte.
 
-use crate::api::server::answer_forwarded;
+use crate::api::server::{answer_forwarded, Server};
 use crate::proto::rpc::{decode_frame, encode_frame, kind, PROTOCOL_RAFT, PROTOCOL_RPC};
 use crate::shard::runtime::{RaftInput, Shard};
 use bytes::{Bytes, BytesMut};
@@ -28,12 +28,12 @@ pub const RPC_IN_FLIGHT_MAX: usize = 16_384;
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+pub async fn accept_loop(shard: Rc<Shard>, http: Rc<Server>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                monoio::spawn(serve(shard.clone(), stream, peer));
+                monoio::spawn(serve(shard.clone(), http.clone(), stream, peer));
             }
             Err(e) => {
                 if shard.shutting_down() {
@@ -46,7 +46,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     }
 }
 
-async fn serve(shard: Rc<Shard>, mut stream: TcpStream, peer: SocketAddr) {
+async fn serve(shard: Rc<Shard>, http: Rc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     let first = vec![0u8; 1];
     let (result, first) = match monoio::time::timeout(FIRST_BYTE_TIMEOUT, stream.read(first)).await
     {
@@ -58,7 +58,7 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream, peer: SocketAddr) {
     }
     match first[0] {
         PROTOCOL_RAFT => raft_stream(&shard, stream, peer).await,
-        PROTOCOL_RPC => rpc_stream(shard, stream, peer).await,
+        PROTOCOL_RPC => rpc_stream(shard, http, stream, peer).await,
         other => log::debug!("rpc: unknown protocol byte {other:#04x} from {peer}; closing"),
     }
 }
@@ -111,7 +111,7 @@ async fn raft_stream(shard: &Shard, stream: TcpStream, peer: SocketAddr) {
         .await;
 }
 
-async fn rpc_stream(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+async fn rpc_stream(shard: Rc<Shard>, http: Rc<Server>, stream: TcpStream, peer: SocketAddr) {
     let (mut reader, mut writer) = stream.into_split();
     let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
     monoio::spawn(async move {
@@ -149,13 +149,13 @@ async fn rpc_stream(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             return tx.send_async(out.freeze()).await.is_ok();
         }
         in_flight.set(in_flight.get() + 1);
-        let shard = shard.clone();
+        let http = http.clone();
         let in_flight = in_flight.clone();
         monoio::spawn(async move {
             let mut out = BytesMut::new();
             match frame.kind {
                 kind::FORWARD_HTTP => {
-                    let answer = answer_forwarded(&shard, frame.payload).await;
+                    let answer = answer_forwarded(&http, frame.payload).await;
                     encode_frame(
                         &mut out,
                         kind::FORWARD_HTTP_RESPONSE,
