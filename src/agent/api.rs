@@ -1,13 +1,14 @@
 //! The agent endpoints' work on shard 0: each [`AgentCall`] carries a request parsed by the
-//! shard that received it and a channel for the finished answer (status, headers, body),
-//! which that shard writes to its client. Answers are rendered here because the local state
-//! lives here.
+//! shard that received it (`api::agent_local`) and a channel for the finished answer
+//! (status, headers, body), which that shard writes to its client. Answers are rendered
+//! here because the local state lives here.
 
 use super::local::{
     LocalCheck, Source, DEFAULT_NODE_MAINTENANCE_REASON, DEFAULT_SERVICE_MAINTENANCE_REASON,
     NODE_MAINTENANCE_ID, SERVICE_MAINTENANCE_PREFIX,
 };
 use super::{scripts_allowed, Agent};
+use crate::api::agent_local::{AgentCall, AgentReply, AgentRequest};
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::definition::{self, CheckKind};
 use crate::consul::filter::{self, Filter};
@@ -20,104 +21,6 @@ use crate::store::catalog::{HealthCheck, ServiceInstance, Status};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A request for the agent, parsed by the receiving shard.
-#[derive(Debug)]
-pub enum AgentRequest {
-    Services {
-        filter: String,
-    },
-    Service {
-        id: String,
-        hash: Option<String>,
-        wait: Duration,
-    },
-    Checks {
-        filter: String,
-    },
-    RegisterService {
-        body: Vec<u8>,
-        replace_existing_checks: bool,
-    },
-    DeregisterService {
-        id: String,
-    },
-    RegisterCheck {
-        body: Vec<u8>,
-    },
-    DeregisterCheck {
-        id: String,
-    },
-    UpdateTtl {
-        id: String,
-        status: Status,
-        output: String,
-    },
-    ServiceMaintenance {
-        id: String,
-        enable: bool,
-        reason: String,
-    },
-    NodeMaintenance {
-        enable: bool,
-        reason: String,
-    },
-    HealthByName {
-        name: String,
-        text: bool,
-    },
-    HealthById {
-        id: String,
-        text: bool,
-    },
-    Reload,
-    Metrics {
-        prometheus: bool,
-    },
-}
-
-/// A request in flight to the agent.
-pub struct AgentCall {
-    pub request: AgentRequest,
-    pub pretty: bool,
-    pub reply: flume::Sender<AgentReply>,
-}
-
-/// A finished answer.
-#[derive(Debug)]
-pub struct AgentReply {
-    pub status: u16,
-    pub content_type: Option<&'static str>,
-    pub headers: Vec<u8>,
-    pub body: Vec<u8>,
-}
-
-impl AgentReply {
-    pub fn empty() -> AgentReply {
-        AgentReply {
-            status: 200,
-            content_type: None,
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
-    }
-    pub fn text(status: u16, message: impl Into<String>) -> AgentReply {
-        AgentReply {
-            status,
-            content_type: Some("text/plain; charset=utf-8"),
-            headers: Vec::new(),
-            body: message.into().into_bytes(),
-        }
-    }
-    fn json(status: u16, body: Vec<u8>) -> AgentReply {
-        AgentReply {
-            status,
-            content_type: Some("application/json"),
-            headers: Vec::new(),
-            body,
-        }
-    }
-}
 
 /// Receives calls from every shard and answers each in its own task (some wait for a sync).
 pub async fn serve_calls(agent: Rc<Agent>, calls: flume::Receiver<AgentCall>) {

@@ -11,9 +11,11 @@
 //! is a field read or a call the shard would make anyway, so handing it to handlers instead
 //! of the shard costs nothing per request.
 
+use super::agent_local::AgentChannel;
 use super::{Consistency, QueryMeta, QueryOptions};
 use crate::cluster::gossip::GossipHandle;
 use crate::cluster::user_events::EventLog;
+use crate::cluster::Pools;
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
 use crate::shard::peer_transport::Faults;
@@ -27,11 +29,17 @@ use std::time::Instant;
 /// A handler's view of its shard and of the agent around it.
 pub struct Context {
     shard: Rc<Shard>,
+    pools: Arc<Pools>,
+    agent: AgentChannel,
 }
 
 impl Context {
-    pub fn new(shard: Rc<Shard>) -> Context {
-        Context { shard }
+    pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Context {
+        Context {
+            shard,
+            pools,
+            agent,
+        }
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -98,21 +106,21 @@ impl Context {
 
     /// The LAN gossip pool, when serf_lan is enabled.
     pub fn lan(&self) -> Option<&GossipHandle> {
-        self.shard.shared().gossip_lan.as_ref()
+        self.pools.lan.as_ref()
     }
 
     /// The WAN gossip pool, on servers with serf_wan enabled.
     pub fn wan(&self) -> Option<&GossipHandle> {
-        self.shard.shared().gossip_wan.as_ref()
+        self.pools.wan.as_ref()
     }
 
     /// Recent Consul user events heard on the LAN pool.
     pub fn events(&self) -> &Arc<EventLog> {
-        &self.shard.shared().user_events
+        &self.pools.events
     }
 
     /// How agent endpoints reach the agent on shard 0.
-    pub fn agent(&self) -> &crate::agent::AgentChannel {
-        &self.shard.shared().agent
+    pub fn agent(&self) -> &AgentChannel {
+        &self.agent
     }
 }

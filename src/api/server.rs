@@ -26,8 +26,10 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
+use crate::api::agent_local::AgentChannel;
 use crate::api::shared_answers::{AnswerShape, SharedAnswer};
 use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
+use crate::cluster::Pools;
 use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
@@ -45,6 +47,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -85,9 +88,9 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(shard: Rc<Shard>) -> Rc<Server> {
+    pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Rc<Server> {
         Rc::new(Server {
-            context: api::Context::new(shard.clone()),
+            context: api::Context::new(shard.clone(), pools, agent),
             shard,
         })
     }

@@ -11,3 +11,19 @@ pub mod gossip;
 pub mod pools;
 pub mod reconcile;
 pub mod user_events;
+
+use gossip::GossipHandle;
+use std::sync::Arc;
+use user_events::EventLog;
+
+/// The agent's gossip pools and the user events heard on them: one per agent, shared by
+/// every shard (the handles are `Send + Sync` and cheap to clone).
+#[derive(Default)]
+pub struct Pools {
+    /// The LAN pool, when serf_lan is enabled.
+    pub lan: Option<GossipHandle>,
+    /// The WAN pool, on servers with serf_wan enabled.
+    pub wan: Option<GossipHandle>,
+    /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
+    pub events: Arc<EventLog>,
+}

@@ -68,9 +68,8 @@ impl EventLog {
 
 /// Takes the LAN pool's user events, keeps Consul's ones that match this agent and records
 /// them. Runs on shard 0 until shutdown.
-pub async fn ingest_loop(shard: Rc<Shard>, handle: GossipHandle) {
+pub async fn ingest_loop(shard: Rc<Shard>, handle: GossipHandle, log: Arc<EventLog>) {
     let events = handle.user_events();
-    let log = shard.shared().user_events.clone();
     while let Ok(serf_event) = events.recv_async().await {
         if shard.shutting_down() {
             return;

@@ -239,11 +239,14 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         last_leader_contact_ms: AtomicU64::new(0),
         faults: faults.clone(),
         rpc_address,
-        gossip_lan: lan.as_ref().map(|(handle, _)| handle.clone()),
-        agent: crate::agent::AgentChannel::new(),
-        gossip_wan: wan.as_ref().map(|(handle, _)| handle.clone()),
-        user_events: Arc::default(),
     });
+    let pools = Arc::new(crate::cluster::Pools {
+        lan: lan.as_ref().map(|(handle, _)| handle.clone()),
+        wan: wan.as_ref().map(|(handle, _)| handle.clone()),
+        events: Arc::default(),
+    });
+    let (agent_channel, agent_calls) = crate::api::agent_local::agent_channel();
+    let mut agent_calls = Some(agent_calls);
 
     // Servers run the raft core thread; client agents have no log and forward every
     // store-bound request to a server they learn about through gossip.
@@ -371,6 +374,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         let gossip = if id == 0 { lan_driver.take() } else { None };
         let gossip_wan = if id == 0 { wan_driver.take() } else { None };
         let router = if id == 0 { client_senders.take() } else { None };
+        let agent_calls = if id == 0 { agent_calls.take() } else { None };
+        let (pools, agent_channel) = (pools.clone(), agent_channel.clone());
         let thread = std::thread::Builder::new()
             .name(format!("praetor-shard-{id}"))
             .spawn(move || {
@@ -387,6 +392,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                     gossip_wan,
                     client_router: router,
                     dns_settings,
+                    pools,
+                    agent_channel,
+                    agent_calls,
                 });
             })
             .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
@@ -419,10 +427,10 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let signal = wait_for_signal(&signals);
     log::info!("agent: caught signal {signal}, shutting down");
     shared.shutting_down.store(true, Ordering::SeqCst);
-    if let Some(gossip) = &shared.gossip_lan {
+    if let Some(gossip) = &pools.lan {
         gossip.shutdown();
     }
-    if let Some(gossip) = &shared.gossip_wan {
+    if let Some(gossip) = &pools.wan {
         gossip.shutdown();
     }
     for thread in shard_threads {
@@ -458,6 +466,10 @@ struct ShardStart {
     /// On a client agent, shard 0 routes every shard to a server.
     client_router: Option<Vec<runtime::ShardSender>>,
     dns_settings: Arc<crate::dns::DnsSettings>,
+    pools: Arc<crate::cluster::Pools>,
+    agent_channel: crate::api::agent_local::AgentChannel,
+    /// Shard 0 runs the agent, which serves the calls of agent endpoints on every shard.
+    agent_calls: Option<flume::Receiver<crate::api::agent_local::AgentCall>>,
 }
 
 /// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
@@ -473,6 +485,9 @@ fn run_shard(start: ShardStart) {
         gossip_wan,
         client_router,
         dns_settings,
+        pools,
+        agent_channel,
+        agent_calls,
     } = start;
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .with_entries(URING_ENTRIES)
@@ -481,7 +496,7 @@ fn run_shard(start: ShardStart) {
         .expect("building the shard runtime");
     runtime.block_on(async move {
         let shard = Shard::new(id, shared.clone(), version, inbox);
-        let http = crate::api::server::Server::new(shard.clone());
+        let http = crate::api::server::Server::new(shard.clone(), pools.clone(), agent_channel);
         for listener in listeners.http {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
@@ -522,7 +537,7 @@ fn run_shard(start: ShardStart) {
                 Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
             }
         }
-        if let (Some(driver), Some(handle)) = (gossip, shared.gossip_lan.clone()) {
+        if let (Some(driver), Some(handle)) = (gossip, pools.lan.clone()) {
             monoio::spawn(async move {
                 if let Err(e) = driver.run().await {
                     log::error!("gossip: LAN pool stopped: {e}");
@@ -547,8 +562,9 @@ fn run_shard(start: ShardStart) {
             monoio::spawn(crate::cluster::user_events::ingest_loop(
                 shard.clone(),
                 handle.clone(),
+                pools.events.clone(),
             ));
-            if let (Some(driver), Some(wan)) = (gossip_wan, shared.gossip_wan.clone()) {
+            if let (Some(driver), Some(wan)) = (gossip_wan, pools.wan.clone()) {
                 monoio::spawn(async move {
                     if let Err(e) = driver.run().await {
                         log::error!("gossip: WAN pool stopped: {e}");
@@ -565,9 +581,9 @@ fn run_shard(start: ShardStart) {
                 handle,
             ));
         }
-        if id == 0 {
+        if let Some(calls) = agent_calls {
             // The agent (local services, checks, anti-entropy) lives on shard 0.
-            monoio::spawn(crate::agent::run(shard.clone()));
+            monoio::spawn(crate::agent::run(shard.clone(), pools, calls));
         }
         monoio::spawn(watch_ticker(shard.clone()));
         shard_main_loop(&shard).await;

@@ -279,14 +279,6 @@ pub struct Shared {
     pub faults: Arc<crate::shard::peer_transport::Faults>,
     /// This server's RPC address as peers reach it.
     pub rpc_address: std::net::SocketAddr,
-    /// The LAN gossip pool, when serf_lan is enabled.
-    pub gossip_lan: Option<crate::cluster::gossip::GossipHandle>,
-    /// How agent endpoints on any shard reach the agent on shard 0.
-    pub agent: crate::agent::AgentChannel,
-    /// The WAN gossip pool, on servers with serf_wan enabled.
-    pub gossip_wan: Option<crate::cluster::gossip::GossipHandle>,
-    /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
-    pub user_events: Arc<crate::cluster::user_events::EventLog>,
 }
 
 impl Shared {
