@@ -12,14 +12,14 @@
 //! of the shard costs nothing per request.
 
 use super::agent_local::AgentChannel;
-use super::{Consistency, QueryMeta, QueryOptions};
+use super::{QueryMeta, QueryOptions};
 use crate::cluster::gossip::GossipHandle;
 use crate::cluster::user_events::EventLog;
 use crate::cluster::Pools;
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
 use crate::shard::peer_transport::Faults;
-use crate::shard::runtime::{ClusterStatus, Identity, ReadPlan};
+use crate::shard::runtime::{ClusterStatus, Consistency, Identity, ReadPlan};
 use crate::shard::Shard;
 use crate::store::StoreVersion;
 use std::rc::Rc;
@@ -96,12 +96,18 @@ impl Context {
 
     /// Where a read with these options runs: here, after a quorum round, or on the leader.
     pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
-        self.shard.read_plan(options)
+        self.shard.read_plan(options.consistency, options.max_stale)
     }
 
     /// Consul's metadata for an answer at `index`, read with `consistency`.
     pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
-        self.shard.query_meta(index, consistency)
+        let leader = self.shard.leader_contact();
+        QueryMeta {
+            index,
+            known_leader: leader.known,
+            last_contact_ms: leader.last_contact_ms,
+            consistency,
+        }
     }
 
     /// The LAN gossip pool, when serf_lan is enabled.

@@ -36,7 +36,7 @@ pub use context::Context;
 use crate::consul::{json, render};
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
-use crate::shard::runtime::ReadPlan;
+use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
 use crate::store::{Command, CommandResult, StoreVersion, Tables};
 use std::time::Duration;
@@ -278,26 +278,6 @@ impl<'o> Reply<'o> {
             | ApiError::TooLarge(reason)
             | ApiError::Internal(reason)
             | ApiError::Status(_, reason) => self.text(status, reason),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Consistency {
-    /// Served by the leader while its lease holds.
-    Leader,
-    /// Served from any server's local state.
-    Stale,
-    /// Confirmed with a quorum round (ReadIndex) before answering.
-    Consistent,
-}
-
-impl Consistency {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Consistency::Leader => "leader",
-            Consistency::Stale => "stale",
-            Consistency::Consistent => "consistent",
         }
     }
 }

@@ -999,14 +999,14 @@ async fn park(
     };
     let deadline_ms = server.shard.shared().now_ms() + wait_ms + jitter_ms;
     if op.barrier {
-        if let Err(error) = Box::pin(server.shard.read_barrier()).await {
-            Reply::new(output, keep_alive, pretty).error(&error);
+        if let Err(reason) = Box::pin(server.shard.read_barrier()).await {
+            Reply::new(output, keep_alive, pretty).error(&api::ApiError::Internal(reason));
             return Ok(None);
         }
     }
     let mut woken = false;
     loop {
-        if server.shard.read_plan(&op.options) == ReadPlan::Forward {
+        if server.context.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
             Reply::new(output, keep_alive, pretty)
                 .error(&api::ApiError::Internal("No cluster leader".to_string()));
@@ -1016,7 +1016,7 @@ async fn park(
         let (index, watch_set) = op.query.evaluate(&version);
         let timed_out = server.shard.shared().now_ms() >= deadline_ms;
         if !op.options.is_blocking() || index > op.options.min_index || timed_out {
-            let meta = server.shard.query_meta(index, op.options.consistency);
+            let meta = server.context.query_meta(index, op.options.consistency);
             if let (true, Some(head)) = (woken, &answer_key) {
                 // Queries woken by one change are often identical: render once per shard.
                 let shape = AnswerShape {

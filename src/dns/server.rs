@@ -13,10 +13,9 @@
 //! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
 //! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
 
-use crate::api::{Consistency, QueryOptions};
 use crate::dns::{self, recursor, DnsSettings, Handled, Transport, VersionSource};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
-use crate::shard::runtime::{ReadPlan, Shard};
+use crate::shard::runtime::{Consistency, ReadPlan, Shard};
 use crate::store::StoreVersion;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
@@ -117,18 +116,12 @@ impl VersionSource for ShardVersion<'_> {
 /// published version (one atomic load when it is current), so a write acknowledged on any
 /// shard shows in the next answer.
 fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
-    let options = QueryOptions {
-        min_index: 0,
-        wait: Duration::ZERO,
-        consistency: if settings.config.allow_stale {
-            Consistency::Stale
-        } else {
-            Consistency::Leader
-        },
-        max_stale: Some(settings.config.max_stale),
-        filter: None,
+    let consistency = if settings.config.allow_stale {
+        Consistency::Stale
+    } else {
+        Consistency::Leader
     };
-    match shard.read_plan(&options) {
+    match shard.read_plan(consistency, Some(settings.config.max_stale)) {
         ReadPlan::Local => {
             shard.catch_up();
             true

@@ -13,7 +13,6 @@
 //! any published version before a read; the raft core publishes the index before it queues
 //! the batch, so an index a read sees is always one it can wait for.
 
-use crate::api::{ApiError, Consistency, QueryMeta, QueryOptions};
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
 use crate::shard::watch::{WatchId, WatchRegistry, WatchSet};
@@ -245,6 +244,36 @@ pub enum RaftInput {
         through: u64,
     },
     Shutdown,
+}
+
+/// How fresh a read must be: Consul's default, `?stale` and `?consistent`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consistency {
+    /// Served by the leader while its lease holds.
+    Leader,
+    /// Served from any server's local state.
+    Stale,
+    /// Confirmed with a quorum round (ReadIndex) before answering.
+    Consistent,
+}
+
+impl Consistency {
+    /// The name Consul reports in `X-Consul-Effective-Consistency`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consistency::Leader => "leader",
+            Consistency::Stale => "stale",
+            Consistency::Consistent => "consistent",
+        }
+    }
+}
+
+/// What a shard knows of its leader when it answers a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderContact {
+    pub known: bool,
+    /// Milliseconds since the leader was last heard from; 0 on the leader.
+    pub last_contact_ms: u64,
 }
 
 /// How a read must be served.
@@ -488,14 +517,14 @@ impl Shard {
     /// one, and for `?consistent`, the leader first confirms itself with a quorum round.
     /// Stale reads run anywhere unless `max_stale` says this server has been out of touch
     /// with the leader for too long.
-    pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
+    pub fn read_plan(&self, consistency: Consistency, max_stale: Option<Duration>) -> ReadPlan {
         if self.is_client() {
             return ReadPlan::Forward;
         }
         let is_leader = self.is_leader();
-        match options.consistency {
+        match consistency {
             Consistency::Stale => {
-                if let Some(max_stale) = options.max_stale {
+                if let Some(max_stale) = max_stale {
                     let known_leader = !self.status.borrow().leader_rpc_address.is_empty();
                     let out_of_touch =
                         self.shared.last_contact_ms(is_leader) > max_stale.as_millis() as u64;
@@ -522,8 +551,9 @@ impl Shard {
     }
 
     /// Waits until a quorum confirmed that this server still leads and the shard's version
-    /// covers every write committed before the call (ReadIndex).
-    pub async fn read_barrier(&self) -> Result<(), ApiError> {
+    /// covers every write committed before the call (ReadIndex). Errs with the reason the
+    /// round failed ("No cluster leader", …).
+    pub async fn read_barrier(&self) -> Result<(), String> {
         match self
             .submit(|request_id| RaftInput::ReadIndex { request_id })
             .await
@@ -532,17 +562,18 @@ impl Shard {
                 self.catch_up();
                 Ok(())
             }
-            CommandResult::Error(reason) => Err(ApiError::Internal(reason)),
+            CommandResult::Error(reason) => Err(reason),
         }
     }
 
-    pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
+    /// Whether a leader is known, and milliseconds since it was last heard from (0 on the
+    /// leader): what a read reports as Consul's `X-Consul-KnownLeader` and
+    /// `X-Consul-LastContact`.
+    pub fn leader_contact(&self) -> LeaderContact {
         let status = self.status.borrow();
-        QueryMeta {
-            index,
-            known_leader: !status.leader_rpc_address.is_empty(),
+        LeaderContact {
+            known: !status.leader_rpc_address.is_empty(),
             last_contact_ms: self.shared.last_contact_ms(status.is_leader),
-            consistency,
         }
     }
 
