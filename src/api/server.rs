@@ -27,7 +27,7 @@
 //! `FORWARD_HOPS_MAX` forwards per request.
 
 use crate::api::agent_local::AgentChannel;
-use crate::api::shared_answers::{AnswerShape, SharedAnswer};
+use crate::api::shared_answers::{AnswerShape, SharedAnswer, SharedAnswers};
 use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
 use crate::cluster::Pools;
 use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
@@ -42,6 +42,7 @@ use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -85,13 +86,20 @@ const INPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
 pub struct Server {
     shard: Rc<Shard>,
     context: api::Context,
+    /// Rendered answers of woken blocking queries, shared by identical requests; forgotten
+    /// with every new version (they belong to the version they were rendered from).
+    shared_answers: Rc<RefCell<SharedAnswers>>,
 }
 
 impl Server {
     pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Rc<Server> {
+        let shared_answers = Rc::new(RefCell::new(SharedAnswers::new()));
+        let forgotten = shared_answers.clone();
+        shard.on_new_version(move |_| forgotten.borrow_mut().forget());
         Rc::new(Server {
             context: api::Context::new(shard.clone(), pools, agent),
             shard,
+            shared_answers,
         })
     }
 }
@@ -1025,7 +1033,6 @@ async fn park(
                     pretty,
                 };
                 let kept = server
-                    .shard
                     .shared_answers
                     .borrow_mut()
                     .get(&version, head, &shape);
@@ -1039,7 +1046,6 @@ async fn park(
                     &mut Reply::new(&mut rendered, keep_alive, pretty),
                 );
                 let answer = server
-                    .shard
                     .shared_answers
                     .borrow_mut()
                     .insert(&version, head, shape, rendered);

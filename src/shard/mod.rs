@@ -517,10 +517,11 @@ fn run_shard(start: ShardStart) {
                 Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
             }
         }
+        let dns = crate::dns::server::DnsServer::new(shard.clone(), dns_settings);
         for socket in listeners.dns_udp {
             match monoio::net::udp::UdpSocket::from_std(socket) {
                 Ok(socket) => {
-                    crate::dns::server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
+                    crate::dns::server::spawn_udp(dns.clone(), socket);
                 }
                 Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
             }
@@ -528,11 +529,7 @@ fn run_shard(start: ShardStart) {
         for listener in listeners.dns_tcp {
             match monoio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    monoio::spawn(crate::dns::server::tcp_accept_loop(
-                        shard.clone(),
-                        dns_settings.clone(),
-                        listener,
-                    ));
+                    monoio::spawn(crate::dns::server::tcp_accept_loop(dns.clone(), listener));
                 }
                 Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
             }

@@ -342,11 +342,12 @@ pub struct Shard {
     inbox: ShardReceiver,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
-    /// DNS answer cache and scratch space; invalidated by every applied change set.
-    pub dns: RefCell<crate::dns::ShardDns>,
-    /// Rendered answers of woken blocking queries, shared by identical requests.
-    pub shared_answers: RefCell<crate::api::shared_answers::SharedAnswers>,
+    /// What higher layers keep per shard that must follow each new version.
+    observers: RefCell<Vec<VersionObserver>>,
 }
+
+/// Called with every batch a shard takes in; see [`Shard::on_new_version`].
+type VersionObserver = Box<dyn Fn(&AppliedBatch)>;
 
 impl Shard {
     pub fn new(
@@ -365,9 +366,17 @@ impl Shard {
             next_request: Cell::new(1),
             inbox,
             forward: crate::shard::forward::ForwardPool::default(),
-            dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
-            shared_answers: RefCell::new(crate::api::shared_answers::SharedAnswers::new()),
+            observers: RefCell::new(Vec::new()),
         })
+    }
+
+    /// Runs `observer` with every batch this shard takes in, in the same synchronous step
+    /// that installs the batch's version and before woken writers and parked queries run.
+    /// Per-shard state of the layers above that depends on the version (the DNS answer
+    /// cache, the HTTP server's shared answers) thus never outlives a change to what it
+    /// read. An observer must not call back into the shard.
+    pub fn on_new_version(&self, observer: impl Fn(&AppliedBatch) + 'static) {
+        self.observers.borrow_mut().push(Box::new(observer));
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -429,12 +438,10 @@ impl Shard {
                     );
                     *version = batch.version.clone();
                 }
-                // Shared answers belong to the version they were rendered from.
-                self.shared_answers.borrow_mut().forget();
-                // In the same step as the version: no cached DNS answer outlives a change to
-                // what it read.
-                if !batch.changes.is_empty() {
-                    self.dns.borrow_mut().cache.invalidate(&batch.changes);
+                // In the same step as the version: nothing a higher layer derived from an
+                // older version outlives a change to what it read.
+                for observer in self.observers.borrow().iter() {
+                    observer(&batch);
                 }
                 // Writers first: tasks run in wake order, and a write that changed a key with
                 // thousands of watchers must not be answered after all of them.
