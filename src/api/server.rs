@@ -36,6 +36,7 @@ use crate::proto::http::{
 };
 use crate::proto::rpc::kind;
 use crate::shard::nonblocking::{receive_now, send_now};
+use crate::shard::rpc_server::ForwardedHttp;
 use crate::shard::runtime::{ReadPlan, Shard};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
@@ -889,9 +890,15 @@ async fn forward_to_leader(
     }
 }
 
+impl ForwardedHttp for Server {
+    fn answer(&self, request: bytes::Bytes) -> impl Future<Output = Vec<u8>> {
+        answer_forwarded(self, request)
+    }
+}
+
 /// Answers a request another server forwarded to us: the raw HTTP/1.1 request in, the raw
 /// response out, through the same dispatch path as a local client.
-pub async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
+async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
     let mut output = Vec::with_capacity(1024);
     let limits = HttpLimits {
         body_bytes_max: usize::MAX,

@@ -10,7 +10,6 @@
 //! frame size ([`FRAME_BYTES_MAX`](crate::proto::rpc::FRAME_BYTES_MAX)), a timeout for the
 //! first byte.
 
-use crate::api::server::{answer_forwarded, Server};
 use crate::proto::rpc::{decode_frame, encode_frame, kind, PROTOCOL_RAFT, PROTOCOL_RPC};
 use crate::shard::runtime::{RaftInput, Shard};
 use bytes::{Bytes, BytesMut};
@@ -18,6 +17,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use std::cell::Cell;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -28,7 +28,15 @@ pub const RPC_IN_FLIGHT_MAX: usize = 16_384;
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-pub async fn accept_loop(shard: Rc<Shard>, http: Rc<Server>, listener: TcpListener) {
+/// What answers the HTTP requests other servers forward here ([`kind::FORWARD_HTTP`]). The
+/// HTTP layer sits above the runtime, so whoever starts the shard hands it in; the runtime
+/// only carries the bytes.
+pub trait ForwardedHttp: 'static {
+    /// The raw HTTP/1.1 response to a raw HTTP/1.1 request.
+    fn answer(&self, request: Bytes) -> impl Future<Output = Vec<u8>>;
+}
+
+pub async fn accept_loop<H: ForwardedHttp>(shard: Rc<Shard>, http: Rc<H>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -46,7 +54,12 @@ pub async fn accept_loop(shard: Rc<Shard>, http: Rc<Server>, listener: TcpListen
     }
 }
 
-async fn serve(shard: Rc<Shard>, http: Rc<Server>, mut stream: TcpStream, peer: SocketAddr) {
+async fn serve<H: ForwardedHttp>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) {
     let first = vec![0u8; 1];
     let (result, first) = match monoio::time::timeout(FIRST_BYTE_TIMEOUT, stream.read(first)).await
     {
@@ -111,7 +124,12 @@ async fn raft_stream(shard: &Shard, stream: TcpStream, peer: SocketAddr) {
         .await;
 }
 
-async fn rpc_stream(shard: Rc<Shard>, http: Rc<Server>, stream: TcpStream, peer: SocketAddr) {
+async fn rpc_stream<H: ForwardedHttp>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
     let (mut reader, mut writer) = stream.into_split();
     let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
     monoio::spawn(async move {
@@ -155,7 +173,7 @@ async fn rpc_stream(shard: Rc<Shard>, http: Rc<Server>, stream: TcpStream, peer:
             let mut out = BytesMut::new();
             match frame.kind {
                 kind::FORWARD_HTTP => {
-                    let answer = answer_forwarded(&http, frame.payload).await;
+                    let answer = http.answer(frame.payload).await;
                     encode_frame(
                         &mut out,
                         kind::FORWARD_HTTP_RESPONSE,
