@@ -19,6 +19,7 @@ pub mod config;
 pub mod consul;
 pub mod dns;
 pub mod gossip;
+pub mod node;
 pub mod proto;
 pub mod raft;
 pub mod shard;
