@@ -42,7 +42,7 @@ fn check_body_datacenter(ctx: &Context, datacenter: &str) -> Result<(), ApiError
 }
 
 /// `PUT /v1/catalog/register`.
-pub fn register(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::consul::metrics::CATALOG_REGISTERS.add(1);
     super::check_datacenter(ctx, &request.query)?;
     let registration = parse_registration(request.body, &ctx.config().datacenter)
@@ -56,7 +56,7 @@ pub fn register(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
 /// `PUT /v1/internal/praetor/catalog-apply`: a catalog command encoded as a Raft payload,
 /// sent by an agent on a follower to the leader. Only catalog commands are accepted, and the
 /// store validates them as it validates every registration.
-pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
+pub fn internal_apply(_: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     let command = Command::decode(request.body).map_err(ApiError::bad_request)?;
     if !matches!(command, Command::Catalog(_)) {
         return Err(ApiError::bad_request(
@@ -72,9 +72,10 @@ pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
 /// a difference it misses now is found on the next full sync.
 pub fn internal_node_state(
     ctx: &Context,
-    node: &str,
+    request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    let node = request.rest;
     if ctx.is_client() {
         return Ok(Outcome::Forward);
     }
@@ -87,7 +88,7 @@ pub fn internal_node_state(
 }
 
 /// `PUT /v1/catalog/deregister`.
-pub fn deregister(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::consul::metrics::CATALOG_DEREGISTERS.add(1);
     super::check_datacenter(ctx, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
@@ -476,14 +477,23 @@ impl Query for ServiceQuery {
     }
 }
 
-/// `GET /v1/catalog/service/<s>` and `/v1/catalog/connect/<s>`.
-pub fn service(
+/// `GET /v1/catalog/service/<s>`.
+pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_nodes(ctx, request, false, reply)
+}
+
+/// `GET /v1/catalog/connect/<s>`.
+pub fn connect(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_nodes(ctx, request, true, reply)
+}
+
+fn service_nodes(
     ctx: &Context,
     request: &Request,
-    name: &str,
     connect: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    let name = request.rest;
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
@@ -577,14 +587,27 @@ impl Query for NodeQuery {
     }
 }
 
-/// `GET /v1/catalog/node/<n>` and `/v1/catalog/node-services/<n>`.
-pub fn node(
+/// `GET /v1/catalog/node/<n>`.
+pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    node_services_of(ctx, request, false, reply)
+}
+
+/// `GET /v1/catalog/node-services/<n>`.
+pub fn node_services(
     ctx: &Context,
     request: &Request,
-    name: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    node_services_of(ctx, request, true, reply)
+}
+
+fn node_services_of(
+    ctx: &Context,
+    request: &Request,
     as_list: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    let name = request.rest;
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
@@ -596,66 +619,6 @@ pub fn node(
         filter: parse_filter(request, filter::NODE_SERVICE)?,
     };
     run_query(ctx, query, options, reply)
-}
-
-const GET: &[&str] = &["GET"];
-const PUT: &[&str] = &["PUT"];
-
-/// Routes `/v1/catalog/*` and `/v1/health/*`; `None` for paths it does not serve.
-pub fn route(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    type Handler = fn(&Context, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
-    let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
-        if path == "/v1/catalog/register" {
-            (PUT, |s, r, _, _| register(s, r), "")
-        } else if path == crate::consul::node_state::APPLY_PATH {
-            (PUT, |_, r, _, _| internal_apply(r), "")
-        } else if let Some(rest) = path.strip_prefix(crate::consul::node_state::NODE_STATE_PATH) {
-            (GET, |s, _, n, o| internal_node_state(s, n, o), rest)
-        } else if path == "/v1/catalog/deregister" {
-            (PUT, |s, r, _, _| deregister(s, r), "")
-        } else if path == "/v1/catalog/nodes" {
-            (GET, |s, r, _, o| nodes(s, r, o), "")
-        } else if path == "/v1/catalog/services" {
-            (GET, |s, r, _, o| services(s, r, o), "")
-        } else if let Some(rest) = path.strip_prefix("/v1/catalog/service/") {
-            (GET, |s, r, n, o| service(s, r, n, false, o), rest)
-        } else if let Some(rest) = path.strip_prefix("/v1/catalog/connect/") {
-            (GET, |s, r, n, o| service(s, r, n, true, o), rest)
-        } else if let Some(rest) = path.strip_prefix("/v1/catalog/node/") {
-            (GET, |s, r, n, o| node(s, r, n, false, o), rest)
-        } else if let Some(rest) = path.strip_prefix("/v1/catalog/node-services/") {
-            (GET, |s, r, n, o| node(s, r, n, true, o), rest)
-        } else if let Some(rest) = path.strip_prefix("/v1/health/service/") {
-            (
-                GET,
-                |s, r, n, o| super::health::service(s, r, n, false, o),
-                rest,
-            )
-        } else if let Some(rest) = path.strip_prefix("/v1/health/connect/") {
-            (
-                GET,
-                |s, r, n, o| super::health::service(s, r, n, true, o),
-                rest,
-            )
-        } else if let Some(rest) = path.strip_prefix("/v1/health/checks/") {
-            (GET, super::health::service_checks, rest)
-        } else if let Some(rest) = path.strip_prefix("/v1/health/node/") {
-            (GET, super::health::node, rest)
-        } else if let Some(rest) = path.strip_prefix("/v1/health/state/") {
-            (GET, super::health::state, rest)
-        } else {
-            return None;
-        };
-    Some(match super::allow(request, reply, methods) {
-        Ok(true) => handler(ctx, request, rest, reply),
-        Ok(false) => Ok(Outcome::Done),
-        Err(e) => Err(e),
-    })
 }
 
 #[cfg(test)]

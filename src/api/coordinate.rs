@@ -7,34 +7,11 @@
 //! computes for itself. Members that left are not listed. `datacenters` lists this
 //! datacenter's servers from the WAN pool when it runs, else from the LAN pool.
 
-use super::{allow, check_datacenter, ApiError, Context, Outcome, Reply, Request};
+use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request};
 use crate::cluster::gossip::GossipHandle;
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
 use std::collections::HashMap;
-
-pub fn route(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let node = path.strip_prefix("/v1/coordinate/node/");
-    if node.is_none() && path != "/v1/coordinate/nodes" && path != "/v1/coordinate/datacenters" {
-        return None;
-    }
-    Some(allow(request, reply, &["GET"]).and_then(|go| {
-        if !go {
-            return Ok(Outcome::Done);
-        }
-        check_datacenter(ctx, &request.query)?;
-        if path == "/v1/coordinate/datacenters" {
-            datacenters(ctx, reply)
-        } else {
-            nodes(ctx, request, node, reply)
-        }
-    }))
-}
 
 /// Consul's JSON for a coordinate.
 pub fn coordinate_json(c: &Coordinate) -> serde_json::Value {
@@ -151,12 +128,23 @@ fn index_header(ctx: &Context) -> Vec<u8> {
     headers
 }
 
-fn nodes(
+/// `GET /v1/coordinate/nodes`.
+pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    node_entries(ctx, request, None, reply)
+}
+
+/// `GET /v1/coordinate/node/<node>`.
+pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    node_entries(ctx, request, Some(request.rest), reply)
+}
+
+fn node_entries(
     ctx: &Context,
     request: &Request,
     node: Option<&str>,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     let handle = super::members::lan_handle(ctx)?;
     if let Some(segment) = request.query.get("segment").filter(|s| !s.is_empty()) {
         if segment != "_all" {
@@ -180,7 +168,13 @@ fn nodes(
     Ok(Outcome::Done)
 }
 
-fn datacenters(ctx: &Context, reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// `GET /v1/coordinate/datacenters`.
+pub fn datacenters(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     let datacenter = ctx.config().datacenter.clone();
     let coordinates: Vec<serde_json::Value> = match super::members::wan_handle(ctx) {
         Some(wan) => node_coordinates(&wan)

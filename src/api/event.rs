@@ -7,49 +7,15 @@
 //! until the newest matching event's UUID-derived index differs from the one given.
 
 use super::members::lan_handle;
-use super::{allow, check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
+use super::{check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::proto::duration::parse_go_duration;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn route(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let result = if let Some(name) = path.strip_prefix("/v1/event/fire/") {
-        allow(request, reply, &["PUT"]).and_then(|go| {
-            if go {
-                fire(ctx, request, name)
-            } else {
-                Ok(Outcome::Done)
-            }
-        })
-    } else if path == "/v1/event/fire" {
-        allow(request, reply, &["PUT"]).and_then(|go| {
-            if go {
-                fire(ctx, request, "")
-            } else {
-                Ok(Outcome::Done)
-            }
-        })
-    } else if path == "/v1/event/list" {
-        allow(request, reply, &["GET"]).and_then(|go| {
-            if go {
-                list(ctx, request, reply)
-            } else {
-                Ok(Outcome::Done)
-            }
-        })
-    } else {
-        return None;
-    };
-    Some(result)
-}
-
-fn fire(ctx: &Context, request: &Request, name: &str) -> Result<Outcome, ApiError> {
+/// `PUT /v1/event/fire/<name>`.
+pub fn fire(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let name = request.rest;
     check_datacenter(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing name"));
@@ -104,7 +70,8 @@ fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64) {
     reply.json(200, &headers, &body);
 }
 
-fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// `GET /v1/event/list`.
+pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
     let name = request.query.get("name").unwrap_or("").to_string();
     let min_index = match request.query.get("index") {

@@ -28,14 +28,23 @@ fn passing_param(request: &Request) -> Result<bool, ApiError> {
     }
 }
 
-/// `GET /v1/health/service/<s>` and `/v1/health/connect/<s>`.
-pub fn service(
+/// `GET /v1/health/service/<s>`.
+pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_health(ctx, request, false, reply)
+}
+
+/// `GET /v1/health/connect/<s>`.
+pub fn connect(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_health(ctx, request, true, reply)
+}
+
+fn service_health(
     ctx: &Context,
     request: &Request,
-    name: &str,
     connect: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    let name = request.rest;
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
@@ -62,9 +71,9 @@ pub fn service(
 pub fn service_checks(
     ctx: &Context,
     request: &Request,
-    name: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    let name = request.rest;
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
@@ -124,12 +133,8 @@ impl Query for NodeChecksQuery {
 }
 
 /// `GET /v1/health/node/<n>`.
-pub fn node(
-    ctx: &Context,
-    request: &Request,
-    name: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let name = request.rest;
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
@@ -166,12 +171,8 @@ impl Query for StateQuery {
 }
 
 /// `GET /v1/health/state/<state>`: `any`, `passing`, `warning` or `critical`.
-pub fn state(
-    ctx: &Context,
-    request: &Request,
-    state: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let state = request.rest;
     let options = query_options(ctx, &request.query)?;
     let state = match state {
         "" => return Err(ApiError::bad_request("Missing check state")),

@@ -16,12 +16,9 @@ use std::sync::Arc;
 /// it explicit.
 pub const KEY_BYTES_MAX: usize = 16 * 1024;
 
-pub fn handle(
-    ctx: &Context,
-    request: &Request,
-    key: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+/// `/v1/kv/<key>` (and `/v1/kv`, whose key is empty): the request's `rest` is the key.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let key = request.rest;
     if key.len() > KEY_BYTES_MAX {
         return Err(ApiError::bad_request(format!(
             "Key exceeds {KEY_BYTES_MAX} bytes"

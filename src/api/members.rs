@@ -6,7 +6,7 @@
 //! The WAN pool is served only on servers that run one; `?wan` elsewhere answers as
 //! Consul's client agents do (no WAN members, joining refused).
 
-use super::{allow, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
+use super::{ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::cluster::gossip::GossipHandle;
 use crate::gossip::MemberInfo;
 use std::time::Duration;
@@ -14,51 +14,6 @@ use std::time::Duration;
 /// How long after answering `/v1/agent/leave` the agent starts shutting down, so that the
 /// answer reaches the client first.
 const LEAVE_SHUTDOWN_DELAY: Duration = Duration::from_millis(200);
-
-pub fn route(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let result =
-        if path == "/v1/agent/members" {
-            allow(request, reply, &["GET"]).and_then(|go| {
-                if go {
-                    members(ctx, request, reply)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else if let Some(address) = path.strip_prefix("/v1/agent/join/") {
-            allow(request, reply, &["PUT"]).and_then(|go| {
-                if go {
-                    join(ctx, request, address)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else if path == "/v1/agent/leave" {
-            allow(request, reply, &["PUT"]).and_then(|go| {
-                if go {
-                    leave(ctx)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else if let Some(node) = path.strip_prefix("/v1/agent/force-leave/") {
-            allow(request, reply, &["PUT"]).and_then(|go| {
-                if go {
-                    force_leave(ctx, request, node)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else {
-            return None;
-        };
-    Some(result)
-}
 
 /// The LAN pool's handle, or Consul-like refusal when gossip is disabled.
 pub fn lan_handle(ctx: &Context) -> Result<GossipHandle, ApiError> {
@@ -89,7 +44,8 @@ pub fn member_json(member: &MemberInfo) -> serde_json::Value {
     })
 }
 
-fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// `GET /v1/agent/members`.
+pub fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let list: Vec<serde_json::Value> = if wants_wan(request) {
         if !matches!(request.query.get("segment"), None | Some("") | Some("_all")) {
             return Err(ApiError::bad_request(
@@ -129,7 +85,9 @@ fn empty_ok(reply: &mut Reply) {
     reply.send(200, None, b"", b"");
 }
 
-fn join(ctx: &Context, request: &Request, address: &str) -> Result<Outcome, ApiError> {
+/// `PUT /v1/agent/join/<address>`.
+pub fn join(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let address = request.rest;
     if address.is_empty() {
         return Err(ApiError::bad_request("Missing address to join"));
     }
@@ -149,7 +107,8 @@ fn join(ctx: &Context, request: &Request, address: &str) -> Result<Outcome, ApiE
     })))
 }
 
-fn leave(ctx: &Context) -> Result<Outcome, ApiError> {
+/// `PUT /v1/agent/leave`.
+pub fn leave(ctx: &Context, _: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     let lan = lan_handle(ctx)?;
     let wan = wan_handle(ctx);
     Ok(Outcome::Async(Box::pin(async move {
@@ -174,7 +133,9 @@ fn leave(ctx: &Context) -> Result<Outcome, ApiError> {
     })))
 }
 
-fn force_leave(ctx: &Context, request: &Request, node: &str) -> Result<Outcome, ApiError> {
+/// `PUT /v1/agent/force-leave/<node>`.
+pub fn force_leave(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let node = request.rest;
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }

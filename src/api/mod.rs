@@ -24,6 +24,7 @@ pub mod keyring;
 pub mod kv;
 pub mod members;
 pub mod operator;
+pub mod routes;
 pub mod server;
 pub mod session;
 pub mod shared_answers;
@@ -54,6 +55,9 @@ pub struct Request<'a> {
     /// Percent-decoded path (`%2F` is `/`).
     pub path: &'a str,
     pub query: QueryParams<'a>,
+    /// What follows the route's prefix in `path` (a KV key, a service name, an ID); empty
+    /// for a route with an exact path.
+    pub rest: &'a str,
     pub head: &'a RequestHead,
     pub buf: &'a [u8],
     pub body: &'a [u8],
@@ -85,7 +89,7 @@ pub enum ApiError {
     NotFound(String),
     MethodNotAllowed {
         method: String,
-        allow: &'static [&'static str],
+        allow: &'static [Method],
     },
     TooLarge(String),
     /// A server-side failure, answered 500 as Consul does ("No cluster leader", "No path to
@@ -262,7 +266,7 @@ impl<'o> Reply<'o> {
                 let mut headers = b"Allow: OPTIONS".to_vec();
                 for m in allow.iter() {
                     headers.push(b',');
-                    headers.extend_from_slice(m.as_bytes());
+                    headers.extend_from_slice(m.as_str().as_bytes());
                 }
                 headers.extend_from_slice(b"\r\n");
                 let body = format!("method {method} not allowed");
@@ -443,89 +447,22 @@ pub fn run_query<Q: Query + 'static>(
     Ok(Outcome::Done)
 }
 
-/// The body limit for a request, decided from its head before the body is read.
-pub struct BodyLimit {
-    pub bytes_max: usize,
-    /// Consul's message for a KV value over `kv_max_value_size`.
-    pub kv_value: bool,
-}
-
-pub fn body_limit(ctx: &Context, method: Method, path: &str) -> BodyLimit {
-    let config = ctx.config();
-    if method == Method::Put && path.starts_with("/v1/kv/") {
-        return BodyLimit {
-            bytes_max: config.kv_max_value_size,
-            kv_value: true,
-        };
-    }
-    if path == "/v1/snapshot" && method == Method::Put {
-        return BodyLimit {
-            bytes_max: snapshot::SNAPSHOT_UPLOAD_BYTES_MAX,
-            kv_value: false,
-        };
-    }
-    if path == "/v1/txn" {
-        return BodyLimit {
-            bytes_max: config.txn_max_req_len,
-            kv_value: false,
-        };
-    }
-    BodyLimit {
-        bytes_max: ctx.http_limits().body_bytes_max,
-        kv_value: false,
-    }
-}
-
-/// The 413 message for an oversized body, Consul's wording for KV values.
-pub fn body_too_large_message(limit: &BodyLimit, body_bytes: u64) -> String {
-    if limit.kv_value {
-        format!(
-            "Request body({body_bytes} bytes) too large, max size: {} bytes. See https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size.",
-            limit.bytes_max
-        )
-    } else {
-        format!(
-            "Request body({body_bytes} bytes) too large, max size: {} bytes.",
-            limit.bytes_max
-        )
-    }
-}
-
-/// Refuses methods an endpoint does not serve; answers OPTIONS with the allowed list.
-pub(crate) fn allow(
+/// Entry point from the server loop: serves `request` through `route` (the route the
+/// request's path matched, if any) and turns what comes back into the outcome to carry out.
+pub fn dispatch(
+    ctx: &Context,
+    route: Option<&routes::Route>,
     request: &Request,
     reply: &mut Reply,
-    methods: &'static [&'static str],
-) -> Result<bool, ApiError> {
-    if request.method == Method::Options {
-        let mut headers = b"Allow: OPTIONS".to_vec();
-        for m in methods {
-            headers.push(b',');
-            headers.extend_from_slice(m.as_bytes());
-        }
-        headers.extend_from_slice(b"\r\n");
-        reply.send(200, None, &headers, b"");
-        return Ok(false);
-    }
-    if methods.contains(&request.method.as_str()) {
-        Ok(true)
-    } else {
-        let method = std::str::from_utf8(
-            &request.buf
-                [request.head.method_range.start as usize..request.head.method_range.end as usize],
-        )
-        .unwrap_or("?")
-        .to_string();
-        Err(ApiError::MethodNotAllowed {
-            method,
-            allow: methods,
-        })
-    }
-}
-
-/// Entry point from the connection loop.
-pub fn dispatch(ctx: &Context, request: &Request, reply: &mut Reply) -> Outcome {
-    match route(ctx, request, reply) {
+) -> Outcome {
+    let result = match route {
+        Some(route) => route.serve(ctx, request, reply),
+        None => Err(ApiError::NotFound(format!(
+            "404 page not found: {}",
+            request.path
+        ))),
+    };
+    match result {
         // Writes are proposed by the leader; anyone else hands the request over.
         Ok(Outcome::Write(_) | Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,
@@ -534,86 +471,4 @@ pub fn dispatch(ctx: &Context, request: &Request, reply: &mut Reply) -> Outcome 
             Outcome::Done
         }
     }
-}
-
-const GET: &[&str] = &["GET"];
-
-fn route(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let path = request.path;
-    if let Some(key) = path.strip_prefix("/v1/kv/") {
-        if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
-            return Ok(Outcome::Done);
-        }
-        return kv::handle(ctx, request, key, reply);
-    }
-    if path == "/v1/kv" {
-        if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
-            return Ok(Outcome::Done);
-        }
-        return kv::handle(ctx, request, "", reply);
-    }
-    if let Some(outcome) = catalog::route(ctx, request, reply) {
-        return outcome;
-    }
-    if let Some(outcome) = gossip_route(ctx, request, reply) {
-        return outcome;
-    }
-    if let Some(outcome) = session::route(ctx, request, reply) {
-        return outcome;
-    }
-    if path == "/v1/txn" {
-        if !allow(request, reply, &["PUT"])? {
-            return Ok(Outcome::Done);
-        }
-        return txn::handle(ctx, request, reply);
-    }
-    if let Some(outcome) = agent_local::route(ctx, request, reply) {
-        return outcome;
-    }
-    let methods: &'static [&'static str] = match path {
-        "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {
-            GET
-        }
-        "/v1/operator/raft/configuration" | "/v1/operator/autopilot/health" => GET,
-        "/v1/operator/raft/peer" => &["DELETE"],
-        "/v1/operator/raft/transfer-leader" => &["POST", "PUT"],
-        "/v1/snapshot" => &["GET", "PUT"],
-        "/v1/agent/debug/faults" => &["GET", "PUT"],
-        "/" => GET,
-        _ => return Err(ApiError::NotFound(format!("404 page not found: {path}"))),
-    };
-    if !allow(request, reply, methods)? {
-        return Ok(Outcome::Done);
-    }
-    match path {
-        "/v1/status/leader" => status::leader(ctx, request, reply),
-        "/v1/status/peers" => status::peers(ctx, request, reply),
-        "/v1/agent/self" => agent::agent_self(ctx, request, reply),
-        "/v1/catalog/datacenters" => status::datacenters(ctx, request, reply),
-        "/v1/operator/raft/configuration" => operator::configuration(ctx, request, reply),
-        "/v1/operator/autopilot/health" => operator::autopilot_health(ctx, request, reply),
-        "/v1/operator/raft/peer" => operator::remove_peer(ctx, request, reply),
-        "/v1/operator/raft/transfer-leader" => operator::transfer_leader(ctx, request, reply),
-        "/v1/snapshot" if request.method == Method::Get => snapshot::save(ctx, request, reply),
-        "/v1/snapshot" => snapshot::restore(ctx, request, reply),
-        "/v1/agent/debug/faults" => debug::faults(ctx, request, reply),
-        "/" => {
-            reply.text(200, "Consul Agent");
-            Ok(Outcome::Done)
-        }
-        _ => unreachable!("every path in the method table has a handler"),
-    }
-}
-
-/// The endpoints served from the gossip pool: members, join/leave, events, keyring,
-/// coordinates.
-fn gossip_route(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    members::route(ctx, request, reply)
-        .or_else(|| event::route(ctx, request, reply))
-        .or_else(|| keyring::route(ctx, request, reply))
-        .or_else(|| coordinate::route(ctx, request, reply))
 }

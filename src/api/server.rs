@@ -21,12 +21,13 @@
 //! `send`: a write that wakes thousands of watchers costs little more than the sends.
 //!
 //! Limits and timeouts: head size and header count ([`HttpLimits`]), body size per endpoint
-//! (`api::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
+//! (`api::routes::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
 //! its head, `BODY_READ_TIMEOUT` between body reads, `IDLE_TIMEOUT` between requests,
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
 use crate::api::agent_local::AgentChannel;
+use crate::api::routes::{self, Route};
 use crate::api::shared_answers::{AnswerShape, SharedAnswer, SharedAnswers};
 use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
 use crate::cluster::Pools;
@@ -43,6 +44,7 @@ use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::future::Future;
 use std::io;
@@ -243,11 +245,13 @@ struct ReplyShape {
     pretty: bool,
 }
 
-/// A request ready to dispatch: its head and where its body is.
+/// A request ready to dispatch: its head, where its body is, and the route its raw path
+/// matched (which also sized the body).
 struct Buffered<'a> {
     input: &'a [u8],
     head: &'a RequestHead,
     body: &'a [u8],
+    route: Option<&'static Route>,
 }
 
 /// Dispatches a request whose bytes are all in memory. Returns the outcome, how to shape
@@ -272,16 +276,22 @@ fn dispatch_buffered(
         (Some(path), Ok(query)) => {
             let pretty = server.shard.config().dev_mode || query.has("pretty");
             let forward_timeout = forward_timeout_for(&query);
+            // Nearly every path has no escapes: the route found for the body limit serves it.
+            let route = match path {
+                Cow::Borrowed(_) => request.route,
+                Cow::Owned(_) => routes::find(&path),
+            };
             let req = Request {
                 method: head.method,
                 path: &path,
                 query,
+                rest: route.map_or("", |route| route.path.rest(&path)),
                 head,
                 buf: input,
                 body: request.body,
             };
             let mut reply = Reply::new(output, keep_alive, pretty);
-            let outcome = api::dispatch(&server.context, &req, &mut reply);
+            let outcome = api::dispatch(&server.context, route, &req, &mut reply);
             let tail = reply.take_tail();
             debug_assert!(
                 tail.is_none() || matches!(outcome, Outcome::Done),
@@ -465,14 +475,20 @@ async fn next_request(
     let raw_path =
         std::str::from_utf8(&conn.input[head.path.start as usize..head.path.end as usize])
             .unwrap_or("");
-    let limit = api::body_limit(&server.context, head.method, raw_path);
+    let route = routes::find(raw_path);
+    let limit = routes::body_limit(
+        route,
+        head.method,
+        server.context.config(),
+        server.context.http_limits(),
+    );
     let head_len = head.head_len;
     let mut chunked_body: Option<Vec<u8>> = None;
     let consumed = match head.framing {
         BodyFraming::None => head_len,
         BodyFraming::Length(length) => {
             if length > limit.bytes_max as u64 {
-                let error = HttpError::new(413, api::body_too_large_message(&limit, length));
+                let error = HttpError::new(413, routes::body_too_large_message(&limit, length));
                 Box::pin(conn.fail(error)).await;
                 return Ok(None);
             }
@@ -503,7 +519,7 @@ async fn next_request(
                     Err(mut error) => {
                         if error.status == 413 {
                             error.message =
-                                api::body_too_large_message(&limit, (body.len() + 1) as u64);
+                                routes::body_too_large_message(&limit, (body.len() + 1) as u64);
                         }
                         Box::pin(conn.fail(error)).await;
                         return Ok(None);
@@ -539,6 +555,7 @@ async fn next_request(
                 input: &conn.input,
                 head: &head,
                 body,
+                route,
             },
             keep_alive,
             &mut conn.output,
@@ -962,6 +979,9 @@ async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
             input: &payload,
             head: &head,
             body,
+            route: std::str::from_utf8(&payload[head.path.start as usize..head.path.end as usize])
+                .ok()
+                .and_then(routes::find),
         },
         true,
         &mut output,

@@ -34,48 +34,6 @@ use std::sync::Arc;
 const LOCK_DELAY_SECONDS_BELOW: i64 = 1000;
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
 
-const GET: &[&str] = &["GET"];
-const PUT: &[&str] = &["PUT"];
-
-/// Routes `/v1/session/*`; `None` for paths it does not serve.
-pub fn route(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    type Handler = fn(&Context, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
-    let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
-        if path == "/v1/session/create" {
-            (PUT, |s, r, _, _| create(s, r), "")
-        } else if let Some(id) = path.strip_prefix("/v1/session/destroy/") {
-            (PUT, |s, r, id, o| destroy(s, r, id, o), id)
-        } else if path == "/v1/session/destroy" {
-            (PUT, |s, r, id, o| destroy(s, r, id, o), "")
-        } else if let Some(id) = path.strip_prefix("/v1/session/renew/") {
-            (PUT, |s, r, id, _| renew(s, r, id), id)
-        } else if path == "/v1/session/renew" {
-            (PUT, |s, r, id, _| renew(s, r, id), "")
-        } else if let Some(id) = path.strip_prefix("/v1/session/info/") {
-            (GET, info, id)
-        } else if path == "/v1/session/info" {
-            (GET, info, "")
-        } else if let Some(node) = path.strip_prefix("/v1/session/node/") {
-            (GET, node_sessions, node)
-        } else if path == "/v1/session/node" {
-            (GET, node_sessions, "")
-        } else if path == "/v1/session/list" {
-            (GET, |s, r, _, o| list(s, r, o), "")
-        } else {
-            return None;
-        };
-    Some(match super::allow(request, reply, methods) {
-        Ok(true) => handler(ctx, request, rest, reply),
-        Ok(false) => Ok(Outcome::Done),
-        Err(e) => Err(e),
-    })
-}
-
 /// The value of a body field by normalized name, `null` included (Consul tells an explicit
 /// `null` or `[]` apart from an absent field for the checks lists).
 fn field<'a>(obj: &Obj<'a>, name: &str) -> Option<&'a Value> {
@@ -192,7 +150,7 @@ fn ttl_bounds_text() -> String {
 }
 
 /// `PUT /v1/session/create`.
-pub fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
     let default_node = request
         .header(ORIGIN_NODE_HEADER)
@@ -241,12 +199,8 @@ pub fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
 }
 
 /// `PUT /v1/session/destroy/<id>`: `true`, also for a session that does not exist.
-pub fn destroy(
-    ctx: &Context,
-    request: &Request,
-    id: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let id = request.rest;
     super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
@@ -267,7 +221,8 @@ pub fn destroy(
 }
 
 /// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
-pub fn renew(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
+pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let id = request.rest;
     super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
@@ -402,12 +357,8 @@ impl Query for ListQuery {
 }
 
 /// `GET /v1/session/info/<id>`: `[session]`, or `[]` when it does not exist.
-pub fn info(
-    ctx: &Context,
-    request: &Request,
-    id: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+pub fn info(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let id = request.rest;
     let options = query_options(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
@@ -420,9 +371,9 @@ pub fn info(
 pub fn node_sessions(
     ctx: &Context,
     request: &Request,
-    node: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    let node = request.rest;
     let options = query_options(ctx, &request.query)?;
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));

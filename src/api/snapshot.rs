@@ -2,6 +2,7 @@
 //! through Raft like any write.
 
 use super::{query_options, ApiError, Context, LeaderOp, Outcome, Reply, Request};
+use crate::proto::http::Method;
 use crate::proto::snapshot_archive;
 use crate::shard::runtime::ReadPlan;
 use crate::store::{CommandResult, Tables};
@@ -12,7 +13,16 @@ pub const SNAPSHOT_UPLOAD_BYTES_MAX: usize = 4 << 30;
 /// Largest state an archive may expand to.
 pub const SNAPSHOT_STATE_BYTES_MAX: u64 = 16 << 30;
 
-pub fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// `/v1/snapshot`: GET saves, PUT restores.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    match request.method {
+        Method::Get => save(ctx, request, reply),
+        Method::Put => restore(ctx, request),
+        _ => unreachable!("the routing table admits only GET and PUT"),
+    }
+}
+
+fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     match ctx.read_plan(&options) {
         ReadPlan::Forward => return Ok(Outcome::Forward),
@@ -42,7 +52,7 @@ pub fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     Ok(Outcome::Done)
 }
 
-pub fn restore(ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
+fn restore(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
     let archive = snapshot_archive::read_archive(request.body, SNAPSHOT_STATE_BYTES_MAX)
         .map_err(ApiError::BadRequest)?;

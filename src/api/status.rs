@@ -1,4 +1,5 @@
-//! `/v1/status/*` and `/v1/catalog/datacenters`: who leads, who votes, which datacenters.
+//! `/v1/status/*` and `/v1/catalog/datacenters`: who leads, who votes, which datacenters;
+//! and `/`, the agent's banner.
 
 use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request};
 
@@ -32,5 +33,11 @@ pub fn datacenters(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     reply.json(200, b"", &[ctx.config().datacenter.as_str()]);
+    Ok(Outcome::Done)
+}
+
+/// `GET /`: the banner Consul's agent answers.
+pub fn banner(_: &Context, _: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    reply.text(200, "Consul Agent");
     Ok(Outcome::Done)
 }
