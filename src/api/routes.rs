@@ -5,7 +5,7 @@
 //! [`run_query`](super::run_query) and so may block, the ACL permission it needs, and its
 //! handler. [`Route::serve`] is the one place that enforces the declarations: OPTIONS is
 //! answered and other methods refused (405 with `Allow`) from the method list, and the
-//! server loop sizes the body from [`Route::body_limit`] before reading it.
+//! server loop sizes the body from [`body_limit`] before reading it.
 //!
 //! Lookup is a scan in table order, first match wins, so an exact path sits above any
 //! prefix that would take it (`/v1/agent/service/register` above `/v1/agent/service/`), and
