@@ -49,6 +49,10 @@ pub const BLOCKING_WAIT_MAX: Duration = Duration::from_secs(600);
 /// Consul adds up to wait/16 of random jitter so that many watchers don't return together.
 pub const BLOCKING_JITTER_FRACTION: u32 = 16;
 
+/// The node of the agent a forwarded request first arrived at, added by its first hop
+/// (`server`): the node Consul defaults to when a request names none (a session's `Node`).
+pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
+
 /// A parsed request, borrowing the connection's receive buffer.
 pub struct Request<'a> {
     pub method: Method,

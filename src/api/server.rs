@@ -29,7 +29,9 @@
 use crate::api::agent_local::AgentChannel;
 use crate::api::routes::{self, Route};
 use crate::api::shared_answers::{AnswerShape, SharedAnswer, SharedAnswers};
-use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
+use crate::api::{
+    self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION, ORIGIN_NODE_HEADER,
+};
 use crate::cluster::Pools;
 use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
@@ -68,9 +70,6 @@ pub const FORWARD_HOPS_MAX: u32 = 3;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 /// Header carrying the forward hop count between servers.
 const FORWARDED_HEADER: &str = "X-Praetor-Forwarded";
-/// The node of the agent a forwarded request first arrived at, added by its first hop: the
-/// node Consul defaults to when a request names none (a session's `Node`).
-pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
 /// How long a refused request's remaining bytes are drained before closing.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most bytes drained after a refused request.

@@ -12,9 +12,8 @@
 
 use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
-    Request, WriteOp,
+    Request, WriteOp, ORIGIN_NODE_HEADER,
 };
-use crate::api::server::ORIGIN_NODE_HEADER;
 use crate::consul::body::{normalize_key, parse_json, Obj};
 use crate::consul::json::JsonWriter;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
