@@ -36,6 +36,10 @@ const CATCH_UP_WAIT_MAX: Duration = Duration::from_secs(5);
 pub const RAFT_INBOX_CAPACITY: usize = 65_536;
 /// Most requests one shard may have waiting on the raft core.
 pub const PENDING_REQUESTS_MAX: usize = 65_536;
+/// Most version observers one shard runs: one per layer that keeps per-shard state derived
+/// from the version (DNS and HTTP today), so a registration repeated by mistake fails at
+/// start-up instead of adding work to every applied batch.
+const VERSION_OBSERVERS_MAX: usize = 8;
 
 /// One server in the Raft configuration, as the operator endpoints show it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -376,7 +380,13 @@ impl Shard {
     /// cache, the HTTP server's shared answers) thus never outlives a change to what it
     /// read. An observer must not call back into the shard.
     pub fn on_new_version(&self, observer: impl Fn(&AppliedBatch) + 'static) {
-        self.observers.borrow_mut().push(Box::new(observer));
+        let mut observers = self.observers.borrow_mut();
+        assert!(
+            observers.len() < VERSION_OBSERVERS_MAX,
+            "shard {}: more than {VERSION_OBSERVERS_MAX} version observers",
+            self.id
+        );
+        observers.push(Box::new(observer));
     }
 
     pub fn config(&self) -> &AgentConfig {
