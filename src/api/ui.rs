@@ -17,12 +17,13 @@
 //! compresses its HTTP answers; the 1,000-service summary a browser loads shrinks about
 //! tenfold.
 
-use super::filter::{self, Field, Filter, Kind, Schema};
-use super::json::JsonWriter;
-use super::render;
-use super::{query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request};
+use super::{
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
+};
+use crate::consul::filter::{self, Field, Filter, Kind, Schema};
+use crate::consul::json::JsonWriter;
+use crate::consul::render;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::read::{self, CheckServiceNode};
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{HealthCheck, NodeEntry, ServiceGroup, Status};
@@ -494,8 +495,8 @@ fn parse_filter(request: &Request, schema: Schema) -> Result<Option<Filter>, Api
 }
 
 /// `/v1/internal/ui/metrics-proxy/…`: Consul's answers when no proxy is configured.
-fn metrics_proxy(shard: &Shard) -> Result<Outcome, ApiError> {
-    let ui = &shard.config().ui;
+fn metrics_proxy(ctx: &Context) -> Result<Outcome, ApiError> {
+    let ui = &ctx.config().ui;
     if !ui.serves() {
         return Err(ApiError::NotFound("UI is not enabled".to_string()));
     }
@@ -511,15 +512,9 @@ fn metrics_proxy(shard: &Shard) -> Result<Outcome, ApiError> {
     ))
 }
 
-const GET: &[&str] = &["GET"];
-
-/// Routes `/v1/internal/ui/*`; `None` for paths it does not serve.
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let rest = request.path.strip_prefix("/v1/internal/ui/")?;
+/// `GET /v1/internal/ui/<what>`; a `<what>` Consul does not serve is a 404.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let rest = request.rest;
     let known = matches!(
         rest,
         "services" | "nodes" | "catalog-overview" | "exported-services" | "metrics-proxy"
@@ -527,25 +522,15 @@ pub fn route(
         || rest.starts_with("gateway-services-nodes/")
         || rest.starts_with("metrics-proxy/");
     if !known {
-        return None;
+        return Err(ApiError::NotFound(format!(
+            "404 page not found: {}",
+            request.path
+        )));
     }
-    Some(match super::allow(request, reply, GET) {
-        Ok(true) => handle(shard, request, rest, reply),
-        Ok(false) => Ok(Outcome::Done),
-        Err(e) => Err(e),
-    })
-}
-
-fn handle(
-    shard: &Shard,
-    request: &Request,
-    rest: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
     if rest == "metrics-proxy" || rest.starts_with("metrics-proxy/") {
-        return metrics_proxy(shard);
+        return metrics_proxy(ctx);
     }
-    let options = query_options(shard, &request.query)?;
+    let options = query_options(ctx, &request.query)?;
     let gzip = accepts_gzip(request.header("Accept-Encoding"));
     match rest {
         "services" => {
@@ -554,21 +539,21 @@ fn handle(
                 peer: request.query.get("peer").is_some_and(|p| !p.is_empty()),
                 gzip,
             };
-            run_query(shard, query, options, reply)
+            run_query(ctx, query, options, reply)
         }
         "nodes" => {
             let query = NodesQuery {
                 filter: parse_filter(request, NODE_INFO)?,
                 gzip,
             };
-            run_query(shard, query, options, reply)
+            run_query(ctx, query, options, reply)
         }
-        "catalog-overview" => run_query(shard, OverviewQuery, options, reply),
+        "catalog-overview" => run_query(ctx, OverviewQuery, options, reply),
         "exported-services" => {
             if request.query.get("peer").is_none_or(str::is_empty) {
                 return Err(ApiError::Internal("must provide PeerName".to_string()));
             }
-            run_query(shard, EmptyListQuery, options, reply)
+            run_query(ctx, EmptyListQuery, options, reply)
         }
         _ => {
             if let Some(name) = rest.strip_prefix("node/") {
@@ -580,7 +565,7 @@ fn handle(
                     folded: Arc::from(&*fold(name)),
                     gzip,
                 };
-                return run_query(shard, query, options, reply);
+                return run_query(ctx, query, options, reply);
             }
             let gateway = rest
                 .strip_prefix("gateway-services-nodes/")
@@ -588,7 +573,7 @@ fn handle(
             if gateway.is_empty() {
                 return Err(ApiError::bad_request("Missing gateway name"));
             }
-            run_query(shard, EmptyListQuery, options, reply)
+            run_query(ctx, EmptyListQuery, options, reply)
         }
     }
 }

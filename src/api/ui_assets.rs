@@ -24,10 +24,9 @@
 //! not reload `ui_config.enabled`, `dir` or `content_path` either), so the site lives in a
 //! process-wide cell that [`install`] fills before any listener opens.
 
-use super::{ApiError, Outcome, Reply, Request};
+use super::{ApiError, Context, Outcome, Reply, Request};
 use crate::config::AgentConfig;
 use crate::proto::http::Method;
-use crate::shard::Shard;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -547,15 +546,17 @@ fn redirect(reply: &mut Reply, location: &str) {
     );
 }
 
-const GET_HEAD: &[&str] = &["GET", "HEAD"];
+const GET_HEAD: &[Method] = &[Method::Get, Method::Head];
 
-/// Routes `/`, `/robots.txt` and everything under the content path; `None` for the rest.
-pub fn route(
-    shard: &Shard,
+/// Serves `/`, `/robots.txt` and everything under the content path, for paths no route of
+/// the table serves (the content path is configurable, so it cannot be a row); `None` for
+/// the rest.
+pub fn serve(
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Option<Result<Outcome, ApiError>> {
-    let config = shard.config();
+    let config = ctx.config();
     let path = request.path;
     let content_path = config.ui.content_path.as_str();
     let ours = path == "/"
@@ -566,7 +567,7 @@ pub fn route(
     if !ours {
         return None;
     }
-    match super::allow(request, reply, GET_HEAD) {
+    match super::routes::allow_method(GET_HEAD, request, reply) {
         Ok(true) => {}
         Ok(false) => return Some(Ok(Outcome::Done)),
         Err(e) => return Some(Err(e)),

@@ -208,6 +208,6 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
     if config.dev_mode {
         log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");
     }
-    crate::shard::run_agent(config)?;
+    crate::node::run_agent(config)?;
     Ok(0)
 }
