@@ -242,6 +242,12 @@ class Bench:
     def rel(self, path):
         return os.path.relpath(path, self.root)
 
+    def shown(self, argv):
+        """A command as the report prints it: paths inside the repository relative to it, so
+        the report reads the same from any checkout."""
+        inside = self.root.rstrip(os.sep) + os.sep
+        return shlex.join([self.rel(a) if a.startswith(inside) else a for a in argv])
+
     def run_tool(self, argv, planned_s, capture=True, echo=True):
         """Runs a command bounded by its planned time plus slack; returns (code, stdout). The
         CPU time (user + system) the command used is left in `self.last_cpu_s`."""
@@ -680,7 +686,7 @@ class Bench:
         self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "req/s"),
                  peer=fmt_num(doc["a"]["median"]["throughput_rps"], "req/s"), ratio=fmt_ratio(ratio),
                  target=target, result="pass" if ok else "fail", chart=chart,
-                 command=f"{shlex.join(wrk_argv)}  ⟷  loadgen {shlex.join(lg_args)}  (interleaved ×{self.runs})",
+                 command=f"{self.shown(wrk_argv)}  ⟷  loadgen {self.shown(lg_args)}  (interleaved ×{self.runs})",
                  note="'praetor' column = loadgen, 'peer' = wrk; the server is the floor; " + cpu_note(doc),
                  raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
@@ -717,7 +723,7 @@ class Bench:
         self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "qps"),
                  peer=fmt_num(doc["a"]["median"]["throughput_rps"], "qps"), ratio=fmt_ratio(ratio),
                  target=target, result="pass" if ok else "fail", chart=chart,
-                 command=f"{shlex.join(perf_argv)}  ⟷  loadgen {shlex.join(lg_args)}  (interleaved ×{self.runs})",
+                 command=f"{self.shown(perf_argv)}  ⟷  loadgen {self.shown(lg_args)}  (interleaved ×{self.runs})",
                  note="'praetor' column = loadgen, 'peer' = dnsperf; the server is the DNS floor; " + cpu_note(doc),
                  raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
@@ -889,7 +895,7 @@ class Bench:
         self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "qps"),
                  peer=fmt_num(doc["a"]["median"]["throughput_rps"], "qps"), ratio=fmt_ratio(ratio),
                  target=target, result="pass" if ok else "fail", chart=chart,
-                 command=f"{shlex.join(argv(peer_port))}  ⟷  {shlex.join(argv(DEV['dns']))}  (interleaved ×{self.runs})",
+                 command=f"{self.shown(argv(peer_port))}  ⟷  {self.shown(argv(DEV['dns']))}  (interleaved ×{self.runs})",
                  raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
     def row_dns_srv_5000_tcp(self):
@@ -933,7 +939,7 @@ class Bench:
         over["throughput_rps"] = len(latencies) / d
         over["p50_ms"] = percentile(latencies, 0.50)
         over["p99_ms"] = percentile(latencies, 0.99)
-        return sat, over, f"{shlex.join(base)}; then {shlex.join(over_argv)} (p99 of the answered queries' latencies)"
+        return sat, over, f"{self.shown(base)}; then {self.shown(over_argv)} (p99 of the answered queries' latencies)"
 
     def row_dns_2x(self):
         row_id, title = "dns-2x-saturation", "DNS A offered at 2× saturation (open loop): p99 of answered"

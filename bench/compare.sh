@@ -12,12 +12,12 @@
 #
 # Options of this wrapper: --no-build (use the binaries already built). Everything else is
 # passed to bench/compare.py (see its --help). FLOOR_SRC points at the floor crate
-# (default /work/shared/floor). Builds are bounded by BUILD_TIMEOUT_S (default 1800).
+# (default: ../shared/floor beside the repository). Builds are bounded by BUILD_TIMEOUT_S (default 1800).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-FLOOR_SRC="${FLOOR_SRC:-/work/shared/floor}"
+FLOOR_SRC="${FLOOR_SRC:-$ROOT/../shared/floor}"
 BUILD_TIMEOUT_S="${BUILD_TIMEOUT_S:-1800}"
 
 build=1

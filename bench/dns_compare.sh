@@ -40,7 +40,7 @@ cleanup() {
 trap cleanup EXIT
 
 [ -x "$PRAETOR_BIN" ] || cargo build --release
-[ -x "$FLOOR_BIN" ] || cargo build --release --manifest-path ../shared/floor/Cargo.toml --target-dir /tmp/floor-target
+[ -x "$FLOOR_BIN" ] || cargo build --release --manifest-path "${FLOOR_SRC:-../shared/floor}/Cargo.toml" --target-dir /tmp/floor-target
 
 echo "machine: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared; re-run when load is low)"
 

@@ -1,24 +1,39 @@
 //! praetor: a Consul-compatible control plane written as a thread-per-core server.
 //!
-//! The crate is layered; a module may only depend on modules above it in this list:
+//! The crate is layered, bottom first; a module uses only modules below it, and only those
+//! the table in `tests/layers.rs` allows (that test enforces this list):
 //!
-//! 1. [`proto`]: wire formats only (HTTP/1.1, DNS, msgpack frames, gossip packets).
+//! 1. [`proto`]: wire formats only (HTTP/1.1, DNS, msgpack frames, gossip packets). Pure.
 //! 2. [`store`]: versioned, persistent tables and the FSM apply function. Pure.
-//! 3. [`raft`] and [`gossip`]: pure protocol cores. Time and bytes come in as arguments,
-//!    effects go out as values. No I/O, no clock, no threads. [`replica`] (the raft
-//!    thread's decisions over the core and the store) is pure too and uses `raft` and
-//!    `store` only.
-//! 4. [`shard`], [`api`], [`dns`], [`agent`]: the runtime and everything that does I/O.
-//! 5. [`config`] and [`cli`]: flags, config files and operator commands.
+//! 3. [`raft`] and [`gossip`]: consensus and membership cores. Pure: time and bytes come in
+//!    as arguments, effects go out as values. [`replica`] sits beside them: the raft
+//!    thread's decisions over the consensus core and the store, pure as well.
+//! 4. [`consul`]: Consul's shapes: JSON, lenient bodies, `?filter`, definitions, metrics,
+//!    the user-event envelope. Pure.
+//! 5. [`config`]: flags and config files merged into the agent's configuration.
+//! 6. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
+//!    propose/read plumbing, the raft thread and its durable log.
+//! 7. [`cluster`]: the gossip driver and pools, server discovery, member reconcile, user
+//!    events.
+//! 8. [`api`] and [`dns`]: the HTTP API (routing table, handlers, server loop) and DNS
+//!    (resolution, socket loops); neither uses the other.
+//! 9. [`agent`]: local services and checks, runners, anti-entropy.
+//! 10. [`node`]: start-up wiring, the only module that uses every layer.
+//! 11. [`cli`]: operator commands.
+//!
+//! Pure modules do no I/O, read no clock, draw no entropy and start no thread.
 //!
 //! See ARCHITECTURE.md at the repository root for the bird's-eye view.
 
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod config;
+pub mod consul;
 pub mod dns;
 pub mod gossip;
+pub mod node;
 pub mod proto;
 pub mod raft;
 pub mod replica;

@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use praetor::cluster::gossip::{gossip_pair, DriverConfig, GossipHandle};
 use praetor::gossip::{GossipConfig, GossipEvent, KeyOp, MemberStatus};
-use praetor::shard::gossip::{gossip_pair, DriverConfig, GossipHandle};
 
 const SERF: &str = "/usr/bin/serf";
 

@@ -10,8 +10,12 @@ command -v kdig >/dev/null 2>&1 || missing+=(knot-dnsutils)
 command -v serf >/dev/null 2>&1 || missing+=(serf)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   echo "tests/run.sh: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -21,6 +25,10 @@ fi
 if ! python3 -c "import consul" >/dev/null 2>&1; then
   echo "tests/run.sh: installing py-consul"
   python3 -m pip install -q py-consul
+fi
+if ! python3 -c "import selenium" >/dev/null 2>&1; then
+  echo "tests/run.sh: installing selenium"
+  python3 -m pip install -q selenium
 fi
 
 cargo fmt --all -- --check

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use serde_json::Value;
 
-use crate::cli::ChartConfig;
+use crate::config::ChartConfig;
 
 /// Chart size in pixels.
 const WIDTH_PX: u32 = 1280;

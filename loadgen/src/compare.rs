@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use crate::cli::CompareConfig;
+use crate::config::CompareConfig;
 use crate::engine::group_digits;
 use crate::hist::spread;
 use crate::run::run_scenario;

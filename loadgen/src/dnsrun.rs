@@ -22,7 +22,7 @@ use monoio::net::udp::UdpSocket;
 use monoio::net::TcpStream;
 use serde_json::{json, Map};
 
-use crate::cli::RunConfig;
+use crate::config::RunConfig;
 use crate::dnswire::{
     encode_query, parse_answer_header, set_id, AnswerHeader, DNS_MESSAGE_BYTES_MAX,
 };

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cli::{IoDriver, RunConfig};
+use crate::config::{IoDriver, RunConfig};
 use crate::hist::LatencyHistogram;
 
 /// io_uring submission-queue entries per runtime.

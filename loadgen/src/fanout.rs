@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use monoio::net::TcpStream;
 use serde_json::{json, Map};
 
-use crate::cli::{RegisterVia, RunConfig, WatchKind};
+use crate::config::{RegisterVia, RunConfig, WatchKind};
 use crate::engine::{block_on, group_digits, ThreadStats};
 use crate::hist::LatencyHistogram;
 use crate::http::{encode_path, encode_request};
@@ -648,7 +648,7 @@ fn summarize(
     extra.insert("others_woken".into(), json!(others_woken));
     extra.insert("park_duration_s".into(), json!(park_duration.as_secs_f64()));
     extra.insert("source_addresses".into(), json!(source_count.max(1)));
-    crate::run::insert_rss(
+    crate::report::insert_rss(
         &mut extra,
         rss_before,
         rss_after,
@@ -675,7 +675,7 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Scenario;
+    use crate::config::Scenario;
 
     #[test]
     fn blocking_paths() {

@@ -15,11 +15,12 @@
 
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use crate::config::FloorConfig;
 
 const HEAD_BYTES_MAX: usize = 16 * 1024;
 const BODY_BYTES_MAX: usize = 1 << 20;
@@ -32,36 +33,6 @@ const INDEX_ANSWER: &[u8] =
     b"HTTP/1.1 404 Not Found\r\nX-Consul-Index: 1\r\nContent-Length: 0\r\n\r\n";
 const PUT_ANSWER: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\ntrue";
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct FloorConfig {
-    pub listen: SocketAddr,
-    pub threads: usize,
-    pub duration: Duration,
-}
-
-pub fn parse(args: &[String]) -> Result<FloorConfig, String> {
-    let mut config = FloorConfig {
-        listen: "127.0.0.1:18590".parse().expect("valid address"),
-        threads: 2,
-        duration: Duration::from_secs(600),
-    };
-    let mut rest = args.iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--listen" => {
-                config.listen = value
-                    .parse()
-                    .map_err(|e| format!("--listen {value:?}: {e}"))?
-            }
-            "--threads" => config.threads = crate::cli::parse_count(value, 1, 64)?,
-            "--duration" => config.duration = crate::cli::parse_duration(value)?,
-            other => return Err(format!("unknown fanout-floor flag {other}")),
-        }
-    }
-    Ok(config)
-}
 
 /// Per thread: parked tasks' wakers and the wake generation they wait past.
 #[derive(Default)]

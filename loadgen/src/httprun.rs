@@ -20,7 +20,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 
-use crate::cli::RunConfig;
+use crate::config::RunConfig;
 use crate::engine::{run_workers, Progress, ThreadStats, Window, WorkerEnv};
 use crate::http::{parse_response_head, BodyFraming, ChunkedScanner, HttpError, ResponseHead};
 use crate::net::{connect_tcp, Target};

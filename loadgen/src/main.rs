@@ -7,6 +7,7 @@
 mod chart;
 mod cli;
 mod compare;
+mod config;
 mod dnsrun;
 mod dnswire;
 mod engine;
@@ -54,10 +55,10 @@ fn main() {
 
 /// Puts the calling thread under `policy`; threads started afterwards inherit it, so this
 /// runs before any worker exists.
-fn apply_sched_policy(policy: cli::SchedPolicy) -> Result<(), String> {
+fn apply_sched_policy(policy: config::SchedPolicy) -> Result<(), String> {
     let raw_policy = match policy {
-        cli::SchedPolicy::Normal => return Ok(()),
-        cli::SchedPolicy::Batch => libc::SCHED_BATCH,
+        config::SchedPolicy::Normal => return Ok(()),
+        config::SchedPolicy::Batch => libc::SCHED_BATCH,
     };
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: plain syscall on the calling thread with a valid parameter struct.

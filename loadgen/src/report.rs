@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::cli::RunConfig;
+use crate::config::RunConfig;
 use crate::engine::{group_digits, ThreadStats};
 
 /// The outcome of one run.
@@ -201,10 +201,29 @@ pub fn emit(result: &RunResult) -> Result<(), String> {
     Ok(())
 }
 
+/// Adds `rss_before_kib`, `rss_after_kib` and `<per_key>` (growth per item, bytes).
+pub fn insert_rss(
+    extra: &mut Map<String, serde_json::Value>,
+    before: Option<u64>,
+    after: Option<u64>,
+    items: usize,
+    per_key: &str,
+) {
+    if let (Some(before), Some(after)) = (before, after) {
+        extra.insert("rss_before_kib".into(), json!(before));
+        extra.insert("rss_after_kib".into(), json!(after));
+        let growth_bytes = (after as f64 - before as f64) * 1024.0;
+        extra.insert(
+            per_key.into(),
+            json!((growth_bytes / items.max(1) as f64).round()),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Scenario;
+    use crate::config::Scenario;
 
     #[test]
     fn json_has_the_stable_keys() {

@@ -4,10 +4,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map};
 
-use crate::cli::{RunConfig, Scenario};
+use crate::config::{RunConfig, Scenario};
 use crate::engine::ThreadStats;
 use crate::net::{parse_target, vm_rss_kib};
-use crate::report::RunResult;
+use crate::report::{insert_rss, RunResult};
 use crate::setup::{json_array_len, preload_keys, register_instances, BlockingClient};
 use crate::workloads::{health_path, make_workload};
 
@@ -131,23 +131,4 @@ fn run_register(config: &RunConfig, target: &crate::net::Target) -> Result<RunRe
         extra,
         multi_step: false,
     })
-}
-
-/// Adds `rss_before_kib`, `rss_after_kib` and `<per_key>` (growth per item, bytes).
-pub fn insert_rss(
-    extra: &mut Map<String, serde_json::Value>,
-    before: Option<u64>,
-    after: Option<u64>,
-    items: usize,
-    per_key: &str,
-) {
-    if let (Some(before), Some(after)) = (before, after) {
-        extra.insert("rss_before_kib".into(), json!(before));
-        extra.insert("rss_after_kib".into(), json!(after));
-        let growth_bytes = (after as f64 - before as f64) * 1024.0;
-        extra.insert(
-            per_key.into(),
-            json!((growth_bytes / items.max(1) as f64).round()),
-        );
-    }
 }

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::cli::RunConfig;
+use crate::config::RunConfig;
 use crate::http::{encode_request, parse_response_head, BodyFraming, ChunkedScanner};
 use crate::net::{connect_tcp, Target};
 

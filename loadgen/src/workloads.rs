@@ -6,7 +6,7 @@
 
 use base64::Engine as _;
 
-use crate::cli::{Consistency, RegisterVia, RunConfig, Scenario};
+use crate::config::{Consistency, RegisterVia, RunConfig, Scenario};
 use crate::http::{encode_path, encode_request};
 use crate::httprun::{HttpWorkload, Verdict};
 use crate::net::Target;

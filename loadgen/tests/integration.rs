@@ -1,5 +1,5 @@
 //! Integration tests: the real loadgen binary against real servers started here — the HTTP
-//! and DNS floor (../shared/floor), a one-member etcd, and for `blocking-fanout` a small
+//! and DNS floor (shared/floor beside the repository), a one-member etcd, and for `blocking-fanout` a small
 //! blocking-query fixture in this file (loadgen's fan-out logic needs a server that parks
 //! queries; praetor's own tests exercise praetor).
 //!
@@ -40,8 +40,11 @@ const FLOOR_TARGET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/floor
 /// Bound on building the floor.
 const FLOOR_BUILD_DEADLINE: Duration = Duration::from_secs(600);
 
+/// The floor crate when $FLOOR_SRC is not set: `shared/floor` beside the repository.
+const FLOOR_SRC_DEFAULT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/floor");
+
 /// The floor binary: $FLOOR_BIN, one already built, or built now from $FLOOR_SRC (default
-/// /work/shared/floor). `None` (and a loud SKIPPED) only when there is neither.
+/// ../shared/floor beside the repository). `None` (and a loud SKIPPED) only when there is neither.
 fn floor_bin() -> Option<PathBuf> {
     static FLOOR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     FLOOR
@@ -55,7 +58,7 @@ fn floor_bin() -> Option<PathBuf> {
             if let Some(found) = candidates.into_iter().flatten().find(|p| p.exists()) {
                 return Some(found);
             }
-            let src = std::env::var("FLOOR_SRC").unwrap_or_else(|_| "/work/shared/floor".into());
+            let src = std::env::var("FLOOR_SRC").unwrap_or_else(|_| FLOOR_SRC_DEFAULT.into());
             let manifest = PathBuf::from(&src).join("Cargo.toml");
             if !manifest.exists() {
                 eprintln!("SKIPPED: no floor binary and no floor crate at {src} (set FLOOR_BIN or FLOOR_SRC)");

@@ -1,122 +1,26 @@
 //! The agent endpoints' work on shard 0: each [`AgentCall`] carries a request parsed by the
-//! shard that received it and a channel for the finished answer (status, headers, body),
-//! which that shard writes to its client. Answers are rendered here because the local state
-//! lives here.
+//! shard that received it (`api::agent_local`) and a channel for the finished answer
+//! (status, headers, body), which that shard writes to its client. Answers are rendered
+//! here because the local state lives here.
 
-use super::definition::{self, CheckKind};
 use super::local::{
     LocalCheck, Source, DEFAULT_NODE_MAINTENANCE_REASON, DEFAULT_SERVICE_MAINTENANCE_REASON,
     NODE_MAINTENANCE_ID, SERVICE_MAINTENANCE_PREFIX,
 };
-use super::{metrics, scripts_allowed, Agent};
-use crate::api::body::{parse_json, Obj};
-use crate::api::filter::{self, Filter};
-use crate::api::json::JsonWriter;
-use crate::api::render;
+use super::{scripts_allowed, Agent};
+use crate::api::agent_local::{AgentCall, AgentReply, AgentRequest};
+use crate::consul::body::{parse_json, Obj};
+use crate::consul::definition::{self, CheckKind};
+use crate::consul::filter::{self, Filter};
+use crate::consul::json::JsonWriter;
+use crate::consul::metrics;
+use crate::consul::render;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::read::aggregate;
 use crate::store::catalog::{HealthCheck, ServiceInstance, Status};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A request for the agent, parsed by the receiving shard.
-#[derive(Debug)]
-pub enum AgentRequest {
-    Services {
-        filter: String,
-    },
-    Service {
-        id: String,
-        hash: Option<String>,
-        wait: Duration,
-    },
-    Checks {
-        filter: String,
-    },
-    RegisterService {
-        body: Vec<u8>,
-        replace_existing_checks: bool,
-    },
-    DeregisterService {
-        id: String,
-    },
-    RegisterCheck {
-        body: Vec<u8>,
-    },
-    DeregisterCheck {
-        id: String,
-    },
-    UpdateTtl {
-        id: String,
-        status: Status,
-        output: String,
-    },
-    ServiceMaintenance {
-        id: String,
-        enable: bool,
-        reason: String,
-    },
-    NodeMaintenance {
-        enable: bool,
-        reason: String,
-    },
-    HealthByName {
-        name: String,
-        text: bool,
-    },
-    HealthById {
-        id: String,
-        text: bool,
-    },
-    Reload,
-    Metrics {
-        prometheus: bool,
-    },
-}
-
-/// A request in flight to the agent.
-pub struct AgentCall {
-    pub request: AgentRequest,
-    pub pretty: bool,
-    pub reply: flume::Sender<AgentReply>,
-}
-
-/// A finished answer.
-#[derive(Debug)]
-pub struct AgentReply {
-    pub status: u16,
-    pub content_type: Option<&'static str>,
-    pub headers: Vec<u8>,
-    pub body: Vec<u8>,
-}
-
-impl AgentReply {
-    pub fn empty() -> AgentReply {
-        AgentReply {
-            status: 200,
-            content_type: None,
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
-    }
-    pub fn text(status: u16, message: impl Into<String>) -> AgentReply {
-        AgentReply {
-            status,
-            content_type: Some("text/plain; charset=utf-8"),
-            headers: Vec::new(),
-            body: message.into().into_bytes(),
-        }
-    }
-    fn json(status: u16, body: Vec<u8>) -> AgentReply {
-        AgentReply {
-            status,
-            content_type: Some("application/json"),
-            headers: Vec::new(),
-            body,
-        }
-    }
-}
 
 /// Receives calls from every shard and answers each in its own task (some wait for a sync).
 pub async fn serve_calls(agent: Rc<Agent>, calls: flume::Receiver<AgentCall>) {
@@ -641,7 +545,7 @@ fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
         gauge(
             "consul.runtime.alloc_bytes",
             "Resident memory of the agent process, in bytes.",
-            metrics::resident_bytes() as f64,
+            resident_bytes() as f64,
         ),
         gauge(
             "consul.runtime.uptime_seconds",
@@ -728,6 +632,33 @@ fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
             body: metrics::render_prometheus(&gauges),
         }
     } else {
-        AgentReply::json(200, metrics::render_json(&gauges, pretty))
+        let now_unix_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        AgentReply::json(200, metrics::render_json(&gauges, now_unix_secs, pretty))
+    }
+}
+
+/// Resident set size of this process, from `/proc/self/statm`.
+fn resident_bytes() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn resident_bytes_reads_this_process() {
+        assert!(super::resident_bytes() > 0);
     }
 }

@@ -11,7 +11,7 @@
 //! This module holds data and transitions only; it does no I/O and reads no clock (instants
 //! are passed in).
 
-use super::definition::{CheckKind, CheckSpec};
+use crate::consul::definition::{CheckKind, CheckSpec};
 use crate::store::catalog::{CheckRegistration, ServiceRegistration, Status};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

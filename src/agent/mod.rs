@@ -4,8 +4,8 @@
 //!
 //! Threading. The agent runs as monoio tasks on shard 0, next to that shard's connections:
 //! [`Agent`] lives in an `Rc` there and its state in `RefCell`s, so nothing here takes a
-//! lock. Agent endpoints on any shard send an [`api::AgentCall`] over the bounded
-//! [`AgentChannel`] and await the reply; check runners, the sync loop and the reaper are
+//! lock. Agent endpoints on any shard send an [`AgentCall`](crate::api::agent_local::AgentCall)
+//! over the bounded agent channel and await the reply; check runners, the sync loop and the reaper are
 //! tasks on the same thread. Everything the agent writes or reads in the catalog goes
 //! through [`catalog_client::CatalogClient`] — the seam a client agent redirects to a server.
 //!
@@ -16,22 +16,24 @@
 pub mod api;
 pub mod catalog_client;
 pub mod checks;
-pub mod definition;
 pub mod local;
-pub mod metrics;
 pub mod persist;
-pub mod reconcile;
 pub mod signal;
 pub mod sync;
 
-use crate::api::body::Obj;
+use crate::api::agent_local::AgentCall;
+use crate::cluster::reconcile;
+use crate::cluster::Pools;
 use crate::config::AgentConfig;
+use crate::consul::body::Obj;
+use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};
+use crate::consul::metrics;
+use crate::consul::node_state::{node_state_in, NodeState};
 use crate::shard::runtime::Identity;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, Registration, Status};
 use crate::store::CommandResult;
-use catalog_client::{CatalogClient, NodeState};
-use definition::{CheckKind, CheckSpec, ServiceDefinition};
+use catalog_client::CatalogClient;
 use local::{LocalState, Source};
 use signal::Signal;
 use std::cell::{Cell, RefCell};
@@ -50,32 +52,10 @@ pub const REAP_INTERVAL: Duration = Duration::from_secs(1);
 pub const AE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// Consul's default `check_update_interval`: output-only check changes wait this long.
 pub const CHECK_UPDATE_INTERVAL_DEFAULT: Duration = Duration::from_secs(300);
-/// Capacity of the channel from the shards to the agent.
-pub const AGENT_CHANNEL_CAPACITY: usize = 4096;
 /// Script checks run at most this long when no timeout is given (Consul's default).
 pub const SCRIPT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// How often alias checks re-evaluate what they alias.
 pub const ALIAS_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The channel agent endpoints use to reach the agent on shard 0.
-#[derive(Clone)]
-pub struct AgentChannel {
-    pub tx: flume::Sender<api::AgentCall>,
-    pub rx: flume::Receiver<api::AgentCall>,
-}
-
-impl AgentChannel {
-    pub fn new() -> AgentChannel {
-        let (tx, rx) = flume::bounded(AGENT_CHANNEL_CAPACITY);
-        AgentChannel { tx, rx }
-    }
-}
-
-impl Default for AgentChannel {
-    fn default() -> Self {
-        AgentChannel::new()
-    }
-}
 
 /// The node metadata every agent publishes (Consul's `consul-network-segment` and
 /// `consul-version`), plus `node_meta` from the config.
@@ -227,6 +207,8 @@ pub struct SyncControl {
 /// The agent, on shard 0.
 pub struct Agent {
     pub shard: Rc<Shard>,
+    /// The gossip pools: the leader reconciles the LAN pool's members into the catalog.
+    pub pools: Arc<Pools>,
     pub client: CatalogClient,
     pub config: RefCell<Arc<AgentConfig>>,
     pub identity: Identity,
@@ -688,8 +670,9 @@ impl Agent {
     }
 }
 
-/// Starts the agent's tasks on shard 0.
-pub async fn run(shard: Rc<Shard>) {
+/// Starts the agent's tasks on shard 0; `calls` are the agent endpoints' requests from
+/// every shard.
+pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<AgentCall>) {
     let config = shard.shared().config.clone();
     let identity = shard.identity().clone();
     let client = CatalogClient::local(shard.clone());
@@ -701,6 +684,7 @@ pub async fn run(shard: Rc<Shard>) {
             CHECK_UPDATE_INTERVAL_DEFAULT,
         ),
         shard: shard.clone(),
+        pools,
         client,
         config: RefCell::new(config.clone()),
         identity,
@@ -716,10 +700,7 @@ pub async fn run(shard: Rc<Shard>) {
     let (wake_tx, wake_rx) = flume::bounded(1);
     *agent.sync.wake.borrow_mut() = Some(wake_tx);
     monoio::spawn(sync::sync_loop(agent.clone(), wake_rx));
-    monoio::spawn(api::serve_calls(
-        agent.clone(),
-        shard.shared().agent.rx.clone(),
-    ));
+    monoio::spawn(api::serve_calls(agent.clone(), calls));
     monoio::spawn(reconcile_loop(agent.clone()));
     loop {
         if shard.shutting_down() {
@@ -756,7 +737,7 @@ async fn reconcile_loop(agent: Rc<Agent>) {
 
 async fn reconcile_members(agent: &Agent) {
     let config = agent.config.borrow().clone();
-    let gossip_enabled = agent.shard.shared().gossip_lan.is_some();
+    let gossip_enabled = agent.pools.lan.is_some();
     let mut members = vec![reconcile::Member {
         name: config.node_name.clone(),
         id: agent.identity.node_id.clone(),
@@ -765,7 +746,7 @@ async fn reconcile_members(agent: &Agent) {
         server_port: Some(config.ports.server.max(0) as u16),
         alive: true,
     }];
-    if let Some(gossip) = &agent.shard.shared().gossip_lan {
+    if let Some(gossip) = &agent.pools.lan {
         for member in gossip.members().iter() {
             if member.name == config.node_name {
                 continue;
@@ -779,7 +760,7 @@ async fn reconcile_members(agent: &Agent) {
         return;
     };
     for member in &members {
-        let current = catalog_client::node_state_in(&version, &member.name);
+        let current = node_state_in(&version, &member.name);
         if let Some(op) = reconcile::member_op(member, &current) {
             apply_logged(&agent.client, op, "member reconciled into the catalog").await;
         }

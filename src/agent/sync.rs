@@ -12,8 +12,9 @@
 //! `check_update_interval` (Consul's write-load guard); status changes go at once.
 
 use super::local::LocalState;
-use super::{metrics, node_in_sync, self_node_registration, Agent};
-use crate::agent::reconcile::CONSUL_SERVICE;
+use super::{node_in_sync, self_node_registration, Agent};
+use crate::cluster::reconcile::CONSUL_SERVICE;
+use crate::consul::metrics;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};

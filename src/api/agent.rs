@@ -1,20 +1,19 @@
 //! `/v1/agent/*` endpoints about the agent itself.
 
-use super::{ApiError, Outcome, Reply, Request};
-use crate::shard::Shard;
+use super::{ApiError, Context, Outcome, Reply, Request};
 use serde_json::json;
 
 /// `/v1/agent/self`: the agent's configuration summary, its gossip member entry and stats.
 /// `Config.Version` is the Consul API version praetor implements, so clients that gate
 /// features on the version behave; `Config.PraetorVersion` is praetor's own.
 pub fn agent_self(
-    shard: &Shard,
+    ctx: &Context,
     _request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let config = shard.config();
-    let status = shard.cluster_status();
-    let identity = shard.identity();
+    let config = ctx.config();
+    let status = ctx.cluster_status();
+    let identity = ctx.identity();
     let advertise = config.advertise().to_string();
     let role = if config.server { "consul" } else { "node" };
     let body = json!({
@@ -55,13 +54,13 @@ pub fn agent_self(
         },
         "Stats": {
             "agent": {
-                "shards": shard.shard_count().to_string(),
+                "shards": ctx.shard_count().to_string(),
             },
             "raft": {
                 "state": if status.is_leader { "Leader" } else if status.leader_rpc_address.is_empty() { "Candidate" } else { "Follower" },
                 "term": status.term.to_string(),
                 "commit_index": status.commit_index.to_string(),
-                "applied_index": shard.local_index().to_string(),
+                "applied_index": ctx.local_index().to_string(),
                 "num_peers": status.voter_rpc_addresses.len().saturating_sub(1).to_string(),
             },
             "consul": {

@@ -2,28 +2,138 @@
 //! (members, join and leave are the gossip surface's, `api/members.rs`).
 //!
 //! The local state lives with the agent on shard 0: these handlers parse the request on the
-//! shard that received it, send an [`AgentCall`] over the agent channel and answer with what
-//! comes back (`Outcome::Async`).
+//! shard that received it, send an [`AgentCall`] over the [`AgentChannel`] and answer with
+//! what comes back (`Outcome::Async`). The channel's types live here, below the agent that
+//! serves them, so that the HTTP layer never imports the agent.
 
-use super::{ApiError, Outcome, Reply, Request};
-use crate::agent::api::{AgentCall, AgentReply, AgentRequest};
+use super::{ApiError, Context, Outcome, Reply, Request};
 use crate::proto::duration::parse_go_duration;
-use crate::shard::Shard;
 use crate::store::catalog::Status;
 use std::time::Duration;
 
-const GET: &[&str] = &["GET"];
-const PUT: &[&str] = &["PUT"];
-const GET_PUT: &[&str] = &["GET", "PUT"];
 /// Longest a hash-blocking `/v1/agent/service/<id>` waits.
 const SERVICE_WAIT_MAX: Duration = Duration::from_secs(600);
 /// How long a request waits for the agent before giving up.
 const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(660);
 
+/// A request for the agent, parsed by the receiving shard.
+#[derive(Debug)]
+pub enum AgentRequest {
+    Services {
+        filter: String,
+    },
+    Service {
+        id: String,
+        hash: Option<String>,
+        wait: Duration,
+    },
+    Checks {
+        filter: String,
+    },
+    RegisterService {
+        body: Vec<u8>,
+        replace_existing_checks: bool,
+    },
+    DeregisterService {
+        id: String,
+    },
+    RegisterCheck {
+        body: Vec<u8>,
+    },
+    DeregisterCheck {
+        id: String,
+    },
+    UpdateTtl {
+        id: String,
+        status: Status,
+        output: String,
+    },
+    ServiceMaintenance {
+        id: String,
+        enable: bool,
+        reason: String,
+    },
+    NodeMaintenance {
+        enable: bool,
+        reason: String,
+    },
+    HealthByName {
+        name: String,
+        text: bool,
+    },
+    HealthById {
+        id: String,
+        text: bool,
+    },
+    Reload,
+    Metrics {
+        prometheus: bool,
+    },
+}
+
+/// A request in flight to the agent.
+pub struct AgentCall {
+    pub request: AgentRequest,
+    pub pretty: bool,
+    pub reply: flume::Sender<AgentReply>,
+}
+
+/// A finished answer.
+#[derive(Debug)]
+pub struct AgentReply {
+    pub status: u16,
+    pub content_type: Option<&'static str>,
+    pub headers: Vec<u8>,
+    pub body: Vec<u8>,
+}
+
+impl AgentReply {
+    pub fn empty() -> AgentReply {
+        AgentReply {
+            status: 200,
+            content_type: None,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+    pub fn text(status: u16, message: impl Into<String>) -> AgentReply {
+        AgentReply {
+            status,
+            content_type: Some("text/plain; charset=utf-8"),
+            headers: Vec::new(),
+            body: message.into().into_bytes(),
+        }
+    }
+    pub fn json(status: u16, body: Vec<u8>) -> AgentReply {
+        AgentReply {
+            status,
+            content_type: Some("application/json"),
+            headers: Vec::new(),
+            body,
+        }
+    }
+}
+
+/// Capacity of the channel from the shards to the agent.
+pub const AGENT_CHANNEL_CAPACITY: usize = 4096;
+
+/// How agent endpoints on any shard reach the agent on shard 0, which serves the calls
+/// (`crate::agent::api::serve_calls`).
+#[derive(Clone)]
+pub struct AgentChannel {
+    pub tx: flume::Sender<AgentCall>,
+}
+
+/// A fresh agent channel and the receiving end the agent serves.
+pub fn agent_channel() -> (AgentChannel, flume::Receiver<AgentCall>) {
+    let (tx, rx) = flume::bounded(AGENT_CHANNEL_CAPACITY);
+    (AgentChannel { tx }, rx)
+}
+
 /// Sends `request` to the agent and answers with its reply.
-fn call(shard: &Shard, request: AgentRequest, pretty: bool) -> Outcome {
+fn call(ctx: &Context, request: AgentRequest, pretty: bool) -> Outcome {
     let (tx, rx) = flume::bounded(1);
-    let sent = shard.shared().agent.tx.try_send(AgentCall {
+    let sent = ctx.agent().tx.try_send(AgentCall {
         request,
         pretty,
         reply: tx,
@@ -62,9 +172,9 @@ fn enable_param(request: &Request) -> Result<bool, ApiError> {
 }
 
 fn check_update(request: &Request, id: &str) -> Result<AgentRequest, ApiError> {
-    let value = super::body::parse_json(request.body)
+    let value = crate::consul::body::parse_json(request.body)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let obj = super::body::Obj::new(&value)
+    let obj = crate::consul::body::Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let status_text = obj
         .string(&["status"])
@@ -99,229 +209,247 @@ fn text_format(request: &Request) -> bool {
     request.query.get("format") == Some("text")
 }
 
-/// Builds the outcome of an agent endpoint once its method is allowed.
-type Handler<'r> = Box<dyn FnOnce(&mut Reply) -> Result<Outcome, ApiError> + 'r>;
+/// `GET /v1/agent/services`.
+pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let filter = request.query.get("filter").unwrap_or("").to_string();
+    Ok(call(ctx, AgentRequest::Services { filter }, reply.pretty))
+}
 
-/// Routes the agent-local endpoints; `None` for paths handled elsewhere.
-pub fn route(
-    shard: &Shard,
+/// `GET /v1/agent/checks`.
+pub fn checks(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let filter = request.query.get("filter").unwrap_or("").to_string();
+    Ok(call(ctx, AgentRequest::Checks { filter }, reply.pretty))
+}
+
+/// `PUT /v1/agent/service/register`.
+pub fn register_service(
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let rest = path.strip_prefix("/v1/agent/")?;
-    let pretty = reply.pretty;
-    let (methods, build): (&'static [&'static str], Handler<'_>) = match rest {
-        "services" => (
-            GET,
-            Box::new(|_| {
-                let filter = request.query.get("filter").unwrap_or("").to_string();
-                Ok(call(shard, AgentRequest::Services { filter }, pretty))
-            }),
-        ),
-        "checks" => (
-            GET,
-            Box::new(|_| {
-                let filter = request.query.get("filter").unwrap_or("").to_string();
-                Ok(call(shard, AgentRequest::Checks { filter }, pretty))
-            }),
-        ),
-        "service/register" => (
-            PUT,
-            Box::new(|_| {
-                let replace = request
-                    .query
-                    .get("replace-existing-checks")
-                    .is_some_and(|v| v.is_empty() || v == "true");
-                Ok(call(
-                    shard,
-                    AgentRequest::RegisterService {
-                        body: request.body.to_vec(),
-                        replace_existing_checks: replace,
-                    },
-                    pretty,
-                ))
-            }),
-        ),
-        "check/register" => (
-            PUT,
-            Box::new(|_| {
-                Ok(call(
-                    shard,
-                    AgentRequest::RegisterCheck {
-                        body: request.body.to_vec(),
-                    },
-                    pretty,
-                ))
-            }),
-        ),
-        "maintenance" => (
-            PUT,
-            Box::new(|_| {
-                let enable = enable_param(request)?;
-                let reason = request.query.get("reason").unwrap_or("").to_string();
-                Ok(call(
-                    shard,
-                    AgentRequest::NodeMaintenance { enable, reason },
-                    pretty,
-                ))
-            }),
-        ),
-        "reload" => (
-            PUT,
-            Box::new(|_| Ok(call(shard, AgentRequest::Reload, pretty))),
-        ),
-        "metrics" => (
-            GET,
-            Box::new(|_| {
-                let prometheus = request.query.get("format") == Some("prometheus")
-                    || request
-                        .header("Accept")
-                        .is_some_and(|a| a.contains("application/openmetrics-text"));
-                Ok(call(shard, AgentRequest::Metrics { prometheus }, pretty))
-            }),
-        ),
-        _ => {
-            if let Some(id) = rest.strip_prefix("service/deregister/") {
-                (
-                    GET_PUT,
-                    Box::new(move |_| {
-                        Ok(call(
-                            shard,
-                            AgentRequest::DeregisterService { id: id.to_string() },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else if let Some(id) = rest.strip_prefix("service/maintenance/") {
-                (
-                    PUT,
-                    Box::new(move |_| {
-                        if id.is_empty() {
-                            return Err(ApiError::bad_request("Missing service ID"));
-                        }
-                        let enable = enable_param(request)?;
-                        let reason = request.query.get("reason").unwrap_or("").to_string();
-                        Ok(call(
-                            shard,
-                            AgentRequest::ServiceMaintenance {
-                                id: id.to_string(),
-                                enable,
-                                reason,
-                            },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else if let Some(id) = rest.strip_prefix("service/") {
-                (
-                    GET,
-                    Box::new(move |_| {
-                        let wait = match request.query.get("wait") {
-                            Some(w) if !w.is_empty() => parse_go_duration(w)
-                                .map_err(|_| ApiError::bad_request("Invalid wait time"))?
-                                .min(SERVICE_WAIT_MAX),
-                            _ => super::BLOCKING_WAIT_DEFAULT,
-                        };
-                        let hash = request
-                            .query
-                            .get("hash")
-                            .filter(|h| !h.is_empty())
-                            .map(str::to_string);
-                        Ok(call(
-                            shard,
-                            AgentRequest::Service {
-                                id: id.to_string(),
-                                hash,
-                                wait,
-                            },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else if let Some(id) = rest.strip_prefix("check/deregister/") {
-                (
-                    GET_PUT,
-                    Box::new(move |_| {
-                        Ok(call(
-                            shard,
-                            AgentRequest::DeregisterCheck { id: id.to_string() },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else if let Some(id) = rest.strip_prefix("check/update/") {
-                (
-                    PUT,
-                    Box::new(move |_| Ok(call(shard, check_update(request, id)?, pretty))),
-                )
-            } else if let Some((verb, id)) = rest
-                .strip_prefix("check/")
-                .and_then(|r| r.split_once('/'))
-                .filter(|(verb, _)| matches!(*verb, "pass" | "warn" | "fail"))
-            {
-                let status = match verb {
-                    "pass" => Status::Passing,
-                    "warn" => Status::Warning,
-                    _ => Status::Critical,
-                };
-                (
-                    GET_PUT,
-                    Box::new(move |_| {
-                        let output = request.query.get("note").unwrap_or("").to_string();
-                        Ok(call(
-                            shard,
-                            AgentRequest::UpdateTtl {
-                                id: id.to_string(),
-                                status,
-                                output,
-                            },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else if let Some(name) = rest.strip_prefix("health/service/name/") {
-                (
-                    GET,
-                    Box::new(move |_| {
-                        if name.is_empty() {
-                            return Err(ApiError::bad_request("Missing service Name"));
-                        }
-                        Ok(call(
-                            shard,
-                            AgentRequest::HealthByName {
-                                name: name.to_string(),
-                                text: text_format(request),
-                            },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else if let Some(id) = rest.strip_prefix("health/service/id/") {
-                (
-                    GET,
-                    Box::new(move |_| {
-                        if id.is_empty() {
-                            return Err(ApiError::bad_request("Missing serviceID"));
-                        }
-                        Ok(call(
-                            shard,
-                            AgentRequest::HealthById {
-                                id: id.to_string(),
-                                text: text_format(request),
-                            },
-                            pretty,
-                        ))
-                    }),
-                )
-            } else {
-                return None;
-            }
-        }
+) -> Result<Outcome, ApiError> {
+    let replace_existing_checks = request
+        .query
+        .get("replace-existing-checks")
+        .is_some_and(|v| v.is_empty() || v == "true");
+    let body = request.body.to_vec();
+    Ok(call(
+        ctx,
+        AgentRequest::RegisterService {
+            body,
+            replace_existing_checks,
+        },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/check/register`.
+pub fn register_check(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let body = request.body.to_vec();
+    Ok(call(
+        ctx,
+        AgentRequest::RegisterCheck { body },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/maintenance?enable=…&reason=…`.
+pub fn node_maintenance(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let enable = enable_param(request)?;
+    let reason = request.query.get("reason").unwrap_or("").to_string();
+    Ok(call(
+        ctx,
+        AgentRequest::NodeMaintenance { enable, reason },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/reload`.
+pub fn reload(ctx: &Context, _: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    Ok(call(ctx, AgentRequest::Reload, reply.pretty))
+}
+
+/// `GET /v1/agent/metrics`, as go-metrics JSON or, asked for, Prometheus text.
+pub fn metrics(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let prometheus = request.query.get("format") == Some("prometheus")
+        || request
+            .header("Accept")
+            .is_some_and(|a| a.contains("application/openmetrics-text"));
+    Ok(call(
+        ctx,
+        AgentRequest::Metrics { prometheus },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/service/deregister/<id>`.
+pub fn deregister_service(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let id = request.rest.to_string();
+    Ok(call(
+        ctx,
+        AgentRequest::DeregisterService { id },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/service/maintenance/<id>?enable=…&reason=…`.
+pub fn service_maintenance(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if request.rest.is_empty() {
+        return Err(ApiError::bad_request("Missing service ID"));
+    }
+    let enable = enable_param(request)?;
+    let reason = request.query.get("reason").unwrap_or("").to_string();
+    Ok(call(
+        ctx,
+        AgentRequest::ServiceMaintenance {
+            id: request.rest.to_string(),
+            enable,
+            reason,
+        },
+        reply.pretty,
+    ))
+}
+
+/// `GET /v1/agent/service/<id>`, hash-blocking with `?hash=…&wait=…`.
+pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let wait = match request.query.get("wait") {
+        Some(w) if !w.is_empty() => parse_go_duration(w)
+            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
+            .min(SERVICE_WAIT_MAX),
+        _ => super::BLOCKING_WAIT_DEFAULT,
     };
-    Some(match super::allow(request, reply, methods) {
-        Ok(true) => build(reply),
-        Ok(false) => Ok(Outcome::Done),
-        Err(e) => Err(e),
-    })
+    let hash = request
+        .query
+        .get("hash")
+        .filter(|h| !h.is_empty())
+        .map(str::to_string);
+    Ok(call(
+        ctx,
+        AgentRequest::Service {
+            id: request.rest.to_string(),
+            hash,
+            wait,
+        },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/check/deregister/<id>`.
+pub fn deregister_check(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let id = request.rest.to_string();
+    Ok(call(
+        ctx,
+        AgentRequest::DeregisterCheck { id },
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/check/update/<id>` with `{"Status": …, "Output": …}`.
+pub fn update_check(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    Ok(call(
+        ctx,
+        check_update(request, request.rest)?,
+        reply.pretty,
+    ))
+}
+
+/// `PUT /v1/agent/check/pass/<id>?note=…`.
+pub fn pass_check(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    Ok(ttl_update(ctx, request, Status::Passing, reply.pretty))
+}
+
+/// `PUT /v1/agent/check/warn/<id>?note=…`.
+pub fn warn_check(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    Ok(ttl_update(ctx, request, Status::Warning, reply.pretty))
+}
+
+/// `PUT /v1/agent/check/fail/<id>?note=…`.
+pub fn fail_check(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    Ok(ttl_update(ctx, request, Status::Critical, reply.pretty))
+}
+
+fn ttl_update(ctx: &Context, request: &Request, status: Status, pretty: bool) -> Outcome {
+    let output = request.query.get("note").unwrap_or("").to_string();
+    call(
+        ctx,
+        AgentRequest::UpdateTtl {
+            id: request.rest.to_string(),
+            status,
+            output,
+        },
+        pretty,
+    )
+}
+
+/// `GET /v1/agent/health/service/name/<name>`.
+pub fn health_by_name(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if request.rest.is_empty() {
+        return Err(ApiError::bad_request("Missing service Name"));
+    }
+    Ok(call(
+        ctx,
+        AgentRequest::HealthByName {
+            name: request.rest.to_string(),
+            text: text_format(request),
+        },
+        reply.pretty,
+    ))
+}
+
+/// `GET /v1/agent/health/service/id/<id>`.
+pub fn health_by_id(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if request.rest.is_empty() {
+        return Err(ApiError::bad_request("Missing serviceID"));
+    }
+    Ok(call(
+        ctx,
+        AgentRequest::HealthById {
+            id: request.rest.to_string(),
+            text: text_format(request),
+        },
+        reply.pretty,
+    ))
 }

@@ -5,306 +5,22 @@
 //! Every read is a [`Query`] whose `WatchSet` names exactly what it depends on: one service's
 //! index key for service queries, one node's keys for node queries, the table for lists.
 
-use super::body::{parse_json, Obj};
-use super::filter::{self, Filter};
-use super::json::JsonWriter;
-use super::render;
 use super::{
-    query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
+use crate::consul::body::{parse_json, Obj};
+use crate::consul::filter::{self, Filter};
+use crate::consul::json::JsonWriter;
+use crate::consul::registration::parse_registration;
+use crate::consul::render;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::{
-    CatalogOp, CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
-};
+use crate::store::catalog::CatalogOp;
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
-
-/// Most checks one registration may carry.
-pub const REGISTRATION_CHECKS_MAX: usize = 256;
-/// Most tags one service may carry.
-pub const SERVICE_TAGS_MAX: usize = 1024;
-/// Consul's limits on metadata: pairs, key length, value length.
-pub const META_PAIRS_MAX: usize = 64;
-pub const META_KEY_BYTES_MAX: usize = 128;
-pub const META_VALUE_BYTES_MAX: usize = 512;
-/// Longest node, service or check name or ID.
-pub const NAME_BYTES_MAX: usize = 1024;
-
-/// Consul's metadata rules: at most 64 pairs, keys of letters, digits, `_` and `-` up to 128
-/// bytes, values up to 512 bytes, and (unless allowed) no `consul-` prefix.
-pub fn validate_meta(pairs: &[(String, String)], allow_consul_prefix: bool) -> Result<(), String> {
-    if pairs.len() > META_PAIRS_MAX {
-        return Err(format!(
-            "Node metadata cannot contain more than {META_PAIRS_MAX} key/value pairs"
-        ));
-    }
-    for (key, value) in pairs {
-        let problem = if key.is_empty() {
-            Some("Key cannot be blank".to_string())
-        } else if !key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            Some("Key contains invalid characters".to_string())
-        } else if key.len() > META_KEY_BYTES_MAX {
-            Some(format!(
-                "Key is too long (limit: {META_KEY_BYTES_MAX} characters)"
-            ))
-        } else if key.starts_with("consul-") && !allow_consul_prefix {
-            Some("Key prefix 'consul-' is reserved for internal use".to_string())
-        } else if value.len() > META_VALUE_BYTES_MAX {
-            Some(format!(
-                "Value is too long (limit: {META_VALUE_BYTES_MAX} characters)"
-            ))
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Err(format!(
-                "Couldn't load metadata pair ('{key}', '{value}'): {problem}"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn check_name(what: &str, value: &str) -> Result<(), String> {
-    if value.len() > NAME_BYTES_MAX {
-        return Err(format!("{what} exceeds {NAME_BYTES_MAX} bytes"));
-    }
-    Ok(())
-}
-
-/// Whether an address is the "any" address, which Consul refuses for services.
-pub fn is_any_address(address: &str) -> bool {
-    matches!(address, "0.0.0.0" | "::" | "[::]")
-}
-
-/// `Weights` as a client sends it.
-pub fn parse_weights(obj: &Obj) -> Result<Option<Weights>, String> {
-    let Some(w) = obj.obj(&["weights"])? else {
-        return Ok(None);
-    };
-    Ok(Some(Weights {
-        passing: w.bounded(&["passing"], 0, u32::MAX as i64)? as u32,
-        warning: w.bounded(&["warning"], 0, u32::MAX as i64)? as u32,
-    }))
-}
-
-/// A service's `TaggedAddresses`: `{"lan": {"Address": "…", "Port": 80}}`.
-pub fn parse_service_tagged_addresses(obj: &Obj) -> Result<Vec<(String, String, i32)>, String> {
-    let Some(map) = obj.obj(&["taggedaddresses"])? else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    for (tag, value) in map.map() {
-        let entry = Obj::new(value).map_err(|e| format!("TaggedAddresses.{tag}: {e}"))?;
-        out.push((
-            tag.clone(),
-            entry.string(&["address"])?,
-            entry.bounded(&["port"], 0, 65535)? as i32,
-        ));
-    }
-    Ok(out)
-}
-
-/// Consul's `NodeService` in a registration body (`Service`).
-pub fn parse_service(obj: &Obj) -> Result<ServiceRegistration, String> {
-    let meta = obj.str_map(&["meta", "servicemeta"])?;
-    validate_meta(&meta, false).map_err(|e| format!("Invalid Service Meta: {e}"))?;
-    let tags = obj.str_list(&["tags", "servicetags"])?;
-    if tags.len() > SERVICE_TAGS_MAX {
-        return Err(format!(
-            "a service may carry at most {SERVICE_TAGS_MAX} tags"
-        ));
-    }
-    let service = ServiceRegistration {
-        kind: obj.string(&["kind", "servicekind"])?,
-        id: obj.string(&["id", "serviceid"])?,
-        name: obj.string(&["service", "name", "servicename"])?,
-        tags,
-        address: obj.string(&["address", "serviceaddress"])?,
-        tagged_addresses: parse_service_tagged_addresses(obj)?,
-        meta,
-        port: obj.bounded(&["port", "serviceport"], 0, 65535)? as i32,
-        weights: parse_weights(obj)?,
-        enable_tag_override: obj.bool(&["enabletagoverride", "serviceenabletagoverride"])?,
-        socket_path: obj.string(&["socketpath"])?,
-        proxy_json: match obj.get(&["proxy"]) {
-            Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => {
-                Some(value.to_string())
-            }
-            _ => None,
-        },
-        connect_native: match obj.obj(&["connect"])? {
-            Some(c) => c.bool(&["native"])?,
-            None => false,
-        },
-    };
-    check_name("service name", &service.name)?;
-    check_name("service ID", &service.id)?;
-    if is_any_address(&service.address) {
-        return Err("Invalid service address".to_string());
-    }
-    Ok(service)
-}
-
-/// Consul's `HealthCheckDefinition` (catalog) or the flat check fields (agent).
-pub fn parse_check_definition(obj: &Obj) -> Result<CheckDefinition, String> {
-    let header = match obj.obj(&["header"])? {
-        None => Vec::new(),
-        Some(h) => {
-            let mut pairs = Vec::new();
-            for (name, value) in h.map() {
-                let values = match value {
-                    serde_json::Value::String(s) => vec![s.clone()],
-                    serde_json::Value::Array(items) => items
-                        .iter()
-                        .map(|v| {
-                            v.as_str()
-                                .map(str::to_string)
-                                .ok_or_else(|| format!("Header.{name}: expected strings"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?,
-                    _ => return Err(format!("Header.{name}: expected a list of strings")),
-                };
-                pairs.push((name.clone(), values));
-            }
-            pairs
-        }
-    };
-    let mut script_args = obj.str_list(&["scriptargs", "args"])?;
-    if script_args.is_empty() {
-        // Consul's older single `Script` string runs through a shell.
-        if let Some(script) = obj.opt_string(&["script"])?.filter(|s| !s.is_empty()) {
-            script_args = vec!["/bin/sh".into(), "-c".into(), script];
-        }
-    }
-    Ok(CheckDefinition {
-        http: obj.string(&["http"])?,
-        tls_server_name: obj.string(&["tlsservername"])?,
-        tls_skip_verify: obj.bool(&["tlsskipverify"])?,
-        header,
-        method: obj.string(&["method"])?,
-        body: obj.string(&["body"])?,
-        disable_redirects: obj.bool(&["disableredirects"])?,
-        tcp: obj.string(&["tcp"])?,
-        udp: obj.string(&["udp"])?,
-        grpc: obj.string(&["grpc"])?,
-        grpc_use_tls: obj.bool(&["grpcusetls"])?,
-        interval_ns: obj.duration_ns(&["interval"])?,
-        timeout_ns: obj.duration_ns(&["timeout"])?,
-        ttl_ns: obj.duration_ns(&["ttl"])?,
-        deregister_critical_service_after_ns: obj
-            .duration_ns(&["deregistercriticalserviceafter"])?,
-        script_args,
-        alias_node: obj.string(&["aliasnode"])?,
-        alias_service: obj.string(&["aliasservice"])?,
-        output_max_size: obj.bounded(&["outputmaxsize"], 0, i64::MAX)? as u64,
-    })
-}
-
-/// Consul's `CheckType.Type()`: the kind of check a definition describes.
-pub fn check_type_of(def: &CheckDefinition) -> &'static str {
-    if !def.grpc.is_empty() {
-        "grpc"
-    } else if !def.http.is_empty() {
-        "http"
-    } else if !def.tcp.is_empty() {
-        "tcp"
-    } else if !def.udp.is_empty() {
-        "udp"
-    } else if def.ttl_ns > 0 {
-        "ttl"
-    } else if !def.script_args.is_empty() {
-        "script"
-    } else if !def.alias_service.is_empty() || !def.alias_node.is_empty() {
-        "alias"
-    } else {
-        ""
-    }
-}
-
-pub fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, String> {
-    let definition = match obj.obj(&["definition"])? {
-        Some(def) => parse_check_definition(&def)?,
-        None => CheckDefinition::default(),
-    };
-    let name = obj.string(&["name"])?;
-    let mut check_id = obj.string(&["checkid", "id"])?;
-    if check_id.is_empty() {
-        check_id = name.clone();
-    }
-    check_name("check ID", &check_id)?;
-    let mut kind = obj.string(&["type"])?;
-    if kind.is_empty() {
-        kind = check_type_of(&definition).to_string();
-    }
-    let node_field = obj.string(&["node"])?;
-    Ok(CheckRegistration {
-        node: if node_field.is_empty() {
-            node.to_string()
-        } else {
-            node_field
-        },
-        check_id,
-        name,
-        status: obj.string(&["status"])?,
-        notes: obj.string(&["notes"])?,
-        output: obj.string(&["output"])?,
-        service_id: obj.string(&["serviceid"])?,
-        kind,
-        interval: obj.string(&["interval"])?,
-        timeout: obj.string(&["timeout"])?,
-        exposed_port: obj.bounded(&["exposedport"], 0, 65535)? as i32,
-        definition: Some(definition),
-    })
-}
-
-/// Decodes `/v1/catalog/register`'s body (Consul's `RegisterRequest`).
-pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Registration, String> {
-    let value = parse_json(body)?;
-    let obj = Obj::new(&value)?;
-    let node = obj.string(&["node"])?;
-    check_name("node name", &node)?;
-    let node_meta = obj.str_map(&["nodemeta"])?;
-    validate_meta(&node_meta, true)?;
-    let mut checks = Vec::new();
-    if let Some(check) = obj.obj(&["check"])? {
-        checks.push(parse_catalog_check(&check, &node)?);
-    }
-    for check in obj.obj_list(&["checks"])? {
-        checks.push(parse_catalog_check(&check, &node)?);
-    }
-    if checks.len() > REGISTRATION_CHECKS_MAX {
-        return Err(format!(
-            "a registration may carry at most {REGISTRATION_CHECKS_MAX} checks"
-        ));
-    }
-    let mut datacenter = obj.string(&["datacenter"])?;
-    if datacenter.is_empty() {
-        datacenter = default_datacenter.to_string();
-    }
-    Ok(Registration {
-        id: obj.string(&["id"])?.to_lowercase(),
-        node,
-        address: obj.string(&["address"])?,
-        datacenter,
-        tagged_addresses: obj.str_map(&["taggedaddresses"])?,
-        node_meta,
-        service: match obj.obj(&["service"])? {
-            Some(s) => Some(parse_service(&s)?),
-            None => None,
-        },
-        checks,
-        skip_node_update: obj.bool(&["skipnodeupdate"])?,
-    })
-}
 
 /// `true` or the store's refusal, as Consul answers catalog writes.
 fn write_result(command: Command) -> Outcome {
@@ -317,8 +33,8 @@ fn write_result(command: Command) -> Outcome {
     })
 }
 
-fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError> {
-    if datacenter.is_empty() || datacenter.eq_ignore_ascii_case(&shard.config().datacenter) {
+fn check_body_datacenter(ctx: &Context, datacenter: &str) -> Result<(), ApiError> {
+    if datacenter.is_empty() || datacenter.eq_ignore_ascii_case(&ctx.config().datacenter) {
         Ok(())
     } else {
         Err(ApiError::Internal("No path to datacenter".to_string()))
@@ -326,12 +42,12 @@ fn check_body_datacenter(shard: &Shard, datacenter: &str) -> Result<(), ApiError
 }
 
 /// `PUT /v1/catalog/register`.
-pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    crate::agent::metrics::CATALOG_REGISTERS.add(1);
-    super::check_datacenter(shard, &request.query)?;
-    let registration = parse_registration(request.body, &shard.config().datacenter)
+pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    crate::consul::metrics::CATALOG_REGISTERS.add(1);
+    super::check_datacenter(ctx, &request.query)?;
+    let registration = parse_registration(request.body, &ctx.config().datacenter)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    check_body_datacenter(shard, &registration.datacenter)?;
+    check_body_datacenter(ctx, &registration.datacenter)?;
     Ok(write_result(Command::Catalog(CatalogOp::Register(
         Box::new(registration),
     ))))
@@ -340,7 +56,7 @@ pub fn register(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
 /// `PUT /v1/internal/praetor/catalog-apply`: a catalog command encoded as a Raft payload,
 /// sent by an agent on a follower to the leader. Only catalog commands are accepted, and the
 /// store validates them as it validates every registration.
-pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
+pub fn internal_apply(_: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     let command = Command::decode(request.body).map_err(ApiError::bad_request)?;
     if !matches!(command, Command::Catalog(_)) {
         return Err(ApiError::bad_request(
@@ -355,26 +71,26 @@ pub fn internal_apply(request: &Request) -> Result<Outcome, ApiError> {
 /// its own version without a leader round trip — anti-entropy tolerates a stale view, since
 /// a difference it misses now is found on the next full sync.
 pub fn internal_node_state(
-    shard: &Shard,
-    node: &str,
+    ctx: &Context,
+    request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if shard.is_client() {
+    let node = request.rest;
+    if ctx.is_client() {
         return Ok(Outcome::Forward);
     }
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    shard.catch_up();
-    let body = crate::agent::catalog_client::encode_node_state(&shard.current_version(), node);
+    let body = crate::consul::node_state::encode_node_state(&ctx.current_version(), node);
     reply.send(200, Some("application/msgpack"), b"", &body);
     Ok(Outcome::Done)
 }
 
 /// `PUT /v1/catalog/deregister`.
-pub fn deregister(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    crate::agent::metrics::CATALOG_DEREGISTERS.add(1);
-    super::check_datacenter(shard, &request.query)?;
+pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    crate::consul::metrics::CATALOG_DEREGISTERS.add(1);
+    super::check_datacenter(ctx, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
         let value = parse_json(request.body)?;
         let obj = Obj::new(&value)?;
@@ -424,13 +140,13 @@ fn meta_headers(meta: QueryMeta) -> Vec<u8> {
 }
 
 /// `GET /v1/catalog/nodes`.
-pub fn nodes(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
     let query = NodesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::NODE)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 struct NodesQuery {
@@ -468,13 +184,13 @@ impl Query for NodesQuery {
 }
 
 /// `GET /v1/catalog/services`.
-pub fn services(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
     let query = ServicesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::SERVICE_NODE)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 struct ServicesQuery {
@@ -617,12 +333,12 @@ impl ServiceQuery {
 
     /// Applies `?near=<node>` (or `_agent`) from the request, as Consul's catalog and health
     /// service endpoints do: nearest first by network coordinates, nodes without one last.
-    pub fn with_near(mut self, shard: &Shard, request: &Request) -> ServiceQuery {
+    pub fn with_near(mut self, ctx: &Context, request: &Request) -> ServiceQuery {
         let near = request.query.get("near").unwrap_or("");
         if near.is_empty() {
             return self;
         }
-        if let Some(distances) = super::coordinate::distances_from(shard, near) {
+        if let Some(distances) = super::coordinate::distances_from(ctx, near) {
             self.cache_key = Rc::from(format!("{}\u{0}near={near}", self.cache_key));
             self.near = Some(Rc::new(distances));
         }
@@ -734,9 +450,12 @@ impl Query for ServiceQuery {
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let headers = meta_headers(meta);
         if self.blocking {
-            let body = render::cached_body(&self.cache_key, tables.index, reply.pretty, |body| {
-                self.render(tables, reply.pretty, body)
-            });
+            let body = super::body_cache::cached_body(
+                &self.cache_key,
+                tables.index,
+                reply.pretty,
+                |body| self.render(tables, reply.pretty, body),
+            );
             reply.json_bytes(200, &headers, &body);
         } else if let Some(parts) = self.fragments(tables, reply.pretty) {
             // Each instance's JSON is copied once, from its cache into the response.
@@ -758,15 +477,24 @@ impl Query for ServiceQuery {
     }
 }
 
-/// `GET /v1/catalog/service/<s>` and `/v1/catalog/connect/<s>`.
-pub fn service(
-    shard: &Shard,
+/// `GET /v1/catalog/service/<s>`.
+pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_nodes(ctx, request, false, reply)
+}
+
+/// `GET /v1/catalog/connect/<s>`.
+pub fn connect(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_nodes(ctx, request, true, reply)
+}
+
+fn service_nodes(
+    ctx: &Context,
     request: &Request,
-    name: &str,
     connect: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let name = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
@@ -783,8 +511,8 @@ pub fn service(
         options.is_blocking(),
         filter::SERVICE_NODE,
     )?
-    .with_near(shard, request);
-    run_query(shard, query, options, reply)
+    .with_near(ctx, request);
+    run_query(ctx, query, options, reply)
 }
 
 /// `/v1/catalog/node/<n>` (a map of services) or `/v1/catalog/node-services/<n>` (a list).
@@ -859,15 +587,28 @@ impl Query for NodeQuery {
     }
 }
 
-/// `GET /v1/catalog/node/<n>` and `/v1/catalog/node-services/<n>`.
-pub fn node(
-    shard: &Shard,
+/// `GET /v1/catalog/node/<n>`.
+pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    node_services_of(ctx, request, false, reply)
+}
+
+/// `GET /v1/catalog/node-services/<n>`.
+pub fn node_services(
+    ctx: &Context,
     request: &Request,
-    name: &str,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    node_services_of(ctx, request, true, reply)
+}
+
+fn node_services_of(
+    ctx: &Context,
+    request: &Request,
     as_list: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let name = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
@@ -877,68 +618,7 @@ pub fn node(
         as_list,
         filter: parse_filter(request, filter::NODE_SERVICE)?,
     };
-    run_query(shard, query, options, reply)
-}
-
-const GET: &[&str] = &["GET"];
-const PUT: &[&str] = &["PUT"];
-
-/// Routes `/v1/catalog/*` and `/v1/health/*`; `None` for paths it does not serve.
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
-    let (methods, handler, rest): (&'static [&'static str], Handler, &str) = if path
-        == "/v1/catalog/register"
-    {
-        (PUT, |s, r, _, _| register(s, r), "")
-    } else if path == crate::agent::catalog_client::APPLY_PATH {
-        (PUT, |_, r, _, _| internal_apply(r), "")
-    } else if let Some(rest) = path.strip_prefix(crate::agent::catalog_client::NODE_STATE_PATH) {
-        (GET, |s, _, n, o| internal_node_state(s, n, o), rest)
-    } else if path == "/v1/catalog/deregister" {
-        (PUT, |s, r, _, _| deregister(s, r), "")
-    } else if path == "/v1/catalog/nodes" {
-        (GET, |s, r, _, o| nodes(s, r, o), "")
-    } else if path == "/v1/catalog/services" {
-        (GET, |s, r, _, o| services(s, r, o), "")
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/service/") {
-        (GET, |s, r, n, o| service(s, r, n, false, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/connect/") {
-        (GET, |s, r, n, o| service(s, r, n, true, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/node/") {
-        (GET, |s, r, n, o| node(s, r, n, false, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/catalog/node-services/") {
-        (GET, |s, r, n, o| node(s, r, n, true, o), rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/health/service/") {
-        (
-            GET,
-            |s, r, n, o| super::health::service(s, r, n, false, o),
-            rest,
-        )
-    } else if let Some(rest) = path.strip_prefix("/v1/health/connect/") {
-        (
-            GET,
-            |s, r, n, o| super::health::service(s, r, n, true, o),
-            rest,
-        )
-    } else if let Some(rest) = path.strip_prefix("/v1/health/checks/") {
-        (GET, super::health::service_checks, rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/health/node/") {
-        (GET, super::health::node, rest)
-    } else if let Some(rest) = path.strip_prefix("/v1/health/state/") {
-        (GET, super::health::state, rest)
-    } else {
-        return None;
-    };
-    Some(match super::allow(request, reply, methods) {
-        Ok(true) => handler(shard, request, rest, reply),
-        Ok(false) => Ok(Outcome::Done),
-        Err(e) => Err(e),
-    })
+    run_query(ctx, query, options, reply)
 }
 
 #[cfg(test)]
@@ -947,7 +627,9 @@ mod tests {
 
     #[test]
     fn service_answers_come_from_the_render_cache_compact_and_pretty() {
-        use crate::store::catalog::{CatalogOp, CheckRegistration, Registration};
+        use crate::store::catalog::{
+            CatalogOp, CheckRegistration, Registration, ServiceRegistration,
+        };
         let mut tables = Tables::default();
         let mut changes = Vec::new();
         for i in 0..3u64 {
@@ -1028,78 +710,5 @@ mod tests {
         let distances = [None, Some(0.3), Some(0.1), None, Some(0.3), Some(0.0)];
         assert_eq!(nearest_first(&distances), vec![5, 2, 1, 4, 0, 3]);
         assert_eq!(nearest_first(&[]), Vec::<usize>::new());
-    }
-
-    #[test]
-    fn registration_bodies_decode_leniently() {
-        let body = br#"{"node":"n1","address":"10.0.0.1","NodeMeta":{"consul-version":"1"},
-            "service":{"service":"web","tags":["a"],"port":"80","weights":{"passing":3,"warning":0},
-                       "tagged_addresses":{"lan":{"address":"10.0.0.1","port":80}}},
-            "check":{"name":"web check","serviceid":"web","status":"passing",
-                     "definition":{"http":"http://x","interval":"10s"}}}"#;
-        let reg = parse_registration(body, "dc1").unwrap();
-        assert_eq!(reg.datacenter, "dc1");
-        let service = reg.service.unwrap();
-        assert_eq!((service.name.as_str(), service.port), ("web", 80));
-        assert_eq!(
-            service.weights,
-            Some(Weights {
-                passing: 3,
-                warning: 0
-            })
-        );
-        assert_eq!(
-            service.tagged_addresses,
-            vec![("lan".into(), "10.0.0.1".into(), 80)]
-        );
-        let check = &reg.checks[0];
-        assert_eq!(check.check_id, "web check", "the ID defaults to the name");
-        assert_eq!(check.node, "n1");
-        assert_eq!(check.kind, "http");
-        assert_eq!(
-            check.definition.as_ref().unwrap().interval_ns,
-            10_000_000_000
-        );
-    }
-
-    #[test]
-    fn bad_registrations_are_refused_with_reasons() {
-        for (body, needle) in [
-            (&br#"{"Node": [5]}"#[..], "expected a string"),
-            (
-                br#"{"Service": {"Service": "w", "Meta": {"consul-x": "1"}}}"#,
-                "reserved",
-            ),
-            (
-                br#"{"Service": {"Service": "w", "Address": "0.0.0.0"}}"#,
-                "Invalid service address",
-            ),
-            (
-                br#"{"Service": {"Service": "w", "Port": 70000}}"#,
-                "out of range",
-            ),
-            (
-                br#"{"Check": {"Definition": {"Interval": "often"}}}"#,
-                "interval",
-            ),
-            (b"[1]", "expected a JSON object"),
-            (b"{", "EOF"),
-        ] {
-            let err = parse_registration(body, "dc1").unwrap_err();
-            assert!(
-                err.contains(needle),
-                "{}: {err}",
-                String::from_utf8_lossy(body)
-            );
-        }
-    }
-
-    #[test]
-    fn meta_rules() {
-        assert!(validate_meta(&[("ok_key-1".into(), "v".into())], false).is_ok());
-        assert!(validate_meta(&[("bad key".into(), "v".into())], false).is_err());
-        assert!(validate_meta(&[("k".into(), "v".repeat(600))], false).is_err());
-        let many: Vec<_> = (0..65).map(|i| (format!("k{i}"), String::new())).collect();
-        assert!(validate_meta(&many, false).is_err());
     }
 }

@@ -7,35 +7,11 @@
 //! computes for itself. Members that left are not listed. `datacenters` lists this
 //! datacenter's servers from the WAN pool when it runs, else from the LAN pool.
 
-use super::{allow, check_datacenter, ApiError, Outcome, Reply, Request};
+use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request};
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
-use crate::shard::gossip::GossipHandle;
-use crate::shard::Shard;
 use std::collections::HashMap;
-
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let node = path.strip_prefix("/v1/coordinate/node/");
-    if node.is_none() && path != "/v1/coordinate/nodes" && path != "/v1/coordinate/datacenters" {
-        return None;
-    }
-    Some(allow(request, reply, &["GET"]).and_then(|go| {
-        if !go {
-            return Ok(Outcome::Done);
-        }
-        check_datacenter(shard, &request.query)?;
-        if path == "/v1/coordinate/datacenters" {
-            datacenters(shard, reply)
-        } else {
-            nodes(shard, request, node, reply)
-        }
-    }))
-}
 
 /// Consul's JSON for a coordinate.
 pub fn coordinate_json(c: &Coordinate) -> serde_json::Value {
@@ -72,16 +48,16 @@ pub fn node_coordinates(handle: &GossipHandle) -> Vec<(String, Coordinate)> {
 
 /// The estimated round-trip time between two nodes of this agent's LAN pool, in seconds,
 /// if both coordinates are known. This is what `?near=` sorting compares.
-pub fn node_distance_seconds(shard: &Shard, a: &str, b: &str) -> Option<f64> {
-    let handle = shard.shared().gossip_lan.as_ref()?;
+pub fn node_distance_seconds(ctx: &Context, a: &str, b: &str) -> Option<f64> {
+    let handle = ctx.lan()?;
     handle.rtt_between(a, b).map(|d| d.as_secs_f64())
 }
 
 /// Estimated distance in seconds from node `near` (`_agent` = this agent's node) to every
 /// node with a known coordinate; `None` when gossip runs no pool or `near` has no coordinate
 /// (Consul then leaves the order alone).
-pub fn distances_from(shard: &Shard, near: &str) -> Option<HashMap<String, f64>> {
-    let handle = shard.shared().gossip_lan.as_ref()?;
+pub fn distances_from(ctx: &Context, near: &str) -> Option<HashMap<String, f64>> {
+    let handle = ctx.lan()?;
     let near = if near == "_agent" {
         handle.local_name()
     } else {
@@ -108,12 +84,12 @@ pub fn distances_from(shard: &Shard, near: &str) -> Option<HashMap<String, f64>>
 /// Sorts `items` by estimated distance from node `near`, nearest first; items whose node has
 /// no coordinate go last in their original order (Consul's `sortByDistanceFrom`).
 pub fn sort_by_distance<T>(
-    shard: &Shard,
+    ctx: &Context,
     near: &str,
     items: &mut [T],
     node_of: impl Fn(&T) -> &str,
 ) {
-    let Some(handle) = shard.shared().gossip_lan.as_ref() else {
+    let Some(handle) = ctx.lan() else {
         return;
     };
     let coordinates = handle.coordinates();
@@ -144,21 +120,32 @@ fn entry_json(node: &str, c: &Coordinate) -> serde_json::Value {
     serde_json::json!({ "Node": node, "Segment": "", "Coord": coordinate_json(c) })
 }
 
-fn index_header(shard: &Shard) -> Vec<u8> {
+fn index_header(ctx: &Context) -> Vec<u8> {
     let mut headers = Vec::with_capacity(64);
     headers.extend_from_slice(b"X-Consul-Index: ");
-    crate::proto::http::push_u64(&mut headers, shard.local_index().max(1));
+    crate::proto::http::push_u64(&mut headers, ctx.local_index().max(1));
     headers.extend_from_slice(b"\r\n");
     headers
 }
 
-fn nodes(
-    shard: &Shard,
+/// `GET /v1/coordinate/nodes`.
+pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    node_entries(ctx, request, None, reply)
+}
+
+/// `GET /v1/coordinate/node/<node>`.
+pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    node_entries(ctx, request, Some(request.rest), reply)
+}
+
+fn node_entries(
+    ctx: &Context,
     request: &Request,
     node: Option<&str>,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let handle = super::members::lan_handle(shard)?;
+    check_datacenter(ctx, &request.query)?;
+    let handle = super::members::lan_handle(ctx)?;
     if let Some(segment) = request.query.get("segment").filter(|s| !s.is_empty()) {
         if segment != "_all" {
             return Err(ApiError::BadRequest(
@@ -171,7 +158,7 @@ fn nodes(
         .filter(|(name, _)| node.is_none_or(|n| n == name))
         .map(|(name, c)| entry_json(name, c))
         .collect();
-    let headers = index_header(shard);
+    let headers = index_header(ctx);
     if node.is_some() && entries.is_empty() {
         // Consul answers an unknown node with 404 and an empty body.
         reply.send(404, None, &headers, b"");
@@ -181,15 +168,21 @@ fn nodes(
     Ok(Outcome::Done)
 }
 
-fn datacenters(shard: &Shard, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let datacenter = shard.config().datacenter.clone();
-    let coordinates: Vec<serde_json::Value> = match super::members::wan_handle(shard) {
+/// `GET /v1/coordinate/datacenters`.
+pub fn datacenters(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
+    let datacenter = ctx.config().datacenter.clone();
+    let coordinates: Vec<serde_json::Value> = match super::members::wan_handle(ctx) {
         Some(wan) => node_coordinates(&wan)
             .iter()
             .map(|(name, c)| serde_json::json!({ "Node": name, "Coord": coordinate_json(c) }))
             .collect(),
         None => {
-            let lan = super::members::lan_handle(shard)?;
+            let lan = super::members::lan_handle(ctx)?;
             let servers: std::collections::HashSet<String> = lan
                 .members()
                 .iter()

@@ -5,10 +5,9 @@
 //! only when the agent is started with `enable_debug_faults = true`; otherwise it answers 404
 //! like any unknown path.
 
-use super::{ApiError, Outcome, Reply, Request};
+use super::{ApiError, Context, Outcome, Reply, Request};
 use crate::proto::http::Method;
 use crate::shard::peer_transport::Faults;
-use crate::shard::Shard;
 use serde_json::json;
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -16,8 +15,8 @@ use std::net::IpAddr;
 /// Most peers one fault list may name.
 const BLOCKED_PEERS_MAX: usize = 64;
 
-pub fn faults(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let enabled = shard
+pub fn faults(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let enabled = ctx
         .config()
         .raw
         .get("enable_debug_faults")
@@ -29,7 +28,7 @@ pub fn faults(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Out
             request.path
         )));
     }
-    let faults = &shard.shared().faults;
+    let faults = &ctx.faults();
     if request.method == Method::Put {
         // Each field present replaces that fault; both are checked before either applies.
         let body: serde_json::Value = serde_json::from_slice(request.body)

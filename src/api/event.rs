@@ -2,56 +2,21 @@
 //!
 //! Firing wraps the request in Consul's envelope (a fresh UUID, the filters, version 1)
 //! and broadcasts it as the serf event `consul:event:<name>`; every agent, this one
-//! included, records it if the filters match it (see [`crate::shard::user_events`]).
+//! included, records it if the filters match it (see [`crate::cluster::user_events`]).
 //! Listing reads this agent's ring of recent events; a blocking list (`?index=`) waits
 //! until the newest matching event's UUID-derived index differs from the one given.
 
 use super::members::lan_handle;
-use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use super::{check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
+use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::proto::duration::parse_go_duration;
-use crate::shard::user_events::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
-use crate::shard::Shard;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let result = if let Some(name) = path.strip_prefix("/v1/event/fire/") {
-        allow(request, reply, &["PUT"]).and_then(|go| {
-            if go {
-                fire(shard, request, name)
-            } else {
-                Ok(Outcome::Done)
-            }
-        })
-    } else if path == "/v1/event/fire" {
-        allow(request, reply, &["PUT"]).and_then(|go| {
-            if go {
-                fire(shard, request, "")
-            } else {
-                Ok(Outcome::Done)
-            }
-        })
-    } else if path == "/v1/event/list" {
-        allow(request, reply, &["GET"]).and_then(|go| {
-            if go {
-                list(shard, request, reply)
-            } else {
-                Ok(Outcome::Done)
-            }
-        })
-    } else {
-        return None;
-    };
-    Some(result)
-}
-
-fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiError> {
-    check_datacenter(shard, &request.query)?;
+/// `PUT /v1/event/fire/<name>`.
+pub fn fire(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let name = request.rest;
+    check_datacenter(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing name"));
     }
@@ -71,8 +36,8 @@ fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiErro
         ltime: 0,
     };
     validate_filters(&event).map_err(ApiError::BadRequest)?;
-    let handle = lan_handle(shard)?;
-    let serf_name = format!("{}{}", crate::shard::user_events::EVENT_NAME_PREFIX, name);
+    let handle = lan_handle(ctx)?;
+    let serf_name = format!("{}{}", crate::consul::user_event::EVENT_NAME_PREFIX, name);
     let envelope = event.encode();
     Ok(Outcome::Async(Box::pin(async move {
         let result = handle.fire_user_event(&serf_name, &envelope, false).await;
@@ -85,7 +50,7 @@ fn fire(shard: &Shard, request: &Request, name: &str) -> Result<Outcome, ApiErro
 
 /// The recent events named `name` (all when empty), oldest first, and their index.
 fn matching(
-    shard_log: &crate::shard::user_events::EventLog,
+    shard_log: &crate::cluster::user_events::EventLog,
     name: &str,
 ) -> (Vec<Arc<ConsulEvent>>, u64) {
     let mut events = shard_log.events();
@@ -105,8 +70,9 @@ fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64) {
     reply.json(200, &headers, &body);
 }
 
-fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    check_datacenter(shard, &request.query)?;
+/// `GET /v1/event/list`.
+pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     let name = request.query.get("name").unwrap_or("").to_string();
     let min_index = match request.query.get("index") {
         None | Some("") => 0,
@@ -120,7 +86,7 @@ fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, 
             .map_err(|_| ApiError::bad_request("Invalid wait time"))?
             .min(super::BLOCKING_WAIT_MAX),
     };
-    let log = shard.shared().user_events.clone();
+    let log = ctx.events().clone();
     let (events, index) = matching(&log, &name);
     // The index is a hash of the newest event's ID, not a counter: any other value means
     // something new arrived since the client's read.

@@ -2,12 +2,13 @@
 //! service (`CheckServiceNode`s, `?passing`), all blocking-capable with precise wake-ups.
 
 use super::catalog::{node_meta_filters, parse_filter, ServiceQuery, ServiceView};
-use super::filter::{self, Filter};
-use super::json::JsonWriter;
-use super::render;
-use super::{query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request};
+use super::{
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
+};
+use crate::consul::filter::{self, Filter};
+use crate::consul::json::JsonWriter;
+use crate::consul::render;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{HealthCheck, Status};
@@ -27,15 +28,24 @@ fn passing_param(request: &Request) -> Result<bool, ApiError> {
     }
 }
 
-/// `GET /v1/health/service/<s>` and `/v1/health/connect/<s>`.
-pub fn service(
-    shard: &Shard,
+/// `GET /v1/health/service/<s>`.
+pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_health(ctx, request, false, reply)
+}
+
+/// `GET /v1/health/connect/<s>`.
+pub fn connect(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_health(ctx, request, true, reply)
+}
+
+fn service_health(
+    ctx: &Context,
     request: &Request,
-    name: &str,
     connect: bool,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let name = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
@@ -53,18 +63,18 @@ pub fn service(
         options.is_blocking(),
         filter::CHECK_SERVICE_NODE,
     )?
-    .with_near(shard, request);
-    run_query(shard, query, options, reply)
+    .with_near(ctx, request);
+    run_query(ctx, query, options, reply)
 }
 
 /// `GET /v1/health/checks/<s>`.
 pub fn service_checks(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
-    name: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let name = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
@@ -76,7 +86,7 @@ pub fn service_checks(
         options.is_blocking(),
         filter::HEALTH_CHECK,
     )?;
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 fn write_checks<'c>(
@@ -123,13 +133,9 @@ impl Query for NodeChecksQuery {
 }
 
 /// `GET /v1/health/node/<n>`.
-pub fn node(
-    shard: &Shard,
-    request: &Request,
-    name: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let name = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
@@ -138,7 +144,7 @@ pub fn node(
         folded: Arc::from(&*fold(name)),
         filter: parse_filter(request, filter::HEALTH_CHECK)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 struct StateQuery {
@@ -165,13 +171,9 @@ impl Query for StateQuery {
 }
 
 /// `GET /v1/health/state/<state>`: `any`, `passing`, `warning` or `critical`.
-pub fn state(
-    shard: &Shard,
-    request: &Request,
-    state: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let state = request.rest;
+    let options = query_options(ctx, &request.query)?;
     let state = match state {
         "" => return Err(ApiError::bad_request("Missing check state")),
         "any" => None,
@@ -189,5 +191,5 @@ pub fn state(
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::HEALTH_CHECK)?,
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }

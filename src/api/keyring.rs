@@ -8,33 +8,13 @@
 //! 200 with an empty body, or 500 naming how many nodes failed and why.
 
 use super::members::{lan_handle, wan_handle};
-use super::{allow, check_datacenter, ApiError, AsyncResponder, Outcome, Reply, Request};
+use super::{check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::{KeyOp, KeyOpResult};
 use crate::proto::http::Method;
-use crate::shard::gossip::GossipHandle;
-use crate::shard::Shard;
 
 /// Largest key request body accepted, in bytes (a 32-byte key is 44 base64 characters).
 const KEY_REQUEST_BYTES_MAX: usize = 4096;
-
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    if request.path != "/v1/operator/keyring" {
-        return None;
-    }
-    Some(
-        allow(request, reply, &["GET", "POST", "PUT", "DELETE"]).and_then(|go| {
-            if go {
-                keyring(shard, request)
-            } else {
-                Ok(Outcome::Done)
-            }
-        }),
-    )
-}
 
 /// Decodes and checks a base64 gossip key (16, 24 or 32 bytes once decoded).
 pub fn decode_key(text: &str) -> Result<Vec<u8>, String> {
@@ -74,8 +54,9 @@ fn key_from_body(body: &[u8]) -> Result<Vec<u8>, ApiError> {
     decode_key(text).map_err(ApiError::BadRequest)
 }
 
-fn keyring(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    check_datacenter(shard, &request.query)?;
+/// `/v1/operator/keyring`: list (GET), install (POST), use (PUT) or remove (DELETE) a key.
+pub fn keyring(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
     let op = match request.method {
         Method::Get => KeyOp::List,
         Method::Post => KeyOp::Install(key_from_body(request.body)?),
@@ -83,12 +64,12 @@ fn keyring(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
         _ => KeyOp::Remove(key_from_body(request.body)?),
     };
     let listing = matches!(op, KeyOp::List);
-    let datacenter = shard.config().datacenter.clone();
+    let datacenter = ctx.config().datacenter.clone();
     let mut pools: Vec<(bool, GossipHandle)> = Vec::new();
-    if let Some(wan) = wan_handle(shard) {
+    if let Some(wan) = wan_handle(ctx) {
         pools.push((true, wan));
     }
-    pools.push((false, lan_handle(shard)?));
+    pools.push((false, lan_handle(ctx)?));
     Ok(Outcome::Async(Box::pin(async move {
         let mut results: Vec<(bool, Result<KeyOpResult, String>)> = Vec::new();
         for (wan, handle) in pools {

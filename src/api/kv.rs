@@ -2,12 +2,11 @@
 //! Consul's KV API.
 
 use super::{
-    json::JsonWriter, query_options, run_query, ApiError, Outcome, Query, QueryMeta, Reply,
-    Request, WriteOp,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
+use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::kv::{self, KvEntry, KvOp};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
@@ -17,12 +16,9 @@ use std::sync::Arc;
 /// it explicit.
 pub const KEY_BYTES_MAX: usize = 16 * 1024;
 
-pub fn handle(
-    shard: &Shard,
-    request: &Request,
-    key: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+/// `/v1/kv/<key>` (and `/v1/kv`, whose key is empty): the request's `rest` is the key.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let key = request.rest;
     if key.len() > KEY_BYTES_MAX {
         return Err(ApiError::bad_request(format!(
             "Key exceeds {KEY_BYTES_MAX} bytes"
@@ -35,9 +31,9 @@ pub fn handle(
         ));
     }
     match request.method {
-        Method::Get => get(shard, request, key, reply),
-        Method::Put => put(shard, request, key),
-        Method::Delete => delete(shard, request, key),
+        Method::Get => get(ctx, request, key, reply),
+        Method::Put => put(ctx, request, key),
+        Method::Delete => delete(ctx, request, key),
         _ => unreachable!("the router admits only GET, PUT and DELETE"),
     }
 }
@@ -66,12 +62,12 @@ fn parse_u64_param(request: &Request, name: &str) -> Result<Option<u64>, ApiErro
 }
 
 fn get(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     key: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let options = query_options(ctx, &request.query)?;
     if request.query.has("keys") {
         let separator = request
             .query
@@ -79,7 +75,7 @@ fn get(
             .or_else(|| request.query.get("seperator"))
             .unwrap_or("");
         return run_query(
-            shard,
+            ctx,
             KeysQuery {
                 prefix: Arc::from(key),
                 separator: Arc::from(separator),
@@ -90,7 +86,7 @@ fn get(
     }
     if request.query.has("recurse") {
         return run_query(
-            shard,
+            ctx,
             ListQuery {
                 prefix: Arc::from(key),
             },
@@ -102,7 +98,7 @@ fn get(
         return Err(ApiError::bad_request("Missing key name"));
     }
     run_query(
-        shard,
+        ctx,
         GetQuery {
             key: Arc::from(key),
             raw: request.query.has("raw"),
@@ -112,8 +108,8 @@ fn get(
     )
 }
 
-fn put(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+fn put(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
     if key.is_empty() {
         return Err(ApiError::bad_request("Missing key name"));
     }
@@ -173,8 +169,8 @@ fn put(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiError>
     }))
 }
 
-fn delete(shard: &Shard, request: &Request, key: &str) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
     conflicting(request, &["recurse", "cas"])?;
     let op = if request.query.has("recurse") {
         KvOp::DeleteTree {

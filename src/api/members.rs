@@ -6,73 +6,25 @@
 //! The WAN pool is served only on servers that run one; `?wan` elsewhere answers as
 //! Consul's client agents do (no WAN members, joining refused).
 
-use super::{allow, ApiError, AsyncResponder, Outcome, Reply, Request};
+use super::{ApiError, AsyncResponder, Context, Outcome, Reply, Request};
+use crate::cluster::gossip::GossipHandle;
 use crate::gossip::MemberInfo;
-use crate::shard::gossip::GossipHandle;
-use crate::shard::Shard;
 use std::time::Duration;
 
 /// How long after answering `/v1/agent/leave` the agent starts shutting down, so that the
 /// answer reaches the client first.
 const LEAVE_SHUTDOWN_DELAY: Duration = Duration::from_millis(200);
 
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    let result =
-        if path == "/v1/agent/members" {
-            allow(request, reply, &["GET"]).and_then(|go| {
-                if go {
-                    members(shard, request, reply)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else if let Some(address) = path.strip_prefix("/v1/agent/join/") {
-            allow(request, reply, &["PUT"]).and_then(|go| {
-                if go {
-                    join(shard, request, address)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else if path == "/v1/agent/leave" {
-            allow(request, reply, &["PUT"]).and_then(|go| {
-                if go {
-                    leave(shard)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else if let Some(node) = path.strip_prefix("/v1/agent/force-leave/") {
-            allow(request, reply, &["PUT"]).and_then(|go| {
-                if go {
-                    force_leave(shard, request, node)
-                } else {
-                    Ok(Outcome::Done)
-                }
-            })
-        } else {
-            return None;
-        };
-    Some(result)
-}
-
 /// The LAN pool's handle, or Consul-like refusal when gossip is disabled.
-pub fn lan_handle(shard: &Shard) -> Result<GossipHandle, ApiError> {
-    shard
-        .shared()
-        .gossip_lan
-        .clone()
+pub fn lan_handle(ctx: &Context) -> Result<GossipHandle, ApiError> {
+    ctx.lan()
+        .cloned()
         .ok_or_else(|| ApiError::Internal("gossip is disabled on this agent".to_string()))
 }
 
 /// The WAN pool's handle, if this agent runs one (servers only).
-pub fn wan_handle(shard: &Shard) -> Option<GossipHandle> {
-    shard.shared().gossip_wan.clone()
+pub fn wan_handle(ctx: &Context) -> Option<GossipHandle> {
+    ctx.wan().cloned()
 }
 
 /// Consul's JSON for one serf member (`api.AgentMember`): `Status` as serf's integer.
@@ -92,20 +44,21 @@ pub fn member_json(member: &MemberInfo) -> serde_json::Value {
     })
 }
 
-fn members(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// `GET /v1/agent/members`.
+pub fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let list: Vec<serde_json::Value> = if wants_wan(request) {
         if !matches!(request.query.get("segment"), None | Some("") | Some("_all")) {
             return Err(ApiError::bad_request(
                 "Cannot provide a segment with wan=true",
             ));
         }
-        match wan_handle(shard) {
+        match wan_handle(ctx) {
             Some(handle) => handle.members().iter().map(member_json).collect(),
             // Client agents have no WAN pool: Consul answers an empty list.
             None => Vec::new(),
         }
     } else {
-        let handle = lan_handle(shard)?;
+        let handle = lan_handle(ctx)?;
         let members = handle.members();
         match request.query.get("segment") {
             // praetor, like Consul's community edition, has only the default segment;
@@ -132,15 +85,17 @@ fn empty_ok(reply: &mut Reply) {
     reply.send(200, None, b"", b"");
 }
 
-fn join(shard: &Shard, request: &Request, address: &str) -> Result<Outcome, ApiError> {
+/// `PUT /v1/agent/join/<address>`.
+pub fn join(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let address = request.rest;
     if address.is_empty() {
         return Err(ApiError::bad_request("Missing address to join"));
     }
     let handle = if wants_wan(request) {
-        wan_handle(shard)
+        wan_handle(ctx)
             .ok_or_else(|| ApiError::Internal("Must be a server to join WAN cluster".to_string()))?
     } else {
-        lan_handle(shard)?
+        lan_handle(ctx)?
     };
     let address = address.to_string();
     Ok(Outcome::Async(Box::pin(async move {
@@ -152,9 +107,10 @@ fn join(shard: &Shard, request: &Request, address: &str) -> Result<Outcome, ApiE
     })))
 }
 
-fn leave(shard: &Shard) -> Result<Outcome, ApiError> {
-    let lan = lan_handle(shard)?;
-    let wan = wan_handle(shard);
+/// `PUT /v1/agent/leave`.
+pub fn leave(ctx: &Context, _: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let lan = lan_handle(ctx)?;
+    let wan = wan_handle(ctx);
     Ok(Outcome::Async(Box::pin(async move {
         let result = lan.leave().await;
         if let Some(wan) = &wan {
@@ -177,12 +133,14 @@ fn leave(shard: &Shard) -> Result<Outcome, ApiError> {
     })))
 }
 
-fn force_leave(shard: &Shard, request: &Request, node: &str) -> Result<Outcome, ApiError> {
+/// `PUT /v1/agent/force-leave/<node>`.
+pub fn force_leave(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let node = request.rest;
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    let lan = lan_handle(shard)?;
-    let wan = wan_handle(shard);
+    let lan = lan_handle(ctx)?;
+    let wan = wan_handle(ctx);
     let prune = request.query.has("prune");
     let wan_only = request.query.has("wan");
     let known_lan = lan.members().iter().any(|m| m.name == node);

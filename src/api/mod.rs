@@ -4,7 +4,7 @@
 //! Handlers are synchronous functions over the shard's current store version. Anything that
 //! must wait is returned as an [`Outcome`] holding only owned data — a command to replicate
 //! ([`WriteOp`]) or a blocking query to park ([`BlockOp`]) — and the connection loop in
-//! `shard::http_server` performs the wait. That keeps a parked request down to its query
+//! `api::server` performs the wait. That keeps a parked request down to its query
 //! object and watch registration: it holds no borrowed request buffer.
 //!
 //! Errors follow Consul's wrapper: a plain-text body with the reason and the status Consul
@@ -13,29 +13,34 @@
 
 pub mod agent;
 pub mod agent_local;
-pub mod body;
+pub mod body_cache;
 pub mod catalog;
+pub mod context;
 pub mod coordinate;
 pub mod debug;
 pub mod event;
-pub mod filter;
 pub mod health;
-pub mod json;
 pub mod keyring;
 pub mod kv;
 pub mod members;
 pub mod operator;
-pub mod render;
+pub mod routes;
+pub mod server;
 pub mod session;
+pub mod shared_answers;
 pub mod snapshot;
 pub mod status;
 pub mod txn;
+pub mod ui;
+pub mod ui_assets;
 
+pub use context::Context;
+
+use crate::consul::{json, render};
 use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
-use crate::shard::runtime::ReadPlan;
+use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::{Command, CommandResult, StoreVersion, Tables};
 use std::time::Duration;
 
@@ -46,12 +51,19 @@ pub const BLOCKING_WAIT_MAX: Duration = Duration::from_secs(600);
 /// Consul adds up to wait/16 of random jitter so that many watchers don't return together.
 pub const BLOCKING_JITTER_FRACTION: u32 = 16;
 
+/// The node of the agent a forwarded request first arrived at, added by its first hop
+/// (`server`): the node Consul defaults to when a request names none (a session's `Node`).
+pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
+
 /// A parsed request, borrowing the connection's receive buffer.
 pub struct Request<'a> {
     pub method: Method,
     /// Percent-decoded path (`%2F` is `/`).
     pub path: &'a str,
     pub query: QueryParams<'a>,
+    /// What follows the route's prefix in `path` (a KV key, a service name, an ID); empty
+    /// for a route with an exact path.
+    pub rest: &'a str,
     pub head: &'a RequestHead,
     pub buf: &'a [u8],
     pub body: &'a [u8],
@@ -83,7 +95,7 @@ pub enum ApiError {
     NotFound(String),
     MethodNotAllowed {
         method: String,
-        allow: &'static [&'static str],
+        allow: &'static [Method],
     },
     TooLarge(String),
     /// A server-side failure, answered 500 as Consul does ("No cluster leader", "No path to
@@ -277,7 +289,7 @@ impl<'o> Reply<'o> {
                 let mut headers = b"Allow: OPTIONS".to_vec();
                 for m in allow.iter() {
                     headers.push(b',');
-                    headers.extend_from_slice(m.as_bytes());
+                    headers.extend_from_slice(m.as_str().as_bytes());
                 }
                 headers.extend_from_slice(b"\r\n");
                 let body = format!("method {method} not allowed");
@@ -293,26 +305,6 @@ impl<'o> Reply<'o> {
             | ApiError::TooLarge(reason)
             | ApiError::Internal(reason)
             | ApiError::Status(_, reason) => self.text(status, reason),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Consistency {
-    /// Served by the leader while its lease holds.
-    Leader,
-    /// Served from any server's local state.
-    Stale,
-    /// Confirmed with a quorum round (ReadIndex) before answering.
-    Consistent,
-}
-
-impl Consistency {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Consistency::Leader => "leader",
-            Consistency::Stale => "stale",
-            Consistency::Consistent => "consistent",
         }
     }
 }
@@ -334,17 +326,17 @@ impl QueryOptions {
 }
 
 /// Checks `?dc`: our own datacenter is fine, any other gets Consul's error.
-pub fn check_datacenter(shard: &Shard, query: &QueryParams) -> Result<(), ApiError> {
+pub fn check_datacenter(ctx: &Context, query: &QueryParams) -> Result<(), ApiError> {
     match query.get("dc") {
         None | Some("") => Ok(()),
-        Some(dc) if dc.eq_ignore_ascii_case(&shard.config().datacenter) => Ok(()),
+        Some(dc) if dc.eq_ignore_ascii_case(&ctx.config().datacenter) => Ok(()),
         Some(_) => Err(ApiError::Internal("No path to datacenter".to_string())),
     }
 }
 
 /// Parses `index`, `wait`, `stale`, `consistent`, `max_stale`, `filter` and checks `dc`.
-pub fn query_options(shard: &Shard, query: &QueryParams) -> Result<QueryOptions, ApiError> {
-    check_datacenter(shard, query)?;
+pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
+    check_datacenter(ctx, query)?;
     let min_index = match query.get("index") {
         None | Some("") => 0,
         Some(text) => text
@@ -449,12 +441,12 @@ pub enum LeaderOp {
 /// Runs a read query: answers at once unless it is a blocking query whose index has not
 /// moved yet, in which case it is handed back to be parked.
 pub fn run_query<Q: Query + 'static>(
-    shard: &Shard,
+    ctx: &Context,
     query: Q,
     options: QueryOptions,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    match shard.read_plan(&options) {
+    match ctx.read_plan(&options) {
         ReadPlan::Forward => return Ok(Outcome::Forward),
         ReadPlan::Barrier => {
             return Ok(Outcome::Block(BlockOp {
@@ -465,7 +457,7 @@ pub fn run_query<Q: Query + 'static>(
         }
         ReadPlan::Local => {}
     }
-    let version = shard.current_version();
+    let version = ctx.current_version();
     let (index, _) = query.evaluate(&version);
     if options.is_blocking() && index <= options.min_index {
         return Ok(Outcome::Block(BlockOp {
@@ -474,187 +466,36 @@ pub fn run_query<Q: Query + 'static>(
             barrier: false,
         }));
     }
-    query.respond(
-        &version,
-        shard.query_meta(index, options.consistency),
-        reply,
-    );
+    query.respond(&version, ctx.query_meta(index, options.consistency), reply);
     Ok(Outcome::Done)
 }
 
-/// The body limit for a request, decided from its head before the body is read.
-pub struct BodyLimit {
-    pub bytes_max: usize,
-    /// Consul's message for a KV value over `kv_max_value_size`.
-    pub kv_value: bool,
-}
-
-pub fn body_limit(shard: &Shard, method: Method, path: &str) -> BodyLimit {
-    let config = shard.config();
-    if method == Method::Put && path.starts_with("/v1/kv/") {
-        return BodyLimit {
-            bytes_max: config.kv_max_value_size,
-            kv_value: true,
-        };
-    }
-    if path == "/v1/snapshot" && method == Method::Put {
-        return BodyLimit {
-            bytes_max: snapshot::SNAPSHOT_UPLOAD_BYTES_MAX,
-            kv_value: false,
-        };
-    }
-    if path == "/v1/txn" {
-        return BodyLimit {
-            bytes_max: config.txn_max_req_len,
-            kv_value: false,
-        };
-    }
-    BodyLimit {
-        bytes_max: shard.http_limits().body_bytes_max,
-        kv_value: false,
-    }
-}
-
-/// The 413 message for an oversized body, Consul's wording for KV values.
-pub fn body_too_large_message(limit: &BodyLimit, body_bytes: u64) -> String {
-    if limit.kv_value {
-        format!(
-            "Request body({body_bytes} bytes) too large, max size: {} bytes. See https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size.",
-            limit.bytes_max
-        )
-    } else {
-        format!(
-            "Request body({body_bytes} bytes) too large, max size: {} bytes.",
-            limit.bytes_max
-        )
-    }
-}
-
-/// Refuses methods an endpoint does not serve; answers OPTIONS with the allowed list.
-pub(crate) fn allow(
+/// Entry point from the server loop: serves `request` through `route` (the route the
+/// request's path matched, if any) and turns what comes back into the outcome to carry out.
+pub fn dispatch(
+    ctx: &Context,
+    route: Option<&routes::Route>,
     request: &Request,
     reply: &mut Reply,
-    methods: &'static [&'static str],
-) -> Result<bool, ApiError> {
-    if request.method == Method::Options {
-        let mut headers = b"Allow: OPTIONS".to_vec();
-        for m in methods {
-            headers.push(b',');
-            headers.extend_from_slice(m.as_bytes());
-        }
-        headers.extend_from_slice(b"\r\n");
-        reply.send(200, None, &headers, b"");
-        return Ok(false);
-    }
-    if methods.contains(&request.method.as_str()) {
-        Ok(true)
-    } else {
-        let method = std::str::from_utf8(
-            &request.buf
-                [request.head.method_range.start as usize..request.head.method_range.end as usize],
-        )
-        .unwrap_or("?")
-        .to_string();
-        Err(ApiError::MethodNotAllowed {
-            method,
-            allow: methods,
-        })
-    }
-}
-
-/// Entry point from the connection loop.
-pub fn dispatch(shard: &Shard, request: &Request, reply: &mut Reply) -> Outcome {
-    match route(shard, request, reply) {
+) -> Outcome {
+    let result = match route {
+        Some(route) => route.serve(ctx, request, reply),
+        None => ui_assets::serve(ctx, request, reply).unwrap_or_else(|| {
+            Err(ApiError::NotFound(format!(
+                "404 page not found: {}",
+                request.path
+            )))
+        }),
+    };
+    match result {
         // Writes are proposed by the leader; anyone else hands the request over.
-        Ok(Outcome::Write(_) | Outcome::Leader(_)) if !shard.is_leader() => Outcome::Forward,
+        Ok(Outcome::Write(_) | Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,
         Err(error) => {
             reply.error(&error);
             Outcome::Done
         }
     }
-}
-
-const GET: &[&str] = &["GET"];
-
-fn route(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let path = request.path;
-    if let Some(key) = path.strip_prefix("/v1/kv/") {
-        if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
-            return Ok(Outcome::Done);
-        }
-        return kv::handle(shard, request, key, reply);
-    }
-    if path == "/v1/kv" {
-        if !allow(request, reply, &["GET", "PUT", "DELETE"])? {
-            return Ok(Outcome::Done);
-        }
-        return kv::handle(shard, request, "", reply);
-    }
-    if let Some(outcome) = catalog::route(shard, request, reply) {
-        return outcome;
-    }
-    if let Some(outcome) = gossip_route(shard, request, reply) {
-        return outcome;
-    }
-    if let Some(outcome) = session::route(shard, request, reply) {
-        return outcome;
-    }
-    if path == "/v1/txn" {
-        if !allow(request, reply, &["PUT"])? {
-            return Ok(Outcome::Done);
-        }
-        return txn::handle(shard, request, reply);
-    }
-    if let Some(outcome) = agent_local::route(shard, request, reply) {
-        return outcome;
-    }
-    let methods: &'static [&'static str] = match path {
-        "/v1/status/leader" | "/v1/status/peers" | "/v1/agent/self" | "/v1/catalog/datacenters" => {
-            GET
-        }
-        "/v1/operator/raft/configuration" | "/v1/operator/autopilot/health" => GET,
-        "/v1/operator/raft/peer" => &["DELETE"],
-        "/v1/operator/raft/transfer-leader" => &["POST", "PUT"],
-        "/v1/snapshot" => &["GET", "PUT"],
-        "/v1/agent/debug/faults" => &["GET", "PUT"],
-        "/" => GET,
-        _ => return Err(ApiError::NotFound(format!("404 page not found: {path}"))),
-    };
-    if !allow(request, reply, methods)? {
-        return Ok(Outcome::Done);
-    }
-    match path {
-        "/v1/status/leader" => status::leader(shard, request, reply),
-        "/v1/status/peers" => status::peers(shard, request, reply),
-        "/v1/agent/self" => agent::agent_self(shard, request, reply),
-        "/v1/catalog/datacenters" => status::datacenters(shard, request, reply),
-        "/v1/operator/raft/configuration" => operator::configuration(shard, request, reply),
-        "/v1/operator/autopilot/health" => operator::autopilot_health(shard, request, reply),
-        "/v1/operator/raft/peer" => operator::remove_peer(shard, request, reply),
-        "/v1/operator/raft/transfer-leader" => operator::transfer_leader(shard, request, reply),
-        "/v1/snapshot" if request.method == Method::Get => snapshot::save(shard, request, reply),
-        "/v1/snapshot" => snapshot::restore(shard, request, reply),
-        "/v1/agent/debug/faults" => debug::faults(shard, request, reply),
-        "/" => {
-            reply.text(200, "Consul Agent");
-            Ok(Outcome::Done)
-        }
-        _ => unreachable!("every path in the method table has a handler"),
-    }
-}
-
-/// The endpoints served from the gossip pool: members, join/leave, events, keyring,
-/// coordinates.
-fn gossip_route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    members::route(shard, request, reply)
-        .or_else(|| event::route(shard, request, reply))
-        .or_else(|| keyring::route(shard, request, reply))
-        .or_else(|| coordinate::route(shard, request, reply))
 }
 
 #[cfg(test)]

@@ -1,10 +1,9 @@
 //! `/v1/operator/raft/*` and `/v1/operator/autopilot/health`: the Raft configuration,
 //! removing a peer, leadership transfer, and server health as autopilot reports it.
 
-use super::{query_options, ApiError, LeaderOp, Outcome, Reply, Request};
+use super::{query_options, ApiError, Context, LeaderOp, Outcome, Reply, Request};
 use crate::proto::duration::format_go_duration;
 use crate::shard::runtime::{OperatorOp, ReadPlan};
-use crate::shard::Shard;
 use crate::store::CommandResult;
 use serde_json::json;
 
@@ -14,20 +13,20 @@ const LAST_CONTACT_THRESHOLD_MS: u64 = 200;
 const MAX_TRAILING_LOGS: u64 = 250;
 
 /// Reads of Raft state are answered by the leader unless `?stale`, as Consul forwards them.
-fn must_forward(shard: &Shard, request: &Request) -> Result<bool, ApiError> {
-    let options = query_options(shard, &request.query)?;
-    Ok(shard.read_plan(&options) == ReadPlan::Forward)
+fn must_forward(ctx: &Context, request: &Request) -> Result<bool, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    Ok(ctx.read_plan(&options) == ReadPlan::Forward)
 }
 
 pub fn configuration(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if must_forward(shard, request)? {
+    if must_forward(ctx, request)? {
         return Ok(Outcome::Forward);
     }
-    let status = shard.cluster_status();
+    let status = ctx.cluster_status();
     let servers: Vec<_> = status
         .servers
         .iter()
@@ -52,11 +51,11 @@ pub fn configuration(
 }
 
 pub fn remove_peer(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     _reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+    super::check_datacenter(ctx, &request.query)?;
     let id = request
         .query
         .get("id")
@@ -85,11 +84,11 @@ pub fn remove_peer(
 }
 
 pub fn transfer_leader(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     _reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+    super::check_datacenter(ctx, &request.query)?;
     let id = request
         .query
         .get("id")
@@ -107,15 +106,15 @@ pub fn transfer_leader(
 }
 
 pub fn autopilot_health(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if must_forward(shard, request)? {
+    if must_forward(ctx, request)? {
         return Ok(Outcome::Forward);
     }
-    let status = shard.cluster_status();
-    let gossip = shard.shared().gossip_lan.as_ref().map(|g| g.members());
+    let status = ctx.cluster_status();
+    let gossip = ctx.lan().map(|g| g.members());
     let serf_status = |name: &str| -> &'static str {
         match &gossip {
             Some(members) => members
@@ -157,7 +156,7 @@ pub fn autopilot_health(
                 "LastIndex": last_index,
                 "Healthy": healthy,
                 "Voter": s.voter,
-                "StableSince": crate::shard::logger::utc_timestamp(std::time::SystemTime::now() - shard.shared().started_at.elapsed()),
+                "StableSince": crate::shard::logger::utc_timestamp(std::time::SystemTime::now() - ctx.started_at().elapsed()),
             })
         })
         .collect();

@@ -10,17 +10,15 @@
 //! Reads report the sessions table index, as Consul does, and block precisely: info on the
 //! session's key, node on the node's key, list on the table.
 
-use super::body::{normalize_key, parse_json, Obj};
-use super::json::JsonWriter;
 use super::{
-    query_options, run_query, ApiError, LeaderOp, Outcome, Query, QueryMeta, Reply, Request,
-    WriteOp,
+    query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
+    Request, WriteOp, ORIGIN_NODE_HEADER,
 };
+use crate::consul::body::{normalize_key, parse_json, Obj};
+use crate::consul::json::JsonWriter;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
-use crate::shard::http_server::ORIGIN_NODE_HEADER;
 use crate::shard::runtime::OperatorOp;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::SERF_CHECK_ID;
 use crate::store::session::{
     self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
@@ -34,48 +32,6 @@ use std::sync::Arc;
 /// send `5` meaning five seconds).
 const LOCK_DELAY_SECONDS_BELOW: i64 = 1000;
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
-
-const GET: &[&str] = &["GET"];
-const PUT: &[&str] = &["PUT"];
-
-/// Routes `/v1/session/*`; `None` for paths it does not serve.
-pub fn route(
-    shard: &Shard,
-    request: &Request,
-    reply: &mut Reply,
-) -> Option<Result<Outcome, ApiError>> {
-    let path = request.path;
-    type Handler = fn(&Shard, &Request, &str, &mut Reply) -> Result<Outcome, ApiError>;
-    let (methods, handler, rest): (&'static [&'static str], Handler, &str) =
-        if path == "/v1/session/create" {
-            (PUT, |s, r, _, _| create(s, r), "")
-        } else if let Some(id) = path.strip_prefix("/v1/session/destroy/") {
-            (PUT, |s, r, id, o| destroy(s, r, id, o), id)
-        } else if path == "/v1/session/destroy" {
-            (PUT, |s, r, id, o| destroy(s, r, id, o), "")
-        } else if let Some(id) = path.strip_prefix("/v1/session/renew/") {
-            (PUT, |s, r, id, _| renew(s, r, id), id)
-        } else if path == "/v1/session/renew" {
-            (PUT, |s, r, id, _| renew(s, r, id), "")
-        } else if let Some(id) = path.strip_prefix("/v1/session/info/") {
-            (GET, info, id)
-        } else if path == "/v1/session/info" {
-            (GET, info, "")
-        } else if let Some(node) = path.strip_prefix("/v1/session/node/") {
-            (GET, node_sessions, node)
-        } else if path == "/v1/session/node" {
-            (GET, node_sessions, "")
-        } else if path == "/v1/session/list" {
-            (GET, |s, r, _, o| list(s, r, o), "")
-        } else {
-            return None;
-        };
-    Some(match super::allow(request, reply, methods) {
-        Ok(true) => handler(shard, request, rest, reply),
-        Ok(false) => Ok(Outcome::Done),
-        Err(e) => Err(e),
-    })
-}
 
 /// The value of a body field by normalized name, `null` included (Consul tells an explicit
 /// `null` or `[]` apart from an absent field for the checks lists).
@@ -193,12 +149,12 @@ fn ttl_bounds_text() -> String {
 }
 
 /// `PUT /v1/session/create`.
-pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
     let default_node = request
         .header(ORIGIN_NODE_HEADER)
         .filter(|n| !n.is_empty())
-        .unwrap_or(&shard.config().node_name)
+        .unwrap_or(&ctx.config().node_name)
         .to_string();
     let (mut session, behavior_text) = decode_create(request.body, &default_node)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
@@ -221,7 +177,7 @@ pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
     }
     // A fresh ID, checked against the state as Consul does; the command carries it so
     // every server inserts the same row.
-    let version = shard.current_version();
+    let version = ctx.current_version();
     let id = loop {
         let candidate = uuid::Uuid::new_v4().to_string();
         if session::get(&version, &candidate).is_none() {
@@ -242,24 +198,17 @@ pub fn create(shard: &Shard, request: &Request) -> Result<Outcome, ApiError> {
 }
 
 /// `PUT /v1/session/destroy/<id>`: `true`, also for a session that does not exist.
-pub fn destroy(
-    shard: &Shard,
-    request: &Request,
-    id: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let id = request.rest;
+    super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
     let id = id.to_ascii_lowercase();
-    if shard.is_leader() {
-        shard.catch_up();
-        if session::get(&shard.current_version(), &id).is_none() {
-            // Consul answers without a log entry when there is nothing to destroy.
-            reply.json_bool(true);
-            return Ok(Outcome::Done);
-        }
+    // Consul answers without a log entry when there is nothing to destroy.
+    if ctx.is_leader() && session::get(&ctx.current_version(), &id).is_none() {
+        reply.json_bool(true);
+        return Ok(Outcome::Done);
     }
     Ok(Outcome::Write(WriteOp {
         command: Command::Session(SessionOp::Destroy { id }),
@@ -271,19 +220,19 @@ pub fn destroy(
 }
 
 /// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
-pub fn renew(shard: &Shard, request: &Request, id: &str) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let id = request.rest;
+    super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
-    if !shard.is_leader() {
+    if !ctx.is_leader() {
         // Only the leader keeps timers, and only its state says whether the session lives.
         return Ok(Outcome::Forward);
     }
-    shard.catch_up();
     let id = id.to_ascii_lowercase();
     let not_found = format!("Session id '{id}' not found");
-    let Some(row) = session::get(&shard.current_version(), &id).cloned() else {
+    let Some(row) = session::get(&ctx.current_version(), &id).cloned() else {
         return Err(ApiError::NotFound(not_found));
     };
     Ok(Outcome::Leader(LeaderOp::Operator {
@@ -407,28 +356,24 @@ impl Query for ListQuery {
 }
 
 /// `GET /v1/session/info/<id>`: `[session]`, or `[]` when it does not exist.
-pub fn info(
-    shard: &Shard,
-    request: &Request,
-    id: &str,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+pub fn info(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let id = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
     let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
-    run_query(shard, InfoQuery { id }, options, reply)
+    run_query(ctx, InfoQuery { id }, options, reply)
 }
 
 /// `GET /v1/session/node/<node>`.
 pub fn node_sessions(
-    shard: &Shard,
+    ctx: &Context,
     request: &Request,
-    node: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
+    let node = request.rest;
+    let options = query_options(ctx, &request.query)?;
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
@@ -436,13 +381,13 @@ pub fn node_sessions(
         node: node.to_string(),
         watch_key: node_watch_key(node),
     };
-    run_query(shard, query, options, reply)
+    run_query(ctx, query, options, reply)
 }
 
 /// `GET /v1/session/list`.
-pub fn list(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
-    run_query(shard, ListQuery, options, reply)
+pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    run_query(ctx, ListQuery, options, reply)
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! `/v1/snapshot`: GET saves the whole state as an archive; PUT restores one, replicated
 //! through Raft like any write.
 
-use super::{query_options, ApiError, LeaderOp, Outcome, Reply, Request};
+use super::{query_options, ApiError, Context, LeaderOp, Outcome, Reply, Request};
+use crate::proto::http::Method;
 use crate::proto::snapshot_archive;
 use crate::shard::runtime::ReadPlan;
-use crate::shard::Shard;
 use crate::store::{CommandResult, Tables};
 use serde_json::json;
 
@@ -13,16 +13,24 @@ pub const SNAPSHOT_UPLOAD_BYTES_MAX: usize = 4 << 30;
 /// Largest state an archive may expand to.
 pub const SNAPSHOT_STATE_BYTES_MAX: u64 = 16 << 30;
 
-pub fn save(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(shard, &request.query)?;
-    match shard.read_plan(&options) {
+/// `/v1/snapshot`: GET saves, PUT restores.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    match request.method {
+        Method::Get => save(ctx, request, reply),
+        Method::Put => restore(ctx, request),
+        _ => unreachable!("the routing table admits only GET and PUT"),
+    }
+}
+
+fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    match ctx.read_plan(&options) {
         ReadPlan::Forward => return Ok(Outcome::Forward),
         ReadPlan::Barrier | ReadPlan::Local => {}
     }
-    shard.catch_up();
-    let version = shard.current_version();
+    let version = ctx.current_version();
     let state = version.to_snapshot_bytes();
-    let status = shard.cluster_status();
+    let status = ctx.cluster_status();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -38,15 +46,14 @@ pub fn save(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outco
     let meta_json = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
     let archive = snapshot_archive::write_archive(&meta_json, &state, now.as_secs());
     let mut headers = Vec::with_capacity(160);
-    shard
-        .query_meta(version.index, options.consistency)
+    ctx.query_meta(version.index, options.consistency)
         .write_headers(&mut headers);
     reply.send(200, Some("application/x-gzip"), &headers, &archive);
     Ok(Outcome::Done)
 }
 
-pub fn restore(shard: &Shard, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
+fn restore(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
     let archive = snapshot_archive::read_archive(request.body, SNAPSHOT_STATE_BYTES_MAX)
         .map_err(ApiError::BadRequest)?;
     // Refuse a state this version cannot decode before replicating a byte of it.

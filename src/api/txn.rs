@@ -11,14 +11,14 @@
 //! `OpIndex` and `What`) when it rolled back, 413 for more than [`TXN_OPS_MAX`] operations or
 //! an oversized value, 400 for a body that does not decode.
 
-use super::body::{parse_json, Obj};
-use super::catalog::{parse_catalog_check, parse_service};
-use super::json::JsonWriter;
 use super::{
-    query_options, render, run_query, ApiError, Outcome, Query, QueryMeta, Reply, Request,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
+use crate::consul::body::{parse_json, Obj};
+use crate::consul::json::JsonWriter;
+use crate::consul::registration::{parse_catalog_check, parse_service};
+use crate::consul::render;
 use crate::shard::watch::WatchSet;
-use crate::shard::Shard;
 use crate::store::catalog::Registration;
 use crate::store::kv::KvEntry;
 use crate::store::txn::{
@@ -238,9 +238,9 @@ fn decode_op(
 }
 
 /// `PUT /v1/txn`.
-pub fn handle(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    super::check_datacenter(shard, &request.query)?;
-    let config = shard.config();
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
+    let config = ctx.config();
     let decoded = match decode_ops(request.body, config.kv_max_value_size, &config.datacenter) {
         Ok(decoded) => decoded,
         Err(Refusal::Decode(reason)) => {
@@ -270,8 +270,8 @@ pub fn handle(shard: &Shard, request: &Request, reply: &mut Reply) -> Result<Out
             }),
         }));
     }
-    let options = query_options(shard, &request.query)?;
-    run_query(shard, ReadTxn { ops: decoded.ops }, options, reply)
+    let options = query_options(ctx, &request.query)?;
+    run_query(ctx, ReadTxn { ops: decoded.ops }, options, reply)
 }
 
 /// A read-only transaction: served like other reads, but never blocking.

@@ -66,6 +66,12 @@ pub struct AgentArgs {
     pub join: Vec<String>,
     #[arg(long)]
     pub ui: bool,
+    /// Serve the web UI from this directory instead of the embedded one.
+    #[arg(long = "ui-dir")]
+    pub ui_dir: Option<PathBuf>,
+    /// Where the web UI is served (default `/ui/`).
+    #[arg(long = "ui-content-path")]
+    pub ui_content_path: Option<String>,
     #[arg(long)]
     pub recursor: Vec<String>,
     #[arg(long)]
@@ -129,8 +135,18 @@ impl AgentArgs {
         if !self.join.is_empty() {
             set("start_join", json!(self.join));
         }
+        let mut ui = Map::new();
         if self.ui {
-            set("ui", json!(true));
+            ui.insert("enabled".into(), json!(true));
+        }
+        if let Some(dir) = &self.ui_dir {
+            ui.insert("dir".into(), json!(dir.to_string_lossy()));
+        }
+        if let Some(path) = &self.ui_content_path {
+            ui.insert("content_path".into(), json!(path));
+        }
+        if !ui.is_empty() {
+            set("ui_config", Value::Object(ui));
         }
         if !self.recursor.is_empty() {
             set("recursors", json!(self.recursor));
@@ -182,9 +198,16 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
     // Invalid service or check definitions stop the agent at startup, as in Consul.
     crate::agent::config_definitions(&config)?;
     crate::shard::logger::init(&config.log_level)?;
+    for warning in &config.warnings {
+        log::warn!("{warning}");
+    }
+    for warning in &config.acl.warnings {
+        log::warn!("{warning}");
+    }
+    crate::api::ui_assets::install(&config)?;
     if config.dev_mode {
         log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");
     }
-    crate::shard::run_agent(config)?;
+    crate::node::run_agent(config)?;
     Ok(0)
 }

@@ -101,7 +101,7 @@ fn node_meta_query(pairs: &[String]) -> Result<String, String> {
 }
 
 fn get_json(http: &HttpFlags, path: &str) -> Result<Value, String> {
-    let response = http.client().ok("GET", path, None)?;
+    let response = http.client()?.ok("GET", path, None)?;
     serde_json::from_slice(&response.body)
         .map_err(|e| format!("Error decoding the agent's answer: {e}"))
 }

@@ -140,7 +140,7 @@ pub fn members(args: MembersArgs) -> Result<i32, String> {
     }
     let response = args
         .http
-        .client()
+        .client()?
         .ok("GET", &path, None)
         .map_err(|e| format!("Error retrieving members: {e}"))?;
     let members = json_of(&response.body, "members")?;
@@ -240,7 +240,7 @@ pub fn members(args: MembersArgs) -> Result<i32, String> {
 }
 
 pub fn join(args: JoinArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let mut joined = 0;
     for address in &args.addresses {
         let mut path = format!("/v1/agent/join/{}", encode_path(address));
@@ -261,7 +261,7 @@ pub fn join(args: JoinArgs) -> Result<i32, String> {
 
 pub fn leave(args: LeaveArgs) -> Result<i32, String> {
     args.http
-        .client()
+        .client()?
         .ok("PUT", "/v1/agent/leave", None)
         .map_err(|e| format!("Error leaving: {e}"))?;
     println!("Graceful leave complete");
@@ -282,7 +282,7 @@ pub fn force_leave(args: ForceLeaveArgs) -> Result<i32, String> {
         path.push_str(&params.join("&"));
     }
     args.http
-        .client()
+        .client()?
         .ok("PUT", &path, None)
         .map_err(|e| format!("Error force leaving: {e}"))?;
     Ok(0)
@@ -310,7 +310,7 @@ pub fn event(args: EventArgs) -> Result<i32, String> {
     let body = args.payload.as_deref().unwrap_or("").as_bytes();
     let response = args
         .http
-        .client()
+        .client()?
         .ok("PUT", &path, Some(body))
         .map_err(|e| format!("Error firing event: {e}"))?;
     let event = json_of(&response.body, "event")?;
@@ -343,7 +343,7 @@ pub fn keyring(args: KeyringArgs) -> Result<i32, String> {
                 .to_string(),
         );
     }
-    let client = args.http.client();
+    let client = args.http.client()?;
     if args.list || args.list_primary {
         println!("==> Gathering installed encryption keys...");
         let response = client
@@ -406,7 +406,7 @@ fn coordinate_of(value: &Value) -> Option<Coordinate> {
 }
 
 pub fn rtt(args: RttArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let (first, second) = match args.nodes.as_slice() {
         [a, b] => (a.clone(), b.clone()),
         [a] => {

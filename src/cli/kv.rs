@@ -163,7 +163,7 @@ fn print_detailed(entry: &DirEntry, as_base64: bool) -> Result<(), String> {
 }
 
 fn get(args: GetArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let key = args.key.clone().unwrap_or_default();
     if args.keys {
         let separator = args.separator.clone().unwrap_or_else(|| "/".to_string());
@@ -274,7 +274,7 @@ fn read_data(data: Option<&str>) -> Result<Vec<u8>, String> {
 }
 
 fn put(args: PutArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let mut value = read_data(args.data.as_deref())?;
     if args.base64 {
         value = base64::engine::general_purpose::STANDARD
@@ -343,7 +343,7 @@ fn put(args: PutArgs) -> Result<i32, String> {
 }
 
 fn delete(args: DeleteArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let key = args.key.clone().unwrap_or_default();
     if key.is_empty() && !args.recurse {
         return Err("Error! Missing KEY argument".to_string());
@@ -381,7 +381,7 @@ fn delete(args: DeleteArgs) -> Result<i32, String> {
 }
 
 fn export(args: ExportArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let prefix = args.prefix.clone().unwrap_or_default();
     let response = client.request(
         "GET",
@@ -417,7 +417,7 @@ fn export(args: ExportArgs) -> Result<i32, String> {
 }
 
 fn import(args: ImportArgs) -> Result<i32, String> {
-    let client = args.http.client();
+    let client = args.http.client()?;
     let data = read_data(Some(args.data.as_deref().unwrap_or("-")))?;
     let entries: Vec<ExportedEntry> =
         serde_json::from_slice(&data).map_err(|e| format!("Error! Cannot unmarshal data: {e}"))?;

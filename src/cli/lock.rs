@@ -775,7 +775,7 @@ pub fn run(args: LockArgs) -> Result<i32, String> {
         .name
         .clone()
         .unwrap_or_else(|| format!("Consul lock for '{}' at '{}'", args.child.join(" "), prefix));
-    let client = args.http.client();
+    let client = args.http.client()?;
     let options = client.options.clone();
     client
         .ok("GET", "/v1/agent/self", None)

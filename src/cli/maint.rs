@@ -30,7 +30,7 @@ pub fn run(args: MaintArgs) -> Result<i32, String> {
     if args.enable && args.disable {
         return Err("Only one of -enable or -disable may be provided".to_string());
     }
-    let client = args.http.client();
+    let client = args.http.client()?;
     if !args.enable && !args.disable {
         if args.reason.is_some() || args.service.is_some() {
             return Err(

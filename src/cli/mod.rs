@@ -59,7 +59,7 @@ pub enum Command {
     /// handler on every change.
     Watch(Box<watch::WatchArgs>),
     /// Prints the Consul API version praetor implements and praetor's own version.
-    Version,
+    Version(VersionArgs),
     /// Lists the members of the agent's gossip pool.
     Members(gossip::MembersArgs),
     /// Tells the agent to join a gossip pool through the given addresses.
@@ -78,32 +78,125 @@ pub enum Command {
     Rtt(gossip::RttArgs),
 }
 
-/// Flags every HTTP-speaking command takes, as Consul's CLI names them.
+/// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
+/// and namespace flag sets). Each falls back to Consul's environment variable; see
+/// [`client::ClientOptions::resolve`] for the precedence.
 #[derive(Args, Debug, Clone, Default)]
 pub struct HttpFlags {
-    /// Address of the agent's HTTP API (default: $CONSUL_HTTP_ADDR or 127.0.0.1:8500).
+    /// Address of the agent's HTTP API: `host:port`, `http://…`, `https://…` or
+    /// `unix:///path` (default: $CONSUL_HTTP_ADDR or 127.0.0.1:8500).
     #[arg(long = "http-addr")]
     pub http_addr: Option<String>,
     /// ACL token (default: $CONSUL_HTTP_TOKEN).
     #[arg(long)]
     pub token: Option<String>,
+    /// File holding the ACL token; wins over -token (default: $CONSUL_HTTP_TOKEN_FILE).
+    #[arg(long = "token-file")]
+    pub token_file: Option<String>,
+    /// CA certificate file for HTTPS (default: $CONSUL_CACERT).
+    #[arg(long = "ca-file")]
+    pub ca_file: Option<String>,
+    /// Directory of CA certificates for HTTPS (default: $CONSUL_CAPATH).
+    #[arg(long = "ca-path")]
+    pub ca_path: Option<String>,
+    /// Client certificate for HTTPS (default: $CONSUL_CLIENT_CERT).
+    #[arg(long = "client-cert")]
+    pub client_cert: Option<String>,
+    /// Client key for HTTPS (default: $CONSUL_CLIENT_KEY).
+    #[arg(long = "client-key")]
+    pub client_key: Option<String>,
+    /// Server name the agent's certificate must carry (default: $CONSUL_TLS_SERVER_NAME,
+    /// else the address's host).
+    #[arg(long = "tls-server-name")]
+    pub tls_server_name: Option<String>,
     /// Datacenter to query (default: the agent's).
     #[arg(long)]
     pub datacenter: Option<String>,
     /// Allow any server to answer, not only the leader.
     #[arg(long)]
     pub stale: bool,
+    /// Namespace (Consul Enterprise; refused, default: $CONSUL_NAMESPACE).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Admin partition (Consul Enterprise; refused, default: $CONSUL_PARTITION).
+    #[arg(long)]
+    pub partition: Option<String>,
 }
 
 impl HttpFlags {
-    pub fn client(&self) -> client::Client {
-        client::Client::new(client::ClientOptions::from_flags(
-            self.http_addr.as_deref(),
-            self.token.as_deref(),
-            self.datacenter.as_deref(),
-            self.stale,
-        ))
+    /// The client these flags and the environment describe.
+    pub fn client(&self) -> Result<client::Client, String> {
+        let options = client::ClientOptions::resolve(self, &client::process_env)
+            .map_err(|e| format!("Error initializing client: {e}"))?;
+        Ok(client::Client::new(options))
     }
+}
+
+#[derive(Args, Debug)]
+pub struct VersionArgs {
+    /// Output format: pretty or json.
+    #[arg(long, default_value = "pretty")]
+    pub format: String,
+}
+
+/// Consul's RPC protocol versions, as `consul version` reports them.
+const RPC_PROTOCOL_DEFAULT: u32 = 2;
+const RPC_PROTOCOL_MIN: u32 = 2;
+const RPC_PROTOCOL_MAX: u32 = 3;
+
+/// `version`: Consul's output, with praetor's own version after Consul's line in the pretty
+/// format. praetor records no build date; the JSON carries Go's zero time there, as a Consul
+/// built without one would.
+fn version(args: VersionArgs) -> Result<i32, String> {
+    match args.format.as_str() {
+        "pretty" => {
+            println!("Consul v{}", crate::CONSUL_API_VERSION);
+            println!("praetor v{}", crate::PRAETOR_VERSION);
+            println!(
+                "Protocol {RPC_PROTOCOL_DEFAULT} spoken by default, understands {RPC_PROTOCOL_MIN} to {RPC_PROTOCOL_MAX} (agent will automatically use protocol >{RPC_PROTOCOL_DEFAULT} when speaking to compatible agents)"
+            );
+        }
+        "json" => {
+            let info = serde_json::json!({
+                "Version": crate::CONSUL_API_VERSION,
+                "Revision": "",
+                "Prerelease": "",
+                "BuildDate": "0001-01-01T00:00:00Z",
+                "RPC": {
+                    "Default": RPC_PROTOCOL_DEFAULT,
+                    "Min": RPC_PROTOCOL_MIN,
+                    "Max": RPC_PROTOCOL_MAX,
+                },
+            });
+            println!(
+                "{}",
+                crate::cli::json_indented(&info)
+                    .map_err(|e| format!("Failed to marshal version info: {e}"))?
+            );
+        }
+        other => return Err(format!("Unknown format: {other}")),
+    }
+    Ok(0)
+}
+
+/// JSON indented with three spaces, as Consul's CLI prints it (`json.MarshalIndent(v, "", "   ")`).
+pub fn json_indented(value: &serde_json::Value) -> Result<String, String> {
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"   ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    serde::Serialize::serialize(value, &mut serializer).map_err(|e| e.to_string())?;
+    String::from_utf8(out).map_err(|e| e.to_string())
+}
+
+/// Consul's CLI answers `-v`, `-version` and `--version` before any command, as `version`.
+fn version_flag_as_command(mut args: Vec<String>) -> Vec<String> {
+    if args
+        .get(1)
+        .is_some_and(|a| matches!(a.as_str(), "-v" | "-version" | "--version"))
+    {
+        args[1] = "version".to_string();
+    }
+    args
 }
 
 /// Commands whose trailing arguments are a child command line: after this many positional
@@ -200,7 +293,10 @@ pub fn normalize_args(args: Vec<String>, command: &clap::Command) -> Vec<String>
 /// Entry point used by `main`; returns the process exit code.
 pub fn main() -> i32 {
     let command = Cli::command();
-    let args = normalize_args(std::env::args().collect(), &command);
+    let args = normalize_args(
+        version_flag_as_command(std::env::args().collect()),
+        &command,
+    );
     let matches = match command.try_get_matches_from(args) {
         Ok(m) => m,
         Err(e) => {
@@ -234,12 +330,7 @@ pub fn main() -> i32 {
         Command::Rtt(args) => gossip::rtt(args),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
-        Command::Version => {
-            println!("Consul v{}", crate::CONSUL_API_VERSION);
-            println!("praetor v{}", crate::PRAETOR_VERSION);
-            println!("Protocol 2 spoken by default, understands 2 to 3 (agent will automatically use protocol >2 when speaking to compatible agents)");
-            Ok(0)
-        }
+        Command::Version(args) => version(args),
     };
     match result {
         Ok(code) => code,

@@ -56,7 +56,7 @@ pub fn run(command: OperatorCommand) -> Result<i32, String> {
 fn list_peers(args: HttpOnly) -> Result<i32, String> {
     let response = args
         .http
-        .client()
+        .client()?
         .ok("GET", "/v1/operator/raft/configuration", None)
         .map_err(|e| format!("Error getting peers: {e}"))?;
     let config: serde_json::Value =
@@ -129,7 +129,7 @@ fn remove_peer(args: RemovePeerArgs) -> Result<i32, String> {
         }
     };
     args.http
-        .client()
+        .client()?
         .ok("DELETE", &format!("/v1/operator/raft/peer?{query}"), None)
         .map_err(|e| format!("Error removing peer: {e}"))?;
     println!("Removed peer with {label}");
@@ -145,7 +145,7 @@ fn transfer_leader(args: TransferArgs) -> Result<i32, String> {
         None => "/v1/operator/raft/transfer-leader".to_string(),
     };
     args.http
-        .client()
+        .client()?
         .ok("POST", &path, None)
         .map_err(|e| format!("Error transferring leadership: {e}"))?;
     println!("Success");

@@ -116,7 +116,7 @@ pub fn run(command: ServicesCommand) -> Result<i32, String> {
                 }
                 all
             };
-            let client = args.http.client();
+            let client = args.http.client()?;
             for definition in &definitions {
                 client
                     .ok(
@@ -148,7 +148,7 @@ pub fn run(command: ServicesCommand) -> Result<i32, String> {
                     return Err("Either -id or a definition file must be given".to_string())
                 }
             };
-            let client = args.http.client();
+            let client = args.http.client()?;
             for id in ids {
                 client
                     .ok(

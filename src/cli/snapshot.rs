@@ -31,7 +31,7 @@ pub fn run(command: SnapshotCommand) -> Result<i32, String> {
         SnapshotCommand::Save(args) => {
             let response = args
                 .http
-                .client()
+                .client()?
                 .ok("GET", "/v1/snapshot", None)
                 .map_err(|e| format!("Error saving snapshot: {e}"))?;
             // Verify before keeping it, as Consul does.
@@ -50,7 +50,7 @@ pub fn run(command: SnapshotCommand) -> Result<i32, String> {
             let data = std::fs::read(&args.file)
                 .map_err(|e| format!("Error opening snapshot file: {e}"))?;
             args.http
-                .client()
+                .client()?
                 .ok("PUT", "/v1/snapshot", Some(&data))
                 .map_err(|e| format!("Error restoring snapshot: {e}"))?;
             println!("Restored snapshot");

@@ -223,7 +223,7 @@ pub fn array_elements(compact: &[u8]) -> Vec<&[u8]> {
     elements
 }
 
-pub use crate::shard::user_events::event_id_to_index;
+pub use crate::consul::user_event::event_id_to_index;
 
 /// Turns one answer into the handler data (compact JSON).
 pub fn data_of(kind: PlanKind, response: &Response, last_index: u64) -> Vec<u8> {
@@ -357,7 +357,7 @@ pub fn run(args: WatchArgs) -> Result<i32, String> {
         Some(h) if !h.is_empty() => vec![h.clone()],
         _ => args.child.clone(),
     };
-    let client: Client = args.http.client();
+    let client: Client = args.http.client()?;
     client
         .ok("GET", "/v1/agent/self", None)
         .map_err(|e| format!("Error querying Consul agent: {e}"))?;

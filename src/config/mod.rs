@@ -6,9 +6,21 @@
 //! lexical order), then `-hcl` snippets, then flags. Objects merge key by key; lists such as
 //! `services`, `checks` and `retry_join` concatenate; scalars are overridden by later sources.
 //! Keys that praetor does not know are accepted and reported once as a warning, so a Consul
-//! config file keeps working.
+//! config file keeps working; a known key with a value of the wrong type stops the agent with
+//! the file and key path (`schema`). HCL is read as Consul reads it, in HCL1 (`hcl`).
+//!
+//! Keys praetor accepts either act or, where the code that would act on them does not exist
+//! yet, are parsed, type-checked and kept in [`AgentConfig`] with one warning each at start
+//! ([`AgentConfig::warnings`]), so nothing a Consul config says is silently dropped.
+
+pub mod schema;
+
+pub mod ui;
+
+pub mod acl;
 
 use crate::proto::duration::parse_go_duration;
+use crate::proto::hcl;
 use serde_json::{Map, Value};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -81,14 +93,27 @@ pub struct AgentConfig {
     /// Entries kept in the log below a snapshot so that slightly lagging followers catch up
     /// from the log instead of a snapshot (Consul's `raft_trailing_logs`, default 10240).
     pub raft_trailing_logs_entries: u64,
-    pub ui: bool,
+    /// `ui_config` and the deprecated `ui`, `ui_dir`, `ui_content_path` keys.
+    pub ui: ui::UiConfig,
     /// `domain`, `alt_domain`, `recursors` and `dns_config.*`.
     pub dns: DnsConfig,
+    /// `node_meta`, validated as Consul validates it; published on this agent's node.
+    pub node_meta: Vec<(String, String)>,
+    /// `disable_remote_exec` (Consul's default: true). praetor has no remote exec, so `true`
+    /// holds by construction and `false` is warned about.
+    pub disable_remote_exec: bool,
+    /// Settings parsed and checked but not acted on yet; each one given was warned about.
+    pub pending: PendingSettings,
+    /// `acl { … }`, `primary_datacenter` and the legacy ACL keys.
+    pub acl: acl::AclConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
-    /// Keys present in the sources that praetor does not know, for the startup warning.
+    /// Keys present in the sources that praetor does not know (dotted paths for keys inside
+    /// known sections), for the startup warning.
     pub unknown_keys: Vec<String>,
+    /// One line per accepted setting that is not acted on yet, logged at start.
+    pub warnings: Vec<String>,
     /// Where this configuration came from, so `reload` can read the files again.
     pub sources: ConfigSources,
 }
@@ -117,85 +142,6 @@ fn guess_private_address() -> Option<IpAddr> {
     let ip = socket.local_addr().ok()?.ip();
     (!ip.is_unspecified()).then_some(ip)
 }
-
-/// The top-level keys praetor understands (now or in a later subsystem). Anything else is
-/// warned about and ignored.
-const KNOWN_KEYS: &[&str] = &[
-    "acl",
-    "acl_datacenter",
-    "ae_interval",
-    "check_update_interval",
-    "acl_default_policy",
-    "addresses",
-    "advertise_addr",
-    "advertise_addr_wan",
-    "alt_domain",
-    "autopilot",
-    "bind_addr",
-    "bootstrap",
-    "bootstrap_expect",
-    "check",
-    "checks",
-    "client_addr",
-    "connect",
-    "data_dir",
-    "datacenter",
-    "dev_mode",
-    "disable_remote_exec",
-    "disable_update_check",
-    "discovery_max_stale",
-    "dns_config",
-    "domain",
-    "enable_local_script_checks",
-    "enable_script_checks",
-    "encrypt",
-    "encrypt_verify_incoming",
-    "encrypt_verify_outgoing",
-    "leave_on_terminate",
-    "limits",
-    "log_level",
-    "node_id",
-    "node_meta",
-    "node_name",
-    "performance",
-    "ports",
-    "primary_datacenter",
-    "raft_protocol",
-    "raft_snapshot_interval",
-    "raft_snapshot_threshold",
-    "raft_trailing_logs",
-    "reconnect_timeout",
-    "reconnect_timeout_wan",
-    "recursor",
-    "recursors",
-    "retry_interval",
-    "retry_interval_wan",
-    "retry_join",
-    "retry_join_wan",
-    "retry_max",
-    "retry_max_wan",
-    "server",
-    "server_name",
-    "service",
-    "services",
-    "session_ttl_min",
-    "shards",
-    "skip_leave_on_interrupt",
-    "start_join",
-    "start_join_wan",
-    "telemetry",
-    "tls",
-    "translate_wan_addrs",
-    "txn_max_req_len",
-    "kv_max_value_size",
-    "ui",
-    "ui_config",
-    "watches",
-    "rejoin_after_leave",
-    "http_config",
-    "tombstone_ttl",
-    "enable_debug_faults",
-];
 
 /// Keys whose list values concatenate across sources instead of replacing.
 const APPEND_KEYS: &[&str] = &[
@@ -239,17 +185,25 @@ fn as_list(value: Value) -> Value {
     }
 }
 
-/// Parses one config document; `hcl` selects the syntax.
+/// Parses one config document; `hcl` selects the syntax. Every known key's type is checked
+/// here, so the error names the document as well as the key path, as Consul's does
+/// (`failed to parse agent.hcl: 'ports.http' expected type 'int', …`).
 pub fn parse_document(text: &str, hcl: bool, origin: &str) -> Result<Map<String, Value>, String> {
-    let value: Value = if hcl {
-        hcl::from_str(text).map_err(|e| format!("{origin}: invalid HCL: {e}"))?
+    let map = if hcl {
+        hcl::parse(text).map_err(|e| format!("failed to parse {origin}: {e}"))?
     } else {
-        serde_json::from_str(text).map_err(|e| format!("{origin}: invalid JSON: {e}"))?
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => {
+                return Err(format!(
+                    "failed to parse {origin}: the top level must be an object"
+                ))
+            }
+            Err(e) => return Err(format!("failed to parse {origin}: invalid JSON: {e}")),
+        }
     };
-    match value {
-        Value::Object(map) => Ok(map),
-        _ => Err(format!("{origin}: the top level must be an object")),
-    }
+    schema::check_types(&map).map_err(|e| format!("failed to parse {origin}: {e}"))?;
+    Ok(map)
 }
 
 fn read_config_file(path: &Path) -> Result<Map<String, Value>, String> {
@@ -302,7 +256,7 @@ pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
         merged.insert("bootstrap".into(), Value::Bool(true));
         merged.insert("bind_addr".into(), Value::String("127.0.0.1".into()));
         merged.insert("client_addr".into(), Value::String("127.0.0.1".into()));
-        merged.insert("ui".into(), Value::Bool(true));
+        merged.insert("ui_config".into(), serde_json::json!({"enabled": true}));
     }
     for file in &sources.config_files {
         merge(&mut merged, read_config_file(file)?);
@@ -338,6 +292,11 @@ fn get_i64(map: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n
             .as_i64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                    .map(|f| f as i64)
+            })
             .map(Some)
             .ok_or_else(|| format!("{key}: expected an integer, got {n}")),
         Some(Value::String(s)) => s
@@ -465,10 +424,18 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     if !(0..=256).contains(&shards) {
         return Err(format!("shards: {shards} is out of range 0..=256"));
     }
-    let kv_max_value_size =
-        get_i64(&raw, "kv_max_value_size")?.unwrap_or(KV_MAX_VALUE_SIZE_DEFAULT as i64);
-    let txn_max_req_len =
-        get_i64(&raw, "txn_max_req_len")?.unwrap_or(TXN_MAX_REQ_LEN_DEFAULT as i64);
+    let empty = Map::new();
+    let limits = section(&raw, "limits", &empty)?;
+    // Consul reads both under `limits`; praetor also took them at the top level before, so
+    // that spelling still works, and `limits` wins when both are given.
+    let kv_max_value_size = get_i64(limits, "kv_max_value_size")
+        .map_err(|e| format!("limits.{e}"))?
+        .or(get_i64(&raw, "kv_max_value_size")?)
+        .unwrap_or(KV_MAX_VALUE_SIZE_DEFAULT as i64);
+    let txn_max_req_len = get_i64(limits, "txn_max_req_len")
+        .map_err(|e| format!("limits.{e}"))?
+        .or(get_i64(&raw, "txn_max_req_len")?)
+        .unwrap_or(TXN_MAX_REQ_LEN_DEFAULT as i64);
     if kv_max_value_size <= 0 || txn_max_req_len <= 0 {
         return Err("kv_max_value_size and txn_max_req_len must be positive".to_string());
     }
@@ -486,12 +453,17 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
             "raft_trailing_logs: {raft_trailing_logs_entries} is out of range 0..={RAFT_ENTRIES_SETTING_MAX}"
         ));
     }
-    let mut unknown_keys: Vec<String> = raw
-        .keys()
-        .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    unknown_keys.sort();
+    let unknown_keys = schema::unknown_keys(&raw);
+    let mut warnings = Vec::new();
+    let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
+    let node_meta = node_meta_from(&raw)?;
+    let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
+    if !disable_remote_exec {
+        warnings.push(not_acted_on(
+            "disable_remote_exec = false",
+            "praetor has no remote exec (`consul exec`), so there is nothing to enable",
+        ));
+    }
     Ok(AgentConfig {
         dev_mode,
         server,
@@ -514,11 +486,406 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         txn_max_req_len: txn_max_req_len as usize,
         raft_snapshot_threshold_entries: raft_snapshot_threshold_entries as u64,
         raft_trailing_logs_entries: raft_trailing_logs_entries as u64,
-        ui: get_bool(&raw, "ui")?.unwrap_or(false),
+        ui: ui::UiConfig::from_raw(&raw, dev_mode)?,
         dns: dns_config_from(&raw)?,
+        node_meta,
+        disable_remote_exec,
+        pending,
+        acl: acl::AclConfig::from_raw(&raw)?,
         raw,
         unknown_keys,
+        warnings,
         sources: ConfigSources::default(),
+    })
+}
+
+/// A config section that must be an object, or `empty` when absent.
+fn section<'a>(
+    raw: &'a Map<String, Value>,
+    key: &str,
+    empty: &'a Map<String, Value>,
+) -> Result<&'a Map<String, Value>, String> {
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(empty),
+        Some(Value::Object(map)) => Ok(map),
+        Some(other) => Err(format!("{key}: expected an object, got {other}")),
+    }
+}
+
+/// The startup warning for a setting praetor accepts but does not act on yet.
+fn not_acted_on(setting: &str, why: &str) -> String {
+    format!("config: {setting} is accepted but not acted on yet: {why}")
+}
+
+/// Consul's limits on node metadata (`structs.ValidateNodeMetadata`).
+const NODE_META_PAIRS_MAX: usize = 64;
+const NODE_META_KEY_CHARS_MAX: usize = 128;
+const NODE_META_VALUE_CHARS_MAX: usize = 512;
+const NODE_META_RESERVED_PREFIX: &str = "consul-";
+
+/// `node_meta`, validated with Consul's rules and messages.
+fn node_meta_from(raw: &Map<String, Value>) -> Result<Vec<(String, String)>, String> {
+    let empty = Map::new();
+    let meta = section(raw, "node_meta", &empty)?;
+    if meta.len() > NODE_META_PAIRS_MAX {
+        return Err(format!(
+            "node_meta invalid: Node metadata cannot contain more than {NODE_META_PAIRS_MAX} key/value pairs"
+        ));
+    }
+    let mut pairs = Vec::with_capacity(meta.len());
+    for (key, value) in meta {
+        let value = value
+            .as_str()
+            .ok_or_else(|| format!("node_meta[{key}]: expected a string, got {value}"))?;
+        let invalid = |why: &str| format!("node_meta invalid: {why}");
+        if key.is_empty() {
+            return Err(invalid("Key cannot be blank"));
+        }
+        if key.chars().count() > NODE_META_KEY_CHARS_MAX {
+            return Err(invalid(&format!(
+                "Key is too long (limit: {NODE_META_KEY_CHARS_MAX} characters)"
+            )));
+        }
+        if !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid(&format!(
+                "Key contains invalid characters: {key:?}"
+            )));
+        }
+        if key.starts_with(NODE_META_RESERVED_PREFIX) {
+            return Err(invalid(&format!(
+                "Key prefix '{NODE_META_RESERVED_PREFIX}' is reserved for internal use"
+            )));
+        }
+        if value.chars().count() > NODE_META_VALUE_CHARS_MAX {
+            return Err(invalid(&format!(
+                "Value is too long (limit: {NODE_META_VALUE_CHARS_MAX} characters)"
+            )));
+        }
+        pairs.push((key.clone(), value.to_string()));
+    }
+    debug_assert!(pairs.len() <= NODE_META_PAIRS_MAX);
+    Ok(pairs)
+}
+
+/// An address range (`10.0.0.0/8`), as `http_config.allow_write_http_from` lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpNetwork {
+    pub address: IpAddr,
+    pub prefix_bits: u8,
+}
+
+impl IpNetwork {
+    pub fn parse(text: &str) -> Result<IpNetwork, String> {
+        let (address, bits) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?} is not a CIDR range (address/prefix)"))?;
+        let address: IpAddr = address
+            .parse()
+            .map_err(|_| format!("{text:?} is not a CIDR range: bad address"))?;
+        let bits_max = if address.is_ipv4() { 32 } else { 128 };
+        let prefix_bits = bits
+            .parse::<u8>()
+            .ok()
+            .filter(|b| *b <= bits_max)
+            .ok_or_else(|| format!("{text:?} is not a CIDR range: bad prefix length"))?;
+        Ok(IpNetwork {
+            address,
+            prefix_bits,
+        })
+    }
+}
+
+/// Consul's `autopilot` block, with Consul's defaults. praetor's servers run their own
+/// dead-server cleanup and do not read these yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutopilotConfig {
+    pub cleanup_dead_servers: bool,
+    pub last_contact_threshold: Duration,
+    pub max_trailing_logs: u64,
+    pub min_quorum: u32,
+    pub server_stabilization_time: Duration,
+    pub redundancy_zone_tag: String,
+    pub disable_upgrade_migration: bool,
+    pub upgrade_version_tag: String,
+}
+
+impl Default for AutopilotConfig {
+    fn default() -> Self {
+        AutopilotConfig {
+            cleanup_dead_servers: true,
+            last_contact_threshold: Duration::from_millis(200),
+            max_trailing_logs: 250,
+            min_quorum: 0,
+            server_stabilization_time: Duration::from_secs(10),
+            redundancy_zone_tag: String::new(),
+            disable_upgrade_migration: false,
+            upgrade_version_tag: String::new(),
+        }
+    }
+}
+
+/// Consul's default `limits.http_max_conns_per_client`.
+pub const HTTP_MAX_CONNS_PER_CLIENT_DEFAULT: u32 = 200;
+/// Consul's default `limits.rpc_max_burst`.
+pub const RPC_MAX_BURST_DEFAULT: u32 = 1000;
+/// Consul's default `reconnect_timeout`: 72 hours.
+pub const RECONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(72 * 3600);
+/// Consul refuses a shorter `reconnect_timeout`: a node briefly away must not be reaped.
+pub const RECONNECT_TIMEOUT_MIN: Duration = Duration::from_secs(8 * 3600);
+/// Consul's default `performance.raft_multiplier`, and its bounds.
+pub const RAFT_MULTIPLIER_DEFAULT: u32 = 5;
+const RAFT_MULTIPLIER_MAX: i64 = 10;
+/// Consul's defaults for `performance.leave_drain_time` and `performance.rpc_hold_timeout`.
+pub const LEAVE_DRAIN_TIME_DEFAULT: Duration = Duration::from_secs(5);
+pub const RPC_HOLD_TIMEOUT_DEFAULT: Duration = Duration::from_secs(7);
+
+/// Settings that are parsed and checked, kept for the code that will act on them (the HTTP
+/// server, the RPC layer, gossip, Raft); every one given produced a startup warning.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingSettings {
+    /// `limits.http_max_conns_per_client`.
+    pub http_max_conns_per_client: u32,
+    /// `limits.rpc_rate`, requests per second (infinite by default, as in Consul).
+    pub rpc_rate_per_second: f64,
+    /// `limits.rpc_max_burst`.
+    pub rpc_max_burst: u32,
+    /// `http_config.response_headers`.
+    pub http_response_headers: Vec<(String, String)>,
+    /// `http_config.allow_write_http_from` (empty: writes from anywhere).
+    pub allow_write_http_from: Vec<IpNetwork>,
+    /// `http_config.use_cache`.
+    pub http_use_cache: bool,
+    /// `primary_datacenter` (`acl_datacenter` is its old name); defaults to `datacenter`.
+    pub primary_datacenter: String,
+    /// `reconnect_timeout`: how long a failed LAN member is kept before it is reaped.
+    pub reconnect_timeout: Duration,
+    /// `performance.raft_multiplier`.
+    pub raft_multiplier: u32,
+    /// `performance.leave_drain_time`.
+    pub leave_drain_time: Duration,
+    /// `performance.rpc_hold_timeout`.
+    pub rpc_hold_timeout: Duration,
+    /// `autopilot { … }`.
+    pub autopilot: AutopilotConfig,
+}
+
+/// Parses the settings that are not acted on yet, with Consul's validation, and warns once
+/// for each one that is given.
+fn pending_settings(
+    raw: &Map<String, Value>,
+    datacenter: &str,
+    warnings: &mut Vec<String>,
+) -> Result<PendingSettings, String> {
+    let empty = Map::new();
+    let limits = section(raw, "limits", &empty)?;
+    let http = section(raw, "http_config", &empty)?;
+    let performance = section(raw, "performance", &empty)?;
+    let autopilot = section(raw, "autopilot", &empty)?;
+    let in_section = |name: &'static str| move |e: String| format!("{name}.{e}");
+
+    let count = |map: &Map<String, Value>, key: &str, name: &'static str| {
+        get_i64(map, key).map_err(in_section(name)).and_then(|v| {
+            v.map(|v| {
+                u32::try_from(v).map_err(|_| {
+                    format!("{name}.{key} cannot be {v}. Must be greater than or equal to zero")
+                })
+            })
+            .transpose()
+        })
+    };
+    let http_max_conns_per_client = count(limits, "http_max_conns_per_client", "limits")?;
+    if let Some(v) = http_max_conns_per_client {
+        warnings.push(not_acted_on(
+            &format!("limits.http_max_conns_per_client = {v}"),
+            "the HTTP API does not limit connections per client address",
+        ));
+    }
+    let rpc_rate_per_second = match limits.get("rpc_rate") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_f64()
+                .filter(|r| *r > 0.0)
+                .ok_or_else(|| format!("limits.rpc_rate: {v} is not a positive number"))?,
+        ),
+    };
+    let rpc_max_burst = count(limits, "rpc_max_burst", "limits")?;
+    for (key, given) in [
+        ("rpc_rate", rpc_rate_per_second.map(|r| r.to_string())),
+        ("rpc_max_burst", rpc_max_burst.map(|b| b.to_string())),
+    ] {
+        if let Some(value) = given {
+            warnings.push(not_acted_on(
+                &format!("limits.{key} = {value}"),
+                "RPC requests from agents are not rate-limited",
+            ));
+        }
+    }
+
+    let mut http_response_headers = Vec::new();
+    if let Some(Value::Object(headers)) = http.get("response_headers") {
+        for (name, value) in headers {
+            let value = value.as_str().ok_or_else(|| {
+                format!("http_config.response_headers[{name}]: expected a string")
+            })?;
+            http_response_headers.push((name.clone(), value.to_string()));
+        }
+        warnings.push(not_acted_on(
+            "http_config.response_headers",
+            "HTTP answers do not carry the configured headers",
+        ));
+    }
+    let allow_write_http_from = get_strings(http, "allow_write_http_from")
+        .map_err(in_section("http_config"))?
+        .iter()
+        .map(|text| {
+            IpNetwork::parse(text).map_err(|e| format!("http_config.allow_write_http_from: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !allow_write_http_from.is_empty() {
+        warnings.push(not_acted_on(
+            "http_config.allow_write_http_from",
+            "writes are accepted from every client address",
+        ));
+    }
+    let http_use_cache = get_bool(http, "use_cache").map_err(in_section("http_config"))?;
+    if let Some(v) = http_use_cache {
+        warnings.push(not_acted_on(
+            &format!("http_config.use_cache = {v}"),
+            "praetor has no agent cache; `?cached` reads are answered fresh",
+        ));
+    }
+
+    let primary_datacenter =
+        match get_string(raw, "primary_datacenter")?.or(get_string(raw, "acl_datacenter")?) {
+            None => datacenter.to_string(),
+            Some(text) => {
+                let primary = text.to_lowercase();
+                if primary.is_empty()
+                    || !primary
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
+                    return Err(
+                    "primary_datacenter can only contain lowercase alphanumeric, - or _ characters."
+                        .to_string(),
+                );
+                }
+                primary
+            }
+        };
+    if primary_datacenter != datacenter {
+        warnings.push(not_acted_on(
+            &format!("primary_datacenter = {primary_datacenter:?} (datacenter is {datacenter:?})"),
+            "nothing is replicated from a primary datacenter",
+        ));
+    }
+
+    let reconnect_timeout = get_duration(raw, "reconnect_timeout")?;
+    if let Some(timeout) = reconnect_timeout {
+        if timeout < RECONNECT_TIMEOUT_MIN {
+            return Err("reconnect_timeout must be >= 8h0m0s".to_string());
+        }
+        warnings.push(not_acted_on(
+            &format!("reconnect_timeout = {}s", timeout.as_secs()),
+            "failed LAN members are reaped after 72h",
+        ));
+    }
+
+    let raft_multiplier =
+        get_i64(performance, "raft_multiplier").map_err(in_section("performance"))?;
+    if let Some(v) = raft_multiplier {
+        if !(1..=RAFT_MULTIPLIER_MAX).contains(&v) {
+            return Err(format!(
+                "performance.raft_multiplier cannot be {v}. Must be between 1 and {RAFT_MULTIPLIER_MAX}"
+            ));
+        }
+    }
+    let leave_drain_time =
+        get_duration(performance, "leave_drain_time").map_err(in_section("performance"))?;
+    let rpc_hold_timeout =
+        get_duration(performance, "rpc_hold_timeout").map_err(in_section("performance"))?;
+    for (key, given, why) in [
+        (
+            "raft_multiplier",
+            raft_multiplier.map(|v| v.to_string()),
+            "praetor's Raft timings are fixed",
+        ),
+        (
+            "leave_drain_time",
+            leave_drain_time.map(|d| format!("{}ms", d.as_millis())),
+            "a leaving server does not wait for requests to drain",
+        ),
+        (
+            "rpc_hold_timeout",
+            rpc_hold_timeout.map(|d| format!("{}ms", d.as_millis())),
+            "forwarded requests do not wait for a leader",
+        ),
+    ] {
+        if let Some(value) = given {
+            warnings.push(not_acted_on(&format!("performance.{key} = {value}"), why));
+        }
+    }
+
+    let defaults = AutopilotConfig::default();
+    let max_trailing_logs =
+        get_i64(autopilot, "max_trailing_logs").map_err(in_section("autopilot"))?;
+    if let Some(v) = max_trailing_logs.filter(|v| *v < 0) {
+        return Err(format!(
+            "autopilot.max_trailing_logs cannot be {v}. Must be greater than or equal to zero"
+        ));
+    }
+    let autopilot_config = AutopilotConfig {
+        cleanup_dead_servers: get_bool(autopilot, "cleanup_dead_servers")
+            .map_err(in_section("autopilot"))?
+            .unwrap_or(defaults.cleanup_dead_servers),
+        last_contact_threshold: get_duration(autopilot, "last_contact_threshold")
+            .map_err(in_section("autopilot"))?
+            .unwrap_or(defaults.last_contact_threshold),
+        max_trailing_logs: max_trailing_logs
+            .map(|v| v as u64)
+            .unwrap_or(defaults.max_trailing_logs),
+        min_quorum: count(autopilot, "min_quorum", "autopilot")?.unwrap_or(defaults.min_quorum),
+        server_stabilization_time: get_duration(autopilot, "server_stabilization_time")
+            .map_err(in_section("autopilot"))?
+            .unwrap_or(defaults.server_stabilization_time),
+        redundancy_zone_tag: get_string(autopilot, "redundancy_zone_tag")
+            .map_err(in_section("autopilot"))?
+            .unwrap_or_default(),
+        disable_upgrade_migration: get_bool(autopilot, "disable_upgrade_migration")
+            .map_err(in_section("autopilot"))?
+            .unwrap_or(defaults.disable_upgrade_migration),
+        upgrade_version_tag: get_string(autopilot, "upgrade_version_tag")
+            .map_err(in_section("autopilot"))?
+            .unwrap_or_default(),
+    };
+    for key in autopilot.keys() {
+        if schema::AUTOPILOT.iter().any(|f| f.name == key) {
+            warnings.push(not_acted_on(
+                &format!("autopilot.{key}"),
+                "praetor's servers run their own dead-server cleanup and ignore autopilot settings",
+            ));
+        }
+    }
+
+    Ok(PendingSettings {
+        http_max_conns_per_client: http_max_conns_per_client
+            .unwrap_or(HTTP_MAX_CONNS_PER_CLIENT_DEFAULT),
+        rpc_rate_per_second: rpc_rate_per_second.unwrap_or(f64::INFINITY),
+        rpc_max_burst: rpc_max_burst.unwrap_or(RPC_MAX_BURST_DEFAULT),
+        http_response_headers,
+        allow_write_http_from,
+        http_use_cache: http_use_cache.unwrap_or(true),
+        primary_datacenter,
+        reconnect_timeout: reconnect_timeout.unwrap_or(RECONNECT_TIMEOUT_DEFAULT),
+        raft_multiplier: raft_multiplier
+            .map(|v| v as u32)
+            .unwrap_or(RAFT_MULTIPLIER_DEFAULT),
+        leave_drain_time: leave_drain_time.unwrap_or(LEAVE_DRAIN_TIME_DEFAULT),
+        rpc_hold_timeout: rpc_hold_timeout.unwrap_or(RPC_HOLD_TIMEOUT_DEFAULT),
+        autopilot: autopilot_config,
     })
 }
 
@@ -870,7 +1237,10 @@ mod tests {
         };
         assert!(build(&bad_port).unwrap_err().contains("ports.http"));
         let bad_json = parse_document("{", false, "x.json").unwrap_err();
-        assert!(bad_json.starts_with("x.json: invalid JSON"));
+        assert!(
+            bad_json.starts_with("failed to parse x.json: invalid JSON"),
+            "{bad_json}"
+        );
         let disabled = ConfigSources {
             dev: true,
             flags: object(json!({"ports": {"dns": -1}})),
@@ -940,5 +1310,213 @@ mod tests {
             ..Default::default()
         };
         assert!(build(&bad).unwrap_err().contains("dns_config.node_ttl"));
+    }
+
+    fn dev_with_hcl(snippet: &str) -> Result<AgentConfig, String> {
+        build(&ConfigSources {
+            dev: true,
+            hcl_snippets: vec![snippet.to_string()],
+            ..Default::default()
+        })
+    }
+
+    /// The forms Consul's own config fixtures use (`agent/config/testdata/full-config.hcl`,
+    /// `runtime_test.go`), in a config of our own.
+    #[test]
+    fn consul_hcl_forms_load() {
+        let c = dev_with_hcl(
+            r#"
+            # one-line nested blocks, several items on a line, quoted keys, commas after blocks
+            acl { tokens { initial_management = "x" } }
+            ports { dns = -1 http = 18500 }
+            node_meta { "rack-id" = "r1", zone = "z" },
+            limits = { kv_max_value_size = 1024 txn_max_req_len = 2048 }
+            limits { http_max_conns_per_client = 7 }
+            service { name = "a" port = 80 }
+            service = { name = "b" port = 90 meta={my="value"}, weights={passing=13}}
+            check = { name = "c" ttl = "10s" }
+            retry_join = ["10.0.0.1", "10.0.0.2",]
+            /* a block comment */ bootstrap_expect = 0 server = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!((c.ports.http, c.ports.dns), (18500, -1));
+        assert_eq!(
+            c.node_meta,
+            vec![
+                ("rack-id".to_string(), "r1".to_string()),
+                ("zone".to_string(), "z".to_string())
+            ]
+        );
+        assert_eq!((c.kv_max_value_size, c.txn_max_req_len), (1024, 2048));
+        assert_eq!(c.pending.http_max_conns_per_client, 7);
+        assert_eq!(c.retry_join, vec!["10.0.0.1", "10.0.0.2"]);
+        let services = c.raw["services"].as_array().unwrap();
+        assert_eq!(services.len(), 2);
+        assert_eq!(services[1]["meta"]["my"], "value");
+        assert_eq!(c.raw["checks"][0]["ttl"], "10s");
+        assert_eq!(
+            c.warnings,
+            vec!["config: limits.http_max_conns_per_client = 7 is accepted but not acted on yet: the HTTP API does not limit connections per client address"]
+        );
+        assert!(c.unknown_keys.is_empty(), "{:?}", c.unknown_keys);
+    }
+
+    #[test]
+    fn type_errors_name_the_source_and_key_path() {
+        let err = dev_with_hcl("ports { http = \"abc\" }").unwrap_err();
+        assert_eq!(
+            err,
+            "failed to parse -hcl #1: 'ports.http' expected type 'int', got unconvertible type 'string', value: 'abc'"
+        );
+        let err = dev_with_hcl("limits { rpc_rate = true }").unwrap_err();
+        assert!(
+            err.contains("'limits.rpc_rate' expected type 'float64'"),
+            "{err}"
+        );
+        let err = dev_with_hcl("node_meta = [\"a\"]").unwrap_err();
+        assert!(
+            err.contains("'node_meta' expected a map, got 'slice'"),
+            "{err}"
+        );
+        let err = dev_with_hcl("ports {\n  http = 8500\n  dns = abc\n}").unwrap_err();
+        assert_eq!(
+            err,
+            "failed to parse -hcl #1: line 3, column 9: unexpected word \"abc\": strings must be quoted"
+        );
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn settings_not_acted_on_are_kept_and_warned_once_each() {
+        let c = dev_with_hcl(
+            r#"
+            limits { rpc_rate = 12.5 rpc_max_burst = 40 }
+            http_config {
+              response_headers { "Access-Control-Allow-Origin" = "*" }
+              allow_write_http_from = ["127.0.0.0/8", "::1/128"]
+              use_cache = false
+            }
+            primary_datacenter = "Primary"
+            reconnect_timeout = "9h"
+            performance { raft_multiplier = 3 leave_drain_time = "2s" rpc_hold_timeout = "1s" }
+            autopilot { cleanup_dead_servers = false max_trailing_logs = 10 }
+            disable_remote_exec = false
+            disable_update_check = true
+            "#,
+        )
+        .unwrap();
+        let p = &c.pending;
+        assert_eq!((p.rpc_rate_per_second, p.rpc_max_burst), (12.5, 40));
+        assert_eq!(
+            p.http_response_headers,
+            vec![("Access-Control-Allow-Origin".to_string(), "*".to_string())]
+        );
+        assert_eq!(
+            p.allow_write_http_from[0],
+            IpNetwork {
+                address: "127.0.0.0".parse().unwrap(),
+                prefix_bits: 8
+            }
+        );
+        assert!(!p.http_use_cache);
+        assert_eq!(p.primary_datacenter, "primary");
+        assert_eq!(p.reconnect_timeout, Duration::from_secs(9 * 3600));
+        assert_eq!(p.raft_multiplier, 3);
+        assert_eq!(p.leave_drain_time, Duration::from_secs(2));
+        assert_eq!(p.rpc_hold_timeout, Duration::from_secs(1));
+        assert!(!p.autopilot.cleanup_dead_servers);
+        assert_eq!(p.autopilot.max_trailing_logs, 10);
+        assert_eq!(
+            p.autopilot.server_stabilization_time,
+            Duration::from_secs(10)
+        );
+        assert!(!c.disable_remote_exec);
+        let keys: Vec<&str> = c
+            .warnings
+            .iter()
+            .map(|w| {
+                w.trim_start_matches("config: ")
+                    .split([' ', '='])
+                    .next()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                "limits.rpc_rate",
+                "limits.rpc_max_burst",
+                "http_config.response_headers",
+                "http_config.allow_write_http_from",
+                "http_config.use_cache",
+                "primary_datacenter",
+                "reconnect_timeout",
+                "performance.raft_multiplier",
+                "performance.leave_drain_time",
+                "performance.rpc_hold_timeout",
+                "autopilot.cleanup_dead_servers",
+                "autopilot.max_trailing_logs",
+                "disable_remote_exec",
+            ]
+        );
+        assert!(c.warnings.iter().all(|w| w.contains("not acted on yet")));
+        // Defaults warn about nothing, and a primary equal to the datacenter acts.
+        let plain =
+            dev_with_hcl("primary_datacenter = \"dc1\" disable_remote_exec = true").unwrap();
+        assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
+        assert_eq!(plain.pending.primary_datacenter, "dc1");
+        assert!(plain.pending.rpc_rate_per_second.is_infinite());
+    }
+
+    #[test]
+    fn validation_follows_consul() {
+        let cases = [
+            (
+                "performance = { raft_multiplier = 20 }",
+                "performance.raft_multiplier cannot be 20. Must be between 1 and 10",
+            ),
+            (
+                "performance = { raft_multiplier = 0 }",
+                "performance.raft_multiplier cannot be 0. Must be between 1 and 10",
+            ),
+            (
+                "autopilot = { max_trailing_logs = -1 }",
+                "autopilot.max_trailing_logs cannot be -1. Must be greater than or equal to zero",
+            ),
+            (
+                "primary_datacenter = \"%\"",
+                "primary_datacenter can only contain lowercase alphanumeric, - or _ characters.",
+            ),
+            ("reconnect_timeout = \"4h\"", "reconnect_timeout must be >= 8h0m0s"),
+            (
+                "node_meta { \"consul-x\" = \"a\" }",
+                "node_meta invalid: Key prefix 'consul-' is reserved for internal use",
+            ),
+            (
+                "http_config { allow_write_http_from = [\"10.0.0.1\"] }",
+                "http_config.allow_write_http_from: \"10.0.0.1\" is not a CIDR range (address/prefix)",
+            ),
+        ];
+        for (snippet, expected) in cases {
+            assert_eq!(dev_with_hcl(snippet).unwrap_err(), expected, "{snippet}");
+        }
+        let long_key = format!("node_meta {{ \"{}\" = \"a\" }}", "k".repeat(130));
+        assert_eq!(
+            dev_with_hcl(&long_key).unwrap_err(),
+            "node_meta invalid: Key is too long (limit: 128 characters)"
+        );
+        let many: String = (0..70).map(|i| format!("k{i} = \"v\"\n")).collect();
+        assert!(dev_with_hcl(&format!("node_meta {{\n{many}}}"))
+            .unwrap_err()
+            .contains("cannot contain more than 64 key/value pairs"));
+    }
+
+    #[test]
+    fn limits_win_over_the_old_top_level_spelling() {
+        let c = dev_with_hcl("kv_max_value_size = 10 limits { kv_max_value_size = 20 }").unwrap();
+        assert_eq!(c.kv_max_value_size, 20);
+        let c = dev_with_hcl("kv_max_value_size = 10").unwrap();
+        assert_eq!(c.kv_max_value_size, 10);
     }
 }

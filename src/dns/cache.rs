@@ -1,12 +1,12 @@
 //! The per-shard answer cache: encoded answers keyed by question (lowercased name, type,
 //! class), each dropped by exactly the changes to what its resolution read.
 //!
-//! An entry records the [`ReadSet`] of its resolution. The cache keeps an index from each
-//! `(table, key)` and each whole table read to the questions that read it; a change set
-//! removes the entries its `(table, key)` changes name, plus every entry that read the whole
-//! table; a prefix or whole-table change removes every entry that read anything of that table.
-//! So a health flip on one `web` instance drops the cached `web.service.consul` answers (and
-//! only answers that read `web`), and the very next query resolves against the new version.
+//! An entry records the [`ReadSet`] of its resolution (the store's `Dependencies`). The cache
+//! files each question under every dependency its resolution read, in the store's
+//! `DependencyIndex`, and a change set removes exactly the entries the store's one rule
+//! (`store::invalidates`, shared with the watch registry) says it invalidates. So a health
+//! flip on one `web` instance drops the cached `web.service.consul` answers (and only answers
+//! that read `web`), and the very next query resolves against the new version.
 //!
 //! Correctness rests on one ordering: the shard installs a version and invalidates the cache
 //! in the same synchronous step (`Shard::handle_message`), and resolution reads the shard's
@@ -18,10 +18,9 @@
 
 use super::answer::EncodedAnswer;
 use super::view::ReadSet;
-use crate::store::{Change, ChangeKey, Table, TABLE_COUNT};
+use crate::store::{Change, DependencyIndex, Table};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// Most cached questions per shard.
 pub const CACHE_ENTRIES_MAX: usize = 16_384;
@@ -51,18 +50,12 @@ pub fn cache_key<'b>(
     &buffer[..n + 4]
 }
 
-#[derive(Default)]
-struct TableIndex {
-    by_key: HashMap<Arc<str>, Vec<CacheKey>, ahash::RandomState>,
-    /// Entries that read the whole table.
-    whole: Vec<CacheKey>,
-}
-
 /// One shard's cache. Not `Send`: it lives in the shard's thread.
 #[derive(Default)]
 pub struct AnswerCache {
     entries: HashMap<CacheKey, Rc<EncodedAnswer>, ahash::RandomState>,
-    tables: [TableIndex; TABLE_COUNT],
+    /// Every entry's key, filed under each dependency of its resolution.
+    index: DependencyIndex<CacheKey>,
     bytes: usize,
     index_references: usize,
     hits: u64,
@@ -102,7 +95,7 @@ impl AnswerCache {
     /// nothing (e.g. `<hex>.addr`) never goes stale.
     pub fn insert(&mut self, key: &[u8], answer: Rc<EncodedAnswer>, reads: &ReadSet) {
         let size = answer.footprint_bytes() + key.len();
-        let references = reads.keys.len() + reads.tables.len();
+        let references = reads.len();
         if self.entries.len() >= CACHE_ENTRIES_MAX
             || self.bytes + size > CACHE_BYTES_MAX
             || self.index_references + references > CACHE_INDEX_REFERENCES_MAX
@@ -113,15 +106,8 @@ impl AnswerCache {
             return;
         }
         let key: CacheKey = key.into();
-        for (table, read_key) in &reads.keys {
-            self.tables[*table as usize]
-                .by_key
-                .entry(read_key.clone())
-                .or_default()
-                .push(key.clone());
-        }
-        for table in &reads.tables {
-            self.tables[*table as usize].whole.push(key.clone());
+        for dependency in reads.as_slice() {
+            self.index.insert(dependency, key.clone());
         }
         self.index_references += references;
         if let Some(old) = self.entries.insert(key.clone(), answer) {
@@ -132,10 +118,7 @@ impl AnswerCache {
 
     pub fn clear(&mut self) {
         self.entries.clear();
-        for index in &mut self.tables {
-            index.by_key.clear();
-            index.whole.clear();
-        }
+        self.index.clear();
         self.bytes = 0;
         self.index_references = 0;
     }
@@ -153,27 +136,8 @@ impl AnswerCache {
         }
         let mut doomed: Vec<CacheKey> = Vec::new();
         for change in changes {
-            let index = &mut self.tables[change.table as usize];
-            doomed.append(&mut index.whole);
-            match &change.key {
-                ChangeKey::Key(key) => {
-                    let lowered;
-                    let key: &str = if key.bytes().any(|b| b.is_ascii_uppercase()) {
-                        lowered = key.to_ascii_lowercase();
-                        &lowered
-                    } else {
-                        key
-                    };
-                    if let Some(mut keys) = index.by_key.remove(key) {
-                        doomed.append(&mut keys);
-                    }
-                }
-                ChangeKey::Prefix(_) | ChangeKey::All => {
-                    for (_, mut keys) in index.by_key.drain() {
-                        doomed.append(&mut keys);
-                    }
-                }
-            }
+            self.index
+                .take_invalidated(change, |question| doomed.push(question));
         }
         self.index_references = self.index_references.saturating_sub(doomed.len());
         for key in doomed {
@@ -183,7 +147,96 @@ impl AnswerCache {
 
     /// Cheap check used by tests and the debug log: does any entry depend on `table`?
     pub fn indexes_table(&self, table: Table) -> bool {
-        let index = &self.tables[table as usize];
-        !index.by_key.is_empty() || !index.whole.is_empty()
+        self.index.indexes_table(table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dns::answer::Answer;
+    use crate::dns::view::ReadSet;
+    use crate::proto::dns::WireName;
+    use crate::shard::watch::{WatchRegistry, WatchSet};
+    use crate::store::catalog::{CatalogOp, Registration, ServiceRegistration};
+    use crate::store::dependency::agreement_cases;
+    use crate::store::{invalidates, Command, Tables};
+    use std::task::Waker;
+
+    fn cached_answer() -> Rc<EncodedAnswer> {
+        let question = WireName::from_dotted("web.service.consul").unwrap();
+        Rc::new(EncodedAnswer::encode(&Answer::empty(0), &question))
+    }
+
+    /// Whether `change` wakes a query parked on `reads` and drops an answer cached with it.
+    fn wakes_and_drops(reads: &ReadSet, changes: &[Change]) -> (bool, bool) {
+        let mut registry = WatchRegistry::new();
+        let id = registry.register(reads, Waker::noop().clone(), u64::MAX);
+        let woken = registry.notify(changes);
+        assert_eq!(woken == 1, registry.is_fired(id));
+        let mut cache = AnswerCache::new();
+        cache.insert(b"question", cached_answer(), reads);
+        cache.invalidate(changes);
+        (woken == 1, cache.get(b"question").is_none())
+    }
+
+    #[test]
+    fn the_watch_registry_and_the_answer_cache_agree_with_the_rule() {
+        for (dependency, change, expected) in agreement_cases() {
+            let mut reads = ReadSet::new();
+            reads.add(dependency.clone());
+            assert_eq!(invalidates(&change, &reads.as_slice()[0]), expected);
+            assert_eq!(
+                wakes_and_drops(&reads, std::slice::from_ref(&change)),
+                (expected, expected),
+                "{dependency:?} vs {change:?}: (woken, dropped)"
+            );
+        }
+    }
+
+    #[test]
+    fn a_catalog_write_reaches_readers_of_its_service_in_any_letter_case_and_no_other() {
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        let register = |service: &str| {
+            Command::Catalog(CatalogOp::Register(Box::new(Registration {
+                node: "Node-1".into(),
+                address: "10.0.0.1".into(),
+                service: Some(ServiceRegistration {
+                    name: service.into(),
+                    port: 80,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })))
+        };
+        tables.apply(1, &register("Web"), &mut changes);
+        // A blocking query and a DNS lookup both name the service as their client wrote it.
+        let watchers_of_web = WatchSet::new().key(Table::ServiceIndex, "WEB");
+        let mut dns_reads_of_web = ReadSet::new();
+        dns_reads_of_web.add_key(Table::ServiceIndex, "wEb");
+        let mut dns_reads_of_api = ReadSet::new();
+        dns_reads_of_api.add_key(Table::ServiceIndex, "api");
+        assert_eq!(wakes_and_drops(&watchers_of_web, &changes), (true, true));
+        assert_eq!(wakes_and_drops(&dns_reads_of_web, &changes), (true, true));
+        assert_eq!(wakes_and_drops(&dns_reads_of_api, &changes), (false, false));
+        changes.clear();
+        tables.apply(2, &register("API"), &mut changes);
+        assert_eq!(wakes_and_drops(&watchers_of_web, &changes), (false, false));
+        assert_eq!(wakes_and_drops(&dns_reads_of_api, &changes), (true, true));
+        // A node lookup is woken by its node's row, whatever the case it was asked in.
+        let mut node_reads = ReadSet::new();
+        node_reads.add_key(Table::Nodes, "NODE-1");
+        changes.clear();
+        tables.apply(
+            3,
+            &Command::Catalog(CatalogOp::Register(Box::new(Registration {
+                node: "node-1".into(),
+                address: "10.0.0.2".into(),
+                ..Default::default()
+            }))),
+            &mut changes,
+        );
+        assert_eq!(wakes_and_drops(&node_reads, &changes), (true, true));
     }
 }

@@ -8,7 +8,7 @@
 //! configured domains go to the recursors ([`recursor`]), which the server runs as separate
 //! tasks so that a slow upstream never delays other queries.
 //!
-//! The shard's sockets live in `shard::dns_server`; this module does no socket I/O except in
+//! The shard's sockets live in [`server`]; resolution does no socket I/O except in
 //! [`recursor`].
 
 pub mod answer;
@@ -16,6 +16,7 @@ pub mod cache;
 pub mod name;
 pub mod recursor;
 pub mod resolve;
+pub mod server;
 pub mod store_view;
 pub mod view;
 

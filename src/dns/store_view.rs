@@ -43,7 +43,7 @@ fn health(status: Status) -> Health {
 
 impl CatalogView for Tables {
     fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
-        reads.key(Table::ServiceIndex, name);
+        reads.add_key(Table::ServiceIndex, name);
         let rows = check_service_nodes(self, name);
         let mut out = Vec::with_capacity(rows.len());
         // Instances come grouped by node: convert each node once.
@@ -79,14 +79,14 @@ impl CatalogView for Tables {
     }
 
     fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
-        reads.key(Table::Nodes, name);
+        reads.add_key(Table::Nodes, name);
         self.catalog
             .node(name)
             .map(|entry| node_record(entry.node()))
     }
 
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
-        reads.table(Table::Nodes);
+        reads.add_table(Table::Nodes);
         self.catalog
             .nodes
             .values()
@@ -95,7 +95,7 @@ impl CatalogView for Tables {
     }
 
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
-        reads.table(Table::Services);
+        reads.add_table(Table::Services);
         self.catalog.services.values().find_map(|group| {
             group
                 .instances

@@ -61,34 +61,10 @@ pub struct ServiceInstance {
     pub health: Health,
 }
 
-/// What one resolution read: keys and whole tables whose change may alter its answer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReadSet {
-    /// `(table, key)` pairs, keys lowercased (DNS compares names case-insensitively).
-    pub keys: Vec<(Table, Arc<str>)>,
-    pub tables: Vec<Table>,
-}
-
-impl ReadSet {
-    pub fn key(&mut self, table: Table, key: &str) {
-        let key: Arc<str> = if key.bytes().any(|b| b.is_ascii_uppercase()) {
-            key.to_ascii_lowercase().into()
-        } else {
-            key.into()
-        };
-        if !self.keys.iter().any(|(t, k)| *t == table && *k == key) {
-            self.keys.push((table, key));
-        }
-    }
-    pub fn table(&mut self, table: Table) {
-        if !self.tables.contains(&table) {
-            self.tables.push(table);
-        }
-    }
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty() && self.tables.is_empty()
-    }
-}
+/// What one resolution read: keys and whole tables whose change may alter its answer. The
+/// store's dependency set, so the cache matches it against change sets by the store's rule
+/// (catalog names folded as the catalog folds them).
+pub type ReadSet = crate::store::Dependencies;
 
 /// Catalog reads over one store version.
 pub trait CatalogView {
@@ -114,7 +90,7 @@ pub struct MemoryCatalog {
 
 impl CatalogView for MemoryCatalog {
     fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
-        reads.key(Table::Services, name);
+        reads.add_key(Table::Services, name);
         self.instances
             .iter()
             .filter(|i| i.service_name.eq_ignore_ascii_case(name))
@@ -122,21 +98,21 @@ impl CatalogView for MemoryCatalog {
             .collect()
     }
     fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
-        reads.key(Table::Nodes, name);
+        reads.add_key(Table::Nodes, name);
         self.nodes
             .iter()
             .find(|n| n.name.eq_ignore_ascii_case(name))
             .cloned()
     }
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
-        reads.table(Table::Nodes);
+        reads.add_table(Table::Nodes);
         self.nodes
             .iter()
             .find(|n| n.address.parse::<IpAddr>().ok() == Some(ip))
             .cloned()
     }
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
-        reads.table(Table::Services);
+        reads.add_table(Table::Services);
         self.instances
             .iter()
             .find(|i| i.address.parse::<IpAddr>().ok() == Some(ip))

@@ -1,9 +1,11 @@
 //! Wire formats only: parsing and writing bytes, with explicit limits. Nothing here knows
-//! about the store, the runtime, or time.
+//! about the store, the runtime, or time. `hcl` is here too: Consul's config files and ACL
+//! rules are both HCL1 text, read by the config loader and by the store's rule parser.
 
 pub mod dns;
 pub mod duration;
 pub mod gossip;
+pub mod hcl;
 pub mod http;
 pub mod rpc;
 pub mod snapshot_archive;

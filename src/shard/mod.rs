@@ -1,16 +1,18 @@
-//! The runtime: shard threads, listeners, the raft core thread and its durable log. This is
-//! the only layer that performs I/O or reads the clock.
+//! The runtime: shard threads with their pinned monoio runtimes, the channels between them
+//! and the raft core thread, store versions, the watch registry, the propose/read plumbing,
+//! the raft thread itself with its durable log, sync thread, peer transport and inbox, the
+//! :8300 listener and the forwarding RPC client.
 //!
-//! [`run_agent`] raises the descriptor limit, opens the data directory, starts the raft core
-//! thread and one monoio shard per core (each pinned, each with its own `SO_REUSEPORT`
-//! listeners), then waits for SIGINT or SIGTERM and shuts down in order: shards stop accepting
-//! and finish, then the raft thread syncs its log and exits.
+//! [`spawn_shard`] starts one shard thread: it pins the thread, builds the monoio runtime
+//! and the [`Shard`], lets the layers above spawn their tasks on it (HTTP and DNS servers,
+//! the gossip driver, the agent; `crate::node` decides which), then runs the shard's own
+//! loops — the inbox from the raft core and the ticker of parked queries — until shutdown.
+//!
+//! Architecture invariant: the runtime knows nothing of HTTP, DNS, gossip or the agent. What
+//! it must hand upwards goes through types it defines: [`Shard::on_new_version`] observers,
+//! [`rpc_server::ForwardedHttp`] for requests other servers forward.
 
-pub mod cluster;
-pub mod dns_server;
 pub mod forward;
-pub mod gossip;
-pub mod http_server;
 pub mod logger;
 pub mod nonblocking;
 pub mod peer_transport;
@@ -18,22 +20,16 @@ pub mod raft_driver;
 pub mod raft_inbox;
 pub mod rpc_server;
 pub mod runtime;
-pub mod shared_answers;
-pub mod user_events;
 pub mod wal;
 pub mod watch;
 
 pub use runtime::Shard;
 
-use crate::config::AgentConfig;
-use crate::proto::http::HttpLimits;
-use runtime::{Identity, RaftInput, Shared, RAFT_INBOX_CAPACITY};
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use crate::store::StoreVersion;
+use runtime::{ShardReceiver, Shared};
+use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Listen backlog for every TCP listener.
 const LISTEN_BACKLOG: i32 = 4096;
@@ -101,29 +97,6 @@ pub fn reuseport_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     Ok(socket.into())
 }
 
-/// The node's UUID, read from `<data_dir>/node-id` or created there (Consul's behaviour).
-fn load_or_create_node_id(config: &AgentConfig, data_dir: &Path) -> Result<String, String> {
-    if let Some(id) = &config.node_id {
-        uuid::Uuid::parse_str(id).map_err(|_| format!("node_id: {id:?} is not a UUID"))?;
-        return Ok(id.to_lowercase());
-    }
-    let path = data_dir.join("node-id");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let id = text.trim().to_string();
-            uuid::Uuid::parse_str(&id).map_err(|_| format!("{}: not a UUID", path.display()))?;
-            Ok(id)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = uuid::Uuid::new_v4().to_string();
-            std::fs::write(&path, &id)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            Ok(id)
-        }
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
-    }
-}
-
 /// The Raft id derived from the node UUID: its first eight bytes, never zero.
 pub fn raft_id_of(node_id: &str) -> u64 {
     let uuid = uuid::Uuid::parse_str(node_id).expect("node id validated at startup");
@@ -131,434 +104,50 @@ pub fn raft_id_of(node_id: &str) -> u64 {
     u64::from_be_bytes(bytes[..8].try_into().expect("a UUID has 16 bytes")).max(1)
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it spawns afterwards),
-/// so that only [`wait_for_signal`] receives them.
-fn block_shutdown_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local, zero-initialised set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+/// What the runtime needs to start one shard thread.
+pub struct ShardThread {
+    pub id: usize,
+    /// The core to pin the thread to, if the machine lets us.
+    pub core: Option<core_affinity::CoreId>,
+    pub shared: Arc<Shared>,
+    /// The version the shard starts from (the raft core's recovered state).
+    pub version: StoreVersion,
+    pub inbox: ShardReceiver,
 }
 
-fn wait_for_signal(set: &libc::sigset_t) -> i32 {
-    let mut signal: libc::c_int = 0;
-    // SAFETY: sigwait writes the received signal number into our local.
-    unsafe { libc::sigwait(set, &mut signal) };
-    signal
-}
-
-struct DataDir {
-    path: PathBuf,
-    /// Removed at shutdown: a `-dev` agent without `-data-dir` keeps nothing.
-    temporary: bool,
-}
-
-fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
-    let (path, temporary) = match &config.data_dir {
-        Some(dir) => (dir.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!(
-                "praetor-dev-{}-{:08x}",
-                std::process::id(),
-                rand::random::<u32>()
-            )),
-            true,
-        ),
-    };
-    std::fs::create_dir_all(&path)
-        .map_err(|e| format!("cannot create data dir {}: {e}", path.display()))?;
-    Ok(DataDir { path, temporary })
-}
-
-/// Listeners one shard serves.
-struct ShardListeners {
-    http: Vec<std::net::TcpListener>,
-    rpc: Vec<std::net::TcpListener>,
-    dns_udp: Vec<std::net::UdpSocket>,
-    dns_tcp: Vec<std::net::TcpListener>,
-}
-
-/// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
-pub fn run_agent(config: AgentConfig) -> Result<(), String> {
-    let fd_limit = raise_fd_limit();
-    let signals = block_shutdown_signals();
-    let config = Arc::new(config);
-    for key in &config.unknown_keys {
-        log::warn!("config: ignoring unknown key {key:?}");
-    }
-    if !config.server && config.retry_join.is_empty() && config.start_join.is_empty() {
-        log::warn!(
-            "agent: a client agent without -join or -retry-join knows no server until one joins it"
-        );
-    }
-    let data_dir = prepare_data_dir(&config)?;
-    let node_id = load_or_create_node_id(&config, &data_dir.path)?;
-    let raft_id = raft_id_of(&node_id);
-    let shard_count = match config.shards {
-        0 => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        n => n,
-    };
-    let advertise = config.advertise();
-    let rpc_address = SocketAddr::new(advertise, config.ports.server.max(0) as u16);
-    let faults = Arc::new(peer_transport::Faults::default());
-
-    // Gossip: the LAN pool, served by shard 0.
-    let lan = if config.ports.serf_lan >= 0 {
-        Some(cluster::lan_pool(&config, &node_id)?)
-    } else {
-        None
-    };
-
-    let wan = cluster::wan_pool(&config, &node_id)?;
-
-    let (raft_tx, raft_rx) = raft_inbox::raft_inbox(RAFT_INBOX_CAPACITY, faults.clone())
-        .map_err(|e| format!("cannot create the raft inbox: {e}"))?;
-    let mut shard_senders = Vec::with_capacity(shard_count);
-    let mut shard_receivers = Vec::with_capacity(shard_count);
-    for _ in 0..shard_count {
-        let (tx, rx) = runtime::shard_channel();
-        shard_senders.push(tx);
-        shard_receivers.push(rx);
-    }
-    let shared = Arc::new(Shared {
-        config: config.clone(),
-        identity: Identity {
-            node_id: node_id.clone(),
-            raft_id,
-        },
-        raft_inbox: raft_tx.clone(),
-        published_index: AtomicU64::new(0),
-        shutting_down: AtomicBool::new(false),
-        shard_count,
-        http_limits: HttpLimits::default(),
-        started_at: Instant::now(),
-        clock_origin: Instant::now(),
-        lease_until_ms: AtomicU64::new(0),
-        last_leader_contact_ms: AtomicU64::new(0),
-        faults: faults.clone(),
-        rpc_address,
-        gossip_lan: lan.as_ref().map(|(handle, _)| handle.clone()),
-        agent: crate::agent::AgentChannel::new(),
-        gossip_wan: wan.as_ref().map(|(handle, _)| handle.clone()),
-        user_events: Arc::default(),
-    });
-
-    // Servers run the raft core thread; client agents have no log and forward every
-    // store-bound request to a server they learn about through gossip.
-    let mut client_senders = None;
-    let (driver, initial_version) = if config.server {
-        let driver_config = raft_driver::RaftDriverConfig {
-            data_dir: data_dir.path.clone(),
-            raft_id,
-            node_id: node_id.clone(),
-            node_name: config.node_name.clone(),
-            rpc_address: rpc_address.to_string(),
-            datacenter: config.datacenter.clone(),
-            bootstrap_single: config.dev_mode || config.bootstrap || config.bootstrap_expect == 1,
-            bootstrap_expect: config.bootstrap_expect,
-            raft_config: crate::raft::RaftConfig {
-                trailing_entries: config.raft_trailing_logs_entries,
-                ..crate::raft::RaftConfig::new(raft_id)
-            },
-            snapshot_threshold_entries: config.raft_snapshot_threshold_entries,
-        };
-        let (driver, version) = raft_driver::open(
-            driver_config,
-            raft_rx,
-            shard_senders,
-            shared.clone(),
-            faults,
-        )?;
-        (Some(driver), version)
-    } else {
-        client_senders = Some(shard_senders);
-        (None, Arc::new(crate::store::Tables::default()))
-    };
-    shared
-        .published_index
-        .store(initial_version.index, Ordering::Release);
-
-    // Bind every listener before starting threads, so that a port conflict is a clean
-    // startup error rather than a half-started agent.
-    let mut listeners: Vec<ShardListeners> = (0..shard_count)
-        .map(|_| ShardListeners {
-            http: Vec::new(),
-            rpc: Vec::new(),
-            dns_udp: Vec::new(),
-            dns_tcp: Vec::new(),
-        })
-        .collect();
-    if config.ports.http >= 0 {
-        for ip in &config.client_addrs {
-            let addr = SocketAddr::new(*ip, config.ports.http as u16);
-            for shard in listeners.iter_mut() {
-                shard.http.push(
-                    reuseport_listener(addr)
-                        .map_err(|e| format!("cannot listen for HTTP on {addr}: {e}"))?,
-                );
-            }
-        }
-    }
-    if config.server && config.ports.server >= 0 {
-        let ip = if config.bind_addr.is_unspecified() {
-            config.bind_addr
-        } else {
-            advertise
-        };
-        let addr = SocketAddr::new(ip, config.ports.server as u16);
-        for shard in listeners.iter_mut() {
-            shard.rpc.push(
-                reuseport_listener(addr)
-                    .map_err(|e| format!("cannot listen for server RPC on {addr}: {e}"))?,
-            );
-        }
-    }
-    if config.ports.dns >= 0 {
-        for ip in &config.client_addrs {
-            let addr = SocketAddr::new(*ip, config.ports.dns as u16);
-            for shard in listeners.iter_mut() {
-                let udp = reuseport_udp(addr)
-                    .map_err(|e| format!("cannot listen for DNS (UDP) on {addr}: {e}"))?;
-                udp.set_nonblocking(true)
-                    .map_err(|e| format!("cannot configure the DNS socket on {addr}: {e}"))?;
-                shard.dns_udp.push(udp);
-                shard.dns_tcp.push(
-                    reuseport_listener(addr)
-                        .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
-                );
-            }
-            if let Some(socket) = listeners.last().and_then(|shard| shard.dns_udp.last()) {
-                if let Err(e) = dns_server::spread_datagrams_randomly(socket, shard_count) {
-                    log::warn!("dns: datagrams on {addr} are spread by flow hash: {e}");
-                }
-            }
-        }
-    }
-    let dns_settings = Arc::new(crate::dns::DnsSettings::new(
-        config.dns.clone(),
-        crate::dns::resolve::LocalAgent {
-            node_name: config.node_name.clone(),
-            datacenter: config.datacenter.clone(),
-            address: advertise,
-        },
-    ));
-
-    let raft_thread = match driver {
-        Some(driver) => Some(
-            std::thread::Builder::new()
-                .name("praetor-raft".into())
-                .spawn(move || driver.run())
-                .map_err(|e| format!("cannot start the raft thread: {e}"))?,
-        ),
-        None => None,
-    };
-
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let mut shard_threads = Vec::with_capacity(shard_count);
-    let mut lan_driver = lan.map(|(_, driver)| driver);
-    let mut wan_driver = wan.map(|(_, driver)| driver);
-    for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
-        let shared = shared.clone();
-        let dns_settings = dns_settings.clone();
-        let version = initial_version.clone();
-        let core = if cores.is_empty() {
-            None
-        } else {
-            Some(cores[id % cores.len()])
-        };
-        let gossip = if id == 0 { lan_driver.take() } else { None };
-        let gossip_wan = if id == 0 { wan_driver.take() } else { None };
-        let router = if id == 0 { client_senders.take() } else { None };
-        let thread = std::thread::Builder::new()
-            .name(format!("praetor-shard-{id}"))
-            .spawn(move || {
-                if let Some(core) = core {
-                    core_affinity::set_for_current(core);
-                }
-                run_shard(ShardStart {
-                    id,
-                    shared,
-                    version,
-                    inbox,
-                    listeners: shard_listeners,
-                    gossip,
-                    gossip_wan,
-                    client_router: router,
-                    dns_settings,
-                });
-            })
-            .map_err(|e| format!("cannot start shard thread {id}: {e}"))?;
-        shard_threads.push(thread);
-    }
-
-    let http_addrs: Vec<String> = config
-        .client_addrs
-        .iter()
-        .map(|ip| display_addr(*ip, config.ports.http))
-        .collect();
-    let dns_addrs: Vec<String> = config
-        .client_addrs
-        .iter()
-        .map(|ip| display_addr(*ip, config.ports.dns))
-        .collect();
-    log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
-        config.node_name,
-        node_id,
-        config.datacenter,
-        shard_count,
-        if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
-        if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
-        rpc_address,
-        data_dir.path.display(),
-        fd_limit
-    );
-
-    let signal = wait_for_signal(&signals);
-    log::info!("agent: caught signal {signal}, shutting down");
-    shared.shutting_down.store(true, Ordering::SeqCst);
-    if let Some(gossip) = &shared.gossip_lan {
-        gossip.shutdown();
-    }
-    if let Some(gossip) = &shared.gossip_wan {
-        gossip.shutdown();
-    }
-    for thread in shard_threads {
-        let _ = thread.join();
-    }
-    let _ = raft_tx.send(RaftInput::Shutdown);
-    drop(raft_tx);
-    if let Some(raft_thread) = raft_thread {
-        let _ = raft_thread.join();
-    }
-    if data_dir.temporary {
-        let _ = std::fs::remove_dir_all(&data_dir.path);
-    }
-    log::info!("agent: shutdown complete");
-    Ok(())
-}
-
-fn display_addr(ip: IpAddr, port: i32) -> String {
-    SocketAddr::new(ip, port.max(0) as u16).to_string()
-}
-
-/// Everything one shard thread starts with.
-struct ShardStart {
-    id: usize,
-    shared: Arc<Shared>,
-    version: crate::store::StoreVersion,
-    inbox: runtime::ShardReceiver,
-    listeners: ShardListeners,
-    /// Shard 0 runs the LAN gossip driver.
-    gossip: Option<gossip::GossipDriver>,
-    /// Shard 0 of a server also runs the WAN gossip driver.
-    gossip_wan: Option<gossip::GossipDriver>,
-    /// On a client agent, shard 0 routes every shard to a server.
-    client_router: Option<Vec<runtime::ShardSender>>,
-    dns_settings: Arc<crate::dns::DnsSettings>,
-}
-
-/// One shard thread: a monoio runtime serving its listeners until shutdown. Shard 0 also
-/// runs the gossip driver and the tasks that act on membership.
-fn run_shard(start: ShardStart) {
-    let ShardStart {
+/// Starts a shard thread: pins it, builds its monoio runtime and its [`Shard`], calls
+/// `start` on the runtime so the layers above spawn their tasks, then serves the shard's
+/// inbox and watch ticker until shutdown.
+pub fn spawn_shard(
+    thread: ShardThread,
+    start: impl FnOnce(&Rc<Shard>) + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let ShardThread {
         id,
+        core,
         shared,
         version,
         inbox,
-        listeners,
-        gossip,
-        gossip_wan,
-        client_router,
-        dns_settings,
-    } = start;
-    let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-        .with_entries(URING_ENTRIES)
-        .enable_timer()
-        .build()
-        .expect("building the shard runtime");
-    runtime.block_on(async move {
-        let shard = Shard::new(id, shared.clone(), version, inbox);
-        for listener in listeners.http {
-            match monoio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    monoio::spawn(http_server::accept_loop(shard.clone(), listener));
-                }
-                Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
+    } = thread;
+    std::thread::Builder::new()
+        .name(format!("praetor-shard-{id}"))
+        .spawn(move || {
+            if let Some(core) = core {
+                core_affinity::set_for_current(core);
             }
-        }
-        for listener in listeners.rpc {
-            match monoio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    monoio::spawn(rpc_server::accept_loop(shard.clone(), listener));
-                }
-                Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
-            }
-        }
-        for socket in listeners.dns_udp {
-            match monoio::net::udp::UdpSocket::from_std(socket) {
-                Ok(socket) => {
-                    dns_server::spawn_udp(shard.clone(), dns_settings.clone(), socket);
-                }
-                Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
-            }
-        }
-        for listener in listeners.dns_tcp {
-            match monoio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    monoio::spawn(dns_server::tcp_accept_loop(
-                        shard.clone(),
-                        dns_settings.clone(),
-                        listener,
-                    ));
-                }
-                Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
-            }
-        }
-        if let (Some(driver), Some(handle)) = (gossip, shared.gossip_lan.clone()) {
-            monoio::spawn(async move {
-                if let Err(e) = driver.run().await {
-                    log::error!("gossip: LAN pool stopped: {e}");
-                }
+            let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+                .with_entries(URING_ENTRIES)
+                .enable_timer()
+                .build()
+                .expect("building the shard runtime");
+            runtime.block_on(async move {
+                let shard = Shard::new(id, shared, version, inbox);
+                start(&shard);
+                monoio::spawn(watch_ticker(shard.clone()));
+                shard_main_loop(&shard).await;
             });
-            match client_router {
-                // A client agent routes to a server it learns through gossip.
-                Some(senders) => {
-                    monoio::spawn(cluster::client_router(
-                        shared.clone(),
-                        handle.clone(),
-                        senders,
-                    ));
-                }
-                None => {
-                    monoio::spawn(cluster::member_watch(shared.clone(), handle.clone()));
-                }
-            }
-            monoio::spawn(user_events::ingest_loop(shard.clone(), handle.clone()));
-            if let (Some(driver), Some(wan)) = (gossip_wan, shared.gossip_wan.clone()) {
-                monoio::spawn(async move {
-                    if let Err(e) = driver.run().await {
-                        log::error!("gossip: WAN pool stopped: {e}");
-                    }
-                });
-                monoio::spawn(cluster::wan_loop(shared.clone(), handle.clone(), wan));
-            }
-            monoio::spawn(cluster::join_loop(shared.config.clone(), handle));
-        }
-        if id == 0 {
-            // The agent (local services, checks, anti-entropy) lives on shard 0.
-            monoio::spawn(crate::agent::run(shard.clone()));
-        }
-        monoio::spawn(watch_ticker(shard.clone()));
-        shard_main_loop(&shard).await;
-    });
+        })
+        .map_err(|e| format!("cannot start shard thread {id}: {e}"))
 }
 
 /// How often parked blocking queries are checked for expired waits.

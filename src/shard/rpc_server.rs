@@ -11,13 +11,13 @@
 //! first byte.
 
 use crate::proto::rpc::{decode_frame, encode_frame, kind, PROTOCOL_RAFT, PROTOCOL_RPC};
-use crate::shard::http_server::answer_forwarded;
 use crate::shard::runtime::{RaftInput, Shard};
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use std::cell::Cell;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -28,12 +28,20 @@ pub const RPC_IN_FLIGHT_MAX: usize = 16_384;
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+/// What answers the HTTP requests other servers forward here ([`kind::FORWARD_HTTP`]). The
+/// HTTP layer sits above the runtime, so whoever starts the shard hands it in; the runtime
+/// only carries the bytes.
+pub trait ForwardedHttp: 'static {
+    /// The raw HTTP/1.1 response to a raw HTTP/1.1 request.
+    fn answer(&self, request: Bytes) -> impl Future<Output = Vec<u8>>;
+}
+
+pub async fn accept_loop<H: ForwardedHttp>(shard: Rc<Shard>, http: Rc<H>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                monoio::spawn(serve(shard.clone(), stream, peer));
+                monoio::spawn(serve(shard.clone(), http.clone(), stream, peer));
             }
             Err(e) => {
                 if shard.shutting_down() {
@@ -46,7 +54,12 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     }
 }
 
-async fn serve(shard: Rc<Shard>, mut stream: TcpStream, peer: SocketAddr) {
+async fn serve<H: ForwardedHttp>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) {
     let first = vec![0u8; 1];
     let (result, first) = match monoio::time::timeout(FIRST_BYTE_TIMEOUT, stream.read(first)).await
     {
@@ -58,7 +71,7 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream, peer: SocketAddr) {
     }
     match first[0] {
         PROTOCOL_RAFT => raft_stream(&shard, stream, peer).await,
-        PROTOCOL_RPC => rpc_stream(shard, stream, peer).await,
+        PROTOCOL_RPC => rpc_stream(shard, http, stream, peer).await,
         other => log::debug!("rpc: unknown protocol byte {other:#04x} from {peer}; closing"),
     }
 }
@@ -111,7 +124,12 @@ async fn raft_stream(shard: &Shard, stream: TcpStream, peer: SocketAddr) {
         .await;
 }
 
-async fn rpc_stream(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
+async fn rpc_stream<H: ForwardedHttp>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
     let (mut reader, mut writer) = stream.into_split();
     let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
     monoio::spawn(async move {
@@ -149,13 +167,13 @@ async fn rpc_stream(shard: Rc<Shard>, stream: TcpStream, peer: SocketAddr) {
             return tx.send_async(out.freeze()).await.is_ok();
         }
         in_flight.set(in_flight.get() + 1);
-        let shard = shard.clone();
+        let http = http.clone();
         let in_flight = in_flight.clone();
         monoio::spawn(async move {
             let mut out = BytesMut::new();
             match frame.kind {
                 kind::FORWARD_HTTP => {
-                    let answer = answer_forwarded(&shard, frame.payload).await;
+                    let answer = http.answer(frame.payload).await;
                     encode_frame(
                         &mut out,
                         kind::FORWARD_HTTP_RESPONSE,

@@ -13,7 +13,6 @@
 //! any published version before a read; the raft core publishes the index before it queues
 //! the batch, so an index a read sees is always one it can wait for.
 
-use crate::api::{Consistency, QueryMeta, QueryOptions};
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
 pub use crate::replica::{
@@ -41,6 +40,10 @@ const CATCH_UP_WAIT_MAX: Duration = Duration::from_secs(5);
 pub const RAFT_INBOX_CAPACITY: usize = 65_536;
 /// Most requests one shard may have waiting on the raft core.
 pub const PENDING_REQUESTS_MAX: usize = 65_536;
+/// Most version observers one shard runs: one per layer that keeps per-shard state derived
+/// from the version (DNS and HTTP today), so a registration repeated by mistake fails at
+/// start-up instead of adding work to every applied batch.
+const VERSION_OBSERVERS_MAX: usize = 8;
 
 /// Identity of this agent, fixed at startup.
 #[derive(Clone, Debug)]
@@ -174,6 +177,36 @@ pub enum RaftInput {
     Shutdown,
 }
 
+/// How fresh a read must be: Consul's default, `?stale` and `?consistent`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consistency {
+    /// Served by the leader while its lease holds.
+    Leader,
+    /// Served from any server's local state.
+    Stale,
+    /// Confirmed with a quorum round (ReadIndex) before answering.
+    Consistent,
+}
+
+impl Consistency {
+    /// The name Consul reports in `X-Consul-Effective-Consistency`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consistency::Leader => "leader",
+            Consistency::Stale => "stale",
+            Consistency::Consistent => "consistent",
+        }
+    }
+}
+
+/// What a shard knows of its leader when it answers a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderContact {
+    pub known: bool,
+    /// Milliseconds since the leader was last heard from; 0 on the leader.
+    pub last_contact_ms: u64,
+}
+
 /// How a read must be served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadPlan {
@@ -206,14 +239,6 @@ pub struct Shared {
     pub faults: Arc<crate::shard::peer_transport::Faults>,
     /// This server's RPC address as peers reach it.
     pub rpc_address: std::net::SocketAddr,
-    /// The LAN gossip pool, when serf_lan is enabled.
-    pub gossip_lan: Option<crate::shard::gossip::GossipHandle>,
-    /// How agent endpoints on any shard reach the agent on shard 0.
-    pub agent: crate::agent::AgentChannel,
-    /// The WAN gossip pool, on servers with serf_wan enabled.
-    pub gossip_wan: Option<crate::shard::gossip::GossipHandle>,
-    /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
-    pub user_events: Arc<crate::shard::user_events::EventLog>,
 }
 
 impl Shared {
@@ -248,11 +273,12 @@ pub struct Shard {
     inbox: ShardReceiver,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
-    /// DNS answer cache and scratch space; invalidated by every applied change set.
-    pub dns: RefCell<crate::dns::ShardDns>,
-    /// Rendered answers of woken blocking queries, shared by identical requests.
-    pub shared_answers: RefCell<crate::shard::shared_answers::SharedAnswers>,
+    /// What higher layers keep per shard that must follow each new version.
+    observers: RefCell<Vec<VersionObserver>>,
 }
+
+/// Called with every batch a shard takes in; see [`Shard::on_new_version`].
+type VersionObserver = Box<dyn Fn(&AppliedBatch)>;
 
 impl Shard {
     pub fn new(
@@ -271,9 +297,23 @@ impl Shard {
             next_request: Cell::new(1),
             inbox,
             forward: crate::shard::forward::ForwardPool::default(),
-            dns: RefCell::new(crate::dns::ShardDns::new(rand::random::<u64>() ^ id as u64)),
-            shared_answers: RefCell::new(crate::shard::shared_answers::SharedAnswers::new()),
+            observers: RefCell::new(Vec::new()),
         })
+    }
+
+    /// Runs `observer` with every batch this shard takes in, in the same synchronous step
+    /// that installs the batch's version and before woken writers and parked queries run.
+    /// Per-shard state of the layers above that depends on the version (the DNS answer
+    /// cache, the HTTP server's shared answers) thus never outlives a change to what it
+    /// read. An observer must not call back into the shard.
+    pub fn on_new_version(&self, observer: impl Fn(&AppliedBatch) + 'static) {
+        let mut observers = self.observers.borrow_mut();
+        assert!(
+            observers.len() < VERSION_OBSERVERS_MAX,
+            "shard {}: more than {VERSION_OBSERVERS_MAX} version observers",
+            self.id
+        );
+        observers.push(Box::new(observer));
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -335,12 +375,10 @@ impl Shard {
                     );
                     *version = batch.version.clone();
                 }
-                // Shared answers belong to the version they were rendered from.
-                self.shared_answers.borrow_mut().forget();
-                // In the same step as the version: no cached DNS answer outlives a change to
-                // what it read.
-                if !batch.changes.is_empty() {
-                    self.dns.borrow_mut().cache.invalidate(&batch.changes);
+                // In the same step as the version: nothing a higher layer derived from an
+                // older version outlives a change to what it read.
+                for observer in self.observers.borrow().iter() {
+                    observer(&batch);
                 }
                 // Writers first: tasks run in wake order, and a write that changed a key with
                 // thousands of watchers must not be answered after all of them.
@@ -423,14 +461,14 @@ impl Shard {
     /// one, and for `?consistent`, the leader first confirms itself with a quorum round.
     /// Stale reads run anywhere unless `max_stale` says this server has been out of touch
     /// with the leader for too long.
-    pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
+    pub fn read_plan(&self, consistency: Consistency, max_stale: Option<Duration>) -> ReadPlan {
         if self.is_client() {
             return ReadPlan::Forward;
         }
         let is_leader = self.is_leader();
-        match options.consistency {
+        match consistency {
             Consistency::Stale => {
-                if let Some(max_stale) = options.max_stale {
+                if let Some(max_stale) = max_stale {
                     let known_leader = !self.status.borrow().leader_rpc_address.is_empty();
                     let out_of_touch =
                         self.shared.last_contact_ms(is_leader) > max_stale.as_millis() as u64;
@@ -469,13 +507,14 @@ impl Shard {
         result
     }
 
-    pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
+    /// Whether a leader is known, and milliseconds since it was last heard from (0 on the
+    /// leader): what a read reports as Consul's `X-Consul-KnownLeader` and
+    /// `X-Consul-LastContact`.
+    pub fn leader_contact(&self) -> LeaderContact {
         let status = self.status.borrow();
-        QueryMeta {
-            index,
-            known_leader: !status.leader_rpc_address.is_empty(),
+        LeaderContact {
+            known: !status.leader_rpc_address.is_empty(),
             last_contact_ms: self.shared.last_contact_ms(status.is_leader),
-            consistency,
         }
     }
 

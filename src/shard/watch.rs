@@ -1,83 +1,32 @@
 //! The per-shard registry of parked blocking queries.
 //!
-//! A parked query registers the exact keys, key prefixes or whole tables it read. When a new
-//! store version arrives, [`WatchRegistry::notify`] looks up only the registrations the change
-//! set names and wakes those queries; a write to one key costs O(watchers of that key plus
-//! the number of distinct prefix lengths watched in its table), never O(all watchers).
+//! A parked query registers the [`WatchSet`] it read: exact keys, key prefixes or whole
+//! tables, the store's [`Dependencies`]. When a new store version arrives,
+//! [`WatchRegistry::notify`] finds the registrations its change set invalidates through the
+//! store's [`DependencyIndex`] (the one rule, shared with the DNS answer cache) and wakes
+//! those queries; a write to one key costs O(watchers of that key plus the number of
+//! distinct prefix lengths watched in its table), never O(all watchers).
 //!
 //! Registrations are removed lazily: a woken or cancelled waiter frees its slot at once
-//! (bumping the slot's generation), and list entries pointing at dead generations are swept
+//! (bumping the slot's generation), and index entries pointing at dead generations are swept
 //! when they outnumber live ones, so cancellation is O(1) and the registry stays bounded.
 //!
 //! The registry is shard-local (`!Send`); nothing here locks.
 
-use crate::store::{Change, ChangeKey, Table, TABLE_COUNT};
+use crate::store::{Change, Dependencies, Dependency, DependencyIndex};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::sync::Arc;
+use std::collections::BinaryHeap;
 use std::task::Waker;
 
 /// Above this many keys a query falls back to watching its whole table: one coarse
 /// registration instead of many fine ones.
 pub const WATCH_TARGETS_PER_QUERY_MAX: usize = 64;
 
-/// What a query read, and so what must wake it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WatchTarget {
-    Key(Table, Arc<str>),
-    Prefix(Table, Arc<str>),
-    Table(Table),
-}
+/// What a query read, and so what must wake it: the store's dependency type.
+pub type WatchTarget = Dependency;
 
-/// The set of targets of one query.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WatchSet {
-    targets: Vec<WatchTarget>,
-}
-
-impl WatchSet {
-    pub fn new() -> Self {
-        WatchSet::default()
-    }
-    pub fn key(mut self, table: Table, key: impl Into<Arc<str>>) -> Self {
-        self.add(WatchTarget::Key(table, key.into()));
-        self
-    }
-    pub fn prefix(mut self, table: Table, prefix: impl Into<Arc<str>>) -> Self {
-        self.add(WatchTarget::Prefix(table, prefix.into()));
-        self
-    }
-    pub fn table(mut self, table: Table) -> Self {
-        self.add(WatchTarget::Table(table));
-        self
-    }
-    pub fn add(&mut self, target: WatchTarget) {
-        if !self.targets.contains(&target) {
-            self.targets.push(target);
-        }
-    }
-    pub fn targets(&self) -> &[WatchTarget] {
-        &self.targets
-    }
-    /// Replaces fine-grained targets by whole tables when there are too many of them.
-    fn coarsened(&self) -> Vec<WatchTarget> {
-        if self.targets.len() <= WATCH_TARGETS_PER_QUERY_MAX {
-            return self.targets.clone();
-        }
-        let mut tables: Vec<Table> = self
-            .targets
-            .iter()
-            .map(|t| match t {
-                WatchTarget::Key(table, _)
-                | WatchTarget::Prefix(table, _)
-                | WatchTarget::Table(table) => *table,
-            })
-            .collect();
-        tables.sort();
-        tables.dedup();
-        tables.into_iter().map(WatchTarget::Table).collect()
-    }
-}
+/// The set of targets of one query: the store's dependency set (keys canonical per table).
+pub type WatchSet = Dependencies;
 
 /// A registration handle; stale once the slot's generation moves on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,15 +46,6 @@ struct Slot {
     counted: bool,
 }
 
-#[derive(Default)]
-struct TableWatches {
-    keys: HashMap<Arc<str>, Vec<WatchId>, ahash::RandomState>,
-    prefixes: HashMap<Arc<str>, Vec<WatchId>, ahash::RandomState>,
-    /// Distinct prefix lengths in `prefixes`, with how many prefixes have each length.
-    prefix_lengths: BTreeMap<usize, usize>,
-    whole: Vec<WatchId>,
-}
-
 /// How many list entries point at live registrations and how many at released ones.
 /// Every entry is counted exactly once, so the sweep heuristic stays honest.
 #[derive(Default, Debug)]
@@ -121,7 +61,8 @@ pub struct WatchRegistry {
     /// `(deadline ms, slot, generation)` of every registration with a deadline, soonest
     /// first. Entries of released registrations are skipped when they surface.
     deadlines: BinaryHeap<Reverse<(u64, u32, u32)>>,
-    tables: [TableWatches; TABLE_COUNT],
+    /// Every registration's ID, filed under each dependency of its query.
+    index: DependencyIndex<WatchId>,
     counts: EntryCounts,
     live_waiters: usize,
 }
@@ -141,7 +82,7 @@ impl WatchRegistry {
     /// again to [`WatchRegistry::expire`]) it is woken even if nothing changed; a single
     /// shard-level ticker does that for every query instead of one timer each.
     pub fn register(&mut self, set: &WatchSet, waker: Waker, deadline_ms: u64) -> WatchId {
-        let targets = set.coarsened();
+        let targets = set.coarsened(WATCH_TARGETS_PER_QUERY_MAX);
         let slot_index = match self.free_slots.pop() {
             Some(i) => i,
             None => {
@@ -168,24 +109,8 @@ impl WatchRegistry {
             slot: slot_index,
             generation: slot.generation,
         };
-        for target in targets {
-            match target {
-                WatchTarget::Key(table, key) => self.tables[table as usize]
-                    .keys
-                    .entry(key)
-                    .or_default()
-                    .push(id),
-                WatchTarget::Prefix(table, prefix) => {
-                    let watches = &mut self.tables[table as usize];
-                    let len = prefix.len();
-                    let list = watches.prefixes.entry(prefix).or_default();
-                    if list.is_empty() {
-                        *watches.prefix_lengths.entry(len).or_default() += 1;
-                    }
-                    list.push(id);
-                }
-                WatchTarget::Table(table) => self.tables[table as usize].whole.push(id),
-            }
+        for target in &targets {
+            self.index.insert(target, id);
             self.counts.live += 1;
         }
         if counted {
@@ -315,75 +240,11 @@ impl WatchRegistry {
     /// Wakes every query that watched something in `changes`. Returns how many were woken.
     pub fn notify(&mut self, changes: &[Change]) -> usize {
         let mut woken = 0;
+        let (slots, counts) = (&mut self.slots, &mut self.counts);
         for change in changes {
-            let watches = &mut self.tables[change.table as usize];
-            // Matched lists are dropped whole; `fire` accounts for each entry in them.
-            for id in watches.whole.drain(..) {
-                Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-            }
-            match &change.key {
-                ChangeKey::Key(key) => {
-                    if let Some(list) = watches.keys.remove(key) {
-                        for id in list {
-                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-                        }
-                    }
-                    let lengths: Vec<usize> = watches
-                        .prefix_lengths
-                        .range(..=key.len())
-                        .map(|(len, _)| *len)
-                        .collect();
-                    for len in lengths {
-                        if !key.is_char_boundary(len) {
-                            continue;
-                        }
-                        if let Some(list) = watches.prefixes.remove(&key[..len]) {
-                            Self::drop_prefix_length(&mut watches.prefix_lengths, len);
-                            for id in list {
-                                Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-                            }
-                        }
-                    }
-                }
-                ChangeKey::Prefix(prefix) => {
-                    let keys: Vec<Arc<str>> = watches
-                        .keys
-                        .keys()
-                        .filter(|k| k.starts_with(&**prefix))
-                        .cloned()
-                        .collect();
-                    for key in keys {
-                        for id in watches.keys.remove(&key).unwrap_or_default() {
-                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-                        }
-                    }
-                    let prefixes: Vec<Arc<str>> = watches
-                        .prefixes
-                        .keys()
-                        .filter(|w| w.starts_with(&**prefix) || prefix.starts_with(&***w))
-                        .cloned()
-                        .collect();
-                    for watched in prefixes {
-                        Self::drop_prefix_length(&mut watches.prefix_lengths, watched.len());
-                        for id in watches.prefixes.remove(&watched).unwrap_or_default() {
-                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-                        }
-                    }
-                }
-                ChangeKey::All => {
-                    for (_, list) in watches.keys.drain() {
-                        for id in list {
-                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-                        }
-                    }
-                    for (_, list) in watches.prefixes.drain() {
-                        for id in list {
-                            Self::fire(&mut self.slots, &mut self.counts, id, &mut woken);
-                        }
-                    }
-                    watches.prefix_lengths.clear();
-                }
-            }
+            // Matched lists leave the index whole; `fire` accounts for each entry in them.
+            self.index
+                .take_invalidated(change, |id| Self::fire(slots, counts, id, &mut woken));
         }
         woken
     }
@@ -403,16 +264,7 @@ impl WatchRegistry {
         woken
     }
 
-    fn drop_prefix_length(lengths: &mut BTreeMap<usize, usize>, len: usize) {
-        if let Some(count) = lengths.get_mut(&len) {
-            *count -= 1;
-            if *count == 0 {
-                lengths.remove(&len);
-            }
-        }
-    }
-
-    /// Removes list entries whose registration is gone.
+    /// Removes index entries whose registration is gone.
     fn sweep(&mut self) {
         let slots = &self.slots;
         let alive = |id: &WatchId| {
@@ -420,29 +272,7 @@ impl WatchRegistry {
                 .get(id.slot as usize)
                 .is_some_and(|s| s.live && s.generation == id.generation)
         };
-        let mut live_entries = 0;
-        for watches in self.tables.iter_mut() {
-            watches.keys.retain(|_, list| {
-                list.retain(alive);
-                live_entries += list.len();
-                !list.is_empty()
-            });
-            let mut removed_lengths = Vec::new();
-            watches.prefixes.retain(|prefix, list| {
-                list.retain(alive);
-                live_entries += list.len();
-                if list.is_empty() {
-                    removed_lengths.push(prefix.len());
-                }
-                !list.is_empty()
-            });
-            for len in removed_lengths {
-                Self::drop_prefix_length(&mut watches.prefix_lengths, len);
-            }
-            watches.whole.retain(alive);
-            live_entries += watches.whole.len();
-        }
-        self.counts.live = live_entries;
+        self.counts.live = self.index.retain(alive);
         self.counts.stale = 0;
     }
 }
@@ -450,7 +280,9 @@ impl WatchRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{ChangeKey, Table};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     use std::task::Wake;
 
     struct CountingWaker(AtomicUsize);

@@ -17,6 +17,8 @@ pub enum Command {
     Session(super::session::SessionOp),
     /// `/v1/txn` writes: every operation applies, or none does.
     Txn(Vec<super::txn::TxnOp>),
+    /// ACL writes (tokens, policies, roles, auth methods, binding rules, bootstrap).
+    Acl(super::acl::AclOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

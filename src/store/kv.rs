@@ -9,13 +9,11 @@
 //! changes nothing (same value, flags, session and lock index) does not bump `ModifyIndex`;
 //! `cas=0` means "only if absent"; a CAS delete of a missing key succeeds.
 //!
-//! Locks follow Consul's `kvsLockTxn`/`kvsUnlockTxn`: a lock needs a live session; the holder
-//! re-acquiring updates value and flags and keeps `LockIndex`; a new acquisition increments
-//! `LockIndex`; an unlock by the holder clears `Session` and keeps `LockIndex`. A key inside
-//! its lock-delay (set when a holding session was invalidated) cannot be locked.
+//! A row's `session` is an opaque holder ID here: acquiring, releasing and what a session's
+//! end does to its keys belong to `locks`, which calls the row writes below. The writes that
+//! delete rows report the rows they removed, so the caller can tell their holders.
 
-use super::session;
-use super::{Change, ChangeKey, CommandResult, Table, Tables};
+use super::{Change, ChangeKey, Table, Tables};
 use bytes::Bytes;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -86,124 +84,8 @@ pub enum KvOp {
     },
 }
 
-/// How a lock attempt ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockOutcome {
-    Acquired,
-    /// Another session holds the key.
-    HeldByOther,
-    /// The key is inside the lock-delay of a session invalidated while holding it.
-    LockDelay,
-}
-
-pub(super) fn apply(
-    tables: &mut Tables,
-    index: u64,
-    op: &KvOp,
-    changes: &mut Vec<Change>,
-) -> CommandResult {
-    match op {
-        KvOp::Set { key, value, flags } => {
-            set(tables, index, key, value, *flags, changes);
-            CommandResult::Bool(true)
-        }
-        KvOp::Cas {
-            key,
-            value,
-            flags,
-            modify_index,
-        } => {
-            let existing = tables.kv.entries.get(key.as_str()).map(|e| e.modify_index);
-            let allowed = match (existing, *modify_index) {
-                (None, 0) => true,
-                (Some(current), wanted) => wanted != 0 && current == wanted,
-                (None, _) => false,
-            };
-            if allowed {
-                set(tables, index, key, value, *flags, changes);
-            }
-            CommandResult::Bool(allowed)
-        }
-        KvOp::Delete { key } => {
-            delete(tables, index, key, changes);
-            CommandResult::Bool(true)
-        }
-        KvOp::DeleteCas { key, modify_index } => {
-            match tables.kv.entries.get(key.as_str()).map(|e| e.modify_index) {
-                None => CommandResult::Bool(true),
-                Some(current) if current == *modify_index => {
-                    delete(tables, index, key, changes);
-                    CommandResult::Bool(true)
-                }
-                Some(_) => CommandResult::Bool(false),
-            }
-        }
-        KvOp::DeleteTree { prefix } => {
-            let doomed: Vec<Arc<str>> = prefix_range(&tables.kv.entries, prefix)
-                .map(|(k, _)| k.clone())
-                .collect();
-            if !doomed.is_empty() {
-                for key in &doomed {
-                    if let Some(old) = tables.kv.entries.remove(key) {
-                        if let Some(holder) = &old.session {
-                            session::unhold(tables, holder, key);
-                        }
-                    }
-                }
-                if !prefix.is_empty() {
-                    tables
-                        .kv
-                        .tombstones
-                        .insert(Arc::from(prefix.as_str()), index);
-                    tables.bump_table(Table::Tombstones, index);
-                }
-                tables.bump_table(Table::Kvs, index);
-                changes.push(Change {
-                    table: Table::Kvs,
-                    key: ChangeKey::Prefix(Arc::from(prefix.as_str())),
-                });
-            }
-            CommandResult::Bool(true)
-        }
-        KvOp::Lock {
-            key,
-            value,
-            flags,
-            session,
-        } => match lock(tables, index, key, value, *flags, session, changes) {
-            Ok(outcome) => CommandResult::Bool(outcome == LockOutcome::Acquired),
-            Err(reason) => CommandResult::Error(reason),
-        },
-        KvOp::Unlock {
-            key,
-            value,
-            flags,
-            session,
-        } => match unlock(tables, index, key, value, *flags, session, changes) {
-            Ok(released) => CommandResult::Bool(released),
-            Err(reason) => CommandResult::Error(reason),
-        },
-        KvOp::ReapTombstones { up_to_index } => {
-            // Reaping changes no visible row, so it wakes no watcher.
-            let reaped: Vec<Arc<str>> = tables
-                .kv
-                .tombstones
-                .iter()
-                .filter(|(_, deleted_at)| **deleted_at <= *up_to_index)
-                .map(|(key, _)| key.clone())
-                .collect();
-            for key in &reaped {
-                tables.kv.tombstones.remove(key);
-            }
-            if !reaped.is_empty() {
-                tables.bump_table(Table::Tombstones, index);
-            }
-            CommandResult::Bool(true)
-        }
-    }
-}
-
-fn set(
+/// Writes `key`, keeping its holder (Consul's set).
+pub(super) fn set(
     tables: &mut Tables,
     index: u64,
     key: &str,
@@ -237,27 +119,120 @@ fn set(
     changes.push(Change::key(Table::Kvs, &key_arc));
 }
 
-fn delete(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
+/// Sets `key` only if its `ModifyIndex` equals `modify_index` (0: only if absent). Returns
+/// whether it did.
+pub(super) fn cas(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    value: &Bytes,
+    flags: u64,
+    modify_index: u64,
+    changes: &mut Vec<Change>,
+) -> bool {
+    let existing = tables.kv.entries.get(key).map(|e| e.modify_index);
+    let allowed = match (existing, modify_index) {
+        (None, 0) => true,
+        (Some(current), wanted) => wanted != 0 && current == wanted,
+        (None, _) => false,
+    };
+    if allowed {
+        set(tables, index, key, value, flags, changes);
+    }
+    allowed
+}
+
+/// Deletes one key, leaving a tombstone; the removed row goes to `removed`.
+pub(super) fn delete(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    removed: &mut Vec<Arc<KvEntry>>,
+    changes: &mut Vec<Change>,
+) {
     if let Some(old) = tables.kv.entries.remove(key) {
-        if let Some(holder) = &old.session {
-            session::unhold(tables, holder, key);
-        }
         tables.kv.tombstones.insert(old.key.clone(), index);
         tables.bump_table(Table::Tombstones, index);
         tables.bump_table(Table::Kvs, index);
         changes.push(Change::key(Table::Kvs, &old.key));
+        removed.push(old);
     }
 }
 
-/// Deletes one key, leaving a tombstone (a session's delete behavior, a txn `delete`).
-pub(super) fn delete_key(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
-    delete(tables, index, key, changes);
+/// Deletes `key` only if its `ModifyIndex` equals `modify_index`; a missing key counts as
+/// deleted. Returns whether the delete succeeded.
+pub(super) fn delete_cas(
+    tables: &mut Tables,
+    index: u64,
+    key: &str,
+    modify_index: u64,
+    removed: &mut Vec<Arc<KvEntry>>,
+    changes: &mut Vec<Change>,
+) -> bool {
+    match tables.kv.entries.get(key).map(|e| e.modify_index) {
+        None => true,
+        Some(current) if current == modify_index => {
+            delete(tables, index, key, removed, changes);
+            true
+        }
+        Some(_) => false,
+    }
+}
+
+/// Deletes every key under `prefix`, leaving one tombstone on the prefix (none for the empty
+/// prefix); the removed rows go to `removed`.
+pub(super) fn delete_tree(
+    tables: &mut Tables,
+    index: u64,
+    prefix: &str,
+    removed: &mut Vec<Arc<KvEntry>>,
+    changes: &mut Vec<Change>,
+) {
+    let doomed: Vec<Arc<str>> = prefix_range(&tables.kv.entries, prefix)
+        .map(|(k, _)| k.clone())
+        .collect();
+    if doomed.is_empty() {
+        return;
+    }
+    for key in &doomed {
+        if let Some(old) = tables.kv.entries.remove(key) {
+            removed.push(old);
+        }
+    }
+    if !prefix.is_empty() {
+        tables.kv.tombstones.insert(Arc::from(prefix), index);
+        tables.bump_table(Table::Tombstones, index);
+    }
+    tables.bump_table(Table::Kvs, index);
+    changes.push(Change {
+        table: Table::Kvs,
+        key: ChangeKey::Prefix(Arc::from(prefix)),
+    });
+}
+
+/// Drops tombstones whose delete index is ≤ `up_to_index`. Reaping changes no visible row,
+/// so it pushes no change and wakes no watcher; only the tombstones index moves.
+pub(super) fn reap_tombstones(tables: &mut Tables, index: u64, up_to_index: u64) {
+    let reaped: Vec<Arc<str>> = tables
+        .kv
+        .tombstones
+        .iter()
+        .filter(|(_, deleted_at)| **deleted_at <= up_to_index)
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in &reaped {
+        tables.kv.tombstones.remove(key);
+    }
+    if !reaped.is_empty() {
+        tables.bump_table(Table::Tombstones, index);
+    }
 }
 
 /// Writes `key` as Consul's `kvsSetTxn` with `updateSession = true` does: `session` replaces
 /// the holder, `lock_index` is given, and an entry equal to the stored one writes nothing.
+/// Returns the stored key (shared with the row).
 #[allow(clippy::too_many_arguments)]
-fn write_locked(
+pub(super) fn write_locked(
     tables: &mut Tables,
     index: u64,
     key: &str,
@@ -266,7 +241,7 @@ fn write_locked(
     session: Option<Arc<str>>,
     lock_index: u64,
     changes: &mut Vec<Change>,
-) {
+) -> Arc<str> {
     let existing = tables.kv.entries.get(key);
     if let Some(e) = existing {
         if e.value == *value
@@ -274,7 +249,7 @@ fn write_locked(
             && e.lock_index == lock_index
             && e.session == session
         {
-            return;
+            return e.key.clone();
         }
     }
     let (create_index, key_arc) = match existing {
@@ -293,90 +268,12 @@ fn write_locked(
     tables.kv.entries.insert(key_arc.clone(), Arc::new(entry));
     tables.bump_table(Table::Kvs, index);
     changes.push(Change::key(Table::Kvs, &key_arc));
-}
-
-/// Consul's lock: refused inside a lock-delay, an error without a live session, refused
-/// while another session holds the key.
-pub(super) fn lock(
-    tables: &mut Tables,
-    index: u64,
-    key: &str,
-    value: &Bytes,
-    flags: u64,
-    session_id: &str,
-    changes: &mut Vec<Change>,
-) -> Result<LockOutcome, String> {
-    session::prune_lock_delays(tables);
-    if session::lock_delay_active(tables, key) {
-        return Ok(LockOutcome::LockDelay);
-    }
-    if session_id.is_empty() {
-        return Err("missing session".to_string());
-    }
-    let Some(holder) = tables
-        .sessions
-        .sessions
-        .get(session_id)
-        .map(|s| s.id.clone())
-    else {
-        return Err(format!("invalid session {session_id:?}"));
-    };
-    let lock_index = match tables.kv.entries.get(key) {
-        Some(e) => match e.session.as_deref() {
-            Some(current) if current == &*holder => e.lock_index,
-            Some(_) => return Ok(LockOutcome::HeldByOther),
-            None => e.lock_index + 1,
-        },
-        None => 1,
-    };
-    write_locked(
-        tables,
-        index,
-        key,
-        value,
-        flags,
-        Some(holder.clone()),
-        lock_index,
-        changes,
-    );
-    let key_arc = tables
-        .kv
-        .entries
-        .get(key)
-        .map(|e| e.key.clone())
-        .expect("the lock wrote the key");
-    session::hold(tables, &holder, &key_arc);
-    Ok(LockOutcome::Acquired)
-}
-
-/// Consul's unlock: only the holder may, and the key keeps its `LockIndex`.
-pub(super) fn unlock(
-    tables: &mut Tables,
-    index: u64,
-    key: &str,
-    value: &Bytes,
-    flags: u64,
-    session_id: &str,
-    changes: &mut Vec<Change>,
-) -> Result<bool, String> {
-    if session_id.is_empty() {
-        return Err("missing session".to_string());
-    }
-    let Some(existing) = tables.kv.entries.get(key) else {
-        return Ok(false);
-    };
-    if existing.session.as_deref() != Some(session_id) {
-        return Ok(false);
-    }
-    let lock_index = existing.lock_index;
-    write_locked(tables, index, key, value, flags, None, lock_index, changes);
-    session::unhold(tables, session_id, key);
-    Ok(true)
+    key_arc
 }
 
 /// Clears the holder of `key`, keeping value, flags and `LockIndex` (a session's release
-/// behavior on invalidation).
-pub(super) fn clear_session(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
+/// behavior when it ends).
+pub(super) fn clear_holder(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
     let Some(existing) = tables.kv.entries.get(key).cloned() else {
         return;
     };
@@ -476,7 +373,7 @@ pub fn keys<'a>(tables: &'a Tables, prefix: &str, separator: &str) -> (u64, Vec<
 
 #[cfg(test)]
 mod tests {
-    use super::super::Command;
+    use super::super::{Command, CommandResult};
     use super::*;
 
     struct Fixture {

@@ -15,10 +15,21 @@
 //! - `Tables::index` is the Raft index of the last applied entry and never decreases.
 //! - every row's `ModifyIndex` is ≤ the index of its table, which is ≤ `Tables::index`.
 //! - a command either applies completely or not at all (a failed CAS changes nothing).
+//! - every row an apply touches is named by one of its changes, in its table's canonical key
+//!   form (`dependency`), so every read that depended on it learns of it.
+//!
+//! `apply.rs` checks these at the end of every apply (the cheap ones always, the rest in
+//! debug builds, which the `ci` profile keeps).
 
+pub mod acl;
+mod apply;
 pub mod catalog;
 pub mod command;
+pub mod dependency;
+#[cfg(test)]
+mod fixture;
 pub mod kv;
+pub mod locks;
 pub mod restore;
 pub mod session;
 pub mod txn;
@@ -27,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub use command::{Command, CommandResult};
+pub use dependency::{invalidates, Dependencies, Dependency, DependencyIndex};
 
 /// The tables whose max-index Consul reports; one slot each in [`Tables::table_indexes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -86,7 +98,9 @@ pub fn changes_everywhere() -> Vec<Change> {
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
 pub const TABLE_COUNT: usize = 16;
 
-/// The key a change touched within its table.
+/// The key a change touched within its table, in the table's canonical form
+/// (`dependency::canonical_key`). What a read depended on is the other half:
+/// [`Dependency`], matched against changes by [`invalidates`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ChangeKey {
     /// One row, by its primary key.
@@ -132,6 +146,9 @@ pub struct Tables {
     /// A snapshot restore whose chunks are still arriving.
     #[serde(default)]
     pub restore: Option<restore::RestoreStaging>,
+    /// Tokens, policies, roles, auth methods and binding rules.
+    #[serde(default)]
+    pub acl: acl::AclTables,
 }
 
 /// An immutable, shareable version of the state.
@@ -169,23 +186,6 @@ impl Tables {
             self.index
         );
         self.index = index;
-    }
-
-    /// Applies one committed command at `index`, appending what it touched to `changes`.
-    pub fn apply(
-        &mut self,
-        index: u64,
-        command: &Command,
-        changes: &mut Vec<Change>,
-    ) -> CommandResult {
-        self.advance_to(index);
-        match command {
-            Command::Kv(op) => kv::apply(self, index, op, changes),
-            Command::Catalog(op) => catalog::apply::apply(self, index, op, changes),
-            Command::Restore(op) => restore::apply(self, index, op, changes),
-            Command::Session(op) => session::apply(self, index, op, changes),
-            Command::Txn(ops) => txn::apply(self, index, ops, changes),
-        }
     }
 
     /// Advances [`Tables::leader_time_ms`] to the stamp of the entry about to be applied.

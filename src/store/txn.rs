@@ -14,10 +14,11 @@
 use super::catalog::read as catalog_read;
 use super::catalog::rows::fold;
 use super::catalog::{
-    self, CatalogOp, CheckRegistration, HealthCheck, Node, Registration, ServiceInstance,
+    CatalogOp, CheckRegistration, HealthCheck, Node, Registration, ServiceInstance,
     ServiceRegistration,
 };
-use super::kv::{self, KvEntry, KvOp, LockOutcome};
+use super::kv::{self, KvEntry, KvOp};
+use super::locks::{self, LockOutcome};
 use super::{Change, CommandResult, Tables};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -343,14 +344,15 @@ fn find_node(tables: &Tables, registration: &Registration) -> Option<Arc<Node>> 
         .map(|e| e.node().clone())
 }
 
-/// Applies one catalog command inside the transaction, turning a refusal into its text.
+/// Applies one catalog command inside the transaction, with its consequences for sessions,
+/// turning a refusal into its text.
 fn catalog_write(
     tables: &mut Tables,
     index: u64,
     op: CatalogOp,
     changes: &mut Vec<Change>,
 ) -> Result<(), String> {
-    match catalog::apply::apply(tables, index, &op, changes) {
+    match tables.write_catalog(index, &op, changes) {
         CommandResult::Error(reason) => Err(reason),
         _ => Ok(()),
     }
@@ -405,7 +407,7 @@ fn kv_write(
     changes: &mut Vec<Change>,
 ) -> Result<Vec<TxnResult>, String> {
     let run = |tables: &mut Tables, op: KvOp, changes: &mut Vec<Change>| {
-        kv::apply(tables, index, &op, changes)
+        tables.write_kv(index, &op, changes)
     };
     match verb {
         KvVerb::Set => {
@@ -433,7 +435,7 @@ fn kv_write(
             CommandResult::Bool(true) => Ok(kv_result(tables, key)),
             _ => Err(format!("failed to set key {key:?}, index is stale")),
         },
-        KvVerb::Lock => match kv::lock(tables, index, key, value, flags, session, changes)? {
+        KvVerb::Lock => match locks::lock(tables, index, key, value, flags, session, changes)? {
             LockOutcome::Acquired => Ok(kv_result(tables, key)),
             LockOutcome::HeldByOther => {
                 Err(format!("failed to lock key {key:?}, lock is already held"))
@@ -441,7 +443,7 @@ fn kv_write(
             LockOutcome::LockDelay => Err(format!("failed to lock key {key:?} due to lock delay")),
         },
         KvVerb::Unlock => {
-            if kv::unlock(tables, index, key, value, flags, session, changes)? {
+            if locks::unlock(tables, index, key, value, flags, session, changes)? {
                 Ok(kv_result(tables, key))
             } else {
                 Err(format!(

@@ -319,6 +319,7 @@ impl<'a> Tx<'a> {
             self.cat.node_ids.insert(node.id.clone(), node_key.clone());
         }
         let renamed = previous.as_ref().is_some_and(|old| old.name != node.name);
+        let mut checks_relabelled = false;
         match self.cat.nodes.get_mut(&**node_key) {
             Some(entry) => {
                 // The node-check list is rebuilt by the view refresh below.
@@ -327,6 +328,7 @@ impl<'a> Tx<'a> {
                     // The case of the name changed: rows that carry the name follow, and
                     // every view is rebuilt from them.
                     relabel_node_rows(entry, &node.name);
+                    checks_relabelled = !entry.checks.is_empty();
                     let lists: Vec<(ArcStr, CheckList)> = entry
                         .services
                         .keys()
@@ -356,6 +358,11 @@ impl<'a> Tx<'a> {
         }
         self.bumped[BUMP_NODES] = true;
         self.touch(Table::Nodes, node_key);
+        if checks_relabelled {
+            // Check rows carry the node's name.
+            self.bumped[BUMP_CHECKS] = true;
+            self.touch(Table::Checks, node_key);
+        }
         if previous.is_some() {
             self.bump_services_of_node(node_key);
             self.touch(Table::NodeServices, node_key);
@@ -523,8 +530,10 @@ impl<'a> Tx<'a> {
             .expect("node checked above");
         entry.services.insert(service_key.clone(), instance.clone());
         let mut relabelled = Vec::with_capacity(previous_checks.len());
+        let mut checks_rewritten = false;
         for check in previous_checks.iter() {
             if check.service_name != instance.name || check.service_tags != instance.tags {
+                checks_rewritten = true;
                 let mut updated = (**check).clone();
                 updated.service_name = instance.name.clone();
                 updated.service_tags = instance.tags.clone();
@@ -552,6 +561,12 @@ impl<'a> Tx<'a> {
             }
         }
         self.refresh_views(node_key, Some(&service_key), Some(own_checks));
+        if checks_rewritten {
+            // The check rows carry their service's name and tags: node check queries
+            // (`/v1/health/node/<node>`) answer differently now.
+            self.bumped[BUMP_CHECKS] = true;
+            self.touch(Table::Checks, node_key);
+        }
         self.bumped[BUMP_SERVICES] = true;
         self.touch(Table::Services, &name_key);
         self.touch(Table::ServiceIndex, &name_key);
@@ -1017,8 +1032,9 @@ fn shared_tags(
     tags.iter().map(|t| arc_str(t)).collect()
 }
 
-/// Applies one catalog command at `index`.
-pub(crate) fn apply(
+/// Applies one catalog command at `index` to the catalog's tables only; the sessions it
+/// affects are ended by the caller (`Tables::write_catalog`).
+pub(in crate::store) fn apply(
     tables: &mut Tables,
     index: u64,
     op: &CatalogOp,
@@ -1044,9 +1060,6 @@ pub(crate) fn apply(
             tables.bump_table(table, index);
         }
     }
-    // Sessions bound to a node or check this write removed or made critical end here, in the
-    // same entry, as in Consul's state store.
-    crate::store::session::after_catalog_write(tables, index, &new_changes, changes);
     changes.extend(new_changes);
     #[cfg(debug_assertions)]
     if tables.catalog.nodes.len() <= 64 {

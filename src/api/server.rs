@@ -17,34 +17,43 @@
 //! While parked, one readiness poll watches the socket so that a client that hangs up frees
 //! its slot at once; after the answer the same poll waits for the client's next request
 //! ([`park_connection`]). Woken queries with identical request heads share one rendered
-//! answer per store version ([`crate::shard::shared_answers`]), sent with one non-blocking
+//! answer per store version ([`crate::api::shared_answers`]), sent with one non-blocking
 //! `send`: a write that wakes thousands of watchers costs little more than the sends.
 //!
 //! Limits and timeouts: head size and header count ([`HttpLimits`]), body size per endpoint
-//! (`api::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
+//! (`api::routes::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
 //! its head, `BODY_READ_TIMEOUT` between body reads, `IDLE_TIMEOUT` between requests,
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
-use crate::api::render::{StreamedArray, STREAM_CHUNK_BYTES};
-use crate::api::{self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION};
+use crate::api::agent_local::AgentChannel;
+use crate::api::routes::{self, Route};
+use crate::api::shared_answers::{AnswerShape, SharedAnswer, SharedAnswers};
+use crate::api::{
+    self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION, ORIGIN_NODE_HEADER,
+};
+use crate::cluster::Pools;
+use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
 };
 use crate::proto::rpc::kind;
 use crate::shard::nonblocking::{receive_now, send_now};
+use crate::shard::rpc_server::ForwardedHttp;
 use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
-use crate::shard::shared_answers::{AnswerShape, SharedAnswer};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -61,9 +70,6 @@ pub const FORWARD_HOPS_MAX: u32 = 3;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
 /// Header carrying the forward hop count between servers.
 const FORWARDED_HEADER: &str = "X-Praetor-Forwarded";
-/// The node of the agent a forwarded request first arrived at, added by its first hop: the
-/// node Consul defaults to when a request names none (a session's `Node`).
-pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
 /// How long a refused request's remaining bytes are drained before closing.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most bytes drained after a refused request.
@@ -77,15 +83,38 @@ const OUTPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
 /// Input capacity kept between requests; a bigger buffer is released after use.
 const INPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
 
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+/// One shard's HTTP server: the context its handlers see, and the runtime it carries their
+/// outcomes out with.
+pub struct Server {
+    shard: Rc<Shard>,
+    context: api::Context,
+    /// Rendered answers of woken blocking queries, shared by identical requests; forgotten
+    /// with every new version (they belong to the version they were rendered from).
+    shared_answers: Rc<RefCell<SharedAnswers>>,
+}
+
+impl Server {
+    pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Rc<Server> {
+        let shared_answers = Rc::new(RefCell::new(SharedAnswers::new()));
+        let forgotten = shared_answers.clone();
+        shard.on_new_version(move |_| forgotten.borrow_mut().forget());
+        Rc::new(Server {
+            context: api::Context::new(shard.clone(), pools, agent),
+            shard,
+            shared_answers,
+        })
+    }
+}
+
+pub async fn accept_loop(server: Rc<Server>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 let _ = stream.set_nodelay(true);
-                monoio::spawn(serve_connection(shard.clone(), stream));
+                monoio::spawn(serve_connection(server.clone(), stream));
             }
             Err(e) => {
-                if shard.shutting_down() {
+                if server.shard.shutting_down() {
                     return;
                 }
                 // Out of descriptors or memory: back off instead of spinning on accept.
@@ -197,7 +226,7 @@ impl Connection {
     }
 }
 
-async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
+async fn serve_connection(server: Rc<Server>, stream: TcpStream) {
     let mut conn = Connection {
         stream,
         // Buffers are allocated by the first read and the first answer, sized to need.
@@ -205,7 +234,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         output: Vec::new(),
     };
     // Errors end the connection; there is nobody to report them to.
-    let _ = serve_requests(&shard, &mut conn).await;
+    let _ = serve_requests(&server, &mut conn).await;
 }
 
 /// How a request's answer is framed.
@@ -215,18 +244,20 @@ struct ReplyShape {
     pretty: bool,
 }
 
-/// A request ready to dispatch: its head and where its body is.
+/// A request ready to dispatch: its head, where its body is, and the route its raw path
+/// matched (which also sized the body).
 struct Buffered<'a> {
     input: &'a [u8],
     head: &'a RequestHead,
     body: &'a [u8],
+    route: Option<&'static Route>,
 }
 
 /// Dispatches a request whose bytes are all in memory. Returns the outcome, how to shape
 /// the answer, when the outcome is `Forward` the re-framed request and its timeout, and a
 /// large body to stream after what `output` holds.
 fn dispatch_buffered(
-    shard: &Shard,
+    server: &Server,
     request: Buffered,
     keep_alive: bool,
     output: &mut Vec<u8>,
@@ -242,18 +273,24 @@ fn dispatch_buffered(
         .and_then(QueryParams::parse);
     match (decoded_path, query) {
         (Some(path), Ok(query)) => {
-            let pretty = shard.config().dev_mode || query.has("pretty");
+            let pretty = server.shard.config().dev_mode || query.has("pretty");
             let forward_timeout = forward_timeout_for(&query);
+            // Nearly every path has no escapes: the route found for the body limit serves it.
+            let route = match path {
+                Cow::Borrowed(_) => request.route,
+                Cow::Owned(_) => routes::find(&path),
+            };
             let req = Request {
                 method: head.method,
                 path: &path,
                 query,
+                rest: route.map_or("", |route| route.path.rest(&path)),
                 head,
                 buf: input,
                 body: request.body,
             };
             let mut reply = Reply::new(output, keep_alive, pretty);
-            let outcome = api::dispatch(shard, &req, &mut reply);
+            let outcome = api::dispatch(&server.context, route, &req, &mut reply);
             let tail = reply.take_tail();
             debug_assert!(
                 tail.is_none() || matches!(outcome, Outcome::Done),
@@ -266,7 +303,7 @@ fn dispatch_buffered(
                         head,
                         request.body,
                         hops + 1,
-                        &shard.config().node_name,
+                        &server.shard.config().node_name,
                     ),
                     forward_timeout,
                 )),
@@ -403,7 +440,7 @@ impl Dispatched {
 /// it. `None` when the connection is done. The request head lives only in this future, so a
 /// parked request does not keep it.
 async fn next_request(
-    shard: &Shard,
+    server: &Server,
     conn: &mut Connection,
     limits: &HttpLimits,
 ) -> io::Result<Option<Dispatched>> {
@@ -437,14 +474,20 @@ async fn next_request(
     let raw_path =
         std::str::from_utf8(&conn.input[head.path.start as usize..head.path.end as usize])
             .unwrap_or("");
-    let limit = api::body_limit(shard, head.method, raw_path);
+    let route = routes::find(raw_path);
+    let limit = routes::body_limit(
+        route,
+        head.method,
+        server.context.config(),
+        server.context.http_limits(),
+    );
     let head_len = head.head_len;
     let mut chunked_body: Option<Vec<u8>> = None;
     let consumed = match head.framing {
         BodyFraming::None => head_len,
         BodyFraming::Length(length) => {
             if length > limit.bytes_max as u64 {
-                let error = HttpError::new(413, api::body_too_large_message(&limit, length));
+                let error = HttpError::new(413, routes::body_too_large_message(&limit, length));
                 Box::pin(conn.fail(error)).await;
                 return Ok(None);
             }
@@ -475,7 +518,7 @@ async fn next_request(
                     Err(mut error) => {
                         if error.status == 413 {
                             error.message =
-                                api::body_too_large_message(&limit, (body.len() + 1) as u64);
+                                routes::body_too_large_message(&limit, (body.len() + 1) as u64);
                         }
                         Box::pin(conn.fail(error)).await;
                         return Ok(None);
@@ -499,18 +542,19 @@ async fn next_request(
         }
     };
 
-    let keep_alive = head.keep_alive && !shard.shutting_down();
+    let keep_alive = head.keep_alive && !server.shard.shutting_down();
     let dispatched = {
         let body: &[u8] = match &chunked_body {
             Some(body) => body,
             None => &conn.input[head_len..consumed],
         };
         dispatch_buffered(
-            shard,
+            server,
             Buffered {
                 input: &conn.input,
                 head: &head,
                 body,
+                route,
             },
             keep_alive,
             &mut conn.output,
@@ -522,8 +566,8 @@ async fn next_request(
     Ok(Some(dispatched))
 }
 
-async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> {
-    let limits = *shard.http_limits();
+async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()> {
+    let limits = *server.shard.http_limits();
     loop {
         let Some(Dispatched {
             outcome,
@@ -532,7 +576,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             keep_alive,
             tail,
             answer_key,
-        }) = next_request(shard, conn, &limits).await?
+        }) = next_request(server, conn, &limits).await?
         else {
             return Ok(());
         };
@@ -545,7 +589,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
             conn.output = Vec::new();
         }
         if let Outcome::Block(op) = outcome {
-            match park_connection(shard, op, shape, answer_key, conn, &limits).await? {
+            match park_connection(server, op, shape, answer_key, conn, &limits).await? {
                 AfterPark::NextRequest => continue,
                 AfterPark::Close => return Ok(()),
                 AfterPark::SendOutput if keep_alive => continue,
@@ -555,7 +599,7 @@ async fn serve_requests(shard: &Shard, conn: &mut Connection) -> io::Result<()> 
                 }
             }
         }
-        let shared = complete(shard, outcome, shape, &mut conn.output, forward, None).await?;
+        let shared = complete(server, outcome, shape, &mut conn.output, forward, None).await?;
         debug_assert!(shared.is_none(), "only parked queries share answers");
         if let Some(tail) = tail {
             Box::pin(conn.stream(tail)).await?;
@@ -587,7 +631,7 @@ enum AfterPark {
 /// queries woken by one change, that is most of what each wake-up would otherwise cost
 /// besides the send itself.
 async fn park_connection(
-    shard: &Shard,
+    server: &Server,
     op: BlockOp,
     shape: ReplyShape,
     answer_key: Option<Box<[u8]>>,
@@ -607,7 +651,7 @@ async fn park_connection(
         readable: std::pin::pin!(stream.readable(false)),
         rearm: move || stream.readable(false),
     };
-    let Some(answer) = park(shard, op, shape, output, answer_key, Some(&mut client)).await? else {
+    let Some(answer) = park(server, op, shape, output, answer_key, Some(&mut client)).await? else {
         return Ok(AfterPark::SendOutput);
     };
     // Earlier answers went out before the query parked, so this one is next.
@@ -620,9 +664,9 @@ async fn park_connection(
         // The client pipelined its next request while parked.
         return Ok(AfterPark::NextRequest);
     }
-    let idle_deadline_ms = shard.shared().now_ms() + IDLE_TIMEOUT.as_millis() as u64;
+    let idle_deadline_ms = server.shard.shared().now_ms() + IDLE_TIMEOUT.as_millis() as u64;
     loop {
-        let mut idle = std::pin::pin!(shard.deadline(idle_deadline_ms));
+        let mut idle = std::pin::pin!(server.shard.deadline(idle_deadline_ms));
         let readable = std::future::poll_fn(|cx| {
             if let Poll::Ready(result) = client.readable.as_mut().poll(cx) {
                 return Poll::Ready(Some(result));
@@ -633,7 +677,7 @@ async fn park_connection(
         if let Some(result) = readable {
             return result.map(|()| AfterPark::NextRequest);
         }
-        if shard.shutting_down() || shard.shared().now_ms() >= idle_deadline_ms {
+        if server.shard.shutting_down() || server.shard.shared().now_ms() >= idle_deadline_ms {
             return Ok(AfterPark::Close);
         }
         // Woken early with every registration (a leadership change): an idle
@@ -730,7 +774,7 @@ where
 /// Carries out what dispatch decided. The answer ends up in `output`, or, for a woken
 /// blocking query, may come back as an answer shared with identical queries.
 async fn complete(
-    shard: &Shard,
+    server: &Server,
     outcome: Outcome,
     shape: ReplyShape,
     output: &mut Vec<u8>,
@@ -741,7 +785,7 @@ async fn complete(
     match outcome {
         Outcome::Done => Ok(None),
         Outcome::Write(op) => {
-            let result = shard.propose(op.command.encode()).await;
+            let result = server.shard.propose(op.command.encode()).await;
             answer_proposal(
                 result,
                 op.respond,
@@ -749,14 +793,14 @@ async fn complete(
             );
             Ok(None)
         }
-        Outcome::Block(op) => park(shard, op, shape, output, answer_key, None).await,
+        Outcome::Block(op) => park(server, op, shape, output, answer_key, None).await,
         Outcome::Leader(LeaderOp::Operator { op, respond }) => {
-            let result = Box::pin(shard.operator(op)).await;
+            let result = Box::pin(server.shard.operator(op)).await;
             answer_proposal(result, respond, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
         Outcome::Leader(LeaderOp::Restore { state, respond }) => {
-            let result = Box::pin(replicate_restore(shard, state)).await;
+            let result = Box::pin(replicate_restore(&server.shard, state)).await;
             answer_proposal(result, respond, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
@@ -768,7 +812,7 @@ async fn complete(
         Outcome::Forward => {
             let (payload, timeout) = forward.expect("a forward outcome carries its request");
             Box::pin(forward_to_leader(
-                shard, payload, timeout, output, keep_alive,
+                server, payload, timeout, output, keep_alive,
             ))
             .await;
             Ok(None)
@@ -831,7 +875,7 @@ async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> ProposalResult {
 /// Hands a request to the leader and copies its raw answer into `output`, waiting up to
 /// `RPC_HOLD_TIMEOUT` for a leader to be known.
 async fn forward_to_leader(
-    shard: &Shard,
+    server: &Server,
     payload: Vec<u8>,
     timeout: Duration,
     output: &mut Vec<u8>,
@@ -839,22 +883,22 @@ async fn forward_to_leader(
 ) {
     let started = Instant::now();
     let leader: SocketAddr = loop {
-        let status = shard.cluster_status();
+        let status = server.shard.cluster_status();
         if let Ok(addr) = status.leader_rpc_address.parse::<SocketAddr>() {
             // A leader that has not applied its first entry yet is ourselves: wait for it.
-            if !status.is_leader && addr != shard.shared().rpc_address {
+            if !status.is_leader && addr != server.shard.shared().rpc_address {
                 break addr;
             }
         }
         if status.is_leader {
             // Leadership arrived here while we waited: answer locally.
-            let answer = Box::pin(answer_forwarded(shard, bytes::Bytes::from(payload))).await;
+            let answer = Box::pin(answer_forwarded(server, bytes::Bytes::from(payload))).await;
             output.extend_from_slice(&answer);
             return;
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
             // Consul's words: a client without servers, a server without a leader.
-            let error = if shard.is_client() {
+            let error = if server.shard.is_client() {
                 api::ApiError::Internal("No known Consul servers".to_string())
             } else {
                 no_leader()
@@ -864,14 +908,15 @@ async fn forward_to_leader(
         }
         monoio::time::sleep(Duration::from_millis(50)).await;
     };
-    if shard.shared().faults.is_blocked(leader.ip()) {
+    if server.shard.shared().faults.is_blocked(leader.ip()) {
         monoio::time::sleep(timeout.min(RPC_HOLD_TIMEOUT)).await;
         Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(
             "rpc error: leader unreachable".to_string(),
         ));
         return;
     }
-    match shard
+    match server
+        .shard
         .forward
         .call(leader, kind::FORWARD_HTTP, &payload, timeout)
         .await
@@ -888,13 +933,19 @@ async fn forward_to_leader(
     }
 }
 
+impl ForwardedHttp for Server {
+    fn answer(&self, request: bytes::Bytes) -> impl Future<Output = Vec<u8>> {
+        answer_forwarded(self, request)
+    }
+}
+
 /// Answers a request another server forwarded to us: the raw HTTP/1.1 request in, the raw
 /// response out, through the same dispatch path as a local client.
-pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
+async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
     let mut output = Vec::with_capacity(1024);
     let limits = HttpLimits {
         body_bytes_max: usize::MAX,
-        ..*shard.http_limits()
+        ..*server.shard.http_limits()
     };
     let head = match http::parse_head(&payload, &limits) {
         Ok(Some(head)) => head,
@@ -949,11 +1000,14 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         answer_key,
         ..
     } = dispatch_buffered(
-        shard,
+        server,
         Buffered {
             input: &payload,
             head: &head,
             body,
+            route: std::str::from_utf8(&payload[head.path.start as usize..head.path.end as usize])
+                .ok()
+                .and_then(routes::find),
         },
         true,
         &mut output,
@@ -975,7 +1029,7 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
         return output;
     }
     if let Ok(Some(answer)) =
-        complete(shard, outcome, shape, &mut output, forward, answer_key).await
+        complete(server, outcome, shape, &mut output, forward, answer_key).await
     {
         output.extend_from_slice(&answer);
     }
@@ -989,7 +1043,7 @@ pub async fn answer_forwarded(shard: &Shard, payload: bytes::Bytes) -> Vec<u8> {
 /// a timer of this future: a monoio timer entry is hundreds of bytes, and this future is
 /// what every parked query costs.
 async fn park(
-    shard: &Shard,
+    server: &Server,
     op: BlockOp,
     shape: ReplyShape,
     output: &mut Vec<u8>,
@@ -1004,9 +1058,9 @@ async fn park(
     } else {
         0
     };
-    let deadline_ms = shard.shared().now_ms() + wait_ms + jitter_ms;
+    let deadline_ms = server.shard.shared().now_ms() + wait_ms + jitter_ms;
     if op.barrier {
-        let result = Box::pin(shard.read_barrier()).await;
+        let result = Box::pin(server.shard.read_barrier()).await;
         if let Some(error) = api::ApiError::from_proposal(&result) {
             Reply::new(output, keep_alive, pretty).error(&error);
             return Ok(None);
@@ -1014,16 +1068,16 @@ async fn park(
     }
     let mut woken = false;
     loop {
-        if shard.read_plan(&op.options) == ReadPlan::Forward {
+        if server.context.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
             Reply::new(output, keep_alive, pretty).error(&no_leader());
             return Ok(None);
         }
-        let version = shard.current_version();
+        let version = server.shard.current_version();
         let (index, watch_set) = op.query.evaluate(&version);
-        let timed_out = shard.shared().now_ms() >= deadline_ms;
+        let timed_out = server.shard.shared().now_ms() >= deadline_ms;
         if !op.options.is_blocking() || index > op.options.min_index || timed_out {
-            let meta = shard.query_meta(index, op.options.consistency);
+            let meta = server.context.query_meta(index, op.options.consistency);
             if let (true, Some(head)) = (woken, &answer_key) {
                 // Queries woken by one change are often identical: render once per shard.
                 let shape = AnswerShape {
@@ -1031,7 +1085,7 @@ async fn park(
                     keep_alive,
                     pretty,
                 };
-                let kept = shard
+                let kept = server
                     .shared_answers
                     .borrow_mut()
                     .get(&version, head, &shape);
@@ -1044,7 +1098,7 @@ async fn park(
                     meta,
                     &mut Reply::new(&mut rendered, keep_alive, pretty),
                 );
-                let answer = shard
+                let answer = server
                     .shared_answers
                     .borrow_mut()
                     .insert(&version, head, shape, rendered);
@@ -1055,7 +1109,7 @@ async fn park(
             return Ok(None);
         }
         drop(version);
-        let fired = shard.watch(&watch_set, deadline_ms);
+        let fired = server.shard.watch(&watch_set, deadline_ms);
         // Registered: the set itself need not be kept while parked.
         drop(watch_set);
         wait_parked(fired, client.as_deref_mut()).await?;

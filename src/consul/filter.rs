@@ -169,6 +169,11 @@ pub const MEMBER: Schema = &[
     f("Status", Kind::Int),
 ];
 
+/// A binding rule's `Selector`, evaluated over a login's mapped claims
+/// (`store::acl::jwt::Identity::selectable`): `value.<attribute>` is a string,
+/// `list.<attribute>` a list of strings (`"admins" in list.groups`).
+pub const BINDING_RULE_SELECTOR: Schema = &[f("value", Kind::StrMap), f("list", Kind::StrMap)];
+
 #[derive(Debug)]
 enum Op {
     Equal(bool),
@@ -837,6 +842,38 @@ mod tests {
             "Service.Service == api and (Service.Port == 1 or v1 in Service.Tags)"
         ));
         assert!(test("not (Service.Service == api or Service.Port == 1)"));
+    }
+
+    #[test]
+    fn binding_rule_selectors_match_login_identities() {
+        use crate::store::acl::jwt::Identity;
+        let identity = Identity {
+            values: [("name", "web"), ("team", "")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            lists: [(
+                "groups".to_string(),
+                vec!["dev".to_string(), "ops".to_string()],
+            )]
+            .into_iter()
+            .collect(),
+        }
+        .selectable();
+        let matches = |expr: &str| {
+            Filter::parse(expr, BINDING_RULE_SELECTOR)
+                .unwrap_or_else(|e| panic!("{expr}: {e}"))
+                .unwrap()
+                .matches(&identity)
+        };
+        assert!(matches("value.name == web"));
+        assert!(matches("value.name != api"));
+        assert!(matches("dev in list.groups"));
+        assert!(!matches("admins in list.groups"));
+        assert!(matches("value.team is empty"));
+        assert!(matches("value.missing is empty"));
+        assert!(matches("value.name == web and ops in list.groups"));
+        assert!(Filter::parse("claims.name == web", BINDING_RULE_SELECTOR).is_err());
     }
 
     #[test]

@@ -3,22 +3,17 @@
 //! Consul fires an event as a serf user event named `consul:event:<name>` whose payload is
 //! Consul's own msgpack `UserEvent` envelope (ID, name, payload, node/service/tag filters,
 //! version). Every agent decodes the events it hears, drops those whose filters do not
-//! match it, and keeps the most recent [`EVENT_BUFFER_EVENTS`] in a ring that
-//! `/v1/event/list` reads. The list's index is derived from the newest event's UUID (Consul's
-//! `uuidToUint64`), so a blocking list wakes when the newest event changes, not when a
-//! counter grows.
+//! match it (this module: the envelope, the filters, the list index), and keeps the most
+//! recent [`EVENT_BUFFER_EVENTS`] in a ring that `/v1/event/list` reads
+//! (`crate::cluster::user_events`). The list's index is derived from the newest event's UUID
+//! (Consul's `uuidToUint64`), so a blocking list wakes when the newest event changes, not
+//! when a counter grows.
 //!
-//! Invariants: the ring never holds more than [`EVENT_BUFFER_EVENTS`]; decoding untrusted
-//! payloads is bounded by their size; waiters are woken after the event is visible.
+//! Invariant: decoding untrusted payloads is bounded by their size.
 
-use std::collections::VecDeque;
-use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::gossip::UserEvent;
 use crate::proto::gossip::msgpack::{Reader, WireError, Writer};
-use crate::shard::gossip::GossipHandle;
-use crate::shard::Shard;
 
 /// Prefix of the serf event names Consul uses for its user events.
 pub const EVENT_NAME_PREFIX: &str = "consul:event:";
@@ -200,55 +195,6 @@ pub fn matches_filters<'a>(
     })
 }
 
-/// The agent's recent user events, shared by every shard.
-#[derive(Default)]
-pub struct EventLog {
-    inner: Mutex<EventLogInner>,
-}
-
-#[derive(Default)]
-struct EventLogInner {
-    events: VecDeque<Arc<ConsulEvent>>,
-    /// Blocking lists waiting for the next event; each is signalled once and dropped.
-    waiters: Vec<flume::Sender<()>>,
-}
-
-impl EventLog {
-    /// Records an event (evicting the oldest beyond [`EVENT_BUFFER_EVENTS`]) and wakes
-    /// every waiter.
-    pub fn push(&self, event: ConsulEvent) {
-        let waiters = {
-            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if inner.events.len() == EVENT_BUFFER_EVENTS {
-                inner.events.pop_front();
-            }
-            inner.events.push_back(Arc::new(event));
-            debug_assert!(inner.events.len() <= EVENT_BUFFER_EVENTS);
-            std::mem::take(&mut inner.waiters)
-        };
-        for waiter in waiters {
-            let _ = waiter.try_send(());
-        }
-    }
-
-    /// The recent events, oldest first.
-    pub fn events(&self) -> Vec<Arc<ConsulEvent>> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.events.iter().cloned().collect()
-    }
-
-    /// A receiver signalled when the next event is recorded. Subscribe before reading
-    /// [`EventLog::events`] so that no event slips between the read and the wait.
-    pub fn subscribe(&self) -> flume::Receiver<()> {
-        let (tx, rx) = flume::bounded(1);
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        // Waiters whose request went away are dropped here rather than accumulating.
-        inner.waiters.retain(|w| !w.is_disconnected());
-        inner.waiters.push(tx);
-        rx
-    }
-}
-
 /// Consul's list index: the newest event's UUID-derived index, or 1 when there is none
 /// (never 0, which would make a watcher spin).
 /// Consul's `uuidToUint64` (the index an event ID stands for): the UUID's two 64-bit halves
@@ -262,56 +208,6 @@ pub fn event_id_to_index(id: &str) -> Option<u64> {
 
 pub fn list_index(events: &[Arc<ConsulEvent>]) -> u64 {
     events.last().map(|e| e.index()).unwrap_or(1)
-}
-
-/// Takes the LAN pool's user events, keeps Consul's ones that match this agent and records
-/// them. Runs on shard 0 until shutdown.
-pub async fn ingest_loop(shard: Rc<Shard>, handle: GossipHandle) {
-    let events = handle.user_events();
-    let log = shard.shared().user_events.clone();
-    while let Ok(serf_event) = events.recv_async().await {
-        if shard.shutting_down() {
-            return;
-        }
-        if let Some(event) = accept(&shard, &serf_event) {
-            log::debug!("agent: new event {:?} ({})", event.name, event.id);
-            log.push(event);
-        }
-    }
-}
-
-fn accept(shard: &Shard, serf_event: &UserEvent) -> Option<ConsulEvent> {
-    // Events not fired through Consul's API (plain `serf event`) are not Consul's.
-    serf_event.name.strip_prefix(EVENT_NAME_PREFIX)?;
-    let mut event = match ConsulEvent::decode(&serf_event.payload) {
-        Ok(event) => event,
-        Err(e) => {
-            log::warn!("agent: failed to decode event {:?}: {e}", serf_event.name);
-            return None;
-        }
-    };
-    event.ltime = serf_event.ltime;
-    if event.version > EVENT_VERSION_MAX {
-        log::warn!(
-            "agent: event {:?} has version {}, which may have unsupported features",
-            event.name,
-            event.version
-        );
-    }
-    let node_name = &shard.config().node_name;
-    // Local services are this node's services in the catalog as this agent sees it.
-    let version = shard.current_version();
-    let node = version.catalog.node(node_name);
-    let services = node.into_iter().flat_map(|entry| {
-        entry
-            .services
-            .values()
-            .map(|s| (&*s.name, s.tags.iter().map(|t| &**t).collect::<Vec<_>>()))
-    });
-    if !matches_filters(&event, node_name, services) {
-        return None;
-    }
-    Some(event)
 }
 
 #[cfg(test)]
@@ -371,18 +267,5 @@ mod tests {
         e.tag_filter = "(".to_string();
         assert!(validate_filters(&e).is_err());
         assert!(!matches_filters(&e, "n", [("api", vec!["v2"])]));
-    }
-
-    #[test]
-    fn log_is_bounded_and_wakes_waiters() {
-        let log = EventLog::default();
-        let waiter = log.subscribe();
-        for i in 0..EVENT_BUFFER_EVENTS + 5 {
-            log.push(event(&format!("{i}")));
-        }
-        assert_eq!(waiter.try_recv(), Ok(()));
-        let events = log.events();
-        assert_eq!(events.len(), EVENT_BUFFER_EVENTS);
-        assert_eq!(events[0].id, "5");
     }
 }

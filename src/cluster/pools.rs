@@ -10,9 +10,9 @@
 //! [`ServerInfo`]s and hands the list to the raft core thread, which bootstraps with
 //! `bootstrap_expect` and keeps the Raft configuration in line with it.
 
+use crate::cluster::gossip::{gossip_pair, DriverConfig, GossipDriver, GossipHandle};
 use crate::config::AgentConfig;
 use crate::gossip::{GossipConfig, GossipEvent, MemberInfo, MemberStatus};
-use crate::shard::gossip::{gossip_pair, DriverConfig, GossipDriver, GossipHandle};
 use crate::shard::runtime::{ClusterStatus, RaftInput, ServerInfo, ShardMessage, Shared};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -4,8 +4,8 @@
 //! and `EnableTagOverride` alike), its defaults (service ID = name, check IDs
 //! `service:<id>[:n]`, names `Service '<name>' check`) and its validation messages.
 
-use crate::api::body::Obj;
-use crate::api::catalog::{
+use crate::consul::body::Obj;
+use crate::consul::registration::{
     is_any_address, parse_check_definition, parse_service_tagged_addresses, parse_weights,
     validate_meta, SERVICE_TAGS_MAX,
 };

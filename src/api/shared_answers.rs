@@ -136,7 +136,7 @@ impl SharedAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Consistency;
+    use crate::shard::runtime::Consistency;
     use crate::store::Tables;
 
     fn shape(index: u64) -> AnswerShape {

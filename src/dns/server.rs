@@ -13,15 +13,14 @@
 //! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
 //! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
 
-use crate::api::{Consistency, QueryOptions};
-use crate::dns::{self, recursor, DnsSettings, Handled, Transport, VersionSource};
+use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
-use crate::shard::runtime::{ReadPlan, Shard};
+use crate::shard::runtime::{Consistency, ReadPlan, Shard};
 use crate::store::StoreVersion;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
 use monoio::net::{TcpListener, TcpStream};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -97,6 +96,35 @@ pub fn spread_datagrams_randomly(
     }
 }
 
+/// One shard's DNS server: the runtime it reads versions from, the settings every shard
+/// shares, and this shard's DNS state (answer cache and scratch space).
+pub struct DnsServer {
+    shard: Rc<Shard>,
+    settings: Arc<DnsSettings>,
+    state: Rc<RefCell<ShardDns>>,
+}
+
+impl DnsServer {
+    /// The DNS server of `shard`. Its answer cache is invalidated by each change set in the
+    /// same synchronous step that installs the version (`Shard::on_new_version`), so no
+    /// answer computed from version N survives a change after N that it depended on.
+    pub fn new(shard: Rc<Shard>, settings: Arc<DnsSettings>) -> Rc<DnsServer> {
+        let seed = rand::random::<u64>() ^ shard.id as u64;
+        let state = Rc::new(RefCell::new(ShardDns::new(seed)));
+        let invalidated = state.clone();
+        shard.on_new_version(move |batch| {
+            if !batch.changes.is_empty() {
+                invalidated.borrow_mut().cache.invalidate(&batch.changes);
+            }
+        });
+        Rc::new(DnsServer {
+            shard,
+            settings,
+            state,
+        })
+    }
+}
+
 /// Reads resolve against the shard's version as `may_serve` caught it up. Not
 /// `current_version`: catching up here would process shard messages, which invalidate the
 /// DNS cache, while the resolver holds it borrowed.
@@ -117,18 +145,12 @@ impl VersionSource for ShardVersion<'_> {
 /// published version (one atomic load when it is current), so a write acknowledged on any
 /// shard shows in the next answer.
 fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
-    let options = QueryOptions {
-        min_index: 0,
-        wait: Duration::ZERO,
-        consistency: if settings.config.allow_stale {
-            Consistency::Stale
-        } else {
-            Consistency::Leader
-        },
-        max_stale: Some(settings.config.max_stale),
-        filter: None,
+    let consistency = if settings.config.allow_stale {
+        Consistency::Stale
+    } else {
+        Consistency::Leader
     };
-    match shard.read_plan(&options) {
+    match shard.read_plan(consistency, Some(settings.config.max_stale)) {
         ReadPlan::Local => {
             shard.catch_up();
             true
@@ -138,22 +160,16 @@ fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
 }
 
 /// Answers one message through the shard's DNS state.
-fn answer(
-    shard: &Shard,
-    settings: &DnsSettings,
-    message: &[u8],
-    transport: Transport,
-    out: &mut Vec<u8>,
-) -> Handled {
+fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u8>) -> Handled {
     // Decided before borrowing the DNS state: catching up processes shard messages, which
     // invalidate the cache.
-    let allowed = may_serve(shard, settings);
-    let mut state = shard.dns.borrow_mut();
+    let allowed = may_serve(&dns.shard, &dns.settings);
+    let mut state = dns.state.borrow_mut();
     dns::handle_message(
-        settings,
+        &dns.settings,
         &mut state,
         allowed,
-        &ShardVersion(shard),
+        &ShardVersion(&dns.shard),
         message,
         transport,
         out,
@@ -211,8 +227,8 @@ pub const UDP_BATCH_DATAGRAMS: usize = 32;
 pub const UDP_QUERY_BYTES_MAX: usize = 4096;
 
 /// Serves one UDP socket until the shard stops.
-pub fn spawn_udp(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: UdpSocket) {
-    monoio::spawn(udp_loop(shard, settings, Rc::new(socket)));
+pub fn spawn_udp(dns: Rc<DnsServer>, socket: UdpSocket) {
+    monoio::spawn(udp_loop(dns, Rc::new(socket)));
 }
 
 /// Receive and send buffers for one batch, allocated once per socket. The `mmsghdr`s point
@@ -351,7 +367,7 @@ fn store_address(storage: &mut libc::sockaddr_storage, address: SocketAddr) -> l
 /// and the batch's replies leave with one `sendmmsg`. Under load a system call moves up to
 /// [`UDP_BATCH_DATAGRAMS`] datagrams; idle, the task waits on one receive. (Waiting for
 /// readiness with an io_uring poll instead lost an occasional wake-up.)
-async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSocket>) {
+async fn udp_loop(dns: Rc<DnsServer>, socket: Rc<UdpSocket>) {
     use std::os::fd::AsRawFd;
     let fd = socket.as_raw_fd();
     let in_flight = Rc::new(Cell::new(0usize));
@@ -364,7 +380,7 @@ async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSo
         let (length, peer) = match result {
             Ok(received) => received,
             Err(e) => {
-                if shard.shutting_down() {
+                if dns.shard.shutting_down() {
                     return;
                 }
                 // ICMP errors from earlier replies surface here (ECONNREFUSED); skip them.
@@ -402,7 +418,7 @@ async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSo
                         _ => Handled::Drop,
                     }
                 } else {
-                    answer(&shard, &settings, message, Transport::Udp, &mut output)
+                    answer(&dns, message, Transport::Udp, &mut output)
                 }
             };
             match handled {
@@ -436,8 +452,7 @@ async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSo
                     }
                     in_flight.set(in_flight.get() + 1);
                     monoio::spawn(recurse_udp(
-                        shard.clone(),
-                        settings.clone(),
+                        dns.clone(),
                         socket.clone(),
                         in_flight.clone(),
                         batch.inputs[i][..length].to_vec(),
@@ -484,27 +499,27 @@ async fn udp_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, socket: Rc<UdpSo
 }
 
 async fn recurse_udp(
-    shard: Rc<Shard>,
-    settings: Arc<DnsSettings>,
+    dns: Rc<DnsServer>,
     socket: Rc<UdpSocket>,
     in_flight: Rc<Cell<usize>>,
     message: Vec<u8>,
     query: Box<Query>,
     peer: SocketAddr,
 ) {
+    let settings = &dns.settings;
     let upstreams = recursor::Upstreams {
         recursors: &settings.config.recursors,
         strategy: settings.config.recursor_strategy,
         timeout: settings.config.recursor_timeout,
     };
-    let reply = recursor::forward(&message, &upstreams, forward_seed(&shard, &query)).await;
+    let reply = recursor::forward(&message, &upstreams, forward_seed(&dns.shard, &query)).await;
     in_flight.set(in_flight.get() - 1);
-    let response = forwarded_response(&settings, &query, reply, Transport::Udp);
+    let response = forwarded_response(settings, &query, reply, Transport::Udp);
     let _ = socket.send_to(response, peer).await;
 }
 
 /// Accepts DNS TCP connections until the shard stops.
-pub async fn tcp_accept_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, listener: TcpListener) {
+pub async fn tcp_accept_loop(dns: Rc<DnsServer>, listener: TcpListener) {
     let open = Rc::new(Cell::new(0usize));
     loop {
         match listener.accept().await {
@@ -516,14 +531,14 @@ pub async fn tcp_accept_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, liste
                 let _ = stream.set_nodelay(true);
                 open.set(open.get() + 1);
                 let open = open.clone();
-                let (shard, settings) = (shard.clone(), settings.clone());
+                let dns = dns.clone();
                 monoio::spawn(async move {
-                    serve_tcp(&shard, &settings, stream).await;
+                    serve_tcp(&dns, stream).await;
                     open.set(open.get() - 1);
                 });
             }
             Err(e) => {
-                if shard.shutting_down() {
+                if dns.shard.shutting_down() {
                     return;
                 }
                 log::warn!("dns: tcp accept failed: {e}");
@@ -536,7 +551,8 @@ pub async fn tcp_accept_loop(shard: Rc<Shard>, settings: Arc<DnsSettings>, liste
 /// Serves queries on one TCP connection until the client closes, misbehaves or idles out.
 /// The response buffer and the framed write buffer are reused across queries, so a
 /// connection asking for 64 KB answers allocates them once.
-async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpStream) {
+async fn serve_tcp(dns: &DnsServer, mut stream: TcpStream) {
+    let settings = &dns.settings;
     let mut output = Vec::with_capacity(4096);
     let mut framed: Vec<u8> = Vec::with_capacity(4096);
     let mut length = vec![0u8; 2];
@@ -564,7 +580,7 @@ async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpSt
             return;
         }
         let forwarded;
-        let response: &[u8] = match answer(shard, settings, &message, Transport::Tcp, &mut output) {
+        let response: &[u8] = match answer(dns, &message, Transport::Tcp, &mut output) {
             Handled::Reply => &output,
             Handled::Drop => return,
             Handled::Recurse(query) => {
@@ -574,7 +590,7 @@ async fn serve_tcp(shard: &Shard, settings: &Arc<DnsSettings>, mut stream: TcpSt
                     timeout: settings.config.recursor_timeout,
                 };
                 let reply =
-                    recursor::forward(&message, &upstreams, forward_seed(shard, &query)).await;
+                    recursor::forward(&message, &upstreams, forward_seed(&dns.shard, &query)).await;
                 forwarded = forwarded_response(settings, &query, reply, Transport::Tcp);
                 &forwarded
             }

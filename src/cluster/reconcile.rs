@@ -6,7 +6,7 @@
 //! A registration is produced only when the catalog differs from what it should be, so the
 //! reconcile loop costs a lookup per member when nothing changed.
 
-use crate::agent::catalog_client::NodeState;
+use crate::consul::node_state::NodeState;
 use crate::gossip::{MemberInfo, MemberStatus};
 use crate::store::catalog::rows::Status;
 use crate::store::catalog::{
@@ -194,7 +194,7 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::catalog_client::node_state_in;
+    use crate::consul::node_state::node_state_in;
     use crate::store::catalog::CatalogOp;
     use crate::store::{Command, Tables};
     use std::sync::Arc;

@@ -1,18 +1,14 @@
 //! Catalog rows as Consul's JSON: `Node`, `ServiceNode`, `NodeService`, `HealthCheck`,
 //! `CheckServiceNode`, `AgentService`, with Go's field order, casing and empty-value
 //! conventions (`[]` for empty tag lists, `{}` for empty meta, `null` for absent tagged
-//! addresses, omitted `omitempty` fields).
-//!
-//! Also the shard-local response cache: when many parked blocking queries for the same
-//! service wake on the same version, the body is rendered once and copied to each of them.
+//! addresses, omitted `omitempty` fields), and [`StreamedArray`], a large answer sent from
+//! the renderings it pins rather than assembled whole.
 
 use super::json::JsonWriter;
 use crate::proto::duration::format_go_duration;
 use crate::store::catalog::read::CheckServiceNode;
 use crate::store::catalog::{CheckDefinition, HealthCheck, Node, ServiceInstance};
 use crate::store::StoreVersion;
-use std::cell::RefCell;
-use std::rc::Rc;
 
 fn str_map(
     w: &mut JsonWriter,
@@ -521,64 +517,6 @@ pub fn as_value(render: impl FnOnce(&mut JsonWriter)) -> serde_json::Value {
     render(&mut w);
     w.finish();
     serde_json::from_slice(&buf).unwrap_or(serde_json::Value::Null)
-}
-
-/// How many rendered bodies a shard keeps.
-const RESPONSE_CACHE_ENTRIES: usize = 16;
-/// Bodies larger than this are not cached.
-const RESPONSE_CACHE_BODY_BYTES_MAX: usize = 16 << 20;
-
-struct CachedBody {
-    key: Rc<str>,
-    index: u64,
-    pretty: bool,
-    body: Rc<Vec<u8>>,
-}
-
-thread_local! {
-    static RESPONSE_CACHE: RefCell<Vec<CachedBody>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The body for `(key, store index, pretty)`, rendered by `render` on a miss. Bodies depend
-/// only on the store version and the query, so a hit is always current. Callers use it for
-/// blocking queries only: those are what wake in crowds on one version, while plain reads
-/// should show the real cost of a query.
-pub fn cached_body(
-    key: &Rc<str>,
-    index: u64,
-    pretty: bool,
-    render: impl FnOnce(&mut Vec<u8>),
-) -> Rc<Vec<u8>> {
-    let hit = RESPONSE_CACHE.with(|cache| {
-        cache
-            .borrow()
-            .iter()
-            .find(|e| e.index == index && e.pretty == pretty && *e.key == **key)
-            .map(|e| e.body.clone())
-    });
-    if let Some(body) = hit {
-        return body;
-    }
-    let mut body = Vec::with_capacity(4096);
-    render(&mut body);
-    let body = Rc::new(body);
-    if body.len() <= RESPONSE_CACHE_BODY_BYTES_MAX {
-        RESPONSE_CACHE.with(|cache| {
-            let mut cache = cache.borrow_mut();
-            // Entries for older versions of the same query are useless now.
-            cache.retain(|e| *e.key != **key || e.pretty != pretty);
-            if cache.len() >= RESPONSE_CACHE_ENTRIES {
-                cache.remove(0);
-            }
-            cache.push(CachedBody {
-                key: key.clone(),
-                index,
-                pretty,
-                body: body.clone(),
-            });
-        });
-    }
-    body
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Agent metrics for `/v1/agent/metrics`: counters bumped with relaxed atomics (no locks on
-//! any path) and gauges sampled when the endpoint is read. Rendered as go-metrics'
+//! any path) and gauges the agent samples when the endpoint is read. Rendered as go-metrics'
 //! `DisplayMetrics` JSON, or in the Prometheus text format with `?format=prometheus`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,26 +83,8 @@ pub struct Gauge {
     pub value: f64,
 }
 
-/// Resident set size of this process, from `/proc/self/statm`.
-pub fn resident_bytes() -> u64 {
-    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
-        return 0;
-    };
-    let pages: u64 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * page.max(0) as u64
-}
-
-/// go-metrics `DisplayMetrics` JSON.
-pub fn render_json(gauges: &[Gauge], pretty: bool) -> Vec<u8> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+/// go-metrics `DisplayMetrics` JSON, stamped with `now_unix_secs`.
+pub fn render_json(gauges: &[Gauge], now_unix_secs: u64, pretty: bool) -> Vec<u8> {
     let counters: Vec<serde_json::Value> = counters()
         .iter()
         .map(|c| {
@@ -119,14 +101,14 @@ pub fn render_json(gauges: &[Gauge], pretty: bool) -> Vec<u8> {
         .map(|g| serde_json::json!({"Name": g.name, "Value": g.value, "Labels": {}}))
         .collect();
     let body = serde_json::json!({
-        "Timestamp": format!("{} +0000 UTC", now.as_secs()),
+        "Timestamp": format!("{now_unix_secs} +0000 UTC"),
         "Gauges": gauges,
         "Points": [],
         "Counters": counters,
         "Samples": [],
     });
     let mut out = Vec::new();
-    crate::api::json::write_serde(&mut out, &body, pretty);
+    crate::consul::json::write_serde(&mut out, &body, pretty);
     out
 }
 
@@ -173,13 +155,14 @@ mod tests {
         assert!(text
             .contains("# TYPE consul_runtime_alloc_bytes gauge\nconsul_runtime_alloc_bytes 5\n"));
         assert!(text.contains("consul_agent_checks_runs "));
-        let json: serde_json::Value = serde_json::from_slice(&render_json(&gauges, false)).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&render_json(&gauges, 1_700_000_000, false)).unwrap();
         assert_eq!(json["Gauges"][0]["Value"], 5.0);
+        assert_eq!(json["Timestamp"], "1700000000 +0000 UTC");
         assert!(json["Counters"]
             .as_array()
             .unwrap()
             .iter()
             .any(|c| c["Name"] == "consul.agent.checks.runs"));
-        assert!(resident_bytes() > 0);
     }
 }

@@ -1,0 +1,132 @@
+//! What an endpoint handler may use, and nothing more.
+//!
+//! A handler reads the shard's current store version, decides where a read runs, fills in
+//! Consul's query metadata, and looks at the agent's configuration, identity and cluster
+//! status; the gossip surface reaches the pools and the event ring, the agent surface the
+//! agent channel. It does not propose, park, forward or touch the shard's pending requests:
+//! it returns an [`Outcome`](super::Outcome) and the server loop (`api::server`) carries it
+//! out with the runtime itself.
+//!
+//! A context belongs to one shard thread and lives as long as its HTTP server; every method
+//! is a field read or a call the shard would make anyway, so handing it to handlers instead
+//! of the shard costs nothing per request.
+
+use super::agent_local::AgentChannel;
+use super::{QueryMeta, QueryOptions};
+use crate::cluster::gossip::GossipHandle;
+use crate::cluster::user_events::EventLog;
+use crate::cluster::Pools;
+use crate::config::AgentConfig;
+use crate::proto::http::HttpLimits;
+use crate::shard::peer_transport::Faults;
+use crate::shard::runtime::{ClusterStatus, Consistency, Identity, ReadPlan};
+use crate::shard::Shard;
+use crate::store::StoreVersion;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A handler's view of its shard and of the agent around it.
+pub struct Context {
+    shard: Rc<Shard>,
+    pools: Arc<Pools>,
+    agent: AgentChannel,
+}
+
+impl Context {
+    pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Context {
+        Context {
+            shard,
+            pools,
+            agent,
+        }
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        self.shard.config()
+    }
+
+    pub fn identity(&self) -> &Identity {
+        self.shard.identity()
+    }
+
+    /// This server leads and has applied its term's first entry, so it may serve reads.
+    pub fn is_leader(&self) -> bool {
+        self.shard.is_leader()
+    }
+
+    /// A client agent: no Raft, no store; everything store-bound goes to a server.
+    pub fn is_client(&self) -> bool {
+        self.shard.is_client()
+    }
+
+    pub fn cluster_status(&self) -> Arc<ClusterStatus> {
+        self.shard.cluster_status()
+    }
+
+    /// The newest version this server published, taken in first if it is still queued, so
+    /// that a write acknowledged on any shard is visible.
+    pub fn current_version(&self) -> StoreVersion {
+        self.shard.current_version()
+    }
+
+    /// Index of the version this shard holds, without taking in queued ones.
+    pub fn local_index(&self) -> u64 {
+        self.shard.local_index()
+    }
+
+    /// Limits on request heads and bodies.
+    pub fn http_limits(&self) -> &HttpLimits {
+        self.shard.http_limits()
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shard.shard_count()
+    }
+
+    /// When the agent started.
+    pub fn started_at(&self) -> Instant {
+        self.shard.shared().started_at
+    }
+
+    /// The test-only faults `/v1/agent/debug/faults` sets.
+    pub fn faults(&self) -> &Faults {
+        &self.shard.shared().faults
+    }
+
+    /// Where a read with these options runs: here, after a quorum round, or on the leader.
+    pub fn read_plan(&self, options: &QueryOptions) -> ReadPlan {
+        self.shard.read_plan(options.consistency, options.max_stale)
+    }
+
+    /// Consul's metadata for an answer at `index`, read with `consistency`.
+    pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
+        let leader = self.shard.leader_contact();
+        QueryMeta {
+            index,
+            known_leader: leader.known,
+            last_contact_ms: leader.last_contact_ms,
+            consistency,
+        }
+    }
+
+    /// The LAN gossip pool, when serf_lan is enabled.
+    pub fn lan(&self) -> Option<&GossipHandle> {
+        self.pools.lan.as_ref()
+    }
+
+    /// The WAN gossip pool, on servers with serf_wan enabled.
+    pub fn wan(&self) -> Option<&GossipHandle> {
+        self.pools.wan.as_ref()
+    }
+
+    /// Recent Consul user events heard on the LAN pool.
+    pub fn events(&self) -> &Arc<EventLog> {
+        &self.pools.events
+    }
+
+    /// How agent endpoints reach the agent on shard 0.
+    pub fn agent(&self) -> &AgentChannel {
+        &self.agent
+    }
+}

@@ -1,0 +1,426 @@
+//! The routing table: every endpoint of the HTTP API in one place.
+//!
+//! Each [`Route`] declares its path (exact, or a prefix whose remainder the handler gets as
+//! [`Request::rest`]), the methods it serves, the body it accepts, whether it reads through
+//! [`run_query`](super::run_query) and so may block, the ACL permission it needs, and its
+//! handler. [`Route::serve`] is the one place that enforces the declarations: OPTIONS is
+//! answered and other methods refused (405 with `Allow`) from the method list, and the
+//! server loop sizes the body from [`body_limit`] before reading it.
+//!
+//! Lookup is a scan in table order, first match wins, so an exact path sits above any
+//! prefix that would take it (`/v1/agent/service/register` above `/v1/agent/service/`), and
+//! the busiest families come first, as they did in the chain of `if`s this table replaced.
+//! The table's own tests check that no route is hidden behind an earlier one.
+
+use super::{
+    agent, agent_local, catalog, coordinate, debug, event, health, keyring, kv, members, operator,
+    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
+};
+use crate::config::AgentConfig;
+use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
+use crate::proto::http::{HttpLimits, Method};
+
+/// What serves a route once its method is allowed.
+pub type Handler = fn(&Context, &Request, &mut Reply) -> Result<Outcome, ApiError>;
+
+/// Which request paths a route serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Exactly this path.
+    Exact(&'static str),
+    /// Every path that starts with this; the remainder (a KV key, a service name, an ID) is
+    /// the request's `rest`.
+    Prefix(&'static str),
+}
+
+impl Path {
+    pub fn matches(self, path: &str) -> bool {
+        match self {
+            Path::Exact(exact) => path == exact,
+            Path::Prefix(prefix) => path.starts_with(prefix),
+        }
+    }
+
+    /// What follows the prefix in a matching `path`; empty for an exact path.
+    pub fn rest(self, path: &str) -> &str {
+        debug_assert!(
+            self.matches(path),
+            "rest of a path the route does not serve"
+        );
+        match self {
+            Path::Exact(_) => "",
+            Path::Prefix(prefix) => &path[prefix.len()..],
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Path::Exact(text) | Path::Prefix(text) => text,
+        }
+    }
+}
+
+/// The body a route accepts, decided from the request head before the body is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// Up to the agent's HTTP body limit.
+    Standard,
+    /// On PUT a KV value: up to `kv_max_value_size`, refused with Consul's KV message.
+    KvValue,
+    /// On PUT a snapshot archive: up to [`snapshot::SNAPSHOT_UPLOAD_BYTES_MAX`].
+    Snapshot,
+    /// A transaction: up to `txn_max_req_len`.
+    Txn,
+}
+
+/// The ACL permission a route needs.
+///
+/// ACLs are not enforced yet: every route declares [`Acl::Undeclared`], and nothing checks
+/// it. Enforcement replaces this column, route by route, with the permission Consul requires
+/// (and [`Route::serve`] with the one place that checks it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acl {
+    Undeclared,
+}
+
+/// One endpoint: what it serves and what it needs.
+#[derive(Debug)]
+pub struct Route {
+    pub path: Path,
+    /// Methods served, in the order `Allow` lists them after `OPTIONS`.
+    pub methods: &'static [Method],
+    pub body: Body,
+    /// The handler reads through `run_query`: it may answer later, parked in the watch
+    /// registry (a blocking `?index` read, or a `?consistent` one waiting for its quorum
+    /// round). No other route returns `Outcome::Block`.
+    pub blocking: bool,
+    pub acl: Acl,
+    pub handler: Handler,
+}
+
+const GET: &[Method] = &[Method::Get];
+const PUT: &[Method] = &[Method::Put];
+const DELETE: &[Method] = &[Method::Delete];
+const GET_PUT: &[Method] = &[Method::Get, Method::Put];
+const POST_PUT: &[Method] = &[Method::Post, Method::Put];
+const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
+const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
+
+use Acl::Undeclared;
+use Body::{KvValue, Snapshot, Standard, Txn};
+use Path::{Exact, Prefix};
+
+const BLOCKS: bool = true;
+const ANSWERS: bool = false;
+
+const fn route(
+    path: Path,
+    methods: &'static [Method],
+    body: Body,
+    blocking: bool,
+    acl: Acl,
+    handler: Handler,
+) -> Route {
+    Route {
+        path,
+        methods,
+        body,
+        blocking,
+        acl,
+        handler,
+    }
+}
+
+/// Every route, in lookup order.
+#[rustfmt::skip]
+pub static ROUTES: &[Route] = &[
+    //    path                                          methods              body      blocking acl         handler
+    route(Prefix("/v1/kv/"),                            GET_PUT_DELETE,      KvValue,  BLOCKS,  Undeclared, kv::handle),
+    route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Undeclared, kv::handle),
+
+    route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, Undeclared, catalog::register),
+    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, Undeclared, catalog::internal_apply),
+    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, Undeclared, catalog::internal_node_state),
+    route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, Undeclared, catalog::deregister),
+    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Undeclared, catalog::nodes),
+    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Undeclared, catalog::services),
+    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  Undeclared, catalog::service),
+    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  Undeclared, catalog::connect),
+    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  Undeclared, catalog::node),
+    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  Undeclared, catalog::node_services),
+    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  Undeclared, health::service),
+    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  Undeclared, health::connect),
+    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  Undeclared, health::service_checks),
+    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  Undeclared, health::node),
+    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  Undeclared, health::state),
+
+    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, Undeclared, members::members),
+    route(Prefix("/v1/agent/join/"),                    PUT,                 Standard, ANSWERS, Undeclared, members::join),
+    route(Exact("/v1/agent/leave"),                     PUT,                 Standard, ANSWERS, Undeclared, members::leave),
+    route(Prefix("/v1/agent/force-leave/"),             PUT,                 Standard, ANSWERS, Undeclared, members::force_leave),
+    route(Prefix("/v1/event/fire/"),                    PUT,                 Standard, ANSWERS, Undeclared, event::fire),
+    route(Exact("/v1/event/fire"),                      PUT,                 Standard, ANSWERS, Undeclared, event::fire),
+    route(Exact("/v1/event/list"),                      GET,                 Standard, ANSWERS, Undeclared, event::list),
+    route(Exact("/v1/operator/keyring"),                GET_POST_PUT_DELETE, Standard, ANSWERS, Undeclared, keyring::keyring),
+    route(Prefix("/v1/coordinate/node/"),               GET,                 Standard, ANSWERS, Undeclared, coordinate::node),
+    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, Undeclared, coordinate::nodes),
+    route(Exact("/v1/coordinate/datacenters"),          GET,                 Standard, ANSWERS, Undeclared, coordinate::datacenters),
+
+    route(Exact("/v1/session/create"),                  PUT,                 Standard, ANSWERS, Undeclared, session::create),
+    route(Prefix("/v1/session/destroy/"),               PUT,                 Standard, ANSWERS, Undeclared, session::destroy),
+    route(Exact("/v1/session/destroy"),                 PUT,                 Standard, ANSWERS, Undeclared, session::destroy),
+    route(Prefix("/v1/session/renew/"),                 PUT,                 Standard, ANSWERS, Undeclared, session::renew),
+    route(Exact("/v1/session/renew"),                   PUT,                 Standard, ANSWERS, Undeclared, session::renew),
+    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  Undeclared, session::info),
+    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  Undeclared, session::info),
+    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  Undeclared, session::node_sessions),
+    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  Undeclared, session::node_sessions),
+    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  Undeclared, session::list),
+
+    route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Undeclared, txn::handle),
+
+    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, Undeclared, agent_local::services),
+    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, Undeclared, agent_local::checks),
+    route(Exact("/v1/agent/service/register"),          PUT,                 Standard, ANSWERS, Undeclared, agent_local::register_service),
+    route(Exact("/v1/agent/check/register"),            PUT,                 Standard, ANSWERS, Undeclared, agent_local::register_check),
+    route(Exact("/v1/agent/maintenance"),               PUT,                 Standard, ANSWERS, Undeclared, agent_local::node_maintenance),
+    route(Exact("/v1/agent/reload"),                    PUT,                 Standard, ANSWERS, Undeclared, agent_local::reload),
+    route(Exact("/v1/agent/metrics"),                   GET,                 Standard, ANSWERS, Undeclared, agent_local::metrics),
+    route(Prefix("/v1/agent/service/deregister/"),      GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::deregister_service),
+    route(Prefix("/v1/agent/service/maintenance/"),     PUT,                 Standard, ANSWERS, Undeclared, agent_local::service_maintenance),
+    route(Prefix("/v1/agent/service/"),                 GET,                 Standard, ANSWERS, Undeclared, agent_local::service),
+    route(Prefix("/v1/agent/check/deregister/"),        GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::deregister_check),
+    route(Prefix("/v1/agent/check/update/"),            PUT,                 Standard, ANSWERS, Undeclared, agent_local::update_check),
+    route(Prefix("/v1/agent/check/pass/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::pass_check),
+    route(Prefix("/v1/agent/check/warn/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::warn_check),
+    route(Prefix("/v1/agent/check/fail/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::fail_check),
+    route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, Undeclared, agent_local::health_by_name),
+    route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, Undeclared, agent_local::health_by_id),
+
+    route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Undeclared, status::leader),
+    route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Undeclared, status::peers),
+    route(Exact("/v1/agent/self"),                      GET,                 Standard, ANSWERS, Undeclared, agent::agent_self),
+    route(Exact("/v1/catalog/datacenters"),             GET,                 Standard, ANSWERS, Undeclared, status::datacenters),
+    route(Exact("/v1/operator/raft/configuration"),     GET,                 Standard, ANSWERS, Undeclared, operator::configuration),
+    route(Exact("/v1/operator/autopilot/health"),       GET,                 Standard, ANSWERS, Undeclared, operator::autopilot_health),
+    route(Exact("/v1/operator/raft/peer"),              DELETE,              Standard, ANSWERS, Undeclared, operator::remove_peer),
+    route(Exact("/v1/operator/raft/transfer-leader"),   POST_PUT,            Standard, ANSWERS, Undeclared, operator::transfer_leader),
+    route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Undeclared, snapshot::handle),
+    route(Exact("/v1/agent/debug/faults"),              GET_PUT,             Standard, ANSWERS, Undeclared, debug::faults),
+    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  Undeclared, ui::handle),
+];
+
+/// The route serving `path`, if any: the first in [`ROUTES`] that matches.
+///
+/// A path no route serves is offered to the web UI's files (`/`, `/robots.txt` and the
+/// configurable content path, [`ui_assets::serve`](super::ui_assets::serve)) before it is a
+/// 404; they need no permission, as Consul serves its UI's files without a token.
+pub fn find(path: &str) -> Option<&'static Route> {
+    ROUTES.iter().find(|route| route.path.matches(path))
+}
+
+/// The body limit for a request, decided from its head before the body is read.
+pub struct BodyLimit {
+    pub bytes_max: usize,
+    /// Consul's message for a KV value over `kv_max_value_size`.
+    pub kv_value: bool,
+}
+
+/// The body limit of a request for `route` (found on the raw path; none for a path no
+/// route serves, whose request is refused once read).
+pub fn body_limit(
+    route: Option<&Route>,
+    method: Method,
+    config: &AgentConfig,
+    limits: &HttpLimits,
+) -> BodyLimit {
+    let (bytes_max, kv_value) = match route.map(|r| r.body) {
+        Some(KvValue) if method == Method::Put => (config.kv_max_value_size, true),
+        Some(Snapshot) if method == Method::Put => (snapshot::SNAPSHOT_UPLOAD_BYTES_MAX, false),
+        Some(Txn) => (config.txn_max_req_len, false),
+        _ => (limits.body_bytes_max, false),
+    };
+    BodyLimit {
+        bytes_max,
+        kv_value,
+    }
+}
+
+/// The 413 message for an oversized body, Consul's wording for KV values.
+pub fn body_too_large_message(limit: &BodyLimit, body_bytes: u64) -> String {
+    if limit.kv_value {
+        format!(
+            "Request body({body_bytes} bytes) too large, max size: {} bytes. See https://developer.hashicorp.com/docs/agent/config/config-files#kv_max_value_size.",
+            limit.bytes_max
+        )
+    } else {
+        format!(
+            "Request body({body_bytes} bytes) too large, max size: {} bytes.",
+            limit.bytes_max
+        )
+    }
+}
+
+/// Answers OPTIONS with `methods` (`Ok(false)`: the request is done) and refuses any other
+/// method not among them with Consul's 405; `Ok(true)` lets the request through.
+pub fn allow_method(
+    methods: &'static [Method],
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<bool, ApiError> {
+    if request.method == Method::Options {
+        let mut headers = b"Allow: OPTIONS".to_vec();
+        for method in methods {
+            headers.push(b',');
+            headers.extend_from_slice(method.as_str().as_bytes());
+        }
+        headers.extend_from_slice(b"\r\n");
+        reply.send(200, None, &headers, b"");
+        return Ok(false);
+    }
+    if !methods.contains(&request.method) {
+        let range = &request.head.method_range;
+        let method = std::str::from_utf8(&request.buf[range.start as usize..range.end as usize])
+            .unwrap_or("?")
+            .to_string();
+        return Err(ApiError::MethodNotAllowed {
+            method,
+            allow: methods,
+        });
+    }
+    Ok(true)
+}
+
+impl Route {
+    /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
+    /// declare, and runs the handler for the rest.
+    pub fn serve(
+        &self,
+        ctx: &Context,
+        request: &Request,
+        reply: &mut Reply,
+    ) -> Result<Outcome, ApiError> {
+        debug_assert!(
+            self.path.matches(request.path),
+            "routed to a route that serves the path"
+        );
+        debug_assert_eq!(
+            request.rest,
+            self.path.rest(request.path),
+            "rest from this route"
+        );
+        if !allow_method(self.methods, request, reply)? {
+            return Ok(Outcome::Done);
+        }
+        let outcome = (self.handler)(ctx, request, reply);
+        debug_assert!(
+            self.blocking || !matches!(outcome, Ok(Outcome::Block(_))),
+            "{} parked a query without declaring that it blocks",
+            self.path.text()
+        );
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_route_is_hidden_behind_an_earlier_one() {
+        for (i, later) in ROUTES.iter().enumerate() {
+            for earlier in &ROUTES[..i] {
+                let hidden = match (earlier.path, later.path) {
+                    (Exact(a), Exact(b)) => a == b,
+                    (Exact(_), Prefix(_)) => false,
+                    (Prefix(a), Exact(b) | Prefix(b)) => b.starts_with(a),
+                };
+                assert!(
+                    !hidden,
+                    "{:?} can never match: {:?} comes first",
+                    later.path, earlier.path
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_route_is_well_formed() {
+        for route in ROUTES {
+            let text = route.path.text();
+            assert!(text.starts_with('/'), "{text}: paths are absolute");
+            assert!(!route.methods.is_empty(), "{text}: serves some method");
+            assert!(
+                !route.methods.contains(&Method::Options),
+                "{text}: OPTIONS is answered from the table, never declared"
+            );
+            if let Prefix(prefix) = route.path {
+                assert!(
+                    prefix.ends_with('/'),
+                    "{prefix}: a prefix ends at a segment"
+                );
+            }
+            if matches!(route.body, KvValue | Snapshot) {
+                assert!(
+                    route.methods.contains(&Method::Put),
+                    "{text}: a PUT-only body limit on a route that takes no PUT"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_takes_exact_paths_before_prefixes_and_hands_over_the_rest() {
+        let register = find("/v1/agent/service/register").expect("routed");
+        assert_eq!(register.path, Exact("/v1/agent/service/register"));
+        let service = find("/v1/agent/service/web-1").expect("routed");
+        assert_eq!(service.path.rest("/v1/agent/service/web-1"), "web-1");
+        let key = find("/v1/kv/a/b%2Fc").expect("routed");
+        assert_eq!(key.path.rest("/v1/kv/a/b%2Fc"), "a/b%2Fc");
+        assert_eq!(find("/v1/kv").map(|r| r.path), Some(Exact("/v1/kv")));
+        assert!(find("/v1/kvx").is_none());
+        assert!(find("/v1/agent/unknown").is_none());
+        assert!(find("").is_none());
+    }
+
+    #[test]
+    fn body_limits_follow_the_route_and_the_method() {
+        let sources = crate::config::ConfigSources {
+            dev: true,
+            ..Default::default()
+        };
+        let config = crate::config::build(&sources).expect("dev defaults");
+        let limits = HttpLimits::default();
+        let limit = |path: &str, method| body_limit(find(path), method, &config, &limits);
+        let kv = limit("/v1/kv/k", Method::Put);
+        assert_eq!(
+            (kv.bytes_max, kv.kv_value),
+            (config.kv_max_value_size, true)
+        );
+        assert_eq!(
+            limit("/v1/kv/k", Method::Get).bytes_max,
+            limits.body_bytes_max
+        );
+        assert_eq!(
+            limit("/v1/kv", Method::Put).bytes_max,
+            limits.body_bytes_max
+        );
+        assert_eq!(
+            limit("/v1/snapshot", Method::Put).bytes_max,
+            snapshot::SNAPSHOT_UPLOAD_BYTES_MAX
+        );
+        assert_eq!(
+            limit("/v1/snapshot", Method::Get).bytes_max,
+            limits.body_bytes_max
+        );
+        assert_eq!(
+            limit("/v1/txn", Method::Post).bytes_max,
+            config.txn_max_req_len
+        );
+        assert_eq!(
+            limit("/nowhere", Method::Put).bytes_max,
+            limits.body_bytes_max
+        );
+        assert!(!limit("/v1/txn", Method::Put).kv_value);
+    }
+}

@@ -1,0 +1,729 @@
+//! `/v1/internal/ui/*`: the summaries the web UI reads, shaped as Consul answers them.
+//!
+//! - `services`: one `ServiceListingSummary` per service name (tags, nodes, instance count,
+//!   check counts over the unique checks of its instances and their nodes, external sources),
+//!   sorted by name; `?filter` applies to each instance as a `CheckServiceNode` before the
+//!   summary is built, as Consul's `Internal.ServiceDump` does.
+//! - `nodes` and `node/<n>`: Consul's `NodeInfo` (the node with its services and checks);
+//!   an unknown node is a 404 with an empty body.
+//! - `catalog-overview`: Consul's `CatalogSummary` (nodes, services and checks by health).
+//! - `exported-services` and `gateway-services-nodes/<g>`: empty lists until peering and
+//!   gateways exist (`exported-services` still wants `?peer`, as Consul's does).
+//! - `metrics-proxy/…`: 404 unless `ui_config.metrics_proxy.base_url` is set.
+//!
+//! Every list is a blocking-capable [`Query`] at Consul's index for it (the highest of the
+//! nodes, services and checks tables), watching what it read. Answers are gzip-compressed
+//! when the client accepts gzip and the body is large enough to gain from it, as Consul
+//! compresses its HTTP answers; the 1,000-service summary a browser loads shrinks about
+//! tenfold.
+
+use super::{
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
+};
+use crate::consul::filter::{self, Field, Filter, Kind, Schema};
+use crate::consul::json::JsonWriter;
+use crate::consul::render;
+use crate::shard::watch::WatchSet;
+use crate::store::catalog::read::{self, CheckServiceNode};
+use crate::store::catalog::rows::fold;
+use crate::store::catalog::{HealthCheck, NodeEntry, ServiceGroup, Status};
+use crate::store::{StoreVersion, Table, Tables};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::sync::Arc;
+
+/// Bodies shorter than this go out uncompressed: gzip's own framing eats the gain.
+pub const UI_GZIP_BODY_BYTES_MIN: usize = 1024;
+/// The service meta key naming where a registration came from (Consul's
+/// `structs.MetaExternalSource`).
+const META_EXTERNAL_SOURCE: &str = "external-source";
+/// Consul's service kind of sidecar proxies, whose checks count for the service they front.
+const KIND_CONNECT_PROXY: &str = "connect-proxy";
+
+const fn field(name: &'static str, kind: Kind) -> Field {
+    Field { name, kind }
+}
+
+/// `NodeInfo` (`/v1/internal/ui/nodes`, `node/<n>`).
+const NODE_INFO: Schema = &[
+    field("ID", Kind::Str),
+    field("Node", Kind::Str),
+    field("Address", Kind::Str),
+    field("TaggedAddresses", Kind::StrMap),
+    field("Meta", Kind::StrMap),
+    field("Services", Kind::StructList(filter::NODE_SERVICE)),
+    field("Checks", Kind::StructList(filter::HEALTH_CHECK)),
+];
+
+/// Whether the request accepts a gzip-coded answer (`Accept-Encoding: gzip`, not `q=0`).
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    let Some(header) = accept_encoding else {
+        return false;
+    };
+    header.split(',').any(|item| {
+        let mut parts = item.split(';');
+        let coding = parts.next().unwrap_or("").trim();
+        // `q=0` (in any spelling of zero) marks the coding as not acceptable.
+        let refused = parts.any(|p| {
+            let p = p.trim();
+            p.strip_prefix("q=")
+                .or_else(|| p.strip_prefix("Q="))
+                .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|v| v <= 0.0))
+        });
+        (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+    })
+}
+
+/// Sends a JSON body with the query's headers, gzip-coded when `gzip` and worth it.
+fn send_json(reply: &mut Reply, meta: QueryMeta, body: &[u8], gzip: bool) {
+    let mut headers = Vec::with_capacity(200);
+    meta.write_headers(&mut headers);
+    headers.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    if gzip && body.len() >= UI_GZIP_BODY_BYTES_MIN {
+        // Fast compression: these bodies are rendered per request, and level 1 already
+        // takes repetitive JSON to about a tenth.
+        let mut encoder = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 6),
+            flate2::Compression::fast(),
+        );
+        encoder
+            .write_all(body)
+            .expect("compressing into memory cannot fail");
+        let compressed = encoder
+            .finish()
+            .expect("compressing into memory cannot fail");
+        headers.extend_from_slice(b"Content-Encoding: gzip\r\n");
+        reply.send(200, Some("application/json"), &headers, &compressed);
+    } else {
+        reply.send(200, Some("application/json"), &headers, body);
+    }
+}
+
+/// Consul's index for the UI's catalog summaries: the highest of the three catalog tables.
+fn catalog_index(tables: &Tables) -> u64 {
+    tables.max_table_index(&[Table::Nodes, Table::Services, Table::Checks])
+}
+
+fn catalog_tables_watch() -> WatchSet {
+    WatchSet::new()
+        .table(Table::Nodes)
+        .table(Table::Services)
+        .table(Table::Checks)
+}
+
+/// Counts a status into Consul's passing / warning / critical buckets; maintenance counts
+/// as critical, which is how Consul stores a maintenance check.
+fn bucket(status: Status) -> usize {
+    match status {
+        Status::Passing => 0,
+        Status::Warning => 1,
+        Status::Critical | Status::Maintenance => 2,
+    }
+}
+
+/// One service's summary while it is being gathered.
+#[derive(Default)]
+struct Summary<'a> {
+    name: String,
+    kind: &'a str,
+    datacenter: &'a str,
+    tags: BTreeSet<&'a str>,
+    nodes: BTreeSet<&'a str>,
+    external_sources: Vec<&'a str>,
+    instances: u64,
+    connect_native: bool,
+    connected_with_proxy: bool,
+    /// Unique checks by (node, check ID), as Consul counts them.
+    checks: HashMap<(&'a str, &'a str), Status>,
+}
+
+impl<'a> Summary<'a> {
+    fn add_checks(&mut self, node: &'a str, checks: impl Iterator<Item = &'a Arc<HealthCheck>>) {
+        for check in checks {
+            self.checks.insert((node, &check.check_id), check.status);
+        }
+    }
+
+    fn write(&self, w: &mut JsonWriter) {
+        let mut counts = [0u64; 3];
+        for status in self.checks.values() {
+            counts[bucket(*status)] += 1;
+        }
+        w.begin_object();
+        if !self.kind.is_empty() {
+            w.field_str("Kind", self.kind);
+        }
+        w.field_str("Name", &self.name);
+        w.field_str("Datacenter", self.datacenter);
+        // Go marshals the nil slices of a summary without tags or sources as null.
+        if self.tags.is_empty() {
+            w.field_null("Tags");
+        } else {
+            w.field_str_array("Tags", self.tags.iter().copied());
+        }
+        w.field_str_array("Nodes", self.nodes.iter().copied());
+        if self.external_sources.is_empty() {
+            w.field_null("ExternalSources");
+        } else {
+            w.field_str_array("ExternalSources", self.external_sources.iter().copied());
+        }
+        w.field_u64("InstanceCount", self.instances);
+        w.field_u64("ChecksPassing", counts[0]);
+        w.field_u64("ChecksWarning", counts[1]);
+        w.field_u64("ChecksCritical", counts[2]);
+        w.field_object("GatewayConfig");
+        w.end_object();
+        w.field_bool("TransparentProxy", false);
+        w.field_bool("ConnectNative", self.connect_native);
+        w.field_bool("ConnectedWithProxy", self.connected_with_proxy);
+        w.field_bool("ConnectedWithGateway", false);
+        w.end_object();
+    }
+}
+
+/// The service a sidecar proxy fronts (`Proxy.DestinationServiceName`), if it names one.
+fn proxy_destination(row: &CheckServiceNode) -> Option<String> {
+    if row.service.kind() != KIND_CONNECT_PROXY {
+        return None;
+    }
+    let raw = row.service.extras.as_ref()?.proxy_json.as_deref()?;
+    let value: serde_json::Value = serde_json::from_str(raw).ok()?;
+    let name = value.get("DestinationServiceName")?.as_str()?;
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Builds every service's summary from one store version.
+fn summarize<'a>(
+    groups: impl Iterator<Item = &'a ServiceGroup>,
+    filter: Option<&Filter>,
+) -> Vec<Summary<'a>> {
+    let mut by_name: BTreeMap<String, Summary<'a>> = BTreeMap::new();
+    // Proxies found on the way: (destination, proxy node, the proxy's checks).
+    let mut proxied: Vec<(String, CheckServiceNode<'a>)> = Vec::new();
+    for group in groups {
+        for row in read::check_service_nodes_of_group(group) {
+            if let Some(filter) = filter {
+                if !filter.matches(&render::as_value(|w| render::check_service_node(w, &row))) {
+                    continue;
+                }
+            }
+            let service = row.service;
+            let summary = by_name.entry(fold(&service.name).into_owned()).or_default();
+            if summary.name.is_empty() {
+                summary.name = service.name.to_string();
+            }
+            summary.kind = service.kind();
+            summary.datacenter = &row.node.datacenter;
+            summary.instances += 1;
+            summary.nodes.insert(&row.node.name);
+            summary.tags.extend(service.tags.iter().map(|t| &**t));
+            summary.connect_native |= service
+                .extras
+                .as_ref()
+                .is_some_and(|extras| extras.connect_native);
+            if let Some(source) = service.meta.get(META_EXTERNAL_SOURCE) {
+                if !source.is_empty() && !summary.external_sources.contains(&&**source) {
+                    summary.external_sources.push(source);
+                }
+            }
+            summary.add_checks(&row.node.name, row.checks());
+            if let Some(destination) = proxy_destination(&row) {
+                proxied.push((destination, row));
+            }
+        }
+    }
+    // A proxy's checks count for the service it fronts, which is "connected with a proxy".
+    for (destination, row) in proxied {
+        let summary = by_name.entry(fold(&destination).into_owned()).or_default();
+        if summary.name.is_empty() {
+            summary.name = destination;
+        }
+        summary.connected_with_proxy = true;
+        summary.add_checks(&row.node.name, row.checks());
+    }
+    // A proxy whose destination has no instance of its own still makes a summary, with no
+    // instances, as Consul's does.
+    let mut summaries: Vec<Summary<'a>> = by_name.into_values().collect();
+    summaries.sort_by(|a, b| a.name.cmp(&b.name));
+    summaries
+}
+
+/// `GET /v1/internal/ui/services`.
+struct ServicesQuery {
+    filter: Option<Filter>,
+    /// `?peer=`: no peering exists, so an imported view is always empty.
+    peer: bool,
+    gzip: bool,
+}
+
+impl Query for ServicesQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (catalog_index(tables), catalog_tables_watch())
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let summaries = if self.peer {
+            Vec::new()
+        } else {
+            summarize(tables.catalog.services.values(), self.filter.as_ref())
+        };
+        let mut body = Vec::with_capacity(64 + summaries.len() * 320);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_array();
+        for summary in &summaries {
+            debug_assert!(summary.instances > 0 || summary.connected_with_proxy);
+            summary.write(&mut w);
+        }
+        w.end_array();
+        w.finish();
+        send_json(reply, meta, &body, self.gzip);
+    }
+}
+
+/// Writes one `NodeInfo`: the node, its services and all its checks.
+fn node_info(w: &mut JsonWriter, entry: &NodeEntry) {
+    let node = entry.node();
+    w.begin_object();
+    w.field_str("ID", &node.id);
+    w.field_str("Node", &node.name);
+    w.field_str("Address", &node.address);
+    if node.tagged_addresses.is_empty() {
+        w.field_null("TaggedAddresses");
+    } else {
+        w.field_object("TaggedAddresses");
+        for (k, v) in node.tagged_addresses.iter() {
+            w.field_str(k, v);
+        }
+        w.end_object();
+    }
+    w.field_object("Meta");
+    for (k, v) in node.meta.iter() {
+        w.field_str(k, v);
+    }
+    w.end_object();
+    w.field_array("Services");
+    for service in entry.services.values() {
+        render::node_service(w, service);
+    }
+    w.end_array();
+    w.field_array("Checks");
+    for check in entry.checks.values() {
+        render::health_check(w, check);
+    }
+    w.end_array();
+    w.end_object();
+}
+
+fn node_info_matches(filter: Option<&Filter>, entry: &NodeEntry) -> bool {
+    filter.is_none_or(|f| f.matches(&render::as_value(|w| node_info(w, entry))))
+}
+
+/// `GET /v1/internal/ui/nodes`.
+struct NodesQuery {
+    filter: Option<Filter>,
+    gzip: bool,
+}
+
+impl Query for NodesQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (catalog_index(tables), catalog_tables_watch())
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut body = Vec::with_capacity(64 + tables.catalog.nodes.len() * 1024);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_array();
+        for entry in tables.catalog.nodes.values() {
+            if node_info_matches(self.filter.as_ref(), entry) {
+                node_info(&mut w, entry);
+            }
+        }
+        w.end_array();
+        w.finish();
+        send_json(reply, meta, &body, self.gzip);
+    }
+}
+
+/// `GET /v1/internal/ui/node/<n>`.
+struct NodeQuery {
+    node: Arc<str>,
+    folded: Arc<str>,
+    gzip: bool,
+}
+
+impl Query for NodeQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            catalog_index(tables),
+            WatchSet::new()
+                .key(Table::Nodes, self.folded.clone())
+                .key(Table::NodeServices, self.folded.clone())
+                .key(Table::Checks, self.folded.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let Some(entry) = tables.catalog.node(&self.node) else {
+            // Consul answers an unknown node with a bare 404. The index still tells a
+            // blocking client where to wait for the node to appear.
+            let mut headers = Vec::with_capacity(160);
+            meta.write_headers(&mut headers);
+            reply.send(404, None, &headers, b"");
+            return;
+        };
+        let mut body = Vec::with_capacity(2048);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        node_info(&mut w, entry);
+        w.finish();
+        send_json(reply, meta, &body, self.gzip);
+    }
+}
+
+/// Consul's `HealthSummary`: a total and its passing / warning / critical split.
+#[derive(Default)]
+struct HealthSummary {
+    total: u64,
+    counts: [u64; 3],
+}
+
+impl HealthSummary {
+    fn add(&mut self, status: Status) {
+        self.total += 1;
+        self.counts[bucket(status)] += 1;
+    }
+
+    fn write(&self, w: &mut JsonWriter, name: Option<&str>) {
+        w.begin_object();
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            w.field_str("Name", name);
+        }
+        w.field_u64("Total", self.total);
+        w.field_u64("Passing", self.counts[0]);
+        w.field_u64("Warning", self.counts[1]);
+        w.field_u64("Critical", self.counts[2]);
+        w.end_object();
+    }
+}
+
+/// The worst of some statuses, passing when there are none (maintenance is critical).
+fn worst(statuses: impl Iterator<Item = Status>) -> Status {
+    statuses
+        .max_by_key(|s| bucket(*s))
+        .map(|s| match s {
+            Status::Maintenance => Status::Critical,
+            other => other,
+        })
+        .unwrap_or(Status::Passing)
+}
+
+/// `GET /v1/internal/ui/catalog-overview`: Consul's `CatalogSummary`. A node's health is its
+/// worst node-level check; an instance's, its worst own check (node checks aside, as Consul
+/// computes it); checks are summarized by name.
+struct OverviewQuery;
+
+impl Query for OverviewQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (catalog_index(tables), catalog_tables_watch())
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut nodes = HealthSummary::default();
+        let mut services: BTreeMap<&str, HealthSummary> = BTreeMap::new();
+        let mut checks: BTreeMap<&str, HealthSummary> = BTreeMap::new();
+        for entry in tables.catalog.nodes.values() {
+            nodes.add(worst(entry.node_checks().iter().map(|c| c.status)));
+            for check in entry.checks.values() {
+                checks.entry(&check.name).or_default().add(check.status);
+            }
+        }
+        for group in tables.catalog.services.values() {
+            for view in group.instances.values() {
+                services
+                    .entry(&view.service.name)
+                    .or_default()
+                    .add(worst(view.checks().iter().map(|c| c.status)));
+            }
+        }
+        let mut body = Vec::with_capacity(256 + (services.len() + checks.len()) * 96);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_object();
+        // Go's nil slices: a list with nothing in it is null.
+        if nodes.total == 0 {
+            w.field_null("Nodes");
+        } else {
+            w.field_array("Nodes");
+            nodes.write(&mut w, None);
+            w.end_array();
+        }
+        for (name, list) in [("Services", &services), ("Checks", &checks)] {
+            if list.is_empty() {
+                w.field_null(name);
+                continue;
+            }
+            w.field_array(name);
+            for (item, summary) in list {
+                summary.write(&mut w, Some(item));
+            }
+            w.end_array();
+        }
+        w.end_object();
+        w.finish();
+        send_json(reply, meta, &body, false);
+    }
+}
+
+/// `exported-services` and `gateway-services-nodes/<g>`: empty until peering and gateways
+/// exist, at the services table's index so that a blocking client waits rather than spins.
+struct EmptyListQuery;
+
+impl Query for EmptyListQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            read::services_index(tables),
+            WatchSet::new().table(Table::Services),
+        )
+    }
+
+    fn respond(&self, _tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let body: &[u8] = if reply.pretty { b"[]\n" } else { b"[]" };
+        send_json(reply, meta, body, false);
+    }
+}
+
+fn parse_filter(request: &Request, schema: Schema) -> Result<Option<Filter>, ApiError> {
+    super::catalog::parse_filter(request, schema)
+}
+
+/// `/v1/internal/ui/metrics-proxy/…`: Consul's answers when no proxy is configured.
+fn metrics_proxy(ctx: &Context) -> Result<Outcome, ApiError> {
+    let ui = &ctx.config().ui;
+    if !ui.serves() {
+        return Err(ApiError::NotFound("UI is not enabled".to_string()));
+    }
+    if ui.metrics_proxy.base_url.is_empty() {
+        return Err(ApiError::NotFound(
+            "Metrics proxy is not enabled".to_string(),
+        ));
+    }
+    // Configured but not implemented: the agent warned about it at startup.
+    Err(ApiError::Status(
+        501,
+        "praetor does not proxy metrics yet: ui_config.metrics_proxy is not served".to_string(),
+    ))
+}
+
+/// `GET /v1/internal/ui/<what>`; a `<what>` Consul does not serve is a 404.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let rest = request.rest;
+    let known = matches!(
+        rest,
+        "services" | "nodes" | "catalog-overview" | "exported-services" | "metrics-proxy"
+    ) || rest.starts_with("node/")
+        || rest.starts_with("gateway-services-nodes/")
+        || rest.starts_with("metrics-proxy/");
+    if !known {
+        return Err(ApiError::NotFound(format!(
+            "404 page not found: {}",
+            request.path
+        )));
+    }
+    if rest == "metrics-proxy" || rest.starts_with("metrics-proxy/") {
+        return metrics_proxy(ctx);
+    }
+    let options = query_options(ctx, &request.query)?;
+    let gzip = accepts_gzip(request.header("Accept-Encoding"));
+    match rest {
+        "services" => {
+            let query = ServicesQuery {
+                filter: parse_filter(request, filter::CHECK_SERVICE_NODE)?,
+                peer: request.query.get("peer").is_some_and(|p| !p.is_empty()),
+                gzip,
+            };
+            run_query(ctx, query, options, reply)
+        }
+        "nodes" => {
+            let query = NodesQuery {
+                filter: parse_filter(request, NODE_INFO)?,
+                gzip,
+            };
+            run_query(ctx, query, options, reply)
+        }
+        "catalog-overview" => run_query(ctx, OverviewQuery, options, reply),
+        "exported-services" => {
+            if request.query.get("peer").is_none_or(str::is_empty) {
+                return Err(ApiError::Internal("must provide PeerName".to_string()));
+            }
+            run_query(ctx, EmptyListQuery, options, reply)
+        }
+        _ => {
+            if let Some(name) = rest.strip_prefix("node/") {
+                if name.is_empty() {
+                    return Err(ApiError::bad_request("Missing node name"));
+                }
+                let query = NodeQuery {
+                    node: Arc::from(name),
+                    folded: Arc::from(&*fold(name)),
+                    gzip,
+                };
+                return run_query(ctx, query, options, reply);
+            }
+            let gateway = rest
+                .strip_prefix("gateway-services-nodes/")
+                .expect("route admits only known paths");
+            if gateway.is_empty() {
+                return Err(ApiError::bad_request("Missing gateway name"));
+            }
+            run_query(ctx, EmptyListQuery, options, reply)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
+    use crate::store::Command;
+
+    fn register(
+        tables: &mut Tables,
+        index: u64,
+        node: &str,
+        service: &str,
+        id: &str,
+        status: &str,
+    ) {
+        let reg = Registration {
+            node: node.into(),
+            address: "10.0.0.1".into(),
+            datacenter: "dc1".into(),
+            service: Some(ServiceRegistration {
+                id: id.into(),
+                name: service.into(),
+                tags: vec![format!("t-{id}"), "shared".into()],
+                meta: vec![(META_EXTERNAL_SOURCE.into(), "kubernetes".into())],
+                port: 80,
+                ..Default::default()
+            }),
+            checks: vec![CheckRegistration {
+                check_id: format!("check-{id}"),
+                name: format!("{service} alive"),
+                status: status.into(),
+                service_id: id.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut changes = Vec::new();
+        tables.apply(
+            index,
+            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+            &mut changes,
+        );
+    }
+
+    fn node_check(tables: &mut Tables, index: u64, node: &str, status: &str) {
+        let reg = Registration {
+            node: node.into(),
+            address: "10.0.0.1".into(),
+            datacenter: "dc1".into(),
+            checks: vec![CheckRegistration {
+                check_id: "serfHealth".into(),
+                name: "Serf Health Status".into(),
+                status: status.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut changes = Vec::new();
+        tables.apply(
+            index,
+            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+            &mut changes,
+        );
+    }
+
+    fn summaries_json(tables: &Tables, filter: Option<&Filter>) -> serde_json::Value {
+        let summaries = summarize(tables.catalog.services.values(), filter);
+        let mut body = Vec::new();
+        let mut w = JsonWriter::new(&mut body, false);
+        w.begin_array();
+        for s in &summaries {
+            s.write(&mut w);
+        }
+        w.end_array();
+        w.finish();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    #[test]
+    fn service_summaries_count_unique_checks_per_node_and_sort_by_name() {
+        let mut tables = Tables::default();
+        node_check(&mut tables, 1, "n1", "passing");
+        node_check(&mut tables, 2, "n2", "warning");
+        register(&mut tables, 3, "n1", "web", "web-1", "passing");
+        register(&mut tables, 4, "n1", "web", "web-2", "critical");
+        register(&mut tables, 5, "n2", "web", "web-3", "passing");
+        register(&mut tables, 6, "n2", "api", "api-1", "passing");
+        let json = summaries_json(&tables, None);
+        let list = json.as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0]["Name"], "api");
+        let web = &list[1];
+        assert_eq!(web["Name"], "web");
+        assert_eq!(web["InstanceCount"], 3);
+        assert_eq!(web["Nodes"], serde_json::json!(["n1", "n2"]));
+        assert_eq!(
+            web["Tags"],
+            serde_json::json!(["shared", "t-web-1", "t-web-2", "t-web-3"])
+        );
+        assert_eq!(web["ExternalSources"], serde_json::json!(["kubernetes"]));
+        // Three service checks plus each node's serfHealth once, however many instances
+        // the node runs.
+        assert_eq!(web["ChecksPassing"], 3, "{web}");
+        assert_eq!(web["ChecksWarning"], 1);
+        assert_eq!(web["ChecksCritical"], 1);
+        assert_eq!(web["Datacenter"], "dc1");
+        assert!(web.get("Kind").is_none(), "Kind is omitted when empty");
+        assert_eq!(web["GatewayConfig"], serde_json::json!({}));
+        assert_eq!(web["ConnectedWithProxy"], false);
+    }
+
+    #[test]
+    fn service_filters_apply_to_instances_before_summarizing() {
+        let mut tables = Tables::default();
+        register(&mut tables, 1, "n1", "web", "web-1", "passing");
+        register(&mut tables, 2, "n2", "web", "web-2", "critical");
+        register(&mut tables, 3, "n2", "db", "db-1", "passing");
+        let filter = Filter::parse("Node.Node == n2", filter::CHECK_SERVICE_NODE)
+            .unwrap()
+            .unwrap();
+        let json = summaries_json(&tables, Some(&filter));
+        let list = json.as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[1]["Name"], "web");
+        assert_eq!(list[1]["InstanceCount"], 1);
+        assert_eq!(list[1]["ChecksCritical"], 1);
+        assert_eq!(list[1]["ChecksPassing"], 0);
+        let none = Filter::parse("Service.Service == nothing", filter::CHECK_SERVICE_NODE)
+            .unwrap()
+            .unwrap();
+        assert_eq!(summaries_json(&tables, Some(&none)), serde_json::json!([]));
+    }
+
+    #[test]
+    fn gzip_acceptance_follows_the_header_and_its_weights() {
+        for (header, accepted) in [
+            (None, false),
+            (Some("gzip"), true),
+            (Some("deflate, gzip;q=1.0, *;q=0.5"), true),
+            (Some("br, GZIP"), true),
+            (Some("*"), true),
+            (Some("gzip;q=0"), false),
+            (Some("gzip; q=0.000"), false),
+            (Some("identity"), false),
+            (Some("deflate, br"), false),
+        ] {
+            assert_eq!(accepts_gzip(header), accepted, "{header:?}");
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The authorizer cache: SecretID → compiled [`Authorizer`], one per shard, invalidated by
+//! change sets with the same precision as blocking queries.
+//!
+//! A request resolves its token with one hash lookup on a hit. On a miss the token is read
+//! from the store version, its effective policies (its own, its roles', its identities' and
+//! templated policies', restricted to this datacenter) are compiled, and the result is shared:
+//! tokens with the same effective policy set (same policy IDs at the same modify indexes, same
+//! identities) share one `Arc<Authorizer>`, so 10,000 tokens of one kind cost one compile.
+//! Parsed policies are cached by (ID, modify index) so a policy used by many sets is parsed
+//! once.
+//!
+//! Invalidation ([`AuthorizerCache::invalidate`]) reads the ACL keys of a change set: a token
+//! key drops that token's entry, a policy or role key drops every entry that depends on it,
+//! and a whole-table change (restore) drops everything. The shard calls it in the same step
+//! that installs the version, before serving from it.
+//!
+//! Bounds: [`AUTHORIZER_CACHE_TOKENS_MAX`] tokens, [`AUTHORIZER_CACHE_BYTES_MAX`] bytes of
+//! distinct authorizers, [`PARSED_POLICIES_MAX`] parsed policies; when one would be exceeded
+//! the cache empties and refills on demand (as the DNS answer cache does).
+
+use super::authorizer::{Authorizer, DefaultPolicy};
+use super::builtin;
+use super::rules::{self, PolicyRules};
+use super::{token_by_secret, AclRowKey, NodeIdentity, ServiceIdentity, TemplatedPolicy, Token};
+use crate::store::{Change, ChangeKey, Table, Tables};
+use ahash::AHashMap;
+use std::sync::Arc;
+
+/// Most tokens the cache holds.
+pub const AUTHORIZER_CACHE_TOKENS_MAX: usize = 16_384;
+/// Most heap bytes of distinct compiled authorizers the cache holds.
+pub const AUTHORIZER_CACHE_BYTES_MAX: usize = 64 << 20;
+/// Most parsed policies the cache holds.
+pub const PARSED_POLICIES_MAX: usize = 4096;
+
+/// What compilation depends on besides the store: this agent's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileSettings {
+    /// Policies restricted to other datacenters, and node identities of other datacenters,
+    /// do not apply here.
+    pub datacenter: String,
+    pub default_policy: DefaultPolicy,
+}
+
+/// A resolved token: who it is (for error messages) and what it may do.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub accessor_id: Arc<str>,
+    pub authorizer: Arc<Authorizer>,
+}
+
+/// Why a token could not be resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResolveError {
+    /// Unknown or expired token: Consul answers 403 `ACL not found`.
+    NotFound,
+    /// A stored policy no longer parses (a restore from elsewhere): refused rather than
+    /// compiled without it, since a dropped deny rule would grant more.
+    InvalidPolicy(String),
+}
+
+impl ResolveError {
+    pub fn message(&self) -> String {
+        match self {
+            ResolveError::NotFound => "ACL not found".to_string(),
+            ResolveError::InvalidPolicy(reason) => reason.clone(),
+        }
+    }
+}
+
+struct TokenEntry {
+    resolved: Resolved,
+    expiration_time_ns: Option<i64>,
+    key: Arc<str>,
+    /// Policy and role IDs the compiled set read (including links to missing rows, so that
+    /// creating them later also invalidates).
+    depends_on: Box<[Arc<str>]>,
+}
+
+struct SharedEntry {
+    authorizer: Arc<Authorizer>,
+    users: u32,
+}
+
+/// Counters for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub compiles: u64,
+    pub parses: u64,
+}
+
+/// The per-shard cache. Not shared between threads: each shard owns one.
+pub struct AuthorizerCache {
+    settings: CompileSettings,
+    tokens: AHashMap<Arc<str>, TokenEntry>,
+    secret_by_accessor: AHashMap<Arc<str>, Arc<str>>,
+    shared: AHashMap<Arc<str>, SharedEntry>,
+    parsed: AHashMap<String, Arc<PolicyRules>>,
+    bytes: usize,
+    stats: CacheStats,
+}
+
+impl AuthorizerCache {
+    pub fn new(settings: CompileSettings) -> AuthorizerCache {
+        AuthorizerCache {
+            settings,
+            tokens: AHashMap::new(),
+            secret_by_accessor: AHashMap::new(),
+            shared: AHashMap::new(),
+            parsed: AHashMap::new(),
+            bytes: 0,
+            stats: CacheStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    /// Number of cached tokens.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Number of distinct compiled authorizers.
+    pub fn distinct_authorizers(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// New settings (a config reload) invalidate every compiled authorizer.
+    pub fn set_settings(&mut self, settings: CompileSettings) {
+        if settings != self.settings {
+            self.settings = settings;
+            self.clear();
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.secret_by_accessor.clear();
+        self.shared.clear();
+        self.bytes = 0;
+    }
+
+    /// Resolves `secret_id` (empty: the anonymous token) against `tables` at `now_unix_ns`.
+    pub fn resolve(
+        &mut self,
+        tables: &Tables,
+        secret_id: &str,
+        now_unix_ns: i64,
+    ) -> Result<Resolved, ResolveError> {
+        let secret = if secret_id.is_empty() {
+            builtin::ANONYMOUS_TOKEN_SECRET_ID
+        } else {
+            secret_id
+        };
+        if let Some(entry) = self.tokens.get(secret) {
+            self.stats.hits += 1;
+            if entry.expiration_time_ns.is_some_and(|t| t < now_unix_ns) {
+                return Err(ResolveError::NotFound);
+            }
+            return Ok(entry.resolved.clone());
+        }
+        self.stats.misses += 1;
+        let token = match token_by_secret(tables, secret) {
+            Some(token) if token.is_expired(now_unix_ns) => return Err(ResolveError::NotFound),
+            Some(token) => token.clone(),
+            // Before the leader has created the anonymous token, anonymous requests get the
+            // default policy alone.
+            None if secret == builtin::ANONYMOUS_TOKEN_SECRET_ID => Arc::new(anonymous_stub()),
+            None => return Err(ResolveError::NotFound),
+        };
+        let (key, depends_on, rules) = self.effective_rules(tables, &token)?;
+        if self.tokens.len() >= AUTHORIZER_CACHE_TOKENS_MAX {
+            self.clear();
+        }
+        let authorizer = match self.shared.get_mut(&*key) {
+            Some(shared) => {
+                shared.users += 1;
+                shared.authorizer.clone()
+            }
+            None => {
+                self.stats.compiles += 1;
+                let refs: Vec<&PolicyRules> = rules.iter().map(|r| &**r).collect();
+                let authorizer = Arc::new(Authorizer::compile(&refs, self.settings.default_policy));
+                let bytes = authorizer.heap_bytes();
+                if self.bytes + bytes > AUTHORIZER_CACHE_BYTES_MAX {
+                    self.clear();
+                }
+                self.bytes += bytes;
+                self.shared.insert(
+                    key.clone(),
+                    SharedEntry {
+                        authorizer: authorizer.clone(),
+                        users: 1,
+                    },
+                );
+                authorizer
+            }
+        };
+        let resolved = Resolved {
+            accessor_id: token.accessor_id.clone(),
+            authorizer,
+        };
+        let secret: Arc<str> = token.secret_id.clone();
+        self.secret_by_accessor
+            .insert(token.accessor_id.clone(), secret.clone());
+        let previous = self.tokens.insert(
+            secret,
+            TokenEntry {
+                resolved: resolved.clone(),
+                expiration_time_ns: token.expiration_time_ns,
+                key,
+                depends_on,
+            },
+        );
+        debug_assert!(previous.is_none(), "a miss inserts a new entry");
+        debug_assert!(self.tokens.len() <= AUTHORIZER_CACHE_TOKENS_MAX);
+        Ok(resolved)
+    }
+
+    /// Drops what `changes` made stale.
+    pub fn invalidate(&mut self, changes: &[Change]) {
+        for change in changes.iter().filter(|c| c.table == Table::Acl) {
+            match &change.key {
+                ChangeKey::All | ChangeKey::Prefix(_) => {
+                    self.clear();
+                    self.parsed.clear();
+                    return;
+                }
+                ChangeKey::Key(key) => match AclRowKey::parse(key) {
+                    AclRowKey::Token(accessor) => {
+                        if let Some(secret) = self.secret_by_accessor.get(accessor).cloned() {
+                            self.remove_token(&secret);
+                        }
+                    }
+                    AclRowKey::Policy(id) | AclRowKey::Role(id) => {
+                        let stale: Vec<Arc<str>> = self
+                            .tokens
+                            .iter()
+                            .filter(|(_, e)| e.depends_on.iter().any(|d| &**d == id))
+                            .map(|(secret, _)| secret.clone())
+                            .collect();
+                        for secret in stale {
+                            self.remove_token(&secret);
+                        }
+                        let prefix = format!("{id}@");
+                        self.parsed.retain(|k, _| !k.starts_with(&prefix));
+                    }
+                    AclRowKey::AuthMethod(_) | AclRowKey::BindingRule(_) | AclRowKey::List => {}
+                },
+            }
+        }
+    }
+
+    fn remove_token(&mut self, secret: &Arc<str>) {
+        let Some(entry) = self.tokens.remove(secret) else {
+            return;
+        };
+        self.secret_by_accessor.remove(&entry.resolved.accessor_id);
+        let drop_shared = match self.shared.get_mut(&entry.key) {
+            Some(shared) => {
+                shared.users -= 1;
+                shared.users == 0
+            }
+            None => false,
+        };
+        if drop_shared {
+            let shared = self.shared.remove(&entry.key).expect("present");
+            self.bytes -= shared.authorizer.heap_bytes();
+        }
+    }
+
+    fn parsed_rules(&mut self, key: String, text: &str) -> Result<Arc<PolicyRules>, String> {
+        if let Some(rules) = self.parsed.get(&key) {
+            return Ok(rules.clone());
+        }
+        self.stats.parses += 1;
+        let rules = Arc::new(rules::parse(text)?);
+        if self.parsed.len() >= PARSED_POLICIES_MAX {
+            self.parsed.clear();
+        }
+        self.parsed.insert(key, rules.clone());
+        Ok(rules)
+    }
+
+    /// The token's effective rules, the key of that set, and the rows it depends on.
+    #[allow(clippy::type_complexity)]
+    fn effective_rules(
+        &mut self,
+        tables: &Tables,
+        token: &Token,
+    ) -> Result<(Arc<str>, Box<[Arc<str>]>, Vec<Arc<PolicyRules>>), ResolveError> {
+        let dc = self.settings.datacenter.clone();
+        let applies_here = |dcs: &[String]| dcs.is_empty() || dcs.contains(&dc);
+        let mut depends_on: Vec<Arc<str>> = Vec::new();
+        let mut policy_ids: Vec<Arc<str>> = token.policies.clone();
+        let mut services: Vec<&ServiceIdentity> = token.service_identities.iter().collect();
+        let mut nodes: Vec<&NodeIdentity> = token.node_identities.iter().collect();
+        let mut templated: Vec<&TemplatedPolicy> = token.templated_policies.iter().collect();
+        let roles: Vec<_> = token
+            .roles
+            .iter()
+            .inspect(|id| depends_on.push((*id).clone()))
+            .filter_map(|id| tables.acl.roles.get(id))
+            .cloned()
+            .collect();
+        for role in &roles {
+            policy_ids.extend(role.policies.iter().cloned());
+            services.extend(role.service_identities.iter());
+            nodes.extend(role.node_identities.iter());
+            templated.extend(role.templated_policies.iter());
+        }
+        policy_ids.sort();
+        policy_ids.dedup();
+        depends_on.extend(policy_ids.iter().cloned());
+        let mut key_parts: Vec<String> = Vec::new();
+        let mut rules = Vec::new();
+        for id in &policy_ids {
+            let Some(policy) = tables.acl.policies.get(id) else {
+                continue;
+            };
+            if !applies_here(&policy.datacenters) {
+                continue;
+            }
+            key_parts.push(format!("p:{id}@{}", policy.modify_index));
+            let parsed = self
+                .parsed_rules(format!("{id}@{}", policy.modify_index), &policy.rules)
+                .map_err(|e| {
+                    ResolveError::InvalidPolicy(format!("failed to parse {:?}: {e}", policy.name))
+                })?;
+            rules.push(parsed);
+        }
+        let mut synthetic: Vec<String> = Vec::new();
+        for service in services.iter().filter(|s| applies_here(&s.datacenters)) {
+            synthetic.push(builtin::service_identity_rules(&service.service_name));
+        }
+        for node in nodes.iter().filter(|n| n.datacenter == dc) {
+            synthetic.push(builtin::node_identity_rules(&node.node_name));
+        }
+        for t in templated.iter().filter(|t| applies_here(&t.datacenters)) {
+            let Some(base) = builtin::templated_policy(&t.template_name) else {
+                continue;
+            };
+            if let Ok(text) = builtin::render_templated_policy(base, t.name.as_deref()) {
+                synthetic.push(text);
+            }
+        }
+        synthetic.sort();
+        synthetic.dedup();
+        for text in synthetic {
+            let parsed = self
+                .parsed_rules(format!("synthetic:{text}"), &text)
+                .map_err(ResolveError::InvalidPolicy)?;
+            key_parts.push(format!("s:{text}"));
+            rules.push(parsed);
+        }
+        key_parts.sort();
+        let key: Arc<str> = Arc::from(key_parts.join("\n"));
+        Ok((key, depends_on.into_boxed_slice(), rules))
+    }
+}
+
+fn anonymous_stub() -> Token {
+    Token {
+        accessor_id: Arc::from(builtin::ANONYMOUS_TOKEN_ACCESSOR_ID),
+        secret_id: Arc::from(builtin::ANONYMOUS_TOKEN_SECRET_ID),
+        description: builtin::ANONYMOUS_TOKEN_DESCRIPTION.to_string(),
+        policies: Vec::new(),
+        roles: Vec::new(),
+        service_identities: Vec::new(),
+        node_identities: Vec::new(),
+        templated_policies: Vec::new(),
+        local: false,
+        auth_method: String::new(),
+        expiration_time_ns: None,
+        create_time_ns: 0,
+        hash: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
