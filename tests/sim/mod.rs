@@ -16,9 +16,10 @@ mod kv;
 mod rng;
 mod world;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-pub use world::{run_seed, RunStats};
+pub use world::{run_seed, run_seed_with, DriverOrder, RunStats};
 
 /// Seeds the default `cargo test --test sim` run covers.
 const DEFAULT_SEEDS: u64 = 1000;
@@ -92,6 +93,34 @@ pub fn run_default_seeds() {
 pub fn run_replay() {
     let seed = env_u64("SIM_SEED").unwrap_or(0);
     let trace = std::env::var("SIM_TRACE").is_ok_and(|v| v != "0");
-    let stats = run_seed(seed, trace);
+    let order = match std::env::var("SIM_DRIVER_ORDER").as_deref() {
+        Err(_) | Ok("as-emitted") => DriverOrder::AsEmitted,
+        Ok("queue-before-publish") => DriverOrder::QueueBeforePublish,
+        Ok(other) => {
+            panic!("SIM_DRIVER_ORDER must be as-emitted or queue-before-publish, got {other:?}")
+        }
+    };
+    let stats = run_seed_with(seed, trace, order);
     println!("sim: seed {seed}: {stats}");
+}
+
+/// Seeds the reversed-order check may try before it must have found a failure.
+const REVERSED_ORDER_SEEDS_MAX: u64 = 300;
+
+/// Runs seeds with a driver that queues batches to the shards before it publishes their
+/// index, until one fails; returns that seed and its failure. The production order must
+/// never fail (`seeds`), this one must: otherwise the checker could not see the rule.
+pub fn first_failure_when_queued_before_publish() -> Option<(u64, String)> {
+    (0..REVERSED_ORDER_SEEDS_MAX).find_map(|seed| {
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_seed_with(seed, false, DriverOrder::QueueBeforePublish)
+        }));
+        let panic = outcome.err()?;
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+            .unwrap_or_default();
+        Some((seed, message))
+    })
 }

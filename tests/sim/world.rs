@@ -121,14 +121,36 @@ impl fmt::Display for RunStats {
 }
 
 /// The command that replays `seed`.
-pub fn replay_command(seed: u64) -> String {
-    format!("SIM_SEED={seed} cargo test --profile ci --test sim -- replay --nocapture")
+pub fn replay_command(seed: u64, order: DriverOrder) -> String {
+    let order = match order {
+        DriverOrder::AsEmitted => "",
+        DriverOrder::QueueBeforePublish => "SIM_DRIVER_ORDER=queue-before-publish ",
+    };
+    format!("{order}SIM_SEED={seed} cargo test --profile ci --test sim -- replay --nocapture")
+}
+
+/// The order in which the simulated raft thread carries out a batch's publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverOrder {
+    /// As the replica emits it, and as the production raft thread carries it out: the
+    /// published index moves before any shard is given the batch.
+    AsEmitted,
+    /// Deliberately broken, only to show the checker catches it: every `PublishIndex` is
+    /// carried out after the `Deliver`s that follow it, so a shard may acknowledge a write
+    /// while another shard still compares against the old index.
+    QueueBeforePublish,
 }
 
 /// Runs one seed; panics (after naming the seed and the replay command) on any violation.
 pub fn run_seed(seed: u64, trace: bool) -> RunStats {
+    run_seed_with(seed, trace, DriverOrder::AsEmitted)
+}
+
+/// Runs one seed with the driver carrying out effects in `order`.
+pub fn run_seed_with(seed: u64, trace: bool, order: DriverOrder) -> RunStats {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let mut world = World::new(seed, trace);
+        world.order = order;
         world.run();
         world.stats
     }));
@@ -138,7 +160,7 @@ pub fn run_seed(seed: u64, trace: bool) -> RunStats {
             eprintln!(
                 "\nsim: seed {seed} FAILED. Replay with:\n  {}\n(add SIM_TRACE=1 for an event \
                  trace)\n",
-                replay_command(seed)
+                replay_command(seed, order)
             );
             resume_unwind(panic)
         }
@@ -438,6 +460,25 @@ struct SimShard {
     queue: VecDeque<Queued>,
 }
 
+/// Moves every `PublishIndex` after the run of `Deliver`s that follows it: the reversed,
+/// broken order [`DriverOrder::QueueBeforePublish`] stands for.
+fn queue_before_publish(effects: &mut VecDeque<Effect>) {
+    let mut at = 0;
+    while at < effects.len() {
+        if matches!(effects[at], Effect::PublishIndex { .. }) {
+            let mut end = at + 1;
+            while end < effects.len() && matches!(effects[end], Effect::Deliver { .. }) {
+                end += 1;
+            }
+            let publish = effects.remove(at).expect("the index is in range");
+            effects.insert(end - 1, publish);
+            at = end;
+        } else {
+            at += 1;
+        }
+    }
+}
+
 /// Where an interrupted iteration continues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Continuation {
@@ -525,6 +566,7 @@ struct CommittedEntry {
 struct World {
     seed: u64,
     trace: bool,
+    order: DriverOrder,
     scenario: Scenario,
     rng: SimRng,
     now: Millis,
@@ -572,7 +614,7 @@ macro_rules! fail {
         let message = format!($($arg)*);
         panic!(
             "sim: seed {} at {} ms: {}\n  replay: {}",
-            $world.seed, $world.now, message, replay_command($world.seed)
+            $world.seed, $world.now, message, replay_command($world.seed, $world.order)
         )
     }};
 }
@@ -587,6 +629,7 @@ impl World {
         let mut world = World {
             seed,
             trace,
+            order: DriverOrder::AsEmitted,
             loss_per_mille: scenario.loss_per_mille,
             dup_per_mille: scenario.dup_per_mille,
             scenario,
@@ -975,6 +1018,7 @@ impl World {
     /// the server stopped before it finished.
     fn step(&mut self, id: NodeId, input: Input, then: Continuation) -> bool {
         let now = self.clock();
+        let order = self.order;
         let proposal_id = match &input {
             Input::Propose { request_id, .. } => Some(*request_id),
             _ => None,
@@ -997,7 +1041,10 @@ impl World {
             (replica.pending_proposals() > pending_before).then(|| replica.raft().last_index());
         let campaigned =
             replica.raft().term() > term_before && replica.raft().role() != Role::Follower;
-        let effects: VecDeque<Effect> = replica.drain_effects().collect();
+        let mut effects: VecDeque<Effect> = replica.drain_effects().collect();
+        if order == DriverOrder::QueueBeforePublish {
+            queue_before_publish(&mut effects);
+        }
         if let (Some(request), Some(index)) = (proposal_id, accepted_at) {
             if let Some(Request::Write { index: slot, .. }) = node.requests.get_mut(&request) {
                 *slot = Some(index);
