@@ -697,6 +697,13 @@ impl Replica {
         self.published_index = index;
         self.effects.push(Effect::PublishIndex { index });
         for (shard, results) in results.into_iter().enumerate() {
+            // The other half of the rule, at the point a shard is given the batch.
+            debug_assert!(
+                batch.version.index <= self.published_index,
+                "the batch at {} is queued while the published index is {}",
+                batch.version.index,
+                self.published_index
+            );
             self.effects.push(Effect::Deliver {
                 shard,
                 batch: batch.clone(),
