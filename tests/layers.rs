@@ -30,7 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Consul's shapes: JSON, body decoding, ?filter, definitions, metrics. Pure.
     ("consul",  &["proto", "store"]),
     // Flags and config files merged into the agent's configuration.
-    ("config",  &["proto", "consul"]),
+    ("config",  &["proto", "store", "consul"]),
     // The runtime: shard threads, channels, store versions, watches, the raft thread.
     ("shard",   &["proto", "store", "raft", "replica", "config"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
@@ -84,8 +84,14 @@ const IMPURE: &[(&str, &str)] = &[
     ("eprintln", "writes to standard error"),
 ];
 
-/// Precise exceptions to [`IMPURE`] outside test modules: (file, use, reason). Empty today.
-const IMPURE_ALLOWED: &[(&str, &str, &str)] = &[];
+/// Precise exceptions to [`IMPURE`] outside inline test modules: (file, use, reason).
+#[rustfmt::skip]
+const IMPURE_ALLOWED: &[(&str, &str, &str)] = &[
+    // A test file of its own: on request it rewrites the pinned snapshot fixture it compares
+    // against, so a compatible format change is one deliberate command.
+    ("src/store/catalog/tests.rs", "std::env", "regenerates the pinned snapshot fixture"),
+    ("src/store/catalog/tests.rs", "std::fs", "regenerates the pinned snapshot fixture"),
+];
 
 #[test]
 fn every_crate_path_follows_the_layers() {

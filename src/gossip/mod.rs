@@ -2,7 +2,7 @@
 //! membership layer (status, Lamport clocks, intents, user events, queries), Vivaldi
 //! coordinates and the keyring, wire-compatible with HashiCorp serf through
 //! [`crate::proto::gossip`]. No I/O, no clock, no threads: see [`core::Gossip`] for the
-//! input/output contract and `crate::shard::gossip` for the driver.
+//! input/output contract and `crate::cluster::gossip` for the driver.
 
 pub mod config;
 pub mod coordinate;
