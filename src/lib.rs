@@ -6,7 +6,8 @@
 //! 1. [`proto`]: wire formats only (HTTP/1.1, DNS, msgpack frames, gossip packets). Pure.
 //! 2. [`store`]: versioned, persistent tables and the FSM apply function. Pure.
 //! 3. [`raft`] and [`gossip`]: consensus and membership cores. Pure: time and bytes come in
-//!    as arguments, effects go out as values.
+//!    as arguments, effects go out as values. [`replica`] sits beside them: the raft
+//!    thread's decisions over the consensus core and the store, pure as well.
 //! 4. [`consul`]: Consul's shapes: JSON, lenient bodies, `?filter`, definitions, metrics,
 //!    the user-event envelope. Pure.
 //! 5. [`config`]: flags and config files merged into the agent's configuration.
@@ -35,6 +36,7 @@ pub mod gossip;
 pub mod node;
 pub mod proto;
 pub mod raft;
+pub mod replica;
 pub mod shard;
 pub mod store;
 

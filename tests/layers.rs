@@ -25,30 +25,34 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Consensus and membership cores. Pure.
     ("raft",    &["proto"]),
     ("gossip",  &["proto"]),
+    // The raft thread's decisions over the consensus core and the store. Pure.
+    ("replica", &["proto", "store", "raft"]),
     // Consul's shapes: JSON, body decoding, ?filter, definitions, metrics. Pure.
     ("consul",  &["proto", "store"]),
     // Flags and config files merged into the agent's configuration.
     ("config",  &["proto", "store", "consul"]),
     // The runtime: shard threads, channels, store versions, watches, the raft thread.
-    ("shard",   &["proto", "store", "raft", "config"]),
+    ("shard",   &["proto", "store", "raft", "replica", "config"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
     ("cluster", &["proto", "store", "gossip", "consul", "config", "shard"]),
     // The HTTP API: routing table, handlers, server loop.
-    ("api",     &["proto", "store", "gossip", "consul", "config", "shard", "cluster"]),
+    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "shard",
+                  "cluster"]),
     // DNS resolution and its socket loops.
     ("dns",     &["proto", "store", "config", "shard"]),
     // Local services and checks, runners, anti-entropy, agent endpoint work.
-    ("agent",   &["proto", "store", "gossip", "consul", "config", "shard", "cluster", "api"]),
+    ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "shard", "cluster",
+                  "api"]),
     // Start-up wiring: the only module that imports every layer.
-    ("node",    &["proto", "store", "raft", "gossip", "consul", "config", "shard", "cluster",
-                  "api", "dns", "agent"]),
+    ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "shard",
+                  "cluster", "api", "dns", "agent"]),
     // Operator commands.
     ("cli",     &["proto", "gossip", "consul", "config", "shard", "api", "agent", "node"]),
 ];
 
 /// Layers that do no I/O, read no clock, draw no entropy and start no thread: time, bytes
 /// and seeds come in as arguments.
-const PURE: &[&str] = &["proto", "store", "raft", "gossip", "consul"];
+const PURE: &[&str] = &["proto", "store", "raft", "gossip", "replica", "consul"];
 
 /// What a pure layer must not use outside its test modules, and what it does.
 const IMPURE: &[(&str, &str)] = &[

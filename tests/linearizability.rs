@@ -184,13 +184,14 @@ fn client_loop(
 
 /// Whether a write certainly did not take effect, so it can be left out of the history
 /// instead of adding an unknown outcome: the connection was refused (nothing was sent), or
-/// the server answered "No cluster leader", which praetor answers only when it proposed
-/// nothing (no leader to forward to, or refused before reaching the log). "leadership lost
-/// while committing log" and RPC errors stay unknown: those writes may still commit.
+/// the server answered "No cluster leader" (`ProposalResult::NotLeader`: no leader to
+/// forward to, or refused before reaching the log) or 503 (`Overloaded`: refused before
+/// reaching the log). "leadership lost while committing log" and RPC errors stay unknown:
+/// those writes may still commit.
 fn definitely_not_applied(result: &std::io::Result<common::HttpResponse>) -> bool {
     match result {
         Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
-        Ok(r) => r.status == 500 && r.body.starts_with(b"No cluster leader"),
+        Ok(r) => (r.status == 500 && r.body.starts_with(b"No cluster leader")) || r.status == 503,
     }
 }
 

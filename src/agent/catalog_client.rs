@@ -14,6 +14,7 @@ use crate::consul::node_state::{
     decode_node_state, node_state_in, NodeState, APPLY_PATH, NODE_STATE_PATH,
 };
 use crate::proto::rpc::kind;
+use crate::replica::ProposalResult;
 use crate::shard::Shard;
 use crate::store::catalog::CatalogOp;
 use crate::store::{Command, CommandResult, StoreVersion};
@@ -51,11 +52,11 @@ impl CatalogClient {
             Backend::Local(shard) => {
                 let payload = Command::Catalog(op).encode();
                 if shard.is_leader() {
-                    return shard.propose(payload).await;
+                    return shard.propose(payload).await.into_command_result();
                 }
                 match leader_address(shard) {
                     Some(leader) => forward_apply(shard, leader, &payload).await,
-                    None => CommandResult::Error("No cluster leader".to_string()),
+                    None => ProposalResult::NotLeader.into_command_result(),
                 }
             }
         }

@@ -108,6 +108,23 @@ impl ApiError {
     pub fn bad_request(reason: impl Into<String>) -> Self {
         ApiError::BadRequest(reason.into())
     }
+
+    /// The answer to a request the raft thread did not apply: Consul's status and message
+    /// for each outcome. `None` for `Applied`, which the endpoint answers from the store's
+    /// result. Consul answers "No cluster leader", "leadership lost while committing log"
+    /// and "raft is already shutdown" with 500, and its rate limiter's leader-only refusal
+    /// with 503; a request larger than a log entry is refused as too large.
+    pub fn from_proposal(result: &crate::replica::ProposalResult) -> Option<ApiError> {
+        use crate::replica::ProposalResult;
+        match result {
+            ProposalResult::Applied(_) => None,
+            ProposalResult::NotLeader
+            | ProposalResult::LeadershipLost
+            | ProposalResult::ShuttingDown => Some(ApiError::Internal(result.to_string())),
+            ProposalResult::Overloaded => Some(ApiError::Status(503, result.to_string())),
+            ProposalResult::TooLarge { .. } => Some(ApiError::TooLarge(result.to_string())),
+        }
+    }
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) => 400,
@@ -478,5 +495,53 @@ pub fn dispatch(
             reply.error(&error);
             Outcome::Done
         }
+    }
+}
+
+#[cfg(test)]
+mod proposal_error_tests {
+    use super::ApiError;
+    use crate::replica::ProposalResult;
+    use crate::store::CommandResult;
+
+    fn answer(result: ProposalResult) -> Option<(u16, String)> {
+        ApiError::from_proposal(&result).map(|error| {
+            let text = match &error {
+                ApiError::Internal(text) | ApiError::Status(_, text) | ApiError::TooLarge(text) => {
+                    text.clone()
+                }
+                other => panic!("unexpected error shape {other:?}"),
+            };
+            (error.status(), text)
+        })
+    }
+
+    #[test]
+    fn each_outcome_gets_consuls_status_and_message() {
+        assert_eq!(
+            answer(ProposalResult::Applied(CommandResult::Bool(true))),
+            None
+        );
+        assert_eq!(
+            answer(ProposalResult::NotLeader),
+            Some((500, "No cluster leader".to_string()))
+        );
+        assert_eq!(
+            answer(ProposalResult::LeadershipLost),
+            Some((500, "leadership lost while committing log".to_string()))
+        );
+        assert_eq!(
+            answer(ProposalResult::ShuttingDown),
+            Some((500, "raft is already shutdown".to_string()))
+        );
+        let (status, text) = answer(ProposalResult::Overloaded).expect("an error");
+        assert_eq!(status, 503);
+        assert!(text.starts_with("rate limit exceeded"), "{text}");
+        let (status, _) = answer(ProposalResult::TooLarge {
+            bytes: 9,
+            bytes_max: 8,
+        })
+        .expect("an error");
+        assert_eq!(status, 413);
     }
 }

@@ -40,7 +40,7 @@ use crate::proto::http::{
 use crate::proto::rpc::kind;
 use crate::shard::nonblocking::{receive_now, send_now};
 use crate::shard::rpc_server::ForwardedHttp;
-use crate::shard::runtime::{ReadPlan, Shard};
+use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
 use monoio::buf::IoBufMut;
@@ -786,18 +786,22 @@ async fn complete(
         Outcome::Done => Ok(None),
         Outcome::Write(op) => {
             let result = server.shard.propose(op.command.encode()).await;
-            (op.respond)(result, &mut Reply::new(output, keep_alive, pretty));
+            answer_proposal(
+                result,
+                op.respond,
+                &mut Reply::new(output, keep_alive, pretty),
+            );
             Ok(None)
         }
         Outcome::Block(op) => park(server, op, shape, output, answer_key, None).await,
         Outcome::Leader(LeaderOp::Operator { op, respond }) => {
             let result = Box::pin(server.shard.operator(op)).await;
-            respond(result, &mut Reply::new(output, keep_alive, pretty));
+            answer_proposal(result, respond, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
         Outcome::Leader(LeaderOp::Restore { state, respond }) => {
             let result = Box::pin(replicate_restore(&server.shard, state)).await;
-            respond(result, &mut Reply::new(output, keep_alive, pretty));
+            answer_proposal(result, respond, &mut Reply::new(output, keep_alive, pretty));
             Ok(None)
         }
         Outcome::Async(work) => {
@@ -816,9 +820,28 @@ async fn complete(
     }
 }
 
+/// Consul's answer when no leader can serve the request.
+fn no_leader() -> api::ApiError {
+    refusal(&ProposalResult::NotLeader)
+}
+
+/// The answer to a request that was not applied.
+fn refusal(result: &ProposalResult) -> api::ApiError {
+    api::ApiError::from_proposal(result)
+        .unwrap_or_else(|| api::ApiError::Internal(result.to_string()))
+}
+
+/// Answers an applied request through the endpoint, anything else as Consul would.
+fn answer_proposal(result: ProposalResult, respond: api::WriteResponder, reply: &mut Reply) {
+    match result {
+        ProposalResult::Applied(applied) => respond(applied, reply),
+        other => reply.error(&refusal(&other)),
+    }
+}
+
 /// Replicates a restore: the state in chunks through the log, then the commit that every
 /// server verifies and switches to. A failed chunk aborts the staged restore.
-async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> CommandResult {
+async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> ProposalResult {
     use sha2::Digest;
     let restore_id: u64 = rand::random();
     for (i, chunk) in state.chunks(RESTORE_CHUNK_BYTES).enumerate() {
@@ -828,12 +851,17 @@ async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> CommandResult {
             data: bytes::Bytes::copy_from_slice(chunk),
         };
         let result = shard.propose(Command::Restore(op).encode()).await;
-        if let CommandResult::Error(reason) = result {
-            let _ = shard
-                .propose(Command::Restore(RestoreOp::Abort { restore_id }).encode())
-                .await;
-            return CommandResult::Error(format!("restore failed: {reason}"));
-        }
+        let failure = match result {
+            ProposalResult::Applied(CommandResult::Error(reason)) => {
+                ProposalResult::Applied(CommandResult::Error(format!("restore failed: {reason}")))
+            }
+            ProposalResult::Applied(_) => continue,
+            refused => refused,
+        };
+        let _ = shard
+            .propose(Command::Restore(RestoreOp::Abort { restore_id }).encode())
+            .await;
+        return failure;
     }
     let sha256 = sha2::Sha256::digest(&state).to_vec();
     let commit = RestoreOp::Commit {
@@ -870,13 +898,12 @@ async fn forward_to_leader(
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
             // Consul's words: a client without servers, a server without a leader.
-            let reason = if server.shard.is_client() {
-                "No known Consul servers"
+            let error = if server.shard.is_client() {
+                api::ApiError::Internal("No known Consul servers".to_string())
             } else {
-                "No cluster leader"
+                no_leader()
             };
-            Reply::new(output, keep_alive, false)
-                .error(&api::ApiError::Internal(reason.to_string()));
+            Reply::new(output, keep_alive, false).error(&error);
             return;
         }
         monoio::time::sleep(Duration::from_millis(50)).await;
@@ -1033,8 +1060,9 @@ async fn park(
     };
     let deadline_ms = server.shard.shared().now_ms() + wait_ms + jitter_ms;
     if op.barrier {
-        if let Err(reason) = Box::pin(server.shard.read_barrier()).await {
-            Reply::new(output, keep_alive, pretty).error(&api::ApiError::Internal(reason));
+        let result = Box::pin(server.shard.read_barrier()).await;
+        if let Some(error) = api::ApiError::from_proposal(&result) {
+            Reply::new(output, keep_alive, pretty).error(&error);
             return Ok(None);
         }
     }
@@ -1042,8 +1070,7 @@ async fn park(
     loop {
         if server.context.read_plan(&op.options) == ReadPlan::Forward {
             // Leadership moved while this query waited here.
-            Reply::new(output, keep_alive, pretty)
-                .error(&api::ApiError::Internal("No cluster leader".to_string()));
+            Reply::new(output, keep_alive, pretty).error(&no_leader());
             return Ok(None);
         }
         let version = server.shard.current_version();

@@ -3,13 +3,14 @@
 //! ReadIndex, leadership transfer, chunked snapshots, log compaction and single-server
 //! membership changes.
 //!
-//! [`RaftCore`] does no I/O, reads no clock and starts no thread: the driver (the raft
-//! thread in `shard`) feeds it time, messages and requests, and carries out the [`Ready`]
-//! effects it returns — persisting, sending, applying — in the order `Ready` documents, then
-//! reports back with [`RaftCore::advance`]. Its behaviour is a function of its inputs and the
-//! seed it is given, which the seeded simulator (`tests/sim`) relies on.
+//! [`RaftCore`] does no I/O, reads no clock and starts no thread: the driver (the pure
+//! `crate::replica`, whose effects the raft thread and the simulator carry out) feeds it time,
+//! messages and requests, and carries out the [`Ready`] effects it returns — persisting,
+//! sending, applying — in the order `Ready` documents, then reports back with
+//! [`RaftCore::advance`]. Its behaviour is a function of its inputs and the seed it is given,
+//! which the seeded simulator (`tests/sim`) relies on.
 //!
-//! Driver checklist (the simulator's driver in `tests/sim/world.rs` follows it):
+//! Driver checklist (`crate::replica` follows it):
 //! - start: `RaftCore::new` from the durable hard state, snapshot meta and entries; if there
 //!   is a snapshot, restore the store from it and call `snapshot_taken` with it so the core
 //!   can send it to lagging followers; on a pristine bootstrap server call `bootstrap`;

@@ -20,7 +20,6 @@ pub mod raft_driver;
 pub mod raft_inbox;
 pub mod rpc_server;
 pub mod runtime;
-pub mod session_timers;
 pub mod wal;
 pub mod watch;
 

@@ -15,8 +15,12 @@
 
 use crate::config::AgentConfig;
 use crate::proto::http::HttpLimits;
+pub use crate::replica::{
+    shard_of_request, AppliedBatch, ClusterStatus, OperatorOp, PeerHealth, ProposalResult,
+    RaftServer, ServerInfo,
+};
 use crate::shard::watch::{WatchId, WatchRegistry, WatchSet};
-use crate::store::{Change, CommandResult, StoreVersion};
+use crate::store::StoreVersion;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,44 +45,6 @@ pub const PENDING_REQUESTS_MAX: usize = 65_536;
 /// start-up instead of adding work to every applied batch.
 const VERSION_OBSERVERS_MAX: usize = 8;
 
-/// One server in the Raft configuration, as the operator endpoints show it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RaftServer {
-    pub raft_id: u64,
-    /// The node's UUID when known (from gossip or our own identity), else the raft id in hex.
-    pub node_id: String,
-    pub name: String,
-    pub address: String,
-    pub voter: bool,
-}
-
-/// The leader's view of one follower, for `/v1/operator/autopilot/health`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PeerHealth {
-    pub raft_id: u64,
-    pub match_index: u64,
-    /// Milliseconds since the peer last answered, if it ever did in this term.
-    pub last_contact_ms: Option<u64>,
-}
-
-/// Leadership and membership as the raft core last published it.
-#[derive(Clone, Debug, Default)]
-pub struct ClusterStatus {
-    /// This server leads and has applied its term's first entry, so it may serve reads.
-    pub is_leader: bool,
-    /// The leader's server RPC address, or empty when no leader is known.
-    pub leader_rpc_address: String,
-    pub leader_name: String,
-    pub leader_raft_id: Option<u64>,
-    pub term: u64,
-    pub commit_index: u64,
-    pub last_index: u64,
-    pub membership_index: u64,
-    pub servers: Vec<RaftServer>,
-    pub voter_rpc_addresses: Vec<String>,
-    pub peer_health: Vec<PeerHealth>,
-}
-
 /// Identity of this agent, fixed at startup.
 #[derive(Clone, Debug)]
 pub struct Identity {
@@ -88,7 +54,7 @@ pub struct Identity {
 
 /// What the raft core sends each shard.
 pub enum ShardMessage {
-    Applied(Arc<AppliedBatch>, Vec<(u64, CommandResult)>),
+    Applied(Arc<AppliedBatch>, Vec<(u64, ProposalResult)>),
     Status(Arc<ClusterStatus>),
 }
 
@@ -158,7 +124,7 @@ impl ShardSender {
     /// the published index has moved). Blocking when full is the back-pressure: a shard that
     /// falls behind slows the core; a half-full queue always wakes the shard, so an idle one
     /// cannot block it.
-    pub fn queue_applied(&self, batch: Arc<AppliedBatch>, results: Vec<(u64, CommandResult)>) {
+    pub fn queue_applied(&self, batch: Arc<AppliedBatch>, results: Vec<(u64, ProposalResult)>) {
         let urgent = !results.is_empty();
         let _ = self.messages.send(ShardMessage::Applied(batch, results));
         if urgent || self.messages.len() >= SHARD_CHANNEL_CAPACITY / 2 {
@@ -177,45 +143,6 @@ impl ShardSender {
     fn ring(&self) {
         let _ = self.doorbell.try_send(());
     }
-}
-
-/// One applied batch, shared by every shard.
-pub struct AppliedBatch {
-    pub version: StoreVersion,
-    pub changes: Vec<Change>,
-}
-
-/// A server as gossip sees it, for bootstrapping and membership reconciliation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerInfo {
-    pub raft_id: u64,
-    pub node_id: String,
-    pub name: String,
-    /// Server RPC address, `ip:port`.
-    pub rpc_address: String,
-    pub datacenter: String,
-    /// The server's `bootstrap_expect`, 0 when unset.
-    pub expect: u32,
-    pub alive: bool,
-    /// Gracefully left (as opposed to failed).
-    pub left: bool,
-}
-
-/// Operator requests that change the Raft configuration or leadership.
-#[derive(Clone, Debug)]
-pub enum OperatorOp {
-    RemovePeer {
-        id: Option<String>,
-        address: Option<String>,
-    },
-    TransferLeader {
-        id: Option<String>,
-    },
-    /// Restart a session's TTL timer; the leader keeps timers, renewals touch no log entry.
-    /// Answers `false` when the session does not exist.
-    RenewSession {
-        id: String,
-    },
 }
 
 /// What shards send the raft core.
@@ -331,7 +258,7 @@ impl Shared {
 
 /// A request waiting for the raft core.
 struct PendingRequest {
-    result: Option<CommandResult>,
+    result: Option<ProposalResult>,
     waker: Option<Waker>,
 }
 
@@ -568,19 +495,16 @@ impl Shard {
     }
 
     /// Waits until a quorum confirmed that this server still leads and the shard's version
-    /// covers every write committed before the call (ReadIndex). Errs with the reason the
-    /// round failed ("No cluster leader", …).
-    pub async fn read_barrier(&self) -> Result<(), String> {
-        match self
+    /// covers every write committed before the call (ReadIndex). `Applied` when it does;
+    /// any other result says why the read cannot be served here.
+    pub async fn read_barrier(&self) -> ProposalResult {
+        let result = self
             .submit(|request_id| RaftInput::ReadIndex { request_id })
-            .await
-        {
-            CommandResult::Bool(_) | CommandResult::Txn(_) => {
-                self.catch_up();
-                Ok(())
-            }
-            CommandResult::Error(reason) => Err(reason),
+            .await;
+        if let ProposalResult::Applied(_) = result {
+            self.catch_up();
         }
+        result
     }
 
     /// Whether a leader is known, and milliseconds since it was last heard from (0 on the
@@ -595,9 +519,9 @@ impl Shard {
     }
 
     /// Submits a command to the raft core and waits for its result.
-    pub async fn propose(&self, payload: Vec<u8>) -> CommandResult {
+    pub async fn propose(&self, payload: Vec<u8>) -> ProposalResult {
         if !self.is_leader() {
-            return CommandResult::Error("No cluster leader".to_string());
+            return ProposalResult::NotLeader;
         }
         let payload = bytes::Bytes::from(payload);
         self.submit(move |request_id| RaftInput::Propose {
@@ -608,21 +532,21 @@ impl Shard {
     }
 
     /// Sends an operator request to the raft core and waits for its outcome.
-    pub async fn operator(&self, op: OperatorOp) -> CommandResult {
+    pub async fn operator(&self, op: OperatorOp) -> ProposalResult {
         self.submit(move |request_id| RaftInput::Operator { request_id, op })
             .await
     }
 
     /// Sends the raft core an input carrying a fresh request id and waits for the result
     /// routed back to this shard under that id.
-    async fn submit(&self, input: impl FnOnce(u64) -> RaftInput) -> CommandResult {
+    async fn submit(&self, input: impl FnOnce(u64) -> RaftInput) -> ProposalResult {
         if self.pending.borrow().len() >= PENDING_REQUESTS_MAX {
-            return CommandResult::Error("too many requests in flight on this shard".to_string());
+            return ProposalResult::Overloaded;
         }
         let sequence = self.next_request.get();
         self.next_request.set(sequence + 1);
         // The shard id in the top bits lets the raft core route the result back here.
-        let request_id = ((self.id as u64) << 48) | (sequence & ((1 << 48) - 1));
+        let request_id = crate::replica::request_id(self.id, sequence);
         self.pending.borrow_mut().insert(
             request_id,
             PendingRequest {
@@ -638,7 +562,7 @@ impl Shard {
             .is_err()
         {
             self.pending.borrow_mut().remove(&request_id);
-            return CommandResult::Error("agent is shutting down".to_string());
+            return ProposalResult::ShuttingDown;
         }
         PendingResult {
             shard: self,
@@ -682,19 +606,14 @@ impl Shard {
     }
 }
 
-/// The request id of a shard-originated request identifies its shard.
-pub fn shard_of_request(request_id: u64) -> usize {
-    (request_id >> 48) as usize
-}
-
 struct PendingResult<'a> {
     shard: &'a Shard,
     request_id: u64,
 }
 
 impl Future for PendingResult<'_> {
-    type Output = CommandResult;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CommandResult> {
+    type Output = ProposalResult;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ProposalResult> {
         let mut pending = self.shard.pending.borrow_mut();
         let slot = pending
             .get_mut(&self.request_id)

@@ -22,6 +22,7 @@
 //! Invariants: a record's checksum is computed before it is written and verified after it is
 //! read; entries handed out by recovery are contiguous and start right after the snapshot.
 
+use crate::raft::{Entry, EntryKind, HardState};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -56,6 +57,123 @@ pub struct WalEntry {
     pub term: u64,
     pub kind: u8,
     pub payload: bytes::Bytes,
+}
+
+impl WalEntry {
+    pub fn from_entry(entry: &Entry) -> WalEntry {
+        let kind = match entry.kind {
+            EntryKind::Normal => 0,
+            EntryKind::Noop => 1,
+            EntryKind::Membership => 2,
+        };
+        WalEntry {
+            index: entry.index,
+            term: entry.term,
+            kind,
+            payload: entry.data.clone(),
+        }
+    }
+
+    pub fn into_entry(self) -> Result<Entry, String> {
+        let kind = match self.kind {
+            0 => EntryKind::Normal,
+            1 => EntryKind::Noop,
+            2 => EntryKind::Membership,
+            other => {
+                return Err(format!(
+                    "unknown entry kind {other} at index {}",
+                    self.index
+                ))
+            }
+        };
+        Ok(Entry {
+            index: self.index,
+            term: self.term,
+            kind,
+            data: self.payload,
+        })
+    }
+}
+
+impl From<HardState> for WalHardState {
+    fn from(hard_state: HardState) -> WalHardState {
+        WalHardState {
+            term: hard_state.term,
+            vote: hard_state.vote.unwrap_or(0),
+            commit: hard_state.commit,
+        }
+    }
+}
+
+impl From<WalHardState> for HardState {
+    fn from(hard_state: WalHardState) -> HardState {
+        HardState {
+            term: hard_state.term,
+            vote: (hard_state.vote != 0).then_some(hard_state.vote),
+            commit: hard_state.commit,
+        }
+    }
+}
+
+/// What recovery keeps of the log: its records replayed in write order against the index
+/// of the newest snapshot. [`Wal::open`] replays the records it reads; the simulator's disk
+/// (`tests/sim`) replays its own through the same code.
+///
+/// A truncation drops every entry at or above its index, above the snapshot too when it
+/// falls at or below it: the log was rewritten from there (a leader overwrote a divergent
+/// tail, then a snapshot covered the rewrite), and entries written before the truncation
+/// belong to the old history. An entry at or below the snapshot index likewise ends every
+/// entry kept before it. What remains is contiguous and starts right after the snapshot.
+#[derive(Debug)]
+pub struct LogReplay {
+    snapshot_index: u64,
+    pub hard_state: WalHardState,
+    pub entries: Vec<WalEntry>,
+}
+
+impl LogReplay {
+    pub fn new(snapshot_index: u64) -> LogReplay {
+        LogReplay {
+            snapshot_index,
+            hard_state: WalHardState::default(),
+            entries: Vec::new(),
+        }
+    }
+
+    pub fn hard_state(&mut self, hard_state: WalHardState) {
+        self.hard_state = hard_state;
+    }
+
+    /// Drops every entry at and above `from`.
+    pub fn truncate(&mut self, from: u64) {
+        let keep = from.saturating_sub(self.snapshot_index + 1);
+        self.entries.truncate(keep as usize);
+    }
+
+    /// Appends an entry; one at or below the tail replaces the old suffix (the truncate
+    /// record normally precedes it: this is belt and braces). A gap is corruption.
+    pub fn entry(&mut self, entry: WalEntry) -> Result<(), String> {
+        self.truncate(entry.index);
+        if entry.index <= self.snapshot_index {
+            return Ok(());
+        }
+        let expected = self.snapshot_index + 1 + self.entries.len() as u64;
+        if entry.index != expected {
+            return Err(match self.entries.last() {
+                Some(last) => format!("gap in log: entry {} after {}", entry.index, last.index),
+                None => format!(
+                    "log starts at {} but snapshot ends at {}",
+                    entry.index, self.snapshot_index
+                ),
+            });
+        }
+        debug_assert!(self
+            .entries
+            .last()
+            .is_none_or(|last| last.index + 1 == entry.index));
+        self.entries.push(entry);
+        Ok(())
+    }
 }
 
 /// A snapshot as stored: Raft metadata bytes (opaque here) and the state bytes.
@@ -147,7 +265,7 @@ impl Wal {
             snapshot,
             ..Recovered::default()
         };
-        let mut entries: Vec<WalEntry> = Vec::new();
+        let mut replay = LogReplay::new(snapshot_index);
         let mut segments = Vec::new();
         let mut active_write_offset = 0;
         for (position, &sequence) in sequences.iter().enumerate() {
@@ -160,32 +278,10 @@ impl Wal {
                 match record {
                     Record::Entry(entry) => {
                         max_entry_index = max_entry_index.max(entry.index);
-                        if entry.index > snapshot_index {
-                            if let Some(last) = entries.last() {
-                                if entry.index > last.index + 1 {
-                                    return Err(corrupt(format!(
-                                        "gap in log: entry {} after {}",
-                                        entry.index, last.index
-                                    )));
-                                }
-                                // An entry at or below the tail replaces the old suffix; the
-                                // truncate record normally precedes it, this is belt and braces.
-                                entries.truncate((entry.index - 1 - snapshot_index) as usize);
-                            } else if entry.index != snapshot_index + 1 {
-                                return Err(corrupt(format!(
-                                    "log starts at {} but snapshot ends at {}",
-                                    entry.index, snapshot_index
-                                )));
-                            }
-                            entries.push(entry);
-                        }
+                        replay.entry(entry).map_err(corrupt)?;
                     }
-                    Record::HardState(hs) => recovered.hard_state = hs,
-                    Record::Truncate(from) => {
-                        if from > snapshot_index {
-                            entries.truncate((from - 1 - snapshot_index) as usize);
-                        }
-                    }
+                    Record::HardState(hs) => replay.hard_state(hs),
+                    Record::Truncate(from) => replay.truncate(from),
                 }
                 offset = next;
             }
@@ -218,6 +314,7 @@ impl Wal {
             });
         }
 
+        recovered.hard_state = replay.hard_state;
         let hard_state = recovered.hard_state;
         let (active, active_write_offset) = if let Some(last) = segments.last() {
             let file = OpenOptions::new().read(true).write(true).open(&last.path)?;
@@ -241,7 +338,7 @@ impl Wal {
             });
             (file, 0)
         };
-        recovered.entries = entries;
+        recovered.entries = replay.entries;
         let wal = Wal {
             dir: dir.to_path_buf(),
             segment_bytes,
@@ -907,5 +1004,69 @@ mod tests {
             vec![2, 3]
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn snapshot_at(last_index: u64, last_term: u64) -> WalSnapshot {
+        WalSnapshot {
+            last_index,
+            last_term,
+            meta: vec![],
+            data: bytes::Bytes::from_static(b"state"),
+        }
+    }
+
+    fn indexes_and_terms(recovered: &Recovered) -> Vec<(u64, u64)> {
+        recovered
+            .entries
+            .iter()
+            .map(|e| (e.index, e.term))
+            .collect()
+    }
+
+    #[test]
+    fn a_rewrite_covered_by_a_snapshot_drops_the_old_tail_above_it() {
+        // A follower holds a divergent tail 4..=6 of term 1; a leader of term 2 overwrites
+        // from 3, the follower applies through 5 and snapshots there. The old 6 must not come
+        // back after the snapshot: it would follow a term-2 snapshot with a term-1 entry.
+        let dir = temp_dir("rewrite-under-snapshot");
+        {
+            let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+            let old: Vec<WalEntry> = (1..=6).map(|i| entry(i, 1, "old")).collect();
+            wal.append(None, None, &old);
+            let new: Vec<WalEntry> = (3..=5).map(|i| entry(i, 2, "new")).collect();
+            wal.append(None, Some(3), &new);
+            wal.sync().unwrap();
+            wal.save_snapshot(&snapshot_at(5, 2), 0).unwrap();
+        }
+        let (_, recovered) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(indexes_and_terms(&recovered), Vec::<(u64, u64)>::new());
+        // The same holds without the truncate record: an entry at or below the snapshot ends
+        // what came before it.
+        let mut replay = LogReplay::new(5);
+        for index in 1..=6 {
+            replay.entry(entry(index, 1, "old")).unwrap();
+        }
+        replay.entry(entry(3, 2, "new")).unwrap();
+        assert!(replay.entries.is_empty(), "{:?}", replay.entries);
+        replay.entry(entry(6, 2, "next")).unwrap();
+        assert_eq!(replay.entries.len(), 1);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn replay_refuses_gaps_and_truncates_exactly_above_the_snapshot() {
+        let mut replay = LogReplay::new(10);
+        assert!(
+            replay.entry(entry(12, 1, "gap")).is_err(),
+            "log must start at 11"
+        );
+        for index in 11..=15 {
+            replay.entry(entry(index, 1, "v")).unwrap();
+        }
+        replay.truncate(14);
+        assert_eq!(replay.entries.last().map(|e| e.index), Some(13));
+        assert!(replay.entry(entry(15, 1, "gap")).is_err(), "14 is missing");
+        replay.truncate(11);
+        assert!(replay.entries.is_empty());
     }
 }

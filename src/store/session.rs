@@ -9,8 +9,8 @@
 //! row here ([`remove`]); what happens to the keys it held is `locks`' business. This module
 //! reads the catalog and knows nothing of KV.
 //!
-//! TTL expiry itself is not decided here: the leader keeps the timers (`shard::session_timers`)
-//! and proposes an ordinary destroy when one fires.
+//! TTL expiry itself is not decided here: the leader keeps the timers
+//! (`replica::session_timers`) and proposes an ordinary destroy when one fires.
 //!
 //! Watch keys: `Key(Sessions, id)` for one session and `Key(Sessions, node_watch_key(node))`
 //! for the sessions of a node; the table index moves on every create and invalidation.

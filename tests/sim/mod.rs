@@ -1,21 +1,25 @@
-//! Seeded, replayable simulation of Raft clusters built from `praetor::raft::RaftCore`.
+//! Seeded, replayable simulation of clusters of the production replica
+//! (`praetor::replica::Replica`, the raft thread's decisions over the Raft core and the store).
 //!
 //! One seed fixes everything: cluster size (3 or 5), how many start as voters, network loss,
-//! duplication and delay, disk latency, whether the driver pipelines fsyncs, and the schedule
-//! of crashes, partitions (symmetric and one-way), membership changes, leadership transfers,
-//! snapshots, client writes and reads. A run has a chaos phase, then every fault heals and
-//! the cluster must elect a leader and commit a new write within a bounded virtual time.
+//! duplication and delay, disk latency, torn writes, failed fsyncs, a raft thread held up
+//! between effects, and the schedule of crashes, partitions (symmetric and one-way), servers
+//! joining, leaving and failing in gossip, leadership transfers, client writes and reads on
+//! every shard. A run has a chaos phase, then every fault heals and the cluster must elect a
+//! leader and commit a new write within a bounded virtual time.
 //!
 //! Invariants are checked after every event (see `world.rs`); a violation panics with the
 //! seed and the command that replays it.
 
+mod disk;
 mod kv;
 mod rng;
 mod world;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-pub use world::{run_seed, RunStats};
+pub use world::{run_seed, run_seed_with, DriverOrder, RunStats};
 
 /// Seeds the default `cargo test --test sim` run covers.
 const DEFAULT_SEEDS: u64 = 1000;
@@ -52,6 +56,10 @@ pub fn run_default_seeds() {
         total.reads_checked > count * 5,
         "too few reads checked: {total}"
     );
+    assert!(
+        total.stale_reads > count * 5,
+        "too few stale reads checked: {total}"
+    );
     if count >= 100 {
         assert!(
             total.crashes > 0 && total.partitions > 0,
@@ -70,12 +78,49 @@ pub fn run_default_seeds() {
             "no leadership transfer happened: {total}"
         );
         assert!(total.lease_reads > 0, "no lease read was served: {total}");
+        assert!(
+            total.fsync_failures > 0 && total.torn_records > 0,
+            "no disk fault injected: {total}"
+        );
+        assert!(
+            total.preemptions > 0 && total.reads_waited_for_batch > 0,
+            "no read ever found its batch still on the way: {total}"
+        );
+        assert!(total.snapshots_taken > 0, "no snapshot was taken: {total}");
     }
 }
 
 pub fn run_replay() {
     let seed = env_u64("SIM_SEED").unwrap_or(0);
     let trace = std::env::var("SIM_TRACE").is_ok_and(|v| v != "0");
-    let stats = run_seed(seed, trace);
+    let order = match std::env::var("SIM_DRIVER_ORDER").as_deref() {
+        Err(_) | Ok("as-emitted") => DriverOrder::AsEmitted,
+        Ok("queue-before-publish") => DriverOrder::QueueBeforePublish,
+        Ok(other) => {
+            panic!("SIM_DRIVER_ORDER must be as-emitted or queue-before-publish, got {other:?}")
+        }
+    };
+    let stats = run_seed_with(seed, trace, order);
     println!("sim: seed {seed}: {stats}");
+}
+
+/// Seeds the reversed-order check may try before it must have found a failure.
+const REVERSED_ORDER_SEEDS_MAX: u64 = 300;
+
+/// Runs seeds with a driver that queues batches to the shards before it publishes their
+/// index, until one fails; returns that seed and its failure. The production order must
+/// never fail (`seeds`), this one must: otherwise the checker could not see the rule.
+pub fn first_failure_when_queued_before_publish() -> Option<(u64, String)> {
+    (0..REVERSED_ORDER_SEEDS_MAX).find_map(|seed| {
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_seed_with(seed, false, DriverOrder::QueueBeforePublish)
+        }));
+        let panic = outcome.err()?;
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
+            .unwrap_or_default();
+        Some((seed, message))
+    })
 }

@@ -1,8 +1,8 @@
 //! The leader's session TTL timers.
 //!
 //! A session with a TTL is invalidated when it goes `SESSION_TTL_MULTIPLIER` × TTL without a
-//! renewal (Consul's rule: the TTL is a lower bound). Only the leader keeps timers, on the raft
-//! thread's monotonic clock; when one fires, the leader proposes an ordinary destroy, so the
+//! renewal (Consul's rule: the TTL is a lower bound). Only the leader keeps timers, on the
+//! replica's monotonic clock; when one fires, the leader proposes an ordinary destroy, so the
 //! invalidation itself is a replicated command stamped with the leader's wall clock.
 //!
 //! A new leader starts a full timer for every TTL session it knows (Consul's
