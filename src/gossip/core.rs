@@ -416,6 +416,11 @@ impl Gossip {
         v
     }
 
+    /// One member as serf reports it, without copying the whole table.
+    pub fn member(&self, name: &str) -> Option<&MemberInfo> {
+        self.members.get(name).map(|m| &m.info)
+    }
+
     pub fn local_name(&self) -> &str {
         &self.config.node_name
     }
