@@ -455,3 +455,341 @@ fn large_cluster_under_loss_and_jitter() {
         steady_wall.elapsed().as_secs_f64() * 1e6 / n as f64 / steady_secs
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Graceful leaves and restarts under churn (issue #25 item 4).
+
+/// Members 0..CHURN_SERVERS never leave and are the join targets, as Consul servers are.
+const CHURN_SERVERS: usize = 3;
+/// A new round of leaves starts this often.
+const CHURN_ROUND_PERIOD: Duration = Duration::from_secs(2);
+/// The leaves of one round start spread over this long.
+const CHURN_LEAVE_SPREAD_MILLIS: u64 = 1000;
+/// After its restart a member rests this long before it may leave again (longer than
+/// `CHURN_ALIVE_BOUND`, so a restart is judged before the next leave starts).
+const CHURN_REST: Duration = Duration::from_secs(4);
+/// The real agent exits this long after its leave finished.
+const CHURN_EXIT_DELAY: Duration = Duration::from_millis(200);
+/// A member that left is started again after a pause in this range (milliseconds).
+const CHURN_DOWN_MILLIS: std::ops::Range<u64> = 500..2000;
+/// Every view must show a leaver `left` this long after its leave started. serf's leave
+/// intent goes out at once and the memberlist "left" broadcast follows as soon as the
+/// intent has been sent; 3 s is also the real-process test's bound.
+const CHURN_LEFT_BOUND: Duration = Duration::from_secs(3);
+/// Every view must show a restarted member `alive` this long after it started again: a
+/// push/pull with a server, a refutation, and the alive broadcast spreading in
+/// O(log n) gossip rounds.
+const CHURN_ALIVE_BOUND: Duration = Duration::from_secs(3);
+/// The simulator is advanced at most this much between scenario actions.
+const CHURN_STEP: Duration = Duration::from_millis(50);
+/// The pool must know every member this long after the last one joined.
+const CHURN_SETTLE_LIMIT: Duration = Duration::from_secs(30);
+/// A churn run that has not finished its leaves this long after its last round failed.
+const CHURN_DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// A leave-and-restart cycle of one member in the churn scenario.
+#[derive(Debug, Clone)]
+struct Cycle {
+    node: usize,
+    leave_started: Duration,
+    leave_done: Option<Duration>,
+    restarted: Option<Duration>,
+    moved: bool,
+}
+
+/// What a churn run measured: the worst time a view took to show a leaver `left` after
+/// its leave started, and a restarted member `alive` after its restart (from the
+/// membership events), over all cycles.
+#[derive(Debug, Default)]
+struct ChurnReport {
+    cycles: usize,
+    worst_left: Duration,
+    worst_alive: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ChurnAction {
+    Leave,
+    Exit,
+    Restart,
+    CheckLeft,
+    CheckAlive,
+}
+
+/// Consul's LAN pool timings (3 s leave propagation delay, 30 s dead-node reclaim).
+fn consul_lan(name: String, ip: std::net::IpAddr, port: u16) -> GossipConfig {
+    let mut c = GossipConfig::consul_lan(name, ip, port);
+    c.tags.insert("role".into(), "node".into());
+    c.tags.insert("dc".into(), "dc1".into());
+    c
+}
+
+/// Whether `node` was leaving, down or freshly restarted at some point in `[from, to]`
+/// (its own view is then not judged).
+fn cycling(cycles: &[Cycle], node: usize, from: Duration, to: Duration) -> bool {
+    cycles.iter().any(|c| {
+        c.node == node
+            && c.leave_started <= to
+            && c.restarted.is_none_or(|r| r + CHURN_REST >= from)
+    })
+}
+
+/// `members` members on a jittery network (1 ms latency, up to 10 ms extra: packets
+/// reorder). Every round, `per_round` idle clients leave gracefully, exit, and come back
+/// 0.5–2 s later on their data dir (same name, a fresh process whose incarnation and
+/// Lamport clocks start again), one in four on a new address, joining through a server.
+/// Cycles overlap, so leaves, restarts and joins race each other in every view.
+///
+/// Checked: no view ever shows anyone `failed` (nobody is killed); every member that is
+/// not cycling itself shows each leaver `left` `CHURN_LEFT_BOUND` after its leave
+/// started and each restarted member `alive` `CHURN_ALIVE_BOUND` after its restart; in
+/// the end every view lists every member alive at its current address.
+fn churn(members: usize, seed: u64, rounds: u32, per_round: usize) -> ChurnReport {
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    let mut sim = Sim::new(
+        seed,
+        NetConfig {
+            loss: 0.0,
+            latency: Duration::from_millis(1),
+            jitter: Duration::from_millis(10),
+        },
+    );
+    let mut rng = StdRng::seed_from_u64(seed.rotate_left(17) ^ 0xc4c4);
+    for _ in 0..members {
+        sim.add_node(consul_lan);
+    }
+    for i in 1..members {
+        let t = sim.now + Duration::from_millis(10);
+        sim.run_until(t);
+        sim.join(i, i as u64, &[i % CHURN_SERVERS.min(i)]);
+    }
+    let settle_by = sim.now + CHURN_SETTLE_LIMIT;
+    while !(0..members).all(|i| sim.node(i).members().len() == members) {
+        assert!(
+            sim.now < settle_by,
+            "seed {seed}: the pool did not converge"
+        );
+        sim.run_until(sim.now + secs(1.0));
+    }
+    sim.events.clear();
+    let start = sim.now;
+
+    let mut cycles: Vec<Cycle> = Vec::new();
+    // Per member: the cycle it is in, and since when it is back.
+    let mut in_cycle: Vec<Option<usize>> = vec![None; members];
+    let mut back_since: Vec<Duration> = vec![Duration::ZERO; members];
+    let mut pending: Vec<(Duration, usize, ChurnAction)> = Vec::new();
+    let mut violations: Vec<String> = Vec::new();
+    let mut leaves_seen = 0;
+    let mut request = 1_000_000u64;
+    let end_of_rounds = start + CHURN_ROUND_PERIOD * rounds;
+    let mut next_round = start;
+    loop {
+        if sim.now >= next_round && next_round < end_of_rounds {
+            let mut idle: Vec<usize> = (CHURN_SERVERS..members)
+                .filter(|&i| in_cycle[i].is_none() && sim.now >= back_since[i] + CHURN_REST)
+                .collect();
+            for _ in 0..per_round.min(idle.len()) {
+                let node = idle.swap_remove(rng.random_range(0..idle.len()));
+                let at =
+                    sim.now + Duration::from_millis(rng.random_range(0..CHURN_LEAVE_SPREAD_MILLIS));
+                cycles.push(Cycle {
+                    node,
+                    leave_started: at,
+                    leave_done: None,
+                    restarted: None,
+                    moved: false,
+                });
+                let c = cycles.len() - 1;
+                in_cycle[node] = Some(c);
+                pending.push((at, c, ChurnAction::Leave));
+                pending.push((at + CHURN_LEFT_BOUND, c, ChurnAction::CheckLeft));
+            }
+            next_round += CHURN_ROUND_PERIOD;
+        }
+        // A finished leave: the agent exits shortly after.
+        while leaves_seen < sim.leaves.len() {
+            let (node, _, at) = sim.leaves[leaves_seen];
+            leaves_seen += 1;
+            let c = in_cycle[node].expect("only cycling members leave");
+            cycles[c].leave_done = Some(at);
+            pending.push((at + CHURN_EXIT_DELAY, c, ChurnAction::Exit));
+        }
+        pending.sort_by_key(|p| p.0);
+        while pending.first().is_some_and(|p| p.0 <= sim.now) {
+            let (_, c, action) = pending.remove(0);
+            let node = cycles[c].node;
+            let name = format!("node-{node}");
+            match action {
+                ChurnAction::Leave => {
+                    request += 1;
+                    let r = request;
+                    sim.with_node(node, |g, now| g.leave(now, r));
+                }
+                ChurnAction::Exit => {
+                    sim.crash(node);
+                    let down = Duration::from_millis(rng.random_range(CHURN_DOWN_MILLIS));
+                    pending.push((sim.now + down, c, ChurnAction::Restart));
+                }
+                ChurnAction::Restart => {
+                    let moved = rng.random_range(0..4) == 0;
+                    if moved {
+                        sim.restart_node_moved(node, consul_lan);
+                    } else {
+                        sim.restart_node(node, consul_lan);
+                    }
+                    request += 1;
+                    let server = rng.random_range(0..CHURN_SERVERS);
+                    sim.join(node, request, &[server]);
+                    cycles[c].restarted = Some(sim.now);
+                    cycles[c].moved = moved;
+                    in_cycle[node] = None;
+                    back_since[node] = sim.now;
+                    pending.push((sim.now + CHURN_ALIVE_BOUND, c, ChurnAction::CheckAlive));
+                }
+                ChurnAction::CheckLeft | ChurnAction::CheckAlive => {
+                    let (want, since) = match action {
+                        ChurnAction::CheckLeft => (MemberStatus::Left, cycles[c].leave_started),
+                        _ => (
+                            MemberStatus::Alive,
+                            cycles[c].restarted.expect("checked after the restart"),
+                        ),
+                    };
+                    for observer in (0..members).filter(|&o| o != node) {
+                        if cycling(&cycles, observer, since, sim.now) {
+                            continue;
+                        }
+                        let seen = sim.node(observer).member(&name).map(|m| m.status);
+                        if seen != Some(want) {
+                            violations.push(format!(
+                                "node-{observer} shows {name} {seen:?} {:?} after its {}; cycle {:?}",
+                                sim.now - since,
+                                if want == MemberStatus::Left { "leave started" } else { "restart" },
+                                cycles[c]
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if sim.now >= end_of_rounds && pending.is_empty() && in_cycle.iter().all(Option::is_none) {
+            break;
+        }
+        assert!(
+            sim.now < end_of_rounds + CHURN_DRAIN_LIMIT,
+            "seed {seed}: leaves did not finish: {pending:?}"
+        );
+        let next = pending
+            .iter()
+            .map(|p| p.0)
+            .fold(sim.now + CHURN_STEP, Duration::min)
+            .max(sim.now + Duration::from_millis(1));
+        sim.run_until(next);
+    }
+    sim.run_until(sim.now + secs(5.0));
+
+    let failed: Vec<String> = sim
+        .events
+        .iter()
+        .filter_map(|o| match &o.event {
+            GossipEvent::MemberFailed(m) => Some(format!(
+                "node-{} showed {} failed {:?} into the run",
+                o.node,
+                m.name,
+                o.at - start
+            )),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "seed {seed}, {members} members: {} views showed a member failed, nobody was killed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(
+        violations.is_empty(),
+        "seed {seed}, {members} members: {} late views: {:?}",
+        violations.len(),
+        &violations[..violations.len().min(5)]
+    );
+    for observer in 0..members {
+        let view = sim.node(observer).members();
+        assert_eq!(view.len(), members, "seed {seed}: node-{observer}'s view");
+        for m in &view {
+            let i: usize = m.name["node-".len()..].parse().expect("sim names");
+            assert_eq!(
+                (m.status, std::net::SocketAddr::new(m.addr, m.port)),
+                (MemberStatus::Alive, sim.addrs[i]),
+                "seed {seed}: node-{observer}'s view of {} in the end",
+                m.name
+            );
+        }
+    }
+
+    let mut report = ChurnReport {
+        cycles: cycles.len(),
+        ..Default::default()
+    };
+    for c in &cycles {
+        let name = format!("node-{}", c.node);
+        let restarted = c.restarted.unwrap_or_default();
+        let left_by = c.leave_started + CHURN_LEFT_BOUND;
+        let alive_by = restarted + CHURN_ALIVE_BOUND;
+        for o in &sim.events {
+            match &o.event {
+                GossipEvent::MemberLeave(m)
+                    if m.name == name
+                        && (c.leave_started..=left_by).contains(&o.at)
+                        && !cycling(&cycles, o.node, c.leave_started, left_by) =>
+                {
+                    report.worst_left = report.worst_left.max(o.at - c.leave_started);
+                }
+                GossipEvent::MemberJoin(m)
+                    if m.name == name
+                        && (restarted..=alive_by).contains(&o.at)
+                        && !cycling(&cycles, o.node, restarted, alive_by) =>
+                {
+                    report.worst_alive = report.worst_alive.max(o.at - restarted);
+                }
+                _ => {}
+            }
+        }
+    }
+    report
+}
+
+fn churn_seeds(members: usize, seeds: u64, rounds: u32, per_round: usize) {
+    let base = seed();
+    for s in 0..seeds {
+        let wall = Instant::now();
+        let r = churn(members, base + s, rounds, per_round);
+        eprintln!(
+            "[sim] churn, {members} members, seed {}: {} leave/restart cycles; views showed \
+             leavers left within {:?} and restarted members alive within {:?}; wall {:?}",
+            base + s,
+            r.cycles,
+            r.worst_left,
+            r.worst_alive,
+            wall.elapsed()
+        );
+    }
+}
+
+#[test]
+fn churn_50_members_leavers_are_left_and_restarts_alive_in_every_view() {
+    churn_seeds(50, env_usize("GOSSIP_SIM_CHURN_SEEDS", 8) as u64, 20, 3);
+}
+
+#[test]
+fn churn_200_members_leavers_are_left_and_restarts_alive_in_every_view() {
+    let seeds = env_usize("GOSSIP_SIM_CHURN_SEEDS", 8).div_ceil(4) as u64;
+    churn_seeds(200, seeds, 15, 6);
+}
+
+#[test]
+fn churn_500_members_leavers_are_left_and_restarts_alive_in_every_view() {
+    churn_seeds(500, 1, 6, 10);
+}

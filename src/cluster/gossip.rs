@@ -287,7 +287,8 @@ impl GossipHandle {
         rx.recv_async().await.map_err(|_| GossipError::Stopped)?
     }
 
-    /// Graceful leave: broadcast the intent, wait for it to spread, then go silent.
+    /// Graceful leave: announce the intent and our departure, keep answering while the
+    /// news spreads (the leave propagation delay), then go silent.
     pub async fn leave(&self) -> Result<(), GossipError> {
         let (tx, rx) = flume::bounded(1);
         self.send(Command::Leave(tx))?;

@@ -46,6 +46,10 @@ const USER_MSG_OVERHEAD: usize = 1;
 const INTERNAL_QUERY_PREFIX: &str = "_serf_";
 /// serf `minEncodedKeyLength`, used to size list-keys responses.
 const MIN_ENCODED_KEY_LENGTH: usize = 25;
+/// A member that leaves or (re)joins also sends the news straight to at most this many
+/// members (all of them in pools up to this size, a random sample beyond), on top of
+/// gossiping it: see [`Gossip::announce`].
+const ANNOUNCE_FANOUT_MEMBERS_MAX: usize = 1024;
 
 /// memberlist `suspicionTimeout`.
 pub fn suspicion_timeout(suspicion_mult: u32, n: usize, interval: Duration) -> Duration {
@@ -69,6 +73,14 @@ fn suspicion_total(n: u32, k: u32, min: Duration, max: Duration) -> Duration {
     let raw = max.as_secs_f64() - frac * (max.as_secs_f64() - min.as_secs_f64());
     let timeout = Duration::from_millis((1000.0 * raw).floor().max(0.0) as u64);
     timeout.max(min)
+}
+
+/// A serf message wrapped as a memberlist user message.
+fn user_message(serf: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(serf.len() + USER_MSG_OVERHEAD);
+    b.push(msg_type::USER);
+    b.extend_from_slice(serf);
+    b
 }
 
 #[derive(Debug, Clone)]
@@ -168,12 +180,6 @@ enum SerfState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LeavePhase {
     Idle,
-    /// Waiting for the leave intent broadcast to be sent (or the broadcast timeout).
-    Intent {
-        request: u64,
-        notify: u64,
-        step: u64,
-    },
     /// Waiting for our own dead (left) broadcast to go out.
     Dead {
         request: u64,
@@ -191,8 +197,12 @@ enum LeavePhase {
 #[derive(Debug)]
 struct SerfMember {
     info: MemberInfo,
+    /// The Lamport time of the newest join or leave intent applied to this member.
     status_ltime: u64,
     leave_time: Duration,
+    /// A join intent newer than the member's departure arrived while it was `Left`: it is
+    /// coming back, and `status_ltime` is that join's time, not its leave's.
+    rejoining: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -416,6 +426,11 @@ impl Gossip {
         v
     }
 
+    /// One member as serf reports it, without copying the whole table.
+    pub fn member(&self, name: &str) -> Option<&MemberInfo> {
+        self.members.get(name).map(|m| &m.info)
+    }
+
     pub fn local_name(&self) -> &str {
         &self.config.node_name
     }
@@ -458,6 +473,16 @@ impl Gossip {
 
     pub fn has_left(&self) -> bool {
         self.left
+    }
+
+    /// Whether a graceful leave has finished: from then on the node ignores every packet
+    /// and stream, as the agent is about to exit. Until then a leaving node keeps
+    /// answering probes (memberlist goes on serving after `Leave` until `Shutdown`, and
+    /// serf's leave propagation delay exists for exactly that): a node that has not yet
+    /// heard of the leave would otherwise suspect the leaver and, missing the "left"
+    /// broadcast, declare it failed.
+    fn silent(&self) -> bool {
+        self.leave_phase == LeavePhase::Done
     }
 
     // -----------------------------------------------------------------------------------
@@ -623,19 +648,12 @@ impl Gossip {
         let done = std::mem::take(&mut self.finished_broadcasts);
         for id in done {
             match self.leave_phase {
-                LeavePhase::Intent { notify, .. } | LeavePhase::Dead { notify, .. }
-                    if notify == id =>
-                {
+                LeavePhase::Dead { notify, .. } if notify == id => {
                     self.leave_step += 1;
                     let step = self.leave_step;
                     // Continue on the next tick so this happens outside packet assembly.
                     self.schedule(self.now, Timer::Leave(step));
                     self.leave_phase = match self.leave_phase {
-                        LeavePhase::Intent { request, .. } => LeavePhase::Intent {
-                            request,
-                            notify: 0,
-                            step,
-                        },
                         LeavePhase::Dead { request, .. } => LeavePhase::Dead {
                             request,
                             notify: 0,
@@ -986,6 +1004,35 @@ impl Gossip {
         }
     }
 
+    /// Sends `messages` as one packet straight to every member we can reach (up to
+    /// [`ANNOUNCE_FANOUT_MEMBERS_MAX`], a random sample beyond), besides gossiping them.
+    /// Used for our own leave and (re)join only. Gossip reaches each member with high
+    /// probability but not certainty (a broadcast is sent `retransmit_mult * log10(n)`
+    /// times by each member that relays it, so a given member misses it with probability
+    /// about e^-8 at Consul's settings): over many leaves and restarts some view
+    /// went on showing a member that left as leaving, or a restarted member as left,
+    /// until the next push/pull up to a minute later. One packet per member per leave or
+    /// join makes that wait a lost packet's, and peers see nothing but ordinary messages.
+    fn announce(&mut self, messages: &[Vec<u8>]) {
+        let local = &self.config.node_name;
+        let mut targets: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].name != *local && !self.nodes[i].dead_or_left())
+            .collect();
+        if targets.len() > ANNOUNCE_FANOUT_MEMBERS_MAX {
+            for k in 0..ANNOUNCE_FANOUT_MEMBERS_MAX {
+                let j = self.rng.random_range(k..targets.len());
+                targets.swap(k, j);
+            }
+            targets.truncate(ANNOUNCE_FANOUT_MEMBERS_MAX);
+        }
+        let parts: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        let packet = ml::make_compound(&parts);
+        for i in targets {
+            let (to, crc) = (self.nodes[i].socket(), self.nodes[i].vsn[1] >= 5);
+            self.send_raw(to, crc, packet.clone());
+        }
+    }
+
     /// memberlist `kRandomNodes`: up to `k` distinct random nodes not excluded.
     fn k_random_nodes(&mut self, k: usize, exclude: impl Fn(&Node) -> bool) -> Vec<usize> {
         let n = self.nodes.len();
@@ -1119,7 +1166,7 @@ impl Gossip {
         bytes: &[u8],
     ) -> Option<Vec<u8>> {
         self.now = self.now.max(now);
-        if self.left {
+        if self.silent() {
             return None;
         }
         let msg = match ml::open_stream(bytes, &self.unseal(), true) {
@@ -1232,6 +1279,28 @@ impl Gossip {
                     };
                     self.alive_node(a, None, false);
                 }
+                NodeStateKind::Left if !self.index.contains_key(&r.name) => {
+                    // memberlist ignores news of the death of a node it has never heard
+                    // of. We record it: a member that joins while another leaves would
+                    // otherwise take an older alive message for the leaver, still being
+                    // relayed, as news of a new node, and then refuse the leaver's real
+                    // return from another address as a name conflict (for
+                    // `dead_node_reclaim_time`, or for good where that is zero).
+                    let mut vsn = [0u8; 6];
+                    if r.vsn.len() >= 6 {
+                        vsn.copy_from_slice(&r.vsn[..6]);
+                    }
+                    self.insert_node(Node {
+                        name: r.name,
+                        addr,
+                        port: r.port,
+                        meta: r.meta,
+                        incarnation: r.incarnation,
+                        state: NodeStateKind::Left,
+                        state_change: self.now,
+                        vsn,
+                    });
+                }
                 NodeStateKind::Left => {
                     let d = Suspect {
                         incarnation: r.incarnation,
@@ -1263,7 +1332,7 @@ impl Gossip {
         self.now = self.now.max(now);
         self.stats.packets_received += 1;
         self.stats.packet_bytes_received += bytes.len() as u64;
-        if self.left {
+        if self.silent() {
             return;
         }
         let contents = match ml::open_packet(bytes, &self.unseal()) {
@@ -1418,6 +1487,23 @@ impl Gossip {
         self.ml_broadcast(&name, &Message::Alive(a), None);
     }
 
+    /// Adds a node we had never heard of to the table; returns its slot.
+    fn insert_node(&mut self, node: Node) -> usize {
+        debug_assert!(!self.index.contains_key(&node.name));
+        // Insert at a random position so probe order stays random.
+        let n = self.nodes.len();
+        let offset = self.random_index(n + 1);
+        let name = node.name.clone();
+        self.nodes.push(node);
+        self.nodes.swap(offset, n);
+        if offset != n {
+            let moved = self.nodes[n].name.clone();
+            self.index.insert(moved, n);
+        }
+        self.index.insert(name, offset);
+        offset
+    }
+
     fn alive_node(&mut self, a: Alive, notify: Option<u64>, bootstrap: bool) {
         let is_local = a.node == self.config.node_name;
         if self.left && is_local {
@@ -1463,17 +1549,7 @@ impl Gossip {
                     state_change: self.now,
                     vsn,
                 };
-                // Insert at a random position so probe order stays random.
-                let n = self.nodes.len();
-                let offset = self.random_index(n + 1);
-                self.nodes.push(node);
-                self.nodes.swap(offset, n);
-                if offset != n {
-                    let moved = self.nodes[n].name.clone();
-                    self.index.insert(moved, n);
-                }
-                self.index.insert(a.node.clone(), offset);
-                offset
+                self.insert_node(node)
             }
         };
         let state = &self.nodes[i];
@@ -1708,7 +1784,24 @@ impl Gossip {
             return;
         };
         if j.joined > 0 {
-            self.broadcast_join(self.clock);
+            let ltime = self.clock;
+            self.broadcast_join(ltime);
+            if let Some(&i) = self.index.get(&self.config.node_name) {
+                let me = &self.nodes[i];
+                let alive = Message::Alive(Alive {
+                    incarnation: me.incarnation,
+                    node: me.name.clone(),
+                    addr: ip_to_wire(me.addr),
+                    port: me.port,
+                    meta: me.meta.clone(),
+                    vsn: me.vsn.to_vec(),
+                });
+                let intent = SerfMessage::Join(JoinIntent {
+                    ltime,
+                    node: self.config.node_name.clone(),
+                });
+                self.announce(&[alive.encode(), user_message(&intent.encode())]);
+            }
         }
         let errors = if j.joined > 0 { Vec::new() } else { j.errors };
         self.out.push(Output::JoinDone {
@@ -1719,6 +1812,15 @@ impl Gossip {
     }
 
     /// serf `Leave` then memberlist `Leave`: reports [`Output::LeaveDone`].
+    ///
+    /// serf broadcasts its leave intent and waits until the intent has been sent enough
+    /// times (or `broadcast_timeout`) before memberlist announces our death as "left",
+    /// so that members see us leaving before they see us gone. Here the intent also goes
+    /// straight to every member ([`Gossip::announce`]) in the same packet as the "left"
+    /// message and ahead of it, which gives that order without the wait; the wait made
+    /// a member that had just (re)joined take the whole broadcast timeout to leave, its
+    /// queue holding an alive message for every member, all sent before any serf
+    /// message.
     pub fn leave(&mut self, now: Duration, request: u64) {
         self.now = self.now.max(now);
         if self.serf_state != SerfState::Alive || self.left {
@@ -1733,63 +1835,43 @@ impl Gossip {
         };
         self.clock += 1;
         self.handle_leave_intent(&msg);
+        let intent = SerfMessage::Leave(msg).encode();
+        if self.has_alive_members() {
+            self.serf_broadcast(SerfQueue::Intents, intent.clone(), None);
+        }
+        // memberlist Leave: broadcast our own death as "left".
+        self.left = true;
         self.leave_step += 1;
         let step = self.leave_step;
-        if self.has_alive_members() {
-            let notify = self.new_notify();
-            self.leave_phase = LeavePhase::Intent {
-                request,
-                notify,
-                step,
+        self.leave_phase = LeavePhase::Dead {
+            request,
+            notify: 0,
+            step,
+        };
+        if let Some(&i) = self.index.get(&self.config.node_name) {
+            let d = Suspect {
+                incarnation: self.nodes[i].incarnation,
+                node: self.config.node_name.clone(),
+                from: self.config.node_name.clone(),
             };
-            self.serf_broadcast(
-                SerfQueue::Intents,
-                SerfMessage::Leave(msg).encode(),
-                Some(notify),
-            );
-            self.schedule(self.now + self.config.broadcast_timeout, Timer::Leave(step));
-        } else {
-            self.leave_phase = LeavePhase::Intent {
-                request,
-                notify: 0,
-                step,
-            };
-            self.schedule(self.now, Timer::Leave(step));
+            let dead = Message::Dead(d.clone()).encode();
+            self.dead_node(d);
+            self.announce(&[user_message(&intent), dead]);
         }
+        let anyone = self
+            .nodes
+            .iter()
+            .any(|n| n.name != self.config.node_name && n.state == NodeStateKind::Alive);
+        let wait = if anyone {
+            self.config.broadcast_timeout
+        } else {
+            Duration::ZERO
+        };
+        self.schedule(self.now + wait, Timer::Leave(step));
     }
 
     fn leave_advance(&mut self, step: u64) {
         match self.leave_phase {
-            LeavePhase::Intent {
-                request, step: s, ..
-            } if s == step => {
-                // memberlist Leave: broadcast our own death as "left".
-                self.left = true;
-                self.leave_step += 1;
-                let step = self.leave_step;
-                self.leave_phase = LeavePhase::Dead {
-                    request,
-                    notify: 0,
-                    step,
-                };
-                if let Some(&i) = self.index.get(&self.config.node_name) {
-                    let d = Suspect {
-                        incarnation: self.nodes[i].incarnation,
-                        node: self.config.node_name.clone(),
-                        from: self.config.node_name.clone(),
-                    };
-                    self.dead_node(d);
-                }
-                let anyone = self
-                    .nodes
-                    .iter()
-                    .any(|n| n.name != self.config.node_name && n.state == NodeStateKind::Alive);
-                if anyone {
-                    self.schedule(self.now + self.config.broadcast_timeout, Timer::Leave(step));
-                } else {
-                    self.schedule(self.now, Timer::Leave(step));
-                }
-            }
             LeavePhase::Dead {
                 request, step: s, ..
             } if s == step => {
@@ -1992,6 +2074,7 @@ impl Gossip {
                         info: info.clone(),
                         status_ltime,
                         leave_time: Duration::ZERO,
+                        rejoining: false,
                     },
                 );
             }
@@ -2001,6 +2084,7 @@ impl Gossip {
                 m.info = info.clone();
                 m.status_ltime = keep_ltime;
                 m.leave_time = Duration::ZERO;
+                m.rejoining = false;
                 if matches!(old, MemberStatus::Failed | MemberStatus::Left) {
                     self.failed_members.retain(|n| n != &name);
                     self.left_members.retain(|n| n != &name);
@@ -2010,15 +2094,28 @@ impl Gossip {
         self.emit(GossipEvent::MemberJoin(info));
     }
 
-    /// serf `handleNodeLeave`.
+    /// serf `handleNodeLeave`, with one rule serf lacks: a member memberlist saw announce
+    /// its own departure (a dead message from the node itself, state `Left`) has left,
+    /// whether or not its serf leave intent got here first. serf decides from the intent
+    /// alone, so a member that missed the intent (gossip reaches each member with high
+    /// probability, not certainty), or dropped it because a push/pull had already carried
+    /// the leaver's status time as a join, showed a graceful leave as `failed`.
     fn serf_node_leave(&mut self, i: usize) {
         let name = self.nodes[i].name.clone();
+        let announced_leave = self.nodes[i].state == NodeStateKind::Left;
         let now = self.now;
         let Some(m) = self.members.get_mut(&name) else {
             return;
         };
+        m.rejoining = false;
         let event = match m.info.status {
             MemberStatus::Leaving => {
+                m.info.status = MemberStatus::Left;
+                m.leave_time = now;
+                self.left_members.push(name);
+                GossipEvent::MemberLeave(m.info.clone())
+            }
+            MemberStatus::Alive if announced_leave => {
                 m.info.status = MemberStatus::Left;
                 m.leave_time = now;
                 self.left_members.push(name);
@@ -2097,6 +2194,7 @@ impl Gossip {
             return false;
         }
         m.status_ltime = msg.ltime;
+        m.rejoining = false;
         match m.info.status {
             MemberStatus::Alive => {
                 m.info.status = MemberStatus::Leaving;
@@ -2151,9 +2249,15 @@ impl Gossip {
             return false;
         }
         m.status_ltime = msg.ltime;
-        if m.info.status == MemberStatus::Leaving {
-            m.info.status = MemberStatus::Alive;
-            self.members_version += 1;
+        match m.info.status {
+            MemberStatus::Leaving => {
+                m.info.status = MemberStatus::Alive;
+                self.members_version += 1;
+            }
+            // It stays left until memberlist hears it alive, but its status time is now a
+            // join's: see `serf_local_state`.
+            MemberStatus::Left => m.rejoining = true,
+            MemberStatus::Alive | MemberStatus::Failed => {}
         }
         true
     }
@@ -2249,7 +2353,12 @@ impl Gossip {
         self.send_raw(to, false, b);
     }
 
-    /// serf `delegate.LocalState`.
+    /// serf `delegate.LocalState`, except that a left member known to be rejoining is
+    /// not listed as left. The receiver of a push/pull turns every listed left member
+    /// into a leave intent one tick after its status time; when that time is the
+    /// member's newer join, the made-up leave would outrank the join and mark a member
+    /// that is back `leaving` in every view it reaches, for good (the member refutes only
+    /// leave intents that reach it). Its status time still goes out, as a join.
     fn serf_local_state(&self) -> Vec<u8> {
         let mut status_ltimes: Vec<(String, u64)> = self
             .members
@@ -2260,7 +2369,12 @@ impl Gossip {
         SerfPushPull {
             ltime: self.clock,
             status_ltimes,
-            left_members: self.left_members.clone(),
+            left_members: self
+                .left_members
+                .iter()
+                .filter(|name| self.members.get(*name).is_some_and(|m| !m.rejoining))
+                .cloned()
+                .collect(),
             event_ltime: self.event_clock,
             events: self.event_buffer.clone(),
             query_ltime: self.query_clock,
@@ -2293,7 +2407,20 @@ impl Gossip {
             .collect();
         let left: HashSet<&str> = pp.left_members.iter().map(String::as_str).collect();
         for name in &pp.left_members {
-            let ltime = status.get(name.as_str()).copied().unwrap_or(0) + 1;
+            let status_ltime = status.get(name.as_str()).copied().unwrap_or(0);
+            // serf applies every listed left member as a leave intent one tick after its
+            // status time. For a member we already know to be leaving or left that tick is
+            // all it brings, and two members that both hold it left add one tick per
+            // push/pull between them: its status time climbed past the clock of a member
+            // that later force-left it, whose intent everyone then dropped as old.
+            let known_gone = self.members.get(name).is_some_and(|m| {
+                matches!(m.info.status, MemberStatus::Leaving | MemberStatus::Left)
+            });
+            if known_gone {
+                self.witness_clock(status_ltime);
+                continue;
+            }
+            let ltime = status_ltime + 1;
             self.handle_leave_intent(&LeaveIntent {
                 ltime,
                 node: name.clone(),

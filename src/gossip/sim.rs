@@ -83,6 +83,8 @@ pub struct Sim {
     pub record_events: bool,
     /// Join results: (node, request, joined).
     pub joins: Vec<(usize, u64, usize)>,
+    /// Finished graceful leaves: (node, request, virtual time).
+    pub leaves: Vec<(usize, u64, Duration)>,
     pub packets_delivered: u64,
     pub packets_dropped: u64,
     pub bytes_sent: u64,
@@ -109,6 +111,7 @@ impl Sim {
             events: Vec::new(),
             record_events: true,
             joins: Vec::new(),
+            leaves: Vec::new(),
             packets_delivered: 0,
             packets_dropped: 0,
             bytes_sent: 0,
@@ -143,11 +146,39 @@ impl Sim {
     ) {
         let addr = self.addrs[i];
         let config = make(format!("node-{i}"), addr.ip(), addr.port());
+        // Each restart draws fresh randomness (a new process), still replayable from the seed.
         let mut seed = [0u8; 32];
         seed[..8].copy_from_slice(&self.seed.to_le_bytes());
         seed[8..16].copy_from_slice(&(i as u64 + 1_000_000).to_le_bytes());
+        seed[16..24].copy_from_slice(&(self.now.as_nanos() as u64).to_le_bytes());
         self.nodes[i] = Some(Gossip::new(config, seed, self.now).expect("valid sim config"));
         self.after_input(i);
+    }
+
+    /// Like [`Sim::restart_node`], on a new address (127.0.0.21 and up, same port): a
+    /// member that comes back under its old name from another host.
+    pub fn restart_node_moved(
+        &mut self,
+        i: usize,
+        make: impl FnOnce(String, IpAddr, u16) -> GossipConfig,
+    ) {
+        let old = self.addrs[i];
+        self.by_addr.remove(&old);
+        let IpAddr::V4(ip) = old.ip() else {
+            unreachable!("sim addresses are IPv4")
+        };
+        let [a, b, c, d] = ip.octets();
+        let moved = SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(a, b, c, d.wrapping_add(1).max(21))),
+            old.port(),
+        );
+        assert!(
+            !self.by_addr.contains_key(&moved),
+            "moved address {moved} already in use"
+        );
+        self.addrs[i] = moved;
+        self.by_addr.insert(moved, i);
+        self.restart_node(i, make);
     }
 
     pub fn crash(&mut self, i: usize) {
@@ -256,7 +287,8 @@ impl Sim {
                 Output::JoinDone {
                     request, joined, ..
                 } => self.joins.push((i, request, joined)),
-                Output::LeaveDone { .. } | Output::KeyOpDone { .. } => {}
+                Output::LeaveDone { request } => self.leaves.push((i, request, self.now)),
+                Output::KeyOpDone { .. } => {}
             }
         }
     }
