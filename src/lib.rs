@@ -37,6 +37,7 @@ pub mod proto;
 pub mod raft;
 pub mod shard;
 pub mod store;
+pub mod tls;
 
 /// The Consul HTTP API version praetor implements; reported by `praetor version` and
 /// `/v1/agent/self` as `Config.Version` so that clients that gate features on it behave.

@@ -498,5 +498,26 @@ mod tests {
         assert_eq!(agent.http_port, Some(18500));
         assert_eq!(agent.dns_port, Some(-1));
         assert_eq!(agent.retry_join, vec!["a", "b"]);
+        // `-https-port` starts with `-h`, clap's help flag, unless it is normalized first.
+        let cli = Cli::try_parse_from(normalized(&[
+            "praetor",
+            "agent",
+            "-dev",
+            "-https-port",
+            "8501",
+            "-grpc-tls-port=-1",
+        ]))
+        .unwrap();
+        let Command::Agent(agent) = cli.command else {
+            panic!("expected agent")
+        };
+        assert_eq!(
+            (agent.https_port, agent.grpc_tls_port),
+            (Some(8501), Some(-1))
+        );
+        assert_eq!(
+            agent.to_config_object()["ports"],
+            serde_json::json!({"https": 8501, "grpc_tls": -1})
+        );
     }
 }
