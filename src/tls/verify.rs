@@ -162,6 +162,18 @@ pub fn authorize_server_peer(
     Ok(())
 }
 
+/// `Ok` when `certificate` is valid for the DNS name `name`; otherwise the names it carries,
+/// as ` (it names a, b)`.
+pub fn certificate_names(certificate: &CertificateDer<'_>, name: &str) -> Result<(), String> {
+    let server_name =
+        ServerName::try_from(name).map_err(|_| format!(" ({name:?} is not a DNS name)"))?;
+    let parsed = webpki::EndEntityCert::try_from(certificate)
+        .map_err(|_| " (the certificate does not parse)".to_string())?;
+    parsed
+        .verify_is_valid_for_subject_name(&server_name)
+        .map_err(|_| presented_names(certificate))
+}
+
 /// ` (it names a, b)` for the DNS names and addresses a certificate carries, or nothing.
 fn presented_names(certificate: &CertificateDer<'_>) -> String {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
@@ -225,8 +237,8 @@ fn time_from_unix(seconds: i64) -> Option<String> {
     ))
 }
 
-/// One line saying why a handshake failed, in an operator's words. `local_role` says which
-/// side we were, so a rejected certificate reads as ours or theirs.
+/// One line saying why a handshake failed, in an operator's words: a certificate we rejected
+/// reads "peer certificate rejected", one the peer rejected "the peer aborted the handshake".
 pub fn describe_error(error: &Error) -> String {
     match error {
         Error::InvalidCertificate(certificate) => {
@@ -274,7 +286,8 @@ fn describe_certificate_error(error: &CertificateError) -> String {
             if presented.is_empty() {
                 " (it names nothing)".to_string()
             } else {
-                format!(" (it names {})", presented.join(", "))
+                let names: Vec<&str> = presented.iter().map(|n| plain_name(n)).collect();
+                format!(" (it names {})", names.join(", "))
             }
         ),
         CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
@@ -286,6 +299,23 @@ fn describe_certificate_error(error: &CertificateError) -> String {
         CertificateError::Revoked => "certificate is revoked".to_string(),
         other => format!("{other:?}"),
     }
+}
+
+/// A name as webpki's error lists it (`DnsName("a.b")`, `IpAddress(10.0.0.1)`), unwrapped.
+fn plain_name(listed: &str) -> &str {
+    for (prefix, suffix) in [
+        ("DnsName(\"", "\")"),
+        ("UniformResourceIdentifier(\"", "\")"),
+        ("IpAddress(", ")"),
+    ] {
+        if let Some(inner) = listed
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+        {
+            return inner;
+        }
+    }
+    listed
 }
 
 fn server_name_text(name: &ServerName<'_>) -> String {
@@ -350,7 +380,10 @@ mod tests {
             expected: ServerName::try_from("server.dc1.consul").unwrap(),
             presented: vec!["DnsName(\"client.dc1.consul\")".to_string()],
         });
-        assert!(describe_error(&mismatch).contains("not valid for server.dc1.consul"));
+        assert_eq!(
+            describe_error(&mismatch),
+            "peer certificate rejected: certificate is not valid for server.dc1.consul (it names client.dc1.consul)"
+        );
         for error in [expired, mismatch, Error::NoCertificatesPresented] {
             assert!(!describe_error(&error).contains('\n'));
         }
