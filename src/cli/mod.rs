@@ -17,6 +17,7 @@ pub mod maint;
 pub mod operator;
 pub mod services;
 pub mod snapshot;
+pub mod tls;
 pub mod watch;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -76,6 +77,9 @@ pub enum Command {
     Keyring(gossip::KeyringArgs),
     /// Estimates the round-trip time between two nodes from their network coordinates.
     Rtt(gossip::RttArgs),
+    /// Creates the agent CA and agent certificates (Consul's file names and names).
+    #[command(subcommand)]
+    Tls(tls::TlsCommand),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -328,6 +332,7 @@ pub fn main() -> i32 {
         Command::Keygen => gossip::keygen(),
         Command::Keyring(args) => gossip::keyring(args),
         Command::Rtt(args) => gossip::rtt(args),
+        Command::Tls(command) => tls::run(command),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),
