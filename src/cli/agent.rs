@@ -212,20 +212,6 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
         log::warn!("{warning}");
     }
     crate::api::ui_assets::install(&config)?;
-    // Certificate, key and CA files are read at start, so a missing or mismatched file stops
-    // the agent as it stops Consul, even while no listener speaks TLS yet.
-    let tls = crate::tls::TlsConfigurator::new(
-        &config.tls,
-        crate::tls::Identity {
-            datacenter: config.datacenter.clone(),
-            domain: config.dns.domain.clone(),
-            node_name: config.node_name.clone(),
-            server: config.server,
-        },
-    )?;
-    for warning in &tls.current().warnings {
-        log::warn!("{warning}");
-    }
     if config.dev_mode {
         log::info!("agent: running in -dev mode: data is kept in a temporary directory unless -data-dir is given");
     }

@@ -69,6 +69,8 @@ pub enum Command {
     Leave(gossip::LeaveArgs),
     /// Forces a failed member into the left state (or forgets it with -prune).
     ForceLeave(gossip::ForceLeaveArgs),
+    /// Makes the agent reload its configuration (services, checks, TLS certificates).
+    Reload(gossip::ReloadArgs),
     /// Fires a user event to the cluster.
     Event(gossip::EventArgs),
     /// Generates a new gossip encryption key.
@@ -328,6 +330,7 @@ pub fn main() -> i32 {
         Command::Join(args) => gossip::join(args),
         Command::Leave(args) => gossip::leave(args),
         Command::ForceLeave(args) => gossip::force_leave(args),
+        Command::Reload(args) => gossip::reload(args),
         Command::Event(args) => gossip::event(args),
         Command::Keygen => gossip::keygen(),
         Command::Keyring(args) => gossip::keyring(args),

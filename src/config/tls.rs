@@ -21,7 +21,6 @@
 //! Pure: no file is opened here; the files are read by [`crate::tls`].
 
 use super::{get_bool, get_string, get_strings, not_acted_on, Ports};
-use crate::tls::files::CaSource;
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -540,16 +539,10 @@ impl TlsConfig {
         Ok(())
     }
 
-    /// One warning for each setting that would change behaviour once the listeners and dialers
-    /// speak TLS, but does not yet; the serving layer drops these as it wires each part.
+    /// One warning for each TLS setting praetor accepts but does not act on yet (gRPC,
+    /// auto-encrypt, the gossip encryption switches).
     pub fn not_active_warnings(&self, ports: &Ports) -> Vec<String> {
         let mut warnings = Vec::new();
-        if ports.https >= 0 {
-            warnings.push(not_acted_on(
-                &format!("ports.https = {}", ports.https),
-                "no HTTPS listener is opened yet; the HTTP API is served in plain text only",
-            ));
-        }
         if ports.grpc_tls >= 0 {
             warnings.push(not_acted_on(
                 &format!("ports.grpc_tls = {}", ports.grpc_tls),
@@ -557,24 +550,6 @@ impl TlsConfig {
             ));
         }
         let rpc = &self.internal_rpc;
-        for (key, on) in [
-            ("verify_incoming", rpc.verify_incoming),
-            ("verify_outgoing", rpc.verify_outgoing),
-            ("verify_server_hostname", rpc.verify_server_hostname),
-        ] {
-            if on {
-                warnings.push(not_acted_on(
-                    &format!("tls.internal_rpc.{key} = true"),
-                    "server RPC and Raft on the server port are plain TCP until TLS is wired there",
-                ));
-            }
-        }
-        if self.https.verify_incoming {
-            warnings.push(not_acted_on(
-                "tls.https.verify_incoming = true",
-                "no HTTPS listener is opened yet",
-            ));
-        }
         if self.grpc.verify_incoming || self.grpc.use_auto_cert {
             warnings.push(not_acted_on("tls.grpc", "praetor has no gRPC interface"));
         }
@@ -636,6 +611,21 @@ fn auto_encrypt_from(raw: &Map<String, Value>) -> Result<AutoEncrypt, String> {
         dns_san,
         ip_san,
     })
+}
+
+/// Where trusted CA certificates come from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaSource {
+    /// A PEM bundle; wins over `path` when both are given, as in Consul.
+    pub file: Option<PathBuf>,
+    /// A directory of PEM files.
+    pub path: Option<PathBuf>,
+}
+
+impl CaSource {
+    pub fn is_empty(&self) -> bool {
+        self.file.is_none() && self.path.is_none()
+    }
 }
 
 #[cfg(test)]
@@ -855,9 +845,6 @@ mod tests {
         assert_eq!(
             keys,
             vec![
-                "ports.https",
-                "tls.internal_rpc.verify_outgoing",
-                "tls.internal_rpc.verify_server_hostname",
                 "auto_encrypt",
                 "encrypt_verify_incoming",
                 "auto_encrypt.allow_tls",
@@ -901,6 +888,6 @@ mod tests {
         assert!(old_after_new.unknown_keys.is_empty());
         let ports = build(&["ports { https = 8501 grpc_tls = 8503 }"]);
         assert_eq!((ports.ports.https, ports.ports.grpc_tls), (8501, 8503));
-        assert_eq!(ports.warnings.len(), 2, "{:?}", ports.warnings);
+        assert_eq!(ports.warnings.len(), 1, "{:?}", ports.warnings);
     }
 }

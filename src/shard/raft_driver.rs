@@ -308,7 +308,7 @@ pub fn open(
         log::info!("raft: bootstrapped a single-server cluster");
     }
     let membership = core.membership().clone();
-    let mut transport = PeerTransport::new(config.raft_id, faults);
+    let mut transport = PeerTransport::new(config.raft_id, faults, shared.tls.clone());
     transport.update_peers(
         &membership
             .members

@@ -6,6 +6,7 @@
 //! the file. Nothing here keeps state: every call reads the files again, which is what a
 //! certificate reload needs.
 
+pub use crate::config::tls::CaSource;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::io::Read;
@@ -59,21 +60,6 @@ pub fn pem_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'s
 pub fn pem_private_key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
     let data = read_bounded(path, PEM_FILE_BYTES_MAX, what)?;
     PrivateKeyDer::from_pem_slice(&data).map_err(|e| format!("{what} {}: {e}", path.display()))
-}
-
-/// Where trusted CA certificates come from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CaSource {
-    /// A PEM bundle; wins over `path` when both are given, as in Consul.
-    pub file: Option<PathBuf>,
-    /// A directory of PEM files.
-    pub path: Option<PathBuf>,
-}
-
-impl CaSource {
-    pub fn is_empty(&self) -> bool {
-        self.file.is_none() && self.path.is_none()
-    }
 }
 
 /// The CA certificates of `source`, or `None` when it names no file nor directory. A directory
