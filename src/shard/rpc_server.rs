@@ -1,17 +1,20 @@
 //! The server RPC listener (:8300) of a shard. The first byte of a connection selects the
 //! protocol, as in Consul:
 //!
-//! - [`PROTOCOL_RAFT`]: a peer's stream of Raft messages; the socket itself is handed to the
-//!   raft core thread, which reads and decodes it (one thread wake-up less per message).
-//! - [`PROTOCOL_RPC`]: multiplexed requests — each runs as its own task, answers go back
-//!   through the connection's single writer task, tagged with the request id.
-//!
-//! - TLS ([`rpc_type::TLS`]): a TLS handshake (the client certificate required and verified
-//!   under `verify_incoming`), then a second protocol byte inside the session selects Raft or
-//!   requests as above. A peer that asks for Raft must pass the server-role check
+//! - [`PROTOCOL_RAFT`](crate::proto::rpc::PROTOCOL_RAFT): a peer's stream of Raft messages;
+//!   the socket itself is handed to the raft core thread, which reads and decodes it (one
+//!   thread wake-up less per message).
+//! - [`PROTOCOL_RPC`](crate::proto::rpc::PROTOCOL_RPC): multiplexed requests — each runs as
+//!   its own task, answers go back through the connection's single writer task, tagged with
+//!   the request id.
+//! - TLS ([`rpc_type::TLS`](crate::proto::rpc_select::rpc_type::TLS)): a TLS handshake (the
+//!   client certificate required and verified under `verify_incoming`), then a second
+//!   protocol byte inside the session selects Raft or requests as above. A peer that asks for
+//!   Raft must pass the server-role check
 //!   ([`crate::tls::TlsConfigurator::authorize_server_peer`]): with `verify_incoming` and
 //!   `verify_server_hostname`, its certificate must name `server.<datacenter>.<domain>`, so a
-//!   node holding a client certificate never joins Raft.
+//!   node holding a client certificate never joins Raft. An accepted TLS Raft stream is
+//!   decrypted here and relayed to the raft thread through a socket pair.
 //!
 //! What a byte selects is decided in one place ([`crate::proto::rpc_select::select`]); with
 //! `verify_incoming` a plaintext byte is refused and logged with the peer's address.
