@@ -11,15 +11,17 @@
 //! 4. [`consul`]: Consul's shapes: JSON, lenient bodies, `?filter`, definitions, metrics,
 //!    the user-event envelope. Pure.
 //! 5. [`config`]: flags and config files merged into the agent's configuration.
-//! 6. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
+//! 6. [`tls`]: certificate files, rustls configurations per protocol swapped whole on reload,
+//!    the server-role check, the TLS stream over monoio, certificate generation.
+//! 7. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
 //!    propose/read plumbing, the raft thread and its durable log.
-//! 7. [`cluster`]: the gossip driver and pools, server discovery, member reconcile, user
+//! 8. [`cluster`]: the gossip driver and pools, server discovery, member reconcile, user
 //!    events.
-//! 8. [`api`] and [`dns`]: the HTTP API (routing table, handlers, server loop) and DNS
+//! 9. [`api`] and [`dns`]: the HTTP API (routing table, handlers, server loop) and DNS
 //!    (resolution, socket loops); neither uses the other.
-//! 9. [`agent`]: local services and checks, runners, anti-entropy.
-//! 10. [`node`]: start-up wiring, the only module that uses every layer.
-//! 11. [`cli`]: operator commands.
+//! 10. [`agent`]: local services and checks, runners, anti-entropy.
+//! 11. [`node`]: start-up wiring, the only module that uses every layer.
+//! 12. [`cli`]: operator commands.
 //!
 //! Pure modules do no I/O, read no clock, draw no entropy and start no thread.
 //!
@@ -39,6 +41,7 @@ pub mod raft;
 pub mod replica;
 pub mod shard;
 pub mod store;
+pub mod tls;
 
 /// The Consul HTTP API version praetor implements; reported by `praetor version` and
 /// `/v1/agent/self` as `Config.Version` so that clients that gate features on it behave.

@@ -31,12 +31,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("consul",  &["proto", "store"]),
     // Flags and config files merged into the agent's configuration.
     ("config",  &["proto", "store", "consul"]),
+    // Certificates, rustls configurations per protocol, the TLS stream over monoio.
+    ("tls",     &["proto", "config"]),
     // The runtime: shard threads, channels, store versions, watches, the raft thread.
-    ("shard",   &["proto", "store", "raft", "replica", "config"]),
+    ("shard",   &["proto", "store", "raft", "replica", "config", "tls"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
     ("cluster", &["proto", "store", "gossip", "consul", "config", "shard"]),
     // The HTTP API: routing table, handlers, server loop.
-    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "shard",
+    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster"]),
     // DNS resolution and its socket loops.
     ("dns",     &["proto", "store", "config", "shard"]),
@@ -44,10 +46,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "shard", "cluster",
                   "api"]),
     // Start-up wiring: the only module that imports every layer.
-    ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "shard",
+    ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "api", "dns", "agent"]),
     // Operator commands.
-    ("cli",     &["proto", "gossip", "consul", "config", "shard", "api", "agent", "node"]),
+    ("cli",     &["proto", "gossip", "consul", "config", "tls", "shard", "api", "agent", "node"]),
 ];
 
 /// Layers that do no I/O, read no clock, draw no entropy and start no thread: time, bytes

@@ -503,6 +503,10 @@ async fn reload(agent: &Rc<Agent>) -> AgentReply {
         Ok(config) => config,
         Err(e) => return AgentReply::text(500, format!("Failed reloading config: {e}")),
     };
+    // New certificates serve the next handshake; open connections keep theirs.
+    if let Err(e) = agent.shard.shared().tls.reload(&fresh.tls) {
+        return AgentReply::text(500, format!("Failed reloading tls configuration: {e}"));
+    }
     if let Err(e) = agent.load_config_definitions(&fresh) {
         return AgentReply::text(500, format!("Failed reloading services and checks: {e}"));
     }

@@ -43,9 +43,12 @@ use crate::shard::rpc_server::ForwardedHttp;
 use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
-use monoio::buf::IoBufMut;
+use crate::tls::stream::{ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
+use crate::tls::Protocol;
+use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
+use monoio::BufResult;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::future::Future;
@@ -111,7 +114,7 @@ pub async fn accept_loop(server: Rc<Server>, listener: TcpListener) {
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 let _ = stream.set_nodelay(true);
-                monoio::spawn(serve_connection(server.clone(), stream));
+                monoio::spawn(serve_connection(server.clone(), HttpStream::Plain(stream)));
             }
             Err(e) => {
                 if server.shard.shutting_down() {
@@ -125,8 +128,81 @@ pub async fn accept_loop(server: Rc<Server>, listener: TcpListener) {
     }
 }
 
+/// Accepts HTTPS connections: each one's TLS handshake runs in its own task (under the
+/// handshake timeout) with the HTTPS configuration in force at that moment, so a reload
+/// serves the next connection and leaves open ones alone. After the handshake the
+/// connection is served exactly as a plain one.
+pub async fn accept_tls_loop(server: Rc<Server>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                monoio::spawn(handshake_and_serve(server.clone(), stream, peer));
+            }
+            Err(e) => {
+                if server.shard.shutting_down() {
+                    return;
+                }
+                log::warn!("https: accept failed: {e}");
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+async fn handshake_and_serve(server: Rc<Server>, stream: TcpStream, peer: SocketAddr) {
+    let tls = &server.shard.shared().tls;
+    let Some(config) = tls.server_config(Protocol::Https) else {
+        // The agent refuses to start an HTTPS listener without a certificate, and a reload
+        // that removes it fails; so this is a bug, not a configuration.
+        debug_assert!(false, "an HTTPS listener without a certificate");
+        return;
+    };
+    match crate::tls::stream::accept(config, stream, HANDSHAKE_TIMEOUT_DEFAULT).await {
+        Ok(stream) => serve_connection(server, HttpStream::Tls(Box::new(stream))).await,
+        Err(error) => log::warn!(
+            "{}",
+            crate::tls::handshake_failure_line(Protocol::Https, peer, &error)
+        ),
+    }
+}
+
+/// The socket a connection is served on: plain TCP, or TLS over TCP.
+enum HttpStream {
+    Plain(TcpStream),
+    Tls(Box<ServerTlsStream<TcpStream>>),
+}
+
+impl HttpStream {
+    async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            HttpStream::Plain(stream) => stream.read(buf).await,
+            HttpStream::Tls(stream) => stream.read(buf).await,
+        }
+    }
+
+    async fn write_all<T: IoBuf + 'static>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            HttpStream::Plain(stream) => stream.write_all(buf).await,
+            HttpStream::Tls(stream) => stream.write_all(buf).await,
+        }
+    }
+
+    /// Ends our direction: a FIN, after a TLS `close_notify` on TLS.
+    async fn shutdown(&mut self) -> io::Result<()> {
+        match self {
+            HttpStream::Plain(stream) => stream.shutdown().await,
+            HttpStream::Tls(stream) => stream.shutdown().await,
+        }
+    }
+}
+
 /// Reads more bytes into `input`. Returns 0 at end of stream.
-async fn fill(stream: &mut TcpStream, input: &mut Vec<u8>, timeout: Duration) -> io::Result<usize> {
+async fn fill(
+    stream: &mut HttpStream,
+    input: &mut Vec<u8>,
+    timeout: Duration,
+) -> io::Result<usize> {
     if input.capacity() - input.len() < READ_SPACE_MIN_BYTES {
         input.reserve(input.len().max(READ_SPACE_MIN_BYTES));
     }
@@ -142,7 +218,7 @@ async fn fill(stream: &mut TcpStream, input: &mut Vec<u8>, timeout: Duration) ->
 }
 
 struct Connection {
-    stream: TcpStream,
+    stream: HttpStream,
     input: Vec<u8>,
     output: Vec<u8>,
 }
@@ -226,7 +302,7 @@ impl Connection {
     }
 }
 
-async fn serve_connection(server: Rc<Server>, stream: TcpStream) {
+async fn serve_connection(server: Rc<Server>, stream: HttpStream) {
     let mut conn = Connection {
         stream,
         // Buffers are allocated by the first read and the first answer, sized to need.
@@ -235,6 +311,10 @@ async fn serve_connection(server: Rc<Server>, stream: TcpStream) {
     };
     // Errors end the connection; there is nobody to report them to.
     let _ = serve_requests(&server, &mut conn).await;
+    if let HttpStream::Tls(_) = conn.stream {
+        // A TLS client tells a truncated answer from a complete one by our close_notify.
+        let _ = monoio::time::timeout(LINGER_TIMEOUT, conn.stream.shutdown()).await;
+    }
 }
 
 /// How a request's answer is framed.
@@ -638,12 +718,18 @@ async fn park_connection(
     conn: &mut Connection,
     limits: &HttpLimits,
 ) -> io::Result<AfterPark> {
+    if matches!(conn.stream, HttpStream::Tls(_)) {
+        return Box::pin(park_tls_connection(server, op, shape, answer_key, conn)).await;
+    }
     let Connection {
         stream,
         input,
         output,
     } = conn;
-    let stream: &TcpStream = stream;
+    let stream: &TcpStream = match stream {
+        HttpStream::Plain(stream) => stream,
+        HttpStream::Tls(_) => unreachable!("TLS connections park above"),
+    };
     let mut client = ParkedClient {
         stream,
         input,
@@ -683,6 +769,34 @@ async fn park_connection(
         // Woken early with every registration (a leadership change): an idle
         // connection has nothing to re-evaluate, so it keeps waiting.
     }
+}
+
+/// Parks a blocking query that arrived over TLS, and answers it.
+///
+/// The socket's readiness says nothing about a TLS client: its bytes are records (a
+/// `close_notify` alert when it hangs up politely) that only the TLS session can read, and
+/// reading them here would interleave with the session's own reads. So a parked HTTPS query
+/// does not watch its client: one that hangs up is noticed when the query is answered (by a
+/// change or its wait deadline), and the answer then goes through the session like any other.
+async fn park_tls_connection(
+    server: &Server,
+    op: BlockOp,
+    shape: ReplyShape,
+    answer_key: Option<Box<[u8]>>,
+    conn: &mut Connection,
+) -> io::Result<AfterPark> {
+    debug_assert!(matches!(conn.stream, HttpStream::Tls(_)));
+    let Some(answer) = park(server, op, shape, &mut conn.output, answer_key, None).await? else {
+        return Ok(AfterPark::SendOutput);
+    };
+    debug_assert!(conn.output.is_empty(), "a parked query answers in order");
+    conn.output.extend_from_slice(&answer);
+    conn.flush().await?;
+    Ok(if shape.keep_alive {
+        AfterPark::NextRequest
+    } else {
+        AfterPark::Close
+    })
 }
 
 /// Sends an answer shared with other connections.

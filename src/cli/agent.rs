@@ -48,6 +48,11 @@ pub struct AgentArgs {
     pub serf_wan_port: Option<i32>,
     #[arg(long = "grpc-port", allow_negative_numbers = true)]
     pub grpc_port: Option<i32>,
+    /// HTTPS API port (off by default; needs a certificate in `tls`).
+    #[arg(long = "https-port", allow_negative_numbers = true)]
+    pub https_port: Option<i32>,
+    #[arg(long = "grpc-tls-port", allow_negative_numbers = true)]
+    pub grpc_tls_port: Option<i32>,
     /// Shard threads (default: one per core).
     #[arg(long)]
     pub shards: Option<usize>,
@@ -174,6 +179,8 @@ impl AgentArgs {
             ("serf_lan", self.serf_lan_port),
             ("serf_wan", self.serf_wan_port),
             ("grpc", self.grpc_port),
+            ("https", self.https_port),
+            ("grpc_tls", self.grpc_tls_port),
         ] {
             if let Some(port) = value {
                 ports.insert(key.to_string(), json!(port));

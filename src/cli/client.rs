@@ -17,8 +17,12 @@
 //! `?partition=`, rather than sent and silently ignored.
 
 use super::HttpFlags;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use crate::tls::files::{
+    crypto_provider, load_ca_certificates, pem_certificates, pem_private_key, read_bounded,
+    root_store, CaSource,
+};
+use crate::tls::verify::ChainVerifier;
+use rustls::pki_types::ServerName;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -37,10 +41,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(660);
 /// Largest token file read; a token is a UUID.
 const TOKEN_FILE_BYTES_MAX: u64 = 64 * 1024;
-/// Largest PEM file (CA bundle, certificate, key) read.
-const PEM_FILE_BYTES_MAX: u64 = 16 << 20;
-/// Most files read from a `-ca-path` directory.
-const CA_PATH_FILES_MAX: usize = 4096;
 
 /// Consul CE's answer to a namespace (`agent/http_ce.go`).
 const NAMESPACE_REFUSAL: &str =
@@ -105,21 +105,6 @@ fn parse_go_bool(text: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
-}
-
-fn read_bounded(path: &Path, bytes_max: u64, what: &str) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    let mut data = Vec::new();
-    file.take(bytes_max + 1)
-        .read_to_end(&mut data)
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    if data.len() as u64 > bytes_max {
-        return Err(format!(
-            "{what} {}: larger than {bytes_max} bytes",
-            path.display()
-        ));
-    }
-    Ok(data)
 }
 
 impl ClientOptions {
@@ -245,25 +230,6 @@ fn host_of(name: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
-fn pem_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let data = read_bounded(path, PEM_FILE_BYTES_MAX, what)?;
-    let certificates = CertificateDer::pem_slice_iter(&data)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
-    if certificates.is_empty() {
-        return Err(format!(
-            "{what} {}: Couldn't parse PEM in: {}",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(certificates)
-}
-
-fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn tls_settings(files: &TlsFiles) -> Result<TlsSettings, String> {
     let server_name = ServerName::try_from(host_of(&files.server_name).to_string())
         .map_err(|e| format!("invalid TLS server name {:?}: {e}", files.server_name))?;
@@ -271,50 +237,40 @@ fn tls_settings(files: &TlsFiles) -> Result<TlsSettings, String> {
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS setup failed: {e}"))?;
     let builder = if files.verify {
-        let mut roots = rustls::RootCertStore::empty();
         // As Go's rootcerts: a CA file wins over a CA directory; neither means system roots.
-        if let Some(file) = files.ca_file.as_deref().filter(|f| !f.is_empty()) {
-            for certificate in pem_certificates(Path::new(file), "Error loading CA File:")? {
+        let source = CaSource {
+            file: files
+                .ca_file
+                .as_deref()
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from),
+            path: files
+                .ca_path
+                .as_deref()
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
+        };
+        let roots = match load_ca_certificates(&source)? {
+            Some(certificates) => {
+                root_store(&certificates).map_err(|e| format!("Error loading CA: {e}"))?
+            }
+            None => {
+                let mut roots = rustls::RootCertStore::empty();
+                let native = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(native.certs);
                 roots
-                    .add(certificate)
-                    .map_err(|e| format!("Error loading CA File: {file}: {e}"))?;
             }
-        } else if let Some(dir) = files.ca_path.as_deref().filter(|d| !d.is_empty()) {
-            let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map_err(|e| format!("Error loading CA Path: {dir}: {e}"))?
-                .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .take(CA_PATH_FILES_MAX + 1)
-                .collect();
-            if paths.len() > CA_PATH_FILES_MAX {
-                return Err(format!(
-                    "Error loading CA Path: {dir}: more than {CA_PATH_FILES_MAX} files"
-                ));
-            }
-            paths.sort();
-            for path in paths {
-                for certificate in pem_certificates(&path, "Error loading file from CAPath:")? {
-                    roots
-                        .add(certificate)
-                        .map_err(|e| format!("Error loading CA Path: {}: {e}", path.display()))?;
-                }
-            }
-        } else {
-            let native = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(native.certs);
-        }
+        };
         builder.with_root_certificates(roots)
     } else {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(crypto_provider())))
+            .with_custom_certificate_verifier(Arc::new(ChainVerifier::accept_any()))
     };
     let config = match (&files.client_cert, &files.client_key) {
         (Some(cert), Some(key)) if !cert.is_empty() && !key.is_empty() => {
             let chain = pem_certificates(Path::new(cert), "Error loading client certificate")?;
-            let key_data = read_bounded(Path::new(key), PEM_FILE_BYTES_MAX, "client key")?;
-            let key = PrivateKeyDer::from_pem_slice(&key_data)
-                .map_err(|e| format!("Error loading client key {key}: {e}"))?;
+            let key = pem_private_key(Path::new(key), "Error loading client key")?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("Error loading client certificate: {e}"))?
@@ -329,57 +285,6 @@ fn tls_settings(files: &TlsFiles) -> Result<TlsSettings, String> {
         config: Arc::new(config),
         server_name,
     })
-}
-
-/// `CONSUL_HTTP_SSL_VERIFY=false`: Go's `InsecureSkipVerify`. The chain and the name are not
-/// checked, but the handshake signatures still are, so the session is at least with the
-/// holder of the presented key.
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 pub struct Response {

@@ -47,6 +47,12 @@ pub struct LeaveArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ReloadArgs {
+    #[command(flatten)]
+    pub http: HttpFlags,
+}
+
+#[derive(Args, Debug)]
 pub struct ForceLeaveArgs {
     #[command(flatten)]
     pub http: HttpFlags,
@@ -265,6 +271,17 @@ pub fn leave(args: LeaveArgs) -> Result<i32, String> {
         .ok("PUT", "/v1/agent/leave", None)
         .map_err(|e| format!("Error leaving: {e}"))?;
     println!("Graceful leave complete");
+    Ok(0)
+}
+
+/// Asks the agent to reload its configuration files: services, checks, node metadata and
+/// the TLS certificates (`PUT /v1/agent/reload`).
+pub fn reload(args: ReloadArgs) -> Result<i32, String> {
+    args.http
+        .client()?
+        .ok("PUT", "/v1/agent/reload", None)
+        .map_err(|e| format!("Error reloading: {e}"))?;
+    println!("Configuration reload triggered");
     Ok(0)
 }
 

@@ -17,6 +17,7 @@ pub mod maint;
 pub mod operator;
 pub mod services;
 pub mod snapshot;
+pub mod tls;
 pub mod watch;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -68,6 +69,8 @@ pub enum Command {
     Leave(gossip::LeaveArgs),
     /// Forces a failed member into the left state (or forgets it with -prune).
     ForceLeave(gossip::ForceLeaveArgs),
+    /// Makes the agent reload its configuration (services, checks, TLS certificates).
+    Reload(gossip::ReloadArgs),
     /// Fires a user event to the cluster.
     Event(gossip::EventArgs),
     /// Generates a new gossip encryption key.
@@ -76,6 +79,9 @@ pub enum Command {
     Keyring(gossip::KeyringArgs),
     /// Estimates the round-trip time between two nodes from their network coordinates.
     Rtt(gossip::RttArgs),
+    /// Creates the agent CA and agent certificates (Consul's file names and names).
+    #[command(subcommand)]
+    Tls(tls::TlsCommand),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -324,10 +330,12 @@ pub fn main() -> i32 {
         Command::Join(args) => gossip::join(args),
         Command::Leave(args) => gossip::leave(args),
         Command::ForceLeave(args) => gossip::force_leave(args),
+        Command::Reload(args) => gossip::reload(args),
         Command::Event(args) => gossip::event(args),
         Command::Keygen => gossip::keygen(),
         Command::Keyring(args) => gossip::keyring(args),
         Command::Rtt(args) => gossip::rtt(args),
+        Command::Tls(command) => tls::run(command),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),
@@ -498,5 +506,26 @@ mod tests {
         assert_eq!(agent.http_port, Some(18500));
         assert_eq!(agent.dns_port, Some(-1));
         assert_eq!(agent.retry_join, vec!["a", "b"]);
+        // `-https-port` starts with `-h`, clap's help flag, unless it is normalized first.
+        let cli = Cli::try_parse_from(normalized(&[
+            "praetor",
+            "agent",
+            "-dev",
+            "-https-port",
+            "8501",
+            "-grpc-tls-port=-1",
+        ]))
+        .unwrap();
+        let Command::Agent(agent) = cli.command else {
+            panic!("expected agent")
+        };
+        assert_eq!(
+            (agent.https_port, agent.grpc_tls_port),
+            (Some(8501), Some(-1))
+        );
+        assert_eq!(
+            agent.to_config_object()["ports"],
+            serde_json::json!({"https": 8501, "grpc_tls": -1})
+        );
     }
 }

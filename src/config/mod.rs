@@ -14,6 +14,7 @@
 //! ([`AgentConfig::warnings`]), so nothing a Consul config says is silently dropped.
 
 pub mod schema;
+pub mod tls;
 
 pub mod ui;
 
@@ -51,6 +52,8 @@ pub struct Ports {
     pub serf_lan: i32,
     pub serf_wan: i32,
     pub grpc: i32,
+    /// gRPC over TLS (`ports.grpc_tls`); praetor has no gRPC interface, so it only warns.
+    pub grpc_tls: i32,
 }
 
 impl Default for Ports {
@@ -63,6 +66,7 @@ impl Default for Ports {
             serf_lan: 8301,
             serf_wan: 8302,
             grpc: -1,
+            grpc_tls: -1,
         }
     }
 }
@@ -106,6 +110,8 @@ pub struct AgentConfig {
     pub pending: PendingSettings,
     /// `acl { … }`, `primary_datacenter` and the legacy ACL keys.
     pub acl: acl::AclConfig,
+    /// The `tls` stanza (and the old top-level TLS keys), resolved per protocol.
+    pub tls: tls::TlsConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -250,6 +256,13 @@ pub struct ConfigSources {
 /// Merges every source and extracts the typed configuration.
 pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
     let mut merged = Map::new();
+    // The old top-level TLS keys move into the `tls` stanza document by document, as in
+    // Consul, so a later document's stanza overrides an earlier document's old key.
+    let mut deprecations = Vec::new();
+    let mut add = |merged: &mut Map<String, Value>, mut document: Map<String, Value>| {
+        deprecations.extend(tls::apply_deprecated_keys(&mut document));
+        merge(merged, document);
+    };
     if sources.dev {
         merged.insert("dev_mode".into(), Value::Bool(true));
         merged.insert("server".into(), Value::Bool(true));
@@ -259,21 +272,22 @@ pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
         merged.insert("ui_config".into(), serde_json::json!({"enabled": true}));
     }
     for file in &sources.config_files {
-        merge(&mut merged, read_config_file(file)?);
+        add(&mut merged, read_config_file(file)?);
     }
     for dir in &sources.config_dirs {
         for file in config_dir_files(dir)? {
-            merge(&mut merged, read_config_file(&file)?);
+            add(&mut merged, read_config_file(&file)?);
         }
     }
     for (i, snippet) in sources.hcl_snippets.iter().enumerate() {
-        merge(
+        add(
             &mut merged,
             parse_document(snippet, true, &format!("-hcl #{}", i + 1))?,
         );
     }
-    merge(&mut merged, sources.flags.clone());
+    add(&mut merged, sources.flags.clone());
     let mut config = from_merged(merged)?;
+    config.warnings.splice(0..0, deprecations);
     config.sources = sources.clone();
     Ok(config)
 }
@@ -367,6 +381,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
             serf_lan: port("serf_lan", ports.serf_lan)?,
             serf_wan: port("serf_wan", ports.serf_wan)?,
             grpc: port("grpc", ports.grpc)?,
+            grpc_tls: port("grpc_tls", ports.grpc_tls)?,
         };
     }
     let bind_addr = match get_string(&raw, "bind_addr")? {
@@ -457,6 +472,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let mut warnings = Vec::new();
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
     let node_meta = node_meta_from(&raw)?;
+    let tls = tls::TlsConfig::from_merged(&raw, server)?;
+    warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     if !disable_remote_exec {
         warnings.push(not_acted_on(
@@ -492,6 +509,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         disable_remote_exec,
         pending,
         acl: acl::AclConfig::from_raw(&raw)?,
+        tls,
         raw,
         unknown_keys,
         warnings,

@@ -57,6 +57,36 @@ const PORTS: &[Field] = &[
     field("serf_lan", Kind::Int),
     field("serf_wan", Kind::Int),
     field("grpc", Kind::Int),
+    field("grpc_tls", Kind::Int),
+];
+
+/// One block of the `tls` stanza (`defaults`, `internal_rpc`, `https`, `grpc`); which keys a
+/// block may hold is checked by `config::tls` with Consul's messages.
+const TLS_PROTOCOL: &[Field] = &[
+    field("ca_file", Kind::Str),
+    field("ca_path", Kind::Str),
+    field("cert_file", Kind::Str),
+    field("key_file", Kind::Str),
+    field("tls_min_version", Kind::Str),
+    field("tls_cipher_suites", Kind::Str),
+    field("verify_incoming", Kind::Bool),
+    field("verify_outgoing", Kind::Bool),
+    field("verify_server_hostname", Kind::Bool),
+    field("use_auto_cert", Kind::Bool),
+];
+
+const TLS: &[Field] = &[
+    field("defaults", Kind::Object(TLS_PROTOCOL)),
+    field("internal_rpc", Kind::Object(TLS_PROTOCOL)),
+    field("https", Kind::Object(TLS_PROTOCOL)),
+    field("grpc", Kind::Object(TLS_PROTOCOL)),
+];
+
+const AUTO_ENCRYPT: &[Field] = &[
+    field("tls", Kind::Bool),
+    field("allow_tls", Kind::Bool),
+    field("dns_san", Kind::StrList),
+    field("ip_san", Kind::StrList),
 ];
 
 const LIMITS: &[Field] = &[
@@ -135,12 +165,17 @@ pub const TOP_LEVEL: &[Field] = &[
     field("addresses", Kind::Any),
     field("advertise_addr", Kind::Str),
     field("advertise_addr_wan", Kind::Str),
+    field("auto_encrypt", Kind::Object(AUTO_ENCRYPT)),
     field("ae_interval", Kind::Duration),
     field("alt_domain", Kind::Str),
     field("autopilot", Kind::Object(AUTOPILOT)),
     field("bind_addr", Kind::Str),
     field("bootstrap", Kind::Bool),
     field("bootstrap_expect", Kind::Int),
+    // The old top-level TLS keys, moved into `tls` by `config::tls::apply_deprecated_keys`.
+    field("ca_file", Kind::Str),
+    field("ca_path", Kind::Str),
+    field("cert_file", Kind::Str),
     field("check", Kind::Any),
     field("check_update_interval", Kind::Duration),
     field("checks", Kind::Any),
@@ -162,6 +197,7 @@ pub const TOP_LEVEL: &[Field] = &[
     field("encrypt_verify_incoming", Kind::Bool),
     field("encrypt_verify_outgoing", Kind::Bool),
     field("http_config", Kind::Object(HTTP_CONFIG)),
+    field("key_file", Kind::Str),
     field("kv_max_value_size", Kind::Int),
     field("leave_on_terminate", Kind::Bool),
     field("limits", Kind::Object(LIMITS)),
@@ -197,7 +233,10 @@ pub const TOP_LEVEL: &[Field] = &[
     field("start_join", Kind::StrList),
     field("start_join_wan", Kind::StrList),
     field("telemetry", Kind::Any),
-    field("tls", Kind::Any),
+    field("tls", Kind::Object(TLS)),
+    field("tls_cipher_suites", Kind::Str),
+    field("tls_min_version", Kind::Str),
+    field("tls_prefer_server_cipher_suites", Kind::Bool),
     field("tombstone_ttl", Kind::Duration),
     field("translate_wan_addrs", Kind::Bool),
     field("txn_max_req_len", Kind::Int),
@@ -205,6 +244,11 @@ pub const TOP_LEVEL: &[Field] = &[
     field("ui_config", Kind::Any),
     field("ui_dir", Kind::Str),
     field("ui_content_path", Kind::Str),
+    field("verify_incoming", Kind::Bool),
+    field("verify_incoming_https", Kind::Bool),
+    field("verify_incoming_rpc", Kind::Bool),
+    field("verify_outgoing", Kind::Bool),
+    field("verify_server_hostname", Kind::Bool),
     field("watches", Kind::Any),
 ];
 

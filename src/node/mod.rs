@@ -54,8 +54,8 @@ fn load_or_create_node_id(config: &AgentConfig, data_dir: &Path) -> Result<Strin
     }
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it spawns afterwards),
-/// so that only [`wait_for_signal`] receives them.
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and the threads it spawns
+/// afterwards), so that only [`wait_for_signal`] receives them.
 fn block_shutdown_signals() -> libc::sigset_t {
     // SAFETY: sigset manipulation on a local, zero-initialised set.
     unsafe {
@@ -63,6 +63,7 @@ fn block_shutdown_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -101,6 +102,7 @@ fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
 /// Listeners one shard serves.
 struct ShardListeners {
     http: Vec<std::net::TcpListener>,
+    https: Vec<std::net::TcpListener>,
     rpc: Vec<std::net::TcpListener>,
     dns_udp: Vec<std::net::UdpSocket>,
     dns_tcp: Vec<std::net::TcpListener>,
@@ -118,6 +120,20 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         log::warn!(
             "agent: a client agent without -join or -retry-join knows no server until one joins it"
         );
+    }
+    // Certificate, key and CA files are read before anything starts, so a missing or
+    // mismatched file stops the agent as it stops Consul.
+    let tls = Arc::new(crate::tls::TlsConfigurator::new(
+        &config.tls,
+        crate::tls::Identity {
+            datacenter: config.datacenter.clone(),
+            domain: config.dns.domain.clone(),
+            node_name: config.node_name.clone(),
+            server: config.server,
+        },
+    )?);
+    for warning in &tls.current().warnings {
+        log::warn!("{warning}");
     }
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
@@ -167,6 +183,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         last_leader_contact_ms: AtomicU64::new(0),
         faults: faults.clone(),
         rpc_address,
+        tls: tls.clone(),
     });
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
@@ -216,6 +233,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let mut listeners: Vec<ShardListeners> = (0..shard_count)
         .map(|_| ShardListeners {
             http: Vec::new(),
+            https: Vec::new(),
             rpc: Vec::new(),
             dns_udp: Vec::new(),
             dns_tcp: Vec::new(),
@@ -228,6 +246,23 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 shard.http.push(
                     reuseport_listener(addr)
                         .map_err(|e| format!("cannot listen for HTTP on {addr}: {e}"))?,
+                );
+            }
+        }
+    }
+    if config.ports.https >= 0 {
+        if tls.server_config(crate::tls::Protocol::Https).is_none() {
+            return Err(format!(
+                "ports.https = {} needs a certificate: set tls.https.cert_file and key_file (or the same in tls.defaults)",
+                config.ports.https
+            ));
+        }
+        for ip in &config.client_addrs {
+            let addr = SocketAddr::new(*ip, config.ports.https as u16);
+            for shard in listeners.iter_mut() {
+                shard.https.push(
+                    reuseport_listener(addr)
+                        .map_err(|e| format!("cannot listen for HTTPS on {addr}: {e}"))?,
                 );
             }
         }
@@ -324,25 +359,39 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .iter()
         .map(|ip| display_addr(*ip, config.ports.http))
         .collect();
+    let https_addrs: Vec<String> = config
+        .client_addrs
+        .iter()
+        .map(|ip| display_addr(*ip, config.ports.https))
+        .collect();
     let dns_addrs: Vec<String> = config
         .client_addrs
         .iter()
         .map(|ip| display_addr(*ip, config.ports.dns))
         .collect();
     log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, HTTPS on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
         config.node_name,
         node_id,
         config.datacenter,
         shard_count,
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
+        if config.ports.https >= 0 { https_addrs.join(", ") } else { "(disabled)".to_string() },
         if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
         rpc_address,
         data_dir.path.display(),
         fd_limit
     );
 
-    let signal = wait_for_signal(&signals);
+    // SIGHUP reloads what can change without a restart: the TLS certificates (Consul also
+    // reloads its configuration on SIGHUP; `praetor reload` does the rest).
+    let signal = loop {
+        let signal = wait_for_signal(&signals);
+        if signal != libc::SIGHUP {
+            break signal;
+        }
+        reload_tls(&tls, &config.sources);
+    };
     log::info!("agent: caught signal {signal}, shutting down");
     shared.shutting_down.store(true, Ordering::SeqCst);
     if let Some(gossip) = &pools.lan {
@@ -364,6 +413,24 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     }
     log::info!("agent: shutdown complete");
     Ok(())
+}
+
+/// Re-reads the configuration's TLS settings and their files and swaps the new certificates
+/// in; on any error the ones in use stay, and the error is logged.
+pub fn reload_tls(tls: &crate::tls::TlsConfigurator, sources: &crate::config::ConfigSources) {
+    let settings = match crate::config::build(sources) {
+        Ok(config) => config.tls,
+        Err(e) => {
+            log::error!("agent: reload: the configuration does not load, TLS unchanged: {e}");
+            return;
+        }
+    };
+    match tls.reload(&settings) {
+        Ok(generation) => {
+            log::info!("agent: reload: TLS certificates loaded (generation {generation})")
+        }
+        Err(e) => log::error!("agent: reload: TLS unchanged: {e}"),
+    }
 }
 
 fn display_addr(ip: IpAddr, port: i32) -> String {
@@ -409,6 +476,14 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
                 monoio::spawn(crate::api::server::accept_loop(http.clone(), listener));
             }
             Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
+        }
+    }
+    for listener in listeners.https {
+        match monoio::net::TcpListener::from_std(listener) {
+            Ok(listener) => {
+                monoio::spawn(crate::api::server::accept_tls_loop(http.clone(), listener));
+            }
+            Err(e) => log::error!("shard {id}: cannot register HTTPS listener: {e}"),
         }
     }
     for listener in listeners.rpc {

@@ -8,4 +8,5 @@ pub mod gossip;
 pub mod hcl;
 pub mod http;
 pub mod rpc;
+pub mod rpc_select;
 pub mod snapshot_archive;

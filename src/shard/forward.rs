@@ -5,9 +5,17 @@
 //! hands each response to the request waiting for its id. A dead connection fails every
 //! request waiting on it and is replaced on the next call.
 //!
-//! Bounds: `IN_FLIGHT_MAX` requests per connection, a timeout per call, connect timeout.
+//! With `verify_outgoing` (or auto-encrypt) the connection is TLS: the TLS byte, a handshake
+//! with the RPC client configuration in force at that moment, then the protocol byte inside
+//! the session, as Consul dials.
+//!
+//! Bounds: `IN_FLIGHT_MAX` requests per connection, a timeout per call, connect timeout,
+//! handshake timeout.
 
 use crate::proto::rpc::{decode_frame, encode_frame, Frame, PROTOCOL_RPC};
+use crate::proto::rpc_select::rpc_type;
+use crate::tls::stream::HANDSHAKE_TIMEOUT_DEFAULT;
+use crate::tls::{Protocol, TlsConfigurator};
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, Splitable};
@@ -18,6 +26,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -52,12 +61,20 @@ impl MuxConnection {
     }
 }
 
-#[derive(Default)]
 pub struct ForwardPool {
     connections: RefCell<HashMap<SocketAddr, Rc<MuxConnection>>>,
+    /// Says whether and how to dial with TLS.
+    tls: Arc<TlsConfigurator>,
 }
 
 impl ForwardPool {
+    pub fn new(tls: Arc<TlsConfigurator>) -> ForwardPool {
+        ForwardPool {
+            connections: RefCell::default(),
+            tls,
+        }
+    }
+
     /// Sends one request frame to `addr` and waits for its response frame.
     pub async fn call(
         &self,
@@ -119,9 +136,34 @@ impl ForwardPool {
             next_id: Cell::new(1),
             closed: Cell::new(false),
         });
-        let (reader, writer) = stream.into_split();
-        monoio::spawn(write_loop(connection.clone(), writer, rx));
-        monoio::spawn(read_loop(connection.clone(), reader, addr));
+        match self.tls.rpc_client() {
+            None => {
+                let (reader, writer) = stream.into_split();
+                monoio::spawn(write_loop(connection.clone(), writer, rx));
+                monoio::spawn(read_loop(connection.clone(), reader, addr));
+            }
+            Some((config, server_name)) => {
+                let mut stream = stream;
+                let (written, _) = stream.write_all(vec![rpc_type::TLS]).await;
+                written.map_err(|e| format!("cannot write to {addr}: {e}"))?;
+                let session = crate::tls::stream::connect(
+                    config,
+                    server_name,
+                    stream,
+                    HANDSHAKE_TIMEOUT_DEFAULT,
+                )
+                .await
+                .map_err(|error| {
+                    let line =
+                        crate::tls::handshake_failure_line(Protocol::InternalRpc, addr, &error);
+                    log::warn!("{line}");
+                    line
+                })?;
+                let (reader, writer) = session.into_split();
+                monoio::spawn(write_loop(connection.clone(), writer, rx));
+                monoio::spawn(read_loop(connection.clone(), reader, addr));
+            }
+        }
         // The protocol byte goes first, ahead of any frame.
         let _ = connection
             .outgoing

@@ -17,6 +17,11 @@
 //! retransmits on its heartbeat. The sender thread (re)connects with backoff; what was queued
 //! for a broken connection is discarded (a frame may have been cut in half on it).
 //!
+//! With `verify_outgoing` the sender thread dials TLS instead (the TLS byte, a blocking
+//! handshake under [`HANDSHAKE_TIMEOUT`], the Raft byte inside the session) and writes every
+//! message itself: the core thread's direct writes go to a socket, and a TLS session has one
+//! writer. So under TLS each message costs the hop to the sender thread.
+//!
 //! Inbound Raft traffic arrives on the shards' RPC listeners (`rpc_server`).
 //!
 //! Fault injection for tests: [`Faults`] holds a set of blocked peer IPs, checked lock-free on
@@ -24,7 +29,9 @@
 //! which exists only when `enable_debug_faults` is configured.
 
 use crate::proto::rpc::{encode_frame, kind, PROTOCOL_RAFT};
+use crate::proto::rpc_select::rpc_type;
 use crate::raft::{Message, NodeId};
+use crate::tls::TlsConfigurator;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -41,6 +48,8 @@ use std::time::Duration;
 pub const OUTBOX_BYTES_MAX: usize = 768 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on a TLS handshake with a peer (Consul's `rpc_handshake_timeout` default).
+const HANDSHAKE_TIMEOUT: Duration = crate::tls::stream::HANDSHAKE_TIMEOUT_DEFAULT;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How often an idle sender thread looks at its stop flag.
@@ -145,17 +154,19 @@ pub struct PeerTransport {
     local_id: NodeId,
     peers: HashMap<NodeId, PeerSender>,
     faults: Arc<Faults>,
+    tls: Arc<TlsConfigurator>,
     dropped: u64,
     /// Reused for encoding each message.
     frame: BytesMut,
 }
 
 impl PeerTransport {
-    pub fn new(local_id: NodeId, faults: Arc<Faults>) -> Self {
+    pub fn new(local_id: NodeId, faults: Arc<Faults>, tls: Arc<TlsConfigurator>) -> Self {
         PeerTransport {
             local_id,
             peers: HashMap::new(),
             faults,
+            tls,
             dropped: 0,
             frame: BytesMut::with_capacity(64 * 1024),
         }
@@ -195,10 +206,11 @@ impl PeerTransport {
             let thread_link = link.clone();
             let thread_address = address.to_string();
             let faults = self.faults.clone();
+            let tls = self.tls.clone();
             let local_id = self.local_id;
             let spawned = std::thread::Builder::new()
                 .name(format!("praetor-peer-{id:x}"))
-                .spawn(move || sender_loop(local_id, thread_address, thread_link, faults));
+                .spawn(move || sender_loop(local_id, thread_address, thread_link, faults, &tls));
             if let Err(e) = spawned {
                 log::error!("raft: cannot start sender thread for peer {address}: {e}");
                 continue;
@@ -277,8 +289,16 @@ fn resolve(address: &str) -> Option<SocketAddr> {
 
 /// Connects to a peer (again after errors) and writes whatever the core queued, encoding
 /// queued messages on this thread.
-fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: Arc<Faults>) {
+fn sender_loop(
+    local_id: NodeId,
+    address: String,
+    link: Arc<PeerLink>,
+    faults: Arc<Faults>,
+    tls: &TlsConfigurator,
+) {
     let mut backoff = BACKOFF_MIN;
+    // The last handshake failure logged: a peer that keeps failing the same way is logged once.
+    let mut last_failure = String::new();
     let mut batch = BytesMut::new();
     let mut taken: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
     while !link.stop.load(Ordering::SeqCst) {
@@ -299,13 +319,36 @@ fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: A
         };
         let _ = stream.set_nodelay(true);
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        if stream.write_all(&[PROTOCOL_RAFT]).is_err() {
-            continue;
-        }
+        let mut writer = match tls.rpc_client() {
+            None => {
+                if stream.write_all(&[PROTOCOL_RAFT]).is_err() {
+                    continue;
+                }
+                let stream = Arc::new(stream);
+                // Queued while unconnected: whole messages only (direct writes need a
+                // connection).
+                link.lock().stream = Some((stream.clone(), addr.ip()));
+                PeerWriter::Plain(stream)
+            }
+            Some((config, server_name)) => match tls_handshake(stream, config, server_name) {
+                Ok(session) => {
+                    last_failure.clear();
+                    PeerWriter::Tls(Box::new(session))
+                }
+                Err(reason) => {
+                    let line = format!("tls: internal_rpc handshake with {addr} failed: {reason}");
+                    if line != last_failure {
+                        log::warn!("{line}");
+                        last_failure = line;
+                    }
+                    clear_queue(&mut link.lock());
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            },
+        };
         backoff = BACKOFF_MIN;
-        let stream = Arc::new(stream);
-        // Queued while unconnected: whole messages only (direct writes need a connection).
-        link.lock().stream = Some((stream.clone(), addr.ip()));
         loop {
             {
                 let mut outbox = link.lock();
@@ -341,7 +384,7 @@ fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: A
             let result = if faults.is_blocked(addr.ip()) {
                 Err(std::io::ErrorKind::ConnectionAborted.into())
             } else {
-                (&*stream).write_all(&batch)
+                writer.write_all(&batch)
             };
             let mut outbox = link.lock();
             outbox.writing = false;
@@ -358,6 +401,68 @@ fn sender_loop(local_id: NodeId, address: String, link: Arc<PeerLink>, faults: A
         }
     }
     link.lock().stream = None;
+}
+
+/// Where a sender thread writes: the socket the core also writes to directly, or a TLS
+/// session only this thread writes to.
+enum PeerWriter {
+    Plain(Arc<TcpStream>),
+    Tls(Box<(rustls::ClientConnection, TcpStream)>),
+}
+
+impl PeerWriter {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            PeerWriter::Plain(stream) => (&**stream).write_all(bytes),
+            PeerWriter::Tls(session) => {
+                let (connection, socket) = &mut **session;
+                tls_write_all(connection, socket, bytes)
+            }
+        }
+    }
+}
+
+/// Encrypts `bytes` and writes the records with blocking writes. Never reads: the stream
+/// carries Raft one way, and what the peer sends back (session tickets) is left unread.
+fn tls_write_all(
+    connection: &mut rustls::ClientConnection,
+    socket: &mut TcpStream,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let taken = connection.writer().write(rest)?;
+        rest = &rest[taken..];
+        while connection.wants_write() {
+            connection.write_tls(socket)?;
+        }
+    }
+    Ok(())
+}
+
+/// Dials TLS on a connected socket: the TLS byte, the handshake (bounded by the socket's
+/// timeouts), then the Raft byte inside the session. The error is a readable reason.
+fn tls_handshake(
+    mut socket: TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    server_name: rustls::pki_types::ServerName<'static>,
+) -> Result<(rustls::ClientConnection, TcpStream), String> {
+    let io_error = |e: std::io::Error| crate::tls::stream::describe_io_error(&e);
+    socket
+        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io_error)?;
+    socket.write_all(&[rpc_type::TLS]).map_err(io_error)?;
+    let mut connection = rustls::ClientConnection::new(config, server_name)
+        .map_err(|e| crate::tls::verify::describe_error(&e))?;
+    while connection.is_handshaking() {
+        match connection.complete_io(&mut socket) {
+            Ok((0, 0)) => return Err("the peer closed the connection during the handshake".into()),
+            Ok(_) => {}
+            Err(e) => return Err(io_error(e)),
+        }
+    }
+    tls_write_all(&mut connection, &mut socket, &[PROTOCOL_RAFT]).map_err(io_error)?;
+    Ok((connection, socket))
 }
 
 fn clear_queue(outbox: &mut Outbox) {

@@ -179,6 +179,7 @@ pub fn open(
         unix_ms: wall_clock_ms(),
     };
     let replica = Replica::open(replica_config, recovered, rand::random(), now)?;
+    let transport = PeerTransport::new(config.raft_id, faults, shared.tls.clone());
     let version = replica.version().clone();
     let mut driver = RaftDriver {
         replica,
@@ -187,7 +188,7 @@ pub fn open(
         inbox,
         shards,
         shared,
-        transport: PeerTransport::new(config.raft_id, faults),
+        transport,
         effects: Vec::new(),
         unix_ms: now.unix_ms,
         sync_requests: None,

@@ -6,7 +6,10 @@
 //! two such messages per round (the append to the follower, its acknowledgement back). On
 //! this class of machine a wake-up is tens of microseconds, a sizeable part of a replicated
 //! write's latency. A shard still accepts the connection and reads its protocol byte, then
-//! hands the socket over ([`RaftInput::PeerStream`]).
+//! hands the socket over ([`RaftInput::PeerStream`]). A Raft stream inside TLS cannot be
+//! handed over (the session lives in the shard's task), so the shard decrypts it and relays
+//! the plaintext through one end of a socket pair ([`PeerSocket::Relayed`]); the thread reads
+//! that end exactly as it reads a peer's socket.
 //!
 //! Waiting: the thread sleeps in `poll(2)` on an eventfd (the doorbell) and the peer
 //! sockets. A sender rings the doorbell only when the thread announced it is about to sleep,
@@ -28,6 +31,7 @@ use bytes::BytesMut;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,9 +114,37 @@ impl RaftInbox {
     }
 }
 
+/// Where a peer's Raft frames are read from.
+#[derive(Debug)]
+pub enum PeerSocket {
+    /// The peer's own connection (plain TCP).
+    Tcp(TcpStream),
+    /// Our end of a socket pair whose other end a shard writes the plaintext of a peer's TLS
+    /// session into.
+    Relayed(UnixStream),
+}
+
+impl PeerSocket {
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            PeerSocket::Tcp(socket) => socket.set_nonblocking(true),
+            PeerSocket::Relayed(socket) => socket.set_nonblocking(true),
+        }
+    }
+}
+
+impl AsRawFd for PeerSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            PeerSocket::Tcp(socket) => socket.as_raw_fd(),
+            PeerSocket::Relayed(socket) => socket.as_raw_fd(),
+        }
+    }
+}
+
 /// One peer's stream of Raft frames, read without blocking.
 struct PeerStream {
-    socket: TcpStream,
+    socket: PeerSocket,
     peer: SocketAddr,
     buffer: BytesMut,
     /// `poll` reported it readable, or a read stopped at the per-iteration budget.
@@ -155,8 +187,8 @@ impl RaftInboxReceiver {
     }
 
     /// Takes over a peer's Raft stream (its protocol byte already consumed).
-    pub fn adopt(&mut self, socket: TcpStream, peer: SocketAddr) {
-        if let Err(e) = socket.set_nonblocking(true) {
+    pub fn adopt(&mut self, socket: PeerSocket, peer: SocketAddr) {
+        if let Err(e) = socket.set_nonblocking() {
             log::warn!("raft: cannot use the stream from {peer}: {e}");
             return;
         }

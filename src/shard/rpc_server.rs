@@ -1,20 +1,37 @@
 //! The server RPC listener (:8300) of a shard. The first byte of a connection selects the
 //! protocol, as in Consul:
 //!
-//! - [`PROTOCOL_RAFT`]: a peer's stream of Raft messages; the socket itself is handed to the
-//!   raft core thread, which reads and decodes it (one thread wake-up less per message).
-//! - [`PROTOCOL_RPC`]: multiplexed requests — each runs as its own task, answers go back
-//!   through the connection's single writer task, tagged with the request id.
+//! - [`PROTOCOL_RAFT`](crate::proto::rpc::PROTOCOL_RAFT): a peer's stream of Raft messages;
+//!   the socket itself is handed to the raft core thread, which reads and decodes it (one
+//!   thread wake-up less per message).
+//! - [`PROTOCOL_RPC`](crate::proto::rpc::PROTOCOL_RPC): multiplexed requests — each runs as
+//!   its own task, answers go back through the connection's single writer task, tagged with
+//!   the request id.
+//! - TLS ([`rpc_type::TLS`](crate::proto::rpc_select::rpc_type::TLS)): a TLS handshake (the
+//!   client certificate required and verified under `verify_incoming`), then a second
+//!   protocol byte inside the session selects Raft or requests as above. A peer that asks for
+//!   Raft must pass the server-role check
+//!   ([`crate::tls::TlsConfigurator::authorize_server_peer`]): with `verify_incoming` and
+//!   `verify_server_hostname`, its certificate must name `server.<datacenter>.<domain>`, so a
+//!   node holding a client certificate never joins Raft. An accepted TLS Raft stream is
+//!   decrypted here and relayed to the raft thread through a socket pair.
+//!
+//! What a byte selects is decided in one place ([`crate::proto::rpc_select::select`]); with
+//! `verify_incoming` a plaintext byte is refused and logged with the peer's address.
 //!
 //! Bounds: `RPC_IN_FLIGHT_MAX` concurrent requests per connection (more get an error frame),
 //! frame size ([`FRAME_BYTES_MAX`](crate::proto::rpc::FRAME_BYTES_MAX)), a timeout for the
-//! first byte.
+//! first byte (each of them, outside and inside TLS), the handshake timeout.
 
-use crate::proto::rpc::{decode_frame, encode_frame, kind, PROTOCOL_RAFT, PROTOCOL_RPC};
+use crate::proto::rpc::{decode_frame, encode_frame, kind};
+use crate::proto::rpc_select::{select, Layer, Selection};
+use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::runtime::{RaftInput, Shard};
+use crate::tls::stream::{ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
+use crate::tls::Protocol;
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt, Splitable};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use std::cell::Cell;
 use std::future::Future;
@@ -54,25 +71,135 @@ pub async fn accept_loop<H: ForwardedHttp>(shard: Rc<Shard>, http: Rc<H>, listen
     }
 }
 
+/// Reads one protocol byte, within [`FIRST_BYTE_TIMEOUT`]; `None` if none came.
+async fn protocol_byte(stream: &mut impl AsyncReadRent) -> Option<u8> {
+    let first = vec![0u8; 1];
+    let (result, first) = monoio::time::timeout(FIRST_BYTE_TIMEOUT, stream.read(first))
+        .await
+        .ok()?;
+    matches!(result, Ok(1)).then(|| first[0])
+}
+
 async fn serve<H: ForwardedHttp>(
     shard: Rc<Shard>,
     http: Rc<H>,
     mut stream: TcpStream,
     peer: SocketAddr,
 ) {
-    let first = vec![0u8; 1];
-    let (result, first) = match monoio::time::timeout(FIRST_BYTE_TIMEOUT, stream.read(first)).await
-    {
-        Ok(read) => read,
-        Err(_) => return,
+    let Some(byte) = protocol_byte(&mut stream).await else {
+        return;
     };
-    if !matches!(result, Ok(1)) {
+    let policy = shard.shared().tls.listener_policy();
+    match select(byte, Layer::Outer, &policy) {
+        Ok(Selection::Raft) => raft_stream(&shard, stream, peer).await,
+        Ok(Selection::Rpc) => {
+            let (reader, writer) = stream.into_split();
+            rpc_stream(shard, http, reader, writer, peer).await
+        }
+        Ok(Selection::StartTls) => tls_session(shard, http, stream, peer).await,
+        Ok(Selection::StartInsecureTls) => log::warn!(
+            "rpc: refused a connection from {peer}: auto-encrypt certificate requests are not served yet"
+        ),
+        Err(refusal) => log::warn!("rpc: refused a connection from {peer}: {refusal}"),
+    }
+}
+
+/// A TLS session on the server port: handshake, then the protocol byte inside it.
+async fn tls_session<H: ForwardedHttp>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let tls = shard.shared().tls.clone();
+    let Some(config) = tls.server_config(Protocol::InternalRpc) else {
+        // `select` refuses TLS without a certificate; a reload cannot remove it (it fails).
+        debug_assert!(false, "TLS selected without a certificate");
+        return;
+    };
+    let mut session =
+        match crate::tls::stream::accept(config, stream, HANDSHAKE_TIMEOUT_DEFAULT).await {
+            Ok(session) => session,
+            Err(error) => {
+                log::warn!(
+                    "{}",
+                    crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
+                );
+                return;
+            }
+        };
+    let Some(byte) = protocol_byte(&mut session).await else {
+        return;
+    };
+    match select(byte, Layer::InsideTls, &tls.listener_policy()) {
+        Ok(Selection::Raft) => {
+            let chain = session.peer_certificates();
+            if let Err(reason) = tls.authorize_server_peer(chain.as_deref()) {
+                log::warn!("rpc: refused Raft from {peer}: {reason}");
+                return;
+            }
+            relay_raft(&shard, session, peer).await
+        }
+        Ok(Selection::Rpc) => {
+            let (reader, writer) = session.into_split();
+            rpc_stream(shard, http, reader, writer, peer).await
+        }
+        Ok(other) => {
+            debug_assert!(false, "select let {other:?} through inside TLS");
+        }
+        Err(refusal) => log::warn!("rpc: refused a TLS connection from {peer}: {refusal}"),
+    }
+}
+
+/// Bytes relayed per read of a peer's TLS Raft stream.
+const RELAY_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Decrypts a peer's Raft stream and relays the plaintext to the raft thread through a socket
+/// pair, which the thread reads as it reads a plain peer socket. Ends when either side ends.
+async fn relay_raft(shard: &Shard, mut session: ServerTlsStream<TcpStream>, peer: SocketAddr) {
+    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+        Ok(pair) => pair,
+        Err(e) => {
+            log::warn!("rpc: cannot relay Raft from {peer}: {e}");
+            return;
+        }
+    };
+    let mut ours = match ours
+        .set_nonblocking(true)
+        .and_then(|()| monoio::net::UnixStream::from_std(ours))
+    {
+        Ok(ours) => ours,
+        Err(e) => {
+            log::warn!("rpc: cannot relay Raft from {peer}: {e}");
+            return;
+        }
+    };
+    let handed = shard
+        .shared()
+        .raft_inbox
+        .send_async(RaftInput::PeerStream {
+            socket: PeerSocket::Relayed(theirs),
+            peer,
+        })
+        .await;
+    if handed.is_err() {
         return;
     }
-    match first[0] {
-        PROTOCOL_RAFT => raft_stream(&shard, stream, peer).await,
-        PROTOCOL_RPC => rpc_stream(shard, http, stream, peer).await,
-        other => log::debug!("rpc: unknown protocol byte {other:#04x} from {peer}; closing"),
+    let mut buffer = Vec::with_capacity(RELAY_CHUNK_BYTES);
+    loop {
+        buffer.clear();
+        let (result, returned) = session.read(buffer).await;
+        buffer = returned;
+        match result {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let (result, returned) = ours.write_all(buffer).await;
+        buffer = returned;
+        if result.is_err() {
+            // The raft thread closed its end (garbage, or too many streams).
+            return;
+        }
     }
 }
 
@@ -120,17 +247,22 @@ async fn raft_stream(shard: &Shard, stream: TcpStream, peer: SocketAddr) {
     let _ = shard
         .shared()
         .raft_inbox
-        .send_async(RaftInput::PeerStream { socket, peer })
+        .send_async(RaftInput::PeerStream {
+            socket: PeerSocket::Tcp(socket),
+            peer,
+        })
         .await;
 }
 
+/// Serves multiplexed requests read from `reader`; answers leave through `writer` (the two
+/// halves of a plain or a TLS connection).
 async fn rpc_stream<H: ForwardedHttp>(
     shard: Rc<Shard>,
     http: Rc<H>,
-    stream: TcpStream,
+    mut reader: impl AsyncReadRent,
+    mut writer: impl AsyncWriteRent + 'static,
     peer: SocketAddr,
 ) {
-    let (mut reader, mut writer) = stream.into_split();
     let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
     monoio::spawn(async move {
         let mut batch = Vec::with_capacity(64 * 1024);

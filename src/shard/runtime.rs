@@ -167,7 +167,7 @@ pub enum RaftInput {
     },
     /// A peer's Raft stream, its protocol byte read, for the raft thread to read itself.
     PeerStream {
-        socket: std::net::TcpStream,
+        socket: crate::shard::raft_inbox::PeerSocket,
         peer: std::net::SocketAddr,
     },
     /// The log sync thread made every write up to this sequence number durable.
@@ -239,6 +239,8 @@ pub struct Shared {
     pub faults: Arc<crate::shard::peer_transport::Faults>,
     /// This server's RPC address as peers reach it.
     pub rpc_address: std::net::SocketAddr,
+    /// The TLS configurations of every listener and dialer, swapped whole on reload.
+    pub tls: Arc<crate::tls::TlsConfigurator>,
 }
 
 impl Shared {
@@ -287,6 +289,7 @@ impl Shard {
         version: StoreVersion,
         inbox: ShardReceiver,
     ) -> Rc<Shard> {
+        let forward = crate::shard::forward::ForwardPool::new(shared.tls.clone());
         Rc::new(Shard {
             id,
             shared,
@@ -296,7 +299,7 @@ impl Shard {
             pending: RefCell::new(HashMap::default()),
             next_request: Cell::new(1),
             inbox,
-            forward: crate::shard::forward::ForwardPool::default(),
+            forward,
             observers: RefCell::new(Vec::new()),
         })
     }

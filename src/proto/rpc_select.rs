@@ -1,0 +1,275 @@
+//! Which protocol a connection to the server port (:8300) speaks, from its first byte.
+//!
+//! Consul multiplexes everything on one port and lets the dialer say what follows with one
+//! byte (`agent/pool/conn.go`): [`rpc_type`]. praetor speaks Raft (1, Consul's byte) and its
+//! own multiplexed request frames (4, where Consul has its yamux `RPCMultiplexV2`), plain or
+//! inside TLS (3), and reserves TLS without client verification (7) for auto-encrypt's
+//! certificate request. After a TLS handshake the dialer sends a second byte, inside TLS, that
+//! selects the protocol again ([`Layer::InsideTls`]).
+//!
+//! [`select`] is the one decision, as a pure function of the byte, the layer and the
+//! listener's [`ListenerPolicy`]:
+//! - with `verify_incoming`, only TLS may start: a plaintext Raft or RPC byte is refused
+//!   (Consul: "Non-TLS connection attempted with VerifyIncoming set");
+//! - TLS inside TLS is refused, so a dialer cannot nest handshakes forever;
+//! - bytes of Consul protocols praetor does not speak, and unknown bytes, are refused with
+//!   their name.
+//!
+//! A [`Selection`] also says whether the peer claims the server role ([`Selection::Raft`]);
+//! the listener then checks its certificate (`tls::verify::authorize_server_peer`).
+
+/// Consul's RPC type bytes.
+pub mod rpc_type {
+    /// Consul's net/rpc with msgpack (`RPCConsul`).
+    pub const CONSUL: u8 = 0;
+    /// Raft (`RPCRaft`).
+    pub const RAFT: u8 = 1;
+    /// The old muxado multiplexer (`RPCMultiplex`), long gone from Consul too.
+    pub const MULTIPLEX: u8 = 2;
+    /// TLS follows; another type byte comes inside it (`RPCTLS`).
+    pub const TLS: u8 = 3;
+    /// Consul's yamux multiplexer (`RPCMultiplexV2`); praetor's multiplexed frames.
+    pub const MULTIPLEX_V2: u8 = 4;
+    /// A snapshot stream (`RPCSnapshot`).
+    pub const SNAPSHOT: u8 = 5;
+    /// Gossip over the RPC port (`RPCGossip`).
+    pub const GOSSIP: u8 = 6;
+    /// TLS without client verification, for auto-encrypt's first certificate
+    /// (`RPCTLSInsecure`).
+    pub const TLS_INSECURE: u8 = 7;
+    /// gRPC over the RPC port (`RPCGRPC`).
+    pub const GRPC: u8 = 8;
+}
+
+// praetor's own protocol bytes are Consul's.
+const _: () = assert!(super::rpc::PROTOCOL_RAFT == rpc_type::RAFT);
+const _: () = assert!(super::rpc::PROTOCOL_RPC == rpc_type::MULTIPLEX_V2);
+
+/// What the listener is configured to accept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenerPolicy {
+    /// `tls.internal_rpc.verify_incoming`: only TLS with a verified client certificate.
+    pub verify_incoming: bool,
+    /// A server certificate is configured, so TLS can be served at all.
+    pub tls_available: bool,
+    /// `auto_encrypt.allow_tls` on a server: TLS without a client certificate, for agents
+    /// fetching their first certificate.
+    pub allow_insecure_tls: bool,
+}
+
+/// Where the byte was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// The connection's first byte, in plain TCP.
+    Outer,
+    /// The first byte inside an established TLS session.
+    InsideTls,
+}
+
+/// What to do with the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// A peer's stream of Raft messages: the peer claims the server role.
+    Raft,
+    /// Multiplexed request frames (forwarded HTTP, ping).
+    Rpc,
+    /// Handshake as a TLS server (verifying client certificates as configured), then read
+    /// the next byte inside the session.
+    StartTls,
+    /// Handshake as a TLS server without asking for a client certificate; only auto-encrypt's
+    /// certificate request may follow, with no second byte.
+    StartInsecureTls,
+}
+
+impl Selection {
+    /// Whether the peer claims to be a server, so that its certificate must say so.
+    pub fn claims_server_role(self) -> bool {
+        matches!(self, Selection::Raft)
+    }
+}
+
+/// Why a connection was refused; `Display` is the log line's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A plaintext protocol byte while `verify_incoming` is on.
+    PlaintextWithVerifyIncoming { byte: u8 },
+    /// TLS asked for, but no server certificate is configured.
+    TlsNotConfigured,
+    /// Insecure TLS asked for, but `auto_encrypt.allow_tls` is off (or this is no server).
+    InsecureTlsNotAllowed,
+    /// A TLS byte inside TLS.
+    TlsInsideTls,
+    /// A Consul protocol praetor does not speak.
+    NotSpoken { byte: u8, name: &'static str },
+    /// A byte no Consul version assigns.
+    Unknown { byte: u8 },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::PlaintextWithVerifyIncoming { byte } => write!(
+                f,
+                "non-TLS connection (protocol byte {byte}) attempted with verify_incoming set"
+            ),
+            Refusal::TlsNotConfigured => {
+                write!(
+                    f,
+                    "TLS requested but this server has no certificate configured"
+                )
+            }
+            Refusal::InsecureTlsNotAllowed => write!(
+                f,
+                "TLS without client verification requested but auto_encrypt.allow_tls is off"
+            ),
+            Refusal::TlsInsideTls => {
+                write!(
+                    f,
+                    "TLS connection attempting to establish inner TLS connection"
+                )
+            }
+            Refusal::NotSpoken { byte, name } => {
+                write!(f, "protocol byte {byte} ({name}) is not spoken by praetor")
+            }
+            Refusal::Unknown { byte } => write!(f, "unrecognized protocol byte {byte:#04x}"),
+        }
+    }
+}
+
+/// Decides what a connection's protocol byte selects.
+pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selection, Refusal> {
+    let selection = match byte {
+        rpc_type::RAFT => Selection::Raft,
+        rpc_type::MULTIPLEX_V2 => Selection::Rpc,
+        rpc_type::TLS | rpc_type::TLS_INSECURE if layer == Layer::InsideTls => {
+            return Err(Refusal::TlsInsideTls)
+        }
+        rpc_type::TLS if !policy.tls_available => return Err(Refusal::TlsNotConfigured),
+        rpc_type::TLS => Selection::StartTls,
+        rpc_type::TLS_INSECURE if !(policy.allow_insecure_tls && policy.tls_available) => {
+            return Err(Refusal::InsecureTlsNotAllowed)
+        }
+        rpc_type::TLS_INSECURE => Selection::StartInsecureTls,
+        rpc_type::CONSUL => return Err(not_spoken(byte, "Consul's net/rpc")),
+        rpc_type::MULTIPLEX => return Err(not_spoken(byte, "the old muxado multiplexer")),
+        rpc_type::SNAPSHOT => return Err(not_spoken(byte, "snapshot stream")),
+        rpc_type::GOSSIP => return Err(not_spoken(byte, "gossip over RPC")),
+        rpc_type::GRPC => return Err(not_spoken(byte, "gRPC")),
+        _ => return Err(Refusal::Unknown { byte }),
+    };
+    let plaintext = layer == Layer::Outer && matches!(selection, Selection::Raft | Selection::Rpc);
+    if plaintext && policy.verify_incoming {
+        return Err(Refusal::PlaintextWithVerifyIncoming { byte });
+    }
+    // Negative space: nothing reaches here that starts TLS inside TLS, and a plaintext
+    // protocol never passes a listener that verifies incoming connections.
+    debug_assert!(layer == Layer::Outer || matches!(selection, Selection::Raft | Selection::Rpc));
+    debug_assert!(!(plaintext && policy.verify_incoming));
+    Ok(selection)
+}
+
+fn not_spoken(byte: u8, name: &'static str) -> Refusal {
+    Refusal::NotSpoken { byte, name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPEN: ListenerPolicy = ListenerPolicy {
+        verify_incoming: false,
+        tls_available: true,
+        allow_insecure_tls: false,
+    };
+    const VERIFYING: ListenerPolicy = ListenerPolicy {
+        verify_incoming: true,
+        tls_available: true,
+        allow_insecure_tls: true,
+    };
+
+    #[test]
+    fn plaintext_and_tls_select_as_consul_does() {
+        assert_eq!(select(1, Layer::Outer, &OPEN), Ok(Selection::Raft));
+        assert_eq!(select(4, Layer::Outer, &OPEN), Ok(Selection::Rpc));
+        assert_eq!(select(3, Layer::Outer, &OPEN), Ok(Selection::StartTls));
+        assert_eq!(
+            select(7, Layer::Outer, &OPEN),
+            Err(Refusal::InsecureTlsNotAllowed)
+        );
+        assert_eq!(
+            select(7, Layer::Outer, &VERIFYING),
+            Ok(Selection::StartInsecureTls)
+        );
+        assert_eq!(select(1, Layer::InsideTls, &VERIFYING), Ok(Selection::Raft));
+        assert_eq!(select(4, Layer::InsideTls, &VERIFYING), Ok(Selection::Rpc));
+        assert!(Selection::Raft.claims_server_role());
+        assert!(!Selection::Rpc.claims_server_role());
+    }
+
+    #[test]
+    fn verify_incoming_refuses_every_plaintext_byte() {
+        for byte in 0..=u8::MAX {
+            let selected = select(byte, Layer::Outer, &VERIFYING);
+            if let Ok(selection) = selected {
+                assert!(
+                    matches!(selection, Selection::StartTls | Selection::StartInsecureTls),
+                    "byte {byte} passed a verifying listener as {selection:?}"
+                );
+            }
+        }
+        assert_eq!(
+            select(1, Layer::Outer, &VERIFYING),
+            Err(Refusal::PlaintextWithVerifyIncoming { byte: 1 })
+        );
+        assert_eq!(
+            select(1, Layer::Outer, &VERIFYING).unwrap_err().to_string(),
+            "non-TLS connection (protocol byte 1) attempted with verify_incoming set"
+        );
+    }
+
+    #[test]
+    fn tls_never_nests_and_needs_a_certificate() {
+        for byte in [3, 7] {
+            assert_eq!(
+                select(byte, Layer::InsideTls, &VERIFYING),
+                Err(Refusal::TlsInsideTls)
+            );
+        }
+        let no_certificate = ListenerPolicy {
+            tls_available: false,
+            allow_insecure_tls: true,
+            ..OPEN
+        };
+        assert_eq!(
+            select(3, Layer::Outer, &no_certificate),
+            Err(Refusal::TlsNotConfigured)
+        );
+        assert_eq!(
+            select(7, Layer::Outer, &no_certificate),
+            Err(Refusal::InsecureTlsNotAllowed)
+        );
+    }
+
+    #[test]
+    fn other_bytes_are_refused_by_name() {
+        assert_eq!(
+            select(0, Layer::Outer, &OPEN).unwrap_err().to_string(),
+            "protocol byte 0 (Consul's net/rpc) is not spoken by praetor"
+        );
+        assert_eq!(
+            select(8, Layer::InsideTls, &OPEN).unwrap_err().to_string(),
+            "protocol byte 8 (gRPC) is not spoken by praetor"
+        );
+        assert_eq!(
+            select(0x47, Layer::Outer, &OPEN).unwrap_err().to_string(),
+            "unrecognized protocol byte 0x47"
+        );
+        let accepted = (0..=u8::MAX)
+            .filter(|b| {
+                select(*b, Layer::Outer, &VERIFYING).is_ok()
+                    || select(*b, Layer::Outer, &OPEN).is_ok()
+            })
+            .collect::<Vec<u8>>();
+        assert_eq!(accepted, vec![1, 3, 4, 7]);
+    }
+}
