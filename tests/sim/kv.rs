@@ -52,13 +52,14 @@ impl KvStore {
     pub fn get(&self, key: u8) -> Option<Version> {
         let entry = kv::get(&self.tables, &key_name(key)).1?;
         let write_id = u64::from_le_bytes(
-            entry.value[..]
+            entry
+                .value()
                 .try_into()
                 .expect("the simulator writes 8-byte values"),
         );
         Some(Version {
             write_id,
-            index: entry.modify_index,
+            index: entry.modify_index(),
         })
     }
 
