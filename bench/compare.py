@@ -31,6 +31,8 @@ import time
 import urllib.error
 import urllib.request
 
+import kv_load
+
 # Loopback ports of the benchmark (loadgen's range 18400-18699, etcd 12379-12420).
 HTTP_FLOOR_PORT = 18500
 # loadgen's fan-out floor: the least a server can do for blocking-fanout.
@@ -392,6 +394,8 @@ class Bench:
             "--listen-peer-urls", f"http://127.0.0.1:{member['peer']}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{member['peer']}",
             "--initial-cluster", cluster, "--initial-cluster-state", "new",
+            # The memory rows store up to 4 GB; etcd's 2 GiB default quota would refuse them.
+            "--quota-backend-bytes", str(8 << 30),
         ]
 
     def etcd_ready(self, port, deadline):
@@ -453,8 +457,11 @@ class Bench:
         return "praetor agent -dev had no leader after %ds: %s" % (START_TIMEOUT_S, self.procs.log_tail("dev"))
 
     def dev_pid(self):
+        return self.pid_of("dev")
+
+    def pid_of(self, process_name):
         for name, proc, _ in self.procs.running:
-            if name == "dev":
+            if name == process_name:
                 return proc.pid
         return None
 
@@ -1043,6 +1050,57 @@ class Bench:
                  target=target, result="pass" if per is not None and per <= 1024 else "fail", command=command,
                  note="100 instances per catalog node", raw=self.rel(os.path.join(self.raw, f"register-rss.json")))
 
+    def kv_rss_sizes(self):
+        """(keys, value bytes) of the KV memory rows: issue #19's sizes, tiny when quick."""
+        if self.quick:
+            return [(10_000, 100), (10_000, 4096)]
+        return [(100_000, 100), (1_000_000, 100), (100_000, 4096), (1_000_000, 4096)]
+
+    def row_kv_rss(self, keys, value_bytes):
+        """RSS of a fresh praetor -dev and a fresh one-member etcd after the same KV load."""
+        row_id = f"kv-rss-{keys // 1000}k-{value_bytes}b"
+        title = f"RSS after loading {keys:,} keys × {value_bytes:,} B (64 per txn, 8 clients) vs one-member etcd"
+        raw_limit = 2.0 if value_bytes <= 100 else 1.3
+        target = f"≤ {raw_limit}× raw" + ("; ≤ 0.3× etcd" if value_bytes <= 100 else "")
+        # Fresh processes and an empty etcd data directory: earlier rows' data must not count.
+        self.stop("dev", "etcd1")
+        if self.tmp:
+            shutil.rmtree(os.path.join(self.tmp, "etcd1"), ignore_errors=True)
+        reason = self.needs("dev:kv")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        command = (f"bench/kv_load.py --system praetor --url {self.dev_url()} --pid <praetor> "
+                   f"--keys {keys} --value-bytes {value_bytes}")
+        try:
+            ours = kv_load.measure("praetor", self.dev_url(), self.dev_pid(), keys, value_bytes)
+        except (OSError, RuntimeError) as e:
+            self.stop("dev")
+            return self.unavailable(row_id, title, target, f"praetor load failed: {e}")
+        self.stop("dev")
+        peer, peer_note = None, ""
+        reason = self.needs("etcd1")
+        if reason:
+            peer_note = f"etcd: {reason}"
+        else:
+            try:
+                peer = kv_load.measure("etcd", f"http://127.0.0.1:{ETCD1['client']}", self.pid_of("etcd1"),
+                                       keys, value_bytes)
+            except (OSError, RuntimeError) as e:
+                peer_note = f"etcd load failed: {e}"
+            self.stop("etcd1")
+        raw_path = os.path.join(self.raw, f"{row_id}.json")
+        with open(raw_path, "w") as f:
+            json.dump({"praetor": ours, "etcd": peer}, f, indent=1)
+        def shown(doc):
+            return (f"{fmt_num(doc['rss_after_bytes'] / 1e6, 'MB')} RSS = {doc['rss_per_raw']:.2f}× raw "
+                    f"(loaded in {doc['load_s']:.1f} s)")
+        ratio = ours["rss_after_bytes"] / peer["rss_after_bytes"] if peer else None
+        ok = ours["rss_per_raw"] <= raw_limit and (value_bytes > 100 or (ratio is not None and ratio <= 0.3))
+        self.add(row_id, title, praetor=shown(ours), peer=shown(peer) if peer else "—",
+                 ratio=f"{ratio:.2f}×" if ratio is not None else "—", target=target,
+                 result="pass" if ok else "fail", command=command, raw=self.rel(raw_path),
+                 note="; ".join(n for n in [f"raw {ours['raw_bytes'] / 1e6:.0f} MB", peer_note] if n))
+
     def leader(self):
         return self.cluster_leader_http()
 
@@ -1124,6 +1182,11 @@ class Bench:
             (["health-1000-vs-kv", "health-5000-vs-1000"], self.health_rows, []),
             (["fanout-health"], self.row_fanout_health, []),
             (["rss-per-instance"], self.row_rss_per_instance, ["dev"]),
+        ] + [
+            ([f"kv-rss-{keys // 1000}k-{size}b"], (lambda keys=keys, size=size: self.row_kv_rss(keys, size)),
+             ["dev", "etcd1"])
+            for keys, size in self.kv_rss_sizes()
+        ] + [
             (["kv-put-3srv-vs-etcd3"], self.row_kv_put_3srv, []),
             (["kv-put-1conn-vs-etcd3"], self.row_kv_put_1conn, []),
             (["get-default-vs-stale"], lambda: self.row_consistency("default", 0.9), []),

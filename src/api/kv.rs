@@ -202,20 +202,17 @@ fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiErr
 }
 
 /// Writes entries as Consul's `DirEntry` list.
-fn write_entries<'e>(
-    out: &mut Vec<u8>,
-    pretty: bool,
-    entries: impl Iterator<Item = &'e Arc<KvEntry>>,
-) {
+fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = &'e KvEntry>) {
     let mut w = JsonWriter::new(out, pretty);
     w.begin_array();
     for entry in entries {
+        let entry = entry.fields();
         w.begin_object();
         w.field_u64("LockIndex", entry.lock_index);
-        w.field_str("Key", &entry.key);
+        w.field_str("Key", entry.key);
         w.field_u64("Flags", entry.flags);
-        w.field_base64_or_null("Value", &entry.value);
-        if let Some(session) = &entry.session {
+        w.field_base64_or_null("Value", entry.value);
+        if let Some(session) = entry.session {
             w.field_str("Session", session);
         }
         w.field_u64("CreateIndex", entry.create_index);
@@ -255,10 +252,11 @@ impl Query for GetQuery {
             headers.extend_from_slice(
                 b"X-Content-Type-Options: nosniff\r\nContent-Security-Policy: sandbox\r\n",
             );
-            reply.send(200, Some("text/plain"), &headers, &entry.value);
+            reply.send(200, Some("text/plain"), &headers, entry.value());
             return;
         }
-        let mut body = Vec::with_capacity(160 + entry.key.len() + entry.value.len() * 4 / 3);
+        let fields = entry.fields();
+        let mut body = Vec::with_capacity(160 + fields.key.len() + fields.value.len() * 4 / 3);
         write_entries(&mut body, reply.pretty, std::iter::once(entry));
         reply.json_bytes(200, &headers, &body);
     }

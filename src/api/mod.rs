@@ -227,6 +227,35 @@ impl<'o> Reply<'o> {
         );
     }
 
+    /// A complete response whose large body is already in a buffer of its own: when nothing
+    /// else waits in the output, the head is put in front of the body in place and the body's
+    /// buffer becomes the output, so the answer is never held twice.
+    pub fn send_owned(
+        &mut self,
+        status: u16,
+        content_type: Option<&str>,
+        headers: &[u8],
+        mut body: Vec<u8>,
+    ) {
+        if !self.out.is_empty() {
+            return self.send(status, content_type, headers, &body);
+        }
+        let mut head = Vec::with_capacity(headers.len() + 256);
+        let body_len = body.len();
+        http::write_response_head(
+            &mut head,
+            status,
+            content_type,
+            headers,
+            body_len,
+            self.keep_alive,
+        );
+        body.reserve_exact(head.len());
+        body.splice(0..0, head);
+        debug_assert!(body.len() > body_len, "the head precedes the body");
+        *self.out = body;
+    }
+
     /// A complete response whose body of `body_len` bytes `write_body` appends straight
     /// into the output, saving a copy for large answers.
     pub fn send_with(

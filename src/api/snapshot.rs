@@ -10,6 +10,8 @@ use serde_json::json;
 
 /// Largest restore archive accepted, compressed.
 pub const SNAPSHOT_UPLOAD_BYTES_MAX: usize = 4 << 30;
+/// Capacity the compressed archive starts with; it grows as the compressor writes.
+const ARCHIVE_INITIAL_BYTES: usize = 64 * 1024;
 /// Largest state an archive may expand to.
 pub const SNAPSHOT_STATE_BYTES_MAX: u64 = 16 << 30;
 
@@ -29,7 +31,13 @@ fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, 
         ReadPlan::Barrier | ReadPlan::Local => {}
     }
     let version = ctx.current_version();
-    let state = version.to_snapshot_bytes();
+    // The state is serialized twice, straight from the shared version: once to learn its
+    // length and checksum (the tar header and SHA256SUMS need them), once into the
+    // compressor. So the only large buffer is the compressed archive itself, not the state
+    // and a tar copy of it beside the archive (docs/memory.md).
+    let mut write_state = |out: &mut dyn std::io::Write| version.write_snapshot(out);
+    let digest = snapshot_archive::digest_state(&mut write_state)
+        .map_err(|e| ApiError::Internal(format!("snapshot state: {e}")))?;
     let status = ctx.cluster_status();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -40,15 +48,22 @@ fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, 
         "Index": version.index,
         "Term": status.term,
         "ConfigurationIndex": status.membership_index,
-        "Size": state.len(),
+        "Size": digest.len,
         "Format": "praetor-tables-v1",
     });
     let meta_json = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
-    let archive = snapshot_archive::write_archive(&meta_json, &state, now.as_secs());
+    let archive = snapshot_archive::write_archive_to(
+        &meta_json,
+        &digest,
+        now.as_secs(),
+        &mut write_state,
+        Vec::with_capacity(ARCHIVE_INITIAL_BYTES),
+    )
+    .map_err(|e| ApiError::Internal(format!("snapshot archive: {e}")))?;
     let mut headers = Vec::with_capacity(160);
     ctx.query_meta(version.index, options.consistency)
         .write_headers(&mut headers);
-    reply.send(200, Some("application/x-gzip"), &headers, &archive);
+    reply.send_owned(200, Some("application/x-gzip"), &headers, archive);
     Ok(Outcome::Done)
 }
 

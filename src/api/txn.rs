@@ -348,11 +348,12 @@ fn write_outcome(outcome: &TxnOutcome, headers: &[u8], reply: &mut Reply) {
 }
 
 fn kv_entry_fields(w: &mut JsonWriter, entry: &KvEntry) {
+    let entry = entry.fields();
     w.field_u64("LockIndex", entry.lock_index);
-    w.field_str("Key", &entry.key);
+    w.field_str("Key", entry.key);
     w.field_u64("Flags", entry.flags);
-    w.field_base64_or_null("Value", &entry.value);
-    if let Some(session) = &entry.session {
+    w.field_base64_or_null("Value", entry.value);
+    if let Some(session) = entry.session {
         w.field_str("Session", session);
     }
     w.field_u64("CreateIndex", entry.create_index);

@@ -33,33 +33,117 @@ fn tar_header(name: &str, size: usize, mtime_secs: u64) -> [u8; BLOCK_BYTES] {
     header
 }
 
-fn push_file(tar: &mut Vec<u8>, name: &str, data: &[u8], mtime_secs: u64) {
-    tar.extend_from_slice(&tar_header(name, data.len(), mtime_secs));
-    tar.extend_from_slice(data);
-    let padding = (BLOCK_BYTES - data.len() % BLOCK_BYTES) % BLOCK_BYTES;
-    tar.extend(std::iter::repeat_n(0u8, padding));
+/// The length and SHA-256 of a state file, measured before the archive is written: a tar
+/// header states its file's size before the bytes, and `SHA256SUMS` is part of the archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateDigest {
+    pub len: u64,
+    pub sha256: [u8; 32],
 }
 
-/// Builds the archive for a snapshot's metadata (JSON) and state.
-pub fn write_archive(meta_json: &[u8], state: &[u8], mtime_secs: u64) -> Vec<u8> {
+/// A writer that keeps nothing of what passes through it but its length and SHA-256, so a
+/// large state can be measured without being held in memory.
+pub struct DigestWriter<W> {
+    inner: W,
+    len: u64,
+    hasher: Sha256,
+}
+
+impl<W: Write> DigestWriter<W> {
+    pub fn new(inner: W) -> Self {
+        DigestWriter {
+            inner,
+            len: 0,
+            hasher: Sha256::new(),
+        }
+    }
+
+    pub fn finish(self) -> (W, StateDigest) {
+        let digest = StateDigest {
+            len: self.len,
+            sha256: self.hasher.finalize().into(),
+        };
+        (self.inner, digest)
+    }
+}
+
+impl<W: Write> Write for DigestWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.hasher.update(&buf[..written]);
+        self.len += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Measures the state `write_state` writes, keeping none of it.
+pub fn digest_state(
+    write_state: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<StateDigest> {
+    let mut sink = DigestWriter::new(std::io::sink());
+    write_state(&mut sink)?;
+    Ok(sink.finish().1)
+}
+
+fn pad_to_block(out: &mut dyn Write, len: u64) -> std::io::Result<()> {
+    let padding = (BLOCK_BYTES as u64 - len % BLOCK_BYTES as u64) % BLOCK_BYTES as u64;
+    out.write_all(&[0u8; BLOCK_BYTES][..padding as usize])
+}
+
+/// Writes the archive into `out` (compressed as it goes), the state produced a second time by
+/// `write_state`, which must write exactly the bytes [`digest_state`] measured as `digest`:
+/// a state that changed in between is an error, never an archive whose sums do not match.
+/// Memory: the compressor's window and `out`, never a copy of the state.
+pub fn write_archive_to<W: Write>(
+    meta_json: &[u8],
+    digest: &StateDigest,
+    mtime_secs: u64,
+    write_state: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+    out: W,
+) -> std::io::Result<W> {
     let sums = format!(
         "{}  meta.json\n{}  state.bin\n",
         hex(&Sha256::digest(meta_json)),
-        hex(&Sha256::digest(state))
+        hex(&digest.sha256)
     );
-    let mut tar = Vec::with_capacity(state.len() + meta_json.len() + 4 * BLOCK_BYTES);
-    push_file(&mut tar, "meta.json", meta_json, mtime_secs);
-    push_file(&mut tar, "state.bin", state, mtime_secs);
-    push_file(&mut tar, "SHA256SUMS", sums.as_bytes(), mtime_secs);
-    tar.extend_from_slice(&[0u8; 2 * BLOCK_BYTES]);
-    let mut encoder = flate2::write::GzEncoder::new(
+    let mut tar = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+    tar.write_all(&tar_header("meta.json", meta_json.len(), mtime_secs))?;
+    tar.write_all(meta_json)?;
+    pad_to_block(&mut tar, meta_json.len() as u64)?;
+    let state_len = usize::try_from(digest.len).map_err(std::io::Error::other)?;
+    tar.write_all(&tar_header("state.bin", state_len, mtime_secs))?;
+    let mut state = DigestWriter::new(tar);
+    write_state(&mut state)?;
+    let (mut tar, written) = state.finish();
+    if written != *digest {
+        return Err(std::io::Error::other(
+            "the state changed between measuring and writing it",
+        ));
+    }
+    pad_to_block(&mut tar, digest.len)?;
+    tar.write_all(&tar_header("SHA256SUMS", sums.len(), mtime_secs))?;
+    tar.write_all(sums.as_bytes())?;
+    pad_to_block(&mut tar, sums.len() as u64)?;
+    tar.write_all(&[0u8; 2 * BLOCK_BYTES])?;
+    tar.finish()
+}
+
+/// Builds the archive for a snapshot's metadata (JSON) and a state already in memory.
+pub fn write_archive(meta_json: &[u8], state: &[u8], mtime_secs: u64) -> Vec<u8> {
+    let mut write_state = |out: &mut dyn Write| out.write_all(state);
+    let digest = digest_state(&mut write_state).expect("hashing cannot fail");
+    write_archive_to(
+        meta_json,
+        &digest,
+        mtime_secs,
+        &mut write_state,
         Vec::with_capacity(state.len() / 2 + 1024),
-        flate2::Compression::fast(),
-    );
-    encoder
-        .write_all(&tar)
-        .expect("writing to a Vec cannot fail");
-    encoder.finish().expect("writing to a Vec cannot fail")
+    )
+    .expect("writing to a Vec cannot fail")
 }
 
 fn parse_octal(field: &[u8]) -> Option<u64> {
@@ -160,6 +244,27 @@ pub fn read_archive(compressed: &[u8], bytes_max: u64) -> Result<Archive, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streamed_state_is_written_once_and_checked() {
+        let state: Vec<u8> = (0..70_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        // The state arrives in small pieces, as a serializer writes it.
+        let mut write_state =
+            |out: &mut dyn Write| state.chunks(100).try_for_each(|piece| out.write_all(piece));
+        let digest = digest_state(&mut write_state).unwrap();
+        assert_eq!(digest.len, state.len() as u64);
+        let archive =
+            write_archive_to(b"{}", &digest, 1_700_000_000, &mut write_state, Vec::new()).unwrap();
+        let read = read_archive(&archive, 1 << 20).unwrap();
+        assert_eq!(read.state, state);
+        assert_eq!(read.meta_json, b"{}");
+        // A state that is not the one measured is refused rather than archived.
+        let mut other = |out: &mut dyn Write| out.write_all(&state[1..]);
+        let refused = write_archive_to(b"{}", &digest, 0, &mut other, Vec::new());
+        assert!(refused.is_err());
+        let mut same_length = |out: &mut dyn Write| out.write_all(&vec![0; state.len()]);
+        assert!(write_archive_to(b"{}", &digest, 0, &mut same_length, Vec::new()).is_err());
+    }
 
     #[test]
     fn round_trip_and_tamper_detection() {

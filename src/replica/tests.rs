@@ -955,7 +955,7 @@ fn a_snapshot_from_the_leader_is_stored_only_after_the_log_above_it_is_cut() {
 fn kv_value(tables: &Tables, key: &str) -> Option<String> {
     crate::store::kv::get(tables, key)
         .1
-        .map(|entry| String::from_utf8_lossy(&entry.value).into_owned())
+        .map(|entry| String::from_utf8_lossy(entry.value()).into_owned())
 }
 
 #[test]

@@ -218,7 +218,7 @@ fn is_watch_namespace(table: Table) -> bool {
 /// reference each), to check afterwards that every row the apply touched is named by one of
 /// its changes. A touched row nobody announced is a blocking query that never wakes.
 struct RowsBefore {
-    kv: Option<OrdMap<Arc<str>, Arc<kv::KvEntry>>>,
+    kv: Option<kv::KvRows>,
     sessions: Option<OrdMap<Arc<str>, Arc<session::Session>>>,
     nodes: Option<OrdMap<arcstr::ArcStr, catalog::NodeEntry>>,
 }
@@ -240,7 +240,7 @@ impl RowsBefore {
             new_changes.iter().any(|c| invalidates(c, &read))
         };
         if let Some(before) = &self.kv {
-            for key in touched(before, &tables.kv.entries, same_row) {
+            for key in touched_kv(before, &tables.kv.entries) {
                 debug_assert!(
                     announced(Table::Kvs, &key),
                     "KV row {key:?} touched silently"
@@ -294,6 +294,37 @@ impl RowsBefore {
 /// Rows are replaced, never edited in place: a touched row is a new allocation.
 fn same_row<T>(a: &Arc<T>, b: &Arc<T>) -> bool {
     Arc::ptr_eq(a, b)
+}
+
+/// The keys whose KV rows differ between `before` and `after` (added, removed or
+/// replaced), found by walking both in key order.
+fn touched_kv(before: &kv::KvRows, after: &kv::KvRows) -> Vec<String> {
+    if before.ptr_eq(after) {
+        return Vec::new();
+    }
+    let mut keys = Vec::new();
+    let (mut old, mut new) = (before.iter().peekable(), after.iter().peekable());
+    loop {
+        match (old.peek(), new.peek()) {
+            (None, None) => return keys,
+            (Some(a), Some(b)) if a.key() == b.key() => {
+                if !kv::KvEntry::ptr_eq(a, b) {
+                    keys.push(a.key().to_string());
+                }
+                old.next();
+                new.next();
+            }
+            (Some(a), b) if b.is_none_or(|b| a.key() < b.key()) => {
+                keys.push(a.key().to_string());
+                old.next();
+            }
+            (_, Some(b)) => {
+                keys.push(b.key().to_string());
+                new.next();
+            }
+            (Some(_), None) => unreachable!("handled above"),
+        }
+    }
 }
 
 /// The keys whose rows differ between `before` and `after` (added, removed or replaced).
@@ -483,7 +514,7 @@ mod tests {
         f.register_node("n1", &[("serfHealth", "passing"), ("web", "critical")]);
         assert!(get(&f.tables, "bound").is_none());
         assert!(get(&f.tables, "serf").is_some());
-        assert_eq!(f.entry("k").unwrap().session, None);
+        assert_eq!(f.entry("k").unwrap().session(), None);
         // Deregistering the node ends every session on it.
         f.run(Command::Catalog(CatalogOp::Deregister {
             node: "n1".into(),

@@ -77,7 +77,7 @@ impl Fixture {
             session: session.into(),
         }))
     }
-    pub(super) fn entry(&self, key: &str) -> Option<Arc<kv::KvEntry>> {
+    pub(super) fn entry(&self, key: &str) -> Option<kv::KvEntry> {
         kv::get(&self.tables, key).1.cloned()
     }
 }

@@ -13,28 +13,119 @@
 //! end does to its keys belong to `locks`, which calls the row writes below. The writes that
 //! delete rows report the rows they removed, so the caller can tell their holders.
 
+mod entry;
+
 use super::{Change, ChangeKey, Table, Tables};
 use bytes::Bytes;
-use imbl::OrdMap;
-use serde::{Deserialize, Serialize};
+use imbl::{OrdMap, OrdSet};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::ops::Bound;
 use std::sync::Arc;
 
-/// One row of the `kvs` table: Consul's `DirEntry`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KvEntry {
-    pub key: Arc<str>,
-    pub value: Bytes,
-    pub flags: u64,
-    pub session: Option<Arc<str>>,
-    pub lock_index: u64,
-    pub create_index: u64,
-    pub modify_index: u64,
+use entry::ByKey;
+pub use entry::{KvEntry, KvFields, VALUE_INLINE_BYTES_MAX};
+
+/// The rows of the `kvs` table in key order. A row holds its own key, so the table is a set
+/// of rows ordered by key rather than a map from a second copy of the key.
+#[derive(Clone, Default)]
+pub struct KvRows(OrdSet<ByKey>);
+
+impl KvRows {
+    pub fn get(&self, key: &str) -> Option<&KvEntry> {
+        self.0.get(key).map(|row| &row.0)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every row, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &KvEntry> {
+        self.0.iter().map(|row| &row.0)
+    }
+
+    /// The rows whose key starts with `prefix`, in key order.
+    pub fn prefix<'m, 'p>(
+        &'m self,
+        prefix: &'p str,
+    ) -> impl Iterator<Item = &'m KvEntry> + use<'m, 'p> {
+        self.0
+            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
+            .map(|row| &row.0)
+            .take_while(move |row| row.key().starts_with(prefix))
+    }
+
+    /// Whether both share their whole tree (nothing was written between them).
+    pub fn ptr_eq(&self, other: &KvRows) -> bool {
+        self.0.ptr_eq(&other.0)
+    }
+
+    /// Adds `entry`, replacing the row with the same key.
+    fn insert(&mut self, entry: KvEntry) {
+        self.0.insert(ByKey(entry));
+    }
+
+    fn remove(&mut self, key: &str) -> Option<KvEntry> {
+        self.0.remove(key).map(|row| row.0)
+    }
+}
+
+impl std::fmt::Debug for KvRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|row| (row.key(), row)))
+            .finish()
+    }
+}
+
+/// Serialized as a map from key to row, as the map of rows it replaced was, so the snapshot
+/// format did not change when keys stopped being stored twice.
+impl Serialize for KvRows {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter().map(|row| (row.key(), row)))
+    }
+}
+
+impl<'de> Deserialize<'de> for KvRows {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RowsVisitor;
+        impl<'de> serde::de::Visitor<'de> for RowsVisitor {
+            type Value = KvRows;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of KV rows by key")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<KvRows, A::Error> {
+                let mut rows = KvRows::default();
+                while let Some((key, row)) = map.next_entry::<String, KvEntry>()? {
+                    if key != row.key() {
+                        return Err(serde::de::Error::custom(format!(
+                            "KV row {:?} filed under key {key:?}",
+                            row.key()
+                        )));
+                    }
+                    rows.insert(row);
+                }
+                Ok(rows)
+            }
+        }
+        deserializer.deserialize_map(RowsVisitor)
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct KvTables {
-    pub entries: OrdMap<Arc<str>, Arc<KvEntry>>,
+    pub entries: KvRows,
     /// Deleted key (or recursively deleted prefix) → index of the delete.
     pub tombstones: OrdMap<Arc<str>, u64>,
 }
@@ -89,34 +180,34 @@ pub(super) fn set(
     tables: &mut Tables,
     index: u64,
     key: &str,
-    value: &Bytes,
+    value: &[u8],
     flags: u64,
     changes: &mut Vec<Change>,
 ) {
-    let existing = tables.kv.entries.get(key);
-    let (create_index, session, key_arc) = match existing {
-        Some(e) => (e.create_index, e.session.clone(), e.key.clone()),
-        None => (index, None, Arc::from(key)),
+    let existing = tables.kv.entries.get(key).map(KvEntry::fields);
+    let (create_index, session) = match existing {
+        Some(e) => (e.create_index, e.session),
+        None => (index, None),
     };
     if let Some(e) = existing {
         // Consul skips the write entirely when nothing would change, so the key keeps its
         // ModifyIndex and blocking queries on it stay parked.
-        if e.value == *value && e.flags == flags && e.lock_index == 0 && e.session == session {
+        if e.value == value && e.flags == flags && e.lock_index == 0 {
             return;
         }
     }
-    let entry = KvEntry {
-        key: key_arc.clone(),
-        value: value.clone(),
+    let entry = KvEntry::new(KvFields {
+        key,
+        value,
         flags,
         session,
         lock_index: 0,
         create_index,
         modify_index: index,
-    };
-    tables.kv.entries.insert(key_arc.clone(), Arc::new(entry));
+    });
+    tables.kv.entries.insert(entry);
     tables.bump_table(Table::Kvs, index);
-    changes.push(Change::key(Table::Kvs, &key_arc));
+    changes.push(Change::key(Table::Kvs, &Arc::from(key)));
 }
 
 /// Sets `key` only if its `ModifyIndex` equals `modify_index` (0: only if absent). Returns
@@ -125,12 +216,12 @@ pub(super) fn cas(
     tables: &mut Tables,
     index: u64,
     key: &str,
-    value: &Bytes,
+    value: &[u8],
     flags: u64,
     modify_index: u64,
     changes: &mut Vec<Change>,
 ) -> bool {
-    let existing = tables.kv.entries.get(key).map(|e| e.modify_index);
+    let existing = tables.kv.entries.get(key).map(KvEntry::modify_index);
     let allowed = match (existing, modify_index) {
         (None, 0) => true,
         (Some(current), wanted) => wanted != 0 && current == wanted,
@@ -147,14 +238,15 @@ pub(super) fn delete(
     tables: &mut Tables,
     index: u64,
     key: &str,
-    removed: &mut Vec<Arc<KvEntry>>,
+    removed: &mut Vec<KvEntry>,
     changes: &mut Vec<Change>,
 ) {
     if let Some(old) = tables.kv.entries.remove(key) {
-        tables.kv.tombstones.insert(old.key.clone(), index);
+        let key: Arc<str> = Arc::from(key);
+        tables.kv.tombstones.insert(key.clone(), index);
         tables.bump_table(Table::Tombstones, index);
         tables.bump_table(Table::Kvs, index);
-        changes.push(Change::key(Table::Kvs, &old.key));
+        changes.push(Change::key(Table::Kvs, &key));
         removed.push(old);
     }
 }
@@ -166,10 +258,10 @@ pub(super) fn delete_cas(
     index: u64,
     key: &str,
     modify_index: u64,
-    removed: &mut Vec<Arc<KvEntry>>,
+    removed: &mut Vec<KvEntry>,
     changes: &mut Vec<Change>,
 ) -> bool {
-    match tables.kv.entries.get(key).map(|e| e.modify_index) {
+    match tables.kv.entries.get(key).map(KvEntry::modify_index) {
         None => true,
         Some(current) if current == modify_index => {
             delete(tables, index, key, removed, changes);
@@ -185,19 +277,17 @@ pub(super) fn delete_tree(
     tables: &mut Tables,
     index: u64,
     prefix: &str,
-    removed: &mut Vec<Arc<KvEntry>>,
+    removed: &mut Vec<KvEntry>,
     changes: &mut Vec<Change>,
 ) {
-    let doomed: Vec<Arc<str>> = prefix_range(&tables.kv.entries, prefix)
-        .map(|(k, _)| k.clone())
-        .collect();
+    let doomed: Vec<KvEntry> = tables.kv.entries.prefix(prefix).cloned().collect();
     if doomed.is_empty() {
         return;
     }
-    for key in &doomed {
-        if let Some(old) = tables.kv.entries.remove(key) {
-            removed.push(old);
-        }
+    for row in doomed {
+        let gone = tables.kv.entries.remove(row.key());
+        debug_assert!(gone.is_some(), "a listed row is in the table");
+        removed.push(row);
     }
     if !prefix.is_empty() {
         tables.kv.tombstones.insert(Arc::from(prefix), index);
@@ -230,45 +320,39 @@ pub(super) fn reap_tombstones(tables: &mut Tables, index: u64, up_to_index: u64)
 
 /// Writes `key` as Consul's `kvsSetTxn` with `updateSession = true` does: `session` replaces
 /// the holder, `lock_index` is given, and an entry equal to the stored one writes nothing.
-/// Returns the stored key (shared with the row).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_locked(
     tables: &mut Tables,
     index: u64,
     key: &str,
-    value: &Bytes,
+    value: &[u8],
     flags: u64,
-    session: Option<Arc<str>>,
+    session: Option<&str>,
     lock_index: u64,
     changes: &mut Vec<Change>,
-) -> Arc<str> {
-    let existing = tables.kv.entries.get(key);
+) {
+    let existing = tables.kv.entries.get(key).map(KvEntry::fields);
     if let Some(e) = existing {
-        if e.value == *value
+        if e.value == value
             && e.flags == flags
             && e.lock_index == lock_index
             && e.session == session
         {
-            return e.key.clone();
+            return;
         }
     }
-    let (create_index, key_arc) = match existing {
-        Some(e) => (e.create_index, e.key.clone()),
-        None => (index, Arc::from(key)),
-    };
-    let entry = KvEntry {
-        key: key_arc.clone(),
-        value: value.clone(),
+    let entry = KvEntry::new(KvFields {
+        key,
+        value,
         flags,
         session,
         lock_index,
-        create_index,
+        create_index: existing.map_or(index, |e| e.create_index),
         modify_index: index,
-    };
-    tables.kv.entries.insert(key_arc.clone(), Arc::new(entry));
+    });
+    tables.kv.entries.insert(entry);
     tables.bump_table(Table::Kvs, index);
-    changes.push(Change::key(Table::Kvs, &key_arc));
-    key_arc
+    changes.push(Change::key(Table::Kvs, &Arc::from(key)));
 }
 
 /// Clears the holder of `key`, keeping value, flags and `LockIndex` (a session's release
@@ -277,19 +361,20 @@ pub(super) fn clear_holder(tables: &mut Tables, index: u64, key: &str, changes: 
     let Some(existing) = tables.kv.entries.get(key).cloned() else {
         return;
     };
+    let e = existing.fields();
     write_locked(
         tables,
         index,
         key,
-        &existing.value,
-        existing.flags,
+        e.value,
+        e.flags,
         None,
-        existing.lock_index,
+        e.lock_index,
         changes,
     );
 }
 
-/// Iterates over the rows whose key starts with `prefix`, in key order.
+/// Iterates over the entries of `map` whose key starts with `prefix`, in key order.
 pub fn prefix_range<'m, 'p, V>(
     map: &'m OrdMap<Arc<str>, V>,
     prefix: &'p str,
@@ -315,9 +400,9 @@ fn graveyard_max_index(tables: &Tables, prefix: &str) -> u64 {
 }
 
 /// A single key. The index is the key's `ModifyIndex`, or the table index when it is missing.
-pub fn get<'a>(tables: &'a Tables, key: &str) -> (u64, Option<&'a Arc<KvEntry>>) {
+pub fn get<'a>(tables: &'a Tables, key: &str) -> (u64, Option<&'a KvEntry>) {
     match tables.kv.entries.get(key) {
-        Some(entry) => (entry.modify_index, Some(entry)),
+        Some(entry) => (entry.modify_index(), Some(entry)),
         None => (kv_table_index(tables), None),
     }
 }
@@ -338,11 +423,9 @@ fn prefix_query_index(tables: &Tables, prefix: &str, entries_max: u64) -> u64 {
 }
 
 /// Every entry under `prefix` (`?recurse`).
-pub fn list<'a>(tables: &'a Tables, prefix: &str) -> (u64, Vec<&'a Arc<KvEntry>>) {
-    let entries: Vec<&Arc<KvEntry>> = prefix_range(&tables.kv.entries, prefix)
-        .map(|(_, e)| e)
-        .collect();
-    let entries_max = entries.iter().map(|e| e.modify_index).max().unwrap_or(0);
+pub fn list<'a>(tables: &'a Tables, prefix: &str) -> (u64, Vec<&'a KvEntry>) {
+    let entries: Vec<&KvEntry> = tables.kv.entries.prefix(prefix).collect();
+    let entries_max = entries.iter().map(|e| e.modify_index()).max().unwrap_or(0);
     (prefix_query_index(tables, prefix, entries_max), entries)
 }
 
@@ -350,9 +433,10 @@ pub fn list<'a>(tables: &'a Tables, prefix: &str) -> (u64, Vec<&'a Arc<KvEntry>>
 pub fn keys<'a>(tables: &'a Tables, prefix: &str, separator: &str) -> (u64, Vec<&'a str>) {
     let mut out: Vec<&'a str> = Vec::new();
     let mut entries_max = 0;
-    for (key, entry) in prefix_range(&tables.kv.entries, prefix) {
-        entries_max = entries_max.max(entry.modify_index);
-        let key: &'a str = key;
+    for entry in tables.kv.entries.prefix(prefix) {
+        let fields = entry.fields();
+        entries_max = entries_max.max(fields.modify_index);
+        let key: &'a str = fields.key;
         if separator.is_empty() {
             out.push(key);
             continue;
@@ -412,13 +496,13 @@ mod tests {
         let (index, entry) = get(&f.tables, "a");
         let entry = entry.unwrap().clone();
         assert_eq!(
-            (index, entry.create_index, entry.modify_index),
+            (index, entry.create_index(), entry.modify_index()),
             (11, 11, 11)
         );
         assert_eq!(f.changes, vec![Change::key(Table::Kvs, &Arc::from("a"))]);
         f.set("a", "2");
         let (index, entry) = get(&f.tables, "a");
-        assert_eq!((index, entry.unwrap().create_index), (12, 11));
+        assert_eq!((index, entry.unwrap().create_index()), (12, 11));
         // A set that changes nothing keeps the ModifyIndex and reports no change.
         f.set("a", "2");
         assert_eq!(get(&f.tables, "a").0, 12);

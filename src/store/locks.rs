@@ -68,32 +68,27 @@ pub(super) fn lock(
     else {
         return Err(format!("invalid session {session_id:?}"));
     };
-    let lock_index = match tables.kv.entries.get(key) {
-        Some(e) => match e.session.as_deref() {
+    let lock_index = match tables.kv.entries.get(key).map(KvEntry::fields) {
+        Some(e) => match e.session {
             Some(current) if current == &*holder => e.lock_index,
             Some(_) => return Ok(LockOutcome::HeldByOther),
             None => e.lock_index + 1,
         },
         None => 1,
     };
-    let key = kv::write_locked(
+    kv::write_locked(
         tables,
         index,
         key,
         value,
         flags,
-        Some(holder.clone()),
+        Some(&holder),
         lock_index,
         changes,
     );
-    hold(tables, &holder, &key);
+    hold(tables, &holder, key);
     debug_assert!(
-        tables
-            .kv
-            .entries
-            .get(&key)
-            .and_then(|e| e.session.as_deref())
-            == Some(&*holder),
+        tables.kv.entries.get(key).and_then(KvEntry::session) == Some(&*holder),
         "an acquired key names its holder"
     );
     Ok(LockOutcome::Acquired)
@@ -116,10 +111,10 @@ pub(super) fn unlock(
     let Some(existing) = tables.kv.entries.get(key) else {
         return Ok(false);
     };
-    if existing.session.as_deref() != Some(session_id) {
+    if existing.session() != Some(session_id) {
         return Ok(false);
     }
-    let lock_index = existing.lock_index;
+    let lock_index = existing.lock_index();
     kv::write_locked(tables, index, key, value, flags, None, lock_index, changes);
     unhold(tables, session_id, key);
     Ok(true)
@@ -148,7 +143,7 @@ pub(super) fn release_held(
             .kv
             .entries
             .get(key)
-            .is_some_and(|entry| entry.session.as_deref() == Some(&*session.id));
+            .is_some_and(|entry| entry.session() == Some(&*session.id));
         debug_assert!(holds, "a held key names its holder");
         if !holds {
             continue;
@@ -165,9 +160,9 @@ pub(super) fn release_held(
 }
 
 /// Drops deleted keys from their holders' lists. `deleted` are the rows a KV write removed.
-pub(super) fn forget_deleted(tables: &mut Tables, deleted: &[Arc<KvEntry>]) {
+pub(super) fn forget_deleted(tables: &mut Tables, deleted: &[KvEntry]) {
     for row in deleted {
-        let Some(holder) = &row.session else {
+        let Some(holder) = row.session() else {
             continue;
         };
         // The same write may have created and locked the key again (a transaction), and
@@ -175,10 +170,10 @@ pub(super) fn forget_deleted(tables: &mut Tables, deleted: &[Arc<KvEntry>]) {
         let still_held = tables
             .kv
             .entries
-            .get(&row.key)
-            .is_some_and(|entry| entry.session.as_ref() == Some(holder));
+            .get(row.key())
+            .is_some_and(|entry| entry.session() == Some(holder));
         if !still_held {
-            unhold(tables, holder, &row.key);
+            unhold(tables, holder, row.key());
         }
     }
 }
@@ -203,8 +198,9 @@ fn delay_ms(lock_delay_ns: i64) -> u64 {
     ns.div_ceil(1_000_000)
 }
 
-fn set_lock_delay(tables: &mut Tables, key: &Arc<str>, until: u64) {
+fn set_lock_delay(tables: &mut Tables, key: &str, until: u64) {
     prune_lock_delays(tables);
+    let key: Arc<str> = Arc::from(key);
     let delays = &mut tables.sessions;
     if let Some(previous) = delays.lock_delays.insert(key.clone(), until) {
         delays.lock_delay_expiry.remove(&(previous, key.clone()));
@@ -233,13 +229,11 @@ fn prune_lock_delays(tables: &mut Tables) {
 }
 
 /// Records that `session` now holds `key`.
-fn hold(tables: &mut Tables, session: &Arc<str>, key: &Arc<str>) {
-    tables
-        .sessions
-        .held
-        .entry(session.clone())
-        .or_default()
-        .insert(key.clone());
+fn hold(tables: &mut Tables, session: &Arc<str>, key: &str) {
+    let held = tables.sessions.held.entry(session.clone()).or_default();
+    if !held.contains(key) {
+        held.insert(Arc::from(key));
+    }
 }
 
 /// Records that `session` no longer holds `key`.
@@ -271,15 +265,15 @@ mod tests {
         f.create("b", "n1", &[], Behavior::Release);
         assert_eq!(f.lock("k", "a", "v1"), CommandResult::Bool(true));
         let first = f.entry("k").unwrap();
-        assert_eq!((first.lock_index, first.session.as_deref()), (1, Some("a")));
+        assert_eq!((first.lock_index(), first.session()), (1, Some("a")));
         // The holder re-acquires: value and flags update, LockIndex stays.
         assert_eq!(f.lock("k", "a", "v2"), CommandResult::Bool(true));
         let again = f.entry("k").unwrap();
-        assert_eq!((again.lock_index, &again.value[..]), (1, &b"v2"[..]));
+        assert_eq!((again.lock_index(), again.value()), (1, &b"v2"[..]));
         // Re-acquiring with identical contents writes nothing.
-        let before = again.modify_index;
+        let before = again.modify_index();
         f.lock("k", "a", "v2");
-        assert_eq!(f.entry("k").unwrap().modify_index, before);
+        assert_eq!(f.entry("k").unwrap().modify_index(), before);
         assert!(f.changes.is_empty());
         // Another session is refused while the lock is held.
         assert_eq!(f.lock("k", "b", "x"), CommandResult::Bool(false));
@@ -296,17 +290,13 @@ mod tests {
         assert_eq!(f.run(unlock("a")), CommandResult::Bool(true));
         let released = f.entry("k").unwrap();
         assert_eq!(
-            (
-                released.session.clone(),
-                released.lock_index,
-                released.flags
-            ),
+            (released.session(), released.lock_index(), released.flags()),
             (None, 1, 3)
         );
         assert!(f.tables.sessions.held.is_empty());
         // A new acquisition increments LockIndex.
         assert_eq!(f.lock("k", "b", "y"), CommandResult::Bool(true));
-        assert_eq!(f.entry("k").unwrap().lock_index, 2);
+        assert_eq!(f.entry("k").unwrap().lock_index(), 2);
         // Errors Consul reports from the store.
         assert_eq!(
             f.lock("k2", "", "v"),
@@ -328,11 +318,11 @@ mod tests {
         f.lock("other", "b", "v");
         f.run(Command::Session(SessionOp::Destroy { id: "a".into() }));
         let released = f.entry("k").unwrap();
-        assert_eq!((released.session.clone(), released.lock_index), (None, 1));
+        assert_eq!((released.session(), released.lock_index()), (None, 1));
         assert!(f
             .changes
             .contains(&Change::key(Table::Kvs, &Arc::from("k"))));
-        assert_eq!(f.entry("other").unwrap().session.as_deref(), Some("b"));
+        assert_eq!(f.entry("other").unwrap().session(), Some("b"));
         assert_eq!(lock_delay_until(&f.tables, "k"), Some(1_015_000));
         // Inside the delay even a live session cannot acquire; at its end it can.
         f.tables.leader_time_ms = 1_014_999;

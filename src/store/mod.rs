@@ -254,8 +254,8 @@ mod tests {
         assert_eq!(restored.table_index(Table::Tombstones), 5);
         let (_, entry) = kv::get(&restored, "b/c");
         let entry = entry.unwrap();
-        assert_eq!(&entry.value[..], b"2");
-        assert_eq!(entry.flags, 7);
+        assert_eq!(entry.value(), b"2");
+        assert_eq!(entry.flags(), 7);
         assert!(kv::get(&restored, "a").1.is_none());
         assert!(Tables::from_snapshot_bytes(b"").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x09abc").is_err());

@@ -207,7 +207,7 @@ mod tests {
             CommandResult::Bool(true)
         );
         assert!(kv::get(&tables, "old").1.is_none());
-        assert_eq!(kv::get(&tables, "restored").1.unwrap().modify_index, 5);
+        assert_eq!(kv::get(&tables, "restored").1.unwrap().modify_index(), 5);
         assert_eq!(tables.index, 103);
         assert_eq!(tables.table_index(Table::Kvs), 103);
         assert!(changes

@@ -17,7 +17,7 @@ use super::catalog::{
     CatalogOp, CheckRegistration, HealthCheck, Node, Registration, ServiceInstance,
     ServiceRegistration,
 };
-use super::kv::{self, KvEntry, KvOp};
+use super::kv::{self, KvEntry, KvFields, KvOp};
 use super::locks::{self, LockOutcome};
 use super::{Change, CommandResult, Tables};
 use bytes::Bytes;
@@ -151,7 +151,7 @@ impl TxnOp {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnResult {
     /// A KV entry; its value is empty unless the verb was a get.
-    Kv(Arc<KvEntry>),
+    Kv(KvEntry),
     Node(Arc<Node>),
     Service(Arc<ServiceInstance>),
     Check(Arc<HealthCheck>),
@@ -227,13 +227,8 @@ pub fn read_only(tables: &Tables, ops: &[TxnOp]) -> TxnOutcome {
 }
 
 /// The entry as a write result: Consul blanks the value of everything but gets.
-fn without_value(entry: &Arc<KvEntry>) -> TxnResult {
-    if entry.value.is_empty() {
-        return TxnResult::Kv(entry.clone());
-    }
-    let mut copy = (**entry).clone();
-    copy.value = Bytes::new();
-    TxnResult::Kv(Arc::new(copy))
+fn without_value(entry: &KvEntry) -> TxnResult {
+    TxnResult::Kv(entry.without_value())
 }
 
 fn kv_result(tables: &Tables, key: &str) -> Vec<TxnResult> {
@@ -263,11 +258,11 @@ fn read(tables: &Tables, op: &TxnOp) -> Result<Vec<TxnResult>, String> {
                 KvVerb::GetOrEmpty => Ok(vec![TxnResult::Kv(match entry {
                     Some(e) => e.clone(),
                     // Consul answers with the request's own entry, value blanked.
-                    None => Arc::new(KvEntry {
-                        key: Arc::from(key.as_str()),
-                        value: Bytes::new(),
+                    None => KvEntry::new(KvFields {
+                        key,
+                        value: &[],
                         flags: *flags,
-                        session: (!session.is_empty()).then(|| Arc::from(session.as_str())),
+                        session: (!session.is_empty()).then_some(session.as_str()),
                         lock_index: 0,
                         create_index: 0,
                         modify_index: *index,
@@ -279,12 +274,10 @@ fn read(tables: &Tables, op: &TxnOp) -> Result<Vec<TxnResult>, String> {
                     .map(|e| TxnResult::Kv(e.clone()))
                     .collect()),
                 KvVerb::CheckIndex => match entry {
-                    None => Err(format!(
-                        "failed to check index, key {key:?} doesn't exist"
-                    )),
-                    Some(e) if e.modify_index != *index => Err(format!(
+                    None => Err(format!("failed to check index, key {key:?} doesn't exist")),
+                    Some(e) if e.modify_index() != *index => Err(format!(
                         "failed index check for key {key:?}, current modify index {} != {index}",
-                        e.modify_index
+                        e.modify_index()
                     )),
                     Some(e) => Ok(vec![without_value(e)]),
                 },
@@ -292,12 +285,10 @@ fn read(tables: &Tables, op: &TxnOp) -> Result<Vec<TxnResult>, String> {
                     None => Err(format!(
                         "failed to check session, key {key:?} doesn't exist"
                     )),
-                    Some(e) if e.session.as_deref().unwrap_or("") != session.as_str() => {
-                        Err(format!(
-                            "failed session check for key {key:?}, current session {:?} != {session:?}",
-                            e.session.as_deref().unwrap_or("")
-                        ))
-                    }
+                    Some(e) if e.session().unwrap_or("") != session.as_str() => Err(format!(
+                        "failed session check for key {key:?}, current session {:?} != {session:?}",
+                        e.session().unwrap_or("")
+                    )),
                     Some(e) => Ok(vec![without_value(e)]),
                 },
                 KvVerb::CheckNotExists => match entry {
@@ -711,7 +702,7 @@ mod tests {
         let TxnResult::Kv(first) = &ok.results[0] else {
             panic!()
         };
-        assert!(first.value.is_empty(), "set results carry no value");
+        assert!(first.value().is_empty(), "set results carry no value");
         assert_eq!(changes.len(), 2);
         let failed = run(
             &mut tables,
@@ -739,7 +730,7 @@ mod tests {
             ]
         );
         assert!(changes.is_empty(), "a rolled-back transaction wakes nobody");
-        assert_eq!(&kv::get(&tables, "a").1.unwrap().value[..], b"1");
+        assert_eq!(kv::get(&tables, "a").1.unwrap().value(), b"1");
         assert!(kv::get(&tables, "b").1.is_some());
         assert_eq!(tables.index, 6);
         assert_eq!(tables.table_index(Table::Kvs), 5);
@@ -767,7 +758,7 @@ mod tests {
             .results
             .iter()
             .map(|r| match r {
-                TxnResult::Kv(e) => &e.value[..],
+                TxnResult::Kv(e) => e.value(),
                 _ => panic!(),
             })
             .collect();

@@ -46,12 +46,13 @@ pub fn write_id_of(entry_data: &[u8]) -> Option<u64> {
 pub fn get(tables: &Tables, key: u8) -> Option<Version> {
     let entry = kv::get(tables, &key_name(key)).1?;
     let write_id = u64::from_le_bytes(
-        entry.value[..]
+        entry
+            .value()
             .try_into()
             .expect("the simulator writes 8-byte values"),
     );
     Some(Version {
         write_id,
-        index: entry.modify_index,
+        index: entry.modify_index(),
     })
 }
