@@ -501,9 +501,15 @@ impl Agent {
         };
         let local =
             def.alias_node.is_empty() || def.alias_node.eq_ignore_ascii_case(&self.node_name());
-        let checks: Vec<(String, String, Status, String)> = if local {
-            self.state
-                .borrow()
+        // Whether the aliased service exists on the node: a service without checks of its
+        // own is found (and passing) even though no check names it, as in Consul.
+        let (service_exists, checks): (bool, Vec<(String, String, Status, String)>) = if local {
+            let state = self.state.borrow();
+            let exists = state
+                .services
+                .keys()
+                .any(|id| id.eq_ignore_ascii_case(&def.alias_service));
+            let checks = state
                 .checks
                 .values()
                 .filter(|c| c.id != spec.id)
@@ -515,21 +521,29 @@ impl Agent {
                         c.output.clone(),
                     )
                 })
-                .collect()
+                .collect();
+            (exists, checks)
         } else {
             match self.client.node_state(&node).await {
-                Ok(state) => state
-                    .checks
-                    .iter()
-                    .map(|c| {
-                        (
-                            c.service_id.to_string(),
-                            c.name.to_string(),
-                            c.status,
-                            c.output.to_string(),
-                        )
-                    })
-                    .collect(),
+                Ok(state) => {
+                    let exists = state
+                        .services
+                        .iter()
+                        .any(|s| s.id.eq_ignore_ascii_case(&def.alias_service));
+                    let checks = state
+                        .checks
+                        .iter()
+                        .map(|c| {
+                            (
+                                c.service_id.to_string(),
+                                c.name.to_string(),
+                                c.status,
+                                c.output.to_string(),
+                            )
+                        })
+                        .collect();
+                    (exists, checks)
+                }
                 Err(e) => {
                     return (
                         Status::Critical,
@@ -567,7 +581,7 @@ impl Agent {
                 }
             }
         }
-        if !def.alias_service.is_empty() && !service_found {
+        if !def.alias_service.is_empty() && !service_found && !service_exists {
             return (
                 Status::Critical,
                 format!(

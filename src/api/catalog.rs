@@ -142,9 +142,15 @@ fn meta_headers(meta: QueryMeta) -> Vec<u8> {
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    let near = request.query.get("near").unwrap_or("");
     let query = NodesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::NODE)?,
+        // As for services: distances taken when the query starts; a node without a known
+        // coordinate (or an unknown `near`) leaves the order alone, as Consul does.
+        near: (!near.is_empty())
+            .then(|| super::coordinate::distances_from(ctx, near))
+            .flatten(),
     };
     run_query(ctx, query, options, reply)
 }
@@ -152,6 +158,9 @@ pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
 struct NodesQuery {
     node_meta: Vec<(String, String)>,
     filter: Option<Filter>,
+    /// `?near=`: estimated seconds from the named node to each node; nodes are answered
+    /// nearest first, those without a coordinate last in name order.
+    near: Option<HashMap<String, f64>>,
 }
 
 impl Query for NodesQuery {
@@ -166,15 +175,27 @@ impl Query for NodesQuery {
         let mut body = Vec::with_capacity(256 + tables.catalog.nodes.len() * 256);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_array();
-        for entry in tables.catalog.nodes.values() {
-            if !entry.node().meta.satisfies(&self.node_meta) {
-                continue;
-            }
-            if let Some(filter) = &self.filter {
-                if !filter.matches(&render::as_value(|w| render::node(w, entry.node()))) {
-                    continue;
-                }
-            }
+        let mut selected: Vec<_> = tables
+            .catalog
+            .nodes
+            .values()
+            .filter(|entry| entry.node().meta.satisfies(&self.node_meta))
+            .filter(|entry| {
+                self.filter.as_ref().is_none_or(|filter| {
+                    filter.matches(&render::as_value(|w| render::node(w, entry.node())))
+                })
+            })
+            .collect();
+        if let Some(near) = &self.near {
+            let distances: Vec<Option<f64>> = selected
+                .iter()
+                .map(|entry| near.get(&*entry.node().name).copied())
+                .collect();
+            let order = nearest_first(&distances);
+            debug_assert_eq!(order.len(), selected.len(), "a permutation of the nodes");
+            selected = order.into_iter().map(|i| selected[i]).collect();
+        }
+        for entry in selected {
             render::node(&mut w, entry.node());
         }
         w.end_array();

@@ -148,7 +148,9 @@ pub fn force_leave(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Ou
         .as_ref()
         .is_some_and(|w| w.members().iter().any(|m| m.name == node));
     if !(known_lan && !wan_only || known_wan) {
-        return Err(ApiError::NotFound(format!(
+        // Consul's agent returns a plain error here, which its HTTP layer answers with 500
+        // (only typed not-found errors become 404 there), with or without `?prune`.
+        return Err(ApiError::Internal(format!(
             "agent: No node found with name '{node}'"
         )));
     }

@@ -291,9 +291,32 @@ pub fn allow_method(
     Ok(true)
 }
 
+/// Refuses a namespace or admin partition, as Consul's community edition does on every
+/// endpoint that reads them (`parseEntMeta` in its `agent/http_ce.go`): 400 naming the header
+/// or parameter. The header is looked at before the parameter and namespaces before
+/// partitions, so a request naming several gets the same message Consul gives. An empty value
+/// names nothing and passes, as it does there.
+pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
+    const NAMESPACES: &str = "Namespaces are a Consul Enterprise feature";
+    const PARTITIONS: &str = "Partitions are a Consul Enterprise feature";
+    let named = |value: Option<&str>| value.is_some_and(|v| !v.is_empty());
+    let refusal = if named(request.header("X-Consul-Namespace")) {
+        format!("Invalid header: \"X-Consul-Namespace\" - {NAMESPACES}")
+    } else if named(request.query.get("ns")) {
+        format!("Invalid query parameter: \"ns\" - {NAMESPACES}")
+    } else if named(request.header("X-Consul-Partition")) {
+        format!("Invalid header: \"X-Consul-Partition\" - {PARTITIONS}")
+    } else if named(request.query.get("partition")) {
+        format!("Invalid query parameter: \"partition\" - {PARTITIONS}")
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::BadRequest(refusal))
+}
+
 impl Route {
     /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
-    /// declare, and runs the handler for the rest.
+    /// declare and any namespace or partition, and runs the handler for the rest.
     pub fn serve(
         &self,
         ctx: &Context,
@@ -312,6 +335,7 @@ impl Route {
         if !allow_method(self.methods, request, reply)? {
             return Ok(Outcome::Done);
         }
+        refuse_enterprise_scope(request)?;
         let outcome = (self.handler)(ctx, request, reply);
         debug_assert!(
             self.blocking || !matches!(outcome, Ok(Outcome::Block(_))),

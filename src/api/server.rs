@@ -369,9 +369,20 @@ fn dispatch_buffered(
                 buf: input,
                 body: request.body,
             };
+            let answer_start = output.len();
             let mut reply = Reply::new(output, keep_alive, pretty);
             let outcome = api::dispatch(&server.context, route, &req, &mut reply);
-            let tail = reply.take_tail();
+            let mut tail = reply.take_tail();
+            drop(reply);
+            if head.method == http::Method::Head {
+                // No route declares HEAD, so its answer is always written here at once (a
+                // 405, a 404, or a UI file's head). The head keeps the length a GET would
+                // get; the body must not follow, or the client would read it as the start
+                // of its next response.
+                debug_assert!(matches!(outcome, Outcome::Done), "HEAD is answered at once");
+                tail = None;
+                http::truncate_to_head(output, answer_start);
+            }
             debug_assert!(
                 tail.is_none() || matches!(outcome, Outcome::Done),
                 "only a finished answer has a body to stream"

@@ -2,7 +2,8 @@
 
 use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request};
 
-/// The leader's server RPC address as `"ip:port"`, or `""` when there is none.
+/// The leader's server RPC address as `"ip:port"`, or `""` when there is none or its
+/// catalog registration has not been applied here yet ([`leader_registered`]).
 pub fn leader(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
     if ctx.is_client() {
@@ -10,8 +11,34 @@ pub fn leader(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         return Ok(Outcome::Forward);
     }
     let status = ctx.cluster_status();
-    reply.json(200, b"", &status.leader_rpc_address);
+    let ready = leader_registered(&ctx.current_version(), &status.leader_name);
+    let leader = if ready {
+        status.leader_rpc_address.as_str()
+    } else {
+        ""
+    };
+    reply.json(200, b"", &leader);
     Ok(Outcome::Done)
+}
+
+/// Whether the leader's own catalog registration (its node with the `serfHealth` check and
+/// the `consul` service, written in one command) is in `tables`.
+///
+/// A leader is reported only from then on, so a client that waits for a leader and then
+/// creates a session (which needs the node's `serfHealth` check) or reads
+/// `/v1/health/state/any` finds the registration there, as it does once Consul's leader
+/// has run its first reconcile.
+pub fn leader_registered(tables: &crate::store::Tables, leader_name: &str) -> bool {
+    use crate::store::catalog::{rows::fold, SERF_CHECK_ID};
+    if leader_name.is_empty() {
+        return false;
+    }
+    let serf_check = fold(SERF_CHECK_ID);
+    tables
+        .catalog
+        .nodes
+        .get(&*fold(leader_name))
+        .is_some_and(|entry| entry.checks.contains_key(&*serf_check))
 }
 
 /// Server RPC addresses of the Raft voters.

@@ -18,7 +18,9 @@
 //! Threads: the main thread acquires, supervises the child and releases; one thread renews
 //! the session; one monitors the lock. They talk through an atomic stop flag and a channel.
 
-use super::client::{encode_path, encode_query_value, Client, ClientOptions, Response};
+use super::client::{
+    encode_path, encode_query_value, parse_go_bool, Client, ClientOptions, Response,
+};
 use super::HttpFlags;
 use clap::{ArgAction, Args};
 use serde_json::Value;
@@ -102,15 +104,6 @@ pub struct LockArgs {
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::proto::duration::parse_go_duration(text).map_err(|e| e.to_string())
-}
-
-/// Go's `strconv.ParseBool`, as Go bool flags accept it.
-pub fn parse_go_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        other => Err(format!("invalid boolean value {other:?}")),
-    }
 }
 
 // Signals: SIGINT and SIGTERM ask the command to stop the child and release.
@@ -882,13 +875,6 @@ mod tests {
         assert_eq!(join_key("svc/leader", ".lock"), "svc/leader/.lock");
         assert_eq!(join_key("svc/leader/", ".lock"), "svc/leader/.lock");
         assert_eq!(join_key("", ".lock"), ".lock");
-    }
-
-    #[test]
-    fn go_booleans_parse() {
-        assert_eq!(parse_go_bool("false"), Ok(false));
-        assert_eq!(parse_go_bool("T"), Ok(true));
-        assert!(parse_go_bool("yes").is_err());
     }
 
     #[test]

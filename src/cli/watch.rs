@@ -14,8 +14,7 @@
 //! last one delivered. Field order is the agent's own (the answer is compacted, not
 //! re-encoded).
 
-use super::client::{encode_path, encode_query_value, Client, Response};
-use super::lock::parse_go_bool;
+use super::client::{encode_path, encode_query_value, parse_go_bool, Client, Response};
 use super::HttpFlags;
 use clap::{ArgAction, Args};
 use std::io::Write;

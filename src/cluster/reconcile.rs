@@ -124,8 +124,9 @@ pub fn reaped_ops(version: &crate::store::Tables, members: &[Member]) -> Vec<Cat
 }
 
 /// The registration that makes `member` alive in the catalog, or `None` when the catalog
-/// already says so. Existing tagged addresses and node meta (which the member's own agent
-/// maintains) are kept.
+/// already says so. A node row that already has the member's address and ID is not written
+/// (its tagged addresses and meta are the member's own agent's); a different row is
+/// rewritten with the member's address and ID, keeping the meta and tagged addresses read.
 pub fn member_registration(member: &Member, current: &NodeState) -> Option<Registration> {
     let service = member.server_port.map(consul_service);
     let (want_status, want_output) = if member.alive {
@@ -158,8 +159,14 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
     if serf_passing && node_matches && service_matches {
         return None;
     }
-    let (tagged_addresses, node_meta) = match &current.node {
-        Some(node) => (
+    // The node row's meta and tagged addresses belong to the member's own agent (its
+    // anti-entropy writes them). When the row already names the member's address and ID, the
+    // registration leaves the row alone: copying a read row back would overwrite whatever the
+    // agent wrote between this read and the apply. Only a row that must change (a new
+    // address or ID) is rewritten, keeping what was read, since Consul keeps a node's meta
+    // across an address change too.
+    let (tagged_addresses, node_meta) = match (&current.node, node_matches) {
+        (Some(node), false) => (
             node.tagged_addresses
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -169,7 +176,7 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         ),
-        None => (Vec::new(), Vec::new()),
+        _ => (Vec::new(), Vec::new()),
     };
     Some(Registration {
         id: member.id.clone(),
@@ -178,6 +185,7 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
         datacenter: member.datacenter.clone(),
         tagged_addresses,
         node_meta,
+        skip_node_update: node_matches,
         service,
         checks: vec![CheckRegistration {
             node: member.name.clone(),
@@ -187,7 +195,6 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
             output: want_output.into(),
             ..Default::default()
         }],
-        skip_node_update: false,
     })
 }
 
@@ -243,6 +250,40 @@ mod tests {
             "nothing left to do"
         );
         assert_eq!(state.services.len(), 1);
+        // A registration computed before the agent changed its meta must not undo the
+        // change: with the node row already right, it does not write the row at all.
+        let mut failed = member.clone();
+        failed.alive = false;
+        let stale = member_registration(&failed, &state).expect("the check must change");
+        assert!(stale.skip_node_update, "the node row is already right");
+        let mut tables = (*version).clone();
+        let newer_meta = Registration {
+            id: member.id.clone(),
+            node: "s1".into(),
+            address: "10.0.0.1".into(),
+            datacenter: "dc1".into(),
+            node_meta: vec![("consul-version".into(), "y".into())],
+            ..Default::default()
+        };
+        tables.apply(
+            3,
+            &Command::Catalog(CatalogOp::Register(Box::new(newer_meta))),
+            &mut changes,
+        );
+        tables.apply(
+            4,
+            &Command::Catalog(CatalogOp::Register(Box::new(stale))),
+            &mut changes,
+        );
+        let after = Arc::new(tables);
+        let after = node_state_in(&after, "s1");
+        assert_eq!(
+            &**after.node.unwrap().meta.get("consul-version").unwrap(),
+            "y"
+        );
+        assert!(after.checks.iter().any(
+            |c| c.check_id.eq_ignore_ascii_case(SERF_CHECK_ID) && c.status == Status::Critical
+        ));
         assert_eq!(
             &*state
                 .node

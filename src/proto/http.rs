@@ -577,6 +577,23 @@ pub fn write_response_head(
     out.extend_from_slice(b"\r\n\r\n");
 }
 
+/// Cuts the body off the one response that starts at `start` in `out`, keeping its head (the
+/// answer to a HEAD request: same status and headers, no body). The response must be whole.
+pub fn truncate_to_head(out: &mut Vec<u8>, start: usize) {
+    assert!(start <= out.len(), "the response starts inside the buffer");
+    if start == out.len() {
+        return;
+    }
+    let head_end = out[start..]
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .map(|at| start + at + 4);
+    debug_assert!(head_end.is_some(), "a written response has a complete head");
+    if let Some(head_end) = head_end {
+        out.truncate(head_end);
+    }
+}
+
 /// Appends the decimal form of `n` without allocating.
 pub fn push_u64(out: &mut Vec<u8>, n: u64) {
     let mut buffer = itoa::Buffer::new();
@@ -586,6 +603,18 @@ pub fn push_u64(out: &mut Vec<u8>, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncate_to_head_keeps_earlier_answers_and_the_head_only() {
+        let mut out = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec();
+        let start = out.len();
+        write_response(&mut out, 405, Some("text/plain"), b"", b"not allowed", true);
+        truncate_to_head(&mut out, start);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+        assert!(text.ends_with("Content-Length: 11\r\n\r\n"), "{text}");
+        assert!(!text.contains("not allowed"));
+    }
 
     fn head(text: &str) -> Result<Option<RequestHead>, HttpError> {
         parse_head(text.as_bytes(), &HttpLimits::default())

@@ -160,7 +160,8 @@ impl Agent {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(r) = try_request(self.addr(), "GET", "/v1/status/leader", b"", &[]) {
-                if r.status == 200 && r.body != b"\"\"" && !r.body.is_empty() {
+                // Dev mode answers pretty JSON, so "no leader" may end with a newline.
+                if r.status == 200 && r.body.trim_ascii() != b"\"\"" && !r.body.is_empty() {
                     // A leader exists; wait until this agent serves leader reads too.
                     if let Ok(r) = try_request(self.addr(), "GET", "/v1/kv/__ready_probe", b"", &[])
                     {
