@@ -2,7 +2,7 @@
 //! agents. Every client's node is in the catalog with a passing `serfHealth` check; a client
 //! killed with `-9` is detected by gossip, its `serfHealth` goes critical on the leader's
 //! reconcile and the session bound to that check is invalidated (its lock released); a client
-//! that leaves gracefully is deregistered.
+//! that leaves gracefully, through the API or on SIGTERM, is deregistered.
 
 mod agent_support;
 mod common;
@@ -139,5 +139,14 @@ fn client_failure_and_leave_reach_the_catalog_and_sessions() {
         Some(true),
         "failed, not left"
     );
+
+    // SIGTERM on a client leaves gracefully too (Consul's `leave_on_terminate`, true on
+    // clients by default): the node is deregistered, not left critical.
+    let terminated = node_name(&clients[2]);
+    let status = clients[2].terminate().expect("client 2 was running");
+    assert!(status.success(), "client 2 exited cleanly: {status:?}");
+    wait_for(DETECTION_LIMIT, "the terminated client deregistered", || {
+        (catalog_has_node(server, &terminated) == Some(false)).then_some(())
+    });
     clients.clear();
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,6 +102,8 @@ struct Shared {
     /// User events only, so that a consumer of membership events cannot swallow them.
     user_events: flume::Receiver<UserEvent>,
     dropped_events: AtomicU64,
+    /// A graceful leave finished: leaving again (SIGTERM after `/v1/agent/leave`) is done.
+    left: AtomicBool,
 }
 
 /// The agent's handle on the gossip pool. Cheap to clone; usable from any thread.
@@ -158,6 +160,7 @@ pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
         events: ev_rx,
         user_events: user_rx,
         dropped_events: AtomicU64::new(0),
+        left: AtomicBool::new(false),
     });
     let handle = GossipHandle {
         shared: shared.clone(),
@@ -293,6 +296,21 @@ impl GossipHandle {
         let (tx, rx) = flume::bounded(1);
         self.send(Command::Leave(tx))?;
         rx.recv_async().await.map_err(|_| GossipError::Stopped)
+    }
+
+    /// [`leave`](Self::leave) from a thread outside the runtime (the main thread at
+    /// shutdown), waiting at most `timeout`. `Ok(false)`: the leave did not finish in time.
+    pub fn leave_blocking(&self, timeout: Duration) -> Result<bool, GossipError> {
+        if self.shared.left.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
+        let (tx, rx) = flume::bounded(1);
+        self.send(Command::Leave(tx))?;
+        match rx.recv_timeout(timeout) {
+            Ok(()) => Ok(true),
+            Err(flume::RecvTimeoutError::Timeout) => Ok(false),
+            Err(flume::RecvTimeoutError::Disconnected) => Err(GossipError::Stopped),
+        }
     }
 
     /// Consul force-leave: mark a failed node left (and forget it with `prune`).
@@ -457,6 +475,7 @@ async fn flush(st: &Rc<State>) {
                     }
                 }
                 Output::LeaveDone { request } => {
+                    st.shared.left.store(true, Ordering::SeqCst);
                     if let Some(tx) = st.leaves.borrow_mut().remove(&request) {
                         let _ = tx.send(());
                     }

@@ -106,6 +106,12 @@ pub struct AgentConfig {
     /// `disable_remote_exec` (Consul's default: true). praetor has no remote exec, so `true`
     /// holds by construction and `false` is warned about.
     pub disable_remote_exec: bool,
+    /// Leave the gossip pool gracefully on SIGTERM (Consul's `leave_on_terminate`: true on
+    /// clients, false on servers, whose leaving would shrink the Raft quorum's pool).
+    pub leave_on_terminate: bool,
+    /// Skip the graceful leave on SIGINT (Consul's `skip_leave_on_interrupt`: true on
+    /// servers, false on clients).
+    pub skip_leave_on_interrupt: bool,
     /// Settings parsed and checked but not acted on yet; each one given was warned about.
     pub pending: PendingSettings,
     /// `acl { … }`, `primary_datacenter` and the legacy ACL keys.
@@ -475,6 +481,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
     warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
+    let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
+    let skip_leave_on_interrupt = get_bool(&raw, "skip_leave_on_interrupt")?.unwrap_or(server);
     if !disable_remote_exec {
         warnings.push(not_acted_on(
             "disable_remote_exec = false",
@@ -507,6 +515,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         dns: dns_config_from(&raw)?,
         node_meta,
         disable_remote_exec,
+        leave_on_terminate,
+        skip_leave_on_interrupt,
         pending,
         acl: acl::AclConfig::from_raw(&raw)?,
         tls,

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The node's UUID, read from `<data_dir>/node-id` or created there (Consul's behaviour).
 fn load_or_create_node_id(config: &AgentConfig, data_dir: &Path) -> Result<String, String> {
@@ -108,11 +108,16 @@ struct ShardListeners {
     dns_tcp: Vec<std::net::TcpListener>,
 }
 
+/// The longest a graceful leave at shutdown may take before the agent stops anyway.
+const LEAVE_ON_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
 pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let fd_limit = raise_fd_limit();
     let signals = block_shutdown_signals();
     let config = Arc::new(config);
+    let (leave_on_terminate, skip_leave_on_interrupt) =
+        (config.leave_on_terminate, config.skip_leave_on_interrupt);
     for key in &config.unknown_keys {
         log::warn!("config: ignoring unknown key {key:?}");
     }
@@ -393,6 +398,26 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         reload_tls(&tls, &config.sources);
     };
     log::info!("agent: caught signal {signal}, shutting down");
+    let leave = match signal {
+        libc::SIGTERM => leave_on_terminate,
+        libc::SIGINT => !skip_leave_on_interrupt,
+        _ => false,
+    };
+    if leave {
+        // Leave before anything stops, so the pool hears "left" rather than detecting a
+        // failure, and the catalog deregisters this node instead of marking it critical.
+        if let Some(gossip) = &pools.lan {
+            log::info!("agent: gracefully leaving the LAN pool");
+            match gossip.leave_blocking(LEAVE_ON_SHUTDOWN_TIMEOUT) {
+                Ok(true) => log::info!("agent: left the LAN pool"),
+                Ok(false) => log::warn!(
+                    "agent: the graceful leave did not finish within {} s; stopping anyway",
+                    LEAVE_ON_SHUTDOWN_TIMEOUT.as_secs()
+                ),
+                Err(error) => log::warn!("agent: graceful leave failed: {error}"),
+            }
+        }
+    }
     shared.shutting_down.store(true, Ordering::SeqCst);
     if let Some(gossip) = &pools.lan {
         gossip.shutdown();
