@@ -41,6 +41,8 @@ DNS_FLOOR_PORT = 18600
 NSD_PORT = 18601
 DEV = dict(http=18510, dns=18610, server=18520, serf_lan=18521, serf_wan=18522)
 SERVERS = [dict(http=18530 + i, dns=18630 + i, server=18540 + i, serf_lan=18550 + i, serf_wan=18560 + i) for i in range(3)]
+# A client agent joined to the three servers, for DNS through the servers.
+CLIENT = dict(http=18570, dns=18670, server=18571, serf_lan=18572, serf_wan=18573)
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -486,6 +488,69 @@ class Bench:
             time.sleep(0.3)
         return "three praetor servers elected no leader within %ds: %s" % (
             START_TIMEOUT_S, self.procs.log_tail("praetor-s0"))
+
+    def start_client_agent(self):
+        """A client agent (no -server) joined to the three servers, serving DNS."""
+        reason = self.ensure("cluster")
+        if reason:
+            return reason
+        data = os.path.join(self.tmp, f"client-{time.monotonic_ns()}")
+        extra = ["-node", "bench-client", "-data-dir", data,
+                 "-retry-join", f"127.0.0.1:{SERVERS[0]['serf_lan']}"]
+        proc = self.procs.start("client-agent", self.praetor_argv(CLIENT, extra))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"praetor client agent exited ({proc.returncode}): " + self.procs.log_tail("client-agent")
+            if self.praetor_has_leader(CLIENT["http"]):
+                return None
+            time.sleep(0.2)
+        return "praetor client agent found no server after %ds: %s" % (
+            START_TIMEOUT_S, self.procs.log_tail("client-agent"))
+
+    def row_dns_client_vs_server(self):
+        """The same dnsperf A queries against a client agent (answering from the answers it
+        cached, kept exact by the servers' change feed) and against a server, interleaved."""
+        row_id, title = "dns-client-vs-server", "DNS A web.service.consul: client agent vs server"
+        target, minimum = "≥ 0.8×", 0.8
+        reason = self.needs("cluster:catalog", "client-agent")
+        if not reason:
+            try:
+                self.register(self.leader(), "web", 3)
+            except RuntimeError as e:
+                reason = str(e)
+        if not reason:
+            # The client's first answer fetches the rows; every later one is a local hit.
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not dns_query(CLIENT["dns"], "web.service.consul", timeout=0.3):
+                if time.monotonic() > deadline:
+                    reason = f"the client agent's DNS on 127.0.0.1:{CLIENT['dns']} does not answer"
+                    break
+                time.sleep(0.2)
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        qfile = self.query_file("web.service.consul", "A")
+        d = max(1, int(round(self.duration)))
+        def argv(port):
+            return ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", qfile, "-l", str(d), "-c", "4", "-T", "1"]
+        a_runs, b_runs = [], []
+        for _ in range(self.runs):
+            for port, runs in ((SERVERS[0]["dns"], a_runs), (CLIENT["dns"], b_runs)):
+                code, out = self.run_tool(argv(port), d)
+                runs.append(parse_dnsperf(out) if code == 0 else {"errors": 1})
+                time.sleep(0.5)
+        doc = synthetic_compare("throughput_rps", "praetor server", a_runs, "praetor client agent", b_runs)
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        chart = self.chart(row_id, title)
+        ratio = doc["ratio"]
+        ok = ratio and ratio["median"] is not None and ratio["median"] >= minimum
+        self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "qps"),
+                 peer=fmt_num(doc["a"]["median"]["throughput_rps"], "qps"), ratio=fmt_ratio(ratio),
+                 target=target, result="pass" if ok else "fail", chart=chart,
+                 command=f"{self.shown(argv(SERVERS[0]['dns']))}  ⟷  {self.shown(argv(CLIENT['dns']))}  (interleaved ×{self.runs})",
+                 note="'praetor' column = the client agent, 'peer' = a server of the same cluster",
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
     def cluster_leader_http(self):
         status, _, body = http("GET", f"http://127.0.0.1:{SERVERS[0]['http']}/v1/status/leader")
@@ -1192,6 +1257,7 @@ class Bench:
             (["get-default-vs-stale"], lambda: self.row_consistency("default", 0.9), []),
             (["get-consistent-vs-stale"], lambda: self.row_consistency("consistent", 0.5), []),
             (["churn-vs-kv-put"], self.row_churn, []),
+            (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["sessions-vs-kv-put"], self.row_sessions, ["etcd3", "cluster"]),
         ]
 

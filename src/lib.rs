@@ -17,8 +17,9 @@
 //!    propose/read plumbing, the raft thread and its durable log.
 //! 8. [`cluster`]: the gossip driver and pools, server discovery, member reconcile, user
 //!    events.
-//! 9. [`api`] and [`dns`]: the HTTP API (routing table, handlers, server loop) and DNS
-//!    (resolution, socket loops); neither uses the other.
+//! 9. [`dns`] and [`api`]: DNS (resolution, socket loops, a client agent's protocol with its
+//!    servers) and the HTTP API (routing table, handlers, server loop), which uses `dns`
+//!    only to serve that protocol on the servers.
 //! 10. [`agent`]: local services and checks, runners, anti-entropy.
 //! 11. [`node`]: start-up wiring, the only module that uses every layer.
 //! 12. [`cli`]: operator commands.

@@ -37,11 +37,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shard",   &["proto", "store", "raft", "replica", "config", "tls"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
     ("cluster", &["proto", "store", "gossip", "consul", "config", "shard"]),
-    // The HTTP API: routing table, handlers, server loop.
-    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
-                  "cluster"]),
-    // DNS resolution and its socket loops.
+    // DNS resolution, its socket loops, and a client agent's protocol with its servers.
     ("dns",     &["proto", "store", "config", "shard"]),
+    // The HTTP API: routing table, handlers, server loop; serves `dns::remote` on servers.
+    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
+                  "cluster", "dns"]),
     // Local services and checks, runners, anti-entropy, agent endpoint work.
     ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "shard", "cluster",
                   "api"]),

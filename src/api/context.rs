@@ -17,11 +17,13 @@ use crate::cluster::gossip::GossipHandle;
 use crate::cluster::user_events::EventLog;
 use crate::cluster::Pools;
 use crate::config::AgentConfig;
+use crate::dns::remote::RecentChanges;
 use crate::proto::http::HttpLimits;
 use crate::shard::peer_transport::Faults;
 use crate::shard::runtime::{ClusterStatus, Consistency, Identity, ReadPlan};
 use crate::shard::Shard;
 use crate::store::StoreVersion;
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,15 +33,33 @@ pub struct Context {
     shard: Rc<Shard>,
     pools: Arc<Pools>,
     agent: AgentChannel,
+    /// On a server: the recent DNS-table changes client agents' DNS caches poll for.
+    dns_changes: Rc<RefCell<RecentChanges>>,
 }
 
 impl Context {
     pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Context {
+        let dns_changes = Rc::new(RefCell::new(RecentChanges::new(shard.local_index())));
+        if !shard.is_client() {
+            // Recorded in the step that installs each version, so a reader woken by a
+            // change finds it here.
+            let ring = dns_changes.clone();
+            shard.on_new_version(move |batch| {
+                ring.borrow_mut()
+                    .record(batch.version.index, &batch.changes);
+            });
+        }
         Context {
             shard,
             pools,
             agent,
+            dns_changes,
         }
+    }
+
+    /// The recent DNS-table changes of this shard (empty on a client agent).
+    pub fn dns_changes(&self) -> &Rc<RefCell<RecentChanges>> {
+        &self.dns_changes
     }
 
     pub fn config(&self) -> &AgentConfig {

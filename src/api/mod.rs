@@ -20,6 +20,7 @@ pub mod coordinate;
 pub mod debug;
 pub mod event;
 pub mod health;
+pub mod internal_dns;
 pub mod keyring;
 pub mod kv;
 pub mod members;

@@ -13,11 +13,13 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    agent, agent_local, catalog, coordinate, debug, event, health, keyring, kv, members, operator,
-    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
+    agent, agent_local, catalog, coordinate, debug, event, health, internal_dns, keyring, kv,
+    members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
+    Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
+use crate::dns::remote;
 use crate::proto::http::{HttpLimits, Method};
 
 /// What serves a route once its method is allowed.
@@ -196,6 +198,10 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/agent/check/fail/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::fail_check),
     route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, Undeclared, agent_local::health_by_name),
     route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, Undeclared, agent_local::health_by_id),
+
+    // A client agent's DNS, answered by its servers (`internal_dns`).
+    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  Undeclared, internal_dns::lookup),
+    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  Undeclared, internal_dns::changes),
 
     route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Undeclared, status::leader),
     route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Undeclared, status::peers),

@@ -8,13 +8,20 @@
 //! configured domains go to the recursors ([`recursor`]), which the server runs as separate
 //! tasks so that a slow upstream never delays other queries.
 //!
+//! On a client agent, which has no store, the view is the rows a server sent ([`client`],
+//! over the protocol in [`remote`]); a miss comes back as [`Handled::Fetch`], and the socket
+//! loop answers the message again once the rows arrived. Hits take the same path as on a
+//! server.
+//!
 //! The shard's sockets live in [`server`]; resolution does no socket I/O except in
-//! [`recursor`].
+//! [`recursor`] and [`client`].
 
 pub mod answer;
 pub mod cache;
+pub mod client;
 pub mod name;
 pub mod recursor;
+pub mod remote;
 pub mod resolve;
 pub mod server;
 pub mod store_view;
@@ -93,6 +100,20 @@ pub enum Handled {
     Drop,
     /// Forward this query to the recursors.
     Recurse(Box<Query>),
+    /// A client agent lacks catalog rows this question needs: fetch them from a server,
+    /// then answer the message again with them at hand.
+    Fetch(Box<Query>, Vec<remote::Lookup>),
+}
+
+/// What a resolution against a [`VersionSource`]'s view may do with its answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// The view held everything the resolution read, as exact as the cache's invalidation.
+    Cacheable,
+    /// Complete, but read rows that nothing will invalidate: answer once, do not cache.
+    Uncacheable,
+    /// The view lacked these rows; the answer is not to be sent.
+    Missing(Vec<remote::Lookup>),
 }
 
 /// Where resolution reads from on a cache miss: the shard's current version. Fetching it
@@ -101,6 +122,11 @@ pub enum Handled {
 pub trait VersionSource {
     type View: CatalogView;
     fn version(&self) -> Self::View;
+    /// After a resolution against `view`: whether it had everything, and may be cached. A
+    /// store version always does.
+    fn completion(&self, _view: &Self::View) -> Completion {
+        Completion::Cacheable
+    }
 }
 
 /// The response size limits for a query.
@@ -196,11 +222,22 @@ pub fn handle_message<S: VersionSource>(
     };
     let mut reads = ReadSet::default();
     let view = source.version();
-    match resolver.resolve(&lower, query.qtype, &view, &mut reads) {
+    let resolution = resolver.resolve(&lower, query.qtype, &view, &mut reads);
+    let cacheable = match source.completion(&view) {
+        Completion::Cacheable => true,
+        Completion::Uncacheable => false,
+        Completion::Missing(lookups) => {
+            debug_assert!(!lookups.is_empty(), "missing rows are named");
+            return Handled::Fetch(Box::new(query), lookups);
+        }
+    };
+    match resolution {
         Resolution::Answer(answer) => {
             let encoded = Rc::new(EncodedAnswer::encode(&answer, &lower));
             encoded.assemble(&query, &limits, &mut state.rng, &mut state.order, out);
-            state.cache.insert(key, encoded, &reads);
+            if cacheable {
+                state.cache.insert(key, encoded, &reads);
+            }
             Handled::Reply
         }
         Resolution::Recurse => Handled::Recurse(Box::new(query)),

@@ -8,11 +8,17 @@
 //! handed to their own task, so a slow upstream never stalls the socket; at most
 //! [`RECURSIONS_IN_FLIGHT_MAX`] per shard, beyond which the query gets SERVFAIL at once.
 //!
+//! On a client agent a miss needs rows from a server: the UDP loop hands it to its own task
+//! (at most [`FETCHES_IN_FLIGHT_MAX`] per shard), TCP waits for it in order, and either
+//! answers the message again once they arrived (`dns::client`).
+//!
 //! TCP: RFC 1035 §4.2.2 / RFC 7766 framing (two-byte length, then the message); queries on a
 //! connection are answered in order. Bounded by [`TCP_CONNECTIONS_MAX`] per shard,
 //! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
 //! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
 
+use crate::dns::client::{ClientDns, FETCH_ROUNDS_MAX};
+use crate::dns::remote::Lookup;
 use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
 use crate::shard::runtime::{Consistency, ReadPlan, Shard};
@@ -28,6 +34,9 @@ use std::time::Duration;
 
 /// Forwards to recursors in flight per shard.
 pub const RECURSIONS_IN_FLIGHT_MAX: usize = 256;
+/// Questions waiting for rows from a server per shard (a client agent's misses); beyond
+/// this a miss gets SERVFAIL at once.
+pub const FETCHES_IN_FLIGHT_MAX: usize = 1024;
 /// Open DNS TCP connections per shard; further connections are closed at once.
 pub const TCP_CONNECTIONS_MAX: usize = 1024;
 /// How long a TCP connection may sit idle between queries.
@@ -102,6 +111,8 @@ pub struct DnsServer {
     shard: Rc<Shard>,
     settings: Arc<DnsSettings>,
     state: Rc<RefCell<ShardDns>>,
+    /// On a client agent: the rows asked of the servers, and the feed that keeps them.
+    client: Option<Rc<ClientDns>>,
 }
 
 impl DnsServer {
@@ -111,6 +122,16 @@ impl DnsServer {
     pub fn new(shard: Rc<Shard>, settings: Arc<DnsSettings>) -> Rc<DnsServer> {
         let seed = rand::random::<u64>() ^ shard.id as u64;
         let state = Rc::new(RefCell::new(ShardDns::new(seed)));
+        if shard.is_client() {
+            // No store, no versions: the change feed invalidates instead.
+            let client = ClientDns::new(shard.clone(), settings.clone(), state.clone());
+            return Rc::new(DnsServer {
+                shard,
+                settings,
+                state,
+                client: Some(Rc::new(client)),
+            });
+        }
         let invalidated = state.clone();
         shard.on_new_version(move |batch| {
             if !batch.changes.is_empty() {
@@ -121,7 +142,16 @@ impl DnsServer {
             shard,
             settings,
             state,
+            client: None,
         })
+    }
+
+    /// On a client agent, starts the change feed from the servers; call once, when the
+    /// agent serves DNS.
+    pub fn start_client_feed(&self) {
+        if let Some(client) = &self.client {
+            monoio::spawn(client.clone().run_feed());
+        }
     }
 }
 
@@ -161,6 +191,19 @@ fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
 
 /// Answers one message through the shard's DNS state.
 fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u8>) -> Handled {
+    if let Some(client) = &dns.client {
+        // A client may always try: what it cached is exact, and a miss asks a server.
+        let mut state = dns.state.borrow_mut();
+        return dns::handle_message(
+            &dns.settings,
+            &mut state,
+            true,
+            &client.source(&[]),
+            message,
+            transport,
+            out,
+        );
+    }
     // Decided before borrowing the DNS state: catching up processes shard messages, which
     // invalidate the cache.
     let allowed = may_serve(&dns.shard, &dns.settings);
@@ -174,6 +217,79 @@ fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u
         transport,
         out,
     )
+}
+
+/// Completes a client agent's miss: fetches the rows the resolution lacked and answers the
+/// message again, up to [`FETCH_ROUNDS_MAX`] times; SERVFAIL when no server answers.
+async fn answer_fetched(
+    dns: &DnsServer,
+    message: &[u8],
+    transport: Transport,
+    query: &Query,
+    mut lookups: Vec<Lookup>,
+    out: &mut Vec<u8>,
+) -> Handled {
+    let client = dns
+        .client
+        .as_ref()
+        .expect("only a client agent fetches rows");
+    let mut fetched = Vec::new();
+    for _ in 0..FETCH_ROUNDS_MAX {
+        match client.fetch(&lookups).await {
+            Ok(rows) => fetched.extend(rows),
+            Err(reason) => {
+                log::debug!(
+                    "dns: asking a server about {} failed: {reason}",
+                    query.name.to_dotted()
+                );
+                break;
+            }
+        }
+        out.clear();
+        let mut state = dns.state.borrow_mut();
+        match dns::handle_message(
+            &dns.settings,
+            &mut state,
+            true,
+            &client.source(&fetched),
+            message,
+            transport,
+            out,
+        ) {
+            Handled::Fetch(_, more) => lookups = more,
+            handled => return handled,
+        }
+    }
+    out.clear();
+    server_failure(query, out);
+    Handled::Reply
+}
+
+/// The whole answer to a client agent's miss, recursion included: the bytes to send.
+async fn complete_fetch(
+    dns: &DnsServer,
+    message: &[u8],
+    transport: Transport,
+    query: Box<Query>,
+    lookups: Vec<Lookup>,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match answer_fetched(dns, message, transport, &query, lookups, &mut out).await {
+        Handled::Reply => Some(out),
+        Handled::Drop => None,
+        Handled::Recurse(query) => {
+            let settings = &dns.settings;
+            let upstreams = recursor::Upstreams {
+                recursors: &settings.config.recursors,
+                strategy: settings.config.recursor_strategy,
+                timeout: settings.config.recursor_timeout,
+            };
+            let reply =
+                recursor::forward(message, &upstreams, forward_seed(&dns.shard, &query)).await;
+            Some(forwarded_response(settings, &query, reply, transport))
+        }
+        Handled::Fetch(..) => unreachable!("answer_fetched turns a further miss into SERVFAIL"),
+    }
 }
 
 /// A SERVFAIL (all recursors failed, or too many forwards in flight).
@@ -371,6 +487,7 @@ async fn udp_loop(dns: Rc<DnsServer>, socket: Rc<UdpSocket>) {
     use std::os::fd::AsRawFd;
     let fd = socket.as_raw_fd();
     let in_flight = Rc::new(Cell::new(0usize));
+    let fetches = Rc::new(Cell::new(0usize));
     let mut batch = DatagramBatch::new();
     loop {
         let first = std::mem::take(&mut batch.inputs[0]);
@@ -441,6 +558,27 @@ async fn udp_loop(dns: Rc<DnsServer>, socket: Rc<UdpSocket>) {
                     replies += 1;
                 }
                 Handled::Drop => batch.outputs[replies] = output,
+                Handled::Fetch(query, lookups) => {
+                    batch.outputs[replies] = output;
+                    let Some(peer) = batch.peer(i) else { continue };
+                    if fetches.get() >= FETCHES_IN_FLIGHT_MAX {
+                        let mut failure = Vec::new();
+                        server_failure(&query, &mut failure);
+                        let _ = socket.send_to(failure, peer).await;
+                        continue;
+                    }
+                    fetches.set(fetches.get() + 1);
+                    let message = batch.inputs[i][..length].to_vec();
+                    let (dns, socket, fetches) = (dns.clone(), socket.clone(), fetches.clone());
+                    monoio::spawn(async move {
+                        let response =
+                            complete_fetch(&dns, &message, Transport::Udp, query, lookups).await;
+                        fetches.set(fetches.get() - 1);
+                        if let Some(response) = response {
+                            let _ = socket.send_to(response, peer).await;
+                        }
+                    });
+                }
                 Handled::Recurse(query) => {
                     batch.outputs[replies] = output;
                     let Some(peer) = batch.peer(i) else { continue };
@@ -583,6 +721,15 @@ async fn serve_tcp(dns: &DnsServer, mut stream: TcpStream) {
         let response: &[u8] = match answer(dns, &message, Transport::Tcp, &mut output) {
             Handled::Reply => &output,
             Handled::Drop => return,
+            Handled::Fetch(query, lookups) => {
+                match complete_fetch(dns, &message, Transport::Tcp, query, lookups).await {
+                    Some(response) => {
+                        forwarded = response;
+                        &forwarded
+                    }
+                    None => return,
+                }
+            }
             Handled::Recurse(query) => {
                 let upstreams = recursor::Upstreams {
                     recursors: &settings.config.recursors,

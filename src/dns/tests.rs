@@ -98,6 +98,7 @@ impl Fixture {
             Handled::Reply => Some(out),
             Handled::Drop => None,
             Handled::Recurse(_) => panic!("unexpected recursion"),
+            Handled::Fetch(..) => panic!("a store version lacks nothing"),
         }
     }
 
@@ -517,4 +518,219 @@ fn ttls_follow_the_config() {
     );
     assert_eq!(fixture.udp("n0.node.consul", rtype::A).answers[0].ttl, 11);
     let _ = IpAddr::V4(Ipv4Addr::LOCALHOST);
+}
+
+/// A client agent's shard in miniature: its answer cache, the rows it fetched, and how
+/// many lookup requests it sent to the "server" (`catalog`, answered as a server answers
+/// `remote::LOOKUP_PATH`).
+struct ClientFixture {
+    settings: DnsSettings,
+    state: ShardDns,
+    rows: RefCell<client::RemoteRows>,
+    requests: usize,
+}
+
+impl ClientFixture {
+    fn new() -> ClientFixture {
+        ClientFixture {
+            settings: Fixture::new(MemoryCatalog::default(), DnsConfig::default()).settings,
+            state: ShardDns::new(7),
+            rows: RefCell::new(client::RemoteRows::default()),
+            requests: 0,
+        }
+    }
+
+    fn ask(&mut self, catalog: &MemoryCatalog, name: &str, qtype: u16) -> Message {
+        let message = build_query(0x4242, name, qtype, None);
+        let mut fetched = Vec::new();
+        for _ in 0..client::FETCH_ROUNDS_MAX {
+            let mut out = Vec::new();
+            let source = client::ClientSource {
+                rows: &self.rows,
+                fetched: &fetched,
+                caching: true,
+            };
+            match handle_message(
+                &self.settings,
+                &mut self.state,
+                true,
+                &source,
+                &message,
+                Transport::Udp,
+                &mut out,
+            ) {
+                Handled::Reply => return Message::from_vec(&out).expect("hickory parses it"),
+                Handled::Fetch(_, lookups) => {
+                    self.requests += 1;
+                    let bytes = remote::encode_lookups(&lookups);
+                    let asked = remote::decode_lookups(&bytes).unwrap();
+                    let answer = remote::answer_lookups(catalog, 1, &asked);
+                    let reply = remote::decode_lookup_reply(&answer, &lookups).unwrap();
+                    for (lookup, result) in lookups.into_iter().zip(reply.results) {
+                        self.rows
+                            .borrow_mut()
+                            .insert(lookup.clone(), result.clone());
+                        fetched.push((lookup, result));
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        panic!(
+            "{name}: still missing rows after {} rounds",
+            client::FETCH_ROUNDS_MAX
+        );
+    }
+
+    /// What the change feed does with a change set.
+    fn feed(&mut self, changes: &[Change]) {
+        self.state.cache.invalidate(changes);
+        self.rows.borrow_mut().invalidate(changes);
+    }
+}
+
+/// A response with its shuffled sections sorted and the SOA serial (the clock) blanked, so
+/// two agents' answers compare equal exactly when they say the same.
+fn normalized(message: &Message) -> String {
+    let section = |records: &[hickory_proto::rr::Record]| {
+        let mut lines: Vec<String> = records
+            .iter()
+            .map(|r| match &r.data {
+                RData::SOA(soa) => format!("{} SOA {} {}", r.name, soa.mname, soa.rname),
+                _ => r.to_string(),
+            })
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    };
+    format!(
+        "{:?} tc={} aa={}\n{}\n--\n{}\n--\n{}",
+        message.metadata.response_code,
+        message.metadata.truncation,
+        message.metadata.authoritative,
+        section(&message.answers),
+        section(&message.authorities),
+        section(&message.additionals),
+    )
+}
+
+#[test]
+fn a_client_answers_as_the_server_does_from_fetched_rows_and_the_feed_keeps_them_exact() {
+    // Three instances: as many as a plain UDP answer carries, so no random subset is drawn.
+    let mut catalog = catalog_with_web(3);
+    let db = node("db1", "10.9.0.1");
+    catalog.nodes.push(db.clone());
+    let mut api = instance(&db, "api", 9000, Health::Passing);
+    api.address = "10.9.0.7".into();
+    catalog.instances.push(api);
+    catalog
+        .instances
+        .push(instance(&db, "consul", 8300, Health::Passing));
+    let mut server = Fixture::new(catalog.clone(), DnsConfig::default());
+    let mut client = ClientFixture::new();
+    let questions = [
+        ("web.service.consul", rtype::A),
+        ("web.service.consul", rtype::SRV),
+        ("v1.web.service.consul", rtype::A),
+        ("_web._v1.service.consul", rtype::SRV),
+        ("web.service.dc1.consul", rtype::AAAA),
+        ("nope.service.consul", rtype::A),
+        ("n2.node.consul", rtype::A),
+        ("n2.node.consul", rtype::TXT),
+        ("db1.node.dc1.consul", rtype::ANY),
+        ("missing.node.consul", rtype::A),
+        ("0a000001.addr.dc1.consul", rtype::A),
+        ("consul.service.consul", rtype::A),
+        ("consul", rtype::NS),
+        ("consul", rtype::SOA),
+        ("1.0.0.10.in-addr.arpa", rtype::PTR),
+        ("7.0.9.10.in-addr.arpa", rtype::PTR),
+        ("web.service.dc2.consul", rtype::A),
+    ];
+    for (name, qtype) in questions {
+        assert_eq!(
+            normalized(&client.ask(&catalog, name, qtype)),
+            normalized(&server.udp(name, qtype)),
+            "{name} {qtype}"
+        );
+    }
+    // Asked again, every question is a hit: no request leaves the client.
+    let sent = client.requests;
+    assert!(sent > 0);
+    for (name, qtype) in questions {
+        client.ask(&catalog, name, qtype);
+    }
+    assert_eq!(client.requests, sent);
+    // A change to another service keeps the cached `web` answer; a health flip of a `web`
+    // instance, through the feed, drops it and the next answer shows the flip.
+    client.feed(&[Change {
+        table: Table::ServiceIndex,
+        key: ChangeKey::Key(Arc::from("api")),
+    }]);
+    assert_eq!(
+        a_records(&client.ask(&catalog, "web.service.consul", rtype::A)).len(),
+        3
+    );
+    assert_eq!(client.requests, sent);
+    assert!(!client.rows.borrow().is_empty());
+    catalog.instances[0].health = Health::Critical;
+    client.feed(&[Change {
+        table: Table::ServiceIndex,
+        key: ChangeKey::Key(Arc::from("web")),
+    }]);
+    let mut server = Fixture::new(catalog.clone(), DnsConfig::default());
+    let flipped = client.ask(&catalog, "web.service.consul", rtype::SRV);
+    assert_eq!(client.requests, sent + 1);
+    assert_eq!(
+        normalized(&flipped),
+        normalized(&server.udp("web.service.consul", rtype::SRV))
+    );
+    assert!(!normalized(&flipped).contains("n0.node"));
+}
+
+#[test]
+fn a_row_fetched_but_not_cached_answers_once_and_is_asked_again() {
+    let catalog = catalog_with_web(2);
+    let mut client = ClientFixture::new();
+    let rows = RefCell::new(client::RemoteRows::default());
+    let lookup = remote::Lookup::service_instances("web");
+    let mut reads = view::ReadSet::new();
+    let fetched = vec![(lookup.clone(), lookup.run(&catalog, &mut reads))];
+    let source = client::ClientSource {
+        rows: &rows,
+        fetched: &fetched,
+        caching: true,
+    };
+    let mut out = Vec::new();
+    let message = build_query(1, "web.service.consul", rtype::A, None);
+    let handled = handle_message(
+        &client.settings,
+        &mut client.state,
+        true,
+        &source,
+        &message,
+        Transport::Udp,
+        &mut out,
+    );
+    assert!(matches!(handled, Handled::Reply));
+    assert_eq!(a_records(&Message::from_vec(&out).unwrap()).len(), 2);
+    assert!(
+        client.state.cache.is_empty(),
+        "an uncached row's answer is not cached"
+    );
+    let source = client::ClientSource {
+        rows: &rows,
+        fetched: &[],
+        caching: true,
+    };
+    let handled = handle_message(
+        &client.settings,
+        &mut client.state,
+        true,
+        &source,
+        &message,
+        Transport::Udp,
+        &mut out,
+    );
+    assert!(matches!(handled, Handled::Fetch(_, ref l) if *l == [lookup]));
 }

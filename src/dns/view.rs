@@ -11,11 +11,12 @@
 
 use crate::store::Table;
 use arcstr::ArcStr;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Aggregated health of an instance: the worst of its node's checks and its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Health {
     Passing,
     Warning,
@@ -24,7 +25,7 @@ pub enum Health {
 }
 
 /// One node, as DNS needs it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
     pub name: ArcStr,
     pub datacenter: ArcStr,
@@ -45,7 +46,7 @@ impl NodeRecord {
 }
 
 /// One registered service instance with its node and aggregated health.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceInstance {
     pub node: Arc<NodeRecord>,
     pub service_id: ArcStr,

@@ -524,6 +524,9 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
         }
     }
     let dns = DnsServer::new(shard.clone(), dns_settings);
+    if !listeners.dns_udp.is_empty() || !listeners.dns_tcp.is_empty() {
+        dns.start_client_feed();
+    }
     for socket in listeners.dns_udp {
         match monoio::net::udp::UdpSocket::from_std(socket) {
             Ok(socket) => {

@@ -402,6 +402,13 @@ pub fn cli(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
     )
 }
 
+/// `-dns-port=-1` unless `extra` names a DNS port itself: cluster agents serve no DNS by
+/// default, and a flag may be given only once.
+fn dns_disabled_unless_asked(extra: &[&str]) -> Option<String> {
+    let asked = extra.iter().any(|a| a.starts_with("-dns-port"));
+    (!asked).then(|| "-dns-port=-1".to_string())
+}
+
 /// A cluster of real server processes on loopback, each on its own address.
 pub struct Cluster {
     pub servers: Vec<Agent>,
@@ -432,7 +439,6 @@ impl Cluster {
                 dir.path().to_str().unwrap(),
                 "-retry-join",
                 &ips[0].to_string(),
-                "-dns-port=-1",
                 "-hcl",
                 "enable_debug_faults = true",
                 "-log-level",
@@ -441,6 +447,7 @@ impl Cluster {
             .iter()
             .map(|s| s.to_string())
             .collect();
+            args.extend(dns_disabled_unless_asked(extra));
             args.extend(extra.iter().map(|s| s.to_string()));
             servers.push(Agent::spawn(*ip, 8500, args));
             data.push(dir);
@@ -466,11 +473,11 @@ impl Cluster {
             data.path().to_str().unwrap(),
             "-retry-join",
             &self.servers[0].ip.to_string(),
-            "-dns-port=-1",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(dns_disabled_unless_asked(extra));
         args.extend(extra.iter().map(|s| s.to_string()));
         Agent::spawn(ip, 8500, args)
     }

@@ -1,0 +1,396 @@
+//! DNS on a client agent: the catalog rows a resolution needs, asked of a server and cached,
+//! and the change feed that keeps the caches exact.
+//!
+//! A client agent has no store, so its shards resolve questions against a [`ClientView`]:
+//! rows a server sent ([`RemoteRows`], one entry per [`Lookup`]) plus, for the query being
+//! completed, the rows just fetched. A resolution that lacked a row ends in
+//! `Handled::Fetch`; the socket loop then calls [`ClientDns::fetch`] (one request over the
+//! shard's multiplexed RPC connection to the server the agent forwards to, `stale` as
+//! `dns_config.allow_stale` says) and answers the message again. A hit in the answer cache
+//! never leaves the shard, as on a server.
+//!
+//! Exactness: each shard polls the feed ([`remote::CHANGES_PATH`]) and drops, by the store's
+//! rule, the answers and rows every change touches; a reset drops everything. A row fetched
+//! from a version older than the feed's position is used once and not cached (changes
+//! between the two would never evict it). So a cached answer lags the servers by the feed's
+//! delay only. With no server reachable the caches keep answering until the last feed
+//! contact is `dns_config.max_stale` old, then are dropped, and misses answer SERVFAIL. With
+//! `allow_stale = false` nothing is cached: every question asks the leader's state.
+//!
+//! Where the agent's server manager plugs in: [`server_address`] is the one place that picks
+//! the server (today the one `cluster::pools::client_router` chose).
+
+use super::remote::{self, FeedReply, Lookup, LookupResult};
+use super::view::{CatalogView, NodeRecord, ReadSet, ServiceInstance};
+use super::{Completion, DnsSettings, ShardDns, VersionSource};
+use crate::proto::rpc::kind;
+use crate::shard::runtime::Shard;
+use crate::store::{Change, DependencyIndex};
+use arcstr::ArcStr;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a lookup request may take.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Rounds of fetching for one question (a PTR reads a node, then a service by address;
+/// both usually come in the first round).
+pub const FETCH_ROUNDS_MAX: usize = 3;
+/// How long one feed poll blocks on the server.
+pub const FEED_WAIT: Duration = Duration::from_secs(10);
+/// How much longer than [`FEED_WAIT`] the client waits for the poll's answer.
+pub const FEED_ANSWER_SLACK: Duration = Duration::from_secs(5);
+/// Pause after a failed feed poll (no server, a refused connection, an error answer).
+pub const FEED_RETRY_DELAY: Duration = Duration::from_millis(500);
+/// Most cached lookups per shard; on overflow the rows are dropped (never wrong).
+pub const REMOTE_ROWS_MAX: usize = 16_384;
+/// Most dependency references of cached lookups per shard (see the answer cache's bound).
+pub const REMOTE_ROW_REFERENCES_MAX: usize = 4 * REMOTE_ROWS_MAX;
+
+/// Lookup results a server sent, each dropped by the changes to what it read.
+#[derive(Default)]
+pub struct RemoteRows {
+    results: HashMap<Lookup, LookupResult, ahash::RandomState>,
+    index: DependencyIndex<Lookup>,
+    references: usize,
+}
+
+impl RemoteRows {
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+    pub fn get(&self, lookup: &Lookup) -> Option<&LookupResult> {
+        self.results.get(lookup)
+    }
+
+    pub fn insert(&mut self, lookup: Lookup, result: LookupResult) {
+        debug_assert!(lookup.answered_by(&result));
+        let mut reads = ReadSet::new();
+        lookup.record_reads(&mut reads);
+        if self.results.len() >= REMOTE_ROWS_MAX
+            || self.references + reads.len() > REMOTE_ROW_REFERENCES_MAX
+        {
+            self.clear();
+        }
+        for dependency in reads.as_slice() {
+            self.index.insert(dependency, lookup.clone());
+        }
+        self.references += reads.len();
+        self.results.insert(lookup, result);
+    }
+
+    pub fn invalidate(&mut self, changes: &[Change]) {
+        if self.results.is_empty() {
+            return;
+        }
+        let mut doomed = Vec::new();
+        for change in changes {
+            self.index
+                .take_invalidated(change, |lookup| doomed.push(lookup));
+        }
+        self.references = self.references.saturating_sub(doomed.len());
+        for lookup in doomed {
+            self.results.remove(&lookup);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.results.clear();
+        self.index.clear();
+        self.references = 0;
+    }
+}
+
+/// One client shard's remote DNS state.
+pub struct ClientDns {
+    shard: Rc<Shard>,
+    settings: Arc<DnsSettings>,
+    /// The shard's answer cache, dropped by the feed together with the rows.
+    answers: Rc<RefCell<ShardDns>>,
+    rows: RefCell<RemoteRows>,
+    /// Every change up to this index has been applied to the caches.
+    feed_index: Cell<u64>,
+    /// When the feed last answered; `None` before its first answer and after the caches
+    /// expired.
+    feed_contact: Cell<Option<Instant>>,
+}
+
+/// The server this agent asks: the one it forwards to.
+pub fn server_address(shard: &Shard) -> Option<SocketAddr> {
+    shard
+        .cluster_status()
+        .leader_rpc_address
+        .parse::<SocketAddr>()
+        .ok()
+}
+
+impl ClientDns {
+    pub fn new(
+        shard: Rc<Shard>,
+        settings: Arc<DnsSettings>,
+        answers: Rc<RefCell<ShardDns>>,
+    ) -> ClientDns {
+        assert!(
+            shard.is_client(),
+            "only a client agent asks servers for DNS"
+        );
+        ClientDns {
+            shard,
+            settings,
+            answers,
+            rows: RefCell::new(RemoteRows::default()),
+            feed_index: Cell::new(0),
+            feed_contact: Cell::new(None),
+        }
+    }
+
+    /// Whether answers may be cached at all: stale reads allowed.
+    fn caching(&self) -> bool {
+        self.settings.config.allow_stale
+    }
+
+    /// The version source of one resolution: the cached rows, then `fetched`.
+    pub fn source<'a>(&'a self, fetched: &'a [(Lookup, LookupResult)]) -> ClientSource<'a> {
+        ClientSource {
+            rows: &self.rows,
+            fetched,
+            caching: self.caching(),
+        }
+    }
+
+    /// Asks the server for `lookups`. Rows read from a version at least as new as the feed's
+    /// position are cached; all are returned for the question being completed.
+    pub async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        let server = server_address(&self.shard).ok_or("No known Consul servers")?;
+        let body = remote::encode_lookups(lookups);
+        let query = if self.settings.config.allow_stale {
+            format!(
+                "?stale&max_stale={}s",
+                self.settings.config.max_stale.as_secs()
+            )
+        } else {
+            String::new()
+        };
+        let mut request = format!(
+            "PUT {}{query} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n\r\n",
+            remote::LOOKUP_PATH,
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(&body);
+        let answer = self.call(server, &request, FETCH_TIMEOUT).await?;
+        let reply = remote::decode_lookup_reply(&answer, lookups)?;
+        let cache = self.caching()
+            && self.feed_contact.get().is_some()
+            && reply.index >= self.feed_index.get();
+        let rows: Vec<(Lookup, LookupResult)> =
+            lookups.iter().cloned().zip(reply.results).collect();
+        if cache {
+            let mut cached = self.rows.borrow_mut();
+            for (lookup, result) in &rows {
+                cached.insert(lookup.clone(), result.clone());
+            }
+        }
+        Ok(rows)
+    }
+
+    /// One forwarded HTTP request to `server`; the body of its 200 answer.
+    async fn call(
+        &self,
+        server: SocketAddr,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        let frame = self
+            .shard
+            .forward
+            .call(server, kind::FORWARD_HTTP, request, timeout)
+            .await
+            .map_err(|e| format!("rpc error: {e}"))?;
+        if frame.kind != kind::FORWARD_HTTP_RESPONSE {
+            return Err(String::from_utf8_lossy(&frame.payload).into_owned());
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut headers);
+        let head_len = match response.parse(&frame.payload) {
+            Ok(httparse::Status::Complete(head_len)) => head_len,
+            _ => return Err(format!("malformed answer from server {server}")),
+        };
+        let body = &frame.payload[head_len..];
+        if response.code != Some(200) {
+            return Err(String::from_utf8_lossy(body).into_owned());
+        }
+        Ok(body.to_vec())
+    }
+
+    /// Applies one feed answer to the caches.
+    fn apply_feed(&self, reply: FeedReply) {
+        match reply {
+            FeedReply::Changes { index, changes } => {
+                if !changes.is_empty() {
+                    self.answers.borrow_mut().cache.invalidate(&changes);
+                    self.rows.borrow_mut().invalidate(&changes);
+                }
+                self.feed_index.set(index);
+            }
+            FeedReply::Reset { index } => {
+                self.drop_cached();
+                self.feed_index.set(index);
+            }
+        }
+        self.feed_contact.set(Some(Instant::now()));
+    }
+
+    fn drop_cached(&self) {
+        self.answers.borrow_mut().cache.clear();
+        self.rows.borrow_mut().clear();
+    }
+
+    /// Polls the change feed until the agent shuts down.
+    pub async fn run_feed(self: Rc<Self>) {
+        let mut failing = false;
+        while !self.shard.shutting_down() {
+            let outcome = match server_address(&self.shard) {
+                None => Err("No known Consul servers".to_string()),
+                Some(server) => self.poll_feed(server).await,
+            };
+            match outcome {
+                Ok(reply) => {
+                    if failing {
+                        log::info!("dns: change feed from the servers resumed");
+                        failing = false;
+                    }
+                    self.apply_feed(reply);
+                }
+                Err(reason) => {
+                    if !failing {
+                        log::warn!("dns: change feed from the servers failed: {reason}");
+                        failing = true;
+                    }
+                    self.expire_if_stale();
+                    monoio::time::sleep(FEED_RETRY_DELAY).await;
+                }
+            }
+        }
+    }
+
+    async fn poll_feed(&self, server: SocketAddr) -> Result<FeedReply, String> {
+        let request = format!(
+            "GET {}?stale&index={}&wait={}s HTTP/1.1\r\nHost: praetor\r\n\r\n",
+            remote::CHANGES_PATH,
+            self.feed_index.get(),
+            FEED_WAIT.as_secs()
+        );
+        let answer = self
+            .call(server, request.as_bytes(), FEED_WAIT + FEED_ANSWER_SLACK)
+            .await?;
+        FeedReply::decode(&answer)
+    }
+
+    /// Drops the caches once the feed has been silent for `max_stale`: past that, nothing
+    /// vouches for them.
+    fn expire_if_stale(&self) {
+        let Some(contact) = self.feed_contact.get() else {
+            return;
+        };
+        if contact.elapsed() > self.settings.config.max_stale {
+            log::warn!(
+                "dns: no server answered for {:?} (dns_config.max_stale); dropping cached answers",
+                self.settings.config.max_stale
+            );
+            self.drop_cached();
+            self.feed_contact.set(None);
+        }
+    }
+}
+
+/// The rows one resolution on a client reads.
+pub struct ClientSource<'a> {
+    pub rows: &'a RefCell<RemoteRows>,
+    pub fetched: &'a [(Lookup, LookupResult)],
+    /// Whether answers may be cached (`allow_stale`).
+    pub caching: bool,
+}
+
+impl<'a> VersionSource for ClientSource<'a> {
+    type View = ClientView<'a>;
+    fn version(&self) -> ClientView<'a> {
+        ClientView {
+            rows: self.rows,
+            fetched: self.fetched,
+            missing: RefCell::new(Vec::new()),
+            used_uncached: Cell::new(!self.caching),
+        }
+    }
+    fn completion(&self, view: &ClientView<'a>) -> Completion {
+        let missing = view.missing.take();
+        if !missing.is_empty() {
+            Completion::Missing(missing)
+        } else if view.used_uncached.get() {
+            Completion::Uncacheable
+        } else {
+            Completion::Cacheable
+        }
+    }
+}
+
+/// A [`CatalogView`] over rows from a server. A call it cannot answer records the lookup
+/// as missing and answers empty; the resolution's answer is then discarded.
+pub struct ClientView<'a> {
+    rows: &'a RefCell<RemoteRows>,
+    fetched: &'a [(Lookup, LookupResult)],
+    missing: RefCell<Vec<Lookup>>,
+    /// The resolution read a fetched row that was not cached.
+    used_uncached: Cell<bool>,
+}
+
+impl ClientView<'_> {
+    fn read(&self, lookup: Lookup, reads: &mut ReadSet) -> Option<LookupResult> {
+        lookup.record_reads(reads);
+        if let Some(result) = self.rows.borrow().get(&lookup) {
+            return Some(result.clone());
+        }
+        if let Some((_, result)) = self.fetched.iter().find(|(l, _)| *l == lookup) {
+            self.used_uncached.set(true);
+            return Some(result.clone());
+        }
+        let mut missing = self.missing.borrow_mut();
+        if missing.len() < remote::LOOKUPS_PER_REQUEST_MAX && !missing.contains(&lookup) {
+            missing.push(lookup);
+        }
+        None
+    }
+}
+
+impl CatalogView for ClientView<'_> {
+    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        match self.read(Lookup::service_instances(name), reads) {
+            Some(LookupResult::Instances(instances)) => instances,
+            _ => Vec::new(),
+        }
+    }
+    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        match self.read(Lookup::node(name), reads) {
+            Some(LookupResult::Node(node)) => node,
+            _ => None,
+        }
+    }
+    fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        match self.read(Lookup::NodeByAddress(ip), reads) {
+            Some(LookupResult::Node(node)) => node,
+            _ => None,
+        }
+    }
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
+        match self.read(Lookup::ServiceByAddress(ip), reads) {
+            Some(LookupResult::ServiceName(name)) => name,
+            _ => None,
+        }
+    }
+}
