@@ -368,6 +368,7 @@ fn dispatch_buffered(
                 head,
                 buf: input,
                 body: request.body,
+                acl: std::cell::OnceCell::new(),
             };
             let answer_start = output.len();
             let mut reply = Reply::new(output, keep_alive, pretty);
