@@ -13,8 +13,7 @@
 use super::authz;
 use super::context::now_unix_ns;
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
-    WriteOp,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::filter::{Filter, BINDING_RULE_SELECTOR};
@@ -220,7 +219,10 @@ pub fn token_json(tables: &Tables, token: &Token, stub: bool) -> Value {
     if let Some(expires) = token.expiration_time_ns {
         o.insert("ExpirationTime".into(), json!(format_time(expires)));
     }
-    o.insert("CreateTime".into(), json!(format_time(token.create_time_ns)));
+    o.insert(
+        "CreateTime".into(),
+        json!(format_time(token.create_time_ns)),
+    );
     o.insert("Hash".into(), hash_json(&token.hash));
     o.insert("CreateIndex".into(), json!(token.create_index));
     o.insert("ModifyIndex".into(), json!(token.modify_index));
@@ -436,7 +438,14 @@ fn links(obj: &Obj, name: &str) -> Result<Vec<LinkRef>, String> {
 #[allow(clippy::type_complexity)]
 fn identities(
     obj: &Obj,
-) -> Result<(Vec<ServiceIdentity>, Vec<NodeIdentity>, Vec<TemplatedPolicy>), String> {
+) -> Result<
+    (
+        Vec<ServiceIdentity>,
+        Vec<NodeIdentity>,
+        Vec<TemplatedPolicy>,
+    ),
+    String,
+> {
     let list = |name: &str| -> Result<Vec<Obj>, String> {
         match obj.get(&[name]) {
             None | Some(Value::Null) => Ok(Vec::new()),
@@ -555,9 +564,9 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
                     )),
                 }
             }
-            CommandResult::Error(reason) if reason.contains("no longer allowed") => {
-                reply.error(&ApiError::Status(403, format!("Permission denied: {reason}")))
-            }
+            CommandResult::Error(reason) if reason.contains("no longer allowed") => reply.error(
+                &ApiError::Status(403, format!("Permission denied: {reason}")),
+            ),
             CommandResult::Error(reason) => reply.error(&apply_error(reason)),
             CommandResult::Txn(_) => reply.error(&ApiError::Internal(
                 "unexpected transaction result for an ACL write".to_string(),
@@ -567,7 +576,11 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
 }
 
 /// `GET /v1/acl/replication`: one datacenter, so replication never runs.
-pub fn replication(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn replication(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     super::check_datacenter(ctx, &request.query)?;
     let zero_time = "0001-01-01T00:00:00Z";
@@ -592,7 +605,11 @@ pub fn replication(ctx: &Context, request: &Request, reply: &mut Reply) -> Resul
 }
 
 /// `GET /v1/acl/token/self`: the token the request carries.
-pub fn token_self(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn token_self(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let secret = authz::request_secret(ctx, request);
     // Resolving first gives Consul's 403 for an unknown or expired token.
@@ -628,9 +645,10 @@ fn decode_token(request: &Request, create: bool) -> Result<TokenWrite, ApiError>
         let expiration_time_ns = match obj.opt_string(&["expirationtime"])? {
             None => None,
             Some(text) if text.is_empty() => None,
-            Some(text) => Some(parse_time(&text).ok_or_else(|| {
-                format!("parsing time {text:?} as RFC 3339: cannot parse")
-            })?),
+            Some(text) => Some(
+                parse_time(&text)
+                    .ok_or_else(|| format!("parsing time {text:?} as RFC 3339: cannot parse"))?,
+            ),
         };
         let expiration_ttl_ns = match obj.get(&["expirationttl"]) {
             None | Some(Value::Null) => 0,
@@ -679,13 +697,29 @@ pub fn token_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<O
         write.secret_id = new_uuid();
     }
     let accessor = write.accessor_id.to_lowercase();
-    self::write(ctx, AclOp::TokenSet(Box::new(write)), token_answer(accessor))
+    self::write(
+        ctx,
+        AclOp::TokenSet(Box::new(write)),
+        token_answer(accessor),
+    )
 }
 
 /// `GET /v1/acl/tokens?policy=&role=&authmethod=`.
-pub fn token_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let policy = request.query.get("policy").filter(|p| !p.is_empty()).map(str::to_string);
-    let role = request.query.get("role").filter(|r| !r.is_empty()).map(str::to_string);
+pub fn token_list(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let policy = request
+        .query
+        .get("policy")
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    let role = request
+        .query
+        .get("role")
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
     let method = request
         .query
         .get("authmethod")
@@ -759,7 +793,11 @@ pub fn token(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             }
             write.accessor_id = rest.to_string();
             let accessor = rest.to_lowercase();
-            self::write(ctx, AclOp::TokenSet(Box::new(write)), token_answer(accessor))
+            self::write(
+                ctx,
+                AclOp::TokenSet(Box::new(write)),
+                token_answer(accessor),
+            )
         }
         _ => {
             let requester = request
@@ -820,7 +858,11 @@ pub fn policy_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<
 }
 
 /// `GET /v1/acl/policies`.
-pub fn policy_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn policy_list(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
     read(
         ctx,
         request,
@@ -829,7 +871,9 @@ pub fn policy_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Resul
         policies_index,
         Box::new(|tables| {
             Ok(Value::Array(
-                acl::policy_list(tables).map(|p| policy_json(p, true)).collect(),
+                acl::policy_list(tables)
+                    .map(|p| policy_json(p, true))
+                    .collect(),
             ))
         }),
     )
@@ -894,11 +938,9 @@ pub fn policy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             let answer = policy_answer(id.to_lowercase());
             self::write(ctx, AclOp::PolicySet(Box::new(write)), answer)
         }
-        _ => write(
-            ctx,
-            AclOp::PolicyDelete { id: id.to_string() },
-            |_| Ok(json!(true)),
-        ),
+        _ => write(ctx, AclOp::PolicyDelete { id: id.to_string() }, |_| {
+            Ok(json!(true))
+        }),
     }
 }
 
@@ -947,7 +989,11 @@ pub fn role_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Ou
 
 /// `GET /v1/acl/roles?policy=`.
 pub fn role_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let policy = request.query.get("policy").filter(|p| !p.is_empty()).map(str::to_string);
+    let policy = request
+        .query
+        .get("policy")
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
     read(
         ctx,
         request,
@@ -966,7 +1012,11 @@ pub fn role_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<
 }
 
 /// `GET /v1/acl/role/name/<name>`.
-pub fn role_by_name(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn role_by_name(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
     if request.rest.is_empty() {
         require_enabled(ctx)?;
         return Err(ApiError::bad_request("Missing role Name"));
@@ -1119,7 +1169,11 @@ pub fn auth_method_create(
     require_enabled(ctx)?;
     let write = decode_auth_method(request)?;
     let name = write.name.clone();
-    self::write(ctx, AclOp::AuthMethodSet(Box::new(write)), auth_method_answer(name))
+    self::write(
+        ctx,
+        AclOp::AuthMethodSet(Box::new(write)),
+        auth_method_answer(name),
+    )
 }
 
 /// `GET /v1/acl/auth-methods`.
@@ -1145,7 +1199,11 @@ pub fn auth_method_list(
 }
 
 /// `/v1/acl/auth-method/<name>`: GET, PUT, DELETE.
-pub fn auth_method(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn auth_method(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let name = request.rest;
     if name.is_empty() && request.method != Method::Put {
@@ -1233,7 +1291,11 @@ pub fn binding_rule_create(
     }
     write.id = new_uuid();
     let id = write.id.clone();
-    self::write(ctx, AclOp::BindingRuleSet(Box::new(write)), binding_rule_answer(id))
+    self::write(
+        ctx,
+        AclOp::BindingRuleSet(Box::new(write)),
+        binding_rule_answer(id),
+    )
 }
 
 /// `GET /v1/acl/binding-rules?authmethod=`.
@@ -1302,11 +1364,9 @@ pub fn binding_rule(
             let answer = binding_rule_answer(id.to_lowercase());
             self::write(ctx, AclOp::BindingRuleSet(Box::new(write)), answer)
         }
-        _ => write(
-            ctx,
-            AclOp::BindingRuleDelete { id: id.to_string() },
-            |_| Ok(json!(true)),
-        ),
+        _ => write(ctx, AclOp::BindingRuleDelete { id: id.to_string() }, |_| {
+            Ok(json!(true))
+        }),
     }
 }
 
@@ -1372,7 +1432,11 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
         meta: &meta,
     };
     let token = login::bind(&version, &matched, &login_request).map_err(apply_error)?;
-    write(ctx, AclOp::TokenSet(Box::new(token)), token_answer(accessor_id))
+    write(
+        ctx,
+        AclOp::TokenSet(Box::new(token)),
+        token_answer(accessor_id),
+    )
 }
 
 /// `POST /v1/acl/logout`: deletes the login token the request carries.
@@ -1393,7 +1457,11 @@ pub fn logout(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
 // ---- the agent's tokens ----
 
 /// `PUT /v1/agent/token/<type>`: replaces one of the agent's tokens until restart.
-pub fn agent_token(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn agent_token(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let value = decode_body(request, "Token")?;
     let token = Obj::new(&value)
@@ -1403,9 +1471,7 @@ pub fn agent_token(ctx: &Context, request: &Request, reply: &mut Reply) -> Resul
     let slot: fn(&mut crate::config::acl::AclTokens) -> &mut Option<String> = match kind {
         "default" | "acl_token" => |t| &mut t.default,
         "agent" | "acl_agent_token" => |t| &mut t.agent,
-        "agent_recovery" | "agent_master" | "acl_agent_master_token" => {
-            |t| &mut t.agent_recovery
-        }
+        "agent_recovery" | "agent_master" | "acl_agent_master_token" => |t| &mut t.agent_recovery,
         "replication" | "acl_replication_token" => |t| &mut t.replication,
         "config_file_service_registration" => |t| &mut t.config_file_service_registration,
         _ => {
@@ -1438,7 +1504,12 @@ mod tests {
             parse_time("2023-11-14T23:13:20+01:00"),
             Some(1_700_000_000_000_000_000)
         );
-        assert_eq!(parse_time("2024-02-29T00:00:00Z").map(format_time).as_deref(), Some("2024-02-29T00:00:00Z"));
+        assert_eq!(
+            parse_time("2024-02-29T00:00:00Z")
+                .map(format_time)
+                .as_deref(),
+            Some("2024-02-29T00:00:00Z")
+        );
         assert_eq!(parse_time("yesterday"), None);
         assert_eq!(parse_time("2023-13-14T22:13:20Z"), None);
     }
@@ -1450,6 +1521,9 @@ mod tests {
             apply_error("Permission denied: cannot delete own token".into()).status(),
             403
         );
-        assert_eq!(apply_error("Invalid Policy: A Policy with Name \"x\" already exists".into()).status(), 500);
+        assert_eq!(
+            apply_error("Invalid Policy: A Policy with Name \"x\" already exists".into()).status(),
+            500
+        );
     }
 }

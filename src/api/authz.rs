@@ -160,7 +160,8 @@ fn check_key(request: &Request, authz: &Authz) -> Result<(), ApiError> {
 }
 
 fn body_object(request: &Request) -> Result<Value, ApiError> {
-    parse_json(request.body).map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))
+    parse_json(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))
 }
 
 fn text_field(obj: &Obj, names: &[&str]) -> String {
@@ -222,7 +223,10 @@ fn check_txn(request: &Request, authz: &Authz) -> Result<(), ApiError> {
         if let Ok(Some(check)) = op.obj(&["check"]) {
             let verb = text_field(&check, &["verb"]).to_ascii_lowercase();
             let row = check.obj(&["check"]).ok().flatten();
-            let node = row.as_ref().map(|c| text_field(c, &["node"])).unwrap_or_default();
+            let node = row
+                .as_ref()
+                .map(|c| text_field(c, &["node"]))
+                .unwrap_or_default();
             if verb == "get" {
                 authz.require(a.node_read(&node))?;
             } else {

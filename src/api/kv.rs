@@ -2,8 +2,8 @@
 //! Consul's KV API.
 
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
-    FILTERED_BY_ACLS_HEADER,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
+    WriteOp, FILTERED_BY_ACLS_HEADER,
 };
 use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
@@ -229,7 +229,11 @@ fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Ite
 
 /// Keeps the rows whose key `acl` may read; whether any was left out. Without a token
 /// (ACLs off) nothing is filtered.
-fn filter_rows<T>(acl: &Option<Arc<Authorizer>>, rows: &mut Vec<T>, key: impl Fn(&T) -> &str) -> bool {
+fn filter_rows<T>(
+    acl: &Option<Arc<Authorizer>>,
+    rows: &mut Vec<T>,
+    key: impl Fn(&T) -> &str,
+) -> bool {
     let Some(acl) = acl else {
         return false;
     };

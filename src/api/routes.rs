@@ -13,8 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    acl, agent, agent_local, authz, catalog, coordinate, debug, event, health, keyring, kv, members, operator,
-    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
+    acl, agent, agent_local, authz, catalog, coordinate, debug, event, health, keyring, kv,
+    members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
+    Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -159,8 +160,8 @@ const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put,
 use Acl::{
     AclByMethod, AgentRead, AgentWrite, CatalogDeregister, CatalogReadAll, CatalogRegister,
     EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromOrigin, NodeFromRest,
-    NodeReadAll, OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody,
-    ServiceFromRest, ServiceReadAll, SessionById, SessionCreate, SessionFromRestNode,
+    NodeReadAll, OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest,
+    ServiceReadAll, SessionById, SessionCreate, SessionFromRestNode,
 };
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
@@ -491,6 +492,40 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Routes anyone may call. A new route with `Acl::None` fails here until it is added
+    /// deliberately, so no endpoint ships unchecked by accident.
+    const OPEN_ROUTES: &[&str] = &[
+        "/v1/status/leader",
+        "/v1/status/peers",
+        "/v1/catalog/datacenters",
+        "/v1/coordinate/datacenters",
+        "/v1/acl/bootstrap",
+        "/v1/acl/replication",
+        "/v1/acl/login",
+        "/v1/acl/logout",
+        "/v1/acl/token/self",
+    ];
+
+    #[test]
+    fn every_route_declares_its_acl_rule_and_open_routes_are_listed() {
+        for route in ROUTES {
+            let text = route.path.text();
+            assert_eq!(
+                route.acl == Acl::None,
+                OPEN_ROUTES.contains(&text),
+                "{text}: open to anyone only when listed in OPEN_ROUTES"
+            );
+            if text.starts_with("/v1/acl/") && route.acl != Acl::None {
+                assert_eq!(route.acl, AclByMethod, "{text}: ACL objects need acl:*");
+            }
+            if route.acl == Filtered {
+                assert!(route.methods == GET, "{text}: only reads filter rows");
+            }
+        }
+        assert_eq!(find("/v1/snapshot").map(|r| r.acl), Some(Management));
+        assert_eq!(find("/v1/kv/a").map(|r| r.acl), Some(Key));
     }
 
     #[test]
