@@ -427,7 +427,7 @@ impl Route {
         // The one place a request's token is checked: no handler runs before its rule.
         // A client agent holds no ACL tables: what it forwards is checked by the server
         // that answers, and what it answers itself needs the agent's own permissions.
-        if ctx.acl_enabled() && !(ctx.is_client() && !self.answered_by_agent()) {
+        if ctx.acl_enabled() && (!ctx.is_client() || self.answered_by_agent()) {
             let resolved = authz::authorize(ctx, self.acl, request)?;
             let previous = request.acl.set(resolved);
             debug_assert!(previous.is_ok(), "a request is authorized once");
