@@ -7,7 +7,7 @@
 //! neither file exists. Keys are written with mode 0600, certificates 0644, each through a
 //! temporary file renamed into place so a half-written file never carries the final name.
 
-use super::lock::parse_go_bool;
+use super::client::parse_go_bool;
 use crate::tls::generate::{self, CaOptions, CertKind, CertOptions};
 use clap::{ArgAction, Args, Subcommand};
 use std::io::Write;
