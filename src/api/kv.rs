@@ -297,7 +297,7 @@ impl Query for ListQuery {
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let (_, mut entries) = kv::list(tables, &self.prefix);
-        let filtered = filter_rows(&self.acl, &mut entries, |e| &e.key);
+        let filtered = filter_rows(&self.acl, &mut entries, |e| e.key());
         if entries.is_empty() {
             return not_found(meta, reply);
         }

@@ -13,8 +13,8 @@ use super::{
     TOMBSTONE_GRANULARITY_MS, TOMBSTONE_TTL_MS,
 };
 use crate::raft::{Member, Membership, MembershipChange, NodeId, RaftError, Role, SnapshotMeta};
-use crate::store::command::stamp_entry;
 use crate::store::acl::AclOp;
+use crate::store::command::stamp_entry;
 use crate::store::kv::KvOp;
 use crate::store::session::{self, SessionOp};
 use crate::store::{Command, CommandResult};
