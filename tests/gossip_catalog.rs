@@ -145,8 +145,10 @@ fn client_failure_and_leave_reach_the_catalog_and_sessions() {
     let terminated = node_name(&clients[2]);
     let status = clients[2].terminate().expect("client 2 was running");
     assert!(status.success(), "client 2 exited cleanly: {status:?}");
-    wait_for(DETECTION_LIMIT, "the terminated client deregistered", || {
-        (catalog_has_node(server, &terminated) == Some(false)).then_some(())
-    });
+    wait_for(
+        DETECTION_LIMIT,
+        "the terminated client deregistered",
+        || (catalog_has_node(server, &terminated) == Some(false)).then_some(()),
+    );
     clients.clear();
 }

@@ -16,17 +16,19 @@ use super::{QueryMeta, QueryOptions};
 use crate::cluster::gossip::GossipHandle;
 use crate::cluster::user_events::EventLog;
 use crate::cluster::Pools;
+use crate::config::acl::AclTokens;
 use crate::config::AgentConfig;
 use crate::dns::remote::RecentChanges;
 use crate::proto::http::HttpLimits;
 use crate::shard::peer_transport::Faults;
 use crate::shard::runtime::{ClusterStatus, Consistency, Identity, ReadPlan};
 use crate::shard::Shard;
+use crate::store::acl::cache::{AuthorizerCache, CompileSettings, ResolveError, Resolved};
 use crate::store::StoreVersion;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A handler's view of its shard and of the agent around it.
 pub struct Context {
@@ -35,6 +37,27 @@ pub struct Context {
     agent: AgentChannel,
     /// On a server: the recent DNS-table changes client agents' DNS caches poll for.
     dns_changes: Rc<RefCell<RecentChanges>>,
+    /// This shard's compiled authorizers by SecretID, emptied precisely by every version
+    /// the shard takes in (the observer registered in [`Context::new`]).
+    acl_cache: Rc<RefCell<AuthorizerCache>>,
+}
+
+/// The current Unix time in nanoseconds: what ACL writes stamp and token expiry compares.
+pub fn now_unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+/// Reads the shard's newest version later, from a write's answer (which runs once the
+/// write is applied and its version installed).
+#[derive(Clone)]
+pub struct VersionReader(Rc<Shard>);
+
+impl VersionReader {
+    pub fn current(&self) -> StoreVersion {
+        self.0.current_version()
+    }
 }
 
 impl Context {
@@ -49,17 +72,72 @@ impl Context {
                     .record(batch.version.index, &batch.changes);
             });
         }
+        let acl = &shard.config().acl;
+        let acl_cache = Rc::new(RefCell::new(AuthorizerCache::new(CompileSettings {
+            datacenter: shard.config().datacenter.clone(),
+            default_policy: acl.default_policy,
+        })));
+        if acl.enabled {
+            let invalidated = acl_cache.clone();
+            shard.on_new_version(move |batch| invalidated.borrow_mut().invalidate(&batch.changes));
+        }
         Context {
             shard,
             pools,
             agent,
             dns_changes,
+            acl_cache,
         }
     }
 
     /// The recent DNS-table changes of this shard (empty on a client agent).
     pub fn dns_changes(&self) -> &Rc<RefCell<RecentChanges>> {
         &self.dns_changes
+    }
+
+    /// `acl.enabled`: requests are checked against tokens.
+    pub fn acl_enabled(&self) -> bool {
+        self.shard.config().acl.enabled
+    }
+
+    /// Resolves a SecretID (empty: anonymous) against the newest version.
+    pub fn resolve_token(&self, secret_id: &str) -> Result<Resolved, ResolveError> {
+        let version = self.current_version();
+        self.acl_cache
+            .borrow_mut()
+            .resolve(&version, secret_id, now_unix_ns())
+    }
+
+    /// The agent's ACL tokens as configured or last set at runtime.
+    pub fn agent_tokens(&self) -> AclTokens {
+        self.shard
+            .shared()
+            .acl_tokens
+            .read()
+            .map(|tokens| tokens.clone())
+            .unwrap_or_default()
+    }
+
+    /// The agent's `default` token, used by requests that carry none.
+    pub fn agent_default_token(&self) -> Option<String> {
+        self.shard
+            .shared()
+            .acl_tokens
+            .read()
+            .ok()
+            .and_then(|tokens| tokens.default.clone())
+    }
+
+    /// Replaces the agent's ACL tokens (`/v1/agent/token/<type>`).
+    pub fn set_agent_tokens(&self, update: impl FnOnce(&mut AclTokens)) {
+        if let Ok(mut tokens) = self.shard.shared().acl_tokens.write() {
+            update(&mut tokens);
+        }
+    }
+
+    /// A handle that reads the shard's newest version after a write is applied.
+    pub fn version_reader(&self) -> VersionReader {
+        VersionReader(self.shard.clone())
     }
 
     pub fn config(&self) -> &AgentConfig {

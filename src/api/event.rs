@@ -10,6 +10,7 @@ use super::members::lan_handle;
 use super::{check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::proto::duration::parse_go_duration;
+use crate::store::acl::authorizer::Authorizer;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,24 +50,35 @@ pub fn fire(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, 
 }
 
 /// The recent events named `name` (all when empty), oldest first, and their index.
+/// The events named `name` (all when empty) the token may read (all with ACLs off), the
+/// list's index, and whether the token hid any.
 fn matching(
     shard_log: &crate::cluster::user_events::EventLog,
     name: &str,
-) -> (Vec<Arc<ConsulEvent>>, u64) {
+    acl: Option<&Authorizer>,
+) -> (Vec<Arc<ConsulEvent>>, u64, bool) {
     let mut events = shard_log.events();
     if !name.is_empty() {
         events.retain(|e| e.name == name);
     }
+    let before = events.len();
+    if let Some(acl) = acl {
+        events.retain(|e| acl.event_read(&e.name).is_ok());
+    }
+    let filtered = events.len() != before;
     let index = list_index(&events);
-    (events, index)
+    (events, index, filtered)
 }
 
-fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64) {
+fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64, filtered: bool) {
     let body: Vec<serde_json::Value> = events.iter().map(|e| e.to_json()).collect();
     let mut headers = Vec::with_capacity(64);
     headers.extend_from_slice(b"X-Consul-Index: ");
     crate::proto::http::push_u64(&mut headers, index);
     headers.extend_from_slice(b"\r\n");
+    if filtered {
+        headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
+    }
     reply.json(200, &headers, &body);
 }
 
@@ -87,11 +99,12 @@ pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
             .min(super::BLOCKING_WAIT_MAX),
     };
     let log = ctx.events().clone();
-    let (events, index) = matching(&log, &name);
+    let acl = request.acl.get().map(|a| a.authorizer.clone());
+    let (events, index, filtered) = matching(&log, &name, acl.as_deref());
     // The index is a hash of the newest event's ID, not a counter: any other value means
     // something new arrived since the client's read.
     if min_index == 0 || index != min_index {
-        respond(reply, &events, index);
+        respond(reply, &events, index, filtered);
         return Ok(Outcome::Done);
     }
     let jitter = wait / super::BLOCKING_JITTER_FRACTION;
@@ -105,10 +118,10 @@ pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     Ok(Outcome::Async(Box::pin(async move {
         loop {
             let woken = log.subscribe();
-            let (events, index) = matching(&log, &name);
+            let (events, index, filtered) = matching(&log, &name, acl.as_deref());
             let remaining = deadline.saturating_duration_since(Instant::now());
             if index != min_index || remaining.is_zero() {
-                return Box::new(move |reply: &mut Reply| respond(reply, &events, index))
+                return Box::new(move |reply: &mut Reply| respond(reply, &events, index, filtered))
                     as AsyncResponder;
             }
             let _ = monoio::time::timeout(remaining, woken.recv_async()).await;

@@ -11,8 +11,10 @@
 //! would use (400 bad input, 404, 405 with `Allow`, 413, 500 for server-side failures such as
 //! "No cluster leader").
 
+pub mod acl;
 pub mod agent;
 pub mod agent_local;
+pub mod authz;
 pub mod body_cache;
 pub mod catalog;
 pub mod context;
@@ -56,6 +58,9 @@ pub const BLOCKING_JITTER_FRACTION: u32 = 16;
 /// (`server`): the node Consul defaults to when a request names none (a session's `Node`).
 pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
 
+/// Sent on a list answer from which the request's token hid rows (Consul's header).
+pub const FILTERED_BY_ACLS_HEADER: &[u8] = b"X-Consul-Results-Filtered-By-ACLs: true\r\n";
+
 /// A parsed request, borrowing the connection's receive buffer.
 pub struct Request<'a> {
     pub method: Method,
@@ -68,6 +73,9 @@ pub struct Request<'a> {
     pub head: &'a RequestHead,
     pub buf: &'a [u8],
     pub body: &'a [u8],
+    /// The resolved token, set by `Route::serve` when ACLs are on, before the handler runs;
+    /// empty with ACLs off (handlers then filter nothing).
+    pub acl: std::cell::OnceCell<authz::Authz>,
 }
 
 impl<'a> Request<'a> {

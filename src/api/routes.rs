@@ -13,9 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    agent, agent_local, catalog, coordinate, debug, event, health, internal_dns, keyring, kv,
-    members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
-    Request,
+    acl, agent, agent_local, authz, catalog, coordinate, debug, event, health, internal_dns,
+    keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome,
+    Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -75,14 +75,64 @@ pub enum Body {
     Txn,
 }
 
-/// The ACL permission a route needs.
+/// The ACL rule a route's requests are checked against ([`authz::check`]).
 ///
-/// ACLs are not enforced yet: every route declares [`Acl::Undeclared`], and nothing checks
-/// it. Enforcement replaces this column, route by route, with the permission Consul requires
-/// (and [`Route::serve`] with the one place that checks it).
+/// Most permissions depend on the request (the key in the path, the service in the body),
+/// so the column names a rule rather than a fixed permission; [`Route::serve`] resolves the
+/// token and applies the rule before the handler runs, so no handler runs unchecked.
+/// Lists Consul filters row by row are either `Filtered` (the handler filters with the
+/// request's token and sets `X-Consul-Results-Filtered-By-ACLs`) or need read on every row
+/// they could show (`NodeReadAll`, `ServiceReadAll`, `CatalogReadAll`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acl {
-    Undeclared,
+    /// Anyone: status, the UI, and the ACL endpoints that authenticate by themselves
+    /// (bootstrap, login, logout, token/self).
+    None,
+    /// The handler filters rows by the request's token.
+    Filtered,
+    /// `acl:read` on GET, `acl:write` otherwise.
+    AclByMethod,
+    /// `acl:write`, what a management token has: snapshots.
+    Management,
+    OperatorRead,
+    OperatorWrite,
+    /// `operator:read` on GET, `operator:write` otherwise.
+    OperatorByMethod,
+    /// `keyring:read` on GET, `keyring:write` otherwise.
+    KeyringByMethod,
+    /// KV: `key:read` on GET of a key (listings filtered), `key:write` on PUT and DELETE,
+    /// write on the whole prefix for a recursive delete.
+    Key,
+    /// Each operation needs what the same single request would.
+    Txn,
+    /// `service:read` on the service in the path, and `node:read` on every node.
+    ServiceFromRest,
+    /// `node:read` on the node in the path.
+    NodeFromRest,
+    NodeReadAll,
+    ServiceReadAll,
+    /// `node:read` and `service:read` on everything.
+    CatalogReadAll,
+    /// `session:read` on the node in the path.
+    SessionFromRestNode,
+    /// The session in the path: `session:read` on its node for GET, `session:write` else.
+    SessionById,
+    /// `session:write` on the body's node (default: the agent's).
+    SessionCreate,
+    /// `event:write` on the event name in the path.
+    EventFromRest,
+    /// `agent:read` on this agent's node.
+    AgentRead,
+    /// `agent:write` on this agent's node.
+    AgentWrite,
+    /// `service:write` on the body's service `Name`.
+    ServiceFromBody,
+    /// `node:write` on the body's node and `service:write` on its service.
+    CatalogRegister,
+    /// `service:write` on the service deregistered, else `node:write` on the node.
+    CatalogDeregister,
+    /// `node:write` on the node a forwarded request came from (`X-Praetor-Origin-Node`).
+    NodeFromOrigin,
 }
 
 /// One endpoint: what it serves and what it needs.
@@ -108,7 +158,12 @@ const POST_PUT: &[Method] = &[Method::Post, Method::Put];
 const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
 
-use Acl::Undeclared;
+use Acl::{
+    AclByMethod, AgentRead, AgentWrite, CatalogDeregister, CatalogReadAll, CatalogRegister,
+    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromOrigin, NodeFromRest,
+    NodeReadAll, OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest,
+    ServiceReadAll, SessionById, SessionCreate, SessionFromRestNode,
+};
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
 
@@ -137,83 +192,114 @@ const fn route(
 #[rustfmt::skip]
 pub static ROUTES: &[Route] = &[
     //    path                                          methods              body      blocking acl         handler
-    route(Prefix("/v1/kv/"),                            GET_PUT_DELETE,      KvValue,  BLOCKS,  Undeclared, kv::handle),
-    route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Undeclared, kv::handle),
+    route(Prefix("/v1/kv/"),                            GET_PUT_DELETE,      KvValue,  BLOCKS,  Key,        kv::handle),
+    route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Key,        kv::handle),
 
-    route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, Undeclared, catalog::register),
-    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, Undeclared, catalog::internal_apply),
-    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, Undeclared, catalog::internal_node_state),
-    route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, Undeclared, catalog::deregister),
-    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Undeclared, catalog::nodes),
-    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Undeclared, catalog::services),
-    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  Undeclared, catalog::service),
-    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  Undeclared, catalog::connect),
-    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  Undeclared, catalog::node),
-    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  Undeclared, catalog::node_services),
-    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  Undeclared, health::service),
-    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  Undeclared, health::connect),
-    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  Undeclared, health::service_checks),
-    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  Undeclared, health::node),
-    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  Undeclared, health::state),
+    route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, CatalogRegister, catalog::register),
+    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_apply),
+    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_node_state),
+    route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
+    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  NodeReadAll, catalog::nodes),
+    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  ServiceReadAll, catalog::services),
+    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  ServiceFromRest, catalog::service),
+    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  ServiceFromRest, catalog::connect),
+    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  CatalogReadAll, catalog::node),
+    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  CatalogReadAll, catalog::node_services),
+    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::service),
+    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::connect),
+    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  ServiceFromRest, health::service_checks),
+    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  CatalogReadAll, health::node),
+    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  CatalogReadAll, health::state),
 
-    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, Undeclared, members::members),
-    route(Prefix("/v1/agent/join/"),                    PUT,                 Standard, ANSWERS, Undeclared, members::join),
-    route(Exact("/v1/agent/leave"),                     PUT,                 Standard, ANSWERS, Undeclared, members::leave),
-    route(Prefix("/v1/agent/force-leave/"),             PUT,                 Standard, ANSWERS, Undeclared, members::force_leave),
-    route(Prefix("/v1/event/fire/"),                    PUT,                 Standard, ANSWERS, Undeclared, event::fire),
-    route(Exact("/v1/event/fire"),                      PUT,                 Standard, ANSWERS, Undeclared, event::fire),
-    route(Exact("/v1/event/list"),                      GET,                 Standard, ANSWERS, Undeclared, event::list),
-    route(Exact("/v1/operator/keyring"),                GET_POST_PUT_DELETE, Standard, ANSWERS, Undeclared, keyring::keyring),
-    route(Prefix("/v1/coordinate/node/"),               GET,                 Standard, ANSWERS, Undeclared, coordinate::node),
-    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, Undeclared, coordinate::nodes),
-    route(Exact("/v1/coordinate/datacenters"),          GET,                 Standard, ANSWERS, Undeclared, coordinate::datacenters),
+    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, NodeReadAll, members::members),
+    route(Prefix("/v1/agent/join/"),                    PUT,                 Standard, ANSWERS, AgentWrite, members::join),
+    route(Exact("/v1/agent/leave"),                     PUT,                 Standard, ANSWERS, AgentWrite, members::leave),
+    route(Prefix("/v1/agent/force-leave/"),             PUT,                 Standard, ANSWERS, OperatorWrite, members::force_leave),
+    route(Prefix("/v1/event/fire/"),                    PUT,                 Standard, ANSWERS, EventFromRest, event::fire),
+    route(Exact("/v1/event/fire"),                      PUT,                 Standard, ANSWERS, EventFromRest, event::fire),
+    route(Exact("/v1/event/list"),                      GET,                 Standard, ANSWERS, Filtered,   event::list),
+    route(Exact("/v1/operator/keyring"),                GET_POST_PUT_DELETE, Standard, ANSWERS, KeyringByMethod, keyring::keyring),
+    route(Prefix("/v1/coordinate/node/"),               GET,                 Standard, ANSWERS, NodeFromRest, coordinate::node),
+    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, NodeReadAll, coordinate::nodes),
+    route(Exact("/v1/coordinate/datacenters"),          GET,                 Standard, ANSWERS, Acl::None,  coordinate::datacenters),
 
-    route(Exact("/v1/session/create"),                  PUT,                 Standard, ANSWERS, Undeclared, session::create),
-    route(Prefix("/v1/session/destroy/"),               PUT,                 Standard, ANSWERS, Undeclared, session::destroy),
-    route(Exact("/v1/session/destroy"),                 PUT,                 Standard, ANSWERS, Undeclared, session::destroy),
-    route(Prefix("/v1/session/renew/"),                 PUT,                 Standard, ANSWERS, Undeclared, session::renew),
-    route(Exact("/v1/session/renew"),                   PUT,                 Standard, ANSWERS, Undeclared, session::renew),
-    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  Undeclared, session::info),
-    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  Undeclared, session::info),
-    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  Undeclared, session::node_sessions),
-    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  Undeclared, session::node_sessions),
-    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  Undeclared, session::list),
+    route(Exact("/v1/session/create"),                  PUT,                 Standard, ANSWERS, SessionCreate, session::create),
+    route(Prefix("/v1/session/destroy/"),               PUT,                 Standard, ANSWERS, SessionById, session::destroy),
+    route(Exact("/v1/session/destroy"),                 PUT,                 Standard, ANSWERS, SessionById, session::destroy),
+    route(Prefix("/v1/session/renew/"),                 PUT,                 Standard, ANSWERS, SessionById, session::renew),
+    route(Exact("/v1/session/renew"),                   PUT,                 Standard, ANSWERS, SessionById, session::renew),
+    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  SessionById, session::info),
+    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  SessionById, session::info),
+    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  SessionFromRestNode, session::node_sessions),
+    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  SessionFromRestNode, session::node_sessions),
+    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  NodeReadAll, session::list),
 
-    route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Undeclared, txn::handle),
+    route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Acl::Txn,   txn::handle),
 
-    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, Undeclared, agent_local::services),
-    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, Undeclared, agent_local::checks),
-    route(Exact("/v1/agent/service/register"),          PUT,                 Standard, ANSWERS, Undeclared, agent_local::register_service),
-    route(Exact("/v1/agent/check/register"),            PUT,                 Standard, ANSWERS, Undeclared, agent_local::register_check),
-    route(Exact("/v1/agent/maintenance"),               PUT,                 Standard, ANSWERS, Undeclared, agent_local::node_maintenance),
-    route(Exact("/v1/agent/reload"),                    PUT,                 Standard, ANSWERS, Undeclared, agent_local::reload),
-    route(Exact("/v1/agent/metrics"),                   GET,                 Standard, ANSWERS, Undeclared, agent_local::metrics),
-    route(Prefix("/v1/agent/service/deregister/"),      GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::deregister_service),
-    route(Prefix("/v1/agent/service/maintenance/"),     PUT,                 Standard, ANSWERS, Undeclared, agent_local::service_maintenance),
-    route(Prefix("/v1/agent/service/"),                 GET,                 Standard, ANSWERS, Undeclared, agent_local::service),
-    route(Prefix("/v1/agent/check/deregister/"),        GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::deregister_check),
-    route(Prefix("/v1/agent/check/update/"),            PUT,                 Standard, ANSWERS, Undeclared, agent_local::update_check),
-    route(Prefix("/v1/agent/check/pass/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::pass_check),
-    route(Prefix("/v1/agent/check/warn/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::warn_check),
-    route(Prefix("/v1/agent/check/fail/"),              GET_PUT,             Standard, ANSWERS, Undeclared, agent_local::fail_check),
-    route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, Undeclared, agent_local::health_by_name),
-    route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, Undeclared, agent_local::health_by_id),
+    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::services),
+    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::checks),
+    route(Exact("/v1/agent/service/register"),          PUT,                 Standard, ANSWERS, ServiceFromBody, agent_local::register_service),
+    route(Exact("/v1/agent/check/register"),            PUT,                 Standard, ANSWERS, AgentWrite, agent_local::register_check),
+    route(Exact("/v1/agent/maintenance"),               PUT,                 Standard, ANSWERS, AgentWrite, agent_local::node_maintenance),
+    route(Exact("/v1/agent/reload"),                    PUT,                 Standard, ANSWERS, AgentWrite, agent_local::reload),
+    route(Exact("/v1/agent/metrics"),                   GET,                 Standard, ANSWERS, AgentRead,  agent_local::metrics),
+    route(Prefix("/v1/agent/service/deregister/"),      GET_PUT,             Standard, ANSWERS, AgentWrite, agent_local::deregister_service),
+    route(Prefix("/v1/agent/service/maintenance/"),     PUT,                 Standard, ANSWERS, AgentWrite, agent_local::service_maintenance),
+    route(Prefix("/v1/agent/service/"),                 GET,                 Standard, ANSWERS, AgentRead,  agent_local::service),
+    route(Prefix("/v1/agent/check/deregister/"),        GET_PUT,             Standard, ANSWERS, AgentWrite, agent_local::deregister_check),
+    route(Prefix("/v1/agent/check/update/"),            PUT,                 Standard, ANSWERS, AgentWrite, agent_local::update_check),
+    route(Prefix("/v1/agent/check/pass/"),              GET_PUT,             Standard, ANSWERS, AgentWrite, agent_local::pass_check),
+    route(Prefix("/v1/agent/check/warn/"),              GET_PUT,             Standard, ANSWERS, AgentWrite, agent_local::warn_check),
+    route(Prefix("/v1/agent/check/fail/"),              GET_PUT,             Standard, ANSWERS, AgentWrite, agent_local::fail_check),
+    route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, ServiceFromRest, agent_local::health_by_name),
+    route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, AgentRead,  agent_local::health_by_id),
 
-    // A client agent's DNS, answered by its servers (`internal_dns`).
-    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  Undeclared, internal_dns::lookup),
-    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  Undeclared, internal_dns::changes),
+    // A client agent's DNS, answered by its servers (`internal_dns`) with the client's token.
+    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::lookup),
+    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::changes),
 
-    route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Undeclared, status::leader),
-    route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Undeclared, status::peers),
-    route(Exact("/v1/agent/self"),                      GET,                 Standard, ANSWERS, Undeclared, agent::agent_self),
-    route(Exact("/v1/catalog/datacenters"),             GET,                 Standard, ANSWERS, Undeclared, status::datacenters),
-    route(Exact("/v1/operator/raft/configuration"),     GET,                 Standard, ANSWERS, Undeclared, operator::configuration),
-    route(Exact("/v1/operator/autopilot/health"),       GET,                 Standard, ANSWERS, Undeclared, operator::autopilot_health),
-    route(Exact("/v1/operator/raft/peer"),              DELETE,              Standard, ANSWERS, Undeclared, operator::remove_peer),
-    route(Exact("/v1/operator/raft/transfer-leader"),   POST_PUT,            Standard, ANSWERS, Undeclared, operator::transfer_leader),
-    route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Undeclared, snapshot::handle),
-    route(Exact("/v1/agent/debug/faults"),              GET_PUT,             Standard, ANSWERS, Undeclared, debug::faults),
-    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  Undeclared, ui::handle),
+    // A client agent's DNS, answered by its servers (`internal_dns`) with the client's token.
+    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::lookup),
+    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::changes),
+
+    route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Acl::None,  status::leader),
+    route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Acl::None,  status::peers),
+    route(Exact("/v1/agent/self"),                      GET,                 Standard, ANSWERS, AgentRead,  agent::agent_self),
+    route(Exact("/v1/catalog/datacenters"),             GET,                 Standard, ANSWERS, Acl::None,  status::datacenters),
+    route(Exact("/v1/operator/raft/configuration"),     GET,                 Standard, ANSWERS, OperatorRead, operator::configuration),
+    route(Exact("/v1/operator/autopilot/health"),       GET,                 Standard, ANSWERS, OperatorRead, operator::autopilot_health),
+    route(Exact("/v1/operator/raft/peer"),              DELETE,              Standard, ANSWERS, OperatorWrite, operator::remove_peer),
+    route(Exact("/v1/operator/raft/transfer-leader"),   POST_PUT,            Standard, ANSWERS, OperatorWrite, operator::transfer_leader),
+    route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Management, snapshot::handle),
+    route(Exact("/v1/agent/debug/faults"),              GET_PUT,             Standard, ANSWERS, OperatorByMethod, debug::faults),
+    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  CatalogReadAll, ui::handle),
+
+    // ACLs (`api::acl`): the endpoints decide their own checks where Consul's do.
+    route(Exact("/v1/acl/bootstrap"),                   PUT,                 Standard, ANSWERS, Acl::None,  acl::bootstrap),
+    route(Exact("/v1/acl/replication"),                 GET,                 Standard, ANSWERS, Acl::None,  acl::replication),
+    route(Exact("/v1/acl/login"),                       POST_PUT,            Standard, ANSWERS, Acl::None,  acl::login),
+    route(Exact("/v1/acl/logout"),                      POST_PUT,            Standard, ANSWERS, Acl::None,  acl::logout),
+    route(Exact("/v1/acl/token/self"),                  GET,                 Standard, BLOCKS,  Acl::None,  acl::token_self),
+    route(Exact("/v1/acl/token"),                       PUT,                 Standard, ANSWERS, AclByMethod, acl::token_create),
+    route(Exact("/v1/acl/tokens"),                      GET,                 Standard, BLOCKS,  AclByMethod, acl::token_list),
+    route(Prefix("/v1/acl/token/"),                     GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::token),
+    route(Exact("/v1/acl/policy"),                      PUT,                 Standard, ANSWERS, AclByMethod, acl::policy_create),
+    route(Exact("/v1/acl/policies"),                    GET,                 Standard, BLOCKS,  AclByMethod, acl::policy_list),
+    route(Prefix("/v1/acl/policy/name/"),               GET,                 Standard, BLOCKS,  AclByMethod, acl::policy_by_name),
+    route(Prefix("/v1/acl/policy/"),                    GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::policy),
+    route(Exact("/v1/acl/role"),                        PUT,                 Standard, ANSWERS, AclByMethod, acl::role_create),
+    route(Exact("/v1/acl/roles"),                       GET,                 Standard, BLOCKS,  AclByMethod, acl::role_list),
+    route(Prefix("/v1/acl/role/name/"),                 GET,                 Standard, BLOCKS,  AclByMethod, acl::role_by_name),
+    route(Prefix("/v1/acl/role/"),                      GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::role),
+    route(Exact("/v1/acl/templated-policies"),          GET,                 Standard, ANSWERS, AclByMethod, acl::templated_policies),
+    route(Prefix("/v1/acl/templated-policy/name/"),     GET,                 Standard, ANSWERS, AclByMethod, acl::templated_policy),
+    route(Exact("/v1/acl/auth-method"),                 PUT,                 Standard, ANSWERS, AclByMethod, acl::auth_method_create),
+    route(Exact("/v1/acl/auth-methods"),                GET,                 Standard, BLOCKS,  AclByMethod, acl::auth_method_list),
+    route(Prefix("/v1/acl/auth-method/"),               GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::auth_method),
+    route(Exact("/v1/acl/binding-rule"),                PUT,                 Standard, ANSWERS, AclByMethod, acl::binding_rule_create),
+    route(Exact("/v1/acl/binding-rules"),               GET,                 Standard, BLOCKS,  AclByMethod, acl::binding_rule_list),
+    route(Prefix("/v1/acl/binding-rule/"),              GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::binding_rule),
+    route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
 ];
 
 /// The route serving `path`, if any: the first in [`ROUTES`] that matches.
@@ -321,6 +407,11 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
 }
 
 impl Route {
+    /// `/v1/agent/*`: answered from the agent's own state (and gossip), never forwarded.
+    pub fn answered_by_agent(&self) -> bool {
+        self.path.text().starts_with("/v1/agent/")
+    }
+
     /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
     /// declare and any namespace or partition, and runs the handler for the rest.
     pub fn serve(
@@ -342,6 +433,19 @@ impl Route {
             return Ok(Outcome::Done);
         }
         refuse_enterprise_scope(request)?;
+        // The one place a request's token is checked: no handler runs before its rule.
+        // A client agent holds no ACL tables: what it forwards is checked by the server
+        // that answers, and what it answers itself needs the agent's own permissions.
+        if ctx.acl_enabled() && (!ctx.is_client() || self.answered_by_agent()) {
+            let resolved = authz::authorize(ctx, self.acl, request)?;
+            let previous = request.acl.set(resolved);
+            debug_assert!(previous.is_ok(), "a request is authorized once");
+        }
+        debug_assert!(
+            !ctx.acl_enabled() || request.acl.get().is_some() || ctx.is_client(),
+            "{}: a handler runs only after its check",
+            self.path.text()
+        );
         let outcome = (self.handler)(ctx, request, reply);
         debug_assert!(
             self.blocking || !matches!(outcome, Ok(Outcome::Block(_))),
@@ -397,6 +501,40 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Routes anyone may call. A new route with `Acl::None` fails here until it is added
+    /// deliberately, so no endpoint ships unchecked by accident.
+    const OPEN_ROUTES: &[&str] = &[
+        "/v1/status/leader",
+        "/v1/status/peers",
+        "/v1/catalog/datacenters",
+        "/v1/coordinate/datacenters",
+        "/v1/acl/bootstrap",
+        "/v1/acl/replication",
+        "/v1/acl/login",
+        "/v1/acl/logout",
+        "/v1/acl/token/self",
+    ];
+
+    #[test]
+    fn every_route_declares_its_acl_rule_and_open_routes_are_listed() {
+        for route in ROUTES {
+            let text = route.path.text();
+            assert_eq!(
+                route.acl == Acl::None,
+                OPEN_ROUTES.contains(&text),
+                "{text}: open to anyone only when listed in OPEN_ROUTES"
+            );
+            if text.starts_with("/v1/acl/") && route.acl != Acl::None {
+                assert_eq!(route.acl, AclByMethod, "{text}: ACL objects need acl:*");
+            }
+            if route.acl == Filtered {
+                assert!(route.methods == GET, "{text}: only reads filter rows");
+            }
+        }
+        assert_eq!(find("/v1/snapshot").map(|r| r.acl), Some(Management));
+        assert_eq!(find("/v1/kv/a").map(|r| r.acl), Some(Key));
     }
 
     #[test]

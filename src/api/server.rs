@@ -368,6 +368,7 @@ fn dispatch_buffered(
                 head,
                 buf: input,
                 body: request.body,
+                acl: std::cell::OnceCell::new(),
             };
             let answer_start = output.len();
             let mut reply = Reply::new(output, keep_alive, pretty);
@@ -395,6 +396,14 @@ fn dispatch_buffered(
                         request.body,
                         hops + 1,
                         &server.shard.config().node_name,
+                        // A request without a token is answered with this agent's default
+                        // token, not the default of the server that answers it.
+                        server
+                            .context
+                            .acl_enabled()
+                            .then(|| req.token().is_none())
+                            .filter(|none| *none)
+                            .and_then(|_| server.context.agent_default_token()),
                     ),
                     forward_timeout,
                 )),
@@ -449,6 +458,7 @@ fn reframe_for_forwarding(
     body: &[u8],
     hops: u32,
     origin_node: &str,
+    default_token: Option<String>,
 ) -> Vec<u8> {
     let target_end = if head.query.end > head.query.start {
         head.query.end
@@ -466,6 +476,9 @@ fn reframe_for_forwarding(
     });
     if !has_origin {
         out.extend_from_slice(format!("{ORIGIN_NODE_HEADER}: {origin_node}\r\n").as_bytes());
+    }
+    if let Some(token) = default_token.filter(|t| !t.contains(['\r', '\n'])) {
+        out.extend_from_slice(format!("X-Consul-Token: {token}\r\n").as_bytes());
     }
     for header in &head.headers {
         let name = &input[header.name.start as usize..header.name.end as usize];

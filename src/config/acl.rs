@@ -5,8 +5,8 @@
 //! deprecated. Use the 'acl.tokens.default' field instead.`). `acl_datacenter` also turns
 //! ACLs on, as in Consul.
 //!
-//! Until request enforcement lands, `acl.enabled = true` adds a loud warning that tokens are
-//! not checked, so nobody believes a cluster is locked when it is not.
+//! Settings accepted but not acted on warn: `enable_token_persistence` (tokens set with
+//! `/v1/agent/token/<type>` last until the agent restarts).
 
 use crate::proto::duration::parse_go_duration;
 use crate::store::acl::authorizer::DefaultPolicy;
@@ -74,8 +74,8 @@ impl Default for AclConfig {
     }
 }
 
-/// The warning logged while enforcement is missing.
-pub const NOT_ENFORCED_WARNING: &str = "acl: acl.enabled = true, but praetor does not enforce ACLs yet: requests are NOT checked against tokens and every caller has full access. Do not rely on this configuration to protect a cluster.";
+/// The warning for `acl.enable_token_persistence = true`, which is not implemented.
+pub const TOKEN_PERSISTENCE_WARNING: &str = "acl: acl.enable_token_persistence is not implemented: tokens set with /v1/agent/token/<type> last until the agent restarts.";
 
 fn object<'a>(
     map: &'a Map<String, Value>,
@@ -276,8 +276,8 @@ impl AclConfig {
         config.enable_key_list_policy = key_list.unwrap_or(false);
         config.tokens = t;
         config.primary_datacenter = primary;
-        if config.enabled {
-            warnings.push(NOT_ENFORCED_WARNING.to_string());
+        if config.enable_token_persistence {
+            warnings.push(TOKEN_PERSISTENCE_WARNING.to_string());
         }
         config.warnings = warnings;
         Ok(config)
@@ -350,8 +350,8 @@ mod tests {
         assert_eq!(c.primary_datacenter.as_deref(), Some("dc1"));
         assert_eq!(
             c.warnings,
-            vec![NOT_ENFORCED_WARNING.to_string()],
-            "enabled but not enforced"
+            vec![TOKEN_PERSISTENCE_WARNING.to_string()],
+            "token persistence is accepted but not acted on"
         );
     }
 
@@ -383,7 +383,7 @@ mod tests {
         assert!(c.warnings.contains(&"The 'acl_master_token' field is deprecated. Use the 'acl.tokens.initial_management' field instead.".to_string()));
         assert!(c.warnings.contains(&"The 'acl.tokens.agent_master' field is deprecated. Use the 'acl.tokens.agent_recovery' field instead.".to_string()));
         assert!(c.warnings.contains(&"The 'acl_datacenter' field is deprecated. Use the 'primary_datacenter' field instead.".to_string()));
-        assert!(c.warnings.contains(&NOT_ENFORCED_WARNING.to_string()));
+        assert!(!c.warnings.iter().any(|w| w.contains("not implemented")));
         // The new key wins over the legacy one.
         let c = parse(json!({"acl_default_policy": "deny", "acl": {"default_policy": "allow"}}))
             .unwrap();

@@ -189,6 +189,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         faults: faults.clone(),
         rpc_address,
         tls: tls.clone(),
+        acl_tokens: std::sync::RwLock::new(config.acl.tokens.clone()),
     });
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),

@@ -13,6 +13,7 @@ use super::{
     TOMBSTONE_GRANULARITY_MS, TOMBSTONE_TTL_MS,
 };
 use crate::raft::{Member, Membership, MembershipChange, NodeId, RaftError, Role, SnapshotMeta};
+use crate::store::acl::AclOp;
 use crate::store::command::stamp_entry;
 use crate::store::kv::KvOp;
 use crate::store::session::{self, SessionOp};
@@ -392,6 +393,57 @@ impl Replica {
             self.log(
                 log::Level::Debug,
                 format!("raft: tombstone reap not proposed: {e}"),
+            );
+        }
+    }
+
+    /// On taking office with ACLs on, as Consul's leader does: create or upgrade the builtin
+    /// policies and the anonymous token, and the `initial_management` token if configured.
+    /// Both commands are idempotent, so every new leader proposes them.
+    pub(super) fn initialize_acls(&mut self) {
+        if !self.config.acl_enabled {
+            return;
+        }
+        let now_unix_ns = self.now.unix_ms as i64 * 1_000_000;
+        let initialize = Command::Acl(AclOp::Initialize { now_unix_ns });
+        if let Err(e) = self.propose_internal(&initialize) {
+            self.log(
+                log::Level::Warn,
+                format!("acl: initialization not proposed: {e}"),
+            );
+        }
+        if let Some((accessor_id, secret_id)) = self.config.acl_initial_management.clone() {
+            let command = Command::Acl(AclOp::InitialManagement {
+                accessor_id,
+                secret_id,
+                now_unix_ns,
+            });
+            if let Err(e) = self.propose_internal(&command) {
+                self.log(
+                    log::Level::Warn,
+                    format!("acl: initial management token not proposed: {e}"),
+                );
+            }
+        }
+    }
+
+    /// On the leader: deletes tokens whose expiration time has passed, in bounded batches.
+    pub(super) fn maybe_reap_tokens(&mut self) {
+        if self.role != Role::Leader || !self.config.acl_enabled {
+            return;
+        }
+        let now_unix_ns = self.now.unix_ms as i64 * 1_000_000;
+        if crate::store::acl::expired_tokens(&self.tables, now_unix_ns, 1).is_empty() {
+            return;
+        }
+        let reap = Command::Acl(AclOp::ReapExpiredTokens {
+            now_unix_ns,
+            tokens_max: crate::store::acl::apply::REAP_TOKENS_MAX,
+        });
+        if let Err(e) = self.propose_internal(&reap) {
+            self.log(
+                log::Level::Debug,
+                format!("acl: expired token reap not proposed: {e}"),
             );
         }
     }

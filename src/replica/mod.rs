@@ -225,6 +225,12 @@ pub struct ReplicaConfig {
     pub snapshot_threshold_entries: u64,
     /// Shards that receive applied batches and results.
     pub shard_count: usize,
+    /// `acl.enabled`: the leader initializes the ACL tables on taking office and reaps
+    /// expired tokens.
+    pub acl_enabled: bool,
+    /// `acl.tokens.initial_management` as `(AccessorID, SecretID)`; the shell draws the
+    /// AccessorID once at start (the replica takes no entropy).
+    pub acl_initial_management: Option<(String, String)>,
 }
 
 /// The durable state a replica starts from.

@@ -318,6 +318,7 @@ impl Replica {
             self.reconcile_membership();
             self.publish_status(true);
             self.maybe_reap_tombstones();
+            self.maybe_reap_tokens();
         }
         Ok(())
     }
@@ -785,6 +786,7 @@ impl Replica {
             );
             // Every TTL session gets a full timer from now, whatever the previous leader had.
             self.session_timers.start_all(&self.tables, self.now_ms());
+            self.initialize_acls();
         } else if role != Role::Leader {
             self.leader_term_start = None;
             self.session_timers.clear();

@@ -43,6 +43,8 @@ fn config(id: NodeId, bootstrap_single: bool, bootstrap_expect: u32) -> ReplicaC
         bootstrap_expect,
         snapshot_threshold_entries: 1_000_000,
         shard_count: SHARDS,
+        acl_enabled: false,
+        acl_initial_management: None,
     }
 }
 

@@ -168,6 +168,15 @@ pub fn open(
         bootstrap_expect: config.bootstrap_expect,
         snapshot_threshold_entries: config.snapshot_threshold_entries,
         shard_count: shards.len(),
+        acl_enabled: shared.config.acl.enabled,
+        acl_initial_management: shared
+            .config
+            .acl
+            .tokens
+            .initial_management
+            .clone()
+            .filter(|secret| !secret.is_empty())
+            .map(|secret| (uuid::Uuid::new_v4().to_string(), secret)),
     };
     let recovered = Recovered {
         hard_state,

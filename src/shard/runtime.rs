@@ -241,6 +241,8 @@ pub struct Shared {
     pub rpc_address: std::net::SocketAddr,
     /// The TLS configurations of every listener and dialer, swapped whole on reload.
     pub tls: Arc<crate::tls::TlsConfigurator>,
+    /// The agent's ACL tokens (`acl.tokens`), as `/v1/agent/token/<type>` last set them.
+    pub acl_tokens: std::sync::RwLock<crate::config::acl::AclTokens>,
 }
 
 impl Shared {

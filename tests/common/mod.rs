@@ -165,7 +165,8 @@ impl Agent {
                     // A leader exists; wait until this agent serves leader reads too.
                     if let Ok(r) = try_request(self.addr(), "GET", "/v1/kv/__ready_probe", b"", &[])
                     {
-                        if r.status == 404 {
+                        // 403: ACLs on with default deny; the agent serves requests.
+                        if r.status == 404 || r.status == 403 {
                             return;
                         }
                     }

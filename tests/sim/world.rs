@@ -311,6 +311,8 @@ impl Scenario {
             bootstrap_expect: self.bootstrap_expect(id),
             snapshot_threshold_entries: self.snapshot_threshold_entries,
             shard_count: SHARDS,
+            acl_enabled: false,
+            acl_initial_management: None,
         }
     }
 }

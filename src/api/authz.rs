@@ -1,0 +1,317 @@
+//! Request authorization: which token a request carries, what it may do, and the check each
+//! route's [`Acl`] rule makes before its handler runs.
+//!
+//! [`Route::serve`](super::routes::Route::serve) is the only caller of [`authorize`]: with
+//! `acl.enabled` it resolves the request's token (`?token`, `X-Consul-Token`,
+//! `Authorization: Bearer`; else the agent's `default` token; else anonymous) through the
+//! shard's authorizer cache, checks the route's rule, and leaves the resolved token on the
+//! request ([`Request::acl`](super::Request)) for handlers that filter rows. With ACLs off
+//! nothing here runs, and handlers see no token (and filter nothing).
+//!
+//! A rule that depends on the body (a catalog registration, a transaction, a service
+//! definition) reads the body here, so a handler never runs before its check; the handler
+//! decodes the body again, which costs a second parse only when ACLs are on.
+//!
+//! Errors are Consul's: 403 `ACL not found` for an unknown or expired token, 403
+//! `Permission denied: token with AccessorID '…' lacks permission '…' on "…"` for a denial.
+
+use super::routes::Acl;
+use super::{ApiError, Context, Request};
+use crate::consul::body::{parse_json, Obj};
+use crate::proto::http::Method;
+use crate::store::acl::authorizer::{Authorizer, Check, Denial};
+use crate::store::{catalog, session};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Most operations a transaction may hold for the per-operation check (Consul's limit on a
+/// transaction's operations is 128; a body over that is refused by the handler anyway).
+pub const TXN_CHECKED_OPS_MAX: usize = 1024;
+
+/// A request's resolved token.
+#[derive(Clone, Debug)]
+pub struct Authz {
+    pub accessor_id: Arc<str>,
+    /// The secret the request authenticated with (empty for anonymous).
+    pub secret_id: Arc<str>,
+    pub authorizer: Arc<Authorizer>,
+}
+
+impl Authz {
+    /// The 403 answer for a denial, in Consul's words.
+    pub fn deny(&self, denial: Denial<'_>) -> ApiError {
+        ApiError::Status(403, denial.message(Some(&self.accessor_id)))
+    }
+
+    /// Turns a check into the request's error.
+    pub fn require(&self, check: Check<'_>) -> Result<(), ApiError> {
+        check.map_err(|denial| self.deny(denial))
+    }
+}
+
+/// Consul's 403 for an unknown token.
+pub fn acl_not_found() -> ApiError {
+    ApiError::Status(403, "ACL not found".to_string())
+}
+
+/// The secret a request authenticates with: its own token, else the agent's default token,
+/// else empty (anonymous).
+pub fn request_secret(ctx: &Context, request: &Request) -> String {
+    if let Some(token) = request.token() {
+        return token.to_string();
+    }
+    ctx.agent_default_token().unwrap_or_default()
+}
+
+/// Resolves `secret` against the shard's current version.
+pub fn resolve(ctx: &Context, secret: &str) -> Result<Authz, ApiError> {
+    let resolved = ctx.resolve_token(secret).map_err(|e| match e {
+        crate::store::acl::cache::ResolveError::NotFound => acl_not_found(),
+        other => ApiError::Internal(other.message()),
+    })?;
+    Ok(Authz {
+        accessor_id: resolved.accessor_id,
+        secret_id: Arc::from(secret),
+        authorizer: resolved.authorizer,
+    })
+}
+
+/// Resolves the request's token and checks `rule`; the caller keeps the token on the
+/// request for the handler.
+pub fn authorize(ctx: &Context, rule: Acl, request: &Request) -> Result<Authz, ApiError> {
+    debug_assert!(ctx.acl_enabled(), "authorization runs only with ACLs on");
+    let secret = request_secret(ctx, request);
+    let authz = resolve(ctx, &secret)?;
+    check(ctx, rule, request, &authz)?;
+    Ok(authz)
+}
+
+fn is_read(request: &Request) -> bool {
+    matches!(request.method, Method::Get | Method::Head)
+}
+
+/// The check `rule` makes for `request`.
+pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let rest = request.rest;
+    let node = ctx.config().node_name.as_str();
+    match rule {
+        Acl::None | Acl::Filtered => Ok(()),
+        Acl::AclByMethod => authz.require(if is_read(request) {
+            a.acl_read()
+        } else {
+            a.acl_write()
+        }),
+        Acl::Management => authz.require(a.snapshot()),
+        Acl::OperatorRead => authz.require(a.operator_read()),
+        Acl::OperatorWrite => authz.require(a.operator_write()),
+        Acl::OperatorByMethod => authz.require(if is_read(request) {
+            a.operator_read()
+        } else {
+            a.operator_write()
+        }),
+        Acl::KeyringByMethod => authz.require(if is_read(request) {
+            a.keyring_read()
+        } else {
+            a.keyring_write()
+        }),
+        Acl::Key => check_key(request, authz),
+        Acl::Txn => check_txn(request, authz),
+        Acl::ServiceFromRest => {
+            authz.require(a.service_read(rest))?;
+            authz.require(a.node_read_all())
+        }
+        Acl::NodeFromRest => authz.require(a.node_read(rest)),
+        Acl::NodeReadAll => authz.require(a.node_read_all()),
+        Acl::ServiceReadAll => authz.require(a.service_read_all()),
+        Acl::CatalogReadAll => {
+            authz.require(a.node_read_all())?;
+            authz.require(a.service_read_all())
+        }
+        Acl::SessionFromRestNode => authz.require(a.session_read(rest)),
+        Acl::SessionById => check_session_by_id(ctx, request, authz),
+        Acl::SessionCreate => check_session_create(ctx, request, authz),
+        Acl::EventFromRest => authz.require(a.event_write(rest)),
+        Acl::AgentRead => authz.require(a.agent_read(node)),
+        Acl::AgentWrite => authz.require(a.agent_write(node)),
+        Acl::ServiceFromBody => check_service_body(request, authz),
+        Acl::CatalogRegister => check_catalog_register(request, authz),
+        Acl::CatalogDeregister => check_catalog_deregister(ctx, request, authz),
+        Acl::NodeFromOrigin => {
+            let origin = request
+                .header(super::ORIGIN_NODE_HEADER)
+                .filter(|n| !n.is_empty())
+                .unwrap_or(node);
+            authz.require(a.node_write(origin))
+        }
+    }
+}
+
+fn check_key(request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let key = request.rest;
+    match request.method {
+        // Listings are filtered row by row by the handler; a single key needs read.
+        Method::Get if request.query.has("recurse") || request.query.has("keys") => Ok(()),
+        Method::Get => authz.require(a.key_read(key)),
+        Method::Delete if request.query.has("recurse") => authz.require(a.key_write_prefix(key)),
+        _ => authz.require(a.key_write(key)),
+    }
+}
+
+fn body_object(request: &Request) -> Result<Value, ApiError> {
+    parse_json(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))
+}
+
+fn text_field(obj: &Obj, names: &[&str]) -> String {
+    obj.opt_string(names).ok().flatten().unwrap_or_default()
+}
+
+/// Each operation of a transaction needs what the same single request would.
+fn check_txn(request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let Ok(Value::Array(ops)) = parse_json(request.body) else {
+        // The handler refuses a malformed body with Consul's message.
+        return Ok(());
+    };
+    if ops.len() > TXN_CHECKED_OPS_MAX {
+        return Ok(());
+    }
+    for op in &ops {
+        let Ok(op) = Obj::new(op) else { continue };
+        if let Ok(Some(kv)) = op.obj(&["kv"]) {
+            let verb = text_field(&kv, &["verb"]).to_ascii_lowercase();
+            let key = text_field(&kv, &["key"]);
+            match verb.as_str() {
+                "get" | "check-index" | "check-session" | "check-not-exists" => {
+                    authz.require(a.key_read(&key))?
+                }
+                "get-tree" => authz.require(a.key_list(&key))?,
+                "delete-tree" => authz.require(a.key_write_prefix(&key))?,
+                _ => authz.require(a.key_write(&key))?,
+            }
+        }
+        if let Ok(Some(node)) = op.obj(&["node"]) {
+            let verb = text_field(&node, &["verb"]).to_ascii_lowercase();
+            let name = node
+                .obj(&["node"])
+                .ok()
+                .flatten()
+                .map(|n| text_field(&n, &["node"]))
+                .unwrap_or_default();
+            if verb == "get" {
+                authz.require(a.node_read(&name))?;
+            } else {
+                authz.require(a.node_write(&name))?;
+            }
+        }
+        if let Ok(Some(service)) = op.obj(&["service"]) {
+            let verb = text_field(&service, &["verb"]).to_ascii_lowercase();
+            let name = service
+                .obj(&["service"])
+                .ok()
+                .flatten()
+                .map(|s| text_field(&s, &["service"]))
+                .unwrap_or_default();
+            if verb == "get" {
+                authz.require(a.service_read(&name))?;
+            } else {
+                authz.require(a.service_write(&name))?;
+            }
+        }
+        if let Ok(Some(check)) = op.obj(&["check"]) {
+            let verb = text_field(&check, &["verb"]).to_ascii_lowercase();
+            let row = check.obj(&["check"]).ok().flatten();
+            let node = row
+                .as_ref()
+                .map(|c| text_field(c, &["node"]))
+                .unwrap_or_default();
+            if verb == "get" {
+                authz.require(a.node_read(&node))?;
+            } else {
+                authz.require(a.node_write(&node))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `session:write` on the session's node for destroy and renew, `session:read` for info.
+fn check_session_by_id(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let version = ctx.current_version();
+    let Some(found) = session::get(&version, &request.rest.to_ascii_lowercase()) else {
+        // Unknown sessions answer as they would without ACLs (`[]`, `true`, 404).
+        return Ok(());
+    };
+    if is_read(request) {
+        authz.require(a.session_read(&found.node))
+    } else {
+        authz.require(a.session_write(&found.node))
+    }
+}
+
+fn check_session_create(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let default_node = request
+        .header(super::ORIGIN_NODE_HEADER)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&ctx.config().node_name)
+        .to_string();
+    let node = match parse_json(request.body) {
+        Ok(value) => Obj::new(&value)
+            .ok()
+            .and_then(|o| o.opt_string(&["node"]).ok().flatten())
+            .unwrap_or(default_node),
+        Err(_) => default_node,
+    };
+    authz.require(authz.authorizer.session_write(&node))
+}
+
+/// A service definition (`/v1/agent/service/register`) needs `service:write` on its name.
+fn check_service_body(request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let value = body_object(request)?;
+    let Ok(obj) = Obj::new(&value) else {
+        return Ok(());
+    };
+    let name = text_field(&obj, &["name"]);
+    authz.require(authz.authorizer.service_write(&name))
+}
+
+/// A catalog registration needs `node:write` on the node and `service:write` on its service.
+fn check_catalog_register(request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let value = body_object(request)?;
+    let Ok(obj) = Obj::new(&value) else {
+        return Ok(());
+    };
+    let node = text_field(&obj, &["node"]);
+    authz.require(a.node_write(&node))?;
+    if let Ok(Some(service)) = obj.obj(&["service"]) {
+        authz.require(a.service_write(&text_field(&service, &["service"])))?;
+    }
+    Ok(())
+}
+
+/// Deregistering a service needs `service:write` on it; a node or a check, `node:write`.
+fn check_catalog_deregister(
+    ctx: &Context,
+    request: &Request,
+    authz: &Authz,
+) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let value = body_object(request)?;
+    let Ok(obj) = Obj::new(&value) else {
+        return Ok(());
+    };
+    let node = text_field(&obj, &["node"]);
+    let service_id = text_field(&obj, &["serviceid"]);
+    if service_id.is_empty() {
+        return authz.require(a.node_write(&node));
+    }
+    let version = ctx.current_version();
+    match catalog::read::service_instance(&version, &node, &service_id) {
+        Some(instance) => authz.require(a.service_write(&instance.name)),
+        None => authz.require(a.node_write(&node)),
+    }
+}

@@ -1,0 +1,383 @@
+//! ACLs over real sockets: a real `praetor agent -dev` with `acl { enabled = true,
+//! default_policy = "deny" }`, driven with plain HTTP requests carrying tokens the way Consul's
+//! clients send them (`X-Consul-Token`, `Authorization: Bearer`, `?token=`).
+
+mod common;
+
+use common::{request, Agent, HttpResponse};
+use serde_json::{json, Value};
+
+const MANAGEMENT: &str = "9f1b1c4e-1111-4e7a-9c59-0123456789ab";
+
+fn acl_agent(default_policy: &str) -> Agent {
+    Agent::dev(&[
+        "-hcl",
+        &format!(
+            "acl {{ enabled = true\n default_policy = \"{default_policy}\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+        ),
+    ])
+}
+
+fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
+    match token {
+        Some(token) => request(
+            agent.addr(),
+            method,
+            path,
+            body,
+            &[("X-Consul-Token", token)],
+        ),
+        None => request(agent.addr(), method, path, body, &[]),
+    }
+}
+
+/// Waits (bounded) until the leader has created the initial management token.
+fn wait_for_management(agent: &Agent) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if call(agent, "GET", "/v1/acl/token/self", b"", Some(MANAGEMENT)).status == 200 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "initial management token never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn create_policy(agent: &Agent, name: &str, rules: &str) -> Value {
+    let body = json!({"Name": name, "Rules": rules}).to_string();
+    let response = call(
+        agent,
+        "PUT",
+        "/v1/acl/policy",
+        body.as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(response.status, 200, "{}", response.text());
+    response.json()
+}
+
+fn create_token(agent: &Agent, policy: &str) -> String {
+    let body = json!({"Description": "test", "Policies": [{"Name": policy}]}).to_string();
+    let response = call(
+        agent,
+        "PUT",
+        "/v1/acl/token",
+        body.as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(response.status, 200, "{}", response.text());
+    let token = response.json();
+    assert_eq!(token["Policies"][0]["Name"], policy);
+    token["SecretID"].as_str().expect("SecretID").to_string()
+}
+
+#[test]
+fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix() {
+    let agent = acl_agent("deny");
+    wait_for_management(&agent);
+
+    // Anonymous: denied everywhere that needs a permission, with Consul's text.
+    let denied = call(&agent, "PUT", "/v1/kv/app/x", b"1", None);
+    assert_eq!(denied.status, 403, "{}", denied.text());
+    assert_eq!(
+        denied.text(),
+        "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission 'key:write' on \"app/x\""
+    );
+    assert_eq!(
+        call(&agent, "GET", "/v1/catalog/services", b"", None).status,
+        403
+    );
+    assert_eq!(call(&agent, "GET", "/v1/agent/self", b"", None).status, 403);
+    assert_eq!(call(&agent, "GET", "/v1/snapshot", b"", None).status, 403);
+    // Status needs no token.
+    assert_eq!(
+        call(&agent, "GET", "/v1/status/leader", b"", None).status,
+        200
+    );
+
+    // An unknown token is refused as Consul refuses it.
+    let unknown = call(&agent, "GET", "/v1/kv/app/x", b"", Some("no-such-token"));
+    assert_eq!(
+        (unknown.status, unknown.text().as_str()),
+        (403, "ACL not found")
+    );
+
+    create_policy(
+        &agent,
+        "app-writer",
+        "key_prefix \"app/\" {\n  policy = \"write\"\n}",
+    );
+    let writer = create_token(&agent, "app-writer");
+    assert_eq!(
+        call(&agent, "PUT", "/v1/kv/app/x", b"1", Some(&writer)).status,
+        200
+    );
+    assert_eq!(
+        call(&agent, "PUT", "/v1/kv/other/y", b"1", Some(&writer)).status,
+        403
+    );
+    assert_eq!(
+        call(&agent, "PUT", "/v1/kv/other/y", b"2", Some(MANAGEMENT)).status,
+        200
+    );
+    // Every way of sending a token works.
+    let bearer = request(
+        agent.addr(),
+        "GET",
+        "/v1/kv/app/x",
+        b"",
+        &[("Authorization", &format!("Bearer {writer}"))],
+    );
+    assert_eq!(bearer.status, 200, "{}", bearer.text());
+    let query = call(
+        &agent,
+        "GET",
+        &format!("/v1/kv/app/x?token={writer}"),
+        b"",
+        None,
+    );
+    assert_eq!(query.status, 200);
+
+    // A recursive read shows only what the token may read, and says so.
+    let listed = call(&agent, "GET", "/v1/kv/?recurse", b"", Some(&writer));
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let keys: Vec<String> = listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, vec!["app/x".to_string()]);
+    assert_eq!(
+        listed.header("X-Consul-Results-Filtered-By-ACLs"),
+        Some("true")
+    );
+    let all = call(&agent, "GET", "/v1/kv/?recurse", b"", Some(MANAGEMENT));
+    assert_eq!(all.json().as_array().unwrap().len(), 2);
+    assert_eq!(all.header("X-Consul-Results-Filtered-By-ACLs"), None);
+    let key_list = call(&agent, "GET", "/v1/kv/?keys", b"", Some(&writer));
+    assert_eq!(key_list.json(), json!(["app/x"]));
+
+    // Snapshots need management.
+    assert_eq!(
+        call(&agent, "GET", "/v1/snapshot", b"", Some(&writer)).status,
+        403
+    );
+    assert_eq!(
+        call(&agent, "GET", "/v1/snapshot", b"", Some(MANAGEMENT)).status,
+        200
+    );
+}
+
+#[test]
+fn a_policy_change_takes_effect_on_the_next_request_on_every_connection() {
+    let agent = acl_agent("deny");
+    wait_for_management(&agent);
+    let policy = create_policy(
+        &agent,
+        "reader",
+        "key_prefix \"a/\" {\n  policy = \"read\"\n}",
+    );
+    let token = create_token(&agent, "reader");
+    assert_eq!(
+        call(&agent, "PUT", "/v1/kv/a/1", b"v", Some(MANAGEMENT)).status,
+        200
+    );
+    assert_eq!(
+        call(&agent, "PUT", "/v1/kv/b/1", b"v", Some(MANAGEMENT)).status,
+        200
+    );
+    // Several fresh connections land on different shards; each caches the authorizer.
+    for _ in 0..8 {
+        assert_eq!(
+            call(&agent, "GET", "/v1/kv/a/1", b"", Some(&token)).status,
+            200
+        );
+        assert_eq!(
+            call(&agent, "GET", "/v1/kv/b/1", b"", Some(&token)).status,
+            403
+        );
+    }
+    let id = policy["ID"].as_str().unwrap();
+    let update = json!({"Name": "reader", "Rules": "key_prefix \"b/\" {\n  policy = \"read\"\n}"})
+        .to_string();
+    let updated = call(
+        &agent,
+        "PUT",
+        &format!("/v1/acl/policy/{id}"),
+        update.as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(updated.status, 200, "{}", updated.text());
+    for _ in 0..8 {
+        assert_eq!(
+            call(&agent, "GET", "/v1/kv/a/1", b"", Some(&token)).status,
+            403
+        );
+        assert_eq!(
+            call(&agent, "GET", "/v1/kv/b/1", b"", Some(&token)).status,
+            200
+        );
+    }
+    // Deleting the token makes it unknown at once.
+    let accessor = call(&agent, "GET", "/v1/acl/token/self", b"", Some(&token)).json()
+        ["AccessorID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        call(
+            &agent,
+            "DELETE",
+            &format!("/v1/acl/token/{accessor}"),
+            b"",
+            Some(MANAGEMENT)
+        )
+        .status,
+        200
+    );
+    for _ in 0..4 {
+        let gone = call(&agent, "GET", "/v1/kv/b/1", b"", Some(&token));
+        assert_eq!((gone.status, gone.text().as_str()), (403, "ACL not found"));
+    }
+}
+
+#[test]
+fn bootstrap_works_once_and_acl_objects_have_consuls_shapes() {
+    let agent = Agent::dev(&["-hcl", "acl { enabled = true\n default_policy = \"deny\" }"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let first = loop {
+        let response = call(&agent, "PUT", "/v1/acl/bootstrap", b"", None);
+        if response.status == 200 || std::time::Instant::now() > deadline {
+            break response;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(first.status, 200, "{}", first.text());
+    let token = first.json();
+    let secret = token["SecretID"].as_str().unwrap().to_string();
+    assert_eq!(token["ID"], token["SecretID"]);
+    assert_eq!(token["Description"], "Bootstrap Token (Global Management)");
+    assert_eq!(token["Policies"][0]["Name"], "global-management");
+    assert_eq!(token["Local"], false);
+    for field in [
+        "AccessorID",
+        "CreateTime",
+        "Hash",
+        "CreateIndex",
+        "ModifyIndex",
+    ] {
+        assert!(token.get(field).is_some(), "{field} in {token}");
+    }
+    let again = call(&agent, "PUT", "/v1/acl/bootstrap", b"", None);
+    assert_eq!(again.status, 403);
+    assert!(
+        again
+            .text()
+            .starts_with("Permission denied: ACL bootstrap no longer allowed (reset index: "),
+        "{}",
+        again.text()
+    );
+
+    // Token self, list with filters, clone, policies by name, roles.
+    let me = call(&agent, "GET", "/v1/acl/token/self", b"", Some(&secret)).json();
+    assert_eq!(me["AccessorID"], token["AccessorID"]);
+    let by_name = call(
+        &agent,
+        "GET",
+        "/v1/acl/policy/name/global-management",
+        b"",
+        Some(&secret),
+    );
+    assert_eq!(by_name.status, 200);
+    assert_eq!(by_name.json()["ID"], "00000000-0000-0000-0000-000000000001");
+    let role_body = json!({"Name": "ops", "Policies": [{"Name": "global-management"}]}).to_string();
+    let role = call(
+        &agent,
+        "PUT",
+        "/v1/acl/role",
+        role_body.as_bytes(),
+        Some(&secret),
+    );
+    assert_eq!(role.status, 200, "{}", role.text());
+    let role_id = role.json()["ID"].as_str().unwrap().to_string();
+    let with_role = json!({"Roles": [{"ID": role_id}]}).to_string();
+    let role_token = call(
+        &agent,
+        "PUT",
+        "/v1/acl/token",
+        with_role.as_bytes(),
+        Some(&secret),
+    );
+    assert_eq!(role_token.status, 200, "{}", role_token.text());
+    let listed = call(
+        &agent,
+        "GET",
+        &format!("/v1/acl/tokens?role={role_id}"),
+        b"",
+        Some(&secret),
+    );
+    assert_eq!(listed.json().as_array().unwrap().len(), 1);
+    let cloned = call(
+        &agent,
+        "PUT",
+        &format!(
+            "/v1/acl/token/{}/clone",
+            role_token.json()["AccessorID"].as_str().unwrap()
+        ),
+        b"{\"Description\": \"copy\"}",
+        Some(&secret),
+    );
+    assert_eq!(cloned.status, 200, "{}", cloned.text());
+    assert_eq!(cloned.json()["Description"], "copy");
+    assert_eq!(cloned.json()["Roles"][0]["Name"], "ops");
+    let roles = call(&agent, "GET", "/v1/acl/roles", b"", Some(&secret));
+    assert_eq!(roles.json()[0]["Name"], "ops");
+    let templated = call(
+        &agent,
+        "GET",
+        "/v1/acl/templated-policies",
+        b"",
+        Some(&secret),
+    );
+    assert!(templated.json().get("builtin/service").is_some());
+    let replication = call(&agent, "GET", "/v1/acl/replication", b"", Some(&secret));
+    assert_eq!(replication.json()["Enabled"], false);
+
+    // Bad policy rules come back with Consul's parse error; ACL writes need acl:write.
+    let bad = call(
+        &agent,
+        "PUT",
+        "/v1/acl/policy",
+        br#"{"Name": "bad", "Rules": "key_prefix \"a/\" { policy = \"nope\" }"}"#,
+        Some(&secret),
+    );
+    assert!(bad.status >= 400, "{}", bad.text());
+    let anonymous_write = call(&agent, "PUT", "/v1/acl/policy", br#"{"Name": "x"}"#, None);
+    assert_eq!(anonymous_write.status, 403);
+    assert!(anonymous_write
+        .text()
+        .contains("lacks permission 'acl:write'"));
+}
+
+#[test]
+fn acl_endpoints_answer_401_when_acls_are_off_and_requests_are_unchecked() {
+    let agent = Agent::dev(&[]);
+    let response = call(&agent, "PUT", "/v1/acl/bootstrap", b"", None);
+    assert_eq!(
+        (response.status, response.text().as_str()),
+        (401, "ACL support disabled")
+    );
+    assert_eq!(
+        call(&agent, "PUT", "/v1/kv/k", b"v", Some("anything")).status,
+        200
+    );
+    assert!(
+        !agent.log().contains("does not enforce ACLs"),
+        "no not-enforced warning"
+    );
+}
