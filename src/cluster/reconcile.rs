@@ -234,10 +234,10 @@ mod tests {
         );
         let version = Arc::new(tables.clone());
         let reg = member_registration(&member, &node_state_in(&version, "s1")).expect("registers");
-        assert_eq!(
-            reg.node_meta,
-            vec![("consul-version".to_string(), "x".to_string())]
-        );
+        // The row already has the member's address and ID: only the check and service are
+        // written, so the agent's meta stays whatever the agent last wrote.
+        assert!(reg.skip_node_update);
+        assert!(reg.node_meta.is_empty() && reg.tagged_addresses.is_empty());
         tables.apply(
             2,
             &Command::Catalog(CatalogOp::Register(Box::new(reg))),
