@@ -258,10 +258,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::lookup),
     route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::changes),
 
-    // A client agent's DNS, answered by its servers (`internal_dns`) with the client's token.
-    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::lookup),
-    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::changes),
-
     route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Acl::None,  status::leader),
     route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Acl::None,  status::peers),
     route(Exact("/v1/agent/self"),                      GET,                 Standard, ANSWERS, AgentRead,  agent::agent_self),
