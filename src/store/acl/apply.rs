@@ -19,6 +19,7 @@ use super::{
 };
 use crate::proto::duration::format_go_duration;
 use crate::store::{Change, CommandResult, Table, Tables};
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
@@ -383,38 +384,37 @@ fn resolve_policy_links(
     links: &[LinkRef],
     allow_missing: bool,
 ) -> Result<Vec<Arc<str>>, String> {
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for link in links {
-        let id: Arc<str> = if link.id.is_empty() {
-            acl.policy_names
-                .get(&*fold(&link.name))
-                .cloned()
-                .ok_or_else(|| {
-                    format!(
-                        "No such ACL policy with name {}",
-                        rules::go_quote(&link.name)
-                    )
-                })?
-        } else {
-            let id: Arc<str> = Arc::from(link.id.to_lowercase());
-            if !acl.policies.contains_key(&id) && !allow_missing {
-                return Err(format!(
-                    "No such ACL policy with ID {}",
-                    rules::go_quote(&link.id)
-                ));
-            }
-            id
-        };
-        if seen.insert(id.clone()) {
-            out.push(id);
-        }
-    }
-    Ok(out)
+    resolve_links(
+        "policy",
+        &acl.policy_names,
+        |id| acl.policies.contains_key(id),
+        links,
+        allow_missing,
+    )
 }
 
+/// Resolves role links to IDs (names looked up), deduplicated in order.
 fn resolve_role_links(
     acl: &AclTables,
+    links: &[LinkRef],
+    allow_missing: bool,
+) -> Result<Vec<Arc<str>>, String> {
+    resolve_links(
+        "role",
+        &acl.role_names,
+        |id| acl.roles.contains_key(id),
+        links,
+        allow_missing,
+    )
+}
+
+/// Links to IDs for one kind of ACL object: a link by name must name an existing object; a
+/// link by ID must too unless `allow_missing` (the callers' rule: tokens written by a
+/// login). IDs come out lowercase, each once, in link order.
+fn resolve_links(
+    kind: &str,
+    names: &OrdMap<Arc<str>, Arc<str>>,
+    exists: impl Fn(&Arc<str>) -> bool,
     links: &[LinkRef],
     allow_missing: bool,
 ) -> Result<Vec<Arc<str>>, String> {
@@ -422,17 +422,17 @@ fn resolve_role_links(
     let mut out = Vec::new();
     for link in links {
         let id: Arc<str> = if link.id.is_empty() {
-            acl.role_names
-                .get(&*fold(&link.name))
-                .cloned()
-                .ok_or_else(|| {
-                    format!("No such ACL role with name {}", rules::go_quote(&link.name))
-                })?
+            names.get(&*fold(&link.name)).cloned().ok_or_else(|| {
+                format!(
+                    "No such ACL {kind} with name {}",
+                    rules::go_quote(&link.name)
+                )
+            })?
         } else {
             let id: Arc<str> = Arc::from(link.id.to_lowercase());
-            if !acl.roles.contains_key(&id) && !allow_missing {
+            if !exists(&id) && !allow_missing {
                 return Err(format!(
-                    "No such ACL role with ID {}",
+                    "No such ACL {kind} with ID {}",
                     rules::go_quote(&link.id)
                 ));
             }
