@@ -890,7 +890,7 @@ impl Agent {
 pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<AgentCall>) {
     let config = shard.shared().config.clone();
     let identity = shard.identity().clone();
-    let client = CatalogClient::local(shard.clone());
+    let client = CatalogClient::new(shard.clone(), pools.servers.clone());
     let agent = Rc::new(Agent {
         ae_interval: duration_setting(&config, "ae_interval", AE_INTERVAL_DEFAULT),
         check_update_interval: duration_setting(

@@ -195,6 +195,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
         wan: wan.as_ref().map(|(handle, _)| handle.clone()),
         events: Arc::default(),
+        servers: Arc::default(),
     });
     let (agent_channel, agent_calls) = agent_channel();
     let mut agent_calls = Some(agent_calls);
@@ -557,6 +558,7 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
                     shared.clone(),
                     handle.clone(),
                     senders,
+                    pools.servers.clone(),
                 ));
             }
             None => {
