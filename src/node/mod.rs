@@ -525,7 +525,7 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
         }
     }
-    let dns = DnsServer::new(shard.clone(), dns_settings);
+    let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone());
     if !listeners.dns_udp.is_empty() || !listeners.dns_tcp.is_empty() {
         dns.start_client_feed();
     }
