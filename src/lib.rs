@@ -15,8 +15,8 @@
 //!    the server-role check, the TLS stream over monoio, certificate generation.
 //! 7. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
 //!    propose/read plumbing, the raft thread and its durable log.
-//! 8. [`cluster`]: the gossip driver and pools, server discovery, member reconcile, user
-//!    events.
+//! 8. [`cluster`]: the gossip driver and pools, server discovery, a client's server manager,
+//!    member reconcile, user events.
 //! 9. [`dns`] and [`api`]: DNS (resolution, socket loops, a client agent's protocol with its
 //!    servers) and the HTTP API (routing table, handlers, server loop), which uses `dns`
 //!    only to serve that protocol on the servers.

@@ -38,7 +38,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Gossip driver, pools, server discovery, member reconcile, user events.
     ("cluster", &["proto", "store", "gossip", "consul", "config", "shard"]),
     // DNS resolution, its socket loops, and a client agent's protocol with its servers.
-    ("dns",     &["proto", "store", "config", "shard"]),
+    ("dns",     &["proto", "store", "config", "shard", "cluster"]),
     // The HTTP API: routing table, handlers, server loop; serves `dns::remote` on servers.
     ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "dns"]),

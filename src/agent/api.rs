@@ -79,13 +79,7 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
                 } else {
                     &reason
                 };
-                agent.state.borrow_mut().add_maintenance_check(
-                    NODE_MAINTENANCE_ID,
-                    "Node Maintenance Mode",
-                    "",
-                    reason,
-                );
-                agent.changed.notify_all();
+                agent.add_maintenance(NODE_MAINTENANCE_ID, "Node Maintenance Mode", "", reason);
             } else {
                 agent.remove_check(NODE_MAINTENANCE_ID);
             }
@@ -274,14 +268,6 @@ async fn register_service(
         }
     }
     metrics::AGENT_SERVICE_REGISTERS.add(1);
-    agent.persist_save(
-        super::persist::Kind::Service,
-        super::persist::Entry {
-            id: def.service.id.clone(),
-            body: String::from_utf8_lossy(body).into_owned(),
-            replace_existing_checks,
-        },
-    );
     agent.add_service(def, Source::Api, replace_existing_checks);
     agent.sync_now().await;
     AgentReply::empty()
@@ -318,14 +304,6 @@ async fn register_check(agent: &Rc<Agent>, body: &[u8]) -> AgentReply {
             return AgentReply::text(500, e);
         }
     }
-    agent.persist_save(
-        super::persist::Kind::Check,
-        super::persist::Entry {
-            id: check.id.clone(),
-            body: String::from_utf8_lossy(body).into_owned(),
-            replace_existing_checks: false,
-        },
-    );
     agent.add_check(check, Source::Api);
     agent.sync_now().await;
     AgentReply::empty()
@@ -360,6 +338,7 @@ async fn update_ttl(agent: &Agent, id: &str, status: Status, output: &str) -> Ag
         state.renew_ttl(id, now);
         state.set_check(id, status, &output, now)
     };
+    agent.persist_check_state(id);
     agent.apply_update(update);
     agent.sync_now().await;
     AgentReply::empty()
@@ -376,13 +355,7 @@ async fn service_maintenance(agent: &Agent, id: &str, enable: bool, reason: &str
         } else {
             reason
         };
-        agent.state.borrow_mut().add_maintenance_check(
-            &check_id,
-            "Service Maintenance Mode",
-            id,
-            reason,
-        );
-        agent.changed.notify_all();
+        agent.add_maintenance(&check_id, "Service Maintenance Mode", id, reason);
     } else {
         agent.remove_check(&check_id);
     }

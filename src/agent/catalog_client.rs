@@ -5,21 +5,26 @@
 //! to a server is this one type. On a server, writes go through its shard into Raft on the
 //! leader and are forwarded to the leader from a follower (as
 //! `PUT /v1/internal/praetor/catalog-apply` over server RPC); reads come from its own store
-//! version. A client agent has no store: it sends the same write to the server its router
-//! chose (which forwards it on to the leader), and reads a node's state from that server
-//! with `GET /v1/internal/praetor/node-state/<node>`, whose answer is the rows encoded as
-//! MessagePack (see [`crate::consul::node_state`]).
+//! version. A client agent has no store: it sends the same write to the server its server
+//! manager picks (which forwards it on to the leader), and reads a node's state from that
+//! server with `GET /v1/internal/praetor/node-state/<node>`, whose answer is the rows
+//! encoded as MessagePack (see [`crate::consul::node_state`]). Both go through
+//! [`servers::call`], so a dead server is rotated away and the request retried on the next
+//! one at once: the commands are registrations and deregistrations, which a server may
+//! receive twice without harm.
 
+use crate::cluster::servers::{self, Retry, ServerManager};
 use crate::consul::node_state::{
     decode_node_state, node_state_in, NodeState, APPLY_PATH, NODE_STATE_PATH,
 };
-use crate::proto::rpc::kind;
+use crate::proto::rpc::{kind, Frame};
 use crate::replica::ProposalResult;
 use crate::shard::Shard;
 use crate::store::catalog::CatalogOp;
 use crate::store::{Command, CommandResult, StoreVersion};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a forwarded catalog command may take.
@@ -32,6 +37,12 @@ const NODE_STATE_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum Backend {
     /// This agent is a server: propose through the shard, read its version.
     Local(Rc<Shard>),
+    /// This agent is a client: everything goes to a server the manager picks, over the
+    /// shard's RPC connections.
+    Remote {
+        shard: Rc<Shard>,
+        servers: Arc<ServerManager>,
+    },
 }
 
 #[derive(Clone)]
@@ -40,32 +51,61 @@ pub struct CatalogClient {
 }
 
 impl CatalogClient {
-    pub fn local(shard: Rc<Shard>) -> CatalogClient {
-        CatalogClient {
-            backend: Backend::Local(shard),
-        }
+    /// The client for this agent: local on a server, through `servers` on a client agent.
+    pub fn new(shard: Rc<Shard>, servers: Arc<ServerManager>) -> CatalogClient {
+        let backend = if shard.is_client() {
+            Backend::Remote { shard, servers }
+        } else {
+            Backend::Local(shard)
+        };
+        CatalogClient { backend }
     }
 
     /// Replicates one catalog command and returns the store's answer.
     pub async fn apply(&self, op: CatalogOp) -> CommandResult {
+        let payload = Command::Catalog(op).encode();
         match &self.backend {
             Backend::Local(shard) => {
-                let payload = Command::Catalog(op).encode();
                 if shard.is_leader() {
                     return shard.propose(payload).await.into_command_result();
                 }
                 match leader_address(shard) {
-                    Some(leader) => forward_apply(shard, leader, &payload).await,
+                    Some(leader) => {
+                        let answer = shard
+                            .forward
+                            .call(
+                                leader,
+                                kind::FORWARD_HTTP,
+                                &apply_request(&payload),
+                                FORWARD_TIMEOUT,
+                            )
+                            .await;
+                        apply_answer(answer)
+                    }
                     None => ProposalResult::NotLeader.into_command_result(),
                 }
+            }
+            Backend::Remote { shard, servers } => {
+                let answer = servers::call(
+                    servers,
+                    &shard.forward,
+                    kind::FORWARD_HTTP,
+                    &apply_request(&payload),
+                    FORWARD_TIMEOUT,
+                    Retry::Always,
+                )
+                .await;
+                apply_answer(answer)
             }
         }
     }
 
-    /// Whether writes can currently succeed (a leader is known).
+    /// Whether writes can currently succeed: a leader is known, or on a client agent, a
+    /// server to send them to.
     pub fn can_write(&self) -> bool {
         match &self.backend {
             Backend::Local(shard) => shard.is_leader() || leader_address(shard).is_some(),
+            Backend::Remote { servers, .. } => servers.pick().is_some(),
         }
     }
 
@@ -79,6 +119,7 @@ impl CatalogClient {
                 shard.catch_up();
                 Some(shard.current_version())
             }
+            Backend::Remote { .. } => None,
         }
     }
 
@@ -86,9 +127,8 @@ impl CatalogClient {
     /// the answer of the server it forwards to.
     pub async fn node_state(&self, node: &str) -> Result<NodeState, String> {
         let version = match &self.backend {
-            Backend::Local(shard) if shard.is_client() => {
-                let server = leader_address(shard).ok_or("No known Consul servers")?;
-                return read_remote_node_state(shard, server, node).await;
+            Backend::Remote { shard, servers } => {
+                return read_remote_node_state(shard, servers, node).await;
             }
             Backend::Local(shard) => {
                 // Anti-entropy compares against what the leader has applied; on a server
@@ -104,23 +144,22 @@ impl CatalogClient {
 /// Asks a server for one node's catalog state over the forwarding RPC.
 async fn read_remote_node_state(
     shard: &Shard,
-    server: SocketAddr,
+    servers: &ServerManager,
     node: &str,
 ) -> Result<NodeState, String> {
     let request = format!(
         "GET {NODE_STATE_PATH}{} HTTP/1.1\r\nHost: praetor\r\n\r\n",
         percent_encode_segment(node)
     );
-    let frame = shard
-        .forward
-        .call(
-            server,
-            kind::FORWARD_HTTP,
-            request.as_bytes(),
-            NODE_STATE_READ_TIMEOUT,
-        )
-        .await
-        .map_err(|e| format!("rpc error: {e}"))?;
+    let frame = servers::call(
+        servers,
+        &shard.forward,
+        kind::FORWARD_HTTP,
+        request.as_bytes(),
+        NODE_STATE_READ_TIMEOUT,
+        Retry::Always,
+    )
+    .await?;
     if frame.kind != kind::FORWARD_HTTP_RESPONSE {
         return Err(String::from_utf8_lossy(&frame.payload).into_owned());
     }
@@ -163,19 +202,20 @@ fn leader_address(shard: &Shard) -> Option<SocketAddr> {
         .filter(|addr| *addr != shard.shared().rpc_address)
 }
 
-/// Sends an encoded command to the leader's internal apply endpoint.
-async fn forward_apply(shard: &Shard, leader: SocketAddr, payload: &[u8]) -> CommandResult {
+/// The internal apply request carrying an encoded catalog command.
+fn apply_request(payload: &[u8]) -> Vec<u8> {
     let mut request = format!(
         "PUT {APPLY_PATH} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n\r\n",
         payload.len()
     )
     .into_bytes();
     request.extend_from_slice(payload);
-    match shard
-        .forward
-        .call(leader, kind::FORWARD_HTTP, &request, FORWARD_TIMEOUT)
-        .await
-    {
+    request
+}
+
+/// The store's answer to a forwarded apply, from the server's raw HTTP response.
+fn apply_answer(answer: Result<Frame, String>) -> CommandResult {
+    match answer {
         Ok(frame) if frame.kind == kind::FORWARD_HTTP_RESPONSE => {
             let mut headers = [httparse::EMPTY_HEADER; 32];
             let mut response = httparse::Response::new(&mut headers);
@@ -188,10 +228,11 @@ async fn forward_apply(shard: &Shard, leader: SocketAddr, payload: &[u8]) -> Com
                         CommandResult::Error(body)
                     }
                 }
-                _ => CommandResult::Error("malformed answer from the leader".to_string()),
+                _ => CommandResult::Error("malformed answer from the server".to_string()),
             }
         }
         Ok(frame) => CommandResult::Error(String::from_utf8_lossy(&frame.payload).into_owned()),
+        Err(e) if e.starts_with("rpc error") || e == servers::NO_SERVERS => CommandResult::Error(e),
         Err(e) => CommandResult::Error(format!("rpc error: {e}")),
     }
 }

@@ -204,6 +204,26 @@ pub struct SyncControl {
     wake: RefCell<Option<flume::Sender<()>>>,
 }
 
+/// Milliseconds since the Unix epoch: persisted TTL states must outlive the process, so
+/// their expiry is a wall-clock time.
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+/// The persisted record of a check registered through the API.
+fn check_record(spec: &CheckSpec) -> persist::CheckRecord {
+    persist::CheckRecord {
+        id: spec.id.clone(),
+        name: spec.name.clone(),
+        notes: spec.notes.clone(),
+        service_id: spec.service_id.clone(),
+        spec: Some(spec.clone()),
+    }
+}
+
 /// The agent, on shard 0.
 pub struct Agent {
     pub shard: Rc<Shard>,
@@ -223,37 +243,175 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Records an API registration so a restart serves it again.
-    pub fn persist_save(&self, kind: persist::Kind, entry: persist::Entry) {
+    /// Runs one persistence step when the agent has a data directory. A failure is logged:
+    /// the change stays in effect in this run but will not survive a restart.
+    fn persist(
+        &self,
+        what: &str,
+        id: &str,
+        step: impl FnOnce(&persist::Store) -> std::io::Result<()>,
+    ) {
         if let Some(store) = &self.persist {
-            if let Err(e) = store.save(kind, &entry) {
-                log::warn!("agent: cannot persist {kind:?} {:?}: {e}", entry.id);
+            if let Err(e) = step(store) {
+                log::warn!("agent: cannot persist {what} {id:?}: {e}");
             }
         }
     }
 
-    pub fn persist_remove(&self, kind: persist::Kind, id: &str) {
-        if let Some(store) = &self.persist {
-            if let Err(e) = store.remove(kind, id) {
-                log::warn!("agent: cannot remove persisted {kind:?} {id:?}: {e}");
-            }
-        }
+    /// Persists a check registered through the API (or a maintenance check) on its own.
+    fn persist_check(&self, check: &persist::CheckRecord) {
+        self.persist("check", &check.id, |store| store.save_check(check));
     }
 
-    /// Registers what earlier runs persisted.
+    /// Forgets a removed check: its record and its TTL state.
+    fn purge_check(&self, id: &str) {
+        self.persist("check removal", id, |store| store.remove_check(id));
+    }
+
+    /// Drops the persisted record of a check a config file now defines, keeping its TTL
+    /// state (config-file TTL checks keep theirs across restarts too, as in Consul).
+    fn drop_check_record(&self, id: &str) {
+        self.persist("check removal", id, |store| store.remove_check_record(id));
+    }
+
+    /// Records the state a TTL update left a check in, valid for one TTL from now, so a
+    /// restart within it keeps the status (Consul's `persistCheckState`).
+    pub fn persist_check_state(&self, id: &str) {
+        let state = {
+            let state = self.state.borrow();
+            let Some(check) = state.checks.get(id) else {
+                return;
+            };
+            let Some(spec) = check.spec.as_ref().filter(|s| s.kind == CheckKind::Ttl) else {
+                return;
+            };
+            persist::CheckState {
+                check_id: id.to_string(),
+                status: check.status,
+                output: check.output.clone(),
+                expires_unix_ms: unix_now_ms().saturating_add(spec.ttl().as_millis() as u64),
+            }
+        };
+        self.persist("check state", id, |store| store.save_check_state(&state));
+    }
+
+    /// Gives a TTL check the state its last update persisted, if that has not expired.
+    fn restore_check_state(&self, spec: &CheckSpec) {
+        if spec.kind != CheckKind::Ttl {
+            return;
+        }
+        let Some(store) = &self.persist else {
+            return;
+        };
+        let Some(saved) = store.load_check_state(&spec.id, unix_now_ms()) else {
+            return;
+        };
+        let update = self.state.borrow_mut().set_check(
+            &spec.id,
+            saved.status,
+            &saved.output,
+            Instant::now(),
+        );
+        assert!(
+            update != local::CheckUpdate::Ignored,
+            "a check's state is restored only after the check"
+        );
+    }
+
+    /// Registers what earlier runs persisted: services, then their checks (maintenance
+    /// included), each from its own record. A record whose ID the config files define
+    /// is dropped, as Consul prefers the config; a check whose service is gone too.
     fn restore_persisted(self: &Rc<Self>) {
         let Some(store) = &self.persist else {
             return;
         };
         let config = self.config.borrow().clone();
-        for entry in store.load(persist::Kind::Service) {
-            let parsed = serde_json::from_str::<serde_json::Value>(&entry.body)
-                .map_err(|e| e.to_string())
-                .and_then(|value| {
-                    let obj = Obj::new(&value)?;
-                    definition::parse_service_definition(&obj).map_err(|e| e.message)
-                });
+        for service in store.load_services() {
+            let id = service.id.clone();
+            if self.state.borrow().services.contains_key(&id) {
+                log::info!(
+                    "agent: service {id:?} is defined in the config; dropping its persisted copy"
+                );
+                self.persist("service removal", &id, |store| store.remove_service(&id));
+                continue;
+            }
+            self.state.borrow_mut().add_service(service, Source::Api);
+        }
+        for record in store.load_checks() {
+            let id = record.id.clone();
+            let owner_missing = !record.service_id.is_empty()
+                && !self
+                    .state
+                    .borrow()
+                    .services
+                    .contains_key(&record.service_id);
+            let reason = if self.state.borrow().checks.contains_key(&id) {
+                Some("it is defined in the config")
+            } else if owner_missing {
+                Some("its service is gone")
+            } else if record.spec.as_ref().is_some_and(|s| {
+                s.kind == CheckKind::Script && scripts_allowed(&config, Source::Api).is_err()
+            }) {
+                Some("script checks are disabled")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                log::warn!("agent: not restoring check {id:?}: {reason}");
+                self.purge_check(&id);
+                continue;
+            }
+            match record.spec {
+                Some(mut spec) => {
+                    // Consul starts a restored check critical, so an instance that may be
+                    // unhealthy does not serve traffic before its check has run; a TTL
+                    // check then takes the state its last update persisted.
+                    spec.initial_status = Status::Critical;
+                    spec.initial_output = String::new();
+                    let generation = self.state.borrow_mut().add_check(
+                        spec.clone(),
+                        Source::Api,
+                        Instant::now(),
+                    );
+                    self.restore_check_state(&spec);
+                    self.start_runner(spec, generation);
+                }
+                None => self.state.borrow_mut().add_maintenance_check(
+                    &id,
+                    &record.name,
+                    &record.service_id,
+                    &record.notes,
+                ),
+            }
+        }
+        self.restore_legacy(store);
+        self.notify_changed();
+    }
+
+    /// Registers the records of the first persistence format (whole registration bodies)
+    /// through the current path, which persists them anew, then deletes them.
+    fn restore_legacy(self: &Rc<Self>, store: &persist::Store) {
+        let legacy = store.read_legacy();
+        if legacy.services.is_empty() && legacy.checks.is_empty() {
+            store.remove_legacy();
+            return;
+        }
+        log::info!(
+            "agent: converting {} services and {} checks persisted in the first format",
+            legacy.services.len(),
+            legacy.checks.len()
+        );
+        let config = self.config.borrow().clone();
+        let parse = |body: &str| -> Result<serde_json::Value, String> {
+            serde_json::from_str::<serde_json::Value>(body).map_err(|e| e.to_string())
+        };
+        for entry in legacy.services {
+            let parsed = parse(&entry.body).and_then(|value| {
+                let obj = Obj::new(&value)?;
+                definition::parse_service_definition(&obj).map_err(|e| e.message)
+            });
             match parsed {
+                Ok(def) if self.state.borrow().services.contains_key(&def.service.id) => {}
                 Ok(def)
                     if def.checks.iter().all(|c| {
                         c.kind != CheckKind::Script || scripts_allowed(&config, Source::Api).is_ok()
@@ -268,13 +426,11 @@ impl Agent {
                 Err(e) => log::warn!("agent: not restoring service {:?}: {e}", entry.id),
             }
         }
-        for entry in store.load(persist::Kind::Check) {
-            let parsed = serde_json::from_str::<serde_json::Value>(&entry.body)
-                .map_err(|e| e.to_string())
-                .and_then(|value| {
-                    let obj = Obj::new(&value)?;
-                    definition::parse_check_registration(&obj).map_err(|e| e.message)
-                });
+        for entry in legacy.checks {
+            let parsed = parse(&entry.body).and_then(|value| {
+                let obj = Obj::new(&value)?;
+                definition::parse_check_registration(&obj).map_err(|e| e.message)
+            });
             match parsed {
                 Ok(check)
                     if !check.service_id.is_empty()
@@ -298,6 +454,7 @@ impl Agent {
                 Err(e) => log::warn!("agent: not restoring check {:?}: {e}", entry.id),
             }
         }
+        store.remove_legacy();
     }
 
     pub fn node_name(&self) -> String {
@@ -333,8 +490,11 @@ impl Agent {
         self.changed.notify_all();
     }
 
-    /// Adds a service and its checks, replacing an existing one with the same ID. With
-    /// `replace_existing_checks`, checks of the service not in the new definition go.
+    /// Adds a service and its checks, replacing an existing one with the same ID. Without
+    /// `replace_existing_checks` the service keeps checks the new definition does not
+    /// name (Consul's rule); with it, they go. An API registration is persisted as one
+    /// service record plus one record per check; a config-file one is not, and replaces
+    /// a persisted copy of the same ID.
     pub fn add_service(
         self: &Rc<Self>,
         def: ServiceDefinition,
@@ -344,37 +504,78 @@ impl Agent {
         let now = Instant::now();
         let id = def.service.id.clone();
         let mut started = Vec::new();
+        let mut dropped = Vec::new();
         {
             let mut state = self.state.borrow_mut();
-            state.add_service(def.service, source);
+            state.add_service(def.service.clone(), source);
             if replace_existing_checks {
                 let keep: Vec<&str> = def.checks.iter().map(|c| c.id.as_str()).collect();
-                let stale: Vec<String> = state
+                dropped = state
                     .checks_of(&id)
                     .filter(|c| !c.is_maintenance() && !keep.contains(&c.id.as_str()))
                     .map(|c| c.id.clone())
                     .collect();
-                for check in stale {
-                    state.remove_check(&check);
+                for check in &dropped {
+                    state.remove_check(check);
                 }
             }
-            for check in def.checks {
+            for check in &def.checks {
                 let generation = state.add_check(check.clone(), source, now);
-                started.push((check, generation));
+                started.push((check.clone(), generation));
             }
         }
+        match source {
+            Source::Api => {
+                self.persist("service", &id, |store| store.save_service(&def.service));
+                for check in &def.checks {
+                    self.persist_check(&check_record(check));
+                }
+            }
+            Source::Config => {
+                self.persist("service removal", &id, |store| store.remove_service(&id));
+                for check in &def.checks {
+                    self.drop_check_record(&check.id);
+                }
+            }
+        }
+        for check in dropped {
+            self.purge_check(&check);
+        }
         for (check, generation) in started {
+            self.restore_check_state(&check);
             self.start_runner(check, generation);
         }
         self.notify_changed();
     }
 
+    /// Adds or replaces a check; persisted when it came through the API.
     pub fn add_check(self: &Rc<Self>, check: CheckSpec, source: Source) {
         let generation = self
             .state
             .borrow_mut()
             .add_check(check.clone(), source, Instant::now());
+        match source {
+            Source::Api => self.persist_check(&check_record(&check)),
+            Source::Config => self.drop_check_record(&check.id),
+        }
+        self.restore_check_state(&check);
         self.start_runner(check, generation);
+        self.notify_changed();
+    }
+
+    /// Puts a service (`service_id` non-empty) or the node into maintenance: a critical
+    /// check with the reason as its notes, persisted like any API check.
+    pub fn add_maintenance(&self, id: &str, name: &str, service_id: &str, reason: &str) {
+        self.state
+            .borrow_mut()
+            .add_maintenance_check(id, name, service_id, reason);
+        self.persist_check(&persist::CheckRecord {
+            id: id.to_string(),
+            name: name.to_string(),
+            notes: reason.to_string(),
+            service_id: service_id.to_string(),
+            spec: None,
+        });
         self.notify_changed();
     }
 
@@ -387,9 +588,9 @@ impl Agent {
             .collect();
         let removed = self.state.borrow_mut().remove_service(id);
         if removed {
-            self.persist_remove(persist::Kind::Service, id);
+            self.persist("service removal", id, |store| store.remove_service(id));
             for check in checks {
-                self.persist_remove(persist::Kind::Check, &check);
+                self.purge_check(&check);
             }
             self.notify_changed();
         }
@@ -399,7 +600,7 @@ impl Agent {
     pub fn remove_check(&self, id: &str) -> bool {
         let removed = self.state.borrow_mut().remove_check(id);
         if removed {
-            self.persist_remove(persist::Kind::Check, id);
+            self.purge_check(id);
             self.notify_changed();
         }
         removed
@@ -689,7 +890,7 @@ impl Agent {
 pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<AgentCall>) {
     let config = shard.shared().config.clone();
     let identity = shard.identity().clone();
-    let client = CatalogClient::local(shard.clone());
+    let client = CatalogClient::new(shard.clone(), pools.servers.clone());
     let agent = Rc::new(Agent {
         ae_interval: duration_setting(&config, "ae_interval", AE_INTERVAL_DEFAULT),
         check_update_interval: duration_setting(
@@ -707,10 +908,11 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
         changed: Signal::default(),
         persist: config.data_dir.as_deref().map(persist::Store::new),
     });
-    agent.restore_persisted();
+    // Config first: a persisted record with an ID the config defines is dropped.
     if let Err(e) = agent.load_config_definitions(&config) {
         log::error!("agent: config services and checks not loaded: {e}");
     }
+    agent.restore_persisted();
     let (wake_tx, wake_rx) = flume::bounded(1);
     *agent.sync.wake.borrow_mut() = Some(wake_tx);
     monoio::spawn(sync::sync_loop(agent.clone(), wake_rx));

@@ -10,10 +10,15 @@
 //! marked synced only for the revision that was sent, and only when its batch (or, after a
 //! refusal, its own retry) was accepted. Output-only check changes wait up to
 //! `check_update_interval` (Consul's write-load guard); status changes go at once.
+//!
+//! A round that fails (no server or leader answered, or the store refused something) is
+//! retried after an exponential back-off from 1 s to 15 s, during which local changes wait
+//! too; the failure is logged once, then at most every 30 s, and the recovery once.
 
 use super::local::LocalState;
 use super::{node_in_sync, self_node_registration, Agent};
 use crate::cluster::reconcile::CONSUL_SERVICE;
+use crate::cluster::servers::{left_out_note, Backoff, LogLimiter};
 use crate::consul::metrics;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;
@@ -25,8 +30,15 @@ use std::time::{Duration, Instant};
 
 /// Operations per anti-entropy batch (one Raft entry each).
 pub const SYNC_BATCH_OPS: usize = 128;
-/// Pause before retrying after a round that could not reach the catalog.
-const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// How often the loop looks again while no leader (on a client, no server) is known.
+const NOT_WRITABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Pause after a first failed round; it doubles with every further failure up to
+/// `RETRY_DELAY_MAX` (Consul's `retryFailIntv`), so an outage costs a few attempts a minute.
+const RETRY_DELAY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(15);
+/// A failing anti-entropy is logged at its first failure, then at most once per this
+/// interval (with the number of failures left out), and once when it recovers.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What to mark synced once an operation is accepted.
 #[derive(Clone, Debug)]
@@ -47,6 +59,11 @@ fn jittered(interval: Duration) -> Duration {
 pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
     let mut next_full = Instant::now();
     let mut was_writable = false;
+    let mut backoff = Backoff::new(RETRY_DELAY_FIRST, RETRY_DELAY_MAX);
+    let mut failure_log = LogLimiter::new(FAILURE_LOG_INTERVAL);
+    // While failing, local changes wait for the back-off too: each one would otherwise
+    // cost a round against servers that are not there.
+    let mut retry_at: Option<Instant> = None;
     loop {
         if agent.shard.shutting_down() {
             return;
@@ -56,15 +73,36 @@ pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
         if writable && !was_writable {
             // A leader appeared (or this agent started): compare everything.
             next_full = Instant::now();
+            retry_at = None;
         }
         was_writable = writable;
-        let mut healthy = true;
-        if writable {
-            if Instant::now() >= next_full {
-                healthy = full_sync(&agent).await;
+        let backing_off = retry_at.is_some_and(|at| Instant::now() < at);
+        if writable && !backing_off {
+            let outcome = if Instant::now() >= next_full {
+                let outcome = full_sync(&agent).await;
                 next_full = Instant::now() + jittered(agent.ae_interval);
+                outcome
             } else {
-                healthy = sync_changes(&agent).await;
+                sync_changes(&agent).await
+            };
+            match outcome {
+                Ok(()) => {
+                    backoff.succeeded();
+                    retry_at = None;
+                    if failure_log.recovered() {
+                        log::info!("agent: anti-entropy synced again");
+                    }
+                }
+                Err(reason) => {
+                    let delay = backoff.failed(rand::random_range(0.0..1.0));
+                    retry_at = Some(Instant::now() + delay);
+                    if let Some(left_out) = failure_log.allow(Instant::now()) {
+                        log::warn!(
+                            "agent: anti-entropy sync failed: {reason}; retrying in {delay:?}{}",
+                            left_out_note(left_out)
+                        );
+                    }
+                }
             }
         }
         // Waiting handlers are released even when nothing could be sent: their change is
@@ -76,10 +114,12 @@ pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
         if let Some(due) = next_deferred_due(&agent.state.borrow(), agent.check_update_interval) {
             wait = wait.min(due.saturating_duration_since(now));
         }
-        if !writable || !healthy {
-            wait = wait.min(RETRY_DELAY);
+        if !writable {
+            wait = wait.min(NOT_WRITABLE_POLL_INTERVAL);
         }
-        if agent.sync.requested.get() > round {
+        if let Some(at) = retry_at {
+            wait = at.saturating_duration_since(now);
+        } else if agent.sync.requested.get() > round {
             continue;
         }
         let _ = monoio::time::timeout(wait.max(Duration::from_millis(1)), wake.recv_async()).await;
@@ -97,17 +137,14 @@ fn next_deferred_due(state: &LocalState, defer: Duration) -> Option<Instant> {
 }
 
 /// Compares the catalog's view of this node with the local state, marks the differences,
-/// and sends them. Returns false when the catalog could not be read or written.
-pub async fn full_sync(agent: &Agent) -> bool {
+/// and sends them. Errs with the first reason the catalog could not be read or written.
+pub async fn full_sync(agent: &Agent) -> Result<(), String> {
     metrics::FULL_SYNCS.add(1);
     let config = agent.config.borrow().clone();
     let node_name = config.node_name.clone();
     let current = match agent.client.node_state(&node_name).await {
         Ok(current) => current,
-        Err(e) => {
-            log::warn!("agent: anti-entropy cannot read the catalog: {e}");
-            return false;
-        }
+        Err(e) => return Err(format!("cannot read the catalog: {e}")),
     };
     let wanted_node = self_node_registration(&config, &agent.identity);
     {
@@ -206,8 +243,8 @@ pub async fn full_sync(agent: &Agent) -> bool {
     sync_changes(agent).await
 }
 
-/// Sends everything out of sync. Returns false when some of it could not be sent.
-pub async fn sync_changes(agent: &Agent) -> bool {
+/// Sends everything out of sync. Errs with the first reason some of it could not be sent.
+pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
     let now = Instant::now();
     let config = agent.config.borrow().clone();
     let node = self_node_registration(&config, &agent.identity);
@@ -272,10 +309,10 @@ pub async fn sync_changes(agent: &Agent) -> bool {
         (ops, marks)
     };
     if ops.is_empty() {
-        return true;
+        return Ok(());
     }
     metrics::SYNC_ROUNDS.add(1);
-    let mut all_sent = true;
+    let mut first_failure: Option<String> = None;
     let mut ops = ops.into_iter();
     let mut marks = marks.into_iter();
     loop {
@@ -293,8 +330,7 @@ pub async fn sync_changes(agent: &Agent) -> bool {
             }
             Err(reason) if batch.len() == 1 => {
                 metrics::SYNC_ERRORS.add(1);
-                log::warn!("agent: anti-entropy sync failed: {reason}");
-                all_sent = false;
+                first_failure.get_or_insert(reason);
             }
             Err(_) => {
                 // Find the operations that succeed on their own; re-sending the accepted
@@ -308,15 +344,17 @@ pub async fn sync_changes(agent: &Agent) -> bool {
                         }
                         Err(reason) => {
                             metrics::SYNC_ERRORS.add(1);
-                            log::warn!("agent: anti-entropy sync failed: {reason}");
-                            all_sent = false;
+                            first_failure.get_or_insert(reason);
                         }
                     }
                 }
             }
         }
     }
-    all_sent
+    match first_failure {
+        None => Ok(()),
+        Some(reason) => Err(reason),
+    }
 }
 
 fn apply_mark(agent: &Agent, mark: Mark, now: Instant) {

@@ -14,6 +14,7 @@
 use super::agent_local::AgentChannel;
 use super::{QueryMeta, QueryOptions};
 use crate::cluster::gossip::GossipHandle;
+use crate::cluster::servers::ServerManager;
 use crate::cluster::user_events::EventLog;
 use crate::cluster::Pools;
 use crate::config::acl::AclTokens;
@@ -216,6 +217,11 @@ impl Context {
     /// The WAN gossip pool, on servers with serf_wan enabled.
     pub fn wan(&self) -> Option<&GossipHandle> {
         self.pools.wan.as_ref()
+    }
+
+    /// On a client agent, the servers its requests go to.
+    pub fn servers(&self) -> &Arc<ServerManager> {
+        &self.pools.servers
     }
 
     /// Recent Consul user events heard on the LAN pool.

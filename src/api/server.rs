@@ -32,12 +32,13 @@ use crate::api::shared_answers::{AnswerShape, SharedAnswer, SharedAnswers};
 use crate::api::{
     self, BlockOp, LeaderOp, Outcome, Reply, Request, BLOCKING_JITTER_FRACTION, ORIGIN_NODE_HEADER,
 };
+use crate::cluster::servers::{self, Retry};
 use crate::cluster::Pools;
 use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
 };
-use crate::proto::rpc::kind;
+use crate::proto::rpc::{kind, Frame};
 use crate::shard::nonblocking::{receive_now, send_now};
 use crate::shard::rpc_server::ForwardedHttp;
 use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
@@ -1019,6 +1020,24 @@ async fn forward_to_leader(
     output: &mut Vec<u8>,
     keep_alive: bool,
 ) {
+    if server.shard.is_client() {
+        // A client agent sends it to the server its server manager picks, which fails
+        // over to the next server when this one cannot be reached. Reads may be repeated
+        // on another server; a write only when it certainly never left this agent.
+        let read = payload.starts_with(b"GET ") || payload.starts_with(b"HEAD ");
+        let retry = if read { Retry::Always } else { Retry::NotSent };
+        let answer = servers::call(
+            server.context.servers(),
+            &server.shard.forward,
+            kind::FORWARD_HTTP,
+            &payload,
+            timeout,
+            retry,
+        )
+        .await;
+        write_forwarded_answer(answer, output, keep_alive);
+        return;
+    }
     let started = Instant::now();
     let leader: SocketAddr = loop {
         let status = server.shard.cluster_status();
@@ -1035,13 +1054,8 @@ async fn forward_to_leader(
             return;
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
-            // Consul's words: a client without servers, a server without a leader.
-            let error = if server.shard.is_client() {
-                api::ApiError::Internal("No known Consul servers".to_string())
-            } else {
-                no_leader()
-            };
-            Reply::new(output, keep_alive, false).error(&error);
+            // Consul's words for a server without a leader.
+            Reply::new(output, keep_alive, false).error(&no_leader());
             return;
         }
         monoio::time::sleep(Duration::from_millis(50)).await;
@@ -1053,12 +1067,18 @@ async fn forward_to_leader(
         ));
         return;
     }
-    match server
+    let answer = server
         .shard
         .forward
         .call(leader, kind::FORWARD_HTTP, &payload, timeout)
         .await
-    {
+        .map_err(|e| format!("rpc error: {e}"));
+    write_forwarded_answer(answer, output, keep_alive);
+}
+
+/// Copies a forwarded request's raw answer into `output`, or answers the failure.
+fn write_forwarded_answer(answer: Result<Frame, String>, output: &mut Vec<u8>, keep_alive: bool) {
+    match answer {
         Ok(frame) if frame.kind == kind::FORWARD_HTTP_RESPONSE => {
             output.extend_from_slice(&frame.payload)
         }
@@ -1066,8 +1086,9 @@ async fn forward_to_leader(
             let reason = String::from_utf8_lossy(&frame.payload).into_owned();
             Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(reason));
         }
-        Err(e) => Reply::new(output, keep_alive, false)
-            .error(&api::ApiError::Internal(format!("rpc error: {e}"))),
+        Err(reason) => {
+            Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(reason))
+        }
     }
 }
 

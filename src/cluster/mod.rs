@@ -4,12 +4,13 @@
 //! every other part of the agent a [`gossip::GossipHandle`]; [`pools`] sets up the LAN and
 //! WAN pools with Consul's tags, joins them, and turns membership into the server list the
 //! raft thread bootstraps and reconciles from (or, on a client agent, into the server it
-//! forwards to); [`reconcile`] maps members to the catalog registrations the leader keeps;
+//! forwards to, kept by [`servers`]); [`reconcile`] maps members to the catalog registrations the leader keeps;
 //! [`user_events`] keeps the Consul user events heard on the LAN pool.
 
 pub mod gossip;
 pub mod pools;
 pub mod reconcile;
+pub mod servers;
 pub mod user_events;
 
 use gossip::GossipHandle;
@@ -26,4 +27,6 @@ pub struct Pools {
     pub wan: Option<GossipHandle>,
     /// Recent Consul user events heard on the LAN pool (`/v1/event/list`).
     pub events: Arc<EventLog>,
+    /// On a client agent, the servers its RPCs go to (empty on a server).
+    pub servers: Arc<servers::ServerManager>,
 }

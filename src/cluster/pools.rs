@@ -8,16 +8,20 @@
 //!
 //! Servers find each other through the pool: [`member_watch`] turns gossip membership into
 //! [`ServerInfo`]s and hands the list to the raft core thread, which bootstraps with
-//! `bootstrap_expect` and keeps the Raft configuration in line with it.
+//! `bootstrap_expect` and keeps the Raft configuration in line with it. On a client agent,
+//! [`client_router`] keeps the server manager ([`servers`]) in line with the pool instead.
 
 use crate::cluster::gossip::{gossip_pair, DriverConfig, GossipDriver, GossipHandle};
+use crate::cluster::servers;
 use crate::config::AgentConfig;
 use crate::gossip::{GossipConfig, GossipEvent, MemberInfo, MemberStatus};
+use crate::proto::rpc::kind;
+use crate::shard::forward::ForwardPool;
 use crate::shard::runtime::{ClusterStatus, RaftInput, ServerInfo, ShardMessage, Shared};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// First retry of a failed join; doubles up to `retry_interval` (Consul's default: 30 s).
 const JOIN_RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -233,66 +237,101 @@ pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
     }
 }
 
-/// On a client agent: picks the server this agent forwards to and tells every shard.
-///
-/// The choice sticks while that server is alive in gossip, so one client keeps its
-/// connections warm; a failed or departed server is replaced by a random alive one, which
-/// spreads clients over servers the way Consul's server manager rebalances them.
+/// The datacenter's servers that gossip shows alive, as the server manager takes them.
+fn alive_servers(members: &[MemberInfo], datacenter: &str) -> Vec<servers::Server> {
+    members
+        .iter()
+        .filter_map(server_of)
+        .filter(|s| s.alive && s.datacenter == datacenter)
+        .filter_map(|s| {
+            Some(servers::Server {
+                addr: s.rpc_address.parse().ok()?,
+                name: s.name,
+            })
+        })
+        .collect()
+}
+
+/// On a client agent: keeps the server manager's list in line with gossip, rebalances it
+/// on Consul's jittered interval, and tells every shard which server is in use (their
+/// `ClusterStatus` names it as the leader they forward to; the requests themselves pick
+/// from the manager, which may have rotated past it a moment earlier).
 pub async fn client_router(
     shared: Arc<Shared>,
     handle: GossipHandle,
     shards: Vec<crate::shard::runtime::ShardSender>,
+    manager: Arc<servers::ServerManager>,
 ) {
     let events = handle.events();
-    let mut current: Option<ServerInfo> = None;
+    let changes = manager.changes();
+    // The router's own connections, for rebalance pings.
+    let pings = ForwardPool::new(shared.tls.clone());
+    let mut told: Option<(Option<SocketAddr>, Vec<SocketAddr>)> = None;
+    let mut switch_log = servers::LogLimiter::new(servers::FAILOVER_LOG_INTERVAL);
+    // Consul's first rebalance comes after the minimum reuse time.
+    let mut rebalance_at = Instant::now() + servers::CLIENT_RPC_MIN_REUSE;
     loop {
-        let servers: Vec<ServerInfo> = handle
-            .members()
-            .iter()
-            .filter_map(server_of)
-            .filter(|s| s.alive && s.datacenter == shared.config.datacenter)
-            .collect();
-        let keep = current
-            .as_ref()
-            .is_some_and(|c| servers.iter().any(|s| s.raft_id == c.raft_id));
-        if !keep {
-            let chosen = if servers.is_empty() {
-                None
-            } else {
-                Some(servers[rand::random_range(0..servers.len())].clone())
-            };
-            if chosen.as_ref().map(|s| s.raft_id) != current.as_ref().map(|s| s.raft_id) {
-                match &chosen {
-                    Some(server) => log::info!(
-                        "agent: forwarding to server {} ({})",
+        let members = handle.members();
+        manager.set_alive(&alive_servers(&members, &shared.config.datacenter));
+        if Instant::now() >= rebalance_at {
+            rebalance(&manager, &pings).await;
+            let stagger_max = servers::CLIENT_RPC_MIN_REUSE / servers::CLIENT_RPC_JITTER_FRACTION;
+            let stagger = stagger_max.mul_f64(rand::random_range(0.0..1.0));
+            let interval =
+                servers::rebalance_interval(manager.list().servers().len(), members.len(), stagger);
+            rebalance_at = Instant::now() + interval;
+        }
+        let list = manager.list();
+        let view = (
+            list.pick().map(|s| s.addr),
+            list.servers().iter().map(|s| s.addr).collect::<Vec<_>>(),
+        );
+        if told.as_ref() != Some(&view) {
+            // The first words are about the first server found, not the empty start.
+            let first_look = told.is_none() && view.0.is_none();
+            if !first_look && told.as_ref().map(|t| t.0) != Some(view.0) {
+                // While servers come and go this could repeat often: a line now and then.
+                let allowed = switch_log.allow(Instant::now());
+                match (list.pick(), allowed) {
+                    (Some(server), Some(left_out)) => log::info!(
+                        "agent: forwarding to server {} ({}){}",
                         server.name,
-                        server.rpc_address
+                        server.addr,
+                        servers::left_out_note(left_out)
                     ),
-                    None => log::warn!("agent: no Consul servers known"),
-                }
-                let status = Arc::new(ClusterStatus {
-                    leader_rpc_address: chosen
-                        .as_ref()
-                        .map(|s| s.rpc_address.clone())
-                        .unwrap_or_default(),
-                    leader_name: chosen.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
-                    voter_rpc_addresses: servers.iter().map(|s| s.rpc_address.clone()).collect(),
-                    ..ClusterStatus::default()
-                });
-                for shard in &shards {
-                    let _ = shard.send_async(ShardMessage::Status(status.clone())).await;
+                    (None, Some(_)) => log::warn!("agent: no Consul servers known"),
+                    (Some(server), None) => {
+                        log::debug!("agent: forwarding to server {}", server.name)
+                    }
+                    (None, None) => log::debug!("agent: no Consul servers known"),
                 }
             }
-            current = chosen;
+            let status = Arc::new(ClusterStatus {
+                leader_rpc_address: view.0.map(|a| a.to_string()).unwrap_or_default(),
+                leader_name: list.pick().map(|s| s.name.clone()).unwrap_or_default(),
+                voter_rpc_addresses: view.1.iter().map(|a| a.to_string()).collect(),
+                ..ClusterStatus::default()
+            });
+            for shard in &shards {
+                let _ = shard.send_async(ShardMessage::Status(status.clone())).await;
+            }
+            told = Some(view);
         }
-        let _ = monoio::time::timeout(SERVER_REFRESH_INTERVAL, async {
+        let wait =
+            SERVER_REFRESH_INTERVAL.min(rebalance_at.saturating_duration_since(Instant::now()));
+        let membership_changed = async {
+            // Any membership event is a reason to look again; user events are for others.
             while let Ok(event) = events.recv_async().await {
                 if !matches!(event, GossipEvent::User(_) | GossipEvent::Query(_)) {
                     break;
                 }
             }
-        })
-        .await;
+        };
+        monoio::select! {
+            _ = monoio::time::sleep(wait) => {},
+            _ = membership_changed => {},
+            _ = changes.recv_async() => {},
+        }
         if shared
             .shutting_down
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -300,6 +339,30 @@ pub async fn client_router(
             return;
         }
     }
+}
+
+/// Consul's `RebalanceServers`: shuffles the list and moves the first server that answers a
+/// ping to the front; when none answers the list stays as it is.
+async fn rebalance(manager: &servers::ServerManager, pings: &ForwardPool) {
+    let order = manager.list().shuffled(&mut |n| rand::random_range(0..n));
+    let mut healthy = None;
+    for server in &order {
+        match pings
+            .call(server.addr, kind::PING, b"", servers::PING_TIMEOUT)
+            .await
+        {
+            Ok(frame) if frame.kind == kind::PONG => {
+                healthy = Some(server);
+                break;
+            }
+            Ok(_) => log::debug!("agent: server {} answered a ping oddly", server.name),
+            Err(e) => log::debug!("agent: pinging server {} failed: {e}", server.name),
+        }
+    }
+    if healthy.is_none() && !order.is_empty() {
+        log::debug!("agent: no server answered during the rebalance");
+    }
+    manager.rebalanced(&order, healthy);
 }
 
 /// How often a server checks that every server of its datacenter is in the WAN pool.

@@ -22,7 +22,7 @@ pub const CHECK_OUTPUT_BYTES_MAX: usize = 4096;
 pub const SERVICE_CHECKS_MAX: usize = 64;
 
 /// How a check is evaluated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CheckKind {
     Http,
     Tcp,
@@ -48,8 +48,8 @@ impl CheckKind {
     }
 }
 
-/// A check as the agent runs it.
-#[derive(Clone, Debug, PartialEq)]
+/// A check as the agent runs it (serializable: the agent persists it across restarts).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CheckSpec {
     pub id: String,
     pub name: String,

@@ -17,19 +17,21 @@
 //! contact is `dns_config.max_stale` old, then are dropped, and misses answer SERVFAIL. With
 //! `allow_stale = false` nothing is cached: every question asks the leader's state.
 //!
-//! Where the agent's server manager plugs in: [`server_address`] is the one place that picks
-//! the server (today the one `cluster::pools::client_router` chose).
+//! Every request goes through the agent's server manager ([`servers::call`]): to the server
+//! in use, and on a transport failure to the next one at once (lookups and feed polls are
+//! reads, safe to repeat). With no server known a lookup fails at once, as Consul's does.
 
 use super::remote::{self, FeedReply, Lookup, LookupResult};
 use super::view::{CatalogView, NodeRecord, ReadSet, ServiceInstance};
 use super::{Completion, DnsSettings, ShardDns, VersionSource};
+use crate::cluster::servers::{self, Retry, ServerManager};
 use crate::proto::rpc::kind;
 use crate::shard::runtime::Shard;
 use crate::store::{Change, DependencyIndex};
 use arcstr::ArcStr;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +47,10 @@ pub const FEED_WAIT: Duration = Duration::from_secs(10);
 pub const FEED_ANSWER_SLACK: Duration = Duration::from_secs(5);
 /// Pause after a failed feed poll (no server, a refused connection, an error answer).
 pub const FEED_RETRY_DELAY: Duration = Duration::from_millis(500);
+/// How long the feed keeps its caches while its server is behind them (a reset to an older
+/// index): long enough for a new leader to be elected and commit, after which the server
+/// catches up; past it the older history is taken as the truth.
+pub const FEED_LAG_TOLERANCE: Duration = Duration::from_secs(30);
 /// Most cached lookups per shard; on overflow the rows are dropped (never wrong).
 pub const REMOTE_ROWS_MAX: usize = 16_384;
 /// Most dependency references of cached lookups per shard (see the answer cache's bound).
@@ -110,6 +116,8 @@ impl RemoteRows {
 /// One client shard's remote DNS state.
 pub struct ClientDns {
     shard: Rc<Shard>,
+    /// The agent's server list: which server a lookup or feed poll goes to.
+    servers: Arc<ServerManager>,
     settings: Arc<DnsSettings>,
     /// The shard's answer cache, dropped by the feed together with the rows.
     answers: Rc<RefCell<ShardDns>>,
@@ -119,15 +127,9 @@ pub struct ClientDns {
     /// When the feed last answered; `None` before its first answer and after the caches
     /// expired.
     feed_contact: Cell<Option<Instant>>,
-}
-
-/// The server this agent asks: the one it forwards to.
-pub fn server_address(shard: &Shard) -> Option<SocketAddr> {
-    shard
-        .cluster_status()
-        .leader_rpc_address
-        .parse::<SocketAddr>()
-        .ok()
+    /// Rung when a lookup reached a server while the feed has no contact yet, so the feed
+    /// retries at once instead of after its pause: until it answers, nothing is cached.
+    feed_wake: (flume::Sender<()>, flume::Receiver<()>),
 }
 
 impl ClientDns {
@@ -135,6 +137,7 @@ impl ClientDns {
         shard: Rc<Shard>,
         settings: Arc<DnsSettings>,
         answers: Rc<RefCell<ShardDns>>,
+        servers: Arc<ServerManager>,
     ) -> ClientDns {
         assert!(
             shard.is_client(),
@@ -142,11 +145,13 @@ impl ClientDns {
         );
         ClientDns {
             shard,
+            servers,
             settings,
             answers,
             rows: RefCell::new(RemoteRows::default()),
             feed_index: Cell::new(0),
             feed_contact: Cell::new(None),
+            feed_wake: flume::bounded(1),
         }
     }
 
@@ -167,7 +172,6 @@ impl ClientDns {
     /// Asks the server for `lookups`. Rows read from a version at least as new as the feed's
     /// position are cached; all are returned for the question being completed.
     pub async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
-        let server = server_address(&self.shard).ok_or("No known Consul servers")?;
         let body = remote::encode_lookups(lookups);
         let query = if self.settings.config.allow_stale {
             format!(
@@ -184,7 +188,10 @@ impl ClientDns {
         )
         .into_bytes();
         request.extend_from_slice(&body);
-        let answer = self.call(server, &request, FETCH_TIMEOUT).await?;
+        let answer = self.call(&request, FETCH_TIMEOUT).await?;
+        if self.feed_contact.get().is_none() {
+            let _ = self.feed_wake.0.try_send(());
+        }
         let reply = remote::decode_lookup_reply(&answer, lookups)?;
         let cache = self.caching()
             && self.feed_contact.get().is_some()
@@ -200,19 +207,21 @@ impl ClientDns {
         Ok(rows)
     }
 
-    /// One forwarded HTTP request to `server`; the body of its 200 answer.
-    async fn call(
-        &self,
-        server: SocketAddr,
-        request: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<u8>, String> {
-        let frame = self
-            .shard
-            .forward
-            .call(server, kind::FORWARD_HTTP, request, timeout)
-            .await
-            .map_err(|e| format!("rpc error: {e}"))?;
+    /// One forwarded HTTP request to the server in use (failing over as the server manager
+    /// does); the body of its 200 answer.
+    async fn call(&self, request: &[u8], timeout: Duration) -> Result<Vec<u8>, String> {
+        if self.servers.pick().is_none() {
+            return Err(servers::NO_SERVERS.to_string());
+        }
+        let frame = servers::call(
+            &self.servers,
+            &self.shard.forward,
+            kind::FORWARD_HTTP,
+            request,
+            timeout,
+            Retry::Always,
+        )
+        .await?;
         if frame.kind != kind::FORWARD_HTTP_RESPONSE {
             return Err(String::from_utf8_lossy(&frame.payload).into_owned());
         }
@@ -220,7 +229,7 @@ impl ClientDns {
         let mut response = httparse::Response::new(&mut headers);
         let head_len = match response.parse(&frame.payload) {
             Ok(httparse::Status::Complete(head_len)) => head_len,
-            _ => return Err(format!("malformed answer from server {server}")),
+            _ => return Err("malformed answer from the server".to_string()),
         };
         let body = &frame.payload[head_len..];
         if response.code != Some(200) {
@@ -240,6 +249,10 @@ impl ClientDns {
                 self.feed_index.set(index);
             }
             FeedReply::Reset { index } => {
+                log::debug!(
+                    "dns: change feed reset at index {index} (caches were at {})",
+                    self.feed_index.get()
+                );
                 self.drop_cached();
                 self.feed_index.set(index);
             }
@@ -255,13 +268,33 @@ impl ClientDns {
     /// Polls the change feed until the agent shuts down.
     pub async fn run_feed(self: Rc<Self>) {
         let mut failing = false;
+        let mut lagging_since: Option<Instant> = None;
         while !self.shard.shutting_down() {
-            let outcome = match server_address(&self.shard) {
-                None => Err("No known Consul servers".to_string()),
-                Some(server) => self.poll_feed(server).await,
-            };
+            let outcome = self.poll_feed().await;
             match outcome {
+                Ok(FeedReply::Reset { index })
+                    if index < self.feed_index.get()
+                        && lagging_since
+                            .is_none_or(|since| since.elapsed() < FEED_LAG_TOLERANCE) =>
+                {
+                    // The server is behind the changes the caches already took in (after a
+                    // failover, typically a follower that had not heard the commit of its
+                    // dead leader's last write): its reset would trade them for an older
+                    // view. Keep them, as while no server answers, and ask again until it
+                    // catches up — or, past the tolerance, accept that the cluster's
+                    // history really went back (a restore, a rebuilt cluster).
+                    if lagging_since.is_none() {
+                        log::debug!(
+                            "dns: the server is at index {index}, behind the caches at {}",
+                            self.feed_index.get()
+                        );
+                    }
+                    lagging_since.get_or_insert_with(Instant::now);
+                    self.expire_if_stale();
+                    monoio::time::sleep(FEED_RETRY_DELAY).await;
+                }
                 Ok(reply) => {
+                    lagging_since = None;
                     if failing {
                         log::info!("dns: change feed from the servers resumed");
                         failing = false;
@@ -274,13 +307,16 @@ impl ClientDns {
                         failing = true;
                     }
                     self.expire_if_stale();
-                    monoio::time::sleep(FEED_RETRY_DELAY).await;
+                    monoio::select! {
+                        _ = monoio::time::sleep(FEED_RETRY_DELAY) => {},
+                        _ = self.feed_wake.1.recv_async() => {},
+                    }
                 }
             }
         }
     }
 
-    async fn poll_feed(&self, server: SocketAddr) -> Result<FeedReply, String> {
+    async fn poll_feed(&self) -> Result<FeedReply, String> {
         let request = format!(
             "GET {}?stale&index={}&wait={}s HTTP/1.1\r\nHost: praetor\r\n\r\n",
             remote::CHANGES_PATH,
@@ -288,7 +324,7 @@ impl ClientDns {
             FEED_WAIT.as_secs()
         );
         let answer = self
-            .call(server, request.as_bytes(), FEED_WAIT + FEED_ANSWER_SLACK)
+            .call(request.as_bytes(), FEED_WAIT + FEED_ANSWER_SLACK)
             .await?;
         FeedReply::decode(&answer)
     }

@@ -17,6 +17,7 @@
 //! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
 //! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
 
+use crate::cluster::servers::ServerManager;
 use crate::dns::client::{ClientDns, FETCH_ROUNDS_MAX};
 use crate::dns::remote::Lookup;
 use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
@@ -119,12 +120,17 @@ impl DnsServer {
     /// The DNS server of `shard`. Its answer cache is invalidated by each change set in the
     /// same synchronous step that installs the version (`Shard::on_new_version`), so no
     /// answer computed from version N survives a change after N that it depended on.
-    pub fn new(shard: Rc<Shard>, settings: Arc<DnsSettings>) -> Rc<DnsServer> {
+    /// On a client agent, `servers` is the server manager its lookups go through.
+    pub fn new(
+        shard: Rc<Shard>,
+        settings: Arc<DnsSettings>,
+        servers: Arc<ServerManager>,
+    ) -> Rc<DnsServer> {
         let seed = rand::random::<u64>() ^ shard.id as u64;
         let state = Rc::new(RefCell::new(ShardDns::new(seed)));
         if shard.is_client() {
             // No store, no versions: the change feed invalidates instead.
-            let client = ClientDns::new(shard.clone(), settings.clone(), state.clone());
+            let client = ClientDns::new(shard.clone(), settings.clone(), state.clone(), servers);
             return Rc::new(DnsServer {
                 shard,
                 settings,

@@ -195,6 +195,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
         wan: wan.as_ref().map(|(handle, _)| handle.clone()),
         events: Arc::default(),
+        servers: Arc::default(),
     });
     let (agent_channel, agent_calls) = agent_channel();
     let mut agent_calls = Some(agent_calls);
@@ -524,7 +525,7 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
         }
     }
-    let dns = DnsServer::new(shard.clone(), dns_settings);
+    let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone());
     if !listeners.dns_udp.is_empty() || !listeners.dns_tcp.is_empty() {
         dns.start_client_feed();
     }
@@ -557,6 +558,7 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
                     shared.clone(),
                     handle.clone(),
                     senders,
+                    pools.servers.clone(),
                 ));
             }
             None => {

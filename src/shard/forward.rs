@@ -61,6 +61,16 @@ impl MuxConnection {
     }
 }
 
+/// Why a call failed, and whether its request may have reached the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallFailure {
+    pub reason: String,
+    /// False only when the request certainly never left this process (no connection, or
+    /// the connection was refused before the request was queued): sending it again elsewhere
+    /// cannot apply it twice.
+    pub sent: bool,
+}
+
 pub struct ForwardPool {
     connections: RefCell<HashMap<SocketAddr, Rc<MuxConnection>>>,
     /// Says whether and how to dial with TLS.
@@ -83,9 +93,26 @@ impl ForwardPool {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Frame, String> {
-        let connection = self.connection(addr).await?;
+        self.call_checked(addr, kind, payload, timeout)
+            .await
+            .map_err(|failure| failure.reason)
+    }
+
+    /// [`ForwardPool::call`], telling a failure before sending from one after.
+    pub async fn call_checked(
+        &self,
+        addr: SocketAddr,
+        kind: u8,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Frame, CallFailure> {
+        let not_sent = |reason: String| CallFailure {
+            reason,
+            sent: false,
+        };
+        let connection = self.connection(addr).await.map_err(not_sent)?;
         if connection.pending.borrow().len() >= IN_FLIGHT_MAX {
-            return Err(format!("too many requests in flight to {addr}"));
+            return Err(not_sent(format!("too many requests in flight to {addr}")));
         }
         let request_id = connection.next_id.get();
         connection.next_id.set(request_id + 1);
@@ -108,11 +135,14 @@ impl ForwardPool {
             .await
             .is_err()
         {
-            return Err(format!("connection to {addr} closed"));
+            return Err(not_sent(format!("connection to {addr} closed")));
         }
+        let sent = |reason: String| CallFailure { reason, sent: true };
         match monoio::time::timeout(timeout, wait).await {
-            Ok(result) => result,
-            Err(_) => Err(format!("timed out after {timeout:?} waiting for {addr}")),
+            Ok(result) => result.map_err(sent),
+            Err(_) => Err(sent(format!(
+                "timed out after {timeout:?} waiting for {addr}"
+            ))),
         }
     }
 
