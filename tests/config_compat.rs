@@ -58,10 +58,6 @@ fn hcl1_config_file_loads_and_acts() {
         service = { name = "api", port = 81, meta = { team = "core" } }
         disable_update_check = true
         log_level = "INFO"
-        # The leader's member reconcile can rewrite a fresh node row without its metadata
-        # (it read the row before anti-entropy wrote it); the next full sync repairs that,
-        # so make full syncs frequent rather than wait a minute.
-        ae_interval = "1s"
         "#,
     )
     .unwrap();

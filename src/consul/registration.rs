@@ -286,6 +286,7 @@ pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Regis
         },
         checks,
         skip_node_update: obj.bool(&["skipnodeupdate"])?,
+        keep_node_meta: false,
     })
 }
 

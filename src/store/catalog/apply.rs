@@ -51,6 +51,13 @@ pub struct Registration {
     pub service: Option<ServiceRegistration>,
     pub checks: Vec<CheckRegistration>,
     pub skip_node_update: bool,
+    /// The node's metadata and tagged addresses belong to its own agent (its anti-entropy
+    /// writes them): when the node exists as this applies, keep them, and write the row only
+    /// if its ID, name, address or datacenter differ. The leader's member reconcile registers
+    /// this way, so a registration it computed before the agent's own write landed can never
+    /// erase that write. Appended with a default, so entries written before it decode.
+    #[serde(default)]
+    pub keep_node_meta: bool,
 }
 
 /// Consul's `NodeService` as registered.
@@ -297,13 +304,20 @@ impl<'a> Tx<'a> {
     fn upsert_node(&mut self, node_key: &ArcStr, reg: &Registration) {
         let index = self.index;
         let previous = self.cat.nodes.get(&**node_key).map(|e| e.node().clone());
+        let kept = previous.as_ref().filter(|_| reg.keep_node_meta);
         let node = Arc::new(Node {
             id: reuse(previous.as_ref().map(|n| &n.id), &reg.id),
             name: reuse(previous.as_ref().map(|n| &n.name), &reg.node),
             address: reuse(previous.as_ref().map(|n| &n.address), &reg.address),
             datacenter: reuse(previous.as_ref().map(|n| &n.datacenter), &reg.datacenter),
-            tagged_addresses: string_pairs(&reg.tagged_addresses),
-            meta: string_pairs(&reg.node_meta),
+            tagged_addresses: match kept {
+                Some(old) => old.tagged_addresses.clone(),
+                None => string_pairs(&reg.tagged_addresses),
+            },
+            meta: match kept {
+                Some(old) => old.meta.clone(),
+                None => string_pairs(&reg.node_meta),
+            },
             create_index: previous.as_ref().map_or(index, |n| n.create_index),
             modify_index: index,
         });
@@ -976,8 +990,9 @@ fn node_differs(node: &Node, reg: &Registration) -> bool {
         || *node.name != *reg.node
         || *node.address != *reg.address
         || *node.datacenter != *reg.datacenter
-        || node.tagged_addresses != string_pairs(&reg.tagged_addresses)
-        || node.meta != string_pairs(&reg.node_meta)
+        || (!reg.keep_node_meta
+            && (node.tagged_addresses != string_pairs(&reg.tagged_addresses)
+                || node.meta != string_pairs(&reg.node_meta)))
 }
 
 /// Rewrites the node name carried by every row of a node after its case changed.
