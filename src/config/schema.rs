@@ -178,6 +178,10 @@ pub const TOP_LEVEL: &[Field] = &[
     field("cert_file", Kind::Str),
     field("check", Kind::Any),
     field("check_update_interval", Kind::Duration),
+    // Consul's non-user `check_deregister_interval_min` and `check_reap_interval`, read so
+    // that tests can shorten them (as `ae_interval`).
+    field("check_deregister_interval_min", Kind::Duration),
+    field("check_reap_interval", Kind::Duration),
     field("checks", Kind::Any),
     field("client_addr", Kind::Str),
     field("connect", Kind::Any),

@@ -189,6 +189,9 @@ pub fn parse_check_definition(obj: &Obj) -> Result<CheckDefinition, String> {
         alias_node: obj.string(&["aliasnode"])?,
         alias_service: obj.string(&["aliasservice"])?,
         output_max_size: obj.bounded(&["outputmaxsize"], 0, i64::MAX)? as u64,
+        h2ping: obj.string(&["h2ping"])?,
+        h2ping_use_tls: obj.bool(&["h2pingusetls"])?,
+        os_service: obj.string(&["osservice"])?,
     })
 }
 
@@ -208,6 +211,10 @@ pub fn check_type_of(def: &CheckDefinition) -> &'static str {
         "script"
     } else if !def.alias_service.is_empty() || !def.alias_node.is_empty() {
         "alias"
+    } else if !def.h2ping.is_empty() {
+        "h2ping"
+    } else if !def.os_service.is_empty() {
+        "os_service"
     } else {
         ""
     }

@@ -348,6 +348,16 @@ pub struct CheckDefinition {
     pub alias_node: String,
     pub alias_service: String,
     pub output_max_size: u64,
+    /// `H2PING`: the `host:port` an HTTP/2 PING is sent to. Appended with a default so
+    /// entries and snapshots written before it still decode.
+    #[serde(default)]
+    pub h2ping: String,
+    /// `H2PingUseTLS`: the PING goes over TLS (ALPN `h2`) rather than h2c.
+    #[serde(default)]
+    pub h2ping_use_tls: bool,
+    /// `OSService`: the operating-system service whose state the check reports.
+    #[serde(default)]
+    pub os_service: String,
 }
 
 impl CheckDefinition {
