@@ -359,3 +359,111 @@ fn alias_checks_follow_a_local_service() {
     let output = wait_check_status(&agent, "gone-alias", "critical");
     assert!(output.contains("could not be found"), "{output}");
 }
+
+/// An 8-dimensional coordinate (serf's dimensionality) `x` seconds out on the first axis.
+fn coordinate_at(x: f64) -> serde_json::Value {
+    serde_json::json!({
+        "Vec": [x, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "Error": 0.2,
+        "Adjustment": 0.0,
+        "Height": 0.00001
+    })
+}
+
+/// Consul's `PUT /v1/coordinate/update` (`agent/coordinate_endpoint.go`, the server's
+/// `Coordinate.Update`): the coordinate of a catalog node — here external nodes, as
+/// consul-esm reports them — is stored and answered by `/v1/coordinate/node/<n>` and
+/// `/v1/coordinate/nodes`, and `?near=` sorts by it. An update for a node the catalog does
+/// not hold is accepted and dropped; a coordinate of another dimensionality is
+/// "incompatible coordinate" and one without `Coord` "invalid coordinate" (500); a node's
+/// deregistration deletes its coordinate.
+#[test]
+fn coordinate_update_stores_coordinates_of_catalog_nodes() {
+    let agent = Agent::dev(&["-node", "center"]);
+    for name in ["esm-near", "esm-far"] {
+        let body = format!(r#"{{"Node":"{name}","Address":"10.2.0.1"}}"#);
+        assert_eq!(
+            agent.put("/v1/catalog/register", body.as_bytes()).status,
+            200
+        );
+    }
+    for (name, x) in [("esm-near", 0.0005), ("esm-far", 5.0)] {
+        let body = serde_json::json!({"Node": name, "Segment": "", "Coord": coordinate_at(x)});
+        let response = agent.put("/v1/coordinate/update", body.to_string().as_bytes());
+        assert_eq!(response.status, 200, "{}", response.text());
+        assert!(response.body.is_empty(), "{}", response.text());
+    }
+    let far = agent.get("/v1/coordinate/node/esm-far");
+    assert_eq!(far.status, 200);
+    let far = far.json();
+    assert_eq!(far[0]["Node"], "esm-far");
+    assert_eq!(far[0]["Coord"]["Vec"][0], 5.0, "{far}");
+    assert_eq!(far[0]["Coord"]["Error"], 0.2);
+    let listed: Vec<String> = agent
+        .get("/v1/coordinate/nodes")
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Node"].as_str().unwrap().to_string())
+        .collect();
+    for name in ["center", "esm-far", "esm-near"] {
+        assert!(listed.iter().any(|n| n == name), "{name} in {listed:?}");
+    }
+    let order = |near: &str| -> Vec<String> {
+        agent
+            .get(&format!("/v1/catalog/nodes?near={near}"))
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["Node"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(order("esm-far")[0], "esm-far");
+    assert_eq!(
+        order("esm-near").last().map(String::as_str),
+        Some("esm-far")
+    );
+
+    let wrong = serde_json::json!({"Node": "esm-far", "Coord": {"Vec": [1.0, 2.0, 3.0]}});
+    let response = agent.put("/v1/coordinate/update", wrong.to_string().as_bytes());
+    assert_eq!(
+        (response.status, response.text().as_str()),
+        (500, "incompatible coordinate")
+    );
+    let response = agent.put("/v1/coordinate/update", br#"{"Node":"esm-far"}"#);
+    assert_eq!(
+        (response.status, response.text().as_str()),
+        (500, "invalid coordinate")
+    );
+    let response = agent.put("/v1/coordinate/update", b"{not json");
+    assert_eq!(response.status, 400);
+
+    let stranger = serde_json::json!({"Node": "nobody", "Coord": coordinate_at(1.0)});
+    let response = agent.put("/v1/coordinate/update", stranger.to_string().as_bytes());
+    assert_eq!(response.status, 200);
+    assert_eq!(agent.get("/v1/coordinate/node/nobody").status, 404);
+
+    let body = br#"{"Node":"esm-far"}"#;
+    assert_eq!(agent.put("/v1/catalog/deregister", body).status, 200);
+    assert_eq!(agent.get("/v1/coordinate/node/esm-far").status, 404);
+}
+
+/// Consul's `/v1/operator/raft/configuration` reports as `Index` the Raft index of the
+/// latest configuration (`future.Index()` of `raft.GetConfiguration`); a dev agent
+/// bootstraps its one-server configuration as the first log entry, so it reports 1 however
+/// many writes follow.
+#[test]
+fn raft_configuration_index_is_the_configurations_entry() {
+    let agent = Agent::dev(&[]);
+    for i in 0..3 {
+        assert_eq!(agent.put(&format!("/v1/kv/k{i}"), b"v").status, 200);
+    }
+    let configuration = agent.get("/v1/operator/raft/configuration").json();
+    assert_eq!(configuration["Index"], 1, "{configuration}");
+    let servers = configuration["Servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0]["Leader"], true);
+    assert_eq!(servers[0]["Voter"], true);
+}

@@ -467,6 +467,19 @@ impl HealthCheck {
     }
 }
 
+/// A node's network coordinate as reported to the catalog (Consul's `coordinates` table row,
+/// written by `/v1/coordinate/update`): serf's Vivaldi coordinate and the segment it is for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeCoordinate {
+    pub node: ArcStr,
+    pub segment: ArcStr,
+    pub vec: Vec<f64>,
+    pub error: f64,
+    pub adjustment: f64,
+    pub height: f64,
+    pub modify_index: u64,
+}
+
 /// Key of a service instance within its service group: folded node name, folded service ID.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct InstanceKey {
