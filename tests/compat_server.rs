@@ -467,3 +467,165 @@ fn raft_configuration_index_is_the_configurations_entry() {
     assert_eq!(servers[0]["Leader"], true);
     assert_eq!(servers[0]["Voter"], true);
 }
+
+/// `?peer=` as Consul CE answers it for a peer that exported nothing here
+/// (`agent/health_endpoint.go` and `catalog_endpoint.go` pass the peer to the state store,
+/// which holds no rows of it): the empty answer of each read, with an index. Listing
+/// service names from a peer is refused ("listing service names imported from a peer is
+/// not supported"), and so is a registration naming a peer ("cannot register requests
+/// with PeerName in them"), both 500. An empty `peer` names nothing.
+#[test]
+fn peer_reads_answer_as_consul_ce_does_without_peerings() {
+    let agent = Agent::dev(&["-node", "local"]);
+    let body = br#"{"Node":"n1","Address":"10.3.0.1","Service":{"Service":"web","Port":80},
+        "Check":{"CheckID":"web-ok","Name":"web","ServiceID":"web","Status":"passing"}}"#;
+    assert_eq!(agent.put("/v1/catalog/register", body).status, 200);
+    for path in [
+        "/v1/health/service/web?peer=other",
+        "/v1/health/connect/web?peer=other",
+        "/v1/health/checks/web?peer=other",
+        "/v1/health/node/n1?peer=other",
+        "/v1/health/state/any?peer=other",
+        "/v1/catalog/service/web?peer=other",
+        "/v1/catalog/nodes?peer=other",
+    ] {
+        let response = agent.get(path);
+        assert_eq!(response.status, 200, "{path}: {}", response.text());
+        assert_eq!(response.json(), serde_json::json!([]), "{path}");
+        assert!(response.index() >= 1, "{path}");
+    }
+    assert_eq!(
+        agent.get("/v1/catalog/node/n1?peer=other").json(),
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        agent.get("/v1/catalog/node-services/n1?peer=other").json(),
+        serde_json::json!({"Node": null, "Services": []})
+    );
+    let response = agent.get("/v1/catalog/services?peer=other");
+    assert_eq!(response.status, 500);
+    assert_eq!(
+        response.text(),
+        "listing service names imported from a peer is not supported"
+    );
+    // An empty peer is the local catalog.
+    let local = agent.get("/v1/health/service/web?peer=").json();
+    assert_eq!(local.as_array().map(Vec::len), Some(1), "{local}");
+
+    for body in [
+        r#"{"Node":"p1","Address":"10.3.0.2","PeerName":"other"}"#,
+        r#"{"Node":"p1","Address":"10.3.0.2","Service":{"Service":"s","PeerName":"other"}}"#,
+        r#"{"Node":"p1","Address":"10.3.0.2","Checks":[{"CheckID":"c","PeerName":"other"}]}"#,
+    ] {
+        let response = agent.put("/v1/catalog/register", body.as_bytes());
+        assert_eq!(response.status, 500, "{body}");
+        assert_eq!(
+            response.text(),
+            "cannot register requests with PeerName in them"
+        );
+    }
+    assert_eq!(
+        agent.get("/v1/catalog/node/p1").json(),
+        serde_json::Value::Null
+    );
+
+    // A blocking read of a peer's service waits like the local one and answers empty.
+    let index = agent.get("/v1/health/service/web?peer=other").index();
+    let started = Instant::now();
+    let response = agent.get(&format!(
+        "/v1/health/service/web?peer=other&index={index}&wait=1s"
+    ));
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(response.json(), serde_json::json!([]));
+}
+
+/// Consul's agent cache behind `?cached` (`agent/http.go` `setCacheMeta` and
+/// `parseCacheControl`): `X-Cache: MISS` the first time, `HIT` with `Age` in seconds after;
+/// `Cache-Control: max-age=N` older than the entry, or `max-age=0`, is a miss; a change to
+/// what is read refreshes the entry in the background, so the answer is current with a
+/// small age; `?cached` with `?consistent` and a malformed `Cache-Control` are 400s; a read
+/// without `?cached` carries no cache headers.
+#[test]
+fn cached_reads_carry_x_cache_and_age() {
+    let agent = Agent::dev(&[]);
+    let register = |id: &str| {
+        let body = format!(
+            r#"{{"Node":"c1","Address":"10.4.0.1","Service":{{"ID":"{id}","Service":"web"}}}}"#
+        );
+        assert_eq!(
+            agent.put("/v1/catalog/register", body.as_bytes()).status,
+            200
+        );
+    };
+    register("web-1");
+    let cached = |path: &str, headers: &[(&str, &str)]| {
+        common::request(agent.addr(), "GET", path, b"", headers)
+    };
+    for path in [
+        "/v1/health/service/web?cached",
+        "/v1/catalog/service/web?cached",
+        "/v1/catalog/services?cached",
+    ] {
+        let first = cached(path, &[]);
+        assert_eq!(first.status, 200, "{path}");
+        assert_eq!(first.header("X-Cache"), Some("MISS"), "{path}");
+        assert_eq!(first.header("Age"), None, "{path}: no Age on a miss");
+        let second = cached(path, &[]);
+        assert_eq!(second.header("X-Cache"), Some("HIT"), "{path}");
+        assert_eq!(second.header("Age"), Some("0"), "{path}");
+        assert_eq!(second.body, first.body, "{path}");
+    }
+    std::thread::sleep(Duration::from_millis(2200));
+    let aged = cached("/v1/health/service/web?cached", &[]);
+    assert_eq!(aged.header("X-Cache"), Some("HIT"));
+    let age: u64 = aged.header("Age").unwrap().parse().unwrap();
+    assert!((2..=4).contains(&age), "Age {age}");
+    let stale = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=1")],
+    );
+    assert_eq!(stale.header("X-Cache"), Some("MISS"));
+    let fresh = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=60")],
+    );
+    assert_eq!(fresh.header("X-Cache"), Some("HIT"));
+    let revalidate = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=0")],
+    );
+    assert_eq!(revalidate.header("X-Cache"), Some("MISS"));
+
+    // A change is picked up by the background refresh: a hit, current, young.
+    std::thread::sleep(Duration::from_millis(1100));
+    register("web-2");
+    let refreshed = cached("/v1/health/service/web?cached", &[]);
+    assert_eq!(refreshed.header("X-Cache"), Some("HIT"));
+    assert_eq!(refreshed.header("Age"), Some("0"));
+    assert_eq!(refreshed.json().as_array().map(Vec::len), Some(2));
+
+    let both = cached("/v1/health/service/web?cached&consistent", &[]);
+    assert_eq!(both.status, 400);
+    assert_eq!(
+        both.text(),
+        "Cannot specify ?cached with ?consistent, conflicting semantics."
+    );
+    let bad = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=soon")],
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.text(), "Invalid Cache-Control header.");
+    let plain = agent.get("/v1/health/service/web");
+    assert_eq!(plain.header("X-Cache"), None);
+}
+
+/// `http_config { use_cache = false }` turns the agent cache off; Consul then ignores
+/// `?cached` (`parseConsistency` reads it only when `HTTPUseCache` is on).
+#[test]
+fn cached_is_ignored_with_use_cache_off() {
+    let agent = Agent::dev(&["-hcl", "http_config { use_cache = false }"]);
+    let response = agent.get("/v1/catalog/services?cached");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("X-Cache"), None);
+}
