@@ -204,6 +204,44 @@ fn version_formats_and_the_consul_name() {
     assert_eq!((code, out.as_str()), (0, "yes\n"));
 }
 
+/// `snapshot inspect -format=json` prints Consul's JSON layout (`Meta` with the snapshot's
+/// ID, size, index, term and version; `Stats` with a name, byte sum and count per record
+/// type; `TotalSize`); `pretty` is the default and another format is refused with
+/// Consul's words.
+#[test]
+fn snapshot_inspect_has_consuls_formats() {
+    let agent = Agent::dev(&[]);
+    let live = agent.http_addr();
+    let env = [("CONSUL_HTTP_ADDR", live.as_str())];
+    praetor_ok(&["kv", "put", "snap/a", "hello"], &env);
+    let dir = TempDir::new("snap-format");
+    let file = dir.path().join("backup.snap").display().to_string();
+    praetor_ok(&["snapshot", "save", &file], &env);
+    let out = praetor_ok(&["snapshot", "inspect", "-format=json", &file], &[]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        json["Meta"]["Index"].as_u64().is_some_and(|i| i > 0),
+        "{json}"
+    );
+    for key in ["ID", "Size", "Term", "Version"] {
+        assert!(!json["Meta"][key].is_null(), "Meta.{key}: {json}");
+    }
+    let kvs = json["Stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["Name"] == "KVS")
+        .cloned()
+        .unwrap_or_else(|| panic!("KVS stats: {json}"));
+    assert_eq!(kvs["Count"], 1, "{json}");
+    assert_eq!(kvs["Sum"], "snap/a".len() + "hello".len());
+    assert!(json["TotalSize"].as_u64().is_some());
+    let pretty = praetor_ok(&["snapshot", "inspect", &file], &[]);
+    assert!(pretty.starts_with("ID"), "{pretty}");
+    let err = praetor_fails(&["snapshot", "inspect", "-format=yaml", &file], &[]);
+    assert!(err.contains("Unknown format: yaml"), "{err}");
+}
+
 /// Certificates for the proxy made with openssl: a CA, a server certificate for
 /// `server.dc1.consul` and the proxy's IP, and a client certificate.
 struct Certificates {

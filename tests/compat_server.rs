@@ -359,3 +359,273 @@ fn alias_checks_follow_a_local_service() {
     let output = wait_check_status(&agent, "gone-alias", "critical");
     assert!(output.contains("could not be found"), "{output}");
 }
+
+/// An 8-dimensional coordinate (serf's dimensionality) `x` seconds out on the first axis.
+fn coordinate_at(x: f64) -> serde_json::Value {
+    serde_json::json!({
+        "Vec": [x, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "Error": 0.2,
+        "Adjustment": 0.0,
+        "Height": 0.00001
+    })
+}
+
+/// Consul's `PUT /v1/coordinate/update` (`agent/coordinate_endpoint.go`, the server's
+/// `Coordinate.Update`): the coordinate of a catalog node — here external nodes, as
+/// consul-esm reports them — is stored and answered by `/v1/coordinate/node/<n>` and
+/// `/v1/coordinate/nodes`, and `?near=` sorts by it. An update for a node the catalog does
+/// not hold is accepted and dropped; a coordinate of another dimensionality is
+/// "incompatible coordinate" and one without `Coord` "invalid coordinate" (500); a node's
+/// deregistration deletes its coordinate.
+#[test]
+fn coordinate_update_stores_coordinates_of_catalog_nodes() {
+    let agent = Agent::dev(&["-node", "center"]);
+    for name in ["esm-near", "esm-far"] {
+        let body = format!(r#"{{"Node":"{name}","Address":"10.2.0.1"}}"#);
+        assert_eq!(
+            agent.put("/v1/catalog/register", body.as_bytes()).status,
+            200
+        );
+    }
+    for (name, x) in [("esm-near", 0.0005), ("esm-far", 5.0)] {
+        let body = serde_json::json!({"Node": name, "Segment": "", "Coord": coordinate_at(x)});
+        let response = agent.put("/v1/coordinate/update", body.to_string().as_bytes());
+        assert_eq!(response.status, 200, "{}", response.text());
+        assert!(response.body.is_empty(), "{}", response.text());
+    }
+    let far = agent.get("/v1/coordinate/node/esm-far");
+    assert_eq!(far.status, 200);
+    let far = far.json();
+    assert_eq!(far[0]["Node"], "esm-far");
+    assert_eq!(far[0]["Coord"]["Vec"][0], 5.0, "{far}");
+    assert_eq!(far[0]["Coord"]["Error"], 0.2);
+    let listed: Vec<String> = agent
+        .get("/v1/coordinate/nodes")
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Node"].as_str().unwrap().to_string())
+        .collect();
+    for name in ["center", "esm-far", "esm-near"] {
+        assert!(listed.iter().any(|n| n == name), "{name} in {listed:?}");
+    }
+    let order = |near: &str| -> Vec<String> {
+        agent
+            .get(&format!("/v1/catalog/nodes?near={near}"))
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["Node"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(order("esm-far")[0], "esm-far");
+    assert_eq!(
+        order("esm-near").last().map(String::as_str),
+        Some("esm-far")
+    );
+
+    let wrong = serde_json::json!({"Node": "esm-far", "Coord": {"Vec": [1.0, 2.0, 3.0]}});
+    let response = agent.put("/v1/coordinate/update", wrong.to_string().as_bytes());
+    assert_eq!(
+        (response.status, response.text().as_str()),
+        (500, "incompatible coordinate")
+    );
+    let response = agent.put("/v1/coordinate/update", br#"{"Node":"esm-far"}"#);
+    assert_eq!(
+        (response.status, response.text().as_str()),
+        (500, "invalid coordinate")
+    );
+    let response = agent.put("/v1/coordinate/update", b"{not json");
+    assert_eq!(response.status, 400);
+
+    let stranger = serde_json::json!({"Node": "nobody", "Coord": coordinate_at(1.0)});
+    let response = agent.put("/v1/coordinate/update", stranger.to_string().as_bytes());
+    assert_eq!(response.status, 200);
+    assert_eq!(agent.get("/v1/coordinate/node/nobody").status, 404);
+
+    let body = br#"{"Node":"esm-far"}"#;
+    assert_eq!(agent.put("/v1/catalog/deregister", body).status, 200);
+    assert_eq!(agent.get("/v1/coordinate/node/esm-far").status, 404);
+}
+
+/// Consul's `/v1/operator/raft/configuration` reports as `Index` the Raft index of the
+/// latest configuration (`future.Index()` of `raft.GetConfiguration`); a dev agent
+/// bootstraps its one-server configuration as the first log entry, so it reports 1 however
+/// many writes follow.
+#[test]
+fn raft_configuration_index_is_the_configurations_entry() {
+    let agent = Agent::dev(&[]);
+    for i in 0..3 {
+        assert_eq!(agent.put(&format!("/v1/kv/k{i}"), b"v").status, 200);
+    }
+    let configuration = agent.get("/v1/operator/raft/configuration").json();
+    assert_eq!(configuration["Index"], 1, "{configuration}");
+    let servers = configuration["Servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0]["Leader"], true);
+    assert_eq!(servers[0]["Voter"], true);
+}
+
+/// `?peer=` as Consul CE answers it for a peer that exported nothing here
+/// (`agent/health_endpoint.go` and `catalog_endpoint.go` pass the peer to the state store,
+/// which holds no rows of it): the empty answer of each read, with an index. Listing
+/// service names from a peer is refused ("listing service names imported from a peer is
+/// not supported"), and so is a registration naming a peer ("cannot register requests
+/// with PeerName in them"), both 500. An empty `peer` names nothing.
+#[test]
+fn peer_reads_answer_as_consul_ce_does_without_peerings() {
+    let agent = Agent::dev(&["-node", "local"]);
+    let body = br#"{"Node":"n1","Address":"10.3.0.1","Service":{"Service":"web","Port":80},
+        "Check":{"CheckID":"web-ok","Name":"web","ServiceID":"web","Status":"passing"}}"#;
+    assert_eq!(agent.put("/v1/catalog/register", body).status, 200);
+    for path in [
+        "/v1/health/service/web?peer=other",
+        "/v1/health/connect/web?peer=other",
+        "/v1/health/checks/web?peer=other",
+        "/v1/health/node/n1?peer=other",
+        "/v1/health/state/any?peer=other",
+        "/v1/catalog/service/web?peer=other",
+        "/v1/catalog/nodes?peer=other",
+    ] {
+        let response = agent.get(path);
+        assert_eq!(response.status, 200, "{path}: {}", response.text());
+        assert_eq!(response.json(), serde_json::json!([]), "{path}");
+        assert!(response.index() >= 1, "{path}");
+    }
+    assert_eq!(
+        agent.get("/v1/catalog/node/n1?peer=other").json(),
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        agent.get("/v1/catalog/node-services/n1?peer=other").json(),
+        serde_json::json!({"Node": null, "Services": []})
+    );
+    let response = agent.get("/v1/catalog/services?peer=other");
+    assert_eq!(response.status, 500);
+    assert_eq!(
+        response.text(),
+        "listing service names imported from a peer is not supported"
+    );
+    // An empty peer is the local catalog.
+    let local = agent.get("/v1/health/service/web?peer=").json();
+    assert_eq!(local.as_array().map(Vec::len), Some(1), "{local}");
+
+    for body in [
+        r#"{"Node":"p1","Address":"10.3.0.2","PeerName":"other"}"#,
+        r#"{"Node":"p1","Address":"10.3.0.2","Service":{"Service":"s","PeerName":"other"}}"#,
+        r#"{"Node":"p1","Address":"10.3.0.2","Checks":[{"CheckID":"c","PeerName":"other"}]}"#,
+    ] {
+        let response = agent.put("/v1/catalog/register", body.as_bytes());
+        assert_eq!(response.status, 500, "{body}");
+        assert_eq!(
+            response.text(),
+            "cannot register requests with PeerName in them"
+        );
+    }
+    assert_eq!(
+        agent.get("/v1/catalog/node/p1").json(),
+        serde_json::Value::Null
+    );
+
+    // A blocking read of a peer's service waits like the local one and answers empty.
+    let index = agent.get("/v1/health/service/web?peer=other").index();
+    let started = Instant::now();
+    let response = agent.get(&format!(
+        "/v1/health/service/web?peer=other&index={index}&wait=1s"
+    ));
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(response.json(), serde_json::json!([]));
+}
+
+/// Consul's agent cache behind `?cached` (`agent/http.go` `setCacheMeta` and
+/// `parseCacheControl`): `X-Cache: MISS` the first time, `HIT` with `Age` in seconds after;
+/// `Cache-Control: max-age=N` older than the entry, or `max-age=0`, is a miss; a change to
+/// what is read refreshes the entry in the background, so the answer is current with a
+/// small age; `?cached` with `?consistent` and a malformed `Cache-Control` are 400s; a read
+/// without `?cached` carries no cache headers.
+#[test]
+fn cached_reads_carry_x_cache_and_age() {
+    let agent = Agent::dev(&[]);
+    let register = |id: &str| {
+        let body = format!(
+            r#"{{"Node":"c1","Address":"10.4.0.1","Service":{{"ID":"{id}","Service":"web"}}}}"#
+        );
+        assert_eq!(
+            agent.put("/v1/catalog/register", body.as_bytes()).status,
+            200
+        );
+    };
+    register("web-1");
+    let cached = |path: &str, headers: &[(&str, &str)]| {
+        common::request(agent.addr(), "GET", path, b"", headers)
+    };
+    for path in [
+        "/v1/health/service/web?cached",
+        "/v1/catalog/service/web?cached",
+        "/v1/catalog/services?cached",
+    ] {
+        let first = cached(path, &[]);
+        assert_eq!(first.status, 200, "{path}");
+        assert_eq!(first.header("X-Cache"), Some("MISS"), "{path}");
+        assert_eq!(first.header("Age"), None, "{path}: no Age on a miss");
+        let second = cached(path, &[]);
+        assert_eq!(second.header("X-Cache"), Some("HIT"), "{path}");
+        assert_eq!(second.header("Age"), Some("0"), "{path}");
+        assert_eq!(second.body, first.body, "{path}");
+    }
+    std::thread::sleep(Duration::from_millis(2200));
+    let aged = cached("/v1/health/service/web?cached", &[]);
+    assert_eq!(aged.header("X-Cache"), Some("HIT"));
+    let age: u64 = aged.header("Age").unwrap().parse().unwrap();
+    assert!((2..=4).contains(&age), "Age {age}");
+    let stale = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=1")],
+    );
+    assert_eq!(stale.header("X-Cache"), Some("MISS"));
+    let fresh = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=60")],
+    );
+    assert_eq!(fresh.header("X-Cache"), Some("HIT"));
+    let revalidate = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=0")],
+    );
+    assert_eq!(revalidate.header("X-Cache"), Some("MISS"));
+
+    // A change is picked up by the background refresh: a hit, current, young.
+    std::thread::sleep(Duration::from_millis(1100));
+    register("web-2");
+    let refreshed = cached("/v1/health/service/web?cached", &[]);
+    assert_eq!(refreshed.header("X-Cache"), Some("HIT"));
+    assert_eq!(refreshed.header("Age"), Some("0"));
+    assert_eq!(refreshed.json().as_array().map(Vec::len), Some(2));
+
+    let both = cached("/v1/health/service/web?cached&consistent", &[]);
+    assert_eq!(both.status, 400);
+    assert_eq!(
+        both.text(),
+        "Cannot specify ?cached with ?consistent, conflicting semantics."
+    );
+    let bad = cached(
+        "/v1/health/service/web?cached",
+        &[("Cache-Control", "max-age=soon")],
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.text(), "Invalid Cache-Control header.");
+    let plain = agent.get("/v1/health/service/web");
+    assert_eq!(plain.header("X-Cache"), None);
+}
+
+/// `http_config { use_cache = false }` turns the agent cache off; Consul then ignores
+/// `?cached` (`parseConsistency` reads it only when `HTTPUseCache` is on).
+#[test]
+fn cached_is_ignored_with_use_cache_off() {
+    let agent = Agent::dev(&["-hcl", "http_config { use_cache = false }"]);
+    let response = agent.get("/v1/catalog/services?cached");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("X-Cache"), None);
+}

@@ -58,10 +58,6 @@ fn hcl1_config_file_loads_and_acts() {
         service = { name = "api", port = 81, meta = { team = "core" } }
         disable_update_check = true
         log_level = "INFO"
-        # The leader's member reconcile can rewrite a fresh node row without its metadata
-        # (it read the row before anti-entropy wrote it); the next full sync repairs that,
-        # so make full syncs frequent rather than wait a minute.
-        ae_interval = "1s"
         "#,
     )
     .unwrap();
@@ -146,4 +142,230 @@ fn wrong_types_and_syntax_stop_the_agent_with_one_line() {
         stderr.contains("line 4, column 1: expected '}' before the end"),
         "{stderr}"
     );
+}
+
+/// Every HCL form Consul's own config fixtures use (`agent/config/testdata/full-config.hcl`
+/// and the runtime tests), written afresh for this agent: `key = { … }` blocks with commas
+/// between items, a comma after a top-level block, nested `= { }` maps, lists of objects
+/// with a trailing comma, quoted keys (`"*"`, `"X-Custom"`), header lists, empty blocks,
+/// repeated `service` blocks and a `services = [ … ]` list, a block inside a block
+/// (`service { check { … } }`), repeated single-object blocks merged (`ports`), floats,
+/// negative numbers, heredocs and every comment style. The agent loads it and acts on it.
+#[test]
+fn hcl1_forms_of_consuls_fixtures_load_and_act() {
+    let dir = TempDir::new("hcl-forms");
+    let config = dir.path().join("forms.hcl");
+    std::fs::write(
+        &config,
+        r#"
+/* A block comment
+   over two lines. */
+// A line comment.
+node_meta = {
+    "rack-id" = "r7",
+    zone = "z2"
+}
+limits = {
+    kv_max_value_size = 100,
+    rpc_rate = 12.5,
+},
+ports { serf_lan = 28801 }
+ports { serf_wan = -1 }
+dns_config {
+    service_ttl = {
+        "*" = "5s"
+    }
+    only_passing = true
+}
+service = {
+    id = "web-1"
+    name = "web"
+    tags = ["a", "b",]
+    port = 8080
+    meta = {
+        owner = "team-a"
+    }
+    weights = {
+        passing = 7,
+        warning = 2
+    }
+    check = {
+        id = "web-ttl"
+        name = "web alive"
+        ttl = "30s"
+        status = "passing"
+        notes = <<EOT
+Checked by the deploy pipeline.
+EOT
+    }
+    connect {}
+}
+service {
+    name = "cache"
+    port = 6379
+    checks = [
+        {
+            id = "cache-ttl"
+            ttl = "30s"
+        },
+        {
+            id = "cache-http"
+            http = "http://127.0.0.1:1/health"
+            interval = "30s"
+            header = {
+                "X-Custom" = ["one", "two"],
+                Accept = ["text/plain"]
+            }
+        },
+    ]
+}
+services = [
+    {
+        name = "api"
+        port = 9090
+        enable_tag_override = true
+    },
+]
+checks = [
+    {
+        id = "node-ttl"
+        name = "node ttl"
+        ttl = "30s"
+    }
+]
+"#,
+    )
+    .unwrap();
+    let config_path = config.display().to_string();
+    let agent = Agent::dev(&["-node", "forms", "-config-file", &config_path]);
+
+    let services = agent.get("/v1/agent/services").json();
+    let web = &services["web-1"];
+    assert_eq!(web["Tags"], serde_json::json!(["a", "b"]), "{services}");
+    assert_eq!(web["Port"], 8080);
+    assert_eq!(web["Meta"]["owner"], "team-a");
+    assert_eq!(web["Weights"]["Passing"], 7);
+    assert_eq!(web["Weights"]["Warning"], 2);
+    assert_eq!(services["cache"]["Port"], 6379, "{services}");
+    assert_eq!(services["api"]["EnableTagOverride"], true, "{services}");
+    let checks = agent.get("/v1/agent/checks").json();
+    assert_eq!(checks["web-ttl"]["Status"], "passing", "{checks}");
+    assert_eq!(
+        checks["web-ttl"]["Notes"],
+        "Checked by the deploy pipeline.\n"
+    );
+    for id in ["cache-ttl", "cache-http", "node-ttl"] {
+        assert!(checks.get(id).is_some(), "{id} in {checks}");
+    }
+    assert_eq!(checks["cache-http"]["ServiceID"], "cache");
+
+    // `limits = { … },` acts (Consul's 413 above the size).
+    assert_eq!(agent.put("/v1/kv/small", &[b'x'; 100]).status, 200);
+    assert_eq!(agent.put("/v1/kv/big", &[b'x'; 101]).status, 413);
+    // The node metadata with a quoted key, published by anti-entropy.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let node = loop {
+        let node = agent.get("/v1/catalog/node/forms").json();
+        if !node["Node"]["Meta"]["rack-id"].is_null() || Instant::now() > deadline {
+            break node;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(node["Node"]["Meta"]["rack-id"], "r7", "{node}");
+    assert_eq!(node["Node"]["Meta"]["zone"], "z2");
+    // The merged `ports` blocks and the DNS settings reached the agent's configuration.
+    let debug = agent.get("/v1/agent/self").json()["DebugConfig"].clone();
+    assert_eq!(debug["SerfPortWAN"], -1, "{debug}");
+    assert_eq!(
+        debug["SerfPortLAN"], 28801,
+        "the second `ports` block kept the first's keys"
+    );
+}
+
+/// `addresses { http = … }` binds the HTTP API there instead of `client_addr`, as in
+/// Consul; `addresses.grpc` and a `ports.grpc` with no gRPC server behind them are warned
+/// about rather than accepted silently.
+#[test]
+fn addresses_move_listeners_and_grpc_settings_warn() {
+    let client = common::fresh_loopback();
+    let http = common::fresh_loopback();
+    let args: Vec<String> = [
+        "agent",
+        "-dev",
+        "-bind",
+        &client.to_string(),
+        "-client",
+        &client.to_string(),
+        "-dns-port=-1",
+        "-hcl",
+        &format!("addresses {{ http = \"{http}\" grpc = \"{client}\" }} ports {{ grpc = 28702 }}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let agent = Agent::spawn(http, 8500, args);
+    agent.wait_ready();
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::new(client, 8500),
+            Duration::from_millis(500)
+        )
+        .is_err(),
+        "nothing listens for HTTP on client_addr"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("config: ports.grpc = 28702 is accepted but not acted on yet"),
+        "{log}"
+    );
+    assert!(
+        log.contains("config: addresses.grpc is accepted but not acted on yet"),
+        "{log}"
+    );
+}
+
+/// Keys Consul has whose meaning holds or is refused as Consul refuses it:
+/// `raft_protocol` other than 3 stops the agent with Consul's line, `session_ttl_min` moves
+/// the session TTL floor (and its error text), `tombstone_ttl` (no Consul key) is unknown,
+/// and keys praetor does not act on are warned about once each.
+#[test]
+fn consul_keys_act_warn_or_stop_as_consul_does() {
+    let (code, stderr) = agent_refusing(&["-dev", "-hcl", "raft_protocol = 2"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "raft_protocol version 2 is not supported by this version of Consul"
+    );
+    let (code, stderr) = agent_refusing(&["-dev", "-hcl", "reconnect_timeout_wan = \"1h\""]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(stderr.trim_end(), "reconnect_timeout_wan must be >= 8h0m0s");
+
+    let agent = Agent::dev(&[
+        "-hcl",
+        "raft_protocol = 3 session_ttl_min = \"2s\" tombstone_ttl = \"1h\" \
+         rejoin_after_leave = true discovery_max_stale = \"5s\" \
+         dns_config { disable_compression = true }",
+    ]);
+    let created = agent.put("/v1/session/create", br#"{"TTL":"3s"}"#);
+    assert_eq!(created.status, 200, "{}", created.text());
+    let refused = agent.put("/v1/session/create", br#"{"TTL":"1s"}"#);
+    assert_eq!(refused.status, 500);
+    assert_eq!(
+        refused.text(),
+        "Invalid Session TTL '1000000000', must be between [2s=24h0m0s]"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("ignoring unknown key \"tombstone_ttl\""),
+        "{log}"
+    );
+    for key in [
+        "rejoin_after_leave = true",
+        "discovery_max_stale",
+        "dns_config.disable_compression = true",
+    ] {
+        let line = format!("config: {key} is accepted but not acted on yet");
+        assert_eq!(log.matches(&line).count(), 1, "{line}: {log}");
+    }
+    assert!(!log.contains("raft_protocol"), "{log}");
 }

@@ -298,7 +298,12 @@ fn script_checks_need_enable_script_checks() {
 
 #[test]
 fn ttl_alias_thresholds_and_deregister_critical_service_after() {
-    let agent = Agent::dev(&[]);
+    // Consul reaps every 30 s and never sooner than a minute (`check_reap_interval`,
+    // `check_deregister_interval_min`); shortened here so the test need not wait that long.
+    let agent = Agent::dev(&[
+        "-hcl",
+        "check_reap_interval = \"1s\" check_deregister_interval_min = \"1s\"",
+    ]);
     register(
         &agent,
         json!({"Name": "backend", "ID": "backend-1", "Check": {"CheckID": "backend-ttl", "TTL": "2s"}}),

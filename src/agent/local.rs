@@ -342,8 +342,8 @@ impl LocalState {
     }
 
     /// Services whose critical checks ask for deregistration and have been critical long
-    /// enough (`deregister_critical_service_after`).
-    pub fn services_to_reap(&self, now: Instant) -> Vec<String> {
+    /// enough (`deregister_critical_service_after`, raised to `floor`).
+    pub fn services_to_reap(&self, now: Instant, floor: Duration) -> Vec<String> {
         let mut out = BTreeSet::new();
         for check in self.checks.values() {
             let (Some(spec), Some(since)) = (&check.spec, check.critical_since) else {
@@ -353,7 +353,7 @@ impl LocalState {
                 continue;
             }
             if let Some(after) = spec.deregister_critical_after() {
-                if now.saturating_duration_since(since) >= after {
+                if now.saturating_duration_since(since) >= after.max(floor) {
                     out.insert(check.service_id.clone());
                 }
             }
@@ -414,6 +414,7 @@ impl LocalState {
                         | CheckKind::Udp
                         | CheckKind::Grpc
                         | CheckKind::Script
+                        | CheckKind::H2ping
                 ) {
                     def.interval_ns = spec.interval().as_nanos() as i64;
                 }

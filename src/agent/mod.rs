@@ -46,8 +46,14 @@ use std::time::{Duration, Instant};
 pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often a non-leader looks for leadership to start reconciling.
 pub const LEADERSHIP_POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// How often TTL deadlines and `deregister_critical_service_after` are checked.
+/// How often TTL deadlines are checked.
 pub const REAP_INTERVAL: Duration = Duration::from_secs(1);
+/// Consul's `check_reap_interval`: how often services critical for longer than their
+/// `deregister_critical_service_after` are deregistered.
+pub const CHECK_REAP_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// Consul's `check_deregister_interval_min`: a shorter `deregister_critical_service_after`
+/// is raised to it (with a warning), so a service is never reaped on a brief failure.
+pub const CHECK_DEREGISTER_INTERVAL_MIN_DEFAULT: Duration = Duration::from_secs(60);
 /// Consul's default anti-entropy full-sync interval (`ae_interval`).
 pub const AE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// Consul's default `check_update_interval`: output-only check changes wait this long.
@@ -237,7 +243,15 @@ pub struct Agent {
     /// Notified on every change visible through the agent API.
     pub changed: Signal,
     pub ae_interval: Duration,
+    /// Output-only check changes wait this long before they sync; zero syncs them at once.
     pub check_update_interval: Duration,
+    /// The floor of `deregister_critical_service_after` (Consul's non-user setting, which
+    /// praetor reads from the config so tests need not wait a minute).
+    pub check_deregister_interval_min: Duration,
+    /// How often critical services are reaped (Consul's non-user setting, likewise).
+    pub check_reap_interval: Duration,
+    /// When services were last reaped.
+    pub last_service_reap: std::cell::Cell<Instant>,
     /// Where API registrations are kept across restarts (agents with a data directory).
     pub persist: Option<persist::Persister>,
 }
@@ -536,6 +550,7 @@ impl Agent {
                 }
             }
             for check in &def.checks {
+                self.warn_below_deregister_floor(check);
                 let generation = state.add_check(check.clone(), source, now);
                 started.push((check.clone(), generation));
             }
@@ -572,6 +587,7 @@ impl Agent {
 
     /// Adds or replaces a check; persisted when it came through the API.
     pub fn add_check(self: &Rc<Self>, check: CheckSpec, source: Source) {
+        self.warn_below_deregister_floor(&check);
         let generation = self
             .state
             .borrow_mut()
@@ -583,6 +599,20 @@ impl Agent {
         self.restore_check_state(&check);
         self.start_runner(check, generation);
         self.notify_changed();
+    }
+
+    /// Consul's warning for a `deregister_critical_service_after` below the floor it is
+    /// raised to (`LocalState::services_to_reap` applies the floor).
+    fn warn_below_deregister_floor(&self, check: &CheckSpec) {
+        if let Some(after) = check.deregister_critical_after() {
+            if after < self.check_deregister_interval_min {
+                log::warn!(
+                    "agent: check {:?} has deregister interval below minimum: minimum_interval={:?}",
+                    check.id,
+                    self.check_deregister_interval_min
+                );
+            }
+        }
     }
 
     /// Puts a service (`service_id` non-empty) or the node into maintenance: a critical
@@ -699,6 +729,7 @@ impl Agent {
             CheckKind::Tcp => checks::tcp(&def.tcp, spec.timeout()).await,
             CheckKind::Udp => checks::udp(&def.udp, spec.timeout()).await,
             CheckKind::Grpc => checks::grpc::probe(&def.grpc, spec.timeout()).await,
+            CheckKind::H2ping => checks::h2ping::probe(def, spec.timeout()).await,
             CheckKind::Script => {
                 let timeout = if def.timeout_ns > 0 {
                     spec.timeout()
@@ -820,9 +851,19 @@ impl Agent {
     /// `deregister_critical_service_after`.
     fn reap(&self) {
         let now = Instant::now();
+        let reap_services =
+            now.saturating_duration_since(self.last_service_reap.get()) >= self.check_reap_interval;
+        if reap_services {
+            self.last_service_reap.set(now);
+        }
         let (expired, doomed) = {
             let state = self.state.borrow();
-            (state.expired_ttls(now), state.services_to_reap(now))
+            let doomed = if reap_services {
+                state.services_to_reap(now, self.check_deregister_interval_min)
+            } else {
+                Vec::new()
+            };
+            (state.expired_ttls(now), doomed)
         };
         for id in expired {
             let update =
@@ -915,11 +956,20 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
     let client = CatalogClient::new(shard.clone(), pools.servers.clone());
     let agent = Rc::new(Agent {
         ae_interval: duration_setting(&config, "ae_interval", AE_INTERVAL_DEFAULT),
-        check_update_interval: duration_setting(
+        check_update_interval: config
+            .raw_str("check_update_interval")
+            .and_then(|t| crate::proto::duration::parse_go_duration(t).ok())
+            .unwrap_or(CHECK_UPDATE_INTERVAL_DEFAULT),
+        check_deregister_interval_min: config
+            .raw_str("check_deregister_interval_min")
+            .and_then(|t| crate::proto::duration::parse_go_duration(t).ok())
+            .unwrap_or(CHECK_DEREGISTER_INTERVAL_MIN_DEFAULT),
+        check_reap_interval: duration_setting(
             &config,
-            "check_update_interval",
-            CHECK_UPDATE_INTERVAL_DEFAULT,
+            "check_reap_interval",
+            CHECK_REAP_INTERVAL_DEFAULT,
         ),
+        last_service_reap: std::cell::Cell::new(Instant::now()),
         shard: shard.clone(),
         pools,
         client,

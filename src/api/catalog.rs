@@ -5,13 +5,13 @@
 //! Every read is a [`Query`] whose `WatchSet` names exactly what it depends on: one service's
 //! index key for service queries, one node's keys for node queries, the table for lists.
 
-use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
-};
+use super::agent_cache;
+use super::peer::{self, Empty};
+use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
-use crate::consul::registration::parse_registration;
+use crate::consul::registration::{parse_registration, PEER_REGISTRATION_REFUSED};
 use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read;
@@ -45,8 +45,13 @@ fn check_body_datacenter(ctx: &Context, datacenter: &str) -> Result<(), ApiError
 pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::consul::metrics::CATALOG_REGISTERS.add(1);
     super::check_datacenter(ctx, &request.query)?;
-    let registration = parse_registration(request.body, &ctx.config().datacenter)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let registration = parse_registration(request.body, &ctx.config().datacenter).map_err(|e| {
+        if e == PEER_REGISTRATION_REFUSED {
+            ApiError::Internal(e)
+        } else {
+            ApiError::bad_request(format!("Request decode failed: {e}"))
+        }
+    })?;
     check_body_datacenter(ctx, &registration.datacenter)?;
     Ok(write_result(Command::Catalog(CatalogOp::Register(
         Box::new(registration),
@@ -152,7 +157,7 @@ pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             .then(|| super::coordinate::distances_from(ctx, near))
             .flatten(),
     };
-    run_query(ctx, query, options, reply)
+    peer::run(ctx, request, query, options, Empty::List, reply)
 }
 
 struct NodesQuery {
@@ -207,11 +212,18 @@ impl Query for NodesQuery {
 /// `GET /v1/catalog/services`.
 pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if peer::named(request).is_some() {
+        // Consul's `Catalog.ListServices`: the answer's service names carry no peer, so
+        // their ACL filtering could not tell imported names from local ones.
+        return Err(ApiError::Internal(
+            "listing service names imported from a peer is not supported".to_string(),
+        ));
+    }
     let query = ServicesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::SERVICE_NODE)?,
     };
-    run_query(ctx, query, options, reply)
+    agent_cache::run(ctx, request, query, options, reply)
 }
 
 struct ServicesQuery {
@@ -533,7 +545,10 @@ fn service_nodes(
         filter::SERVICE_NODE,
     )?
     .with_near(ctx, request);
-    run_query(ctx, query, options, reply)
+    if peer::named(request).is_some() {
+        return peer::run(ctx, request, query, options, Empty::List, reply);
+    }
+    agent_cache::run(ctx, request, query, options, reply)
 }
 
 /// `/v1/catalog/node/<n>` (a map of services) or `/v1/catalog/node-services/<n>` (a list).
@@ -639,7 +654,12 @@ fn node_services_of(
         as_list,
         filter: parse_filter(request, filter::NODE_SERVICE)?,
     };
-    run_query(ctx, query, options, reply)
+    let empty = if as_list {
+        Empty::NodeServices
+    } else {
+        Empty::Null
+    };
+    peer::run(ctx, request, query, options, empty, reply)
 }
 
 #[cfg(test)]

@@ -206,6 +206,7 @@ impl Context {
             known_leader: leader.known,
             last_contact_ms: leader.last_contact_ms,
             consistency,
+            cache: None,
         }
     }
 

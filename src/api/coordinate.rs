@@ -1,16 +1,23 @@
-//! `/v1/coordinate/nodes`, `/v1/coordinate/node/<node>` and `/v1/coordinate/datacenters`:
-//! serf's Vivaldi coordinates as this agent's gossip pools know them (every probe's ack
-//! carries the peer's coordinate, see `crate::gossip::coordinate`).
+//! `/v1/coordinate/nodes`, `/v1/coordinate/node/<node>`, `/v1/coordinate/datacenters` and
+//! `PUT /v1/coordinate/update`: serf's Vivaldi coordinates.
 //!
 //! Consul serves node coordinates from the catalog, where agents upload their own; praetor
-//! answers from the agent's pool directly, which holds the same coordinates each node
-//! computes for itself. Members that left are not listed. `datacenters` lists this
-//! datacenter's servers from the WAN pool when it runs, else from the LAN pool.
+//! answers a gossip member's coordinate from the agent's pool directly (every probe's ack
+//! carries the peer's coordinate, see `crate::gossip::coordinate`), which holds the same
+//! coordinate that node computes for itself. `PUT /v1/coordinate/update` writes a
+//! coordinate into the catalog (`CatalogOp::Coordinates`) for what gossip cannot know:
+//! nodes outside the pool, such as the external nodes consul-esm measures. A read answers
+//! a pool member from the pool and any other catalog node from its stored coordinate; so
+//! does `?near=`. Members that left are not listed. `datacenters` lists this datacenter's
+//! servers from the WAN pool when it runs, else from the LAN pool.
 
-use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request};
+use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request, WriteOp};
 use crate::cluster::gossip::GossipHandle;
+use crate::consul::body::{parse_json, Obj};
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
+use crate::store::catalog::{CatalogOp, CoordinateUpdate, NodeCoordinate};
+use crate::store::{Command, CommandResult};
 use std::collections::HashMap;
 
 /// Consul's JSON for a coordinate.
@@ -21,6 +28,43 @@ pub fn coordinate_json(c: &Coordinate) -> serde_json::Value {
         "Adjustment": c.adjustment,
         "Height": c.height,
     })
+}
+
+/// A coordinate the catalog stores, in gossip's type.
+fn from_stored(stored: &NodeCoordinate) -> Coordinate {
+    Coordinate {
+        vec: stored.vec.clone(),
+        error: stored.error,
+        adjustment: stored.adjustment,
+        height: stored.height,
+    }
+}
+
+/// The coordinate the catalog stores for `node` (written by `/v1/coordinate/update`).
+fn stored_coordinate(ctx: &Context, node: &str) -> Option<Coordinate> {
+    let version = ctx.current_version();
+    let stored = version
+        .catalog
+        .coordinates
+        .get(&*crate::store::catalog::rows::fold(node))?;
+    Some(from_stored(stored))
+}
+
+/// Every pool member's coordinate and, for catalog nodes outside the pool, the stored one;
+/// sorted by node name.
+fn all_coordinates(ctx: &Context, handle: &GossipHandle) -> Vec<(String, Coordinate)> {
+    let mut out = node_coordinates(handle);
+    let version = ctx.current_version();
+    for stored in version.catalog.coordinates.values() {
+        if !out
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case(&stored.node))
+        {
+            out.push((stored.node.to_string(), from_stored(stored)));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// Every member's latest coordinate that is still in the pool (not left), sorted by node
@@ -68,12 +112,28 @@ pub fn distances_from(ctx: &Context, near: &str) -> Option<HashMap<String, f64>>
     let origin = if near == handle.local_name() {
         (*local).clone()
     } else {
-        coordinates.get(near)?.clone()
+        match coordinates.get(near) {
+            Some(c) => c.clone(),
+            None => stored_coordinate(ctx, near)?,
+        }
     };
-    let mut distances: HashMap<String, f64> = coordinates
-        .iter()
-        .map(|(name, c)| (name.clone(), distance_seconds(&origin, c)))
+    let version = ctx.current_version();
+    let mut distances: HashMap<String, f64> = version
+        .catalog
+        .coordinates
+        .values()
+        .map(|c| {
+            (
+                c.node.to_string(),
+                distance_seconds(&origin, &from_stored(c)),
+            )
+        })
         .collect();
+    distances.extend(
+        coordinates
+            .iter()
+            .map(|(name, c)| (name.clone(), distance_seconds(&origin, c))),
+    );
     distances.insert(
         handle.local_name().to_string(),
         distance_seconds(&origin, &local),
@@ -98,7 +158,10 @@ pub fn sort_by_distance<T>(
         if name == handle.local_name() {
             Some((*local).clone())
         } else {
-            coordinates.get(name).cloned()
+            coordinates
+                .get(name)
+                .cloned()
+                .or_else(|| stored_coordinate(ctx, name))
         }
     };
     let Some(origin) = lookup(near) else {
@@ -153,7 +216,7 @@ fn node_entries(
             ));
         }
     }
-    let entries: Vec<serde_json::Value> = node_coordinates(&handle)
+    let entries: Vec<serde_json::Value> = all_coordinates(ctx, &handle)
         .iter()
         .filter(|(name, _)| node.is_none_or(|n| n == name))
         .map(|(name, c)| entry_json(name, c))
@@ -205,4 +268,84 @@ pub fn datacenters(
     }]);
     reply.json(200, b"", &body);
     Ok(Outcome::Done)
+}
+
+/// Consul's wording for a coordinate that carries a non-finite number (or none at all).
+const INVALID_COORDINATE: &str = "invalid coordinate";
+/// Consul's wording for a coordinate of another dimensionality than this agent's.
+const INCOMPATIBLE_COORDINATE: &str = "incompatible coordinate";
+
+/// Reads one number of a coordinate; absent is zero, as Go decodes it.
+fn coordinate_number(obj: &Obj, name: &str) -> Result<f64, ApiError> {
+    match obj.get(&[name]) {
+        None | Some(serde_json::Value::Null) => Ok(0.0),
+        Some(value) => value.as_f64().ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "Request decode failed: Coord.{name}: expected a number, got {value}"
+            ))
+        }),
+    }
+}
+
+/// `PUT /v1/coordinate/update`: stores a node's coordinate in the catalog (Consul's
+/// `Coordinate.Update`). The body is `{"Node", "Segment", "Coord": {"Vec", "Error",
+/// "Adjustment", "Height"}}`; a coordinate with a non-finite number is "invalid", one of
+/// another dimensionality than this agent's "incompatible", both answered 500 as Consul's
+/// RPC errors are. A node the catalog does not hold is accepted and dropped, as in Consul.
+/// Success is 200 with an empty body.
+pub fn update(ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
+    let decode_failed = |e: String| ApiError::bad_request(format!("Request decode failed: {e}"));
+    let value = parse_json(request.body).map_err(decode_failed)?;
+    let obj = Obj::new(&value).map_err(decode_failed)?;
+    let node = obj.string(&["node"]).map_err(decode_failed)?;
+    let segment = obj.string(&["segment"]).map_err(decode_failed)?;
+    let Some(coord) = obj.obj(&["coord"]).map_err(decode_failed)? else {
+        return Err(ApiError::Internal(INVALID_COORDINATE.to_string()));
+    };
+    let vec: Vec<f64> = match coord.get(&["vec"]) {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_f64().ok_or_else(|| {
+                    decode_failed(format!("Coord.Vec: expected numbers, got {item}"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(decode_failed(format!(
+                "Coord.Vec: expected a list of numbers, got {other}"
+            )))
+        }
+    };
+    let update = CoordinateUpdate {
+        node,
+        segment,
+        vec,
+        error: coordinate_number(&coord, "error")?,
+        adjustment: coordinate_number(&coord, "adjustment")?,
+        height: coordinate_number(&coord, "height")?,
+    };
+    let finite = update.vec.iter().all(|x| x.is_finite())
+        && [update.error, update.adjustment, update.height]
+            .iter()
+            .all(|x| x.is_finite());
+    if !finite {
+        return Err(ApiError::Internal(INVALID_COORDINATE.to_string()));
+    }
+    let dimensions = match ctx.lan() {
+        Some(handle) => handle.local_coordinate().vec.len(),
+        None => crate::gossip::coordinate::VivaldiConfig::default().dimensionality,
+    };
+    if update.vec.len() != dimensions {
+        return Err(ApiError::Internal(INCOMPATIBLE_COORDINATE.to_string()));
+    }
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Catalog(CatalogOp::Coordinates(vec![update])),
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            _ => reply.send(200, None, b"", b""),
+        }),
+    }))
 }

@@ -1,10 +1,10 @@
 //! `/v1/health/*`: checks by node, by service and by state, and the health view of a
 //! service (`CheckServiceNode`s, `?passing`), all blocking-capable with precise wake-ups.
 
+use super::agent_cache;
 use super::catalog::{node_meta_filters, parse_filter, ServiceQuery, ServiceView};
-use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
-};
+use super::peer::{self, Empty};
+use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
 use crate::consul::render;
@@ -64,7 +64,10 @@ fn service_health(
         filter::CHECK_SERVICE_NODE,
     )?
     .with_near(ctx, request);
-    run_query(ctx, query, options, reply)
+    if peer::named(request).is_some() {
+        return peer::run(ctx, request, query, options, Empty::List, reply);
+    }
+    agent_cache::run(ctx, request, query, options, reply)
 }
 
 /// `GET /v1/health/checks/<s>`.
@@ -86,7 +89,7 @@ pub fn service_checks(
         options.is_blocking(),
         filter::HEALTH_CHECK,
     )?;
-    run_query(ctx, query, options, reply)
+    peer::run(ctx, request, query, options, Empty::List, reply)
 }
 
 fn write_checks<'c>(
@@ -144,7 +147,7 @@ pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
         folded: Arc::from(&*fold(name)),
         filter: parse_filter(request, filter::HEALTH_CHECK)?,
     };
-    run_query(ctx, query, options, reply)
+    peer::run(ctx, request, query, options, Empty::List, reply)
 }
 
 struct StateQuery {
@@ -191,5 +194,5 @@ pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::HEALTH_CHECK)?,
     };
-    run_query(ctx, query, options, reply)
+    peer::run(ctx, request, query, options, Empty::List, reply)
 }

@@ -13,6 +13,7 @@
 
 pub mod acl;
 pub mod agent;
+pub mod agent_cache;
 pub mod agent_local;
 pub mod authz;
 pub mod body_cache;
@@ -27,6 +28,7 @@ pub mod keyring;
 pub mod kv;
 pub mod members;
 pub mod operator;
+pub mod peer;
 pub mod routes;
 pub mod server;
 pub mod session;
@@ -173,6 +175,8 @@ pub struct QueryMeta {
     pub known_leader: bool,
     pub last_contact_ms: u64,
     pub consistency: Consistency,
+    /// `X-Cache` and `Age` of a `?cached` read (`agent_cache`).
+    pub cache: Option<agent_cache::CacheMeta>,
 }
 
 impl QueryMeta {
@@ -190,6 +194,9 @@ impl QueryMeta {
         headers.extend_from_slice(b"\r\nX-Consul-Effective-Consistency: ");
         headers.extend_from_slice(self.consistency.as_str().as_bytes());
         headers.extend_from_slice(b"\r\n");
+        if let Some(cache) = self.cache {
+            cache.write_headers(headers);
+        }
     }
 }
 

@@ -222,6 +222,8 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/coordinate/node/"),               GET,                 Standard, ANSWERS, NodeFromRest, coordinate::node),
     route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, NodeReadAll, coordinate::nodes),
     route(Exact("/v1/coordinate/datacenters"),          GET,                 Standard, ANSWERS, Acl::None,  coordinate::datacenters),
+    // `node:write` on the body's `Node`, the rule of a registration without a service.
+    route(Exact("/v1/coordinate/update"),               PUT,                 Standard, ANSWERS, CatalogRegister, coordinate::update),
 
     route(Exact("/v1/session/create"),                  PUT,                 Standard, ANSWERS, SessionCreate, session::create),
     route(Prefix("/v1/session/destroy/"),               PUT,                 Standard, ANSWERS, SessionById, session::destroy),

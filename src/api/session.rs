@@ -22,7 +22,7 @@ use crate::shard::watch::WatchSet;
 use crate::store::catalog::SERF_CHECK_ID;
 use crate::store::session::{
     self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
-    SESSION_CHECKS_MAX, SESSION_NAME_BYTES_MAX, SESSION_TTL_MAX_NS, SESSION_TTL_MIN_NS,
+    SESSION_CHECKS_MAX, SESSION_NAME_BYTES_MAX, SESSION_TTL_MAX_NS,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use serde_json::Value;
@@ -139,11 +139,12 @@ fn decode_create(body: &[u8], default_node: &str) -> Result<(Session, String), S
     Ok((session, obj.string(&["behavior"])?))
 }
 
-/// Consul's Go formatting of the TTL bounds, for its error text.
-fn ttl_bounds_text() -> String {
+/// Consul's Go formatting of the TTL bounds (`session_ttl_min` and the fixed maximum), for
+/// its error text.
+fn ttl_bounds_text(min_ns: i64) -> String {
     format!(
         "[{}={}]",
-        format_go_duration(SESSION_TTL_MIN_NS),
+        format_go_duration(min_ns),
         format_go_duration(SESSION_TTL_MAX_NS)
     )
 }
@@ -168,10 +169,11 @@ pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         let ttl = parse_go_duration_nanos(&session.ttl).map_err(|e| {
             ApiError::Internal(format!("Session TTL '{}' invalid: {e}", session.ttl))
         })?;
-        if ttl != 0 && !(SESSION_TTL_MIN_NS..=SESSION_TTL_MAX_NS).contains(&ttl) {
+        let min_ns = ctx.config().session_ttl_min_ns;
+        if ttl != 0 && !(min_ns..=SESSION_TTL_MAX_NS).contains(&ttl) {
             return Err(ApiError::Internal(format!(
                 "Invalid Session TTL '{ttl}', must be between {}",
-                ttl_bounds_text()
+                ttl_bounds_text(min_ns)
             )));
         }
     }

@@ -146,6 +146,7 @@ mod tests {
                 known_leader: true,
                 last_contact_ms: 0,
                 consistency: Consistency::Leader,
+                cache: None,
             },
             keep_alive: true,
             pretty: false,

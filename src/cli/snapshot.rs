@@ -23,6 +23,9 @@ pub struct FileArgs {
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
+    /// Output format: pretty or json (Consul's `-format`).
+    #[arg(long = "format", default_value = "pretty")]
+    pub format: String,
     pub file: PathBuf,
 }
 
@@ -59,11 +62,13 @@ pub fn run(command: SnapshotCommand) -> Result<i32, String> {
         SnapshotCommand::Inspect(args) => {
             let data = std::fs::read(&args.file)
                 .map_err(|e| format!("Error opening snapshot file: {e}"))?;
-            print!(
-                "{}",
-                crate::api::snapshot::inspect(&data)
-                    .map_err(|e| format!("Error inspecting snapshot: {e}"))?
-            );
+            let text = match args.format.as_str() {
+                "pretty" => crate::api::snapshot::inspect(&data),
+                "json" => crate::api::snapshot::inspect_json(&data),
+                other => return Err(format!("Unknown format: {other}")),
+            }
+            .map_err(|e| format!("Error inspecting snapshot: {e}"))?;
+            print!("{text}");
             Ok(0)
         }
     }

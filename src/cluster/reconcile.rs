@@ -125,8 +125,9 @@ pub fn reaped_ops(version: &crate::store::Tables, members: &[Member]) -> Vec<Cat
 
 /// The registration that makes `member` alive in the catalog, or `None` when the catalog
 /// already says so. A node row that already has the member's address and ID is not written
-/// (its tagged addresses and meta are the member's own agent's); a different row is
-/// rewritten with the member's address and ID, keeping the meta and tagged addresses read.
+/// (its tagged addresses and meta are the member's own agent's); a different row gets the
+/// member's address and ID and keeps the meta and tagged addresses it holds when the
+/// registration applies (`Registration::keep_node_meta`).
 pub fn member_registration(member: &Member, current: &NodeState) -> Option<Registration> {
     let service = member.server_port.map(consul_service);
     let (want_status, want_output) = if member.alive {
@@ -160,32 +161,17 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
         return None;
     }
     // The node row's meta and tagged addresses belong to the member's own agent (its
-    // anti-entropy writes them). When the row already names the member's address and ID, the
-    // registration leaves the row alone: copying a read row back would overwrite whatever the
-    // agent wrote between this read and the apply. Only a row that must change (a new
-    // address or ID) is rewritten, keeping what was read, since Consul keeps a node's meta
-    // across an address change too.
-    let (tagged_addresses, node_meta) = match (&current.node, node_matches) {
-        (Some(node), false) => (
-            node.tagged_addresses
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            node.meta
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        ),
-        _ => (Vec::new(), Vec::new()),
-    };
+    // anti-entropy writes them), and this registration may have been computed before that
+    // write landed: `keep_node_meta` keeps whatever the row holds when it applies, so only a
+    // new address or ID is written over it (Consul keeps a node's meta across an address
+    // change too). A row that does not exist yet is created bare; the agent fills it in.
     Some(Registration {
         id: member.id.clone(),
         node: member.name.clone(),
         address: member.address.clone(),
         datacenter: member.datacenter.clone(),
-        tagged_addresses,
-        node_meta,
         skip_node_update: node_matches,
+        keep_node_meta: true,
         service,
         checks: vec![CheckRegistration {
             node: member.name.clone(),
@@ -195,6 +181,7 @@ pub fn member_registration(member: &Member, current: &NodeState) -> Option<Regis
             output: want_output.into(),
             ..Default::default()
         }],
+        ..Default::default()
     })
 }
 
@@ -205,6 +192,53 @@ mod tests {
     use crate::store::catalog::CatalogOp;
     use crate::store::{Command, Tables};
     use std::sync::Arc;
+
+    /// The race that lost a fresh agent's metadata for a whole anti-entropy interval: the
+    /// reconcile reads the catalog before the node exists, the agent's own sync registers
+    /// the node with its metadata, then the reconcile's registration applies. It must not
+    /// erase what the agent wrote.
+    #[test]
+    fn a_reconcile_computed_before_the_agents_write_keeps_its_metadata() {
+        let member = Member {
+            name: "fresh".into(),
+            id: "b6c7a2fa-3d83-4e2b-9b66-0b8d8f2a4c12".into(),
+            address: "10.0.0.2".into(),
+            datacenter: "dc1".into(),
+            server_port: Some(8300),
+            alive: true,
+        };
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        let before = Arc::new(tables.clone());
+        let reg = member_registration(&member, &node_state_in(&before, "fresh"))
+            .expect("an absent node is registered");
+        assert!(!reg.skip_node_update, "the row does not exist yet");
+        let agent_sync = Registration {
+            id: member.id.clone(),
+            node: "fresh".into(),
+            address: "10.0.0.2".into(),
+            datacenter: "dc1".into(),
+            tagged_addresses: vec![("lan".into(), "10.0.0.2".into())],
+            node_meta: vec![("consul-version".into(), "1.22.0".into())],
+            ..Default::default()
+        };
+        tables.apply(
+            1,
+            &Command::Catalog(CatalogOp::Register(Box::new(agent_sync))),
+            &mut changes,
+        );
+        tables.apply(
+            2,
+            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+            &mut changes,
+        );
+        let after = Arc::new(tables);
+        let node = node_state_in(&after, "fresh").node.expect("registered");
+        assert_eq!(&**node.meta.get("consul-version").unwrap(), "1.22.0");
+        assert_eq!(&**node.tagged_addresses.get("lan").unwrap(), "10.0.0.2");
+        // And the serf check and consul service arrived with it.
+        assert!(member_registration(&member, &node_state_in(&after, "fresh")).is_none());
+    }
 
     #[test]
     fn reconcile_registers_once_and_keeps_agent_metadata() {

@@ -84,6 +84,9 @@ pub struct AgentConfig {
     pub bind_addr: IpAddr,
     pub advertise_addr: Option<IpAddr>,
     pub client_addrs: Vec<IpAddr>,
+    /// Where the HTTP, HTTPS and DNS listeners bind (`addresses.*`, each defaulting to
+    /// `client_addr`).
+    pub addresses: Addresses,
     pub ports: Ports,
     /// Shard threads; 0 means one per available core.
     pub shards: usize,
@@ -112,6 +115,10 @@ pub struct AgentConfig {
     /// Skip the graceful leave on SIGINT (Consul's `skip_leave_on_interrupt`: true on
     /// servers, false on clients).
     pub skip_leave_on_interrupt: bool,
+    /// Shortest session TTL accepted (`session_ttl_min`, Consul's default 10 s), in ns.
+    pub session_ttl_min_ns: i64,
+    /// `http_config.use_cache` (default true): whether `?cached` reads use the agent cache.
+    pub http_use_cache: bool,
     /// Settings parsed and checked but not acted on yet; each one given was warned about.
     pub pending: PendingSettings,
     /// `acl { … }`, `primary_datacenter` and the legacy ACL keys.
@@ -477,6 +484,20 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let unknown_keys = schema::unknown_keys(&raw);
     let mut warnings = Vec::new();
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
+    inert_settings(&raw, &ports, &mut warnings)?;
+    let addresses = addresses_from(&raw, &client_addrs)?;
+    let session_ttl_min_ns = match get_duration(&raw, "session_ttl_min")? {
+        None => crate::store::session::SESSION_TTL_MIN_NS,
+        Some(min) => i64::try_from(min.as_nanos())
+            .ok()
+            .filter(|ns| *ns > 0 && *ns <= crate::store::session::SESSION_TTL_MAX_NS)
+            .ok_or_else(|| {
+                format!(
+                    "session_ttl_min: {}s is not a positive duration within the longest session TTL",
+                    min.as_secs()
+                )
+            })?,
+    };
     let node_meta = node_meta_from(&raw)?;
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
     warnings.extend(tls.not_active_warnings(&ports));
@@ -501,6 +522,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         bind_addr,
         advertise_addr,
         client_addrs,
+        addresses,
         ports,
         shards: shards as usize,
         log_level: get_string(&raw, "log_level")?
@@ -517,6 +539,10 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         disable_remote_exec,
         leave_on_terminate,
         skip_leave_on_interrupt,
+        session_ttl_min_ns,
+        http_use_cache: get_bool(section(&raw, "http_config", &Map::new())?, "use_cache")
+            .map_err(|e| format!("http_config.{e}"))?
+            .unwrap_or(true),
         pending,
         acl: acl::AclConfig::from_raw(&raw)?,
         tls,
@@ -543,6 +569,146 @@ fn section<'a>(
 /// The startup warning for a setting praetor accepts but does not act on yet.
 fn not_acted_on(setting: &str, why: &str) -> String {
     format!("config: {setting} is accepted but not acted on yet: {why}")
+}
+
+/// Listener addresses per interface (Consul's `addresses { http, https, dns }`): each a
+/// space-separated list of IPs, `client_addr` when absent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    pub http: Vec<IpAddr>,
+    pub https: Vec<IpAddr>,
+    pub dns: Vec<IpAddr>,
+}
+
+fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Addresses, String> {
+    let empty = Map::new();
+    let section = section(raw, "addresses", &empty)?;
+    let listener = |key: &str| -> Result<Vec<IpAddr>, String> {
+        let path = format!("addresses.{key}");
+        match get_string(section, key).map_err(|e| format!("addresses.{e}"))? {
+            None => Ok(client.to_vec()),
+            Some(text) if text.starts_with("unix://") => Err(format!(
+                "{path} = {text:?}: praetor's agent listens on IP addresses only, not Unix sockets"
+            )),
+            Some(text) => {
+                let ips = text
+                    .split_whitespace()
+                    .map(|t| parse_ip(&path, t))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if ips.is_empty() {
+                    return Err(format!("{path}: no address given"));
+                }
+                Ok(ips)
+            }
+        }
+    };
+    Ok(Addresses {
+        http: listener("http")?,
+        https: listener("https")?,
+        dns: listener("dns")?,
+    })
+}
+
+/// Settings Consul has that change nothing in praetor, validated as Consul validates them
+/// and warned about when they ask for something praetor does not do. A setting whose
+/// asked-for behaviour holds by construction (`raft_protocol = 3`, `disable_update_check
+/// = true`, `dns_config.use_cache`, whose stale answers are allowed, never required) passes
+/// silently.
+fn inert_settings(
+    raw: &Map<String, Value>,
+    ports: &Ports,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
+    if let Some(version) = get_i64(raw, "raft_protocol")? {
+        if version != 3 {
+            return Err(format!(
+                "raft_protocol version {version} is not supported by this version of Consul"
+            ));
+        }
+    }
+    let empty = Map::new();
+    if ports.grpc >= 0 {
+        warnings.push(not_acted_on(
+            &format!("ports.grpc = {}", ports.grpc),
+            "praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
+        ));
+    }
+    let addresses = section(raw, "addresses", &empty)?;
+    for key in ["grpc", "grpc_tls"] {
+        if get_string(addresses, key)
+            .map_err(|e| format!("addresses.{e}"))?
+            .is_some()
+        {
+            warnings.push(not_acted_on(
+                &format!("addresses.{key}"),
+                "praetor has no gRPC server",
+            ));
+        }
+    }
+    let dns = section(raw, "dns_config", &empty)?;
+    for (key, why) in [
+        ("disable_compression", "DNS answers are always compressed"),
+        (
+            "prefer_namespace",
+            "namespaces are a Consul Enterprise feature",
+        ),
+    ] {
+        if get_bool(dns, key).map_err(|e| format!("dns_config.{e}"))? == Some(true) {
+            warnings.push(not_acted_on(&format!("dns_config.{key} = true"), why));
+        }
+    }
+    if get_bool(raw, "disable_update_check")? == Some(false) {
+        warnings.push(not_acted_on(
+            "disable_update_check = false",
+            "praetor never contacts anyone to check for updates",
+        ));
+    }
+    if get_bool(raw, "rejoin_after_leave")? == Some(true) {
+        warnings.push(not_acted_on(
+            "rejoin_after_leave = true",
+            "an agent that left does not rejoin its previous members at start",
+        ));
+    }
+    let reconnect_timeout_wan = get_duration(raw, "reconnect_timeout_wan")?;
+    if let Some(timeout) = reconnect_timeout_wan {
+        if timeout < RECONNECT_TIMEOUT_MIN {
+            return Err("reconnect_timeout_wan must be >= 8h0m0s".to_string());
+        }
+    }
+    let given = |key: &str| raw.get(key).is_some_and(|v| !v.is_null());
+    for (key, why) in [
+        (
+            "discovery_max_stale",
+            "service discovery reads are served as their consistency mode asks",
+        ),
+        (
+            "raft_snapshot_interval",
+            "servers check for a snapshot after every applied batch (raft_snapshot_threshold)",
+        ),
+        (
+            "reconnect_timeout_wan",
+            "failed WAN members are reaped after 72h",
+        ),
+        ("retry_interval_wan", "WAN joins retry on the LAN schedule"),
+        ("retry_max_wan", "WAN joins retry on the LAN schedule"),
+        (
+            "server_name",
+            "outgoing TLS checks server.<datacenter>.<domain>",
+        ),
+        (
+            "watches",
+            "the agent runs no watch handlers; `praetor watch` runs them from the command line",
+        ),
+        (
+            "connect",
+            "praetor has no service mesh (Connect CA, intentions, proxies)",
+        ),
+    ] {
+        if given(key) {
+            warnings.push(not_acted_on(key, why));
+        }
+    }
+    Ok(())
 }
 
 /// Consul's limits on node metadata (`structs.ValidateNodeMetadata`).
@@ -684,8 +850,6 @@ pub struct PendingSettings {
     pub http_response_headers: Vec<(String, String)>,
     /// `http_config.allow_write_http_from` (empty: writes from anywhere).
     pub allow_write_http_from: Vec<IpNetwork>,
-    /// `http_config.use_cache`.
-    pub http_use_cache: bool,
     /// `primary_datacenter` (`acl_datacenter` is its old name); defaults to `datacenter`.
     pub primary_datacenter: String,
     /// `reconnect_timeout`: how long a failed LAN member is kept before it is reaped.
@@ -776,13 +940,6 @@ fn pending_settings(
         warnings.push(not_acted_on(
             "http_config.allow_write_http_from",
             "writes are accepted from every client address",
-        ));
-    }
-    let http_use_cache = get_bool(http, "use_cache").map_err(in_section("http_config"))?;
-    if let Some(v) = http_use_cache {
-        warnings.push(not_acted_on(
-            &format!("http_config.use_cache = {v}"),
-            "praetor has no agent cache; `?cached` reads are answered fresh",
         ));
     }
 
@@ -905,7 +1062,6 @@ fn pending_settings(
         rpc_max_burst: rpc_max_burst.unwrap_or(RPC_MAX_BURST_DEFAULT),
         http_response_headers,
         allow_write_http_from,
-        http_use_cache: http_use_cache.unwrap_or(true),
         primary_datacenter,
         reconnect_timeout: reconnect_timeout.unwrap_or(RECONNECT_TIMEOUT_DEFAULT),
         raft_multiplier: raft_multiplier
@@ -1447,7 +1603,7 @@ mod tests {
                 prefix_bits: 8
             }
         );
-        assert!(!p.http_use_cache);
+        assert!(!c.http_use_cache);
         assert_eq!(p.primary_datacenter, "primary");
         assert_eq!(p.reconnect_timeout, Duration::from_secs(9 * 3600));
         assert_eq!(p.raft_multiplier, 3);
@@ -1477,7 +1633,6 @@ mod tests {
                 "limits.rpc_max_burst",
                 "http_config.response_headers",
                 "http_config.allow_write_http_from",
-                "http_config.use_cache",
                 "primary_datacenter",
                 "reconnect_timeout",
                 "performance.raft_multiplier",

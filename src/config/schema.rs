@@ -89,6 +89,14 @@ const AUTO_ENCRYPT: &[Field] = &[
     field("ip_san", Kind::StrList),
 ];
 
+const ADDRESSES: &[Field] = &[
+    field("http", Kind::Str),
+    field("https", Kind::Str),
+    field("dns", Kind::Str),
+    field("grpc", Kind::Str),
+    field("grpc_tls", Kind::Str),
+];
+
 const LIMITS: &[Field] = &[
     field("http_max_conns_per_client", Kind::Int),
     field("rpc_rate", Kind::Float),
@@ -162,7 +170,7 @@ pub const TOP_LEVEL: &[Field] = &[
     field("acl_replication_token", Kind::Str),
     field("acl_token", Kind::Str),
     field("acl_ttl", Kind::Duration),
-    field("addresses", Kind::Any),
+    field("addresses", Kind::Object(ADDRESSES)),
     field("advertise_addr", Kind::Str),
     field("advertise_addr_wan", Kind::Str),
     field("auto_encrypt", Kind::Object(AUTO_ENCRYPT)),
@@ -178,6 +186,10 @@ pub const TOP_LEVEL: &[Field] = &[
     field("cert_file", Kind::Str),
     field("check", Kind::Any),
     field("check_update_interval", Kind::Duration),
+    // Consul's non-user `check_deregister_interval_min` and `check_reap_interval`, read so
+    // that tests can shorten them (as `ae_interval`).
+    field("check_deregister_interval_min", Kind::Duration),
+    field("check_reap_interval", Kind::Duration),
     field("checks", Kind::Any),
     field("client_addr", Kind::Str),
     field("connect", Kind::Any),
@@ -237,7 +249,6 @@ pub const TOP_LEVEL: &[Field] = &[
     field("tls_cipher_suites", Kind::Str),
     field("tls_min_version", Kind::Str),
     field("tls_prefer_server_cipher_suites", Kind::Bool),
-    field("tombstone_ttl", Kind::Duration),
     field("translate_wan_addrs", Kind::Bool),
     field("txn_max_req_len", Kind::Int),
     field("ui", Kind::Bool),

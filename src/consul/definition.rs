@@ -31,6 +31,8 @@ pub enum CheckKind {
     Ttl,
     Script,
     Alias,
+    /// An HTTP/2 PING (`H2PING`), over TLS unless `H2PingUseTLS` is false.
+    H2ping,
 }
 
 impl CheckKind {
@@ -44,6 +46,7 @@ impl CheckKind {
             CheckKind::Ttl => "ttl",
             CheckKind::Script => "script",
             CheckKind::Alias => "alias",
+            CheckKind::H2ping => "h2ping",
         }
     }
 }
@@ -125,7 +128,9 @@ fn check_kind(def: &CheckDefinition) -> Result<CheckKind, String> {
         || !def.http.is_empty()
         || !def.tcp.is_empty()
         || !def.udp.is_empty()
-        || !def.grpc.is_empty();
+        || !def.grpc.is_empty()
+        || !def.h2ping.is_empty()
+        || !def.os_service.is_empty();
     let alias = !def.alias_node.is_empty() || !def.alias_service.is_empty();
     if def.interval_ns > 0 && def.ttl_ns > 0 {
         return Err("Interval and TTL cannot both be specified".into());
@@ -156,10 +161,20 @@ fn check_kind(def: &CheckDefinition) -> Result<CheckKind, String> {
         CheckKind::Script
     } else if alias {
         CheckKind::Alias
+    } else if !def.h2ping.is_empty() {
+        CheckKind::H2ping
+    } else if !def.os_service.is_empty() {
+        // Consul checks OS services through the Windows service manager only; its agent on
+        // any other platform refuses such a check when it adds it (`OSServiceClient` "not
+        // implemented"), after the definition validated, and answers the error with 500.
+        return Err(OS_SERVICE_UNSUPPORTED.into());
     } else {
         CheckKind::Ttl
     })
 }
+
+/// Consul's refusal of an `OSService` check outside Windows.
+pub const OS_SERVICE_UNSUPPORTED: &str = "not implemented";
 
 fn threshold(obj: &Obj, names: &[&str]) -> Result<u32, String> {
     Ok(obj.bounded(names, 0, u32::MAX as i64)? as u32)
@@ -168,9 +183,18 @@ fn threshold(obj: &Obj, names: &[&str]) -> Result<u32, String> {
 /// Decodes one check definition (Consul's `CheckType`/`CheckDefinition`). `service_id`
 /// fills `ServiceID` for checks nested in a service.
 pub fn parse_check(obj: &Obj, service_id: Option<&str>) -> Result<CheckSpec, DefinitionError> {
-    let definition = parse_check_definition(obj).map_err(decode_failed)?;
-    let kind =
-        check_kind(&definition).map_err(|e| DefinitionError::bad(format!("Invalid check: {e}")))?;
+    let mut definition = parse_check_definition(obj).map_err(decode_failed)?;
+    if !definition.h2ping.is_empty() && !obj.has(&["h2pingusetls"]) {
+        // Consul's `CheckType` defaults `H2PingUseTLS` to true for an H2PING check.
+        definition.h2ping_use_tls = true;
+    }
+    let kind = check_kind(&definition).map_err(|e| match e.as_str() {
+        OS_SERVICE_UNSUPPORTED => DefinitionError {
+            status: 500,
+            message: e,
+        },
+        _ => DefinitionError::bad(format!("Invalid check: {e}")),
+    })?;
     let status = obj.string(&["status"]).map_err(decode_failed)?;
     let initial_status = match status.as_str() {
         "" => Status::Critical,

@@ -189,6 +189,9 @@ pub fn parse_check_definition(obj: &Obj) -> Result<CheckDefinition, String> {
         alias_node: obj.string(&["aliasnode"])?,
         alias_service: obj.string(&["aliasservice"])?,
         output_max_size: obj.bounded(&["outputmaxsize"], 0, i64::MAX)? as u64,
+        h2ping: obj.string(&["h2ping"])?,
+        h2ping_use_tls: obj.bool(&["h2pingusetls"])?,
+        os_service: obj.string(&["osservice"])?,
     })
 }
 
@@ -208,6 +211,10 @@ pub fn check_type_of(def: &CheckDefinition) -> &'static str {
         "script"
     } else if !def.alias_service.is_empty() || !def.alias_node.is_empty() {
         "alias"
+    } else if !def.h2ping.is_empty() {
+        "h2ping"
+    } else if !def.os_service.is_empty() {
+        "os_service"
     } else {
         ""
     }
@@ -249,10 +256,41 @@ pub fn parse_catalog_check(obj: &Obj, node: &str) -> Result<CheckRegistration, S
     })
 }
 
-/// Decodes `/v1/catalog/register`'s body (Consul's `RegisterRequest`).
+/// Consul's refusal of a registration naming a cluster peer (`PeerName` on the request,
+/// its service or a check): only peering itself writes imported rows.
+pub const PEER_REGISTRATION_REFUSED: &str = "cannot register requests with PeerName in them";
+
+/// Whether a registration body names a peer anywhere Consul looks for one.
+fn names_a_peer(obj: &Obj) -> Result<bool, String> {
+    let named = |o: &Obj| o.string(&["peername"]).map(|p| !p.is_empty());
+    if named(obj)? {
+        return Ok(true);
+    }
+    for part in obj
+        .obj(&["service"])?
+        .into_iter()
+        .chain(obj.obj(&["check"])?)
+    {
+        if named(&part)? {
+            return Ok(true);
+        }
+    }
+    for check in obj.obj_list(&["checks"])? {
+        if named(&check)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Decodes `/v1/catalog/register`'s body (Consul's `RegisterRequest`). A body naming a peer
+/// is refused with exactly [`PEER_REGISTRATION_REFUSED`].
 pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Registration, String> {
     let value = parse_json(body)?;
     let obj = Obj::new(&value)?;
+    if names_a_peer(&obj)? {
+        return Err(PEER_REGISTRATION_REFUSED.to_string());
+    }
     let node = obj.string(&["node"])?;
     check_name("node name", &node)?;
     let node_meta = obj.str_map(&["nodemeta"])?;
@@ -286,6 +324,7 @@ pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Regis
         },
         checks,
         skip_node_update: obj.bool(&["skipnodeupdate"])?,
+        keep_node_meta: false,
     })
 }
 

@@ -258,6 +258,15 @@ fn definition(w: &mut JsonWriter, def: Option<&CheckDefinition>) {
         if d.grpc_use_tls {
             w.field_bool("GRPCUseTLS", true);
         }
+        if !d.h2ping.is_empty() {
+            w.field_str("H2PING", &d.h2ping);
+        }
+        if d.h2ping_use_tls {
+            w.field_bool("H2PingUseTLS", true);
+        }
+        if !d.os_service.is_empty() {
+            w.field_str("OSService", &d.os_service);
+        }
         if !d.alias_node.is_empty() {
             w.field_str("AliasNode", &d.alias_node);
         }

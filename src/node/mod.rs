@@ -247,7 +247,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         })
         .collect();
     if config.ports.http >= 0 {
-        for ip in &config.client_addrs {
+        for ip in &config.addresses.http {
             let addr = SocketAddr::new(*ip, config.ports.http as u16);
             for shard in listeners.iter_mut() {
                 shard.http.push(
@@ -264,7 +264,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 config.ports.https
             ));
         }
-        for ip in &config.client_addrs {
+        for ip in &config.addresses.https {
             let addr = SocketAddr::new(*ip, config.ports.https as u16);
             for shard in listeners.iter_mut() {
                 shard.https.push(
@@ -289,7 +289,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         }
     }
     if config.ports.dns >= 0 {
-        for ip in &config.client_addrs {
+        for ip in &config.addresses.dns {
             let addr = SocketAddr::new(*ip, config.ports.dns as u16);
             for shard in listeners.iter_mut() {
                 let udp = reuseport_udp(addr)
@@ -362,17 +362,20 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     }
 
     let http_addrs: Vec<String> = config
-        .client_addrs
+        .addresses
+        .http
         .iter()
         .map(|ip| display_addr(*ip, config.ports.http))
         .collect();
     let https_addrs: Vec<String> = config
-        .client_addrs
+        .addresses
+        .https
         .iter()
         .map(|ip| display_addr(*ip, config.ports.https))
         .collect();
     let dns_addrs: Vec<String> = config
-        .client_addrs
+        .addresses
+        .dns
         .iter()
         .map(|ip| display_addr(*ip, config.ports.dns))
         .collect();

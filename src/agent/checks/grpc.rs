@@ -13,15 +13,15 @@ use crate::store::catalog::Status;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use std::time::Duration;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_DATA: u8 = 0;
 const FRAME_HEADERS: u8 = 1;
 const FRAME_RST_STREAM: u8 = 3;
-const FRAME_SETTINGS: u8 = 4;
-const FRAME_PING: u8 = 6;
-const FRAME_GOAWAY: u8 = 7;
+pub(super) const FRAME_SETTINGS: u8 = 4;
+pub(super) const FRAME_PING: u8 = 6;
+pub(super) const FRAME_GOAWAY: u8 = 7;
 const FLAG_END_STREAM: u8 = 0x1;
-const FLAG_ACK: u8 = 0x1;
+pub(super) const FLAG_ACK: u8 = 0x1;
 const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 /// Largest frame accepted from the server (HTTP/2's default `SETTINGS_MAX_FRAME_SIZE`).
@@ -29,7 +29,7 @@ const FRAME_BYTES_MAX: usize = 16_384;
 /// Most bytes read from the server for one check.
 const RESPONSE_BYTES_MAX: usize = 1 << 20;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len() as u32;
     let mut out = Vec::with_capacity(9 + payload.len());
     out.extend_from_slice(&len.to_be_bytes()[1..]);
@@ -38,6 +38,37 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&stream.to_be_bytes());
     out.extend_from_slice(payload);
     out
+}
+
+/// One frame taken off the connection.
+pub(super) struct Frame {
+    pub kind: u8,
+    pub flags: u8,
+    pub stream_id: u32,
+    pub payload: Vec<u8>,
+}
+
+/// Takes the first complete frame out of `buffer`: `None` until all of it has arrived, an
+/// error for a frame longer than [`FRAME_BYTES_MAX`].
+pub(super) fn take_frame(buffer: &mut Vec<u8>) -> Result<Option<Frame>, String> {
+    if buffer.len() < 9 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([0, buffer[0], buffer[1], buffer[2]]) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(format!("frame of {len} bytes exceeds {FRAME_BYTES_MAX}"));
+    }
+    if buffer.len() < 9 + len {
+        return Ok(None);
+    }
+    let frame = Frame {
+        kind: buffer[3],
+        flags: buffer[4],
+        stream_id: u32::from_be_bytes([buffer[5], buffer[6], buffer[7], buffer[8]]) & 0x7fff_ffff,
+        payload: buffer[9..9 + len].to_vec(),
+    };
+    buffer.drain(..9 + len);
+    Ok(Some(frame))
 }
 
 /// HPACK integer with an `n`-bit prefix.
@@ -203,20 +234,13 @@ async fn call(target: &str, timeout: Duration) -> Result<u64, String> {
     let mut total = 0usize;
     loop {
         // Handle every complete frame in the buffer.
-        while buffer.len() >= 9 {
-            let len = u32::from_be_bytes([0, buffer[0], buffer[1], buffer[2]]) as usize;
-            if len > FRAME_BYTES_MAX {
-                return Err(format!("frame of {len} bytes exceeds {FRAME_BYTES_MAX}"));
-            }
-            if buffer.len() < 9 + len {
-                break;
-            }
-            let kind = buffer[3];
-            let flags = buffer[4];
-            let stream_id =
-                u32::from_be_bytes([buffer[5], buffer[6], buffer[7], buffer[8]]) & 0x7fff_ffff;
-            let payload: Vec<u8> = buffer[9..9 + len].to_vec();
-            buffer.drain(..9 + len);
+        while let Some(Frame {
+            kind,
+            flags,
+            stream_id,
+            payload,
+        }) = take_frame(&mut buffer)?
+        {
             match kind {
                 FRAME_SETTINGS if flags & FLAG_ACK == 0 => {
                     let (result, _) = stream

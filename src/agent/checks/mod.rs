@@ -7,6 +7,7 @@
 //! `output_max_size` (4 KiB by default).
 
 pub mod grpc;
+pub mod h2ping;
 pub mod http;
 pub mod script;
 

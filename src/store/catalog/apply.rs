@@ -8,8 +8,8 @@
 
 use super::rows::{
     arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, CheckList, HealthCheck,
-    InstanceKey, InstanceKeyRef, Node, ServiceAddress, ServiceExtras, ServiceInstance, Status,
-    StrMap, Tags, Weights, OTHER_CHECK_TYPE,
+    InstanceKey, InstanceKeyRef, Node, NodeCoordinate, ServiceAddress, ServiceExtras,
+    ServiceInstance, Status, StrMap, Tags, Weights, OTHER_CHECK_TYPE,
 };
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
 use crate::store::{Change, CommandResult, Table, Tables};
@@ -37,7 +37,26 @@ pub enum CatalogOp {
     /// Several independent operations in one entry (anti-entropy). Each applies or fails on
     /// its own; the result reports the first failure.
     Batch(Vec<CatalogOp>),
+    /// `/v1/coordinate/update`: node coordinates. An update for a node the catalog does not
+    /// hold is dropped, as Consul's `CoordinateBatchUpdate` drops it (deleting a node is what
+    /// deletes its coordinate, so one must not outlive its node).
+    Coordinates(Vec<CoordinateUpdate>),
 }
+
+/// One node's coordinate, as `/v1/coordinate/update` carries it (validated by the HTTP
+/// layer: finite numbers, this agent's dimensionality).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoordinateUpdate {
+    pub node: String,
+    pub segment: String,
+    pub vec: Vec<f64>,
+    pub error: f64,
+    pub adjustment: f64,
+    pub height: f64,
+}
+
+/// Most coordinates one `Coordinates` operation may carry.
+pub const COORDINATE_UPDATES_MAX: usize = 1024;
 
 /// Consul's `RegisterRequest`, already defaulted and validated for shape by the HTTP layer.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -51,6 +70,13 @@ pub struct Registration {
     pub service: Option<ServiceRegistration>,
     pub checks: Vec<CheckRegistration>,
     pub skip_node_update: bool,
+    /// The node's metadata and tagged addresses belong to its own agent (its anti-entropy
+    /// writes them): when the node exists as this applies, keep them, and write the row only
+    /// if its ID, name, address or datacenter differ. The leader's member reconcile registers
+    /// this way, so a registration it computed before the agent's own write landed can never
+    /// erase that write. Appended with a default, so entries written before it decode.
+    #[serde(default)]
+    pub keep_node_meta: bool,
 }
 
 /// Consul's `NodeService` as registered.
@@ -122,12 +148,13 @@ struct Tx<'a> {
     index: u64,
     changes: Vec<Change>,
     seen: HashSet<Change, ahash::RandomState>,
-    bumped: [bool; 3],
+    bumped: [bool; 4],
 }
 
 const BUMP_NODES: usize = 0;
 const BUMP_SERVICES: usize = 1;
 const BUMP_CHECKS: usize = 2;
+const BUMP_COORDINATES: usize = 3;
 
 impl<'a> Tx<'a> {
     fn touch(&mut self, table: Table, key: &ArcStr) {
@@ -297,13 +324,20 @@ impl<'a> Tx<'a> {
     fn upsert_node(&mut self, node_key: &ArcStr, reg: &Registration) {
         let index = self.index;
         let previous = self.cat.nodes.get(&**node_key).map(|e| e.node().clone());
+        let kept = previous.as_ref().filter(|_| reg.keep_node_meta);
         let node = Arc::new(Node {
             id: reuse(previous.as_ref().map(|n| &n.id), &reg.id),
             name: reuse(previous.as_ref().map(|n| &n.name), &reg.node),
             address: reuse(previous.as_ref().map(|n| &n.address), &reg.address),
             datacenter: reuse(previous.as_ref().map(|n| &n.datacenter), &reg.datacenter),
-            tagged_addresses: string_pairs(&reg.tagged_addresses),
-            meta: string_pairs(&reg.node_meta),
+            tagged_addresses: match kept {
+                Some(old) => old.tagged_addresses.clone(),
+                None => string_pairs(&reg.tagged_addresses),
+            },
+            meta: match kept {
+                Some(old) => old.meta.clone(),
+                None => string_pairs(&reg.node_meta),
+            },
             create_index: previous.as_ref().map_or(index, |n| n.create_index),
             modify_index: index,
         });
@@ -801,9 +835,51 @@ impl<'a> Tx<'a> {
             self.bumped[BUMP_CHECKS] = true;
             self.touch(Table::Checks, node_key);
         }
+        if self.cat.coordinates.remove(&**node_key).is_some() {
+            self.bumped[BUMP_COORDINATES] = true;
+            self.touch(Table::Coordinates, node_key);
+        }
         self.bumped[BUMP_NODES] = true;
         self.touch(Table::Nodes, node_key);
         self.touch(Table::NodeServices, node_key);
+    }
+
+    /// Stores the coordinates of nodes the catalog holds; the others are dropped.
+    fn update_coordinates(&mut self, updates: &[CoordinateUpdate]) -> Result<(), String> {
+        if updates.len() > COORDINATE_UPDATES_MAX {
+            return Err(format!(
+                "{} coordinate updates exceed {COORDINATE_UPDATES_MAX}",
+                updates.len()
+            ));
+        }
+        for update in updates {
+            let Some((node_key, entry)) = self.cat.nodes.get_key_value(&*fold(&update.node)) else {
+                continue;
+            };
+            let node_key = node_key.clone();
+            let row = NodeCoordinate {
+                node: entry.node().name.clone(),
+                segment: arc_str(&update.segment),
+                vec: update.vec.clone(),
+                error: update.error,
+                adjustment: update.adjustment,
+                height: update.height,
+                modify_index: self.index,
+            };
+            let unchanged = self.cat.coordinates.get(&*node_key).is_some_and(|old| {
+                NodeCoordinate {
+                    modify_index: self.index,
+                    ..(**old).clone()
+                } == row
+            });
+            if unchanged {
+                continue;
+            }
+            self.cat.coordinates.insert(node_key.clone(), Arc::new(row));
+            self.bumped[BUMP_COORDINATES] = true;
+            self.touch(Table::Coordinates, &node_key);
+        }
+        Ok(())
     }
 
     fn apply_op(&mut self, op: &CatalogOp) -> Result<(), String> {
@@ -814,6 +890,7 @@ impl<'a> Tx<'a> {
                 service_id,
                 check_id,
             } => self.deregister(node, service_id, check_id),
+            CatalogOp::Coordinates(updates) => self.update_coordinates(updates),
             CatalogOp::Batch(ops) => {
                 if ops.len() > BATCH_OPS_MAX {
                     return Err(format!(
@@ -976,8 +1053,9 @@ fn node_differs(node: &Node, reg: &Registration) -> bool {
         || *node.name != *reg.node
         || *node.address != *reg.address
         || *node.datacenter != *reg.datacenter
-        || node.tagged_addresses != string_pairs(&reg.tagged_addresses)
-        || node.meta != string_pairs(&reg.node_meta)
+        || (!reg.keep_node_meta
+            && (node.tagged_addresses != string_pairs(&reg.tagged_addresses)
+                || node.meta != string_pairs(&reg.node_meta)))
 }
 
 /// Rewrites the node name carried by every row of a node after its case changed.
@@ -1046,7 +1124,7 @@ pub(in crate::store) fn apply(
             index,
             changes: Vec::new(),
             seen: HashSet::default(),
-            bumped: [false; 3],
+            bumped: [false; 4],
         };
         let result = tx.apply_op(op);
         (result, tx.bumped, tx.changes)
@@ -1055,6 +1133,7 @@ pub(in crate::store) fn apply(
         (BUMP_NODES, Table::Nodes),
         (BUMP_SERVICES, Table::Services),
         (BUMP_CHECKS, Table::Checks),
+        (BUMP_COORDINATES, Table::Coordinates),
     ] {
         if bumped[slot] {
             tables.bump_table(table, index);

@@ -44,10 +44,12 @@ use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-pub use apply::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
+pub use apply::{
+    CatalogOp, CheckRegistration, CoordinateUpdate, Registration, ServiceRegistration,
+};
 pub use rows::{
-    CheckDefinition, CheckExtras, CheckList, HealthCheck, InstanceKey, Node, ServiceAddress,
-    ServiceInstance, Status, StrMap, Weights,
+    CheckDefinition, CheckExtras, CheckList, HealthCheck, InstanceKey, Node, NodeCoordinate,
+    ServiceAddress, ServiceInstance, Status, StrMap, Weights,
 };
 
 /// The check every agent's node carries, maintained from gossip membership (and, until gossip
@@ -178,6 +180,9 @@ pub struct CatalogTables {
     /// Last index at which a service lost its last instance (Consul's
     /// `service_last_extinction`).
     pub service_extinction_index: u64,
+    /// Folded node name → the coordinate last reported for it; only nodes of the catalog
+    /// have one, and a node's deregistration removes it, as in Consul.
+    pub coordinates: OrdMap<ArcStr, Arc<NodeCoordinate>>,
 }
 
 impl Serialize for CatalogTables {
@@ -204,6 +209,13 @@ impl CatalogTables {
     /// Panics if an invariant listed in the module documentation does not hold. For tests
     /// and debug assertions; O(rows).
     pub fn check_invariants(&self) {
+        for (key, coordinate) in self.coordinates.iter() {
+            assert!(
+                self.nodes.contains_key(&**key),
+                "coordinate of {key:?} without its node"
+            );
+            assert_eq!(**key, *rows::fold(&coordinate.node), "keyed by folded node");
+        }
         let mut instances_in_nodes = 0usize;
         for (key, entry) in self.nodes.iter() {
             let node = entry.node();

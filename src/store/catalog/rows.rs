@@ -348,6 +348,16 @@ pub struct CheckDefinition {
     pub alias_node: String,
     pub alias_service: String,
     pub output_max_size: u64,
+    /// `H2PING`: the `host:port` an HTTP/2 PING is sent to. Appended with a default so
+    /// entries and snapshots written before it still decode.
+    #[serde(default)]
+    pub h2ping: String,
+    /// `H2PingUseTLS`: the PING goes over TLS (ALPN `h2`) rather than h2c.
+    #[serde(default)]
+    pub h2ping_use_tls: bool,
+    /// `OSService`: the operating-system service whose state the check reports.
+    #[serde(default)]
+    pub os_service: String,
 }
 
 impl CheckDefinition {
@@ -455,6 +465,19 @@ impl HealthCheck {
     pub fn definition(&self) -> Option<&CheckDefinition> {
         self.extras.as_deref().map(|e| &e.definition)
     }
+}
+
+/// A node's network coordinate as reported to the catalog (Consul's `coordinates` table row,
+/// written by `/v1/coordinate/update`): serf's Vivaldi coordinate and the segment it is for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeCoordinate {
+    pub node: ArcStr,
+    pub segment: ArcStr,
+    pub vec: Vec<f64>,
+    pub error: f64,
+    pub adjustment: f64,
+    pub height: f64,
+    pub modify_index: u64,
 }
 
 /// Key of a service instance within its service group: folded node name, folded service ID.

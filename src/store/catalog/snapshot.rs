@@ -2,7 +2,9 @@
 //! per-service indexes. Restoring rebuilds the secondary structures (groups, ID index) and
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
-use super::rows::{fold_arc, CheckList, HealthCheck, InstanceKey, Node, ServiceInstance, Tags};
+use super::rows::{
+    fold_arc, CheckList, HealthCheck, InstanceKey, Node, NodeCoordinate, ServiceInstance, Tags,
+};
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup};
 use arcstr::ArcStr;
 use imbl::OrdMap;
@@ -16,6 +18,9 @@ pub(super) struct CatalogDump {
     /// Folded service name → `service.<name>` index.
     service_indexes: Vec<(ArcStr, u64)>,
     service_extinction_index: u64,
+    /// Absent from snapshots taken before coordinates were stored.
+    #[serde(default)]
+    coordinates: Vec<NodeCoordinate>,
 }
 
 #[derive(Deserialize)]
@@ -47,7 +52,7 @@ impl Serialize for CatalogDumpRef<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         let tables = self.0;
-        let mut dump = serializer.serialize_struct("CatalogDump", 3)?;
+        let mut dump = serializer.serialize_struct("CatalogDump", 4)?;
         dump.serialize_field("nodes", &Seq(|| tables.nodes.values().map(NodeDumpRef)))?;
         dump.serialize_field(
             "service_indexes",
@@ -59,6 +64,10 @@ impl Serialize for CatalogDumpRef<'_> {
             }),
         )?;
         dump.serialize_field("service_extinction_index", &tables.service_extinction_index)?;
+        dump.serialize_field(
+            "coordinates",
+            &Seq(|| tables.coordinates.values().map(|c| &**c)),
+        )?;
         dump.end()
     }
 }
@@ -195,6 +204,18 @@ impl CatalogDump {
                 tables.node_ids.insert(node.id.clone(), node_key.clone());
             }
             tables.nodes.insert(node_key, entry);
+        }
+        for mut coordinate in self.coordinates {
+            let Some((node_key, entry)) = tables.nodes.get_key_value(&*fold_arc(&coordinate.node))
+            else {
+                return Err(format!(
+                    "snapshot holds a coordinate of unknown node {:?}",
+                    coordinate.node
+                ));
+            };
+            coordinate.node = entry.node().name.clone();
+            let node_key = node_key.clone();
+            tables.coordinates.insert(node_key, Arc::new(coordinate));
         }
         Ok(tables)
     }

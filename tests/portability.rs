@@ -1,0 +1,72 @@
+//! A checkout anywhere works: no tracked file names the directory this checkout happens to
+//! live in (or the machine's `/work/` layout), the benchmark scripts find the floor crate
+//! relative to the repository, and docs/benchmarks.md's commands name result files by
+//! relative paths.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The tracked text files of the repository.
+fn tracked_text_files(root: &Path) -> Vec<(String, String)> {
+    let output = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root)
+        .output()
+        .expect("git is installed");
+    assert!(output.status.success());
+    output
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|name| !name.is_empty())
+        .filter_map(|name| {
+            let name = String::from_utf8(name.to_vec()).ok()?;
+            let text = std::fs::read_to_string(root.join(&name)).ok()?;
+            Some((name, text))
+        })
+        .collect()
+}
+
+#[test]
+fn no_tracked_file_names_an_absolute_checkout_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let checkout = root.display().to_string();
+    let files = tracked_text_files(root);
+    assert!(files.len() > 100, "git ls-files listed the repository");
+    for (name, text) in &files {
+        assert!(
+            !text.contains(&checkout),
+            "{name} names this checkout's directory {checkout}"
+        );
+        // Spelled in pieces so that this file does not match itself.
+        for machine_path in [["/work", "/main"], ["/work", "/wt/"], ["/work", "/shared"]] {
+            let machine_path = machine_path.concat();
+            assert!(
+                !text.contains(&machine_path),
+                "{name} names {machine_path}, a path of the build machine"
+            );
+        }
+    }
+}
+
+#[test]
+fn benchmarks_resolve_the_floor_from_the_repository_and_print_relative_paths() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let compare = std::fs::read_to_string(root.join("bench/compare.sh")).unwrap();
+    assert!(
+        compare.contains(r#"FLOOR_SRC="${FLOOR_SRC:-$ROOT/../shared/floor}""#),
+        "bench/compare.sh finds the floor beside the repository"
+    );
+    let loadgen = std::fs::read_to_string(root.join("loadgen/tests/integration.rs")).unwrap();
+    assert!(loadgen.contains(r#"concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/floor")"#));
+    let docs = std::fs::read_to_string(root.join("docs/benchmarks.md")).unwrap();
+    for line in docs.lines().filter(|l| l.contains("results/")) {
+        for word in line.split([' ', '`', '(', ')', '|']) {
+            if let Some(at) = word.find("results/") {
+                assert!(
+                    at == 0 || !word[..at].contains('/'),
+                    "docs/benchmarks.md names a result by an absolute path: {word}"
+                );
+            }
+        }
+    }
+}
