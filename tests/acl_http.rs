@@ -86,10 +86,11 @@ fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix(
         denied.text(),
         "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission 'key:write' on \"app/x\""
     );
-    assert_eq!(
-        call(&agent, "GET", "/v1/catalog/services", b"", None).status,
-        403
-    );
+    // Lists are filtered instead: anonymous sees no service, and (without a token) is not
+    // told that rows were left out.
+    let services = call(&agent, "GET", "/v1/catalog/services", b"", None);
+    assert_eq!((services.status, services.json()), (200, json!({})));
+    assert_eq!(services.header("X-Consul-Results-Filtered-By-ACLs"), None);
     assert_eq!(call(&agent, "GET", "/v1/agent/self", b"", None).status, 403);
     assert_eq!(call(&agent, "GET", "/v1/snapshot", b"", None).status, 403);
     // Status needs no token.

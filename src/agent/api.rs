@@ -9,6 +9,7 @@ use super::local::{
 };
 use super::{scripts_allowed, Agent};
 use crate::api::agent_local::{AgentCall, AgentReply, AgentRequest};
+use crate::api::authz::RowFilter;
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::definition::{self, CheckKind};
 use crate::consul::filter::{self, Filter};
@@ -38,9 +39,9 @@ pub async fn serve_calls(agent: Rc<Agent>, calls: flume::Receiver<AgentCall>) {
 
 async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> AgentReply {
     match request {
-        AgentRequest::Services { filter } => services(agent, &filter, pretty),
+        AgentRequest::Services { filter, rows } => services(agent, &filter, &rows, pretty),
         AgentRequest::Service { id, hash, wait } => service(agent, &id, hash, wait, pretty).await,
-        AgentRequest::Checks { filter } => checks(agent, &filter, pretty),
+        AgentRequest::Checks { filter, rows } => checks(agent, &filter, &rows, pretty),
         AgentRequest::RegisterService {
             body,
             replace_existing_checks,
@@ -128,7 +129,7 @@ fn check_row_of(agent: &Agent, check: &LocalCheck) -> HealthCheck {
     )
 }
 
-fn services(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
+fn services(agent: &Agent, filter_text: &str, rows: &RowFilter, pretty: bool) -> AgentReply {
     let filter = match Filter::parse(filter_text, filter::AGENT_SERVICE) {
         Ok(f) => f,
         Err(e) => {
@@ -142,11 +143,16 @@ fn services(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
     let ids: Vec<String> = agent.state.borrow().services.keys().cloned().collect();
     let mut body = Vec::with_capacity(256 + ids.len() * 256);
     let mut w = JsonWriter::new(&mut body, pretty);
+    let mut hidden = false;
     w.begin_object();
     for id in ids {
         let Some(row) = service_row(agent, &id) else {
             continue;
         };
+        if !rows.service(&row.name) {
+            hidden = true;
+            continue;
+        }
         if let Some(filter) = &filter {
             if !filter.matches(&render::as_value(|w| {
                 w.begin_object();
@@ -162,7 +168,14 @@ fn services(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
     }
     w.end_object();
     w.finish();
-    AgentReply::json(200, body)
+    filtered_reply(rows, hidden, body)
+}
+
+/// A JSON answer, with Consul's header when the token hid some of its rows.
+fn filtered_reply(rows: &RowFilter, hidden: bool, body: Vec<u8>) -> AgentReply {
+    let mut reply = AgentReply::json(200, body);
+    rows.write_header(hidden, &mut reply.headers);
+    reply
 }
 
 /// 64-bit FNV-1a, rendered as hex: the `ContentHash` of an agent service.
@@ -210,7 +223,7 @@ async fn service(
     }
 }
 
-fn checks(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
+fn checks(agent: &Agent, filter_text: &str, rows: &RowFilter, pretty: bool) -> AgentReply {
     let filter = match Filter::parse(filter_text, filter::HEALTH_CHECK) {
         Ok(f) => f,
         Err(e) => {
@@ -221,11 +234,23 @@ fn checks(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
         }
     };
     let checks: Vec<LocalCheck> = agent.state.borrow().checks.values().cloned().collect();
+    let node_name = agent.config.borrow().node_name.clone();
     let mut body = Vec::with_capacity(256 + checks.len() * 512);
     let mut w = JsonWriter::new(&mut body, pretty);
+    let mut hidden = false;
     w.begin_object();
     for check in &checks {
         let row = check_row_of(agent, check);
+        // A service check needs read on its service, a node check read on this node.
+        let readable = if row.service_id.is_empty() {
+            rows.node(&node_name)
+        } else {
+            rows.service(&row.service_name)
+        };
+        if !readable {
+            hidden = true;
+            continue;
+        }
         if let Some(filter) = &filter {
             if !filter.matches(&render::as_value(|w| render::health_check(w, &row))) {
                 continue;
@@ -237,7 +262,7 @@ fn checks(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
     }
     w.end_object();
     w.finish();
-    AgentReply::json(200, body)
+    filtered_reply(rows, hidden, body)
 }
 
 fn decode_error(status: u16, message: String) -> AgentReply {

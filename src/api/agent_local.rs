@@ -21,6 +21,8 @@ const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(660);
 pub enum AgentRequest {
     Services {
         filter: String,
+        /// Services the token may not read are left out.
+        rows: super::authz::RowFilter,
     },
     Service {
         id: String,
@@ -29,6 +31,8 @@ pub enum AgentRequest {
     },
     Checks {
         filter: String,
+        /// Checks the token may not read (their service, or this node) are left out.
+        rows: super::authz::RowFilter,
     },
     RegisterService {
         body: Vec<u8>,
@@ -212,13 +216,23 @@ fn text_format(request: &Request) -> bool {
 /// `GET /v1/agent/services`.
 pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let filter = request.query.get("filter").unwrap_or("").to_string();
-    Ok(call(ctx, AgentRequest::Services { filter }, reply.pretty))
+    let rows = super::authz::RowFilter::of(request);
+    Ok(call(
+        ctx,
+        AgentRequest::Services { filter, rows },
+        reply.pretty,
+    ))
 }
 
 /// `GET /v1/agent/checks`.
 pub fn checks(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let filter = request.query.get("filter").unwrap_or("").to_string();
-    Ok(call(ctx, AgentRequest::Checks { filter }, reply.pretty))
+    let rows = super::authz::RowFilter::of(request);
+    Ok(call(
+        ctx,
+        AgentRequest::Checks { filter, rows },
+        reply.pretty,
+    ))
 }
 
 /// `PUT /v1/agent/service/register`.

@@ -49,6 +49,86 @@ impl Authz {
     }
 }
 
+/// Row-by-row filtering of a list answer with the request's token, as Consul's `aclFilter`
+/// does: a row the token may not read is left out, and the answer says so with
+/// `X-Consul-Results-Filtered-By-ACLs: true`.
+///
+/// Built once per request from the token [`Route::serve`](super::routes::Route::serve)
+/// resolved; with ACLs off it keeps every row and never sends the header. Consul sends the
+/// header only to requests that carry a token (after the agent's `default` token stands in
+/// for a missing one): an anonymous caller must not learn that rows exist.
+#[derive(Clone, Debug, Default)]
+pub struct RowFilter {
+    authorizer: Option<Arc<Authorizer>>,
+    reveal: bool,
+}
+
+impl RowFilter {
+    /// The filter of `request`'s resolved token; keeps everything with ACLs off.
+    pub fn of(request: &Request) -> RowFilter {
+        match request.acl.get() {
+            Some(authz) => RowFilter {
+                authorizer: Some(authz.authorizer.clone()),
+                reveal: !authz.secret_id.is_empty(),
+            },
+            None => RowFilter::default(),
+        }
+    }
+
+    /// Whether some row may be left out.
+    pub fn is_active(&self) -> bool {
+        self.authorizer.is_some()
+    }
+
+    fn allows<'n>(&self, check: impl FnOnce(&Authorizer) -> Check<'n>) -> bool {
+        self.authorizer.as_deref().is_none_or(|a| check(a).is_ok())
+    }
+
+    pub fn node(&self, name: &str) -> bool {
+        self.allows(|a| a.node_read(name))
+    }
+
+    /// `service:read`; a row of no service (a node check) needs nothing here.
+    pub fn service(&self, name: &str) -> bool {
+        name.is_empty() || self.allows(|a| a.service_read(name))
+    }
+
+    /// A row about a service instance or a check: its node and its service.
+    pub fn node_service(&self, node: &str, service: &str) -> bool {
+        self.node(node) && self.service(service)
+    }
+
+    /// A session, by the node it is bound to.
+    pub fn session(&self, node: &str) -> bool {
+        self.allows(|a| a.session_read(node))
+    }
+
+    pub fn key(&self, key: &str) -> bool {
+        self.allows(|a| a.key_read(key))
+    }
+
+    pub fn event(&self, name: &str) -> bool {
+        self.allows(|a| a.event_read(name))
+    }
+
+    /// Consul's header for an answer from which `hidden` rows were left out.
+    pub fn write_header(&self, hidden: bool, headers: &mut Vec<u8>) {
+        if hidden && self.reveal {
+            headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
+        }
+    }
+
+    /// Keeps the rows `allowed` lets through; whether any was left out.
+    pub fn retain<T>(&self, rows: &mut Vec<T>, allowed: impl Fn(&Self, &T) -> bool) -> bool {
+        if !self.is_active() {
+            return false;
+        }
+        let before = rows.len();
+        rows.retain(|row| allowed(self, row));
+        rows.len() != before
+    }
+}
+
 /// Consul's 403 for an unknown token.
 pub fn acl_not_found() -> ApiError {
     ApiError::Status(403, "ACL not found".to_string())
@@ -117,18 +197,12 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         }),
         Acl::Key => check_key(request, authz),
         Acl::Txn => check_txn(request, authz),
-        Acl::ServiceFromRest => {
-            authz.require(a.service_read(rest))?;
-            authz.require(a.node_read_all())
-        }
+        Acl::ServiceFromRest => authz.require(a.service_read(rest)),
         Acl::NodeFromRest => authz.require(a.node_read(rest)),
-        Acl::NodeReadAll => authz.require(a.node_read_all()),
-        Acl::ServiceReadAll => authz.require(a.service_read_all()),
         Acl::CatalogReadAll => {
             authz.require(a.node_read_all())?;
             authz.require(a.service_read_all())
         }
-        Acl::SessionFromRestNode => authz.require(a.session_read(rest)),
         Acl::SessionById => check_session_by_id(ctx, request, authz),
         Acl::SessionCreate => check_session_create(ctx, request, authz),
         Acl::EventFromRest => authz.require(a.event_write(rest)),
@@ -237,19 +311,14 @@ fn check_txn(request: &Request, authz: &Authz) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `session:write` on the session's node for destroy and renew, `session:read` for info.
+/// `session:write` on the session's node for destroy and renew (info is filtered).
 fn check_session_by_id(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
-    let a = &*authz.authorizer;
     let version = ctx.current_version();
     let Some(found) = session::get(&version, &request.rest.to_ascii_lowercase()) else {
-        // Unknown sessions answer as they would without ACLs (`[]`, `true`, 404).
+        // Unknown sessions answer as they would without ACLs (`true`, 404).
         return Ok(());
     };
-    if is_read(request) {
-        authz.require(a.session_read(&found.node))
-    } else {
-        authz.require(a.session_write(&found.node))
-    }
+    authz.require(authz.authorizer.session_write(&found.node))
 }
 
 fn check_session_create(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {

@@ -80,9 +80,9 @@ pub enum Body {
 /// Most permissions depend on the request (the key in the path, the service in the body),
 /// so the column names a rule rather than a fixed permission; [`Route::serve`] resolves the
 /// token and applies the rule before the handler runs, so no handler runs unchecked.
-/// Lists Consul filters row by row are either `Filtered` (the handler filters with the
-/// request's token and sets `X-Consul-Results-Filtered-By-ACLs`) or need read on every row
-/// they could show (`NodeReadAll`, `ServiceReadAll`, `CatalogReadAll`).
+/// Lists Consul filters row by row are `Filtered`: the handler leaves out the rows the
+/// request's token may not read ([`authz::RowFilter`]) and says so with
+/// `X-Consul-Results-Filtered-By-ACLs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acl {
     /// Anyone: status, the UI, and the ACL endpoints that authenticate by themselves
@@ -105,17 +105,14 @@ pub enum Acl {
     Key,
     /// Each operation needs what the same single request would.
     Txn,
-    /// `service:read` on the service in the path, and `node:read` on every node.
+    /// `service:read` on the service in the path.
     ServiceFromRest,
     /// `node:read` on the node in the path.
     NodeFromRest,
-    NodeReadAll,
-    ServiceReadAll,
-    /// `node:read` and `service:read` on everything.
+    /// `node:read` and `service:read` on everything: a client agent's DNS, answered for it by
+    /// a server.
     CatalogReadAll,
-    /// `session:read` on the node in the path.
-    SessionFromRestNode,
-    /// The session in the path: `session:read` on its node for GET, `session:write` else.
+    /// `session:write` on the node of the session in the path.
     SessionById,
     /// `session:write` on the body's node (default: the agent's).
     SessionCreate,
@@ -161,8 +158,8 @@ const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put,
 use Acl::{
     AclByMethod, AgentRead, AgentWrite, CatalogDeregister, CatalogReadAll, CatalogRegister,
     EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromOrigin, NodeFromRest,
-    NodeReadAll, OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest,
-    ServiceReadAll, SessionById, SessionCreate, SessionFromRestNode,
+    OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById,
+    SessionCreate,
 };
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
@@ -199,19 +196,19 @@ pub static ROUTES: &[Route] = &[
     route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_apply),
     route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_node_state),
     route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
-    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  NodeReadAll, catalog::nodes),
-    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  ServiceReadAll, catalog::services),
-    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  ServiceFromRest, catalog::service),
-    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  ServiceFromRest, catalog::connect),
-    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  CatalogReadAll, catalog::node),
-    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  CatalogReadAll, catalog::node_services),
-    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::service),
-    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::connect),
-    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  ServiceFromRest, health::service_checks),
-    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  CatalogReadAll, health::node),
-    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  CatalogReadAll, health::state),
+    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Filtered,   catalog::nodes),
+    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Filtered,   catalog::services),
+    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  Filtered,   catalog::service),
+    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  Filtered,   catalog::connect),
+    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  Filtered,   catalog::node),
+    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  Filtered,   catalog::node_services),
+    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  Filtered,   health::service),
+    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  Filtered,   health::connect),
+    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  Filtered,   health::service_checks),
+    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  Filtered,   health::node),
+    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  Filtered,   health::state),
 
-    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, NodeReadAll, members::members),
+    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, Filtered,   members::members),
     route(Prefix("/v1/agent/join/"),                    PUT,                 Standard, ANSWERS, AgentWrite, members::join),
     route(Exact("/v1/agent/leave"),                     PUT,                 Standard, ANSWERS, AgentWrite, members::leave),
     route(Prefix("/v1/agent/force-leave/"),             PUT,                 Standard, ANSWERS, OperatorWrite, members::force_leave),
@@ -220,7 +217,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/event/list"),                      GET,                 Standard, ANSWERS, Filtered,   event::list),
     route(Exact("/v1/operator/keyring"),                GET_POST_PUT_DELETE, Standard, ANSWERS, KeyringByMethod, keyring::keyring),
     route(Prefix("/v1/coordinate/node/"),               GET,                 Standard, ANSWERS, NodeFromRest, coordinate::node),
-    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, NodeReadAll, coordinate::nodes),
+    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, Filtered,   coordinate::nodes),
     route(Exact("/v1/coordinate/datacenters"),          GET,                 Standard, ANSWERS, Acl::None,  coordinate::datacenters),
 
     route(Exact("/v1/session/create"),                  PUT,                 Standard, ANSWERS, SessionCreate, session::create),
@@ -228,16 +225,16 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/session/destroy"),                 PUT,                 Standard, ANSWERS, SessionById, session::destroy),
     route(Prefix("/v1/session/renew/"),                 PUT,                 Standard, ANSWERS, SessionById, session::renew),
     route(Exact("/v1/session/renew"),                   PUT,                 Standard, ANSWERS, SessionById, session::renew),
-    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  SessionById, session::info),
-    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  SessionById, session::info),
-    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  SessionFromRestNode, session::node_sessions),
-    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  SessionFromRestNode, session::node_sessions),
-    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  NodeReadAll, session::list),
+    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  Filtered,   session::info),
+    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  Filtered,   session::info),
+    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  Filtered,   session::node_sessions),
+    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  Filtered,   session::node_sessions),
+    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  Filtered,   session::list),
 
     route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Acl::Txn,   txn::handle),
 
-    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::services),
-    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::checks),
+    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, Filtered,   agent_local::services),
+    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, Filtered,   agent_local::checks),
     route(Exact("/v1/agent/service/register"),          PUT,                 Standard, ANSWERS, ServiceFromBody, agent_local::register_service),
     route(Exact("/v1/agent/check/register"),            PUT,                 Standard, ANSWERS, AgentWrite, agent_local::register_check),
     route(Exact("/v1/agent/maintenance"),               PUT,                 Standard, ANSWERS, AgentWrite, agent_local::node_maintenance),
@@ -268,7 +265,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/operator/raft/transfer-leader"),   POST_PUT,            Standard, ANSWERS, OperatorWrite, operator::transfer_leader),
     route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Management, snapshot::handle),
     route(Exact("/v1/agent/debug/faults"),              GET_PUT,             Standard, ANSWERS, OperatorByMethod, debug::faults),
-    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  CatalogReadAll, ui::handle),
+    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  Filtered,   ui::handle),
 
     // ACLs (`api::acl`): the endpoints decide their own checks where Consul's do.
     route(Exact("/v1/acl/bootstrap"),                   PUT,                 Standard, ANSWERS, Acl::None,  acl::bootstrap),
