@@ -45,7 +45,8 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
         AgentRequest::RegisterService {
             body,
             replace_existing_checks,
-        } => register_service(agent, &body, replace_existing_checks).await,
+            token,
+        } => register_service(agent, &body, replace_existing_checks, &token).await,
         AgentRequest::DeregisterService { id } => {
             if !agent.remove_service(&id) {
                 return AgentReply::text(
@@ -56,7 +57,7 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             agent.sync_now().await;
             AgentReply::empty()
         }
-        AgentRequest::RegisterCheck { body } => register_check(agent, &body).await,
+        AgentRequest::RegisterCheck { body, token } => register_check(agent, &body, &token).await,
         AgentRequest::DeregisterCheck { id } => {
             if !agent.remove_check(&id) {
                 return AgentReply::text(
@@ -269,10 +270,19 @@ fn decode_error(status: u16, message: String) -> AgentReply {
     AgentReply::text(status, message)
 }
 
+/// The token a registration is synced with: its body's `Token`, else the request's.
+fn registration_token(obj: &Obj, request_token: &str) -> String {
+    match obj.opt_string(&["token"]) {
+        Ok(Some(token)) if !token.is_empty() => token,
+        _ => request_token.to_string(),
+    }
+}
+
 async fn register_service(
     agent: &Rc<Agent>,
     body: &[u8],
     replace_existing_checks: bool,
+    request_token: &str,
 ) -> AgentReply {
     let value = match parse_json(body) {
         Ok(v) => v,
@@ -293,12 +303,13 @@ async fn register_service(
         }
     }
     metrics::AGENT_SERVICE_REGISTERS.add(1);
+    agent.set_service_token(&def.service.id, &registration_token(&obj, request_token));
     agent.add_service(def, Source::Api, replace_existing_checks);
     agent.sync_now().await;
     AgentReply::empty()
 }
 
-async fn register_check(agent: &Rc<Agent>, body: &[u8]) -> AgentReply {
+async fn register_check(agent: &Rc<Agent>, body: &[u8], request_token: &str) -> AgentReply {
     let value = match parse_json(body) {
         Ok(v) => v,
         Err(e) => return decode_error(400, format!("Request decode failed: {e}")),
@@ -329,6 +340,7 @@ async fn register_check(agent: &Rc<Agent>, body: &[u8]) -> AgentReply {
             return AgentReply::text(500, e);
         }
     }
+    agent.set_check_token(&check.id, &registration_token(&obj, request_token));
     agent.add_check(check, Source::Api);
     agent.sync_now().await;
     AgentReply::empty()

@@ -43,6 +43,9 @@ pub struct CheckRecord {
     pub notes: String,
     pub service_id: String,
     pub spec: Option<CheckSpec>,
+    /// The ACL token it was registered with (empty: none), kept with the record.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
 }
 
 /// The state a TTL update left a check in, valid until `expires_unix_ms`.
@@ -60,6 +63,9 @@ pub struct CheckState {
 struct ServiceRecord {
     id: String,
     service: ServiceRegistration,
+    /// The ACL token it was registered with (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    token: String,
 }
 
 /// One record of the first format: a registration body as received.
@@ -209,11 +215,12 @@ impl Store {
         write_atomic(&self.dir(kind), &file_name(id), &bytes)
     }
 
-    pub fn save_service(&self, service: &ServiceRegistration) -> std::io::Result<()> {
+    pub fn save_service(&self, service: &ServiceRegistration, token: &str) -> std::io::Result<()> {
         assert!(!service.id.is_empty(), "a service is persisted by its ID");
         let record = ServiceRecord {
             id: service.id.clone(),
             service: service.clone(),
+            token: token.to_string(),
         };
         self.save(Kind::Service, &service.id, &record)
     }
@@ -249,16 +256,16 @@ impl Store {
         self.save(Kind::CheckState, &state.check_id, state)
     }
 
-    /// Every persisted service, in ID order.
-    pub fn load_services(&self) -> Vec<ServiceRegistration> {
+    /// Every persisted service with the token it was registered with, in ID order.
+    pub fn load_services(&self) -> Vec<(ServiceRegistration, String)> {
         let records = read_records::<ServiceRecord>(&self.dir(Kind::Service), "service");
-        let mut services: Vec<ServiceRegistration> =
+        let mut services: Vec<(ServiceRegistration, String)> =
             named_by_id(records, |r| r.id.as_str(), "service")
                 .into_iter()
                 .filter(|r| r.id == r.service.id)
-                .map(|r| r.service)
+                .map(|r| (r.service, r.token))
                 .collect();
-        services.sort_by(|a, b| a.id.cmp(&b.id));
+        services.sort_by(|a, b| a.0.id.cmp(&b.0.id));
         services
     }
 
@@ -364,6 +371,7 @@ mod tests {
                 failures_before_warning: 0,
                 failures_before_critical: 0,
             }),
+            token: "check-token".into(),
         }
     }
 
@@ -377,7 +385,7 @@ mod tests {
             port: 80,
             ..Default::default()
         };
-        store.save_service(&service).unwrap();
+        store.save_service(&service, "service-token").unwrap();
         let check = ttl_check("service:web/1", "web/1");
         store.save_check(&check).unwrap();
         let maintenance = CheckRecord {
@@ -386,6 +394,7 @@ mod tests {
             notes: "patching".into(),
             service_id: String::new(),
             spec: None,
+            token: String::new(),
         };
         store.save_check(&maintenance).unwrap();
         let state = CheckState {
@@ -396,7 +405,11 @@ mod tests {
         };
         store.save_check_state(&state).unwrap();
 
-        assert_eq!(store.load_services(), vec![service.clone()]);
+        // Tokens are kept with their records.
+        assert_eq!(
+            store.load_services(),
+            vec![(service.clone(), "service-token".to_string())]
+        );
         assert_eq!(
             store.load_checks(),
             vec![maintenance.clone(), check.clone()]

@@ -37,12 +37,17 @@ pub enum AgentRequest {
     RegisterService {
         body: Vec<u8>,
         replace_existing_checks: bool,
+        /// The request's ACL token: the service is synced with it unless the body names
+        /// its own `Token`.
+        token: String,
     },
     DeregisterService {
         id: String,
     },
     RegisterCheck {
         body: Vec<u8>,
+        /// The request's ACL token, as for services.
+        token: String,
     },
     DeregisterCheck {
         id: String,
@@ -246,11 +251,13 @@ pub fn register_service(
         .get("replace-existing-checks")
         .is_some_and(|v| v.is_empty() || v == "true");
     let body = request.body.to_vec();
+    let token = request.token().unwrap_or("").to_string();
     Ok(call(
         ctx,
         AgentRequest::RegisterService {
             body,
             replace_existing_checks,
+            token,
         },
         reply.pretty,
     ))
@@ -263,9 +270,10 @@ pub fn register_check(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let body = request.body.to_vec();
+    let token = request.token().unwrap_or("").to_string();
     Ok(call(
         ctx,
-        AgentRequest::RegisterCheck { body },
+        AgentRequest::RegisterCheck { body, token },
         reply.pretty,
     ))
 }

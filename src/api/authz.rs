@@ -20,7 +20,8 @@ use super::{ApiError, Context, Request};
 use crate::consul::body::{parse_json, Obj};
 use crate::proto::http::Method;
 use crate::store::acl::authorizer::{Authorizer, Check, Denial};
-use crate::store::{catalog, session};
+use crate::store::catalog::{CatalogOp, Registration};
+use crate::store::{catalog, session, Command};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -199,10 +200,6 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::Txn => check_txn(request, authz),
         Acl::ServiceFromRest => authz.require(a.service_read(rest)),
         Acl::NodeFromRest => authz.require(a.node_read(rest)),
-        Acl::CatalogReadAll => {
-            authz.require(a.node_read_all())?;
-            authz.require(a.service_read_all())
-        }
         Acl::SessionById => check_session_by_id(ctx, request, authz),
         Acl::SessionCreate => check_session_create(ctx, request, authz),
         Acl::EventFromRest => authz.require(a.event_write(rest)),
@@ -211,13 +208,8 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::ServiceFromBody => check_service_body(request, authz),
         Acl::CatalogRegister => check_catalog_register(request, authz),
         Acl::CatalogDeregister => check_catalog_deregister(ctx, request, authz),
-        Acl::NodeFromOrigin => {
-            let origin = request
-                .header(super::ORIGIN_NODE_HEADER)
-                .filter(|n| !n.is_empty())
-                .unwrap_or(node);
-            authz.require(a.node_write(origin))
-        }
+        Acl::CatalogApply => check_catalog_apply(ctx, request, authz),
+        Acl::NodeWriteFromRest => authz.require(a.node_write(rest)),
     }
 }
 
@@ -368,19 +360,91 @@ fn check_catalog_deregister(
     request: &Request,
     authz: &Authz,
 ) -> Result<(), ApiError> {
-    let a = &*authz.authorizer;
     let value = body_object(request)?;
     let Ok(obj) = Obj::new(&value) else {
         return Ok(());
     };
     let node = text_field(&obj, &["node"]);
     let service_id = text_field(&obj, &["serviceid"]);
+    check_deregister(ctx, &node, &service_id, authz)
+}
+
+fn check_deregister(
+    ctx: &Context,
+    node: &str,
+    service_id: &str,
+    authz: &Authz,
+) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
     if service_id.is_empty() {
-        return authz.require(a.node_write(&node));
+        return authz.require(a.node_write(node));
     }
     let version = ctx.current_version();
-    match catalog::read::service_instance(&version, &node, &service_id) {
+    match catalog::read::service_instance(&version, node, service_id) {
         Some(instance) => authz.require(a.service_write(&instance.name)),
-        None => authz.require(a.node_write(&node)),
+        None => authz.require(a.node_write(node)),
     }
+}
+
+/// Most catalog operations one internal apply is checked for (anti-entropy sends batches of
+/// 128); a body with more is refused before any is checked.
+pub const CATALOG_APPLY_CHECKED_OPS_MAX: usize = 1024;
+
+/// An agent's anti-entropy command: each operation needs what the same public registration
+/// or deregistration would (Consul's agents send them one RPC each, with the service's or
+/// check's token, else the agent's). A body that does not decode is refused by the handler.
+fn check_catalog_apply(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let Ok(Command::Catalog(op)) = Command::decode(request.body) else {
+        return Ok(());
+    };
+    let mut ops = vec![&op];
+    let mut checked = 0usize;
+    while let Some(op) = ops.pop() {
+        checked += 1;
+        if checked > CATALOG_APPLY_CHECKED_OPS_MAX {
+            return Err(ApiError::bad_request(format!(
+                "more than {CATALOG_APPLY_CHECKED_OPS_MAX} catalog operations in one request"
+            )));
+        }
+        match op {
+            CatalogOp::Batch(inner) => ops.extend(inner.iter()),
+            CatalogOp::Deregister {
+                node, service_id, ..
+            } => check_deregister(ctx, node, service_id, authz)?,
+            CatalogOp::Register(registration) => check_registration(ctx, registration, authz)?,
+        }
+    }
+    Ok(())
+}
+
+/// A registration: `node:write` unless it leaves the node alone, `service:write` on its
+/// service, and for each check `service:write` on the check's service or `node:write`.
+fn check_registration(
+    ctx: &Context,
+    registration: &Registration,
+    authz: &Authz,
+) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let node = registration.node.as_str();
+    if !registration.skip_node_update {
+        authz.require(a.node_write(node))?;
+    }
+    if let Some(service) = &registration.service {
+        authz.require(a.service_write(&service.name))?;
+    }
+    for check in &registration.checks {
+        if check.service_id.is_empty() {
+            authz.require(a.node_write(node))?;
+            continue;
+        }
+        match registration
+            .service
+            .as_ref()
+            .filter(|s| s.id.eq_ignore_ascii_case(&check.service_id))
+        {
+            Some(service) => authz.require(a.service_write(&service.name))?,
+            None => check_deregister(ctx, node, &check.service_id, authz)?,
+        }
+    }
+    Ok(())
 }

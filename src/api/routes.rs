@@ -13,9 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    acl, agent, agent_local, authz, catalog, coordinate, debug, event, health, internal_dns,
-    keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome,
-    Reply, Request,
+    acl, agent, agent_local, authz, catalog, client_tokens, coordinate, debug, event, health,
+    internal_dns, keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError,
+    Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -109,9 +109,6 @@ pub enum Acl {
     ServiceFromRest,
     /// `node:read` on the node in the path.
     NodeFromRest,
-    /// `node:read` and `service:read` on everything: a client agent's DNS, answered for it by
-    /// a server.
-    CatalogReadAll,
     /// `session:write` on the node of the session in the path.
     SessionById,
     /// `session:write` on the body's node (default: the agent's).
@@ -128,8 +125,11 @@ pub enum Acl {
     CatalogRegister,
     /// `service:write` on the service deregistered, else `node:write` on the node.
     CatalogDeregister,
-    /// `node:write` on the node a forwarded request came from (`X-Praetor-Origin-Node`).
-    NodeFromOrigin,
+    /// A catalog command an agent's anti-entropy sends: each registration and deregistration
+    /// needs what the same `/v1/catalog/register` or `/deregister` would.
+    CatalogApply,
+    /// `node:write` on the node in the path: one node's rows for its agent's anti-entropy.
+    NodeWriteFromRest,
 }
 
 /// One endpoint: what it serves and what it needs.
@@ -156,8 +156,8 @@ const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
 
 use Acl::{
-    AclByMethod, AgentRead, AgentWrite, CatalogDeregister, CatalogReadAll, CatalogRegister,
-    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromOrigin, NodeFromRest,
+    AclByMethod, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
+    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, NodeWriteFromRest,
     OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById,
     SessionCreate,
 };
@@ -193,8 +193,8 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Key,        kv::handle),
 
     route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, CatalogRegister, catalog::register),
-    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_apply),
-    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_node_state),
+    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, CatalogApply, catalog::internal_apply),
+    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeWriteFromRest, catalog::internal_node_state),
     route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
     route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Filtered,   catalog::nodes),
     route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Filtered,   catalog::services),
@@ -251,9 +251,10 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, ServiceFromRest, agent_local::health_by_name),
     route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, AgentRead,  agent_local::health_by_id),
 
-    // A client agent's DNS, answered by its servers (`internal_dns`) with the client's token.
-    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::lookup),
-    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::changes),
+    // A client agent's DNS, answered by its servers (`internal_dns`): the lookups leave out
+    // what the client's default token may not read; the change feed names changed rows only.
+    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  Filtered,   internal_dns::lookup),
+    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  Filtered,   internal_dns::changes),
 
     route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Acl::None,  status::leader),
     route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Acl::None,  status::peers),
@@ -293,6 +294,8 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/acl/binding-rules"),               GET,                 Standard, BLOCKS,  AclByMethod, acl::binding_rule_list),
     route(Prefix("/v1/acl/binding-rule/"),              GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::binding_rule),
     route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
+    // A client agent's token resolution, answered by its servers (`api::client_tokens`).
+    route(Exact(client_tokens::RULES_PATH),             GET,                 Standard, ANSWERS, Acl::None,  acl::client_rules),
 ];
 
 /// The route serving `path`, if any: the first in [`ROUTES`] that matches.
@@ -400,9 +403,19 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
 }
 
 impl Route {
-    /// `/v1/agent/*`: answered from the agent's own state (and gossip), never forwarded.
+    /// Answered from the agent's own state and gossip, never forwarded to a server:
+    /// `/v1/agent/*`, user events, coordinates and the gossip keyring. On a client agent
+    /// these are the requests checked there, with a token its servers resolved.
     pub fn answered_by_agent(&self) -> bool {
-        self.path.text().starts_with("/v1/agent/")
+        let path = self.path.text();
+        [
+            "/v1/agent/",
+            "/v1/event/",
+            "/v1/coordinate/",
+            "/v1/operator/keyring",
+        ]
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
     }
 
     /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
@@ -508,6 +521,8 @@ mod tests {
         "/v1/acl/login",
         "/v1/acl/logout",
         "/v1/acl/token/self",
+        // Tells a token's holder what the token may do, as token/self does.
+        client_tokens::RULES_PATH,
     ];
 
     #[test]
@@ -523,7 +538,11 @@ mod tests {
                 assert_eq!(route.acl, AclByMethod, "{text}: ACL objects need acl:*");
             }
             if route.acl == Filtered {
-                assert!(route.methods == GET, "{text}: only reads filter rows");
+                // A client agent's DNS lookups are a read whose questions come in a body.
+                assert!(
+                    route.methods == GET || text == remote::LOOKUP_PATH,
+                    "{text}: only reads filter rows"
+                );
             }
         }
         assert_eq!(find("/v1/snapshot").map(|r| r.acl), Some(Management));
