@@ -3,6 +3,7 @@
 //! clients send them (`X-Consul-Token`, `Authorization: Bearer`, `?token=`).
 
 mod common;
+mod dns_common;
 
 use common::{request, Agent, HttpResponse};
 use serde_json::{json, Value};
@@ -381,4 +382,59 @@ fn acl_endpoints_answer_401_when_acls_are_off_and_requests_are_unchecked() {
         !agent.log().contains("does not enforce ACLs"),
         "no not-enforced warning"
     );
+}
+
+/// DNS answers with the agent's `default` token, else the anonymous token, as Consul's DNS
+/// does: under default deny a service is invisible until the default token may read it and
+/// its node; setting the token at runtime takes effect on the next query (the answer cache
+/// is dropped), and so does a change to the token's policy.
+#[test]
+fn dns_answers_with_the_agents_default_token() {
+    let agent = Agent::dev_with_dns(&[
+        "-hcl",
+        &format!(
+            "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+        ),
+    ]);
+    wait_for_management(&agent);
+    let register =
+        json!({"Node": "n1", "Address": "10.1.2.3", "Service": {"Service": "web", "Port": 80}});
+    let registered = call(
+        &agent,
+        "PUT",
+        "/v1/catalog/register",
+        register.to_string().as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(registered.status, 200, "{}", registered.text());
+    let answer = || dns_common::dig(agent.dns_addr(), &["+short", "web.service.consul", "A"]);
+    // Anonymous: nothing.
+    assert_eq!(answer().trim(), "");
+    let policy = create_policy(
+        &agent,
+        "dns",
+        "service_prefix \"\" {\n  policy = \"read\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}",
+    );
+    let reader = create_token(&agent, "dns");
+    let set = call(
+        &agent,
+        "PUT",
+        "/v1/agent/token/default",
+        json!({"Token": reader}).to_string().as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(set.status, 200, "{}", set.text());
+    assert_eq!(answer().trim(), "10.1.2.3");
+    // The token's policy loses node read: the cached answer goes with it.
+    let changed = call(
+        &agent,
+        "PUT",
+        &format!("/v1/acl/policy/{}", policy["ID"].as_str().unwrap()),
+        json!({"Name": "dns", "Rules": "service_prefix \"\" {\n  policy = \"read\"\n}"})
+            .to_string()
+            .as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    assert_eq!(answer().trim(), "");
 }
