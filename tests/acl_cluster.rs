@@ -10,9 +10,11 @@
 //! client agent resolves tokens through its servers and syncs its services with its agent
 //! token; tokens and policies survive a leader kill and a restore from a snapshot.
 
+mod acl_common;
 mod common;
 
-use common::{fresh_loopback, request, Agent, Cluster, HttpResponse, TempDir};
+use acl_common::{as_token, call, token_with_rules};
+use common::{fresh_loopback, try_request, Agent, Cluster, HttpResponse, TempDir};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -23,31 +25,6 @@ fn acl_hcl() -> String {
     format!(
         "acl {{\n enabled = true\n default_policy = \"deny\"\n tokens {{\n  initial_management = \"{MANAGEMENT}\"\n  agent = \"{MANAGEMENT}\"\n }}\n}}"
     )
-}
-
-fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
-    match token {
-        Some(token) => request(
-            agent.addr(),
-            method,
-            path,
-            body,
-            &[("X-Consul-Token", token)],
-        ),
-        None => request(agent.addr(), method, path, body, &[]),
-    }
-}
-
-fn ok_json(agent: &Agent, method: &str, path: &str, body: Value) -> Value {
-    let response = call(
-        agent,
-        method,
-        path,
-        body.to_string().as_bytes(),
-        Some(MANAGEMENT),
-    );
-    assert_eq!(response.status, 200, "{method} {path}: {}", response.text());
-    serde_json::from_slice(&response.body).unwrap_or(Value::Null)
 }
 
 /// Starts three servers as `Cluster::start` does, with ACLs on; the harness's own leader
@@ -92,9 +69,13 @@ fn start_cluster() -> Cluster {
 /// The serving leader, once the leader has created the management token: index of the
 /// server every running server names.
 fn acl_leader(cluster: &Cluster) -> Option<usize> {
+    // Servers still starting refuse connections: not an answer yet.
+    let ask = |agent: &Agent, path: &str, token: &[(&str, &str)]| {
+        try_request(agent.addr(), "GET", path, b"", token).ok()
+    };
     let mut leader = None;
     for server in cluster.servers.iter().filter(|s| s.child.is_some()) {
-        let named = call(server, "GET", "/v1/status/leader?stale", b"", None).text();
+        let named = ask(server, "/v1/status/leader?stale", &[])?.text();
         let named = named.trim_matches('"').to_string();
         if named.is_empty() || leader.as_ref().is_some_and(|l| *l != named) {
             return None;
@@ -106,13 +87,11 @@ fn acl_leader(cluster: &Cluster) -> Option<usize> {
         .servers
         .iter()
         .position(|s| s.ip == ip && s.child.is_some())?;
-    let probe = call(
+    let probe = ask(
         &cluster.servers[index],
-        "GET",
         "/v1/kv/__probe",
-        b"",
-        Some(MANAGEMENT),
-    );
+        &[("X-Consul-Token", MANAGEMENT)],
+    )?;
     (probe.status == 404).then_some(index)
 }
 
@@ -139,23 +118,14 @@ fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     }
 }
 
+fn ok_json(agent: &Agent, method: &str, path: &str, body: Value) -> Value {
+    as_token(agent, MANAGEMENT, method, path, body)
+}
+
+/// A token whose only policy has `rules`: (SecretID, policy ID).
 fn token_for(agent: &Agent, name: &str, rules: &str) -> (String, String) {
-    let policy = ok_json(
-        agent,
-        "PUT",
-        "/v1/acl/policy",
-        json!({"Name": name, "Rules": rules}),
-    );
-    let token = ok_json(
-        agent,
-        "PUT",
-        "/v1/acl/token",
-        json!({"Description": name, "Policies": [{"ID": policy["ID"]}]}),
-    );
-    (
-        token["SecretID"].as_str().unwrap().to_string(),
-        policy["ID"].as_str().unwrap().to_string(),
-    )
+    let (secret, _, policy) = token_with_rules(agent, MANAGEMENT, name, rules);
+    (secret, policy)
 }
 
 fn keys(response: &HttpResponse) -> Vec<String> {

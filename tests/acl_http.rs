@@ -2,10 +2,12 @@
 //! default_policy = "deny" }`, driven with plain HTTP requests carrying tokens the way Consul's
 //! clients send them (`X-Consul-Token`, `Authorization: Bearer`, `?token=`).
 
+mod acl_common;
 mod common;
 mod dns_common;
 
-use common::{request, Agent, HttpResponse};
+use acl_common::{call, wait_for_token};
+use common::{request, Agent};
 use serde_json::{json, Value};
 
 const MANAGEMENT: &str = "9f1b1c4e-1111-4e7a-9c59-0123456789ab";
@@ -17,34 +19,6 @@ fn acl_agent(default_policy: &str) -> Agent {
             "acl {{ enabled = true\n default_policy = \"{default_policy}\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
         ),
     ])
-}
-
-fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
-    match token {
-        Some(token) => request(
-            agent.addr(),
-            method,
-            path,
-            body,
-            &[("X-Consul-Token", token)],
-        ),
-        None => request(agent.addr(), method, path, body, &[]),
-    }
-}
-
-/// Waits (bounded) until the leader has created the initial management token.
-fn wait_for_management(agent: &Agent) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if call(agent, "GET", "/v1/acl/token/self", b"", Some(MANAGEMENT)).status == 200 {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "initial management token never appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
 }
 
 fn create_policy(agent: &Agent, name: &str, rules: &str) -> Value {
@@ -78,7 +52,7 @@ fn create_token(agent: &Agent, policy: &str) -> String {
 #[test]
 fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix() {
     let agent = acl_agent("deny");
-    wait_for_management(&agent);
+    wait_for_token(&agent, MANAGEMENT);
 
     // Anonymous: denied everywhere that needs a permission, with Consul's text.
     let denied = call(&agent, "PUT", "/v1/kv/app/x", b"1", None);
@@ -178,7 +152,7 @@ fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix(
 #[test]
 fn a_policy_change_takes_effect_on_the_next_request_on_every_connection() {
     let agent = acl_agent("deny");
-    wait_for_management(&agent);
+    wait_for_token(&agent, MANAGEMENT);
     let policy = create_policy(
         &agent,
         "reader",
@@ -396,7 +370,7 @@ fn dns_answers_with_the_agents_default_token() {
             "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
         ),
     ]);
-    wait_for_management(&agent);
+    wait_for_token(&agent, MANAGEMENT);
     let register =
         json!({"Node": "n1", "Address": "10.1.2.3", "Service": {"Service": "web", "Port": 80}});
     let registered = call(

@@ -16,9 +16,11 @@
 //!   sufficient → 200 without the header;
 //! - open (status, bootstrap, login, …): never a `lacks permission` denial.
 
+mod acl_common;
 mod common;
 
-use common::{request, Agent, HttpResponse};
+use acl_common::{as_token, call, token_with_rules, wait_for_token};
+use common::{Agent, HttpResponse};
 use praetor::api::client_tokens::RULES_PATH;
 use praetor::api::routes::{Path, ROUTES};
 use praetor::dns::remote;
@@ -26,7 +28,6 @@ use praetor::store::catalog::{CatalogOp, Registration};
 use praetor::store::Command;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::process::Command;
 
 const MANAGEMENT: &str = "4c3c1c4e-2222-4e7a-9c59-0123456789ab";
 const UNKNOWN: &str = "00000000-dead-beef-0000-000000000000";
@@ -70,62 +71,6 @@ fn case(
     }
 }
 
-fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
-    match token {
-        Some(token) => request(
-            agent.addr(),
-            method,
-            path,
-            body,
-            &[("X-Consul-Token", token)],
-        ),
-        None => request(agent.addr(), method, path, body, &[]),
-    }
-}
-
-fn management(agent: &Agent, method: &str, path: &str, body: Value) -> Value {
-    let response = call(
-        agent,
-        method,
-        path,
-        body.to_string().as_bytes(),
-        Some(MANAGEMENT),
-    );
-    assert_eq!(response.status, 200, "{method} {path}: {}", response.text());
-    serde_json::from_slice(&response.body).unwrap_or(Value::Null)
-}
-
-/// A token whose only policy has `rules`; returns its SecretID.
-fn token_with(agent: &Agent, name: &str, rules: &str) -> (String, String) {
-    let policy = management(
-        agent,
-        "PUT",
-        "/v1/acl/policy",
-        json!({"Name": name, "Rules": rules}),
-    );
-    let token = management(
-        agent,
-        "PUT",
-        "/v1/acl/token",
-        json!({"Description": name, "Policies": [{"ID": policy["ID"]}]}),
-    );
-    (
-        token["SecretID"].as_str().unwrap().to_string(),
-        token["AccessorID"].as_str().unwrap().to_string(),
-    )
-}
-
-fn wait_for_management(agent: &Agent) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while call(agent, "GET", "/v1/acl/token/self", b"", Some(MANAGEMENT)).status != 200 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "initial management token never appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
 /// A PEM public key made by openssl, for a `jwt` auth method.
 fn public_key_pem() -> String {
     let dir = common::TempDir::new("acl-routes-key");
@@ -150,13 +95,23 @@ fn public_key_pem() -> String {
             public.to_str().unwrap(),
         ],
     ] {
-        let status = Command::new("openssl")
+        let status = std::process::Command::new("openssl")
             .args(&args)
             .status()
             .expect("openssl runs");
         assert!(status.success(), "openssl {args:?}");
     }
     std::fs::read_to_string(public).unwrap()
+}
+
+fn management(agent: &Agent, method: &str, path: &str, body: Value) -> Value {
+    as_token(agent, MANAGEMENT, method, path, body)
+}
+
+/// A token whose only policy has `rules`: (SecretID, AccessorID).
+fn token_with(agent: &Agent, name: &str, rules: &str) -> (String, String) {
+    let (secret, accessor, _) = token_with_rules(agent, MANAGEMENT, name, rules);
+    (secret, accessor)
 }
 
 fn route_text(path: Path) -> &'static str {
@@ -260,7 +215,7 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
         ),
     ]);
-    wait_for_management(&agent);
+    wait_for_token(&agent, MANAGEMENT);
 
     // Rows for the lists to hide, and objects for the reads to find.
     management(&agent, "PUT", "/v1/kv/app/x", json!("v"));
