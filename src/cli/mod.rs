@@ -85,7 +85,7 @@ pub enum Command {
     Tls(tls::TlsCommand),
     /// Manages ACL tokens, policies, roles, auth methods and binding rules.
     #[command(subcommand)]
-    Acl(acl::AclCommand),
+    Acl(Box<acl::AclCommand>),
     /// Logs in with an auth method: trades a bearer token for an ACL token.
     Login(acl::LoginArgs),
     /// Deletes the token a login created.
@@ -344,7 +344,7 @@ pub fn main() -> i32 {
         Command::Keyring(args) => gossip::keyring(args),
         Command::Rtt(args) => gossip::rtt(args),
         Command::Tls(command) => tls::run(command),
-        Command::Acl(command) => acl::run(command),
+        Command::Acl(command) => acl::run(*command),
         Command::Login(args) => acl::login(args),
         Command::Logout(args) => acl::logout(args),
         Command::Lock(args) => lock::run(*args),
