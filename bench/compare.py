@@ -14,6 +14,7 @@ budget. Standard library only.
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
@@ -43,6 +44,13 @@ DEV = dict(http=18510, dns=18610, server=18520, serf_lan=18521, serf_wan=18522)
 SERVERS = [dict(http=18530 + i, dns=18630 + i, server=18540 + i, serf_lan=18550 + i, serf_wan=18560 + i) for i in range(3)]
 # A client agent joined to the three servers, for DNS through the servers.
 CLIENT = dict(http=18570, dns=18670, server=18571, serf_lan=18572, serf_wan=18573)
+# Two -dev agents with ACLs on (default deny): one token, and 10,000 tokens × 100 policies.
+DEV_ACL = dict(http=18580, dns=18680, server=18581, serf_lan=18582, serf_wan=18583)
+DEV_ACL_BIG = dict(http=18590, dns=18690, server=18591, serf_lan=18592, serf_wan=18593)
+ACL_MANAGEMENT = "b3e1c0de-0000-4e7a-9c59-00000000bec4"
+ACL_BIG_TOKENS = 10_000
+ACL_BIG_POLICIES = 100
+ACL_BIG_POLICIES_PER_TOKEN = 10
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -143,9 +151,9 @@ class Processes:
         return tail if len(tail) <= LOG_TAIL_CHARS_MAX else "…" + tail[-LOG_TAIL_CHARS_MAX:]
 
 
-def http(method, url, body=None, timeout=PROBE_TIMEOUT_S):
+def http(method, url, body=None, timeout=PROBE_TIMEOUT_S, headers=None):
     """(status, headers, body bytes); status 0 when nothing answered."""
-    req = urllib.request.Request(url, data=body, method=method)
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), resp.read()
@@ -463,6 +471,60 @@ class Bench:
 
     def dev_pid(self):
         return self.pid_of("dev")
+
+    def start_acl_agent(self, name, ports, tokens, policies):
+        """A -dev agent with ACLs on (default deny) holding `policies` policies and `tokens`
+        tokens that may read bench/get; writes their secrets to <tmp>/<name>-tokens."""
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        data = os.path.join(self.tmp, f"{name}-{time.monotonic_ns()}")
+        hcl = ('acl { enabled = true\n default_policy = "deny"\n tokens { initial_management = "%s" } }'
+               % ACL_MANAGEMENT)
+        proc = self.procs.start(name, self.praetor_argv(ports, ["-dev", "-node", f"bench-{name}", "-data-dir", data,
+                                                                 "-hcl", hcl]))
+        base = f"http://127.0.0.1:{ports['http']}"
+        headers = {"X-Consul-Token": ACL_MANAGEMENT}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                return f"praetor agent -dev (ACLs) exited ({proc.returncode}): " + self.procs.log_tail(name)
+            status, _, _ = http("GET", f"{base}/v1/acl/token/self", headers=headers)
+            if status == 200:
+                break
+            if time.monotonic() > deadline:
+                return "the ACL agent had no management token after %ds" % START_TIMEOUT_S
+            time.sleep(0.2)
+
+        def put(path, doc):
+            status, _, body = http("PUT", base + path, json.dumps(doc).encode(), headers=headers)
+            if status != 200:
+                raise RuntimeError(f"PUT {path}: {status} {body[:200]!r}")
+            return json.loads(body) if body else None
+
+        put("/v1/kv/bench/get", "v")
+        ids = [put("/v1/acl/policy", {"Name": f"bench-{i}", "Rules":
+                                      'key "bench/get" { policy = "read" }\nkey_prefix "p%d/" { policy = "write" }\n'
+                                      'service_prefix "s%d" { policy = "read" }' % (i, i)})["ID"]
+               for i in range(policies)]
+        per_token = min(ACL_BIG_POLICIES_PER_TOKEN, policies)
+
+        def token(j):
+            links = [{"ID": ids[(j + k * 10) % len(ids)]} for k in range(per_token)]
+            return put("/v1/acl/token", {"Description": f"bench-{j}", "Policies": links})["SecretID"]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+            secrets = list(pool.map(token, range(tokens)))
+        with open(os.path.join(self.tmp, f"{name}-tokens"), "w") as f:
+            f.write("\n".join(secrets) + "\n")
+        return None
+
+    def start_dev_acl(self):
+        return self.start_acl_agent("dev-acl", DEV_ACL, 1, 1)
+
+    def start_dev_acl_big(self):
+        return self.start_acl_agent("dev-acl-big", DEV_ACL_BIG, ACL_BIG_TOKENS, ACL_BIG_POLICIES)
+
+    def acl_tokens_file(self, name):
+        return os.path.join(self.tmp, f"{name}-tokens")
 
     def pid_of(self, process_name):
         for name, proc, _ in self.procs.running:
@@ -828,6 +890,35 @@ class Bench:
                                          "--target-b", self.dev_url(), "--name-a", "etcd (1 member)",
                                          "--name-b", "praetor -dev", "--key", "bench/put"] + self.common(),
                          target, lambda d: d["ratio"]["median"] >= 5.0)
+
+    def row_kv_get_acl_vs_off(self):
+        row_id = "kv-get-acl-vs-off"
+        title, target = "KV GET one key, 64 conns: ACLs on with an allowed token vs ACLs off", "≥ 0.95×"
+        reason = self.needs("dev:kv", "dev-acl")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        http("PUT", f"{self.dev_url()}/v1/kv/bench/get", b"v")
+        self.compare_row(row_id, title, ["kv-get", "--target-a", self.dev_url(), "--target-b",
+                                         f"http://127.0.0.1:{DEV_ACL['http']}", "--name-a", "praetor -dev, ACLs off",
+                                         "--name-b", "praetor -dev, ACLs on", "--tokens-file-b",
+                                         self.acl_tokens_file("dev-acl"), "--key", "bench/get", "--no-preload"]
+                         + self.common(), target, lambda d: d["ratio"]["median"] >= 0.95)
+
+    def row_acl_tokens_10k_vs_1(self):
+        row_id = "acl-10k-tokens-vs-1"
+        title = (f"KV GET, 64 conns: {ACL_BIG_TOKENS:,} tokens × {ACL_BIG_POLICIES} policies (a token per "
+                 "connection) vs 1 token")
+        target = "≥ 0.95× (no more cost per request)"
+        reason = self.needs("dev-acl", "dev-acl-big")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        self.compare_row(row_id, title, ["kv-get", "--target-a", f"http://127.0.0.1:{DEV_ACL['http']}",
+                                         "--target-b", f"http://127.0.0.1:{DEV_ACL_BIG['http']}",
+                                         "--name-a", "1 token", "--name-b", f"{ACL_BIG_TOKENS:,} tokens",
+                                         "--tokens-file-a", self.acl_tokens_file("dev-acl"),
+                                         "--tokens-file-b", self.acl_tokens_file("dev-acl-big"),
+                                         "--key", "bench/get", "--no-preload"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= 0.95)
 
     def fanout_row(self, row_id, title, target, args, checks, describe, before_each=None, floor_args=None,
                    p99_key="wake_p99_ms"):
@@ -1249,6 +1340,8 @@ class Bench:
             (["ceiling-dns"], self.row_ceiling_dns, []),
             (["kv-get-vs-floor"], self.row_kv_get_vs_floor, []),
             (["kv-put-vs-etcd1"], self.row_kv_put_vs_etcd1, ["etcd1"]),
+            (["kv-get-acl-vs-off"], self.row_kv_get_acl_vs_off, []),
+            (["acl-10k-tokens-vs-1"], self.row_acl_tokens_10k_vs_1, ["dev-acl", "dev-acl-big"]),
             (["fanout-kv"], self.row_fanout_kv, []),
             (["dns-a-vs-nsd", "dns-srv-vs-nsd", "dns-a-vs-floor", "dns-srv-vs-floor"], self.dns_rows, []),
             (["dns-srv-5000-tcp"], self.row_dns_srv_5000_tcp, []),

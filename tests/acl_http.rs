@@ -2,9 +2,12 @@
 //! default_policy = "deny" }`, driven with plain HTTP requests carrying tokens the way Consul's
 //! clients send them (`X-Consul-Token`, `Authorization: Bearer`, `?token=`).
 
+mod acl_common;
 mod common;
+mod dns_common;
 
-use common::{request, Agent, HttpResponse};
+use acl_common::{call, wait_for_token};
+use common::{request, Agent};
 use serde_json::{json, Value};
 
 const MANAGEMENT: &str = "9f1b1c4e-1111-4e7a-9c59-0123456789ab";
@@ -16,34 +19,6 @@ fn acl_agent(default_policy: &str) -> Agent {
             "acl {{ enabled = true\n default_policy = \"{default_policy}\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
         ),
     ])
-}
-
-fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
-    match token {
-        Some(token) => request(
-            agent.addr(),
-            method,
-            path,
-            body,
-            &[("X-Consul-Token", token)],
-        ),
-        None => request(agent.addr(), method, path, body, &[]),
-    }
-}
-
-/// Waits (bounded) until the leader has created the initial management token.
-fn wait_for_management(agent: &Agent) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if call(agent, "GET", "/v1/acl/token/self", b"", Some(MANAGEMENT)).status == 200 {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "initial management token never appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
 }
 
 fn create_policy(agent: &Agent, name: &str, rules: &str) -> Value {
@@ -77,7 +52,7 @@ fn create_token(agent: &Agent, policy: &str) -> String {
 #[test]
 fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix() {
     let agent = acl_agent("deny");
-    wait_for_management(&agent);
+    wait_for_token(&agent, MANAGEMENT);
 
     // Anonymous: denied everywhere that needs a permission, with Consul's text.
     let denied = call(&agent, "PUT", "/v1/kv/app/x", b"1", None);
@@ -86,10 +61,11 @@ fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix(
         denied.text(),
         "Permission denied: token with AccessorID '00000000-0000-0000-0000-000000000002' lacks permission 'key:write' on \"app/x\""
     );
-    assert_eq!(
-        call(&agent, "GET", "/v1/catalog/services", b"", None).status,
-        403
-    );
+    // Lists are filtered instead: anonymous sees no service, and (without a token) is not
+    // told that rows were left out.
+    let services = call(&agent, "GET", "/v1/catalog/services", b"", None);
+    assert_eq!((services.status, services.json()), (200, json!({})));
+    assert_eq!(services.header("X-Consul-Results-Filtered-By-ACLs"), None);
     assert_eq!(call(&agent, "GET", "/v1/agent/self", b"", None).status, 403);
     assert_eq!(call(&agent, "GET", "/v1/snapshot", b"", None).status, 403);
     // Status needs no token.
@@ -176,7 +152,7 @@ fn default_deny_blocks_anonymous_and_a_key_prefix_policy_allows_only_its_prefix(
 #[test]
 fn a_policy_change_takes_effect_on_the_next_request_on_every_connection() {
     let agent = acl_agent("deny");
-    wait_for_management(&agent);
+    wait_for_token(&agent, MANAGEMENT);
     let policy = create_policy(
         &agent,
         "reader",
@@ -380,4 +356,59 @@ fn acl_endpoints_answer_401_when_acls_are_off_and_requests_are_unchecked() {
         !agent.log().contains("does not enforce ACLs"),
         "no not-enforced warning"
     );
+}
+
+/// DNS answers with the agent's `default` token, else the anonymous token, as Consul's DNS
+/// does: under default deny a service is invisible until the default token may read it and
+/// its node; setting the token at runtime takes effect on the next query (the answer cache
+/// is dropped), and so does a change to the token's policy.
+#[test]
+fn dns_answers_with_the_agents_default_token() {
+    let agent = Agent::dev_with_dns(&[
+        "-hcl",
+        &format!(
+            "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+        ),
+    ]);
+    wait_for_token(&agent, MANAGEMENT);
+    let register =
+        json!({"Node": "n1", "Address": "10.1.2.3", "Service": {"Service": "web", "Port": 80}});
+    let registered = call(
+        &agent,
+        "PUT",
+        "/v1/catalog/register",
+        register.to_string().as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(registered.status, 200, "{}", registered.text());
+    let answer = || dns_common::dig(agent.dns_addr(), &["+short", "web.service.consul", "A"]);
+    // Anonymous: nothing.
+    assert_eq!(answer().trim(), "");
+    let policy = create_policy(
+        &agent,
+        "dns",
+        "service_prefix \"\" {\n  policy = \"read\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}",
+    );
+    let reader = create_token(&agent, "dns");
+    let set = call(
+        &agent,
+        "PUT",
+        "/v1/agent/token/default",
+        json!({"Token": reader}).to_string().as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(set.status, 200, "{}", set.text());
+    assert_eq!(answer().trim(), "10.1.2.3");
+    // The token's policy loses node read: the cached answer goes with it.
+    let changed = call(
+        &agent,
+        "PUT",
+        &format!("/v1/acl/policy/{}", policy["ID"].as_str().unwrap()),
+        json!({"Name": "dns", "Rules": "service_prefix \"\" {\n  policy = \"read\"\n}"})
+            .to_string()
+            .as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(changed.status, 200, "{}", changed.text());
+    assert_eq!(answer().trim(), "");
 }

@@ -107,6 +107,37 @@ const RUN_FLAGS: &[FlagSpec] = &[
             Ok(())
         }
     ),
+    flag!(
+        "token",
+        Some("T"),
+        "ACL token the kv scenarios send (X-Consul-Token); repeatable, by connection",
+        |c, v| {
+            c.tokens.push(v.to_string());
+            Ok(())
+        }
+    ),
+    flag!(
+        "tokens-file",
+        Some("FILE"),
+        "ACL tokens, one a line, spread over the connections (kv scenarios)",
+        |c, v| {
+            let text = std::fs::read_to_string(v).map_err(|e| format!("{v}: {e}"))?;
+            let before = c.tokens.len();
+            c.tokens.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(String::from),
+            );
+            if c.tokens.len() == before {
+                return Err(format!("{v}: no token in the file"));
+            }
+            if c.tokens.len() > TOKENS_MAX {
+                return Err(format!("more than {TOKENS_MAX} tokens"));
+            }
+            Ok(())
+        }
+    ),
     flag!("pin", None, "pin worker threads to cores", |c, _| {
         c.pin_threads = true;
         Ok(())

@@ -24,6 +24,8 @@ pub const RUN_DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const COMPARE_RUNS_MAX: usize = 1000;
 /// Most source addresses in a `--source-addrs` range.
 pub const SOURCE_ADDRS_MAX: usize = 65_536;
+/// Most ACL tokens a run spreads over its connections.
+pub const TOKENS_MAX: usize = 1_000_000;
 /// Most operations in one `txn` request: Consul's (and praetor's) limit per transaction.
 pub const TXN_OPS_MAX: usize = 64;
 
@@ -170,6 +172,9 @@ pub struct RunConfig {
     pub connect_timeout: Duration,
     // KV
     pub key: String,
+    /// ACL tokens the KV scenarios send: connection `i` uses `tokens[i % len]`; none when
+    /// empty.
+    pub tokens: Vec<String>,
     pub keys: usize,
     pub value_bytes: usize,
     pub read_ratio: f64,
@@ -212,6 +217,11 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// The token connection `conn_index` sends, if any.
+    pub fn token_for(&self, conn_index: usize) -> Option<&str> {
+        (!self.tokens.is_empty()).then(|| self.tokens[conn_index % self.tokens.len()].as_str())
+    }
+
     pub fn new(scenario: Scenario) -> Self {
         RunConfig {
             scenario,
@@ -232,6 +242,7 @@ impl RunConfig {
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             key: "loadgen/key".into(),
+            tokens: Vec::new(),
             keys: 1,
             value_bytes: 64,
             read_ratio: 0.9,

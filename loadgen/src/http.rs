@@ -260,12 +260,30 @@ pub fn encode_request(
     content_type: Option<&str>,
     body: &[u8],
 ) {
+    encode_request_with_token(out, method, path, host, content_type, body, None);
+}
+
+/// [`encode_request`] with an ACL token (`X-Consul-Token`) when one is given.
+pub fn encode_request_with_token(
+    out: &mut Vec<u8>,
+    method: &str,
+    path: &str,
+    host: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+    token: Option<&str>,
+) {
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\nUser-Agent: loadgen\r\n");
+    if let Some(token) = token {
+        out.extend_from_slice(b"X-Consul-Token: ");
+        out.extend_from_slice(token.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     if let Some(ct) = content_type {
         out.extend_from_slice(b"Content-Type: ");
         out.extend_from_slice(ct.as_bytes());

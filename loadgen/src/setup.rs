@@ -203,7 +203,8 @@ pub fn preload_keys(config: &RunConfig, target: &Target) -> Result<(), String> {
     parallel_setup(target, config.timeout, config.keys, |client, i| {
         let key = crate::workloads::key_name(config, i);
         let mut request = Vec::new();
-        crate::workloads::encode_kv_put(&mut request, config, target, &key, &value);
+        let token = config.token_for(0);
+        crate::workloads::encode_kv_put(&mut request, config, target, &key, &value, token);
         // Re-use the encoder's method/path/body by sending its bytes through the client.
         let (method, path, content_type, body) = split_encoded(&request);
         let response = client.request(method, path, content_type, body)?;

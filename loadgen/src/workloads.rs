@@ -7,7 +7,7 @@
 use base64::Engine as _;
 
 use crate::config::{Consistency, RegisterVia, RunConfig, Scenario};
-use crate::http::{encode_path, encode_request};
+use crate::http::{encode_path, encode_request, encode_request_with_token};
 use crate::httprun::{HttpWorkload, Verdict};
 use crate::net::Target;
 
@@ -39,8 +39,14 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Encodes a KV read of `key`: Consul GET or etcd range.
-pub fn encode_kv_get(out: &mut Vec<u8>, config: &RunConfig, target: &Target, key: &str) {
+/// Encodes a KV read of `key`: Consul GET (with `token`, if any) or etcd range.
+pub fn encode_kv_get(
+    out: &mut Vec<u8>,
+    config: &RunConfig,
+    target: &Target,
+    key: &str,
+    token: Option<&str>,
+) {
     if config.etcd {
         // etcd: linearizable unless stale was asked for (serializable reads any member's view).
         let serializable = config.consistency == Consistency::Stale;
@@ -62,17 +68,18 @@ pub fn encode_kv_get(out: &mut Vec<u8>, config: &RunConfig, target: &Target, key
             encode_path(key),
             consistency_query(config.consistency)
         );
-        encode_request(out, "GET", &path, &target.authority, None, b"");
+        encode_request_with_token(out, "GET", &path, &target.authority, None, b"", token);
     }
 }
 
-/// Encodes a KV write of `value` to `key`: Consul PUT or etcd put.
+/// Encodes a KV write of `value` to `key`: Consul PUT (with `token`, if any) or etcd put.
 pub fn encode_kv_put(
     out: &mut Vec<u8>,
     config: &RunConfig,
     target: &Target,
     key: &str,
     value: &[u8],
+    token: Option<&str>,
 ) {
     if config.etcd {
         let body = format!(
@@ -90,7 +97,7 @@ pub fn encode_kv_put(
         );
     } else {
         let path = format!("/v1/kv/{}", encode_path(key));
-        encode_request(out, "PUT", &path, &target.authority, None, value);
+        encode_request_with_token(out, "PUT", &path, &target.authority, None, value, token);
     }
 }
 
@@ -129,6 +136,8 @@ pub struct KvWorkload {
     fixed: bool,
     next_key: usize,
     rng: XorShift,
+    /// The ACL token this connection sends (`--token`/`--tokens-file`, by connection).
+    token: Option<String>,
 }
 
 impl KvWorkload {
@@ -147,6 +156,7 @@ impl KvWorkload {
             // Connections start at different keys so they spread from the first request.
             next_key: conn_index % config.keys.max(1),
             rng: XorShift::new(conn_index as u64 + 1),
+            token: config.token_for(conn_index).map(str::to_string),
         }
     }
 }
@@ -162,9 +172,18 @@ impl HttpWorkload for KvWorkload {
         let read = self.read_ratio >= 1.0
             || (self.read_ratio > 0.0 && self.rng.next_f64() < self.read_ratio);
         if read {
-            encode_kv_get(request, &self.config, &self.target, &key);
+            let token = self.token.as_deref();
+            encode_kv_get(request, &self.config, &self.target, &key, token);
         } else {
-            encode_kv_put(request, &self.config, &self.target, &key, &self.value);
+            let token = self.token.as_deref();
+            encode_kv_put(
+                request,
+                &self.config,
+                &self.target,
+                &key,
+                &self.value,
+                token,
+            );
         }
         true
     }

@@ -9,6 +9,7 @@ use super::local::{
 };
 use super::{scripts_allowed, Agent};
 use crate::api::agent_local::{AgentCall, AgentReply, AgentRequest};
+use crate::api::authz::RowFilter;
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::definition::{self, CheckKind};
 use crate::consul::filter::{self, Filter};
@@ -43,13 +44,14 @@ pub async fn serve_calls(agent: Rc<Agent>, calls: flume::Receiver<AgentCall>) {
 
 async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> AgentReply {
     match request {
-        AgentRequest::Services { filter } => services(agent, &filter, pretty),
+        AgentRequest::Services { filter, rows } => services(agent, &filter, &rows, pretty),
         AgentRequest::Service { id, hash, wait } => service(agent, &id, hash, wait, pretty).await,
-        AgentRequest::Checks { filter } => checks(agent, &filter, pretty),
+        AgentRequest::Checks { filter, rows } => checks(agent, &filter, &rows, pretty),
         AgentRequest::RegisterService {
             body,
             replace_existing_checks,
-        } => register_service(agent, &body, replace_existing_checks).await,
+            token,
+        } => register_service(agent, &body, replace_existing_checks, &token).await,
         AgentRequest::DeregisterService { id } => {
             if !agent.remove_service(&id) {
                 return AgentReply::text(
@@ -60,7 +62,7 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             agent.sync_now().await;
             AgentReply::empty()
         }
-        AgentRequest::RegisterCheck { body } => register_check(agent, &body).await,
+        AgentRequest::RegisterCheck { body, token } => register_check(agent, &body, &token).await,
         AgentRequest::DeregisterCheck { id } => {
             if !agent.remove_check(&id) {
                 return AgentReply::text(
@@ -133,7 +135,7 @@ fn check_row_of(agent: &Agent, check: &LocalCheck) -> HealthCheck {
     )
 }
 
-fn services(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
+fn services(agent: &Agent, filter_text: &str, rows: &RowFilter, pretty: bool) -> AgentReply {
     let filter = match Filter::parse(filter_text, filter::AGENT_SERVICE) {
         Ok(f) => f,
         Err(e) => {
@@ -147,11 +149,16 @@ fn services(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
     let ids: Vec<String> = agent.state.borrow().services.keys().cloned().collect();
     let mut body = Vec::with_capacity(256 + ids.len() * 256);
     let mut w = JsonWriter::new(&mut body, pretty);
+    let mut hidden = false;
     w.begin_object();
     for id in ids {
         let Some(row) = service_row(agent, &id) else {
             continue;
         };
+        if !rows.service(&row.name) {
+            hidden = true;
+            continue;
+        }
         if let Some(filter) = &filter {
             if !filter.matches(&render::as_value(|w| {
                 w.begin_object();
@@ -167,7 +174,14 @@ fn services(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
     }
     w.end_object();
     w.finish();
-    AgentReply::json(200, body)
+    filtered_reply(rows, hidden, body)
+}
+
+/// A JSON answer, with Consul's header when the token hid some of its rows.
+fn filtered_reply(rows: &RowFilter, hidden: bool, body: Vec<u8>) -> AgentReply {
+    let mut reply = AgentReply::json(200, body);
+    rows.write_header(hidden, &mut reply.headers);
+    reply
 }
 
 /// 64-bit FNV-1a, rendered as hex: the `ContentHash` of an agent service.
@@ -215,7 +229,7 @@ async fn service(
     }
 }
 
-fn checks(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
+fn checks(agent: &Agent, filter_text: &str, rows: &RowFilter, pretty: bool) -> AgentReply {
     let filter = match Filter::parse(filter_text, filter::HEALTH_CHECK) {
         Ok(f) => f,
         Err(e) => {
@@ -226,11 +240,23 @@ fn checks(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
         }
     };
     let checks: Vec<LocalCheck> = agent.state.borrow().checks.values().cloned().collect();
+    let node_name = agent.config.borrow().node_name.clone();
     let mut body = Vec::with_capacity(256 + checks.len() * 512);
     let mut w = JsonWriter::new(&mut body, pretty);
+    let mut hidden = false;
     w.begin_object();
     for check in &checks {
         let row = check_row_of(agent, check);
+        // A service check needs read on its service, a node check read on this node.
+        let readable = if row.service_id.is_empty() {
+            rows.node(&node_name)
+        } else {
+            rows.service(&row.service_name)
+        };
+        if !readable {
+            hidden = true;
+            continue;
+        }
         if let Some(filter) = &filter {
             if !filter.matches(&render::as_value(|w| render::health_check(w, &row))) {
                 continue;
@@ -242,17 +268,26 @@ fn checks(agent: &Agent, filter_text: &str, pretty: bool) -> AgentReply {
     }
     w.end_object();
     w.finish();
-    AgentReply::json(200, body)
+    filtered_reply(rows, hidden, body)
 }
 
 fn decode_error(status: u16, message: String) -> AgentReply {
     AgentReply::text(status, message)
 }
 
+/// The token a registration is synced with: its body's `Token`, else the request's.
+fn registration_token(obj: &Obj, request_token: &str) -> String {
+    match obj.opt_string(&["token"]) {
+        Ok(Some(token)) if !token.is_empty() => token,
+        _ => request_token.to_string(),
+    }
+}
+
 async fn register_service(
     agent: &Rc<Agent>,
     body: &[u8],
     replace_existing_checks: bool,
+    request_token: &str,
 ) -> AgentReply {
     let value = match parse_json(body) {
         Ok(v) => v,
@@ -273,12 +308,13 @@ async fn register_service(
         }
     }
     metrics::AGENT_SERVICE_REGISTERS.add(1);
+    agent.set_service_token(&def.service.id, &registration_token(&obj, request_token));
     agent.add_service(def, Source::Api, replace_existing_checks);
     agent.sync_now().await;
     AgentReply::empty()
 }
 
-async fn register_check(agent: &Rc<Agent>, body: &[u8]) -> AgentReply {
+async fn register_check(agent: &Rc<Agent>, body: &[u8], request_token: &str) -> AgentReply {
     let value = match parse_json(body) {
         Ok(v) => v,
         Err(e) => return decode_error(400, format!("Request decode failed: {e}")),
@@ -309,6 +345,7 @@ async fn register_check(agent: &Rc<Agent>, body: &[u8]) -> AgentReply {
             return AgentReply::text(500, e);
         }
     }
+    agent.set_check_token(&check.id, &registration_token(&obj, request_token));
     agent.add_check(check, Source::Api);
     agent.sync_now().await;
     AgentReply::empty()

@@ -12,6 +12,11 @@
 //! [`servers::call`], so a dead server is rotated away and the request retried on the next
 //! one at once: the commands are registrations and deregistrations, which a server may
 //! receive twice without harm.
+//!
+//! With ACLs on, what goes to another server carries the agent's token (`acl.tokens.agent`,
+//! else `acl.tokens.default`), as Consul's agent sends its anti-entropy with it; the server
+//! checks each operation as it checks the public catalog endpoints. A server's own writes
+//! proposed through its shard on the leader are not checked.
 
 use crate::cluster::servers::{self, Retry, ServerManager};
 use crate::consul::node_state::{
@@ -63,6 +68,12 @@ impl CatalogClient {
 
     /// Replicates one catalog command and returns the store's answer.
     pub async fn apply(&self, op: CatalogOp) -> CommandResult {
+        self.apply_as(op, None).await
+    }
+
+    /// [`CatalogClient::apply`] sent with `token` (a service's or check's own) instead of
+    /// the agent's token when it goes to another server.
+    pub async fn apply_as(&self, op: CatalogOp, token: Option<&str>) -> CommandResult {
         let payload = Command::Catalog(op).encode();
         match &self.backend {
             Backend::Local(shard) => {
@@ -76,7 +87,7 @@ impl CatalogClient {
                             .call(
                                 leader,
                                 kind::FORWARD_HTTP,
-                                &apply_request(&payload),
+                                &apply_request(&payload, request_token(shard, token).as_deref()),
                                 FORWARD_TIMEOUT,
                             )
                             .await;
@@ -90,7 +101,7 @@ impl CatalogClient {
                     servers,
                     &shard.forward,
                     kind::FORWARD_HTTP,
-                    &apply_request(&payload),
+                    &apply_request(&payload, request_token(shard, token).as_deref()),
                     FORWARD_TIMEOUT,
                     Retry::Always,
                 )
@@ -148,8 +159,9 @@ async fn read_remote_node_state(
     node: &str,
 ) -> Result<NodeState, String> {
     let request = format!(
-        "GET {NODE_STATE_PATH}{} HTTP/1.1\r\nHost: praetor\r\n\r\n",
-        percent_encode_segment(node)
+        "GET {NODE_STATE_PATH}{} HTTP/1.1\r\nHost: praetor\r\n{}\r\n",
+        percent_encode_segment(node),
+        token_header(agent_token(shard).as_deref())
     );
     let frame = servers::call(
         servers,
@@ -160,17 +172,8 @@ async fn read_remote_node_state(
         Retry::Always,
     )
     .await?;
-    if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-        return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    let head_len = match response.parse(&frame.payload) {
-        Ok(httparse::Status::Complete(head_len)) => head_len,
-        _ => return Err("malformed answer from the server".to_string()),
-    };
-    let body = &frame.payload[head_len..];
-    if response.code != Some(200) {
+    let (status, body) = servers::forwarded_http_answer(&frame)?;
+    if status != 200 {
         return Err(String::from_utf8_lossy(body).into_owned());
     }
     decode_node_state(body)
@@ -202,10 +205,38 @@ fn leader_address(shard: &Shard) -> Option<SocketAddr> {
         .filter(|addr| *addr != shard.shared().rpc_address)
 }
 
+/// The token the agent's own requests carry: `acl.tokens.agent`, else `acl.tokens.default`
+/// (as set in the config or with `/v1/agent/token/<type>`); none with ACLs off.
+fn agent_token(shard: &Shard) -> Option<String> {
+    if !shard.config().acl.enabled {
+        return None;
+    }
+    let tokens = shard.shared().acl_tokens.read().ok()?;
+    tokens.agent.clone().or_else(|| tokens.default.clone())
+}
+
+/// The token a write is sent with: `given` (a registration's own), else the agent's; none
+/// with ACLs off.
+fn request_token(shard: &Shard, given: Option<&str>) -> Option<String> {
+    match given.filter(|t| !t.is_empty()) {
+        Some(token) if shard.config().acl.enabled => Some(token.to_string()),
+        _ => agent_token(shard),
+    }
+}
+
+/// `X-Consul-Token: …` and its line end, or nothing.
+fn token_header(token: Option<&str>) -> String {
+    match token.filter(|t| !t.is_empty() && !t.contains(['\r', '\n'])) {
+        Some(token) => format!("X-Consul-Token: {token}\r\n"),
+        None => String::new(),
+    }
+}
+
 /// The internal apply request carrying an encoded catalog command.
-fn apply_request(payload: &[u8]) -> Vec<u8> {
+fn apply_request(payload: &[u8], token: Option<&str>) -> Vec<u8> {
     let mut request = format!(
-        "PUT {APPLY_PATH} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n\r\n",
+        "PUT {APPLY_PATH} HTTP/1.1\r\nHost: praetor\r\n{}Content-Length: {}\r\n\r\n",
+        token_header(token),
         payload.len()
     )
     .into_bytes();

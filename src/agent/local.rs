@@ -99,6 +99,11 @@ pub struct LocalState {
     pub deleted_checks: BTreeSet<String>,
     /// Whether the node row itself is known to match the catalog.
     pub node_in_sync: bool,
+    /// The ACL tokens API registrations came with, by service and check ID: anti-entropy
+    /// sends each entry with its own token, as Consul's agent does. A removed entry keeps
+    /// its token until its deregistration is accepted.
+    pub service_tokens: BTreeMap<String, String>,
+    pub check_tokens: BTreeMap<String, String>,
     next_revision: u64,
     next_generation: u64,
     /// Bumped on every change visible through the agent API (for hash-blocking reads).

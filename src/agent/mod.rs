@@ -220,13 +220,23 @@ fn unix_now_ms() -> u64 {
 }
 
 /// The persisted record of a check registered through the API.
-fn check_record(spec: &CheckSpec) -> persist::CheckRecord {
+/// Keeps `token` for `id`, or forgets the entry's token when it is empty.
+fn set_token(tokens: &mut std::collections::BTreeMap<String, String>, id: &str, token: &str) {
+    if token.is_empty() {
+        tokens.remove(id);
+    } else {
+        tokens.insert(id.to_string(), token.to_string());
+    }
+}
+
+fn check_record(spec: &CheckSpec, token: &str) -> persist::CheckRecord {
     persist::CheckRecord {
         id: spec.id.clone(),
         name: spec.name.clone(),
         notes: spec.notes.clone(),
         service_id: spec.service_id.clone(),
         spec: Some(spec.clone()),
+        token: token.to_string(),
     }
 }
 
@@ -351,7 +361,7 @@ impl Agent {
         };
         let store = persister.store();
         let config = self.config.borrow().clone();
-        for service in store.load_services() {
+        for (service, token) in store.load_services() {
             let id = service.id.clone();
             if self.state.borrow().services.contains_key(&id) {
                 log::info!(
@@ -360,7 +370,11 @@ impl Agent {
                 self.persist(vec![persist::Op::remove_service(&id)]);
                 continue;
             }
-            self.state.borrow_mut().add_service(service, Source::Api);
+            let mut state = self.state.borrow_mut();
+            state.add_service(service, Source::Api);
+            if !token.is_empty() {
+                state.service_tokens.insert(id, token);
+            }
         }
         for record in store.load_checks() {
             let id = record.id.clone();
@@ -386,6 +400,7 @@ impl Agent {
                 self.purge_check(&id);
                 continue;
             }
+            self.set_check_token(&id, &record.token);
             match record.spec {
                 Some(mut spec) => {
                     // Consul starts a restored check critical, so an instance that may be
@@ -557,11 +572,12 @@ impl Agent {
         }
         match source {
             Source::Api => {
-                let mut ops = vec![persist::Op::service(&def.service)];
+                let token = self.service_token(&id);
+                let mut ops = vec![persist::Op::service(&def.service, &token)];
                 ops.extend(
                     def.checks
                         .iter()
-                        .map(|c| persist::Op::check(&check_record(c))),
+                        .map(|c| persist::Op::check(&check_record(c, &token))),
                 );
                 self.persist(ops);
             }
@@ -593,7 +609,10 @@ impl Agent {
             .borrow_mut()
             .add_check(check.clone(), source, Instant::now());
         match source {
-            Source::Api => self.persist_check(&check_record(&check)),
+            Source::Api => {
+                let token = self.check_token(&check.id);
+                self.persist_check(&check_record(&check, &token));
+            }
             Source::Config => self.drop_check_record(&check.id),
         }
         self.restore_check_state(&check);
@@ -627,8 +646,38 @@ impl Agent {
             notes: reason.to_string(),
             service_id: service_id.to_string(),
             spec: None,
+            token: String::new(),
         });
         self.notify_changed();
+    }
+
+    /// The ACL token a service was registered with through the API (empty: none).
+    pub fn service_token(&self, id: &str) -> String {
+        let state = self.state.borrow();
+        state.service_tokens.get(id).cloned().unwrap_or_default()
+    }
+
+    /// A check's token: its own, else its service's (a check registered with its service
+    /// carries the service's token, as in Consul).
+    pub fn check_token(&self, id: &str) -> String {
+        let state = self.state.borrow();
+        let own = state.check_tokens.get(id);
+        let service = || {
+            let owner = &state.checks.get(id)?.service_id;
+            state.service_tokens.get(owner)
+        };
+        own.or_else(service).cloned().unwrap_or_default()
+    }
+
+    /// Records the token an API registration of a service came with, before it is added
+    /// (empty: none, which forgets an earlier registration's token).
+    pub fn set_service_token(&self, id: &str, token: &str) {
+        set_token(&mut self.state.borrow_mut().service_tokens, id, token);
+    }
+
+    /// Records the token an API registration of a check came with, before it is added.
+    pub fn set_check_token(&self, id: &str, token: &str) {
+        set_token(&mut self.state.borrow_mut().check_tokens, id, token);
     }
 
     pub fn remove_service(&self, id: &str) -> bool {

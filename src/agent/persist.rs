@@ -65,6 +65,9 @@ pub struct CheckRecord {
     pub notes: String,
     pub service_id: String,
     pub spec: Option<CheckSpec>,
+    /// The ACL token it was registered with (empty: none), kept with the record.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
 }
 
 /// The state a TTL update left a check in, valid until `expires_unix_ms`.
@@ -82,6 +85,9 @@ pub struct CheckState {
 struct ServiceRecord {
     id: String,
     service: ServiceRegistration,
+    /// The ACL token it was registered with (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    token: String,
 }
 
 /// One record of the first format: a registration body as received.
@@ -157,11 +163,13 @@ impl Op {
         }
     }
 
-    pub fn service(service: &ServiceRegistration) -> Op {
+    /// A service's record with the ACL token it was registered with (empty: none).
+    pub fn service(service: &ServiceRegistration, token: &str) -> Op {
         assert!(!service.id.is_empty(), "a service is persisted by its ID");
         let record = ServiceRecord {
             id: service.id.clone(),
             service: service.clone(),
+            token: token.to_string(),
         };
         Op::save(Kind::Service, &service.id, &record)
     }
@@ -425,8 +433,8 @@ impl Store {
         }
     }
 
-    pub fn save_service(&self, service: &ServiceRegistration) -> std::io::Result<()> {
-        self.apply_all(vec![Op::service(service)])
+    pub fn save_service(&self, service: &ServiceRegistration, token: &str) -> std::io::Result<()> {
+        self.apply_all(vec![Op::service(service, token)])
     }
 
     pub fn remove_service(&self, id: &str) -> std::io::Result<()> {
@@ -449,16 +457,16 @@ impl Store {
         self.apply_all(vec![Op::check_state(state)])
     }
 
-    /// Every persisted service, in ID order.
-    pub fn load_services(&self) -> Vec<ServiceRegistration> {
+    /// Every persisted service with the token it was registered with, in ID order.
+    pub fn load_services(&self) -> Vec<(ServiceRegistration, String)> {
         let records = read_records::<ServiceRecord>(&self.dir(Kind::Service), "service");
-        let mut services: Vec<ServiceRegistration> =
+        let mut services: Vec<(ServiceRegistration, String)> =
             named_by_id(records, |r| r.id.as_str(), "service")
                 .into_iter()
                 .filter(|r| r.id == r.service.id)
-                .map(|r| r.service)
+                .map(|r| (r.service, r.token))
                 .collect();
-        services.sort_by(|a, b| a.id.cmp(&b.id));
+        services.sort_by(|a, b| a.0.id.cmp(&b.0.id));
         services
     }
 
@@ -731,6 +739,7 @@ mod tests {
                 failures_before_warning: 0,
                 failures_before_critical: 0,
             }),
+            token: "check-token".into(),
         }
     }
 
@@ -744,7 +753,7 @@ mod tests {
             port: 80,
             ..Default::default()
         };
-        store.save_service(&service).unwrap();
+        store.save_service(&service, "service-token").unwrap();
         let check = ttl_check("service:web/1", "web/1");
         store.save_check(&check).unwrap();
         let maintenance = CheckRecord {
@@ -753,6 +762,7 @@ mod tests {
             notes: "patching".into(),
             service_id: String::new(),
             spec: None,
+            token: String::new(),
         };
         store.save_check(&maintenance).unwrap();
         let state = CheckState {
@@ -763,7 +773,11 @@ mod tests {
         };
         store.save_check_state(&state).unwrap();
 
-        assert_eq!(store.load_services(), vec![service.clone()]);
+        // Tokens are kept with their records.
+        assert_eq!(
+            store.load_services(),
+            vec![(service.clone(), "service-token".to_string())]
+        );
         assert_eq!(
             store.load_checks(),
             vec![maintenance.clone(), check.clone()]
@@ -799,14 +813,14 @@ mod tests {
             ..Default::default()
         };
         let failures = store.apply(vec![
-            Op::service(&service(1)),
+            Op::service(&service(1), ""),
             Op::check(&ttl_check("gone", "")),
-            Op::service(&service(2)),
+            Op::service(&service(2), "t"),
             Op::remove_check_record("gone"),
             Op::check(&ttl_check("kept", "")),
         ]);
         assert!(failures.is_empty(), "{failures:?}");
-        assert_eq!(store.load_services(), vec![service(2)]);
+        assert_eq!(store.load_services(), vec![(service(2), "t".to_string())]);
         assert_eq!(store.load_checks(), vec![ttl_check("kept", "")]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -826,12 +840,15 @@ mod tests {
             expires_unix_ms: 10_000,
         };
         for port in 1..=50 {
-            persister.queue(vec![Op::service(&ServiceRegistration {
-                id: format!("web-{port}"),
-                name: "web".into(),
-                port,
-                ..Default::default()
-            })]);
+            persister.queue(vec![Op::service(
+                &ServiceRegistration {
+                    id: format!("web-{port}"),
+                    name: "web".into(),
+                    port,
+                    ..Default::default()
+                },
+                "",
+            )]);
         }
         persister.queue(vec![Op::check_state(&state)]);
         // Read back as set, whether or not the thread has written it yet.

@@ -248,29 +248,47 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
     let now = Instant::now();
     let config = agent.config.borrow().clone();
     let node = self_node_registration(&config, &agent.identity);
-    let (ops, marks) = {
+    // Each operation with the token it is sent with: a service's or check's own token (a
+    // removed one's until its deregistration is accepted), else the agent's (`None`).
+    let ops: Vec<(CatalogOp, Vec<Mark>, Option<String>)> = {
         let state = agent.state.borrow();
-        let mut ops: Vec<CatalogOp> = Vec::new();
-        let mut marks: Vec<Vec<Mark>> = Vec::new();
+        let service_token = |id: &str| state.service_tokens.get(id).cloned();
+        let check_token = |id: &str, service_id: &str| {
+            state
+                .check_tokens
+                .get(id)
+                .cloned()
+                .or_else(|| service_token(service_id))
+        };
+        let mut ops = Vec::new();
         if !state.node_in_sync {
-            ops.push(CatalogOp::Register(Box::new(node.clone())));
-            marks.push(vec![Mark::Node]);
+            ops.push((
+                CatalogOp::Register(Box::new(node.clone())),
+                vec![Mark::Node],
+                None,
+            ));
         }
         for id in &state.deleted_checks {
-            ops.push(CatalogOp::Deregister {
-                node: node.node.clone(),
-                service_id: String::new(),
-                check_id: id.clone(),
-            });
-            marks.push(vec![Mark::DeletedCheck(id.clone())]);
+            ops.push((
+                CatalogOp::Deregister {
+                    node: node.node.clone(),
+                    service_id: String::new(),
+                    check_id: id.clone(),
+                },
+                vec![Mark::DeletedCheck(id.clone())],
+                check_token(id, ""),
+            ));
         }
         for id in &state.deleted_services {
-            ops.push(CatalogOp::Deregister {
-                node: node.node.clone(),
-                service_id: id.clone(),
-                check_id: String::new(),
-            });
-            marks.push(vec![Mark::DeletedService(id.clone())]);
+            ops.push((
+                CatalogOp::Deregister {
+                    node: node.node.clone(),
+                    service_id: id.clone(),
+                    check_id: String::new(),
+                },
+                vec![Mark::DeletedService(id.clone())],
+                service_token(id),
+            ));
         }
         let base = |checks| Registration {
             skip_node_update: true,
@@ -291,8 +309,11 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
                     .collect(),
             );
             registration.service = Some(service.registration.clone());
-            ops.push(CatalogOp::Register(Box::new(registration)));
-            marks.push(mark);
+            ops.push((
+                CatalogOp::Register(Box::new(registration)),
+                mark,
+                service_token(id),
+            ));
         }
         for check in state.checks.values() {
             if check.in_sync()
@@ -301,42 +322,49 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
             {
                 continue;
             }
-            ops.push(CatalogOp::Register(Box::new(base(vec![
-                state.check_registration(check, &node.node)
-            ]))));
-            marks.push(vec![Mark::Check(check.id.clone(), check.revision)]);
+            ops.push((
+                CatalogOp::Register(Box::new(base(vec![
+                    state.check_registration(check, &node.node)
+                ]))),
+                vec![Mark::Check(check.id.clone(), check.revision)],
+                check_token(&check.id, &check.service_id),
+            ));
         }
-        (ops, marks)
+        ops
     };
     if ops.is_empty() {
         return Ok(());
     }
     metrics::SYNC_ROUNDS.add(1);
     let mut first_failure: Option<String> = None;
-    let mut ops = ops.into_iter();
-    let mut marks = marks.into_iter();
-    loop {
-        let batch: Vec<CatalogOp> = ops.by_ref().take(SYNC_BATCH_OPS).collect();
-        if batch.is_empty() {
-            break;
+    let mut ops = ops.into_iter().peekable();
+    while let Some(first) = ops.next() {
+        // A batch is sent with one token: consecutive operations with the same one.
+        let token = first.2.clone();
+        let mut batch = vec![first];
+        while batch.len() < SYNC_BATCH_OPS && ops.peek().is_some_and(|next| next.2 == token) {
+            batch.extend(ops.next());
         }
-        let batch_marks: Vec<Vec<Mark>> = marks.by_ref().take(batch.len()).collect();
         metrics::SYNC_OPERATIONS.add(batch.len() as u64);
-        match catalog_result(agent.client.apply(CatalogOp::Batch(batch.clone())).await) {
+        let (batch_ops, batch_marks): (Vec<CatalogOp>, Vec<Vec<Mark>>) =
+            batch.into_iter().map(|(op, mark, _)| (op, mark)).unzip();
+        let token = token.as_deref();
+        let sent = CatalogOp::Batch(batch_ops.clone());
+        match catalog_result(agent.client.apply_as(sent, token).await) {
             Ok(()) => {
                 for mark in batch_marks.into_iter().flatten() {
                     apply_mark(agent, mark, now);
                 }
             }
-            Err(reason) if batch.len() == 1 => {
+            Err(reason) if batch_ops.len() == 1 => {
                 metrics::SYNC_ERRORS.add(1);
                 first_failure.get_or_insert(reason);
             }
             Err(_) => {
                 // Find the operations that succeed on their own; re-sending the accepted
                 // ones is harmless (identical registrations change nothing).
-                for (op, mark) in batch.into_iter().zip(batch_marks) {
-                    match catalog_result(agent.client.apply(op).await) {
+                for (op, mark) in batch_ops.into_iter().zip(batch_marks) {
+                    match catalog_result(agent.client.apply_as(op, token).await) {
                         Ok(()) => {
                             for m in mark {
                                 apply_mark(agent, m, now);
@@ -379,9 +407,16 @@ fn apply_mark(agent: &Agent, mark: Mark, now: Instant) {
         }
         Mark::DeletedService(id) => {
             state.deleted_services.remove(&id);
+            // Its token was kept for the deregistration (unless it is registered again).
+            if !state.services.contains_key(&id) {
+                state.service_tokens.remove(&id);
+            }
         }
         Mark::DeletedCheck(id) => {
             state.deleted_checks.remove(&id);
+            if !state.checks.contains_key(&id) {
+                state.check_tokens.remove(&id);
+            }
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::store::acl::apply::{
     AuthMethodWrite, BindingRuleWrite, LinkRef, PolicyWrite, RoleWrite, TokenWrite,
 };
 use crate::store::acl::{
-    self, builtin, jwt, login, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy, Role,
+    self, builtin, cache, jwt, login, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy, Role,
     ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
@@ -344,22 +344,6 @@ impl Query for AclQuery {
     }
 }
 
-fn tokens_index(t: &Tables) -> u64 {
-    t.acl.indexes.tokens
-}
-fn policies_index(t: &Tables) -> u64 {
-    t.acl.indexes.policies
-}
-fn roles_index(t: &Tables) -> u64 {
-    t.acl.indexes.roles
-}
-fn auth_methods_index(t: &Tables) -> u64 {
-    t.acl.indexes.auth_methods
-}
-fn binding_rules_index(t: &Tables) -> u64 {
-    t.acl.indexes.binding_rules
-}
-
 fn read(
     ctx: &Context,
     request: &Request,
@@ -518,6 +502,10 @@ fn bootstrap_reset_index(ctx: &Context) -> u64 {
 /// `PUT /v1/acl/bootstrap`: the first management token, once.
 pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
+    if ctx.is_client() {
+        // The reset file and the tables are the servers'.
+        return Ok(Outcome::Forward);
+    }
     super::check_datacenter(ctx, &request.query)?;
     let version = ctx.current_version();
     let reset_index = bootstrap_reset_index(ctx);
@@ -611,6 +599,9 @@ pub fn token_self(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
+    if ctx.is_client() {
+        return Ok(Outcome::Forward);
+    }
     let secret = authz::request_secret(ctx, request);
     // Resolving first gives Consul's 403 for an unknown or expired token.
     authz::resolve(ctx, &secret)?;
@@ -620,7 +611,7 @@ pub fn token_self(
         request,
         reply,
         Arc::from(acl::TOKENS_KEY),
-        tokens_index,
+        Tokens::index,
         Box::new(move |tables| {
             let secret = if secret_key.is_empty() {
                 builtin::ANONYMOUS_TOKEN_SECRET_ID
@@ -635,13 +626,207 @@ pub fn token_self(
     )
 }
 
+// ---- the objects: one set of handlers over every kind ----
+
+/// One kind of ACL object (tokens, policies, roles, auth methods, binding rules), as the
+/// generic handlers below serve it: where its rows are, how one renders, how a body
+/// decodes, and which command writes or deletes one. The kinds differ only here, so their
+/// endpoints answer alike (the same checks, messages and blocking behaviour).
+trait AclObject: 'static {
+    /// What a create or update carries to the apply.
+    type Write;
+    /// The name in Consul's messages: `Policy decoding failed`, `Policy ID in URL and
+    /// payload do not match`.
+    const WHAT: &'static str;
+    /// The name of the ID field in messages (`ID`, `Accessor ID`, `Name`).
+    const ID_FIELD: &'static str;
+    /// Consul's 400 for an empty ID on a read or delete.
+    const MISSING: &'static str;
+    /// `Some(message)` when a create may not name its ID.
+    const CREATE_WITH_ID: Option<&'static str>;
+    /// A create without an ID gets a new UUID (every kind but auth methods, named by the
+    /// caller).
+    const GENERATES_ID: bool = true;
+    /// The table's list watch key.
+    const LIST_KEY: &'static str;
+
+    fn index(tables: &Tables) -> u64;
+    /// The watch key of one row, from the ID as the path names it.
+    fn row_key(id: &str) -> Arc<str>;
+    /// One row as Consul renders it, `None` when it does not exist.
+    fn render(tables: &Tables, id: &str) -> Option<Value>;
+    fn decode(obj: &Obj, create: bool) -> Result<Self::Write, String>;
+    fn id_mut(write: &mut Self::Write) -> &mut String;
+    /// Fills in what the server picks for a new row (a token's secret).
+    fn prepare_create(_write: &mut Self::Write) {}
+    fn set(write: Self::Write) -> AclOp;
+    fn delete(id: String, request: &Request) -> AclOp;
+    /// The ID as rows are keyed (lowercase UUIDs; names as given).
+    fn key_id(id: &str) -> String {
+        id.to_lowercase()
+    }
+}
+
+fn decode_object<O: AclObject>(request: &Request, create: bool) -> Result<O::Write, ApiError> {
+    let value = decode_body(request, O::WHAT)?;
+    Obj::new(&value)
+        .and_then(|obj| O::decode(&obj, create))
+        .map_err(|e| ApiError::bad_request(format!("{} decoding failed: {e}", O::WHAT)))
+}
+
+/// The answer to a write: the row as the applied version holds it.
+fn object_answer<O: AclObject>(id: String) -> impl FnOnce(&Tables) -> Result<Value, ApiError> {
+    move |tables| O::render(tables, &id).ok_or_else(authz::acl_not_found)
+}
+
+/// `PUT /v1/acl/<kind>`: a new row.
+fn create<O: AclObject>(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    let mut write = decode_object::<O>(request, true)?;
+    let id = O::id_mut(&mut write);
+    if !id.is_empty() {
+        if let Some(refusal) = O::CREATE_WITH_ID {
+            return Err(ApiError::bad_request(refusal));
+        }
+    } else if O::GENERATES_ID {
+        *id = new_uuid();
+    }
+    let key = O::key_id(id);
+    O::prepare_create(&mut write);
+    self::write(ctx, O::set(write), object_answer::<O>(key))
+}
+
+/// `/v1/acl/<kind>/<id>`: GET, PUT (update) and DELETE of one row.
+fn object<O: AclObject>(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    let id = request.rest;
+    if id.is_empty() && request.method != Method::Put {
+        return Err(ApiError::bad_request(O::MISSING));
+    }
+    let key = O::key_id(id);
+    match request.method {
+        Method::Get => read(
+            ctx,
+            request,
+            reply,
+            O::row_key(&key),
+            O::index,
+            Box::new(move |tables| O::render(tables, &key).ok_or_else(authz::acl_not_found)),
+        ),
+        Method::Put => {
+            let mut write = decode_object::<O>(request, false)?;
+            let named = O::id_mut(&mut write);
+            if !named.is_empty() && named != id {
+                return Err(ApiError::bad_request(format!(
+                    "{} {} in URL and payload do not match",
+                    O::WHAT,
+                    O::ID_FIELD
+                )));
+            }
+            *named = id.to_string();
+            self::write(ctx, O::set(write), object_answer::<O>(key))
+        }
+        _ => write(ctx, O::delete(id.to_string(), request), |_| Ok(json!(true))),
+    }
+}
+
+/// A list of one kind: `render` builds it from the version (with the list's filters).
+fn list<O: AclObject>(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    render: impl Fn(&Tables) -> Vec<Value> + 'static,
+) -> Result<Outcome, ApiError> {
+    read(
+        ctx,
+        request,
+        reply,
+        Arc::from(O::LIST_KEY),
+        O::index,
+        Box::new(move |tables| Ok(Value::Array(render(tables)))),
+    )
+}
+
+/// `GET /v1/acl/<kind>/name/<name>`: policies and roles by name.
+fn by_name<O: AclObject>(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    find: fn(&Tables, &str) -> Option<Value>,
+) -> Result<Outcome, ApiError> {
+    if request.rest.is_empty() {
+        require_enabled(ctx)?;
+        return Err(ApiError::bad_request(format!(
+            "Missing {} Name",
+            O::WHAT.to_lowercase()
+        )));
+    }
+    let name = request.rest.to_string();
+    read(
+        ctx,
+        request,
+        reply,
+        Arc::from(O::LIST_KEY),
+        O::index,
+        Box::new(move |tables| find(tables, &name).ok_or_else(authz::acl_not_found)),
+    )
+}
+
+/// A query parameter that filters a list, unset when empty.
+fn list_param(request: &Request, name: &str) -> Option<String> {
+    request
+        .query
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+}
+
+/// A Go duration given as text or as nanoseconds; unset, null or empty is zero.
+fn duration_field(obj: &Obj, name: &str) -> Result<i64, String> {
+    match obj.get(&[name]) {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::String(text)) if text.is_empty() => Ok(0),
+        Some(Value::String(text)) => parse_go_duration_nanos(text).map_err(|e| e.to_string()),
+        Some(_) => obj.i64(&[name]),
+    }
+}
+
+fn optional_str_list(obj: &Obj, name: &str) -> Result<Vec<String>, String> {
+    match obj.get(&[name]) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(_) => obj.str_list(&[name]),
+    }
+}
+
 // ---- tokens ----
 
-fn decode_token(request: &Request, create: bool) -> Result<TokenWrite, ApiError> {
-    let value = decode_body(request, "Token")?;
-    let decode = || -> Result<TokenWrite, String> {
-        let obj = Obj::new(&value)?;
-        let (service_identities, node_identities, templated_policies) = identities(&obj)?;
+struct Tokens;
+
+impl AclObject for Tokens {
+    type Write = TokenWrite;
+    const WHAT: &'static str = "Token";
+    const ID_FIELD: &'static str = "Accessor ID";
+    const MISSING: &'static str = "Missing token ID";
+    const CREATE_WITH_ID: Option<&'static str> = None;
+    const LIST_KEY: &'static str = acl::TOKENS_KEY;
+
+    fn index(tables: &Tables) -> u64 {
+        tables.acl.indexes.tokens
+    }
+    fn row_key(id: &str) -> Arc<str> {
+        acl::token_key(id)
+    }
+    fn render(tables: &Tables, id: &str) -> Option<Value> {
+        acl::token_by_accessor(tables, id)
+            .filter(|t| !t.is_expired(now_unix_ns()))
+            .map(|t| token_json(tables, t, false))
+    }
+    fn decode(obj: &Obj, create: bool) -> Result<TokenWrite, String> {
+        let (service_identities, node_identities, templated_policies) = identities(obj)?;
         let expiration_time_ns = match obj.opt_string(&["expirationtime"])? {
             None => None,
             Some(text) if text.is_empty() => None,
@@ -650,58 +835,52 @@ fn decode_token(request: &Request, create: bool) -> Result<TokenWrite, ApiError>
                     .ok_or_else(|| format!("parsing time {text:?} as RFC 3339: cannot parse"))?,
             ),
         };
-        let expiration_ttl_ns = match obj.get(&["expirationttl"]) {
-            None | Some(Value::Null) => 0,
-            Some(Value::String(text)) => {
-                parse_go_duration_nanos(text).map_err(|e| e.to_string())?
-            }
-            Some(_) => obj.i64(&["expirationttl"])?,
-        };
         Ok(TokenWrite {
             accessor_id: obj.string(&["accessorid"])?,
             secret_id: obj.string(&["secretid"])?,
             description: obj.string(&["description"])?,
-            policies: links(&obj, "policies")?,
-            roles: links(&obj, "roles")?,
+            policies: links(obj, "policies")?,
+            roles: links(obj, "roles")?,
             service_identities,
             node_identities,
             templated_policies,
             local: obj.bool(&["local"])?,
             auth_method: String::new(),
             expiration_time_ns,
-            expiration_ttl_ns,
+            expiration_ttl_ns: duration_field(obj, "expirationttl")?,
             now_unix_ns: now_unix_ns(),
             create,
             from_login: false,
         })
-    };
-    decode().map_err(|e| ApiError::bad_request(format!("Token decoding failed: {e}")))
-}
-
-fn token_answer(accessor_id: String) -> impl FnOnce(&Tables) -> Result<Value, ApiError> {
-    move |tables| {
-        acl::token_by_accessor(tables, &accessor_id)
-            .map(|t| token_json(tables, t, false))
-            .ok_or_else(authz::acl_not_found)
+    }
+    fn id_mut(write: &mut TokenWrite) -> &mut String {
+        &mut write.accessor_id
+    }
+    fn prepare_create(write: &mut TokenWrite) {
+        if write.secret_id.is_empty() {
+            write.secret_id = new_uuid();
+        }
+    }
+    fn set(write: TokenWrite) -> AclOp {
+        AclOp::TokenSet(Box::new(write))
+    }
+    fn delete(accessor_id: String, request: &Request) -> AclOp {
+        // A token may not delete itself: the apply compares with the requester's secret.
+        let requester = request
+            .acl
+            .get()
+            .map(|a| a.secret_id.to_string())
+            .unwrap_or_default();
+        AclOp::TokenDelete {
+            accessor_id,
+            requester_secret_id: requester,
+        }
     }
 }
 
 /// `PUT /v1/acl/token`.
 pub fn token_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let mut write = decode_token(request, true)?;
-    if write.accessor_id.is_empty() {
-        write.accessor_id = new_uuid();
-    }
-    if write.secret_id.is_empty() {
-        write.secret_id = new_uuid();
-    }
-    let accessor = write.accessor_id.to_lowercase();
-    self::write(
-        ctx,
-        AclOp::TokenSet(Box::new(write)),
-        token_answer(accessor),
-    )
+    create::<Tokens>(ctx, request)
 }
 
 /// `GET /v1/acl/tokens?policy=&role=&authmethod=`.
@@ -710,151 +889,93 @@ pub fn token_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let policy = request
-        .query
-        .get("policy")
-        .filter(|p| !p.is_empty())
-        .map(str::to_string);
-    let role = request
-        .query
-        .get("role")
-        .filter(|r| !r.is_empty())
-        .map(str::to_string);
-    let method = request
-        .query
-        .get("authmethod")
-        .filter(|m| !m.is_empty())
-        .map(str::to_string);
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::TOKENS_KEY),
-        tokens_index,
-        Box::new(move |tables| {
-            let filter = TokenFilter {
-                policy: policy.as_deref(),
-                role: role.as_deref(),
-                auth_method: method.as_deref(),
-            };
-            let tokens = acl::token_list(tables, &filter, now_unix_ns());
-            Ok(Value::Array(
-                tokens.iter().map(|t| token_json(tables, t, true)).collect(),
-            ))
-        }),
-    )
+    let policy = list_param(request, "policy");
+    let role = list_param(request, "role");
+    let method = list_param(request, "authmethod");
+    list::<Tokens>(ctx, request, reply, move |tables| {
+        let filter = TokenFilter {
+            policy: policy.as_deref(),
+            role: role.as_deref(),
+            auth_method: method.as_deref(),
+        };
+        acl::token_list(tables, &filter, now_unix_ns())
+            .iter()
+            .map(|t| token_json(tables, t, true))
+            .collect()
+    })
 }
 
 /// `/v1/acl/token/<accessor>` (GET, PUT, DELETE) and `PUT /v1/acl/token/<accessor>/clone`.
 pub fn token(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    let rest = request.rest;
-    if let (Some(source), Method::Put) = (rest.strip_suffix("/clone"), request.method) {
-        let value = decode_body(request, "Token")?;
-        let description = Obj::new(&value)
-            .and_then(|o| o.opt_string(&["description"]))
-            .map_err(|e| ApiError::bad_request(format!("Token decoding failed: {e}")))?;
-        let accessor_id = new_uuid();
-        let op = AclOp::TokenClone {
-            source_accessor_id: source.to_string(),
-            accessor_id: accessor_id.clone(),
-            secret_id: new_uuid(),
-            description,
-            now_unix_ns: now_unix_ns(),
-        };
-        return write(ctx, op, token_answer(accessor_id));
-    }
-    if rest.is_empty() && request.method != Method::Put {
-        return Err(ApiError::bad_request("Missing token ID"));
-    }
-    match request.method {
-        Method::Get => {
-            let accessor = rest.to_string();
-            read(
-                ctx,
-                request,
-                reply,
-                acl::token_key(&rest.to_lowercase()),
-                tokens_index,
-                Box::new(move |tables| {
-                    acl::token_by_accessor(tables, &accessor)
-                        .filter(|t| !t.is_expired(now_unix_ns()))
-                        .map(|t| token_json(tables, t, false))
-                        .ok_or_else(authz::acl_not_found)
-                }),
-            )
-        }
-        Method::Put => {
-            let mut write = decode_token(request, false)?;
-            if !write.accessor_id.is_empty() && write.accessor_id != rest {
-                return Err(ApiError::bad_request(
-                    "Token Accessor ID in URL and payload do not match",
-                ));
-            }
-            write.accessor_id = rest.to_string();
-            let accessor = rest.to_lowercase();
-            self::write(
-                ctx,
-                AclOp::TokenSet(Box::new(write)),
-                token_answer(accessor),
-            )
-        }
-        _ => {
-            let requester = request
-                .acl
-                .get()
-                .map(|a| a.secret_id.to_string())
-                .unwrap_or_default();
-            let op = AclOp::TokenDelete {
-                accessor_id: rest.to_string(),
-                requester_secret_id: requester,
-            };
-            write(ctx, op, |_| Ok(json!(true)))
-        }
-    }
+    let Some(source) = request
+        .rest
+        .strip_suffix("/clone")
+        .filter(|_| request.method == Method::Put)
+    else {
+        return object::<Tokens>(ctx, request, reply);
+    };
+    let value = decode_body(request, "Token")?;
+    let description = Obj::new(&value)
+        .and_then(|o| o.opt_string(&["description"]))
+        .map_err(|e| ApiError::bad_request(format!("Token decoding failed: {e}")))?;
+    let accessor_id = new_uuid();
+    let op = AclOp::TokenClone {
+        source_accessor_id: source.to_string(),
+        accessor_id: accessor_id.clone(),
+        secret_id: new_uuid(),
+        description,
+        now_unix_ns: now_unix_ns(),
+    };
+    write(ctx, op, object_answer::<Tokens>(accessor_id))
 }
 
 // ---- policies ----
 
-fn decode_policy(request: &Request, create: bool) -> Result<PolicyWrite, ApiError> {
-    let value = decode_body(request, "Policy")?;
-    let decode = || -> Result<PolicyWrite, String> {
-        let obj = Obj::new(&value)?;
+struct Policies;
+
+impl AclObject for Policies {
+    type Write = PolicyWrite;
+    const WHAT: &'static str = "Policy";
+    const ID_FIELD: &'static str = "ID";
+    const MISSING: &'static str = "Missing policy ID";
+    const CREATE_WITH_ID: Option<&'static str> =
+        Some("Cannot specify the ID when creating a new policy");
+    const LIST_KEY: &'static str = acl::POLICIES_KEY;
+
+    fn index(tables: &Tables) -> u64 {
+        tables.acl.indexes.policies
+    }
+    fn row_key(id: &str) -> Arc<str> {
+        acl::policy_key(id)
+    }
+    fn render(tables: &Tables, id: &str) -> Option<Value> {
+        acl::policy_by_id(tables, id).map(|p| policy_json(p, false))
+    }
+    fn decode(obj: &Obj, create: bool) -> Result<PolicyWrite, String> {
         Ok(PolicyWrite {
             id: obj.string(&["id"])?,
             name: obj.string(&["name"])?,
             description: obj.string(&["description"])?,
             rules: obj.string(&["rules"])?,
-            datacenters: match obj.get(&["datacenters"]) {
-                None | Some(Value::Null) => Vec::new(),
-                Some(_) => obj.str_list(&["datacenters"])?,
-            },
+            datacenters: optional_str_list(obj, "datacenters")?,
             create,
         })
-    };
-    decode().map_err(|e| ApiError::bad_request(format!("Policy decoding failed: {e}")))
-}
-
-fn policy_answer(id: String) -> impl FnOnce(&Tables) -> Result<Value, ApiError> {
-    move |tables| {
-        acl::policy_by_id(tables, &id)
-            .map(|p| policy_json(p, false))
-            .ok_or_else(authz::acl_not_found)
+    }
+    fn id_mut(write: &mut PolicyWrite) -> &mut String {
+        &mut write.id
+    }
+    fn set(write: PolicyWrite) -> AclOp {
+        AclOp::PolicySet(Box::new(write))
+    }
+    fn delete(id: String, _: &Request) -> AclOp {
+        AclOp::PolicyDelete { id }
     }
 }
 
 /// `PUT /v1/acl/policy`.
 pub fn policy_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let mut write = decode_policy(request, true)?;
-    if !write.id.is_empty() {
-        return Err(ApiError::bad_request(
-            "Cannot specify the ID when creating a new policy",
-        ));
-    }
-    write.id = new_uuid();
-    let id = write.id.clone();
-    self::write(ctx, AclOp::PolicySet(Box::new(write)), policy_answer(id))
+    create::<Policies>(ctx, request)
 }
 
 /// `GET /v1/acl/policies`.
@@ -863,20 +984,11 @@ pub fn policy_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::POLICIES_KEY),
-        policies_index,
-        Box::new(|tables| {
-            Ok(Value::Array(
-                acl::policy_list(tables)
-                    .map(|p| policy_json(p, true))
-                    .collect(),
-            ))
-        }),
-    )
+    list::<Policies>(ctx, request, reply, |tables| {
+        acl::policy_list(tables)
+            .map(|p| policy_json(p, true))
+            .collect()
+    })
 }
 
 /// `GET /v1/acl/policy/name/<name>`.
@@ -885,130 +997,76 @@ pub fn policy_by_name(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if request.rest.is_empty() {
-        require_enabled(ctx)?;
-        return Err(ApiError::bad_request("Missing policy Name"));
-    }
-    let name = request.rest.to_string();
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::POLICIES_KEY),
-        policies_index,
-        Box::new(move |tables| {
-            acl::policy_by_name(tables, &name)
-                .map(|p| policy_json(p, false))
-                .ok_or_else(authz::acl_not_found)
-        }),
-    )
+    by_name::<Policies>(ctx, request, reply, |tables, name| {
+        acl::policy_by_name(tables, name).map(|p| policy_json(p, false))
+    })
 }
 
 /// `/v1/acl/policy/<id>`: GET, PUT, DELETE.
 pub fn policy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let id = request.rest;
-    if id.is_empty() && request.method != Method::Put {
-        return Err(ApiError::bad_request("Missing policy ID"));
-    }
-    match request.method {
-        Method::Get => {
-            let wanted = id.to_string();
-            read(
-                ctx,
-                request,
-                reply,
-                acl::policy_key(&id.to_lowercase()),
-                policies_index,
-                Box::new(move |tables| {
-                    acl::policy_by_id(tables, &wanted)
-                        .map(|p| policy_json(p, false))
-                        .ok_or_else(authz::acl_not_found)
-                }),
-            )
-        }
-        Method::Put => {
-            let mut write = decode_policy(request, false)?;
-            if !write.id.is_empty() && write.id != id {
-                return Err(ApiError::bad_request(
-                    "Policy ID in URL and payload do not match",
-                ));
-            }
-            write.id = id.to_string();
-            let answer = policy_answer(id.to_lowercase());
-            self::write(ctx, AclOp::PolicySet(Box::new(write)), answer)
-        }
-        _ => write(ctx, AclOp::PolicyDelete { id: id.to_string() }, |_| {
-            Ok(json!(true))
-        }),
-    }
+    object::<Policies>(ctx, request, reply)
 }
 
 // ---- roles ----
 
-fn decode_role(request: &Request, create: bool) -> Result<RoleWrite, ApiError> {
-    let value = decode_body(request, "Role")?;
-    let decode = || -> Result<RoleWrite, String> {
-        let obj = Obj::new(&value)?;
-        let (service_identities, node_identities, templated_policies) = identities(&obj)?;
+struct Roles;
+
+impl AclObject for Roles {
+    type Write = RoleWrite;
+    const WHAT: &'static str = "Role";
+    const ID_FIELD: &'static str = "ID";
+    const MISSING: &'static str = "Missing role ID";
+    const CREATE_WITH_ID: Option<&'static str> =
+        Some("Cannot specify the ID when creating a new role");
+    const LIST_KEY: &'static str = acl::ROLES_KEY;
+
+    fn index(tables: &Tables) -> u64 {
+        tables.acl.indexes.roles
+    }
+    fn row_key(id: &str) -> Arc<str> {
+        acl::role_key(id)
+    }
+    fn render(tables: &Tables, id: &str) -> Option<Value> {
+        acl::role_by_id(tables, id).map(|r| role_json(tables, r))
+    }
+    fn decode(obj: &Obj, create: bool) -> Result<RoleWrite, String> {
+        let (service_identities, node_identities, templated_policies) = identities(obj)?;
         Ok(RoleWrite {
             id: obj.string(&["id"])?,
             name: obj.string(&["name"])?,
             description: obj.string(&["description"])?,
-            policies: links(&obj, "policies")?,
+            policies: links(obj, "policies")?,
             service_identities,
             node_identities,
             templated_policies,
             create,
         })
-    };
-    decode().map_err(|e| ApiError::bad_request(format!("Role decoding failed: {e}")))
-}
-
-fn role_answer(id: String) -> impl FnOnce(&Tables) -> Result<Value, ApiError> {
-    move |tables| {
-        acl::role_by_id(tables, &id)
-            .map(|r| role_json(tables, r))
-            .ok_or_else(authz::acl_not_found)
+    }
+    fn id_mut(write: &mut RoleWrite) -> &mut String {
+        &mut write.id
+    }
+    fn set(write: RoleWrite) -> AclOp {
+        AclOp::RoleSet(Box::new(write))
+    }
+    fn delete(id: String, _: &Request) -> AclOp {
+        AclOp::RoleDelete { id }
     }
 }
 
 /// `PUT /v1/acl/role`.
 pub fn role_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let mut write = decode_role(request, true)?;
-    if !write.id.is_empty() {
-        return Err(ApiError::bad_request(
-            "Cannot specify the ID when creating a new role",
-        ));
-    }
-    write.id = new_uuid();
-    let id = write.id.clone();
-    self::write(ctx, AclOp::RoleSet(Box::new(write)), role_answer(id))
+    create::<Roles>(ctx, request)
 }
 
 /// `GET /v1/acl/roles?policy=`.
 pub fn role_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let policy = request
-        .query
-        .get("policy")
-        .filter(|p| !p.is_empty())
-        .map(str::to_string);
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::ROLES_KEY),
-        roles_index,
-        Box::new(move |tables| {
-            Ok(Value::Array(
-                acl::role_list(tables, policy.as_deref())
-                    .into_iter()
-                    .map(|r| role_json(tables, r))
-                    .collect(),
-            ))
-        }),
-    )
+    let policy = list_param(request, "policy");
+    list::<Roles>(ctx, request, reply, move |tables| {
+        acl::role_list(tables, policy.as_deref())
+            .into_iter()
+            .map(|r| role_json(tables, r))
+            .collect()
+    })
 }
 
 /// `GET /v1/acl/role/name/<name>`.
@@ -1017,63 +1075,14 @@ pub fn role_by_name(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if request.rest.is_empty() {
-        require_enabled(ctx)?;
-        return Err(ApiError::bad_request("Missing role Name"));
-    }
-    let name = request.rest.to_string();
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::ROLES_KEY),
-        roles_index,
-        Box::new(move |tables| {
-            acl::role_by_name(tables, &name)
-                .map(|r| role_json(tables, r))
-                .ok_or_else(authz::acl_not_found)
-        }),
-    )
+    by_name::<Roles>(ctx, request, reply, |tables, name| {
+        acl::role_by_name(tables, name).map(|r| role_json(tables, r))
+    })
 }
 
 /// `/v1/acl/role/<id>`: GET, PUT, DELETE.
 pub fn role(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let id = request.rest;
-    if id.is_empty() && request.method != Method::Put {
-        return Err(ApiError::bad_request("Missing role ID"));
-    }
-    match request.method {
-        Method::Get => {
-            let wanted = id.to_string();
-            read(
-                ctx,
-                request,
-                reply,
-                acl::role_key(&id.to_lowercase()),
-                roles_index,
-                Box::new(move |tables| {
-                    acl::role_by_id(tables, &wanted)
-                        .map(|r| role_json(tables, r))
-                        .ok_or_else(authz::acl_not_found)
-                }),
-            )
-        }
-        Method::Put => {
-            let mut write = decode_role(request, false)?;
-            if !write.id.is_empty() && write.id != id {
-                return Err(ApiError::bad_request(
-                    "Role ID in URL and payload do not match",
-                ));
-            }
-            write.id = id.to_string();
-            let answer = role_answer(id.to_lowercase());
-            self::write(ctx, AclOp::RoleSet(Box::new(write)), answer)
-        }
-        _ => write(ctx, AclOp::RoleDelete { id: id.to_string() }, |_| {
-            Ok(json!(true))
-        }),
-    }
+    object::<Roles>(ctx, request, reply)
 }
 
 // ---- templated policies ----
@@ -1122,19 +1131,29 @@ pub fn templated_policy(
 }
 
 // ---- auth methods and binding rules ----
+// ---- auth methods and binding rules ----
 
-fn decode_auth_method(request: &Request) -> Result<AuthMethodWrite, ApiError> {
-    let value = decode_body(request, "AuthMethod")?;
-    let decode = || -> Result<AuthMethodWrite, String> {
-        let obj = Obj::new(&value)?;
-        let max_token_ttl_ns = match obj.get(&["maxtokenttl"]) {
-            None | Some(Value::Null) => 0,
-            Some(Value::String(text)) if text.is_empty() => 0,
-            Some(Value::String(text)) => {
-                parse_go_duration_nanos(text).map_err(|e| e.to_string())?
-            }
-            Some(_) => obj.i64(&["maxtokenttl"])?,
-        };
+struct AuthMethods;
+
+impl AclObject for AuthMethods {
+    type Write = AuthMethodWrite;
+    const WHAT: &'static str = "AuthMethod";
+    const ID_FIELD: &'static str = "Name";
+    const MISSING: &'static str = "Missing auth method name";
+    const CREATE_WITH_ID: Option<&'static str> = None;
+    const GENERATES_ID: bool = false;
+    const LIST_KEY: &'static str = acl::AUTH_METHODS_KEY;
+
+    fn index(tables: &Tables) -> u64 {
+        tables.acl.indexes.auth_methods
+    }
+    fn row_key(name: &str) -> Arc<str> {
+        acl::auth_method_key(name)
+    }
+    fn render(tables: &Tables, name: &str) -> Option<Value> {
+        acl::auth_method_by_name(tables, name).map(|m| auth_method_json(m, false))
+    }
+    fn decode(obj: &Obj, _create: bool) -> Result<AuthMethodWrite, String> {
         let config_json = match obj.get(&["config"]) {
             None | Some(Value::Null) => "{}".to_string(),
             Some(config) => config.to_string(),
@@ -1144,19 +1163,23 @@ fn decode_auth_method(request: &Request) -> Result<AuthMethodWrite, ApiError> {
             method_type: obj.string(&["type"])?,
             display_name: obj.string(&["displayname"])?,
             description: obj.string(&["description"])?,
-            max_token_ttl_ns,
+            max_token_ttl_ns: duration_field(obj, "maxtokenttl")?,
             token_locality: obj.string(&["tokenlocality"])?,
             config_json,
         })
-    };
-    decode().map_err(|e| ApiError::bad_request(format!("AuthMethod decoding failed: {e}")))
-}
-
-fn auth_method_answer(name: String) -> impl FnOnce(&Tables) -> Result<Value, ApiError> {
-    move |tables| {
-        acl::auth_method_by_name(tables, &name)
-            .map(|m| auth_method_json(m, false))
-            .ok_or_else(authz::acl_not_found)
+    }
+    fn id_mut(write: &mut AuthMethodWrite) -> &mut String {
+        &mut write.name
+    }
+    fn set(write: AuthMethodWrite) -> AclOp {
+        AclOp::AuthMethodSet(Box::new(write))
+    }
+    fn delete(name: String, _: &Request) -> AclOp {
+        AclOp::AuthMethodDelete { name }
+    }
+    /// Auth methods are keyed by their name as given.
+    fn key_id(name: &str) -> String {
+        name.to_string()
     }
 }
 
@@ -1166,14 +1189,7 @@ pub fn auth_method_create(
     request: &Request,
     _: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let write = decode_auth_method(request)?;
-    let name = write.name.clone();
-    self::write(
-        ctx,
-        AclOp::AuthMethodSet(Box::new(write)),
-        auth_method_answer(name),
-    )
+    create::<AuthMethods>(ctx, request)
 }
 
 /// `GET /v1/acl/auth-methods`.
@@ -1182,20 +1198,11 @@ pub fn auth_method_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::AUTH_METHODS_KEY),
-        auth_methods_index,
-        Box::new(|tables| {
-            Ok(Value::Array(
-                acl::auth_method_list(tables)
-                    .map(|m| auth_method_json(m, true))
-                    .collect(),
-            ))
-        }),
-    )
+    list::<AuthMethods>(ctx, request, reply, |tables| {
+        acl::auth_method_list(tables)
+            .map(|m| auth_method_json(m, true))
+            .collect()
+    })
 }
 
 /// `/v1/acl/auth-method/<name>`: GET, PUT, DELETE.
@@ -1204,52 +1211,30 @@ pub fn auth_method(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let name = request.rest;
-    if name.is_empty() && request.method != Method::Put {
-        return Err(ApiError::bad_request("Missing auth method name"));
-    }
-    match request.method {
-        Method::Get => {
-            let wanted = name.to_string();
-            read(
-                ctx,
-                request,
-                reply,
-                acl::auth_method_key(name),
-                auth_methods_index,
-                Box::new(move |tables| {
-                    acl::auth_method_by_name(tables, &wanted)
-                        .map(|m| auth_method_json(m, false))
-                        .ok_or_else(authz::acl_not_found)
-                }),
-            )
-        }
-        Method::Put => {
-            let mut write = decode_auth_method(request)?;
-            if !write.name.is_empty() && write.name != name {
-                return Err(ApiError::bad_request(
-                    "AuthMethod Name in URL and payload do not match",
-                ));
-            }
-            write.name = name.to_string();
-            let answer = auth_method_answer(name.to_string());
-            self::write(ctx, AclOp::AuthMethodSet(Box::new(write)), answer)
-        }
-        _ => write(
-            ctx,
-            AclOp::AuthMethodDelete {
-                name: name.to_string(),
-            },
-            |_| Ok(json!(true)),
-        ),
-    }
+    object::<AuthMethods>(ctx, request, reply)
 }
 
-fn decode_binding_rule(request: &Request, create: bool) -> Result<BindingRuleWrite, ApiError> {
-    let value = decode_body(request, "BindingRule")?;
-    let decode = || -> Result<BindingRuleWrite, String> {
-        let obj = Obj::new(&value)?;
+struct BindingRules;
+
+impl AclObject for BindingRules {
+    type Write = BindingRuleWrite;
+    const WHAT: &'static str = "BindingRule";
+    const ID_FIELD: &'static str = "ID";
+    const MISSING: &'static str = "Missing binding rule ID";
+    const CREATE_WITH_ID: Option<&'static str> =
+        Some("Cannot specify the ID when creating a new binding rule");
+    const LIST_KEY: &'static str = acl::BINDING_RULES_KEY;
+
+    fn index(tables: &Tables) -> u64 {
+        tables.acl.indexes.binding_rules
+    }
+    fn row_key(id: &str) -> Arc<str> {
+        acl::binding_rule_key(id)
+    }
+    fn render(tables: &Tables, id: &str) -> Option<Value> {
+        acl::binding_rule_by_id(tables, id).map(|r| binding_rule_json(r))
+    }
+    fn decode(obj: &Obj, create: bool) -> Result<BindingRuleWrite, String> {
         let bind_vars_name = match obj.obj(&["bindvars"])? {
             Some(vars) => vars.opt_string(&["name"])?,
             None => None,
@@ -1264,15 +1249,15 @@ fn decode_binding_rule(request: &Request, create: bool) -> Result<BindingRuleWri
             bind_vars_name,
             create,
         })
-    };
-    decode().map_err(|e| ApiError::bad_request(format!("BindingRule decoding failed: {e}")))
-}
-
-fn binding_rule_answer(id: String) -> impl FnOnce(&Tables) -> Result<Value, ApiError> {
-    move |tables| {
-        acl::binding_rule_by_id(tables, &id)
-            .map(|r| binding_rule_json(r))
-            .ok_or_else(authz::acl_not_found)
+    }
+    fn id_mut(write: &mut BindingRuleWrite) -> &mut String {
+        &mut write.id
+    }
+    fn set(write: BindingRuleWrite) -> AclOp {
+        AclOp::BindingRuleSet(Box::new(write))
+    }
+    fn delete(id: String, _: &Request) -> AclOp {
+        AclOp::BindingRuleDelete { id }
     }
 }
 
@@ -1282,20 +1267,7 @@ pub fn binding_rule_create(
     request: &Request,
     _: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let mut write = decode_binding_rule(request, true)?;
-    if !write.id.is_empty() {
-        return Err(ApiError::bad_request(
-            "Cannot specify the ID when creating a new binding rule",
-        ));
-    }
-    write.id = new_uuid();
-    let id = write.id.clone();
-    self::write(
-        ctx,
-        AclOp::BindingRuleSet(Box::new(write)),
-        binding_rule_answer(id),
-    )
+    create::<BindingRules>(ctx, request)
 }
 
 /// `GET /v1/acl/binding-rules?authmethod=`.
@@ -1304,26 +1276,13 @@ pub fn binding_rule_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let method = request
-        .query
-        .get("authmethod")
-        .filter(|m| !m.is_empty())
-        .map(str::to_string);
-    read(
-        ctx,
-        request,
-        reply,
-        Arc::from(acl::BINDING_RULES_KEY),
-        binding_rules_index,
-        Box::new(move |tables| {
-            Ok(Value::Array(
-                acl::binding_rule_list(tables, method.as_deref())
-                    .into_iter()
-                    .map(|r| binding_rule_json(r))
-                    .collect(),
-            ))
-        }),
-    )
+    let method = list_param(request, "authmethod");
+    list::<BindingRules>(ctx, request, reply, move |tables| {
+        acl::binding_rule_list(tables, method.as_deref())
+            .into_iter()
+            .map(|r| binding_rule_json(r))
+            .collect()
+    })
 }
 
 /// `/v1/acl/binding-rule/<id>`: GET, PUT, DELETE.
@@ -1332,42 +1291,7 @@ pub fn binding_rule(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    let id = request.rest;
-    if id.is_empty() && request.method != Method::Put {
-        return Err(ApiError::bad_request("Missing binding rule ID"));
-    }
-    match request.method {
-        Method::Get => {
-            let wanted = id.to_string();
-            read(
-                ctx,
-                request,
-                reply,
-                acl::binding_rule_key(&id.to_lowercase()),
-                binding_rules_index,
-                Box::new(move |tables| {
-                    acl::binding_rule_by_id(tables, &wanted)
-                        .map(|r| binding_rule_json(r))
-                        .ok_or_else(authz::acl_not_found)
-                }),
-            )
-        }
-        Method::Put => {
-            let mut write = decode_binding_rule(request, false)?;
-            if !write.id.is_empty() && write.id != id {
-                return Err(ApiError::bad_request(
-                    "BindingRule ID in URL and payload do not match",
-                ));
-            }
-            write.id = id.to_string();
-            let answer = binding_rule_answer(id.to_lowercase());
-            self::write(ctx, AclOp::BindingRuleSet(Box::new(write)), answer)
-        }
-        _ => write(ctx, AclOp::BindingRuleDelete { id: id.to_string() }, |_| {
-            Ok(json!(true))
-        }),
-    }
+    object::<BindingRules>(ctx, request, reply)
 }
 
 // ---- login and logout ----
@@ -1375,6 +1299,10 @@ pub fn binding_rule(
 /// `POST /v1/acl/login`: trades a bearer token the auth method verifies for an ACL token.
 pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
+    if ctx.is_client() {
+        // The auth methods and binding rules are the servers'.
+        return Ok(Outcome::Forward);
+    }
     let value = decode_body(request, "Login")?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
@@ -1435,7 +1363,7 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
     write(
         ctx,
         AclOp::TokenSet(Box::new(token)),
-        token_answer(accessor_id),
+        object_answer::<Tokens>(accessor_id),
     )
 }
 
@@ -1452,6 +1380,37 @@ pub fn logout(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         },
         |_| Ok(json!(true)),
     )
+}
+
+// ---- a client agent's tokens ----
+
+/// `GET /v1/internal/praetor/acl/rules`: the accessor and the effective rules (as texts) of
+/// the token the request carries, for a client agent to compile (`api::client_tokens`). Open
+/// as `token/self` is: it tells the token's holder what the token may do. An unknown or
+/// expired token is Consul's 403 `ACL not found`.
+pub fn client_rules(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    if ctx.is_client() {
+        return Ok(Outcome::Forward);
+    }
+    // The client sends the token it resolves (its own default for requests without one);
+    // an empty one is the anonymous token, never this server's default.
+    let secret = request.token().unwrap_or("");
+    let version = ctx.current_version();
+    let token = cache::token_for_secret(&version, secret, now_unix_ns())
+        .ok_or_else(authz::acl_not_found)?;
+    let sources = cache::effective_sources(&version, &token, &ctx.config().datacenter);
+    let rules: Vec<&str> = sources.rules.iter().map(|r| &*r.text).collect();
+    reply.json(
+        200,
+        b"",
+        &json!({ "AccessorID": &*token.accessor_id, "Rules": rules }),
+    );
+    Ok(Outcome::Done)
 }
 
 // ---- the agent's tokens ----

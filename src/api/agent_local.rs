@@ -21,6 +21,8 @@ const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(660);
 pub enum AgentRequest {
     Services {
         filter: String,
+        /// Services the token may not read are left out.
+        rows: super::authz::RowFilter,
     },
     Service {
         id: String,
@@ -29,16 +31,23 @@ pub enum AgentRequest {
     },
     Checks {
         filter: String,
+        /// Checks the token may not read (their service, or this node) are left out.
+        rows: super::authz::RowFilter,
     },
     RegisterService {
         body: Vec<u8>,
         replace_existing_checks: bool,
+        /// The request's ACL token: the service is synced with it unless the body names
+        /// its own `Token`.
+        token: String,
     },
     DeregisterService {
         id: String,
     },
     RegisterCheck {
         body: Vec<u8>,
+        /// The request's ACL token, as for services.
+        token: String,
     },
     DeregisterCheck {
         id: String,
@@ -212,13 +221,23 @@ fn text_format(request: &Request) -> bool {
 /// `GET /v1/agent/services`.
 pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let filter = request.query.get("filter").unwrap_or("").to_string();
-    Ok(call(ctx, AgentRequest::Services { filter }, reply.pretty))
+    let rows = super::authz::RowFilter::of(request);
+    Ok(call(
+        ctx,
+        AgentRequest::Services { filter, rows },
+        reply.pretty,
+    ))
 }
 
 /// `GET /v1/agent/checks`.
 pub fn checks(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let filter = request.query.get("filter").unwrap_or("").to_string();
-    Ok(call(ctx, AgentRequest::Checks { filter }, reply.pretty))
+    let rows = super::authz::RowFilter::of(request);
+    Ok(call(
+        ctx,
+        AgentRequest::Checks { filter, rows },
+        reply.pretty,
+    ))
 }
 
 /// `PUT /v1/agent/service/register`.
@@ -232,11 +251,13 @@ pub fn register_service(
         .get("replace-existing-checks")
         .is_some_and(|v| v.is_empty() || v == "true");
     let body = request.body.to_vec();
+    let token = request.token().unwrap_or("").to_string();
     Ok(call(
         ctx,
         AgentRequest::RegisterService {
             body,
             replace_existing_checks,
+            token,
         },
         reply.pretty,
     ))
@@ -249,9 +270,10 @@ pub fn register_check(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let body = request.body.to_vec();
+    let token = request.token().unwrap_or("").to_string();
     Ok(call(
         ctx,
-        AgentRequest::RegisterCheck { body },
+        AgentRequest::RegisterCheck { body, token },
         reply.pretty,
     ))
 }

@@ -20,7 +20,8 @@ use super::{ApiError, Context, Request};
 use crate::consul::body::{parse_json, Obj};
 use crate::proto::http::Method;
 use crate::store::acl::authorizer::{Authorizer, Check, Denial};
-use crate::store::{catalog, session};
+use crate::store::catalog::{CatalogOp, Registration};
+use crate::store::{catalog, session, Command};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -46,6 +47,86 @@ impl Authz {
     /// Turns a check into the request's error.
     pub fn require(&self, check: Check<'_>) -> Result<(), ApiError> {
         check.map_err(|denial| self.deny(denial))
+    }
+}
+
+/// Row-by-row filtering of a list answer with the request's token, as Consul's `aclFilter`
+/// does: a row the token may not read is left out, and the answer says so with
+/// `X-Consul-Results-Filtered-By-ACLs: true`.
+///
+/// Built once per request from the token [`Route::serve`](super::routes::Route::serve)
+/// resolved; with ACLs off it keeps every row and never sends the header. Consul sends the
+/// header only to requests that carry a token (after the agent's `default` token stands in
+/// for a missing one): an anonymous caller must not learn that rows exist.
+#[derive(Clone, Debug, Default)]
+pub struct RowFilter {
+    authorizer: Option<Arc<Authorizer>>,
+    reveal: bool,
+}
+
+impl RowFilter {
+    /// The filter of `request`'s resolved token; keeps everything with ACLs off.
+    pub fn of(request: &Request) -> RowFilter {
+        match request.acl.get() {
+            Some(authz) => RowFilter {
+                authorizer: Some(authz.authorizer.clone()),
+                reveal: !authz.secret_id.is_empty(),
+            },
+            None => RowFilter::default(),
+        }
+    }
+
+    /// Whether some row may be left out.
+    pub fn is_active(&self) -> bool {
+        self.authorizer.is_some()
+    }
+
+    fn allows<'n>(&self, check: impl FnOnce(&Authorizer) -> Check<'n>) -> bool {
+        self.authorizer.as_deref().is_none_or(|a| check(a).is_ok())
+    }
+
+    pub fn node(&self, name: &str) -> bool {
+        self.allows(|a| a.node_read(name))
+    }
+
+    /// `service:read`; a row of no service (a node check) needs nothing here.
+    pub fn service(&self, name: &str) -> bool {
+        name.is_empty() || self.allows(|a| a.service_read(name))
+    }
+
+    /// A row about a service instance or a check: its node and its service.
+    pub fn node_service(&self, node: &str, service: &str) -> bool {
+        self.node(node) && self.service(service)
+    }
+
+    /// A session, by the node it is bound to.
+    pub fn session(&self, node: &str) -> bool {
+        self.allows(|a| a.session_read(node))
+    }
+
+    pub fn key(&self, key: &str) -> bool {
+        self.allows(|a| a.key_read(key))
+    }
+
+    pub fn event(&self, name: &str) -> bool {
+        self.allows(|a| a.event_read(name))
+    }
+
+    /// Consul's header for an answer from which `hidden` rows were left out.
+    pub fn write_header(&self, hidden: bool, headers: &mut Vec<u8>) {
+        if hidden && self.reveal {
+            headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
+        }
+    }
+
+    /// Keeps the rows `allowed` lets through; whether any was left out.
+    pub fn retain<T>(&self, rows: &mut Vec<T>, allowed: impl Fn(&Self, &T) -> bool) -> bool {
+        if !self.is_active() {
+            return false;
+        }
+        let before = rows.len();
+        rows.retain(|row| allowed(self, row));
+        rows.len() != before
     }
 }
 
@@ -117,18 +198,8 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         }),
         Acl::Key => check_key(request, authz),
         Acl::Txn => check_txn(request, authz),
-        Acl::ServiceFromRest => {
-            authz.require(a.service_read(rest))?;
-            authz.require(a.node_read_all())
-        }
+        Acl::ServiceFromRest => authz.require(a.service_read(rest)),
         Acl::NodeFromRest => authz.require(a.node_read(rest)),
-        Acl::NodeReadAll => authz.require(a.node_read_all()),
-        Acl::ServiceReadAll => authz.require(a.service_read_all()),
-        Acl::CatalogReadAll => {
-            authz.require(a.node_read_all())?;
-            authz.require(a.service_read_all())
-        }
-        Acl::SessionFromRestNode => authz.require(a.session_read(rest)),
         Acl::SessionById => check_session_by_id(ctx, request, authz),
         Acl::SessionCreate => check_session_create(ctx, request, authz),
         Acl::EventFromRest => authz.require(a.event_write(rest)),
@@ -137,13 +208,8 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::ServiceFromBody => check_service_body(request, authz),
         Acl::CatalogRegister => check_catalog_register(request, authz),
         Acl::CatalogDeregister => check_catalog_deregister(ctx, request, authz),
-        Acl::NodeFromOrigin => {
-            let origin = request
-                .header(super::ORIGIN_NODE_HEADER)
-                .filter(|n| !n.is_empty())
-                .unwrap_or(node);
-            authz.require(a.node_write(origin))
-        }
+        Acl::CatalogApply => check_catalog_apply(ctx, request, authz),
+        Acl::NodeWriteFromRest => authz.require(a.node_write(rest)),
     }
 }
 
@@ -237,19 +303,14 @@ fn check_txn(request: &Request, authz: &Authz) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `session:write` on the session's node for destroy and renew, `session:read` for info.
+/// `session:write` on the session's node for destroy and renew (info is filtered).
 fn check_session_by_id(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
-    let a = &*authz.authorizer;
     let version = ctx.current_version();
     let Some(found) = session::get(&version, &request.rest.to_ascii_lowercase()) else {
-        // Unknown sessions answer as they would without ACLs (`[]`, `true`, 404).
+        // Unknown sessions answer as they would without ACLs (`true`, 404).
         return Ok(());
     };
-    if is_read(request) {
-        authz.require(a.session_read(&found.node))
-    } else {
-        authz.require(a.session_write(&found.node))
-    }
+    authz.require(authz.authorizer.session_write(&found.node))
 }
 
 fn check_session_create(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
@@ -299,19 +360,97 @@ fn check_catalog_deregister(
     request: &Request,
     authz: &Authz,
 ) -> Result<(), ApiError> {
-    let a = &*authz.authorizer;
     let value = body_object(request)?;
     let Ok(obj) = Obj::new(&value) else {
         return Ok(());
     };
     let node = text_field(&obj, &["node"]);
     let service_id = text_field(&obj, &["serviceid"]);
+    check_deregister(ctx, &node, &service_id, authz)
+}
+
+fn check_deregister(
+    ctx: &Context,
+    node: &str,
+    service_id: &str,
+    authz: &Authz,
+) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
     if service_id.is_empty() {
-        return authz.require(a.node_write(&node));
+        return authz.require(a.node_write(node));
     }
     let version = ctx.current_version();
-    match catalog::read::service_instance(&version, &node, &service_id) {
+    match catalog::read::service_instance(&version, node, service_id) {
         Some(instance) => authz.require(a.service_write(&instance.name)),
-        None => authz.require(a.node_write(&node)),
+        None => authz.require(a.node_write(node)),
     }
+}
+
+/// Most catalog operations one internal apply is checked for (anti-entropy sends batches of
+/// 128); a body with more is refused before any is checked.
+pub const CATALOG_APPLY_CHECKED_OPS_MAX: usize = 1024;
+
+/// An agent's anti-entropy command: each operation needs what the same public registration
+/// or deregistration would (Consul's agents send them one RPC each, with the service's or
+/// check's token, else the agent's). A body that does not decode is refused by the handler.
+fn check_catalog_apply(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let Ok(Command::Catalog(op)) = Command::decode(request.body) else {
+        return Ok(());
+    };
+    let mut ops = vec![&op];
+    let mut checked = 0usize;
+    while let Some(op) = ops.pop() {
+        checked += 1;
+        if checked > CATALOG_APPLY_CHECKED_OPS_MAX {
+            return Err(ApiError::bad_request(format!(
+                "more than {CATALOG_APPLY_CHECKED_OPS_MAX} catalog operations in one request"
+            )));
+        }
+        match op {
+            CatalogOp::Batch(inner) => ops.extend(inner.iter()),
+            CatalogOp::Deregister {
+                node, service_id, ..
+            } => check_deregister(ctx, node, service_id, authz)?,
+            CatalogOp::Register(registration) => check_registration(ctx, registration, authz)?,
+            // Consul's `Coordinate.Update` needs `node:write` on each node it moves.
+            CatalogOp::Coordinates(updates) => {
+                for update in updates {
+                    authz.require(authz.authorizer.node_write(&update.node))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A registration: `node:write` unless it leaves the node alone, `service:write` on its
+/// service, and for each check `service:write` on the check's service or `node:write`.
+fn check_registration(
+    ctx: &Context,
+    registration: &Registration,
+    authz: &Authz,
+) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    let node = registration.node.as_str();
+    if !registration.skip_node_update {
+        authz.require(a.node_write(node))?;
+    }
+    if let Some(service) = &registration.service {
+        authz.require(a.service_write(&service.name))?;
+    }
+    for check in &registration.checks {
+        if check.service_id.is_empty() {
+            authz.require(a.node_write(node))?;
+            continue;
+        }
+        match registration
+            .service
+            .as_ref()
+            .filter(|s| s.id.eq_ignore_ascii_case(&check.service_id))
+        {
+            Some(service) => authz.require(a.service_write(&service.name))?,
+            None => check_deregister(ctx, node, &check.service_id, authz)?,
+        }
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@
 //! index key for service queries, one node's keys for node queries, the table for lists.
 
 use super::agent_cache;
+use super::authz::RowFilter;
 use super::peer::{self, Empty};
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::consul::body::{parse_json, Obj};
@@ -144,6 +145,13 @@ fn meta_headers(meta: QueryMeta) -> Vec<u8> {
     headers
 }
 
+/// The query metadata headers and, when the token hid rows, Consul's filtered header.
+pub fn list_headers(meta: QueryMeta, rows: &RowFilter, hidden: bool) -> Vec<u8> {
+    let mut headers = meta_headers(meta);
+    rows.write_header(hidden, &mut headers);
+    headers
+}
+
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
@@ -156,11 +164,14 @@ pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         near: (!near.is_empty())
             .then(|| super::coordinate::distances_from(ctx, near))
             .flatten(),
+        rows: RowFilter::of(request),
     };
     peer::run(ctx, request, query, options, Empty::List, reply)
 }
 
 struct NodesQuery {
+    /// Nodes the token may not read are left out.
+    rows: RowFilter,
     node_meta: Vec<(String, String)>,
     filter: Option<Filter>,
     /// `?near=`: estimated seconds from the named node to each node; nodes are answered
@@ -180,10 +191,16 @@ impl Query for NodesQuery {
         let mut body = Vec::with_capacity(256 + tables.catalog.nodes.len() * 256);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_array();
+        let mut hidden = false;
         let mut selected: Vec<_> = tables
             .catalog
             .nodes
             .values()
+            .filter(|entry| {
+                let readable = self.rows.node(&entry.node().name);
+                hidden |= !readable;
+                readable
+            })
             .filter(|entry| entry.node().meta.satisfies(&self.node_meta))
             .filter(|entry| {
                 self.filter.as_ref().is_none_or(|filter| {
@@ -205,7 +222,7 @@ impl Query for NodesQuery {
         }
         w.end_array();
         w.finish();
-        reply.json_bytes(200, &meta_headers(meta), &body);
+        reply.json_bytes(200, &list_headers(meta, &self.rows, hidden), &body);
     }
 }
 
@@ -222,11 +239,15 @@ pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<O
     let query = ServicesQuery {
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::SERVICE_NODE)?,
+        rows: RowFilter::of(request),
     };
     agent_cache::run(ctx, request, query, options, reply)
 }
 
 struct ServicesQuery {
+    /// Services the token may not read are left out (Consul checks only `service:read`
+    /// here, not the nodes).
+    rows: RowFilter,
     node_meta: Vec<(String, String)>,
     filter: Option<Filter>,
 }
@@ -249,8 +270,13 @@ impl Query for ServicesQuery {
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         // Go prints map keys sorted; tags are listed once each, sorted.
         let mut services: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+        let mut hidden = false;
         for group in tables.catalog.services.values() {
             for view in group.instances.values() {
+                if !self.rows.service(&view.service.name) {
+                    hidden = true;
+                    continue;
+                }
                 if !view.node().meta.satisfies(&self.node_meta) {
                     continue;
                 }
@@ -275,7 +301,7 @@ impl Query for ServicesQuery {
         }
         w.end_object();
         w.finish();
-        reply.json_bytes(200, &meta_headers(meta), &body);
+        reply.json_bytes(200, &list_headers(meta, &self.rows, hidden), &body);
     }
 }
 
@@ -332,6 +358,8 @@ pub struct ServiceQuery {
     /// `?near=`: estimated seconds from the named node to each node, taken when the query
     /// starts (coordinates drift slowly); instances are answered nearest first.
     pub near: Option<Rc<HashMap<String, f64>>>,
+    /// Instances (and checks) whose node or service the token may not read are left out.
+    pub rows: RowFilter,
 }
 
 impl ServiceQuery {
@@ -347,8 +375,10 @@ impl ServiceQuery {
         let node_meta = node_meta_filters(request);
         let filter_text = request.query.get("filter").unwrap_or("");
         let filter = parse_filter(request, schema)?;
+        // A filtered answer is the token's own: its accessor is part of the shared body's key.
+        let accessor = request.acl.get().map_or("", |a| &*a.accessor_id);
         let cache_key: Rc<str> = Rc::from(format!(
-            "{view:?}\u{0}{service}\u{0}{passing}\u{0}{tags:?}\u{0}{node_meta:?}\u{0}{filter_text}"
+            "{view:?}\u{0}{service}\u{0}{passing}\u{0}{tags:?}\u{0}{node_meta:?}\u{0}{filter_text}\u{0}{accessor}"
         ));
         Ok(ServiceQuery {
             view,
@@ -361,6 +391,7 @@ impl ServiceQuery {
             blocking,
             cache_key,
             near: None,
+            rows: RowFilter::of(request),
         })
     }
 
@@ -393,7 +424,7 @@ impl ServiceQuery {
         let mut parts = Vec::with_capacity(group.instances.len());
         let mut distances: Vec<Option<f64>> = Vec::new();
         for view in group.instances.values() {
-            if !self.keep(view.node(), &view.service) {
+            if !self.keep(view.node(), &view.service) || !self.readable(view) {
                 continue;
             }
             if self.view == ServiceView::Health && self.passing && !view.all_passing() {
@@ -445,7 +476,7 @@ impl ServiceQuery {
         w.begin_array();
         if let Some(group) = tables.catalog.group(&self.service) {
             for view in group.instances.values() {
-                if !self.keep(view.node(), &view.service) {
+                if !self.keep(view.node(), &view.service) || !self.readable(view) {
                     continue;
                 }
                 for check in view.checks().iter() {
@@ -460,6 +491,25 @@ impl ServiceQuery {
         }
         w.end_array();
         w.finish();
+    }
+
+    /// Whether the token may read the instance: its node and its service.
+    fn readable(&self, view: &crate::store::catalog::InstanceView) -> bool {
+        self.rows
+            .node_service(&view.node().name, &view.service.name)
+    }
+
+    /// Whether the token hid an instance the other filters would have kept.
+    fn hidden(&self, tables: &Tables) -> bool {
+        if !self.rows.is_active() {
+            return false;
+        }
+        tables.catalog.group(&self.service).is_some_and(|group| {
+            group
+                .instances
+                .values()
+                .any(|view| self.keep(view.node(), &view.service) && !self.readable(view))
+        })
     }
 
     /// The `tag` and `node-meta` filters.
@@ -481,7 +531,7 @@ impl Query for ServiceQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let headers = meta_headers(meta);
+        let headers = list_headers(meta, &self.rows, self.hidden(tables));
         if self.blocking {
             let body = super::body_cache::cached_body(
                 &self.cache_key,
@@ -557,6 +607,9 @@ struct NodeQuery {
     folded: Arc<str>,
     as_list: bool,
     filter: Option<Filter>,
+    /// A node the token may not read answers as a missing one; services it may not read
+    /// are left out.
+    rows: RowFilter,
 }
 
 impl Query for NodeQuery {
@@ -570,13 +623,18 @@ impl Query for NodeQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let entry = tables.catalog.node(&self.node);
+        let found = tables.catalog.node(&self.node);
+        let hidden_node = found.is_some_and(|e| !self.rows.node(&e.node().name));
+        let entry = found.filter(|_| !hidden_node);
+        let hidden_service =
+            entry.is_some_and(|e| e.services.values().any(|s| !self.rows.service(&s.name)));
+        let headers = list_headers(meta, &self.rows, hidden_node || hidden_service);
         let mut body = Vec::with_capacity(1024);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         match entry {
             None if !self.as_list => {
                 body.extend_from_slice(if reply.pretty { b"null\n" } else { b"null" });
-                reply.json_bytes(200, &meta_headers(meta), &body);
+                reply.json_bytes(200, &headers, &body);
                 return;
             }
             None => {
@@ -587,11 +645,14 @@ impl Query for NodeQuery {
                 w.end_object();
             }
             Some(entry) => {
-                let services = entry.services.values().filter(|s| match &self.filter {
-                    None => true,
-                    Some(filter) => {
-                        filter.matches(&render::as_value(|w| render::node_service(w, s)))
-                    }
+                let services = entry.services.values().filter(|s| {
+                    self.rows.service(&s.name)
+                        && match &self.filter {
+                            None => true,
+                            Some(filter) => {
+                                filter.matches(&render::as_value(|w| render::node_service(w, s)))
+                            }
+                        }
                 });
                 w.begin_object();
                 w.field_object("Node");
@@ -619,7 +680,7 @@ impl Query for NodeQuery {
             }
         }
         w.finish();
-        reply.json_bytes(200, &meta_headers(meta), &body);
+        reply.json_bytes(200, &headers, &body);
     }
 }
 
@@ -653,6 +714,7 @@ fn node_services_of(
         folded: Arc::from(&*fold(name)),
         as_list,
         filter: parse_filter(request, filter::NODE_SERVICE)?,
+        rows: RowFilter::of(request),
     };
     let empty = if as_list {
         Empty::NodeServices
@@ -715,6 +777,7 @@ mod tests {
                 blocking: false,
                 cache_key: Rc::from(""),
                 near: None,
+                rows: RowFilter::default(),
             };
             let answer = |pretty: bool| {
                 let mut body = Vec::new();

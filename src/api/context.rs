@@ -12,6 +12,7 @@
 //! of the shard costs nothing per request.
 
 use super::agent_local::AgentChannel;
+use super::client_tokens::ClientTokens;
 use super::{QueryMeta, QueryOptions};
 use crate::cluster::gossip::GossipHandle;
 use crate::cluster::servers::ServerManager;
@@ -41,6 +42,8 @@ pub struct Context {
     /// This shard's compiled authorizers by SecretID, emptied precisely by every version
     /// the shard takes in (the observer registered in [`Context::new`]).
     acl_cache: Rc<RefCell<AuthorizerCache>>,
+    /// On a client agent: the tokens its servers resolved (see `client_tokens`).
+    client_tokens: Rc<RefCell<ClientTokens>>,
 }
 
 /// The current Unix time in nanoseconds: what ACL writes stamp and token expiry compares.
@@ -82,12 +85,14 @@ impl Context {
             let invalidated = acl_cache.clone();
             shard.on_new_version(move |batch| invalidated.borrow_mut().invalidate(&batch.changes));
         }
+        let client_tokens = Rc::new(RefCell::new(ClientTokens::new(&shard.config().acl)));
         Context {
             shard,
             pools,
             agent,
             dns_changes,
             acl_cache,
+            client_tokens,
         }
     }
 
@@ -101,12 +106,26 @@ impl Context {
         self.shard.config().acl.enabled
     }
 
-    /// Resolves a SecretID (empty: anonymous) against the newest version.
+    /// Resolves a SecretID (empty: anonymous) against the newest version; on a client
+    /// agent, from what its servers answered (fetched before the request was dispatched).
     pub fn resolve_token(&self, secret_id: &str) -> Result<Resolved, ResolveError> {
+        if self.is_client() {
+            return self.client_tokens.borrow().resolve(secret_id);
+        }
         let version = self.current_version();
         self.acl_cache
             .borrow_mut()
             .resolve(&version, secret_id, now_unix_ns())
+    }
+
+    /// A client agent's tokens as its servers resolved them.
+    pub fn client_tokens(&self) -> &Rc<RefCell<ClientTokens>> {
+        &self.client_tokens
+    }
+
+    /// The shard's connections to servers, for requests a client agent makes itself.
+    pub fn forward_client(&self) -> &crate::shard::forward::ForwardPool {
+        &self.shard.forward
     }
 
     /// The agent's ACL tokens as configured or last set at runtime.

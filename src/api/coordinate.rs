@@ -216,12 +216,19 @@ fn node_entries(
             ));
         }
     }
-    let entries: Vec<serde_json::Value> = all_coordinates(ctx, &handle)
-        .iter()
+    // The list leaves out nodes the token may not read; `/node/<n>` was checked before.
+    let rows = super::authz::RowFilter::of(request);
+    let mut coordinates: Vec<(String, Coordinate)> = all_coordinates(ctx, &handle)
+        .into_iter()
         .filter(|(name, _)| node.is_none_or(|n| n == name))
+        .collect();
+    let hidden = node.is_none() && rows.retain(&mut coordinates, |rows, (name, _)| rows.node(name));
+    let entries: Vec<serde_json::Value> = coordinates
+        .iter()
         .map(|(name, c)| entry_json(name, c))
         .collect();
-    let headers = index_header(ctx);
+    let mut headers = index_header(ctx);
+    rows.write_header(hidden, &mut headers);
     if node.is_some() && entries.is_empty() {
         // Consul answers an unknown node with 404 and an empty body.
         reply.send(404, None, &headers, b"");

@@ -6,11 +6,11 @@
 //! Listing reads this agent's ring of recent events; a blocking list (`?index=`) waits
 //! until the newest matching event's UUID-derived index differs from the one given.
 
+use super::authz::RowFilter;
 use super::members::lan_handle;
 use super::{check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
 use crate::proto::duration::parse_go_duration;
-use crate::store::acl::authorizer::Authorizer;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,36 +49,35 @@ pub fn fire(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, 
     })))
 }
 
-/// The recent events named `name` (all when empty), oldest first, and their index.
-/// The events named `name` (all when empty) the token may read (all with ACLs off), the
-/// list's index, and whether the token hid any.
+/// The recent events named `name` (all when empty), oldest first, that the token may read
+/// (all with ACLs off), the list's index, and whether the token hid any.
 fn matching(
     shard_log: &crate::cluster::user_events::EventLog,
     name: &str,
-    acl: Option<&Authorizer>,
+    rows: &RowFilter,
 ) -> (Vec<Arc<ConsulEvent>>, u64, bool) {
     let mut events = shard_log.events();
     if !name.is_empty() {
         events.retain(|e| e.name == name);
     }
-    let before = events.len();
-    if let Some(acl) = acl {
-        events.retain(|e| acl.event_read(&e.name).is_ok());
-    }
-    let filtered = events.len() != before;
+    let hidden = rows.retain(&mut events, |rows, e| rows.event(&e.name));
     let index = list_index(&events);
-    (events, index, filtered)
+    (events, index, hidden)
 }
 
-fn respond(reply: &mut Reply, events: &[Arc<ConsulEvent>], index: u64, filtered: bool) {
+fn respond(
+    reply: &mut Reply,
+    rows: &RowFilter,
+    events: &[Arc<ConsulEvent>],
+    index: u64,
+    hidden: bool,
+) {
     let body: Vec<serde_json::Value> = events.iter().map(|e| e.to_json()).collect();
     let mut headers = Vec::with_capacity(64);
     headers.extend_from_slice(b"X-Consul-Index: ");
     crate::proto::http::push_u64(&mut headers, index);
     headers.extend_from_slice(b"\r\n");
-    if filtered {
-        headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
-    }
+    rows.write_header(hidden, &mut headers);
     reply.json(200, &headers, &body);
 }
 
@@ -99,12 +98,12 @@ pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
             .min(super::BLOCKING_WAIT_MAX),
     };
     let log = ctx.events().clone();
-    let acl = request.acl.get().map(|a| a.authorizer.clone());
-    let (events, index, filtered) = matching(&log, &name, acl.as_deref());
+    let rows = RowFilter::of(request);
+    let (events, index, filtered) = matching(&log, &name, &rows);
     // The index is a hash of the newest event's ID, not a counter: any other value means
     // something new arrived since the client's read.
     if min_index == 0 || index != min_index {
-        respond(reply, &events, index, filtered);
+        respond(reply, &rows, &events, index, filtered);
         return Ok(Outcome::Done);
     }
     let jitter = wait / super::BLOCKING_JITTER_FRACTION;
@@ -118,11 +117,12 @@ pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     Ok(Outcome::Async(Box::pin(async move {
         loop {
             let woken = log.subscribe();
-            let (events, index, filtered) = matching(&log, &name, acl.as_deref());
+            let (events, index, filtered) = matching(&log, &name, &rows);
             let remaining = deadline.saturating_duration_since(Instant::now());
             if index != min_index || remaining.is_zero() {
-                return Box::new(move |reply: &mut Reply| respond(reply, &events, index, filtered))
-                    as AsyncResponder;
+                return Box::new(move |reply: &mut Reply| {
+                    respond(reply, &rows, &events, index, filtered)
+                }) as AsyncResponder;
             }
             let _ = monoio::time::timeout(remaining, woken.recv_async()).await;
         }

@@ -2,7 +2,8 @@
 //! service (`CheckServiceNode`s, `?passing`), all blocking-capable with precise wake-ups.
 
 use super::agent_cache;
-use super::catalog::{node_meta_filters, parse_filter, ServiceQuery, ServiceView};
+use super::authz::RowFilter;
+use super::catalog::{list_headers, node_meta_filters, parse_filter, ServiceQuery, ServiceView};
 use super::peer::{self, Empty};
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request};
 use crate::consul::filter::{self, Filter};
@@ -92,16 +93,24 @@ pub fn service_checks(
     peer::run(ctx, request, query, options, Empty::List, reply)
 }
 
+/// Writes `checks` as a `HealthCheck` list, leaving out those the token may not read (their
+/// node, and their service for a service check).
 fn write_checks<'c>(
     checks: impl Iterator<Item = &'c Arc<HealthCheck>>,
     filter: Option<&Filter>,
+    rows: &RowFilter,
     meta: QueryMeta,
     reply: &mut Reply,
 ) {
     let mut body = Vec::with_capacity(1024);
     let mut w = JsonWriter::new(&mut body, reply.pretty);
+    let mut hidden = false;
     w.begin_array();
     for check in checks {
+        if !rows.node_service(&check.node, &check.service_name) {
+            hidden = true;
+            continue;
+        }
         if let Some(filter) = filter {
             if !filter.matches(&render::as_value(|w| render::health_check(w, check))) {
                 continue;
@@ -111,15 +120,14 @@ fn write_checks<'c>(
     }
     w.end_array();
     w.finish();
-    let mut headers = Vec::with_capacity(160);
-    meta.write_headers(&mut headers);
-    reply.json_bytes(200, &headers, &body);
+    reply.json_bytes(200, &list_headers(meta, rows, hidden), &body);
 }
 
 struct NodeChecksQuery {
     node: Arc<str>,
     folded: Arc<str>,
     filter: Option<Filter>,
+    rows: RowFilter,
 }
 
 impl Query for NodeChecksQuery {
@@ -131,7 +139,13 @@ impl Query for NodeChecksQuery {
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let checks = read::node_checks(tables, &self.node);
-        write_checks(checks.into_iter(), self.filter.as_ref(), meta, reply);
+        write_checks(
+            checks.into_iter(),
+            self.filter.as_ref(),
+            &self.rows,
+            meta,
+            reply,
+        );
     }
 }
 
@@ -146,11 +160,13 @@ pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
         node: Arc::from(name),
         folded: Arc::from(&*fold(name)),
         filter: parse_filter(request, filter::HEALTH_CHECK)?,
+        rows: RowFilter::of(request),
     };
     peer::run(ctx, request, query, options, Empty::List, reply)
 }
 
 struct StateQuery {
+    rows: RowFilter,
     state: Option<Status>,
     node_meta: Vec<(String, String)>,
     filter: Option<Filter>,
@@ -169,7 +185,7 @@ impl Query for StateQuery {
             .into_iter()
             .filter(|(node, _)| node.meta.satisfies(&self.node_meta))
             .map(|(_, check)| check);
-        write_checks(kept, self.filter.as_ref(), meta, reply);
+        write_checks(kept, self.filter.as_ref(), &self.rows, meta, reply);
     }
 }
 
@@ -190,6 +206,7 @@ pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         }
     };
     let query = StateQuery {
+        rows: RowFilter::of(request),
         state,
         node_meta: node_meta_filters(request),
         filter: parse_filter(request, filter::HEALTH_CHECK)?,

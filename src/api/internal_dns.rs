@@ -13,10 +13,13 @@ use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
 use crate::dns::remote::{self, Lookup, RecentChanges, FEED_TABLES};
+use crate::dns::view::AclFiltered;
 use crate::shard::watch::WatchSet;
+use crate::store::acl::authorizer::Authorizer;
 use crate::store::{StoreVersion, Tables};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 const MSGPACK: Option<&str> = Some("application/msgpack");
 
@@ -27,11 +30,23 @@ pub fn lookup(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     }
     let lookups = remote::decode_lookups(request.body).map_err(ApiError::bad_request)?;
     let options = query_options(ctx, &request.query)?;
-    run_query(ctx, LookupQuery { lookups }, options, reply)
+    let authorizer = request.acl.get().map(|a| a.authorizer.clone());
+    run_query(
+        ctx,
+        LookupQuery {
+            lookups,
+            authorizer,
+        },
+        options,
+        reply,
+    )
 }
 
 struct LookupQuery {
     lookups: Vec<Lookup>,
+    /// The client's DNS token (its `default` token): rows it may not read are left out, as
+    /// a server's own DNS leaves them out.
+    authorizer: Option<Arc<Authorizer>>,
 }
 
 impl Query for LookupQuery {
@@ -39,7 +54,11 @@ impl Query for LookupQuery {
         (tables.index, WatchSet::new())
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let body = remote::answer_lookups(&**tables, tables.index, &self.lookups);
+        let view = AclFiltered {
+            inner: tables.clone(),
+            authorizer: self.authorizer.clone(),
+        };
+        let body = remote::answer_lookups(&view, tables.index, &self.lookups);
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
         reply.send(200, MSGPACK, &headers, &body);

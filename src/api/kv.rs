@@ -1,14 +1,13 @@
 //! `/v1/kv/<key>`: get, list, keys, put, CAS, lock acquire/release, delete, recursive delete —
 //! Consul's KV API.
 
+use super::authz::RowFilter;
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
-    WriteOp, FILTERED_BY_ACLS_HEADER,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
-use crate::store::acl::authorizer::Authorizer;
 use crate::store::kv::{self, KvEntry, KvOp};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
@@ -81,7 +80,7 @@ fn get(
             KeysQuery {
                 prefix: Arc::from(key),
                 separator: Arc::from(separator),
-                acl: request.acl.get().map(|a| a.authorizer.clone()),
+                rows: RowFilter::of(request),
             },
             options,
             reply,
@@ -92,7 +91,7 @@ fn get(
             ctx,
             ListQuery {
                 prefix: Arc::from(key),
-                acl: request.acl.get().map(|a| a.authorizer.clone()),
+                rows: RowFilter::of(request),
             },
             options,
             reply,
@@ -227,21 +226,6 @@ fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Ite
     w.finish();
 }
 
-/// Keeps the rows whose key `acl` may read; whether any was left out. Without a token
-/// (ACLs off) nothing is filtered.
-fn filter_rows<T>(
-    acl: &Option<Arc<Authorizer>>,
-    rows: &mut Vec<T>,
-    key: impl Fn(&T) -> &str,
-) -> bool {
-    let Some(acl) = acl else {
-        return false;
-    };
-    let before = rows.len();
-    rows.retain(|row| acl.key_read(key(row)).is_ok());
-    rows.len() != before
-}
-
 fn not_found(meta: QueryMeta, reply: &mut Reply) {
     let mut headers = Vec::with_capacity(160);
     meta.write_headers(&mut headers);
@@ -283,8 +267,8 @@ impl Query for GetQuery {
 
 struct ListQuery {
     prefix: Arc<str>,
-    /// The request's token with ACLs on: entries it cannot read are left out.
-    acl: Option<Arc<Authorizer>>,
+    /// Entries the token cannot read are left out.
+    rows: RowFilter,
 }
 
 impl Query for ListQuery {
@@ -297,15 +281,13 @@ impl Query for ListQuery {
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let (_, mut entries) = kv::list(tables, &self.prefix);
-        let filtered = filter_rows(&self.acl, &mut entries, |e| e.key());
+        let filtered = self.rows.retain(&mut entries, |rows, e| rows.key(e.key()));
         if entries.is_empty() {
             return not_found(meta, reply);
         }
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
-        if filtered {
-            headers.extend_from_slice(FILTERED_BY_ACLS_HEADER);
-        }
+        self.rows.write_header(filtered, &mut headers);
         let mut body = Vec::with_capacity(64 + entries.len() * 160);
         write_entries(&mut body, reply.pretty, entries.into_iter());
         reply.json_bytes(200, &headers, &body);
@@ -315,7 +297,7 @@ impl Query for ListQuery {
 struct KeysQuery {
     prefix: Arc<str>,
     separator: Arc<str>,
-    acl: Option<Arc<Authorizer>>,
+    rows: RowFilter,
 }
 
 impl Query for KeysQuery {
@@ -328,16 +310,14 @@ impl Query for KeysQuery {
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let (_, mut keys) = kv::keys(tables, &self.prefix, &self.separator);
-        let filtered = filter_rows(&self.acl, &mut keys, |k| k);
+        let filtered = self.rows.retain(&mut keys, |rows, k| rows.key(k));
         // Consul answers 404 for an empty listing except at the root, where it sends [].
         if keys.is_empty() && !self.prefix.is_empty() {
             return not_found(meta, reply);
         }
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
-        if filtered {
-            headers.extend_from_slice(FILTERED_BY_ACLS_HEADER);
-        }
+        self.rows.write_header(filtered, &mut headers);
         let mut body = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_array();

@@ -46,6 +46,16 @@ pub fn member_json(member: &MemberInfo) -> serde_json::Value {
 
 /// `GET /v1/agent/members`.
 pub fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    // Members whose node the token may not read are left out, as Consul's agent does.
+    let rows = super::authz::RowFilter::of(request);
+    let readable = |member: &&MemberInfo| rows.node(&member.name);
+    let mut hidden = false;
+    let mut listed = |members: &[MemberInfo]| -> Vec<serde_json::Value> {
+        let kept: Vec<serde_json::Value> =
+            members.iter().filter(readable).map(member_json).collect();
+        hidden |= kept.len() != members.len();
+        kept
+    };
     let list: Vec<serde_json::Value> = if wants_wan(request) {
         if !matches!(request.query.get("segment"), None | Some("") | Some("_all")) {
             return Err(ApiError::bad_request(
@@ -53,7 +63,7 @@ pub fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
             ));
         }
         match wan_handle(ctx) {
-            Some(handle) => handle.members().iter().map(member_json).collect(),
+            Some(handle) => listed(&handle.members()),
             // Client agents have no WAN pool: Consul answers an empty list.
             None => Vec::new(),
         }
@@ -63,7 +73,7 @@ pub fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
         match request.query.get("segment") {
             // praetor, like Consul's community edition, has only the default segment;
             // `_all` asks for every segment, which is the same pool.
-            None | Some("") | Some("_all") => members.iter().map(member_json).collect(),
+            None | Some("") | Some("_all") => listed(&members),
             Some(_) => {
                 return Err(ApiError::BadRequest(
                     "Network segments are not supported in this version of Consul".to_string(),
@@ -71,7 +81,9 @@ pub fn members(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
             }
         }
     };
-    reply.json(200, b"", &list);
+    let mut headers = Vec::new();
+    rows.write_header(hidden, &mut headers);
+    reply.json(200, &headers, &list);
     Ok(Outcome::Done)
 }
 

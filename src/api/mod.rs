@@ -18,6 +18,7 @@ pub mod agent_local;
 pub mod authz;
 pub mod body_cache;
 pub mod catalog;
+pub mod client_tokens;
 pub mod context;
 pub mod coordinate;
 pub mod debug;

@@ -13,9 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    acl, agent, agent_local, authz, catalog, coordinate, debug, event, health, internal_dns,
-    keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome,
-    Reply, Request,
+    acl, agent, agent_local, authz, catalog, client_tokens, coordinate, debug, event, health,
+    internal_dns, keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError,
+    Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -80,9 +80,9 @@ pub enum Body {
 /// Most permissions depend on the request (the key in the path, the service in the body),
 /// so the column names a rule rather than a fixed permission; [`Route::serve`] resolves the
 /// token and applies the rule before the handler runs, so no handler runs unchecked.
-/// Lists Consul filters row by row are either `Filtered` (the handler filters with the
-/// request's token and sets `X-Consul-Results-Filtered-By-ACLs`) or need read on every row
-/// they could show (`NodeReadAll`, `ServiceReadAll`, `CatalogReadAll`).
+/// Lists Consul filters row by row are `Filtered`: the handler leaves out the rows the
+/// request's token may not read ([`authz::RowFilter`]) and says so with
+/// `X-Consul-Results-Filtered-By-ACLs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acl {
     /// Anyone: status, the UI, and the ACL endpoints that authenticate by themselves
@@ -105,17 +105,11 @@ pub enum Acl {
     Key,
     /// Each operation needs what the same single request would.
     Txn,
-    /// `service:read` on the service in the path, and `node:read` on every node.
+    /// `service:read` on the service in the path.
     ServiceFromRest,
     /// `node:read` on the node in the path.
     NodeFromRest,
-    NodeReadAll,
-    ServiceReadAll,
-    /// `node:read` and `service:read` on everything.
-    CatalogReadAll,
-    /// `session:read` on the node in the path.
-    SessionFromRestNode,
-    /// The session in the path: `session:read` on its node for GET, `session:write` else.
+    /// `session:write` on the node of the session in the path.
     SessionById,
     /// `session:write` on the body's node (default: the agent's).
     SessionCreate,
@@ -131,8 +125,11 @@ pub enum Acl {
     CatalogRegister,
     /// `service:write` on the service deregistered, else `node:write` on the node.
     CatalogDeregister,
-    /// `node:write` on the node a forwarded request came from (`X-Praetor-Origin-Node`).
-    NodeFromOrigin,
+    /// A catalog command an agent's anti-entropy sends: each registration and deregistration
+    /// needs what the same `/v1/catalog/register` or `/deregister` would.
+    CatalogApply,
+    /// `node:write` on the node in the path: one node's rows for its agent's anti-entropy.
+    NodeWriteFromRest,
 }
 
 /// One endpoint: what it serves and what it needs.
@@ -159,10 +156,10 @@ const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
 
 use Acl::{
-    AclByMethod, AgentRead, AgentWrite, CatalogDeregister, CatalogReadAll, CatalogRegister,
-    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromOrigin, NodeFromRest,
-    NodeReadAll, OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest,
-    ServiceReadAll, SessionById, SessionCreate, SessionFromRestNode,
+    AclByMethod, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
+    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, NodeWriteFromRest,
+    OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById,
+    SessionCreate,
 };
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
@@ -196,22 +193,22 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Key,        kv::handle),
 
     route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, CatalogRegister, catalog::register),
-    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_apply),
-    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeFromOrigin, catalog::internal_node_state),
+    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, CatalogApply, catalog::internal_apply),
+    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeWriteFromRest, catalog::internal_node_state),
     route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
-    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  NodeReadAll, catalog::nodes),
-    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  ServiceReadAll, catalog::services),
-    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  ServiceFromRest, catalog::service),
-    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  ServiceFromRest, catalog::connect),
-    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  CatalogReadAll, catalog::node),
-    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  CatalogReadAll, catalog::node_services),
-    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::service),
-    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::connect),
-    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  ServiceFromRest, health::service_checks),
-    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  CatalogReadAll, health::node),
-    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  CatalogReadAll, health::state),
+    route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Filtered,   catalog::nodes),
+    route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Filtered,   catalog::services),
+    route(Prefix("/v1/catalog/service/"),               GET,                 Standard, BLOCKS,  Filtered,   catalog::service),
+    route(Prefix("/v1/catalog/connect/"),               GET,                 Standard, BLOCKS,  Filtered,   catalog::connect),
+    route(Prefix("/v1/catalog/node/"),                  GET,                 Standard, BLOCKS,  Filtered,   catalog::node),
+    route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  Filtered,   catalog::node_services),
+    route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  Filtered,   health::service),
+    route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  Filtered,   health::connect),
+    route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  Filtered,   health::service_checks),
+    route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  Filtered,   health::node),
+    route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  Filtered,   health::state),
 
-    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, NodeReadAll, members::members),
+    route(Exact("/v1/agent/members"),                   GET,                 Standard, ANSWERS, Filtered,   members::members),
     route(Prefix("/v1/agent/join/"),                    PUT,                 Standard, ANSWERS, AgentWrite, members::join),
     route(Exact("/v1/agent/leave"),                     PUT,                 Standard, ANSWERS, AgentWrite, members::leave),
     route(Prefix("/v1/agent/force-leave/"),             PUT,                 Standard, ANSWERS, OperatorWrite, members::force_leave),
@@ -220,7 +217,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/event/list"),                      GET,                 Standard, ANSWERS, Filtered,   event::list),
     route(Exact("/v1/operator/keyring"),                GET_POST_PUT_DELETE, Standard, ANSWERS, KeyringByMethod, keyring::keyring),
     route(Prefix("/v1/coordinate/node/"),               GET,                 Standard, ANSWERS, NodeFromRest, coordinate::node),
-    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, NodeReadAll, coordinate::nodes),
+    route(Exact("/v1/coordinate/nodes"),                GET,                 Standard, ANSWERS, Filtered,   coordinate::nodes),
     route(Exact("/v1/coordinate/datacenters"),          GET,                 Standard, ANSWERS, Acl::None,  coordinate::datacenters),
     // `node:write` on the body's `Node`, the rule of a registration without a service.
     route(Exact("/v1/coordinate/update"),               PUT,                 Standard, ANSWERS, CatalogRegister, coordinate::update),
@@ -230,16 +227,16 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/session/destroy"),                 PUT,                 Standard, ANSWERS, SessionById, session::destroy),
     route(Prefix("/v1/session/renew/"),                 PUT,                 Standard, ANSWERS, SessionById, session::renew),
     route(Exact("/v1/session/renew"),                   PUT,                 Standard, ANSWERS, SessionById, session::renew),
-    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  SessionById, session::info),
-    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  SessionById, session::info),
-    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  SessionFromRestNode, session::node_sessions),
-    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  SessionFromRestNode, session::node_sessions),
-    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  NodeReadAll, session::list),
+    route(Prefix("/v1/session/info/"),                  GET,                 Standard, BLOCKS,  Filtered,   session::info),
+    route(Exact("/v1/session/info"),                    GET,                 Standard, BLOCKS,  Filtered,   session::info),
+    route(Prefix("/v1/session/node/"),                  GET,                 Standard, BLOCKS,  Filtered,   session::node_sessions),
+    route(Exact("/v1/session/node"),                    GET,                 Standard, BLOCKS,  Filtered,   session::node_sessions),
+    route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  Filtered,   session::list),
 
     route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Acl::Txn,   txn::handle),
 
-    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::services),
-    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::checks),
+    route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, Filtered,   agent_local::services),
+    route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, Filtered,   agent_local::checks),
     route(Exact("/v1/agent/service/register"),          PUT,                 Standard, ANSWERS, ServiceFromBody, agent_local::register_service),
     route(Exact("/v1/agent/check/register"),            PUT,                 Standard, ANSWERS, AgentWrite, agent_local::register_check),
     route(Exact("/v1/agent/maintenance"),               PUT,                 Standard, ANSWERS, AgentWrite, agent_local::node_maintenance),
@@ -256,9 +253,10 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, ServiceFromRest, agent_local::health_by_name),
     route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, AgentRead,  agent_local::health_by_id),
 
-    // A client agent's DNS, answered by its servers (`internal_dns`) with the client's token.
-    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::lookup),
-    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  CatalogReadAll, internal_dns::changes),
+    // A client agent's DNS, answered by its servers (`internal_dns`): the lookups leave out
+    // what the client's default token may not read; the change feed names changed rows only.
+    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  Filtered,   internal_dns::lookup),
+    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  Filtered,   internal_dns::changes),
 
     route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Acl::None,  status::leader),
     route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Acl::None,  status::peers),
@@ -270,7 +268,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/operator/raft/transfer-leader"),   POST_PUT,            Standard, ANSWERS, OperatorWrite, operator::transfer_leader),
     route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Management, snapshot::handle),
     route(Exact("/v1/agent/debug/faults"),              GET_PUT,             Standard, ANSWERS, OperatorByMethod, debug::faults),
-    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  CatalogReadAll, ui::handle),
+    route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  Filtered,   ui::handle),
 
     // ACLs (`api::acl`): the endpoints decide their own checks where Consul's do.
     route(Exact("/v1/acl/bootstrap"),                   PUT,                 Standard, ANSWERS, Acl::None,  acl::bootstrap),
@@ -298,6 +296,8 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/acl/binding-rules"),               GET,                 Standard, BLOCKS,  AclByMethod, acl::binding_rule_list),
     route(Prefix("/v1/acl/binding-rule/"),              GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::binding_rule),
     route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
+    // A client agent's token resolution, answered by its servers (`api::client_tokens`).
+    route(Exact(client_tokens::RULES_PATH),             GET,                 Standard, ANSWERS, Acl::None,  acl::client_rules),
 ];
 
 /// The route serving `path`, if any: the first in [`ROUTES`] that matches.
@@ -405,9 +405,19 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
 }
 
 impl Route {
-    /// `/v1/agent/*`: answered from the agent's own state (and gossip), never forwarded.
+    /// Answered from the agent's own state and gossip, never forwarded to a server:
+    /// `/v1/agent/*`, user events, coordinates and the gossip keyring. On a client agent
+    /// these are the requests checked there, with a token its servers resolved.
     pub fn answered_by_agent(&self) -> bool {
-        self.path.text().starts_with("/v1/agent/")
+        let path = self.path.text();
+        [
+            "/v1/agent/",
+            "/v1/event/",
+            "/v1/coordinate/",
+            "/v1/operator/keyring",
+        ]
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
     }
 
     /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
@@ -513,6 +523,8 @@ mod tests {
         "/v1/acl/login",
         "/v1/acl/logout",
         "/v1/acl/token/self",
+        // Tells a token's holder what the token may do, as token/self does.
+        client_tokens::RULES_PATH,
     ];
 
     #[test]
@@ -528,7 +540,11 @@ mod tests {
                 assert_eq!(route.acl, AclByMethod, "{text}: ACL objects need acl:*");
             }
             if route.acl == Filtered {
-                assert!(route.methods == GET, "{text}: only reads filter rows");
+                // A client agent's DNS lookups are a read whose questions come in a body.
+                assert!(
+                    route.methods == GET || text == remote::LOOKUP_PATH,
+                    "{text}: only reads filter rows"
+                );
             }
         }
         assert_eq!(find("/v1/snapshot").map(|r| r.acl), Some(Management));

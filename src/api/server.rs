@@ -435,6 +435,34 @@ fn dispatch_buffered(
     }
 }
 
+/// On a client agent with ACLs, the secret a request it answers itself authenticates with
+/// (its own token, else the agent's default); `None` when the request needs no resolution
+/// here (a server, or a request forwarded to one).
+fn client_token_to_resolve(
+    server: &Server,
+    route: Option<&Route>,
+    input: &[u8],
+    head: &RequestHead,
+) -> Option<String> {
+    let ctx = &server.context;
+    if !ctx.is_client() || !ctx.acl_enabled() || !route?.answered_by_agent() {
+        return None;
+    }
+    let raw_query =
+        std::str::from_utf8(&input[head.query.start as usize..head.query.end as usize]).ok()?;
+    let request = Request {
+        method: head.method,
+        path: "",
+        query: QueryParams::parse(raw_query).ok()?,
+        rest: "",
+        head,
+        buf: input,
+        body: &[],
+        acl: std::cell::OnceCell::new(),
+    };
+    Some(api::authz::request_secret(ctx, &request))
+}
+
 /// A blocking query may legitimately take its whole wait on the leader.
 fn forward_timeout_for(query: &QueryParams) -> Duration {
     if query
@@ -646,6 +674,12 @@ async fn next_request(
             offset
         }
     };
+
+    // A client agent resolves the token of a request it answers itself with its servers
+    // first (`client_tokens`), so that the check in `Route::serve` stays synchronous.
+    if let Some(secret) = client_token_to_resolve(server, route, &conn.input, &head) {
+        Box::pin(api::client_tokens::ensure(&server.context, &secret)).await;
+    }
 
     let keep_alive = head.keep_alive && !server.shard.shutting_down();
     let dispatched = {

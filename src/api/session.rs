@@ -10,6 +10,7 @@
 //! Reads report the sessions table index, as Consul does, and block precisely: info on the
 //! session's key, node on the node's key, list on the table.
 
+use super::authz::RowFilter;
 use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
     Request, WriteOp, ORIGIN_NODE_HEADER,
@@ -298,9 +299,15 @@ pub fn write_sessions<'s>(
     w.finish();
 }
 
-fn respond_with(meta: QueryMeta, reply: &mut Reply, sessions: Vec<&Arc<Session>>) {
-    let mut headers = Vec::with_capacity(160);
-    meta.write_headers(&mut headers);
+/// Answers with the sessions the token may read (`session:read` on each one's node).
+fn respond_with(
+    meta: QueryMeta,
+    reply: &mut Reply,
+    rows: &RowFilter,
+    mut sessions: Vec<&Arc<Session>>,
+) {
+    let hidden = rows.retain(&mut sessions, |rows, s| rows.session(&s.node));
+    let headers = super::catalog::list_headers(meta, rows, hidden);
     let mut body = Vec::with_capacity(64 + sessions.len() * 320);
     write_sessions(&mut body, reply.pretty, sessions.into_iter());
     reply.json_bytes(200, &headers, &body);
@@ -308,6 +315,7 @@ fn respond_with(meta: QueryMeta, reply: &mut Reply, sessions: Vec<&Arc<Session>>
 
 struct InfoQuery {
     id: Arc<str>,
+    rows: RowFilter,
 }
 
 impl Query for InfoQuery {
@@ -321,6 +329,7 @@ impl Query for InfoQuery {
         respond_with(
             meta,
             reply,
+            &self.rows,
             session::get(tables, &self.id).into_iter().collect(),
         );
     }
@@ -329,6 +338,7 @@ impl Query for InfoQuery {
 struct NodeQuery {
     node: String,
     watch_key: Arc<str>,
+    rows: RowFilter,
 }
 
 impl Query for NodeQuery {
@@ -339,11 +349,18 @@ impl Query for NodeQuery {
         )
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        respond_with(meta, reply, session::node_sessions(tables, &self.node));
+        respond_with(
+            meta,
+            reply,
+            &self.rows,
+            session::node_sessions(tables, &self.node),
+        );
     }
 }
 
-struct ListQuery;
+struct ListQuery {
+    rows: RowFilter,
+}
 
 impl Query for ListQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
@@ -353,7 +370,7 @@ impl Query for ListQuery {
         )
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        respond_with(meta, reply, session::list(tables).collect());
+        respond_with(meta, reply, &self.rows, session::list(tables).collect());
     }
 }
 
@@ -365,7 +382,8 @@ pub fn info(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
         return Err(ApiError::bad_request("Missing session"));
     }
     let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
-    run_query(ctx, InfoQuery { id }, options, reply)
+    let rows = RowFilter::of(request);
+    run_query(ctx, InfoQuery { id, rows }, options, reply)
 }
 
 /// `GET /v1/session/node/<node>`.
@@ -382,6 +400,7 @@ pub fn node_sessions(
     let query = NodeQuery {
         node: node.to_string(),
         watch_key: node_watch_key(node),
+        rows: RowFilter::of(request),
     };
     run_query(ctx, query, options, reply)
 }
@@ -389,7 +408,8 @@ pub fn node_sessions(
 /// `GET /v1/session/list`.
 pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    run_query(ctx, ListQuery, options, reply)
+    let rows = RowFilter::of(request);
+    run_query(ctx, ListQuery { rows }, options, reply)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! compresses its HTTP answers; the 1,000-service summary a browser loads shrinks about
 //! tenfold.
 
+use super::authz::RowFilter;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
@@ -76,8 +77,21 @@ pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
 
 /// Sends a JSON body with the query's headers, gzip-coded when `gzip` and worth it.
 fn send_json(reply: &mut Reply, meta: QueryMeta, body: &[u8], gzip: bool) {
+    send_filtered_json(reply, meta, body, gzip, &RowFilter::default(), false);
+}
+
+/// [`send_json`] for an answer the token's row filter went over.
+fn send_filtered_json(
+    reply: &mut Reply,
+    meta: QueryMeta,
+    body: &[u8],
+    gzip: bool,
+    rows: &RowFilter,
+    hidden: bool,
+) {
     let mut headers = Vec::with_capacity(200);
     meta.write_headers(&mut headers);
+    rows.write_header(hidden, &mut headers);
     headers.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     if gzip && body.len() >= UI_GZIP_BODY_BYTES_MIN {
         // Fast compression: these bodies are rendered per request, and level 1 already
@@ -196,12 +210,18 @@ fn proxy_destination(row: &CheckServiceNode) -> Option<String> {
 fn summarize<'a>(
     groups: impl Iterator<Item = &'a ServiceGroup>,
     filter: Option<&Filter>,
+    rows: &RowFilter,
+    hidden: &mut bool,
 ) -> Vec<Summary<'a>> {
     let mut by_name: BTreeMap<String, Summary<'a>> = BTreeMap::new();
     // Proxies found on the way: (destination, proxy node, the proxy's checks).
     let mut proxied: Vec<(String, CheckServiceNode<'a>)> = Vec::new();
     for group in groups {
         for row in read::check_service_nodes_of_group(group) {
+            if !rows.node_service(&row.node.name, &row.service.name) {
+                *hidden = true;
+                continue;
+            }
             if let Some(filter) = filter {
                 if !filter.matches(&render::as_value(|w| render::check_service_node(w, &row))) {
                     continue;
@@ -250,6 +270,8 @@ fn summarize<'a>(
 
 /// `GET /v1/internal/ui/services`.
 struct ServicesQuery {
+    /// Instances whose node or service the token may not read are left out.
+    rows: RowFilter,
     filter: Option<Filter>,
     /// `?peer=`: no peering exists, so an imported view is always empty.
     peer: bool,
@@ -262,10 +284,16 @@ impl Query for ServicesQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut hidden = false;
         let summaries = if self.peer {
             Vec::new()
         } else {
-            summarize(tables.catalog.services.values(), self.filter.as_ref())
+            summarize(
+                tables.catalog.services.values(),
+                self.filter.as_ref(),
+                &self.rows,
+                &mut hidden,
+            )
         };
         let mut body = Vec::with_capacity(64 + summaries.len() * 320);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
@@ -276,12 +304,13 @@ impl Query for ServicesQuery {
         }
         w.end_array();
         w.finish();
-        send_json(reply, meta, &body, self.gzip);
+        send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
     }
 }
 
-/// Writes one `NodeInfo`: the node, its services and all its checks.
-fn node_info(w: &mut JsonWriter, entry: &NodeEntry) {
+/// Writes one `NodeInfo`: the node, its services and all its checks — those the token may
+/// read (Consul's node dump filter).
+fn node_info(w: &mut JsonWriter, entry: &NodeEntry, rows: &RowFilter) {
     let node = entry.node();
     w.begin_object();
     w.field_str("ID", &node.id);
@@ -303,23 +332,37 @@ fn node_info(w: &mut JsonWriter, entry: &NodeEntry) {
     w.end_object();
     w.field_array("Services");
     for service in entry.services.values() {
-        render::node_service(w, service);
+        if rows.service(&service.name) {
+            render::node_service(w, service);
+        }
     }
     w.end_array();
     w.field_array("Checks");
     for check in entry.checks.values() {
-        render::health_check(w, check);
+        if rows.service(&check.service_name) {
+            render::health_check(w, check);
+        }
     }
     w.end_array();
     w.end_object();
 }
 
-fn node_info_matches(filter: Option<&Filter>, entry: &NodeEntry) -> bool {
-    filter.is_none_or(|f| f.matches(&render::as_value(|w| node_info(w, entry))))
+fn node_info_matches(filter: Option<&Filter>, entry: &NodeEntry, rows: &RowFilter) -> bool {
+    filter.is_none_or(|f| f.matches(&render::as_value(|w| node_info(w, entry, rows))))
+}
+
+/// Whether the token may read only part of a node's rows.
+fn node_partly_hidden(entry: &NodeEntry, rows: &RowFilter) -> bool {
+    entry.services.values().any(|s| !rows.service(&s.name))
+        || entry
+            .checks
+            .values()
+            .any(|c| !rows.service(&c.service_name))
 }
 
 /// `GET /v1/internal/ui/nodes`.
 struct NodesQuery {
+    rows: RowFilter,
     filter: Option<Filter>,
     gzip: bool,
 }
@@ -332,15 +375,21 @@ impl Query for NodesQuery {
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut body = Vec::with_capacity(64 + tables.catalog.nodes.len() * 1024);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
+        let mut hidden = false;
         w.begin_array();
         for entry in tables.catalog.nodes.values() {
-            if node_info_matches(self.filter.as_ref(), entry) {
-                node_info(&mut w, entry);
+            if !self.rows.node(&entry.node().name) {
+                hidden = true;
+                continue;
+            }
+            hidden |= node_partly_hidden(entry, &self.rows);
+            if node_info_matches(self.filter.as_ref(), entry, &self.rows) {
+                node_info(&mut w, entry, &self.rows);
             }
         }
         w.end_array();
         w.finish();
-        send_json(reply, meta, &body, self.gzip);
+        send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
     }
 }
 
@@ -349,6 +398,8 @@ struct NodeQuery {
     node: Arc<str>,
     folded: Arc<str>,
     gzip: bool,
+    /// A node the token may not read answers as an unknown one.
+    rows: RowFilter,
 }
 
 impl Query for NodeQuery {
@@ -363,7 +414,8 @@ impl Query for NodeQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let Some(entry) = tables.catalog.node(&self.node) else {
+        let found = tables.catalog.node(&self.node);
+        let Some(entry) = found.filter(|e| self.rows.node(&e.node().name)) else {
             // Consul answers an unknown node with a bare 404. The index still tells a
             // blocking client where to wait for the node to appear.
             let mut headers = Vec::with_capacity(160);
@@ -373,9 +425,10 @@ impl Query for NodeQuery {
         };
         let mut body = Vec::with_capacity(2048);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
-        node_info(&mut w, entry);
+        node_info(&mut w, entry, &self.rows);
         w.finish();
-        send_json(reply, meta, &body, self.gzip);
+        let hidden = node_partly_hidden(entry, &self.rows);
+        send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
     }
 }
 
@@ -535,6 +588,7 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     match rest {
         "services" => {
             let query = ServicesQuery {
+                rows: RowFilter::of(request),
                 filter: parse_filter(request, filter::CHECK_SERVICE_NODE)?,
                 peer: request.query.get("peer").is_some_and(|p| !p.is_empty()),
                 gzip,
@@ -543,12 +597,19 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         }
         "nodes" => {
             let query = NodesQuery {
+                rows: RowFilter::of(request),
                 filter: parse_filter(request, NODE_INFO)?,
                 gzip,
             };
             run_query(ctx, query, options, reply)
         }
-        "catalog-overview" => run_query(ctx, OverviewQuery, options, reply),
+        "catalog-overview" => {
+            // Consul's overview counts everything, so it needs `operator:read`.
+            if let Some(authz) = request.acl.get() {
+                authz.require(authz.authorizer.operator_read())?;
+            }
+            run_query(ctx, OverviewQuery, options, reply)
+        }
         "exported-services" => {
             if request.query.get("peer").is_none_or(str::is_empty) {
                 return Err(ApiError::Internal("must provide PeerName".to_string()));
@@ -564,6 +625,7 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
                     node: Arc::from(name),
                     folded: Arc::from(&*fold(name)),
                     gzip,
+                    rows: RowFilter::of(request),
                 };
                 return run_query(ctx, query, options, reply);
             }
@@ -643,7 +705,12 @@ mod tests {
     }
 
     fn summaries_json(tables: &Tables, filter: Option<&Filter>) -> serde_json::Value {
-        let summaries = summarize(tables.catalog.services.values(), filter);
+        let summaries = summarize(
+            tables.catalog.services.values(),
+            filter,
+            &RowFilter::default(),
+            &mut false,
+        );
         let mut body = Vec::new();
         let mut w = JsonWriter::new(&mut body, false);
         w.begin_array();

@@ -257,7 +257,7 @@ fn get(args: GetArgs) -> Result<i32, String> {
 }
 
 /// Reads DATA as Consul does: `-` is stdin, `@path` is a file, anything else is literal.
-fn read_data(data: Option<&str>) -> Result<Vec<u8>, String> {
+pub(crate) fn read_data(data: Option<&str>) -> Result<Vec<u8>, String> {
     match data {
         None => Ok(Vec::new()),
         Some("-") => {

@@ -7,6 +7,7 @@
 //!
 //! Every command exits non-zero with one readable line on error.
 
+pub mod acl;
 pub mod agent;
 pub mod catalog;
 pub mod client;
@@ -82,6 +83,13 @@ pub enum Command {
     /// Creates the agent CA and agent certificates (Consul's file names and names).
     #[command(subcommand)]
     Tls(tls::TlsCommand),
+    /// Manages ACL tokens, policies, roles, auth methods and binding rules.
+    #[command(subcommand)]
+    Acl(Box<acl::AclCommand>),
+    /// Logs in with an auth method: trades a bearer token for an ACL token.
+    Login(acl::LoginArgs),
+    /// Deletes the token a login created.
+    Logout(acl::LogoutArgs),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -336,6 +344,9 @@ pub fn main() -> i32 {
         Command::Keyring(args) => gossip::keyring(args),
         Command::Rtt(args) => gossip::rtt(args),
         Command::Tls(command) => tls::run(command),
+        Command::Acl(command) => acl::run(*command),
+        Command::Login(args) => acl::login(args),
+        Command::Logout(args) => acl::logout(args),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),

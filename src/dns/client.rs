@@ -182,8 +182,9 @@ impl ClientDns {
             String::new()
         };
         let mut request = format!(
-            "PUT {}{query} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n\r\n",
+            "PUT {}{query} HTTP/1.1\r\nHost: praetor\r\n{}Content-Length: {}\r\n\r\n",
             remote::LOOKUP_PATH,
+            self.token_header(),
             body.len()
         )
         .into_bytes();
@@ -316,12 +317,28 @@ impl ClientDns {
         }
     }
 
+    /// With ACLs on, the agent's `default` token, which the server filters the rows with,
+    /// as Consul's DNS reads with it; nothing for the anonymous token.
+    fn token_header(&self) -> String {
+        if !self.shard.config().acl.enabled {
+            return String::new();
+        }
+        let tokens = self.shard.shared().acl_tokens.read();
+        match tokens.ok().and_then(|t| t.default.clone()) {
+            Some(token) if !token.is_empty() && !token.contains(['\r', '\n']) => {
+                format!("X-Consul-Token: {token}\r\n")
+            }
+            _ => String::new(),
+        }
+    }
+
     async fn poll_feed(&self) -> Result<FeedReply, String> {
         let request = format!(
-            "GET {}?stale&index={}&wait={}s HTTP/1.1\r\nHost: praetor\r\n\r\n",
+            "GET {}?stale&index={}&wait={}s HTTP/1.1\r\nHost: praetor\r\n{}\r\n",
             remote::CHANGES_PATH,
             self.feed_index.get(),
-            FEED_WAIT.as_secs()
+            FEED_WAIT.as_secs(),
+            self.token_header()
         );
         let answer = self
             .call(request.as_bytes(), FEED_WAIT + FEED_ANSWER_SLACK)

@@ -20,10 +20,13 @@
 use crate::cluster::servers::ServerManager;
 use crate::dns::client::{ClientDns, FETCH_ROUNDS_MAX};
 use crate::dns::remote::Lookup;
+use crate::dns::view::AclFiltered;
 use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
 use crate::shard::runtime::{Consistency, ReadPlan, Shard};
-use crate::store::StoreVersion;
+use crate::store::acl::authorizer::{Authorizer, DefaultPolicy};
+use crate::store::acl::cache::{AuthorizerCache, CompileSettings};
+use crate::store::{StoreVersion, Table};
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
 use monoio::net::{TcpListener, TcpStream};
@@ -114,6 +117,49 @@ pub struct DnsServer {
     state: Rc<RefCell<ShardDns>>,
     /// On a client agent: the rows asked of the servers, and the feed that keeps them.
     client: Option<Rc<ClientDns>>,
+    /// With ACLs on (on a server): the token DNS answers with.
+    acl: Option<Rc<RefCell<DnsToken>>>,
+}
+
+/// The token a server's DNS answers with, as Consul's: the agent's `default` token (as
+/// configured or set with `/v1/agent/token/default`), else the anonymous token. Its
+/// authorizer comes from an authorizer cache of DNS's own, emptied precisely by change sets
+/// like the HTTP server's. A new default token, or any change to the ACL tables, empties the
+/// answer cache: what an answer shows depends on the token.
+pub struct DnsToken {
+    secret: String,
+    authorizers: AuthorizerCache,
+}
+
+impl DnsServer {
+    /// The authorizer this query answers with (`None` with ACLs off); drops cached answers
+    /// first when the agent's default token changed.
+    fn authorizer(&self) -> Option<Arc<Authorizer>> {
+        let acl = self.acl.as_ref()?;
+        let mut acl = acl.borrow_mut();
+        let changed = {
+            let tokens = self.shard.shared().acl_tokens.read().ok()?;
+            let secret = tokens.default.as_deref().unwrap_or("");
+            (secret != acl.secret).then(|| secret.to_string())
+        };
+        if let Some(secret) = changed {
+            acl.secret = secret;
+            self.state.borrow_mut().cache.clear();
+        }
+        let now_unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64);
+        let version = self.shard.version_as_is();
+        let DnsToken {
+            secret,
+            authorizers,
+        } = &mut *acl;
+        Some(match authorizers.resolve(&version, secret, now_unix_ns) {
+            Ok(resolved) => resolved.authorizer,
+            // An unknown default token answers nothing, as Consul's DNS answers nothing then.
+            Err(_) => Arc::new(Authorizer::default_only(DefaultPolicy::Deny)),
+        })
+    }
 }
 
 impl DnsServer {
@@ -136,12 +182,32 @@ impl DnsServer {
                 settings,
                 state,
                 client: Some(Rc::new(client)),
+                acl: None,
             });
         }
+        let acl_config = &shard.config().acl;
+        let acl = acl_config.enabled.then(|| {
+            Rc::new(RefCell::new(DnsToken {
+                secret: String::new(),
+                authorizers: AuthorizerCache::new(CompileSettings {
+                    datacenter: shard.config().datacenter.clone(),
+                    default_policy: acl_config.default_policy,
+                }),
+            }))
+        });
         let invalidated = state.clone();
+        let tokens = acl.clone();
         shard.on_new_version(move |batch| {
-            if !batch.changes.is_empty() {
-                invalidated.borrow_mut().cache.invalidate(&batch.changes);
+            if batch.changes.is_empty() {
+                return;
+            }
+            let mut state = invalidated.borrow_mut();
+            state.cache.invalidate(&batch.changes);
+            if let Some(tokens) = &tokens {
+                if batch.changes.iter().any(|c| c.table == Table::Acl) {
+                    tokens.borrow_mut().authorizers.invalidate(&batch.changes);
+                    state.cache.clear();
+                }
             }
         });
         Rc::new(DnsServer {
@@ -149,6 +215,7 @@ impl DnsServer {
             settings,
             state,
             client: None,
+            acl,
         })
     }
 
@@ -161,15 +228,18 @@ impl DnsServer {
     }
 }
 
-/// Reads resolve against the shard's version as `may_serve` caught it up. Not
-/// `current_version`: catching up here would process shard messages, which invalidate the
-/// DNS cache, while the resolver holds it borrowed.
-struct ShardVersion<'a>(&'a Shard);
+/// Reads resolve against the shard's version as `may_serve` caught it up, showing what the
+/// DNS token may read. Not `current_version`: catching up here would process shard
+/// messages, which invalidate the DNS cache, while the resolver holds it borrowed.
+struct ShardVersion<'a>(&'a Shard, Option<Arc<Authorizer>>);
 
 impl VersionSource for ShardVersion<'_> {
-    type View = StoreVersion;
-    fn version(&self) -> StoreVersion {
-        self.0.version_as_is()
+    type View = AclFiltered<StoreVersion>;
+    fn version(&self) -> AclFiltered<StoreVersion> {
+        AclFiltered {
+            inner: self.0.version_as_is(),
+            authorizer: self.1.clone(),
+        }
     }
 }
 
@@ -213,12 +283,13 @@ fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u
     // Decided before borrowing the DNS state: catching up processes shard messages, which
     // invalidate the cache.
     let allowed = may_serve(&dns.shard, &dns.settings);
+    let authorizer = dns.authorizer();
     let mut state = dns.state.borrow_mut();
     dns::handle_message(
         &dns.settings,
         &mut state,
         allowed,
-        &ShardVersion(&dns.shard),
+        &ShardVersion(&dns.shard, authorizer),
         message,
         transport,
         out,

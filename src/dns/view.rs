@@ -136,3 +136,54 @@ impl<T: CatalogView + ?Sized> CatalogView for Arc<T> {
         (**self).service_by_address(ip, reads)
     }
 }
+
+/// A view that shows only what a token may read, as Consul's DNS reads through its agent's
+/// `default` token (else the anonymous token): an instance needs `node:read` on its node
+/// and `service:read` on its service, a node `node:read`. With no authorizer (ACLs off) it
+/// shows everything. What it hides is still recorded as read, so the answer cache drops an
+/// answer when the hidden rows change as for any other.
+pub struct AclFiltered<V> {
+    pub inner: V,
+    pub authorizer: Option<Arc<crate::store::acl::authorizer::Authorizer>>,
+}
+
+impl<V: CatalogView> AclFiltered<V> {
+    fn node_readable(&self, name: &str) -> bool {
+        self.authorizer
+            .as_deref()
+            .is_none_or(|a| a.node_read(name).is_ok())
+    }
+
+    fn service_readable(&self, name: &str) -> bool {
+        self.authorizer
+            .as_deref()
+            .is_none_or(|a| a.service_read(name).is_ok())
+    }
+}
+
+impl<V: CatalogView> CatalogView for AclFiltered<V> {
+    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        let mut instances = self.inner.service_instances(name, reads);
+        if self.authorizer.is_some() {
+            instances.retain(|i| {
+                self.service_readable(&i.service_name) && self.node_readable(&i.node.name)
+            });
+        }
+        instances
+    }
+    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        self.inner
+            .node(name, reads)
+            .filter(|n| self.node_readable(&n.name))
+    }
+    fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        self.inner
+            .node_by_address(ip, reads)
+            .filter(|n| self.node_readable(&n.name))
+    }
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
+        self.inner
+            .service_by_address(ip, reads)
+            .filter(|name| self.service_readable(name))
+    }
+}

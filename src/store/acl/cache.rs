@@ -168,14 +168,9 @@ impl AuthorizerCache {
             return Ok(entry.resolved.clone());
         }
         self.stats.misses += 1;
-        let token = match token_by_secret(tables, secret) {
-            Some(token) if token.is_expired(now_unix_ns) => return Err(ResolveError::NotFound),
-            Some(token) => token.clone(),
-            // Before the leader has created the anonymous token, anonymous requests get the
-            // default policy alone.
-            None if secret == builtin::ANONYMOUS_TOKEN_SECRET_ID => Arc::new(anonymous_stub()),
-            None => return Err(ResolveError::NotFound),
-        };
+        // Before the leader has created the anonymous token, anonymous requests get the
+        // default policy alone.
+        let token = token_for_secret(tables, secret, now_unix_ns).ok_or(ResolveError::NotFound)?;
         let (key, depends_on, rules) = self.effective_rules(tables, &token)?;
         if self.tokens.len() >= AUTHORIZER_CACHE_TOKENS_MAX {
             self.clear();
@@ -297,73 +292,131 @@ impl AuthorizerCache {
         tables: &Tables,
         token: &Token,
     ) -> Result<(Arc<str>, Box<[Arc<str>]>, Vec<Arc<PolicyRules>>), ResolveError> {
-        let dc = self.settings.datacenter.clone();
-        let applies_here = |dcs: &[String]| dcs.is_empty() || dcs.contains(&dc);
-        let mut depends_on: Vec<Arc<str>> = Vec::new();
-        let mut policy_ids: Vec<Arc<str>> = token.policies.clone();
-        let mut services: Vec<&ServiceIdentity> = token.service_identities.iter().collect();
-        let mut nodes: Vec<&NodeIdentity> = token.node_identities.iter().collect();
-        let mut templated: Vec<&TemplatedPolicy> = token.templated_policies.iter().collect();
-        let roles: Vec<_> = token
-            .roles
-            .iter()
-            .inspect(|id| depends_on.push((*id).clone()))
-            .filter_map(|id| tables.acl.roles.get(id))
-            .cloned()
-            .collect();
-        for role in &roles {
-            policy_ids.extend(role.policies.iter().cloned());
-            services.extend(role.service_identities.iter());
-            nodes.extend(role.node_identities.iter());
-            templated.extend(role.templated_policies.iter());
-        }
-        policy_ids.sort();
-        policy_ids.dedup();
-        depends_on.extend(policy_ids.iter().cloned());
-        let mut key_parts: Vec<String> = Vec::new();
-        let mut rules = Vec::new();
-        for id in &policy_ids {
-            let Some(policy) = tables.acl.policies.get(id) else {
-                continue;
-            };
-            if !applies_here(&policy.datacenters) {
-                continue;
-            }
-            key_parts.push(format!("p:{id}@{}", policy.modify_index));
+        let sources = effective_sources(tables, token, &self.settings.datacenter);
+        let mut key_parts: Vec<&str> = Vec::with_capacity(sources.rules.len());
+        let mut rules = Vec::with_capacity(sources.rules.len());
+        for source in &sources.rules {
             let parsed = self
-                .parsed_rules(format!("{id}@{}", policy.modify_index), &policy.rules)
-                .map_err(|e| {
-                    ResolveError::InvalidPolicy(format!("failed to parse {:?}: {e}", policy.name))
+                .parsed_rules(source.cache_key.clone(), &source.text)
+                .map_err(|e| match &source.policy_name {
+                    Some(name) => {
+                        ResolveError::InvalidPolicy(format!("failed to parse {name:?}: {e}"))
+                    }
+                    None => ResolveError::InvalidPolicy(e),
                 })?;
+            key_parts.push(&source.set_key);
             rules.push(parsed);
         }
-        let mut synthetic: Vec<String> = Vec::new();
-        for service in services.iter().filter(|s| applies_here(&s.datacenters)) {
-            synthetic.push(builtin::service_identity_rules(&service.service_name));
-        }
-        for node in nodes.iter().filter(|n| n.datacenter == dc) {
-            synthetic.push(builtin::node_identity_rules(&node.node_name));
-        }
-        for t in templated.iter().filter(|t| applies_here(&t.datacenters)) {
-            let Some(base) = builtin::templated_policy(&t.template_name) else {
-                continue;
-            };
-            if let Ok(text) = builtin::render_templated_policy(base, t.name.as_deref()) {
-                synthetic.push(text);
-            }
-        }
-        synthetic.sort();
-        synthetic.dedup();
-        for text in synthetic {
-            let parsed = self
-                .parsed_rules(format!("synthetic:{text}"), &text)
-                .map_err(ResolveError::InvalidPolicy)?;
-            key_parts.push(format!("s:{text}"));
-            rules.push(parsed);
-        }
-        key_parts.sort();
+        key_parts.sort_unstable();
         let key: Arc<str> = Arc::from(key_parts.join("\n"));
-        Ok((key, depends_on.into_boxed_slice(), rules))
+        Ok((key, sources.depends_on.into_boxed_slice(), rules))
+    }
+}
+
+/// One rules text a token's authorizer compiles from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleSource {
+    /// The rules, HCL or JSON.
+    pub text: Arc<str>,
+    /// The policy it comes from; `None` for rules an identity or a templated policy
+    /// synthesizes.
+    pub policy_name: Option<String>,
+    /// Where its parse is cached: `<policy id>@<modify index>`, or the synthesized text.
+    cache_key: String,
+    /// Its part of the key of the whole set (tokens with equal sets share an authorizer).
+    set_key: String,
+}
+
+/// What a token's authorizer compiles from: every rules text that applies in `datacenter`,
+/// and the policy and role IDs read to find them (links to missing rows included, so that
+/// creating those rows later invalidates too).
+#[derive(Clone, Debug, Default)]
+pub struct EffectiveSources {
+    pub rules: Vec<RuleSource>,
+    pub depends_on: Vec<Arc<str>>,
+}
+
+/// The rules of a token's own policies, its roles' policies and the identities and templated
+/// policies of both, restricted to `datacenter` — what Consul compiles for it. A client agent
+/// receives these texts from its server and compiles them itself.
+pub fn effective_sources(tables: &Tables, token: &Token, datacenter: &str) -> EffectiveSources {
+    let applies_here = |dcs: &[String]| dcs.is_empty() || dcs.iter().any(|d| d == datacenter);
+    let mut depends_on: Vec<Arc<str>> = Vec::new();
+    let mut policy_ids: Vec<Arc<str>> = token.policies.clone();
+    let mut services: Vec<&ServiceIdentity> = token.service_identities.iter().collect();
+    let mut nodes: Vec<&NodeIdentity> = token.node_identities.iter().collect();
+    let mut templated: Vec<&TemplatedPolicy> = token.templated_policies.iter().collect();
+    let roles: Vec<_> = token
+        .roles
+        .iter()
+        .inspect(|id| depends_on.push((*id).clone()))
+        .filter_map(|id| tables.acl.roles.get(id))
+        .collect();
+    for role in &roles {
+        policy_ids.extend(role.policies.iter().cloned());
+        services.extend(role.service_identities.iter());
+        nodes.extend(role.node_identities.iter());
+        templated.extend(role.templated_policies.iter());
+    }
+    policy_ids.sort();
+    policy_ids.dedup();
+    depends_on.extend(policy_ids.iter().cloned());
+    let mut rules = Vec::new();
+    for id in &policy_ids {
+        let Some(policy) = tables.acl.policies.get(id) else {
+            continue;
+        };
+        if !applies_here(&policy.datacenters) {
+            continue;
+        }
+        rules.push(RuleSource {
+            text: Arc::from(policy.rules.as_str()),
+            policy_name: Some(policy.name.to_string()),
+            cache_key: format!("{id}@{}", policy.modify_index),
+            set_key: format!("p:{id}@{}", policy.modify_index),
+        });
+    }
+    let mut synthetic: Vec<String> = Vec::new();
+    for service in services.iter().filter(|s| applies_here(&s.datacenters)) {
+        synthetic.push(builtin::service_identity_rules(&service.service_name));
+    }
+    for node in nodes.iter().filter(|n| n.datacenter == datacenter) {
+        synthetic.push(builtin::node_identity_rules(&node.node_name));
+    }
+    for t in templated.iter().filter(|t| applies_here(&t.datacenters)) {
+        let Some(base) = builtin::templated_policy(&t.template_name) else {
+            continue;
+        };
+        if let Ok(text) = builtin::render_templated_policy(base, t.name.as_deref()) {
+            synthetic.push(text);
+        }
+    }
+    synthetic.sort();
+    synthetic.dedup();
+    for text in synthetic {
+        rules.push(RuleSource {
+            cache_key: format!("synthetic:{text}"),
+            set_key: format!("s:{text}"),
+            text: Arc::from(text),
+            policy_name: None,
+        });
+    }
+    EffectiveSources { rules, depends_on }
+}
+
+/// The token a secret names for resolution: the anonymous token for an empty secret (a stub
+/// with no policies before the leader has created it), `None` for an unknown or expired one.
+pub fn token_for_secret(tables: &Tables, secret_id: &str, now_unix_ns: i64) -> Option<Arc<Token>> {
+    let secret = if secret_id.is_empty() {
+        builtin::ANONYMOUS_TOKEN_SECRET_ID
+    } else {
+        secret_id
+    };
+    match token_by_secret(tables, secret) {
+        Some(token) if token.is_expired(now_unix_ns) => None,
+        Some(token) => Some(token.clone()),
+        None if secret == builtin::ANONYMOUS_TOKEN_SECRET_ID => Some(Arc::new(anonymous_stub())),
+        None => None,
     }
 }
 
