@@ -103,10 +103,22 @@ impl Context {
 
     /// Resolves a SecretID (empty: anonymous) against the newest version.
     pub fn resolve_token(&self, secret_id: &str) -> Result<Resolved, ResolveError> {
+        use crate::consul::metrics::{Counter, Sample};
+        use crate::shard::telemetry;
         let version = self.current_version();
-        self.acl_cache
-            .borrow_mut()
-            .resolve(&version, secret_id, now_unix_ns())
+        let started = telemetry::timing(Sample::AclResolveToken).then(std::time::Instant::now);
+        let mut cache = self.acl_cache.borrow_mut();
+        let hits_before = cache.stats().hits;
+        let resolved = cache.resolve(&version, secret_id, now_unix_ns());
+        telemetry::incr(if cache.stats().hits > hits_before {
+            Counter::AclTokenCacheHit
+        } else {
+            Counter::AclTokenCacheMiss
+        });
+        if let Some(started) = started {
+            telemetry::observe_since(Sample::AclResolveToken, started);
+        }
+        resolved
     }
 
     /// The agent's ACL tokens as configured or last set at runtime.
