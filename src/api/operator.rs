@@ -282,17 +282,17 @@ fn configuration_json(config: &AutopilotConfig) -> serde_json::Value {
 fn parse_configuration(body: &[u8]) -> Result<AutopilotConfig, String> {
     let value = parse_json(body)?;
     let obj = Obj::new(&value)?;
-    let min_quorum = obj.bounded(&["MinQuorum"], 0, u32::MAX as i64)? as u32;
-    let max_trailing_logs = obj.bounded(&["MaxTrailingLogs"], 0, i64::MAX)? as u64;
+    let min_quorum = obj.bounded(&["minquorum"], 0, u32::MAX as i64)? as u32;
+    let max_trailing_logs = obj.bounded(&["maxtrailinglogs"], 0, i64::MAX)? as u64;
     Ok(AutopilotConfig {
-        cleanup_dead_servers: obj.bool(&["CleanupDeadServers"])?,
-        last_contact_threshold_ns: obj.duration_ns(&["LastContactThreshold"])?,
+        cleanup_dead_servers: obj.bool(&["cleanupdeadservers"])?,
+        last_contact_threshold_ns: obj.duration_ns(&["lastcontactthreshold"])?,
         max_trailing_logs,
         min_quorum,
-        server_stabilization_time_ns: obj.duration_ns(&["ServerStabilizationTime"])?,
-        redundancy_zone_tag: obj.string(&["RedundancyZoneTag"])?,
-        disable_upgrade_migration: obj.bool(&["DisableUpgradeMigration"])?,
-        upgrade_version_tag: obj.string(&["UpgradeVersionTag"])?,
+        server_stabilization_time_ns: obj.duration_ns(&["serverstabilizationtime"])?,
+        redundancy_zone_tag: obj.string(&["redundancyzonetag"])?,
+        disable_upgrade_migration: obj.bool(&["disableupgrademigration"])?,
+        upgrade_version_tag: obj.string(&["upgradeversiontag"])?,
         create_index: 0,
         modify_index: 0,
     })
