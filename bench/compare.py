@@ -524,13 +524,16 @@ class Bench:
         scraper.start()
         try:
             for row_id, title, scenario, key in rows:
+                scraped_before = scrapes[0]
                 self.compare_row(row_id, title, [scenario, "--target-a", f"http://127.0.0.1:{TELEMETRY_OFF['http']}",
                                                  "--target-b", on, "--name-a", "telemetry off (filter_default = false)",
                                                  "--name-b", "telemetry on (prometheus + statsd + dogstatsd)",
                                                  "--key", key] + self.common(),
                                  target, lambda d: d["ratio"]["median"] >= 0.98,
                                  note=f"the telemetry-on agent was scraped every {TELEMETRY_SCRAPE_INTERVAL_S:g} s "
-                                      f"({scrapes[0]} scrapes so far) and fed a UDP statsd/dogstatsd sink")
+                                      "and fed a UDP statsd/dogstatsd sink")
+                self.rows[-1]["note"] += f" ({scrapes[0] - scraped_before} scrapes during the row)"
+
         finally:
             scraping[0] = False
             scraper.join(timeout=PROBE_TIMEOUT_S + TELEMETRY_SCRAPE_INTERVAL_S + 1)
