@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -51,6 +52,14 @@ ACL_MANAGEMENT = "b3e1c0de-0000-4e7a-9c59-00000000bec4"
 ACL_BIG_TOKENS = 10_000
 ACL_BIG_POLICIES = 100
 ACL_BIG_POLICIES_PER_TOKEN = 10
+# Two -dev agents for the telemetry cost rows: every metric filtered out vs every sink on.
+TELEMETRY_OFF = dict(http=18575, dns=18675, server=18576, serf_lan=18577, serf_wan=18578)
+TELEMETRY_ON = dict(http=18585, dns=18685, server=18586, serf_lan=18587, serf_wan=18588)
+# The UDP port the telemetry-on agent's statsd and dogstatsd sinks send to (a socket this
+# script holds and never reads: the kernel drops what overflows, as a slow sink would).
+TELEMETRY_SINK_PORT = 18595
+# How often the telemetry rows scrape the telemetry-on agent's Prometheus endpoint.
+TELEMETRY_SCRAPE_INTERVAL_S = 1.0
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -468,6 +477,78 @@ class Bench:
                 return None
             time.sleep(0.2)
         return "praetor agent -dev had no leader after %ds: %s" % (START_TIMEOUT_S, self.procs.log_tail("dev"))
+
+    def start_dev_named(self, name, ports, hcl):
+        """A -dev agent of its own on `ports`, with extra `hcl` config."""
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        data = os.path.join(self.tmp, f"{name}-{time.monotonic_ns()}")
+        proc = self.procs.start(name, self.praetor_argv(ports, ["-dev", "-node", f"bench-{name}", "-data-dir", data,
+                                                                "-hcl", hcl]))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"praetor agent -dev ({name}) exited ({proc.returncode}): " + self.procs.log_tail(name)
+            if self.praetor_has_leader(ports["http"]):
+                return None
+            time.sleep(0.2)
+        return f"praetor agent -dev ({name}) had no leader after {START_TIMEOUT_S}s: " + self.procs.log_tail(name)
+
+    def start_telemetry_off(self):
+        # Consul's switch for recording nothing: every metric filtered out.
+        return self.start_dev_named("telemetry-off", TELEMETRY_OFF, "telemetry { filter_default = false }")
+
+    def start_telemetry_on(self):
+        sink = f"127.0.0.1:{TELEMETRY_SINK_PORT}"
+        return self.start_dev_named("telemetry-on", TELEMETRY_ON, (
+            "telemetry { disable_hostname = true prometheus_retention_time = \"60s\" "
+            f"statsd_address = \"{sink}\" dogstatsd_addr = \"{sink}\" dogstatsd_tags = [\"bench:on\"] }}"))
+
+    def telemetry_rows(self):
+        """KV GET and KV PUT with telemetry fully on (Prometheus scraped every second, statsd
+        and dogstatsd sinks) against the same agent recording nothing, interleaved."""
+        rows = [("telemetry-kv-get", "KV GET one key, 64 conns: telemetry fully on vs off", "kv-get", "bench/get"),
+                ("telemetry-kv-put", "KV PUT 64 conns: telemetry fully on vs off", "kv-put", "bench/put")]
+        target = "≥ 0.98×"
+        reason = self.needs("telemetry-off", "telemetry-on")
+        if reason:
+            for row_id, title, _, _ in rows:
+                self.unavailable(row_id, title, target, reason)
+            return
+        on = f"http://127.0.0.1:{TELEMETRY_ON['http']}"
+        status, _, _ = http("GET", f"{on}/v1/agent/metrics?format=prometheus")
+        if status != 200:
+            for row_id, title, _, _ in rows:
+                self.unavailable(row_id, title, target, f"?format=prometheus answered {status}")
+            return
+        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sink.bind(("127.0.0.1", TELEMETRY_SINK_PORT))
+        scraping = [True]
+        scrapes = [0]
+
+        def scrape():
+            while scraping[0]:
+                if http("GET", f"{on}/v1/agent/metrics?format=prometheus")[0] == 200:
+                    scrapes[0] += 1
+                time.sleep(TELEMETRY_SCRAPE_INTERVAL_S)
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
+        try:
+            for row_id, title, scenario, key in rows:
+                scraped_before = scrapes[0]
+                self.compare_row(row_id, title, [scenario, "--target-a", f"http://127.0.0.1:{TELEMETRY_OFF['http']}",
+                                                 "--target-b", on, "--name-a", "telemetry off (filter_default = false)",
+                                                 "--name-b", "telemetry on (prometheus + statsd + dogstatsd)",
+                                                 "--key", key] + self.common(),
+                                 target, lambda d: d["ratio"]["median"] >= 0.98,
+                                 note=f"the telemetry-on agent was scraped every {TELEMETRY_SCRAPE_INTERVAL_S:g} s "
+                                      "and fed a UDP statsd/dogstatsd sink")
+                self.rows[-1]["note"] += f" ({scrapes[0] - scraped_before} scrapes during the row)"
+
+        finally:
+            scraping[0] = False
+            scraper.join(timeout=PROBE_TIMEOUT_S + TELEMETRY_SCRAPE_INTERVAL_S + 1)
+            sink.close()
 
     def dev_pid(self):
         return self.pid_of("dev")
@@ -1361,6 +1442,7 @@ class Bench:
             (["churn-vs-kv-put"], self.row_churn, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["sessions-vs-kv-put"], self.row_sessions, ["etcd3", "cluster"]),
+            (["telemetry-kv-get", "telemetry-kv-put"], self.telemetry_rows, ["telemetry-off", "telemetry-on"]),
         ]
 
     def run(self):

@@ -14,7 +14,9 @@
 //! 6. [`tls`]: certificate files, rustls configurations per protocol swapped whole on reload,
 //!    the server-role check, the TLS stream over monoio, certificate generation.
 //! 7. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
-//!    propose/read plumbing, the raft thread and its durable log.
+//!    propose/read plumbing, the raft thread and its durable log, and each thread's metrics
+//!    recorder (it uses [`consul`]'s metric catalogue, the one edge from the runtime up to
+//!    Consul's shapes).
 //! 8. [`cluster`]: the gossip driver and pools, server discovery, a client's server manager,
 //!    member reconcile, user events.
 //! 9. [`dns`] and [`api`]: DNS (resolution, socket loops, a client agent's protocol with its

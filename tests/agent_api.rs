@@ -363,6 +363,8 @@ fn members_metrics_reload_and_leave() {
         "m1",
         "-config-dir",
         config.path().to_str().unwrap(),
+        "-hcl",
+        r#"telemetry { disable_hostname = true prometheus_retention_time = "60s" }"#,
     ]);
     let members = agent.get("/v1/agent/members").json();
     assert_eq!(members[0]["Name"], "m1");
@@ -417,7 +419,7 @@ fn members_metrics_reload_and_leave() {
         .starts_with("text/plain"));
     let text = prometheus.text();
     assert!(
-        text.contains("# TYPE consul_catalog_service_instances gauge"),
+        text.contains("# TYPE consul_state_service_instances gauge"),
         "{text}"
     );
     assert!(text.contains("consul_agent_anti_entropy_syncs "), "{text}");

@@ -80,7 +80,12 @@ fn park_identical(agent: &Agent, key: &str, index: u64, count: usize) -> Vec<Tcp
 
 #[test]
 fn identical_woken_queries_get_the_same_answer_and_keep_their_connections() {
-    let agent = Agent::dev(&["-shards", "1"]);
+    let agent = Agent::dev(&[
+        "-shards",
+        "1",
+        "-hcl",
+        "telemetry { disable_hostname = true }",
+    ]);
     agent.put("/v1/kv/fan", b"before");
     let index = agent.get("/v1/kv/fan").index();
 
@@ -157,7 +162,12 @@ fn identical_woken_queries_get_the_same_answer_and_keep_their_connections() {
 
 #[test]
 fn a_request_pipelined_behind_a_parked_query_is_answered_after_it() {
-    let agent = Agent::dev(&["-shards", "1"]);
+    let agent = Agent::dev(&[
+        "-shards",
+        "1",
+        "-hcl",
+        "telemetry { disable_hostname = true }",
+    ]);
     agent.put("/v1/kv/p", b"one");
     let index = agent.get("/v1/kv/p").index();
     let mut stream = connect(&agent);
@@ -188,7 +198,12 @@ fn a_request_pipelined_behind_a_parked_query_is_answered_after_it() {
 
 #[test]
 fn a_client_that_hangs_up_while_parked_frees_its_slot() {
-    let agent = Agent::dev(&["-shards", "1"]);
+    let agent = Agent::dev(&[
+        "-shards",
+        "1",
+        "-hcl",
+        "telemetry { disable_hostname = true }",
+    ]);
     agent.put("/v1/kv/h", b"x");
     let index = agent.get("/v1/kv/h").index();
     let mut streams = park_identical(&agent, "h", index, 5);

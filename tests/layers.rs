@@ -34,7 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Certificates, rustls configurations per protocol, the TLS stream over monoio.
     ("tls",     &["proto", "config"]),
     // The runtime: shard threads, channels, store versions, watches, the raft thread.
-    ("shard",   &["proto", "store", "raft", "replica", "config", "tls"]),
+    ("shard",   &["proto", "store", "raft", "replica", "consul", "config", "tls"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
     ("cluster", &["proto", "store", "gossip", "consul", "config", "shard"]),
     // DNS resolution, its socket loops, and a client agent's protocol with its servers.

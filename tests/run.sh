@@ -16,6 +16,7 @@ command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 if ((${#missing[@]})); then
   echo "tests/run.sh: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -96,7 +96,13 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
         AgentRequest::HealthByName { name, text } => health_by_name(agent, &name, text, pretty),
         AgentRequest::HealthById { id, text } => health_by_id(agent, &id, text, pretty),
         AgentRequest::Reload => reload(agent).await,
-        AgentRequest::Metrics { prometheus } => metrics_reply(agent, prometheus, pretty),
+        AgentRequest::Metrics { prometheus } => {
+            super::telemetry::metrics_reply(agent, prometheus, pretty)
+        }
+        AgentRequest::MetricsStream { chunks } => {
+            agent.telemetry.subscribe(chunks);
+            AgentReply::empty()
+        }
     }
 }
 
@@ -307,7 +313,7 @@ async fn register_service(
             return AgentReply::text(500, e);
         }
     }
-    metrics::AGENT_SERVICE_REGISTERS.add(1);
+    crate::shard::telemetry::incr(metrics::Counter::AgentServiceRegisters);
     agent.set_service_token(&def.service.id, &registration_token(&obj, request_token));
     agent.add_service(def, Source::Api, replace_existing_checks);
     agent.sync_now().await;
@@ -534,150 +540,4 @@ async fn reload(agent: &Rc<Agent>) -> AgentReply {
     agent.state.borrow_mut().node_in_sync = false;
     agent.sync_now().await;
     AgentReply::empty()
-}
-
-fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
-    use metrics::Gauge;
-    let shard = &agent.shard;
-    let version = shard.current_version();
-    let status = shard.cluster_status();
-    let (local_services, local_checks) = {
-        let state = agent.state.borrow();
-        (state.services.len(), state.checks.len())
-    };
-    let mut by_status = [0usize; 4];
-    let mut checks = 0usize;
-    for entry in version.catalog.nodes.values() {
-        for check in entry.checks.values() {
-            by_status[check.status.severity() as usize] += 1;
-            checks += 1;
-        }
-    }
-    let instances: usize = version
-        .catalog
-        .services
-        .values()
-        .map(|g| g.instances.len())
-        .sum();
-    let gauge = |name, help, value: f64| Gauge { name, help, value };
-    let gauges = vec![
-        gauge(
-            "consul.runtime.alloc_bytes",
-            "Resident memory of the agent process, in bytes.",
-            resident_bytes() as f64,
-        ),
-        gauge(
-            "consul.runtime.uptime_seconds",
-            "Seconds since the agent started.",
-            shard.shared().started_at.elapsed().as_secs_f64(),
-        ),
-        gauge(
-            "consul.runtime.shards",
-            "Shard threads serving requests.",
-            shard.shard_count() as f64,
-        ),
-        gauge(
-            "consul.raft.applied_index",
-            "Raft index of the store version this agent serves.",
-            version.index as f64,
-        ),
-        gauge(
-            "consul.raft.commit_index",
-            "Last Raft commit index the raft core published.",
-            status.commit_index as f64,
-        ),
-        gauge("consul.raft.term", "Current Raft term.", status.term as f64),
-        gauge(
-            "consul.server.isLeader",
-            "1 when this server is the leader.",
-            if status.is_leader { 1.0 } else { 0.0 },
-        ),
-        gauge(
-            "consul.catalog.nodes",
-            "Nodes in the catalog.",
-            version.catalog.nodes.len() as f64,
-        ),
-        gauge(
-            "consul.catalog.services",
-            "Distinct service names in the catalog.",
-            version.catalog.services.len() as f64,
-        ),
-        gauge(
-            "consul.catalog.service_instances",
-            "Service instances in the catalog.",
-            instances as f64,
-        ),
-        gauge(
-            "consul.catalog.checks",
-            "Health checks in the catalog.",
-            checks as f64,
-        ),
-        gauge(
-            "consul.catalog.checks.passing",
-            "Passing checks in the catalog.",
-            by_status[0] as f64,
-        ),
-        gauge(
-            "consul.catalog.checks.warning",
-            "Warning checks in the catalog.",
-            by_status[1] as f64,
-        ),
-        gauge(
-            "consul.catalog.checks.critical",
-            "Critical checks in the catalog.",
-            (by_status[2] + by_status[3]) as f64,
-        ),
-        gauge(
-            "consul.agent.local.services",
-            "Services registered on this agent.",
-            local_services as f64,
-        ),
-        gauge(
-            "consul.agent.local.checks",
-            "Checks registered on this agent.",
-            local_checks as f64,
-        ),
-        gauge(
-            "consul.http.parked_queries",
-            "Blocking queries parked on the agent's shard.",
-            shard.parked_queries() as f64,
-        ),
-    ];
-    if prometheus {
-        AgentReply {
-            status: 200,
-            content_type: Some("text/plain; version=0.0.4; charset=utf-8"),
-            headers: Vec::new(),
-            body: metrics::render_prometheus(&gauges),
-        }
-    } else {
-        let now_unix_secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        AgentReply::json(200, metrics::render_json(&gauges, now_unix_secs, pretty))
-    }
-}
-
-/// Resident set size of this process, from `/proc/self/statm`.
-fn resident_bytes() -> u64 {
-    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
-        return 0;
-    };
-    let pages: u64 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * page.max(0) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn resident_bytes_reads_this_process() {
-        assert!(super::resident_bytes() > 0);
-    }
 }

@@ -20,6 +20,7 @@ pub mod local;
 pub mod persist;
 pub mod signal;
 pub mod sync;
+pub mod telemetry;
 
 use crate::api::agent_local::AgentCall;
 use crate::cluster::reconcile;
@@ -27,9 +28,10 @@ use crate::cluster::Pools;
 use crate::config::AgentConfig;
 use crate::consul::body::Obj;
 use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};
-use crate::consul::metrics;
+use crate::consul::metrics::Counter;
 use crate::consul::node_state::{node_state_in, NodeState};
 use crate::shard::runtime::Identity;
+use crate::shard::telemetry::incr as telemetry_counter;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, Registration, Status};
 use crate::store::CommandResult;
@@ -264,6 +266,8 @@ pub struct Agent {
     pub last_service_reap: std::cell::Cell<Instant>,
     /// Where API registrations are kept across restarts (agents with a data directory).
     pub persist: Option<persist::Persister>,
+    /// The metrics windows, sinks and stream subscribers.
+    pub telemetry: telemetry::Telemetry,
 }
 
 impl Agent {
@@ -712,7 +716,7 @@ impl Agent {
     pub fn apply_update(&self, update: local::CheckUpdate) {
         match update {
             local::CheckUpdate::StatusChanged => {
-                metrics::CHECK_STATUS_CHANGES.add(1);
+                telemetry_counter(Counter::CheckStatusChanges);
                 self.notify_changed();
                 self.trigger_sync();
             }
@@ -752,7 +756,7 @@ impl Agent {
             monoio::time::sleep(stagger).await;
             while agent.runner_current(&spec.id, generation) {
                 let (status, output) = agent.probe(&spec).await;
-                metrics::CHECK_RUNS.add(1);
+                telemetry_counter(Counter::CheckRuns);
                 if !agent.runner_current(&spec.id, generation) {
                     return;
                 }
@@ -1032,6 +1036,7 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
                 .map_err(|e| log::error!("agent: cannot start the persister thread: {e}"))
                 .ok()
         }),
+        telemetry: telemetry::Telemetry::new(&config),
     });
     // Config first: a persisted record with an ID the config defines is dropped.
     if let Err(e) = agent.load_config_definitions(&config) {
@@ -1042,6 +1047,7 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
     *agent.sync.wake.borrow_mut() = Some(wake_tx);
     monoio::spawn(sync::sync_loop(agent.clone(), wake_rx));
     monoio::spawn(api::serve_calls(agent.clone(), calls));
+    monoio::spawn(telemetry::run(agent.clone()));
     monoio::spawn(reconcile_loop(agent.clone()));
     loop {
         if shard.shutting_down() {
@@ -1068,7 +1074,12 @@ async fn reconcile_loop(agent: Rc<Agent>) {
         }
         // Until this server leads, look often, so a new leader reconciles promptly.
         if agent.shard.is_leader() {
+            let started = std::time::Instant::now();
             reconcile_members(&agent).await;
+            crate::shard::telemetry::observe_since(
+                crate::consul::metrics::Sample::LeaderReconcile,
+                started,
+            );
             monoio::time::sleep(RECONCILE_INTERVAL).await;
         } else {
             monoio::time::sleep(LEADERSHIP_POLL_INTERVAL).await;

@@ -19,7 +19,8 @@ use super::local::LocalState;
 use super::{node_in_sync, self_node_registration, Agent};
 use crate::cluster::reconcile::CONSUL_SERVICE;
 use crate::cluster::servers::{left_out_note, Backoff, LogLimiter};
-use crate::consul::metrics;
+use crate::consul::metrics::Counter;
+use crate::shard::telemetry;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};
@@ -139,7 +140,7 @@ fn next_deferred_due(state: &LocalState, defer: Duration) -> Option<Instant> {
 /// Compares the catalog's view of this node with the local state, marks the differences,
 /// and sends them. Errs with the first reason the catalog could not be read or written.
 pub async fn full_sync(agent: &Agent) -> Result<(), String> {
-    metrics::FULL_SYNCS.add(1);
+    telemetry::incr(Counter::FullSyncs);
     let config = agent.config.borrow().clone();
     let node_name = config.node_name.clone();
     let current = match agent.client.node_state(&node_name).await {
@@ -335,7 +336,7 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
     if ops.is_empty() {
         return Ok(());
     }
-    metrics::SYNC_ROUNDS.add(1);
+    telemetry::incr(Counter::SyncRounds);
     let mut first_failure: Option<String> = None;
     let mut ops = ops.into_iter().peekable();
     while let Some(first) = ops.next() {
@@ -345,7 +346,7 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
         while batch.len() < SYNC_BATCH_OPS && ops.peek().is_some_and(|next| next.2 == token) {
             batch.extend(ops.next());
         }
-        metrics::SYNC_OPERATIONS.add(batch.len() as u64);
+        telemetry::add(Counter::SyncOperations, batch.len() as u64);
         let (batch_ops, batch_marks): (Vec<CatalogOp>, Vec<Vec<Mark>>) =
             batch.into_iter().map(|(op, mark, _)| (op, mark)).unzip();
         let token = token.as_deref();
@@ -357,7 +358,7 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
                 }
             }
             Err(reason) if batch_ops.len() == 1 => {
-                metrics::SYNC_ERRORS.add(1);
+                telemetry::incr(Counter::SyncErrors);
                 first_failure.get_or_insert(reason);
             }
             Err(_) => {
@@ -371,7 +372,7 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
                             }
                         }
                         Err(reason) => {
-                            metrics::SYNC_ERRORS.add(1);
+                            telemetry::incr(Counter::SyncErrors);
                             first_failure.get_or_insert(reason);
                         }
                     }

@@ -78,6 +78,10 @@ pub enum AgentRequest {
     Metrics {
         prometheus: bool,
     },
+    /// `/v1/agent/metrics/stream`: send each interval's summary on `chunks`.
+    MetricsStream {
+        chunks: flume::Sender<Vec<u8>>,
+    },
 }
 
 /// A request in flight to the agent.
@@ -309,6 +313,30 @@ pub fn metrics(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
         AgentRequest::Metrics { prometheus },
         reply.pretty,
     ))
+}
+
+/// Summaries a `/v1/agent/metrics/stream` client may have waiting before it is dropped as
+/// not reading.
+const METRICS_STREAM_QUEUE_MAX: usize = 4;
+
+/// `GET /v1/agent/metrics/stream`: go-metrics' summary of every 10 s interval as it ends,
+/// for as long as the client stays.
+pub fn metrics_stream(ctx: &Context, _: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    let (chunks, receiver) = flume::bounded(METRICS_STREAM_QUEUE_MAX);
+    let (reply, _) = flume::bounded(1);
+    ctx.agent()
+        .tx
+        .try_send(AgentCall {
+            request: AgentRequest::MetricsStream { chunks },
+            pretty: true,
+            reply,
+        })
+        .map_err(|_| ApiError::Internal("agent is busy; try again".into()))?;
+    Ok(Outcome::Stream(super::StreamOp {
+        // What Go's server sniffs from the first (empty) write, as Consul's answer carries.
+        content_type: "text/plain; charset=utf-8",
+        chunks: receiver,
+    }))
 }
 
 /// `PUT /v1/agent/service/deregister/<id>`.

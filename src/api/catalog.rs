@@ -44,7 +44,7 @@ fn check_body_datacenter(ctx: &Context, datacenter: &str) -> Result<(), ApiError
 
 /// `PUT /v1/catalog/register`.
 pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    crate::consul::metrics::CATALOG_REGISTERS.add(1);
+    crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
     super::check_datacenter(ctx, &request.query)?;
     let registration = parse_registration(request.body, &ctx.config().datacenter).map_err(|e| {
         if e == PEER_REGISTRATION_REFUSED {
@@ -95,7 +95,7 @@ pub fn internal_node_state(
 
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    crate::consul::metrics::CATALOG_DEREGISTERS.add(1);
+    crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
     super::check_datacenter(ctx, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
         let value = parse_json(request.body)?;

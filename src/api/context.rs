@@ -109,13 +109,25 @@ impl Context {
     /// Resolves a SecretID (empty: anonymous) against the newest version; on a client
     /// agent, from what its servers answered (fetched before the request was dispatched).
     pub fn resolve_token(&self, secret_id: &str) -> Result<Resolved, ResolveError> {
+        use crate::consul::metrics::{Counter, Sample};
+        use crate::shard::telemetry;
         if self.is_client() {
             return self.client_tokens.borrow().resolve(secret_id);
         }
         let version = self.current_version();
-        self.acl_cache
-            .borrow_mut()
-            .resolve(&version, secret_id, now_unix_ns())
+        let started = telemetry::timing(Sample::AclResolveToken).then(std::time::Instant::now);
+        let mut cache = self.acl_cache.borrow_mut();
+        let hits_before = cache.stats().hits;
+        let resolved = cache.resolve(&version, secret_id, now_unix_ns());
+        telemetry::incr(if cache.stats().hits > hits_before {
+            Counter::AclTokenCacheHit
+        } else {
+            Counter::AclTokenCacheMiss
+        });
+        if let Some(started) = started {
+            telemetry::observe_since(Sample::AclResolveToken, started);
+        }
+        resolved
     }
 
     /// A client agent's tokens as its servers resolved them.

@@ -463,6 +463,16 @@ pub enum Outcome {
     /// Local work that must wait (a gossip join, leave, keyring query, event wait); the
     /// future yields how to answer.
     Async(AsyncOp),
+    /// An answer sent in pieces as they come (`/v1/agent/metrics/stream`), with chunked
+    /// encoding, until the sender is dropped or the client hangs up; the connection closes
+    /// after it. Only a client's own connection streams: a forwarded request cannot.
+    Stream(StreamOp),
+}
+
+/// The pieces of an [`Outcome::Stream`].
+pub struct StreamOp {
+    pub content_type: &'static str,
+    pub chunks: flume::Receiver<Vec<u8>>,
 }
 
 /// Writes the answer of an [`Outcome::Async`] once its work is done.
@@ -495,14 +505,16 @@ pub fn run_query<Q: Query + 'static>(
     match ctx.read_plan(&options) {
         ReadPlan::Forward => return Ok(Outcome::Forward),
         ReadPlan::Barrier => {
+            crate::shard::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
             return Ok(Outcome::Block(BlockOp {
                 query: Box::new(query),
                 options,
                 barrier: true,
-            }))
+            }));
         }
         ReadPlan::Local => {}
     }
+    crate::shard::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
     let version = ctx.current_version();
     let (index, _) = query.evaluate(&version);
     if options.is_blocking() && index <= options.min_index {

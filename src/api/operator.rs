@@ -1,16 +1,22 @@
-//! `/v1/operator/raft/*` and `/v1/operator/autopilot/health`: the Raft configuration,
-//! removing a peer, leadership transfer, and server health as autopilot reports it.
+//! `/v1/operator/raft/*`, `/v1/operator/autopilot/*` and `/v1/operator/usage`: the Raft
+//! configuration, removing a peer, leadership transfer, the autopilot configuration (read,
+//! set, check-and-set), the servers' health and autopilot state as the leader's autopilot
+//! judges them (`replica::autopilot`), and the catalog's usage counts.
 
-use super::{query_options, ApiError, Context, LeaderOp, Outcome, Reply, Request};
+use super::{
+    query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
+    Request, WriteOp,
+};
+use crate::consul::body::{parse_json, Obj};
 use crate::proto::duration::format_go_duration;
+use crate::replica::{AutopilotHealth, ServerHealth};
 use crate::shard::runtime::{OperatorOp, ReadPlan};
-use crate::store::CommandResult;
+use crate::shard::watch::WatchSet;
+use crate::store::autopilot::{AutopilotConfig, AutopilotOp};
+use crate::store::catalog::read::service_usage;
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use serde_json::json;
-
-/// Autopilot's `LastContactThreshold` default: a server silent for longer is unhealthy.
-const LAST_CONTACT_THRESHOLD_MS: u64 = 200;
-/// Autopilot's `MaxTrailingLogs` default: a server further behind is unhealthy.
-const MAX_TRAILING_LOGS: u64 = 250;
+use std::sync::Arc;
 
 /// Reads of Raft state are answered by the leader unless `?stale`, as Consul forwards them.
 fn must_forward(ctx: &Context, request: &Request) -> Result<bool, ApiError> {
@@ -105,68 +111,280 @@ pub fn transfer_leader(
     }))
 }
 
+/// Go's `time.Time` in JSON, rounded to the second: `2023-05-10T21:34:05Z`.
+fn rfc3339_seconds(unix_ms: u64) -> String {
+    let secs = ((unix_ms + 500) / 1000) as i64;
+    time::OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "0001-01-01T00:00:00Z".to_string())
+}
+
+/// A `ReadableDuration` as Consul prints it (`"200ms"`, `"10s"`).
+fn readable_ms(ms: Option<u64>) -> String {
+    match ms {
+        // Consul's never-contacted server shows Go's -1ns.
+        None => "-1ns".to_string(),
+        Some(ms) => format_go_duration(ms as i64 * 1_000_000),
+    }
+}
+
+/// Autopilot's health, which only the leader computes: a follower forwards.
+fn leader_health(ctx: &Context) -> Result<Option<Arc<AutopilotHealth>>, ApiError> {
+    if !ctx.is_leader() {
+        return Ok(None);
+    }
+    ctx.cluster_status()
+        .autopilot
+        .clone()
+        .map(Some)
+        .ok_or_else(|| ApiError::Internal("autopilot has not judged the servers yet".into()))
+}
+
+/// `GET /v1/operator/autopilot/health`: 200 when every server is healthy, else 429 with the
+/// same body, as Consul.
 pub fn autopilot_health(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if must_forward(ctx, request)? {
+    super::check_datacenter(ctx, &request.query)?;
+    let Some(health) = leader_health(ctx)? else {
         return Ok(Outcome::Forward);
-    }
-    let status = ctx.cluster_status();
-    let gossip = ctx.lan().map(|g| g.members());
-    let serf_status = |name: &str| -> &'static str {
-        match &gossip {
-            Some(members) => members
-                .iter()
-                .find(|m| m.name == name)
-                .map(|m| m.status.as_str())
-                .unwrap_or("none"),
-            None => "alive",
-        }
     };
-    let mut healthy_voters = 0usize;
-    let mut voters = 0usize;
-    let servers: Vec<_> = status
+    let servers: Vec<_> = health
         .servers
         .iter()
         .map(|s| {
-            let is_leader = Some(s.raft_id) == status.leader_raft_id;
-            let peer = status.peer_health.iter().find(|p| p.raft_id == s.raft_id);
-            let (last_contact_ms, last_index) = if is_leader {
-                (0, status.last_index)
-            } else {
-                (peer.and_then(|p| p.last_contact_ms).unwrap_or(u64::MAX), peer.map(|p| p.match_index).unwrap_or(0))
-            };
-            let serf = serf_status(&s.name);
-            let healthy = serf == "alive" && last_contact_ms <= LAST_CONTACT_THRESHOLD_MS && status.last_index.saturating_sub(last_index) <= MAX_TRAILING_LOGS;
-            if s.voter {
-                voters += 1;
-                healthy_voters += usize::from(healthy);
-            }
             json!({
                 "ID": s.node_id,
                 "Name": s.name,
                 "Address": s.address,
-                "SerfStatus": serf,
+                "SerfStatus": s.serf_status,
                 "Version": crate::CONSUL_API_VERSION,
-                "Leader": is_leader,
-                "LastContact": if last_contact_ms == u64::MAX { "-1ns".to_string() } else { format_go_duration(last_contact_ms as i64 * 1_000_000) },
-                "LastTerm": status.term,
-                "LastIndex": last_index,
-                "Healthy": healthy,
+                "Leader": s.leader,
+                "LastContact": readable_ms(s.last_contact_ms),
+                "LastTerm": s.last_term,
+                "LastIndex": s.last_index,
+                "Healthy": s.healthy,
                 "Voter": s.voter,
-                "StableSince": crate::shard::logger::utc_timestamp(std::time::SystemTime::now() - ctx.started_at().elapsed()),
+                "StableSince": rfc3339_seconds(s.stable_since_unix_ms),
             })
         })
         .collect();
-    let quorum = voters / 2 + 1;
-    let failure_tolerance = healthy_voters.saturating_sub(quorum);
-    let healthy = voters > 0 && healthy_voters == voters;
+    let status = if health.healthy { 200 } else { 429 };
+    reply.json(
+        status,
+        b"",
+        &json!({
+            "Healthy": health.healthy,
+            "FailureTolerance": health.failure_tolerance,
+            "Servers": servers,
+        }),
+    );
+    Ok(Outcome::Done)
+}
+
+/// A server's autopilot status: `leader`, `voter`, or `non-voter` (still stabilizing or
+/// waiting for promotion).
+fn server_status(server: &ServerHealth) -> &'static str {
+    if server.leader {
+        "leader"
+    } else if server.voter {
+        "voter"
+    } else {
+        "non-voter"
+    }
+}
+
+/// `GET /v1/operator/autopilot/state`: autopilot's full view, keyed by server ID.
+pub fn autopilot_state(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
+    let Some(health) = leader_health(ctx)? else {
+        return Ok(Outcome::Forward);
+    };
+    let mut servers = serde_json::Map::new();
+    for s in &health.servers {
+        servers.insert(
+            s.node_id.clone(),
+            json!({
+                "ID": s.node_id,
+                "Name": s.name,
+                "Address": s.address,
+                "NodeStatus": s.serf_status,
+                "Version": crate::CONSUL_API_VERSION,
+                "LastContact": readable_ms(s.last_contact_ms),
+                "LastTerm": s.last_term,
+                "LastIndex": s.last_index,
+                "Healthy": s.healthy,
+                "StableSince": rfc3339_seconds(s.stable_since_unix_ms),
+                "ReadReplica": false,
+                "Status": server_status(s),
+                "Meta": {"consul-network-segment": ""},
+                "NodeType": "voter",
+            }),
+        );
+    }
+    let leader = health
+        .servers
+        .iter()
+        .find(|s| s.leader)
+        .map(|s| s.node_id.clone())
+        .unwrap_or_default();
+    let voters: Vec<&str> = health
+        .servers
+        .iter()
+        .filter(|s| s.voter)
+        .map(|s| s.node_id.as_str())
+        .collect();
     reply.json(
         200,
         b"",
-        &json!({ "Healthy": healthy, "FailureTolerance": failure_tolerance, "Servers": servers }),
+        &json!({
+            "Healthy": health.healthy,
+            "FailureTolerance": health.failure_tolerance,
+            // Without Enterprise redundancy zones it equals the failure tolerance, as in
+            // Consul CE.
+            "OptimisticFailureTolerance": health.failure_tolerance,
+            "Servers": servers,
+            "Leader": leader,
+            "Voters": voters,
+        }),
     );
     Ok(Outcome::Done)
+}
+
+/// An autopilot configuration as Consul's API shows it.
+fn configuration_json(config: &AutopilotConfig) -> serde_json::Value {
+    json!({
+        "CleanupDeadServers": config.cleanup_dead_servers,
+        "LastContactThreshold": format_go_duration(config.last_contact_threshold_ns),
+        "MaxTrailingLogs": config.max_trailing_logs,
+        "MinQuorum": config.min_quorum,
+        "ServerStabilizationTime": format_go_duration(config.server_stabilization_time_ns),
+        "RedundancyZoneTag": config.redundancy_zone_tag,
+        "DisableUpgradeMigration": config.disable_upgrade_migration,
+        "UpgradeVersionTag": config.upgrade_version_tag,
+        "CreateIndex": config.create_index,
+        "ModifyIndex": config.modify_index,
+    })
+}
+
+/// The body of a `PUT`: Consul decodes it into a zero-valued structure, so a field left
+/// out is false, zero or empty.
+fn parse_configuration(body: &[u8]) -> Result<AutopilotConfig, String> {
+    let value = parse_json(body)?;
+    let obj = Obj::new(&value)?;
+    let min_quorum = obj.bounded(&["minquorum"], 0, u32::MAX as i64)? as u32;
+    let max_trailing_logs = obj.bounded(&["maxtrailinglogs"], 0, i64::MAX)? as u64;
+    Ok(AutopilotConfig {
+        cleanup_dead_servers: obj.bool(&["cleanupdeadservers"])?,
+        last_contact_threshold_ns: obj.duration_ns(&["lastcontactthreshold"])?,
+        max_trailing_logs,
+        min_quorum,
+        server_stabilization_time_ns: obj.duration_ns(&["serverstabilizationtime"])?,
+        redundancy_zone_tag: obj.string(&["redundancyzonetag"])?,
+        disable_upgrade_migration: obj.bool(&["disableupgrademigration"])?,
+        upgrade_version_tag: obj.string(&["upgradeversiontag"])?,
+        create_index: 0,
+        modify_index: 0,
+    })
+}
+
+/// `GET|PUT /v1/operator/autopilot/configuration`.
+pub fn autopilot_configuration(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if request.method == crate::proto::http::Method::Get {
+        if must_forward(ctx, request)? {
+            return Ok(Outcome::Forward);
+        }
+        let version = ctx.current_version();
+        let Some(config) = version.autopilot.as_ref() else {
+            return Err(ApiError::Internal(
+                "autopilot config not initialized yet".into(),
+            ));
+        };
+        reply.json(200, b"", &configuration_json(config));
+        return Ok(Outcome::Done);
+    }
+    super::check_datacenter(ctx, &request.query)?;
+    let cas = match request.query.get("cas") {
+        None => None,
+        Some(text) => Some(
+            text.parse::<u64>()
+                .map_err(|e| ApiError::bad_request(format!("Error parsing cas value: {e}")))?,
+        ),
+    };
+    let config = parse_configuration(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Error parsing autopilot config: {e}")))?;
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Autopilot(AutopilotOp::Set { config, cas }),
+        respond: Box::new(move |result, reply: &mut Reply| match result {
+            // Consul answers `true` to a plain set and the outcome to a check-and-set.
+            CommandResult::Bool(applied) => reply.json_bool(applied || cas.is_none()),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            CommandResult::Txn(_) => {
+                reply.error(&ApiError::Internal("unexpected transaction result".into()))
+            }
+        }),
+    }))
+}
+
+/// `GET /v1/operator/usage`: the catalog's counts for this datacenter, blocking-capable
+/// like Consul's (it moves with the nodes and services tables).
+pub fn usage(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    let query = UsageQuery {
+        datacenter: ctx.config().datacenter.clone(),
+    };
+    run_query(ctx, query, options, reply)
+}
+
+struct UsageQuery {
+    datacenter: String,
+}
+
+impl Query for UsageQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            tables.max_table_index(&[Table::Nodes, Table::Services]),
+            WatchSet::new().table(Table::Nodes).table(Table::Services),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let usage = service_usage(tables);
+        let connect: serde_json::Map<String, serde_json::Value> = usage
+            .connect_instances
+            .iter()
+            .map(|(kind, n)| (kind.to_string(), json!(n)))
+            .collect();
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        reply.json(
+            200,
+            &headers,
+            &json!({
+                "Usage": {
+                    self.datacenter.clone(): {
+                        "Services": usage.services,
+                        "ServiceInstances": usage.service_instances,
+                        "ConnectServiceInstances": connect,
+                        "BillableServiceInstances": usage.billable_service_instances,
+                        "Nodes": usage.nodes,
+                    }
+                }
+            }),
+        );
+    }
 }

@@ -132,6 +132,46 @@ pub enum Acl {
     NodeWriteFromRest,
 }
 
+/// The first `api.http` series of each route (one series per method it serves), by its
+/// position in [`ROUTES`].
+fn metric_bases() -> &'static [usize] {
+    static BASES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    BASES.get_or_init(|| {
+        let mut next = 0;
+        ROUTES
+            .iter()
+            .map(|route| {
+                let base = next;
+                next += route.methods.len();
+                base
+            })
+            .collect()
+    })
+}
+
+/// Names every route's `api.http` series as Consul does: the method, and the route's
+/// pattern without its leading `/` and with `/` as `_` (`/v1/kv/` is `v1_kv_`). Called once
+/// at start, before requests are timed.
+pub fn register_metric_series() {
+    let mut series = Vec::new();
+    for route in ROUTES {
+        let label = route.path.text()[1..].replace('/', "_");
+        for method in route.methods {
+            series.push((method.as_str(), label.clone()));
+        }
+    }
+    crate::consul::metrics::set_http_series(series);
+}
+
+/// The `api.http` series of a request a route serves, `None` for a method it does not.
+pub fn metric_slot(route: &'static Route, method: Method) -> Option<usize> {
+    // SAFETY: every route `find` returns is an element of `ROUTES`.
+    let position = unsafe { (route as *const Route).offset_from(ROUTES.as_ptr()) } as usize;
+    debug_assert!(std::ptr::eq(&ROUTES[position], route));
+    let offset = route.methods.iter().position(|m| *m == method)?;
+    Some(metric_bases()[position] + offset)
+}
+
 /// One endpoint: what it serves and what it needs.
 #[derive(Debug)]
 pub struct Route {
@@ -242,6 +282,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/maintenance"),               PUT,                 Standard, ANSWERS, AgentWrite, agent_local::node_maintenance),
     route(Exact("/v1/agent/reload"),                    PUT,                 Standard, ANSWERS, AgentWrite, agent_local::reload),
     route(Exact("/v1/agent/metrics"),                   GET,                 Standard, ANSWERS, AgentRead,  agent_local::metrics),
+    route(Exact("/v1/agent/metrics/stream"),            GET,                 Standard, ANSWERS, AgentRead,  agent_local::metrics_stream),
     route(Prefix("/v1/agent/service/deregister/"),      GET_PUT,             Standard, ANSWERS, AgentWrite, agent_local::deregister_service),
     route(Prefix("/v1/agent/service/maintenance/"),     PUT,                 Standard, ANSWERS, AgentWrite, agent_local::service_maintenance),
     route(Prefix("/v1/agent/service/"),                 GET,                 Standard, ANSWERS, AgentRead,  agent_local::service),
@@ -264,6 +305,9 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/catalog/datacenters"),             GET,                 Standard, ANSWERS, Acl::None,  status::datacenters),
     route(Exact("/v1/operator/raft/configuration"),     GET,                 Standard, ANSWERS, OperatorRead, operator::configuration),
     route(Exact("/v1/operator/autopilot/health"),       GET,                 Standard, ANSWERS, OperatorRead, operator::autopilot_health),
+    route(Exact("/v1/operator/autopilot/state"),        GET,                 Standard, ANSWERS, OperatorRead, operator::autopilot_state),
+    route(Exact("/v1/operator/autopilot/configuration"), GET_PUT,            Standard, ANSWERS, OperatorByMethod, operator::autopilot_configuration),
+    route(Exact("/v1/operator/usage"),                  GET,                 Standard, BLOCKS,  OperatorRead, operator::usage),
     route(Exact("/v1/operator/raft/peer"),              DELETE,              Standard, ANSWERS, OperatorWrite, operator::remove_peer),
     route(Exact("/v1/operator/raft/transfer-leader"),   POST_PUT,            Standard, ANSWERS, OperatorWrite, operator::transfer_leader),
     route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Management, snapshot::handle),

@@ -34,6 +34,7 @@ use crate::api::{
 };
 use crate::cluster::servers::{self, Retry};
 use crate::cluster::Pools;
+use crate::consul::metrics;
 use crate::consul::render::{StreamedArray, STREAM_CHUNK_BYTES};
 use crate::proto::http::{
     self, BodyFraming, ChunkedDecoder, HttpError, HttpLimits, QueryParams, RequestHead,
@@ -42,6 +43,7 @@ use crate::proto::rpc::{kind, Frame};
 use crate::shard::nonblocking::{receive_now, send_now};
 use crate::shard::rpc_server::ForwardedHttp;
 use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
+use crate::shard::telemetry;
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
 use crate::tls::stream::{ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
@@ -421,6 +423,7 @@ fn dispatch_buffered(
                 keep_alive,
                 tail,
                 answer_key,
+                http_metric: None,
             }
         }
         (None, _) => {
@@ -550,6 +553,8 @@ struct Dispatched {
     tail: Option<StreamedArray>,
     /// The request head of a query to park, the key of its shared answer.
     answer_key: Option<Box<[u8]>>,
+    /// The `api.http` series of a client's request and when its head was read.
+    http_metric: Option<(usize, Instant)>,
 }
 
 impl Dispatched {
@@ -565,6 +570,7 @@ impl Dispatched {
             keep_alive,
             tail: None,
             answer_key: None,
+            http_metric: None,
         }
     }
 }
@@ -608,6 +614,11 @@ async fn next_request(
         std::str::from_utf8(&conn.input[head.path.start as usize..head.path.end as usize])
             .unwrap_or("");
     let route = routes::find(raw_path);
+    // Consul times a request from its handler's start: here, once the head is read.
+    let http_metric = route
+        .filter(|_| telemetry::http_timing())
+        .and_then(|route| routes::metric_slot(route, head.method))
+        .map(|slot| (slot, Instant::now()));
     let limit = routes::body_limit(
         route,
         head.method,
@@ -682,7 +693,7 @@ async fn next_request(
     }
 
     let keep_alive = head.keep_alive && !server.shard.shutting_down();
-    let dispatched = {
+    let mut dispatched = {
         let body: &[u8] = match &chunked_body {
             Some(body) => body,
             None => &conn.input[head_len..consumed],
@@ -701,6 +712,7 @@ async fn next_request(
         )
     };
     conn.input.drain(..consumed);
+    dispatched.http_metric = http_metric;
 
     Ok(Some(dispatched))
 }
@@ -715,9 +727,15 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
             keep_alive,
             tail,
             answer_key,
+            http_metric,
         }) = next_request(server, conn, &limits).await?
         else {
             return Ok(());
+        };
+        let answered = || {
+            if let Some((slot, started)) = http_metric {
+                telemetry::observe_http(slot, started.elapsed());
+            }
         };
         if let Outcome::Block(_) | Outcome::Async(_) = outcome {
             // Parking may be long: send earlier pipelined answers and let go of the buffers.
@@ -727,8 +745,16 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
             }
             conn.output = Vec::new();
         }
+        if let Outcome::Stream(op) = outcome {
+            conn.flush().await?;
+            Box::pin(stream_response(conn, op)).await?;
+            answered();
+            return Ok(());
+        }
         if let Outcome::Block(op) = outcome {
-            match park_connection(server, op, shape, answer_key, conn, &limits).await? {
+            let after = park_connection(server, op, shape, answer_key, conn, &limits).await?;
+            answered();
+            match after {
                 AfterPark::NextRequest => continue,
                 AfterPark::Close => return Ok(()),
                 AfterPark::SendOutput if keep_alive => continue,
@@ -740,6 +766,7 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
         }
         let shared = complete(server, outcome, shape, &mut conn.output, forward, None).await?;
         debug_assert!(shared.is_none(), "only parked queries share answers");
+        answered();
         if let Some(tail) = tail {
             Box::pin(conn.stream(tail)).await?;
         }
@@ -748,6 +775,52 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
             return Ok(());
         }
     }
+}
+
+/// Sends a streamed answer: the head, then each chunk as it arrives (chunked encoding),
+/// then the last chunk once the sender is gone. A plain connection's client is watched
+/// while waiting: it sends nothing on a stream, so readability means it hung up.
+async fn stream_response(conn: &mut Connection, op: api::StreamOp) -> io::Result<()> {
+    conn.output.extend_from_slice(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nTransfer-Encoding: chunked\r\n\
+             Connection: close\r\n\r\n",
+            op.content_type
+        )
+        .as_bytes(),
+    );
+    conn.flush().await?;
+    loop {
+        let next = match &conn.stream {
+            HttpStream::Plain(stream) => {
+                let mut hang_up = std::pin::pin!(stream.readable(false));
+                let mut chunk = std::pin::pin!(op.chunks.recv_async());
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(next) = chunk.as_mut().poll(cx) {
+                        return Poll::Ready(Some(next));
+                    }
+                    hang_up.as_mut().poll(cx).map(|_| None)
+                })
+                .await
+            }
+            HttpStream::Tls(_) => Some(op.chunks.recv_async().await),
+        };
+        let chunk = match next {
+            None => return Ok(()),
+            Some(Err(_)) => break,
+            Some(Ok(chunk)) => chunk,
+        };
+        if chunk.is_empty() {
+            continue;
+        }
+        conn.output
+            .extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        conn.output.extend_from_slice(&chunk);
+        conn.output.extend_from_slice(b"\r\n");
+        conn.flush().await?;
+    }
+    conn.output.extend_from_slice(b"0\r\n\r\n");
+    conn.flush().await
 }
 
 /// What a connection does after its parked query was answered.
@@ -958,7 +1031,14 @@ async fn complete(
     match outcome {
         Outcome::Done => Ok(None),
         Outcome::Write(op) => {
+            // Consul times a write on the server that applies it: the leader.
+            let timer = metrics::write_sample(&op.command)
+                .filter(|sample| telemetry::timing(*sample))
+                .map(|sample| (sample, Instant::now()));
             let result = server.shard.propose(op.command.encode()).await;
+            if let Some((sample, started)) = timer {
+                telemetry::observe_since(sample, started);
+            }
             answer_proposal(
                 result,
                 op.respond,
@@ -980,6 +1060,13 @@ async fn complete(
         Outcome::Async(work) => {
             let respond = work.await;
             respond(&mut Reply::new(output, keep_alive, pretty));
+            Ok(None)
+        }
+        Outcome::Stream(_) => {
+            // Only a forwarded request gets here: its answer travels back as one message.
+            Reply::new(output, keep_alive, pretty).error(&api::ApiError::Internal(
+                "a streamed answer cannot be forwarded".into(),
+            ));
             Ok(None)
         }
         Outcome::Forward => {

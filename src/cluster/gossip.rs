@@ -11,6 +11,8 @@
 //! await); every TCP exchange is bounded by `tcp_timeout` and by the stream size limit
 //! of the wire format; no socket operation blocks the shard.
 
+use crate::consul::metrics::Counter;
+use crate::shard::telemetry;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
@@ -431,10 +433,13 @@ async fn flush(st: &Rc<State>) {
         for o in outputs {
             match o {
                 Output::Packet { to, bytes } => {
+                    telemetry::add(Counter::MemberlistUdpSent, bytes.len() as u64);
                     // UDP is best effort; a failed send is a lost packet to SWIM.
                     let _ = st.udp.send_to(bytes, to).await;
                 }
                 Output::Stream { id, to, bytes } => {
+                    telemetry::incr(Counter::MemberlistTcpConnect);
+                    telemetry::add(Counter::MemberlistTcpSent, bytes.len() as u64);
                     let st2 = st.clone();
                     monoio::spawn(async move {
                         let reply = stream_exchange(to, bytes, st2.tcp_timeout).await;
@@ -451,6 +456,16 @@ async fn flush(st: &Rc<State>) {
                     });
                 }
                 Output::Event(e) => {
+                    telemetry::incr(match &e {
+                        GossipEvent::MemberJoin(_) => Counter::SerfMemberJoin,
+                        GossipEvent::MemberLeave(_) | GossipEvent::MemberReap(_) => {
+                            Counter::SerfMemberLeft
+                        }
+                        GossipEvent::MemberFailed(_) => Counter::SerfMemberFailed,
+                        GossipEvent::MemberUpdate(_) => Counter::SerfMemberUpdate,
+                        GossipEvent::User(_) => Counter::SerfEvents,
+                        GossipEvent::Query(_) => Counter::SerfQueries,
+                    });
                     if let GossipEvent::User(user) = &e {
                         if st.user_events.try_send(user.clone()).is_err() {
                             st.shared.dropped_events.fetch_add(1, Ordering::Relaxed);
@@ -628,6 +643,7 @@ impl GossipDriver {
                 let (res, b) = st.udp.recv_from(buf).await;
                 buf = b;
                 if let Ok((n, from)) = res {
+                    telemetry::add(Counter::MemberlistUdpReceived, n as u64);
                     let now = st.now();
                     st.core.borrow_mut().handle_packet(now, from, &buf[..n]);
                     flush(&st).await;
@@ -638,6 +654,7 @@ impl GossipDriver {
         let accept_loop = async {
             loop {
                 if let Ok((stream, from)) = listener.accept().await {
+                    telemetry::incr(Counter::MemberlistTcpAccept);
                     monoio::spawn(serve_connection(st.clone(), stream, from));
                 }
             }

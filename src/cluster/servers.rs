@@ -25,8 +25,10 @@
 //! failure report about a server that is no longer first changes nothing (another caller
 //! already rotated past it), so concurrent failures of one server rotate it once.
 
+use crate::consul::metrics::Counter;
 use crate::proto::rpc::{kind, Frame};
 use crate::shard::forward::ForwardPool;
+use crate::shard::telemetry;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -477,10 +479,13 @@ pub async fn call(
             continue;
         };
         attempts += 1;
+        // Counted per attempt, as Consul's client counts each try.
+        telemetry::incr(Counter::ClientRpc);
         let failure = match pool.call_checked(addr, kind, payload, timeout).await {
             Ok(frame) => return Ok(frame),
             Err(failure) => failure,
         };
+        telemetry::incr(Counter::ClientRpcFailed);
         manager.failed(addr, &failure.reason, Instant::now());
         let may_retry = retry == Retry::Always || !failure.sent;
         if !may_retry || attempts >= CALL_ATTEMPTS_MAX || started.elapsed() >= RPC_HOLD_TIMEOUT {

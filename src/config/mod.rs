@@ -14,6 +14,7 @@
 //! ([`AgentConfig::warnings`]), so nothing a Consul config says is silently dropped.
 
 pub mod schema;
+pub mod telemetry;
 pub mod tls;
 
 pub mod ui;
@@ -125,6 +126,8 @@ pub struct AgentConfig {
     pub acl: acl::AclConfig,
     /// The `tls` stanza (and the old top-level TLS keys), resolved per protocol.
     pub tls: tls::TlsConfig,
+    /// `telemetry { … }`: metric names, the Prometheus retention, statsd and dogstatsd.
+    pub telemetry: telemetry::TelemetryConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -364,7 +367,8 @@ fn parse_ip(key: &str, text: &str) -> Result<IpAddr, String> {
         .map_err(|_| format!("{key}: {text:?} is not an IP address"))
 }
 
-fn hostname() -> String {
+/// This machine's host name (the default node name; gauges carry it in their names).
+pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
@@ -499,6 +503,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
             })?,
     };
     let node_meta = node_meta_from(&raw)?;
+    let telemetry = telemetry::TelemetryConfig::from_raw(&raw, &mut warnings)?;
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
     warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
@@ -546,6 +551,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         pending,
         acl: acl::AclConfig::from_raw(&raw)?,
         tls,
+        telemetry,
         raw,
         unknown_keys,
         warnings,
@@ -792,8 +798,8 @@ impl IpNetwork {
     }
 }
 
-/// Consul's `autopilot` block, with Consul's defaults. praetor's servers run their own
-/// dead-server cleanup and do not read these yet.
+/// Consul's `autopilot` block, with Consul's defaults: what the first leader writes as the
+/// replicated autopilot configuration (`store::autopilot`), which autopilot then follows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AutopilotConfig {
     pub cleanup_dead_servers: bool,
@@ -817,6 +823,24 @@ impl Default for AutopilotConfig {
             redundancy_zone_tag: String::new(),
             disable_upgrade_migration: false,
             upgrade_version_tag: String::new(),
+        }
+    }
+}
+
+impl AutopilotConfig {
+    /// The replicated form the first leader writes (durations in nanoseconds, no indexes).
+    pub fn to_replicated(&self) -> crate::store::autopilot::AutopilotConfig {
+        crate::store::autopilot::AutopilotConfig {
+            cleanup_dead_servers: self.cleanup_dead_servers,
+            last_contact_threshold_ns: self.last_contact_threshold.as_nanos() as i64,
+            max_trailing_logs: self.max_trailing_logs,
+            min_quorum: self.min_quorum,
+            server_stabilization_time_ns: self.server_stabilization_time.as_nanos() as i64,
+            redundancy_zone_tag: self.redundancy_zone_tag.clone(),
+            disable_upgrade_migration: self.disable_upgrade_migration,
+            upgrade_version_tag: self.upgrade_version_tag.clone(),
+            create_index: 0,
+            modify_index: 0,
         }
     }
 }
@@ -860,7 +884,8 @@ pub struct PendingSettings {
     pub leave_drain_time: Duration,
     /// `performance.rpc_hold_timeout`.
     pub rpc_hold_timeout: Duration,
-    /// `autopilot { … }`.
+    /// `autopilot { … }`, acted on by the leader's autopilot (kept here beside the settings
+    /// parsed with it; only its Enterprise keys are warned about).
     pub autopilot: AutopilotConfig,
 }
 
@@ -1046,11 +1071,17 @@ fn pending_settings(
             .map_err(in_section("autopilot"))?
             .unwrap_or_default(),
     };
-    for key in autopilot.keys() {
-        if schema::AUTOPILOT.iter().any(|f| f.name == key) {
+    // Autopilot acts on every key but the Enterprise ones, which Consul's CE also keeps and
+    // ignores.
+    for key in [
+        "redundancy_zone_tag",
+        "disable_upgrade_migration",
+        "upgrade_version_tag",
+    ] {
+        if autopilot.get(key).is_some_and(|v| !v.is_null()) {
             warnings.push(not_acted_on(
                 &format!("autopilot.{key}"),
-                "praetor's servers run their own dead-server cleanup and ignore autopilot settings",
+                "redundancy zones and upgrade migrations are Consul Enterprise features",
             ));
         }
     }
@@ -1638,8 +1669,6 @@ mod tests {
                 "performance.raft_multiplier",
                 "performance.leave_drain_time",
                 "performance.rpc_hold_timeout",
-                "autopilot.cleanup_dead_servers",
-                "autopilot.max_trailing_logs",
                 "disable_remote_exec",
             ]
         );

@@ -128,6 +128,36 @@ pub const AUTOPILOT: &[Field] = &[
     field("upgrade_version_tag", Kind::Str),
 ];
 
+/// `telemetry`, read by `config::telemetry`.
+const TELEMETRY: &[Field] = &[
+    field("circonus_api_app", Kind::Str),
+    field("circonus_api_token", Kind::Str),
+    field("circonus_api_url", Kind::Str),
+    field("circonus_broker_id", Kind::Str),
+    field("circonus_broker_select_tag", Kind::Str),
+    field("circonus_check_display_name", Kind::Str),
+    field("circonus_check_force_metric_activation", Kind::Str),
+    field("circonus_check_id", Kind::Str),
+    field("circonus_check_instance_id", Kind::Str),
+    field("circonus_check_search_tag", Kind::Str),
+    field("circonus_check_tags", Kind::Str),
+    field("circonus_submission_interval", Kind::Str),
+    field("circonus_submission_url", Kind::Str),
+    field("disable_compat_1.9", Kind::Bool),
+    field("disable_hostname", Kind::Bool),
+    field("dogstatsd_addr", Kind::Str),
+    field("dogstatsd_tags", Kind::StrList),
+    field("enable_host_metrics", Kind::Bool),
+    field("filter_default", Kind::Bool),
+    field("metrics_prefix", Kind::Str),
+    field("prefix_filter", Kind::StrList),
+    field("prometheus_retention_time", Kind::Duration),
+    field("retry_failed_connection", Kind::Bool),
+    field("statsd_address", Kind::Str),
+    field("statsite_address", Kind::Str),
+    field("statsite_prefix", Kind::Str),
+];
+
 const SOA: &[Field] = &[
     field("refresh", Kind::Int),
     field("retry", Kind::Int),
@@ -244,7 +274,7 @@ pub const TOP_LEVEL: &[Field] = &[
     field("skip_leave_on_interrupt", Kind::Bool),
     field("start_join", Kind::StrList),
     field("start_join_wan", Kind::StrList),
-    field("telemetry", Kind::Any),
+    field("telemetry", Kind::Object(TELEMETRY)),
     field("tls", Kind::Object(TLS)),
     field("tls_cipher_suites", Kind::Str),
     field("tls_min_version", Kind::Str),

@@ -24,6 +24,7 @@ use crate::dns::view::AclFiltered;
 use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
 use crate::shard::runtime::{Consistency, ReadPlan, Shard};
+use crate::shard::telemetry::{self, Counter, Sample};
 use crate::store::acl::authorizer::{Authorizer, DefaultPolicy};
 use crate::store::acl::cache::{AuthorizerCache, CompileSettings};
 use crate::store::{StoreVersion, Table};
@@ -34,7 +35,7 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Forwards to recursors in flight per shard.
 pub const RECURSIONS_IN_FLIGHT_MAX: usize = 256;
@@ -265,8 +266,51 @@ fn may_serve(shard: &Shard, settings: &DnsSettings) -> bool {
     }
 }
 
-/// Answers one message through the shard's DNS state.
+/// The staleness above which Consul counts a DNS answer as a stale query.
+const STALE_QUERY_THRESHOLD_MS: u64 = 5_000;
+
+/// The query type of a message's first question, read without decoding the message (for
+/// telling reverse lookups apart in the metrics).
+fn question_type(message: &[u8]) -> Option<u16> {
+    let mut at = HEADER_BYTES;
+    loop {
+        let length = *message.get(at)? as usize;
+        if length == 0 {
+            break;
+        }
+        if length & 0xC0 != 0 {
+            return None;
+        }
+        at += 1 + length;
+    }
+    let qtype = message.get(at + 1..at + 3)?;
+    Some(u16::from_be_bytes([qtype[0], qtype[1]]))
+}
+
+/// Answers one message through the shard's DNS state, timed as Consul's
+/// `dns.domain_query` (or `dns.ptr_query` for a reverse lookup).
 fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u8>) -> Handled {
+    let started = (telemetry::timing(Sample::DnsDomainQuery)
+        || telemetry::timing(Sample::DnsPtrQuery))
+    .then(Instant::now);
+    let handled = answer_untimed(dns, message, transport, out);
+    if let Some(started) = started {
+        let sample = if question_type(message) == Some(crate::proto::dns::rtype::PTR) {
+            Sample::DnsPtrQuery
+        } else {
+            Sample::DnsDomainQuery
+        };
+        telemetry::observe_since(sample, started);
+    }
+    handled
+}
+
+fn answer_untimed(
+    dns: &DnsServer,
+    message: &[u8],
+    transport: Transport,
+    out: &mut Vec<u8>,
+) -> Handled {
     if let Some(client) = &dns.client {
         // A client may always try: what it cached is exact, and a miss asks a server.
         let mut state = dns.state.borrow_mut();
@@ -284,6 +328,11 @@ fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u
     // invalidate the cache.
     let allowed = may_serve(&dns.shard, &dns.settings);
     let authorizer = dns.authorizer();
+    if !dns.shard.is_leader()
+        && dns.shard.shared().last_contact_ms(false) > STALE_QUERY_THRESHOLD_MS
+    {
+        telemetry::incr(Counter::DnsStaleQueries);
+    }
     let mut state = dns.state.borrow_mut();
     dns::handle_message(
         &dns.settings,

@@ -140,6 +140,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     for warning in &tls.current().warnings {
         log::warn!("{warning}");
     }
+    // Metric names and filters are fixed before any thread records.
+    crate::agent::telemetry::configure(&config)?;
+    crate::api::routes::register_metric_series();
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
     let raft_id = raft_id_of(&node_id);

@@ -180,46 +180,34 @@ impl Replica {
         }
     }
 
+    /// The one change this reconcile makes, most urgent first: a server that left goes; a
+    /// dead server goes when autopilot's cleanup allows it; a server gossip found joins as
+    /// a non-voter; a non-voter stable for the stabilization time becomes a voter.
     fn membership_change_wanted(&self) -> Option<MembershipChange> {
         let local_id = self.config.raft.id;
-        let joined: Vec<&ServerInfo> = self
-            .servers
-            .values()
-            .filter(|s| s.alive && !self.membership.contains(s.raft_id))
-            .collect();
         let left = self
             .membership
             .members
             .keys()
             .find(|id| **id != local_id && self.servers.get(id).is_some_and(|s| s.left));
-        let is_failed = |id: &NodeId| {
-            *id != local_id && self.servers.get(id).is_some_and(|s| !s.alive && !s.left)
-        };
-        let failed = self.membership.members.keys().find(|id| is_failed(id));
-        // A failed server goes once a replacement exists: either one is waiting to be added,
-        // or one was added before gossip declared the old one failed and the healthy voters
-        // alone already make the cluster's expected size.
-        let healthy_voters = self
-            .membership
-            .members
-            .keys()
-            .filter(|id| !is_failed(id))
-            .count();
-        // Without -bootstrap-expect (0 or 1) the expected size is unknown; two healthy
-        // voters is the least that still has a quorum after the removal.
-        let replaced =
-            !joined.is_empty() || healthy_voters >= self.config.bootstrap_expect.max(2) as usize;
         if let Some(id) = left {
-            Some(MembershipChange::Remove { id: *id })
-        } else if let (Some(id), true) = (failed, replaced) {
-            Some(MembershipChange::Remove { id: *id })
-        } else {
-            joined.first().map(|s| MembershipChange::AddVoter {
+            return Some(MembershipChange::Remove { id: *id });
+        }
+        if let Some(id) = self.dead_server_to_remove() {
+            return Some(MembershipChange::Remove { id });
+        }
+        let joined = self
+            .servers
+            .values()
+            .find(|s| s.alive && !self.membership.contains(s.raft_id));
+        if let Some(s) = joined {
+            return Some(MembershipChange::AddNonvoter {
                 id: s.raft_id,
                 name: s.name.clone(),
                 address: s.rpc_address.clone(),
-            })
+            });
         }
+        self.promotion_wanted()
     }
 
     /// Points the transport at every configuration member and every server gossip knows.
@@ -235,7 +223,7 @@ impl Replica {
         self.effects.push(Effect::Peers(peers));
     }
 
-    fn node_id_of(&self, raft_id: NodeId) -> String {
+    pub(super) fn node_id_of(&self, raft_id: NodeId) -> String {
         match self.servers.get(&raft_id) {
             Some(server) => server.node_id.clone(),
             None if raft_id == self.config.raft.id => self.config.node_id.clone(),
@@ -298,6 +286,7 @@ impl Replica {
                 .collect(),
             servers,
             peer_health,
+            autopilot: self.autopilot.health.clone(),
         };
         let previous = &self.published_status;
         let changed = status.is_leader != previous.is_leader
@@ -306,7 +295,8 @@ impl Replica {
             || status.servers != previous.servers
             || (with_health
                 && (status.peer_health != previous.peer_health
-                    || status.commit_index != previous.commit_index));
+                    || status.commit_index != previous.commit_index
+                    || status.autopilot != previous.autopilot));
         if !changed {
             return;
         }
@@ -449,7 +439,7 @@ impl Replica {
     }
 
     /// Proposes a command the leader itself originates (no client waits for it).
-    fn propose_internal(&mut self, command: &Command) -> Result<(), RaftError> {
+    pub(super) fn propose_internal(&mut self, command: &Command) -> Result<(), RaftError> {
         let payload = Bytes::from(stamp_entry(self.now.unix_ms, &command.encode()));
         self.core
             .propose(self.now.monotonic_ms, payload)

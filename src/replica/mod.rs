@@ -31,6 +31,7 @@
 //! every `Ready` taken from the core is advanced exactly once; syncs complete in sequence
 //! order; a proposal is answered exactly once.
 
+mod autopilot;
 mod duties;
 mod result;
 mod session_timers;
@@ -50,8 +51,8 @@ use std::sync::Arc;
 pub use self::result::ProposalResult;
 pub use self::session_timers::SessionTimers;
 pub use self::shapes::{
-    request_id, shard_of_request, AppliedBatch, ClusterStatus, OperatorOp, PeerHealth, RaftServer,
-    ServerInfo, REQUEST_SEQUENCE_BITS,
+    request_id, shard_of_request, AppliedBatch, AutopilotHealth, ClusterStatus, OperatorOp,
+    PeerHealth, RaftServer, ServerHealth, ServerInfo, REQUEST_SEQUENCE_BITS,
 };
 pub use self::state::Replica;
 
@@ -231,6 +232,9 @@ pub struct ReplicaConfig {
     /// `acl.tokens.initial_management` as `(AccessorID, SecretID)`; the shell draws the
     /// AccessorID once at start (the replica takes no entropy).
     pub acl_initial_management: Option<(String, String)>,
+    /// The `autopilot` stanza: what the first leader writes as the replicated autopilot
+    /// configuration, and what autopilot follows until it is written.
+    pub autopilot: crate::store::autopilot::AutopilotConfig,
 }
 
 /// The durable state a replica starts from.

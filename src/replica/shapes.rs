@@ -7,6 +7,7 @@
 
 use crate::store::{Change, StoreVersion};
 use std::fmt;
+use std::sync::Arc;
 
 /// Bits of a request id below the shard id. A shard numbers its requests in these bits and
 /// puts its own id above them, so the replica can route a result without a lookup table.
@@ -78,6 +79,41 @@ pub struct ClusterStatus {
     pub servers: Vec<RaftServer>,
     pub voter_rpc_addresses: Vec<String>,
     pub peer_health: Vec<PeerHealth>,
+    /// Autopilot's view of every server, published by the leader only.
+    pub autopilot: Option<Arc<AutopilotHealth>>,
+}
+
+/// Autopilot's health of the servers, as the leader computes it from the Raft
+/// configuration, its followers' progress, gossip and the autopilot configuration.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AutopilotHealth {
+    /// Every server is healthy (and there is a leader: this is the leader's view).
+    pub healthy: bool,
+    /// Healthy voters beyond a quorum: how many could fail without an outage.
+    pub failure_tolerance: usize,
+    pub servers: Vec<ServerHealth>,
+}
+
+/// One server's health, as `/v1/operator/autopilot/health` and `/state` show it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerHealth {
+    pub raft_id: u64,
+    pub node_id: String,
+    pub name: String,
+    pub address: String,
+    /// Gossip's word for the server: `alive`, `failed`, `left` or `none` (unknown).
+    pub serf_status: &'static str,
+    pub leader: bool,
+    pub voter: bool,
+    /// Milliseconds since the leader last heard from it; `None` if never in this term.
+    pub last_contact_ms: Option<u64>,
+    pub last_term: u64,
+    pub last_index: u64,
+    pub healthy: bool,
+    /// When `healthy` last changed, in Unix milliseconds.
+    pub stable_since_unix_ms: u64,
+    /// Healthy for at least the stabilization time: a non-voter in this state is promoted.
+    pub stable: bool,
 }
 
 /// A server as gossip sees it, for bootstrapping and membership reconciliation.

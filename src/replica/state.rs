@@ -74,6 +74,8 @@ pub struct Replica {
     pub(super) last_reconcile_ms: u64,
     /// Servers as gossip last reported them, by raft id.
     pub(super) servers: BTreeMap<NodeId, ServerInfo>,
+    /// The leader's autopilot: each server's health and when it last changed.
+    pub(super) autopilot: super::autopilot::Autopilot,
     pub(super) published_status: Arc<ClusterStatus>,
     /// TTL timers of sessions; kept only while leading.
     pub(super) session_timers: SessionTimers,
@@ -184,6 +186,7 @@ impl Replica {
             last_tombstone_sample_ms: now.monotonic_ms,
             last_reconcile_ms: now.monotonic_ms,
             servers,
+            autopilot: Default::default(),
             published_status: Arc::new(ClusterStatus::default()),
             session_timers: SessionTimers::default(),
             published_index: 0,
@@ -315,6 +318,7 @@ impl Replica {
         self.publish_lease();
         if self.now_ms().saturating_sub(self.last_reconcile_ms) >= super::RECONCILE_INTERVAL_MS {
             self.last_reconcile_ms = self.now_ms();
+            self.update_autopilot();
             self.reconcile_membership();
             self.publish_status(true);
             self.maybe_reap_tombstones();
@@ -787,6 +791,7 @@ impl Replica {
             // Every TTL session gets a full timer from now, whatever the previous leader had.
             self.session_timers.start_all(&self.tables, self.now_ms());
             self.initialize_acls();
+            self.initialize_autopilot();
         } else if role != Role::Leader {
             self.leader_term_start = None;
             self.session_timers.clear();
@@ -805,6 +810,9 @@ impl Replica {
                 }
             }
         }
+        // A new leader judges the servers at once, so it never answers without a view; a
+        // server that stops leading forgets its judgement.
+        self.update_autopilot();
         self.publish_status(false);
     }
 

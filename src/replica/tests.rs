@@ -45,6 +45,7 @@ fn config(id: NodeId, bootstrap_single: bool, bootstrap_expect: u32) -> ReplicaC
         shard_count: SHARDS,
         acl_enabled: false,
         acl_initial_management: None,
+        autopilot: Default::default(),
     }
 }
 
@@ -118,14 +119,19 @@ impl Cluster {
     }
 
     fn three_with(adjust: impl Fn(&mut ReplicaConfig)) -> Cluster {
+        Cluster::bootstrapped(3, adjust)
+    }
+
+    /// `n` servers bootstrapped by `bootstrap_expect = n`, led and serving.
+    fn bootstrapped(n: u64, adjust: impl Fn(&mut ReplicaConfig)) -> Cluster {
         let mut cluster = Cluster::new();
-        for id in 1..=3 {
-            let mut config = config(id, false, 3);
+        for id in 1..=n {
+            let mut config = config(id, false, n as u32);
             adjust(&mut config);
             cluster.add(id, config);
         }
-        let servers: Vec<ServerInfo> = (1..=3).map(|id| server(id, 3)).collect();
-        for id in 1..=3 {
+        let servers: Vec<ServerInfo> = (1..=n).map(|id| server(id, n as u32)).collect();
+        for id in 1..=n {
             cluster.step(id, Input::Servers(servers.clone()));
         }
         cluster.run_until(|c| {
@@ -1055,4 +1061,144 @@ fn operator_requests_answer_with_consuls_words() {
         cluster.result_of(follower, 3),
         Some(ProposalResult::NotLeader)
     );
+}
+
+/// Autopilot settings for the tests: a short stabilization time.
+fn quick_autopilot(config: &mut ReplicaConfig) {
+    config.autopilot.server_stabilization_time_ns = 2_000_000_000;
+}
+
+/// Every replica hears the same view of the servers from gossip.
+fn gossip(cluster: &mut Cluster, servers: &[ServerInfo]) {
+    let ids: Vec<NodeId> = cluster.nodes.keys().copied().collect();
+    for id in ids {
+        cluster.step(id, Input::Servers(servers.to_vec()));
+    }
+}
+
+fn member_voter(cluster: &Cluster, id: NodeId) -> Option<bool> {
+    let leader = cluster.serving_leader()?;
+    cluster
+        .replica(leader)
+        .raft()
+        .membership()
+        .members
+        .get(&id)
+        .map(|m| m.voter)
+}
+
+#[test]
+fn a_joining_server_votes_only_after_the_stabilization_time() {
+    let mut cluster = Cluster::three_with(quick_autopilot);
+    let leader = cluster.leader();
+    // The first leader wrote the configured autopilot settings.
+    cluster.run_until(|c| c.replica(leader).version().autopilot.is_some());
+    let written = cluster.replica(leader).version().autopilot.clone().unwrap();
+    assert_eq!(written.server_stabilization_time_ns, 2_000_000_000);
+    let mut fourth = config(4, false, 0);
+    quick_autopilot(&mut fourth);
+    cluster.add(4, fourth);
+    let mut servers: Vec<ServerInfo> = (1..=3).map(|id| server(id, 3)).collect();
+    servers.push(server(4, 0));
+    gossip(&mut cluster, &servers);
+    cluster.run_until(|c| member_voter(c, 4).is_some());
+    assert_eq!(
+        member_voter(&cluster, 4),
+        Some(false),
+        "joins as a non-voter"
+    );
+    let added_ms = cluster.now_ms;
+    cluster.run_until(|c| {
+        let health = c.replica(c.leader()).status().autopilot.clone();
+        health.is_some_and(|h| h.servers.iter().any(|s| s.raft_id == 4 && s.healthy))
+    });
+    let health = cluster.replica(leader).status().autopilot.clone().unwrap();
+    let newcomer = health.servers.iter().find(|s| s.raft_id == 4).unwrap();
+    assert!(!newcomer.voter && !newcomer.stable);
+    cluster.run_until(|c| member_voter(c, 4) == Some(true));
+    let waited_ms = cluster.now_ms - added_ms;
+    assert!(
+        waited_ms >= 2_000,
+        "promoted after {waited_ms} ms, before the 2 s stabilization time"
+    );
+    cluster.run_until(|c| {
+        c.replica(c.leader())
+            .status()
+            .autopilot
+            .as_ref()
+            .is_some_and(|h| h.healthy && h.servers.len() == 4)
+    });
+    let health = cluster
+        .replica(cluster.leader())
+        .status()
+        .autopilot
+        .clone()
+        .unwrap();
+    // Four healthy voters, quorum three: one may fail.
+    assert_eq!(health.failure_tolerance, 1);
+}
+
+#[test]
+fn dead_servers_go_while_a_majority_and_min_quorum_remain() {
+    let mut cluster = Cluster::bootstrapped(5, quick_autopilot);
+    let leader = cluster.leader();
+    let dead: Vec<NodeId> = cluster.followers().into_iter().take(3).collect();
+    // Three of five fail: removing them all would leave no majority of the five, so at
+    // most two go — and with only two survivors the removals cannot commit anyway. Two
+    // failing is the case autopilot handles.
+    let failing = &dead[..2];
+    for id in failing {
+        cluster.cut.insert(*id);
+    }
+    let servers: Vec<ServerInfo> = (1..=5)
+        .map(|id| ServerInfo {
+            alive: !failing.contains(&id),
+            ..server(id, 5)
+        })
+        .collect();
+    gossip(&mut cluster, &servers);
+    cluster.run_until(|c| {
+        let members = &c.replica(leader).raft().membership().members;
+        members.len() == 3 && failing.iter().all(|id| !members.contains_key(id))
+    });
+    assert!(cluster.replica(leader).status().is_leader);
+}
+
+#[test]
+fn min_quorum_and_the_cleanup_switch_keep_dead_servers() {
+    for (min_quorum, cleanup) in [(5, true), (0, false)] {
+        let mut cluster = Cluster::bootstrapped(5, |config| {
+            quick_autopilot(config);
+            config.autopilot.min_quorum = min_quorum;
+            config.autopilot.cleanup_dead_servers = cleanup;
+        });
+        let leader = cluster.leader();
+        let failing = cluster.followers()[0];
+        cluster.cut.insert(failing);
+        let servers: Vec<ServerInfo> = (1..=5)
+            .map(|id| ServerInfo {
+                alive: id != failing,
+                ..server(id, 5)
+            })
+            .collect();
+        gossip(&mut cluster, &servers);
+        cluster.run_for(3_000);
+        let members = &cluster.replica(leader).raft().membership().members;
+        assert_eq!(
+            members.len(),
+            5,
+            "min_quorum {min_quorum}, cleanup {cleanup}"
+        );
+        let health = cluster.replica(leader).status().autopilot.clone().unwrap();
+        assert!(!health.healthy);
+        let failed = health
+            .servers
+            .iter()
+            .find(|s| s.raft_id == failing)
+            .unwrap();
+        assert_eq!(failed.serf_status, "failed");
+        assert!(!failed.healthy);
+        // Four healthy voters of five, quorum three.
+        assert_eq!(health.failure_tolerance, 1);
+    }
 }

@@ -20,6 +20,7 @@ pub mod raft_driver;
 pub mod raft_inbox;
 pub mod rpc_server;
 pub mod runtime;
+pub mod telemetry;
 pub mod wal;
 pub mod watch;
 

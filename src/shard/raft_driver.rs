@@ -23,12 +23,13 @@ use crate::replica::{Effect, Input, Now, Recovered, Replica, ReplicaConfig};
 use crate::shard::peer_transport::{Faults, PeerTransport};
 use crate::shard::raft_inbox::{RaftInbox, RaftInboxReceiver};
 use crate::shard::runtime::{RaftInput, ShardMessage, ShardSender, Shared};
+use crate::shard::telemetry::{self, RaftMetrics, Sample};
 use crate::shard::wal::{self, Wal, WalEntry, WalHardState, WalSnapshot};
 use crate::store::StoreVersion;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often the replica is ticked when no input arrives.
 const TICK_INTERVAL: Duration = Duration::from_millis(10);
@@ -110,6 +111,7 @@ pub struct RaftDriver {
         flume::Sender<FinishedSnapshot>,
         flume::Receiver<FinishedSnapshot>,
     ),
+    metrics: RaftMetrics,
 }
 
 /// This server's wall clock in Unix milliseconds: the stamp every proposed entry carries.
@@ -177,6 +179,7 @@ pub fn open(
             .clone()
             .filter(|secret| !secret.is_empty())
             .map(|secret| (uuid::Uuid::new_v4().to_string(), secret)),
+        autopilot: shared.config.pending.autopilot.to_replicated(),
     };
     let recovered = Recovered {
         hard_state,
@@ -203,6 +206,7 @@ pub fn open(
         sync_requests: None,
         peer_messages: Vec::new(),
         snapshot_results: flume::bounded(1),
+        metrics: RaftMetrics::default(),
     };
     // Opening only logs and points the transport at the configuration's members; nothing
     // it asks for needs the sync thread.
@@ -222,9 +226,19 @@ impl RaftDriver {
             monotonic_ms: self.shared.now_ms(),
             unix_ms: self.unix_ms,
         };
+        match &input {
+            Input::Propose { .. } => self.metrics.proposed(&self.replica),
+            Input::Synced { through } => self.metrics.synced_through(*through),
+            Input::SnapshotWritten { .. } => self.metrics.snapshot_written(),
+            _ => {}
+        }
+        let started = Instant::now();
+        let applied_before = self.replica.version().index;
         if let Err(error) = self.replica.step(now, input) {
             fatal("raft", error);
         }
+        self.metrics
+            .stepped(&self.replica, started, applied_before, now.monotonic_ms);
         self.execute_effects();
     }
 
@@ -320,16 +334,22 @@ impl RaftDriver {
                 truncate_from,
                 entries,
             } => {
+                self.metrics.appending(&self.replica, &entries);
                 let entries: Vec<WalEntry> = entries.iter().map(WalEntry::from_entry).collect();
                 self.wal
                     .append(hard_state.map(WalHardState::from), truncate_from, &entries);
             }
             Effect::SyncNow => {
+                let started = Instant::now();
                 if let Err(e) = self.wal.sync() {
                     fatal("raft log write failed", e);
                 }
+                self.metrics.synced_now(&self.replica, started);
             }
-            Effect::SyncInBackground { sequence } => self.sync_in_background(sequence),
+            Effect::SyncInBackground { sequence } => {
+                self.metrics.sync_started(sequence);
+                self.sync_in_background(sequence);
+            }
             Effect::PersistSnapshot { meta, data } => self.persist_snapshot(meta, data),
             Effect::WriteSnapshot { meta, version } => self.write_snapshot(meta, version),
             Effect::CompactLog { through } => {
@@ -394,6 +414,7 @@ impl RaftDriver {
     /// Stores a snapshot received from the leader; the log before it is superseded and its
     /// old segments go now.
     fn persist_snapshot(&mut self, meta: SnapshotMeta, data: bytes::Bytes) {
+        let started = Instant::now();
         let encoded_meta = rmp_serde::to_vec(&meta).expect("snapshot metadata encodes");
         let snapshot = WalSnapshot {
             last_index: meta.last_index,
@@ -407,16 +428,19 @@ impl RaftDriver {
         if let Err(e) = self.wal.compact(meta.last_index) {
             fatal("cannot compact raft log", e);
         }
+        telemetry::observe_since(Sample::RaftRpcInstallSnapshot, started);
     }
 
     /// Serializes a version on a helper thread; applies continue meanwhile because the
     /// version is immutable.
     fn write_snapshot(&mut self, meta: SnapshotMeta, version: StoreVersion) {
+        self.metrics.snapshot_started(Instant::now());
         let dir = self.data_dir.clone();
         let done = self.snapshot_results.0.clone();
         std::thread::Builder::new()
             .name("praetor-snapshot".into())
             .spawn(move || {
+                let started = Instant::now();
                 let encoded_meta = rmp_serde::to_vec(&meta).expect("snapshot metadata encodes");
                 // Streamed to the file; the core gets the bytes mapped from it, which cost
                 // no memory unless a follower has to be sent the snapshot.
@@ -428,6 +452,7 @@ impl RaftDriver {
                     |out| version.write_snapshot(out),
                 );
                 drop(version);
+                telemetry::observe_since(Sample::RaftSnapshotPersist, started);
                 match written {
                     Ok(data) => {
                         let _ = done.send((meta, data));

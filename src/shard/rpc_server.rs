@@ -27,6 +27,7 @@ use crate::proto::rpc::{decode_frame, encode_frame, kind};
 use crate::proto::rpc_select::{select, Layer, Selection};
 use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::runtime::{RaftInput, Shard};
+use crate::shard::telemetry::{self, Counter};
 use crate::tls::stream::{ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
 use bytes::{Bytes, BytesMut};
@@ -305,6 +306,7 @@ async fn rpc_stream<H: ForwardedHttp>(
             let mut out = BytesMut::new();
             match frame.kind {
                 kind::FORWARD_HTTP => {
+                    telemetry::incr(Counter::RpcRequest);
                     let answer = http.answer(frame.payload).await;
                     encode_frame(
                         &mut out,
@@ -314,12 +316,15 @@ async fn rpc_stream<H: ForwardedHttp>(
                     );
                 }
                 kind::PING => encode_frame(&mut out, kind::PONG, frame.request_id, b""),
-                other => encode_frame(
-                    &mut out,
-                    kind::ERROR,
-                    frame.request_id,
-                    format!("unknown request kind {other}").as_bytes(),
-                ),
+                other => {
+                    telemetry::incr(Counter::RpcRequestError);
+                    encode_frame(
+                        &mut out,
+                        kind::ERROR,
+                        frame.request_id,
+                        format!("unknown request kind {other}").as_bytes(),
+                    )
+                }
             }
             in_flight.set(in_flight.get() - 1);
             let _ = tx.send_async(out.freeze()).await;

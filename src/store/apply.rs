@@ -21,7 +21,8 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables, TABLE_COUNT,
+    acl, autopilot, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables,
+    TABLE_COUNT,
 };
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -58,6 +59,7 @@ impl Tables {
             Command::Restore(op) => restore::apply(self, index, op, changes),
             Command::Txn(ops) => txn::apply(self, index, ops, changes),
             Command::Acl(op) => acl::apply::apply(self, index, op, changes),
+            Command::Autopilot(op) => autopilot::apply(self, index, op),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

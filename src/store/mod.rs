@@ -23,6 +23,7 @@
 
 pub mod acl;
 mod apply;
+pub mod autopilot;
 pub mod catalog;
 pub mod command;
 pub mod dependency;
@@ -149,6 +150,9 @@ pub struct Tables {
     /// Tokens, policies, roles, auth methods and binding rules.
     #[serde(default)]
     pub acl: acl::AclTables,
+    /// The autopilot configuration, once the first leader wrote it.
+    #[serde(default)]
+    pub autopilot: Option<autopilot::AutopilotConfig>,
 }
 
 /// An immutable, shareable version of the state.

@@ -417,8 +417,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `n` servers with `-bootstrap-expect n`, joined through the first one, fault
-    /// injection enabled, and waits until they agree on a serving leader.
+    /// Starts `n` servers with `-bootstrap-expect n`, each retrying joins to every server (as
+    /// an operator lists them all: a restarted server must find the others even when it is
+    /// the first), fault injection enabled, and waits until they agree on a serving leader.
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
         let ips: Vec<IpAddr> = (0..n).map(|_| fresh_loopback()).collect();
         let mut servers = Vec::new();
@@ -448,6 +449,10 @@ impl Cluster {
             .iter()
             .map(|s| s.to_string())
             .collect();
+            for other in ips.iter().skip(1) {
+                args.push("-retry-join".to_string());
+                args.push(other.to_string());
+            }
             args.extend(dns_disabled_unless_asked(extra));
             args.extend(extra.iter().map(|s| s.to_string()));
             servers.push(Agent::spawn(*ip, 8500, args));
@@ -537,6 +542,42 @@ impl Cluster {
         )
         .ok()?;
         (probe.status == 404).then_some(index)
+    }
+
+    /// Waits until autopilot finds every server healthy and `voters` of them vote. A server
+    /// that rejoins after autopilot removed it (a killed server is removed once gossip
+    /// declares it failed, as Consul's `cleanup_dead_servers` does) is a non-voter until it
+    /// has been healthy for `server_stabilization_time` (10 s by default): killing another
+    /// server before then can leave the cluster without a quorum, in praetor as in Consul.
+    pub fn wait_for_voters(&self, voters: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            if let Some(leader) = self.current_leader() {
+                if let Ok(r) = try_request_timeout(
+                    self.servers[leader].addr(),
+                    "GET",
+                    "/v1/operator/autopilot/health",
+                    Duration::from_secs(5),
+                ) {
+                    last = r.text();
+                    if r.status == 200 {
+                        let health = r.json();
+                        let voting = health["Servers"]
+                            .as_array()
+                            .map_or(0, |s| s.iter().filter(|s| s["Voter"] == true).count());
+                        if voting == voters {
+                            return;
+                        }
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{voters} healthy voters never reported within {timeout:?}; last health {last}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Blocks traffic between `isolated` and every other server, in both directions.

@@ -222,6 +222,8 @@ struct Scenario {
     /// Chance of crashing a server inside the fsync window right after it writes a new term
     /// or vote: the moments where durability rules matter most.
     targeted_crash_per_mille: u64,
+    /// Autopilot's `ServerStabilizationTime`: how long a joined server waits to vote.
+    stabilization_ms: Millis,
 }
 
 impl Scenario {
@@ -258,6 +260,7 @@ impl Scenario {
             transfer_per_mille: rng.pick(&[0, 2, 5]),
             lease_ms: rng.pick(&LEASE_CHOICES_MS),
             targeted_crash_per_mille: rng.pick(&[0, 30, 150]),
+            stabilization_ms: rng.pick(&[0, 500, 3000]),
         }
         .fix_up()
     }
@@ -313,6 +316,10 @@ impl Scenario {
             shard_count: SHARDS,
             acl_enabled: false,
             acl_initial_management: None,
+            autopilot: praetor::store::autopilot::AutopilotConfig {
+                server_stabilization_time_ns: self.stabilization_ms as i64 * 1_000_000,
+                ..Default::default()
+            },
         }
     }
 }

@@ -169,3 +169,60 @@ pub fn instance_checks<'a>(
         .values()
         .filter(move |c| registered && *fold(&c.service_id) == *service_key)
 }
+
+/// Service kinds Consul counts apart in its usage report (`ConnectServiceInstances`).
+pub const CONNECT_KINDS: [&str; 6] = [
+    "api-gateway",
+    "connect-native",
+    "connect-proxy",
+    "ingress-gateway",
+    "mesh-gateway",
+    "terminating-gateway",
+];
+
+/// The catalog's size as `/v1/operator/usage` and the `consul.state.*` gauges report it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceUsage {
+    pub nodes: usize,
+    /// Distinct service names.
+    pub services: usize,
+    pub service_instances: usize,
+    /// Instances of each of [`CONNECT_KINDS`], in that order.
+    pub connect_instances: [(&'static str, usize); 6],
+    /// Instances that are not proxies, gateways or the `consul` service itself.
+    pub billable_service_instances: usize,
+}
+
+/// Counts the catalog as Consul's usage endpoint does: a Connect-native instance is billable,
+/// a proxy or gateway is not, nor are the servers' own `consul` instances.
+pub fn service_usage(tables: &Tables) -> ServiceUsage {
+    let mut usage = ServiceUsage {
+        nodes: tables.catalog.nodes.len(),
+        services: tables.catalog.services.len(),
+        connect_instances: CONNECT_KINDS.map(|kind| (kind, 0)),
+        ..ServiceUsage::default()
+    };
+    for (name, group) in &tables.catalog.services {
+        let consul = name.as_str() == "consul";
+        for view in group.instances.values() {
+            usage.service_instances += 1;
+            let instance = &view.service;
+            let native = instance.extras.as_deref().is_some_and(|e| e.connect_native);
+            let kind = if native {
+                "connect-native"
+            } else {
+                instance.kind()
+            };
+            let counted = usage.connect_instances.iter_mut().find(|(k, _)| *k == kind);
+            if let Some((_, n)) = counted {
+                *n += 1;
+            }
+            let gateway_or_proxy = !instance.kind().is_empty();
+            if !gateway_or_proxy && !consul {
+                usage.billable_service_instances += 1;
+            }
+        }
+    }
+    debug_assert!(usage.billable_service_instances <= usage.service_instances);
+    usage
+}

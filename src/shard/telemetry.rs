@@ -1,0 +1,235 @@
+//! The per-thread half of telemetry: every thread that records a metric owns one recorder
+//! of the process-wide registry (`consul::metrics`), claimed the first time it records and
+//! given back when the thread ends (its counts stay for the next thread to continue). The
+//! functions here are what the hot paths call: a thread-local lookup, a flag check and a
+//! relaxed load and store of the thread's own counters. No lock, no allocation.
+//!
+//! Durations are measured by the callers with the monotonic clock; `timing` tells whether a
+//! timer is recorded at all, so a path can skip reading the clock when it is filtered out.
+
+use crate::consul::metrics::{self, Recorder};
+// Re-exported for the layers that record but may not name `consul` (DNS).
+pub use crate::consul::metrics::{Counter, Sample};
+use std::time::{Duration, Instant};
+
+/// This thread's recorder, released when the thread ends.
+struct Local(&'static Recorder);
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        metrics::release(self.0);
+    }
+}
+
+thread_local! {
+    static LOCAL: Local = Local(metrics::claim());
+}
+
+/// Runs `record` with this thread's recorder. A thread that is being torn down records
+/// nothing.
+#[inline]
+fn with(record: impl FnOnce(&Recorder)) {
+    let _ = LOCAL.try_with(|local| record(local.0));
+}
+
+/// Bumps a counter by one.
+#[inline]
+pub fn incr(counter: Counter) {
+    with(|r| r.add(counter, 1));
+}
+
+/// Adds `by` to a counter (bytes sent, operations in a batch).
+#[inline]
+pub fn add(counter: Counter, by: u64) {
+    with(|r| r.add(counter, by));
+}
+
+/// Records a duration for a timer.
+#[inline]
+pub fn observe(sample: Sample, elapsed: Duration) {
+    with(|r| r.observe_micros(sample, elapsed.as_micros() as u64));
+}
+
+/// Records the time since `started` for a timer.
+#[inline]
+pub fn observe_since(sample: Sample, started: Instant) {
+    observe(sample, started.elapsed());
+}
+
+/// Records a plain value (a count) for a sample.
+#[inline]
+pub fn observe_value(sample: Sample, value: u64) {
+    with(|r| r.observe_value(sample, value));
+}
+
+/// Records one HTTP request in the `api.http` series `slot`.
+#[inline]
+pub fn observe_http(slot: usize, elapsed: Duration) {
+    with(|r| r.observe_http(slot, elapsed.as_micros() as u64));
+}
+
+/// Whether a timer is recorded: callers skip reading the clock for a filtered one.
+#[inline]
+pub fn timing(sample: Sample) -> bool {
+    metrics::sample_enabled(sample)
+}
+
+/// Whether `api.http` is recorded.
+#[inline]
+pub fn http_timing() -> bool {
+    metrics::http_enabled()
+}
+
+/// Leader appends whose commit is still awaited, for `raft.commitTime`; beyond this the
+/// oldest are forgotten (their commit goes untimed).
+const COMMIT_TIMINGS_MAX: usize = 4096;
+/// Background syncs awaiting their report, for `raft.leader.dispatchLog`.
+const SYNC_TIMINGS_MAX: usize = 1024;
+/// How often the leader samples its followers' last contact (`raft.leader.lastContact`).
+const LAST_CONTACT_SAMPLE_MS: u64 = 1_000;
+
+/// What the raft thread measures around the pure replica: the timings hashicorp/raft
+/// reports (`raft.commitTime`, `raft.fsm.apply`, `raft.leader.dispatchLog`, snapshots) and
+/// its state transitions. The replica reads no clock, so its shell times it; every
+/// bookkeeping queue here is bounded.
+pub struct RaftMetrics {
+    /// (last index of a leader append, when it was appended), oldest first.
+    appended: std::collections::VecDeque<(u64, Instant)>,
+    /// (sync sequence, when its write was handed to the sync thread), oldest first.
+    syncing: std::collections::VecDeque<(u64, Instant)>,
+    role: Option<crate::raft::Role>,
+    snapshot_started: Option<Instant>,
+    last_contact_sampled_ms: u64,
+}
+
+impl Default for RaftMetrics {
+    fn default() -> Self {
+        RaftMetrics {
+            appended: std::collections::VecDeque::with_capacity(64),
+            syncing: std::collections::VecDeque::with_capacity(64),
+            role: None,
+            snapshot_started: None,
+            last_contact_sampled_ms: 0,
+        }
+    }
+}
+
+impl RaftMetrics {
+    fn leading(replica: &crate::replica::Replica) -> bool {
+        replica.raft().role() == crate::raft::Role::Leader
+    }
+
+    /// A proposal reached the leader (`raft.apply` counts them).
+    pub fn proposed(&mut self, replica: &crate::replica::Replica) {
+        if Self::leading(replica) {
+            incr(Counter::RaftApply);
+        }
+    }
+
+    /// The replica took one step that started at `started` with the store at
+    /// `applied_before`: times the apply, follows commits and role changes.
+    pub fn stepped(
+        &mut self,
+        replica: &crate::replica::Replica,
+        started: Instant,
+        applied_before: u64,
+        now_ms: u64,
+    ) {
+        use crate::raft::Role;
+        if replica.version().index > applied_before {
+            observe_since(Sample::RaftFsmApply, started);
+        }
+        let role = replica.raft().role();
+        if self.role != Some(role) {
+            let previous = self.role.replace(role);
+            match role {
+                Role::Leader => incr(Counter::RaftStateLeader),
+                Role::Follower => incr(Counter::RaftStateFollower),
+                Role::PreCandidate | Role::Candidate => {
+                    if !matches!(previous, Some(Role::PreCandidate | Role::Candidate)) {
+                        incr(Counter::RaftStateCandidate);
+                    }
+                    if previous == Some(Role::Follower) {
+                        incr(Counter::RaftTransitionHeartbeatTimeout);
+                    }
+                }
+            }
+            if role != Role::Leader {
+                self.appended.clear();
+            }
+        }
+        let commit = replica.raft().commit_index();
+        while self
+            .appended
+            .front()
+            .is_some_and(|(index, _)| *index <= commit)
+        {
+            let (_, at) = self.appended.pop_front().expect("checked non-empty");
+            observe_since(Sample::RaftCommitTime, at);
+        }
+        if role == Role::Leader
+            && now_ms.saturating_sub(self.last_contact_sampled_ms) >= LAST_CONTACT_SAMPLE_MS
+        {
+            self.last_contact_sampled_ms = now_ms;
+            for peer in replica.raft().status().peers {
+                if let Some(at) = peer.last_contact {
+                    observe(
+                        Sample::RaftLeaderLastContact,
+                        Duration::from_millis(now_ms.saturating_sub(at)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The leader buffered `entries` for its log.
+    pub fn appending(&mut self, replica: &crate::replica::Replica, entries: &[crate::raft::Entry]) {
+        let Some(last) = entries.last() else {
+            return;
+        };
+        if !Self::leading(replica) {
+            return;
+        }
+        observe_value(Sample::RaftLeaderDispatchNumLogs, entries.len() as u64);
+        if self.appended.len() >= COMMIT_TIMINGS_MAX {
+            self.appended.pop_front();
+        }
+        self.appended.push_back((last.index, Instant::now()));
+    }
+
+    /// A write and its fsync done on the raft thread, started at `started`.
+    pub fn synced_now(&mut self, replica: &crate::replica::Replica, started: Instant) {
+        if Self::leading(replica) {
+            observe_since(Sample::RaftLeaderDispatchLog, started);
+        }
+    }
+
+    /// A write handed to the sync thread as `sequence`.
+    pub fn sync_started(&mut self, sequence: u64) {
+        if self.syncing.len() >= SYNC_TIMINGS_MAX {
+            self.syncing.pop_front();
+        }
+        self.syncing.push_back((sequence, Instant::now()));
+    }
+
+    /// The sync thread made every write through `through` durable.
+    pub fn synced_through(&mut self, through: u64) {
+        while self.syncing.front().is_some_and(|(s, _)| *s <= through) {
+            let (_, at) = self.syncing.pop_front().expect("checked non-empty");
+            observe_since(Sample::RaftLeaderDispatchLog, at);
+        }
+    }
+
+    /// A snapshot was asked for; `created` is when capturing the version began.
+    pub fn snapshot_started(&mut self, created: Instant) {
+        observe_since(Sample::RaftSnapshotCreate, created);
+        self.snapshot_started = Some(created);
+    }
+
+    /// The snapshot asked for is durable.
+    pub fn snapshot_written(&mut self) {
+        if let Some(started) = self.snapshot_started.take() {
+            observe_since(Sample::RaftSnapshotTakeSnapshot, started);
+        }
+    }
+}
