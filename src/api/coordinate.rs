@@ -4,8 +4,8 @@
 //!
 //! Consul serves node coordinates from the catalog, where agents upload their own; praetor
 //! answers from the agent's pool directly, which holds the same coordinates each node
-//! computes for itself. Members that left are not listed. `datacenters` lists this
-//! datacenter's servers from the WAN pool when it runs, else from the LAN pool.
+//! computes for itself. Members that left are not listed. `datacenters` lists every
+//! datacenter's servers from the WAN pool when it runs, else this one's from the LAN pool.
 
 use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request};
 use crate::cluster::gossip::GossipHandle;
@@ -57,7 +57,11 @@ pub fn node_distance_seconds(ctx: &Context, a: &str, b: &str) -> Option<f64> {
 /// node with a known coordinate; `None` when gossip runs no pool or `near` has no coordinate
 /// (Consul then leaves the order alone).
 pub fn distances_from(ctx: &Context, near: &str) -> Option<HashMap<String, f64>> {
-    let handle = ctx.lan()?;
+    distances_from_handle(ctx.lan()?, near)
+}
+
+/// [`distances_from`] over a LAN pool handle, for work that runs after its handler.
+pub fn distances_from_handle(handle: &GossipHandle, near: &str) -> Option<HashMap<String, f64>> {
     let near = if near == "_agent" {
         handle.local_name()
     } else {
@@ -168,39 +172,75 @@ fn node_entries(
     Ok(Outcome::Done)
 }
 
-/// `GET /v1/coordinate/datacenters`.
+/// `GET /v1/coordinate/datacenters`: every datacenter's servers with their WAN
+/// coordinates, by datacenter name (Consul's `GetDatacenterMaps`). A client agent asks its
+/// server.
 pub fn datacenters(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(Outcome::Forward);
+    }
     let datacenter = ctx.config().datacenter.clone();
-    let coordinates: Vec<serde_json::Value> = match super::members::wan_handle(ctx) {
-        Some(wan) => node_coordinates(&wan)
+    if let Some(wan) = super::members::wan_handle(ctx) {
+        let servers: HashMap<String, String> = wan
+            .members()
             .iter()
-            .map(|(name, c)| serde_json::json!({ "Node": name, "Coord": coordinate_json(c) }))
-            .collect(),
-        None => {
-            let lan = super::members::lan_handle(ctx)?;
-            let servers: std::collections::HashSet<String> = lan
-                .members()
-                .iter()
-                .filter(|m| m.tags.get("role").map(String::as_str) == Some("consul"))
-                .map(|m| m.name.clone())
-                .collect();
-            node_coordinates(&lan)
-                .iter()
-                .filter(|(name, _)| servers.contains(name))
-                .map(|(name, c)| {
-                    serde_json::json!({ "Node": format!("{name}.{datacenter}"), "Coord": coordinate_json(c) })
-                })
-                .collect()
+            .filter(|m| m.status != MemberStatus::Left)
+            .filter_map(|m| {
+                let server = crate::cluster::pools::server_of(m)?;
+                Some((m.name.clone(), server.datacenter))
+            })
+            .collect();
+        // Every datacenter with a server is listed, with the coordinates known so far (a
+        // server not probed yet has none), as Consul's `GetDatacenterMaps`.
+        let mut maps: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+            std::collections::BTreeMap::new();
+        maps.entry(datacenter).or_default();
+        for dc in servers.values() {
+            maps.entry(dc.clone()).or_default();
         }
-    };
+        for (name, c) in node_coordinates(&wan) {
+            if let Some(dc) = servers.get(&name) {
+                maps.entry(dc.clone())
+                    .or_default()
+                    .push(serde_json::json!({ "Node": name, "Coord": coordinate_json(&c) }));
+            }
+        }
+        let body: Vec<serde_json::Value> = maps
+            .into_iter()
+            .map(|(dc, coordinates)| {
+                serde_json::json!({
+                    "Datacenter": dc,
+                    "AreaID": "wan",
+                    "Coordinates": coordinates,
+                })
+            })
+            .collect();
+        reply.json(200, b"", &body);
+        return Ok(Outcome::Done);
+    }
+    // No WAN pool (`-serf-wan-port=-1`): this datacenter's servers from the LAN pool.
+    let lan = super::members::lan_handle(ctx)?;
+    let servers: std::collections::HashSet<String> = lan
+        .members()
+        .iter()
+        .filter(|m| m.tags.get("role").map(String::as_str) == Some("consul"))
+        .map(|m| m.name.clone())
+        .collect();
+    let coordinates: Vec<serde_json::Value> = node_coordinates(&lan)
+        .iter()
+        .filter(|(name, _)| servers.contains(name))
+        .map(|(name, c)| {
+            serde_json::json!({ "Node": format!("{name}.{datacenter}"), "Coord": coordinate_json(c) })
+        })
+        .collect();
     let body = serde_json::json!([{
         "Datacenter": datacenter,
-        "AreaID": "WAN",
+        "AreaID": "wan",
         "Coordinates": coordinates,
     }]);
     reply.json(200, b"", &body);

@@ -14,8 +14,8 @@
 
 use super::{
     acl, agent, agent_local, authz, catalog, coordinate, debug, event, health, internal_dns,
-    keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError, Context, Outcome,
-    Reply, Request,
+    keyring, kv, members, operator, query, session, snapshot, status, txn, ui, ApiError, Context,
+    Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -133,6 +133,10 @@ pub enum Acl {
     CatalogDeregister,
     /// `node:write` on the node a forwarded request came from (`X-Praetor-Origin-Node`).
     NodeFromOrigin,
+    /// Prepared queries: `query:write` on the name of a query written (the body's, and the
+    /// stored one's on update and delete), `query:read` on one read or explained; lists
+    /// and executions filter their rows.
+    Query,
 }
 
 /// One endpoint: what it serves and what it needs.
@@ -157,6 +161,7 @@ const GET_PUT: &[Method] = &[Method::Get, Method::Put];
 const POST_PUT: &[Method] = &[Method::Post, Method::Put];
 const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
+const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
     AclByMethod, AgentRead, AgentWrite, CatalogDeregister, CatalogReadAll, CatalogRegister,
@@ -235,6 +240,10 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  NodeReadAll, session::list),
 
     route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Acl::Txn,   txn::handle),
+
+    route(Exact("/v1/query"),                           GET_POST,            Standard, BLOCKS,  Acl::Query, query::general),
+    route(Prefix("/v1/query/"),                         GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Query, query::specific),
+    route(Exact(query::EXECUTE_REMOTE_PATH),            GET,                 Standard, BLOCKS,  Filtered,   query::execute_remote),
 
     route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::services),
     route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, CatalogReadAll, agent_local::checks),
@@ -402,10 +411,31 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
     Err(ApiError::BadRequest(refusal))
 }
 
+/// Routes that answer `?dc=` with this datacenter's view or refuse another one, as Consul's
+/// do: the agent's own endpoints aside (never forwarded), the lists that are the same from
+/// every datacenter, the keyring (which acts on the WAN pool itself) and the internal
+/// endpoints a datacenter's own agents use.
+const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
+    "/v1/event/list",
+    "/v1/catalog/datacenters",
+    "/v1/coordinate/datacenters",
+    "/v1/operator/keyring",
+    APPLY_PATH,
+    NODE_STATE_PATH,
+    remote::CHANGES_PATH,
+];
+
 impl Route {
     /// `/v1/agent/*`: answered from the agent's own state (and gossip), never forwarded.
     pub fn answered_by_agent(&self) -> bool {
         self.path.text().starts_with("/v1/agent/")
+    }
+
+    /// Whether a request naming another datacenter (`?dc=`) is answered by that
+    /// datacenter's servers, as Consul forwards its RPC: everything but the agent's own
+    /// endpoints and [`ANSWERED_IN_THIS_DATACENTER`].
+    pub fn forwards_across_datacenters(&self) -> bool {
+        !self.answered_by_agent() && !ANSWERED_IN_THIS_DATACENTER.contains(&self.path.text())
     }
 
     /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
@@ -429,6 +459,13 @@ impl Route {
             return Ok(Outcome::Done);
         }
         refuse_enterprise_scope(request)?;
+        if self.forwards_across_datacenters() {
+            // Another datacenter's servers check and answer it, as Consul forwards the RPC
+            // before it resolves the token.
+            if let Some(datacenter) = super::other_datacenter(ctx, &request.query) {
+                return Ok(Outcome::ForwardDatacenter(datacenter));
+            }
+        }
         // The one place a request's token is checked: no handler runs before its rule.
         // A client agent holds no ACL tables: what it forwards is checked by the server
         // that answers, and what it answers itself needs the agent's own permissions.

@@ -450,6 +450,21 @@ pub async fn call(
     timeout: Duration,
     retry: Retry,
 ) -> Result<Frame, String> {
+    call_in(manager, pool, None, kind, payload, timeout, retry).await
+}
+
+/// [`call`] to the servers of `datacenter` (`None`: this agent's own), whose name a TLS
+/// connection asks for: the WAN router's calls (`cluster::router`) go through here with the
+/// remote datacenter's list.
+pub async fn call_in(
+    manager: &ServerManager,
+    pool: &ForwardPool,
+    datacenter: Option<&str>,
+    kind: u8,
+    payload: &[u8],
+    timeout: Duration,
+    retry: Retry,
+) -> Result<Frame, String> {
     let started = Instant::now();
     let mut attempts = 0usize;
     loop {
@@ -461,7 +476,10 @@ pub async fn call(
             continue;
         };
         attempts += 1;
-        let failure = match pool.call_checked(addr, kind, payload, timeout).await {
+        let failure = match pool
+            .call_checked_in(datacenter, addr, kind, payload, timeout)
+            .await
+        {
             Ok(frame) => return Ok(frame),
             Err(failure) => failure,
         };

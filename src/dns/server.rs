@@ -8,9 +8,10 @@
 //! handed to their own task, so a slow upstream never stalls the socket; at most
 //! [`RECURSIONS_IN_FLIGHT_MAX`] per shard, beyond which the query gets SERVFAIL at once.
 //!
-//! On a client agent a miss needs rows from a server: the UDP loop hands it to its own task
-//! (at most [`FETCHES_IN_FLIGHT_MAX`] per shard), TCP waits for it in order, and either
-//! answers the message again once they arrived (`dns::client`).
+//! On a client agent a miss needs rows from a server, and on any agent a question about
+//! another datacenter or a prepared query needs rows from elsewhere (`dns::elsewhere`): the
+//! UDP loop hands it to its own task (at most [`FETCHES_IN_FLIGHT_MAX`] per shard), TCP
+//! waits for it in order, and either answers the message again once they arrived.
 //!
 //! TCP: RFC 1035 §4.2.2 / RFC 7766 framing (two-byte length, then the message); queries on a
 //! connection are answered in order. Bounded by [`TCP_CONNECTIONS_MAX`] per shard,
@@ -19,11 +20,11 @@
 
 use crate::cluster::servers::ServerManager;
 use crate::dns::client::{ClientDns, FETCH_ROUNDS_MAX};
-use crate::dns::remote::Lookup;
-use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
+use crate::dns::elsewhere::{self, LocalApi, ServerSource};
+use crate::dns::remote::{FetchOptions, Lookup, LookupResult};
+use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
 use crate::shard::runtime::{Consistency, ReadPlan, Shard};
-use crate::store::StoreVersion;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
 use monoio::net::{TcpListener, TcpStream};
@@ -114,6 +115,9 @@ pub struct DnsServer {
     state: Rc<RefCell<ShardDns>>,
     /// On a client agent: the rows asked of the servers, and the feed that keeps them.
     client: Option<Rc<ClientDns>>,
+    /// On a server: its own HTTP API, which answers what the store cannot (another
+    /// datacenter's rows, prepared queries).
+    api: Option<LocalApi>,
 }
 
 impl DnsServer {
@@ -125,6 +129,7 @@ impl DnsServer {
         shard: Rc<Shard>,
         settings: Arc<DnsSettings>,
         servers: Arc<ServerManager>,
+        api: LocalApi,
     ) -> Rc<DnsServer> {
         let seed = rand::random::<u64>() ^ shard.id as u64;
         let state = Rc::new(RefCell::new(ShardDns::new(seed)));
@@ -136,6 +141,7 @@ impl DnsServer {
                 settings,
                 state,
                 client: Some(Rc::new(client)),
+                api: None,
             });
         }
         let invalidated = state.clone();
@@ -149,7 +155,23 @@ impl DnsServer {
             settings,
             state,
             client: None,
+            api: Some(api),
         })
+    }
+
+    /// Fetches the rows a resolution lacked: a client agent from its servers, a server
+    /// through its own API (another datacenter's rows, prepared queries).
+    async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        if let Some(client) = &self.client {
+            return client.fetch(lookups).await;
+        }
+        let api = self.api.as_ref().expect("a server answers through its API");
+        let config = &self.settings.config;
+        let options = FetchOptions {
+            stale_within: config.allow_stale.then_some(config.max_stale),
+            agent_node: &self.settings.local.node_name,
+        };
+        elsewhere::fetch(api, lookups, &options).await
     }
 
     /// On a client agent, starts the change feed from the servers; call once, when the
@@ -158,18 +180,6 @@ impl DnsServer {
         if let Some(client) = &self.client {
             monoio::spawn(client.clone().run_feed());
         }
-    }
-}
-
-/// Reads resolve against the shard's version as `may_serve` caught it up. Not
-/// `current_version`: catching up here would process shard messages, which invalidate the
-/// DNS cache, while the resolver holds it borrowed.
-struct ShardVersion<'a>(&'a Shard);
-
-impl VersionSource for ShardVersion<'_> {
-    type View = StoreVersion;
-    fn version(&self) -> StoreVersion {
-        self.0.version_as_is()
     }
 }
 
@@ -210,6 +220,17 @@ fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u
             out,
         );
     }
+    answer_server(dns, message, transport, &[], out)
+}
+
+/// A server's answer, with `fetched` rows from elsewhere at hand.
+fn answer_server(
+    dns: &DnsServer,
+    message: &[u8],
+    transport: Transport,
+    fetched: &[(Lookup, LookupResult)],
+    out: &mut Vec<u8>,
+) -> Handled {
     // Decided before borrowing the DNS state: catching up processes shard messages, which
     // invalidate the cache.
     let allowed = may_serve(&dns.shard, &dns.settings);
@@ -218,15 +239,19 @@ fn answer(dns: &DnsServer, message: &[u8], transport: Transport, out: &mut Vec<u
         &dns.settings,
         &mut state,
         allowed,
-        &ShardVersion(&dns.shard),
+        &ServerSource {
+            shard: &dns.shard,
+            fetched,
+        },
         message,
         transport,
         out,
     )
 }
 
-/// Completes a client agent's miss: fetches the rows the resolution lacked and answers the
-/// message again, up to [`FETCH_ROUNDS_MAX`] times; SERVFAIL when no server answers.
+/// Completes a miss: fetches the rows the resolution lacked (a client agent's from its
+/// servers; anyone's from another datacenter or a prepared query) and answers the message
+/// again, up to [`FETCH_ROUNDS_MAX`] times; SERVFAIL when nobody answers.
 async fn answer_fetched(
     dns: &DnsServer,
     message: &[u8],
@@ -235,33 +260,35 @@ async fn answer_fetched(
     mut lookups: Vec<Lookup>,
     out: &mut Vec<u8>,
 ) -> Handled {
-    let client = dns
-        .client
-        .as_ref()
-        .expect("only a client agent fetches rows");
     let mut fetched = Vec::new();
     for _ in 0..FETCH_ROUNDS_MAX {
-        match client.fetch(&lookups).await {
+        match dns.fetch(&lookups).await {
             Ok(rows) => fetched.extend(rows),
             Err(reason) => {
                 log::debug!(
-                    "dns: asking a server about {} failed: {reason}",
+                    "dns: asking about {} failed: {reason}",
                     query.name.to_dotted()
                 );
                 break;
             }
         }
         out.clear();
-        let mut state = dns.state.borrow_mut();
-        match dns::handle_message(
-            &dns.settings,
-            &mut state,
-            true,
-            &client.source(&fetched),
-            message,
-            transport,
-            out,
-        ) {
+        let handled = match &dns.client {
+            Some(client) => {
+                let mut state = dns.state.borrow_mut();
+                dns::handle_message(
+                    &dns.settings,
+                    &mut state,
+                    true,
+                    &client.source(&fetched),
+                    message,
+                    transport,
+                    out,
+                )
+            }
+            None => answer_server(dns, message, transport, &fetched, out),
+        };
+        match handled {
             Handled::Fetch(_, more) => lookups = more,
             handled => return handled,
         }

@@ -19,6 +19,8 @@ pub enum Command {
     Txn(Vec<super::txn::TxnOp>),
     /// ACL writes (tokens, policies, roles, auth methods, binding rules, bootstrap).
     Acl(super::acl::AclOp),
+    /// Prepared-query writes.
+    Query(super::query::QueryOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -30,6 +30,7 @@ pub mod dependency;
 mod fixture;
 pub mod kv;
 pub mod locks;
+pub mod query;
 pub mod restore;
 pub mod session;
 pub mod txn;
@@ -149,6 +150,9 @@ pub struct Tables {
     /// Tokens, policies, roles, auth methods and binding rules.
     #[serde(default)]
     pub acl: acl::AclTables,
+    /// Prepared queries (appended last: snapshots written before it restore without any).
+    #[serde(default)]
+    pub queries: query::QueryTables,
 }
 
 /// An immutable, shareable version of the state.
