@@ -16,9 +16,11 @@
 //!
 //! Bounded: every wait has a deadline; the whole test runs in about a minute.
 
+mod agent_support;
 mod common;
 mod dns_common;
 
+use agent_support::wait_for;
 use common::{request, try_request_timeout, Agent, Cluster, TempDir};
 use dns_common::{a_records, query, udp_exchange};
 use hickory_proto::op::ResponseCode;
@@ -36,17 +38,6 @@ const CONVERGE_LIMIT: Duration = Duration::from_secs(10);
 const REELECTION_LIMIT: Duration = Duration::from_secs(30);
 /// Most a parked cross-datacenter blocking read may take to answer once the write landed.
 const WAKE_LIMIT: Duration = Duration::from_secs(5);
-
-fn wait_for<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 fn put_json(agent: &Agent, path: &str, body: Value) -> Value {
     let r = agent.put(path, body.to_string().as_bytes());
