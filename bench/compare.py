@@ -60,6 +60,9 @@ TELEMETRY_ON = dict(http=18585, dns=18685, server=18586, serf_lan=18587, serf_wa
 TELEMETRY_SINK_PORT = 18595
 # How often the telemetry rows scrape the telemetry-on agent's Prometheus endpoint.
 TELEMETRY_SCRAPE_INTERVAL_S = 1.0
+# A second datacenter (dc2) of three servers, WAN-joined to the cluster (dc1).
+DC2_SERVERS = [dict(http=18400 + i, dns=18410 + i, server=18420 + i, serf_lan=18430 + i, serf_wan=18440 + i)
+               for i in range(3)]
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -82,7 +85,8 @@ NOT_AVAILABLE = "not available yet"
 # Marks a reason as a crash of something that was running (an error, not a missing feature).
 CRASHED = "exited during the run"
 # The processes behind each system (for systems not named like their one process).
-SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)]}
+SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)],
+                    "dc2": [f"praetor-dc2-s{i}" for i in range(3)]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -345,6 +349,9 @@ class Bench:
             elif system == "cluster":
                 for i in range(3):
                     self.procs.stop(f"praetor-s{i}")
+            elif system == "dc2":
+                for i in range(3):
+                    self.procs.stop(f"praetor-dc2-s{i}")
             else:
                 self.procs.stop(system)
             if system == "dev":
@@ -634,6 +641,69 @@ class Bench:
             time.sleep(0.3)
         return "three praetor servers elected no leader within %ds: %s" % (
             START_TIMEOUT_S, self.procs.log_tail("praetor-s0"))
+
+    def start_dc2(self):
+        """A second datacenter of three servers, joined to the cluster's WAN pool; ready once
+        the cluster's servers route `?dc=dc2` to it."""
+        reason = self.ensure("cluster")
+        if reason:
+            return reason
+        joins = []
+        for s in DC2_SERVERS:
+            joins += ["-retry-join", f"127.0.0.1:{s['serf_lan']}"]
+        wan = 'retry_join_wan = ["127.0.0.1:%d"]' % SERVERS[0]["serf_wan"]
+        procs = []
+        for i, s in enumerate(DC2_SERVERS):
+            data = os.path.join(self.tmp, f"dc2-server-{i}")
+            extra = ["-server", "-bootstrap-expect", "3", "-datacenter", "dc2", "-node", f"bench-dc2-s{i}",
+                     "-data-dir", data, "-hcl", wan] + joins
+            procs.append(self.procs.start(f"praetor-dc2-s{i}", self.praetor_argv(s, extra)))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for i, p in enumerate(procs):
+                if p.poll() is not None:
+                    return f"praetor dc2 server {i} exited ({p.returncode}): " + self.procs.log_tail(f"praetor-dc2-s{i}")
+            routed = True
+            for s in SERVERS:
+                status, _, _ = http("GET", f"http://127.0.0.1:{s['http']}/v1/kv/bench/dc2-probe?dc=dc2")
+                routed = routed and status == 404
+            if routed and all(self.praetor_has_leader(s["http"]) for s in DC2_SERVERS):
+                return None
+            time.sleep(0.3)
+        return "the cluster did not route ?dc=dc2 within %ds: %s" % (
+            START_TIMEOUT_S, self.procs.log_tail("praetor-dc2-s0"))
+
+    def dc2_leader_http(self):
+        status, _, body = http("GET", f"http://127.0.0.1:{DC2_SERVERS[0]['http']}/v1/status/leader")
+        try:
+            port = int(json.loads(body).rsplit(":", 1)[1])
+        except (ValueError, IndexError, AttributeError):
+            port = None
+        for s in DC2_SERVERS:
+            if s["server"] == port:
+                return f"http://127.0.0.1:{s['http']}"
+        return f"http://127.0.0.1:{DC2_SERVERS[0]['http']}"
+
+    def row_kv_get_dc2(self):
+        """A KV GET answered by dc2's leader, asked directly (A) and through dc1's leader with
+        ?dc=dc2 (B): the price of the WAN hop (one forwarded RPC per request)."""
+        row_id = "kv-get-dc2-forwarded-vs-local"
+        title = "KV GET 64 conns: ?dc=dc2 through dc1's leader vs a local GET on dc2's leader"
+        target = "≥ 0.5×, p99 reported"
+        reason = self.needs("cluster:kv", "dc2")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        doc = self.compare_row(row_id, title, ["kv-get", "--target-a", self.dc2_leader_http(),
+                                               "--target-b", self.leader(), "--datacenter-b", "dc2",
+                                               "--name-a", "local GET in dc2", "--name-b", "?dc=dc2 via dc1",
+                                               "--key", "bench/dcget"] + self.common(64),
+                               target, lambda d: d["ratio"]["median"] >= 0.5)
+        row = self.rows[-1]
+        p99 = [doc[side]["median"].get("p99_ms") for side in ("a", "b")]
+        row["note"] = "; ".join(x for x in (
+            f"p99: local {fmt_num(p99[0], 'ms')}, forwarded {fmt_num(p99[1], 'ms')}", row["note"]) if x)
+        with open(os.path.join(self.out, "rows.json"), "w") as f:
+            json.dump(self.rows, f, indent=1)
 
     def start_client_agent(self):
         """A client agent (no -server) joined to the three servers, serving DNS."""
@@ -1441,7 +1511,8 @@ class Bench:
             (["get-consistent-vs-stale"], lambda: self.row_consistency("consistent", 0.5), []),
             (["churn-vs-kv-put"], self.row_churn, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
-            (["sessions-vs-kv-put"], self.row_sessions, ["etcd3", "cluster"]),
+            (["kv-get-dc2-forwarded-vs-local"], self.row_kv_get_dc2, ["dc2"]),
+            (["sessions-vs-kv-put"], self.row_sessions, ["etcd3", "cluster", "dc2"]),
             (["telemetry-kv-get", "telemetry-kv-put"], self.telemetry_rows, ["telemetry-off", "telemetry-on"]),
         ]
 

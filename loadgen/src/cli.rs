@@ -284,6 +284,22 @@ const RUN_FLAGS: &[FlagSpec] = &[
         }
     ),
     flag!(
+        "datacenter",
+        Some("DC"),
+        "kv-get/put/mixed: add ?dc=DC (Consul forwards the request to that datacenter)",
+        |c, v| {
+            if v.is_empty()
+                || !v
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(format!("--datacenter takes a datacenter name, not {v:?}"));
+            }
+            c.datacenter = Some(v.to_string());
+            Ok(())
+        }
+    ),
+    flag!(
         "no-preload",
         None,
         "kv-get/mixed: do not write the keys before reading",

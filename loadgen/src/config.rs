@@ -180,6 +180,8 @@ pub struct RunConfig {
     pub read_ratio: f64,
     pub consistency: Consistency,
     pub preload: bool,
+    /// `?dc=`: KV requests name this datacenter (answered there, through the target).
+    pub datacenter: Option<String>,
     // Blocking fan-out
     pub watchers: usize,
     pub watch: WatchKind,
@@ -248,6 +250,7 @@ impl RunConfig {
             read_ratio: 0.9,
             consistency: Consistency::Default,
             preload: true,
+            datacenter: None,
             watchers: 1000,
             watch: WatchKind::Key,
             others: 0,

@@ -27,11 +27,21 @@ pub fn key_name(config: &RunConfig, i: usize) -> String {
     }
 }
 
-fn consistency_query(c: Consistency) -> &'static str {
-    match c {
-        Consistency::Default => "",
-        Consistency::Stale => "?stale",
-        Consistency::Consistent => "?consistent",
+/// The query string of a Consul KV request: the consistency mode and `dc`, if any.
+fn kv_query(config: &RunConfig) -> String {
+    let mut params: Vec<String> = Vec::new();
+    match config.consistency {
+        Consistency::Default => {}
+        Consistency::Stale => params.push("stale".into()),
+        Consistency::Consistent => params.push("consistent".into()),
+    }
+    if let Some(dc) = &config.datacenter {
+        params.push(format!("dc={dc}"));
+    }
+    if params.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", params.join("&"))
     }
 }
 
@@ -63,11 +73,7 @@ pub fn encode_kv_get(
             body.as_bytes(),
         );
     } else {
-        let path = format!(
-            "/v1/kv/{}{}",
-            encode_path(key),
-            consistency_query(config.consistency)
-        );
+        let path = format!("/v1/kv/{}{}", encode_path(key), kv_query(config));
         encode_request_with_token(out, "GET", &path, &target.authority, None, b"", token);
     }
 }
@@ -96,7 +102,11 @@ pub fn encode_kv_put(
             body.as_bytes(),
         );
     } else {
-        let path = format!("/v1/kv/{}", encode_path(key));
+        let dc = config
+            .datacenter
+            .as_ref()
+            .map_or(String::new(), |dc| format!("?dc={dc}"));
+        let path = format!("/v1/kv/{}{dc}", encode_path(key));
         encode_request_with_token(out, "PUT", &path, &target.authority, None, value, token);
     }
 }
@@ -595,6 +605,24 @@ mod tests {
         assert_eq!(req, before);
         assert_eq!(w.on_response(200, b""), Verdict::OK);
         assert_eq!(w.on_response(404, b""), Verdict::BAD_STATUS);
+    }
+
+    #[test]
+    fn kv_requests_name_the_datacenter_when_asked() {
+        let mut config = RunConfig::new(Scenario::KvGet);
+        config.key = "k".into();
+        config.datacenter = Some("dc2".into());
+        let mut req = Vec::new();
+        KvWorkload::new(&config, &target(), 0).next_request(&mut req);
+        assert!(text(&req).starts_with("GET /v1/kv/k?dc=dc2 HTTP/1.1\r\n"));
+        config.consistency = Consistency::Stale;
+        let mut req = Vec::new();
+        KvWorkload::new(&config, &target(), 0).next_request(&mut req);
+        assert!(text(&req).starts_with("GET /v1/kv/k?stale&dc=dc2 HTTP/1.1\r\n"));
+        config.scenario = Scenario::KvPut;
+        let mut req = Vec::new();
+        KvWorkload::new(&config, &target(), 0).next_request(&mut req);
+        assert!(text(&req).starts_with("PUT /v1/kv/k?dc=dc2 HTTP/1.1\r\n"));
     }
 
     #[test]

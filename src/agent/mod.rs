@@ -86,15 +86,16 @@ pub fn node_meta(config: &AgentConfig) -> Vec<(String, String)> {
     meta
 }
 
-/// Consul's default tagged addresses for an agent's node.
-pub fn node_tagged_addresses(address: IpAddr) -> Vec<(String, String)> {
-    let text = address.to_string();
-    let family = if address.is_ipv4() { "ipv4" } else { "ipv6" };
+/// Consul's default tagged addresses for an agent's node: `lan` its advertised address,
+/// `wan` the one other datacenters reach it at (`advertise_addr_wan`), each also under its
+/// family's name.
+pub fn node_tagged_addresses(lan: IpAddr, wan: IpAddr) -> Vec<(String, String)> {
+    let family = |address: IpAddr| if address.is_ipv4() { "ipv4" } else { "ipv6" };
     vec![
-        ("lan".to_string(), text.clone()),
-        (format!("lan_{family}"), text.clone()),
-        ("wan".to_string(), text.clone()),
-        (format!("wan_{family}"), text),
+        ("lan".to_string(), lan.to_string()),
+        (format!("lan_{}", family(lan)), lan.to_string()),
+        ("wan".to_string(), wan.to_string()),
+        (format!("wan_{}", family(wan)), wan.to_string()),
     ]
 }
 
@@ -106,7 +107,7 @@ pub fn self_node_registration(config: &AgentConfig, identity: &Identity) -> Regi
         node: config.node_name.clone(),
         address: address.to_string(),
         datacenter: config.datacenter.clone(),
-        tagged_addresses: node_tagged_addresses(address),
+        tagged_addresses: node_tagged_addresses(address, config.advertise_wan()),
         node_meta: node_meta(config),
         ..Default::default()
     }

@@ -210,7 +210,61 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::CatalogDeregister => check_catalog_deregister(ctx, request, authz),
         Acl::CatalogApply => check_catalog_apply(ctx, request, authz),
         Acl::NodeWriteFromRest => authz.require(a.node_write(rest)),
+        Acl::Query => check_query(ctx, request, authz),
     }
+}
+
+/// Prepared queries (Consul's `PreparedQuery.Apply`, `Get` and `Explain` checks): a rule
+/// applies only to queries with a name or a template (`acl_prefix`); the list and the
+/// execution's results are filtered by their handler instead.
+fn check_query(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    use crate::store::query;
+    let a = &*authz.authorizer;
+    let version = ctx.current_version();
+    if request.rest.is_empty() {
+        if request.method != Method::Post {
+            return Ok(());
+        }
+        let Ok(body) = crate::consul::query::decode(request.body) else {
+            // The handler answers the decode error.
+            return Ok(());
+        };
+        return match body.acl_prefix() {
+            Some(prefix) => authz.require(a.query_write(prefix)),
+            None => Ok(()),
+        };
+    }
+    if request.rest.ends_with("/execute") {
+        return Ok(());
+    }
+    if let Some(id_or_name) = request.rest.strip_suffix("/explain") {
+        return match query::resolve(&version, id_or_name, "") {
+            Ok(Some(found)) => match found.acl_prefix() {
+                Some(prefix) => authz.require(a.query_read(prefix)),
+                None => Ok(()),
+            },
+            // The handler answers what resolving says.
+            _ => Ok(()),
+        };
+    }
+    let existing = query::get(&version, request.rest);
+    if let Some(prefix) = existing.and_then(|q| q.acl_prefix()) {
+        if is_read(request) {
+            authz.require(a.query_read(prefix))?;
+        } else {
+            authz.require(a.query_write(prefix))?;
+        }
+    }
+    if request.method == Method::Put && !request.body.iter().all(u8::is_ascii_whitespace) {
+        if let Some(prefix) = crate::consul::query::decode(request.body)
+            .ok()
+            .as_ref()
+            .and_then(|q| q.acl_prefix())
+        {
+            authz.require(a.query_write(prefix))?;
+        }
+    }
+    Ok(())
 }
 
 fn check_key(request: &Request, authz: &Authz) -> Result<(), ApiError> {

@@ -34,12 +34,11 @@ fn write_result(command: Command) -> Outcome {
     })
 }
 
-fn check_body_datacenter(ctx: &Context, datacenter: &str) -> Result<(), ApiError> {
-    if datacenter.is_empty() || datacenter.eq_ignore_ascii_case(&ctx.config().datacenter) {
-        Ok(())
-    } else {
-        Err(ApiError::Internal("No path to datacenter".to_string()))
-    }
+/// The other datacenter a registration body names (`Datacenter`), if any: Consul forwards
+/// the write there, as it does `?dc=`.
+fn body_datacenter(ctx: &Context, datacenter: &str) -> Option<String> {
+    (!datacenter.is_empty() && !datacenter.eq_ignore_ascii_case(&ctx.config().datacenter))
+        .then(|| datacenter.to_ascii_lowercase())
 }
 
 /// `PUT /v1/catalog/register`.
@@ -53,7 +52,9 @@ pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outco
             ApiError::bad_request(format!("Request decode failed: {e}"))
         }
     })?;
-    check_body_datacenter(ctx, &registration.datacenter)?;
+    if let Some(datacenter) = body_datacenter(ctx, &registration.datacenter) {
+        return Ok(Outcome::ForwardDatacenter(datacenter));
+    }
     Ok(write_result(Command::Catalog(CatalogOp::Register(
         Box::new(registration),
     ))))

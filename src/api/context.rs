@@ -32,6 +32,84 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// What a handler's deferred work (an [`Outcome::Async`](super::Outcome) future, which
+/// outlives the handler) may use: the shard's versions and read barrier, and requests to
+/// other datacenters' servers through the WAN router over the shard's own connections.
+#[derive(Clone)]
+pub struct Deferred {
+    shard: Rc<Shard>,
+    router: Arc<crate::cluster::router::Router>,
+}
+
+impl Deferred {
+    pub fn config(&self) -> &AgentConfig {
+        self.shard.config()
+    }
+
+    /// The WAN router: which datacenters exist and how near they are.
+    pub fn router(&self) -> &crate::cluster::router::Router {
+        &self.router
+    }
+
+    /// See [`Context::current_version`].
+    pub fn current_version(&self) -> StoreVersion {
+        self.shard.current_version()
+    }
+
+    /// See [`Context::query_meta`].
+    pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
+        query_meta_of(&self.shard, index, consistency)
+    }
+
+    /// Confirms leadership with a quorum round (a `?consistent` read's barrier); the
+    /// error is the answer when it fails.
+    pub async fn read_barrier(&self) -> Result<(), super::ApiError> {
+        let result = self.shard.read_barrier().await;
+        match super::ApiError::from_proposal(&result) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `request` (a complete HTTP/1.1 request) on a server of `datacenter` as if it
+    /// had arrived there, and returns its raw HTTP answer. A read is retried on another of
+    /// its servers when one cannot be reached.
+    pub async fn request_datacenter(
+        &self,
+        datacenter: &str,
+        request: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<bytes::Bytes, String> {
+        use crate::proto::rpc::kind;
+        let frame = self
+            .router
+            .forward(
+                &self.shard.forward,
+                datacenter,
+                kind::FORWARD_HTTP,
+                request,
+                timeout,
+                crate::cluster::servers::Retry::Always,
+            )
+            .await?;
+        if frame.kind != kind::FORWARD_HTTP_RESPONSE {
+            return Err(String::from_utf8_lossy(&frame.payload).into_owned());
+        }
+        Ok(frame.payload)
+    }
+}
+
+fn query_meta_of(shard: &Shard, index: u64, consistency: Consistency) -> QueryMeta {
+    let leader = shard.leader_contact();
+    QueryMeta {
+        index,
+        known_leader: leader.known,
+        last_contact_ms: leader.last_contact_ms,
+        consistency,
+        cache: None,
+    }
+}
+
 /// A handler's view of its shard and of the agent around it.
 pub struct Context {
     shard: Rc<Shard>,
@@ -231,14 +309,7 @@ impl Context {
 
     /// Consul's metadata for an answer at `index`, read with `consistency`.
     pub fn query_meta(&self, index: u64, consistency: Consistency) -> QueryMeta {
-        let leader = self.shard.leader_contact();
-        QueryMeta {
-            index,
-            known_leader: leader.known,
-            last_contact_ms: leader.last_contact_ms,
-            consistency,
-            cache: None,
-        }
+        query_meta_of(&self.shard, index, consistency)
     }
 
     /// The LAN gossip pool, when serf_lan is enabled.
@@ -254,6 +325,19 @@ impl Context {
     /// On a client agent, the servers its requests go to.
     pub fn servers(&self) -> &Arc<ServerManager> {
         &self.pools.servers
+    }
+
+    /// On a server, the other datacenters' servers (the WAN router).
+    pub fn router(&self) -> &Arc<crate::cluster::router::Router> {
+        &self.pools.router
+    }
+
+    /// What work that outlives the handler may use (a prepared query's failover).
+    pub fn deferred(&self) -> Deferred {
+        Deferred {
+            shard: self.shard.clone(),
+            router: self.pools.router.clone(),
+        }
     }
 
     /// Recent Consul user events heard on the LAN pool.

@@ -8,8 +8,8 @@
 //! coordinate into the catalog (`CatalogOp::Coordinates`) for what gossip cannot know:
 //! nodes outside the pool, such as the external nodes consul-esm measures. A read answers
 //! a pool member from the pool and any other catalog node from its stored coordinate; so
-//! does `?near=`. Members that left are not listed. `datacenters` lists this datacenter's
-//! servers from the WAN pool when it runs, else from the LAN pool.
+//! does `?near=`. Members that left are not listed. `datacenters` lists every
+//! datacenter's servers from the WAN pool when it runs, else this one's from the LAN pool.
 
 use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request, WriteOp};
 use crate::cluster::gossip::GossipHandle;
@@ -17,7 +17,7 @@ use crate::consul::body::{parse_json, Obj};
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
 use crate::store::catalog::{CatalogOp, CoordinateUpdate, NodeCoordinate};
-use crate::store::{Command, CommandResult};
+use crate::store::{Command, CommandResult, StoreVersion};
 use std::collections::HashMap;
 
 /// Consul's JSON for a coordinate.
@@ -41,8 +41,7 @@ fn from_stored(stored: &NodeCoordinate) -> Coordinate {
 }
 
 /// The coordinate the catalog stores for `node` (written by `/v1/coordinate/update`).
-fn stored_coordinate(ctx: &Context, node: &str) -> Option<Coordinate> {
-    let version = ctx.current_version();
+fn stored_coordinate(version: &StoreVersion, node: &str) -> Option<Coordinate> {
     let stored = version
         .catalog
         .coordinates
@@ -101,7 +100,16 @@ pub fn node_distance_seconds(ctx: &Context, a: &str, b: &str) -> Option<f64> {
 /// node with a known coordinate; `None` when gossip runs no pool or `near` has no coordinate
 /// (Consul then leaves the order alone).
 pub fn distances_from(ctx: &Context, near: &str) -> Option<HashMap<String, f64>> {
-    let handle = ctx.lan()?;
+    distances_from_handle(ctx.lan()?, &ctx.current_version(), near)
+}
+
+/// [`distances_from`] over a LAN pool handle and the store `version` holding the catalog's
+/// stored coordinates, for work that runs after its handler.
+pub fn distances_from_handle(
+    handle: &GossipHandle,
+    version: &StoreVersion,
+    near: &str,
+) -> Option<HashMap<String, f64>> {
     let near = if near == "_agent" {
         handle.local_name()
     } else {
@@ -114,10 +122,9 @@ pub fn distances_from(ctx: &Context, near: &str) -> Option<HashMap<String, f64>>
     } else {
         match coordinates.get(near) {
             Some(c) => c.clone(),
-            None => stored_coordinate(ctx, near)?,
+            None => stored_coordinate(version, near)?,
         }
     };
-    let version = ctx.current_version();
     let mut distances: HashMap<String, f64> = version
         .catalog
         .coordinates
@@ -154,6 +161,7 @@ pub fn sort_by_distance<T>(
     };
     let coordinates = handle.coordinates();
     let local = handle.local_coordinate();
+    let version = ctx.current_version();
     let lookup = |name: &str| -> Option<Coordinate> {
         if name == handle.local_name() {
             Some((*local).clone())
@@ -161,7 +169,7 @@ pub fn sort_by_distance<T>(
             coordinates
                 .get(name)
                 .cloned()
-                .or_else(|| stored_coordinate(ctx, name))
+                .or_else(|| stored_coordinate(&version, name))
         }
     };
     let Some(origin) = lookup(near) else {
@@ -238,39 +246,75 @@ fn node_entries(
     Ok(Outcome::Done)
 }
 
-/// `GET /v1/coordinate/datacenters`.
+/// `GET /v1/coordinate/datacenters`: every datacenter's servers with their WAN
+/// coordinates, by datacenter name (Consul's `GetDatacenterMaps`). A client agent asks its
+/// server.
 pub fn datacenters(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(Outcome::Forward);
+    }
     let datacenter = ctx.config().datacenter.clone();
-    let coordinates: Vec<serde_json::Value> = match super::members::wan_handle(ctx) {
-        Some(wan) => node_coordinates(&wan)
+    if let Some(wan) = super::members::wan_handle(ctx) {
+        let servers: HashMap<String, String> = wan
+            .members()
             .iter()
-            .map(|(name, c)| serde_json::json!({ "Node": name, "Coord": coordinate_json(c) }))
-            .collect(),
-        None => {
-            let lan = super::members::lan_handle(ctx)?;
-            let servers: std::collections::HashSet<String> = lan
-                .members()
-                .iter()
-                .filter(|m| m.tags.get("role").map(String::as_str) == Some("consul"))
-                .map(|m| m.name.clone())
-                .collect();
-            node_coordinates(&lan)
-                .iter()
-                .filter(|(name, _)| servers.contains(name))
-                .map(|(name, c)| {
-                    serde_json::json!({ "Node": format!("{name}.{datacenter}"), "Coord": coordinate_json(c) })
-                })
-                .collect()
+            .filter(|m| m.status != MemberStatus::Left)
+            .filter_map(|m| {
+                let server = crate::cluster::pools::server_of(m)?;
+                Some((m.name.clone(), server.datacenter))
+            })
+            .collect();
+        // Every datacenter with a server is listed, with the coordinates known so far (a
+        // server not probed yet has none), as Consul's `GetDatacenterMaps`.
+        let mut maps: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+            std::collections::BTreeMap::new();
+        maps.entry(datacenter).or_default();
+        for dc in servers.values() {
+            maps.entry(dc.clone()).or_default();
         }
-    };
+        for (name, c) in node_coordinates(&wan) {
+            if let Some(dc) = servers.get(&name) {
+                maps.entry(dc.clone())
+                    .or_default()
+                    .push(serde_json::json!({ "Node": name, "Coord": coordinate_json(&c) }));
+            }
+        }
+        let body: Vec<serde_json::Value> = maps
+            .into_iter()
+            .map(|(dc, coordinates)| {
+                serde_json::json!({
+                    "Datacenter": dc,
+                    "AreaID": "wan",
+                    "Coordinates": coordinates,
+                })
+            })
+            .collect();
+        reply.json(200, b"", &body);
+        return Ok(Outcome::Done);
+    }
+    // No WAN pool (`-serf-wan-port=-1`): this datacenter's servers from the LAN pool.
+    let lan = super::members::lan_handle(ctx)?;
+    let servers: std::collections::HashSet<String> = lan
+        .members()
+        .iter()
+        .filter(|m| m.tags.get("role").map(String::as_str) == Some("consul"))
+        .map(|m| m.name.clone())
+        .collect();
+    let coordinates: Vec<serde_json::Value> = node_coordinates(&lan)
+        .iter()
+        .filter(|(name, _)| servers.contains(name))
+        .map(|(name, c)| {
+            serde_json::json!({ "Node": format!("{name}.{datacenter}"), "Coord": coordinate_json(c) })
+        })
+        .collect();
     let body = serde_json::json!([{
         "Datacenter": datacenter,
-        "AreaID": "WAN",
+        "AreaID": "wan",
         "Coordinates": coordinates,
     }]);
     reply.json(200, b"", &body);

@@ -30,12 +30,14 @@ pub mod kv;
 pub mod members;
 pub mod operator;
 pub mod peer;
+pub mod query;
 pub mod routes;
 pub mod server;
 pub mod session;
 pub mod shared_answers;
 pub mod snapshot;
 pub mod status;
+pub mod translate;
 pub mod txn;
 pub mod ui;
 pub mod ui_assets;
@@ -371,7 +373,19 @@ impl QueryOptions {
     }
 }
 
-/// Checks `?dc`: our own datacenter is fine, any other gets Consul's error.
+/// The other datacenter `?dc=` names (lowercased), if it names one: a request for it is
+/// answered there ([`routes::Route::serve`] hands it over before any check).
+pub fn other_datacenter(ctx: &Context, query: &QueryParams) -> Option<String> {
+    match query.get("dc") {
+        None | Some("") => None,
+        Some(dc) if dc.eq_ignore_ascii_case(&ctx.config().datacenter) => None,
+        Some(dc) => Some(dc.to_ascii_lowercase()),
+    }
+}
+
+/// Checks `?dc`: our own datacenter is fine, any other gets Consul's error. Routes that
+/// forward across datacenters never get here with another one; the rest (the agent's own
+/// endpoints, local lists) refuse it.
 pub fn check_datacenter(ctx: &Context, query: &QueryParams) -> Result<(), ApiError> {
     match query.get("dc") {
         None | Some("") => Ok(()),
@@ -460,6 +474,9 @@ pub enum Outcome {
     Leader(LeaderOp),
     /// This server cannot answer; run the request on the leader.
     Forward,
+    /// The request names another datacenter (`?dc=`, lowercased): a server sends it to a
+    /// server of that datacenter through the WAN router, a client agent to its server.
+    ForwardDatacenter(String),
     /// Local work that must wait (a gossip join, leave, keyring query, event wait); the
     /// future yields how to answer.
     Async(AsyncOp),

@@ -14,8 +14,8 @@
 
 use super::{
     acl, agent, agent_local, authz, catalog, client_tokens, coordinate, debug, event, health,
-    internal_dns, keyring, kv, members, operator, session, snapshot, status, txn, ui, ApiError,
-    Context, Outcome, Reply, Request,
+    internal_dns, keyring, kv, members, operator, query, session, snapshot, status, txn, ui,
+    ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -130,6 +130,10 @@ pub enum Acl {
     CatalogApply,
     /// `node:write` on the node in the path: one node's rows for its agent's anti-entropy.
     NodeWriteFromRest,
+    /// Prepared queries: `query:write` on the name of a query written (the body's, and the
+    /// stored one's on update and delete), `query:read` on one read or explained; lists
+    /// and executions filter their rows.
+    Query,
 }
 
 /// The first `api.http` series of each route (one series per method it serves), by its
@@ -194,6 +198,7 @@ const GET_PUT: &[Method] = &[Method::Get, Method::Put];
 const POST_PUT: &[Method] = &[Method::Post, Method::Put];
 const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
+const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
     AclByMethod, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
@@ -274,6 +279,10 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/session/list"),                    GET,                 Standard, BLOCKS,  Filtered,   session::list),
 
     route(Exact("/v1/txn"),                             PUT,                 Txn,      BLOCKS,  Acl::Txn,   txn::handle),
+
+    route(Exact("/v1/query"),                           GET_POST,            Standard, BLOCKS,  Acl::Query, query::general),
+    route(Prefix("/v1/query/"),                         GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Query, query::specific),
+    route(Exact(query::EXECUTE_REMOTE_PATH),            GET,                 Standard, BLOCKS,  Filtered,   query::execute_remote),
 
     route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, Filtered,   agent_local::services),
     route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, Filtered,   agent_local::checks),
@@ -448,6 +457,20 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
     Err(ApiError::BadRequest(refusal))
 }
 
+/// Routes that answer `?dc=` with this datacenter's view or refuse another one, as Consul's
+/// do: the agent's own endpoints aside (never forwarded), the lists that are the same from
+/// every datacenter, the keyring (which acts on the WAN pool itself) and the internal
+/// endpoints a datacenter's own agents use.
+const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
+    "/v1/event/list",
+    "/v1/catalog/datacenters",
+    "/v1/coordinate/datacenters",
+    "/v1/operator/keyring",
+    APPLY_PATH,
+    NODE_STATE_PATH,
+    remote::CHANGES_PATH,
+];
+
 impl Route {
     /// Answered from the agent's own state and gossip, never forwarded to a server:
     /// `/v1/agent/*`, user events, coordinates and the gossip keyring. On a client agent
@@ -462,6 +485,13 @@ impl Route {
         ]
         .iter()
         .any(|prefix| path.starts_with(prefix))
+    }
+
+    /// Whether a request naming another datacenter (`?dc=`) is answered by that
+    /// datacenter's servers, as Consul forwards its RPC: everything but the agent's own
+    /// endpoints and [`ANSWERED_IN_THIS_DATACENTER`].
+    pub fn forwards_across_datacenters(&self) -> bool {
+        !self.answered_by_agent() && !ANSWERED_IN_THIS_DATACENTER.contains(&self.path.text())
     }
 
     /// Answers OPTIONS with the allowed methods, refuses any other method the route does not
@@ -485,6 +515,13 @@ impl Route {
             return Ok(Outcome::Done);
         }
         refuse_enterprise_scope(request)?;
+        if self.forwards_across_datacenters() {
+            // Another datacenter's servers check and answer it, as Consul forwards the RPC
+            // before it resolves the token.
+            if let Some(datacenter) = super::other_datacenter(ctx, &request.query) {
+                return Ok(Outcome::ForwardDatacenter(datacenter));
+            }
+        }
         // The one place a request's token is checked: no handler runs before its rule.
         // A client agent holds no ACL tables: what it forwards is checked by the server
         // that answers, and what it answers itself needs the agent's own permissions.

@@ -392,7 +392,7 @@ fn dispatch_buffered(
                 "only a finished answer has a body to stream"
             );
             let forward = match outcome {
-                Outcome::Forward => Some((
+                Outcome::Forward | Outcome::ForwardDatacenter(_) => Some((
                     reframe_for_forwarding(
                         input,
                         head,
@@ -1077,6 +1077,79 @@ async fn complete(
             .await;
             Ok(None)
         }
+        Outcome::ForwardDatacenter(datacenter) => {
+            let (payload, timeout) = forward.expect("a forward outcome carries its request");
+            Box::pin(forward_to_datacenter(
+                server,
+                &datacenter,
+                payload,
+                timeout,
+                output,
+                keep_alive,
+            ))
+            .await;
+            Ok(None)
+        }
+    }
+}
+
+/// Whether a failed forwarded request may be sent to another server: reads may; a write
+/// only when it certainly never left this agent.
+fn forward_retry(payload: &[u8]) -> Retry {
+    let read = payload.starts_with(b"GET ") || payload.starts_with(b"HEAD ");
+    if read {
+        Retry::Always
+    } else {
+        Retry::NotSent
+    }
+}
+
+/// Hands a request for another datacenter to a server of it and copies its raw answer into
+/// `output`. A client agent sends it to its own server, which makes the hop; a server
+/// sends it through the WAN router, which fails over among that datacenter's servers.
+async fn forward_to_datacenter(
+    server: &Server,
+    datacenter: &str,
+    payload: Vec<u8>,
+    timeout: Duration,
+    output: &mut Vec<u8>,
+    keep_alive: bool,
+) {
+    let retry = forward_retry(&payload);
+    let answer = if server.shard.is_client() {
+        servers::call(
+            server.context.servers(),
+            &server.shard.forward,
+            kind::FORWARD_HTTP,
+            &payload,
+            timeout,
+            retry,
+        )
+        .await
+    } else {
+        server
+            .context
+            .router()
+            .forward(
+                &server.shard.forward,
+                datacenter,
+                kind::FORWARD_HTTP,
+                &payload,
+                timeout,
+                retry,
+            )
+            .await
+    };
+    let start = output.len();
+    write_forwarded_answer(answer, output, keep_alive);
+    if server.shard.config().translate_wan_addrs {
+        crate::api::translate::translate_answer(
+            &server.context,
+            &payload,
+            datacenter,
+            output,
+            start,
+        );
     }
 }
 
@@ -1143,17 +1216,14 @@ async fn forward_to_leader(
 ) {
     if server.shard.is_client() {
         // A client agent sends it to the server its server manager picks, which fails
-        // over to the next server when this one cannot be reached. Reads may be repeated
-        // on another server; a write only when it certainly never left this agent.
-        let read = payload.starts_with(b"GET ") || payload.starts_with(b"HEAD ");
-        let retry = if read { Retry::Always } else { Retry::NotSent };
+        // over to the next server when this one cannot be reached.
         let answer = servers::call(
             server.context.servers(),
             &server.shard.forward,
             kind::FORWARD_HTTP,
             &payload,
             timeout,
-            retry,
+            forward_retry(&payload),
         )
         .await;
         write_forwarded_answer(answer, output, keep_alive);
@@ -1297,7 +1367,9 @@ async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
     if let Some(mut tail) = tail {
         tail.fill_all(&mut output);
     }
-    if matches!(outcome, Outcome::Forward) && hops >= FORWARD_HOPS_MAX {
+    if matches!(outcome, Outcome::Forward | Outcome::ForwardDatacenter(_))
+        && hops >= FORWARD_HOPS_MAX
+    {
         http::write_response(
             &mut output,
             500,

@@ -52,12 +52,18 @@ pub fn peers(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     Ok(Outcome::Done)
 }
 
-/// Datacenters this agent knows, its own first. WAN federation will extend the list.
+/// Every datacenter the WAN pool shows, nearest first by estimated round trip (this one
+/// first), as Consul's `Catalog.ListDatacenters`. A client agent asks its server.
 pub fn datacenters(
     ctx: &Context,
     _request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    reply.json(200, b"", &[ctx.config().datacenter.as_str()]);
+    if ctx.is_client() {
+        return Ok(Outcome::Forward);
+    }
+    let datacenters = ctx.router().datacenters_by_distance();
+    debug_assert!(datacenters.contains(&ctx.config().datacenter));
+    reply.json(200, b"", &datacenters);
     Ok(Outcome::Done)
 }

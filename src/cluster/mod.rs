@@ -4,12 +4,14 @@
 //! every other part of the agent a [`gossip::GossipHandle`]; [`pools`] sets up the LAN and
 //! WAN pools with Consul's tags, joins them, and turns membership into the server list the
 //! raft thread bootstraps and reconciles from (or, on a client agent, into the server it
-//! forwards to, kept by [`servers`]); [`reconcile`] maps members to the catalog registrations the leader keeps;
+//! forwards to, kept by [`servers`]); [`router`] keeps, on a server, the other datacenters'
+//! servers from the WAN pool; [`reconcile`] maps members to the catalog registrations the leader keeps;
 //! [`user_events`] keeps the Consul user events heard on the LAN pool.
 
 pub mod gossip;
 pub mod pools;
 pub mod reconcile;
+pub mod router;
 pub mod servers;
 pub mod user_events;
 
@@ -19,7 +21,6 @@ use user_events::EventLog;
 
 /// The agent's gossip pools and the user events heard on them: one per agent, shared by
 /// every shard (the handles are `Send + Sync` and cheap to clone).
-#[derive(Default)]
 pub struct Pools {
     /// The LAN pool, when serf_lan is enabled.
     pub lan: Option<GossipHandle>,
@@ -29,4 +30,7 @@ pub struct Pools {
     pub events: Arc<EventLog>,
     /// On a client agent, the servers its RPCs go to (empty on a server).
     pub servers: Arc<servers::ServerManager>,
+    /// On a server, the other datacenters' servers as the WAN pool shows them (no route
+    /// anywhere on a client agent, which sends every `?dc=` request to its server).
+    pub router: Arc<router::Router>,
 }

@@ -114,7 +114,8 @@ pub fn wan_pool(
     if !config.server || config.ports.serf_wan < 0 {
         return Ok(None);
     }
-    let advertise = config.advertise();
+    // Other datacenters reach this server at its WAN address (`advertise_addr_wan`).
+    let advertise = config.advertise_wan();
     let port = config.ports.serf_wan as u16;
     let name = format!("{}.{}", config.node_name, config.datacenter);
     let mut gossip = GossipConfig::consul_wan(name, advertise, port);
@@ -124,11 +125,12 @@ pub fn wan_pool(
     tags.remove("wan_join_port");
     gossip.tags = tags;
     gossip.keys = encryption_keys(config)?;
+    // Bound where the LAN pool is: a WAN address may be a translated one this host lacks.
     let bind = SocketAddr::new(
         if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
-            advertise
+            config.advertise()
         },
         port,
     );
@@ -195,45 +197,83 @@ pub async fn member_watch(shared: Arc<Shared>, handle: GossipHandle) {
     }
 }
 
-/// Joins the pool: `start_join` addresses once, `retry_join` addresses until one succeeds,
-/// with backoff from one second up to `retry_interval`.
+/// Joins the LAN pool: `start_join` addresses once, `retry_join` addresses until one
+/// succeeds, with backoff from one second up to `retry_interval`, at most `retry_max` times.
 pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
-    if !config.start_join.is_empty() {
-        match handle.join(&config.start_join).await {
-            Ok(n) => log::info!("agent: joined {n} nodes via -join"),
-            Err(e) => log::warn!("agent: -join failed: {e}"),
-        }
-    }
-    if config.retry_join.is_empty() {
-        return;
-    }
-    let retry_interval = config
-        .raw_str("retry_interval")
+    let joins = Joins {
+        start: config.start_join.clone(),
+        retry: config.retry_join.clone(),
+        retry_interval: raw_duration(&config, "retry_interval"),
+        retry_max: raw_count(&config, "retry_max"),
+        flags: ("-join", "-retry-join"),
+    };
+    joins.run(&handle).await
+}
+
+/// What to join and how to retry: the LAN pool's keys, or the WAN pool's `*_wan` ones.
+struct Joins {
+    start: Vec<String>,
+    retry: Vec<String>,
+    retry_interval: Duration,
+    /// 0: no limit.
+    retry_max: u64,
+    /// The flag names, for the log.
+    flags: (&'static str, &'static str),
+}
+
+fn raw_duration(config: &AgentConfig, key: &str) -> Duration {
+    config
+        .raw_str(key)
         .and_then(|t| crate::proto::duration::parse_go_duration(t).ok())
-        .unwrap_or(RETRY_INTERVAL_DEFAULT);
-    let retry_max: u64 = config
-        .raw
-        .get("retry_max")
-        .and_then(|v| v.as_u64())
-        .unwrap_or(0);
-    let mut delay = JOIN_RETRY_FIRST.min(retry_interval);
-    let mut attempts = 0u64;
-    loop {
-        attempts += 1;
-        match handle.join(&config.retry_join).await {
-            Ok(n) if n > 0 => {
-                log::info!("agent: joined {n} nodes via -retry-join");
-                return;
+        .unwrap_or(RETRY_INTERVAL_DEFAULT)
+}
+
+fn raw_count(config: &AgentConfig, key: &str) -> u64 {
+    config.raw.get(key).and_then(|v| v.as_u64()).unwrap_or(0)
+}
+
+fn raw_list(config: &AgentConfig, key: &str) -> Vec<String> {
+    match config.raw.get(key) {
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        Some(serde_json::Value::String(one)) => vec![one.clone()],
+        _ => Vec::new(),
+    }
+}
+
+impl Joins {
+    async fn run(&self, handle: &GossipHandle) {
+        let (start_flag, retry_flag) = self.flags;
+        if !self.start.is_empty() {
+            match handle.join(&self.start).await {
+                Ok(n) => log::info!("agent: joined {n} nodes via {start_flag}"),
+                Err(e) => log::warn!("agent: {start_flag} failed: {e}"),
             }
-            Ok(_) => log::warn!("agent: -retry-join reached no node; retrying in {delay:?}"),
-            Err(e) => log::warn!("agent: -retry-join failed: {e}; retrying in {delay:?}"),
         }
-        if retry_max > 0 && attempts >= retry_max {
-            log::error!("agent: -retry-join gave up after {attempts} attempts");
+        if self.retry.is_empty() {
             return;
         }
-        monoio::time::sleep(delay).await;
-        delay = (delay * 2).min(retry_interval);
+        let mut delay = JOIN_RETRY_FIRST.min(self.retry_interval);
+        let mut attempts = 0u64;
+        loop {
+            attempts += 1;
+            match handle.join(&self.retry).await {
+                Ok(n) if n > 0 => {
+                    log::info!("agent: joined {n} nodes via {retry_flag}");
+                    return;
+                }
+                Ok(_) => log::warn!("agent: {retry_flag} reached no node; retrying in {delay:?}"),
+                Err(e) => log::warn!("agent: {retry_flag} failed: {e}; retrying in {delay:?}"),
+            }
+            if self.retry_max > 0 && attempts >= self.retry_max {
+                log::error!("agent: {retry_flag} gave up after {attempts} attempts");
+                return;
+            }
+            monoio::time::sleep(delay).await;
+            delay = (delay * 2).min(self.retry_interval);
+        }
     }
 }
 
@@ -274,7 +314,7 @@ pub async fn client_router(
         let members = handle.members();
         manager.set_alive(&alive_servers(&members, &shared.config.datacenter));
         if Instant::now() >= rebalance_at {
-            rebalance(&manager, &pings).await;
+            rebalance(&manager, &pings, None).await;
             let stagger_max = servers::CLIENT_RPC_MIN_REUSE / servers::CLIENT_RPC_JITTER_FRACTION;
             let stagger = stagger_max.mul_f64(rand::random_range(0.0..1.0));
             let interval =
@@ -342,14 +382,26 @@ pub async fn client_router(
 }
 
 /// Consul's `RebalanceServers`: shuffles the list and moves the first server that answers a
-/// ping to the front; when none answers the list stays as it is.
-async fn rebalance(manager: &servers::ServerManager, pings: &ForwardPool) {
+/// ping to the front; when none answers the list stays as it is. `datacenter` names the
+/// servers' datacenter when it is not this agent's (the WAN router's lists).
+pub(crate) async fn rebalance(
+    manager: &servers::ServerManager,
+    pings: &ForwardPool,
+    datacenter: Option<&str>,
+) {
     let order = manager.list().shuffled(&mut |n| rand::random_range(0..n));
     let mut healthy = None;
     for server in &order {
         match pings
-            .call(server.addr, kind::PING, b"", servers::PING_TIMEOUT)
+            .call_checked_in(
+                datacenter,
+                server.addr,
+                kind::PING,
+                b"",
+                servers::PING_TIMEOUT,
+            )
             .await
+            .map_err(|failure| failure.reason)
         {
             Ok(frame) if frame.kind == kind::PONG => {
                 healthy = Some(server);
@@ -368,46 +420,29 @@ async fn rebalance(manager: &servers::ServerManager, pings: &ForwardPool) {
 /// How often a server checks that every server of its datacenter is in the WAN pool.
 const WAN_FLOOD_INTERVAL: Duration = Duration::from_secs(5);
 
-/// A server's WAN pool upkeep: joins `start_join_wan` / `retry_join_wan` (retrying the
-/// latter until it succeeds), and floods the datacenter's servers from the LAN pool into
-/// the WAN pool through their `wan_join_port` tags, as Consul's flood joiner does, so
-/// every server of a datacenter is in the WAN pool without configuration.
+/// A server's WAN pool upkeep: joins `start_join_wan` once and `retry_join_wan` until one
+/// succeeds (backing off up to `retry_interval_wan`, at most `retry_max_wan` times), and
+/// floods the datacenter's servers from the LAN pool into the WAN pool through their
+/// `wan_join_port` tags, as Consul's flood joiner does, so every server of a datacenter is
+/// in the WAN pool without configuration.
 pub async fn wan_loop(shared: Arc<Shared>, lan: GossipHandle, wan: GossipHandle) {
-    let raw_list = |key: &str| -> Vec<String> {
-        match shared.config.raw.get(key) {
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect(),
-            Some(serde_json::Value::String(one)) => vec![one.clone()],
-            _ => Vec::new(),
-        }
+    let config = &shared.config;
+    let joins = Joins {
+        start: raw_list(config, "start_join_wan"),
+        retry: raw_list(config, "retry_join_wan"),
+        retry_interval: raw_duration(config, "retry_interval_wan"),
+        retry_max: raw_count(config, "retry_max_wan"),
+        flags: ("-join-wan", "-retry-join-wan"),
     };
-    let start = raw_list("start_join_wan");
-    if !start.is_empty() {
-        match wan.join(&start).await {
-            Ok(n) => log::info!("agent: joined {n} nodes via -join-wan"),
-            Err(e) => log::warn!("agent: -join-wan failed: {e}"),
-        }
-    }
-    let mut retry = raw_list("retry_join_wan");
-    let datacenter = shared.config.datacenter.clone();
+    let joiner = wan.clone();
+    monoio::spawn(async move { joins.run(&joiner).await });
+    let datacenter = config.datacenter.clone();
     loop {
         if shared
             .shutting_down
             .load(std::sync::atomic::Ordering::Relaxed)
         {
             return;
-        }
-        if !retry.is_empty() {
-            match wan.join(&retry).await {
-                Ok(n) if n > 0 => {
-                    log::info!("agent: joined {n} nodes via -retry-join-wan");
-                    retry.clear();
-                }
-                Ok(_) => log::warn!("agent: -retry-join-wan reached no node"),
-                Err(e) => log::warn!("agent: -retry-join-wan failed: {e}"),
-            }
         }
         let wan_members = wan.members();
         for member in lan.members().iter() {

@@ -468,6 +468,21 @@ pub async fn call(
     timeout: Duration,
     retry: Retry,
 ) -> Result<Frame, String> {
+    call_in(manager, pool, None, kind, payload, timeout, retry).await
+}
+
+/// [`call`] to the servers of `datacenter` (`None`: this agent's own), whose name a TLS
+/// connection asks for: the WAN router's calls (`cluster::router`) go through here with the
+/// remote datacenter's list.
+pub async fn call_in(
+    manager: &ServerManager,
+    pool: &ForwardPool,
+    datacenter: Option<&str>,
+    kind: u8,
+    payload: &[u8],
+    timeout: Duration,
+    retry: Retry,
+) -> Result<Frame, String> {
     let started = Instant::now();
     let mut attempts = 0usize;
     loop {
@@ -481,7 +496,10 @@ pub async fn call(
         attempts += 1;
         // Counted per attempt, as Consul's client counts each try.
         telemetry::incr(Counter::ClientRpc);
-        let failure = match pool.call_checked(addr, kind, payload, timeout).await {
+        let failure = match pool
+            .call_checked_in(datacenter, addr, kind, payload, timeout)
+            .await
+        {
             Ok(frame) => return Ok(frame),
             Err(failure) => failure,
         };

@@ -84,6 +84,12 @@ pub struct AgentConfig {
     pub data_dir: Option<PathBuf>,
     pub bind_addr: IpAddr,
     pub advertise_addr: Option<IpAddr>,
+    /// `advertise_addr_wan`: where other datacenters reach this server (its WAN pool
+    /// address and its node's `wan` tagged address); `advertise_addr` when not set.
+    pub advertise_addr_wan: Option<IpAddr>,
+    /// `translate_wan_addrs`: answers about another datacenter's nodes carry their WAN
+    /// addresses (HTTP catalog, health and prepared-query answers, and DNS).
+    pub translate_wan_addrs: bool,
     pub client_addrs: Vec<IpAddr>,
     /// Where the HTTP, HTTPS and DNS listeners bind (`addresses.*`, each defaulting to
     /// `client_addr`).
@@ -150,6 +156,12 @@ impl AgentConfig {
             return self.bind_addr;
         }
         guess_private_address().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    }
+
+    /// The address other datacenters reach this agent at: `advertise_addr_wan`, else
+    /// [`AgentConfig::advertise`].
+    pub fn advertise_wan(&self) -> IpAddr {
+        self.advertise_addr_wan.unwrap_or_else(|| self.advertise())
     }
 
     pub fn raw_str(&self, key: &str) -> Option<&str> {
@@ -408,6 +420,10 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let advertise_addr = get_string(&raw, "advertise_addr")?
         .map(|t| parse_ip("advertise_addr", &t))
         .transpose()?;
+    let advertise_addr_wan = get_string(&raw, "advertise_addr_wan")?
+        .map(|t| parse_ip("advertise_addr_wan", &t))
+        .transpose()?;
+    let translate_wan_addrs = get_bool(&raw, "translate_wan_addrs")?.unwrap_or(false);
     let client_text = get_string(&raw, "client_addr")?.unwrap_or_else(|| "127.0.0.1".to_string());
     let client_addrs = client_text
         .split_whitespace()
@@ -526,6 +542,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         data_dir,
         bind_addr,
         advertise_addr,
+        advertise_addr_wan,
+        translate_wan_addrs,
         client_addrs,
         addresses,
         ports,
@@ -1155,6 +1173,9 @@ pub struct DnsConfig {
     pub only_passing: bool,
     pub enable_additional_node_meta_txt: bool,
     pub soa: SoaConfig,
+    /// The top-level `translate_wan_addrs`: answers about another datacenter's nodes use
+    /// their `wan` tagged addresses.
+    pub translate_wan_addrs: bool,
 }
 
 impl Default for DnsConfig {
@@ -1181,6 +1202,7 @@ impl Default for DnsConfig {
                 expire_seconds: 86_400,
                 min_ttl_seconds: 0,
             },
+            translate_wan_addrs: false,
         }
     }
 }
@@ -1262,7 +1284,10 @@ pub fn parse_recursor(text: &str) -> Result<SocketAddr, String> {
 }
 
 fn dns_config_from(raw: &Map<String, Value>) -> Result<DnsConfig, String> {
-    let mut config = DnsConfig::default();
+    let mut config = DnsConfig {
+        translate_wan_addrs: get_bool(raw, "translate_wan_addrs")?.unwrap_or(false),
+        ..DnsConfig::default()
+    };
     if let Some(domain) = get_string(raw, "domain")? {
         config.domain = normalize_domain("domain", &domain)?;
     }

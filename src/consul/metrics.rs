@@ -132,6 +132,7 @@ catalogue! {
         CatalogRegister => def("catalog.register", "Time to complete a catalog registration on the leader, in ms."),
         CatalogDeregister => def("catalog.deregister", "Time to complete a catalog deregistration on the leader, in ms."),
         SessionApply => def("session.apply", "Time to complete a session create or destroy on the leader, in ms."),
+        PreparedQueryApply => def("prepared-query.apply", "Time to complete a prepared-query write on the leader, in ms."),
         AclResolveToken => def("acl.ResolveToken", "Time to resolve a token to its authorizer, in ms."),
         AclTokenUpsert => def("acl.token.upsert", "Time to complete a token create or update on the leader, in ms."),
         AclTokenClone => def("acl.token.clone", "Time to complete a token clone on the leader, in ms."),
@@ -212,6 +213,7 @@ pub fn write_sample(command: &crate::store::Command) -> Option<Sample> {
             AclOp::BindingRuleDelete { .. } => Sample::AclBindingRuleDelete,
             AclOp::Initialize { .. } | AclOp::ReapExpiredTokens { .. } => return None,
         },
+        Command::Query(_) => Sample::PreparedQueryApply,
         Command::Restore(_) | Command::Autopilot(_) => return None,
     })
 }

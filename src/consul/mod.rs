@@ -19,6 +19,7 @@ pub mod filter;
 pub mod json;
 pub mod metrics;
 pub mod node_state;
+pub mod query;
 pub mod registration;
 pub mod render;
 pub mod user_event;

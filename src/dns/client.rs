@@ -169,41 +169,51 @@ impl ClientDns {
         }
     }
 
-    /// Asks the server for `lookups`. Rows read from a version at least as new as the feed's
-    /// position are cached; all are returned for the question being completed.
+    /// Asks the servers for `lookups`: this datacenter's rows in one lookup request, and
+    /// each other datacenter's rows and each prepared query in one more (which the server
+    /// forwards or executes). Local rows read from a version at least as new as the feed's
+    /// position are cached; nothing else is. All are returned for the question being
+    /// completed.
     pub async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
-        let body = remote::encode_lookups(lookups);
-        let query = if self.settings.config.allow_stale {
-            format!(
-                "?stale&max_stale={}s",
-                self.settings.config.max_stale.as_secs()
-            )
-        } else {
-            String::new()
+        let config = &self.settings.config;
+        let token_header = self.token_header();
+        let options = remote::FetchOptions {
+            stale_within: config.allow_stale.then_some(config.max_stale),
+            agent_node: &self.settings.local.node_name,
+            token_header: &token_header,
         };
-        let mut request = format!(
-            "PUT {}{query} HTTP/1.1\r\nHost: praetor\r\n{}Content-Length: {}\r\n\r\n",
-            remote::LOOKUP_PATH,
-            self.token_header(),
-            body.len()
-        )
-        .into_bytes();
-        request.extend_from_slice(&body);
-        let answer = self.call(&request, FETCH_TIMEOUT).await?;
-        if self.feed_contact.get().is_none() {
-            let _ = self.feed_wake.0.try_send(());
-        }
-        let reply = remote::decode_lookup_reply(&answer, lookups)?;
-        let cache = self.caching()
-            && self.feed_contact.get().is_some()
-            && reply.index >= self.feed_index.get();
-        let rows: Vec<(Lookup, LookupResult)> =
-            lookups.iter().cloned().zip(reply.results).collect();
-        if cache {
-            let mut cached = self.rows.borrow_mut();
-            for (lookup, result) in &rows {
-                cached.insert(lookup.clone(), result.clone());
+        let mut rows = Vec::with_capacity(lookups.len());
+        for fetch in remote::plan_fetches(lookups) {
+            let local = fetch.target == (remote::FetchTarget::Rows { datacenter: None });
+            let timeout = if local {
+                FETCH_TIMEOUT
+            } else {
+                super::elsewhere::ELSEWHERE_FETCH_TIMEOUT
+            };
+            let (status, body) = self.call_raw(&fetch.request(&options), timeout).await?;
+            if self.feed_contact.get().is_none() {
+                let _ = self.feed_wake.0.try_send(());
             }
+            if !local {
+                rows.extend(fetch.results(status, &body)?);
+                continue;
+            }
+            if status != 200 {
+                return Err(String::from_utf8_lossy(&body).into_owned());
+            }
+            let reply = remote::decode_lookup_reply(&body, &fetch.lookups)?;
+            let cache = self.caching()
+                && self.feed_contact.get().is_some()
+                && reply.index >= self.feed_index.get();
+            let fetched: Vec<(Lookup, LookupResult)> =
+                fetch.lookups.iter().cloned().zip(reply.results).collect();
+            if cache {
+                let mut cached = self.rows.borrow_mut();
+                for (lookup, result) in &fetched {
+                    cached.insert(lookup.clone(), result.clone());
+                }
+            }
+            rows.extend(fetched);
         }
         Ok(rows)
     }
@@ -211,6 +221,15 @@ impl ClientDns {
     /// One forwarded HTTP request to the server in use (failing over as the server manager
     /// does); the body of its 200 answer.
     async fn call(&self, request: &[u8], timeout: Duration) -> Result<Vec<u8>, String> {
+        let (status, body) = self.call_raw(request, timeout).await?;
+        if status != 200 {
+            return Err(String::from_utf8_lossy(&body).into_owned());
+        }
+        Ok(body)
+    }
+
+    /// One forwarded HTTP request to the server in use: the status and body of its answer.
+    async fn call_raw(&self, request: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
         if self.servers.pick().is_none() {
             return Err(servers::NO_SERVERS.to_string());
         }
@@ -226,17 +245,9 @@ impl ClientDns {
         if frame.kind != kind::FORWARD_HTTP_RESPONSE {
             return Err(String::from_utf8_lossy(&frame.payload).into_owned());
         }
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut headers);
-        let head_len = match response.parse(&frame.payload) {
-            Ok(httparse::Status::Complete(head_len)) => head_len,
-            _ => return Err("malformed answer from the server".to_string()),
-        };
-        let body = &frame.payload[head_len..];
-        if response.code != Some(200) {
-            return Err(String::from_utf8_lossy(body).into_owned());
-        }
-        Ok(body.to_vec())
+        let (status, body) = super::elsewhere::split_response(&frame.payload)
+            .map_err(|e| format!("{e} from the server"))?;
+        Ok((status, body.to_vec()))
     }
 
     /// Applies one feed answer to the caches.
@@ -317,19 +328,8 @@ impl ClientDns {
         }
     }
 
-    /// With ACLs on, the agent's `default` token, which the server filters the rows with,
-    /// as Consul's DNS reads with it; nothing for the anonymous token.
     fn token_header(&self) -> String {
-        if !self.shard.config().acl.enabled {
-            return String::new();
-        }
-        let tokens = self.shard.shared().acl_tokens.read();
-        match tokens.ok().and_then(|t| t.default.clone()) {
-            Some(token) if !token.is_empty() && !token.contains(['\r', '\n']) => {
-                format!("X-Consul-Token: {token}\r\n")
-            }
-            _ => String::new(),
-        }
+        token_header(&self.shard)
     }
 
     async fn poll_feed(&self) -> Result<FeedReply, String> {
@@ -445,5 +445,27 @@ impl CatalogView for ClientView<'_> {
             Some(LookupResult::ServiceName(name)) => name,
             _ => None,
         }
+    }
+    fn elsewhere(&self, lookup: &Lookup) -> Option<LookupResult> {
+        debug_assert!(!lookup.is_local(), "local lookups read the cached rows");
+        // Never among the cached rows: found only among the fetched ones, which makes the
+        // answer uncacheable.
+        self.read(lookup.clone(), &mut ReadSet::new())
+    }
+}
+
+/// With ACLs on, the `X-Consul-Token` header line carrying the agent's `default` token,
+/// which the servers filter rows with, as Consul's DNS reads with it; nothing for the
+/// anonymous token.
+pub fn token_header(shard: &Shard) -> String {
+    if !shard.config().acl.enabled {
+        return String::new();
+    }
+    let tokens = shard.shared().acl_tokens.read();
+    match tokens.ok().and_then(|t| t.default.clone()) {
+        Some(token) if !token.is_empty() && !token.contains(['\r', '\n']) => {
+            format!("X-Consul-Token: {token}\r\n")
+        }
+        _ => String::new(),
     }
 }

@@ -19,6 +19,7 @@
 pub mod answer;
 pub mod cache;
 pub mod client;
+pub mod elsewhere;
 pub mod name;
 pub mod recursor;
 pub mod remote;

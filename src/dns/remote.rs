@@ -20,7 +20,7 @@
 //! - The ring holds every DNS-table change after [`RecentChanges::base_index`], in index
 //!   order; a reader behind that base, or ahead of the server's version, gets a reset.
 
-use super::view::{CatalogView, NodeRecord, ReadSet, ServiceInstance};
+use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
 use crate::store::{Change, ChangeKey, Table};
 use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
@@ -44,20 +44,47 @@ pub const FEED_TABLES: [Table; 3] = [Table::Nodes, Table::Services, Table::Servi
 
 /// One `CatalogView` call. Names are kept lowercased: the view matches them
 /// case-insensitively, so a lowercased name is the cache key.
+///
+/// The first four read this datacenter's catalog, and are what travels to a server in a
+/// lookup request. The last two are answered elsewhere and never cached (no change feed
+/// tells when they go stale): [`Lookup::InDatacenter`] by another datacenter's servers
+/// (the same lookup request, forwarded there with `?dc=`), [`Lookup::PreparedQuery`] by a
+/// prepared query's execution (`/v1/query/<name>/execute`, which may fail over).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Lookup {
     ServiceInstances(String),
     Node(String),
     NodeByAddress(IpAddr),
     ServiceByAddress(IpAddr),
+    /// A local-form lookup answered by the servers of another datacenter (lowercased).
+    InDatacenter(String, Box<Lookup>),
+    /// A prepared query's results, executed in `datacenter` (this one when `None`).
+    PreparedQuery {
+        name: String,
+        datacenter: Option<String>,
+    },
 }
 
-/// The answer to one [`Lookup`], of the same variant.
+/// The answer to one [`Lookup`], of the same variant ([`Lookup::InDatacenter`] is answered
+/// as its inner lookup is).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LookupResult {
     Instances(Vec<ServiceInstance>),
     Node(Option<Arc<NodeRecord>>),
     ServiceName(Option<ArcStr>),
+    Query(QueryAnswer),
+}
+
+/// A prepared query's execution as DNS serves it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryAnswer {
+    /// Whether the query exists (else NXDOMAIN).
+    pub found: bool,
+    /// The service the query looked for (its TTL is the default of the answer's).
+    pub service: String,
+    pub instances: Vec<ServiceInstance>,
+    /// `DNS.TTL` of the query, in seconds, when it sets one.
+    pub ttl_seconds: Option<u32>,
 }
 
 impl Lookup {
@@ -67,18 +94,39 @@ impl Lookup {
     pub fn node(name: &str) -> Lookup {
         Lookup::Node(name.to_ascii_lowercase())
     }
+    /// `lookup` (a local form) answered by the servers of `datacenter`.
+    pub fn in_datacenter(datacenter: &str, lookup: Lookup) -> Lookup {
+        debug_assert!(lookup.is_local(), "one hop to one datacenter");
+        Lookup::InDatacenter(datacenter.to_ascii_lowercase(), Box::new(lookup))
+    }
+    pub fn prepared_query(name: &str, datacenter: Option<&str>) -> Lookup {
+        Lookup::PreparedQuery {
+            name: name.to_ascii_lowercase(),
+            datacenter: datacenter.map(str::to_ascii_lowercase),
+        }
+    }
 
-    /// Records what the store's view records for this call.
+    /// Whether this lookup reads this datacenter's catalog (and may be cached).
+    pub fn is_local(&self) -> bool {
+        !matches!(
+            self,
+            Lookup::InDatacenter(..) | Lookup::PreparedQuery { .. }
+        )
+    }
+
+    /// Records what the store's view records for this call. Lookups answered elsewhere
+    /// read nothing here: the answers that use them are never cached.
     pub fn record_reads(&self, reads: &mut ReadSet) {
         match self {
             Lookup::ServiceInstances(name) => reads.add_key(Table::ServiceIndex, name),
             Lookup::Node(name) => reads.add_key(Table::Nodes, name),
             Lookup::NodeByAddress(_) => reads.add_table(Table::Nodes),
             Lookup::ServiceByAddress(_) => reads.add_table(Table::Services),
+            Lookup::InDatacenter(..) | Lookup::PreparedQuery { .. } => {}
         }
     }
 
-    /// Runs this call against a view.
+    /// Runs this call against a view (local forms; the others are answered by fetching).
     pub fn run(&self, view: &dyn CatalogView, reads: &mut ReadSet) -> LookupResult {
         match self {
             Lookup::ServiceInstances(name) => {
@@ -89,20 +137,33 @@ impl Lookup {
             Lookup::ServiceByAddress(ip) => {
                 LookupResult::ServiceName(view.service_by_address(*ip, reads))
             }
+            Lookup::InDatacenter(_, inner) => inner.not_found(),
+            Lookup::PreparedQuery { .. } => LookupResult::Query(QueryAnswer::default()),
+        }
+    }
+
+    /// The empty answer of this lookup's variant: what a datacenter nobody can reach
+    /// answers (NXDOMAIN, as Consul answers "No path to datacenter").
+    pub fn not_found(&self) -> LookupResult {
+        match self {
+            Lookup::ServiceInstances(_) => LookupResult::Instances(Vec::new()),
+            Lookup::Node(_) | Lookup::NodeByAddress(_) => LookupResult::Node(None),
+            Lookup::ServiceByAddress(_) => LookupResult::ServiceName(None),
+            Lookup::InDatacenter(_, inner) => inner.not_found(),
+            Lookup::PreparedQuery { .. } => LookupResult::Query(QueryAnswer::default()),
         }
     }
 
     /// Whether `result` is the variant this lookup answers with.
     pub fn answered_by(&self, result: &LookupResult) -> bool {
-        matches!(
-            (self, result),
+        match (self, result) {
+            (Lookup::InDatacenter(_, inner), result) => inner.answered_by(result),
             (Lookup::ServiceInstances(_), LookupResult::Instances(_))
-                | (
-                    Lookup::Node(_) | Lookup::NodeByAddress(_),
-                    LookupResult::Node(_)
-                )
-                | (Lookup::ServiceByAddress(_), LookupResult::ServiceName(_))
-        )
+            | (Lookup::Node(_) | Lookup::NodeByAddress(_), LookupResult::Node(_))
+            | (Lookup::ServiceByAddress(_), LookupResult::ServiceName(_))
+            | (Lookup::PreparedQuery { .. }, LookupResult::Query(_)) => true,
+            _ => false,
+        }
     }
 }
 
@@ -131,6 +192,9 @@ pub fn decode_lookups(bytes: &[u8]) -> Result<Vec<Lookup>, String> {
             lookups.len()
         ));
     }
+    if !lookups.iter().all(Lookup::is_local) {
+        return Err("a DNS lookup request carries this datacenter's lookups only".to_string());
+    }
     Ok(lookups)
 }
 
@@ -157,6 +221,334 @@ pub fn decode_lookup_reply(bytes: &[u8], lookups: &[Lookup]) -> Result<LookupRep
         return Err("DNS lookup reply does not match the request".to_string());
     }
     Ok(reply)
+}
+
+/// Consul's words when no server of a datacenter can be reached: its names are NXDOMAIN.
+const NO_PATH_TO_DATACENTER: &str = "No path to datacenter";
+/// The header naming the agent a request first reached (`api::ORIGIN_NODE_HEADER`), so a
+/// query's `Near = "_agent"` sorts near the agent that asked.
+const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
+
+/// Where a [`Fetch`] gets its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FetchTarget {
+    /// Catalog rows: this datacenter's (`None`, a client agent's lookups) or another's.
+    Rows { datacenter: Option<String> },
+    /// One prepared query's execution.
+    Query {
+        name: String,
+        datacenter: Option<String>,
+    },
+}
+
+/// One HTTP request for rows a resolution lacked, and the lookups its answer serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetch {
+    pub target: FetchTarget,
+    /// The lookups as the resolution named them.
+    pub lookups: Vec<Lookup>,
+}
+
+/// How fetches ask.
+#[derive(Clone, Copy, Debug)]
+pub struct FetchOptions<'a> {
+    /// `dns_config.allow_stale`: any server may answer, within `max_stale`.
+    pub stale_within: Option<std::time::Duration>,
+    /// This agent's node, for a query's `_agent`.
+    pub agent_node: &'a str,
+    /// The `X-Consul-Token: …\r\n` header line the servers filter rows with (empty: the
+    /// anonymous token).
+    pub token_header: &'a str,
+}
+
+/// Groups the lookups a resolution lacked into requests: one per datacenter for rows, one
+/// per prepared query.
+pub fn plan_fetches(lookups: &[Lookup]) -> Vec<Fetch> {
+    let mut fetches: Vec<Fetch> = Vec::new();
+    for lookup in lookups {
+        let target = match lookup {
+            Lookup::InDatacenter(dc, _) => FetchTarget::Rows {
+                datacenter: Some(dc.clone()),
+            },
+            Lookup::PreparedQuery { name, datacenter } => FetchTarget::Query {
+                name: name.clone(),
+                datacenter: datacenter.clone(),
+            },
+            _ => FetchTarget::Rows { datacenter: None },
+        };
+        let joins = matches!(target, FetchTarget::Rows { .. });
+        match fetches
+            .iter_mut()
+            .find(|f| joins && f.target == target && f.lookups.len() < LOOKUPS_PER_REQUEST_MAX)
+        {
+            Some(fetch) => {
+                if !fetch.lookups.contains(lookup) {
+                    fetch.lookups.push(lookup.clone())
+                }
+            }
+            None => fetches.push(Fetch {
+                target,
+                lookups: vec![lookup.clone()],
+            }),
+        }
+    }
+    debug_assert!(fetches.iter().all(|f| !f.lookups.is_empty()));
+    fetches
+}
+
+/// `text` with everything but unreserved characters percent-encoded, for a URL path part.
+fn escape_path_part(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Fetch {
+    /// The local forms sent for rows (another datacenter's lookups unwrapped).
+    fn sent_lookups(&self) -> Vec<Lookup> {
+        self.lookups
+            .iter()
+            .map(|lookup| match lookup {
+                Lookup::InDatacenter(_, inner) => (**inner).clone(),
+                other => other.clone(),
+            })
+            .collect()
+    }
+
+    /// The HTTP/1.1 request that fetches this.
+    pub fn request(&self, options: &FetchOptions) -> Vec<u8> {
+        let mut params: Vec<String> = Vec::new();
+        let datacenter = match &self.target {
+            FetchTarget::Rows { datacenter } | FetchTarget::Query { datacenter, .. } => datacenter,
+        };
+        if let Some(dc) = datacenter {
+            params.push(format!("dc={}", escape_path_part(dc)));
+        }
+        if let Some(max_stale) = options.stale_within {
+            params.push(format!("stale&max_stale={}s", max_stale.as_secs()));
+        }
+        let query = if params.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", params.join("&"))
+        };
+        match &self.target {
+            FetchTarget::Rows { .. } => {
+                let body = encode_lookups(&self.sent_lookups());
+                let mut request = format!(
+                    "PUT {LOOKUP_PATH}{query} HTTP/1.1\r\nHost: praetor\r\n{}Content-Length: {}\r\n\r\n",
+                    options.token_header,
+                    body.len()
+                )
+                .into_bytes();
+                request.extend_from_slice(&body);
+                request
+            }
+            FetchTarget::Query { name, .. } => format!(
+                "GET /v1/query/{}/execute{query} HTTP/1.1\r\nHost: praetor\r\n{}{ORIGIN_NODE_HEADER}: {}\r\n\r\n",
+                escape_path_part(name),
+                options.token_header,
+                options.agent_node
+            )
+            .into_bytes(),
+        }
+    }
+
+    /// Each lookup's result from the answer to [`Fetch::request`] (`status` and body). A
+    /// datacenter with no reachable server, or a query that does not exist, answers empty
+    /// (NXDOMAIN); any other failure is an error (SERVFAIL).
+    pub fn results(&self, status: u16, body: &[u8]) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        let unreachable = status == 500 && body.trim_ascii() == NO_PATH_TO_DATACENTER.as_bytes();
+        if unreachable {
+            return Ok(self
+                .lookups
+                .iter()
+                .map(|l| (l.clone(), l.not_found()))
+                .collect());
+        }
+        match &self.target {
+            FetchTarget::Rows { .. } => {
+                if status != 200 {
+                    return Err(String::from_utf8_lossy(body).into_owned());
+                }
+                let reply = decode_lookup_reply(body, &self.sent_lookups())?;
+                Ok(self.lookups.iter().cloned().zip(reply.results).collect())
+            }
+            FetchTarget::Query { .. } => {
+                let answer = match status {
+                    200 => parse_execution(body)?,
+                    404 => QueryAnswer::default(),
+                    _ => return Err(String::from_utf8_lossy(body).into_owned()),
+                };
+                debug_assert_eq!(self.lookups.len(), 1, "one query per fetch");
+                Ok(self
+                    .lookups
+                    .iter()
+                    .map(|l| (l.clone(), LookupResult::Query(answer.clone())))
+                    .collect())
+            }
+        }
+    }
+}
+
+/// A prepared query execution's JSON as DNS needs it.
+pub fn parse_execution(body: &[u8]) -> Result<QueryAnswer, String> {
+    use std::collections::BTreeMap;
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Execution {
+        #[serde(default)]
+        service: String,
+        #[serde(default)]
+        nodes: Option<Vec<Row>>,
+        #[serde(rename = "DNS", default)]
+        dns: Option<Dns>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Dns {
+        #[serde(rename = "TTL", default)]
+        ttl: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Row {
+        node: RowNode,
+        service: RowService,
+        #[serde(default)]
+        checks: Option<Vec<RowCheck>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RowNode {
+        node: String,
+        #[serde(default)]
+        datacenter: String,
+        #[serde(default)]
+        address: String,
+        #[serde(default)]
+        tagged_addresses: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        meta: Option<BTreeMap<String, String>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RowService {
+        #[serde(rename = "ID", default)]
+        id: String,
+        #[serde(default)]
+        service: String,
+        #[serde(default)]
+        address: String,
+        #[serde(default)]
+        port: i64,
+        #[serde(default)]
+        tags: Option<Vec<String>>,
+        #[serde(default)]
+        tagged_addresses: Option<BTreeMap<String, RowAddress>>,
+        #[serde(default)]
+        weights: Option<RowWeights>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RowAddress {
+        #[serde(default)]
+        address: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RowWeights {
+        passing: i64,
+        warning: i64,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct RowCheck {
+        #[serde(default)]
+        status: String,
+    }
+    let execution: Execution =
+        serde_json::from_slice(body).map_err(|e| format!("corrupt query execution: {e}"))?;
+    let pairs = |map: Option<BTreeMap<String, String>>| -> Vec<(ArcStr, ArcStr)> {
+        map.unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (ArcStr::from(k), ArcStr::from(v)))
+            .collect()
+    };
+    let weight = |w: i64| w.clamp(0, u16::MAX as i64) as u16;
+    let instances = execution
+        .nodes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|row| {
+            let statuses = row.checks.unwrap_or_default();
+            let health = if statuses
+                .iter()
+                .any(|c| c.status == "critical" || c.status == "maintenance")
+            {
+                Health::Critical
+            } else if statuses.iter().any(|c| c.status == "warning") {
+                Health::Warning
+            } else {
+                Health::Passing
+            };
+            let (passing, warning) = row
+                .service
+                .weights
+                .map_or((1, 1), |w| (weight(w.passing), weight(w.warning)));
+            ServiceInstance {
+                node: Arc::new(NodeRecord {
+                    name: ArcStr::from(row.node.node),
+                    datacenter: ArcStr::from(row.node.datacenter),
+                    address: ArcStr::from(row.node.address),
+                    tagged_addresses: pairs(row.node.tagged_addresses),
+                    meta: pairs(row.node.meta),
+                }),
+                service_id: ArcStr::from(row.service.id),
+                service_name: ArcStr::from(row.service.service),
+                address: ArcStr::from(row.service.address),
+                port: row.service.port.clamp(0, u16::MAX as i64) as u16,
+                tags: row
+                    .service
+                    .tags
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(ArcStr::from)
+                    .collect(),
+                tagged_addresses: row
+                    .service
+                    .tagged_addresses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (ArcStr::from(k), ArcStr::from(v.address)))
+                    .collect(),
+                weight_passing: passing,
+                weight_warning: warning,
+                health,
+            }
+        })
+        .collect();
+    let ttl_seconds = match execution.dns.map(|d| d.ttl).filter(|t| !t.is_empty()) {
+        Some(text) => Some(
+            crate::proto::duration::parse_go_duration(&text)
+                .map_err(|e| format!("bad DNS TTL {text:?}: {e}"))?
+                .as_secs()
+                .min(u32::MAX as u64) as u32,
+        ),
+        None => None,
+    };
+    Ok(QueryAnswer {
+        found: true,
+        service: execution.service,
+        instances,
+        ttl_seconds,
+    })
 }
 
 /// What the change feed answers.
@@ -458,6 +850,111 @@ mod tests {
             FeedReply::decode(&FeedReply::Reset { index: 4 }.encode()).unwrap(),
             FeedReply::Reset { index: 4 }
         );
+    }
+
+    #[test]
+    fn lookups_answered_elsewhere_group_into_requests_and_read_their_answers() {
+        let here = Lookup::service_instances("web");
+        let dc2_web = Lookup::in_datacenter("DC2", Lookup::service_instances("web"));
+        let dc2_node = Lookup::in_datacenter("dc2", Lookup::node("n1"));
+        let dc3_web = Lookup::in_datacenter("dc3", Lookup::service_instances("web"));
+        let query = Lookup::prepared_query("Geo-Web", None);
+        let fetches = plan_fetches(&[
+            here.clone(),
+            dc2_web.clone(),
+            query.clone(),
+            dc2_node.clone(),
+            dc3_web.clone(),
+            dc2_web.clone(),
+        ]);
+        let targets: Vec<&FetchTarget> = fetches.iter().map(|f| &f.target).collect();
+        assert_eq!(
+            targets,
+            [
+                &FetchTarget::Rows { datacenter: None },
+                &FetchTarget::Rows {
+                    datacenter: Some("dc2".into())
+                },
+                &FetchTarget::Query {
+                    name: "geo-web".into(),
+                    datacenter: None
+                },
+                &FetchTarget::Rows {
+                    datacenter: Some("dc3".into())
+                },
+            ]
+        );
+        assert_eq!(fetches[1].lookups, [dc2_web.clone(), dc2_node.clone()]);
+        assert!(!dc2_web.is_local() && !query.is_local() && here.is_local());
+        let options = FetchOptions {
+            stale_within: Some(std::time::Duration::from_secs(5)),
+            agent_node: "agent-1",
+            token_header: "",
+        };
+        let request = String::from_utf8_lossy(&fetches[1].request(&options)).into_owned();
+        assert!(
+            request.starts_with(&format!(
+                "PUT {LOOKUP_PATH}?dc=dc2&stale&max_stale=5s HTTP/1.1\r\n"
+            )),
+            "{request}"
+        );
+        let request = String::from_utf8(fetches[2].request(&options)).unwrap();
+        assert!(
+            request.starts_with("GET /v1/query/geo-web/execute?stale&max_stale=5s HTTP/1.1\r\n")
+        );
+        assert!(request.contains("X-Praetor-Origin-Node: agent-1\r\n"));
+        // dc2 answers its lookups as a server answers a client's; the rows come back under
+        // the names the resolution used.
+        let mut tables = Tables::default();
+        registered(&mut tables, 4, "n1", "web");
+        let sent = decode_lookups(
+            &fetches[1].request(&options)[request_body_at(&fetches[1].request(&options))..],
+        )
+        .unwrap();
+        assert_eq!(sent, [Lookup::service_instances("web"), Lookup::node("n1")]);
+        let answer = answer_lookups(&tables, 4, &sent);
+        let rows = fetches[1].results(200, &answer).unwrap();
+        assert_eq!(rows[0].0, dc2_web);
+        assert!(matches!(&rows[0].1, LookupResult::Instances(i) if i.len() == 1));
+        assert!(matches!(&rows[1].1, LookupResult::Node(Some(_))));
+        // No path to dc3: empty answers (NXDOMAIN); any other failure is an error.
+        let rows = fetches[3].results(500, b"No path to datacenter").unwrap();
+        assert_eq!(
+            rows,
+            [(dc3_web.clone(), LookupResult::Instances(Vec::new()))]
+        );
+        assert!(fetches[3].results(500, b"No cluster leader").is_err());
+        // A query that does not exist is not found; one that does carries its rows and TTL.
+        let rows = fetches[2].results(404, b"Query not found").unwrap();
+        assert_eq!(
+            rows,
+            [(query.clone(), LookupResult::Query(QueryAnswer::default()))]
+        );
+        let execution = br#"{"Service":"web","Nodes":[{"Node":{"Node":"n9","Datacenter":"dc2",
+            "Address":"10.2.0.9","TaggedAddresses":{"wan":"198.51.100.9"},"Meta":null},
+            "Service":{"ID":"web-1","Service":"web","Address":"","Port":8080,"Tags":["a"],
+            "TaggedAddresses":null,"Weights":{"Passing":3,"Warning":1}},
+            "Checks":[{"Status":"passing"},{"Status":"warning"}]}],
+            "DNS":{"TTL":"15s"},"Datacenter":"dc2","Failovers":1}"#;
+        let rows = fetches[2].results(200, execution).unwrap();
+        let LookupResult::Query(answer) = &rows[0].1 else {
+            panic!("a query answer");
+        };
+        assert!(answer.found);
+        assert_eq!(answer.ttl_seconds, Some(15));
+        assert_eq!(answer.instances.len(), 1);
+        let instance = &answer.instances[0];
+        assert_eq!(&*instance.node.datacenter, "dc2");
+        assert_eq!(instance.node.tagged_address("wan"), Some("198.51.100.9"));
+        assert_eq!((instance.port, instance.weight_passing), (8080, 3));
+        assert_eq!(instance.health, Health::Warning);
+        assert!(parse_execution(b"{").is_err());
+        // Lookups answered elsewhere never travel in a lookup request.
+        assert!(decode_lookups(&rmp_serde::to_vec(&vec![dc2_web]).unwrap()).is_err());
+    }
+
+    fn request_body_at(request: &[u8]) -> usize {
+        request.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4
     }
 
     #[test]

@@ -16,16 +16,22 @@
 //!   `consul` service's instances, else this agent), with glue.
 //! - PTR: a node with that address, else a service instance with that address; else the
 //!   recursors, else NXDOMAIN.
-//! - prepared queries answer NXDOMAIN until prepared queries exist.
+//! - `<svc>.service.<dc>`, `<node>.node.<dc>` for another datacenter: the same answers from
+//!   that datacenter's rows, which the view fetches from its servers (never cached);
+//!   `translate_wan_addrs` swaps in their WAN addresses.
+//! - `<query>.query[.<dc>]`: the prepared query's execution (which may fail over to
+//!   other datacenters), its `DNS.TTL` or the service's TTL, no further health filter.
 //! - NXDOMAIN and NODATA carry the SOA in the authority section.
 
 use super::answer::{Answer, Owner, Record, RecordData, Unit};
 use super::name::{self, DomainUsed, Domains, Lookup};
+use super::remote::{self, LookupResult};
 use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
 use crate::config::DnsConfig;
 use crate::proto::dns::{rcode, rtype, WireName};
 use arcstr::ArcStr;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Most name servers listed for the zone, as Consul does.
 pub const NAME_SERVERS_MAX: usize = 3;
@@ -117,25 +123,68 @@ impl Resolver<'_> {
                 tag,
                 datacenter,
             } => {
-                if !self.is_local_datacenter(datacenter.as_deref()) {
-                    return Resolution::Answer(self.nx_domain(domain));
-                }
-                let instances = view.service_instances(&service, reads);
+                let instances = match datacenter.as_deref() {
+                    Some(dc) if !self.is_local_datacenter(Some(dc)) => {
+                        let lookup = remote::Lookup::in_datacenter(
+                            dc,
+                            remote::Lookup::service_instances(&service),
+                        );
+                        match view.elsewhere(&lookup) {
+                            Some(LookupResult::Instances(instances)) => instances,
+                            // Not at hand: the view noted it, and this answer is discarded.
+                            _ => return Resolution::Answer(self.nx_domain(domain)),
+                        }
+                    }
+                    _ => view.service_instances(&service, reads),
+                };
+                let ttl = seconds(self.config.service_ttl(&service));
                 Resolution::Answer(self.service_answer(
-                    &service,
                     tag.as_deref(),
-                    instances,
+                    self.translated(instances),
+                    ttl,
+                    true,
                     qtype,
                     domain,
                 ))
             }
             Lookup::Node { node, datacenter } => {
-                if !self.is_local_datacenter(datacenter.as_deref()) {
-                    return Resolution::Answer(self.nx_domain(domain));
-                }
-                match view.node(&node, reads) {
-                    Some(record) => Resolution::Answer(self.node_answer(&record, qtype, domain)),
+                let record = match datacenter.as_deref() {
+                    Some(dc) if !self.is_local_datacenter(Some(dc)) => {
+                        let lookup = remote::Lookup::in_datacenter(dc, remote::Lookup::node(&node));
+                        match view.elsewhere(&lookup) {
+                            Some(LookupResult::Node(record)) => record,
+                            _ => None,
+                        }
+                    }
+                    _ => view.node(&node, reads),
+                };
+                match record {
+                    Some(record) => {
+                        let record = self.translated_node(record);
+                        Resolution::Answer(self.node_answer(&record, qtype, domain))
+                    }
                     None => Resolution::Answer(self.nx_domain(domain)),
+                }
+            }
+            Lookup::PreparedQuery { query, datacenter } => {
+                let datacenter = datacenter.filter(|dc| !self.is_local_datacenter(Some(dc)));
+                let lookup = remote::Lookup::prepared_query(&query, datacenter.as_deref());
+                match view.elsewhere(&lookup) {
+                    Some(LookupResult::Query(answer)) if answer.found => {
+                        let ttl = answer
+                            .ttl_seconds
+                            .unwrap_or_else(|| seconds(self.config.service_ttl(&answer.service)));
+                        // The query filtered health itself (`OnlyPassing`, ignored checks).
+                        Resolution::Answer(self.service_answer(
+                            None,
+                            self.translated(answer.instances),
+                            ttl,
+                            false,
+                            qtype,
+                            domain,
+                        ))
+                    }
+                    _ => Resolution::Answer(self.nx_domain(domain)),
                 }
             }
             Lookup::Addr(ip) => {
@@ -166,9 +215,49 @@ impl Resolver<'_> {
                 }
                 Resolution::Answer(answer)
             }
-            Lookup::PreparedQuery { .. } | Lookup::Unsupported | Lookup::Invalid => {
-                Resolution::Answer(self.nx_domain(domain))
+            Lookup::Unsupported | Lookup::Invalid => Resolution::Answer(self.nx_domain(domain)),
+        }
+    }
+
+    /// With `translate_wan_addrs`, another datacenter's instances carry their WAN
+    /// addresses: the node's `wan` tagged address, the service's own `wan` one.
+    fn translated(&self, mut instances: Vec<ServiceInstance>) -> Vec<ServiceInstance> {
+        if !self.config.translate_wan_addrs {
+            return instances;
+        }
+        for instance in &mut instances {
+            if instance
+                .node
+                .datacenter
+                .eq_ignore_ascii_case(&self.local.datacenter)
+            {
+                continue;
             }
+            instance.node = self.translated_node(instance.node.clone());
+            if let Some((_, wan)) = instance
+                .tagged_addresses
+                .iter()
+                .find(|(t, _)| &**t == "wan")
+            {
+                instance.address = wan.clone();
+            }
+        }
+        instances
+    }
+
+    fn translated_node(&self, node: Arc<NodeRecord>) -> Arc<NodeRecord> {
+        if !self.config.translate_wan_addrs
+            || node.datacenter.eq_ignore_ascii_case(&self.local.datacenter)
+        {
+            return node;
+        }
+        match node.tagged_address("wan").filter(|a| !a.is_empty()) {
+            Some(wan) => {
+                let mut translated = (*node).clone();
+                translated.address = ArcStr::from(wan);
+                Arc::new(translated)
+            }
+            None => node,
         }
     }
 
@@ -319,23 +408,25 @@ impl Resolver<'_> {
         }
     }
 
+    /// The answer about `instances` (those healthy by the DNS settings when
+    /// `filter_health`, else all; with `tag` when one is asked) with records of `ttl`.
     fn service_answer(
         &self,
-        service: &str,
         tag: Option<&str>,
         instances: Vec<ServiceInstance>,
+        ttl: u32,
+        filter_health: bool,
         qtype: u16,
         used: DomainUsed,
     ) -> Answer {
         let selected: Vec<&ServiceInstance> = instances
             .iter()
-            .filter(|i| self.healthy(i))
+            .filter(|i| !filter_health || self.healthy(i))
             .filter(|i| tag.is_none_or(|t| i.tags.iter().any(|x| x.eq_ignore_ascii_case(t))))
             .collect();
         if selected.is_empty() {
             return self.nx_domain(used);
         }
-        let ttl = seconds(self.config.service_ttl(service));
         let mut answer = Answer::empty(rcode::NOERROR);
         answer.shuffle = true;
         if qtype == rtype::SRV {

@@ -8,9 +8,10 @@
 //! handed to their own task, so a slow upstream never stalls the socket; at most
 //! [`RECURSIONS_IN_FLIGHT_MAX`] per shard, beyond which the query gets SERVFAIL at once.
 //!
-//! On a client agent a miss needs rows from a server: the UDP loop hands it to its own task
-//! (at most [`FETCHES_IN_FLIGHT_MAX`] per shard), TCP waits for it in order, and either
-//! answers the message again once they arrived (`dns::client`).
+//! On a client agent a miss needs rows from a server, and on any agent a question about
+//! another datacenter or a prepared query needs rows from elsewhere (`dns::elsewhere`): the
+//! UDP loop hands it to its own task (at most [`FETCHES_IN_FLIGHT_MAX`] per shard), TCP
+//! waits for it in order, and either answers the message again once they arrived.
 //!
 //! TCP: RFC 1035 §4.2.2 / RFC 7766 framing (two-byte length, then the message); queries on a
 //! connection are answered in order. Bounded by [`TCP_CONNECTIONS_MAX`] per shard,
@@ -19,15 +20,15 @@
 
 use crate::cluster::servers::ServerManager;
 use crate::dns::client::{ClientDns, FETCH_ROUNDS_MAX};
-use crate::dns::remote::Lookup;
-use crate::dns::view::AclFiltered;
-use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport, VersionSource};
+use crate::dns::elsewhere::{self, LocalApi, ServerSource};
+use crate::dns::remote::{FetchOptions, Lookup, LookupResult};
+use crate::dns::{self, recursor, DnsSettings, Handled, ShardDns, Transport};
 use crate::proto::dns::{flags, rcode, Query, HEADER_BYTES};
 use crate::shard::runtime::{Consistency, ReadPlan, Shard};
 use crate::shard::telemetry::{self, Counter, Sample};
 use crate::store::acl::authorizer::{Authorizer, DefaultPolicy};
 use crate::store::acl::cache::{AuthorizerCache, CompileSettings};
-use crate::store::{StoreVersion, Table};
+use crate::store::Table;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::udp::UdpSocket;
 use monoio::net::{TcpListener, TcpStream};
@@ -120,6 +121,9 @@ pub struct DnsServer {
     client: Option<Rc<ClientDns>>,
     /// With ACLs on (on a server): the token DNS answers with.
     acl: Option<Rc<RefCell<DnsToken>>>,
+    /// On a server: its own HTTP API, which answers what the store cannot (another
+    /// datacenter's rows, prepared queries).
+    api: Option<LocalApi>,
 }
 
 /// The token a server's DNS answers with, as Consul's: the agent's `default` token (as
@@ -172,6 +176,7 @@ impl DnsServer {
         shard: Rc<Shard>,
         settings: Arc<DnsSettings>,
         servers: Arc<ServerManager>,
+        api: LocalApi,
     ) -> Rc<DnsServer> {
         let seed = rand::random::<u64>() ^ shard.id as u64;
         let state = Rc::new(RefCell::new(ShardDns::new(seed)));
@@ -184,6 +189,7 @@ impl DnsServer {
                 state,
                 client: Some(Rc::new(client)),
                 acl: None,
+                api: None,
             });
         }
         let acl_config = &shard.config().acl;
@@ -217,7 +223,25 @@ impl DnsServer {
             state,
             client: None,
             acl,
+            api: Some(api),
         })
+    }
+
+    /// Fetches the rows a resolution lacked: a client agent from its servers, a server
+    /// through its own API (another datacenter's rows, prepared queries).
+    async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        if let Some(client) = &self.client {
+            return client.fetch(lookups).await;
+        }
+        let api = self.api.as_ref().expect("a server answers through its API");
+        let config = &self.settings.config;
+        let token_header = super::client::token_header(&self.shard);
+        let options = FetchOptions {
+            stale_within: config.allow_stale.then_some(config.max_stale),
+            agent_node: &self.settings.local.node_name,
+            token_header: &token_header,
+        };
+        elsewhere::fetch(api, lookups, &options).await
     }
 
     /// On a client agent, starts the change feed from the servers; call once, when the
@@ -225,21 +249,6 @@ impl DnsServer {
     pub fn start_client_feed(&self) {
         if let Some(client) = &self.client {
             monoio::spawn(client.clone().run_feed());
-        }
-    }
-}
-
-/// Reads resolve against the shard's version as `may_serve` caught it up, showing what the
-/// DNS token may read. Not `current_version`: catching up here would process shard
-/// messages, which invalidate the DNS cache, while the resolver holds it borrowed.
-struct ShardVersion<'a>(&'a Shard, Option<Arc<Authorizer>>);
-
-impl VersionSource for ShardVersion<'_> {
-    type View = AclFiltered<StoreVersion>;
-    fn version(&self) -> AclFiltered<StoreVersion> {
-        AclFiltered {
-            inner: self.0.version_as_is(),
-            authorizer: self.1.clone(),
         }
     }
 }
@@ -324,6 +333,17 @@ fn answer_untimed(
             out,
         );
     }
+    answer_server(dns, message, transport, &[], out)
+}
+
+/// A server's answer, with `fetched` rows from elsewhere at hand.
+fn answer_server(
+    dns: &DnsServer,
+    message: &[u8],
+    transport: Transport,
+    fetched: &[(Lookup, LookupResult)],
+    out: &mut Vec<u8>,
+) -> Handled {
     // Decided before borrowing the DNS state: catching up processes shard messages, which
     // invalidate the cache.
     let allowed = may_serve(&dns.shard, &dns.settings);
@@ -338,15 +358,20 @@ fn answer_untimed(
         &dns.settings,
         &mut state,
         allowed,
-        &ShardVersion(&dns.shard, authorizer),
+        &ServerSource {
+            shard: &dns.shard,
+            fetched,
+            authorizer,
+        },
         message,
         transport,
         out,
     )
 }
 
-/// Completes a client agent's miss: fetches the rows the resolution lacked and answers the
-/// message again, up to [`FETCH_ROUNDS_MAX`] times; SERVFAIL when no server answers.
+/// Completes a miss: fetches the rows the resolution lacked (a client agent's from its
+/// servers; anyone's from another datacenter or a prepared query) and answers the message
+/// again, up to [`FETCH_ROUNDS_MAX`] times; SERVFAIL when nobody answers.
 async fn answer_fetched(
     dns: &DnsServer,
     message: &[u8],
@@ -355,33 +380,35 @@ async fn answer_fetched(
     mut lookups: Vec<Lookup>,
     out: &mut Vec<u8>,
 ) -> Handled {
-    let client = dns
-        .client
-        .as_ref()
-        .expect("only a client agent fetches rows");
     let mut fetched = Vec::new();
     for _ in 0..FETCH_ROUNDS_MAX {
-        match client.fetch(&lookups).await {
+        match dns.fetch(&lookups).await {
             Ok(rows) => fetched.extend(rows),
             Err(reason) => {
                 log::debug!(
-                    "dns: asking a server about {} failed: {reason}",
+                    "dns: asking about {} failed: {reason}",
                     query.name.to_dotted()
                 );
                 break;
             }
         }
         out.clear();
-        let mut state = dns.state.borrow_mut();
-        match dns::handle_message(
-            &dns.settings,
-            &mut state,
-            true,
-            &client.source(&fetched),
-            message,
-            transport,
-            out,
-        ) {
+        let handled = match &dns.client {
+            Some(client) => {
+                let mut state = dns.state.borrow_mut();
+                dns::handle_message(
+                    &dns.settings,
+                    &mut state,
+                    true,
+                    &client.source(&fetched),
+                    message,
+                    transport,
+                    out,
+                )
+            }
+            None => answer_server(dns, message, transport, &fetched, out),
+        };
+        match handled {
             Handled::Fetch(_, more) => lookups = more,
             handled => return handled,
         }

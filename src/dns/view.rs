@@ -78,6 +78,13 @@ pub trait CatalogView {
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>>;
     /// The name of the first service with an instance whose own address is `ip`, for PTR.
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr>;
+    /// What another datacenter or a prepared query answered for `lookup` (not a local
+    /// form), if this view holds it. A view that can fetch notes it as missing, so the
+    /// resolution is completed once it arrived; a store version holds none, and the name
+    /// is NXDOMAIN.
+    fn elsewhere(&self, _lookup: &super::remote::Lookup) -> Option<super::remote::LookupResult> {
+        None
+    }
 }
 
 /// An in-memory catalog for tests, recording reads the way the store implementation does:
@@ -185,5 +192,9 @@ impl<V: CatalogView> CatalogView for AclFiltered<V> {
         self.inner
             .service_by_address(ip, reads)
             .filter(|name| self.service_readable(name))
+    }
+    /// Rows from elsewhere were fetched with the same token: the answering side filtered.
+    fn elsewhere(&self, lookup: &super::remote::Lookup) -> Option<super::remote::LookupResult> {
+        self.inner.elsewhere(lookup)
     }
 }

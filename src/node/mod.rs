@@ -199,6 +199,10 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         wan: wan.as_ref().map(|(handle, _)| handle.clone()),
         events: Arc::default(),
         servers: Arc::default(),
+        router: Arc::new(crate::cluster::router::Router::new(
+            &config.datacenter,
+            wan.as_ref().map(|(handle, _)| handle.clone()),
+        )),
     });
     let (agent_channel, agent_calls) = agent_channel();
     let mut agent_calls = Some(agent_calls);
@@ -531,7 +535,19 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
         }
     }
-    let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone());
+    // A server's DNS answers what its store cannot (another datacenter, prepared
+    // queries) through this shard's own HTTP API.
+    let api: crate::dns::elsewhere::LocalApi = {
+        let http = http.clone();
+        Rc::new(move |request: Vec<u8>| {
+            let http = http.clone();
+            Box::pin(async move {
+                use crate::shard::rpc_server::ForwardedHttp;
+                http.answer(bytes::Bytes::from(request)).await
+            })
+        })
+    };
+    let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone(), api);
     if !listeners.dns_udp.is_empty() || !listeners.dns_tcp.is_empty() {
         dns.start_client_feed();
     }
@@ -585,6 +601,11 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
                     log::error!("gossip: WAN pool stopped: {e}");
                 }
             });
+            monoio::spawn(crate::cluster::router::wan_router(
+                shared.clone(),
+                wan.clone(),
+                pools.router.clone(),
+            ));
             monoio::spawn(crate::cluster::pools::wan_loop(
                 shared.clone(),
                 handle.clone(),

@@ -106,11 +106,26 @@ impl ForwardPool {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Frame, CallFailure> {
+        self.call_checked_in(None, addr, kind, payload, timeout)
+            .await
+    }
+
+    /// [`ForwardPool::call_checked`] to a server of `datacenter` (`None`: this agent's own),
+    /// whose name a new TLS connection asks for. A connection, once open, is kept per
+    /// address: an address belongs to one server, and a server to one datacenter.
+    pub async fn call_checked_in(
+        &self,
+        datacenter: Option<&str>,
+        addr: SocketAddr,
+        kind: u8,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Frame, CallFailure> {
         let not_sent = |reason: String| CallFailure {
             reason,
             sent: false,
         };
-        let connection = self.connection(addr).await.map_err(not_sent)?;
+        let connection = self.connection(addr, datacenter).await.map_err(not_sent)?;
         if connection.pending.borrow().len() >= IN_FLIGHT_MAX {
             return Err(not_sent(format!("too many requests in flight to {addr}")));
         }
@@ -146,7 +161,11 @@ impl ForwardPool {
         }
     }
 
-    async fn connection(&self, addr: SocketAddr) -> Result<Rc<MuxConnection>, String> {
+    async fn connection(
+        &self,
+        addr: SocketAddr,
+        datacenter: Option<&str>,
+    ) -> Result<Rc<MuxConnection>, String> {
         if let Some(existing) = self.connections.borrow().get(&addr) {
             if !existing.closed.get() {
                 return Ok(existing.clone());
@@ -166,7 +185,11 @@ impl ForwardPool {
             next_id: Cell::new(1),
             closed: Cell::new(false),
         });
-        match self.tls.rpc_client() {
+        let tls = match datacenter {
+            None => self.tls.rpc_client(),
+            Some(datacenter) => self.tls.rpc_client_for(datacenter)?,
+        };
+        match tls {
             None => {
                 let (reader, writer) = stream.into_split();
                 monoio::spawn(write_loop(connection.clone(), writer, rx));

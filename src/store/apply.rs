@@ -9,7 +9,9 @@
 //!   to it end (`session::broken_bindings`) → each ended session's keys are released or
 //!   deleted, with a lock-delay (`locks::release_held`);
 //! - a session destroyed (`/v1/session/destroy`, the leader's TTL expiry) → its keys are
-//!   released or deleted the same way.
+//!   released or deleted the same way;
+//! - a session ended for any of these reasons → the prepared queries bound to it go
+//!   (`query::remove_bound_to_session`).
 //!
 //! Transactions run the same steps per operation (`txn` calls [`Tables::write_kv`] and
 //! [`Tables::write_catalog`]), so a later operation sees the consequences of an earlier one,
@@ -21,7 +23,7 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables,
+    acl, autopilot, query, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables,
     TABLE_COUNT,
 };
 use imbl::OrdMap;
@@ -60,6 +62,10 @@ impl Tables {
             Command::Txn(ops) => txn::apply(self, index, ops, changes),
             Command::Acl(op) => acl::apply::apply(self, index, op, changes),
             Command::Autopilot(op) => autopilot::apply(self, index, op),
+            Command::Query(op) => match query::apply(self, index, op, changes) {
+                Ok(()) => CommandResult::Bool(true),
+                Err(reason) => CommandResult::Error(reason),
+            },
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {
@@ -200,13 +206,14 @@ impl Tables {
         result
     }
 
-    /// Ends a session: its row goes, then the keys it held are released or deleted. Returns
-    /// whether the session existed.
+    /// Ends a session: its row goes, then the keys it held are released or deleted and the
+    /// prepared queries bound to it are deleted. Returns whether the session existed.
     fn end_session(&mut self, index: u64, id: &str, changes: &mut Vec<Change>) -> bool {
         let Some(ended) = session::remove(self, index, id, changes) else {
             return false;
         };
         locks::release_held(self, index, &ended, changes);
+        query::remove_bound_to_session(self, index, id, changes);
         true
     }
 }

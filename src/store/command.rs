@@ -21,6 +21,8 @@ pub enum Command {
     Acl(super::acl::AclOp),
     /// The autopilot configuration.
     Autopilot(super::autopilot::AutopilotOp),
+    /// Prepared-query writes.
+    Query(super::query::QueryOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -31,6 +31,7 @@ pub mod dependency;
 mod fixture;
 pub mod kv;
 pub mod locks;
+pub mod query;
 pub mod restore;
 pub mod session;
 pub mod txn;
@@ -153,6 +154,9 @@ pub struct Tables {
     /// The autopilot configuration, once the first leader wrote it.
     #[serde(default)]
     pub autopilot: Option<autopilot::AutopilotConfig>,
+    /// Prepared queries (appended last: snapshots written before it restore without any).
+    #[serde(default)]
+    pub queries: query::QueryTables,
 }
 
 /// An immutable, shareable version of the state.

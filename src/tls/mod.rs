@@ -193,6 +193,29 @@ impl TlsConfigurator {
         Some((config, name))
     }
 
+    /// [`TlsConfigurator::rpc_client`] for a server of `datacenter` (WAN forwarding): the
+    /// name asked for is `server.<datacenter>.<domain>`. `Err` when the datacenter name (as
+    /// another datacenter's gossip tags spell it) cannot be a TLS server name.
+    pub fn rpc_client_for(
+        &self,
+        datacenter: &str,
+    ) -> Result<Option<(Arc<ClientConfig>, ServerName<'static>)>, String> {
+        if datacenter == self.identity.datacenter {
+            return Ok(self.rpc_client());
+        }
+        let loaded = self.current.load();
+        let Some(config) = loaded.internal_rpc.client.clone() else {
+            return Ok(None);
+        };
+        if datacenter.is_empty() {
+            return Err("a server without a datacenter cannot be dialed over TLS".to_string());
+        }
+        let text = verify::server_name_for(datacenter, &self.identity.domain);
+        let name = ServerName::try_from(text.clone())
+            .map_err(|_| format!("{text:?} is not a valid TLS server name"))?;
+        Ok(Some((config, name)))
+    }
+
     /// What the server port's first byte may select.
     pub fn listener_policy(&self) -> ListenerPolicy {
         let loaded = self.current.load();

@@ -687,20 +687,60 @@ fn snapshot_fixture_tables() -> Tables {
 /// (before the catalog's rows were packed into one-word strings and lists, and before the ACL
 /// tables existed).
 const SNAPSHOT_WRITTEN_BEFORE: &[u8] = include_bytes!("testdata/snapshot-format-1.bin");
-/// The same state as today's code writes it: format 1 with the ACL tables appended as a
-/// trailing field, which older snapshots restore without (`#[serde(default)]`).
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
+/// The same state as written once the ACL tables were appended (format 1, ACL tables as a
+/// trailing field), before the prepared-query table existed.
+const SNAPSHOT_WRITTEN_WITH_ACL: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
+/// `snapshot_fixture_tables()` plus one prepared query, as today's code writes it: format 1
+/// with the prepared queries appended as a trailing field, which older snapshots restore
+/// without (`#[serde(default)]`).
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-queries.bin");
+
+/// The fixture's catalog with a prepared query written after it.
+fn snapshot_fixture_tables_with_query() -> Tables {
+    use crate::store::query::{Failover, PreparedQuery, QueryOp, ServiceQuery};
+    let mut tables = snapshot_fixture_tables();
+    let mut changes = Vec::new();
+    let query = PreparedQuery {
+        id: "5c1d7e2a-0b9f-4c3e-8a71-2f6d9e4b1c08".into(),
+        name: "web-near".into(),
+        service: ServiceQuery {
+            service: "web".into(),
+            failover: Failover {
+                nearest_n: 2,
+                datacenters: Some(vec!["dc2".into()]),
+                targets: None,
+            },
+            only_passing: true,
+            tags: Some(vec!["primary".into(), "!canary".into()]),
+            node_meta: Some(vec![("rack".into(), "r1".into())]),
+            ..Default::default()
+        },
+        dns_ttl: "10s".into(),
+        ..Default::default()
+    };
+    let index = tables.index + 1;
+    let result = tables.apply(
+        index,
+        &Command::Query(QueryOp::Set {
+            query: Box::new(query),
+            create: true,
+        }),
+        &mut changes,
+    );
+    assert_eq!(result, CommandResult::Bool(true));
+    tables
+}
 
 #[test]
 fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
-    let fresh = snapshot_fixture_tables();
+    let fresh = snapshot_fixture_tables_with_query();
     if std::env::var_os("PRAETOR_WRITE_SNAPSHOT_FIXTURE").is_some() {
         // Only for an intended, compatible change (a trailing table with a default): writes
         // the new pinned bytes; an incompatible one must bump SNAPSHOT_FORMAT_VERSION instead.
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-1-acl.bin"
+                "/src/store/catalog/testdata/snapshot-format-1-queries.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -711,9 +751,20 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         SNAPSHOT_WRITTEN_NOW,
         "the snapshot format changed; bump SNAPSHOT_FORMAT_VERSION and keep reading the old one"
     );
+    let now = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_NOW).unwrap();
+    now.queries.check_invariants();
+    assert_eq!(now.queries.len(), 1);
+    assert_eq!(now.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
+    // Both older formats restore to the catalog alone, with no prepared query.
+    let catalog_only = snapshot_fixture_tables().to_snapshot_bytes();
+    let with_acl = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_WITH_ACL).unwrap();
+    assert!(with_acl.queries.is_empty());
+    assert_eq!(with_acl.to_snapshot_bytes(), catalog_only);
+    let fresh = snapshot_fixture_tables();
     let restored = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_BEFORE).unwrap();
     restored.catalog.check_invariants();
-    assert_eq!(restored.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
+    assert!(restored.queries.is_empty());
+    assert_eq!(restored.to_snapshot_bytes(), catalog_only);
     for service in ["web", "web-sidecar-proxy"] {
         let rows = |t: &Tables| {
             check_service_nodes(t, service)

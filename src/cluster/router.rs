@@ -1,0 +1,467 @@
+//! The WAN router: how a server reaches the servers of another datacenter.
+//!
+//! Every server joins the WAN pool with Consul's tags (`role = consul`, `dc`, `port`), so
+//! the pool's membership names every datacenter's servers. [`wan_router`] turns it into one
+//! [`ServerManager`] per remote datacenter — the same list a client agent keeps of its own
+//! servers (`servers.rs`): the server in use first, a failed one rotated to the end, new
+//! ones appended in a random order, rebalanced on Consul's jittered interval by pinging —
+//! and [`Router::forward`] sends one RPC to a datacenter through it, failing over within
+//! `rpc_hold_timeout` exactly as a client's [`servers::call`] does.
+//!
+//! A request for `?dc=<other>` reaches here from the HTTP layer (`api::server`), as do a
+//! prepared query's failover executions and a DNS question about another datacenter: each
+//! is one forwarded HTTP request answered by the remote server's own dispatch path.
+//!
+//! What a datacenter is reached through is a [`Path`]. Today every datacenter is reached
+//! directly (a server's RPC port, TLS under `verify_outgoing` with that datacenter's server
+//! name); federation through mesh gateways would add a second kind of path whose hops are
+//! gateways, and callers of [`Router::forward`] would not change.
+//!
+//! The pure parts ([`wan_servers`], [`order_by_distance`]) take gossip membership and
+//! coordinates as arguments. Invariants: the local datacenter has no path (its requests
+//! never leave the datacenter); a datacenter is listed while the pool shows any of its
+//! servers not left, and routable while one of them is alive.
+
+use crate::cluster::gossip::GossipHandle;
+use crate::cluster::pools::{self, server_of};
+use crate::cluster::servers::{self, Retry, Server, ServerManager};
+use crate::gossip::coordinate::{distance_seconds, Coordinate};
+use crate::gossip::{GossipEvent, MemberInfo, MemberStatus};
+use crate::proto::rpc::Frame;
+use crate::shard::forward::ForwardPool;
+use crate::shard::runtime::Shared;
+use arc_swap::ArcSwap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Consul's answer when no server of a datacenter is known.
+pub const NO_PATH: &str = "No path to datacenter";
+/// Most datacenters the router keeps; a WAN pool carrying more server tags than this is
+/// misconfigured or hostile, and the rest are ignored.
+pub const DATACENTERS_MAX: usize = 512;
+/// How often the routes are recomputed even without membership events (events can be
+/// dropped, and failed servers recover silently).
+const ROUTE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How one remote datacenter is reached.
+pub enum Path {
+    /// Straight to its servers' RPC ports, one of them in use at a time.
+    Direct(ServerManager),
+}
+
+impl Path {
+    fn servers(&self) -> &ServerManager {
+        match self {
+            Path::Direct(servers) => servers,
+        }
+    }
+}
+
+/// One remote datacenter as the router knows it.
+pub struct Datacenter {
+    pub name: String,
+    pub path: Path,
+    /// When the list is next shuffled and pinged (written by the router task only).
+    rebalance_at: std::sync::Mutex<Instant>,
+}
+
+/// The remote datacenters a server can reach, shared by every shard. Reads are lock-free
+/// (one atomic load); only the router task swaps in a new map.
+pub struct Router {
+    local_datacenter: String,
+    /// The WAN pool, on servers running one: coordinates for the distance order.
+    wan: Option<GossipHandle>,
+    /// Every other datacenter with a server in the WAN pool, by name.
+    remote: ArcSwap<BTreeMap<String, Arc<Datacenter>>>,
+}
+
+impl Router {
+    pub fn new(local_datacenter: &str, wan: Option<GossipHandle>) -> Router {
+        Router {
+            local_datacenter: local_datacenter.to_string(),
+            wan,
+            remote: ArcSwap::from_pointee(BTreeMap::new()),
+        }
+    }
+
+    pub fn local_datacenter(&self) -> &str {
+        &self.local_datacenter
+    }
+
+    /// The remote datacenter `name`, if the WAN pool shows a server of it.
+    pub fn datacenter(&self, name: &str) -> Option<Arc<Datacenter>> {
+        self.remote.load().get(name).cloned()
+    }
+
+    /// Every known datacenter, this one included, by name.
+    pub fn datacenters(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.remote.load().keys().cloned().collect();
+        names.push(self.local_datacenter.clone());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Every known datacenter nearest first by the WAN pool's coordinates (Consul's
+    /// `GetDatacentersByDistance`): this one first (distance zero), then the others by the
+    /// median estimated round trip from this server to their servers; a datacenter without
+    /// coordinates last; equal distances by name.
+    pub fn datacenters_by_distance(&self) -> Vec<String> {
+        let Some(wan) = &self.wan else {
+            return vec![self.local_datacenter.clone()];
+        };
+        let members = wan.members();
+        let coordinates = wan.coordinates();
+        let local = wan.local_coordinate();
+        order_by_distance(
+            &self.local_datacenter,
+            &members,
+            &|name| coordinates.get(name).cloned(),
+            &local,
+        )
+    }
+
+    /// The remote datacenters nearest first, without this one: prepared-query failover's
+    /// `NearestN` candidates.
+    pub fn other_datacenters_by_distance(&self) -> Vec<String> {
+        self.datacenters_by_distance()
+            .into_iter()
+            .filter(|dc| *dc != self.local_datacenter)
+            .collect()
+    }
+
+    /// Sends one request frame to a server of `datacenter` over `pool` (the calling shard's
+    /// connections) and waits for its response, failing over among that datacenter's
+    /// servers as [`servers::call`] does. `NO_PATH` at once when no server of it is alive.
+    pub async fn forward(
+        &self,
+        pool: &ForwardPool,
+        datacenter: &str,
+        kind: u8,
+        payload: &[u8],
+        timeout: Duration,
+        retry: Retry,
+    ) -> Result<Frame, String> {
+        debug_assert_ne!(
+            datacenter, self.local_datacenter,
+            "the local datacenter is never routed to"
+        );
+        let Some(route) = self.datacenter(datacenter) else {
+            return Err(NO_PATH.to_string());
+        };
+        match &route.path {
+            Path::Direct(servers) => {
+                if servers.pick().is_none() {
+                    return Err(NO_PATH.to_string());
+                }
+                servers::call_in(
+                    servers,
+                    pool,
+                    Some(datacenter),
+                    kind,
+                    payload,
+                    timeout,
+                    retry,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Brings the routes in line with the WAN pool's membership: new datacenters get a
+    /// path, known ones their alive servers, datacenters whose servers all left go.
+    /// Returns the datacenters added and removed, for the log.
+    fn refresh(&self, members: &[MemberInfo], now: Instant) -> (Vec<String>, Vec<String>) {
+        let servers = wan_servers(members, &self.local_datacenter);
+        let current = self.remote.load_full();
+        let mut next: BTreeMap<String, Arc<Datacenter>> = BTreeMap::new();
+        let (mut added, mut removed) = (Vec::new(), Vec::new());
+        for (name, alive) in &servers {
+            let route = match current.get(name) {
+                Some(route) => route.clone(),
+                None => {
+                    added.push(name.clone());
+                    Arc::new(Datacenter {
+                        name: name.clone(),
+                        path: Path::Direct(ServerManager::default()),
+                        rebalance_at: std::sync::Mutex::new(now + first_rebalance_delay()),
+                    })
+                }
+            };
+            route.path.servers().set_alive(alive);
+            next.insert(name.clone(), route);
+        }
+        for name in current.keys() {
+            if !next.contains_key(name) {
+                removed.push(name.clone());
+            }
+        }
+        if !added.is_empty() || !removed.is_empty() {
+            self.remote.store(Arc::new(next));
+        }
+        (added, removed)
+    }
+}
+
+/// A new datacenter's list is first rebalanced after Consul's minimum reuse time.
+fn first_rebalance_delay() -> Duration {
+    servers::CLIENT_RPC_MIN_REUSE
+}
+
+/// The WAN pool's servers of every datacenter but `local`: the alive ones of each
+/// datacenter with any server not left (a datacenter whose servers all failed stays known,
+/// with an empty list). At most [`DATACENTERS_MAX`] datacenters, the first by name.
+pub fn wan_servers(members: &[MemberInfo], local: &str) -> BTreeMap<String, Vec<Server>> {
+    let mut out: BTreeMap<String, Vec<Server>> = BTreeMap::new();
+    for member in members {
+        let Some(server) = server_of(member) else {
+            continue;
+        };
+        if server.left || server.datacenter.is_empty() || server.datacenter == local {
+            continue;
+        }
+        if !out.contains_key(&server.datacenter) && out.len() >= DATACENTERS_MAX {
+            continue;
+        }
+        let list = out.entry(server.datacenter.clone()).or_default();
+        if !server.alive {
+            continue;
+        }
+        if let Ok(addr) = server.rpc_address.parse() {
+            list.push(Server {
+                name: server.name,
+                addr,
+            });
+        }
+    }
+    assert!(out.len() <= DATACENTERS_MAX);
+    debug_assert!(
+        !out.contains_key(local),
+        "the local datacenter has no route"
+    );
+    out
+}
+
+/// Every datacenter with a server in `members` (and `local`), nearest first: `local` at
+/// distance zero, the others at the median (the upper middle, as Consul takes it) of the
+/// estimated round trips from `origin` to their servers, a server without a coordinate
+/// counting as infinitely far; equal distances in name order.
+pub fn order_by_distance(
+    local: &str,
+    members: &[MemberInfo],
+    coordinate_of: &dyn Fn(&str) -> Option<Coordinate>,
+    origin: &Coordinate,
+) -> Vec<String> {
+    let mut rtts: HashMap<String, Vec<f64>> = HashMap::new();
+    rtts.insert(local.to_string(), vec![0.0]);
+    for member in members {
+        if member.status == MemberStatus::Left {
+            continue;
+        }
+        let Some(server) = server_of(member) else {
+            continue;
+        };
+        if server.datacenter.is_empty() {
+            continue;
+        }
+        let rtt = if server.datacenter == local {
+            0.0
+        } else {
+            coordinate_of(&member.name).map_or(f64::INFINITY, |c| distance_seconds(origin, &c))
+        };
+        rtts.entry(server.datacenter).or_default().push(rtt);
+    }
+    let mut ranked: Vec<(String, f64)> = rtts
+        .into_iter()
+        .map(|(dc, mut values)| {
+            values.sort_by(f64::total_cmp);
+            let median = values[values.len() / 2];
+            (dc, median)
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.0.cmp(&b.0));
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    debug_assert_eq!(ranked.first().map(|r| r.1), Some(0.0));
+    ranked.into_iter().map(|(dc, _)| dc).collect()
+}
+
+/// On a server: keeps the router's routes in line with the WAN pool and rebalances each
+/// remote datacenter's list on Consul's interval, until the agent shuts down. Runs on
+/// shard 0 with its own connections for the pings.
+pub async fn wan_router(shared: Arc<Shared>, wan: GossipHandle, router: Arc<Router>) {
+    let events = wan.events();
+    let pings = ForwardPool::new(shared.tls.clone());
+    let mut routes_log = servers::LogLimiter::new(servers::FAILOVER_LOG_INTERVAL);
+    loop {
+        let members = wan.members();
+        let (added, removed) = router.refresh(&members, Instant::now());
+        if !added.is_empty() || !removed.is_empty() {
+            if let Some(left_out) = routes_log.allow(Instant::now()) {
+                log::info!(
+                    "agent: WAN routes: datacenters {added:?} reachable, {removed:?} gone{}",
+                    servers::left_out_note(left_out)
+                );
+            }
+        }
+        let routes = router.remote.load_full();
+        for route in routes.values() {
+            let due = {
+                let at = route.rebalance_at.lock().map(|at| *at);
+                at.is_ok_and(|at| Instant::now() >= at)
+            };
+            if !due {
+                continue;
+            }
+            let servers = route.path.servers();
+            pools::rebalance(servers, &pings, Some(&route.name)).await;
+            let stagger_max = servers::CLIENT_RPC_MIN_REUSE / servers::CLIENT_RPC_JITTER_FRACTION;
+            let stagger = stagger_max.mul_f64(rand::random_range(0.0..1.0));
+            let interval =
+                servers::rebalance_interval(servers.list().servers().len(), members.len(), stagger);
+            if let Ok(mut at) = route.rebalance_at.lock() {
+                *at = Instant::now() + interval;
+            }
+        }
+        let membership_changed = async {
+            // Any membership event is a reason to look again; user events are for others.
+            while let Ok(event) = events.recv_async().await {
+                if !matches!(event, GossipEvent::User(_) | GossipEvent::Query(_)) {
+                    break;
+                }
+            }
+        };
+        monoio::select! {
+            _ = monoio::time::sleep(ROUTE_REFRESH_INTERVAL) => {},
+            _ = membership_changed => {},
+        }
+        if shared
+            .shutting_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap as Tags;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn server(name: &str, dc: &str, last_octet: u8, status: MemberStatus) -> MemberInfo {
+        let mut tags = Tags::new();
+        tags.insert("role".to_string(), "consul".to_string());
+        tags.insert("dc".to_string(), dc.to_string());
+        tags.insert("port".to_string(), "8300".to_string());
+        tags.insert(
+            "id".to_string(),
+            format!("00000000-0000-0000-0000-0000000000{last_octet:02x}"),
+        );
+        MemberInfo {
+            name: format!("{name}.{dc}"),
+            addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last_octet)),
+            port: 8302,
+            tags,
+            status,
+            protocol_min: 1,
+            protocol_max: 5,
+            protocol_cur: 2,
+            delegate_min: 2,
+            delegate_max: 5,
+            delegate_cur: 4,
+        }
+    }
+
+    fn coordinate(x: f64) -> Coordinate {
+        let mut c = crate::gossip::coordinate::new_coordinate(&Default::default());
+        c.vec[0] = x;
+        c.height = 0.0;
+        c
+    }
+
+    #[test]
+    fn wan_servers_group_alive_servers_by_remote_datacenter() {
+        let members = vec![
+            server("a", "dc1", 1, MemberStatus::Alive),
+            server("b", "dc2", 2, MemberStatus::Alive),
+            server("c", "dc2", 3, MemberStatus::Failed),
+            server("d", "dc3", 4, MemberStatus::Failed),
+            server("e", "dc4", 5, MemberStatus::Left),
+        ];
+        let routes = wan_servers(&members, "dc1");
+        assert_eq!(
+            routes.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["dc2", "dc3"],
+            "the local one has no route; a datacenter whose servers left is gone"
+        );
+        assert_eq!(routes["dc2"].len(), 1);
+        assert_eq!(routes["dc2"][0].addr.to_string(), "10.0.0.2:8300");
+        assert!(routes["dc3"].is_empty(), "known, but nothing to route to");
+    }
+
+    #[test]
+    fn routes_follow_membership_and_refuse_unknown_or_dead_datacenters() {
+        let router = Router::new("dc1", None);
+        let now = Instant::now();
+        let (added, removed) = router.refresh(
+            &[
+                server("b", "dc2", 2, MemberStatus::Alive),
+                server("c", "dc3", 3, MemberStatus::Failed),
+            ],
+            now,
+        );
+        assert_eq!(added, ["dc2", "dc3"]);
+        assert!(removed.is_empty());
+        assert_eq!(router.datacenters(), ["dc1", "dc2", "dc3"]);
+        let dc2 = router.datacenter("dc2").expect("routed");
+        assert_eq!(dc2.path.servers().pick().map(|a| a.port()), Some(8300));
+        assert!(router
+            .datacenter("dc3")
+            .unwrap()
+            .path
+            .servers()
+            .pick()
+            .is_none());
+        // The same datacenter keeps its list object across refreshes.
+        let (added, removed) = router.refresh(&[server("b", "dc2", 2, MemberStatus::Alive)], now);
+        assert!(added.is_empty());
+        assert_eq!(removed, ["dc3"]);
+        assert!(Arc::ptr_eq(&dc2, &router.datacenter("dc2").unwrap()));
+        assert!(router.datacenter("dc3").is_none());
+        assert!(
+            router.datacenter("dc1").is_none(),
+            "never a route to itself"
+        );
+    }
+
+    #[test]
+    fn datacenters_order_by_median_round_trip_with_the_local_one_first() {
+        let members = vec![
+            server("a", "dc1", 1, MemberStatus::Alive),
+            server("b1", "far", 2, MemberStatus::Alive),
+            server("b2", "far", 3, MemberStatus::Alive),
+            server("b3", "far", 4, MemberStatus::Alive),
+            server("c1", "near", 5, MemberStatus::Alive),
+            server("d1", "blind", 6, MemberStatus::Alive),
+            server("e1", "also-near", 7, MemberStatus::Alive),
+            server("f1", "gone", 8, MemberStatus::Left),
+        ];
+        let mut coordinates: HashMap<String, Coordinate> = HashMap::new();
+        // One far server is close, but the median of three says far.
+        coordinates.insert("b1.far".into(), coordinate(0.001));
+        coordinates.insert("b2.far".into(), coordinate(0.5));
+        coordinates.insert("b3.far".into(), coordinate(0.6));
+        coordinates.insert("c1.near".into(), coordinate(0.01));
+        coordinates.insert("e1.also-near".into(), coordinate(0.01));
+        let origin = coordinate(0.0);
+        let order = order_by_distance(
+            "dc1",
+            &members,
+            &|name| coordinates.get(name).cloned(),
+            &origin,
+        );
+        assert_eq!(order, ["dc1", "also-near", "near", "far", "blind"]);
+    }
+}

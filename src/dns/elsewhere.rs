@@ -1,0 +1,138 @@
+//! DNS answers a server takes from elsewhere than its store: another datacenter's rows
+//! (`<svc>.service.<dc>`, `<node>.node.<dc>`) and prepared queries (`<query>.query[.<dc>]`).
+//!
+//! A resolution on a server reads its store version through a [`ServerView`], which also
+//! holds the rows fetched for the question being completed; a lookup answered elsewhere
+//! that it does not hold is noted missing, and the resolution ends in `Handled::Fetch`,
+//! exactly as a client agent's misses do (`dns::client`). The socket loop then asks this
+//! agent's own HTTP API in-process ([`LocalApi`]) with the requests of `dns::remote` —
+//! `PUT /v1/internal/praetor/dns-lookup?dc=<dc>` or `GET /v1/query/<name>/execute` — so the
+//! API's cross-datacenter forwarding and the query's failover serve DNS too, and answers
+//! the message again with the rows at hand.
+//!
+//! Answers that used fetched rows are not cached: no change feed tells when another
+//! datacenter's rows or a query's results change.
+
+use super::remote::{plan_fetches, FetchOptions, Lookup, LookupResult};
+use super::view::{AclFiltered, CatalogView, NodeRecord, ReadSet, ServiceInstance};
+use super::{Completion, VersionSource};
+use crate::shard::runtime::Shard;
+use crate::store::acl::authorizer::Authorizer;
+use crate::store::StoreVersion;
+use arcstr::ArcStr;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// Runs one HTTP/1.1 request through this agent's own API, as if it had arrived on its
+/// HTTP port, and returns the raw response. `node` wires it to the shard's HTTP server
+/// (DNS sits below the API and never names it).
+pub type LocalApi = std::rc::Rc<dyn Fn(Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>>;
+
+/// How long a question may wait for what it fetched from elsewhere (another datacenter,
+/// or a query that fails over through several).
+pub const ELSEWHERE_FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A server's resolution source: its shard's version as `may_serve` caught it up, plus the
+/// rows fetched for this question.
+pub struct ServerSource<'a> {
+    pub shard: &'a Shard,
+    pub fetched: &'a [(Lookup, LookupResult)],
+    /// What the DNS token may read (`None`: ACLs off). Rows fetched from elsewhere were
+    /// fetched with the same token, so the other side filtered them already.
+    pub authorizer: Option<Arc<Authorizer>>,
+}
+
+impl<'a> VersionSource for ServerSource<'a> {
+    type View = AclFiltered<ServerView<'a>>;
+    fn version(&self) -> AclFiltered<ServerView<'a>> {
+        // Not `current_version`: catching up here would process shard messages, which
+        // invalidate the DNS cache while the resolver holds it borrowed.
+        AclFiltered {
+            inner: ServerView {
+                version: self.shard.version_as_is(),
+                fetched: self.fetched,
+                missing: RefCell::new(Vec::new()),
+                used_fetched: Cell::new(false),
+            },
+            authorizer: self.authorizer.clone(),
+        }
+    }
+    fn completion(&self, view: &AclFiltered<ServerView<'a>>) -> Completion {
+        let view = &view.inner;
+        let missing = view.missing.take();
+        if !missing.is_empty() {
+            Completion::Missing(missing)
+        } else if view.used_fetched.get() {
+            Completion::Uncacheable
+        } else {
+            Completion::Cacheable
+        }
+    }
+}
+
+/// A store version plus the rows fetched from elsewhere for one question.
+pub struct ServerView<'a> {
+    version: StoreVersion,
+    fetched: &'a [(Lookup, LookupResult)],
+    missing: RefCell<Vec<Lookup>>,
+    used_fetched: Cell<bool>,
+}
+
+impl CatalogView for ServerView<'_> {
+    fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        self.version.service_instances(name, reads)
+    }
+    fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        self.version.node(name, reads)
+    }
+    fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {
+        self.version.node_by_address(ip, reads)
+    }
+    fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
+        self.version.service_by_address(ip, reads)
+    }
+    fn elsewhere(&self, lookup: &Lookup) -> Option<LookupResult> {
+        debug_assert!(!lookup.is_local(), "local lookups read the store");
+        if let Some((_, result)) = self.fetched.iter().find(|(l, _)| l == lookup) {
+            self.used_fetched.set(true);
+            return Some(result.clone());
+        }
+        let mut missing = self.missing.borrow_mut();
+        if missing.len() < super::remote::LOOKUPS_PER_REQUEST_MAX && !missing.contains(lookup) {
+            missing.push(lookup.clone());
+        }
+        None
+    }
+}
+
+/// The status and body of a raw HTTP/1.1 response.
+pub fn split_response(raw: &[u8]) -> Result<(u16, &[u8]), String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(raw) {
+        Ok(httparse::Status::Complete(head_len)) => {
+            Ok((response.code.unwrap_or_default(), &raw[head_len..]))
+        }
+        _ => Err("malformed HTTP answer".to_string()),
+    }
+}
+
+/// Fetches `lookups` (all answered elsewhere) through the agent's own API.
+pub async fn fetch(
+    api: &LocalApi,
+    lookups: &[Lookup],
+    options: &FetchOptions<'_>,
+) -> Result<Vec<(Lookup, LookupResult)>, String> {
+    let mut rows = Vec::with_capacity(lookups.len());
+    for fetch in plan_fetches(lookups) {
+        let answer = monoio::time::timeout(ELSEWHERE_FETCH_TIMEOUT, api(fetch.request(options)))
+            .await
+            .map_err(|_| format!("no answer within {ELSEWHERE_FETCH_TIMEOUT:?}"))?;
+        let (status, body) = split_response(&answer)?;
+        rows.extend(fetch.results(status, body)?);
+    }
+    Ok(rows)
+}
