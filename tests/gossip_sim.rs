@@ -250,19 +250,24 @@ fn coordinates_converge_towards_network_latency() {
     }
 }
 
-#[test]
-fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
-    let n = 5;
-    let key1 = vec![1u8; 16];
-    let key2 = vec![2u8; 32];
-    let mut sim = Sim::new(
+/// A network that loses nothing, with a little jitter.
+fn lossless_sim() -> Sim {
+    Sim::new(
         seed(),
         NetConfig {
             loss: 0.0,
             latency: Duration::from_millis(1),
             jitter: Duration::from_millis(2),
         },
-    );
+    )
+}
+
+#[test]
+fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
+    let n = 5;
+    let key1 = vec![1u8; 16];
+    let key2 = vec![2u8; 32];
+    let mut sim = lossless_sim();
     for _ in 0..n {
         let k = key1.clone();
         sim.add_node(move |name, ip, port| {
@@ -329,14 +334,7 @@ fn adopting(
 fn rolling_encryption_adoption_keeps_the_pool_whole_at_every_step() {
     let n = 5;
     let key = vec![7u8; 32];
-    let mut sim = Sim::new(
-        seed(),
-        NetConfig {
-            loss: 0.0,
-            latency: Duration::from_millis(1),
-            jitter: Duration::from_millis(2),
-        },
-    );
+    let mut sim = lossless_sim();
     for _ in 0..n {
         sim.add_node(adopting(Adoption::Plain, key.clone()));
     }

@@ -50,14 +50,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = std::env::temp_dir().join(format!("praetor-fuzz-rpc-entry-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (ca, ca_key) = generate::generate_ca(&CaOptions {
-        days: 30,
-        domain: "consul".into(),
-        name_constraint: false,
-        additional_name_constraints: Vec::new(),
-        common_name: None,
-    })
-    .unwrap();
+    let (ca, ca_key) = generate::generate_ca(&CaOptions::default()).unwrap();
     let (cert, key) = generate::generate_cert(
         &ca,
         &ca_key,

@@ -18,10 +18,10 @@
 //! Not pure: keys and serial numbers come from the system's randomness. Time arrives as an
 //! argument, so validity is testable.
 
-use super::generate::parse_signing_key;
+use super::generate::{ca_params, new_key, parse_signing_key, random_serial};
 use rcgen::{
-    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
-    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    CertificateParams, CertificateSigningRequestParams, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyUsagePurpose, SanType,
 };
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -100,35 +100,15 @@ pub fn agent_spiffe_id(trust_domain: &str, datacenter: &str, node: &str) -> Stri
     format!("spiffe://{trust_domain}/agent/client/dc/{datacenter}/id/{node}")
 }
 
-fn random_serial() -> SerialNumber {
-    let mut bytes: [u8; 16] = rand::random();
-    // Positive and minimal-length in DER.
-    bytes[0] = (bytes[0] & 0x7f).max(1);
-    SerialNumber::from_slice(&bytes)
-}
-
-fn new_key() -> Result<KeyPair, String> {
-    KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(|e| format!("failed to generate private key: {e}"))
-}
-
 /// A new root for `trust_domain` (`<cluster id>.consul`), valid [`ROOT_CERT_TTL`] from `now`.
 pub fn generate_root(trust_domain: &str, now: OffsetDateTime) -> Result<AgentCaRoot, String> {
     let key = new_key()?;
-    let mut params = CertificateParams::default();
-    params.serial_number = Some(random_serial());
-    params.not_before = now - BACKDATE;
-    params.not_after = now + ROOT_CERT_TTL;
-    let mut name = DistinguishedName::new();
-    name.push(DnType::CommonName, format!("praetor CA {trust_domain}"));
-    params.distinguished_name = name;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params.use_authority_key_identifier_extension = true;
+    let mut params = ca_params(
+        random_serial().0,
+        now - BACKDATE,
+        now + ROOT_CERT_TTL,
+        format!("praetor CA {trust_domain}"),
+    );
     let uri = format!("spiffe://{trust_domain}")
         .try_into()
         .map_err(|_| format!("{trust_domain:?} is not a valid trust domain"))?;
@@ -239,7 +219,7 @@ impl AgentSigner for AgentCaRoot {
             .map_err(|e| SignError::Failed(format!("the agent CA is unusable: {e}")))?;
         // Only what the request may decide is taken from it; the rest is the CA's.
         let mut params = CertificateParams::default();
-        params.serial_number = Some(random_serial());
+        params.serial_number = Some(random_serial().0);
         params.not_before = now - BACKDATE;
         params.not_after = now + AGENT_CERT_TTL;
         let mut name = DistinguishedName::new();

@@ -289,7 +289,10 @@ fn load_side(
     };
     let key_pair = certified_key(settings)?;
     if let Some((chain, _)) = &key_pair {
-        warnings.extend(validity_warning(protocol, settings, &chain[0]));
+        // gRPC is never served (no listener), so its copy of a certificate is not warned about.
+        if protocol != Protocol::Grpc {
+            warnings.extend(validity_warning(protocol, settings, &chain[0]));
+        }
         if protocol == Protocol::InternalRpc && identity.server && settings.verify_server_hostname {
             let name = identity.server_name();
             verify::certificate_names(&chain[0], &name).map_err(|names| {
