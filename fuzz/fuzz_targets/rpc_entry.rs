@@ -40,7 +40,7 @@ const PEER_BYTES_MAX: usize = 64 * 1024;
 const HANDSHAKE_BOUND: Duration = Duration::from_secs(2);
 
 struct Fixture {
-    runtime: monoio::Runtime<monoio::FusionDriver>,
+    runtime: monoio::FusionRuntime<monoio::IoUringDriver, monoio::LegacyDriver>,
     /// The server port's configuration: client certificates required.
     rpc: Arc<ServerConfig>,
     /// The HTTPS listener's configuration (no client certificate asked for).
