@@ -258,7 +258,6 @@ mod tests {
     use super::*;
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, UnixTime};
-    use rustls::server::danger::ClientCertVerifier;
     use std::sync::Arc;
 
     const TRUST_DOMAIN: &str = "11111111-2222-3333-4444-555555555555.consul";
