@@ -63,6 +63,12 @@ TELEMETRY_SCRAPE_INTERVAL_S = 1.0
 # A second datacenter (dc2) of three servers, WAN-joined to the cluster (dc1).
 DC2_SERVERS = [dict(http=18400 + i, dns=18410 + i, server=18420 + i, serf_lan=18430 + i, serf_wan=18440 + i)
                for i in range(3)]
+# TLS (issue #17): a -dev agent serving HTTPS beside HTTP, three servers with TLS and all three
+# verify switches on :8300, and haproxy terminating TLS in front of the HTTP floor.
+DEV_TLS = dict(http=18515, https=18516, dns=18615, server=18525, serf_lan=18526, serf_wan=18527)
+SERVERS_TLS = [dict(http=18450 + i, dns=18460 + i, server=18470 + i, serf_lan=18480 + i, serf_wan=18490 + i)
+               for i in range(3)]
+HAPROXY_TLS_PORT = 18517
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -86,7 +92,8 @@ NOT_AVAILABLE = "not available yet"
 CRASHED = "exited during the run"
 # The processes behind each system (for systems not named like their one process).
 SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)],
-                    "dc2": [f"praetor-dc2-s{i}" for i in range(3)]}
+                    "dc2": [f"praetor-dc2-s{i}" for i in range(3)],
+                    "cluster-tls": [f"praetor-tls-s{i}" for i in range(3)]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -352,6 +359,9 @@ class Bench:
             elif system == "dc2":
                 for i in range(3):
                     self.procs.stop(f"praetor-dc2-s{i}")
+            elif system == "cluster-tls":
+                for name in SYSTEM_PROCESSES[system]:
+                    self.procs.stop(name)
             else:
                 self.procs.stop(system)
             if system == "dev":
@@ -1482,6 +1492,182 @@ class Bench:
                          "ratio reported", None, metric="ops_per_s", unit="op/s",
                          note="B counts full cycles/s (4 requests each)")
 
+    # ---- TLS (issue #17) ----------------------------------------------------------------------
+
+    def tls_files(self):
+        """The agent CA and one server certificate (server.dc1.consul, localhost, 127.0.0.1), made
+        once per run by `praetor tls`; returns (ca, cert, key)."""
+        d = os.path.join(self.tmp, "tls")
+        names = [os.path.join(d, n) for n in ("consul-agent-ca.pem", "dc1-server-consul-0.pem",
+                                              "dc1-server-consul-0-key.pem")]
+        if not all(os.path.exists(n) for n in names):
+            os.makedirs(d, exist_ok=True)
+            for argv in (["tls", "ca", "create"], ["tls", "cert", "create", "-server"]):
+                proc = subprocess.run([self.praetor] + argv, cwd=d, capture_output=True, timeout=60)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"praetor {' '.join(argv)}: {proc.stderr.decode(errors='replace')[:200]}")
+        return tuple(names)
+
+    def tls_hcl(self, internal_rpc=""):
+        ca, cert, key = self.tls_files()
+        return (f'tls {{ defaults {{ ca_file = "{ca}" cert_file = "{cert}" key_file = "{key}" }} '
+                f'internal_rpc {{ {internal_rpc} }} }}')
+
+    def start_dev_tls(self):
+        """A -dev agent serving the same API over HTTP and HTTPS (certificate from `praetor tls`)."""
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        data = os.path.join(self.tmp, f"dev-tls-{time.monotonic_ns()}")
+        extra = ["-dev", "-node", "bench-dev-tls", "-data-dir", data, "-https-port", str(DEV_TLS["https"]),
+                 "-hcl", self.tls_hcl()]
+        proc = self.procs.start("dev-tls", self.praetor_argv(DEV_TLS, extra))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"praetor agent -dev (TLS) exited ({proc.returncode}): " + self.procs.log_tail("dev-tls")
+            if self.praetor_has_leader(DEV_TLS["http"]) and wait_tcp(DEV_TLS["https"], 1):
+                return None
+            time.sleep(0.2)
+        return "praetor agent -dev (TLS) not ready after %ds: %s" % (START_TIMEOUT_S, self.procs.log_tail("dev-tls"))
+
+    def start_cluster_tls(self):
+        """Three servers whose Raft and forwarded requests run over TLS on :8300 with
+        verify_incoming, verify_outgoing and verify_server_hostname on."""
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        hcl = self.tls_hcl("verify_incoming = true verify_outgoing = true verify_server_hostname = true")
+        joins = []
+        for s in SERVERS_TLS:
+            joins += ["-retry-join", f"127.0.0.1:{s['serf_lan']}"]
+        procs = []
+        for i, s in enumerate(SERVERS_TLS):
+            data = os.path.join(self.tmp, f"server-tls-{i}")
+            extra = ["-server", "-bootstrap-expect", "3", "-node", f"bench-tls-s{i}", "-data-dir", data,
+                     "-hcl", hcl] + joins
+            procs.append(self.procs.start(f"praetor-tls-s{i}", self.praetor_argv(s, extra)))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for i, p in enumerate(procs):
+                if p.poll() is not None:
+                    return f"praetor TLS server {i} exited ({p.returncode}): " + self.procs.log_tail(f"praetor-tls-s{i}")
+            if all(self.praetor_has_leader(s["http"]) for s in SERVERS_TLS):
+                return None
+            time.sleep(0.3)
+        return "three praetor servers with TLS elected no leader within %ds: %s" % (
+            START_TIMEOUT_S, self.procs.log_tail("praetor-tls-s0"))
+
+    def cluster_tls_leader_http(self):
+        _, _, body = http("GET", f"http://127.0.0.1:{SERVERS_TLS[0]['http']}/v1/status/leader")
+        try:
+            port = int(json.loads(body).rsplit(":", 1)[1])
+        except (ValueError, IndexError, AttributeError):
+            port = None
+        for s in SERVERS_TLS:
+            if s["server"] == port:
+                return f"http://127.0.0.1:{s['http']}"
+        return f"http://127.0.0.1:{SERVERS_TLS[0]['http']}"
+
+    def start_haproxy_tls(self):
+        """haproxy terminating TLS (same certificate as praetor's) in front of the HTTP floor."""
+        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not os.path.exists(haproxy):
+            return "haproxy not installed (apt-get install haproxy)"
+        reason = self.ensure("http-floor")
+        if reason:
+            return reason
+        _, cert, key = self.tls_files()
+        d = os.path.join(self.tmp, "haproxy")
+        os.makedirs(d, exist_ok=True)
+        combined = os.path.join(d, "server-combined.pem")
+        with open(combined, "wb") as out:
+            for path in (cert, key):
+                with open(path, "rb") as f:
+                    out.write(f.read())
+        conf = os.path.join(d, "haproxy.cfg")
+        with open(conf, "w") as f:
+            f.write("global\n  nbthread 2\n  maxconn 4096\n"
+                    "defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
+                    f"frontend tls\n  bind 127.0.0.1:{HAPROXY_TLS_PORT} ssl crt {combined}\n  default_backend floor\n"
+                    f"backend floor\n  server floor 127.0.0.1:{HTTP_FLOOR_PORT}\n")
+        self.procs.start("haproxy-tls", [haproxy, "-db", "-f", conf])
+        return None if wait_tcp(HAPROXY_TLS_PORT, START_TIMEOUT_S) else "haproxy did not listen: " + \
+            self.procs.log_tail("haproxy-tls")
+
+    def wrk_interleaved(self, row_id, sides, extra=()):
+        """wrk -t2 -c64 against each (name, url) of `sides`, interleaved A B A B …; returns the
+        comparison document (B/A) and the commands. wrk, not loadgen: it speaks TLS (OpenSSL),
+        and the same client measures both sides."""
+        d = max(1, int(round(self.duration)))
+        argvs = [["wrk", "-t2", "-c64", f"-d{d}s", "--latency"] + list(extra) + [url] for _, url in sides]
+        runs = [[], []]
+        for _ in range(self.runs):
+            for argv, side_runs in zip(argvs, runs):
+                code, out = self.run_tool(argv, d)
+                side_runs.append(with_cpu(parse_wrk(out) if code == 0 else {"errors": 1}, self.last_cpu_s))
+                time.sleep(0.5)
+        doc = synthetic_compare("throughput_rps", sides[0][0], runs[0], sides[1][0], runs[1])
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        command = f"{self.shown(argvs[0])}  ⟷  {self.shown(argvs[1])}  (interleaved ×{self.runs})"
+        return doc, command
+
+    def row_https_get(self):
+        row_id, title = "https-get-vs-http", "KV GET one key, 64 keep-alive conns: HTTPS vs HTTP on the same agent"
+        target, minimum = "≥ 0.7×", 0.7
+        reason = self.needs("dev-tls")
+        if not reason and not shutil.which("wrk"):
+            reason = "wrk not installed"
+        if not reason:
+            status, _, _ = http("PUT", f"http://127.0.0.1:{DEV_TLS['http']}/v1/kv/bench/get", b"x" * 100)
+            reason = None if status == 200 else f"PUT /v1/kv answered {status}"
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        path = "/v1/kv/bench/get"
+        doc, command = self.wrk_interleaved(row_id, [
+            ("praetor HTTP", f"http://127.0.0.1:{DEV_TLS['http']}{path}"),
+            ("praetor HTTPS", f"https://127.0.0.1:{DEV_TLS['https']}{path}")])
+        ratio = doc["ratio"]
+        ok = ratio and ratio["median"] is not None and ratio["median"] >= minimum
+        self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "req/s"),
+                 peer=fmt_num(doc["a"]["median"]["throughput_rps"], "req/s"), ratio=fmt_ratio(ratio),
+                 target=target, result="pass" if ok else "fail", chart=self.chart(row_id, title), command=command,
+                 note="'praetor' = HTTPS (TLS 1.3, ECDSA P-256), 'peer' = plain HTTP, same -dev agent; " + cpu_note(doc),
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def row_https_handshakes(self):
+        row_id = "https-handshakes-vs-haproxy"
+        title = "New HTTPS connection per request (Connection: close), 64 conns: praetor vs haproxy TLS → HTTP floor"
+        reason = self.needs("dev-tls", "haproxy-tls")
+        if not reason and not shutil.which("wrk"):
+            reason = "wrk not installed"
+        if reason:
+            return self.unavailable(row_id, title, "ratio reported", reason)
+        path = "/v1/kv/bench/get"
+        http("PUT", f"http://127.0.0.1:{DEV_TLS['http']}{path}", b"x" * 100)
+        doc, command = self.wrk_interleaved(row_id, [
+            ("haproxy TLS → floor", f"https://127.0.0.1:{HAPROXY_TLS_PORT}{path}"),
+            ("praetor HTTPS", f"https://127.0.0.1:{DEV_TLS['https']}{path}")], extra=["-H", "Connection: close"])
+        self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "conn/s"),
+                 peer=fmt_num(doc["a"]["median"]["throughput_rps"], "conn/s"), ratio=fmt_ratio(doc["ratio"]),
+                 target="ratio reported", result="info", chart=self.chart(row_id, title), command=command,
+                 note="every request opens a TCP connection and a TLS handshake (same certificate both sides); "
+                      + cpu_note(doc), raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
+    def row_kv_put_3srv_tls(self):
+        row_id, title = "kv-put-3srv-tls", "KV PUT 64 conns, 3 servers: TLS on :8300 (every verify switch) vs plaintext"
+        target = "≥ 0.85×"
+        reason = self.needs("cluster:kv", "cluster-tls")
+        if not reason:
+            status, _, _ = http("PUT", f"{self.cluster_tls_leader_http()}/v1/kv/bench/probe", b"x")
+            reason = None if status == 200 else f"PUT /v1/kv on the TLS cluster answered {status}"
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        self.compare_row(row_id, title, ["kv-put", "--target-a", self.leader(), "--target-b",
+                                         self.cluster_tls_leader_http(), "--name-a", "3 servers, plaintext",
+                                         "--name-b", "3 servers, TLS", "--key", "bench/put"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= 0.85,
+                         note="both clusters run during the row; requests go to each leader over HTTP")
+
     # ---- plan -------------------------------------------------------------------------------
 
     def plan(self):
@@ -1512,7 +1698,10 @@ class Bench:
             (["churn-vs-kv-put"], self.row_churn, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["kv-get-dc2-forwarded-vs-local"], self.row_kv_get_dc2, ["dc2"]),
-            (["sessions-vs-kv-put"], self.row_sessions, ["etcd3", "cluster", "dc2"]),
+            (["sessions-vs-kv-put"], self.row_sessions, ["etcd3"]),
+            (["kv-put-3srv-tls"], self.row_kv_put_3srv_tls, ["cluster", "cluster-tls"]),
+            (["https-get-vs-http"], self.row_https_get, []),
+            (["https-handshakes-vs-haproxy"], self.row_https_handshakes, ["dev-tls", "haproxy-tls", "http-floor"]),
             (["telemetry-kv-get", "telemetry-kv-put"], self.telemetry_rows, ["telemetry-off", "telemetry-on"]),
         ]
 

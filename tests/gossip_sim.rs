@@ -250,19 +250,24 @@ fn coordinates_converge_towards_network_latency() {
     }
 }
 
-#[test]
-fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
-    let n = 5;
-    let key1 = vec![1u8; 16];
-    let key2 = vec![2u8; 32];
-    let mut sim = Sim::new(
+/// A network that loses nothing, with a little jitter.
+fn lossless_sim() -> Sim {
+    Sim::new(
         seed(),
         NetConfig {
             loss: 0.0,
             latency: Duration::from_millis(1),
             jitter: Duration::from_millis(2),
         },
-    );
+    )
+}
+
+#[test]
+fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
+    let n = 5;
+    let key1 = vec![1u8; 16];
+    let key2 = vec![2u8; 32];
+    let mut sim = lossless_sim();
     for _ in 0..n {
         let k = key1.clone();
         sim.add_node(move |name, ip, port| {
@@ -294,6 +299,118 @@ fn keyring_queries_reach_every_member_and_encryption_keeps_working() {
     // Still healthy under the new key.
     sim.run_until(sim.now + secs(20.0));
     assert!(all_alive_everywhere(&mut sim, n));
+}
+
+/// One step of Consul's documented way to turn gossip encryption on in a running pool: the
+/// key with both switches off, then `encrypt_verify_outgoing`, then `encrypt_verify_incoming`.
+#[derive(Clone, Copy, Debug)]
+enum Adoption {
+    Plain,
+    KeyOnly,
+    Outgoing,
+    Enforced,
+}
+
+fn adopting(
+    stage: Adoption,
+    key: Vec<u8>,
+) -> impl FnOnce(String, std::net::IpAddr, u16) -> GossipConfig {
+    move |name, ip, port| {
+        let mut c = lan(name, ip, port);
+        let (keys, incoming, outgoing) = match stage {
+            Adoption::Plain => (Vec::new(), true, true),
+            Adoption::KeyOnly => (vec![key], false, false),
+            Adoption::Outgoing => (vec![key], false, true),
+            Adoption::Enforced => (vec![key], true, true),
+        };
+        c.keys = keys;
+        c.gossip_verify_incoming = incoming;
+        c.gossip_verify_outgoing = outgoing;
+        c
+    }
+}
+
+#[test]
+fn rolling_encryption_adoption_keeps_the_pool_whole_at_every_step() {
+    let n = 5;
+    let key = vec![7u8; 32];
+    let mut sim = lossless_sim();
+    for _ in 0..n {
+        sim.add_node(adopting(Adoption::Plain, key.clone()));
+    }
+    for i in 1..n {
+        sim.join(i, i as u64, &[0]);
+    }
+    sim.run_until(secs(10.0));
+    assert!(all_alive_everywhere(&mut sim, n), "seed {}", sim.seed());
+
+    // A node that enforces encryption cannot join a plaintext pool: the switches matter.
+    let strict = sim.add_node(adopting(Adoption::Enforced, key.clone()));
+    sim.join(strict, 500, &[0]);
+    sim.run_until(sim.now + secs(5.0));
+    assert!(
+        sim.joins
+            .iter()
+            .any(|&(node, request, joined)| (node, request, joined) == (strict, 500, 0)),
+        "an encrypting node joined a plaintext pool (seed {}): {:?}",
+        sim.seed(),
+        sim.joins
+    );
+    sim.crash(strict);
+    sim.run_until(sim.now + secs(30.0));
+    sim.with_node(0, |g, now| {
+        g.force_leave(now, &format!("node-{strict}"), true)
+    });
+    sim.run_until(sim.now + secs(5.0));
+    let failures_before = failed_events(&sim);
+
+    // Each stage is rolled through the pool one restart at a time; after every restart the
+    // mixed pool (this stage and the one before) is whole.
+    let mut request = 1000;
+    for stage in [Adoption::KeyOnly, Adoption::Outgoing, Adoption::Enforced] {
+        for i in 0..n {
+            sim.crash(i);
+            sim.restart_node(i, adopting(stage, key.clone()));
+            request += 1;
+            sim.join(i, request, &[(i + 1) % n]);
+            sim.run_until(sim.now + secs(8.0));
+            assert!(
+                (0..n).all(|j| {
+                    let m = sim.node(j).members();
+                    m.iter()
+                        .filter(|m| m.name != format!("node-{strict}"))
+                        .all(|m| m.status == MemberStatus::Alive)
+                        && m.iter().filter(|m| m.status == MemberStatus::Alive).count() == n
+                }),
+                "{stage:?}: the pool split after restarting node {i} (seed {})",
+                sim.seed()
+            );
+        }
+    }
+    assert_eq!(
+        failed_events(&sim),
+        failures_before,
+        "a member was declared failed during the rollout (seed {})",
+        sim.seed()
+    );
+    // The pool now encrypts everything: a node without the key cannot join it.
+    let keyless = sim.add_node(adopting(Adoption::Plain, key.clone()));
+    sim.join(keyless, 900, &[0]);
+    sim.run_until(sim.now + secs(5.0));
+    assert!(
+        sim.joins
+            .iter()
+            .any(|&(node, request, joined)| (node, request, joined) == (keyless, 900, 0)),
+        "a node without the key joined an encrypted pool (seed {})",
+        sim.seed()
+    );
+}
+
+fn failed_events(sim: &Sim) -> usize {
+    sim.events
+        .iter()
+        .filter(|o| matches!(&o.event, GossipEvent::MemberFailed(_)))
+        .count()
 }
 
 #[test]

@@ -411,7 +411,7 @@ fn an_agent_checks_its_tls_files_at_start_and_warns_about_what_does_not_act() {
     );
 
     let good = format!(
-        "tls {{ defaults {{ ca_file = \"{0}/consul-agent-ca.pem\" cert_file = \"{0}/dc1-server-consul-0.pem\" key_file = \"{0}/dc1-server-consul-0-key.pem\" verify_incoming = true verify_outgoing = true }} internal_rpc {{ verify_server_hostname = true }} }}",
+        "tls {{ defaults {{ ca_file = \"{0}/consul-agent-ca.pem\" cert_file = \"{0}/dc1-server-consul-0.pem\" key_file = \"{0}/dc1-server-consul-0-key.pem\" verify_incoming = true verify_outgoing = true }} internal_rpc {{ verify_server_hostname = true }} grpc {{ tls_min_version = \"TLSv1_3\" }} }} ports {{ grpc_tls = 20503 }}",
         d.display()
     );
     let agent = common::Agent::dev(&["-hcl", &good, "-https-port", "20443"]);
@@ -424,8 +424,18 @@ fn an_agent_checks_its_tls_files_at_start_and_warns_about_what_does_not_act() {
     assert!(!log.contains("ports.https = 20443 is accepted"), "{log}");
     assert!(!log.contains("tls.internal_rpc.verify"), "{log}");
     assert!(!log.contains("tls.https.verify_incoming"), "{log}");
+    for warning in [
+        "[WARN]  config: tls.grpc (tls_min_version) is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
+        "[WARN]  config: ports.grpc_tls = 20503 is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
+    ] {
+        assert!(log.contains(warning), "{warning}\n{log}");
+    }
     assert!(
-        log.contains("tls.grpc is accepted but not acted on yet: praetor has no gRPC interface"),
-        "{log}"
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::new(agent.ip, 20503),
+            std::time::Duration::from_secs(2)
+        )
+        .is_err(),
+        "nothing listens on the gRPC port"
     );
 }

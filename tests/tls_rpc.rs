@@ -7,6 +7,7 @@ mod common;
 use bytes::BytesMut;
 use common::{praetor_binary, Agent, Cluster, TempDir};
 use praetor::proto::rpc::{encode_frame, kind};
+use praetor::tls::generate::{self, CertKind, CertOptions};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -60,13 +61,43 @@ impl Pki {
     }
     /// The `tls` stanza with this CA, the `kind` certificate and `internal_rpc` settings.
     fn hcl(&self, kind: &str, internal_rpc: &str) -> String {
-        let (cert, key) = self.pair(kind);
+        self.hcl_with(self.pair(kind), internal_rpc)
+    }
+    fn hcl_with(&self, (cert, key): (PathBuf, PathBuf), internal_rpc: &str) -> String {
         format!(
             "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} internal_rpc {{ {internal_rpc} }} }}",
             self.ca().display(),
             cert.display(),
             key.display()
         )
+    }
+    /// A `kind` certificate of this CA that expired: valid for 365 days from 400 days ago.
+    fn expired(&self, kind: CertKind) -> (PathBuf, PathBuf) {
+        let ca = std::fs::read_to_string(self.ca()).unwrap();
+        let ca_key = std::fs::read_to_string(self.file("consul-agent-ca-key.pem")).unwrap();
+        let (cert, key) = generate::generate_cert(
+            &ca,
+            &ca_key,
+            &CertOptions {
+                kind,
+                datacenter: "dc1".into(),
+                domain: "consul".into(),
+                node: None,
+                additional_dns_names: Vec::new(),
+                additional_ip_addresses: Vec::new(),
+                days: 365,
+                not_before: Some(time::OffsetDateTime::now_utc() - time::Duration::days(400)),
+            },
+        )
+        .unwrap();
+        let name = format!("expired-{}", kind.name());
+        let pair = (
+            self.file(&format!("{name}.pem")),
+            self.file(&format!("{name}-key.pem")),
+        );
+        std::fs::write(&pair.0, cert).unwrap();
+        std::fs::write(&pair.1, key).unwrap();
+        pair
     }
 }
 
@@ -182,18 +213,10 @@ fn a_cluster_with_every_switch_on_elects_replicates_forwards_and_refuses_the_res
         }
     }
 
-    // A client agent with a client certificate forwards its writes over TLS.
+    // A client agent with a client certificate and the same three switches forwards its
+    // writes over TLS.
     let client_data = TempDir::new("rpc-tls-client");
-    let client = cluster.start_client(
-        &client_data,
-        &[
-            "-hcl",
-            &pki.hcl(
-                "client",
-                "verify_outgoing = true verify_server_hostname = true",
-            ),
-        ],
-    );
+    let client = cluster.start_client(&client_data, &["-hcl", &pki.hcl("client", ALL_SWITCHES)]);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(answer) = common::try_request(
@@ -336,10 +359,9 @@ fn a_server_holding_a_client_certificate_never_joins_raft() {
     );
     wait_for_log(
         leader_agent,
-        &[
-            &format!("tls: internal_rpc handshake with {ip}:8300 failed"),
-            "not valid",
-        ],
+        &[&format!(
+            "tls: internal_rpc handshake with {ip}:8300 failed: peer certificate rejected: certificate is not valid for server.dc1.consul (it names client.dc1.consul, localhost, 127.0.0.1)"
+        )],
         Duration::from_secs(20),
     );
     std::thread::sleep(Duration::from_secs(2));
@@ -390,4 +412,102 @@ fn verify_outgoing_refuses_a_server_signed_by_another_ca() {
         Duration::from_secs(1),
     );
     assert_eq!(cluster.servers[0].get("/v1/kv/refused").status, 404);
+}
+
+/// The certificate failures an operator meets, each as one line naming the peer and the
+/// reason: a server whose certificate expired, a client whose certificate expired (both
+/// sides say so), and a server whose certificate names another datacenter.
+#[test]
+fn expired_and_misnamed_certificates_fail_with_readable_lines() {
+    let pki = Pki::new("rpc-expired-pki");
+    praetor_in(
+        pki.dir.path(),
+        &["tls", "cert", "create", "-server", "-dc", "dc2"],
+    );
+    let dc2_server = (
+        pki.file("dc2-server-consul-0.pem"),
+        pki.file("dc2-server-consul-0-key.pem"),
+    );
+    let expired_server = pki.expired(CertKind::Server);
+    let expired_client = pki.expired(CertKind::Client);
+    // A: its own certificate expired (it warns at start); B: a dc2 certificate, and it
+    // verifies incoming connections.
+    let a = Cluster::start(1, &["-hcl", &pki.hcl_with(expired_server, "")]);
+    let b = Cluster::start(
+        1,
+        &["-hcl", &pki.hcl_with(dc2_server, "verify_incoming = true")],
+    );
+    let (a_ip, b_ip) = (a.servers[0].ip, b.servers[0].ip);
+    assert!(
+        a.servers[0]
+            .log()
+            .contains("tls: the internal_rpc certificate"),
+        "{}",
+        a.servers[0].log()
+    );
+    let data: Vec<TempDir> = (0..3)
+        .map(|i| TempDir::new(&format!("rpc-expired-client{i}")))
+        .collect();
+    // X dials A and checks its chain.
+    let x = a.start_client(
+        &data[0],
+        &["-hcl", &pki.hcl("client", "verify_outgoing = true")],
+    );
+    // Y dials B and wants server.dc1.consul.
+    let y = b.start_client(
+        &data[1],
+        &["-hcl", &pki.hcl("client", "verify_server_hostname = true")],
+    );
+    // Z dials B (chain only) with an expired client certificate.
+    let z = b.start_client(
+        &data[2],
+        &[
+            "-hcl",
+            &pki.hcl_with(expired_client, "verify_outgoing = true"),
+        ],
+    );
+    let limit = Duration::from_secs(30);
+    wait_for_log(
+        &x,
+        &[&format!(
+            "tls: internal_rpc handshake with {a_ip}:8300 failed: peer certificate rejected: certificate expired at "
+        )],
+        limit,
+    );
+    wait_for_log(
+        &y,
+        &[&format!(
+            "tls: internal_rpc handshake with {b_ip}:8300 failed: peer certificate rejected: certificate is not valid for server.dc1.consul (it names server.dc2.consul, localhost, 127.0.0.1)"
+        )],
+        limit,
+    );
+    // The server sees the client's connection come from the kernel's choice of source
+    // address, so the line is found by its reason.
+    wait_for_log(
+        &b.servers[0],
+        &[
+            "tls: internal_rpc handshake with 127.",
+            "failed: peer certificate rejected: certificate expired at ",
+        ],
+        limit,
+    );
+    // Under TLS 1.3 the client learns of the refusal after its side of the handshake, on
+    // the first read; either way the line names the server and the reason.
+    wait_for_log(
+        &z,
+        &[
+            "tls: internal_rpc ",
+            &format!(" {b_ip}:8300 "),
+            "the peer aborted the handshake: our certificate has expired",
+        ],
+        limit,
+    );
+    // None of them got a write through.
+    for (client, key) in [(&x, "x"), (&y, "y"), (&z, "z")] {
+        let answer = common::try_request(client.addr(), "PUT", &format!("/v1/kv/{key}"), b"v", &[]);
+        assert!(
+            !matches!(&answer, Ok(a) if a.status == 200),
+            "{key}: {answer:?}"
+        );
+    }
 }

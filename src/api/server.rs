@@ -46,7 +46,7 @@ use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
 use crate::shard::telemetry;
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult};
-use crate::tls::stream::{ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
+use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
@@ -161,7 +161,13 @@ async fn handshake_and_serve(server: Rc<Server>, stream: TcpStream, peer: Socket
         debug_assert!(false, "an HTTPS listener without a certificate");
         return;
     };
-    match crate::tls::stream::accept(config, stream, HANDSHAKE_TIMEOUT_DEFAULT).await {
+    let accepted = crate::tls::stream::accept(
+        config,
+        stream,
+        HANDSHAKE_TIMEOUT_DEFAULT,
+        FirstRecord::AnswerPlainHttp,
+    );
+    match accepted.await {
         Ok(stream) => serve_connection(server, HttpStream::Tls(Box::new(stream))).await,
         Err(error) => log::warn!(
             "{}",

@@ -430,7 +430,12 @@ impl Client {
         stream
             .write_all(&bytes)
             .and_then(|()| stream.flush())
-            .map_err(|e| format!("error sending request to {host}: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "error sending request to {host}: {}",
+                    crate::tls::stream::describe_io_error(&e)
+                )
+            })?;
         read_response(&mut *stream).map_err(|e| format!("error reading response from {host}: {e}"))
     }
 
@@ -528,7 +533,8 @@ fn read_response(stream: &mut dyn Stream) -> Result<Response, String> {
             Ok(n) => raw.extend_from_slice(&buffer[..n]),
             Err(e) if e.kind() == ErrorKind::UnexpectedEof => *eof = true,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
+            // A TLS failure reads as `praetor tls` words it (wrong CA, expiry, name).
+            Err(e) => return Err(crate::tls::stream::describe_io_error(&e)),
         }
         Ok(())
     };

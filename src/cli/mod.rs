@@ -539,4 +539,85 @@ mod tests {
             serde_json::json!({"https": 8501, "grpc_tls": -1})
         );
     }
+
+    /// Commands that never speak to an agent's HTTP API, by their path in the command tree.
+    /// Every other command must take Consul's HTTP client flags; a new local-only command
+    /// belongs here.
+    const LOCAL_COMMANDS: [&str; 6] = [
+        "agent",
+        "version",
+        "keygen",
+        "tls ca create",
+        "tls cert create",
+        "snapshot inspect",
+    ];
+
+    /// Consul's flags for reaching the agent over HTTPS or a Unix socket (`-http-addr` takes
+    /// `https://…` and `unix://…`).
+    const CLIENT_TLS_FLAGS: [&str; 6] = [
+        "http-addr",
+        "ca-file",
+        "ca-path",
+        "client-cert",
+        "client-key",
+        "tls-server-name",
+    ];
+
+    fn leaf_commands(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        let children: Vec<&clap::Command> = command
+            .get_subcommands()
+            .filter(|c| c.get_name() != "help")
+            .collect();
+        if children.is_empty() {
+            out.push((path.trim().to_string(), command.clone()));
+        }
+        for child in children {
+            leaf_commands(child, &format!("{path} {}", child.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_client_command_takes_the_https_and_unix_socket_flags() {
+        let mut leaves = Vec::new();
+        leaf_commands(&Cli::command(), "", &mut leaves);
+        let mut clients = 0;
+        for (path, command) in &leaves {
+            let flags: Vec<&str> = command
+                .get_arguments()
+                .filter_map(|a| a.get_long())
+                .collect();
+            if LOCAL_COMMANDS.contains(&path.as_str()) {
+                assert!(
+                    !flags.contains(&"http-addr"),
+                    "`{path}` is listed as local but takes -http-addr"
+                );
+                continue;
+            }
+            clients += 1;
+            for flag in CLIENT_TLS_FLAGS {
+                assert!(
+                    flags.contains(&flag),
+                    "`praetor {path}` lacks -{flag}: flatten `HttpFlags` into it, or list it in LOCAL_COMMANDS if it never calls an agent"
+                );
+            }
+            // The single-dash spelling reaches clap for each of them.
+            let mut argv = vec!["praetor".to_string()];
+            argv.extend(path.split(' ').map(str::to_string));
+            argv.extend(CLIENT_TLS_FLAGS.iter().map(|f| format!("-{f}=x")));
+            let normalized = normalize_args(argv, &Cli::command());
+            for flag in CLIENT_TLS_FLAGS {
+                assert!(
+                    normalized.contains(&format!("--{flag}=x")),
+                    "`{path}`: -{flag} is not normalized: {normalized:?}"
+                );
+            }
+        }
+        for local in LOCAL_COMMANDS {
+            assert!(
+                leaves.iter().any(|(path, _)| path == local),
+                "LOCAL_COMMANDS names `{local}`, which is no command"
+            );
+        }
+        assert!(clients >= 25, "only {clients} client commands found");
+    }
 }

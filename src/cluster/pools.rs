@@ -84,6 +84,17 @@ pub fn encryption_keys(config: &AgentConfig) -> Result<Vec<Vec<u8>>, String> {
     }
 }
 
+/// The keyring and memberlist's two switches for rolling encryption in (Consul's
+/// `encrypt_verify_incoming` / `encrypt_verify_outgoing`, both pools alike): with outgoing
+/// off, an agent holding the key still sends plaintext; with incoming off, it still reads
+/// plaintext (and anything the key opens). Without a key both are moot.
+fn set_encryption(gossip: &mut GossipConfig, config: &AgentConfig) -> Result<(), String> {
+    gossip.keys = encryption_keys(config)?;
+    gossip.gossip_verify_incoming = config.tls.encrypt_verify_incoming;
+    gossip.gossip_verify_outgoing = config.tls.encrypt_verify_outgoing;
+    Ok(())
+}
+
 /// Builds the LAN pool's handle and driver; the driver runs on shard 0.
 pub fn lan_pool(
     config: &AgentConfig,
@@ -93,7 +104,7 @@ pub fn lan_pool(
     let port = config.ports.serf_lan.max(0) as u16;
     let mut gossip = GossipConfig::lan(config.node_name.clone(), advertise, port);
     gossip.tags = lan_tags(config, node_id);
-    gossip.keys = encryption_keys(config)?;
+    set_encryption(&mut gossip, config)?;
     let bind = SocketAddr::new(
         if config.bind_addr.is_unspecified() {
             config.bind_addr
@@ -124,7 +135,7 @@ pub fn wan_pool(
     tags.remove("segment");
     tags.remove("wan_join_port");
     gossip.tags = tags;
-    gossip.keys = encryption_keys(config)?;
+    set_encryption(&mut gossip, config)?;
     // Bound where the LAN pool is: a WAN address may be a translated one this host lacks.
     let bind = SocketAddr::new(
         if config.bind_addr.is_unspecified() {

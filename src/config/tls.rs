@@ -247,6 +247,10 @@ pub struct TlsConfig {
     /// `encrypt_verify_incoming` / `encrypt_verify_outgoing` (gossip; default true).
     pub encrypt_verify_incoming: bool,
     pub encrypt_verify_outgoing: bool,
+    /// The keys the configuration sets in `tls.grpc` (sorted), which nothing acts on: praetor
+    /// has no gRPC listener. The `verify_incoming = false` that the old top-level
+    /// `verify_incoming` pins there is left out: it asks for nothing.
+    pub grpc_keys_set: Vec<String>,
 }
 
 impl Default for TlsConfig {
@@ -258,9 +262,13 @@ impl Default for TlsConfig {
             auto_encrypt: AutoEncrypt::default(),
             encrypt_verify_incoming: true,
             encrypt_verify_outgoing: true,
+            grpc_keys_set: Vec::new(),
         }
     }
 }
+
+/// Why the gRPC settings do nothing.
+const NO_GRPC: &str = "praetor has no gRPC interface, so no gRPC port is opened";
 
 /// Most SAN entries `auto_encrypt` may ask for.
 const AUTO_ENCRYPT_SANS_MAX: usize = 64;
@@ -384,6 +392,14 @@ impl TlsConfig {
         if grpc_block.contains_key("verify_outgoing") {
             return Err("verify_outgoing is not valid in the tls.grpc stanza".to_string());
         }
+        let mut grpc_keys_set: Vec<String> = grpc_block
+            .iter()
+            .filter(|(key, value)| {
+                !(key.as_str() == "verify_incoming" && value.as_bool() == Some(false))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        grpc_keys_set.sort();
         for name in ["defaults", "grpc", "https"] {
             if block(tls, name, &empty)?.contains_key("verify_server_hostname") {
                 return Err(
@@ -497,6 +513,7 @@ impl TlsConfig {
             auto_encrypt,
             encrypt_verify_incoming: get_bool(raw, "encrypt_verify_incoming")?.unwrap_or(true),
             encrypt_verify_outgoing: get_bool(raw, "encrypt_verify_outgoing")?.unwrap_or(true),
+            grpc_keys_set,
         };
         for (name, protocol) in config.protocols() {
             config.validate_protocol(name, protocol)?;
@@ -540,35 +557,27 @@ impl TlsConfig {
     }
 
     /// One warning for each TLS setting praetor accepts but does not act on yet (gRPC,
-    /// auto-encrypt, the gossip encryption switches).
+    /// auto-encrypt).
     pub fn not_active_warnings(&self, ports: &Ports) -> Vec<String> {
         let mut warnings = Vec::new();
         if ports.grpc_tls >= 0 {
             warnings.push(not_acted_on(
                 &format!("ports.grpc_tls = {}", ports.grpc_tls),
-                "praetor has no gRPC interface",
+                NO_GRPC,
             ));
         }
         let rpc = &self.internal_rpc;
-        if self.grpc.verify_incoming || self.grpc.use_auto_cert {
-            warnings.push(not_acted_on("tls.grpc", "praetor has no gRPC interface"));
+        if !self.grpc_keys_set.is_empty() {
+            warnings.push(not_acted_on(
+                &format!("tls.grpc ({})", self.grpc_keys_set.join(", ")),
+                NO_GRPC,
+            ));
         }
         if self.auto_encrypt.tls || self.auto_encrypt.allow_tls {
             warnings.push(not_acted_on(
                 "auto_encrypt",
                 "servers do not hand out agent certificates yet",
             ));
-        }
-        for (key, on) in [
-            ("encrypt_verify_incoming", self.encrypt_verify_incoming),
-            ("encrypt_verify_outgoing", self.encrypt_verify_outgoing),
-        ] {
-            if !on {
-                warnings.push(not_acted_on(
-                    &format!("{key} = false"),
-                    "gossip with a key set still encrypts and requires encryption both ways",
-                ));
-            }
         }
         if self.auto_encrypt.allow_tls && !rpc.verify_incoming {
             warnings.push(
@@ -826,18 +835,30 @@ mod tests {
         let c = TlsConfig::from_merged(
             &object(json!({
                 "tls": {"defaults": {"ca_file": "ca", "cert_file": "c", "key_file": "k"},
-                        "internal_rpc": {"verify_server_hostname": true}},
+                        "internal_rpc": {"verify_server_hostname": true},
+                        "grpc": {"cert_file": "g", "key_file": "gk", "verify_incoming": false}},
                 "auto_encrypt": {"allow_tls": true},
                 "encrypt_verify_incoming": false,
+                "encrypt_verify_outgoing": false,
             })),
             true,
         )
         .unwrap();
+        // The gossip switches act (cluster::pools hands them to the gossip core).
+        assert!(!c.encrypt_verify_incoming && !c.encrypt_verify_outgoing);
         let ports = Ports {
             https: 8501,
+            grpc_tls: 8503,
             ..Ports::default()
         };
         let warnings = c.not_active_warnings(&ports);
+        assert_eq!(
+            warnings[..2],
+            [
+                "config: ports.grpc_tls = 8503 is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
+                "config: tls.grpc (cert_file, key_file) is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
+            ]
+        );
         let keys: Vec<&str> = warnings
             .iter()
             .map(|w| w.trim_start_matches("config: ").split(' ').next().unwrap())
@@ -845,14 +866,25 @@ mod tests {
         assert_eq!(
             keys,
             vec![
+                "ports.grpc_tls",
+                "tls.grpc",
                 "auto_encrypt",
-                "encrypt_verify_incoming",
                 "auto_encrypt.allow_tls",
             ]
         );
         assert!(TlsConfig::default()
             .not_active_warnings(&Ports::default())
             .is_empty());
+        // The old top-level verify_incoming pins tls.grpc.verify_incoming = false: no warning.
+        let mut legacy = object(json!({"verify_incoming": true, "ca_file": "ca",
+                                       "cert_file": "c", "key_file": "k"}));
+        apply_deprecated_keys(&mut legacy);
+        let legacy = TlsConfig::from_merged(&legacy, true).unwrap();
+        assert!(legacy.grpc_keys_set.is_empty());
+        assert!(legacy
+            .not_active_warnings(&Ports::default())
+            .iter()
+            .all(|w| !w.contains("grpc")));
     }
 
     #[test]

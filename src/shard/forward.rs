@@ -288,8 +288,21 @@ async fn read_loop(
         let (result, slice) = reader.read(buf.slice_mut(len..)).await;
         buf = slice.into_inner();
         match result {
-            Ok(0) | Err(_) => {
+            Ok(0) => {
                 connection.fail_all(&format!("connection to {addr} lost"));
+                return;
+            }
+            Err(error) => {
+                let reason = crate::tls::stream::describe_io_error(&error);
+                // Under TLS 1.3 a server that refuses our certificate says so after our side
+                // of the handshake finished, on the first read: that is worth a line.
+                if error
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<rustls::Error>())
+                {
+                    log::warn!("tls: internal_rpc connection to {addr} ended: {reason}");
+                }
+                connection.fail_all(&format!("connection to {addr} lost: {reason}"));
                 return;
             }
             Ok(_) => {}

@@ -28,7 +28,7 @@ use crate::proto::rpc_select::{select, Layer, Selection};
 use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::runtime::{RaftInput, Shard};
 use crate::shard::telemetry::{self, Counter};
-use crate::tls::stream::{ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
+use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
@@ -118,17 +118,23 @@ async fn tls_session<H: ForwardedHttp>(
         debug_assert!(false, "TLS selected without a certificate");
         return;
     };
-    let mut session =
-        match crate::tls::stream::accept(config, stream, HANDSHAKE_TIMEOUT_DEFAULT).await {
-            Ok(session) => session,
-            Err(error) => {
-                log::warn!(
-                    "{}",
-                    crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
-                );
-                return;
-            }
-        };
+    let mut session = match crate::tls::stream::accept(
+        config,
+        stream,
+        HANDSHAKE_TIMEOUT_DEFAULT,
+        FirstRecord::Close,
+    )
+    .await
+    {
+        Ok(session) => session,
+        Err(error) => {
+            log::warn!(
+                "{}",
+                crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
+            );
+            return;
+        }
+    };
     let Some(byte) = protocol_byte(&mut session).await else {
         return;
     };

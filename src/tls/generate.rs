@@ -113,7 +113,7 @@ pub fn certificate_names(options: &CertOptions) -> (String, Vec<String>, Vec<IpA
 }
 
 /// A random positive 128-bit serial number and its decimal text.
-fn random_serial() -> (SerialNumber, String) {
+pub(crate) fn random_serial() -> (SerialNumber, String) {
     let mut bytes: [u8; 16] = rand::random();
     bytes[0] &= 0x7f;
     if bytes[0] == 0 {
@@ -137,26 +137,25 @@ fn validity(
     Ok((start, start + Duration::days(i64::from(days))))
 }
 
-fn new_key() -> Result<KeyPair, String> {
+/// A fresh EC P-256 key, the only kind praetor makes.
+pub(crate) fn new_key() -> Result<KeyPair, String> {
     KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
         .map_err(|e| format!("failed to generate private key: {e}"))
 }
 
-/// Creates a CA: (certificate PEM, private key PEM).
-pub fn generate_ca(options: &CaOptions) -> Result<(String, String), String> {
-    let (not_before, not_after) = validity(options.days, None)?;
-    let key = new_key()?;
-    let (serial, serial_text) = random_serial();
+/// A root CA's parameters: self-signed, unconstrained path length, certificate and CRL
+/// signing, with the key identifiers that let a chain be built from it.
+pub(crate) fn ca_params(
+    serial: SerialNumber,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+    common_name: String,
+) -> CertificateParams {
     let mut params = CertificateParams::default();
     params.serial_number = Some(serial);
     params.not_before = not_before;
     params.not_after = not_after;
     let mut name = DistinguishedName::new();
-    let common_name = options
-        .common_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| format!("Consul Agent CA {serial_text}"));
     name.push(DnType::CommonName, common_name);
     params.distinguished_name = name;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -166,6 +165,33 @@ pub fn generate_ca(options: &CaOptions) -> Result<(String, String), String> {
         KeyUsagePurpose::DigitalSignature,
     ];
     params.use_authority_key_identifier_extension = true;
+    params
+}
+
+impl Default for CaOptions {
+    /// `tls ca create` without flags: 5 years, domain `consul`, no name constraint.
+    fn default() -> CaOptions {
+        CaOptions {
+            days: CA_DAYS_DEFAULT,
+            domain: "consul".to_string(),
+            name_constraint: false,
+            additional_name_constraints: Vec::new(),
+            common_name: None,
+        }
+    }
+}
+
+/// Creates a CA: (certificate PEM, private key PEM).
+pub fn generate_ca(options: &CaOptions) -> Result<(String, String), String> {
+    let (not_before, not_after) = validity(options.days, None)?;
+    let key = new_key()?;
+    let (serial, serial_text) = random_serial();
+    let common_name = options
+        .common_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("Consul Agent CA {serial_text}"));
+    let mut params = ca_params(serial, not_before, not_after, common_name);
     if options.name_constraint {
         if options.additional_name_constraints.len() > EXTRA_NAMES_MAX {
             return Err(format!("at most {EXTRA_NAMES_MAX} name constraints"));

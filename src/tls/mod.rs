@@ -29,6 +29,7 @@
 //! - With `verify_server_hostname`, a server whose own certificate lacks the server name
 //!   refuses to start: its peers would refuse it as a server anyway.
 
+pub mod agent_ca;
 pub mod files;
 pub mod generate;
 pub mod stream;
@@ -311,7 +312,10 @@ fn load_side(
     };
     let key_pair = certified_key(settings)?;
     if let Some((chain, _)) = &key_pair {
-        warnings.extend(validity_warning(protocol, settings, &chain[0]));
+        // gRPC is never served (no listener), so its copy of a certificate is not warned about.
+        if protocol != Protocol::Grpc {
+            warnings.extend(validity_warning(protocol, settings, &chain[0]));
+        }
         if protocol == Protocol::InternalRpc && identity.server && settings.verify_server_hostname {
             let name = identity.server_name();
             verify::certificate_names(&chain[0], &name).map_err(|names| {

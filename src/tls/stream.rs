@@ -25,7 +25,8 @@
 //! to the peer's certificate after the handshake (needed for the server-role check), and it
 //! moves records 16 KiB per system call.
 
-use monoio::buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut};
+use crate::proto::tls_record::{self, Entry, NotTls, PLAIN_HTTP_ANSWER};
+use monoio::buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut, SliceMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::BufResult;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -58,6 +59,8 @@ pub enum HandshakeError {
     Closed,
     /// The handshake took longer than its timeout.
     TimedOut(Duration),
+    /// The first record was not a TLS handshake ([`crate::proto::tls_record`]).
+    NotTls(NotTls),
 }
 
 impl std::fmt::Display for HandshakeError {
@@ -72,6 +75,7 @@ impl std::fmt::Display for HandshakeError {
             HandshakeError::TimedOut(limit) => {
                 write!(f, "no complete handshake within {} ms", limit.as_millis())
             }
+            HandshakeError::NotTls(why) => write!(f, "{why}"),
         }
     }
 }
@@ -333,6 +337,49 @@ where
         }
     }
 
+    /// Reads until the first record's header is in, and ends the connection unless it opens
+    /// a handshake; the bytes read stay staged for rustls.
+    async fn read_first_record(&mut self, first: FirstRecord) -> Result<(), HandshakeError> {
+        let Some(mut buffer) = self.incoming.buffer.take() else {
+            return Err(HandshakeError::Io(unusable()));
+        };
+        debug_assert!(buffer.is_empty() && self.incoming.consumed == 0);
+        debug_assert!(buffer.capacity() >= tls_record::RECORD_HEADER_BYTES);
+        let verdict = loop {
+            match tls_record::classify(&buffer) {
+                Entry::Incomplete => {}
+                Entry::Handshake { .. } => break Ok(()),
+                Entry::PlainHttp => break Err(NotTls::PlainHttp),
+                Entry::NotTls(why) => break Err(why),
+            }
+            let len = buffer.len();
+            let (result, slice): (io::Result<usize>, SliceMut<Vec<u8>>) =
+                self.io.read(buffer.slice_mut(len..)).await;
+            buffer = slice.into_inner();
+            match result {
+                Ok(0) => {
+                    self.incoming.buffer = Some(buffer);
+                    return Err(HandshakeError::Closed);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    self.incoming.buffer = Some(buffer);
+                    return Err(HandshakeError::Io(error));
+                }
+            }
+        };
+        self.incoming.buffer = Some(buffer);
+        match verdict {
+            Ok(()) => Ok(()),
+            Err(NotTls::PlainHttp) if first == FirstRecord::AnswerPlainHttp => {
+                // As Go's HTTPS server: one answer the client can show, then the close.
+                let (_, _) = self.io.write_all(PLAIN_HTTP_ANSWER.to_vec()).await;
+                Err(HandshakeError::NotTls(NotTls::PlainHttp))
+            }
+            Err(why) => Err(HandshakeError::NotTls(why)),
+        }
+    }
+
     async fn handshake(&mut self) -> Result<(), HandshakeError> {
         handshake(
             &mut self.io,
@@ -390,18 +437,34 @@ where
     }
 }
 
-/// Accepts a TLS session on `io` with `config`, within `timeout`.
+/// What a listener does with a first record that is not a TLS handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstRecord {
+    /// Ends the connection (the server RPC port).
+    Close,
+    /// Answers a plaintext HTTP request with Go's 400 before closing (HTTPS listeners, as
+    /// Consul's Go server does); anything else is closed.
+    AnswerPlainHttp,
+}
+
+/// Accepts a TLS session on `io` with `config`, within `timeout`. A first record that is no
+/// TLS handshake ends it before rustls runs, with the reason ([`HandshakeError::NotTls`]).
 pub async fn accept<IO>(
     config: Arc<ServerConfig>,
     io: IO,
     timeout: Duration,
+    first: FirstRecord,
 ) -> Result<ServerTlsStream<IO>, HandshakeError>
 where
     IO: AsyncReadRent + AsyncWriteRent,
 {
     let connection = ServerConnection::new(config).map_err(HandshakeError::Tls)?;
     let mut stream = TlsStream::new(io, connection);
-    match monoio::time::timeout(timeout, stream.handshake()).await {
+    let opened = async {
+        stream.read_first_record(first).await?;
+        stream.handshake().await
+    };
+    match monoio::time::timeout(timeout, opened).await {
         Ok(Ok(())) => Ok(stream),
         Ok(Err(error)) => Err(error),
         Err(_) => Err(HandshakeError::TimedOut(timeout)),

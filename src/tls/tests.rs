@@ -3,7 +3,9 @@
 //! failures and their words, the server-role check, reload.
 
 use super::generate::{self, CaOptions, CertKind, CertOptions};
-use super::stream::{accept, connect, ClientTlsStream, HandshakeError, ServerTlsStream};
+use super::stream::{
+    accept, connect, ClientTlsStream, FirstRecord, HandshakeError, ServerTlsStream,
+};
 use super::*;
 use crate::config::tls::{CipherSuite, ProtocolTls, TlsConfig, TlsVersion};
 use files::CaSource;
@@ -172,7 +174,7 @@ async fn handshake_pair(
     let address = listener.local_addr().unwrap();
     let accepted = monoio::spawn(async move {
         let (socket, _) = listener.accept().await.unwrap();
-        accept(server, socket, TEST_HANDSHAKE_TIMEOUT).await
+        accept(server, socket, TEST_HANDSHAKE_TIMEOUT, FirstRecord::Close).await
     });
     let socket = TcpStream::connect(address).await.unwrap();
     let connected = connect(client, name, socket, TEST_HANDSHAKE_TIMEOUT).await;
@@ -531,7 +533,9 @@ fn reload_serves_the_new_certificate_to_the_next_connection_only() {
                 let (socket, _) = listener.accept().await.unwrap();
                 let config = acceptor_tls.server_config(Protocol::Https).unwrap();
                 monoio::spawn(async move {
-                    if let Ok(stream) = accept(config, socket, TEST_HANDSHAKE_TIMEOUT).await {
+                    if let Ok(stream) =
+                        accept(config, socket, TEST_HANDSHAKE_TIMEOUT, FirstRecord::Close).await
+                    {
                         echo(stream).await;
                     }
                 });
@@ -657,24 +661,64 @@ fn plaintext_and_silence_on_a_tls_listener_end_with_a_reason() {
         let address = listener.local_addr().unwrap();
         let config = server.clone();
         let accepted = monoio::spawn(async move {
+            let mut errors = Vec::new();
+            for first in [
+                FirstRecord::AnswerPlainHttp,
+                FirstRecord::Close,
+                FirstRecord::AnswerPlainHttp,
+            ] {
+                let (socket, _) = listener.accept().await.unwrap();
+                let result = accept(config.clone(), socket, TEST_HANDSHAKE_TIMEOUT, first).await;
+                errors.push(result.err().unwrap());
+            }
             let (socket, _) = listener.accept().await.unwrap();
-            let plaintext = accept(config.clone(), socket, TEST_HANDSHAKE_TIMEOUT).await;
-            let (socket, _) = listener.accept().await.unwrap();
-            let silent = accept(config, socket, Duration::from_millis(200)).await;
-            (plaintext.err().unwrap(), silent.err().unwrap())
+            let silent = accept(
+                config,
+                socket,
+                Duration::from_millis(200),
+                FirstRecord::AnswerPlainHttp,
+            )
+            .await;
+            errors.push(silent.err().unwrap());
+            errors
         });
+        // A plaintext request on an HTTPS listener, its first record header split over two
+        // reads: Go's answer.
         let mut http = TcpStream::connect(address).await.unwrap();
+        let (result, _) = http.write_all(b"GE".to_vec()).await;
+        result.unwrap();
+        monoio::time::sleep(Duration::from_millis(50)).await;
         let (result, _) = http
+            .write_all(b"T / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec())
+            .await;
+        result.unwrap();
+        assert_eq!(
+            read_to_end(&mut http).await.unwrap(),
+            crate::proto::tls_record::PLAIN_HTTP_ANSWER
+        );
+        // The same on the RPC port: closed without an answer.
+        let mut rpc = TcpStream::connect(address).await.unwrap();
+        let (result, _) = rpc
             .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec())
             .await;
         result.unwrap();
+        assert!(read_to_end(&mut rpc).await.unwrap().is_empty());
+        // Garbage that is neither.
+        let mut garbage = TcpStream::connect(address).await.unwrap();
+        let (result, _) = garbage.write_all(vec![0x47, 0, 0, 0, 0, 9]).await;
+        result.unwrap();
+        assert!(read_to_end(&mut garbage).await.unwrap().is_empty());
         let _silent = TcpStream::connect(address).await.unwrap();
-        let (plaintext, silent) = accepted.await;
-        assert!(
-            plaintext.to_string().starts_with("not a TLS handshake"),
-            "{plaintext}"
+        let errors: Vec<String> = accepted.await.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            errors,
+            [
+                "not TLS: the peer sent a plaintext HTTP request",
+                "not TLS: the peer sent a plaintext HTTP request",
+                "not TLS: the first record has content type 0x47, not a handshake (0x16)",
+                "no complete handshake within 200 ms",
+            ]
         );
-        assert_eq!(silent.to_string(), "no complete handshake within 200 ms");
     });
 }
 
