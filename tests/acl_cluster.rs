@@ -8,7 +8,8 @@
 //! snapshot needs management; bootstrap is refused once the cluster is bootstrapped; a
 //! policy change takes effect on the next request on every server and every shard; the
 //! client agent resolves tokens through its servers and syncs its services with its agent
-//! token; tokens and policies survive a leader kill and a restore from a snapshot.
+//! token, or with the token a service was registered with, also after a `kill -9` and a
+//! restart; tokens and policies survive a leader kill and a restore from a snapshot.
 
 mod acl_common;
 mod common;
@@ -166,10 +167,8 @@ fn acls_hold_across_servers_a_client_agent_a_leader_kill_and_a_restore() {
         "app-writer",
         "key_prefix \"app/\" {\n  policy = \"write\"\n}",
     );
-    assert_eq!(
-        call(server, "PUT", "/v1/kv/app/a", b"1", Some(&writer)).status,
-        200
-    );
+    let allowed = call(server, "PUT", "/v1/kv/app/a", b"1", Some(&writer));
+    assert_eq!(allowed.status, 200, "{}", allowed.text());
     let other = call(server, "PUT", "/v1/kv/other/b", b"2", Some(&writer));
     assert_eq!(other.status, 403, "{}", other.text());
     assert!(
@@ -233,7 +232,14 @@ fn acls_hold_across_servers_a_client_agent_a_leader_kill_and_a_restore() {
     // A client agent: it forwards the caller's token, resolves the tokens of what it
     // answers itself through its servers, and syncs with its agent token.
     let client_data = TempDir::new("acl-client");
-    let client = cluster.start_client(&client_data, &["-hcl", &acl_hcl()]);
+    // Its ACL settings come from a config dir, rewritten before the restart below.
+    let client_config = TempDir::new("acl-client-config");
+    let client_acl_file = client_config.path().join("acl.hcl");
+    std::fs::write(&client_acl_file, acl_hcl()).unwrap();
+    let mut client = cluster.start_client(
+        &client_data,
+        &["-config-dir", client_config.path().to_str().unwrap()],
+    );
     client.wait_ready();
     let client_node = format!("client-{}", client.ip);
     eventually("the client joined", Duration::from_secs(30), || {
@@ -289,6 +295,61 @@ fn acls_hold_across_servers_a_client_agent_a_leader_kill_and_a_restore() {
                 .as_array()
                 .is_some_and(|a| a.iter().any(|i| i["Node"] == json!(client_node)))
         },
+    );
+
+    // A service registered with its own token keeps it across a restart of the client:
+    // after `kill -9`, with the service gone from the catalog and an agent token that may
+    // write only the node, the restarted client syncs the service with the token it was
+    // registered with (as Consul persists service tokens), or not at all.
+    let (api_token, _) = token_for(
+        server,
+        "api-owner",
+        "service \"api\" {\n  policy = \"write\"\n}",
+    );
+    let register = call(
+        &client,
+        "PUT",
+        "/v1/agent/service/register",
+        br#"{"Name":"api","Port":81}"#,
+        Some(&api_token),
+    );
+    assert_eq!(register.status, 200, "{}", register.text());
+    let api_in_catalog = || {
+        ok_json(server, "GET", "/v1/catalog/service/api", json!(null))
+            .as_array()
+            .is_some_and(|a| a.iter().any(|i| i["Node"] == json!(client_node)))
+    };
+    eventually(
+        "the api service synced",
+        Duration::from_secs(30),
+        api_in_catalog,
+    );
+    let (node_only, _) = token_for(
+        server,
+        "client-node-only",
+        &format!("node \"{client_node}\" {{\n  policy = \"write\"\n}}"),
+    );
+    client.kill9();
+    std::fs::write(
+        &client_acl_file,
+        format!(
+            "acl {{\n enabled = true\n default_policy = \"deny\"\n tokens {{\n  agent = \"{node_only}\"\n }}\n}}"
+        ),
+    )
+    .unwrap();
+    ok_json(
+        server,
+        "PUT",
+        "/v1/catalog/deregister",
+        json!({"Node": client_node, "ServiceID": "api"}),
+    );
+    assert!(!api_in_catalog(), "the deregistration took effect");
+    client.restart();
+    client.wait_ready();
+    eventually(
+        "the restarted client synced api with its persisted token",
+        Duration::from_secs(30),
+        api_in_catalog,
     );
 
     // A policy change takes effect on the next request, on every server and shard (new

@@ -40,6 +40,8 @@ enum Kind {
     /// A list; `Some(hidden)`: whether the insufficient token must see the header.
     Filtered(Option<bool>),
     Open,
+    /// Checked, and a sufficient token gets a 200 whose body never ends (a stream).
+    Stream,
 }
 
 struct Case {
@@ -124,6 +126,32 @@ fn lacks_permission(response: &HttpResponse) -> bool {
     response.status == 403 && response.text().contains("lacks permission")
 }
 
+/// The status a streaming route answers `token` with, read from the response head alone
+/// (the body never ends); bounded by a 10 s read timeout.
+fn stream_status(agent: &Agent, case: &Case, token: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(agent.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "{} {} HTTP/1.1\r\nHost: test\r\nX-Consul-Token: {token}\r\nContent-Length: 0\r\n\r\n",
+        case.method, case.path
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = stream
+            .read(&mut buffer)
+            .expect("the response head within 10 s");
+        assert!(read > 0, "the stream closed before its head");
+        received.extend_from_slice(&buffer[..read]);
+    }
+    let line = String::from_utf8_lossy(&received);
+    line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap()
+}
+
 fn check(agent: &Agent, case: &Case, insufficient: &str, sufficient: &str) {
     let what = format!("{} {} ({})", case.method, case.path, case.route);
     let send = |token: Option<&str>| call(agent, case.method, &case.path, &case.body, token);
@@ -161,6 +189,28 @@ fn check(agent: &Agent, case: &Case, insufficient: &str, sufficient: &str) {
             );
             let allowed = send(Some(sufficient));
             assert_ne!(allowed.status, 403, "{what} sufficient: {}", allowed.text());
+        }
+        Kind::Stream => {
+            for (token, expected) in [(None, "anonymous"), (Some(insufficient), "insufficient")] {
+                let answer = send(token);
+                assert!(
+                    lacks_permission(&answer),
+                    "{what} {expected}: {} {}",
+                    answer.status,
+                    answer.text()
+                );
+            }
+            let unknown = send(Some(UNKNOWN));
+            assert_eq!(
+                (unknown.status, unknown.text()),
+                (403, "ACL not found".to_string()),
+                "{what} unknown"
+            );
+            assert_eq!(
+                stream_status(agent, case, sufficient),
+                200,
+                "{what} sufficient"
+            );
         }
         Kind::Filtered(hidden) => {
             let anonymous = send(None);
@@ -290,7 +340,17 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
         .unwrap()
         .to_string();
 
-    use Kind::{Checked, Filtered, Open};
+    let query_id = management(
+        &agent,
+        "POST",
+        "/v1/query",
+        json!({"Name": "q1", "Service": {"Service": "web"}}),
+    )["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    use Kind::{Checked, Filtered, Open, Stream};
     const AGENT_READ: &str = "agent_prefix \"\" {\n  policy = \"read\"\n}";
     const AGENT_WRITE: &str = "agent_prefix \"\" {\n  policy = \"write\"\n}";
     const CATALOG_READ: &str =
@@ -526,6 +586,38 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             Filtered(None),
         ),
         case(
+            "/v1/coordinate/update",
+            "PUT",
+            "/v1/coordinate/update",
+            r#"{"Node":"n1","Segment":"","Coord":{"Vec":[0,0,0,0,0,0,0,0],"Error":1.5,"Adjustment":0,"Height":0.00001}}"#,
+            "node \"n1\" {\n  policy = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/query",
+            "GET",
+            "/v1/query",
+            "",
+            "query_prefix \"\" {\n  policy = \"read\"\n}",
+            Filtered(Some(true)),
+        ),
+        case(
+            "/v1/query/",
+            "GET",
+            &format!("/v1/query/{query_id}"),
+            "",
+            "query \"q1\" {\n  policy = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            praetor::api::query::EXECUTE_REMOTE_PATH,
+            "GET",
+            &format!("{}?dc=dc1", praetor::api::query::EXECUTE_REMOTE_PATH),
+            r#"{"Name":"q1","Service":{"Service":"web"}}"#,
+            CATALOG_READ,
+            Filtered(None),
+        ),
+        case(
             "/v1/coordinate/datacenters",
             "GET",
             "/v1/coordinate/datacenters",
@@ -664,6 +756,14 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             Checked,
         ),
         case(
+            "/v1/agent/metrics/stream",
+            "GET",
+            "/v1/agent/metrics/stream",
+            "",
+            AGENT_READ,
+            Stream,
+        ),
+        case(
             "/v1/agent/service/deregister/",
             "PUT",
             "/v1/agent/service/deregister/nosuch",
@@ -791,6 +891,30 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "/v1/operator/raft/configuration",
             "GET",
             "/v1/operator/raft/configuration",
+            "",
+            "operator = \"read\"",
+            Checked,
+        ),
+        case(
+            "/v1/operator/autopilot/state",
+            "GET",
+            "/v1/operator/autopilot/state",
+            "",
+            "operator = \"read\"",
+            Checked,
+        ),
+        case(
+            "/v1/operator/autopilot/configuration",
+            "GET",
+            "/v1/operator/autopilot/configuration",
+            "",
+            "operator = \"read\"",
+            Checked,
+        ),
+        case(
+            "/v1/operator/usage",
+            "GET",
+            "/v1/operator/usage",
             "",
             "operator = \"read\"",
             Checked,

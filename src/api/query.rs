@@ -96,12 +96,22 @@ fn shows_tokens(ctx: &Context, request: &Request) -> bool {
         .is_some_and(|authz| authz.authorizer.acl_write().is_ok())
 }
 
-/// The row-filter hook of the list: whether `query` stays in the answer to a request with
-/// this resolved token (`None` with ACLs off, when every query does). The ACL work decides
-/// it per row: `query:read` on the query's prefix, anonymous queries hidden from a token
-/// without `acl:read`.
-fn visible_to(_authz: Option<&super::authz::Authz>, _query: &PreparedQuery) -> bool {
-    true
+/// Whether `query` stays in the list answered to a request with this resolved token
+/// (`None` with ACLs off, when every query does).
+fn visible_to(authz: Option<&super::authz::Authz>, query: &PreparedQuery) -> bool {
+    // As Consul's `filterPreparedQueries`: with ACLs off, or for a token that may read
+    // ACLs, every query; otherwise a query needs `query:read` on its name (or template
+    // prefix), and one without a name shows to nobody else.
+    let Some(authz) = authz else {
+        return true;
+    };
+    let authorizer = &*authz.authorizer;
+    if authorizer.acl_read().is_ok() {
+        return true;
+    }
+    query
+        .acl_prefix()
+        .is_some_and(|prefix| authorizer.query_read(prefix).is_ok())
 }
 
 fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
@@ -186,9 +196,11 @@ fn validate(query: &PreparedQuery) -> Result<(), ApiError> {
         .map_err(|e| ApiError::Internal(format!("Invalid prepared query: {e}")))
 }
 
+/// Answers `queries`; `filtered` adds Consul's header saying the token's ACLs left rows out.
 fn write_queries<'q>(
     queries: impl Iterator<Item = &'q PreparedQuery>,
     show_tokens: bool,
+    filtered: bool,
     reply: &mut Reply,
     meta: QueryMeta,
 ) {
@@ -200,6 +212,9 @@ fn write_queries<'q>(
         .collect();
     let mut headers = Vec::with_capacity(160);
     meta.write_headers(&mut headers);
+    if filtered {
+        headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
+    }
     reply.json(200, &headers, &rows);
 }
 
@@ -235,10 +250,27 @@ impl Query for ListQuery {
         )
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let rows = query::list(tables)
-            .filter(|q| visible_to(self.authz.as_ref(), q))
-            .map(|q| &**q);
-        write_queries(rows, self.show_tokens, reply, meta);
+        let mut hidden = false;
+        let rows: Vec<&PreparedQuery> = query::list(tables)
+            .filter(|q| {
+                let visible = visible_to(self.authz.as_ref(), q);
+                hidden |= !visible;
+                visible
+            })
+            .map(|q| &**q)
+            .collect();
+        // As for every filtered list, the header is for a caller who sent a token.
+        let reveal = self
+            .authz
+            .as_ref()
+            .is_some_and(|authz| !authz.secret_id.is_empty());
+        write_queries(
+            rows.into_iter(),
+            self.show_tokens,
+            hidden && reveal,
+            reply,
+            meta,
+        );
     }
 }
 
@@ -266,7 +298,13 @@ impl Query for GetQuery {
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         match query::get(tables, &self.id) {
-            Some(found) => write_queries(std::iter::once(&**found), self.show_tokens, reply, meta),
+            Some(found) => write_queries(
+                std::iter::once(&**found),
+                self.show_tokens,
+                false,
+                reply,
+                meta,
+            ),
             None => not_found(reply, meta),
         }
     }

@@ -526,7 +526,24 @@ impl Route {
         // A client agent holds no ACL tables: what it forwards is checked by the server
         // that answers, and what it answers itself needs the agent's own permissions.
         if ctx.acl_enabled() && (!ctx.is_client() || self.answered_by_agent()) {
-            let resolved = authz::authorize(ctx, self.acl, request)?;
+            let resolved = match authz::authorize(ctx, self.acl, request) {
+                // A follower may not have applied a token the leader just created (through
+                // this very server, a moment ago). Consul checks a forwarded request on the
+                // leader, after forwarding; here a token unknown to a follower sends the
+                // request to the leader, which knows every committed token and answers
+                // `ACL not found` itself if it is unknown there too. Stale reads and the
+                // agent's own endpoints stay local, as in Consul.
+                Err(error)
+                    if error == authz::acl_not_found()
+                        && !ctx.is_client()
+                        && !ctx.is_leader()
+                        && !self.answered_by_agent()
+                        && !request.query.has("stale") =>
+                {
+                    return Ok(Outcome::Forward);
+                }
+                other => other?,
+            };
             let previous = request.acl.set(resolved);
             debug_assert!(previous.is_ok(), "a request is authorized once");
         }

@@ -687,12 +687,14 @@ fn snapshot_fixture_tables() -> Tables {
 /// (before the catalog's rows were packed into one-word strings and lists, and before the ACL
 /// tables existed).
 const SNAPSHOT_WRITTEN_BEFORE: &[u8] = include_bytes!("testdata/snapshot-format-1.bin");
-/// The same state as written once the ACL tables were appended (format 1, ACL tables as a
-/// trailing field), before the prepared-query table existed.
+/// The same state as written by main at b2ea180, once the ACL tables were appended (format
+/// 1, ACL tables as a trailing field): before stored coordinates, the newer check fields,
+/// the autopilot configuration and the prepared-query table existed.
 const SNAPSHOT_WRITTEN_WITH_ACL: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
 /// `snapshot_fixture_tables()` plus one prepared query, as today's code writes it: format 1
-/// with the prepared queries appended as a trailing field, which older snapshots restore
-/// without (`#[serde(default)]`).
+/// with every later addition (stored coordinates, check fields, autopilot, prepared
+/// queries) a defaulted trailing field, which older snapshots restore without
+/// (`#[serde(default)]`).
 const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-queries.bin");
 
 /// The fixture's catalog with a prepared query written after it.
