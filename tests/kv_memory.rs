@@ -6,8 +6,9 @@
 //! encoded as a Raft entry carries it, decoded, applied, dropped) and counts the heap bytes
 //! the KV table keeps per entry, twice: as requested, and rounded up to the size classes of
 //! the agent's allocator (mimalloc), which is what the process's RSS pays. So it guards the
-//! row layout and the map's nodes against growing back; the agent's RSS adds its fixed
-//! baseline and whatever the in-memory Raft log holds on top (`docs/memory.md`).
+//! row layout and the tree's leaves and branches against growing back; the agent's RSS adds
+//! its fixed baseline on top (the in-memory Raft log keeps nothing a `-dev` agent has
+//! applied; `docs/memory.md`).
 
 use bytes::Bytes;
 use praetor::store::txn::{KvVerb, TxnOp};
@@ -169,12 +170,14 @@ fn allocator_size_classes_match_mimalloc() {
 }
 
 /// Heap the KV table may keep per 117-byte entry (a 17-byte key and a 100-byte value),
-/// counted in the allocator's size classes: 1.65× the raw bytes, which leaves the agent's
-/// fixed baseline and a bounded Raft log room under issue #19's 2.0× RSS target. Measured
-/// 185 B when rows were packed (was ~350 B as a struct behind an `Arc` plus three buffers).
-const SMALL_ENTRY_CLASS_BYTES_MAX: f64 = 1.65 * 117.0;
-/// Heap allocations per small entry: the row itself plus its share of the tree's nodes.
-const SMALL_ENTRY_ALLOCATIONS_MAX: f64 = 1.2;
+/// counted in the allocator's size classes: 1.25× the raw bytes, which leaves the agent's
+/// fixed baseline room under issue #19's 2.0× RSS target. Was ~350 B as a struct behind an
+/// `Arc` plus three buffers, 185 B as one packed allocation per row in a persistent set;
+/// rows packed back to back in the leaves of the table's own tree cost ~135 B.
+const SMALL_ENTRY_CLASS_BYTES_MAX: f64 = 1.25 * 117.0;
+/// Heap allocations per small entry: a share of a leaf's (about 30 rows a leaf) and of the
+/// branches'. One allocation per row (0.9 more) is what this guards against.
+const SMALL_ENTRY_ALLOCATIONS_MAX: f64 = 0.2;
 /// Heap per 4,113-byte entry (4 KiB values): the value in a block of exactly its size, the
 /// row and the tree nodes around it, ≤ 1.05× raw (issue #19's RSS target is 1.3×).
 const LARGE_ENTRY_CLASS_RATIO_MAX: f64 = 1.05;
@@ -190,11 +193,14 @@ fn small_values_cost_little_more_than_their_bytes() {
     assert!(per.heap_bytes >= per.raw_bytes, "{per:?}");
     assert!(per.class_bytes >= per.heap_bytes, "{per:?}");
     assert!(per.class_bytes <= SMALL_ENTRY_CLASS_BYTES_MAX, "{per:?}");
-    assert!(per.allocations >= 1.0, "{per:?}");
+    assert!(per.allocations > 0.0, "{per:?}");
     assert!(per.allocations <= SMALL_ENTRY_ALLOCATIONS_MAX, "{per:?}");
-    // The log that carried the load is larger than the table's overhead: it is what a
-    // byte-bounded in-memory Raft log saves (docs/memory.md).
-    assert!(per.log_bytes > per.class_bytes - per.raw_bytes, "{per:?}");
+    // The table's overhead is well below the log that carried the load: a Raft log kept
+    // whole in memory would have cost more than the rows' own overhead (docs/memory.md).
+    assert!(
+        per.log_bytes > 4.0 * (per.class_bytes - per.raw_bytes),
+        "{per:?}"
+    );
     // Dropping the table gives every byte back (nothing leaks into shared caches).
     let (bytes_before, _, _) = live();
     drop(tables);

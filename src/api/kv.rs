@@ -9,7 +9,7 @@ use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
 use crate::store::acl::authorizer::Authorizer;
-use crate::store::kv::{self, KvEntry, KvOp};
+use crate::store::kv::{self, KvOp, KvRow};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -206,7 +206,7 @@ fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiErr
 }
 
 /// Writes entries as Consul's `DirEntry` list.
-fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = &'e KvEntry>) {
+fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = KvRow<'e>>) {
     let mut w = JsonWriter::new(out, pretty);
     w.begin_array();
     for entry in entries {
