@@ -23,6 +23,8 @@ struct Counting;
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 static LIVE_CLASS_BYTES: AtomicIsize = AtomicIsize::new(0);
 static LIVE_ALLOCATIONS: AtomicIsize = AtomicIsize::new(0);
+/// The most `LIVE_BYTES` reached since it was last reset to the live count.
+static PEAK_BYTES: AtomicIsize = AtomicIsize::new(0);
 
 /// The block size mimalloc (v3, as the agent links it) serves a request of `size` bytes
 /// from: exact words up to 64 bytes, then four size classes per power of two (at most 12.5%
@@ -48,7 +50,8 @@ fn mimalloc_block_bytes(size: usize) -> usize {
 // SAFETY: forwards to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        let live = LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        PEAK_BYTES.fetch_max(live + layout.size() as isize, Ordering::Relaxed);
         LIVE_CLASS_BYTES.fetch_add(
             mimalloc_block_bytes(layout.size()) as isize,
             Ordering::Relaxed,
@@ -223,4 +226,47 @@ fn large_values_are_stored_at_their_own_size() {
         per.class_bytes <= per.raw_bytes * LARGE_ENTRY_CLASS_RATIO_MAX,
         "{per:?}"
     );
+}
+
+/// Heap a snapshot of a loaded table may take while it is written, beyond what is live
+/// before: the serializer's buffers, never a copy of the table (an encoder that cannot
+/// tell a map's length up front buffers the whole map to count it).
+const SNAPSHOT_WRITE_HEAP_BYTES_MAX: isize = 64 * 1024;
+
+#[test]
+fn writing_a_snapshot_holds_no_copy_of_the_table() {
+    let _alone = MEASURING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (tables, per) = load(64 * 400, 100);
+    let table_bytes = (per.heap_bytes * 64.0 * 400.0) as isize;
+    assert!(table_bytes > 16 * SNAPSHOT_WRITE_HEAP_BYTES_MAX, "{per:?}");
+    let before = live().0;
+    PEAK_BYTES.store(before, Ordering::Relaxed);
+    let mut written = CountingSink(0);
+    tables.write_snapshot(&mut written).expect("writes");
+    let grew = PEAK_BYTES.load(Ordering::Relaxed) - before;
+    assert!(written.0 > 64 * 400 * 117, "{}", written.0);
+    assert!(
+        grew <= SNAPSHOT_WRITE_HEAP_BYTES_MAX,
+        "writing the snapshot took {grew} B of heap (the table holds {table_bytes} B)"
+    );
+    // And it reads back as it was.
+    let mut bytes = Vec::new();
+    tables.write_snapshot(&mut bytes).expect("writes");
+    let back = Tables::read_snapshot(&mut &bytes[..]).expect("reads back");
+    assert!(back.kv.entries.iter().eq(tables.kv.entries.iter()));
+}
+
+/// Counts what is written and keeps nothing.
+struct CountingSink(usize);
+
+impl std::io::Write for CountingSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -19,6 +19,7 @@ mod rows;
 use super::{Change, ChangeKey, Table, Tables};
 use bytes::Bytes;
 use imbl::OrdMap;
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -30,7 +31,13 @@ pub use rows::{KvRow, KvRows, LEAF_BYTES_MAX};
 /// snapshot format did not change when rows were packed into leaves.
 impl Serialize for KvRows {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.iter().map(|row| (row.key(), row)))
+        // The length goes first: msgpack needs it up front, and an encoder not told it
+        // buffers the whole map to count it (a second copy of the table while it writes).
+        let mut map = serializer.serialize_map(Some(self.len()))?;
+        for row in self.iter() {
+            map.serialize_entry(row.key(), &row)?;
+        }
+        map.end()
     }
 }
 
