@@ -8,7 +8,7 @@ use super::{
 use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
-use crate::store::kv::{self, KvEntry, KvOp};
+use crate::store::kv::{self, KvOp, KvRow};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -205,7 +205,7 @@ fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiErr
 }
 
 /// Writes entries as Consul's `DirEntry` list.
-fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = &'e KvEntry>) {
+fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = KvRow<'e>>) {
     let mut w = JsonWriter::new(out, pretty);
     w.begin_array();
     for entry in entries {

@@ -35,6 +35,11 @@ pub const RAFT_TRAILING_LOGS_ENTRIES_DEFAULT: u64 = 10_240;
 /// Upper bound for both raft entry-count settings: far above any sensible value, low enough
 /// that a typo cannot make the log grow without bound.
 const RAFT_ENTRIES_SETTING_MAX: i64 = 100_000_000;
+/// The default of `raft_log_cache_bytes`: 64 MiB, the raft core's own default (`node`
+/// asserts at compile time that the two agree).
+pub const RAFT_LOG_CACHE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Upper bound for `raft_log_cache_bytes`: 1 TiB, past any machine's memory.
+const RAFT_LOG_CACHE_BYTES_MAX: i64 = 1 << 40;
 
 /// Consul's default `kv_max_value_size`: 512 KiB.
 pub const KV_MAX_VALUE_SIZE_DEFAULT: usize = 512 * 1024;
@@ -107,6 +112,10 @@ pub struct AgentConfig {
     /// Entries kept in the log below a snapshot so that slightly lagging followers catch up
     /// from the log instead of a snapshot (Consul's `raft_trailing_logs`, default 10240).
     pub raft_trailing_logs_entries: u64,
+    /// `raft_log_cache_bytes`: the most log bytes a server holds in memory for followers that
+    /// have not acknowledged them (default 64 MiB); older entries are read back from the
+    /// log on disk. praetor's own key, named in Consul's style.
+    pub raft_log_cache_bytes: u64,
     /// `ui_config` and the deprecated `ui`, `ui_dir`, `ui_content_path` keys.
     pub ui: ui::UiConfig,
     /// `domain`, `alt_domain`, `recursors` and `dns_config.*`.
@@ -501,6 +510,13 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
             "raft_trailing_logs: {raft_trailing_logs_entries} is out of range 0..={RAFT_ENTRIES_SETTING_MAX}"
         ));
     }
+    let raft_log_cache_bytes =
+        get_i64(&raw, "raft_log_cache_bytes")?.unwrap_or(RAFT_LOG_CACHE_BYTES_DEFAULT as i64);
+    if !(0..=RAFT_LOG_CACHE_BYTES_MAX).contains(&raft_log_cache_bytes) {
+        return Err(format!(
+            "raft_log_cache_bytes: {raft_log_cache_bytes} is out of range 0..={RAFT_LOG_CACHE_BYTES_MAX}"
+        ));
+    }
     let unknown_keys = schema::unknown_keys(&raw);
     let mut warnings = Vec::new();
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
@@ -556,6 +572,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         txn_max_req_len: txn_max_req_len as usize,
         raft_snapshot_threshold_entries: raft_snapshot_threshold_entries as u64,
         raft_trailing_logs_entries: raft_trailing_logs_entries as u64,
+        raft_log_cache_bytes: raft_log_cache_bytes as u64,
         ui: ui::UiConfig::from_raw(&raw, dev_mode)?,
         dns: dns_config_from(&raw)?,
         node_meta,
@@ -1755,5 +1772,22 @@ mod tests {
         assert_eq!(c.kv_max_value_size, 20);
         let c = dev_with_hcl("kv_max_value_size = 10").unwrap();
         assert_eq!(c.kv_max_value_size, 10);
+    }
+
+    #[test]
+    fn the_raft_log_cache_is_bounded_in_bytes() {
+        let c = dev_with_hcl("").unwrap();
+        assert_eq!(c.raft_log_cache_bytes, 64 * 1024 * 1024);
+        let c = dev_with_hcl("raft_log_cache_bytes = 1048576").unwrap();
+        assert_eq!(c.raft_log_cache_bytes, 1 << 20);
+        let c = dev_with_hcl("raft_log_cache_bytes = 0").unwrap();
+        assert_eq!(c.raft_log_cache_bytes, 0);
+        let error = dev_with_hcl("raft_log_cache_bytes = -1").unwrap_err();
+        assert!(
+            error.contains("raft_log_cache_bytes: -1 is out of range"),
+            "{error}"
+        );
+        let error = dev_with_hcl("raft_log_cache_bytes = \"64MB\"").unwrap_err();
+        assert!(error.contains("raft_log_cache_bytes"), "{error}");
     }
 }

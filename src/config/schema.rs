@@ -251,6 +251,7 @@ pub const TOP_LEVEL: &[Field] = &[
     field("ports", Kind::Object(PORTS)),
     field("primary_datacenter", Kind::Str),
     field("raft_protocol", Kind::Int),
+    field("raft_log_cache_bytes", Kind::Int),
     field("raft_snapshot_interval", Kind::Duration),
     field("raft_snapshot_threshold", Kind::Int),
     field("raft_trailing_logs", Kind::Int),

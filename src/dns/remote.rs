@@ -39,6 +39,21 @@ pub const LOOKUPS_PER_REQUEST_MAX: usize = 8;
 pub const CHANGE_SETS_HELD_MAX: usize = 4096;
 /// Most single changes a server shard keeps for the feed (over every held set).
 pub const CHANGES_HELD_MAX: usize = 65_536;
+/// Most bytes a server shard's ring keeps (as [`held_bytes`] counts them): every server
+/// keeps the ring whether or not a client agent reads it, and 65,536 changes of catalog
+/// registrations came to ~5 MB per shard.
+pub const CHANGES_HELD_BYTES_MAX: usize = 1 << 20;
+
+/// What one held change costs: its slot, its key's shared allocation, and its share of the
+/// set's bookkeeping.
+fn held_bytes(change: &Change) -> usize {
+    const SHARED_STR_HEADER_BYTES: usize = 16;
+    let key = match &change.key {
+        ChangeKey::Key(key) | ChangeKey::Prefix(key) => SHARED_STR_HEADER_BYTES + key.len(),
+        ChangeKey::All => 0,
+    };
+    std::mem::size_of::<Change>() + key + std::mem::size_of::<(u64, Vec<Change>)>()
+}
 /// The tables DNS resolution reads, and so the only ones the feed carries.
 pub const FEED_TABLES: [Table; 3] = [Table::Nodes, Table::Services, Table::ServiceIndex];
 
@@ -640,6 +655,8 @@ pub struct RecentChanges {
     base_index: u64,
     sets: VecDeque<(u64, Vec<Change>)>,
     changes_held: usize,
+    /// [`held_bytes`] summed over the held changes.
+    bytes_held: usize,
 }
 
 impl RecentChanges {
@@ -649,6 +666,7 @@ impl RecentChanges {
             base_index: index,
             sets: VecDeque::new(),
             changes_held: 0,
+            bytes_held: 0,
         }
     }
 
@@ -679,6 +697,7 @@ impl RecentChanges {
             self.newest_index()
         );
         self.changes_held += kept.len();
+        self.bytes_held += kept.iter().map(held_bytes).sum::<usize>();
         match self.sets.back_mut() {
             // Two batches of one index (never expected): one set, so no reader can hold
             // the index while missing half of its changes.
@@ -692,9 +711,11 @@ impl RecentChanges {
         }
         while self.sets.len() > CHANGE_SETS_HELD_MAX
             || (self.changes_held > CHANGES_HELD_MAX && self.sets.len() > 1)
+            || (self.bytes_held > CHANGES_HELD_BYTES_MAX && self.sets.len() > 1)
         {
             let (dropped_index, dropped) = self.sets.pop_front().expect("over a bound, not empty");
             self.changes_held -= dropped.len();
+            self.bytes_held -= dropped.iter().map(held_bytes).sum::<usize>();
             self.base_index = dropped_index;
         }
         assert!(self.sets.len() <= CHANGE_SETS_HELD_MAX);
@@ -984,5 +1005,38 @@ mod tests {
         ring.record(newest + 1, &huge);
         assert_eq!(ring.sets.len(), 1);
         assert_eq!(ring.base_index(), newest);
+    }
+
+    #[test]
+    fn the_ring_keeps_at_most_its_bytes() {
+        let mut ring = RecentChanges::new(0);
+        let key = "n".repeat(200);
+        for index in 1..=2000u64 {
+            let set: Vec<Change> = (0..3)
+                .map(|i| Change {
+                    table: Table::Services,
+                    key: ChangeKey::Key(Arc::from(format!("{key}{index}-{i}"))),
+                })
+                .collect();
+            ring.record(index, &set);
+        }
+        assert!(
+            ring.bytes_held <= CHANGES_HELD_BYTES_MAX,
+            "{}",
+            ring.bytes_held
+        );
+        assert!(ring.bytes_held > CHANGES_HELD_BYTES_MAX / 2);
+        let counted: usize = ring
+            .sets
+            .iter()
+            .flat_map(|(_, set)| set)
+            .map(held_bytes)
+            .sum();
+        assert_eq!(counted, ring.bytes_held);
+        assert!(ring.base_index() > 0 && ring.sets.len() < 2000);
+        assert!(matches!(
+            ring.since(ring.base_index(), 2000),
+            FeedReply::Changes { .. }
+        ));
     }
 }

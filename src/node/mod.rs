@@ -111,6 +111,10 @@ struct ShardListeners {
 /// The longest a graceful leave at shutdown may take before the agent stops anyway.
 const LEAVE_ON_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 
+// The config layer may not name the raft core, so it keeps its own copy of the default.
+const _: () =
+    assert!(crate::config::RAFT_LOG_CACHE_BYTES_DEFAULT == crate::raft::LOG_CACHE_BYTES_DEFAULT);
+
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
 pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let fd_limit = raise_fd_limit();
@@ -222,6 +226,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             bootstrap_expect: config.bootstrap_expect,
             raft_config: crate::raft::RaftConfig {
                 trailing_entries: config.raft_trailing_logs_entries,
+                log_cache_bytes: config.raft_log_cache_bytes,
                 ..crate::raft::RaftConfig::new(raft_id)
             },
             snapshot_threshold_entries: config.raft_snapshot_threshold_entries,

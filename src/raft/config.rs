@@ -2,6 +2,9 @@
 
 use super::types::{Millis, NodeId, RaftError};
 
+/// The default of [`RaftConfig::log_cache_bytes`] (`raft_log_cache_bytes`): 64 MiB.
+pub const LOG_CACHE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
 /// Configuration of one [`RaftCore`](super::RaftCore).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaftConfig {
@@ -38,6 +41,10 @@ pub struct RaftConfig {
     pub snapshot_bytes_max: u64,
     /// Entries kept below a snapshot so slightly lagging peers catch up from the log.
     pub trailing_entries: u64,
+    /// The most log entry bytes (`Entry::size_bytes`) held in memory for peers that have not
+    /// acknowledged them yet. Entries every peer holds leave memory once applied; older ones
+    /// stay in the durable log and are read back when a lagging peer needs them.
+    pub log_cache_bytes: u64,
     /// The largest single proposal.
     pub proposal_bytes_max: usize,
     /// The leader refuses proposals while this many entries are uncommitted (back-pressure).
@@ -65,6 +72,7 @@ impl RaftConfig {
             snapshot_retransmit_ms: 1000,
             snapshot_bytes_max: 16 * 1024 * 1024 * 1024,
             trailing_entries: 10240,
+            log_cache_bytes: LOG_CACHE_BYTES_DEFAULT,
             proposal_bytes_max: 8 * 1024 * 1024,
             uncommitted_entries_max: 65536,
             read_requests_pending_max: 4096,

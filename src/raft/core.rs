@@ -17,18 +17,18 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::config::RaftConfig;
-use super::log::RaftLog;
+use super::log::{Fetched, RaftLog};
 use super::message::{AppendReject, Message};
 use super::progress::{Progress, SnapshotSend};
 use super::ready::{Ready, ReadyDone};
 use super::rng::SplitMix64;
 use super::types::{
-    Entry, EntryKind, HardState, LogIndex, Member, Membership, MembershipChange, Millis, NodeId,
-    PeerStatus, RaftError, ReadState, ReplicationState, Restored, Role, RoleChange, SnapshotMeta,
-    Status, Term, MEMBERS_MAX,
+    Entry, EntryKind, HardState, LogIndex, LogRead, Member, Membership, MembershipChange, Millis,
+    NodeId, PeerStatus, RaftError, ReadState, ReplicationState, Restored, Role, RoleChange,
+    SnapshotChunk, SnapshotMeta, Status, Term, MEMBERS_MAX,
 };
 
 /// A leadership transfer in progress.
@@ -47,33 +47,14 @@ struct PendingRead {
     seq: u64,
 }
 
-/// A snapshot being received from the leader.
-///
-/// Chunks are kept as received and joined once, into a buffer of exactly the snapshot's size,
-/// when the last one arrives: growing one buffer as chunks come in copied a gigabyte-sized
-/// snapshot several times (and overshot its size by up to 2×). Memory still follows the bytes
-/// actually received, so a peer announcing a huge size cannot make us allocate it up front.
+/// A snapshot being received from the leader. Its bytes are not kept: each new piece goes
+/// to the driver (`Ready::snapshot_chunks`), which assembles the snapshot on disk, so a
+/// follower receiving a large state holds none of it in memory while it arrives.
 #[derive(Debug)]
 struct IncomingSnapshot {
     meta: SnapshotMeta,
     total_bytes: u64,
-    chunks: Vec<Bytes>,
     received_bytes: u64,
-}
-
-impl IncomingSnapshot {
-    fn join(&self) -> Bytes {
-        debug_assert_eq!(self.received_bytes, self.total_bytes);
-        if let [only] = self.chunks.as_slice() {
-            return only.clone();
-        }
-        let mut joined = BytesMut::with_capacity(self.received_bytes as usize);
-        for chunk in &self.chunks {
-            joined.extend_from_slice(chunk);
-        }
-        assert_eq!(joined.len() as u64, self.total_bytes);
-        joined.freeze()
-    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -127,8 +108,10 @@ pub struct RaftCore {
     out_after_persist: Vec<(NodeId, Message)>,
     out_read_states: Vec<ReadState>,
     out_dropped_reads: Vec<u64>,
-    out_snapshot: Option<(SnapshotMeta, Bytes)>,
+    out_snapshot_chunks: Vec<SnapshotChunk>,
+    out_snapshot: Option<SnapshotMeta>,
     out_compact_through: Option<LogIndex>,
+    out_log_reads: Vec<LogRead>,
     snapshot_wanted: bool,
     snapshot_wanted_reported: bool,
     /// Leader: appends or commit updates may be due; flushed in `ready`.
@@ -226,8 +209,10 @@ impl RaftCore {
             out_after_persist: Vec::new(),
             out_read_states: Vec::new(),
             out_dropped_reads: Vec::new(),
+            out_snapshot_chunks: Vec::new(),
             out_snapshot: None,
             out_compact_through: None,
+            out_log_reads: Vec::new(),
             snapshot_wanted: false,
             snapshot_wanted_reported: false,
             broadcast_pending: false,
@@ -699,6 +684,7 @@ impl RaftCore {
         self.hard_state() != self.hard_state_handed_out
             || self.log.has_unstable()
             || self.out_snapshot.is_some()
+            || !self.out_snapshot_chunks.is_empty()
             || !self.out_messages.is_empty()
             || !self.out_after_persist.is_empty()
             || (self.snapshot_restore_pending.is_none()
@@ -708,6 +694,7 @@ impl RaftCore {
             || self.role_reported.role != self.role
             || self.role_reported.leader != self.leader
             || self.out_compact_through.is_some()
+            || !self.out_log_reads.is_empty()
             || (self.snapshot_wanted && !self.snapshot_wanted_reported)
             || (self.role == Role::Leader
                 && (self.broadcast_pending || self.read_broadcast_pending))
@@ -752,6 +739,7 @@ impl RaftCore {
             hard_state,
             truncate_from,
             entries,
+            snapshot_chunks: std::mem::take(&mut self.out_snapshot_chunks),
             snapshot,
             messages: std::mem::take(&mut self.out_messages),
             messages_after_persist: std::mem::take(&mut self.out_after_persist),
@@ -761,6 +749,7 @@ impl RaftCore {
             role_changed,
             compact_through: self.out_compact_through.take(),
             snapshot_wanted,
+            log_reads: std::mem::take(&mut self.out_log_reads),
         }
     }
 
@@ -789,6 +778,55 @@ impl RaftCore {
         if self.role == Role::Leader {
             self.maybe_commit();
         }
+        self.evict_log_cache();
+    }
+
+    /// The driver read back what a [`Ready::log_reads`] asked for: `entries` from `read.from`
+    /// on, or `Err` when the durable log no longer has them (the peer then gets a snapshot).
+    /// Entries that do not match the log's terms are refused the same way. An answer to a
+    /// read that is no longer outstanding is ignored.
+    pub fn log_read_done(
+        &mut self,
+        now: Millis,
+        read: LogRead,
+        entries: Result<Vec<Entry>, String>,
+    ) {
+        self.set_now(now);
+        if self.role != Role::Leader {
+            return;
+        }
+        let to = read.to;
+        let Some(pr) = self.progress.get_mut(&to) else {
+            return;
+        };
+        if pr.log_read.map(|(from, _)| from) != Some(read.from) {
+            return;
+        }
+        pr.log_read = None;
+        let usable = entries.ok().filter(|entries| {
+            // The entry before them must still be known to check the peer's log against.
+            self.log.term(read.from - 1).is_some()
+                && !entries.is_empty()
+                && entries.len() as u64 <= read.through + 1 - read.from
+                && (read.from..)
+                    .zip(entries)
+                    .all(|(index, e)| e.index == index && self.log.term(index) == Some(e.term))
+        });
+        let Some(entries) = usable else {
+            // Gone from the durable log, or compacted away while the read ran (the terms
+            // are no longer known): only a snapshot brings the peer past them now.
+            self.start_snapshot(to);
+            return;
+        };
+        let pr = &self.progress[&to];
+        if pr.state == ReplicationState::Snapshot || pr.next_index != read.from {
+            // The peer moved on meanwhile; carry on from where it is now.
+            self.send_appends(to);
+            return;
+        }
+        if self.send_entries(to, entries) {
+            self.send_appends(to);
+        }
     }
 
     pub fn status(&self) -> Status {
@@ -815,6 +853,8 @@ impl RaftCore {
             applied: self.log.applied,
             persisted: self.log.persisted,
             first_index: self.log.first_index(),
+            cache_first_index: self.log.cache_first_index(),
+            cached_log_bytes: self.log.cached_bytes(),
             last_index: self.log.last_index(),
             last_term: self.log.last_term(),
             snapshot_index: self.log.snapshot.last_index,
@@ -1443,7 +1483,6 @@ impl RaftCore {
             self.incoming_snapshot = Some(IncomingSnapshot {
                 meta: meta.clone(),
                 total_bytes,
-                chunks: Vec::new(),
                 received_bytes: 0,
             });
         }
@@ -1454,12 +1493,15 @@ impl RaftCore {
             return;
         }
         let end = offset + chunk.len() as u64;
-        if end > have {
-            // A retransmitted chunk may overlap what we hold; keep only its new tail.
-            incoming
-                .chunks
-                .push(chunk.slice((have - offset) as usize..));
-            incoming.received_bytes = end;
+        if end > have || !same {
+            // A retransmitted chunk may overlap what we hold; only its new tail goes on. The
+            // first piece of a snapshot (even an empty one) tells the driver to start anew.
+            self.out_snapshot_chunks.push(SnapshotChunk {
+                meta: (!same).then(|| meta.clone()),
+                offset: have,
+                data: chunk.slice((have - offset) as usize..),
+            });
+            incoming.received_bytes = end.max(have);
         }
         let have = incoming.received_bytes;
         if have < total_bytes {
@@ -1467,12 +1509,13 @@ impl RaftCore {
             return;
         }
         let incoming = self.incoming_snapshot.take().expect("set above");
-        let data = incoming.join();
-        self.install_snapshot(incoming.meta, data);
+        self.install_snapshot(incoming.meta);
         self.send_after_persist(from, respond(total_bytes, false, true));
     }
 
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: Bytes) {
+    /// Takes in the snapshot whose pieces the driver assembled. The core can send it on to
+    /// other servers only once the driver hands it back (`snapshot_taken`, after restoring).
+    fn install_snapshot(&mut self, meta: SnapshotMeta) {
         if self.log.term(meta.last_index) == Some(meta.last_term) {
             // Our log holds the snapshot's last entry: keep the log, it agrees (Raft fig. 13).
             if meta.last_index > self.log.committed {
@@ -1483,8 +1526,9 @@ impl RaftCore {
         self.log.install_snapshot(meta.clone());
         self.configs = vec![(meta.last_index, meta.membership.clone())];
         self.snapshot_restore_pending = Some(meta.last_index);
-        self.snapshot_data = Some((meta.clone(), data.clone()));
-        self.out_snapshot = Some((meta, data));
+        // An older snapshot held to send is behind the new log start: of no use any more.
+        self.snapshot_data = None;
+        self.out_snapshot = Some(meta);
     }
 
     // ----- internals: leader side -------------------------------------------------------
@@ -1851,6 +1895,13 @@ impl RaftCore {
         let peers: Vec<NodeId> = self.progress.keys().copied().collect();
         for peer in peers {
             let pr = self.progress.get_mut(&peer).expect("listed");
+            let read_lost = pr
+                .log_read
+                .is_some_and(|(_, at)| self.now >= at + 2 * self.config.heartbeat_interval_ms);
+            if read_lost {
+                // The driver answers every read; one that never came back is asked again.
+                pr.log_read = None;
+            }
             match pr.state {
                 ReplicationState::Probe => {
                     pr.probe_sent = false;
@@ -1929,21 +1980,48 @@ impl RaftCore {
             return false;
         }
         let next = pr.next_index;
-        let Some(prev_term) = self.log.term(next - 1) else {
+        if self.log.term(next - 1).is_none() {
             self.start_snapshot(to);
             return false;
-        };
-        let Some(entries) = self.log.entries_from(
+        }
+        let entries = match self.log.entries_from(
             next,
             self.config.append_entries_max,
             self.config.append_bytes_max,
-        ) else {
-            self.start_snapshot(to);
-            return false;
+        ) {
+            Fetched::Held(entries) => entries,
+            Fetched::OnDisk { through } => {
+                let now = self.now;
+                let pr = self.progress.get_mut(&to).expect("checked");
+                pr.log_read = Some((next, now));
+                self.out_log_reads.push(LogRead {
+                    to,
+                    from: next,
+                    through,
+                    bytes_max: self.config.append_bytes_max,
+                });
+                return false;
+            }
+            Fetched::Compacted => {
+                self.start_snapshot(to);
+                return false;
+            }
         };
         if entries.is_empty() && !allow_empty {
             return false;
         }
+        self.send_entries(to, entries)
+    }
+
+    /// Sends `entries` (which follow the peer's `next_index`, or none: a probe) to `to`;
+    /// true if more might follow.
+    fn send_entries(&mut self, to: NodeId, entries: Vec<Entry>) -> bool {
+        let next = self.progress[&to].next_index;
+        debug_assert!(entries.first().is_none_or(|e| e.index == next));
+        let prev_term = self
+            .log
+            .term(next - 1)
+            .expect("the caller checked the entry before the peer's next is stored");
         let commit = self.log.committed;
         let pr = self.progress.get_mut(&to).expect("checked");
         let more = match (pr.state, entries.last()) {
@@ -1969,6 +2047,26 @@ impl RaftCore {
         };
         self.send(to, message);
         more
+    }
+
+    /// Lets go of held log entries no peer needs (see `RaftLog::evict`). A leader keeps what
+    /// its peers have not acknowledged (a peer receiving a snapshot needs what follows it);
+    /// any other server keeps nothing it has applied: if it is elected, it reads back what
+    /// its peers lack.
+    fn evict_log_cache(&mut self) {
+        let keep_from = if self.role == Role::Leader {
+            self.progress
+                .values()
+                .map(|pr| match (&pr.state, &pr.snapshot) {
+                    (ReplicationState::Snapshot, Some(s)) => s.meta.last_index + 1,
+                    _ => pr.match_index + 1,
+                })
+                .min()
+                .unwrap_or(LogIndex::MAX)
+        } else {
+            LogIndex::MAX
+        };
+        self.log.evict(keep_from, self.config.log_cache_bytes);
     }
 
     fn start_snapshot(&mut self, to: NodeId) {

@@ -22,7 +22,9 @@
 //! - serve default reads locally while `leader_lease_until() > now`, consistent reads after
 //!   a `read_state` once the store has applied its index;
 //! - take snapshots of applied store versions with `snapshot_meta` + `snapshot_taken`
-//!   (after making them durable), and when a Ready says `snapshot_wanted`.
+//!   (after making them durable), and when a Ready says `snapshot_wanted`;
+//! - read the entries a Ready's `log_reads` name back from the durable log and hand them to
+//!   `log_read_done` (only a bounded suffix of the log is held in memory, see `log.rs`).
 
 mod config;
 mod core;
@@ -36,12 +38,12 @@ mod types;
 #[cfg(test)]
 mod tests;
 
-pub use self::config::RaftConfig;
+pub use self::config::{RaftConfig, LOG_CACHE_BYTES_DEFAULT};
 pub use self::core::RaftCore;
 pub use self::message::{AppendReject, Message};
 pub use self::ready::{Ready, ReadyDone};
 pub use self::types::{
-    Entry, EntryKind, HardState, LogIndex, Member, Membership, MembershipChange, Millis, NodeId,
-    PeerStatus, RaftError, ReadState, ReplicationState, Restored, Role, RoleChange, SnapshotMeta,
-    Status, Term, MEMBERS_MAX,
+    Entry, EntryKind, HardState, LogIndex, LogRead, Member, Membership, MembershipChange, Millis,
+    NodeId, PeerStatus, RaftError, ReadState, ReplicationState, Restored, Role, RoleChange,
+    SnapshotChunk, SnapshotMeta, Status, Term, MEMBERS_MAX,
 };

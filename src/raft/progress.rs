@@ -30,6 +30,9 @@ pub(crate) struct Progress {
     /// When `match_index` last moved (or replication (re)started): appends in flight with no
     /// progress for long mean the pipeline's tail was lost.
     pub progress_at: Millis,
+    /// A read from the durable log made for this peer and not answered yet (its first index
+    /// and when it was asked for); no other append is sent meanwhile.
+    pub log_read: Option<(LogIndex, Millis)>,
 }
 
 /// An ongoing snapshot transfer to one peer.
@@ -66,11 +69,15 @@ impl Progress {
             acked_read_seq: 0,
             commit_sent: 0,
             progress_at: 0,
+            log_read: None,
         }
     }
 
     /// Whether no further append may be sent right now.
     pub fn is_paused(&self, inflight_max: usize) -> bool {
+        if self.log_read.is_some() {
+            return true;
+        }
         match self.state {
             ReplicationState::Probe => self.probe_sent,
             ReplicationState::Replicate => self.inflight.len() >= inflight_max,

@@ -4,23 +4,29 @@
 //! The driver handles a `Ready` in this order:
 //!
 //! 1. send `messages` at once (they do not depend on local durability);
-//! 2. if `snapshot` is set: make it durable, drop the whole durable log, restore the store;
+//! 2. write `snapshot_chunks` where the snapshot being received is assembled; if `snapshot`
+//!    is set, the assembled snapshot is complete: make it durable, drop the whole durable
+//!    log, restore the store from it (now, or later: see [`ReadyDone::snapshot_restored`]);
 //! 3. if `truncate_from` is set: drop durable entries at and above it;
 //! 4. append `entries` and write `hard_state` (no later than the entries), then fsync;
 //! 5. only now send `messages_after_persist` (votes, acknowledgements);
 //! 6. apply `committed` to the store (they are already durable), answer `read_states`;
 //! 7. optionally delete durable entries at or below `compact_through`;
-//! 8. call [`RaftCore::advance`](super::RaftCore::advance) with what was done, e.g.
+//! 8. read each of `log_reads` back from the durable log (they are durable: any time after
+//!    step 1 will do, and later Readys may come first) and hand the entries to
+//!    [`RaftCore::log_read_done`](super::RaftCore::log_read_done);
+//! 9. call [`RaftCore::advance`](super::RaftCore::advance) with what was done, e.g.
 //!    [`Ready::done`].
 //!
 //! `ready` may be called again before `advance` (the driver may pipeline), as long as the
 //! driver persists Readys in order and sends each Ready's `messages_after_persist` only after
 //! that Ready and all earlier ones are durable.
 
-use bytes::Bytes;
-
 use super::message::Message;
-use super::types::{Entry, HardState, LogIndex, NodeId, ReadState, RoleChange, SnapshotMeta, Term};
+use super::types::{
+    Entry, HardState, LogIndex, LogRead, NodeId, ReadState, RoleChange, SnapshotChunk,
+    SnapshotMeta, Term,
+};
 
 #[derive(Debug, Default)]
 pub struct Ready {
@@ -30,9 +36,13 @@ pub struct Ready {
     pub truncate_from: Option<LogIndex>,
     /// Append to the durable log.
     pub entries: Vec<Entry>,
-    /// A snapshot received from the leader: persist it, replace the whole durable log by it
-    /// and restore the store from it before applying anything else.
-    pub snapshot: Option<(SnapshotMeta, Bytes)>,
+    /// Pieces of a snapshot being received from the leader, to write in order where it is
+    /// assembled (they are not kept in memory).
+    pub snapshot_chunks: Vec<SnapshotChunk>,
+    /// The snapshot assembled from `snapshot_chunks` is complete: persist it, replace the
+    /// whole durable log by it and restore the store from it before applying anything else.
+    /// Nothing committed is handed out until its restore is reported.
+    pub snapshot: Option<SnapshotMeta>,
     /// Safe to send immediately (a leader's appends while its own fsync runs, pre-votes).
     pub messages: Vec<(NodeId, Message)>,
     /// Votes and acknowledgements: send only once everything above is durable.
@@ -51,6 +61,10 @@ pub struct Ready {
     /// A follower needs a snapshot and the core holds none: the driver should serialize the
     /// store and call [`RaftCore::snapshot_taken`](super::RaftCore::snapshot_taken).
     pub snapshot_wanted: bool,
+    /// Stored entries a peer needs that are no longer held in memory: read them back from
+    /// the durable log and hand them to
+    /// [`RaftCore::log_read_done`](super::RaftCore::log_read_done).
+    pub log_reads: Vec<LogRead>,
 }
 
 /// What the driver did with a [`Ready`], reported through `advance`.
@@ -58,17 +72,18 @@ pub struct Ready {
 pub struct ReadyDone {
     /// The last entry (index and term) now durable, if `entries` were persisted.
     pub persisted_through: Option<(LogIndex, Term)>,
-    /// The last index of `snapshot`, once it is durable and restored into the store.
+    /// The last index of `snapshot`, once it is durable and restored into the store. A
+    /// driver that restores in the background reports it in a later `advance` of its own.
     pub snapshot_restored: Option<LogIndex>,
     /// The highest index the store has applied.
     pub applied_through: LogIndex,
 }
 
 impl Ready {
-    /// The report for "everything in this Ready was persisted and applied". Take it before
-    /// moving the Ready's fields out.
+    /// The report for "everything in this Ready was persisted and applied" (a snapshot
+    /// included). Take it before moving the Ready's fields out.
     pub fn done(&self) -> ReadyDone {
-        let snapshot_restored = self.snapshot.as_ref().map(|(meta, _)| meta.last_index);
+        let snapshot_restored = self.snapshot.as_ref().map(|meta| meta.last_index);
         let applied_through = self
             .committed
             .last()
@@ -86,6 +101,7 @@ impl Ready {
         self.hard_state.is_none()
             && self.truncate_from.is_none()
             && self.entries.is_empty()
+            && self.snapshot_chunks.is_empty()
             && self.snapshot.is_none()
             && self.messages.is_empty()
             && self.messages_after_persist.is_empty()
@@ -95,5 +111,6 @@ impl Ready {
             && self.role_changed.is_none()
             && self.compact_through.is_none()
             && !self.snapshot_wanted
+            && self.log_reads.is_empty()
     }
 }

@@ -41,6 +41,32 @@ struct TestNode {
     applied: Vec<Entry>,
     read_states: Vec<ReadState>,
     snapshots_received: usize,
+    /// Reads of the durable log the core asked for.
+    log_reads: usize,
+    /// The snapshot being assembled from the pieces received, and the last one installed.
+    incoming: Vec<u8>,
+    installed: Vec<u8>,
+}
+
+/// What a driver's durable log answers to `read` (see `Ready::log_reads`).
+fn read_durable(durable: &[Entry], read: LogRead) -> Result<Vec<Entry>, String> {
+    let start = durable
+        .iter()
+        .position(|e| e.index == read.from)
+        .ok_or_else(|| format!("entry {} is not in the durable log", read.from))?;
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for entry in durable[start..]
+        .iter()
+        .take_while(|e| e.index <= read.through)
+    {
+        if !out.is_empty() && bytes + entry.size_bytes() > read.bytes_max {
+            break;
+        }
+        bytes += entry.size_bytes();
+        out.push(entry.clone());
+    }
+    Ok(out)
 }
 
 struct TestNet {
@@ -72,6 +98,9 @@ impl TestNet {
                     applied: Vec::new(),
                     read_states: Vec::new(),
                     snapshots_received: 0,
+                    log_reads: 0,
+                    incoming: Vec::new(),
+                    installed: Vec::new(),
                 },
             );
         }
@@ -103,7 +132,15 @@ impl TestNet {
                 any = true;
                 let ready = node.core.ready();
                 let done = ready.done();
-                if let Some((meta, _)) = &ready.snapshot {
+                for chunk in &ready.snapshot_chunks {
+                    if chunk.meta.is_some() {
+                        node.incoming.clear();
+                    }
+                    assert_eq!(chunk.offset, node.incoming.len() as u64, "pieces in order");
+                    node.incoming.extend_from_slice(&chunk.data);
+                }
+                if let Some(meta) = &ready.snapshot {
+                    node.installed = std::mem::take(&mut node.incoming);
                     node.durable_entries.clear();
                     node.snapshots_received += 1;
                     node.applied.retain(|e| e.index <= meta.last_index);
@@ -125,6 +162,11 @@ impl TestNet {
                     self.queue.push_back((id, to, m));
                 }
                 node.core.advance(now, done);
+                for read in ready.log_reads {
+                    node.log_reads += 1;
+                    let entries = read_durable(&node.durable_entries, read);
+                    node.core.log_read_done(now, read, entries);
+                }
             }
         }
         any
@@ -923,6 +965,10 @@ fn a_lagging_follower_gets_a_chunked_snapshot_with_a_window_in_flight() {
     net.run_for(300, 10);
     assert_eq!(net.nodes[&lagging].snapshots_received, 1);
     assert_eq!(
+        net.nodes[&lagging].installed, data,
+        "assembled from its pieces"
+    );
+    assert_eq!(
         net.core(lagging).commit_index(),
         net.core(leader).commit_index()
     );
@@ -1069,6 +1115,118 @@ fn compaction_keeps_trailing_entries() {
     assert_eq!(net.core(leader).snapshot_index(), applied);
     let ready = net.core_mut(leader).ready();
     assert_eq!(ready.compact_through, Some(applied - 5));
+}
+
+// ----- the bounded in-memory log -----------------------------------------------------------
+
+const ENTRIES: [&str; 40] = [
+    "e00", "e01", "e02", "e03", "e04", "e05", "e06", "e07", "e08", "e09", "e10", "e11", "e12",
+    "e13", "e14", "e15", "e16", "e17", "e18", "e19", "e20", "e21", "e22", "e23", "e24", "e25",
+    "e26", "e27", "e28", "e29", "e30", "e31", "e32", "e33", "e34", "e35", "e36", "e37", "e38",
+    "e39",
+];
+
+#[test]
+fn entries_every_peer_holds_leave_memory_once_applied() {
+    let mut net = elected_three();
+    for data in &ENTRIES[..10] {
+        net.write(data);
+    }
+    net.run_for(300, 10);
+    for id in [1, 2, 3] {
+        let status = net.core(id).status();
+        assert_eq!(status.cached_log_bytes, 0, "node {id}: {status:?}");
+        assert_eq!(status.cache_first_index, status.last_index + 1, "node {id}");
+        // Still stored: the terms stay known and nothing was compacted.
+        assert_eq!(status.first_index, 1, "node {id}");
+        assert_eq!(net.core(id).log_term(status.last_index), Some(status.term));
+    }
+}
+
+#[test]
+fn a_lagging_follower_catches_up_from_the_durable_log_within_the_cache_bound() {
+    // Each entry costs 3 + 24 bytes: the cache holds at most 4 of them.
+    let cache_bytes = 4 * 27;
+    let mut net = TestNet::new(&[1, 2, 3], &[1, 2, 3], |c| {
+        c.log_cache_bytes = cache_bytes;
+        c.append_entries_max = 3;
+        c.inflight_appends_max = 2;
+    });
+    net.run_for(3 * ELECTION_MS, 10);
+    let leader = net.the_leader();
+    let lagging = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    net.isolate(lagging);
+    for data in &ENTRIES {
+        net.write(data);
+    }
+    let status = net.core(leader).status();
+    assert!(status.cached_log_bytes <= cache_bytes, "{status:?}");
+    assert!(
+        status.cache_first_index > net.core(lagging).last_index() + 1,
+        "the lagging follower's next entries left memory: {status:?}"
+    );
+    net.heal();
+    net.run_for(500, 10);
+    assert_eq!(
+        net.core(lagging).last_index(),
+        net.core(leader).last_index()
+    );
+    assert_eq!(net.applied_data(lagging), net.applied_data(leader));
+    assert_eq!(net.nodes[&lagging].snapshots_received, 0);
+    // Three entries per read, for all but the four the cache kept.
+    let reads = net.nodes[&leader].log_reads;
+    assert!(reads >= (ENTRIES.len() - 4) / 3, "{reads} reads");
+    assert_eq!(net.core(leader).status().cached_log_bytes, 0);
+}
+
+#[test]
+fn a_lagging_follower_whose_entries_cannot_be_read_back_gets_a_snapshot() {
+    let mut net = TestNet::new(&[1, 2, 3], &[1, 2, 3], |c| c.log_cache_bytes = 0);
+    net.run_for(3 * ELECTION_MS, 10);
+    let leader = net.the_leader();
+    let lagging = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    net.isolate(lagging);
+    for data in &ENTRIES[..10] {
+        net.write(data);
+    }
+    let applied = net.core(leader).applied_index();
+    let meta = net.core(leader).snapshot_meta(applied).unwrap();
+    net.core_mut(leader)
+        .snapshot_taken(meta, Bytes::from_static(b"state"));
+    // The disk lost what the core believes stored: the read fails, a snapshot goes instead.
+    net.nodes.get_mut(&leader).unwrap().durable_entries.clear();
+    net.heal();
+    net.run_for(500, 10);
+    assert_eq!(net.nodes[&lagging].snapshots_received, 1);
+    assert_eq!(
+        net.core(lagging).last_index(),
+        net.core(leader).last_index()
+    );
+}
+
+#[test]
+fn log_reads_that_come_back_stale_or_wrong_are_not_sent() {
+    let mut net = TestNet::new(&[1, 2, 3], &[1, 2, 3], |c| c.log_cache_bytes = 0);
+    net.run_for(3 * ELECTION_MS, 10);
+    let leader = net.the_leader();
+    let lagging = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let before = net.core(lagging).last_index();
+    net.isolate(lagging);
+    for data in &ENTRIES[..5] {
+        net.write(data);
+    }
+    let now = net.now;
+    let read = LogRead {
+        to: lagging,
+        from: before + 1,
+        through: before + 2,
+        bytes_max: 1 << 20,
+    };
+    // An answer nobody asked for is ignored.
+    net.core_mut(leader)
+        .log_read_done(now, read, Ok(Vec::new()));
+    assert!(!net.core(leader).has_ready());
+    assert_eq!(net.core(leader).messages_dropped(), 0);
 }
 
 // ----- membership ------------------------------------------------------------------------

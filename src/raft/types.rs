@@ -184,6 +184,29 @@ pub struct Restored {
     pub entries: Vec<Entry>,
 }
 
+/// Entries the leader needs for peer `to` that are stored only in the durable log: the
+/// driver reads `from..=through` back (stopping, after the first entry, before their
+/// [`Entry::size_bytes`] would pass `bytes_max`) and hands them to
+/// [`RaftCore::log_read_done`](super::RaftCore::log_read_done).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRead {
+    pub to: NodeId,
+    pub from: LogIndex,
+    pub through: LogIndex,
+    pub bytes_max: u64,
+}
+
+/// A piece of a snapshot being received from the leader, in order: the driver writes it
+/// where the snapshot is assembled, at `offset` in its state bytes. `meta` is set on the
+/// first piece (offset 0) of a snapshot: the driver then starts it afresh (a transfer that
+/// restarted, or a newer snapshot, replaces what was being assembled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotChunk {
+    pub meta: Option<SnapshotMeta>,
+    pub offset: u64,
+    pub data: Bytes,
+}
+
 /// A server's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Role {
@@ -245,6 +268,11 @@ pub struct Status {
     pub applied: LogIndex,
     pub persisted: LogIndex,
     pub first_index: LogIndex,
+    /// The first index held in memory; older stored entries are read back from the durable
+    /// log when a peer needs them.
+    pub cache_first_index: LogIndex,
+    /// Bytes of the entries held in memory (`Entry::size_bytes`).
+    pub cached_log_bytes: u64,
     pub last_index: LogIndex,
     pub last_term: Term,
     pub snapshot_index: LogIndex,

@@ -41,8 +41,11 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use crate::raft::{Entry, HardState, LogIndex, Message, NodeId, RaftConfig, SnapshotMeta};
+use crate::raft::{
+    Entry, HardState, LogIndex, LogRead, Message, NodeId, RaftConfig, SnapshotChunk, SnapshotMeta,
+};
 use crate::store::StoreVersion;
+use crate::store::Tables;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,6 +119,19 @@ pub enum Input {
         meta: SnapshotMeta,
         data: Bytes,
     },
+    /// The snapshot an [`Effect::InstallSnapshot`] stored, decoded (or why it did not
+    /// decode), and its state bytes as stored, which the core sends to lagging followers.
+    SnapshotRestored {
+        meta: SnapshotMeta,
+        tables: Result<Box<Tables>, String>,
+        data: Bytes,
+    },
+    /// The entries an [`Effect::ReadLog`] asked for, read back from the durable log, or why
+    /// they could not be.
+    LogRead {
+        read: LogRead,
+        entries: Result<Vec<Entry>, String>,
+    },
     /// The end of one batch of inputs, and at least every few tens of milliseconds: ticks
     /// the core, starts the quorum round for the reads that arrived, handles what is ready,
     /// delivers refusals, and runs the leader's periodic duties.
@@ -145,11 +161,15 @@ pub enum Effect {
     /// [`Input::Synced`] with this `sequence` (or a later one) once it and every earlier
     /// write are durable. Sequence numbers increase by one per sync, `SyncNow` included.
     SyncInBackground { sequence: u64 },
-    /// Store a snapshot received from the leader atomically, then delete log segments whose
-    /// entries are all at or below its index. The effects before it made the log consistent
-    /// with it: every earlier write, and a truncation of everything above its index, is
-    /// durable.
-    PersistSnapshot { meta: SnapshotMeta, data: Bytes },
+    /// Write a piece of the snapshot being received from the leader where it is assembled,
+    /// at its offset in the state bytes; a piece with `meta` starts the snapshot afresh.
+    SnapshotChunk(SnapshotChunk),
+    /// The snapshot assembled from the pieces is complete: store it atomically, delete log
+    /// segments whose entries are all at or below its index, then decode it (off the
+    /// thread if convenient) and report [`Input::SnapshotRestored`]. The effects before it
+    /// made the log consistent with it: every earlier write, and a truncation of everything
+    /// above its index, is durable.
+    InstallSnapshot { meta: SnapshotMeta },
     /// Serialize `version` (at `meta.last_index`) into a durable snapshot, off the thread,
     /// then report [`Input::SnapshotWritten`]. At most one is outstanding.
     WriteSnapshot {
@@ -159,6 +179,10 @@ pub enum Effect {
     /// Delete log segments whose entries are all at or below `through`: a durable snapshot
     /// covers them and the trailing entries are kept above it.
     CompactLog { through: LogIndex },
+    /// Read the stored entries `read` names back from the durable log and report them with
+    /// [`Input::LogRead`] (as soon as convenient; other inputs may come first). They are
+    /// durable already: no earlier effect needs to complete first.
+    ReadLog(LogRead),
     /// Make `index` the published index the shards compare against. Emitted before the
     /// [`Effect::Deliver`]s of the batch at that index; never decreases.
     PublishIndex { index: LogIndex },

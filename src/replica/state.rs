@@ -68,6 +68,8 @@ pub struct Replica {
     pub(super) leader_term_start: Option<LogIndex>,
     pub(super) last_snapshot_index: LogIndex,
     pub(super) snapshot_in_progress: bool,
+    /// The index of a snapshot from the leader being restored in the background.
+    restoring: Option<LogIndex>,
     /// Index samples for tombstone reaping: (monotonic ms, applied index), oldest first.
     pub(super) tombstone_samples: VecDeque<(u64, LogIndex)>,
     pub(super) last_tombstone_sample_ms: u64,
@@ -182,6 +184,7 @@ impl Replica {
             leader_term_start: None,
             last_snapshot_index,
             snapshot_in_progress: false,
+            restoring: None,
             tombstone_samples: VecDeque::new(),
             last_tombstone_sample_ms: now.monotonic_ms,
             last_reconcile_ms: now.monotonic_ms,
@@ -268,6 +271,15 @@ impl Replica {
             Input::Operator { request_id, op } => self.operator(request_id, op),
             Input::Synced { through } => self.complete_syncs(through),
             Input::SnapshotWritten { meta, data } => self.finish_snapshot(meta, data),
+            Input::SnapshotRestored { meta, tables, data } => {
+                self.finish_install(meta, tables, data)?
+            }
+            Input::LogRead { read, entries } => {
+                // Answered at once: a lagging follower catching up from the durable log gets
+                // its next append without waiting for the next tick.
+                self.core.log_read_done(self.now_ms(), read, entries);
+                self.process_ready()?;
+            }
             Input::Tick => self.tick()?,
         }
         self.check_invariants();
@@ -373,13 +385,26 @@ impl Replica {
             );
             let mut ready = self.core.ready();
             self.readys_taken += 1;
-            let done = ready.done();
+            let mut done = ready.done();
             for (to, message) in ready.messages.drain(..) {
                 self.effects.push(Effect::Send { to, message });
             }
+            for read in ready.log_reads.drain(..) {
+                self.effects.push(Effect::ReadLog(read));
+            }
+            for chunk in ready.snapshot_chunks.drain(..) {
+                self.effects.push(Effect::SnapshotChunk(chunk));
+            }
             let mut changes: Vec<Change> = Vec::new();
-            if let Some((meta, data)) = ready.snapshot.take() {
-                self.install_snapshot(meta, data, &mut changes)?;
+            if let Some(meta) = ready.snapshot.take() {
+                // Restored in the background: reported to the core once it is done.
+                debug_assert!(
+                    ready.committed.is_empty(),
+                    "nothing applies before a restore"
+                );
+                done.snapshot_restored = None;
+                done.applied_through = 0;
+                self.install_snapshot(meta);
             }
             let mut persisted_through = done.persisted_through;
             let mut messages_after_persist = std::mem::take(&mut ready.messages_after_persist);
@@ -585,23 +610,12 @@ impl Replica {
     }
 
     /// A snapshot from the leader replaces the log and the store.
-    fn install_snapshot(
-        &mut self,
-        meta: SnapshotMeta,
-        data: Bytes,
-        changes: &mut Vec<Change>,
-    ) -> Result<(), Fatal> {
-        let tables = Tables::from_snapshot_bytes(&data)
-            .map_err(|e| Fatal::new("snapshot from the leader does not decode", e))?;
-        if tables.index != meta.last_index {
-            return Err(Fatal::new(
-                "snapshot from the leader is inconsistent",
-                format!(
-                    "it claims index {} but its store is at {}",
-                    meta.last_index, tables.index
-                ),
-            ));
-        }
+    /// A snapshot from the leader is complete: the driver stores it and decodes it in the
+    /// background ([`Effect::InstallSnapshot`]), and [`Replica::finish_install`] puts the
+    /// store in place. The store is not decoded from bytes held here: the pieces went to the
+    /// disk as they arrived, so a follower catching up holds the old store and the new one,
+    /// never the snapshot's bytes besides.
+    fn install_snapshot(&mut self, meta: SnapshotMeta) {
         let index = meta.last_index;
         // The snapshot replaces the whole log, but the log file still holds what this server
         // wrote before, possibly a divergent tail above the snapshot's index. Truncating
@@ -616,16 +630,60 @@ impl Replica {
         self.sync_now();
         debug_assert_eq!(self.sync_completed, self.sync_requested);
         self.membership = meta.membership.clone();
-        self.effects.push(Effect::PersistSnapshot { meta, data });
-        self.tables = Arc::new(tables);
         self.update_transport();
-        self.last_snapshot_index = index;
-        changes.extend(crate::store::changes_everywhere());
+        self.last_snapshot_index = self.last_snapshot_index.max(index);
+        // A newer snapshot supersedes one still being restored: that one is ignored.
+        self.restoring = Some(index);
+        self.effects.push(Effect::InstallSnapshot { meta });
+        self.log(
+            log::Level::Info,
+            format!("raft: restoring snapshot at index {index} from the leader"),
+        );
+    }
+
+    /// The store decoded from the snapshot at `meta.last_index` replaces this one, unless a
+    /// newer snapshot superseded it meanwhile.
+    fn finish_install(
+        &mut self,
+        meta: SnapshotMeta,
+        tables: Result<Box<Tables>, String>,
+        data: Bytes,
+    ) -> Result<(), Fatal> {
+        let index = meta.last_index;
+        if self.restoring != Some(index) {
+            return Ok(());
+        }
+        let tables =
+            tables.map_err(|e| Fatal::new("snapshot from the leader does not decode", e))?;
+        if tables.index != index {
+            return Err(Fatal::new(
+                "snapshot from the leader is inconsistent",
+                format!(
+                    "it claims index {index} but its store is at {}",
+                    tables.index
+                ),
+            ));
+        }
+        self.restoring = None;
+        self.tables = Arc::new(*tables);
+        self.core.advance(
+            self.now_ms(),
+            ReadyDone {
+                persisted_through: None,
+                snapshot_restored: Some(index),
+                applied_through: index,
+            },
+        );
+        // Restored: the core may send it on to followers that fall behind this server.
+        self.core.snapshot_taken(meta, data);
+        let results = vec![Vec::new(); self.config.shard_count];
+        self.publish(crate::store::changes_everywhere(), results);
         self.log(
             log::Level::Info,
             format!("raft: installed snapshot at index {index} from the leader"),
         );
-        Ok(())
+        self.publish_status(false);
+        self.process_ready()
     }
 
     /// Asks for everything buffered to be written and synced off the thread.

@@ -82,6 +82,14 @@ struct Node {
     background: Vec<u64>,
     /// Snapshots asked for and not yet written.
     snapshots: Vec<(SnapshotMeta, StoreVersion)>,
+    /// The log as written (this driver's disk never fails), by index.
+    log: BTreeMap<LogIndex, Entry>,
+    /// Reads of the log asked for and not yet answered.
+    log_reads: Vec<LogRead>,
+    /// The snapshot being received from the leader, as its pieces were written.
+    incoming: Option<(SnapshotMeta, Vec<u8>)>,
+    /// Snapshots from the leader stored and not yet reported restored.
+    restores: Vec<(SnapshotMeta, Bytes)>,
 }
 
 struct Cluster {
@@ -150,6 +158,10 @@ impl Cluster {
                 effects: Vec::new(),
                 background: Vec::new(),
                 snapshots: Vec::new(),
+                log: BTreeMap::new(),
+                log_reads: Vec::new(),
+                incoming: None,
+                restores: Vec::new(),
             },
         );
         self.step(id, Input::Start);
@@ -184,6 +196,33 @@ impl Cluster {
                 Effect::WriteSnapshot { meta, version } => {
                     node.snapshots.push((meta.clone(), version.clone()));
                 }
+                Effect::Append {
+                    truncate_from,
+                    entries,
+                    ..
+                } => {
+                    if let Some(from) = truncate_from {
+                        node.log.split_off(from);
+                    }
+                    for entry in entries {
+                        node.log.split_off(&entry.index);
+                        node.log.insert(entry.index, entry.clone());
+                    }
+                }
+                Effect::ReadLog(read) => node.log_reads.push(*read),
+                Effect::SnapshotChunk(chunk) => {
+                    if let Some(meta) = &chunk.meta {
+                        node.incoming = Some((meta.clone(), Vec::new()));
+                    }
+                    let (_, assembled) = node.incoming.as_mut().expect("started");
+                    assert_eq!(chunk.offset, assembled.len() as u64, "pieces in order");
+                    assembled.extend_from_slice(&chunk.data);
+                }
+                Effect::InstallSnapshot { meta } => {
+                    let (received, assembled) = node.incoming.take().expect("received");
+                    assert_eq!(&received, meta);
+                    node.restores.push((received, Bytes::from(assembled)));
+                }
                 _ => {}
             }
         }
@@ -217,6 +256,30 @@ impl Cluster {
         if self.auto_sync {
             for &id in &ids {
                 self.complete_syncs(id);
+            }
+        }
+        for &id in &ids {
+            let restores = std::mem::take(&mut self.nodes.get_mut(&id).expect("node").restores);
+            for (meta, data) in restores {
+                let tables = Tables::from_snapshot_bytes(&data).map(Box::new);
+                self.step(id, Input::SnapshotRestored { meta, tables, data });
+            }
+        }
+        for &id in &ids {
+            let reads = std::mem::take(&mut self.nodes.get_mut(&id).expect("node").log_reads);
+            for read in reads {
+                let log = &self.nodes[&id].log;
+                let entries: Vec<Entry> = log
+                    .range(read.from..=read.through)
+                    .map(|(_, entry)| entry.clone())
+                    .collect();
+                self.step(
+                    id,
+                    Input::LogRead {
+                        read,
+                        entries: Ok(entries),
+                    },
+                );
             }
         }
         for &id in &ids {
@@ -937,9 +1000,9 @@ fn a_snapshot_from_the_leader_is_stored_only_after_the_log_above_it_is_cut() {
     let effects = &cluster.node(lagging).effects;
     let stored = effects
         .iter()
-        .position(|e| matches!(e, Effect::PersistSnapshot { .. }))
+        .position(|e| matches!(e, Effect::InstallSnapshot { .. }))
         .expect("the lagging follower was sent a snapshot");
-    let Effect::PersistSnapshot { meta, .. } = &effects[stored] else {
+    let Effect::InstallSnapshot { meta } = &effects[stored] else {
         unreachable!("found above");
     };
     let cut = effects[..stored]
@@ -987,6 +1050,10 @@ fn a_single_server_whose_first_write_tore_after_its_hard_state_bootstraps_again(
             effects: Vec::new(),
             background: Vec::new(),
             snapshots: Vec::new(),
+            log: BTreeMap::new(),
+            log_reads: Vec::new(),
+            incoming: None,
+            restores: Vec::new(),
         },
     );
     cluster.step(1, Input::Start);

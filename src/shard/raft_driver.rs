@@ -18,14 +18,14 @@
 //! Invariant: a storage error is fatal. A server that cannot persist must not keep
 //! acknowledging, and an effect that follows a sync assumes it succeeded.
 
-use crate::raft::{HardState, SnapshotMeta};
+use crate::raft::{Entry, HardState, LogRead, SnapshotChunk, SnapshotMeta};
 use crate::replica::{Effect, Input, Now, Recovered, Replica, ReplicaConfig};
 use crate::shard::peer_transport::{Faults, PeerTransport};
 use crate::shard::raft_inbox::{RaftInbox, RaftInboxReceiver};
 use crate::shard::runtime::{RaftInput, ShardMessage, ShardSender, Shared};
 use crate::shard::telemetry::{self, RaftMetrics, Sample};
-use crate::shard::wal::{self, Wal, WalEntry, WalHardState, WalSnapshot};
-use crate::store::StoreVersion;
+use crate::shard::wal::{self, Wal, WalEntry, WalHardState};
+use crate::store::{StoreVersion, Tables};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,6 +38,8 @@ const INPUTS_PER_ITERATION_MAX: usize = 8192;
 
 /// A snapshot written by the helper thread, ready to hand to the replica.
 type FinishedSnapshot = (SnapshotMeta, bytes::Bytes);
+/// A snapshot from the leader decoded by the helper thread, with its stored state bytes.
+type RestoredSnapshot = (SnapshotMeta, Result<Box<Tables>, String>, bytes::Bytes);
 
 /// Sync requests the sync thread may have queued; the raft thread blocks past this, which
 /// cannot happen in practice since one sync covers every queued request.
@@ -112,6 +114,15 @@ pub struct RaftDriver {
         flume::Receiver<FinishedSnapshot>,
     ),
     metrics: RaftMetrics,
+    /// Log reads carried out while executing effects, handed back to the replica once the
+    /// effects of that step are all done.
+    log_reads_done: Vec<(LogRead, Result<Vec<Entry>, String>)>,
+    /// The snapshot being received from the leader, written as its pieces arrive.
+    incoming_snapshot: Option<wal::SnapshotAssembly>,
+    restore_results: (
+        flume::Sender<RestoredSnapshot>,
+        flume::Receiver<RestoredSnapshot>,
+    ),
 }
 
 /// This server's wall clock in Unix milliseconds: the stamp every proposed entry carries.
@@ -207,6 +218,9 @@ pub fn open(
         peer_messages: Vec::new(),
         snapshot_results: flume::bounded(1),
         metrics: RaftMetrics::default(),
+        log_reads_done: Vec::new(),
+        incoming_snapshot: None,
+        restore_results: flume::unbounded(),
     };
     // Opening only logs and points the transport at the configuration's members; nothing
     // it asks for needs the sync thread.
@@ -275,6 +289,9 @@ impl RaftDriver {
             while let Ok((meta, data)) = self.snapshot_results.1.try_recv() {
                 self.step(Input::SnapshotWritten { meta, data });
             }
+            while let Ok((meta, tables, data)) = self.restore_results.1.try_recv() {
+                self.step(Input::SnapshotRestored { meta, tables, data });
+            }
             self.step(Input::Tick);
             if shutdown {
                 break;
@@ -316,14 +333,59 @@ impl RaftDriver {
         false
     }
 
-    /// Carries out every effect the replica accumulated, in order.
+    /// Carries out every effect the replica accumulated, in order, then hands back the log
+    /// reads among them (whose answers may ask for more: a follower catching up from the
+    /// log gets append after append until its window is full).
     fn execute_effects(&mut self) {
-        let mut effects = std::mem::take(&mut self.effects);
-        self.replica.swap_effects(&mut effects);
-        for effect in effects.drain(..) {
-            self.execute(effect);
+        loop {
+            let mut effects = std::mem::take(&mut self.effects);
+            self.replica.swap_effects(&mut effects);
+            for effect in effects.drain(..) {
+                self.execute(effect);
+            }
+            self.effects = effects;
+            if self.log_reads_done.is_empty() {
+                return;
+            }
+            let now = Now {
+                monotonic_ms: self.shared.now_ms(),
+                unix_ms: self.unix_ms,
+            };
+            for (read, entries) in std::mem::take(&mut self.log_reads_done) {
+                if let Err(error) = self.replica.step(now, Input::LogRead { read, entries }) {
+                    fatal("raft", error);
+                }
+            }
         }
-        self.effects = effects;
+    }
+
+    /// Reads entries a lagging follower needs back from the log. A failure is not fatal
+    /// here: the replica answers it by sending the follower a snapshot instead.
+    fn read_log(&mut self, read: LogRead) {
+        let entries = self
+            .wal
+            .read_entries(read.from, read.through, read.bytes_max)
+            .and_then(|entries| {
+                entries
+                    .into_iter()
+                    .map(|entry| {
+                        entry
+                            .into_entry()
+                            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                    })
+                    .collect::<Result<Vec<Entry>, _>>()
+            })
+            .map_err(|error| {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!(
+                        "raft: cannot read entries {}..={} back from the log: {error}",
+                        read.from,
+                        read.through
+                    );
+                }
+                error.to_string()
+            });
+        self.log_reads_done.push((read, entries));
     }
 
     fn execute(&mut self, effect: Effect) {
@@ -350,13 +412,15 @@ impl RaftDriver {
                 self.metrics.sync_started(sequence);
                 self.sync_in_background(sequence);
             }
-            Effect::PersistSnapshot { meta, data } => self.persist_snapshot(meta, data),
+            Effect::SnapshotChunk(chunk) => self.assemble_snapshot(chunk),
+            Effect::InstallSnapshot { meta } => self.install_snapshot(meta),
             Effect::WriteSnapshot { meta, version } => self.write_snapshot(meta, version),
             Effect::CompactLog { through } => {
                 if let Err(e) = self.wal.compact(through) {
                     fatal("cannot compact raft log", e);
                 }
             }
+            Effect::ReadLog(read) => self.read_log(read),
             Effect::PublishIndex { index } => {
                 self.shared.published_index.store(index, Ordering::Release)
             }
@@ -411,24 +475,65 @@ impl RaftDriver {
         }
     }
 
-    /// Stores a snapshot received from the leader; the log before it is superseded and its
-    /// old segments go now.
-    fn persist_snapshot(&mut self, meta: SnapshotMeta, data: bytes::Bytes) {
-        let started = Instant::now();
-        let encoded_meta = rmp_serde::to_vec(&meta).expect("snapshot metadata encodes");
-        let snapshot = WalSnapshot {
-            last_index: meta.last_index,
-            last_term: meta.last_term,
-            meta: encoded_meta,
-            data,
-        };
-        if let Err(e) = wal::write_snapshot_file(&self.data_dir, &snapshot) {
-            fatal("cannot persist received snapshot", e);
+    /// Writes a piece of the snapshot being received from the leader to its file.
+    fn assemble_snapshot(&mut self, chunk: SnapshotChunk) {
+        if let Some(meta) = &chunk.meta {
+            let encoded_meta = rmp_serde::to_vec(meta).expect("snapshot metadata encodes");
+            match wal::SnapshotAssembly::create(
+                &self.data_dir,
+                meta.last_index,
+                meta.last_term,
+                &encoded_meta,
+            ) {
+                Ok(assembly) => self.incoming_snapshot = Some(assembly),
+                Err(e) => fatal("cannot store a snapshot from the leader", e),
+            }
         }
+        let Some(assembly) = self.incoming_snapshot.as_mut() else {
+            fatal("raft", "a snapshot piece came before the snapshot's first")
+        };
+        if let Err(e) = assembly.append(chunk.offset, &chunk.data) {
+            fatal("cannot store a snapshot from the leader", e);
+        }
+    }
+
+    /// Stores the snapshot received from the leader under its name (the log before it is
+    /// superseded and its old segments go now), then decodes it on a helper thread, reading
+    /// the file through a small buffer, and hands the store to the replica.
+    fn install_snapshot(&mut self, meta: SnapshotMeta) {
+        let started = Instant::now();
+        let Some(assembly) = self.incoming_snapshot.take() else {
+            fatal("raft", "a snapshot to install that was never received")
+        };
+        if assembly.last_index() != meta.last_index {
+            fatal(
+                "raft",
+                format!(
+                    "the snapshot received is at {}, the one to install at {}",
+                    assembly.last_index(),
+                    meta.last_index
+                ),
+            );
+        }
+        let (path, data) = match assembly.finish() {
+            Ok(stored) => stored,
+            Err(e) => fatal("cannot persist received snapshot", e),
+        };
         if let Err(e) = self.wal.compact(meta.last_index) {
             fatal("cannot compact raft log", e);
         }
-        telemetry::observe_since(Sample::RaftRpcInstallSnapshot, started);
+        let done = self.restore_results.0.clone();
+        std::thread::Builder::new()
+            .name("praetor-restore".into())
+            .spawn(move || {
+                let tables = wal::read_snapshot_state(&path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))
+                    .and_then(|mut state| Tables::read_snapshot(&mut state))
+                    .map(Box::new);
+                telemetry::observe_since(Sample::RaftRpcInstallSnapshot, started);
+                let _ = done.send((meta, tables, data));
+            })
+            .unwrap_or_else(|e| fatal("cannot start the snapshot restore thread", e));
     }
 
     /// Serializes a version on a helper thread; applies continue meanwhile because the

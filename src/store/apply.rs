@@ -317,7 +317,8 @@ fn touched_kv(before: &kv::KvRows, after: &kv::KvRows) -> Vec<String> {
         match (old.peek(), new.peek()) {
             (None, None) => return keys,
             (Some(a), Some(b)) if a.key() == b.key() => {
-                if !kv::KvEntry::ptr_eq(a, b) {
+                // A rewritten row always differs: every write moves its ModifyIndex.
+                if a != b {
                     keys.push(a.key().to_string());
                 }
                 old.next();

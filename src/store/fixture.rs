@@ -78,6 +78,6 @@ impl Fixture {
         }))
     }
     pub(super) fn entry(&self, key: &str) -> Option<kv::KvEntry> {
-        kv::get(&self.tables, key).1.cloned()
+        kv::get(&self.tables, key).1.map(kv::KvRow::to_entry)
     }
 }

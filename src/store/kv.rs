@@ -14,83 +14,30 @@
 //! delete rows report the rows they removed, so the caller can tell their holders.
 
 mod entry;
+mod rows;
 
 use super::{Change, ChangeKey, Table, Tables};
 use bytes::Bytes;
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use entry::ByKey;
 pub use entry::{KvEntry, KvFields, VALUE_INLINE_BYTES_MAX};
+pub use rows::{KvRow, KvRows, LEAF_BYTES_MAX};
 
-/// The rows of the `kvs` table in key order. A row holds its own key, so the table is a set
-/// of rows ordered by key rather than a map from a second copy of the key.
-#[derive(Clone, Default)]
-pub struct KvRows(OrdSet<ByKey>);
-
-impl KvRows {
-    pub fn get(&self, key: &str) -> Option<&KvEntry> {
-        self.0.get(key).map(|row| &row.0)
-    }
-
-    pub fn contains_key(&self, key: &str) -> bool {
-        self.0.contains(key)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Every row, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = &KvEntry> {
-        self.0.iter().map(|row| &row.0)
-    }
-
-    /// The rows whose key starts with `prefix`, in key order.
-    pub fn prefix<'m, 'p>(
-        &'m self,
-        prefix: &'p str,
-    ) -> impl Iterator<Item = &'m KvEntry> + use<'m, 'p> {
-        self.0
-            .range::<_, str>((Bound::Included(prefix), Bound::Unbounded))
-            .map(|row| &row.0)
-            .take_while(move |row| row.key().starts_with(prefix))
-    }
-
-    /// Whether both share their whole tree (nothing was written between them).
-    pub fn ptr_eq(&self, other: &KvRows) -> bool {
-        self.0.ptr_eq(&other.0)
-    }
-
-    /// Adds `entry`, replacing the row with the same key.
-    fn insert(&mut self, entry: KvEntry) {
-        self.0.insert(ByKey(entry));
-    }
-
-    fn remove(&mut self, key: &str) -> Option<KvEntry> {
-        self.0.remove(key).map(|row| row.0)
-    }
-}
-
-impl std::fmt::Debug for KvRows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map()
-            .entries(self.iter().map(|row| (row.key(), row)))
-            .finish()
-    }
-}
-
-/// Serialized as a map from key to row, as the map of rows it replaced was, so the snapshot
-/// format did not change when keys stopped being stored twice.
+/// Serialized as a map from key to row, as the map of rows the table once was, so the
+/// snapshot format did not change when rows were packed into leaves.
 impl Serialize for KvRows {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.iter().map(|row| (row.key(), row)))
+        // The length goes first: msgpack needs it up front, and an encoder not told it
+        // buffers the whole map to count it (a second copy of the table while it writes).
+        let mut map = serializer.serialize_map(Some(self.len()))?;
+        for row in self.iter() {
+            map.serialize_entry(row.key(), &row)?;
+        }
+        map.end()
     }
 }
 
@@ -106,7 +53,8 @@ impl<'de> Deserialize<'de> for KvRows {
                 self,
                 mut map: A,
             ) -> Result<KvRows, A::Error> {
-                let mut rows = KvRows::default();
+                // Snapshots list rows in key order, so the table is built leaf by leaf.
+                let mut loader = rows::SortedLoader::default();
                 while let Some((key, row)) = map.next_entry::<String, KvEntry>()? {
                     if key != row.key() {
                         return Err(serde::de::Error::custom(format!(
@@ -114,9 +62,11 @@ impl<'de> Deserialize<'de> for KvRows {
                             row.key()
                         )));
                     }
-                    rows.insert(row);
+                    loader
+                        .push(&row.fields())
+                        .map_err(serde::de::Error::custom)?;
                 }
-                Ok(rows)
+                Ok(loader.finish())
             }
         }
         deserializer.deserialize_map(RowsVisitor)
@@ -184,11 +134,7 @@ pub(super) fn set(
     flags: u64,
     changes: &mut Vec<Change>,
 ) {
-    let existing = tables.kv.entries.get(key).map(KvEntry::fields);
-    let (create_index, session) = match existing {
-        Some(e) => (e.create_index, e.session),
-        None => (index, None),
-    };
+    let existing = tables.kv.entries.get(key).map(KvRow::fields);
     if let Some(e) = existing {
         // Consul skips the write entirely when nothing would change, so the key keeps its
         // ModifyIndex and blocking queries on it stay parked.
@@ -196,16 +142,20 @@ pub(super) fn set(
             return;
         }
     }
-    let entry = KvEntry::new(KvFields {
+    // The holder is kept; it is copied out of the row the write replaces.
+    let (create_index, session) = match existing {
+        Some(e) => (e.create_index, e.session.map(str::to_string)),
+        None => (index, None),
+    };
+    tables.kv.entries.insert(KvFields {
         key,
         value,
         flags,
-        session,
+        session: session.as_deref(),
         lock_index: 0,
         create_index,
         modify_index: index,
     });
-    tables.kv.entries.insert(entry);
     tables.bump_table(Table::Kvs, index);
     changes.push(Change::key(Table::Kvs, &Arc::from(key)));
 }
@@ -221,7 +171,7 @@ pub(super) fn cas(
     modify_index: u64,
     changes: &mut Vec<Change>,
 ) -> bool {
-    let existing = tables.kv.entries.get(key).map(KvEntry::modify_index);
+    let existing = tables.kv.entries.get(key).map(KvRow::modify_index);
     let allowed = match (existing, modify_index) {
         (None, 0) => true,
         (Some(current), wanted) => wanted != 0 && current == wanted,
@@ -261,7 +211,7 @@ pub(super) fn delete_cas(
     removed: &mut Vec<KvEntry>,
     changes: &mut Vec<Change>,
 ) -> bool {
-    match tables.kv.entries.get(key).map(KvEntry::modify_index) {
+    match tables.kv.entries.get(key).map(KvRow::modify_index) {
         None => true,
         Some(current) if current == modify_index => {
             delete(tables, index, key, removed, changes);
@@ -280,14 +230,19 @@ pub(super) fn delete_tree(
     removed: &mut Vec<KvEntry>,
     changes: &mut Vec<Change>,
 ) {
-    let doomed: Vec<KvEntry> = tables.kv.entries.prefix(prefix).cloned().collect();
+    let doomed: Vec<String> = tables
+        .kv
+        .entries
+        .prefix(prefix)
+        .map(|row| row.key().to_string())
+        .collect();
     if doomed.is_empty() {
         return;
     }
-    for row in doomed {
-        let gone = tables.kv.entries.remove(row.key());
+    for key in doomed {
+        let gone = tables.kv.entries.remove(&key);
         debug_assert!(gone.is_some(), "a listed row is in the table");
-        removed.push(row);
+        removed.extend(gone);
     }
     if !prefix.is_empty() {
         tables.kv.tombstones.insert(Arc::from(prefix), index);
@@ -331,7 +286,7 @@ pub(super) fn write_locked(
     lock_index: u64,
     changes: &mut Vec<Change>,
 ) {
-    let existing = tables.kv.entries.get(key).map(KvEntry::fields);
+    let existing = tables.kv.entries.get(key).map(KvRow::fields);
     if let Some(e) = existing {
         if e.value == value
             && e.flags == flags
@@ -341,16 +296,16 @@ pub(super) fn write_locked(
             return;
         }
     }
-    let entry = KvEntry::new(KvFields {
+    let create_index = existing.map_or(index, |e| e.create_index);
+    tables.kv.entries.insert(KvFields {
         key,
         value,
         flags,
         session,
         lock_index,
-        create_index: existing.map_or(index, |e| e.create_index),
+        create_index,
         modify_index: index,
     });
-    tables.kv.entries.insert(entry);
     tables.bump_table(Table::Kvs, index);
     changes.push(Change::key(Table::Kvs, &Arc::from(key)));
 }
@@ -358,7 +313,7 @@ pub(super) fn write_locked(
 /// Clears the holder of `key`, keeping value, flags and `LockIndex` (a session's release
 /// behavior when it ends).
 pub(super) fn clear_holder(tables: &mut Tables, index: u64, key: &str, changes: &mut Vec<Change>) {
-    let Some(existing) = tables.kv.entries.get(key).cloned() else {
+    let Some(existing) = tables.kv.entries.get(key).map(KvRow::to_entry) else {
         return;
     };
     let e = existing.fields();
@@ -400,7 +355,7 @@ fn graveyard_max_index(tables: &Tables, prefix: &str) -> u64 {
 }
 
 /// A single key. The index is the key's `ModifyIndex`, or the table index when it is missing.
-pub fn get<'a>(tables: &'a Tables, key: &str) -> (u64, Option<&'a KvEntry>) {
+pub fn get<'a>(tables: &'a Tables, key: &str) -> (u64, Option<KvRow<'a>>) {
     match tables.kv.entries.get(key) {
         Some(entry) => (entry.modify_index(), Some(entry)),
         None => (kv_table_index(tables), None),
@@ -423,8 +378,8 @@ fn prefix_query_index(tables: &Tables, prefix: &str, entries_max: u64) -> u64 {
 }
 
 /// Every entry under `prefix` (`?recurse`).
-pub fn list<'a>(tables: &'a Tables, prefix: &str) -> (u64, Vec<&'a KvEntry>) {
-    let entries: Vec<&KvEntry> = tables.kv.entries.prefix(prefix).collect();
+pub fn list<'a>(tables: &'a Tables, prefix: &str) -> (u64, Vec<KvRow<'a>>) {
+    let entries: Vec<KvRow<'a>> = tables.kv.entries.prefix(prefix).collect();
     let entries_max = entries.iter().map(|e| e.modify_index()).max().unwrap_or(0);
     (prefix_query_index(tables, prefix, entries_max), entries)
 }
@@ -494,7 +449,7 @@ mod tests {
         let mut f = Fixture::new();
         assert_eq!(f.set("a", "1"), CommandResult::Bool(true));
         let (index, entry) = get(&f.tables, "a");
-        let entry = entry.unwrap().clone();
+        let entry = entry.unwrap();
         assert_eq!(
             (index, entry.create_index(), entry.modify_index()),
             (11, 11, 11)

@@ -23,7 +23,7 @@
 //!   entry with a holder is listed under it (a deleted or unlocked key is dropped at once);
 //! - `lock_delay_expiry` holds `(until, key)` for every entry of `lock_delays`.
 
-use super::kv::{self, KvEntry};
+use super::kv::{self, KvEntry, KvRow};
 use super::session::{Behavior, Session};
 use super::{Change, Tables};
 use bytes::Bytes;
@@ -68,7 +68,7 @@ pub(super) fn lock(
     else {
         return Err(format!("invalid session {session_id:?}"));
     };
-    let lock_index = match tables.kv.entries.get(key).map(KvEntry::fields) {
+    let lock_index = match tables.kv.entries.get(key).map(KvRow::fields) {
         Some(e) => match e.session {
             Some(current) if current == &*holder => e.lock_index,
             Some(_) => return Ok(LockOutcome::HeldByOther),
@@ -88,7 +88,7 @@ pub(super) fn lock(
     );
     hold(tables, &holder, key);
     debug_assert!(
-        tables.kv.entries.get(key).and_then(KvEntry::session) == Some(&*holder),
+        tables.kv.entries.get(key).and_then(KvRow::session) == Some(&*holder),
         "an acquired key names its holder"
     );
     Ok(LockOutcome::Acquired)

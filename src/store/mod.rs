@@ -218,6 +218,19 @@ impl Tables {
         rmp_serde::encode::write(out, self).map_err(std::io::Error::other)
     }
 
+    /// Rebuilds a version from [`Tables::write_snapshot`] output read from `input` (a
+    /// snapshot file through a small buffer, so its bytes are never in memory whole).
+    pub fn read_snapshot(input: &mut dyn std::io::Read) -> Result<Tables, String> {
+        let mut format = [0u8; 1];
+        input
+            .read_exact(&mut format)
+            .map_err(|_| "empty store snapshot".to_string())?;
+        if format[0] != SNAPSHOT_FORMAT_VERSION {
+            return Err(format!("unsupported store snapshot format {}", format[0]));
+        }
+        rmp_serde::from_read(input).map_err(|e| format!("corrupt store snapshot: {e}"))
+    }
+
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {

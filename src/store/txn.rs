@@ -17,7 +17,7 @@ use super::catalog::{
     CatalogOp, CheckRegistration, HealthCheck, Node, Registration, ServiceInstance,
     ServiceRegistration,
 };
-use super::kv::{self, KvEntry, KvFields, KvOp};
+use super::kv::{self, KvEntry, KvFields, KvOp, KvRow};
 use super::locks::{self, LockOutcome};
 use super::{Change, CommandResult, Tables};
 use bytes::Bytes;
@@ -227,7 +227,7 @@ pub fn read_only(tables: &Tables, ops: &[TxnOp]) -> TxnOutcome {
 }
 
 /// The entry as a write result: Consul blanks the value of everything but gets.
-fn without_value(entry: &KvEntry) -> TxnResult {
+fn without_value(entry: KvRow<'_>) -> TxnResult {
     TxnResult::Kv(entry.without_value())
 }
 
@@ -252,11 +252,11 @@ fn read(tables: &Tables, op: &TxnOp) -> Result<Vec<TxnResult>, String> {
             let entry = kv::get(tables, key).1;
             match verb {
                 KvVerb::Get => match entry {
-                    Some(e) => Ok(vec![TxnResult::Kv(e.clone())]),
+                    Some(e) => Ok(vec![TxnResult::Kv(e.to_entry())]),
                     None => Err(format!("key {key:?} doesn't exist")),
                 },
                 KvVerb::GetOrEmpty => Ok(vec![TxnResult::Kv(match entry {
-                    Some(e) => e.clone(),
+                    Some(e) => e.to_entry(),
                     // Consul answers with the request's own entry, value blanked.
                     None => KvEntry::new(KvFields {
                         key,
@@ -271,7 +271,7 @@ fn read(tables: &Tables, op: &TxnOp) -> Result<Vec<TxnResult>, String> {
                 KvVerb::GetTree => Ok(kv::list(tables, key)
                     .1
                     .into_iter()
-                    .map(|e| TxnResult::Kv(e.clone()))
+                    .map(|e| TxnResult::Kv(e.to_entry()))
                     .collect()),
                 KvVerb::CheckIndex => match entry {
                     None => Err(format!("failed to check index, key {key:?} doesn't exist")),

@@ -6,9 +6,10 @@
 //! the log's own replay (`shard::wal::LogReplay`), refusals of a log with gaps included.
 
 use bytes::Bytes;
-use praetor::raft::{Entry, HardState, LogIndex, SnapshotMeta};
+use praetor::raft::{Entry, HardState, LogIndex, LogRead, SnapshotMeta};
 use praetor::replica::Recovered;
 use praetor::shard::wal::{LogReplay, WalEntry, WalHardState};
+use std::collections::BTreeMap;
 
 /// One log record, in the order the log writes them.
 #[derive(Clone, Debug)]
@@ -138,6 +139,40 @@ impl Disk {
         if let Some(hs) = last_hard_state {
             self.records.insert(0, Record::HardState(hs));
         }
+    }
+
+    /// What reading the log file back finds for `read` (`Wal::read_entries`): the records
+    /// written to the file so far (durable or not: a read sees what was written), replayed so
+    /// that a truncation or a rewritten entry supersedes what came before it.
+    pub fn read(&self, read: LogRead) -> Result<Vec<Entry>, String> {
+        let mut file: BTreeMap<LogIndex, &Entry> = BTreeMap::new();
+        let written = self.written.iter().map(|(_, record)| record);
+        for record in self.records.iter().chain(written) {
+            match record {
+                Record::Truncate(from) => drop(file.split_off(from)),
+                Record::HardState(_) => {}
+                Record::Entry(entry) => {
+                    file.split_off(&entry.index);
+                    file.insert(entry.index, entry);
+                }
+            }
+        }
+        if !file.contains_key(&read.from) {
+            return Err(format!("entry {} is not in the log file", read.from));
+        }
+        let mut out: Vec<Entry> = Vec::new();
+        let mut bytes = 0;
+        for (&index, entry) in file.range(read.from..=read.through) {
+            if out.last().is_some_and(|last| last.index + 1 != index) {
+                break;
+            }
+            if !out.is_empty() && bytes + entry.size_bytes() > read.bytes_max {
+                break;
+            }
+            bytes += entry.size_bytes();
+            out.push((*entry).clone());
+        }
+        Ok(out)
     }
 
     /// What `Wal::open` recovers from the durable records and the newest snapshot: the

@@ -87,6 +87,10 @@ pub fn run_default_seeds() {
             "no read ever found its batch still on the way: {total}"
         );
         assert!(total.snapshots_taken > 0, "no snapshot was taken: {total}");
+        assert!(
+            total.log_reads > 0,
+            "no leader ever read entries back from its log file: {total}"
+        );
     }
 }
 

@@ -28,14 +28,14 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use praetor::raft::{
-    Entry, EntryKind, LogIndex, Message, Millis, NodeId, RaftConfig, RaftCore, Role, SnapshotMeta,
-    Term,
+    Entry, EntryKind, LogIndex, LogRead, Message, Millis, NodeId, RaftConfig, RaftCore, Role,
+    SnapshotMeta, Term,
 };
 use praetor::replica::{
     request_id, shard_of_request, AppliedBatch, ClusterStatus, Effect, Input, Now, OperatorOp,
     ProposalResult, Replica, ReplicaConfig, ServerInfo,
 };
-use praetor::store::{CommandResult, StoreVersion};
+use praetor::store::{CommandResult, StoreVersion, Tables};
 
 use super::disk::Disk;
 use super::kv;
@@ -63,6 +63,9 @@ pub struct RunStats {
     pub snapshots_taken: u64,
     pub membership_changes: u64,
     pub transfers: u64,
+    /// Reads of entries back from the log file, for followers the leader no longer held
+    /// entries in memory for.
+    pub log_reads: u64,
 }
 
 impl RunStats {
@@ -86,6 +89,7 @@ impl RunStats {
         self.snapshots_taken += other.snapshots_taken;
         self.membership_changes += other.membership_changes;
         self.transfers += other.transfers;
+        self.log_reads += other.log_reads;
     }
 }
 
@@ -96,7 +100,8 @@ impl fmt::Display for RunStats {
             "{} seeds, {} events, {:.0} virtual s, {} acked writes ({} refused), {} ReadIndex \
              reads, {} lease reads, {} stale reads ({} waited for their batch), {} elections, \
              {} crashes ({} fsync failures, {} torn records kept), {} preemptions, {} \
-             partitions, {} snapshots installed, {} taken, {} membership changes, {} transfers",
+             partitions, {} snapshots installed, {} taken, {} membership changes, {} transfers, \
+             {} log reads",
             self.seeds,
             self.events,
             self.virtual_ms as f64 / 1000.0,
@@ -115,7 +120,8 @@ impl fmt::Display for RunStats {
             self.snapshots_installed,
             self.snapshots_taken,
             self.membership_changes,
-            self.transfers
+            self.transfers,
+            self.log_reads
         )
     }
 }
@@ -224,6 +230,9 @@ struct Scenario {
     targeted_crash_per_mille: u64,
     /// Autopilot's `ServerStabilizationTime`: how long a joined server waits to vote.
     stabilization_ms: Millis,
+    /// `RaftConfig::log_cache_bytes`: small bounds make leaders read lagging followers'
+    /// entries back from the disk.
+    log_cache_bytes: u64,
 }
 
 impl Scenario {
@@ -261,6 +270,7 @@ impl Scenario {
             lease_ms: rng.pick(&LEASE_CHOICES_MS),
             targeted_crash_per_mille: rng.pick(&[0, 30, 150]),
             stabilization_ms: rng.pick(&[0, 500, 3000]),
+            log_cache_bytes: rng.pick(&[0, 300, 4096, 1 << 20]),
         }
         .fix_up()
     }
@@ -288,6 +298,7 @@ impl Scenario {
         config.snapshot_inflight_chunks_max = self.snapshot_inflight_chunks_max;
         config.snapshot_retransmit_ms = 4 * HEARTBEAT_MS;
         config.trailing_entries = self.trailing_entries;
+        config.log_cache_bytes = self.log_cache_bytes;
         config.uncommitted_entries_max = 64;
         config.read_requests_pending_max = 64;
         config
@@ -385,6 +396,20 @@ enum Event {
         incarnation: u64,
         meta: SnapshotMeta,
         version: StoreVersion,
+    },
+    /// The restore of a snapshot from the leader finishes.
+    SnapshotRestored {
+        node: NodeId,
+        incarnation: u64,
+        meta: SnapshotMeta,
+        data: bytes::Bytes,
+    },
+    /// A read of the log file the replica asked for comes back.
+    LogRead {
+        node: NodeId,
+        incarnation: u64,
+        read: LogRead,
+        entries: Result<Vec<Entry>, String>,
     },
     /// A shard's doorbell: it takes in what was queued for it.
     ShardWake {
@@ -530,6 +555,12 @@ struct Node {
     last_commit: LogIndex,
     /// The last term in which this node was seen leading.
     led_term: Option<Term>,
+    /// The entries this incarnation wrote (or recovered) above its last known commit, as
+    /// the log file holds them: the safety checks read committed entries from here when
+    /// the core no longer holds them in memory.
+    appended: BTreeMap<LogIndex, Entry>,
+    /// The snapshot being received from the leader, as its pieces were written.
+    incoming_snapshot: Option<(SnapshotMeta, Vec<u8>)>,
 }
 
 impl Node {
@@ -552,6 +583,8 @@ impl Node {
             acked_here: [0; KEYS as usize],
             last_commit: 0,
             led_term: None,
+            appended: BTreeMap::new(),
+            incoming_snapshot: None,
         }
     }
 
@@ -814,6 +847,28 @@ impl World {
                     }
                     self.node(node).disk.sync_through(sequence);
                     self.deliver_input(node, Input::Synced { through: sequence });
+                }
+            }
+            Event::SnapshotRestored {
+                node,
+                incarnation,
+                meta,
+                data,
+            } => {
+                if self.is_live(node, incarnation) {
+                    let tables = Tables::from_snapshot_bytes(&data).map(Box::new);
+                    self.deliver_input(node, Input::SnapshotRestored { meta, tables, data });
+                }
+            }
+            Event::LogRead {
+                node,
+                incarnation,
+                read,
+                entries,
+            } => {
+                if self.is_live(node, incarnation) {
+                    self.stats.log_reads += 1;
+                    self.deliver_input(node, Input::LogRead { read, entries });
                 }
             }
             Event::SnapshotDone {
@@ -1231,9 +1286,16 @@ impl World {
                         );
                     }
                 }
-                self.node(id)
-                    .disk
-                    .append(hard_state, truncate_from, &entries);
+                let node = self.node(id);
+                if let Some(from) = truncate_from {
+                    node.appended.split_off(&from);
+                }
+                for entry in &entries {
+                    // An entry replaces everything from its index on, as the log's replay does.
+                    node.appended.split_off(&entry.index);
+                    node.appended.insert(entry.index, entry.clone());
+                }
+                node.disk.append(hard_state, truncate_from, &entries);
             }
             Effect::SyncNow => {
                 self.sync_now(id);
@@ -1256,7 +1318,42 @@ impl World {
                     },
                 );
             }
-            Effect::PersistSnapshot { meta, data } => {
+            Effect::SnapshotChunk(chunk) => {
+                let node = self.node(id);
+                if let Some(meta) = chunk.meta {
+                    node.incoming_snapshot = Some((meta, Vec::new()));
+                }
+                let Some((_, assembled)) = &mut node.incoming_snapshot else {
+                    fail!(
+                        self,
+                        "node {id}: a snapshot piece before the snapshot's first"
+                    );
+                };
+                if chunk.offset != assembled.len() as u64 {
+                    let have = assembled.len();
+                    fail!(
+                        self,
+                        "node {id}: a snapshot piece at {} after {have} bytes",
+                        chunk.offset
+                    );
+                }
+                assembled.extend_from_slice(&chunk.data);
+            }
+            Effect::InstallSnapshot { meta } => {
+                let node = self.node(id);
+                let Some((assembled_meta, assembled)) = node.incoming_snapshot.take() else {
+                    fail!(
+                        self,
+                        "node {id}: a snapshot installed that was never received"
+                    );
+                };
+                if assembled_meta != meta {
+                    fail!(
+                        self,
+                        "node {id}: the snapshot installed is not the one received"
+                    );
+                }
+                let data = bytes::Bytes::from(assembled);
                 let node = self.node(id);
                 if !node.disk.buffered.is_empty() || node.disk.unsynced() > 0 {
                     fail!(
@@ -1266,10 +1363,23 @@ impl World {
                     );
                 }
                 let last_index = meta.last_index;
-                node.disk.store_snapshot(meta, data);
+                node.appended.clear();
+                node.disk.store_snapshot(meta.clone(), data.clone());
                 let cut = self.rng.next_u64();
                 self.node(id).disk.compact(last_index, cut);
                 self.stats.snapshots_installed += 1;
+                // Decoded in the background: other inputs may be handled first.
+                let incarnation = self.nodes[&id].incarnation;
+                let after = self.rng.range(0, 20);
+                self.schedule(
+                    after,
+                    Event::SnapshotRestored {
+                        node: id,
+                        incarnation,
+                        meta,
+                        data,
+                    },
+                );
             }
             Effect::WriteSnapshot { meta, version } => {
                 let after = self.rng.range(1, 30);
@@ -1299,6 +1409,22 @@ impl World {
                 }
                 let cut = self.rng.next_u64();
                 self.node(id).disk.compact(through, cut);
+            }
+            Effect::ReadLog(read) => {
+                // The file is read now; the answer reaches the thread a little later, maybe
+                // after other inputs, as a stale answer can.
+                let entries = self.nodes[&id].disk.read(read);
+                let incarnation = self.nodes[&id].incarnation;
+                let after = self.rng.range(0, 3);
+                self.schedule(
+                    after,
+                    Event::LogRead {
+                        node: id,
+                        incarnation,
+                        read,
+                        entries,
+                    },
+                );
             }
             Effect::PublishIndex { index } => {
                 let node = self.node(id);
@@ -1579,6 +1705,11 @@ impl World {
                 .take(8)
                 .collect::<Vec<_>>()
         );
+        let appended: BTreeMap<LogIndex, Entry> = recovered
+            .entries
+            .iter()
+            .map(|entry| (entry.index, entry.clone()))
+            .collect();
         let replica = match Replica::open(config, recovered, seed, self.clock()) {
             Ok(replica) => replica,
             Err(error) => fail!(
@@ -1590,6 +1721,7 @@ impl World {
         let now = self.now;
         let node = self.node(id);
         node.last_commit = replica.raft().commit_index();
+        node.appended = appended;
         node.published = version.index;
         node.shards = (0..SHARDS)
             .map(|_| SimShard {
@@ -2036,7 +2168,20 @@ impl World {
             });
             if commit > last_commit && !sync_pending {
                 let newly: Vec<(LogIndex, Entry)> = (last_commit + 1..=commit)
-                    .filter_map(|index| core.log_entry(index).map(|e| (index, e.clone())))
+                    .filter_map(|index| {
+                        // An entry the core no longer holds is read as the file has it, but
+                        // only while the core still stores it: a snapshot from the leader
+                        // replaces the log before the file is cut (its effect may not have
+                        // run yet), and an entry it covers is known only through it.
+                        let on_file = || {
+                            node.appended.get(&index).filter(|e| {
+                                index > core.snapshot_index()
+                                    && core.log_term(index) == Some(e.term)
+                            })
+                        };
+                        let entry = core.log_entry(index).or_else(on_file);
+                        entry.map(|e| (index, e.clone()))
+                    })
                     .collect();
                 // A leader's first commit advance in its term: losing the leader right then is
                 // where a wrong commit rule (counting older-term entries, Raft figure 8)
@@ -2046,7 +2191,9 @@ impl World {
                 for (index, entry) in newly {
                     self.register_committed(id, index, &entry, term);
                 }
-                self.node(id).last_commit = commit;
+                let node = self.node(id);
+                node.last_commit = commit;
+                node.appended = node.appended.split_off(&(commit + 1));
                 if first_commit_of_term
                     && self.healed_at.is_none()
                     && self.rng.chance(self.scenario.targeted_crash_per_mille * 4)

@@ -1,32 +1,34 @@
-//! One row of the `kvs` table (Consul's `DirEntry`), packed into a single allocation.
+//! One row of the `kvs` table (Consul's `DirEntry`) as packed bytes, and [`KvEntry`], a row
+//! on its own in a single allocation.
 //!
 //! A million small keys made the row layout the largest cost of the KV store: a struct of
 //! seven fields behind an `Arc`, the key in a second allocation, the value in a third and
 //! that value's shared-buffer header in a fourth came to ~350 bytes of heap per 117-byte
-//! entry. A [`KvEntry`] is one thin pointer to one allocation that holds, in order:
+//! entry. A packed row ([`pack`]) is, in order:
 //!
-//! - the shared-pointer header: reference count, the out-of-line value (below) and the
-//!   length of the bytes that follow;
-//! - a tag byte saying which of the rarely set fields are present;
+//! - a tag byte saying which of the rarely set fields are present, and whether the value is
+//!   kept outside the row;
 //! - `CreateIndex`, `ModifyIndex` and the key's length as LEB128 varints (a Raft index
 //!   under two million takes three bytes, not eight);
 //! - `Flags`, `LockIndex` and the holder session, only when set (the tag says which);
-//! - the key, then the value.
+//! - the slot of the value when it is kept outside;
+//! - the key, then the value (unless outside), which runs to the end of the row.
 //!
-//! Values longer than [`VALUE_INLINE_BYTES_MAX`] live in an allocation of their own, of
-//! exactly their size, instead: a 4 KiB value inline would push the row into the
-//! allocator's next size class (5 KiB) and waste a quarter of it.
+//! The table keeps rows back to back in the leaves of its tree (`rows.rs`); a [`KvEntry`]
+//! (a transaction's result, a removed row) is one thin pointer to one allocation holding
+//! the reference count, the outside value and a packed row. Values longer than
+//! [`VALUE_INLINE_BYTES_MAX`] are kept outside, in a buffer of exactly their size: a 4 KiB
+//! value inline would push its block into the allocator's next size class (5 KiB) and waste
+//! a quarter of it.
 //!
 //! Invariants: rows are immutable once built (a write builds a new row); the key bytes are
 //! valid UTF-8 (they are copied from a `&str`); the tag and the varints are written only by
-//! [`KvEntry::new`] and read back by [`KvEntry::fields`], which asserts the layout ends
-//! exactly where the key and value begin.
+//! [`pack`] and read back by [`unpack`], which asserts the layout ends exactly where the key
+//! and value begin.
 
 use serde::de::Deserializer;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
-use std::borrow::Borrow;
-use std::cmp::Ordering;
 use std::fmt;
 use triomphe::ThinArc;
 
@@ -37,7 +39,8 @@ pub const VALUE_INLINE_BYTES_MAX: usize = 512;
 const TAG_FLAGS: u8 = 1;
 const TAG_LOCK_INDEX: u8 = 2;
 const TAG_SESSION: u8 = 4;
-const TAGS_KNOWN: u8 = TAG_FLAGS | TAG_LOCK_INDEX | TAG_SESSION;
+const TAG_OUTSIDE: u8 = 8;
+const TAGS_KNOWN: u8 = TAG_FLAGS | TAG_LOCK_INDEX | TAG_SESSION | TAG_OUTSIDE;
 /// Longest LEB128 encoding of a `u64`.
 const VARINT_BYTES_MAX: usize = 10;
 
@@ -85,97 +88,134 @@ fn read_varint(bytes: &[u8], at: &mut usize) -> u64 {
     unreachable!("a row's varint is longer than a u64's");
 }
 
+/// Appends the packed row of `fields` to `out`. With `outside_slot` the value is left out
+/// (it is kept elsewhere, in that slot) and the row says so.
+pub(super) fn pack(fields: &KvFields<'_>, outside_slot: Option<u64>, out: &mut Vec<u8>) {
+    let start = out.len();
+    let mut tag = 0;
+    if fields.flags != 0 {
+        tag |= TAG_FLAGS;
+    }
+    if fields.lock_index != 0 {
+        tag |= TAG_LOCK_INDEX;
+    }
+    if fields.session.is_some() {
+        tag |= TAG_SESSION;
+    }
+    if outside_slot.is_some() {
+        tag |= TAG_OUTSIDE;
+    }
+    out.push(tag);
+    push_varint(out, fields.create_index);
+    push_varint(out, fields.modify_index);
+    push_varint(out, fields.key.len() as u64);
+    if fields.flags != 0 {
+        push_varint(out, fields.flags);
+    }
+    if fields.lock_index != 0 {
+        push_varint(out, fields.lock_index);
+    }
+    if let Some(session) = fields.session {
+        push_varint(out, session.len() as u64);
+        out.extend_from_slice(session.as_bytes());
+    }
+    if let Some(slot) = outside_slot {
+        push_varint(out, slot);
+    }
+    out.extend_from_slice(fields.key.as_bytes());
+    if outside_slot.is_none() {
+        out.extend_from_slice(fields.value);
+    }
+    debug_assert_eq!(
+        unpack(&out[start..]),
+        (
+            KvFields {
+                value: if outside_slot.is_some() {
+                    &[]
+                } else {
+                    fields.value
+                },
+                ..*fields
+            },
+            outside_slot
+        ),
+        "a row reads back as it was written"
+    );
+}
+
+/// Every field of a packed row, decoded in one pass, and the slot of its value when that is
+/// kept outside (the value read is then empty).
+pub(super) fn unpack(packed: &[u8]) -> (KvFields<'_>, Option<u64>) {
+    let tag = packed[0];
+    debug_assert_eq!(tag & !TAGS_KNOWN, 0, "unknown tag bits in a KV row");
+    let mut at = 1;
+    let create_index = read_varint(packed, &mut at);
+    let modify_index = read_varint(packed, &mut at);
+    let key_len = read_varint(packed, &mut at) as usize;
+    let flags = if tag & TAG_FLAGS != 0 {
+        read_varint(packed, &mut at)
+    } else {
+        0
+    };
+    let lock_index = if tag & TAG_LOCK_INDEX != 0 {
+        read_varint(packed, &mut at)
+    } else {
+        0
+    };
+    let session = if tag & TAG_SESSION != 0 {
+        let len = read_varint(packed, &mut at) as usize;
+        let bytes = &packed[at..at + len];
+        at += len;
+        Some(utf8(bytes))
+    } else {
+        None
+    };
+    let slot = (tag & TAG_OUTSIDE != 0).then(|| read_varint(packed, &mut at));
+    let key = utf8(&packed[at..at + key_len]);
+    at += key_len;
+    debug_assert!(
+        slot.is_none() || at == packed.len(),
+        "an outside value leaves no bytes"
+    );
+    let fields = KvFields {
+        key,
+        value: &packed[at..],
+        flags,
+        session,
+        lock_index,
+        create_index,
+        modify_index,
+    };
+    (fields, slot)
+}
+
 impl KvEntry {
     pub fn new(fields: KvFields<'_>) -> KvEntry {
         let outside = fields.value.len() > VALUE_INLINE_BYTES_MAX;
         let session_bytes = fields.session.map_or(0, |s| s.len() + VARINT_BYTES_MAX);
         let mut packed = Vec::with_capacity(
-            1 + 5 * VARINT_BYTES_MAX
+            1 + 6 * VARINT_BYTES_MAX
                 + session_bytes
                 + fields.key.len()
                 + if outside { 0 } else { fields.value.len() },
         );
-        let mut tag = 0;
-        if fields.flags != 0 {
-            tag |= TAG_FLAGS;
-        }
-        if fields.lock_index != 0 {
-            tag |= TAG_LOCK_INDEX;
-        }
-        if fields.session.is_some() {
-            tag |= TAG_SESSION;
-        }
-        packed.push(tag);
-        push_varint(&mut packed, fields.create_index);
-        push_varint(&mut packed, fields.modify_index);
-        push_varint(&mut packed, fields.key.len() as u64);
-        if fields.flags != 0 {
-            push_varint(&mut packed, fields.flags);
-        }
-        if fields.lock_index != 0 {
-            push_varint(&mut packed, fields.lock_index);
-        }
-        if let Some(session) = fields.session {
-            push_varint(&mut packed, session.len() as u64);
-            packed.extend_from_slice(session.as_bytes());
-        }
-        packed.extend_from_slice(fields.key.as_bytes());
-        let value: OutOfLineValue = if outside {
-            Some(Box::new(Box::from(fields.value)))
-        } else {
-            packed.extend_from_slice(fields.value);
-            None
-        };
-        let entry = KvEntry(ThinArc::from_header_and_slice(value, &packed));
-        debug_assert_eq!(entry.fields(), fields, "a row reads back as it was written");
-        entry
+        pack(&fields, outside.then_some(0), &mut packed);
+        let value: OutOfLineValue = outside.then(|| Box::new(Box::from(fields.value)));
+        KvEntry(ThinArc::from_header_and_slice(value, &packed))
     }
 
     /// Every field, decoded in one pass over the row's header.
     pub fn fields(&self) -> KvFields<'_> {
-        let packed = &self.0.slice;
-        let tag = packed[0];
-        debug_assert_eq!(tag & !TAGS_KNOWN, 0, "unknown tag bits in a KV row");
-        let mut at = 1;
-        let create_index = read_varint(packed, &mut at);
-        let modify_index = read_varint(packed, &mut at);
-        let key_len = read_varint(packed, &mut at) as usize;
-        let flags = if tag & TAG_FLAGS != 0 {
-            read_varint(packed, &mut at)
-        } else {
-            0
-        };
-        let lock_index = if tag & TAG_LOCK_INDEX != 0 {
-            read_varint(packed, &mut at)
-        } else {
-            0
-        };
-        let session = if tag & TAG_SESSION != 0 {
-            let len = read_varint(packed, &mut at) as usize;
-            let bytes = &packed[at..at + len];
-            at += len;
-            Some(utf8(bytes))
-        } else {
-            None
-        };
-        let key = utf8(&packed[at..at + key_len]);
-        at += key_len;
-        let value: &[u8] = match &self.0.header.header {
-            Some(outside) => {
-                debug_assert_eq!(at, packed.len(), "an out-of-line value leaves no bytes");
-                outside
-            }
-            None => &packed[at..],
-        };
-        KvFields {
-            key,
-            value,
-            flags,
-            session,
-            lock_index,
-            create_index,
-            modify_index,
+        let (mut fields, slot) = unpack(&self.0.slice);
+        if slot.is_some() {
+            fields.value = self
+                .0
+                .header
+                .header
+                .as_deref()
+                .expect("a row with an outside value holds it");
         }
+        fields
     }
 
     pub fn key(&self) -> &str {
@@ -242,17 +282,21 @@ impl Eq for KvEntry {}
 
 impl fmt::Debug for KvEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let fields = self.fields();
-        f.debug_struct("KvEntry")
-            .field("key", &fields.key)
-            .field("value", &bytes::Bytes::copy_from_slice(fields.value))
-            .field("flags", &fields.flags)
-            .field("session", &fields.session)
-            .field("lock_index", &fields.lock_index)
-            .field("create_index", &fields.create_index)
-            .field("modify_index", &fields.modify_index)
-            .finish()
+        debug_fields(self.fields(), f)
     }
+}
+
+/// A row's fields as `Debug` shows them.
+pub(super) fn debug_fields(fields: KvFields<'_>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.debug_struct("KvEntry")
+        .field("key", &fields.key)
+        .field("value", &bytes::Bytes::copy_from_slice(fields.value))
+        .field("flags", &fields.flags)
+        .field("session", &fields.session)
+        .field("lock_index", &fields.lock_index)
+        .field("create_index", &fields.create_index)
+        .field("modify_index", &fields.modify_index)
+        .finish()
 }
 
 /// A byte string serialized as msgpack `bin`, as `bytes::Bytes` is.
@@ -268,17 +312,24 @@ impl Serialize for BinRef<'_> {
 /// before rows were packed read back unchanged (and the other way round).
 impl Serialize for KvEntry {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let fields = self.fields();
-        let mut row = serializer.serialize_struct("KvEntry", 7)?;
-        row.serialize_field("key", fields.key)?;
-        row.serialize_field("value", &BinRef(fields.value))?;
-        row.serialize_field("flags", &fields.flags)?;
-        row.serialize_field("session", &fields.session)?;
-        row.serialize_field("lock_index", &fields.lock_index)?;
-        row.serialize_field("create_index", &fields.create_index)?;
-        row.serialize_field("modify_index", &fields.modify_index)?;
-        row.end()
+        serialize_fields(self.fields(), serializer)
     }
+}
+
+/// A row as the struct of seven fields rows were before they were packed.
+pub(super) fn serialize_fields<S: Serializer>(
+    fields: KvFields<'_>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let mut row = serializer.serialize_struct("KvEntry", 7)?;
+    row.serialize_field("key", fields.key)?;
+    row.serialize_field("value", &BinRef(fields.value))?;
+    row.serialize_field("flags", &fields.flags)?;
+    row.serialize_field("session", &fields.session)?;
+    row.serialize_field("lock_index", &fields.lock_index)?;
+    row.serialize_field("create_index", &fields.create_index)?;
+    row.serialize_field("modify_index", &fields.modify_index)?;
+    row.end()
 }
 
 /// The serialized form: the struct of seven fields rows used to be.
@@ -306,43 +357,6 @@ impl<'de> Deserialize<'de> for KvEntry {
             create_index: wire.create_index,
             modify_index: wire.modify_index,
         }))
-    }
-}
-
-/// A row as an element of the table's ordered set: ordered, compared and looked up by key
-/// alone, so the key is stored once (in the row) rather than again as a map key.
-#[derive(Clone)]
-pub(super) struct ByKey(pub(super) KvEntry);
-
-impl Borrow<str> for ByKey {
-    fn borrow(&self) -> &str {
-        self.0.key()
-    }
-}
-
-impl PartialEq for ByKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.key() == other.0.key()
-    }
-}
-
-impl Eq for ByKey {}
-
-impl PartialOrd for ByKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.key().cmp(other.0.key())
-    }
-}
-
-impl fmt::Debug for ByKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
     }
 }
 
@@ -399,7 +413,8 @@ mod tests {
         // tag, three one-byte varints, the key, the value: nothing else is stored inline.
         assert_eq!(short.0.slice.len(), 1 + 3 + 1 + VALUE_INLINE_BYTES_MAX);
         let long = KvEntry::new(fields("k", &[1; VALUE_INLINE_BYTES_MAX + 1]));
-        assert_eq!(long.0.slice.len(), 1 + 3 + 1);
+        // tag, three one-byte varints, the slot, the key.
+        assert_eq!(long.0.slice.len(), 1 + 3 + 1 + 1);
         assert_eq!(
             long.0.header.header.as_deref().map(|v| v.len()),
             Some(VALUE_INLINE_BYTES_MAX + 1)
@@ -472,19 +487,5 @@ mod tests {
             assert_eq!(rmp_serde::to_vec_named(&packed).unwrap(), named);
             assert_eq!(rmp_serde::from_slice::<KvEntry>(&named).unwrap(), packed);
         }
-    }
-
-    #[test]
-    fn rows_order_by_key_alone() {
-        let a = ByKey(KvEntry::new(fields("a", b"2")));
-        let a_again = ByKey(KvEntry::new(KvFields {
-            modify_index: 9,
-            ..fields("a", b"1")
-        }));
-        let b = ByKey(KvEntry::new(fields("b", b"1")));
-        assert_eq!(a, a_again);
-        assert!(a < b);
-        let key: &str = a.borrow();
-        assert_eq!(key, "a");
     }
 }
