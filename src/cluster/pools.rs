@@ -94,14 +94,15 @@ pub fn lan_pool(
     let mut gossip = GossipConfig::lan(config.node_name.clone(), advertise, port);
     gossip.tags = lan_tags(config, node_id);
     gossip.keys = encryption_keys(config)?;
-    let bind = SocketAddr::new(
-        if config.bind_addr.is_unspecified() {
+    let ip = config
+        .process
+        .serf_lan_bind
+        .unwrap_or(if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
             advertise
-        },
-        port,
-    );
+        });
+    let bind = SocketAddr::new(ip, port);
     Ok(gossip_pair(DriverConfig::new(gossip, bind)))
 }
 
@@ -124,14 +125,15 @@ pub fn wan_pool(
     tags.remove("wan_join_port");
     gossip.tags = tags;
     gossip.keys = encryption_keys(config)?;
-    let bind = SocketAddr::new(
-        if config.bind_addr.is_unspecified() {
+    let ip = config
+        .process
+        .serf_wan_bind
+        .unwrap_or(if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
             advertise
-        },
-        port,
-    );
+        });
+    let bind = SocketAddr::new(ip, port);
     Ok(Some(gossip_pair(DriverConfig::new(gossip, bind))))
 }
 
@@ -197,7 +199,8 @@ pub async fn member_watch(shared: Arc<Shared>, handle: GossipHandle) {
 
 /// Joins the pool: `start_join` addresses once, `retry_join` addresses until one succeeds,
 /// with backoff from one second up to `retry_interval`.
-pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
+pub async fn join_loop(shared: Arc<Shared>, handle: GossipHandle) {
+    let config = &shared.config;
     if !config.start_join.is_empty() {
         match handle.join(&config.start_join).await {
             Ok(n) => log::info!("agent: joined {n} nodes via -join"),
@@ -229,7 +232,10 @@ pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
             Err(e) => log::warn!("agent: -retry-join failed: {e}; retrying in {delay:?}"),
         }
         if retry_max > 0 && attempts >= retry_max {
-            log::error!("agent: -retry-join gave up after {attempts} attempts");
+            // Consul's agent exits with code 1 once `retry_max` attempts failed.
+            shared.stop_with_error(format!(
+                "agent: max join retry exhausted, exiting ({attempts} attempts)"
+            ));
             return;
         }
         monoio::time::sleep(delay).await;
