@@ -149,7 +149,8 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
     // A new service file, a new log level, and a setting only a restart applies.
     std::fs::write(
         config.path().join("api.json"),
-        r#"{"service": {"name": "api", "port": 81}, "raft_snapshot_threshold": 20000}"#,
+        r#"{"service": {"name": "api", "port": 81}, "raft_snapshot_threshold": 20000,
+            "node_meta": {"rack": "r2"}}"#,
     )
     .unwrap();
     std::fs::write(
@@ -169,7 +170,7 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
     assert!(
         wait_until(Duration::from_secs(10), || agent
             .log()
-            .contains("reload: done; applied log_level, services")),
+            .contains("reload: done; applied ")),
         "{}",
         agent.log()
     );
@@ -178,6 +179,17 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
         log.contains("in effect only after a restart: raft_snapshot_threshold"),
         "{log}"
     );
+    assert!(
+        log.contains("applied log_level, node_meta, services"),
+        "{log}"
+    );
+    // Node metadata reaches the agent's own answer and the catalog.
+    let self_ = agent.get("/v1/agent/self").json();
+    assert_eq!(self_["Meta"]["rack"], "r2");
+    let node = self_["Config"]["NodeName"].as_str().unwrap().to_string();
+    assert!(wait_until(Duration::from_secs(10), || {
+        agent.get(&format!("/v1/catalog/node/{node}")).json()["Node"]["Meta"]["rack"] == "r2"
+    }));
     assert!(
         agent.child.as_mut().unwrap().try_wait().unwrap().is_none(),
         "still running"

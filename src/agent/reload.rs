@@ -44,6 +44,11 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
         return failed(format!("Failed reloading services and checks: {e}"));
     }
     update_config_tokens(agent, &applied_before.acl.tokens, &fresh.acl.tokens);
+    agent
+        .shard
+        .shared()
+        .node_meta
+        .store(Arc::new(fresh.node_meta.clone()));
 
     // What changed since the last reload was applied now; what differs from the
     // configuration the process started with and is not reloadable still waits for a

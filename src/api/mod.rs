@@ -467,26 +467,16 @@ pub enum Outcome {
     /// Local work that must wait (a gossip join, leave, keyring query, event wait); the
     /// future yields how to answer.
     Async(AsyncOp),
-    /// An answer sent as it is produced (`/v1/agent/monitor`); the connection ends with it.
+    /// An answer sent in pieces as they come (`/v1/agent/metrics/stream`), with chunked
+    /// encoding, until the sender is dropped or the client hangs up; the connection closes
+    /// after it. Only a client's own connection streams: a forwarded request cannot.
     Stream(StreamOp),
 }
 
-/// A response whose body is produced over time: the server sends `200` with
-/// `Transfer-Encoding: chunked`, then each piece the source yields as one chunk, until the
-/// source ends, the client hangs up or the agent shuts down, and then closes the connection.
-/// Only a client's own connection streams: a forwarded request cannot.
+/// The pieces of an [`Outcome::Stream`].
 pub struct StreamOp {
     pub content_type: &'static str,
-    pub source: Box<dyn ChunkSource>,
-}
-
-/// The next piece of a streamed body; `None` ends the stream.
-pub type NextChunk<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Vec<u8>>> + 'a>>;
-
-/// What a [`StreamOp`] sends.
-pub trait ChunkSource {
-    /// Waits for the next piece (never empty: an empty chunk would end the body).
-    fn next_chunk(&mut self) -> NextChunk<'_>;
+    pub chunks: flume::Receiver<Vec<u8>>,
 }
 
 /// Writes the answer of an [`Outcome::Async`] once its work is done.

@@ -5,14 +5,12 @@
 //! JSON lines instead of text. The level is the session's own: a monitor at `debug` sees
 //! debug lines of an agent that logs at `info`. Lines are not replayed: the stream starts
 //! with the first line written after the request. A session costs a bounded channel in the
-//! logger (`shard::logger::monitor`); a client that reads too slowly loses lines rather than
-//! slowing the agent, and the agent logs how many when the session ends.
+//! logger (`shard::logger::monitor`), whose receiving end the streamed answer holds; a
+//! client that reads too slowly loses lines rather than slowing the agent, and the agent
+//! logs how many when the session ends.
 
-use super::{ApiError, ChunkSource, Context, NextChunk, Outcome, Reply, Request, StreamOp};
-use crate::shard::logger::{self, MonitorSession};
-
-/// Most bytes of waiting lines sent as one chunk.
-const MONITOR_CHUNK_BYTES_MAX: usize = 64 * 1024;
+use super::{ApiError, Context, Outcome, Reply, Request, StreamOp};
+use crate::shard::logger;
 
 /// The levels Consul's monitor accepts (`logging.ValidateLogLevel`), in any letter case.
 fn monitor_level(text: &str) -> Option<log::LevelFilter> {
@@ -31,7 +29,7 @@ pub fn monitor(_ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<
     let level = monitor_level(level_text)
         .ok_or_else(|| ApiError::bad_request(format!("Unknown log level: {level_text}")))?;
     let json = request.query.has("logjson");
-    let session = logger::monitor(level, json).ok_or_else(|| {
+    let chunks = logger::monitor(level, json).ok_or_else(|| {
         ApiError::Status(
             503,
             format!(
@@ -42,29 +40,8 @@ pub fn monitor(_ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<
     })?;
     Ok(Outcome::Stream(StreamOp {
         content_type: "text/plain; charset=utf-8",
-        source: Box::new(LogLines { session }),
+        chunks,
     }))
-}
-
-/// A monitor session as a chunk source: every line waiting when the client can take more
-/// goes out in one chunk.
-struct LogLines {
-    session: MonitorSession,
-}
-
-impl ChunkSource for LogLines {
-    fn next_chunk(&mut self) -> NextChunk<'_> {
-        Box::pin(async move {
-            let mut chunk = self.session.lines.recv_async().await.ok()?;
-            while chunk.len() < MONITOR_CHUNK_BYTES_MAX {
-                match self.session.lines.try_recv() {
-                    Ok(line) => chunk.extend_from_slice(&line),
-                    Err(_) => break,
-                }
-            }
-            Some(chunk)
-        })
-    }
 }
 
 #[cfg(test)]

@@ -683,11 +683,6 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
         else {
             return Ok(());
         };
-        if let Outcome::Stream(op) = outcome {
-            // Earlier pipelined answers go first; the stream then keeps the connection.
-            conn.flush().await?;
-            return Box::pin(stream_answer(server, conn, op)).await;
-        }
         if let Outcome::Block(_) | Outcome::Async(_) = outcome {
             // Parking may be long: send earlier pipelined answers and let go of the buffers.
             conn.flush().await?;
@@ -695,6 +690,11 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
                 conn.input = Vec::new();
             }
             conn.output = Vec::new();
+        }
+        if let Outcome::Stream(op) = outcome {
+            conn.flush().await?;
+            Box::pin(stream_response(conn, op)).await?;
+            return Ok(());
         }
         if let Outcome::Block(op) = outcome {
             match park_connection(server, op, shape, answer_key, conn, &limits).await? {
@@ -719,96 +719,47 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
     }
 }
 
-/// How often a streaming answer whose source is quiet checks that the agent is not
-/// shutting down.
-const STREAM_SHUTDOWN_POLL: Duration = Duration::from_millis(500);
-/// Bytes read and discarded at once from a client that sends while it is streamed to.
-const STREAM_DISCARD_BYTES: usize = 4096;
-
-/// What woke a streaming answer.
-enum StreamEvent {
-    Chunk(Option<Vec<u8>>),
-    /// The client's socket is readable: bytes, its end of stream, or an error.
-    ClientReadable(io::Result<()>),
-    Tick,
-}
-
-/// Sends a [`api::StreamOp`]: the head, then each piece as one chunk. It ends when the
-/// source does (with the last chunk), when the agent shuts down (likewise), or when the
-/// client hangs up. A plain TCP client's hang-up is seen at once through its socket's
-/// readiness; a TLS client's only at the next write (its records can be read only by the
-/// session), so a quiet stream to a vanished TLS client lasts until its source speaks.
-async fn stream_answer(
-    server: &Server,
-    conn: &mut Connection,
-    op: api::StreamOp,
-) -> io::Result<()> {
-    let api::StreamOp {
-        content_type,
-        mut source,
-    } = op;
+/// Sends a streamed answer: the head, then each chunk as it arrives (chunked encoding),
+/// then the last chunk once the sender is gone. A plain connection's client is watched
+/// while waiting: it sends nothing on a stream, so readability means it hung up.
+async fn stream_response(conn: &mut Connection, op: api::StreamOp) -> io::Result<()> {
     conn.output.extend_from_slice(
         format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nVary: Accept-Encoding\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nTransfer-Encoding: chunked\r\n\
+             Connection: close\r\n\r\n",
+            op.content_type
         )
         .as_bytes(),
     );
     conn.flush().await?;
-    let mut discard: Vec<u8> = Vec::with_capacity(STREAM_DISCARD_BYTES);
     loop {
-        let event = {
-            let plain = match &conn.stream {
-                HttpStream::Plain(stream) => Some(stream),
-                HttpStream::Tls(_) => None,
-            };
-            let mut readable = plain.map(|stream| Box::pin(stream.readable(false)));
-            let mut next = source.next_chunk();
-            let mut tick = Box::pin(monoio::time::sleep(STREAM_SHUTDOWN_POLL));
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(chunk) = next.as_mut().poll(cx) {
-                    return Poll::Ready(StreamEvent::Chunk(chunk));
-                }
-                if let Some(readable) = readable.as_mut() {
-                    if let Poll::Ready(result) = readable.as_mut().poll(cx) {
-                        return Poll::Ready(StreamEvent::ClientReadable(result));
+        let next = match &conn.stream {
+            HttpStream::Plain(stream) => {
+                let mut hang_up = std::pin::pin!(stream.readable(false));
+                let mut chunk = std::pin::pin!(op.chunks.recv_async());
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(next) = chunk.as_mut().poll(cx) {
+                        return Poll::Ready(Some(next));
                     }
-                }
-                tick.as_mut().poll(cx).map(|()| StreamEvent::Tick)
-            })
-            .await
+                    hang_up.as_mut().poll(cx).map(|_| None)
+                })
+                .await
+            }
+            HttpStream::Tls(_) => Some(op.chunks.recv_async().await),
         };
-        match event {
-            StreamEvent::Chunk(Some(chunk)) => {
-                debug_assert!(!chunk.is_empty(), "an empty chunk would end the body");
-                if chunk.is_empty() {
-                    continue;
-                }
-                conn.output
-                    .extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
-                conn.output.extend_from_slice(&chunk);
-                conn.output.extend_from_slice(b"\r\n");
-                conn.write_output().await?;
-            }
-            StreamEvent::Chunk(None) => break,
-            StreamEvent::ClientReadable(Err(_)) => return Ok(()),
-            StreamEvent::ClientReadable(Ok(())) => {
-                let HttpStream::Plain(stream) = &conn.stream else {
-                    unreachable!("only plain connections are watched")
-                };
-                discard.clear();
-                match receive_now(stream, &mut discard, STREAM_DISCARD_BYTES) {
-                    // The client hung up (or its socket failed): nobody to send to.
-                    Ok(Some(0)) | Err(_) => return Ok(()),
-                    // A client has nothing to send during a stream; what it sends is dropped.
-                    Ok(_) => {}
-                }
-            }
-            StreamEvent::Tick => {
-                if server.shard.shutting_down() {
-                    break;
-                }
-            }
+        let chunk = match next {
+            None => return Ok(()),
+            Some(Err(_)) => break,
+            Some(Ok(chunk)) => chunk,
+        };
+        if chunk.is_empty() {
+            continue;
         }
+        conn.output
+            .extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        conn.output.extend_from_slice(&chunk);
+        conn.output.extend_from_slice(b"\r\n");
+        conn.flush().await?;
     }
     conn.output.extend_from_slice(b"0\r\n\r\n");
     conn.flush().await
@@ -1047,9 +998,9 @@ async fn complete(
             Ok(None)
         }
         Outcome::Stream(_) => {
-            // Streams reach `complete` only through forwarding, whose answer is one message.
+            // Only a forwarded request gets here: its answer travels back as one message.
             Reply::new(output, keep_alive, pretty).error(&api::ApiError::Internal(
-                "a streamed answer cannot be forwarded".to_string(),
+                "a streamed answer cannot be forwarded".into(),
             ));
             Ok(None)
         }

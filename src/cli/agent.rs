@@ -334,6 +334,7 @@ impl AgentArgs {
 }
 
 pub fn run(args: AgentArgs) -> Result<i32, String> {
+    crate::node::defer_reload_signals();
     let config_format = args
         .config_format
         .as_deref()

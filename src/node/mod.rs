@@ -75,6 +75,19 @@ fn block_shutdown_signals() -> libc::sigset_t {
     }
 }
 
+/// Blocks SIGHUP in the calling thread from the very start of `praetor agent`, so a reload
+/// asked for while the agent is still starting waits for it to serve instead of killing it
+/// (SIGHUP's default action). [`run_agent`] then waits for it with the stop signals.
+pub fn defer_reload_signals() {
+    // SAFETY: sigset manipulation on a local, zero-initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     let mut signal: libc::c_int = 0;
     // SAFETY: sigwait writes the received signal number into our local.
@@ -258,6 +271,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         tls: tls.clone(),
         acl_tokens: std::sync::RwLock::new(config.acl.tokens.clone()),
         exit_error: std::sync::OnceLock::new(),
+        node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
     });
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),

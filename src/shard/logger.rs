@@ -10,7 +10,9 @@
 //! monitor session has a level of its own, so `log::max_level` is the most verbose of them
 //! all and a record is formatted only when someone takes it. A monitor session receives lines
 //! over a bounded channel and never slows the thread that logs: a full channel drops the
-//! line and counts it, as Consul's monitor does. Each output line is written with a single
+//! line and counts it, as Consul's monitor does. A session ends when its receiver is
+//! dropped; the logger forgets it at the next line it would have taken (or when the next
+//! session starts) and logs how many lines it lost. Each output line is written with a single
 //! `write`, so lines from different threads never interleave.
 //!
 //! Invariant: logging never blocks on a reader (stderr and the file are the only writes,
@@ -19,7 +21,7 @@
 use super::log_file::LogFile;
 use std::fmt::Write as _;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -37,7 +39,6 @@ pub struct LogSettings<'a> {
 }
 
 struct Monitor {
-    id: u64,
     level: log::LevelFilter,
     json: bool,
     lines: flume::Sender<Vec<u8>>,
@@ -52,7 +53,6 @@ struct Logger {
     monitors: Mutex<Vec<Monitor>>,
     /// `monitors.len()`, read without the lock on every record.
     monitor_count: AtomicUsize,
-    next_monitor_id: AtomicU64,
 }
 
 static LOGGER: Logger = Logger {
@@ -61,7 +61,6 @@ static LOGGER: Logger = Logger {
     file: Mutex::new(None),
     monitors: Mutex::new(Vec::new()),
     monitor_count: AtomicUsize::new(0),
-    next_monitor_id: AtomicU64::new(1),
 };
 
 fn filter_from_usize(value: usize) -> log::LevelFilter {
@@ -137,24 +136,18 @@ fn refresh_max_level() {
     log::set_max_level(most);
 }
 
-/// A live `/v1/agent/monitor` session: lines at its level arrive on `lines` as they are
-/// logged. Dropping it ends the session (and logs how many lines it lost, if any).
-pub struct MonitorSession {
-    id: u64,
-    pub lines: flume::Receiver<Vec<u8>>,
-}
-
-/// Starts a monitor session; `None` when [`MONITOR_SESSIONS_MAX`] are already running.
-pub fn monitor(level: log::LevelFilter, json: bool) -> Option<MonitorSession> {
+/// Starts a `/v1/agent/monitor` session: lines at `level` arrive on the returned channel
+/// as they are logged, until it is dropped. `None` when [`MONITOR_SESSIONS_MAX`] are
+/// already running.
+pub fn monitor(level: log::LevelFilter, json: bool) -> Option<flume::Receiver<Vec<u8>>> {
     let (sender, lines) = flume::bounded(MONITOR_LINES_MAX);
-    let id = LOGGER.next_monitor_id.fetch_add(1, Ordering::Relaxed);
-    {
+    let ended = {
         let mut monitors = LOGGER.monitors.lock().unwrap_or_else(|p| p.into_inner());
+        let ended = forget_ended(&mut monitors);
         if monitors.len() >= MONITOR_SESSIONS_MAX {
             return None;
         }
         monitors.push(Monitor {
-            id,
             level,
             json,
             lines: sender,
@@ -163,26 +156,33 @@ pub fn monitor(level: log::LevelFilter, json: bool) -> Option<MonitorSession> {
         LOGGER
             .monitor_count
             .store(monitors.len(), Ordering::Release);
-    }
+        ended
+    };
     refresh_max_level();
-    Some(MonitorSession { id, lines })
+    report_ended(&ended);
+    Some(lines)
 }
 
-impl Drop for MonitorSession {
-    fn drop(&mut self) {
-        let dropped = {
-            let mut monitors = LOGGER.monitors.lock().unwrap_or_else(|p| p.into_inner());
-            let position = monitors.iter().position(|m| m.id == self.id);
-            let dropped = position.map_or(0, |i| monitors.swap_remove(i).dropped);
-            LOGGER
-                .monitor_count
-                .store(monitors.len(), Ordering::Release);
-            dropped
-        };
-        refresh_max_level();
-        if dropped > 0 {
-            log::warn!("agent: Dropped logs during monitor request: dropped_count={dropped}");
+/// Removes the sessions whose receiver is gone; returns the lines each had lost.
+fn forget_ended(monitors: &mut Vec<Monitor>) -> Vec<u64> {
+    let mut ended = Vec::new();
+    monitors.retain(|m| {
+        let live = !m.lines.is_disconnected();
+        if !live {
+            ended.push(m.dropped);
         }
+        live
+    });
+    LOGGER
+        .monitor_count
+        .store(monitors.len(), Ordering::Release);
+    ended
+}
+
+/// Logs, outside the logger's locks, how many lines ended sessions lost.
+fn report_ended(ended: &[u64]) {
+    for dropped in ended.iter().filter(|d| **d > 0) {
+        log::warn!("agent: Dropped logs during monitor request: dropped_count={dropped}");
     }
 }
 
@@ -319,6 +319,7 @@ impl log::Log for Logger {
         }
         if to_monitors {
             let mut monitors = self.monitors.lock().unwrap_or_else(|p| p.into_inner());
+            let mut any_ended = false;
             for monitor in monitors.iter_mut() {
                 if record.level() > monitor.level {
                     continue;
@@ -328,9 +329,17 @@ impl log::Log for Logger {
                 } else {
                     text.get_or_insert_with(|| entry.text_line()).clone()
                 };
-                if monitor.lines.try_send(line).is_err() {
-                    monitor.dropped += 1;
+                match monitor.lines.try_send(line) {
+                    Ok(()) => {}
+                    Err(flume::TrySendError::Full(_)) => monitor.dropped += 1,
+                    Err(flume::TrySendError::Disconnected(_)) => any_ended = true,
                 }
+            }
+            if any_ended {
+                let ended = forget_ended(&mut monitors);
+                drop(monitors);
+                refresh_max_level();
+                report_ended(&ended);
             }
         }
     }
@@ -435,6 +444,54 @@ mod tests {
         );
         assert_eq!(split_module("no prefix"), ("agent", "no prefix"));
         assert_eq!(split_module("dns.server: up"), ("dns.server", "up"));
+    }
+
+    /// Waits (bounded) for a line containing `needle`; other tests may log meanwhile.
+    fn received(lines: &flume::Receiver<Vec<u8>>, needle: &str) -> Option<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while let Ok(line) = lines.recv_deadline(deadline) {
+            let line = String::from_utf8(line).unwrap();
+            if line.contains(needle) {
+                return Some(line);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn monitor_sessions_have_their_own_level_and_end_with_their_receiver() {
+        init(&LogSettings {
+            level: "error",
+            json: false,
+            file: None,
+        })
+        .unwrap();
+        let debug = monitor(log::LevelFilter::Debug, false).unwrap();
+        let info_json = monitor(log::LevelFilter::Info, true).unwrap();
+        assert!(log::max_level() >= log::LevelFilter::Debug);
+        log::debug!("logger-test: below the base level");
+        let line = received(&debug, "logger-test: below the base level").unwrap();
+        assert!(
+            line.contains("[DEBUG] logger-test: below the base level"),
+            "{line}"
+        );
+        log::info!("logger-test: as JSON");
+        let line = received(&info_json, "as JSON").unwrap();
+        assert!(
+            line.starts_with(
+                "{\"@level\":\"info\",\"@message\":\"as JSON\",\"@module\":\"logger-test\""
+            ),
+            "{line}"
+        );
+        assert!(info_json
+            .try_iter()
+            .all(|l| !String::from_utf8_lossy(&l).contains("below the base level")));
+        // A session whose receiver is gone is forgotten at the next line it would take.
+        let before = LOGGER.monitor_count.load(Ordering::Acquire);
+        drop(debug);
+        log::debug!("logger-test: nobody reads this");
+        assert!(LOGGER.monitor_count.load(Ordering::Acquire) < before);
+        drop(info_json);
     }
 
     #[test]

@@ -246,6 +246,9 @@ pub struct Shared {
     /// Why the agent stopped on its own (`-retry-max` exhausted): the process exits with
     /// code 1 and this line, as Consul's agent does.
     pub exit_error: std::sync::OnceLock<String>,
+    /// `node_meta` as the last reload left it (the agent's own pairs, without Consul's
+    /// reserved `consul-*` keys), for readers on every shard.
+    pub node_meta: arc_swap::ArcSwap<Vec<(String, String)>>,
 }
 
 impl Shared {
