@@ -786,3 +786,55 @@ fn the_packaged_unit_is_consuls() {
         .lines()
         .any(|l| l.starts_with("PRAETOR_AGENT_FLAGS=")));
 }
+
+#[test]
+fn config_watches_run_their_handlers_and_follow_reloads() {
+    let config = TempDir::new("watches-config");
+    let out = TempDir::new("watches-out");
+    let first = out.path().join("first");
+    let second = out.path().join("second");
+    let watches = |key: &str, file: &std::path::Path| {
+        serde_json::json!({"watches": [{
+            "type": "key",
+            "key": key,
+            "args": ["/bin/sh", "-c", format!("cat >> {}", file.display())],
+        }]})
+        .to_string()
+    };
+    std::fs::write(config.path().join("watches.json"), watches("w1", &first)).unwrap();
+    let ip = fresh_loopback();
+    let mut agent = Agent::spawn(
+        ip,
+        8500,
+        dev_args(ip, &["-config-dir", &config.path().display().to_string()]),
+    );
+    agent.wait_ready();
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap_or_default();
+    // The handler gets each new value of the key (base64 in the KV entry's JSON).
+    assert_eq!(agent.put("/v1/kv/w1", b"one").status, 200);
+    assert!(
+        wait_until(Duration::from_secs(20), || read(&first).contains("b25l")),
+        "handler output {:?}; log:\n{}",
+        read(&first),
+        agent.log()
+    );
+    // A reload replaces the plan: w2 is watched now, w1 no longer.
+    std::fs::write(config.path().join("watches.json"), watches("w2", &second)).unwrap();
+    signal(agent.pid(), libc::SIGHUP);
+    assert!(wait_until(Duration::from_secs(10), || agent
+        .log()
+        .contains("reload: done; applied watches")));
+    assert_eq!(agent.put("/v1/kv/w2", b"two").status, 200);
+    assert!(
+        wait_until(Duration::from_secs(20), || read(&second).contains("dHdv")),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(agent.put("/v1/kv/w1", b"uno").status, 200);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !read(&first).contains("dW5v"),
+        "the removed plan no longer runs"
+    );
+    assert_eq!(agent.terminate().and_then(|s| s.code()), Some(0));
+}

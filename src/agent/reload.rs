@@ -5,9 +5,10 @@
 //! configuration that does not load, invalid service or check definitions, or certificate
 //! files that do not load leave the agent as it was, and the error is the answer (and the
 //! log line). Otherwise the agent takes in the TLS certificates, the log level, the services
-//! and checks from the config, node metadata and the ACL tokens the config changed, and logs
-//! what it applied and which changed settings take effect only after a restart. A reload
-//! never stops the agent.
+//! and checks from the config, node metadata and the ACL tokens the config changed, hands
+//! the new configuration to the reload listeners (the watch supervisor), and logs what it
+//! applied and which changed settings take effect only after a restart. A reload never
+//! stops the agent.
 
 use super::Agent;
 use crate::api::agent_local::AgentReply;
@@ -53,13 +54,14 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
     // What changed since the last reload was applied now; what differs from the
     // configuration the process started with and is not reloadable still waits for a
     // restart, however many reloads ago it changed.
+    if let Ok(listeners) = agent.shard.shared().reload_listeners.lock() {
+        for listener in listeners.iter() {
+            listener(&fresh);
+        }
+    }
     let since_last = changes(&applied_before.raw, &fresh.raw);
     let since_start = changes(&agent.shard.config().raw, &fresh.raw);
-    report(
-        &since_last.applied,
-        &since_start.needs_restart,
-        &since_last.not_acted_on,
-    );
+    report(&since_last.applied, &since_start.needs_restart);
 
     {
         let mut config = (*applied_before).clone();
@@ -67,6 +69,7 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
         config.node_meta = fresh.node_meta.clone();
         config.acl.tokens = fresh.acl.tokens.clone();
         config.tls = fresh.tls.clone();
+        config.watches = fresh.watches.clone();
         config.raw = fresh.raw;
         *agent.config.borrow_mut() = Arc::new(config);
     }
@@ -81,7 +84,7 @@ fn failed(message: String) -> AgentReply {
     AgentReply::text(500, message)
 }
 
-fn report(applied: &[String], needs_restart: &[String], not_acted_on: &[String]) {
+fn report(applied: &[String], needs_restart: &[String]) {
     if applied.is_empty() {
         log::info!("agent: reload: done; nothing a reload applies changed");
     } else {
@@ -91,12 +94,6 @@ fn report(applied: &[String], needs_restart: &[String], not_acted_on: &[String])
         log::warn!(
             "agent: reload: changed, but in effect only after a restart: {}",
             needs_restart.join(", ")
-        );
-    }
-    if !not_acted_on.is_empty() {
-        log::warn!(
-            "agent: reload: changed, but praetor does not act on them: {}",
-            not_acted_on.join(", ")
         );
     }
 }

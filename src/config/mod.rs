@@ -24,6 +24,8 @@ pub mod process;
 
 pub mod reload;
 
+pub mod watches;
+
 use crate::proto::duration::parse_go_duration;
 use crate::proto::hcl;
 use serde_json::{Map, Value};
@@ -124,6 +126,8 @@ pub struct AgentConfig {
     pub tls: tls::TlsConfig,
     /// The pid file, log outputs, blocking-query times and gossip bind addresses.
     pub process: process::ProcessConfig,
+    /// The watch plans the agent runs (`watches`).
+    pub watches: Vec<watches::WatchConfig>,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -535,6 +539,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let node_meta = node_meta_from(&raw)?;
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
     let process = process::from_raw(&raw, &mut warnings)?;
+    let watches = watches::from_raw(&raw, &mut warnings)?;
     warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
@@ -577,6 +582,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         acl: acl::AclConfig::from_raw(&raw)?,
         tls,
         process,
+        watches,
         raw,
         unknown_keys,
         warnings,

@@ -106,15 +106,6 @@ pub fn from_raw(
         ));
     }
     let log_file = log_file_from(raw, warnings)?;
-    if raw
-        .get("watches")
-        .is_some_and(|w| w.as_array().is_some_and(|w| !w.is_empty()))
-    {
-        warnings.push(not_acted_on(
-            "watches",
-            "the agent runs no watch plans from its configuration; run `praetor watch` beside it",
-        ));
-    }
     let default_query_time =
         positive_duration(raw, "default_query_time")?.unwrap_or(DEFAULT_QUERY_TIME_DEFAULT);
     let max_query_time =

@@ -1,9 +1,9 @@
 //! What a reload changes. A reload (SIGHUP, `praetor reload`, `PUT /v1/agent/reload`) reads
 //! the same sources again; [`changes`] compares the new merged document with the one in use
 //! and sorts every changed key into what the running agent takes in — services, checks,
-//! `log_level`, `node_meta`, the TLS settings and their files, ACL tokens in the config —
-//! and what takes effect only after a restart (ports, addresses, data directory, roles …),
-//! so the agent can log both. Pure: no I/O.
+//! watches, `log_level`, `node_meta`, the TLS settings and their files, ACL tokens in the
+//! config — and what takes effect only after a restart (ports, addresses, data directory,
+//! roles …), so the agent can log both. Pure: no I/O.
 
 use serde_json::{Map, Value};
 
@@ -14,13 +14,11 @@ pub struct ReloadChanges {
     pub applied: Vec<String>,
     /// Read, but in effect only after a restart.
     pub needs_restart: Vec<String>,
-    /// Accepted, but praetor does not act on them at all yet.
-    pub not_acted_on: Vec<String>,
 }
 
 impl ReloadChanges {
     pub fn is_empty(&self) -> bool {
-        self.applied.is_empty() && self.needs_restart.is_empty() && self.not_acted_on.is_empty()
+        self.applied.is_empty() && self.needs_restart.is_empty()
     }
 }
 
@@ -28,6 +26,7 @@ impl ReloadChanges {
 const RELOADED_KEYS: &[&str] = &[
     "services",
     "checks",
+    "watches",
     "log_level",
     "node_meta",
     "tls",
@@ -54,9 +53,6 @@ const RELOADED_KEYS: &[&str] = &[
 /// Nested paths a reload takes in.
 const RELOADED_PATHS: &[&str] = &["acl.tokens"];
 
-/// Keys praetor accepts and does not act on, reloaded or not.
-const NOT_ACTED_ON_KEYS: &[&str] = &["watches"];
-
 /// Sections compared key by key, so the message names `ports.http` rather than `ports`.
 fn compared_by_key(key: &str) -> bool {
     !matches!(key, "services" | "checks" | "node_meta" | "watches")
@@ -69,9 +65,7 @@ pub fn changes(in_use: &Map<String, Value>, fresh: &Map<String, Value>) -> Reloa
     let mut result = ReloadChanges::default();
     for path in changed {
         let top = path.split('.').next().unwrap_or("");
-        if NOT_ACTED_ON_KEYS.contains(&top) {
-            result.not_acted_on.push(path);
-        } else if RELOADED_KEYS.contains(&top)
+        if RELOADED_KEYS.contains(&top)
             || RELOADED_PATHS
                 .iter()
                 .any(|p| path == *p || path.starts_with(&format!("{p}.")))
@@ -146,12 +140,14 @@ mod tests {
                 "watches": [{"type": "key", "key": "k"}],
             }),
         );
-        assert_eq!(changes.applied, vec!["acl.tokens", "log_level", "services"]);
+        assert_eq!(
+            changes.applied,
+            vec!["acl.tokens", "log_level", "services", "watches"]
+        );
         assert_eq!(
             changes.needs_restart,
             vec!["acl.default_policy", "ports.http"]
         );
-        assert_eq!(changes.not_acted_on, vec!["watches"]);
     }
 
     #[test]

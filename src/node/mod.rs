@@ -14,6 +14,7 @@
 //! here serves requests; a layer's behaviour lives in that layer.
 
 pub mod supervisor;
+pub mod watches;
 
 use crate::api::agent_local::{agent_channel, AgentCall, AgentChannel, AgentRequest};
 use crate::api::server::Server as HttpServer;
@@ -272,6 +273,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         acl_tokens: std::sync::RwLock::new(config.acl.tokens.clone()),
         exit_error: std::sync::OnceLock::new(),
         node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
+        reload_listeners: std::sync::Mutex::new(Vec::new()),
     });
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
@@ -469,6 +471,11 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     drop(serving_tx);
     wait_until_serving(&serving_rx, shard_count);
+    // Watch plans query the agent's own HTTP API: they start once it serves.
+    let watches = watches::WatchSupervisor::start(&config, shared.clone())?;
+    if let Ok(mut listeners) = shared.reload_listeners.lock() {
+        listeners.push(watches.listener());
+    }
     match supervisor::notify("READY=1") {
         Ok(true) => log::debug!("agent: told systemd READY=1"),
         Ok(false) => {}
@@ -488,6 +495,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     if let Err(error) = supervisor::notify("STOPPING=1") {
         log::warn!("agent: {error}");
     }
+    watches.stop();
     log::info!("agent: caught signal {signal}, shutting down");
     let leave = match signal {
         libc::SIGTERM => leave_on_terminate,

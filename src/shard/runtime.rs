@@ -249,7 +249,13 @@ pub struct Shared {
     /// `node_meta` as the last reload left it (the agent's own pairs, without Consul's
     /// reserved `consul-*` keys), for readers on every shard.
     pub node_meta: arc_swap::ArcSwap<Vec<(String, String)>>,
+    /// Called, on the agent's thread, with every configuration a reload applied: how the
+    /// layers above the agent (`node`'s watch supervisor) follow reloads.
+    pub reload_listeners: std::sync::Mutex<Vec<ReloadListener>>,
 }
+
+/// See [`Shared::reload_listeners`].
+pub type ReloadListener = Box<dyn Fn(&crate::config::AgentConfig) + Send + Sync>;
 
 impl Shared {
     /// Stops the agent on its own: records why, then raises SIGTERM, which the main thread
