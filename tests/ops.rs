@@ -146,13 +146,21 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
     assert!(services(&agent).get("web").is_some());
     assert!(services(&agent).get("api").is_none());
 
-    // A new service file, a new log level, and a setting only a restart applies.
-    std::fs::write(
-        config.path().join("api.json"),
-        r#"{"service": {"name": "api", "port": 81}, "raft_snapshot_threshold": 20000,
-            "node_meta": {"rack": "r2"}}"#,
-    )
-    .unwrap();
+    let checks = |agent: &Agent| agent.get("/v1/agent/checks").json();
+    assert!(checks(&agent).get("api-alive").is_none());
+    // At info, a user event's debug line is not logged.
+    assert_eq!(agent.put("/v1/event/fire/before", b"").status, 200);
+    assert!(wait_until(Duration::from_secs(10), || agent
+        .get("/v1/event/list?name=before")
+        .text()
+        .contains("\"before\"")));
+
+    // A new service and check file, a new log level, node metadata and a setting only a
+    // restart applies.
+    let api_json = r#"{"service": {"name": "api", "port": 81}, "raft_snapshot_threshold": 20000,
+            "check": {"id": "api-alive", "name": "api alive", "ttl": "30s"},
+            "node_meta": {"rack": "r2"}}"#;
+    std::fs::write(config.path().join("api.json"), api_json).unwrap();
     std::fs::write(
         config.path().join("web.json"),
         r#"{"service": {"name": "web", "port": 80}, "log_level": "debug"}"#,
@@ -167,6 +175,7 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
         agent.log()
     );
     assert!(services(&agent).get("web").is_some());
+    assert_eq!(checks(&agent)["api-alive"]["Name"], "api alive");
     assert!(
         wait_until(Duration::from_secs(10), || agent
             .log()
@@ -180,8 +189,18 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
         "{log}"
     );
     assert!(
-        log.contains("applied log_level, node_meta, services"),
+        log.contains("applied checks, log_level, node_meta, services"),
         "{log}"
+    );
+    // The new level is in effect: debug lines are logged now, and were not before.
+    assert!(!log.contains("agent: new event \"before\""), "{log}");
+    assert_eq!(agent.put("/v1/event/fire/after", b"").status, 200);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent
+            .log()
+            .contains("[DEBUG] agent: new event \"after\"")),
+        "{}",
+        agent.log()
     );
     // Node metadata reaches the agent's own answer and the catalog.
     let self_ = agent.get("/v1/agent/self").json();
@@ -207,23 +226,101 @@ fn sighup_reloads_services_and_log_level_and_the_process_stays() {
         "still running"
     );
 
-    // `praetor reload` runs the same reload, and reports its failure.
+    // `PUT /v1/agent/reload` and `praetor reload` run the same reload and report its
+    // failure.
+    let answer = agent.put("/v1/agent/reload", b"");
+    assert_eq!(answer.status, 500);
+    assert!(
+        answer.text().starts_with("Failed reloading config"),
+        "{}",
+        answer.text()
+    );
     let (code, _, stderr) = cli(&["reload", "-http-addr", &agent.http_addr()], None);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("Failed reloading config"), "{stderr}");
     std::fs::remove_file(config.path().join("broken.json")).unwrap();
     std::fs::remove_file(config.path().join("api.json")).unwrap();
+    let answer = agent.put("/v1/agent/reload", b"");
+    assert_eq!((answer.status, answer.text().as_str()), (200, ""));
+    assert!(services(&agent).get("api").is_none());
+    assert!(checks(&agent).get("api-alive").is_none());
+    std::fs::write(config.path().join("api.json"), api_json).unwrap();
     let (code, stdout, stderr) = cli(&["reload", "-http-addr", &agent.http_addr()], None);
     assert_eq!(
         (code, stdout.trim()),
         (0, "Configuration reload triggered"),
         "{stderr}"
     );
-    assert!(services(&agent).get("api").is_none());
+    assert!(services(&agent).get("api").is_some());
+    assert!(checks(&agent).get("api-alive").is_some());
+    assert_eq!(agent.pid(), pid, "the same process throughout");
 
     // The pid file goes away with a clean exit.
     assert_eq!(agent.terminate().and_then(|s| s.code()), Some(0));
     assert!(!pid_path.exists(), "the pid file was removed at exit");
+}
+
+#[test]
+fn sighup_takes_in_acl_tokens_from_the_config() {
+    const MANAGEMENT: &str = "6d1f0e2a-7b3c-4c1d-9e8f-00112233aabb";
+    let config = TempDir::new("reload-acl");
+    let acl = |default: &str| {
+        format!(
+            "acl {{\n  enabled = true\n  default_policy = \"deny\"\n  tokens {{\n    initial_management = \"{MANAGEMENT}\"\n{default}  }}\n}}\n"
+        )
+    };
+    std::fs::write(config.path().join("acl.hcl"), acl("")).unwrap();
+    let ip = fresh_loopback();
+    let mut agent = Agent::spawn(
+        ip,
+        8500,
+        dev_args(ip, &["-config-dir", &config.path().display().to_string()]),
+    );
+    agent.wait_ready();
+    let with_token = |path: &str| {
+        request(
+            agent.addr(),
+            "GET",
+            path,
+            b"",
+            &[("X-Consul-Token", MANAGEMENT)],
+        )
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || with_token("/v1/acl/token/self")
+            .status
+            == 200),
+        "the initial management token appeared; log:\n{}",
+        agent.log()
+    );
+    // Anonymous requests are denied until the config names a default token.
+    assert_eq!(agent.get("/v1/kv/acl-reload").status, 403);
+    std::fs::write(
+        config.path().join("acl.hcl"),
+        acl(&format!("    default = \"{MANAGEMENT}\"\n")),
+    )
+    .unwrap();
+    signal(agent.pid(), libc::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || agent
+            .log()
+            .contains("reload: done; applied acl.tokens")),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(agent.get("/v1/kv/acl-reload").status, 404);
+    // And the default token goes away with the next reload that removes it.
+    std::fs::write(config.path().join("acl.hcl"), acl("")).unwrap();
+    let answer = request(
+        agent.addr(),
+        "PUT",
+        "/v1/agent/reload",
+        b"",
+        &[("X-Consul-Token", MANAGEMENT)],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(agent.get("/v1/kv/acl-reload").status, 403);
+    assert_eq!(agent.terminate().and_then(|s| s.code()), Some(0));
 }
 
 #[test]
@@ -287,6 +384,17 @@ fn log_file_rotates_with_consuls_names_and_json_lines() {
             for key in ["@level", "@message", "@module", "@timestamp"] {
                 assert!(entry[key].is_string(), "{key} in {line}");
             }
+            // hclog's order (sorted keys first), levels and timestamp layout.
+            assert!(line.starts_with("{\"@level\":"), "{line}");
+            let level = entry["@level"].as_str().unwrap();
+            assert!(
+                ["trace", "debug", "info", "warn", "error"].contains(&level),
+                "{line}"
+            );
+            assert!(
+                is_hclog_timestamp(entry["@timestamp"].as_str().unwrap()),
+                "{line}"
+            );
             lines += 1;
         }
     }
@@ -297,6 +405,67 @@ fn log_file_rotates_with_consuls_names_and_json_lines() {
         "{}",
         agent.log()
     );
+    assert_eq!(agent.terminate().and_then(|s| s.code()), Some(0));
+}
+
+/// hclog's JSON timestamp: `2006-01-02T15:04:05.000000Z` (UTC, microseconds).
+fn is_hclog_timestamp(stamp: &str) -> bool {
+    let shape = "dddd-dd-ddTdd:dd:dd.ddddddZ";
+    stamp.len() == shape.len()
+        && stamp.bytes().zip(shape.bytes()).all(|(c, s)| match s {
+            b'd' => c.is_ascii_digit(),
+            _ => c == s,
+        })
+}
+
+#[test]
+fn log_file_rotates_by_age_under_its_own_name() {
+    let logs = TempDir::new("logfile-age");
+    let path = logs.path().join("agent.out");
+    let ip = fresh_loopback();
+    let mut agent = Agent::spawn(
+        ip,
+        8500,
+        dev_args(
+            ip,
+            &[
+                "-log-file",
+                &path.display().to_string(),
+                "-log-rotate-duration=2s",
+            ],
+        ),
+    );
+    agent.wait_ready();
+    let names = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(logs.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(), vec!["agent.out"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    // The next line after the file's age passed rotates it.
+    signal(agent.pid(), libc::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(10), || names().len() == 2),
+        "{:?}",
+        names()
+    );
+    let names = names();
+    assert_eq!(names[1], "agent.out");
+    assert!(
+        names[0].starts_with("agent-") && names[0].ends_with(".out"),
+        "{names:?}"
+    );
+    let rotated = std::fs::read_to_string(logs.path().join(&names[0])).unwrap();
+    assert!(rotated.contains("agent: started node"), "{rotated}");
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("reload: done")
+    }));
     assert_eq!(agent.terminate().and_then(|s| s.code()), Some(0));
 }
 
