@@ -773,6 +773,29 @@ fn debug_writes_consuls_archive_layout() {
     assert_eq!(members.as_array().unwrap().len(), 1);
 }
 
+/// How many TCP sockets listen on an IPv4 `addr`, from the kernel's socket table.
+fn listening_sockets(addr: SocketAddr) -> usize {
+    let SocketAddr::V4(addr) = addr else {
+        panic!("IPv4 only: {addr}")
+    };
+    // /proc/net/tcp writes the address as the hex of its in-memory (little-endian) u32.
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(addr.ip().octets()),
+        addr.port()
+    );
+    const LISTEN: &str = "0A";
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&LISTEN)
+        })
+        .count()
+}
+
 #[test]
 fn a_port_another_process_holds_stops_the_agent() {
     let first = Agent::dev(&["-shards=2"]);
@@ -787,6 +810,9 @@ fn a_port_another_process_holds_stops_the_agent() {
         first.pid()
     );
     assert_eq!(stderr.lines().last(), Some(line.as_str()), "{stderr}");
+    // Its two shards still share the address: two listening sockets, both the first
+    // agent's.
+    assert_eq!(listening_sockets(first.addr()), 2);
     // The first agent keeps serving all of its traffic.
     for _ in 0..20 {
         assert_eq!(first.get("/v1/agent/self").status, 200);
