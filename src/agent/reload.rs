@@ -34,8 +34,13 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
         ));
     }
     // New certificates serve the next handshake; open connections keep theirs.
-    if let Err(e) = agent.shard.shared().tls.reload(&fresh.tls) {
-        return failed(format!("Failed reloading tls configuration: {e}"));
+    match agent.shard.shared().tls.reload(&fresh.tls) {
+        // The files are read on every reload, changed in the config or not: say which
+        // set serves now.
+        Ok(generation) => {
+            log::info!("agent: reload: TLS certificates loaded (generation {generation})")
+        }
+        Err(e) => return failed(format!("Failed reloading tls configuration: {e}")),
     }
     if fresh.log_level != applied_before.log_level {
         // Validated above.
