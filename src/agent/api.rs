@@ -20,7 +20,6 @@ use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::read::aggregate;
 use crate::store::catalog::{HealthCheck, ServiceInstance, Status};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Receives calls from every shard and answers each in its own task (some wait for a sync).
@@ -95,7 +94,7 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
         }
         AgentRequest::HealthByName { name, text } => health_by_name(agent, &name, text, pretty),
         AgentRequest::HealthById { id, text } => health_by_id(agent, &id, text, pretty),
-        AgentRequest::Reload => reload(agent).await,
+        AgentRequest::Reload => super::reload::reload(agent).await,
         AgentRequest::Metrics { prometheus } => {
             super::telemetry::metrics_reply(agent, prometheus, pretty)
         }
@@ -516,28 +515,4 @@ fn health_by_name(agent: &Agent, name: &str, text: bool, pretty: bool) -> AgentR
         return AgentReply::text(code, overall);
     }
     AgentReply::json(code, body)
-}
-
-async fn reload(agent: &Rc<Agent>) -> AgentReply {
-    let sources = agent.config.borrow().sources.clone();
-    let fresh = match crate::config::build(&sources) {
-        Ok(config) => config,
-        Err(e) => return AgentReply::text(500, format!("Failed reloading config: {e}")),
-    };
-    // New certificates serve the next handshake; open connections keep theirs.
-    if let Err(e) = agent.shard.shared().tls.reload(&fresh.tls) {
-        return AgentReply::text(500, format!("Failed reloading tls configuration: {e}"));
-    }
-    if let Err(e) = agent.load_config_definitions(&fresh) {
-        return AgentReply::text(500, format!("Failed reloading services and checks: {e}"));
-    }
-    // Node metadata may have changed; the rest of the agent's identity may not.
-    {
-        let mut config = (**agent.config.borrow()).clone();
-        config.raw = fresh.raw;
-        *agent.config.borrow_mut() = Arc::new(config);
-    }
-    agent.state.borrow_mut().node_in_sync = false;
-    agent.sync_now().await;
-    AgentReply::empty()
 }

@@ -18,6 +18,7 @@ pub mod catalog_client;
 pub mod checks;
 pub mod local;
 pub mod persist;
+pub mod reload;
 pub mod signal;
 pub mod sync;
 pub mod telemetry;

@@ -84,8 +84,7 @@ fn local_member(ctx: &Context) -> Value {
 /// The node's metadata, as Consul's `Meta` reports `node_meta`.
 fn node_meta(ctx: &Context) -> Value {
     let meta: Map<String, Value> = ctx
-        .config()
-        .node_meta
+        .node_meta()
         .iter()
         .map(|(key, value)| (key.clone(), Value::String(value.clone())))
         .collect();

@@ -7,11 +7,11 @@
 //! serves them, so that the HTTP layer never imports the agent.
 
 use super::{ApiError, Context, Outcome, Reply, Request};
-use crate::proto::duration::parse_go_duration;
 use crate::store::catalog::Status;
 use std::time::Duration;
 
-/// Longest a hash-blocking `/v1/agent/service/<id>` waits.
+/// Longest a hash-blocking `/v1/agent/service/<id>` waits, whatever `max_query_time`
+/// allows: the reply timeout below covers it.
 const SERVICE_WAIT_MAX: Duration = Duration::from_secs(600);
 /// How long a request waits for the agent before giving up.
 const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(660);
@@ -377,12 +377,7 @@ pub fn service_maintenance(
 
 /// `GET /v1/agent/service/<id>`, hash-blocking with `?hash=…&wait=…`.
 pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let wait = match request.query.get("wait") {
-        Some(w) if !w.is_empty() => parse_go_duration(w)
-            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
-            .min(SERVICE_WAIT_MAX),
-        _ => super::BLOCKING_WAIT_DEFAULT,
-    };
+    let wait = super::blocking_wait(ctx.config(), request.query.get("wait"))?.min(SERVICE_WAIT_MAX);
     let hash = request
         .query
         .get("hash")

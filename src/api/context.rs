@@ -254,6 +254,11 @@ impl Context {
         self.shard.config()
     }
 
+    /// `node_meta` as configured, or as the last reload changed it.
+    pub fn node_meta(&self) -> Arc<Vec<(String, String)>> {
+        self.shard.shared().node_meta.load_full()
+    }
+
     pub fn identity(&self) -> &Identity {
         self.shard.identity()
     }

@@ -10,7 +10,6 @@ use super::authz::RowFilter;
 use super::members::lan_handle;
 use super::{check_datacenter, ApiError, AsyncResponder, Context, Outcome, Reply, Request};
 use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT_VERSION_MAX};
-use crate::proto::duration::parse_go_duration;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -91,12 +90,7 @@ pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
             .parse::<u64>()
             .map_err(|_| ApiError::bad_request("Invalid index"))?,
     };
-    let wait = match request.query.get("wait") {
-        None | Some("") => super::BLOCKING_WAIT_DEFAULT,
-        Some(text) => parse_go_duration(text)
-            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
-            .min(super::BLOCKING_WAIT_MAX),
-    };
+    let wait = super::blocking_wait(ctx.config(), request.query.get("wait"))?;
     let log = ctx.events().clone();
     let rows = RowFilter::of(request);
     let (events, index, filtered) = matching(&log, &name, &rows);

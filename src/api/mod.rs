@@ -24,10 +24,12 @@ pub mod coordinate;
 pub mod debug;
 pub mod event;
 pub mod health;
+pub mod host;
 pub mod internal_dns;
 pub mod keyring;
 pub mod kv;
 pub mod members;
+pub mod monitor;
 pub mod operator;
 pub mod peer;
 pub mod query;
@@ -52,10 +54,25 @@ use crate::shard::watch::WatchSet;
 use crate::store::{Command, CommandResult, StoreVersion, Tables};
 use std::time::Duration;
 
-/// Default blocking-query wait when `?wait` is absent (Consul: 5 minutes).
-pub const BLOCKING_WAIT_DEFAULT: Duration = Duration::from_secs(300);
-/// Longest blocking-query wait honoured (Consul: 10 minutes).
-pub const BLOCKING_WAIT_MAX: Duration = Duration::from_secs(600);
+/// Default blocking-query wait when `?wait` is absent (Consul's `default_query_time`).
+pub const BLOCKING_WAIT_DEFAULT: Duration = crate::config::process::DEFAULT_QUERY_TIME_DEFAULT;
+/// Longest blocking-query wait honoured (Consul's `max_query_time`).
+pub const BLOCKING_WAIT_MAX: Duration = crate::config::process::MAX_QUERY_TIME_DEFAULT;
+
+/// A blocking request's wait: `?wait` capped at the agent's `max_query_time`, and its
+/// `default_query_time` without one.
+pub fn blocking_wait(
+    config: &crate::config::AgentConfig,
+    wait: Option<&str>,
+) -> Result<Duration, ApiError> {
+    let process = &config.process;
+    match wait {
+        None | Some("") => Ok(process.default_query_time.min(process.max_query_time)),
+        Some(text) => Ok(parse_go_duration(text)
+            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
+            .min(process.max_query_time)),
+    }
+}
 /// Consul adds up to wait/16 of random jitter so that many watchers don't return together.
 pub const BLOCKING_JITTER_FRACTION: u32 = 16;
 
@@ -403,12 +420,7 @@ pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions,
             .parse::<u64>()
             .map_err(|_| ApiError::bad_request("Invalid index"))?,
     };
-    let wait = match query.get("wait") {
-        None | Some("") => BLOCKING_WAIT_DEFAULT,
-        Some(text) => parse_go_duration(text)
-            .map_err(|_| ApiError::bad_request("Invalid wait time"))?
-            .min(BLOCKING_WAIT_MAX),
-    };
+    let wait = blocking_wait(ctx.config(), query.get("wait"))?;
     let stale = query.has("stale");
     let consistent = query.has("consistent");
     let max_stale = match query.get("max_stale") {

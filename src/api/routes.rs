@@ -13,9 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    acl, agent, agent_local, authz, catalog, client_tokens, coordinate, debug, event, health,
-    internal_dns, keyring, kv, members, operator, query, session, snapshot, status, txn, ui,
-    ApiError, Context, Outcome, Reply, Request,
+    acl, agent, agent_local, authz, catalog, client_tokens, coordinate, debug, event, health, host,
+    internal_dns, keyring, kv, members, monitor, operator, query, session, snapshot, status, txn,
+    ui, ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -311,6 +311,9 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Acl::None,  status::leader),
     route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Acl::None,  status::peers),
     route(Exact("/v1/agent/self"),                      GET,                 Standard, ANSWERS, AgentRead,  agent::agent_self),
+    route(Exact("/v1/agent/monitor"),                   GET,                 Standard, ANSWERS, AgentRead,  monitor::monitor),
+    route(Exact("/v1/agent/host"),                      GET,                 Standard, ANSWERS, OperatorRead, host::host),
+    route(Exact("/v1/agent/version"),                   GET,                 Standard, ANSWERS, Acl::None,  host::version),
     route(Exact("/v1/catalog/datacenters"),             GET,                 Standard, ANSWERS, Acl::None,  status::datacenters),
     route(Exact("/v1/operator/raft/configuration"),     GET,                 Standard, ANSWERS, OperatorRead, operator::configuration),
     route(Exact("/v1/operator/autopilot/health"),       GET,                 Standard, ANSWERS, OperatorRead, operator::autopilot_health),
@@ -623,6 +626,8 @@ mod tests {
         "/v1/acl/token/self",
         // Tells a token's holder what the token may do, as token/self does.
         client_tokens::RULES_PATH,
+        // Consul's `AgentVersion` checks no ACL: the version is what clients negotiate with.
+        "/v1/agent/version",
     ];
 
     #[test]

@@ -363,7 +363,7 @@ fn dispatch_buffered(
     match (decoded_path, query) {
         (Some(path), Ok(query)) => {
             let pretty = server.shard.config().dev_mode || query.has("pretty");
-            let forward_timeout = forward_timeout_for(&query);
+            let forward_timeout = forward_timeout_for(server.shard.config(), &query);
             // Nearly every path has no escapes: the route found for the body limit serves it.
             let route = match path {
                 Cow::Borrowed(_) => request.route,
@@ -473,16 +473,14 @@ fn client_token_to_resolve(
 }
 
 /// A blocking query may legitimately take its whole wait on the leader.
-fn forward_timeout_for(query: &QueryParams) -> Duration {
+fn forward_timeout_for(config: &crate::config::AgentConfig, query: &QueryParams) -> Duration {
     if query
         .get("index")
         .is_some_and(|i| !i.is_empty() && i != "0")
     {
-        let wait = query
-            .get("wait")
-            .and_then(|w| crate::proto::duration::parse_go_duration(w).ok())
-            .unwrap_or(api::BLOCKING_WAIT_DEFAULT)
-            .min(api::BLOCKING_WAIT_MAX);
+        // An unparsable wait is refused before anything is forwarded.
+        let wait = api::blocking_wait(config, query.get("wait"))
+            .unwrap_or(config.process.default_query_time);
         return wait + wait / BLOCKING_JITTER_FRACTION + FORWARD_TIMEOUT;
     }
     FORWARD_TIMEOUT

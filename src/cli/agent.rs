@@ -89,6 +89,85 @@ pub struct AgentArgs {
     pub enable_script_checks: bool,
     #[arg(long = "enable-local-script-checks")]
     pub enable_local_script_checks: bool,
+    /// Node metadata as `key:value` (repeatable).
+    #[arg(long = "node-meta")]
+    pub node_meta: Vec<String>,
+    /// WAN addresses to join once at start (Consul's deprecated alias of -retry-join-wan).
+    #[arg(long = "join-wan")]
+    pub join_wan: Vec<String>,
+    /// WAN addresses to join at start, retried until one answers.
+    #[arg(long = "retry-join-wan")]
+    pub retry_join_wan: Vec<String>,
+    /// Address advertised to the WAN pool.
+    #[arg(long = "advertise-wan")]
+    pub advertise_wan: Option<String>,
+    /// Rejoin the cluster after a previous leave (praetor always does: it keeps no gossip
+    /// snapshot, so every start joins through its join addresses).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub rejoin: Option<bool>,
+    /// Never derive the node ID from the host (praetor never does).
+    #[arg(long = "disable-host-node-id", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub disable_host_node_id: Option<bool>,
+    /// Time between -retry-join attempts (Go duration, default 30s).
+    #[arg(long = "retry-interval")]
+    pub retry_interval: Option<String>,
+    /// -retry-join attempts before the agent exits with code 1 (0: retry forever).
+    #[arg(long = "retry-max")]
+    pub retry_max: Option<u64>,
+    #[arg(long = "retry-interval-wan")]
+    pub retry_interval_wan: Option<String>,
+    #[arg(long = "retry-max-wan")]
+    pub retry_max_wan: Option<u64>,
+    /// Address the LAN gossip pool binds (default: -bind).
+    #[arg(long = "serf-lan-bind")]
+    pub serf_lan_bind: Option<String>,
+    /// Address the WAN gossip pool binds (default: -bind).
+    #[arg(long = "serf-wan-bind")]
+    pub serf_wan_bind: Option<String>,
+    /// Raft protocol version (praetor speaks 3 only).
+    #[arg(long = "raft-protocol")]
+    pub raft_protocol: Option<i64>,
+    /// Gossip protocol version (2 or 3; praetor speaks 2).
+    #[arg(long)]
+    pub protocol: Option<i64>,
+    /// How long a blocking query waits without `?wait` (default 300s).
+    #[arg(long = "default-query-time")]
+    pub default_query_time: Option<String>,
+    /// The longest a blocking query waits (default 600s).
+    #[arg(long = "max-query-time")]
+    pub max_query_time: Option<String>,
+    /// Read every config file as `json` or `hcl`, whatever its extension.
+    #[arg(long = "config-format")]
+    pub config_format: Option<String>,
+    /// Network segment (Consul Enterprise; refused).
+    #[arg(long)]
+    pub segment: Option<String>,
+    /// File to write the agent's PID to; removed when the agent exits.
+    #[arg(long = "pid-file")]
+    pub pid_file: Option<PathBuf>,
+    /// Also write logs to this file (a path ending in `/` holds `consul.log`).
+    #[arg(long = "log-file")]
+    pub log_file: Option<String>,
+    #[arg(long = "log-rotate-bytes")]
+    pub log_rotate_bytes: Option<i64>,
+    #[arg(long = "log-rotate-duration")]
+    pub log_rotate_duration: Option<String>,
+    #[arg(long = "log-rotate-max-files", allow_negative_numbers = true)]
+    pub log_rotate_max_files: Option<i64>,
+    /// Log in hclog's JSON format.
+    #[arg(long = "log-json", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub log_json: Option<bool>,
+    /// Log to syslog (not supported; refused).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub syslog: Option<bool>,
+}
+
+/// `-node-meta key:value` as Consul splits it: at the first `:`; no `:` is an empty value.
+fn node_meta_pair(raw: &str) -> (String, String) {
+    match raw.split_once(':') {
+        Some((key, value)) => (key.to_string(), value.to_string()),
+        None => (raw.to_string(), String::new()),
+    }
 }
 
 impl AgentArgs {
@@ -171,6 +250,67 @@ impl AgentArgs {
         if self.enable_local_script_checks {
             set("enable_local_script_checks", json!(true));
         }
+        if !self.node_meta.is_empty() {
+            let meta: Map<String, Value> = self
+                .node_meta
+                .iter()
+                .map(|raw| {
+                    let (key, value) = node_meta_pair(raw);
+                    (key, Value::String(value))
+                })
+                .collect();
+            set("node_meta", Value::Object(meta));
+        }
+        if !self.join_wan.is_empty() {
+            set("start_join_wan", json!(self.join_wan));
+        }
+        if !self.retry_join_wan.is_empty() {
+            set("retry_join_wan", json!(self.retry_join_wan));
+        }
+        let strings = [
+            ("advertise_addr_wan", &self.advertise_wan),
+            ("retry_interval", &self.retry_interval),
+            ("retry_interval_wan", &self.retry_interval_wan),
+            ("serf_lan", &self.serf_lan_bind),
+            ("serf_wan", &self.serf_wan_bind),
+            ("default_query_time", &self.default_query_time),
+            ("max_query_time", &self.max_query_time),
+            ("segment", &self.segment),
+            ("log_file", &self.log_file),
+            ("log_rotate_duration", &self.log_rotate_duration),
+        ];
+        for (key, value) in strings {
+            if let Some(value) = value {
+                set(key, json!(value));
+            }
+        }
+        let numbers = [
+            ("retry_max", self.retry_max.map(|n| n as i64)),
+            ("retry_max_wan", self.retry_max_wan.map(|n| n as i64)),
+            ("raft_protocol", self.raft_protocol),
+            ("protocol", self.protocol),
+            ("log_rotate_bytes", self.log_rotate_bytes),
+            ("log_rotate_max_files", self.log_rotate_max_files),
+        ];
+        for (key, value) in numbers {
+            if let Some(value) = value {
+                set(key, json!(value));
+            }
+        }
+        let switches = [
+            ("rejoin_after_leave", self.rejoin),
+            ("disable_host_node_id", self.disable_host_node_id),
+            ("log_json", self.log_json),
+            ("enable_syslog", self.syslog),
+        ];
+        for (key, value) in switches {
+            if let Some(value) = value {
+                set(key, json!(value));
+            }
+        }
+        if let Some(path) = &self.pid_file {
+            set("pid_file", json!(path.to_string_lossy()));
+        }
         let mut ports = Map::new();
         for (key, value) in [
             ("http", self.http_port),
@@ -194,17 +334,28 @@ impl AgentArgs {
 }
 
 pub fn run(args: AgentArgs) -> Result<i32, String> {
+    crate::node::defer_reload_signals();
+    let config_format = args
+        .config_format
+        .as_deref()
+        .map(config::ConfigFormat::parse)
+        .transpose()?;
     let sources = ConfigSources {
         dev: args.dev,
         config_files: args.config_file.clone(),
         config_dirs: args.config_dir.clone(),
         hcl_snippets: args.hcl.clone(),
         flags: args.to_config_object(),
+        config_format,
     };
     let config = config::build(&sources)?;
     // Invalid service or check definitions stop the agent at startup, as in Consul.
     crate::agent::config_definitions(&config)?;
-    crate::shard::logger::init(&config.log_level)?;
+    crate::shard::logger::init(&crate::shard::logger::LogSettings {
+        level: &config.log_level,
+        json: config.process.log_json,
+        file: config.process.log_file.as_ref(),
+    })?;
     for warning in &config.warnings {
         log::warn!("{warning}");
     }

@@ -353,8 +353,8 @@ impl Client {
         target
     }
 
-    fn connect(&self) -> Result<Box<dyn Stream>, String> {
-        let timeout = Some(self.options.timeout);
+    fn connect(&self, timeout: Duration) -> Result<Box<dyn Stream>, String> {
+        let timeout = Some(timeout);
         let plain: Box<dyn Stream> = match &self.options.transport {
             Transport::Tcp(address) => {
                 let socket_addr = std::net::ToSocketAddrs::to_socket_addrs(address)
@@ -396,6 +396,35 @@ impl Client {
         path_and_query: &str,
         body: Option<&[u8]>,
     ) -> Result<Response, String> {
+        let mut stream = self.send(method, path_and_query, body, self.options.timeout)?;
+        let host = &self.options.host;
+        read_response(&mut *stream).map_err(|e| format!("error reading response from {host}: {e}"))
+    }
+
+    /// Sends a request whose answer is a stream (`/v1/agent/monitor`) and hands each piece of
+    /// its body to `on_data` as it arrives, or `None` after every `tick` of silence, until
+    /// `on_data` returns false or the body ends. A non-2xx answer is an error with its text.
+    pub fn stream(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        tick: Duration,
+        on_data: &mut dyn FnMut(Option<&[u8]>) -> bool,
+    ) -> Result<StreamEnd, String> {
+        let host = &self.options.host;
+        let mut stream = self.send(method, path_and_query, None, tick)?;
+        read_stream(&mut *stream, self.options.timeout, on_data)
+            .map_err(|e| format!("error reading response from {host}: {e}"))
+    }
+
+    /// Connects and sends one request; the answer is the caller's to read.
+    fn send(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: Option<&[u8]>,
+        read_timeout: Duration,
+    ) -> Result<Box<dyn Stream>, String> {
         if self.options.namespace.is_some() {
             return Err(NAMESPACE_REFUSAL.to_string());
         }
@@ -404,7 +433,7 @@ impl Client {
         }
         let target = self.with_common_query(path_and_query);
         let host = &self.options.host;
-        let mut stream = self.connect()?;
+        let mut stream = self.connect(read_timeout)?;
         let mut request = format!(
             "{method} {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: praetor-cli\r\nConnection: close\r\n"
         );
@@ -436,7 +465,7 @@ impl Client {
                     crate::tls::stream::describe_io_error(&e)
                 )
             })?;
-        read_response(&mut *stream).map_err(|e| format!("error reading response from {host}: {e}"))
+        Ok(stream)
     }
 
     /// Like [`Client::request`], but a non-2xx status becomes an error with the body's text.
@@ -518,6 +547,122 @@ fn framing_of(headers: &[(String, String)]) -> Result<Framing, String> {
             Ok(Framing::Length(length))
         }
         None => Ok(Framing::Close),
+    }
+}
+
+/// How a streamed answer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The caller stopped reading.
+    Stopped,
+    /// The agent ended the body or closed the connection.
+    Ended,
+}
+
+/// Reads a streamed answer: the head (within `head_timeout` of ticks), then the body piece
+/// by piece, decoded from chunked framing when it is.
+fn read_stream(
+    stream: &mut dyn Stream,
+    head_timeout: Duration,
+    on_data: &mut dyn FnMut(Option<&[u8]>) -> bool,
+) -> Result<StreamEnd, String> {
+    let mut raw: Vec<u8> = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    // Some(n): n bytes read; None: a tick of silence; Ok(Some(0)): end of stream.
+    let mut fill = |raw: &mut Vec<u8>| -> Result<Option<usize>, String> {
+        match stream.read(&mut buffer) {
+            Ok(n) => {
+                raw.extend_from_slice(&buffer[..n]);
+                Ok(Some(n))
+            }
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(Some(0)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let started = std::time::Instant::now();
+    let head = loop {
+        if let Some(head) = parse_head(&raw)? {
+            break head;
+        }
+        if raw.len() > RESPONSE_HEAD_BYTES_MAX {
+            return Err(format!(
+                "response head larger than {RESPONSE_HEAD_BYTES_MAX} bytes"
+            ));
+        }
+        match fill(&mut raw)? {
+            Some(0) => {
+                return Err("agent closed the connection before a complete response".to_string())
+            }
+            Some(_) => {}
+            None if started.elapsed() > head_timeout => {
+                return Err("timed out waiting for the agent".to_string())
+            }
+            None => {}
+        }
+    };
+    let framing = framing_of(&head.headers)?;
+    if !(200..300).contains(&head.status) {
+        // An error answer is small and complete: read it whole.
+        let mut body = raw[head.length..].to_vec();
+        while let Framing::Length(length) = framing {
+            if body.len() >= length {
+                break;
+            }
+            match fill(&mut raw)? {
+                Some(0) => break,
+                _ => body = raw[head.length..].to_vec(),
+            }
+        }
+        return Err(format!(
+            "Unexpected response code: {} ({})",
+            head.status,
+            String::from_utf8_lossy(&body).trim()
+        ));
+    }
+    let chunked = matches!(framing, Framing::Chunked);
+    let mut decoder = crate::proto::http::ChunkedDecoder::default();
+    let mut decoded = Vec::new();
+    let mut consumed = head.length;
+    loop {
+        if chunked {
+            consumed += decoder
+                // A stream may run for days: what bounds memory is that each read is
+                // handed on at once, not a total.
+                .decode(&raw[consumed..], &mut decoded, usize::MAX)
+                .map_err(|e| format!("malformed chunked response: {}", e.message))?;
+            raw.drain(..consumed);
+            consumed = 0;
+            if !decoded.is_empty() && !on_data(Some(&decoded)) {
+                return Ok(StreamEnd::Stopped);
+            }
+            decoded.clear();
+            if decoder.is_done() {
+                return Ok(StreamEnd::Ended);
+            }
+        } else if raw.len() > consumed {
+            if !on_data(Some(&raw[consumed..])) {
+                return Ok(StreamEnd::Stopped);
+            }
+            raw.clear();
+            consumed = 0;
+        }
+        match fill(&mut raw)? {
+            Some(0) => return Ok(StreamEnd::Ended),
+            Some(_) => {}
+            None => {
+                if !on_data(None) {
+                    return Ok(StreamEnd::Stopped);
+                }
+            }
+        }
     }
 }
 

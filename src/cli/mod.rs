@@ -11,11 +11,13 @@ pub mod acl;
 pub mod agent;
 pub mod catalog;
 pub mod client;
+pub mod debug;
 pub mod gossip;
 pub mod kv;
 pub mod lock;
 pub mod maint;
 pub mod operator;
+pub mod ops;
 pub mod services;
 pub mod snapshot;
 pub mod tls;
@@ -90,6 +92,14 @@ pub enum Command {
     Login(acl::LoginArgs),
     /// Deletes the token a login created.
     Logout(acl::LogoutArgs),
+    /// Streams the agent's log lines as they are written.
+    Monitor(ops::MonitorArgs),
+    /// Prints the agent's runtime statistics for operators.
+    Info(ops::InfoArgs),
+    /// Checks config files and directories as the agent would load them.
+    Validate(ops::ValidateArgs),
+    /// Records an archive of the agent's state, metrics, logs and host for diagnosis.
+    Debug(Box<debug::DebugArgs>),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -350,6 +360,10 @@ pub fn main() -> i32 {
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),
+        Command::Monitor(args) => ops::monitor(args),
+        Command::Info(args) => ops::info(args),
+        Command::Validate(args) => ops::validate(args),
+        Command::Debug(args) => debug::run(*args),
     };
     match result {
         Ok(code) => code,

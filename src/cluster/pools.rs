@@ -105,14 +105,15 @@ pub fn lan_pool(
     let mut gossip = GossipConfig::lan(config.node_name.clone(), advertise, port);
     gossip.tags = lan_tags(config, node_id);
     set_encryption(&mut gossip, config)?;
-    let bind = SocketAddr::new(
-        if config.bind_addr.is_unspecified() {
+    let ip = config
+        .process
+        .serf_lan_bind
+        .unwrap_or(if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
             advertise
-        },
-        port,
-    );
+        });
+    let bind = SocketAddr::new(ip, port);
     Ok(gossip_pair(DriverConfig::new(gossip, bind)))
 }
 
@@ -136,15 +137,17 @@ pub fn wan_pool(
     tags.remove("wan_join_port");
     gossip.tags = tags;
     set_encryption(&mut gossip, config)?;
-    // Bound where the LAN pool is: a WAN address may be a translated one this host lacks.
-    let bind = SocketAddr::new(
-        if config.bind_addr.is_unspecified() {
+    // Bound where the LAN pool is (a WAN address may be a translated one this host lacks),
+    // unless `serf_wan_bind` names the address.
+    let ip = config
+        .process
+        .serf_wan_bind
+        .unwrap_or(if config.bind_addr.is_unspecified() {
             config.bind_addr
         } else {
             config.advertise()
-        },
-        port,
-    );
+        });
+    let bind = SocketAddr::new(ip, port);
     Ok(Some(gossip_pair(DriverConfig::new(gossip, bind))))
 }
 
@@ -209,16 +212,18 @@ pub async fn member_watch(shared: Arc<Shared>, handle: GossipHandle) {
 }
 
 /// Joins the LAN pool: `start_join` addresses once, `retry_join` addresses until one
-/// succeeds, with backoff from one second up to `retry_interval`, at most `retry_max` times.
-pub async fn join_loop(config: Arc<AgentConfig>, handle: GossipHandle) {
+/// succeeds, with backoff from one second up to `retry_interval`, at most `retry_max` times
+/// (then the agent exits with code 1, as Consul's).
+pub async fn join_loop(shared: Arc<Shared>, handle: GossipHandle) {
+    let config = &shared.config;
     let joins = Joins {
         start: config.start_join.clone(),
         retry: config.retry_join.clone(),
-        retry_interval: raw_duration(&config, "retry_interval"),
-        retry_max: raw_count(&config, "retry_max"),
+        retry_interval: raw_duration(config, "retry_interval"),
+        retry_max: raw_count(config, "retry_max"),
         flags: ("-join", "-retry-join"),
     };
-    joins.run(&handle).await
+    joins.run(&shared, &handle).await
 }
 
 /// What to join and how to retry: the LAN pool's keys, or the WAN pool's `*_wan` ones.
@@ -255,7 +260,7 @@ fn raw_list(config: &AgentConfig, key: &str) -> Vec<String> {
 }
 
 impl Joins {
-    async fn run(&self, handle: &GossipHandle) {
+    async fn run(&self, shared: &Shared, handle: &GossipHandle) {
         let (start_flag, retry_flag) = self.flags;
         if !self.start.is_empty() {
             match handle.join(&self.start).await {
@@ -279,7 +284,10 @@ impl Joins {
                 Err(e) => log::warn!("agent: {retry_flag} failed: {e}; retrying in {delay:?}"),
             }
             if self.retry_max > 0 && attempts >= self.retry_max {
-                log::error!("agent: {retry_flag} gave up after {attempts} attempts");
+                // Consul's agent exits with code 1 once `retry_max` attempts failed.
+                shared.stop_with_error(format!(
+                    "agent: max join retry exhausted ({retry_flag}), exiting ({attempts} attempts)"
+                ));
                 return;
             }
             monoio::time::sleep(delay).await;
@@ -446,7 +454,8 @@ pub async fn wan_loop(shared: Arc<Shared>, lan: GossipHandle, wan: GossipHandle)
         flags: ("-join-wan", "-retry-join-wan"),
     };
     let joiner = wan.clone();
-    monoio::spawn(async move { joins.run(&joiner).await });
+    let joining = shared.clone();
+    monoio::spawn(async move { joins.run(&joining, &joiner).await });
     let datacenter = config.datacenter.clone();
     loop {
         if shared

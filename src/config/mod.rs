@@ -21,6 +21,12 @@ pub mod ui;
 
 pub mod acl;
 
+pub mod process;
+
+pub mod reload;
+
+pub mod watches;
+
 use crate::proto::duration::parse_go_duration;
 use crate::proto::hcl;
 use serde_json::{Map, Value};
@@ -143,6 +149,10 @@ pub struct AgentConfig {
     pub tls: tls::TlsConfig,
     /// `telemetry { … }`: metric names, the Prometheus retention, statsd and dogstatsd.
     pub telemetry: telemetry::TelemetryConfig,
+    /// The pid file, log outputs, blocking-query times and gossip bind addresses.
+    pub process: process::ProcessConfig,
+    /// The watch plans the agent runs (`watches`).
+    pub watches: Vec<watches::WatchConfig>,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -249,7 +259,10 @@ pub fn parse_document(text: &str, hcl: bool, origin: &str) -> Result<Map<String,
     Ok(map)
 }
 
-fn read_config_file(path: &Path) -> Result<Map<String, Value>, String> {
+fn read_config_file(
+    path: &Path,
+    format: Option<ConfigFormat>,
+) -> Result<Map<String, Value>, String> {
     let metadata = std::fs::metadata(path)
         .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
     if metadata.len() > CONFIG_FILE_BYTES_MAX {
@@ -260,18 +273,24 @@ fn read_config_file(path: &Path) -> Result<Map<String, Value>, String> {
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-    let hcl = path.extension().is_some_and(|e| e == "hcl");
+    let hcl = match format {
+        Some(format) => format == ConfigFormat::Hcl,
+        None => path.extension().is_some_and(|e| e == "hcl"),
+    };
     parse_document(&text, hcl, &path.display().to_string())
 }
 
-/// Files of a config directory that Consul would load, in lexical order.
-fn config_dir_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+/// Files of a config directory that Consul would load, in lexical order: those ending in
+/// `.json` or `.hcl`, or every file when `-config-format` names the format.
+fn config_dir_files(dir: &Path, format: Option<ConfigFormat>) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let entries = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot read config dir {}: {e}", dir.display()))?;
     for entry in entries {
         let path = entry.map_err(|e| e.to_string())?.path();
-        if path.is_file() && path.extension().is_some_and(|e| e == "json" || e == "hcl") {
+        let loadable =
+            format.is_some() || path.extension().is_some_and(|e| e == "json" || e == "hcl");
+        if path.is_file() && loadable {
             files.push(path);
         }
     }
@@ -288,6 +307,46 @@ pub struct ConfigSources {
     pub hcl_snippets: Vec<String>,
     /// Flag values as a config object (e.g. `-http-port 1` becomes `{"ports":{"http":1}}`).
     pub flags: Map<String, Value>,
+    /// `-config-format`: read every config file in this format, whatever its extension.
+    pub config_format: Option<ConfigFormat>,
+}
+
+/// The syntax `-config-format` forces on config files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigFormat {
+    Json,
+    Hcl,
+}
+
+impl ConfigFormat {
+    /// Consul's values and its message for any other.
+    pub fn parse(text: &str) -> Result<ConfigFormat, String> {
+        match text {
+            "json" => Ok(ConfigFormat::Json),
+            "hcl" => Ok(ConfigFormat::Hcl),
+            _ => Err("-config-format must be either 'hcl' or 'json'".to_string()),
+        }
+    }
+}
+
+/// Reads every config file the sources name, each on its own, and returns one line per
+/// file that cannot be read or parsed (`praetor validate` reports them all, where a start
+/// stops at the first).
+pub fn check_documents(sources: &ConfigSources) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut files = sources.config_files.clone();
+    for dir in &sources.config_dirs {
+        match config_dir_files(dir, sources.config_format) {
+            Ok(found) => files.extend(found),
+            Err(e) => problems.push(e),
+        }
+    }
+    for file in files {
+        if let Err(e) = read_config_file(&file, sources.config_format) {
+            problems.push(e);
+        }
+    }
+    problems
 }
 
 /// Merges every source and extracts the typed configuration.
@@ -309,11 +368,11 @@ pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
         merged.insert("ui_config".into(), serde_json::json!({"enabled": true}));
     }
     for file in &sources.config_files {
-        add(&mut merged, read_config_file(file)?);
+        add(&mut merged, read_config_file(file, sources.config_format)?);
     }
     for dir in &sources.config_dirs {
-        for file in config_dir_files(dir)? {
-            add(&mut merged, read_config_file(&file)?);
+        for file in config_dir_files(dir, sources.config_format)? {
+            add(&mut merged, read_config_file(&file, sources.config_format)?);
         }
     }
     for (i, snippet) in sources.hcl_snippets.iter().enumerate() {
@@ -537,6 +596,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let node_meta = node_meta_from(&raw)?;
     let telemetry = telemetry::TelemetryConfig::from_raw(&raw, &mut warnings)?;
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
+    let process = process::from_raw(&raw, &mut warnings)?;
+    let watches = watches::from_raw(&raw, &mut warnings)?;
     warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
@@ -587,6 +648,8 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         acl: acl::AclConfig::from_raw(&raw)?,
         tls,
         telemetry,
+        process,
+        watches,
         raw,
         unknown_keys,
         warnings,
@@ -1471,6 +1534,7 @@ mod tests {
             config_dirs: vec![],
             hcl_snippets: vec!["node_name = \"n1\"".into()],
             flags: object(json!({"data_dir": "/tmp/x", "ports": {"http": 3000}})),
+            config_format: None,
         };
         let c = build(&sources).unwrap();
         assert_eq!(c.datacenter, "east");

@@ -4,14 +4,19 @@
 //! listener, builds what the layers share (the runtime's `Shared`, the gossip pools, the
 //! agent channel), starts the raft core thread on servers, and one shard thread per core
 //! through `shard::spawn_shard`, on which it starts the HTTP and DNS servers and, on shard
-//! 0, the gossip drivers, the cluster's loops and the agent. Then it waits for SIGINT or
-//! SIGTERM and shuts down in order: gossip leaves, shards stop accepting and finish, then
-//! the raft thread syncs its log and exits.
+//! 0, the gossip drivers, the cluster's loops and the agent. Once every shard serves, it
+//! tells systemd `READY=1` (`supervisor`). Then it waits for signals: SIGHUP reloads the
+//! configuration through the agent, as `PUT /v1/agent/reload` does, and never stops the
+//! process; SIGINT or SIGTERM shut down in order: `STOPPING=1`, gossip leaves, shards stop
+//! accepting and finish, then the raft thread syncs its log and exits.
 //!
 //! Architecture invariant: no other module imports this one except the CLI, and nothing
 //! here serves requests; a layer's behaviour lives in that layer.
 
-use crate::api::agent_local::{agent_channel, AgentCall, AgentChannel};
+pub mod supervisor;
+pub mod watches;
+
+use crate::api::agent_local::{agent_channel, AgentCall, AgentChannel, AgentRequest};
 use crate::api::server::Server as HttpServer;
 use crate::cluster::gossip::GossipDriver;
 use crate::cluster::Pools;
@@ -19,12 +24,14 @@ use crate::config::AgentConfig;
 use crate::dns::server::DnsServer;
 use crate::dns::DnsSettings;
 use crate::proto::http::HttpLimits;
+use crate::shard::exclusive::{self, Transport};
 use crate::shard::runtime::{self, Identity, RaftInput, ShardSender, Shared, RAFT_INBOX_CAPACITY};
 use crate::shard::{
     peer_transport, raft_driver, raft_id_of, raft_inbox, raise_fd_limit, reuseport_listener,
     reuseport_udp, rpc_server, spawn_shard, Shard, ShardThread,
 };
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -69,6 +76,19 @@ fn block_shutdown_signals() -> libc::sigset_t {
     }
 }
 
+/// Blocks SIGHUP in the calling thread from the very start of `praetor agent`, so a reload
+/// asked for while the agent is still starting waits for it to serve instead of killing it
+/// (SIGHUP's default action). [`run_agent`] then waits for it with the stop signals.
+pub fn defer_reload_signals() {
+    // SAFETY: sigset manipulation on a local, zero-initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     let mut signal: libc::c_int = 0;
     // SAFETY: sigwait writes the received signal number into our local.
@@ -78,8 +98,17 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
 
 struct DataDir {
     path: PathBuf,
-    /// Removed at shutdown: a `-dev` agent without `-data-dir` keeps nothing.
+    /// Removed when dropped (at shutdown, or when the start fails): a `-dev` agent without
+    /// `-data-dir` keeps nothing.
     temporary: bool,
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }
 
 fn prepare_data_dir(config: &AgentConfig) -> Result<DataDir, String> {
@@ -110,6 +139,51 @@ struct ShardListeners {
 
 /// The longest a graceful leave at shutdown may take before the agent stops anyway.
 const LEAVE_ON_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest the shards may take to start serving before the agent reports itself ready
+/// anyway (and logs which did not report).
+const SHARDS_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a SIGHUP waits for the agent to finish a reload (its services' sync
+/// included) before logging that it did not.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Binds `addr` once per shard with `SO_REUSEPORT`, refusing an address another process
+/// holds or binds at the same moment (`shard::exclusive`).
+fn bind_tcp_group(
+    addr: SocketAddr,
+    shards: usize,
+    what: &str,
+) -> Result<Vec<std::net::TcpListener>, String> {
+    let failed = |e: String| format!("cannot listen for {what} on {addr}: {e}");
+    exclusive::probe(addr, Transport::Tcp).map_err(failed)?;
+    let group = (0..shards)
+        .map(|_| reuseport_listener(addr))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| failed(e.to_string()))?;
+    let fds: Vec<_> = group.iter().map(AsRawFd::as_raw_fd).collect();
+    exclusive::verify(addr, Transport::Tcp, &fds).map_err(failed)?;
+    Ok(group)
+}
+
+/// Like [`bind_tcp_group`] for the DNS port's UDP sockets (non-blocking, for monoio).
+fn bind_udp_group(
+    addr: SocketAddr,
+    shards: usize,
+    what: &str,
+) -> Result<Vec<std::net::UdpSocket>, String> {
+    let failed = |e: String| format!("cannot listen for {what} on {addr}: {e}");
+    exclusive::probe(addr, Transport::Udp).map_err(failed)?;
+    let mut group = Vec::with_capacity(shards);
+    for _ in 0..shards {
+        let socket = reuseport_udp(addr).map_err(|e| failed(e.to_string()))?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|e| failed(e.to_string()))?;
+        group.push(socket);
+    }
+    let fds: Vec<_> = group.iter().map(AsRawFd::as_raw_fd).collect();
+    exclusive::verify(addr, Transport::Udp, &fds).map_err(failed)?;
+    Ok(group)
+}
 
 // The config layer may not name the raft core, so it keeps its own copy of the default.
 const _: () =
@@ -120,6 +194,13 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let fd_limit = raise_fd_limit();
     let signals = block_shutdown_signals();
     let config = Arc::new(config);
+    // Written first, as Consul does, so a supervisor can signal the agent while it starts.
+    let pid_file = config
+        .process
+        .pid_file
+        .as_deref()
+        .map(supervisor::PidFile::write)
+        .transpose()?;
     let (leave_on_terminate, skip_leave_on_interrupt) =
         (config.leave_on_terminate, config.skip_leave_on_interrupt);
     for key in &config.unknown_keys {
@@ -197,6 +278,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         rpc_address,
         tls: tls.clone(),
         acl_tokens: std::sync::RwLock::new(config.acl.tokens.clone()),
+        exit_error: std::sync::OnceLock::new(),
+        node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
+        reload_listeners: std::sync::Mutex::new(Vec::new()),
     });
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
@@ -261,11 +345,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     if config.ports.http >= 0 {
         for ip in &config.addresses.http {
             let addr = SocketAddr::new(*ip, config.ports.http as u16);
-            for shard in listeners.iter_mut() {
-                shard.http.push(
-                    reuseport_listener(addr)
-                        .map_err(|e| format!("cannot listen for HTTP on {addr}: {e}"))?,
-                );
+            let group = bind_tcp_group(addr, shard_count, "HTTP")?;
+            for (shard, listener) in listeners.iter_mut().zip(group) {
+                shard.http.push(listener);
             }
         }
     }
@@ -278,11 +360,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         }
         for ip in &config.addresses.https {
             let addr = SocketAddr::new(*ip, config.ports.https as u16);
-            for shard in listeners.iter_mut() {
-                shard.https.push(
-                    reuseport_listener(addr)
-                        .map_err(|e| format!("cannot listen for HTTPS on {addr}: {e}"))?,
-                );
+            let group = bind_tcp_group(addr, shard_count, "HTTPS")?;
+            for (shard, listener) in listeners.iter_mut().zip(group) {
+                shard.https.push(listener);
             }
         }
     }
@@ -293,26 +373,19 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             advertise
         };
         let addr = SocketAddr::new(ip, config.ports.server as u16);
-        for shard in listeners.iter_mut() {
-            shard.rpc.push(
-                reuseport_listener(addr)
-                    .map_err(|e| format!("cannot listen for server RPC on {addr}: {e}"))?,
-            );
+        let group = bind_tcp_group(addr, shard_count, "server RPC")?;
+        for (shard, listener) in listeners.iter_mut().zip(group) {
+            shard.rpc.push(listener);
         }
     }
     if config.ports.dns >= 0 {
         for ip in &config.addresses.dns {
             let addr = SocketAddr::new(*ip, config.ports.dns as u16);
-            for shard in listeners.iter_mut() {
-                let udp = reuseport_udp(addr)
-                    .map_err(|e| format!("cannot listen for DNS (UDP) on {addr}: {e}"))?;
-                udp.set_nonblocking(true)
-                    .map_err(|e| format!("cannot configure the DNS socket on {addr}: {e}"))?;
+            let udp = bind_udp_group(addr, shard_count, "DNS (UDP)")?;
+            let tcp = bind_tcp_group(addr, shard_count, "DNS (TCP)")?;
+            for ((shard, udp), tcp) in listeners.iter_mut().zip(udp).zip(tcp) {
                 shard.dns_udp.push(udp);
-                shard.dns_tcp.push(
-                    reuseport_listener(addr)
-                        .map_err(|e| format!("cannot listen for DNS (TCP) on {addr}: {e}"))?,
-                );
+                shard.dns_tcp.push(tcp);
             }
             if let Some(socket) = listeners.last().and_then(|shard| shard.dns_udp.last()) {
                 if let Err(e) = crate::dns::server::spread_datagrams_randomly(socket, shard_count) {
@@ -342,6 +415,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let mut shard_threads = Vec::with_capacity(shard_count);
+    // Each shard reports once its servers are spawned on its runtime.
+    let (serving_tx, serving_rx) = std::sync::mpsc::channel::<usize>();
     let mut lan_driver = lan.map(|(_, driver)| driver);
     let mut wan_driver = wan.map(|(_, driver)| driver);
     for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
@@ -360,6 +435,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             agent_channel: agent_channel.clone(),
             agent_calls: if id == 0 { agent_calls.take() } else { None },
         };
+        let serving = serving_tx.clone();
         let thread = spawn_shard(
             ShardThread {
                 id,
@@ -368,7 +444,10 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 version: initial_version.clone(),
                 inbox,
             },
-            move |shard| start_shard_tasks(shard, tasks),
+            move |shard| {
+                start_shard_tasks(shard, tasks);
+                let _ = serving.send(id);
+            },
         )?;
         shard_threads.push(thread);
     }
@@ -405,15 +484,33 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         fd_limit
     );
 
-    // SIGHUP reloads what can change without a restart: the TLS certificates (Consul also
-    // reloads its configuration on SIGHUP; `praetor reload` does the rest).
+    drop(serving_tx);
+    wait_until_serving(&serving_rx, shard_count);
+    // Watch plans query the agent's own HTTP API: they start once it serves.
+    let watches = watches::WatchSupervisor::start(&config, shared.clone())?;
+    if let Ok(mut listeners) = shared.reload_listeners.lock() {
+        listeners.push(watches.listener());
+    }
+    match supervisor::notify("READY=1") {
+        Ok(true) => log::debug!("agent: told systemd READY=1"),
+        Ok(false) => {}
+        Err(error) => log::warn!("agent: {error}"),
+    }
+
+    // SIGHUP reloads what can change without a restart, exactly as `PUT /v1/agent/reload`
+    // does, and never stops the agent.
     let signal = loop {
         let signal = wait_for_signal(&signals);
         if signal != libc::SIGHUP {
             break signal;
         }
-        reload_tls(&tls, &config.sources);
+        log::info!("agent: caught signal: hangup; reloading the configuration");
+        reload_through_agent(&agent_channel);
     };
+    if let Err(error) = supervisor::notify("STOPPING=1") {
+        log::warn!("agent: {error}");
+    }
+    watches.stop();
     log::info!("agent: caught signal {signal}, shutting down");
     let leave = match signal {
         libc::SIGTERM => leave_on_terminate,
@@ -450,28 +547,52 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     if let Some(raft_thread) = raft_thread {
         let _ = raft_thread.join();
     }
-    if data_dir.temporary {
-        let _ = std::fs::remove_dir_all(&data_dir.path);
+    drop(data_dir);
+    drop(pid_file);
+    if let Some(error) = shared.exit_error.get() {
+        return Err(error.clone());
     }
     log::info!("agent: shutdown complete");
     Ok(())
 }
 
-/// Re-reads the configuration's TLS settings and their files and swaps the new certificates
-/// in; on any error the ones in use stay, and the error is logged.
-pub fn reload_tls(tls: &crate::tls::TlsConfigurator, sources: &crate::config::ConfigSources) {
-    let settings = match crate::config::build(sources) {
-        Ok(config) => config.tls,
-        Err(e) => {
-            log::error!("agent: reload: the configuration does not load, TLS unchanged: {e}");
-            return;
+/// Waits (bounded) until every shard has its servers spawned, so `READY=1` means the agent
+/// serves: the listeners were bound before, and now every shard accepts on them.
+fn wait_until_serving(serving: &std::sync::mpsc::Receiver<usize>, shard_count: usize) {
+    let deadline = Instant::now() + SHARDS_START_TIMEOUT;
+    let mut started = vec![false; shard_count];
+    while started.iter().any(|s| !s) {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match serving.recv_timeout(remaining) {
+            Ok(id) => started[id] = true,
+            Err(_) => {
+                let missing: Vec<usize> = (0..shard_count).filter(|i| !started[*i]).collect();
+                log::error!("agent: shards {missing:?} did not start serving");
+                return;
+            }
         }
+    }
+}
+
+/// Runs a reload on the agent, as `PUT /v1/agent/reload` does, and waits for it (bounded).
+/// The agent logs what changed; a failure is logged here and the configuration in use stays.
+fn reload_through_agent(agent: &AgentChannel) {
+    let (reply_tx, reply_rx) = flume::bounded(1);
+    let call = AgentCall {
+        request: AgentRequest::Reload,
+        pretty: false,
+        reply: reply_tx,
     };
-    match tls.reload(&settings) {
-        Ok(generation) => {
-            log::info!("agent: reload: TLS certificates loaded (generation {generation})")
-        }
-        Err(e) => log::error!("agent: reload: TLS unchanged: {e}"),
+    if agent.tx.send(call).is_err() {
+        log::error!("agent: reload: the agent is not running");
+        return;
+    }
+    // The agent logs the outcome, a failure included.
+    if reply_rx.recv_timeout(RELOAD_TIMEOUT).is_err() {
+        log::error!(
+            "agent: reload did not finish within {} s",
+            RELOAD_TIMEOUT.as_secs()
+        );
     }
 }
 
@@ -617,10 +738,7 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
                 wan,
             ));
         }
-        monoio::spawn(crate::cluster::pools::join_loop(
-            shared.config.clone(),
-            handle,
-        ));
+        monoio::spawn(crate::cluster::pools::join_loop(shared.clone(), handle));
     }
     if let Some(calls) = agent_calls {
         // The agent (local services, checks, anti-entropy) lives on shard 0.

@@ -132,6 +132,28 @@ pub fn write_archive_to<W: Write>(
     tar.finish()
 }
 
+/// Longest entry name a plain ustar header holds (its name field, less the terminator).
+pub const TAR_NAME_BYTES_MAX: usize = 99;
+
+/// A gzipped tar of files already in memory, in the order given (the `praetor debug`
+/// archive uses the same writer as snapshots). Names longer than [`TAR_NAME_BYTES_MAX`] are
+/// an error.
+pub fn write_tar_gz(entries: &[(String, Vec<u8>)], mtime_secs: u64) -> std::io::Result<Vec<u8>> {
+    let mut tar = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    for (name, data) in entries {
+        if name.len() > TAR_NAME_BYTES_MAX {
+            return Err(std::io::Error::other(format!(
+                "archive entry name longer than {TAR_NAME_BYTES_MAX} bytes: {name}"
+            )));
+        }
+        tar.write_all(&tar_header(name, data.len(), mtime_secs))?;
+        tar.write_all(data)?;
+        pad_to_block(&mut tar, data.len() as u64)?;
+    }
+    tar.write_all(&[0u8; 2 * BLOCK_BYTES])?;
+    tar.finish()
+}
+
 /// Builds the archive for a snapshot's metadata (JSON) and a state already in memory.
 pub fn write_archive(meta_json: &[u8], state: &[u8], mtime_secs: u64) -> Vec<u8> {
     let mut write_state = |out: &mut dyn Write| out.write_all(state);

@@ -12,7 +12,10 @@
 //! it must hand upwards goes through types it defines: [`Shard::on_new_version`] observers,
 //! [`rpc_server::ForwardedHttp`] for requests other servers forward.
 
+pub mod child;
+pub mod exclusive;
 pub mod forward;
+pub mod log_file;
 pub mod logger;
 pub mod nonblocking;
 pub mod peer_transport;

@@ -243,9 +243,31 @@ pub struct Shared {
     pub tls: Arc<crate::tls::TlsConfigurator>,
     /// The agent's ACL tokens (`acl.tokens`), as `/v1/agent/token/<type>` last set them.
     pub acl_tokens: std::sync::RwLock<crate::config::acl::AclTokens>,
+    /// Why the agent stopped on its own (`-retry-max` exhausted): the process exits with
+    /// code 1 and this line, as Consul's agent does.
+    pub exit_error: std::sync::OnceLock<String>,
+    /// `node_meta` as the last reload left it (the agent's own pairs, without Consul's
+    /// reserved `consul-*` keys), for readers on every shard.
+    pub node_meta: arc_swap::ArcSwap<Vec<(String, String)>>,
+    /// Called, on the agent's thread, with every configuration a reload applied: how the
+    /// layers above the agent (`node`'s watch supervisor) follow reloads.
+    pub reload_listeners: std::sync::Mutex<Vec<ReloadListener>>,
 }
 
+/// See [`Shared::reload_listeners`].
+pub type ReloadListener = Box<dyn Fn(&crate::config::AgentConfig) + Send + Sync>;
+
 impl Shared {
+    /// Stops the agent on its own: records why, then raises SIGTERM, which the main thread
+    /// handles as an operator's stop (a graceful leave where configured). The first reason
+    /// wins.
+    pub fn stop_with_error(&self, error: String) {
+        log::error!("{error}");
+        let _ = self.exit_error.set(error);
+        // SAFETY: signalling our own process; the main thread waits for it in sigwait.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.clock_origin.elapsed().as_millis() as u64
     }

@@ -49,14 +49,17 @@ fn run(args: &[String], timeout: Duration, output_max: usize) -> ProbeResult {
         Ok(w) => w,
         Err(e) => return (Status::Critical, format!("cannot create pipe: {e}")),
     };
-    let mut child = match Command::new(program)
+    let mut command = Command::new(program);
+    crate::shard::child::inherit_only_stdio(&mut command)
         .args(rest)
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer_err)
-        .process_group(0)
-        .spawn()
-    {
+        .process_group(0);
+    let spawned = command.spawn();
+    // The command owns the pipe's write ends: dropping it lets the reader see the end.
+    drop(command);
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             return (
