@@ -557,8 +557,9 @@ mod tests {
     /// Commands that never speak to an agent's HTTP API, by their path in the command tree.
     /// Every other command must take Consul's HTTP client flags; a new local-only command
     /// belongs here.
-    const LOCAL_COMMANDS: [&str; 6] = [
+    const LOCAL_COMMANDS: [&str; 7] = [
         "agent",
+        "validate",
         "version",
         "keygen",
         "tls ca create",

@@ -285,8 +285,15 @@ impl Joins {
             }
             if self.retry_max > 0 && attempts >= self.retry_max {
                 // Consul's agent exits with code 1 once `retry_max` attempts failed.
+                // Consul's lines: "max join retry exhausted" and "max join -wan retry
+                // exhausted".
+                let pool = if retry_flag.ends_with("-wan") {
+                    " -wan"
+                } else {
+                    ""
+                };
                 shared.stop_with_error(format!(
-                    "agent: max join retry exhausted ({retry_flag}), exiting ({attempts} attempts)"
+                    "agent: max join{pool} retry exhausted, exiting ({attempts} attempts)"
                 ));
                 return;
             }
