@@ -94,6 +94,17 @@ impl RowFilter {
         name.is_empty() || self.allows(|a| a.service_read(name))
     }
 
+    /// A prepared query, as Consul's `filterPreparedQueries`: a token that may read ACLs
+    /// sees every query; otherwise a query needs `query:read` on its name or template
+    /// prefix (`acl_prefix`), and one without a name shows to nobody else.
+    pub fn prepared_query(&self, acl_prefix: Option<&str>) -> bool {
+        let Some(authorizer) = self.authorizer.as_deref() else {
+            return true;
+        };
+        authorizer.acl_read().is_ok()
+            || acl_prefix.is_some_and(|prefix| authorizer.query_read(prefix).is_ok())
+    }
+
     /// A row about a service instance or a check: its node and its service.
     pub fn node_service(&self, node: &str, service: &str) -> bool {
         self.node(node) && self.service(service)

@@ -22,6 +22,7 @@
 //! where a token's unreadable queries leave the list is [`visible_to`]. Tokens stored in
 //! queries are shown only to tokens with `acl:write`.
 
+use super::authz::RowFilter;
 use super::{
     check_datacenter, query_options, run_query, ApiError, AsyncResponder, Context, Outcome, Query,
     QueryMeta, QueryOptions, Reply, Request, WriteOp,
@@ -94,24 +95,6 @@ fn shows_tokens(ctx: &Context, request: &Request) -> bool {
         .acl
         .get()
         .is_some_and(|authz| authz.authorizer.acl_write().is_ok())
-}
-
-/// Whether `query` stays in the list answered to a request with this resolved token
-/// (`None` with ACLs off, when every query does).
-fn visible_to(authz: Option<&super::authz::Authz>, query: &PreparedQuery) -> bool {
-    // As Consul's `filterPreparedQueries`: with ACLs off, or for a token that may read
-    // ACLs, every query; otherwise a query needs `query:read` on its name (or template
-    // prefix), and one without a name shows to nobody else.
-    let Some(authz) = authz else {
-        return true;
-    };
-    let authorizer = &*authz.authorizer;
-    if authorizer.acl_read().is_ok() {
-        return true;
-    }
-    query
-        .acl_prefix()
-        .is_some_and(|prefix| authorizer.query_read(prefix).is_ok())
 }
 
 fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
@@ -196,11 +179,11 @@ fn validate(query: &PreparedQuery) -> Result<(), ApiError> {
         .map_err(|e| ApiError::Internal(format!("Invalid prepared query: {e}")))
 }
 
-/// Answers `queries`; `filtered` adds Consul's header saying the token's ACLs left rows out.
+/// Answers `queries`; `filter` adds Consul's header when the token's ACLs `hidden` some.
 fn write_queries<'q>(
     queries: impl Iterator<Item = &'q PreparedQuery>,
     show_tokens: bool,
-    filtered: bool,
+    (filter, hidden): (&RowFilter, bool),
     reply: &mut Reply,
     meta: QueryMeta,
 ) {
@@ -212,9 +195,7 @@ fn write_queries<'q>(
         .collect();
     let mut headers = Vec::with_capacity(160);
     meta.write_headers(&mut headers);
-    if filtered {
-        headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
-    }
+    filter.write_header(hidden, &mut headers);
     reply.json(200, &headers, &rows);
 }
 
@@ -231,15 +212,15 @@ fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, 
     let options = query_options(ctx, &request.query)?;
     let list = ListQuery {
         show_tokens: shows_tokens(ctx, request),
-        authz: request.acl.get().cloned(),
+        rows: RowFilter::of(request),
     };
     run_query(ctx, list, options, reply)
 }
 
 struct ListQuery {
     show_tokens: bool,
-    /// The request's resolved token, which each row is filtered by (`visible_to`).
-    authz: Option<super::authz::Authz>,
+    /// The request's token, which each row is filtered by.
+    rows: RowFilter,
 }
 
 impl Query for ListQuery {
@@ -250,27 +231,12 @@ impl Query for ListQuery {
         )
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut hidden = false;
-        let rows: Vec<&PreparedQuery> = query::list(tables)
-            .filter(|q| {
-                let visible = visible_to(self.authz.as_ref(), q);
-                hidden |= !visible;
-                visible
-            })
-            .map(|q| &**q)
-            .collect();
-        // As for every filtered list, the header is for a caller who sent a token.
-        let reveal = self
-            .authz
-            .as_ref()
-            .is_some_and(|authz| !authz.secret_id.is_empty());
-        write_queries(
-            rows.into_iter(),
-            self.show_tokens,
-            hidden && reveal,
-            reply,
-            meta,
-        );
+        let mut rows: Vec<&PreparedQuery> = query::list(tables).map(|q| &**q).collect();
+        let hidden = self
+            .rows
+            .retain(&mut rows, |filter, q| filter.prepared_query(q.acl_prefix()));
+        let filter = (&self.rows, hidden);
+        write_queries(rows.into_iter(), self.show_tokens, filter, reply, meta);
     }
 }
 
@@ -301,7 +267,7 @@ impl Query for GetQuery {
             Some(found) => write_queries(
                 std::iter::once(&**found),
                 self.show_tokens,
-                false,
+                (&RowFilter::default(), false),
                 reply,
                 meta,
             ),
