@@ -76,6 +76,27 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// Sleeps up to `duration`; true when SIGINT or SIGTERM arrived meanwhile (a SIGHUP is
+/// consumed: there is nothing to reload yet).
+fn sleep_unless_stopped(set: &libc::sigset_t, duration: Duration) -> bool {
+    let deadline = Instant::now() + duration;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let timeout = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: sigtimedwait reads our set and timeout; the info pointer may be null.
+        let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &timeout) };
+        if signal == libc::SIGINT || signal == libc::SIGTERM {
+            return true;
+        }
+    }
+}
+
 struct DataDir {
     path: PathBuf,
     /// Removed at shutdown: a `-dev` agent without `-data-dir` keeps nothing.
@@ -139,6 +160,13 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     )?);
     for warning in &tls.current().warnings {
         log::warn!("{warning}");
+    }
+    // Auto-encrypt: a client agent gets its certificate before it serves anything.
+    if !config.server && config.tls.auto_tls() {
+        let not_after = crate::shard::auto_encrypt::bootstrap(&config, &tls, &|pause| {
+            sleep_unless_stopped(&signals, pause)
+        })?;
+        crate::shard::auto_encrypt::spawn_renewal(config.clone(), tls.clone(), not_after)?;
     }
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
@@ -524,6 +552,9 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             }
             Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
         }
+    }
+    if id == 0 && shared.config.server && shared.config.tls.auto_encrypt.allow_tls {
+        monoio::spawn(crate::shard::auto_encrypt::agent_ca_keeper(shard.clone()));
     }
     let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone());
     if !listeners.dns_udp.is_empty() || !listeners.dns_tcp.is_empty() {

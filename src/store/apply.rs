@@ -58,6 +58,7 @@ impl Tables {
             Command::Restore(op) => restore::apply(self, index, op, changes),
             Command::Txn(ops) => txn::apply(self, index, ops, changes),
             Command::Acl(op) => acl::apply::apply(self, index, op, changes),
+            Command::AgentCa(op) => super::agent_ca::apply(self, index, op),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

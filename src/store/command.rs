@@ -19,6 +19,8 @@ pub enum Command {
     Txn(Vec<super::txn::TxnOp>),
     /// ACL writes (tokens, policies, roles, auth methods, binding rules, bootstrap).
     Acl(super::acl::AclOp),
+    /// The agent CA's root for auto-encrypt.
+    AgentCa(super::agent_ca::AgentCaOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -687,9 +687,11 @@ fn snapshot_fixture_tables() -> Tables {
 /// (before the catalog's rows were packed into one-word strings and lists, and before the ACL
 /// tables existed).
 const SNAPSHOT_WRITTEN_BEFORE: &[u8] = include_bytes!("testdata/snapshot-format-1.bin");
-/// The same state as today's code writes it: format 1 with the ACL tables appended as a
-/// trailing field, which older snapshots restore without (`#[serde(default)]`).
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
+/// Format 1 with the ACL tables appended as a trailing field, which older snapshots restore
+/// without (`#[serde(default)]`), as written before the agent CA.
+const SNAPSHOT_WRITTEN_WITH_ACL: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
+/// The same state as today's code writes it: format 2, the agent CA (none) appended.
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-2.bin");
 
 #[test]
 fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
@@ -700,7 +702,7 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-1-acl.bin"
+                "/src/store/catalog/testdata/snapshot-format-2.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -711,6 +713,8 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         SNAPSHOT_WRITTEN_NOW,
         "the snapshot format changed; bump SNAPSHOT_FORMAT_VERSION and keep reading the old one"
     );
+    let with_acl = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_WITH_ACL).unwrap();
+    assert_eq!(with_acl.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
     let restored = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_BEFORE).unwrap();
     restored.catalog.check_invariants();
     assert_eq!(restored.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
