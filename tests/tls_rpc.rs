@@ -511,3 +511,224 @@ fn expired_and_misnamed_certificates_fail_with_readable_lines() {
         );
     }
 }
+
+/// Consul's byte for TLS without a client certificate (auto-encrypt's first request).
+const BYTE_TLS_INSECURE: u8 = 7;
+
+/// One `AutoEncrypt.Sign` exchange over an established session; the answer frame's kind and
+/// payload.
+fn sign_exchange(stream: &mut (impl Read + Write), node: &str) -> (u8, Vec<u8>) {
+    use praetor::proto::auto_encrypt::SignRequest;
+    let (csr_pem, _key) = praetor::tls::agent_ca::agent_csr(
+        praetor::tls::agent_ca::UNKNOWN_TRUST_DOMAIN,
+        "dc1",
+        node,
+        &[],
+        &[],
+    )
+    .unwrap();
+    let request = SignRequest {
+        datacenter: "dc1".into(),
+        node: node.into(),
+        csr_pem,
+        token: String::new(),
+    };
+    let mut frame = BytesMut::new();
+    encode_frame(&mut frame, kind::AUTO_ENCRYPT_SIGN, 9, &request.encode());
+    stream.write_all(&frame).unwrap();
+    stream.flush().unwrap();
+    read_frame(stream)
+}
+
+fn read_frame(reader: &mut impl Read) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 13];
+    reader.read_exact(&mut head).unwrap();
+    let body = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
+    let mut payload = vec![0u8; body - 9];
+    reader.read_exact(&mut payload).unwrap();
+    (head[4], payload)
+}
+
+/// Dials `addr` with the insecure TLS byte, verifying the server against `ca`.
+fn dial_insecure_tls(
+    addr: SocketAddr,
+    ca: &Path,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots(ca))
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("server.dc1.consul").unwrap();
+    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut socket = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    socket.write_all(&[BYTE_TLS_INSECURE]).unwrap();
+    rustls::StreamOwned::new(connection, socket)
+}
+
+/// Auto-encrypt end to end: three servers with every switch on and `allow_tls`; the leader
+/// creates the agent CA in Raft, every server trusts it; a client agent with no certificate
+/// of its own gets one over the insecure TLS byte before it serves, and its writes pass the
+/// servers' `verify_incoming`. The insecure session serves nothing but the certificate
+/// request, and a certificate it hands out renews over ordinary mutual TLS.
+#[test]
+fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifying_servers() {
+    let pki = Pki::new("rpc-auto-encrypt-pki");
+    let cluster = Cluster::start(
+        3,
+        &[
+            "-hcl",
+            &pki.hcl("server", ALL_SWITCHES),
+            "-hcl",
+            "auto_encrypt { allow_tls = true }",
+        ],
+    );
+    let leader = cluster.wait_for_leader(Duration::from_secs(30));
+    for server in &cluster.servers {
+        wait_for_log(
+            server,
+            &[
+                "auto_encrypt: trusting the agent CA of ",
+                ".consul (created at index ",
+            ],
+            Duration::from_secs(20),
+        );
+    }
+
+    // The client: the operator's CA to check servers by, every switch, no certificate.
+    let client_data = TempDir::new("rpc-auto-encrypt-client");
+    let client_hcl = format!(
+        "tls {{ defaults {{ ca_file = \"{}\" }} internal_rpc {{ {ALL_SWITCHES} }} }} auto_encrypt {{ tls = true }}",
+        pki.ca().display()
+    );
+    let client = cluster.start_client(&client_data, &["-hcl", &client_hcl]);
+    wait_for_log(
+        &client,
+        &[
+            &format!(
+                "auto_encrypt: received the certificate of client-{} from ",
+                client.ip
+            ),
+            ":8300, valid until ",
+        ],
+        Duration::from_secs(20),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(answer) =
+            common::try_request(client.addr(), "PUT", "/v1/kv/auto/enc", b"rypted", &[])
+        {
+            if answer.status == 200 {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client never wrote:\n{}",
+            client.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        cluster.servers[leader].get("/v1/kv/auto/enc?raw").text(),
+        "rypted"
+    );
+    assert!(!client.log().contains("handshake with"), "{}", client.log());
+
+    // What a client receives: a certificate of the agent CA (not the operator's), which a
+    // server with verify_incoming accepts on an ordinary session, where it renews.
+    let follower = (leader + 1) % 3;
+    let rpc_addr = SocketAddr::new(cluster.servers[follower].ip, 8300);
+    let mut insecure = dial_insecure_tls(rpc_addr, &pki.ca());
+    // Only the certificate request is served there.
+    insecure.write_all(&ping_frame()).unwrap();
+    insecure.flush().unwrap();
+    let (kind_got, text) = read_frame(&mut insecure);
+    assert_eq!(kind_got, kind::ERROR);
+    assert_eq!(
+        String::from_utf8_lossy(&text),
+        format!("request kind {} needs a verified TLS session", kind::PING)
+    );
+    let key_node = "probe-node";
+    let (csr_pem, key_pem) = praetor::tls::agent_ca::agent_csr(
+        praetor::tls::agent_ca::UNKNOWN_TRUST_DOMAIN,
+        "dc1",
+        key_node,
+        &[],
+        &[],
+    )
+    .unwrap();
+    let request = praetor::proto::auto_encrypt::SignRequest {
+        datacenter: "dc1".into(),
+        node: key_node.into(),
+        csr_pem,
+        token: String::new(),
+    };
+    let mut frame = BytesMut::new();
+    encode_frame(&mut frame, kind::AUTO_ENCRYPT_SIGN, 3, &request.encode());
+    insecure.write_all(&frame).unwrap();
+    insecure.flush().unwrap();
+    let (kind_got, payload) = read_frame(&mut insecure);
+    assert_eq!(
+        kind_got,
+        kind::AUTO_ENCRYPT_SIGNED,
+        "{}",
+        String::from_utf8_lossy(&payload)
+    );
+    let signed = praetor::proto::auto_encrypt::SignResponse::decode(&payload).unwrap();
+    assert_eq!(
+        signed.server_ca_roots_pem,
+        vec![std::fs::read_to_string(pki.ca()).unwrap()]
+    );
+    assert!(signed.verify_server_hostname);
+    let agent_root = &signed.agent_ca_roots_pem[0];
+    assert_ne!(
+        agent_root.trim(),
+        std::fs::read_to_string(pki.ca()).unwrap().trim()
+    );
+    let lifetime = signed.not_after_unix - time::OffsetDateTime::now_utc().unix_timestamp();
+    assert!((71 * 3600..=72 * 3600).contains(&lifetime), "{lifetime}");
+    // The same root on every server: the one in Raft.
+    let probe = TempDir::new("rpc-auto-encrypt-probe");
+    let cert = probe.path().join("probe.pem");
+    let key = probe.path().join("probe-key.pem");
+    std::fs::write(&cert, &signed.certificate_pem).unwrap();
+    std::fs::write(&key, &key_pem).unwrap();
+    for server in &cluster.servers {
+        let addr = SocketAddr::new(server.ip, 8300);
+        let mut session = dial_tls(addr, &pki.ca(), Some((cert.clone(), key.clone())));
+        session.write_all(&[BYTE_RPC]).unwrap();
+        let (kind_got, payload) = sign_exchange(&mut session, key_node);
+        assert_eq!(
+            kind_got,
+            kind::AUTO_ENCRYPT_SIGNED,
+            "{}: {}",
+            server.ip,
+            String::from_utf8_lossy(&payload)
+        );
+        let renewed = praetor::proto::auto_encrypt::SignResponse::decode(&payload).unwrap();
+        assert_eq!(&renewed.agent_ca_roots_pem[0], agent_root, "{}", server.ip);
+    }
+    // A request for another datacenter is refused with a reason.
+    let mut session = dial_insecure_tls(rpc_addr, &pki.ca());
+    let mut other_dc = praetor::proto::auto_encrypt::SignRequest {
+        datacenter: "dc2".into(),
+        ..request
+    };
+    other_dc.token.clear();
+    let mut frame = BytesMut::new();
+    encode_frame(&mut frame, kind::AUTO_ENCRYPT_SIGN, 4, &other_dc.encode());
+    session.write_all(&frame).unwrap();
+    session.flush().unwrap();
+    let (kind_got, text) = read_frame(&mut session);
+    assert_eq!(kind_got, kind::ERROR);
+    assert_eq!(
+        String::from_utf8_lossy(&text),
+        "mismatched datacenter (client_dc='dc2' server_dc='dc1'); check client has same datacenter set as servers"
+    );
+}

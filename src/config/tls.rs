@@ -556,8 +556,8 @@ impl TlsConfig {
         Ok(())
     }
 
-    /// One warning for each TLS setting praetor accepts but does not act on yet (gRPC,
-    /// auto-encrypt).
+    /// One warning for each TLS setting praetor accepts but does not act on yet (gRPC), and
+    /// for `auto_encrypt.allow_tls` without `verify_incoming`.
     pub fn not_active_warnings(&self, ports: &Ports) -> Vec<String> {
         let mut warnings = Vec::new();
         if ports.grpc_tls >= 0 {
@@ -571,12 +571,6 @@ impl TlsConfig {
             warnings.push(not_acted_on(
                 &format!("tls.grpc ({})", self.grpc_keys_set.join(", ")),
                 NO_GRPC,
-            ));
-        }
-        if self.auto_encrypt.tls || self.auto_encrypt.allow_tls {
-            warnings.push(not_acted_on(
-                "auto_encrypt",
-                "servers do not hand out agent certificates yet",
             ));
         }
         if self.auto_encrypt.allow_tls && !rpc.verify_incoming {
@@ -865,12 +859,7 @@ mod tests {
             .collect();
         assert_eq!(
             keys,
-            vec![
-                "ports.grpc_tls",
-                "tls.grpc",
-                "auto_encrypt",
-                "auto_encrypt.allow_tls",
-            ]
+            vec!["ports.grpc_tls", "tls.grpc", "auto_encrypt.allow_tls",]
         );
         assert!(TlsConfig::default()
             .not_active_warnings(&Ports::default())

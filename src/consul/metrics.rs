@@ -214,7 +214,8 @@ pub fn write_sample(command: &crate::store::Command) -> Option<Sample> {
             AclOp::Initialize { .. } | AclOp::ReapExpiredTokens { .. } => return None,
         },
         Command::Query(_) => Sample::PreparedQueryApply,
-        Command::Restore(_) | Command::Autopilot(_) => return None,
+        // The agent CA row is written once in a cluster's life: nothing worth a timer.
+        Command::Restore(_) | Command::Autopilot(_) | Command::AgentCa(_) => return None,
     })
 }
 

@@ -96,6 +96,35 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// Sleeps up to `duration`; true when SIGINT or SIGTERM arrived meanwhile. A SIGHUP stays
+/// pending (it is blocked in this thread): the reload it asks for runs once the agent serves.
+fn sleep_unless_stopped(duration: Duration) -> bool {
+    // SAFETY: sigset manipulation on a local, zero-initialised set.
+    let stop_signals = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    };
+    let deadline = Instant::now() + duration;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let timeout = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: sigtimedwait reads our set and timeout; the info pointer may be null.
+        let signal = unsafe { libc::sigtimedwait(&stop_signals, std::ptr::null_mut(), &timeout) };
+        if signal == libc::SIGINT || signal == libc::SIGTERM {
+            return true;
+        }
+    }
+}
+
 struct DataDir {
     path: PathBuf,
     /// Removed when dropped (at shutdown, or when the start fails): a `-dev` agent without
@@ -228,6 +257,13 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     // Metric names and filters are fixed before any thread records.
     crate::agent::telemetry::configure(&config)?;
     crate::api::routes::register_metric_series();
+    // Auto-encrypt: a client agent gets its certificate before it serves anything.
+    if !config.server && config.tls.auto_tls() {
+        let not_after = crate::shard::auto_encrypt::bootstrap(&config, &tls, &|pause| {
+            sleep_unless_stopped(pause)
+        })?;
+        crate::shard::auto_encrypt::spawn_renewal(config.clone(), tls.clone(), not_after)?;
+    }
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
     let raft_id = raft_id_of(&node_id);
@@ -660,6 +696,9 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             }
             Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
         }
+    }
+    if id == 0 && shared.config.server && shared.config.tls.auto_encrypt.allow_tls {
+        monoio::spawn(crate::shard::auto_encrypt::agent_ca_keeper(shard.clone()));
     }
     // A server's DNS answers what its store cannot (another datacenter, prepared
     // queries) through this shard's own HTTP API.

@@ -37,6 +37,12 @@ pub mod kind {
     /// RPC request: `Status.Ping`; answered with an empty `PONG`.
     pub const PING: u8 = 5;
     pub const PONG: u8 = 6;
+    /// RPC request: `AutoEncrypt.Sign`, a client agent's certificate request
+    /// ([`crate::proto::auto_encrypt::SignRequest`], msgpack).
+    pub const AUTO_ENCRYPT_SIGN: u8 = 7;
+    /// RPC response: the signed certificate
+    /// ([`crate::proto::auto_encrypt::SignResponse`], msgpack).
+    pub const AUTO_ENCRYPT_SIGNED: u8 = 8;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

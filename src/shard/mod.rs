@@ -12,6 +12,7 @@
 //! it must hand upwards goes through types it defines: [`Shard::on_new_version`] observers,
 //! [`rpc_server::ForwardedHttp`] for requests other servers forward.
 
+pub mod auto_encrypt;
 pub mod child;
 pub mod exclusive;
 pub mod forward;

@@ -16,6 +16,11 @@
 //!   node holding a client certificate never joins Raft. An accepted TLS Raft stream is
 //!   decrypted here and relayed to the raft thread through a socket pair.
 //!
+//! - Insecure TLS ([`rpc_type::TLS_INSECURE`](crate::proto::rpc_select::rpc_type::TLS_INSECURE)),
+//!   on servers with `auto_encrypt.allow_tls`: a handshake that asks for no client
+//!   certificate, then request frames of which only auto-encrypt's certificate request is
+//!   served ([`crate::shard::auto_encrypt::sign`]); anything else gets an error frame.
+//!
 //! What a byte selects is decided in one place ([`crate::proto::rpc_select::select`]); with
 //! `verify_incoming` a plaintext byte is refused and logged with the peer's address.
 //!
@@ -95,12 +100,10 @@ async fn serve<H: ForwardedHttp>(
         Ok(Selection::Raft) => raft_stream(&shard, stream, peer).await,
         Ok(Selection::Rpc) => {
             let (reader, writer) = stream.into_split();
-            rpc_stream(shard, http, reader, writer, peer).await
+            rpc_stream(shard, http, reader, writer, peer, Served::All).await
         }
         Ok(Selection::StartTls) => tls_session(shard, http, stream, peer).await,
-        Ok(Selection::StartInsecureTls) => log::warn!(
-            "rpc: refused a connection from {peer}: auto-encrypt certificate requests are not served yet"
-        ),
+        Ok(Selection::StartInsecureTls) => insecure_tls_session(shard, http, stream, peer).await,
         Err(refusal) => log::warn!("rpc: refused a connection from {peer}: {refusal}"),
     }
 }
@@ -149,13 +152,61 @@ async fn tls_session<H: ForwardedHttp>(
         }
         Ok(Selection::Rpc) => {
             let (reader, writer) = session.into_split();
-            rpc_stream(shard, http, reader, writer, peer).await
+            rpc_stream(shard, http, reader, writer, peer, Served::All).await
         }
         Ok(other) => {
             debug_assert!(false, "select let {other:?} through inside TLS");
         }
         Err(refusal) => log::warn!("rpc: refused a TLS connection from {peer}: {refusal}"),
     }
+}
+
+/// Auto-encrypt's first request: TLS without a client certificate, then request frames at
+/// once (no second byte), of which only the certificate request is served.
+async fn insecure_tls_session<H: ForwardedHttp>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let Some(config) = shard.shared().tls.insecure_rpc_server_config() else {
+        // `select` refuses byte 7 unless the policy allows it, which needs this config.
+        debug_assert!(false, "insecure TLS selected without its configuration");
+        return;
+    };
+    match crate::tls::stream::accept(
+        config,
+        stream,
+        HANDSHAKE_TIMEOUT_DEFAULT,
+        FirstRecord::Close,
+    )
+    .await
+    {
+        Ok(session) => {
+            let (reader, writer) = session.into_split();
+            rpc_stream(
+                shard,
+                http,
+                reader,
+                writer,
+                peer,
+                Served::CertificateRequestOnly,
+            )
+            .await
+        }
+        Err(error) => log::warn!(
+            "{}",
+            crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
+        ),
+    }
+}
+
+/// Which requests a session serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Served {
+    All,
+    /// The insecure session: only `AutoEncrypt.Sign`.
+    CertificateRequestOnly,
 }
 
 /// Bytes relayed per read of a peer's TLS Raft stream.
@@ -269,6 +320,7 @@ async fn rpc_stream<H: ForwardedHttp>(
     mut reader: impl AsyncReadRent,
     mut writer: impl AsyncWriteRent + 'static,
     peer: SocketAddr,
+    served: Served,
 ) {
     let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
     monoio::spawn(async move {
@@ -308,9 +360,32 @@ async fn rpc_stream<H: ForwardedHttp>(
         in_flight.set(in_flight.get() + 1);
         let http = http.clone();
         let in_flight = in_flight.clone();
+        let shard = shard.clone();
         monoio::spawn(async move {
             let mut out = BytesMut::new();
             match frame.kind {
+                kind::AUTO_ENCRYPT_SIGN => {
+                    match crate::shard::auto_encrypt::sign(&shard, &frame.payload) {
+                        Ok(answer) => encode_frame(
+                            &mut out,
+                            kind::AUTO_ENCRYPT_SIGNED,
+                            frame.request_id,
+                            &answer,
+                        ),
+                        Err(why) => {
+                            log::warn!(
+                                "auto_encrypt: refused a certificate request from {peer}: {why}"
+                            );
+                            encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
+                        }
+                    }
+                }
+                other if served == Served::CertificateRequestOnly => encode_frame(
+                    &mut out,
+                    kind::ERROR,
+                    frame.request_id,
+                    format!("request kind {other} needs a verified TLS session").as_bytes(),
+                ),
                 kind::FORWARD_HTTP => {
                     telemetry::incr(Counter::RpcRequest);
                     let answer = http.answer(frame.payload).await;

@@ -66,6 +66,7 @@ impl Tables {
                 Ok(()) => CommandResult::Bool(true),
                 Err(reason) => CommandResult::Error(reason),
             },
+            Command::AgentCa(op) => super::agent_ca::apply(self, index, op),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

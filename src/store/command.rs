@@ -23,6 +23,8 @@ pub enum Command {
     Autopilot(super::autopilot::AutopilotOp),
     /// Prepared-query writes.
     Query(super::query::QueryOp),
+    /// The agent CA's root for auto-encrypt.
+    AgentCa(super::agent_ca::AgentCaOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

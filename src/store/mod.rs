@@ -22,6 +22,7 @@
 //! debug builds, which the `ci` profile keeps).
 
 pub mod acl;
+pub mod agent_ca;
 mod apply;
 pub mod autopilot;
 pub mod catalog;
@@ -157,6 +158,9 @@ pub struct Tables {
     /// Prepared queries (appended last: snapshots written before it restore without any).
     #[serde(default)]
     pub queries: query::QueryTables,
+    /// The agent CA's root for auto-encrypt, once a leader created it (format 2 on).
+    #[serde(default)]
+    pub agent_ca: Option<agent_ca::AgentCaRow>,
 }
 
 /// An immutable, shareable version of the state.
@@ -225,7 +229,8 @@ impl Tables {
         input
             .read_exact(&mut format)
             .map_err(|_| "empty store snapshot".to_string())?;
-        if format[0] != SNAPSHOT_FORMAT_VERSION {
+        // Format 1 is format 2 without the trailing agent CA, which then defaults to none.
+        if format[0] != SNAPSHOT_FORMAT_VERSION && format[0] != SNAPSHOT_FORMAT_BEFORE_AGENT_CA {
             return Err(format!("unsupported store snapshot format {}", format[0]));
         }
         rmp_serde::from_read(input).map_err(|e| format!("corrupt store snapshot: {e}"))
@@ -234,7 +239,8 @@ impl Tables {
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {
-            Some((&SNAPSHOT_FORMAT_VERSION, rest)) => {
+            // Format 1 is format 2 without the trailing agent CA, which then defaults to none.
+            Some((&(SNAPSHOT_FORMAT_VERSION | SNAPSHOT_FORMAT_BEFORE_AGENT_CA), rest)) => {
                 rmp_serde::from_slice(rest).map_err(|e| format!("corrupt store snapshot: {e}"))
             }
             Some((v, _)) => Err(format!("unsupported store snapshot format {v}")),
@@ -243,8 +249,12 @@ impl Tables {
     }
 }
 
-/// First byte of a serialized [`Tables`]; bumped whenever the layout changes incompatibly.
-const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+/// First byte of a serialized [`Tables`]; bumped whenever the layout changes, so that an
+/// older server refuses a snapshot it would misread instead of dropping what it cannot see.
+/// 2: the agent CA (`Tables::agent_ca`) added at the end.
+const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+/// The format before the agent CA, still read.
+const SNAPSHOT_FORMAT_BEFORE_AGENT_CA: u8 = 1;
 
 #[cfg(test)]
 mod tests {
@@ -281,6 +291,39 @@ mod tests {
         assert!(Tables::from_snapshot_bytes(b"").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x09abc").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x01\xc1").is_err());
+        assert!(Tables::from_snapshot_bytes(b"\x03\x90").is_err());
+    }
+
+    #[test]
+    fn a_format_1_snapshot_still_loads_without_an_agent_ca() {
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        tables.apply(
+            3,
+            &Command::Kv(kv::KvOp::Set {
+                key: "a".into(),
+                value: Bytes::from_static(b"1"),
+                flags: 0,
+            }),
+            &mut changes,
+        );
+        // Format 2 is the fields as one msgpack array ending with the agent CA (nil here);
+        // format 1 is the same array one field shorter.
+        let current = tables.to_snapshot_bytes();
+        assert_eq!(current[0], 2);
+        let fields = current[1] & 0x0f;
+        assert_eq!(current[1], 0x90 | fields, "a fixarray of the fields");
+        assert_eq!(
+            *current.last().unwrap(),
+            0xc0,
+            "ends with the absent agent CA"
+        );
+        let mut old = vec![1u8, 0x90 | (fields - 1)];
+        old.extend_from_slice(&current[2..current.len() - 1]);
+        let restored = Tables::from_snapshot_bytes(&old).unwrap();
+        assert_eq!(restored.index, 3);
+        assert_eq!(restored.agent_ca, None);
+        assert_eq!(kv::get(&restored, "a").1.unwrap().value(), b"1");
     }
 
     #[test]

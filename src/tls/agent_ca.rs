@@ -6,7 +6,9 @@
 //! What a client agent may get signed is narrow, whatever its request says:
 //! - its identity is the SPIFFE ID Consul gives agents,
 //!   `spiffe://<trust domain>/agent/client/dc/<datacenter>/id/<node>`, and the request must
-//!   name exactly that one URI;
+//!   name exactly one URI with that path. The trust domain in the request is not checked: a
+//!   client asks before it can know it (it writes [`UNKNOWN_TRUST_DOMAIN`], as Consul's
+//!   client does), and the leaf always carries the CA's own;
 //! - DNS names and IP addresses come from the request (`localhost`, 127.0.0.1 and
 //!   `auto_encrypt { dns_san, ip_san }`), at most [`AGENT_SANS_MAX`] of them, and never the
 //!   server name `server.<datacenter>.<domain>` or anything under it: a certificate from this
@@ -33,6 +35,8 @@ pub const AGENT_CERT_TTL: Duration = Duration::hours(72);
 pub const ROOT_CERT_TTL: Duration = Duration::days(3650);
 /// Most DNS names and IP addresses one agent certificate may carry.
 pub const AGENT_SANS_MAX: usize = 66;
+/// The trust domain a client agent puts in its first request, before it knows the cluster's.
+pub const UNKNOWN_TRUST_DOMAIN: &str = "unknown.consul";
 /// Largest certificate request accepted, in bytes of PEM.
 pub const CSR_PEM_BYTES_MAX: usize = 16 * 1024;
 /// How far before "now" a certificate starts, so a peer whose clock is a little behind
@@ -203,9 +207,18 @@ impl AgentSigner for AgentCaRoot {
                 other => return refuse(format!("unsupported name in the request: {other:?}")),
             }
         }
-        if uris != [expected.clone()] {
+        let path = format!(
+            "/agent/client/dc/{}/id/{}",
+            request.datacenter, request.node
+        );
+        let names_the_agent = |uri: &str| {
+            uri.strip_prefix("spiffe://")
+                .and_then(|rest| rest.find('/').map(|slash| &rest[slash..]))
+                == Some(path.as_str())
+        };
+        if !matches!(uris.as_slice(), [uri] if names_the_agent(uri)) {
             return refuse(format!(
-                "the request must name exactly {expected}, it names {uris:?}"
+                "the request must name exactly one SPIFFE ID, spiffe://<trust domain>{path}; it names {uris:?}"
             ));
         }
         if sans.len() > AGENT_SANS_MAX {
@@ -370,12 +383,22 @@ mod tests {
         let (csr, _) = agent_csr(TRUST_DOMAIN, "dc1", "web-1", &[], &[]).unwrap();
         let error = root.sign_agent(&request(&csr, "web-2"), now).unwrap_err();
         assert!(
-            matches!(&error, SignError::Refused(why) if why.starts_with("the request must name exactly spiffe://11111111-2222-3333-4444-555555555555.consul/agent/client/dc/dc1/id/web-2")),
+            matches!(&error, SignError::Refused(why) if why.starts_with("the request must name exactly one SPIFFE ID, spiffe://<trust domain>/agent/client/dc/dc1/id/web-2; it names")),
             "{error}"
         );
-        // Another trust domain.
-        let (csr, _) = agent_csr("other.consul", "dc1", "web-1", &[], &[]).unwrap();
-        assert!(root.sign_agent(&request(&csr, "web-1"), now).is_err());
+        // The trust domain a client writes before it knows the cluster's is replaced by the
+        // CA's own.
+        let (csr, _) = agent_csr(UNKNOWN_TRUST_DOMAIN, "dc1", "web-1", &[], &[]).unwrap();
+        let signed = root.sign_agent(&request(&csr, "web-1"), now).unwrap();
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let leaf = der(&signed.certificate_pem);
+        let (_, parsed) = X509Certificate::from_der(&leaf).unwrap();
+        let names = format!(
+            "{:?}",
+            parsed.subject_alternative_name().unwrap().unwrap().value
+        );
+        assert!(names.contains(&agent_spiffe_id(TRUST_DOMAIN, "dc1", "web-1")));
+        assert!(!names.contains(UNKNOWN_TRUST_DOMAIN));
         // The servers' name, in any letter case or under it.
         for name in [
             "server.dc1.consul",
@@ -414,21 +437,7 @@ mod tests {
                 .to_vec();
         let last = body.len() - 1;
         body[last] ^= 0xff;
-        let tampered = pem_of("CERTIFICATE REQUEST", &body);
+        let tampered = super::super::generate::pem_encode("CERTIFICATE REQUEST", &body);
         assert!(root.sign_agent(&request(&tampered, "web-1"), now).is_err());
-    }
-
-    fn pem_of(label: &str, der: &[u8]) -> String {
-        use base64::Engine;
-        let text = base64::engine::general_purpose::STANDARD.encode(der);
-        let lines: Vec<&str> = text
-            .as_bytes()
-            .chunks(64)
-            .map(|c| std::str::from_utf8(c).unwrap())
-            .collect();
-        format!(
-            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
-            lines.join("\n")
-        )
     }
 }

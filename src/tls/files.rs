@@ -56,6 +56,21 @@ pub fn pem_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'s
     Ok(certificates)
 }
 
+/// Every certificate in PEM text (not from a file: auto-encrypt's answers, the replicated
+/// agent CA); text without one is an error.
+pub fn pem_slice_certificates(
+    pem: &[u8],
+    what: &str,
+) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certificates = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if certificates.is_empty() {
+        return Err(format!("{what}: no PEM certificate"));
+    }
+    Ok(certificates)
+}
+
 /// The first private key in a PEM file (PKCS#8, SEC1 or PKCS#1).
 pub fn pem_private_key(path: &Path, what: &str) -> Result<PrivateKeyDer<'static>, String> {
     let data = read_bounded(path, PEM_FILE_BYTES_MAX, what)?;

@@ -317,6 +317,19 @@ fn der_length(out: &mut Vec<u8>, length: usize) {
     }
 }
 
+/// DER bytes as PEM text under `label` (`CERTIFICATE`, …), 64 characters a line.
+pub fn pem_encode(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in text.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

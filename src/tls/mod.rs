@@ -28,6 +28,12 @@
 //!   a reload could skip a check the new CA would fail.
 //! - With `verify_server_hostname`, a server whose own certificate lacks the server name
 //!   refuses to start: its peers would refuse it as a server anyway.
+//!
+//! Auto-encrypt adds material that does not come from files ([`AutoMaterial`]): on servers,
+//! the agent CA's root, trusted beside the configured CA for `verify_incoming` (never for the
+//! server-role check); on client agents, the certificate the servers signed (used where no
+//! `cert_file` is configured) and the servers' CA (used where no `ca_file` is). Installing it
+//! rebuilds the configurations exactly as a reload does, under the same lock.
 
 pub mod agent_ca;
 pub mod files;
@@ -39,12 +45,13 @@ use crate::config::tls::{CipherSuite, ProtocolTls, TlsConfig, TlsVersion};
 use crate::proto::rpc_select::ListenerPolicy;
 use arc_swap::ArcSwap;
 use files::{crypto_provider, load_ca_certificates, pem_certificates, pem_private_key, root_store};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The protocols TLS is configured for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +109,8 @@ struct Side {
     client: Option<Arc<ClientConfig>>,
     /// The manually configured CA, for the server-role check.
     roots: Option<Arc<RootCertStore>>,
+    /// The same CA's certificates, to hand to auto-encrypt clients.
+    ca_certificates: Vec<CertificateDer<'static>>,
 }
 
 /// Every configuration built from the files at one moment.
@@ -129,19 +138,44 @@ impl Loaded {
     }
 }
 
+/// What auto-encrypt provides beside the files.
+#[derive(Debug, Default)]
+pub struct AutoMaterial {
+    /// Servers: the agent CA's roots, trusted for incoming certificates.
+    pub trusted_roots: Vec<CertificateDer<'static>>,
+    /// Client agents: the certificate chain the servers signed, and its key.
+    pub certificate: Option<KeyPair>,
+    /// Client agents: the CA the servers' own certificates chain to (Consul's
+    /// `ManualCARoots`), used where no CA is configured.
+    pub server_roots: Vec<CertificateDer<'static>>,
+}
+
+impl AutoMaterial {
+    fn key_pair(&self) -> Option<KeyPair> {
+        self.certificate
+            .as_ref()
+            .map(|(chain, key)| (chain.clone(), key.clone_key()))
+    }
+}
+
 /// The agent's TLS state: the current [`Loaded`] configurations, replaced whole on reload.
 pub struct TlsConfigurator {
     identity: Identity,
     current: ArcSwap<Loaded>,
+    /// Held while configurations are built and swapped in, so reloads and auto-encrypt
+    /// updates never interleave.
+    auto: Mutex<AutoMaterial>,
 }
 
 impl TlsConfigurator {
     /// Reads every certificate, key and CA the settings name and builds the configurations.
     pub fn new(config: &TlsConfig, identity: Identity) -> Result<TlsConfigurator, String> {
-        let loaded = load(config, &identity, 1)?;
+        let auto = AutoMaterial::default();
+        let loaded = load(config, &identity, 1, &auto)?;
         Ok(TlsConfigurator {
             identity,
             current: ArcSwap::from_pointee(loaded),
+            auto: Mutex::new(auto),
         })
     }
 
@@ -149,13 +183,96 @@ impl TlsConfigurator {
     /// new configurations in; on any error the current ones stay and the error says why.
     /// Returns the new generation.
     pub fn reload(&self, config: &TlsConfig) -> Result<u64, String> {
+        let auto = self
+            .auto
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.rebuild(config, &auto)
+    }
+
+    /// Builds and swaps in the configurations of `config` and `auto`; the caller holds the
+    /// `auto` lock, which serializes every swap.
+    fn rebuild(&self, config: &TlsConfig, auto: &AutoMaterial) -> Result<u64, String> {
         let generation = self.current.load().generation + 1;
-        let loaded = load(config, &self.identity, generation)?;
+        let loaded = load(config, &self.identity, generation, auto)?;
         let previous = self.current.swap(Arc::new(loaded));
-        // Reloads are serialized by their caller (one reload command at a time); two at once
-        // would still leave one complete set in place.
         debug_assert!(previous.generation < generation);
         Ok(generation)
+    }
+
+    /// Servers: trusts the agent CA's root (PEM) for incoming certificates from now on.
+    /// Returns whether anything changed (the same root again changes nothing).
+    pub fn trust_agent_ca(&self, root_pem: &str) -> Result<bool, String> {
+        let roots = files::pem_slice_certificates(root_pem.as_bytes(), "agent CA root")?;
+        let mut auto = self
+            .auto
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if auto.trusted_roots == roots {
+            return Ok(false);
+        }
+        let previous = std::mem::replace(&mut auto.trusted_roots, roots);
+        let config = self.current.load().config.clone();
+        if let Err(e) = self.rebuild(&config, &auto) {
+            auto.trusted_roots = previous;
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Client agents: uses a certificate the servers signed (PEM chain and key) and, where no
+    /// CA is configured, the servers' CA; the next handshake presents it. Returns the new
+    /// generation; on error nothing changed.
+    pub fn install_auto_certificate(
+        &self,
+        certificate_pem: &str,
+        key_pem: &str,
+        server_roots_pem: &[String],
+    ) -> Result<u64, String> {
+        let chain = files::pem_slice_certificates(certificate_pem.as_bytes(), "certificate")?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+            .map_err(|e| format!("auto-encrypt key: {e}"))?;
+        let mut server_roots = Vec::new();
+        for pem in server_roots_pem {
+            server_roots.extend(files::pem_slice_certificates(pem.as_bytes(), "server CA")?);
+        }
+        let mut auto = self
+            .auto
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let previous = (
+            auto.certificate.replace((chain, key)),
+            std::mem::replace(&mut auto.server_roots, server_roots),
+        );
+        let config = self.current.load().config.clone();
+        match self.rebuild(&config, &auto) {
+            Ok(generation) => Ok(generation),
+            Err(e) => {
+                (auto.certificate, auto.server_roots) = previous;
+                Err(e)
+            }
+        }
+    }
+
+    /// The configured internal-RPC CA as PEM texts: what auto-encrypt clients verify servers
+    /// with (Consul's `ManualCARoots`).
+    pub fn internal_rpc_ca_pem(&self) -> Vec<String> {
+        self.current
+            .load()
+            .internal_rpc
+            .ca_certificates
+            .iter()
+            .map(|der| generate::pem_encode("CERTIFICATE", der))
+            .collect()
+    }
+
+    /// Whether auto-encrypt has given this client agent a certificate.
+    pub fn has_auto_certificate(&self) -> bool {
+        let auto = self
+            .auto
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        auto.certificate.is_some()
     }
 
     /// Reads the files again under the current settings.
@@ -264,11 +381,16 @@ pub fn handshake_failure_line(
     )
 }
 
-fn load(config: &TlsConfig, identity: &Identity, generation: u64) -> Result<Loaded, String> {
+fn load(
+    config: &TlsConfig,
+    identity: &Identity,
+    generation: u64,
+    auto: &AutoMaterial,
+) -> Result<Loaded, String> {
     assert!(generation >= 1);
     let mut warnings = Vec::new();
     let mut side = |protocol: Protocol, settings: &ProtocolTls| -> Result<Side, String> {
-        load_side(protocol, settings, config, identity, &mut warnings)
+        load_side(protocol, settings, config, identity, auto, &mut warnings)
             .map_err(|e| format!("tls.{}: {e}", protocol.name()))
     };
     let internal_rpc = side(Protocol::InternalRpc, &config.internal_rpc)?;
@@ -304,13 +426,38 @@ fn load_side(
     settings: &ProtocolTls,
     config: &TlsConfig,
     identity: &Identity,
+    auto: &AutoMaterial,
     warnings: &mut Vec<String>,
 ) -> Result<Side, String> {
-    let roots = match load_ca_certificates(&settings.ca)? {
-        Some(certificates) => Some(Arc::new(root_store(&certificates)?)),
+    let configured_ca = load_ca_certificates(&settings.ca)?;
+    let roots = match &configured_ca {
+        Some(certificates) => Some(Arc::new(root_store(certificates)?)),
         None => None,
     };
-    let key_pair = certified_key(settings)?;
+    // Auto-encrypt's material serves the two protocols a client agent talks to servers and
+    // users with, where the files leave a gap.
+    let auto_applies = protocol != Protocol::Grpc;
+    let key_pair = match certified_key(settings)? {
+        Some(pair) => Some(pair),
+        None if auto_applies => auto.key_pair(),
+        None => None,
+    };
+    // What certificates are checked against: the configured CA, else the servers' CA that
+    // auto-encrypt brought; for incoming certificates, the agent CA's roots too.
+    let dialing_roots = match &roots {
+        Some(roots) => Some(roots.clone()),
+        None if auto_applies && !auto.server_roots.is_empty() => {
+            Some(Arc::new(root_store(&auto.server_roots)?))
+        }
+        None => None,
+    };
+    let incoming_roots = if auto_applies && !auto.trusted_roots.is_empty() {
+        let mut all = configured_ca.clone().unwrap_or_default();
+        all.extend(auto.trusted_roots.iter().cloned());
+        Some(Arc::new(root_store(&all)?))
+    } else {
+        dialing_roots.clone()
+    };
     if let Some((chain, _)) = &key_pair {
         // gRPC is never served (no listener), so its copy of a certificate is not warned about.
         if protocol != Protocol::Grpc {
@@ -330,14 +477,14 @@ fn load_side(
         let key_pair = key_pair
             .as_ref()
             .map(|(chain, key)| (chain.clone(), key.clone_key()));
-        rpc_client_config(settings, key_pair, roots.clone(), config.auto_tls())?
+        rpc_client_config(settings, key_pair, dialing_roots, config.auto_tls())?
     } else {
         None
     };
     let server = match key_pair {
         Some((chain, key)) => {
             let verifying_roots = settings.verify_incoming.then(|| {
-                roots
+                incoming_roots
                     .clone()
                     .expect("verify_incoming was validated to come with a CA")
             });
@@ -355,10 +502,12 @@ fn load_side(
         server,
         client,
         roots,
+        ca_certificates: configured_ca.unwrap_or_default(),
     })
 }
 
-type KeyPair = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+/// A certificate chain and its private key.
+pub type KeyPair = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
 
 fn certified_key(settings: &ProtocolTls) -> Result<Option<KeyPair>, String> {
     let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) else {

@@ -785,3 +785,79 @@ fn missing_files_and_mismatched_keys_fail_at_load_with_the_block_name() {
         crate::proto::rpc_select::ListenerPolicy::default()
     );
 }
+
+#[test]
+fn an_agent_ca_root_is_trusted_for_incoming_certificates_once_installed_and_never_as_a_server() {
+    use super::agent_ca::{agent_csr, generate_root, AgentSignRequest, AgentSigner};
+    let pki = Pki::new("agent-ca-trust");
+    let mut https = pki.protocol("server", "ca");
+    https.verify_incoming = true;
+    let tls = TlsConfigurator::new(&https_only(https), identity(true)).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let root = generate_root("11111111-2222-3333-4444-555555555555.consul", now).unwrap();
+    let (csr, key_pem) =
+        agent_csr(agent_ca::UNKNOWN_TRUST_DOMAIN, "dc1", "web-1", &[], &[]).unwrap();
+    let signed = root
+        .sign_agent(
+            &AgentSignRequest {
+                csr_pem: &csr,
+                node: "web-1",
+                datacenter: "dc1",
+                domain: "consul",
+            },
+            now,
+        )
+        .unwrap();
+    let leaf = files::pem_slice_certificates(signed.certificate_pem.as_bytes(), "leaf").unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let client = Arc::new(
+        ClientConfig::builder_with_provider(crypto_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(pki.roots("ca"))
+            .with_client_auth_cert(leaf.clone(), key)
+            .unwrap(),
+    );
+    let before = tls.server_config(Protocol::Https).unwrap();
+    assert!(tls.trust_agent_ca(&root.certificate_pem).unwrap());
+    assert!(!tls.trust_agent_ca(&root.certificate_pem).unwrap());
+    let after = tls.server_config(Protocol::Https).unwrap();
+    run(async move {
+        // A configuration built before the root was trusted refuses the agent's certificate.
+        let (accepted, _) = handshake_pair(before, client.clone(), localhost()).await;
+        assert!(accepted.is_err());
+        let (accepted, connected) = handshake_pair(after, client, localhost()).await;
+        assert_eq!(accepted.unwrap().peer_certificates().unwrap(), leaf);
+        connected.unwrap();
+    });
+    assert!(tls.trust_agent_ca("not a certificate").is_err());
+}
+
+#[test]
+fn an_auto_encrypt_certificate_is_presented_when_no_file_is_configured() {
+    let pki = Pki::new("auto-cert");
+    // A client agent: auto-encrypt on, no certificate, no CA of its own.
+    let mut config = TlsConfig::default();
+    config.auto_encrypt.tls = true;
+    let tls = TlsConfigurator::new(&config, identity(false)).unwrap();
+    assert!(!tls.has_auto_certificate());
+    let (first, _) = tls.rpc_client().unwrap();
+    assert!(!first.client_auth_cert_resolver.has_certs());
+    let read = |name: &str| std::fs::read_to_string(pki.path(name)).unwrap();
+    let generation = tls
+        .install_auto_certificate(
+            &read("client.pem"),
+            &read("client-key.pem"),
+            &[read("ca.pem")],
+        )
+        .unwrap();
+    assert_eq!(generation, 2);
+    assert!(tls.has_auto_certificate());
+    let (dialer, _) = tls.rpc_client().unwrap();
+    assert!(dialer.client_auth_cert_resolver.has_certs());
+    // A key that is not PEM changes nothing.
+    assert!(tls
+        .install_auto_certificate(&read("client.pem"), "nope", &[])
+        .is_err());
+    assert_eq!(tls.current().generation, 2);
+}

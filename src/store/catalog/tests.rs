@@ -691,11 +691,14 @@ const SNAPSHOT_WRITTEN_BEFORE: &[u8] = include_bytes!("testdata/snapshot-format-
 /// 1, ACL tables as a trailing field): before stored coordinates, the newer check fields,
 /// the autopilot configuration and the prepared-query table existed.
 const SNAPSHOT_WRITTEN_WITH_ACL: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
-/// `snapshot_fixture_tables()` plus one prepared query, as today's code writes it: format 1
-/// with every later addition (stored coordinates, check fields, autopilot, prepared
-/// queries) a defaulted trailing field, which older snapshots restore without
-/// (`#[serde(default)]`).
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-queries.bin");
+/// `snapshot_fixture_tables()` plus one prepared query, as written before the agent CA:
+/// format 1 with every addition after the ACL tables (stored coordinates, check fields,
+/// autopilot, prepared queries) a defaulted trailing field, which older snapshots restore
+/// without (`#[serde(default)]`).
+const SNAPSHOT_WRITTEN_WITH_QUERIES: &[u8] =
+    include_bytes!("testdata/snapshot-format-1-queries.bin");
+/// The same state as today's code writes it: format 2, the agent CA (none here) appended.
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-2.bin");
 
 /// The fixture's catalog with a prepared query written after it.
 fn snapshot_fixture_tables_with_query() -> Tables {
@@ -742,7 +745,7 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-1-queries.bin"
+                "/src/store/catalog/testdata/snapshot-format-2.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -757,6 +760,10 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
     now.queries.check_invariants();
     assert_eq!(now.queries.len(), 1);
     assert_eq!(now.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
+    // Format 1 with the prepared query restores to the same state, the agent CA absent.
+    let with_queries = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_WITH_QUERIES).unwrap();
+    assert_eq!(with_queries.agent_ca, None);
+    assert_eq!(with_queries.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
     // Both older formats restore to the catalog alone, with no prepared query.
     let catalog_only = snapshot_fixture_tables().to_snapshot_bytes();
     let with_acl = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_WITH_ACL).unwrap();
