@@ -461,6 +461,26 @@ def acls(driver):
     assert 'key_prefix "ui/"' in made["Rules"], made
     shot(driver, "acl-policy")
 
+    # A role linking the read-only policy, and a token holding that role, both made here.
+    driver.get(ACL_BASE + "/ui/dc1/acls/roles/create")
+    wait(driver, lambda d: css(d, '#acl-policies input[value="read-only"]'), "the policies to choose from")
+    driver.find_element(By.ID, "acl-name").send_keys("viewer")
+    css(driver, '#acl-policies input[value="read-only"]')[0].click()
+    driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
+    wait(driver, lambda d: any("Created the role viewer" in t for t in alert_texts(d, "success")), "the created role")
+    status, role = api("GET", "/v1/acl/role/name/viewer", base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200 and [p["Name"] for p in role["Policies"]] == ["read-only"], (status, role)
+    driver.get(ACL_BASE + "/ui/dc1/acls/tokens/create")
+    wait(driver, lambda d: css(d, '#acl-roles input[value="viewer"]'), "the roles to choose from")
+    driver.find_element(By.ID, "acl-description").send_keys("made with a role")
+    css(driver, '#acl-roles input[value="viewer"]')[0].click()
+    driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
+    wait(driver, lambda d: css(d, "#acl-secret"), "the new token's page")
+    secret = driver.execute_script("return document.getElementById('acl-secret').textContent")
+    status, made = api("GET", "/v1/acl/token/self", base=ACL_BASE, token=secret)
+    assert status == 200 and [r["Name"] for r in made["Roles"]] == ["viewer"], (status, made)
+    assert made["Description"] == "made with a role", made
+
 
 def nodes_and_phone(driver):
     driver.get(BASE + "/ui/dc1/nodes")
