@@ -7,8 +7,14 @@
 //! badge, colour); a hidden tab makes no request and catches up when shown again; a key
 //! created in the UI reads back through the API; a concurrent change is warned about and
 //! never overwritten; the agent's 413 text is shown verbatim; a lock session is
-//! invalidated; the first load transfers at most 150 KB and 1,000 services render in at
-//! most 300 ms (both measured with the Performance API and printed).
+//! invalidated; intentions say they are not available on an agent without the mesh (or are
+//! made and switched when it has one); the datacenter switcher shows a WAN-joined dc2's
+//! catalog; with ACLs on (default deny) a bad token is refused at login in the agent's
+//! words, a read-only token's denied write shows the agent's 403 text, the token stays in
+//! sessionStorage only, and a management token lists and edits tokens and makes a policy,
+//! a role linking a policy and a token holding the role; the first
+//! load transfers at most 150 KB and 1,000 services render in at most 300 ms (both
+//! measured with the Performance API and printed).
 //!
 //! Screenshots go to a temporary directory, or to `$UI_SCREENSHOTS` when set (that is how
 //! the ones in docs/ui/ were taken: `UI_SCREENSHOTS=docs/ui cargo test --test ui_browser`).
@@ -20,12 +26,22 @@ use std::fs::File;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The script bounds itself to 150 s; this is the backstop if it hangs anyway.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(240);
+/// The script bounds itself to 210 s; this is the backstop if it hangs anyway.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The initial management token of the agent with ACLs.
+const MANAGEMENT: &str = "5ec7e7a1-0000-4000-8000-00000000a11d";
 
 #[test]
 fn the_ui_in_a_real_browser() {
     let agent = Agent::dev(&["-hcl", "kv_max_value_size = 64"]);
+    // dc2 joins dc1's WAN pool (a -dev agent's is on port 8302 of its bind address).
+    let join_wan = format!("retry_join_wan = [\"{}:8302\"]", agent.ip);
+    let dc2 = Agent::dev(&["-datacenter", "dc2", "-hcl", &join_wan]);
+    let acl = format!(
+        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+    );
+    let secured = Agent::dev(&["-hcl", &acl]);
     let temp = TempDir::new("ui-screenshots");
     let shots = std::env::var("UI_SCREENSHOTS")
         .map(std::path::PathBuf::from)
@@ -39,6 +55,9 @@ fn the_ui_in_a_real_browser() {
         .arg(agent.ip.to_string())
         .arg(agent.http_port.to_string())
         .arg(&shots)
+        .args([dc2.ip.to_string(), dc2.http_port.to_string()])
+        .args([secured.ip.to_string(), secured.http_port.to_string()])
+        .arg(MANAGEMENT)
         .stdout(Stdio::from(File::create(&stdout_path).unwrap()))
         .stderr(Stdio::from(File::create(&stderr_path).unwrap()))
         .spawn()
@@ -60,15 +79,22 @@ fn the_ui_in_a_real_browser() {
     println!("{stdout}");
     assert!(
         status.success() && stdout.trim_end().ends_with("ok"),
-        "ui_browser.py failed ({status}); screenshots in {}\nstdout:\n{stdout}\nstderr:\n{stderr}\nagent log:\n{}",
+        "ui_browser.py failed ({status}); screenshots in {}\nstdout:\n{stdout}\nstderr:\n{stderr}\nagent log:\n{}\ndc2 log:\n{}\nACL agent log:\n{}",
         shots.display(),
-        agent.log()
+        agent.log(),
+        dc2.log(),
+        secured.log()
     );
     for shot in [
         "services",
         "service-instances",
         "kv-editor",
         "kv-error",
+        "datacenters",
+        "login-refused",
+        "acl-denied",
+        "acl-tokens",
+        "acl-policy",
         "phone-services",
     ] {
         assert!(

@@ -1,8 +1,10 @@
 """The web UI in a real headless Chromium, driven by Selenium, against a real agent.
 
-Usage: ui_browser.py IP PORT SCREENSHOT_DIR
+Usage: ui_browser.py IP PORT SCREENSHOT_DIR DC2_IP DC2_PORT ACL_IP ACL_PORT ACL_MANAGEMENT_TOKEN
 
-The agent runs with kv_max_value_size = 64 so that an oversized value is easy to send. Every
+The first agent (dc1) runs with kv_max_value_size = 64 so that an oversized value is easy to
+send; the second is datacenter dc2, joined to dc1 over the WAN (the datacenter switcher);
+the third has ACLs enabled with default deny and the given initial management token. Every
 wait is bounded; the whole run is bounded by RUN_SECONDS_MAX (SIGALRM), and the browser is
 always shut down. Measurements are printed as `measure <name> <value>` lines.
 """
@@ -23,7 +25,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-RUN_SECONDS_MAX = 150
+RUN_SECONDS_MAX = 210
 WAIT_SECONDS = 10
 LIVE_UPDATE_SECONDS_MAX = 2.0
 FIRST_LOAD_BYTES_MAX = 150 * 1024
@@ -33,11 +35,23 @@ TXN_OPS_MAX = 64
 
 IP, PORT, SHOTS = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 BASE = f"http://{IP}:{PORT}"
+DC2_BASE = f"http://{sys.argv[4]}:{int(sys.argv[5])}"
+ACL_BASE = f"http://{sys.argv[6]}:{int(sys.argv[7])}"
+MANAGEMENT = sys.argv[8]
+DC2_JOIN_SECONDS_MAX = 30
+ACL_READY_SECONDS_MAX = 20
+READ_ONLY_RULES = """
+service_prefix "" { policy = "read" }
+node_prefix "" { policy = "read" }
+key_prefix "" { policy = "read" }
+"""
 
 
-def api(method, path, body=None, raw=False):
+def api(method, path, body=None, raw=False, base=BASE, token=None):
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    request = urllib.request.Request(BASE + path, data=data, method=method)
+    request = urllib.request.Request(base + path, data=data, method=method)
+    if token:
+        request.add_header("X-Consul-Token", token)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             payload = response.read()
@@ -46,8 +60,8 @@ def api(method, path, body=None, raw=False):
         return error.code, error.read().decode()
 
 
-def register(node, service, status="passing", output="", tags=()):
-    status_code, _ = api("PUT", "/v1/catalog/register", {
+def register(node, service, status="passing", output="", tags=(), base=BASE, token=None):
+    status_code, _ = api("PUT", "/v1/catalog/register", base=base, token=token, body={
         "Node": node,
         "Address": "10.1.0.1",
         "Service": {"Service": service, "ID": f"{service}-1", "Port": 8080, "Tags": list(tags)},
@@ -278,6 +292,196 @@ def sessions(driver):
     assert status == 200 and not info, info
 
 
+def intentions(driver):
+    """Without the service mesh the agent answers 404: the view says so, once, and makes no
+    further request. With it, an intention made in the UI reads back through the API."""
+    served, _ = api("GET", "/v1/connect/intentions")
+    driver.get(BASE + "/ui/dc1/intentions")
+    if served == 404:
+        wait(driver, lambda d: css(d, "#intentions-unavailable"), "the intentions-unavailable note")
+        text = css(driver, "#intentions-unavailable")[0].text
+        assert "not available" in text, text
+        driver.execute_script("""
+            window.__fetches = 0;
+            const original = window.fetch;
+            window.fetch = (...args) => { window.__fetches += 1; return original(...args); };
+        """)
+        time.sleep(1.0)
+        assert driver.execute_script("return window.__fetches") == 0, "the 404 was asked again"
+        shot(driver, "intentions-unavailable")
+        return
+    assert served == 200, served
+    driver.get(BASE + "/ui/dc1/intentions/create")
+    wait(driver, lambda d: css(d, "#intention-source"), "the intention form")
+    driver.find_element(By.ID, "intention-source").send_keys("web")
+    driver.find_element(By.ID, "intention-destination").send_keys("db")
+    driver.find_element(By.CSS_SELECTOR, 'input[name="intention-action"][value="deny"]').click()
+    driver.find_element(By.CSS_SELECTOR, "#intention-form button[type=submit]").click()
+    wait(driver, lambda d: css(d, 'tr[data-intention="web>db"][data-action="deny"]'), "the new intention listed")
+    status, ixn = api("GET", "/v1/connect/intentions/exact?source=web&destination=db")
+    assert status == 200 and ixn["Action"] == "deny", (status, ixn)
+    row = css(driver, 'tr[data-intention="web>db"]')[0]
+    row.find_element(By.XPATH, ".//button[text()='Set allow']").click()
+    wait(driver, lambda d: css(d, 'tr[data-intention="web>db"][data-action="allow"]'), "the intention to allow")
+    assert api("GET", "/v1/connect/intentions/exact?source=web&destination=db")[1]["Action"] == "allow"
+    shot(driver, "intentions")
+
+
+def config_entries(driver):
+    """Read-only config entries: a 404 agent gets the note; a mesh agent lists one written
+    through the API, live, and shows it."""
+    served, _ = api("GET", "/v1/config/service-defaults")
+    driver.get(BASE + "/ui/dc1/config")
+    wait(driver, lambda d: d.current_url == BASE + "/ui/dc1/config/service-defaults", "the first kind")
+    if served == 404:
+        wait(driver, lambda d: css(d, "#config-unavailable"), "the config-unavailable note")
+        return
+    assert served == 200, served
+    status, _ = api("PUT", "/v1/config", {"Kind": "service-defaults", "Name": "ui-web", "Protocol": "http"})
+    assert status == 200, status
+    wait(driver, lambda d: css(d, 'tr[data-entry="ui-web"]'), "the entry listed live")
+    css(driver, 'tr[data-entry="ui-web"] a')[0].click()
+    wait(driver, lambda d: '"Protocol": "http"' in d.find_element(By.ID, "config-entry").text, "the entry shown")
+
+
+def datacenter_switcher(driver):
+    """dc2 joined over the WAN: the header offers it, and the same view shows dc2's catalog."""
+    register("dc2-node", "only-in-dc2", base=DC2_BASE)
+    deadline = time.monotonic() + DC2_JOIN_SECONDS_MAX
+    while api("GET", "/v1/catalog/datacenters")[1] != ["dc1", "dc2"]:
+        assert time.monotonic() < deadline, api("GET", "/v1/catalog/datacenters")
+        time.sleep(0.2)
+    driver.get(BASE + "/ui/dc1/services")
+    wait(driver, lambda d: css(d, '#dc-select option[value="dc2"]'), "dc2 in the datacenter menu")
+    select = driver.find_element(By.ID, "dc-select")
+    assert select.get_attribute("value") == "dc1"
+    select.find_element(By.CSS_SELECTOR, 'option[value="dc2"]').click()
+    wait(driver, lambda d: d.current_url == BASE + "/ui/dc2/services", "the dc2 URL")
+    wait(driver, lambda d: css(d, 'tr[data-service="only-in-dc2"]'), "dc2's service")
+    assert not css(driver, 'tr[data-service="alpha"]'), "dc1's services are not shown for dc2"
+    shot(driver, "datacenters")
+
+
+def acls(driver):
+    """ACLs on, default deny: log in (a bad token is refused with the agent's words), a
+    read-only token sees the catalog and is refused a write with the agent's 403 text, and
+    a management token lists the tokens and makes a policy that reads back through the API."""
+    deadline = time.monotonic() + ACL_READY_SECONDS_MAX
+    while api("GET", "/v1/acl/token/self", base=ACL_BASE, token=MANAGEMENT)[0] != 200:
+        assert time.monotonic() < deadline, "the management token never resolved"
+        time.sleep(0.1)
+    status, policy = api("PUT", "/v1/acl/policy", {"Name": "read-only", "Rules": READ_ONLY_RULES},
+                         base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200, policy
+    status, created = api("PUT", "/v1/acl/token", {"Description": "read-only viewer", "Policies": [{"ID": policy["ID"]}]},
+                          base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200, created
+    read_only, accessor = created["SecretID"], created["AccessorID"]
+    register("acl-node", "acl-web", base=ACL_BASE, token=MANAGEMENT)
+
+    # Anonymous (default deny): the catalog is filtered to nothing, and the header offers a login.
+    driver.get(ACL_BASE + "/ui/")
+    wait(driver, lambda d: css(d, "#login-link"), "the Log in link")
+    assert not css(driver, 'tr[data-service="acl-web"]')
+    css(driver, "#login-link")[0].click()
+    wait(driver, lambda d: css(d, "#login-token"), "the login form")
+    field = driver.find_element(By.ID, "login-token")
+    assert field.get_attribute("type") == "password"
+    field.send_keys("00000000-0000-0000-0000-00000000dead")
+    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    status, refused = api("GET", "/v1/acl/token/self", base=ACL_BASE, token="00000000-0000-0000-0000-00000000dead")
+    assert status == 403, (status, refused)
+    wait(driver, lambda d: css(d, "#alerts .alert.error .alert-text"), "the refused login")
+    text = css(driver, "#alerts .alert.error .alert-text")[0].text
+    assert text == refused.strip(), (text, refused)
+    shot(driver, "login-refused")
+
+    field = driver.find_element(By.ID, "login-token")
+    field.clear()
+    field.send_keys(read_only)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    wait(driver, lambda d: css(d, 'tr[data-service="acl-web"]'), "acl-web once logged in")
+    assert driver.current_url == ACL_BASE + "/ui/dc1/services", driver.current_url
+    assert css(driver, "#logout"), "the header offers to log out"
+    stored = driver.execute_script(
+        "return [sessionStorage.getItem('praetor-ui/token'), localStorage.length, document.cookie];")
+    assert stored == [read_only, 0, ""], stored
+
+    # A write the token may not make: the agent's 403 text, verbatim, and an offer to log in.
+    status, denied = api("PUT", "/v1/kv/acl-test/denied?cas=0&flags=0", b"no", base=ACL_BASE, token=read_only)
+    assert status == 403, (status, denied)
+    driver.get(ACL_BASE + "/ui/dc1/kv/acl-test/create")
+    wait(driver, lambda d: css(d, "#kv-key"), "the new key form")
+    driver.find_element(By.ID, "kv-key").send_keys("denied")
+    driver.find_element(By.ID, "kv-value").send_keys("no")
+    driver.find_element(By.CSS_SELECTOR, "form.editor button[type=submit]").click()
+    wait(driver, lambda d: css(d, "#alerts .alert.error .alert-text"), "the ACL error")
+    alert = css(driver, "#alerts .alert.error")[0]
+    assert "Error 403" in alert.find_element(By.CSS_SELECTOR, ".alert-title").text
+    text = alert.find_element(By.CSS_SELECTOR, ".alert-text").text
+    assert text == denied.strip(), (text, denied)
+    assert "Permission denied" in text, text
+    assert [b.text for b in alert.find_elements(By.CSS_SELECTOR, ".alert-actions button")] == ["Log in with another token"]
+    assert api("GET", "/v1/kv/acl-test/denied", base=ACL_BASE, token=MANAGEMENT)[0] == 404
+    shot(driver, "acl-denied")
+
+    # Log out, and in with the management token: the tokens list, and a policy made here.
+    driver.find_element(By.ID, "logout").click()
+    wait(driver, lambda d: css(d, "#login-link"), "the Log in link after logging out")
+    assert driver.execute_script("return sessionStorage.getItem('praetor-ui/token')") is None
+    css(driver, "#login-link")[0].click()
+    wait(driver, lambda d: css(d, "#login-token"), "the login form")
+    driver.find_element(By.ID, "login-token").send_keys(MANAGEMENT)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
+    wait(driver, lambda d: css(d, "#logout"), "logged in as management")
+    driver.find_element(By.LINK_TEXT, "Access controls").click()
+    wait(driver, lambda d: css(d, f'#acl-table tr[data-id="{accessor}"]'), "the read-only token listed")
+    shot(driver, "acl-tokens")
+    # Edit the token: its description changes, its policy link and secret stay.
+    css(driver, f'#acl-table tr[data-id="{accessor}"] a')[0].click()
+    wait(driver, lambda d: css(d, '#acl-policies input[value="read-only"]:checked'), "the token's policy ticked")
+    description = driver.find_element(By.ID, "acl-description")
+    description.clear()
+    description.send_keys("read-only viewer, renamed")
+    driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
+    wait(driver, lambda d: any("Saved the token" in t for t in alert_texts(d, "success")), "the saved token")
+    status, token = api("GET", f"/v1/acl/token/{accessor}", base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200 and token["Description"] == "read-only viewer, renamed", (status, token)
+    assert [p["Name"] for p in token["Policies"]] == ["read-only"] and token["SecretID"] == read_only, token
+    assert api("GET", "/v1/acl/token/self", base=ACL_BASE, token=read_only)[0] == 200
+    driver.get(ACL_BASE + "/ui/dc1/acls/policies/create")
+    wait(driver, lambda d: css(d, "#acl-name"), "the policy form")
+    driver.find_element(By.ID, "acl-name").send_keys("ui-made")
+    driver.find_element(By.ID, "acl-description").send_keys("made in the browser")
+    driver.find_element(By.ID, "acl-rules").send_keys('key_prefix "ui/" { policy = "write" }')
+    driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
+    wait(driver, lambda d: any("Created the policy ui-made" in t for t in alert_texts(d, "success")), "the created policy")
+    status, made = api("GET", "/v1/acl/policy/name/ui-made", base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200 and made["Description"] == "made in the browser", (status, made)
+    assert 'key_prefix "ui/"' in made["Rules"], made
+    shot(driver, "acl-policy")
+
+    # A role linking the read-only policy, and a token holding that role, both made here.
+    driver.get(ACL_BASE + "/ui/dc1/acls/roles/create")
+    wait(driver, lambda d: css(d, '#acl-policies input[value="read-only"]'), "the policies to choose from")
+    driver.find_element(By.ID, "acl-name").send_keys("viewer")
+    css(driver, '#acl-policies input[value="read-only"]')[0].click()
+    driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
+    wait(driver, lambda d: any("Created the role viewer" in t for t in alert_texts(d, "success")), "the created role")
+    status, role = api("GET", "/v1/acl/role/name/viewer", base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200 and [p["Name"] for p in role["Policies"]] == ["read-only"], (status, role)
+    driver.get(ACL_BASE + "/ui/dc1/acls/tokens/create")
+    wait(driver, lambda d: css(d, '#acl-roles input[value="viewer"]'), "the roles to choose from")
+    driver.find_element(By.ID, "acl-description").send_keys("made with a role")
+    css(driver, '#acl-roles input[value="viewer"]')[0].click()
+    driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
+    wait(driver, lambda d: css(d, "#acl-secret"), "the new token's page")
+    secret = driver.execute_script("return document.getElementById('acl-secret').textContent")
+    status, made = api("GET", "/v1/acl/token/self", base=ACL_BASE, token=secret)
+    assert status == 200 and [r["Name"] for r in made["Roles"]] == ["viewer"], (status, made)
+    assert made["Description"] == "made with a role", made
+
+
 def nodes_and_phone(driver):
     driver.get(BASE + "/ui/dc1/nodes")
     wait(driver, lambda d: css(d, 'tr[data-node="ui-node"]'), "ui-node in the nodes table")
@@ -346,6 +550,10 @@ def main():
         kv_create_and_cas(driver)
         kv_error_shown_verbatim(driver)
         sessions(driver)
+        intentions(driver)
+        config_entries(driver)
+        datacenter_switcher(driver)
+        acls(driver)
         nodes_and_phone(driver)
         keyboard(driver)
         render_1000(driver)

@@ -6,6 +6,12 @@
 import { h } from './dom.js';
 
 const keyed = new Map();
+let forbiddenAction = null;
+
+/** An action offered with every 403 (the app sets "log in" when ACLs are enabled). */
+export function setForbiddenAction(action) {
+  forbiddenAction = action;
+}
 
 function region() {
   return document.getElementById('alerts');
@@ -63,6 +69,7 @@ export function error(failure, { key, title } = {}) {
     key,
     title: title ? `${title} — ${status}` : status,
     text: failure && failure.message ? failure.message : String(failure),
+    actions: failure && failure.status === 403 && forbiddenAction ? [forbiddenAction] : [],
   });
 }
 

@@ -23,14 +23,14 @@ export const keyPath = (key) => key.split('/').map(encodeURIComponent).join('/')
 /**
  * One request. Resolves to {status, index, data}: `index` is X-Consul-Index (0 when
  * absent), `data` the parsed JSON (or text). A 404 resolves with data null when
- * `allowNotFound` is set; every other failure rejects with an ApiError.
+ * `allowNotFound` is set; every other failure rejects with an ApiError. `secret` is the
+ * token to send (the tab's by default; the login view tries one before keeping it).
  */
-export async function request(method, path, { query, body, signal, allowNotFound = false } = {}) {
+export async function request(method, path, { query, body, signal, allowNotFound = false, secret = token() } = {}) {
   const params = query instanceof URLSearchParams ? query : new URLSearchParams(query || {});
   const search = params.toString();
   const url = `/v1/${path}${search ? `?${search}` : ''}`;
   const headers = {};
-  const secret = token();
   if (secret) headers['X-Consul-Token'] = secret;
   let response;
   try {

@@ -55,11 +55,25 @@ export function reconcile(parent, items, keyOf, render) {
     next.set(key, { signature, node });
     nodes.push(node);
   }
-  nodes.forEach((node, position) => {
-    const current = parent.children[position];
-    if (current !== node) parent.insertBefore(node, current || null);
-  });
-  while (parent.children.length > nodes.length) parent.lastElementChild.remove();
+  if (previous.size === 0) {
+    // A first fill: one insertion of every row, not one per row (each insertion into the
+    // live list would invalidate its cached children and cost a walk).
+    parent.replaceChildren(...nodes);
+  } else {
+    let current = parent.firstElementChild;
+    for (const node of nodes) {
+      if (current === node) {
+        current = current.nextElementSibling;
+      } else {
+        parent.insertBefore(node, current);
+      }
+    }
+    while (current) {
+      const after = current.nextElementSibling;
+      current.remove();
+      current = after;
+    }
+  }
   lists.set(parent, next);
 }
 

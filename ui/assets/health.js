@@ -31,12 +31,14 @@ export function summaryState(summary) {
 const WORDS = { passing: 'passing', warning: 'warning', critical: 'critical', none: 'no checks' };
 const GLYPHS = { passing: '✓', warning: '!', critical: '✕', none: '–' };
 
+const BADGES = {};
+
+/** A badge for `state`: cloned from one made per state (a long list makes a thousand). */
 export function badge(state) {
-  return h(
-    'span',
-    { class: `badge ${state}`, role: 'img', 'aria-label': WORDS[state], title: WORDS[state] },
-    GLYPHS[state],
-  );
+  if (!BADGES[state]) {
+    BADGES[state] = h('span', { class: `badge ${state}`, role: 'img', 'aria-label': WORDS[state], title: WORDS[state] }, GLYPHS[state]);
+  }
+  return BADGES[state].cloneNode(true);
 }
 
 /** "3 passing, 1 critical" with each count coloured, or "no checks". */

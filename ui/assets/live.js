@@ -8,6 +8,9 @@
 //   resumes from the last index it saw: if anything changed meanwhile, the agent answers at
 //   once, so no update is lost.
 // - Errors back off exponentially (with jitter) from BACKOFF_MIN_MS up to BACKOFF_MAX_MS.
+// - An answer without an X-Consul-Index (an endpoint that does not block, or a 404 from an
+//   agent without the feature) is delivered once and not asked again: re-asking would be
+//   a polling loop. The view is re-read when the user comes back to it.
 // - An index that goes backwards (a restored snapshot, a new leader) resets to 0, as
 //   Consul's clients do, so the next request reads the current state without waiting.
 
@@ -74,6 +77,12 @@ export function watch(path, { query = {}, allowNotFound = false, onData, onError
     if (!delivered || result.index !== previous) {
       delivered = true;
       onData(result.data, result);
+    }
+    if (result.index === 0) {
+      // Nothing to block on: stop here rather than ask again at once, forever.
+      stopped = true;
+      document.removeEventListener('visibilitychange', onVisibility);
+      return;
     }
     schedule(0);
   }

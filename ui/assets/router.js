@@ -45,8 +45,9 @@ function match(pattern, segments) {
 }
 
 export class Router {
-  constructor({ routes, navItems, main, nav, notFound }) {
+  constructor({ routes, navItems, main, nav, notFound, onRender = () => {} }) {
     this.routes = routes;
+    this.onRender = onRender;
     this.navItems = navItems;
     this.main = main;
     this.nav = nav;
@@ -61,10 +62,24 @@ export class Router {
     return `${base}${encodeURIComponent(dc)}/${path}`;
   }
 
+  /** The current location relative to its datacenter (`services`, `kv/a/b/edit`), with its query. */
+  currentPath() {
+    const rest = location.pathname.startsWith(base) ? location.pathname.slice(base.length) : '';
+    const at = rest.indexOf('/');
+    return (at < 0 ? '' : rest.slice(at + 1)) + location.search;
+  }
+
   navigate(path, { replace = false } = {}) {
     const url = this.href(path);
     if (replace) history.replaceState(null, '', url);
     else history.pushState(null, '', url);
+    this.render();
+  }
+
+  /** The same view in datacenter `dc`. */
+  switchDatacenter(dc) {
+    if (dc === this.dc) return;
+    history.pushState(null, '', this.href(this.currentPath(), dc));
     this.render();
   }
 
@@ -129,8 +144,8 @@ export class Router {
     view.mount(this.main, context);
     const title = typeof view.title === 'function' ? view.title(params) : view.title;
     document.title = `${title} · ${dc} · praetor`;
-    document.getElementById('datacenter').textContent = dc;
     this.drawNav(view.nav);
+    this.onRender(dc);
     // After a navigation (not the first load), put keyboard and screen-reader focus on
     // the new view's heading, as a page load would.
     if (this.rendered) {
