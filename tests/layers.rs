@@ -43,8 +43,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "dns"]),
     // Local services and checks, runners, anti-entropy, agent endpoint work.
-    ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "shard", "cluster",
-                  "api"]),
+    ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
+                  "cluster", "api"]),
     // Start-up wiring: the only module that imports every layer.
     ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "api", "dns", "agent"]),

@@ -90,6 +90,12 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
         AgentRequest::HealthById { id, text } => health_by_id(agent, &id, text, pretty),
         AgentRequest::Reload => reload(agent).await,
         AgentRequest::Metrics { prometheus } => metrics_reply(agent, prometheus, pretty),
+        AgentRequest::ConnectLeaf {
+            service,
+            min_index,
+            wait,
+            token,
+        } => super::connect::leaf::serve(agent, &service, min_index, wait, token, pretty).await,
     }
 }
 

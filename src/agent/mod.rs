@@ -16,6 +16,7 @@
 pub mod api;
 pub mod catalog_client;
 pub mod checks;
+pub mod connect;
 pub mod local;
 pub mod persist;
 pub mod signal;
@@ -240,6 +241,8 @@ pub struct Agent {
     pub check_update_interval: Duration,
     /// Where API registrations are kept across restarts (agents with a data directory).
     pub persist: Option<persist::Store>,
+    /// Leaf certificates of this agent's services, kept fresh.
+    pub leaves: connect::leaf::LeafCerts,
 }
 
 impl Agent {
@@ -907,6 +910,7 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
         sync: SyncControl::default(),
         changed: Signal::default(),
         persist: config.data_dir.as_deref().map(persist::Store::new),
+        leaves: Default::default(),
     });
     // Config first: a persisted record with an ID the config defines is dropped.
     if let Err(e) = agent.load_config_definitions(&config) {
@@ -937,6 +941,7 @@ async fn apply_logged(client: &CatalogClient, op: CatalogOp, what: &str) {
 /// On the leader: every gossip member (or, without gossip, this server alone) is a node
 /// with a `serfHealth` check and, for servers, the `consul` service.
 async fn reconcile_loop(agent: Rc<Agent>) {
+    let mesh = connect::leader::LeaderDuties::default();
     loop {
         if agent.shard.shutting_down() {
             return;
@@ -944,8 +949,10 @@ async fn reconcile_loop(agent: Rc<Agent>) {
         // Until this server leads, look often, so a new leader reconciles promptly.
         if agent.shard.is_leader() {
             reconcile_members(&agent).await;
+            mesh.run(&agent).await;
             monoio::time::sleep(RECONCILE_INTERVAL).await;
         } else {
+            mesh.lost_leadership();
             monoio::time::sleep(LEADERSHIP_POLL_INTERVAL).await;
         }
     }

@@ -144,6 +144,12 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
                 .unwrap_or(node);
             authz.require(a.node_write(origin))
         }
+        Acl::ConfigEntry => super::config::check_acl(request, authz),
+        Acl::Intention => super::intentions::check_acl(ctx, request, authz),
+        Acl::ConnectAuthorize => super::connect::check_authorize(request, authz),
+        Acl::ConnectSign => super::connect::check_sign(request, authz),
+        Acl::ServiceWriteFromRest => authz.require(a.service_write(rest)),
+        Acl::ServiceReadFromRest => authz.require(a.service_read(rest)),
     }
 }
 

@@ -10,7 +10,10 @@
 pub mod agent;
 pub mod catalog;
 pub mod client;
+pub mod config;
+pub mod connect;
 pub mod gossip;
+pub mod intention;
 pub mod kv;
 pub mod lock;
 pub mod maint;
@@ -82,6 +85,15 @@ pub enum Command {
     /// Creates the agent CA and agent certificates (Consul's file names and names).
     #[command(subcommand)]
     Tls(tls::TlsCommand),
+    /// Writes, reads, lists and deletes config entries.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Creates, checks, reads, deletes and matches intentions.
+    #[command(subcommand)]
+    Intention(intention::IntentionCommand),
+    /// The service mesh: the CA's configuration and the built-in proxy.
+    #[command(subcommand)]
+    Connect(connect::ConnectCommand),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -336,6 +348,9 @@ pub fn main() -> i32 {
         Command::Keyring(args) => gossip::keyring(args),
         Command::Rtt(args) => gossip::rtt(args),
         Command::Tls(command) => tls::run(command),
+        Command::Config(command) => config::run(command),
+        Command::Intention(command) => intention::run(command),
+        Command::Connect(command) => connect::run(command),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),

@@ -19,6 +19,7 @@ pub mod tls;
 pub mod ui;
 
 pub mod acl;
+pub mod connect;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::hcl;
@@ -118,6 +119,8 @@ pub struct AgentConfig {
     pub acl: acl::AclConfig,
     /// The `tls` stanza (and the old top-level TLS keys), resolved per protocol.
     pub tls: tls::TlsConfig,
+    /// `connect`, `config_entries` and the sidecar port range: the service mesh.
+    pub connect: connect::ConnectConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -479,6 +482,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
     let node_meta = node_meta_from(&raw)?;
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
+    let connect = connect::ConnectConfig::from_raw(&raw, &mut warnings)?;
     warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
@@ -520,6 +524,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         pending,
         acl: acl::AclConfig::from_raw(&raw)?,
         tls,
+        connect,
         raw,
         unknown_keys,
         warnings,

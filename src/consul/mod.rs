@@ -14,6 +14,7 @@
 //! routing or Raft: it turns bytes into Consul's values and values into Consul's bytes.
 
 pub mod body;
+pub mod config_entry;
 pub mod definition;
 pub mod filter;
 pub mod json;

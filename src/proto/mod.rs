@@ -10,3 +10,4 @@ pub mod http;
 pub mod rpc;
 pub mod rpc_select;
 pub mod snapshot_archive;
+pub mod spiffe;

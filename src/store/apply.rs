@@ -21,7 +21,7 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables, TABLE_COUNT,
+    acl, mesh, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -58,6 +58,8 @@ impl Tables {
             Command::Restore(op) => restore::apply(self, index, op, changes),
             Command::Txn(ops) => txn::apply(self, index, ops, changes),
             Command::Acl(op) => acl::apply::apply(self, index, op, changes),
+            Command::ConfigEntry(op) => mesh::config_entry::apply(self, index, op, changes),
+            Command::Ca(op) => mesh::ca::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

@@ -19,6 +19,10 @@ pub enum Command {
     Txn(Vec<super::txn::TxnOp>),
     /// ACL writes (tokens, policies, roles, auth methods, binding rules, bootstrap).
     Acl(super::acl::AclOp),
+    /// Config entry writes, the intentions API's among them.
+    ConfigEntry(super::mesh::config_entry::ConfigEntryOp),
+    /// The leader's Connect CA writes.
+    Ca(super::mesh::ca::CaOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -30,6 +30,7 @@ pub mod dependency;
 mod fixture;
 pub mod kv;
 pub mod locks;
+pub mod mesh;
 pub mod restore;
 pub mod session;
 pub mod txn;
@@ -62,11 +63,13 @@ pub enum Table {
     ServiceIndex = 12,
     /// Watch namespace for "the services on node N changed", keyed by folded node name.
     NodeServices = 13,
+    /// The Connect CA's configuration and roots (`store::mesh::ca`).
+    ConnectCa = 14,
 }
 
 impl Table {
     /// Every table, for changes that touch the whole state (snapshot install, restore).
-    pub const ALL: [Table; 14] = [
+    pub const ALL: [Table; 15] = [
         Table::Kvs,
         Table::Tombstones,
         Table::Sessions,
@@ -81,6 +84,7 @@ impl Table {
         Table::Events,
         Table::ServiceIndex,
         Table::NodeServices,
+        Table::ConnectCa,
     ];
 }
 
@@ -149,6 +153,9 @@ pub struct Tables {
     /// Tokens, policies, roles, auth methods and binding rules.
     #[serde(default)]
     pub acl: acl::AclTables,
+    /// Config entries (intentions among them) and the Connect CA.
+    #[serde(default)]
+    pub mesh: mesh::MeshTables,
 }
 
 /// An immutable, shareable version of the state.

@@ -29,6 +29,7 @@
 //! - With `verify_server_hostname`, a server whose own certificate lacks the server name
 //!   refuses to start: its peers would refuse it as a server anyway.
 
+pub mod connect_ca;
 pub mod files;
 pub mod generate;
 pub mod stream;

@@ -687,9 +687,12 @@ fn snapshot_fixture_tables() -> Tables {
 /// (before the catalog's rows were packed into one-word strings and lists, and before the ACL
 /// tables existed).
 const SNAPSHOT_WRITTEN_BEFORE: &[u8] = include_bytes!("testdata/snapshot-format-1.bin");
-/// The same state as today's code writes it: format 1 with the ACL tables appended as a
-/// trailing field, which older snapshots restore without (`#[serde(default)]`).
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
+/// The same state written with the ACL tables as a trailing field, before the mesh tables
+/// (config entries, the Connect CA) existed.
+const SNAPSHOT_WRITTEN_BEFORE_MESH: &[u8] = include_bytes!("testdata/snapshot-format-1-acl.bin");
+/// The same state as today's code writes it: format 1 with the ACL and mesh tables appended
+/// as trailing fields, which older snapshots restore without (`#[serde(default)]`).
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-1-mesh.bin");
 
 #[test]
 fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
@@ -700,7 +703,7 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-1-acl.bin"
+                "/src/store/catalog/testdata/snapshot-format-1-mesh.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -711,6 +714,8 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         SNAPSHOT_WRITTEN_NOW,
         "the snapshot format changed; bump SNAPSHOT_FORMAT_VERSION and keep reading the old one"
     );
+    let before_mesh = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_BEFORE_MESH).unwrap();
+    assert_eq!(before_mesh.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
     let restored = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_BEFORE).unwrap();
     restored.catalog.check_invariants();
     assert_eq!(restored.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
