@@ -273,8 +273,14 @@ async fn register_service(
             return AgentReply::text(500, e);
         }
     }
+    let definitions = match agent.with_sidecar(def) {
+        Ok(definitions) => definitions,
+        Err(e) => return decode_error(e.status, e.message),
+    };
     metrics::AGENT_SERVICE_REGISTERS.add(1);
-    agent.add_service(def, Source::Api, replace_existing_checks);
+    for def in definitions {
+        agent.add_service(def, Source::Api, replace_existing_checks);
+    }
     agent.sync_now().await;
     AgentReply::empty()
 }

@@ -311,3 +311,95 @@ impl Query for ListQuery {
         reply.json_bytes(200, &headers, &body);
     }
 }
+
+/// `GET` and `POST /v1/discovery-chain/<service>` (POST carries Consul's overrides).
+pub fn discovery_chain(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    let service = request.rest.to_string();
+    if service.is_empty() {
+        return Err(ApiError::bad_request("Missing chain name"));
+    }
+    let datacenter = match request.query.get("compile-dc") {
+        Some(dc) if !dc.is_empty() => dc.to_string(),
+        _ => ctx.config().datacenter.clone(),
+    };
+    let mut overrides = crate::consul::discovery_chain::Overrides::default();
+    if request.method == Method::Post && !request.body.iter().all(u8::is_ascii_whitespace) {
+        let value = crate::consul::body::parse_json(request.body)
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        let obj = crate::consul::body::Obj::new(&value)
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        if let Some(text) = obj
+            .opt_string(&["overrideconnecttimeout"])
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+            .filter(|t| !t.is_empty())
+        {
+            let ns = crate::proto::duration::parse_go_duration_nanos(&text)
+                .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+            overrides.connect_timeout_ns = Some(ns);
+        }
+        overrides.protocol = obj
+            .opt_string(&["overrideprotocol"])
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_ascii_lowercase());
+    }
+    run_query(
+        ctx,
+        ChainQuery {
+            service,
+            datacenter,
+            overrides,
+        },
+        options,
+        reply,
+    )
+}
+
+struct ChainQuery {
+    service: String,
+    datacenter: String,
+    overrides: crate::consul::discovery_chain::Overrides,
+}
+
+impl Query for ChainQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        // A chain reads entries of several kinds and services: any entry may change it.
+        (
+            entries::entries_index(tables),
+            WatchSet::new().table(Table::ConfigEntries),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        match crate::consul::discovery_chain::compile(
+            tables,
+            &self.service,
+            &self.datacenter,
+            self.overrides.clone(),
+        ) {
+            Ok(doc) => {
+                let compact = doc.to_json();
+                let mut body = Vec::with_capacity(compact.len() * 2);
+                if reply.pretty {
+                    crate::consul::config_entry::doc::indent(compact.as_bytes(), &mut body);
+                } else {
+                    body.extend_from_slice(compact.as_bytes());
+                }
+                reply.json_bytes(200, &headers, &body);
+            }
+            Err(reason) => reply.send(
+                500,
+                Some("text/plain; charset=utf-8"),
+                &headers,
+                reason.as_bytes(),
+            ),
+        }
+    }
+}

@@ -172,7 +172,6 @@ const POST_PUT: &[Method] = &[Method::Post, Method::Put];
 const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
 const GET_DELETE: &[Method] = &[Method::Get, Method::Delete];
-const POST: &[Method] = &[Method::Post];
 const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
@@ -325,9 +324,10 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/connect/ca/roots"),                GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
     route(Exact("/v1/connect/ca/configuration"),        GET_PUT,             Standard, BLOCKS,  OperatorByMethod, connect::configuration),
     route(Exact("/v1/agent/connect/ca/roots"),          GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
-    route(Exact("/v1/agent/connect/authorize"),         POST,                Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
+    route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
     route(Exact(connect::SIGN_PATH),                    PUT,                 Standard, ANSWERS, Acl::ConnectSign, connect::sign),
+    route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
 
 /// The route serving `path`, if any: the first in [`ROUTES`] that matches.

@@ -16,6 +16,7 @@
 pub mod body;
 pub mod config_entry;
 pub mod definition;
+pub mod discovery_chain;
 pub mod filter;
 pub mod json;
 pub mod metrics;

@@ -429,4 +429,10 @@ impl CatalogView for ClientView<'_> {
             _ => None,
         }
     }
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        match self.read(Lookup::ConnectInstances(name.to_ascii_lowercase()), reads) {
+            Some(LookupResult::Instances(instances)) => instances,
+            _ => Vec::new(),
+        }
+    }
 }

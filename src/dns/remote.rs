@@ -50,6 +50,8 @@ pub enum Lookup {
     Node(String),
     NodeByAddress(IpAddr),
     ServiceByAddress(IpAddr),
+    /// The Connect-capable instances of a service (`<service>.connect`).
+    ConnectInstances(String),
 }
 
 /// The answer to one [`Lookup`], of the same variant.
@@ -75,6 +77,11 @@ impl Lookup {
             Lookup::Node(name) => reads.add_key(Table::Nodes, name),
             Lookup::NodeByAddress(_) => reads.add_table(Table::Nodes),
             Lookup::ServiceByAddress(_) => reads.add_table(Table::Services),
+            // Proxies of any name front the service: any service's change may matter.
+            Lookup::ConnectInstances(_) => {
+                reads.add_table(Table::Services);
+                reads.add_table(Table::ServiceIndex);
+            }
         }
     }
 
@@ -89,6 +96,9 @@ impl Lookup {
             Lookup::ServiceByAddress(ip) => {
                 LookupResult::ServiceName(view.service_by_address(*ip, reads))
             }
+            Lookup::ConnectInstances(name) => {
+                LookupResult::Instances(view.connect_instances(name, reads))
+            }
         }
     }
 
@@ -96,12 +106,13 @@ impl Lookup {
     pub fn answered_by(&self, result: &LookupResult) -> bool {
         matches!(
             (self, result),
-            (Lookup::ServiceInstances(_), LookupResult::Instances(_))
-                | (
-                    Lookup::Node(_) | Lookup::NodeByAddress(_),
-                    LookupResult::Node(_)
-                )
-                | (Lookup::ServiceByAddress(_), LookupResult::ServiceName(_))
+            (
+                Lookup::ServiceInstances(_) | Lookup::ConnectInstances(_),
+                LookupResult::Instances(_)
+            ) | (
+                Lookup::Node(_) | Lookup::NodeByAddress(_),
+                LookupResult::Node(_)
+            ) | (Lookup::ServiceByAddress(_), LookupResult::ServiceName(_))
         )
     }
 }

@@ -129,6 +129,16 @@ impl Resolver<'_> {
                     domain,
                 ))
             }
+            Lookup::Connect {
+                service,
+                datacenter,
+            } => {
+                if !self.is_local_datacenter(datacenter.as_deref()) {
+                    return Resolution::Answer(self.nx_domain(domain));
+                }
+                let instances = view.connect_instances(&service, reads);
+                Resolution::Answer(self.service_answer(&service, None, instances, qtype, domain))
+            }
             Lookup::Node { node, datacenter } => {
                 if !self.is_local_datacenter(datacenter.as_deref()) {
                     return Resolution::Answer(self.nx_domain(domain));

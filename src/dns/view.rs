@@ -78,6 +78,10 @@ pub trait CatalogView {
     fn node_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<Arc<NodeRecord>>;
     /// The name of the first service with an instance whose own address is `ip`, for PTR.
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr>;
+    /// The Connect-capable instances of `name` (`<name>.connect`): the proxies fronting it
+    /// and its Connect-native instances, whatever their health. No default body: a wrapper
+    /// that forgot to forward it would answer NXDOMAIN for every `<name>.connect`.
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance>;
 }
 
 /// An in-memory catalog for tests, recording reads the way the store implementation does:
@@ -119,6 +123,11 @@ impl CatalogView for MemoryCatalog {
             .find(|i| i.address.parse::<IpAddr>().ok() == Some(ip))
             .map(|i| i.service_name.clone())
     }
+    /// The test catalog models no proxies: nothing is Connect-capable.
+    fn connect_instances(&self, _name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        reads.add_table(Table::Services);
+        Vec::new()
+    }
 }
 
 /// A shared version (`Arc<Tables>`) reads like the version itself.
@@ -134,5 +143,8 @@ impl<T: CatalogView + ?Sized> CatalogView for Arc<T> {
     }
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
         (**self).service_by_address(ip, reads)
+    }
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        (**self).connect_instances(name, reads)
     }
 }
