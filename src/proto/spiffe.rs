@@ -28,14 +28,16 @@ impl ServiceId {
         format!(
             "spiffe://{}/ns/{}/dc/{}/svc/{}",
             self.trust_domain,
-            escape(&self.namespace),
-            escape(&self.datacenter),
-            escape(&self.service)
+            percent_encode(&self.namespace),
+            percent_encode(&self.datacenter),
+            percent_encode(&self.service)
         )
     }
 }
 
-fn escape(segment: &str) -> String {
+/// Percent-encodes everything but RFC 3986's unreserved bytes: a SPIFFE path segment, or a
+/// value in a URL's path or query.
+pub fn percent_encode(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
     for b in segment.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
