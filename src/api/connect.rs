@@ -16,8 +16,8 @@ use super::{
 use crate::config::connect::CaSettings;
 use crate::consul::body::{parse_json, Obj};
 use crate::consul::config_entry::doc::{self, Doc};
-use crate::consul::config_entry::intention::format_rfc3339_ns;
 use crate::proto::http::Method;
+use crate::proto::rfc3339;
 use crate::proto::spiffe::{self, SpiffeError};
 use crate::shard::watch::WatchSet;
 use crate::store::mesh::ca::{self, CaConfig, CaOp, CaRoot, CaState};
@@ -35,7 +35,7 @@ fn unix_s(ns: i64) -> i64 {
 }
 
 fn time_text(unix_s: i64) -> String {
-    format_rfc3339_ns(unix_s.saturating_mul(1_000_000_000))
+    rfc3339::format_ns(unix_s.saturating_mul(1_000_000_000))
 }
 
 /// A root as Consul's `CARoot` JSON, without its signing key.

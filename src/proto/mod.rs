@@ -7,6 +7,7 @@ pub mod duration;
 pub mod gossip;
 pub mod hcl;
 pub mod http;
+pub mod rfc3339;
 pub mod rpc;
 pub mod rpc_select;
 pub mod snapshot_archive;

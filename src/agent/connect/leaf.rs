@@ -320,7 +320,7 @@ fn issued_from_json(body: &[u8]) -> Result<IssuedLeaf, String> {
         serde_json::from_slice(body).map_err(|e| format!("bad signing answer: {e}"))?;
     let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
     let time = |k: &str| {
-        crate::consul::config_entry::intention::parse_rfc3339_ns(v[k].as_str().unwrap_or_default())
+        crate::proto::rfc3339::parse_ns(v[k].as_str().unwrap_or_default())
             .map_or(0, |ns| ns / 1_000_000_000)
     };
     Ok(IssuedLeaf {
