@@ -276,41 +276,51 @@ pub struct Agent {
     pub ae_interval: Duration,
     pub check_update_interval: Duration,
     /// Where API registrations are kept across restarts (agents with a data directory).
-    pub persist: Option<persist::Store>,
+    pub persist: Option<persist::Persister>,
     /// Leaf certificates of this agent's services, kept fresh.
     pub leaves: connect::leaf::LeafCerts,
 }
 
 impl Agent {
-    /// Runs one persistence step when the agent has a data directory. A failure is logged:
-    /// the change stays in effect in this run but will not survive a restart.
-    fn persist(
-        &self,
-        what: &str,
-        id: &str,
-        step: impl FnOnce(&persist::Store) -> std::io::Result<()>,
-    ) {
-        if let Some(store) = &self.persist {
-            if let Err(e) = step(store) {
-                log::warn!("agent: cannot persist {what} {id:?}: {e}");
-            }
+    /// Queues changes to the persisted records when the agent has a data directory. They
+    /// are durable once [`Agent::persisted`] returns; a failure is logged, and the change
+    /// stays in effect in this run but will not survive a restart.
+    fn persist(&self, ops: Vec<persist::Op>) {
+        if let Some(persister) = &self.persist {
+            persister.queue(ops);
+        }
+    }
+
+    /// Sequence number of the last persisted change queued (0 without a data directory).
+    pub fn persist_queued(&self) -> u64 {
+        self.persist.as_ref().map_or(0, |p| p.queued())
+    }
+
+    /// Waits until every change queued so far is durable: an API call that changed the
+    /// local state answers only then, as Consul's agent answers after writing its files.
+    pub async fn persisted(&self) {
+        if let Some(wait) = self.persist.as_ref().and_then(|p| p.flush()) {
+            let _ = wait.recv_async().await;
         }
     }
 
     /// Persists a check registered through the API (or a maintenance check) on its own.
     fn persist_check(&self, check: &persist::CheckRecord) {
-        self.persist("check", &check.id, |store| store.save_check(check));
+        self.persist(vec![persist::Op::check(check)]);
     }
 
     /// Forgets a removed check: its record and its TTL state.
     fn purge_check(&self, id: &str) {
-        self.persist("check removal", id, |store| store.remove_check(id));
+        self.persist(vec![
+            persist::Op::remove_check_record(id),
+            persist::Op::remove_check_state(id),
+        ]);
     }
 
     /// Drops the persisted record of a check a config file now defines, keeping its TTL
     /// state (config-file TTL checks keep theirs across restarts too, as in Consul).
     fn drop_check_record(&self, id: &str) {
-        self.persist("check removal", id, |store| store.remove_check_record(id));
+        self.persist(vec![persist::Op::remove_check_record(id)]);
     }
 
     /// Records the state a TTL update left a check in, valid for one TTL from now, so a
@@ -331,7 +341,7 @@ impl Agent {
                 expires_unix_ms: unix_now_ms().saturating_add(spec.ttl().as_millis() as u64),
             }
         };
-        self.persist("check state", id, |store| store.save_check_state(&state));
+        self.persist(vec![persist::Op::check_state(&state)]);
     }
 
     /// Gives a TTL check the state its last update persisted, if that has not expired.
@@ -339,10 +349,10 @@ impl Agent {
         if spec.kind != CheckKind::Ttl {
             return;
         }
-        let Some(store) = &self.persist else {
+        let Some(persister) = &self.persist else {
             return;
         };
-        let Some(saved) = store.load_check_state(&spec.id, unix_now_ms()) else {
+        let Some(saved) = persister.load_check_state(&spec.id, unix_now_ms()) else {
             return;
         };
         let update = self.state.borrow_mut().set_check(
@@ -361,9 +371,10 @@ impl Agent {
     /// included), each from its own record. A record whose ID the config files define
     /// is dropped, as Consul prefers the config; a check whose service is gone too.
     fn restore_persisted(self: &Rc<Self>) {
-        let Some(store) = &self.persist else {
+        let Some(persister) = &self.persist else {
             return;
         };
+        let store = persister.store();
         let config = self.config.borrow().clone();
         for service in store.load_services() {
             let id = service.id.clone();
@@ -371,7 +382,7 @@ impl Agent {
                 log::info!(
                     "agent: service {id:?} is defined in the config; dropping its persisted copy"
                 );
-                self.persist("service removal", &id, |store| store.remove_service(&id));
+                self.persist(vec![persist::Op::remove_service(&id)]);
                 continue;
             }
             self.state.borrow_mut().add_service(service, Source::Api);
@@ -423,13 +434,14 @@ impl Agent {
                 ),
             }
         }
-        self.restore_legacy(store);
+        self.restore_legacy(persister);
         self.notify_changed();
     }
 
     /// Registers the records of the first persistence format (whole registration bodies)
     /// through the current path, which persists them anew, then deletes them.
-    fn restore_legacy(self: &Rc<Self>, store: &persist::Store) {
+    fn restore_legacy(self: &Rc<Self>, persister: &persist::Persister) {
+        let store = persister.store();
         let legacy = store.read_legacy();
         if legacy.services.is_empty() && legacy.checks.is_empty() {
             store.remove_legacy();
@@ -492,6 +504,10 @@ impl Agent {
                 ),
                 Err(e) => log::warn!("agent: not restoring check {:?}: {e}", entry.id),
             }
+        }
+        // The records of the new format must be durable before the old ones go.
+        if let Some(wait) = persister.flush() {
+            let _ = wait.recv();
         }
         store.remove_legacy();
     }
@@ -565,16 +581,22 @@ impl Agent {
         }
         match source {
             Source::Api => {
-                self.persist("service", &id, |store| store.save_service(&def.service));
-                for check in &def.checks {
-                    self.persist_check(&check_record(check));
-                }
+                let mut ops = vec![persist::Op::service(&def.service)];
+                ops.extend(
+                    def.checks
+                        .iter()
+                        .map(|c| persist::Op::check(&check_record(c))),
+                );
+                self.persist(ops);
             }
             Source::Config => {
-                self.persist("service removal", &id, |store| store.remove_service(&id));
-                for check in &def.checks {
-                    self.drop_check_record(&check.id);
-                }
+                let mut ops = vec![persist::Op::remove_service(&id)];
+                ops.extend(
+                    def.checks
+                        .iter()
+                        .map(|c| persist::Op::remove_check_record(&c.id)),
+                );
+                self.persist(ops);
             }
         }
         for check in dropped {
@@ -675,7 +697,7 @@ impl Agent {
             .collect();
         let removed = self.state.borrow_mut().remove_service(id);
         if removed {
-            self.persist("service removal", id, |store| store.remove_service(id));
+            self.persist(vec![persist::Op::remove_service(id)]);
             for check in checks {
                 self.purge_check(&check);
             }
@@ -993,7 +1015,11 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
         state: RefCell::new(LocalState::default()),
         sync: SyncControl::default(),
         changed: Signal::default(),
-        persist: config.data_dir.as_deref().map(persist::Store::new),
+        persist: config.data_dir.as_deref().and_then(|dir| {
+            persist::Persister::start(dir)
+                .map_err(|e| log::error!("agent: cannot start the persister thread: {e}"))
+                .ok()
+        }),
         leaves: Default::default(),
     });
     // Config first: a persisted record with an ID the config defines is dropped.

@@ -16,6 +16,16 @@
 //! temporary file that is synced, renamed over the record and followed by a sync of the
 //! directory: a crash leaves the old record or the new one, never a mix or nothing.
 //!
+//! Every write goes through [`Store::apply`], which takes a batch: it writes each new record
+//! to its temporary file, makes them all durable with one `syncfs`, renames them into place
+//! and syncs each directory it touched once. The agent does not call it on its runtime
+//! thread: a [`Persister`] owns a thread that takes every change queued since its last batch
+//! as the next batch, so a burst of registrations costs a few syncs instead of three per
+//! record (measured: with one sync per file on shard 0, registration churn through the agent
+//! fell from ~4,000/s to ~600/s). An API call that changed the local state answers only
+//! once its changes are durable ([`Persister::flush`]), as when each record was written in
+//! place; TTL check states queued but not yet on disk are read back from memory.
+//!
 //! Config-file services and checks are never persisted (the files are read again at start).
 //! Records of the first format (one file per registration *body*, under `agent/services/`
 //! and `agent/checks/`) are read once by [`Store::read_legacy`] and then deleted.
@@ -25,14 +35,26 @@ use crate::store::catalog::{ServiceRegistration, Status};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Largest record read back (a registration body is limited far below this).
 const RECORD_BYTES_MAX: u64 = 16 << 20;
 /// Most records of one kind read at start: far above any real agent (Consul's agents carry
 /// tens to hundreds), low enough that a directory filled by mistake cannot exhaust memory.
 const RECORDS_MAX: usize = 100_000;
+/// Changes queued for the persister thread. A full queue blocks the agent's thread until the
+/// persister catches up: back-pressure, never a dropped or reordered change.
+const PERSIST_QUEUE_JOBS_MAX: usize = 16_384;
+/// Most queued jobs one batch takes, so one batch's syncs never wait behind an unbounded one.
+const PERSIST_BATCH_JOBS_MAX: usize = 4_096;
+/// TTL check states kept in memory until durable; pruning starts above this many.
+const PENDING_STATES_PRUNE_MIN: usize = 1_024;
 
 /// A persisted check: its identity, and how it runs (`None` for a maintenance check, which
 /// has no runner and is critical while it exists).
@@ -78,8 +100,8 @@ pub struct Legacy {
     pub checks: Vec<LegacyEntry>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
     Service,
     Check,
     CheckState,
@@ -110,19 +132,109 @@ fn file_name(id: &str) -> String {
         + ".json"
 }
 
-/// Writes `bytes` as `dir/name` so that a crash leaves the old file or the new one.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = dir.join(name);
-    let temporary = dir.join(format!("{name}.tmp"));
-    {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
+/// One change to the records: a record written whole, or removed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Save {
+        kind: Kind,
+        id: String,
+        bytes: Vec<u8>,
+    },
+    Remove {
+        kind: Kind,
+        id: String,
+    },
+}
+
+impl Op {
+    fn save<T: Serialize>(kind: Kind, id: &str, record: &T) -> Op {
+        // The records are plain data: serializing them cannot fail.
+        let bytes = serde_json::to_vec(record).expect("agent records serialize to JSON");
+        Op::Save {
+            kind,
+            id: id.to_string(),
+            bytes,
+        }
     }
-    std::fs::rename(&temporary, &path)?;
-    // The rename is durable only once the directory entry is.
-    std::fs::File::open(dir)?.sync_all()
+
+    pub fn service(service: &ServiceRegistration) -> Op {
+        assert!(!service.id.is_empty(), "a service is persisted by its ID");
+        let record = ServiceRecord {
+            id: service.id.clone(),
+            service: service.clone(),
+        };
+        Op::save(Kind::Service, &service.id, &record)
+    }
+
+    pub fn remove_service(id: &str) -> Op {
+        Op::Remove {
+            kind: Kind::Service,
+            id: id.to_string(),
+        }
+    }
+
+    pub fn check(check: &CheckRecord) -> Op {
+        assert!(!check.id.is_empty(), "a check is persisted by its ID");
+        if let Some(spec) = &check.spec {
+            assert_eq!(
+                spec.id, check.id,
+                "a check record and its spec name one check"
+            );
+        }
+        Op::save(Kind::Check, &check.id, check)
+    }
+
+    /// Removes a check's record but not its TTL state.
+    pub fn remove_check_record(id: &str) -> Op {
+        Op::Remove {
+            kind: Kind::Check,
+            id: id.to_string(),
+        }
+    }
+
+    pub fn check_state(state: &CheckState) -> Op {
+        Op::save(Kind::CheckState, &state.check_id, state)
+    }
+
+    pub fn remove_check_state(id: &str) -> Op {
+        Op::Remove {
+            kind: Kind::CheckState,
+            id: id.to_string(),
+        }
+    }
+
+    fn key(&self) -> (Kind, &str) {
+        match self {
+            Op::Save { kind, id, .. } | Op::Remove { kind, id } => (*kind, id),
+        }
+    }
+}
+
+/// A record a batch could not write or remove (the record keeps its previous content).
+#[derive(Debug)]
+pub struct Failure {
+    pub kind: Kind,
+    pub id: String,
+    pub error: std::io::Error,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}: {}", self.kind.dir(), self.id, self.error)
+    }
+}
+
+/// Flushes every dirty page and inode of the file system holding `dir` and waits for it:
+/// one journal commit for a whole batch of temporary files, where a sync per file would
+/// commit once each.
+fn sync_file_system(dir: &Path) -> std::io::Result<()> {
+    let handle = std::fs::File::open(dir)?;
+    // SAFETY: syncfs only reads the descriptor, which `handle` keeps open for the call.
+    if unsafe { libc::syncfs(handle.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 fn remove_file(path: &Path) -> std::io::Result<()> {
@@ -204,49 +316,137 @@ impl Store {
         self.dir(kind).join(file_name(id))
     }
 
-    fn save<T: Serialize>(&self, kind: Kind, id: &str, record: &T) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-        write_atomic(&self.dir(kind), &file_name(id), &bytes)
+    /// Applies a batch of changes so that a crash leaves each record as it was before the
+    /// batch or as the batch left it, never a mix or nothing. When the batch changes one
+    /// record more than once, its last change is the one applied. Returns the records that
+    /// could not be changed; the others are durable when this returns.
+    pub fn apply(&self, ops: Vec<Op>) -> Vec<Failure> {
+        let mut last: HashMap<(Kind, &str), usize> = HashMap::with_capacity(ops.len());
+        for (position, op) in ops.iter().enumerate() {
+            last.insert(op.key(), position);
+        }
+        let mut failures = Vec::new();
+        let mut renames = Vec::new();
+        let mut removals = Vec::new();
+        let mut created = BTreeSet::new();
+        for (position, op) in ops.iter().enumerate() {
+            if last[&op.key()] != position {
+                continue;
+            }
+            let fail = |error| Failure {
+                kind: op.key().0,
+                id: op.key().1.to_string(),
+                error,
+            };
+            match op {
+                Op::Save { kind, id, bytes } => {
+                    let dir = self.dir(*kind);
+                    if created.insert(*kind) {
+                        if let Err(e) = std::fs::create_dir_all(&dir) {
+                            failures.push(fail(e));
+                            continue;
+                        }
+                    }
+                    let path = self.path(*kind, id);
+                    let temporary = path.with_extension("json.tmp");
+                    let written = std::fs::File::create(&temporary)
+                        .and_then(|mut file| file.write_all(bytes));
+                    match written {
+                        Ok(()) => renames.push((*kind, id.as_str(), temporary, path)),
+                        Err(e) => failures.push(fail(e)),
+                    }
+                }
+                Op::Remove { kind, id } => removals.push((*kind, id.as_str())),
+            }
+        }
+        // The temporary files' contents must be durable before any of them replaces a
+        // record, or a crash could leave a record renamed in but empty.
+        if !renames.is_empty() {
+            if let Err(e) = sync_file_system(&self.root) {
+                for (kind, id, temporary, _) in renames.drain(..) {
+                    let _ = std::fs::remove_file(&temporary);
+                    failures.push(Failure {
+                        kind,
+                        id: id.to_string(),
+                        error: std::io::Error::new(e.kind(), e.to_string()),
+                    });
+                }
+            }
+        }
+        let mut touched = BTreeSet::new();
+        for (kind, id, temporary, path) in renames {
+            match std::fs::rename(&temporary, &path) {
+                Ok(()) => {
+                    touched.insert(kind);
+                }
+                Err(error) => failures.push(Failure {
+                    kind,
+                    id: id.to_string(),
+                    error,
+                }),
+            }
+        }
+        for (kind, id) in removals {
+            match remove_file(&self.path(kind, id)) {
+                Ok(()) => {
+                    touched.insert(kind);
+                }
+                Err(error) => failures.push(Failure {
+                    kind,
+                    id: id.to_string(),
+                    error,
+                }),
+            }
+        }
+        // A rename or an unlink is durable only once its directory entry is.
+        for kind in touched {
+            let synced = std::fs::File::open(self.dir(kind)).and_then(|dir| dir.sync_all());
+            if let Err(error) = synced {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    failures.push(Failure {
+                        kind,
+                        id: String::new(),
+                        error,
+                    });
+                }
+            }
+        }
+        failures
+    }
+
+    /// Applies one batch and reports its first failure (tests and one-off writes).
+    fn apply_all(&self, ops: Vec<Op>) -> std::io::Result<()> {
+        match self.apply(ops).into_iter().next() {
+            None => Ok(()),
+            Some(failure) => Err(std::io::Error::new(
+                failure.error.kind(),
+                failure.to_string(),
+            )),
+        }
     }
 
     pub fn save_service(&self, service: &ServiceRegistration) -> std::io::Result<()> {
-        assert!(!service.id.is_empty(), "a service is persisted by its ID");
-        let record = ServiceRecord {
-            id: service.id.clone(),
-            service: service.clone(),
-        };
-        self.save(Kind::Service, &service.id, &record)
+        self.apply_all(vec![Op::service(service)])
     }
 
     pub fn remove_service(&self, id: &str) -> std::io::Result<()> {
-        remove_file(&self.path(Kind::Service, id))
+        self.apply_all(vec![Op::remove_service(id)])
     }
 
     pub fn save_check(&self, check: &CheckRecord) -> std::io::Result<()> {
-        assert!(!check.id.is_empty(), "a check is persisted by its ID");
-        if let Some(spec) = &check.spec {
-            assert_eq!(
-                spec.id, check.id,
-                "a check record and its spec name one check"
-            );
-        }
-        self.save(Kind::Check, &check.id, check)
+        self.apply_all(vec![Op::check(check)])
     }
 
     /// Removes a check and its TTL state.
     pub fn remove_check(&self, id: &str) -> std::io::Result<()> {
-        let removed = remove_file(&self.path(Kind::Check, id));
-        remove_file(&self.path(Kind::CheckState, id))?;
-        removed
-    }
-
-    /// Removes a check's record but not its TTL state (a config file now defines it).
-    pub fn remove_check_record(&self, id: &str) -> std::io::Result<()> {
-        remove_file(&self.path(Kind::Check, id))
+        self.apply_all(vec![
+            Op::remove_check_record(id),
+            Op::remove_check_state(id),
+        ])
     }
 
     pub fn save_check_state(&self, state: &CheckState) -> std::io::Result<()> {
-        self.save(Kind::CheckState, &state.check_id, state)
+        self.apply_all(vec![Op::check_state(state)])
     }
 
     /// Every persisted service, in ID order.
@@ -322,6 +522,173 @@ impl Store {
                     log::warn!("agent: cannot remove {}: {e}", path.display());
                 }
             }
+        }
+    }
+}
+
+/// What the persister thread is asked to do, in queue order.
+enum Job {
+    /// Changes, the last of which has this sequence number.
+    Changes(Vec<Op>, u64),
+    /// Answered once everything queued before it is durable.
+    Barrier(flume::Sender<()>),
+}
+
+/// The agent's side of the persister thread: changes are queued in order and written in
+/// batches by [`Store::apply`]; [`Persister::flush`] waits until what was queued is durable.
+/// Used from the agent's thread only.
+pub struct Persister {
+    store: Arc<Store>,
+    jobs: flume::Sender<Job>,
+    /// Sequence number of the last queued change.
+    queued: Cell<u64>,
+    /// Sequence number of the last change the thread made durable (or failed to).
+    durable: Arc<AtomicU64>,
+    /// TTL check states queued and perhaps not yet on disk (`None`: removed), with the
+    /// sequence number that wrote them, so a state is read back as it was last set.
+    pending_states: RefCell<HashMap<String, (Option<CheckState>, u64)>>,
+    prune_above: Cell<usize>,
+}
+
+impl Persister {
+    /// Starts the persister thread for the records under `data_dir`.
+    pub fn start(data_dir: &Path) -> std::io::Result<Persister> {
+        let store = Arc::new(Store::new(data_dir));
+        let (jobs, queue) = flume::bounded(PERSIST_QUEUE_JOBS_MAX);
+        let durable = Arc::new(AtomicU64::new(0));
+        let thread_store = store.clone();
+        let thread_durable = durable.clone();
+        std::thread::Builder::new()
+            .name("agent-persist".into())
+            .spawn(move || run_persister(&thread_store, &queue, &thread_durable))?;
+        Ok(Persister {
+            store,
+            jobs,
+            queued: Cell::new(0),
+            durable,
+            pending_states: RefCell::new(HashMap::new()),
+            prune_above: Cell::new(PENDING_STATES_PRUNE_MIN),
+        })
+    }
+
+    /// The records on disk, for reading at start.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Sequence number of the last change queued; compare with a later value to know whether
+    /// something was queued in between.
+    pub fn queued(&self) -> u64 {
+        self.queued.get()
+    }
+
+    /// Queues changes; they become durable in order, in the thread's next batch.
+    pub fn queue(&self, ops: Vec<Op>) {
+        if ops.is_empty() {
+            return;
+        }
+        let sequence = self.queued.get() + 1;
+        self.queued.set(sequence);
+        for op in &ops {
+            match op {
+                Op::Save {
+                    kind: Kind::CheckState,
+                    id,
+                    bytes,
+                } => {
+                    let state = serde_json::from_slice(bytes).ok();
+                    self.remember_state(id, state, sequence);
+                }
+                Op::Remove {
+                    kind: Kind::CheckState,
+                    id,
+                } => self.remember_state(id, None, sequence),
+                _ => {}
+            }
+        }
+        if self.jobs.send(Job::Changes(ops, sequence)).is_err() {
+            log::error!(
+                "agent: the persister thread is gone; local state changes are not persisted"
+            );
+        }
+    }
+
+    fn remember_state(&self, id: &str, state: Option<CheckState>, sequence: u64) {
+        let mut pending = self.pending_states.borrow_mut();
+        pending.insert(id.to_string(), (state, sequence));
+        if pending.len() > self.prune_above.get() {
+            // Entries already durable are on disk; dropping them keeps this bounded by what
+            // is in flight.
+            let durable = self.durable.load(Ordering::Acquire);
+            pending.retain(|_, (_, written)| *written > durable);
+            self.prune_above
+                .set((2 * pending.len()).max(PENDING_STATES_PRUNE_MIN));
+        }
+    }
+
+    /// A TTL check's state as last set, if still valid at `now_unix_ms`.
+    pub fn load_check_state(&self, id: &str, now_unix_ms: u64) -> Option<CheckState> {
+        let pending = self.pending_states.borrow().get(id).cloned();
+        match pending {
+            Some((state, _)) => state.filter(|s| s.expires_unix_ms > now_unix_ms),
+            None => self.store.load_check_state(id, now_unix_ms),
+        }
+    }
+
+    /// A receiver answered once every change queued so far is durable, or `None` when
+    /// nothing is in flight.
+    pub fn flush(&self) -> Option<flume::Receiver<()>> {
+        if self.durable.load(Ordering::Acquire) >= self.queued.get() {
+            return None;
+        }
+        let (done, wait) = flume::bounded(1);
+        if self.jobs.send(Job::Barrier(done)).is_err() {
+            return None;
+        }
+        Some(wait)
+    }
+}
+
+/// The persister thread: takes everything queued since its last batch (up to
+/// [`PERSIST_BATCH_JOBS_MAX`] jobs) as one batch, applies it, then answers the batch's
+/// barriers. Ends when the agent drops its [`Persister`].
+fn run_persister(store: &Store, queue: &flume::Receiver<Job>, durable: &AtomicU64) {
+    while let Ok(first) = queue.recv() {
+        let mut ops = Vec::new();
+        let mut barriers = Vec::new();
+        let mut last_sequence = None;
+        let mut take = |job: Job| match job {
+            Job::Changes(changes, sequence) => {
+                assert!(
+                    last_sequence.is_none_or(|last| last < sequence),
+                    "changes are queued in sequence order"
+                );
+                last_sequence = Some(sequence);
+                ops.extend(changes);
+            }
+            Job::Barrier(done) => barriers.push(done),
+        };
+        take(first);
+        for _ in 1..PERSIST_BATCH_JOBS_MAX {
+            match queue.try_recv() {
+                Ok(job) => take(job),
+                Err(_) => break,
+            }
+        }
+        if !ops.is_empty() {
+            for failure in store.apply(ops) {
+                log::warn!("agent: cannot persist {failure}");
+            }
+        }
+        if let Some(sequence) = last_sequence {
+            let previous = durable.swap(sequence, Ordering::AcqRel);
+            assert!(
+                previous < sequence,
+                "the durable sequence only moves forward"
+            );
+        }
+        for done in barriers {
+            let _ = done.send(());
         }
     }
 }
@@ -418,6 +785,76 @@ mod tests {
             .filter(|e| e.path().extension().is_some_and(|x| x == "tmp"))
             .count();
         assert_eq!(leftovers, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_batch_applies_the_last_change_of_each_record() {
+        let dir = scratch("batch");
+        let store = Store::new(&dir);
+        let service = |port| ServiceRegistration {
+            id: "web".into(),
+            name: "web".into(),
+            port,
+            ..Default::default()
+        };
+        let failures = store.apply(vec![
+            Op::service(&service(1)),
+            Op::check(&ttl_check("gone", "")),
+            Op::service(&service(2)),
+            Op::remove_check_record("gone"),
+            Op::check(&ttl_check("kept", "")),
+        ]);
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(store.load_services(), vec![service(2)]);
+        assert_eq!(store.load_checks(), vec![ttl_check("kept", "")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_persister_answers_a_flush_once_queued_changes_are_on_disk() {
+        let dir = scratch("persister");
+        let persister = Persister::start(&dir).unwrap();
+        assert!(
+            persister.flush().is_none(),
+            "nothing queued, nothing to wait for"
+        );
+        let state = CheckState {
+            check_id: "ttl".into(),
+            status: Status::Passing,
+            output: "ok".into(),
+            expires_unix_ms: 10_000,
+        };
+        for port in 1..=50 {
+            persister.queue(vec![Op::service(&ServiceRegistration {
+                id: format!("web-{port}"),
+                name: "web".into(),
+                port,
+                ..Default::default()
+            })]);
+        }
+        persister.queue(vec![Op::check_state(&state)]);
+        // Read back as set, whether or not the thread has written it yet.
+        assert_eq!(
+            persister.load_check_state("ttl", 9_999),
+            Some(state.clone())
+        );
+        assert_eq!(persister.load_check_state("ttl", 10_000), None);
+        persister
+            .flush()
+            .expect("changes in flight")
+            .recv()
+            .unwrap();
+        let on_disk = Store::new(&dir);
+        assert_eq!(on_disk.load_services().len(), 50);
+        assert_eq!(on_disk.load_check_state("ttl", 9_999), Some(state));
+        persister.queue(vec![Op::remove_check_state("ttl")]);
+        assert_eq!(persister.load_check_state("ttl", 0), None);
+        if let Some(wait) = persister.flush() {
+            wait.recv().unwrap();
+        }
+        assert_eq!(on_disk.load_check_state("ttl", 0), None);
+        assert!(persister.flush().is_none(), "everything queued is durable");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
