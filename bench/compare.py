@@ -69,6 +69,8 @@ DEV_TLS = dict(http=18515, https=18516, dns=18615, server=18525, serf_lan=18526,
 SERVERS_TLS = [dict(http=18450 + i, dns=18460 + i, server=18470 + i, serf_lan=18480 + i, serf_wan=18490 + i)
                for i in range(3)]
 HAPROXY_TLS_PORT = 18517
+# The service-mesh rows: an echo backend, praetor's proxy pair and haproxy's pair.
+MESH = dict(echo=18700, db_proxy=18701, web_proxy=18702, up=18703, ha_up=18704, ha_down=18705)
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -93,7 +95,8 @@ CRASHED = "exited during the run"
 # The processes behind each system (for systems not named like their one process).
 SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)],
                     "dc2": [f"praetor-dc2-s{i}" for i in range(3)],
-                    "cluster-tls": [f"praetor-tls-s{i}" for i in range(3)]}
+                    "cluster-tls": [f"praetor-tls-s{i}" for i in range(3)],
+                    "mesh": ["mesh-echo", "mesh-proxy-db", "mesh-proxy-web"], "haproxy-mesh": ["haproxy-mesh"]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -356,10 +359,7 @@ class Bench:
             elif system == "cluster":
                 for i in range(3):
                     self.procs.stop(f"praetor-s{i}")
-            elif system == "dc2":
-                for i in range(3):
-                    self.procs.stop(f"praetor-dc2-s{i}")
-            elif system == "cluster-tls":
+            elif system in SYSTEM_PROCESSES:
                 for name in SYSTEM_PROCESSES[system]:
                     self.procs.stop(name)
             else:
@@ -733,6 +733,151 @@ class Bench:
             time.sleep(0.2)
         return "praetor client agent found no server after %ds: %s" % (
             START_TIMEOUT_S, self.procs.log_tail("client-agent"))
+
+    # ---- the service mesh ---------------------------------------------------------------
+
+    def mesh_echo_ok(self, port):
+        """Whether a message sent to `port` comes back."""
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.settimeout(3)
+                s.sendall(b"mesh-probe\n")
+                data = b""
+                while len(data) < 11:
+                    chunk = s.recv(64)
+                    if not chunk:
+                        return False
+                    data += chunk
+                return data == b"mesh-probe\n"
+        except OSError:
+            return False
+
+    def start_mesh(self):
+        """An echo backend `db`, and praetor's pair: `web`'s upstream listener → mTLS → `db`'s
+        sidecar → the echo backend, two `praetor connect proxy` processes of the -dev agent."""
+        reason = self.ensure("dev")
+        if reason:
+            return reason
+        self.procs.start("mesh-echo", [self.loadgen, "tcp-echo", "--listen", f"127.0.0.1:{MESH['echo']}"])
+        if not wait_tcp(MESH["echo"], START_TIMEOUT_S):
+            return "loadgen tcp-echo did not listen: " + self.procs.log_tail("mesh-echo")
+        base = self.dev_url()
+        services = [
+            {"Name": "db", "Port": MESH["echo"], "Address": "127.0.0.1",
+             "Connect": {"SidecarService": {"Address": "127.0.0.1", "Port": MESH["db_proxy"],
+                                            "Check": {"TCP": f"127.0.0.1:{MESH['db_proxy']}", "Interval": "1s"}}}},
+            {"Name": "web", "Port": 1, "Address": "127.0.0.1",
+             "Connect": {"SidecarService": {"Address": "127.0.0.1", "Port": MESH["web_proxy"],
+                                            "Proxy": {"Upstreams": [{"DestinationName": "db", "LocalBindAddress": "127.0.0.1",
+                                                                     "LocalBindPort": MESH["up"]}]},
+                                            "Check": {"TCP": f"127.0.0.1:{MESH['web_proxy']}", "Interval": "1s"}}}},
+        ]
+        for service in services:
+            status, _, body = http("PUT", f"{base}/v1/agent/service/register", json.dumps(service).encode())
+            if status != 200:
+                return f"registering {service['Name']} with its sidecar answered {status}: {body[:120]!r}"
+        # Both proxies together get as many data-plane threads as haproxy's one process
+        # (nbthread = cores), so neither side has more threads to schedule.
+        threads = str(max(1, (os.cpu_count() or 1) // 2))
+        for name in ("db", "web"):
+            self.procs.start(f"mesh-proxy-{name}", [self.praetor, "connect", "proxy", "-sidecar-for", name,
+                                                     "-threads", threads, "-http-addr", f"127.0.0.1:{DEV['http']}"])
+        deadline = time.monotonic() + 2 * START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            dead = self.procs.dead(["mesh-proxy-db", "mesh-proxy-web"])
+            if dead:
+                return f"{dead[0]} {CRASHED} (code {dead[1]}): " + self.procs.log_tail(dead[0])
+            if self.mesh_echo_ok(MESH["up"]):
+                return None
+            time.sleep(0.3)
+        return "praetor's proxy pair carried no message: " + self.procs.log_tail("mesh-proxy-web")
+
+    def start_haproxy_mesh(self):
+        """haproxy doing the same hop with the same certificates: a plain listener that opens
+        mTLS (web's leaf) to a TLS listener requiring a client certificate of the CA (db's
+        leaf), which hands the bytes to the same echo backend."""
+        reason = self.ensure("mesh")
+        if reason:
+            return reason
+        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not os.path.exists(haproxy):
+            return "haproxy not installed (apt-get install haproxy)"
+        d = os.path.join(self.tmp, "haproxy-mesh")
+        os.makedirs(d, exist_ok=True)
+        base = self.dev_url()
+        status, _, body = http("GET", f"{base}/v1/connect/ca/roots")
+        if status != 200:
+            return f"CA roots answered {status}"
+        with open(os.path.join(d, "ca.pem"), "w") as f:
+            f.write("".join(r["RootCert"] for r in json.loads(body)["Roots"]))
+        for name in ("web", "db"):
+            status, _, body = http("GET", f"{base}/v1/agent/connect/ca/leaf/{name}", timeout=30)
+            if status != 200:
+                return f"leaf certificate of {name} answered {status}"
+            leaf = json.loads(body)
+            with open(os.path.join(d, f"{name}.pem"), "w") as f:
+                f.write(leaf["CertPEM"] + leaf["PrivateKeyPEM"])
+        threads = os.cpu_count() or 1
+        conf = os.path.join(d, "haproxy.cfg")
+        with open(conf, "w") as f:
+            f.write(
+                f"global\n  nbthread {threads}\n  maxconn 100000\n  tune.ssl.default-dh-param 2048\n"
+                "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n"
+                f"frontend up\n  bind 127.0.0.1:{MESH['ha_up']}\n  default_backend to_down\n"
+                f"backend to_down\n  server down 127.0.0.1:{MESH['ha_down']} ssl crt {d}/web.pem ca-file {d}/ca.pem verify required\n"
+                f"frontend down\n  bind 127.0.0.1:{MESH['ha_down']} ssl crt {d}/db.pem ca-file {d}/ca.pem verify required\n"
+                "  default_backend echo\n"
+                f"backend echo\n  server echo 127.0.0.1:{MESH['echo']}\n"
+            )
+        self.procs.start("haproxy-mesh", [haproxy, "-db", "-f", conf])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.mesh_echo_ok(MESH["ha_up"]):
+                return None
+            time.sleep(0.3)
+        return "haproxy's pair carried no message: " + self.procs.log_tail("haproxy-mesh")
+
+    def row_mesh_bytes(self):
+        row_id, title = "mesh-bytes-vs-haproxy", "mTLS hop, 1 MiB echo messages × 16 conns: praetor proxy pair vs haproxy pair"
+        target = "≥ 1.0×"
+        reason = self.needs("mesh", "haproxy-mesh")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        args = ["tcp-stream", "--target-a", f"tcp://127.0.0.1:{MESH['ha_up']}", "--target-b",
+                f"tcp://127.0.0.1:{MESH['up']}", "--name-a", "haproxy pair", "--name-b", "praetor proxy pair",
+                "--connections", "16", "--value-bytes", "1048576", "--duration", f"{self.duration}s"]
+        self.compare_row(row_id, title, args, target, lambda d: d["ratio"]["median"] >= 1.0,
+                         metric="bytes_per_s", unit="B/s")
+
+    def row_mesh_conns(self):
+        row_id, title = "mesh-conns-vs-haproxy", "mTLS hop, new connections/s (16 at a time, authorize included): praetor pair vs haproxy pair"
+        target = "≥ 1.0×"
+        reason = self.needs("mesh", "haproxy-mesh")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        args = ["tcp-connect", "--target-a", f"tcp://127.0.0.1:{MESH['ha_up']}", "--target-b",
+                f"tcp://127.0.0.1:{MESH['up']}", "--name-a", "haproxy pair", "--name-b", "praetor proxy pair",
+                "--connections", "16", "--duration", f"{self.duration}s"]
+        self.compare_row(row_id, title, args, target, lambda d: d["ratio"]["median"] >= 1.0,
+                         metric="ops_per_s", unit="conn/s")
+
+    def row_authorize_vs_kv_get(self):
+        row_id, title = "authorize-vs-kv-get", "POST /v1/agent/connect/authorize vs KV GET, 64 conns, one -dev agent"
+        target = "≥ 0.8×"
+        reason = self.needs("dev:kv")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        status, _, body = http("GET", f"{self.dev_url()}/v1/connect/ca/roots")
+        trust_domain = json.loads(body).get("TrustDomain") if status == 200 else None
+        if not trust_domain:
+            return self.unavailable(row_id, title, target, f"the CA has no trust domain yet ({status})")
+        uri = f"spiffe://{trust_domain}/ns/default/dc/dc1/svc/web"
+        http("PUT", f"{self.dev_url()}/v1/kv/bench/get", b"x")
+        args = ["--scenario-a", "kv-get", "--scenario-b", "connect-authorize", "--target", self.dev_url(),
+                "--key-a", "bench/get", "--key-b", uri, "--service", "db", "--name-a", "KV GET",
+                "--name-b", "authorize"] + self.common()
+        self.compare_row(row_id, title, args, target, lambda d: d["ratio"]["median"] >= 0.8,
+                         note="'praetor' = authorize, 'peer' = KV GET on the same agent")
 
     def row_dns_client_vs_server(self):
         """The same dnsperf A queries against a client agent (answering from the answers it
@@ -1703,6 +1848,9 @@ class Bench:
             (["https-get-vs-http"], self.row_https_get, []),
             (["https-handshakes-vs-haproxy"], self.row_https_handshakes, ["dev-tls", "haproxy-tls", "http-floor"]),
             (["telemetry-kv-get", "telemetry-kv-put"], self.telemetry_rows, ["telemetry-off", "telemetry-on"]),
+            (["authorize-vs-kv-get"], self.row_authorize_vs_kv_get, []),
+            (["mesh-bytes-vs-haproxy"], self.row_mesh_bytes, []),
+            (["mesh-conns-vs-haproxy"], self.row_mesh_conns, ["haproxy-mesh", "mesh"]),
         ]
 
     def run(self):

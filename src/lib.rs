@@ -23,8 +23,10 @@
 //!    servers) and the HTTP API (routing table, handlers, server loop), which uses `dns`
 //!    only to serve that protocol on the servers.
 //! 10. [`agent`]: local services and checks, runners, anti-entropy.
-//! 11. [`node`]: start-up wiring, the only module that uses every layer.
-//! 12. [`cli`]: operator commands.
+//! 11. [`proxy`]: the built-in mTLS proxy (`praetor connect proxy`), a data plane fed by
+//!     its agent over HTTP; it needs only `proto` and `tls`.
+//! 12. [`node`]: start-up wiring, the only module that uses every layer.
+//! 13. [`cli`]: operator commands.
 //!
 //! Pure modules do no I/O, read no clock, draw no entropy and start no thread.
 //!
@@ -40,6 +42,7 @@ pub mod dns;
 pub mod gossip;
 pub mod node;
 pub mod proto;
+pub mod proxy;
 pub mod raft;
 pub mod replica;
 pub mod shard;

@@ -45,11 +45,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Local services and checks, runners, anti-entropy, agent endpoint work.
     ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "api"]),
+    // The built-in mTLS proxy: a data plane fed by its agent over HTTP.
+    ("proxy",   &["proto", "tls"]),
     // Start-up wiring: the only module that imports every layer.
     ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "api", "dns", "agent"]),
     // Operator commands.
-    ("cli",     &["proto", "gossip", "consul", "config", "tls", "shard", "api", "agent", "node"]),
+    ("cli",     &["proto", "gossip", "consul", "config", "tls", "shard", "api", "agent", "proxy",
+                  "node"]),
 ];
 
 /// Layers that do no I/O, read no clock, draw no entropy and start no thread: time, bytes

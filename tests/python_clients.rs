@@ -40,3 +40,9 @@ fn py_consul_agent_services_and_checks() {
     let agent = Agent::dev(&[]);
     run_python("agent_client.py", &agent);
 }
+
+#[test]
+fn py_consul_service_mesh() {
+    let agent = Agent::dev(&[]);
+    run_python("connect_client.py", &agent);
+}

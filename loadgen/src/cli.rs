@@ -20,6 +20,8 @@ pub enum Command {
     Compare(Box<CompareConfig>),
     Chart(ChartConfig),
     FanoutFloor(FloorConfig),
+    /// `loadgen tcp-echo --listen IP:PORT`: the echo server of the TCP scenarios.
+    TcpEcho(std::net::SocketAddr),
     Help(String),
 }
 
@@ -619,6 +621,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         "compare" => parse_compare(&args[1..]).map(|c| Command::Compare(Box::new(c))),
         "chart" => parse_chart(&args[1..]).map(Command::Chart),
         "fanout-floor" => parse_floor(&args[1..]).map(Command::FanoutFloor),
+        "tcp-echo" => match &args[1..] {
+            [flag, addr] if flag == "--listen" => addr
+                .parse()
+                .map(Command::TcpEcho)
+                .map_err(|e| format!("--listen {addr}: {e}")),
+            _ => Err("usage: loadgen tcp-echo --listen IP:PORT".to_string()),
+        },
         other => {
             let scenario = Scenario::parse(other)
                 .ok_or_else(|| format!("unknown command {other:?}; try `loadgen --help`"))?;

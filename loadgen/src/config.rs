@@ -43,10 +43,16 @@ pub enum Scenario {
     Txn,
     /// Setup step: register `--instances` instances of `--service`, then exit.
     Register,
+    /// Raw TCP: `--value-bytes` messages echoed on each connection; `bytes_per_s`.
+    TcpStream,
+    /// Raw TCP: a new connection per operation (connect, 64-byte echo, close).
+    TcpConnect,
+    /// `POST /v1/agent/connect/authorize` of `--key` (a SPIFFE URI) to `--service`.
+    ConnectAuthorize,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::KvGet,
         Scenario::KvPut,
         Scenario::KvMixed,
@@ -57,6 +63,9 @@ impl Scenario {
         Scenario::SessionLocks,
         Scenario::Txn,
         Scenario::Register,
+        Scenario::TcpStream,
+        Scenario::TcpConnect,
+        Scenario::ConnectAuthorize,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +80,9 @@ impl Scenario {
             Scenario::SessionLocks => "session-locks",
             Scenario::Txn => "txn",
             Scenario::Register => "register",
+            Scenario::TcpStream => "tcp-stream",
+            Scenario::TcpConnect => "tcp-connect",
+            Scenario::ConnectAuthorize => "connect-authorize",
         }
     }
 
@@ -92,6 +104,15 @@ impl Scenario {
             Scenario::SessionLocks => "session create + KV acquire + release + destroy cycles",
             Scenario::Txn => "PUT /v1/txn with --txn-ops KV sets, one transaction per request",
             Scenario::Register => "setup: register --instances instances of --service and exit",
+            Scenario::TcpStream => {
+                "TCP echo of --value-bytes messages per connection (bytes_per_s)"
+            }
+            Scenario::TcpConnect => {
+                "a new TCP connection per operation: connect, echo 64 bytes, close"
+            }
+            Scenario::ConnectAuthorize => {
+                "POST /v1/agent/connect/authorize: --key (a SPIFFE URI) connecting to --service"
+            }
         }
     }
 

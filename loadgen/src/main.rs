@@ -20,6 +20,7 @@ mod net;
 mod report;
 mod run;
 mod setup;
+mod tcprun;
 mod workloads;
 
 use cli::Command;
@@ -46,6 +47,7 @@ fn main() {
         }
         Command::Chart(config) => chart::draw(&config),
         Command::FanoutFloor(config) => fanout_floor::serve(&config),
+        Command::TcpEcho(listen) => tcprun::serve_echo(listen),
     };
     if let Err(e) = outcome {
         eprintln!("loadgen: {e}");

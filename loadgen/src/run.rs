@@ -24,6 +24,9 @@ pub fn run_scenario(config: &RunConfig) -> Result<RunResult, String> {
         Scenario::Dns => return crate::dnsrun::run_dns(config, &target, &label),
         Scenario::BlockingFanout => return crate::fanout::run_fanout(config, &target),
         Scenario::Register => return run_register(config, &target),
+        Scenario::TcpStream | Scenario::TcpConnect => {
+            return crate::tcprun::run_tcp(config, &target, &label)
+        }
         Scenario::KvGet | Scenario::KvMixed if config.preload => preload_keys(config, &target)?,
         Scenario::HealthQuery => {
             if config.instances > 0 {

@@ -558,6 +558,56 @@ impl HttpWorkload for TxnWorkload {
     }
 }
 
+/// `POST /v1/agent/connect/authorize` of the SPIFFE URI `--key` connecting to `--service`;
+/// an answer counts when it is 200 and carries `Authorized`.
+pub struct AuthorizeWorkload {
+    request: Vec<u8>,
+}
+
+impl AuthorizeWorkload {
+    pub fn new(config: &RunConfig, target: &Target) -> Self {
+        let body = serde_json::json!({
+            "Target": config.service,
+            "ClientCertURI": config.key,
+        })
+        .to_string();
+        let mut request = Vec::new();
+        encode_request(
+            &mut request,
+            "POST",
+            "/v1/agent/connect/authorize",
+            &target.authority,
+            JSON,
+            body.as_bytes(),
+        );
+        AuthorizeWorkload { request }
+    }
+}
+
+impl HttpWorkload for AuthorizeWorkload {
+    fn next_request(&mut self, request: &mut Vec<u8>) -> bool {
+        if request.is_empty() {
+            request.extend_from_slice(&self.request);
+        }
+        true
+    }
+
+    fn wants_body(&self) -> bool {
+        true
+    }
+
+    fn on_response(&mut self, status: u16, body: &[u8]) -> Verdict {
+        if status != 200 {
+            return Verdict::from_status(status);
+        }
+        if body.windows(12).any(|w| w == b"\"Authorized\"") {
+            Verdict::OK
+        } else {
+            Verdict::BAD_ANSWER
+        }
+    }
+}
+
 /// The workload factory for the HTTP scenarios.
 pub fn make_workload(
     config: &RunConfig,
@@ -572,7 +622,12 @@ pub fn make_workload(
         Scenario::HealthQuery => Box::new(FixedGetWorkload::health(config, target)),
         Scenario::SessionLocks => Box::new(SessionWorkload::new(config, target, conn_index)),
         Scenario::Txn => Box::new(TxnWorkload::new(config, target, conn_index)),
-        Scenario::BlockingFanout | Scenario::Dns | Scenario::Register => {
+        Scenario::ConnectAuthorize => Box::new(AuthorizeWorkload::new(config, target)),
+        Scenario::BlockingFanout
+        | Scenario::Dns
+        | Scenario::Register
+        | Scenario::TcpStream
+        | Scenario::TcpConnect => {
             unreachable!("{} is not a request-loop scenario", config.scenario.name())
         }
     }

@@ -102,6 +102,12 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             agent.telemetry.subscribe(chunks);
             AgentReply::empty()
         }
+        AgentRequest::ConnectLeaf {
+            service,
+            min_index,
+            wait,
+            token,
+        } => super::connect::leaf::serve(agent, &service, min_index, wait, token, pretty).await,
     }
 }
 
@@ -312,9 +318,17 @@ async fn register_service(
             return AgentReply::text(500, e);
         }
     }
+    let definitions = match agent.with_sidecar(def) {
+        Ok(definitions) => definitions,
+        Err(e) => return decode_error(e.status, e.message),
+    };
     crate::shard::telemetry::incr(metrics::Counter::AgentServiceRegisters);
-    agent.set_service_token(&def.service.id, &registration_token(&obj, request_token));
-    agent.add_service(def, Source::Api, replace_existing_checks);
+    // A sidecar registered with its service syncs with the service's token, as in Consul.
+    let token = registration_token(&obj, request_token);
+    for def in definitions {
+        agent.set_service_token(&def.service.id, &token);
+        agent.add_service(def, Source::Api, replace_existing_checks);
+    }
     agent.sync_now().await;
     AgentReply::empty()
 }

@@ -152,6 +152,72 @@ impl CatalogClient {
     }
 }
 
+impl CatalogClient {
+    /// Sends an HTTP request to a server over the forwarding RPC (a client agent's way to
+    /// the servers' state), with `token` as its ACL token: `(status, X-Consul-Index, body)`.
+    /// `None` on a server, which reads and signs from its own store instead.
+    pub async fn server_http(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        token: Option<&str>,
+        timeout: Duration,
+    ) -> Option<Result<(u16, u64, Vec<u8>), String>> {
+        let Backend::Remote { shard, servers } = &self.backend else {
+            return None;
+        };
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            request.push_str(&format!("X-Consul-Token: {token}\r\n"));
+        }
+        request.push_str("\r\n");
+        let mut request = request.into_bytes();
+        request.extend_from_slice(body);
+        let retry = if method == "GET" {
+            Retry::Always
+        } else {
+            Retry::NotSent
+        };
+        let answer = servers::call(
+            servers,
+            &shard.forward,
+            kind::FORWARD_HTTP,
+            &request,
+            timeout,
+            retry,
+        )
+        .await;
+        Some(answer.and_then(|frame| {
+            if frame.kind != kind::FORWARD_HTTP_RESPONSE {
+                return Err(String::from_utf8_lossy(&frame.payload).into_owned());
+            }
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            match response.parse(&frame.payload) {
+                Ok(httparse::Status::Complete(head_len)) => {
+                    let index = response
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("X-Consul-Index"))
+                        .and_then(|h| std::str::from_utf8(h.value).ok())
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    Ok((
+                        response.code.unwrap_or(500),
+                        index,
+                        frame.payload[head_len..].to_vec(),
+                    ))
+                }
+                _ => Err("malformed answer from the server".to_string()),
+            }
+        }))
+    }
+}
+
 /// Asks a server for one node's catalog state over the forwarding RPC.
 async fn read_remote_node_state(
     shard: &Shard,

@@ -16,6 +16,7 @@
 pub mod api;
 pub mod catalog_client;
 pub mod checks;
+pub mod connect;
 pub mod local;
 pub mod persist;
 pub mod reload;
@@ -189,6 +190,19 @@ pub fn config_definitions(
             services.push(def);
         }
     }
+    // Sidecars of config-file services take ports in order from the sidecar range.
+    let mut used: Vec<u16> = services.iter().map(|d| d.service.port as u16).collect();
+    let mut sidecars = Vec::new();
+    for def in &services {
+        let Some(raw) = &def.sidecar else { continue };
+        let port = sidecar_port(config, &used, None)
+            .map_err(|e| format!("service {:?}: {e}", def.service.id))?;
+        let sidecar = definition::expand_sidecar(&def.service, raw, port)
+            .map_err(|e| format!("service {:?}: {}", def.service.id, e.message))?;
+        used.push(sidecar.service.port as u16);
+        sidecars.push(sidecar);
+    }
+    services.extend(sidecars);
     let mut checks = Vec::new();
     if let Some(list) = config.raw.get("checks") {
         let items = list.as_array().ok_or("checks: expected a list")?;
@@ -203,6 +217,29 @@ pub fn config_definitions(
         }
     }
     Ok((services, checks))
+}
+
+/// The port a sidecar gets when its definition names none: the one it already has, else the
+/// lowest of `ports.sidecar_min_port..=sidecar_max_port` no other sidecar uses (Consul's
+/// rule and messages).
+pub fn sidecar_port(
+    config: &AgentConfig,
+    used: &[u16],
+    existing: Option<u16>,
+) -> Result<u16, String> {
+    if let Some(port) = existing.filter(|p| *p > 0) {
+        return Ok(port);
+    }
+    let (min, max) = (
+        config.connect.sidecar_min_port,
+        config.connect.sidecar_max_port,
+    );
+    if min == 0 {
+        return Err("no port provided for sidecar_service and sidecar_min_port is 0".to_string());
+    }
+    (min..=max).find(|p| !used.contains(p)).ok_or_else(|| {
+        "no port provided for sidecar_service and none left in the configured range".to_string()
+    })
 }
 
 /// Rounds of anti-entropy requested and completed, so handlers can wait for theirs.
@@ -270,6 +307,8 @@ pub struct Agent {
     pub persist: Option<persist::Persister>,
     /// The metrics windows, sinks and stream subscribers.
     pub telemetry: telemetry::Telemetry,
+    /// Leaf certificates of this agent's services, kept fresh.
+    pub leaves: connect::leaf::LeafCerts,
 }
 
 impl Agent {
@@ -686,7 +725,55 @@ impl Agent {
         set_token(&mut self.state.borrow_mut().check_tokens, id, token);
     }
 
+    /// `def` and, when it asks for one, its expanded sidecar (port allocated among this
+    /// agent's proxies, kept across re-registrations).
+    pub fn with_sidecar(
+        &self,
+        def: ServiceDefinition,
+    ) -> Result<Vec<ServiceDefinition>, definition::DefinitionError> {
+        let Some(raw) = def.sidecar.clone() else {
+            return Ok(vec![def]);
+        };
+        let sidecar_id = definition::sidecar_id(&def.service.id);
+        let (used, existing) = {
+            let state = self.state.borrow();
+            let used: Vec<u16> = state
+                .services
+                .values()
+                .filter(|s| {
+                    s.registration.kind == "connect-proxy" && s.registration.id != sidecar_id
+                })
+                .map(|s| s.registration.port as u16)
+                .collect();
+            let existing = state
+                .services
+                .get(&sidecar_id)
+                .map(|s| s.registration.port as u16);
+            (used, existing)
+        };
+        let config = self.config.borrow().clone();
+        let port = sidecar_port(&config, &used, existing).map_err(|message| {
+            definition::DefinitionError {
+                status: 400,
+                message,
+            }
+        })?;
+        let sidecar = definition::expand_sidecar(&def.service, &raw, port)?;
+        Ok(vec![def, sidecar])
+    }
+
     pub fn remove_service(&self, id: &str) -> bool {
+        // A sidecar registered with its service goes with it, as in Consul.
+        let sidecar = definition::sidecar_id(id);
+        let has_sidecar = self
+            .state
+            .borrow()
+            .services
+            .get(&sidecar)
+            .is_some_and(|s| s.registration.kind == "connect-proxy");
+        if has_sidecar && sidecar != id {
+            self.remove_service(&sidecar);
+        }
         let checks: Vec<String> = self
             .state
             .borrow()
@@ -1039,6 +1126,7 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
                 .ok()
         }),
         telemetry: telemetry::Telemetry::new(&config),
+        leaves: Default::default(),
     });
     // Config first: a persisted record with an ID the config defines is dropped.
     if let Err(e) = agent.load_config_definitions(&config) {
@@ -1070,6 +1158,7 @@ async fn apply_logged(client: &CatalogClient, op: CatalogOp, what: &str) {
 /// On the leader: every gossip member (or, without gossip, this server alone) is a node
 /// with a `serfHealth` check and, for servers, the `consul` service.
 async fn reconcile_loop(agent: Rc<Agent>) {
+    let mesh = connect::leader::LeaderDuties::default();
     loop {
         if agent.shard.shutting_down() {
             return;
@@ -1082,8 +1171,10 @@ async fn reconcile_loop(agent: Rc<Agent>) {
                 crate::consul::metrics::Sample::LeaderReconcile,
                 started,
             );
+            mesh.run(&agent).await;
             monoio::time::sleep(RECONCILE_INTERVAL).await;
         } else {
+            mesh.lost_leadership();
             monoio::time::sleep(LEADERSHIP_POLL_INTERVAL).await;
         }
     }

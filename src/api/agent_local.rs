@@ -82,6 +82,15 @@ pub enum AgentRequest {
     MetricsStream {
         chunks: flume::Sender<Vec<u8>>,
     },
+    /// `/v1/agent/connect/ca/leaf/<service>`: the service's leaf certificate, once its
+    /// index passes `min_index` or `wait` runs out.
+    ConnectLeaf {
+        service: String,
+        min_index: u64,
+        wait: Duration,
+        /// The caller's token, sent along when a client agent asks a server to sign.
+        token: Option<String>,
+    },
 }
 
 /// A request in flight to the agent.
@@ -370,6 +379,30 @@ pub fn service_maintenance(
             id: request.rest.to_string(),
             enable,
             reason,
+        },
+        reply.pretty,
+    ))
+}
+
+/// `GET /v1/agent/connect/ca/leaf/<service>`, blocking on the leaf's index.
+pub fn connect_leaf(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    super::intentions::require_connect(ctx)?;
+    let service = request.rest.to_string();
+    if service.is_empty() {
+        return Err(ApiError::bad_request("Missing service name"));
+    }
+    let options = super::query_options(ctx, &request.query)?;
+    Ok(call(
+        ctx,
+        AgentRequest::ConnectLeaf {
+            service,
+            min_index: options.min_index,
+            wait: options.wait,
+            token: request.token().map(str::to_string),
         },
         reply.pretty,
     ))

@@ -320,7 +320,7 @@ const _: () = assert!(SLOT_CATALOG_PRETTY < crate::store::catalog::render_cache:
 pub enum ServiceView {
     /// `/v1/catalog/service/<s>`: `ServiceNode`s.
     Catalog,
-    /// `/v1/catalog/connect/<s>`: Connect-capable instances; empty until Connect lands.
+    /// `/v1/catalog/connect/<s>`: Connect-native instances and the proxies fronting `s`.
     Connect,
     /// `/v1/health/service/<s>`: `CheckServiceNode`s.
     Health,
@@ -414,21 +414,19 @@ impl ServiceQuery {
     /// straight from the views' render caches. `None` for the views rendered row by row.
     fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<&'t [u8]>> {
         let (compact_slot, pretty_slot) = match self.view {
-            ServiceView::Connect | ServiceView::HealthConnect => return Some(Vec::new()),
-            ServiceView::Catalog => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
-            ServiceView::Health => (SLOT_HEALTH, SLOT_HEALTH_PRETTY),
+            ServiceView::Catalog | ServiceView::Connect => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
+            ServiceView::Health | ServiceView::HealthConnect => (SLOT_HEALTH, SLOT_HEALTH_PRETTY),
             ServiceView::Checks => return None,
         };
-        let Some(group) = tables.catalog.group(&self.service) else {
-            return Some(Vec::new());
-        };
-        let mut parts = Vec::with_capacity(group.instances.len());
+        let views = self.views(tables);
+        let mut parts = Vec::with_capacity(views.len());
         let mut distances: Vec<Option<f64>> = Vec::new();
-        for view in group.instances.values() {
+        for view in views {
             if !self.keep(view.node(), &view.service) || !self.readable(view) {
                 continue;
             }
-            if self.view == ServiceView::Health && self.passing && !view.all_passing() {
+            let health = matches!(self.view, ServiceView::Health | ServiceView::HealthConnect);
+            if health && self.passing && !view.all_passing() {
                 continue;
             }
             if let Some(near) = &self.near {
@@ -441,7 +439,9 @@ impl ServiceQuery {
                 service_checks: view.checks(),
             };
             let render_row = |w: &mut JsonWriter| match self.view {
-                ServiceView::Catalog => render::service_node(w, view.node(), &view.service),
+                ServiceView::Catalog | ServiceView::Connect => {
+                    render::service_node(w, view.node(), &view.service)
+                }
                 _ => render::check_service_node(w, &row),
             };
             if let Some(filter) = &self.filter {
@@ -466,6 +466,21 @@ impl ServiceQuery {
                 .collect();
         }
         Some(parts)
+    }
+
+    /// The instances the query reads: the service's group, or for the Connect views its
+    /// native instances and the proxies fronting it.
+    fn views<'t>(&self, tables: &'t Tables) -> Vec<&'t crate::store::catalog::InstanceView> {
+        match self.view {
+            ServiceView::Connect | ServiceView::HealthConnect => {
+                read::connect_rows(tables, &self.service).views
+            }
+            _ => tables
+                .catalog
+                .group(&self.service)
+                .map(|g| g.instances.values().collect())
+                .unwrap_or_default(),
+        }
     }
 
     fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
@@ -525,6 +540,18 @@ impl ServiceQuery {
 
 impl Query for ServiceQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        if matches!(self.view, ServiceView::Connect | ServiceView::HealthConnect) {
+            // A new proxy may appear under any name: the query also watches the services
+            // table, and re-evaluating keeps it parked unless one of its groups moved.
+            let rows = read::connect_rows(tables, &self.service);
+            let mut watch = WatchSet::new()
+                .key(Table::ServiceIndex, self.folded.clone())
+                .table(Table::Services);
+            for group in rows.proxy_groups {
+                watch = watch.key(Table::ServiceIndex, Arc::<str>::from(group.as_str()));
+            }
+            return (rows.index, watch);
+        }
         (
             read::service_index(tables, &self.service),
             WatchSet::new().key(Table::ServiceIndex, self.folded.clone()),

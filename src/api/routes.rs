@@ -13,9 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    acl, agent, agent_local, authz, catalog, client_tokens, coordinate, debug, event, health, host,
-    internal_dns, keyring, kv, members, monitor, operator, query, session, snapshot, status, txn,
-    ui, ApiError, Context, Outcome, Reply, Request,
+    acl, agent, agent_local, authz, catalog, client_tokens, config, connect, coordinate, debug,
+    event, health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
+    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -134,6 +134,20 @@ pub enum Acl {
     /// stored one's on update and delete), `query:read` on one read or explained; lists
     /// and executions filter their rows.
     Query,
+    /// Config entries: the kind's read rule on a GET of one entry (lists are filtered), its
+    /// write rule on PUT (from the body) and DELETE (`api::config::check_acl`).
+    ConfigEntry,
+    /// Intentions: `intention:read`/`write` on the destination, `service:read` for a check
+    /// (`api::intentions::check_acl`); lists are filtered.
+    Intention,
+    /// `service:write` on the body's `Target`.
+    ConnectAuthorize,
+    /// `service:write` on the service a CSR names.
+    ConnectSign,
+    /// `service:write` on the service in the path.
+    ServiceWriteFromRest,
+    /// `service:read` on the service in the path.
+    ServiceReadFromRest,
 }
 
 /// The first `api.http` series of each route (one series per method it serves), by its
@@ -198,6 +212,7 @@ const GET_PUT: &[Method] = &[Method::Get, Method::Put];
 const POST_PUT: &[Method] = &[Method::Post, Method::Put];
 const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
 const GET_POST_PUT_DELETE: &[Method] = &[Method::Get, Method::Post, Method::Put, Method::Delete];
+const GET_DELETE: &[Method] = &[Method::Get, Method::Delete];
 const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
@@ -354,6 +369,22 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
     // A client agent's token resolution, answered by its servers (`api::client_tokens`).
     route(Exact(client_tokens::RULES_PATH),             GET,                 Standard, ANSWERS, Acl::None,  acl::client_rules),
+
+    // The service mesh: config entries, intentions, the CA, leaf certificates.
+    route(Exact("/v1/config"),                          PUT,                 Standard, ANSWERS, Acl::ConfigEntry, config::apply),
+    route(Prefix("/v1/config/"),                        GET_DELETE,          Standard, BLOCKS,  Acl::ConfigEntry, config::handle),
+    route(Exact("/v1/connect/intentions"),              GET_POST,            Standard, BLOCKS,  Acl::Intention, intentions::intentions),
+    route(Exact("/v1/connect/intentions/exact"),        GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Intention, intentions::exact),
+    route(Exact("/v1/connect/intentions/match"),        GET,                 Standard, BLOCKS,  Acl::Intention, intentions::match_intentions),
+    route(Exact("/v1/connect/intentions/check"),        GET,                 Standard, BLOCKS,  Acl::Intention, intentions::check),
+    route(Prefix("/v1/connect/intentions/"),            GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Intention, intentions::by_id),
+    route(Exact("/v1/connect/ca/roots"),                GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
+    route(Exact("/v1/connect/ca/configuration"),        GET_PUT,             Standard, BLOCKS,  OperatorByMethod, connect::configuration),
+    route(Exact("/v1/agent/connect/ca/roots"),          GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
+    route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
+    route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
+    route(Exact(connect::SIGN_PATH),                    PUT,                 Standard, ANSWERS, Acl::ConnectSign, connect::sign),
+    route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
 
 /// The route serving `path`, if any: the first in [`ROUTES`] that matches.
@@ -628,6 +659,8 @@ mod tests {
         client_tokens::RULES_PATH,
         // Consul's `AgentVersion` checks no ACL: the version is what clients negotiate with.
         "/v1/agent/version",
+        "/v1/connect/ca/roots",
+        "/v1/agent/connect/ca/roots",
     ];
 
     #[test]

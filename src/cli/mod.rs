@@ -11,8 +11,11 @@ pub mod acl;
 pub mod agent;
 pub mod catalog;
 pub mod client;
+pub mod config;
+pub mod connect;
 pub mod debug;
 pub mod gossip;
+pub mod intention;
 pub mod kv;
 pub mod lock;
 pub mod maint;
@@ -100,6 +103,15 @@ pub enum Command {
     Validate(ops::ValidateArgs),
     /// Records an archive of the agent's state, metrics, logs and host for diagnosis.
     Debug(Box<debug::DebugArgs>),
+    /// Writes, reads, lists and deletes config entries.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Creates, checks, reads, deletes and matches intentions.
+    #[command(subcommand)]
+    Intention(intention::IntentionCommand),
+    /// The service mesh: the CA's configuration and the built-in proxy.
+    #[command(subcommand)]
+    Connect(connect::ConnectCommand),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -357,6 +369,9 @@ pub fn main() -> i32 {
         Command::Acl(command) => acl::run(*command),
         Command::Login(args) => acl::login(args),
         Command::Logout(args) => acl::logout(args),
+        Command::Config(command) => config::run(command),
+        Command::Intention(command) => intention::run(command),
+        Command::Connect(command) => connect::run(command),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),

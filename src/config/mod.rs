@@ -20,6 +20,7 @@ pub mod tls;
 pub mod ui;
 
 pub mod acl;
+pub mod connect;
 
 pub mod process;
 
@@ -153,6 +154,8 @@ pub struct AgentConfig {
     pub process: process::ProcessConfig,
     /// The watch plans the agent runs (`watches`).
     pub watches: Vec<watches::WatchConfig>,
+    /// `connect`, `config_entries` and the sidecar port range: the service mesh.
+    pub connect: connect::ConnectConfig,
     /// The merged configuration object, for sections later subsystems read themselves
     /// (`services`, `checks`, `dns_config`, `recursors`, …).
     pub raw: Map<String, Value>,
@@ -598,6 +601,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
     let process = process::from_raw(&raw, &mut warnings)?;
     let watches = watches::from_raw(&raw, &mut warnings)?;
+    let connect = connect::ConnectConfig::from_raw(&raw, &mut warnings)?;
     warnings.extend(tls.not_active_warnings(&ports));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
@@ -650,6 +654,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         telemetry,
         process,
         watches,
+        connect,
         raw,
         unknown_keys,
         warnings,

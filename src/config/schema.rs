@@ -58,6 +58,8 @@ const PORTS: &[Field] = &[
     field("serf_wan", Kind::Int),
     field("grpc", Kind::Int),
     field("grpc_tls", Kind::Int),
+    field("sidecar_min_port", Kind::Int),
+    field("sidecar_max_port", Kind::Int),
 ];
 
 /// One block of the `tls` stanza (`defaults`, `internal_rpc`, `https`, `grpc`); which keys a
@@ -222,6 +224,7 @@ pub const TOP_LEVEL: &[Field] = &[
     field("check_reap_interval", Kind::Duration),
     field("checks", Kind::Any),
     field("client_addr", Kind::Str),
+    field("config_entries", Kind::Any),
     field("connect", Kind::Any),
     field("data_dir", Kind::Str),
     field("datacenter", Kind::Str),
@@ -542,7 +545,7 @@ mod tests {
     fn unknown_keys_are_reported_with_their_paths() {
         let merged = json!({
             "future": 1,
-            "ports": {"http": 1, "sidecar_min_port": 2},
+            "ports": {"http": 1, "expose_min_port": 2},
             "limits": {"rpc_handshake_timeout": "5s"},
             "acl": {"anything": true},
             "dns_config": {"soa": {"refresh": 1, "serial": 2}},
@@ -553,7 +556,7 @@ mod tests {
                 "dns_config.soa.serial",
                 "future",
                 "limits.rpc_handshake_timeout",
-                "ports.sidecar_min_port"
+                "ports.expose_min_port"
             ]
         );
     }

@@ -5,6 +5,7 @@
 //! `service:<id>[:n]`, names `Service '<name>' check`) and its validation messages.
 
 use crate::consul::body::Obj;
+use crate::consul::config_entry::doc::{always, decode_object, omit, Decoding, Doc, Ty, F};
 use crate::consul::registration::{
     is_any_address, parse_check_definition, parse_service_tagged_addresses, parse_weights,
     validate_meta, SERVICE_TAGS_MAX,
@@ -100,6 +101,191 @@ impl CheckSpec {
 pub struct ServiceDefinition {
     pub service: ServiceRegistration,
     pub checks: Vec<CheckSpec>,
+    /// `Connect.SidecarService` as given: the agent allocates a port if it names none and
+    /// expands it with [`expand_sidecar`].
+    pub sidecar: Option<serde_json::Value>,
+}
+
+/// The `Proxy` of a connect proxy, in Consul's field names and order.
+const PROXY_MESH_GATEWAY: &[F] = &[omit("Mode", Ty::Str)];
+const PROXY_EXPOSE_PATH: &[F] = &[
+    omit("ListenerPort", Ty::Int),
+    omit("Path", Ty::Str),
+    omit("LocalPathPort", Ty::Int),
+    omit("Protocol", Ty::Str),
+];
+const PROXY_EXPOSE: &[F] = &[
+    omit("Checks", Ty::Bool),
+    omit("Paths", Ty::ObjList(PROXY_EXPOSE_PATH)),
+];
+const PROXY_UPSTREAM: &[F] = &[
+    always("DestinationType", Ty::Str),
+    always("DestinationName", Ty::Str),
+    omit("DestinationPeer", Ty::Str),
+    omit("Datacenter", Ty::Str),
+    omit("LocalBindAddress", Ty::Str),
+    omit("LocalBindPort", Ty::Int),
+    omit("LocalBindSocketPath", Ty::Str),
+    omit("LocalBindSocketMode", Ty::Str),
+    omit("Config", Ty::OpaqueMap),
+    omit("MeshGateway", Ty::Obj(PROXY_MESH_GATEWAY)),
+    omit("CentrallyConfigured", Ty::Bool),
+];
+const PROXY: &[F] = &[
+    omit("DestinationServiceName", Ty::Str),
+    omit("DestinationServiceID", Ty::Str),
+    omit("LocalServiceAddress", Ty::Str),
+    omit("LocalServicePort", Ty::Int),
+    omit("LocalServiceSocketPath", Ty::Str),
+    always("Mode", Ty::Str),
+    omit("Config", Ty::OpaqueMap),
+    omit("Upstreams", Ty::ObjList(PROXY_UPSTREAM)),
+    omit("MeshGateway", Ty::Obj(PROXY_MESH_GATEWAY)),
+    omit("Expose", Ty::Obj(PROXY_EXPOSE)),
+    omit("TransparentProxy", Ty::OpaqueMap),
+    omit("AccessLogs", Ty::OpaqueMap),
+];
+
+/// A `Proxy` object in Consul's canonical form (field names, order, an upstream's
+/// `DestinationType` defaulting to `service`); unknown keys are dropped, as Consul's
+/// decoder ignores them.
+pub fn normalize_proxy(value: &serde_json::Value) -> Result<Doc, String> {
+    let mut decoding = Decoding::default();
+    let mut doc = decode_object(value, PROXY, "Proxy", &mut decoding);
+    if !decoding.type_errors.is_empty() {
+        return decoding.into_result().map(|_| doc);
+    }
+    if let Some(Doc::List(upstreams)) = doc.get("Upstreams").cloned() {
+        let upstreams = upstreams
+            .into_iter()
+            .map(|mut u| {
+                if u.str("DestinationType").is_empty() {
+                    u.set("DestinationType", Doc::Str("service".to_string()));
+                }
+                u
+            })
+            .collect();
+        doc.set("Upstreams", Doc::List(upstreams));
+    }
+    Ok(doc)
+}
+
+/// The ID Consul gives the sidecar of service `id`.
+pub fn sidecar_id(id: &str) -> String {
+    format!("{id}-sidecar-proxy")
+}
+
+/// Expands `Connect.SidecarService` (`raw`) of `parent` into the sidecar's definition with
+/// Consul's defaults: ID `<id>-sidecar-proxy`, name `<name>-sidecar-proxy`, kind
+/// `connect-proxy`, the parent's tags and meta unless given, `port` unless given, a `Proxy`
+/// fronting the parent (`LocalServiceAddress` 127.0.0.1, `LocalServicePort` the parent's
+/// port), and unless checks are given, a TCP check on the proxy's port ("Connect Sidecar
+/// Listening", every 10 s) and an alias check of the parent.
+pub fn expand_sidecar(
+    parent: &ServiceRegistration,
+    raw: &serde_json::Value,
+    port: u16,
+) -> Result<ServiceDefinition, DefinitionError> {
+    use serde_json::{json, Value};
+    let sidecar = Obj::new(raw).map_err(decode_failed)?;
+    if sidecar.has(&["sidecarservice"])
+        || sidecar
+            .obj(&["connect"])
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.has(&["sidecarservice"]))
+    {
+        return Err(DefinitionError::bad(
+            "Invalid SidecarService: sidecar_service can't have a nested sidecar_service",
+        ));
+    }
+    let kind = sidecar.string(&["kind"]).map_err(decode_failed)?;
+    if !kind.is_empty() && kind != "connect-proxy" {
+        return Err(DefinitionError::bad(format!(
+            "Invalid SidecarService: sidecar_service can't specify a Kind other than connect-proxy, got {kind:?}"
+        )));
+    }
+    let mut body = raw.as_object().cloned().unwrap_or_default();
+    let mut set_default = |key: &str, value: Value| {
+        if !sidecar.has(&[key]) {
+            body.insert(key.to_string(), value);
+        }
+    };
+    set_default("id", json!(sidecar_id(&parent.id)));
+    set_default("name", json!(format!("{}-sidecar-proxy", parent.name)));
+    if !parent.tags.is_empty() {
+        set_default("tags", json!(parent.tags));
+    }
+    if !parent.meta.is_empty() {
+        let meta: serde_json::Map<String, Value> = parent
+            .meta
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        set_default("meta", Value::Object(meta));
+    }
+    let given_port = sidecar
+        .bounded(&["port"], 0, 65535)
+        .map_err(decode_failed)?;
+    let port = if given_port > 0 {
+        given_port as u16
+    } else {
+        port
+    };
+    body.retain(|k, _| {
+        crate::consul::body::normalize_key(k) != "port"
+            && crate::consul::body::normalize_key(k) != "kind"
+    });
+    body.insert("Port".into(), json!(port));
+    body.insert("Kind".into(), json!("connect-proxy"));
+    let mut proxy = match sidecar.get(&["proxy"]) {
+        Some(Value::Object(p)) => Value::Object(p.clone()),
+        _ => json!({}),
+    };
+    let proxy_obj = proxy.as_object_mut().expect("an object");
+    let mut proxy_default = |key: &str, value: Value| {
+        let present = proxy_obj.keys().any(|k| {
+            crate::consul::body::normalize_key(k) == crate::consul::body::normalize_key(key)
+        });
+        if !present {
+            proxy_obj.insert(key.to_string(), value);
+        }
+    };
+    proxy_default("LocalServiceAddress", json!("127.0.0.1"));
+    proxy_default("LocalServicePort", json!(parent.port));
+    // The destination is always the parent, whatever was given.
+    proxy_obj.retain(|k, _| {
+        let key = crate::consul::body::normalize_key(k);
+        key != "destinationservicename" && key != "destinationserviceid"
+    });
+    proxy_obj.insert("DestinationServiceName".into(), json!(parent.name));
+    proxy_obj.insert("DestinationServiceID".into(), json!(parent.id));
+    body.retain(|k, _| crate::consul::body::normalize_key(k) != "proxy");
+    body.insert("Proxy".into(), proxy);
+    let has_checks = sidecar.has(&["check"]) || sidecar.has(&["checks"]);
+    let sidecar_address = sidecar.string(&["address"]).map_err(decode_failed)?;
+    if !has_checks {
+        let check_address = if sidecar_address.is_empty() {
+            "127.0.0.1".to_string()
+        } else {
+            sidecar_address
+        };
+        let tcp = if check_address.contains(':') {
+            format!("[{check_address}]:{port}")
+        } else {
+            format!("{check_address}:{port}")
+        };
+        body.insert(
+            "Checks".into(),
+            json!([
+                {"Name": "Connect Sidecar Listening", "TCP": tcp, "Interval": "10s"},
+                {"Name": format!("Connect Sidecar Aliasing {}", parent.id), "AliasService": parent.id},
+            ]),
+        );
+    }
+    let definition =
+        parse_service_definition(&Obj::new(&Value::Object(body)).map_err(decode_failed)?)?;
+    Ok(definition)
 }
 
 /// A decoding or validation failure, with the status Consul answers it with.
@@ -283,18 +469,58 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
     }
     let kind = obj.string(&["kind"]).map_err(decode_failed)?;
     let port = obj.bounded(&["port"], 0, 65535).map_err(decode_failed)? as i32;
-    let proxy_json = match obj.get(&["proxy"]) {
-        Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => Some(value.to_string()),
+    let proxy = match obj.get(&["proxy"]) {
+        Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => {
+            Some(normalize_proxy(value).map_err(decode_failed)?)
+        }
         _ => None,
     };
-    if kind == "connect-proxy" && proxy_json.is_none() {
-        return Err(DefinitionError::bad(
-            "Validation failed: Proxy.DestinationServiceName must be non-empty for Connect proxy services",
-        ));
+    if kind == "connect-proxy" {
+        if proxy
+            .as_ref()
+            .is_none_or(|p| p.str("DestinationServiceName").is_empty())
+        {
+            return Err(DefinitionError::bad(
+                "Validation failed: Proxy.DestinationServiceName must be non-empty for Connect proxy services",
+            ));
+        }
+        if port == 0
+            && obj
+                .string(&["socketpath"])
+                .map_err(decode_failed)?
+                .is_empty()
+        {
+            return Err(DefinitionError::bad(
+                "Validation failed: Port or SocketPath must be set for a Connect proxy",
+            ));
+        }
     }
-    let connect_native = match obj.obj(&["connect"]).map_err(decode_failed)? {
-        Some(c) => c.bool(&["native"]).map_err(decode_failed)?,
-        None => false,
+    let proxy_json = proxy.map(|p| p.to_json());
+    let (connect_native, sidecar) = match obj.obj(&["connect"]).map_err(decode_failed)? {
+        Some(c) => {
+            let native = c.bool(&["native"]).map_err(decode_failed)?;
+            let sidecar = match c.get(&["sidecarservice"]) {
+                Some(value @ serde_json::Value::Object(_)) => Some(value.clone()),
+                None | Some(serde_json::Value::Null) => None,
+                Some(_) => {
+                    return Err(decode_failed(
+                        "Connect.SidecarService must be an object".to_string(),
+                    ))
+                }
+            };
+            if native && sidecar.is_some() {
+                return Err(DefinitionError::bad(
+                    "Invalid Connect configuration: Native cannot be combined with SidecarService",
+                ));
+            }
+            if kind == "connect-proxy" && sidecar.is_some() {
+                return Err(DefinitionError::bad(
+                    "Invalid Connect configuration: a connect-proxy cannot have a SidecarService",
+                ));
+            }
+            (native, sidecar)
+        }
+        None => (false, None),
     };
     let mut tagged_addresses = parse_service_tagged_addresses(obj).map_err(decode_failed)?;
     // Consul gives a service with an IP address default LAN and WAN tagged addresses.
@@ -350,7 +576,11 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
         }
         checks.push(check);
     }
-    Ok(ServiceDefinition { service, checks })
+    Ok(ServiceDefinition {
+        service,
+        checks,
+        sidecar,
+    })
 }
 
 /// Decodes a standalone check (`/v1/agent/check/register`, config `checks`).
@@ -419,6 +649,49 @@ mod tests {
         let check =
             parse_check_registration(&Obj::new(&json!({"ttl": "1s"})).unwrap()).unwrap_err();
         assert_eq!(check.message, "Missing check name");
+    }
+
+    #[test]
+    fn sidecar_services_expand_with_consuls_defaults() {
+        let parent = service(json!({
+            "name": "web", "id": "web-1", "port": 8080, "tags": ["v1"],
+            "connect": {"sidecar_service": {"proxy": {"upstreams": [
+                {"destination_name": "db", "local_bind_port": 9191}
+            ]}}}
+        }))
+        .unwrap();
+        let raw = parent.sidecar.clone().expect("a sidecar");
+        let sidecar = expand_sidecar(&parent.service, &raw, 21000).unwrap();
+        assert_eq!(sidecar.service.id, "web-1-sidecar-proxy");
+        assert_eq!(sidecar.service.name, "web-sidecar-proxy");
+        assert_eq!(sidecar.service.kind, "connect-proxy");
+        assert_eq!(sidecar.service.port, 21000);
+        assert_eq!(sidecar.service.tags, vec!["v1".to_string()]);
+        let proxy: serde_json::Value =
+            serde_json::from_str(sidecar.service.proxy_json.as_deref().unwrap()).unwrap();
+        assert_eq!(proxy["DestinationServiceName"], "web");
+        assert_eq!(proxy["DestinationServiceID"], "web-1");
+        assert_eq!(proxy["LocalServiceAddress"], "127.0.0.1");
+        assert_eq!(proxy["LocalServicePort"], 8080);
+        assert_eq!(proxy["Upstreams"][0]["DestinationType"], "service");
+        assert_eq!(proxy["Upstreams"][0]["DestinationName"], "db");
+        assert_eq!(proxy["Upstreams"][0]["LocalBindPort"], 9191);
+        assert_eq!(sidecar.checks.len(), 2);
+        assert_eq!(sidecar.checks[0].name, "Connect Sidecar Listening");
+        assert_eq!(sidecar.checks[0].definition.tcp, "127.0.0.1:21000");
+        assert_eq!(sidecar.checks[1].kind, CheckKind::Alias);
+        assert_eq!(sidecar.checks[1].definition.alias_service, "web-1");
+        assert_eq!(sidecar.checks[0].id, "service:web-1-sidecar-proxy:1");
+        // A port given in the sidecar wins over the allocated one.
+        let fixed = expand_sidecar(&parent.service, &json!({"port": 3000}), 21000).unwrap();
+        assert_eq!(fixed.service.port, 3000);
+        let err = |v: serde_json::Value| service(v).unwrap_err().message;
+        assert!(err(json!({"name": "p", "kind": "connect-proxy", "port": 1, "proxy": {"local_service_port": 1}}))
+            .contains("DestinationServiceName"));
+        assert!(
+            err(json!({"name": "p", "connect": {"native": true, "sidecar_service": {}}}))
+                .contains("Native")
+        );
     }
 
     #[test]

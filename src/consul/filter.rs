@@ -123,6 +123,20 @@ pub const NODE_SERVICE: Schema = &[
     f("Connect", Kind::Struct(CONNECT)),
 ];
 
+/// `Intention` (`/v1/connect/intentions`).
+pub const INTENTION: Schema = &[
+    f("ID", Kind::Str),
+    f("Description", Kind::Str),
+    f("SourceNS", Kind::Str),
+    f("SourceName", Kind::Str),
+    f("DestinationNS", Kind::Str),
+    f("DestinationName", Kind::Str),
+    f("SourceType", Kind::Str),
+    f("Action", Kind::Str),
+    f("Meta", Kind::StrMap),
+    f("Precedence", Kind::Int),
+];
+
 /// `HealthCheck` (`/v1/health/node`, `/checks`, `/state`, `/v1/agent/checks`).
 pub const HEALTH_CHECK: Schema = &[
     f("Node", Kind::Str),

@@ -133,6 +133,7 @@ catalogue! {
         CatalogDeregister => def("catalog.deregister", "Time to complete a catalog deregistration on the leader, in ms."),
         SessionApply => def("session.apply", "Time to complete a session create or destroy on the leader, in ms."),
         PreparedQueryApply => def("prepared-query.apply", "Time to complete a prepared-query write on the leader, in ms."),
+        ConfigEntryApply => def("config_entry.apply", "Time to complete a config entry write (intentions included) on the leader, in ms."),
         AclResolveToken => def("acl.ResolveToken", "Time to resolve a token to its authorizer, in ms."),
         AclTokenUpsert => def("acl.token.upsert", "Time to complete a token create or update on the leader, in ms."),
         AclTokenClone => def("acl.token.clone", "Time to complete a token clone on the leader, in ms."),
@@ -214,8 +215,12 @@ pub fn write_sample(command: &crate::store::Command) -> Option<Sample> {
             AclOp::Initialize { .. } | AclOp::ReapExpiredTokens { .. } => return None,
         },
         Command::Query(_) => Sample::PreparedQueryApply,
-        // The agent CA row is written once in a cluster's life: nothing worth a timer.
-        Command::Restore(_) | Command::Autopilot(_) | Command::AgentCa(_) => return None,
+        Command::ConfigEntry(_) => Sample::ConfigEntryApply,
+        // The agent CA row is written once in a cluster's life, and the Connect CA's writes
+        // are the leader's own rare duties: nothing worth a timer.
+        Command::Restore(_) | Command::Autopilot(_) | Command::AgentCa(_) | Command::Ca(_) => {
+            return None
+        }
     })
 }
 

@@ -14,7 +14,9 @@
 //! routing or Raft: it turns bytes into Consul's values and values into Consul's bytes.
 
 pub mod body;
+pub mod config_entry;
 pub mod definition;
+pub mod discovery_chain;
 pub mod filter;
 pub mod json;
 pub mod metrics;

@@ -120,7 +120,7 @@ pub fn parse_service(obj: &Obj) -> Result<ServiceRegistration, String> {
         socket_path: obj.string(&["socketpath"])?,
         proxy_json: match obj.get(&["proxy"]) {
             Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => {
-                Some(value.to_string())
+                Some(crate::consul::definition::normalize_proxy(value)?.to_json())
             }
             _ => None,
         },

@@ -446,6 +446,12 @@ impl CatalogView for ClientView<'_> {
             _ => None,
         }
     }
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        match self.read(Lookup::ConnectInstances(name.to_ascii_lowercase()), reads) {
+            Some(LookupResult::Instances(instances)) => instances,
+            _ => Vec::new(),
+        }
+    }
     fn elsewhere(&self, lookup: &Lookup) -> Option<LookupResult> {
         debug_assert!(!lookup.is_local(), "local lookups read the cached rows");
         // Never among the cached rows: found only among the fetched ones, which makes the

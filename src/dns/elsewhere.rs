@@ -94,6 +94,9 @@ impl CatalogView for ServerView<'_> {
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
         self.version.service_by_address(ip, reads)
     }
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        self.version.connect_instances(name, reads)
+    }
     fn elsewhere(&self, lookup: &Lookup) -> Option<LookupResult> {
         debug_assert!(!lookup.is_local(), "local lookups read the store");
         if let Some((_, result)) = self.fetched.iter().find(|(l, _)| l == lookup) {

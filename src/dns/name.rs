@@ -43,7 +43,12 @@ pub enum Lookup {
     },
     /// `<hex>.addr[.<dc>]`: the address spelled in hex (8 digits for IPv4, 32 for IPv6).
     Addr(IpAddr),
-    /// A mesh form praetor does not serve (`connect`, `ingress`, `virtual`).
+    /// `<service>.connect[.<dc>]`: the proxies fronting the service and its native instances.
+    Connect {
+        service: String,
+        datacenter: Option<String>,
+    },
+    /// A mesh form praetor does not serve (`ingress`, `virtual`).
     Unsupported,
     /// Inside the domain but not a valid form: NXDOMAIN.
     Invalid,
@@ -180,6 +185,15 @@ fn parse_inner(raw: &[&[u8]], qtype: u16) -> Lookup {
             node: parts.join("."),
             datacenter,
         },
+        "connect" => {
+            if parts.len() != 1 {
+                return Lookup::Invalid;
+            }
+            Lookup::Connect {
+                service: parts[0].clone(),
+                datacenter,
+            }
+        }
         "query" => {
             let n = parts.len();
             // `_<query>._<proto>` is the RFC 2782 spelling; the protocol label is ignored.
@@ -401,7 +415,14 @@ mod tests {
         assert_eq!(lookup("service.consul", A).lookup, Lookup::Invalid);
         assert_eq!(lookup("web.service.a.b.consul", A).lookup, Lookup::Invalid);
         assert_eq!(lookup("nothing.consul", A).lookup, Lookup::Invalid);
-        assert_eq!(lookup("web.connect.consul", A).lookup, Lookup::Unsupported);
+        assert_eq!(
+            lookup("web.connect.consul", A).lookup,
+            Lookup::Connect {
+                service: "web".into(),
+                datacenter: None
+            }
+        );
+        assert_eq!(lookup("web.ingress.consul", A).lookup, Lookup::Unsupported);
         let alt = lookup("web.service.alt.example", A);
         assert_eq!(alt.lookup, service("web", None, None));
         assert_eq!(alt.domain, DomainUsed::Alternate);

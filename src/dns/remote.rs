@@ -78,6 +78,8 @@ pub enum Lookup {
         name: String,
         datacenter: Option<String>,
     },
+    /// The Connect-capable instances of a service (`<service>.connect`).
+    ConnectInstances(String),
 }
 
 /// The answer to one [`Lookup`], of the same variant ([`Lookup::InDatacenter`] is answered
@@ -138,6 +140,11 @@ impl Lookup {
             Lookup::NodeByAddress(_) => reads.add_table(Table::Nodes),
             Lookup::ServiceByAddress(_) => reads.add_table(Table::Services),
             Lookup::InDatacenter(..) | Lookup::PreparedQuery { .. } => {}
+            // Proxies of any name front the service: any service's change may matter.
+            Lookup::ConnectInstances(_) => {
+                reads.add_table(Table::Services);
+                reads.add_table(Table::ServiceIndex);
+            }
         }
     }
 
@@ -152,6 +159,9 @@ impl Lookup {
             Lookup::ServiceByAddress(ip) => {
                 LookupResult::ServiceName(view.service_by_address(*ip, reads))
             }
+            Lookup::ConnectInstances(name) => {
+                LookupResult::Instances(view.connect_instances(name, reads))
+            }
             Lookup::InDatacenter(_, inner) => inner.not_found(),
             Lookup::PreparedQuery { .. } => LookupResult::Query(QueryAnswer::default()),
         }
@@ -161,7 +171,9 @@ impl Lookup {
     /// answers (NXDOMAIN, as Consul answers "No path to datacenter").
     pub fn not_found(&self) -> LookupResult {
         match self {
-            Lookup::ServiceInstances(_) => LookupResult::Instances(Vec::new()),
+            Lookup::ServiceInstances(_) | Lookup::ConnectInstances(_) => {
+                LookupResult::Instances(Vec::new())
+            }
             Lookup::Node(_) | Lookup::NodeByAddress(_) => LookupResult::Node(None),
             Lookup::ServiceByAddress(_) => LookupResult::ServiceName(None),
             Lookup::InDatacenter(_, inner) => inner.not_found(),
@@ -173,7 +185,10 @@ impl Lookup {
     pub fn answered_by(&self, result: &LookupResult) -> bool {
         match (self, result) {
             (Lookup::InDatacenter(_, inner), result) => inner.answered_by(result),
-            (Lookup::ServiceInstances(_), LookupResult::Instances(_))
+            (
+                Lookup::ServiceInstances(_) | Lookup::ConnectInstances(_),
+                LookupResult::Instances(_),
+            )
             | (Lookup::Node(_) | Lookup::NodeByAddress(_), LookupResult::Node(_))
             | (Lookup::ServiceByAddress(_), LookupResult::ServiceName(_))
             | (Lookup::PreparedQuery { .. }, LookupResult::Query(_)) => true,

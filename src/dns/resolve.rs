@@ -147,6 +147,24 @@ impl Resolver<'_> {
                     domain,
                 ))
             }
+            Lookup::Connect {
+                service,
+                datacenter,
+            } => {
+                if !self.is_local_datacenter(datacenter.as_deref()) {
+                    return Resolution::Answer(self.nx_domain(domain));
+                }
+                let instances = view.connect_instances(&service, reads);
+                let ttl = seconds(self.config.service_ttl(&service));
+                Resolution::Answer(self.service_answer(
+                    None,
+                    self.translated(instances),
+                    ttl,
+                    true,
+                    qtype,
+                    domain,
+                ))
+            }
             Lookup::Node { node, datacenter } => {
                 let record = match datacenter.as_deref() {
                     Some(dc) if !self.is_local_datacenter(Some(dc)) => {

@@ -41,41 +41,72 @@ fn health(status: Status) -> Health {
     }
 }
 
+/// DNS instances of catalog rows `(node, instance, aggregated status)`, grouped by node.
+fn instances_of<'r>(
+    rows: impl Iterator<
+        Item = (
+            &'r Arc<Node>,
+            &'r Arc<crate::store::catalog::ServiceInstance>,
+            Status,
+        ),
+    >,
+) -> Vec<ServiceInstance> {
+    let mut out = Vec::new();
+    // Instances come grouped by node: convert each node once.
+    let mut last: Option<(*const Node, Arc<NodeRecord>)> = None;
+    for (row_node, service, status) in rows {
+        let node = match &last {
+            Some((ptr, record)) if std::ptr::eq(*ptr, &**row_node) => record.clone(),
+            _ => {
+                let record = node_record(row_node);
+                last = Some((&**row_node as *const Node, record.clone()));
+                record
+            }
+        };
+        out.push(ServiceInstance {
+            node,
+            service_id: service.id.clone(),
+            service_name: service.name.clone(),
+            address: service.address.clone(),
+            port: service.port.clamp(0, u16::MAX as i32) as u16,
+            tags: service.tags.to_vec(),
+            tagged_addresses: service
+                .tagged_addresses()
+                .iter()
+                .map(|(tag, address)| (tag.clone(), address.address.clone()))
+                .collect(),
+            weight_passing: service.weights.passing.min(u16::MAX as u32) as u16,
+            weight_warning: service.weights.warning.min(u16::MAX as u32) as u16,
+            health: health(status),
+        });
+    }
+    out
+}
+
 impl CatalogView for Tables {
     fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
         reads.add_key(Table::ServiceIndex, name);
         let rows = check_service_nodes(self, name);
-        let mut out = Vec::with_capacity(rows.len());
-        // Instances come grouped by node: convert each node once.
-        let mut last: Option<(*const Node, Arc<NodeRecord>)> = None;
-        for row in rows {
-            let node = match &last {
-                Some((ptr, record)) if std::ptr::eq(*ptr, &**row.node) => record.clone(),
-                _ => {
-                    let record = node_record(row.node);
-                    last = Some((&**row.node as *const Node, record.clone()));
-                    record
-                }
-            };
-            let service = row.service;
-            out.push(ServiceInstance {
-                node,
-                service_id: service.id.clone(),
-                service_name: service.name.clone(),
-                address: service.address.clone(),
-                port: service.port.clamp(0, u16::MAX as i32) as u16,
-                tags: service.tags.to_vec(),
-                tagged_addresses: service
-                    .tagged_addresses()
-                    .iter()
-                    .map(|(tag, address)| (tag.clone(), address.address.clone()))
-                    .collect(),
-                weight_passing: service.weights.passing.min(u16::MAX as u32) as u16,
-                weight_warning: service.weights.warning.min(u16::MAX as u32) as u16,
-                health: health(row.aggregated_status()),
-            });
+        instances_of(
+            rows.iter()
+                .map(|row| (row.node, row.service, row.aggregated_status())),
+        )
+    }
+
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        // As the connect health query reads: the service, the proxy groups it found, and the
+        // services table (a new proxy may appear under any name).
+        reads.add_key(Table::ServiceIndex, name);
+        reads.add_table(Table::Services);
+        let rows = crate::store::catalog::read::connect_rows(self, name);
+        for group in &rows.proxy_groups {
+            reads.add_key(Table::ServiceIndex, group);
         }
-        out
+        instances_of(rows.views.iter().map(|view| {
+            let status =
+                crate::store::catalog::read::aggregate(view.all_checks().map(|c| c.status));
+            (view.node(), &view.service, status)
+        }))
     }
 
     fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {

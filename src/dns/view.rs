@@ -85,6 +85,10 @@ pub trait CatalogView {
     fn elsewhere(&self, _lookup: &super::remote::Lookup) -> Option<super::remote::LookupResult> {
         None
     }
+    /// The Connect-capable instances of `name` (`<name>.connect`): the proxies fronting it
+    /// and its Connect-native instances, whatever their health. No default body: a wrapper
+    /// that forgot to forward it would answer NXDOMAIN for every `<name>.connect`.
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance>;
 }
 
 /// An in-memory catalog for tests, recording reads the way the store implementation does:
@@ -126,6 +130,11 @@ impl CatalogView for MemoryCatalog {
             .find(|i| i.address.parse::<IpAddr>().ok() == Some(ip))
             .map(|i| i.service_name.clone())
     }
+    /// The test catalog models no proxies: nothing is Connect-capable.
+    fn connect_instances(&self, _name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        reads.add_table(Table::Services);
+        Vec::new()
+    }
 }
 
 /// A shared version (`Arc<Tables>`) reads like the version itself.
@@ -141,6 +150,9 @@ impl<T: CatalogView + ?Sized> CatalogView for Arc<T> {
     }
     fn service_by_address(&self, ip: IpAddr, reads: &mut ReadSet) -> Option<ArcStr> {
         (**self).service_by_address(ip, reads)
+    }
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        (**self).connect_instances(name, reads)
     }
 }
 
@@ -192,6 +204,15 @@ impl<V: CatalogView> CatalogView for AclFiltered<V> {
         self.inner
             .service_by_address(ip, reads)
             .filter(|name| self.service_readable(name))
+    }
+    fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        let mut instances = self.inner.connect_instances(name, reads);
+        if self.authorizer.is_some() {
+            instances.retain(|i| {
+                self.service_readable(&i.service_name) && self.node_readable(&i.node.name)
+            });
+        }
+        instances
     }
     /// Rows from elsewhere were fetched with the same token: the answering side filtered.
     fn elsewhere(&self, lookup: &super::remote::Lookup) -> Option<super::remote::LookupResult> {

@@ -23,8 +23,8 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, query, restore, txn, Change, ChangeKey, Command, CommandResult, Table, Tables,
-    TABLE_COUNT,
+    acl, autopilot, mesh, query, restore, txn, Change, ChangeKey, Command, CommandResult, Table,
+    Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -67,6 +67,8 @@ impl Tables {
                 Err(reason) => CommandResult::Error(reason),
             },
             Command::AgentCa(op) => super::agent_ca::apply(self, index, op),
+            Command::ConfigEntry(op) => mesh::config_entry::apply(self, index, op, changes),
+            Command::Ca(op) => mesh::ca::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

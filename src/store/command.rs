@@ -25,6 +25,10 @@ pub enum Command {
     Query(super::query::QueryOp),
     /// The agent CA's root for auto-encrypt.
     AgentCa(super::agent_ca::AgentCaOp),
+    /// Config entry writes, the intentions API's among them.
+    ConfigEntry(super::mesh::config_entry::ConfigEntryOp),
+    /// The leader's Connect CA writes.
+    Ca(super::mesh::ca::CaOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -58,7 +58,8 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::PreparedQueries
         | Table::Acl
         | Table::Intentions
-        | Table::Events => KeyCase::Exact,
+        | Table::Events
+        | Table::ConnectCa => KeyCase::Exact,
     }
 }
 

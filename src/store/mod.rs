@@ -32,6 +32,7 @@ pub mod dependency;
 mod fixture;
 pub mod kv;
 pub mod locks;
+pub mod mesh;
 pub mod query;
 pub mod restore;
 pub mod session;
@@ -65,11 +66,13 @@ pub enum Table {
     ServiceIndex = 12,
     /// Watch namespace for "the services on node N changed", keyed by folded node name.
     NodeServices = 13,
+    /// The Connect CA's configuration and roots (`store::mesh::ca`).
+    ConnectCa = 14,
 }
 
 impl Table {
     /// Every table, for changes that touch the whole state (snapshot install, restore).
-    pub const ALL: [Table; 14] = [
+    pub const ALL: [Table; 15] = [
         Table::Kvs,
         Table::Tombstones,
         Table::Sessions,
@@ -84,6 +87,7 @@ impl Table {
         Table::Events,
         Table::ServiceIndex,
         Table::NodeServices,
+        Table::ConnectCa,
     ];
 }
 
@@ -161,6 +165,9 @@ pub struct Tables {
     /// The agent CA's root for auto-encrypt, once a leader created it (format 2 on).
     #[serde(default)]
     pub agent_ca: Option<agent_ca::AgentCaRow>,
+    /// Config entries (intentions among them) and the Connect CA (format 2 on).
+    #[serde(default)]
+    pub mesh: mesh::MeshTables,
 }
 
 /// An immutable, shareable version of the state.
@@ -229,7 +236,7 @@ impl Tables {
         input
             .read_exact(&mut format)
             .map_err(|_| "empty store snapshot".to_string())?;
-        // Format 1 is format 2 without the trailing agent CA, which then defaults to none.
+        // Format 1 is format 2 without the trailing agent CA and mesh tables (defaulted).
         if format[0] != SNAPSHOT_FORMAT_VERSION && format[0] != SNAPSHOT_FORMAT_BEFORE_AGENT_CA {
             return Err(format!("unsupported store snapshot format {}", format[0]));
         }
@@ -239,7 +246,8 @@ impl Tables {
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {
-            // Format 1 is format 2 without the trailing agent CA, which then defaults to none.
+            // Format 1 is format 2 without the trailing agent CA and mesh tables, which then
+            // default to none.
             Some((&(SNAPSHOT_FORMAT_VERSION | SNAPSHOT_FORMAT_BEFORE_AGENT_CA), rest)) => {
                 rmp_serde::from_slice(rest).map_err(|e| format!("corrupt store snapshot: {e}"))
             }
@@ -251,9 +259,9 @@ impl Tables {
 
 /// First byte of a serialized [`Tables`]; bumped whenever the layout changes, so that an
 /// older server refuses a snapshot it would misread instead of dropping what it cannot see.
-/// 2: the agent CA (`Tables::agent_ca`) added at the end.
+/// 2: the agent CA (`Tables::agent_ca`) and the mesh tables (`Tables::mesh`) added at the end.
 const SNAPSHOT_FORMAT_VERSION: u8 = 2;
-/// The format before the agent CA, still read.
+/// The format before the agent CA and the mesh tables, still read.
 const SNAPSHOT_FORMAT_BEFORE_AGENT_CA: u8 = 1;
 
 #[cfg(test)]
@@ -295,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn a_format_1_snapshot_still_loads_without_an_agent_ca() {
+    fn a_format_1_snapshot_still_loads_without_an_agent_ca_or_mesh_tables() {
         let mut tables = Tables::default();
         let mut changes = Vec::new();
         tables.apply(
@@ -307,22 +315,26 @@ mod tests {
             }),
             &mut changes,
         );
-        // Format 2 is the fields as one msgpack array ending with the agent CA (nil here);
-        // format 1 is the same array one field shorter.
+        // Format 2 is the fields as one msgpack array ending with the agent CA (nil here)
+        // and the mesh tables; format 1 is the same array without those two fields.
         let current = tables.to_snapshot_bytes();
         assert_eq!(current[0], 2);
         let fields = current[1] & 0x0f;
         assert_eq!(current[1], 0x90 | fields, "a fixarray of the fields");
+        let mesh = rmp_serde::to_vec(&tables.mesh).unwrap();
+        assert!(current.ends_with(&mesh), "ends with the mesh tables");
+        let tail_bytes = 1 + mesh.len();
         assert_eq!(
-            *current.last().unwrap(),
+            current[current.len() - tail_bytes],
             0xc0,
-            "ends with the absent agent CA"
+            "the absent agent CA before them"
         );
-        let mut old = vec![1u8, 0x90 | (fields - 1)];
-        old.extend_from_slice(&current[2..current.len() - 1]);
+        let mut old = vec![1u8, 0x90 | (fields - 2)];
+        old.extend_from_slice(&current[2..current.len() - tail_bytes]);
         let restored = Tables::from_snapshot_bytes(&old).unwrap();
         assert_eq!(restored.index, 3);
         assert_eq!(restored.agent_ca, None);
+        assert_eq!(restored.to_snapshot_bytes(), current);
         assert_eq!(kv::get(&restored, "a").1.unwrap().value(), b"1");
     }
 

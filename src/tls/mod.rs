@@ -36,6 +36,7 @@
 //! rebuilds the configurations exactly as a reload does, under the same lock.
 
 pub mod agent_ca;
+pub mod connect_ca;
 pub mod files;
 pub mod generate;
 pub mod stream;

@@ -226,3 +226,81 @@ pub fn service_usage(tables: &Tables) -> ServiceUsage {
     debug_assert!(usage.billable_service_instances <= usage.service_instances);
     usage
 }
+
+/// The service a proxy instance fronts: its `Proxy.DestinationServiceName`. Proxy JSON is
+/// stored as the agent normalized it, so the field is found by its canonical spelling; a
+/// row written otherwise (an old snapshot, a raw catalog registration) is parsed.
+pub fn proxy_destination(instance: &ServiceInstance) -> Option<String> {
+    let extras = instance.extras.as_deref()?;
+    if &*extras.kind != "connect-proxy" {
+        return None;
+    }
+    let raw = extras.proxy_json.as_deref()?;
+    let value: serde_json::Value = serde_json::from_str(raw).ok()?;
+    let object = value.as_object()?;
+    object
+        .iter()
+        .find(|(k, _)| {
+            k.eq_ignore_ascii_case("DestinationServiceName")
+                || k.eq_ignore_ascii_case("destination_service_name")
+        })
+        .and_then(|(_, v)| v.as_str())
+        .map(str::to_string)
+}
+
+/// The Connect-capable instances of a service (`/v1/catalog/connect/<s>`,
+/// `/v1/health/connect/<s>`): its Connect-native instances and every proxy whose
+/// destination it is, with the index of the groups they came from.
+pub struct ConnectRows<'t> {
+    pub views: Vec<&'t super::InstanceView>,
+    /// The largest index of the groups read (the service's own included), or the last
+    /// extinction when that is larger, so a vanished proxy still moves the index.
+    pub index: u64,
+    /// The folded names of the proxy groups read.
+    pub proxy_groups: Vec<arcstr::ArcStr>,
+}
+
+/// Finds the Connect-capable instances of `service`. Proxies are found by scanning the
+/// services that have connect-proxy instances: catalogs hold few of them next to plain
+/// services, and the scan allocates nothing per plain instance.
+pub fn connect_rows<'t>(tables: &'t Tables, service: &str) -> ConnectRows<'t> {
+    let folded = fold(service);
+    let catalog = &tables.catalog;
+    let mut rows = ConnectRows {
+        views: Vec::new(),
+        index: catalog.service_extinction_index,
+        proxy_groups: Vec::new(),
+    };
+    if let Some(group) = catalog.services.get(&*folded) {
+        rows.index = rows.index.max(group.index);
+        rows.views.extend(
+            group
+                .instances
+                .values()
+                .filter(|v| v.service.extras.as_ref().is_some_and(|e| e.connect_native)),
+        );
+    }
+    for (name, group) in catalog.services.iter() {
+        let mut matched = false;
+        for view in group.instances.values() {
+            if view.service.kind() != "connect-proxy" {
+                continue;
+            }
+            let Some(destination) = proxy_destination(&view.service) else {
+                continue;
+            };
+            if destination.eq_ignore_ascii_case(service) {
+                rows.views.push(view);
+                matched = true;
+            }
+        }
+        if matched {
+            rows.index = rows.index.max(group.index);
+            rows.proxy_groups.push(name.clone());
+        }
+    }
+    if rows.index == 0 {
+        rows.index = tables.max_table_index(&[Table::Nodes, Table::Services, Table::Checks]);
+    }
+    rows
+}

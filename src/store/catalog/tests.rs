@@ -697,7 +697,8 @@ const SNAPSHOT_WRITTEN_WITH_ACL: &[u8] = include_bytes!("testdata/snapshot-forma
 /// without (`#[serde(default)]`).
 const SNAPSHOT_WRITTEN_WITH_QUERIES: &[u8] =
     include_bytes!("testdata/snapshot-format-1-queries.bin");
-/// The same state as today's code writes it: format 2, the agent CA (none here) appended.
+/// The same state as today's code writes it: format 2, the agent CA (none here) and the mesh
+/// tables (config entries, the Connect CA; empty here) appended.
 const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-2.bin");
 
 /// The fixture's catalog with a prepared query written after it.

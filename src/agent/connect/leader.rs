@@ -1,0 +1,151 @@
+//! What the leader does for the mesh, each time it runs its reconcile round: writes the
+//! `config_entries.bootstrap` entries that do not exist yet (once per leadership, as
+//! Consul's leader does when it establishes leadership); with Connect enabled, makes the
+//! built-in CA's first root (EC P-256 by default, trust domain `<cluster-id>.consul`) if
+//! the store has none; and drops rotated-out roots once their certificates expired.
+//!
+//! Every write here is idempotent against a racing or earlier leader: bootstrap writes only
+//! missing entries in one command, and the CA's initialization is refused by the store
+//! once a configuration exists.
+
+use crate::agent::Agent;
+use crate::store::mesh::ca::{CaConfig, CaOp, PROVIDER_CONSUL};
+use crate::store::mesh::config_entry::{self, ConfigEntryOp};
+use crate::store::{Command, CommandResult};
+use crate::tls::connect_ca;
+use arcstr::ArcStr;
+use std::cell::Cell;
+
+/// What the leader has done in its current leadership.
+#[derive(Default)]
+pub struct LeaderDuties {
+    bootstrapped: Cell<bool>,
+}
+
+impl LeaderDuties {
+    /// Forgets what was done when leadership is lost, so a later leadership redoes it.
+    pub fn lost_leadership(&self) {
+        self.bootstrapped.set(false);
+    }
+
+    /// One round, on the leader.
+    pub async fn run(&self, agent: &Agent) {
+        if !self.bootstrapped.get() {
+            self.bootstrapped.set(bootstrap_entries(agent).await);
+        }
+        if agent.config.borrow().connect.enabled {
+            initialize_ca(agent).await;
+            prune_roots(agent).await;
+        }
+    }
+}
+
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+async fn propose_logged(agent: &Agent, command: Command, what: &str) {
+    match agent
+        .shard
+        .propose(command.encode())
+        .await
+        .into_command_result()
+    {
+        CommandResult::Error(reason) => log::warn!("connect: {what} failed: {reason}"),
+        CommandResult::Bool(true) => log::info!("connect: {what}"),
+        _ => {}
+    }
+}
+
+/// Makes the first root when the store has no CA yet.
+async fn initialize_ca(agent: &Agent) {
+    agent.shard.catch_up();
+    if agent.shard.current_version().mesh.ca.config.is_some() {
+        return;
+    }
+    let settings = agent.config.borrow().connect.ca.clone();
+    let cluster_id = uuid::Uuid::new_v4().to_string();
+    let made = match connect_ca::make_root(&connect_ca::RootSpec {
+        cluster_id: cluster_id.clone(),
+        key_bits: settings.private_key_bits,
+        ttl: settings.root_cert_ttl,
+        now_unix_s: unix_now_s(),
+    }) {
+        Ok(made) => made,
+        Err(e) => {
+            log::error!("connect: cannot make the CA root: {e}");
+            return;
+        }
+    };
+    let config = CaConfig {
+        cluster_id: ArcStr::from(cluster_id.as_str()),
+        provider: ArcStr::from(PROVIDER_CONSUL),
+        config_json: ArcStr::from(settings.to_json().to_string()),
+        force_without_cross_signing: false,
+        create_index: 0,
+        modify_index: 0,
+    };
+    let root = crate::api::connect::ca_root(made, &config.trust_domain());
+    let command = Command::Ca(CaOp::Initialize {
+        config: Box::new(config),
+        root: Box::new(root),
+    });
+    propose_logged(agent, command, "initialized the built-in CA").await;
+}
+
+/// Drops rotated-out roots whose certificates have expired.
+async fn prune_roots(agent: &Agent) {
+    let now = unix_now_s();
+    let version = agent.shard.current_version();
+    let expired = version
+        .mesh
+        .ca
+        .roots
+        .iter()
+        .any(|r| !r.active && r.not_after_unix_s <= now);
+    if expired {
+        propose_logged(
+            agent,
+            Command::Ca(CaOp::PruneRoots { now_unix_s: now }),
+            "pruned expired CA roots",
+        )
+        .await;
+    }
+}
+
+/// Writes the missing bootstrap entries; `true` when nothing is left to do.
+async fn bootstrap_entries(agent: &Agent) -> bool {
+    let config = agent.config.borrow().clone();
+    let wanted = &config.connect.bootstrap_entries;
+    if wanted.is_empty() {
+        return true;
+    }
+    agent.shard.catch_up();
+    let version = agent.shard.current_version();
+    let missing: Vec<_> = wanted
+        .iter()
+        .filter(|e| config_entry::get(&version, e.kind, &e.name).is_none())
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let command = Command::ConfigEntry(ConfigEntryOp::Bootstrap { entries: missing });
+    match agent
+        .shard
+        .propose(command.encode())
+        .await
+        .into_command_result()
+    {
+        CommandResult::Error(reason) => {
+            log::warn!("connect: writing bootstrap config entries failed: {reason}");
+            false
+        }
+        _ => {
+            log::info!("connect: bootstrap config entries written");
+            true
+        }
+    }
+}

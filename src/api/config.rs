@@ -1,0 +1,405 @@
+//! `/v1/config`: config entries — `PUT /v1/config` (with `?cas`), `GET /v1/config/<kind>`,
+//! `GET` and `DELETE /v1/config/<kind>/<name>` (with `?cas`), as Consul's
+//! `agent/config_endpoint.go` serves them.
+//!
+//! Reads report the config entries table index, as Consul does, and block precisely: one
+//! entry on its key, a kind's list on the kind's prefix. With ACLs on, a single entry needs
+//! the read permission of its kind ([`can_read`]), a list is filtered entry by entry, and a
+//! write needs [`can_write`] (Consul's `CanRead`/`CanWrite` of each kind).
+
+use super::authz::Authz;
+use super::{
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
+    WriteOp, FILTERED_BY_ACLS_HEADER,
+};
+use crate::consul::config_entry::{self, EntryError};
+use crate::proto::http::Method;
+use crate::shard::watch::WatchSet;
+use crate::store::acl::authorizer::{Authorizer, Check};
+use crate::store::mesh::config_entry::{self as entries, ConfigEntry, ConfigEntryOp, ConfigKind};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use std::sync::Arc;
+
+/// Consul's `CanRead` of an entry of `kind` named `name`.
+pub fn can_read<'a>(a: &Authorizer, kind: ConfigKind, name: &'a str) -> Check<'a> {
+    match kind {
+        ConfigKind::ProxyDefaults | ConfigKind::Mesh => Ok(()),
+        ConfigKind::ServiceIntentions => a.intention_read(name),
+        _ => a.service_read(name),
+    }
+}
+
+/// Consul's `CanWrite` of an entry of `kind` named `name`; discovery-chain entries also
+/// need read on every service they send traffic to.
+pub fn can_write<'a>(
+    a: &Authorizer,
+    kind: ConfigKind,
+    name: &'a str,
+    related: &'a [String],
+) -> Check<'a> {
+    match kind {
+        ConfigKind::ProxyDefaults
+        | ConfigKind::Mesh
+        | ConfigKind::IngressGateway
+        | ConfigKind::TerminatingGateway => a.mesh_write(),
+        ConfigKind::ServiceIntentions => a.intention_write(name),
+        ConfigKind::ServiceDefaults => a.service_write(name),
+        ConfigKind::ServiceRouter | ConfigKind::ServiceSplitter | ConfigKind::ServiceResolver => {
+            a.service_write(name)?;
+            for service in related {
+                a.service_read(service)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The services a discovery-chain entry's body sends traffic to (Consul's
+/// `GetRelatedServices`), other than the entry's own.
+pub fn related_services(body: &[u8]) -> Vec<String> {
+    let Ok(entry) = config_entry::decode_body(body) else {
+        return Vec::new();
+    };
+    let fields = config_entry::fields_of(&entry);
+    let mut related: Vec<String> = Vec::new();
+    let mut add = |value: Option<&serde_json::Value>| {
+        if let Some(name) = value.and_then(|v| v.as_str()) {
+            if !name.is_empty() && name != entry.name.as_str() && !related.iter().any(|r| r == name)
+            {
+                related.push(name.to_string());
+            }
+        }
+    };
+    let list = |name: &str| {
+        fields
+            .get(name)
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default()
+    };
+    for split in list("Splits") {
+        add(split.get("Service"));
+    }
+    for route in list("Routes") {
+        add(route.get("Destination").and_then(|d| d.get("Service")));
+    }
+    add(fields.get("Redirect").and_then(|r| r.get("Service")));
+    if let Some(failover) = fields.get("Failover").and_then(|f| f.as_object()) {
+        for target in failover.values() {
+            add(target.get("Service"));
+        }
+    }
+    related
+}
+
+/// The ACL check of a `/v1/config` request, made before the handler runs.
+pub fn check_acl(request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    let a = &*authz.authorizer;
+    match request.method {
+        Method::Put => {
+            // A body that does not decode is refused by the handler with Consul's message.
+            let Some((kind, name)) = config_entry::target_of(request.body) else {
+                return Ok(());
+            };
+            let related = related_services(request.body);
+            authz.require(can_write(a, kind, &name, &related))
+        }
+        Method::Delete => {
+            let Some((kind, name)) = kind_and_name(request.rest) else {
+                return Ok(());
+            };
+            let Some(kind) = ConfigKind::parse(kind) else {
+                return Ok(());
+            };
+            authz.require(can_write(a, kind, name, &[]))
+        }
+        _ => {
+            // A list is filtered row by row.
+            let Some((kind, name)) = kind_and_name(request.rest) else {
+                return Ok(());
+            };
+            let Some(kind) = ConfigKind::parse(kind) else {
+                return Ok(());
+            };
+            authz.require(can_read(a, kind, name))
+        }
+    }
+}
+
+/// `<kind>/<name>` split at its first `/` (a name may hold more); `None` for a kind alone.
+fn kind_and_name(rest: &str) -> Option<(&str, &str)> {
+    rest.split_once('/')
+}
+
+fn answer_write(result: CommandResult, reply: &mut Reply, as_bool: bool) {
+    match result {
+        CommandResult::Bool(done) if as_bool => reply.json_bool(done),
+        CommandResult::Bool(_) => reply.json(200, b"", &serde_json::json!({})),
+        CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+        CommandResult::Txn(_) => reply.error(&ApiError::Internal(
+            "unexpected transaction result for a config entry write".to_string(),
+        )),
+    }
+}
+
+fn cas_param(request: &Request) -> Result<Option<u64>, ApiError> {
+    match request.query.get("cas") {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|e| ApiError::Internal(format!("strconv.ParseUint: parsing {text:?}: {e}"))),
+    }
+}
+
+/// `PUT /v1/config`.
+pub fn apply(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
+    let entry = config_entry::decode_body(request.body).map_err(|e| match e {
+        EntryError::Decode(m) => ApiError::bad_request(format!("Request decoding failed: {m}")),
+        EntryError::Invalid(m) => ApiError::Internal(m),
+    })?;
+    let cas = cas_param(request)?;
+    Ok(Outcome::Write(WriteOp {
+        command: Command::ConfigEntry(ConfigEntryOp::Set {
+            entry: Box::new(entry),
+            cas,
+        }),
+        respond: Box::new(|result, reply: &mut Reply| answer_write(result, reply, true)),
+    }))
+}
+
+/// `GET` and `DELETE /v1/config/<kind>[/<name>]`.
+pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    match request.method {
+        Method::Delete => delete(ctx, request),
+        _ => get(ctx, request, reply),
+    }
+}
+
+fn delete(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
+    let Some((kind, name)) = kind_and_name(request.rest) else {
+        return Err(ApiError::NotFound(
+            "Must provide both a kind and name to delete".to_string(),
+        ));
+    };
+    let kind = ConfigKind::parse(kind)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid config entry kind: {kind}")))?;
+    let name = match kind {
+        ConfigKind::ProxyDefaults if name != "global" => {
+            return Err(ApiError::Internal(format!(
+                "invalid name ({name:?}), only \"global\" is supported"
+            )))
+        }
+        _ => name.to_string(),
+    };
+    let cas = cas_param(request)?;
+    Ok(Outcome::Write(WriteOp {
+        command: Command::ConfigEntry(ConfigEntryOp::Delete { kind, name, cas }),
+        respond: Box::new(move |result, reply: &mut Reply| {
+            answer_write(result, reply, cas.is_some())
+        }),
+    }))
+}
+
+fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    let acl = request.acl.get().map(|a| a.authorizer.clone());
+    match kind_and_name(request.rest) {
+        Some((kind_text, name)) => {
+            let kind = ConfigKind::parse(kind_text).ok_or_else(|| {
+                ApiError::Internal(format!("invalid config entry kind: {kind_text}"))
+            })?;
+            let query = EntryQuery {
+                kind,
+                kind_text: kind_text.to_string(),
+                name: name.to_string(),
+                key: Arc::from(entries::entry_key(kind, name).as_str()),
+            };
+            run_query(ctx, query, options, reply)
+        }
+        None => {
+            let kind = match request.rest {
+                "" => None,
+                text => Some(ConfigKind::parse(text).ok_or_else(|| {
+                    ApiError::Internal(format!("invalid config entry kind: {text}"))
+                })?),
+            };
+            run_query(ctx, ListQuery { kind, acl }, options, reply)
+        }
+    }
+}
+
+struct EntryQuery {
+    kind: ConfigKind,
+    kind_text: String,
+    name: String,
+    key: Arc<str>,
+}
+
+impl Query for EntryQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            entries::entries_index(tables),
+            WatchSet::new().key(Table::ConfigEntries, self.key.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        let Some(entry) = entries::get(tables, self.kind, &self.name) else {
+            let reason = format!(
+                "Config entry not found for {:?} / {:?}",
+                self.kind_text, self.name
+            );
+            reply.send(
+                404,
+                Some("text/plain; charset=utf-8"),
+                &headers,
+                reason.as_bytes(),
+            );
+            return;
+        };
+        let mut body = Vec::with_capacity(512);
+        config_entry::render(entry, reply.pretty, &mut body);
+        reply.json_bytes(200, &headers, &body);
+    }
+}
+
+struct ListQuery {
+    /// `None`: every kind.
+    kind: Option<ConfigKind>,
+    acl: Option<Arc<Authorizer>>,
+}
+
+impl Query for ListQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        let watch = match self.kind {
+            Some(kind) => WatchSet::new().prefix(
+                Table::ConfigEntries,
+                Arc::<str>::from(entries::kind_prefix(kind).as_str()),
+            ),
+            None => WatchSet::new().table(Table::ConfigEntries),
+        };
+        (entries::entries_index(tables), watch)
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let rows: Vec<&Arc<ConfigEntry>> = match self.kind {
+            Some(kind) => entries::list(tables, kind).collect(),
+            None => entries::all(tables).collect(),
+        };
+        let total = rows.len();
+        let visible: Vec<&ConfigEntry> = rows
+            .into_iter()
+            .filter(|e| {
+                self.acl
+                    .as_ref()
+                    .is_none_or(|a| can_read(a, e.kind, &e.name).is_ok())
+            })
+            .map(|e| &**e)
+            .collect();
+        let mut headers = Vec::with_capacity(200);
+        meta.write_headers(&mut headers);
+        if visible.len() < total {
+            headers.extend_from_slice(FILTERED_BY_ACLS_HEADER);
+        }
+        let mut body = Vec::with_capacity(256 * (visible.len() + 1));
+        config_entry::render_list(visible.into_iter(), reply.pretty, &mut body);
+        reply.json_bytes(200, &headers, &body);
+    }
+}
+
+/// `GET` and `POST /v1/discovery-chain/<service>` (POST carries Consul's overrides).
+pub fn discovery_chain(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    let service = request.rest.to_string();
+    if service.is_empty() {
+        return Err(ApiError::bad_request("Missing chain name"));
+    }
+    let datacenter = match request.query.get("compile-dc") {
+        Some(dc) if !dc.is_empty() => dc.to_string(),
+        _ => ctx.config().datacenter.clone(),
+    };
+    let mut overrides = crate::consul::discovery_chain::Overrides::default();
+    if request.method == Method::Post && !request.body.iter().all(u8::is_ascii_whitespace) {
+        let value = crate::consul::body::parse_json(request.body)
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        let obj = crate::consul::body::Obj::new(&value)
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        if let Some(text) = obj
+            .opt_string(&["overrideconnecttimeout"])
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+            .filter(|t| !t.is_empty())
+        {
+            let ns = crate::proto::duration::parse_go_duration_nanos(&text)
+                .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+            overrides.connect_timeout_ns = Some(ns);
+        }
+        overrides.protocol = obj
+            .opt_string(&["overrideprotocol"])
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_ascii_lowercase());
+    }
+    run_query(
+        ctx,
+        ChainQuery {
+            service,
+            datacenter,
+            overrides,
+        },
+        options,
+        reply,
+    )
+}
+
+struct ChainQuery {
+    service: String,
+    datacenter: String,
+    overrides: crate::consul::discovery_chain::Overrides,
+}
+
+impl Query for ChainQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        // A chain reads entries of several kinds and services: any entry may change it.
+        (
+            entries::entries_index(tables),
+            WatchSet::new().table(Table::ConfigEntries),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        match crate::consul::discovery_chain::compile(
+            tables,
+            &self.service,
+            &self.datacenter,
+            self.overrides.clone(),
+        ) {
+            Ok(doc) => {
+                let compact = doc.to_json();
+                let mut body = Vec::with_capacity(compact.len() * 2);
+                if reply.pretty {
+                    crate::consul::config_entry::doc::indent(compact.as_bytes(), &mut body);
+                } else {
+                    body.extend_from_slice(compact.as_bytes());
+                }
+                reply.json_bytes(200, &headers, &body);
+            }
+            Err(reason) => reply.send(
+                500,
+                Some("text/plain; charset=utf-8"),
+                &headers,
+                reason.as_bytes(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! The Connect CA and authorization endpoints: `/v1/connect/ca/roots` (blocking),
+//! `/v1/connect/ca/configuration` (GET, and PUT with root rotation), the agent's
+//! `/v1/agent/connect/ca/roots` and `POST /v1/agent/connect/authorize`, and the servers'
+//! internal signing endpoint that agents send their leaf CSRs to.
+//!
+//! Signing and rotation run on the leader (a follower forwards), so a leaf is always signed
+//! by the newest active root. The root's key never leaves the servers: roots are rendered
+//! without it. Authorization is [`intentions::decide`] on the shard's version, after the
+//! client certificate's URI is checked to be a service SPIFFE ID of a trust domain this
+//! cluster's roots were made under.
+
+use super::intentions::{default_allow, require_connect};
+use super::{
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+};
+use crate::config::connect::CaSettings;
+use crate::consul::body::{parse_json, Obj};
+use crate::consul::config_entry::doc::{self, Doc};
+use crate::proto::http::Method;
+use crate::proto::rfc3339;
+use crate::proto::spiffe::{self, SpiffeError};
+use crate::shard::watch::WatchSet;
+use crate::store::mesh::ca::{self, CaConfig, CaOp, CaRoot, CaState};
+use crate::store::mesh::intentions::{self, Action, Decision};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::tls::connect_ca;
+use arcstr::ArcStr;
+use std::sync::Arc;
+
+/// The internal route agents send leaf CSRs to.
+pub const SIGN_PATH: &str = "/v1/internal/praetor/connect/sign";
+
+fn unix_s(ns: i64) -> i64 {
+    ns / 1_000_000_000
+}
+
+fn time_text(unix_s: i64) -> String {
+    rfc3339::format_ns(unix_s.saturating_mul(1_000_000_000))
+}
+
+/// A root as Consul's `CARoot` JSON, without its signing key.
+fn root_doc(root: &CaRoot) -> Doc {
+    let intermediates = if root.intermediate_certs.is_empty() {
+        Doc::Null
+    } else {
+        Doc::List(
+            root.intermediate_certs
+                .iter()
+                .map(|c| Doc::Str(c.to_string()))
+                .collect(),
+        )
+    };
+    Doc::Obj(vec![
+        ("ID".into(), Doc::Str(root.id.to_string())),
+        ("Name".into(), Doc::Str(root.name.to_string())),
+        ("SerialNumber".into(), Doc::Int(root.serial_number as i64)),
+        (
+            "SigningKeyID".into(),
+            Doc::Str(root.signing_key_id.to_string()),
+        ),
+        (
+            "ExternalTrustDomain".into(),
+            Doc::Str(root.external_trust_domain.to_string()),
+        ),
+        (
+            "NotBefore".into(),
+            Doc::Str(time_text(root.not_before_unix_s)),
+        ),
+        (
+            "NotAfter".into(),
+            Doc::Str(time_text(root.not_after_unix_s)),
+        ),
+        ("RootCert".into(), Doc::Str(root.root_cert_pem.to_string())),
+        ("IntermediateCerts".into(), intermediates),
+        ("Active".into(), Doc::Bool(root.active)),
+        (
+            "PrivateKeyType".into(),
+            Doc::Str(root.private_key_type.to_string()),
+        ),
+        (
+            "PrivateKeyBits".into(),
+            Doc::Int(root.private_key_bits as i64),
+        ),
+        ("CreateIndex".into(), Doc::Int(root.create_index as i64)),
+        ("ModifyIndex".into(), Doc::Int(root.modify_index as i64)),
+    ])
+}
+
+/// Consul's `IndexedCARoots` JSON.
+pub fn roots_doc(state: &CaState) -> Doc {
+    let active = state
+        .active_root()
+        .map(|r| r.id.to_string())
+        .unwrap_or_default();
+    let roots = if state.roots.is_empty() {
+        Doc::Null
+    } else {
+        Doc::List(state.roots.iter().map(|r| root_doc(r)).collect())
+    };
+    Doc::Obj(vec![
+        ("ActiveRootID".into(), Doc::Str(active)),
+        (
+            "TrustDomain".into(),
+            Doc::Str(state.trust_domain().unwrap_or_default()),
+        ),
+        ("Roots".into(), roots),
+    ])
+}
+
+fn send_doc(reply: &mut Reply, headers: &[u8], body: &Doc) {
+    let compact = body.to_json();
+    if reply.pretty {
+        let mut out = Vec::with_capacity(compact.len() + compact.len() / 4);
+        doc::indent(compact.as_bytes(), &mut out);
+        reply.json_bytes(200, headers, &out);
+    } else {
+        reply.json_bytes(200, headers, compact.as_bytes());
+    }
+}
+
+struct RootsQuery {
+    pem: bool,
+}
+
+impl Query for RootsQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            ca::roots_index(tables),
+            WatchSet::new().key(Table::ConnectCa, Arc::<str>::from(ca::ROOTS_WATCH_KEY)),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        if self.pem {
+            let mut chain = String::new();
+            for root in &tables.mesh.ca.roots {
+                chain.push_str(root.root_cert_pem.trim_end());
+                chain.push('\n');
+                for intermediate in &root.intermediate_certs {
+                    chain.push_str(intermediate.trim_end());
+                    chain.push('\n');
+                }
+            }
+            reply.send(
+                200,
+                Some("application/pem-certificate-chain"),
+                &headers,
+                chain.as_bytes(),
+            );
+            return;
+        }
+        send_doc(reply, &headers, &roots_doc(&tables.mesh.ca));
+    }
+}
+
+/// `GET /v1/connect/ca/roots` and `/v1/agent/connect/ca/roots`.
+pub fn roots(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    require_connect(ctx)?;
+    let options = query_options(ctx, &request.query)?;
+    let pem = request
+        .query
+        .get("pem")
+        .is_some_and(|v| v == "true" || v.is_empty());
+    run_query(ctx, RootsQuery { pem }, options, reply)
+}
+
+struct ConfigQuery;
+
+impl Query for ConfigQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        let index = tables.mesh.ca.config.as_ref().map_or(0, |c| c.modify_index);
+        (
+            index.max(1),
+            WatchSet::new().key(Table::ConnectCa, Arc::<str>::from(ca::CONFIG_WATCH_KEY)),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        let Some(config) = &tables.mesh.ca.config else {
+            reply.error(&ApiError::Internal(
+                "CA has not finished initializing".to_string(),
+            ));
+            return;
+        };
+        let settings: serde_json::Value =
+            serde_json::from_str(&config.config_json).unwrap_or(serde_json::Value::Null);
+        let body = Doc::Obj(vec![
+            ("Provider".into(), Doc::Str(config.provider.to_string())),
+            ("Config".into(), Doc::Raw(settings)),
+            ("State".into(), Doc::Null),
+            (
+                "ForceWithoutCrossSigning".into(),
+                Doc::Bool(config.force_without_cross_signing),
+            ),
+            ("CreateIndex".into(), Doc::Int(config.create_index as i64)),
+            ("ModifyIndex".into(), Doc::Int(config.modify_index as i64)),
+        ]);
+        send_doc(reply, &headers, &body);
+    }
+}
+
+/// `GET` and `PUT /v1/connect/ca/configuration`.
+pub fn configuration(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    require_connect(ctx)?;
+    if request.method == Method::Get {
+        let options = query_options(ctx, &request.query)?;
+        return run_query(ctx, ConfigQuery, options, reply);
+    }
+    super::check_datacenter(ctx, &request.query)?;
+    if !ctx.is_leader() {
+        return Ok(Outcome::Forward);
+    }
+    let value = parse_json(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let obj = Obj::new(&value)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let provider = obj
+        .opt_string(&["provider"])
+        .map_err(ApiError::bad_request)?
+        .unwrap_or_default();
+    if provider != ca::PROVIDER_CONSUL {
+        return Err(ApiError::Internal(format!(
+            "could not initialize provider: unknown CA provider {provider:?}"
+        )));
+    }
+    let force = obj.bool(&["forcewithoutcrosssigning"]).unwrap_or(false);
+    let settings = match obj.get(&["config"]) {
+        Some(serde_json::Value::Object(map)) => CaSettings::from_map(map, &CaSettings::default()),
+        None | Some(serde_json::Value::Null) => Ok(CaSettings::default()),
+        Some(_) => Err("Config must be an object".to_string()),
+    }
+    .map_err(|e| ApiError::Internal(format!("error parsing CA config: {e}")))?;
+    let version = ctx.current_version();
+    let state = &version.mesh.ca;
+    let (Some(current), Some(active)) = (&state.config, state.active_root()) else {
+        return Err(ApiError::Internal(
+            "CA has not finished initializing".to_string(),
+        ));
+    };
+    let current_settings: CaSettings =
+        serde_json::from_str::<serde_json::Value>(&current.config_json)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .and_then(|m| CaSettings::from_map(&m, &CaSettings::default()).ok())
+            .unwrap_or_default();
+    let rotate = settings.private_key_type != current_settings.private_key_type
+        || settings.private_key_bits != current_settings.private_key_bits
+        || settings.root_cert_ttl != current_settings.root_cert_ttl;
+    let new_root = if rotate {
+        let now_s = unix_s(super::context::now_unix_ns());
+        Some(Box::new(
+            rotated_root(current, active, &settings, now_s).map_err(ApiError::Internal)?,
+        ))
+    } else {
+        None
+    };
+    let config = CaConfig {
+        cluster_id: current.cluster_id.clone(),
+        provider: ArcStr::from(ca::PROVIDER_CONSUL),
+        config_json: ArcStr::from(settings.to_json().to_string()),
+        force_without_cross_signing: force,
+        create_index: 0,
+        modify_index: 0,
+    };
+    Ok(Outcome::Write(WriteOp {
+        command: Command::Ca(CaOp::SetConfig {
+            config: Box::new(config),
+            new_root,
+            expected_active_root: active.id.to_string(),
+        }),
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Bool(_) => reply.send(200, None, b"", b""),
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
+                "unexpected transaction result for a CA write".to_string(),
+            )),
+        }),
+    }))
+}
+
+/// A new root under `config`'s cluster, cross-signed by `old`'s key.
+pub fn rotated_root(
+    config: &CaConfig,
+    old: &CaRoot,
+    settings: &CaSettings,
+    now_unix_s: i64,
+) -> Result<CaRoot, String> {
+    let made = connect_ca::make_root(&connect_ca::RootSpec {
+        cluster_id: config.cluster_id.to_string(),
+        key_bits: settings.private_key_bits,
+        ttl: settings.root_cert_ttl,
+        now_unix_s,
+    })?;
+    let cross = connect_ca::cross_sign(&made, &old.root_cert_pem, &old.signing_key_pem)?;
+    let mut root = ca_root(made, &config.trust_domain());
+    root.intermediate_certs = vec![ArcStr::from(cross)];
+    Ok(root)
+}
+
+/// The store's row for a root the leader made.
+pub fn ca_root(made: connect_ca::MadeRoot, trust_domain: &str) -> CaRoot {
+    CaRoot {
+        id: ArcStr::from(made.id),
+        name: ArcStr::from(made.name),
+        serial_number: made.serial_number,
+        signing_key_id: ArcStr::from(made.signing_key_id),
+        external_trust_domain: ArcStr::from(trust_domain),
+        not_before_unix_s: made.not_before_unix_s,
+        not_after_unix_s: made.not_after_unix_s,
+        root_cert_pem: ArcStr::from(made.cert_pem),
+        intermediate_certs: Vec::new(),
+        signing_key_pem: ArcStr::from(made.key_pem),
+        active: true,
+        rotated_out_at_ms: None,
+        private_key_type: ArcStr::from("ec"),
+        private_key_bits: made.key_bits,
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// Whether a SPIFFE trust domain is one this cluster's roots were made under.
+pub fn trusted_domain(state: &CaState, trust_domain: &str) -> bool {
+    state
+        .trust_domain()
+        .is_some_and(|ours| ours.eq_ignore_ascii_case(trust_domain))
+        || state
+            .roots
+            .iter()
+            .any(|r| r.external_trust_domain.eq_ignore_ascii_case(trust_domain))
+}
+
+/// The `Reason` Consul gives for a matched intention.
+fn matched_reason(kind: &str, destination: &str, source: &intentions::SourceIntention) -> String {
+    let id = if source.legacy_id.is_empty() {
+        String::new()
+    } else {
+        format!("ID: {}, ", source.legacy_id)
+    };
+    let detail = match source.action {
+        _ if source.is_l7() => "Permissions: L7".to_string(),
+        Some(Action::Allow) => "Action: ALLOW".to_string(),
+        Some(Action::Deny) | None => "Action: DENY".to_string(),
+    };
+    format!(
+        "Matched {kind} intention: {} => {destination} ({id}Precedence: {}, {detail})",
+        source.name, source.precedence
+    )
+}
+
+/// One authorization decision: `(authorized, reason)`. A pure function of the version, the
+/// client's SPIFFE URI, the target and the default.
+pub fn authorize_decision(
+    tables: &Tables,
+    target: &str,
+    client_cert_uri: &str,
+    default_allow: bool,
+) -> Result<(bool, String), ApiError> {
+    let id = spiffe::parse_service(client_cert_uri).map_err(|e| match e {
+        SpiffeError::NotSpiffe => {
+            ApiError::bad_request("ClientCertURI not a valid Connect identifier")
+        }
+        SpiffeError::NotService => {
+            ApiError::bad_request("ClientCertURI not a valid Service identifier")
+        }
+    })?;
+    if !trusted_domain(&tables.mesh.ca, &id.trust_domain) {
+        return Ok((
+            false,
+            format!(
+                "Client certificate trust domain {:?} does not match this cluster's",
+                id.trust_domain
+            ),
+        ));
+    }
+    Ok(match intentions::decide(tables, &id.service, target) {
+        Decision::Matched {
+            destination,
+            source,
+        } => {
+            let kind = if source.is_l7() { "L7" } else { "L4" };
+            (
+                Decision::Matched {
+                    destination,
+                    source,
+                }
+                .allowed(default_allow),
+                matched_reason(kind, destination, source),
+            )
+        }
+        Decision::Default => (
+            default_allow,
+            "Default behavior configured by ACLs".to_string(),
+        ),
+    })
+}
+
+/// `POST /v1/agent/connect/authorize`.
+/// An authorize body in the casing every Consul client sends, decoded without building a
+/// JSON tree (authorize runs once per new mesh connection).
+#[derive(serde::Deserialize)]
+struct AuthorizeBody<'a> {
+    #[serde(rename = "Target", borrow, default)]
+    target: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "ClientCertURI", borrow, default)]
+    client_cert_uri: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// `(Target, ClientCertURI)` of an authorize body: the fast path for Consul's casing, else
+/// field names in any case, as Go's decoder matches them.
+fn authorize_fields(body: &[u8]) -> Result<(String, String), ApiError> {
+    if let Ok(fast) = serde_json::from_slice::<AuthorizeBody>(body) {
+        if let (Some(target), Some(uri)) = (&fast.target, &fast.client_cert_uri) {
+            return Ok((target.to_string(), uri.to_string()));
+        }
+    }
+    let value = parse_json(body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let obj = Obj::new(&value)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let target = obj
+        .opt_string(&["target"])
+        .map_err(ApiError::bad_request)?
+        .unwrap_or_default();
+    let uri = obj
+        .opt_string(&["clientcerturi"])
+        .map_err(ApiError::bad_request)?
+        .unwrap_or_default();
+    Ok((target, uri))
+}
+
+/// `POST /v1/agent/connect/authorize`.
+pub fn authorize(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    require_connect(ctx)?;
+    if ctx.is_client() {
+        // A client agent keeps no store: a server decides from its own.
+        return Ok(Outcome::Forward);
+    }
+    let (target, uri) = authorize_fields(request.body)?;
+    if target.is_empty() {
+        return Err(ApiError::bad_request("Target service must be specified"));
+    }
+    if uri.is_empty() {
+        return Err(ApiError::bad_request("Client cert URI must be specified"));
+    }
+    let version = ctx.current_version();
+    let (authorized, reason) = authorize_decision(&version, &target, &uri, default_allow(ctx))?;
+    let mut body = Vec::with_capacity(96 + reason.len());
+    let mut w = crate::consul::json::JsonWriter::new(&mut body, reply.pretty);
+    w.begin_object();
+    w.field_bool("Authorized", authorized);
+    w.field_str("Reason", &reason);
+    w.end_object();
+    w.finish();
+    reply.json_bytes(200, b"", &body);
+    Ok(Outcome::Done)
+}
+
+/// The ACL check of `POST /v1/agent/connect/authorize`: `service:write` on the target.
+pub fn check_authorize(request: &Request, authz: &super::authz::Authz) -> Result<(), ApiError> {
+    let target = authorize_fields(request.body)
+        .map(|(target, _)| target)
+        .unwrap_or_default();
+    authz.require(authz.authorizer.service_write(&target))
+}
+
+/// The ACL check of a CSR sent for signing: `service:write` on the service it names.
+pub fn check_sign(request: &Request, authz: &super::authz::Authz) -> Result<(), ApiError> {
+    match csr_service(request.body) {
+        Some(service) => authz.require(authz.authorizer.service_write(&service)),
+        // The handler refuses a CSR naming no service.
+        None => Ok(()),
+    }
+}
+
+/// The service a CSR asks a leaf for, for the ACL check before signing.
+pub fn csr_service(body: &[u8]) -> Option<String> {
+    let value = parse_json(body).ok()?;
+    let csr = Obj::new(&value).ok()?.opt_string(&["csr"]).ok()??;
+    let params = rcgen::CertificateSigningRequestParams::from_pem(&csr).ok()?;
+    params
+        .params
+        .subject_alt_names
+        .iter()
+        .find_map(|san| match san {
+            rcgen::SanType::URI(uri) => spiffe::parse_service(uri.as_str())
+                .ok()
+                .map(|id| id.service),
+            _ => None,
+        })
+}
+
+/// A leaf signed by the active root, with the intermediates that chain it to every peer
+/// trusting any of the roots.
+pub struct IssuedLeaf {
+    pub signed: connect_ca::SignedLeaf,
+    /// The leaf followed by the active root's intermediates, PEM.
+    pub chain_pem: String,
+    pub root_id: String,
+    /// The store index it was signed at (the leaf's `CreateIndex` and `ModifyIndex`).
+    pub index: u64,
+}
+
+/// Signs `csr` with the active root of `tables` (Consul's `ConnectCA.Sign`).
+pub fn sign_csr(
+    tables: &Tables,
+    datacenter: &str,
+    csr: &str,
+    now_unix_s: i64,
+) -> Result<IssuedLeaf, ApiError> {
+    let state = &tables.mesh.ca;
+    let (Some(config), Some(root)) = (&state.config, state.active_root()) else {
+        return Err(ApiError::Internal(
+            "CA is uninitialized and unable to sign certificates yet".to_string(),
+        ));
+    };
+    let settings = serde_json::from_str::<serde_json::Value>(&config.config_json)
+        .ok()
+        .and_then(|v| v.as_object().cloned())
+        .and_then(|m| CaSettings::from_map(&m, &CaSettings::default()).ok())
+        .unwrap_or_default();
+    let signed = connect_ca::sign_leaf(&connect_ca::LeafSpec {
+        csr_pem: csr,
+        ca_cert_pem: &root.root_cert_pem,
+        ca_key_pem: &root.signing_key_pem,
+        trust_domain: &config.trust_domain(),
+        datacenter,
+        ttl: settings.leaf_cert_ttl,
+        now_unix_s,
+    })
+    .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let mut chain_pem = signed.cert_pem.trim_end().to_string();
+    chain_pem.push('\n');
+    for intermediate in &root.intermediate_certs {
+        chain_pem.push_str(intermediate.trim_end());
+        chain_pem.push('\n');
+    }
+    Ok(IssuedLeaf {
+        signed,
+        chain_pem,
+        root_id: root.id.to_string(),
+        index: tables.index,
+    })
+}
+
+/// Consul's `IssuedCert` JSON of a signed leaf (no private key: the agent adds its own).
+pub fn issued_doc(leaf: &IssuedLeaf, private_key_pem: Option<&str>) -> Doc {
+    let mut fields = vec![
+        (
+            "SerialNumber".into(),
+            Doc::Str(leaf.signed.serial_number.clone()),
+        ),
+        ("CertPEM".into(), Doc::Str(leaf.chain_pem.clone())),
+    ];
+    if let Some(key) = private_key_pem {
+        fields.push(("PrivateKeyPEM".into(), Doc::Str(key.to_string())));
+    }
+    fields.extend([
+        ("Service".into(), Doc::Str(leaf.signed.service.clone())),
+        (
+            "ServiceURI".into(),
+            Doc::Str(leaf.signed.service_uri.clone()),
+        ),
+        (
+            "ValidAfter".into(),
+            Doc::Str(time_text(leaf.signed.valid_after_unix_s)),
+        ),
+        (
+            "ValidBefore".into(),
+            Doc::Str(time_text(leaf.signed.valid_before_unix_s)),
+        ),
+        ("CreateIndex".into(), Doc::Int(leaf.index as i64)),
+        ("ModifyIndex".into(), Doc::Int(leaf.index as i64)),
+    ]);
+    Doc::Obj(fields)
+}
+
+/// `PUT /v1/internal/praetor/connect/sign`: signs an agent's CSR; the answer is the leaf
+/// without a key, plus the ID of the root that signed it.
+pub fn sign(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    require_connect(ctx)?;
+    if !ctx.is_leader() {
+        return Ok(Outcome::Forward);
+    }
+    let value = parse_json(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let obj = Obj::new(&value)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let csr = obj
+        .opt_string(&["csr"])
+        .map_err(ApiError::bad_request)?
+        .unwrap_or_default();
+    let version = ctx.current_version();
+    let leaf = sign_csr(
+        &version,
+        &ctx.config().datacenter,
+        &csr,
+        unix_s(super::context::now_unix_ns()),
+    )?;
+    let mut body = issued_doc(&leaf, None);
+    body.set("RootID", Doc::Str(leaf.root_id.clone()));
+    send_doc(reply, b"", &body);
+    Ok(Outcome::Done)
+}

@@ -1,0 +1,171 @@
+//! `praetor connect ca get-config|set-config` and `praetor connect proxy`, as
+//! `consul connect` names them.
+
+use super::HttpFlags;
+use clap::{Args, Subcommand};
+
+#[derive(Subcommand, Debug)]
+pub enum ConnectCommand {
+    /// Reads and changes the Connect CA's configuration.
+    #[command(subcommand)]
+    Ca(Box<CaCommand>),
+    /// Runs the built-in mTLS proxy for a service.
+    Proxy(Box<ProxyArgs>),
+}
+
+/// `connect proxy`: Consul's flags for the built-in proxy.
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub http: HttpFlags,
+    /// The ID of a service whose sidecar proxy registration gives everything else.
+    #[arg(long = "sidecar-for")]
+    pub sidecar_for: Option<String>,
+    /// The service this proxy represents.
+    #[arg(long)]
+    pub service: Option<String>,
+    /// An upstream, `name:port` (listening on 127.0.0.1) or `name:address:port`; repeatable.
+    #[arg(long = "upstream")]
+    pub upstreams: Vec<String>,
+    /// The public mTLS listener, `address:port`.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Where the local service listens, `address:port`.
+    #[arg(long = "service-addr")]
+    pub service_addr: Option<String>,
+    /// Data-plane threads (praetor's; default: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Accepted for Consul compatibility.
+    #[arg(long = "log-level")]
+    pub log_level: Option<String>,
+}
+
+fn socket_addr(text: &str, what: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("Invalid {what} {text:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("Invalid {what} {text:?}"))
+}
+
+fn upstream(text: &str) -> Result<crate::proxy::UpstreamSpec, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let (destination, bind) = match parts[..] {
+        [name, port] => (name, format!("127.0.0.1:{port}")),
+        [name, address, port] => (name, format!("{address}:{port}")),
+        _ => return Err(format!("Invalid upstream {text:?}: expected name:port")),
+    };
+    if destination.is_empty() {
+        return Err(format!("Invalid upstream {text:?}: the name is empty"));
+    }
+    Ok(crate::proxy::UpstreamSpec {
+        destination: destination.to_string(),
+        bind: socket_addr(&bind, "upstream address")?,
+    })
+}
+
+/// Builds the proxy's settings: the agent must be reachable over plain HTTP on TCP.
+fn proxy_settings(args: ProxyArgs) -> Result<crate::proxy::ProxySettings, String> {
+    let options = super::client::ClientOptions::resolve(&args.http, &super::client::process_env)
+        .map_err(|e| format!("Error initializing client: {e}"))?;
+    let super::client::Transport::Tcp(address) = &options.transport else {
+        return Err("the built-in proxy reaches its agent over TCP (http://host:port)".to_string());
+    };
+    if options.tls.is_some() {
+        return Err("the built-in proxy reaches its agent over plain HTTP".to_string());
+    }
+    Ok(crate::proxy::ProxySettings {
+        agent: crate::proxy::http::AgentClient {
+            addr: socket_addr(address, "agent address")?,
+            token: options.token.clone(),
+        },
+        sidecar_for: args.sidecar_for,
+        service: args.service,
+        upstreams: args
+            .upstreams
+            .iter()
+            .map(|u| upstream(u))
+            .collect::<Result<_, _>>()?,
+        listen: args
+            .listen
+            .as_deref()
+            .map(|l| socket_addr(l, "listen address"))
+            .transpose()?,
+        service_addr: args
+            .service_addr
+            .as_deref()
+            .map(|a| socket_addr(a, "service address"))
+            .transpose()?,
+        threads: args.threads,
+    })
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CaCommand {
+    /// Prints the CA configuration.
+    GetConfig(GetConfigArgs),
+    /// Replaces the CA configuration from a JSON file (rotating the root when the key
+    /// type, key size or root lifetime changes).
+    SetConfig(SetConfigArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GetConfigArgs {
+    #[command(flatten)]
+    pub http: HttpFlags,
+}
+
+#[derive(Args, Debug)]
+pub struct SetConfigArgs {
+    #[command(flatten)]
+    pub http: HttpFlags,
+    /// The JSON file with the new configuration (`Provider`, `Config`).
+    #[arg(long = "config-file")]
+    pub config_file: Option<String>,
+}
+
+pub fn run(command: ConnectCommand) -> Result<i32, String> {
+    match command {
+        ConnectCommand::Ca(command) => match *command {
+            CaCommand::GetConfig(args) => get_config(args),
+            CaCommand::SetConfig(args) => set_config(args),
+        },
+        ConnectCommand::Proxy(args) => crate::proxy::run(proxy_settings(*args)?),
+    }
+}
+
+fn get_config(args: GetConfigArgs) -> Result<i32, String> {
+    let client = args.http.client()?;
+    let response = client
+        .ok("GET", "/v1/connect/ca/configuration", None)
+        .map_err(|e| format!("Error request CA configuration: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"\t");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    serde::Serialize::serialize(&value, &mut serializer).map_err(|e| e.to_string())?;
+    println!("{}", String::from_utf8_lossy(&out));
+    Ok(0)
+}
+
+fn set_config(args: SetConfigArgs) -> Result<i32, String> {
+    let Some(path) = args.config_file.filter(|p| !p.is_empty()) else {
+        return Err("-config-file must be set".to_string());
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("Error reading config file: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("Error parsing config file: {e}"))?;
+    let client = args.http.client()?;
+    client
+        .ok(
+            "PUT",
+            "/v1/connect/ca/configuration",
+            Some(value.to_string().as_bytes()),
+        )
+        .map_err(|e| format!("Error setting CA configuration: {e}"))?;
+    println!("Configuration updated!");
+    Ok(0)
+}

@@ -1,0 +1,284 @@
+//! The proxy's data plane: per-core monoio runtimes with `SO_REUSEPORT` listeners, the
+//! inbound mTLS path, the upstream path, and the byte copy between two sockets.
+//!
+//! The byte path reads up to [`COPY_BUFFER_BYTES`] at a time and writes it whole before the
+//! next read, one buffer per direction, reused for the connection's life: plaintext moves
+//! through no other copy than rustls' encryption into its record buffer. Sockets run with
+//! `TCP_NODELAY`, so a small exchange (a new connection's first bytes) is not held back.
+
+use super::{trusted, warn, ProxyState, Upstream, AUTHZ_CACHE_ENTRIES_MAX};
+use crate::tls::connect_ca::service_id_of;
+use crate::tls::stream;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::net::{TcpListener, TcpStream};
+use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes moved per read, per direction of a connection.
+pub const COPY_BUFFER_BYTES: usize = 256 * 1024;
+/// How long a TLS handshake may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long dialing the local service or an upstream proxy may take.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an authorization call to the agent may take.
+pub const AUTHORIZE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Listener backlog.
+const BACKLOG: i32 = 4096;
+
+/// The name a client presents to an upstream proxy; identity is checked by SPIFFE ID.
+const UPSTREAM_SNI: &str = "upstream.connect.praetor";
+
+fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// Starts `threads` data-plane threads, each with its own listeners. Binds every listener
+/// before returning, so a port in use fails the start.
+pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
+    for thread in 0..threads.max(1) {
+        let mut listeners = Vec::new();
+        if let Some(listen) = state.listen {
+            let listener = reuseport_listener(listen)
+                .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+            listeners.push((None, listener));
+        }
+        for (i, upstream) in state.upstreams.iter().enumerate() {
+            let bind = upstream.spec.bind;
+            let listener = reuseport_listener(bind).map_err(|e| {
+                format!(
+                    "cannot listen for upstream {} on {bind}: {e}",
+                    upstream.spec.destination
+                )
+            })?;
+            listeners.push((Some(i), listener));
+        }
+        let state = state.clone();
+        std::thread::Builder::new()
+            .name(format!("proxy-{thread}"))
+            .spawn(move || {
+                let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+                    .enable_timer()
+                    .build()
+                    .expect("building a proxy runtime");
+                runtime.block_on(async move {
+                    let mut tasks = Vec::new();
+                    for (upstream, listener) in listeners {
+                        let listener = TcpListener::from_std(listener).expect("a bound listener");
+                        tasks.push(monoio::spawn(accept_loop(
+                            state.clone(),
+                            upstream,
+                            listener,
+                        )));
+                    }
+                    for task in tasks {
+                        task.await;
+                    }
+                });
+            })
+            .map_err(|e| format!("cannot start a proxy thread: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: TcpListener) {
+    loop {
+        let (socket, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                warn(&format!("accept failed: {e}"));
+                monoio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let state = state.clone();
+        monoio::spawn(async move {
+            let result = match upstream {
+                None => inbound(&state, socket).await,
+                Some(i) => outbound(&state, &state.upstreams[i], socket).await,
+            };
+            if let Err(e) = result {
+                warn(&format!("connection from {peer}: {e}"));
+            }
+        });
+    }
+}
+
+/// Whether `source` may connect to this proxy's service: the cached decision of this
+/// intentions generation, else the agent's.
+async fn authorized(state: &ProxyState, source_uri: &str, source: &str) -> Result<bool, String> {
+    let generation = state.intentions_generation.load(Ordering::Acquire);
+    let caching = state.cache_enabled.load(Ordering::Acquire);
+    if caching {
+        let cache = state.authz.lock().expect("authz cache lock");
+        if cache.generation == generation {
+            if let Some(allowed) = cache.decisions.get(source) {
+                return Ok(*allowed);
+            }
+        }
+    }
+    let body = serde_json::json!({
+        "Target": state.service,
+        "ClientCertURI": source_uri,
+    })
+    .to_string();
+    let answer = state
+        .agent
+        .request(
+            "POST",
+            "/v1/agent/connect/authorize",
+            body.as_bytes(),
+            AUTHORIZE_TIMEOUT,
+        )
+        .await?;
+    if answer.status != 200 {
+        return Err(format!("authorize: {} {}", answer.status, answer.text()));
+    }
+    let value = answer.json()?;
+    let allowed = value["Authorized"].as_bool().unwrap_or(false);
+    if caching {
+        let mut cache = state.authz.lock().expect("authz cache lock");
+        if cache.generation != generation {
+            cache.generation = generation;
+            cache.decisions.clear();
+        }
+        // A generation that moved while the agent answered keeps this decision out.
+        if state.intentions_generation.load(Ordering::Acquire) == generation
+            && cache.decisions.len() < AUTHZ_CACHE_ENTRIES_MAX
+        {
+            cache.decisions.insert(source.to_string(), allowed);
+        }
+    }
+    if !allowed {
+        warn(&format!(
+            "connection from {source:?} refused: {}",
+            value["Reason"].as_str().unwrap_or_default()
+        ));
+    }
+    Ok(allowed)
+}
+
+async fn dial(addr: SocketAddr) -> Result<TcpStream, String> {
+    let stream = monoio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("dialing {addr} timed out"))?
+        .map_err(|e| format!("dialing {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The public listener: mTLS in, the local service out.
+async fn inbound(state: &ProxyState, socket: TcpStream) -> Result<(), String> {
+    let tls = state.tls.load_full();
+    let session = stream::accept(
+        tls.server.clone(),
+        socket,
+        HANDSHAKE_TIMEOUT,
+        stream::FirstRecord::Close,
+    )
+    .await
+    .map_err(|e| format!("TLS handshake: {e}"))?;
+    let chain = session.peer_certificates().unwrap_or_default();
+    let id = chain
+        .first()
+        .and_then(|leaf| service_id_of(leaf))
+        .ok_or("the client certificate carries no service SPIFFE ID")?;
+    if !trusted(state, &id) {
+        return Err(format!(
+            "client from trust domain {:?} refused",
+            id.trust_domain
+        ));
+    }
+    if !authorized(state, &id.uri(), &id.service).await? {
+        // Closing the session is the refusal the client sees.
+        return Ok(());
+    }
+    let service_addr = state.service_addr.ok_or("no local service address")?;
+    let local = dial(service_addr).await?;
+    let (tls_read, tls_write) = session.into_split();
+    let (local_read, local_write) = local.into_split();
+    pipe(tls_read, tls_write, local_read, local_write).await;
+    Ok(())
+}
+
+/// An upstream listener: plain in, mTLS out to a healthy proxy of the destination.
+async fn outbound(
+    state: &ProxyState,
+    upstream: &Upstream,
+    socket: TcpStream,
+) -> Result<(), String> {
+    let endpoints = upstream.endpoints.load_full();
+    if endpoints.is_empty() {
+        return Err(format!("no healthy proxy of {}", upstream.spec.destination));
+    }
+    let at = upstream.next.fetch_add(1, Ordering::Relaxed) % endpoints.len();
+    let remote = dial(endpoints[at]).await?;
+    let tls = state.tls.load_full();
+    let name = ServerName::try_from(UPSTREAM_SNI).expect("a valid DNS name");
+    let session = stream::connect(tls.client.clone(), name, remote, HANDSHAKE_TIMEOUT)
+        .await
+        .map_err(|e| format!("TLS handshake with {}: {e}", endpoints[at]))?;
+    let chain = session.peer_certificates().unwrap_or_default();
+    let id = chain
+        .first()
+        .and_then(|leaf| service_id_of(leaf))
+        .ok_or("the upstream's certificate carries no service SPIFFE ID")?;
+    if id.service != upstream.spec.destination || !trusted(state, &id) {
+        return Err(format!(
+            "upstream {} presented the identity of {:?} in {:?}",
+            upstream.spec.destination, id.service, id.trust_domain
+        ));
+    }
+    let (tls_read, tls_write) = session.into_split();
+    let (plain_read, plain_write) = socket.into_split();
+    pipe(plain_read, plain_write, tls_read, tls_write).await;
+    Ok(())
+}
+
+/// Copies both ways until both directions end; a direction that ends half-closes the other
+/// side's write half, as a TCP proxy should.
+async fn pipe<AR, AW, BR, BW>(a_read: AR, a_write: AW, b_read: BR, b_write: BW)
+where
+    AR: AsyncReadRent + 'static,
+    AW: AsyncWriteRent + 'static,
+    BR: AsyncReadRent + 'static,
+    BW: AsyncWriteRent + 'static,
+{
+    let there = monoio::spawn(copy(a_read, b_write));
+    copy(b_read, a_write).await;
+    there.await;
+}
+
+async fn copy<R: AsyncReadRent, W: AsyncWriteRent>(mut from: R, mut to: W) {
+    let mut buffer: Vec<u8> = Vec::with_capacity(COPY_BUFFER_BYTES);
+    loop {
+        let (result, filled) = from.read(buffer).await;
+        buffer = filled;
+        match result {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let (result, written) = to.write_all(buffer).await;
+        buffer = written;
+        if result.is_err() {
+            break;
+        }
+        buffer.clear();
+    }
+    let _ = to.shutdown().await;
+}

@@ -1,0 +1,477 @@
+//! The built-in Connect CA's cryptography (rcgen over ring; no OpenSSL): making a root,
+//! cross-signing a new root with the old one's key, signing a service's CSR into a SPIFFE
+//! leaf certificate, and making a leaf's key and CSR on the agent that will hold the key.
+//!
+//! Not pure: keys, ECDSA signatures and serial numbers draw on the system's randomness. The
+//! callers (the leader for roots, any server for leaves, the agent for keys) pass the time
+//! and everything else in; nothing here reads the store.
+//!
+//! Names, as Consul's built-in provider makes them: a root's common name is
+//! `pri-<id>.consul.ca.<first 8 of the cluster ID>.consul`; a leaf's common name and DNS SAN
+//! are `<service>.svc.default.<first 8 of the cluster ID>.consul` and its URI SAN is the
+//! service's SPIFFE ID. Leaves are backdated a minute against clock skew, as Consul does.
+
+use crate::proto::spiffe::{self, ServiceId, SpiffeError};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+};
+use std::time::Duration;
+use time::OffsetDateTime;
+
+/// How far a leaf's validity starts before its signing (Consul's one minute of skew).
+pub const LEAF_BACKDATE: Duration = Duration::from_secs(60);
+/// Largest CSR accepted, in bytes of PEM.
+pub const CSR_PEM_BYTES_MAX: usize = 16 * 1024;
+
+fn algorithm(bits: u32) -> Result<&'static rcgen::SignatureAlgorithm, String> {
+    match bits {
+        256 => Ok(&rcgen::PKCS_ECDSA_P256_SHA256),
+        384 => Ok(&rcgen::PKCS_ECDSA_P384_SHA384),
+        other => Err(format!(
+            "EC key length {other} is not supported (256 or 384 bits)"
+        )),
+    }
+}
+
+/// A fresh EC key of `bits`, as PKCS#8 PEM.
+pub fn new_key_pem(bits: u32) -> Result<String, String> {
+    let key = KeyPair::generate_for(algorithm(bits)?)
+        .map_err(|e| format!("failed to generate private key: {e}"))?;
+    Ok(key.serialize_pem())
+}
+
+fn parse_key(pem: &str) -> Result<KeyPair, String> {
+    KeyPair::from_pem(pem).map_err(|e| format!("failed to parse private key: {e}"))
+}
+
+fn at(unix_s: i64) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::from_unix_timestamp(unix_s).map_err(|e| format!("time out of range: {e}"))
+}
+
+/// Colon-separated lower-case hex, Consul's `connect.HexString`.
+pub fn colon_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 3);
+    for (i, b) in bytes.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// Consul's root ID: the SHA-1 fingerprint of the certificate, colon-separated hex.
+pub fn fingerprint(der: &[u8]) -> String {
+    colon_hex(ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, der).as_ref())
+}
+
+fn random_serial() -> (SerialNumber, Vec<u8>) {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] &= 0x7f;
+    if bytes[0] == 0 {
+        bytes[0] = 0x01;
+    }
+    (SerialNumber::from_slice(&bytes), bytes.to_vec())
+}
+
+/// The first eight characters of the cluster ID, as Consul's certificate names use it.
+fn cluster_short(cluster_id: &str) -> &str {
+    cluster_id.get(..8).unwrap_or(cluster_id)
+}
+
+/// What a root is made of.
+#[derive(Clone, Debug)]
+pub struct RootSpec {
+    pub cluster_id: String,
+    pub key_bits: u32,
+    pub ttl: Duration,
+    pub now_unix_s: i64,
+}
+
+/// A new root: its certificate, key and the facts Consul reports about it.
+#[derive(Clone, Debug)]
+pub struct MadeRoot {
+    pub id: String,
+    pub name: String,
+    pub serial_number: u64,
+    pub signing_key_id: String,
+    pub not_before_unix_s: i64,
+    pub not_after_unix_s: i64,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub key_bits: u32,
+}
+
+fn root_params(
+    common_name: &str,
+    not_before: i64,
+    not_after: i64,
+    serial: SerialNumber,
+) -> Result<CertificateParams, String> {
+    let mut params = CertificateParams::default();
+    params.serial_number = Some(serial);
+    params.not_before = at(not_before)?;
+    params.not_after = at(not_after)?;
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, common_name);
+    params.distinguished_name = name;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    Ok(params)
+}
+
+/// The subject key identifier of a certificate (DER), colon-separated hex.
+fn subject_key_id(der: &[u8]) -> String {
+    use x509_parser::prelude::{FromDer, ParsedExtension, X509Certificate};
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return String::new();
+    };
+    for ext in cert.extensions() {
+        if let ParsedExtension::SubjectKeyIdentifier(id) = ext.parsed_extension() {
+            return colon_hex(id.0);
+        }
+    }
+    String::new()
+}
+
+/// Makes a self-signed root.
+pub fn make_root(spec: &RootSpec) -> Result<MadeRoot, String> {
+    let key = KeyPair::generate_for(algorithm(spec.key_bits)?)
+        .map_err(|e| format!("failed to generate private key: {e}"))?;
+    let (serial, serial_bytes) = random_serial();
+    let short: [u8; 4] = rand::random();
+    let common_name = format!(
+        "pri-{}.consul.ca.{}.consul",
+        colon_hex(&short).replace(':', ""),
+        cluster_short(&spec.cluster_id)
+    );
+    let not_before = spec.now_unix_s - LEAF_BACKDATE.as_secs() as i64;
+    let not_after = spec.now_unix_s + spec.ttl.as_secs() as i64;
+    let params = root_params(&common_name, not_before, not_after, serial)?;
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| format!("error generating CA root certificate: {e}"))?;
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&serial_bytes[8..]);
+    Ok(MadeRoot {
+        id: fingerprint(cert.der()),
+        name: "Consul CA Primary Cert".to_string(),
+        serial_number: u64::from_be_bytes(low),
+        signing_key_id: subject_key_id(cert.der()),
+        not_before_unix_s: not_before,
+        not_after_unix_s: not_after,
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        key_bits: spec.key_bits,
+    })
+}
+
+/// The new root's subject and key certified by the old root's key: what peers that trust
+/// only the old root need to verify leaves of the new one.
+pub fn cross_sign(new: &MadeRoot, old_cert_pem: &str, old_key_pem: &str) -> Result<String, String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let new_key = parse_key(&new.key_pem)?;
+    let der = rustls_pemfile_der(&new.cert_pem)?;
+    let (_, parsed) = X509Certificate::from_der(&der)
+        .map_err(|e| format!("failed to parse the new root: {e}"))?;
+    let common_name = parsed
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let (serial, _) = random_serial();
+    let params = root_params(
+        &common_name,
+        new.not_before_unix_s,
+        new.not_after_unix_s,
+        serial,
+    )?;
+    let old_key = parse_key(old_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(old_cert_pem, old_key)
+        .map_err(|e| format!("failed to parse the old root: {e}"))?;
+    let cert = params
+        .signed_by(&new_key, &issuer)
+        .map_err(|e| format!("error cross-signing the new root: {e}"))?;
+    Ok(cert.pem())
+}
+
+fn rustls_pemfile_der(pem: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .map(|c| c.as_ref().to_vec())
+        .map_err(|e| format!("failed to parse certificate PEM: {e}"))
+}
+
+/// A leaf's key and CSR, made on the agent that keeps the key.
+pub fn make_leaf_csr(
+    id: &ServiceId,
+    cluster_id_hint: &str,
+    key_bits: u32,
+) -> Result<(String, String), String> {
+    let key = KeyPair::generate_for(algorithm(key_bits)?)
+        .map_err(|e| format!("failed to generate private key: {e}"))?;
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(
+        DnType::CommonName,
+        leaf_common_name(&id.service, cluster_id_hint),
+    );
+    params.distinguished_name = name;
+    let uri = id
+        .uri()
+        .try_into()
+        .map_err(|_| format!("{:?} is not a valid URI SAN", id.uri()))?;
+    params.subject_alt_names.push(SanType::URI(uri));
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|r| r.pem())
+        .map_err(|e| format!("failed to create the CSR: {e}"))?;
+    Ok((csr, key.serialize_pem()))
+}
+
+/// `<service>.svc.default.<first 8 of the cluster ID>.consul`, Consul's leaf common name.
+pub fn leaf_common_name(service: &str, cluster_or_trust_domain: &str) -> String {
+    let cluster = cluster_or_trust_domain.trim_end_matches(".consul");
+    let dns_safe: String = service
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{dns_safe}.svc.default.{}.consul", cluster_short(cluster))
+}
+
+/// What signing a CSR needs.
+pub struct LeafSpec<'a> {
+    pub csr_pem: &'a str,
+    pub ca_cert_pem: &'a str,
+    pub ca_key_pem: &'a str,
+    pub trust_domain: &'a str,
+    pub datacenter: &'a str,
+    pub ttl: Duration,
+    pub now_unix_s: i64,
+}
+
+/// A signed leaf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedLeaf {
+    pub cert_pem: String,
+    /// Colon-separated hex, as Consul reports serial numbers.
+    pub serial_number: String,
+    pub service: String,
+    pub service_uri: String,
+    pub valid_after_unix_s: i64,
+    pub valid_before_unix_s: i64,
+}
+
+/// Signs a service's CSR: its one URI SAN must be a service SPIFFE ID of this trust domain
+/// and datacenter. The caller checked the requester may write that service.
+pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
+    if spec.csr_pem.len() > CSR_PEM_BYTES_MAX {
+        return Err(format!("CSR exceeds {CSR_PEM_BYTES_MAX} bytes"));
+    }
+    let csr = CertificateSigningRequestParams::from_pem(spec.csr_pem)
+        .map_err(|e| format!("failed to parse CSR: {e}"))?;
+    let uris: Vec<String> = csr
+        .params
+        .subject_alt_names
+        .iter()
+        .filter_map(|san| match san {
+            SanType::URI(uri) => Some(uri.as_str().to_string()),
+            _ => None,
+        })
+        .collect();
+    let [uri] = &uris[..] else {
+        return Err("CSR SAN contains an invalid SPIFFE ID".to_string());
+    };
+    let id = spiffe::parse_service(uri).map_err(|e| match e {
+        SpiffeError::NotSpiffe => "CSR SAN contains an invalid SPIFFE ID".to_string(),
+        SpiffeError::NotService => "SPIFFE ID in CSR must be a service or agent ID".to_string(),
+    })?;
+    if !id.trust_domain.eq_ignore_ascii_case(spec.trust_domain) {
+        return Err(format!(
+            "SPIFFE ID in CSR from a different trust domain: {}, we are {}",
+            id.trust_domain, spec.trust_domain
+        ));
+    }
+    if id.datacenter != spec.datacenter {
+        return Err(format!(
+            "SPIFFE ID in CSR from a different datacenter: {}, we are {}",
+            id.datacenter, spec.datacenter
+        ));
+    }
+    let ca_key = parse_key(spec.ca_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(spec.ca_cert_pem, ca_key)
+        .map_err(|e| format!("failed to parse the CA root: {e}"))?;
+    let (serial, serial_bytes) = random_serial();
+    let valid_after = spec.now_unix_s - LEAF_BACKDATE.as_secs() as i64;
+    let valid_before = spec.now_unix_s + spec.ttl.as_secs() as i64;
+    let mut params = CertificateParams::default();
+    params.serial_number = Some(serial);
+    params.not_before = at(valid_after)?;
+    params.not_after = at(valid_before)?;
+    let common_name = leaf_common_name(&id.service, spec.trust_domain);
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, common_name.clone());
+    params.distinguished_name = name;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyAgreement,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    params.subject_alt_names.push(SanType::URI(
+        uri.clone()
+            .try_into()
+            .map_err(|_| "invalid URI SAN".to_string())?,
+    ));
+    params.subject_alt_names.push(SanType::DnsName(
+        common_name
+            .try_into()
+            .map_err(|_| "invalid DNS SAN".to_string())?,
+    ));
+    let cert = params
+        .signed_by(&csr.public_key, &issuer)
+        .map_err(|e| format!("error signing the leaf certificate: {e}"))?;
+    Ok(SignedLeaf {
+        cert_pem: cert.pem(),
+        serial_number: colon_hex(&serial_bytes),
+        service: id.service.clone(),
+        service_uri: uri.clone(),
+        valid_after_unix_s: valid_after,
+        valid_before_unix_s: valid_before,
+    })
+}
+
+/// The URI SAN (a service SPIFFE ID) of a certificate given as DER, for a proxy checking
+/// its peer.
+pub fn service_id_of(der: &[u8]) -> Option<ServiceId> {
+    use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    for ext in cert.extensions() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() {
+            for name in &san.general_names {
+                if let GeneralName::URI(uri) = name {
+                    if let Ok(id) = spiffe::parse_service(uri) {
+                        return Some(id);
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CLUSTER: &str = "0f8c3d4e-1111-2222-3333-444444444444";
+    const NOW: i64 = 1_700_000_000;
+
+    fn root(bits: u32) -> MadeRoot {
+        make_root(&RootSpec {
+            cluster_id: CLUSTER.into(),
+            key_bits: bits,
+            ttl: Duration::from_secs(10 * 365 * 86400),
+            now_unix_s: NOW,
+        })
+        .unwrap()
+    }
+
+    fn leaf(
+        root: &MadeRoot,
+        service: &str,
+        trust_domain: &str,
+        dc: &str,
+    ) -> Result<SignedLeaf, String> {
+        let id = ServiceId::new(trust_domain, dc, service);
+        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256).unwrap();
+        sign_leaf(&LeafSpec {
+            csr_pem: &csr,
+            ca_cert_pem: &root.cert_pem,
+            ca_key_pem: &root.key_pem,
+            trust_domain: &format!("{CLUSTER}.consul"),
+            datacenter: "dc1",
+            ttl: Duration::from_secs(72 * 3600),
+            now_unix_s: NOW,
+        })
+    }
+
+    #[test]
+    fn roots_sign_spiffe_leaves_of_their_trust_domain_only() {
+        let root = root(256);
+        assert_eq!(root.id.len(), 20 * 3 - 1);
+        assert!(!root.signing_key_id.is_empty());
+        let trust_domain = format!("{CLUSTER}.consul");
+        let signed = leaf(&root, "web", &trust_domain, "dc1").unwrap();
+        assert_eq!(signed.service, "web");
+        assert_eq!(
+            signed.service_uri,
+            format!("spiffe://{trust_domain}/ns/default/dc/dc1/svc/web")
+        );
+        assert_eq!(signed.valid_before_unix_s - NOW, 72 * 3600);
+        let der = rustls_pemfile_der(&signed.cert_pem).unwrap();
+        assert_eq!(service_id_of(&der).unwrap().service, "web");
+        assert!(leaf(&root, "web", "other.consul", "dc1")
+            .unwrap_err()
+            .contains("different trust domain"));
+        assert!(leaf(&root, "web", &trust_domain, "dc2")
+            .unwrap_err()
+            .contains("different datacenter"));
+        assert!(sign_leaf(&LeafSpec {
+            csr_pem: "nope",
+            ca_cert_pem: &root.cert_pem,
+            ca_key_pem: &root.key_pem,
+            trust_domain: &trust_domain,
+            datacenter: "dc1",
+            ttl: Duration::from_secs(3600),
+            now_unix_s: NOW,
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn a_new_root_is_cross_signed_by_the_old_key_and_p384_works() {
+        let old = root(256);
+        let new = root(384);
+        let cross = cross_sign(&new, &old.cert_pem, &old.key_pem).unwrap();
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let der = rustls_pemfile_der(&cross).unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let old_der = rustls_pemfile_der(&old.cert_pem).unwrap();
+        let (_, old_cert) = X509Certificate::from_der(&old_der).unwrap();
+        let new_der = rustls_pemfile_der(&new.cert_pem).unwrap();
+        let (_, new_cert) = X509Certificate::from_der(&new_der).unwrap();
+        assert_eq!(cert.issuer(), old_cert.subject());
+        assert_eq!(cert.subject(), new_cert.subject());
+        assert_eq!(cert.public_key().raw, new_cert.public_key().raw);
+        assert!(cert.verify_signature(Some(old_cert.public_key())).is_ok());
+        assert_eq!(subject_key_id(&der), new.signing_key_id);
+        assert!(make_root(&RootSpec {
+            cluster_id: CLUSTER.into(),
+            key_bits: 521,
+            ttl: Duration::from_secs(1),
+            now_unix_s: NOW
+        })
+        .is_err());
+    }
+}

@@ -1,0 +1,291 @@
+//! The built-in proxy end to end on loopback with real TCP: a client connects to web's
+//! upstream listener, web's proxy opens mTLS to db's sidecar, db's proxy hands the bytes to
+//! db (an echo server). A `deny` intention refuses the next connection within a second,
+//! `allow` restores it; a client without a certificate from the CA is refused by db's
+//! proxy. Everything runs as real processes: one `praetor agent -dev`, two
+//! `praetor connect proxy`.
+
+mod common;
+
+use common::{praetor_binary, Agent, TempDir};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free port on `ip` (bound, read, released).
+fn free_port(ip: IpAddr) -> u16 {
+    TcpListener::bind(SocketAddr::new(ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An echo server on `addr`, one thread per connection.
+fn echo_server(addr: SocketAddr) {
+    let listener = TcpListener::bind(addr).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 16 * 1024];
+                loop {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if stream.write_all(&buffer[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// A `praetor connect proxy` process, killed on drop.
+struct Proxy {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Proxy {
+    fn start(agent: &Agent, dir: &TempDir, sidecar_for: &str) -> Proxy {
+        let log = dir.path().join(format!("proxy-{sidecar_for}.log"));
+        let child = Command::new(praetor_binary())
+            .args([
+                "connect",
+                "proxy",
+                "-sidecar-for",
+                sidecar_for,
+                "-threads",
+                "1",
+                &format!("-http-addr={}", agent.http_addr()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Proxy { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `message` through `addr` and reads the echo: `Ok(echo)`, or why not.
+fn round_trip(addr: SocketAddr, message: &[u8]) -> Result<Vec<u8>, String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    stream.write_all(message).map_err(|e| e.to_string())?;
+    let mut echo = vec![0u8; message.len()];
+    let mut read = 0;
+    while read < echo.len() {
+        match stream.read(&mut echo[read..]) {
+            Ok(0) => return Err(format!("closed after {read} bytes")),
+            Ok(n) => read += n,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(echo)
+}
+
+fn register(agent: &Agent, body: serde_json::Value) {
+    let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "register: {}", r.text());
+}
+
+#[test]
+fn client_to_web_upstream_to_db_sidecar_to_db_follows_intentions() {
+    let agent = Agent::dev_with_dns(&[]);
+    let dir = TempDir::new("connect-proxy");
+    let ip = agent.ip;
+    let db_port = free_port(ip);
+    let db_proxy_port = free_port(ip);
+    let web_proxy_port = free_port(ip);
+    let upstream_port = free_port(ip);
+    echo_server(SocketAddr::new(ip, db_port));
+
+    let tcp_check = |port: u16| json!({"TCP": format!("{ip}:{port}"), "Interval": "1s"});
+    register(
+        &agent,
+        json!({
+            "Name": "db", "Port": db_port, "Address": ip.to_string(),
+            "Connect": {"SidecarService": {
+                "Address": ip.to_string(), "Port": db_proxy_port,
+                "Proxy": {"LocalServiceAddress": ip.to_string()},
+                "Check": tcp_check(db_proxy_port),
+            }}
+        }),
+    );
+    register(
+        &agent,
+        json!({
+            "Name": "web", "Port": free_port(ip), "Address": ip.to_string(),
+            "Connect": {"SidecarService": {
+                "Address": ip.to_string(), "Port": web_proxy_port,
+                "Proxy": {"Upstreams": [
+                    {"DestinationName": "db", "LocalBindAddress": ip.to_string(), "LocalBindPort": upstream_port}
+                ]},
+                "Check": tcp_check(web_proxy_port),
+            }}
+        }),
+    );
+    // The sidecar registrations are Consul's.
+    let sidecar = agent.get("/v1/agent/service/db-sidecar-proxy").json();
+    assert_eq!(sidecar["Kind"], "connect-proxy");
+    assert_eq!(sidecar["Service"], "db-sidecar-proxy");
+    assert_eq!(sidecar["Proxy"]["DestinationServiceName"], "db");
+    assert_eq!(sidecar["Proxy"]["LocalServicePort"], db_port);
+    let catalog = agent.get("/v1/catalog/connect/db").json();
+    assert_eq!(catalog[0]["ServiceName"], "db-sidecar-proxy", "{catalog}");
+    assert_eq!(catalog[0]["ServicePort"], db_proxy_port);
+    let db_proxy = Proxy::start(&agent, &dir, "db");
+    let web_proxy = Proxy::start(&agent, &dir, "web");
+    let upstream = SocketAddr::new(ip, upstream_port);
+    let message = b"hello through the mesh".to_vec();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match round_trip(upstream, &message) {
+            Ok(echo) => {
+                assert_eq!(echo, message);
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the mesh never carried a message: {e}\ndb proxy:\n{}\nweb proxy:\n{}\nhealth: {}",
+                    db_proxy.log(),
+                    web_proxy.log(),
+                    agent.get("/v1/health/connect/db").text()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    // DNS answers `db.connect.consul` with db's proxy once its check passes (dig, a real
+    // resolver client).
+    let dns = agent.dns_addr();
+    let dig_srv = || {
+        let dig = Command::new("dig")
+            .args([
+                &format!("@{}", dns.ip()),
+                "-p",
+                &dns.port().to_string(),
+                "+short",
+                "+time=2",
+                "+tries=3",
+                "db.connect.consul",
+                "SRV",
+            ])
+            .output()
+            .expect("dig must be installed (tests/run.sh installs it)");
+        String::from_utf8_lossy(&dig.stdout).into_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let srv = dig_srv();
+        if srv.contains(&format!(" {db_proxy_port} ")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "db.connect.consul SRV: {srv}\nhealth: {}",
+            agent.get("/v1/health/connect/db").text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // A megabyte goes through whole.
+    let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    assert_eq!(round_trip(upstream, &big).unwrap(), big);
+
+    // Deny: the next connection is refused within a second.
+    let written = Instant::now();
+    let deny = agent.put(
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        json!({"Action": "deny"}).to_string().as_bytes(),
+    );
+    assert_eq!(deny.text(), "true\n");
+    loop {
+        if round_trip(upstream, &message).is_err() {
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(1),
+            "a deny took longer than a second"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        written.elapsed() < Duration::from_secs(1),
+        "refused only after {:?}",
+        written.elapsed()
+    );
+    assert!(db_proxy.log().contains("refused"), "{}", db_proxy.log());
+
+    // Allow restores it.
+    let written = Instant::now();
+    let allow = agent.put(
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        json!({"Action": "allow"}).to_string().as_bytes(),
+    );
+    assert_eq!(allow.text(), "true\n");
+    loop {
+        if let Ok(echo) = round_trip(upstream, &message) {
+            assert_eq!(echo, message);
+            break;
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(1),
+            "an allow took longer than a second"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // db's proxy refuses a client that shows no certificate of the mesh: nothing it sends
+    // reaches db (whose echo would come back).
+    let mut child = Command::new("timeout")
+        .args([
+            "10",
+            "openssl",
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("{ip}:{db_proxy_port}"),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl must be installed (tests/run.sh installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"ping-from-outside\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains("ping-from-outside"),
+        "a client without a certificate reached db: {stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    drop(web_proxy);
+    drop(db_proxy);
+}
