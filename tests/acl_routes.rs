@@ -350,6 +350,34 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
         .unwrap()
         .to_string();
 
+    // The mesh: a service-defaults entry, an intention, and a CSR for the internal sign call.
+    management(
+        &agent,
+        "PUT",
+        "/v1/config",
+        json!({"Kind": "service-defaults", "Name": "web", "Protocol": "http"}),
+    );
+    let intention_id = management(
+        &agent,
+        "POST",
+        "/v1/connect/intentions",
+        json!({"SourceName": "web", "DestinationName": "db", "Action": "allow"}),
+    )["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (web_csr, _) = praetor::tls::connect_ca::make_leaf_csr(
+        &praetor::proto::spiffe::ServiceId::new(
+            "11111111-2222-3333-4444-555555555555.consul",
+            "dc1",
+            "web",
+        ),
+        "11111111-2222-3333-4444-555555555555.consul",
+        256,
+    )
+    .unwrap();
+    let sign_body = json!({ "CSR": web_csr }).to_string();
+
     use Kind::{Checked, Filtered, Open, Stream};
     const AGENT_READ: &str = "agent_prefix \"\" {\n  policy = \"read\"\n}";
     const AGENT_WRITE: &str = "agent_prefix \"\" {\n  policy = \"write\"\n}";
@@ -1201,6 +1229,136 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             Checked,
         ),
         case(RULES_PATH, "GET", RULES_PATH, "", "", Open),
+        // The mesh (Consul's rules: a config entry's kind decides; intentions are the
+        // destination's `intentions` rule; the CA's roots are public).
+        case(
+            "/v1/config",
+            "PUT",
+            "/v1/config",
+            r#"{"Kind":"service-defaults","Name":"api","Protocol":"tcp"}"#,
+            "service \"api\" {\n  policy = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/config/",
+            "GET",
+            "/v1/config/service-defaults/web",
+            "",
+            "service \"web\" {\n  policy = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/config/",
+            "GET",
+            "/v1/config/service-defaults",
+            "",
+            "service_prefix \"\" {\n  policy = \"read\"\n}",
+            hidden,
+        ),
+        case(
+            "/v1/connect/intentions",
+            "GET",
+            "/v1/connect/intentions",
+            "",
+            "service_prefix \"\" {\n  policy = \"read\"\n  intentions = \"read\"\n}",
+            hidden,
+        ),
+        case(
+            "/v1/connect/intentions",
+            "POST",
+            "/v1/connect/intentions",
+            r#"{"SourceName":"api","DestinationName":"cache","Action":"deny"}"#,
+            "service \"cache\" {\n  policy = \"read\"\n  intentions = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/connect/intentions/exact",
+            "GET",
+            "/v1/connect/intentions/exact?source=web&destination=db",
+            "",
+            "service \"db\" {\n  policy = \"read\"\n  intentions = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/connect/intentions/match",
+            "GET",
+            "/v1/connect/intentions/match?by=destination&name=db",
+            "",
+            "service \"db\" {\n  policy = \"read\"\n  intentions = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/connect/intentions/check",
+            "GET",
+            "/v1/connect/intentions/check?source=web&destination=db",
+            "",
+            "service \"db\" {\n  policy = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/connect/intentions/",
+            "GET",
+            &format!("/v1/connect/intentions/{intention_id}"),
+            "",
+            "service \"db\" {\n  policy = \"read\"\n  intentions = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/connect/ca/roots",
+            "GET",
+            "/v1/connect/ca/roots",
+            "",
+            "",
+            Open,
+        ),
+        case(
+            "/v1/connect/ca/configuration",
+            "GET",
+            "/v1/connect/ca/configuration",
+            "",
+            "operator = \"read\"",
+            Checked,
+        ),
+        case(
+            "/v1/agent/connect/ca/roots",
+            "GET",
+            "/v1/agent/connect/ca/roots",
+            "",
+            "",
+            Open,
+        ),
+        case(
+            "/v1/agent/connect/authorize",
+            "POST",
+            "/v1/agent/connect/authorize",
+            r#"{"Target":"db","ClientCertURI":"spiffe://11111111-2222-3333-4444-555555555555.consul/ns/default/dc/dc1/svc/web"}"#,
+            "service \"db\" {\n  policy = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/agent/connect/ca/leaf/",
+            "GET",
+            "/v1/agent/connect/ca/leaf/web",
+            "",
+            "service \"web\" {\n  policy = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            praetor::api::connect::SIGN_PATH,
+            "PUT",
+            praetor::api::connect::SIGN_PATH,
+            &sign_body,
+            "service \"web\" {\n  policy = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/discovery-chain/",
+            "GET",
+            "/v1/discovery-chain/web",
+            "",
+            "service \"web\" {\n  policy = \"read\"\n}",
+            Checked,
+        ),
         // Last: a sufficient token makes the agent leave.
         case(
             "/v1/agent/leave",

@@ -123,6 +123,20 @@ impl RowFilter {
         self.allows(|a| a.event_read(name))
     }
 
+    /// A config entry, by its kind's read rule.
+    pub fn config_entry(
+        &self,
+        kind: crate::store::mesh::config_entry::ConfigKind,
+        name: &str,
+    ) -> bool {
+        self.allows(|a| super::config::can_read(a, kind, name))
+    }
+
+    /// An intention, by `intentions:read` on its destination.
+    pub fn intention(&self, destination: &str) -> bool {
+        self.allows(|a| a.intention_read(destination))
+    }
+
     /// Consul's header for an answer from which `hidden` rows were left out.
     pub fn write_header(&self, hidden: bool, headers: &mut Vec<u8>) {
         if hidden && self.reveal {

@@ -9,8 +9,7 @@
 
 use super::authz::Authz;
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
-    WriteOp, FILTERED_BY_ACLS_HEADER,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::config_entry::{self, EntryError};
 use crate::proto::http::Method;
@@ -205,7 +204,6 @@ fn delete(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
 
 fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    let acl = request.acl.get().map(|a| a.authorizer.clone());
     match kind_and_name(request.rest) {
         Some((kind_text, name)) => {
             let kind = ConfigKind::parse(kind_text).ok_or_else(|| {
@@ -226,7 +224,15 @@ fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, A
                     ApiError::Internal(format!("invalid config entry kind: {text}"))
                 })?),
             };
-            run_query(ctx, ListQuery { kind, acl }, options, reply)
+            run_query(
+                ctx,
+                ListQuery {
+                    kind,
+                    rows: super::authz::RowFilter::of(request),
+                },
+                options,
+                reply,
+            )
         }
     }
 }
@@ -271,7 +277,7 @@ impl Query for EntryQuery {
 struct ListQuery {
     /// `None`: every kind.
     kind: Option<ConfigKind>,
-    acl: Option<Arc<Authorizer>>,
+    rows: super::authz::RowFilter,
 }
 
 impl Query for ListQuery {
@@ -294,18 +300,12 @@ impl Query for ListQuery {
         let total = rows.len();
         let visible: Vec<&ConfigEntry> = rows
             .into_iter()
-            .filter(|e| {
-                self.acl
-                    .as_ref()
-                    .is_none_or(|a| can_read(a, e.kind, &e.name).is_ok())
-            })
+            .filter(|e| self.rows.config_entry(e.kind, &e.name))
             .map(|e| &**e)
             .collect();
         let mut headers = Vec::with_capacity(200);
         meta.write_headers(&mut headers);
-        if visible.len() < total {
-            headers.extend_from_slice(FILTERED_BY_ACLS_HEADER);
-        }
+        self.rows.write_header(visible.len() < total, &mut headers);
         let mut body = Vec::with_capacity(256 * (visible.len() + 1));
         config_entry::render_list(visible.into_iter(), reply.pretty, &mut body);
         reply.json_bytes(200, &headers, &body);

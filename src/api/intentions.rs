@@ -10,8 +10,7 @@
 //! allow with ACLs off, as in Consul.
 
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
-    WriteOp, FILTERED_BY_ACLS_HEADER,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::body::parse_json;
 use crate::consul::config_entry::doc::{self, Doc};
@@ -181,7 +180,7 @@ pub fn intentions(
     run_query(
         ctx,
         ListQuery {
-            acl: token(request),
+            rows: super::authz::RowFilter::of(request),
             filter,
         },
         options,
@@ -475,7 +474,7 @@ fn not_found(reply: &mut Reply, meta: QueryMeta) {
 }
 
 struct ListQuery {
-    acl: Option<Arc<Authorizer>>,
+    rows: super::authz::RowFilter,
     filter: Option<crate::consul::filter::Filter>,
 }
 
@@ -499,18 +498,15 @@ impl Query for ListQuery {
                     continue;
                 }
             }
-            if self
-                .acl
-                .as_ref()
-                .is_some_and(|a| a.intention_read(&entry.name).is_err())
-            {
+            if !self.rows.intention(&entry.name) {
                 hidden = true;
                 continue;
             }
             list.push(doc);
         }
-        let extra: &[u8] = if hidden { FILTERED_BY_ACLS_HEADER } else { b"" };
-        send_doc(reply, meta, extra, &Doc::List(list));
+        let mut extra = Vec::new();
+        self.rows.write_header(hidden, &mut extra);
+        send_doc(reply, meta, &extra, &Doc::List(list));
     }
 }
 
