@@ -593,8 +593,8 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
         wait_for_log(
             server,
             &[
-                "auto_encrypt: trusting the agent CA of ",
-                ".consul (created at index ",
+                "auto_encrypt: trusting the agent certificate roots of ",
+                ".consul (1 Connect CA root(s), agent CA: no)",
             ],
             Duration::from_secs(20),
         );
@@ -640,7 +640,7 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
     );
     assert!(!client.log().contains("handshake with"), "{}", client.log());
 
-    // What a client receives: a certificate of the agent CA (not the operator's), which a
+    // What a client receives: a certificate of the cluster's CA (not the operator's), which a
     // server with verify_incoming accepts on an ordinary session, where it renews.
     let follower = (leader + 1) % 3;
     let rpc_addr = SocketAddr::new(cluster.servers[follower].ip, 8300);
@@ -691,6 +691,20 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
         agent_root.trim(),
         std::fs::read_to_string(pki.ca()).unwrap().trim()
     );
+    // With the mesh on (the default), the root is the Connect CA's active root, as in Consul.
+    let roots: serde_json::Value =
+        serde_json::from_str(&cluster.servers[leader].get("/v1/connect/ca/roots").text()).unwrap();
+    let active = roots["Roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["Active"] == true)
+        .expect("an active Connect CA root");
+    assert_eq!(
+        agent_root.trim(),
+        active["RootCert"].as_str().unwrap().trim(),
+        "the agent certificate's root is the Connect CA's"
+    );
     let lifetime = signed.not_after_unix - time::OffsetDateTime::now_utc().unix_timestamp();
     assert!((71 * 3600..=72 * 3600).contains(&lifetime), "{lifetime}");
     // The same root on every server: the one in Raft.
@@ -731,4 +745,55 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
         String::from_utf8_lossy(&text),
         "mismatched datacenter (client_dc='dc2' server_dc='dc1'); check client has same datacenter set as servers"
     );
+}
+
+/// With the mesh off (`connect { enabled = false }`) there is no Connect CA: the leader
+/// creates the agent CA in Raft, and it signs. Its root is what a signed agent certificate
+/// chains to, and the servers trust it for `verify_incoming`.
+#[test]
+fn with_the_mesh_off_the_agent_ca_signs() {
+    let pki = Pki::new("rpc-agent-ca-pki");
+    let cluster = Cluster::start(
+        1,
+        &[
+            "-hcl",
+            &pki.hcl("server", ALL_SWITCHES),
+            "-hcl",
+            "auto_encrypt { allow_tls = true }\nconnect { enabled = false }",
+        ],
+    );
+    let server = &cluster.servers[0];
+    wait_for_log(
+        server,
+        &[
+            "auto_encrypt: trusting the agent certificate roots of ",
+            ".consul (0 Connect CA root(s), agent CA: yes)",
+        ],
+        Duration::from_secs(20),
+    );
+    let rpc_addr = SocketAddr::new(server.ip, 8300);
+    let mut insecure = dial_insecure_tls(rpc_addr, &pki.ca());
+    let (kind_got, payload) = sign_exchange(&mut insecure, "mesh-off-node");
+    assert_eq!(
+        kind_got,
+        kind::AUTO_ENCRYPT_SIGNED,
+        "{}",
+        String::from_utf8_lossy(&payload)
+    );
+    let signed = praetor::proto::auto_encrypt::SignResponse::decode(&payload).unwrap();
+    let root = praetor::tls::files::pem_slice_certificates(
+        signed.agent_ca_roots_pem[0].as_bytes(),
+        "root",
+    )
+    .unwrap();
+    assert_eq!(root.len(), 1);
+    let (_, parsed) = x509_parser::parse_x509_certificate(&root[0]).unwrap();
+    assert!(parsed.is_ca(), "the agent CA's root");
+    assert!(
+        parsed.subject().to_string().contains("praetor CA "),
+        "{}",
+        parsed.subject()
+    );
+    // No Connect CA exists to have signed it.
+    assert_eq!(server.get("/v1/connect/ca/roots").status, 500);
 }

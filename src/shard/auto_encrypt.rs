@@ -2,11 +2,13 @@
 //! Consul's `AutoEncrypt.Sign` does.
 //!
 //! Servers (`auto_encrypt { allow_tls = true }`):
-//! - [`agent_ca_keeper`] runs on shard 0. When this server leads and the replicated state has
-//!   no agent CA yet, it generates one (`tls::agent_ca`) and proposes it
-//!   (`store::agent_ca`); a racing second leader's proposal is refused by the store, so the
-//!   cluster keeps one root. On every server it installs the replicated root into the TLS
-//!   configurations, so certificates it signed pass `verify_incoming`.
+//! - The signing root is the Connect CA's active root when the mesh is on (Consul's rule: one
+//!   root and trust domain for agents and services); with the mesh off, [`agent_ca_keeper`]
+//!   (shard 0), when this server leads and the replicated state has no agent CA yet,
+//!   generates one (`tls::agent_ca`) and proposes it (`store::agent_ca`); a racing second
+//!   leader's proposal is refused by the store, so the cluster keeps one root. On every
+//!   server the keeper installs every replicated root an agent certificate may chain to into
+//!   the TLS configurations, so certificates it signed pass `verify_incoming`.
 //! - [`sign`] answers [`kind::AUTO_ENCRYPT_SIGN`] frames: on the insecure TLS session (byte 7,
 //!   no client certificate yet: the first request) and on ordinary RPC sessions (renewals,
 //!   with the certificate being renewed). Any server holding the root signs; the root and its
@@ -58,37 +60,77 @@ pub const NOT_ALLOWED: &str = "AutoEncrypt.AllowTLS must be enabled in order to 
 // ---------------------------------------------------------------------------------------
 // Servers
 
-/// Shard 0 of a server with `allow_tls`: creates the agent CA when leading and none exists,
-/// and keeps the TLS configurations trusting the replicated one.
+/// Shard 0 of a server with `allow_tls`: keeps the TLS configurations trusting every root an
+/// agent certificate may chain to (the Connect CA's roots, rotated-out ones included, and
+/// the agent CA's), and, with the mesh off, creates the agent CA when leading and none
+/// exists. With the mesh on, the Connect CA's leader duty creates the root that signs.
 pub async fn agent_ca_keeper(shard: Rc<Shard>) {
     let tls = shard.shared().tls.clone();
-    let mut trusted_index = None;
+    let connect_enabled = shard.config().connect.enabled;
+    let mut trusted_pem = String::new();
     loop {
         if shard.shutting_down() {
             return;
         }
         let version = shard.current_version();
-        match &version.agent_ca {
-            Some(row) if trusted_index != Some(row.created_index) => {
-                match tls.trust_agent_ca(&row.certificate_pem) {
-                    Ok(_) => {
-                        log::info!(
-                            "auto_encrypt: trusting the agent CA of {} (created at index {})",
-                            row.trust_domain,
-                            row.created_index
-                        );
-                        trusted_index = Some(row.created_index);
-                    }
-                    Err(e) => log::error!("auto_encrypt: cannot use the agent CA: {e}"),
+        let roots_pem = agent_roots_pem(&version);
+        if !roots_pem.is_empty() && roots_pem != trusted_pem {
+            match tls.trust_agent_ca(&roots_pem) {
+                Ok(_) => {
+                    log::info!(
+                        "auto_encrypt: trusting the agent certificate roots of {} ({} Connect CA root(s), agent CA: {})",
+                        signing_trust_domain(&version).unwrap_or_default(),
+                        version.mesh.ca.roots.len(),
+                        if version.agent_ca.is_some() { "yes" } else { "no" },
+                    );
+                    trusted_pem = roots_pem;
                 }
+                Err(e) => log::error!("auto_encrypt: cannot use the agent CA: {e}"),
             }
-            Some(_) => {}
-            // One proposal at a time: the keeper waits for its outcome.
-            None if shard.is_leader() => create_agent_ca(&shard).await,
-            None => {}
+        }
+        // One proposal at a time: the keeper waits for its outcome.
+        if !connect_enabled && version.agent_ca.is_none() && shard.is_leader() {
+            create_agent_ca(&shard).await;
         }
         monoio::time::sleep(KEEPER_INTERVAL).await;
     }
+}
+
+/// Every root an agent certificate signed in this cluster may chain to, PEM, concatenated:
+/// each Connect CA root (rotated-out roots stay trusted while they are kept) and the agent
+/// CA's root.
+fn agent_roots_pem(version: &crate::store::Tables) -> String {
+    let mut pem = String::new();
+    let connect_roots = version.mesh.ca.roots.iter().map(|r| &*r.root_cert_pem);
+    let agent_root = version.agent_ca.as_ref().map(|row| &*row.certificate_pem);
+    for root in connect_roots.chain(agent_root) {
+        pem.push_str(root.trim_end());
+        pem.push('\n');
+    }
+    pem
+}
+
+/// The root that signs agent certificates: the Connect CA's active root once the mesh has
+/// one (as Consul's auto-encrypt signs with its Connect CA, so agents and services share a
+/// root and a trust domain), else the agent CA.
+fn agent_signer(version: &crate::store::Tables) -> Option<AgentCaRoot> {
+    let connect = &version.mesh.ca;
+    if let (Some(root), Some(trust_domain)) = (connect.active_root(), connect.trust_domain()) {
+        return Some(AgentCaRoot {
+            trust_domain,
+            certificate_pem: root.root_cert_pem.to_string(),
+            private_key_pem: root.signing_key_pem.to_string(),
+        });
+    }
+    version.agent_ca.as_ref().map(|row| AgentCaRoot {
+        trust_domain: row.trust_domain.clone(),
+        certificate_pem: row.certificate_pem.clone(),
+        private_key_pem: row.private_key_pem.clone(),
+    })
+}
+
+fn signing_trust_domain(version: &crate::store::Tables) -> Option<String> {
+    agent_signer(version).map(|root| root.trust_domain)
 }
 
 async fn create_agent_ca(shard: &Shard) {
@@ -144,15 +186,8 @@ pub fn sign(shard: &Shard, payload: &[u8]) -> Result<Vec<u8>, String> {
             ));
         }
     }
-    let Some(row) = &version.agent_ca else {
-        return Err(
-            "the agent CA is not initialized yet (the leader creates it); try again".to_string(),
-        );
-    };
-    let root = AgentCaRoot {
-        trust_domain: row.trust_domain.clone(),
-        certificate_pem: row.certificate_pem.clone(),
-        private_key_pem: row.private_key_pem.clone(),
+    let Some(root) = agent_signer(&version) else {
+        return Err("the CA is not initialized yet (the leader creates it); try again".to_string());
     };
     let signed = root
         .sign_agent(
