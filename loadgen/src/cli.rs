@@ -119,6 +119,15 @@ const RUN_FLAGS: &[FlagSpec] = &[
         }
     ),
     flag!(
+        "tokens-rotate",
+        None,
+        "each request takes its connection's next token (connection i of C: tokens i, i+C, …), so all are used",
+        |c, _| {
+            c.tokens_rotate = true;
+            Ok(())
+        }
+    ),
+    flag!(
         "tokens-file",
         Some("FILE"),
         "ACL tokens, one a line, spread over the connections (kv scenarios)",

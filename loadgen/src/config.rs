@@ -196,6 +196,9 @@ pub struct RunConfig {
     /// ACL tokens the KV scenarios send: connection `i` uses `tokens[i % len]`; none when
     /// empty.
     pub tokens: Vec<String>,
+    /// `--tokens-rotate`: each request takes its connection's next token instead
+    /// (connection `i` of `C` sends `tokens[i]`, `tokens[i + C]`, …), so every token is used.
+    pub tokens_rotate: bool,
     pub keys: usize,
     pub value_bytes: usize,
     pub read_ratio: f64,
@@ -266,6 +269,7 @@ impl RunConfig {
             connect_timeout: Duration::from_secs(5),
             key: "loadgen/key".into(),
             tokens: Vec::new(),
+            tokens_rotate: false,
             keys: 1,
             value_bytes: 64,
             read_ratio: 0.9,

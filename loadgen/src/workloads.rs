@@ -148,6 +148,8 @@ pub struct KvWorkload {
     rng: XorShift,
     /// The ACL token this connection sends (`--token`/`--tokens-file`, by connection).
     token: Option<String>,
+    /// With `--tokens-rotate`: the index in `config.tokens` of the next request's token.
+    next_token: usize,
 }
 
 impl KvWorkload {
@@ -162,11 +164,14 @@ impl KvWorkload {
             target: target.clone(),
             value: value_of(config.value_bytes),
             read_ratio,
-            fixed: config.keys <= 1 && (read_ratio == 1.0 || read_ratio == 0.0),
+            fixed: config.keys <= 1
+                && (read_ratio == 1.0 || read_ratio == 0.0)
+                && !config.tokens_rotate,
             // Connections start at different keys so they spread from the first request.
             next_key: conn_index % config.keys.max(1),
             rng: XorShift::new(conn_index as u64 + 1),
             token: config.token_for(conn_index).map(str::to_string),
+            next_token: conn_index,
         }
     }
 }
@@ -181,11 +186,19 @@ impl HttpWorkload for KvWorkload {
         self.next_key = (self.next_key + 1) % self.config.keys.max(1);
         let read = self.read_ratio >= 1.0
             || (self.read_ratio > 0.0 && self.rng.next_f64() < self.read_ratio);
+        let rotated = (self.config.tokens_rotate && !self.config.tokens.is_empty()).then(|| {
+            let count = self.config.tokens.len();
+            let index = self.next_token % count;
+            self.next_token = (index + self.config.connections.max(1)) % count;
+            index
+        });
+        let token = match rotated {
+            Some(index) => Some(self.config.tokens[index].as_str()),
+            None => self.token.as_deref(),
+        };
         if read {
-            let token = self.token.as_deref();
             encode_kv_get(request, &self.config, &self.target, &key, token);
         } else {
-            let token = self.token.as_deref();
             encode_kv_put(
                 request,
                 &self.config,
@@ -660,6 +673,38 @@ mod tests {
         assert_eq!(req, before);
         assert_eq!(w.on_response(200, b""), Verdict::OK);
         assert_eq!(w.on_response(404, b""), Verdict::BAD_STATUS);
+    }
+
+    #[test]
+    fn rotating_tokens_use_every_token_across_the_connections() {
+        let mut config = RunConfig::new(Scenario::KvGet);
+        config.key = "k".into();
+        config.connections = 2;
+        config.tokens = (0..5).map(|i| format!("t{i}")).collect();
+        let sent = |w: &mut KvWorkload| {
+            let mut req = Vec::new();
+            w.next_request(&mut req);
+            let head = text(&req);
+            let line = head
+                .lines()
+                .find(|l| l.starts_with("X-Consul-Token: "))
+                .unwrap();
+            line["X-Consul-Token: ".len()..].to_string()
+        };
+        let mut one = KvWorkload::new(&config, &target(), 0);
+        assert_eq!(sent(&mut one), "t0");
+        assert_eq!(
+            sent(&mut one),
+            "t0",
+            "without rotation a connection keeps its token"
+        );
+        config.tokens_rotate = true;
+        let mut first = KvWorkload::new(&config, &target(), 0);
+        let mut second = KvWorkload::new(&config, &target(), 1);
+        let a: Vec<String> = (0..5).map(|_| sent(&mut first)).collect();
+        let b: Vec<String> = (0..3).map(|_| sent(&mut second)).collect();
+        assert_eq!(a, ["t0", "t2", "t4", "t1", "t3"]);
+        assert_eq!(b, ["t1", "t3", "t0"]);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::{HealthCheck, Status};
+use crate::store::catalog::{HealthCheck, RowArc, Status};
 use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
 
@@ -96,7 +96,7 @@ pub fn service_checks(
 /// Writes `checks` as a `HealthCheck` list, leaving out those the token may not read (their
 /// node, and their service for a service check).
 fn write_checks<'c>(
-    checks: impl Iterator<Item = &'c Arc<HealthCheck>>,
+    checks: impl Iterator<Item = &'c RowArc<HealthCheck>>,
     filter: Option<&Filter>,
     rows: &RowFilter,
     meta: QueryMeta,

@@ -27,7 +27,7 @@ use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read::{self, CheckServiceNode};
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::{HealthCheck, NodeEntry, ServiceGroup, Status};
+use crate::store::catalog::{HealthCheck, NodeEntry, RowArc, ServiceGroup, Status};
 use crate::store::{StoreVersion, Table, Tables};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -152,7 +152,7 @@ struct Summary<'a> {
 }
 
 impl<'a> Summary<'a> {
-    fn add_checks(&mut self, node: &'a str, checks: impl Iterator<Item = &'a Arc<HealthCheck>>) {
+    fn add_checks(&mut self, node: &'a str, checks: impl Iterator<Item = &'a RowArc<HealthCheck>>) {
         for check in checks {
             self.checks.insert((node, &check.check_id), check.status);
         }

@@ -2,7 +2,7 @@
 //! encoding for praetor's internal node-state endpoint, which a client agent reads from its
 //! server. Also the paths of the two internal endpoints the agent's catalog client uses.
 
-use crate::store::catalog::{HealthCheck, Node, ServiceInstance};
+use crate::store::catalog::{HealthCheck, Node, RowArc, ServiceInstance};
 use crate::store::StoreVersion;
 use std::sync::Arc;
 
@@ -18,8 +18,8 @@ const NODE_STATE_FORMAT_VERSION: u8 = 1;
 #[derive(Clone, Debug, Default)]
 pub struct NodeState {
     pub node: Option<Arc<Node>>,
-    pub services: Vec<Arc<ServiceInstance>>,
-    pub checks: Vec<Arc<HealthCheck>>,
+    pub services: Vec<RowArc<ServiceInstance>>,
+    pub checks: Vec<RowArc<HealthCheck>>,
 }
 
 /// One node's rows as a server sends them to a client agent: a format byte, then
@@ -50,8 +50,8 @@ pub fn decode_node_state(bytes: &[u8]) -> Result<NodeState, String> {
         rmp_serde::from_slice(rest).map_err(|e| format!("corrupt node state: {e}"))?;
     Ok(NodeState {
         node: node.map(Arc::new),
-        services: services.into_iter().map(Arc::new).collect(),
-        checks: checks.into_iter().map(Arc::new).collect(),
+        services: services.into_iter().map(RowArc::new).collect(),
+        checks: checks.into_iter().map(RowArc::new).collect(),
     })
 }
 

@@ -46,7 +46,7 @@ fn instances_of<'r>(
     rows: impl Iterator<
         Item = (
             &'r Arc<Node>,
-            &'r Arc<crate::store::catalog::ServiceInstance>,
+            &'r crate::store::catalog::RowArc<crate::store::catalog::ServiceInstance>,
             Status,
         ),
     >,

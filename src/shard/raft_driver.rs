@@ -246,7 +246,7 @@ impl RaftDriver {
             Input::SnapshotWritten { .. } => self.metrics.snapshot_written(),
             _ => {}
         }
-        let started = Instant::now();
+        let started = self.metrics.step_started();
         let applied_before = self.replica.version().index;
         if let Err(error) = self.replica.step(now, input) {
             fatal("raft", error);
@@ -402,7 +402,7 @@ impl RaftDriver {
                     .append(hard_state.map(WalHardState::from), truncate_from, &entries);
             }
             Effect::SyncNow => {
-                let started = Instant::now();
+                let started = self.metrics.sync_now_started();
                 if let Err(e) = self.wal.sync() {
                     fatal("raft log write failed", e);
                 }

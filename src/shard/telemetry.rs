@@ -88,10 +88,23 @@ const SYNC_TIMINGS_MAX: usize = 1024;
 /// How often the leader samples its followers' last contact (`raft.leader.lastContact`).
 const LAST_CONTACT_SAMPLE_MS: u64 = 1_000;
 
+/// The monotonic clock read at most once: the instants of one raft step and of the effects
+/// it produced are all "the end of that step", a few microseconds apart at most, so one read
+/// serves every timer they feed.
+#[derive(Default)]
+struct OnceClock(Option<Instant>);
+
+impl OnceClock {
+    fn now(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+}
+
 /// What the raft thread measures around the pure replica: the timings hashicorp/raft
 /// reports (`raft.commitTime`, `raft.fsm.apply`, `raft.leader.dispatchLog`, snapshots) and
 /// its state transitions. The replica reads no clock, so its shell times it; every
-/// bookkeeping queue here is bounded.
+/// bookkeeping queue here is bounded. A timer that is filtered out costs no clock read and
+/// no bookkeeping, and the timers that are recorded share one clock read per step.
 pub struct RaftMetrics {
     /// (last index of a leader append, when it was appended), oldest first.
     appended: std::collections::VecDeque<(u64, Instant)>,
@@ -100,6 +113,8 @@ pub struct RaftMetrics {
     role: Option<crate::raft::Role>,
     snapshot_started: Option<Instant>,
     last_contact_sampled_ms: u64,
+    /// The end of the last step, read when a timer first needs it.
+    step_clock: OnceClock,
 }
 
 impl Default for RaftMetrics {
@@ -110,6 +125,7 @@ impl Default for RaftMetrics {
             role: None,
             snapshot_started: None,
             last_contact_sampled_ms: 0,
+            step_clock: OnceClock::default(),
         }
     }
 }
@@ -126,18 +142,27 @@ impl RaftMetrics {
         }
     }
 
-    /// The replica took one step that started at `started` with the store at
-    /// `applied_before`: times the apply, follows commits and role changes.
+    /// When a step starts, if `raft.fsm.apply` is recorded (else the step is not timed).
+    pub fn step_started(&self) -> Option<Instant> {
+        timing(Sample::RaftFsmApply).then(Instant::now)
+    }
+
+    /// The replica took one step that started at `started` (see [`Self::step_started`])
+    /// with the store at `applied_before`: times the apply, follows commits and role
+    /// changes.
     pub fn stepped(
         &mut self,
         replica: &crate::replica::Replica,
-        started: Instant,
+        started: Option<Instant>,
         applied_before: u64,
         now_ms: u64,
     ) {
         use crate::raft::Role;
-        if replica.version().index > applied_before {
-            observe_since(Sample::RaftFsmApply, started);
+        self.step_clock = OnceClock::default();
+        if let Some(started) = started {
+            if replica.version().index > applied_before {
+                observe(Sample::RaftFsmApply, self.step_clock.now() - started);
+            }
         }
         let role = replica.raft().role();
         if self.role != Some(role) {
@@ -165,7 +190,7 @@ impl RaftMetrics {
             .is_some_and(|(index, _)| *index <= commit)
         {
             let (_, at) = self.appended.pop_front().expect("checked non-empty");
-            observe_since(Sample::RaftCommitTime, at);
+            observe(Sample::RaftCommitTime, self.step_clock.now() - at);
         }
         if role == Role::Leader
             && now_ms.saturating_sub(self.last_contact_sampled_ms) >= LAST_CONTACT_SAMPLE_MS
@@ -191,32 +216,48 @@ impl RaftMetrics {
             return;
         }
         observe_value(Sample::RaftLeaderDispatchNumLogs, entries.len() as u64);
+        if !timing(Sample::RaftCommitTime) {
+            return;
+        }
         if self.appended.len() >= COMMIT_TIMINGS_MAX {
             self.appended.pop_front();
         }
-        self.appended.push_back((last.index, Instant::now()));
+        let at = self.step_clock.now();
+        self.appended.push_back((last.index, at));
     }
 
-    /// A write and its fsync done on the raft thread, started at `started`.
-    pub fn synced_now(&mut self, replica: &crate::replica::Replica, started: Instant) {
-        if Self::leading(replica) {
+    /// When a write and fsync on the raft thread starts, if `raft.leader.dispatchLog` is
+    /// recorded.
+    pub fn sync_now_started(&mut self) -> Option<Instant> {
+        timing(Sample::RaftLeaderDispatchLog).then(|| self.step_clock.now())
+    }
+
+    /// A write and its fsync done on the raft thread, started at `started` (see
+    /// [`Self::sync_now_started`]).
+    pub fn synced_now(&mut self, replica: &crate::replica::Replica, started: Option<Instant>) {
+        if let Some(started) = started.filter(|_| Self::leading(replica)) {
             observe_since(Sample::RaftLeaderDispatchLog, started);
         }
     }
 
     /// A write handed to the sync thread as `sequence`.
     pub fn sync_started(&mut self, sequence: u64) {
+        if !timing(Sample::RaftLeaderDispatchLog) {
+            return;
+        }
         if self.syncing.len() >= SYNC_TIMINGS_MAX {
             self.syncing.pop_front();
         }
-        self.syncing.push_back((sequence, Instant::now()));
+        let at = self.step_clock.now();
+        self.syncing.push_back((sequence, at));
     }
 
     /// The sync thread made every write through `through` durable.
     pub fn synced_through(&mut self, through: u64) {
+        let mut clock = OnceClock::default();
         while self.syncing.front().is_some_and(|(s, _)| *s <= through) {
             let (_, at) = self.syncing.pop_front().expect("checked non-empty");
-            observe_since(Sample::RaftLeaderDispatchLog, at);
+            observe(Sample::RaftLeaderDispatchLog, clock.now() - at);
         }
     }
 

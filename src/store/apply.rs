@@ -283,7 +283,9 @@ impl RowsBefore {
             for node in keys {
                 let (was, is) = (before.get(node), after.get(node));
                 let checks_differ = match (was, is) {
-                    (Some(a), Some(b)) => !touched(&a.checks, &b.checks, same_row).is_empty(),
+                    (Some(a), Some(b)) => {
+                        !touched(&a.checks, &b.checks, same_catalog_row).is_empty()
+                    }
                     (a, b) => a.or(b).is_some_and(|e| !e.checks.is_empty()),
                 };
                 debug_assert!(
@@ -291,7 +293,9 @@ impl RowsBefore {
                     "checks of {node:?} touched silently"
                 );
                 let services_differ = match (was, is) {
-                    (Some(a), Some(b)) => !touched(&a.services, &b.services, same_row).is_empty(),
+                    (Some(a), Some(b)) => {
+                        !touched(&a.services, &b.services, same_catalog_row).is_empty()
+                    }
                     (a, b) => a.or(b).is_some_and(|e| !e.services.is_empty()),
                 };
                 debug_assert!(
@@ -306,6 +310,14 @@ impl RowsBefore {
 /// Rows are replaced, never edited in place: a touched row is a new allocation.
 fn same_row<T>(a: &Arc<T>, b: &Arc<T>) -> bool {
     Arc::ptr_eq(a, b)
+}
+
+/// [`same_row`] for the catalog's instance and check rows (`RowArc`).
+fn same_catalog_row<T>(
+    a: &crate::store::catalog::RowArc<T>,
+    b: &crate::store::catalog::RowArc<T>,
+) -> bool {
+    crate::store::catalog::RowArc::ptr_eq(a, b)
 }
 
 /// The keys whose KV rows differ between `before` and `after` (added, removed or

@@ -14,7 +14,7 @@
 use super::catalog::read as catalog_read;
 use super::catalog::rows::fold;
 use super::catalog::{
-    CatalogOp, CheckRegistration, HealthCheck, Node, Registration, ServiceInstance,
+    CatalogOp, CheckRegistration, HealthCheck, Node, Registration, RowArc, ServiceInstance,
     ServiceRegistration,
 };
 use super::kv::{self, KvEntry, KvFields, KvOp, KvRow};
@@ -153,8 +153,8 @@ pub enum TxnResult {
     /// A KV entry; its value is empty unless the verb was a get.
     Kv(KvEntry),
     Node(Arc<Node>),
-    Service(Arc<ServiceInstance>),
-    Check(Arc<HealthCheck>),
+    Service(RowArc<ServiceInstance>),
+    Check(RowArc<HealthCheck>),
 }
 
 /// One entry of `Errors`.

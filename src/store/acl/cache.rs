@@ -15,8 +15,12 @@
 //! that installs the version, before serving from it.
 //!
 //! Bounds: [`AUTHORIZER_CACHE_TOKENS_MAX`] tokens, [`AUTHORIZER_CACHE_BYTES_MAX`] bytes of
-//! distinct authorizers, [`PARSED_POLICIES_MAX`] parsed policies; when one would be exceeded
-//! the cache empties and refills on demand (as the DNS answer cache does).
+//! distinct authorizers, [`PARSED_POLICIES_MAX`] parsed policies. A token that would pass
+//! the first two evicts tokens one at a time, chosen by CLOCK (second chance: a hit marks
+//! its token, the hand skips and unmarks marked tokens once), until it fits; an authorizer
+//! goes with its last token. Emptying the whole cache instead would make every active
+//! token miss and recompile at once whenever more tokens are in use than fit — a thrash,
+//! not a bound. The parsed-policy cache only serves compiles, so it still empties when full.
 
 use super::authorizer::{Authorizer, DefaultPolicy};
 use super::builtin;
@@ -70,6 +74,10 @@ impl ResolveError {
 
 struct TokenEntry {
     resolved: Resolved,
+    /// Its position in [`AuthorizerCache::clock`].
+    slot: u32,
+    /// Resolved since the CLOCK hand last passed it: it gets a second chance.
+    referenced: bool,
     expiration_time_ns: Option<i64>,
     key: Arc<str>,
     /// Policy and role IDs the compiled set read (including links to missing rows, so that
@@ -89,12 +97,37 @@ pub struct CacheStats {
     pub misses: u64,
     pub compiles: u64,
     pub parses: u64,
+    /// Tokens evicted to stay within the bounds (not counting invalidations).
+    pub evictions: u64,
+}
+
+/// The cache's bounds: [`AUTHORIZER_CACHE_TOKENS_MAX`] and [`AUTHORIZER_CACHE_BYTES_MAX`]
+/// unless a test asks for smaller ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLimits {
+    pub tokens_max: usize,
+    /// Heap bytes of distinct compiled authorizers ([`Authorizer::heap_bytes`]).
+    pub bytes_max: usize,
+}
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        CacheLimits {
+            tokens_max: AUTHORIZER_CACHE_TOKENS_MAX,
+            bytes_max: AUTHORIZER_CACHE_BYTES_MAX,
+        }
+    }
 }
 
 /// The per-shard cache. Not shared between threads: each shard owns one.
 pub struct AuthorizerCache {
     settings: CompileSettings,
+    limits: CacheLimits,
     tokens: AHashMap<Arc<str>, TokenEntry>,
+    /// The cached tokens' secrets in CLOCK order; `tokens[clock[i]].slot == i`.
+    clock: Vec<Arc<str>>,
+    /// The next slot the CLOCK hand looks at.
+    hand: usize,
     secret_by_accessor: AHashMap<Arc<str>, Arc<str>>,
     shared: AHashMap<Arc<str>, SharedEntry>,
     parsed: AHashMap<String, Arc<PolicyRules>>,
@@ -104,9 +137,17 @@ pub struct AuthorizerCache {
 
 impl AuthorizerCache {
     pub fn new(settings: CompileSettings) -> AuthorizerCache {
+        AuthorizerCache::with_limits(settings, CacheLimits::default())
+    }
+
+    pub fn with_limits(settings: CompileSettings, limits: CacheLimits) -> AuthorizerCache {
+        assert!(limits.tokens_max > 0, "a cache must hold a token");
         AuthorizerCache {
             settings,
+            limits,
             tokens: AHashMap::new(),
+            clock: Vec::new(),
+            hand: 0,
             secret_by_accessor: AHashMap::new(),
             shared: AHashMap::new(),
             parsed: AHashMap::new(),
@@ -133,6 +174,11 @@ impl AuthorizerCache {
         self.shared.len()
     }
 
+    /// Heap bytes of the distinct compiled authorizers held (what `bytes_max` bounds).
+    pub fn authorizer_bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// New settings (a config reload) invalidate every compiled authorizer.
     pub fn set_settings(&mut self, settings: CompileSettings) {
         if settings != self.settings {
@@ -143,6 +189,8 @@ impl AuthorizerCache {
 
     pub fn clear(&mut self) {
         self.tokens.clear();
+        self.clock.clear();
+        self.hand = 0;
         self.secret_by_accessor.clear();
         self.shared.clear();
         self.bytes = 0;
@@ -160,8 +208,9 @@ impl AuthorizerCache {
         } else {
             secret_id
         };
-        if let Some(entry) = self.tokens.get(secret) {
+        if let Some(entry) = self.tokens.get_mut(secret) {
             self.stats.hits += 1;
+            entry.referenced = true;
             if entry.expiration_time_ns.is_some_and(|t| t < now_unix_ns) {
                 return Err(ResolveError::NotFound);
             }
@@ -172,8 +221,8 @@ impl AuthorizerCache {
         // default policy alone.
         let token = token_for_secret(tables, secret, now_unix_ns).ok_or(ResolveError::NotFound)?;
         let (key, depends_on, rules) = self.effective_rules(tables, &token)?;
-        if self.tokens.len() >= AUTHORIZER_CACHE_TOKENS_MAX {
-            self.clear();
+        while self.tokens.len() >= self.limits.tokens_max {
+            self.evict_one();
         }
         let authorizer = match self.shared.get_mut(&*key) {
             Some(shared) => {
@@ -185,8 +234,12 @@ impl AuthorizerCache {
                 let refs: Vec<&PolicyRules> = rules.iter().map(|r| &**r).collect();
                 let authorizer = Arc::new(Authorizer::compile(&refs, self.settings.default_policy));
                 let bytes = authorizer.heap_bytes();
-                if self.bytes + bytes > AUTHORIZER_CACHE_BYTES_MAX {
-                    self.clear();
+                // Evicting a token frees its authorizer only with its last user, so this
+                // may take several; it ends when the cache is empty at the latest (the new
+                // authorizer is not in `shared` yet). One authorizer larger than the whole
+                // bound is still served, and is the only one held.
+                while self.bytes + bytes > self.limits.bytes_max && !self.tokens.is_empty() {
+                    self.evict_one();
                 }
                 self.bytes += bytes;
                 self.shared.insert(
@@ -200,24 +253,57 @@ impl AuthorizerCache {
             }
         };
         let resolved = Resolved {
-            accessor_id: token.accessor_id.clone(),
+            // The shard's own copy, not the store row's `Arc`: every hit clones it, and the
+            // row's count is shared by every shard resolving the same token (one cache line
+            // bouncing between cores on each request).
+            accessor_id: Arc::from(&*token.accessor_id),
             authorizer,
         };
         let secret: Arc<str> = token.secret_id.clone();
         self.secret_by_accessor
             .insert(token.accessor_id.clone(), secret.clone());
+        let slot = self.clock.len();
+        self.clock.push(secret.clone());
         let previous = self.tokens.insert(
             secret,
             TokenEntry {
                 resolved: resolved.clone(),
+                slot: u32::try_from(slot).expect("tokens_max fits u32"),
+                referenced: false,
                 expiration_time_ns: token.expiration_time_ns,
                 key,
                 depends_on,
             },
         );
         debug_assert!(previous.is_none(), "a miss inserts a new entry");
-        debug_assert!(self.tokens.len() <= AUTHORIZER_CACHE_TOKENS_MAX);
+        debug_assert!(self.tokens.len() <= self.limits.tokens_max);
+        debug_assert_eq!(self.clock.len(), self.tokens.len());
         Ok(resolved)
+    }
+
+    /// Evicts one token by CLOCK: the first unmarked one from the hand on, unmarking the
+    /// marked ones it passes (so it stops within one turn and a bit).
+    fn evict_one(&mut self) {
+        debug_assert!(!self.tokens.is_empty(), "nothing to evict");
+        loop {
+            if self.hand >= self.clock.len() {
+                self.hand = 0;
+            }
+            let entry = self
+                .tokens
+                .get_mut(&self.clock[self.hand])
+                .expect("every clock slot names a cached token");
+            if entry.referenced {
+                entry.referenced = false;
+                self.hand += 1;
+                continue;
+            }
+            let secret = self.clock[self.hand].clone();
+            self.stats.evictions += 1;
+            // The last slot moves into the hand's, so the hand looks at it next.
+            self.remove_token(&secret);
+            return;
+        }
     }
 
     /// Drops what `changes` made stale.
@@ -258,6 +344,15 @@ impl AuthorizerCache {
         let Some(entry) = self.tokens.remove(secret) else {
             return;
         };
+        let slot = entry.slot as usize;
+        debug_assert!(Arc::ptr_eq(&self.clock[slot], secret) || self.clock[slot] == *secret);
+        self.clock.swap_remove(slot);
+        if let Some(moved) = self.clock.get(slot) {
+            self.tokens
+                .get_mut(moved)
+                .expect("every clock slot names a cached token")
+                .slot = entry.slot;
+        }
         self.secret_by_accessor.remove(&entry.resolved.accessor_id);
         let drop_shared = match self.shared.get_mut(&entry.key) {
             Some(shared) => {
@@ -270,6 +365,30 @@ impl AuthorizerCache {
             let shared = self.shared.remove(&entry.key).expect("present");
             self.bytes -= shared.authorizer.heap_bytes();
         }
+    }
+
+    /// Panics unless the CLOCK ring names exactly the cached tokens, each at its slot, and
+    /// the byte count is the sum over the distinct authorizers, within the bounds. O(tokens);
+    /// for tests.
+    pub fn check_invariants(&self) {
+        assert_eq!(self.clock.len(), self.tokens.len());
+        for (slot, secret) in self.clock.iter().enumerate() {
+            assert_eq!(self.tokens[secret].slot as usize, slot);
+        }
+        let users: usize = self.shared.values().map(|s| s.users as usize).sum();
+        assert_eq!(
+            users,
+            self.tokens.len(),
+            "every token counted as a user once"
+        );
+        let bytes: usize = self
+            .shared
+            .values()
+            .map(|s| s.authorizer.heap_bytes())
+            .sum();
+        assert_eq!(bytes, self.bytes);
+        assert!(self.tokens.len() <= self.limits.tokens_max);
+        assert!(self.bytes <= self.limits.bytes_max || self.shared.len() == 1);
     }
 
     fn parsed_rules(&mut self, key: String, text: &str) -> Result<Arc<PolicyRules>, String> {

@@ -4,7 +4,7 @@
 use super::apply::*;
 use super::authorizer::DefaultPolicy;
 use super::builtin::*;
-use super::cache::{AuthorizerCache, CompileSettings, ResolveError};
+use super::cache::{AuthorizerCache, CacheLimits, CompileSettings, ResolveError};
 use super::*;
 use crate::store::{ChangeKey, Command, CommandResult};
 
@@ -1087,4 +1087,150 @@ fn identities_roles_and_datacenters_shape_the_compiled_set() {
     cache.invalidate(&h.changes);
     let a = cache.resolve(&h.tables, S1, NOW).unwrap().authorizer;
     assert!(a.service_write("web").is_err());
+}
+
+/// A UUID-shaped ID, distinct for each `(kind, n)`.
+fn uuid(kind: u32, n: usize) -> String {
+    format!("{kind:08x}-0000-4000-8000-{n:012x}")
+}
+
+#[test]
+fn a_full_cache_evicts_one_token_and_keeps_the_ones_in_use() {
+    let mut h = Harness::new();
+    h.ok(policy(
+        P1,
+        "kv",
+        "key \"bench/get\" { policy = \"read\" }",
+        true,
+    ));
+    let secrets: Vec<String> = (0..8).map(|n| uuid(2, n)).collect();
+    for (n, secret) in secrets.iter().enumerate() {
+        h.ok(create(token(&uuid(1, n), secret, &["kv"])));
+    }
+    let limits = CacheLimits {
+        tokens_max: 4,
+        bytes_max: usize::MAX,
+    };
+    let mut cache = AuthorizerCache::with_limits(settings(), limits);
+    for secret in &secrets[..4] {
+        cache.resolve(&h.tables, secret, NOW).unwrap();
+    }
+    assert_eq!(cache.len(), 4);
+    // Token 0 is in use; a fifth token evicts one other token, not the whole cache.
+    cache.resolve(&h.tables, &secrets[0], NOW).unwrap();
+    cache.resolve(&h.tables, &secrets[4], NOW).unwrap();
+    cache.check_invariants();
+    assert_eq!(cache.len(), 4);
+    assert_eq!(cache.stats().evictions, 1);
+    let hits = cache.stats().hits;
+    cache.resolve(&h.tables, &secrets[0], NOW).unwrap();
+    cache.resolve(&h.tables, &secrets[4], NOW).unwrap();
+    assert_eq!(
+        cache.stats().hits,
+        hits + 2,
+        "the used token and the new one stayed"
+    );
+    assert_eq!(
+        cache.stats().compiles,
+        1,
+        "the shared authorizer was never dropped"
+    );
+    // Cycling through twice as many tokens as fit: one eviction per miss, never more
+    // than the bound held, and every answer right.
+    for round in 0..50 {
+        for secret in &secrets {
+            let resolved = cache.resolve(&h.tables, secret, NOW).unwrap();
+            assert!(resolved.authorizer.key_read("bench/get").is_ok());
+            assert!(cache.len() <= 4, "round {round}");
+        }
+        cache.check_invariants();
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.evictions, stats.misses - 4);
+    // Invalidation stays exact after evictions: a policy change reaches every cached token.
+    h.ok(policy(
+        P1,
+        "kv",
+        "key \"bench/get\" { policy = \"deny\" }",
+        false,
+    ));
+    cache.invalidate(&h.changes);
+    cache.check_invariants();
+    assert!(
+        cache.is_empty(),
+        "every cached token depended on the policy"
+    );
+    for secret in &secrets {
+        let resolved = cache.resolve(&h.tables, secret, NOW).unwrap();
+        assert!(resolved.authorizer.key_read("bench/get").is_err());
+    }
+    // A token's own change drops it from the ring too.
+    let n = 0;
+    cache.resolve(&h.tables, &secrets[n], NOW).unwrap();
+    h.ok(create(TokenWrite {
+        accessor_id: uuid(1, n),
+        description: "changed".into(),
+        now_unix_ns: NOW,
+        ..TokenWrite::default()
+    }));
+    let len = cache.len();
+    cache.invalidate(&h.changes);
+    cache.check_invariants();
+    assert_eq!(cache.len(), len - 1);
+}
+
+#[test]
+fn distinct_authorizers_stay_within_the_byte_bound() {
+    let mut h = Harness::new();
+    let sets = 12;
+    for n in 0..sets {
+        let rules = format!("key_prefix \"app{n:02}/\" {{ policy = \"write\" }}");
+        h.ok(policy(&uuid(3, n), &format!("p{n:02}"), &rules, true));
+        h.ok(create(token(
+            &uuid(1, n),
+            &uuid(2, n),
+            &[&format!("p{n:02}")],
+        )));
+    }
+    // Every authorizer here has the same shape, so the same size: measure one.
+    let mut probe = AuthorizerCache::new(settings());
+    probe.resolve(&h.tables, &uuid(2, 0), NOW).unwrap();
+    let one = probe.authorizer_bytes();
+    assert!(one > 0);
+    let limits = CacheLimits {
+        tokens_max: 1000,
+        bytes_max: 3 * one + one / 2,
+    };
+    let mut cache = AuthorizerCache::with_limits(settings(), limits);
+    for round in 0..3 {
+        for n in 0..sets {
+            let resolved = cache.resolve(&h.tables, &uuid(2, n), NOW).unwrap();
+            assert!(resolved
+                .authorizer
+                .key_write(&format!("app{n:02}/x"))
+                .is_ok());
+            assert!(resolved.authorizer.key_write("elsewhere").is_err());
+            assert!(
+                cache.authorizer_bytes() <= limits.bytes_max,
+                "round {round}"
+            );
+            assert!(cache.distinct_authorizers() <= 3);
+            cache.check_invariants();
+        }
+    }
+    assert_eq!(cache.len(), 3, "three authorizers fit, one token each");
+    assert_eq!(cache.stats().evictions, cache.stats().misses - 3);
+    // An authorizer larger than the whole bound is still served, alone.
+    let mut tiny = AuthorizerCache::with_limits(
+        settings(),
+        CacheLimits {
+            tokens_max: 1000,
+            bytes_max: 1,
+        },
+    );
+    for n in 0..3 {
+        tiny.resolve(&h.tables, &uuid(2, n), NOW).unwrap();
+        assert_eq!(tiny.len(), 1);
+        tiny.check_invariants();
+    }
 }

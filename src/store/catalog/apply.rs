@@ -8,7 +8,7 @@
 
 use super::rows::{
     arc_str, check_type_code, fold, fold_arc, CheckDefinition, CheckExtras, CheckList, HealthCheck,
-    InstanceKey, InstanceKeyRef, Node, NodeCoordinate, ServiceAddress, ServiceExtras,
+    InstanceKey, InstanceKeyRef, Node, NodeCoordinate, RowArc, ServiceAddress, ServiceExtras,
     ServiceInstance, Status, StrMap, Tags, Weights, OTHER_CHECK_TYPE,
 };
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
@@ -431,7 +431,7 @@ impl<'a> Tx<'a> {
             return;
         };
         if only.is_none() {
-            let node_checks: Vec<Arc<HealthCheck>> = entry
+            let node_checks: Vec<RowArc<HealthCheck>> = entry
                 .checks
                 .values()
                 .filter(|c| c.service_id.is_empty())
@@ -443,7 +443,7 @@ impl<'a> Tx<'a> {
             ));
         }
         let head = entry.head.clone();
-        let targets: Vec<(ArcStr, Arc<ServiceInstance>)> = match only {
+        let targets: Vec<(ArcStr, RowArc<ServiceInstance>)> = match only {
             Some(key) => entry
                 .services
                 .get_key_value(&**key)
@@ -482,7 +482,7 @@ impl<'a> Tx<'a> {
         node_key: &ArcStr,
         service_key: &ArcStr,
         check_key: &str,
-        check: Option<Arc<HealthCheck>>,
+        check: Option<RowArc<HealthCheck>>,
     ) {
         let Some(name_key) = self
             .cat
@@ -493,7 +493,7 @@ impl<'a> Tx<'a> {
         else {
             return;
         };
-        let mut list: Vec<Arc<HealthCheck>> = self
+        let mut list: Vec<RowArc<HealthCheck>> = self
             .view_checks(&name_key, node_key, service_key)
             .iter()
             .filter(|c| *fold(&c.check_id) != *check_key)
@@ -531,7 +531,7 @@ impl<'a> Tx<'a> {
             .services
             .get(&*name_key)
             .and_then(|g| g.instances.values().next().map(|v| v.service.clone()));
-        let instance = Arc::new(instance_row(
+        let instance = RowArc::new(instance_row(
             service,
             node_name,
             existing.as_deref(),
@@ -571,7 +571,7 @@ impl<'a> Tx<'a> {
                 let mut updated = (**check).clone();
                 updated.service_name = instance.name.clone();
                 updated.service_tags = instance.tags.clone();
-                let updated = Arc::new(updated);
+                let updated = RowArc::new(updated);
                 if let Some(slot) = entry.checks.get_mut(&*fold(&check.check_id)) {
                     *slot = updated.clone();
                 }
@@ -678,7 +678,7 @@ impl<'a> Tx<'a> {
             // Instances of a service usually carry identically named checks: share the text.
             row.name = name;
         }
-        let check = Arc::new(row);
+        let check = RowArc::new(row);
         let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
         let moved_from = old_owner.filter(|owner| **owner != *service_key);
         let previous_service = moved_from
@@ -1060,7 +1060,7 @@ fn node_differs(node: &Node, reg: &Registration) -> bool {
 
 /// Rewrites the node name carried by every row of a node after its case changed.
 fn relabel_node_rows(entry: &mut NodeEntry, name: &ArcStr) {
-    let services: Vec<(ArcStr, Arc<ServiceInstance>)> = entry
+    let services: Vec<(ArcStr, RowArc<ServiceInstance>)> = entry
         .services
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
@@ -1068,14 +1068,14 @@ fn relabel_node_rows(entry: &mut NodeEntry, name: &ArcStr) {
     for (key, instance) in services {
         let mut updated = (*instance).clone();
         updated.node = name.clone();
-        entry.services.insert(key, Arc::new(updated));
+        entry.services.insert(key, RowArc::new(updated));
     }
     let keys: Vec<ArcStr> = entry.checks.keys().cloned().collect();
     for key in keys {
         if let Some(check) = entry.checks.get_mut(&*key) {
             let mut updated = (**check).clone();
             updated.node = name.clone();
-            *check = Arc::new(updated);
+            *check = RowArc::new(updated);
         }
     }
 }
@@ -1083,9 +1083,9 @@ fn relabel_node_rows(entry: &mut NodeEntry, name: &ArcStr) {
 /// The checks of one service on a node (empty service key: the node's own checks), in
 /// check-ID order. A scan of the node's checks; writes keep each view's list instead.
 pub fn checks_of_service<'m>(
-    checks: &'m OrdMap<ArcStr, Arc<HealthCheck>>,
+    checks: &'m OrdMap<ArcStr, RowArc<HealthCheck>>,
     service_key: &'m str,
-) -> impl Iterator<Item = &'m Arc<HealthCheck>> + 'm {
+) -> impl Iterator<Item = &'m RowArc<HealthCheck>> + 'm {
     checks
         .values()
         .filter(move |c| *fold(&c.service_id) == *service_key)

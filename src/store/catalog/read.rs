@@ -5,7 +5,7 @@
 //! rows the query needs: a service query walks that service's group, joining each
 //! instance's node row and checks by key.
 
-use super::rows::{fold, HealthCheck, Node, ServiceInstance, Status};
+use super::rows::{fold, HealthCheck, Node, RowArc, ServiceInstance, Status};
 use super::{NodeEntry, ServiceGroup};
 use crate::store::{Table, Tables};
 use std::sync::Arc;
@@ -48,16 +48,16 @@ pub fn service_index(tables: &Tables, service: &str) -> u64 {
 #[derive(Debug, Clone, Copy)]
 pub struct CheckServiceNode<'a> {
     pub node: &'a Arc<Node>,
-    pub service: &'a Arc<ServiceInstance>,
+    pub service: &'a RowArc<ServiceInstance>,
     /// The node's own checks.
-    pub node_checks: &'a [Arc<HealthCheck>],
+    pub node_checks: &'a [RowArc<HealthCheck>],
     /// The service instance's checks.
-    pub service_checks: &'a [Arc<HealthCheck>],
+    pub service_checks: &'a [RowArc<HealthCheck>],
 }
 
 impl<'a> CheckServiceNode<'a> {
     /// Node-level checks first, then the service's own, each in check-ID order.
-    pub fn checks(&self) -> impl Iterator<Item = &'a Arc<HealthCheck>> + 'a {
+    pub fn checks(&self) -> impl Iterator<Item = &'a RowArc<HealthCheck>> + 'a {
         self.node_checks.iter().chain(self.service_checks.iter())
     }
     /// Whether every check passes (`?passing`); an instance with no checks passes.
@@ -107,7 +107,7 @@ pub fn check_service_nodes_of_group(
 pub fn service_checks<'a>(
     tables: &'a Tables,
     service: &str,
-) -> Vec<(&'a Arc<Node>, &'a Arc<HealthCheck>)> {
+) -> Vec<(&'a Arc<Node>, &'a RowArc<HealthCheck>)> {
     let Some(group) = tables.catalog.group(service) else {
         return Vec::new();
     };
@@ -119,7 +119,7 @@ pub fn service_checks<'a>(
 }
 
 /// Every check on one node, node-level first (`/v1/health/node/<n>`).
-pub fn node_checks<'a>(tables: &'a Tables, node: &str) -> Vec<&'a Arc<HealthCheck>> {
+pub fn node_checks<'a>(tables: &'a Tables, node: &str) -> Vec<&'a RowArc<HealthCheck>> {
     match tables.catalog.node(node) {
         Some(entry) => entry.checks.values().collect(),
         None => Vec::new(),
@@ -130,7 +130,7 @@ pub fn node_checks<'a>(tables: &'a Tables, node: &str) -> Vec<&'a Arc<HealthChec
 pub fn checks_in_state(
     tables: &Tables,
     state: Option<Status>,
-) -> Vec<(&Arc<Node>, &Arc<HealthCheck>)> {
+) -> Vec<(&Arc<Node>, &RowArc<HealthCheck>)> {
     let mut out = Vec::new();
     for entry in tables.catalog.nodes.values() {
         for check in entry.checks.values() {
@@ -147,12 +147,16 @@ pub fn service_instance<'a>(
     tables: &'a Tables,
     node: &str,
     service_id: &str,
-) -> Option<&'a Arc<ServiceInstance>> {
+) -> Option<&'a RowArc<ServiceInstance>> {
     tables.catalog.node(node)?.services.get(&*fold(service_id))
 }
 
 /// A check by node and check ID.
-pub fn check<'a>(tables: &'a Tables, node: &str, check_id: &str) -> Option<&'a Arc<HealthCheck>> {
+pub fn check<'a>(
+    tables: &'a Tables,
+    node: &str,
+    check_id: &str,
+) -> Option<&'a RowArc<HealthCheck>> {
     let entry = tables.catalog.node(node)?;
     entry.checks.get(&*fold(check_id))
 }
@@ -161,7 +165,7 @@ pub fn check<'a>(tables: &'a Tables, node: &str, check_id: &str) -> Option<&'a A
 pub fn instance_checks<'a>(
     entry: &'a NodeEntry,
     service_id: &str,
-) -> impl Iterator<Item = &'a Arc<HealthCheck>> + 'a {
+) -> impl Iterator<Item = &'a RowArc<HealthCheck>> + 'a {
     let service_key = fold(service_id).into_owned();
     let registered = entry.services.contains_key(&*service_key);
     entry

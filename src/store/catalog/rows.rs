@@ -14,7 +14,6 @@ use arcstr::ArcStr;
 use equivalent::{Comparable, Equivalent};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::cmp::Ordering;
-use std::sync::Arc;
 use triomphe::ThinArc;
 
 /// An immutable list shared by every row or view that holds the same items, behind one thin
@@ -101,7 +100,13 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for SharedList<T> {
 }
 
 /// A shared list of checks in check-ID order, as views and node heads hold them.
-pub type CheckList = SharedList<Arc<HealthCheck>>;
+pub type CheckList = SharedList<RowArc<HealthCheck>>;
+
+/// The shared pointer of instance and check rows, the catalog's most numerous allocations:
+/// `triomphe`'s `Arc` has no weak count, one word less than `std`'s per row, which keeps
+/// both rows in mimalloc's 96-byte class instead of the 112-byte one. Rows are never
+/// referenced weakly.
+pub use triomphe::Arc as RowArc;
 
 /// A service's tags, shared by every row of an instance and by instances with equal tags.
 pub type Tags = SharedList<ArcStr>;
@@ -129,10 +134,36 @@ pub fn fold_arc(original: &ArcStr) -> ArcStr {
     }
 }
 
-/// A small string map (node meta, tagged addresses, service meta), sorted by key. Empty maps
-/// cost one pointer.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StrMap(Option<Box<[StrPair]>>);
+/// A small string map (node meta, tagged addresses, service meta), sorted by key, behind
+/// one thin pointer (a [`SharedList`]); empty maps allocate nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StrMap(SharedList<StrPair>);
+
+/// How a [`StrMap`] is encoded in commands and snapshots: the form it had when it was an
+/// `Option<Box<[StrPair]>>` newtype (nil when empty), kept byte for byte.
+#[derive(Serialize)]
+#[serde(rename = "StrMap")]
+struct StrMapRef<'a>(Option<&'a [StrPair]>);
+
+#[derive(Deserialize)]
+#[serde(rename = "StrMap")]
+struct StrMapForm(Option<Vec<StrPair>>);
+
+impl Serialize for StrMap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let pairs: &[StrPair] = &self.0;
+        StrMapRef((!pairs.is_empty()).then_some(pairs)).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for StrMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Sorted and deduplicated again: an encoded map need not be (the old form took
+        // what it was given).
+        let StrMapForm(pairs) = StrMapForm::deserialize(deserializer)?;
+        Ok(StrMap::from_pairs(pairs.unwrap_or_default()))
+    }
+}
 
 /// One key/value pair of a [`StrMap`].
 pub type StrPair = (ArcStr, ArcStr);
@@ -142,28 +173,25 @@ pub type TaggedServiceAddress = (ArcStr, ServiceAddress);
 
 impl StrMap {
     pub fn from_pairs(mut pairs: Vec<StrPair>) -> StrMap {
-        if pairs.is_empty() {
-            return StrMap(None);
-        }
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
         pairs.dedup_by(|later, earlier| later.0 == earlier.0);
-        StrMap(Some(pairs.into_boxed_slice()))
+        StrMap(SharedList::new(pairs))
     }
     pub fn iter(&self) -> impl Iterator<Item = (&ArcStr, &ArcStr)> {
-        self.0.iter().flat_map(|p| p.iter()).map(|(k, v)| (k, v))
+        self.0.iter().map(|(k, v)| (k, v))
     }
     pub fn get(&self, key: &str) -> Option<&ArcStr> {
-        let pairs = self.0.as_deref()?;
+        let pairs: &[StrPair] = &self.0;
         pairs
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
             .map(|i| &pairs[i].1)
     }
     pub fn is_empty(&self) -> bool {
-        self.0.is_none()
+        self.0.is_empty()
     }
     pub fn len(&self) -> usize {
-        self.0.as_deref().map_or(0, <[_]>::len)
+        self.0.len()
     }
     /// Whether every `(key, value)` filter pair is present (Consul's `node-meta` filter).
     pub fn satisfies(&self, filters: &[(String, String)]) -> bool {
@@ -556,19 +584,62 @@ mod tests {
     }
 
     #[test]
+    fn str_maps_encode_as_the_boxed_slice_form_did() {
+        // The form StrMap had before it became thin; commands and snapshots hold it.
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct StrMap(Option<Box<[StrPair]>>);
+        let pairs = vec![(arc_str("a"), arc_str("1")), (arc_str("b"), arc_str("2"))];
+        let old_full = StrMap(Some(pairs.clone().into_boxed_slice()));
+        let old_empty = StrMap(None);
+        let full = super::StrMap::from_pairs(pairs);
+        let empty = super::StrMap::default();
+        for (new, old) in [(&full, &old_full), (&empty, &old_empty)] {
+            let bytes = rmp_serde::to_vec(old).unwrap();
+            assert_eq!(rmp_serde::to_vec(new).unwrap(), bytes);
+            assert_eq!(
+                rmp_serde::to_vec_named(new).unwrap(),
+                rmp_serde::to_vec_named(old).unwrap()
+            );
+            assert_eq!(
+                serde_json::to_string(new).unwrap(),
+                serde_json::to_string(old).unwrap()
+            );
+            assert_eq!(
+                &rmp_serde::from_slice::<super::StrMap>(&bytes).unwrap(),
+                new
+            );
+        }
+        // An old encoding that was unsorted or had a duplicate key decodes to a proper map.
+        let unsorted = StrMap(Some(
+            vec![
+                (arc_str("b"), arc_str("2")),
+                (arc_str("a"), arc_str("1")),
+                (arc_str("b"), arc_str("3")),
+            ]
+            .into_boxed_slice(),
+        ));
+        let back: super::StrMap =
+            rmp_serde::from_slice(&rmp_serde::to_vec(&unsorted).unwrap()).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back.get("a").map(|v| &**v), Some("1"));
+    }
+
+    #[test]
     fn row_sizes_stay_small() {
         // The per-instance memory budget depends on these; a change that grows them should
         // be deliberate.
-        // With `Arc`'s two counts, 96 bytes fit mimalloc's 112-byte class.
-        assert!(std::mem::size_of::<ServiceInstance>() <= 96);
-        assert!(std::mem::size_of::<HealthCheck>() <= 96);
-        assert!(std::mem::size_of::<StrMap>() == 16);
+        assert_eq!(std::mem::size_of::<StrMap>(), 8);
+        // Without a weak count, an instance or check row and its count fit mimalloc's
+        // 96-byte class.
+        assert!(std::mem::size_of::<ServiceInstance>() + 8 <= 96);
+        assert!(std::mem::size_of::<HealthCheck>() + 8 <= 96);
         assert_eq!(std::mem::size_of::<ArcStr>(), 8);
         assert_eq!(std::mem::size_of::<CheckList>(), 8);
         assert_eq!(std::mem::size_of::<Tags>(), 8);
-        // Views sit inline in their group's map, 16 to a leaf: at 40 bytes with the 16-byte
-        // key, a leaf (two counts, two indexes, 16 entries) fits mimalloc's 1024-byte class.
+        // Views sit inline in their group's map, 16 to a leaf: at 32 bytes with the 16-byte
+        // key, a leaf (two counts, two indexes, 16 entries: 800 bytes) fits mimalloc's
+        // 896-byte class; at 40 it took the 1024-byte one.
         assert_eq!(std::mem::size_of::<InstanceKey>(), 16);
-        assert!(std::mem::size_of::<super::super::InstanceView>() <= 40);
+        assert!(std::mem::size_of::<super::super::InstanceView>() <= 32);
     }
 }

@@ -3,7 +3,8 @@
 //! re-shares repeated strings, so a restored catalog is as compact as a live one.
 
 use super::rows::{
-    fold_arc, CheckList, HealthCheck, InstanceKey, Node, NodeCoordinate, ServiceInstance, Tags,
+    fold_arc, CheckList, HealthCheck, InstanceKey, Node, NodeCoordinate, RowArc, ServiceInstance,
+    Tags,
 };
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup};
 use arcstr::ArcStr;
@@ -124,7 +125,7 @@ impl CatalogDump {
                 checks: OrdMap::new(),
             };
             // Folded service ID → its checks, in check-ID order (empty: node checks).
-            let mut lists: HashMap<ArcStr, Vec<Arc<HealthCheck>>> = HashMap::new();
+            let mut lists: HashMap<ArcStr, Vec<RowArc<HealthCheck>>> = HashMap::new();
             for mut service in dump.services {
                 service.node = node.name.clone();
                 service.name = strings.get(&service.name);
@@ -135,7 +136,7 @@ impl CatalogDump {
                         service.tags
                     }
                 };
-                let service = Arc::new(service);
+                let service = RowArc::new(service);
                 let service_key = fold_arc(&service.id);
                 let name_key = strings.get(&fold_arc(&service.name));
                 entry.services.insert(service_key.clone(), service.clone());
@@ -174,7 +175,7 @@ impl CatalogDump {
                         check.check_id, node.name
                     ));
                 }
-                let check = Arc::new(check);
+                let check = RowArc::new(check);
                 entry.checks.insert(check_key, check.clone());
                 lists.entry(service_key).or_default().push(check);
             }
