@@ -949,6 +949,12 @@ class Bench:
         with open(os.path.join(self.out, "rows.json"), "w") as f:
             json.dump(self.rows, f, indent=1)
 
+    def wanted(self, row_id):
+        """Whether this invocation asked for `row_id` (for functions that make several rows)."""
+        only = set(self.args.only.split(",")) if self.args.only else None
+        skip = set(self.args.skip.split(",")) if self.args.skip else set()
+        return (only is None or row_id in only) and row_id not in skip
+
     def unavailable(self, row_id, title, target, reason, peer=None):
         """Marks a row not available; with `peer` = (system, loadgen args, metric, unit) the
         peer's own figure is still measured (one run) so the row shows what praetor must beat."""
@@ -1259,6 +1265,8 @@ class Bench:
         peers = [(name, port) for name, port, system in (("Knot", KNOT_PORT, "knot"), ("NSD", NSD_PORT, "nsd"))
                  if not self.needs(system)]
         for row_id, title, qtype, qname in rows:
+            if not self.wanted(row_id):
+                continue
             if ready or not peers:
                 self.unavailable(row_id, title, "≥ 1.0×", ready or "neither Knot nor NSD runs")
                 continue
@@ -1501,6 +1509,8 @@ class Bench:
             except (RuntimeError, OSError) as e:
                 reason = str(e)
         for row_id, title, pretty in rows:
+            if not self.wanted(row_id):
+                continue
             if reason:
                 self.unavailable(row_id, title, target, reason)
                 continue
@@ -1511,9 +1521,11 @@ class Bench:
                                    target, lambda d: d["ratio"]["median"] >= 0.7)
             rps = doc["b"]["median"].get("throughput_rps")
             per_instance = (f"; per instance: {sizes[pretty] / 1000:,.0f} B, "
-                            f"{1e6 / rps / 1000:.3f} µs of the two cores per request" if rps else "")
-            self.rows[-1]["note"] = (self.rows[-1]["note"] + "; " if self.rows[-1]["note"] else "") + \
-                f"body {sizes[pretty]:,} B" + per_instance
+                            f"{1e6 / rps / 1000:.3f} µs (1 s / throughput / 1,000 instances)" if rps else "")
+            row = self.rows[-1]
+            row["note"] = "; ".join(x for x in (row["note"], f"body {sizes[pretty]:,} B" + per_instance) if x)
+            with open(os.path.join(self.out, "rows.json"), "w") as f:
+                json.dump(self.rows, f, indent=1)
         self.procs.stop("health-floor")
 
     def row_fanout_health(self):
