@@ -127,7 +127,6 @@ pub fn serve(config: &FloorConfig) -> Result<(), String> {
         .zip(wake_receivers)
         .map(|(listener, wakes)| {
             let wake_senders = wake_senders.clone();
-            let answers = answers;
             std::thread::spawn(move || {
                 let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
                     .enable_timer()
