@@ -41,6 +41,25 @@ HTTP_FLOOR_PORT = 18500
 FANOUT_FLOOR_PORT = 18502
 DNS_FLOOR_PORT = 18600
 NSD_PORT = 18601
+KNOT_PORT = 18602
+# loadgen's fan-out floor answering a pre-built health answer: the byte floor of a large read.
+HEALTH_FLOOR_PORT = 18503
+# The zone NSD and Knot serve (BASELINES.md's shape) plus `web6`, three AAAA records, so the
+# AAAA rows compare answers of the same size as the A rows'. praetor holds the same records
+# (`web` registered by loadgen, `web6` by `register_web6`).
+PEER_ZONE = (
+    "$ORIGIN consul.\n$TTL 0\n"
+    "@ IN SOA ns.consul. hostmaster.consul. 1 3600 600 86400 0\n"
+    "@ IN NS ns.consul.\nns IN A 127.0.0.1\n"
+    "web.service IN A 10.0.0.1\nweb.service IN A 10.0.0.2\nweb.service IN A 10.0.0.3\n"
+    "web.service IN SRV 1 1 8080 web-0.node.dc1.consul.\n"
+    "web-0.node.dc1 IN A 10.0.0.1\n"
+    "web6.service IN AAAA fd00::1\nweb6.service IN AAAA fd00::2\nweb6.service IN AAAA fd00::3\n"
+)
+WEB6_INSTANCES = 3
+# A single server that is not -dev, for the health byte-floor rows: -dev pretty-prints every
+# answer (as Consul's dev mode does), so only a plain server shows the compact body.
+SINGLE = dict(http=18505, dns=18605, server=18506, serf_lan=18507, serf_wan=18508)
 DEV = dict(http=18510, dns=18610, server=18520, serf_lan=18521, serf_wan=18522)
 SERVERS = [dict(http=18530 + i, dns=18630 + i, server=18540 + i, serf_lan=18550 + i, serf_wan=18560 + i) for i in range(3)]
 # A client agent joined to the three servers, for DNS through the servers.
@@ -251,6 +270,7 @@ class Bench:
         self.root = os.path.abspath(args.root)
         self.loadgen = args.loadgen or os.path.join(self.root, "target/release/loadgen")
         self.web_registered = False
+        self.web6_registered = False
         self.praetor = args.praetor or os.path.join(self.root, "target/release/praetor")
         self.floor = args.floor_bin
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -366,6 +386,7 @@ class Bench:
                 self.procs.stop(system)
             if system == "dev":
                 self.web_registered = False
+                self.web6_registered = False
             self.started.pop(system, None)
             for key in [k for k in self.probes if k[0] == system]:
                 del self.probes[key]
@@ -393,14 +414,7 @@ class Bench:
         d = os.path.join(self.tmp, "nsd")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "consul.zone"), "w") as f:
-            f.write(
-                "$ORIGIN consul.\n$TTL 0\n"
-                "@ IN SOA ns.consul. hostmaster.consul. 1 3600 600 86400 0\n"
-                "@ IN NS ns.consul.\nns IN A 127.0.0.1\n"
-                "web.service IN A 10.0.0.1\nweb.service IN A 10.0.0.2\nweb.service IN A 10.0.0.3\n"
-                "web.service IN SRV 1 1 8080 web-0.node.dc1.consul.\n"
-                "web-0.node.dc1 IN A 10.0.0.1\n"
-            )
+            f.write(PEER_ZONE)
         conf = os.path.join(d, "nsd.conf")
         with open(conf, "w") as f:
             f.write(
@@ -421,6 +435,37 @@ class Bench:
             if answer and answer[1] == 3:
                 return None
         return "NSD did not answer: " + self.procs.log_tail("nsd")
+
+    def start_knot(self):
+        """Knot DNS with 2 UDP workers (as NSD's server-count 2), the same zone as NSD, no
+        response rate limiting (Knot has none unless its rrl module is loaded)."""
+        knotd = shutil.which("knotd") or "/usr/sbin/knotd"
+        if not os.path.exists(knotd):
+            return "knotd not installed (apt-get install knot)"
+        d = os.path.join(self.tmp, "knot")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "consul.zone"), "w") as f:
+            f.write(PEER_ZONE)
+        conf = os.path.join(d, "knot.conf")
+        with open(conf, "w") as f:
+            f.write(
+                "server:\n"
+                f"    listen: 127.0.0.1@{KNOT_PORT}\n"
+                "    udp-workers: 2\n    tcp-workers: 1\n    background-workers: 1\n"
+                f"    rundir: \"{d}\"\n    pidfile: \"{d}/knot.pid\"\n"
+                "log:\n  - target: stderr\n    any: warning\n"
+                f"database:\n    storage: \"{d}\"\n"
+                f"template:\n  - id: default\n    storage: \"{d}\"\n    semantic-checks: off\n"
+                "    zonefile-sync: -1\n    journal-content: none\n"
+                f"zone:\n  - domain: consul.\n    file: \"{d}/consul.zone\"\n"
+            )
+        self.procs.start("knot", [knotd, "-c", conf])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            answer = dns_query(KNOT_PORT, "web.service.consul", timeout=0.3)
+            if answer and answer[1] == 3:
+                return None
+        return "Knot did not answer: " + self.procs.log_tail("knot")
 
     def etcd_argv(self, name, member, cluster):
         etcd = shutil.which("etcd") or "/usr/bin/etcd"
@@ -494,6 +539,22 @@ class Bench:
                 return None
             time.sleep(0.2)
         return "praetor agent -dev had no leader after %ds: %s" % (START_TIMEOUT_S, self.procs.log_tail("dev"))
+
+    def start_single(self):
+        """One server, not -dev (`-server -bootstrap-expect 1`)."""
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        data = os.path.join(self.tmp, f"single-{time.monotonic_ns()}")
+        proc = self.procs.start("single", self.praetor_argv(SINGLE, ["-server", "-bootstrap-expect", "1", "-node",
+                                                                     "bench-single", "-data-dir", data]))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"praetor server exited ({proc.returncode}): " + self.procs.log_tail("single")
+            if self.praetor_has_leader(SINGLE["http"]):
+                return None
+            time.sleep(0.2)
+        return "the single server had no leader after %ds: %s" % (START_TIMEOUT_S, self.procs.log_tail("single"))
 
     def start_dev_named(self, name, ports, hcl):
         """A -dev agent of its own on `ports`, with extra `hcl` config."""
@@ -1036,6 +1097,12 @@ class Bench:
         with open(os.path.join(self.out, "rows.json"), "w") as f:
             json.dump(self.rows, f, indent=1)
 
+    def wanted(self, row_id):
+        """Whether this invocation asked for `row_id` (for functions that make several rows)."""
+        only = set(self.args.only.split(",")) if self.args.only else None
+        skip = set(self.args.skip.split(",")) if self.args.skip else set()
+        return (only is None or row_id in only) and row_id not in skip
+
     def unavailable(self, row_id, title, target, reason, peer=None):
         """Marks a row not available; with `peer` = (system, loadgen args, metric, unit) the
         peer's own figure is still measured (one run) so the row shows what praetor must beat."""
@@ -1337,6 +1404,77 @@ class Bench:
                 continue
             self.dnsperf_compare_row(row_id, title, qtype, port, peer_name, target, minimum)
 
+    def dns_best_rows(self):
+        """A, AAAA and SRV against the faster of Knot and NSD, each run: the issue's target
+        (≥ 1.0×) is beating whichever DNS server is best on this machine at that moment."""
+        rows = [("dns-a-vs-best", "DNS A web.service.consul: praetor vs the faster of Knot and NSD", "A",
+                 "web.service.consul"),
+                ("dns-aaaa-vs-best", "DNS AAAA web6.service.consul: praetor vs the faster of Knot and NSD", "AAAA",
+                 "web6.service.consul"),
+                ("dns-srv-vs-best", "DNS SRV web.service.consul: praetor vs the faster of Knot and NSD", "SRV",
+                 "web.service.consul")]
+        ready = self.needs_web() or self.register_web6()
+        peers = [(name, port) for name, port, system in (("Knot", KNOT_PORT, "knot"), ("NSD", NSD_PORT, "nsd"))
+                 if not self.needs(system)]
+        for row_id, title, qtype, qname in rows:
+            if not self.wanted(row_id):
+                continue
+            if ready or not peers:
+                self.unavailable(row_id, title, "≥ 1.0×", ready or "neither Knot nor NSD runs")
+                continue
+            self.dnsperf_best_row(row_id, title, qtype, qname, peers, 1.0)
+
+    def register_web6(self):
+        """`web6`: three instances with IPv6 addresses, the AAAA rows' records. None or why not."""
+        if self.web6_registered:
+            return None
+        for i in range(1, WEB6_INSTANCES + 1):
+            body = json.dumps({"Node": f"web6-n{i}", "Address": f"fd00::{i}",
+                               "Service": {"ID": f"web6-{i}", "Service": "web6", "Address": f"fd00::{i}",
+                                           "Port": 8080}}).encode()
+            status, _, _ = http("PUT", f"{self.dev_url()}/v1/catalog/register", body)
+            if status != 200:
+                return f"registering web6: HTTP {status}"
+        self.web6_registered = True
+        return None
+
+    def dnsperf_best_row(self, row_id, title, qtype, qname, peers, minimum):
+        """Each run: every peer, then praetor, by the same dnsperf as `dnsperf_compare_row`;
+        the peer side of a run is the fastest peer of that run."""
+        qfile = self.query_file(qname, qtype)
+        d = max(1, int(round(self.duration)))
+        def argv(port):
+            return ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", qfile, "-l", str(d), "-c", "4", "-T", "1"]
+        a_runs, b_runs = [], []
+        per_peer = {name: [] for name, _ in peers}
+        for _ in range(self.runs):
+            best = None
+            for name, port in peers:
+                code, out = self.run_tool(argv(port), d)
+                run = parse_dnsperf(out) if code == 0 else {"errors": 1}
+                per_peer[name].append(run.get("throughput_rps"))
+                if best is None or (run.get("throughput_rps") or 0) > (best.get("throughput_rps") or 0):
+                    best = dict(run, peer=name)
+                time.sleep(0.5)
+            a_runs.append(best)
+            code, out = self.run_tool(argv(DEV["dns"]), d)
+            b_runs.append(parse_dnsperf(out) if code == 0 else {"errors": 1})
+            time.sleep(0.5)
+        peer_names = " / ".join(name for name, _ in peers)
+        doc = synthetic_compare("throughput_rps", f"faster of {peer_names}", a_runs, "praetor -dev", b_runs)
+        with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        chart = self.chart(row_id, title)
+        ratio = doc["ratio"]
+        ok = ratio and ratio["median"] is not None and ratio["median"] >= minimum
+        medians = ", ".join(f"{name} {fmt_num(median_or_none(v), 'qps')}" for name, v in per_peer.items())
+        command = "  ⟷  ".join([self.shown(argv(port)) for _, port in peers] + [self.shown(argv(DEV["dns"]))])
+        self.add(row_id, title, praetor=fmt_num(doc["b"]["median"]["throughput_rps"], "qps"),
+                 peer=fmt_num(doc["a"]["median"]["throughput_rps"], "qps"), ratio=fmt_ratio(ratio),
+                 target=f"≥ {minimum}×", result="pass" if ok else "fail", chart=chart,
+                 command=f"{command}  (interleaved ×{self.runs})", note=f"peer medians: {medians}",
+                 raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
+
     def needs_web(self):
         """The dev agent with `web` (3 instances) registered and answering DNS, which every DNS
         row queries; registered once per invocation, so a row run alone (`--only`) finds it
@@ -1477,6 +1615,70 @@ class Bench:
                                                      "--service-b", "h5k", "--name-a", "1,000 instances",
                                                      "--name-b", "5,000 instances"] + self.common(),
                          "cost ≤ 6× (ratio ≥ 0.167)", lambda d: d["ratio"]["median"] >= 1 / 6)
+
+    def capture_answer(self, path, out_name):
+        """One GET to the single server, written as the whole response it sent (status line,
+        headers in order, body) for the byte floor to serve; returns (file, body bytes)."""
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", SINGLE["http"], timeout=PROBE_TIMEOUT_S * 10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"GET {path}: HTTP {resp.status}")
+            head = "".join(f"{k}: {v}\r\n" for k, v in resp.getheaders())
+        finally:
+            conn.close()
+        file = os.path.join(self.tmp, out_name)
+        with open(file, "wb") as f:
+            f.write(b"HTTP/1.1 200 OK\r\n" + head.encode("latin-1") + b"\r\n" + body)
+        return file, len(body)
+
+    def health_floor_rows(self):
+        """/v1/health/service/h1k?passing (1,000 instances) against loadgen's floor answering
+        the very bytes praetor returned for it, compact and ?pretty, on a single server that is
+        not -dev (which would pretty-print both)."""
+        rows = [("health-1000-vs-byte-floor", "health/service?passing, 1,000 instances: praetor vs byte floor", False),
+                ("health-1000-pretty-vs-byte-floor",
+                 "health/service?passing&pretty, 1,000 instances: praetor vs byte floor", True)]
+        target = "≥ 0.7×"
+        reason = self.needs("single")
+        single = f"http://127.0.0.1:{SINGLE['http']}"
+        sizes = {}
+        if not reason:
+            try:
+                self.register(single, "h1k", 1000)
+                plain, sizes[False] = self.capture_answer("/v1/health/service/h1k?passing", "health-h1k.http")
+                pretty, sizes[True] = self.capture_answer("/v1/health/service/h1k?passing&pretty",
+                                                          "health-h1k-pretty.http")
+                self.procs.start("health-floor", [self.loadgen, "fanout-floor", "--listen",
+                                                  f"127.0.0.1:{HEALTH_FLOOR_PORT}", "--threads", "2",
+                                                  "--duration", "3600s", "--answer-file", plain,
+                                                  "--pretty-answer-file", pretty])
+                if not wait_tcp(HEALTH_FLOOR_PORT, START_TIMEOUT_S):
+                    reason = "the byte floor did not listen: " + self.procs.log_tail("health-floor")
+            except (RuntimeError, OSError) as e:
+                reason = str(e)
+        for row_id, title, pretty in rows:
+            if not self.wanted(row_id):
+                continue
+            if reason:
+                self.unavailable(row_id, title, target, reason)
+                continue
+            doc = self.compare_row(row_id, title, ["health-query", "--target-a", f"http://127.0.0.1:{HEALTH_FLOOR_PORT}",
+                                                   "--target-b", single, "--service", "h1k",
+                                                   "--name-a", "byte floor", "--name-b", "praetor server"]
+                                   + (["--pretty"] if pretty else []) + self.common(),
+                                   target, lambda d: d["ratio"]["median"] >= 0.7)
+            rps = doc["b"]["median"].get("throughput_rps")
+            per_instance = (f"; per instance: {sizes[pretty] / 1000:,.0f} B, "
+                            f"{1e6 / rps / 1000:.3f} µs (1 s / throughput / 1,000 instances)" if rps else "")
+            row = self.rows[-1]
+            row["note"] = "; ".join(x for x in (row["note"], f"body {sizes[pretty]:,} B" + per_instance) if x)
+            with open(os.path.join(self.out, "rows.json"), "w") as f:
+                json.dump(self.rows, f, indent=1)
+        self.procs.stop("health-floor")
 
     def row_fanout_health(self):
         n, others = self.fanout_watchers, self.fanout_others
@@ -1626,11 +1828,22 @@ class Bench:
         row_id, title = "churn-vs-kv-put", "registration churn via the agent vs KV PUT, 3 servers (leader)"
         reason = self.needs("cluster:kv", "cluster:agent")
         if reason:
-            return self.unavailable(row_id, title, "ratio reported", reason)
+            return self.unavailable(row_id, title, "≥ 0.5×", reason)
         self.compare_row(row_id, title, ["--scenario-a", "kv-put", "--scenario-b", "catalog-churn", "--via", "agent",
                                          "--target", self.leader(), "--name-a", "KV PUT", "--name-b",
                                          "register (+deregister)", "--key", "bench/put"] + self.common(),
-                         "ratio reported", None, metric="ops_per_s", unit="op/s",
+                         "≥ 0.5×", lambda d: d["ratio"]["median"] >= 0.5, metric="ops_per_s", unit="op/s",
+                         note="B counts registrations/s; each is followed by a deregistration")
+
+    def row_churn_catalog(self):
+        row_id, title = "churn-catalog-vs-kv-put", "registration churn via /v1/catalog/register vs KV PUT, 3 servers (leader)"
+        reason = self.needs("cluster:kv", "cluster:catalog")
+        if reason:
+            return self.unavailable(row_id, title, "≥ 0.5×", reason)
+        self.compare_row(row_id, title, ["--scenario-a", "kv-put", "--scenario-b", "catalog-churn", "--via", "catalog",
+                                         "--target", self.leader(), "--name-a", "KV PUT", "--name-b",
+                                         "register (+deregister)", "--key", "bench/put"] + self.common(),
+                         "≥ 0.5×", lambda d: d["ratio"]["median"] >= 0.5, metric="ops_per_s", unit="op/s",
                          note="B counts registrations/s; each is followed by a deregistration")
 
     def row_sessions(self):
@@ -1835,9 +2048,11 @@ class Bench:
              ["dev-acl", "dev-acl-big"]),
             (["fanout-kv"], self.row_fanout_kv, []),
             (["dns-a-vs-nsd", "dns-srv-vs-nsd", "dns-a-vs-floor", "dns-srv-vs-floor"], self.dns_rows, []),
+            (["dns-a-vs-best", "dns-aaaa-vs-best", "dns-srv-vs-best"], self.dns_best_rows, ["knot"]),
             (["dns-srv-5000-tcp"], self.row_dns_srv_5000_tcp, []),
             (["dns-2x-saturation"], self.row_dns_2x, ["nsd", "dns-floor", "http-floor"]),
             (["health-1000-vs-kv", "health-5000-vs-1000"], self.health_rows, []),
+            (["health-1000-vs-byte-floor", "health-1000-pretty-vs-byte-floor"], self.health_floor_rows, ["single"]),
             (["fanout-health"], self.row_fanout_health, []),
             (["rss-per-instance"], self.row_rss_per_instance, ["dev"]),
         ] + [
@@ -1850,6 +2065,7 @@ class Bench:
             (["get-default-vs-stale"], lambda: self.row_consistency("default", 0.9), []),
             (["get-consistent-vs-stale"], lambda: self.row_consistency("consistent", 0.5), []),
             (["churn-vs-kv-put"], self.row_churn, []),
+            (["churn-catalog-vs-kv-put"], self.row_churn_catalog, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["kv-get-dc2-forwarded-vs-local"], self.row_kv_get_dc2, ["dc2"]),
             (["sessions-vs-kv-put"], self.row_sessions, ["etcd3"]),
@@ -1916,6 +2132,7 @@ class Bench:
             f"- machine: {os.cpu_count()} cores, kernel {os.uname().release}; load average "
             f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end (shared machine: ratios, never absolutes)",
             f"- peers: {version(['etcd', '--version'])}; NSD {version(['nsd', '-v'])}; "
+            f"{version(['knotd', '-V'])}; "
             f"{version(['wrk', '-v'])}; praetor: {version([self.praetor, 'version'])}",
             "- ratio = praetor / peer (B/A), median of per-run ratios with (min–max); "
             "\"not available yet\" = the praetor feature is missing, found by probing",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark suite in one command: builds loadgen, praetor and the floor servers, installs
-# the peers it needs (wrk, dnsperf, NSD, etcd) when they are missing and it may, then runs
+# the peers it needs (wrk, dnsperf, NSD, Knot, etcd) when they are missing and it may, then runs
 # bench/compare.py, which starts every system, runs the rows interleaved, stops what it
 # started and writes results/<UTC timestamp>/report.md plus one PNG chart per row.
 #
@@ -51,6 +51,7 @@ if ((build)); then
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
   command -v dnsperf >/dev/null 2>&1 || missing+=(dnsperf)
   command -v nsd >/dev/null 2>&1 || [[ -x /usr/sbin/nsd ]] || missing+=(nsd)
+  command -v knotd >/dev/null 2>&1 || [[ -x /usr/sbin/knotd ]] || missing+=(knot)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   if ((${#missing[@]})) && command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
     echo "[compare.sh] installing ${missing[*]}"
@@ -58,7 +59,7 @@ if ((build)); then
     DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}" >/dev/null || \
       echo "[compare.sh] could not install ${missing[*]}; their rows will say so" >&2
     # The Debian nsd and etcd packages start system services; the benchmark runs its own.
-    for service in nsd etcd; do
+    for service in nsd knot etcd; do
       command -v systemctl >/dev/null 2>&1 && systemctl stop "$service" >/dev/null 2>&1 || true
     done
   fi

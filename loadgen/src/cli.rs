@@ -513,6 +513,15 @@ const RUN_FLAGS: &[FlagSpec] = &[
         }
     ),
     flag!(
+        "pretty",
+        None,
+        "add pretty to health queries (indented JSON)",
+        |c, _| {
+            c.pretty = true;
+            Ok(())
+        }
+    ),
+    flag!(
         "no-passing",
         None,
         "no ?passing on health queries (blocking-fanout default)",
@@ -662,12 +671,15 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
 }
 
-/// `loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D]`.
+/// `loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D] [--answer-file F]
+/// [--pretty-answer-file F]`.
 fn parse_floor(args: &[String]) -> Result<FloorConfig, String> {
     let mut config = FloorConfig {
         listen: "127.0.0.1:18590".parse().expect("valid address"),
         threads: 2,
         duration: Duration::from_secs(600),
+        answer_file: None,
+        pretty_answer_file: None,
     };
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
@@ -680,6 +692,8 @@ fn parse_floor(args: &[String]) -> Result<FloorConfig, String> {
             }
             "--threads" => config.threads = parse_count(value, 1, 64)?,
             "--duration" => config.duration = parse_duration(value)?,
+            "--answer-file" => config.answer_file = Some(value.clone()),
+            "--pretty-answer-file" => config.pretty_answer_file = Some(value.clone()),
             other => return Err(format!("unknown fanout-floor flag {other}")),
         }
     }
@@ -968,7 +982,7 @@ pub fn help(topic: &str) -> String {
          loadgen compare <scenario> --target-a URL --target-b URL [--runs 5] [--pause 1s] [--metric FIELD]\n          \
          [--name-a N] [--name-b N] [--etcd-a URL] [--etcd-b URL] [--scenario-a S] [--scenario-b S]\n          \
          [--<flag>-a V] [--<flag>-b V] [flags for both sides]\n  \
-         loadgen chart --input RESULT.json --output CHART.png [--title T]\n         loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D]   (least-work server for blocking-fanout)\n\nSCENARIOS\n",
+         loadgen chart --input RESULT.json --output CHART.png [--title T]\n         loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D] [--answer-file F] [--pretty-answer-file F]   (least-work server for blocking-fanout; with --answer-file, the byte floor of a large GET)\n\nSCENARIOS\n",
     );
     for s in Scenario::ALL {
         if topic.is_empty() || topic == s.name() {

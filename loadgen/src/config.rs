@@ -230,6 +230,8 @@ pub struct RunConfig {
     pub per_node: usize,
     /// `?passing` on health queries; `None` = the scenario's default.
     pub passing: Option<bool>,
+    /// `pretty` on health queries (indented JSON).
+    pub pretty: bool,
     // DNS
     pub qname: Option<String>,
     pub qtype: QueryType,
@@ -296,6 +298,7 @@ impl RunConfig {
             via: RegisterVia::Catalog,
             per_node: 1,
             passing: None,
+            pretty: false,
             qname: None,
             qtype: QueryType::A,
             tcp: false,
@@ -409,4 +412,9 @@ pub struct FloorConfig {
     pub listen: SocketAddr,
     pub threads: usize,
     pub duration: Duration,
+    /// A whole HTTP response (head and body) answered to every GET without `index=`, in
+    /// place of the small 404: the byte floor of a large read such as a health answer.
+    pub answer_file: Option<String>,
+    /// Answered instead of `answer_file` when the request line carries `pretty`.
+    pub pretty_answer_file: Option<String>,
 }

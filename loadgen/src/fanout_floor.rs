@@ -10,6 +10,11 @@
 //! praetor does on top is its own cost. Threads share one `SO_REUSEPORT` port, as praetor's
 //! shards do.
 //!
+//! With `--answer-file` (and `--pretty-answer-file`) a GET without `index=` gets that file's
+//! bytes instead — a whole response captured from praetor (say `/v1/health/service/web?passing`
+//! for 1,000 instances), so the floor of a large read is writing the same bytes and nothing
+//! else. The file must be one complete response whose `Content-Length` matches its body.
+//!
 //! Bounds: request heads up to `HEAD_BYTES_MAX`; bodies are skipped by `Content-Length` up to
 //! `BODY_BYTES_MAX`; the server stops by itself after `--duration`.
 
@@ -25,6 +30,8 @@ use crate::config::FloorConfig;
 const HEAD_BYTES_MAX: usize = 16 * 1024;
 const BODY_BYTES_MAX: usize = 1 << 20;
 const READ_BYTES: usize = 4096;
+/// Largest answer file accepted.
+const ANSWER_FILE_BYTES_MAX: usize = 64 << 20;
 
 /// What a parked query gets when woken: the headers and body praetor sends for one small
 /// key (`GET /v1/kv/bench/fanout`), byte counts within a few percent.
@@ -50,7 +57,54 @@ impl Parked {
     }
 }
 
+/// The pre-built answers to a GET without `index=`. Leaked once at start: the floor serves
+/// them until it exits, and a `'static` slice is written without copying or counting.
+#[derive(Clone, Copy)]
+struct Answers {
+    plain: &'static [u8],
+    pretty: &'static [u8],
+}
+
+/// Reads one answer file and checks it is one whole response: a head, then exactly the body
+/// its `Content-Length` declares (a wrong file would make the client misparse every answer).
+fn answer_from_file(path: &str) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("reading {path}: {e}"))?;
+    if bytes.len() > ANSWER_FILE_BYTES_MAX {
+        return Err(format!(
+            "{path}: {} bytes, more than {ANSWER_FILE_BYTES_MAX}",
+            bytes.len()
+        ));
+    }
+    if !bytes.starts_with(b"HTTP/1.1 ") {
+        return Err(format!("{path}: not an HTTP/1.1 response"));
+    }
+    let head_end = memchr::memmem::find(&bytes, b"\r\n\r\n")
+        .ok_or_else(|| format!("{path}: no end of head"))?
+        + 4;
+    let declared = content_length(&bytes[..head_end]);
+    if declared != bytes.len() - head_end {
+        return Err(format!(
+            "{path}: Content-Length {declared} but a body of {} bytes",
+            bytes.len() - head_end
+        ));
+    }
+    Ok(bytes)
+}
+
+fn load_answers(config: &FloorConfig) -> Result<Option<Answers>, String> {
+    let Some(plain_path) = &config.answer_file else {
+        return Ok(None);
+    };
+    let plain: &'static [u8] = Box::leak(answer_from_file(plain_path)?.into_boxed_slice());
+    let pretty: &'static [u8] = match &config.pretty_answer_file {
+        Some(path) => Box::leak(answer_from_file(path)?.into_boxed_slice()),
+        None => plain,
+    };
+    Ok(Some(Answers { plain, pretty }))
+}
+
 pub fn serve(config: &FloorConfig) -> Result<(), String> {
+    let answers = load_answers(config)?;
     let deadline = Instant::now() + config.duration;
     let mut wake_senders = Vec::new();
     let mut wake_receivers = Vec::new();
@@ -98,7 +152,12 @@ pub fn serve(config: &FloorConfig) -> Result<(), String> {
                             continue;
                         };
                         let _ = stream.set_nodelay(true);
-                        monoio::spawn(connection(stream, parked.clone(), wake_senders.clone()));
+                        monoio::spawn(connection(
+                            stream,
+                            parked.clone(),
+                            wake_senders.clone(),
+                            answers,
+                        ));
                     }
                 });
             })
@@ -114,6 +173,7 @@ async fn connection(
     mut stream: monoio::net::TcpStream,
     parked: Rc<Parked>,
     wake_senders: Arc<Vec<flume::Sender<()>>>,
+    answers: Option<Answers>,
 ) {
     let mut input: Vec<u8> = Vec::with_capacity(READ_BYTES);
     loop {
@@ -138,7 +198,21 @@ async fn connection(
         let is_put = input.starts_with(b"PUT ");
         let first_line_end = memchr::memchr(b'\n', &input).unwrap_or(0);
         let blocking = memchr::memmem::find(&input[..first_line_end], b"index=").is_some();
+        let pretty = memchr::memmem::find(&input[..first_line_end], b"pretty").is_some();
         input.drain(..head_end + body_bytes);
+        if let (false, false, Some(answers)) = (is_put, blocking, answers) {
+            // The byte floor: the pre-built response, written as is.
+            let answer = if pretty {
+                answers.pretty
+            } else {
+                answers.plain
+            };
+            let (result, _) = stream.write_all(answer).await;
+            if result.is_err() {
+                return;
+            }
+            continue;
+        }
         let answer: &'static [u8] = if is_put {
             let (result, _) = stream.write_all(PUT_ANSWER).await;
             if result.is_err() {
@@ -210,6 +284,20 @@ mod tests {
             let (declared, actual) = declared_and_actual(answer);
             assert_eq!(declared, actual, "{}", String::from_utf8_lossy(answer));
         }
+    }
+
+    #[test]
+    fn answer_files_must_declare_their_body_length() {
+        let dir = std::env::temp_dir().join(format!("loadgen-floor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let good = dir.join("good");
+        std::fs::write(&good, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]").expect("write");
+        let bad = dir.join("bad");
+        std::fs::write(&bad, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n[]").expect("write");
+        assert!(answer_from_file(good.to_str().expect("utf-8")).is_ok());
+        let error = answer_from_file(bad.to_str().expect("utf-8")).expect_err("length mismatch");
+        assert!(error.contains("Content-Length 3"), "{error}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -378,12 +378,13 @@ impl FixedGetWorkload {
 
 /// The health query path for `service` with the run's `?passing` choice.
 pub fn health_path(config: &RunConfig, service: &str) -> String {
-    let passing = if config.effective_passing() {
-        "?passing"
-    } else {
-        ""
+    let query = match (config.effective_passing(), config.pretty) {
+        (true, true) => "?passing&pretty",
+        (true, false) => "?passing",
+        (false, true) => "?pretty",
+        (false, false) => "",
     };
-    format!("/v1/health/service/{}{passing}", encode_path(service))
+    format!("/v1/health/service/{}{query}", encode_path(service))
 }
 
 impl HttpWorkload for FixedGetWorkload {

@@ -247,8 +247,9 @@ pub async fn full_sync(agent: &Agent) -> Result<(), String> {
 /// Sends everything out of sync. Errs with the first reason some of it could not be sent.
 pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
     let now = Instant::now();
-    let config = agent.config.borrow().clone();
-    let node = self_node_registration(&config, &agent.identity);
+    // Only the node's registration is needed: cloning the whole configuration for it cost
+    // every round (one per burst of registrations) a deep copy.
+    let node = self_node_registration(&agent.config.borrow(), &agent.identity);
     // Each operation with the token it is sent with: a service's or check's own token (a
     // removed one's until its deregistration is accepted), else the agent's (`None`).
     let ops: Vec<(CatalogOp, Vec<Mark>, Option<String>)> = {

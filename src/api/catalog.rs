@@ -421,8 +421,14 @@ impl ServiceQuery {
         let views = self.views(tables);
         let mut parts = Vec::with_capacity(views.len());
         let mut distances: Vec<Option<f64>> = Vec::new();
+        // Decided once, not per instance: a query without tag or meta filters keeps every
+        // instance, and without ACLs every instance is readable (the common large answer).
+        let filtered = !self.tags.is_empty() || !self.node_meta.is_empty();
+        let acl_filtered = self.rows.is_active();
         for view in views {
-            if !self.keep(view.node(), &view.service) || !self.readable(view) {
+            if (filtered && !self.keep(view.node(), &view.service))
+                || (acl_filtered && !self.readable(view))
+            {
                 continue;
             }
             let health = matches!(self.view, ServiceView::Health | ServiceView::HealthConnect);

@@ -88,6 +88,8 @@ const READ_SPACE_MIN_BYTES: usize = 1024;
 const OUTPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
 /// Input capacity kept between requests; a bigger buffer is released after use.
 const INPUT_KEEP_MAX_BYTES: usize = 256 * 1024;
+/// Pieces one `writev` of a streamed body lists: Linux's `IOV_MAX`.
+const STREAM_IOVECS_MAX: usize = 1024;
 
 /// One shard's HTTP server: the context its handlers see, and the runtime it carries their
 /// outcomes out with.
@@ -226,6 +228,48 @@ async fn fill(
     }
 }
 
+/// One `writev` of a streamed answer: what waited in the output (the head) and the body's
+/// next pieces. It owns the body, whose pinned version keeps every piece's bytes alive while
+/// the runtime holds the iovecs.
+struct VectoredBody {
+    head: Vec<u8>,
+    body: StreamedArray,
+    pieces: Vec<(*const u8, usize)>,
+    iovecs: Vec<libc::iovec>,
+}
+
+impl VectoredBody {
+    /// Lists the next writev: the head if any, then the body's next pieces. Returns whether
+    /// they end the body.
+    fn prepare(&mut self) -> bool {
+        self.pieces.clear();
+        if !self.head.is_empty() {
+            self.pieces.push((self.head.as_ptr(), self.head.len()));
+        }
+        let room = STREAM_IOVECS_MAX - self.pieces.len();
+        let done = self.body.next_pieces(&mut self.pieces, room);
+        self.iovecs.clear();
+        self.iovecs
+            .extend(self.pieces.iter().map(|&(ptr, len)| libc::iovec {
+                iov_base: ptr as *mut libc::c_void,
+                iov_len: len,
+            }));
+        done
+    }
+}
+
+// SAFETY: the iovecs point into `head` and into the renderings `body` pins; neither moves
+// nor changes while the runtime owns the value (the vectors are not touched during a write),
+// and `iovecs` itself is not reallocated then.
+unsafe impl monoio::buf::IoVecBuf for VectoredBody {
+    fn read_iovec_ptr(&self) -> *const libc::iovec {
+        self.iovecs.as_ptr()
+    }
+    fn read_iovec_len(&self) -> usize {
+        self.iovecs.len()
+    }
+}
+
 struct Connection {
     stream: HttpStream,
     input: Vec<u8>,
@@ -247,9 +291,50 @@ impl Connection {
         Box::pin(self.write_output()).await
     }
 
-    /// Sends what `output` holds, then `body` a chunk at a time through the same bounded
-    /// buffer. Later pipelined answers queue behind it.
-    async fn stream(&mut self, mut body: StreamedArray) -> io::Result<()> {
+    /// Sends what `output` holds, then `body`. Later pipelined answers queue behind it.
+    async fn stream(&mut self, body: StreamedArray) -> io::Result<()> {
+        if matches!(self.stream, HttpStream::Plain(_)) {
+            return self.stream_vectored(body).await;
+        }
+        self.stream_copied(body).await
+    }
+
+    /// A plain socket: `output` and the body's pieces go out by `writev` straight from the
+    /// rows' render caches, up to [`STREAM_IOVECS_MAX`] pieces per call, so the answer's
+    /// bytes are copied once, by the kernel.
+    async fn stream_vectored(&mut self, body: StreamedArray) -> io::Result<()> {
+        let HttpStream::Plain(stream) = &mut self.stream else {
+            unreachable!("only a plain socket is written vectored");
+        };
+        let mut batch = VectoredBody {
+            head: std::mem::take(&mut self.output),
+            body,
+            pieces: Vec::with_capacity(STREAM_IOVECS_MAX),
+            iovecs: Vec::with_capacity(STREAM_IOVECS_MAX),
+        };
+        loop {
+            let done = batch.prepare();
+            let written = monoio::time::timeout(WRITE_TIMEOUT, stream.write_vectored_all(batch));
+            batch = match written.await {
+                Ok((Ok(_), batch)) => batch,
+                Ok((Err(e), _)) => return Err(e),
+                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
+            };
+            batch.head.clear();
+            if done {
+                break;
+            }
+        }
+        self.output = batch.head;
+        if self.output.capacity() > OUTPUT_KEEP_MAX_BYTES {
+            self.output = Vec::with_capacity(INPUT_INITIAL_BYTES);
+        }
+        Ok(())
+    }
+
+    /// TLS: `body` a chunk at a time through the same bounded buffer (the record layer
+    /// copies anyway).
+    async fn stream_copied(&mut self, mut body: StreamedArray) -> io::Result<()> {
         self.flush().await?;
         loop {
             let done = body.fill(&mut self.output, STREAM_CHUNK_BYTES);

@@ -512,6 +512,55 @@ impl StreamedArray {
         done
     }
 
+    /// Lists the next pieces of the body as (pointer, length) pairs, at most `pieces_max` of
+    /// them, without copying a byte: each element's rendering where the row's cache holds it,
+    /// and the separators from static strings. A plain socket writes them with one `writev`,
+    /// so a large answer is copied only by the kernel, as a pre-built body would be. The
+    /// pointers stay valid while `self` lives (the pinned version keeps every part). Returns
+    /// whether the body is complete; it must not be mixed with [`StreamedArray::fill`].
+    pub fn next_pieces(&mut self, pieces: &mut Vec<(*const u8, usize)>, pieces_max: usize) -> bool {
+        assert!(pieces_max >= 2, "room for a separator and an element");
+        debug_assert!(
+            self.cursor.offset_in_part == 0 && !self.cursor.part_started,
+            "pieces never start inside an element"
+        );
+        let mut push = |bytes: &[u8], written: &mut usize| {
+            pieces.push((bytes.as_ptr(), bytes.len()));
+            *written += bytes.len();
+        };
+        let mut listed = 0;
+        if self.parts.is_empty() {
+            if !self.cursor.opened {
+                self.cursor.opened = true;
+                push(if self.pretty { b"[]\n" } else { b"[]" }, &mut self.written);
+            }
+            assert_eq!(self.written, self.len, "streamed body length as announced");
+            return true;
+        }
+        while self.cursor.next_part < self.parts.len() && listed + 2 <= pieces_max {
+            let separator: &'static [u8] = match (self.pretty, self.cursor.next_part == 0) {
+                (false, true) => b"[",
+                (false, false) => b",",
+                (true, true) => b"[\n    ",
+                (true, false) => b",\n    ",
+            };
+            self.cursor.opened = true;
+            push(separator, &mut self.written);
+            push(
+                self.parts[self.cursor.next_part].as_ref(),
+                &mut self.written,
+            );
+            self.cursor.next_part += 1;
+            listed += 2;
+        }
+        if self.cursor.next_part < self.parts.len() || listed + 1 > pieces_max {
+            return false;
+        }
+        push(if self.pretty { b"\n]\n" } else { b"]" }, &mut self.written);
+        assert_eq!(self.written, self.len, "streamed body length as announced");
+        true
+    }
+
     /// Appends the whole remaining body to `out`, for paths that cannot stream.
     pub fn fill_all(&mut self, out: &mut Vec<u8>) {
         out.reserve(self.len - self.written);
@@ -531,6 +580,51 @@ pub fn as_value(render: impl FnOnce(&mut JsonWriter)) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bytes `next_pieces` lists, `pieces_max` at a time.
+    fn gathered(mut array: StreamedArray, pieces_max: usize) -> Vec<u8> {
+        let mut body = Vec::new();
+        let mut pieces = Vec::new();
+        let mut calls = 0;
+        loop {
+            pieces.clear();
+            let done = array.next_pieces(&mut pieces, pieces_max);
+            assert!(pieces.len() <= pieces_max);
+            for &(ptr, len) in &pieces {
+                // SAFETY: `array` is alive and pins every piece.
+                body.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
+            }
+            calls += 1;
+            assert!(calls < 10_000, "next_pieces makes progress");
+            if done {
+                return body;
+            }
+        }
+    }
+
+    #[test]
+    fn pieces_spell_the_whole_array_at_every_batch_size() {
+        let version: StoreVersion = std::sync::Arc::new(crate::store::Tables::default());
+        for count in [0usize, 1, 2, 7] {
+            let held: Vec<Vec<u8>> = (0..count)
+                .map(|i| format!("{{\"N\":{i},\"Pad\":\"{}\"}}", "x".repeat(i * 3)).into_bytes())
+                .collect();
+            for pretty in [false, true] {
+                let mut whole = Vec::new();
+                write_array(&mut whole, pretty, &held);
+                assert_eq!(whole.len(), array_len(pretty, &held));
+                for pieces_max in [2, 3, 4, 5, 1024] {
+                    let parts: Vec<&[u8]> = held.iter().map(|p| p.as_slice()).collect();
+                    let array = StreamedArray::new(&version, pretty, parts);
+                    assert_eq!(
+                        gathered(array, pieces_max),
+                        whole,
+                        "{count} parts, pretty {pretty}, {pieces_max} pieces per batch"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn streamed_array_matches_the_whole_array_at_every_chunk_size() {

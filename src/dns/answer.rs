@@ -371,12 +371,11 @@ impl EncodedAnswer {
             questions: 1,
             ..Counts::default()
         };
-        let mut target_offsets: Vec<(usize, u32)> = Vec::new();
+        // Where the answers start: each unit's target offset (for its glue's pointer) is found
+        // again below by walking the same order, so the hit path allocates nothing.
+        let answers_at = out.len();
         for &index in &order[..chosen] {
             let unit = &self.units[index as usize];
-            if include_extras && unit.extra_count > 0 {
-                target_offsets.push((out.len() + unit.target.start as usize, index));
-            }
             out.extend_from_slice(
                 &self.bytes[unit.answer.start as usize..unit.answer.end as usize],
             );
@@ -392,8 +391,14 @@ impl EncodedAnswer {
             counts.authorities += 1;
         }
         if include_extras {
-            for (target_at, index) in target_offsets {
+            let mut answer_at = answers_at;
+            for &index in &order[..chosen] {
                 let unit = &self.units[index as usize];
+                let target_at = answer_at + unit.target.start as usize;
+                answer_at += (unit.answer.end - unit.answer.start) as usize;
+                if unit.extra_count == 0 {
+                    continue;
+                }
                 let mut at = unit.extras.start as usize;
                 for &length in &unit.extra_lengths {
                     if target_at <= POINTER_OFFSET_MAX {

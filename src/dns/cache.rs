@@ -36,15 +36,18 @@ pub const CACHE_KEY_BYTES_MAX: usize = crate::proto::dns::NAME_BYTES_MAX + 4;
 /// A cache key: the lowercased wire name followed by the type and class.
 pub type CacheKey = Box<[u8]>;
 
-/// Builds the key for a question into `buffer` and returns it.
+/// Builds the key for a question into `buffer` and returns it: the wire name lowercased in
+/// the buffer (length octets are at most 63, below every ASCII letter, so they stay as they
+/// are), then the type and class.
 pub fn cache_key<'b>(
-    lower_name: &[u8],
+    wire_name: &[u8],
     qtype: u16,
     qclass: u16,
     buffer: &'b mut [u8; CACHE_KEY_BYTES_MAX],
 ) -> &'b [u8] {
-    let n = lower_name.len();
-    buffer[..n].copy_from_slice(lower_name);
+    let n = wire_name.len();
+    buffer[..n].copy_from_slice(wire_name);
+    buffer[..n].make_ascii_lowercase();
     buffer[n..n + 2].copy_from_slice(&qtype.to_be_bytes());
     buffer[n + 2..n + 4].copy_from_slice(&qclass.to_be_bytes());
     &buffer[..n + 4]

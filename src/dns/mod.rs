@@ -208,13 +208,19 @@ pub fn handle_message<S: VersionSource>(
         return Handled::Reply;
     }
     let limits = response_limits(settings, &query, transport);
-    let lower = query.name.to_lowercase();
     let mut key_buffer = [0u8; CACHE_KEY_BYTES_MAX];
-    let key = cache_key(lower.as_bytes(), query.qtype, query.qclass, &mut key_buffer);
+    let key = cache_key(
+        query.name.as_bytes(),
+        query.qtype,
+        query.qclass,
+        &mut key_buffer,
+    );
     if let Some(encoded) = state.cache.get(key) {
         encoded.assemble(&query, &limits, &mut state.rng, &mut state.order, out);
         return Handled::Reply;
     }
+    // Only a miss needs the lowercased name as a name (the key lowercased its own copy).
+    let lower = query.name.to_lowercase();
     let resolver = Resolver {
         config: &settings.config,
         domains: &settings.domains,
