@@ -324,6 +324,10 @@ def intentions(driver):
     row.find_element(By.XPATH, ".//button[text()='Set allow']").click()
     wait(driver, lambda d: css(d, 'tr[data-intention="web>db"][data-action="allow"]'), "the intention to allow")
     assert api("GET", "/v1/connect/intentions/exact?source=web&destination=db")[1]["Action"] == "allow"
+    # The banner speaks of the switch, not of the earlier save.
+    wait(driver, lambda d: any("web → db is allowed" in a.text for a in css(d, "[role=status], .alert")),
+         "the switch announced")
+    assert not any("is denied" in a.text for a in css(driver, "[role=status], .alert")), "a stale banner"
     shot(driver, "intentions")
 
 

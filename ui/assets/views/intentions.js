@@ -66,7 +66,12 @@ function row(context, ixn) {
             {
               type: 'button',
               'aria-label': `Change ${label} to ${other}`,
-              onclick: () => act(() => save(context, ixn.SourceName, ixn.DestinationName, other, ixn.Description || ''), `Changing ${label} failed`),
+              onclick: () =>
+                act(async () => {
+                  await save(context, ixn.SourceName, ixn.DestinationName, other, ixn.Description || '');
+                  // Replaces the banner of an earlier save, which would now say the opposite.
+                  context.alerts.success(`Saved: ${label} is ${other === 'allow' ? 'allowed' : 'denied'}.`, 'intention-save');
+                }, `Changing ${label} failed`),
             },
             `Set ${other}`,
           )
