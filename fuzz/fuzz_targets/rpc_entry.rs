@@ -40,7 +40,11 @@ const PEER_BYTES_MAX: usize = 64 * 1024;
 const HANDSHAKE_BOUND: Duration = Duration::from_secs(2);
 
 struct Fixture {
-    runtime: monoio::FusionRuntime<monoio::IoUringDriver, monoio::LegacyDriver>,
+    // With the timer enabled (handshake timeouts are part of what is fuzzed).
+    runtime: monoio::FusionRuntime<
+        monoio::time::TimeDriver<monoio::IoUringDriver>,
+        monoio::time::TimeDriver<monoio::LegacyDriver>,
+    >,
     /// The server port's configuration: client certificates required.
     rpc: Arc<ServerConfig>,
     /// The HTTPS listener's configuration (no client certificate asked for).
