@@ -70,7 +70,11 @@ fn fixture() -> Fixture {
         },
     )
     .unwrap();
-    for (name, text) in [("ca.pem", &ca), ("server.pem", &cert), ("server-key.pem", &key)] {
+    for (name, text) in [
+        ("ca.pem", &ca),
+        ("server.pem", &cert),
+        ("server-key.pem", &key),
+    ] {
         std::fs::write(dir.join(name), text).unwrap();
     }
     let protocol = |verify_incoming: bool| ProtocolTls {
@@ -119,7 +123,10 @@ fn check_record_entry(bytes: &[u8]) {
         Entry::Incomplete => assert!(bytes.len() < RECORD_HEADER_BYTES),
         Entry::Handshake { length } => {
             assert_eq!((bytes[0], bytes[1]), (22, 3));
-            assert_eq!(length, usize::from(u16::from_be_bytes([bytes[3], bytes[4]])));
+            assert_eq!(
+                length,
+                usize::from(u16::from_be_bytes([bytes[3], bytes[4]]))
+            );
         }
         Entry::PlainHttp => assert!(bytes[0].is_ascii_uppercase()),
         Entry::NotTls(why) => assert!(!why.to_string().is_empty()),
@@ -148,7 +155,9 @@ fn handshake(fixture: &mut Fixture, config: Arc<ServerConfig>, bytes: &[u8], fir
     ours.set_nonblocking(true).unwrap();
     let result = fixture.runtime.block_on(async move {
         let socket = monoio::net::UnixStream::from_std(ours).unwrap();
-        accept(config, socket, HANDSHAKE_BOUND, first).await.map(|_| ())
+        accept(config, socket, HANDSHAKE_BOUND, first)
+            .await
+            .map(|_| ())
     });
     let error = result.expect_err("a forged handshake completed");
     assert!(
