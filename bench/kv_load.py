@@ -47,16 +47,13 @@ def etcd_body(keys, value_b64):
     return json.dumps({"success": ops})
 
 
-def load(system, url, keys, value_bytes, deadline_s):
-    """Writes `keys` keys; returns the seconds it took. Raises on any refused transaction."""
+def run_clients(url, jobs, deadline_s, request_of, what):
+    """Sends `jobs` numbered requests from CLIENTS threads on keep-alive connections and
+    returns the seconds it took. `request_of(i)` gives job i's (method, path, body, check),
+    where `check(status, answer)` returns an error text or None. Raises on the first error,
+    or when the jobs are not done within `deadline_s`."""
     parsed = urllib.parse.urlparse(url)
-    method, path, body_of = {
-        "praetor": ("PUT", "/v1/txn", praetor_body),
-        "etcd": ("POST", "/v3/kv/txn", etcd_body),
-    }[system]
-    value_b64 = base64.b64encode(b"v" * value_bytes).decode()
-    batches = (keys + KEYS_PER_TXN - 1) // KEYS_PER_TXN
-    next_batch = [0]
+    next_job = [0]
     lock = threading.Lock()
     errors = []
     deadline = time.monotonic() + deadline_s
@@ -66,23 +63,21 @@ def load(system, url, keys, value_bytes, deadline_s):
         try:
             while not errors:
                 with lock:
-                    batch = next_batch[0]
-                    next_batch[0] += 1
-                if batch >= batches:
+                    job = next_job[0]
+                    next_job[0] += 1
+                if job >= jobs:
                     return
                 if time.monotonic() > deadline:
-                    errors.append(f"load did not finish within {deadline_s}s")
+                    errors.append(f"{what} did not finish within {deadline_s}s")
                     return
-                first = batch * KEYS_PER_TXN
-                names = [KEY_FORMAT.format(i) for i in range(first, min(first + KEYS_PER_TXN, keys))]
-                conn.request(method, path, body=body_of(names, value_b64),
-                             headers={"Content-Type": "application/json"})
+                method, path, body, check = request_of(job)
+                conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
                 response = conn.getresponse()
-                answer = response.read()
-                if response.status != 200:
-                    errors.append(f"{system} answered {response.status}: {answer[:200]!r}")
+                error = check(response.status, response.read())
+                if error:
+                    errors.append(error)
         except Exception as e:  # noqa: BLE001 - reported to the caller
-            errors.append(f"{system} client failed: {e}")
+            errors.append(f"{what} client failed: {e}")
         finally:
             conn.close()
 
@@ -95,6 +90,26 @@ def load(system, url, keys, value_bytes, deadline_s):
     if errors:
         raise RuntimeError(errors[0])
     return time.monotonic() - started
+
+
+def load(system, url, keys, value_bytes, deadline_s):
+    """Writes `keys` keys; returns the seconds it took. Raises on any refused transaction."""
+    method, path, body_of = {
+        "praetor": ("PUT", "/v1/txn", praetor_body),
+        "etcd": ("POST", "/v3/kv/txn", etcd_body),
+    }[system]
+    value_b64 = base64.b64encode(b"v" * value_bytes).decode()
+    batches = (keys + KEYS_PER_TXN - 1) // KEYS_PER_TXN
+
+    def check(status, answer):
+        return None if status == 200 else f"{system} answered {status}: {answer[:200]!r}"
+
+    def request_of(batch):
+        first = batch * KEYS_PER_TXN
+        names = [KEY_FORMAT.format(i) for i in range(first, min(first + KEYS_PER_TXN, keys))]
+        return method, path, body_of(names, value_b64), check
+
+    return run_clients(url, batches, deadline_s, request_of, f"{system} load")
 
 
 def measure(system, url, pid, keys, value_bytes, settle_s=3.0, deadline_s=1800):

@@ -12,66 +12,25 @@ server has been idle for `--settle` seconds, as bench/kv_load.py does:
 """
 
 import argparse
-import http.client
 import json
 import sys
-import threading
 import time
-import urllib.parse
 
-CLIENTS = 8
-# A create that takes longer than this is a hung server, not a slow one.
-REQUEST_TIMEOUT_S = 60
-
-
-def proc_status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
+from kv_load import proc_status_kib, run_clients
 
 
 def create_sessions(url, count, deadline_s):
     """Creates `count` sessions; returns the seconds it took. Raises on any refusal."""
-    parsed = urllib.parse.urlparse(url)
-    next_index = [0]
-    lock = threading.Lock()
-    errors = []
-    deadline = time.monotonic() + deadline_s
 
-    def client():
-        conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=REQUEST_TIMEOUT_S)
-        try:
-            while not errors:
-                with lock:
-                    i = next_index[0]
-                    next_index[0] += 1
-                if i >= count:
-                    return
-                if time.monotonic() > deadline:
-                    errors.append(f"sessions not created within {deadline_s}s")
-                    return
-                conn.request("PUT", "/v1/session/create", body=json.dumps({"Name": f"rss-{i}"}),
-                             headers={"Content-Type": "application/json"})
-                response = conn.getresponse()
-                answer = response.read()
-                if response.status != 200 or b'"ID"' not in answer:
-                    errors.append(f"session create answered {response.status}: {answer[:200]!r}")
-        except Exception as e:  # noqa: BLE001 - reported to the caller
-            errors.append(f"session client failed: {e}")
-        finally:
-            conn.close()
+    def check(status, answer):
+        if status != 200 or b'"ID"' not in answer:
+            return f"session create answered {status}: {answer[:200]!r}"
+        return None
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(errors[0])
-    return time.monotonic() - started
+    def request_of(i):
+        return "PUT", "/v1/session/create", json.dumps({"Name": f"rss-{i}"}), check
+
+    return run_clients(url, count, deadline_s, request_of, "session creation")
 
 
 def measure(url, pid, sessions, settle_s=3.0, deadline_s=1800):
