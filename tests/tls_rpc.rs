@@ -213,6 +213,41 @@ fn a_cluster_with_every_switch_on_elects_replicates_forwards_and_refuses_the_res
         }
     }
 
+    // A burst of concurrent large writes: the leader encrypts small appends straight into
+    // each peer's idle session and leaves what a full socket does not take for the sender
+    // thread, which queues behind it. Every follower must end with every value whole.
+    const WRITERS: usize = 16;
+    const WRITES_PER_WRITER: usize = 25;
+    const VALUE_BYTES: usize = 48 * 1024;
+    std::thread::scope(|scope| {
+        for writer in 0..WRITERS {
+            let leader = &cluster.servers[leader];
+            scope.spawn(move || {
+                for n in 0..WRITES_PER_WRITER {
+                    let value = vec![b'a' + ((writer + n) % 26) as u8; VALUE_BYTES];
+                    let answer = leader.put(&format!("/v1/kv/tls/burst/{writer}-{n}"), &value);
+                    assert_eq!(answer.text().trim(), "true", "write {writer}-{n}");
+                }
+            });
+        }
+    });
+    for server in &cluster.servers {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let keys = server.get("/v1/kv/tls/burst/?keys&stale").text();
+            if keys.matches("tls/burst/").count() == WRITERS * WRITES_PER_WRITER {
+                break;
+            }
+            assert!(Instant::now() < deadline, "burst not replicated to {}", server.ip);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for (writer, n) in [(0, 0), (7, 13), (WRITERS - 1, WRITES_PER_WRITER - 1)] {
+            let value = server.get(&format!("/v1/kv/tls/burst/{writer}-{n}?raw&stale"));
+            let expected = vec![b'a' + ((writer + n) % 26) as u8; VALUE_BYTES];
+            assert!(value.body == expected, "value {writer}-{n} on {}", server.ip);
+        }
+    }
+
     // A client agent with a client certificate and the same three switches forwards its
     // writes over TLS.
     let client_data = TempDir::new("rpc-tls-client");

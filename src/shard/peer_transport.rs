@@ -18,9 +18,12 @@
 //! for a broken connection is discarded (a frame may have been cut in half on it).
 //!
 //! With `verify_outgoing` the sender thread dials TLS instead (the TLS byte, a blocking
-//! handshake under [`HANDSHAKE_TIMEOUT`], the Raft byte inside the session) and writes every
-//! message itself: the core thread's direct writes go to a socket, and a TLS session has one
-//! writer. So under TLS each message costs the hop to the sender thread.
+//! handshake under [`HANDSHAKE_TIMEOUT`], the Raft byte inside the session). A TLS session
+//! has one writer at a time, so the session itself is what the lock hands over: while the
+//! sender is idle it rests in the outbox, where the core may encrypt a small message into it
+//! and push the records with a non-blocking send, exactly as it writes to a plain socket;
+//! records the socket did not take stay buffered in the session and the sender is woken to
+//! flush them. While the sender writes a batch it holds the session, and the core queues.
 //!
 //! Inbound Raft traffic arrives on the shards' RPC listeners (`rpc_server`).
 //!
@@ -126,7 +129,16 @@ struct Outbox {
     /// The current connection, once the sender thread has one, and the peer's IP (for
     /// [`Faults`]).
     stream: Option<(Arc<TcpStream>, IpAddr)>,
+    /// The current TLS session and the peer's IP while the sender thread is not writing
+    /// (never at the same time as `stream`).
+    tls: Option<(Box<TlsSession>, IpAddr)>,
+    /// The core left encrypted records in `tls` that the socket did not take: the sender
+    /// thread must write them out even if nothing is queued.
+    tls_flush_pending: bool,
 }
+
+/// A client TLS session over its socket.
+type TlsSession = (rustls::ClientConnection, TcpStream);
 
 struct PeerLink {
     outbox: Mutex<Outbox>,
@@ -231,13 +243,46 @@ impl PeerTransport {
         };
         let payload_len = payload_bytes(&message);
         let mut outbox = peer.link.lock();
-        if let Some((_, ip)) = &outbox.stream {
-            if self.faults.is_blocked(*ip) {
-                return;
-            }
+        let peer_ip = outbox
+            .stream
+            .as_ref()
+            .map(|(_, ip)| *ip)
+            .or(outbox.tls.as_ref().map(|(_, ip)| *ip));
+        if peer_ip.is_some_and(|ip| self.faults.is_blocked(ip)) {
+            return;
         }
         let idle = outbox.queue.is_empty() && !outbox.writing;
         if idle && payload_len < DIRECT_PAYLOAD_BYTES_MAX {
+            let tls_ready = outbox
+                .tls
+                .as_ref()
+                .is_some_and(|(session, _)| !session.0.wants_write());
+            if tls_ready {
+                debug_assert!(outbox.stream.is_none());
+                let payload = rmp_serde::to_vec(&(self.local_id, &message))
+                    .expect("raft messages always encode");
+                self.frame.clear();
+                encode_frame(&mut self.frame, kind::RAFT_MESSAGE, 0, &payload);
+                let (session, _) = outbox.tls.as_mut().expect("checked above");
+                let (connection, socket) = &mut **session;
+                // The session's buffer is unlimited (set at the handshake) and empty, so it
+                // takes the whole frame; the records go out as far as the socket takes them.
+                let buffered = connection.writer().write_all(&self.frame).is_ok();
+                debug_assert!(buffered, "an unlimited TLS buffer takes every frame");
+                while connection.wants_write() {
+                    match connection.write_tls(&mut NonBlocking(socket)) {
+                        Ok(_) => {}
+                        // The socket is full or broken: the sender flushes or meets the error.
+                        Err(_) => break,
+                    }
+                }
+                if connection.wants_write() {
+                    outbox.tls_flush_pending = true;
+                    drop(outbox);
+                    peer.link.queued.notify_one();
+                }
+                return;
+            }
             if let Some((stream, _)) = &outbox.stream {
                 // Nothing is ahead of this small message: encode and write it now, without
                 // waiting.
@@ -333,7 +378,10 @@ fn sender_loop(
             Some((config, server_name)) => match tls_handshake(stream, config, server_name) {
                 Ok(session) => {
                     last_failure.clear();
-                    PeerWriter::Tls(Box::new(session))
+                    let mut outbox = link.lock();
+                    outbox.tls = Some((Box::new(session), addr.ip()));
+                    outbox.tls_flush_pending = false;
+                    PeerWriter::Tls(None)
                 }
                 Err(reason) => {
                     let line = format!("tls: internal_rpc handshake with {addr} failed: {reason}");
@@ -352,9 +400,10 @@ fn sender_loop(
         loop {
             {
                 let mut outbox = link.lock();
-                while outbox.queue.is_empty() {
+                while outbox.queue.is_empty() && !outbox.tls_flush_pending {
                     if link.stop.load(Ordering::SeqCst) {
                         outbox.stream = None;
+                        outbox.tls = None;
                         return;
                     }
                     outbox = link
@@ -366,6 +415,12 @@ fn sender_loop(
                 std::mem::swap(&mut taken, &mut outbox.queue);
                 outbox.queued_bytes = 0;
                 outbox.writing = true;
+                outbox.tls_flush_pending = false;
+                if let PeerWriter::Tls(held) = &mut writer {
+                    // While `writing`, the core queues instead of touching the session.
+                    *held = outbox.tls.take().map(|(session, _)| session);
+                    debug_assert!(held.is_some(), "an idle TLS sender left its session");
+                }
             }
             batch.clear();
             for pending in taken.drain(..) {
@@ -391,8 +446,12 @@ fn sender_loop(
             if result.is_err() {
                 // The connection may end in the middle of a frame: start the next one clean.
                 outbox.stream = None;
+                outbox.tls = None;
                 clear_queue(&mut outbox);
                 break;
+            }
+            if let PeerWriter::Tls(held) = &mut writer {
+                outbox.tls = held.take().map(|session| (session, addr.ip()));
             }
             if batch.capacity() > OUTBOX_BYTES_MAX / 16 {
                 // Give back a buffer grown by a burst (snapshot chunks).
@@ -400,25 +459,44 @@ fn sender_loop(
             }
         }
     }
-    link.lock().stream = None;
+    let mut outbox = link.lock();
+    outbox.stream = None;
+    outbox.tls = None;
 }
 
-/// Where a sender thread writes: the socket the core also writes to directly, or a TLS
-/// session only this thread writes to.
+/// Where a sender thread writes: the socket the core also writes to directly, or the TLS
+/// session it holds while writing a batch (`None` while the session rests in the outbox).
 enum PeerWriter {
     Plain(Arc<TcpStream>),
-    Tls(Box<(rustls::ClientConnection, TcpStream)>),
+    Tls(Option<Box<TlsSession>>),
 }
 
 impl PeerWriter {
+    /// Writes `bytes`, and for TLS first whatever records the core left buffered.
     fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         match self {
             PeerWriter::Plain(stream) => (&**stream).write_all(bytes),
-            PeerWriter::Tls(session) => {
+            PeerWriter::Tls(Some(session)) => {
                 let (connection, socket) = &mut **session;
                 tls_write_all(connection, socket, bytes)
             }
+            PeerWriter::Tls(None) => Err(std::io::ErrorKind::NotConnected.into()),
         }
+    }
+}
+
+/// A socket seen as a writer that never blocks: a full socket is `WouldBlock`.
+struct NonBlocking<'a>(&'a TcpStream);
+
+impl Write for NonBlocking<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match crate::shard::nonblocking::send_now(self.0, bytes)? {
+            0 if !bytes.is_empty() => Err(std::io::ErrorKind::WouldBlock.into()),
+            sent => Ok(sent),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -430,14 +508,17 @@ fn tls_write_all(
     bytes: &[u8],
 ) -> std::io::Result<()> {
     let mut rest = bytes;
-    while !rest.is_empty() {
-        let taken = connection.writer().write(rest)?;
-        rest = &rest[taken..];
+    loop {
+        // Records buffered earlier (by the core's non-blocking pushes) go first.
         while connection.wants_write() {
             connection.write_tls(socket)?;
         }
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let taken = connection.writer().write(rest)?;
+        rest = &rest[taken..];
     }
-    Ok(())
 }
 
 /// Dials TLS on a connected socket: the TLS byte, the handshake (bounded by the socket's
@@ -462,6 +543,8 @@ fn tls_handshake(
         }
     }
     tls_write_all(&mut connection, &mut socket, &[PROTOCOL_RAFT]).map_err(io_error)?;
+    // The core thread encrypts a whole frame at once into an idle session (see `send`).
+    connection.set_buffer_limit(None);
     Ok((connection, socket))
 }
 
