@@ -1741,7 +1741,10 @@ class Bench:
         row_id = f"kv-rss-{keys // 1000}k-{value_bytes}b"
         title = f"RSS after loading {keys:,} keys × {value_bytes:,} B (64 per txn, 8 clients) vs one-member etcd"
         raw_limit = 2.0 if value_bytes <= 100 else 1.3
-        target = f"≤ {raw_limit}× raw" + ("; ≤ 0.3× etcd" if value_bytes <= 100 else "")
+        # The issue's targets are for a million keys; at 100,000 the agent's fixed start-up
+        # RSS (~21 MB, before any key) is a large share of the total, so those rows report.
+        targeted = keys >= 1_000_000
+        target = (f"≤ {raw_limit}× raw" + ("; ≤ 0.3× etcd" if value_bytes <= 100 else "")) if targeted else "report"
         # Fresh processes and an empty etcd data directory: earlier rows' data must not count.
         self.stop("dev", "etcd1")
         if self.tmp:
@@ -1776,10 +1779,12 @@ class Bench:
                     f"(loaded in {doc['load_s']:.1f} s)")
         ratio = ours["rss_after_bytes"] / peer["rss_after_bytes"] if peer else None
         ok = ours["rss_per_raw"] <= raw_limit and (value_bytes > 100 or (ratio is not None and ratio <= 0.3))
+        start_note = f"RSS before loading {ours['rss_before_bytes'] / 1e6:.0f} MB"
         self.add(row_id, title, praetor=shown(ours), peer=shown(peer) if peer else "—",
                  ratio=f"{ratio:.2f}×" if ratio is not None else "—", target=target,
-                 result="pass" if ok else "fail", command=command, raw=self.rel(raw_path),
-                 note="; ".join(n for n in [f"raw {ours['raw_bytes'] / 1e6:.0f} MB", peer_note] if n))
+                 result=("pass" if ok else "fail") if targeted else "info", command=command,
+                 raw=self.rel(raw_path),
+                 note="; ".join(n for n in [f"raw {ours['raw_bytes'] / 1e6:.0f} MB", start_note, peer_note] if n))
 
     def leader(self):
         return self.cluster_leader_http()
