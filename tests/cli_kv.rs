@@ -127,3 +127,51 @@ fn version_names_the_consul_api_version() {
     );
     assert!(out.contains(&format!("praetor v{}", praetor::PRAETOR_VERSION)));
 }
+
+/// `praetor kv get -recurse … | head -1`: the reader closes the pipe after one line; the
+/// command ends quietly on SIGPIPE, as Consul's CLI does, never with a panic on stderr.
+#[test]
+fn output_cut_short_by_a_closed_pipe_ends_quietly() {
+    use base64::Engine;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+
+    let agent = Agent::dev(&[]);
+    // About 400 KB of output: far more than a pipe's buffer (64 KiB) holds.
+    let value = base64::engine::general_purpose::STANDARD.encode("v".repeat(2_000));
+    for batch in 0..4 {
+        let ops: Vec<String> = (0..50)
+            .map(|n| {
+                format!(
+                    r#"{{"KV":{{"Verb":"set","Key":"many/{batch}-{n:02}","Value":"{value}"}}}}"#
+                )
+            })
+            .collect();
+        let answer = agent.put("/v1/txn", format!("[{}]", ops.join(",")).as_bytes());
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let mut child = Command::new(common::praetor_binary())
+        .args([
+            "kv",
+            "get",
+            "-recurse",
+            "-http-addr",
+            &agent.http_addr(),
+            "many/",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    // The reader is dropped above: what the command writes next meets a closed pipe.
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(first.starts_with("many/0-00:"), "{first}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+}

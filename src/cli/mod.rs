@@ -348,6 +348,24 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    // A command whose output is cut short (`praetor members | head -1`) ends quietly, as
+    // Consul's CLI does, instead of panicking on the closed pipe: the default SIGPIPE
+    // action ends the process. Commands that run children or serve (agent, lock, watch,
+    // connect, monitor, debug) keep Rust's ignored SIGPIPE and handle write errors.
+    let ends_on_closed_pipe = !matches!(
+        cli.command,
+        Command::Agent(_)
+            | Command::Lock(_)
+            | Command::Watch(_)
+            | Command::Connect(_)
+            | Command::Monitor(_)
+            | Command::Debug(_)
+    );
+    if ends_on_closed_pipe {
+        // SAFETY: sets the signal's disposition back to the default before any thread
+        // exists; no handler function is involved.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Agent(args) => agent::run(*args),
         Command::Kv(command) => kv::run(command),
