@@ -289,7 +289,7 @@ fn sync_written(
     // layer (64 files: 7 ms). So the files are synced from concurrent threads, at most
     // `PERSIST_SYNC_THREADS_MAX` at a time.
     let mut results: Vec<(usize, std::io::Result<()>)> = Vec::with_capacity(open.len());
-    let files: Vec<(usize, std::fs::File)> = open.drain(..).collect();
+    let files: Vec<(usize, std::fs::File)> = std::mem::take(open);
     for group in files.chunks(PERSIST_SYNC_THREADS_MAX) {
         if group.len() == 1 {
             results.push((group[0].0, group[0].1.sync_data()));
