@@ -221,3 +221,119 @@ fn invalid_config_definitions_stop_the_agent() {
     assert_ne!(code, 0);
     assert!(stderr.contains("enable_local_script_checks"), "{stderr}");
 }
+
+/// Many handlers at once, as under registration churn: anti-entropy rounds overlap (a round
+/// starts while another waits for its Raft commit) and the persister stages one batch while
+/// it commits the one before. Every answer still means "in the catalog and durable": each
+/// registration is read back from the catalog as soon as it answers, each deregistration is
+/// gone, threads fighting over the same IDs leave the catalog equal to the agent's state the
+/// moment the last call answers, and a crash right after leaves exactly that state on disk.
+#[test]
+fn overlapping_rounds_keep_read_your_writes_order_and_durability() {
+    const THREADS: usize = 12;
+    const CYCLES: usize = 15;
+    const SHARED_IDS: usize = 3;
+    let data = TempDir::new("ae-churn");
+    let ip = fresh_loopback();
+    let args: Vec<String> = [
+        "agent",
+        "-dev",
+        "-node",
+        "churny",
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-dns-port=-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut agent = Agent::spawn(ip, 8500, args);
+    agent.wait_ready();
+    let agent_ref = &agent;
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            scope.spawn(move || {
+                for cycle in 0..CYCLES {
+                    // An ID of this thread's own: read-your-writes on every answer.
+                    let own = format!("own-{thread}-{cycle}");
+                    let r = put(
+                        agent_ref,
+                        "/v1/agent/service/register",
+                        json!({"Name": "churn", "ID": own, "Port": cycle,
+                               "Check": {"CheckID": format!("{own}-ttl"), "TTL": "60s", "Status": "passing"}}),
+                    );
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    assert!(
+                        catalog_ids(agent_ref, "churn").contains(&own),
+                        "{own} is in the catalog when its registration answers"
+                    );
+                    // Shared IDs: several threads register and remove them at once.
+                    let shared = format!("shared-{}", (thread + cycle) % SHARED_IDS);
+                    let r = put(
+                        agent_ref,
+                        "/v1/agent/service/register",
+                        json!({"Name": "shared", "ID": shared, "Port": thread}),
+                    );
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    if cycle % 2 == 1 {
+                        // 404 when another thread removed it first.
+                        agent_ref.put(&format!("/v1/agent/service/deregister/{shared}"), b"");
+                    }
+                    // Every other own instance is removed again.
+                    if cycle % 2 == 0 {
+                        let r = agent_ref.put(&format!("/v1/agent/service/deregister/{own}"), b"");
+                        assert_eq!(r.status, 200, "{}", r.text());
+                        assert!(
+                            !catalog_ids(agent_ref, "churn").contains(&own),
+                            "{own} is gone from the catalog when its deregistration answers"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let local = |agent: &Agent| -> Vec<String> {
+        let services = agent.get("/v1/agent/services").json();
+        let mut ids: Vec<String> = services.as_object().unwrap().keys().cloned().collect();
+        ids.sort();
+        ids
+    };
+    let mut in_catalog: Vec<String> = ["churn", "shared"]
+        .iter()
+        .flat_map(|s| catalog_ids(&agent, s))
+        .collect();
+    in_catalog.sort();
+    let before_crash = local(&agent);
+    assert_eq!(
+        before_crash
+            .iter()
+            .filter(|id| id.starts_with("own-"))
+            .count(),
+        THREADS * (CYCLES / 2),
+        "the odd cycles' own instances stay"
+    );
+    assert_eq!(
+        in_catalog, before_crash,
+        "the catalog equals the local state once the last call answered"
+    );
+    let checks = agent.get("/v1/health/service/churn").json();
+    assert!(checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|entry| entry["Checks"].as_array().unwrap().len() == 2));
+
+    // A crash right after the answers: the persisted records are exactly the local state.
+    agent.kill9();
+    agent.restart();
+    agent.wait_ready();
+    assert_eq!(
+        local(&agent),
+        before_crash,
+        "every answered change was durable"
+    );
+}
