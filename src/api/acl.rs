@@ -541,7 +541,7 @@ pub fn token_self(
     let secret = authz::request_secret(ctx, request);
     // Resolving first gives Consul's 403 for an unknown or expired token.
     authz::resolve(ctx, &secret)?;
-    let secret_key = secret.clone();
+    let secret_key = secret.into_owned();
     read(
         ctx,
         request,

@@ -23,6 +23,7 @@ use crate::store::acl::authorizer::{Authorizer, Check, Denial};
 use crate::store::catalog::{CatalogOp, Registration};
 use crate::store::{catalog, session, Command};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// Most operations a transaction may hold for the per-operation check (Consul's limit on a
@@ -160,13 +161,14 @@ pub fn acl_not_found() -> ApiError {
     ApiError::Status(403, "ACL not found".to_string())
 }
 
-/// The secret a request authenticates with: its own token, else the agent's default token,
-/// else empty (anonymous).
-pub fn request_secret(ctx: &Context, request: &Request) -> String {
+/// The secret a request authenticates with: its own token (borrowed from the request, so
+/// the per-request path copies nothing), else the agent's default token, else empty
+/// (anonymous).
+pub fn request_secret<'r>(ctx: &Context, request: &'r Request) -> Cow<'r, str> {
     if let Some(token) = request.token() {
-        return token.to_string();
+        return Cow::Borrowed(token);
     }
-    ctx.agent_default_token().unwrap_or_default()
+    Cow::Owned(ctx.agent_default_token().unwrap_or_default())
 }
 
 /// Resolves `secret` against the shard's current version.
@@ -175,9 +177,17 @@ pub fn resolve(ctx: &Context, secret: &str) -> Result<Authz, ApiError> {
         crate::store::acl::cache::ResolveError::NotFound => acl_not_found(),
         other => ApiError::Internal(other.message()),
     })?;
+    // A cache hit carries the shard's copy of the secret: sharing it spares an allocation
+    // per request. Anonymous (the cache resolved the anonymous token's secret for an empty
+    // one) and a client agent's answers carry another or none, and get their own copy.
+    let secret_id = if *resolved.secret_id == *secret {
+        resolved.secret_id
+    } else {
+        Arc::from(secret)
+    };
     Ok(Authz {
         accessor_id: resolved.accessor_id,
-        secret_id: Arc::from(secret),
+        secret_id,
         authorizer: resolved.authorizer,
     })
 }

@@ -343,6 +343,14 @@ pub fn nearest_first(distances: &[Option<f64>]) -> Vec<usize> {
     order
 }
 
+/// The bare elements of [`ServiceQuery::fragments`]' separated ones.
+fn elements<'t>(pretty: bool, separated: &[&'t [u8]]) -> Vec<&'t [u8]> {
+    separated
+        .iter()
+        .map(|part| render::separated_element(pretty, part))
+        .collect()
+}
+
 /// A query about one service. Watches only that service's index key, so a change to any
 /// other service never wakes it.
 pub struct ServiceQuery {
@@ -411,7 +419,8 @@ impl ServiceQuery {
     }
 
     /// The rendered elements of a catalog or health answer, one per matching instance,
-    /// straight from the views' render caches. `None` for the views rendered row by row.
+    /// straight from the views' render caches, each preceded by its separator
+    /// ([`render::separated_fragment`]). `None` for the views rendered row by row.
     fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<&'t [u8]>> {
         let (compact_slot, pretty_slot) = match self.view {
             ServiceView::Catalog | ServiceView::Connect => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
@@ -451,9 +460,10 @@ impl ServiceQuery {
                 _ => render::check_service_node(w, &row),
             };
             if let Some(filter) = &self.filter {
-                let compact = view
-                    .rendered
-                    .get_or_render(compact_slot, || render::fragment(false, render_row));
+                let compact = view.rendered.get_or_render(compact_slot, || {
+                    render::separated_fragment(false, render_row)
+                });
+                let compact = render::separated_element(false, compact);
                 if !filter.matches(&serde_json::from_slice(compact).unwrap_or_default()) {
                     continue;
                 }
@@ -461,7 +471,7 @@ impl ServiceQuery {
             let slot = if pretty { pretty_slot } else { compact_slot };
             parts.push(
                 view.rendered
-                    .get_or_render(slot, || render::fragment(pretty, render_row)),
+                    .get_or_render(slot, || render::separated_fragment(pretty, render_row)),
             );
         }
         if self.near.is_some() {
@@ -491,7 +501,7 @@ impl ServiceQuery {
 
     fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
         if let Some(parts) = self.fragments(tables, pretty) {
-            render::write_array(body, pretty, &parts);
+            render::write_array(body, pretty, &elements(pretty, &parts));
             return;
         }
         let mut w = JsonWriter::new(body, pretty);
@@ -577,12 +587,13 @@ impl Query for ServiceQuery {
         } else if let Some(parts) = self.fragments(tables, reply.pretty) {
             // Each instance's JSON is copied once, from its cache into the response.
             let pretty = reply.pretty;
-            let body_len = render::array_len(pretty, &parts);
+            let body_len = render::separated_array_len(pretty, &parts);
             if body_len >= render::STREAM_BODY_BYTES_MIN {
-                let body = render::StreamedArray::new(tables, pretty, parts);
+                let body = render::StreamedArray::separated(tables, pretty, parts);
                 reply.send_streamed(200, &headers, body);
                 return;
             }
+            let parts = elements(pretty, &parts);
             reply.send_with(200, Some("application/json"), &headers, body_len, |out| {
                 render::write_array(out, pretty, &parts)
             });

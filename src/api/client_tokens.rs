@@ -113,6 +113,7 @@ impl ClientTokens {
         };
         Resolved {
             accessor_id: Arc::from(""),
+            secret_id: Arc::from(""),
             authorizer: Arc::new(Authorizer::default_only(policy)),
         }
     }
@@ -132,6 +133,7 @@ impl ClientTokens {
         let refs: Vec<&rules::PolicyRules> = parsed.iter().collect();
         Ok(Resolved {
             accessor_id: Arc::from(accessor),
+            secret_id: Arc::from(""),
             authorizer: Arc::new(Authorizer::compile(&refs, self.default_policy)),
         })
     }

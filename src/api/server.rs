@@ -554,7 +554,7 @@ fn client_token_to_resolve(
         body: &[],
         acl: std::cell::OnceCell::new(),
     };
-    Some(api::authz::request_secret(ctx, &request))
+    Some(api::authz::request_secret(ctx, &request).into_owned())
 }
 
 /// A blocking query may legitimately take its whole wait on the leader.
