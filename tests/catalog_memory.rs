@@ -15,18 +15,22 @@ struct Counting;
 
 static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 static LIVE_ALLOCATIONS: AtomicIsize = AtomicIsize::new(0);
+/// Live allocations by requested size (the last slot counts every larger size).
+static BY_SIZE: [AtomicIsize; 4097] = [const { AtomicIsize::new(0) }; 4097];
 
 // SAFETY: forwards to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
         LIVE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BY_SIZE[layout.size().min(4096)].fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as ours.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         LIVE_ALLOCATIONS.fetch_sub(1, Ordering::Relaxed);
+        BY_SIZE[layout.size().min(4096)].fetch_sub(1, Ordering::Relaxed);
         // SAFETY: same contract as ours.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -39,10 +43,11 @@ static GLOBAL: Counting = Counting;
 const INSTANCES: usize = 5_000;
 /// Instances per catalog node, as the benchmark registers them.
 const INSTANCES_PER_NODE: usize = 100;
-/// Heap bytes the catalog may keep per instance with one check. It keeps about 510 now
+/// Heap bytes the catalog may keep per instance with one check. It keeps about 424 now
 /// (about 800 before rows used one-word strings and views shrank to five words, about 560
-/// before instance and check rows dropped `Arc`'s weak count and views their fifth word).
-const BYTES_PER_INSTANCE_MAX: isize = 540;
+/// before instance and check rows dropped `Arc`'s weak count and views their fifth word,
+/// 510 before the per-instance indexes left `imbl`'s half-full nodes for `PackedMap`).
+const BYTES_PER_INSTANCE_MAX: isize = 450;
 /// Allocations per instance: the instance and check rows, their distinct strings (ID,
 /// address, check ID, check name), the view's check list, and a share of map nodes.
 const ALLOCATIONS_PER_INSTANCE_MAX: f64 = 8.0;
@@ -131,4 +136,59 @@ fn catalog_keeps_little_per_registered_instance() {
         allocations_per_instance <= ALLOCATIONS_PER_INSTANCE_MAX,
         "{allocations_per_instance} allocations per instance"
     );
+    breakdown(tables);
+}
+
+fn histogram() -> Vec<isize> {
+    BY_SIZE.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+}
+
+/// Prints what each part of the catalog keeps per instance, by freeing the parts one by
+/// one: the services' instance maps (the views), the nodes' check maps (with the check
+/// rows), the nodes' service maps (with the instance rows).
+fn breakdown(mut tables: Tables) {
+    let mut stage = |name: &str, free: &mut dyn FnMut(&mut Tables)| {
+        let bytes = LIVE_BYTES.load(Ordering::Relaxed);
+        let sizes = histogram();
+        free(&mut tables);
+        let freed = bytes - LIVE_BYTES.load(Ordering::Relaxed);
+        let mut by_size: Vec<(usize, isize)> = sizes
+            .iter()
+            .zip(histogram())
+            .enumerate()
+            .map(|(size, (before, after))| (size, before - after))
+            .filter(|(_, n)| *n != 0)
+            .collect();
+        by_size.sort_by_key(|(size, n)| -(*size as isize) * n);
+        let shown: Vec<String> = by_size
+            .iter()
+            .take(8)
+            .map(|(size, n)| format!("{n}×{size}B"))
+            .collect();
+        eprintln!(
+            "  {name}: {} B per instance ({})",
+            freed / INSTANCES as isize,
+            shown.join(", ")
+        );
+    };
+    eprintln!("breakdown:");
+    stage("views (services' instance maps)", &mut |t| {
+        let names: Vec<_> = t.catalog.services.keys().cloned().collect();
+        for name in names {
+            t.catalog.services.get_mut(&name).unwrap().instances = Default::default();
+        }
+    });
+    stage("check maps and check rows", &mut |t| {
+        let nodes: Vec<_> = t.catalog.nodes.keys().cloned().collect();
+        for node in nodes {
+            t.catalog.nodes.get_mut(&node).unwrap().checks = Default::default();
+        }
+    });
+    stage("service maps and instance rows", &mut |t| {
+        let nodes: Vec<_> = t.catalog.nodes.keys().cloned().collect();
+        for node in nodes {
+            t.catalog.nodes.get_mut(&node).unwrap().services = Default::default();
+        }
+    });
+    stage("the rest", &mut |t| *t = Tables::default());
 }

@@ -238,13 +238,21 @@ fn a_cluster_with_every_switch_on_elects_replicates_forwards_and_refuses_the_res
             if keys.matches("tls/burst/").count() == WRITERS * WRITES_PER_WRITER {
                 break;
             }
-            assert!(Instant::now() < deadline, "burst not replicated to {}", server.ip);
+            assert!(
+                Instant::now() < deadline,
+                "burst not replicated to {}",
+                server.ip
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         for (writer, n) in [(0, 0), (7, 13), (WRITERS - 1, WRITES_PER_WRITER - 1)] {
             let value = server.get(&format!("/v1/kv/tls/burst/{writer}-{n}?raw&stale"));
             let expected = vec![b'a' + ((writer + n) % 26) as u8; VALUE_BYTES];
-            assert!(value.body == expected, "value {writer}-{n} on {}", server.ip);
+            assert!(
+                value.body == expected,
+                "value {writer}-{n} on {}",
+                server.ip
+            );
         }
     }
 

@@ -352,26 +352,58 @@ fn touched_kv(before: &kv::KvRows, after: &kv::KvRows) -> Vec<String> {
     }
 }
 
+/// The persistent maps [`touched`] compares: `imbl`'s and the catalog's [`catalog::PackedMap`].
+trait RowMap<K, V> {
+    fn shares_root(&self, other: &Self) -> bool;
+    fn entries(&self) -> Box<dyn Iterator<Item = (&K, &V)> + '_>;
+    fn row(&self, key: &K) -> Option<&V>;
+}
+
+impl<K: Ord + Clone, V: Clone> RowMap<K, V> for OrdMap<K, V> {
+    fn shares_root(&self, other: &Self) -> bool {
+        self.ptr_eq(other)
+    }
+    fn entries(&self) -> Box<dyn Iterator<Item = (&K, &V)> + '_> {
+        Box::new(self.iter())
+    }
+    fn row(&self, key: &K) -> Option<&V> {
+        self.get(key)
+    }
+}
+
+impl<K: Ord + Clone, V: Clone> RowMap<K, V> for catalog::PackedMap<K, V> {
+    fn shares_root(&self, other: &Self) -> bool {
+        self.ptr_eq(other)
+    }
+    fn entries(&self) -> Box<dyn Iterator<Item = (&K, &V)> + '_> {
+        Box::new(self.iter())
+    }
+    fn row(&self, key: &K) -> Option<&V> {
+        self.get(key)
+    }
+}
+
 /// The keys whose rows differ between `before` and `after` (added, removed or replaced).
-fn touched<K, V>(
-    before: &OrdMap<K, V>,
-    after: &OrdMap<K, V>,
+fn touched<K: Clone, V, M: RowMap<K, V>>(
+    before: &M,
+    after: &M,
     same: impl Fn(&V, &V) -> bool,
-) -> Vec<K>
-where
-    K: Ord + Clone,
-    V: Clone,
-{
-    if before.ptr_eq(after) {
+) -> Vec<K> {
+    if before.shares_root(after) {
         // Untouched maps still share their root: nothing to compare.
         return Vec::new();
     }
     let mut keys: Vec<K> = before
-        .iter()
-        .filter(|(k, v)| after.get(*k).is_none_or(|w| !same(*v, w)))
+        .entries()
+        .filter(|(k, v)| after.row(k).is_none_or(|w| !same(v, w)))
         .map(|(k, _)| k.clone())
         .collect();
-    keys.extend(after.keys().filter(|k| !before.contains_key(*k)).cloned());
+    keys.extend(
+        after
+            .entries()
+            .filter(|(k, _)| before.row(k).is_none())
+            .map(|(k, _)| k.clone()),
+    );
     keys
 }
 

@@ -11,10 +11,10 @@ use super::rows::{
     InstanceKey, InstanceKeyRef, Node, NodeCoordinate, RowArc, ServiceAddress, ServiceExtras,
     ServiceInstance, Status, StrMap, Tags, Weights, OTHER_CHECK_TYPE,
 };
+use super::PackedMap;
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
 use crate::store::{Change, CommandResult, Table, Tables};
 use arcstr::ArcStr;
-use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -384,8 +384,8 @@ impl<'a> Tx<'a> {
                     node_key.clone(),
                     NodeEntry {
                         head: Arc::new(NodeHead::new(node, CheckList::empty())),
-                        services: OrdMap::new(),
-                        checks: OrdMap::new(),
+                        services: PackedMap::new(),
+                        checks: PackedMap::new(),
                     },
                 );
             }
@@ -589,7 +589,7 @@ impl<'a> Tx<'a> {
                     name_key.clone(),
                     ServiceGroup {
                         index,
-                        instances: OrdMap::new(),
+                        instances: PackedMap::new(),
                     },
                 );
             }
@@ -1083,7 +1083,7 @@ fn relabel_node_rows(entry: &mut NodeEntry, name: &ArcStr) {
 /// The checks of one service on a node (empty service key: the node's own checks), in
 /// check-ID order. A scan of the node's checks; writes keep each view's list instead.
 pub fn checks_of_service<'m>(
-    checks: &'m OrdMap<ArcStr, RowArc<HealthCheck>>,
+    checks: &'m PackedMap<ArcStr, RowArc<HealthCheck>>,
     service_key: &'m str,
 ) -> impl Iterator<Item = &'m RowArc<HealthCheck>> + 'm {
     checks

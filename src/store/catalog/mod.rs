@@ -34,6 +34,7 @@
 //! - a registration or deregistration applies completely or not at all.
 
 pub mod apply;
+pub mod packed_map;
 pub mod read;
 pub mod render_cache;
 pub mod rows;
@@ -43,6 +44,8 @@ use arcstr::ArcStr;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+pub use packed_map::PackedMap;
 
 pub use apply::{
     CatalogOp, CheckRegistration, CoordinateUpdate, Registration, ServiceRegistration,
@@ -86,10 +89,10 @@ pub struct NodeEntry {
     /// The node row and its node-level checks, shared with every [`InstanceView`] of the node.
     pub head: Arc<NodeHead>,
     /// Folded service ID → instance.
-    pub services: OrdMap<ArcStr, RowArc<ServiceInstance>>,
+    pub services: PackedMap<ArcStr, RowArc<ServiceInstance>>,
     /// Folded check ID → check (node-level and service checks alike; check IDs are unique
     /// per node). Each instance's checks are also listed in its [`InstanceView`].
-    pub checks: OrdMap<ArcStr, RowArc<HealthCheck>>,
+    pub checks: PackedMap<ArcStr, RowArc<HealthCheck>>,
 }
 
 impl NodeEntry {
@@ -166,7 +169,7 @@ impl InstanceView {
 pub struct ServiceGroup {
     /// Consul's `service.<name>` index.
     pub index: u64,
-    pub instances: OrdMap<InstanceKey, InstanceView>,
+    pub instances: PackedMap<InstanceKey, InstanceView>,
 }
 
 /// The catalog tables of one store version.

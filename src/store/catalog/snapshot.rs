@@ -6,9 +6,9 @@ use super::rows::{
     fold_arc, CheckList, HealthCheck, InstanceKey, Node, NodeCoordinate, RowArc, ServiceInstance,
     Tags,
 };
+use super::PackedMap;
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup};
 use arcstr::ArcStr;
-use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -121,8 +121,8 @@ impl CatalogDump {
             }
             let mut entry = NodeEntry {
                 head: Arc::new(NodeHead::new(node.clone(), CheckList::empty())),
-                services: OrdMap::new(),
-                checks: OrdMap::new(),
+                services: PackedMap::new(),
+                checks: PackedMap::new(),
             };
             // Folded service ID → its checks, in check-ID order (empty: node checks).
             let mut lists: HashMap<ArcStr, Vec<RowArc<HealthCheck>>> = HashMap::new();
@@ -148,7 +148,7 @@ impl CatalogDump {
                             name_key.clone(),
                             ServiceGroup {
                                 index,
-                                instances: OrdMap::new(),
+                                instances: PackedMap::new(),
                             },
                         );
                         tables.services.get_mut(&*name_key).expect("just inserted")
