@@ -30,9 +30,12 @@ pub async fn serve_calls(agent: Rc<Agent>, calls: flume::Receiver<AgentCall>) {
         }
         let agent = agent.clone();
         monoio::spawn(async move {
-            // A call that changes the local state ends with `Agent::sync_now`, which answers
-            // once the catalog has the change and the change is durable locally.
+            let queued_before = agent.persist_queued();
             let reply = handle(&agent, call.request, call.pretty).await;
+            // A call that changed persisted state answers once the change is durable.
+            if agent.persist_queued() != queued_before {
+                agent.persisted().await;
+            }
             let _ = call.reply.send(reply);
         });
     }

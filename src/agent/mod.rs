@@ -249,18 +249,6 @@ pub struct SyncControl {
     pub done: Cell<u64>,
     pub finished: Signal,
     wake: RefCell<Option<flume::Sender<()>>>,
-    /// Entries with an operation in flight in some anti-entropy round, with the revision
-    /// it sent (see `sync`): at most one per entry, so the catalog gets them in order.
-    pub in_flight: RefCell<std::collections::HashMap<sync::InFlightKey, u64>>,
-}
-
-impl SyncControl {
-    /// Wakes the anti-entropy loop without requesting a round (a round ended).
-    pub fn wake_loop(&self) {
-        if let Some(wake) = self.wake.borrow().as_ref() {
-            let _ = wake.try_send(());
-        }
-    }
 }
 
 /// Milliseconds since the Unix epoch: persisted TTL states must outlive the process, so
@@ -338,14 +326,10 @@ impl Agent {
         self.persist.as_ref().map_or(0, |p| p.queued())
     }
 
-    /// Waits until the changes queued up to `sequence` (a [`Agent::persist_queued`] value)
-    /// are durable, not those queued after them.
-    pub async fn persisted_through(&self, sequence: u64) {
-        if let Some(wait) = self
-            .persist
-            .as_ref()
-            .and_then(|p| p.flush_through(sequence))
-        {
+    /// Waits until every change queued so far is durable: an API call that changed the
+    /// local state answers only then, as Consul's agent answers after writing its files.
+    pub async fn persisted(&self) {
+        if let Some(wait) = self.persist.as_ref().and_then(|p| p.flush()) {
             let _ = wait.recv_async().await;
         }
     }
@@ -578,24 +562,8 @@ impl Agent {
     }
 
     /// Triggers a sync round and waits (bounded) until it ran, as Consul's agent endpoints
-    /// do before answering; a failed or slow sync is retried by anti-entropy later. Then
-    /// waits until the local changes made before the call are durable: an API call that
-    /// changed the local state answers only then, as Consul's agent answers after writing
-    /// its files. Every agent endpoint that changes the local state ends with this call.
-    ///
-    /// The persister thread writes those changes while the round runs (they were queued
-    /// when made), so the two waits overlap; and only the changes queued *before* the call
-    /// are waited for, so under a stream of registrations a call does not also wait for
-    /// the batch holding the changes of calls that arrived during its round.
+    /// do before answering; a failed or slow sync is retried by anti-entropy later.
     pub async fn sync_now(&self) {
-        let own_changes = self.persist_queued();
-        self.sync_round().await;
-        self.persisted_through(own_changes).await;
-    }
-
-    /// Triggers a sync round and waits (bounded) until a round that started after the
-    /// trigger finished.
-    async fn sync_round(&self) {
         const SYNC_WAIT_MAX: Duration = Duration::from_secs(5);
         let ticket = self.trigger_sync();
         let deadline = Instant::now() + SYNC_WAIT_MAX;

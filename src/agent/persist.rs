@@ -17,21 +17,14 @@
 //! directory: a crash leaves the old record or the new one, never a mix or nothing.
 //!
 //! Every write goes through [`Store::apply`], which takes a batch: it writes each new record
-//! to its temporary file and starts its write-back at once (`sync_file_range`), then waits
-//! for the files with `fdatasync`s issued together from several threads — one after
-//! another, each would cost its own disk cache flush; in flight together, the block layer
-//! merges them — renames them into place and syncs each directory it touched once. It never calls `syncfs`, which would flush the
-//! whole file system (on one box, the servers' WALs and every build's output too). The agent
-//! does not call it on its runtime thread: a [`Persister`] owns two threads, one taking
-//! every change queued since its last batch as the next batch and staging it (the records'
-//! files synced) while the other commits the batch before (renames, directory syncs), so a
-//! burst of registrations shares a journal commit or two instead of three per record
-//! (measured: with one sync per file on shard 0, registration churn through the agent fell
-//! from ~4,000/s to ~600/s). An API
-//! call that changed the local state answers only once its changes are durable
-//! ([`Persister::flush_through`]: its own changes, not the ones queued after them), as when
-//! each record was written in place; TTL check states queued but not yet on disk are read
-//! back from memory.
+//! to its temporary file, makes them all durable with one `syncfs`, renames them into place
+//! and syncs each directory it touched once. The agent does not call it on its runtime
+//! thread: a [`Persister`] owns a thread that takes every change queued since its last batch
+//! as the next batch, so a burst of registrations costs a few syncs instead of three per
+//! record (measured: with one sync per file on shard 0, registration churn through the agent
+//! fell from ~4,000/s to ~600/s). An API call that changed the local state answers only
+//! once its changes are durable ([`Persister::flush`]), as when each record was written in
+//! place; TTL check states queued but not yet on disk are read back from memory.
 //!
 //! Config-file services and checks are never persisted (the files are read again at start).
 //! Records of the first format (one file per registration *body*, under `agent/services/`
@@ -48,7 +41,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Largest record read back (a registration body is limited far below this).
 const RECORD_BYTES_MAX: u64 = 16 << 20;
@@ -60,11 +53,6 @@ const RECORDS_MAX: usize = 100_000;
 const PERSIST_QUEUE_JOBS_MAX: usize = 16_384;
 /// Most queued jobs one batch takes, so one batch's syncs never wait behind an unbounded one.
 const PERSIST_BATCH_JOBS_MAX: usize = 4_096;
-/// Temporary files a batch keeps open between their write and their `fdatasync`; a larger
-/// batch syncs in chunks of this many, so it never holds more descriptors than this.
-const PERSIST_OPEN_FILES_MAX: usize = 256;
-/// Threads one batch syncs its files from at once (see `sync_written`).
-const PERSIST_SYNC_THREADS_MAX: usize = 64;
 /// TTL check states kept in memory until durable; pruning starts above this many.
 const PENDING_STATES_PRUNE_MIN: usize = 1_024;
 
@@ -244,92 +232,16 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Starts writing `file`'s dirty pages back without waiting: a batch starts every file's
-/// write-back before it waits for any, so the first `fdatasync` finds the whole batch's
-/// blocks allocated and commits them in one journal transaction. Only a hint: the
-/// `fdatasync` that follows is what makes the data durable, so a failure here is ignored.
-fn start_write_back(file: &std::fs::File) {
-    // SAFETY: sync_file_range only reads the descriptor, which `file` keeps open.
-    let flags = libc::SYNC_FILE_RANGE_WRITE;
-    let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, flags) };
-}
-
-/// A temporary file written for a batch, waiting to be synced and renamed over its record.
-struct Written {
-    kind: Kind,
-    id: String,
-    temporary: PathBuf,
-    path: PathBuf,
-}
-
-/// A batch whose new records are durable in their temporary files, ready to be renamed
-/// into place; with the removals still to do and what already failed.
-struct Staged {
-    written: Vec<Written>,
-    removals: Vec<(Kind, String)>,
-    failures: Vec<Failure>,
-}
-
-/// Extensions of the temporary files, by batch parity: the persister stages one batch
-/// while it commits the one before, so two batches' files for one record can coexist, and
-/// a third batch is staged only once the first is committed. A crash leaves files with
-/// these extensions, which readers ignore (they read `*.json`) and later batches overwrite.
-const TEMPORARY_EXTENSIONS: [&str; 2] = ["json.tmp", "json.tmp1"];
-
-/// Waits until the data of each open temporary file is durable (`fdatasync`), closing them.
-/// A file that cannot be synced is removed and reported; its entry in `written` becomes
-/// `None`, so it never replaces its record.
-fn sync_written(
-    open: &mut Vec<(usize, std::fs::File)>,
-    written: &mut [Option<Written>],
-    failures: &mut Vec<Failure>,
-) {
-    // One `fdatasync` after another costs a disk cache flush each (measured here: 3.9 ms
-    // per file, 223 ms for 64), while flushes in flight together are merged by the block
-    // layer (64 files: 7 ms). So the files are synced from concurrent threads, at most
-    // `PERSIST_SYNC_THREADS_MAX` at a time.
-    let mut results: Vec<(usize, std::io::Result<()>)> = Vec::with_capacity(open.len());
-    let files: Vec<(usize, std::fs::File)> = std::mem::take(open);
-    for group in files.chunks(PERSIST_SYNC_THREADS_MAX) {
-        if group.len() == 1 {
-            results.push((group[0].0, group[0].1.sync_data()));
-            continue;
-        }
-        std::thread::scope(|scope| {
-            let syncs: Vec<_> = group
-                .iter()
-                .map(|(index, file)| {
-                    let spawned = std::thread::Builder::new()
-                        .name("praetor-persist-sync".into())
-                        .spawn_scoped(scope, move || file.sync_data());
-                    (*index, file, spawned)
-                })
-                .collect();
-            for (index, file, spawned) in syncs {
-                let result = match spawned {
-                    Ok(sync) => sync.join().unwrap_or_else(|_| {
-                        Err(std::io::Error::other(
-                            "the thread syncing the file panicked",
-                        ))
-                    }),
-                    // No thread to be had: sync it here, only slower.
-                    Err(_) => file.sync_data(),
-                };
-                results.push((index, result));
-            }
-        });
-    }
-    drop(files);
-    for (index, result) in results {
-        if let Err(error) = result {
-            let entry = written[index].take().expect("an open file was written");
-            let _ = std::fs::remove_file(&entry.temporary);
-            failures.push(Failure {
-                kind: entry.kind,
-                id: entry.id,
-                error,
-            });
-        }
+/// Flushes every dirty page and inode of the file system holding `dir` and waits for it:
+/// one journal commit for a whole batch of temporary files, where a sync per file would
+/// commit once each.
+fn sync_file_system(dir: &Path) -> std::io::Result<()> {
+    let handle = std::fs::File::open(dir)?;
+    // SAFETY: syncfs only reads the descriptor, which `handle` keeps open for the call.
+    if unsafe { libc::syncfs(handle.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -417,21 +329,12 @@ impl Store {
     /// record more than once, its last change is the one applied. Returns the records that
     /// could not be changed; the others are durable when this returns.
     pub fn apply(&self, ops: Vec<Op>) -> Vec<Failure> {
-        self.commit(self.stage(ops, TEMPORARY_EXTENSIONS[0]))
-    }
-
-    /// The first half of [`Store::apply`]: writes each new record to a temporary file (with
-    /// extension `temporary_extension`) and waits until its data is durable. Nothing a
-    /// reader sees has changed yet.
-    fn stage(&self, ops: Vec<Op>, temporary_extension: &str) -> Staged {
         let mut last: HashMap<(Kind, &str), usize> = HashMap::with_capacity(ops.len());
         for (position, op) in ops.iter().enumerate() {
             last.insert(op.key(), position);
         }
         let mut failures = Vec::new();
-        let mut written: Vec<Option<Written>> = Vec::new();
-        // Written but not yet synced, by index into `written`.
-        let mut open: Vec<(usize, std::fs::File)> = Vec::new();
+        let mut renames = Vec::new();
         let mut removals = Vec::new();
         let mut created = BTreeSet::new();
         for (position, op) in ops.iter().enumerate() {
@@ -453,73 +356,54 @@ impl Store {
                         }
                     }
                     let path = self.path(*kind, id);
-                    let temporary = path.with_extension(temporary_extension);
-                    let file = std::fs::File::create(&temporary).and_then(|mut file| {
-                        file.write_all(bytes)?;
-                        Ok(file)
-                    });
-                    match file {
-                        Ok(file) => {
-                            start_write_back(&file);
-                            written.push(Some(Written {
-                                kind: *kind,
-                                id: id.clone(),
-                                temporary,
-                                path,
-                            }));
-                            open.push((written.len() - 1, file));
-                            if open.len() == PERSIST_OPEN_FILES_MAX {
-                                sync_written(&mut open, &mut written, &mut failures);
-                            }
-                        }
+                    let temporary = path.with_extension("json.tmp");
+                    let written = std::fs::File::create(&temporary)
+                        .and_then(|mut file| file.write_all(bytes));
+                    match written {
+                        Ok(()) => renames.push((*kind, id.as_str(), temporary, path)),
                         Err(e) => failures.push(fail(e)),
                     }
                 }
-                Op::Remove { kind, id } => removals.push((*kind, id.clone())),
+                Op::Remove { kind, id } => removals.push((*kind, id.as_str())),
             }
         }
         // The temporary files' contents must be durable before any of them replaces a
         // record, or a crash could leave a record renamed in but empty.
-        sync_written(&mut open, &mut written, &mut failures);
-        assert!(
-            open.is_empty(),
-            "every written file is synced before a rename"
-        );
-        Staged {
-            written: written.into_iter().flatten().collect(),
-            removals,
-            failures,
+        if !renames.is_empty() {
+            if let Err(e) = sync_file_system(&self.root) {
+                for (kind, id, temporary, _) in renames.drain(..) {
+                    let _ = std::fs::remove_file(&temporary);
+                    failures.push(Failure {
+                        kind,
+                        id: id.to_string(),
+                        error: std::io::Error::new(e.kind(), e.to_string()),
+                    });
+                }
+            }
         }
-    }
-
-    /// The second half of [`Store::apply`]: renames the staged files over their records,
-    /// removes the removed ones, and syncs each directory it touched once. Returns every
-    /// failure of the batch, the staging's included.
-    fn commit(&self, staged: Staged) -> Vec<Failure> {
-        let Staged {
-            written,
-            removals,
-            mut failures,
-        } = staged;
         let mut touched = BTreeSet::new();
-        for entry in written {
-            match std::fs::rename(&entry.temporary, &entry.path) {
+        for (kind, id, temporary, path) in renames {
+            match std::fs::rename(&temporary, &path) {
                 Ok(()) => {
-                    touched.insert(entry.kind);
+                    touched.insert(kind);
                 }
                 Err(error) => failures.push(Failure {
-                    kind: entry.kind,
-                    id: entry.id,
+                    kind,
+                    id: id.to_string(),
                     error,
                 }),
             }
         }
         for (kind, id) in removals {
-            match remove_file(&self.path(kind, &id)) {
+            match remove_file(&self.path(kind, id)) {
                 Ok(()) => {
                     touched.insert(kind);
                 }
-                Err(error) => failures.push(Failure { kind, id, error }),
+                Err(error) => failures.push(Failure {
+                    kind,
+                    id: id.to_string(),
+                    error,
+                }),
             }
         }
         // A rename or an unlink is durable only once its directory entry is.
@@ -650,23 +534,17 @@ impl Store {
     }
 }
 
-/// Changes for the persister thread, the last of which has this sequence number.
-struct Job(Vec<Op>, u64);
-
-/// Callers waiting for a sequence number to become durable, answered by the persister
-/// after each batch (and dropped, which answers them too, when it ends).
-type Waiters = Arc<Mutex<WaitList>>;
-
-#[derive(Default)]
-struct WaitList {
-    waiting: Vec<(u64, flume::Sender<()>)>,
-    /// The persister has ended: nothing will be made durable any more.
-    closed: bool,
+/// What the persister thread is asked to do, in queue order.
+enum Job {
+    /// Changes, the last of which has this sequence number.
+    Changes(Vec<Op>, u64),
+    /// Answered once everything queued before it is durable.
+    Barrier(flume::Sender<()>),
 }
 
 /// The agent's side of the persister thread: changes are queued in order and written in
-/// batches by [`Store::apply`]; [`Persister::flush_through`] waits until a given change is
-/// durable. Used from the agent's thread only.
+/// batches by [`Store::apply`]; [`Persister::flush`] waits until what was queued is durable.
+/// Used from the agent's thread only.
 pub struct Persister {
     store: Arc<Store>,
     jobs: flume::Sender<Job>,
@@ -674,7 +552,6 @@ pub struct Persister {
     queued: Cell<u64>,
     /// Sequence number of the last change the thread made durable (or failed to).
     durable: Arc<AtomicU64>,
-    waiters: Waiters,
     /// TTL check states queued and perhaps not yet on disk (`None`: removed), with the
     /// sequence number that wrote them, so a state is read back as it was last set.
     pending_states: RefCell<HashMap<String, (Option<CheckState>, u64)>>,
@@ -687,21 +564,16 @@ impl Persister {
         let store = Arc::new(Store::new(data_dir));
         let (jobs, queue) = flume::bounded(PERSIST_QUEUE_JOBS_MAX);
         let durable = Arc::new(AtomicU64::new(0));
-        let waiters: Waiters = Arc::default();
         let thread_store = store.clone();
         let thread_durable = durable.clone();
-        let thread_waiters = waiters.clone();
         std::thread::Builder::new()
             .name("agent-persist".into())
-            .spawn(move || {
-                run_persister(&thread_store, &queue, &thread_durable, &thread_waiters)
-            })?;
+            .spawn(move || run_persister(&thread_store, &queue, &thread_durable))?;
         Ok(Persister {
             store,
             jobs,
             queued: Cell::new(0),
             durable,
-            waiters,
             pending_states: RefCell::new(HashMap::new()),
             prune_above: Cell::new(PENDING_STATES_PRUNE_MIN),
         })
@@ -710,11 +582,6 @@ impl Persister {
     /// The records on disk, for reading at start.
     pub fn store(&self) -> &Store {
         &self.store
-    }
-
-    /// Sequence number of the last change the thread made durable (or failed to).
-    pub fn durable(&self) -> u64 {
-        self.durable.load(Ordering::Acquire)
     }
 
     /// Sequence number of the last change queued; compare with a later value to know whether
@@ -747,7 +614,7 @@ impl Persister {
                 _ => {}
             }
         }
-        if self.jobs.send(Job(ops, sequence)).is_err() {
+        if self.jobs.send(Job::Changes(ops, sequence)).is_err() {
             log::error!(
                 "agent: the persister thread is gone; local state changes are not persisted"
             );
@@ -779,123 +646,58 @@ impl Persister {
     /// A receiver answered once every change queued so far is durable, or `None` when
     /// nothing is in flight.
     pub fn flush(&self) -> Option<flume::Receiver<()>> {
-        self.flush_through(self.queued.get())
-    }
-
-    /// A receiver answered once the changes up to sequence number `sequence` (a value
-    /// [`Persister::queued`] returned) are durable, or `None` when they already are. Changes
-    /// queued after it are not waited for: under a stream of registrations, a call waits
-    /// for the batch holding its own change, not for the next one.
-    pub fn flush_through(&self, sequence: u64) -> Option<flume::Receiver<()>> {
-        assert!(
-            sequence <= self.queued.get(),
-            "only a queued change can be waited for"
-        );
-        // Checked under the lock the thread answers under: a batch that ends between the
-        // check and the push still finds this waiter.
-        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if self.durable.load(Ordering::Acquire) >= sequence || waiters.closed {
+        if self.durable.load(Ordering::Acquire) >= self.queued.get() {
             return None;
         }
         let (done, wait) = flume::bounded(1);
-        waiters.waiting.push((sequence, done));
+        if self.jobs.send(Job::Barrier(done)).is_err() {
+            return None;
+        }
         Some(wait)
     }
 }
 
-/// Drops the waiters when the persister thread ends, however it ends (a panic included):
-/// their receivers then return at once instead of waiting for a batch that never comes.
-struct ReleaseWaiters<'a>(&'a Waiters);
-
-impl Drop for ReleaseWaiters<'_> {
-    fn drop(&mut self) {
-        let mut waiters = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        waiters.closed = true;
-        waiters.waiting.clear();
-    }
-}
-
 /// The persister thread: takes everything queued since its last batch (up to
-/// [`PERSIST_BATCH_JOBS_MAX`] jobs) as one batch and stages it ([`Store::stage`]: its new
-/// records written and synced to temporary files), then hands it to a second thread that
-/// commits it ([`Store::commit`]: renames, removals, directory syncs) and answers the
-/// callers waiting for a change it held. While one batch is committed the next is staged,
-/// so the two syncs of consecutive batches overlap (the file system joins concurrent syncs
-/// into one journal commit) and a change queued during a batch waits about one batch, not
-/// two. The hand-off is a rendezvous: a batch is staged only while at most one other is
-/// being committed, which is what lets two temporary-file names per record suffice, and
-/// batches are committed in the order they were queued. Ends when the agent drops its
-/// [`Persister`].
-fn run_persister(
-    store: &Arc<Store>,
-    queue: &flume::Receiver<Job>,
-    durable: &Arc<AtomicU64>,
-    waiters: &Waiters,
-) {
-    let (staged_tx, staged_rx) = flume::bounded::<(Staged, u64)>(0);
-    let committer = {
-        let store = store.clone();
-        let durable = durable.clone();
-        let waiters = waiters.clone();
-        std::thread::Builder::new()
-            .name("agent-persist-commit".into())
-            .spawn(move || commit_batches(&store, &staged_rx, &durable, &waiters))
-    };
-    if let Err(e) = committer {
-        log::error!("agent: cannot start the persister's commit thread: {e}");
-        return;
-    }
-    let mut parity = 0;
-    while let Ok(Job(mut ops, mut last_sequence)) = queue.recv() {
+/// [`PERSIST_BATCH_JOBS_MAX`] jobs) as one batch, applies it, then answers the batch's
+/// barriers. Ends when the agent drops its [`Persister`].
+fn run_persister(store: &Store, queue: &flume::Receiver<Job>, durable: &AtomicU64) {
+    while let Ok(first) = queue.recv() {
+        let mut ops = Vec::new();
+        let mut barriers = Vec::new();
+        let mut last_sequence = None;
+        let mut take = |job: Job| match job {
+            Job::Changes(changes, sequence) => {
+                assert!(
+                    last_sequence.is_none_or(|last| last < sequence),
+                    "changes are queued in sequence order"
+                );
+                last_sequence = Some(sequence);
+                ops.extend(changes);
+            }
+            Job::Barrier(done) => barriers.push(done),
+        };
+        take(first);
         for _ in 1..PERSIST_BATCH_JOBS_MAX {
             match queue.try_recv() {
-                Ok(Job(changes, sequence)) => {
-                    assert!(
-                        last_sequence < sequence,
-                        "changes are queued in sequence order"
-                    );
-                    last_sequence = sequence;
-                    ops.extend(changes);
-                }
+                Ok(job) => take(job),
                 Err(_) => break,
             }
         }
-        let staged = store.stage(ops, TEMPORARY_EXTENSIONS[parity]);
-        parity = 1 - parity;
-        if staged_tx.send((staged, last_sequence)).is_err() {
-            log::error!("agent: the persister's commit thread is gone");
-            return;
-        }
-    }
-}
-
-/// The persister's second thread: commits staged batches in order, then marks their
-/// changes durable and answers the callers waiting for them.
-fn commit_batches(
-    store: &Store,
-    staged: &flume::Receiver<(Staged, u64)>,
-    durable: &AtomicU64,
-    waiters: &Waiters,
-) {
-    let _release = ReleaseWaiters(waiters);
-    while let Ok((batch, last_sequence)) = staged.recv() {
-        for failure in store.commit(batch) {
-            log::warn!("agent: cannot persist {failure}");
-        }
-        let previous = durable.swap(last_sequence, Ordering::AcqRel);
-        assert!(
-            previous < last_sequence,
-            "the durable sequence only moves forward"
-        );
-        let mut waiters = waiters.lock().unwrap_or_else(|e| e.into_inner());
-        waiters.waiting.retain(|(sequence, done)| {
-            if *sequence <= last_sequence {
-                let _ = done.send(());
-                false
-            } else {
-                true
+        if !ops.is_empty() {
+            for failure in store.apply(ops) {
+                log::warn!("agent: cannot persist {failure}");
             }
-        });
+        }
+        if let Some(sequence) = last_sequence {
+            let previous = durable.swap(sequence, Ordering::AcqRel);
+            assert!(
+                previous < sequence,
+                "the durable sequence only moves forward"
+            );
+        }
+        for done in barriers {
+            let _ = done.send(());
+        }
     }
 }
 
@@ -1070,82 +872,6 @@ mod tests {
         }
         assert_eq!(on_disk.load_check_state("ttl", 0), None);
         assert!(persister.flush().is_none(), "everything queued is durable");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_batch_larger_than_the_open_files_limit_lands_whole_and_leaves_no_temporary_file() {
-        let dir = scratch("chunks");
-        let store = Store::new(&dir);
-        let count = PERSIST_OPEN_FILES_MAX * 2 + 3;
-        let mut ops: Vec<Op> = (0..count)
-            .map(|n| {
-                Op::service(
-                    &ServiceRegistration {
-                        id: format!("web-{n}"),
-                        name: "web".into(),
-                        port: n as i32,
-                        ..Default::default()
-                    },
-                    "",
-                )
-            })
-            .collect();
-        // Removals and saves of other kinds in the same batch, as a churn batch holds.
-        ops.push(Op::remove_service("web-0"));
-        ops.push(Op::check(&ttl_check("ttl", "web-1")));
-        assert!(store.apply(ops).is_empty(), "nothing fails");
-        let services = store.load_services();
-        assert_eq!(services.len(), count - 1, "web-0's removal came last");
-        assert!(services.iter().all(|(s, _)| s.id != "web-0"));
-        assert_eq!(store.load_checks(), vec![ttl_check("ttl", "web-1")]);
-        for kind in [Kind::Service, Kind::Check] {
-            let leftovers = std::fs::read_dir(store.dir(kind))
-                .unwrap()
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-                .count();
-            assert_eq!(leftovers, 0, "every temporary file was renamed into place");
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_flush_through_a_change_waits_for_that_change_only() {
-        let dir = scratch("through");
-        let persister = Persister::start(&dir).unwrap();
-        let service = |n: i32| {
-            Op::service(
-                &ServiceRegistration {
-                    id: format!("api-{n}"),
-                    name: "api".into(),
-                    port: n,
-                    ..Default::default()
-                },
-                "",
-            )
-        };
-        persister.queue(vec![service(1)]);
-        let first = persister.queued();
-        if let Some(wait) = persister.flush_through(first) {
-            wait.recv().unwrap();
-        }
-        assert!(persister.durable() >= first);
-        assert!(Store::new(&dir).load_services().len() == 1);
-        // Later changes in flight do not make a caller of the first one wait again.
-        for n in 2..=40 {
-            persister.queue(vec![service(n)]);
-        }
-        assert!(
-            persister.flush_through(first).is_none(),
-            "a durable change is not waited for"
-        );
-        let last = persister.queued();
-        if let Some(wait) = persister.flush_through(last) {
-            wait.recv().unwrap();
-        }
-        assert_eq!(persister.durable(), last);
-        assert_eq!(Store::new(&dir).load_services().len(), 40);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -47,9 +47,6 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
         let _ = crate::shard::logger::set_level(&fresh.log_level);
     }
     if let Err(e) = agent.load_config_definitions(&fresh) {
-        // Some definitions may have been applied (and persisted copies dropped) before
-        // the failure: the answer still waits until those changes are durable.
-        agent.persisted_through(agent.persist_queued()).await;
         return failed(format!("Failed reloading services and checks: {e}"));
     }
     update_config_tokens(agent, &applied_before.acl.tokens, &fresh.acl.tokens);

@@ -14,20 +14,6 @@
 //! A round that fails (no server or leader answered, or the store refused something) is
 //! retried after an exponential back-off from 1 s to 15 s, during which local changes wait
 //! too; the failure is logged once, then at most every 30 s, and the recovery once.
-//!
-//! Up to [`SYNC_ROUNDS_IN_FLIGHT_MAX`] change rounds run at once: a change made while a
-//! round is in flight starts the next round at once instead of waiting for the first to
-//! end, so under a stream of registrations each waits about one Raft commit, not two. An
-//! entry has at most one operation in flight ([`SyncControl::in_flight`] holds what each
-//! sent, by entry and revision), so the catalog receives one entry's operations in the
-//! order they were made, whatever order the rounds' batches (and their retries) land in. A
-//! round that finds an entry in flight at an older revision leaves it out and is
-//! *incomplete*; a handler waits until a *complete* round that started after its change has
-//! ended together with every round started before it (rounds retire in the order they
-//! started), and an incomplete round is followed by another one once it retires, by which
-//! time whatever it left out is no longer in flight. A check sent on its own waits likewise
-//! while its service's registration is in flight (the catalog refuses a check of an
-//! unknown service). A full sync runs alone.
 
 use super::local::LocalState;
 use super::{node_in_sync, self_node_registration, Agent};
@@ -39,20 +25,12 @@ use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};
 use crate::store::CommandResult;
-use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Operations per anti-entropy batch (one Raft entry each).
 pub const SYNC_BATCH_OPS: usize = 128;
-/// Change rounds sending at once. Two let a round start while the previous one waits for
-/// its Raft commit; more would only split the same changes into smaller entries.
-pub const SYNC_ROUNDS_IN_FLIGHT_MAX: usize = 2;
-/// The revision recorded in flight for a deletion (real revisions start at 1 and never
-/// reach it) and for the node registration, which has no revision.
-const IN_FLIGHT_DELETION: u64 = u64::MAX;
-const IN_FLIGHT_NODE: u64 = 0;
 /// How often the loop looks again while no leader (on a client, no server) is known.
 const NOT_WRITABLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Pause after a first failed round; it doubles with every further failure up to
@@ -73,47 +51,6 @@ enum Mark {
     DeletedCheck(String),
 }
 
-impl Mark {
-    /// The entry this mark is about and the revision it sent, as recorded in flight.
-    fn in_flight_key(&self) -> (InFlightKey, u64) {
-        match self {
-            Mark::Node => (InFlightKey::Node, IN_FLIGHT_NODE),
-            Mark::Service(id, revision) => (InFlightKey::Service(id.clone()), *revision),
-            Mark::Check(id, revision) => (InFlightKey::Check(id.clone()), *revision),
-            Mark::DeletedService(id) => (InFlightKey::Service(id.clone()), IN_FLIGHT_DELETION),
-            Mark::DeletedCheck(id) => (InFlightKey::Check(id.clone()), IN_FLIGHT_DELETION),
-        }
-    }
-}
-
-/// An entry of the local state that can have an operation in flight.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum InFlightKey {
-    Node,
-    Service(String),
-    Check(String),
-}
-
-/// How a change round ended.
-#[derive(Debug)]
-enum RoundEnd {
-    /// Everything out of sync when it started was sent or was already in flight at the
-    /// same revision.
-    Complete,
-    /// Some entries were left out because an older revision of them was in flight.
-    Incomplete,
-    /// Something could not be sent (the first reason); it stays out of sync.
-    Failed(String),
-}
-
-/// A change round started by the loop, in start order.
-struct Round {
-    /// The `requested` ticket when it started: every change made before is covered once
-    /// it ends complete, with every round before it.
-    ticket: u64,
-    end: Option<RoundEnd>,
-}
-
 /// Random spread of full syncs across agents, as Consul staggers them.
 fn jittered(interval: Duration) -> Duration {
     let spread = interval.as_millis() as u64 / 8;
@@ -128,52 +65,11 @@ pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
     // While failing, local changes wait for the back-off too: each one would otherwise
     // cost a round against servers that are not there.
     let mut retry_at: Option<Instant> = None;
-    // Change rounds started and not yet retired, in start order; each task writes its end
-    // into its slot (by round number) and wakes the loop.
-    let ends: Rc<RefCell<HashMap<u64, RoundEnd>>> = Rc::default();
-    let mut rounds: VecDeque<(u64, Round)> = VecDeque::new();
-    let mut next_round_number: u64 = 0;
-    // The highest ticket a round started with, and whether a round retired incomplete and
-    // needs a successor even though nothing new was requested.
-    let mut started_through = agent.sync.done.get();
-    let mut follow_up = false;
-    // A round failed: what it could not send is still out of sync and goes again once the
-    // back-off has passed, requested or not.
-    let mut retry_pending = false;
     loop {
         if agent.shard.shutting_down() {
             return;
         }
-        // Retire the rounds that ended, in the order they started.
-        for (number, round) in rounds.iter_mut() {
-            if round.end.is_none() {
-                round.end = ends.borrow_mut().remove(number);
-            }
-        }
-        while rounds.front().is_some_and(|(_, r)| r.end.is_some()) {
-            let (_, round) = rounds.pop_front().expect("checked above");
-            let outcome = match round.end.expect("checked above") {
-                RoundEnd::Complete => Ok(true),
-                RoundEnd::Incomplete => Ok(false),
-                RoundEnd::Failed(reason) => Err(reason),
-            };
-            let complete = !matches!(outcome, Ok(false));
-            follow_up |= !complete;
-            retry_pending |= outcome.is_err();
-            record_outcome(
-                outcome.map(|_| ()),
-                &mut backoff,
-                &mut retry_at,
-                &mut failure_log,
-            );
-            // Waiting handlers are released even when their round failed: their change is
-            // recorded locally and anti-entropy retries it.
-            if complete {
-                agent.sync.done.set(round.ticket.max(agent.sync.done.get()));
-                agent.sync.finished.notify_all();
-            }
-        }
-        let requested = agent.sync.requested.get();
+        let round = agent.sync.requested.get();
         let writable = agent.client.can_write();
         if writable && !was_writable {
             // A leader appeared (or this agent started): compare everything.
@@ -182,70 +78,38 @@ pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
         }
         was_writable = writable;
         let backing_off = retry_at.is_some_and(|at| Instant::now() < at);
-        if writable && !backing_off && Instant::now() >= next_full {
-            // A full sync runs alone: it compares the catalog with local state that no
-            // round in flight is changing the catalog's side of.
-            if rounds.is_empty() {
+        if writable && !backing_off {
+            let outcome = if Instant::now() >= next_full {
                 let outcome = full_sync(&agent).await;
                 next_full = Instant::now() + jittered(agent.ae_interval);
-                let complete = !matches!(outcome, Ok(false));
-                follow_up = !complete;
-                retry_pending = outcome.is_err();
-                record_outcome(
-                    outcome.map(|_| ()),
-                    &mut backoff,
-                    &mut retry_at,
-                    &mut failure_log,
-                );
-                started_through = started_through.max(requested);
-                if complete {
-                    agent.sync.done.set(requested.max(agent.sync.done.get()));
-                    agent.sync.finished.notify_all();
+                outcome
+            } else {
+                sync_changes(&agent).await
+            };
+            match outcome {
+                Ok(()) => {
+                    backoff.succeeded();
+                    retry_at = None;
+                    if failure_log.recovered() {
+                        log::info!("agent: anti-entropy synced again");
+                    }
                 }
-                continue;
+                Err(reason) => {
+                    let delay = backoff.failed(rand::random_range(0.0..1.0));
+                    retry_at = Some(Instant::now() + delay);
+                    if let Some(left_out) = failure_log.allow(Instant::now()) {
+                        log::warn!(
+                            "agent: anti-entropy sync failed: {reason}; retrying in {delay:?}{}",
+                            left_out_note(left_out)
+                        );
+                    }
+                }
             }
-        } else if writable && !backing_off {
-            // Output-only check changes that have waited long enough, and what a failed
-            // round left, go in a round of their own when none is in flight.
-            let idle_work = rounds.is_empty()
-                && (retry_pending
-                    || next_deferred_due(&agent.state.borrow(), agent.check_update_interval)
-                        .is_some_and(|due| due <= Instant::now()));
-            if (requested > started_through || follow_up || idle_work)
-                && rounds.len() < SYNC_ROUNDS_IN_FLIGHT_MAX
-            {
-                started_through = requested;
-                follow_up = false;
-                retry_pending = false;
-                let number = next_round_number;
-                next_round_number += 1;
-                rounds.push_back((
-                    number,
-                    Round {
-                        ticket: requested,
-                        end: None,
-                    },
-                ));
-                let (agent, ends) = (agent.clone(), ends.clone());
-                monoio::spawn(async move {
-                    let end = match sync_changes(&agent).await {
-                        Ok(true) => RoundEnd::Complete,
-                        Ok(false) => RoundEnd::Incomplete,
-                        Err(reason) => RoundEnd::Failed(reason),
-                    };
-                    ends.borrow_mut().insert(number, end);
-                    agent.sync.wake_loop();
-                });
-                continue;
-            }
-        } else if rounds.is_empty() {
-            // Nothing can be sent now: release the waiting handlers (their change is
-            // recorded locally and anti-entropy retries it).
-            started_through = started_through.max(requested);
-            follow_up = false;
-            agent.sync.done.set(requested.max(agent.sync.done.get()));
-            agent.sync.finished.notify_all();
         }
+        // Waiting handlers are released even when nothing could be sent: their change is
+        // recorded locally and anti-entropy retries it.
+        agent.sync.done.set(round.max(agent.sync.done.get()));
+        agent.sync.finished.notify_all();
         let now = Instant::now();
         let mut wait = next_full.saturating_duration_since(now);
         if let Some(due) = next_deferred_due(&agent.state.borrow(), agent.check_update_interval) {
@@ -254,43 +118,12 @@ pub async fn sync_loop(agent: Rc<Agent>, wake: flume::Receiver<()>) {
         if !writable {
             wait = wait.min(NOT_WRITABLE_POLL_INTERVAL);
         }
-        if !rounds.is_empty() && now >= next_full {
-            // The full sync waits for the rounds in flight, whose ends wake the loop.
-            wait = NOT_WRITABLE_POLL_INTERVAL;
-        }
         if let Some(at) = retry_at {
             wait = at.saturating_duration_since(now);
+        } else if agent.sync.requested.get() > round {
+            continue;
         }
         let _ = monoio::time::timeout(wait.max(Duration::from_millis(1)), wake.recv_async()).await;
-    }
-}
-
-/// Notes how a round or full sync ended: resets or lengthens the back-off, logs failures
-/// (limited) and the recovery.
-fn record_outcome(
-    outcome: Result<(), String>,
-    backoff: &mut Backoff,
-    retry_at: &mut Option<Instant>,
-    failure_log: &mut LogLimiter,
-) {
-    match outcome {
-        Ok(()) => {
-            backoff.succeeded();
-            *retry_at = None;
-            if failure_log.recovered() {
-                log::info!("agent: anti-entropy synced again");
-            }
-        }
-        Err(reason) => {
-            let delay = backoff.failed(rand::random_range(0.0..1.0));
-            *retry_at = Some(Instant::now() + delay);
-            if let Some(left_out) = failure_log.allow(Instant::now()) {
-                log::warn!(
-                    "agent: anti-entropy sync failed: {reason}; retrying in {delay:?}{}",
-                    left_out_note(left_out)
-                );
-            }
-        }
     }
 }
 
@@ -305,10 +138,8 @@ fn next_deferred_due(state: &LocalState, defer: Duration) -> Option<Instant> {
 }
 
 /// Compares the catalog's view of this node with the local state, marks the differences,
-/// and sends them. Errs with the first reason the catalog could not be read or written;
-/// `Ok(false)` when something was left out because it was in flight (never when it runs
-/// alone, as the loop runs it).
-pub async fn full_sync(agent: &Agent) -> Result<bool, String> {
+/// and sends them. Errs with the first reason the catalog could not be read or written.
+pub async fn full_sync(agent: &Agent) -> Result<(), String> {
     telemetry::incr(Counter::FullSyncs);
     let config = agent.config.borrow().clone();
     let node_name = config.node_name.clone();
@@ -413,10 +244,8 @@ pub async fn full_sync(agent: &Agent) -> Result<bool, String> {
     sync_changes(agent).await
 }
 
-/// Sends everything out of sync that has no operation in flight. Errs with the first reason
-/// some of it could not be sent; `Ok(false)` when it left something out because an older
-/// revision of it was in flight (the round is incomplete), `Ok(true)` otherwise.
-pub async fn sync_changes(agent: &Agent) -> Result<bool, String> {
+/// Sends everything out of sync. Errs with the first reason some of it could not be sent.
+pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
     let now = Instant::now();
     // Only the node's registration is needed: cloning the whole configuration for it cost
     // every round (one per burst of registrations) a deep copy.
@@ -505,45 +334,8 @@ pub async fn sync_changes(agent: &Agent) -> Result<bool, String> {
         }
         ops
     };
-    // One operation per entry in flight: an entry already in flight at the same revision
-    // is covered by that round; one in flight at an older revision waits for it.
-    let mut complete = true;
-    let ops: Vec<_> = {
-        let state = agent.state.borrow();
-        let mut in_flight = agent.sync.in_flight.borrow_mut();
-        ops.into_iter()
-            .filter(|(_, marks, _)| {
-                let keys: Vec<(InFlightKey, u64)> = marks.iter().map(Mark::in_flight_key).collect();
-                // A check sent on its own needs its service in the catalog first: it waits
-                // while the service's registration is in flight.
-                let standalone = !marks.iter().any(|m| matches!(m, Mark::Service(..)));
-                let service_pending = standalone
-                    && marks.iter().any(|mark| match mark {
-                        Mark::Check(id, _) => state.checks.get(id).is_some_and(|check| {
-                            let service = InFlightKey::Service(check.service_id.clone());
-                            !check.service_id.is_empty() && in_flight.contains_key(&service)
-                        }),
-                        _ => false,
-                    });
-                if service_pending {
-                    complete = false;
-                    return false;
-                }
-                if keys.iter().all(|(key, _)| !in_flight.contains_key(key)) {
-                    in_flight.extend(keys);
-                    return true;
-                }
-                // The node registration has no revision: one in flight may be older.
-                let covered = keys.iter().all(|(key, revision)| {
-                    *key != InFlightKey::Node && in_flight.get(key) == Some(revision)
-                });
-                complete &= covered;
-                false
-            })
-            .collect()
-    };
     if ops.is_empty() {
-        return Ok(complete);
+        return Ok(());
     }
     telemetry::incr(Counter::SyncRounds);
     let mut first_failure: Option<String> = None;
@@ -558,15 +350,6 @@ pub async fn sync_changes(agent: &Agent) -> Result<bool, String> {
         telemetry::add(Counter::SyncOperations, batch.len() as u64);
         let (batch_ops, batch_marks): (Vec<CatalogOp>, Vec<Vec<Mark>>) =
             batch.into_iter().map(|(op, mark, _)| (op, mark)).unzip();
-        // Whatever the batch's fate, its entries are no longer in flight once it is handled.
-        let _landed = InFlightRelease {
-            agent,
-            keys: batch_marks
-                .iter()
-                .flatten()
-                .map(|m| m.in_flight_key().0)
-                .collect(),
-        };
         let token = token.as_deref();
         let sent = CatalogOp::Batch(batch_ops.clone());
         match catalog_result(agent.client.apply_as(sent, token).await) {
@@ -599,27 +382,8 @@ pub async fn sync_changes(agent: &Agent) -> Result<bool, String> {
         }
     }
     match first_failure {
-        None => Ok(complete),
+        None => Ok(()),
         Some(reason) => Err(reason),
-    }
-}
-
-/// Takes a batch's entries out of [`SyncControl::in_flight`] when dropped: after its marks
-/// were applied, on a failure, or if the round's task ends early.
-///
-/// [`SyncControl::in_flight`]: super::SyncControl::in_flight
-struct InFlightRelease<'a> {
-    agent: &'a Agent,
-    keys: Vec<InFlightKey>,
-}
-
-impl Drop for InFlightRelease<'_> {
-    fn drop(&mut self) {
-        let mut in_flight = self.agent.sync.in_flight.borrow_mut();
-        for key in &self.keys {
-            let removed = in_flight.remove(key);
-            debug_assert!(removed.is_some(), "a sent entry was in flight");
-        }
     }
 }
 
