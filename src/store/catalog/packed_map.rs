@@ -5,11 +5,10 @@
 //! full node splits in the middle, so keys inserted in order (fleets register in name
 //! order, and a node's instances one after another) leave every node half empty — at the
 //! catalog's entry sizes about 100 bytes of slack per registered instance. Here a branch is
-//! allocated to exactly its children and a leaf to its entries rounded up to a power of two
-//! (see [`leaf_capacity`]), and an append to a full leaf starts a new one rather than
-//! halving it, so in-order inserts leave full leaves: the overhead is about one node
-//! header per [`LEAF_ENTRIES_MAX`] entries, and slack only in a leaf that is not a power of
-//! two long. A write copies what an
+//! allocated to exactly its children and a leaf to exactly its entries (see
+//! [`leaf_capacity`]), and an append to a full leaf starts a new one rather than halving
+//! it, so in-order inserts leave full leaves: the overhead is about one node header per
+//! [`LEAF_ENTRIES_MAX`] entries. A write copies what an
 //! `imbl` write copies: the one leaf it changes and the branches above it, when another
 //! version shares them; a leaf holds at most [`LEAF_ENTRIES_MAX`] entries, the same bound.
 //!
