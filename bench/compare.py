@@ -429,12 +429,17 @@ class Bench:
                 f"zone:\n  name: consul.\n  zonefile: \"{d}/consul.zone\"\n"
             )
         self.procs.start("nsd", [nsd, "-d", "-c", conf])
+        return self.wait_for_peer_zone("nsd", "NSD", NSD_PORT)
+
+    def wait_for_peer_zone(self, proc, label, port):
+        """None once the peer DNS server answers `web.service.consul` with the zone's three
+        records, else why not."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            answer = dns_query(NSD_PORT, "web.service.consul", timeout=0.3)
+            answer = dns_query(port, "web.service.consul", timeout=0.3)
             if answer and answer[1] == 3:
                 return None
-        return "NSD did not answer: " + self.procs.log_tail("nsd")
+        return f"{label} did not answer: " + self.procs.log_tail(proc)
 
     def start_knot(self):
         """Knot DNS with 2 UDP workers (as NSD's server-count 2), the same zone as NSD, no
@@ -460,12 +465,7 @@ class Bench:
                 f"zone:\n  - domain: consul.\n    file: \"{d}/consul.zone\"\n"
             )
         self.procs.start("knot", [knotd, "-c", conf])
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            answer = dns_query(KNOT_PORT, "web.service.consul", timeout=0.3)
-            if answer and answer[1] == 3:
-                return None
-        return "Knot did not answer: " + self.procs.log_tail("knot")
+        return self.wait_for_peer_zone("knot", "Knot", KNOT_PORT)
 
     def etcd_argv(self, name, member, cluster):
         etcd = shutil.which("etcd") or "/usr/bin/etcd"

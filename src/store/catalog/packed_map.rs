@@ -487,24 +487,7 @@ impl<K: Ord + Clone, V: Clone> PackedMap<K, V> {
 
     /// Every value, for writing; the nodes holding them are copied when shared.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        fn collect<'a, K: Clone, V: Clone>(
-            node: &'a mut Arc<Node<K, V>>,
-            out: &mut Vec<&'a mut V>,
-        ) {
-            match Arc::make_mut(node) {
-                Node::Leaf(entries) => out.extend(entries.iter_mut().map(|(_, v)| v)),
-                Node::Branch(branch) => {
-                    for child in branch.children.iter_mut() {
-                        collect(child, out);
-                    }
-                }
-            }
-        }
-        let mut values = Vec::with_capacity(self.len);
-        if let Some(root) = &mut self.root {
-            collect(root, &mut values);
-        }
-        values.into_iter()
+        self.iter_mut().map(|(_, value)| value)
     }
 
     /// Entries in key order, values for writing (see [`PackedMap::values_mut`]).
