@@ -57,6 +57,26 @@ pub fn normalize_key(key: &str) -> String {
         .collect()
 }
 
+/// Whether `key` normalizes to `normalized` (given normalized), without building the
+/// normalized key: field lookups run once per field of every registration body, and
+/// allocating a normalized copy of each key per lookup was a visible share of an agent
+/// registration's cost.
+pub fn key_is(key: &str, normalized: &str) -> bool {
+    if !key.is_ascii() {
+        return normalize_key(key) == normalized;
+    }
+    let mut wanted = normalized.bytes();
+    for byte in key.bytes() {
+        if byte == b'_' || byte == b'-' {
+            continue;
+        }
+        if wanted.next() != Some(byte.to_ascii_lowercase()) {
+            return false;
+        }
+    }
+    wanted.next().is_none()
+}
+
 /// A JSON object read with lenient field names.
 #[derive(Clone, Copy)]
 pub struct Obj<'a> {
@@ -82,8 +102,7 @@ impl<'a> Obj<'a> {
             if value.is_null() {
                 continue;
             }
-            let normalized = normalize_key(key);
-            if names.contains(&normalized.as_str()) {
+            if names.iter().any(|name| key_is(key, name)) {
                 return Some(value);
             }
         }
@@ -287,6 +306,46 @@ fn kind(value: &Value) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn key_is_agrees_with_normalizing_the_key() {
+        let keys = [
+            "Port",
+            "PORT",
+            "port",
+            "po_rt",
+            "p-o_R-t",
+            "Ports",
+            "Por",
+            "",
+            "_",
+            "-port-",
+            "enable_tag_override",
+            "EnableTagOverride",
+            "Enable-Tag-Override",
+            "ÄPort",
+            "PORTİ",
+            "Straße",
+            "STRASSE",
+        ];
+        let names = [
+            "port",
+            "enabletagoverride",
+            "",
+            "strasse",
+            "straße",
+            "äport",
+        ];
+        for key in keys {
+            for name in names {
+                assert_eq!(
+                    key_is(key, name),
+                    normalize_key(key) == name,
+                    "key {key:?} against {name:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn field_names_match_in_any_case_and_style() {
