@@ -51,10 +51,30 @@ fn nesting_depth(body: &[u8]) -> usize {
 
 /// The canonical form field names are compared in: lowercase, without `_` and `-`.
 pub fn normalize_key(key: &str) -> String {
+    normalized_chars(key).collect()
+}
+
+fn normalized_chars(key: &str) -> impl Iterator<Item = char> + '_ {
     key.chars()
         .filter(|c| *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
-        .collect()
+}
+
+/// Whether `key` normalizes to `normalized` (`normalize_key(key) == normalized`), without
+/// building the normalized text: a registration body is read with ~40 lookups, each
+/// comparing every key of its object.
+pub fn key_matches(key: &str, normalized: &str) -> bool {
+    if key.is_ascii() {
+        // The common case, byte by byte: ASCII lowercases to one ASCII byte.
+        let mut wanted = normalized.bytes();
+        for b in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
+            if wanted.next() != Some(b.to_ascii_lowercase()) {
+                return false;
+            }
+        }
+        return wanted.next().is_none();
+    }
+    normalized_chars(key).eq(normalized.chars())
 }
 
 /// A JSON object read with lenient field names.
@@ -82,8 +102,7 @@ impl<'a> Obj<'a> {
             if value.is_null() {
                 continue;
             }
-            let normalized = normalize_key(key);
-            if names.contains(&normalized.as_str()) {
+            if names.iter().any(|name| key_matches(key, name)) {
                 return Some(value);
             }
         }
@@ -301,6 +320,42 @@ mod tests {
         assert_eq!(o.duration_ns(&["interval"]).unwrap(), 90_000_000_000);
         assert_eq!(o.duration_ns(&["ttl"]).unwrap(), 1000);
         assert_eq!(o.duration_ns(&["missing"]).unwrap(), 0);
+    }
+
+    #[test]
+    fn key_matches_agrees_with_normalize_key() {
+        let keys = [
+            "ServiceID",
+            "service_id",
+            "Service-ID",
+            "serviceid",
+            "ServiceIDs",
+            "Service",
+            "",
+            "_",
+            "İD",
+            "ÉTAT",
+            "état",
+            "Straße",
+        ];
+        let names = [
+            "serviceid",
+            "service",
+            "",
+            "id",
+            "i\u{307}d",
+            "état",
+            "straße",
+        ];
+        for key in keys {
+            for name in names {
+                assert_eq!(
+                    key_matches(key, name),
+                    normalize_key(key) == name,
+                    "{key:?} against {name:?}"
+                );
+            }
+        }
     }
 
     #[test]
