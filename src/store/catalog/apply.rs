@@ -13,7 +13,7 @@ use super::rows::{
 };
 use super::PackedMap;
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
-use crate::store::{Change, CommandResult, Table, Tables};
+use crate::store::{Change, ChangeKey, CommandResult, Table, Tables};
 use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -147,9 +147,14 @@ struct Tx<'a> {
     cat: &'a mut CatalogTables,
     index: u64,
     changes: Vec<Change>,
-    seen: HashSet<Change, ahash::RandomState>,
+    /// Every change so far, once there are more than [`CHANGES_SCANNED_MAX`] (a batch).
+    seen: Option<HashSet<Change, ahash::RandomState>>,
     bumped: [bool; 4],
 }
+
+/// Up to this many changes, a new change is deduplicated by scanning the list (a single
+/// registration makes four or five); beyond, by a hash set of them all.
+const CHANGES_SCANNED_MAX: usize = 16;
 
 const BUMP_NODES: usize = 0;
 const BUMP_SERVICES: usize = 1;
@@ -158,9 +163,31 @@ const BUMP_COORDINATES: usize = 3;
 
 impl<'a> Tx<'a> {
     fn touch(&mut self, table: Table, key: &ArcStr) {
-        // Change keys are the store-wide `Arc<str>`; a write touches only a handful.
+        // Change keys are the store-wide `Arc<str>`; a write touches only a handful, often
+        // the same key in several tables (a service name in `Services` and `ServiceIndex`,
+        // a node in `Checks` and `NodeServices`), which then share one allocation.
+        if self.changes.len() <= CHANGES_SCANNED_MAX {
+            let mut same_text = None;
+            for change in &self.changes {
+                if let ChangeKey::Key(text) = &change.key {
+                    if **text == **key {
+                        if change.table == table {
+                            return;
+                        }
+                        same_text = Some(text);
+                    }
+                }
+            }
+            let text = same_text.map_or_else(|| Arc::from(&**key), Arc::clone);
+            self.changes.push(Change::key(table, &text));
+            return;
+        }
+        let changes = &self.changes;
+        let seen = self
+            .seen
+            .get_or_insert_with(|| changes.iter().cloned().collect());
         let change = Change::key(table, &Arc::from(&**key));
-        if self.seen.insert(change.clone()) {
+        if seen.insert(change.clone()) {
             self.changes.push(change);
         }
     }
@@ -188,10 +215,7 @@ impl<'a> Tx<'a> {
 
     fn register(&mut self, reg: &Registration) -> Result<(), String> {
         let plan = self.plan_registration(reg)?;
-        let node_key: ArcStr = match self.cat.nodes.get_key_value(&*fold(&reg.node)) {
-            Some((key, _)) => key.clone(),
-            None => ArcStr::from(&*fold(&reg.node)),
-        };
+        let node_key = plan.node_key;
         if let Some(old) = &plan.rename_from {
             self.delete_node(old);
         }
@@ -222,7 +246,10 @@ impl<'a> Tx<'a> {
             ));
         }
         let node_key = fold(&reg.node);
-        let existing = self.cat.nodes.get(&*node_key);
+        let (stored_key, existing) = match self.cat.nodes.get_key_value(&*node_key) {
+            Some((key, entry)) => (Some(key), Some(entry)),
+            None => (None, None),
+        };
         let write_node = match existing {
             None => true,
             Some(entry) => !reg.skip_node_update && node_differs(entry.node(), reg),
@@ -261,7 +288,7 @@ impl<'a> Tx<'a> {
         }
         let request_service = reg.service.as_ref().map(|s| {
             let id = if s.id.is_empty() { &s.name } else { &s.id };
-            fold(id).into_owned()
+            fold(id)
         });
         for check in &reg.checks {
             if check.check_id.is_empty() {
@@ -278,7 +305,7 @@ impl<'a> Tx<'a> {
             }
             if !check.service_id.is_empty() {
                 let wanted = fold(&check.service_id);
-                let in_request = request_service.as_deref() == Some(&*wanted);
+                let in_request = request_service.as_deref() == Some(&wanted);
                 let registered = existing.is_some_and(|e| e.services.contains_key(&*wanted));
                 if !in_request && !registered {
                     return Err(format!(
@@ -291,6 +318,10 @@ impl<'a> Tx<'a> {
         Ok(Plan {
             write_node,
             rename_from,
+            node_key: match stored_key {
+                Some(key) => key.clone(),
+                None => ArcStr::from(&*node_key),
+            },
         })
     }
 
@@ -477,6 +508,8 @@ impl<'a> Tx<'a> {
     }
 
     /// Replaces, inserts or (with `None`) removes check `check_key` in one instance's view.
+    /// The view is rebuilt in place (a new view: fresh renderings), its instance and node
+    /// part as they are — both current, as every write that changes them refreshes its views.
     fn edit_view_checks(
         &mut self,
         node_key: &ArcStr,
@@ -493,17 +526,31 @@ impl<'a> Tx<'a> {
         else {
             return;
         };
-        let mut list: Vec<RowArc<HealthCheck>> = self
-            .view_checks(&name_key, node_key, service_key)
-            .iter()
-            .filter(|c| *fold(&c.check_id) != *check_key)
-            .cloned()
-            .collect();
+        let Some(view) = self.cat.services.get_mut(&*name_key).and_then(|g| {
+            g.instances.get_mut(&InstanceKeyRef {
+                node: node_key,
+                service_id: service_key,
+            })
+        }) else {
+            debug_assert!(false, "a registered instance has its view");
+            return;
+        };
+        let mut list: Vec<RowArc<HealthCheck>> = Vec::with_capacity(view.checks.len() + 1);
+        list.extend(
+            view.checks
+                .iter()
+                .filter(|c| *fold(&c.check_id) != *check_key)
+                .cloned(),
+        );
         if let Some(check) = check {
             let at = list.partition_point(|c| *fold(&c.check_id) < *check_key);
             list.insert(at, check);
         }
-        self.refresh_views(node_key, Some(service_key), Some(CheckList::new(list)));
+        *view = InstanceView::new(
+            view.service.clone(),
+            view.head.clone(),
+            CheckList::new(list),
+        );
     }
 
     fn upsert_service(&mut self, node_key: &ArcStr, service: &ServiceRegistration) {
@@ -522,15 +569,14 @@ impl<'a> Tx<'a> {
             Some((key, row)) => (Some(key.clone()), Some(row.clone())),
             None => (None, None),
         };
-        let name_key: ArcStr = match self.cat.services.get_key_value(&*fold(&service.name)) {
-            Some((key, _)) => key.clone(),
-            None => ArcStr::from(&*fold(&service.name)),
-        };
-        let group_sample = self
-            .cat
-            .services
-            .get(&*name_key)
-            .and_then(|g| g.instances.values().next().map(|v| v.service.clone()));
+        let (name_key, group_sample): (ArcStr, _) =
+            match self.cat.services.get_key_value(&*fold(&service.name)) {
+                Some((key, group)) => (
+                    key.clone(),
+                    group.instances.first_value().map(|v| v.service.clone()),
+                ),
+                None => (ArcStr::from(&*fold(&service.name)), None),
+            };
         let instance = RowArc::new(instance_row(
             service,
             node_name,
@@ -732,7 +778,7 @@ impl<'a> Tx<'a> {
     /// The name of a check called `name` on another instance of `service`, to share.
     fn sample_check_name(&self, service: &ServiceInstance, name: &str) -> Option<ArcStr> {
         let group = self.cat.services.get(&*fold(&service.name))?;
-        let view = group.instances.values().next()?;
+        let view = group.instances.first_value()?;
         view.checks
             .iter()
             .find(|c| *c.name == *name)
@@ -1046,6 +1092,8 @@ struct Plan {
     write_node: bool,
     /// Another node that held this node's ID, removed first (a node rename).
     rename_from: Option<ArcStr>,
+    /// The node's folded name: the stored key when the node exists.
+    node_key: ArcStr,
 }
 
 fn node_differs(node: &Node, reg: &Registration) -> bool {
@@ -1123,7 +1171,7 @@ pub(in crate::store) fn apply(
             cat: &mut tables.catalog,
             index,
             changes: Vec::new(),
-            seen: HashSet::default(),
+            seen: None,
             bumped: [false; 4],
         };
         let result = tx.apply_op(op);

@@ -225,7 +225,7 @@ impl<K: Ord + Clone, V: Clone> Node<K, V> {
             }
             Node::Branch(branch) => {
                 let at = branch.child_for(&key);
-                let inserted = Arc::make_mut(&mut branch.children[at]).insert(key, value);
+                let inserted = insert_into(&mut branch.children[at], key, value);
                 let Some((separator, child)) = inserted.split else {
                     return inserted;
                 };
@@ -270,8 +270,7 @@ impl<K: Ord + Clone, V: Clone> Node<K, V> {
             }
             Node::Branch(branch) => {
                 let at = branches[0] as usize;
-                let removed =
-                    Arc::make_mut(&mut branch.children[at]).remove_at(&branches[1..], entry);
+                let removed = remove_from(&mut branch.children[at], &branches[1..], entry);
                 let width = branch.children[at].width();
                 if width == 0 {
                     boxed_remove(&mut branch.children, at);
@@ -283,6 +282,56 @@ impl<K: Ord + Clone, V: Clone> Node<K, V> {
             }
         }
     }
+}
+
+/// Inserts into the subtree `node`, copying it first if another version shares it. A shared
+/// leaf that takes the entry without splitting is copied with the entry in place, in one
+/// allocation of its new size, instead of copied and then grown.
+fn insert_into<K: Ord + Clone, V: Clone>(
+    node: &mut Arc<Node<K, V>>,
+    key: K,
+    value: V,
+) -> Inserted<K, V> {
+    if !node.is_unique() {
+        if let Node::Leaf(entries) = &**node {
+            if entries.len() < LEAF_ENTRIES_MAX {
+                if let Err(at) = entries.binary_search_by(|(k, _)| k.cmp(&key)) {
+                    let mut copy = Vec::with_capacity(leaf_capacity(entries.len() + 1));
+                    copy.extend(entries[..at].iter().cloned());
+                    copy.push((key, value));
+                    copy.extend(entries[at..].iter().cloned());
+                    *node = Arc::new(Node::Leaf(copy));
+                    return Inserted {
+                        replaced: None,
+                        split: None,
+                    };
+                }
+            }
+        }
+    }
+    Arc::make_mut(node).insert(key, value)
+}
+
+/// Removes the entry at the end of `branches` from the subtree `node`, copying it first if
+/// another version shares it. A shared leaf is copied without the entry, in one allocation
+/// of its new size, instead of copied and then shrunk.
+fn remove_from<K: Ord + Clone, V: Clone>(
+    node: &mut Arc<Node<K, V>>,
+    branches: &[u8],
+    entry: usize,
+) -> (K, V) {
+    if !node.is_unique() {
+        if let Node::Leaf(entries) = &**node {
+            debug_assert!(branches.is_empty(), "a path ends in a leaf");
+            let removed = entries[entry].clone();
+            let mut copy = Vec::with_capacity(leaf_capacity(entries.len() - 1));
+            copy.extend(entries[..entry].iter().cloned());
+            copy.extend(entries[entry + 1..].iter().cloned());
+            *node = Arc::new(Node::Leaf(copy));
+            return removed;
+        }
+    }
+    Arc::make_mut(node).remove_at(branches, entry)
 }
 
 impl<K: Clone, V: Clone> Branch<K, V> {
@@ -399,6 +448,17 @@ impl<K, V> PackedMap<K, V> {
         self.find(key).is_some()
     }
 
+    /// The value of the smallest key; unlike `values().next()`, allocates no iterator stack.
+    pub fn first_value(&self) -> Option<&V> {
+        let mut node = self.root.as_deref()?;
+        loop {
+            match node {
+                Node::Leaf(entries) => return entries.first().map(|(_, v)| v),
+                Node::Branch(branch) => node = &branch.children[0],
+            }
+        }
+    }
+
     /// Entries in key order.
     pub fn iter(&self) -> Iter<'_, K, V> {
         let mut iter = Iter {
@@ -446,7 +506,7 @@ impl<K: Ord + Clone, V: Clone> PackedMap<K, V> {
             self.len = 1;
             return None;
         };
-        let inserted = Arc::make_mut(root).insert(key, value);
+        let inserted = insert_into(root, key, value);
         if let Some((separator, right)) = inserted.split {
             let left = self.root.take().expect("root present");
             self.root = Some(Arc::new(Node::Branch(Branch {
@@ -465,7 +525,7 @@ impl<K: Ord + Clone, V: Clone> PackedMap<K, V> {
         // Find the key first, so that a miss copies nothing and the copy compares no keys.
         let path = self.path_to(key)?;
         let root = self.root.as_mut().expect("found in it");
-        let removed = Arc::make_mut(root).remove_at(path.branches(), path.entry);
+        let removed = remove_from(root, path.branches(), path.entry);
         self.len -= 1;
         // A root branch left with one child hands the root to it.
         while let Some(Node::Branch(branch)) = self.root.as_deref() {
@@ -704,6 +764,7 @@ mod tests {
             }
             if step.is_multiple_of(1_000) {
                 map.check();
+                assert_eq!(map.first_value(), model.values().next());
                 versions.push((map.clone(), model.clone()));
             }
             if step.is_multiple_of(97) {
