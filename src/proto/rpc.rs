@@ -23,6 +23,10 @@ pub const PROTOCOL_RPC: u8 = 0x04;
 pub const FRAME_BYTES_MAX: usize = 80 << 20;
 /// `kind u8 | request_id u64` after the length.
 pub const FRAME_HEADER_BYTES: usize = 9;
+/// Most room reserved ahead for a frame not yet received: a frame's claimed length is only
+/// a claim until its bytes arrive, so a peer that sends a header claiming 80 MB and then
+/// nothing costs this much, and a real large frame grows the buffer as its bytes come.
+pub const FRAME_RESERVE_AHEAD_BYTES: usize = 1 << 20;
 
 /// Frame kinds.
 pub mod kind {
@@ -95,8 +99,9 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         return Err(FrameError::Truncated);
     }
     if buf.len() < 4 + body_len {
-        // Reserve once for the whole frame so the next reads do not reallocate repeatedly.
-        buf.reserve(4 + body_len - buf.len());
+        // Reserve for the rest of the frame, up to a bound, so the next reads of a frame
+        // that is really coming do not reallocate repeatedly.
+        buf.reserve((4 + body_len - buf.len()).min(FRAME_RESERVE_AHEAD_BYTES));
         return Ok(None);
     }
     buf.advance(4);
@@ -113,6 +118,33 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claimed_length_reserves_only_a_bounded_room_ahead() {
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&(FRAME_BYTES_MAX as u32).to_le_bytes());
+        assert!(decode_frame(&mut buf).unwrap().is_none());
+        assert!(
+            buf.capacity() <= 2 * (4 + FRAME_RESERVE_AHEAD_BYTES),
+            "a bare header reserved {} bytes",
+            buf.capacity()
+        );
+        // A frame larger than the bound still arrives whole, however it is cut.
+        let payload = vec![7u8; 3 * FRAME_RESERVE_AHEAD_BYTES];
+        let mut wire = BytesMut::new();
+        encode_frame(&mut wire, kind::PING, 9, &payload);
+        let mut buf = BytesMut::new();
+        let mut frame = None;
+        for piece in wire.chunks(64 * 1024) {
+            buf.extend_from_slice(piece);
+            if let Some(f) = decode_frame(&mut buf).unwrap() {
+                frame = Some(f);
+            }
+        }
+        let frame = frame.expect("the frame arrived");
+        assert_eq!((frame.kind, frame.request_id), (kind::PING, 9));
+        assert_eq!(&frame.payload[..], &payload[..]);
+    }
 
     #[test]
     fn frames_round_trip_in_pieces() {
