@@ -361,10 +361,13 @@ fn obtain(
             Ok(response) => {
                 let mut roots = response.server_ca_roots_pem.clone();
                 roots.extend(response.agent_ca_roots_pem.iter().cloned());
-                tls.install_auto_certificate(&response.certificate_pem, &key_pem, &roots)
-                    .map_err(|e| {
-                        format!("{addr} signed a certificate this agent cannot use: {e}")
-                    })?;
+                tls.install_auto_certificate(
+                    &response.certificate_pem,
+                    &key_pem,
+                    &roots,
+                    response.verify_server_hostname,
+                )
+                .map_err(|e| format!("{addr} signed a certificate this agent cannot use: {e}"))?;
                 log::info!(
                     "auto_encrypt: received the certificate of {} from {addr}, valid until {}",
                     config.node_name,

@@ -149,6 +149,10 @@ pub struct AutoMaterial {
     /// Client agents: the CA the servers' own certificates chain to (Consul's
     /// `ManualCARoots`), used where no CA is configured.
     pub server_roots: Vec<CertificateDer<'static>>,
+    /// Client agents: the servers' answer asked for their name to be checked (Consul's
+    /// `autoTLS.verifyServerHostname`). It can only turn the check on: a client configured
+    /// with `verify_server_hostname` keeps it whatever the servers say.
+    pub verify_server_hostname: bool,
 }
 
 impl AutoMaterial {
@@ -229,6 +233,7 @@ impl TlsConfigurator {
         certificate_pem: &str,
         key_pem: &str,
         server_roots_pem: &[String],
+        verify_server_hostname: bool,
     ) -> Result<u64, String> {
         let chain = files::pem_slice_certificates(certificate_pem.as_bytes(), "certificate")?;
         let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
@@ -244,12 +249,17 @@ impl TlsConfigurator {
         let previous = (
             auto.certificate.replace((chain, key)),
             std::mem::replace(&mut auto.server_roots, server_roots),
+            std::mem::replace(&mut auto.verify_server_hostname, verify_server_hostname),
         );
         let config = self.current.load().config.clone();
         match self.rebuild(&config, &auto) {
             Ok(generation) => Ok(generation),
             Err(e) => {
-                (auto.certificate, auto.server_roots) = previous;
+                (
+                    auto.certificate,
+                    auto.server_roots,
+                    auto.verify_server_hostname,
+                ) = previous;
                 Err(e)
             }
         }
@@ -478,7 +488,18 @@ fn load_side(
         let key_pair = key_pair
             .as_ref()
             .map(|(chain, key)| (chain.clone(), key.clone_key()));
-        rpc_client_config(settings, key_pair, dialing_roots, config.auto_tls())?
+        // The servers' auto-encrypt answer may turn the name check on for how we dial them.
+        let adopted;
+        let dialing = if auto.verify_server_hostname && !settings.verify_server_hostname {
+            adopted = ProtocolTls {
+                verify_server_hostname: true,
+                ..settings.clone()
+            };
+            &adopted
+        } else {
+            settings
+        };
+        rpc_client_config(dialing, key_pair, dialing_roots, config.auto_tls())?
     } else {
         None
     };

@@ -849,6 +849,7 @@ fn an_auto_encrypt_certificate_is_presented_when_no_file_is_configured() {
             &read("client.pem"),
             &read("client-key.pem"),
             &[read("ca.pem")],
+            false,
         )
         .unwrap();
     assert_eq!(generation, 2);
@@ -857,7 +858,46 @@ fn an_auto_encrypt_certificate_is_presented_when_no_file_is_configured() {
     assert!(dialer.client_auth_cert_resolver.has_certs());
     // A key that is not PEM changes nothing.
     assert!(tls
-        .install_auto_certificate(&read("client.pem"), "nope", &[])
+        .install_auto_certificate(&read("client.pem"), "nope", &[], true)
         .is_err());
     assert_eq!(tls.current().generation, 2);
+}
+
+#[test]
+fn an_auto_encrypt_answer_can_turn_the_server_name_check_on() {
+    let pki = Pki::new("auto-vsh");
+    let read = |name: &str| std::fs::read_to_string(pki.path(name)).unwrap();
+    // A server presenting a certificate that chains to the CA but does not name
+    // `server.dc1.consul` (a client's certificate).
+    let impostor = TlsConfigurator::new(
+        &TlsConfig {
+            internal_rpc: pki.protocol("client", "ca"),
+            ..TlsConfig::default()
+        },
+        identity(false),
+    )
+    .unwrap();
+    let mut config = TlsConfig::default();
+    config.auto_encrypt.tls = true;
+    for verify_server_hostname in [false, true] {
+        let client = TlsConfigurator::new(&config, identity(false)).unwrap();
+        client
+            .install_auto_certificate(
+                &read("client.pem"),
+                &read("client-key.pem"),
+                &[read("ca.pem")],
+                verify_server_hostname,
+            )
+            .unwrap();
+        let (dialer, name) = client.rpc_client().unwrap();
+        let server = impostor.server_config(Protocol::InternalRpc).unwrap();
+        let (_, connected) = run(handshake_pair(server, dialer, name));
+        // Without the check any server chaining to the CA passes (Consul's
+        // verify_outgoing alone); with it, the name must be the servers'.
+        assert_eq!(
+            connected.is_ok(),
+            !verify_server_hostname,
+            "verify_server_hostname from the answer: {verify_server_hostname}"
+        );
+    }
 }
