@@ -183,8 +183,11 @@ pub struct Store {
 struct Located {
     frame_offset: u64,
     frame_bytes: u32,
-    /// Offset of the record's bytes from the frame's start.
-    record_start: u32,
+}
+
+/// Offset of a saved record's bytes from its frame's start: they follow the ID.
+fn record_start(id: &str) -> usize {
+    FRAME_HEADER_BYTES + FRAME_PAYLOAD_HEAD_BYTES + id.len()
 }
 
 /// The open log and the position of each live record in it.
@@ -319,8 +322,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Appends one frame for `op` to `buffer`; returns the record's offset within the frame.
-fn encode_frame(buffer: &mut Vec<u8>, op: &Op) -> u32 {
+/// Appends one frame for `op` to `buffer`.
+fn encode_frame(buffer: &mut Vec<u8>, op: &Op) {
     let (tag, kind, id, record): (u8, Kind, &str, &[u8]) = match op {
         Op::Save { kind, id, bytes } => (FRAME_SAVE, *kind, id, bytes),
         Op::Remove { kind, id } => (FRAME_REMOVE, *kind, id, &[]),
@@ -338,19 +341,17 @@ fn encode_frame(buffer: &mut Vec<u8>, op: &Op) -> u32 {
     buffer.push(kind.code());
     buffer.extend_from_slice(&(id.len() as u32).to_le_bytes());
     buffer.extend_from_slice(id.as_bytes());
-    let record_start = (buffer.len() - start) as u32;
+    assert_eq!(buffer.len() - start, record_start(id));
     buffer.extend_from_slice(record);
     let crc = crc32c::crc32c(&buffer[payload_start..]);
     buffer[payload_start - 4..payload_start].copy_from_slice(&crc.to_le_bytes());
-    record_start
 }
 
-/// One frame read back: what it does, to which record, and where the record's bytes are.
+/// One frame read back: what it does, to which record.
 struct Decoded {
     save: bool,
     kind: Kind,
     id: String,
-    record_start: u32,
 }
 
 /// Decodes a frame's payload whose CRC matched.
@@ -374,7 +375,6 @@ fn decode_payload(payload: &[u8]) -> Option<Decoded> {
         save,
         kind,
         id: id.to_string(),
-        record_start: (FRAME_HEADER_BYTES + id_end) as u32,
     })
 }
 
@@ -455,7 +455,6 @@ impl Log {
             let located = Located {
                 frame_offset: offset,
                 frame_bytes,
-                record_start: frame.record_start,
             };
             self.record(frame.kind, frame.id, frame.save.then_some(located));
             offset += u64::from(frame_bytes);
@@ -525,11 +524,10 @@ impl Log {
                 saved_here.insert((kind, id));
             }
             let frame_start = buffer.len();
-            let record_start = encode_frame(&mut buffer, op);
+            encode_frame(&mut buffer, op);
             let located = Located {
                 frame_offset: self.end_bytes + frame_start as u64,
                 frame_bytes: (buffer.len() - frame_start) as u32,
-                record_start,
             };
             placed.push((kind, id, save.then_some(located)));
         }
@@ -614,13 +612,11 @@ impl Log {
     /// The bytes of a live record.
     fn read(&self, kind: Kind, id: &str) -> Option<std::io::Result<Vec<u8>>> {
         let located = self.index.get(&(kind, id.to_string()))?;
-        let mut bytes = vec![0u8; (located.frame_bytes - located.record_start) as usize];
+        let start = record_start(id);
+        let mut bytes = vec![0u8; located.frame_bytes as usize - start];
         Some(
             self.file
-                .read_exact_at(
-                    &mut bytes,
-                    located.frame_offset + u64::from(located.record_start),
-                )
+                .read_exact_at(&mut bytes, located.frame_offset + start as u64)
                 .map(|()| bytes),
         )
     }

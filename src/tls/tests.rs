@@ -147,6 +147,13 @@ fn https_only(protocol: ProtocolTls) -> TlsConfig {
     }
 }
 
+fn rpc_only(protocol: ProtocolTls) -> TlsConfig {
+    TlsConfig {
+        internal_rpc: protocol,
+        ..TlsConfig::default()
+    }
+}
+
 fn run<F: std::future::Future>(future: F) -> F::Output {
     monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .enable_timer()
@@ -365,14 +372,8 @@ fn wrong_ca_expired_certificate_and_hostname_mismatch_read_clearly() {
         let dialer = TlsConfigurator::new(&agent, identity(false)).unwrap();
         let (client_config, name) = dialer.rpc_client().unwrap();
         assert_eq!(name, ServerName::try_from("server.dc1.consul").unwrap());
-        let impostor = TlsConfigurator::new(
-            &TlsConfig {
-                internal_rpc: pki.protocol("client", "ca"),
-                ..TlsConfig::default()
-            },
-            identity(false),
-        )
-        .unwrap();
+        let impostor =
+            TlsConfigurator::new(&rpc_only(pki.protocol("client", "ca")), identity(false)).unwrap();
         let (_, connected) = handshake_pair(
             impostor.server_config(Protocol::InternalRpc).unwrap(),
             client_config.clone(),
@@ -384,14 +385,8 @@ fn wrong_ca_expired_certificate_and_hostname_mismatch_read_clearly() {
             "peer certificate rejected: certificate is not valid for server.dc1.consul (it names client.dc1.consul, localhost, 127.0.0.1)"
         );
         // The real server passes.
-        let real = TlsConfigurator::new(
-            &TlsConfig {
-                internal_rpc: pki.protocol("server", "ca"),
-                ..TlsConfig::default()
-            },
-            identity(true),
-        )
-        .unwrap();
+        let real =
+            TlsConfigurator::new(&rpc_only(pki.protocol("server", "ca")), identity(true)).unwrap();
         let (accepted, connected) = handshake_pair(
             real.server_config(Protocol::InternalRpc).unwrap(),
             client_config,
@@ -445,14 +440,8 @@ fn verify_outgoing_alone_checks_the_chain_but_not_the_name() {
             .contains("unknown authority"));
     });
     // Without verify_outgoing (and without auto-encrypt) agents dial plain TCP.
-    let plain = TlsConfigurator::new(
-        &TlsConfig {
-            internal_rpc: pki.protocol("client", "ca"),
-            ..TlsConfig::default()
-        },
-        identity(false),
-    )
-    .unwrap();
+    let plain =
+        TlsConfigurator::new(&rpc_only(pki.protocol("client", "ca")), identity(false)).unwrap();
     assert!(plain.rpc_client().is_none());
 }
 
@@ -869,14 +858,8 @@ fn an_auto_encrypt_answer_can_turn_the_server_name_check_on() {
     let read = |name: &str| std::fs::read_to_string(pki.path(name)).unwrap();
     // A server presenting a certificate that chains to the CA but does not name
     // `server.dc1.consul` (a client's certificate).
-    let impostor = TlsConfigurator::new(
-        &TlsConfig {
-            internal_rpc: pki.protocol("client", "ca"),
-            ..TlsConfig::default()
-        },
-        identity(false),
-    )
-    .unwrap();
+    let impostor =
+        TlsConfigurator::new(&rpc_only(pki.protocol("client", "ca")), identity(false)).unwrap();
     let mut config = TlsConfig::default();
     config.auto_encrypt.tls = true;
     for verify_server_hostname in [false, true] {
