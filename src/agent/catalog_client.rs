@@ -74,7 +74,13 @@ impl CatalogClient {
     /// [`CatalogClient::apply`] sent with `token` (a service's or check's own) instead of
     /// the agent's token when it goes to another server.
     pub async fn apply_as(&self, op: CatalogOp, token: Option<&str>) -> CommandResult {
-        let payload = Command::Catalog(op).encode();
+        self.apply_encoded_as(Command::Catalog(op).encode(), token)
+            .await
+    }
+
+    /// [`CatalogClient::apply_as`] of a command the caller encoded, so that it can keep the
+    /// command (anti-entropy retries a refused batch operation by operation).
+    pub async fn apply_encoded_as(&self, payload: Vec<u8>, token: Option<&str>) -> CommandResult {
         match &self.backend {
             Backend::Local(shard) => {
                 if shard.is_leader() {

@@ -329,8 +329,8 @@ impl Agent {
     /// Waits until every change queued so far is durable: an API call that changed the
     /// local state answers only then, as Consul's agent answers after writing its files.
     pub async fn persisted(&self) {
-        if let Some(wait) = self.persist.as_ref().and_then(|p| p.flush()) {
-            let _ = wait.recv_async().await;
+        if let Some(persister) = &self.persist {
+            persister.wait_durable().await;
         }
     }
 

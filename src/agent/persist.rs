@@ -26,8 +26,10 @@
 //! Every write goes through [`Store::apply`]. The agent does not call it on its runtime
 //! thread: a [`Persister`] owns a thread that takes every change queued since its last batch
 //! as the next batch. An API call that changed the local state answers only once its
-//! changes are durable ([`Persister::flush`]); TTL check states queued but not yet on disk
-//! are read back from memory.
+//! changes are durable ([`Persister::wait_durable`]); TTL check states queued but not yet on
+//! disk are read back from memory. The thread wakes the agent's runtime once per batch, not
+//! once per waiting call: under churn a batch answers tens of calls, and a wake-up each (an
+//! `eventfd` write from the thread) was most of the agent's write system calls.
 //!
 //! Config-file services and checks are never persisted (the files are read again at start).
 //! Records of the file-per-record format (`local/services/`, `local/checks/`,
@@ -36,6 +38,7 @@
 //! per registration *body*, under `agent/services/` and `agent/checks/`) are read once by
 //! [`Store::read_legacy`] and then deleted.
 
+use super::signal::Signal;
 use crate::consul::definition::CheckSpec;
 use crate::store::catalog::{ServiceRegistration, Status};
 use serde::de::DeserializeOwned;
@@ -46,6 +49,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -947,6 +951,15 @@ pub struct Persister {
     /// sequence number that wrote them, so a state is read back as it was last set.
     pending_states: RefCell<HashMap<String, (Option<CheckState>, u64)>>,
     prune_above: Cell<usize>,
+    /// A message after each batch the thread made durable; at most one waits unread.
+    batches: flume::Receiver<()>,
+    /// What the handlers in [`Persister::wait_durable`] wait on: notified by one listener
+    /// task per received batch message.
+    batch_signal: Rc<Signal>,
+    /// Whether the listener task runs (started by the first wait, on the agent's runtime).
+    listening: Cell<bool>,
+    /// Set by the listener when the thread is gone: nothing will become durable any more.
+    thread_gone: Rc<Cell<bool>>,
 }
 
 impl Persister {
@@ -954,12 +967,15 @@ impl Persister {
     pub fn start(data_dir: &Path) -> std::io::Result<Persister> {
         let store = Arc::new(Store::new(data_dir));
         let (jobs, queue) = flume::bounded(PERSIST_QUEUE_JOBS_MAX);
+        // One slot: a batch finished while the previous message is still unread needs no
+        // message of its own, since the reader looks at `durable` itself.
+        let (batch_done, batches) = flume::bounded(1);
         let durable = Arc::new(AtomicU64::new(0));
         let thread_store = store.clone();
         let thread_durable = durable.clone();
         std::thread::Builder::new()
             .name("agent-persist".into())
-            .spawn(move || run_persister(&thread_store, &queue, &thread_durable))?;
+            .spawn(move || run_persister(&thread_store, &queue, &thread_durable, &batch_done))?;
         Ok(Persister {
             store,
             jobs,
@@ -967,6 +983,10 @@ impl Persister {
             durable,
             pending_states: RefCell::new(HashMap::new()),
             prune_above: Cell::new(PENDING_STATES_PRUNE_MIN),
+            batches,
+            batch_signal: Rc::new(Signal::default()),
+            listening: Cell::new(false),
+            thread_gone: Rc::new(Cell::new(false)),
         })
     }
 
@@ -1034,8 +1054,38 @@ impl Persister {
         }
     }
 
+    /// Waits, on the agent's runtime, until every change queued so far is durable (or the
+    /// thread is gone). Waiters share one wake-up per batch: a listener task, started by
+    /// the first wait, turns each batch message into a [`Signal`] notification.
+    pub async fn wait_durable(&self) {
+        let target = self.queued.get();
+        if self.durable.load(Ordering::Acquire) >= target {
+            return;
+        }
+        if !self.listening.replace(true) {
+            let (batches, signal, gone) = (
+                self.batches.clone(),
+                self.batch_signal.clone(),
+                self.thread_gone.clone(),
+            );
+            monoio::spawn(async move {
+                while batches.recv_async().await.is_ok() {
+                    signal.notify_all();
+                }
+                gone.set(true);
+                signal.notify_all();
+            });
+        }
+        // No wake-up is lost: `durable` is read and the wait registered without yielding,
+        // and the listener runs on this thread, so a batch finished after the read is
+        // announced after the registration.
+        while self.durable.load(Ordering::Acquire) < target && !self.thread_gone.get() {
+            self.batch_signal.wait().await;
+        }
+    }
+
     /// A receiver answered once every change queued so far is durable, or `None` when
-    /// nothing is in flight.
+    /// nothing is in flight. For callers outside the agent's runtime (start-up, tests).
     pub fn flush(&self) -> Option<flume::Receiver<()>> {
         if self.durable.load(Ordering::Acquire) >= self.queued.get() {
             return None;
@@ -1049,9 +1099,15 @@ impl Persister {
 }
 
 /// The persister thread: takes everything queued since its last batch (up to
-/// [`PERSIST_BATCH_JOBS_MAX`] jobs) as one batch, applies it, then answers the batch's
-/// barriers. Ends when the agent drops its [`Persister`].
-fn run_persister(store: &Store, queue: &flume::Receiver<Job>, durable: &AtomicU64) {
+/// [`PERSIST_BATCH_JOBS_MAX`] jobs) as one batch, applies it, then announces it (one
+/// message, for [`Persister::wait_durable`]) and answers the batch's barriers. Ends when the
+/// agent drops its [`Persister`].
+fn run_persister(
+    store: &Store,
+    queue: &flume::Receiver<Job>,
+    durable: &AtomicU64,
+    batch_done: &flume::Sender<()>,
+) {
     while let Ok(first) = queue.recv() {
         let mut ops = Vec::new();
         let mut barriers = Vec::new();
@@ -1085,6 +1141,8 @@ fn run_persister(store: &Store, queue: &flume::Receiver<Job>, durable: &AtomicU6
                 previous < sequence,
                 "the durable sequence only moves forward"
             );
+            // Full means a message is unread: its reader will see this batch too.
+            let _ = batch_done.try_send(());
         }
         for done in barriers {
             let _ = done.send(());
@@ -1262,6 +1320,50 @@ mod tests {
         }
         assert_eq!(Store::new(&dir).load_check_state("ttl", 0), None);
         assert!(persister.flush().is_none(), "everything queued is durable");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn many_waiters_are_released_together_once_their_batch_is_durable() {
+        let dir = scratch("waiters");
+        let persister = Rc::new(Persister::start(&dir).unwrap());
+        let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // Nothing queued: nothing to wait for, and no listener is started.
+            persister.wait_durable().await;
+            assert!(!persister.listening.get());
+            let mut waiters = Vec::new();
+            for port in 1..=40 {
+                persister.queue(vec![Op::service(
+                    &ServiceRegistration {
+                        id: format!("api-{port}"),
+                        name: "api".into(),
+                        port,
+                        ..Default::default()
+                    },
+                    "",
+                )]);
+                let persister = persister.clone();
+                let target = persister.queued();
+                waiters.push(monoio::spawn(async move {
+                    persister.wait_durable().await;
+                    // Released only once its own change (and every earlier one) is durable.
+                    assert!(persister.durable.load(Ordering::Acquire) >= target);
+                    target
+                }));
+            }
+            let mut released = Vec::new();
+            for waiter in waiters {
+                released.push(waiter.await);
+            }
+            assert_eq!(released, (1..=40).collect::<Vec<u64>>());
+        });
+        assert!(persister.listening.get());
+        assert!(persister.flush().is_none(), "everything queued is durable");
+        assert_eq!(Store::new(&dir).load_services().len(), 40);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

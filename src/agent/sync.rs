@@ -24,7 +24,7 @@ use crate::shard::telemetry;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};
-use crate::store::CommandResult;
+use crate::store::{Command, CommandResult};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -351,8 +351,14 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
         let (batch_ops, batch_marks): (Vec<CatalogOp>, Vec<Vec<Mark>>) =
             batch.into_iter().map(|(op, mark, _)| (op, mark)).unzip();
         let token = token.as_deref();
-        let sent = CatalogOp::Batch(batch_ops.clone());
-        match catalog_result(agent.client.apply_as(sent, token).await) {
+        // Encoded from the batch itself, not a copy: the operations are needed again only
+        // when the batch is refused.
+        let sent = Command::Catalog(CatalogOp::Batch(batch_ops));
+        let answer = agent.client.apply_encoded_as(sent.encode(), token).await;
+        let Command::Catalog(CatalogOp::Batch(batch_ops)) = sent else {
+            unreachable!("the batch built above")
+        };
+        match catalog_result(answer) {
             Ok(()) => {
                 for mark in batch_marks.into_iter().flatten() {
                     apply_mark(agent, mark, now);
