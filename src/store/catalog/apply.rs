@@ -146,8 +146,11 @@ fn valid_weights(weights: Option<Weights>) -> Weights {
 struct Tx<'a> {
     cat: &'a mut CatalogTables,
     index: u64,
-    changes: Vec<Change>,
-    /// Every change so far, once there are more than [`CHANGES_SCANNED_MAX`] (a batch).
+    /// The apply's change list; this write's changes are those from `first_change` on.
+    changes: &'a mut Vec<Change>,
+    first_change: usize,
+    /// Every change of this write so far, once there are more than [`CHANGES_SCANNED_MAX`]
+    /// (a batch).
     seen: Option<HashSet<Change, ahash::RandomState>>,
     bumped: [bool; 4],
 }
@@ -166,9 +169,10 @@ impl<'a> Tx<'a> {
         // Change keys are the store-wide `Arc<str>`; a write touches only a handful, often
         // the same key in several tables (a service name in `Services` and `ServiceIndex`,
         // a node in `Checks` and `NodeServices`), which then share one allocation.
-        if self.changes.len() <= CHANGES_SCANNED_MAX {
+        let own = &self.changes[self.first_change..];
+        if own.len() <= CHANGES_SCANNED_MAX {
             let mut same_text = None;
-            for change in &self.changes {
+            for change in own {
                 if let ChangeKey::Key(text) = &change.key {
                     if **text == **key {
                         if change.table == table {
@@ -179,13 +183,13 @@ impl<'a> Tx<'a> {
                 }
             }
             let text = same_text.map_or_else(|| Arc::from(&**key), Arc::clone);
-            self.changes.push(Change::key(table, &text));
+            self.changes.push(Change {
+                table,
+                key: ChangeKey::Key(text),
+            });
             return;
         }
-        let changes = &self.changes;
-        let seen = self
-            .seen
-            .get_or_insert_with(|| changes.iter().cloned().collect());
+        let seen = self.seen.get_or_insert_with(|| own.iter().cloned().collect());
         let change = Change::key(table, &Arc::from(&**key));
         if seen.insert(change.clone()) {
             self.changes.push(change);
@@ -474,36 +478,56 @@ impl<'a> Tx<'a> {
             ));
         }
         let head = entry.head.clone();
-        let targets: Vec<(ArcStr, RowArc<ServiceInstance>)> = match only {
-            Some(key) => entry
-                .services
-                .get_key_value(&**key)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .into_iter()
-                .collect(),
-            None => entry
-                .services
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        };
-        for (service_key, service) in targets {
-            let name_key = fold_arc(&service.name);
-            let own = match &checks {
-                Some(list) => list.clone(),
-                None => self.view_checks(&name_key, node_key, &service_key),
-            };
-            let view = InstanceView::new(service, head.clone(), own);
-            let key = InstanceKey {
-                node: node_key.clone(),
-                service_id: service_key,
-            };
-            match self.cat.services.get_mut(&*name_key) {
-                Some(group) => {
-                    group.instances.insert(key, view);
-                }
-                None => debug_assert!(false, "an instance's group exists before its view"),
+        match only {
+            // One instance (a service write): no list of targets to allocate.
+            Some(key) => {
+                let Some((service_key, service)) = entry
+                    .services
+                    .get_key_value(&**key)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                else {
+                    return;
+                };
+                self.put_view(node_key, &head, service_key, service, checks);
             }
+            None => {
+                let targets: Vec<(ArcStr, RowArc<ServiceInstance>)> = entry
+                    .services
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                for (service_key, service) in targets {
+                    self.put_view(node_key, &head, service_key, service, checks.clone());
+                }
+            }
+        }
+    }
+
+    /// Stores the view of instance `service` (key `service_key` on node `node_key`) with the
+    /// node part `head` and its own checks `checks`, or the checks its view had (`None`).
+    fn put_view(
+        &mut self,
+        node_key: &ArcStr,
+        head: &Arc<NodeHead>,
+        service_key: ArcStr,
+        service: RowArc<ServiceInstance>,
+        checks: Option<CheckList>,
+    ) {
+        let name_key = fold_arc(&service.name);
+        let own = match checks {
+            Some(list) => list,
+            None => self.view_checks(&name_key, node_key, &service_key),
+        };
+        let view = InstanceView::new(service, head.clone(), own);
+        let key = InstanceKey {
+            node: node_key.clone(),
+            service_id: service_key,
+        };
+        match self.cat.services.get_mut(&*name_key) {
+            Some(group) => {
+                group.instances.insert(key, view);
+            }
+            None => debug_assert!(false, "an instance's group exists before its view"),
         }
     }
 
@@ -706,23 +730,24 @@ impl<'a> Tx<'a> {
                     .map_or_else(|| fold_arc(&old.service_id), |(k, _)| k.clone())
             }
         });
-        let mut row = check_row(
+        // Instances of a service usually carry identically named checks: a new check shares
+        // the text of another instance's.
+        let shared_name = match (&existing, &service) {
+            (None, Some(service)) => self.sample_check_name(service, &reg.name),
+            _ => None,
+        };
+        let row = check_row_sharing(
             reg,
             entry.node().name.clone(),
             service.as_deref(),
             existing.as_deref(),
+            shared_name.as_ref(),
             index,
         );
         if let Some(old) = &existing {
             if old.same_as(&row) {
                 return;
             }
-        } else if let Some(name) = service
-            .as_ref()
-            .and_then(|s| self.sample_check_name(s, &row.name))
-        {
-            // Instances of a service usually carry identically named checks: share the text.
-            row.name = name;
         }
         let check = RowArc::new(row);
         let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
@@ -758,20 +783,26 @@ impl<'a> Tx<'a> {
         }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
-        let mut affected: Vec<Option<ArcStr>> = vec![service.map(|s| fold_arc(&s.name))];
+        self.bump_owner(node_key, service.map(|s| fold_arc(&s.name)));
         if let Some(owner) = &moved_from {
             // The previous owner's answers change too when a check moves between services.
-            affected.push(if owner.is_empty() {
-                None
-            } else {
-                previous_service
-            });
+            self.bump_owner(
+                node_key,
+                if owner.is_empty() {
+                    None
+                } else {
+                    previous_service
+                },
+            );
         }
-        for name in affected {
-            match name {
-                Some(name) => self.bump_service(&name),
-                None => self.bump_services_of_node(node_key),
-            }
+    }
+
+    /// Moves the index of the service a check belongs to (folded name), or of every service
+    /// on the node for a node check (`None`).
+    fn bump_owner(&mut self, node_key: &ArcStr, folded_name: Option<ArcStr>) {
+        match folded_name {
+            Some(name) => self.bump_service(&name),
+            None => self.bump_services_of_node(node_key),
         }
     }
 
@@ -1040,16 +1071,30 @@ pub fn check_row(
     existing: Option<&HealthCheck>,
     index: u64,
 ) -> HealthCheck {
+    check_row_sharing(reg, node_name, service, existing, None, index)
+}
+
+/// [`check_row`], whose name shares `shared_name` when it holds the same text (another
+/// instance's check of the same name) and `existing`'s otherwise.
+fn check_row_sharing(
+    reg: &CheckRegistration,
+    node_name: ArcStr,
+    service: Option<&ServiceInstance>,
+    existing: Option<&HealthCheck>,
+    shared_name: Option<&ArcStr>,
+    index: u64,
+) -> HealthCheck {
     let status = Status::parse(&reg.status).unwrap_or(Status::Critical);
     let old_extras = existing.and_then(|e| e.extras.as_deref());
-    let definition = reg.definition.clone().unwrap_or_default();
+    // An empty definition is stored as none: the same row, and nothing to copy.
+    let definition = reg.definition.as_ref().filter(|d| !d.is_empty());
     let kind_code = check_type_code(&reg.kind);
     let extras = if kind_code != OTHER_CHECK_TYPE
         && reg.notes.is_empty()
         && reg.interval.is_empty()
         && reg.timeout.is_empty()
         && reg.exposed_port == 0
-        && definition.is_empty()
+        && definition.is_none()
     {
         None
     } else {
@@ -1058,14 +1103,18 @@ pub fn check_row(
             interval: reuse(old_extras.map(|e| &e.interval), &reg.interval),
             timeout: reuse(old_extras.map(|e| &e.timeout), &reg.timeout),
             exposed_port: reg.exposed_port,
-            definition,
+            definition: definition.cloned().unwrap_or_default(),
             other_kind: (kind_code == OTHER_CHECK_TYPE).then(|| arc_str(&reg.kind)),
         }))
+    };
+    let name = match shared_name {
+        Some(shared) if **shared == *reg.name => shared.clone(),
+        _ => reuse(existing.map(|e| &e.name), &reg.name),
     };
     HealthCheck {
         node: node_name,
         check_id: reuse(existing.map(|e| &e.check_id), &reg.check_id),
-        name: reuse(existing.map(|e| &e.name), &reg.name),
+        name,
         status,
         output: reuse(existing.map(|e| &e.output), &reg.output),
         service_id: match service {
@@ -1166,16 +1215,18 @@ pub(in crate::store) fn apply(
     op: &CatalogOp,
     changes: &mut Vec<Change>,
 ) -> CommandResult {
-    let (result, bumped, new_changes) = {
+    let (result, bumped) = {
+        let first_change = changes.len();
         let mut tx = Tx {
             cat: &mut tables.catalog,
             index,
-            changes: Vec::new(),
+            changes,
+            first_change,
             seen: None,
             bumped: [false; 4],
         };
         let result = tx.apply_op(op);
-        (result, tx.bumped, tx.changes)
+        (result, tx.bumped)
     };
     for (slot, table) in [
         (BUMP_NODES, Table::Nodes),
@@ -1187,7 +1238,6 @@ pub(in crate::store) fn apply(
             tables.bump_table(table, index);
         }
     }
-    changes.extend(new_changes);
     #[cfg(debug_assertions)]
     if tables.catalog.nodes.len() <= 64 {
         tables.catalog.check_invariants();

@@ -389,8 +389,56 @@ pub struct CheckDefinition {
 }
 
 impl CheckDefinition {
+    /// Whether every field holds its default. Field by field, without building a default
+    /// definition to compare with (a check row asks this on every apply); the destructuring
+    /// names every field, so a new one cannot be forgotten here.
     pub fn is_empty(&self) -> bool {
-        *self == CheckDefinition::default()
+        let CheckDefinition {
+            http,
+            tls_server_name,
+            tls_skip_verify,
+            header,
+            method,
+            body,
+            disable_redirects,
+            tcp,
+            udp,
+            grpc,
+            grpc_use_tls,
+            interval_ns,
+            timeout_ns,
+            ttl_ns,
+            deregister_critical_service_after_ns,
+            script_args,
+            alias_node,
+            alias_service,
+            output_max_size,
+            h2ping,
+            h2ping_use_tls,
+            os_service,
+        } = self;
+        http.is_empty()
+            && tls_server_name.is_empty()
+            && !tls_skip_verify
+            && header.is_empty()
+            && method.is_empty()
+            && body.is_empty()
+            && !disable_redirects
+            && tcp.is_empty()
+            && udp.is_empty()
+            && grpc.is_empty()
+            && !grpc_use_tls
+            && *interval_ns == 0
+            && *timeout_ns == 0
+            && *ttl_ns == 0
+            && *deregister_critical_service_after_ns == 0
+            && script_args.is_empty()
+            && alias_node.is_empty()
+            && alias_service.is_empty()
+            && *output_max_size == 0
+            && h2ping.is_empty()
+            && !h2ping_use_tls
+            && os_service.is_empty()
     }
 }
 
