@@ -13,7 +13,8 @@
 //!
 //! - `leader/*`: the leader's shard turning the request body into Raft bytes (JSON decode
 //!   and validation, command encode);
-//! - `apply/*`: what every server's raft thread does with those bytes: decode the command,
+//! - `apply/*`: what every server's raft thread does with those bytes: decode the command
+//!   (`Command::decode_borrowed`, as `replica::state` does),
 //!   take a writable copy of the store while the shards still read the published version
 //!   (`Arc::make_mut`, as `replica::state` does for each batch — here one entry per batch),
 //!   apply it, and publish the new version, dropping the version before it.
@@ -208,7 +209,7 @@ impl Store {
 
     /// One committed entry, as every server's raft thread applies it.
     fn apply(&mut self, entry: &[u8]) {
-        let command = Command::decode(entry).expect("the bench's entries decode");
+        let command = Command::decode_borrowed(entry).expect("the bench's entries decode");
         let tables = Arc::make_mut(&mut self.current);
         let index = tables.index + 1;
         let result = tables.apply(index, &command, &mut self.changes);

@@ -22,21 +22,33 @@ use std::sync::Arc;
 /// Most operations one `Batch` may carry; anti-entropy splits larger syncs.
 pub const BATCH_OPS_MAX: usize = 4096;
 
+/// The text of a catalog write's fields: `String` where the write is built (the HTTP layer,
+/// the agent, transactions), or `&str` borrowed from the Raft entry's bytes where every
+/// server decodes and applies it ([`super::super::Command::decode_borrowed`]): the apply
+/// interns what it keeps as [`ArcStr`]s anyway, so decoding owned strings first only made
+/// allocations for it to copy and free. Both forms encode to the same bytes.
+pub trait Text: std::ops::Deref<Target = str> + std::fmt::Debug + std::fmt::Display {}
+
+impl<T: std::ops::Deref<Target = str> + std::fmt::Debug + std::fmt::Display> Text for T {}
+
 /// A catalog write, as carried in a Raft entry.
+pub type CatalogOp = CatalogOpOf<String>;
+
+/// [`CatalogOp`] over any [`Text`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CatalogOp {
+pub enum CatalogOpOf<S> {
     /// `/v1/catalog/register` (and anti-entropy's sync of one service or check).
-    Register(Box<Registration>),
+    Register(Box<RegistrationOf<S>>),
     /// `/v1/catalog/deregister`: the node when both IDs are empty, else the service and/or
     /// the check.
     Deregister {
-        node: String,
-        service_id: String,
-        check_id: String,
+        node: S,
+        service_id: S,
+        check_id: S,
     },
     /// Several independent operations in one entry (anti-entropy). Each applies or fails on
     /// its own; the result reports the first failure.
-    Batch(Vec<CatalogOp>),
+    Batch(Vec<CatalogOpOf<S>>),
     /// `/v1/coordinate/update`: node coordinates. An update for a node the catalog does not
     /// hold is dropped, as Consul's `CoordinateBatchUpdate` drops it (deleting a node is what
     /// deletes its coordinate, so one must not outlive its node).
@@ -59,16 +71,19 @@ pub struct CoordinateUpdate {
 pub const COORDINATE_UPDATES_MAX: usize = 1024;
 
 /// Consul's `RegisterRequest`, already defaulted and validated for shape by the HTTP layer.
+pub type Registration = RegistrationOf<String>;
+
+/// [`Registration`] over any [`Text`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Registration {
-    pub id: String,
-    pub node: String,
-    pub address: String,
-    pub datacenter: String,
-    pub tagged_addresses: Vec<(String, String)>,
-    pub node_meta: Vec<(String, String)>,
-    pub service: Option<ServiceRegistration>,
-    pub checks: Vec<CheckRegistration>,
+pub struct RegistrationOf<S> {
+    pub id: S,
+    pub node: S,
+    pub address: S,
+    pub datacenter: S,
+    pub tagged_addresses: Vec<(S, S)>,
+    pub node_meta: Vec<(S, S)>,
+    pub service: Option<ServiceRegistrationOf<S>>,
+    pub checks: Vec<CheckRegistrationOf<S>>,
     pub skip_node_update: bool,
     /// The node's metadata and tagged addresses belong to its own agent (its anti-entropy
     /// writes them): when the node exists as this applies, keep them, and write the row only
@@ -80,38 +95,44 @@ pub struct Registration {
 }
 
 /// Consul's `NodeService` as registered.
+pub type ServiceRegistration = ServiceRegistrationOf<String>;
+
+/// [`ServiceRegistration`] over any [`Text`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ServiceRegistration {
-    pub kind: String,
-    pub id: String,
-    pub name: String,
-    pub tags: Vec<String>,
-    pub address: String,
+pub struct ServiceRegistrationOf<S> {
+    pub kind: S,
+    pub id: S,
+    pub name: S,
+    pub tags: Vec<S>,
+    pub address: S,
     /// `(tag, address, port)`.
-    pub tagged_addresses: Vec<(String, String, i32)>,
-    pub meta: Vec<(String, String)>,
+    pub tagged_addresses: Vec<(S, S, i32)>,
+    pub meta: Vec<(S, S)>,
     pub port: i32,
     pub weights: Option<Weights>,
     pub enable_tag_override: bool,
-    pub socket_path: String,
-    pub proxy_json: Option<String>,
+    pub socket_path: S,
+    pub proxy_json: Option<S>,
     pub connect_native: bool,
 }
 
 /// Consul's `HealthCheck` as registered.
+pub type CheckRegistration = CheckRegistrationOf<String>;
+
+/// [`CheckRegistration`] over any [`Text`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct CheckRegistration {
-    pub node: String,
-    pub check_id: String,
-    pub name: String,
+pub struct CheckRegistrationOf<S> {
+    pub node: S,
+    pub check_id: S,
+    pub name: S,
     /// Empty means critical, as in Consul.
-    pub status: String,
-    pub notes: String,
-    pub output: String,
-    pub service_id: String,
-    pub kind: String,
-    pub interval: String,
-    pub timeout: String,
+    pub status: S,
+    pub notes: S,
+    pub output: S,
+    pub service_id: S,
+    pub kind: S,
+    pub interval: S,
+    pub timeout: S,
     pub exposed_port: i32,
     pub definition: Option<CheckDefinition>,
 }
@@ -124,7 +145,7 @@ fn reuse(existing: Option<&ArcStr>, text: &str) -> ArcStr {
     }
 }
 
-fn string_pairs(pairs: &[(String, String)]) -> StrMap {
+fn string_pairs<S: Text>(pairs: &[(S, S)]) -> StrMap {
     StrMap::from_pairs(
         pairs
             .iter()
@@ -217,7 +238,7 @@ impl<'a> Tx<'a> {
         }
     }
 
-    fn register(&mut self, reg: &Registration) -> Result<(), String> {
+    fn register<S: Text>(&mut self, reg: &RegistrationOf<S>) -> Result<(), String> {
         let plan = self.plan_registration(reg)?;
         let node_key = plan.node_key;
         if let Some(old) = &plan.rename_from {
@@ -236,7 +257,7 @@ impl<'a> Tx<'a> {
     }
 
     /// Validates a registration against the current state without changing anything.
-    fn plan_registration(&self, reg: &Registration) -> Result<Plan, String> {
+    fn plan_registration<S: Text>(&self, reg: &RegistrationOf<S>) -> Result<Plan, String> {
         if reg.node.is_empty() {
             return Err("Must provide node".to_string());
         }
@@ -260,7 +281,7 @@ impl<'a> Tx<'a> {
         };
         let mut rename_from = None;
         if write_node && !reg.id.is_empty() {
-            match self.cat.node_ids.get(reg.id.as_str()) {
+            match self.cat.node_ids.get(&*reg.id) {
                 Some(owner) if **owner != *node_key => {
                     self.check_name_clash(reg, false).map_err(|e| {
                         format!(
@@ -331,9 +352,9 @@ impl<'a> Tx<'a> {
 
     /// Consul lets a node ID take over a name only from a node that is not healthy (no
     /// passing serf check) or, for unknown IDs, from a node registered without an ID.
-    fn check_name_clash(
+    fn check_name_clash<S: Text>(
         &self,
-        reg: &Registration,
+        reg: &RegistrationOf<S>,
         allow_clash_without_id: bool,
     ) -> Result<(), String> {
         let Some(entry) = self.cat.nodes.get(&*fold(&reg.node)) else {
@@ -356,7 +377,7 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn upsert_node(&mut self, node_key: &ArcStr, reg: &Registration) {
+    fn upsert_node<S: Text>(&mut self, node_key: &ArcStr, reg: &RegistrationOf<S>) {
         let index = self.index;
         let previous = self.cat.nodes.get(&**node_key).map(|e| e.node().clone());
         let kept = previous.as_ref().filter(|_| reg.keep_node_meta);
@@ -577,7 +598,7 @@ impl<'a> Tx<'a> {
         );
     }
 
-    fn upsert_service(&mut self, node_key: &ArcStr, service: &ServiceRegistration) {
+    fn upsert_service<S: Text>(&mut self, node_key: &ArcStr, service: &ServiceRegistrationOf<S>) {
         let index = self.index;
         let id_text = if service.id.is_empty() {
             &service.name
@@ -696,7 +717,7 @@ impl<'a> Tx<'a> {
         self.touch(Table::ServiceIndex, name_key);
     }
 
-    fn upsert_check(&mut self, node_key: &ArcStr, reg: &CheckRegistration) {
+    fn upsert_check<S: Text>(&mut self, node_key: &ArcStr, reg: &CheckRegistrationOf<S>) {
         let index = self.index;
         let Some(entry) = self.cat.nodes.get(&**node_key) else {
             debug_assert!(false, "the node is written before its checks");
@@ -959,16 +980,16 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn apply_op(&mut self, op: &CatalogOp) -> Result<(), String> {
+    fn apply_op<S: Text>(&mut self, op: &CatalogOpOf<S>) -> Result<(), String> {
         match op {
-            CatalogOp::Register(reg) => self.register(reg),
-            CatalogOp::Deregister {
+            CatalogOpOf::Register(reg) => self.register(reg),
+            CatalogOpOf::Deregister {
                 node,
                 service_id,
                 check_id,
             } => self.deregister(node, service_id, check_id),
-            CatalogOp::Coordinates(updates) => self.update_coordinates(updates),
-            CatalogOp::Batch(ops) => {
+            CatalogOpOf::Coordinates(updates) => self.update_coordinates(updates),
+            CatalogOpOf::Batch(ops) => {
                 if ops.len() > BATCH_OPS_MAX {
                     return Err(format!(
                         "batch of {} operations exceeds {BATCH_OPS_MAX}",
@@ -978,7 +999,7 @@ impl<'a> Tx<'a> {
                 let mut first_error = None;
                 let mut failures = 0usize;
                 for op in ops {
-                    if matches!(op, CatalogOp::Batch(_)) {
+                    if matches!(op, CatalogOpOf::Batch(_)) {
                         return Err("nested batches are not allowed".to_string());
                     }
                     if let Err(e) = self.apply_op(op) {
@@ -998,8 +1019,8 @@ impl<'a> Tx<'a> {
 
 /// The instance row a registration produces on node `node_name`, sharing strings with
 /// `existing` (the row it replaces) and `sample` (another instance of the service) where equal.
-pub fn instance_row(
-    service: &ServiceRegistration,
+pub fn instance_row<S: Text>(
+    service: &ServiceRegistrationOf<S>,
     node_name: ArcStr,
     existing: Option<&ServiceInstance>,
     sample: Option<&ServiceInstance>,
@@ -1064,8 +1085,8 @@ pub fn instance_row(
 
 /// The check row a registration produces, attached to `service` (when it is a service
 /// check) and sharing strings with `existing`.
-pub fn check_row(
-    reg: &CheckRegistration,
+pub fn check_row<S: Text>(
+    reg: &CheckRegistrationOf<S>,
     node_name: ArcStr,
     service: Option<&ServiceInstance>,
     existing: Option<&HealthCheck>,
@@ -1076,8 +1097,8 @@ pub fn check_row(
 
 /// [`check_row`], whose name shares `shared_name` when it holds the same text (another
 /// instance's check of the same name) and `existing`'s otherwise.
-fn check_row_sharing(
-    reg: &CheckRegistration,
+fn check_row_sharing<S: Text>(
+    reg: &CheckRegistrationOf<S>,
     node_name: ArcStr,
     service: Option<&ServiceInstance>,
     existing: Option<&HealthCheck>,
@@ -1145,7 +1166,7 @@ struct Plan {
     node_key: ArcStr,
 }
 
-fn node_differs(node: &Node, reg: &Registration) -> bool {
+fn node_differs<S: Text>(node: &Node, reg: &RegistrationOf<S>) -> bool {
     *node.id != *reg.id
         || *node.name != *reg.node
         || *node.address != *reg.address
@@ -1189,8 +1210,8 @@ pub fn checks_of_service<'m>(
 }
 
 /// A tag list sharing an existing allocation when an equal list exists.
-fn shared_tags(
-    tags: &[String],
+fn shared_tags<S: Text>(
+    tags: &[S],
     existing: Option<&ServiceInstance>,
     sample: Option<&ServiceInstance>,
 ) -> Tags {
@@ -1209,10 +1230,10 @@ fn shared_tags(
 
 /// Applies one catalog command at `index` to the catalog's tables only; the sessions it
 /// affects are ended by the caller (`Tables::write_catalog`).
-pub(in crate::store) fn apply(
+pub(in crate::store) fn apply<S: Text>(
     tables: &mut Tables,
     index: u64,
-    op: &CatalogOp,
+    op: &CatalogOpOf<S>,
     changes: &mut Vec<Change>,
 ) -> CommandResult {
     let (result, bumped) = {

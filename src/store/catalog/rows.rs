@@ -673,6 +673,41 @@ mod tests {
     }
 
     #[test]
+    fn a_check_definition_is_empty_only_with_every_field_at_its_default() {
+        assert!(CheckDefinition::default().is_empty());
+        let set: [fn(&mut CheckDefinition); 22] = [
+            |d| d.http = "x".into(),
+            |d| d.tls_server_name = "x".into(),
+            |d| d.tls_skip_verify = true,
+            |d| d.header = vec![("X".into(), vec![])],
+            |d| d.method = "x".into(),
+            |d| d.body = "x".into(),
+            |d| d.disable_redirects = true,
+            |d| d.tcp = "x".into(),
+            |d| d.udp = "x".into(),
+            |d| d.grpc = "x".into(),
+            |d| d.grpc_use_tls = true,
+            |d| d.interval_ns = 1,
+            |d| d.timeout_ns = -1,
+            |d| d.ttl_ns = 1,
+            |d| d.deregister_critical_service_after_ns = 1,
+            |d| d.script_args = vec![String::new()],
+            |d| d.alias_node = "x".into(),
+            |d| d.alias_service = "x".into(),
+            |d| d.output_max_size = 1,
+            |d| d.h2ping = "x".into(),
+            |d| d.h2ping_use_tls = true,
+            |d| d.os_service = "x".into(),
+        ];
+        for (field, set) in set.iter().enumerate() {
+            let mut definition = CheckDefinition::default();
+            set(&mut definition);
+            assert_ne!(definition, CheckDefinition::default(), "field {field}");
+            assert!(!definition.is_empty(), "field {field}");
+        }
+    }
+
+    #[test]
     fn row_sizes_stay_small() {
         // The per-instance memory budget depends on these; a change that grows them should
         // be deliberate.

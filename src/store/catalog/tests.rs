@@ -566,6 +566,16 @@ fn a_node_name_changing_case_relabels_rows_and_views() {
 fn snapshot_fixture_tables() -> Tables {
     let mut tables = Tables::default();
     let mut changes = Vec::new();
+    for (i, op) in snapshot_fixture_ops().into_iter().enumerate() {
+        let result = tables.apply(i as u64 + 1, &Command::Catalog(op), &mut changes);
+        assert_eq!(result, CommandResult::Bool(true));
+    }
+    tables
+}
+
+/// The catalog writes [`snapshot_fixture_tables`] applies: every field of a registration
+/// set somewhere.
+fn snapshot_fixture_ops() -> Vec<CatalogOp> {
     let definition = CheckDefinition {
         http: "http://10.0.0.1:8080/health".into(),
         header: vec![("X-Probe".into(), vec!["a".into(), "b".into()])],
@@ -575,7 +585,7 @@ fn snapshot_fixture_tables() -> Tables {
         deregister_critical_service_after_ns: 60_000_000_000,
         ..Default::default()
     };
-    let ops = vec![
+    vec![
         CatalogOp::Register(Box::new(Registration {
             id: "9b2d4c1e-57a5-4a2e-8f63-8f1f1f0b6a01".into(),
             node: "Node-A".into(),
@@ -675,12 +685,32 @@ fn snapshot_fixture_tables() -> Tables {
             service_id: "gone".into(),
             check_id: String::new(),
         },
-    ];
+    ]
+}
+
+#[test]
+fn a_borrowed_decode_is_the_same_command_and_applies_the_same() {
+    // What every server applies (`Command::decode_borrowed`, the text borrowed from the
+    // entry) must be what was encoded, field for field, and write the same rows as the
+    // owned command: the same snapshot bytes and the same changes.
+    let mut ops = snapshot_fixture_ops();
+    ops.push(CatalogOp::Batch(snapshot_fixture_ops()[..2].to_vec()));
+    let (mut owned, mut borrowed) = (Tables::default(), Tables::default());
     for (i, op) in ops.into_iter().enumerate() {
-        let result = tables.apply(i as u64 + 1, &Command::Catalog(op), &mut changes);
-        assert_eq!(result, CommandResult::Bool(true));
+        let index = i as u64 + 1;
+        let command = Command::Catalog(op);
+        let bytes = command.encode();
+        let decoded = Command::decode_borrowed(&bytes).unwrap();
+        assert_eq!(decoded.encode(), bytes, "{command:?}");
+        assert_eq!(Command::decode(&bytes).unwrap(), command);
+        let (mut owned_changes, mut borrowed_changes) = (Vec::new(), Vec::new());
+        let result = owned.apply(index, &command, &mut owned_changes);
+        assert_eq!(borrowed.apply(index, &decoded, &mut borrowed_changes), result);
+        assert_eq!(borrowed_changes, owned_changes);
     }
-    tables
+    borrowed.catalog.check_invariants();
+    assert_eq!(borrowed.to_snapshot_bytes(), owned.to_snapshot_bytes());
+    assert!(!borrowed.catalog.nodes.is_empty());
 }
 
 /// `snapshot_fixture_tables()` as the store's snapshot, written by praetor at commit 48ab5e5
