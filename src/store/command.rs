@@ -89,7 +89,6 @@ impl<S: Serialize> CommandOf<S> {
             .expect("encoding a command into a Vec cannot fail");
         out
     }
-
 }
 
 impl Command {

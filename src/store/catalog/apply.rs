@@ -41,11 +41,7 @@ pub enum CatalogOpOf<S> {
     Register(Box<RegistrationOf<S>>),
     /// `/v1/catalog/deregister`: the node when both IDs are empty, else the service and/or
     /// the check.
-    Deregister {
-        node: S,
-        service_id: S,
-        check_id: S,
-    },
+    Deregister { node: S, service_id: S, check_id: S },
     /// Several independent operations in one entry (anti-entropy). Each applies or fails on
     /// its own; the result reports the first failure.
     Batch(Vec<CatalogOpOf<S>>),
@@ -210,7 +206,9 @@ impl<'a> Tx<'a> {
             });
             return;
         }
-        let seen = self.seen.get_or_insert_with(|| own.iter().cloned().collect());
+        let seen = self
+            .seen
+            .get_or_insert_with(|| own.iter().cloned().collect());
         let change = Change::key(table, &Arc::from(&**key));
         if seen.insert(change.clone()) {
             self.changes.push(change);
@@ -247,11 +245,14 @@ impl<'a> Tx<'a> {
         if plan.write_node {
             self.upsert_node(&node_key, reg);
         }
+        let mut checks_written = false;
         if let Some(service) = &reg.service {
-            self.upsert_service(&node_key, service);
+            checks_written = self.upsert_service(&node_key, service, &reg.checks);
         }
-        for check in &reg.checks {
-            self.upsert_check(&node_key, check);
+        if !checks_written {
+            for check in &reg.checks {
+                self.upsert_check(&node_key, check);
+            }
         }
         Ok(())
     }
@@ -598,7 +599,18 @@ impl<'a> Tx<'a> {
         );
     }
 
-    fn upsert_service<S: Text>(&mut self, node_key: &ArcStr, service: &ServiceRegistrationOf<S>) {
+    /// Writes a registration's service. When the instance changes and every one of the
+    /// registration's `checks` belongs to it and is not held by another owner (the usual
+    /// registration: a service with its own checks), the checks are written here too, so
+    /// the instance's view is built once with them rather than once for the service and
+    /// again for each check; the rows, indexes and changes are those the separate writes
+    /// make. Returns whether the checks were written.
+    fn upsert_service<S: Text>(
+        &mut self,
+        node_key: &ArcStr,
+        service: &ServiceRegistrationOf<S>,
+        checks: &[CheckRegistrationOf<S>],
+    ) -> bool {
         let index = self.index;
         let id_text = if service.id.is_empty() {
             &service.name
@@ -607,13 +619,23 @@ impl<'a> Tx<'a> {
         };
         let Some(entry) = self.cat.nodes.get(&**node_key) else {
             debug_assert!(false, "the node is written before its services");
-            return;
+            return false;
         };
         let node_name = entry.node().name.clone();
-        let (found_key, existing) = match entry.services.get_key_value(&*fold(id_text)) {
+        let folded_id = fold(id_text);
+        let (found_key, existing) = match entry.services.get_key_value(&*folded_id) {
             Some((key, row)) => (Some(key.clone()), Some(row.clone())),
             None => (None, None),
         };
+        let checks_here = !checks.is_empty()
+            && checks.iter().all(|check| {
+                !check.service_id.is_empty()
+                    && *fold(&check.service_id) == *folded_id
+                    && entry
+                        .checks
+                        .get(&*fold(&check.check_id))
+                        .is_none_or(|old| *fold(&old.service_id) == *folded_id)
+            });
         let (name_key, group_sample): (ArcStr, _) =
             match self.cat.services.get_key_value(&*fold(&service.name)) {
                 Some((key, group)) => (
@@ -624,7 +646,7 @@ impl<'a> Tx<'a> {
             };
         let instance = RowArc::new(instance_row(
             service,
-            node_name,
+            node_name.clone(),
             existing.as_deref(),
             group_sample.as_deref(),
             index,
@@ -636,7 +658,7 @@ impl<'a> Tx<'a> {
         let previous_checks = match &existing {
             Some(old) => {
                 if old.same_as(&instance) {
-                    return;
+                    return false;
                 }
                 let old_name_key = fold_arc(&old.name);
                 let checks = self.view_checks(&old_name_key, node_key, &service_key);
@@ -654,7 +676,7 @@ impl<'a> Tx<'a> {
             .get_mut(&**node_key)
             .expect("node checked above");
         entry.services.insert(service_key.clone(), instance.clone());
-        let mut relabelled = Vec::with_capacity(previous_checks.len());
+        let mut own = Vec::with_capacity(previous_checks.len() + checks.len());
         let mut checks_rewritten = false;
         for check in previous_checks.iter() {
             if check.service_name != instance.name || check.service_tags != instance.tags {
@@ -666,26 +688,67 @@ impl<'a> Tx<'a> {
                 if let Some(slot) = entry.checks.get_mut(&*fold(&check.check_id)) {
                     *slot = updated.clone();
                 }
-                relabelled.push(updated);
+                own.push(updated);
             } else {
-                relabelled.push(check.clone());
+                own.push(check.clone());
             }
         }
-        let own_checks = CheckList::new(relabelled);
+        // The registration's checks, one after another as `upsert_check` writes them.
+        let mut checks_written = false;
+        for reg in checks.iter().filter(|_| checks_here) {
+            let (found_key, existing) = match entry.checks.get_key_value(&*fold(&reg.check_id)) {
+                Some((key, check)) => (Some(key.clone()), Some(check.clone())),
+                None => (None, None),
+            };
+            let shared_name = match existing {
+                None => sample_check_name(&self.cat.services, &name_key, &reg.name),
+                Some(_) => None,
+            };
+            let row = check_row_sharing(
+                reg,
+                node_name.clone(),
+                Some(&instance),
+                existing.as_deref(),
+                shared_name.as_ref(),
+                index,
+            );
+            if existing.is_some_and(|old| old.same_as(&row)) {
+                continue;
+            }
+            let check = RowArc::new(row);
+            let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
+            match entry.checks.get_mut(&*check_key) {
+                Some(slot) => *slot = check.clone(),
+                None => {
+                    entry.checks.insert(check_key.clone(), check.clone());
+                }
+            }
+            // The view's list stays in check-ID order, one entry per check.
+            let at = own.partition_point(|c| *fold(&c.check_id) < *check_key);
+            match own.get(at) {
+                Some(same) if *fold(&same.check_id) == *check_key => own[at] = check,
+                _ => own.insert(at, check),
+            }
+            checks_written = true;
+        }
+        let view = InstanceView::new(instance, entry.head.clone(), CheckList::new(own));
+        let key = InstanceKey {
+            node: node_key.clone(),
+            service_id: service_key,
+        };
         match self.cat.services.get_mut(&*name_key) {
-            Some(group) => group.index = index,
+            Some(group) => {
+                group.index = index;
+                group.instances.insert(key, view);
+            }
             None => {
-                // Filled by the refresh below, so the group is never left empty.
-                self.cat.services.insert(
-                    name_key.clone(),
-                    ServiceGroup {
-                        index,
-                        instances: PackedMap::new(),
-                    },
-                );
+                let mut instances = PackedMap::new();
+                instances.insert(key, view);
+                self.cat
+                    .services
+                    .insert(name_key.clone(), ServiceGroup { index, instances });
             }
         }
-        self.refresh_views(node_key, Some(&service_key), Some(own_checks));
         if checks_rewritten {
             // The check rows carry their service's name and tags: node check queries
             // (`/v1/health/node/<node>`) answer differently now.
@@ -696,6 +759,14 @@ impl<'a> Tx<'a> {
         self.touch(Table::Services, &name_key);
         self.touch(Table::ServiceIndex, &name_key);
         self.touch(Table::NodeServices, node_key);
+        if checks_written {
+            // What `upsert_check` announces for a check of this service (the service's index
+            // moved above).
+            self.bumped[BUMP_CHECKS] = true;
+            self.touch(Table::Checks, node_key);
+            self.touch(Table::ServiceIndex, &name_key);
+        }
+        checks_here
     }
 
     /// Removes one instance from its group; an emptied group is dropped and recorded as an
@@ -754,7 +825,9 @@ impl<'a> Tx<'a> {
         // Instances of a service usually carry identically named checks: a new check shares
         // the text of another instance's.
         let shared_name = match (&existing, &service) {
-            (None, Some(service)) => self.sample_check_name(service, &reg.name),
+            (None, Some(service)) => {
+                sample_check_name(&self.cat.services, &fold(&service.name), &reg.name)
+            }
             _ => None,
         };
         let row = check_row_sharing(
@@ -825,16 +898,6 @@ impl<'a> Tx<'a> {
             Some(name) => self.bump_service(&name),
             None => self.bump_services_of_node(node_key),
         }
-    }
-
-    /// The name of a check called `name` on another instance of `service`, to share.
-    fn sample_check_name(&self, service: &ServiceInstance, name: &str) -> Option<ArcStr> {
-        let group = self.cat.services.get(&*fold(&service.name))?;
-        let view = group.instances.first_value()?;
-        view.checks
-            .iter()
-            .find(|c| *c.name == *name)
-            .map(|c| c.name.clone())
     }
 
     fn deregister(&mut self, node: &str, service_id: &str, check_id: &str) -> Result<(), String> {
@@ -1155,6 +1218,19 @@ fn check_row_sharing<S: Text>(
         create_index: existing.map_or(index, |e| e.create_index),
         modify_index: index,
     }
+}
+
+/// The name of a check called `name` on an instance of the service `folded_name`, to share.
+fn sample_check_name(
+    services: &imbl::OrdMap<ArcStr, ServiceGroup>,
+    folded_name: &str,
+    name: &str,
+) -> Option<ArcStr> {
+    let view = services.get(folded_name)?.instances.first_value()?;
+    view.checks
+        .iter()
+        .find(|c| *c.name == *name)
+        .map(|c| c.name.clone())
 }
 
 /// What validation decided for a registration.

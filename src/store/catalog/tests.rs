@@ -705,7 +705,10 @@ fn a_borrowed_decode_is_the_same_command_and_applies_the_same() {
         assert_eq!(Command::decode(&bytes).unwrap(), command);
         let (mut owned_changes, mut borrowed_changes) = (Vec::new(), Vec::new());
         let result = owned.apply(index, &command, &mut owned_changes);
-        assert_eq!(borrowed.apply(index, &decoded, &mut borrowed_changes), result);
+        assert_eq!(
+            borrowed.apply(index, &decoded, &mut borrowed_changes),
+            result
+        );
         assert_eq!(borrowed_changes, owned_changes);
     }
     borrowed.catalog.check_invariants();
