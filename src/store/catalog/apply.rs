@@ -636,11 +636,15 @@ impl<'a> Tx<'a> {
                         .get(&*fold(&check.check_id))
                         .is_none_or(|old| *fold(&old.service_id) == *folded_id)
             });
+        // Another instance of the service, and its checks, to share text with.
         let (name_key, group_sample): (ArcStr, _) =
             match self.cat.services.get_key_value(&*fold(&service.name)) {
                 Some((key, group)) => (
                     key.clone(),
-                    group.instances.first_value().map(|v| v.service.clone()),
+                    group
+                        .instances
+                        .first_value()
+                        .map(|v| (v.service.clone(), v.check_list().clone())),
                 ),
                 None => (ArcStr::from(&*fold(&service.name)), None),
             };
@@ -648,7 +652,7 @@ impl<'a> Tx<'a> {
             service,
             node_name.clone(),
             existing.as_deref(),
-            group_sample.as_deref(),
+            group_sample.as_ref().map(|(sample, _)| &**sample),
             index,
         ));
         // A new key shares the row's ID text when it is already lowercase.
@@ -700,9 +704,14 @@ impl<'a> Tx<'a> {
                 Some((key, check)) => (Some(key.clone()), Some(check.clone())),
                 None => (None, None),
             };
-            let shared_name = match existing {
-                None => sample_check_name(&self.cat.services, &name_key, &reg.name),
-                Some(_) => None,
+            // Instances of a service usually carry identically named checks: a new check
+            // shares the text of another instance's.
+            let shared_name = match (&existing, &group_sample) {
+                (None, Some((_, sample_checks))) => sample_checks
+                    .iter()
+                    .find(|c| *c.name == *reg.name)
+                    .map(|c| c.name.clone()),
+                _ => None,
             };
             let row = check_row_sharing(
                 reg,

@@ -119,7 +119,12 @@ pub fn arc_str(text: &str) -> ArcStr {
 /// Consul matches node names, service names, service IDs and check IDs case-insensitively
 /// (its indexes lowercase them). The catalog keys rows by this folded form.
 pub fn fold(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.bytes().any(|b| b.is_ascii_uppercase()) || !text.is_ascii() {
+    // One pass over the bytes: most keys are lowercase ASCII already (every change key is
+    // folded again where it is matched).
+    if text
+        .bytes()
+        .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+    {
         std::borrow::Cow::Owned(text.to_lowercase())
     } else {
         std::borrow::Cow::Borrowed(text)
