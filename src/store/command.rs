@@ -82,7 +82,8 @@ pub fn split_stamp(entry: &[u8]) -> Result<(Option<u64>, &[u8]), String> {
 }
 
 impl<S: Serialize> CommandOf<S> {
-    pub fn encode(&self) -> Vec<u8> {
+    /// The entry bytes of this command (either text form: one encoding).
+    pub fn encode_as_entry(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.push(COMMAND_FORMAT_VERSION);
         rmp_serde::encode::write(&mut out, self)
@@ -92,6 +93,11 @@ impl<S: Serialize> CommandOf<S> {
 }
 
 impl Command {
+    /// [`CommandOf::encode_as_entry`], compiled here (not in each crate that encodes).
+    pub fn encode(&self) -> Vec<u8> {
+        self.encode_as_entry()
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Command, String> {
         decode_as(bytes)
     }
