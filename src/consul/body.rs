@@ -62,9 +62,7 @@ fn normalized_chars(key: &str) -> impl Iterator<Item = char> + '_ {
 
 /// Whether `key` normalizes to `normalized` (`normalize_key(key) == normalized`), without
 /// building the normalized text: a registration body is read with ~40 lookups, each
-/// comparing every key of its object. Inlined into each lookup whatever codegen unit holds
-/// it (the `bench`/`ci` profiles split the crate in 16; the bench's counts moved with that).
-#[inline]
+/// comparing every key of its object.
 pub fn key_matches(key: &str, normalized: &str) -> bool {
     if key.is_ascii() {
         // The common case, byte by byte: ASCII lowercases to one ASCII byte.
