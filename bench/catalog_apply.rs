@@ -13,7 +13,8 @@
 //!
 //! - `leader/*`: the leader's shard turning the request body into Raft bytes (JSON decode
 //!   and validation, command encode);
-//! - `apply/*`: what every server's raft thread does with those bytes: decode the command,
+//! - `apply/*`: what every server's raft thread does with those bytes: decode the command
+//!   (`Command::decode_borrowed`, as `replica::state` does),
 //!   take a writable copy of the store while the shards still read the published version
 //!   (`Arc::make_mut`, as `replica::state` does for each batch — here one entry per batch),
 //!   apply it, and publish the new version, dropping the version before it.
@@ -31,7 +32,10 @@
 //! ```
 //!
 //! reports the instructions of 2,000 operations (docs/benchmarks.md, issue #24, gives the
-//! build and the figures).
+//! build and the figures), and prints the allocator calls each operation made.
+//! `catalog_apply --allocs <iterations>` prints the allocator calls per operation of every
+//! operation, without valgrind: the bench's global allocator is mimalloc behind two
+//! counters.
 
 use bytes::Bytes;
 use criterion::{black_box, Criterion};
@@ -39,11 +43,47 @@ use praetor::consul::registration::parse_registration;
 use praetor::store::catalog::CatalogOp;
 use praetor::store::kv::KvOp;
 use praetor::store::{Change, Command, CommandResult, Tables};
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// The agent's allocator (`src/main.rs`): allocation is a large share of a write's cost.
+/// The agent's allocator (`src/main.rs`), counting its calls: on a busy server each
+/// allocation of an apply tends to miss the cache (blocks freed by other threads, or by the
+/// store version just dropped), so how many there are matters more than their instructions.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+struct CountingAlloc;
+
+/// Calls of `alloc`/`alloc_zeroed` and of `realloc` since the start (every thread).
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static REALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed on unchanged to mimalloc, which upholds `GlobalAlloc`'s
+// contract; the counters are only incremented.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        mimalloc::MiMalloc.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        mimalloc::MiMalloc.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        mimalloc::MiMalloc.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        REALLOCATIONS.fetch_add(1, Relaxed);
+        mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+    }
+}
+
+/// Allocations and reallocations made inside [`cg_measured`] so far.
+static MEASURED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static MEASURED_REALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Operations run inside [`cg_measured`] so far.
+static MEASURED_OPERATIONS: AtomicU64 = AtomicU64::new(0);
 
 const NODES: usize = 1_000;
 const INSTANCES_PER_NODE: usize = 10;
@@ -169,7 +209,7 @@ impl Store {
 
     /// One committed entry, as every server's raft thread applies it.
     fn apply(&mut self, entry: &[u8]) {
-        let command = Command::decode(entry).expect("the bench's entries decode");
+        let command = Command::decode_borrowed(entry).expect("the bench's entries decode");
         let tables = Arc::make_mut(&mut self.current);
         let index = tables.index + 1;
         let result = tables.apply(index, &command, &mut self.changes);
@@ -186,15 +226,66 @@ fn deregister_body() -> &'static [u8] {
 }
 
 /// The instructions callgrind counts are those of this function only
-/// (`--toggle-collect='*cg_measured*'`).
+/// (`--toggle-collect='*cg_measured*'`); the allocations counted are those made here too
+/// (reading the counters costs a handful of instructions per call).
 #[inline(never)]
 fn cg_measured(iterations: usize, op: &mut dyn FnMut()) {
+    let allocations = ALLOCATIONS.load(Relaxed);
+    let reallocations = REALLOCATIONS.load(Relaxed);
     for _ in 0..iterations {
         op();
     }
+    MEASURED_ALLOCATIONS.fetch_add(ALLOCATIONS.load(Relaxed) - allocations, Relaxed);
+    MEASURED_REALLOCATIONS.fetch_add(REALLOCATIONS.load(Relaxed) - reallocations, Relaxed);
+    MEASURED_OPERATIONS.fetch_add(iterations as u64, Relaxed);
 }
 
+/// Every operation `--callgrind` and `--allocs` know, in the order `--allocs` reports them.
+const OPERATIONS: [&str; 7] = [
+    "register",
+    "deregister",
+    "kv-set",
+    "kv-set-same",
+    "leader-register",
+    "leader-deregister",
+    "leader-kv-set",
+];
+
+/// `--allocs <iterations>`: allocator calls per operation for every operation (no
+/// valgrind needed; the counts do not depend on the machine's load).
+fn allocations(iterations: usize) {
+    println!("operation           allocations/op  reallocations/op");
+    for op in OPERATIONS {
+        let before = (
+            MEASURED_ALLOCATIONS.load(Relaxed),
+            MEASURED_REALLOCATIONS.load(Relaxed),
+            MEASURED_OPERATIONS.load(Relaxed),
+        );
+        run(op, iterations);
+        let operations = (MEASURED_OPERATIONS.load(Relaxed) - before.2) as f64;
+        let per_op = |now: u64, then: u64| (now - then) as f64 / operations;
+        println!(
+            "{op:<20}{:>14.2}{:>18.2}",
+            per_op(MEASURED_ALLOCATIONS.load(Relaxed), before.0),
+            per_op(MEASURED_REALLOCATIONS.load(Relaxed), before.1),
+        );
+    }
+}
+
+/// `--callgrind <op> <iterations>`: runs `op`, then says how many allocator calls each
+/// operation made (on stderr, next to valgrind's own output).
 fn callgrind(op: &str, iterations: usize) {
+    run(op, iterations);
+    let operations = MEASURED_OPERATIONS.load(Relaxed) as f64;
+    eprintln!(
+        "{op}: {:.2} allocations and {:.2} reallocations per operation",
+        MEASURED_ALLOCATIONS.load(Relaxed) as f64 / operations,
+        MEASURED_REALLOCATIONS.load(Relaxed) as f64 / operations,
+    );
+}
+
+/// Runs `op` `iterations` times, each inside [`cg_measured`] with its setup outside.
+fn run(op: &str, iterations: usize) {
     let register = leader_register(register_body().as_bytes());
     let deregister = leader_deregister(deregister_body());
     let kv = [leader_kv_set(KV_VALUE), leader_kv_set(KV_OTHER_VALUE)];
@@ -276,6 +367,14 @@ fn main() {
             .and_then(|n| n.parse().ok())
             .expect("--callgrind <op> <iterations>");
         callgrind(op, iterations);
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "--allocs") {
+        let iterations = args
+            .get(at + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--allocs <iterations>");
+        allocations(iterations);
         return;
     }
     let mut criterion = Criterion::default().configure_from_args();

@@ -533,7 +533,7 @@ impl Replica {
             let result = match entry.kind {
                 EntryKind::Normal => {
                     let decoded = split_stamp(&entry.data)
-                        .and_then(|(stamp, bytes)| Ok((stamp, Command::decode(bytes)?)));
+                        .and_then(|(stamp, bytes)| Ok((stamp, Command::decode_borrowed(bytes)?)));
                     match decoded {
                         Ok((stamp, command)) => {
                             if let Some(stamp) = stamp {

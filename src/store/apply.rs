@@ -17,13 +17,13 @@
 //! [`Tables::write_catalog`]), so a later operation sees the consequences of an earlier one,
 //! as in Consul's state store.
 
-use super::catalog::{self, CatalogOp};
+use super::catalog::{self, CatalogOpOf, Text};
 use super::dependency::{self, invalidates, Dependency};
 use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, mesh, query, restore, txn, Change, ChangeKey, Command, CommandResult, Table,
+    acl, autopilot, mesh, query, restore, txn, Change, ChangeKey, CommandOf, CommandResult, Table,
     Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
@@ -35,10 +35,10 @@ const ANNOUNCED_ROWS_CHECKED_MAX: usize = 64;
 
 impl Tables {
     /// Applies one committed command at `index`, appending what it touched to `changes`.
-    pub fn apply(
+    pub fn apply<S: Text>(
         &mut self,
         index: u64,
-        command: &Command,
+        command: &CommandOf<S>,
         changes: &mut Vec<Change>,
     ) -> CommandResult {
         let indexes_before = self.table_indexes;
@@ -46,29 +46,29 @@ impl Tables {
         let rows_before = cfg!(debug_assertions).then(|| RowsBefore::of(self));
         self.advance_to(index);
         let result = match command {
-            Command::Kv(op) => self.write_kv(index, op, changes),
-            Command::Catalog(op) => self.write_catalog(index, op, changes),
-            Command::Session(SessionOp::Create(new)) => {
+            CommandOf::Kv(op) => self.write_kv(index, op, changes),
+            CommandOf::Catalog(op) => self.write_catalog(index, op, changes),
+            CommandOf::Session(SessionOp::Create(new)) => {
                 match session::create(self, index, new, changes) {
                     Ok(()) => CommandResult::Bool(true),
                     Err(reason) => CommandResult::Error(reason),
                 }
             }
-            Command::Session(SessionOp::Destroy { id }) => {
+            CommandOf::Session(SessionOp::Destroy { id }) => {
                 self.end_session(index, id, changes);
                 CommandResult::Bool(true)
             }
-            Command::Restore(op) => restore::apply(self, index, op, changes),
-            Command::Txn(ops) => txn::apply(self, index, ops, changes),
-            Command::Acl(op) => acl::apply::apply(self, index, op, changes),
-            Command::Autopilot(op) => autopilot::apply(self, index, op),
-            Command::Query(op) => match query::apply(self, index, op, changes) {
+            CommandOf::Restore(op) => restore::apply(self, index, op, changes),
+            CommandOf::Txn(ops) => txn::apply(self, index, ops, changes),
+            CommandOf::Acl(op) => acl::apply::apply(self, index, op, changes),
+            CommandOf::Autopilot(op) => autopilot::apply(self, index, op),
+            CommandOf::Query(op) => match query::apply(self, index, op, changes) {
                 Ok(()) => CommandResult::Bool(true),
                 Err(reason) => CommandResult::Error(reason),
             },
-            Command::AgentCa(op) => super::agent_ca::apply(self, index, op),
-            Command::ConfigEntry(op) => mesh::config_entry::apply(self, index, op, changes),
-            Command::Ca(op) => mesh::ca::apply(self, index, op, changes),
+            CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op),
+            CommandOf::ConfigEntry(op) => mesh::config_entry::apply(self, index, op, changes),
+            CommandOf::Ca(op) => mesh::ca::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {
@@ -193,10 +193,10 @@ impl Tables {
     }
 
     /// A catalog write, then: the sessions whose binding it broke end, releasing their keys.
-    pub(super) fn write_catalog(
+    pub(super) fn write_catalog<S: Text>(
         &mut self,
         index: u64,
-        op: &CatalogOp,
+        op: &CatalogOpOf<S>,
         changes: &mut Vec<Change>,
     ) -> CommandResult {
         let first_change = changes.len();
@@ -412,6 +412,7 @@ mod tests {
     use super::super::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
     use super::super::fixture::Fixture;
     use super::super::session::{get, Behavior};
+    use super::super::Command;
     use super::*;
     use bytes::Bytes;
 

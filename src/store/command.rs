@@ -9,11 +9,16 @@ use super::restore::RestoreOp;
 use serde::{Deserialize, Serialize};
 
 /// A state change, replicated through Raft and applied identically on every server.
+pub type Command = CommandOf<String>;
+
+/// [`Command`] whose catalog writes hold their text as `S`: `String` where a command is
+/// built, `&str` borrowed from the entry where it is applied ([`Command::decode_borrowed`]).
+/// One encoding for both.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Command {
+pub enum CommandOf<S> {
     Kv(KvOp),
     Restore(RestoreOp),
-    Catalog(super::catalog::CatalogOp),
+    Catalog(super::catalog::CatalogOpOf<S>),
     Session(super::session::SessionOp),
     /// `/v1/txn` writes: every operation applies, or none does.
     Txn(Vec<super::txn::TxnOp>),
@@ -76,23 +81,41 @@ pub fn split_stamp(entry: &[u8]) -> Result<(Option<u64>, &[u8]), String> {
     }
 }
 
-impl Command {
-    pub fn encode(&self) -> Vec<u8> {
+impl<S: Serialize> CommandOf<S> {
+    /// The entry bytes of this command (either text form: one encoding).
+    pub fn encode_as_entry(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.push(COMMAND_FORMAT_VERSION);
         rmp_serde::encode::write(&mut out, self)
             .expect("encoding a command into a Vec cannot fail");
         out
     }
+}
+
+impl Command {
+    /// [`CommandOf::encode_as_entry`], compiled here (not in each crate that encodes).
+    pub fn encode(&self) -> Vec<u8> {
+        self.encode_as_entry()
+    }
 
     pub fn decode(bytes: &[u8]) -> Result<Command, String> {
-        match bytes.split_first() {
-            Some((&COMMAND_FORMAT_VERSION, rest)) => {
-                rmp_serde::from_slice(rest).map_err(|e| format!("corrupt command: {e}"))
-            }
-            Some((v, _)) => Err(format!("unsupported command format {v}")),
-            None => Err("empty command".to_string()),
+        decode_as(bytes)
+    }
+
+    /// Decodes for the apply: a catalog write's text borrows from `bytes` instead of being
+    /// copied into strings the apply would copy again (the same command otherwise).
+    pub fn decode_borrowed(bytes: &[u8]) -> Result<CommandOf<&str>, String> {
+        decode_as(bytes)
+    }
+}
+
+fn decode_as<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&COMMAND_FORMAT_VERSION, rest)) => {
+            rmp_serde::from_slice(rest).map_err(|e| format!("corrupt command: {e}"))
         }
+        Some((v, _)) => Err(format!("unsupported command format {v}")),
+        None => Err("empty command".to_string()),
     }
 }
 

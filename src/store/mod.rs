@@ -41,7 +41,7 @@ pub mod txn;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-pub use command::{Command, CommandResult};
+pub use command::{Command, CommandOf, CommandResult};
 pub use dependency::{invalidates, Dependencies, Dependency, DependencyIndex};
 
 /// The tables whose max-index Consul reports; one slot each in [`Tables::table_indexes`].

@@ -22,21 +22,29 @@ use std::sync::Arc;
 /// Most operations one `Batch` may carry; anti-entropy splits larger syncs.
 pub const BATCH_OPS_MAX: usize = 4096;
 
+/// The text of a catalog write's fields: `String` where the write is built (the HTTP layer,
+/// the agent, transactions), or `&str` borrowed from the Raft entry's bytes where every
+/// server decodes and applies it ([`super::super::Command::decode_borrowed`]): the apply
+/// interns what it keeps as [`ArcStr`]s anyway, so decoding owned strings first only made
+/// allocations for it to copy and free. Both forms encode to the same bytes.
+pub trait Text: std::ops::Deref<Target = str> + std::fmt::Debug + std::fmt::Display {}
+
+impl<T: std::ops::Deref<Target = str> + std::fmt::Debug + std::fmt::Display> Text for T {}
+
 /// A catalog write, as carried in a Raft entry.
+pub type CatalogOp = CatalogOpOf<String>;
+
+/// [`CatalogOp`] over any [`Text`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CatalogOp {
+pub enum CatalogOpOf<S> {
     /// `/v1/catalog/register` (and anti-entropy's sync of one service or check).
-    Register(Box<Registration>),
+    Register(Box<RegistrationOf<S>>),
     /// `/v1/catalog/deregister`: the node when both IDs are empty, else the service and/or
     /// the check.
-    Deregister {
-        node: String,
-        service_id: String,
-        check_id: String,
-    },
+    Deregister { node: S, service_id: S, check_id: S },
     /// Several independent operations in one entry (anti-entropy). Each applies or fails on
     /// its own; the result reports the first failure.
-    Batch(Vec<CatalogOp>),
+    Batch(Vec<CatalogOpOf<S>>),
     /// `/v1/coordinate/update`: node coordinates. An update for a node the catalog does not
     /// hold is dropped, as Consul's `CoordinateBatchUpdate` drops it (deleting a node is what
     /// deletes its coordinate, so one must not outlive its node).
@@ -59,16 +67,19 @@ pub struct CoordinateUpdate {
 pub const COORDINATE_UPDATES_MAX: usize = 1024;
 
 /// Consul's `RegisterRequest`, already defaulted and validated for shape by the HTTP layer.
+pub type Registration = RegistrationOf<String>;
+
+/// [`Registration`] over any [`Text`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Registration {
-    pub id: String,
-    pub node: String,
-    pub address: String,
-    pub datacenter: String,
-    pub tagged_addresses: Vec<(String, String)>,
-    pub node_meta: Vec<(String, String)>,
-    pub service: Option<ServiceRegistration>,
-    pub checks: Vec<CheckRegistration>,
+pub struct RegistrationOf<S> {
+    pub id: S,
+    pub node: S,
+    pub address: S,
+    pub datacenter: S,
+    pub tagged_addresses: Vec<(S, S)>,
+    pub node_meta: Vec<(S, S)>,
+    pub service: Option<ServiceRegistrationOf<S>>,
+    pub checks: Vec<CheckRegistrationOf<S>>,
     pub skip_node_update: bool,
     /// The node's metadata and tagged addresses belong to its own agent (its anti-entropy
     /// writes them): when the node exists as this applies, keep them, and write the row only
@@ -80,38 +91,44 @@ pub struct Registration {
 }
 
 /// Consul's `NodeService` as registered.
+pub type ServiceRegistration = ServiceRegistrationOf<String>;
+
+/// [`ServiceRegistration`] over any [`Text`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ServiceRegistration {
-    pub kind: String,
-    pub id: String,
-    pub name: String,
-    pub tags: Vec<String>,
-    pub address: String,
+pub struct ServiceRegistrationOf<S> {
+    pub kind: S,
+    pub id: S,
+    pub name: S,
+    pub tags: Vec<S>,
+    pub address: S,
     /// `(tag, address, port)`.
-    pub tagged_addresses: Vec<(String, String, i32)>,
-    pub meta: Vec<(String, String)>,
+    pub tagged_addresses: Vec<(S, S, i32)>,
+    pub meta: Vec<(S, S)>,
     pub port: i32,
     pub weights: Option<Weights>,
     pub enable_tag_override: bool,
-    pub socket_path: String,
-    pub proxy_json: Option<String>,
+    pub socket_path: S,
+    pub proxy_json: Option<S>,
     pub connect_native: bool,
 }
 
 /// Consul's `HealthCheck` as registered.
+pub type CheckRegistration = CheckRegistrationOf<String>;
+
+/// [`CheckRegistration`] over any [`Text`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct CheckRegistration {
-    pub node: String,
-    pub check_id: String,
-    pub name: String,
+pub struct CheckRegistrationOf<S> {
+    pub node: S,
+    pub check_id: S,
+    pub name: S,
     /// Empty means critical, as in Consul.
-    pub status: String,
-    pub notes: String,
-    pub output: String,
-    pub service_id: String,
-    pub kind: String,
-    pub interval: String,
-    pub timeout: String,
+    pub status: S,
+    pub notes: S,
+    pub output: S,
+    pub service_id: S,
+    pub kind: S,
+    pub interval: S,
+    pub timeout: S,
     pub exposed_port: i32,
     pub definition: Option<CheckDefinition>,
 }
@@ -124,7 +141,7 @@ fn reuse(existing: Option<&ArcStr>, text: &str) -> ArcStr {
     }
 }
 
-fn string_pairs(pairs: &[(String, String)]) -> StrMap {
+fn string_pairs<S: Text>(pairs: &[(S, S)]) -> StrMap {
     StrMap::from_pairs(
         pairs
             .iter()
@@ -146,8 +163,11 @@ fn valid_weights(weights: Option<Weights>) -> Weights {
 struct Tx<'a> {
     cat: &'a mut CatalogTables,
     index: u64,
-    changes: Vec<Change>,
-    /// Every change so far, once there are more than [`CHANGES_SCANNED_MAX`] (a batch).
+    /// The apply's change list; this write's changes are those from `first_change` on.
+    changes: &'a mut Vec<Change>,
+    first_change: usize,
+    /// Every change of this write so far, once there are more than [`CHANGES_SCANNED_MAX`]
+    /// (a batch).
     seen: Option<HashSet<Change, ahash::RandomState>>,
     bumped: [bool; 4],
 }
@@ -166,9 +186,10 @@ impl<'a> Tx<'a> {
         // Change keys are the store-wide `Arc<str>`; a write touches only a handful, often
         // the same key in several tables (a service name in `Services` and `ServiceIndex`,
         // a node in `Checks` and `NodeServices`), which then share one allocation.
-        if self.changes.len() <= CHANGES_SCANNED_MAX {
+        let own = &self.changes[self.first_change..];
+        if own.len() <= CHANGES_SCANNED_MAX {
             let mut same_text = None;
-            for change in &self.changes {
+            for change in own {
                 if let ChangeKey::Key(text) = &change.key {
                     if **text == **key {
                         if change.table == table {
@@ -179,13 +200,15 @@ impl<'a> Tx<'a> {
                 }
             }
             let text = same_text.map_or_else(|| Arc::from(&**key), Arc::clone);
-            self.changes.push(Change::key(table, &text));
+            self.changes.push(Change {
+                table,
+                key: ChangeKey::Key(text),
+            });
             return;
         }
-        let changes = &self.changes;
         let seen = self
             .seen
-            .get_or_insert_with(|| changes.iter().cloned().collect());
+            .get_or_insert_with(|| own.iter().cloned().collect());
         let change = Change::key(table, &Arc::from(&**key));
         if seen.insert(change.clone()) {
             self.changes.push(change);
@@ -213,7 +236,7 @@ impl<'a> Tx<'a> {
         }
     }
 
-    fn register(&mut self, reg: &Registration) -> Result<(), String> {
+    fn register<S: Text>(&mut self, reg: &RegistrationOf<S>) -> Result<(), String> {
         let plan = self.plan_registration(reg)?;
         let node_key = plan.node_key;
         if let Some(old) = &plan.rename_from {
@@ -222,17 +245,20 @@ impl<'a> Tx<'a> {
         if plan.write_node {
             self.upsert_node(&node_key, reg);
         }
+        let mut checks_written = false;
         if let Some(service) = &reg.service {
-            self.upsert_service(&node_key, service);
+            checks_written = self.upsert_service(&node_key, service, &reg.checks);
         }
-        for check in &reg.checks {
-            self.upsert_check(&node_key, check);
+        if !checks_written {
+            for check in &reg.checks {
+                self.upsert_check(&node_key, check);
+            }
         }
         Ok(())
     }
 
     /// Validates a registration against the current state without changing anything.
-    fn plan_registration(&self, reg: &Registration) -> Result<Plan, String> {
+    fn plan_registration<S: Text>(&self, reg: &RegistrationOf<S>) -> Result<Plan, String> {
         if reg.node.is_empty() {
             return Err("Must provide node".to_string());
         }
@@ -256,7 +282,7 @@ impl<'a> Tx<'a> {
         };
         let mut rename_from = None;
         if write_node && !reg.id.is_empty() {
-            match self.cat.node_ids.get(reg.id.as_str()) {
+            match self.cat.node_ids.get(&*reg.id) {
                 Some(owner) if **owner != *node_key => {
                     self.check_name_clash(reg, false).map_err(|e| {
                         format!(
@@ -327,9 +353,9 @@ impl<'a> Tx<'a> {
 
     /// Consul lets a node ID take over a name only from a node that is not healthy (no
     /// passing serf check) or, for unknown IDs, from a node registered without an ID.
-    fn check_name_clash(
+    fn check_name_clash<S: Text>(
         &self,
-        reg: &Registration,
+        reg: &RegistrationOf<S>,
         allow_clash_without_id: bool,
     ) -> Result<(), String> {
         let Some(entry) = self.cat.nodes.get(&*fold(&reg.node)) else {
@@ -352,7 +378,7 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn upsert_node(&mut self, node_key: &ArcStr, reg: &Registration) {
+    fn upsert_node<S: Text>(&mut self, node_key: &ArcStr, reg: &RegistrationOf<S>) {
         let index = self.index;
         let previous = self.cat.nodes.get(&**node_key).map(|e| e.node().clone());
         let kept = previous.as_ref().filter(|_| reg.keep_node_meta);
@@ -474,36 +500,56 @@ impl<'a> Tx<'a> {
             ));
         }
         let head = entry.head.clone();
-        let targets: Vec<(ArcStr, RowArc<ServiceInstance>)> = match only {
-            Some(key) => entry
-                .services
-                .get_key_value(&**key)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .into_iter()
-                .collect(),
-            None => entry
-                .services
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        };
-        for (service_key, service) in targets {
-            let name_key = fold_arc(&service.name);
-            let own = match &checks {
-                Some(list) => list.clone(),
-                None => self.view_checks(&name_key, node_key, &service_key),
-            };
-            let view = InstanceView::new(service, head.clone(), own);
-            let key = InstanceKey {
-                node: node_key.clone(),
-                service_id: service_key,
-            };
-            match self.cat.services.get_mut(&*name_key) {
-                Some(group) => {
-                    group.instances.insert(key, view);
-                }
-                None => debug_assert!(false, "an instance's group exists before its view"),
+        match only {
+            // One instance (a service write): no list of targets to allocate.
+            Some(key) => {
+                let Some((service_key, service)) = entry
+                    .services
+                    .get_key_value(&**key)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                else {
+                    return;
+                };
+                self.put_view(node_key, &head, service_key, service, checks);
             }
+            None => {
+                let targets: Vec<(ArcStr, RowArc<ServiceInstance>)> = entry
+                    .services
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                for (service_key, service) in targets {
+                    self.put_view(node_key, &head, service_key, service, checks.clone());
+                }
+            }
+        }
+    }
+
+    /// Stores the view of instance `service` (key `service_key` on node `node_key`) with the
+    /// node part `head` and its own checks `checks`, or the checks its view had (`None`).
+    fn put_view(
+        &mut self,
+        node_key: &ArcStr,
+        head: &Arc<NodeHead>,
+        service_key: ArcStr,
+        service: RowArc<ServiceInstance>,
+        checks: Option<CheckList>,
+    ) {
+        let name_key = fold_arc(&service.name);
+        let own = match checks {
+            Some(list) => list,
+            None => self.view_checks(&name_key, node_key, &service_key),
+        };
+        let view = InstanceView::new(service, head.clone(), own);
+        let key = InstanceKey {
+            node: node_key.clone(),
+            service_id: service_key,
+        };
+        match self.cat.services.get_mut(&*name_key) {
+            Some(group) => {
+                group.instances.insert(key, view);
+            }
+            None => debug_assert!(false, "an instance's group exists before its view"),
         }
     }
 
@@ -553,7 +599,18 @@ impl<'a> Tx<'a> {
         );
     }
 
-    fn upsert_service(&mut self, node_key: &ArcStr, service: &ServiceRegistration) {
+    /// Writes a registration's service. When the instance changes and every one of the
+    /// registration's `checks` belongs to it and is not held by another owner (the usual
+    /// registration: a service with its own checks), the checks are written here too, so
+    /// the instance's view is built once with them rather than once for the service and
+    /// again for each check; the rows, indexes and changes are those the separate writes
+    /// make. Returns whether the checks were written.
+    fn upsert_service<S: Text>(
+        &mut self,
+        node_key: &ArcStr,
+        service: &ServiceRegistrationOf<S>,
+        checks: &[CheckRegistrationOf<S>],
+    ) -> bool {
         let index = self.index;
         let id_text = if service.id.is_empty() {
             &service.name
@@ -562,26 +619,40 @@ impl<'a> Tx<'a> {
         };
         let Some(entry) = self.cat.nodes.get(&**node_key) else {
             debug_assert!(false, "the node is written before its services");
-            return;
+            return false;
         };
         let node_name = entry.node().name.clone();
-        let (found_key, existing) = match entry.services.get_key_value(&*fold(id_text)) {
+        let folded_id = fold(id_text);
+        let (found_key, existing) = match entry.services.get_key_value(&*folded_id) {
             Some((key, row)) => (Some(key.clone()), Some(row.clone())),
             None => (None, None),
         };
+        let checks_here = !checks.is_empty()
+            && checks.iter().all(|check| {
+                !check.service_id.is_empty()
+                    && *fold(&check.service_id) == *folded_id
+                    && entry
+                        .checks
+                        .get(&*fold(&check.check_id))
+                        .is_none_or(|old| *fold(&old.service_id) == *folded_id)
+            });
+        // Another instance of the service, and its checks, to share text with.
         let (name_key, group_sample): (ArcStr, _) =
             match self.cat.services.get_key_value(&*fold(&service.name)) {
                 Some((key, group)) => (
                     key.clone(),
-                    group.instances.first_value().map(|v| v.service.clone()),
+                    group
+                        .instances
+                        .first_value()
+                        .map(|v| (v.service.clone(), v.check_list().clone())),
                 ),
                 None => (ArcStr::from(&*fold(&service.name)), None),
             };
         let instance = RowArc::new(instance_row(
             service,
-            node_name,
+            node_name.clone(),
             existing.as_deref(),
-            group_sample.as_deref(),
+            group_sample.as_ref().map(|(sample, _)| &**sample),
             index,
         ));
         // A new key shares the row's ID text when it is already lowercase.
@@ -591,7 +662,7 @@ impl<'a> Tx<'a> {
         let previous_checks = match &existing {
             Some(old) => {
                 if old.same_as(&instance) {
-                    return;
+                    return false;
                 }
                 let old_name_key = fold_arc(&old.name);
                 let checks = self.view_checks(&old_name_key, node_key, &service_key);
@@ -609,7 +680,7 @@ impl<'a> Tx<'a> {
             .get_mut(&**node_key)
             .expect("node checked above");
         entry.services.insert(service_key.clone(), instance.clone());
-        let mut relabelled = Vec::with_capacity(previous_checks.len());
+        let mut own = Vec::with_capacity(previous_checks.len() + checks.len());
         let mut checks_rewritten = false;
         for check in previous_checks.iter() {
             if check.service_name != instance.name || check.service_tags != instance.tags {
@@ -621,26 +692,72 @@ impl<'a> Tx<'a> {
                 if let Some(slot) = entry.checks.get_mut(&*fold(&check.check_id)) {
                     *slot = updated.clone();
                 }
-                relabelled.push(updated);
+                own.push(updated);
             } else {
-                relabelled.push(check.clone());
+                own.push(check.clone());
             }
         }
-        let own_checks = CheckList::new(relabelled);
+        // The registration's checks, one after another as `upsert_check` writes them.
+        let mut checks_written = false;
+        for reg in checks.iter().filter(|_| checks_here) {
+            let (found_key, existing) = match entry.checks.get_key_value(&*fold(&reg.check_id)) {
+                Some((key, check)) => (Some(key.clone()), Some(check.clone())),
+                None => (None, None),
+            };
+            // Instances of a service usually carry identically named checks: a new check
+            // shares the text of another instance's.
+            let shared_name = match (&existing, &group_sample) {
+                (None, Some((_, sample_checks))) => sample_checks
+                    .iter()
+                    .find(|c| *c.name == *reg.name)
+                    .map(|c| c.name.clone()),
+                _ => None,
+            };
+            let row = check_row_sharing(
+                reg,
+                node_name.clone(),
+                Some(&instance),
+                existing.as_deref(),
+                shared_name.as_ref(),
+                index,
+            );
+            if existing.is_some_and(|old| old.same_as(&row)) {
+                continue;
+            }
+            let check = RowArc::new(row);
+            let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
+            match entry.checks.get_mut(&*check_key) {
+                Some(slot) => *slot = check.clone(),
+                None => {
+                    entry.checks.insert(check_key.clone(), check.clone());
+                }
+            }
+            // The view's list stays in check-ID order, one entry per check.
+            let at = own.partition_point(|c| *fold(&c.check_id) < *check_key);
+            match own.get(at) {
+                Some(same) if *fold(&same.check_id) == *check_key => own[at] = check,
+                _ => own.insert(at, check),
+            }
+            checks_written = true;
+        }
+        let view = InstanceView::new(instance, entry.head.clone(), CheckList::new(own));
+        let key = InstanceKey {
+            node: node_key.clone(),
+            service_id: service_key,
+        };
         match self.cat.services.get_mut(&*name_key) {
-            Some(group) => group.index = index,
+            Some(group) => {
+                group.index = index;
+                group.instances.insert(key, view);
+            }
             None => {
-                // Filled by the refresh below, so the group is never left empty.
-                self.cat.services.insert(
-                    name_key.clone(),
-                    ServiceGroup {
-                        index,
-                        instances: PackedMap::new(),
-                    },
-                );
+                let mut instances = PackedMap::new();
+                instances.insert(key, view);
+                self.cat
+                    .services
+                    .insert(name_key.clone(), ServiceGroup { index, instances });
             }
         }
-        self.refresh_views(node_key, Some(&service_key), Some(own_checks));
         if checks_rewritten {
             // The check rows carry their service's name and tags: node check queries
             // (`/v1/health/node/<node>`) answer differently now.
@@ -651,6 +768,14 @@ impl<'a> Tx<'a> {
         self.touch(Table::Services, &name_key);
         self.touch(Table::ServiceIndex, &name_key);
         self.touch(Table::NodeServices, node_key);
+        if checks_written {
+            // What `upsert_check` announces for a check of this service (the service's index
+            // moved above).
+            self.bumped[BUMP_CHECKS] = true;
+            self.touch(Table::Checks, node_key);
+            self.touch(Table::ServiceIndex, &name_key);
+        }
+        checks_here
     }
 
     /// Removes one instance from its group; an emptied group is dropped and recorded as an
@@ -672,7 +797,7 @@ impl<'a> Tx<'a> {
         self.touch(Table::ServiceIndex, name_key);
     }
 
-    fn upsert_check(&mut self, node_key: &ArcStr, reg: &CheckRegistration) {
+    fn upsert_check<S: Text>(&mut self, node_key: &ArcStr, reg: &CheckRegistrationOf<S>) {
         let index = self.index;
         let Some(entry) = self.cat.nodes.get(&**node_key) else {
             debug_assert!(false, "the node is written before its checks");
@@ -706,23 +831,26 @@ impl<'a> Tx<'a> {
                     .map_or_else(|| fold_arc(&old.service_id), |(k, _)| k.clone())
             }
         });
-        let mut row = check_row(
+        // Instances of a service usually carry identically named checks: a new check shares
+        // the text of another instance's.
+        let shared_name = match (&existing, &service) {
+            (None, Some(service)) => {
+                sample_check_name(&self.cat.services, &fold(&service.name), &reg.name)
+            }
+            _ => None,
+        };
+        let row = check_row_sharing(
             reg,
             entry.node().name.clone(),
             service.as_deref(),
             existing.as_deref(),
+            shared_name.as_ref(),
             index,
         );
         if let Some(old) = &existing {
             if old.same_as(&row) {
                 return;
             }
-        } else if let Some(name) = service
-            .as_ref()
-            .and_then(|s| self.sample_check_name(s, &row.name))
-        {
-            // Instances of a service usually carry identically named checks: share the text.
-            row.name = name;
         }
         let check = RowArc::new(row);
         let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
@@ -758,31 +886,27 @@ impl<'a> Tx<'a> {
         }
         self.bumped[BUMP_CHECKS] = true;
         self.touch(Table::Checks, node_key);
-        let mut affected: Vec<Option<ArcStr>> = vec![service.map(|s| fold_arc(&s.name))];
+        self.bump_owner(node_key, service.map(|s| fold_arc(&s.name)));
         if let Some(owner) = &moved_from {
             // The previous owner's answers change too when a check moves between services.
-            affected.push(if owner.is_empty() {
-                None
-            } else {
-                previous_service
-            });
-        }
-        for name in affected {
-            match name {
-                Some(name) => self.bump_service(&name),
-                None => self.bump_services_of_node(node_key),
-            }
+            self.bump_owner(
+                node_key,
+                if owner.is_empty() {
+                    None
+                } else {
+                    previous_service
+                },
+            );
         }
     }
 
-    /// The name of a check called `name` on another instance of `service`, to share.
-    fn sample_check_name(&self, service: &ServiceInstance, name: &str) -> Option<ArcStr> {
-        let group = self.cat.services.get(&*fold(&service.name))?;
-        let view = group.instances.first_value()?;
-        view.checks
-            .iter()
-            .find(|c| *c.name == *name)
-            .map(|c| c.name.clone())
+    /// Moves the index of the service a check belongs to (folded name), or of every service
+    /// on the node for a node check (`None`).
+    fn bump_owner(&mut self, node_key: &ArcStr, folded_name: Option<ArcStr>) {
+        match folded_name {
+            Some(name) => self.bump_service(&name),
+            None => self.bump_services_of_node(node_key),
+        }
     }
 
     fn deregister(&mut self, node: &str, service_id: &str, check_id: &str) -> Result<(), String> {
@@ -928,16 +1052,16 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    fn apply_op(&mut self, op: &CatalogOp) -> Result<(), String> {
+    fn apply_op<S: Text>(&mut self, op: &CatalogOpOf<S>) -> Result<(), String> {
         match op {
-            CatalogOp::Register(reg) => self.register(reg),
-            CatalogOp::Deregister {
+            CatalogOpOf::Register(reg) => self.register(reg),
+            CatalogOpOf::Deregister {
                 node,
                 service_id,
                 check_id,
             } => self.deregister(node, service_id, check_id),
-            CatalogOp::Coordinates(updates) => self.update_coordinates(updates),
-            CatalogOp::Batch(ops) => {
+            CatalogOpOf::Coordinates(updates) => self.update_coordinates(updates),
+            CatalogOpOf::Batch(ops) => {
                 if ops.len() > BATCH_OPS_MAX {
                     return Err(format!(
                         "batch of {} operations exceeds {BATCH_OPS_MAX}",
@@ -947,7 +1071,7 @@ impl<'a> Tx<'a> {
                 let mut first_error = None;
                 let mut failures = 0usize;
                 for op in ops {
-                    if matches!(op, CatalogOp::Batch(_)) {
+                    if matches!(op, CatalogOpOf::Batch(_)) {
                         return Err("nested batches are not allowed".to_string());
                     }
                     if let Err(e) = self.apply_op(op) {
@@ -967,8 +1091,8 @@ impl<'a> Tx<'a> {
 
 /// The instance row a registration produces on node `node_name`, sharing strings with
 /// `existing` (the row it replaces) and `sample` (another instance of the service) where equal.
-pub fn instance_row(
-    service: &ServiceRegistration,
+pub fn instance_row<S: Text>(
+    service: &ServiceRegistrationOf<S>,
     node_name: ArcStr,
     existing: Option<&ServiceInstance>,
     sample: Option<&ServiceInstance>,
@@ -1033,23 +1157,37 @@ pub fn instance_row(
 
 /// The check row a registration produces, attached to `service` (when it is a service
 /// check) and sharing strings with `existing`.
-pub fn check_row(
-    reg: &CheckRegistration,
+pub fn check_row<S: Text>(
+    reg: &CheckRegistrationOf<S>,
     node_name: ArcStr,
     service: Option<&ServiceInstance>,
     existing: Option<&HealthCheck>,
     index: u64,
 ) -> HealthCheck {
+    check_row_sharing(reg, node_name, service, existing, None, index)
+}
+
+/// [`check_row`], whose name shares `shared_name` when it holds the same text (another
+/// instance's check of the same name) and `existing`'s otherwise.
+fn check_row_sharing<S: Text>(
+    reg: &CheckRegistrationOf<S>,
+    node_name: ArcStr,
+    service: Option<&ServiceInstance>,
+    existing: Option<&HealthCheck>,
+    shared_name: Option<&ArcStr>,
+    index: u64,
+) -> HealthCheck {
     let status = Status::parse(&reg.status).unwrap_or(Status::Critical);
     let old_extras = existing.and_then(|e| e.extras.as_deref());
-    let definition = reg.definition.clone().unwrap_or_default();
+    // An empty definition is stored as none: the same row, and nothing to copy.
+    let definition = reg.definition.as_ref().filter(|d| !d.is_empty());
     let kind_code = check_type_code(&reg.kind);
     let extras = if kind_code != OTHER_CHECK_TYPE
         && reg.notes.is_empty()
         && reg.interval.is_empty()
         && reg.timeout.is_empty()
         && reg.exposed_port == 0
-        && definition.is_empty()
+        && definition.is_none()
     {
         None
     } else {
@@ -1058,14 +1196,18 @@ pub fn check_row(
             interval: reuse(old_extras.map(|e| &e.interval), &reg.interval),
             timeout: reuse(old_extras.map(|e| &e.timeout), &reg.timeout),
             exposed_port: reg.exposed_port,
-            definition,
+            definition: definition.cloned().unwrap_or_default(),
             other_kind: (kind_code == OTHER_CHECK_TYPE).then(|| arc_str(&reg.kind)),
         }))
+    };
+    let name = match shared_name {
+        Some(shared) if **shared == *reg.name => shared.clone(),
+        _ => reuse(existing.map(|e| &e.name), &reg.name),
     };
     HealthCheck {
         node: node_name,
         check_id: reuse(existing.map(|e| &e.check_id), &reg.check_id),
-        name: reuse(existing.map(|e| &e.name), &reg.name),
+        name,
         status,
         output: reuse(existing.map(|e| &e.output), &reg.output),
         service_id: match service {
@@ -1087,6 +1229,19 @@ pub fn check_row(
     }
 }
 
+/// The name of a check called `name` on an instance of the service `folded_name`, to share.
+fn sample_check_name(
+    services: &imbl::OrdMap<ArcStr, ServiceGroup>,
+    folded_name: &str,
+    name: &str,
+) -> Option<ArcStr> {
+    let view = services.get(folded_name)?.instances.first_value()?;
+    view.checks
+        .iter()
+        .find(|c| *c.name == *name)
+        .map(|c| c.name.clone())
+}
+
 /// What validation decided for a registration.
 struct Plan {
     write_node: bool,
@@ -1096,7 +1251,7 @@ struct Plan {
     node_key: ArcStr,
 }
 
-fn node_differs(node: &Node, reg: &Registration) -> bool {
+fn node_differs<S: Text>(node: &Node, reg: &RegistrationOf<S>) -> bool {
     *node.id != *reg.id
         || *node.name != *reg.node
         || *node.address != *reg.address
@@ -1140,8 +1295,8 @@ pub fn checks_of_service<'m>(
 }
 
 /// A tag list sharing an existing allocation when an equal list exists.
-fn shared_tags(
-    tags: &[String],
+fn shared_tags<S: Text>(
+    tags: &[S],
     existing: Option<&ServiceInstance>,
     sample: Option<&ServiceInstance>,
 ) -> Tags {
@@ -1160,22 +1315,24 @@ fn shared_tags(
 
 /// Applies one catalog command at `index` to the catalog's tables only; the sessions it
 /// affects are ended by the caller (`Tables::write_catalog`).
-pub(in crate::store) fn apply(
+pub(in crate::store) fn apply<S: Text>(
     tables: &mut Tables,
     index: u64,
-    op: &CatalogOp,
+    op: &CatalogOpOf<S>,
     changes: &mut Vec<Change>,
 ) -> CommandResult {
-    let (result, bumped, new_changes) = {
+    let (result, bumped) = {
+        let first_change = changes.len();
         let mut tx = Tx {
             cat: &mut tables.catalog,
             index,
-            changes: Vec::new(),
+            changes,
+            first_change,
             seen: None,
             bumped: [false; 4],
         };
         let result = tx.apply_op(op);
-        (result, tx.bumped, tx.changes)
+        (result, tx.bumped)
     };
     for (slot, table) in [
         (BUMP_NODES, Table::Nodes),
@@ -1187,7 +1344,6 @@ pub(in crate::store) fn apply(
             tables.bump_table(table, index);
         }
     }
-    changes.extend(new_changes);
     #[cfg(debug_assertions)]
     if tables.catalog.nodes.len() <= 64 {
         tables.catalog.check_invariants();

@@ -48,7 +48,8 @@ use std::sync::Arc;
 pub use packed_map::PackedMap;
 
 pub use apply::{
-    CatalogOp, CheckRegistration, CoordinateUpdate, Registration, ServiceRegistration,
+    CatalogOp, CatalogOpOf, CheckRegistration, CheckRegistrationOf, CoordinateUpdate, Registration,
+    RegistrationOf, ServiceRegistration, ServiceRegistrationOf, Text,
 };
 pub use rows::{
     CheckDefinition, CheckExtras, CheckList, HealthCheck, InstanceKey, Node, NodeCoordinate,

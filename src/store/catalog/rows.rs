@@ -119,7 +119,12 @@ pub fn arc_str(text: &str) -> ArcStr {
 /// Consul matches node names, service names, service IDs and check IDs case-insensitively
 /// (its indexes lowercase them). The catalog keys rows by this folded form.
 pub fn fold(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.bytes().any(|b| b.is_ascii_uppercase()) || !text.is_ascii() {
+    // One pass over the bytes: most keys are lowercase ASCII already (every change key is
+    // folded again where it is matched).
+    if text
+        .bytes()
+        .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+    {
         std::borrow::Cow::Owned(text.to_lowercase())
     } else {
         std::borrow::Cow::Borrowed(text)
@@ -389,8 +394,56 @@ pub struct CheckDefinition {
 }
 
 impl CheckDefinition {
+    /// Whether every field holds its default. Field by field, without building a default
+    /// definition to compare with (a check row asks this on every apply); the destructuring
+    /// names every field, so a new one cannot be forgotten here.
     pub fn is_empty(&self) -> bool {
-        *self == CheckDefinition::default()
+        let CheckDefinition {
+            http,
+            tls_server_name,
+            tls_skip_verify,
+            header,
+            method,
+            body,
+            disable_redirects,
+            tcp,
+            udp,
+            grpc,
+            grpc_use_tls,
+            interval_ns,
+            timeout_ns,
+            ttl_ns,
+            deregister_critical_service_after_ns,
+            script_args,
+            alias_node,
+            alias_service,
+            output_max_size,
+            h2ping,
+            h2ping_use_tls,
+            os_service,
+        } = self;
+        http.is_empty()
+            && tls_server_name.is_empty()
+            && !tls_skip_verify
+            && header.is_empty()
+            && method.is_empty()
+            && body.is_empty()
+            && !disable_redirects
+            && tcp.is_empty()
+            && udp.is_empty()
+            && grpc.is_empty()
+            && !grpc_use_tls
+            && *interval_ns == 0
+            && *timeout_ns == 0
+            && *ttl_ns == 0
+            && *deregister_critical_service_after_ns == 0
+            && script_args.is_empty()
+            && alias_node.is_empty()
+            && alias_service.is_empty()
+            && *output_max_size == 0
+            && h2ping.is_empty()
+            && !h2ping_use_tls
+            && os_service.is_empty()
     }
 }
 
@@ -622,6 +675,41 @@ mod tests {
             rmp_serde::from_slice(&rmp_serde::to_vec(&unsorted).unwrap()).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back.get("a").map(|v| &**v), Some("1"));
+    }
+
+    #[test]
+    fn a_check_definition_is_empty_only_with_every_field_at_its_default() {
+        assert!(CheckDefinition::default().is_empty());
+        let set: [fn(&mut CheckDefinition); 22] = [
+            |d| d.http = "x".into(),
+            |d| d.tls_server_name = "x".into(),
+            |d| d.tls_skip_verify = true,
+            |d| d.header = vec![("X".into(), vec![])],
+            |d| d.method = "x".into(),
+            |d| d.body = "x".into(),
+            |d| d.disable_redirects = true,
+            |d| d.tcp = "x".into(),
+            |d| d.udp = "x".into(),
+            |d| d.grpc = "x".into(),
+            |d| d.grpc_use_tls = true,
+            |d| d.interval_ns = 1,
+            |d| d.timeout_ns = -1,
+            |d| d.ttl_ns = 1,
+            |d| d.deregister_critical_service_after_ns = 1,
+            |d| d.script_args = vec![String::new()],
+            |d| d.alias_node = "x".into(),
+            |d| d.alias_service = "x".into(),
+            |d| d.output_max_size = 1,
+            |d| d.h2ping = "x".into(),
+            |d| d.h2ping_use_tls = true,
+            |d| d.os_service = "x".into(),
+        ];
+        for (field, set) in set.iter().enumerate() {
+            let mut definition = CheckDefinition::default();
+            set(&mut definition);
+            assert_ne!(definition, CheckDefinition::default(), "field {field}");
+            assert!(!definition.is_empty(), "field {field}");
+        }
     }
 
     #[test]

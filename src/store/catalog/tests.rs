@@ -566,6 +566,16 @@ fn a_node_name_changing_case_relabels_rows_and_views() {
 fn snapshot_fixture_tables() -> Tables {
     let mut tables = Tables::default();
     let mut changes = Vec::new();
+    for (i, op) in snapshot_fixture_ops().into_iter().enumerate() {
+        let result = tables.apply(i as u64 + 1, &Command::Catalog(op), &mut changes);
+        assert_eq!(result, CommandResult::Bool(true));
+    }
+    tables
+}
+
+/// The catalog writes [`snapshot_fixture_tables`] applies: every field of a registration
+/// set somewhere.
+fn snapshot_fixture_ops() -> Vec<CatalogOp> {
     let definition = CheckDefinition {
         http: "http://10.0.0.1:8080/health".into(),
         header: vec![("X-Probe".into(), vec!["a".into(), "b".into()])],
@@ -575,7 +585,7 @@ fn snapshot_fixture_tables() -> Tables {
         deregister_critical_service_after_ns: 60_000_000_000,
         ..Default::default()
     };
-    let ops = vec![
+    vec![
         CatalogOp::Register(Box::new(Registration {
             id: "9b2d4c1e-57a5-4a2e-8f63-8f1f1f0b6a01".into(),
             node: "Node-A".into(),
@@ -675,12 +685,35 @@ fn snapshot_fixture_tables() -> Tables {
             service_id: "gone".into(),
             check_id: String::new(),
         },
-    ];
+    ]
+}
+
+#[test]
+fn a_borrowed_decode_is_the_same_command_and_applies_the_same() {
+    // What every server applies (`Command::decode_borrowed`, the text borrowed from the
+    // entry) must be what was encoded, field for field, and write the same rows as the
+    // owned command: the same snapshot bytes and the same changes.
+    let mut ops = snapshot_fixture_ops();
+    ops.push(CatalogOp::Batch(snapshot_fixture_ops()[..2].to_vec()));
+    let (mut owned, mut borrowed) = (Tables::default(), Tables::default());
     for (i, op) in ops.into_iter().enumerate() {
-        let result = tables.apply(i as u64 + 1, &Command::Catalog(op), &mut changes);
-        assert_eq!(result, CommandResult::Bool(true));
+        let index = i as u64 + 1;
+        let command = Command::Catalog(op);
+        let bytes = command.encode();
+        let decoded = Command::decode_borrowed(&bytes).unwrap();
+        assert_eq!(decoded.encode_as_entry(), bytes, "{command:?}");
+        assert_eq!(Command::decode(&bytes).unwrap(), command);
+        let (mut owned_changes, mut borrowed_changes) = (Vec::new(), Vec::new());
+        let result = owned.apply(index, &command, &mut owned_changes);
+        assert_eq!(
+            borrowed.apply(index, &decoded, &mut borrowed_changes),
+            result
+        );
+        assert_eq!(borrowed_changes, owned_changes);
     }
-    tables
+    borrowed.catalog.check_invariants();
+    assert_eq!(borrowed.to_snapshot_bytes(), owned.to_snapshot_bytes());
+    assert!(!borrowed.catalog.nodes.is_empty());
 }
 
 /// `snapshot_fixture_tables()` as the store's snapshot, written by praetor at commit 48ab5e5
@@ -793,4 +826,137 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         fresh.catalog.service_extinction_index
     );
     assert!(restored.catalog.service_extinction_index > 0);
+}
+
+#[test]
+fn a_service_written_with_its_checks_is_the_same_write_as_one_after_the_other() {
+    // A registration of a service with its own checks builds the instance's view once
+    // (`upsert_service` takes the checks along); the same registration split in two — the
+    // service, then the checks — in one batch at the same index goes the way of separate
+    // writes. Rows, views, indexes and change sets must be the same.
+    use std::collections::HashSet;
+    let mut base = Fixture::new();
+    base.instance(
+        "n1",
+        service("web-1", "web", &["v1"]),
+        vec![
+            check("c1", "web-1", "passing"),
+            check("c3", "web-1", "passing"),
+        ],
+    );
+    base.instance(
+        "n1",
+        service("db-1", "db", &[]),
+        vec![check("d1", "db-1", "passing")],
+    );
+    base.instance(
+        "n2",
+        service("web-2", "web", &[]),
+        vec![check("c1", "web-2", "passing")],
+    );
+    let mut node_check = node_reg("n1", "10.0.0.1");
+    node_check.checks = vec![check("serf", "", "passing")];
+    assert_eq!(base.register(node_check), CommandResult::Bool(true));
+    let with = |svc: ServiceRegistration, checks: Vec<CheckRegistration>| {
+        let mut reg = node_reg("n1", "10.0.0.1");
+        reg.service = Some(svc);
+        reg.checks = checks;
+        reg
+    };
+    let cases = [
+        // A new instance with a new check (the churn's registration).
+        with(
+            service("web-9", "web", &[]),
+            vec![check("c9", "web-9", "passing")],
+        ),
+        // New tags (the existing checks are relabelled), one check changed, one new, one
+        // unchanged, given out of order.
+        with(
+            service("web-1", "web", &["v2"]),
+            vec![
+                check("c2", "web-1", "warning"),
+                check("c1", "web-1", "critical"),
+                check("c3", "web-1", "passing"),
+            ],
+        ),
+        // The service renamed, its check with it; the same check twice.
+        with(
+            service("web-1", "www", &["v1"]),
+            vec![
+                check("c1", "web-1", "passing"),
+                check("c1", "web-1", "warning"),
+            ],
+        ),
+        // The service unchanged, its check changed.
+        with(
+            service("web-1", "web", &["v1"]),
+            vec![check("c1", "web-1", "warning")],
+        ),
+        // Not taken along: a check held by another service, a node check.
+        with(
+            service("web-1", "web", &["v3"]),
+            vec![check("d1", "web-1", "passing")],
+        ),
+        with(
+            service("web-1", "web", &["v3"]),
+            vec![check("serf", "web-1", "passing")],
+        ),
+        with(
+            service("web-1", "web", &["v3"]),
+            vec![check("c1", "web-1", "passing"), check("n", "", "passing")],
+        ),
+    ];
+    for (case, reg) in cases.into_iter().enumerate() {
+        let mut together = Fixture {
+            tables: base.tables.clone(),
+            next_index: base.next_index,
+            changes: Vec::new(),
+        };
+        let mut split = Fixture {
+            tables: base.tables.clone(),
+            next_index: base.next_index,
+            changes: Vec::new(),
+        };
+        let mut service_only = reg.clone();
+        service_only.checks.clear();
+        let mut checks_only = reg.clone();
+        checks_only.service = None;
+        let result = together.register(reg);
+        assert_eq!(result, CommandResult::Bool(true), "case {case}");
+        let batch = CatalogOp::Batch(vec![
+            CatalogOp::Register(Box::new(service_only)),
+            CatalogOp::Register(Box::new(checks_only)),
+        ]);
+        assert_eq!(split.run(batch), result, "case {case}");
+        assert_eq!(
+            together.tables.to_snapshot_bytes(),
+            split.tables.to_snapshot_bytes(),
+            "case {case}"
+        );
+        assert_eq!(together.tables.table_indexes, split.tables.table_indexes);
+        let set = |f: &Fixture| f.changes.iter().cloned().collect::<HashSet<Change>>();
+        assert_eq!(set(&together), set(&split), "case {case}");
+        assert_eq!(
+            together.changes.len(),
+            set(&together).len(),
+            "no duplicates"
+        );
+        for name in ["web", "www", "db"] {
+            assert_eq!(
+                read::service_index(&together.tables, name),
+                read::service_index(&split.tables, name),
+                "case {case}: {name}"
+            );
+            let views = |f: &Fixture| {
+                check_service_nodes(&f.tables, name)
+                    .iter()
+                    .map(|r| {
+                        let checks: Vec<HealthCheck> = r.checks().map(|c| (**c).clone()).collect();
+                        ((**r.service).clone(), checks, r.all_passing())
+                    })
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(views(&together), views(&split), "case {case}: {name}");
+        }
+    }
 }
