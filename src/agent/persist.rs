@@ -1156,6 +1156,19 @@ mod tests {
     use crate::consul::definition::CheckKind;
     use crate::store::catalog::CheckDefinition;
 
+    /// Saving instance `<name>-<port>` of service `name`, without a token.
+    fn instance_of(name: &str, port: i32) -> Op {
+        Op::service(
+            &ServiceRegistration {
+                id: format!("{name}-{port}"),
+                name: name.into(),
+                port,
+                ..Default::default()
+            },
+            "",
+        )
+    }
+
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "praetor-persist-{name}-{}-{}",
@@ -1287,15 +1300,7 @@ mod tests {
             expires_unix_ms: 10_000,
         };
         for port in 1..=50 {
-            persister.queue(vec![Op::service(
-                &ServiceRegistration {
-                    id: format!("web-{port}"),
-                    name: "web".into(),
-                    port,
-                    ..Default::default()
-                },
-                "",
-            )]);
+            persister.queue(vec![instance_of("web", port)]);
         }
         persister.queue(vec![Op::check_state(&state)]);
         // Read back as set, whether or not the thread has written it yet.
@@ -1337,15 +1342,7 @@ mod tests {
             assert!(!persister.listening.get());
             let mut waiters = Vec::new();
             for port in 1..=40 {
-                persister.queue(vec![Op::service(
-                    &ServiceRegistration {
-                        id: format!("api-{port}"),
-                        name: "api".into(),
-                        port,
-                        ..Default::default()
-                    },
-                    "",
-                )]);
+                persister.queue(vec![instance_of("api", port)]);
                 let persister = persister.clone();
                 let target = persister.queued();
                 waiters.push(monoio::spawn(async move {
