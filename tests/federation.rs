@@ -5,8 +5,9 @@
 //!   reads, session create/info/list; `/v1/catalog/datacenters` lists both, dc1 first, and
 //!   `/v1/coordinate/datacenters` carries both datacenters' servers.
 //! - A blocking read `?dc=dc2&index=N` stays parked across the hop and wakes on a dc2 write.
-//! - DNS on the client: `<svc>.service.dc2.consul`, `<tag>.<svc>.service.dc2.consul` and
-//!   `<node>.node.dc2.consul` answer dc2's catalog; an unknown datacenter is NXDOMAIN.
+//! - DNS on the client: `<svc>.service.dc2.consul`, `<tag>.<svc>.service.dc2.consul`,
+//!   `<svc>.connect.dc2.consul` and `<node>.node.dc2.consul` answer dc2's catalog; an
+//!   unknown datacenter is NXDOMAIN.
 //! - A prepared query with `Failover { Datacenters: ["dc2"] }` answers from dc1 while dc1
 //!   has a healthy instance, and from dc2 with `Failovers: 1` once it has none, over HTTP
 //!   and DNS (`<query>.query.consul`); one with `Failover { NearestN: 1 }` fails over to
@@ -169,6 +170,17 @@ fn two_datacenters_federate_through_the_wan_pool() {
 
     // Catalog and health of dc2.
     register_web(&dc2.servers[0], "dc2-web", "10.2.0.1", "passing", "dc2");
+    // A Connect-native service in dc2 only: `<svc>.connect.dc2.consul` finds it from dc1.
+    put_json(
+        &dc2.servers[0],
+        "/v1/catalog/register",
+        json!({
+            "Node": "dc2-pay",
+            "Address": "10.2.0.7",
+            "Service": {"Service": "pay", "ID": "pay-1", "Port": 9443,
+                        "Connect": {"Native": true}},
+        }),
+    );
     let service = get_json(&client, "/v1/catalog/service/web?dc=dc2");
     assert_eq!(service[0]["Datacenter"], "dc2", "{service}");
     assert_eq!(service[0]["Address"], "10.2.0.1");
@@ -260,6 +272,13 @@ fn two_datacenters_federate_through_the_wan_pool() {
         (code, addresses),
         (ResponseCode::NoError, vec![Ipv4Addr::new(10, 2, 0, 1)])
     );
+    let (code, addresses) = dns_a(dns, "pay.connect.dc2.consul.");
+    assert_eq!(
+        (code, addresses),
+        (ResponseCode::NoError, vec![Ipv4Addr::new(10, 2, 0, 7)])
+    );
+    let (code, _) = dns_a(dns, "pay.connect.consul.");
+    assert_eq!(code, ResponseCode::NXDomain, "pay is in dc2 only");
     let (code, _) = dns_a(dns, "web.service.consul.");
     assert_eq!(code, ResponseCode::NXDomain, "no web in dc1 yet");
     let (code, _) = dns_a(dns, "web.service.nowhere.consul.");

@@ -447,7 +447,7 @@ impl CatalogView for ClientView<'_> {
         }
     }
     fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
-        match self.read(Lookup::ConnectInstances(name.to_ascii_lowercase()), reads) {
+        match self.read(Lookup::connect_instances(name), reads) {
             Some(LookupResult::Instances(instances)) => instances,
             _ => Vec::new(),
         }

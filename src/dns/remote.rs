@@ -108,6 +108,9 @@ impl Lookup {
     pub fn service_instances(name: &str) -> Lookup {
         Lookup::ServiceInstances(name.to_ascii_lowercase())
     }
+    pub fn connect_instances(name: &str) -> Lookup {
+        Lookup::ConnectInstances(name.to_ascii_lowercase())
+    }
     pub fn node(name: &str) -> Lookup {
         Lookup::Node(name.to_ascii_lowercase())
     }

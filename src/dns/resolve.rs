@@ -151,10 +151,22 @@ impl Resolver<'_> {
                 service,
                 datacenter,
             } => {
-                if !self.is_local_datacenter(datacenter.as_deref()) {
-                    return Resolution::Answer(self.nx_domain(domain));
-                }
-                let instances = view.connect_instances(&service, reads);
+                let instances = match datacenter.as_deref() {
+                    // Another datacenter's servers answer for its proxies, as for its
+                    // services (Consul forwards the health query there).
+                    Some(dc) if !self.is_local_datacenter(Some(dc)) => {
+                        let lookup = remote::Lookup::in_datacenter(
+                            dc,
+                            remote::Lookup::connect_instances(&service),
+                        );
+                        match view.elsewhere(&lookup) {
+                            Some(LookupResult::Instances(instances)) => instances,
+                            // Not at hand: the view noted it, and this answer is discarded.
+                            _ => return Resolution::Answer(self.nx_domain(domain)),
+                        }
+                    }
+                    _ => view.connect_instances(&service, reads),
+                };
                 let ttl = seconds(self.config.service_ttl(&service));
                 Resolution::Answer(self.service_answer(
                     None,
