@@ -123,19 +123,10 @@ impl Resolver<'_> {
                 tag,
                 datacenter,
             } => {
-                let instances = match datacenter.as_deref() {
-                    Some(dc) if !self.is_local_datacenter(Some(dc)) => {
-                        let lookup = remote::Lookup::in_datacenter(
-                            dc,
-                            remote::Lookup::service_instances(&service),
-                        );
-                        match view.elsewhere(&lookup) {
-                            Some(LookupResult::Instances(instances)) => instances,
-                            // Not at hand: the view noted it, and this answer is discarded.
-                            _ => return Resolution::Answer(self.nx_domain(domain)),
-                        }
-                    }
-                    _ => view.service_instances(&service, reads),
+                let lookup = remote::Lookup::service_instances(&service);
+                let Some(instances) = self.instances(view, datacenter.as_deref(), lookup, reads)
+                else {
+                    return Resolution::Answer(self.nx_domain(domain));
                 };
                 let ttl = seconds(self.config.service_ttl(&service));
                 Resolution::Answer(self.service_answer(
@@ -151,21 +142,12 @@ impl Resolver<'_> {
                 service,
                 datacenter,
             } => {
-                let instances = match datacenter.as_deref() {
-                    // Another datacenter's servers answer for its proxies, as for its
-                    // services (Consul forwards the health query there).
-                    Some(dc) if !self.is_local_datacenter(Some(dc)) => {
-                        let lookup = remote::Lookup::in_datacenter(
-                            dc,
-                            remote::Lookup::connect_instances(&service),
-                        );
-                        match view.elsewhere(&lookup) {
-                            Some(LookupResult::Instances(instances)) => instances,
-                            // Not at hand: the view noted it, and this answer is discarded.
-                            _ => return Resolution::Answer(self.nx_domain(domain)),
-                        }
-                    }
-                    _ => view.connect_instances(&service, reads),
+                // Another datacenter's servers answer for its proxies, as for its services
+                // (Consul forwards the health query there).
+                let lookup = remote::Lookup::connect_instances(&service);
+                let Some(instances) = self.instances(view, datacenter.as_deref(), lookup, reads)
+                else {
+                    return Resolution::Answer(self.nx_domain(domain));
                 };
                 let ttl = seconds(self.config.service_ttl(&service));
                 Resolution::Answer(self.service_answer(
@@ -288,6 +270,29 @@ impl Resolver<'_> {
                 Arc::new(translated)
             }
             None => node,
+        }
+    }
+
+    /// The instances an instance lookup (a local form) finds: in this datacenter's view,
+    /// or, for another datacenter, from that datacenter's servers. `None` when the other
+    /// datacenter's answer is not at hand: the view noted the lookup, and the answer built
+    /// meanwhile is discarded.
+    fn instances(
+        &self,
+        view: &dyn CatalogView,
+        datacenter: Option<&str>,
+        lookup: remote::Lookup,
+        reads: &mut ReadSet,
+    ) -> Option<Vec<ServiceInstance>> {
+        let result = match datacenter {
+            Some(dc) if !self.is_local_datacenter(Some(dc)) => {
+                view.elsewhere(&remote::Lookup::in_datacenter(dc, lookup))?
+            }
+            _ => lookup.run(view, reads),
+        };
+        match result {
+            LookupResult::Instances(instances) => Some(instances),
+            _ => None,
         }
     }
 
