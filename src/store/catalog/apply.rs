@@ -707,10 +707,7 @@ impl<'a> Tx<'a> {
             // Instances of a service usually carry identically named checks: a new check
             // shares the text of another instance's.
             let shared_name = match (&existing, &group_sample) {
-                (None, Some((_, sample_checks))) => sample_checks
-                    .iter()
-                    .find(|c| *c.name == *reg.name)
-                    .map(|c| c.name.clone()),
+                (None, Some((_, sample_checks))) => shared_check_name(sample_checks, &reg.name),
                 _ => None,
             };
             let row = check_row_sharing(
@@ -726,12 +723,7 @@ impl<'a> Tx<'a> {
             }
             let check = RowArc::new(row);
             let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
-            match entry.checks.get_mut(&*check_key) {
-                Some(slot) => *slot = check.clone(),
-                None => {
-                    entry.checks.insert(check_key.clone(), check.clone());
-                }
-            }
+            entry.checks.insert(check_key.clone(), check.clone());
             // The view's list stays in check-ID order, one entry per check.
             let at = own.partition_point(|c| *fold(&c.check_id) < *check_key);
             match own.get(at) {
@@ -863,12 +855,7 @@ impl<'a> Tx<'a> {
             .nodes
             .get_mut(&**node_key)
             .expect("node checked above");
-        match entry.checks.get_mut(&*check_key) {
-            Some(slot) => *slot = check.clone(),
-            None => {
-                entry.checks.insert(check_key.clone(), check.clone());
-            }
-        }
+        entry.checks.insert(check_key.clone(), check.clone());
         // Views: the old owner loses the check, the new one gains it; node checks are in
         // every view of the node.
         if let Some(owner) = &moved_from {
@@ -1236,7 +1223,12 @@ fn sample_check_name(
     name: &str,
 ) -> Option<ArcStr> {
     let view = services.get(folded_name)?.instances.first_value()?;
-    view.checks
+    shared_check_name(view.checks(), name)
+}
+
+/// The text of the check called `name` among `checks` (another instance's), to share.
+fn shared_check_name(checks: &[RowArc<HealthCheck>], name: &str) -> Option<ArcStr> {
+    checks
         .iter()
         .find(|c| *c.name == *name)
         .map(|c| c.name.clone())
