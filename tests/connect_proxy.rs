@@ -2,8 +2,9 @@
 //! upstream listener, web's proxy opens mTLS to db's sidecar, db's proxy hands the bytes to
 //! db (an echo server). A `deny` intention refuses the next connection within a second,
 //! `allow` restores it; a client without a certificate from the CA is refused by db's
-//! proxy. Everything runs as real processes: one `praetor agent -dev`, two
-//! `praetor connect proxy`.
+//! proxy; the agent's TCP checks of the proxies' listeners are not logged as failed
+//! handshakes, and every log line has the agent's timestamp. Everything runs
+//! as real processes: one `praetor agent -dev`, two `praetor connect proxy`.
 
 mod common;
 
@@ -54,6 +55,10 @@ struct Proxy {
 
 impl Proxy {
     fn start(agent: &Agent, dir: &TempDir, sidecar_for: &str) -> Proxy {
+        Proxy::start_with(agent, dir, sidecar_for, &[])
+    }
+
+    fn start_with(agent: &Agent, dir: &TempDir, sidecar_for: &str, extra: &[&str]) -> Proxy {
         let log = dir.path().join(format!("proxy-{sidecar_for}.log"));
         let child = Command::new(praetor_binary())
             .args([
@@ -65,6 +70,7 @@ impl Proxy {
                 "1",
                 &format!("-http-addr={}", agent.http_addr()),
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -155,7 +161,7 @@ fn client_to_web_upstream_to_db_sidecar_to_db_follows_intentions() {
     assert_eq!(catalog[0]["ServiceName"], "db-sidecar-proxy", "{catalog}");
     assert_eq!(catalog[0]["ServicePort"], db_proxy_port);
     let db_proxy = Proxy::start(&agent, &dir, "db");
-    let web_proxy = Proxy::start(&agent, &dir, "web");
+    let web_proxy = Proxy::start_with(&agent, &dir, "web", &["-log-level", "debug"]);
     let upstream = SocketAddr::new(ip, upstream_port);
     let message = b"hello through the mesh".to_vec();
     let deadline = Instant::now() + Duration::from_secs(40);
@@ -209,6 +215,34 @@ fn client_to_web_upstream_to_db_sidecar_to_db_follows_intentions() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+
+    // Each sidecar's TCP check opened and closed a connection to its public listener every
+    // second all along (the mesh only carries traffic once db's check passed): the proxies
+    // do not call that a failed handshake. At the default level they say nothing of it; at
+    // `-log-level debug` (web's proxy) they say what it was. Every line carries the agent's
+    // timestamp and level, as hclog writes them.
+    std::thread::sleep(Duration::from_millis(2500));
+    let line = regex::Regex::new(
+        r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z \[(TRACE|DEBUG|INFO|WARN|ERROR)\] {1,2}proxy: ",
+    )
+    .unwrap();
+    for (name, log) in [("db", db_proxy.log()), ("web", web_proxy.log())] {
+        assert!(!log.contains("handshake"), "{name}'s proxy:\n{log}");
+        assert!(
+            log.contains("[INFO]  proxy: serving"),
+            "{name}'s proxy:\n{log}"
+        );
+        for l in log.lines() {
+            assert!(line.is_match(l), "{name}'s proxy logged {l:?}");
+        }
+    }
+    let web_log = web_proxy.log();
+    assert!(
+        web_log.contains("[DEBUG] proxy: connection from ")
+            && web_log.contains("closed before sending anything (a TCP check)"),
+        "{web_log}"
+    );
+    assert!(!db_proxy.log().contains("[DEBUG]"), "{}", db_proxy.log());
 
     // A megabyte goes through whole.
     let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();

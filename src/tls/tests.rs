@@ -712,6 +712,62 @@ fn plaintext_and_silence_on_a_tls_listener_end_with_a_reason() {
 }
 
 #[test]
+fn a_connection_that_ends_before_its_first_byte_is_no_failed_handshake() {
+    let pki = Pki::new("probe");
+    let tls =
+        TlsConfigurator::new(&https_only(pki.protocol("server", "ca")), identity(true)).unwrap();
+    let server = tls.server_config(Protocol::Https).unwrap();
+    run(async move {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = monoio::spawn(async move {
+            let mut errors = Vec::new();
+            for _ in 0..3 {
+                let (socket, _) = listener.accept().await.unwrap();
+                let result = accept(
+                    server.clone(),
+                    socket,
+                    TEST_HANDSHAKE_TIMEOUT,
+                    FirstRecord::Close,
+                )
+                .await;
+                errors.push(result.err().unwrap());
+            }
+            errors
+        });
+        // A TCP health check: open, close.
+        drop(TcpStream::connect(address).await.unwrap());
+        // A probe that resets instead of closing (SO_LINGER 0), as some checkers do.
+        let reset = std::net::TcpStream::connect(address).unwrap();
+        socket2::SockRef::from(&reset)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(reset);
+        // A client that starts a handshake record and goes away: that one did fail.
+        let mut partial = TcpStream::connect(address).await.unwrap();
+        let (result, _) = partial.write_all(vec![0x16, 0x03]).await;
+        result.unwrap();
+        drop(partial);
+        let errors = accepted.await;
+        assert!(
+            matches!(errors[0], HandshakeError::NothingSent),
+            "{:?}",
+            errors[0]
+        );
+        assert!(
+            matches!(errors[1], HandshakeError::NothingSent),
+            "{:?}",
+            errors[1]
+        );
+        assert!(
+            matches!(errors[2], HandshakeError::Closed),
+            "{:?}",
+            errors[2]
+        );
+    });
+}
+
+#[test]
 fn a_cancelled_read_leaves_an_error_not_a_panic() {
     let pki = Pki::new("cancel");
     let tls =
