@@ -3,7 +3,8 @@
 //! db (an echo server). A `deny` intention refuses the next connection within a second,
 //! `allow` restores it; a client without a certificate from the CA is refused by db's
 //! proxy; the agent's TCP checks of the proxies' listeners are not logged as failed
-//! handshakes, and every log line has the agent's timestamp. Everything runs
+//! handshakes, and every log line has the agent's timestamp. A sidecar with Consul's default
+//! checks is routable within its check interval, and the wait is explained. Everything runs
 //! as real processes: one `praetor agent -dev`, two `praetor connect proxy`.
 
 mod common;
@@ -322,4 +323,103 @@ fn client_to_web_upstream_to_db_sidecar_to_db_follows_intentions() {
     );
     drop(web_proxy);
     drop(db_proxy);
+}
+
+/// A sidecar registered with Consul's default checks, started at once: how long until the
+/// first connection goes through, and why it is not at once. Its "Connect Sidecar
+/// Listening" TCP check starts critical (as every check registered without a status does in
+/// Consul) and first runs after a random pause of up to its 10 s interval (Consul staggers
+/// every check's first run so that checks registered together do not probe in step); until
+/// it passes, db's proxy is not among db's healthy proxies and web's upstream has nowhere
+/// to go, which web's proxy says. If that first probe comes before db's proxy listens, the
+/// next one is an interval later: so the bound is two intervals.
+#[test]
+fn a_sidecar_with_the_default_checks_is_routable_within_its_check_interval() {
+    const CHECK_INTERVAL: Duration = Duration::from_secs(10);
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("connect-proxy-default-checks");
+    let ip = agent.ip;
+    let db_port = free_port(ip);
+    let upstream_port = free_port(ip);
+    echo_server(SocketAddr::new(ip, db_port));
+    let registered = Instant::now();
+    register(
+        &agent,
+        json!({
+            "Name": "db", "Port": db_port, "Address": ip.to_string(),
+            "Connect": {"SidecarService": {"Address": ip.to_string(),
+                "Proxy": {"LocalServiceAddress": ip.to_string()}}}
+        }),
+    );
+    register(
+        &agent,
+        json!({
+            "Name": "web", "Port": free_port(ip), "Address": ip.to_string(),
+            "Connect": {"SidecarService": {"Address": ip.to_string(), "Proxy": {"Upstreams": [
+                {"DestinationName": "db", "LocalBindAddress": ip.to_string(), "LocalBindPort": upstream_port}
+            ]}}}
+        }),
+    );
+    // Consul's default checks, the TCP one critical until it has seen the proxy listen
+    // (nothing listens yet).
+    let checks = agent
+        .get("/v1/health/checks/db-sidecar-proxy")
+        .json()
+        .as_array()
+        .cloned()
+        .unwrap();
+    let listening = checks
+        .iter()
+        .find(|c| c["Name"] == "Connect Sidecar Listening")
+        .unwrap_or_else(|| panic!("{checks:?}"));
+    assert_eq!(listening["Interval"], "10s", "{listening}");
+    assert_eq!(listening["Status"], "critical", "{listening}");
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["Name"] == "Connect Sidecar Aliasing db"),
+        "{checks:?}"
+    );
+    let db_proxy = Proxy::start(&agent, &dir, "db");
+    let web_proxy = Proxy::start(&agent, &dir, "web");
+    let upstream = SocketAddr::new(ip, upstream_port);
+    let message = b"first through the mesh".to_vec();
+    let deadline = registered + 2 * CHECK_INTERVAL + Duration::from_secs(5);
+    let mut refused = 0;
+    loop {
+        match round_trip(upstream, &message) {
+            Ok(echo) => {
+                assert_eq!(echo, message);
+                break;
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(
+                    Instant::now() < deadline,
+                    "not routable {:?} after registration: {e}\ndb proxy:\n{}\nweb proxy:\n{}\nchecks: {}",
+                    registered.elapsed(),
+                    db_proxy.log(),
+                    web_proxy.log(),
+                    agent.get("/v1/health/checks/db-sidecar-proxy").text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    let elapsed = registered.elapsed();
+    println!(
+        "measure registration_to_first_connection_ms {} (refused {refused} before)",
+        elapsed.as_millis()
+    );
+    if refused > 0 {
+        // Each connection made before db's proxy was healthy was closed, and web's proxy
+        // said why in words a user can act on.
+        let log = web_proxy.log();
+        assert!(
+            log.contains(
+                "no healthy proxy of db: none is registered, or none passes its health checks yet"
+            ),
+            "{log}"
+        );
+    }
 }

@@ -236,7 +236,13 @@ async fn outbound(
 ) -> Result<(), String> {
     let endpoints = upstream.endpoints.load_full();
     if endpoints.is_empty() {
-        return Err(format!("no healthy proxy of {}", upstream.spec.destination));
+        // Say why, as this is what a user sees right after registering a sidecar: its
+        // "Connect Sidecar Listening" check starts critical and passes only after its first
+        // probe, up to one check interval later (Consul staggers first runs the same way).
+        return Err(format!(
+            "no healthy proxy of {}: none is registered, or none passes its health checks yet",
+            upstream.spec.destination
+        ));
     }
     let at = upstream.next.fetch_add(1, Ordering::Relaxed) % endpoints.len();
     let remote = dial(endpoints[at]).await?;
