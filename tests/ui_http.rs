@@ -754,3 +754,79 @@ fn the_topology_is_filtered_by_the_token() {
         db.text()
     );
 }
+
+/// What the UI's lists rely on to say that ACLs hid rows: `X-Consul-Results-Filtered-By-ACLs`
+/// on every list a token's filter cut, including a KV folder the filter emptied, which
+/// Consul answers with a 404 that still carries the header; never to an anonymous caller.
+#[test]
+fn lists_a_token_may_not_fully_read_say_so_in_a_header() {
+    const MANAGEMENT: &str = "7b1d2c3e-0000-4000-8000-0000000000ad";
+    let acl = format!(
+        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+    );
+    let agent = Agent::dev(&["-hcl", &acl]);
+    let call = |method: &str, path: &str, body: &[u8], token: Option<&str>| {
+        let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
+        request(agent.addr(), method, path, body, &headers)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while call("GET", "/v1/acl/token/self", b"", Some(MANAGEMENT)).status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the management token never resolved"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for key in ["open/a", "secret/b"] {
+        assert_eq!(
+            call("PUT", &format!("/v1/kv/{key}"), b"x", Some(MANAGEMENT)).status,
+            200
+        );
+    }
+    let rules = r#"key_prefix "open/" { policy = "read" } service_prefix "" { policy = "read" }"#;
+    let policy = call(
+        "PUT",
+        "/v1/acl/policy",
+        serde_json::json!({"Name": "open-keys", "Rules": rules})
+            .to_string()
+            .as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(policy.status, 200, "{}", policy.text());
+    let token = call(
+        "PUT",
+        "/v1/acl/token",
+        br#"{"Policies": [{"Name": "open-keys"}]}"#,
+        Some(MANAGEMENT),
+    )
+    .json()["SecretID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    const HEADER: &str = "X-Consul-Results-Filtered-By-ACLs";
+
+    let root = call("GET", "/v1/kv/?keys&separator=/", b"", Some(&token));
+    assert_eq!(
+        (root.status, root.json()),
+        (200, serde_json::json!(["open/"]))
+    );
+    assert_eq!(root.header(HEADER), Some("true"));
+    let folder = call("GET", "/v1/kv/secret/?keys&separator=/", b"", Some(&token));
+    assert_eq!((folder.status, folder.header(HEADER)), (404, Some("true")));
+    let recurse = call("GET", "/v1/kv/secret/?recurse", b"", Some(&token));
+    assert_eq!(
+        (recurse.status, recurse.header(HEADER)),
+        (404, Some("true"))
+    );
+    let open = call("GET", "/v1/kv/open/?keys&separator=/", b"", Some(&token));
+    assert_eq!((open.status, open.header(HEADER)), (200, None));
+    // Anonymous is not told.
+    let anonymous = call("GET", "/v1/kv/secret/?keys&separator=/", b"", None);
+    assert_eq!((anonymous.status, anonymous.header(HEADER)), (404, None));
+    // The node list: the token may read no node.
+    let nodes = call("GET", "/v1/internal/ui/nodes", b"", Some(&token));
+    assert_eq!(
+        (nodes.json(), nodes.header(HEADER)),
+        (serde_json::json!([]), Some("true"))
+    );
+}
