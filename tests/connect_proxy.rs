@@ -111,6 +111,31 @@ fn round_trip(addr: SocketAddr, message: &[u8]) -> Result<Vec<u8>, String> {
     Ok(echo)
 }
 
+/// Sends `message` through `addr` until its echo comes back, at most until `deadline`
+/// (then fails with `why`, given the last error); returns how many tries failed first.
+fn until_echoed(
+    addr: SocketAddr,
+    message: &[u8],
+    deadline: Instant,
+    pause: Duration,
+    why: impl Fn(&str) -> String,
+) -> usize {
+    let mut refused = 0;
+    loop {
+        match round_trip(addr, message) {
+            Ok(echo) => {
+                assert_eq!(echo, message);
+                return refused;
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(Instant::now() < deadline, "{}", why(&e));
+                std::thread::sleep(pause);
+            }
+        }
+    }
+}
+
 fn register(agent: &Agent, body: serde_json::Value) {
     let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
     assert_eq!(r.status, 200, "register: {}", r.text());
@@ -166,24 +191,20 @@ fn client_to_web_upstream_to_db_sidecar_to_db_follows_intentions() {
     let upstream = SocketAddr::new(ip, upstream_port);
     let message = b"hello through the mesh".to_vec();
     let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        match round_trip(upstream, &message) {
-            Ok(echo) => {
-                assert_eq!(echo, message);
-                break;
-            }
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "the mesh never carried a message: {e}\ndb proxy:\n{}\nweb proxy:\n{}\nhealth: {}",
-                    db_proxy.log(),
-                    web_proxy.log(),
-                    agent.get("/v1/health/connect/db").text()
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
+    until_echoed(
+        upstream,
+        &message,
+        deadline,
+        Duration::from_millis(100),
+        |e| {
+            format!(
+                "the mesh never carried a message: {e}\ndb proxy:\n{}\nweb proxy:\n{}\nhealth: {}",
+                db_proxy.log(),
+                web_proxy.log(),
+                agent.get("/v1/health/connect/db").text()
+            )
+        },
+    );
     // DNS answers `db.connect.consul` with db's proxy once its check passes (dig, a real
     // resolver client).
     let dns = agent.dns_addr();
@@ -385,27 +406,21 @@ fn a_sidecar_with_the_default_checks_is_routable_within_its_check_interval() {
     let upstream = SocketAddr::new(ip, upstream_port);
     let message = b"first through the mesh".to_vec();
     let deadline = registered + 2 * CHECK_INTERVAL + Duration::from_secs(5);
-    let mut refused = 0;
-    loop {
-        match round_trip(upstream, &message) {
-            Ok(echo) => {
-                assert_eq!(echo, message);
-                break;
-            }
-            Err(e) => {
-                refused += 1;
-                assert!(
-                    Instant::now() < deadline,
-                    "not routable {:?} after registration: {e}\ndb proxy:\n{}\nweb proxy:\n{}\nchecks: {}",
-                    registered.elapsed(),
-                    db_proxy.log(),
-                    web_proxy.log(),
-                    agent.get("/v1/health/checks/db-sidecar-proxy").text()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
+    let refused = until_echoed(
+        upstream,
+        &message,
+        deadline,
+        Duration::from_millis(50),
+        |e| {
+            format!(
+            "not routable {:?} after registration: {e}\ndb proxy:\n{}\nweb proxy:\n{}\nchecks: {}",
+            registered.elapsed(),
+            db_proxy.log(),
+            web_proxy.log(),
+            agent.get("/v1/health/checks/db-sidecar-proxy").text()
+        )
+        },
+    );
     let elapsed = registered.elapsed();
     println!(
         "measure registration_to_first_connection_ms {} (refused {refused} before)",

@@ -655,29 +655,62 @@ fn sidecars_fold_into_their_service_and_the_topology_follows_registrations_and_i
     }
 }
 
-/// With ACLs, the topology needs `service:read` on the service, and leaves out the
-/// neighbours the token may not read, saying so in the body and the header.
-#[test]
-fn the_topology_is_filtered_by_the_token() {
-    const MANAGEMENT: &str = "7b1d2c3e-0000-4000-8000-0000000000ac";
+/// A `-dev` agent with ACLs on (default deny) and `management` as its initial management
+/// token, returned once that token resolves.
+fn acl_agent(management: &str) -> Agent {
     let acl = format!(
-        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{management}\" }} }}"
     );
     let agent = Agent::dev(&["-hcl", &acl]);
-    let with = |token: &str| vec![("X-Consul-Token", token.to_string())];
-    let call = |method: &str, path: &str, body: &[u8], token: &str| {
-        let headers = with(token);
-        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        request(agent.addr(), method, path, body, &headers)
-    };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while call("GET", "/v1/acl/token/self", b"", MANAGEMENT).status != 200 {
+    while call(&agent, "GET", "/v1/acl/token/self", b"", Some(management)).status != 200 {
         assert!(
             Instant::now() < deadline,
             "the management token never resolved"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    agent
+}
+
+/// A request with `token` as `X-Consul-Token`, or none.
+fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
+    let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
+    request(agent.addr(), method, path, body, &headers)
+}
+
+/// A token holding one new policy of `rules`, made with `management`.
+fn token_with_rules(agent: &Agent, management: &str, name: &str, rules: &str) -> String {
+    let body = serde_json::json!({"Name": name, "Rules": rules}).to_string();
+    let policy = call(
+        agent,
+        "PUT",
+        "/v1/acl/policy",
+        body.as_bytes(),
+        Some(management),
+    );
+    assert_eq!(policy.status, 200, "{}", policy.text());
+    let body = serde_json::json!({"Policies": [{"Name": name}]}).to_string();
+    let token = call(
+        agent,
+        "PUT",
+        "/v1/acl/token",
+        body.as_bytes(),
+        Some(management),
+    );
+    assert_eq!(token.status, 200, "{}", token.text());
+    token.json()["SecretID"].as_str().unwrap().to_string()
+}
+
+/// With ACLs, the topology needs `service:read` on the service, and leaves out the
+/// neighbours the token may not read, saying so in the body and the header.
+#[test]
+fn the_topology_is_filtered_by_the_token() {
+    const MANAGEMENT: &str = "7b1d2c3e-0000-4000-8000-0000000000ac";
+    let agent = acl_agent(MANAGEMENT);
+    let call = |method: &str, path: &str, body: &[u8], token: &str| {
+        call(&agent, method, path, body, Some(token))
+    };
     for (name, upstreams) in [("db", vec![]), ("web", vec!["db"])] {
         let upstreams: Vec<serde_json::Value> = upstreams
             .iter()
@@ -693,41 +726,20 @@ fn the_topology_is_filtered_by_the_token() {
         );
         assert_eq!(r.status, 200, "{}", r.text());
     }
+    let topology = |name: &str, token: &str| {
+        call(
+            "GET",
+            &format!("/v1/internal/ui/service-topology/{name}?kind="),
+            b"",
+            token,
+        )
+    };
     let rules = r#"service_prefix "web" { policy = "read" } node_prefix "" { policy = "read" }"#;
-    let policy = call(
-        "PUT",
-        "/v1/acl/policy",
-        serde_json::json!({"Name": "web-only", "Rules": rules})
-            .to_string()
-            .as_bytes(),
-        MANAGEMENT,
-    );
-    assert_eq!(policy.status, 200, "{}", policy.text());
-    let token = call(
-        "PUT",
-        "/v1/acl/token",
-        br#"{"Policies": [{"Name": "web-only"}]}"#,
-        MANAGEMENT,
-    )
-    .json()["SecretID"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let token = token_with_rules(&agent, MANAGEMENT, "web-only", rules);
 
-    let full = call(
-        "GET",
-        "/v1/internal/ui/service-topology/web?kind=",
-        b"",
-        MANAGEMENT,
-    )
-    .json();
+    let full = topology("web", MANAGEMENT).json();
     assert_eq!(full["Upstreams"][0]["Name"], "db", "{full}");
-    let web = call(
-        "GET",
-        "/v1/internal/ui/service-topology/web?kind=",
-        b"",
-        &token,
-    );
+    let web = topology("web", &token);
     assert_eq!(web.status, 200, "{}", web.text());
     assert_eq!(
         web.json()["Upstreams"],
@@ -740,12 +752,7 @@ fn the_topology_is_filtered_by_the_token() {
         web.header("X-Consul-Results-Filtered-By-ACLs"),
         Some("true")
     );
-    let db = call(
-        "GET",
-        "/v1/internal/ui/service-topology/db?kind=",
-        b"",
-        &token,
-    );
+    let db = topology("db", &token);
     assert_eq!(db.status, 403, "{}", db.text());
     assert!(
         db.text()
@@ -761,22 +768,10 @@ fn the_topology_is_filtered_by_the_token() {
 #[test]
 fn lists_a_token_may_not_fully_read_say_so_in_a_header() {
     const MANAGEMENT: &str = "7b1d2c3e-0000-4000-8000-0000000000ad";
-    let acl = format!(
-        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
-    );
-    let agent = Agent::dev(&["-hcl", &acl]);
+    let agent = acl_agent(MANAGEMENT);
     let call = |method: &str, path: &str, body: &[u8], token: Option<&str>| {
-        let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
-        request(agent.addr(), method, path, body, &headers)
+        call(&agent, method, path, body, token)
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while call("GET", "/v1/acl/token/self", b"", Some(MANAGEMENT)).status != 200 {
-        assert!(
-            Instant::now() < deadline,
-            "the management token never resolved"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
     for key in ["open/a", "secret/b"] {
         assert_eq!(
             call("PUT", &format!("/v1/kv/{key}"), b"x", Some(MANAGEMENT)).status,
@@ -784,25 +779,7 @@ fn lists_a_token_may_not_fully_read_say_so_in_a_header() {
         );
     }
     let rules = r#"key_prefix "open/" { policy = "read" } service_prefix "" { policy = "read" }"#;
-    let policy = call(
-        "PUT",
-        "/v1/acl/policy",
-        serde_json::json!({"Name": "open-keys", "Rules": rules})
-            .to_string()
-            .as_bytes(),
-        Some(MANAGEMENT),
-    );
-    assert_eq!(policy.status, 200, "{}", policy.text());
-    let token = call(
-        "PUT",
-        "/v1/acl/token",
-        br#"{"Policies": [{"Name": "open-keys"}]}"#,
-        Some(MANAGEMENT),
-    )
-    .json()["SecretID"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let token = token_with_rules(&agent, MANAGEMENT, "open-keys", rules);
     const HEADER: &str = "X-Consul-Results-Filtered-By-ACLs";
 
     let root = call("GET", "/v1/kv/?keys&separator=/", b"", Some(&token));

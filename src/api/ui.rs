@@ -356,6 +356,21 @@ pub(super) fn summarize<'a>(
     summaries
 }
 
+/// [`summarize`] over every instance of the catalog (`/v1/internal/ui/services`).
+pub(super) fn summarize_catalog<'a>(
+    tables: &'a Tables,
+    filter: Option<&Filter>,
+    rows: &RowFilter,
+    hidden: &mut bool,
+) -> Vec<Summary<'a>> {
+    let instances = tables
+        .catalog
+        .services
+        .values()
+        .flat_map(read::check_service_nodes_of_group);
+    summarize(instances, filter, rows, hidden)
+}
+
 /// `GET /v1/internal/ui/services`.
 struct ServicesQuery {
     /// Instances whose node or service the token may not read are left out.
@@ -376,16 +391,7 @@ impl Query for ServicesQuery {
         let summaries = if self.peer {
             Vec::new()
         } else {
-            summarize(
-                tables
-                    .catalog
-                    .services
-                    .values()
-                    .flat_map(read::check_service_nodes_of_group),
-                self.filter.as_ref(),
-                &self.rows,
-                &mut hidden,
-            )
+            summarize_catalog(tables, self.filter.as_ref(), &self.rows, &mut hidden)
         };
         let mut body = Vec::with_capacity(64 + summaries.len() * 320);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
@@ -752,11 +758,29 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     }
 }
 
+/// What the unit tests of the UI's endpoints share: writing a registration into a store.
+#[cfg(test)]
+pub(super) mod test_support {
+    use crate::store::catalog::{CatalogOp, Registration};
+    use crate::store::{Command, Tables};
+
+    /// Applies `registration` to `tables` at `index`, as the Raft apply would.
+    pub fn apply_registration(tables: &mut Tables, index: u64, registration: Registration) {
+        let mut changes = Vec::new();
+        tables.apply(
+            index,
+            &Command::Catalog(CatalogOp::Register(Box::new(registration))),
+            &mut changes,
+        );
+        assert!(!changes.is_empty(), "the registration changed the catalog");
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::apply_registration;
     use super::*;
-    use crate::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
-    use crate::store::Command;
+    use crate::store::catalog::{CheckRegistration, Registration, ServiceRegistration};
 
     fn register(
         tables: &mut Tables,
@@ -787,12 +811,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let mut changes = Vec::new();
-        tables.apply(
-            index,
-            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
-            &mut changes,
-        );
+        apply_registration(tables, index, reg);
     }
 
     fn node_check(tables: &mut Tables, index: u64, node: &str, status: &str) {
@@ -808,25 +827,11 @@ mod tests {
             }],
             ..Default::default()
         };
-        let mut changes = Vec::new();
-        tables.apply(
-            index,
-            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
-            &mut changes,
-        );
+        apply_registration(tables, index, reg);
     }
 
     fn summaries_json(tables: &Tables, filter: Option<&Filter>) -> serde_json::Value {
-        let summaries = summarize(
-            tables
-                .catalog
-                .services
-                .values()
-                .flat_map(read::check_service_nodes_of_group),
-            filter,
-            &RowFilter::default(),
-            &mut false,
-        );
+        let summaries = summarize_catalog(tables, filter, &RowFilter::default(), &mut false);
         let mut body = Vec::new();
         let mut w = JsonWriter::new(&mut body, false);
         w.begin_array();

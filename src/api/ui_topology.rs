@@ -323,7 +323,63 @@ impl Query for TopologyQuery {
     }
 }
 
+/// Which way a connection goes between the service and a neighbour.
+#[derive(Clone, Copy)]
+enum Direction {
+    /// The service connects to the neighbour.
+    Upstream,
+    /// The neighbour connects to the service.
+    Downstream,
+}
+
 impl TopologyQuery {
+    /// The decision for the connection between the service and `neighbour`.
+    fn decision<'t>(
+        &self,
+        tables: &'t Tables,
+        neighbour: &str,
+        direction: Direction,
+        allow_permissions: bool,
+    ) -> DecisionSummary<'t> {
+        let (source, destination) = match direction {
+            Direction::Upstream => (&*self.service, neighbour),
+            Direction::Downstream => (neighbour, &*self.service),
+        };
+        DecisionSummary::of(
+            tables,
+            source,
+            destination,
+            self.default_allow,
+            allow_permissions,
+        )
+    }
+
+    /// Adds to `side` every candidate the intentions let connect (L7 permissions counting
+    /// as a yes, as Consul's candidate search does), labelled by what allowed it.
+    fn add_allowed(
+        &self,
+        tables: &Tables,
+        side: &mut Side,
+        candidates: &[String],
+        direction: Direction,
+    ) {
+        for candidate in candidates {
+            let decision = self.decision(tables, candidate, direction, true);
+            if decision.allowed && !candidate.eq_ignore_ascii_case(&self.service) {
+                side.add(candidate, decision.source_label());
+            }
+        }
+    }
+
+    /// Records the decision reported for each name of `side`: L7 permissions refuse the
+    /// connection, as the proxies refuse a plain TCP one.
+    fn decide_all<'t>(&self, tables: &'t Tables, side: &mut Side<'t>, direction: Direction) {
+        for name in side.names.clone() {
+            let decision = self.decision(tables, &name, direction, false);
+            side.decisions.insert(fold(&name).into_owned(), decision);
+        }
+    }
+
     /// Writes the topology; whether the token's filter left something out.
     fn write_topology(&self, tables: &Tables, w: &mut JsonWriter) -> bool {
         let service = &*self.service;
@@ -353,18 +409,9 @@ impl TopologyQuery {
         }
         let candidates = typical_names(tables);
         if by_intentions {
-            for candidate in &candidates {
-                let decision =
-                    DecisionSummary::of(tables, service, candidate, self.default_allow, true);
-                if decision.allowed && !candidate.eq_ignore_ascii_case(service) {
-                    up.add(candidate, decision.source_label());
-                }
-            }
+            self.add_allowed(tables, &mut up, &candidates, Direction::Upstream);
         }
-        for name in up.names.clone() {
-            let decision = DecisionSummary::of(tables, service, &name, self.default_allow, false);
-            up.decisions.insert(fold(&name).into_owned(), decision);
-        }
+        self.decide_all(tables, &mut up, Direction::Upstream);
         let up_rows: Vec<CheckServiceNode> = combined_rows(tables, &proxies, &up.names)
             .into_iter()
             .filter(|row| {
@@ -385,17 +432,8 @@ impl TopologyQuery {
                 down.add(&facts.destination, SOURCE_REGISTRATION);
             }
         }
-        for candidate in &candidates {
-            let decision =
-                DecisionSummary::of(tables, candidate, service, self.default_allow, true);
-            if decision.allowed && !candidate.eq_ignore_ascii_case(service) {
-                down.add(candidate, decision.source_label());
-            }
-        }
-        for name in down.names.clone() {
-            let decision = DecisionSummary::of(tables, &name, service, self.default_allow, false);
-            down.decisions.insert(fold(&name).into_owned(), decision);
-        }
+        self.add_allowed(tables, &mut down, &candidates, Direction::Downstream);
+        self.decide_all(tables, &mut down, Direction::Downstream);
         let down_candidates = combined_rows(tables, &proxies, &down.names);
         // A downstream found only through the intentions counts when one of its proxies is
         // transparent or an instance is native: only those dial without a registration.
@@ -490,8 +528,8 @@ fn write_summary(w: &mut JsonWriter, summary: &Summary, side: &Side) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::catalog::{CatalogOp, Registration, ServiceRegistration};
-    use crate::store::Command;
+    use crate::api::ui::test_support::apply_registration;
+    use crate::store::catalog::{Registration, ServiceRegistration};
 
     fn register(tables: &mut Tables, index: u64, id: &str, name: &str, proxy: Option<&str>) {
         let reg = Registration {
@@ -512,12 +550,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let mut changes = Vec::new();
-        tables.apply(
-            index,
-            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
-            &mut changes,
-        );
+        apply_registration(tables, index, reg);
     }
 
     fn topology(tables: &Tables, service: &str, default_allow: bool) -> serde_json::Value {
@@ -604,20 +637,11 @@ mod tests {
         // The listing says web is transparent until one of its proxies is not.
         let listing = |tables: &Tables| {
             let mut hidden = false;
-            summarize(
-                tables
-                    .catalog
-                    .services
-                    .values()
-                    .flat_map(read::check_service_nodes_of_group),
-                None,
-                &RowFilter::default(),
-                &mut hidden,
-            )
-            .into_iter()
-            .find(|s| s.name == "web")
-            .map(|s| s.transparent_proxy_for_tests())
-            .unwrap()
+            crate::api::ui::summarize_catalog(tables, None, &RowFilter::default(), &mut hidden)
+                .into_iter()
+                .find(|s| s.name == "web")
+                .map(|s| s.transparent_proxy_for_tests())
+                .unwrap()
         };
         assert!(listing(&tables));
         register(

@@ -13,7 +13,7 @@
 // Everything stays live (blocking queries). A dashboard link appears when the agent has a
 // `service` entry in ui_config.dashboard_url_templates.
 
-import { h, append, reconcile, filterRows, tagList } from '../dom.js';
+import { h, append, reconcile, filterRows, tagList, tableHead } from '../dom.js';
 import { badge, checkCounts, counts, worst, normalize, summaryState } from '../health.js';
 import { segment } from '../api.js';
 import { accessNote, showAccess } from '../access.js';
@@ -100,7 +100,7 @@ function upstreamTable(context, upstreams) {
     'table',
     { class: 'upstreams' },
     h('caption', { class: 'visually-hidden' }, 'Upstreams of this proxy'),
-    h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Upstream'), h('th', { scope: 'col' }, 'Listens on'), h('th', { scope: 'col' }, 'Datacenter'))),
+    tableHead(['Upstream', 'Listens on', 'Datacenter']),
     h(
       'tbody',
       null,
@@ -313,19 +313,7 @@ function neighbourList(context, side, self) {
     'table',
     { class: 'list', id: `topology-${side}s`, hidden: true },
     h('caption', { class: 'visually-hidden' }, side === 'upstream' ? `Services ${self} connects to` : `Services that connect to ${self}`),
-    h(
-      'thead',
-      null,
-      h(
-        'tr',
-        null,
-        h('th', { scope: 'col', class: 'health' }, h('span', { class: 'visually-hidden' }, 'Health')),
-        h('th', { scope: 'col' }, 'Service'),
-        h('th', { scope: 'col' }, 'Known from'),
-        h('th', { scope: 'col' }, 'Connection'),
-        h('th', { scope: 'col' }, 'Checks'),
-      ),
-    ),
+    tableHead(['Service', 'Known from', 'Connection', 'Checks'], { health: true }),
     body,
   );
   const empty = h('p', { class: 'muted', id: `topology-no-${side}s`, hidden: true }, side === 'upstream' ? 'No upstreams.' : 'No downstreams.');
