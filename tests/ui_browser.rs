@@ -102,6 +102,7 @@ fn the_ui_in_a_real_browser() {
         "acl-tokens",
         "acl-policy",
         "acl-hidden-keys",
+        "acl-denied-list",
         "service-sidecar",
         "service-topology",
         "phone-services",
