@@ -17,6 +17,9 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if ((${#missing[@]})); then
   echo "tests/run.sh: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
