@@ -654,8 +654,12 @@ impl Session {
     /// Stops every background process (SIGTERM, then SIGKILL when one lingers), ends the
     /// shell and kills whatever is left in its process group.
     fn stop(&mut self) {
+        // A background command that already finished is not signalled: its process ID may
+        // have been given to another process since.
         for process in self.background.iter().rev() {
-            unsafe { libc::kill(process.pid, libc::SIGTERM) };
+            if running(process.pid) {
+                unsafe { libc::kill(process.pid, libc::SIGTERM) };
+            }
         }
         let deadline = Instant::now() + STOP_TIME_LIMIT;
         while Instant::now() < deadline && self.background.iter().any(|p| running(p.pid)) {
@@ -764,12 +768,15 @@ doc_tests! {
     acl => "docs/acl.md",
     benchmarks => "docs/benchmarks.md",
     catalog => "docs/catalog.md",
+    cli => "docs/cli.md",
+    configuration => "docs/configuration.md",
     connect => "docs/connect.md",
     decisions => "docs/decisions.md",
     dns => "docs/dns.md",
     federation => "docs/federation.md",
     fuzzing => "docs/fuzzing.md",
     gossip => "docs/gossip.md",
+    http_api => "docs/http-api.md",
     memory => "docs/memory.md",
     operations => "docs/operations.md",
     sessions => "docs/sessions.md",
@@ -898,4 +905,47 @@ fn malformed_docs_are_refused() {
         let error = parse(doc).expect_err(doc);
         assert!(error.contains(complaint), "{doc:?}: {error}");
     }
+}
+
+/// docs/http-api.md lists every public path of the routing table, so an endpoint cannot be
+/// added without a line that tells a reader it exists. Public paths are the string literals
+/// in `route(Exact("…"))` and `route(Prefix("…"))`; the internal ones are named constants.
+#[test]
+fn every_route_is_in_the_http_api_doc() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let routes = fs::read_to_string(root.join("src/api/routes.rs")).unwrap();
+    let doc = fs::read_to_string(root.join("docs/http-api.md")).unwrap();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for line in routes.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("route(") else {
+            continue;
+        };
+        let Some(path) = ["Exact(\"", "Prefix(\""]
+            .iter()
+            .find_map(|kind| rest.strip_prefix(kind))
+            .and_then(|quoted| quoted.split('"').next())
+        else {
+            continue;
+        };
+        seen += 1;
+        // A prefix route is documented with its parameter (`/v1/kv/<key>`): the prefix
+        // without its trailing slash must appear, followed by `/` or the end of the code span.
+        let stem = path.trim_end_matches('/');
+        let listed = doc.match_indices(stem).any(|(at, _)| {
+            let after = doc[at + stem.len()..].chars().next();
+            matches!(after, Some('/' | '`' | ' ' | ','))
+        });
+        if !listed {
+            missing.push(path);
+        }
+    }
+    assert!(
+        seen > 100,
+        "found only {seen} routes: has routes.rs changed shape?"
+    );
+    assert!(
+        missing.is_empty(),
+        "routes missing from docs/http-api.md: {missing:?}"
+    );
 }
