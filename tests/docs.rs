@@ -949,3 +949,75 @@ fn every_route_is_in_the_http_api_doc() {
         "routes missing from docs/http-api.md: {missing:?}"
     );
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside fenced blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fence: Option<String> = None;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        match &fence {
+            Some(open) if is_fence_closing(line, open) => fence = None,
+            Some(_) => {}
+            None => {
+                if let Some((marker, _)) = fence_opening(line) {
+                    fence = Some(marker);
+                } else if line.starts_with('#') {
+                    found.push(heading_anchor(line.trim_start_matches('#')));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Every relative link in README.md and docs/*.md names a file that exists and, with a
+/// `#fragment`, a heading of that file: moving a section cannot leave a link dangling.
+#[test]
+fn links_between_docs_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    for doc in DOCS {
+        let path = root.join(doc);
+        let text = fs::read_to_string(&path).unwrap();
+        let base = path.parent().unwrap();
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let file_path = if file.is_empty() {
+                path.clone()
+            } else {
+                base.join(file)
+            };
+            if !file_path.exists() {
+                broken.push(format!("{doc}: {target} (no such file)"));
+                continue;
+            }
+            if !fragment.is_empty() && file_path.extension().is_some_and(|e| e == "md") {
+                let linked = fs::read_to_string(&file_path).unwrap();
+                if !anchors(&linked).iter().any(|a| a == fragment) {
+                    broken.push(format!("{doc}: {target} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
