@@ -489,64 +489,66 @@ impl Session {
         session
     }
 
-    /// Runs one foreground command in the shell and waits for it, bounded.
-    fn run(&mut self, text: &str, limit: Duration) -> Outcome {
+    /// Hands one command to the shell. Its output goes to `<n>.out`; once it has exited (in
+    /// the background: once it has started) `<n>.status` (`$?`) or `<n>.pid` (`$!`) appears,
+    /// whole: written, then renamed. Standard input is /dev/null so that a command cannot
+    /// read the runner's script.
+    fn submit(&mut self, text: &str, background: bool) -> (PathBuf, PathBuf) {
         let number = self.next_command;
         self.next_command += 1;
+        let (ampersand, variable, suffix) = match background {
+            true => (" &", "$!", "pid"),
+            false => ("", "$?", "status"),
+        };
         let output = self.control.join(format!("{number}.out"));
-        let status = self.control.join(format!("{number}.status"));
-        // Standard input is /dev/null so that a command cannot read the runner's script; the
-        // status file appears whole (written, then renamed) once the command has exited.
+        let result = self.control.join(format!("{number}.{suffix}"));
         let script = format!(
-            "{{ {text}\n}} >{out} 2>&1 </dev/null\necho $? >{status}.tmp && mv {status}.tmp {status}\n",
+            "{{ {text}{ampersand}\n}} >{out} 2>&1 </dev/null\necho {variable} >{result}.tmp && mv {result}.tmp {result}\n",
             out = output.display(),
-            status = status.display(),
+            result = result.display(),
         );
         self.send(&script);
+        (output, result)
+    }
+
+    /// The contents of a result file once it appears, or `None` past the limit.
+    fn await_result(&self, result: &Path, limit: Duration) -> Option<String> {
         let deadline = (Instant::now() + limit).min(self.deadline);
         loop {
-            if let Ok(code) = fs::read_to_string(&status) {
-                return Outcome {
-                    exit_code: code.trim().parse().unwrap_or(-1),
-                    output: fs::read_to_string(&output).unwrap_or_default(),
-                };
+            if let Ok(text) = fs::read_to_string(result) {
+                return Some(text);
             }
             if Instant::now() >= deadline {
-                let partial = fs::read_to_string(&output).unwrap_or_default();
-                self.fail(&format!(
-                    "`{text}` did not finish within {} s; its output so far:\n{partial}",
-                    limit.as_secs()
-                ));
+                return None;
             }
             std::thread::sleep(POLL_INTERVAL);
         }
     }
 
+    /// Runs one foreground command in the shell and waits for it, bounded.
+    fn run(&mut self, text: &str, limit: Duration) -> Outcome {
+        let (output, status) = self.submit(text, false);
+        let Some(code) = self.await_result(&status, limit) else {
+            let partial = fs::read_to_string(&output).unwrap_or_default();
+            self.fail(&format!(
+                "`{text}` did not finish within {} s; its output so far:\n{partial}",
+                limit.as_secs()
+            ));
+        };
+        Outcome {
+            exit_code: code.trim().parse().unwrap_or(-1),
+            output: fs::read_to_string(&output).unwrap_or_default(),
+        }
+    }
+
     /// Starts a background command; its output goes to a file shown if the doc fails.
     fn spawn(&mut self, step: &CommandStep) {
-        let number = self.next_command;
-        self.next_command += 1;
-        let output = self.control.join(format!("{number}.out"));
-        let pid_file = self.control.join(format!("{number}.pid"));
-        let script = format!(
-            "{{ {text} &\n}} >{out} 2>&1 </dev/null\necho $! >{pid}.tmp && mv {pid}.tmp {pid}\n",
-            text = step.text,
-            out = output.display(),
-            pid = pid_file.display(),
-        );
-        self.send(&script);
-        let deadline = (Instant::now() + COMMAND_TIME_LIMIT).min(self.deadline);
-        let pid = loop {
-            if let Ok(pid) = fs::read_to_string(&pid_file) {
-                break pid.trim().parse().expect("bash prints $! as a number");
-            }
-            if Instant::now() >= deadline {
-                self.fail(&format!("`{}` did not start", step.text));
-            }
-            std::thread::sleep(POLL_INTERVAL);
+        let (output, pid_file) = self.submit(&step.text, true);
+        let Some(pid) = self.await_result(&pid_file, COMMAND_TIME_LIMIT) else {
+            self.fail(&format!("`{}` did not start", step.text));
         };
         self.background.push(Background {
-            pid,
+            pid: pid.trim().parse().expect("bash prints $! as a number"),
             line: step.line,
             text: step.text.clone(),
             output,
