@@ -5,8 +5,8 @@
 //! deprecated. Use the 'acl.tokens.default' field instead.`). `acl_datacenter` also turns
 //! ACLs on, as in Consul.
 //!
-//! Settings accepted but not acted on warn: `enable_token_persistence` (tokens set with
-//! `/v1/agent/token/<type>` last until the agent restarts).
+//! Which of these settings act is the key table's (`config::keys`) to say; it warns about
+//! the others.
 
 use crate::proto::duration::parse_go_duration;
 use crate::store::acl::authorizer::DefaultPolicy;
@@ -73,9 +73,6 @@ impl Default for AclConfig {
         }
     }
 }
-
-/// The warning for `acl.enable_token_persistence = true`, which is not implemented.
-pub const TOKEN_PERSISTENCE_WARNING: &str = "acl: acl.enable_token_persistence is not implemented: tokens set with /v1/agent/token/<type> last until the agent restarts.";
 
 fn object<'a>(
     map: &'a Map<String, Value>,
@@ -276,28 +273,10 @@ impl AclConfig {
         config.enable_key_list_policy = key_list.unwrap_or(false);
         config.tokens = t;
         config.primary_datacenter = primary;
-        if config.enable_token_persistence {
-            warnings.push(TOKEN_PERSISTENCE_WARNING.to_string());
-        }
         config.warnings = warnings;
         Ok(config)
     }
 }
-
-/// The legacy top-level keys this module reads, for the list of known keys.
-pub const LEGACY_TOP_LEVEL_KEYS: [&str; 11] = [
-    "acl_agent_master_token",
-    "acl_agent_token",
-    "acl_token",
-    "acl_master_token",
-    "acl_replication_token",
-    "enable_acl_replication",
-    "acl_datacenter",
-    "acl_default_policy",
-    "acl_down_policy",
-    "acl_ttl",
-    "acl_enable_key_list_policy",
-];
 
 #[cfg(test)]
 mod tests {
@@ -348,11 +327,7 @@ mod tests {
             Some("cf")
         );
         assert_eq!(c.primary_datacenter.as_deref(), Some("dc1"));
-        assert_eq!(
-            c.warnings,
-            vec![TOKEN_PERSISTENCE_WARNING.to_string()],
-            "token persistence is accepted but not acted on"
-        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]

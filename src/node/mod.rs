@@ -232,9 +232,6 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .transpose()?;
     let (leave_on_terminate, skip_leave_on_interrupt) =
         (config.leave_on_terminate, config.skip_leave_on_interrupt);
-    for key in &config.unknown_keys {
-        log::warn!("config: ignoring unknown key {key:?}");
-    }
     if !config.server && config.retry_join.is_empty() && config.start_join.is_empty() {
         log::warn!(
             "agent: a client agent without -join or -retry-join knows no server until one joins it"
