@@ -631,3 +631,36 @@ fn consuls_other_spellings_load_and_working_features_are_not_warned_about() {
         assert!(!log.contains(false_claim), "{false_claim}: {log}");
     }
 }
+
+/// A server started without `-bootstrap-expect` or `-bootstrap` says it waits for peers, in
+/// the words Consul's Raft uses, once; a server that expects peers does not say it.
+#[test]
+fn a_server_without_bootstrap_expect_says_it_waits_for_peers() {
+    let ip = common::fresh_loopback();
+    let data = TempDir::new("lonely-server");
+    let args: Vec<String> = [
+        "agent",
+        "-server",
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-dns-port=-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = Agent::spawn(ip, 8500, args);
+    let line = "raft: no known peers, aborting election";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.log().contains(line) {
+        assert!(Instant::now() < deadline, "{}", server.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(server.log().matches(line).count(), 1, "{}", server.log());
+    // It serves, without a leader, as Consul's does.
+    let leader = common::request(server.addr(), "GET", "/v1/status/leader", b"", &[]);
+    assert_eq!((leader.status, leader.text().trim()), (200, "\"\""));
+}

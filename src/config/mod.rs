@@ -583,6 +583,12 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         ));
     }
     let mut warnings = schema::warnings(&raw);
+    warnings.extend(bootstrap_warnings(
+        server,
+        dev_mode,
+        bootstrap,
+        bootstrap_expect,
+    ));
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
     inert_settings(&raw)?;
     let addresses = addresses_from(&raw, &client_addrs)?;
@@ -655,6 +661,35 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         warnings,
         sources: ConfigSources::default(),
     })
+}
+
+/// Consul's warnings about a server's bootstrap settings, in its words: the deployment
+/// table's advice, and the number of servers a server waits for.
+fn bootstrap_warnings(server: bool, dev: bool, bootstrap: bool, expect: i64) -> Vec<String> {
+    const DEPLOYMENT_TABLE: &str =
+        "See https://www.consul.io/docs/internals/consensus.html#deployment-table";
+    let mut warnings = Vec::new();
+    if !server {
+        return warnings;
+    }
+    if !dev && !bootstrap && expect == 2 {
+        warnings.push(format!(
+            "bootstrap_expect = 2: A cluster with 2 servers will provide no failure tolerance. {DEPLOYMENT_TABLE}"
+        ));
+    }
+    if !bootstrap && expect > 2 && expect % 2 == 0 {
+        warnings.push(format!(
+            "bootstrap_expect is even number: A cluster with an even number of servers does not achieve optimum fault tolerance. {DEPLOYMENT_TABLE}"
+        ));
+    }
+    // `-dev` bootstraps by itself, which asks nothing of the operator.
+    if !dev && bootstrap && expect == 0 {
+        warnings.push("bootstrap = true: do not enable unless necessary".to_string());
+    }
+    if !dev && !bootstrap && expect > 1 {
+        warnings.push(format!("bootstrap_expect > 0: expecting {expect} servers"));
+    }
+    warnings
 }
 
 /// A config section that must be an object, or `empty` when absent.
@@ -1717,5 +1752,36 @@ mod tests {
         );
         let error = dev_with_hcl("raft_log_cache_bytes = \"64MB\"").unwrap_err();
         assert!(error.contains("raft_log_cache_bytes"), "{error}");
+    }
+
+    #[test]
+    fn bootstrap_settings_are_warned_about_in_consuls_words() {
+        let warnings = |hcl: &str| -> Vec<String> {
+            build(&ConfigSources {
+                hcl_snippets: vec![format!("data_dir = \"/tmp/x\" {hcl}")],
+                ..Default::default()
+            })
+            .unwrap()
+            .warnings
+        };
+        assert_eq!(
+            warnings("server = true bootstrap_expect = 3"),
+            vec!["bootstrap_expect > 0: expecting 3 servers"]
+        );
+        assert_eq!(
+            warnings("server = true bootstrap_expect = 4")[0],
+            "bootstrap_expect is even number: A cluster with an even number of servers does not achieve optimum fault tolerance. See https://www.consul.io/docs/internals/consensus.html#deployment-table"
+        );
+        assert!(
+            warnings("server = true bootstrap_expect = 2")[0].starts_with(
+                "bootstrap_expect = 2: A cluster with 2 servers will provide no failure tolerance."
+            )
+        );
+        assert_eq!(
+            warnings("server = true bootstrap = true"),
+            vec!["bootstrap = true: do not enable unless necessary"]
+        );
+        assert!(warnings("server = true").is_empty());
+        assert!(dev_with_hcl("").unwrap().warnings.is_empty());
     }
 }

@@ -360,6 +360,13 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         client_senders = Some(shard_senders);
         (None, Arc::new(crate::store::Tables::default()))
     };
+    // A server that neither bootstraps nor expects peers waits until a cluster adds it, as
+    // Consul's does; Consul's Raft says so once, when its first election is due, in these
+    // words. A server with a log of its own already knows its peers.
+    let bootstraps = config.dev_mode || config.bootstrap || config.bootstrap_expect > 0;
+    if config.server && !bootstraps && initial_version.index == 0 {
+        log::warn!("raft: no known peers, aborting election");
+    }
     shared
         .published_index
         .store(initial_version.index, Ordering::Release);
