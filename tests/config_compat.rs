@@ -664,3 +664,93 @@ fn a_server_without_bootstrap_expect_says_it_waits_for_peers() {
     let leader = common::request(server.addr(), "GET", "/v1/status/leader", b"", &[]);
     assert_eq!((leader.status, leader.text().trim()), (200, "\"\""));
 }
+
+/// `/v1/agent/self`'s `DebugConfig` reports the configuration the agent runs with, field by
+/// field, and has no `xDS` section while no xDS server listens, even with a gRPC port set.
+#[test]
+fn agent_self_reports_the_running_configuration() {
+    let agent = Agent::dev(&[
+        "-datacenter",
+        "east",
+        "-hcl",
+        "connect { enabled = false } \
+         acl { enabled = true default_policy = \"deny\" down_policy = \"deny\" \
+               tokens { initial_management = \"root\" } } \
+         ports { serf_wan = -1 grpc = 28512 } \
+         dns_config { only_passing = true udp_answer_limit = 5 } \
+         limits { kv_max_value_size = 4096 } \
+         node_meta { rack = \"r9\" }",
+    ]);
+    let self_ = common::request(
+        agent.addr(),
+        "GET",
+        "/v1/agent/self",
+        b"",
+        &[("X-Consul-Token", "root")],
+    )
+    .json();
+    let debug = &self_["DebugConfig"];
+    assert_eq!(debug["ConnectEnabled"], false, "{debug}");
+    assert_eq!(debug["ACLsEnabled"], true);
+    assert_eq!(debug["ACLResolverSettings"]["ACLDefaultPolicy"], "deny");
+    assert_eq!(debug["ACLResolverSettings"]["ACLDownPolicy"], "deny");
+    assert_eq!(debug["ACLInitialManagementToken"], "hidden");
+    assert_eq!(debug["Datacenter"], "east");
+    assert_eq!(debug["ServerMode"], true);
+    assert_eq!(debug["DevMode"], true);
+    assert_eq!(debug["HTTPPort"], i64::from(agent.http_port));
+    assert_eq!(debug["SerfPortWAN"], -1);
+    assert_eq!(debug["DNSPort"], -1);
+    assert_eq!(debug["DNSOnlyPassing"], true);
+    assert_eq!(debug["DNSUDPAnswerLimit"], 5);
+    assert_eq!(debug["KVMaxValueSize"], 4096);
+    assert_eq!(debug["NodeMeta"]["rack"], "r9");
+    assert_eq!(debug["GRPCPort"], -1, "no gRPC server listens on 28512");
+    assert!(self_.get("xDS").is_none(), "{self_}");
+
+    // A server of a cluster to be: the settings that differ from -dev.
+    let ip = common::fresh_loopback();
+    let data = TempDir::new("self-server");
+    let args: Vec<String> = [
+        "agent",
+        "-server",
+        "-bootstrap-expect",
+        "3",
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-dns-port=-1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = Agent::spawn(ip, 8500, args);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let debug = loop {
+        if let Ok(r) = common::try_request(server.addr(), "GET", "/v1/agent/self", b"", &[]) {
+            if r.status == 200 {
+                break r.json()["DebugConfig"].clone();
+            }
+        }
+        assert!(Instant::now() < deadline, "{}", server.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(debug["BootstrapExpect"], 3, "{debug}");
+    assert_eq!(debug["Bootstrap"], false);
+    assert_eq!(debug["DevMode"], false);
+    assert_eq!(debug["ConnectEnabled"], true, "Connect is on by default");
+    assert_eq!(debug["ACLsEnabled"], false);
+    assert_eq!(debug["Datacenter"], "dc1");
+    assert_eq!(debug["DataDir"], data.path().display().to_string());
+    // Consul's warning for a server waiting for its peers.
+    assert!(
+        server
+            .log()
+            .contains("bootstrap_expect > 0: expecting 3 servers"),
+        "{}",
+        server.log()
+    );
+}
