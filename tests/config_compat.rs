@@ -754,3 +754,110 @@ fn agent_self_reports_the_running_configuration() {
         server.log()
     );
 }
+
+/// `acl.enable_token_persistence`: tokens set with `praetor acl set-agent-token` are written
+/// to `<data_dir>/acl-tokens.json` (Consul's file, mode 0600, only the tokens set through the
+/// API) and win over the configuration's after a restart, with Consul's warning.
+#[test]
+fn persisted_agent_tokens_survive_a_restart() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let data = TempDir::new("token-persistence");
+    let ip = common::fresh_loopback();
+    let args: Vec<String> = [
+        "agent",
+        "-dev",
+        "-bind",
+        &ip.to_string(),
+        "-client",
+        &ip.to_string(),
+        "-dns-port=-1",
+        "-data-dir",
+        data.path().to_str().unwrap(),
+        "-hcl",
+        "acl { enabled = true default_policy = \"deny\" enable_token_persistence = true \
+               tokens { initial_management = \"root\" default = \"no-such-token\" } }",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut agent = Agent::spawn(ip, 8500, args);
+    let root = [("X-Consul-Token", "root")];
+    // The configured default token does not exist, so the harness's anonymous readiness
+    // probe would be refused: wait as the management token instead.
+    let wait_ready = |agent: &Agent| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let served = common::try_request(agent.addr(), "GET", "/v1/kv/probe", b"", &root)
+                .is_ok_and(|r| r.status == 404);
+            if served {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{}", agent.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_ready(&agent);
+    let created = common::request(
+        agent.addr(),
+        "PUT",
+        "/v1/acl/policy",
+        br#"{"Name": "kv-read", "Rules": "key_prefix \"\" { policy = \"read\" }"}"#,
+        &root,
+    );
+    assert_eq!(created.status, 200, "{}", created.text());
+    let token = common::request(
+        agent.addr(),
+        "PUT",
+        "/v1/acl/token",
+        br#"{"Policies": [{"Name": "kv-read"}]}"#,
+        &root,
+    )
+    .json()["SecretID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The configured default token does not exist: anonymous reads are refused.
+    assert_eq!(agent.get("/v1/kv/anything").status, 403);
+    let (code, stdout, stderr) = common::cli(
+        &[
+            "acl",
+            "set-agent-token",
+            "-http-addr",
+            &agent.http_addr(),
+            "-token",
+            "root",
+            "default",
+            &token,
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "ACL token \"default\" set successfully\n");
+    assert_eq!(agent.get("/v1/kv/anything").status, 404);
+
+    let file = data.path().join("acl-tokens.json");
+    let persisted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(persisted, serde_json::json!({ "default": token }));
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    agent.terminate();
+    agent.restart();
+    wait_ready(&agent);
+    assert_eq!(
+        agent.get("/v1/kv/anything").status,
+        404,
+        "the persisted default token is in effect: {}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains(
+            "\"default\" token present in both the configuration and persisted token store, using the persisted token"
+        ),
+        "{}",
+        agent.log()
+    );
+}

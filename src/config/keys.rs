@@ -149,7 +149,7 @@ static ACL: Block = Block {
         f(
             "enable_token_persistence",
             Bool,
-            not("tokens set with /v1/agent/token/<type> last until the agent restarts"),
+            acts("acl.enable_token_persistence"),
         ),
         f("msp_disable_bootstrap", Bool, ENTERPRISE),
     ],

@@ -218,6 +218,52 @@ fn bind_udp_group(
 const _: () =
     assert!(crate::config::RAFT_LOG_CACHE_BYTES_DEFAULT == crate::raft::LOG_CACHE_BYTES_DEFAULT);
 
+/// The agent's ACL tokens at start: the configuration's, with those persisted in the data
+/// directory over them when `acl.enable_token_persistence` is on (Consul's precedence: a
+/// persisted token wins, and a token in both is warned about). A tokens file that cannot be
+/// read is warned about and the configuration's tokens are used, as Consul does.
+fn load_agent_tokens(
+    config: &AgentConfig,
+    data_dir: &Path,
+) -> (
+    crate::config::acl::AclTokens,
+    Option<crate::config::acl::TokenFile>,
+) {
+    use crate::config::acl::{PersistedTokens, TokenFile, TOKENS_FILE, TOKENS_FILE_BYTES_MAX};
+    let mut tokens = config.acl.tokens.clone();
+    if !config.acl.enable_token_persistence {
+        return (tokens, None);
+    }
+    let path = data_dir.join(TOKENS_FILE);
+    let read = || -> Result<PersistedTokens, String> {
+        let metadata = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(PersistedTokens::default())
+            }
+            other => other.map_err(|e| e.to_string())?,
+        };
+        if metadata.len() > TOKENS_FILE_BYTES_MAX {
+            return Err(format!("larger than {TOKENS_FILE_BYTES_MAX} bytes"));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        PersistedTokens::from_json(&text)
+    };
+    let persisted = match read() {
+        Ok(persisted) => persisted,
+        Err(e) => {
+            log::warn!(
+                "acl: unable to load persisted tokens from {}: {e}",
+                path.display()
+            );
+            PersistedTokens::default()
+        }
+    };
+    for warning in persisted.apply(&mut tokens) {
+        log::warn!("{warning}");
+    }
+    (tokens, Some(TokenFile { path, persisted }))
+}
+
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
 pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let fd_limit = raise_fd_limit();
@@ -292,6 +338,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         shard_senders.push(tx);
         shard_receivers.push(rx);
     }
+    let (acl_tokens, acl_token_file) = load_agent_tokens(&config, &data_dir.path);
     let shared = Arc::new(Shared {
         config: config.clone(),
         identity: Identity {
@@ -310,7 +357,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         faults: faults.clone(),
         rpc_address,
         tls: tls.clone(),
-        acl_tokens: std::sync::RwLock::new(config.acl.tokens.clone()),
+        acl_tokens: std::sync::RwLock::new(acl_tokens),
+        acl_token_file: acl_token_file.map(std::sync::Mutex::new),
         exit_error: std::sync::OnceLock::new(),
         node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
         reload_listeners: std::sync::Mutex::new(Vec::new()),
