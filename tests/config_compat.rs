@@ -39,6 +39,23 @@ fn agent_refusing(args: &[&str]) -> (i32, String) {
     (status.code().unwrap_or(-1), stderr)
 }
 
+/// Starts `praetor agent` on a fresh loopback address with `args` after the address flags
+/// (DNS off), without waiting for it: for agents whose readiness a test judges itself.
+fn spawn_on_fresh_address(args: &[&str]) -> Agent {
+    let ip = common::fresh_loopback();
+    let ip_text = ip.to_string();
+    let mut all = vec![
+        "agent",
+        "-bind",
+        &ip_text,
+        "-client",
+        &ip_text,
+        "-dns-port=-1",
+    ];
+    all.extend_from_slice(args);
+    Agent::spawn(ip, 8500, all.iter().map(|a| a.to_string()).collect())
+}
+
 /// Consul documents HCL config files in HCL1, and its own fixtures
 /// (`agent/config/testdata/full-config.hcl`) use one-line blocks, quoted keys inside blocks,
 /// commas after blocks and `key = { … }`; an agent started from such a file serves it.
@@ -636,23 +653,8 @@ fn consuls_other_spellings_load_and_working_features_are_not_warned_about() {
 /// the words Consul's Raft uses, once; a server that expects peers does not say it.
 #[test]
 fn a_server_without_bootstrap_expect_says_it_waits_for_peers() {
-    let ip = common::fresh_loopback();
     let data = TempDir::new("lonely-server");
-    let args: Vec<String> = [
-        "agent",
-        "-server",
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-data-dir",
-        data.path().to_str().unwrap(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let server = Agent::spawn(ip, 8500, args);
+    let server = spawn_on_fresh_address(&["-server", "-data-dir", data.path().to_str().unwrap()]);
     let line = "raft: no known peers, aborting election";
     let deadline = Instant::now() + Duration::from_secs(20);
     while !server.log().contains(line) {
@@ -709,25 +711,14 @@ fn agent_self_reports_the_running_configuration() {
     assert!(self_.get("xDS").is_none(), "{self_}");
 
     // A server of a cluster to be: the settings that differ from -dev.
-    let ip = common::fresh_loopback();
     let data = TempDir::new("self-server");
-    let args: Vec<String> = [
-        "agent",
+    let server = spawn_on_fresh_address(&[
         "-server",
         "-bootstrap-expect",
         "3",
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
         "-data-dir",
         data.path().to_str().unwrap(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let server = Agent::spawn(ip, 8500, args);
+    ]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let debug = loop {
         if let Ok(r) = common::try_request(server.addr(), "GET", "/v1/agent/self", b"", &[]) {
@@ -762,25 +753,14 @@ fn agent_self_reports_the_running_configuration() {
 fn persisted_agent_tokens_survive_a_restart() {
     use std::os::unix::fs::PermissionsExt as _;
     let data = TempDir::new("token-persistence");
-    let ip = common::fresh_loopback();
-    let args: Vec<String> = [
-        "agent",
+    let mut agent = spawn_on_fresh_address(&[
         "-dev",
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-dns-port=-1",
         "-data-dir",
         data.path().to_str().unwrap(),
         "-hcl",
         "acl { enabled = true default_policy = \"deny\" enable_token_persistence = true \
                tokens { initial_management = \"root\" default = \"no-such-token\" } }",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut agent = Agent::spawn(ip, 8500, args);
+    ]);
     let root = [("X-Consul-Token", "root")];
     // The configured default token does not exist, so the harness's anonymous readiness
     // probe would be refused: wait as the management token instead.
