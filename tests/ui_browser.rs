@@ -40,7 +40,7 @@ const MANAGEMENT: &str = "5ec7e7a1-0000-4000-8000-00000000a11d";
 
 #[test]
 fn the_ui_in_a_real_browser() {
-    let agent = Agent::dev(&["-hcl", "kv_max_value_size = 64"]);
+    let agent = Agent::dev(&["-hcl", "limits { kv_max_value_size = 64 }"]);
     // dc2 joins dc1's WAN pool (a -dev agent's is on port 8302 of its bind address).
     let join_wan = format!("retry_join_wan = [\"{}:8302\"]", agent.ip);
     let dc2 = Agent::dev(&["-datacenter", "dc2", "-hcl", &join_wan]);

@@ -1351,7 +1351,9 @@ pub fn client_rules(
 
 // ---- the agent's tokens ----
 
-/// `PUT /v1/agent/token/<type>`: replaces one of the agent's tokens until restart.
+/// `PUT /v1/agent/token/<type>`: replaces one of the agent's tokens; with
+/// `acl.enable_token_persistence` the tokens file is rewritten before the answer (Consul's
+/// 500 `Failed to persist tokens - …` when it cannot be), so the token survives a restart.
 pub fn agent_token(
     ctx: &Context,
     request: &Request,
@@ -1363,21 +1365,44 @@ pub fn agent_token(
         .and_then(|o| o.string(&["token"]))
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let kind = request.rest;
-    let slot: fn(&mut crate::config::acl::AclTokens) -> &mut Option<String> = match kind {
-        "default" | "acl_token" => |t| &mut t.default,
-        "agent" | "acl_agent_token" => |t| &mut t.agent,
-        "agent_recovery" | "agent_master" | "acl_agent_master_token" => |t| &mut t.agent_recovery,
-        "replication" | "acl_replication_token" => |t| &mut t.replication,
-        "config_file_service_registration" => |t| &mut t.config_file_service_registration,
-        _ => {
-            return Err(ApiError::NotFound(format!("Token {kind:?} is unknown")));
-        }
+    let Some(kind) = crate::config::acl::TokenKind::parse(kind) else {
+        return Err(ApiError::NotFound(format!("Token {kind:?} is unknown")));
     };
-    ctx.set_agent_tokens(|tokens| {
-        *slot(tokens) = (!token.is_empty()).then_some(token);
-    });
+    let token = (!token.is_empty()).then_some(token);
+    match ctx.agent_token_file() {
+        // The file's lock is held across both changes, so two requests cannot persist in
+        // one order and apply in the other.
+        Some(file) => {
+            let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+            let mut persisted = file.persisted.clone();
+            persisted.set(kind, token.clone());
+            write_tokens_file(&file.path, &persisted.to_json())
+                .map_err(|e| ApiError::Internal(format!("Failed to persist tokens - {e}")))?;
+            file.persisted = persisted;
+            ctx.set_agent_tokens(|tokens| *kind.slot(tokens) = token);
+        }
+        None => ctx.set_agent_tokens(|tokens| *kind.slot(tokens) = token),
+    }
     reply.send(200, None, b"", b"");
     Ok(Outcome::Done)
+}
+
+/// Replaces the tokens file whole: written beside it with mode 0600, synced, then renamed
+/// over it, so a crash leaves the old file or the new one, never half of one. A small
+/// blocking write on this shard, as rare as an operator setting a token.
+fn write_tokens_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let temporary = path.with_extension("json.tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]

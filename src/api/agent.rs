@@ -1,10 +1,11 @@
 //! `/v1/agent/*` endpoints about the agent itself.
 //!
 //! `/v1/agent/self` answers Consul's shape (`agent/agent_endpoint.go`'s `Self`): `Config`, the
-//! sanitized `DebugConfig` (only the keys tools read), `Coord` (this node's LAN coordinate),
-//! `Member` (this node's entry of the LAN pool, the very value `/v1/agent/members` lists),
-//! `Stats` with the sections and keys Consul's agent and server report, `Meta` and `xDS`
-//! (present only when a gRPC port is configured, as Consul has no xDS server without one).
+//! sanitized `DebugConfig` (the keys tools read, each from the running configuration, tokens
+//! shown as `hidden` as Consul shows them), `Coord` (this node's LAN coordinate), `Member`
+//! (this node's entry of the LAN pool, the very value `/v1/agent/members` lists), `Stats` with
+//! the sections and keys Consul's agent and server report, `Meta`, and `xDS`, present only
+//! when an xDS server listens ([`xds_server_listens`]).
 
 use super::coordinate::coordinate_json;
 use super::members::member_json;
@@ -91,47 +92,197 @@ fn node_meta(ctx: &Context) -> Value {
     Value::Object(meta)
 }
 
-/// The keys of Consul's sanitized runtime configuration that tools read: ports (negative
-/// when disabled, as Consul reports them), roles, datacenters and feature switches.
+/// praetor serves no `/debug/pprof` endpoints, whatever `enable_debug` asks (the key table
+/// warns about it), so `DebugConfig.EnableDebug` is this.
+const PPROF_SERVED: bool = false;
+/// praetor has no remote exec, whatever `disable_remote_exec` asks, so
+/// `DebugConfig.DisableRemoteExec` is the negation of this.
+const REMOTE_EXEC_SERVED: bool = false;
+
+/// A duration as Consul's sanitized configuration shows one (`"30s"`, `"0s"`).
+fn go_duration(duration: std::time::Duration) -> String {
+    crate::proto::duration::format_go_duration(duration.as_nanos().min(i64::MAX as u128) as i64)
+}
+
+/// A port the gRPC server would listen on, or -1 while none listens (a port nothing serves
+/// is not one a tool should dial).
+fn grpc_port(port: i32) -> i32 {
+    if crate::config::keys::GRPC_SERVER_LISTENS {
+        port
+    } else {
+        -1
+    }
+}
+
+/// The keys of Consul's sanitized runtime configuration that tools read, with Consul's
+/// names and shapes, each from the configuration this agent runs with: ports (negative when
+/// disabled, as Consul reports them), roles, datacenters, ACL and Connect settings, DNS and
+/// feature switches. Secrets are `hidden`, as in Consul.
 fn debug_config(ctx: &Context) -> Value {
     let config = ctx.config();
     let ports = &config.ports;
-    json!({
-        "ACLsEnabled": config.acl.enabled,
+    let acl = &config.acl;
+    let hidden = |token: &Option<String>| if token.is_some() { "hidden" } else { "" };
+    let addresses = |ips: &[std::net::IpAddr], port: i32, scheme: &str| -> Vec<String> {
+        if port < 0 {
+            return Vec::new();
+        }
+        ips.iter()
+            .map(|ip| format!("{scheme}://{}", std::net::SocketAddr::new(*ip, port as u16)))
+            .collect()
+    };
+    let default_policy = match acl.default_policy {
+        crate::store::acl::authorizer::DefaultPolicy::Allow => "allow",
+        crate::store::acl::authorizer::DefaultPolicy::Deny => "deny",
+    };
+    let down_policy = match acl.down_policy {
+        crate::config::acl::DownPolicy::Allow => "allow",
+        crate::config::acl::DownPolicy::Deny => "deny",
+        crate::config::acl::DownPolicy::ExtendCache => "extend-cache",
+        crate::config::acl::DownPolicy::AsyncCache => "async-cache",
+    };
+    let script_checks = |key: &str| {
+        config
+            .raw
+            .get(key)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    let remote_scripts = script_checks("enable_script_checks");
+    // In groups, each small enough for `json!`'s recursion limit.
+    let acl_keys = json!({
+        "ACLsEnabled": acl.enabled,
+        "ACLResolverSettings": {
+            "ACLDefaultPolicy": default_policy,
+            "ACLDownPolicy": down_policy,
+            "ACLTokenTTL": go_duration(acl.token_ttl),
+            "ACLsEnabled": acl.enabled,
+            "Datacenter": config.datacenter,
+            "NodeName": config.node_name,
+        },
+        "ACLInitialManagementToken": hidden(&acl.tokens.initial_management),
+        "ACLTokens": {
+            "ACLAgentRecoveryToken": hidden(&acl.tokens.agent_recovery),
+            "ACLAgentToken": hidden(&acl.tokens.agent),
+            "ACLDefaultToken": hidden(&acl.tokens.default),
+            "ACLReplicationToken": hidden(&acl.tokens.replication),
+            "DataDir": config.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+            "EnablePersistence": acl.enable_token_persistence,
+        },
+    });
+    let agent_keys = json!({
+        "AdvertiseAddrLAN": config.advertise().to_string(),
+        "AdvertiseAddrWAN": config.advertise_wan().to_string(),
+        "AutoEncryptAllowTLS": config.tls.auto_encrypt.allow_tls,
+        "AutoEncryptTLS": config.tls.auto_encrypt.tls,
+        "BindAddr": config.bind_addr.to_string(),
         "Bootstrap": config.bootstrap,
         "BootstrapExpect": config.bootstrap_expect,
-        "ConnectEnabled": false,
-        "Datacenter": config.datacenter,
-        "DevMode": config.dev_mode,
-        "DisableRemoteExec": config.disable_remote_exec,
+        "ClientAddrs": config.client_addrs.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
+        "ConnectCAProvider": config.connect.ca_provider,
+        "ConnectEnabled": config.connect.enabled,
+        "ConnectSidecarMaxPort": config.connect.sidecar_max_port,
+        "ConnectSidecarMinPort": config.connect.sidecar_min_port,
+    });
+    let dns_keys = json!({
+        "DNSAddrs": addresses(&config.addresses.dns, ports.dns, "tcp")
+            .into_iter()
+            .chain(addresses(&config.addresses.dns, ports.dns, "udp"))
+            .collect::<Vec<_>>(),
+        "DNSAllowStale": config.dns.allow_stale,
+        "DNSAltDomain": config.dns.alt_domain.clone().unwrap_or_default(),
+        "DNSDomain": format!("{}.", config.dns.domain),
+        "DNSEnableTruncate": config.dns.enable_truncate,
+        "DNSMaxStale": go_duration(config.dns.max_stale),
+        "DNSNodeTTL": go_duration(config.dns.node_ttl),
+        "DNSOnlyPassing": config.dns.only_passing,
         "DNSPort": ports.dns,
-        "EnableDebug": false,
-        "GRPCPort": ports.grpc,
-        "GRPCTLSPort": -1,
+        "DNSRecursors": config.dns.recursors.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        "DNSUDPAnswerLimit": config.dns.udp_answer_limit,
+    });
+    let more_keys = json!({
+        "DataDir": config.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+        "Datacenter": config.datacenter,
+        "DefaultQueryTime": go_duration(config.process.default_query_time),
+        "DevMode": config.dev_mode,
+        "DisableRemoteExec": !REMOTE_EXEC_SERVED,
+        "EnableDebug": PPROF_SERVED,
+        "EnableLocalScriptChecks": remote_scripts || script_checks("enable_local_script_checks"),
+        "EnableRemoteScriptChecks": remote_scripts,
+        "GRPCPort": grpc_port(ports.grpc),
+        "GRPCTLSPort": grpc_port(ports.grpc_tls),
+        "HTTPAddrs": addresses(&config.addresses.http, ports.http, "tcp"),
         "HTTPPort": ports.http,
+        "HTTPSAddrs": addresses(&config.addresses.https, ports.https, "tcp"),
         "HTTPSPort": ports.https,
+        "HTTPUseCache": config.http_use_cache,
+        "KVMaxValueSize": config.kv_max_value_size,
+    });
+    let last_keys = json!({
+        "LeaveOnTerm": config.leave_on_terminate,
+        "Logging": {
+            "LogFilePath": config.process.log_file.as_ref().map(|f| f.path.display().to_string()).unwrap_or_default(),
+            "LogJSON": config.process.log_json,
+            "LogLevel": config.log_level,
+        },
+        "MaxQueryTime": go_duration(config.process.max_query_time),
         "NodeID": ctx.identity().node_id,
+        "NodeMeta": node_meta(ctx),
         "NodeName": config.node_name,
         "PrimaryDatacenter": config.pending.primary_datacenter,
+        "RaftProtocol": crate::config::process::RAFT_PROTOCOL,
+        "RaftSnapshotThreshold": config.raft_snapshot_threshold_entries,
+        "RaftTrailingLogs": config.raft_trailing_logs_entries,
         "SerfPortLAN": ports.serf_lan,
         "SerfPortWAN": ports.serf_wan,
         "ServerMode": config.server,
         "ServerPort": ports.server,
-        "UIConfig": { "Enabled": config.ui.enabled },
-    })
+        "SessionTTLMin": go_duration(std::time::Duration::from_nanos(config.session_ttl_min_ns.max(0) as u64)),
+        "SkipLeaveOnInt": config.skip_leave_on_interrupt,
+        "TranslateWANAddrs": config.translate_wan_addrs,
+        "TxnMaxReqLen": config.txn_max_req_len,
+        "UIConfig": {
+            "ContentPath": config.ui.content_path,
+            "Dir": config.ui.dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+            "Enabled": config.ui.enabled,
+            "MetricsProvider": config.ui.metrics_provider,
+        },
+    });
+    let mut all = Map::new();
+    for group in [acl_keys, agent_keys, dns_keys, more_keys, last_keys] {
+        if let Value::Object(keys) = group {
+            all.extend(keys);
+        }
+    }
+    Value::Object(all)
 }
 
-/// Consul's `xDS` section: present only when a gRPC port is configured, preferring the TLS
-/// port as Consul does (praetor has no gRPC TLS listener, so the plain port).
+/// Whether an xDS server (Envoy's gRPC ADS) listens on this agent: the one place that
+/// decides `/v1/agent/self`'s `xDS` section. None exists yet; the gRPC server flips
+/// `config::keys::GRPC_SERVER_LISTENS` when it lands, and a configured gRPC port then turns
+/// the section on.
+fn xds_server_listens(ctx: &Context) -> bool {
+    let ports = &ctx.config().ports;
+    crate::config::keys::GRPC_SERVER_LISTENS && (ports.grpc > 0 || ports.grpc_tls > 0)
+}
+
+/// Consul's `xDS` section, only when an xDS server listens: the supported Envoy versions and
+/// the ports it serves, the TLS one preferred as Consul prefers it.
 fn xds(ctx: &Context) -> Option<Value> {
-    let grpc_port = ctx.config().ports.grpc;
-    (grpc_port > 0).then(|| {
-        json!({
-            "SupportedProxies": { "envoy": ENVOY_VERSIONS_SUPPORTED },
-            "Port": grpc_port,
-            "Ports": { "Plaintext": grpc_port, "TLS": -1 },
-        })
-    })
+    if !xds_server_listens(ctx) {
+        return None;
+    }
+    let ports = &ctx.config().ports;
+    let port = if ports.grpc_tls > 0 {
+        ports.grpc_tls
+    } else {
+        ports.grpc
+    };
+    Some(json!({
+        "SupportedProxies": { "envoy": ENVOY_VERSIONS_SUPPORTED },
+        "Port": port,
+        "Ports": { "Plaintext": ports.grpc, "TLS": ports.grpc_tls },
+    }))
 }
 
 /// Consul's `Stats`: every value a string, as Consul's are.

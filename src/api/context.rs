@@ -238,6 +238,11 @@ impl Context {
             .and_then(|tokens| tokens.default.clone())
     }
 
+    /// The tokens file, when `acl.enable_token_persistence` is on.
+    pub fn agent_token_file(&self) -> Option<&std::sync::Mutex<crate::config::acl::TokenFile>> {
+        self.shard.shared().acl_token_file.as_ref()
+    }
+
     /// Replaces the agent's ACL tokens (`/v1/agent/token/<type>`).
     pub fn set_agent_tokens(&self, update: impl FnOnce(&mut AclTokens)) {
         if let Ok(mut tokens) = self.shard.shared().acl_tokens.write() {

@@ -195,9 +195,6 @@ fn problems_of(sources: &ConfigSources) -> Vec<String> {
     if let Err(problem) = crate::agent::config_definitions(&config) {
         return vec![problem];
     }
-    for key in &config.unknown_keys {
-        eprintln!("[WARN] config: ignoring unknown key {key:?}");
-    }
     for warning in config.warnings.iter().chain(&config.acl.warnings) {
         eprintln!("[WARN] {warning}");
     }

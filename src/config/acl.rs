@@ -5,8 +5,13 @@
 //! deprecated. Use the 'acl.tokens.default' field instead.`). `acl_datacenter` also turns
 //! ACLs on, as in Consul.
 //!
-//! Settings accepted but not acted on warn: `enable_token_persistence` (tokens set with
-//! `/v1/agent/token/<type>` last until the agent restarts).
+//! Which of these settings act is the key table's (`config::keys`) to say; it warns about
+//! the others.
+//!
+//! With `acl.enable_token_persistence`, the tokens set through `/v1/agent/token/<kind>` are
+//! kept in `<data_dir>/acl-tokens.json` (Consul's file and format) and win over the
+//! configuration's at the next start ([`PersistedTokens`]); this module parses and renders
+//! the file, the node reads it and the API handler writes it.
 
 use crate::proto::duration::parse_go_duration;
 use crate::store::acl::authorizer::DefaultPolicy;
@@ -73,9 +78,6 @@ impl Default for AclConfig {
         }
     }
 }
-
-/// The warning for `acl.enable_token_persistence = true`, which is not implemented.
-pub const TOKEN_PERSISTENCE_WARNING: &str = "acl: acl.enable_token_persistence is not implemented: tokens set with /v1/agent/token/<type> last until the agent restarts.";
 
 fn object<'a>(
     map: &'a Map<String, Value>,
@@ -276,28 +278,168 @@ impl AclConfig {
         config.enable_key_list_policy = key_list.unwrap_or(false);
         config.tokens = t;
         config.primary_datacenter = primary;
-        if config.enable_token_persistence {
-            warnings.push(TOKEN_PERSISTENCE_WARNING.to_string());
-        }
         config.warnings = warnings;
         Ok(config)
     }
 }
 
-/// The legacy top-level keys this module reads, for the list of known keys.
-pub const LEGACY_TOP_LEVEL_KEYS: [&str; 11] = [
-    "acl_agent_master_token",
-    "acl_agent_token",
-    "acl_token",
-    "acl_master_token",
-    "acl_replication_token",
-    "enable_acl_replication",
-    "acl_datacenter",
-    "acl_default_policy",
-    "acl_down_policy",
-    "acl_ttl",
-    "acl_enable_key_list_policy",
-];
+/// The file in the data directory that keeps the tokens set through
+/// `/v1/agent/token/<kind>` when `acl.enable_token_persistence` is on (Consul's name).
+pub const TOKENS_FILE: &str = "acl-tokens.json";
+/// Largest tokens file read back, in bytes: five tokens fit in it many times over, and a
+/// larger file is not one praetor or Consul wrote.
+pub const TOKENS_FILE_BYTES_MAX: u64 = 64 * 1024;
+
+/// The tokens file of an agent with `acl.enable_token_persistence` on: where it is and the
+/// tokens it holds, rewritten whole at each change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenFile {
+    pub path: std::path::PathBuf,
+    pub persisted: PersistedTokens,
+}
+
+/// The agent's tokens that `/v1/agent/token/<kind>` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    Default,
+    Agent,
+    AgentRecovery,
+    Replication,
+    ConfigFileServiceRegistration,
+}
+
+impl TokenKind {
+    /// The kind a `/v1/agent/token/<kind>` path names, with Consul's legacy names.
+    pub fn parse(kind: &str) -> Option<TokenKind> {
+        Some(match kind {
+            "default" | "acl_token" => TokenKind::Default,
+            "agent" | "acl_agent_token" => TokenKind::Agent,
+            "agent_recovery" | "agent_master" | "acl_agent_master_token" => {
+                TokenKind::AgentRecovery
+            }
+            "replication" | "acl_replication_token" => TokenKind::Replication,
+            "config_file_service_registration" => TokenKind::ConfigFileServiceRegistration,
+            _ => return None,
+        })
+    }
+
+    /// The name the tokens file keeps this kind under (Consul's).
+    pub fn file_key(self) -> &'static str {
+        match self {
+            TokenKind::Default => "default",
+            TokenKind::Agent => "agent",
+            TokenKind::AgentRecovery => "agent_recovery",
+            TokenKind::Replication => "replication",
+            TokenKind::ConfigFileServiceRegistration => "config_file_service_registration",
+        }
+    }
+
+    pub const ALL: [TokenKind; 5] = [
+        TokenKind::Default,
+        TokenKind::Agent,
+        TokenKind::AgentRecovery,
+        TokenKind::Replication,
+        TokenKind::ConfigFileServiceRegistration,
+    ];
+
+    /// This kind's slot among the agent's tokens.
+    pub fn slot(self, tokens: &mut AclTokens) -> &mut Option<String> {
+        match self {
+            TokenKind::Default => &mut tokens.default,
+            TokenKind::Agent => &mut tokens.agent,
+            TokenKind::AgentRecovery => &mut tokens.agent_recovery,
+            TokenKind::Replication => &mut tokens.replication,
+            TokenKind::ConfigFileServiceRegistration => {
+                &mut tokens.config_file_service_registration
+            }
+        }
+    }
+}
+
+/// The tokens set through `/v1/agent/token/<kind>`, as the tokens file keeps them: only
+/// those set through the API, never the configuration's (Consul's rule), so that a token
+/// removed from the configuration is not brought back by the file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PersistedTokens {
+    /// Indexed as [`TokenKind::ALL`].
+    tokens: [Option<String>; 5],
+}
+
+impl PersistedTokens {
+    fn index(kind: TokenKind) -> usize {
+        TokenKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("every kind is listed")
+    }
+
+    pub fn get(&self, kind: TokenKind) -> Option<&str> {
+        self.tokens[Self::index(kind)].as_deref()
+    }
+
+    /// Records a token set through the API; an empty one clears the kind.
+    pub fn set(&mut self, kind: TokenKind, token: Option<String>) {
+        self.tokens[Self::index(kind)] = token.filter(|t| !t.is_empty());
+    }
+
+    /// Reads a tokens file as Consul writes it (`{"agent": "…", …}`), including the
+    /// `agent_master` name Consul before 1.11 wrote for the recovery token.
+    pub fn from_json(text: &str) -> Result<PersistedTokens, String> {
+        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let Value::Object(map) = value else {
+            return Err("the top level must be an object".to_string());
+        };
+        let mut persisted = PersistedTokens::default();
+        let text_of = |key: &str| -> Result<Option<String>, String> {
+            match map.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(token)) => Ok(Some(token.clone())),
+                Some(other) => Err(format!("{key}: expected a string, got {other}")),
+            }
+        };
+        for kind in TokenKind::ALL {
+            persisted.set(kind, text_of(kind.file_key())?);
+        }
+        if persisted.get(TokenKind::AgentRecovery).is_none() {
+            persisted.set(TokenKind::AgentRecovery, text_of("agent_master")?);
+        }
+        Ok(persisted)
+    }
+
+    /// The file's text: the tokens set, under Consul's names.
+    pub fn to_json(&self) -> String {
+        let mut map = Map::new();
+        for kind in TokenKind::ALL {
+            if let Some(token) = self.get(kind) {
+                map.insert(
+                    kind.file_key().to_string(),
+                    Value::String(token.to_string()),
+                );
+            }
+        }
+        Value::Object(map).to_string()
+    }
+
+    /// Puts the persisted tokens over the configuration's, as Consul loads them: a persisted
+    /// token wins, with a warning when the configuration sets that kind too.
+    pub fn apply(&self, tokens: &mut AclTokens) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for kind in TokenKind::ALL {
+            let Some(persisted) = self.get(kind) else {
+                continue;
+            };
+            let slot = kind.slot(tokens);
+            if slot.as_deref().is_some_and(|t| !t.is_empty()) {
+                warnings.push(format!(
+                    "acl: {:?} token present in both the configuration and persisted token store, using the persisted token",
+                    kind.file_key()
+                ));
+            }
+            *slot = Some(persisted.to_string());
+        }
+        warnings
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -348,11 +490,7 @@ mod tests {
             Some("cf")
         );
         assert_eq!(c.primary_datacenter.as_deref(), Some("dc1"));
-        assert_eq!(
-            c.warnings,
-            vec![TOKEN_PERSISTENCE_WARNING.to_string()],
-            "token persistence is accepted but not acted on"
-        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]
@@ -417,5 +555,49 @@ mod tests {
             let err = parse(value.clone()).unwrap_err();
             assert!(err.contains(needle), "{value}: {err}");
         }
+    }
+
+    #[test]
+    fn persisted_tokens_read_write_and_win_as_consuls_do() {
+        let file = PersistedTokens::from_json(
+            r#"{"agent": "a1", "agent_master": "old-recovery", "default": ""}"#,
+        )
+        .unwrap();
+        assert_eq!(file.get(TokenKind::Agent), Some("a1"));
+        assert_eq!(file.get(TokenKind::AgentRecovery), Some("old-recovery"));
+        assert_eq!(file.get(TokenKind::Default), None, "an empty token is none");
+        let mut written = file.clone();
+        written.set(TokenKind::Replication, Some("r1".into()));
+        written.set(TokenKind::Agent, None);
+        assert_eq!(
+            written.to_json(),
+            r#"{"agent_recovery":"old-recovery","replication":"r1"}"#
+        );
+        assert_eq!(
+            PersistedTokens::from_json(&written.to_json()).unwrap(),
+            written
+        );
+
+        let mut tokens = AclTokens {
+            agent: Some("from-config".into()),
+            default: Some("config-default".into()),
+            ..AclTokens::default()
+        };
+        let warnings = file.apply(&mut tokens);
+        assert_eq!(tokens.agent.as_deref(), Some("a1"));
+        assert_eq!(tokens.agent_recovery.as_deref(), Some("old-recovery"));
+        assert_eq!(tokens.default.as_deref(), Some("config-default"));
+        assert_eq!(
+            warnings,
+            vec!["acl: \"agent\" token present in both the configuration and persisted token store, using the persisted token"]
+        );
+        for bad in ["[]", "{\"agent\": 5}", "{"] {
+            assert!(PersistedTokens::from_json(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            TokenKind::parse("acl_agent_master_token"),
+            Some(TokenKind::AgentRecovery)
+        );
+        assert_eq!(TokenKind::parse("master"), None);
     }
 }

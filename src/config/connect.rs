@@ -6,8 +6,9 @@
 //! agent naming its position (`config_entries.bootstrap[0]: …`), as Consul does; the leader
 //! writes those that do not exist yet.
 //!
-//! Keys accepted but not acted on warn: a CA key or root brought from outside
-//! (`ca_config.private_key`, `root_cert`), CSR rate limits, mesh-gateway WAN federation.
+//! A CA key or root brought from outside (`ca_config.private_key`, `root_cert`) is refused;
+//! the CSR rate limits are accepted (the built-in CA signs as fast as it is asked). Which
+//! other `connect` keys act is the key table's (`config::keys`) to say.
 
 use crate::consul::config_entry;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
@@ -200,11 +201,8 @@ fn port(ports: Option<&Map<String, Value>>, key: &str, default: u16) -> Result<u
 }
 
 impl ConnectConfig {
-    /// Reads the merged configuration, appending a warning per setting not acted on.
-    pub fn from_raw(
-        raw: &Map<String, Value>,
-        warnings: &mut Vec<String>,
-    ) -> Result<ConnectConfig, String> {
+    /// Reads the merged configuration.
+    pub fn from_raw(raw: &Map<String, Value>) -> Result<ConnectConfig, String> {
         let mut config = ConnectConfig::default();
         let empty = Map::new();
         let connect = match raw.get("connect") {
@@ -235,14 +233,8 @@ impl ConnectConfig {
                     config.ca = CaSettings::from_map(map, &config.ca)
                         .map_err(|e| format!("connect.ca_config: {e}"))?;
                 }
-                "enable_mesh_gateway_wan_federation"
-                | "enable_serverless_plugin"
-                | "mesh_gateway_wan_federation" => {
-                    warnings.push(format!(
-                        "config: connect.{key} is accepted but not acted on yet: praetor has no mesh gateways"
-                    ));
-                }
-                other => return Err(format!("connect: unknown key {other:?}")),
+                // Checked against the key table, which warns about them.
+                _ => {}
             }
         }
         let ports = raw.get("ports").and_then(Value::as_object);
@@ -258,10 +250,8 @@ impl ConnectConfig {
             let map = entries
                 .as_object()
                 .ok_or_else(|| format!("config_entries: expected an object, got {entries}"))?;
-            for (key, value) in map {
-                if key != "bootstrap" {
-                    return Err(format!("config_entries: unknown key {key:?}"));
-                }
+            // The key table allows `bootstrap` only.
+            for value in map.values() {
                 let list: Vec<&Value> = match value {
                     Value::Array(items) => items.iter().collect(),
                     Value::Null => Vec::new(),
@@ -284,7 +274,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<ConnectConfig, String> {
         let raw: Value = serde_json::from_str(text).unwrap();
-        ConnectConfig::from_raw(raw.as_object().unwrap(), &mut Vec::new())
+        ConnectConfig::from_raw(raw.as_object().unwrap())
     }
 
     #[test]

@@ -5,14 +5,16 @@
 //! config files and directories in the order given (a directory's `.json`/`.hcl` files in
 //! lexical order), then `-hcl` snippets, then flags. Objects merge key by key; lists such as
 //! `services`, `checks` and `retry_join` concatenate; scalars are overridden by later sources.
-//! Keys that praetor does not know are accepted and reported once as a warning, so a Consul
-//! config file keeps working; a known key with a value of the wrong type stops the agent with
-//! the file and key path (`schema`). HCL is read as Consul reads it, in HCL1 (`hcl`).
+//! HCL is read as Consul reads it, in HCL1 (`proto::hcl`).
 //!
-//! Keys praetor accepts either act or, where the code that would act on them does not exist
-//! yet, are parsed, type-checked and kept in [`AgentConfig`] with one warning each at start
-//! ([`AgentConfig::warnings`]), so nothing a Consul config says is silently dropped.
+//! Every document is checked against the key table (`keys`, run by `schema`) before the
+//! merge, as Consul checks each source: a key the table does not know, at any depth, or a
+//! value of the wrong type stops the agent with one line naming the file and the key path
+//! (`failed to parse agent.hcl: invalid config key acl.enabeld`). The same table says what
+//! each key does: the keys praetor accepts without acting on them are warned about once each
+//! at start ([`AgentConfig::warnings`]), so nothing a Consul config says is silently dropped.
 
+pub mod keys;
 pub mod schema;
 pub mod telemetry;
 pub mod tls;
@@ -30,6 +32,7 @@ pub mod watches;
 
 use crate::proto::duration::parse_go_duration;
 use crate::proto::hcl;
+use schema::not_acted_on;
 use serde_json::{Map, Value};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -65,7 +68,7 @@ pub struct Ports {
     pub serf_lan: i32,
     pub serf_wan: i32,
     pub grpc: i32,
-    /// gRPC over TLS (`ports.grpc_tls`); praetor has no gRPC interface, so it only warns.
+    /// gRPC over TLS (`ports.grpc_tls`); see [`keys::GRPC_SERVER_LISTENS`].
     pub grpc_tls: i32,
 }
 
@@ -156,12 +159,9 @@ pub struct AgentConfig {
     pub watches: Vec<watches::WatchConfig>,
     /// `connect`, `config_entries` and the sidecar port range: the service mesh.
     pub connect: connect::ConnectConfig,
-    /// The merged configuration object, for sections later subsystems read themselves
-    /// (`services`, `checks`, `dns_config`, `recursors`, …).
+    /// The merged configuration object, every key in its canonical spelling, for sections
+    /// later subsystems read themselves (`services`, `checks`, `node_meta`, …).
     pub raw: Map<String, Value>,
-    /// Keys present in the sources that praetor does not know (dotted paths for keys inside
-    /// known sections), for the startup warning.
-    pub unknown_keys: Vec<String>,
     /// One line per accepted setting that is not acted on yet, logged at start.
     pub warnings: Vec<String>,
     /// Where this configuration came from, so `reload` can read the files again.
@@ -217,7 +217,6 @@ pub fn merge(base: &mut Map<String, Value>, overlay: Map<String, Value>) {
         let (key, value) = match key.as_str() {
             "service" => ("services".to_string(), as_list(value)),
             "check" => ("checks".to_string(), as_list(value)),
-            "recursor" => ("recursors".to_string(), as_list(value)),
             _ => (key, value),
         };
         match (base.get_mut(&key), value) {
@@ -241,11 +240,12 @@ fn as_list(value: Value) -> Value {
     }
 }
 
-/// Parses one config document; `hcl` selects the syntax. Every known key's type is checked
-/// here, so the error names the document as well as the key path, as Consul's does
-/// (`failed to parse agent.hcl: 'ports.http' expected type 'int', …`).
+/// Parses one config document; `hcl` selects the syntax. Every key is checked against the
+/// key table here, so the error names the document as well as the key path, as Consul's does
+/// (`failed to parse agent.hcl: 'ports.http' expected type 'int', …`); the document comes
+/// back with its keys in their canonical spelling.
 pub fn parse_document(text: &str, hcl: bool, origin: &str) -> Result<Map<String, Value>, String> {
-    let map = if hcl {
+    let mut map = if hcl {
         hcl::parse(text).map_err(|e| format!("failed to parse {origin}: {e}"))?
     } else {
         match serde_json::from_str::<Value>(text) {
@@ -258,7 +258,13 @@ pub fn parse_document(text: &str, hcl: bool, origin: &str) -> Result<Map<String,
             Err(e) => return Err(format!("failed to parse {origin}: invalid JSON: {e}")),
         }
     };
-    schema::check_types(&map).map_err(|e| format!("failed to parse {origin}: {e}"))?;
+    let syntax = if hcl {
+        schema::Syntax::Hcl
+    } else {
+        schema::Syntax::Json
+    };
+    schema::check_document(&mut map, syntax)
+        .map_err(|e| format!("failed to parse {origin}: {e}"))?;
     Ok(map)
 }
 
@@ -545,15 +551,12 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     }
     let empty = Map::new();
     let limits = section(&raw, "limits", &empty)?;
-    // Consul reads both under `limits`; praetor also took them at the top level before, so
-    // that spelling still works, and `limits` wins when both are given.
+    // Consul reads both under `limits` only (the top-level spelling is refused).
     let kv_max_value_size = get_i64(limits, "kv_max_value_size")
         .map_err(|e| format!("limits.{e}"))?
-        .or(get_i64(&raw, "kv_max_value_size")?)
         .unwrap_or(KV_MAX_VALUE_SIZE_DEFAULT as i64);
     let txn_max_req_len = get_i64(limits, "txn_max_req_len")
         .map_err(|e| format!("limits.{e}"))?
-        .or(get_i64(&raw, "txn_max_req_len")?)
         .unwrap_or(TXN_MAX_REQ_LEN_DEFAULT as i64);
     if kv_max_value_size <= 0 || txn_max_req_len <= 0 {
         return Err("kv_max_value_size and txn_max_req_len must be positive".to_string());
@@ -579,10 +582,15 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
             "raft_log_cache_bytes: {raft_log_cache_bytes} is out of range 0..={RAFT_LOG_CACHE_BYTES_MAX}"
         ));
     }
-    let unknown_keys = schema::unknown_keys(&raw);
-    let mut warnings = Vec::new();
+    let mut warnings = schema::warnings(&raw);
+    warnings.extend(bootstrap_warnings(
+        server,
+        dev_mode,
+        bootstrap,
+        bootstrap_expect,
+    ));
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
-    inert_settings(&raw, &ports, &mut warnings)?;
+    inert_settings(&raw)?;
     let addresses = addresses_from(&raw, &client_addrs)?;
     let session_ttl_min_ns = match get_duration(&raw, "session_ttl_min")? {
         None => crate::store::session::SESSION_TTL_MIN_NS,
@@ -601,17 +609,11 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
     let process = process::from_raw(&raw, &mut warnings)?;
     let watches = watches::from_raw(&raw, &mut warnings)?;
-    let connect = connect::ConnectConfig::from_raw(&raw, &mut warnings)?;
-    warnings.extend(tls.not_active_warnings(&ports));
+    let connect = connect::ConnectConfig::from_raw(&raw)?;
+    warnings.extend(tls.not_active_warnings());
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
     let skip_leave_on_interrupt = get_bool(&raw, "skip_leave_on_interrupt")?.unwrap_or(server);
-    if !disable_remote_exec {
-        warnings.push(not_acted_on(
-            "disable_remote_exec = false",
-            "praetor has no remote exec (`consul exec`), so there is nothing to enable",
-        ));
-    }
     Ok(AgentConfig {
         dev_mode,
         server,
@@ -656,10 +658,38 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         watches,
         connect,
         raw,
-        unknown_keys,
         warnings,
         sources: ConfigSources::default(),
     })
+}
+
+/// Consul's warnings about a server's bootstrap settings, in its words: the deployment
+/// table's advice, and the number of servers a server waits for.
+fn bootstrap_warnings(server: bool, dev: bool, bootstrap: bool, expect: i64) -> Vec<String> {
+    const DEPLOYMENT_TABLE: &str =
+        "See https://www.consul.io/docs/internals/consensus.html#deployment-table";
+    let mut warnings = Vec::new();
+    if !server {
+        return warnings;
+    }
+    if !dev && !bootstrap && expect == 2 {
+        warnings.push(format!(
+            "bootstrap_expect = 2: A cluster with 2 servers will provide no failure tolerance. {DEPLOYMENT_TABLE}"
+        ));
+    }
+    if !bootstrap && expect > 2 && expect % 2 == 0 {
+        warnings.push(format!(
+            "bootstrap_expect is even number: A cluster with an even number of servers does not achieve optimum fault tolerance. {DEPLOYMENT_TABLE}"
+        ));
+    }
+    // `-dev` bootstraps by itself, which asks nothing of the operator.
+    if !dev && bootstrap && expect == 0 {
+        warnings.push("bootstrap = true: do not enable unless necessary".to_string());
+    }
+    if !dev && !bootstrap && expect > 1 {
+        warnings.push(format!("bootstrap_expect > 0: expecting {expect} servers"));
+    }
+    warnings
 }
 
 /// A config section that must be an object, or `empty` when absent.
@@ -673,11 +703,6 @@ fn section<'a>(
         Some(Value::Object(map)) => Ok(map),
         Some(other) => Err(format!("{key}: expected an object, got {other}")),
     }
-}
-
-/// The startup warning for a setting praetor accepts but does not act on yet.
-fn not_acted_on(setting: &str, why: &str) -> String {
-    format!("config: {setting} is accepted but not acted on yet: {why}")
 }
 
 /// Listener addresses per interface (Consul's `addresses { http, https, dns }`): each a
@@ -718,16 +743,9 @@ fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Address
     })
 }
 
-/// Settings Consul has that change nothing in praetor, validated as Consul validates them
-/// and warned about when they ask for something praetor does not do. A setting whose
-/// asked-for behaviour holds by construction (`raft_protocol = 3`, `disable_update_check
-/// = true`, `dns_config.use_cache`, whose stale answers are allowed, never required) passes
-/// silently.
-fn inert_settings(
-    raw: &Map<String, Value>,
-    ports: &Ports,
-    warnings: &mut Vec<String>,
-) -> Result<(), String> {
+/// Validation Consul applies to settings praetor does not act on: a value Consul refuses is
+/// refused here too (the key table warns about the ones it accepts).
+fn inert_settings(raw: &Map<String, Value>) -> Result<(), String> {
     if let Some(version) = get_i64(raw, "raft_protocol")? {
         if version != 3 {
             return Err(format!(
@@ -735,86 +753,9 @@ fn inert_settings(
             ));
         }
     }
-    let empty = Map::new();
-    if ports.grpc >= 0 {
-        warnings.push(not_acted_on(
-            &format!("ports.grpc = {}", ports.grpc),
-            "praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
-        ));
-    }
-    let addresses = section(raw, "addresses", &empty)?;
-    for key in ["grpc", "grpc_tls"] {
-        if get_string(addresses, key)
-            .map_err(|e| format!("addresses.{e}"))?
-            .is_some()
-        {
-            warnings.push(not_acted_on(
-                &format!("addresses.{key}"),
-                "praetor has no gRPC server",
-            ));
-        }
-    }
-    let dns = section(raw, "dns_config", &empty)?;
-    for (key, why) in [
-        ("disable_compression", "DNS answers are always compressed"),
-        (
-            "prefer_namespace",
-            "namespaces are a Consul Enterprise feature",
-        ),
-    ] {
-        if get_bool(dns, key).map_err(|e| format!("dns_config.{e}"))? == Some(true) {
-            warnings.push(not_acted_on(&format!("dns_config.{key} = true"), why));
-        }
-    }
-    if get_bool(raw, "disable_update_check")? == Some(false) {
-        warnings.push(not_acted_on(
-            "disable_update_check = false",
-            "praetor never contacts anyone to check for updates",
-        ));
-    }
-    if get_bool(raw, "rejoin_after_leave")? == Some(true) {
-        warnings.push(not_acted_on(
-            "rejoin_after_leave = true",
-            "an agent that left does not rejoin its previous members at start",
-        ));
-    }
-    let reconnect_timeout_wan = get_duration(raw, "reconnect_timeout_wan")?;
-    if let Some(timeout) = reconnect_timeout_wan {
+    if let Some(timeout) = get_duration(raw, "reconnect_timeout_wan")? {
         if timeout < RECONNECT_TIMEOUT_MIN {
             return Err("reconnect_timeout_wan must be >= 8h0m0s".to_string());
-        }
-    }
-    let given = |key: &str| raw.get(key).is_some_and(|v| !v.is_null());
-    for (key, why) in [
-        (
-            "discovery_max_stale",
-            "service discovery reads are served as their consistency mode asks",
-        ),
-        (
-            "raft_snapshot_interval",
-            "servers check for a snapshot after every applied batch (raft_snapshot_threshold)",
-        ),
-        (
-            "reconnect_timeout_wan",
-            "failed WAN members are reaped after 72h",
-        ),
-        ("retry_interval_wan", "WAN joins retry on the LAN schedule"),
-        ("retry_max_wan", "WAN joins retry on the LAN schedule"),
-        (
-            "server_name",
-            "outgoing TLS checks server.<datacenter>.<domain>",
-        ),
-        (
-            "watches",
-            "the agent runs no watch handlers; `praetor watch` runs them from the command line",
-        ),
-        (
-            "connect",
-            "praetor has no service mesh (Connect CA, intentions, proxies)",
-        ),
-    ] {
-        if given(key) {
-            warnings.push(not_acted_on(key, why));
         }
     }
     Ok(())
@@ -992,8 +933,9 @@ pub struct PendingSettings {
     pub autopilot: AutopilotConfig,
 }
 
-/// Parses the settings that are not acted on yet, with Consul's validation, and warns once
-/// for each one that is given.
+/// Parses the settings that are not acted on yet, with Consul's validation (the key table
+/// warns about each one given); `primary_datacenter` is warned about here when it names
+/// another datacenter, which only this reader knows.
 fn pending_settings(
     raw: &Map<String, Value>,
     datacenter: &str,
@@ -1017,12 +959,6 @@ fn pending_settings(
         })
     };
     let http_max_conns_per_client = count(limits, "http_max_conns_per_client", "limits")?;
-    if let Some(v) = http_max_conns_per_client {
-        warnings.push(not_acted_on(
-            &format!("limits.http_max_conns_per_client = {v}"),
-            "the HTTP API does not limit connections per client address",
-        ));
-    }
     let rpc_rate_per_second = match limits.get("rpc_rate") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
@@ -1032,17 +968,6 @@ fn pending_settings(
         ),
     };
     let rpc_max_burst = count(limits, "rpc_max_burst", "limits")?;
-    for (key, given) in [
-        ("rpc_rate", rpc_rate_per_second.map(|r| r.to_string())),
-        ("rpc_max_burst", rpc_max_burst.map(|b| b.to_string())),
-    ] {
-        if let Some(value) = given {
-            warnings.push(not_acted_on(
-                &format!("limits.{key} = {value}"),
-                "RPC requests from agents are not rate-limited",
-            ));
-        }
-    }
 
     let mut http_response_headers = Vec::new();
     if let Some(Value::Object(headers)) = http.get("response_headers") {
@@ -1052,10 +977,6 @@ fn pending_settings(
             })?;
             http_response_headers.push((name.clone(), value.to_string()));
         }
-        warnings.push(not_acted_on(
-            "http_config.response_headers",
-            "HTTP answers do not carry the configured headers",
-        ));
     }
     let allow_write_http_from = get_strings(http, "allow_write_http_from")
         .map_err(in_section("http_config"))?
@@ -1064,12 +985,6 @@ fn pending_settings(
             IpNetwork::parse(text).map_err(|e| format!("http_config.allow_write_http_from: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if !allow_write_http_from.is_empty() {
-        warnings.push(not_acted_on(
-            "http_config.allow_write_http_from",
-            "writes are accepted from every client address",
-        ));
-    }
 
     let primary_datacenter =
         match get_string(raw, "primary_datacenter")?.or(get_string(raw, "acl_datacenter")?) {
@@ -1101,10 +1016,6 @@ fn pending_settings(
         if timeout < RECONNECT_TIMEOUT_MIN {
             return Err("reconnect_timeout must be >= 8h0m0s".to_string());
         }
-        warnings.push(not_acted_on(
-            &format!("reconnect_timeout = {}s", timeout.as_secs()),
-            "failed LAN members are reaped after 72h",
-        ));
     }
 
     let raft_multiplier =
@@ -1120,27 +1031,6 @@ fn pending_settings(
         get_duration(performance, "leave_drain_time").map_err(in_section("performance"))?;
     let rpc_hold_timeout =
         get_duration(performance, "rpc_hold_timeout").map_err(in_section("performance"))?;
-    for (key, given, why) in [
-        (
-            "raft_multiplier",
-            raft_multiplier.map(|v| v.to_string()),
-            "praetor's Raft timings are fixed",
-        ),
-        (
-            "leave_drain_time",
-            leave_drain_time.map(|d| format!("{}ms", d.as_millis())),
-            "a leaving server does not wait for requests to drain",
-        ),
-        (
-            "rpc_hold_timeout",
-            rpc_hold_timeout.map(|d| format!("{}ms", d.as_millis())),
-            "forwarded requests do not wait for a leader",
-        ),
-    ] {
-        if let Some(value) = given {
-            warnings.push(not_acted_on(&format!("performance.{key} = {value}"), why));
-        }
-    }
 
     let defaults = AutopilotConfig::default();
     let max_trailing_logs =
@@ -1174,21 +1064,6 @@ fn pending_settings(
             .map_err(in_section("autopilot"))?
             .unwrap_or_default(),
     };
-    // Autopilot acts on every key but the Enterprise ones, which Consul's CE also keeps and
-    // ignores.
-    for key in [
-        "redundancy_zone_tag",
-        "disable_upgrade_migration",
-        "upgrade_version_tag",
-    ] {
-        if autopilot.get(key).is_some_and(|v| !v.is_null()) {
-            warnings.push(not_acted_on(
-                &format!("autopilot.{key}"),
-                "redundancy zones and upgrade migrations are Consul Enterprise features",
-            ));
-        }
-    }
-
     Ok(PendingSettings {
         http_max_conns_per_client: http_max_conns_per_client
             .unwrap_or(HTTP_MAX_CONNS_PER_CLIENT_DEFAULT),
@@ -1391,9 +1266,7 @@ fn dns_config_from(raw: &Map<String, Value>) -> Result<DnsConfig, String> {
         Some(Value::Object(map)) => map,
         Some(other) => return Err(format!("dns_config: expected an object, got {other}")),
     };
-    // Consul reads recursors at the top level; `dns_config.recursors` is accepted too.
-    let mut recursors = get_strings(raw, "recursors")?;
-    recursors.extend(get_strings(section, "recursors")?);
+    let recursors = get_strings(raw, "recursors")?;
     if recursors.len() > DNS_RECURSORS_MAX {
         return Err(format!(
             "recursors: at most {DNS_RECURSORS_MAX} are supported, got {}",
@@ -1526,7 +1399,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("praetor-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let json_path = dir.join("a.json");
-        std::fs::write(&json_path, r#"{"datacenter":"east","ports":{"http":1000,"dns":1001},"retry_join":["a"],"future_key":1}"#).unwrap();
+        std::fs::write(
+            &json_path,
+            r#"{"datacenter":"east","ports":{"http":1000,"dns":1001},"retry_join":["a"]}"#,
+        )
+        .unwrap();
         let hcl_path = dir.join("b.hcl");
         std::fs::write(
             &hcl_path,
@@ -1548,7 +1425,21 @@ mod tests {
         assert_eq!(c.node_name, "n1");
         assert_eq!(c.retry_join, vec!["a", "b"]);
         assert_eq!(c.raw["services"], json!([{"name": "web"}]));
-        assert_eq!(c.unknown_keys, vec!["future_key"]);
+        // A key no block knows stops the build, naming the file.
+        let future = dir.join("future.json");
+        std::fs::write(&future, r#"{"future_key":1}"#).unwrap();
+        let error = build(&ConfigSources {
+            config_files: vec![future.clone()],
+            ..sources
+        })
+        .unwrap_err();
+        assert_eq!(
+            error,
+            format!(
+                "failed to parse {}: invalid config key future_key",
+                future.display()
+            )
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1685,7 +1576,6 @@ mod tests {
             c.warnings,
             vec!["config: limits.http_max_conns_per_client = 7 is accepted but not acted on yet: the HTTP API does not limit connections per client address"]
         );
-        assert!(c.unknown_keys.is_empty(), "{:?}", c.unknown_keys);
     }
 
     #[test]
@@ -1768,19 +1658,21 @@ mod tests {
                     .unwrap()
             })
             .collect();
+        // In the key table's order; `primary_datacenter` last, from its own reader, which
+        // alone knows the datacenter it differs from.
         assert_eq!(
             keys,
             vec![
-                "limits.rpc_rate",
-                "limits.rpc_max_burst",
-                "http_config.response_headers",
-                "http_config.allow_write_http_from",
-                "primary_datacenter",
-                "reconnect_timeout",
-                "performance.raft_multiplier",
-                "performance.leave_drain_time",
-                "performance.rpc_hold_timeout",
                 "disable_remote_exec",
+                "http_config.allow_write_http_from",
+                "http_config.response_headers",
+                "limits.rpc_max_burst",
+                "limits.rpc_rate",
+                "performance.leave_drain_time",
+                "performance.raft_multiplier",
+                "performance.rpc_hold_timeout",
+                "reconnect_timeout",
+                "primary_datacenter",
             ]
         );
         assert!(c.warnings.iter().all(|w| w.contains("not acted on yet")));
@@ -1836,11 +1728,13 @@ mod tests {
     }
 
     #[test]
-    fn limits_win_over_the_old_top_level_spelling() {
-        let c = dev_with_hcl("kv_max_value_size = 10 limits { kv_max_value_size = 20 }").unwrap();
+    fn the_kv_limits_live_under_limits_only() {
+        let c = dev_with_hcl("limits { kv_max_value_size = 20 }").unwrap();
         assert_eq!(c.kv_max_value_size, 20);
-        let c = dev_with_hcl("kv_max_value_size = 10").unwrap();
-        assert_eq!(c.kv_max_value_size, 10);
+        assert_eq!(
+            dev_with_hcl("kv_max_value_size = 10").unwrap_err(),
+            "failed to parse -hcl #1: invalid config key kv_max_value_size"
+        );
     }
 
     #[test]
@@ -1858,5 +1752,36 @@ mod tests {
         );
         let error = dev_with_hcl("raft_log_cache_bytes = \"64MB\"").unwrap_err();
         assert!(error.contains("raft_log_cache_bytes"), "{error}");
+    }
+
+    #[test]
+    fn bootstrap_settings_are_warned_about_in_consuls_words() {
+        let warnings = |hcl: &str| -> Vec<String> {
+            build(&ConfigSources {
+                hcl_snippets: vec![format!("data_dir = \"/tmp/x\" {hcl}")],
+                ..Default::default()
+            })
+            .unwrap()
+            .warnings
+        };
+        assert_eq!(
+            warnings("server = true bootstrap_expect = 3"),
+            vec!["bootstrap_expect > 0: expecting 3 servers"]
+        );
+        assert_eq!(
+            warnings("server = true bootstrap_expect = 4")[0],
+            "bootstrap_expect is even number: A cluster with an even number of servers does not achieve optimum fault tolerance. See https://www.consul.io/docs/internals/consensus.html#deployment-table"
+        );
+        assert!(
+            warnings("server = true bootstrap_expect = 2")[0].starts_with(
+                "bootstrap_expect = 2: A cluster with 2 servers will provide no failure tolerance."
+            )
+        );
+        assert_eq!(
+            warnings("server = true bootstrap = true"),
+            vec!["bootstrap = true: do not enable unless necessary"]
+        );
+        assert!(warnings("server = true").is_empty());
+        assert!(dev_with_hcl("").unwrap().warnings.is_empty());
     }
 }

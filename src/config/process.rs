@@ -4,11 +4,11 @@
 //! (`serf_lan`, `serf_wan`), and the version and layout keys Consul's flags set
 //! (`raft_protocol`, `protocol`, `segment`, `disable_host_node_id`, the WAN join keys).
 //!
-//! Each is read with Consul's default and validated with a message naming the key; a key
-//! praetor cannot act on either stops the agent (when acting otherwise would mislead, as a
-//! network segment would) or adds one warning. Pure: no I/O.
+//! Each is read with Consul's default and validated with a message naming the key; a value
+//! praetor cannot act on stops the agent where acting otherwise would mislead (a network
+//! segment, syslog); the key table (`config::keys`) warns about the others. Pure: no I/O.
 
-use super::{get_bool, get_i64, get_string, get_strings, not_acted_on, parse_ip};
+use super::{get_bool, get_i64, get_string, not_acted_on, parse_ip};
 use crate::proto::duration::parse_go_duration;
 use serde_json::{Map, Value};
 use std::net::IpAddr;
@@ -23,10 +23,10 @@ pub const DEFAULT_QUERY_TIME_DEFAULT: Duration = Duration::from_secs(300);
 pub const MAX_QUERY_TIME_DEFAULT: Duration = Duration::from_secs(600);
 /// The only Raft protocol praetor's servers speak (Consul's default since 1.0).
 pub const RAFT_PROTOCOL: i64 = 3;
-/// The gossip protocol versions Consul accepts for `protocol`, and the one praetor speaks.
+/// The gossip protocol versions Consul accepts for `protocol` (praetor speaks 2; the key
+/// table warns about any other).
 pub const GOSSIP_PROTOCOL_MIN: i64 = 2;
 pub const GOSSIP_PROTOCOL_MAX: i64 = 3;
-pub const GOSSIP_PROTOCOL_SPOKEN: i64 = 2;
 
 /// `log_file` and its rotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,19 +99,15 @@ pub fn from_raw(
     if get_bool(raw, "enable_syslog")? == Some(true) {
         return Err("enable_syslog (-syslog): praetor does not write to syslog; under systemd its stderr goes to the journal, or set log_file".to_string());
     }
-    if get_string(raw, "syslog_facility")?.is_some() {
-        warnings.push(not_acted_on(
-            "syslog_facility",
-            "praetor does not write to syslog",
-        ));
-    }
     let log_file = log_file_from(raw, warnings)?;
     let default_query_time =
         positive_duration(raw, "default_query_time")?.unwrap_or(DEFAULT_QUERY_TIME_DEFAULT);
     let max_query_time =
         positive_duration(raw, "max_query_time")?.unwrap_or(MAX_QUERY_TIME_DEFAULT);
-    check_versions(raw, warnings)?;
-    warn_wan_keys(raw, warnings)?;
+    check_versions(raw)?;
+    if let Some(addr) = get_string(raw, "advertise_addr_wan")? {
+        parse_ip("advertise_addr_wan", &addr)?;
+    }
     let bind = |key: &str| {
         get_string(raw, key)?
             .map(|text| parse_ip(key, &text))
@@ -165,10 +161,9 @@ fn log_file_from(
     }))
 }
 
-/// `raft_protocol`, `protocol`, `segment` and `disable_host_node_id`: what praetor speaks
-/// and how it names itself are fixed, so a value asking for something else is refused or
-/// warned about.
-fn check_versions(raw: &Map<String, Value>, warnings: &mut Vec<String>) -> Result<(), String> {
+/// `raft_protocol`, `protocol` and `segment`: what praetor speaks and how it names itself
+/// are fixed, so a value asking for something else is refused as Consul refuses it.
+fn check_versions(raw: &Map<String, Value>) -> Result<(), String> {
     if let Some(version) = get_i64(raw, "raft_protocol")? {
         if version != RAFT_PROTOCOL {
             return Err(format!(
@@ -182,50 +177,9 @@ fn check_versions(raw: &Map<String, Value>, warnings: &mut Vec<String>) -> Resul
                 "protocol: version {version} is not supported (Consul accepts {GOSSIP_PROTOCOL_MIN} to {GOSSIP_PROTOCOL_MAX})"
             ));
         }
-        if version != GOSSIP_PROTOCOL_SPOKEN {
-            warnings.push(not_acted_on(
-                &format!("protocol = {version}"),
-                "praetor always speaks gossip protocol 2, which every Consul agent understands",
-            ));
-        }
     }
     if get_string(raw, "segment")?.is_some_and(|s| !s.is_empty()) {
         return Err("Network segments are not supported in this version of Consul".to_string());
-    }
-    if get_bool(raw, "disable_host_node_id")? == Some(false) {
-        warnings.push(not_acted_on(
-            "disable_host_node_id = false",
-            "praetor never derives the node ID from the host; it is random and kept in the data directory",
-        ));
-    }
-    Ok(())
-}
-
-/// The WAN join keys (`-join-wan`, `-retry-join-wan`, `-advertise-wan` and the WAN retry
-/// settings) are read by the WAN federation work; until then each given one warns.
-fn warn_wan_keys(raw: &Map<String, Value>, warnings: &mut Vec<String>) -> Result<(), String> {
-    for key in ["start_join_wan", "retry_join_wan"] {
-        if !get_strings(raw, key)?.is_empty() {
-            warnings.push(not_acted_on(
-                key,
-                "servers do not join other datacenters' WAN pools yet",
-            ));
-        }
-    }
-    if let Some(addr) = get_string(raw, "advertise_addr_wan")? {
-        parse_ip("advertise_addr_wan", &addr)?;
-        warnings.push(not_acted_on(
-            "advertise_addr_wan",
-            "the WAN pool advertises advertise_addr",
-        ));
-    }
-    for key in ["retry_interval_wan", "retry_max_wan"] {
-        if raw.get(key).is_some_and(|v| !v.is_null()) {
-            warnings.push(not_acted_on(
-                key,
-                "servers do not join other datacenters' WAN pools yet",
-            ));
-        }
     }
     Ok(())
 }
@@ -301,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn accepted_values_act_or_warn() {
+    fn accepted_values_act() {
         let (config, warnings) = read(json!({
             "raft_protocol": 3,
             "protocol": 2,
@@ -315,13 +269,14 @@ mod tests {
         assert_eq!(config.serf_lan_bind, Some("127.0.0.2".parse().unwrap()));
         assert_eq!(config.default_query_time, Duration::from_secs(30));
         assert_eq!(config.max_query_time, Duration::from_secs(60));
-        let (_, warnings) = read(json!({
-            "protocol": 3,
-            "disable_host_node_id": false,
+        // The WAN join keys act (`cluster::pools`); this reader only validates the address.
+        let (config, warnings) = read(json!({
             "retry_join_wan": ["a"],
             "start_join_wan": ["b"],
             "advertise_addr_wan": "10.0.0.1",
         }));
-        assert_eq!(warnings.len(), 5, "{warnings:?}");
+        assert!(config.is_ok() && warnings.is_empty(), "{warnings:?}");
+        let (error, _) = read(json!({"advertise_addr_wan": "nowhere"}));
+        assert!(error.unwrap_err().starts_with("advertise_addr_wan"));
     }
 }

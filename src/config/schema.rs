@@ -1,18 +1,25 @@
-//! The config keys praetor knows and the type each must have, checked on every source
-//! document before the sources merge, so a value of the wrong type stops the agent with one
-//! line naming the file and the key path, in the words Consul's decoder (mapstructure) uses:
-//! `failed to parse agent.hcl: 'ports.http' expected type 'int', got unconvertible type
-//! 'string', value: 'abc'`.
+//! The checker that runs the key table ([`super::keys`]) over a config document: every key of
+//! every block must be one the table names, and every value must have the type the table
+//! gives it, as Consul's decoder (mapstructure, without weak typing) decides. A document that
+//! passes comes out normalized: each key of a block spelled as Consul also accepts it (any
+//! letter case, the Go field name such as `ServiceID` or `EnableTagOverride`, an alias tag)
+//! is renamed to its canonical snake_case name, so the readers after the merge see one
+//! spelling. The same table then yields the startup warnings for keys accepted but not acted
+//! on ([`warnings`]) and the key list of `docs/config.md` ([`render_key_list`]).
 //!
-//! Like Consul's decoder, the check is strict: a number in quotes is a string, not a number.
-//! Where praetor's readers have always been more lenient (a duration given as a bare number
-//! of seconds, a single string where a list of strings is expected), the schema keeps that
-//! leniency so no config that loads today stops loading.
+//! Errors are Consul's texts: `invalid config key acl.enabeld` for a key no block knows
+//! (with the dotted path, list positions as `services[0]`, map keys as `node_meta[rack]`),
+//! `'ports.http' expected type 'int', got unconvertible type 'string', value: 'abc'` for a
+//! wrong type. Consul reports several unknown keys of one file together; so does this
+//! checker, on one line, sorted. Type errors come first, as Consul's decoder fails before it
+//! lists unused keys.
 //!
-//! Sections praetor reads key by key are described field by field: a key inside them that is
-//! not described is reported as unknown (and ignored) with its dotted path. Sections that
-//! other subsystems decode themselves (`acl`, `connect`, `services`, `telemetry`, …) are
-//! opaque here. Pure: no I/O.
+//! What Consul's decoder converts and what it refuses is kept exactly, with one exception
+//! recorded in docs/decisions.md: a number with a fraction for an integer key is refused
+//! here, where Go's decoder would silently truncate it. In particular a single string is not
+//! a list of strings, a number is not a duration, and a quoted number is not a number.
+//!
+//! Pure: no I/O.
 
 use crate::proto::duration::parse_go_duration_nanos;
 use serde_json::{Map, Value};
@@ -21,21 +28,104 @@ use serde_json::{Map, Value};
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
     Bool,
-    /// An integer (a JSON number without fraction).
+    /// A signed integer (Go `int`): a number without fraction.
     Int,
-    /// Any number.
+    /// An unsigned integer (Go `uint`, `uint32`, `uint64`): a number without fraction, not
+    /// negative.
+    Uint,
+    /// Any number (Go `float64`).
     Float,
     Str,
-    /// A Go duration string (`"10s"`), or a number of seconds.
+    /// A Go duration string (`"10s"`); Consul's config holds durations as strings, so a bare
+    /// number is a type error.
     Duration,
-    /// A list of strings, or one string.
+    /// A list of strings.
     StrList,
-    /// An object whose values are strings.
+    /// An object whose values are strings (`node_meta`, `meta`).
     StrMap,
-    /// An object with the given fields; other keys in it are unknown.
-    Object(&'static [Field]),
-    /// Anything: decoded and validated by the subsystem that reads it.
-    Any,
+    /// An object whose values are lists of strings (a check's `header`).
+    StrListMap,
+    /// An object with free keys and values, decoded by whoever reads it (`ca_config`, a
+    /// proxy's `config`, `snapshot_agent`).
+    Map,
+    /// A list of free objects, each decoded and checked by its reader (`watches`,
+    /// `config_entries.bootstrap`).
+    Maps,
+    /// An object with the block's keys.
+    Object(&'static Block),
+    /// A list of objects with the block's keys.
+    Objects(&'static Block),
+    /// One object with the block's keys, or a list of them: `service` and `check`, which the
+    /// HCL reader folds into a list when a file repeats the block.
+    OneOrMany(&'static Block),
+    /// An object whose values are objects with the block's keys (a service's
+    /// `tagged_addresses`, `audit.sink`).
+    ObjectMap(&'static Block),
+}
+
+/// The keys one object may hold, as one Go struct of Consul's config declares them.
+#[derive(Debug)]
+pub struct Block {
+    /// What the block is, for the documentation (`service definition`).
+    pub title: &'static str,
+    pub fields: &'static [Field],
+    /// Whether a field may also be spelled as its Go field name. Consul's key translation
+    /// runs on every nested struct but not on the top level, whose fields come from embedded
+    /// structs the translation does not look into.
+    pub go_names: bool,
+}
+
+/// How the Go field behind a key is named, for [`Block::go_names`] blocks.
+#[derive(Clone, Copy, Debug)]
+pub enum GoName {
+    /// The Go name, lowercased, is the key without its underscores (`EnableTagOverride` for
+    /// `enable_tag_override`): the common case.
+    Stripped,
+    /// The Go name, lowercased, differs (`TokenReplication` for `enable_token_replication`).
+    Named(&'static str),
+    /// The field belongs to an embedded struct, whose Go names Consul does not translate.
+    Embedded,
+}
+
+/// Whether a value asked of a key not acted on is what praetor does anyway.
+#[derive(Clone, Copy, Debug)]
+pub enum Holds {
+    /// Whatever it is set to, the setting is warned about.
+    Never,
+    /// This boolean is how praetor behaves; the other one is warned about.
+    Bool(bool),
+    /// This integer is how praetor behaves; any other is warned about.
+    Int(i64),
+    /// An empty string or list is how praetor behaves.
+    Empty,
+    /// The key's reader knows which values ask for something and warns itself (the table
+    /// does not).
+    Checked,
+}
+
+/// What praetor does with a key it accepts.
+#[derive(Clone, Copy, Debug)]
+pub enum Use {
+    /// praetor acts on it. The text is a piece of code that carries the value beyond
+    /// `src/config` (a field path such as `connect.enabled`, or the quoted key a reader of the
+    /// merged object looks up); `tests` check that code outside `src/config` contains it.
+    Acts(&'static str),
+    /// A block whose own keys say what they do.
+    Section,
+    /// A key inside a block whose use is stated once for the whole block (a service
+    /// definition read by the registration code, a block not acted on as a whole).
+    Covered,
+    /// Accepted, checked, and not acted on: one warning at start when given, unless the
+    /// value asked for is how praetor behaves anyway. `kept` names the field of
+    /// `AgentConfig` that keeps the value for the code that will act on it ("" when none);
+    /// tests check that nothing outside `src/config` reads it.
+    NotActedOn {
+        why: &'static str,
+        holds: Holds,
+        kept: &'static str,
+    },
+    /// A Consul Enterprise setting: accepted and warned about in Consul CE's words.
+    Enterprise,
 }
 
 /// One known key.
@@ -43,343 +133,43 @@ pub enum Kind {
 pub struct Field {
     pub name: &'static str,
     pub kind: Kind,
+    pub go_name: GoName,
+    pub use_: Use,
 }
 
-const fn field(name: &'static str, kind: Kind) -> Field {
-    Field { name, kind }
+/// Which reader produced a document: Go types of numbers differ between them (every JSON
+/// number is a `float64`, an HCL integer is an `int`), and Consul's messages name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Syntax {
+    Json,
+    Hcl,
 }
 
-const PORTS: &[Field] = &[
-    field("http", Kind::Int),
-    field("https", Kind::Int),
-    field("dns", Kind::Int),
-    field("server", Kind::Int),
-    field("serf_lan", Kind::Int),
-    field("serf_wan", Kind::Int),
-    field("grpc", Kind::Int),
-    field("grpc_tls", Kind::Int),
-    field("sidecar_min_port", Kind::Int),
-    field("sidecar_max_port", Kind::Int),
-];
-
-/// One block of the `tls` stanza (`defaults`, `internal_rpc`, `https`, `grpc`); which keys a
-/// block may hold is checked by `config::tls` with Consul's messages.
-const TLS_PROTOCOL: &[Field] = &[
-    field("ca_file", Kind::Str),
-    field("ca_path", Kind::Str),
-    field("cert_file", Kind::Str),
-    field("key_file", Kind::Str),
-    field("tls_min_version", Kind::Str),
-    field("tls_cipher_suites", Kind::Str),
-    field("verify_incoming", Kind::Bool),
-    field("verify_outgoing", Kind::Bool),
-    field("verify_server_hostname", Kind::Bool),
-    field("use_auto_cert", Kind::Bool),
-];
-
-const TLS: &[Field] = &[
-    field("defaults", Kind::Object(TLS_PROTOCOL)),
-    field("internal_rpc", Kind::Object(TLS_PROTOCOL)),
-    field("https", Kind::Object(TLS_PROTOCOL)),
-    field("grpc", Kind::Object(TLS_PROTOCOL)),
-];
-
-const AUTO_ENCRYPT: &[Field] = &[
-    field("tls", Kind::Bool),
-    field("allow_tls", Kind::Bool),
-    field("dns_san", Kind::StrList),
-    field("ip_san", Kind::StrList),
-];
-
-const ADDRESSES: &[Field] = &[
-    field("http", Kind::Str),
-    field("https", Kind::Str),
-    field("dns", Kind::Str),
-    field("grpc", Kind::Str),
-    field("grpc_tls", Kind::Str),
-];
-
-const LIMITS: &[Field] = &[
-    field("http_max_conns_per_client", Kind::Int),
-    field("rpc_rate", Kind::Float),
-    field("rpc_max_burst", Kind::Int),
-    field("kv_max_value_size", Kind::Int),
-    field("txn_max_req_len", Kind::Int),
-];
-
-const HTTP_CONFIG: &[Field] = &[
-    field("response_headers", Kind::StrMap),
-    field("allow_write_http_from", Kind::StrList),
-    field("use_cache", Kind::Bool),
-];
-
-const PERFORMANCE: &[Field] = &[
-    field("raft_multiplier", Kind::Int),
-    field("leave_drain_time", Kind::Duration),
-    field("rpc_hold_timeout", Kind::Duration),
-];
-
-pub const AUTOPILOT: &[Field] = &[
-    field("cleanup_dead_servers", Kind::Bool),
-    field("last_contact_threshold", Kind::Duration),
-    field("max_trailing_logs", Kind::Int),
-    field("min_quorum", Kind::Int),
-    field("server_stabilization_time", Kind::Duration),
-    field("redundancy_zone_tag", Kind::Str),
-    field("disable_upgrade_migration", Kind::Bool),
-    field("upgrade_version_tag", Kind::Str),
-];
-
-/// `telemetry`, read by `config::telemetry`.
-const TELEMETRY: &[Field] = &[
-    field("circonus_api_app", Kind::Str),
-    field("circonus_api_token", Kind::Str),
-    field("circonus_api_url", Kind::Str),
-    field("circonus_broker_id", Kind::Str),
-    field("circonus_broker_select_tag", Kind::Str),
-    field("circonus_check_display_name", Kind::Str),
-    field("circonus_check_force_metric_activation", Kind::Str),
-    field("circonus_check_id", Kind::Str),
-    field("circonus_check_instance_id", Kind::Str),
-    field("circonus_check_search_tag", Kind::Str),
-    field("circonus_check_tags", Kind::Str),
-    field("circonus_submission_interval", Kind::Str),
-    field("circonus_submission_url", Kind::Str),
-    field("disable_compat_1.9", Kind::Bool),
-    field("disable_hostname", Kind::Bool),
-    field("dogstatsd_addr", Kind::Str),
-    field("dogstatsd_tags", Kind::StrList),
-    field("enable_host_metrics", Kind::Bool),
-    field("filter_default", Kind::Bool),
-    field("metrics_prefix", Kind::Str),
-    field("prefix_filter", Kind::StrList),
-    field("prometheus_retention_time", Kind::Duration),
-    field("retry_failed_connection", Kind::Bool),
-    field("statsd_address", Kind::Str),
-    field("statsite_address", Kind::Str),
-    field("statsite_prefix", Kind::Str),
-];
-
-const SOA: &[Field] = &[
-    field("refresh", Kind::Int),
-    field("retry", Kind::Int),
-    field("expire", Kind::Int),
-    field("min_ttl", Kind::Int),
-];
-
-const DNS_CONFIG: &[Field] = &[
-    field("allow_stale", Kind::Bool),
-    field("max_stale", Kind::Duration),
-    field("node_ttl", Kind::Duration),
-    field("service_ttl", Kind::StrMap),
-    field("recursors", Kind::StrList),
-    field("recursor_strategy", Kind::Str),
-    field("recursor_timeout", Kind::Duration),
-    field("udp_answer_limit", Kind::Int),
-    field("a_record_limit", Kind::Int),
-    field("enable_truncate", Kind::Bool),
-    field("only_passing", Kind::Bool),
-    field("enable_additional_node_meta_txt", Kind::Bool),
-    field("soa", Kind::Object(SOA)),
-    // Accepted and documented as needless: the DNS answer cache is exact and answers are
-    // always compressed (README, DNS).
-    field("use_cache", Kind::Bool),
-    field("cache_max_age", Kind::Duration),
-    field("disable_compression", Kind::Bool),
-    field("prefer_namespace", Kind::Bool),
-];
-
-/// Every top-level key praetor knows, now or in a subsystem that reads it itself.
-pub const TOP_LEVEL: &[Field] = &[
-    field("acl", Kind::Any),
-    field("acl_agent_master_token", Kind::Str),
-    field("acl_agent_token", Kind::Str),
-    field("acl_datacenter", Kind::Str),
-    field("acl_default_policy", Kind::Str),
-    field("acl_down_policy", Kind::Str),
-    field("acl_enable_key_list_policy", Kind::Bool),
-    field("acl_master_token", Kind::Str),
-    field("acl_replication_token", Kind::Str),
-    field("acl_token", Kind::Str),
-    field("acl_ttl", Kind::Duration),
-    field("addresses", Kind::Object(ADDRESSES)),
-    field("advertise_addr", Kind::Str),
-    field("advertise_addr_wan", Kind::Str),
-    field("auto_encrypt", Kind::Object(AUTO_ENCRYPT)),
-    field("ae_interval", Kind::Duration),
-    field("alt_domain", Kind::Str),
-    field("autopilot", Kind::Object(AUTOPILOT)),
-    field("bind_addr", Kind::Str),
-    field("bootstrap", Kind::Bool),
-    field("bootstrap_expect", Kind::Int),
-    // The old top-level TLS keys, moved into `tls` by `config::tls::apply_deprecated_keys`.
-    field("ca_file", Kind::Str),
-    field("ca_path", Kind::Str),
-    field("cert_file", Kind::Str),
-    field("check", Kind::Any),
-    field("check_update_interval", Kind::Duration),
-    // Consul's non-user `check_deregister_interval_min` and `check_reap_interval`, read so
-    // that tests can shorten them (as `ae_interval`).
-    field("check_deregister_interval_min", Kind::Duration),
-    field("check_reap_interval", Kind::Duration),
-    field("checks", Kind::Any),
-    field("client_addr", Kind::Str),
-    field("config_entries", Kind::Any),
-    field("connect", Kind::Any),
-    field("data_dir", Kind::Str),
-    field("datacenter", Kind::Str),
-    field("default_query_time", Kind::Duration),
-    field("dev_mode", Kind::Bool),
-    field("disable_host_node_id", Kind::Bool),
-    field("disable_remote_exec", Kind::Bool),
-    field("disable_update_check", Kind::Bool),
-    field("discovery_max_stale", Kind::Duration),
-    field("dns_config", Kind::Object(DNS_CONFIG)),
-    field("domain", Kind::Str),
-    field("enable_debug_faults", Kind::Bool),
-    field("enable_acl_replication", Kind::Bool),
-    field("enable_local_script_checks", Kind::Bool),
-    field("enable_script_checks", Kind::Bool),
-    field("enable_syslog", Kind::Bool),
-    field("encrypt", Kind::Str),
-    field("encrypt_verify_incoming", Kind::Bool),
-    field("encrypt_verify_outgoing", Kind::Bool),
-    field("http_config", Kind::Object(HTTP_CONFIG)),
-    field("key_file", Kind::Str),
-    field("kv_max_value_size", Kind::Int),
-    field("leave_on_terminate", Kind::Bool),
-    field("limits", Kind::Object(LIMITS)),
-    field("log_level", Kind::Str),
-    field("log_file", Kind::Str),
-    field("log_json", Kind::Bool),
-    field("log_rotate_bytes", Kind::Int),
-    field("log_rotate_duration", Kind::Duration),
-    field("log_rotate_max_files", Kind::Int),
-    field("max_query_time", Kind::Duration),
-    field("node_id", Kind::Str),
-    field("node_meta", Kind::StrMap),
-    field("node_name", Kind::Str),
-    field("performance", Kind::Object(PERFORMANCE)),
-    field("pid_file", Kind::Str),
-    field("ports", Kind::Object(PORTS)),
-    field("primary_datacenter", Kind::Str),
-    field("protocol", Kind::Int),
-    field("raft_protocol", Kind::Int),
-    field("raft_log_cache_bytes", Kind::Int),
-    field("raft_snapshot_interval", Kind::Duration),
-    field("raft_snapshot_threshold", Kind::Int),
-    field("raft_trailing_logs", Kind::Int),
-    field("reconnect_timeout", Kind::Duration),
-    field("reconnect_timeout_wan", Kind::Duration),
-    field("recursor", Kind::StrList),
-    field("recursors", Kind::StrList),
-    field("rejoin_after_leave", Kind::Bool),
-    field("retry_interval", Kind::Duration),
-    field("retry_interval_wan", Kind::Duration),
-    field("retry_join", Kind::StrList),
-    field("retry_join_wan", Kind::StrList),
-    field("retry_max", Kind::Int),
-    field("retry_max_wan", Kind::Int),
-    field("segment", Kind::Str),
-    field("serf_lan", Kind::Str),
-    field("serf_wan", Kind::Str),
-    field("server", Kind::Bool),
-    field("server_name", Kind::Str),
-    field("service", Kind::Any),
-    field("services", Kind::Any),
-    field("session_ttl_min", Kind::Duration),
-    field("shards", Kind::Int),
-    field("skip_leave_on_interrupt", Kind::Bool),
-    field("start_join", Kind::StrList),
-    field("start_join_wan", Kind::StrList),
-    field("syslog_facility", Kind::Str),
-    field("telemetry", Kind::Object(TELEMETRY)),
-    field("tls", Kind::Object(TLS)),
-    field("tls_cipher_suites", Kind::Str),
-    field("tls_min_version", Kind::Str),
-    field("tls_prefer_server_cipher_suites", Kind::Bool),
-    field("translate_wan_addrs", Kind::Bool),
-    field("txn_max_req_len", Kind::Int),
-    field("ui", Kind::Bool),
-    field("ui_config", Kind::Any),
-    field("ui_dir", Kind::Str),
-    field("ui_content_path", Kind::Str),
-    field("verify_incoming", Kind::Bool),
-    field("verify_incoming_https", Kind::Bool),
-    field("verify_incoming_rpc", Kind::Bool),
-    field("verify_outgoing", Kind::Bool),
-    field("verify_server_hostname", Kind::Bool),
-    field("watches", Kind::Any),
-];
-
-/// Go's name for the type a decoded value has, as mapstructure prints it.
-fn go_type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "<nil>",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float64",
-        Value::Number(_) => "int",
-        Value::String(_) => "string",
-        Value::Array(_) => "[]interface {}",
-        Value::Object(_) => "map[string]interface {}",
-    }
-}
-
-fn expected_type_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Bool => "bool",
-        Kind::Int => "int",
-        Kind::Float => "float64",
-        Kind::Str | Kind::Duration => "string",
-        Kind::StrList => "[]string",
-        Kind::StrMap => "map[string]string",
-        Kind::Object(_) | Kind::Any => "struct",
-    }
-}
-
-/// A value as Go's `%v` shows it, shortened so the message stays one readable line.
-fn go_value_text(value: &Value) -> String {
-    const VALUE_TEXT_CHARS_MAX: usize = 64;
-    let text = match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// Checks one source document against the table and normalizes its keys: the first type
+/// error, else every unknown key, is the error (without the `failed to parse <file>: `
+/// prefix, which the caller adds).
+pub fn check_document(document: &mut Map<String, Value>, syntax: Syntax) -> Result<(), String> {
+    let mut walk = Walk {
+        syntax,
+        unknown: Vec::new(),
     };
-    let mut short: String = text.chars().take(VALUE_TEXT_CHARS_MAX).collect();
-    if short.len() < text.len() {
-        short.push('…');
+    walk.object(document, &super::keys::TOP_LEVEL, "")?;
+    if walk.unknown.is_empty() {
+        return Ok(());
     }
-    short.replace('\n', "\\n")
+    walk.unknown.sort();
+    walk.unknown.dedup();
+    let lines: Vec<String> = walk
+        .unknown
+        .iter()
+        .map(|path| format!("invalid config key {path}"))
+        .collect();
+    Err(lines.join("; "))
 }
 
-fn mismatch(path: &str, kind: Kind, value: &Value) -> String {
-    match kind {
-        Kind::Object(_) | Kind::StrMap => {
-            format!("'{path}' expected a map, got '{}'", go_kind_name(value))
-        }
-        Kind::StrList => format!(
-            "'{path}': source data must be an array or slice, got {}",
-            go_kind_name(value)
-        ),
-        _ => format!(
-            "'{path}' expected type '{}', got unconvertible type '{}', value: '{}'",
-            expected_type_name(kind),
-            go_type_name(value),
-            go_value_text(value)
-        ),
-    }
-}
-
-/// Go's `reflect.Kind` name of a decoded value (mapstructure's wording for maps and lists).
-fn go_kind_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "invalid",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float64",
-        Value::Number(_) => "int",
-        Value::String(_) => "string",
-        Value::Array(_) => "slice",
-        Value::Object(_) => "map",
-    }
+struct Walk {
+    syntax: Syntax,
+    unknown: Vec<String>,
 }
 
 fn join(prefix: &str, key: &str) -> String {
@@ -390,174 +180,464 @@ fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-fn check_value(path: &str, kind: Kind, value: &Value) -> Result<(), String> {
-    if value.is_null() {
-        return Ok(());
+/// The lowercased Go field name of `field`, when Consul accepts it and it differs from the
+/// key itself.
+fn go_spelling(block: &Block, field: &Field) -> Option<String> {
+    if !block.go_names {
+        return None;
     }
-    let ok = match kind {
-        Kind::Any => true,
-        Kind::Bool => value.is_boolean(),
-        Kind::Int => {
-            value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
-        Kind::Float => value.is_number(),
-        Kind::Str => value.is_string(),
-        Kind::Duration => match value {
-            Value::String(text) => {
-                parse_go_duration_nanos(text)
-                    .map_err(|e| format!("{path}: invalid duration: {text:?}: {e}"))?;
-                true
-            }
-            Value::Number(n) => n.is_u64(),
-            _ => false,
-        },
-        Kind::StrList => match value {
-            Value::String(_) => true,
-            Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    if !item.is_string() {
-                        return Err(mismatch(&format!("{path}[{i}]"), Kind::Str, item));
-                    }
-                }
-                true
-            }
-            _ => false,
-        },
-        Kind::StrMap => match value {
-            Value::Object(map) => {
-                for (key, item) in map {
-                    if !item.is_string() {
-                        return Err(mismatch(&format!("{path}[{key}]"), Kind::Str, item));
-                    }
-                }
-                true
-            }
-            _ => false,
-        },
-        Kind::Object(_) => value.is_object(),
+    let go = match field.go_name {
+        GoName::Stripped => field.name.replace('_', ""),
+        GoName::Named(name) => name.to_string(),
+        GoName::Embedded => return None,
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(mismatch(path, kind, value))
+    (go != field.name).then_some(go)
+}
+
+/// Renames the keys of `object` that Consul reads as one of `block`'s fields to the field's
+/// canonical name, as its decoder does: a Go name or alias is moved to the canonical key
+/// unless that key is also given (then the alias is dropped); a key differing from a field
+/// name only in case is that field unless the exact name is also given. Keys left over are
+/// returned: they are unknown.
+fn canonicalize(object: &mut Map<String, Value>, block: &Block) -> Vec<String> {
+    // Go names and aliases first, as Consul's key translation runs before the decoder
+    // matches names.
+    let keys: Vec<String> = object.keys().cloned().collect();
+    for key in &keys {
+        if block.fields.iter().any(|f| f.name == key) {
+            continue;
+        }
+        let lower = key.to_lowercase();
+        let Some(field) = block
+            .fields
+            .iter()
+            .find(|f| go_spelling(block, f).is_some_and(|go| go == lower))
+        else {
+            continue;
+        };
+        let value = object.remove(key).expect("listed key");
+        if !object.contains_key(field.name) {
+            object.insert(field.name.to_string(), value);
+        }
     }
-}
-
-/// Checks the type of every known key of one source document; the error names the key path.
-pub fn check_types(document: &Map<String, Value>) -> Result<(), String> {
-    walk(document, TOP_LEVEL, "", &mut |_| {})
-}
-
-/// The keys of a merged configuration that praetor does not know, as dotted paths, sorted.
-pub fn unknown_keys(merged: &Map<String, Value>) -> Vec<String> {
+    // Then names in another letter case.
     let mut unknown = Vec::new();
-    // The merged object was built from checked documents, so only unknown keys are reported.
-    let _ = walk(merged, TOP_LEVEL, "", &mut |path| unknown.push(path));
-    unknown.sort();
-    unknown.dedup();
+    let keys: Vec<String> = object.keys().cloned().collect();
+    for key in keys {
+        if block.fields.iter().any(|f| f.name == key) {
+            continue;
+        }
+        let field = block
+            .fields
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(&key) && !object.contains_key(f.name));
+        match field {
+            Some(field) => {
+                let value = object.remove(&key).expect("listed key");
+                object.insert(field.name.to_string(), value);
+            }
+            None => unknown.push(key),
+        }
+    }
     unknown
 }
 
-fn walk(
-    object: &Map<String, Value>,
-    fields: &[Field],
-    prefix: &str,
-    unknown: &mut dyn FnMut(String),
-) -> Result<(), String> {
-    for (key, value) in object {
-        let path = join(prefix, key);
-        let Some(field) = fields.iter().find(|f| f.name == key) else {
-            unknown(path);
-            continue;
-        };
-        check_value(&path, field.kind, value)?;
-        if let (Kind::Object(inner), Value::Object(map)) = (field.kind, value) {
-            walk(map, inner, &path, unknown)?;
+impl Walk {
+    fn object(
+        &mut self,
+        object: &mut Map<String, Value>,
+        block: &'static Block,
+        prefix: &str,
+    ) -> Result<(), String> {
+        for key in canonicalize(object, block) {
+            self.unknown.push(join(prefix, &key));
+        }
+        for field in block.fields {
+            if let Some(value) = object.get_mut(field.name) {
+                self.value(value, field.kind, &join(prefix, field.name))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn value(&mut self, value: &mut Value, kind: Kind, path: &str) -> Result<(), String> {
+        if value.is_null() {
+            return Ok(());
+        }
+        let syntax = self.syntax;
+        let mismatch = |value: &Value| Err(mismatch(path, kind, value, syntax));
+        match kind {
+            Kind::Bool if value.is_boolean() => Ok(()),
+            Kind::Int if integral(value) => Ok(()),
+            Kind::Uint if integral(value) => match value.as_f64() {
+                Some(n) if n < 0.0 => Err(format!(
+                    "cannot parse '{path}', {} overflows uint",
+                    negative_text(value, syntax)
+                )),
+                _ => Ok(()),
+            },
+            Kind::Float if value.is_number() => Ok(()),
+            Kind::Str if value.is_string() => Ok(()),
+            Kind::Duration => match value {
+                Value::String(text) => parse_go_duration_nanos(text)
+                    .map(|_| ())
+                    .map_err(|e| format!("{path}: invalid duration: {text:?}: {e}")),
+                other => mismatch(other),
+            },
+            Kind::StrList => {
+                let Value::Array(items) = value else {
+                    return mismatch(value);
+                };
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.value(item, Kind::Str, &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            Kind::StrMap | Kind::StrListMap => {
+                let Value::Object(map) = value else {
+                    return mismatch(value);
+                };
+                let inner = if matches!(kind, Kind::StrMap) {
+                    Kind::Str
+                } else {
+                    Kind::StrList
+                };
+                for (key, item) in map.iter_mut() {
+                    self.value(item, inner, &format!("{path}[{key}]"))?;
+                }
+                Ok(())
+            }
+            Kind::Map if value.is_object() => Ok(()),
+            Kind::Maps => {
+                let Value::Array(items) = value else {
+                    return mismatch(value);
+                };
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.value(item, Kind::Map, &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            Kind::Object(block) => match value {
+                Value::Object(map) => self.object(map, block, path),
+                other => mismatch(other),
+            },
+            Kind::Objects(block) => {
+                let Value::Array(items) = value else {
+                    return mismatch(value);
+                };
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.value(item, Kind::Object(block), &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            Kind::OneOrMany(block) => match value {
+                Value::Array(_) => self.value(value, Kind::Objects(block), path),
+                _ => self.value(value, Kind::Object(block), path),
+            },
+            Kind::ObjectMap(block) => {
+                let Value::Object(map) = value else {
+                    return mismatch(value);
+                };
+                for (key, item) in map.iter_mut() {
+                    self.value(item, Kind::Object(block), &format!("{path}[{key}]"))?;
+                }
+                Ok(())
+            }
+            _ => mismatch(value),
         }
     }
-    Ok(())
+}
+
+/// Whether a number is an integer (JSON numbers arrive as floats in Go, so `8500.0` is one).
+fn integral(value: &Value) -> bool {
+    value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+}
+
+/// Go's name for the type a decoded value has, as mapstructure prints it.
+fn go_type_name(value: &Value, syntax: Syntax) -> &'static str {
+    match value {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if syntax == Syntax::Json || n.is_f64() => "float64",
+        Value::Number(_) => "int",
+        Value::String(_) => "string",
+        Value::Array(_) if syntax == Syntax::Hcl && value_is_block_list(value) => {
+            "[]map[string]interface {}"
+        }
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
+}
+
+fn value_is_block_list(value: &Value) -> bool {
+    value
+        .as_array()
+        .is_some_and(|items| !items.is_empty() && items.iter().all(Value::is_object))
+}
+
+/// Go's `reflect.Kind` name of a decoded value (mapstructure's wording for maps and lists).
+fn go_kind_name(value: &Value, syntax: Syntax) -> &'static str {
+    match value {
+        Value::Null => "invalid",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if syntax == Syntax::Json || n.is_f64() => "float64",
+        Value::Number(_) => "int",
+        Value::String(_) => "string",
+        Value::Array(_) => "slice",
+        Value::Object(_) => "map",
+    }
+}
+
+fn expected_type_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Bool => "bool",
+        Kind::Int => "int",
+        Kind::Uint => "uint",
+        Kind::Float => "float64",
+        Kind::Str | Kind::Duration => "string",
+        Kind::StrList => "[]string",
+        Kind::StrMap => "map[string]string",
+        Kind::StrListMap => "map[string][]string",
+        Kind::Map => "map[string]interface {}",
+        Kind::Maps => "[]map[string]interface {}",
+        Kind::Object(_) | Kind::OneOrMany(_) => "struct",
+        Kind::Objects(_) => "[]struct",
+        Kind::ObjectMap(_) => "map[string]struct",
+    }
+}
+
+/// A negative number as Go formats it in mapstructure's overflow message: `%d` for an HCL
+/// integer, `%f` for a JSON number (a float64).
+fn negative_text(value: &Value, syntax: Syntax) -> String {
+    match (value.as_i64(), syntax) {
+        (Some(n), Syntax::Hcl) => n.to_string(),
+        _ => format!("{:.6}", value.as_f64().unwrap_or(0.0)),
+    }
+}
+
+/// Longest value text an error repeats; longer values are cut so the message stays one
+/// readable line.
+const VALUE_TEXT_CHARS_MAX: usize = 64;
+
+/// A value as Go's `%v` shows it, shortened.
+fn go_value_text(value: &Value) -> String {
+    let text = go_format(value);
+    let mut short: String = text.chars().take(VALUE_TEXT_CHARS_MAX).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short.replace('\n', "\\n")
+}
+
+fn go_format(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".to_string(),
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i.to_string(),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            _ => n.to_string(),
+        },
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(go_format).collect();
+            format!("[{}]", parts.join(" "))
+        }
+        Value::Object(map) => {
+            let parts: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", go_format(v)))
+                .collect();
+            format!("map[{}]", parts.join(" "))
+        }
+    }
+}
+
+fn mismatch(path: &str, kind: Kind, value: &Value, syntax: Syntax) -> String {
+    match kind {
+        Kind::Object(_)
+        | Kind::OneOrMany(_)
+        | Kind::StrMap
+        | Kind::StrListMap
+        | Kind::Map
+        | Kind::ObjectMap(_) => {
+            format!(
+                "'{path}' expected a map, got '{}'",
+                go_kind_name(value, syntax)
+            )
+        }
+        Kind::StrList | Kind::Maps | Kind::Objects(_) => format!(
+            "'{path}': source data must be an array or slice, got {}",
+            go_kind_name(value, syntax)
+        ),
+        _ => format!(
+            "'{path}' expected type '{}', got unconvertible type '{}', value: '{}'",
+            expected_type_name(kind),
+            go_type_name(value, syntax),
+            go_value_text(value)
+        ),
+    }
+}
+
+/// The startup warning for a setting praetor accepts but does not act on.
+pub fn not_acted_on(setting: &str, why: &str) -> String {
+    format!("config: {setting} is accepted but not acted on yet: {why}")
+}
+
+/// Whether `value` is what praetor does anyway for a key that [`Holds`] it.
+fn holds(value: &Value, holds: Holds) -> bool {
+    match holds {
+        Holds::Never => false,
+        Holds::Bool(b) => value.as_bool() == Some(b),
+        Holds::Int(n) => value.as_f64() == Some(n as f64),
+        Holds::Empty => is_empty(value),
+        Holds::Checked => true,
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    }
+}
+
+/// How a given value is shown in a warning: booleans and numbers are; strings are not, as
+/// they may be secrets.
+fn setting_text(path: &str, value: &Value) -> String {
+    match value {
+        Value::Bool(_) | Value::Number(_) => format!("{path} = {}", go_format(value)),
+        _ => path.to_string(),
+    }
+}
+
+/// One line per key of the merged configuration that praetor accepts without acting on it,
+/// in the table's order: Consul CE's words for Enterprise settings, else
+/// [`not_acted_on`]'s.
+pub fn warnings(merged: &Map<String, Value>) -> Vec<String> {
+    let mut lines = Vec::new();
+    warn_object(merged, &super::keys::TOP_LEVEL, "", &mut lines);
+    lines
+}
+
+fn warn_object(object: &Map<String, Value>, block: &Block, prefix: &str, lines: &mut Vec<String>) {
+    for field in block.fields {
+        let Some(value) = object.get(field.name).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let path = join(prefix, field.name);
+        match field.use_ {
+            Use::NotActedOn { why, holds: h, .. } => {
+                if !holds(value, h) {
+                    lines.push(not_acted_on(&setting_text(&path, value), why));
+                }
+            }
+            // Consul CE says nothing of an Enterprise key left empty.
+            Use::Enterprise if is_empty(value) => {}
+            Use::Enterprise => lines.push(format!(
+                "{path:?} is a Consul Enterprise configuration and will have no effect"
+            )),
+            Use::Section => warn_nested(value, field.kind, &path, lines),
+            Use::Acts(_) | Use::Covered => {}
+        }
+    }
+}
+
+fn warn_nested(value: &Value, kind: Kind, path: &str, lines: &mut Vec<String>) {
+    match (kind, value) {
+        (Kind::Object(block) | Kind::OneOrMany(block), Value::Object(map)) => {
+            warn_object(map, block, path, lines)
+        }
+        (Kind::Objects(block) | Kind::OneOrMany(block), Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                if let Value::Object(map) = item {
+                    warn_object(map, block, &format!("{path}[{i}]"), lines);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every block of the table, each once, in the order the top level first reaches it.
+pub fn all_blocks() -> Vec<&'static Block> {
+    let mut blocks: Vec<&'static Block> = vec![&super::keys::TOP_LEVEL];
+    let mut next = 0;
+    while next < blocks.len() {
+        for field in blocks[next].fields {
+            let inner = match field.kind {
+                Kind::Object(b) | Kind::Objects(b) | Kind::OneOrMany(b) | Kind::ObjectMap(b) => b,
+                _ => continue,
+            };
+            if !blocks.iter().any(|known| std::ptr::eq(*known, inner)) {
+                blocks.push(inner);
+            }
+        }
+        next += 1;
+    }
+    blocks
+}
+
+fn kind_text(kind: Kind) -> String {
+    match kind {
+        Kind::Bool => "bool".into(),
+        Kind::Int => "int".into(),
+        Kind::Uint => "unsigned int".into(),
+        Kind::Float => "number".into(),
+        Kind::Str => "string".into(),
+        Kind::Duration => "duration string".into(),
+        Kind::StrList => "list of strings".into(),
+        Kind::StrMap => "map of strings".into(),
+        Kind::StrListMap => "map of string lists".into(),
+        Kind::Map => "map (read by its subsystem)".into(),
+        Kind::Maps => "list of maps (each read by its subsystem)".into(),
+        Kind::Object(b) => format!("block: {}", b.title),
+        Kind::Objects(b) => format!("list of blocks: {}", b.title),
+        Kind::OneOrMany(b) => format!("block or list of blocks: {}", b.title),
+        Kind::ObjectMap(b) => format!("map of blocks: {}", b.title),
+    }
+}
+
+fn use_text(use_: Use) -> String {
+    match use_ {
+        Use::Acts(_) => "acts".into(),
+        Use::Section => "its keys say".into(),
+        Use::Covered => "as its block says".into(),
+        Use::NotActedOn { why, holds, .. } => {
+            let unless = match holds {
+                Holds::Never => String::new(),
+                Holds::Bool(b) => format!(" (no warning when `{b}`)"),
+                Holds::Int(n) => format!(" (no warning when `{n}`)"),
+                Holds::Empty => " (no warning when empty)".into(),
+                Holds::Checked => " (warned about only when it asks for something)".into(),
+            };
+            format!("accepted, not acted on: {why}{unless}")
+        }
+        Use::Enterprise => "accepted, not acted on: a Consul Enterprise setting".into(),
+    }
+}
+
+/// The key list of `docs/config.md`, generated from the table (a test keeps the file equal
+/// to it): one table per block, each block once.
+pub fn render_key_list() -> String {
+    let mut text = String::new();
+    for block in all_blocks() {
+        text.push_str(&format!("### {}\n\n", block.title));
+        text.push_str("| Key | Type | What praetor does |\n|---|---|---|\n");
+        for field in block.fields {
+            text.push_str(&format!(
+                "| `{}` | {} | {} |\n",
+                field.name,
+                kind_text(field.kind),
+                use_text(field.use_)
+            ));
+        }
+        text.push('\n');
+    }
+    text
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn check(v: Value) -> Result<(), String> {
-        check_types(v.as_object().unwrap())
-    }
-
-    #[test]
-    fn wrong_types_name_their_key_path_as_consul_does() {
-        assert_eq!(
-            check(json!({"ports": {"http": "abc"}})).unwrap_err(),
-            "'ports.http' expected type 'int', got unconvertible type 'string', value: 'abc'"
-        );
-        assert_eq!(
-            check(json!({"server": "true"})).unwrap_err(),
-            "'server' expected type 'bool', got unconvertible type 'string', value: 'true'"
-        );
-        assert_eq!(
-            check(json!({"limits": {"rpc_rate": "fast"}})).unwrap_err(),
-            "'limits.rpc_rate' expected type 'float64', got unconvertible type 'string', value: 'fast'"
-        );
-        assert_eq!(
-            check(json!({"node_meta": {"rack": 1}})).unwrap_err(),
-            "'node_meta[rack]' expected type 'string', got unconvertible type 'int', value: '1'"
-        );
-        assert_eq!(
-            check(json!({"limits": 5})).unwrap_err(),
-            "'limits' expected a map, got 'int'"
-        );
-        assert_eq!(
-            check(json!({"http_config": {"allow_write_http_from": {"a": "b"}}})).unwrap_err(),
-            "'http_config.allow_write_http_from': source data must be an array or slice, got map"
-        );
-        assert_eq!(
-            check(json!({"retry_join": ["a", 2]})).unwrap_err(),
-            "'retry_join[1]' expected type 'string', got unconvertible type 'int', value: '2'"
-        );
-        assert!(check(json!({"performance": {"leave_drain_time": "soon"}}))
-            .unwrap_err()
-            .starts_with("performance.leave_drain_time: invalid duration: \"soon\""));
-        assert!(check(json!({"autopilot": {"max_trailing_logs": 1.5}}))
-            .unwrap_err()
-            .contains("'autopilot.max_trailing_logs' expected type 'int'"));
-    }
-
-    #[test]
-    fn well_typed_documents_pass_and_opaque_sections_are_not_entered() {
-        let document = json!({
-            "ports": {"http": 8500, "dns": -1},
-            "limits": {"rpc_rate": 10, "rpc_max_burst": 5, "kv_max_value_size": 1024.0},
-            "retry_join": "one",
-            "reconnect_timeout": "72h",
-            "ae_interval": 60,
-            "node_meta": {"rack": "r1"},
-            "acl": {"tokens": {"initial_management": 5}},
-            "services": [{"name": "web", "port": "not checked here"}],
-            "data_dir": null,
-        });
-        check(document).unwrap();
-    }
-
-    #[test]
-    fn unknown_keys_are_reported_with_their_paths() {
-        let merged = json!({
-            "future": 1,
-            "ports": {"http": 1, "expose_min_port": 2},
-            "limits": {"rpc_handshake_timeout": "5s"},
-            "acl": {"anything": true},
-            "dns_config": {"soa": {"refresh": 1, "serial": 2}},
-        });
-        assert_eq!(
-            unknown_keys(merged.as_object().unwrap()),
-            vec![
-                "dns_config.soa.serial",
-                "future",
-                "limits.rpc_handshake_timeout",
-                "ports.expose_min_port"
-            ]
-        );
-    }
-}
+mod tests;

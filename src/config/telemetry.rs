@@ -1,9 +1,9 @@
 //! The `telemetry` stanza, with Consul's keys and defaults: the metric names' prefix and
 //! host name, the Prometheus retention, the statsd and dogstatsd sinks, and the prefix
 //! filter. Keys for sinks praetor does not have (Circonus, statsite over TCP, host metrics)
-//! are accepted and warned about, as every accepted key either acts or warns.
+//! are accepted, and warned about by the key table (`config::keys`).
 
-use super::{get_bool, get_duration, get_string, get_strings, not_acted_on};
+use super::{get_bool, get_duration, get_string, get_strings};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -54,41 +54,6 @@ impl Default for TelemetryConfig {
         }
     }
 }
-
-/// Keys of sinks praetor does not have: accepted, each given one warned about.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "statsite_address",
-        "praetor has no statsite (TCP) sink; use statsd_address",
-    ),
-    ("statsite_prefix", "praetor has no statsite (TCP) sink"),
-    (
-        "enable_host_metrics",
-        "praetor does not collect host metrics",
-    ),
-    ("circonus_api_token", "praetor has no Circonus sink"),
-    ("circonus_api_app", "praetor has no Circonus sink"),
-    ("circonus_api_url", "praetor has no Circonus sink"),
-    (
-        "circonus_submission_interval",
-        "praetor has no Circonus sink",
-    ),
-    ("circonus_submission_url", "praetor has no Circonus sink"),
-    ("circonus_check_id", "praetor has no Circonus sink"),
-    (
-        "circonus_check_force_metric_activation",
-        "praetor has no Circonus sink",
-    ),
-    ("circonus_check_instance_id", "praetor has no Circonus sink"),
-    ("circonus_check_search_tag", "praetor has no Circonus sink"),
-    (
-        "circonus_check_display_name",
-        "praetor has no Circonus sink",
-    ),
-    ("circonus_check_tags", "praetor has no Circonus sink"),
-    ("circonus_broker_id", "praetor has no Circonus sink"),
-    ("circonus_broker_select_tag", "praetor has no Circonus sink"),
-];
 
 /// A sink address must be `host:port`.
 fn sink_address(key: &str, value: Option<String>) -> Result<Option<String>, String> {
@@ -148,20 +113,6 @@ impl TelemetryConfig {
             .map_err(in_block)?
             .map(|p| p.trim_end_matches('.').to_string())
             .unwrap_or(defaults.metrics_prefix);
-        for (key, why) in UNSUPPORTED {
-            if block
-                .get(*key)
-                .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
-            {
-                warnings.push(not_acted_on(&format!("telemetry.{key}"), why));
-            }
-        }
-        if get_bool(block, "disable_compat_1.9").map_err(in_block)? == Some(false) {
-            warnings.push(not_acted_on(
-                "telemetry.disable_compat_1.9 = false",
-                "praetor never emits the metric names Consul 1.9 deprecated",
-            ));
-        }
         Ok(TelemetryConfig {
             disable_hostname: get_bool(block, "disable_hostname")
                 .map_err(in_block)?
@@ -227,9 +178,10 @@ mod tests {
         assert!(!config.filter_default);
         assert_eq!(config.allowed_prefixes, ["consul.raft.apply"]);
         assert_eq!(config.blocked_prefixes, ["consul.http"]);
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        // The Circonus key is the key table's to warn about; this reader warns about the
+        // filter rule it cannot read.
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("must begin with either '+' or '-'"));
-        assert!(warnings[1].contains("telemetry.circonus_api_token"));
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! names, are refused with a sentence saying so rather than accepted and ignored.
 //! Pure: no file is opened here; the files are read by [`crate::tls`].
 
-use super::{get_bool, get_string, get_strings, not_acted_on, Ports};
+use super::{get_bool, get_string, get_strings, not_acted_on};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -267,8 +267,7 @@ impl Default for TlsConfig {
     }
 }
 
-/// Why the gRPC settings do nothing.
-const NO_GRPC: &str = "praetor has no gRPC interface, so no gRPC port is opened";
+use super::keys::{GRPC_SERVER_LISTENS, NO_GRPC_SERVER};
 
 /// Most SAN entries `auto_encrypt` may ask for.
 const AUTO_ENCRYPT_SANS_MAX: usize = 64;
@@ -556,21 +555,16 @@ impl TlsConfig {
         Ok(())
     }
 
-    /// One warning for each TLS setting praetor accepts but does not act on yet (gRPC), and
-    /// for `auto_encrypt.allow_tls` without `verify_incoming`.
-    pub fn not_active_warnings(&self, ports: &Ports) -> Vec<String> {
+    /// A warning for the `tls.grpc` settings while no gRPC server exists (the key table
+    /// leaves them to this reader, which knows which value asks for nothing), and for
+    /// `auto_encrypt.allow_tls` without `verify_incoming`.
+    pub fn not_active_warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        if ports.grpc_tls >= 0 {
-            warnings.push(not_acted_on(
-                &format!("ports.grpc_tls = {}", ports.grpc_tls),
-                NO_GRPC,
-            ));
-        }
         let rpc = &self.internal_rpc;
-        if !self.grpc_keys_set.is_empty() {
+        if !GRPC_SERVER_LISTENS && !self.grpc_keys_set.is_empty() {
             warnings.push(not_acted_on(
                 &format!("tls.grpc ({})", self.grpc_keys_set.join(", ")),
-                NO_GRPC,
+                NO_GRPC_SERVER,
             ));
         }
         if self.auto_encrypt.allow_tls && !rpc.verify_incoming {
@@ -840,30 +834,17 @@ mod tests {
         .unwrap();
         // The gossip switches act (cluster::pools hands them to the gossip core).
         assert!(!c.encrypt_verify_incoming && !c.encrypt_verify_outgoing);
-        let ports = Ports {
-            https: 8501,
-            grpc_tls: 8503,
-            ..Ports::default()
-        };
-        let warnings = c.not_active_warnings(&ports);
+        let warnings = c.not_active_warnings();
         assert_eq!(
-            warnings[..2],
-            [
-                "config: ports.grpc_tls = 8503 is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
-                "config: tls.grpc (cert_file, key_file) is accepted but not acted on yet: praetor has no gRPC interface, so no gRPC port is opened",
-            ]
+            warnings[0],
+            "config: tls.grpc (cert_file, key_file) is accepted but not acted on yet: praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
         );
         let keys: Vec<&str> = warnings
             .iter()
             .map(|w| w.trim_start_matches("config: ").split(' ').next().unwrap())
             .collect();
-        assert_eq!(
-            keys,
-            vec!["ports.grpc_tls", "tls.grpc", "auto_encrypt.allow_tls",]
-        );
-        assert!(TlsConfig::default()
-            .not_active_warnings(&Ports::default())
-            .is_empty());
+        assert_eq!(keys, vec!["tls.grpc", "auto_encrypt.allow_tls"]);
+        assert!(TlsConfig::default().not_active_warnings().is_empty());
         // The old top-level verify_incoming pins tls.grpc.verify_incoming = false: no warning.
         let mut legacy = object(json!({"verify_incoming": true, "ca_file": "ca",
                                        "cert_file": "c", "key_file": "k"}));
@@ -871,7 +852,7 @@ mod tests {
         let legacy = TlsConfig::from_merged(&legacy, true).unwrap();
         assert!(legacy.grpc_keys_set.is_empty());
         assert!(legacy
-            .not_active_warnings(&Ports::default())
+            .not_active_warnings()
             .iter()
             .all(|w| !w.contains("grpc")));
     }
@@ -906,7 +887,6 @@ mod tests {
             old_after_new.warnings,
             vec!["config: The 'ca_file' field is deprecated. Use the 'tls.defaults.ca_file' field instead."]
         );
-        assert!(old_after_new.unknown_keys.is_empty());
         let ports = build(&["ports { https = 8501 grpc_tls = 8503 }"]);
         assert_eq!((ports.ports.https, ports.ports.grpc_tls), (8501, 8503));
         assert_eq!(ports.warnings.len(), 1, "{:?}", ports.warnings);

@@ -3,9 +3,9 @@
 //! flags set (the CLI turns them into `ui_config` keys, so they override files as flags do).
 //!
 //! Parsing and validation only: nothing here reads a file or serves a byte. Validation
-//! follows Consul's, with its messages, so a config file Consul refuses is refused here too.
-//! Keys inside `ui_config` that praetor does not know are collected in
-//! [`UiConfig::warnings`] and logged once at startup, like unknown top-level keys.
+//! follows Consul's, with its messages, so a config file Consul refuses is refused here too
+//! (an unknown key inside `ui_config` is refused by the key table before this reads it).
+//! Deprecations are collected in [`UiConfig::warnings`] and logged once at startup.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -21,18 +21,6 @@ pub const UI_DASHBOARD_TEMPLATES_MAX: usize = 64;
 pub const UI_METRICS_PROXY_ENTRIES_MAX: usize = 64;
 /// Longest URL or template accepted anywhere in `ui_config`, in bytes.
 pub const UI_URL_BYTES_MAX: usize = 4096;
-
-/// The keys a `ui_config` block may hold.
-const UI_CONFIG_KEYS: &[&str] = &[
-    "enabled",
-    "dir",
-    "content_path",
-    "metrics_provider",
-    "metrics_provider_files",
-    "metrics_provider_options_json",
-    "metrics_proxy",
-    "dashboard_url_templates",
-];
 
 /// `ui_config.metrics_proxy`: a read-only proxy from the agent to one metrics backend.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -64,7 +52,7 @@ pub struct UiConfig {
     /// Link templates by kind (`service` is the one the UI shows), e.g.
     /// `https://grafana/d/x?var-service={{Service.Name}}`.
     pub dashboard_url_templates: BTreeMap<String, String>,
-    /// Deprecations and unknown keys, logged once at startup.
+    /// Deprecations, logged once at startup.
     pub warnings: Vec<String>,
 }
 
@@ -104,13 +92,6 @@ impl UiConfig {
             }
             Some(other) => return Err(format!("ui_config: expected an object, got {other}")),
         };
-        for key in block.keys() {
-            if !UI_CONFIG_KEYS.contains(&key.as_str()) {
-                config
-                    .warnings
-                    .push(format!("config: ignoring unknown key \"ui_config.{key}\""));
-            }
-        }
 
         let legacy_enabled = bool_at(raw, "ui", "ui")?;
         if legacy_enabled.is_some() {
@@ -525,8 +506,7 @@ mod tests {
                     "add_headers": [{"name": "Authorization", "value": "Bearer t"}],
                     "path_allowlist": ["/api/v1/query"]
                 },
-                "dashboard_url_templates": {"service": "https://grafana/d/x?s={{Service.Name}}"},
-                "colour": "blue"
+                "dashboard_url_templates": {"service": "https://grafana/d/x?s={{Service.Name}}"}
             }}),
             false,
         )
@@ -538,10 +518,7 @@ mod tests {
             vec![("Authorization".to_string(), "Bearer t".to_string())]
         );
         assert_eq!(config.dashboard_url_templates.len(), 1);
-        assert_eq!(
-            config.warnings,
-            vec!["config: ignoring unknown key \"ui_config.colour\"".to_string()]
-        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
         for (block, needle) in [
             (json!({"metrics_provider": "Prom"}), "lowercase"),
             (

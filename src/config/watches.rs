@@ -3,7 +3,9 @@
 //! and its parameters (`key`, `prefix`, `service`, `tag`, `passingonly`, `state`, `name`),
 //! `datacenter`, `token`, and the handler: `args` (a command run directly) or `handler` (a
 //! command line for the shell, Consul's older form). `handler_type = "http"` is accepted and
-//! warned about: praetor's watches run commands. Pure: no I/O.
+//! warned about: praetor's watches run commands. As in Consul (`watch.ParseExempt`), a
+//! parameter the watch type does not take is refused (`Invalid parameters: [keyy]`) and the
+//! parameters' types are not converted. Pure: no I/O.
 
 use serde_json::{Map, Value};
 
@@ -49,6 +51,31 @@ const STRING_PARAMS: &[&str] = &[
     "token",
 ];
 
+/// The parameters every watch takes, whatever its type.
+const COMMON_PARAMS: &[&str] = &[
+    "type",
+    "datacenter",
+    "token",
+    "handler_type",
+    "http_handler_config",
+    "handler",
+    "args",
+];
+
+/// The parameters each watch type takes besides [`COMMON_PARAMS`] (Consul's watch
+/// factories).
+fn type_params(watch_type: &str) -> &'static [&'static str] {
+    match watch_type {
+        "key" => &["stale", "key"],
+        "keyprefix" => &["stale", "prefix"],
+        "services" | "nodes" => &["stale"],
+        "service" => &["stale", "service", "tag", "passingonly"],
+        "checks" => &["stale", "service", "state", "tag"],
+        "event" => &["name"],
+        _ => &[],
+    }
+}
+
 /// Reads `watches`; a plan praetor cannot run (an HTTP handler) adds a warning and is left
 /// out, a malformed one is an error naming its position.
 pub fn from_raw(
@@ -67,7 +94,7 @@ pub fn from_raw(
         let Value::Object(entry) = entry else {
             return Err(failed(format!("expected an object, got {entry}")));
         };
-        match parse_one(entry) {
+        match parse_one(entry, position, warnings) {
             Ok(Some(plan)) => plans.push(plan),
             Ok(None) => warnings.push(super::not_acted_on(
                 &format!("watches[{position}] with handler_type \"http\""),
@@ -79,24 +106,41 @@ pub fn from_raw(
     Ok(plans)
 }
 
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-fn parse_one(entry: &Map<String, Value>) -> Result<Option<WatchConfig>, String> {
+fn parse_one(
+    entry: &Map<String, Value>,
+    position: usize,
+    warnings: &mut Vec<String>,
+) -> Result<Option<WatchConfig>, String> {
     let watch_type = entry
         .get("type")
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
         .ok_or("Watch type must be specified")?
         .to_string();
+    if watch_type.starts_with("connect_") {
+        return Err(format!(
+            "Watch type {watch_type} is not allowed in agent config"
+        ));
+    }
     if !WATCH_TYPES.contains(&watch_type.as_str()) {
         return Err(format!("Unsupported watch type: {watch_type}"));
+    }
+    let mut invalid: Vec<&str> = entry
+        .keys()
+        .map(String::as_str)
+        .filter(|key| !COMMON_PARAMS.contains(key) && !type_params(&watch_type).contains(key))
+        .collect();
+    if !invalid.is_empty() {
+        invalid.sort_unstable();
+        return Err(format!("Invalid parameters: [{}]", invalid.join(" ")));
+    }
+    match entry.get("stale") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => warnings.push(super::not_acted_on(
+            &format!("watches[{position}].stale = true"),
+            "watch plans read with the default consistency",
+        )),
+        Some(_) => return Err("Expecting stale to be a boolean".to_string()),
     }
     match entry.get("handler_type").and_then(Value::as_str) {
         None | Some("script") => {}
@@ -106,8 +150,10 @@ fn parse_one(entry: &Map<String, Value>) -> Result<Option<WatchConfig>, String> 
     let mut params = Vec::new();
     for key in STRING_PARAMS {
         if let Some(value) = entry.get(*key).filter(|v| !v.is_null()) {
-            let value = text(value).ok_or_else(|| format!("{key}: expected a string"))?;
-            params.push((key.to_string(), value));
+            let value = value
+                .as_str()
+                .ok_or_else(|| format!("Expecting {key} to be a string"))?;
+            params.push((key.to_string(), value.to_string()));
         }
     }
     let given = |key: &str| params.iter().any(|(k, v)| k == key && !v.is_empty());
@@ -138,8 +184,7 @@ fn parse_one(entry: &Map<String, Value>) -> Result<Option<WatchConfig>, String> 
     let passing_only = match entry.get("passingonly") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) if s == "true" || s == "false" => s == "true",
-        Some(other) => return Err(format!("passingonly: expected a boolean, got {other}")),
+        Some(_) => return Err("Expecting passingonly to be a boolean".to_string()),
     };
     let handler = match (entry.get("args"), entry.get("handler")) {
         (Some(Value::Array(args)), None) if !args.is_empty() => WatchHandler::Exec(
@@ -219,6 +264,26 @@ mod tests {
             (
                 json!({"type": "nodes", "args": ["x"], "handler_type": "ftp"}),
                 "Handler type 'ftp'",
+            ),
+            (
+                json!({"type": "key", "keyy": "a", "key": "a", "args": ["x"]}),
+                "Invalid parameters: [keyy]",
+            ),
+            (
+                json!({"type": "nodes", "key": "a", "args": ["x"]}),
+                "Invalid parameters: [key]",
+            ),
+            (
+                json!({"type": "service", "service": "web", "passingonly": "true", "args": ["x"]}),
+                "Expecting passingonly to be a boolean",
+            ),
+            (
+                json!({"type": "key", "key": 5, "args": ["x"]}),
+                "Expecting key to be a string",
+            ),
+            (
+                json!({"type": "connect_roots", "args": ["x"]}),
+                "Watch type connect_roots is not allowed in agent config",
             ),
         ] {
             let error = read(json!([watch])).0.unwrap_err();

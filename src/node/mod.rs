@@ -218,6 +218,52 @@ fn bind_udp_group(
 const _: () =
     assert!(crate::config::RAFT_LOG_CACHE_BYTES_DEFAULT == crate::raft::LOG_CACHE_BYTES_DEFAULT);
 
+/// The agent's ACL tokens at start: the configuration's, with those persisted in the data
+/// directory over them when `acl.enable_token_persistence` is on (Consul's precedence: a
+/// persisted token wins, and a token in both is warned about). A tokens file that cannot be
+/// read is warned about and the configuration's tokens are used, as Consul does.
+fn load_agent_tokens(
+    config: &AgentConfig,
+    data_dir: &Path,
+) -> (
+    crate::config::acl::AclTokens,
+    Option<crate::config::acl::TokenFile>,
+) {
+    use crate::config::acl::{PersistedTokens, TokenFile, TOKENS_FILE, TOKENS_FILE_BYTES_MAX};
+    let mut tokens = config.acl.tokens.clone();
+    if !config.acl.enable_token_persistence {
+        return (tokens, None);
+    }
+    let path = data_dir.join(TOKENS_FILE);
+    let read = || -> Result<PersistedTokens, String> {
+        let metadata = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(PersistedTokens::default())
+            }
+            other => other.map_err(|e| e.to_string())?,
+        };
+        if metadata.len() > TOKENS_FILE_BYTES_MAX {
+            return Err(format!("larger than {TOKENS_FILE_BYTES_MAX} bytes"));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        PersistedTokens::from_json(&text)
+    };
+    let persisted = match read() {
+        Ok(persisted) => persisted,
+        Err(e) => {
+            log::warn!(
+                "acl: unable to load persisted tokens from {}: {e}",
+                path.display()
+            );
+            PersistedTokens::default()
+        }
+    };
+    for warning in persisted.apply(&mut tokens) {
+        log::warn!("{warning}");
+    }
+    (tokens, Some(TokenFile { path, persisted }))
+}
+
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
 pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let fd_limit = raise_fd_limit();
@@ -232,9 +278,6 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .transpose()?;
     let (leave_on_terminate, skip_leave_on_interrupt) =
         (config.leave_on_terminate, config.skip_leave_on_interrupt);
-    for key in &config.unknown_keys {
-        log::warn!("config: ignoring unknown key {key:?}");
-    }
     if !config.server && config.retry_join.is_empty() && config.start_join.is_empty() {
         log::warn!(
             "agent: a client agent without -join or -retry-join knows no server until one joins it"
@@ -295,6 +338,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         shard_senders.push(tx);
         shard_receivers.push(rx);
     }
+    let (acl_tokens, acl_token_file) = load_agent_tokens(&config, &data_dir.path);
     let shared = Arc::new(Shared {
         config: config.clone(),
         identity: Identity {
@@ -313,7 +357,8 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         faults: faults.clone(),
         rpc_address,
         tls: tls.clone(),
-        acl_tokens: std::sync::RwLock::new(config.acl.tokens.clone()),
+        acl_tokens: std::sync::RwLock::new(acl_tokens),
+        acl_token_file: acl_token_file.map(std::sync::Mutex::new),
         exit_error: std::sync::OnceLock::new(),
         node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
         reload_listeners: std::sync::Mutex::new(Vec::new()),
@@ -363,6 +408,13 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         client_senders = Some(shard_senders);
         (None, Arc::new(crate::store::Tables::default()))
     };
+    // A server that neither bootstraps nor expects peers waits until a cluster adds it, as
+    // Consul's does; Consul's Raft says so once, when its first election is due, in these
+    // words. A server with a log of its own already knows its peers.
+    let bootstraps = config.dev_mode || config.bootstrap || config.bootstrap_expect > 0;
+    if config.server && !bootstraps && initial_version.index == 0 {
+        log::warn!("raft: no known peers, aborting election");
+    }
     shared
         .published_index
         .store(initial_version.index, Ordering::Release);

@@ -243,6 +243,9 @@ pub struct Shared {
     pub tls: Arc<crate::tls::TlsConfigurator>,
     /// The agent's ACL tokens (`acl.tokens`), as `/v1/agent/token/<type>` last set them.
     pub acl_tokens: std::sync::RwLock<crate::config::acl::AclTokens>,
+    /// The tokens file (`acl.enable_token_persistence`), rewritten by
+    /// `/v1/agent/token/<type>` under this lock; `None` when persistence is off.
+    pub acl_token_file: Option<std::sync::Mutex<crate::config::acl::TokenFile>>,
     /// Why the agent stopped on its own (`-retry-max` exhausted): the process exits with
     /// code 1 and this line, as Consul's agent does.
     pub exit_error: std::sync::OnceLock<String>,
