@@ -129,6 +129,7 @@ pub struct TokenCreateArgs {
     /// Role name to link; repeatable.
     #[arg(long = "role-name")]
     pub role_name: Vec<String>,
+    /// A description of the token.
     #[arg(long)]
     pub description: Option<String>,
     /// The new token's Accessor ID (a UUID; generated when absent).
@@ -159,6 +160,7 @@ pub struct TokenReadArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Accessor ID (or unique prefix) of the token to read.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
     /// Read the token the request carries.
@@ -172,28 +174,37 @@ pub struct TokenUpdateArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Accessor ID (or unique prefix) of the token to update.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// A new description (the token keeps its own when absent).
     #[arg(long)]
     pub description: Option<String>,
     /// Policies, roles and identities given replace the token's.
     #[command(flatten)]
     pub links: Links,
+    /// ID (or unique prefix) of a role to link instead of the token's roles; repeatable.
     #[arg(long = "role-id")]
     pub role_id: Vec<String>,
+    /// Name of a role to link instead of the token's roles; repeatable.
     #[arg(long = "role-name")]
     pub role_name: Vec<String>,
-    /// Policies added to the token's.
+    /// ID (or unique prefix) of a policy to add to the token's; repeatable.
     #[arg(long = "append-policy-id")]
     pub append_policy_id: Vec<String>,
+    /// Name of a policy to add to the token's; repeatable.
     #[arg(long = "append-policy-name")]
     pub append_policy_name: Vec<String>,
+    /// ID (or unique prefix) of a role to add to the token's; repeatable.
     #[arg(long = "append-role-id")]
     pub append_role_id: Vec<String>,
+    /// Name of a role to add to the token's; repeatable.
     #[arg(long = "append-role-name")]
     pub append_role_name: Vec<String>,
+    /// A service identity to add to the token's, `NAME` or `NAME:DC1,DC2`; repeatable.
     #[arg(long = "append-service-identity")]
     pub append_service_identity: Vec<String>,
+    /// A node identity to add to the token's, `NAME:DATACENTER`; repeatable.
     #[arg(long = "append-node-identity")]
     pub append_node_identity: Vec<String>,
 }
@@ -202,6 +213,7 @@ pub struct TokenUpdateArgs {
 pub struct AccessorArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Accessor ID (or unique prefix) of the token to delete.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
 }
@@ -212,8 +224,10 @@ pub struct TokenCloneArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Accessor ID (or unique prefix) of the token to clone.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// A description of the new token (default: the original's).
     #[arg(long)]
     pub description: Option<String>,
 }
@@ -236,8 +250,10 @@ pub struct PolicyWriteArgs {
     /// The policy to update (ID or unique prefix).
     #[arg(long)]
     pub id: Option<String>,
+    /// The policy's name (update: its new name, or the policy to update without -id).
     #[arg(long)]
     pub name: Option<String>,
+    /// A description of the policy.
     #[arg(long)]
     pub description: Option<String>,
     /// The rules: text, `@file` or `-` for stdin.
@@ -257,8 +273,10 @@ pub struct ByIdOrNameArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// ID (or unique prefix) of the object.
     #[arg(long)]
     pub id: Option<String>,
+    /// Name of the object, instead of -id.
     #[arg(long)]
     pub name: Option<String>,
 }
@@ -281,12 +299,15 @@ pub struct RoleWriteArgs {
     /// The role to update (ID or unique prefix).
     #[arg(long)]
     pub id: Option<String>,
+    /// The role's name (update: its new name, or the role to update without -id).
     #[arg(long)]
     pub name: Option<String>,
+    /// A description of the role.
     #[arg(long)]
     pub description: Option<String>,
     #[command(flatten)]
     pub links: Links,
+    /// Update: replace every field instead of keeping those not given.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
 }
@@ -309,10 +330,13 @@ pub struct AuthMethodWriteArgs {
     /// The auth method's type (`jwt`).
     #[arg(long = "type")]
     pub method_type: Option<String>,
+    /// The auth method's name.
     #[arg(long)]
     pub name: Option<String>,
+    /// The name shown for the auth method in the UI.
     #[arg(long = "display-name")]
     pub display_name: Option<String>,
+    /// A description of the auth method.
     #[arg(long)]
     pub description: Option<String>,
     /// Longest lifetime of a token this method issues (a Go duration).
@@ -324,6 +348,7 @@ pub struct AuthMethodWriteArgs {
     /// The method's configuration as JSON: text, `@file` or `-`.
     #[arg(long)]
     pub config: Option<String>,
+    /// Update: replace every field instead of keeping those not given.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
 }
@@ -334,6 +359,7 @@ pub struct ByNameArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Name of the auth method.
     #[arg(long)]
     pub name: Option<String>,
 }
@@ -359,18 +385,22 @@ pub struct BindingRuleWriteArgs {
     /// The auth method the rule belongs to.
     #[arg(long)]
     pub method: Option<String>,
+    /// A description of the binding rule.
     #[arg(long)]
     pub description: Option<String>,
+    /// Expression over the verified identity's attributes that the rule applies to.
     #[arg(long)]
     pub selector: Option<String>,
     /// `service`, `node`, `role`, `policy` or `templated-policy`.
     #[arg(long = "bind-type")]
     pub bind_type: Option<String>,
+    /// Name to bind, may interpolate the identity's attributes (`svc-${value.project}`).
     #[arg(long = "bind-name")]
     pub bind_name: Option<String>,
     /// A templated policy's variable, `name=VALUE`.
     #[arg(long = "bind-vars")]
     pub bind_vars: Vec<String>,
+    /// Update: replace every field instead of keeping those not given.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
 }
@@ -392,6 +422,7 @@ pub struct ByIdArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// ID (or unique prefix) of the binding rule.
     #[arg(long)]
     pub id: Option<String>,
 }

@@ -25,14 +25,19 @@ pub enum KvCommand {
 pub struct GetArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Read every key under the given prefix, as `key:value` lines.
     #[arg(long)]
     pub recurse: bool,
+    /// List the key names under the given prefix instead of values.
     #[arg(long)]
     pub keys: bool,
+    /// With -keys: list names only up to this separator (default `/`).
     #[arg(long)]
     pub separator: Option<String>,
+    /// Show the key's metadata (indexes, flags, session) with its value.
     #[arg(long)]
     pub detailed: bool,
+    /// Print values base64-encoded.
     #[arg(long)]
     pub base64: bool,
     pub key: Option<String>,
@@ -42,18 +47,25 @@ pub struct GetArgs {
 pub struct PutArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Check-and-set: write only if the key is still at -modify-index (0: only if new).
     #[arg(long)]
     pub cas: bool,
+    /// The key's ModifyIndex that -cas compares with.
     #[arg(long = "modify-index")]
     pub modify_index: Option<u64>,
+    /// An unsigned 64-bit number stored with the key for the application's use.
     #[arg(long)]
     pub flags: Option<u64>,
+    /// The data is base64-encoded: decode it before storing.
     #[arg(long)]
     pub base64: bool,
+    /// Take the key's lock for -session while writing.
     #[arg(long)]
     pub acquire: bool,
+    /// Give up -session's lock on the key while writing.
     #[arg(long)]
     pub release: bool,
+    /// The session -acquire and -release act for.
     #[arg(long)]
     pub session: Option<String>,
     pub key: String,
@@ -64,10 +76,13 @@ pub struct PutArgs {
 pub struct DeleteArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Delete every key under the given prefix.
     #[arg(long)]
     pub recurse: bool,
+    /// Check-and-set: delete only if the key is still at -modify-index.
     #[arg(long)]
     pub cas: bool,
+    /// The key's ModifyIndex that -cas compares with.
     #[arg(long = "modify-index")]
     pub modify_index: Option<u64>,
     pub key: Option<String>,

@@ -93,6 +93,7 @@ pub struct LockArgs {
     /// Exit 2 when the child failed, instead of 0.
     #[arg(long = "child-exit-code")]
     pub child_exit_code: bool,
+    /// Log what the lock does (acquire, monitor, release) on standard error.
     #[arg(long)]
     pub verbose: bool,
     /// Key prefix of the lock.

@@ -86,8 +86,10 @@ pub struct HttpOnly {
 pub struct RemovePeerArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Raft ID of the server to remove.
     #[arg(long)]
     pub id: Option<String>,
+    /// `IP:port` of the server to remove, instead of -id.
     #[arg(long)]
     pub address: Option<String>,
 }
@@ -96,6 +98,7 @@ pub struct RemovePeerArgs {
 pub struct TransferArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Raft ID of the server to hand leadership to (default: any other voter).
     #[arg(long)]
     pub id: Option<String>,
 }

@@ -90,8 +90,10 @@ pub struct CertCreateArgs {
     /// Days the certificate is valid for.
     #[arg(long, default_value_t = generate::CERT_DAYS_DEFAULT)]
     pub days: u32,
+    /// The datacenter named in the certificate and its file name.
     #[arg(long, default_value = "dc1")]
     pub dc: String,
+    /// The cluster's DNS domain named in the certificate and its file name.
     #[arg(long, default_value = "consul")]
     pub domain: String,
     /// An extra DNS name (repeatable; localhost is always included).

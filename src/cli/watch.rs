@@ -32,10 +32,13 @@ pub struct WatchArgs {
     /// What to watch: key, keyprefix, services, nodes, service, checks or event.
     #[arg(long = "type")]
     pub watch_type: Option<String>,
+    /// The key a `-type key` watch follows.
     #[arg(long)]
     pub key: Option<String>,
+    /// The key prefix a `-type keyprefix` watch follows.
     #[arg(long)]
     pub prefix: Option<String>,
+    /// The service a `-type service` watch follows.
     #[arg(long)]
     pub service: Option<String>,
     /// Service tag filter (repeatable).
@@ -54,6 +57,7 @@ pub struct WatchArgs {
     /// The handler command (the trailing arguments work too).
     #[arg(long)]
     pub handler: Option<String>,
+    /// Run the handler through a shell (`-shell=false` to exec it directly).
     #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
     pub shell: bool,
