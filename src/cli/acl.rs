@@ -163,6 +163,9 @@ pub struct TokenReadArgs {
     /// Accessor ID (or unique prefix) of the token to read.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
     /// Read the token the request carries.
     #[arg(long = "self")]
     pub own: bool,
@@ -177,6 +180,9 @@ pub struct TokenUpdateArgs {
     /// Accessor ID (or unique prefix) of the token to update.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
     /// A new description (the token keeps its own when absent).
     #[arg(long)]
     pub description: Option<String>,
@@ -216,6 +222,9 @@ pub struct AccessorArgs {
     /// Accessor ID (or unique prefix) of the token to delete.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -227,6 +236,9 @@ pub struct TokenCloneArgs {
     /// Accessor ID (or unique prefix) of the token to clone.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
     /// A description of the new token (default: the original's).
     #[arg(long)]
     pub description: Option<String>,
@@ -1168,14 +1180,54 @@ pub fn run(command: AclCommand) -> Result<i32, String> {
     }
 }
 
-fn accessor(client: &Client, accessor_id: &Option<String>, action: &str) -> Result<String, String> {
-    let given = accessor_id
-        .as_deref()
-        .filter(|a| !a.is_empty())
-        .ok_or_else(|| {
-            format!("Cannot {action} a token without specifying the -accessor-id parameter")
-        })?;
-    full_id(client, Kind::Token, given).map_err(|e| format!("Error determining token ID: {e}"))
+/// What a token command says when it is not told which token, and when it is told with the
+/// deprecated `-id`: each of Consul's commands words these its own way.
+struct AccessorTexts {
+    missing: &'static str,
+    deprecated: &'static str,
+    unresolved: &'static str,
+}
+
+const TOKEN_READ_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Must specify the -accessor-id parameter",
+    deprecated: "Use the -accessor-id parameter to specify token by Accessor ID",
+    unresolved: "Error determining token ID",
+};
+const TOKEN_UPDATE_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Cannot update a token without specifying the -accessor-id parameter",
+    deprecated: "Use the -accessor-id parameter to specify token by Accessor ID",
+    unresolved: "Error determining token ID",
+};
+const TOKEN_DELETE_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Must specify the -accessor-id parameter",
+    deprecated: "Use the -accessor-id parameter to specify token by Accessor ID.",
+    unresolved: "Error determining token ID",
+};
+// Consul's clone says "update" here too.
+const TOKEN_CLONE_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Cannot update a token without specifying the -accessor-id parameter",
+    deprecated: "The -id parameter is deprecated. Use the -accessor-id parameter instead.",
+    unresolved: "Error determining token Accessor ID",
+};
+
+/// The full accessor ID of the token a command names with `-accessor-id`, or with the
+/// deprecated `-id` (after a warning on standard error) when `-accessor-id` is absent.
+fn accessor(
+    client: &Client,
+    accessor_id: &Option<String>,
+    deprecated_id: &Option<String>,
+    texts: &AccessorTexts,
+) -> Result<String, String> {
+    let non_empty = |v: &Option<String>| v.clone().filter(|a| !a.is_empty());
+    let given = match (non_empty(accessor_id), non_empty(deprecated_id)) {
+        (Some(given), _) => given,
+        (None, Some(given)) => {
+            eprintln!("{}", texts.deprecated);
+            given
+        }
+        (None, None) => return Err(texts.missing.to_string()),
+    };
+    full_id(client, Kind::Token, &given).map_err(|e| format!("{}: {e}", texts.unresolved))
 }
 
 fn token(command: TokenCommand) -> Result<i32, String> {
@@ -1208,12 +1260,7 @@ fn token(command: TokenCommand) -> Result<i32, String> {
             let (path, label) = if args.own {
                 ("/v1/acl/token/self".to_string(), "self".to_string())
             } else {
-                let id = accessor(&client, &args.accessor_id, "read").map_err(|e| {
-                    e.replace(
-                        "Cannot read a token without specifying the -accessor-id parameter",
-                        "Must specify the -accessor-id parameter",
-                    )
-                })?;
+                let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_READ_TEXTS)?;
                 (Kind::Token.path(&id), id)
             };
             let token =
@@ -1223,12 +1270,12 @@ fn token(command: TokenCommand) -> Result<i32, String> {
         TokenCommand::Update(args) => token_update(args),
         TokenCommand::Delete(args) => {
             let client = connect(&args.http)?;
-            let id = accessor(&client, &args.accessor_id, "delete")?;
+            let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_DELETE_TEXTS)?;
             delete(&client, Kind::Token, &id)
         }
         TokenCommand::Clone(args) => {
             let client = connect(&args.http)?;
-            let id = accessor(&client, &args.accessor_id, "clone")?;
+            let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_CLONE_TEXTS)?;
             let mut body = Map::new();
             set_text(&mut body, "Description", &args.description, true);
             let cloned = put(
@@ -1275,7 +1322,7 @@ fn replace_or_append(
 
 fn token_update(args: TokenUpdateArgs) -> Result<i32, String> {
     let client = connect(&args.http)?;
-    let id = accessor(&client, &args.accessor_id, "update")?;
+    let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_UPDATE_TEXTS)?;
     let current = get(&client, &Kind::Token.path(&id))
         .map_err(|e| format!("Error when retrieving current token: {e}"))?;
     let mut token = current.as_object().cloned().unwrap_or_default();
