@@ -32,6 +32,20 @@ use std::any::TypeId;
 pub const USAGE_EXIT_CODE: i32 = 1;
 /// Exit code of an unknown command, as Consul's command dispatcher (mitchellh/cli) returns it.
 pub const UNKNOWN_COMMAND_EXIT_CODE: i32 = 127;
+/// Commands whose refused command line exits with another code than [`USAGE_EXIT_CODE`]:
+/// Consul's `intention check` keeps 1 for "denied", and it and `intention match` return 2
+/// when their flags do not parse.
+const USAGE_EXIT_CODE_EXCEPTIONS: [(&str, i32); 2] =
+    [("intention check", 2), ("intention match", 2)];
+
+/// The exit code of a refused command line for the command at `path`.
+pub fn usage_exit_code(path: &[String]) -> i32 {
+    let name = path.join(" ");
+    USAGE_EXIT_CODE_EXCEPTIONS
+        .iter()
+        .find(|(command, _)| *command == name)
+        .map_or(USAGE_EXIT_CODE, |(_, code)| *code)
+}
 
 /// What a command line asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -234,9 +248,9 @@ pub fn read(argv: &[String], root: &clap::Command) -> Reading {
         }
         Ok(None) => Reading::Help(path),
         Err(message) => Reading::Refuse {
+            code: usage_exit_code(&path),
             path,
             message,
-            code: USAGE_EXIT_CODE,
         },
     }
 }

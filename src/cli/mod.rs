@@ -306,7 +306,7 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => {
             refuse(&path, &goflag::clap_error_line(&e));
-            return goflag::USAGE_EXIT_CODE;
+            return goflag::usage_exit_code(&path);
         }
     };
     // A command whose output is cut short (`praetor members | head -1`) ends quietly, as
