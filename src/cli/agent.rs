@@ -10,12 +10,14 @@ pub struct AgentArgs {
     /// Development mode: a single in-memory-ish server with everything enabled.
     #[arg(long)]
     pub dev: bool,
+    // The booleans below are `Option`s, as Consul's agent flags are pointers: `-server=false`
+    // overrides a config file's `server = true`, and an absent flag leaves the files alone.
     /// Run as a server (Raft voter) rather than a client agent.
     #[arg(long)]
-    pub server: bool,
+    pub server: Option<bool>,
     /// Bootstrap a one-server cluster.
     #[arg(long)]
-    pub bootstrap: bool,
+    pub bootstrap: Option<bool>,
     /// Servers to wait for before bootstrapping the cluster.
     #[arg(long = "bootstrap-expect")]
     pub bootstrap_expect: Option<u32>,
@@ -87,7 +89,7 @@ pub struct AgentArgs {
     pub join: Vec<String>,
     /// Serve the web UI at /ui/.
     #[arg(long)]
-    pub ui: bool,
+    pub ui: Option<bool>,
     /// Serve the web UI from this directory instead of the embedded one.
     #[arg(long = "ui-dir")]
     pub ui_dir: Option<PathBuf>,
@@ -108,10 +110,10 @@ pub struct AgentArgs {
     pub encrypt: Option<String>,
     /// Run script checks, whoever registers them (prefer -enable-local-script-checks).
     #[arg(long = "enable-script-checks")]
-    pub enable_script_checks: bool,
+    pub enable_script_checks: Option<bool>,
     /// Run script checks defined in config files only, not those registered over HTTP.
     #[arg(long = "enable-local-script-checks")]
-    pub enable_local_script_checks: bool,
+    pub enable_local_script_checks: Option<bool>,
     /// Node metadata as `key:value` (repeatable).
     #[arg(long = "node-meta")]
     pub node_meta: Vec<String>,
@@ -188,6 +190,9 @@ pub struct AgentArgs {
     /// Log to syslog (not supported; refused).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub syslog: Option<bool>,
+    /// Arguments after the flags, which the agent refuses with Consul's message.
+    #[arg(hide = true)]
+    pub extra: Vec<String>,
 }
 
 /// `-node-meta key:value` as Consul splits it: at the first `:`; no `:` is an empty value.
@@ -205,11 +210,11 @@ impl AgentArgs {
         let mut set = |key: &str, value: Value| {
             flags.insert(key.to_string(), value);
         };
-        if self.server {
-            set("server", json!(true));
+        if let Some(v) = self.server {
+            set("server", json!(v));
         }
-        if self.bootstrap {
-            set("bootstrap", json!(true));
+        if let Some(v) = self.bootstrap {
+            set("bootstrap", json!(v));
         }
         if let Some(n) = self.bootstrap_expect {
             set("bootstrap_expect", json!(n));
@@ -248,8 +253,8 @@ impl AgentArgs {
             set("start_join", json!(self.join));
         }
         let mut ui = Map::new();
-        if self.ui {
-            ui.insert("enabled".into(), json!(true));
+        if let Some(v) = self.ui {
+            ui.insert("enabled".into(), json!(v));
         }
         if let Some(dir) = &self.ui_dir {
             ui.insert("dir".into(), json!(dir.to_string_lossy()));
@@ -272,11 +277,11 @@ impl AgentArgs {
         if let Some(v) = &self.encrypt {
             set("encrypt", json!(v));
         }
-        if self.enable_script_checks {
-            set("enable_script_checks", json!(true));
+        if let Some(v) = self.enable_script_checks {
+            set("enable_script_checks", json!(v));
         }
-        if self.enable_local_script_checks {
-            set("enable_local_script_checks", json!(true));
+        if let Some(v) = self.enable_local_script_checks {
+            set("enable_local_script_checks", json!(v));
         }
         if !self.node_meta.is_empty() {
             let meta: Map<String, Value> = self
@@ -362,6 +367,12 @@ impl AgentArgs {
 }
 
 pub fn run(args: AgentArgs) -> Result<i32, String> {
+    if !args.extra.is_empty() {
+        return Err(format!(
+            "Unexpected extra arguments: [{}]",
+            args.extra.join(" ")
+        ));
+    }
     crate::node::defer_reload_signals();
     let config_format = args
         .config_format

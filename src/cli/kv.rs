@@ -68,7 +68,7 @@ pub struct PutArgs {
     /// The session -acquire and -release act for.
     #[arg(long)]
     pub session: Option<String>,
-    pub key: String,
+    pub key: Option<String>,
     pub data: Option<String>,
 }
 
@@ -289,6 +289,7 @@ pub(crate) fn read_data(data: Option<&str>) -> Result<Vec<u8>, String> {
 }
 
 fn put(args: PutArgs) -> Result<i32, String> {
+    let key = args.key.as_deref().ok_or("Error! Missing KEY argument")?;
     let client = args.http.client()?;
     let mut value = read_data(args.data.as_deref())?;
     if args.base64 {
@@ -317,9 +318,9 @@ fn put(args: PutArgs) -> Result<i32, String> {
         ));
     }
     let target = if query.is_empty() {
-        format!("/v1/kv/{}", encode_path(&args.key))
+        format!("/v1/kv/{}", encode_path(key))
     } else {
-        format!("/v1/kv/{}?{}", encode_path(&args.key), query.join("&"))
+        format!("/v1/kv/{}?{}", encode_path(key), query.join("&"))
     };
     let response = client.request("PUT", &target, Some(&value))?;
     if response.status != 200 {
@@ -331,28 +332,28 @@ fn put(args: PutArgs) -> Result<i32, String> {
     }
     if response.body_text() != "true" {
         if args.cas {
-            return Err(format!("Error! Did not write to {}: CAS failed", args.key));
+            return Err(format!("Error! Did not write to {}: CAS failed", key));
         }
         if args.acquire {
             return Err(format!(
                 "Error! Did not write to {}: lock acquisition failed",
-                args.key
+                key
             ));
         }
         if args.release {
             return Err(format!(
                 "Error! Did not write to {}: lock release failed",
-                args.key
+                key
             ));
         }
-        return Err(format!("Error! Failed writing data to {}", args.key));
+        return Err(format!("Error! Failed writing data to {}", key));
     }
     if args.acquire {
-        println!("Success! Lock acquired on: {}", args.key);
+        println!("Success! Lock acquired on: {}", key);
     } else if args.release {
-        println!("Success! Lock released on: {}", args.key);
+        println!("Success! Lock released on: {}", key);
     } else {
-        println!("Success! Data written to: {}", args.key);
+        println!("Success! Data written to: {}", key);
     }
     Ok(0)
 }
