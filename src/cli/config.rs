@@ -34,7 +34,7 @@ pub struct WriteArgs {
     #[arg(long = "modify-index", default_value_t = 0)]
     pub modify_index: u64,
     /// The entry file, JSON or HCL; `-` reads standard input.
-    pub file: Vec<String>,
+    pub file: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -123,12 +123,9 @@ fn require<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str, String>
 pub fn run(command: ConfigCommand) -> Result<i32, String> {
     match command {
         ConfigCommand::Write(args) => {
-            let [file] = &args.file[..] else {
-                return Err(
-                    "Must provide exactly one positional argument to specify the config entry to write"
-                        .to_string(),
-                );
-            };
+            let file = args.file.as_deref().ok_or(
+                "Must provide exactly one positional argument to specify the config entry to write",
+            )?;
             let entry = read_entry(file)?;
             let kind = field(&entry, "kind").unwrap_or("").to_string();
             let name = match kind.as_str() {

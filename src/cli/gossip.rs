@@ -62,7 +62,7 @@ pub struct ForceLeaveArgs {
     #[arg(long)]
     pub wan: bool,
     /// The node to force out.
-    pub node: Vec<String>,
+    pub node: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -288,9 +288,10 @@ pub fn reload(args: ReloadArgs) -> Result<i32, String> {
 }
 
 pub fn force_leave(args: ForceLeaveArgs) -> Result<i32, String> {
-    let [node] = &args.node[..] else {
-        return Err("A single node name must be specified to force leave.".to_string());
-    };
+    let node = args
+        .node
+        .as_deref()
+        .ok_or("A single node name must be specified to force leave.")?;
     let mut path = format!("/v1/agent/force-leave/{}", encode_path(node));
     let mut params = Vec::new();
     if args.prune {

@@ -64,8 +64,10 @@ pub struct CreateArgs {
 pub struct PairArgs {
     #[command(flatten)]
     pub http: HttpFlags,
-    /// SRC and DST.
-    pub args: Vec<String>,
+    #[arg(value_name = "SRC")]
+    pub source: Option<String>,
+    #[arg(value_name = "DST")]
+    pub destination: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -85,8 +87,8 @@ pub struct MatchArgs {
     /// Match intentions whose destination is NAME (the default).
     #[arg(long)]
     pub destination: bool,
-    /// SRC or DST.
-    pub args: Vec<String>,
+    #[arg(value_name = "SRC_OR_DST")]
+    pub name: Option<String>,
 }
 
 /// Consul's one-line form of an intention: `web => db (allow)`.
@@ -147,7 +149,7 @@ fn intentions_from(args: &CreateArgs) -> Result<Vec<Value>, String> {
 
 /// Whether SRC may connect to DST, or why that could not be asked.
 fn check(args: &PairArgs) -> Result<bool, String> {
-    let [source, destination] = &args.args[..] else {
+    let (Some(source), Some(destination)) = (&args.source, &args.destination) else {
         return Err("Error: command requires exactly two arguments: src and dst".to_string());
     };
     let client = args
@@ -337,7 +339,7 @@ pub fn run(command: IntentionCommand) -> Result<i32, String> {
             Ok(0)
         }
         IntentionCommand::Match(args) => {
-            let [name] = &args.args[..] else {
+            let Some(name) = &args.name else {
                 return Err("Error: command requires exactly one argument: src or dst".to_string());
             };
             if args.source && args.destination {

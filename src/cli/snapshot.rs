@@ -36,7 +36,7 @@ pub struct FileArgs {
     #[command(flatten)]
     pub http: HttpFlags,
     /// The snapshot file.
-    pub file: Vec<PathBuf>,
+    pub file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -54,19 +54,14 @@ pub struct InspectArgs {
     #[arg(long)]
     pub kvfilter: Option<String>,
     /// The snapshot file.
-    pub file: Vec<PathBuf>,
+    pub file: Option<PathBuf>,
 }
 
-/// The one FILE argument, with Consul's messages when it is missing or not alone.
-fn one_file(files: &[PathBuf]) -> Result<&PathBuf, String> {
-    match files {
-        [file] => Ok(file),
-        [] => Err("Missing FILE argument".to_string()),
-        more => Err(format!(
-            "Too many arguments (expected 1, got {})",
-            more.len()
-        )),
-    }
+/// The FILE argument, with Consul's message when it is missing (a second one is refused as
+/// Consul refuses it, "Too many arguments (expected 1, got 2)", before the command runs).
+fn one_file(file: &Option<PathBuf>) -> Result<&PathBuf, String> {
+    file.as_ref()
+        .ok_or_else(|| "Missing FILE argument".to_string())
 }
 
 /// The tables an archive holds, which also proves it whole (checksums) and decodable.

@@ -59,9 +59,14 @@ pub fn render(root: &clap::Command, path: &[String]) -> String {
         .collect();
     // Go's flag sets list their flags by name.
     flags.sort_by_key(|a| flag_name(a));
+    // The shared HTTP flags come as a set; a command with a flag of the same name that does
+    // not take the set (the agent's own -datacenter) lists it among its own.
+    let takes_http_flags = http_ids
+        .iter()
+        .all(|id| flags.iter().any(|a| a.get_id() == id));
     let (http, own): (Vec<&clap::Arg>, Vec<&clap::Arg>) = flags
         .into_iter()
-        .partition(|a| http_ids.contains(a.get_id()));
+        .partition(|a| takes_http_flags && http_ids.contains(a.get_id()));
     for (title, group) in [("HTTP API Options", http), ("Command Options", own)] {
         if group.is_empty() {
             continue;
