@@ -128,10 +128,10 @@ pub struct AgentArgs {
     pub advertise_wan: Option<String>,
     /// Rejoin the cluster after a previous leave (praetor always does: it keeps no gossip
     /// snapshot, so every start joins through its join addresses).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long)]
     pub rejoin: Option<bool>,
     /// Never derive the node ID from the host (praetor never does).
-    #[arg(long = "disable-host-node-id", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long = "disable-host-node-id")]
     pub disable_host_node_id: Option<bool>,
     /// Time between -retry-join attempts (Go duration, default 30s).
     #[arg(long = "retry-interval")]
@@ -185,10 +185,10 @@ pub struct AgentArgs {
     #[arg(long = "log-rotate-max-files", allow_negative_numbers = true)]
     pub log_rotate_max_files: Option<i64>,
     /// Log in hclog's JSON format.
-    #[arg(long = "log-json", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long = "log-json")]
     pub log_json: Option<bool>,
     /// Log to syslog (not supported; refused).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long)]
     pub syslog: Option<bool>,
     /// Arguments after the flags, which the agent refuses with Consul's message.
     #[arg(hide = true)]

@@ -383,7 +383,8 @@ fn checked_value(kind: FlagKind, text: &str) -> Result<String, &'static str> {
     }
 }
 
-/// `strconv.ParseBool`.
+/// Go's `strconv.ParseBool`: what Go's boolean flags and Consul's boolean environment
+/// variables (`CONSUL_HTTP_SSL`, …) accept.
 pub fn parse_go_bool(text: &str) -> Option<bool> {
     match text {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
@@ -775,6 +776,19 @@ mod tests {
             reading(&["lock", "-h"]),
             Reading::Help(vec!["lock".to_string()])
         );
+    }
+
+    #[test]
+    fn booleans_as_strconv_parses_them() {
+        for text in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(text), Some(true), "{text}");
+        }
+        for text in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(text), Some(false), "{text}");
+        }
+        for text in ["", "yes", "tRUE", "on", " true"] {
+            assert_eq!(parse_go_bool(text), None, "{text}");
+        }
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub struct GetArgs {
 pub struct PutArgs {
     #[command(flatten)]
     pub http: HttpFlags,
-    /// Check-and-set: write only if the key is still at -modify-index (0: only if new).
+    /// Check-and-set: write only if the key is still at -modify-index.
     #[arg(long)]
     pub cas: bool,
     /// The key's ModifyIndex that -cas compares with.
@@ -179,7 +179,9 @@ fn print_detailed(entry: &DirEntry, as_base64: bool) -> Result<(), String> {
 
 fn get(args: GetArgs) -> Result<i32, String> {
     let client = args.http.client()?;
+    // Keys cannot start with `/`; Consul's CLI drops one for those who type it.
     let key = args.key.clone().unwrap_or_default();
+    let key = key.strip_prefix('/').unwrap_or(&key).to_string();
     if args.keys {
         let separator = args.separator.clone().unwrap_or_else(|| "/".to_string());
         let response = client.request(
@@ -301,21 +303,24 @@ fn put(args: PutArgs) -> Result<i32, String> {
     if let Some(flags) = args.flags {
         query.push(format!("flags={flags}"));
     }
-    if args.cas {
-        let index = args
-            .modify_index
-            .ok_or("Error! Must specify -modify-index with -cas!")?;
-        query.push(format!("cas={index}"));
-    }
+    // Consul checks the session before the index, and refuses -cas with index 0.
     if args.acquire || args.release {
         let session = args
             .session
             .clone()
+            .filter(|s| !s.is_empty())
             .ok_or("Error! Missing -session (required with -acquire and -release)")?;
         query.push(format!(
             "{}={session}",
             if args.acquire { "acquire" } else { "release" }
         ));
+    }
+    if args.cas {
+        let index = args
+            .modify_index
+            .filter(|i| *i != 0)
+            .ok_or("Must specify -modify-index with -cas!")?;
+        query.push(format!("cas={index}"));
     }
     let target = if query.is_empty() {
         format!("/v1/kv/{}", encode_path(key))
