@@ -523,16 +523,6 @@ fn acl_token_commands_accept_the_deprecated_id_with_consuls_warning() {
     }
 }
 
-/// A coordinate `x` seconds along the first axis, with a small height.
-fn coordinate_at(x: f64) -> serde_json::Value {
-    serde_json::json!({
-        "Vec": [x, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        "Error": 0.2,
-        "Adjustment": 0.0,
-        "Height": 0.00001
-    })
-}
-
 #[test]
 fn catalog_nodes_near_lists_the_nearest_first() {
     let agent = Agent::dev(&[]);
@@ -543,7 +533,7 @@ fn catalog_nodes_near_lists_the_nearest_first() {
             agent.put("/v1/catalog/register", node.as_bytes()).status,
             200
         );
-        let update = serde_json::json!({"Node": name, "Coord": coordinate_at(x)});
+        let update = serde_json::json!({"Node": name, "Coord": common::coordinate_at(x)});
         let response = agent.put("/v1/coordinate/update", update.to_string().as_bytes());
         assert_eq!(response.status, 200, "{}", response.text());
     }
