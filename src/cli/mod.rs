@@ -110,7 +110,7 @@ pub enum Command {
     /// Writes, reads, lists and deletes config entries.
     #[command(subcommand)]
     Config(config::ConfigCommand),
-    /// Creates, checks, reads, deletes and matches intentions.
+    /// Creates, checks, reads, lists, deletes and matches intentions.
     #[command(subcommand)]
     Intention(intention::IntentionCommand),
     /// The service mesh: the CA's configuration and the built-in proxy.
@@ -219,8 +219,9 @@ fn version(args: VersionArgs) -> Result<i32, String> {
     Ok(0)
 }
 
-/// JSON indented with three spaces, as Consul's CLI prints it (`json.MarshalIndent(v, "", "   ")`).
-pub fn json_indented(value: &serde_json::Value) -> Result<String, String> {
+/// JSON indented with three spaces, as Consul's CLI prints it (`json.MarshalIndent(v, "", "   ")`);
+/// a struct keeps its fields' order, as Go's encoder does.
+pub fn json_indented<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, String> {
     let mut out = Vec::new();
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"   ");
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);

@@ -14,7 +14,7 @@ use crate::proto::snapshot_archive;
 use crate::store::Tables;
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -139,7 +139,8 @@ struct KvBreakdown {
 }
 
 /// Records of one type (or KV records under one prefix): how many, and their bytes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "PascalCase")]
 struct TypeStats {
     name: String,
     sum: usize,
@@ -153,6 +154,34 @@ struct Summary {
     total_size: usize,
     kv_stats: Option<Vec<TypeStats>>,
     total_size_kv: usize,
+}
+
+/// Consul's `OutputFormat` as `-format=json` prints it.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JsonOutput<'a> {
+    meta: JsonMeta,
+    stats: &'a [TypeStats],
+    #[serde(rename = "StatsKV")]
+    stats_kv: Option<&'a [TypeStats]>,
+    total_size: usize,
+    #[serde(rename = "TotalSizeKV")]
+    total_size_kv: usize,
+}
+
+/// Consul's `MetadataInfo`.
+#[derive(Serialize)]
+struct JsonMeta {
+    #[serde(rename = "ID")]
+    id: Value,
+    #[serde(rename = "Size")]
+    size: Value,
+    #[serde(rename = "Index")]
+    index: Value,
+    #[serde(rename = "Term")]
+    term: Value,
+    #[serde(rename = "Version")]
+    version: Value,
 }
 
 /// Adds records to per-name statistics.
@@ -301,26 +330,21 @@ impl Summary {
         out.trim_end_matches('\n').to_string()
     }
 
-    /// Consul's JSON layout (`OutputFormat`).
-    fn json(&self) -> Value {
-        let stats = |list: &[TypeStats]| -> Value {
-            list.iter()
-                .map(|s| json!({"Name": s.name, "Sum": s.sum, "Count": s.count}))
-                .collect()
-        };
-        json!({
-            "Meta": {
-                "ID": self.meta_field("ID"),
-                "Size": self.meta_field("Size"),
-                "Index": self.meta_field("Index"),
-                "Term": self.meta_field("Term"),
-                "Version": self.meta_field("Version"),
+    /// Consul's JSON layout (`OutputFormat`), fields in Consul's order.
+    fn json(&self) -> JsonOutput<'_> {
+        JsonOutput {
+            meta: JsonMeta {
+                id: self.meta_field("ID"),
+                size: self.meta_field("Size"),
+                index: self.meta_field("Index"),
+                term: self.meta_field("Term"),
+                version: self.meta_field("Version"),
             },
-            "Stats": stats(&self.stats),
-            "StatsKV": self.kv_stats.as_deref().map_or(Value::Null, stats),
-            "TotalSize": self.total_size,
-            "TotalSizeKV": self.total_size_kv,
-        })
+            stats: &self.stats,
+            stats_kv: self.kv_stats.as_deref(),
+            total_size: self.total_size,
+            total_size_kv: self.total_size_kv,
+        }
     }
 }
 
@@ -464,6 +488,45 @@ mod tests {
                 " ----                       ----       ----\n",
                 " Total                                 12.5KB\n",
             )
+        );
+    }
+
+    #[test]
+    fn json_keeps_consuls_field_order() {
+        let summary = Summary {
+            meta: serde_json::json!({"Version": 1, "ID": "2-9-1", "Term": 2, "Index": 9, "Size": 10}),
+            stats: vec![TypeStats {
+                name: "KVS".into(),
+                sum: 5,
+                count: 1,
+            }],
+            total_size: 5,
+            kv_stats: None,
+            total_size_kv: 0,
+        };
+        let text = crate::cli::json_indented(&summary.json()).unwrap();
+        let order: Vec<usize> = [
+            "\"Meta\"",
+            "\"ID\"",
+            "\"Size\"",
+            "\"Index\"",
+            "\"Term\"",
+            "\"Version\"",
+            "\"Stats\"",
+            "\"Name\"",
+            "\"Sum\"",
+            "\"Count\"",
+            "\"StatsKV\": null",
+            "\"TotalSize\"",
+            "\"TotalSizeKV\"",
+        ]
+        .iter()
+        .map(|key| text.find(key).unwrap_or_else(|| panic!("{key} in {text}")))
+        .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert!(
+            text.starts_with("{\n   \"Meta\": {\n      \"ID\": \"2-9-1\""),
+            "{text}"
         );
     }
 
