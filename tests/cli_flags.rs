@@ -191,6 +191,48 @@ fn refused_command_lines_name_the_whole_flag_in_one_line() {
     let (code, _, err) = run(&[]);
     assert_eq!(code, 127);
     assert!(err.contains("Available commands are:"), "{err}");
+    // A command's own checks of its arguments answer in Consul's words, on one line, before
+    // any agent is asked.
+    for (args, message) in [
+        (vec!["kv", "put"], "Error! Missing KEY argument"),
+        (
+            vec!["kv", "put", "-cas", "k", "v"],
+            "Must specify -modify-index with -cas!",
+        ),
+        (vec!["event"], "Event name must be specified"),
+        (
+            vec!["join"],
+            "At least one address to join must be specified.",
+        ),
+        (
+            vec!["force-leave"],
+            "A single node name must be specified to force leave.",
+        ),
+        (
+            vec!["rtt", "a", "b", "c"],
+            "One or two node names must be specified",
+        ),
+        (vec!["snapshot", "inspect"], "Missing FILE argument"),
+        (
+            vec!["maint", "-disable", "-reason=upgrade"],
+            "Reason may only be provided with -enable",
+        ),
+        (
+            vec!["maint", "-service=web"],
+            "Service requires either -enable or -disable",
+        ),
+        (
+            vec!["agent", "-dev", "extra", "args"],
+            "Unexpected extra arguments: [extra args]",
+        ),
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (1, "", format!("{message}\n").as_str()),
+            "{args:?}"
+        );
+    }
     // `intention check` returns 2 on a refused command line, as Consul's does.
     refused_with(
         &["intention", "check", "-bogus"],
