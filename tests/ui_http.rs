@@ -497,3 +497,313 @@ fn the_services_summary_is_a_blocking_query() {
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert_eq!(idle.index(), woken.index());
 }
+
+/// Registers `name` through the agent with a sidecar whose upstreams are `upstreams`.
+fn register_with_sidecar(agent: &Agent, name: &str, upstreams: &[&str]) {
+    let upstreams: Vec<serde_json::Value> = upstreams
+        .iter()
+        .enumerate()
+        .map(|(i, u)| serde_json::json!({"DestinationName": u, "LocalBindPort": 19100 + i}))
+        .collect();
+    let body = serde_json::json!({
+        "Name": name, "Port": 9000,
+        "Connect": {"SidecarService": {"Proxy": {"Upstreams": upstreams}}}
+    });
+    let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// The services summary folds each sidecar into its service (`ConnectedWithProxy`, the
+/// proxy's checks counted there) and still lists the proxy with its `Kind`, as Consul's
+/// endpoint does (Consul's UI leaves the proxies out of its list); the topology of a
+/// service names its upstreams and downstreams from the proxy registrations, with the
+/// intention decision for each, and a routing-only upstream by name.
+#[test]
+fn sidecars_fold_into_their_service_and_the_topology_follows_registrations_and_intentions() {
+    let agent = Agent::dev(&[]);
+    settled(&agent);
+    register_with_sidecar(&agent, "db", &[]);
+    register_with_sidecar(&agent, "web", &["db", "cache", "ghost"]);
+    let resolver = br#"{"Kind": "service-resolver", "Name": "cache", "ConnectTimeout": "5s"}"#;
+    assert_eq!(agent.put("/v1/config", resolver).text(), "true\n");
+    let deny = agent.put(
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        br#"{"Action": "deny", "Description": "not yet"}"#,
+    );
+    assert_eq!(deny.text(), "true\n");
+
+    let list = get(&agent, "/v1/internal/ui/services", &[]).json();
+    let by_name = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["Name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {list}"))
+    };
+    let db = by_name("db");
+    assert_eq!(db["ConnectedWithProxy"], true, "{db}");
+    assert!(db.get("Kind").is_none(), "{db}");
+    // db's own instance has no check; the node's serfHealth and the sidecar's two checks
+    // count for it, each once.
+    let total = |s: &serde_json::Value| {
+        ["ChecksPassing", "ChecksWarning", "ChecksCritical"]
+            .iter()
+            .map(|k| s[k].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(total(&db), 3, "{db}");
+    let proxy = by_name("db-sidecar-proxy");
+    assert_eq!(proxy["Kind"], "connect-proxy", "{proxy}");
+    assert_eq!(proxy["ConnectedWithProxy"], false);
+    assert_eq!(proxy["TransparentProxy"], false);
+
+    let topology = get(&agent, "/v1/internal/ui/service-topology/web?kind=", &[]);
+    assert_eq!(topology.status, 200, "{}", topology.text());
+    assert!(topology.index() > 0);
+    let web = topology.json();
+    assert_eq!(web["Protocol"], "tcp", "{web}");
+    assert_eq!(web["TransparentProxy"], false);
+    assert_eq!(web["FilteredByACLs"], false);
+    assert_eq!(web["Downstreams"], serde_json::json!([]));
+    let upstreams = web["Upstreams"].as_array().unwrap();
+    let names: Vec<&str> = upstreams
+        .iter()
+        .map(|u| u["Name"].as_str().unwrap())
+        .collect();
+    // ghost has neither instances nor routing configuration: not listed, as in Consul.
+    assert_eq!(names, ["db", "cache"], "{web}");
+    assert_eq!(upstreams[0]["Source"], "proxy-registration");
+    assert_eq!(upstreams[0]["InstanceCount"], 1);
+    assert_eq!(total(&upstreams[0]), 3);
+    assert_eq!(
+        upstreams[0]["Intention"],
+        serde_json::json!({"DefaultAllow": true, "Allowed": false, "HasPermissions": false,
+                           "ExternalSource": "", "HasExact": true})
+    );
+    assert_eq!(upstreams[1]["Source"], "routing-config");
+    assert_eq!(upstreams[1]["InstanceCount"], 0);
+    assert_eq!(upstreams[1]["Nodes"], serde_json::Value::Null);
+    assert_eq!(upstreams[1]["Datacenter"], "dc1");
+    assert_eq!(upstreams[1]["Intention"]["Allowed"], true, "{web}");
+    assert_eq!(upstreams[1]["Intention"]["HasExact"], false);
+
+    let db_topology = get(&agent, "/v1/internal/ui/service-topology/db?kind=", &[]).json();
+    assert_eq!(db_topology["Upstreams"], serde_json::json!([]));
+    let downstreams = db_topology["Downstreams"].as_array().unwrap();
+    assert_eq!(downstreams.len(), 1, "{db_topology}");
+    assert_eq!(downstreams[0]["Name"], "web");
+    assert_eq!(downstreams[0]["Source"], "proxy-registration");
+    assert_eq!(downstreams[0]["Intention"]["Allowed"], false);
+
+    // A blocking read of the topology wakes when an intention changes.
+    let index = get(&agent, "/v1/internal/ui/service-topology/web?kind=", &[]).index();
+    let addr = agent.addr();
+    let waiter = std::thread::spawn(move || {
+        request(
+            addr,
+            "GET",
+            &format!("/v1/internal/ui/service-topology/web?kind=&index={index}&wait=20s"),
+            b"",
+            &[],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let allow = agent.put(
+        "/v1/connect/intentions/exact?source=web&destination=db",
+        br#"{"Action": "allow"}"#,
+    );
+    assert_eq!(allow.text(), "true\n");
+    // The sidecars' checks may move the catalog first: follow the index until the allow
+    // shows, each read a blocking one.
+    let mut woken = waiter.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while woken.json()["Upstreams"][0]["Intention"]["Allowed"] != true {
+        assert!(woken.index() > index, "{}", woken.text());
+        assert!(Instant::now() < deadline, "{}", woken.text());
+        let path = format!(
+            "/v1/internal/ui/service-topology/web?kind=&index={}&wait=5s",
+            woken.index()
+        );
+        woken = get(&agent, &path, &[]);
+    }
+
+    // Consul's refusals.
+    for (path, status, text) in [
+        (
+            "/v1/internal/ui/service-topology/web",
+            400,
+            "Missing service kind",
+        ),
+        (
+            "/v1/internal/ui/service-topology/web?kind=connect-proxy",
+            400,
+            "Unsupported service kind \"connect-proxy\"",
+        ),
+        (
+            "/v1/internal/ui/service-topology/?kind=",
+            400,
+            "Missing service name",
+        ),
+    ] {
+        let answer = get(&agent, path, &[]);
+        assert_eq!(
+            (answer.status, answer.text().as_str()),
+            (status, text),
+            "{path}"
+        );
+    }
+}
+
+/// A `-dev` agent with ACLs on (default deny) and `management` as its initial management
+/// token, returned once that token resolves.
+fn acl_agent(management: &str) -> Agent {
+    let acl = format!(
+        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{management}\" }} }}"
+    );
+    let agent = Agent::dev(&["-hcl", &acl]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while call(&agent, "GET", "/v1/acl/token/self", b"", Some(management)).status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the management token never resolved"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    agent
+}
+
+/// A request with `token` as `X-Consul-Token`, or none.
+fn call(agent: &Agent, method: &str, path: &str, body: &[u8], token: Option<&str>) -> HttpResponse {
+    let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
+    request(agent.addr(), method, path, body, &headers)
+}
+
+/// A token holding one new policy of `rules`, made with `management`.
+fn token_with_rules(agent: &Agent, management: &str, name: &str, rules: &str) -> String {
+    let body = serde_json::json!({"Name": name, "Rules": rules}).to_string();
+    let policy = call(
+        agent,
+        "PUT",
+        "/v1/acl/policy",
+        body.as_bytes(),
+        Some(management),
+    );
+    assert_eq!(policy.status, 200, "{}", policy.text());
+    let body = serde_json::json!({"Policies": [{"Name": name}]}).to_string();
+    let token = call(
+        agent,
+        "PUT",
+        "/v1/acl/token",
+        body.as_bytes(),
+        Some(management),
+    );
+    assert_eq!(token.status, 200, "{}", token.text());
+    token.json()["SecretID"].as_str().unwrap().to_string()
+}
+
+/// With ACLs, the topology needs `service:read` on the service, and leaves out the
+/// neighbours the token may not read, saying so in the body and the header.
+#[test]
+fn the_topology_is_filtered_by_the_token() {
+    const MANAGEMENT: &str = "7b1d2c3e-0000-4000-8000-0000000000ac";
+    let agent = acl_agent(MANAGEMENT);
+    let call = |method: &str, path: &str, body: &[u8], token: &str| {
+        call(&agent, method, path, body, Some(token))
+    };
+    for (name, upstreams) in [("db", vec![]), ("web", vec!["db"])] {
+        let upstreams: Vec<serde_json::Value> = upstreams
+            .iter()
+            .map(|u| serde_json::json!({"DestinationName": u, "LocalBindPort": 19200}))
+            .collect();
+        let body = serde_json::json!({"Name": name, "Port": 9000,
+            "Connect": {"SidecarService": {"Proxy": {"Upstreams": upstreams}}}});
+        let r = call(
+            "PUT",
+            "/v1/agent/service/register",
+            body.to_string().as_bytes(),
+            MANAGEMENT,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let topology = |name: &str, token: &str| {
+        call(
+            "GET",
+            &format!("/v1/internal/ui/service-topology/{name}?kind="),
+            b"",
+            token,
+        )
+    };
+    let rules = r#"service_prefix "web" { policy = "read" } node_prefix "" { policy = "read" }"#;
+    let token = token_with_rules(&agent, MANAGEMENT, "web-only", rules);
+
+    let full = topology("web", MANAGEMENT).json();
+    assert_eq!(full["Upstreams"][0]["Name"], "db", "{full}");
+    let web = topology("web", &token);
+    assert_eq!(web.status, 200, "{}", web.text());
+    assert_eq!(
+        web.json()["Upstreams"],
+        serde_json::json!([]),
+        "{}",
+        web.text()
+    );
+    assert_eq!(web.json()["FilteredByACLs"], true);
+    assert_eq!(
+        web.header("X-Consul-Results-Filtered-By-ACLs"),
+        Some("true")
+    );
+    let db = topology("db", &token);
+    assert_eq!(db.status, 403, "{}", db.text());
+    assert!(
+        db.text()
+            .contains("lacks permission 'service:read' on \"db\""),
+        "{}",
+        db.text()
+    );
+}
+
+/// What the UI's lists rely on to say that ACLs hid rows: `X-Consul-Results-Filtered-By-ACLs`
+/// on every list a token's filter cut, including a KV folder the filter emptied, which
+/// Consul answers with a 404 that still carries the header; never to an anonymous caller.
+#[test]
+fn lists_a_token_may_not_fully_read_say_so_in_a_header() {
+    const MANAGEMENT: &str = "7b1d2c3e-0000-4000-8000-0000000000ad";
+    let agent = acl_agent(MANAGEMENT);
+    let call = |method: &str, path: &str, body: &[u8], token: Option<&str>| {
+        call(&agent, method, path, body, token)
+    };
+    for key in ["open/a", "secret/b"] {
+        assert_eq!(
+            call("PUT", &format!("/v1/kv/{key}"), b"x", Some(MANAGEMENT)).status,
+            200
+        );
+    }
+    let rules = r#"key_prefix "open/" { policy = "read" } service_prefix "" { policy = "read" }"#;
+    let token = token_with_rules(&agent, MANAGEMENT, "open-keys", rules);
+    const HEADER: &str = "X-Consul-Results-Filtered-By-ACLs";
+
+    let root = call("GET", "/v1/kv/?keys&separator=/", b"", Some(&token));
+    assert_eq!(
+        (root.status, root.json()),
+        (200, serde_json::json!(["open/"]))
+    );
+    assert_eq!(root.header(HEADER), Some("true"));
+    let folder = call("GET", "/v1/kv/secret/?keys&separator=/", b"", Some(&token));
+    assert_eq!((folder.status, folder.header(HEADER)), (404, Some("true")));
+    let recurse = call("GET", "/v1/kv/secret/?recurse", b"", Some(&token));
+    assert_eq!(
+        (recurse.status, recurse.header(HEADER)),
+        (404, Some("true"))
+    );
+    let open = call("GET", "/v1/kv/open/?keys&separator=/", b"", Some(&token));
+    assert_eq!((open.status, open.header(HEADER)), (200, None));
+    // Anonymous is not told.
+    let anonymous = call("GET", "/v1/kv/secret/?keys&separator=/", b"", None);
+    assert_eq!((anonymous.status, anonymous.header(HEADER)), (404, None));
+    // The node list: the token may read no node.
+    let nodes = call("GET", "/v1/internal/ui/nodes", b"", Some(&token));
+    assert_eq!(
+        (nodes.json(), nodes.header(HEADER)),
+        (serde_json::json!([]), Some("true"))
+    );
+}

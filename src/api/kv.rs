@@ -227,8 +227,15 @@ fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Ite
 }
 
 fn not_found(meta: QueryMeta, reply: &mut Reply) {
-    let mut headers = Vec::with_capacity(160);
+    not_found_filtered(meta, reply, &RowFilter::default(), false);
+}
+
+/// A 404 for a listing the token's filter may have emptied: it says so, as Consul's sets
+/// the header before it answers an empty listing with a 404.
+fn not_found_filtered(meta: QueryMeta, reply: &mut Reply, rows: &RowFilter, filtered: bool) {
+    let mut headers = Vec::with_capacity(200);
     meta.write_headers(&mut headers);
+    rows.write_header(filtered, &mut headers);
     reply.send(404, None, &headers, b"");
 }
 
@@ -283,7 +290,7 @@ impl Query for ListQuery {
         let (_, mut entries) = kv::list(tables, &self.prefix);
         let filtered = self.rows.retain(&mut entries, |rows, e| rows.key(e.key()));
         if entries.is_empty() {
-            return not_found(meta, reply);
+            return not_found_filtered(meta, reply, &self.rows, filtered);
         }
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
@@ -313,7 +320,7 @@ impl Query for KeysQuery {
         let filtered = self.rows.retain(&mut keys, |rows, k| rows.key(k));
         // Consul answers 404 for an empty listing except at the root, where it sends [].
         if keys.is_empty() && !self.prefix.is_empty() {
-            return not_found(meta, reply);
+            return not_found_filtered(meta, reply, &self.rows, filtered);
         }
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);

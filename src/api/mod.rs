@@ -46,6 +46,7 @@ pub mod translate;
 pub mod txn;
 pub mod ui;
 pub mod ui_assets;
+pub mod ui_topology;
 
 pub use context::Context;
 

@@ -3,7 +3,11 @@
 //! - `services`: one `ServiceListingSummary` per service name (tags, nodes, instance count,
 //!   check counts over the unique checks of its instances and their nodes, external sources),
 //!   sorted by name; `?filter` applies to each instance as a `CheckServiceNode` before the
-//!   summary is built, as Consul's `Internal.ServiceDump` does.
+//!   summary is built, as Consul's `Internal.ServiceDump` does. A sidecar proxy's checks
+//!   also count for the service it fronts (`ConnectedWithProxy`); the proxies keep their
+//!   own summaries with their `Kind`, as in Consul, whose UI leaves them out of its list.
+//! - `service-topology/<s>?kind=`: the service's upstreams and downstreams
+//!   (`ui_topology.rs`).
 //! - `nodes` and `node/<n>`: Consul's `NodeInfo` (the node with its services and checks);
 //!   an unknown node is a 404 with an empty body.
 //! - `catalog-overview`: Consul's `CatalogSummary` (nodes, services and checks by health).
@@ -18,6 +22,7 @@
 //! tenfold.
 
 use super::authz::RowFilter;
+use super::ui_topology::{TopologyKind, TopologyQuery};
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
@@ -27,7 +32,7 @@ use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read::{self, CheckServiceNode};
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::{HealthCheck, NodeEntry, RowArc, ServiceGroup, Status};
+use crate::store::catalog::{HealthCheck, NodeEntry, RowArc, Status};
 use crate::store::{StoreVersion, Table, Tables};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -135,47 +140,64 @@ fn bucket(status: Status) -> usize {
     }
 }
 
-/// One service's summary while it is being gathered.
+/// One service's summary while it is being gathered (Consul's `ServiceSummary`).
 #[derive(Default)]
-struct Summary<'a> {
-    name: String,
-    kind: &'a str,
-    datacenter: &'a str,
+pub(super) struct Summary<'a> {
+    pub(super) name: String,
+    pub(super) kind: &'a str,
+    pub(super) datacenter: &'a str,
     tags: BTreeSet<&'a str>,
     nodes: BTreeSet<&'a str>,
     external_sources: Vec<&'a str>,
-    instances: u64,
+    pub(super) instances: u64,
     connect_native: bool,
-    connected_with_proxy: bool,
+    /// Some proxy names this service as its destination.
+    pub(super) connected_with_proxy: bool,
+    /// Every proxy of this service runs in transparent mode (false without proxies).
+    transparent_proxy: bool,
+    /// Whether a proxy of this service was seen, for [`Summary::transparent_proxy`].
+    transparent_proxy_seen: bool,
     /// Unique checks by (node, check ID), as Consul counts them.
     checks: HashMap<(&'a str, &'a str), Status>,
 }
 
 impl<'a> Summary<'a> {
+    /// A summary of a service known by name only (Consul's for an upstream that only
+    /// routing configuration names).
+    pub(super) fn named(name: &str, datacenter: &'a str) -> Summary<'a> {
+        Summary {
+            name: name.to_string(),
+            datacenter,
+            ..Summary::default()
+        }
+    }
+
     fn add_checks(&mut self, node: &'a str, checks: impl Iterator<Item = &'a RowArc<HealthCheck>>) {
         for check in checks {
             self.checks.insert((node, &check.check_id), check.status);
         }
     }
 
-    fn write(&self, w: &mut JsonWriter) {
+    /// Writes the fields of Consul's `ServiceSummary` into an open object.
+    pub(super) fn write_fields(&self, w: &mut JsonWriter) {
         let mut counts = [0u64; 3];
         for status in self.checks.values() {
             counts[bucket(*status)] += 1;
         }
-        w.begin_object();
         if !self.kind.is_empty() {
             w.field_str("Kind", self.kind);
         }
         w.field_str("Name", &self.name);
         w.field_str("Datacenter", self.datacenter);
-        // Go marshals the nil slices of a summary without tags or sources as null.
-        if self.tags.is_empty() {
-            w.field_null("Tags");
-        } else {
-            w.field_str_array("Tags", self.tags.iter().copied());
+        // Go marshals the nil slices of a summary without tags, nodes (a service known only
+        // through its proxies) or sources as null.
+        for (field, list) in [("Tags", &self.tags), ("Nodes", &self.nodes)] {
+            if list.is_empty() {
+                w.field_null(field);
+            } else {
+                w.field_str_array(field, list.iter().copied());
+            }
         }
-        w.field_str_array("Nodes", self.nodes.iter().copied());
         if self.external_sources.is_empty() {
             w.field_null("ExternalSources");
         } else {
@@ -187,78 +209,144 @@ impl<'a> Summary<'a> {
         w.field_u64("ChecksCritical", counts[2]);
         w.field_object("GatewayConfig");
         w.end_object();
-        w.field_bool("TransparentProxy", false);
+        w.field_bool("TransparentProxy", self.transparent_proxy);
         w.field_bool("ConnectNative", self.connect_native);
+    }
+
+    #[cfg(test)]
+    pub(super) fn transparent_proxy_for_tests(&self) -> bool {
+        self.transparent_proxy
+    }
+
+    /// Consul's `ServiceListingSummary` (`/v1/internal/ui/services`).
+    fn write(&self, w: &mut JsonWriter) {
+        w.begin_object();
+        self.write_fields(w);
         w.field_bool("ConnectedWithProxy", self.connected_with_proxy);
         w.field_bool("ConnectedWithGateway", false);
         w.end_object();
     }
 }
 
-/// The service a sidecar proxy fronts (`Proxy.DestinationServiceName`), if it names one.
-fn proxy_destination(row: &CheckServiceNode) -> Option<String> {
+/// What the UI's summaries need of a proxy registration's `Proxy`, read once per row.
+pub(super) struct ProxyFacts {
+    /// `DestinationServiceName`.
+    pub(super) destination: String,
+    /// `Mode` is `transparent`.
+    pub(super) transparent: bool,
+    /// The `DestinationName` of each upstream that names a service (Consul's mesh
+    /// topology leaves prepared-query upstreams out).
+    pub(super) upstreams: Vec<String>,
+}
+
+/// A field of a Consul JSON object by its name or its snake-case alias, in any letter case,
+/// as Consul's decoder finds it.
+fn field_ci<'v>(
+    object: &'v serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    alias: &str,
+) -> Option<&'v serde_json::Value> {
+    object
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name) || k.eq_ignore_ascii_case(alias))
+        .map(|(_, v)| v)
+}
+
+/// The facts of a sidecar proxy row, or `None` for any other row (or a proxy that names no
+/// destination).
+pub(super) fn proxy_facts(row: &CheckServiceNode) -> Option<ProxyFacts> {
     if row.service.kind() != KIND_CONNECT_PROXY {
         return None;
     }
     let raw = row.service.extras.as_ref()?.proxy_json.as_deref()?;
     let value: serde_json::Value = serde_json::from_str(raw).ok()?;
-    let name = value.get("DestinationServiceName")?.as_str()?;
-    (!name.is_empty()).then(|| name.to_string())
+    let proxy = value.as_object()?;
+    fn text(value: Option<&serde_json::Value>) -> &str {
+        value.and_then(|v| v.as_str()).unwrap_or("")
+    }
+    let destination = text(field_ci(
+        proxy,
+        "DestinationServiceName",
+        "destination_service_name",
+    ));
+    if destination.is_empty() {
+        return None;
+    }
+    let upstreams = field_ci(proxy, "Upstreams", "upstreams")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u.as_object())
+        .filter(|u| text(field_ci(u, "DestinationType", "destination_type")) != "prepared_query")
+        .map(|u| text(field_ci(u, "DestinationName", "destination_name")).to_string())
+        .filter(|name| !name.is_empty())
+        .collect();
+    Some(ProxyFacts {
+        destination: destination.to_string(),
+        transparent: text(field_ci(proxy, "Mode", "mode")) == "transparent",
+        upstreams,
+    })
 }
 
-/// Builds every service's summary from one store version.
-fn summarize<'a>(
-    groups: impl Iterator<Item = &'a ServiceGroup>,
+/// Builds the summaries of some instances, as Consul's `summarizeServices` does: one per
+/// service name, and a proxy's checks also counted for the service it fronts. Rows the
+/// token may not read are left out (and `hidden` says so); `filter` applies to each row.
+pub(super) fn summarize<'a>(
+    instances: impl Iterator<Item = CheckServiceNode<'a>>,
     filter: Option<&Filter>,
     rows: &RowFilter,
     hidden: &mut bool,
 ) -> Vec<Summary<'a>> {
     let mut by_name: BTreeMap<String, Summary<'a>> = BTreeMap::new();
-    // Proxies found on the way: (destination, proxy node, the proxy's checks).
-    let mut proxied: Vec<(String, CheckServiceNode<'a>)> = Vec::new();
-    for group in groups {
-        for row in read::check_service_nodes_of_group(group) {
-            if !rows.node_service(&row.node.name, &row.service.name) {
-                *hidden = true;
+    // Proxies found on the way: their facts and rows.
+    let mut proxied: Vec<(ProxyFacts, CheckServiceNode<'a>)> = Vec::new();
+    for row in instances {
+        if !rows.node_service(&row.node.name, &row.service.name) {
+            *hidden = true;
+            continue;
+        }
+        if let Some(filter) = filter {
+            if !filter.matches(&render::as_value(|w| render::check_service_node(w, &row))) {
                 continue;
             }
-            if let Some(filter) = filter {
-                if !filter.matches(&render::as_value(|w| render::check_service_node(w, &row))) {
-                    continue;
-                }
+        }
+        let service = row.service;
+        let summary = by_name.entry(fold(&service.name).into_owned()).or_default();
+        if summary.name.is_empty() {
+            summary.name = service.name.to_string();
+        }
+        summary.kind = service.kind();
+        summary.datacenter = &row.node.datacenter;
+        summary.instances += 1;
+        summary.nodes.insert(&row.node.name);
+        summary.tags.extend(service.tags.iter().map(|t| &**t));
+        summary.connect_native |= service
+            .extras
+            .as_ref()
+            .is_some_and(|extras| extras.connect_native);
+        if let Some(source) = service.meta.get(META_EXTERNAL_SOURCE) {
+            if !source.is_empty() && !summary.external_sources.contains(&&**source) {
+                summary.external_sources.push(source);
             }
-            let service = row.service;
-            let summary = by_name.entry(fold(&service.name).into_owned()).or_default();
-            if summary.name.is_empty() {
-                summary.name = service.name.to_string();
-            }
-            summary.kind = service.kind();
-            summary.datacenter = &row.node.datacenter;
-            summary.instances += 1;
-            summary.nodes.insert(&row.node.name);
-            summary.tags.extend(service.tags.iter().map(|t| &**t));
-            summary.connect_native |= service
-                .extras
-                .as_ref()
-                .is_some_and(|extras| extras.connect_native);
-            if let Some(source) = service.meta.get(META_EXTERNAL_SOURCE) {
-                if !source.is_empty() && !summary.external_sources.contains(&&**source) {
-                    summary.external_sources.push(source);
-                }
-            }
-            summary.add_checks(&row.node.name, row.checks());
-            if let Some(destination) = proxy_destination(&row) {
-                proxied.push((destination, row));
-            }
+        }
+        summary.add_checks(&row.node.name, row.checks());
+        if let Some(facts) = proxy_facts(&row) {
+            proxied.push((facts, row));
         }
     }
-    // A proxy's checks count for the service it fronts, which is "connected with a proxy".
-    for (destination, row) in proxied {
-        let summary = by_name.entry(fold(&destination).into_owned()).or_default();
+    // A proxy's checks count for the service it fronts, which is "connected with a proxy",
+    // and transparent only when every one of its proxies is.
+    for (facts, row) in proxied {
+        let summary = by_name
+            .entry(fold(&facts.destination).into_owned())
+            .or_default();
         if summary.name.is_empty() {
-            summary.name = destination;
+            summary.name = facts.destination;
         }
         summary.connected_with_proxy = true;
+        summary.transparent_proxy =
+            facts.transparent && (summary.transparent_proxy || !summary.transparent_proxy_seen);
+        summary.transparent_proxy_seen = true;
         summary.add_checks(&row.node.name, row.checks());
     }
     // A proxy whose destination has no instance of its own still makes a summary, with no
@@ -266,6 +354,21 @@ fn summarize<'a>(
     let mut summaries: Vec<Summary<'a>> = by_name.into_values().collect();
     summaries.sort_by(|a, b| a.name.cmp(&b.name));
     summaries
+}
+
+/// [`summarize`] over every instance of the catalog (`/v1/internal/ui/services`).
+pub(super) fn summarize_catalog<'a>(
+    tables: &'a Tables,
+    filter: Option<&Filter>,
+    rows: &RowFilter,
+    hidden: &mut bool,
+) -> Vec<Summary<'a>> {
+    let instances = tables
+        .catalog
+        .services
+        .values()
+        .flat_map(read::check_service_nodes_of_group);
+    summarize(instances, filter, rows, hidden)
 }
 
 /// `GET /v1/internal/ui/services`.
@@ -288,12 +391,7 @@ impl Query for ServicesQuery {
         let summaries = if self.peer {
             Vec::new()
         } else {
-            summarize(
-                tables.catalog.services.values(),
-                self.filter.as_ref(),
-                &self.rows,
-                &mut hidden,
-            )
+            summarize_catalog(tables, self.filter.as_ref(), &self.rows, &mut hidden)
         };
         let mut body = Vec::with_capacity(64 + summaries.len() * 320);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
@@ -572,6 +670,7 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         rest,
         "services" | "nodes" | "catalog-overview" | "exported-services" | "metrics-proxy"
     ) || rest.starts_with("node/")
+        || rest.starts_with("service-topology/")
         || rest.starts_with("gateway-services-nodes/")
         || rest.starts_with("metrics-proxy/");
     if !known {
@@ -617,6 +716,25 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             run_query(ctx, EmptyListQuery, options, reply)
         }
         _ => {
+            if let Some(name) = rest.strip_prefix("service-topology/") {
+                if name.is_empty() {
+                    return Err(ApiError::bad_request("Missing service name"));
+                }
+                let kind = TopologyKind::parse(request.query.get("kind"))?;
+                // Consul's topology needs service:read on the service itself; the rows of
+                // its neighbours are filtered one by one.
+                if let Some(authz) = request.acl.get() {
+                    authz.require(authz.authorizer.service_read(name))?;
+                }
+                let query = TopologyQuery {
+                    service: Arc::from(name),
+                    kind,
+                    rows: RowFilter::of(request),
+                    default_allow: super::intentions::default_allow(ctx),
+                    datacenter: Arc::from(ctx.config().datacenter.as_str()),
+                };
+                return run_query(ctx, query, options, reply);
+            }
             if let Some(name) = rest.strip_prefix("node/") {
                 if name.is_empty() {
                     return Err(ApiError::bad_request("Missing node name"));
@@ -640,11 +758,29 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     }
 }
 
+/// What the unit tests of the UI's endpoints share: writing a registration into a store.
+#[cfg(test)]
+pub(super) mod test_support {
+    use crate::store::catalog::{CatalogOp, Registration};
+    use crate::store::{Command, Tables};
+
+    /// Applies `registration` to `tables` at `index`, as the Raft apply would.
+    pub fn apply_registration(tables: &mut Tables, index: u64, registration: Registration) {
+        let mut changes = Vec::new();
+        tables.apply(
+            index,
+            &Command::Catalog(CatalogOp::Register(Box::new(registration))),
+            &mut changes,
+        );
+        assert!(!changes.is_empty(), "the registration changed the catalog");
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::apply_registration;
     use super::*;
-    use crate::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
-    use crate::store::Command;
+    use crate::store::catalog::{CheckRegistration, Registration, ServiceRegistration};
 
     fn register(
         tables: &mut Tables,
@@ -675,12 +811,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let mut changes = Vec::new();
-        tables.apply(
-            index,
-            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
-            &mut changes,
-        );
+        apply_registration(tables, index, reg);
     }
 
     fn node_check(tables: &mut Tables, index: u64, node: &str, status: &str) {
@@ -696,21 +827,11 @@ mod tests {
             }],
             ..Default::default()
         };
-        let mut changes = Vec::new();
-        tables.apply(
-            index,
-            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
-            &mut changes,
-        );
+        apply_registration(tables, index, reg);
     }
 
     fn summaries_json(tables: &Tables, filter: Option<&Filter>) -> serde_json::Value {
-        let summaries = summarize(
-            tables.catalog.services.values(),
-            filter,
-            &RowFilter::default(),
-            &mut false,
-        );
+        let summaries = summarize_catalog(tables, filter, &RowFilter::default(), &mut false);
         let mut body = Vec::new();
         let mut w = JsonWriter::new(&mut body, false);
         w.begin_array();

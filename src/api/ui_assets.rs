@@ -70,6 +70,7 @@ pub const EMBEDDED_FILES: &[(&str, &[u8])] = embedded_files![
     "robots.txt",
     "assets/favicon.svg",
     "assets/style.css",
+    "assets/access.js",
     "assets/app.js",
     "assets/alerts.js",
     "assets/api.js",

@@ -36,9 +36,12 @@ pub struct ProxyArgs {
     /// Data-plane threads (praetor's; default: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Accepted for Consul compatibility.
-    #[arg(long = "log-level")]
-    pub log_level: Option<String>,
+    /// The log level: trace, debug, info, warn or err (Consul's default: info).
+    #[arg(long = "log-level", default_value = "info")]
+    pub log_level: String,
+    /// Log lines as JSON (hclog's keys), as the agent's -log-json does.
+    #[arg(long = "log-json")]
+    pub log_json: bool,
 }
 
 fn socket_addr(text: &str, what: &str) -> Result<std::net::SocketAddr, String> {
@@ -131,7 +134,16 @@ pub fn run(command: ConnectCommand) -> Result<i32, String> {
             CaCommand::GetConfig(args) => get_config(args),
             CaCommand::SetConfig(args) => set_config(args),
         },
-        ConnectCommand::Proxy(args) => crate::proxy::run(proxy_settings(*args)?),
+        ConnectCommand::Proxy(args) => {
+            // The proxy logs as the agent does (hclog's line format with timestamps), to
+            // stderr only.
+            crate::shard::logger::init(&crate::shard::logger::LogSettings {
+                level: &args.log_level,
+                json: args.log_json,
+                file: None,
+            })?;
+            crate::proxy::run(proxy_settings(*args)?)
+        }
     }
 }
 

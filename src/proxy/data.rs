@@ -6,7 +6,7 @@
 //! through no other copy than rustls' encryption into its record buffer. Sockets run with
 //! `TCP_NODELAY`, so a small exchange (a new connection's first bytes) is not held back.
 
-use super::{trusted, warn, ProxyState, Upstream, AUTHZ_CACHE_ENTRIES_MAX};
+use super::{trusted, ProxyState, Upstream, AUTHZ_CACHE_ENTRIES_MAX};
 use crate::tls::connect_ca::service_id_of;
 use crate::tls::stream;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
@@ -100,7 +100,7 @@ async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: 
         let (socket, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                warn(&format!("accept failed: {e}"));
+                log::warn!("proxy: accept failed: {e}");
                 monoio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -109,11 +109,11 @@ async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: 
         let state = state.clone();
         monoio::spawn(async move {
             let result = match upstream {
-                None => inbound(&state, socket).await,
+                None => inbound(&state, socket, peer).await,
                 Some(i) => outbound(&state, &state.upstreams[i], socket).await,
             };
             if let Err(e) = result {
-                warn(&format!("connection from {peer}: {e}"));
+                log::warn!("proxy: connection from {peer}: {e}");
             }
         });
     }
@@ -165,10 +165,10 @@ async fn authorized(state: &ProxyState, source_uri: &str, source: &str) -> Resul
         }
     }
     if !allowed {
-        warn(&format!(
-            "connection from {source:?} refused: {}",
+        log::warn!(
+            "proxy: connection from {source:?} refused: {}",
             value["Reason"].as_str().unwrap_or_default()
-        ));
+        );
     }
     Ok(allowed)
 }
@@ -183,16 +183,28 @@ async fn dial(addr: SocketAddr) -> Result<TcpStream, String> {
 }
 
 /// The public listener: mTLS in, the local service out.
-async fn inbound(state: &ProxyState, socket: TcpStream) -> Result<(), String> {
+async fn inbound(state: &ProxyState, socket: TcpStream, peer: SocketAddr) -> Result<(), String> {
     let tls = state.tls.load_full();
-    let session = stream::accept(
+    let accepted = stream::accept(
         tls.server.clone(),
         socket,
         HANDSHAKE_TIMEOUT,
         stream::FirstRecord::Close,
     )
-    .await
-    .map_err(|e| format!("TLS handshake: {e}"))?;
+    .await;
+    let session = match accepted {
+        Ok(session) => session,
+        // The agent's "Connect Sidecar Listening" check opens and closes a connection every
+        // interval to see that the proxy listens; that is no client and no failure, so it is
+        // worth a line only when debugging (Envoy does not log such probes either).
+        Err(stream::HandshakeError::NothingSent) => {
+            log::debug!(
+                "proxy: connection from {peer} closed before sending anything (a TCP check)"
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(format!("TLS handshake: {e}")),
+    };
     let chain = session.peer_certificates().unwrap_or_default();
     let id = chain
         .first()
@@ -224,7 +236,13 @@ async fn outbound(
 ) -> Result<(), String> {
     let endpoints = upstream.endpoints.load_full();
     if endpoints.is_empty() {
-        return Err(format!("no healthy proxy of {}", upstream.spec.destination));
+        // Say why, as this is what a user sees right after registering a sidecar: its
+        // "Connect Sidecar Listening" check starts critical and passes only after its first
+        // probe, up to one check interval later (Consul staggers first runs the same way).
+        return Err(format!(
+            "no healthy proxy of {}: none is registered, or none passes its health checks yet",
+            upstream.spec.destination
+        ));
     }
     let at = upstream.next.fetch_add(1, Ordering::Relaxed) % endpoints.len();
     let remote = dial(endpoints[at]).await?;

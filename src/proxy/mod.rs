@@ -108,14 +108,6 @@ pub struct ProxyState {
     pub authz: Mutex<AuthzCache>,
 }
 
-fn log(line: &str) {
-    eprintln!("[INFO]  proxy: {line}");
-}
-
-fn warn(line: &str) {
-    eprintln!("[WARN]  proxy: {line}");
-}
-
 /// Runs the proxy until the process is stopped.
 pub fn run(settings: ProxySettings) -> Result<i32, String> {
     let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
@@ -130,12 +122,12 @@ pub fn run(settings: ProxySettings) -> Result<i32, String> {
             n => n,
         };
         data::start(state.clone(), threads)?;
-        log(&format!(
-            "serving {:?}: public listener {}, {} upstream(s), {threads} thread(s)",
+        log::info!(
+            "proxy: serving {:?}: public listener {}, {} upstream(s), {threads} thread(s)",
             state.service,
             state.listen.map_or("none".to_string(), |a| a.to_string()),
             state.upstreams.len()
-        ));
+        );
         watch_all(state).await;
         Ok(0)
     })
@@ -379,7 +371,7 @@ async fn start_state(settings: &ProxySettings) -> Result<ProxyState, String> {
                 if std::time::Instant::now() > deadline {
                     return Err(format!("cannot start: {e}"));
                 }
-                warn(&format!("waiting for the agent: {e}"));
+                log::warn!("proxy: waiting for the agent: {e}");
                 monoio::time::sleep(retry).await;
                 retry = (retry * 2).min(RETRY_MAX);
             }
@@ -430,7 +422,7 @@ fn refresh_tls(state: &ProxyState, update: impl FnOnce(&mut u64, &mut u64, &mut 
         update(leaf_index, roots_index, material);
         match material.tls() {
             Ok(tls) => state.tls.store(Arc::new(tls)),
-            Err(e) => warn(&format!("keeping the previous TLS configuration: {e}")),
+            Err(e) => log::warn!("proxy: keeping the previous TLS configuration: {e}"),
         }
     });
 }
@@ -465,11 +457,11 @@ async fn watch_leaf(state: Arc<ProxyState>) {
                     material.leaf_chain = chain;
                     material.key = key;
                 });
-                log(&format!("new leaf certificate (index {new_index})"));
+                log::info!("proxy: new leaf certificate (index {new_index})");
             }
             Ok(_) => retry = RETRY_MIN,
             Err(e) => {
-                warn(&e);
+                log::warn!("proxy: {e}");
                 backoff(&mut retry).await;
             }
         }
@@ -488,11 +480,11 @@ async fn watch_roots(state: Arc<ProxyState>) {
                     material.roots = roots;
                     material.trust_domain = trust_domain;
                 });
-                log(&format!("new CA roots (index {new_index})"));
+                log::info!("proxy: new CA roots (index {new_index})");
             }
             Ok(_) => retry = RETRY_MIN,
             Err(e) => {
-                warn(&e);
+                log::warn!("proxy: {e}");
                 backoff(&mut retry).await;
             }
         }
@@ -524,17 +516,17 @@ async fn watch_intentions(state: Arc<ProxyState>) {
                 // be kept: every connection asks the agent.
                 state.cache_enabled.store(false, Ordering::Release);
                 state.intentions_generation.fetch_add(1, Ordering::AcqRel);
-                warn(&format!(
-                    "cannot follow intentions ({} {}); authorizing every connection",
+                log::warn!(
+                    "proxy: cannot follow intentions ({} {}); authorizing every connection",
                     answer.status,
                     answer.text()
-                ));
+                );
                 backoff(&mut retry).await;
             }
             Err(e) => {
                 state.cache_enabled.store(false, Ordering::Release);
                 state.intentions_generation.fetch_add(1, Ordering::AcqRel);
-                warn(&e);
+                log::warn!("proxy: {e}");
                 backoff(&mut retry).await;
             }
         }
@@ -574,16 +566,16 @@ async fn watch_upstream(state: Arc<ProxyState>, i: usize) {
                 upstream.endpoints.store(Arc::new(endpoints));
             }
             Ok(answer) => {
-                warn(&format!(
-                    "upstream {}: {} {}",
+                log::warn!(
+                    "proxy: upstream {}: {} {}",
                     upstream.spec.destination,
                     answer.status,
                     answer.text()
-                ));
+                );
                 backoff(&mut retry).await;
             }
             Err(e) => {
-                warn(&format!("upstream {}: {e}", upstream.spec.destination));
+                log::warn!("proxy: upstream {}: {e}", upstream.spec.destination);
                 backoff(&mut retry).await;
             }
         }

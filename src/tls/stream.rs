@@ -57,6 +57,10 @@ pub enum HandshakeError {
     Io(io::Error),
     /// The peer closed the connection before the handshake finished.
     Closed,
+    /// The peer closed (or reset) the connection before sending a single byte: a TCP
+    /// health check or a port probe, which opens and closes a connection to see that
+    /// something listens. No handshake was attempted, so none failed.
+    NothingSent,
     /// The handshake took longer than its timeout.
     TimedOut(Duration),
     /// The first record was not a TLS handshake ([`crate::proto::tls_record`]).
@@ -71,6 +75,10 @@ impl std::fmt::Display for HandshakeError {
             HandshakeError::Closed => write!(
                 f,
                 "the peer closed the connection during the handshake (it may have refused our certificate, or not speak TLS)"
+            ),
+            HandshakeError::NothingSent => write!(
+                f,
+                "the peer closed the connection before sending anything (a TCP probe, not a TLS client)"
             ),
             HandshakeError::TimedOut(limit) => {
                 write!(f, "no complete handshake within {} ms", limit.as_millis())
@@ -356,15 +364,26 @@ where
             let (result, slice): (io::Result<usize>, SliceMut<Vec<u8>>) =
                 self.io.read(buffer.slice_mut(len..)).await;
             buffer = slice.into_inner();
+            // A connection that ends before its first byte never tried a handshake.
+            let nothing_sent = buffer.is_empty();
             match result {
                 Ok(0) => {
                     self.incoming.buffer = Some(buffer);
-                    return Err(HandshakeError::Closed);
+                    return Err(if nothing_sent {
+                        HandshakeError::NothingSent
+                    } else {
+                        HandshakeError::Closed
+                    });
                 }
                 Ok(_) => {}
                 Err(error) => {
                     self.incoming.buffer = Some(buffer);
-                    return Err(HandshakeError::Io(error));
+                    let reset = error.kind() == io::ErrorKind::ConnectionReset;
+                    return Err(if nothing_sent && reset {
+                        HandshakeError::NothingSent
+                    } else {
+                        HandshakeError::Io(error)
+                    });
                 }
             }
         };

@@ -16,6 +16,13 @@ use std::time::Duration;
 
 const TEST_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The HTTPS server configuration of a server certificate from `pki`'s CA.
+fn https_server(pki: &Pki) -> std::sync::Arc<rustls::ServerConfig> {
+    let tls =
+        TlsConfigurator::new(&https_only(pki.protocol("server", "ca")), identity(true)).unwrap();
+    tls.server_config(Protocol::Https).unwrap()
+}
+
 /// A CA, certificates of each kind signed by it, and a second, unrelated CA.
 struct Pki {
     dir: PathBuf,
@@ -221,9 +228,7 @@ async fn echo<S: AsyncReadRent + AsyncWriteRent>(mut stream: S) {
 #[test]
 fn echo_large_transfers_and_close_notify_over_real_sockets() {
     let pki = Pki::new("echo");
-    let tls =
-        TlsConfigurator::new(&https_only(pki.protocol("server", "ca")), identity(true)).unwrap();
-    let server = tls.server_config(Protocol::Https).unwrap();
+    let server = https_server(&pki);
     assert_eq!(server.alpn_protocols, vec![b"http/1.1".to_vec()]);
     let client = pki.client("ca", None);
     run(async move {
@@ -258,9 +263,7 @@ fn echo_large_transfers_and_close_notify_over_real_sockets() {
 #[test]
 fn a_tcp_close_without_close_notify_is_not_a_clean_end() {
     let pki = Pki::new("truncate");
-    let tls =
-        TlsConfigurator::new(&https_only(pki.protocol("server", "ca")), identity(true)).unwrap();
-    let server = tls.server_config(Protocol::Https).unwrap();
+    let server = https_server(&pki);
     run(async move {
         let (accepted, connected) =
             handshake_pair(server, pki.client("ca", None), localhost()).await;
@@ -642,9 +645,7 @@ fn versions_and_cipher_suites_are_enforced() {
 #[test]
 fn plaintext_and_silence_on_a_tls_listener_end_with_a_reason() {
     let pki = Pki::new("plaintext");
-    let tls =
-        TlsConfigurator::new(&https_only(pki.protocol("server", "ca")), identity(true)).unwrap();
-    let server = tls.server_config(Protocol::Https).unwrap();
+    let server = https_server(&pki);
     run(async move {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
@@ -712,11 +713,63 @@ fn plaintext_and_silence_on_a_tls_listener_end_with_a_reason() {
 }
 
 #[test]
+fn a_connection_that_ends_before_its_first_byte_is_no_failed_handshake() {
+    let pki = Pki::new("probe");
+    let server = https_server(&pki);
+    run(async move {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = monoio::spawn(async move {
+            let mut errors = Vec::new();
+            for _ in 0..3 {
+                let (socket, _) = listener.accept().await.unwrap();
+                let result = accept(
+                    server.clone(),
+                    socket,
+                    TEST_HANDSHAKE_TIMEOUT,
+                    FirstRecord::Close,
+                )
+                .await;
+                errors.push(result.err().unwrap());
+            }
+            errors
+        });
+        // A TCP health check: open, close.
+        drop(TcpStream::connect(address).await.unwrap());
+        // A probe that resets instead of closing (SO_LINGER 0), as some checkers do.
+        let reset = std::net::TcpStream::connect(address).unwrap();
+        socket2::SockRef::from(&reset)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(reset);
+        // A client that starts a handshake record and goes away: that one did fail.
+        let mut partial = TcpStream::connect(address).await.unwrap();
+        let (result, _) = partial.write_all(vec![0x16, 0x03]).await;
+        result.unwrap();
+        drop(partial);
+        let errors = accepted.await;
+        assert!(
+            matches!(errors[0], HandshakeError::NothingSent),
+            "{:?}",
+            errors[0]
+        );
+        assert!(
+            matches!(errors[1], HandshakeError::NothingSent),
+            "{:?}",
+            errors[1]
+        );
+        assert!(
+            matches!(errors[2], HandshakeError::Closed),
+            "{:?}",
+            errors[2]
+        );
+    });
+}
+
+#[test]
 fn a_cancelled_read_leaves_an_error_not_a_panic() {
     let pki = Pki::new("cancel");
-    let tls =
-        TlsConfigurator::new(&https_only(pki.protocol("server", "ca")), identity(true)).unwrap();
-    let server = tls.server_config(Protocol::Https).unwrap();
+    let server = https_server(&pki);
     run(async move {
         let (accepted, connected) =
             handshake_pair(server, pki.client("ca", None), localhost()).await;

@@ -25,7 +25,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-RUN_SECONDS_MAX = 210
+RUN_SECONDS_MAX = 260
 WAIT_SECONDS = 10
 LIVE_UPDATE_SECONDS_MAX = 2.0
 FIRST_LOAD_BYTES_MAX = 150 * 1024
@@ -331,6 +331,71 @@ def intentions(driver):
     shot(driver, "intentions")
 
 
+def register_with_sidecar(name, upstreams=(), base=BASE, token=None):
+    status, body = api("PUT", "/v1/agent/service/register", base=base, token=token, body={
+        "Name": name, "Port": 9000,
+        "Connect": {"SidecarService": {"Proxy": {"Upstreams": [
+            {"DestinationName": u, "LocalBindPort": 19300 + i} for i, u in enumerate(upstreams)]}}},
+    })
+    assert status == 200, body
+
+
+def mesh(driver):
+    """Sidecars under their services: the list leaves the proxies out and marks the services
+    in the mesh; a service's instance shows its proxy with its checks and upstreams; the
+    topology shows the upstream with the intention's decision, offers to allow a denied
+    one (the form comes filled in) and follows the change live; the intentions tab lists
+    the intentions that apply."""
+    register_with_sidecar("stock")
+    register_with_sidecar("shop", ["stock"])
+    status, _ = api("PUT", "/v1/connect/intentions/exact?source=shop&destination=stock", {"Action": "deny"})
+    assert status == 200
+    driver.get(BASE + "/ui/dc1/services")
+    wait(driver, lambda d: css(d, 'tr[data-service="shop"] .kind.mesh'), "shop marked as in the mesh")
+    assert css(driver, 'tr[data-service="stock"] .kind.mesh')
+    assert not css(driver, 'tr[data-service="shop-sidecar-proxy"]'), "a proxy is listed as a service"
+    status, summaries = api("GET", "/v1/internal/ui/services")
+    assert any(s["Name"] == "shop-sidecar-proxy" and s["Kind"] == "connect-proxy" for s in summaries), summaries
+
+    css(driver, 'tr[data-service="shop"] a')[0].click()
+    wait(driver, lambda d: css(d, 'li.instance[data-instance="shop"] section.sidecar[data-proxy="shop-sidecar-proxy"]'),
+         "shop's sidecar under its instance")
+    upstream = css(driver, 'section.sidecar tr[data-upstream="stock"]')[0]
+    assert "127.0.0.1:19300" in upstream.text, upstream.text
+    checks = [e.get_attribute("data-check") for e in css(driver, "section.sidecar tr[data-check]")]
+    assert "service:shop-sidecar-proxy:1" in checks and "service:shop-sidecar-proxy:2" in checks, checks
+    shot(driver, "service-sidecar")
+
+    [tab for tab in css(driver, "nav.tabs a") if tab.text == "Topology"][0].click()
+    wait(driver, lambda d: css(d, '#topology-upstreams tr[data-service="stock"][data-allowed="false"]'), "stock denied")
+    row = css(driver, '#topology-upstreams tr[data-service="stock"]')[0]
+    assert row.get_attribute("data-source") == "proxy-registration"
+    assert "denied by an intention naming both services" in row.text, row.text
+    assert css(driver, "#topology-no-downstreams")[0].is_displayed()
+    shot(driver, "service-topology")
+    # The row is replaced whenever stock's checks move: look it up again to click.
+    wait(driver, lambda d: d.find_element(
+        By.CSS_SELECTOR, '#topology-upstreams tr[data-service="stock"] a.fix').click() or True,
+        "the allow link clicked")
+    wait(driver, lambda d: css(d, "#intention-form"), "the intention form")
+    assert driver.find_element(By.ID, "intention-source").get_attribute("value") == "shop"
+    assert driver.find_element(By.ID, "intention-destination").get_attribute("value") == "stock"
+    driver.find_element(By.CSS_SELECTOR, "#intention-form button[type=submit]").click()
+    wait(driver, lambda d: css(d, 'tr[data-intention="shop>stock"][data-action="allow"]'), "the intention allowed")
+    driver.get(BASE + "/ui/dc1/services/shop/topology")
+    wait(driver, lambda d: css(d, '#topology-upstreams tr[data-service="stock"][data-allowed="true"]'), "stock allowed")
+    # Live: a deny written elsewhere turns the row while the page is open.
+    api("PUT", "/v1/connect/intentions/exact?source=shop&destination=stock", {"Action": "deny"})
+    wait(driver, lambda d: css(d, '#topology-upstreams tr[data-service="stock"][data-allowed="false"]'), "stock denied again, live")
+    driver.get(BASE + "/ui/dc1/services/stock/topology")
+    wait(driver, lambda d: css(d, '#topology-downstreams tr[data-service="shop"]'), "shop as stock's downstream")
+
+    [tab for tab in css(driver, "nav.tabs a") if tab.text == "Intentions"][0].click()
+    wait(driver, lambda d: css(d, '#service-intentions tr[data-intention="shop>stock"]'), "the intention on stock's page")
+    assert driver.current_url == BASE + "/ui/dc1/services/stock/intentions", driver.current_url
+    assert not css(driver, '#service-intentions tr[data-intention="web>db"]'), "an intention of other services"
+
+
 def config_entries(driver):
     """Read-only config entries: a 404 agent gets the note; a mesh agent lists one written
     through the API, live, and shows it."""
@@ -486,6 +551,68 @@ def acls(driver):
     assert made["Description"] == "made with a role", made
 
 
+def acl_hidden_lists(driver):
+    """Lists that ACLs empty or cut say so, in words, instead of "There are no keys yet":
+    anonymous (the agent will not say), a token that may read none of the keys (the agent
+    says the list was filtered), one that may read some services (partial), and one that
+    may not read ACL tokens at all (403)."""
+    def use(token):
+        driver.execute_script(
+            "if (arguments[0]) sessionStorage.setItem('praetor-ui/token', arguments[0]);"
+            "else sessionStorage.removeItem('praetor-ui/token');", token)
+
+    def note(selector, state):
+        wait(driver, lambda d: css(d, f'{selector}[data-access="{state}"]'), f"{selector} in state {state}")
+        element = css(driver, selector)[0]
+        assert element.is_displayed(), selector
+        return element.text
+
+    status, _ = api("PUT", "/v1/kv/hidden/key", b"x", base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200
+    register("acl-node", "secret-svc", base=ACL_BASE, token=MANAGEMENT)
+    status, _ = api("PUT", "/v1/connect/intentions/exact?source=acl-web&destination=secret-svc",
+                    {"Action": "allow"}, base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200
+    rules = 'service_prefix "acl-" { policy = "read" }\nnode_prefix "" { policy = "read" }'
+    status, policy = api("PUT", "/v1/acl/policy", {"Name": "some-services", "Rules": rules}, base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200, policy
+    status, created = api("PUT", "/v1/acl/token", {"Policies": [{"ID": policy["ID"]}]}, base=ACL_BASE, token=MANAGEMENT)
+    assert status == 200, created
+    limited = created["SecretID"]
+
+    driver.get(ACL_BASE + "/ui/dc1/kv/")
+    use("")
+    driver.get(ACL_BASE + "/ui/dc1/kv/")
+    text = note("#kv-access", "unknown")
+    assert "anonymous token may not read them" in text and "There are no keys yet" not in text, text
+
+    use(limited)
+    driver.get(ACL_BASE + "/ui/dc1/kv/")
+    text = note("#kv-access", "hidden")
+    assert "This token may not read any of the keys here." in text, text
+    assert "Log in with another token" in text, text
+    shot(driver, "acl-hidden-keys")
+    status, _ = api("GET", "/v1/kv/?keys&separator=/", base=ACL_BASE, token=limited)
+    assert status == 200
+    driver.get(ACL_BASE + "/ui/dc1/services")
+    wait(driver, lambda d: css(d, 'tr[data-service="acl-web"]'), "acl-web for the limited token")
+    text = note("#services-access", "partial")
+    assert "Some services are hidden: this token may not read them." in text, text
+    assert not css(driver, 'tr[data-service="secret-svc"]')
+    driver.get(ACL_BASE + "/ui/dc1/intentions")
+    text = note("#intentions-access", "hidden")
+    assert "This token may not read any of the intentions here." in text, text
+    driver.get(ACL_BASE + "/ui/dc1/acls/tokens")
+    text = note("#acl-access", "denied")
+    assert "This token may not read ACL tokens." in text and "Permission denied" in text, text
+    assert not css(driver, "#alerts .alert.error"), "the refusal is the page's state, not an alert"
+    shot(driver, "acl-denied-list")
+    use(MANAGEMENT)
+    driver.get(ACL_BASE + "/ui/dc1/kv/")
+    wait(driver, lambda d: css(d, 'tr[data-key="hidden/"]'), "the folder for the management token")
+    assert css(driver, "#kv-access")[0].get_attribute("data-access") == "shown"
+
+
 def nodes_and_phone(driver):
     driver.get(BASE + "/ui/dc1/nodes")
     wait(driver, lambda d: css(d, 'tr[data-node="ui-node"]'), "ui-node in the nodes table")
@@ -555,9 +682,11 @@ def main():
         kv_error_shown_verbatim(driver)
         sessions(driver)
         intentions(driver)
+        mesh(driver)
         config_entries(driver)
         datacenter_switcher(driver)
         acls(driver)
+        acl_hidden_lists(driver)
         nodes_and_phone(driver)
         keyboard(driver)
         render_1000(driver)

@@ -21,8 +21,10 @@ export const segment = (name) => encodeURIComponent(name);
 export const keyPath = (key) => key.split('/').map(encodeURIComponent).join('/');
 
 /**
- * One request. Resolves to {status, index, data}: `index` is X-Consul-Index (0 when
- * absent), `data` the parsed JSON (or text). A 404 resolves with data null when
+ * One request. Resolves to {status, index, filtered, data}: `index` is X-Consul-Index (0
+ * when absent), `filtered` whether the agent left rows out for the token
+ * (X-Consul-Results-Filtered-By-ACLs), `data` the parsed JSON (or text). A 404 resolves
+ * with data null when
  * `allowNotFound` is set; every other failure rejects with an ApiError. `secret` is the
  * token to send (the tab's by default; the login view tries one before keeping it).
  */
@@ -41,14 +43,15 @@ export async function request(method, path, { query, body, signal, allowNotFound
   }
   const text = await response.text();
   const index = Number(response.headers.get('X-Consul-Index')) || 0;
+  const filtered = response.headers.get('X-Consul-Results-Filtered-By-ACLs') === 'true';
   if (!response.ok) {
     if (allowNotFound && response.status === 404) {
-      return { status: 404, index, data: null };
+      return { status: 404, index, filtered, data: null };
     }
     throw new ApiError(response.status, text.trim(), method, path);
   }
   const json = (response.headers.get('Content-Type') || '').includes('json');
-  return { status: response.status, index, data: json && text ? JSON.parse(text) : text };
+  return { status: response.status, index, filtered, data: json && text ? JSON.parse(text) : text };
 }
 
 export const get = (path, options) => request('GET', path, options);

@@ -111,3 +111,20 @@ export function tagList(tags) {
   if (!tags || tags.length === 0) return h('span', { class: 'muted' }, '—');
   return h('ul', { class: 'tags', 'aria-label': 'Tags' }, tags.map((t) => h('li', null, t)));
 }
+
+/**
+ * A table's head: a row of column headers named `names`, after a visually hidden "Health"
+ * column when `health` is set (its cells are badges).
+ */
+export function tableHead(names, { health = false } = {}) {
+  return h(
+    'thead',
+    null,
+    h(
+      'tr',
+      null,
+      health ? h('th', { scope: 'col', class: 'health' }, h('span', { class: 'visually-hidden' }, 'Health')) : null,
+      names.map((name) => h('th', { scope: 'col' }, name)),
+    ),
+  );
+}

@@ -186,6 +186,7 @@ export class Router {
       settings,
       alerts,
       href: (path) => this.href(path, dc),
+      currentPath: () => this.currentPath(),
       navigate: (path, options) => this.navigate(path, options),
       watch: (path, options) => {
         const handle = live.watch(path, { ...options, query: withDc(options.query) });

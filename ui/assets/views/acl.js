@@ -8,6 +8,7 @@
 
 import { h, append, replace, reconcile, filterRows, tagList } from '../dom.js';
 import { segment } from '../api.js';
+import { accessNote, showAccess } from '../access.js';
 
 export const nav = { id: 'acls', label: 'Access controls', path: 'acls/tokens' };
 
@@ -110,7 +111,8 @@ function mountList(main, context) {
     h('thead', null, h('tr', null, kind.columns.map((c) => h('th', { scope: 'col' }, c)))),
     body,
   );
-  const empty = h('p', { class: 'muted', hidden: true }, `No ${kind.label.toLowerCase()} to show.`);
+  const empty = h('p', { class: 'muted', hidden: true }, `No ${kind.one} matches the filter.`);
+  const note = accessNote('acl-access');
   append(main,
     h('h1', null, `${kind.label} `, total),
     tabs(context, id),
@@ -121,6 +123,7 @@ function mountList(main, context) {
       search,
       h('a', { class: 'button', href: context.href(`acls/${id}/create`) }, `Create a ${kind.one}`),
     ),
+    note,
     table,
     empty,
   );
@@ -128,11 +131,12 @@ function mountList(main, context) {
   const refilter = () => {
     const shown = filterRows(body, search.value);
     total.textContent = shown === all ? `(${all})` : `(${shown} of ${all})`;
-    empty.hidden = shown > 0;
+    empty.hidden = shown > 0 || all === 0;
   };
   search.addEventListener('input', refilter);
+  const noun = `ACL ${kind.label.toLowerCase()}`;
   context.watch(kind.list, {
-    onData(list) {
+    onData(list, result) {
       context.alerts.clear('acl-list');
       const items = list || [];
       all = items.length;
@@ -146,9 +150,15 @@ function mountList(main, context) {
         );
       });
       table.hidden = items.length === 0;
+      showAccess(note, context, { count: all, filtered: result.filtered, noun, none: `There are no ${kind.label.toLowerCase()}.` });
       refilter();
     },
     onError(error) {
+      if (error.status === 403) {
+        table.hidden = true;
+        showAccess(note, context, { error, noun });
+        return;
+      }
       context.alerts.error(error, { key: 'acl-list', title: `Loading the ${kind.label.toLowerCase()} failed` });
     },
   });

@@ -6,6 +6,7 @@
 
 import { h, append, reconcile, replace } from '../dom.js';
 import { segment } from '../api.js';
+import { accessNote, showAccess } from '../access.js';
 
 export const KINDS = [
   'service-defaults',
@@ -57,8 +58,8 @@ function mountKind(main, context) {
     h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Name'), h('th', { scope: 'col' }, 'Protocol'), h('th', { scope: 'col', class: 'number' }, 'Modify index'))),
     body,
   );
-  const empty = h('p', { class: 'muted', hidden: true }, `There are no ${kind} entries.`);
-  append(main, h('h1', null, 'Config entries'), kindMenu(context, kind), table, empty);
+  const note = accessNote('config-access');
+  append(main, h('h1', null, 'Config entries'), kindMenu(context, kind), note, table);
   context.watch(`config/${segment(kind)}`, {
     allowNotFound: true,
     onData(list, result) {
@@ -78,9 +79,14 @@ function mountKind(main, context) {
         ),
       );
       table.hidden = entries.length === 0;
-      empty.hidden = entries.length > 0;
+      showAccess(note, context, { count: entries.length, filtered: result.filtered, noun: `${kind} entries`, none: `There are no ${kind} entries.` });
     },
     onError(error) {
+      if (error.status === 403) {
+        table.hidden = true;
+        showAccess(note, context, { error, noun: `${kind} entries` });
+        return;
+      }
       context.alerts.error(error, { key: 'config', title: `Loading the ${kind} entries failed` });
     },
   });

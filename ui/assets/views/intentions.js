@@ -1,10 +1,12 @@
 // Intentions, under /ui/<dc>/intentions as in Consul's UI: the list (live, from
 // /v1/connect/intentions), a new one (source, destination, allow or deny, description,
-// saved with PUT /v1/connect/intentions/exact), switching one between allow and deny, and
-// deleting one. An agent without the service mesh answers 404 for these paths; the view
+// saved with PUT /v1/connect/intentions/exact; a link may fill in the services), switching
+// one between allow and deny, and deleting one. A service's page lists the intentions that
+// apply to it with the same rows (`intentionRow`). An agent without the service mesh answers 404 for these paths; the view
 // then says the feature is not available instead of failing (and does not ask again).
 
 import { h, append, reconcile, filterRows } from '../dom.js';
+import { accessNote, showAccess } from '../access.js';
 
 export const nav = { id: 'intentions', label: 'Intentions', path: 'intentions' };
 export const routes = [
@@ -31,7 +33,16 @@ async function save(context, source, destination, action, description) {
   await context.put('connect/intentions/exact', body, { query: exact(source, destination) });
 }
 
-function row(context, ixn) {
+/** The header cells of an intentions table. */
+export function intentionColumns() {
+  return [
+    ['Source', 'Destination', 'Action', 'Precedence', 'Description'].map((c) => h('th', { scope: 'col', class: c === 'Precedence' ? 'number' : null }, c)),
+    h('th', { scope: 'col' }, h('span', { class: 'visually-hidden' }, 'Actions')),
+  ];
+}
+
+/** One intention's row, with its allow/deny switch and delete button. */
+export function intentionRow(context, ixn) {
   const other = ixn.Action === 'allow' ? 'deny' : 'allow';
   const label = `${ixn.SourceName} → ${ixn.DestinationName}`;
   const act = async (run, failure) => {
@@ -102,16 +113,12 @@ function mountList(main, context) {
     h(
       'thead',
       null,
-      h(
-        'tr',
-        null,
-        ['Source', 'Destination', 'Action', 'Precedence', 'Description'].map((c) => h('th', { scope: 'col', class: c === 'Precedence' ? 'number' : null }, c)),
-        h('th', { scope: 'col' }, h('span', { class: 'visually-hidden' }, 'Actions')),
-      ),
+      h('tr', null, intentionColumns()),
     ),
     body,
   );
-  const empty = h('p', { class: 'muted', hidden: true }, 'No intention matches.');
+  const empty = h('p', { class: 'muted', hidden: true }, 'No intention matches the filter.');
+  const note = accessNote('intentions-access');
   const toolbar = h(
     'div',
     { class: 'toolbar', role: 'search' },
@@ -119,12 +126,12 @@ function mountList(main, context) {
     search,
     h('a', { class: 'button', href: context.href('intentions/create') }, 'Create an intention'),
   );
-  append(main, h('h1', null, 'Intentions ', total), toolbar, table, empty);
+  append(main, h('h1', null, 'Intentions ', total), toolbar, note, table, empty);
   let all = 0;
   const refilter = () => {
     const shown = filterRows(body, search.value);
     total.textContent = shown === all ? `(${all})` : `(${shown} of ${all})`;
-    empty.hidden = shown > 0;
+    empty.hidden = shown > 0 || all === 0;
   };
   search.addEventListener('input', refilter);
   context.watch('connect/intentions', {
@@ -138,24 +145,33 @@ function mountList(main, context) {
       }
       const items = list || [];
       all = items.length;
-      reconcile(body, items, (x) => `${x.SourceName}>${x.DestinationName}`, (x) => row(context, x));
+      reconcile(body, items, (x) => `${x.SourceName}>${x.DestinationName}`, (x) => intentionRow(context, x));
       table.hidden = items.length === 0;
+      showAccess(note, context, { count: all, filtered: result.filtered, noun: 'intentions', none: 'There are no intentions yet.' });
       refilter();
     },
     onError(error) {
+      if (error.status === 403) {
+        table.hidden = true;
+        showAccess(note, context, { error, noun: 'intentions' });
+        return;
+      }
       context.alerts.error(error, { key: 'intentions', title: 'Loading the intentions failed' });
     },
   });
 }
 
 function mountCreate(main, context) {
-  const field = (id, label, note) =>
-    h('div', { class: 'field' }, h('label', { for: id }, label), h('input', { id, type: 'text', required: true, autocomplete: 'off' }), note ? h('p', { class: 'note' }, note) : null);
+  // A link may name the services (?source=&destination=): a service's topology offers one
+  // for each connection the intentions refuse.
+  const given = new URLSearchParams(location.search);
+  const field = (id, label, note, value) =>
+    h('div', { class: 'field' }, h('label', { for: id }, label), h('input', { id, type: 'text', required: true, autocomplete: 'off', value }), note ? h('p', { class: 'note' }, note) : null);
   const form = h(
     'form',
     { class: 'editor', id: 'intention-form', novalidate: true },
-    field('intention-source', 'Source service', '* means every service.'),
-    field('intention-destination', 'Destination service', '* means every service.'),
+    field('intention-source', 'Source service', '* means every service.', given.get('source') || ''),
+    field('intention-destination', 'Destination service', '* means every service.', given.get('destination') || ''),
     h(
       'fieldset',
       { class: 'views' },
@@ -167,7 +183,7 @@ function mountCreate(main, context) {
     h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary' }, 'Save'), ' ', h('a', { href: context.href('intentions') }, 'Cancel')),
   );
   append(main, h('p', { class: 'crumbs' }, h('a', { href: context.href('intentions') }, 'Intentions'), ' / '), h('h1', null, 'New intention'), form);
-  form.querySelector('input').focus();
+  ([...form.querySelectorAll('input[type=text]')].find((input) => !input.value) || form.querySelector('input')).focus();
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     const value = (id) => form.querySelector(`#${id}`).value.trim();

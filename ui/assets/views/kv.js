@@ -11,6 +11,7 @@
 
 import { h, append, replace, reconcile } from '../dom.js';
 import { keyPath } from '../api.js';
+import { accessNote, showAccess } from '../access.js';
 
 export const nav = { id: 'kv', label: 'Key/Value', path: 'kv/' };
 export const routes = [{ pattern: 'kv/*path', nav: 'kv', title: titleOf, mount }];
@@ -147,25 +148,35 @@ function mountFolder(main, context, prefix) {
     ),
     body,
   );
-  const empty = h('p', { class: 'muted', hidden: true }, prefix ? 'This folder is empty.' : 'There are no keys yet.');
+  const note = accessNote('kv-access');
   append(main,
     crumbs(context, parentOf(prefix)),
     h('h1', null, prefix ? prefix.slice(parentOf(prefix).length) : 'Key/Value'),
     h('div', { class: 'toolbar' }, h('a', { class: 'button', href: context.href(`kv/${keyPath(prefix)}create`) }, 'Create')),
+    note,
     table,
-    empty,
   );
   context.watch(`kv/${keyPath(prefix)}`, {
     query: { keys: '', separator: '/' },
     allowNotFound: true,
-    onData(keys) {
+    onData(keys, result) {
       context.alerts.clear('kv-folder');
       const entries = (keys || []).filter((key) => key !== prefix);
       reconcile(body, entries, (key) => key, (key) => folderRow(context, prefix, key));
       table.hidden = entries.length === 0;
-      empty.hidden = entries.length > 0;
+      showAccess(note, context, {
+        count: entries.length,
+        filtered: result.filtered,
+        noun: 'keys',
+        none: prefix ? 'This folder is empty.' : 'There are no keys yet.',
+      });
     },
     onError(error) {
+      if (error.status === 403) {
+        table.hidden = true;
+        showAccess(note, context, { error, noun: 'keys' });
+        return;
+      }
       context.alerts.error(error, { key: 'kv-folder', title: 'Loading the keys failed' });
     },
   });

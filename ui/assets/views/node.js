@@ -3,7 +3,7 @@
 // metadata. The node comes from /v1/internal/ui/node/<name>, the sessions from
 // /v1/session/node/<name>; both stay live while their tab is shown.
 
-import { h, append, replace, reconcile, duration, tagList } from '../dom.js';
+import { h, append, replace, reconcile, duration, tagList, tableHead } from '../dom.js';
 import { badge, worst, checkCounts } from '../health.js';
 import { segment } from '../api.js';
 import { checkTable } from './service.js';
@@ -25,20 +25,7 @@ function servicesTable(context, services, checks) {
   return h(
     'table',
     { class: 'list' },
-    h(
-      'thead',
-      null,
-      h(
-        'tr',
-        null,
-        h('th', { scope: 'col', class: 'health' }, h('span', { class: 'visually-hidden' }, 'Health')),
-        h('th', { scope: 'col' }, 'Service'),
-        h('th', { scope: 'col' }, 'ID'),
-        h('th', { scope: 'col' }, 'Port'),
-        h('th', { scope: 'col' }, 'Checks'),
-        h('th', { scope: 'col' }, 'Tags'),
-      ),
-    ),
+    tableHead(['Service', 'ID', 'Port', 'Checks', 'Tags'], { health: true }),
     h(
       'tbody',
       null,

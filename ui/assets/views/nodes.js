@@ -4,6 +4,7 @@
 import { h, append, reconcile, filterRows } from '../dom.js';
 import { badge, checkCounts, worst } from '../health.js';
 import { segment } from '../api.js';
+import { accessNote, showAccess } from '../access.js';
 
 export const nav = { id: 'nodes', label: 'Nodes', path: 'nodes' };
 export const routes = [{ pattern: 'nodes', nav: 'nodes', title: 'Nodes', mount }];
@@ -57,9 +58,11 @@ function mount(main, context) {
     body,
   );
   const empty = h('p', { class: 'muted', hidden: true }, 'No node matches the filter.');
+  const note = accessNote('nodes-access');
   append(main,
     h('h1', null, 'Nodes ', total),
     h('div', { class: 'toolbar', role: 'search' }, h('label', { for: 'nodes-filter' }, 'Filter'), search),
+    note,
     table,
     empty,
   );
@@ -67,18 +70,24 @@ function mount(main, context) {
   const refilter = () => {
     const shown = filterRows(body, search.value);
     total.textContent = shown === all ? `(${all})` : `(${shown} of ${all})`;
-    empty.hidden = shown > 0;
+    empty.hidden = shown > 0 || all === 0;
   };
   search.addEventListener('input', refilter);
   context.watch('internal/ui/nodes', {
-    onData(list) {
+    onData(list, result) {
       context.alerts.clear('nodes');
       all = list.length;
       reconcile(body, list, (info) => info.Node, (info) => row(context, info));
-      table.hidden = false;
+      table.hidden = all === 0;
+      showAccess(note, context, { count: all, filtered: result.filtered, noun: 'nodes', none: 'No nodes are registered.' });
       refilter();
     },
     onError(error) {
+      if (error.status === 403) {
+        table.hidden = true;
+        showAccess(note, context, { error, noun: 'nodes' });
+        return;
+      }
       context.alerts.error(error, { key: 'nodes', title: 'Loading the nodes failed' });
     },
   });

@@ -2,12 +2,21 @@
 // tags, from /v1/internal/ui/services, kept live by a blocking query. The filter box
 // matches names and tags as you type; the health menu narrows to one state.
 //
+// Sidecar proxies are not listed: as in Consul's UI, a proxy is shown under the service it
+// fronts (its checks already count there, and the row says the service is in the mesh);
+// the agent's summary still carries them, with Kind "connect-proxy". A list that ACLs
+// empty or cut says so (access.js).
+//
 // The first render is measured with the Performance API: `services:render` runs from just
 // before the request to the table laid out (the browser test reads it).
 
 import { h, append, reconcile, filterRows, tagList } from '../dom.js';
 import { badge, counts, summaryState } from '../health.js';
 import { segment } from '../api.js';
+import { accessNote, showAccess } from '../access.js';
+
+/** Consul's service kind of sidecar proxies, which the list leaves to their services. */
+const KIND_CONNECT_PROXY = 'connect-proxy';
 
 export const nav = { id: 'services', label: 'Services', path: 'services' };
 export const routes = [{ pattern: 'services', nav: 'services', title: 'Services', mount }];
@@ -41,6 +50,9 @@ function row(context, summary) {
   link.href = context.href(`services/${segment(summary.Name)}/instances`);
   link.textContent = summary.Name;
   if (summary.Kind) nameCell.append(h('span', { class: 'kind' }, summary.Kind));
+  if (summary.ConnectedWithProxy) {
+    nameCell.append(h('span', { class: 'kind mesh', title: 'A sidecar proxy fronts this service; its checks count here.' }, 'in service mesh'));
+  }
   for (const source of summary.ExternalSources || []) nameCell.append(h('span', { class: 'kind' }, source));
   countCell.textContent = String(summary.InstanceCount);
   checksCell.append(counts(summary.ChecksPassing, summary.ChecksWarning, summary.ChecksCritical));
@@ -82,7 +94,8 @@ function mount(main, context) {
     ),
     body,
   );
-  const empty = h('p', { class: 'muted', hidden: true });
+  const empty = h('p', { class: 'muted', hidden: true }, 'No service matches the filter.');
+  const note = accessNote('services-access');
   append(main,
     h('h1', null, 'Services ', total),
     h(
@@ -93,6 +106,7 @@ function mount(main, context) {
       h('label', { for: 'services-health' }, 'Health'),
       health,
     ),
+    note,
     table,
     empty,
   );
@@ -101,8 +115,7 @@ function mount(main, context) {
   const refilter = () => {
     const shown = filterRows(body, search.value, (tr) => !health.value || tr.dataset.health === health.value);
     total.textContent = shown === all ? `(${all})` : `(${shown} of ${all})`;
-    empty.hidden = shown > 0;
-    empty.textContent = all === 0 ? 'No services are registered.' : 'No service matches the filter.';
+    empty.hidden = shown > 0 || all === 0;
   };
   search.addEventListener('input', refilter);
   health.addEventListener('change', refilter);
@@ -114,12 +127,14 @@ function mount(main, context) {
   performance.mark('services:fetch-start');
   let measured = false;
   context.watch('internal/ui/services', {
-    onData(list) {
+    onData(list, result) {
       if (!measured) performance.mark('services:data');
       context.alerts.clear('services');
-      all = list.length;
-      reconcile(body, list, (summary) => summary.Name, (summary) => row(context, summary));
-      table.hidden = false;
+      const services = list.filter((summary) => summary.Kind !== KIND_CONNECT_PROXY);
+      all = services.length;
+      reconcile(body, services, (summary) => summary.Name, (summary) => row(context, summary));
+      table.hidden = all === 0;
+      showAccess(note, context, { count: all, filtered: result.filtered, noun: 'services', none: 'No services are registered.' });
       refilter();
       if (!measured) {
         measured = true;
@@ -134,6 +149,11 @@ function mount(main, context) {
       }
     },
     onError(error) {
+      if (error.status === 403) {
+        table.hidden = true;
+        showAccess(note, context, { error, noun: 'services' });
+        return;
+      }
       context.alerts.error(error, { key: 'services', title: 'Loading the services failed' });
     },
   });
