@@ -206,14 +206,17 @@ fn version_formats_and_the_consul_name() {
 
 /// `snapshot inspect -format=json` prints Consul's JSON layout (`Meta` with the snapshot's
 /// ID, size, index, term and version; `Stats` with a name, byte sum and count per record
-/// type; `TotalSize`); `pretty` is the default and another format is refused with
-/// Consul's words.
+/// type, largest first; `StatsKV` with `-kvdetails`; `TotalSize`); `pretty` is the default,
+/// Consul's tables of types (and with `-kvdetails` of key prefixes), and another format is
+/// refused with Consul's words.
 #[test]
 fn snapshot_inspect_has_consuls_formats() {
     let agent = Agent::dev(&[]);
     let live = agent.http_addr();
     let env = [("CONSUL_HTTP_ADDR", live.as_str())];
     praetor_ok(&["kv", "put", "snap/a", "hello"], &env);
+    praetor_ok(&["kv", "put", "snap/deep/b", "world"], &env);
+    praetor_ok(&["kv", "put", "other/c", "!"], &env);
     let dir = TempDir::new("snap-format");
     let file = dir.path().join("backup.snap").display().to_string();
     praetor_ok(&["snapshot", "save", &file], &env);
@@ -233,11 +236,64 @@ fn snapshot_inspect_has_consuls_formats() {
         .find(|s| s["Name"] == "KVS")
         .cloned()
         .unwrap_or_else(|| panic!("KVS stats: {json}"));
-    assert_eq!(kvs["Count"], 1, "{json}");
-    assert_eq!(kvs["Sum"], "snap/a".len() + "hello".len());
-    assert!(json["TotalSize"].as_u64().is_some());
+    assert_eq!(kvs["Count"], 3, "{json}");
+    // A record's size is its encoding: more than its key and value.
+    let keys_and_values = ["snap/a", "hello", "snap/deep/b", "world", "other/c", "!"];
+    let raw: usize = keys_and_values.iter().map(|s| s.len()).sum();
+    assert!(kvs["Sum"].as_u64().unwrap() > raw as u64, "{json}");
+    let stats = json["Stats"].as_array().unwrap();
+    for name in ["Register", "Index"] {
+        assert!(stats.iter().any(|s| s["Name"] == name), "{name}: {json}");
+    }
+    let sums: Vec<u64> = stats.iter().map(|s| s["Sum"].as_u64().unwrap()).collect();
+    assert!(
+        sums.windows(2).all(|w| w[0] >= w[1]),
+        "largest first: {json}"
+    );
+    assert_eq!(
+        json["TotalSize"].as_u64(),
+        Some(sums.iter().sum()),
+        "{json}"
+    );
+    assert!(json["StatsKV"].is_null(), "{json}");
     let pretty = praetor_ok(&["snapshot", "inspect", &file], &[]);
-    assert!(pretty.starts_with("ID"), "{pretty}");
+    let lines: Vec<&str> = pretty.lines().collect();
+    assert!(lines[0].starts_with(" ID "), "{pretty}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(" Type ") && l.ends_with("Count      Size")),
+        "{pretty}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.split_whitespace().take(2).eq(["KVS", "3"])),
+        "{pretty}"
+    );
+    assert!(lines.last().unwrap().starts_with(" Total "), "{pretty}");
+    let detailed = praetor_ok(
+        &[
+            "snapshot",
+            "inspect",
+            "-kvdetails",
+            "-kvdepth=1",
+            "-kvfilter=snap",
+            &file,
+        ],
+        &[],
+    );
+    let key_rows: Vec<&str> = detailed
+        .lines()
+        .skip_while(|l| !l.starts_with(" Key Name "))
+        .collect();
+    assert!(
+        key_rows
+            .iter()
+            .any(|l| l.split_whitespace().take(2).eq(["snap", "2"])),
+        "{detailed}"
+    );
+    assert!(!detailed.contains(" other "), "{detailed}");
     let err = praetor_fails(&["snapshot", "inspect", "-format=yaml", &file], &[]);
     assert!(err.contains("Unknown format: yaml"), "{err}");
 }

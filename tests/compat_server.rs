@@ -357,16 +357,6 @@ fn alias_checks_follow_a_local_service() {
     assert!(output.contains("could not be found"), "{output}");
 }
 
-/// An 8-dimensional coordinate (serf's dimensionality) `x` seconds out on the first axis.
-fn coordinate_at(x: f64) -> serde_json::Value {
-    serde_json::json!({
-        "Vec": [x, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        "Error": 0.2,
-        "Adjustment": 0.0,
-        "Height": 0.00001
-    })
-}
-
 /// Consul's `PUT /v1/coordinate/update` (`agent/coordinate_endpoint.go`, the server's
 /// `Coordinate.Update`): the coordinate of a catalog node — here external nodes, as
 /// consul-esm reports them — is stored and answered by `/v1/coordinate/node/<n>` and
@@ -385,7 +375,8 @@ fn coordinate_update_stores_coordinates_of_catalog_nodes() {
         );
     }
     for (name, x) in [("esm-near", 0.0005), ("esm-far", 5.0)] {
-        let body = serde_json::json!({"Node": name, "Segment": "", "Coord": coordinate_at(x)});
+        let body =
+            serde_json::json!({"Node": name, "Segment": "", "Coord": common::coordinate_at(x)});
         let response = agent.put("/v1/coordinate/update", body.to_string().as_bytes());
         assert_eq!(response.status, 200, "{}", response.text());
         assert!(response.body.is_empty(), "{}", response.text());
@@ -437,7 +428,7 @@ fn coordinate_update_stores_coordinates_of_catalog_nodes() {
     let response = agent.put("/v1/coordinate/update", b"{not json");
     assert_eq!(response.status, 400);
 
-    let stranger = serde_json::json!({"Node": "nobody", "Coord": coordinate_at(1.0)});
+    let stranger = serde_json::json!({"Node": "nobody", "Coord": common::coordinate_at(1.0)});
     let response = agent.put("/v1/coordinate/update", stranger.to_string().as_bytes());
     assert_eq!(response.status, 200);
     assert_eq!(agent.get("/v1/coordinate/node/nobody").status, 404);

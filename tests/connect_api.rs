@@ -423,7 +423,7 @@ fn the_intention_commands_create_check_get_match_and_delete() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "Created: web => db (deny)");
     let (code, out, _) = cli(&["intention", "check", &addr, "web", "db"], None);
-    assert_eq!((code, out.trim()), (2, "Denied"));
+    assert_eq!((code, out.trim()), (1, "Denied"));
     let (code, out, _) = cli(&["intention", "check", &addr, "api", "db"], None);
     assert_eq!((code, out.trim()), (0, "Allowed"));
     let (code, _, err) = cli(

@@ -129,6 +129,7 @@ pub struct TokenCreateArgs {
     /// Role name to link; repeatable.
     #[arg(long = "role-name")]
     pub role_name: Vec<String>,
+    /// A description of the token.
     #[arg(long)]
     pub description: Option<String>,
     /// The new token's Accessor ID (a UUID; generated when absent).
@@ -159,8 +160,12 @@ pub struct TokenReadArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Accessor ID (or unique prefix) of the token to read.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
     /// Read the token the request carries.
     #[arg(long = "self")]
     pub own: bool,
@@ -172,28 +177,40 @@ pub struct TokenUpdateArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Accessor ID (or unique prefix) of the token to update.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
+    /// A new description (the token keeps its own when absent).
     #[arg(long)]
     pub description: Option<String>,
     /// Policies, roles and identities given replace the token's.
     #[command(flatten)]
     pub links: Links,
+    /// ID (or unique prefix) of a role to link instead of the token's roles; repeatable.
     #[arg(long = "role-id")]
     pub role_id: Vec<String>,
+    /// Name of a role to link instead of the token's roles; repeatable.
     #[arg(long = "role-name")]
     pub role_name: Vec<String>,
-    /// Policies added to the token's.
+    /// ID (or unique prefix) of a policy to add to the token's; repeatable.
     #[arg(long = "append-policy-id")]
     pub append_policy_id: Vec<String>,
+    /// Name of a policy to add to the token's; repeatable.
     #[arg(long = "append-policy-name")]
     pub append_policy_name: Vec<String>,
+    /// ID (or unique prefix) of a role to add to the token's; repeatable.
     #[arg(long = "append-role-id")]
     pub append_role_id: Vec<String>,
+    /// Name of a role to add to the token's; repeatable.
     #[arg(long = "append-role-name")]
     pub append_role_name: Vec<String>,
+    /// A service identity to add to the token's, `NAME` or `NAME:DC1,DC2`; repeatable.
     #[arg(long = "append-service-identity")]
     pub append_service_identity: Vec<String>,
+    /// A node identity to add to the token's, `NAME:DATACENTER`; repeatable.
     #[arg(long = "append-node-identity")]
     pub append_node_identity: Vec<String>,
 }
@@ -202,8 +219,12 @@ pub struct TokenUpdateArgs {
 pub struct AccessorArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Accessor ID (or unique prefix) of the token to delete.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -212,8 +233,13 @@ pub struct TokenCloneArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Accessor ID (or unique prefix) of the token to clone.
     #[arg(long = "accessor-id")]
     pub accessor_id: Option<String>,
+    /// Deprecated spelling of -accessor-id, accepted with a warning as Consul does.
+    #[arg(long = "id", hide = true)]
+    pub id: Option<String>,
+    /// A description of the new token (default: the original's).
     #[arg(long)]
     pub description: Option<String>,
 }
@@ -236,8 +262,10 @@ pub struct PolicyWriteArgs {
     /// The policy to update (ID or unique prefix).
     #[arg(long)]
     pub id: Option<String>,
+    /// The policy's name (update: its new name, or the policy to update without -id).
     #[arg(long)]
     pub name: Option<String>,
+    /// A description of the policy.
     #[arg(long)]
     pub description: Option<String>,
     /// The rules: text, `@file` or `-` for stdin.
@@ -257,8 +285,10 @@ pub struct ByIdOrNameArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// ID (or unique prefix) of the object.
     #[arg(long)]
     pub id: Option<String>,
+    /// Name of the object, instead of -id.
     #[arg(long)]
     pub name: Option<String>,
 }
@@ -281,12 +311,15 @@ pub struct RoleWriteArgs {
     /// The role to update (ID or unique prefix).
     #[arg(long)]
     pub id: Option<String>,
+    /// The role's name (update: its new name, or the role to update without -id).
     #[arg(long)]
     pub name: Option<String>,
+    /// A description of the role.
     #[arg(long)]
     pub description: Option<String>,
     #[command(flatten)]
     pub links: Links,
+    /// Update: replace every field instead of keeping those not given.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
 }
@@ -309,10 +342,13 @@ pub struct AuthMethodWriteArgs {
     /// The auth method's type (`jwt`).
     #[arg(long = "type")]
     pub method_type: Option<String>,
+    /// The auth method's name.
     #[arg(long)]
     pub name: Option<String>,
+    /// The name shown for the auth method in the UI.
     #[arg(long = "display-name")]
     pub display_name: Option<String>,
+    /// A description of the auth method.
     #[arg(long)]
     pub description: Option<String>,
     /// Longest lifetime of a token this method issues (a Go duration).
@@ -324,6 +360,7 @@ pub struct AuthMethodWriteArgs {
     /// The method's configuration as JSON: text, `@file` or `-`.
     #[arg(long)]
     pub config: Option<String>,
+    /// Update: replace every field instead of keeping those not given.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
 }
@@ -334,6 +371,7 @@ pub struct ByNameArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// Name of the auth method.
     #[arg(long)]
     pub name: Option<String>,
 }
@@ -359,18 +397,22 @@ pub struct BindingRuleWriteArgs {
     /// The auth method the rule belongs to.
     #[arg(long)]
     pub method: Option<String>,
+    /// A description of the binding rule.
     #[arg(long)]
     pub description: Option<String>,
+    /// Expression over the verified identity's attributes that the rule applies to.
     #[arg(long)]
     pub selector: Option<String>,
     /// `service`, `node`, `role`, `policy` or `templated-policy`.
     #[arg(long = "bind-type")]
     pub bind_type: Option<String>,
+    /// Name to bind, may interpolate the identity's attributes (`svc-${value.project}`).
     #[arg(long = "bind-name")]
     pub bind_name: Option<String>,
     /// A templated policy's variable, `name=VALUE`.
     #[arg(long = "bind-vars")]
     pub bind_vars: Vec<String>,
+    /// Update: replace every field instead of keeping those not given.
     #[arg(long = "no-merge")]
     pub no_merge: bool,
 }
@@ -392,6 +434,7 @@ pub struct ByIdArgs {
     pub http: HttpFlags,
     #[command(flatten)]
     pub output: Output,
+    /// ID (or unique prefix) of the binding rule.
     #[arg(long)]
     pub id: Option<String>,
 }
@@ -1137,14 +1180,54 @@ pub fn run(command: AclCommand) -> Result<i32, String> {
     }
 }
 
-fn accessor(client: &Client, accessor_id: &Option<String>, action: &str) -> Result<String, String> {
-    let given = accessor_id
-        .as_deref()
-        .filter(|a| !a.is_empty())
-        .ok_or_else(|| {
-            format!("Cannot {action} a token without specifying the -accessor-id parameter")
-        })?;
-    full_id(client, Kind::Token, given).map_err(|e| format!("Error determining token ID: {e}"))
+/// What a token command says when it is not told which token, and when it is told with the
+/// deprecated `-id`: each of Consul's commands words these its own way.
+struct AccessorTexts {
+    missing: &'static str,
+    deprecated: &'static str,
+    unresolved: &'static str,
+}
+
+const TOKEN_READ_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Must specify the -accessor-id parameter",
+    deprecated: "Use the -accessor-id parameter to specify token by Accessor ID",
+    unresolved: "Error determining token ID",
+};
+const TOKEN_UPDATE_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Cannot update a token without specifying the -accessor-id parameter",
+    deprecated: "Use the -accessor-id parameter to specify token by Accessor ID",
+    unresolved: "Error determining token ID",
+};
+const TOKEN_DELETE_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Must specify the -accessor-id parameter",
+    deprecated: "Use the -accessor-id parameter to specify token by Accessor ID.",
+    unresolved: "Error determining token ID",
+};
+// Consul's clone says "update" here too.
+const TOKEN_CLONE_TEXTS: AccessorTexts = AccessorTexts {
+    missing: "Cannot update a token without specifying the -accessor-id parameter",
+    deprecated: "The -id parameter is deprecated. Use the -accessor-id parameter instead.",
+    unresolved: "Error determining token Accessor ID",
+};
+
+/// The full accessor ID of the token a command names with `-accessor-id`, or with the
+/// deprecated `-id` (after a warning on standard error) when `-accessor-id` is absent.
+fn accessor(
+    client: &Client,
+    accessor_id: &Option<String>,
+    deprecated_id: &Option<String>,
+    texts: &AccessorTexts,
+) -> Result<String, String> {
+    let non_empty = |v: &Option<String>| v.clone().filter(|a| !a.is_empty());
+    let given = match (non_empty(accessor_id), non_empty(deprecated_id)) {
+        (Some(given), _) => given,
+        (None, Some(given)) => {
+            eprintln!("{}", texts.deprecated);
+            given
+        }
+        (None, None) => return Err(texts.missing.to_string()),
+    };
+    full_id(client, Kind::Token, &given).map_err(|e| format!("{}: {e}", texts.unresolved))
 }
 
 fn token(command: TokenCommand) -> Result<i32, String> {
@@ -1177,12 +1260,7 @@ fn token(command: TokenCommand) -> Result<i32, String> {
             let (path, label) = if args.own {
                 ("/v1/acl/token/self".to_string(), "self".to_string())
             } else {
-                let id = accessor(&client, &args.accessor_id, "read").map_err(|e| {
-                    e.replace(
-                        "Cannot read a token without specifying the -accessor-id parameter",
-                        "Must specify the -accessor-id parameter",
-                    )
-                })?;
+                let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_READ_TEXTS)?;
                 (Kind::Token.path(&id), id)
             };
             let token =
@@ -1192,12 +1270,12 @@ fn token(command: TokenCommand) -> Result<i32, String> {
         TokenCommand::Update(args) => token_update(args),
         TokenCommand::Delete(args) => {
             let client = connect(&args.http)?;
-            let id = accessor(&client, &args.accessor_id, "delete")?;
+            let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_DELETE_TEXTS)?;
             delete(&client, Kind::Token, &id)
         }
         TokenCommand::Clone(args) => {
             let client = connect(&args.http)?;
-            let id = accessor(&client, &args.accessor_id, "clone")?;
+            let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_CLONE_TEXTS)?;
             let mut body = Map::new();
             set_text(&mut body, "Description", &args.description, true);
             let cloned = put(
@@ -1244,7 +1322,7 @@ fn replace_or_append(
 
 fn token_update(args: TokenUpdateArgs) -> Result<i32, String> {
     let client = connect(&args.http)?;
-    let id = accessor(&client, &args.accessor_id, "update")?;
+    let id = accessor(&client, &args.accessor_id, &args.id, &TOKEN_UPDATE_TEXTS)?;
     let current = get(&client, &Kind::Token.path(&id))
         .map_err(|e| format!("Error when retrieving current token: {e}"))?;
     let mut token = current.as_object().cloned().unwrap_or_default();

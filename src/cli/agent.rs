@@ -10,85 +10,110 @@ pub struct AgentArgs {
     /// Development mode: a single in-memory-ish server with everything enabled.
     #[arg(long)]
     pub dev: bool,
+    // The booleans below are `Option`s, as Consul's agent flags are pointers: `-server=false`
+    // overrides a config file's `server = true`, and an absent flag leaves the files alone.
     /// Run as a server (Raft voter) rather than a client agent.
     #[arg(long)]
-    pub server: bool,
+    pub server: Option<bool>,
     /// Bootstrap a one-server cluster.
     #[arg(long)]
-    pub bootstrap: bool,
+    pub bootstrap: Option<bool>,
     /// Servers to wait for before bootstrapping the cluster.
     #[arg(long = "bootstrap-expect")]
     pub bootstrap_expect: Option<u32>,
+    /// Directory the agent keeps its state in (Raft log, snapshots, node ID).
     #[arg(long = "data-dir")]
     pub data_dir: Option<PathBuf>,
     /// Node name (default: the host name).
     #[arg(long = "node")]
     pub node: Option<String>,
+    /// The node's unique ID, a UUID (default: generated once and kept in -data-dir).
     #[arg(long = "node-id")]
     pub node_id: Option<String>,
+    /// Datacenter the agent belongs to (default `dc1`).
     #[arg(long)]
     pub datacenter: Option<String>,
     /// Address for cluster communication.
     #[arg(long)]
     pub bind: Option<String>,
+    /// Address advertised to the other agents, when it differs from -bind.
     #[arg(long)]
     pub advertise: Option<String>,
     /// Address(es) the HTTP and DNS interfaces listen on.
     #[arg(long)]
     pub client: Option<String>,
+    /// HTTP API port (default 8500; -1 turns the HTTP API off).
     #[arg(long = "http-port", allow_negative_numbers = true)]
     pub http_port: Option<i32>,
+    /// DNS port (default 8600; -1 turns DNS off).
     #[arg(long = "dns-port", allow_negative_numbers = true)]
     pub dns_port: Option<i32>,
+    /// Server RPC port (default 8300).
     #[arg(long = "server-port", allow_negative_numbers = true)]
     pub server_port: Option<i32>,
+    /// LAN gossip port (default 8301).
     #[arg(long = "serf-lan-port", allow_negative_numbers = true)]
     pub serf_lan_port: Option<i32>,
+    /// WAN gossip port of a server (default 8302; -1 turns the WAN pool off).
     #[arg(long = "serf-wan-port", allow_negative_numbers = true)]
     pub serf_wan_port: Option<i32>,
+    /// gRPC port without TLS (off by default; -1 turns it off).
     #[arg(long = "grpc-port", allow_negative_numbers = true)]
     pub grpc_port: Option<i32>,
     /// HTTPS API port (off by default; needs a certificate in `tls`).
     #[arg(long = "https-port", allow_negative_numbers = true)]
     pub https_port: Option<i32>,
+    /// gRPC port with TLS (off by default; -1 turns it off).
     #[arg(long = "grpc-tls-port", allow_negative_numbers = true)]
     pub grpc_tls_port: Option<i32>,
     /// Shard threads (default: one per core).
     #[arg(long)]
     pub shards: Option<usize>,
+    /// Log level: trace, debug, info, warn or error (default info).
     #[arg(long = "log-level")]
     pub log_level: Option<String>,
+    /// A config file (JSON or HCL) to load; repeatable, loaded in order.
     #[arg(long = "config-file")]
     pub config_file: Vec<PathBuf>,
+    /// A directory whose .json and .hcl files are loaded in name order; repeatable.
     #[arg(long = "config-dir")]
     pub config_dir: Vec<PathBuf>,
     /// An HCL config fragment.
     #[arg(long)]
     pub hcl: Vec<String>,
+    /// Address of an agent to join at start, retried until one answers; repeatable.
     #[arg(long = "retry-join")]
     pub retry_join: Vec<String>,
+    /// Address of an agent to join at start (Consul's deprecated alias of -retry-join); repeatable.
     #[arg(long = "join")]
     pub join: Vec<String>,
+    /// Serve the web UI at /ui/.
     #[arg(long)]
-    pub ui: bool,
+    pub ui: Option<bool>,
     /// Serve the web UI from this directory instead of the embedded one.
     #[arg(long = "ui-dir")]
     pub ui_dir: Option<PathBuf>,
     /// Where the web UI is served (default `/ui/`).
     #[arg(long = "ui-content-path")]
     pub ui_content_path: Option<String>,
+    /// Upstream DNS server for names outside the agent's domain; repeatable.
     #[arg(long)]
     pub recursor: Vec<String>,
+    /// DNS domain the agent answers for (default `consul.`).
     #[arg(long)]
     pub domain: Option<String>,
+    /// A second DNS domain answered like -domain.
     #[arg(long = "alt-domain")]
     pub alt_domain: Option<String>,
+    /// Gossip encryption key, base64 (see `praetor keygen`).
     #[arg(long)]
     pub encrypt: Option<String>,
+    /// Run script checks, whoever registers them (prefer -enable-local-script-checks).
     #[arg(long = "enable-script-checks")]
-    pub enable_script_checks: bool,
+    pub enable_script_checks: Option<bool>,
+    /// Run script checks defined in config files only, not those registered over HTTP.
     #[arg(long = "enable-local-script-checks")]
-    pub enable_local_script_checks: bool,
+    pub enable_local_script_checks: Option<bool>,
     /// Node metadata as `key:value` (repeatable).
     #[arg(long = "node-meta")]
     pub node_meta: Vec<String>,
@@ -103,10 +128,10 @@ pub struct AgentArgs {
     pub advertise_wan: Option<String>,
     /// Rejoin the cluster after a previous leave (praetor always does: it keeps no gossip
     /// snapshot, so every start joins through its join addresses).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long)]
     pub rejoin: Option<bool>,
     /// Never derive the node ID from the host (praetor never does).
-    #[arg(long = "disable-host-node-id", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long = "disable-host-node-id")]
     pub disable_host_node_id: Option<bool>,
     /// Time between -retry-join attempts (Go duration, default 30s).
     #[arg(long = "retry-interval")]
@@ -114,8 +139,10 @@ pub struct AgentArgs {
     /// -retry-join attempts before the agent exits with code 1 (0: retry forever).
     #[arg(long = "retry-max")]
     pub retry_max: Option<u64>,
+    /// Time between -retry-join-wan attempts (Go duration, default 30s).
     #[arg(long = "retry-interval-wan")]
     pub retry_interval_wan: Option<String>,
+    /// -retry-join-wan attempts before giving up (0: retry forever).
     #[arg(long = "retry-max-wan")]
     pub retry_max_wan: Option<u64>,
     /// Address the LAN gossip pool binds (default: -bind).
@@ -148,18 +175,24 @@ pub struct AgentArgs {
     /// Also write logs to this file (a path ending in `/` holds `consul.log`).
     #[arg(long = "log-file")]
     pub log_file: Option<String>,
+    /// Size at which the -log-file is rotated (0: no size limit).
     #[arg(long = "log-rotate-bytes")]
     pub log_rotate_bytes: Option<i64>,
+    /// Age at which the -log-file is rotated (Go duration, default 24h).
     #[arg(long = "log-rotate-duration")]
     pub log_rotate_duration: Option<String>,
+    /// Rotated log files kept (0: keep all; -1: keep none).
     #[arg(long = "log-rotate-max-files", allow_negative_numbers = true)]
     pub log_rotate_max_files: Option<i64>,
     /// Log in hclog's JSON format.
-    #[arg(long = "log-json", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long = "log-json")]
     pub log_json: Option<bool>,
     /// Log to syslog (not supported; refused).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long)]
     pub syslog: Option<bool>,
+    /// Arguments after the flags, which the agent refuses with Consul's message.
+    #[arg(hide = true)]
+    pub extra: Vec<String>,
 }
 
 /// `-node-meta key:value` as Consul splits it: at the first `:`; no `:` is an empty value.
@@ -177,11 +210,11 @@ impl AgentArgs {
         let mut set = |key: &str, value: Value| {
             flags.insert(key.to_string(), value);
         };
-        if self.server {
-            set("server", json!(true));
+        if let Some(v) = self.server {
+            set("server", json!(v));
         }
-        if self.bootstrap {
-            set("bootstrap", json!(true));
+        if let Some(v) = self.bootstrap {
+            set("bootstrap", json!(v));
         }
         if let Some(n) = self.bootstrap_expect {
             set("bootstrap_expect", json!(n));
@@ -220,8 +253,8 @@ impl AgentArgs {
             set("start_join", json!(self.join));
         }
         let mut ui = Map::new();
-        if self.ui {
-            ui.insert("enabled".into(), json!(true));
+        if let Some(v) = self.ui {
+            ui.insert("enabled".into(), json!(v));
         }
         if let Some(dir) = &self.ui_dir {
             ui.insert("dir".into(), json!(dir.to_string_lossy()));
@@ -244,11 +277,11 @@ impl AgentArgs {
         if let Some(v) = &self.encrypt {
             set("encrypt", json!(v));
         }
-        if self.enable_script_checks {
-            set("enable_script_checks", json!(true));
+        if let Some(v) = self.enable_script_checks {
+            set("enable_script_checks", json!(v));
         }
-        if self.enable_local_script_checks {
-            set("enable_local_script_checks", json!(true));
+        if let Some(v) = self.enable_local_script_checks {
+            set("enable_local_script_checks", json!(v));
         }
         if !self.node_meta.is_empty() {
             let meta: Map<String, Value> = self
@@ -334,6 +367,12 @@ impl AgentArgs {
 }
 
 pub fn run(args: AgentArgs) -> Result<i32, String> {
+    if !args.extra.is_empty() {
+        return Err(format!(
+            "Unexpected extra arguments: [{}]",
+            args.extra.join(" ")
+        ));
+    }
     crate::node::defer_reload_signals();
     let config_format = args
         .config_format

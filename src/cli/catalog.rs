@@ -34,7 +34,8 @@ pub struct NodesArgs {
     /// Only nodes providing this service.
     #[arg(long)]
     pub service: Option<String>,
-    /// Sort by distance to this node (accepted; results keep catalog order).
+    /// List nodes nearest first by estimated round-trip time from this node (`_agent`: the
+    /// agent's own).
     #[arg(long)]
     pub near: Option<String>,
     /// A filter expression over the nodes.
@@ -131,6 +132,10 @@ pub fn run(command: CatalogCommand) -> Result<i32, String> {
             let mut query = node_meta_query(&args.node_meta)?;
             if let Some(filter) = &args.filter {
                 query.push_str(&format!("&filter={}", encode_query_value(filter)));
+            }
+            // The agent sorts by network coordinates; the rows keep its order below.
+            if let Some(near) = args.near.as_deref().filter(|n| !n.is_empty()) {
+                query.push_str(&format!("&near={}", encode_query_value(near)));
             }
             let nodes: Vec<Value> = match &args.service {
                 Some(service) => {

@@ -16,6 +16,7 @@
 //! for is refused before any request with the 400 answer Consul CE gives for `?ns=` and
 //! `?partition=`, rather than sent and silently ignored.
 
+use super::goflag::parse_go_bool;
 use super::HttpFlags;
 use crate::tls::files::{
     crypto_provider, load_ca_certificates, pem_certificates, pem_private_key, read_bounded,
@@ -98,16 +99,6 @@ pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Go's `strconv.ParseBool`: what Consul's environment variables and Go bool flags accept.
-/// The one parser for both (`lock`, `watch` and the `CONSUL_HTTP_SSL*` variables).
-pub fn parse_go_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(format!("invalid boolean value {other:?}")),
-    }
-}
-
 impl ClientOptions {
     /// Resolves the flags of a command and the environment (`env`) into client options.
     pub fn resolve(
@@ -120,7 +111,7 @@ impl ClientOptions {
             .unwrap_or_else(|| HTTP_ADDR_DEFAULT.to_string());
         let mut https = match env("CONSUL_HTTP_SSL") {
             None => false,
-            Some(text) => parse_go_bool(&text).unwrap_or_else(|_| {
+            Some(text) => parse_go_bool(&text).unwrap_or_else(|| {
                 eprintln!("[WARN]  consul-api: could not parse CONSUL_HTTP_SSL: {text:?}");
                 false
             }),
@@ -171,7 +162,7 @@ impl ClientOptions {
                 .unwrap_or_else(|| host.clone());
             let verify = match env("CONSUL_HTTP_SSL_VERIFY") {
                 None => true,
-                Some(text) => parse_go_bool(&text).unwrap_or_else(|_| {
+                Some(text) => parse_go_bool(&text).unwrap_or_else(|| {
                     eprintln!(
                         "[WARN]  consul-api: could not parse CONSUL_HTTP_SSL_VERIFY: {text:?}"
                     );
@@ -745,15 +736,6 @@ fn read_response(stream: &mut dyn Stream) -> Result<Response, String> {
 mod tests {
     use super::*;
     use std::collections::HashMap;
-
-    #[test]
-    fn go_booleans_parse() {
-        assert_eq!(parse_go_bool("false"), Ok(false));
-        assert_eq!(parse_go_bool("T"), Ok(true));
-        assert_eq!(parse_go_bool("1"), Ok(true));
-        assert!(parse_go_bool("yes").is_err());
-        assert!(parse_go_bool("").is_err());
-    }
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs

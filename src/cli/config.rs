@@ -30,18 +30,21 @@ pub struct WriteArgs {
     /// Check-and-set: write only if the entry is still at -modify-index (0: only if new).
     #[arg(long)]
     pub cas: bool,
+    /// The entry's ModifyIndex that -cas compares with.
     #[arg(long = "modify-index", default_value_t = 0)]
     pub modify_index: u64,
     /// The entry file, JSON or HCL; `-` reads standard input.
-    pub file: String,
+    pub file: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub struct ReadArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// The entry's kind (`service-defaults`, `proxy-defaults`, …).
     #[arg(long)]
     pub kind: Option<String>,
+    /// The entry's name.
     #[arg(long)]
     pub name: Option<String>,
 }
@@ -50,6 +53,7 @@ pub struct ReadArgs {
 pub struct ListArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// The kind of entries to list.
     #[arg(long)]
     pub kind: Option<String>,
 }
@@ -58,15 +62,19 @@ pub struct ListArgs {
 pub struct DeleteArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// The entry's kind.
     #[arg(long)]
     pub kind: Option<String>,
+    /// The entry's name.
     #[arg(long)]
     pub name: Option<String>,
     /// Delete the entry named in this file instead of -kind and -name.
     #[arg(long)]
     pub filename: Option<String>,
+    /// Check-and-set: delete only if the entry is still at -modify-index.
     #[arg(long)]
     pub cas: bool,
+    /// The entry's ModifyIndex that -cas compares with.
     #[arg(long = "modify-index", default_value_t = 0)]
     pub modify_index: u64,
 }
@@ -115,7 +123,10 @@ fn require<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str, String>
 pub fn run(command: ConfigCommand) -> Result<i32, String> {
     match command {
         ConfigCommand::Write(args) => {
-            let entry = read_entry(&args.file)?;
+            let file = args.file.as_deref().ok_or(
+                "Must provide exactly one positional argument to specify the config entry to write",
+            )?;
+            let entry = read_entry(file)?;
             let kind = field(&entry, "kind").unwrap_or("").to_string();
             let name = match kind.as_str() {
                 "mesh" => "mesh".to_string(),

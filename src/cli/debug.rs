@@ -67,7 +67,7 @@ pub struct DebugArgs {
     #[arg(long)]
     pub capture: Vec<String>,
     /// Archive and compress the capture (`-archive=false` keeps the directory).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long)]
     pub archive: Option<bool>,
     /// Consul hands this to hcdiag; praetor refuses it.
     #[arg(long)]

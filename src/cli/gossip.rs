@@ -36,7 +36,6 @@ pub struct JoinArgs {
     #[arg(long)]
     pub wan: bool,
     /// Addresses of agents to join (`host` or `host:port`).
-    #[arg(required = true)]
     pub addresses: Vec<String>,
 }
 
@@ -62,7 +61,8 @@ pub struct ForceLeaveArgs {
     /// Only remove the node from the WAN pool.
     #[arg(long)]
     pub wan: bool,
-    pub node: String,
+    /// The node to force out.
+    pub node: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -71,7 +71,7 @@ pub struct EventArgs {
     pub http: HttpFlags,
     /// The event's name.
     #[arg(long)]
-    pub name: String,
+    pub name: Option<String>,
     /// Regular expression the receiving node's name must match.
     #[arg(long)]
     pub node: Option<String>,
@@ -114,7 +114,6 @@ pub struct RttArgs {
     #[arg(long)]
     pub wan: bool,
     /// One or two node names; with one, the other is the agent's own node.
-    #[arg(required = true, num_args = 1..=2)]
     pub nodes: Vec<String>,
 }
 
@@ -246,6 +245,9 @@ pub fn members(args: MembersArgs) -> Result<i32, String> {
 }
 
 pub fn join(args: JoinArgs) -> Result<i32, String> {
+    if args.addresses.is_empty() {
+        return Err("At least one address to join must be specified.".to_string());
+    }
     let client = args.http.client()?;
     let mut joined = 0;
     for address in &args.addresses {
@@ -286,7 +288,11 @@ pub fn reload(args: ReloadArgs) -> Result<i32, String> {
 }
 
 pub fn force_leave(args: ForceLeaveArgs) -> Result<i32, String> {
-    let mut path = format!("/v1/agent/force-leave/{}", encode_path(&args.node));
+    let node = args
+        .node
+        .as_deref()
+        .ok_or("A single node name must be specified to force leave.")?;
+    let mut path = format!("/v1/agent/force-leave/{}", encode_path(node));
     let mut params = Vec::new();
     if args.prune {
         params.push("prune=1");
@@ -306,10 +312,15 @@ pub fn force_leave(args: ForceLeaveArgs) -> Result<i32, String> {
 }
 
 pub fn event(args: EventArgs) -> Result<i32, String> {
+    let name = args
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or("Event name must be specified")?;
     if args.tag.is_some() && args.service.is_none() {
         return Err("Cannot provide tag filter without service filter.".to_string());
     }
-    let mut path = format!("/v1/event/fire/{}", encode_path(&args.name));
+    let mut path = format!("/v1/event/fire/{}", encode_path(name));
     let mut params = Vec::new();
     for (key, value) in [
         ("node", &args.node),
@@ -423,6 +434,9 @@ fn coordinate_of(value: &Value) -> Option<Coordinate> {
 }
 
 pub fn rtt(args: RttArgs) -> Result<i32, String> {
+    if args.nodes.is_empty() || args.nodes.len() > 2 {
+        return Err("One or two node names must be specified".to_string());
+    }
     let client = args.http.client()?;
     let (first, second) = match args.nodes.as_slice() {
         [a, b] => (a.clone(), b.clone()),

@@ -1,7 +1,8 @@
-//! `praetor intention create|check|get|delete|match`, as `consul intention` manages
+//! `praetor intention create|check|get|delete|list|match`, as `consul intention` manages
 //! intentions: `create` through the legacy API (with `-replace` updating an existing one),
-//! `get` and `delete` by source and destination or by ID, `check` exiting 0 when allowed
-//! and 2 when denied, `match` listing what applies to a source or destination.
+//! `get` and `delete` by source and destination or by ID, `check` exiting 0 when allowed,
+//! 1 when denied and 2 on any error (its refused command lines too, as Consul's does),
+//! `list` printing Consul's table, `match` listing what applies to a source or destination.
 
 use super::client::encode_query_value;
 use super::HttpFlags;
@@ -12,15 +13,30 @@ use serde_json::{json, Map, Value};
 pub enum IntentionCommand {
     /// Creates an intention from SRC to DST (allow unless -deny).
     Create(CreateArgs),
-    /// Checks whether SRC may connect to DST: exit 0 when allowed, 2 when denied.
+    /// Checks whether SRC may connect to DST: exit 0 when allowed, 1 when denied, 2 on error.
     Check(PairArgs),
     /// Shows one intention, by SRC DST or by ID.
     Get(GetArgs),
     /// Deletes one intention, by SRC DST or by ID.
     Delete(GetArgs),
+    /// Lists every intention: ID, source, action, destination and precedence.
+    List(ListArgs),
     /// Lists the intentions that apply to a source or destination.
     Match(MatchArgs),
 }
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub http: HttpFlags,
+}
+
+/// Exit code of `intention check` when the connection is denied.
+const CHECK_DENIED_EXIT_CODE: i32 = 1;
+/// Exit code of `intention check` on any error, as Consul's returns it.
+pub const CHECK_ERROR_EXIT_CODE: i32 = 2;
+/// Exit code of `intention list` when there is no intention.
+const LIST_EMPTY_EXIT_CODE: i32 = 2;
 
 #[derive(Args, Debug)]
 pub struct CreateArgs {
@@ -48,8 +64,10 @@ pub struct CreateArgs {
 pub struct PairArgs {
     #[command(flatten)]
     pub http: HttpFlags,
-    pub source: String,
-    pub destination: String,
+    #[arg(value_name = "SRC")]
+    pub source: Option<String>,
+    #[arg(value_name = "DST")]
+    pub destination: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -69,7 +87,8 @@ pub struct MatchArgs {
     /// Match intentions whose destination is NAME (the default).
     #[arg(long)]
     pub destination: bool,
-    pub name: String,
+    #[arg(value_name = "SRC_OR_DST")]
+    pub name: Option<String>,
 }
 
 /// Consul's one-line form of an intention: `web => db (allow)`.
@@ -128,6 +147,59 @@ fn intentions_from(args: &CreateArgs) -> Result<Vec<Value>, String> {
     })])
 }
 
+/// Whether SRC may connect to DST, or why that could not be asked.
+fn check(args: &PairArgs) -> Result<bool, String> {
+    let (Some(source), Some(destination)) = (&args.source, &args.destination) else {
+        return Err("Error: command requires exactly two arguments: src and dst".to_string());
+    };
+    let client = args
+        .http
+        .client()
+        .map_err(|e| format!("Error connecting to Consul agent: {e}"))?;
+    let response = client
+        .ok(
+            "GET",
+            &format!(
+                "/v1/connect/intentions/check?{}",
+                pair_query(source, destination)
+            ),
+            None,
+        )
+        .map_err(|e| format!("Error checking the connection: {e}"))?;
+    let value: Value = serde_json::from_slice(&response.body)
+        .map_err(|e| format!("Error checking the connection: {e}"))?;
+    Ok(value["Allowed"].as_bool().unwrap_or(false))
+}
+
+/// `intention list`: Consul's columns, or "There are no intentions." and exit 2.
+fn list(args: &ListArgs) -> Result<i32, String> {
+    let client = args.http.client()?;
+    let response = client
+        .ok("GET", "/v1/connect/intentions", None)
+        .map_err(|e| format!("Failed to retrieve the intentions list: {e}"))?;
+    let intentions: Vec<Value> = serde_json::from_slice(&response.body)
+        .map_err(|e| format!("Failed to retrieve the intentions list: {e}"))?;
+    if intentions.is_empty() {
+        eprintln!("There are no intentions.");
+        return Ok(LIST_EMPTY_EXIT_CODE);
+    }
+    let mut rows = vec![["ID", "Source", "Action", "Destination", "Precedence"]
+        .map(String::from)
+        .to_vec()];
+    for ixn in &intentions {
+        let text = |key: &str| ixn[key].as_str().unwrap_or_default().to_string();
+        rows.push(vec![
+            text("ID"),
+            text("SourceName"),
+            text("Action"),
+            text("DestinationName"),
+            ixn["Precedence"].as_i64().unwrap_or(0).to_string(),
+        ]);
+    }
+    print!("{}", super::catalog::columns(&rows));
+    Ok(0)
+}
+
 pub fn run(command: IntentionCommand) -> Result<i32, String> {
     match command {
         IntentionCommand::Create(args) => {
@@ -172,27 +244,21 @@ pub fn run(command: IntentionCommand) -> Result<i32, String> {
             }
             Ok(0)
         }
-        IntentionCommand::Check(args) => {
-            let client = args.http.client()?;
-            let response = client
-                .ok(
-                    "GET",
-                    &format!(
-                        "/v1/connect/intentions/check?{}",
-                        pair_query(&args.source, &args.destination)
-                    ),
-                    None,
-                )
-                .map_err(|e| format!("Error checking the connection: {e}"))?;
-            let value: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
-            if value["Allowed"].as_bool().unwrap_or(false) {
+        IntentionCommand::Check(args) => match check(&args) {
+            Ok(true) => {
                 println!("Allowed");
                 Ok(0)
-            } else {
-                println!("Denied");
-                Ok(2)
             }
-        }
+            Ok(false) => {
+                println!("Denied");
+                Ok(CHECK_DENIED_EXIT_CODE)
+            }
+            Err(message) => {
+                eprintln!("{message}");
+                Ok(CHECK_ERROR_EXIT_CODE)
+            }
+        },
+        IntentionCommand::List(args) => list(&args),
         IntentionCommand::Get(args) => {
             let client = args.http.client()?;
             let path = match &args.args[..] {
@@ -206,24 +272,36 @@ pub fn run(command: IntentionCommand) -> Result<i32, String> {
                 _ => return Err("command requires exactly 1 or 2 arguments".to_string()),
             };
             let response = client
-                .ok("GET", &path, None)
+                .request("GET", &path, None)
                 .map_err(|e| format!("Error reading the intention: {e}"))?;
+            // Consul's client reads a 404 as "no such intention".
+            if response.status == 404 {
+                return Err(match &args.args[..] {
+                    [id] => format!("Intention not found with ID {id:?}"),
+                    [source, destination] => format!(
+                        "Intention not found with source {source:?} and destination {destination:?}"
+                    ),
+                    _ => "Intention not found".to_string(),
+                });
+            }
+            if !(200..300).contains(&response.status) {
+                return Err(format!(
+                    "Error reading the intention: Unexpected response code: {} ({})",
+                    response.status,
+                    response.body_text()
+                ));
+            }
             let ixn: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+            let text = |key: &str| ixn[key].as_str().unwrap_or_default().to_string();
             let mut rows: Vec<(String, String)> = vec![
-                (
-                    "Source:".into(),
-                    ixn["SourceName"].as_str().unwrap_or_default().into(),
-                ),
-                (
-                    "Destination:".into(),
-                    ixn["DestinationName"].as_str().unwrap_or_default().into(),
-                ),
-                (
-                    "Action:".into(),
-                    ixn["Action"].as_str().unwrap_or_default().into(),
-                ),
-                ("ID:".into(), ixn["ID"].as_str().unwrap_or_default().into()),
+                ("Source:".into(), text("SourceName")),
+                ("Destination:".into(), text("DestinationName")),
             ];
+            for (label, key) in [("Action:", "Action"), ("ID:", "ID")] {
+                if !text(key).is_empty() {
+                    rows.push((label.into(), text(key)));
+                }
+            }
             if let Some(description) = ixn["Description"].as_str().filter(|d| !d.is_empty()) {
                 rows.push(("Description:".into(), description.into()));
             }
@@ -261,8 +339,13 @@ pub fn run(command: IntentionCommand) -> Result<i32, String> {
             Ok(0)
         }
         IntentionCommand::Match(args) => {
+            let Some(name) = &args.name else {
+                return Err("Error: command requires exactly one argument: src or dst".to_string());
+            };
             if args.source && args.destination {
-                return Err("Only one of -source or -destination may be specified".to_string());
+                return Err(
+                    "Error: only one of -source or -destination may be specified".to_string(),
+                );
             }
             let by = if args.source { "source" } else { "destination" };
             let client = args.http.client()?;
@@ -271,17 +354,13 @@ pub fn run(command: IntentionCommand) -> Result<i32, String> {
                     "GET",
                     &format!(
                         "/v1/connect/intentions/match?by={by}&name={}",
-                        encode_query_value(&args.name)
+                        encode_query_value(name)
                     ),
                     None,
                 )
-                .map_err(|e| format!("Error matching the intention: {e}"))?;
+                .map_err(|e| format!("Error matching the connection: {e}"))?;
             let value: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
-            for ixn in value[&args.name]
-                .as_array()
-                .map(|v| &v[..])
-                .unwrap_or_default()
-            {
+            for ixn in value[name].as_array().map(|v| &v[..]).unwrap_or_default() {
                 println!("{}", one_line(ixn));
             }
             Ok(0)

@@ -25,14 +25,19 @@ pub enum KvCommand {
 pub struct GetArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Read every key under the given prefix, as `key:value` lines.
     #[arg(long)]
     pub recurse: bool,
+    /// List the key names under the given prefix instead of values.
     #[arg(long)]
     pub keys: bool,
+    /// With -keys: list names only up to this separator (default `/`).
     #[arg(long)]
     pub separator: Option<String>,
+    /// Show the key's metadata (indexes, flags, session) with its value.
     #[arg(long)]
     pub detailed: bool,
+    /// Print values base64-encoded.
     #[arg(long)]
     pub base64: bool,
     pub key: Option<String>,
@@ -42,21 +47,28 @@ pub struct GetArgs {
 pub struct PutArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Check-and-set: write only if the key is still at -modify-index.
     #[arg(long)]
     pub cas: bool,
+    /// The key's ModifyIndex that -cas compares with.
     #[arg(long = "modify-index")]
     pub modify_index: Option<u64>,
+    /// An unsigned 64-bit number stored with the key for the application's use.
     #[arg(long)]
     pub flags: Option<u64>,
+    /// The data is base64-encoded: decode it before storing.
     #[arg(long)]
     pub base64: bool,
+    /// Take the key's lock for -session while writing.
     #[arg(long)]
     pub acquire: bool,
+    /// Give up -session's lock on the key while writing.
     #[arg(long)]
     pub release: bool,
+    /// The session -acquire and -release act for.
     #[arg(long)]
     pub session: Option<String>,
-    pub key: String,
+    pub key: Option<String>,
     pub data: Option<String>,
 }
 
@@ -64,10 +76,13 @@ pub struct PutArgs {
 pub struct DeleteArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Delete every key under the given prefix.
     #[arg(long)]
     pub recurse: bool,
+    /// Check-and-set: delete only if the key is still at -modify-index.
     #[arg(long)]
     pub cas: bool,
+    /// The key's ModifyIndex that -cas compares with.
     #[arg(long = "modify-index")]
     pub modify_index: Option<u64>,
     pub key: Option<String>,
@@ -164,7 +179,9 @@ fn print_detailed(entry: &DirEntry, as_base64: bool) -> Result<(), String> {
 
 fn get(args: GetArgs) -> Result<i32, String> {
     let client = args.http.client()?;
+    // Keys cannot start with `/`; Consul's CLI drops one for those who type it.
     let key = args.key.clone().unwrap_or_default();
+    let key = key.strip_prefix('/').unwrap_or(&key).to_string();
     if args.keys {
         let separator = args.separator.clone().unwrap_or_else(|| "/".to_string());
         let response = client.request(
@@ -274,6 +291,7 @@ pub(crate) fn read_data(data: Option<&str>) -> Result<Vec<u8>, String> {
 }
 
 fn put(args: PutArgs) -> Result<i32, String> {
+    let key = args.key.as_deref().ok_or("Error! Missing KEY argument")?;
     let client = args.http.client()?;
     let mut value = read_data(args.data.as_deref())?;
     if args.base64 {
@@ -285,26 +303,29 @@ fn put(args: PutArgs) -> Result<i32, String> {
     if let Some(flags) = args.flags {
         query.push(format!("flags={flags}"));
     }
-    if args.cas {
-        let index = args
-            .modify_index
-            .ok_or("Error! Must specify -modify-index with -cas!")?;
-        query.push(format!("cas={index}"));
-    }
+    // Consul checks the session before the index, and refuses -cas with index 0.
     if args.acquire || args.release {
         let session = args
             .session
             .clone()
+            .filter(|s| !s.is_empty())
             .ok_or("Error! Missing -session (required with -acquire and -release)")?;
         query.push(format!(
             "{}={session}",
             if args.acquire { "acquire" } else { "release" }
         ));
     }
+    if args.cas {
+        let index = args
+            .modify_index
+            .filter(|i| *i != 0)
+            .ok_or("Must specify -modify-index with -cas!")?;
+        query.push(format!("cas={index}"));
+    }
     let target = if query.is_empty() {
-        format!("/v1/kv/{}", encode_path(&args.key))
+        format!("/v1/kv/{}", encode_path(key))
     } else {
-        format!("/v1/kv/{}?{}", encode_path(&args.key), query.join("&"))
+        format!("/v1/kv/{}?{}", encode_path(key), query.join("&"))
     };
     let response = client.request("PUT", &target, Some(&value))?;
     if response.status != 200 {
@@ -316,28 +337,28 @@ fn put(args: PutArgs) -> Result<i32, String> {
     }
     if response.body_text() != "true" {
         if args.cas {
-            return Err(format!("Error! Did not write to {}: CAS failed", args.key));
+            return Err(format!("Error! Did not write to {}: CAS failed", key));
         }
         if args.acquire {
             return Err(format!(
                 "Error! Did not write to {}: lock acquisition failed",
-                args.key
+                key
             ));
         }
         if args.release {
             return Err(format!(
                 "Error! Did not write to {}: lock release failed",
-                args.key
+                key
             ));
         }
-        return Err(format!("Error! Failed writing data to {}", args.key));
+        return Err(format!("Error! Failed writing data to {}", key));
     }
     if args.acquire {
-        println!("Success! Lock acquired on: {}", args.key);
+        println!("Success! Lock acquired on: {}", key);
     } else if args.release {
-        println!("Success! Lock released on: {}", args.key);
+        println!("Success! Lock released on: {}", key);
     } else {
-        println!("Success! Data written to: {}", args.key);
+        println!("Success! Data written to: {}", key);
     }
     Ok(0)
 }

@@ -18,9 +18,7 @@
 //! Threads: the main thread acquires, supervises the child and releases; one thread renews
 //! the session; one monitors the lock. They talk through an atomic stop flag and a channel.
 
-use super::client::{
-    encode_path, encode_query_value, parse_go_bool, Client, ClientOptions, Response,
-};
+use super::client::{encode_path, encode_query_value, Client, ClientOptions, Response};
 use super::HttpFlags;
 use clap::{ArgAction, Args};
 use serde_json::Value;
@@ -87,12 +85,12 @@ pub struct LockArgs {
     )]
     pub monitor_retry: i64,
     /// Run the child through a shell (`-shell=false` to exec it directly).
-    #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub shell: bool,
     /// Exit 2 when the child failed, instead of 0.
     #[arg(long = "child-exit-code")]
     pub child_exit_code: bool,
+    /// Log what the lock does (acquire, monitor, release) on standard error.
     #[arg(long)]
     pub verbose: bool,
     /// Key prefix of the lock.

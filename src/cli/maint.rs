@@ -30,13 +30,14 @@ pub fn run(args: MaintArgs) -> Result<i32, String> {
     if args.enable && args.disable {
         return Err("Only one of -enable or -disable may be provided".to_string());
     }
+    if !args.enable && args.reason.as_deref().is_some_and(|r| !r.is_empty()) {
+        return Err("Reason may only be provided with -enable".to_string());
+    }
+    if !args.enable && !args.disable && args.service.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err("Service requires either -enable or -disable".to_string());
+    }
     let client = args.http.client()?;
     if !args.enable && !args.disable {
-        if args.reason.is_some() || args.service.is_some() {
-            return Err(
-                "Only -enable or -disable may be used with -reason or -service".to_string(),
-            );
-        }
         let response = client.ok("GET", "/v1/agent/checks", None)?;
         let checks: serde_json::Value = serde_json::from_slice(&response.body)
             .map_err(|e| format!("Error decoding the agent's answer: {e}"))?;

@@ -1,11 +1,13 @@
 //! The `praetor` command line: the agent and the operator commands.
 //!
-//! Consul's flags are Go flags: one dash (`-dev`, `-http-port=8500`). clap wants two for long
-//! flags, so [`normalize_args`] adds the second dash to any argument that names a long flag
-//! of the (sub)command being parsed — and only those, so values and child-command arguments
-//! that happen to start with a dash pass through untouched.
+//! Each command declares its flags once, as a clap `Args` struct whose doc comments are the
+//! flags' descriptions. The command line itself is read as Consul's commands read theirs,
+//! with Go's `flag` syntax ([`goflag`]), and the usage text is written in Consul's layout
+//! from the same declarations ([`usage`]); clap only turns the canonical argument list
+//! [`goflag::read`] produces into the typed structs.
 //!
-//! Every command exits non-zero with one readable line on error.
+//! Every command exits non-zero with one readable line on error; a refused command line
+//! adds one line pointing to the command's `-h`.
 
 pub mod acl;
 pub mod agent;
@@ -14,6 +16,7 @@ pub mod client;
 pub mod config;
 pub mod connect;
 pub mod debug;
+pub mod goflag;
 pub mod gossip;
 pub mod intention;
 pub mod kv;
@@ -24,6 +27,7 @@ pub mod ops;
 pub mod services;
 pub mod snapshot;
 pub mod tls;
+pub mod usage;
 pub mod watch;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -106,7 +110,7 @@ pub enum Command {
     /// Writes, reads, lists and deletes config entries.
     #[command(subcommand)]
     Config(config::ConfigCommand),
-    /// Creates, checks, reads, deletes and matches intentions.
+    /// Creates, checks, reads, lists, deletes and matches intentions.
     #[command(subcommand)]
     Intention(intention::IntentionCommand),
     /// The service mesh: the CA's configuration and the built-in proxy.
@@ -215,8 +219,9 @@ fn version(args: VersionArgs) -> Result<i32, String> {
     Ok(0)
 }
 
-/// JSON indented with three spaces, as Consul's CLI prints it (`json.MarshalIndent(v, "", "   ")`).
-pub fn json_indented(value: &serde_json::Value) -> Result<String, String> {
+/// JSON indented with three spaces, as Consul's CLI prints it (`json.MarshalIndent(v, "", "   ")`);
+/// a struct keeps its fields' order, as Go's encoder does.
+pub fn json_indented<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, String> {
     let mut out = Vec::new();
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"   ");
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
@@ -235,117 +240,74 @@ fn version_flag_as_command(mut args: Vec<String>) -> Vec<String> {
     args
 }
 
-/// Commands whose trailing arguments are a child command line: after this many positional
-/// arguments, everything passes through untouched, as Go's flag parsing stops at the first
-/// non-flag argument (`lock PREFIX CMD…`, `watch … CMD…`).
-fn leading_positionals_before_child(command: &str) -> Option<usize> {
-    match command {
-        "lock" => Some(1),
-        "watch" => Some(0),
-        _ => None,
+/// The command tree as [`goflag::read`] and [`usage::render`] read it: clap's own help flag
+/// and help subcommand are off (`-h` is read by `goflag`), and the tree is built, so every
+/// argument's settings are resolved.
+pub fn command_tree() -> clap::Command {
+    fn without_clap_help(command: clap::Command) -> clap::Command {
+        command
+            .disable_help_flag(true)
+            .disable_help_subcommand(true)
+            .mut_subcommands(without_clap_help)
     }
+    let mut tree = without_clap_help(Cli::command());
+    tree.build();
+    tree
 }
 
-/// Adds a dash to single-dash long flags that the command tree knows.
-pub fn normalize_args(args: Vec<String>, command: &clap::Command) -> Vec<String> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut current = command.clone();
-    let mut iter = args.into_iter();
-    if let Some(program) = iter.next() {
-        out.push(program);
-    }
-    let mut passthrough = false;
-    // For commands with a child command line: positionals still expected before it, and
-    // whether the previous argument was a flag waiting for its value.
-    let mut positionals_left: Option<usize> = None;
-    let mut value_expected = false;
-    for arg in iter {
-        if passthrough {
-            out.push(arg);
-            continue;
-        }
-        if arg == "--" {
-            passthrough = true;
-            out.push(arg);
-            continue;
-        }
-        if let Some(left) = positionals_left {
-            if value_expected {
-                value_expected = false;
-                out.push(arg);
-                continue;
-            }
-            if !arg.starts_with('-') || arg == "-" {
-                if left == 0 {
-                    // The child command starts here; `--` keeps clap off its flags.
-                    out.push("--".to_string());
-                    out.push(arg);
-                    passthrough = true;
-                } else {
-                    out.push(arg);
-                    positionals_left = Some(left - 1);
-                    if left == 1 {
-                        out.push("--".to_string());
-                        passthrough = true;
-                    }
-                }
-                continue;
-            }
-            let name = arg.trim_start_matches('-').split('=').next().unwrap_or("");
-            let known = current.get_arguments().find(|a| {
-                a.get_long() == Some(name) || a.get_short().is_some_and(|c| name == c.to_string())
-            });
-            if let Some(flag) = known {
-                value_expected = !arg.contains('=')
-                    && flag.get_action().takes_values()
-                    && !flag.is_require_equals_set();
-                let is_long = flag.get_long() == Some(name) && name.len() > 1;
-                if is_long && !arg.starts_with("--") {
-                    out.push(format!("-{arg}"));
-                    continue;
-                }
-            }
-            out.push(arg);
-            continue;
-        }
-        if let Some(sub) = current.find_subcommand(&arg) {
-            current = sub.clone();
-            positionals_left = leading_positionals_before_child(&arg);
-            out.push(arg);
-            continue;
-        }
-        if arg.starts_with('-') && !arg.starts_with("--") && arg.len() > 2 {
-            let name = arg[1..].split('=').next().unwrap_or("");
-            if current.get_arguments().any(|a| a.get_long() == Some(name)) || name == "help" {
-                out.push(format!("-{arg}"));
-                continue;
-            }
-        }
-        out.push(arg);
-    }
-    out
+/// The process's arguments; one that is not UTF-8 is refused rather than panicked on.
+fn utf8_args() -> Result<Vec<String>, String> {
+    std::env::args_os()
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| format!("argument is not valid UTF-8: {}", a.to_string_lossy()))
+        })
+        .collect()
+}
+
+/// A refused command line: the reason, then where the usage is.
+fn refuse(path: &[String], message: &str) {
+    eprintln!("{message}");
+    eprintln!("See '{} -h' for usage.", goflag::full_name(path));
 }
 
 /// Entry point used by `main`; returns the process exit code.
 pub fn main() -> i32 {
-    let command = Cli::command();
-    let args = normalize_args(
-        version_flag_as_command(std::env::args().collect()),
-        &command,
-    );
-    let matches = match command.try_get_matches_from(args) {
-        Ok(m) => m,
-        Err(e) => {
-            let code = if e.use_stderr() { 1 } else { 0 };
-            let _ = e.print();
+    let argv = match utf8_args() {
+        Ok(argv) => argv,
+        Err(message) => {
+            eprintln!("{message}");
+            return goflag::USAGE_EXIT_CODE;
+        }
+    };
+    let tree = command_tree();
+    let (path, args) = match goflag::read(&version_flag_as_command(argv), &tree) {
+        goflag::Reading::Run { path, args } => (path, args),
+        goflag::Reading::Help(path) => {
+            print!("{}", usage::render(&tree, &path));
+            return 0;
+        }
+        goflag::Reading::GroupUsage { path, code } => {
+            eprint!("{}", usage::render(&tree, &path));
+            return code;
+        }
+        goflag::Reading::Refuse {
+            path,
+            message,
+            code,
+        } => {
+            refuse(&path, &message);
             return code;
         }
     };
-    let cli = match Cli::from_arg_matches(&matches) {
+    let cli = match tree
+        .try_get_matches_from(args)
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
         Ok(cli) => cli,
         Err(e) => {
-            eprintln!("{e}");
-            return 1;
+            refuse(&path, &goflag::clap_error_line(&e));
+            return goflag::usage_exit_code(&path);
         }
     };
     // A command whose output is cut short (`praetor members | head -1`) ends quietly, as
@@ -411,80 +373,50 @@ pub fn main() -> i32 {
 mod tests {
     use super::*;
 
-    fn normalized(args: &[&str]) -> Vec<String> {
-        normalize_args(
-            args.iter().map(|s| s.to_string()).collect(),
-            &Cli::command(),
-        )
-    }
-
-    #[test]
-    fn single_dash_long_flags_become_double() {
-        assert_eq!(
-            normalized(&[
-                "praetor",
-                "agent",
-                "-dev",
-                "-http-port=1",
-                "-dns-port",
-                "-1"
-            ]),
-            vec![
-                "praetor",
-                "agent",
-                "--dev",
-                "--http-port=1",
-                "--dns-port",
-                "-1"
-            ]
-        );
-        assert_eq!(
-            normalized(&["praetor", "kv", "put", "-flags=3", "key", "-not-a-flag"]),
-            vec!["praetor", "kv", "put", "--flags=3", "key", "-not-a-flag"]
-        );
+    /// The struct clap builds from a command line read the Go way.
+    fn parsed(args: &[&str]) -> Cli {
+        let argv: Vec<String> = std::iter::once("praetor")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect();
+        let tree = command_tree();
+        match goflag::read(&argv, &tree) {
+            goflag::Reading::Run { args, .. } => {
+                let matches = tree.try_get_matches_from(args).unwrap();
+                Cli::from_arg_matches(&matches).unwrap()
+            }
+            other => panic!("{args:?}: {other:?}"),
+        }
     }
 
     #[test]
     fn lock_child_commands_pass_through_untouched() {
-        assert_eq!(
-            normalized(&[
-                "praetor",
-                "lock",
-                "-n",
-                "2",
-                "-name=x",
-                "-timeout",
-                "5s",
-                "-verbose",
-                "-shell=false",
-                "svc/leader",
-                "ls",
-                "-name",
-                "-la",
-                "--",
-                "-n"
-            ]),
-            vec![
-                "praetor",
-                "lock",
-                "-n",
-                "2",
-                "--name=x",
-                "--timeout",
-                "5s",
-                "--verbose",
-                "--shell=false",
-                "svc/leader",
-                "--",
-                "ls",
-                "-name",
-                "-la",
-                "--",
-                "-n"
-            ]
-        );
-        let cli = Cli::try_parse_from(normalized(&[
-            "praetor",
+        let cli = parsed(&[
+            "lock",
+            "-n",
+            "2",
+            "-name=x",
+            "-timeout",
+            "5s",
+            "-verbose",
+            "-shell=false",
+            "svc/leader",
+            "ls",
+            "-name",
+            "-la",
+            "--",
+            "-n",
+        ]);
+        let Command::Lock(lock) = cli.command else {
+            panic!("expected lock")
+        };
+        assert_eq!(lock.limit, 2);
+        assert_eq!(lock.name.as_deref(), Some("x"));
+        assert_eq!(lock.timeout, Some(std::time::Duration::from_secs(5)));
+        assert!(lock.verbose && !lock.shell);
+        assert_eq!(lock.prefix.as_deref(), Some("svc/leader"));
+        assert_eq!(lock.child, vec!["ls", "-name", "-la", "--", "-n"]);
+        let cli = parsed(&[
             "lock",
             "-n=3",
             "-http-addr",
@@ -493,8 +425,7 @@ mod tests {
             "sh",
             "-c",
             "echo -n hi",
-        ]))
-        .unwrap();
+        ]);
         let Command::Lock(lock) = cli.command else {
             panic!("expected lock")
         };
@@ -504,8 +435,7 @@ mod tests {
         assert_eq!(lock.http.http_addr.as_deref(), Some("1.2.3.4:8500"));
         assert!(lock.shell);
         // A prefix alone: the child is missing and `run` says so.
-        let cli = Cli::try_parse_from(normalized(&["praetor", "lock", "p"])).unwrap();
-        let Command::Lock(lock) = cli.command else {
+        let Command::Lock(lock) = parsed(&["lock", "p"]).command else {
             panic!("expected lock")
         };
         assert!(lock.child.is_empty());
@@ -513,8 +443,7 @@ mod tests {
 
     #[test]
     fn watch_handlers_pass_through_untouched() {
-        let cli = Cli::try_parse_from(normalized(&[
-            "praetor",
+        let cli = parsed(&[
             "watch",
             "-type=key",
             "-key",
@@ -522,8 +451,7 @@ mod tests {
             "-passingonly",
             "cat",
             "-n",
-        ]))
-        .unwrap();
+        ]);
         let Command::Watch(watch) = cli.command else {
             panic!("expected watch")
         };
@@ -531,10 +459,7 @@ mod tests {
         assert_eq!(watch.key.as_deref(), Some("k"));
         assert!(watch.passingonly);
         assert_eq!(watch.child, vec!["cat", "-n"]);
-        let cli = Cli::try_parse_from(normalized(&[
-            "praetor", "watch", "-type", "nodes", "-handler", "cat -n",
-        ]))
-        .unwrap();
+        let cli = parsed(&["watch", "-type", "nodes", "-handler", "cat -n"]);
         let Command::Watch(watch) = cli.command else {
             panic!("expected watch")
         };
@@ -544,8 +469,7 @@ mod tests {
 
     #[test]
     fn agent_flags_parse() {
-        let args = normalized(&[
-            "praetor",
+        let cli = parsed(&[
             "agent",
             "-dev",
             "-http-port",
@@ -556,7 +480,6 @@ mod tests {
             "-retry-join",
             "b",
         ]);
-        let cli = Cli::try_parse_from(args).unwrap();
         let Command::Agent(agent) = cli.command else {
             panic!("expected agent")
         };
@@ -564,16 +487,8 @@ mod tests {
         assert_eq!(agent.http_port, Some(18500));
         assert_eq!(agent.dns_port, Some(-1));
         assert_eq!(agent.retry_join, vec!["a", "b"]);
-        // `-https-port` starts with `-h`, clap's help flag, unless it is normalized first.
-        let cli = Cli::try_parse_from(normalized(&[
-            "praetor",
-            "agent",
-            "-dev",
-            "-https-port",
-            "8501",
-            "-grpc-tls-port=-1",
-        ]))
-        .unwrap();
+        // `-https-port` starts with `-h`, the help flag's spelling, and is still itself.
+        let cli = parsed(&["agent", "-dev", "-https-port", "8501", "-grpc-tls-port=-1"]);
         let Command::Agent(agent) = cli.command else {
             panic!("expected agent")
         };
@@ -611,28 +526,36 @@ mod tests {
         "tls-server-name",
     ];
 
-    fn leaf_commands(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
-        let children: Vec<&clap::Command> = command
-            .get_subcommands()
-            .filter(|c| c.get_name() != "help")
-            .collect();
-        if children.is_empty() {
-            out.push((path.trim().to_string(), command.clone()));
+    /// Every command of the tree, groups included, by path.
+    fn all_commands(
+        command: &clap::Command,
+        path: &[String],
+        out: &mut Vec<(Vec<String>, clap::Command)>,
+    ) {
+        out.push((path.to_vec(), command.clone()));
+        for child in command.get_subcommands() {
+            let mut child_path = path.to_vec();
+            child_path.push(child.get_name().to_string());
+            all_commands(child, &child_path, out);
         }
-        for child in children {
-            leaf_commands(child, &format!("{path} {}", child.get_name()), out);
-        }
+    }
+
+    fn leaf_commands() -> Vec<(String, clap::Command)> {
+        let mut all = Vec::new();
+        all_commands(&command_tree(), &[], &mut all);
+        all.into_iter()
+            .filter(|(_, c)| !c.has_subcommands())
+            .map(|(path, c)| (path.join(" "), c))
+            .collect()
     }
 
     #[test]
     fn every_client_command_takes_the_https_and_unix_socket_flags() {
-        let mut leaves = Vec::new();
-        leaf_commands(&Cli::command(), "", &mut leaves);
+        let leaves = leaf_commands();
         let mut clients = 0;
         for (path, command) in &leaves {
-            let flags: Vec<&str> = command
-                .get_arguments()
-                .filter_map(|a| a.get_long())
+            let flags: Vec<&str> = goflag::declared_flags(command)
+                .map(goflag::flag_name)
                 .collect();
             if LOCAL_COMMANDS.contains(&path.as_str()) {
                 assert!(
@@ -652,11 +575,13 @@ mod tests {
             let mut argv = vec!["praetor".to_string()];
             argv.extend(path.split(' ').map(str::to_string));
             argv.extend(CLIENT_TLS_FLAGS.iter().map(|f| format!("-{f}=x")));
-            let normalized = normalize_args(argv, &Cli::command());
+            let goflag::Reading::Run { args, .. } = goflag::read(&argv, &command_tree()) else {
+                panic!("`{path}` refused its HTTP flags");
+            };
             for flag in CLIENT_TLS_FLAGS {
                 assert!(
-                    normalized.contains(&format!("--{flag}=x")),
-                    "`{path}`: -{flag} is not normalized: {normalized:?}"
+                    args.contains(&format!("--{flag}=x")),
+                    "`{path}`: -{flag} is not passed on: {args:?}"
                 );
             }
         }
@@ -667,5 +592,62 @@ mod tests {
             );
         }
         assert!(clients >= 25, "only {clients} client commands found");
+    }
+
+    /// Every flag of every command has a long name Go's syntax can reach, a one-line
+    /// description for `-h`, and a kind the reader knows; every command has a summary.
+    #[test]
+    fn every_flag_is_described_in_one_line() {
+        let mut all = Vec::new();
+        all_commands(&command_tree(), &[], &mut all);
+        let mut flags = 0;
+        let mut problems = Vec::new();
+        for (path, command) in &all {
+            let name = goflag::full_name(path);
+            if !path.is_empty() {
+                let about = command
+                    .get_about()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                if about.trim().is_empty() {
+                    problems.push(format!("`{name}` has no summary"));
+                }
+            }
+            for arg in goflag::declared_flags(command) {
+                flags += 1;
+                let Some(flag) = arg.get_long() else {
+                    problems.push(format!("`{name}`: {:?} has no long name", arg.get_id()));
+                    continue;
+                };
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    problems.push(format!("`{name} -{flag}` has no description"));
+                }
+                if help.contains('\n') {
+                    problems.push(format!(
+                        "`{name} -{flag}`'s description is more than one line: {help:?}"
+                    ));
+                }
+                if arg.get_num_args().is_some_and(|n| n.max_values() > 1) {
+                    problems.push(format!(
+                        "`{name} -{flag}` takes several values per use, which Go's syntax cannot give"
+                    ));
+                }
+                if matches!(
+                    arg.get_action(),
+                    clap::ArgAction::SetFalse | clap::ArgAction::Count
+                ) {
+                    problems.push(format!(
+                        "`{name} -{flag}` has an action the reader does not translate"
+                    ));
+                }
+            }
+            if !command.has_subcommands() {
+                let text = usage::render(&command_tree(), path);
+                assert!(text.starts_with(&format!("Usage: {name}")), "{text}");
+            }
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        assert!(flags > 300, "only {flags} flags found");
     }
 }

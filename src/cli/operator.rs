@@ -1,7 +1,7 @@
 //! `praetor operator raft list-peers|remove-peer|transfer-leader` and
 //! `praetor operator autopilot get-config|set-config|state`, as Consul's CLI.
 
-use super::client::{encode_query_value, parse_go_bool};
+use super::client::encode_query_value;
 use super::HttpFlags;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use clap::{Args, Subcommand};
@@ -31,9 +31,9 @@ pub enum AutopilotCommand {
 pub struct SetConfigArgs {
     #[command(flatten)]
     pub http: HttpFlags,
-    /// Remove dead servers from the Raft configuration (`true|false`).
+    /// Remove dead servers from the Raft configuration.
     #[arg(long = "cleanup-dead-servers")]
-    pub cleanup_dead_servers: Option<String>,
+    pub cleanup_dead_servers: Option<bool>,
     /// Log entries a server may trail the leader by and stay healthy.
     #[arg(long = "max-trailing-logs")]
     pub max_trailing_logs: Option<u64>,
@@ -49,9 +49,9 @@ pub struct SetConfigArgs {
     /// (Enterprise) node_meta tag separating redundancy zones.
     #[arg(long = "redundancy-zone-tag")]
     pub redundancy_zone_tag: Option<String>,
-    /// (Enterprise) skip upgrade migrations (`true|false`).
+    /// (Enterprise) skip upgrade migrations.
     #[arg(long = "disable-upgrade-migration")]
-    pub disable_upgrade_migration: Option<String>,
+    pub disable_upgrade_migration: Option<bool>,
     /// (Enterprise) node_meta tag carrying the version for upgrade migrations.
     #[arg(long = "upgrade-version-tag")]
     pub upgrade_version_tag: Option<String>,
@@ -86,8 +86,10 @@ pub struct HttpOnly {
 pub struct RemovePeerArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Raft ID of the server to remove.
     #[arg(long)]
     pub id: Option<String>,
+    /// `IP:port` of the server to remove, instead of -id.
     #[arg(long)]
     pub address: Option<String>,
 }
@@ -96,6 +98,7 @@ pub struct RemovePeerArgs {
 pub struct TransferArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// Raft ID of the server to hand leadership to (default: any other voter).
     #[arg(long)]
     pub id: Option<String>,
 }
@@ -289,13 +292,8 @@ fn set_config(args: SetConfigArgs) -> Result<i32, String> {
         .map_err(|e| format!("Error querying Autopilot configuration: {e}"))?;
     let mut config: Value = serde_json::from_slice(&response.body)
         .map_err(|e| format!("Error querying Autopilot configuration: {e}"))?;
-    let bool_flag = |name: &str, value: &str| {
-        parse_go_bool(value).map_err(|_| {
-            format!("Failed to parse args: invalid boolean value {value:?} for -{name}")
-        })
-    };
-    if let Some(v) = &args.cleanup_dead_servers {
-        config["CleanupDeadServers"] = bool_flag("cleanup-dead-servers", v)?.into();
+    if let Some(v) = args.cleanup_dead_servers {
+        config["CleanupDeadServers"] = v.into();
     }
     if let Some(v) = args.max_trailing_logs {
         config["MaxTrailingLogs"] = v.into();
@@ -312,8 +310,8 @@ fn set_config(args: SetConfigArgs) -> Result<i32, String> {
     if let Some(v) = &args.redundancy_zone_tag {
         config["RedundancyZoneTag"] = v.clone().into();
     }
-    if let Some(v) = &args.disable_upgrade_migration {
-        config["DisableUpgradeMigration"] = bool_flag("disable-upgrade-migration", v)?.into();
+    if let Some(v) = args.disable_upgrade_migration {
+        config["DisableUpgradeMigration"] = v.into();
     }
     if let Some(v) = &args.upgrade_version_tag {
         config["UpgradeVersionTag"] = v.clone().into();

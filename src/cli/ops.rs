@@ -49,7 +49,7 @@ pub struct MonitorArgs {
     #[arg(long = "log-level", default_value = "INFO")]
     pub log_level: String,
     /// Show the lines in hclog's JSON format.
-    #[arg(long = "log-json", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    #[arg(long = "log-json")]
     pub log_json: Option<bool>,
 }
 

@@ -20,12 +20,16 @@ pub enum ServicesCommand {
 pub struct RegisterArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// The service's name (instead of definition files).
     #[arg(long)]
     pub name: Option<String>,
+    /// The instance's ID (default: the name).
     #[arg(long)]
     pub id: Option<String>,
+    /// The instance's address (default: the node's).
     #[arg(long)]
     pub address: Option<String>,
+    /// The instance's port.
     #[arg(long)]
     pub port: Option<u16>,
     /// A tag, repeatable.
@@ -42,6 +46,7 @@ pub struct RegisterArgs {
 pub struct DeregisterArgs {
     #[command(flatten)]
     pub http: HttpFlags,
+    /// ID of the service instance to deregister (instead of definition files).
     #[arg(long)]
     pub id: Option<String>,
     /// Service definition files whose services to deregister.

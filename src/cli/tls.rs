@@ -7,9 +7,8 @@
 //! neither file exists. Keys are written with mode 0600, certificates 0644, each through a
 //! temporary file renamed into place so a half-written file never carries the final name.
 
-use super::client::parse_go_bool;
 use crate::tls::generate::{self, CaOptions, CertKind, CertOptions};
-use clap::{ArgAction, Args, Subcommand};
+use clap::{Args, Subcommand};
 use std::io::Write;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -52,9 +51,7 @@ pub struct CaCreateArgs {
     pub domain: String,
     /// Restrict the CA to sign only localhost and names in -domain and
     /// -additional-name-constraint.
-    #[arg(long = "name-constraint", default_value = "false", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", action = ArgAction::Set,
-          value_parser = parse_go_bool)]
+    #[arg(long = "name-constraint")]
     pub name_constraint: bool,
     /// Another permitted DNS domain (repeatable; with -name-constraint).
     #[arg(long = "additional-name-constraint")]
@@ -73,16 +70,13 @@ pub struct CertCreateArgs {
     #[arg(long, default_value = "#DOMAIN#-agent-ca-key.pem")]
     pub key: String,
     /// A server certificate (server.<dc>.<domain>).
-    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
+    #[arg(long)]
     pub server: bool,
     /// A client agent certificate (client.<dc>.<domain>).
-    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
+    #[arg(long)]
     pub client: bool,
     /// A CLI certificate (cli.<dc>.<domain>).
-    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
+    #[arg(long)]
     pub cli: bool,
     /// With -server: also name <node>.server.<dc>.<domain>.
     #[arg(long)]
@@ -90,8 +84,10 @@ pub struct CertCreateArgs {
     /// Days the certificate is valid for.
     #[arg(long, default_value_t = generate::CERT_DAYS_DEFAULT)]
     pub days: u32,
+    /// The datacenter named in the certificate and its file name.
     #[arg(long, default_value = "dc1")]
     pub dc: String,
+    /// The cluster's DNS domain named in the certificate and its file name.
     #[arg(long, default_value = "consul")]
     pub domain: String,
     /// An extra DNS name (repeatable; localhost is always included).

@@ -14,7 +14,7 @@
 //! last one delivered. Field order is the agent's own (the answer is compacted, not
 //! re-encoded).
 
-use super::client::{encode_path, encode_query_value, parse_go_bool, Client, Response};
+use super::client::{encode_path, encode_query_value, Client, Response};
 use super::HttpFlags;
 use clap::{ArgAction, Args};
 use std::io::Write;
@@ -32,18 +32,20 @@ pub struct WatchArgs {
     /// What to watch: key, keyprefix, services, nodes, service, checks or event.
     #[arg(long = "type")]
     pub watch_type: Option<String>,
+    /// The key a `-type key` watch follows.
     #[arg(long)]
     pub key: Option<String>,
+    /// The key prefix a `-type keyprefix` watch follows.
     #[arg(long)]
     pub prefix: Option<String>,
+    /// The service a `-type service` watch follows.
     #[arg(long)]
     pub service: Option<String>,
     /// Service tag filter (repeatable).
     #[arg(long)]
     pub tag: Vec<String>,
     /// Only passing instances (`-type service`).
-    #[arg(long, default_value = "false", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
+    #[arg(long)]
     pub passingonly: bool,
     /// Check state for `-type checks` (default: any).
     #[arg(long)]
@@ -54,8 +56,8 @@ pub struct WatchArgs {
     /// The handler command (the trailing arguments work too).
     #[arg(long)]
     pub handler: Option<String>,
-    #[arg(long, default_value = "true", num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = ArgAction::Set, value_parser = parse_go_bool)]
+    /// Run the handler through a shell (`-shell=false` to exec it directly).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
     pub shell: bool,
     /// The handler, as trailing arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

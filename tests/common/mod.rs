@@ -645,3 +645,13 @@ pub fn try_request_timeout(
     parse_response(&response)
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad response"))
 }
+
+/// An 8-dimensional coordinate (serf's dimensionality) `x` seconds out on the first axis.
+pub fn coordinate_at(x: f64) -> serde_json::Value {
+    serde_json::json!({
+        "Vec": [x, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "Error": 0.2,
+        "Adjustment": 0.0,
+        "Height": 0.00001
+    })
+}
