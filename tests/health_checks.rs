@@ -358,12 +358,12 @@ fn ttl_alias_thresholds_and_deregister_critical_service_after() {
         "{alias}"
     );
 
-    // success_before_passing / failures_before_critical keep a flapping check steady.
+    // SuccessBeforePassing / FailuresBeforeCritical keep a flapping check steady.
     let mut server = TestHttpServer::start(200);
     register(
         &agent,
         json!({"Name": "steady", "Check": {"CheckID": "steady-http", "HTTP": server.url("/"), "Interval": "1s",
-               "success_before_passing": 3, "failures_before_warning": 1, "failures_before_critical": 3}}),
+               "SuccessBeforePassing": 3, "FailuresBeforeWarning": 1, "FailuresBeforeCritical": 3}}),
     );
     let started = Instant::now();
     wait_status(

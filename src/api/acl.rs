@@ -15,7 +15,8 @@ use super::context::now_unix_ns;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj, Schema};
 use crate::consul::filter::{Filter, BINDING_RULE_SELECTOR};
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::proto::http::Method;
@@ -326,13 +327,14 @@ fn write(
     }))
 }
 
-fn decode_body(request: &Request, what: &str) -> Result<Value, ApiError> {
-    let body = if request.body.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        request.body
-    };
-    parse_json(body).map_err(|e| ApiError::bad_request(format!("{what} decoding failed: {e}")))
+/// A body checked against the Consul struct it decodes into; `refusal` is the words the
+/// endpoint's 400 starts with (`Token decoding failed`).
+fn decode_body(
+    request: &Request,
+    refusal: &str,
+    schema: &'static Schema,
+) -> Result<Value, ApiError> {
+    parse_strict(request.body, schema).map_err(|e| ApiError::bad_request(format!("{refusal}: {e}")))
 }
 
 fn new_uuid() -> String {
@@ -443,6 +445,18 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
         return Ok(Outcome::Forward);
     }
     super::check_datacenter(ctx, &request.query)?;
+    // The body may choose the management token's secret, as `consul acl bootstrap <file>`
+    // does.
+    let body = decode_body(request, "Request decoding failed", &bodies::ACL_BOOTSTRAP)?;
+    let chosen = Obj::new(&body)
+        .and_then(|o| o.string(&["bootstrapsecret"]))
+        .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+    let secret_id = match chosen.as_str() {
+        "" => new_uuid(),
+        text => uuid::Uuid::parse_str(text)
+            .map_err(|e| ApiError::bad_request(format!("Invalid BootstrapSecret: {e}")))?
+            .to_string(),
+    };
     let version = ctx.current_version();
     let reset_index = bootstrap_reset_index(ctx);
     let (allowed, index) = acl::can_bootstrap(&version);
@@ -453,7 +467,6 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
         ));
     }
     let accessor_id = new_uuid();
-    let secret_id = new_uuid();
     let op = AclOp::Bootstrap {
         accessor_id: accessor_id.clone(),
         secret_id: secret_id.clone(),
@@ -574,6 +587,8 @@ trait AclObject: 'static {
     /// The name in Consul's messages: `Policy decoding failed`, `Policy ID in URL and
     /// payload do not match`.
     const WHAT: &'static str;
+    /// The Consul struct its body decodes into.
+    const SCHEMA: &'static Schema;
     /// The name of the ID field in messages (`ID`, `Accessor ID`, `Name`).
     const ID_FIELD: &'static str;
     /// Consul's 400 for an empty ID on a read or delete.
@@ -604,7 +619,7 @@ trait AclObject: 'static {
 }
 
 fn decode_object<O: AclObject>(request: &Request, create: bool) -> Result<O::Write, ApiError> {
-    let value = decode_body(request, O::WHAT)?;
+    let value = decode_body(request, &format!("{} decoding failed", O::WHAT), O::SCHEMA)?;
     Obj::new(&value)
         .and_then(|obj| O::decode(&obj, create))
         .map_err(|e| ApiError::bad_request(format!("{} decoding failed: {e}", O::WHAT)))
@@ -745,6 +760,7 @@ struct Tokens;
 impl AclObject for Tokens {
     type Write = TokenWrite;
     const WHAT: &'static str = "Token";
+    const SCHEMA: &'static Schema = &bodies::ACL_TOKEN;
     const ID_FIELD: &'static str = "Accessor ID";
     const MISSING: &'static str = "Missing token ID";
     const CREATE_WITH_ID: Option<&'static str> = None;
@@ -851,7 +867,7 @@ pub fn token(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     else {
         return object::<Tokens>(ctx, request, reply);
     };
-    let value = decode_body(request, "Token")?;
+    let value = decode_body(request, "Token decoding failed", &bodies::ACL_TOKEN)?;
     let description = Obj::new(&value)
         .and_then(|o| o.opt_string(&["description"]))
         .map_err(|e| ApiError::bad_request(format!("Token decoding failed: {e}")))?;
@@ -873,6 +889,7 @@ struct Policies;
 impl AclObject for Policies {
     type Write = PolicyWrite;
     const WHAT: &'static str = "Policy";
+    const SCHEMA: &'static Schema = &bodies::ACL_POLICY;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing policy ID";
     const CREATE_WITH_ID: Option<&'static str> =
@@ -950,6 +967,7 @@ struct Roles;
 impl AclObject for Roles {
     type Write = RoleWrite;
     const WHAT: &'static str = "Role";
+    const SCHEMA: &'static Schema = &bodies::ACL_ROLE;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing role ID";
     const CREATE_WITH_ID: Option<&'static str> =
@@ -1074,6 +1092,7 @@ struct AuthMethods;
 impl AclObject for AuthMethods {
     type Write = AuthMethodWrite;
     const WHAT: &'static str = "AuthMethod";
+    const SCHEMA: &'static Schema = &bodies::ACL_AUTH_METHOD;
     const ID_FIELD: &'static str = "Name";
     const MISSING: &'static str = "Missing auth method name";
     const CREATE_WITH_ID: Option<&'static str> = None;
@@ -1155,6 +1174,7 @@ struct BindingRules;
 impl AclObject for BindingRules {
     type Write = BindingRuleWrite;
     const WHAT: &'static str = "BindingRule";
+    const SCHEMA: &'static Schema = &bodies::ACL_BINDING_RULE;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing binding rule ID";
     const CREATE_WITH_ID: Option<&'static str> =
@@ -1239,7 +1259,7 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
         // The auth methods and binding rules are the servers'.
         return Ok(Outcome::Forward);
     }
-    let value = decode_body(request, "Login")?;
+    let value = decode_body(request, "Failed to decode request body", &bodies::ACL_LOGIN)?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
     let method_name = obj
@@ -1358,7 +1378,7 @@ pub fn agent_token(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    let value = decode_body(request, "Token")?;
+    let value = decode_body(request, "Request decode failed", &bodies::AGENT_TOKEN)?;
     let token = Obj::new(&value)
         .and_then(|o| o.string(&["token"]))
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;

@@ -9,7 +9,8 @@ use super::agent_cache;
 use super::authz::RowFilter;
 use super::peer::{self, Empty};
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
 use crate::consul::registration::{parse_registration, PEER_REGISTRATION_REFUSED};
@@ -99,7 +100,7 @@ pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Out
     crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
     super::check_datacenter(ctx, &request.query)?;
     let decode = || -> Result<CatalogOp, String> {
-        let value = parse_json(request.body)?;
+        let value = parse_strict(request.body, &bodies::DEREGISTER_REQUEST)?;
         let obj = Obj::new(&value)?;
         Ok(CatalogOp::Deregister {
             node: obj.string(&["node"])?,

@@ -14,7 +14,8 @@ use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::config::connect::CaSettings;
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_json, parse_strict, Obj};
 use crate::consul::config_entry::doc::{self, Doc};
 use crate::proto::http::Method;
 use crate::proto::rfc3339;
@@ -218,7 +219,7 @@ pub fn configuration(
     if !ctx.is_leader() {
         return Ok(Outcome::Forward);
     }
-    let value = parse_json(request.body)
+    let value = parse_strict(request.body, &bodies::CA_CONFIGURATION)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
@@ -405,13 +406,17 @@ pub fn authorize_decision(
 
 /// `POST /v1/agent/connect/authorize`.
 /// An authorize body in the casing every Consul client sends, decoded without building a
-/// JSON tree (authorize runs once per new mesh connection).
+/// JSON tree (authorize runs once per new mesh connection). Any other key sends the body
+/// down the checked path, which refuses what Consul refuses.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AuthorizeBody<'a> {
     #[serde(rename = "Target", borrow, default)]
     target: Option<std::borrow::Cow<'a, str>>,
     #[serde(rename = "ClientCertURI", borrow, default)]
     client_cert_uri: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "ClientCertSerial", borrow, default)]
+    _client_cert_serial: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// `(Target, ClientCertURI)` of an authorize body: the fast path for Consul's casing, else
@@ -422,7 +427,7 @@ fn authorize_fields(body: &[u8]) -> Result<(String, String), ApiError> {
             return Ok((target.to_string(), uri.to_string()));
         }
     }
-    let value = parse_json(body)
+    let value = parse_strict(body, &bodies::CONNECT_AUTHORIZE)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;

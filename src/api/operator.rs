@@ -7,7 +7,8 @@ use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
     Request, WriteOp,
 };
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj};
 use crate::proto::duration::format_go_duration;
 use crate::replica::{AutopilotHealth, ServerHealth};
 use crate::shard::runtime::{OperatorOp, ReadPlan};
@@ -280,7 +281,7 @@ fn configuration_json(config: &AutopilotConfig) -> serde_json::Value {
 /// The body of a `PUT`: Consul decodes it into a zero-valued structure, so a field left
 /// out is false, zero or empty.
 fn parse_configuration(body: &[u8]) -> Result<AutopilotConfig, String> {
-    let value = parse_json(body)?;
+    let value = parse_strict(body, &bodies::AUTOPILOT_CONFIGURATION)?;
     let obj = Obj::new(&value)?;
     let min_quorum = obj.bounded(&["minquorum"], 0, u32::MAX as i64)? as u32;
     let max_trailing_logs = obj.bounded(&["maxtrailinglogs"], 0, i64::MAX)? as u64;

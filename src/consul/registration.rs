@@ -2,7 +2,7 @@
 //! `Checks`) decoded leniently, with Consul's defaults, limits and validation messages. The
 //! catalog endpoint, transactions and agent definitions all decode through here.
 
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::body::{parse_strict, Obj};
 use crate::store::catalog::{
     CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
 };
@@ -289,7 +289,7 @@ fn names_a_peer(obj: &Obj) -> Result<bool, String> {
 /// Decodes `/v1/catalog/register`'s body (Consul's `RegisterRequest`). A body naming a peer
 /// is refused with exactly [`PEER_REGISTRATION_REFUSED`].
 pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Registration, String> {
-    let value = parse_json(body)?;
+    let value = parse_strict(body, &super::bodies::REGISTER_REQUEST)?;
     let obj = Obj::new(&value)?;
     if names_a_peer(&obj)? {
         return Err(PEER_REGISTRATION_REFUSED.to_string());
