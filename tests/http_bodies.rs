@@ -435,6 +435,18 @@ fn every_json_write_refuses_unknown_fields_and_wrong_types_as_consul_does() {
             ),
         ),
         case(
+            "/v1/acl/templated-policy/preview/",
+            "POST",
+            "/v1/acl/templated-policy/preview/builtin/service",
+            json!({"Name": "web"}),
+            "Failed to decode request body: ",
+            (
+                "Name",
+                json!(1),
+                "number into Go struct field ACLTemplatedPolicyVariables.name of type string",
+            ),
+        ),
+        case(
             "/v1/acl/auth-method",
             "PUT",
             "/v1/acl/auth-method",

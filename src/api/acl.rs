@@ -25,8 +25,8 @@ use crate::store::acl::apply::{
     AuthMethodWrite, BindingRuleWrite, LinkRef, PolicyWrite, RoleWrite, TokenWrite,
 };
 use crate::store::acl::{
-    self, builtin, cache, jwt, login, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy, Role,
-    ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
+    self, builtin, cache, jwt, login, rules, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy,
+    Role, ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use base64::Engine;
@@ -587,6 +587,8 @@ trait AclObject: 'static {
     /// The name in Consul's messages: `Policy decoding failed`, `Policy ID in URL and
     /// payload do not match`.
     const WHAT: &'static str;
+    /// What Consul's "does not exist" answer calls one row (`binding rule`).
+    const NOUN: &'static str;
     /// The Consul struct its body decodes into.
     const SCHEMA: &'static Schema;
     /// The name of the ID field in messages (`ID`, `Accessor ID`, `Name`).
@@ -666,7 +668,7 @@ fn object<O: AclObject>(
             reply,
             O::row_key(&key),
             O::index,
-            Box::new(move |tables| O::render(tables, &key).ok_or_else(authz::acl_not_found)),
+            Box::new(move |tables| O::render(tables, &key).ok_or_else(missing::<O>)),
         ),
         Method::Put => {
             let mut write = decode_object::<O>(request, false)?;
@@ -702,6 +704,15 @@ fn list<O: AclObject>(
     )
 }
 
+/// A read of a row that does not exist: Consul's 404 (its clients read it as "no such
+/// row"), worded by `acl.ACLResourceNotExistError`.
+fn missing<O: AclObject>() -> ApiError {
+    ApiError::NotFound(format!(
+        "Requested {} does not exist: ACL not found",
+        O::NOUN
+    ))
+}
+
 /// `GET /v1/acl/<kind>/name/<name>`: policies and roles by name.
 fn by_name<O: AclObject>(
     ctx: &Context,
@@ -723,7 +734,7 @@ fn by_name<O: AclObject>(
         reply,
         Arc::from(O::LIST_KEY),
         O::index,
-        Box::new(move |tables| find(tables, &name).ok_or_else(authz::acl_not_found)),
+        Box::new(move |tables| find(tables, &name).ok_or_else(missing::<O>)),
     )
 }
 
@@ -760,6 +771,7 @@ struct Tokens;
 impl AclObject for Tokens {
     type Write = TokenWrite;
     const WHAT: &'static str = "Token";
+    const NOUN: &'static str = "token";
     const SCHEMA: &'static Schema = &bodies::ACL_TOKEN;
     const ID_FIELD: &'static str = "Accessor ID";
     const MISSING: &'static str = "Missing token ID";
@@ -889,6 +901,7 @@ struct Policies;
 impl AclObject for Policies {
     type Write = PolicyWrite;
     const WHAT: &'static str = "Policy";
+    const NOUN: &'static str = "policy";
     const SCHEMA: &'static Schema = &bodies::ACL_POLICY;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing policy ID";
@@ -967,6 +980,7 @@ struct Roles;
 impl AclObject for Roles {
     type Write = RoleWrite;
     const WHAT: &'static str = "Role";
+    const NOUN: &'static str = "role";
     const SCHEMA: &'static Schema = &bodies::ACL_ROLE;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing role ID";
@@ -1084,6 +1098,58 @@ pub fn templated_policy(
     Ok(Outcome::Done)
 }
 
+/// `POST /v1/acl/templated-policy/preview/<name>`: the policy a template renders to with the
+/// body's variables (`{"Name": …}`), as the synthetic policy Consul builds from it.
+pub fn templated_policy_preview(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    let name = request.rest;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing templated policy Name"));
+    }
+    let base = builtin::templated_policy(name)
+        .ok_or_else(|| ApiError::bad_request(format!("Invalid templated policy Name: {name}")))?;
+    let body = parse_strict(request.body, &bodies::ACL_TEMPLATE_VARIABLES)
+        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
+    let variable = Obj::new(&body)
+        .and_then(|o| o.string(&["name"]))
+        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
+    let invalid = |reason: String| {
+        ApiError::bad_request(format!(
+            "validation error for templated policy: {}: {reason}",
+            rules::go_quote(base.name)
+        ))
+    };
+    if base.requires_name && variable.is_empty() {
+        // Consul's JSON-schema check, reported as a one-error list.
+        return Err(invalid(
+            "1 error occurred:\n\t* name is required\n\n".to_string(),
+        ));
+    }
+    let rendered = builtin::render_templated_policy(base, Some(&variable)).map_err(invalid)?;
+    let id = builtin::synthetic_policy_id(&rendered);
+    let policy_name = format!("synthetic-policy-{id}");
+    let description = format!(
+        "synthetic policy generated from templated policy: {}",
+        base.name
+    );
+    let policy = Policy {
+        hash: acl::apply::policy_content_hash(&policy_name, &description, &rendered, &[]),
+        id: Arc::from(id.as_str()),
+        name: Arc::from(policy_name.as_str()),
+        description,
+        rules: rendered,
+        datacenters: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    };
+    reply.json(200, b"", &policy_json(&policy, false));
+    Ok(Outcome::Done)
+}
+
 // ---- auth methods and binding rules ----
 // ---- auth methods and binding rules ----
 
@@ -1092,6 +1158,7 @@ struct AuthMethods;
 impl AclObject for AuthMethods {
     type Write = AuthMethodWrite;
     const WHAT: &'static str = "AuthMethod";
+    const NOUN: &'static str = "auth method";
     const SCHEMA: &'static Schema = &bodies::ACL_AUTH_METHOD;
     const ID_FIELD: &'static str = "Name";
     const MISSING: &'static str = "Missing auth method name";
@@ -1174,6 +1241,7 @@ struct BindingRules;
 impl AclObject for BindingRules {
     type Write = BindingRuleWrite;
     const WHAT: &'static str = "BindingRule";
+    const NOUN: &'static str = "binding rule";
     const SCHEMA: &'static Schema = &bodies::ACL_BINDING_RULE;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing binding rule ID";
@@ -1327,7 +1395,10 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
 pub fn logout(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let Some(secret) = request.token() else {
-        return Err(authz::acl_not_found());
+        return Err(ApiError::Status(
+            401,
+            "Supplied token does not exist".to_string(),
+        ));
     };
     write(
         ctx,

@@ -659,8 +659,11 @@ pub static ACL_NODE_IDENTITY: Schema = strict(
 );
 
 /// `structs.ACLTemplatedPolicyVariables`: also the body of a templated policy's preview.
-pub static ACL_TEMPLATE_VARIABLES: Schema =
-    strict("structs.ACLTemplatedPolicyVariables", &[field("Name", Str)]);
+pub static ACL_TEMPLATE_VARIABLES: Schema = strict(
+    "structs.ACLTemplatedPolicyVariables",
+    // Consul's JSON tag is lowercase; Go's errors print it so.
+    &[field("name", Str)],
+);
 
 pub static ACL_TEMPLATED_POLICY: Schema = strict(
     "structs.ACLTemplatedPolicy",
@@ -736,6 +739,7 @@ pub static ACL_AUTH_METHOD: Schema = strict(
         field("Description", Str),
         field("MaxTokenTTL", Duration),
         field("TokenLocality", Str),
+        field("TokenNameFormat", Str),
         field("Config", AnyObj),
         CREATE_INDEX,
         MODIFY_INDEX,
