@@ -219,6 +219,28 @@ fn deregistration_of_checks_services_and_nodes() {
     assert_eq!(agent.get("/v1/catalog/node/n1").json(), Value::Null);
     // Removing what is not there is fine, as in Consul.
     dereg(json!({"Node": "n1", "ServiceID": "nothing"}));
+
+    // A datacenter this agent has no path to, in the body or the query, is Consul's 500,
+    // and nothing here is removed.
+    register(&agent, json!({"Node": "n2", "Address": "10.0.0.2"}));
+    for (path, body) in [
+        (
+            "/v1/catalog/deregister",
+            json!({"Datacenter": "nowhere", "Node": "n2"}),
+        ),
+        ("/v1/catalog/deregister?dc=nowhere", json!({"Node": "n2"})),
+    ] {
+        let r = agent.put(path, body.to_string().as_bytes());
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (500, "No path to datacenter"),
+            "{path} {body}"
+        );
+    }
+    assert_eq!(
+        agent.get("/v1/catalog/node/n2").json()["Node"]["Node"],
+        "n2"
+    );
 }
 
 #[test]
