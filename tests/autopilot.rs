@@ -226,6 +226,18 @@ fn usage_counts_the_catalog_as_consul() {
             assert_eq!(usage["BillableServiceInstances"], 2);
             assert_eq!(usage["ConnectServiceInstances"]["connect-proxy"], 1);
             assert_eq!(usage["ConnectServiceInstances"]["mesh-gateway"], 0);
+            // Consul's answer embeds its query meta, as its headers carry it.
+            let body = r.json();
+            assert_eq!(body["KnownLeader"], true);
+            assert_eq!(
+                body["Index"].as_u64().unwrap().max(1).to_string(),
+                r.header("X-Consul-Index").unwrap()
+            );
+            assert_eq!(body["ConsistencyLevel"], "leader");
+            assert_eq!(body["LastContact"], 0);
+            // One server: its Raft configuration is the bootstrap entry, at index 1.
+            let raft = agent.get("/v1/operator/raft/configuration").json();
+            assert_eq!(raft["Index"], 1, "{raft}");
             break;
         }
         assert!(Instant::now() < deadline, "usage never counted: {usage}");

@@ -395,6 +395,8 @@ impl Query for UsageQuery {
             .collect();
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
+        // Consul answers its `structs.Usage`, which embeds the query's `QueryMeta`: the
+        // body repeats what the headers say.
         reply.json(
             200,
             &headers,
@@ -407,7 +409,14 @@ impl Query for UsageQuery {
                         "BillableServiceInstances": usage.billable_service_instances,
                         "Nodes": usage.nodes,
                     }
-                }
+                },
+                "Index": meta.index,
+                "LastContact": meta.last_contact_ms.saturating_mul(1_000_000),
+                "KnownLeader": meta.known_leader,
+                "ConsistencyLevel": meta.consistency.as_str(),
+                "NotModified": false,
+                "Backend": 0,
+                "ResultsFilteredByACLs": false,
             }),
         );
     }
