@@ -54,7 +54,11 @@ fn root_doc(root: &CaRoot) -> Doc {
     Doc::Obj(vec![
         ("ID".into(), Doc::Str(root.id.to_string())),
         ("Name".into(), Doc::Str(root.name.to_string())),
-        ("SerialNumber".into(), Doc::Int(root.serial_number as i64)),
+        // Consul's serial is unsigned; a cast to i64 would print a high one negative.
+        (
+            "SerialNumber".into(),
+            Doc::Raw(serde_json::Value::from(root.serial_number)),
+        ),
         (
             "SigningKeyID".into(),
             Doc::Str(root.signing_key_id.to_string()),
@@ -263,10 +267,16 @@ pub fn configuration(
     } else {
         None
     };
+    // Consul keeps the `Config` map as it was written (`"72h"`, not `"72h0m0s"`); readers
+    // take it over the defaults through `CaSettings::from_map`.
+    let written = match obj.get(&["config"]) {
+        Some(value @ serde_json::Value::Object(_)) => value.to_string(),
+        _ => "{}".to_string(),
+    };
     let config = CaConfig {
         cluster_id: current.cluster_id.clone(),
         provider: ArcStr::from(ca::PROVIDER_CONSUL),
-        config_json: ArcStr::from(settings.to_json().to_string()),
+        config_json: ArcStr::from(written),
         force_without_cross_signing: force,
         create_index: 0,
         modify_index: 0,
@@ -285,6 +295,45 @@ pub fn configuration(
             )),
         }),
     }))
+}
+
+/// Consul's default `Config` of the built-in CA, as it writes it (`structs.DefaultLeafCertTTL`
+/// and its siblings are these strings).
+const CA_CONFIG_DEFAULTS: [(&str, &str); 3] = [
+    ("LeafCertTTL", "72h"),
+    ("IntermediateCertTTL", "8760h"),
+    ("RootCertTTL", "87600h"),
+];
+
+/// The snake-case keys of an agent's `connect.ca_config` Consul translates to the CA's
+/// CamelCase ones.
+const CA_CONFIG_KEYS: [(&str, &str); 9] = [
+    ("leaf_cert_ttl", "LeafCertTTL"),
+    ("intermediate_cert_ttl", "IntermediateCertTTL"),
+    ("root_cert_ttl", "RootCertTTL"),
+    ("private_key_type", "PrivateKeyType"),
+    ("private_key_bits", "PrivateKeyBits"),
+    ("private_key", "PrivateKey"),
+    ("root_cert", "RootCert"),
+    ("csr_max_per_second", "CSRMaxPerSecond"),
+    ("csr_max_concurrent", "CSRMaxConcurrent"),
+];
+
+/// The first CA configuration's `Config`: Consul's defaults with the agent's
+/// `connect.ca_config` over them, each value as it was written.
+pub fn initial_ca_config(written: Option<&serde_json::Map<String, serde_json::Value>>) -> String {
+    let mut map: serde_json::Map<String, serde_json::Value> = CA_CONFIG_DEFAULTS
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    for (key, value) in written.into_iter().flatten() {
+        let name = CA_CONFIG_KEYS
+            .iter()
+            .find(|(snake, _)| snake == key)
+            .map_or(key.as_str(), |(_, camel)| camel);
+        map.insert(name.to_string(), value.clone());
+    }
+    serde_json::Value::Object(map).to_string()
 }
 
 /// A new root under `config`'s cluster, cross-signed by `old`'s key.
