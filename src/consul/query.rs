@@ -311,9 +311,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_body_decodes_leniently_and_renders_back_as_consul_writes_it() {
+    fn a_body_decodes_in_any_letter_case_and_renders_back_as_consul_writes_it() {
         let body = br#"{"name":"web-query","Session":"","service":{"Service":"web",
-            "failover":{"nearest_n":"2","Datacenters":["dc2","dc3"]},"OnlyPassing":"true",
+            "failover":{"nearestn":2,"Datacenters":["dc2","dc3"]},"onlypassing":true,
             "Tags":["primary","!canary"],"NodeMeta":{"rack":"a"}},"DNS":{"TTL":"10s"}}"#;
         let query = decode(body).unwrap();
         assert_eq!(query.name, "web-query");
