@@ -62,13 +62,9 @@ pub enum TemplatedPolicyCommand {
 
 #[derive(Args, Debug)]
 pub struct TemplatedPolicyPreviewArgs {
+    /// The templated policy (`-name builtin/service`).
     #[command(flatten)]
-    pub http: HttpFlags,
-    #[command(flatten)]
-    pub output: Output,
-    /// The templated policy's name (`builtin/service`).
-    #[arg(long)]
-    pub name: Option<String>,
+    pub template: ByNameArgs,
     /// A variable, `name:VALUE`.
     #[arg(long = "var")]
     pub var: Vec<String>,
@@ -1714,7 +1710,7 @@ fn templated_policy(command: TemplatedPolicyCommand) -> Result<i32, String> {
             })
         }
         TemplatedPolicyCommand::Preview(args) => {
-            let Some(name) = args.name.as_deref().filter(|n| !n.is_empty()) else {
+            let Some(name) = args.template.name.as_deref().filter(|n| !n.is_empty()) else {
                 return Err("Must specify the -name parameter".to_string());
             };
             let mut variables = Map::new();
@@ -1726,7 +1722,7 @@ fn templated_policy(command: TemplatedPolicyCommand) -> Result<i32, String> {
                     _ => return Err(format!("Invalid -var {var:?}: expected name:VALUE")),
                 }
             }
-            let client = connect(&args.http)?;
+            let client = connect(&args.template.http)?;
             let body = Value::Object(variables).to_string();
             let response = client
                 .ok(
@@ -1736,7 +1732,7 @@ fn templated_policy(command: TemplatedPolicyCommand) -> Result<i32, String> {
                 )
                 .map_err(|e| format!("Failed to generate the templated policy preview: {e}"))?;
             let policy = decode(&response.body)?;
-            print_object(Kind::Policy, &args.output, &policy)
+            print_object(Kind::Policy, &args.template.output, &policy)
         }
     }
 }

@@ -167,96 +167,68 @@ pub static SERVICE_CONNECT: Schema = strict(
 
 // ---- Checks ----
 
-/// `structs.CheckType`: a check inside a service definition.
+/// The fields `structs.CheckType` and `structs.CheckDefinition` share (Consul copies them
+/// from one to the other, with the same snake-case twins), after `$first`, the fields each
+/// has of its own.
+macro_rules! check_fields {
+    ($($first:expr),* $(,)?) => {
+        &[
+            $($first,)*
+            field("Name", Str),
+            field("Status", Str),
+            field("Notes", Str),
+            aliased("ServiceID", &["service_id"], Str),
+            aliased("ScriptArgs", &["args", "script_args"], StrList),
+            field("HTTP", Str),
+            field("H2PING", Str),
+            aliased("H2PingUseTLS", &["h2ping_use_tls"], Bool),
+            field("Header", StrListMap),
+            field("Method", Str),
+            field("Body", Str),
+            aliased("DisableRedirects", &["disable_redirects"], Bool),
+            field("TCP", Str),
+            aliased("TCPUseTLS", &["tcp_use_tls"], Bool),
+            field("UDP", Str),
+            field("Interval", Duration),
+            field("AliasNode", Str),
+            field("AliasService", Str),
+            aliased("DockerContainerID", &["docker_container_id"], Str),
+            field("Shell", Str),
+            field("GRPC", Str),
+            aliased("GRPCUseTLS", &["grpc_use_tls"], Bool),
+            field("OSService", Str),
+            aliased("TLSServerName", &["tls_server_name"], Str),
+            aliased("TLSSkipVerify", &["tls_skip_verify"], Bool),
+            field("Timeout", Duration),
+            field("TTL", Duration),
+            field("SuccessBeforePassing", Int),
+            field("FailuresBeforeWarning", Int),
+            field("FailuresBeforeCritical", Int),
+            aliased(
+                "DeregisterCriticalServiceAfter",
+                &["deregister_critical_service_after"],
+                Duration,
+            ),
+            field("OutputMaxSize", Int),
+        ]
+    };
+}
+
+/// `structs.CheckType`: a check inside a service definition (its `ServiceID` is accepted
+/// and ignored, as Consul's decoder declares it for that purpose).
 pub static CHECK_TYPE: Schema = strict(
     "structs.CheckType",
-    &[
+    check_fields![
         field("CheckID", Str),
-        field("Name", Str),
-        field("Status", Str),
-        field("Notes", Str),
-        aliased("ScriptArgs", &["args", "script_args"], StrList),
-        field("HTTP", Str),
-        field("H2PING", Str),
-        aliased("H2PingUseTLS", &["h2ping_use_tls"], Bool),
-        field("Header", StrListMap),
-        field("Method", Str),
-        field("Body", Str),
-        aliased("DisableRedirects", &["disable_redirects"], Bool),
-        field("TCP", Str),
-        aliased("TCPUseTLS", &["tcp_use_tls"], Bool),
-        field("UDP", Str),
-        field("Interval", Duration),
-        field("AliasNode", Str),
-        field("AliasService", Str),
-        aliased("DockerContainerID", &["docker_container_id"], Str),
-        field("Shell", Str),
-        field("GRPC", Str),
-        aliased("GRPCUseTLS", &["grpc_use_tls"], Bool),
-        field("OSService", Str),
-        aliased("TLSServerName", &["tls_server_name"], Str),
-        aliased("TLSSkipVerify", &["tls_skip_verify"], Bool),
-        field("Timeout", Duration),
-        field("TTL", Duration),
-        field("SuccessBeforePassing", Int),
-        field("FailuresBeforeWarning", Int),
-        field("FailuresBeforeCritical", Int),
         field("ProxyHTTP", Str),
         field("ProxyGRPC", Str),
-        aliased(
-            "DeregisterCriticalServiceAfter",
-            &["deregister_critical_service_after"],
-            Duration,
-        ),
-        field("OutputMaxSize", Int),
-        // Accepted and ignored, as Consul's decoder declares them for that purpose.
-        aliased("ServiceID", &["service_id"], Str),
     ],
 );
 
 /// `structs.CheckDefinition`: `PUT /v1/agent/check/register`.
 pub static CHECK_DEFINITION: Schema = strict(
     "structs.CheckDefinition",
-    &[
-        field("ID", Str),
-        field("Name", Str),
-        field("Notes", Str),
-        aliased("ServiceID", &["service_id"], Str),
-        field("Token", Str),
-        field("Status", Str),
-        aliased("ScriptArgs", &["args", "script_args"], StrList),
-        field("HTTP", Str),
-        field("H2PING", Str),
-        aliased("H2PingUseTLS", &["h2ping_use_tls"], Bool),
-        field("Header", StrListMap),
-        field("Method", Str),
-        field("Body", Str),
-        aliased("DisableRedirects", &["disable_redirects"], Bool),
-        field("TCP", Str),
-        aliased("TCPUseTLS", &["tcp_use_tls"], Bool),
-        field("UDP", Str),
-        field("Interval", Duration),
-        aliased("DockerContainerID", &["docker_container_id"], Str),
-        field("Shell", Str),
-        field("GRPC", Str),
-        aliased("GRPCUseTLS", &["grpc_use_tls"], Bool),
-        field("OSService", Str),
-        aliased("TLSServerName", &["tls_server_name"], Str),
-        aliased("TLSSkipVerify", &["tls_skip_verify"], Bool),
-        field("AliasNode", Str),
-        field("AliasService", Str),
-        field("Timeout", Duration),
-        field("TTL", Duration),
-        field("SuccessBeforePassing", Int),
-        field("FailuresBeforeWarning", Int),
-        field("FailuresBeforeCritical", Int),
-        aliased(
-            "DeregisterCriticalServiceAfter",
-            &["deregister_critical_service_after"],
-            Duration,
-        ),
-        field("OutputMaxSize", Int),
-    ],
+    check_fields![field("ID", Str), field("Token", Str)],
 );
 
 /// The body of `PUT /v1/agent/check/update/<id>`.
