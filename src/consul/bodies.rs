@@ -856,6 +856,49 @@ pub static INTENTION: Schema = strict(
     ],
 );
 
+/// Renames the keys of a definition written in config-file syntax (`socket_path`,
+/// `success_before_passing`, a service check's `id`) to the names Consul's HTTP decoder
+/// takes, through the schema's nested structs, so the definition can be sent to the API.
+/// Consul's CLI gets there by decoding the file into its config structs and sending the
+/// API's; a key no field names stays as it is (and the API refuses it). Opaque maps
+/// (`Meta`, `Proxy.Config`) keep their keys.
+pub fn to_api_names(value: &mut serde_json::Value, schema: &'static Schema) {
+    let serde_json::Value::Object(map) = value else {
+        return;
+    };
+    let taken: Vec<String> = map.keys().cloned().collect();
+    for key in taken {
+        let normalized = super::body::normalize_key(&key);
+        // A service check's `id` in a config file is its `CheckID`.
+        let field = if std::ptr::eq(schema, &CHECK_TYPE) && normalized == "id" {
+            schema.field("CheckID")
+        } else {
+            schema.fields.iter().find(|f| {
+                super::body::normalize_key(f.name) == normalized
+                    || f.aliases
+                        .iter()
+                        .any(|a| super::body::normalize_key(a) == normalized)
+            })
+        };
+        let Some(field) = field else { continue };
+        let Some(mut inner) = map.remove(&key) else {
+            continue;
+        };
+        match (field.kind, &mut inner) {
+            (Obj(nested), _) => to_api_names(&mut inner, nested),
+            (ObjList(nested), serde_json::Value::Array(items)) => {
+                items.iter_mut().for_each(|item| to_api_names(item, nested))
+            }
+            (ObjList(nested), serde_json::Value::Object(_)) => to_api_names(&mut inner, nested),
+            (ObjMap(nested), serde_json::Value::Object(entries)) => entries
+                .values_mut()
+                .for_each(|item| to_api_names(item, nested)),
+            _ => {}
+        }
+        map.insert(field.name.to_string(), inner);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -941,6 +984,27 @@ mod tests {
         assert!(parse_strict(b"[1]", &SERVICE_DEFINITION)
             .unwrap_err()
             .contains("Go value of type structs.ServiceDefinition"));
+    }
+
+    #[test]
+    fn config_file_names_become_the_api_s() {
+        let mut definition = json!({
+            "name": "web", "socket_path": "/run/web.sock", "enable_tag_override": true,
+            "meta": {"socket_path": "kept"},
+            "checks": [{"id": "c1", "ttl": "10s", "success_before_passing": 2, "os_service": "x"}],
+            "connect": {"sidecar_service": {"proxy": {"upstreams": [
+                {"destination_name": "db", "local_bind_port": 9191}]}}},
+        });
+        to_api_names(&mut definition, &SERVICE_DEFINITION);
+        check_strict(&definition, Obj(&SERVICE_DEFINITION)).unwrap();
+        assert_eq!(definition["SocketPath"], "/run/web.sock");
+        assert_eq!(definition["Meta"], json!({"socket_path": "kept"}));
+        assert_eq!(definition["Checks"][0]["CheckID"], "c1");
+        assert_eq!(definition["Checks"][0]["SuccessBeforePassing"], 2);
+        assert_eq!(
+            definition["Connect"]["SidecarService"]["Proxy"]["Upstreams"][0]["LocalBindPort"],
+            9191
+        );
     }
 
     #[test]
