@@ -412,3 +412,129 @@ fn dns_answers_with_the_agents_default_token() {
     assert_eq!(changed.status, 200, "{}", changed.text());
     assert_eq!(answer().trim(), "");
 }
+
+/// A read of a deleted object is Consul's 404, and the templated policies are listed, read
+/// and previewed over HTTP and with `praetor acl templated-policy`.
+#[test]
+fn missing_objects_are_404_and_templated_policies_have_http_and_cli() {
+    let agent = acl_agent("deny");
+    wait_for_token(&agent, MANAGEMENT);
+    let policy = create_policy(&agent, "gone", "");
+    let id = policy["ID"].as_str().unwrap().to_string();
+    let path = format!("/v1/acl/policy/{id}");
+    assert_eq!(
+        call(&agent, "DELETE", &path, b"", Some(MANAGEMENT)).status,
+        200
+    );
+    let missing = call(&agent, "GET", &path, b"", Some(MANAGEMENT));
+    assert_eq!(
+        (missing.status, missing.text().as_str()),
+        (404, "Requested policy does not exist: ACL not found")
+    );
+    let missing = call(
+        &agent,
+        "GET",
+        "/v1/acl/role/00000000-1111-2222-3333-444444444444",
+        b"",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(
+        (missing.status, missing.text().as_str()),
+        (404, "Requested role does not exist: ACL not found")
+    );
+    let missing = call(
+        &agent,
+        "GET",
+        "/v1/acl/binding-rule/00000000-1111-2222-3333-444444444444",
+        b"",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(missing.status, 404, "{}", missing.text());
+    // Without a token in the request, logout is Consul's 401.
+    let logout = call(&agent, "POST", "/v1/acl/logout", b"", None);
+    assert_eq!(
+        (logout.status, logout.text().as_str()),
+        (401, "Supplied token does not exist")
+    );
+
+    let preview = call(
+        &agent,
+        "POST",
+        "/v1/acl/templated-policy/preview/builtin/node",
+        br#"{"Name": "node-1"}"#,
+        Some(MANAGEMENT),
+    );
+    assert_eq!(preview.status, 200, "{}", preview.text());
+    let preview = preview.json();
+    assert!(preview["Rules"]
+        .as_str()
+        .unwrap()
+        .contains("node \"node-1\""));
+    assert_eq!(
+        preview["Name"],
+        format!("synthetic-policy-{}", preview["ID"].as_str().unwrap())
+    );
+    let unnamed = call(
+        &agent,
+        "POST",
+        "/v1/acl/templated-policy/preview/builtin/service",
+        b"{}",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(
+        (unnamed.status, unnamed.text().as_str()),
+        (
+            400,
+            "validation error for templated policy: \"builtin/service\": 1 error occurred:\n\t* name is required\n\n"
+        )
+    );
+    let unknown = call(
+        &agent,
+        "POST",
+        "/v1/acl/templated-policy/preview/builtin/nope",
+        b"{}",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(
+        (unknown.status, unknown.text().as_str()),
+        (400, "Invalid templated policy Name: builtin/nope")
+    );
+
+    let http = ["-http-addr", &agent.http_addr(), "-token", MANAGEMENT];
+    let acl_cli = |args: &[&str]| {
+        let (code, out, err) = common::cli(
+            &[&["acl", "templated-policy"][..], args, &http[..]].concat(),
+            None,
+        );
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    assert_eq!(
+        acl_cli(&["list"]),
+        "builtin/api-gateway\nbuiltin/dns\nbuiltin/node\nbuiltin/nomad-client\nbuiltin/nomad-server\nbuiltin/service\n"
+    );
+    let read = acl_cli(&["read", "-name", "builtin/service"]);
+    assert!(
+        read.starts_with("Name:            builtin/service\n"),
+        "{read}"
+    );
+    assert!(
+        read.contains("\tName: String - Required - The name of the service.\n"),
+        "{read}"
+    );
+    assert!(
+        read.contains("Raw Template:\n\nservice \"{{.Name}}\""),
+        "{read}"
+    );
+    let read = acl_cli(&["read", "-name=builtin/dns"]);
+    assert!(read.contains("Input variables: None\n"), "{read}");
+    let preview = acl_cli(&["preview", "-name", "builtin/service", "-var", "name:api"]);
+    assert!(preview.contains("synthetic-policy-"), "{preview}");
+    assert!(preview.contains("service \"api\" {"), "{preview}");
+    let (code, _, err) = common::cli(
+        &[&["acl", "templated-policy", "read"][..], &http[..]].concat(),
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("Must specify the -name parameter"), "{err}");
+}

@@ -1173,6 +1173,14 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             Checked,
         ),
         case(
+            "/v1/acl/templated-policy/preview/",
+            "POST",
+            "/v1/acl/templated-policy/preview/builtin/service",
+            r#"{"Name":"web"}"#,
+            ACL_READ,
+            Checked,
+        ),
+        case(
             "/v1/acl/auth-method",
             "PUT",
             "/v1/acl/auth-method",

@@ -163,6 +163,41 @@ fn configuration_api_and_cli_follow_consul() {
     );
 }
 
+/// Consul decodes a `PUT` onto `api.NewAutopilotConfiguration()`: a field the body leaves
+/// out takes Consul's default, not zero and not the stored value.
+#[test]
+fn a_partial_configuration_put_keeps_consuls_defaults_for_what_it_omits() {
+    let agent = Agent::dev(&[
+        "-hcl",
+        r#"autopilot { max_trailing_logs = 300 last_contact_threshold = "1s" redundancy_zone_tag = "zone" }"#,
+    ]);
+    assert_eq!(configuration(&agent)["MaxTrailingLogs"], 300);
+    let r = agent.put(
+        "/v1/operator/autopilot/configuration",
+        br#"{"MinQuorum": 2}"#,
+    );
+    assert_eq!((r.status, r.text().trim()), (200, "true"), "{}", r.text());
+    let config = configuration(&agent);
+    assert_eq!(config["MinQuorum"], 2);
+    assert_eq!(config["CleanupDeadServers"], true);
+    assert_eq!(config["LastContactThreshold"], "200ms");
+    assert_eq!(config["MaxTrailingLogs"], 250);
+    assert_eq!(config["ServerStabilizationTime"], "10s");
+    assert_eq!(config["RedundancyZoneTag"], "");
+    assert_eq!(config["DisableUpgradeMigration"], false);
+
+    // What the body gives, it sets, false and zero included.
+    let r = agent.put(
+        "/v1/operator/autopilot/configuration",
+        br#"{"CleanupDeadServers": false, "MaxTrailingLogs": 0}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let config = configuration(&agent);
+    assert_eq!(config["CleanupDeadServers"], false);
+    assert_eq!(config["MaxTrailingLogs"], 0);
+    assert_eq!(config["MinQuorum"], 0);
+}
+
 #[test]
 fn usage_counts_the_catalog_as_consul() {
     let agent = Agent::dev(&[]);
@@ -191,6 +226,18 @@ fn usage_counts_the_catalog_as_consul() {
             assert_eq!(usage["BillableServiceInstances"], 2);
             assert_eq!(usage["ConnectServiceInstances"]["connect-proxy"], 1);
             assert_eq!(usage["ConnectServiceInstances"]["mesh-gateway"], 0);
+            // Consul's answer embeds its query meta, as its headers carry it.
+            let body = r.json();
+            assert_eq!(body["KnownLeader"], true);
+            assert_eq!(
+                body["Index"].as_u64().unwrap().max(1).to_string(),
+                r.header("X-Consul-Index").unwrap()
+            );
+            assert_eq!(body["ConsistencyLevel"], "leader");
+            assert_eq!(body["LastContact"], 0);
+            // One server: its Raft configuration is the bootstrap entry, at index 1.
+            let raft = agent.get("/v1/operator/raft/configuration").json();
+            assert_eq!(raft["Index"], 1, "{raft}");
             break;
         }
         assert!(Instant::now() < deadline, "usage never counted: {usage}");

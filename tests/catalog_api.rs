@@ -219,6 +219,28 @@ fn deregistration_of_checks_services_and_nodes() {
     assert_eq!(agent.get("/v1/catalog/node/n1").json(), Value::Null);
     // Removing what is not there is fine, as in Consul.
     dereg(json!({"Node": "n1", "ServiceID": "nothing"}));
+
+    // A datacenter this agent has no path to, in the body or the query, is Consul's 500,
+    // and nothing here is removed.
+    register(&agent, json!({"Node": "n2", "Address": "10.0.0.2"}));
+    for (path, body) in [
+        (
+            "/v1/catalog/deregister",
+            json!({"Datacenter": "nowhere", "Node": "n2"}),
+        ),
+        ("/v1/catalog/deregister?dc=nowhere", json!({"Node": "n2"})),
+    ] {
+        let r = agent.put(path, body.to_string().as_bytes());
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (500, "No path to datacenter"),
+            "{path} {body}"
+        );
+    }
+    assert_eq!(
+        agent.get("/v1/catalog/node/n2").json()["Node"]["Node"],
+        "n2"
+    );
 }
 
 #[test]
@@ -477,4 +499,68 @@ fn large_answers_stream_whole_and_in_order_with_pipelined_requests() {
             "{path}: dev agents always indent"
         );
     }
+}
+
+/// A prepared query with `Service.Connect` (or executed with `?connect`) answers the
+/// service's Connect-capable instances — its proxies and its Connect-native instances — as
+/// Consul's execution asks its health endpoint with `Connect` set.
+#[test]
+fn prepared_queries_with_connect_answer_the_connect_capable_instances() {
+    let agent = Agent::dev(&[]);
+    register(
+        &agent,
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": "web-plain", "Service": "web", "Port": 80}}),
+    );
+    register(
+        &agent,
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": "web-proxy", "Service": "web-sidecar-proxy", "Port": 21000,
+                           "Kind": "connect-proxy",
+                           "Proxy": {"DestinationServiceName": "web", "DestinationServiceID": "web-plain"}}}),
+    );
+    register(
+        &agent,
+        json!({"Node": "n2", "Address": "10.0.0.2",
+               "Service": {"ID": "web-native", "Service": "web", "Port": 8443,
+                           "Connect": {"Native": true}}}),
+    );
+    let create = |body: Value| {
+        let r = request(
+            agent.addr(),
+            "POST",
+            "/v1/query",
+            body.to_string().as_bytes(),
+            &[],
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["ID"].as_str().unwrap().to_string()
+    };
+    let ids = |answer: Value| {
+        let mut ids: Vec<String> = answer["Nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["Service"]["ID"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let connect =
+        create(json!({"Name": "web-mesh", "Service": {"Service": "web", "Connect": true}}));
+    let plain = create(json!({"Name": "web-all", "Service": {"Service": "web"}}));
+    assert_eq!(
+        ids(agent.get(&format!("/v1/query/{connect}/execute")).json()),
+        vec!["web-native", "web-proxy"]
+    );
+    assert_eq!(
+        ids(agent.get("/v1/query/web-all/execute").json()),
+        vec!["web-native", "web-plain"]
+    );
+    assert_eq!(
+        ids(agent
+            .get(&format!("/v1/query/{plain}/execute?connect"))
+            .json()),
+        vec!["web-native", "web-proxy"]
+    );
 }

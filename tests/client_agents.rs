@@ -142,7 +142,7 @@ fn build_local_state(client: &Agent) {
     put_json(
         client,
         "/v1/agent/check/register",
-        json!({"CheckID": "node-ttl", "Name": "node ttl", "TTL": "300s"}),
+        json!({"ID": "node-ttl", "Name": "node ttl", "TTL": "300s"}),
     );
     put_empty(client, "/v1/agent/check/deregister/node-ttl");
     // Maintenance of one service and of the node, with reasons.
@@ -287,7 +287,7 @@ fn client_agents_keep_their_state_across_kill9_and_fail_over_between_servers() {
         put_json(
             client,
             "/v1/agent/check/register",
-            json!({"CheckID": "flip", "Name": "flip", "TTL": "60s"}),
+            json!({"ID": "flip", "Name": "flip", "TTL": "60s"}),
         );
         put_empty(client, &format!("/v1/agent/check/{status}/flip"));
         std::thread::sleep(Duration::from_millis(100));

@@ -250,7 +250,7 @@ fn os_service_checks_are_refused_on_linux_as_consul_refuses_them() {
 
     let response = agent.put(
         "/v1/agent/service/register",
-        json!({"Name": "db", "Check": {"os_service": "postgresql", "interval": "10s"}})
+        json!({"Name": "db", "Check": {"OSService": "postgresql", "Interval": "10s"}})
             .to_string()
             .as_bytes(),
     );

@@ -279,6 +279,17 @@ fn leaves_verify_with_openssl_and_a_rotation_keeps_old_leaves_valid() {
         .to_string();
     assert_eq!(first_roots["Roots"][0]["PrivateKeyType"], "ec");
     assert_eq!(first_roots["Roots"][0]["PrivateKeyBits"], 256);
+    // Consul's serial is unsigned (a random 64-bit one read as signed went negative).
+    assert!(
+        first_roots["Roots"][0]["SerialNumber"].is_u64(),
+        "{}",
+        first_roots["Roots"][0]["SerialNumber"]
+    );
+    // The CA's `Config` is echoed as it was written: Consul's defaults are these strings.
+    assert_eq!(
+        agent.get("/v1/connect/ca/configuration").json()["Config"],
+        json!({"LeafCertTTL": "72h", "IntermediateCertTTL": "8760h", "RootCertTTL": "87600h"})
+    );
     assert!(
         first_roots["Roots"][0].get("SigningKey").is_none(),
         "the root's key stays on the servers"
@@ -344,7 +355,10 @@ fn leaves_verify_with_openssl_and_a_rotation_keeps_old_leaves_valid() {
     std::fs::write(&new_root_file, active["RootCert"].as_str().unwrap()).unwrap();
     let config = agent.get("/v1/connect/ca/configuration").json();
     assert_eq!(config["Provider"], "consul");
-    assert_eq!(config["Config"]["PrivateKeyBits"], 384);
+    assert_eq!(
+        config["Config"],
+        json!({"PrivateKeyType": "ec", "PrivateKeyBits": 384})
+    );
 
     // The agent re-signs: a blocking read past the old index gets a leaf of the new root.
     let (_, new_leaf) = leaf(&agent, index);

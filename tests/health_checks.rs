@@ -358,12 +358,12 @@ fn ttl_alias_thresholds_and_deregister_critical_service_after() {
         "{alias}"
     );
 
-    // success_before_passing / failures_before_critical keep a flapping check steady.
+    // SuccessBeforePassing / FailuresBeforeCritical keep a flapping check steady.
     let mut server = TestHttpServer::start(200);
     register(
         &agent,
         json!({"Name": "steady", "Check": {"CheckID": "steady-http", "HTTP": server.url("/"), "Interval": "1s",
-               "success_before_passing": 3, "failures_before_warning": 1, "failures_before_critical": 3}}),
+               "SuccessBeforePassing": 3, "FailuresBeforeWarning": 1, "FailuresBeforeCritical": 3}}),
     );
     let started = Instant::now();
     wait_status(
@@ -421,4 +421,38 @@ fn ttl_alias_thresholds_and_deregister_critical_service_after() {
         .json()
         .get("doomed")
         .is_none());
+}
+
+/// Consul's TTL check is a timer reset by each update: a 100 ms TTL passed once is critical
+/// by the time 200 ms have gone by (three rounds, so a one-second sweep that happened to
+/// fall inside the window cannot pass for the timer), and still passing well before its TTL.
+#[test]
+fn a_ttl_check_turns_critical_at_its_ttl() {
+    let agent = Agent::dev(&[]);
+    let r = agent.put(
+        "/v1/agent/check/register",
+        json!({"Name": "fast", "TTL": "100ms"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let status = |agent: &Agent| agent.get("/v1/agent/checks").json()["fast"]["Status"].clone();
+    for round in 0..3 {
+        let r = agent.put("/v1/agent/check/pass/fast", b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let passed = Instant::now();
+        assert_eq!(
+            status(&agent),
+            "passing",
+            "round {round}: right after the update"
+        );
+        std::thread::sleep(Duration::from_millis(200).saturating_sub(passed.elapsed()));
+        assert_eq!(
+            status(&agent),
+            "critical",
+            "round {round}: 200 ms after the update"
+        );
+        let check = &agent.get("/v1/agent/checks").json()["fast"];
+        assert_eq!(check["Output"], "TTL expired");
+    }
 }

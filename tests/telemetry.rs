@@ -1,8 +1,9 @@
 //! Telemetry with real processes: a real Prometheus server (Debian's `prometheus`) scrapes
 //! `/v1/agent/metrics?format=prometheus` and answers PromQL about Consul-named series; a
 //! statsd and a dogstatsd listener (UDP sockets in the test) receive counters, timers and
-//! gauges; `/v1/agent/metrics` answers go-metrics' JSON and Consul's 415 without a
-//! Prometheus retention; the prefix filter drops what it blocks.
+//! gauges; `/v1/agent/metrics` answers go-metrics' JSON, and without a Prometheus retention
+//! what Consul's clients see (a 200 with an empty body and `X-Consul-Reason`); the prefix
+//! filter drops what it blocks.
 
 mod common;
 
@@ -177,10 +178,22 @@ fn a_real_prometheus_scrapes_consul_named_series() {
 fn prometheus_output_needs_a_retention_and_json_is_go_metrics_shaped() {
     let agent = Agent::dev(&[]);
     let r = agent.get("/v1/agent/metrics?format=prometheus");
-    assert_eq!(r.status, 415);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "");
     assert_eq!(
-        r.text().trim(),
-        "Prometheus is not enabled since its retention time is not positive"
+        r.header("X-Consul-Reason"),
+        Some("Prometheus is not enabled since its retention time is not positive")
+    );
+    // The status line says what its code means, as Go's server writes it.
+    let raw = common::raw_exchange(
+        agent.addr(),
+        b"GET /v1/acl/policies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        std::time::Duration::from_secs(10),
+    );
+    assert!(
+        raw.starts_with(b"HTTP/1.1 401 Unauthorized\r\n"),
+        "{}",
+        String::from_utf8_lossy(&raw)
     );
     for i in 0..5 {
         assert_eq!(agent.put(&format!("/v1/kv/json/{i}"), b"x").status, 200);

@@ -10,7 +10,8 @@ use super::local::{
 use super::{scripts_allowed, Agent};
 use crate::api::agent_local::{AgentCall, AgentReply, AgentRequest};
 use crate::api::authz::RowFilter;
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj};
 use crate::consul::definition::{self, CheckKind};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
@@ -300,7 +301,7 @@ async fn register_service(
     replace_existing_checks: bool,
     request_token: &str,
 ) -> AgentReply {
-    let value = match parse_json(body) {
+    let value = match parse_strict(body, &bodies::SERVICE_DEFINITION) {
         Ok(v) => v,
         Err(e) => return decode_error(400, format!("Request decode failed: {e}")),
     };
@@ -334,7 +335,7 @@ async fn register_service(
 }
 
 async fn register_check(agent: &Rc<Agent>, body: &[u8], request_token: &str) -> AgentReply {
-    let value = match parse_json(body) {
+    let value = match parse_strict(body, &bodies::CHECK_DEFINITION) {
         Ok(v) => v,
         Err(e) => return decode_error(400, format!("Request decode failed: {e}")),
     };

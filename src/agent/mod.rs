@@ -828,9 +828,10 @@ impl Agent {
                 .is_some_and(|c| c.generation == generation)
     }
 
-    /// Starts the task that runs a check (TTL checks have none: the reaper expires them).
+    /// Starts the task that runs a check (for a TTL check, its timer).
     pub fn start_runner(self: &Rc<Self>, spec: CheckSpec, generation: u64) {
         if spec.kind == CheckKind::Ttl {
+            monoio::spawn(self.clone().ttl_timer(spec, generation));
             return;
         }
         let agent = self.clone();
@@ -989,6 +990,49 @@ impl Agent {
         (status, message)
     }
 
+    /// A TTL check's timer: turns the check critical when its deadline passes without an
+    /// update, at the deadline, as Consul's `CheckTTL` timer does; the reaper's sweep every
+    /// [`REAP_INTERVAL`] is only a backstop. One task per check generation. It sleeps until
+    /// the deadline it reads, and re-reads it on waking, since updates move it later; once
+    /// the check has expired it looks again every TTL (at most every [`REAP_INTERVAL`]), which
+    /// is before any later deadline, since an update sets one a whole TTL ahead.
+    async fn ttl_timer(self: Rc<Self>, spec: CheckSpec, generation: u64) {
+        debug_assert_eq!(spec.kind, CheckKind::Ttl);
+        let idle = spec.ttl().min(REAP_INTERVAL).max(Duration::from_millis(1));
+        while self.runner_current(&spec.id, generation) {
+            let now = Instant::now();
+            let deadline = self
+                .state
+                .borrow()
+                .checks
+                .get(&spec.id)
+                .and_then(|c| c.ttl_deadline);
+            let wait = match deadline {
+                Some(deadline) if deadline > now => deadline - now,
+                Some(_) => {
+                    self.expire_ttl(&spec.id, now);
+                    idle
+                }
+                None => idle,
+            };
+            monoio::time::sleep(wait).await;
+        }
+    }
+
+    /// Turns a TTL check whose deadline passed critical, once.
+    fn expire_ttl(&self, id: &str, now: Instant) {
+        let due = self.state.borrow().checks.get(id).is_some_and(|c| {
+            c.ttl_deadline.is_some_and(|d| now >= d) && c.status != Status::Critical
+        });
+        if due {
+            let update =
+                self.state
+                    .borrow_mut()
+                    .set_check(id, Status::Critical, "TTL expired", now);
+            self.apply_update(update);
+        }
+    }
+
     /// Expires TTL checks and deregisters services critical for longer than their
     /// `deregister_critical_service_after`.
     fn reap(&self) {
@@ -1008,11 +1052,7 @@ impl Agent {
             (state.expired_ttls(now), doomed)
         };
         for id in expired {
-            let update =
-                self.state
-                    .borrow_mut()
-                    .set_check(&id, Status::Critical, "TTL expired", now);
-            self.apply_update(update);
+            self.expire_ttl(&id, now);
         }
         for id in doomed {
             log::info!("agent: deregistering service {id:?}: critical for longer than deregister_critical_service_after");

@@ -267,6 +267,10 @@ fn sample(agent: &Agent) {
     }
 }
 
+/// Consul's reason for not serving Prometheus text without a retention time.
+const PROMETHEUS_DISABLED: &str =
+    "Prometheus is not enabled since its retention time is not positive";
+
 /// `GET /v1/agent/metrics`: go-metrics' summary of the last finished interval, or the
 /// Prometheus text when asked for and `prometheus_retention_time` is set.
 pub fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
@@ -276,10 +280,15 @@ pub fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentRepl
     let gauges = gauges(agent);
     if prometheus {
         if telemetry.prometheus_retention.is_zero() {
-            return AgentReply::text(
-                415,
-                "Prometheus is not enabled since its retention time is not positive",
-            );
+            // Consul means a 415 here, but its handler returns before writing the status,
+            // so what its clients see is a 200 with an empty body and the reason in a
+            // header; that is what they are written against.
+            return AgentReply {
+                status: 200,
+                content_type: None,
+                headers: format!("X-Consul-Reason: {PROMETHEUS_DISABLED}\r\n").into_bytes(),
+                body: Vec::new(),
+            };
         }
         let body = metrics::render_prometheus(
             now_ms,

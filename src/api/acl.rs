@@ -15,7 +15,8 @@ use super::context::now_unix_ns;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj, Schema};
 use crate::consul::filter::{Filter, BINDING_RULE_SELECTOR};
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::proto::http::Method;
@@ -24,8 +25,8 @@ use crate::store::acl::apply::{
     AuthMethodWrite, BindingRuleWrite, LinkRef, PolicyWrite, RoleWrite, TokenWrite,
 };
 use crate::store::acl::{
-    self, builtin, cache, jwt, login, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy, Role,
-    ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
+    self, builtin, cache, jwt, login, rules, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy,
+    Role, ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use base64::Engine;
@@ -326,13 +327,14 @@ fn write(
     }))
 }
 
-fn decode_body(request: &Request, what: &str) -> Result<Value, ApiError> {
-    let body = if request.body.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        request.body
-    };
-    parse_json(body).map_err(|e| ApiError::bad_request(format!("{what} decoding failed: {e}")))
+/// A body checked against the Consul struct it decodes into; `refusal` is the words the
+/// endpoint's 400 starts with (`Token decoding failed`).
+fn decode_body(
+    request: &Request,
+    refusal: &str,
+    schema: &'static Schema,
+) -> Result<Value, ApiError> {
+    parse_strict(request.body, schema).map_err(|e| ApiError::bad_request(format!("{refusal}: {e}")))
 }
 
 fn new_uuid() -> String {
@@ -443,6 +445,18 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
         return Ok(Outcome::Forward);
     }
     super::check_datacenter(ctx, &request.query)?;
+    // The body may choose the management token's secret, as `consul acl bootstrap <file>`
+    // does.
+    let body = decode_body(request, "Request decoding failed", &bodies::ACL_BOOTSTRAP)?;
+    let chosen = Obj::new(&body)
+        .and_then(|o| o.string(&["bootstrapsecret"]))
+        .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+    let secret_id = match chosen.as_str() {
+        "" => new_uuid(),
+        text => uuid::Uuid::parse_str(text)
+            .map_err(|e| ApiError::bad_request(format!("Invalid BootstrapSecret: {e}")))?
+            .to_string(),
+    };
     let version = ctx.current_version();
     let reset_index = bootstrap_reset_index(ctx);
     let (allowed, index) = acl::can_bootstrap(&version);
@@ -453,7 +467,6 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
         ));
     }
     let accessor_id = new_uuid();
-    let secret_id = new_uuid();
     let op = AclOp::Bootstrap {
         accessor_id: accessor_id.clone(),
         secret_id: secret_id.clone(),
@@ -574,6 +587,10 @@ trait AclObject: 'static {
     /// The name in Consul's messages: `Policy decoding failed`, `Policy ID in URL and
     /// payload do not match`.
     const WHAT: &'static str;
+    /// What Consul's "does not exist" answer calls one row (`binding rule`).
+    const NOUN: &'static str;
+    /// The Consul struct its body decodes into.
+    const SCHEMA: &'static Schema;
     /// The name of the ID field in messages (`ID`, `Accessor ID`, `Name`).
     const ID_FIELD: &'static str;
     /// Consul's 400 for an empty ID on a read or delete.
@@ -604,7 +621,7 @@ trait AclObject: 'static {
 }
 
 fn decode_object<O: AclObject>(request: &Request, create: bool) -> Result<O::Write, ApiError> {
-    let value = decode_body(request, O::WHAT)?;
+    let value = decode_body(request, &format!("{} decoding failed", O::WHAT), O::SCHEMA)?;
     Obj::new(&value)
         .and_then(|obj| O::decode(&obj, create))
         .map_err(|e| ApiError::bad_request(format!("{} decoding failed: {e}", O::WHAT)))
@@ -651,7 +668,7 @@ fn object<O: AclObject>(
             reply,
             O::row_key(&key),
             O::index,
-            Box::new(move |tables| O::render(tables, &key).ok_or_else(authz::acl_not_found)),
+            Box::new(move |tables| O::render(tables, &key).ok_or_else(missing::<O>)),
         ),
         Method::Put => {
             let mut write = decode_object::<O>(request, false)?;
@@ -687,6 +704,15 @@ fn list<O: AclObject>(
     )
 }
 
+/// A read of a row that does not exist: Consul's 404 (its clients read it as "no such
+/// row"), worded by `acl.ACLResourceNotExistError`.
+fn missing<O: AclObject>() -> ApiError {
+    ApiError::NotFound(format!(
+        "Requested {} does not exist: ACL not found",
+        O::NOUN
+    ))
+}
+
 /// `GET /v1/acl/<kind>/name/<name>`: policies and roles by name.
 fn by_name<O: AclObject>(
     ctx: &Context,
@@ -708,7 +734,7 @@ fn by_name<O: AclObject>(
         reply,
         Arc::from(O::LIST_KEY),
         O::index,
-        Box::new(move |tables| find(tables, &name).ok_or_else(authz::acl_not_found)),
+        Box::new(move |tables| find(tables, &name).ok_or_else(missing::<O>)),
     )
 }
 
@@ -745,6 +771,8 @@ struct Tokens;
 impl AclObject for Tokens {
     type Write = TokenWrite;
     const WHAT: &'static str = "Token";
+    const NOUN: &'static str = "token";
+    const SCHEMA: &'static Schema = &bodies::ACL_TOKEN;
     const ID_FIELD: &'static str = "Accessor ID";
     const MISSING: &'static str = "Missing token ID";
     const CREATE_WITH_ID: Option<&'static str> = None;
@@ -851,7 +879,7 @@ pub fn token(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     else {
         return object::<Tokens>(ctx, request, reply);
     };
-    let value = decode_body(request, "Token")?;
+    let value = decode_body(request, "Token decoding failed", &bodies::ACL_TOKEN)?;
     let description = Obj::new(&value)
         .and_then(|o| o.opt_string(&["description"]))
         .map_err(|e| ApiError::bad_request(format!("Token decoding failed: {e}")))?;
@@ -873,6 +901,8 @@ struct Policies;
 impl AclObject for Policies {
     type Write = PolicyWrite;
     const WHAT: &'static str = "Policy";
+    const NOUN: &'static str = "policy";
+    const SCHEMA: &'static Schema = &bodies::ACL_POLICY;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing policy ID";
     const CREATE_WITH_ID: Option<&'static str> =
@@ -950,6 +980,8 @@ struct Roles;
 impl AclObject for Roles {
     type Write = RoleWrite;
     const WHAT: &'static str = "Role";
+    const NOUN: &'static str = "role";
+    const SCHEMA: &'static Schema = &bodies::ACL_ROLE;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing role ID";
     const CREATE_WITH_ID: Option<&'static str> =
@@ -1066,6 +1098,58 @@ pub fn templated_policy(
     Ok(Outcome::Done)
 }
 
+/// `POST /v1/acl/templated-policy/preview/<name>`: the policy a template renders to with the
+/// body's variables (`{"Name": …}`), as the synthetic policy Consul builds from it.
+pub fn templated_policy_preview(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    let name = request.rest;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing templated policy Name"));
+    }
+    let base = builtin::templated_policy(name)
+        .ok_or_else(|| ApiError::bad_request(format!("Invalid templated policy Name: {name}")))?;
+    let body = parse_strict(request.body, &bodies::ACL_TEMPLATE_VARIABLES)
+        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
+    let variable = Obj::new(&body)
+        .and_then(|o| o.string(&["name"]))
+        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
+    let invalid = |reason: String| {
+        ApiError::bad_request(format!(
+            "validation error for templated policy: {}: {reason}",
+            rules::go_quote(base.name)
+        ))
+    };
+    if base.requires_name && variable.is_empty() {
+        // Consul's JSON-schema check, reported as a one-error list.
+        return Err(invalid(
+            "1 error occurred:\n\t* name is required\n\n".to_string(),
+        ));
+    }
+    let rendered = builtin::render_templated_policy(base, Some(&variable)).map_err(invalid)?;
+    let id = builtin::synthetic_policy_id(&rendered);
+    let policy_name = format!("synthetic-policy-{id}");
+    let description = format!(
+        "synthetic policy generated from templated policy: {}",
+        base.name
+    );
+    let policy = Policy {
+        hash: acl::apply::policy_content_hash(&policy_name, &description, &rendered, &[]),
+        id: Arc::from(id.as_str()),
+        name: Arc::from(policy_name.as_str()),
+        description,
+        rules: rendered,
+        datacenters: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    };
+    reply.json(200, b"", &policy_json(&policy, false));
+    Ok(Outcome::Done)
+}
+
 // ---- auth methods and binding rules ----
 // ---- auth methods and binding rules ----
 
@@ -1074,6 +1158,8 @@ struct AuthMethods;
 impl AclObject for AuthMethods {
     type Write = AuthMethodWrite;
     const WHAT: &'static str = "AuthMethod";
+    const NOUN: &'static str = "auth method";
+    const SCHEMA: &'static Schema = &bodies::ACL_AUTH_METHOD;
     const ID_FIELD: &'static str = "Name";
     const MISSING: &'static str = "Missing auth method name";
     const CREATE_WITH_ID: Option<&'static str> = None;
@@ -1155,6 +1241,8 @@ struct BindingRules;
 impl AclObject for BindingRules {
     type Write = BindingRuleWrite;
     const WHAT: &'static str = "BindingRule";
+    const NOUN: &'static str = "binding rule";
+    const SCHEMA: &'static Schema = &bodies::ACL_BINDING_RULE;
     const ID_FIELD: &'static str = "ID";
     const MISSING: &'static str = "Missing binding rule ID";
     const CREATE_WITH_ID: Option<&'static str> =
@@ -1239,7 +1327,7 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
         // The auth methods and binding rules are the servers'.
         return Ok(Outcome::Forward);
     }
-    let value = decode_body(request, "Login")?;
+    let value = decode_body(request, "Failed to decode request body", &bodies::ACL_LOGIN)?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
     let method_name = obj
@@ -1307,7 +1395,10 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
 pub fn logout(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let Some(secret) = request.token() else {
-        return Err(authz::acl_not_found());
+        return Err(ApiError::Status(
+            401,
+            "Supplied token does not exist".to_string(),
+        ));
     };
     write(
         ctx,
@@ -1360,7 +1451,7 @@ pub fn agent_token(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    let value = decode_body(request, "Token")?;
+    let value = decode_body(request, "Request decode failed", &bodies::AGENT_TOKEN)?;
     let token = Obj::new(&value)
         .and_then(|o| o.string(&["token"]))
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;

@@ -194,8 +194,9 @@ fn enable_param(request: &Request) -> Result<bool, ApiError> {
 }
 
 fn check_update(request: &Request, id: &str) -> Result<AgentRequest, ApiError> {
-    let value = crate::consul::body::parse_json(request.body)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let value =
+        crate::consul::body::parse_strict(request.body, &crate::consul::bodies::CHECK_UPDATE)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let obj = crate::consul::body::Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let status_text = obj

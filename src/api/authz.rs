@@ -218,6 +218,7 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         } else {
             a.acl_write()
         }),
+        Acl::AclRead => authz.require(a.acl_read()),
         Acl::Management => authz.require(a.snapshot()),
         Acl::OperatorRead => authz.require(a.operator_read()),
         Acl::OperatorWrite => authz.require(a.operator_write()),

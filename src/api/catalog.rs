@@ -9,7 +9,8 @@ use super::agent_cache;
 use super::authz::RowFilter;
 use super::peer::{self, Empty};
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
 use crate::consul::registration::{parse_registration, PEER_REGISTRATION_REFUSED};
@@ -98,16 +99,23 @@ pub fn internal_node_state(
 pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
     super::check_datacenter(ctx, &request.query)?;
-    let decode = || -> Result<CatalogOp, String> {
-        let value = parse_json(request.body)?;
+    let decode = || -> Result<(CatalogOp, String), String> {
+        let value = parse_strict(request.body, &bodies::DEREGISTER_REQUEST)?;
         let obj = Obj::new(&value)?;
-        Ok(CatalogOp::Deregister {
+        let op = CatalogOp::Deregister {
             node: obj.string(&["node"])?,
             service_id: obj.string(&["serviceid"])?,
             check_id: obj.string(&["checkid"])?,
-        })
+        };
+        Ok((op, obj.string(&["datacenter"])?))
     };
-    let op = decode().map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let (op, datacenter) =
+        decode().map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    // The body's `Datacenter` routes the write, as a registration's does (an unknown one is
+    // Consul's "No path to datacenter").
+    if let Some(datacenter) = body_datacenter(ctx, &datacenter) {
+        return Ok(Outcome::ForwardDatacenter(datacenter));
+    }
     if let CatalogOp::Deregister { node, .. } = &op {
         if node.is_empty() {
             return Err(ApiError::bad_request("Must provide node"));

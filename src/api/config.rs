@@ -329,8 +329,11 @@ pub fn discovery_chain(
     };
     let mut overrides = crate::consul::discovery_chain::Overrides::default();
     if request.method == Method::Post && !request.body.iter().all(u8::is_ascii_whitespace) {
-        let value = crate::consul::body::parse_json(request.body)
-            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        let value = crate::consul::body::parse_strict(
+            request.body,
+            &crate::consul::bodies::DISCOVERY_CHAIN_OVERRIDES,
+        )
+        .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
         let obj = crate::consul::body::Obj::new(&value)
             .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
         if let Some(text) = obj

@@ -14,7 +14,8 @@ use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::config::connect::CaSettings;
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_json, parse_strict, Obj};
 use crate::consul::config_entry::doc::{self, Doc};
 use crate::proto::http::Method;
 use crate::proto::rfc3339;
@@ -53,7 +54,11 @@ fn root_doc(root: &CaRoot) -> Doc {
     Doc::Obj(vec![
         ("ID".into(), Doc::Str(root.id.to_string())),
         ("Name".into(), Doc::Str(root.name.to_string())),
-        ("SerialNumber".into(), Doc::Int(root.serial_number as i64)),
+        // Consul's serial is unsigned; a cast to i64 would print a high one negative.
+        (
+            "SerialNumber".into(),
+            Doc::Raw(serde_json::Value::from(root.serial_number)),
+        ),
         (
             "SigningKeyID".into(),
             Doc::Str(root.signing_key_id.to_string()),
@@ -218,7 +223,7 @@ pub fn configuration(
     if !ctx.is_leader() {
         return Ok(Outcome::Forward);
     }
-    let value = parse_json(request.body)
+    let value = parse_strict(request.body, &bodies::CA_CONFIGURATION)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
@@ -262,10 +267,16 @@ pub fn configuration(
     } else {
         None
     };
+    // Consul keeps the `Config` map as it was written (`"72h"`, not `"72h0m0s"`); readers
+    // take it over the defaults through `CaSettings::from_map`.
+    let written = match obj.get(&["config"]) {
+        Some(value @ serde_json::Value::Object(_)) => value.to_string(),
+        _ => "{}".to_string(),
+    };
     let config = CaConfig {
         cluster_id: current.cluster_id.clone(),
         provider: ArcStr::from(ca::PROVIDER_CONSUL),
-        config_json: ArcStr::from(settings.to_json().to_string()),
+        config_json: ArcStr::from(written),
         force_without_cross_signing: force,
         create_index: 0,
         modify_index: 0,
@@ -284,6 +295,45 @@ pub fn configuration(
             )),
         }),
     }))
+}
+
+/// Consul's default `Config` of the built-in CA, as it writes it (`structs.DefaultLeafCertTTL`
+/// and its siblings are these strings).
+const CA_CONFIG_DEFAULTS: [(&str, &str); 3] = [
+    ("LeafCertTTL", "72h"),
+    ("IntermediateCertTTL", "8760h"),
+    ("RootCertTTL", "87600h"),
+];
+
+/// The snake-case keys of an agent's `connect.ca_config` Consul translates to the CA's
+/// CamelCase ones.
+const CA_CONFIG_KEYS: [(&str, &str); 9] = [
+    ("leaf_cert_ttl", "LeafCertTTL"),
+    ("intermediate_cert_ttl", "IntermediateCertTTL"),
+    ("root_cert_ttl", "RootCertTTL"),
+    ("private_key_type", "PrivateKeyType"),
+    ("private_key_bits", "PrivateKeyBits"),
+    ("private_key", "PrivateKey"),
+    ("root_cert", "RootCert"),
+    ("csr_max_per_second", "CSRMaxPerSecond"),
+    ("csr_max_concurrent", "CSRMaxConcurrent"),
+];
+
+/// The first CA configuration's `Config`: Consul's defaults with the agent's
+/// `connect.ca_config` over them, each value as it was written.
+pub fn initial_ca_config(written: Option<&serde_json::Map<String, serde_json::Value>>) -> String {
+    let mut map: serde_json::Map<String, serde_json::Value> = CA_CONFIG_DEFAULTS
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+        .collect();
+    for (key, value) in written.into_iter().flatten() {
+        let name = CA_CONFIG_KEYS
+            .iter()
+            .find(|(snake, _)| snake == key)
+            .map_or(key.as_str(), |(_, camel)| camel);
+        map.insert(name.to_string(), value.clone());
+    }
+    serde_json::Value::Object(map).to_string()
 }
 
 /// A new root under `config`'s cluster, cross-signed by `old`'s key.
@@ -405,13 +455,17 @@ pub fn authorize_decision(
 
 /// `POST /v1/agent/connect/authorize`.
 /// An authorize body in the casing every Consul client sends, decoded without building a
-/// JSON tree (authorize runs once per new mesh connection).
+/// JSON tree (authorize runs once per new mesh connection). Any other key sends the body
+/// down the checked path, which refuses what Consul refuses.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AuthorizeBody<'a> {
     #[serde(rename = "Target", borrow, default)]
     target: Option<std::borrow::Cow<'a, str>>,
     #[serde(rename = "ClientCertURI", borrow, default)]
     client_cert_uri: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "ClientCertSerial", borrow, default)]
+    _client_cert_serial: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// `(Target, ClientCertURI)` of an authorize body: the fast path for Consul's casing, else
@@ -422,7 +476,7 @@ fn authorize_fields(body: &[u8]) -> Result<(String, String), ApiError> {
             return Ok((target.to_string(), uri.to_string()));
         }
     }
-    let value = parse_json(body)
+    let value = parse_strict(body, &bodies::CONNECT_AUTHORIZE)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     let obj = Obj::new(&value)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;

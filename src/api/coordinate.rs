@@ -13,7 +13,7 @@
 
 use super::{check_datacenter, ApiError, Context, Outcome, Reply, Request, WriteOp};
 use crate::cluster::gossip::GossipHandle;
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::body::{parse_strict, Obj};
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
 use crate::store::catalog::{CatalogOp, CoordinateUpdate, NodeCoordinate};
@@ -347,7 +347,8 @@ fn coordinate_number(obj: &Obj, name: &str) -> Result<f64, ApiError> {
 pub fn update(ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
     let decode_failed = |e: String| ApiError::bad_request(format!("Request decode failed: {e}"));
-    let value = parse_json(request.body).map_err(decode_failed)?;
+    let value = parse_strict(request.body, &crate::consul::bodies::COORDINATE_UPDATE)
+        .map_err(decode_failed)?;
     let obj = Obj::new(&value).map_err(decode_failed)?;
     let node = obj.string(&["node"]).map_err(decode_failed)?;
     let segment = obj.string(&["segment"]).map_err(decode_failed)?;

@@ -12,7 +12,7 @@
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
-use crate::consul::body::parse_json;
+use crate::consul::body::{parse_json, parse_strict};
 use crate::consul::config_entry::doc::{self, Doc};
 use crate::consul::config_entry::intention::{decode_legacy, legacy_doc, LegacyIntention};
 use crate::shard::watch::WatchSet;
@@ -153,7 +153,7 @@ fn token(request: &Request) -> Option<Arc<Authorizer>> {
 }
 
 fn decode_body(request: &Request) -> Result<LegacyIntention, ApiError> {
-    let value = parse_json(request.body)
+    let value = parse_strict(request.body, &crate::consul::bodies::INTENTION)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     decode_legacy(&value).map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))
 }

@@ -37,7 +37,7 @@ fn key_from_body(body: &[u8]) -> Result<Vec<u8>, ApiError> {
             "Request body too large, max size: {KEY_REQUEST_BYTES_MAX} bytes."
         )));
     }
-    let value: serde_json::Value = serde_json::from_slice(body)
+    let value = crate::consul::body::parse_strict(body, &crate::consul::bodies::KEYRING)
         .map_err(|e| ApiError::BadRequest(format!("Request decode failed: {e}")))?;
     let text = value
         .as_object()

@@ -7,7 +7,8 @@ use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
     Request, WriteOp,
 };
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{parse_strict, Obj};
 use crate::proto::duration::format_go_duration;
 use crate::replica::{AutopilotHealth, ServerHealth};
 use crate::shard::runtime::{OperatorOp, ReadPlan};
@@ -277,19 +278,42 @@ fn configuration_json(config: &AutopilotConfig) -> serde_json::Value {
     })
 }
 
-/// The body of a `PUT`: Consul decodes it into a zero-valued structure, so a field left
-/// out is false, zero or empty.
+/// What a `PUT` body starts from: Consul decodes it onto `api.NewAutopilotConfiguration()`,
+/// so a field left out takes these values (the rest are false, zero or empty), whatever
+/// the stored configuration holds.
+const PUT_CLEANUP_DEAD_SERVERS: bool = true;
+const PUT_LAST_CONTACT_THRESHOLD_NS: i64 = 200_000_000;
+const PUT_MAX_TRAILING_LOGS: u64 = 250;
+const PUT_SERVER_STABILIZATION_TIME_NS: i64 = 10_000_000_000;
+
+/// The body of a `PUT`, onto Consul's defaults for the fields it leaves out.
 fn parse_configuration(body: &[u8]) -> Result<AutopilotConfig, String> {
-    let value = parse_json(body)?;
+    let value = parse_strict(body, &bodies::AUTOPILOT_CONFIGURATION)?;
     let obj = Obj::new(&value)?;
     let min_quorum = obj.bounded(&["minquorum"], 0, u32::MAX as i64)? as u32;
-    let max_trailing_logs = obj.bounded(&["maxtrailinglogs"], 0, i64::MAX)? as u64;
+    let max_trailing_logs = match obj.has(&["maxtrailinglogs"]) {
+        true => obj.bounded(&["maxtrailinglogs"], 0, i64::MAX)? as u64,
+        false => PUT_MAX_TRAILING_LOGS,
+    };
+    let duration_or = |names: &[&str], default_ns: i64| match obj.has(names) {
+        true => obj.duration_ns(names),
+        false => Ok(default_ns),
+    };
     Ok(AutopilotConfig {
-        cleanup_dead_servers: obj.bool(&["cleanupdeadservers"])?,
-        last_contact_threshold_ns: obj.duration_ns(&["lastcontactthreshold"])?,
+        cleanup_dead_servers: match obj.has(&["cleanupdeadservers"]) {
+            true => obj.bool(&["cleanupdeadservers"])?,
+            false => PUT_CLEANUP_DEAD_SERVERS,
+        },
+        last_contact_threshold_ns: duration_or(
+            &["lastcontactthreshold"],
+            PUT_LAST_CONTACT_THRESHOLD_NS,
+        )?,
         max_trailing_logs,
         min_quorum,
-        server_stabilization_time_ns: obj.duration_ns(&["serverstabilizationtime"])?,
+        server_stabilization_time_ns: duration_or(
+            &["serverstabilizationtime"],
+            PUT_SERVER_STABILIZATION_TIME_NS,
+        )?,
         redundancy_zone_tag: obj.string(&["redundancyzonetag"])?,
         disable_upgrade_migration: obj.bool(&["disableupgrademigration"])?,
         upgrade_version_tag: obj.string(&["upgradeversiontag"])?,
@@ -371,6 +395,8 @@ impl Query for UsageQuery {
             .collect();
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
+        // Consul answers its `structs.Usage`, which embeds the query's `QueryMeta`: the
+        // body repeats what the headers say.
         reply.json(
             200,
             &headers,
@@ -383,7 +409,14 @@ impl Query for UsageQuery {
                         "BillableServiceInstances": usage.billable_service_instances,
                         "Nodes": usage.nodes,
                     }
-                }
+                },
+                "Index": meta.index,
+                "LastContact": meta.last_contact_ms.saturating_mul(1_000_000),
+                "KnownLeader": meta.known_leader,
+                "ConsistencyLevel": meta.consistency.as_str(),
+                "NotModified": false,
+                "Backend": 0,
+                "ResultsFilteredByACLs": false,
             }),
         );
     }

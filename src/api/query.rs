@@ -507,10 +507,12 @@ fn run_locally(
         near
     };
     order(&mut rows, version, lan, near, asked.limit);
-    let meta = deferred.query_meta(
-        crate::store::catalog::read::service_index(version, &resolved.service.service),
-        asked.consistency,
-    );
+    let index = if asked.connect || resolved.service.connect {
+        crate::store::catalog::read::connect_rows(version, &resolved.service.service).index
+    } else {
+        crate::store::catalog::read::service_index(version, &resolved.service.service)
+    };
+    let meta = deferred.query_meta(index, asked.consistency);
     let targets = failover_targets(deferred.router(), &resolved);
     if !rows.is_empty() || targets.is_empty() {
         let body = execution_body(

@@ -92,6 +92,8 @@ pub enum Acl {
     Filtered,
     /// `acl:read` on GET, `acl:write` otherwise.
     AclByMethod,
+    /// `acl:read` whatever the method (a templated policy's preview, a POST).
+    AclRead,
     /// `acl:write`, what a management token has: snapshots.
     Management,
     OperatorRead,
@@ -208,6 +210,7 @@ pub struct Route {
 const GET: &[Method] = &[Method::Get];
 const PUT: &[Method] = &[Method::Put];
 const DELETE: &[Method] = &[Method::Delete];
+const POST: &[Method] = &[Method::Post];
 const GET_PUT: &[Method] = &[Method::Get, Method::Put];
 const POST_PUT: &[Method] = &[Method::Post, Method::Put];
 const GET_PUT_DELETE: &[Method] = &[Method::Get, Method::Put, Method::Delete];
@@ -216,7 +219,7 @@ const GET_DELETE: &[Method] = &[Method::Get, Method::Delete];
 const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
-    AclByMethod, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
+    AclByMethod, AclRead, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
     EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, NodeWriteFromRest,
     OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById,
     SessionCreate,
@@ -360,6 +363,7 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/acl/role/"),                      GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::role),
     route(Exact("/v1/acl/templated-policies"),          GET,                 Standard, ANSWERS, AclByMethod, acl::templated_policies),
     route(Prefix("/v1/acl/templated-policy/name/"),     GET,                 Standard, ANSWERS, AclByMethod, acl::templated_policy),
+    route(Prefix("/v1/acl/templated-policy/preview/"),  POST,                Standard, ANSWERS, AclRead,    acl::templated_policy_preview),
     route(Exact("/v1/acl/auth-method"),                 PUT,                 Standard, ANSWERS, AclByMethod, acl::auth_method_create),
     route(Exact("/v1/acl/auth-methods"),                GET,                 Standard, BLOCKS,  AclByMethod, acl::auth_method_list),
     route(Prefix("/v1/acl/auth-method/"),               GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::auth_method),
@@ -673,7 +677,10 @@ mod tests {
                 "{text}: open to anyone only when listed in OPEN_ROUTES"
             );
             if text.starts_with("/v1/acl/") && route.acl != Acl::None {
-                assert_eq!(route.acl, AclByMethod, "{text}: ACL objects need acl:*");
+                assert!(
+                    matches!(route.acl, AclByMethod | AclRead),
+                    "{text}: ACL objects need acl:*"
+                );
             }
             if route.acl == Filtered {
                 // A client agent's DNS lookups are a read whose questions come in a body.

@@ -15,7 +15,7 @@ use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
     Request, WriteOp, ORIGIN_NODE_HEADER,
 };
-use crate::consul::body::{normalize_key, parse_json, Obj};
+use crate::consul::body::{normalize_key, parse_strict, Obj};
 use crate::consul::json::JsonWriter;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::shard::runtime::OperatorOp;
@@ -73,7 +73,7 @@ fn lock_delay_ns(value: &Value) -> Result<i64, String> {
 /// Decodes a create body onto Consul's defaults, including `fixupEmptySessionChecks`. The
 /// behavior comes back as text: Consul refuses a bad one later, with a different status.
 fn decode_create(body: &[u8], default_node: &str) -> Result<(Session, String), String> {
-    let value = parse_json(body)?;
+    let value = parse_strict(body, &crate::consul::bodies::SESSION)?;
     let obj = Obj::new(&value)?;
     let mut checks: Vec<String> = vec![SERF_CHECK_ID.to_string()];
     let mut node_checks: Option<Vec<String>> = Some(vec![SERF_CHECK_ID.to_string()]);

@@ -14,7 +14,8 @@
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::bodies;
+use crate::consul::body::{check_strict, parse_json, Kind, Obj};
 use crate::consul::json::JsonWriter;
 use crate::consul::registration::{parse_catalog_check, parse_service};
 use crate::consul::render;
@@ -55,6 +56,7 @@ fn decode_ops(body: &[u8], kv_value_max: usize, datacenter: &str) -> Result<Deco
             )))
         }
     };
+    check_strict(&value, Kind::ObjList(&bodies::TXN_OP)).map_err(Refusal::Decode)?;
     if items.len() > TXN_OPS_MAX {
         return Err(Refusal::TooLarge(format!(
             "Transaction contains too many operations ({} > {TXN_OPS_MAX})",

@@ -43,8 +43,31 @@ pub enum AclCommand {
     /// Creates, lists, reads, updates and deletes binding rules.
     #[command(subcommand)]
     BindingRule(BindingRuleCommand),
+    /// Lists, reads and previews Consul's builtin templated policies.
+    #[command(subcommand)]
+    TemplatedPolicy(TemplatedPolicyCommand),
     /// Sets one of the agent's tokens (default, agent, recovery, replication).
     SetAgentToken(SetAgentTokenArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TemplatedPolicyCommand {
+    /// Lists the templated policies' names.
+    List(ListArgs),
+    /// Shows one templated policy: its variables, an example and its raw template.
+    Read(ByNameArgs),
+    /// Shows the policy a templated policy renders to with `-var name:VALUE`.
+    Preview(TemplatedPolicyPreviewArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TemplatedPolicyPreviewArgs {
+    /// The templated policy (`-name builtin/service`).
+    #[command(flatten)]
+    pub template: ByNameArgs,
+    /// A variable, `name:VALUE`.
+    #[arg(long = "var")]
+    pub var: Vec<String>,
 }
 
 /// `-format` and `-meta`, which every command that prints an object takes.
@@ -1176,6 +1199,7 @@ pub fn run(command: AclCommand) -> Result<i32, String> {
         AclCommand::Role(command) => role(command),
         AclCommand::AuthMethod(command) => auth_method(command),
         AclCommand::BindingRule(command) => binding_rule(command),
+        AclCommand::TemplatedPolicy(command) => templated_policy(command),
         AclCommand::SetAgentToken(args) => set_agent_token(args),
     }
 }
@@ -1701,6 +1725,92 @@ fn binding_rule(command: BindingRuleCommand) -> Result<i32, String> {
             let id = full_id(&client, Kind::BindingRule, required(&args.id, "id")?)
                 .map_err(|e| format!("Error determining binding rule ID: {e}"))?;
             delete(&client, Kind::BindingRule, &id)
+        }
+    }
+}
+
+/// Consul's pretty form of one templated policy: its variables, how to use it, its template.
+fn format_templated_policy(template: &Value, meta: bool) -> String {
+    let name = text(template, "TemplateName");
+    let mut out = format!(
+        "Name:            {name}\nDescription:     {}\nInput variables:",
+        text(template, "Description")
+    );
+    let example = match name {
+        "builtin/service" => Some(("The name of the service", "api")),
+        "builtin/node" => Some(("The node name", "node-1")),
+        "builtin/api-gateway" => Some(("The api gateway service name", "api-gateway")),
+        _ => None,
+    };
+    match example {
+        Some((what, value)) => out.push_str(&format!(
+            "\n\tName: String - Required - {what}.\nExample usage:\n\tpraetor acl token create -templated-policy {name} -var name:{value}\n"
+        )),
+        None => out.push_str(&format!(
+            " None\nExample usage:\n\tpraetor acl token create -templated-policy {name}\n"
+        )),
+    }
+    if meta {
+        out.push_str(&format!("Schema:\n{}\n\n", text(template, "Schema")));
+    }
+    out.push_str(&format!("Raw Template:\n{}", text(template, "Template")));
+    out
+}
+
+fn templated_policy(command: TemplatedPolicyCommand) -> Result<i32, String> {
+    match command {
+        TemplatedPolicyCommand::List(args) => {
+            let client = connect(&args.http)?;
+            let all = get(&client, "/v1/acl/templated-policies")
+                .map_err(|e| format!("Failed to retrieve the templated policies list: {e}"))?;
+            print_value(&args.output, &all, |all| {
+                let mut names: Vec<&String> = all
+                    .as_object()
+                    .map(|m| m.keys().collect())
+                    .unwrap_or_default();
+                names.sort();
+                names
+                    .iter()
+                    .map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        TemplatedPolicyCommand::Read(args) => {
+            let Some(name) = args.name.as_deref().filter(|n| !n.is_empty()) else {
+                return Err("Must specify the -name parameter".to_string());
+            };
+            let client = connect(&args.http)?;
+            let template = get(&client, &format!("/v1/acl/templated-policy/name/{name}"))
+                .map_err(|e| format!("Error reading templated policy {name:?}: {e}"))?;
+            print_value(&args.output, &template, |t| {
+                format_templated_policy(t, args.output.meta)
+            })
+        }
+        TemplatedPolicyCommand::Preview(args) => {
+            let Some(name) = args.template.name.as_deref().filter(|n| !n.is_empty()) else {
+                return Err("Must specify the -name parameter".to_string());
+            };
+            let mut variables = Map::new();
+            for var in &args.var {
+                match var.split_once(':') {
+                    Some(("name", value)) => {
+                        variables.insert("Name".into(), json!(value));
+                    }
+                    _ => return Err(format!("Invalid -var {var:?}: expected name:VALUE")),
+                }
+            }
+            let client = connect(&args.template.http)?;
+            let body = Value::Object(variables).to_string();
+            let response = client
+                .ok(
+                    "POST",
+                    &format!("/v1/acl/templated-policy/preview/{name}"),
+                    Some(body.as_bytes()),
+                )
+                .map_err(|e| format!("Failed to generate the templated policy preview: {e}"))?;
+            let policy = decode(&response.body)?;
+            print_object(Kind::Policy, &args.template.output, &policy)
         }
     }
 }

@@ -121,6 +121,15 @@ pub fn run(command: ServicesCommand) -> Result<i32, String> {
                 }
                 all
             };
+            let mut definitions = definitions;
+            for definition in &mut definitions {
+                // A file's definition is written as a config file is; the API takes its
+                // own names, as Consul's CLI translates them.
+                crate::consul::bodies::to_api_names(
+                    definition,
+                    &crate::consul::bodies::SERVICE_DEFINITION,
+                );
+            }
             let client = args.http.client()?;
             for definition in &definitions {
                 client

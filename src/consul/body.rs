@@ -5,6 +5,15 @@
 //! Map-valued fields (`Meta`, `NodeMeta`, `Header`) keep their keys verbatim.
 //!
 //! Every accessor returns a readable error naming the field; nothing here panics on bad input.
+//!
+//! Strictness is separate from that leniency and comes first: Consul decodes an HTTP body
+//! with Go's `encoding/json` and `DisallowUnknownFields`, so a field its struct does not
+//! have, or a value of the wrong JSON type, is a 400. [`parse_strict`] checks a body against
+//! a [`Schema`] — the table of the fields Consul's struct has, each with the JSON it takes and
+//! the other spellings Consul's decoder translates (`tls_skip_verify`) — and words its
+//! refusals as Go does (`json: unknown field "Foo"`). The tables live in
+//! [`bodies`](super::bodies); config files keep the lenient path alone, as Consul's
+//! mapstructure decoding of them has its own rules.
 
 use crate::proto::duration::parse_go_duration_nanos;
 use serde_json::{Map, Value};
@@ -21,6 +30,287 @@ pub fn parse_json(body: &[u8]) -> Result<Value, String> {
         return Err(format!("body nests deeper than {BODY_DEPTH_MAX} levels"));
     }
     serde_json::from_slice(body).map_err(|e| e.to_string())
+}
+
+/// What Go's JSON decoder accepts for one field of a Consul struct.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Str,
+    /// A Go `int`: a JSON number without a fraction.
+    Int,
+    /// A Go `uint64` and kin: a JSON number without a fraction or sign.
+    Uint,
+    Float,
+    Bool,
+    /// A duration Consul's own decoder reads: a Go duration string or a number of
+    /// nanoseconds.
+    Duration,
+    /// A Go `[]byte`: base64 text.
+    Bytes,
+    StrList,
+    FloatList,
+    /// A `map[string]string`.
+    StrMap,
+    /// A `map[string][]string` (an HTTP check's `Header`).
+    StrListMap,
+    /// A struct (or a pointer to one).
+    Obj(&'static Schema),
+    ObjList(&'static Schema),
+    /// A map from names to structs (`TaggedAddresses` of a service).
+    ObjMap(&'static Schema),
+    /// A `map[string]interface{}`: any object.
+    AnyObj,
+    /// An `interface{}`: any value.
+    Any,
+}
+
+impl Kind {
+    /// The Go type Go's errors name for a field of this kind.
+    fn go_type(self) -> &'static str {
+        match self {
+            Kind::Str => "string",
+            Kind::Int => "int",
+            Kind::Uint => "uint64",
+            Kind::Float => "float64",
+            Kind::Bool => "bool",
+            Kind::Duration => "time.Duration",
+            Kind::Bytes => "[]uint8",
+            Kind::StrList => "[]string",
+            Kind::FloatList => "[]float64",
+            Kind::StrMap => "map[string]string",
+            Kind::StrListMap => "map[string][]string",
+            Kind::Obj(schema) | Kind::ObjList(schema) | Kind::ObjMap(schema) => schema.go_type,
+            Kind::AnyObj => "map[string]interface {}",
+            Kind::Any => "interface {}",
+        }
+    }
+}
+
+/// One field of a Consul struct as its JSON decoder sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Field {
+    /// The Go field name; JSON keys match it case-insensitively, as Go's decoder matches.
+    pub name: &'static str,
+    /// Other keys Consul's decoder maps onto the field (its `alias` tags and the snake-case
+    /// twins its `UnmarshalJSON` methods declare), matched the same way.
+    pub aliases: &'static [&'static str],
+    pub kind: Kind,
+}
+
+/// A field known by its Go name alone.
+pub const fn field(name: &'static str, kind: Kind) -> Field {
+    Field {
+        name,
+        aliases: &[],
+        kind,
+    }
+}
+
+/// A field with the other spellings Consul translates onto it.
+pub const fn aliased(name: &'static str, aliases: &'static [&'static str], kind: Kind) -> Field {
+    Field {
+        name,
+        aliases,
+        kind,
+    }
+}
+
+/// The fields of a Consul struct a body decodes into.
+#[derive(Debug)]
+pub struct Schema {
+    /// The Go type, as Go's errors name it (`structs.ServiceDefinition`).
+    pub go_type: &'static str,
+    /// Whether a key no field names is refused. Consul's decoder refuses it everywhere
+    /// except below a type whose own `UnmarshalJSON` decodes without that rule (a session,
+    /// a health check's `Definition`).
+    pub strict: bool,
+    pub fields: &'static [Field],
+}
+
+impl Schema {
+    /// The field a JSON key names, by Go's rule: the name or an alias, case-insensitively.
+    pub fn field(&self, key: &str) -> Option<&'static Field> {
+        self.fields.iter().find(|field| {
+            go_name_matches(key, field.name)
+                || field
+                    .aliases
+                    .iter()
+                    .any(|alias| go_name_matches(key, alias))
+        })
+    }
+
+    /// The struct's own name, without its package, as Go's type errors start their path.
+    fn struct_name(&self) -> &'static str {
+        let name = self.go_type.trim_start_matches(['*', '[', ']']);
+        name.rsplit_once('.').map_or(name, |(_, short)| short)
+    }
+}
+
+/// Whether a JSON key selects the Go field `name`: equal ignoring case, as Go's
+/// `encoding/json` folds (the field names are ASCII, so a key must be too).
+fn go_name_matches(key: &str, name: &str) -> bool {
+    key.eq_ignore_ascii_case(name)
+}
+
+/// Parses a body and checks it against `schema` as Consul's decoder would (an empty body is
+/// an empty object, as [`parse_json`] reads it). The value comes back for the lenient
+/// accessors to read.
+pub fn parse_strict(body: &[u8], schema: &'static Schema) -> Result<Value, String> {
+    let value = parse_json(body)?;
+    check_strict(&value, Kind::Obj(schema))?;
+    Ok(value)
+}
+
+/// Checks a parsed body against the Go type `kind` describes: the top-level shape, then
+/// every field below it.
+pub fn check_strict(value: &Value, kind: Kind) -> Result<(), String> {
+    let mut path = Vec::new();
+    match (kind, value) {
+        (_, Value::Null) => Ok(()),
+        (Kind::Obj(schema), Value::Object(map)) => check_object(map, schema, &mut path),
+        (Kind::ObjList(schema), Value::Array(items)) => {
+            for item in items {
+                match item {
+                    Value::Null => {}
+                    Value::Object(map) => check_object(map, schema, &mut path)?,
+                    other => return Err(go_value_error(other, schema.go_type)),
+                }
+            }
+            Ok(())
+        }
+        (Kind::Obj(_) | Kind::ObjList(_), other) => Err(go_value_error(other, kind.go_type())),
+        _ => check_value(value, kind, "", &mut path),
+    }
+}
+
+/// `json: cannot unmarshal array into Go value of type structs.X`: a body of the wrong
+/// shape altogether.
+fn go_value_error(value: &Value, go_type: &str) -> String {
+    format!(
+        "json: cannot unmarshal {} into Go value of type {go_type}",
+        json_kind(value)
+    )
+}
+
+fn check_object(
+    map: &Map<String, Value>,
+    schema: &'static Schema,
+    path: &mut Vec<&'static str>,
+) -> Result<(), String> {
+    debug_assert!(
+        path.len() <= BODY_DEPTH_MAX,
+        "checked deeper than the body may nest"
+    );
+    for (key, value) in map {
+        let Some(field) = schema.field(key) else {
+            if schema.strict {
+                return Err(format!("json: unknown field {key:?}"));
+            }
+            continue;
+        };
+        if value.is_null() {
+            continue;
+        }
+        path.push(field.name);
+        check_value(value, field.kind, schema.struct_name(), path)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// Checks one field's value; `owner` is the struct holding it and `path` the field names
+/// from the body's top, which Go's type errors print.
+fn check_value(
+    value: &Value,
+    kind: Kind,
+    owner: &str,
+    path: &mut Vec<&'static str>,
+) -> Result<(), String> {
+    let wrong = |value: &Value, path: &[&str]| {
+        // Go names the number itself only when a number did not fit an integer field.
+        let shown = match (kind, value) {
+            (Kind::Int | Kind::Uint, Value::Number(n)) => format!("number {n}"),
+            (_, other) => json_kind(other).to_string(),
+        };
+        Err(format!(
+            "json: cannot unmarshal {shown} into Go struct field {owner}.{} of type {}",
+            path.join("."),
+            kind.go_type()
+        ))
+    };
+    match (kind, value) {
+        (_, Value::Null) | (Kind::Any, _) | (Kind::AnyObj, Value::Object(_)) => Ok(()),
+        (Kind::Str | Kind::Bytes, Value::String(_)) | (Kind::Bool, Value::Bool(_)) => Ok(()),
+        (Kind::Float, Value::Number(_)) => Ok(()),
+        (Kind::Int, Value::Number(n)) if n.is_i64() => Ok(()),
+        (Kind::Uint, Value::Number(n)) if n.is_u64() => Ok(()),
+        (Kind::Duration, Value::Number(_)) => Ok(()),
+        (Kind::Duration, Value::String(text)) => parse_go_duration_nanos(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        (Kind::StrList, Value::Array(items)) => match items
+            .iter()
+            .find(|item| !matches!(item, Value::String(_) | Value::Null))
+        {
+            None => Ok(()),
+            Some(item) => wrong_element(item, owner, path, "string"),
+        },
+        (Kind::FloatList, Value::Array(items)) => match items
+            .iter()
+            .find(|item| !matches!(item, Value::Number(_) | Value::Null))
+        {
+            None => Ok(()),
+            Some(item) => wrong_element(item, owner, path, "float64"),
+        },
+        (Kind::StrMap, Value::Object(map)) => match map
+            .values()
+            .find(|item| !matches!(item, Value::String(_) | Value::Null))
+        {
+            None => Ok(()),
+            Some(item) => wrong_element(item, owner, path, "string"),
+        },
+        (Kind::StrListMap, Value::Object(map)) => {
+            for item in map.values() {
+                check_value(item, Kind::StrList, owner, path)?;
+            }
+            Ok(())
+        }
+        (Kind::Obj(schema), Value::Object(map)) => check_object(map, schema, path),
+        (Kind::ObjList(schema), Value::Array(items)) => {
+            for item in items {
+                check_value(item, Kind::Obj(schema), owner, path)?;
+            }
+            Ok(())
+        }
+        (Kind::ObjMap(schema), Value::Object(map)) => {
+            for item in map.values() {
+                check_value(item, Kind::Obj(schema), owner, path)?;
+            }
+            Ok(())
+        }
+        (_, other) => wrong(other, path),
+    }
+}
+
+/// A list or map element of the wrong JSON type, as Go words it.
+fn wrong_element(value: &Value, owner: &str, path: &[&str], go_type: &str) -> Result<(), String> {
+    Err(format!(
+        "json: cannot unmarshal {} into Go struct field {owner}.{} of type {go_type}",
+        json_kind(value),
+        path.join(".")
+    ))
+}
+
+/// A JSON value's type as Go's decoder names it.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
 }
 
 /// Bracket depth of a JSON text, ignoring brackets inside strings.

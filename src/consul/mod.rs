@@ -2,7 +2,8 @@
 //! files, independent of how praetor serves it.
 //!
 //! Go-shaped JSON output ([`json`]), catalog rows rendered as Consul's JSON ([`render`]),
-//! lenient and case-insensitive request-body decoding ([`body`]), `?filter=` expressions
+//! lenient and case-insensitive request-body decoding ([`body`]) after the strict check of
+//! each body against its Consul struct ([`bodies`]), `?filter=` expressions
 //! ([`filter`]), catalog registration bodies ([`registration`]), service and check
 //! definitions with Consul's defaults and validation ([`definition`]), the agent's metrics
 //! counters ([`metrics`]), the user-event envelope with its filters ([`user_event`]), and
@@ -13,6 +14,7 @@
 //! thread; a time it needs arrives as an argument. It knows nothing of shards, sockets,
 //! routing or Raft: it turns bytes into Consul's values and values into Consul's bytes.
 
+pub mod bodies;
 pub mod body;
 pub mod config_entry;
 pub mod definition;

@@ -5,7 +5,7 @@
 //! Pure: no store access beyond the row types. The checks that need the state (unique
 //! names, the session, the template's compilation) are the store's (`store::query`).
 
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::body::{parse_strict, Obj};
 use crate::consul::registration::validate_meta;
 use crate::proto::duration::parse_go_duration_nanos;
 use crate::store::query::{Failover, FailoverTarget, PreparedQuery, QueryTemplate, ServiceQuery};
@@ -23,7 +23,7 @@ pub const QUERY_STRING_BYTES_MAX: usize = 4096;
 /// Decodes a query from a `/v1/query` body. The caller sets or checks the ID.
 /// Errors are the text after Consul's "Request decode failed: ".
 pub fn decode(body: &[u8]) -> Result<PreparedQuery, String> {
-    let value = parse_json(body)?;
+    let value = parse_strict(body, &super::bodies::PREPARED_QUERY)?;
     let obj = Obj::new(&value)?;
     let string = |o: &Obj, names: &[&str]| -> Result<String, String> {
         let text = o.string(names)?;
@@ -311,9 +311,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_body_decodes_leniently_and_renders_back_as_consul_writes_it() {
+    fn a_body_decodes_in_any_letter_case_and_renders_back_as_consul_writes_it() {
         let body = br#"{"name":"web-query","Session":"","service":{"Service":"web",
-            "failover":{"nearest_n":"2","Datacenters":["dc2","dc3"]},"OnlyPassing":"true",
+            "failover":{"nearestn":2,"Datacenters":["dc2","dc3"]},"onlypassing":true,
             "Tags":["primary","!canary"],"NodeMeta":{"rack":"a"}},"DNS":{"TTL":"10s"}}"#;
         let query = decode(body).unwrap();
         assert_eq!(query.name, "web-query");

@@ -2,7 +2,7 @@
 //! `Checks`) decoded leniently, with Consul's defaults, limits and validation messages. The
 //! catalog endpoint, transactions and agent definitions all decode through here.
 
-use crate::consul::body::{parse_json, Obj};
+use crate::consul::body::{parse_strict, Obj};
 use crate::store::catalog::{
     CheckDefinition, CheckRegistration, Registration, ServiceRegistration, Weights,
 };
@@ -289,7 +289,7 @@ fn names_a_peer(obj: &Obj) -> Result<bool, String> {
 /// Decodes `/v1/catalog/register`'s body (Consul's `RegisterRequest`). A body naming a peer
 /// is refused with exactly [`PEER_REGISTRATION_REFUSED`].
 pub fn parse_registration(body: &[u8], default_datacenter: &str) -> Result<Registration, String> {
-    let value = parse_json(body)?;
+    let value = parse_strict(body, &super::bodies::REGISTER_REQUEST)?;
     let obj = Obj::new(&value)?;
     if names_a_peer(&obj)? {
         return Err(PEER_REGISTRATION_REFUSED.to_string());
@@ -336,10 +336,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registration_bodies_decode_leniently() {
+    fn registration_bodies_decode_in_any_letter_case() {
         let body = br#"{"node":"n1","address":"10.0.0.1","NodeMeta":{"consul-version":"1"},
-            "service":{"service":"web","tags":["a"],"port":"80","weights":{"passing":3,"warning":0},
-                       "tagged_addresses":{"lan":{"address":"10.0.0.1","port":80}}},
+            "service":{"service":"web","tags":["a"],"port":80,"weights":{"passing":3,"warning":0},
+                       "taggedaddresses":{"lan":{"address":"10.0.0.1","port":80}}},
             "check":{"name":"web check","serviceid":"web","status":"passing",
                      "definition":{"http":"http://x","interval":"10s"}}}"#;
         let reg = parse_registration(body, "dc1").unwrap();
@@ -370,7 +370,7 @@ mod tests {
     #[test]
     fn bad_registrations_are_refused_with_reasons() {
         for (body, needle) in [
-            (&br#"{"Node": [5]}"#[..], "expected a string"),
+            (&br#"{"Node": [5]}"#[..], "cannot unmarshal array"),
             (
                 br#"{"Service": {"Service": "w", "Meta": {"consul-x": "1"}}}"#,
                 "reserved",
@@ -385,9 +385,13 @@ mod tests {
             ),
             (
                 br#"{"Check": {"Definition": {"Interval": "often"}}}"#,
-                "interval",
+                "invalid duration",
             ),
-            (b"[1]", "expected a JSON object"),
+            (b"[1]", "cannot unmarshal array"),
+            (
+                br#"{"Service": {"Service": "w", "enable_tag_override": true}}"#,
+                "unknown field",
+            ),
             (b"{", "EOF"),
         ] {
             let err = parse_registration(body, "dc1").unwrap_err();

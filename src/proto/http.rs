@@ -496,28 +496,74 @@ impl<'a> QueryParams<'a> {
     }
 }
 
-/// Reason phrase for the status codes praetor emits.
+/// The reason phrase of a status, as Go's `net/http` writes it (Consul's status lines come
+/// from there, and handlers pass through any status, e.g. 415 from a proxied answer); empty
+/// for a code Go has no text for, whose line [`write_response_head`] words as Go does.
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         100 => "Continue",
+        101 => "Switching Protocols",
+        102 => "Processing",
+        103 => "Early Hints",
         200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
         204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        207 => "Multi-Status",
+        208 => "Already Reported",
+        226 => "IM Used",
+        300 => "Multiple Choices",
         301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
         304 => "Not Modified",
+        305 => "Use Proxy",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
         408 => "Request Timeout",
         409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
         413 => "Request Entity Too Large",
+        414 => "Request URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Requested Range Not Satisfiable",
         417 => "Expectation Failed",
+        418 => "I'm a teapot",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Entity",
+        423 => "Locked",
+        424 => "Failed Dependency",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
         500 => "Internal Server Error",
         501 => "Not Implemented",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
-        _ => "Unknown",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        506 => "Variant Also Negotiates",
+        507 => "Insufficient Storage",
+        508 => "Loop Detected",
+        510 => "Not Extended",
+        511 => "Network Authentication Required",
+        _ => "",
     }
 }
 
@@ -561,7 +607,13 @@ pub fn write_response_head(
     out.extend_from_slice(b"HTTP/1.1 ");
     push_u64(out, status as u64);
     out.push(b' ');
-    out.extend_from_slice(reason_phrase(status).as_bytes());
+    match reason_phrase(status) {
+        "" => {
+            out.extend_from_slice(b"status code ");
+            push_u64(out, status as u64);
+        }
+        phrase => out.extend_from_slice(phrase.as_bytes()),
+    }
     out.extend_from_slice(b"\r\n");
     if let Some(ct) = content_type {
         out.extend_from_slice(b"Content-Type: ");
@@ -773,5 +825,23 @@ mod tests {
             std::str::from_utf8(&out).unwrap(),
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Consul-Index: 5\r\nContent-Length: 4\r\n\r\ntrue"
         );
+    }
+
+    #[test]
+    fn every_status_line_carries_go_s_reason_phrase() {
+        let line = |status: u16| {
+            let mut out = Vec::new();
+            write_response(&mut out, status, None, b"", b"", true);
+            let text = String::from_utf8(out).unwrap();
+            text.lines().next().unwrap().to_string()
+        };
+        assert_eq!(line(415), "HTTP/1.1 415 Unsupported Media Type");
+        assert_eq!(line(401), "HTTP/1.1 401 Unauthorized");
+        assert_eq!(line(502), "HTTP/1.1 502 Bad Gateway");
+        // A code Go has no text for is worded as Go words it.
+        assert_eq!(line(599), "HTTP/1.1 599 status code 599");
+        for status in 100..600 {
+            assert!(!line(status).contains("Unknown"), "{status}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 Usage: kv_client.py HOST PORT. Exits non-zero with a message on the first mismatch.
 """
+import base64
 import sys
 import threading
 import time
@@ -66,6 +67,27 @@ def main():
     check(c.kv.get("py/flagged")[1] is None, "deleted key is gone")
     check(c.kv.delete("py/", recurse=True) is True, "recursive delete")
     check(c.kv.get("py/", recurse=True)[1] is None, "prefix is empty")
+
+    # Session verbs inside a transaction: lock, check-session, unlock.
+    session = c.session.create(name="py-txn", behavior="release", checks=[])
+    lock = {"KV": {"Verb": "lock", "Key": "py/txn-lock", "Value": base64.b64encode(b"held").decode(),
+                   "Session": session}}
+    result = c.txn.put([lock])
+    check(result["Errors"] is None and result["Results"][0]["KV"]["Session"] == session,
+          "txn lock: %r" % result)
+    result = c.txn.put([{"KV": {"Verb": "check-session", "Key": "py/txn-lock", "Session": session}}])
+    check(result["Errors"] is None, "txn check-session: %r" % result)
+    other = c.session.create(name="py-other", behavior="release", checks=[])
+    try:
+        c.txn.put([{"KV": {"Verb": "check-session", "Key": "py/txn-lock", "Session": other}}])
+        check(False, "check-session with another session must fail")
+    except consul.ConsulException as e:
+        check("409" in str(e) or "session" in str(e), "a failed check-session rolls back: %s" % e)
+    result = c.txn.put([{"KV": {"Verb": "unlock", "Key": "py/txn-lock", "Session": session}}])
+    check(result["Errors"] is None, "txn unlock: %r" % result)
+    check(c.kv.get("py/txn-lock")[1].get("Session") is None, "unlock released the key")
+    c.session.destroy(session)
+    c.session.destroy(other)
 
     # Status endpoints.
     check(c.status.leader() != "", "leader known")

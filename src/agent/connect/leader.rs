@@ -82,7 +82,15 @@ async fn initialize_ca(agent: &Agent) {
     let config = CaConfig {
         cluster_id: ArcStr::from(cluster_id.as_str()),
         provider: ArcStr::from(PROVIDER_CONSUL),
-        config_json: ArcStr::from(settings.to_json().to_string()),
+        config_json: ArcStr::from(crate::api::connect::initial_ca_config(
+            agent
+                .config
+                .borrow()
+                .raw
+                .get("connect")
+                .and_then(|c| c.get("ca_config"))
+                .and_then(|c| c.as_object()),
+        )),
         force_without_cross_signing: false,
         create_index: 0,
         modify_index: 0,

@@ -329,11 +329,27 @@ fn token_hash(token: &Token) -> Vec<u8> {
 }
 
 fn policy_hash(policy: &Policy) -> Vec<u8> {
+    policy_content_hash(
+        &policy.name,
+        &policy.description,
+        &policy.rules,
+        &policy.datacenters,
+    )
+}
+
+/// A policy's `Hash` from what it says (also the hash of a templated policy's preview,
+/// which no table holds).
+pub fn policy_content_hash(
+    name: &str,
+    description: &str,
+    rules: &str,
+    datacenters: &[String],
+) -> Vec<u8> {
     hash_fields(&[
-        policy.name.as_bytes(),
-        policy.description.as_bytes(),
-        policy.rules.as_bytes(),
-        policy.datacenters.join("\0").as_bytes(),
+        name.as_bytes(),
+        description.as_bytes(),
+        rules.as_bytes(),
+        datacenters.join("\0").as_bytes(),
     ])
 }
 

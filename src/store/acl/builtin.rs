@@ -150,7 +150,7 @@ pub struct TemplatedPolicyBase {
     pub template: &'static str,
 }
 
-pub const TEMPLATED_POLICIES: [TemplatedPolicyBase; 5] = [
+pub const TEMPLATED_POLICIES: [TemplatedPolicyBase; 6] = [
     TemplatedPolicyBase {
         name: "builtin/service",
         id: "00000000-0000-0000-0000-000000000003",
@@ -179,14 +179,37 @@ pub const TEMPLATED_POLICIES: [TemplatedPolicyBase; 5] = [
         requires_name: false,
         template: "\nacl = \"write\"\nagent_prefix \"\" {\n  policy = \"read\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}\nservice_prefix \"\" {\n  policy = \"write\"\n}",
     },
+    // ID 7 was the workload identity template, which Consul 1.22 no longer has.
+    TemplatedPolicyBase {
+        name: "builtin/api-gateway",
+        id: "00000000-0000-0000-0000-000000000008",
+        description: "Gives the token or role permissions for a Consul api gateway",
+        requires_name: true,
+        template: "mesh = \"read\"\nnode_prefix \"\" {\n\tpolicy = \"read\"\n}\nservice_prefix \"\" {\n\tpolicy = \"read\"\n}\nservice \"{{.Name}}\" {\n\tpolicy = \"write\"\n}",
+    },
     TemplatedPolicyBase {
         name: "builtin/nomad-client",
         id: "00000000-0000-0000-0000-000000000009",
         description: "Gives the token or role permissions required for integration with a nomad client.",
-        requires_name: true,
-        template: "agent \"{{.Name}}\" {\n  policy = \"read\"\n}\nnode \"{{.Name}}\" {\n  policy = \"write\"\n}\nservice_prefix \"\" {\n  policy = \"write\"\n}\n",
+        requires_name: false,
+        template: "agent_prefix \"\" {\n  policy = \"read\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}\nservice_prefix \"\" {\n  policy = \"write\"\n}\nkey_prefix \"\" {\n  policy = \"read\"\n}",
     },
 ];
+
+/// FNV-1a 128's offset basis: the sum of nothing, which Go's `hasher.Sum(b)` appends to `b`.
+const FNV128A_EMPTY_SUM: &str = "6c62272e07bb014262b821756295c58d";
+
+/// The ID Consul gives the synthetic policy of a rendered template: its
+/// `fmt.Sprintf("%x", fnv.New128a().Sum([]byte(rules)))` hashes nothing and appends the
+/// empty sum to the rules, so the ID is the rules in hex followed by that sum.
+pub fn synthetic_policy_id(rules: &str) -> String {
+    let mut id = String::with_capacity(rules.len() * 2 + FNV128A_EMPTY_SUM.len());
+    for byte in rules.bytes() {
+        id.push_str(&format!("{byte:02x}"));
+    }
+    id.push_str(FNV128A_EMPTY_SUM);
+    id
+}
 
 /// The builtin templated policy named `name`.
 pub fn templated_policy(name: &str) -> Option<&'static TemplatedPolicyBase> {

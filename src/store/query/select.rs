@@ -9,28 +9,41 @@
 //! shuffles and sorts.
 
 use super::ServiceQuery;
-use crate::store::catalog::read::{check_service_nodes_of_group, CheckServiceNode};
+use crate::store::catalog::read::{check_service_nodes_of_group, connect_rows, CheckServiceNode};
 use crate::store::catalog::Status;
 use crate::store::Tables;
 
-/// The instances of this datacenter the query's service part selects. `connect` asks for
-/// Connect-capable instances, which the catalog does not serve yet: none.
+/// The instances of this datacenter the query's service part selects. With `Connect` (in
+/// the query or asked with `?connect`), the service's Connect-capable instances instead —
+/// its Connect-native instances and the proxies whose destination it is — as Consul asks
+/// its health endpoint with `Connect` set; the same filters then apply to those.
 pub fn select<'a>(
     tables: &'a Tables,
     service: &ServiceQuery,
     connect: bool,
 ) -> Vec<CheckServiceNode<'a>> {
-    if connect || service.connect {
-        return Vec::new();
-    }
-    let Some(group) = tables.catalog.group(&service.service) else {
-        return Vec::new();
+    let rows: Vec<CheckServiceNode<'a>> = if connect || service.connect {
+        connect_rows(tables, &service.service)
+            .views
+            .into_iter()
+            .map(|view| CheckServiceNode {
+                node: view.node(),
+                service: &view.service,
+                node_checks: view.node_checks(),
+                service_checks: view.checks(),
+            })
+            .collect()
+    } else {
+        match tables.catalog.group(&service.service) {
+            Some(group) => check_service_nodes_of_group(group).collect(),
+            None => return Vec::new(),
+        }
     };
     let tags = TagFilter::new(service.tags.as_deref().unwrap_or_default());
     let node_meta = service.node_meta.as_deref().unwrap_or_default();
     let service_meta = service.service_meta.as_deref().unwrap_or_default();
     let ignored = service.ignore_check_ids.as_deref().unwrap_or_default();
-    check_service_nodes_of_group(group)
+    rows.into_iter()
         .filter(|row| healthy(row, service.only_passing, ignored))
         .filter(|row| row.node.meta.satisfies(node_meta))
         .filter(|row| row.service.meta.satisfies(service_meta))
