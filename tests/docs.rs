@@ -771,6 +771,7 @@ doc_tests! {
     benchmarks => "docs/benchmarks.md",
     catalog => "docs/catalog.md",
     cli => "docs/cli.md",
+    config => "docs/config.md",
     configuration => "docs/configuration.md",
     connect => "docs/connect.md",
     decisions => "docs/decisions.md",

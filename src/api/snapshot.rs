@@ -82,3 +82,92 @@ fn restore(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         }),
     }))
 }
+/// Proves a snapshot's state whole and decodable (`praetor snapshot save` verifies what it
+/// keeps, as Consul's does).
+pub fn verify_state(state: &[u8]) -> Result<(), String> {
+    Tables::from_snapshot_bytes(state).map(drop)
+}
+
+/// Walks a snapshot's state as Consul's `snapshot inspect` counts its records: `visit`
+/// gets each record's Consul type name, its key for a KV record, and its size in bytes.
+/// praetor's state is its own encoding of the tables, so a record's size is the
+/// MessagePack encoding of the row as praetor stores it; the counts follow Consul's
+/// records (one `Register` per node, per service instance and per check, one
+/// `CoordinateBatchUpdate` for all coordinates, one `Index` per table index).
+pub fn visit_records(
+    state: &[u8],
+    mut visit: impl FnMut(&'static str, Option<&str>, usize),
+) -> Result<(), String> {
+    let tables = &Tables::from_snapshot_bytes(state)?;
+    for entry in tables.catalog.nodes.values() {
+        visit("Register", None, encoded_len(&**entry.node())?);
+        for service in entry.services.values() {
+            visit("Register", None, encoded_len(&**service)?);
+        }
+        for check in entry.checks.values() {
+            visit("Register", None, encoded_len(&**check)?);
+        }
+    }
+    for row in tables.kv.entries.iter() {
+        visit("KVS", Some(row.key()), encoded_len(&row)?);
+    }
+    for tombstone in tables.kv.tombstones.iter() {
+        visit("Tombstone", None, encoded_len(&tombstone)?);
+    }
+    for session in tables.sessions.sessions.values() {
+        visit("Session", None, encoded_len(&**session)?);
+    }
+    if !tables.catalog.coordinates.is_empty() {
+        let all: Vec<_> = tables.catalog.coordinates.values().map(|c| &**c).collect();
+        visit("CoordinateBatchUpdate", None, encoded_len(&all)?);
+    }
+    for query in tables.queries.by_id.values() {
+        visit("PreparedQuery", None, encoded_len(&**query)?);
+    }
+    if let Some(autopilot) = &tables.autopilot {
+        visit("Autopilot", None, encoded_len(autopilot)?);
+    }
+    let acl = &tables.acl;
+    for token in acl.tokens.values() {
+        visit("ACLToken", None, encoded_len(&**token)?);
+    }
+    for policy in acl.policies.values() {
+        visit("ACLPolicy", None, encoded_len(&**policy)?);
+    }
+    for role in acl.roles.values() {
+        visit("ACLRole", None, encoded_len(&**role)?);
+    }
+    for method in acl.auth_methods.values() {
+        visit("ACLAuthMethod", None, encoded_len(&**method)?);
+    }
+    for rule in acl.binding_rules.values() {
+        visit("ACLBindingRule", None, encoded_len(&**rule)?);
+    }
+    for entry in tables.mesh.config_entries.entries.values() {
+        visit("ConfigEntry", None, encoded_len(&**entry)?);
+    }
+    for root in &tables.mesh.ca.roots {
+        visit("ConnectCA", None, encoded_len(&**root)?);
+    }
+    if let Some(config) = &tables.mesh.ca.config {
+        visit("ConnectCAConfig", None, encoded_len(&**config)?);
+    }
+    // praetor's own record: the agent CA behind auto-encrypt, which Consul keeps in its
+    // Connect CA.
+    if let Some(agent_ca) = &tables.agent_ca {
+        visit("AgentCA", None, encoded_len(agent_ca)?);
+    }
+    for (table, index) in tables.table_indexes.iter().enumerate() {
+        if *index > 0 {
+            visit("Index", None, encoded_len(&(table, *index))?);
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of one record as praetor encodes it.
+fn encoded_len<T: serde::Serialize + ?Sized>(row: &T) -> Result<usize, String> {
+    rmp_serde::to_vec(row)
+        .map(|bytes| bytes.len())
+        .map_err(|e| format!("cannot encode a record: {e}"))
+}

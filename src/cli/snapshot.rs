@@ -3,15 +3,12 @@
 //! `inspect` reads an archive offline and summarizes it as Consul's does: the metadata (ID,
 //! size, index, term, version), then one row per record type — Consul's name for the type,
 //! how many records, and their bytes — largest first, and with `-kvdetails` the KV records
-//! grouped by key prefix. praetor's snapshot state is its own encoding of the tables, so a
-//! record's size is the MessagePack encoding of that row as praetor stores it; the counts
-//! follow Consul's records (one `Register` per node, per service instance and per check, one
-//! `CoordinateBatchUpdate` for all coordinates, one `Index` per table index).
+//! grouped by key prefix. The records and their sizes come from
+//! [`crate::api::snapshot::visit_records`], which says how they are counted.
 
 use super::HttpFlags;
 use crate::api::snapshot::SNAPSHOT_STATE_BYTES_MAX;
 use crate::proto::snapshot_archive;
-use crate::store::Tables;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
@@ -64,11 +61,6 @@ fn one_file(file: &Option<PathBuf>) -> Result<&PathBuf, String> {
         .ok_or_else(|| "Missing FILE argument".to_string())
 }
 
-/// The tables an archive holds, which also proves it whole (checksums) and decodable.
-fn read_tables(archive: &snapshot_archive::Archive) -> Result<Tables, String> {
-    Tables::from_snapshot_bytes(&archive.state)
-}
-
 pub fn run(command: SnapshotCommand) -> Result<i32, String> {
     match command {
         SnapshotCommand::Save(args) => {
@@ -80,7 +72,7 @@ pub fn run(command: SnapshotCommand) -> Result<i32, String> {
                 .map_err(|e| format!("Error saving snapshot: {e}"))?;
             // Verify before keeping it, as Consul does.
             snapshot_archive::read_archive(&response.body, SNAPSHOT_STATE_BYTES_MAX)
-                .and_then(|archive| read_tables(&archive))
+                .and_then(|archive| crate::api::snapshot::verify_state(&archive.state))
                 .map_err(|e| format!("Error verifying snapshot: {e}"))?;
             let tmp = file.with_extension("tmp");
             std::fs::write(&tmp, &response.body)
@@ -109,13 +101,11 @@ pub fn run(command: SnapshotCommand) -> Result<i32, String> {
                 .map_err(|e| format!("Error reading snapshot: {e}"))?;
             let meta: Value = serde_json::from_slice(&archive.meta_json)
                 .map_err(|e| format!("Error reading snapshot: meta.json is not JSON: {e}"))?;
-            let tables = read_tables(&archive)
-                .map_err(|e| format!("Error extracting snapshot data: {e}"))?;
             let kv_details = args.kvdetails.then(|| KvBreakdown {
                 depth: args.kvdepth,
                 filter: args.kvfilter.clone().unwrap_or_default(),
             });
-            let summary = Summary::of(&meta, &tables, kv_details.as_ref())
+            let summary = Summary::of(&meta, &archive.state, kv_details.as_ref())
                 .map_err(|e| format!("Error extracting snapshot data: {e}"))?;
             let text = match args.format.as_str() {
                 "pretty" => summary.pretty(),
@@ -213,86 +203,18 @@ impl Tally {
     }
 }
 
-/// The bytes of one record as praetor encodes it.
-fn encoded_len<T: Serialize + ?Sized>(row: &T) -> Result<usize, String> {
-    rmp_serde::to_vec(row)
-        .map(|bytes| bytes.len())
-        .map_err(|e| format!("cannot encode a record: {e}"))
-}
-
 impl Summary {
-    fn of(meta: &Value, tables: &Tables, kv: Option<&KvBreakdown>) -> Result<Summary, String> {
+    fn of(meta: &Value, state: &[u8], kv: Option<&KvBreakdown>) -> Result<Summary, String> {
         let mut tally = Tally::default();
         let mut kv_tally = Tally::default();
-        for entry in tables.catalog.nodes.values() {
-            tally.add("Register", encoded_len(&**entry.node())?);
-            for service in entry.services.values() {
-                tally.add("Register", encoded_len(&**service)?);
-            }
-            for check in entry.checks.values() {
-                tally.add("Register", encoded_len(&**check)?);
-            }
-        }
-        for row in tables.kv.entries.iter() {
-            let size = encoded_len(&row)?;
-            tally.add("KVS", size);
-            if let Some(breakdown) = kv {
-                if let Some(prefix) = breakdown.prefix_of(row.key()) {
-                    kv_tally.add(&prefix, size);
+        crate::api::snapshot::visit_records(state, |record_type, kv_key, size_bytes| {
+            tally.add(record_type, size_bytes);
+            if let (Some(breakdown), Some(key)) = (kv, kv_key) {
+                if let Some(prefix) = breakdown.prefix_of(key) {
+                    kv_tally.add(&prefix, size_bytes);
                 }
             }
-        }
-        for tombstone in tables.kv.tombstones.iter() {
-            tally.add("Tombstone", encoded_len(&tombstone)?);
-        }
-        for session in tables.sessions.sessions.values() {
-            tally.add("Session", encoded_len(&**session)?);
-        }
-        if !tables.catalog.coordinates.is_empty() {
-            let all: Vec<_> = tables.catalog.coordinates.values().map(|c| &**c).collect();
-            tally.add("CoordinateBatchUpdate", encoded_len(&all)?);
-        }
-        for query in tables.queries.by_id.values() {
-            tally.add("PreparedQuery", encoded_len(&**query)?);
-        }
-        if let Some(autopilot) = &tables.autopilot {
-            tally.add("Autopilot", encoded_len(autopilot)?);
-        }
-        let acl = &tables.acl;
-        for token in acl.tokens.values() {
-            tally.add("ACLToken", encoded_len(&**token)?);
-        }
-        for policy in acl.policies.values() {
-            tally.add("ACLPolicy", encoded_len(&**policy)?);
-        }
-        for role in acl.roles.values() {
-            tally.add("ACLRole", encoded_len(&**role)?);
-        }
-        for method in acl.auth_methods.values() {
-            tally.add("ACLAuthMethod", encoded_len(&**method)?);
-        }
-        for rule in acl.binding_rules.values() {
-            tally.add("ACLBindingRule", encoded_len(&**rule)?);
-        }
-        for entry in tables.mesh.config_entries.entries.values() {
-            tally.add("ConfigEntry", encoded_len(&**entry)?);
-        }
-        for root in &tables.mesh.ca.roots {
-            tally.add("ConnectCA", encoded_len(&**root)?);
-        }
-        if let Some(config) = &tables.mesh.ca.config {
-            tally.add("ConnectCAConfig", encoded_len(&**config)?);
-        }
-        // praetor's own record: the agent CA behind auto-encrypt, which Consul keeps in its
-        // Connect CA.
-        if let Some(agent_ca) = &tables.agent_ca {
-            tally.add("AgentCA", encoded_len(agent_ca)?);
-        }
-        for (table, index) in tables.table_indexes.iter().enumerate() {
-            if *index > 0 {
-                tally.add("Index", encoded_len(&(table, *index))?);
-            }
-        }
+        })?;
         let total_size = tally.total;
         let total_size_kv = kv_tally.total;
         Ok(Summary {
