@@ -1402,3 +1402,72 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
         check(&agent, case, &insufficient, &sufficient);
     }
 }
+
+/// A prepared query's execution shows only the instances its token may read: the query's
+/// own token when it was saved with one, else the caller's. Without the filter, a caller
+/// with no `service:read` listed a service's instances through any query that names it.
+#[test]
+fn a_query_execution_shows_only_what_its_token_may_read() {
+    let agent = Agent::dev(&[
+        "-hcl",
+        &format!(
+            "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+        ),
+    ]);
+    wait_for_token(&agent, MANAGEMENT);
+    management(
+        &agent,
+        "PUT",
+        "/v1/catalog/register",
+        json!({"Node": "n1", "Address": "10.0.0.1",
+               "Service": {"ID": "db1", "Service": "db", "Port": 5432}}),
+    );
+    management(
+        &agent,
+        "POST",
+        "/v1/query",
+        json!({"Name": "open-db", "Service": {"Service": "db"}}),
+    );
+    let (reader, _) = token_with(
+        &agent,
+        "db-reader",
+        "service \"db\" { policy = \"read\" }\nnode_prefix \"\" { policy = \"read\" }",
+    );
+    management(
+        &agent,
+        "POST",
+        "/v1/query",
+        json!({"Name": "db-as-reader", "Token": reader, "Service": {"Service": "db"}}),
+    );
+    let (outsider, _) = token_with(&agent, "outsider", "key_prefix \"\" { policy = \"read\" }");
+
+    let execute = |name: &str, token: &str| {
+        let response = call(
+            &agent,
+            "GET",
+            &format!("/v1/query/{name}/execute"),
+            b"",
+            Some(token),
+        );
+        assert_eq!(response.status, 200, "{name}: {}", response.text());
+        let body: Value = serde_json::from_slice(&response.body).unwrap();
+        let nodes = body["Nodes"].as_array().unwrap().len();
+        (
+            nodes,
+            response
+                .header("X-Consul-Results-Filtered-By-ACLs")
+                .is_some(),
+            body,
+        )
+    };
+    // The caller's token rules a query saved without one.
+    let (nodes, header, body) = execute("open-db", &outsider);
+    assert_eq!(nodes, 0, "an outsider listed db through a query: {body}");
+    assert!(header, "the answer says rows were hidden");
+    assert_eq!(body["ResultsFilteredByACLs"], json!(true));
+    let (nodes, header, _) = execute("open-db", &reader);
+    assert_eq!((nodes, header), (1, false));
+    // A query saved with a token runs with it, whoever executes it.
+    let (nodes, _, body) = execute("db-as-reader", &outsider);
+    assert_eq!(nodes, 1, "the query's own token may read db: {body}");
+}

@@ -385,6 +385,13 @@ impl From<QueryMeta> for MetaJson {
     }
 }
 
+impl MetaJson {
+    fn filtered(mut self, hidden: bool) -> MetaJson {
+        self.results_filtered_by_acls = hidden;
+        self
+    }
+}
+
 /// What an execution was asked, taken from the request before any waiting.
 #[derive(Clone)]
 struct ExecuteRequest {
@@ -397,6 +404,8 @@ struct ExecuteRequest {
     agent_node: String,
     /// The token to run the failover with (the request's or the agent's default).
     token: Option<String>,
+    /// What the instances are filtered by (see [`results_filter`]).
+    filter: RowFilter,
     consistency: Consistency,
     pretty: bool,
 }
@@ -423,7 +432,14 @@ fn execute(
         return Ok(Outcome::Forward);
     }
     let options = query_options(ctx, &request.query)?;
+    // The query's own token, read now: the filter is resolved on the shard, before any
+    // wait for a barrier.
+    let stored_token = match query::resolve(&ctx.current_version(), id_or_name, "") {
+        Ok(Some(found)) => found.token,
+        _ => String::new(),
+    };
     let asked = ExecuteRequest {
+        filter: results_filter(ctx, request, &stored_token)?,
         id_or_name: id_or_name.to_string(),
         limit: parse_limit(request)?,
         connect: request.query.has("connect"),
@@ -496,6 +512,7 @@ fn run_locally(
     };
     let local = &deferred.config().datacenter;
     let mut rows = select(version, &resolved.service, asked.connect);
+    let hidden = hide_unreadable(&asked.filter, &mut rows);
     let near = if asked.near.is_empty() {
         resolved.service.near.as_str()
     } else {
@@ -521,10 +538,11 @@ fn run_locally(
             &rows,
             local,
             0,
-            MetaJson::from(meta),
+            MetaJson::from(meta).filtered(hidden),
         );
+        let filter = asked.filter.clone();
         return Step::Answered(Box::new(move |reply: &mut Reply| {
-            answer_execution(reply, meta, &body)
+            answer_execution(reply, meta, (&filter, hidden), &body)
         }));
     }
     let mut sent = resolved;
@@ -538,9 +556,40 @@ fn run_locally(
     }))
 }
 
-fn answer_execution(reply: &mut Reply, meta: QueryMeta, body: &[u8]) {
+/// Which instances an execution may show, as Consul's `PreparedQuery.Execute` decides: a
+/// query saved with a token runs with that token's rules, else with the caller's (the
+/// request's token, else the agent's default). Without it, a caller who may not read a
+/// service could list its instances through a query. Every instance needs `node:read` on
+/// its node and `service:read` on its service.
+fn results_filter(
+    ctx: &Context,
+    request: &Request,
+    stored_token: &str,
+) -> Result<RowFilter, ApiError> {
+    let filter = RowFilter::of(request);
+    if !ctx.acl_enabled() || stored_token.is_empty() {
+        return Ok(filter);
+    }
+    let authz = super::authz::resolve(ctx, stored_token)?;
+    Ok(filter.judged_by(&authz))
+}
+
+/// Leaves out the instances `filter` may not read; whether any was left out.
+fn hide_unreadable(filter: &RowFilter, rows: &mut Vec<CheckServiceNode>) -> bool {
+    filter.retain(rows, |filter, row| {
+        filter.node_service(&row.node.name, &row.service.name)
+    })
+}
+
+fn answer_execution(
+    reply: &mut Reply,
+    meta: QueryMeta,
+    (filter, hidden): (&RowFilter, bool),
+    body: &[u8],
+) {
     let mut headers = Vec::with_capacity(160);
     meta.write_headers(&mut headers);
+    filter.write_header(hidden, &mut headers);
     reply.json_bytes(200, &headers, body);
 }
 
@@ -700,7 +749,8 @@ impl FailoverPlan {
             MetaJson::from(self.meta),
         );
         let meta = self.meta;
-        Box::new(move |reply: &mut Reply| answer_execution(reply, meta, &body))
+        let filter = self.asked.filter.clone();
+        Box::new(move |reply: &mut Reply| answer_execution(reply, meta, (&filter, false), &body))
     }
 }
 
@@ -785,6 +835,7 @@ pub fn execute_remote(
             .map_err(|_| ApiError::bad_request("Bad failovers count"))?,
     };
     let remote = RemoteExecution {
+        filter: results_filter(ctx, request, &query.token)?,
         query,
         limit: parse_limit(request)?,
         connect: request.query.has("connect"),
@@ -796,6 +847,7 @@ pub fn execute_remote(
 
 struct RemoteExecution {
     query: PreparedQuery,
+    filter: RowFilter,
     limit: usize,
     connect: bool,
     failovers: usize,
@@ -815,6 +867,7 @@ impl Query for RemoteExecution {
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut rows = select(tables, &self.query.service, self.connect);
+        let hidden = hide_unreadable(&self.filter, &mut rows);
         // No distance sort in another datacenter: a shuffle spreads the load.
         order(&mut rows, tables, None, "", self.limit);
         let body = execution_body(
@@ -823,9 +876,9 @@ impl Query for RemoteExecution {
             &rows,
             &self.datacenter,
             self.failovers,
-            MetaJson::from(meta),
+            MetaJson::from(meta).filtered(hidden),
         );
-        answer_execution(reply, meta, &body);
+        answer_execution(reply, meta, (&self.filter, hidden), &body);
     }
 }
 
