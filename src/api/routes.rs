@@ -384,6 +384,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
     route(Exact(connect::SIGN_PATH),                    PUT,                 Standard, ANSWERS, Acl::ConnectSign, connect::sign),
+    route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
 
