@@ -14,8 +14,9 @@
 
 use super::{
     acl, agent, agent_local, authz, catalog, client_tokens, config, connect, coordinate, debug,
-    event, health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
-    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
+    event, gateways, health, host, intentions, internal_dns, keyring, kv, members, monitor,
+    operator, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
+    Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -264,6 +265,8 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  Filtered,   catalog::node_services),
     route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  Filtered,   health::service),
     route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  Filtered,   health::connect),
+    route(Prefix("/v1/health/ingress/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::ingress),
+    route(Prefix("/v1/catalog/gateway-services/"),      GET,                 Standard, BLOCKS,  ServiceFromRest, gateways::catalog_gateway_services),
     route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  Filtered,   health::service_checks),
     route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  Filtered,   health::node),
     route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  Filtered,   health::state),
