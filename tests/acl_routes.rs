@@ -517,6 +517,24 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             CATALOG_READ,
             Filtered(None),
         ),
+        // An ingress query needs `service:read` on the service (Consul's check), and a
+        // gateway's linked services `service:read` on the gateway.
+        case(
+            "/v1/health/ingress/",
+            "GET",
+            "/v1/health/ingress/web",
+            "",
+            "service \"web\" {\n  policy = \"read\"\n}",
+            Checked,
+        ),
+        case(
+            "/v1/catalog/gateway-services/",
+            "GET",
+            "/v1/catalog/gateway-services/ingress",
+            "",
+            "service \"ingress\" {\n  policy = \"read\"\n}",
+            Checked,
+        ),
         case(
             "/v1/health/checks/",
             "GET",
@@ -1357,6 +1375,14 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             praetor::api::connect::SIGN_PATH,
             &sign_body,
             "service \"web\" {\n  policy = \"write\"\n}",
+            Checked,
+        ),
+        case(
+            praetor::api::connect::SIGN_INTERMEDIATE_PATH,
+            "PUT",
+            praetor::api::connect::SIGN_INTERMEDIATE_PATH,
+            r#"{"CSR":"not a CSR"}"#,
+            "operator = \"write\"",
             Checked,
         ),
         case(

@@ -778,6 +778,7 @@ doc_tests! {
     dns => "docs/dns.md",
     federation => "docs/federation.md",
     fuzzing => "docs/fuzzing.md",
+    gateways => "docs/gateways.md",
     gossip => "docs/gossip.md",
     http_api => "docs/http-api.md",
     memory => "docs/memory.md",

@@ -19,6 +19,7 @@ use crate::shard::watch::WatchSet;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::CatalogOp;
+use crate::store::gateways::GatewayKind;
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -334,6 +335,8 @@ pub enum ServiceView {
     Health,
     /// `/v1/health/connect/<s>`.
     HealthConnect,
+    /// `/v1/health/ingress/<s>`: the instances of the ingress gateways linking `s`.
+    HealthIngress,
     /// `/v1/health/checks/<s>`: the service's `HealthCheck`s.
     Checks,
 }
@@ -432,7 +435,9 @@ impl ServiceQuery {
     fn fragments<'t>(&self, tables: &'t Tables, pretty: bool) -> Option<Vec<&'t [u8]>> {
         let (compact_slot, pretty_slot) = match self.view {
             ServiceView::Catalog | ServiceView::Connect => (SLOT_CATALOG, SLOT_CATALOG_PRETTY),
-            ServiceView::Health | ServiceView::HealthConnect => (SLOT_HEALTH, SLOT_HEALTH_PRETTY),
+            ServiceView::Health | ServiceView::HealthConnect | ServiceView::HealthIngress => {
+                (SLOT_HEALTH, SLOT_HEALTH_PRETTY)
+            }
             ServiceView::Checks => return None,
         };
         let views = self.views(tables);
@@ -448,7 +453,10 @@ impl ServiceQuery {
             {
                 continue;
             }
-            let health = matches!(self.view, ServiceView::Health | ServiceView::HealthConnect);
+            let health = matches!(
+                self.view,
+                ServiceView::Health | ServiceView::HealthConnect | ServiceView::HealthIngress
+            );
             if health && self.passing && !view.all_passing() {
                 continue;
             }
@@ -492,12 +500,22 @@ impl ServiceQuery {
         Some(parts)
     }
 
-    /// The instances the query reads: the service's group, or for the Connect views its
-    /// native instances and the proxies fronting it.
+    /// The instances the query reads: the service's group; for the Connect views its
+    /// native instances, the proxies fronting it and the terminating gateways linking it
+    /// (as Consul appends them); for the ingress view the ingress gateways linking it.
     fn views<'t>(&self, tables: &'t Tables) -> Vec<&'t crate::store::catalog::InstanceView> {
         match self.view {
             ServiceView::Connect | ServiceView::HealthConnect => {
-                read::connect_rows(tables, &self.service).views
+                let mut views = read::connect_rows(tables, &self.service).views;
+                views.extend(super::gateways::linked_instances(
+                    tables,
+                    &self.service,
+                    GatewayKind::Terminating,
+                ));
+                views
+            }
+            ServiceView::HealthIngress => {
+                super::gateways::linked_instances(tables, &self.service, GatewayKind::Ingress)
             }
             _ => tables
                 .catalog
@@ -544,12 +562,9 @@ impl ServiceQuery {
         if !self.rows.is_active() {
             return false;
         }
-        tables.catalog.group(&self.service).is_some_and(|group| {
-            group
-                .instances
-                .values()
-                .any(|view| self.keep(view.node(), &view.service) && !self.readable(view))
-        })
+        self.views(tables)
+            .into_iter()
+            .any(|view| self.keep(view.node(), &view.service) && !self.readable(view))
     }
 
     /// The `tag` and `node-meta` filters.
@@ -574,7 +589,21 @@ impl Query for ServiceQuery {
             for group in rows.proxy_groups {
                 watch = watch.key(Table::ServiceIndex, Arc::<str>::from(group.as_str()));
             }
-            return (rows.index, watch);
+            let (gateway_index, watch) = super::gateways::watch_linked(
+                tables,
+                &self.service,
+                GatewayKind::Terminating,
+                watch,
+            );
+            return (rows.index.max(gateway_index), watch);
+        }
+        if self.view == ServiceView::HealthIngress {
+            return super::gateways::watch_linked(
+                tables,
+                &self.service,
+                GatewayKind::Ingress,
+                WatchSet::new(),
+            );
         }
         (
             read::service_index(tables, &self.service),

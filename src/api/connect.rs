@@ -1,7 +1,8 @@
 //! The Connect CA and authorization endpoints: `/v1/connect/ca/roots` (blocking),
 //! `/v1/connect/ca/configuration` (GET, and PUT with root rotation), the agent's
-//! `/v1/agent/connect/ca/roots` and `POST /v1/agent/connect/authorize`, and the servers'
-//! internal signing endpoint that agents send their leaf CSRs to.
+//! `/v1/agent/connect/ca/roots` and `POST /v1/agent/connect/authorize`, the servers'
+//! internal signing endpoint that agents send their leaf CSRs to, and the primary's
+//! internal endpoint that signs a secondary datacenter's intermediate.
 //!
 //! Signing and rotation run on the leader (a follower forwards), so a leaf is always signed
 //! by the newest active root. The root's key never leaves the servers: roots are rendered
@@ -30,6 +31,11 @@ use std::sync::Arc;
 
 /// The internal route agents send leaf CSRs to.
 pub const SIGN_PATH: &str = "/v1/internal/praetor/connect/sign";
+/// The internal route a secondary datacenter's leader sends its intermediate CSR to, on the
+/// primary (Consul's `ConnectCA.SignIntermediate`).
+pub const SIGN_INTERMEDIATE_PATH: &str = "/v1/internal/praetor/connect/sign-intermediate";
+/// Consul's refusal of `SignIntermediate` outside the primary datacenter.
+pub const NOT_PRIMARY: &str = "not the primary datacenter";
 
 fn unix_s(ns: i64) -> i64 {
     ns / 1_000_000_000
@@ -250,15 +256,13 @@ pub fn configuration(
             "CA has not finished initializing".to_string(),
         ));
     };
-    let current_settings: CaSettings =
-        serde_json::from_str::<serde_json::Value>(&current.config_json)
-            .ok()
-            .and_then(|v| v.as_object().cloned())
-            .and_then(|m| CaSettings::from_map(&m, &CaSettings::default()).ok())
-            .unwrap_or_default();
-    let rotate = settings.private_key_type != current_settings.private_key_type
-        || settings.private_key_bits != current_settings.private_key_bits
-        || settings.root_cert_ttl != current_settings.root_cert_ttl;
+    let current_settings = settings_of(current);
+    // A secondary holds no root to rotate: its leader renews its intermediate with a key of
+    // the new type when it next replicates the primary's roots (within a minute).
+    let rotate = !is_secondary(ctx.config())
+        && (settings.private_key_type != current_settings.private_key_type
+            || settings.private_key_bits != current_settings.private_key_bits
+            || settings.root_cert_ttl != current_settings.root_cert_ttl);
     let new_root = if rotate {
         let now_s = unix_s(super::context::now_unix_ns());
         Some(Box::new(
@@ -336,6 +340,20 @@ pub fn initial_ca_config(written: Option<&serde_json::Map<String, serde_json::Va
     serde_json::Value::Object(map).to_string()
 }
 
+/// The CA settings stored in `config` (defaults for what it lacks).
+pub fn settings_of(config: &CaConfig) -> CaSettings {
+    serde_json::from_str::<serde_json::Value>(&config.config_json)
+        .ok()
+        .and_then(|v| v.as_object().cloned())
+        .and_then(|m| CaSettings::from_map(&m, &CaSettings::default()).ok())
+        .unwrap_or_default()
+}
+
+/// Whether this agent's datacenter is a secondary: `primary_datacenter` names another.
+pub fn is_secondary(config: &crate::config::AgentConfig) -> bool {
+    config.pending.primary_datacenter != config.datacenter
+}
+
 /// A new root under `config`'s cluster, cross-signed by `old`'s key.
 pub fn rotated_root(
     config: &CaConfig,
@@ -374,6 +392,7 @@ pub fn ca_root(made: connect_ca::MadeRoot, trust_domain: &str) -> CaRoot {
         private_key_bits: made.key_bits,
         create_index: 0,
         modify_index: 0,
+        signing_cert_pem: ArcStr::new(),
     }
 }
 
@@ -576,14 +595,10 @@ pub fn sign_csr(
             "CA is uninitialized and unable to sign certificates yet".to_string(),
         ));
     };
-    let settings = serde_json::from_str::<serde_json::Value>(&config.config_json)
-        .ok()
-        .and_then(|v| v.as_object().cloned())
-        .and_then(|m| CaSettings::from_map(&m, &CaSettings::default()).ok())
-        .unwrap_or_default();
+    let settings = settings_of(config);
     let signed = connect_ca::sign_leaf(&connect_ca::LeafSpec {
         csr_pem: csr,
-        ca_cert_pem: &root.root_cert_pem,
+        ca_cert_pem: root.signer_cert_pem(),
         ca_key_pem: &root.signing_key_pem,
         trust_domain: &config.trust_domain(),
         datacenter,
@@ -661,6 +676,55 @@ pub fn sign(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     )?;
     let mut body = issued_doc(&leaf, None);
     body.set("RootID", Doc::Str(leaf.root_id.clone()));
+    send_doc(reply, b"", &body);
+    Ok(Outcome::Done)
+}
+
+/// `PUT /v1/internal/praetor/connect/sign-intermediate` (body `{"CSR": …}`), on the
+/// primary's leader: signs a secondary datacenter's intermediate with the active root
+/// (`operator:write`, as Consul's `SignIntermediate`). The answer is
+/// `{"IntermediatePEM": …, "RootID": …}`: the root that signed it, so the secondary knows
+/// which of the roots it replicated its intermediate hangs from.
+pub fn sign_intermediate(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    require_connect(ctx)?;
+    if is_secondary(ctx.config()) {
+        return Err(ApiError::Internal(NOT_PRIMARY.to_string()));
+    }
+    if !ctx.is_leader() {
+        return Ok(Outcome::Forward);
+    }
+    let value = parse_json(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let obj = Obj::new(&value)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let csr = obj
+        .opt_string(&["csr"])
+        .map_err(ApiError::bad_request)?
+        .unwrap_or_default();
+    let version = ctx.current_version();
+    let state = &version.mesh.ca;
+    let (Some(config), Some(root)) = (&state.config, state.active_root()) else {
+        return Err(ApiError::Internal(
+            "CA is uninitialized and unable to sign certificates yet".to_string(),
+        ));
+    };
+    let pem = connect_ca::sign_intermediate(&connect_ca::IntermediateSpec {
+        csr_pem: &csr,
+        ca_cert_pem: root.signer_cert_pem(),
+        ca_key_pem: &root.signing_key_pem,
+        trust_domain: &config.trust_domain(),
+        ttl: settings_of(config).intermediate_cert_ttl,
+        now_unix_s: unix_s(super::context::now_unix_ns()),
+    })
+    .map_err(ApiError::Internal)?;
+    let body = Doc::Obj(vec![
+        ("IntermediatePEM".into(), Doc::Str(pem)),
+        ("RootID".into(), Doc::Str(root.id.to_string())),
+    ]);
     send_doc(reply, b"", &body);
     Ok(Outcome::Done)
 }

@@ -31,18 +31,24 @@ fn passing_param(request: &Request) -> Result<bool, ApiError> {
 
 /// `GET /v1/health/service/<s>`.
 pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    service_health(ctx, request, false, reply)
+    service_health(ctx, request, ServiceView::Health, reply)
 }
 
 /// `GET /v1/health/connect/<s>`.
 pub fn connect(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    service_health(ctx, request, true, reply)
+    service_health(ctx, request, ServiceView::HealthConnect, reply)
+}
+
+/// `GET /v1/health/ingress/<s>`: the instances of the ingress gateways linking `s`
+/// (`service:read` on `s`, checked by the route, as Consul checks it).
+pub fn ingress(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    service_health(ctx, request, ServiceView::HealthIngress, reply)
 }
 
 fn service_health(
     ctx: &Context,
     request: &Request,
-    connect: bool,
+    view: ServiceView,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let name = request.rest;
@@ -51,11 +57,6 @@ fn service_health(
         return Err(ApiError::bad_request("Missing service name"));
     }
     let passing = passing_param(request)?;
-    let view = if connect {
-        ServiceView::HealthConnect
-    } else {
-        ServiceView::Health
-    };
     let query = ServiceQuery::new(
         view,
         request,

@@ -25,6 +25,7 @@ pub mod context;
 pub mod coordinate;
 pub mod debug;
 pub mod event;
+pub mod gateways;
 pub mod health;
 pub mod host;
 pub mod intentions;

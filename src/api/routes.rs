@@ -14,8 +14,9 @@
 
 use super::{
     acl, agent, agent_local, authz, catalog, client_tokens, config, connect, coordinate, debug,
-    event, health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
-    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
+    event, gateways, health, host, intentions, internal_dns, keyring, kv, members, monitor,
+    operator, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
+    Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
@@ -267,6 +268,8 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/catalog/node-services/"),         GET,                 Standard, BLOCKS,  Filtered,   catalog::node_services),
     route(Prefix("/v1/health/service/"),                GET,                 Standard, BLOCKS,  Filtered,   health::service),
     route(Prefix("/v1/health/connect/"),                GET,                 Standard, BLOCKS,  Filtered,   health::connect),
+    route(Prefix("/v1/health/ingress/"),                GET,                 Standard, BLOCKS,  ServiceFromRest, health::ingress),
+    route(Prefix("/v1/catalog/gateway-services/"),      GET,                 Standard, BLOCKS,  ServiceFromRest, gateways::catalog_gateway_services),
     route(Prefix("/v1/health/checks/"),                 GET,                 Standard, BLOCKS,  Filtered,   health::service_checks),
     route(Prefix("/v1/health/node/"),                   GET,                 Standard, BLOCKS,  Filtered,   health::node),
     route(Prefix("/v1/health/state/"),                  GET,                 Standard, BLOCKS,  Filtered,   health::state),
@@ -388,6 +391,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
     route(Exact(connect::SIGN_PATH),                    PUT,                 Standard, ANSWERS, Acl::ConnectSign, connect::sign),
+    route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
 

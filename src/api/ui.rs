@@ -11,8 +11,11 @@
 //! - `nodes` and `node/<n>`: Consul's `NodeInfo` (the node with its services and checks);
 //!   an unknown node is a 404 with an empty body.
 //! - `catalog-overview`: Consul's `CatalogSummary` (nodes, services and checks by health).
-//! - `exported-services` and `gateway-services-nodes/<g>`: empty lists until peering and
-//!   gateways exist (`exported-services` still wants `?peer`, as Consul's does).
+//! - `exported-services`: an empty list until peering exists (it still wants `?peer`, as
+//!   Consul's does).
+//! - `gateway-services-nodes/<g>`: a summary of each service the gateway links, with the
+//!   addresses an ingress gateway exposes it at; the `services` summaries mark services a
+//!   gateway links (`ConnectedWithGateway`) and count each gateway's links.
 //! - `metrics-proxy/…`: 404 unless `ui_config.metrics_proxy.base_url` is set.
 //!
 //! Every list is a blocking-capable [`Query`] at Consul's index for it (the highest of the
@@ -157,6 +160,12 @@ pub(super) struct Summary<'a> {
     transparent_proxy: bool,
     /// Whether a proxy of this service was seen, for [`Summary::transparent_proxy`].
     transparent_proxy_seen: bool,
+    /// Some gateway links the service and has an instance.
+    connected_with_gateway: bool,
+    /// For an ingress or terminating gateway: how many services it links.
+    associated_service_count: u64,
+    /// For a service an ingress gateway exposes: `host:port` addresses it is reached at.
+    gateway_addresses: Vec<String>,
     /// Unique checks by (node, check ID), as Consul counts them.
     checks: HashMap<(&'a str, &'a str), Status>,
 }
@@ -208,6 +217,12 @@ impl<'a> Summary<'a> {
         w.field_u64("ChecksWarning", counts[1]);
         w.field_u64("ChecksCritical", counts[2]);
         w.field_object("GatewayConfig");
+        if self.associated_service_count > 0 {
+            w.field_u64("AssociatedServiceCount", self.associated_service_count);
+        }
+        if !self.gateway_addresses.is_empty() {
+            w.field_str_array("Addresses", self.gateway_addresses.iter().map(|a| &**a));
+        }
         w.end_object();
         w.field_bool("TransparentProxy", self.transparent_proxy);
         w.field_bool("ConnectNative", self.connect_native);
@@ -223,7 +238,7 @@ impl<'a> Summary<'a> {
         w.begin_object();
         self.write_fields(w);
         w.field_bool("ConnectedWithProxy", self.connected_with_proxy);
-        w.field_bool("ConnectedWithGateway", false);
+        w.field_bool("ConnectedWithGateway", self.connected_with_gateway);
         w.end_object();
     }
 }
@@ -383,16 +398,21 @@ struct ServicesQuery {
 
 impl Query for ServicesQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (catalog_index(tables), catalog_tables_watch())
+        // Gateways' links show as `ConnectedWithGateway` and `AssociatedServiceCount`.
+        (
+            catalog_index(tables).max(tables.table_index(Table::GatewayServices)),
+            catalog_tables_watch().table(Table::GatewayServices),
+        )
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut hidden = false;
-        let summaries = if self.peer {
+        let mut summaries = if self.peer {
             Vec::new()
         } else {
             summarize_catalog(tables, self.filter.as_ref(), &self.rows, &mut hidden)
         };
+        add_gateway_links(tables, &mut summaries);
         let mut body = Vec::with_capacity(64 + summaries.len() * 320);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_array();
@@ -623,8 +643,130 @@ impl Query for OverviewQuery {
     }
 }
 
-/// `exported-services` and `gateway-services-nodes/<g>`: empty until peering and gateways
-/// exist, at the services table's index so that a blocking client waits rather than spins.
+/// Marks the services a gateway with an instance links (`ConnectedWithGateway`) and counts
+/// each gateway's linked services (`AssociatedServiceCount`), from the gateway-services
+/// rows, as Consul's services summary does.
+fn add_gateway_links(tables: &Tables, summaries: &mut [Summary<'_>]) {
+    if tables.gateways.rows.is_empty() {
+        return;
+    }
+    let position: HashMap<String, usize> = summaries
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (fold(&s.name).into_owned(), i))
+        .collect();
+    for (key, row) in &tables.gateways.rows {
+        if *key.service == *crate::store::gateways::WILDCARD {
+            continue;
+        }
+        let gateway_has_instances = position
+            .get(&*key.gateway)
+            .is_some_and(|&i| summaries[i].instances > 0);
+        if let Some(&i) = position.get(&*key.gateway) {
+            summaries[i].associated_service_count += 1;
+        }
+        if let Some(&i) = position.get(&*key.service) {
+            summaries[i].connected_with_gateway |= gateway_has_instances;
+        }
+        debug_assert_eq!(*key.service, *fold(&row.service));
+    }
+}
+
+/// `gateway-services-nodes/<g>`: one summary per service the gateway links (those the token
+/// may read), with the instances and checks of each; for an ingress gateway each summary
+/// carries the `host:port` addresses clients reach the service at — its `Hosts`, else
+/// `<service>.ingress.<dc>.<domain>` for the DNS domain and the alternate one (Consul's
+/// `GatewayServiceDump` summarized).
+struct GatewayServicesNodesQuery {
+    gateway: Arc<str>,
+    datacenter: String,
+    domains: Vec<String>,
+    rows: RowFilter,
+    gzip: bool,
+}
+
+impl Query for GatewayServicesNodesQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        use crate::store::gateways;
+        let mut index = gateways::gateway_index(tables, &self.gateway);
+        let mut watch =
+            WatchSet::new().key(Table::GatewayServices, gateways::gateway_key(&self.gateway));
+        for row in gateways::gateway_rows(tables, &self.gateway) {
+            index = index.max(read::service_index(tables, &row.service));
+            watch = watch.key(Table::ServiceIndex, Arc::<str>::from(&*fold(&row.service)));
+        }
+        (index, watch)
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let rows = crate::store::gateways::gateway_rows(tables, &self.gateway);
+        let mut hidden = false;
+        let readable: Vec<_> = rows
+            .into_iter()
+            .filter(|row| {
+                let shown = self.rows.service(&row.service);
+                hidden |= !shown;
+                shown
+            })
+            .collect();
+        let mut names: Vec<String> = readable
+            .iter()
+            .map(|row| fold(&row.service).into_owned())
+            .collect();
+        names.dedup();
+        let groups = names
+            .iter()
+            .filter_map(|name| tables.catalog.services.get(name.as_str()))
+            .flat_map(read::check_service_nodes_of_group);
+        let mut summaries = summarize(groups, None, &self.rows, &mut hidden);
+        for row in &readable {
+            let folded = fold(&row.service);
+            let position = summaries.iter().position(|s| fold(&s.name) == folded);
+            let summary = match position {
+                Some(i) => &mut summaries[i],
+                None => {
+                    summaries.push(Summary {
+                        name: row.service.to_string(),
+                        ..Summary::default()
+                    });
+                    summaries.last_mut().expect("just pushed")
+                }
+            };
+            if row.port == 0 {
+                continue;
+            }
+            let defaults: Vec<String> = self
+                .domains
+                .iter()
+                .map(|domain| format!("{}.ingress.{}.{domain}", row.service, self.datacenter))
+                .collect();
+            let hosts: Vec<&str> = if row.hosts.is_empty() {
+                defaults.iter().map(|h| &**h).collect()
+            } else {
+                row.hosts.iter().map(|h| &**h).collect()
+            };
+            for host in hosts {
+                let address = format!("{}:{}", host.trim_end_matches('.'), row.port);
+                if !summary.gateway_addresses.contains(&address) {
+                    summary.gateway_addresses.push(address);
+                }
+            }
+        }
+        summaries.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut body = Vec::with_capacity(64 + summaries.len() * 320);
+        let mut w = JsonWriter::new(&mut body, reply.pretty);
+        w.begin_array();
+        for summary in &summaries {
+            summary.write(&mut w);
+        }
+        w.end_array();
+        w.finish();
+        send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
+    }
+}
+
+/// `exported-services`: empty until peering exists, at the services table's index so that
+/// a blocking client waits rather than spins.
 struct EmptyListQuery;
 
 impl Query for EmptyListQuery {
@@ -753,7 +895,24 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             if gateway.is_empty() {
                 return Err(ApiError::bad_request("Missing gateway name"));
             }
-            run_query(ctx, EmptyListQuery, options, reply)
+            // Consul's `GatewayServiceDump` needs `service:read` on the gateway.
+            if let Some(authz) = request.acl.get() {
+                authz.require(authz.authorizer.service_read(gateway))?;
+            }
+            let config = ctx.config();
+            let domains = std::iter::once(&config.dns.domain)
+                .chain(config.dns.alt_domain.as_ref())
+                .filter(|d| !d.is_empty())
+                .map(|d| d.trim_matches('.').to_string())
+                .collect();
+            let query = GatewayServicesNodesQuery {
+                gateway: Arc::from(gateway),
+                datacenter: config.datacenter.clone(),
+                domains,
+                rows: RowFilter::of(request),
+                gzip,
+            };
+            run_query(ctx, query, options, reply)
         }
     }
 }

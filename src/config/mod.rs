@@ -1005,9 +1005,14 @@ fn pending_settings(
             }
         };
     if primary_datacenter != datacenter {
+        // The Connect CA follows the primary (its roots, this datacenter's intermediate);
+        // ACLs and config entries are still this datacenter's own.
         warnings.push(not_acted_on(
-            &format!("primary_datacenter = {primary_datacenter:?} (datacenter is {datacenter:?})"),
-            "nothing is replicated from a primary datacenter",
+            &format!(
+                "primary_datacenter = {primary_datacenter:?} (datacenter is {datacenter:?}) \
+                 for ACLs and config entries"
+            ),
+            "they are not replicated from the primary (the Connect CA follows it)",
         ));
     }
 

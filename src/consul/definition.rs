@@ -149,6 +149,58 @@ const PROXY: &[F] = &[
 /// A `Proxy` object in Consul's canonical form (field names, order, an upstream's
 /// `DestinationType` defaulting to `service`); unknown keys are dropped, as Consul's
 /// decoder ignores them.
+/// The service kinds that are gateways (Consul's `IsGateway`).
+pub const GATEWAY_KINDS: [&str; 4] = [
+    "mesh-gateway",
+    "terminating-gateway",
+    "ingress-gateway",
+    "api-gateway",
+];
+
+/// Consul's gateway rules for a registration of a gateway `kind`: a port (ingress and API
+/// gateways listen on their entry's ports instead), no sidecar, and none of the proxy
+/// fields that name a service behind a proxy. The first broken rule, in Consul's words.
+pub fn validate_gateway(
+    kind: &str,
+    port: i32,
+    proxy: Option<&Doc>,
+    has_sidecar: bool,
+) -> Result<(), String> {
+    debug_assert!(GATEWAY_KINDS.contains(&kind), "only gateways");
+    if port == 0 && kind != "ingress-gateway" && kind != "api-gateway" {
+        return Err(format!("Port must be non-zero for a {kind}"));
+    }
+    if has_sidecar {
+        return Err(format!("A {kind} cannot have a sidecar service defined"));
+    }
+    let Some(proxy) = proxy else {
+        return Ok(());
+    };
+    for field in [
+        "DestinationServiceName",
+        "DestinationServiceID",
+        "LocalServiceAddress",
+        "LocalServiceSocketPath",
+    ] {
+        if !proxy.str(field).is_empty() {
+            return Err(format!(
+                "The Proxy.{field} configuration is invalid for a {kind}"
+            ));
+        }
+    }
+    if proxy.int("LocalServicePort") != 0 {
+        return Err(format!(
+            "The Proxy.LocalServicePort configuration is invalid for a {kind}"
+        ));
+    }
+    if matches!(proxy.get("Upstreams"), Some(Doc::List(list)) if !list.is_empty()) {
+        return Err(format!(
+            "The Proxy.Upstreams configuration is invalid for a {kind}"
+        ));
+    }
+    Ok(())
+}
+
 pub fn normalize_proxy(value: &serde_json::Value) -> Result<Doc, String> {
     let mut decoding = Decoding::default();
     let mut doc = decode_object(value, PROXY, "Proxy", &mut decoding);
@@ -495,7 +547,6 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
             ));
         }
     }
-    let proxy_json = proxy.map(|p| p.to_json());
     let (connect_native, sidecar) = match obj.obj(&["connect"]).map_err(decode_failed)? {
         Some(c) => {
             let native = c.bool(&["native"]).map_err(decode_failed)?;
@@ -522,6 +573,11 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
         }
         None => (false, None),
     };
+    if GATEWAY_KINDS.contains(&kind.as_str()) {
+        validate_gateway(&kind, port, proxy.as_ref(), sidecar.is_some())
+            .map_err(|e| DefinitionError::bad(format!("Validation failed: {e}")))?;
+    }
+    let proxy_json = proxy.map(|p| p.to_json());
     let mut tagged_addresses = parse_service_tagged_addresses(obj).map_err(decode_failed)?;
     // Consul gives a service with an IP address default LAN and WAN tagged addresses.
     if let Ok(ip) = address.parse::<std::net::IpAddr>() {

@@ -452,6 +452,12 @@ impl CatalogView for ClientView<'_> {
             _ => Vec::new(),
         }
     }
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        match self.read(Lookup::ingress_instances(name), reads) {
+            Some(LookupResult::Instances(instances)) => instances,
+            _ => Vec::new(),
+        }
+    }
     fn elsewhere(&self, lookup: &Lookup) -> Option<LookupResult> {
         debug_assert!(!lookup.is_local(), "local lookups read the cached rows");
         // Never among the cached rows: found only among the fetched ones, which makes the

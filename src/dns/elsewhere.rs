@@ -97,6 +97,9 @@ impl CatalogView for ServerView<'_> {
     fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
         self.version.connect_instances(name, reads)
     }
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        self.version.ingress_instances(name, reads)
+    }
     fn elsewhere(&self, lookup: &Lookup) -> Option<LookupResult> {
         debug_assert!(!lookup.is_local(), "local lookups read the store");
         if let Some((_, result)) = self.fetched.iter().find(|(l, _)| l == lookup) {

@@ -48,7 +48,12 @@ pub enum Lookup {
         service: String,
         datacenter: Option<String>,
     },
-    /// A mesh form praetor does not serve (`ingress`, `virtual`).
+    /// `<service>.ingress[.<dc>]`: the ingress gateways that expose the service.
+    Ingress {
+        service: String,
+        datacenter: Option<String>,
+    },
+    /// A mesh form praetor does not serve (`virtual`).
     Unsupported,
     /// Inside the domain but not a valid form: NXDOMAIN.
     Invalid,
@@ -190,6 +195,15 @@ fn parse_inner(raw: &[&[u8]], qtype: u16) -> Lookup {
                 return Lookup::Invalid;
             }
             Lookup::Connect {
+                service: parts[0].clone(),
+                datacenter,
+            }
+        }
+        "ingress" => {
+            if parts.len() != 1 {
+                return Lookup::Invalid;
+            }
+            Lookup::Ingress {
                 service: parts[0].clone(),
                 datacenter,
             }
@@ -422,7 +436,15 @@ mod tests {
                 datacenter: None
             }
         );
-        assert_eq!(lookup("web.ingress.consul", A).lookup, Lookup::Unsupported);
+        assert_eq!(
+            lookup("web.ingress.dc2.consul", A).lookup,
+            Lookup::Ingress {
+                service: "web".into(),
+                datacenter: Some("dc2".into())
+            }
+        );
+        assert_eq!(lookup("a.web.ingress.consul", A).lookup, Lookup::Invalid);
+        assert_eq!(lookup("web.virtual.consul", A).lookup, Lookup::Unsupported);
         let alt = lookup("web.service.alt.example", A);
         assert_eq!(alt.lookup, service("web", None, None));
         assert_eq!(alt.domain, DomainUsed::Alternate);

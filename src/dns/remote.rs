@@ -55,7 +55,12 @@ fn held_bytes(change: &Change) -> usize {
     std::mem::size_of::<Change>() + key + std::mem::size_of::<(u64, Vec<Change>)>()
 }
 /// The tables DNS resolution reads, and so the only ones the feed carries.
-pub const FEED_TABLES: [Table; 3] = [Table::Nodes, Table::Services, Table::ServiceIndex];
+pub const FEED_TABLES: [Table; 4] = [
+    Table::Nodes,
+    Table::Services,
+    Table::ServiceIndex,
+    Table::GatewayServices,
+];
 
 /// One `CatalogView` call. Names are kept lowercased: the view matches them
 /// case-insensitively, so a lowercased name is the cache key.
@@ -80,6 +85,8 @@ pub enum Lookup {
     },
     /// The Connect-capable instances of a service (`<service>.connect`).
     ConnectInstances(String),
+    /// The instances of the ingress gateways exposing a service (`<service>.ingress`).
+    IngressInstances(String),
 }
 
 /// The answer to one [`Lookup`], of the same variant ([`Lookup::InDatacenter`] is answered
@@ -110,6 +117,9 @@ impl Lookup {
     }
     pub fn connect_instances(name: &str) -> Lookup {
         Lookup::ConnectInstances(name.to_ascii_lowercase())
+    }
+    pub fn ingress_instances(name: &str) -> Lookup {
+        Lookup::IngressInstances(name.to_ascii_lowercase())
     }
     pub fn node(name: &str) -> Lookup {
         Lookup::Node(name.to_ascii_lowercase())
@@ -148,6 +158,14 @@ impl Lookup {
                 reads.add_table(Table::Services);
                 reads.add_table(Table::ServiceIndex);
             }
+            // The rows linking the service, and gateways of any name.
+            Lookup::IngressInstances(name) => {
+                reads.add_key(
+                    Table::GatewayServices,
+                    &crate::store::gateways::service_key(name),
+                );
+                reads.add_table(Table::ServiceIndex);
+            }
         }
     }
 
@@ -165,6 +183,9 @@ impl Lookup {
             Lookup::ConnectInstances(name) => {
                 LookupResult::Instances(view.connect_instances(name, reads))
             }
+            Lookup::IngressInstances(name) => {
+                LookupResult::Instances(view.ingress_instances(name, reads))
+            }
             Lookup::InDatacenter(_, inner) => inner.not_found(),
             Lookup::PreparedQuery { .. } => LookupResult::Query(QueryAnswer::default()),
         }
@@ -174,9 +195,9 @@ impl Lookup {
     /// answers (NXDOMAIN, as Consul answers "No path to datacenter").
     pub fn not_found(&self) -> LookupResult {
         match self {
-            Lookup::ServiceInstances(_) | Lookup::ConnectInstances(_) => {
-                LookupResult::Instances(Vec::new())
-            }
+            Lookup::ServiceInstances(_)
+            | Lookup::ConnectInstances(_)
+            | Lookup::IngressInstances(_) => LookupResult::Instances(Vec::new()),
             Lookup::Node(_) | Lookup::NodeByAddress(_) => LookupResult::Node(None),
             Lookup::ServiceByAddress(_) => LookupResult::ServiceName(None),
             Lookup::InDatacenter(_, inner) => inner.not_found(),
@@ -189,7 +210,9 @@ impl Lookup {
         match (self, result) {
             (Lookup::InDatacenter(_, inner), result) => inner.answered_by(result),
             (
-                Lookup::ServiceInstances(_) | Lookup::ConnectInstances(_),
+                Lookup::ServiceInstances(_)
+                | Lookup::ConnectInstances(_)
+                | Lookup::IngressInstances(_),
                 LookupResult::Instances(_),
             )
             | (Lookup::Node(_) | Lookup::NodeByAddress(_), LookupResult::Node(_))

@@ -159,6 +159,27 @@ impl Resolver<'_> {
                     domain,
                 ))
             }
+            Lookup::Ingress {
+                service,
+                datacenter,
+            } => {
+                // The ingress gateways' own addresses and ports, healthy ones first, as
+                // Consul answers an ingress health query.
+                let lookup = remote::Lookup::ingress_instances(&service);
+                let Some(instances) = self.instances(view, datacenter.as_deref(), lookup, reads)
+                else {
+                    return Resolution::Answer(self.nx_domain(domain));
+                };
+                let ttl = seconds(self.config.service_ttl(&service));
+                Resolution::Answer(self.service_answer(
+                    None,
+                    self.translated(instances),
+                    ttl,
+                    true,
+                    qtype,
+                    domain,
+                ))
+            }
             Lookup::Node { node, datacenter } => {
                 let record = match datacenter.as_deref() {
                     Some(dc) if !self.is_local_datacenter(Some(dc)) => {

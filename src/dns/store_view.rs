@@ -5,7 +5,9 @@
 //!   health query of that service would answer differently (its instances, their checks,
 //!   node-level checks of their nodes, their nodes);
 //! - a node lookup reads `(Nodes, name)`, changed with the node row (address, metadata);
-//! - the PTR scans read the whole `Nodes` / `Services` tables.
+//! - the PTR scans read the whole `Nodes` / `Services` tables;
+//! - an ingress lookup reads the gateway-services rows linking the service and each linked
+//!   gateway's `(ServiceIndex, gateway)`.
 
 use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
 use crate::store::catalog::read::check_service_nodes;
@@ -107,6 +109,24 @@ impl CatalogView for Tables {
                 crate::store::catalog::read::aggregate(view.all_checks().map(|c| c.status));
             (view.node(), &view.service, status)
         }))
+    }
+
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        // As the ingress health query reads: the rows linking the service, and each linked
+        // gateway's instances.
+        use crate::store::gateways::{self, GatewayKind};
+        reads.add_key(Table::GatewayServices, &gateways::service_key(name));
+        let mut out = Vec::new();
+        for gateway in gateways::linked_gateway_names(self, name, GatewayKind::Ingress) {
+            reads.add_key(Table::ServiceIndex, &gateway);
+            let rows = check_service_nodes(self, &gateway);
+            out.extend(instances_of(
+                rows.iter()
+                    .filter(|row| row.service.kind() == GatewayKind::Ingress.as_str())
+                    .map(|row| (row.node, row.service, row.aggregated_status())),
+            ));
+        }
+        out
     }
 
     fn node(&self, name: &str, reads: &mut ReadSet) -> Option<Arc<NodeRecord>> {

@@ -89,6 +89,9 @@ pub trait CatalogView {
     /// and its Connect-native instances, whatever their health. No default body: a wrapper
     /// that forgot to forward it would answer NXDOMAIN for every `<name>.connect`.
     fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance>;
+    /// The instances of the ingress gateways exposing `name` (`<name>.ingress`), whatever
+    /// their health. No default body, for the reason `connect_instances` has none.
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance>;
 }
 
 /// An in-memory catalog for tests, recording reads the way the store implementation does:
@@ -135,6 +138,14 @@ impl CatalogView for MemoryCatalog {
         reads.add_table(Table::Services);
         Vec::new()
     }
+    /// Nor gateways.
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        reads.add_key(
+            Table::GatewayServices,
+            &crate::store::gateways::service_key(name),
+        );
+        Vec::new()
+    }
 }
 
 /// A shared version (`Arc<Tables>`) reads like the version itself.
@@ -153,6 +164,9 @@ impl<T: CatalogView + ?Sized> CatalogView for Arc<T> {
     }
     fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
         (**self).connect_instances(name, reads)
+    }
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        (**self).ingress_instances(name, reads)
     }
 }
 
@@ -208,6 +222,20 @@ impl<V: CatalogView> CatalogView for AclFiltered<V> {
     fn connect_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
         let mut instances = self.inner.connect_instances(name, reads);
         if self.authorizer.is_some() {
+            instances.retain(|i| {
+                self.service_readable(&i.service_name) && self.node_readable(&i.node.name)
+            });
+        }
+        instances
+    }
+    /// An ingress answer needs `service:read` on the service asked about (Consul's check
+    /// for an ingress health query) and on each gateway instance and its node.
+    fn ingress_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
+        let mut instances = self.inner.ingress_instances(name, reads);
+        if self.authorizer.is_some() {
+            if !self.service_readable(name) {
+                return Vec::new();
+            }
             instances.retain(|i| {
                 self.service_readable(&i.service_name) && self.node_readable(&i.node.name)
             });

@@ -97,11 +97,14 @@ pub async fn agent_ca_keeper(shard: Rc<Shard>) {
 }
 
 /// Every root an agent certificate signed in this cluster may chain to, PEM, concatenated:
-/// each Connect CA root (rotated-out roots stay trusted while they are kept) and the agent
-/// CA's root.
+/// each Connect CA root (rotated-out roots stay trusted while they are kept), in a
+/// secondary datacenter also the intermediate that signs there, and the agent CA's root.
 fn agent_roots_pem(version: &crate::store::Tables) -> String {
     let mut pem = String::new();
-    let connect_roots = version.mesh.ca.roots.iter().map(|r| &*r.root_cert_pem);
+    let connect_roots = version.mesh.ca.roots.iter().flat_map(|r| {
+        let intermediate = (!r.signing_cert_pem.is_empty()).then_some(&*r.signing_cert_pem);
+        std::iter::once(&*r.root_cert_pem).chain(intermediate)
+    });
     let agent_root = version.agent_ca.as_ref().map(|row| &*row.certificate_pem);
     for root in connect_roots.chain(agent_root) {
         pem.push_str(root.trim_end());
@@ -112,13 +115,14 @@ fn agent_roots_pem(version: &crate::store::Tables) -> String {
 
 /// The root that signs agent certificates: the Connect CA's active root once the mesh has
 /// one (as Consul's auto-encrypt signs with its Connect CA, so agents and services share a
-/// root and a trust domain), else the agent CA.
+/// root and a trust domain) — in a secondary datacenter its intermediate, whose key is the
+/// one held here — else the agent CA.
 fn agent_signer(version: &crate::store::Tables) -> Option<AgentCaRoot> {
     let connect = &version.mesh.ca;
     if let (Some(root), Some(trust_domain)) = (connect.active_root(), connect.trust_domain()) {
         return Some(AgentCaRoot {
             trust_domain,
-            certificate_pem: root.root_cert_pem.to_string(),
+            certificate_pem: root.signer_cert_pem().to_string(),
             private_key_pem: root.signing_key_pem.to_string(),
         });
     }

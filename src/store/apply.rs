@@ -11,7 +11,11 @@
 //! - a session destroyed (`/v1/session/destroy`, the leader's TTL expiry) → its keys are
 //!   released or deleted the same way;
 //! - a session ended for any of these reasons → the prepared queries bound to it go
-//!   (`query::remove_bound_to_session`).
+//!   (`query::remove_bound_to_session`);
+//! - a gateway config entry written or deleted → that gateway's gateway-services rows are
+//!   derived again; a `service-defaults` entry → the rows of its service; a catalog write
+//!   that moved a service's index → the rows of that service (and, with a wildcard
+//!   gateway, of the services the proxies it added or removed front) (`gateways`).
 //!
 //! Transactions run the same steps per operation (`txn` calls [`Tables::write_kv`] and
 //! [`Tables::write_catalog`]), so a later operation sees the consequences of an earlier one,
@@ -23,8 +27,8 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, mesh, query, restore, txn, Change, ChangeKey, CommandOf, CommandResult, Table,
-    Tables, TABLE_COUNT,
+    acl, autopilot, gateways, mesh, query, restore, txn, Change, ChangeKey, CommandOf,
+    CommandResult, Table, Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -67,7 +71,7 @@ impl Tables {
                 Err(reason) => CommandResult::Error(reason),
             },
             CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op),
-            CommandOf::ConfigEntry(op) => mesh::config_entry::apply(self, index, op, changes),
+            CommandOf::ConfigEntry(op) => self.write_config_entry(index, op, changes),
             CommandOf::Ca(op) => mesh::ca::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
@@ -200,11 +204,33 @@ impl Tables {
         changes: &mut Vec<Change>,
     ) -> CommandResult {
         let first_change = changes.len();
+        // The groups before the write (a persistent map: one reference), for the proxies a
+        // write removed, when a gateway's wildcard may have linked what they fronted.
+        let services_before = gateways::has_wildcard(self).then(|| self.catalog.services.clone());
         let result = catalog::apply::apply(self, index, op, changes);
         let broken = session::broken_bindings(self, &changes[first_change..]);
         for id in broken {
             let ended = self.end_session(index, &id, changes);
             debug_assert!(ended, "a broken session existed");
+        }
+        gateways::after_catalog(self, index, services_before.as_ref(), first_change, changes);
+        result
+    }
+
+    /// A config entry write, then: the gateways and services it concerns get their
+    /// gateway-services rows again.
+    fn write_config_entry(
+        &mut self,
+        index: u64,
+        op: &mesh::config_entry::ConfigEntryOp,
+        changes: &mut Vec<Change>,
+    ) -> CommandResult {
+        let first_change = changes.len();
+        let result = mesh::config_entry::apply(self, index, op, changes);
+        if changes.len() > first_change {
+            let mut written = changes.split_off(first_change);
+            gateways::after_config_entries(self, index, &mut written);
+            changes.append(&mut written);
         }
         result
     }

@@ -49,7 +49,8 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::ServiceIndex
         | Table::NodeServices
         | Table::Coordinates
-        | Table::ConfigEntries => KeyCase::Folded,
+        | Table::ConfigEntries
+        | Table::GatewayServices => KeyCase::Folded,
         // `Sessions` keys are session IDs, and `node:<folded node>` for a node's sessions
         // (`session::node_watch_key` folds the node part itself).
         Table::Kvs

@@ -30,6 +30,7 @@ pub mod command;
 pub mod dependency;
 #[cfg(test)]
 mod fixture;
+pub mod gateways;
 pub mod kv;
 pub mod locks;
 pub mod mesh;
@@ -68,11 +69,13 @@ pub enum Table {
     NodeServices = 13,
     /// The Connect CA's configuration and roots (`store::mesh::ca`).
     ConnectCa = 14,
+    /// Which services each ingress and terminating gateway links (`store::gateways`).
+    GatewayServices = 15,
 }
 
 impl Table {
     /// Every table, for changes that touch the whole state (snapshot install, restore).
-    pub const ALL: [Table; 15] = [
+    pub const ALL: [Table; 16] = [
         Table::Kvs,
         Table::Tombstones,
         Table::Sessions,
@@ -88,6 +91,7 @@ impl Table {
         Table::ServiceIndex,
         Table::NodeServices,
         Table::ConnectCa,
+        Table::GatewayServices,
     ];
 }
 
@@ -168,6 +172,11 @@ pub struct Tables {
     /// Config entries (intentions among them) and the Connect CA (format 2 on).
     #[serde(default)]
     pub mesh: mesh::MeshTables,
+    /// The services gateways link, derived from config entries and the catalog (appended
+    /// last: snapshots written before it restore with none, and the first write to a
+    /// gateway entry or a linked service derives them again).
+    #[serde(default)]
+    pub gateways: gateways::GatewayTables,
 }
 
 /// An immutable, shareable version of the state.
@@ -236,7 +245,8 @@ impl Tables {
         input
             .read_exact(&mut format)
             .map_err(|_| "empty store snapshot".to_string())?;
-        // Format 1 is format 2 without the trailing agent CA and mesh tables (defaulted).
+        // Format 1 is format 2 without the trailing agent CA, mesh and gateway tables
+        // (defaulted).
         if format[0] != SNAPSHOT_FORMAT_VERSION && format[0] != SNAPSHOT_FORMAT_BEFORE_AGENT_CA {
             return Err(format!("unsupported store snapshot format {}", format[0]));
         }
@@ -246,8 +256,8 @@ impl Tables {
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {
-            // Format 1 is format 2 without the trailing agent CA and mesh tables, which then
-            // default to none.
+            // Format 1 is format 2 without the trailing agent CA, mesh and gateway tables,
+            // which then default to none.
             Some((&(SNAPSHOT_FORMAT_VERSION | SNAPSHOT_FORMAT_BEFORE_AGENT_CA), rest)) => {
                 rmp_serde::from_slice(rest).map_err(|e| format!("corrupt store snapshot: {e}"))
             }
@@ -259,7 +269,9 @@ impl Tables {
 
 /// First byte of a serialized [`Tables`]; bumped whenever the layout changes, so that an
 /// older server refuses a snapshot it would misread instead of dropping what it cannot see.
-/// 2: the agent CA (`Tables::agent_ca`) and the mesh tables (`Tables::mesh`) added at the end.
+/// 2: the agent CA (`Tables::agent_ca`) and the mesh tables (`Tables::mesh`) added at the end
+/// (later, within format 2 as trailing fields with defaults: a CA root's signing
+/// certificate, and the gateway-services table `Tables::gateways`).
 const SNAPSHOT_FORMAT_VERSION: u8 = 2;
 /// The format before the agent CA and the mesh tables, still read.
 const SNAPSHOT_FORMAT_BEFORE_AGENT_CA: u8 = 1;
@@ -315,21 +327,26 @@ mod tests {
             }),
             &mut changes,
         );
-        // Format 2 is the fields as one msgpack array ending with the agent CA (nil here)
-        // and the mesh tables; format 1 is the same array without those two fields.
+        // Format 2 is the fields as one msgpack array ending with the agent CA (nil here),
+        // the mesh tables and the gateway-services table; format 1 is the same array
+        // without those three fields.
         let current = tables.to_snapshot_bytes();
         assert_eq!(current[0], 2);
         let fields = current[1] & 0x0f;
         assert_eq!(current[1], 0x90 | fields, "a fixarray of the fields");
-        let mesh = rmp_serde::to_vec(&tables.mesh).unwrap();
-        assert!(current.ends_with(&mesh), "ends with the mesh tables");
-        let tail_bytes = 1 + mesh.len();
+        let mut tail = rmp_serde::to_vec(&tables.mesh).unwrap();
+        tail.extend(rmp_serde::to_vec(&tables.gateways).unwrap());
+        assert!(
+            current.ends_with(&tail),
+            "ends with the mesh and gateway tables"
+        );
+        let tail_bytes = 1 + tail.len();
         assert_eq!(
             current[current.len() - tail_bytes],
             0xc0,
             "the absent agent CA before them"
         );
-        let mut old = vec![1u8, 0x90 | (fields - 2)];
+        let mut old = vec![1u8, 0x90 | (fields - 3)];
         old.extend_from_slice(&current[2..current.len() - tail_bytes]);
         let restored = Tables::from_snapshot_bytes(&old).unwrap();
         assert_eq!(restored.index, 3);

@@ -1,6 +1,8 @@
 //! The built-in Connect CA's cryptography (rcgen over ring; no OpenSSL): making a root,
 //! cross-signing a new root with the old one's key, signing a service's CSR into a SPIFFE
 //! leaf certificate, and making a leaf's key and CSR on the agent that will hold the key.
+//! Across datacenters: a secondary's intermediate key and CSR, the primary's signature on
+//! it (a CA limited to signing leaves), and the secondary's check of what came back.
 //!
 //! Not pure: keys, ECDSA signatures and serial numbers draw on the system's randomness. The
 //! callers (the leader for roots, any server for leaves, the agent for keys) pass the time
@@ -10,6 +12,8 @@
 //! `pri-<id>.consul.ca.<first 8 of the cluster ID>.consul`; a leaf's common name and DNS SAN
 //! are `<service>.svc.default.<first 8 of the cluster ID>.consul` and its URI SAN is the
 //! service's SPIFFE ID. Leaves are backdated a minute against clock skew, as Consul does.
+//! A secondary's intermediate is named `sec-<id>.consul.ca.<first 8>.consul` and carries
+//! the trust domain's signing ID `spiffe://<trust domain>` as its URI SAN.
 
 use crate::proto::spiffe::{self, ServiceId, SpiffeError};
 use rcgen::{
@@ -31,6 +35,19 @@ fn algorithm(bits: u32) -> Result<&'static rcgen::SignatureAlgorithm, String> {
         other => Err(format!(
             "EC key length {other} is not supported (256 or 384 bits)"
         )),
+    }
+}
+
+/// The size in bits of an EC key given as PKCS#8 PEM (256 or 384), if it parses.
+pub fn key_bits_of(key_pem: &str) -> Option<u32> {
+    let key = parse_key(key_pem).ok()?;
+    let alg = key.algorithm();
+    if alg == &rcgen::PKCS_ECDSA_P256_SHA256 {
+        Some(256)
+    } else if alg == &rcgen::PKCS_ECDSA_P384_SHA384 {
+        Some(384)
+    } else {
+        None
     }
 }
 
@@ -361,6 +378,195 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     })
 }
 
+/// The signing ID of a trust domain, `spiffe://<trust domain>`: the one URI SAN of a CA
+/// certificate of that domain (Consul's `SpiffeIDSigning`).
+pub fn signing_uri(trust_domain: &str) -> String {
+    format!("spiffe://{}", trust_domain.to_ascii_lowercase())
+}
+
+/// A secondary datacenter's intermediate CA key and the CSR its leader sends the primary:
+/// common name `sec-<id>.consul.ca.<first 8 of the cluster ID>.consul` (the `sec-` form of
+/// the primary's root name, as Consul's provider names it) and the trust domain's signing
+/// ID as its one URI SAN. Returns `(csr_pem, key_pem)`.
+pub fn make_intermediate_csr(
+    trust_domain: &str,
+    key_bits: u32,
+) -> Result<(String, String), String> {
+    let key = KeyPair::generate_for(algorithm(key_bits)?)
+        .map_err(|e| format!("failed to generate private key: {e}"))?;
+    let short: [u8; 4] = rand::random();
+    let cluster = trust_domain.trim_end_matches(".consul");
+    let mut params = CertificateParams::default();
+    let mut name = DistinguishedName::new();
+    name.push(
+        DnType::CommonName,
+        format!(
+            "sec-{}.consul.ca.{}.consul",
+            colon_hex(&short).replace(':', ""),
+            cluster_short(cluster)
+        ),
+    );
+    params.distinguished_name = name;
+    let uri = signing_uri(trust_domain)
+        .try_into()
+        .map_err(|_| format!("{trust_domain:?} makes no valid URI SAN"))?;
+    params.subject_alt_names.push(SanType::URI(uri));
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|r| r.pem())
+        .map_err(|e| format!("failed to create the CSR: {e}"))?;
+    Ok((csr, key.serialize_pem()))
+}
+
+/// What signing a secondary datacenter's intermediate needs.
+pub struct IntermediateSpec<'a> {
+    pub csr_pem: &'a str,
+    pub ca_cert_pem: &'a str,
+    pub ca_key_pem: &'a str,
+    pub trust_domain: &'a str,
+    pub ttl: Duration,
+    pub now_unix_s: i64,
+}
+
+/// Signs a secondary datacenter's intermediate CSR with the primary's active root
+/// (Consul's `ConnectCA.SignIntermediate`): a URI SAN, if the CSR has one, must be this
+/// trust domain's signing ID; the certificate is a CA that may sign leaves only (path
+/// length 0), valid from a minute ago for `ttl`.
+pub fn sign_intermediate(spec: &IntermediateSpec) -> Result<String, String> {
+    if spec.csr_pem.len() > CSR_PEM_BYTES_MAX {
+        return Err(format!("CSR exceeds {CSR_PEM_BYTES_MAX} bytes"));
+    }
+    let csr = CertificateSigningRequestParams::from_pem(spec.csr_pem)
+        .map_err(|e| format!("failed to parse CSR: {e}"))?;
+    let uris: Vec<&str> = csr
+        .params
+        .subject_alt_names
+        .iter()
+        .filter_map(|san| match san {
+            SanType::URI(uri) => Some(uri.as_str()),
+            _ => None,
+        })
+        .collect();
+    let ours = signing_uri(spec.trust_domain);
+    match &uris[..] {
+        [] => {}
+        [uri] if uri.eq_ignore_ascii_case(&ours) => {}
+        [uri] => {
+            return Err(format!(
+                "incoming CSR domain {uri:?} is not valid for our domain {ours:?}"
+            ))
+        }
+        more => {
+            return Err(format!(
+                "incoming CSR has unexpected number of URIs: {}",
+                more.len()
+            ))
+        }
+    }
+    let ca_key = parse_key(spec.ca_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(spec.ca_cert_pem, ca_key)
+        .map_err(|e| format!("failed to parse the CA root: {e}"))?;
+    let (serial, _) = random_serial();
+    let mut params = csr.params.clone();
+    params.serial_number = Some(serial);
+    params.not_before = at(spec.now_unix_s - LEAF_BACKDATE.as_secs() as i64)?;
+    params.not_after = at(spec.now_unix_s + spec.ttl.as_secs() as i64)?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.extended_key_usages = Vec::new();
+    params.use_authority_key_identifier_extension = true;
+    let cert = params
+        .signed_by(&csr.public_key, &issuer)
+        .map_err(|e| format!("error generating certificate: {e}"))?;
+    Ok(cert.pem())
+}
+
+/// What a secondary checks of the intermediate the primary signed before it uses it
+/// (Consul's `validateSetIntermediate`): it is for `key_pem`, it is a CA, its one URI SAN
+/// is the trust domain's signing ID, and `root_pem`'s key signed it. Returns the facts the
+/// roots list reports about it.
+pub fn check_intermediate(
+    intermediate_pem: &str,
+    key_pem: &str,
+    root_pem: &str,
+    trust_domain: &str,
+) -> Result<IntermediateFacts, String> {
+    use rcgen::PublicKeyData;
+    use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
+    let der = rustls_pemfile_der(intermediate_pem)
+        .map_err(|e| format!("error parsing intermediate PEM: {e}"))?;
+    let (_, cert) = X509Certificate::from_der(&der)
+        .map_err(|e| format!("error parsing intermediate PEM: {e}"))?;
+    let key = parse_key(key_pem)?;
+    if cert.public_key().raw != key.subject_public_key_info().as_slice() {
+        return Err("intermediate cert is for a different private key".to_string());
+    }
+    if !cert.is_ca() {
+        return Err("intermediate is not a CA certificate".to_string());
+    }
+    let mut uris = Vec::new();
+    for ext in cert.extensions() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() {
+            for name in &san.general_names {
+                if let GeneralName::URI(uri) = name {
+                    uris.push(uri.to_string());
+                }
+            }
+        }
+    }
+    let want = signing_uri(trust_domain);
+    match &uris[..] {
+        [uri] if uri.eq_ignore_ascii_case(&want) => {}
+        [uri] => {
+            return Err(format!(
+                "incoming cert URI {uri:?} does not match current URI: {want:?}"
+            ))
+        }
+        more => {
+            return Err(format!(
+                "incoming intermediate cert has unexpected number of URIs: {}",
+                more.len()
+            ))
+        }
+    }
+    let root_der = rustls_pemfile_der(root_pem)?;
+    let (_, root) =
+        X509Certificate::from_der(&root_der).map_err(|e| format!("error parsing the root: {e}"))?;
+    if cert.issuer() != root.subject() || cert.verify_signature(Some(root.public_key())).is_err() {
+        return Err("could not verify intermediate cert against root".to_string());
+    }
+    Ok(IntermediateFacts {
+        signing_key_id: subject_key_id(&der),
+        not_before_unix_s: cert.validity().not_before.timestamp(),
+        not_after_unix_s: cert.validity().not_after.timestamp(),
+    })
+}
+
+/// What the roots list and the renewal schedule need of an intermediate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntermediateFacts {
+    /// Its subject key ID, colon-separated hex: the `SigningKeyID` of the root it hangs from.
+    pub signing_key_id: String,
+    pub not_before_unix_s: i64,
+    pub not_after_unix_s: i64,
+}
+
+/// The validity of a certificate (PEM): `(not_before, not_after)` in Unix seconds.
+pub fn validity_of(pem: &str) -> Result<(i64, i64), String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let der = rustls_pemfile_der(pem)?;
+    let (_, cert) =
+        X509Certificate::from_der(&der).map_err(|e| format!("failed to parse certificate: {e}"))?;
+    Ok((
+        cert.validity().not_before.timestamp(),
+        cert.validity().not_after.timestamp(),
+    ))
+}
+
 /// The URI SAN (a service SPIFFE ID) of a certificate given as DER, for a proxy checking
 /// its peer.
 pub fn service_id_of(der: &[u8]) -> Option<ServiceId> {
@@ -447,6 +653,83 @@ mod tests {
             now_unix_s: NOW,
         })
         .is_err());
+    }
+
+    #[test]
+    fn a_secondary_intermediate_is_signed_by_the_primary_root_and_signs_leaves() {
+        let primary = root(256);
+        let trust_domain = format!("{CLUSTER}.consul");
+        let (csr, key) = make_intermediate_csr(&trust_domain, 256).unwrap();
+        let signed = sign_intermediate(&IntermediateSpec {
+            csr_pem: &csr,
+            ca_cert_pem: &primary.cert_pem,
+            ca_key_pem: &primary.key_pem,
+            trust_domain: &trust_domain,
+            ttl: Duration::from_secs(8760 * 3600),
+            now_unix_s: NOW,
+        })
+        .unwrap();
+        let facts = check_intermediate(&signed, &key, &primary.cert_pem, &trust_domain).unwrap();
+        assert_eq!(facts.not_after_unix_s - NOW, 8760 * 3600);
+        assert_eq!(facts.not_before_unix_s, NOW - 60);
+        assert!(!facts.signing_key_id.is_empty());
+        assert_eq!(key_bits_of(&key), Some(256));
+        assert_eq!(key_bits_of("nope"), None);
+        assert_eq!(validity_of(&signed).unwrap().1, facts.not_after_unix_s);
+        // Another key, another root or another trust domain is refused.
+        let other = root(256);
+        let (_, other_key) = make_intermediate_csr(&trust_domain, 256).unwrap();
+        assert!(
+            check_intermediate(&signed, &other_key, &primary.cert_pem, &trust_domain)
+                .unwrap_err()
+                .contains("different private key")
+        );
+        assert!(
+            check_intermediate(&signed, &key, &other.cert_pem, &trust_domain)
+                .unwrap_err()
+                .contains("could not verify")
+        );
+        assert!(
+            check_intermediate(&signed, &key, &primary.cert_pem, "other.consul")
+                .unwrap_err()
+                .contains("does not match")
+        );
+        let (foreign_csr, _) = make_intermediate_csr("other.consul", 256).unwrap();
+        assert!(sign_intermediate(&IntermediateSpec {
+            csr_pem: &foreign_csr,
+            ca_cert_pem: &primary.cert_pem,
+            ca_key_pem: &primary.key_pem,
+            trust_domain: &trust_domain,
+            ttl: Duration::from_secs(3600),
+            now_unix_s: NOW,
+        })
+        .unwrap_err()
+        .contains("is not valid for our domain"));
+        // The intermediate signs a leaf of dc2 whose chain ends at the primary's root.
+        let id = ServiceId::new(&trust_domain, "dc2", "db");
+        let (leaf_csr, _) = make_leaf_csr(&id, CLUSTER, 256).unwrap();
+        let leaf = sign_leaf(&LeafSpec {
+            csr_pem: &leaf_csr,
+            ca_cert_pem: &signed,
+            ca_key_pem: &key,
+            trust_domain: &trust_domain,
+            datacenter: "dc2",
+            ttl: Duration::from_secs(3600),
+            now_unix_s: NOW,
+        })
+        .unwrap();
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let leaf_der = rustls_pemfile_der(&leaf.cert_pem).unwrap();
+        let (_, leaf_cert) = X509Certificate::from_der(&leaf_der).unwrap();
+        let inter_der = rustls_pemfile_der(&signed).unwrap();
+        let (_, inter_cert) = X509Certificate::from_der(&inter_der).unwrap();
+        assert_eq!(leaf_cert.issuer(), inter_cert.subject());
+        assert!(leaf_cert
+            .verify_signature(Some(inter_cert.public_key()))
+            .is_ok());
+        let constraints = inter_cert.basic_constraints().unwrap().unwrap().value;
+        assert!(constraints.ca);
+        assert_eq!(constraints.path_len_constraint, Some(0));
     }
 
     #[test]

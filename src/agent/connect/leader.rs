@@ -1,42 +1,68 @@
 //! What the leader does for the mesh, each time it runs its reconcile round: writes the
 //! `config_entries.bootstrap` entries that do not exist yet (once per leadership, as
-//! Consul's leader does when it establishes leadership); with Connect enabled, makes the
-//! built-in CA's first root (EC P-256 by default, trust domain `<cluster-id>.consul`) if
-//! the store has none; and drops rotated-out roots once their certificates expired.
+//! Consul's leader does when it establishes leadership); with Connect enabled, in the
+//! primary datacenter makes the built-in CA's first root (EC P-256 by default, trust domain
+//! `<cluster-id>.consul`) if the store has none, and in a secondary one starts the task that
+//! replicates the primary's roots and keeps this datacenter's intermediate (`secondary`);
+//! everywhere it drops rotated-out roots once their certificates expired.
 //!
 //! Every write here is idempotent against a racing or earlier leader: bootstrap writes only
-//! missing entries in one command, and the CA's initialization is refused by the store
-//! once a configuration exists.
+//! missing entries in one command, the CA's initialization is refused by the store once a
+//! configuration exists, and a replication is refused when the active root moved under it.
 
+use super::secondary;
 use crate::agent::Agent;
+use crate::api::connect::is_secondary;
 use crate::store::mesh::ca::{CaConfig, CaOp, PROVIDER_CONSUL};
 use crate::store::mesh::config_entry::{self, ConfigEntryOp};
 use crate::store::{Command, CommandResult};
 use crate::tls::connect_ca;
 use arcstr::ArcStr;
 use std::cell::Cell;
+use std::rc::Rc;
 
 /// What the leader has done in its current leadership.
 #[derive(Default)]
 pub struct LeaderDuties {
     bootstrapped: Cell<bool>,
+    /// Counts leaderships: a secondary's replication task runs while it equals the value
+    /// the task started with.
+    generation: Rc<Cell<u64>>,
+    /// Whether this leadership started the replication task.
+    replicating: Cell<bool>,
 }
 
 impl LeaderDuties {
-    /// Forgets what was done when leadership is lost, so a later leadership redoes it.
+    /// Forgets what was done when leadership is lost, so a later leadership redoes it, and
+    /// stops this leadership's tasks.
     pub fn lost_leadership(&self) {
         self.bootstrapped.set(false);
+        if self.replicating.replace(false) {
+            self.generation.set(self.generation.get() + 1);
+        }
     }
 
     /// One round, on the leader.
-    pub async fn run(&self, agent: &Agent) {
+    pub async fn run(&self, agent: &Rc<Agent>) {
         if !self.bootstrapped.get() {
             self.bootstrapped.set(bootstrap_entries(agent).await);
         }
-        if agent.config.borrow().connect.enabled {
-            initialize_ca(agent).await;
-            prune_roots(agent).await;
+        let config = agent.config.borrow().clone();
+        if !config.connect.enabled {
+            return;
         }
+        if is_secondary(&config) {
+            if !self.replicating.replace(true) {
+                monoio::spawn(secondary::replicate(
+                    agent.clone(),
+                    self.generation.clone(),
+                    self.generation.get(),
+                ));
+            }
+        } else {
+            initialize_ca(agent).await;
+        }
+        prune_roots(agent).await;
     }
 }
 

@@ -11,8 +11,20 @@
 //! one; the old root stays in the trusted list, rotated out, so leaves it signed keep
 //! verifying until they expire and the leader prunes it.
 //!
+//! Across datacenters (Consul's secondary CA): the primary datacenter's roots are the trust
+//! anchor everywhere. A secondary holds no root key; its leader replicates the primary's
+//! roots ([`CaOp::Replicate`]) with the secondary's own intermediate — signed by the
+//! primary's active root — on the active row, whose key signs this datacenter's leaves.
+//! Roots a secondary trusted before that the primary does not list stay, rotated out, until
+//! they expire and are pruned, as in the primary.
+//!
 //! Watch keys ([`Table::ConnectCa`]): [`ROOTS_WATCH_KEY`] when the roots change,
 //! [`CONFIG_WATCH_KEY`] when the configuration does.
+//!
+//! Invariants: an initialized CA has exactly one active root; the active root's key signs
+//! leaves through [`CaRoot::signer_cert_pem`] (the root itself, or a secondary's
+//! intermediate); replicated roots keep their IDs, so a leaf records which root it hangs
+//! from in every datacenter.
 
 use crate::store::{Change, ChangeKey, CommandResult, Table, Tables};
 use arcstr::ArcStr;
@@ -71,6 +83,23 @@ pub struct CaRoot {
     pub private_key_bits: u32,
     pub create_index: u64,
     pub modify_index: u64,
+    /// The certificate of `signing_key_pem` when it is not the root's own: in a secondary
+    /// datacenter, its intermediate, signed by the primary's root (and also the last of
+    /// `intermediate_certs`). Empty: the root signs. Appended last, so older snapshots
+    /// read with none.
+    #[serde(default)]
+    pub signing_cert_pem: ArcStr,
+}
+
+impl CaRoot {
+    /// The certificate whose key (`signing_key_pem`) signs this root's leaves.
+    pub fn signer_cert_pem(&self) -> &str {
+        if self.signing_cert_pem.is_empty() {
+            &self.root_cert_pem
+        } else {
+            &self.signing_cert_pem
+        }
+    }
 }
 
 /// The CA tables of one store version.
@@ -112,6 +141,17 @@ pub enum CaOp {
     },
     /// Drops rotated-out roots whose certificates expired by `now_unix_s`.
     PruneRoots { now_unix_s: i64 },
+    /// A secondary datacenter's CA, replicated from the primary: `config` (the primary's
+    /// cluster ID, this datacenter's settings) and the primary's trusted roots in its order,
+    /// exactly one active — carrying this datacenter's intermediate and its key. Roots held
+    /// here that the primary does not list stay, rotated out. Refused when the active root
+    /// changed since `expected_active_root` (empty: none) was read, so two leaders racing
+    /// leave one intermediate.
+    Replicate {
+        config: Box<CaConfig>,
+        roots: Vec<CaRoot>,
+        expected_active_root: String,
+    },
 }
 
 fn announce(changes: &mut Vec<Change>, key: &str) {
@@ -195,6 +235,18 @@ pub(crate) fn apply(
             }
             CommandResult::Bool(true)
         }
+        CaOp::Replicate {
+            config,
+            roots,
+            expected_active_root,
+        } => match replicate(tables, index, config, roots, expected_active_root) {
+            Ok(()) => {
+                announce(changes, CONFIG_WATCH_KEY);
+                announce(changes, ROOTS_WATCH_KEY);
+                CommandResult::Bool(true)
+            }
+            Err(reason) => CommandResult::Error(reason),
+        },
         CaOp::PruneRoots { now_unix_s } => {
             let ca = &mut tables.mesh.ca;
             let before_roots = ca.roots.len();
@@ -215,6 +267,71 @@ pub(crate) fn apply(
         "an initialized CA has exactly one active root"
     );
     result
+}
+
+/// Installs a secondary's replicated roots and configuration (see [`CaOp::Replicate`]).
+fn replicate(
+    tables: &mut Tables,
+    index: u64,
+    config: &CaConfig,
+    incoming: &[CaRoot],
+    expected_active_root: &str,
+) -> Result<(), String> {
+    let now_ms = tables.leader_time_ms;
+    let ca = &mut tables.mesh.ca;
+    let active_now = ca.active_root().map(|r| &*r.id).unwrap_or_default();
+    if active_now != expected_active_root {
+        return Err(
+            "the active CA root changed while the replicated roots were prepared; try again"
+                .to_string(),
+        );
+    }
+    let active_incoming: Vec<&CaRoot> = incoming.iter().filter(|r| r.active).collect();
+    let [active] = &active_incoming[..] else {
+        return Err(format!(
+            "replicated roots must have exactly one active root, not {}",
+            active_incoming.len()
+        ));
+    };
+    if active.signing_key_pem.is_empty() || active.signing_cert_pem.is_empty() {
+        return Err("the replicated active root carries no intermediate to sign with".to_string());
+    }
+    // Roots only this datacenter held (its own from before it was a secondary, or ones
+    // the primary pruned already) stay trusted, rotated out, until they expire here.
+    let mut next: Vec<Arc<CaRoot>> = Vec::with_capacity(ca.roots.len() + incoming.len());
+    for old in &ca.roots {
+        if incoming.iter().any(|r| r.id == old.id) {
+            continue;
+        }
+        if old.active {
+            next.push(Arc::new(CaRoot {
+                active: false,
+                rotated_out_at_ms: Some(now_ms),
+                modify_index: index,
+                ..(**old).clone()
+            }));
+        } else {
+            next.push(old.clone());
+        }
+    }
+    for root in incoming {
+        let previous = ca.roots.iter().find(|r| r.id == root.id);
+        let rotated_out_at_ms = if root.active {
+            None
+        } else {
+            previous.and_then(|p| p.rotated_out_at_ms).or(Some(now_ms))
+        };
+        next.push(Arc::new(CaRoot {
+            rotated_out_at_ms,
+            create_index: previous.map_or(index, |p| p.create_index),
+            modify_index: index,
+            ..root.clone()
+        }));
+    }
+    let create_index = ca.config.as_ref().map_or(index, |c| c.create_index);
+    ca.config = Some(stamped(config, create_index, index));
+    ca.roots = next;
+    Ok(())
 }
 
 /// The index a roots read reports.
@@ -305,5 +422,109 @@ mod tests {
         );
         assert_eq!(t.mesh.ca.roots.len(), 1);
         assert_eq!(roots_index(&t), 8);
+    }
+
+    fn replicated(id: &str, active: bool) -> CaRoot {
+        CaRoot {
+            active,
+            signing_key_pem: if active { "key".into() } else { "".into() },
+            signing_cert_pem: if active { "inter".into() } else { "".into() },
+            ..*root(id, 5000)
+        }
+    }
+
+    #[test]
+    fn a_secondary_replicates_the_primary_roots_and_keeps_its_own_until_they_expire() {
+        let mut t = Tables::default();
+        let mut changes = Vec::new();
+        // A datacenter that ran its own CA before it was made a secondary.
+        let init = Command::Ca(CaOp::Initialize {
+            config: config("local"),
+            root: root("own", 1000),
+        });
+        t.apply(3, &init, &mut changes);
+        assert_eq!(
+            t.mesh.ca.active_root().unwrap().signer_cert_pem(),
+            "pem-own"
+        );
+        let replicate = |roots: Vec<CaRoot>, expected: &str| {
+            Command::Ca(CaOp::Replicate {
+                config: config("primary"),
+                roots,
+                expected_active_root: expected.into(),
+            })
+        };
+        // A stale expectation or a list without one signing active root is refused.
+        assert!(matches!(
+            t.apply(
+                4,
+                &replicate(vec![replicated("p1", true)], "other"),
+                &mut changes
+            ),
+            CommandResult::Error(_)
+        ));
+        assert!(matches!(
+            t.apply(
+                5,
+                &replicate(vec![replicated("p1", false)], "own"),
+                &mut changes
+            ),
+            CommandResult::Error(_)
+        ));
+        let no_intermediate = CaRoot {
+            signing_cert_pem: "".into(),
+            ..replicated("p1", true)
+        };
+        assert!(matches!(
+            t.apply(6, &replicate(vec![no_intermediate], "own"), &mut changes),
+            CommandResult::Error(_)
+        ));
+        t.observe_leader_time(90);
+        changes.clear();
+        assert_eq!(
+            t.apply(
+                7,
+                &replicate(vec![replicated("p1", true)], "own"),
+                &mut changes
+            ),
+            CommandResult::Bool(true)
+        );
+        assert!(changes.contains(&Change {
+            table: Table::ConnectCa,
+            key: ChangeKey::Key(Arc::from(ROOTS_WATCH_KEY)),
+        }));
+        let ca = &t.mesh.ca;
+        assert_eq!(ca.trust_domain().as_deref(), Some("primary.consul"));
+        assert_eq!(ca.config.as_ref().unwrap().create_index, 3);
+        let ids: Vec<&str> = ca.roots.iter().map(|r| &*r.id).collect();
+        assert_eq!(ids, ["own", "p1"]);
+        assert_eq!(ca.roots[0].rotated_out_at_ms, Some(90));
+        let active = ca.active_root().unwrap();
+        assert_eq!((&*active.id, active.signer_cert_pem()), ("p1", "inter"));
+        // The primary rotates: its old root is listed inactive, the new one active.
+        assert_eq!(
+            t.apply(
+                8,
+                &replicate(vec![replicated("p1", false), replicated("p2", true)], "p1"),
+                &mut changes
+            ),
+            CommandResult::Bool(true)
+        );
+        let ca = &t.mesh.ca;
+        let ids: Vec<&str> = ca.roots.iter().map(|r| &*r.id).collect();
+        assert_eq!(ids, ["own", "p1", "p2"]);
+        assert_eq!(
+            ca.roots[1].create_index, 7,
+            "a replicated row keeps its creation"
+        );
+        assert!(!ca.roots[1].active && ca.roots[2].active);
+        // Expired rotated-out roots go as in the primary.
+        t.apply(
+            9,
+            &Command::Ca(CaOp::PruneRoots { now_unix_s: 2000 }),
+            &mut changes,
+        );
+        let ids: Vec<&str> = t.mesh.ca.roots.iter().map(|r| &*r.id).collect();
+        assert_eq!(ids, ["p1", "p2"]);
     }
 }
