@@ -379,6 +379,9 @@ struct State {
     user_events: flume::Sender<UserEvent>,
     wake: flume::Sender<()>,
     tcp_timeout: Duration,
+    /// The pool's bind address, which TCP exchanges leave from when it names one
+    /// (`shard::dial`).
+    bind_ip: IpAddr,
     members_version: Cell<u64>,
     coordinates_at: Cell<Option<Instant>>,
     joins: RefCell<HashMap<u64, flume::Sender<Result<usize, GossipError>>>>,
@@ -442,7 +445,8 @@ async fn flush(st: &Rc<State>) {
                     telemetry::add(Counter::MemberlistTcpSent, bytes.len() as u64);
                     let st2 = st.clone();
                     monoio::spawn(async move {
-                        let reply = stream_exchange(to, bytes, st2.tcp_timeout).await;
+                        let source = crate::shard::dial::source_for(st2.bind_ip, to);
+                        let reply = stream_exchange(source, to, bytes, st2.tcp_timeout).await;
                         let now = st2.now();
                         match &reply {
                             Ok(b) => st2.core.borrow_mut().handle_stream_reply(now, id, Ok(b)),
@@ -535,12 +539,15 @@ async fn read_frame(stream: &mut TcpStream, accepting: bool) -> Result<Vec<u8>, 
 }
 
 async fn stream_exchange(
+    source: Option<IpAddr>,
     to: SocketAddr,
     bytes: Vec<u8>,
     timeout: Duration,
 ) -> Result<Vec<u8>, String> {
     let work = async move {
-        let mut s = TcpStream::connect(to).await.map_err(|e| e.to_string())?;
+        let mut s = crate::shard::dial::connect(source, to)
+            .await
+            .map_err(|e| e.to_string())?;
         let (res, _) = s.write_all(bytes).await;
         res.map_err(|e| e.to_string())?;
         read_frame(&mut s, false).await
@@ -628,6 +635,7 @@ impl GossipDriver {
             user_events,
             wake: wake_tx,
             tcp_timeout: config.gossip.tcp_timeout,
+            bind_ip: config.bind.ip(),
             members_version: Cell::new(u64::MAX),
             coordinates_at: Cell::new(None),
             joins: RefCell::new(HashMap::new()),

@@ -291,7 +291,7 @@ pub fn order_by_distance(
 /// shard 0 with its own connections for the pings.
 pub async fn wan_router(shared: Arc<Shared>, wan: GossipHandle, router: Arc<Router>) {
     let events = wan.events();
-    let pings = ForwardPool::new(shared.tls.clone());
+    let pings = ForwardPool::new(shared.tls.clone(), shared.config.bind_addr);
     let mut routes_log = servers::LogLimiter::new(servers::FAILOVER_LOG_INTERVAL);
     loop {
         let members = wan.members();

@@ -14,6 +14,7 @@
 
 pub mod auto_encrypt;
 pub mod child;
+pub mod dial;
 pub mod exclusive;
 pub mod forward;
 pub mod log_file;
