@@ -152,8 +152,8 @@ impl Replica {
     }
 
     /// On the leader: bring the Raft configuration in line with the servers gossip knows —
-    /// add servers that joined, remove servers that left, and remove failed servers when a
-    /// replacement is waiting (autopilot's dead-server cleanup). One change at a time.
+    /// add servers that joined, remove servers that left, and remove dead servers as
+    /// autopilot's cleanup allows. One change at a time.
     pub(super) fn reconcile_membership(&mut self) {
         if self.role != Role::Leader
             || self.servers.len() <= 1 && self.membership.members.len() <= 1
@@ -183,7 +183,7 @@ impl Replica {
     /// The one change this reconcile makes, most urgent first: a server that left goes; a
     /// dead server goes when autopilot's cleanup allows it; a server gossip found joins as
     /// a non-voter; a non-voter stable for the stabilization time becomes a voter.
-    fn membership_change_wanted(&self) -> Option<MembershipChange> {
+    fn membership_change_wanted(&mut self) -> Option<MembershipChange> {
         let local_id = self.config.raft.id;
         let left = self
             .membership
