@@ -156,7 +156,7 @@ impl Replica {
             servers.push(ServerHealth {
                 raft_id: *id,
                 node_id: self.node_id_of(*id),
-                name: member.name.clone(),
+                name: self.server_name(*id, &member.name),
                 address: member.address.clone(),
                 serf_status,
                 leader,
