@@ -1405,3 +1405,86 @@ fn a_server_waiting_to_join_lets_a_dead_server_go_at_once() {
     );
     cluster.run_until(|c| member_voter(c, 4) == Some(true));
 }
+
+/// Runs for `ms` and answers the fewest voters the leader's configuration held meanwhile
+/// (read whenever a serving leader is known).
+fn run_counting_voters(cluster: &mut Cluster, ms: u64) -> usize {
+    let mut fewest = usize::MAX;
+    for _ in 0..ms {
+        cluster.round();
+        if let Some(leader) = cluster.serving_leader() {
+            let voters = cluster.replica(leader).raft().membership().voters().count();
+            fewest = fewest.min(voters);
+        }
+    }
+    fewest
+}
+
+#[test]
+fn a_partitioned_server_keeps_its_vote_and_a_removed_one_votes_again_after_stabilization() {
+    for n in [3, 5] {
+        let mut cluster = Cluster::bootstrapped(n, quick_autopilot);
+        let victim = cluster.followers()[0];
+        // Partitioned for seconds, gossip calling it failed: it keeps its vote, and once
+        // healed it is a healthy voter again without a configuration change.
+        cluster.cut.insert(victim);
+        gossip_failed(&mut cluster, n, &[victim]);
+        let fewest = run_counting_voters(&mut cluster, 10_000);
+        assert_eq!(fewest, n as usize, "{n} servers: a partition cost a vote");
+        cluster.cut.remove(&victim);
+        gossip_failed(&mut cluster, n, &[]);
+        let fewest = run_counting_voters(&mut cluster, 3_000);
+        assert_eq!(
+            fewest, n as usize,
+            "{n} servers: the healed server lost its vote"
+        );
+        assert_eq!(member_voter(&cluster, victim), Some(true));
+        // Partitioned past the grace: removed, and only it.
+        cluster.cut.insert(victim);
+        gossip_failed(&mut cluster, n, &[victim]);
+        cluster.run_until(|c| member_voter(c, victim).is_none());
+        assert_eq!(voters_of(&cluster).len(), n as usize - 1);
+        // Healed: it joins as a non-voter and votes once healthy for the stabilization
+        // time (2 s here), never before.
+        cluster.cut.remove(&victim);
+        gossip_failed(&mut cluster, n, &[]);
+        cluster.run_until(|c| member_voter(c, victim) == Some(false));
+        let joined_ms = cluster.now_ms;
+        cluster.run_until(|c| member_voter(c, victim) == Some(true));
+        assert!(
+            cluster.now_ms - joined_ms >= 2_000,
+            "{n} servers: promoted {} ms after it joined",
+            cluster.now_ms - joined_ms
+        );
+        assert_eq!(voters_of(&cluster).len(), n as usize);
+    }
+}
+
+#[test]
+fn five_servers_lose_only_dead_servers_and_never_their_majority() {
+    // Gossip calls two followers failed; one is cut off, the other still reaches the
+    // leader (gossip lags): only the cut-off one goes.
+    let mut cluster = Cluster::bootstrapped(5, quick_autopilot);
+    let followers = cluster.followers();
+    let (dead, alive) = (followers[0], followers[1]);
+    cluster.cut.insert(dead);
+    gossip_failed(&mut cluster, 5, &[dead, alive]);
+    let fewest = run_counting_voters(&mut cluster, DEAD_SERVER_GRACE_MS + 5_000);
+    assert_eq!(member_voter(&cluster, dead), None, "the dead server goes");
+    assert_eq!(
+        member_voter(&cluster, alive),
+        Some(true),
+        "the reachable one stays"
+    );
+    assert_eq!(fewest, 4);
+    // Three of five die together: at most (5 − 1) / 2 = 2 could go in one pass, and with
+    // two survivors no removal can commit; never below a majority of the configuration.
+    let mut cluster = Cluster::bootstrapped(5, quick_autopilot);
+    let leader = cluster.leader();
+    let dying: Vec<NodeId> = cluster.followers().into_iter().take(3).collect();
+    cluster.cut.extend(dying.iter().copied());
+    gossip_failed(&mut cluster, 5, &dying);
+    cluster.run_for(DEAD_SERVER_GRACE_MS + 5_000);
+    let voters = cluster.replica(leader).raft().membership().voters().count();
+    assert!(voters >= 3, "{voters} voters left of five");
+}
