@@ -16,7 +16,13 @@
 //!
 //! Clients behave as a Consul agent's server manager does: each keeps an order of servers,
 //! sends to the first, and on a failure moves that server to the end and tries the next, so
-//! an operation fails only when no server could serve it. A write whose outcome is unknown
+//! an operation fails only when no server could serve it. The clients stand for a population
+//! of agents, which Consul spreads over the servers (each agent shuffles its list, and
+//! rebalances every few minutes); six clients that only move a failed server to the end
+//! all end up on one server after two faults, and a pause of that follower would then stall
+//! every client at once. So each client returns to its own order every
+//! [`REBALANCE_INTERVAL`], keeping the spread of such a population, two clients a server.
+//! A write whose outcome is unknown
 //! stays in the history as a write that may have happened; retrying it elsewhere is a
 //! second write of the same value.
 //!
@@ -49,8 +55,13 @@ const CLIENTS: usize = 6;
 /// One request to one server; past it the client tries the next server. Longer than an
 /// election, which a server holds a request through (Consul's `rpc_hold_timeout`).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a client returns to its own order of servers (see the module's comment).
+const REBALANCE_INTERVAL: Duration = Duration::from_secs(5);
 /// A probe of the monitor or the nemesis; a paused server must not hold them up.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long the nemesis waits for the servers to agree on a leader before a fault; past it
+/// the fault goes ahead, judged as a follower's (the stricter judgement).
+const LEADER_KNOWN_WAIT: Duration = Duration::from_secs(5);
 /// How often the nemesis looks for a new leader while the leader is down.
 const ELECTION_POLL: Duration = Duration::from_millis(100);
 /// How often the monitor reads the Raft configuration.
@@ -226,6 +237,9 @@ struct Client {
     endpoints: Endpoints,
     /// Indexes into `endpoints.addrs`, the one in use first.
     order: Vec<usize>,
+    /// The order this client rebalances to.
+    own_order: Vec<usize>,
+    rebalanced: Instant,
     started: Instant,
     records: Arc<Records>,
     rng: rand::rngs::StdRng,
@@ -407,6 +421,10 @@ impl Client {
 
     fn run(mut self, stop: Arc<AtomicBool>) {
         while !stop.load(Ordering::SeqCst) {
+            if self.rebalanced.elapsed() >= REBALANCE_INTERVAL {
+                self.order.clone_from(&self.own_order);
+                self.rebalanced = Instant::now();
+            }
             let key = self.rng.random_range(0..KEYS);
             match self.rng.random_range(0..100) {
                 0..40 => self.read_op(key),
@@ -457,6 +475,9 @@ struct Fleet {
     firewall: nemesis::Firewall,
     /// Certificates of the TLS run, removed with the fleet.
     _pki: Option<TempDir>,
+    /// Each server's log of its lifetimes before the last restart (a restart starts a
+    /// fresh log file), for `FAULTS_KEEP_LOGS`.
+    earlier_logs: Vec<String>,
 }
 
 fn praetor_in(dir: &std::path::Path, args: &[&str]) {
@@ -504,6 +525,7 @@ impl Fleet {
             endpoints,
             firewall: nemesis::Firewall::new(&ips),
             _pki: pki,
+            earlier_logs: vec![String::new(); servers],
         };
         fleet.wait_for_voters(Duration::from_secs(60));
         fleet
@@ -550,7 +572,11 @@ impl Fleet {
 
     fn repair(&mut self, kind: FaultKind, target: usize) {
         match kind {
-            FaultKind::Kill => self.cluster.servers[target].restart(),
+            FaultKind::Kill => {
+                let log = self.cluster.servers[target].log();
+                self.earlier_logs[target].push_str(&log);
+                self.cluster.servers[target].restart();
+            }
             FaultKind::Pause => self.cluster.signal(target, libc::SIGCONT),
             FaultKind::Partition => self.firewall.heal(),
         }
@@ -695,6 +721,16 @@ fn run(scenario: &Scenario) -> Figures {
     let n = scenario.servers;
     let majority = n / 2 + 1;
     let started = Instant::now();
+    // The servers' logs carry UTC times: say when the run's clock started.
+    if let Ok(clock) = std::process::Command::new("date")
+        .args(["-u", "+%H:%M:%S.%3N"])
+        .output()
+    {
+        println!(
+            "faults: time 0 s is {} UTC",
+            String::from_utf8_lossy(&clock.stdout).trim()
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let records = Arc::new(Records {
         histories: (0..KEYS).map(|_| Mutex::new(Vec::new())).collect(),
@@ -708,7 +744,9 @@ fn run(scenario: &Scenario) -> Figures {
             let client = Client {
                 id,
                 endpoints: fleet.endpoints.clone(),
+                own_order: order.clone(),
                 order,
+                rebalanced: Instant::now(),
                 started,
                 records: records.clone(),
                 rng: rand::rngs::StdRng::seed_from_u64(
@@ -749,7 +787,15 @@ fn run(scenario: &Scenario) -> Figures {
             _ => FaultKind::Partition,
         };
         let duration = Duration::from_millis(rng.random_range(FAULT_MS));
-        let leader = fleet.endpoints.leader() == Some(target);
+        // Which server leads decides how a fault is judged: find out before injecting, so
+        // a fault right after an election is not taken for a follower's by mistake.
+        let looking = Instant::now();
+        let mut known = fleet.endpoints.leader();
+        while known.is_none() && looking.elapsed() < LEADER_KNOWN_WAIT {
+            std::thread::sleep(ELECTION_POLL);
+            known = fleet.endpoints.leader();
+        }
+        let leader = known == Some(target);
         let began = started.elapsed();
         fleet.inject(kind, target);
         let injected = Instant::now();
@@ -885,7 +931,8 @@ fn run(scenario: &Scenario) -> Figures {
     {
         std::fs::create_dir_all(&dir).unwrap();
         for (i, server) in fleet.cluster.servers.iter().enumerate() {
-            std::fs::write(format!("{dir}/s{i}.log"), server.log()).unwrap();
+            let log = format!("{}{}", fleet.earlier_logs[i], server.log());
+            std::fs::write(format!("{dir}/s{i}.log"), log).unwrap();
         }
         println!("faults: server logs kept in {dir}");
     }
