@@ -126,13 +126,21 @@ fn two_datacenters_federate_through_the_wan_pool() {
     assert_eq!(datacenters, ["dc1", "dc2"]);
     // The client asked one server; each of dc1's servers learns dc2 from its own WAN pool
     // view, and a server that has not yet answers "no path" for dc2 (DNS: NXDOMAIN), as
-    // Consul's does while the WAN pool converges.
+    // Consul's does while the WAN pool converges. A server lists dc2 only once it has a
+    // route there: the moment the list shows it, `?dc=dc2` reaches it.
     for server in &dc1.servers {
         wait_for(WAN_CONVERGE_LIMIT, "dc2 known to every dc1 server", || {
             let r = server.get("/v1/catalog/datacenters");
             let list: Vec<String> = serde_json::from_slice(&r.body).ok()?;
             (list.len() == 2).then_some(())
         });
+        let reached = server.get("/v1/catalog/nodes?dc=dc2");
+        assert_eq!(
+            reached.status,
+            200,
+            "listed but not routed: {}",
+            reached.text()
+        );
     }
     // Both datacenters, each with its servers' WAN coordinates once they were probed.
     let maps = get_json(&client, "/v1/coordinate/datacenters");

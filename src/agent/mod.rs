@@ -31,7 +31,7 @@ use crate::config::AgentConfig;
 use crate::consul::body::Obj;
 use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};
 use crate::consul::metrics::Counter;
-use crate::consul::node_state::{node_state_in, NodeState};
+use crate::consul::node_state::NodeState;
 use crate::shard::runtime::Identity;
 use crate::shard::telemetry::incr as telemetry_counter;
 use crate::shard::Shard;
@@ -1244,11 +1244,8 @@ async fn reconcile_members(agent: &Agent) {
     let Some(version) = agent.client.version() else {
         return;
     };
-    for member in &members {
-        let current = node_state_in(&version, &member.name);
-        if let Some(op) = reconcile::member_op(member, &current) {
-            apply_logged(&agent.client, op, "member reconciled into the catalog").await;
-        }
+    for op in reconcile::member_ops(&version, &members) {
+        apply_logged(&agent.client, op, "member reconciled into the catalog").await;
     }
     // Nodes that carry a serf check but are no longer members were reaped from the pool:
     // they leave the catalog, as Consul's leader removes them.

@@ -70,6 +70,8 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request waits for a leader to appear before "No cluster leader" (Consul's
 /// `rpc_hold_timeout` default).
 pub const RPC_HOLD_TIMEOUT: Duration = Duration::from_secs(7);
+/// Pause between looks for a leader while a request is held for one.
+const LEADER_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// Forwards one request may take before it is refused as a loop.
 pub const FORWARD_HOPS_MAX: u32 = 3;
 /// Timeout of a forwarded non-blocking request.
@@ -1319,41 +1321,78 @@ async fn forward_to_leader(
         return;
     }
     let started = Instant::now();
-    let leader: SocketAddr = loop {
+    loop {
+        let Some(leader) = wait_for_leader(server, started, &payload, output, keep_alive).await
+        else {
+            return;
+        };
+        if server.shard.shared().faults.is_blocked(leader.ip()) {
+            monoio::time::sleep(timeout.min(RPC_HOLD_TIMEOUT)).await;
+            Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(
+                "rpc error: leader unreachable".to_string(),
+            ));
+            return;
+        }
+        let answer = server
+            .shard
+            .forward
+            .call_checked(leader, kind::FORWARD_HTTP, &payload, timeout)
+            .await;
+        match answer {
+            // The leader could not be reached and the request never left: it is likely
+            // gone and an election under way. Look for the leader again while the hold
+            // lasts, as for a server without one; sending again cannot apply it twice.
+            Err(failure) if !failure.sent && started.elapsed() < RPC_HOLD_TIMEOUT => {
+                log::debug!(
+                    "agent: forwarding to the leader failed, retrying: {}",
+                    failure.reason
+                );
+                monoio::time::sleep(LEADER_RETRY_PAUSE).await;
+            }
+            answer => {
+                let answer = answer.map_err(|failure| format!("rpc error: {}", failure.reason));
+                write_forwarded_answer(answer, output, keep_alive);
+                return;
+            }
+        }
+    }
+}
+
+/// The leader to forward to, waiting up to `RPC_HOLD_TIMEOUT` since `started` for one to
+/// be known; `None` once the request was answered here instead (this server took the lead
+/// meanwhile, or no leader appeared in time).
+async fn wait_for_leader(
+    server: &Server,
+    started: Instant,
+    payload: &[u8],
+    output: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Option<SocketAddr> {
+    loop {
         let status = server.shard.cluster_status();
         if let Ok(addr) = status.leader_rpc_address.parse::<SocketAddr>() {
             // A leader that has not applied its first entry yet is ourselves: wait for it.
             if !status.is_leader && addr != server.shard.shared().rpc_address {
-                break addr;
+                return Some(addr);
             }
         }
         if status.is_leader {
             // Leadership arrived here while we waited: answer locally.
-            let answer = Box::pin(answer_forwarded(server, bytes::Bytes::from(payload))).await;
+            let answer = Box::pin(answer_forwarded(
+                server,
+                bytes::Bytes::copy_from_slice(payload),
+            ))
+            .await;
             output.extend_from_slice(&answer);
-            return;
+            return None;
         }
         if started.elapsed() >= RPC_HOLD_TIMEOUT {
             // Consul's words for a server without a leader.
             Reply::new(output, keep_alive, false).error(&no_leader());
-            return;
+            return None;
         }
-        monoio::time::sleep(Duration::from_millis(50)).await;
-    };
-    if server.shard.shared().faults.is_blocked(leader.ip()) {
-        monoio::time::sleep(timeout.min(RPC_HOLD_TIMEOUT)).await;
-        Reply::new(output, keep_alive, false).error(&api::ApiError::Internal(
-            "rpc error: leader unreachable".to_string(),
-        ));
-        return;
+        monoio::time::sleep(LEADER_RETRY_PAUSE).await;
     }
-    let answer = server
-        .shard
-        .forward
-        .call(leader, kind::FORWARD_HTTP, &payload, timeout)
-        .await
-        .map_err(|e| format!("rpc error: {e}"));
-    write_forwarded_answer(answer, output, keep_alive);
 }
 
 /// Copies a forwarded request's raw answer into `output`, or answers the failure.

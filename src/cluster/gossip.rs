@@ -137,6 +137,9 @@ impl DriverConfig {
 /// The driver future's owner: call [`GossipDriver::run`] on a monoio runtime.
 pub struct GossipDriver {
     config: DriverConfig,
+    /// The pool's UDP socket and TCP listener when [`GossipDriver::bind`] bound them ahead
+    /// of [`GossipDriver::run`].
+    sockets: Option<(std::net::UdpSocket, std::net::TcpListener)>,
     shared: Arc<Shared>,
     commands: flume::Receiver<Command>,
     events: flume::Sender<GossipEvent>,
@@ -171,6 +174,7 @@ pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
         handle,
         GossipDriver {
             config,
+            sockets: None,
             shared,
             commands: cmd_rx,
             events: ev_tx,
@@ -379,6 +383,9 @@ struct State {
     user_events: flume::Sender<UserEvent>,
     wake: flume::Sender<()>,
     tcp_timeout: Duration,
+    /// The pool's bind address, which TCP exchanges leave from when it names one
+    /// (`shard::dial`).
+    bind_ip: IpAddr,
     members_version: Cell<u64>,
     coordinates_at: Cell<Option<Instant>>,
     joins: RefCell<HashMap<u64, flume::Sender<Result<usize, GossipError>>>>,
@@ -442,7 +449,8 @@ async fn flush(st: &Rc<State>) {
                     telemetry::add(Counter::MemberlistTcpSent, bytes.len() as u64);
                     let st2 = st.clone();
                     monoio::spawn(async move {
-                        let reply = stream_exchange(to, bytes, st2.tcp_timeout).await;
+                        let source = crate::shard::dial::source_for(st2.bind_ip, to);
+                        let reply = stream_exchange(source, to, bytes, st2.tcp_timeout).await;
                         let now = st2.now();
                         match &reply {
                             Ok(b) => st2.core.borrow_mut().handle_stream_reply(now, id, Ok(b)),
@@ -535,12 +543,15 @@ async fn read_frame(stream: &mut TcpStream, accepting: bool) -> Result<Vec<u8>, 
 }
 
 async fn stream_exchange(
+    source: Option<IpAddr>,
     to: SocketAddr,
     bytes: Vec<u8>,
     timeout: Duration,
 ) -> Result<Vec<u8>, String> {
     let work = async move {
-        let mut s = TcpStream::connect(to).await.map_err(|e| e.to_string())?;
+        let mut s = crate::shard::dial::connect(source, to)
+            .await
+            .map_err(|e| e.to_string())?;
         let (res, _) = s.write_all(bytes).await;
         res.map_err(|e| e.to_string())?;
         read_frame(&mut s, false).await
@@ -567,48 +578,65 @@ async fn serve_connection(st: Rc<State>, mut stream: TcpStream, from: SocketAddr
     let _ = monoio::time::timeout(timeout, work).await;
 }
 
-/// How long a starting agent waits for its gossip port to be released. A process killed
-/// with io_uring operations in flight gives its sockets back only when the kernel's
-/// deferred ring teardown runs, which can be after the process is gone; an agent restarted
-/// at once (a crash loop, a supervisor) would otherwise find its own port taken.
-const GOSSIP_BIND_WAIT: Duration = Duration::from_secs(10);
-/// Pause between bind attempts while the port is taken.
-const GOSSIP_BIND_RETRY_STEP: Duration = Duration::from_millis(100);
-
-/// Binds the gossip UDP socket, retrying while the address is in use for at most
-/// [`GOSSIP_BIND_WAIT`].
-async fn bind_gossip_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let deadline = Instant::now() + GOSSIP_BIND_WAIT;
-    let mut waited = false;
-    loop {
-        match UdpSocket::bind(addr) {
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
-                if !waited {
-                    log::info!("gossip: {addr} is still in use; waiting for it to be released");
-                    waited = true;
-                }
-                monoio::time::sleep(GOSSIP_BIND_RETRY_STEP).await;
-            }
-            result => return result,
-        }
-    }
+/// Binds the pool's UDP socket and, on the port it got, its TCP listener.
+fn bind_sockets(addr: SocketAddr) -> io::Result<(std::net::UdpSocket, std::net::TcpListener)> {
+    let udp = std::net::UdpSocket::bind(addr)?;
+    let tcp = std::net::TcpListener::bind(udp.local_addr()?)?;
+    udp.set_nonblocking(true)?;
+    tcp.set_nonblocking(true)?;
+    Ok((udp, tcp))
 }
 
 impl GossipDriver {
-    /// Binds the gossip port and serves until [`GossipHandle::shutdown`] (after a
-    /// completed [`GossipHandle::leave`] the node stays bound but silent). Must run on a
+    /// Binds the pool's port (UDP and TCP) now, before the agent starts anything, so that
+    /// a port another process holds stops the agent at start with the holder named, as it
+    /// stops Consul, instead of the agent running on without the pool. A port a killed
+    /// agent's sockets still hold is waited for (`shard::exclusive::bind_alone`). Returns
+    /// the bound address (the port chosen when the configured one is 0).
+    pub fn bind(&mut self, what: &str) -> Result<SocketAddr, String> {
+        let addr = self.config.bind;
+        let failed = |e: String| format!("cannot listen for {what} on {addr}: {e}");
+        let udp_free = |addr| {
+            crate::shard::exclusive::bind_alone(
+                addr,
+                crate::shard::exclusive::Transport::Udp,
+                || std::net::UdpSocket::bind(addr),
+            )
+        };
+        let sockets = if addr.port() == 0 {
+            bind_sockets(addr).map_err(|e| failed(e.to_string()))?
+        } else {
+            // Both protocols are checked first, so the error names the holder of either.
+            drop(udp_free(addr).map_err(failed)?);
+            crate::shard::exclusive::probe(addr, crate::shard::exclusive::Transport::Tcp)
+                .map_err(failed)?;
+            bind_sockets(addr).map_err(|e| failed(e.to_string()))?
+        };
+        let bound = sockets.0.local_addr().map_err(|e| failed(e.to_string()))?;
+        self.sockets = Some(sockets);
+        Ok(bound)
+    }
+
+    /// Serves the pool until [`GossipHandle::shutdown`] (after a completed
+    /// [`GossipHandle::leave`] the node stays bound but silent), on the sockets
+    /// [`GossipDriver::bind`] bound or, without it, on sockets bound now. Must run on a
     /// monoio runtime with timers enabled.
     pub async fn run(self) -> io::Result<()> {
         let GossipDriver {
             mut config,
+            sockets,
             shared,
             commands,
             events,
             user_events,
         } = self;
-        let udp = bind_gossip_udp(config.bind).await?;
+        let (udp, listener) = match sockets {
+            Some(sockets) => sockets,
+            None => bind_sockets(config.bind)?,
+        };
+        let udp = UdpSocket::from_std(udp)?;
+        let listener = TcpListener::from_std(listener)?;
         let bound = udp.local_addr()?;
-        let listener = TcpListener::bind(bound)?;
         if config.gossip.advertise_port == 0 {
             config.gossip.advertise_port = bound.port();
         }
@@ -628,6 +656,7 @@ impl GossipDriver {
             user_events,
             wake: wake_tx,
             tcp_timeout: config.gossip.tcp_timeout,
+            bind_ip: config.bind.ip(),
             members_version: Cell::new(u64::MAX),
             coordinates_at: Cell::new(None),
             joins: RefCell::new(HashMap::new()),

@@ -331,7 +331,7 @@ pub async fn client_router(
     let events = handle.events();
     let changes = manager.changes();
     // The router's own connections, for rebalance pings.
-    let pings = ForwardPool::new(shared.tls.clone());
+    let pings = ForwardPool::new(shared.tls.clone(), shared.config.bind_addr);
     let mut told: Option<(Option<SocketAddr>, Vec<SocketAddr>)> = None;
     let mut switch_log = servers::LogLimiter::new(servers::FAILOVER_LOG_INTERVAL);
     // Consul's first rebalance comes after the minimum reuse time.

@@ -70,6 +70,36 @@ pub fn member_from_gossip(info: &MemberInfo, datacenter: &str) -> Option<Member>
     })
 }
 
+/// What the leader must do for each of `members` ([`member_op`]) against `version`. A
+/// member is skipped while the catalog gives its node ID to another node that gossip also
+/// shows alive: an agent restarted under a new name is alive under both names until
+/// gossip finds the old one failed, and registering either would rename the node away
+/// from the other, back and forth. The agent's own registration of its new name renames
+/// the node (Consul's `EnsureNode` by ID), and nothing renames it back.
+pub fn member_ops(version: &crate::store::StoreVersion, members: &[Member]) -> Vec<CatalogOp> {
+    use crate::store::catalog::rows::fold;
+    let alive: std::collections::HashSet<String> = members
+        .iter()
+        .filter(|m| m.alive && !m.address.is_empty())
+        .map(|m| fold(&m.name).to_string())
+        .collect();
+    members
+        .iter()
+        .filter(|member| {
+            let owner = (!member.id.is_empty())
+                .then(|| version.catalog.node_ids.get(member.id.as_str()))
+                .flatten();
+            !owner.is_some_and(|owner| {
+                **owner != *fold(&member.name) && alive.contains(&owner.to_string())
+            })
+        })
+        .filter_map(|member| {
+            let current = crate::consul::node_state::node_state_in(version, &member.name);
+            member_op(member, &current)
+        })
+        .collect()
+}
+
 /// What the leader must do for `member`: register it alive or failed, deregister it when
 /// it left (signalled by an empty address), or nothing.
 pub fn member_op(member: &Member, current: &NodeState) -> Option<CatalogOp> {
@@ -129,6 +159,13 @@ pub fn reaped_ops(version: &crate::store::Tables, members: &[Member]) -> Vec<Cat
 /// member's address and ID and keeps the meta and tagged addresses it holds when the
 /// registration applies (`Registration::keep_node_meta`).
 pub fn member_registration(member: &Member, current: &NodeState) -> Option<Registration> {
+    // A failed member the catalog does not hold is left out, as Consul's leader ignores
+    // it: the name a node had before a rename (its ID is the renamed node's now, and
+    // registering the old name would rename the node back), or a node deregistered on
+    // purpose.
+    if !member.alive && current.node.is_none() {
+        return None;
+    }
     let service = member.server_port.map(consul_service);
     let (want_status, want_output) = if member.alive {
         (Status::Passing, SERF_ALIVE_OUTPUT)
@@ -328,5 +365,57 @@ mod tests {
                 .clone(),
             "x"
         );
+    }
+
+    /// An agent restarted under a new name with its node ID: both names are alive in gossip
+    /// for a while. The leader must not rename the node back and forth between them.
+    #[test]
+    fn a_renamed_agent_keeps_its_new_name_while_gossip_still_shows_the_old_one() {
+        let id = "c6c7a2fa-3d83-4e2b-9b66-0b8d8f2a4c13";
+        let member = |name: &str, alive: bool| Member {
+            name: name.into(),
+            id: id.into(),
+            address: "10.0.0.3".into(),
+            datacenter: "dc1".into(),
+            server_port: None,
+            alive,
+        };
+        let register = |tables: &mut Tables, index: u64, name: &str| {
+            let agent_node = Registration {
+                id: id.into(),
+                node: name.into(),
+                address: "10.0.0.3".into(),
+                datacenter: "dc1".into(),
+                ..Default::default()
+            };
+            tables.apply(
+                index,
+                &Command::Catalog(CatalogOp::Register(Box::new(agent_node))),
+                &mut Vec::new(),
+            );
+        };
+        let names = |ops: &[CatalogOp]| -> Vec<String> {
+            ops.iter()
+                .map(|op| match op {
+                    CatalogOp::Register(r) => r.node.clone(),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect()
+        };
+        let mut tables = Tables::default();
+        register(&mut tables, 1, "old");
+        let both = [member("old", true), member("new", true)];
+        // The catalog still says "old": only "old" is reconciled; "new" would steal its ID.
+        let ops = member_ops(&Arc::new(tables.clone()), &both);
+        assert_eq!(names(&ops), ["old"]);
+        // The agent registers its new name: the node is renamed, and "old" does not take
+        // it back.
+        register(&mut tables, 2, "new");
+        let ops = member_ops(&Arc::new(tables.clone()), &both);
+        assert_eq!(names(&ops), ["new"]);
+        // Gossip finds the old name failed: it is not in the catalog, so it stays out.
+        let after = [member("old", false), member("new", true)];
+        let ops = member_ops(&Arc::new(tables), &after);
+        assert_eq!(names(&ops), ["new"]);
     }
 }

@@ -19,8 +19,9 @@
 //!
 //! The pure parts ([`wan_servers`], [`order_by_distance`]) take gossip membership and
 //! coordinates as arguments. Invariants: the local datacenter has no path (its requests
-//! never leave the datacenter); a datacenter is listed while the pool shows any of its
-//! servers not left, and routable while one of them is alive.
+//! never leave the datacenter); a datacenter has a route while the pool shows any of its
+//! servers not left, is routable while one of them is alive, and is listed exactly while it
+//! has a route (the list and the routes are one view).
 
 use crate::cluster::gossip::GossipHandle;
 use crate::cluster::pools::{self, server_of};
@@ -103,23 +104,49 @@ impl Router {
         names
     }
 
-    /// Every known datacenter nearest first by the WAN pool's coordinates (Consul's
-    /// `GetDatacentersByDistance`): this one first (distance zero), then the others by the
-    /// median estimated round trip from this server to their servers; a datacenter without
-    /// coordinates last; equal distances by name.
+    /// Every datacenter the router knows nearest first by the WAN pool's coordinates
+    /// (Consul's `GetDatacentersByDistance`): this one first (distance zero), then the
+    /// others by the median estimated round trip from this server to their servers; a
+    /// datacenter without coordinates last; equal distances by name.
+    ///
+    /// The datacenters are the router's own, not the pool's membership read afresh: a
+    /// datacenter is listed from the step in which the router gave it a route, never
+    /// before (`/v1/catalog/datacenters` listed a new datacenter up to a refresh interval
+    /// before `?dc=` could reach it).
     pub fn datacenters_by_distance(&self) -> Vec<String> {
         let Some(wan) = &self.wan else {
             return vec![self.local_datacenter.clone()];
         };
-        let members = wan.members();
+        let routes = self.remote.load();
+        let members: Vec<MemberInfo> = wan
+            .members()
+            .iter()
+            .filter(|m| {
+                server_of(m).is_some_and(|s| {
+                    s.datacenter == self.local_datacenter || routes.contains_key(&s.datacenter)
+                })
+            })
+            .cloned()
+            .collect();
         let coordinates = wan.coordinates();
         let local = wan.local_coordinate();
-        order_by_distance(
+        let mut ordered = order_by_distance(
             &self.local_datacenter,
             &members,
             &|name| coordinates.get(name).cloned(),
             &local,
-        )
+        );
+        // A route whose servers all left the pool since the router's last step: listed
+        // last, as it still has a route until the next one.
+        for name in routes.keys() {
+            if !ordered.contains(name) {
+                ordered.push(name.clone());
+            }
+        }
+        debug_assert!(ordered
+            .iter()
+            .all(|dc| *dc == self.local_datacenter || routes.contains_key(dc)));
+        ordered
     }
 
     /// The remote datacenters nearest first, without this one: prepared-query failover's
@@ -291,7 +318,7 @@ pub fn order_by_distance(
 /// shard 0 with its own connections for the pings.
 pub async fn wan_router(shared: Arc<Shared>, wan: GossipHandle, router: Arc<Router>) {
     let events = wan.events();
-    let pings = ForwardPool::new(shared.tls.clone());
+    let pings = ForwardPool::new(shared.tls.clone(), shared.config.bind_addr);
     let mut routes_log = servers::LogLimiter::new(servers::FAILOVER_LOG_INTERVAL);
     loop {
         let members = wan.members();

@@ -321,13 +321,13 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let faults = Arc::new(peer_transport::Faults::default());
 
     // Gossip: the LAN pool, served by shard 0.
-    let lan = if config.ports.serf_lan >= 0 {
+    let mut lan = if config.ports.serf_lan >= 0 {
         Some(crate::cluster::pools::lan_pool(&config, &node_id)?)
     } else {
         None
     };
 
-    let wan = crate::cluster::pools::wan_pool(&config, &node_id)?;
+    let mut wan = crate::cluster::pools::wan_pool(&config, &node_id)?;
 
     let (raft_tx, raft_rx) = raft_inbox::raft_inbox(RAFT_INBOX_CAPACITY, faults.clone())
         .map_err(|e| format!("cannot create the raft inbox: {e}"))?;
@@ -481,6 +481,14 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 }
             }
         }
+    }
+    // The gossip pools' ports too: one that cannot be bound stops the agent here, as it
+    // stops Consul, instead of the agent running on without the pool.
+    if let Some((_, driver)) = lan.as_mut() {
+        driver.bind("serf LAN")?;
+    }
+    if let Some((_, driver)) = wan.as_mut() {
+        driver.bind("serf WAN")?;
     }
     let dns_settings = Arc::new(DnsSettings::new(
         config.dns.clone(),
@@ -785,9 +793,11 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
         }
     }
     if let (Some(driver), Some(handle)) = (gossip, pools.lan.clone()) {
+        let stopping = shared.clone();
         monoio::spawn(async move {
+            // The agent does not run on without its pool, as Consul's does not.
             if let Err(e) = driver.run().await {
-                log::error!("gossip: LAN pool stopped: {e}");
+                stopping.stop_with_error(format!("gossip: LAN pool stopped: {e}"));
             }
         });
         match client_router {
@@ -813,9 +823,10 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             pools.events.clone(),
         ));
         if let (Some(driver), Some(wan)) = (gossip_wan, pools.wan.clone()) {
+            let stopping = shared.clone();
             monoio::spawn(async move {
                 if let Err(e) = driver.run().await {
-                    log::error!("gossip: WAN pool stopped: {e}");
+                    stopping.stop_with_error(format!("gossip: WAN pool stopped: {e}"));
                 }
             });
             monoio::spawn(crate::cluster::router::wan_router(

@@ -25,11 +25,19 @@ use std::sync::Arc;
 impl Replica {
     pub(super) fn servers_changed(&mut self, servers: Vec<ServerInfo>) {
         let datacenter = &self.config.datacenter;
-        self.servers = servers
-            .into_iter()
-            .filter(|s| &s.datacenter == datacenter)
-            .map(|s| (s.raft_id, s))
-            .collect();
+        let mut by_id: BTreeMap<NodeId, ServerInfo> = BTreeMap::new();
+        for server in servers.into_iter().filter(|s| &s.datacenter == datacenter) {
+            // A server restarted under a new name keeps its node ID, and gossip shows the
+            // old name failed beside the new one alive until it is reaped: the live one is
+            // the server.
+            match by_id.get(&server.raft_id) {
+                Some(known) if known.alive && !server.alive => {}
+                _ => {
+                    by_id.insert(server.raft_id, server);
+                }
+            }
+        }
+        self.servers = by_id;
         self.update_transport();
         self.maybe_bootstrap_expect();
         self.reconcile_membership();
@@ -98,7 +106,10 @@ impl Replica {
                     .map(|s| s.node_id.as_str())
                     .unwrap_or("");
                 let id_matches = id.is_some_and(|id| {
-                    id == node_id || id == format!("{raft_id:016x}") || id == member.name
+                    id == node_id
+                        || id == format!("{raft_id:016x}")
+                        || id == member.name
+                        || id == self.server_name(*raft_id, &member.name)
                 });
                 let address_matches = address.is_some_and(|a| a == member.address);
                 (id_matches || address_matches).then_some(*raft_id)
@@ -152,8 +163,8 @@ impl Replica {
     }
 
     /// On the leader: bring the Raft configuration in line with the servers gossip knows —
-    /// add servers that joined, remove servers that left, and remove failed servers when a
-    /// replacement is waiting (autopilot's dead-server cleanup). One change at a time.
+    /// add servers that joined, remove servers that left, and remove dead servers as
+    /// autopilot's cleanup allows. One change at a time.
     pub(super) fn reconcile_membership(&mut self) {
         if self.role != Role::Leader
             || self.servers.len() <= 1 && self.membership.members.len() <= 1
@@ -183,7 +194,7 @@ impl Replica {
     /// The one change this reconcile makes, most urgent first: a server that left goes; a
     /// dead server goes when autopilot's cleanup allows it; a server gossip found joins as
     /// a non-voter; a non-voter stable for the stabilization time becomes a voter.
-    fn membership_change_wanted(&self) -> Option<MembershipChange> {
+    fn membership_change_wanted(&mut self) -> Option<MembershipChange> {
         let local_id = self.config.raft.id;
         let left = self
             .membership
@@ -223,6 +234,20 @@ impl Replica {
         self.effects.push(Effect::Peers(peers));
     }
 
+    /// A server's node name as it is now: this server's from its configuration, another's
+    /// as gossip shows it, or the name it joined the Raft configuration with. A server may
+    /// restart under a new name with its node ID, as Consul allows, and the configuration
+    /// keeps the name it was added with.
+    pub(super) fn server_name(&self, raft_id: NodeId, joined_as: &str) -> String {
+        if raft_id == self.config.raft.id {
+            return self.config.node_name.clone();
+        }
+        match self.servers.get(&raft_id) {
+            Some(server) => server.name.clone(),
+            None => joined_as.to_string(),
+        }
+    }
+
     pub(super) fn node_id_of(&self, raft_id: NodeId) -> String {
         match self.servers.get(&raft_id) {
             Some(server) => server.node_id.clone(),
@@ -249,7 +274,7 @@ impl Replica {
             .map(|(id, m)| RaftServer {
                 raft_id: *id,
                 node_id: self.node_id_of(*id),
-                name: m.name.clone(),
+                name: self.server_name(*id, &m.name),
                 address: m.address.clone(),
                 voter: m.voter,
             })
@@ -271,7 +296,11 @@ impl Replica {
         let status = ClusterStatus {
             is_leader: serving,
             leader_rpc_address: leader_member.map(|m| m.address.clone()).unwrap_or_default(),
-            leader_name: leader_member.map(|m| m.name.clone()).unwrap_or_default(),
+            leader_name: self
+                .leader
+                .zip(leader_member)
+                .map(|(id, m)| self.server_name(id, &m.name))
+                .unwrap_or_default(),
             leader_raft_id: self.leader,
             term: self.term,
             commit_index: core_status.commit,

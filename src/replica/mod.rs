@@ -51,6 +51,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+pub use self::autopilot::DEAD_SERVER_GRACE_MS;
 pub use self::result::ProposalResult;
 pub use self::session_timers::SessionTimers;
 pub use self::shapes::{

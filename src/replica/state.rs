@@ -492,11 +492,11 @@ impl Replica {
             // The core's membership moves as soon as a change is appended (not committed).
             if membership_changed || self.core.membership() != &self.membership {
                 self.membership = self.core.membership().clone();
-                let names: Vec<&str> = self
+                let names: Vec<String> = self
                     .membership
                     .members
-                    .values()
-                    .map(|m| m.name.as_str())
+                    .iter()
+                    .map(|(id, m)| self.server_name(*id, &m.name))
                     .collect();
                 let text = format!("raft: configuration is now [{}]", names.join(", "));
                 self.log(log::Level::Info, text);
@@ -832,8 +832,7 @@ impl Replica {
         }
         if leader != self.leader {
             let name = leader
-                .and_then(|id| self.membership.members.get(&id))
-                .map(|m| m.name.clone())
+                .and_then(|id| Some(self.server_name(id, &self.membership.members.get(&id)?.name)))
                 .unwrap_or_else(|| "unknown".to_string());
             let text = format!("raft: role {role:?} in term {term}; leader {leader:?} ({name})");
             self.log(log::Level::Debug, text);

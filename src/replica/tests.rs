@@ -1249,7 +1249,7 @@ fn min_quorum_and_the_cleanup_switch_keep_dead_servers() {
             })
             .collect();
         gossip(&mut cluster, &servers);
-        cluster.run_for(3_000);
+        cluster.run_for(DEAD_SERVER_GRACE_MS + 5_000);
         let members = &cluster.replica(leader).raft().membership().members;
         assert_eq!(
             members.len(),
@@ -1268,4 +1268,223 @@ fn min_quorum_and_the_cleanup_switch_keep_dead_servers() {
         // Four healthy voters of five, quorum three.
         assert_eq!(health.failure_tolerance, 1);
     }
+}
+
+/// Gossip's view with the servers in `failed` failed and the others alive, for servers
+/// `1..=n` expecting `n`.
+fn gossip_failed(cluster: &mut Cluster, n: u64, failed: &[NodeId]) {
+    let servers: Vec<ServerInfo> = (1..=n)
+        .map(|id| ServerInfo {
+            alive: !failed.contains(&id),
+            ..server(id, n as u32)
+        })
+        .collect();
+    gossip(cluster, &servers);
+}
+
+fn voters_of(cluster: &Cluster) -> Vec<NodeId> {
+    let leader = cluster.leader();
+    cluster
+        .replica(leader)
+        .raft()
+        .membership()
+        .voters()
+        .collect()
+}
+
+#[test]
+fn a_dead_server_keeps_its_vote_through_the_grace_and_after_it_comes_back() {
+    let mut cluster = Cluster::three_with(quick_autopilot);
+    let victim = cluster.followers()[0];
+    cluster.cut.insert(victim);
+    gossip_failed(&mut cluster, 3, &[victim]);
+    // Killed, paused or partitioned for most of the grace: still a voter.
+    cluster.run_for(DEAD_SERVER_GRACE_MS - 2_000);
+    assert_eq!(voters_of(&cluster).len(), 3);
+    let health = cluster
+        .replica(cluster.leader())
+        .status()
+        .autopilot
+        .clone()
+        .unwrap();
+    assert_eq!(health.failure_tolerance, 0, "two healthy voters of three");
+    // It comes back: gossip and Raft reach it again, the count starts over.
+    cluster.cut.remove(&victim);
+    gossip_failed(&mut cluster, 3, &[]);
+    cluster.run_for(3_000);
+    cluster.cut.insert(victim);
+    gossip_failed(&mut cluster, 3, &[victim]);
+    cluster.run_for(DEAD_SERVER_GRACE_MS - 2_000);
+    assert_eq!(voters_of(&cluster).len(), 3, "the grace started over");
+    // Dead past the grace: removed.
+    cluster.run_until(|c| !c.replica(c.leader()).raft().membership().contains(victim));
+    assert_eq!(voters_of(&cluster).len(), 2);
+}
+
+#[test]
+fn a_server_gossip_calls_failed_but_raft_reaches_keeps_its_vote() {
+    // Gossip's verdict lags behind a healed partition; the leader hears the server, so it
+    // is not dead however long gossip says so.
+    let mut cluster = Cluster::three_with(quick_autopilot);
+    let victim = cluster.followers()[0];
+    gossip_failed(&mut cluster, 3, &[victim]);
+    cluster.run_for(DEAD_SERVER_GRACE_MS + 5_000);
+    assert_eq!(voters_of(&cluster).len(), 3);
+}
+
+#[test]
+fn a_pass_takes_at_most_half_the_voters_less_one_and_never_below_min_quorum() {
+    for (min_quorum, dead, planned) in [(0, 3, 2), (4, 3, 1), (5, 2, 0), (0, 1, 1)] {
+        let cluster = Cluster::bootstrapped(5, |config| {
+            quick_autopilot(config);
+            config.autopilot.min_quorum = min_quorum;
+        });
+        let dead: Vec<NodeId> = cluster.followers().into_iter().take(dead).collect();
+        let pass = cluster.replica(cluster.leader()).plan_pass(&dead);
+        assert_eq!(
+            pass.len(),
+            planned,
+            "min_quorum {min_quorum}, {dead:?} dead"
+        );
+        assert!(pass.iter().all(|id| dead.contains(id)));
+    }
+}
+
+#[test]
+fn two_voters_and_a_returning_non_voter_keep_both_votes() {
+    // Three servers; one dies for good and is removed: two voters.
+    let mut cluster = Cluster::three_with(quick_autopilot);
+    let first = cluster.followers()[0];
+    cluster.cut.insert(first);
+    gossip_failed(&mut cluster, 3, &[first]);
+    cluster.run_until(|c| !c.replica(c.leader()).raft().membership().contains(first));
+    // It comes back and rejoins as a non-voter. Before its promotion, gossip calls the
+    // other voter failed while Raft still reaches it (the second removal, which
+    // left one voter): (2 − 1) / 2 = 0 voters may go, and it is not dead anyway.
+    cluster.cut.remove(&first);
+    gossip_failed(&mut cluster, 3, &[]);
+    cluster.run_until(|c| member_voter(c, first) == Some(false));
+    let leader = cluster.leader();
+    let second = cluster
+        .followers()
+        .into_iter()
+        .find(|id| *id != first)
+        .unwrap();
+    gossip_failed(&mut cluster, 3, &[second]);
+    cluster.run_for(DEAD_SERVER_GRACE_MS + 5_000);
+    let membership = cluster.replica(leader).raft().membership();
+    assert!(membership.members[&second].voter, "the second voter stays");
+    assert_eq!(cluster.serving_leader(), Some(leader));
+}
+
+#[test]
+fn a_server_waiting_to_join_lets_a_dead_server_go_at_once() {
+    let mut cluster = Cluster::three_with(quick_autopilot);
+    let victim = cluster.followers()[0];
+    cluster.cut.insert(victim);
+    let mut fourth = config(4, false, 0);
+    quick_autopilot(&mut fourth);
+    cluster.add(4, fourth);
+    let mut servers: Vec<ServerInfo> = (1..=3)
+        .map(|id| ServerInfo {
+            alive: id != victim,
+            ..server(id, 3)
+        })
+        .collect();
+    servers.push(server(4, 0));
+    let started_ms = cluster.now_ms;
+    gossip(&mut cluster, &servers);
+    cluster.run_until(|c| {
+        let members = &c.replica(c.leader()).raft().membership().members;
+        !members.contains_key(&victim) && members.contains_key(&4)
+    });
+    assert!(
+        cluster.now_ms - started_ms < DEAD_SERVER_GRACE_MS,
+        "replaced after {} ms",
+        cluster.now_ms - started_ms
+    );
+    cluster.run_until(|c| member_voter(c, 4) == Some(true));
+}
+
+/// Runs for `ms` and answers the fewest voters the leader's configuration held meanwhile
+/// (read whenever a serving leader is known).
+fn run_counting_voters(cluster: &mut Cluster, ms: u64) -> usize {
+    let mut fewest = usize::MAX;
+    for _ in 0..ms {
+        cluster.round();
+        if let Some(leader) = cluster.serving_leader() {
+            let voters = cluster.replica(leader).raft().membership().voters().count();
+            fewest = fewest.min(voters);
+        }
+    }
+    fewest
+}
+
+#[test]
+fn a_partitioned_server_keeps_its_vote_and_a_removed_one_votes_again_after_stabilization() {
+    for n in [3, 5] {
+        let mut cluster = Cluster::bootstrapped(n, quick_autopilot);
+        let victim = cluster.followers()[0];
+        // Partitioned for seconds, gossip calling it failed: it keeps its vote, and once
+        // healed it is a healthy voter again without a configuration change.
+        cluster.cut.insert(victim);
+        gossip_failed(&mut cluster, n, &[victim]);
+        let fewest = run_counting_voters(&mut cluster, 10_000);
+        assert_eq!(fewest, n as usize, "{n} servers: a partition cost a vote");
+        cluster.cut.remove(&victim);
+        gossip_failed(&mut cluster, n, &[]);
+        let fewest = run_counting_voters(&mut cluster, 3_000);
+        assert_eq!(
+            fewest, n as usize,
+            "{n} servers: the healed server lost its vote"
+        );
+        assert_eq!(member_voter(&cluster, victim), Some(true));
+        // Partitioned past the grace: removed, and only it.
+        cluster.cut.insert(victim);
+        gossip_failed(&mut cluster, n, &[victim]);
+        cluster.run_until(|c| member_voter(c, victim).is_none());
+        assert_eq!(voters_of(&cluster).len(), n as usize - 1);
+        // Healed: it joins as a non-voter and votes once healthy for the stabilization
+        // time (2 s here), never before.
+        cluster.cut.remove(&victim);
+        gossip_failed(&mut cluster, n, &[]);
+        cluster.run_until(|c| member_voter(c, victim) == Some(false));
+        let joined_ms = cluster.now_ms;
+        cluster.run_until(|c| member_voter(c, victim) == Some(true));
+        assert!(
+            cluster.now_ms - joined_ms >= 2_000,
+            "{n} servers: promoted {} ms after it joined",
+            cluster.now_ms - joined_ms
+        );
+        assert_eq!(voters_of(&cluster).len(), n as usize);
+    }
+}
+
+#[test]
+fn five_servers_lose_only_dead_servers_and_never_their_majority() {
+    // Gossip calls two followers failed; one is cut off, the other still reaches the
+    // leader (gossip lags): only the cut-off one goes.
+    let mut cluster = Cluster::bootstrapped(5, quick_autopilot);
+    let followers = cluster.followers();
+    let (dead, alive) = (followers[0], followers[1]);
+    cluster.cut.insert(dead);
+    gossip_failed(&mut cluster, 5, &[dead, alive]);
+    let fewest = run_counting_voters(&mut cluster, DEAD_SERVER_GRACE_MS + 5_000);
+    assert_eq!(member_voter(&cluster, dead), None, "the dead server goes");
+    assert_eq!(
+        member_voter(&cluster, alive),
+        Some(true),
+        "the reachable one stays"
+    );
+    assert_eq!(fewest, 4);
+    // Three of five die together: at most (5 − 1) / 2 = 2 could go in one pass, and with
+    // two survivors no removal can commit; never below a majority of the configuration.
+    let mut cluster = Cluster::bootstrapped(5, quick_autopilot);
+    let leader = cluster.leader();
+    let dying: Vec<NodeId> = cluster.followers().into_iter().take(3).collect();
+    cluster.cut.extend(dying.iter().copied());
+    gossip_failed(&mut cluster, 5, &dying);
+    cluster.run_for(DEAD_SERVER_GRACE_MS + 5_000);
+    let voters = cluster.replica(leader).raft().membership().voters().count();
+    assert!(voters >= 3, "{voters} voters left of five");
 }

@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 /// How long a port held by no process (a killed agent's sockets awaiting the kernel's
 /// io_uring teardown) is waited for.
 pub const RELEASE_WAIT: Duration = Duration::from_secs(10);
-/// Pause between probes while waiting.
-const RELEASE_RETRY_STEP: Duration = Duration::from_millis(100);
+/// Pause between probes while waiting: short, since a killed agent's sockets are usually
+/// released within tens of milliseconds and a restart should not wait much longer.
+const RELEASE_RETRY_STEP: Duration = Duration::from_millis(5);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -58,17 +59,32 @@ pub fn probe(addr: SocketAddr, transport: Transport) -> Result<(), String> {
     if addr.port() == 0 {
         return Ok(());
     }
-    let deadline = Instant::now() + RELEASE_WAIT;
-    let mut waited = false;
-    loop {
-        let socket = socket_for(addr, transport).map_err(|e| e.to_string())?;
+    bind_alone(addr, transport, || {
+        let socket = socket_for(addr, transport)?;
         // Like the shards' sockets: a port whose last connections linger in TIME_WAIT
         // is free.
         if transport == Transport::Tcp {
-            socket.set_reuse_address(true).map_err(|e| e.to_string())?;
+            socket.set_reuse_address(true)?;
         }
-        let error = match socket.bind(&addr.into()) {
-            Ok(()) => return Ok(()),
+        socket.bind(&addr.into())
+    })
+}
+
+/// Binds `addr` with `bind`, a bind that must be the only socket on the address (no
+/// `SO_REUSEPORT`). While the address is in use: when a process holds it, the error names
+/// it; when none does, the sockets are a killed process's awaiting the kernel's release
+/// (its io_uring teardown, tens of milliseconds) and the bind is retried every
+/// [`RELEASE_RETRY_STEP`] for up to [`RELEASE_WAIT`].
+pub fn bind_alone<T>(
+    addr: SocketAddr,
+    transport: Transport,
+    mut bind: impl FnMut() -> io::Result<T>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + RELEASE_WAIT;
+    let mut waited = false;
+    loop {
+        let error = match bind() {
+            Ok(bound) => return Ok(bound),
             Err(error) if error.kind() == io::ErrorKind::AddrInUse => error,
             Err(error) => return Err(error.to_string()),
         };

@@ -19,11 +19,10 @@ use crate::tls::{Protocol, TlsConfigurator};
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, Splitable};
-use monoio::net::TcpStream;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -75,13 +74,17 @@ pub struct ForwardPool {
     connections: RefCell<HashMap<SocketAddr, Rc<MuxConnection>>>,
     /// Says whether and how to dial with TLS.
     tls: Arc<TlsConfigurator>,
+    /// The agent's bind address, which connections leave from when it names one
+    /// (`shard::dial`).
+    bind_addr: IpAddr,
 }
 
 impl ForwardPool {
-    pub fn new(tls: Arc<TlsConfigurator>) -> ForwardPool {
+    pub fn new(tls: Arc<TlsConfigurator>, bind_addr: IpAddr) -> ForwardPool {
         ForwardPool {
             connections: RefCell::default(),
             tls,
+            bind_addr,
         }
     }
 
@@ -171,8 +174,11 @@ impl ForwardPool {
                 return Ok(existing.clone());
             }
         }
+        let source = crate::shard::dial::source_for(self.bind_addr, addr);
         let stream =
-            match monoio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect_addr(addr)).await {
+            match monoio::time::timeout(CONNECT_TIMEOUT, crate::shard::dial::connect(source, addr))
+                .await
+            {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => return Err(format!("cannot connect to {addr}: {e}")),
                 Err(_) => return Err(format!("timed out connecting to {addr}")),

@@ -14,6 +14,7 @@
 
 pub mod auto_encrypt;
 pub mod child;
+pub mod dial;
 pub mod exclusive;
 pub mod forward;
 pub mod log_file;
@@ -140,11 +141,23 @@ pub fn spawn_shard(
             if let Some(core) = core {
                 core_affinity::set_for_current(core);
             }
-            let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            let mut runtime = match monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
                 .with_entries(URING_ENTRIES)
                 .enable_timer()
                 .build()
-                .expect("building the shard runtime");
+            {
+                Ok(runtime) => runtime,
+                // io_uring's rings need physically contiguous pages, which a fragmented
+                // host may not have (ENOMEM): serve with epoll rather than not at all.
+                Err(error) => {
+                    log::warn!("shard {id}: io_uring unavailable ({error}); using epoll");
+                    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+                        .enable_timer()
+                        .build()
+                        .map(Into::into)
+                        .expect("building the shard runtime")
+                }
+            };
             runtime.block_on(async move {
                 let shard = Shard::new(id, shared, version, inbox);
                 start(&shard);

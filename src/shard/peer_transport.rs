@@ -167,18 +167,27 @@ pub struct PeerTransport {
     peers: HashMap<NodeId, PeerSender>,
     faults: Arc<Faults>,
     tls: Arc<TlsConfigurator>,
+    /// The agent's bind address, which connections leave from when it names one
+    /// (`shard::dial`).
+    bind_addr: IpAddr,
     dropped: u64,
     /// Reused for encoding each message.
     frame: BytesMut,
 }
 
 impl PeerTransport {
-    pub fn new(local_id: NodeId, faults: Arc<Faults>, tls: Arc<TlsConfigurator>) -> Self {
+    pub fn new(
+        local_id: NodeId,
+        faults: Arc<Faults>,
+        tls: Arc<TlsConfigurator>,
+        bind_addr: IpAddr,
+    ) -> Self {
         PeerTransport {
             local_id,
             peers: HashMap::new(),
             faults,
             tls,
+            bind_addr,
             dropped: 0,
             frame: BytesMut::with_capacity(64 * 1024),
         }
@@ -220,9 +229,19 @@ impl PeerTransport {
             let faults = self.faults.clone();
             let tls = self.tls.clone();
             let local_id = self.local_id;
+            let bind_addr = self.bind_addr;
             let spawned = std::thread::Builder::new()
                 .name(format!("praetor-peer-{id:x}"))
-                .spawn(move || sender_loop(local_id, thread_address, thread_link, faults, &tls));
+                .spawn(move || {
+                    sender_loop(
+                        local_id,
+                        thread_address,
+                        thread_link,
+                        faults,
+                        &tls,
+                        bind_addr,
+                    )
+                });
             if let Err(e) = spawned {
                 log::error!("raft: cannot start sender thread for peer {address}: {e}");
                 continue;
@@ -340,6 +359,7 @@ fn sender_loop(
     link: Arc<PeerLink>,
     faults: Arc<Faults>,
     tls: &TlsConfigurator,
+    bind_addr: IpAddr,
 ) {
     let mut backoff = BACKOFF_MIN;
     // The last handshake failure logged: a peer that keeps failing the same way is logged once.
@@ -351,7 +371,8 @@ fn sender_loop(
             std::thread::sleep(backoff);
             continue;
         };
-        let mut stream = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+        let source = crate::shard::dial::source_for(bind_addr, addr);
+        let mut stream = match crate::shard::dial::connect_blocking(source, addr, CONNECT_TIMEOUT) {
             Ok(stream) => stream,
             Err(e) => {
                 log::debug!("raft: cannot reach peer {address}: {e}");

@@ -202,7 +202,12 @@ pub fn open(
         unix_ms: wall_clock_ms(),
     };
     let replica = Replica::open(replica_config, recovered, rand::random(), now)?;
-    let transport = PeerTransport::new(config.raft_id, faults, shared.tls.clone());
+    let transport = PeerTransport::new(
+        config.raft_id,
+        faults,
+        shared.tls.clone(),
+        shared.config.bind_addr,
+    );
     let version = replica.version().clone();
     let mut driver = RaftDriver {
         replica,

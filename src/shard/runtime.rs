@@ -316,7 +316,8 @@ impl Shard {
         version: StoreVersion,
         inbox: ShardReceiver,
     ) -> Rc<Shard> {
-        let forward = crate::shard::forward::ForwardPool::new(shared.tls.clone());
+        let forward =
+            crate::shard::forward::ForwardPool::new(shared.tls.clone(), shared.config.bind_addr);
         Rc::new(Shard {
             id,
             shared,

@@ -309,6 +309,17 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Whether `bytes` are all zero, compared a block at a time against zeros (a `memcmp` each):
+/// the unwritten rest of a preallocated segment is checked at every start, and a restart
+/// should not wait on a byte-by-byte loop over tens of megabytes.
+fn all_zero(bytes: &[u8]) -> bool {
+    const BLOCK_BYTES: usize = 64 * 1024;
+    static ZEROS: [u8; BLOCK_BYTES] = [0; BLOCK_BYTES];
+    bytes
+        .chunks(BLOCK_BYTES)
+        .all(|block| block == &ZEROS[..block.len()])
+}
+
 impl Wal {
     /// Opens (or creates) the log in `dir`, recovering everything durable.
     pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<(Wal, Recovered)> {
@@ -338,8 +349,9 @@ impl Wal {
         let mut active_write_offset = 0;
         for (position, &sequence) in sequences.iter().enumerate() {
             let path = segment_path(dir, sequence);
-            let mut bytes = Vec::new();
-            File::open(&path)?.read_to_end(&mut bytes)?;
+            let mut file = File::open(&path)?;
+            let mut bytes = Vec::with_capacity(file.metadata()?.len() as usize);
+            file.read_to_end(&mut bytes)?;
             let mut offset = 0usize;
             let mut max_entry_index = 0;
             while let Some((record, next)) = read_record(&bytes, offset) {
@@ -362,7 +374,7 @@ impl Wal {
                 offset = next;
             }
             let is_last = position + 1 == sequences.len();
-            let tail_nonzero = bytes[offset..].iter().any(|b| *b != 0);
+            let tail_nonzero = !all_zero(&bytes[offset..]);
             if !is_last && tail_nonzero {
                 return Err(corrupt(format!(
                     "segment {} is corrupt at byte {offset} but is not the last",
@@ -1437,5 +1449,16 @@ mod tests {
         assert!(replay.entry(entry(15, 1, "gap")).is_err(), "14 is missing");
         replay.truncate(11);
         assert!(replay.entries.is_empty());
+    }
+
+    #[test]
+    fn a_zero_tail_is_told_from_one_with_a_byte_left() {
+        let mut tail = vec![0u8; 200_000];
+        assert!(all_zero(&tail));
+        assert!(all_zero(&tail[..0]));
+        tail[131_073] = 1;
+        assert!(!all_zero(&tail));
+        assert!(all_zero(&tail[..131_073]));
+        assert!(!all_zero(&tail[131_073..131_074]));
     }
 }

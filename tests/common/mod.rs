@@ -421,6 +421,14 @@ impl Cluster {
     /// an operator lists them all: a restarted server must find the others even when it is
     /// the first), fault injection enabled, and waits until they agree on a serving leader.
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let cluster = Cluster::spawn(n, extra);
+        cluster.wait_for_leader(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Starts the servers as [`Cluster::start`] does without waiting for a leader (for a
+    /// cluster whose readiness the test judges itself, e.g. with ACLs denying the probe).
+    pub fn spawn(n: usize, extra: &[&str]) -> Cluster {
         let ips: Vec<IpAddr> = (0..n).map(|_| fresh_loopback()).collect();
         let mut servers = Vec::new();
         let mut data = Vec::new();
@@ -458,9 +466,7 @@ impl Cluster {
             servers.push(Agent::spawn(*ip, 8500, args));
             data.push(dir);
         }
-        let cluster = Cluster { servers, data };
-        cluster.wait_for_leader(Duration::from_secs(30));
-        cluster
+        Cluster { servers, data }
     }
 
     /// Starts a client agent (no `-server`) named `client-<ip>` on a fresh address, with its
