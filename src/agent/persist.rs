@@ -32,18 +32,15 @@
 //! `eventfd` write from the thread) was most of the agent's write system calls.
 //!
 //! Config-file services and checks are never persisted (the files are read again at start).
-//! Records of the file-per-record format (`local/services/`, `local/checks/`,
-//! `local/check-state/`, each file named by the SHA-256 of its ID) are moved into the log
-//! at the first use and their directories deleted. Records of the first format (one file
-//! per registration *body*, under `agent/services/` and `agent/checks/`) are read once by
-//! [`Store::read_legacy`] and then deleted.
+//! Only this log format is read: praetor's earlier layouts (a file per record, and before
+//! that a file per registration body) were converted by the releases that replaced them,
+//! and no deployment holds them any more.
 
 use super::signal::Signal;
 use crate::consul::definition::CheckSpec;
 use crate::store::catalog::{ServiceRegistration, Status};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::Write;
@@ -53,10 +50,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Largest record read back (a registration body is limited far below this).
+/// Largest record written or read back (a registration body is limited far below this).
 const RECORD_BYTES_MAX: u64 = 16 << 20;
 /// Most records of one kind read at start: far above any real agent (Consul's agents carry
-/// tens to hundreds), low enough that a directory filled by mistake cannot exhaust memory.
+/// tens to hundreds), low enough that a log filled by mistake cannot exhaust memory.
 const RECORDS_MAX: usize = 100_000;
 /// Changes queued for the persister thread. A full queue blocks the agent's thread until the
 /// persister catches up: back-pressure, never a dropped or reordered change.
@@ -119,22 +116,6 @@ struct ServiceRecord {
     token: String,
 }
 
-/// One record of the first format: a registration body as received.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LegacyEntry {
-    pub id: String,
-    pub body: String,
-    #[serde(default)]
-    pub replace_existing_checks: bool,
-}
-
-/// What the first format held: service bodies (with inline checks) and check bodies.
-#[derive(Debug, Default)]
-pub struct Legacy {
-    pub services: Vec<LegacyEntry>,
-    pub checks: Vec<LegacyEntry>,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Service,
@@ -160,22 +141,13 @@ impl Kind {
             _ => None,
         }
     }
-
-    /// The directory of the file-per-record format.
-    fn dir(self) -> &'static str {
-        match self {
-            Kind::Service => "services",
-            Kind::Check => "checks",
-            Kind::CheckState => "check-state",
-        }
-    }
 }
 
 /// The agent's records under one data directory: an append-only log of changes,
 /// `<data_dir>/agent/local/records.log`, opened (and replayed) at the first use.
 pub struct Store {
-    /// `<data_dir>/agent`.
-    root: PathBuf,
+    /// `<data_dir>/agent/local`, the log's directory.
+    local: PathBuf,
     /// `None` until the first use opens the log, and again after opening it failed (the
     /// next use retries). Taken by the persister thread for a batch, and by the agent's
     /// thread to read records at start or when a TTL check's state is restored.
@@ -203,15 +175,6 @@ struct Log {
     /// Bytes of the frames of live records (the rest of the log is history).
     live_bytes: u64,
     index: HashMap<(Kind, String), Located>,
-}
-
-fn file_name(id: &str) -> String {
-    let digest = Sha256::digest(id.as_bytes());
-    digest
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>()
-        + ".json"
 }
 
 /// One change to the records: a record written whole, or removed.
@@ -650,140 +613,22 @@ impl Log {
     }
 }
 
-/// Reads every `*.json` record of a directory; unreadable files are reported and skipped.
-fn read_records<T: DeserializeOwned>(dir: &Path, what: &str) -> Vec<(PathBuf, T)> {
-    let Ok(listing) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut records = Vec::new();
-    for item in listing.flatten() {
-        let path = item.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
-        }
-        if records.len() >= RECORDS_MAX {
-            log::warn!(
-                "agent: more than {RECORDS_MAX} persisted {what} in {}; the rest are ignored",
-                dir.display()
-            );
-            break;
-        }
-        let too_big = item
-            .metadata()
-            .map(|m| m.len() > RECORD_BYTES_MAX)
-            .unwrap_or(true);
-        let parsed = if too_big {
-            Err(format!("larger than {RECORD_BYTES_MAX} bytes"))
-        } else {
-            std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| serde_json::from_slice::<T>(&bytes).map_err(|e| e.to_string()))
-        };
-        match parsed {
-            Ok(record) => records.push((path, record)),
-            Err(e) => log::warn!("agent: ignoring persisted {what} {}: {e}", path.display()),
-        }
-    }
-    records
-}
-
-/// Keeps the records whose file is named after the ID they hold.
-fn named_by_id<T>(records: Vec<(PathBuf, T)>, id: impl Fn(&T) -> &str, what: &str) -> Vec<T> {
-    records
-        .into_iter()
-        .filter_map(|(path, record)| {
-            let expected = file_name(id(&record));
-            if path.file_name().and_then(|n| n.to_str()) == Some(expected.as_str()) {
-                Some(record)
-            } else {
-                log::warn!(
-                    "agent: ignoring persisted {what} {}: it holds {:?}, whose file is {expected}",
-                    path.display(),
-                    id(&record)
-                );
-                None
-            }
-        })
-        .collect()
-}
-
 impl Store {
     pub fn new(data_dir: &Path) -> Store {
         Store {
-            root: data_dir.join("agent"),
+            local: data_dir.join("agent").join("local"),
             log: Mutex::new(None),
         }
     }
 
-    fn local(&self) -> PathBuf {
-        self.root.join("local")
-    }
-
-    /// Runs `f` on the log, opening it (and converting records of the file-per-record
-    /// format) at the first use.
+    /// Runs `f` on the log, opening it at the first use.
     fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> std::io::Result<R> {
         // A panic while holding the lock leaves the log as its last complete step left it.
         let mut slot = self.log.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
-            let mut log = Log::open(&self.local())?;
-            self.convert_record_files(&mut log)?;
-            *slot = Some(log);
+            *slot = Some(Log::open(&self.local)?);
         }
         Ok(f(slot.as_mut().expect("opened above")))
-    }
-
-    /// Moves records of the file-per-record format (one JSON file per record under
-    /// `local/services/`, `local/checks/`, `local/check-state/`) into the log, then deletes
-    /// their directories. A crash before the deletion is durable converts them again, which
-    /// writes the same records again.
-    fn convert_record_files(&self, log: &mut Log) -> std::io::Result<()> {
-        let dirs: Vec<(Kind, PathBuf)> = [Kind::Service, Kind::Check, Kind::CheckState]
-            .into_iter()
-            .map(|kind| (kind, self.local().join(kind.dir())))
-            .filter(|(_, dir)| dir.exists())
-            .collect();
-        if dirs.is_empty() {
-            return Ok(());
-        }
-        let mut ops = Vec::new();
-        for (kind, dir) in &dirs {
-            match kind {
-                Kind::Service => {
-                    let records = read_records::<ServiceRecord>(dir, "service");
-                    for record in named_by_id(records, |r| r.id.as_str(), "service") {
-                        ops.push(Op::save(Kind::Service, &record.id, &record));
-                    }
-                }
-                Kind::Check => {
-                    let records = read_records::<CheckRecord>(dir, "check");
-                    for record in named_by_id(records, |r| r.id.as_str(), "check") {
-                        ops.push(Op::check(&record));
-                    }
-                }
-                Kind::CheckState => {
-                    let records = read_records::<CheckState>(dir, "check state");
-                    for record in named_by_id(records, |r| r.check_id.as_str(), "check state") {
-                        ops.push(Op::check_state(&record));
-                    }
-                }
-            }
-        }
-        if let Some(failure) = log.append(&ops).into_iter().next() {
-            return Err(std::io::Error::new(
-                failure.error.kind(),
-                format!("converting record files: {failure}"),
-            ));
-        }
-        for (_, dir) in &dirs {
-            std::fs::remove_dir_all(dir)?;
-        }
-        sync_dir(&self.local())?;
-        log::info!(
-            "agent: moved {} persisted records into {}",
-            ops.len(),
-            log.path.display()
-        );
-        Ok(())
     }
 
     /// Applies a batch of changes in order (so the last change of a record wins) and makes
@@ -896,36 +741,6 @@ impl Store {
             return None;
         }
         Some(state)
-    }
-
-    /// Reads the records of the first format, if any. The caller registers them again,
-    /// which persists them in the current format, and then calls [`Store::remove_legacy`].
-    pub fn read_legacy(&self) -> Legacy {
-        let read = |dir: &str| -> Vec<LegacyEntry> {
-            let mut entries: Vec<LegacyEntry> =
-                read_records::<LegacyEntry>(&self.root.join(dir), dir)
-                    .into_iter()
-                    .map(|(_, entry)| entry)
-                    .collect();
-            entries.sort_by(|a, b| a.id.cmp(&b.id));
-            entries
-        };
-        Legacy {
-            services: read("services"),
-            checks: read("checks"),
-        }
-    }
-
-    /// Deletes the records of the first format.
-    pub fn remove_legacy(&self) {
-        for dir in ["services", "checks"] {
-            let path = self.root.join(dir);
-            if path.exists() {
-                if let Err(e) = std::fs::remove_dir_all(&path) {
-                    log::warn!("agent: cannot remove {}: {e}", path.display());
-                }
-            }
-        }
     }
 }
 
@@ -1396,61 +1211,6 @@ mod tests {
     }
 
     #[test]
-    fn records_of_the_file_per_record_format_move_into_the_log() {
-        let dir = scratch("convert");
-        let local = dir.join("agent").join("local");
-        let write = |kind: Kind, name: &str, bytes: Vec<u8>| {
-            std::fs::create_dir_all(local.join(kind.dir())).unwrap();
-            std::fs::write(local.join(kind.dir()).join(name), bytes).unwrap();
-        };
-        let service = ServiceRecord {
-            id: "web-1".into(),
-            service: web(1),
-            token: "t".into(),
-        };
-        write(
-            Kind::Service,
-            &file_name("web-1"),
-            serde_json::to_vec(&service).unwrap(),
-        );
-        write(
-            Kind::Check,
-            &file_name("a"),
-            serde_json::to_vec(&ttl_check("a", "web-1")).unwrap(),
-        );
-        // A file that does not hold the ID its name says is not taken.
-        write(
-            Kind::Check,
-            &file_name("other"),
-            serde_json::to_vec(&ttl_check("b", "")).unwrap(),
-        );
-        let state = CheckState {
-            check_id: "a".into(),
-            status: Status::Passing,
-            output: "ok".into(),
-            expires_unix_ms: 10_000,
-        };
-        write(
-            Kind::CheckState,
-            &file_name("a"),
-            serde_json::to_vec(&state).unwrap(),
-        );
-
-        let store = Store::new(&dir);
-        assert_eq!(store.load_services(), vec![(web(1), "t".to_string())]);
-        assert_eq!(store.load_checks(), vec![ttl_check("a", "web-1")]);
-        assert_eq!(store.load_check_state("a", 0), Some(state.clone()));
-        for kind in [Kind::Service, Kind::Check, Kind::CheckState] {
-            assert!(!local.join(kind.dir()).exists(), "{kind:?} files are gone");
-        }
-        drop(store);
-        let reopened = Store::new(&dir);
-        assert_eq!(reopened.load_services(), vec![(web(1), "t".to_string())]);
-        assert_eq!(reopened.load_check_state("a", 0), Some(state));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
     fn a_write_cut_short_is_dropped_and_the_batches_before_it_kept() {
         let dir = scratch("torn");
         let store = Store::new(&dir);
@@ -1537,31 +1297,6 @@ mod tests {
         let reopened = Store::new(&dir);
         assert_eq!(reopened.load_services(), vec![(web(1), "kept".to_string())]);
         assert_eq!(reopened.load_checks(), vec![ttl_check("c", "")]);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn legacy_records_are_read_once() {
-        let dir = scratch("legacy");
-        let store = Store::new(&dir);
-        let legacy_dir = dir.join("agent").join("services");
-        std::fs::create_dir_all(&legacy_dir).unwrap();
-        let entry = LegacyEntry {
-            id: "web".into(),
-            body: r#"{"Name":"web"}"#.into(),
-            replace_existing_checks: true,
-        };
-        std::fs::write(
-            legacy_dir.join(file_name("web")),
-            serde_json::to_vec(&entry).unwrap(),
-        )
-        .unwrap();
-        let legacy = store.read_legacy();
-        assert_eq!(legacy.services, vec![entry]);
-        assert!(legacy.checks.is_empty());
-        store.remove_legacy();
-        assert!(!legacy_dir.exists());
-        assert!(store.read_legacy().services.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
