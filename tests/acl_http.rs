@@ -538,3 +538,83 @@ fn missing_objects_are_404_and_templated_policies_have_http_and_cli() {
     assert_eq!(code, 1);
     assert!(err.contains("Must specify the -name parameter"), "{err}");
 }
+
+/// A token created with an AccessorID in upper case is answered with the ID as written and
+/// found by any spelling of it, as Consul's UUID indexes match case-insensitively and keep
+/// the ID as given; an update through a lower-case URL keeps the spelling.
+#[test]
+fn a_token_id_written_in_upper_case_is_kept_and_found_in_any_case() {
+    let agent = acl_agent("deny");
+    wait_for_token(&agent, MANAGEMENT);
+    let accessor = "ABCDEF01-2345-6789-ABCD-EF0123456789";
+    let secret = "FEDCBA98-7654-3210-FEDC-BA9876543210";
+    let created = call(
+        &agent,
+        "PUT",
+        "/v1/acl/token",
+        json!({"AccessorID": accessor, "SecretID": secret, "Description": "upper"})
+            .to_string()
+            .as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(created.status, 200, "{}", created.text());
+    let body: Value = serde_json::from_slice(&created.body).unwrap();
+    assert_eq!(body["AccessorID"], json!(accessor));
+    assert_eq!(body["SecretID"], json!(secret));
+
+    let lower = accessor.to_lowercase();
+    let read = call(
+        &agent,
+        "GET",
+        &format!("/v1/acl/token/{lower}"),
+        b"",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(read.status, 200, "{}", read.text());
+    let body: Value = serde_json::from_slice(&read.body).unwrap();
+    assert_eq!(body["AccessorID"], json!(accessor));
+
+    let updated = call(
+        &agent,
+        "PUT",
+        &format!("/v1/acl/token/{lower}"),
+        json!({"Description": "still upper"}).to_string().as_bytes(),
+        Some(MANAGEMENT),
+    );
+    assert_eq!(updated.status, 200, "{}", updated.text());
+    let body: Value = serde_json::from_slice(&updated.body).unwrap();
+    assert_eq!(body["AccessorID"], json!(accessor));
+    assert_eq!(body["Description"], json!("still upper"));
+
+    let list = call(&agent, "GET", "/v1/acl/tokens", b"", Some(MANAGEMENT));
+    let tokens: Value = serde_json::from_slice(&list.body).unwrap();
+    assert!(
+        tokens
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["AccessorID"] == json!(accessor)),
+        "{tokens}"
+    );
+    let own = call(&agent, "GET", "/v1/acl/token/self", b"", Some(secret));
+    assert_eq!(own.status, 200, "{}", own.text());
+    let body: Value = serde_json::from_slice(&own.body).unwrap();
+    assert_eq!(body["AccessorID"], json!(accessor));
+
+    let deleted = call(
+        &agent,
+        "DELETE",
+        &format!("/v1/acl/token/{lower}"),
+        b"",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    let gone = call(
+        &agent,
+        "GET",
+        &format!("/v1/acl/token/{accessor}"),
+        b"",
+        Some(MANAGEMENT),
+    );
+    assert_eq!(gone.status, 404, "{}", gone.text());
+}

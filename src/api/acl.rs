@@ -132,7 +132,7 @@ fn hash_json(hash: &[u8]) -> Value {
 /// Consul's `ACLToken` (and, with `stub`, its list form `ACLTokenListStub`).
 pub fn token_json(tables: &Tables, token: &Token, stub: bool) -> Value {
     let mut o = Map::new();
-    o.insert("AccessorID".into(), json!(&*token.accessor_id));
+    o.insert("AccessorID".into(), json!(token.accessor_id_shown()));
     o.insert("SecretID".into(), json!(&*token.secret_id));
     o.insert("Description".into(), json!(token.description));
     let policies = acl::policy_links(tables, &token.policies);

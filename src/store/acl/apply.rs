@@ -699,6 +699,11 @@ fn token_set(
             existing.create_index,
         )
     };
+    // An update keeps the spelling the token was created with.
+    let accessor_id_as_written = match acl.tokens.get(&*accessor) {
+        Some(existing) if !write.create => existing.accessor_id_as_written.clone(),
+        _ => (*write.accessor_id != *accessor).then(|| Arc::from(write.accessor_id.as_str())),
+    };
     let roles = resolve_role_links(acl, &write.roles, write.from_login)?;
     let policies = resolve_policy_links(acl, &write.policies, write.from_login)?;
     let service_identities =
@@ -732,6 +737,7 @@ fn token_set(
         hash: Vec::new(),
         create_index,
         modify_index: index,
+        accessor_id_as_written,
     };
     token.hash = token_hash(&token);
     store_token(tables, index, token, changes);
@@ -776,6 +782,7 @@ fn management_token(
         hash: Vec::new(),
         create_index: index,
         modify_index: index,
+        accessor_id_as_written: None,
     };
     token.hash = token_hash(&token);
     token
@@ -908,6 +915,7 @@ fn initialize(
             hash: Vec::new(),
             create_index: index,
             modify_index: index,
+            accessor_id_as_written: None,
         };
         token.hash = token_hash(&token);
         store_token(tables, index, token, changes);

@@ -564,5 +564,6 @@ fn anonymous_stub() -> Token {
         hash: Vec::new(),
         create_index: 0,
         modify_index: 0,
+        accessor_id_as_written: None,
     }
 }

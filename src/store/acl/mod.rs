@@ -88,9 +88,22 @@ pub struct Token {
     pub hash: Vec<u8>,
     pub create_index: u64,
     pub modify_index: u64,
+    /// The AccessorID as its creator wrote it, when that differs from `accessor_id` (the
+    /// row's key, lower-cased so any spelling finds it): Consul matches UUIDs in any case
+    /// but answers with the ID as written. Last, with a default, so rows of snapshots
+    /// written before it decode.
+    #[serde(default)]
+    pub accessor_id_as_written: Option<Arc<str>>,
 }
 
 impl Token {
+    /// The AccessorID as answers show it: as its creator wrote it.
+    pub fn accessor_id_shown(&self) -> &str {
+        self.accessor_id_as_written
+            .as_deref()
+            .unwrap_or(&self.accessor_id)
+    }
+
     /// Consul's `IsExpired`: expired strictly before `now`.
     pub fn is_expired(&self, now_unix_ns: i64) -> bool {
         self.expiration_time_ns.is_some_and(|t| t < now_unix_ns)
