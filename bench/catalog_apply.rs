@@ -22,7 +22,7 @@
 //! Run: `cargo bench --bench catalog_apply` (criterion; timings need a quiet machine), or
 //! count instructions per operation under callgrind, which a loaded machine does not
 //! disturb: `catalog_apply --callgrind <op> <iterations>` runs only `<op>` (`register`,
-//! `deregister`, `kv-set`, `kv-set-same`, `leader-register`, `leader-deregister`,
+//! `deregister`, `kv-set`, `kv-set-same`, `leader-register`, `leader-register-strict-check`, `leader-deregister`,
 //! `leader-kv-set`) that
 //! many times inside `cg_measured`, so
 //!
@@ -241,12 +241,13 @@ fn cg_measured(iterations: usize, op: &mut dyn FnMut()) {
 }
 
 /// Every operation `--callgrind` and `--allocs` know, in the order `--allocs` reports them.
-const OPERATIONS: [&str; 7] = [
+const OPERATIONS: [&str; 8] = [
     "register",
     "deregister",
     "kv-set",
     "kv-set-same",
     "leader-register",
+    "leader-register-strict-check",
     "leader-deregister",
     "leader-kv-set",
 ];
@@ -318,6 +319,18 @@ fn run(op: &str, iterations: usize) {
         "leader-register" => cg_measured(iterations, &mut || {
             black_box(leader_register(black_box(reg_body.as_bytes())));
         }),
+        // The strict check alone (Consul's unknown-field refusal, issue #35) on the parsed
+        // churn body: its share of `leader-register`, which includes it.
+        "leader-register-strict-check" => {
+            let parsed = praetor::consul::body::parse_json(reg_body.as_bytes()).unwrap();
+            cg_measured(iterations, &mut || {
+                black_box(praetor::consul::body::check_strict(
+                    black_box(&parsed),
+                    praetor::consul::body::Kind::Obj(&praetor::consul::bodies::REGISTER_REQUEST),
+                ))
+                .unwrap();
+            })
+        }
         "leader-deregister" => cg_measured(iterations, &mut || {
             black_box(leader_deregister(black_box(deregister_body())));
         }),
