@@ -123,7 +123,8 @@ fn catalog_register_in_an_unknown_datacenter_fails_as_consul_does() {
 /// `/v1/agent/members`.
 #[test]
 fn agent_self_reports_what_consul_reports() {
-    let agent = Agent::dev(&["-node", "selfie"]);
+    // gRPC off (a dev agent serves it on 8502), to see Consul's `Self` without `xDS`.
+    let agent = Agent::dev(&["-node", "selfie", "-grpc-port=-1"]);
     let this = agent.get("/v1/agent/self").json();
     let debug = &this["DebugConfig"];
     for key in [
@@ -196,10 +197,18 @@ fn agent_self_reports_what_consul_reports() {
 }
 
 /// With a gRPC port configured Consul's `Self` has an `xDS` section with the proxies it
-/// supports and the port to reach it.
+/// supports and the port to reach it, and the port answers.
 #[test]
 fn agent_self_has_xds_when_a_grpc_port_is_configured() {
     let agent = Agent::dev(&["-grpc-port", "28502"]);
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::new(agent.ip, 28502),
+            std::time::Duration::from_secs(2)
+        )
+        .is_ok(),
+        "the gRPC port listens"
+    );
     let this = agent.get("/v1/agent/self").json();
     let xds = &this["xDS"];
     assert_eq!(xds["Port"], 28502, "{this}");

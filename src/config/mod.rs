@@ -55,6 +55,9 @@ pub const TXN_MAX_REQ_LEN_DEFAULT: usize = 512 * 1024;
 /// Largest config file praetor reads.
 const CONFIG_FILE_BYTES_MAX: u64 = 16 << 20;
 
+/// The gRPC port of a `-dev` agent (Consul's).
+pub const DEV_GRPC_PORT: i32 = 8502;
+
 /// Listener ports; a negative port disables that listener, as in Consul.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ports {
@@ -64,8 +67,10 @@ pub struct Ports {
     pub server: i32,
     pub serf_lan: i32,
     pub serf_wan: i32,
+    /// gRPC in plain text (`ports.grpc`): Envoy's xDS. Off by default, 8502 in `-dev`, as
+    /// in Consul.
     pub grpc: i32,
-    /// gRPC over TLS (`ports.grpc_tls`); praetor has no gRPC interface, so it only warns.
+    /// gRPC over TLS (`ports.grpc_tls`); not served yet, so it only warns.
     pub grpc_tls: i32,
 }
 
@@ -465,6 +470,10 @@ pub fn hostname() -> String {
 fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let dev_mode = get_bool(&raw, "dev_mode")?.unwrap_or(false);
     let mut ports = Ports::default();
+    if dev_mode {
+        // Consul's dev agent serves xDS on 8502.
+        ports.grpc = DEV_GRPC_PORT;
+    }
     if let Some(Value::Object(p)) = raw.get("ports") {
         let port = |key: &str, default: i32| -> Result<i32, String> {
             match get_i64(p, key)? {
@@ -582,7 +591,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let unknown_keys = schema::unknown_keys(&raw);
     let mut warnings = Vec::new();
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
-    inert_settings(&raw, &ports, &mut warnings)?;
+    inert_settings(&raw, &mut warnings)?;
     let addresses = addresses_from(&raw, &client_addrs)?;
     let session_ttl_min_ns = match get_duration(&raw, "session_ttl_min")? {
         None => crate::store::session::SESSION_TTL_MIN_NS,
@@ -680,13 +689,14 @@ fn not_acted_on(setting: &str, why: &str) -> String {
     format!("config: {setting} is accepted but not acted on yet: {why}")
 }
 
-/// Listener addresses per interface (Consul's `addresses { http, https, dns }`): each a
-/// space-separated list of IPs, `client_addr` when absent.
+/// Listener addresses per interface (Consul's `addresses { http, https, dns, grpc }`): each
+/// a space-separated list of IPs, `client_addr` when absent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Addresses {
     pub http: Vec<IpAddr>,
     pub https: Vec<IpAddr>,
     pub dns: Vec<IpAddr>,
+    pub grpc: Vec<IpAddr>,
 }
 
 fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Addresses, String> {
@@ -715,6 +725,7 @@ fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Address
         http: listener("http")?,
         https: listener("https")?,
         dns: listener("dns")?,
+        grpc: listener("grpc")?,
     })
 }
 
@@ -723,11 +734,7 @@ fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Address
 /// asked-for behaviour holds by construction (`raft_protocol = 3`, `disable_update_check
 /// = true`, `dns_config.use_cache`, whose stale answers are allowed, never required) passes
 /// silently.
-fn inert_settings(
-    raw: &Map<String, Value>,
-    ports: &Ports,
-    warnings: &mut Vec<String>,
-) -> Result<(), String> {
+fn inert_settings(raw: &Map<String, Value>, warnings: &mut Vec<String>) -> Result<(), String> {
     if let Some(version) = get_i64(raw, "raft_protocol")? {
         if version != 3 {
             return Err(format!(
@@ -736,21 +743,15 @@ fn inert_settings(
         }
     }
     let empty = Map::new();
-    if ports.grpc >= 0 {
-        warnings.push(not_acted_on(
-            &format!("ports.grpc = {}", ports.grpc),
-            "praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
-        ));
-    }
     let addresses = section(raw, "addresses", &empty)?;
-    for key in ["grpc", "grpc_tls"] {
+    for key in ["grpc_tls"] {
         if get_string(addresses, key)
             .map_err(|e| format!("addresses.{e}"))?
             .is_some()
         {
             warnings.push(not_acted_on(
                 &format!("addresses.{key}"),
-                "praetor has no gRPC server",
+                "praetor serves gRPC in plain text only (ports.grpc)",
             ));
         }
     }

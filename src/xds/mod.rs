@@ -1,0 +1,149 @@
+//! The agent's gRPC server and what it serves: Envoy's xDS (ADS, delta and
+//! state-of-the-world) for the `connect-proxy` services registered with this agent, with
+//! Consul's resource names and shapes.
+//!
+//! gRPC runs on one thread of its own with a tokio runtime (tonic, prost, envoy-types), so
+//! the thread-per-core shards never see tokio. What it serves is built from two sources
+//! behind one seam ([`feed`]): the store versions a shard publishes, and the agent's own
+//! answers about its registrations and leaf certificates, asked over the agent channel.
+//!
+//! The path of a change: a write is applied, shard 0 installs the version and publishes it
+//! to the [`feed::StoreFeed`]; each proxy's watcher ([`proxies`]) rebuilds its snapshot
+//! ([`snapshot`], pure), and if it changed, encodes its resources once ([`resources`],
+//! pure); every stream of that proxy ([`server`]) diffs the new versions against what its
+//! Envoy confirmed ([`delta`], [`sotw`], pure) and sends the difference.
+//!
+//! Invariants: nothing here blocks a shard (publishing is a non-blocking swap); a stream
+//! sends only resources whose content hash Envoy has not confirmed; a resource is encoded
+//! once per build, whatever the number of streams; the stream's token is checked against
+//! the store version each build came from before anything of it is sent.
+
+pub mod bootstrap;
+pub mod delta;
+pub mod feed;
+pub mod proxies;
+pub mod registration;
+pub mod resources;
+pub mod server;
+pub mod snapshot;
+pub mod sotw;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// The Envoy versions this server is built and tested for (newest first), as Consul's
+/// `proxysupport.EnvoyVersions` lists them; `praetor connect envoy` refuses others.
+pub const ENVOY_VERSIONS: &[&str] = &["1.38.3", "1.37.5", "1.36.7", "1.35.8"];
+
+/// What the server needs to start.
+pub struct XdsConfig {
+    pub settings: snapshot::XdsSettings,
+    /// Plain-text gRPC listeners (`ports.grpc`), bound before any thread starts.
+    pub listeners: Vec<std::net::TcpListener>,
+    pub agent: feed::AgentSource,
+    pub store: feed::StoreFeed,
+    /// Token checks when ACLs are on.
+    pub acl: Option<crate::store::acl::cache::CompileSettings>,
+}
+
+/// The running server's thread.
+pub struct XdsThread {
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub streams: Arc<AtomicU64>,
+    pub watchers: Arc<proxies::Watchers>,
+}
+
+impl XdsThread {
+    /// Stops accepting, ends every stream and joins the thread.
+    pub fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the gRPC thread serving ADS on `config.listeners`.
+pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
+    let watchers = proxies::Watchers::new(config.agent, config.store, config.settings);
+    let streams = Arc::new(AtomicU64::new(0));
+    let ads = server::Ads {
+        watchers: watchers.clone(),
+        acl: config.acl.map(|s| Arc::new(server::AclChecker::new(s))),
+        streams: streams.clone(),
+    };
+    let mut listeners = Vec::with_capacity(config.listeners.len());
+    for listener in config.listeners {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("cannot use the gRPC listener: {e}"))?;
+        listeners.push(listener);
+    }
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("praetor-grpc".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    log::error!("grpc: cannot start the runtime: {e}");
+                    return;
+                }
+            };
+            runtime.block_on(serve(ads, listeners, shutdown_rx));
+        })
+        .map_err(|e| format!("cannot start the gRPC thread: {e}"))?;
+    Ok(XdsThread {
+        shutdown: Some(shutdown_tx),
+        thread: Some(thread),
+        streams,
+        watchers,
+    })
+}
+
+async fn serve(
+    ads: server::Ads,
+    listeners: Vec<std::net::TcpListener>,
+    shutdown: tokio::sync::oneshot::Receiver<()>,
+) {
+    let service = AggregatedDiscoveryServiceServer::new(ads)
+        .max_decoding_message_size(server::REQUEST_BYTES_MAX);
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut servers = Vec::with_capacity(listeners.len());
+    for listener in listeners {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                log::error!("grpc: cannot use a listener: {e}");
+                continue;
+            }
+        };
+        let mut stop = stop_tx.subscribe();
+        let builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)));
+        let service = service.clone();
+        servers.push(tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            if let Err(e) = builder
+                .serve_with_incoming_shutdown(service, incoming, async move {
+                    let _ = stop.recv().await;
+                })
+                .await
+            {
+                log::error!("grpc: the server stopped: {e}");
+            }
+        }));
+    }
+    let _ = shutdown.await;
+    let _ = stop_tx.send(());
+    for server in servers {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
+    }
+}

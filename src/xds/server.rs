@@ -1,0 +1,393 @@
+//! The ADS service over gRPC: `envoy.service.discovery.v3.AggregatedDiscoveryService`,
+//! delta and state-of-the-world, one task per stream on the xDS runtime.
+//!
+//! A stream learns its proxy from the first request's `node.id`, takes that proxy's watcher
+//! and from then on reacts to two things: requests (subscriptions, ACKs, NACKs) and new
+//! builds of its proxy. Before every response it checks the stream's token
+//! (`x-consul-token`) for `service:write` on the proxy's destination against the store
+//! version the build came from, and again every [`AUTH_CHECK_INTERVAL`] while idle, as
+//! Consul does; a token that lost the permission ends the stream with Consul's status.
+
+use super::delta::{self, DeltaStream};
+use super::proxies::{ProxyState, ProxyWatch, Watchers};
+use super::sotw::{self, SotwStream};
+use crate::store::acl::cache::CompileSettings;
+use crate::store::acl::cache::{AuthorizerCache, ResolveError};
+use crate::store::StoreVersion;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    aggregated_discovery_service_server::AggregatedDiscoveryService, DeltaDiscoveryRequest,
+    DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// How often an idle stream's token is checked again (Consul's `AuthCheckFrequency`).
+pub const AUTH_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+/// Responses queued for one stream before its task waits for the client to read.
+pub const STREAM_SEND_QUEUE: usize = 8;
+/// The gRPC metadata key carrying the ACL token.
+pub const TOKEN_METADATA: &str = "x-consul-token";
+/// Largest request message the server decodes: Envoy's requests are small, but name lists
+/// and initial versions grow with a proxy's resources.
+pub const REQUEST_BYTES_MAX: usize = 4 << 20;
+/// Most streams one server serves at once.
+pub const STREAMS_MAX: u64 = 65_536;
+
+/// The ADS service.
+pub struct Ads {
+    pub watchers: Arc<Watchers>,
+    pub acl: Option<Arc<AclChecker>>,
+    pub streams: Arc<AtomicU64>,
+}
+
+/// Token checks for streams when ACLs are on: one authorizer cache, emptied whenever the
+/// store version it was filled from is replaced.
+pub struct AclChecker {
+    cache: Mutex<(Option<StoreVersion>, AuthorizerCache)>,
+    settings: CompileSettings,
+}
+
+impl AclChecker {
+    pub fn new(settings: CompileSettings) -> AclChecker {
+        AclChecker {
+            cache: Mutex::new((None, AuthorizerCache::new(settings.clone()))),
+            settings,
+        }
+    }
+
+    /// Consul's authorization of a proxy stream: `service:write` on its destination.
+    pub fn check(
+        &self,
+        version: &StoreVersion,
+        token: &str,
+        destination: &str,
+    ) -> Result<(), Status> {
+        let mut guard = self.cache.lock().expect("acl cache lock");
+        let (filled_from, cache) = &mut *guard;
+        if !filled_from
+            .as_ref()
+            .is_some_and(|v| Arc::ptr_eq(v, version))
+        {
+            *cache = AuthorizerCache::new(self.settings.clone());
+            *filled_from = Some(version.clone());
+        }
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64);
+        let resolved = cache.resolve(version, token, now_ns).map_err(|e| match e {
+            ResolveError::NotFound => Status::unauthenticated("unauthenticated: ACL not found"),
+            other => Status::internal(format!("error resolving acl token: {}", other.message())),
+        })?;
+        resolved
+            .authorizer
+            .service_write(destination)
+            .map_err(|denial| {
+                Status::permission_denied(denial.message(Some(&resolved.accessor_id)))
+            })
+    }
+}
+
+fn token_of<T>(request: &Request<T>) -> String {
+    request
+        .metadata()
+        .get(TOKEN_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Counts a stream for as long as it lives.
+struct StreamCount(Arc<AtomicU64>);
+
+impl Drop for StreamCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Ads {
+    fn admit(&self) -> Result<StreamCount, Status> {
+        let before = self.streams.fetch_add(1, Ordering::Relaxed);
+        let count = StreamCount(self.streams.clone());
+        if before >= STREAMS_MAX {
+            return Err(Status::resource_exhausted(format!(
+                "this agent serves at most {STREAMS_MAX} xDS streams"
+            )));
+        }
+        Ok(count)
+    }
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let count = self.admit()?;
+        let token = token_of(&request);
+        let (tx, rx) = mpsc::channel(STREAM_SEND_QUEUE);
+        let watchers = self.watchers.clone();
+        let acl = self.acl.clone();
+        let inbound = request.into_inner();
+        tokio::spawn(async move {
+            let _count = count;
+            if let Err(status) = drive_sotw(watchers, acl, token, inbound, tx.clone()).await {
+                log::error!("xds: state-of-the-world stream ended: {}", status.message());
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let count = self.admit()?;
+        let token = token_of(&request);
+        let (tx, rx) = mpsc::channel(STREAM_SEND_QUEUE);
+        let watchers = self.watchers.clone();
+        let acl = self.acl.clone();
+        let inbound = request.into_inner();
+        tokio::spawn(async move {
+            let _count = count;
+            if let Err(status) = drive_delta(watchers, acl, token, inbound, tx.clone()).await {
+                log::error!("xds: delta stream ended: {}", status.message());
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// The next build of a watched proxy; never, while no proxy is known.
+async fn next_state(rx: &mut Option<tokio::sync::watch::Receiver<ProxyState>>) -> bool {
+    match rx.as_mut() {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// What woke a stream's task.
+enum Event<R> {
+    Request(Option<R>),
+    StateChanged(bool),
+    AuthCheck,
+}
+
+fn authorize(
+    acl: &Option<Arc<AclChecker>>,
+    token: &str,
+    built: &super::proxies::Built,
+) -> Result<(), Status> {
+    match acl {
+        None => Ok(()),
+        Some(checker) => checker.check(&built.version, token, &built.snapshot.destination),
+    }
+}
+
+/// The proxy a first request names, or the error Consul answers.
+fn proxy_of(node: Option<&envoy_types::pb::envoy::config::core::v3::Node>) -> Option<String> {
+    node.map(|n| n.id.clone()).filter(|id| !id.is_empty())
+}
+
+async fn drive_delta(
+    watchers: Arc<Watchers>,
+    acl: Option<Arc<AclChecker>>,
+    token: String,
+    mut inbound: Streaming<DeltaDiscoveryRequest>,
+    tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
+) -> Result<(), Status> {
+    let mut protocol = DeltaStream::new();
+    let mut watch: Option<Arc<ProxyWatch>> = None;
+    let mut state_rx = None;
+    let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
+    loop {
+        let event = tokio::select! {
+            message = inbound.message() => Event::Request(match message {
+                Ok(request) => request,
+                Err(status) => {
+                    log::debug!("xds: delta stream closed by the client: {}", status.message());
+                    None
+                }
+            }),
+            changed = next_state(&mut state_rx) => Event::StateChanged(changed),
+            _ = &mut auth_timer => Event::AuthCheck,
+        };
+        match event {
+            Event::Request(None) => return Ok(()),
+            Event::Request(Some(request)) => {
+                if watch.is_none() {
+                    if let Some(proxy_id) = proxy_of(request.node.as_ref()) {
+                        let w = watchers
+                            .watch(&proxy_id, &token)
+                            .map_err(Status::resource_exhausted)?;
+                        state_rx = Some(w.state.clone());
+                        watch = Some(w);
+                    }
+                }
+                match protocol
+                    .receive(&request)
+                    .map_err(Status::invalid_argument)?
+                {
+                    delta::Received::Nack { kind, nonce, error } => {
+                        log::error!(
+                            "xds: proxy {:?} rejected {:?} (nonce {nonce}): {error}",
+                            watch
+                                .as_ref()
+                                .map(|w| w.proxy_id.as_str())
+                                .unwrap_or_default(),
+                            kind
+                        );
+                        // Consul waits for a new snapshot or request instead of sending the
+                        // same resources again.
+                        continue;
+                    }
+                    delta::Received::UnknownType(url) => {
+                        log::debug!("xds: ignoring a request for unknown type {url:?}");
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            Event::StateChanged(changed) => {
+                if !changed {
+                    return Err(Status::unavailable("the proxy's watcher stopped"));
+                }
+            }
+            Event::AuthCheck => {
+                if let Some(ProxyState::Ready(built)) =
+                    state_rx.as_ref().map(|rx| rx.borrow().clone())
+                {
+                    authorize(&acl, &token, &built)?;
+                }
+                auth_timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
+                continue;
+            }
+        }
+        let Some(rx) = state_rx.as_mut() else {
+            continue;
+        };
+        let state = rx.borrow_and_update().clone();
+        let ProxyState::Ready(built) = state else {
+            continue;
+        };
+        authorize(&acl, &token, &built)?;
+        auth_timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
+        if let Some(response) = protocol.next_response(&built.resources) {
+            if tx.send(Ok(response)).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn drive_sotw(
+    watchers: Arc<Watchers>,
+    acl: Option<Arc<AclChecker>>,
+    token: String,
+    mut inbound: Streaming<DiscoveryRequest>,
+    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+) -> Result<(), Status> {
+    let mut protocol = SotwStream::new();
+    let mut watch: Option<Arc<ProxyWatch>> = None;
+    let mut state_rx = None;
+    let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
+    loop {
+        let event = tokio::select! {
+            message = inbound.message() => Event::Request(match message {
+                Ok(request) => request,
+                Err(status) => {
+                    log::debug!("xds: stream closed by the client: {}", status.message());
+                    None
+                }
+            }),
+            changed = next_state(&mut state_rx) => Event::StateChanged(changed),
+            _ = &mut auth_timer => Event::AuthCheck,
+        };
+        match event {
+            Event::Request(None) => return Ok(()),
+            Event::Request(Some(request)) => {
+                if watch.is_none() {
+                    if let Some(proxy_id) = proxy_of(request.node.as_ref()) {
+                        let w = watchers
+                            .watch(&proxy_id, &token)
+                            .map_err(Status::resource_exhausted)?;
+                        state_rx = Some(w.state.clone());
+                        watch = Some(w);
+                    }
+                }
+                match protocol
+                    .receive(&request)
+                    .map_err(Status::invalid_argument)?
+                {
+                    sotw::Received::Nack {
+                        kind,
+                        version,
+                        error,
+                    } => {
+                        log::error!(
+                            "xds: proxy {:?} rejected {:?} version {version}: {error}",
+                            watch
+                                .as_ref()
+                                .map(|w| w.proxy_id.as_str())
+                                .unwrap_or_default(),
+                            kind
+                        );
+                        continue;
+                    }
+                    sotw::Received::UnknownType(url) => {
+                        log::debug!("xds: ignoring a request for unknown type {url:?}");
+                        continue;
+                    }
+                    sotw::Received::Stale(_) => continue,
+                    sotw::Received::Request(_) => {}
+                }
+            }
+            Event::StateChanged(changed) => {
+                if !changed {
+                    return Err(Status::unavailable("the proxy's watcher stopped"));
+                }
+            }
+            Event::AuthCheck => {
+                if let Some(ProxyState::Ready(built)) =
+                    state_rx.as_ref().map(|rx| rx.borrow().clone())
+                {
+                    authorize(&acl, &token, &built)?;
+                }
+                auth_timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
+                continue;
+            }
+        }
+        let Some(rx) = state_rx.as_mut() else {
+            continue;
+        };
+        let state = rx.borrow_and_update().clone();
+        let ProxyState::Ready(built) = state else {
+            continue;
+        };
+        authorize(&acl, &token, &built)?;
+        auth_timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
+        for response in protocol.responses(&built.resources) {
+            if tx.send(Ok(response)).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
