@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod connect;
 pub mod debug;
+pub mod envoy;
 pub mod gossip;
 pub mod intention;
 pub mod kv;
