@@ -202,7 +202,12 @@ impl Envoy {
     /// A page of Envoy's admin API (fetched with curl: the admin server answers chunked).
     fn admin_get(&self, path: &str) -> String {
         let output = Command::new("curl")
-            .args(["-s", "--max-time", "10", &format!("http://{}{path}", self.admin)])
+            .args([
+                "-s",
+                "--max-time",
+                "10",
+                &format!("http://{}{path}", self.admin),
+            ])
             .output()
             .expect("curl must be installed (tests/run.sh installs it)");
         String::from_utf8_lossy(&output.stdout).into_owned()
@@ -628,4 +633,125 @@ fn every_bootstrap_passes_envoy_validation() {
     ));
     assert!(fail(&["-sidecar-for", "nothing"]).contains("No sidecar proxy registered for nothing"));
     assert!(fail(&["-proxy-id", "web"]).contains("service is not a Connect proxy or gateway"));
+}
+
+/// A `praetor connect proxy` (the built-in proxy), killed on drop.
+struct BuiltIn {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl BuiltIn {
+    fn start(agent: &Agent, dir: &TempDir, sidecar_for: &str) -> BuiltIn {
+        let log = dir.path().join(format!("builtin-{sidecar_for}.log"));
+        let child = Command::new(praetor_binary())
+            .args([
+                "connect",
+                "proxy",
+                "-sidecar-for",
+                sidecar_for,
+                "-threads",
+                "1",
+                &format!("-http-addr={}", agent.http_addr()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        BuiltIn { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for BuiltIn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Envoy dials the built-in proxy and the built-in proxy dials Envoy: both send and accept
+/// Consul's SNI and check SPIFFE IDs the same way, and a deny intention holds on both.
+#[test]
+fn envoy_and_the_builtin_proxy_interoperate_both_ways() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("envoy-builtin");
+    let ip = agent.ip;
+    let (envoy_db, builtin_db) = (free_port(ip), free_port(ip));
+    echo_server(SocketAddr::new(ip, envoy_db));
+    echo_server(SocketAddr::new(ip, builtin_db));
+    register_with_sidecar(&agent, "envoy-db", envoy_db, free_port(ip), json!([]));
+    register_with_sidecar(&agent, "builtin-db", builtin_db, free_port(ip), json!([]));
+    let (to_builtin, to_envoy) = (free_port(ip), free_port(ip));
+    register_with_sidecar(
+        &agent,
+        "envoy-web",
+        free_port(ip),
+        free_port(ip),
+        json!([{"DestinationName": "builtin-db", "LocalBindAddress": ip.to_string(), "LocalBindPort": to_builtin}]),
+    );
+    register_with_sidecar(
+        &agent,
+        "builtin-web",
+        free_port(ip),
+        free_port(ip),
+        json!([{"DestinationName": "envoy-db", "LocalBindAddress": ip.to_string(), "LocalBindPort": to_envoy}]),
+    );
+    let envoy_db_proxy = Envoy::start(&agent, &dir, "envoy-db");
+    let envoy_web_proxy = Envoy::start(&agent, &dir, "envoy-web");
+    let builtin_db_proxy = BuiltIn::start(&agent, &dir, "builtin-db");
+    let builtin_web_proxy = BuiltIn::start(&agent, &dir, "builtin-web");
+    let message = b"across data planes".to_vec();
+    for (from, port) in [
+        ("Envoy to the built-in proxy", to_builtin),
+        ("the built-in proxy to Envoy", to_envoy),
+    ] {
+        let addr = SocketAddr::new(ip, port);
+        wait_for(from, MESH_READY_TIMEOUT, || {
+            round_trip(addr, &message).map_err(|e| {
+                format!(
+                    "{e}\nenvoy web:\n{}\nenvoy db:\n{}\nbuilt-in web:\n{}\nbuilt-in db:\n{}",
+                    envoy_web_proxy.log(),
+                    envoy_db_proxy.log(),
+                    builtin_web_proxy.log(),
+                    builtin_db_proxy.log()
+                )
+            })
+        });
+    }
+    // Envoy's cluster for the built-in proxy carries Consul's SNI and SAN.
+    let trust_domain = agent.get("/v1/connect/ca/roots").json()["TrustDomain"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dump = envoy_web_proxy.admin_get("/config_dump");
+    assert!(dump.contains(&format!(
+        "\"sni\": \"builtin-db.default.dc1.internal.{trust_domain}\""
+    )));
+    // Deny both ways; each destination's proxy refuses.
+    for (source, destination, port) in [
+        ("envoy-web", "builtin-db", to_builtin),
+        ("builtin-web", "envoy-db", to_envoy),
+    ] {
+        let written = Instant::now();
+        let deny = agent.put(
+            &format!("/v1/connect/intentions/exact?source={source}&destination={destination}"),
+            json!({"Action": "deny"}).to_string().as_bytes(),
+        );
+        assert_eq!(deny.text(), "true\n");
+        let addr = SocketAddr::new(ip, port);
+        while round_trip(addr, &message).is_ok() {
+            assert!(
+                written.elapsed() < Duration::from_secs(1),
+                "{source} → {destination}: a deny took longer than a second"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    for envoy in [&envoy_web_proxy, &envoy_db_proxy] {
+        envoy.assert_connected_and_nothing_rejected();
+    }
 }
