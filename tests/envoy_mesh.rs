@@ -755,3 +755,68 @@ fn envoy_and_the_builtin_proxy_interoperate_both_ways() {
         envoy.assert_connected_and_nothing_rejected();
     }
 }
+
+/// Envoy reaches the agent over gRPC with TLS (`ports.grpc_tls`, Consul's 8503) with the
+/// bootstrap `praetor connect envoy -grpc-addr https://… -grpc-ca-file …` writes.
+#[test]
+fn an_envoy_sidecar_reaches_the_agent_over_grpc_tls() {
+    let dir = TempDir::new("envoy-grpc-tls");
+    for args in [
+        &["tls", "ca", "create"][..],
+        &["tls", "cert", "create", "-server"][..],
+    ] {
+        let output = Command::new(praetor_binary())
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let d = dir.path().display();
+    let hcl = format!(
+        "tls {{ defaults {{ ca_file = \"{d}/consul-agent-ca.pem\" cert_file = \"{d}/dc1-server-consul-0.pem\" key_file = \"{d}/dc1-server-consul-0-key.pem\" }} grpc {{ verify_incoming = false }} }} ports {{ grpc = -1 grpc_tls = 8503 }}"
+    );
+    let agent = Agent::dev(&["-hcl", &hcl]);
+    let ip = agent.ip;
+    let db_port = free_port(ip);
+    echo_server(SocketAddr::new(ip, db_port));
+    register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
+    let admin = SocketAddr::new(ip, free_port(ip));
+    let log = dir.path().join("envoy-db.log");
+    let child = Command::new(praetor_binary())
+        .args([
+            "connect",
+            "envoy",
+            "-sidecar-for",
+            "db",
+            &format!("-http-addr={}", agent.http_addr()),
+            &format!("-grpc-addr=https://{ip}:8503"),
+            &format!("-grpc-ca-file={d}/consul-agent-ca.pem"),
+            &format!("-admin-bind={admin}"),
+            "--",
+            "--use-dynamic-base-id",
+            "--log-level",
+            "warn",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let envoy = Envoy { child, log, admin };
+    wait_for(
+        "Envoy takes its listeners over TLS",
+        MESH_READY_TIMEOUT,
+        || {
+            let stats = envoy.stats();
+            match stats.get("listener_manager.lds.update_success") {
+                Some(n) if *n >= 1 => Ok(()),
+                _ => Err(format!("{stats:?}\n{}\n{}", envoy.log(), agent.log())),
+            }
+        },
+    );
+    envoy.assert_connected_and_nothing_rejected();
+}

@@ -70,7 +70,7 @@ pub struct Ports {
     /// gRPC in plain text (`ports.grpc`): Envoy's xDS. Off by default, 8502 in `-dev`, as
     /// in Consul.
     pub grpc: i32,
-    /// gRPC over TLS (`ports.grpc_tls`); not served yet, so it only warns.
+    /// gRPC over TLS (`ports.grpc_tls`): Envoy's xDS with the `tls.grpc` certificate.
     pub grpc_tls: i32,
 }
 
@@ -611,7 +611,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let process = process::from_raw(&raw, &mut warnings)?;
     let watches = watches::from_raw(&raw, &mut warnings)?;
     let connect = connect::ConnectConfig::from_raw(&raw, &mut warnings)?;
-    warnings.extend(tls.not_active_warnings(&ports));
+    warnings.extend(tls.not_active_warnings());
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
     let skip_leave_on_interrupt = get_bool(&raw, "skip_leave_on_interrupt")?.unwrap_or(server);
@@ -689,14 +689,15 @@ fn not_acted_on(setting: &str, why: &str) -> String {
     format!("config: {setting} is accepted but not acted on yet: {why}")
 }
 
-/// Listener addresses per interface (Consul's `addresses { http, https, dns, grpc }`): each
-/// a space-separated list of IPs, `client_addr` when absent.
+/// Listener addresses per interface (Consul's `addresses { http, https, dns, grpc,
+/// grpc_tls }`): each a space-separated list of IPs, `client_addr` when absent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Addresses {
     pub http: Vec<IpAddr>,
     pub https: Vec<IpAddr>,
     pub dns: Vec<IpAddr>,
     pub grpc: Vec<IpAddr>,
+    pub grpc_tls: Vec<IpAddr>,
 }
 
 fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Addresses, String> {
@@ -726,6 +727,7 @@ fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Address
         https: listener("https")?,
         dns: listener("dns")?,
         grpc: listener("grpc")?,
+        grpc_tls: listener("grpc_tls")?,
     })
 }
 
@@ -743,18 +745,6 @@ fn inert_settings(raw: &Map<String, Value>, warnings: &mut Vec<String>) -> Resul
         }
     }
     let empty = Map::new();
-    let addresses = section(raw, "addresses", &empty)?;
-    for key in ["grpc_tls"] {
-        if get_string(addresses, key)
-            .map_err(|e| format!("addresses.{e}"))?
-            .is_some()
-        {
-            warnings.push(not_acted_on(
-                &format!("addresses.{key}"),
-                "praetor serves gRPC in plain text only (ports.grpc)",
-            ));
-        }
-    }
     let dns = section(raw, "dns_config", &empty)?;
     for (key, why) in [
         ("disable_compression", "DNS answers are always compressed"),

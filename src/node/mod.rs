@@ -438,8 +438,21 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             grpc_listeners.extend(bind_tcp_group(addr, 1, "gRPC")?);
         }
     }
+    let mut grpc_tls_listeners = Vec::new();
+    if config.ports.grpc_tls >= 0 {
+        if tls.server_config(crate::tls::Protocol::Grpc).is_none() {
+            return Err(format!(
+                "ports.grpc_tls = {} needs a certificate: set tls.grpc.cert_file and key_file (or the same in tls.defaults)",
+                config.ports.grpc_tls
+            ));
+        }
+        for ip in &config.addresses.grpc_tls {
+            let addr = SocketAddr::new(*ip, config.ports.grpc_tls as u16);
+            grpc_tls_listeners.extend(bind_tcp_group(addr, 1, "gRPC (TLS)")?);
+        }
+    }
     let xds_feed = crate::xds::feed::StoreFeed::new(initial_version.clone());
-    let xds = if grpc_listeners.is_empty() {
+    let xds = if grpc_listeners.is_empty() && grpc_tls_listeners.is_empty() {
         None
     } else {
         let acl = &config.acl;
@@ -451,6 +464,12 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                     || default_policy == crate::store::acl::authorizer::DefaultPolicy::Allow,
             },
             listeners: grpc_listeners,
+            tls: (!grpc_tls_listeners.is_empty()).then(|| {
+                let tls = tls.clone();
+                Arc::new(move || tls.server_config(crate::tls::Protocol::Grpc))
+                    as crate::xds::tls::ConfigSource
+            }),
+            tls_listeners: grpc_tls_listeners,
             agent: crate::xds::feed::AgentSource::new(agent_channel.clone()),
             store: xds_feed.clone(),
             acl: acl
@@ -539,12 +558,25 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .iter()
         .map(|ip| display_addr(*ip, config.ports.dns))
         .collect();
-    let grpc_addrs: Vec<String> = config
-        .addresses
-        .grpc
-        .iter()
-        .map(|ip| display_addr(*ip, config.ports.grpc))
-        .collect();
+    let mut grpc_addrs: Vec<String> = Vec::new();
+    if config.ports.grpc >= 0 {
+        grpc_addrs.extend(
+            config
+                .addresses
+                .grpc
+                .iter()
+                .map(|ip| display_addr(*ip, config.ports.grpc)),
+        );
+    }
+    if config.ports.grpc_tls >= 0 {
+        grpc_addrs.extend(
+            config
+                .addresses
+                .grpc_tls
+                .iter()
+                .map(|ip| format!("{} (TLS)", display_addr(*ip, config.ports.grpc_tls))),
+        );
+    }
     log::info!(
         "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, HTTPS on {}, DNS on {}, gRPC on {}, server RPC on {}, data in {}, fd limit {}",
         config.node_name,
@@ -554,7 +586,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
         if config.ports.https >= 0 { https_addrs.join(", ") } else { "(disabled)".to_string() },
         if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
-        if config.ports.grpc >= 0 { grpc_addrs.join(", ") } else { "(disabled)".to_string() },
+        if grpc_addrs.is_empty() { "(disabled)".to_string() } else { grpc_addrs.join(", ") },
         rpc_address,
         data_dir.path.display(),
         fd_limit

@@ -27,6 +27,7 @@ pub mod resources;
 pub mod server;
 pub mod snapshot;
 pub mod sotw;
+pub mod tls;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
 use std::sync::atomic::AtomicU64;
@@ -41,6 +42,9 @@ pub struct XdsConfig {
     pub settings: snapshot::XdsSettings,
     /// Plain-text gRPC listeners (`ports.grpc`), bound before any thread starts.
     pub listeners: Vec<std::net::TcpListener>,
+    /// gRPC over TLS (`ports.grpc_tls`): its listeners and the `tls.grpc` configuration.
+    pub tls_listeners: Vec<std::net::TcpListener>,
+    pub tls: Option<tls::ConfigSource>,
     pub agent: feed::AgentSource,
     pub store: feed::StoreFeed,
     /// Token checks when ACLs are on.
@@ -76,13 +80,22 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
         acl: config.acl.map(|s| Arc::new(server::AclChecker::new(s))),
         streams: streams.clone(),
     };
-    let mut listeners = Vec::with_capacity(config.listeners.len());
-    for listener in config.listeners {
+    let mut listeners = Vec::with_capacity(config.listeners.len() + config.tls_listeners.len());
+    for (listener, secure) in config
+        .listeners
+        .into_iter()
+        .map(|l| (l, false))
+        .chain(config.tls_listeners.into_iter().map(|l| (l, true)))
+    {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("cannot use the gRPC listener: {e}"))?;
-        listeners.push(listener);
+        listeners.push((listener, secure));
     }
+    if listeners.iter().any(|(_, secure)| *secure) && config.tls.is_none() {
+        return Err("gRPC over TLS needs the tls.grpc configuration".to_string());
+    }
+    let tls_config = config.tls;
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("praetor-grpc".into())
@@ -97,7 +110,7 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
                     return;
                 }
             };
-            runtime.block_on(serve(ads, listeners, shutdown_rx));
+            runtime.block_on(serve(ads, listeners, tls_config, shutdown_rx));
         })
         .map_err(|e| format!("cannot start the gRPC thread: {e}"))?;
     Ok(XdsThread {
@@ -110,14 +123,15 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
 
 async fn serve(
     ads: server::Ads,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<(std::net::TcpListener, bool)>,
+    tls_config: Option<tls::ConfigSource>,
     shutdown: tokio::sync::oneshot::Receiver<()>,
 ) {
     let service = AggregatedDiscoveryServiceServer::new(ads)
         .max_decoding_message_size(server::REQUEST_BYTES_MAX);
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let mut servers = Vec::with_capacity(listeners.len());
-    for listener in listeners {
+    for (listener, secure) in listeners {
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
@@ -129,14 +143,29 @@ async fn serve(
         let builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)));
         let service = service.clone();
-        servers.push(tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            if let Err(e) = builder
-                .serve_with_incoming_shutdown(service, incoming, async move {
-                    let _ = stop.recv().await;
+        let signal = async move {
+            let _ = stop.recv().await;
+        };
+        let served = match (secure, &tls_config) {
+            (true, Some(config)) => {
+                let incoming = tls::incoming(listener, config.clone());
+                tokio::spawn(async move {
+                    builder
+                        .serve_with_incoming_shutdown(service, incoming, signal)
+                        .await
                 })
-                .await
-            {
+            }
+            _ => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                tokio::spawn(async move {
+                    builder
+                        .serve_with_incoming_shutdown(service, incoming, signal)
+                        .await
+                })
+            }
+        };
+        servers.push(tokio::spawn(async move {
+            if let Ok(Err(e)) = served.await {
                 log::error!("grpc: the server stopped: {e}");
             }
         }));
