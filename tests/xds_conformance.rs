@@ -2,7 +2,8 @@
 //! (grpcio and xds-protos from PyPI, which `tests/run.sh` installs) against a real agent's
 //! gRPC port — delta subscribe, ACK, NACK, removal, reconnect with
 //! `initial_resource_versions`, state-of-the-world, unknown and missing type URLs — and
-//! against an agent with ACLs on for a wrong token and one without `service:write`.
+//! against an agent with ACLs on for a wrong token, one without
+//! `service:write` and a revoked one.
 
 mod common;
 
@@ -43,5 +44,5 @@ fn an_independent_ads_client_finds_the_protocol_consul_serves() {
         agent.log(),
         acl.log()
     );
-    assert!(stdout.contains("8 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("9 passed, 0 failed"), "{stdout}");
 }

@@ -5,8 +5,10 @@
 //! and from then on reacts to two things: requests (subscriptions, ACKs, NACKs) and new
 //! builds of its proxy. Before every response it checks the stream's token
 //! (`x-consul-token`) for `service:write` on the proxy's destination against the store
-//! version the build came from, and again every [`AUTH_CHECK_INTERVAL`] while idle, as
-//! Consul does; a token that lost the permission ends the stream with Consul's status.
+//! version the build came from, again against every new store version while ACLs are on
+//! (so a revoked token ends the stream at once), and every [`AUTH_CHECK_INTERVAL`] while
+//! idle, as Consul does; a token that lost the permission ends the stream with Consul's
+//! status.
 
 use super::delta::{self, DeltaStream};
 use super::proxies::{ProxyState, ProxyWatch, Watchers};
@@ -181,6 +183,40 @@ enum Event<R> {
     Request(Option<R>),
     StateChanged(bool),
     AuthCheck,
+    /// A new store version while ACLs are on: the token is checked again at once, so a
+    /// revoked token or a removed permission ends the stream without waiting.
+    StoreChanged,
+}
+
+/// The next store version, when ACLs are on; never otherwise.
+async fn next_version(
+    store: &mut Option<tokio::sync::watch::Receiver<crate::store::StoreVersion>>,
+) {
+    match store.as_mut() {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Checks the token against the newest store version (ACLs changed, not the proxy).
+fn recheck(
+    acl: &Option<Arc<AclChecker>>,
+    store: &mut Option<tokio::sync::watch::Receiver<crate::store::StoreVersion>>,
+    token: &str,
+    state: &Option<tokio::sync::watch::Receiver<ProxyState>>,
+) -> Result<(), Status> {
+    let (Some(checker), Some(store)) = (acl, store.as_mut()) else {
+        return Ok(());
+    };
+    let version = store.borrow_and_update().clone();
+    if let Some(ProxyState::Ready(built)) = state.as_ref().map(|rx| rx.borrow().clone()) {
+        checker.check(&version, token, &built.snapshot.destination)?;
+    }
+    Ok(())
 }
 
 fn authorize(
@@ -210,6 +246,7 @@ async fn drive_delta(
     let mut watch: Option<Arc<ProxyWatch>> = None;
     let mut state_rx = None;
     let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
+    let mut store_rx = acl.as_ref().map(|_| watchers.store().subscribe());
     loop {
         let event = tokio::select! {
             message = inbound.message() => Event::Request(match message {
@@ -221,6 +258,7 @@ async fn drive_delta(
             }),
             changed = next_state(&mut state_rx) => Event::StateChanged(changed),
             _ = &mut auth_timer => Event::AuthCheck,
+            _ = next_version(&mut store_rx) => Event::StoreChanged,
         };
         match event {
             Event::Request(None) => return Ok(()),
@@ -274,6 +312,10 @@ async fn drive_delta(
                     .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
                 continue;
             }
+            Event::StoreChanged => {
+                recheck(&acl, &mut store_rx, &token, &state_rx)?;
+                continue;
+            }
         }
         let Some(rx) = state_rx.as_mut() else {
             continue;
@@ -305,6 +347,7 @@ async fn drive_sotw(
     let mut watch: Option<Arc<ProxyWatch>> = None;
     let mut state_rx = None;
     let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
+    let mut store_rx = acl.as_ref().map(|_| watchers.store().subscribe());
     loop {
         let event = tokio::select! {
             message = inbound.message() => Event::Request(match message {
@@ -316,6 +359,7 @@ async fn drive_sotw(
             }),
             changed = next_state(&mut state_rx) => Event::StateChanged(changed),
             _ = &mut auth_timer => Event::AuthCheck,
+            _ = next_version(&mut store_rx) => Event::StoreChanged,
         };
         match event {
             Event::Request(None) => return Ok(()),
@@ -370,6 +414,10 @@ async fn drive_sotw(
                 auth_timer
                     .as_mut()
                     .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
+                continue;
+            }
+            Event::StoreChanged => {
+                recheck(&acl, &mut store_rx, &token, &state_rx)?;
                 continue;
             }
         }

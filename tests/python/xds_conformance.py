@@ -3,8 +3,9 @@
 Checks the xDS protocol as Envoy speaks it and Consul serves it: delta subscribe, ACK,
 NACK (never answered with the same resources), removal, reconnect with
 initial_resource_versions, state-of-the-world, an unknown type URL (ignored), a missing
-type URL (InvalidArgument), and tokens (a wrong one is Unauthenticated, one without
-service:write PermissionDenied).
+type URL (InvalidArgument), and tokens (a
+wrong one is Unauthenticated, one without service:write PermissionDenied, a revoked one ends
+its stream).
 
 Usage: xds_conformance.py <agent ip> <http port> <grpc port> [<acl agent ip> <root token>]
 Prints one line per check and 'N passed, N failed'; exits non-zero on any failure.
@@ -288,7 +289,32 @@ def main():
             assert s.next().type_url == CDS
             s.close()
 
+        def revoked_token_ends_the_stream():
+            policy = json.loads(http(acl_ip, http_port, "PUT", "/v1/acl/policy", {
+                "Name": "write-web", "Rules": 'service "web" { policy = "write" }',
+            }, token=root))
+            writer = json.loads(http(acl_ip, http_port, "PUT", "/v1/acl/token", {
+                "Policies": [{"ID": policy["ID"]}],
+            }, token=root))
+            s = Stream(acl_target, token=writer["SecretID"])
+            s.send(type_url=CDS)
+            cds = s.next()
+            assert cds.type_url == CDS
+            s.send(type_url=CDS, response_nonce=cds.nonce)
+            http(acl_ip, http_port, "DELETE", f"/v1/acl/token/{writer['AccessorID']}", token=root)
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    s.next(timeout=max(0.1, deadline - time.monotonic()))
+                except grpc.RpcError as e:
+                    assert e.code() == grpc.StatusCode.UNAUTHENTICATED, (e.code(), e.details())
+                    return
+                except queue.Empty:
+                    raise AssertionError("the stream outlived its token by 5 s")
+                assert time.monotonic() < deadline, "the stream outlived its token by 5 s"
+
         check("tokens: a wrong one is Unauthenticated, one without service:write PermissionDenied", acl_tokens)
+        check("tokens: a revoked token ends its stream at once", revoked_token_ends_the_stream)
 
     failed = results.count(False)
     print(f"{results.count(True)} passed, {failed} failed")
