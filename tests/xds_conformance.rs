@@ -1,8 +1,8 @@
 //! The xDS protocol checked by an independent client: `tests/python/xds_conformance.py`
 //! (grpcio and xds-protos from PyPI, which `tests/run.sh` installs) against a real agent's
 //! gRPC port — delta subscribe, ACK, NACK, removal, reconnect with
-//! `initial_resource_versions`, state-of-the-world, unknown and missing type URLs — and
-//! against an agent with ACLs on for a wrong token, one without
+//! `initial_resource_versions`, state-of-the-world, unknown and missing type URLs, a resolver
+//! subset's filter — and against an agent with ACLs on for a wrong token, one without
 //! `service:write` and a revoked one.
 
 mod common;
@@ -44,5 +44,5 @@ fn an_independent_ads_client_finds_the_protocol_consul_serves() {
         agent.log(),
         acl.log()
     );
-    assert!(stdout.contains("9 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("10 passed, 0 failed"), "{stdout}");
 }

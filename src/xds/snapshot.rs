@@ -12,7 +12,9 @@ use super::registration::{
     PUBLIC_BIND_ADDRESS_DEFAULT,
 };
 use crate::consul::discovery_chain::{self, Overrides};
-use crate::store::catalog::read::{connect_rows, proxy_destination};
+use crate::consul::filter::{self, Filter};
+use crate::consul::render;
+use crate::store::catalog::read::{connect_rows, proxy_destination, CheckServiceNode};
 use crate::store::catalog::Status;
 use crate::store::mesh::config_entry::{is_http_family, service_protocol};
 use crate::store::mesh::intentions::{self, Action};
@@ -457,12 +459,25 @@ fn chain_parts(
         let service = field(target, "Service");
         let datacenter = field(target, "Datacenter");
         let only_passing = target["Subset"]["OnlyPassing"].as_bool().unwrap_or(false);
-        let endpoints = if datacenter == local_datacenter {
-            endpoints(tables, &service, only_passing)?
-        } else {
+        // A subset's `Filter` selects instances as `/v1/health/service/<s>?filter=` does; the
+        // store validated it when the resolver was written, so one that no longer parses
+        // selects nothing rather than everything.
+        let filter = match target["Subset"]["Filter"]
+            .as_str()
+            .filter(|f| !f.is_empty())
+        {
+            None => Ok(None),
+            Some(text) => Filter::parse(text, filter::CHECK_SERVICE_NODE),
+        };
+        let endpoints = if datacenter != local_datacenter {
             // Another datacenter's instances arrive with federation of the snapshot's
             // data source; until then its target has no endpoints.
             Vec::new()
+        } else {
+            match &filter {
+                Ok(filter) => endpoints(tables, &service, only_passing, filter.as_ref())?,
+                Err(_) => Vec::new(),
+            }
         };
         targets.insert(
             id.clone(),
@@ -484,12 +499,30 @@ fn chain_parts(
 /// The Connect-capable instances of `service` with their health: an instance whose checks
 /// include a critical (or maintenance) one is unhealthy, and with `only_passing` so is one
 /// with a warning; a healthy instance weighs its `Weights.Passing`, or `Weights.Warning`
-/// while a check warns, as Consul's endpoint health and weight are computed.
-fn endpoints(tables: &Tables, service: &str, only_passing: bool) -> Result<Vec<Endpoint>, String> {
+/// while a check warns, as Consul's endpoint health and weight are computed. A subset's
+/// filter sees each proxy as a `CheckServiceNode` (a sidecar carries its service's tags and
+/// meta, so `Service.Meta.version == v1` selects the proxies of version 1).
+fn endpoints(
+    tables: &Tables,
+    service: &str,
+    only_passing: bool,
+    filter: Option<&Filter>,
+) -> Result<Vec<Endpoint>, String> {
     let rows = connect_rows(tables, service);
     let mut out = Vec::with_capacity(rows.views.len().min(ENDPOINTS_PER_TARGET_MAX));
     for view in rows.views.iter().take(ENDPOINTS_PER_TARGET_MAX) {
         let instance = &view.service;
+        if let Some(filter) = filter {
+            let row = CheckServiceNode {
+                node: view.node(),
+                service: instance,
+                node_checks: view.node_checks(),
+                service_checks: view.checks(),
+            };
+            if !filter.matches(&render::as_value(|w| render::check_service_node(w, &row))) {
+                continue;
+            }
+        }
         debug_assert!(
             instance.kind() != "connect-proxy"
                 || proxy_destination(instance).is_some_and(|d| d.eq_ignore_ascii_case(service)),

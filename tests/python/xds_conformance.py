@@ -3,7 +3,7 @@
 Checks the xDS protocol as Envoy speaks it and Consul serves it: delta subscribe, ACK,
 NACK (never answered with the same resources), removal, reconnect with
 initial_resource_versions, state-of-the-world, an unknown type URL (ignored), a missing
-type URL (InvalidArgument), and tokens (a
+type URL (InvalidArgument), a resolver subset's filter over the endpoints, and tokens (a
 wrong one is Unauthenticated, one without service:write PermissionDenied, a revoked one ends
 its stream).
 
@@ -20,6 +20,7 @@ import urllib.request
 
 import grpc
 from envoy.config.core.v3 import base_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
 
@@ -246,6 +247,34 @@ def main():
         assert eds.type_url == EDS and len(eds.resources) == 1
         s.close()
 
+    def subset_filter_selects_endpoints():
+        for version, port, proxy_port in (("v1", 9601, 21601), ("v2", 9602, 21602)):
+            http(ip, http_port, "PUT", "/v1/agent/service/register", {
+                "ID": f"shard-{version}", "Name": "shard", "Port": port, "Meta": {"version": version},
+                "Connect": {"SidecarService": {"Port": proxy_port}},
+            })
+        http(ip, http_port, "PUT", "/v1/config", {
+            "Kind": "service-resolver", "Name": "shard", "DefaultSubset": "v2",
+            "Subsets": {"v1": {"Filter": "Service.Meta.version == v1"},
+                        "v2": {"Filter": "Service.Meta.version == v2"}},
+        })
+        http(ip, http_port, "PUT", "/v1/agent/service/register", {
+            "Name": "api", "Port": 8081,
+            "Connect": {"SidecarService": {"Port": 21603, "Proxy": {
+                "Upstreams": [{"DestinationName": "shard", "LocalBindPort": 19193}]}}},
+        })
+        s = Stream(target, node_id="api-sidecar-proxy")
+        seen = sync_delta(s)
+        cluster = f"v2.shard.default.dc1.internal.{td}"
+        assert names(seen[CDS]) == sorted([cluster, "local_app"]), names(seen[CDS])
+        assert names(seen[EDS]) == [cluster], names(seen[EDS])
+        assignment = endpoint_pb2.ClusterLoadAssignment()
+        seen[EDS].resources[0].resource.Unpack(assignment)
+        ports = [e.endpoint.address.socket_address.port_value
+                 for locality in assignment.endpoints for e in locality.lb_endpoints]
+        assert ports == [21602], ports
+        s.close()
+
     check("delta: subscribe, ACK, content-hash versions, unique nonces", subscribe_and_ack)
     check("delta: a NACK is never answered with the same resources", nack_is_not_answered_with_the_same_resources)
     check("delta: removals, listeners before clusters", removal_reaches_clusters_after_listeners)
@@ -253,6 +282,7 @@ def main():
     check("delta: an unknown type URL is ignored", unknown_type_url_is_ignored)
     check("delta: a missing type URL is InvalidArgument", missing_type_url_is_invalid_argument)
     check("state of the world: subscribe, ACK, named resources", state_of_the_world)
+    check("endpoints: a resolver subset's Filter selects the instances", subset_filter_selects_endpoints)
     if "stream" in state:
         state["stream"].close()
 
