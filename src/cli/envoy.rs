@@ -225,6 +225,21 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
         None
     };
     let datacenter = service["Datacenter"].as_str().unwrap_or("dc1").to_string();
+    // Consul's central bootstrap settings (stats sinks, tracing, extra static resources…)
+    // are not written into the bootstrap yet: say so rather than drop them silently.
+    let unapplied: Vec<&str> = service["Proxy"]["Config"]
+        .as_object()
+        .into_iter()
+        .flat_map(|c| c.keys())
+        .filter(|k| k.starts_with("envoy_"))
+        .map(String::as_str)
+        .collect();
+    if !unapplied.is_empty() {
+        eprintln!(
+            "[WARN]  connect envoy: Proxy.Config {} accepted but not applied to the bootstrap",
+            unapplied.join(", ")
+        );
+    }
     Ok(BootstrapArgs {
         proxy_cluster: if destination.is_empty() {
             proxy_id.clone()

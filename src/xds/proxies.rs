@@ -219,8 +219,15 @@ async fn run(
     let mut leaf: Option<LeafFollower> = None;
     let mut last: Option<Arc<Built>> = None;
     let mut seen_at = Instant::now();
+    let mut warned_hash = String::new();
     loop {
         let registration = registration_rx.borrow_and_update().clone();
+        if let Some(Ok(r)) = &registration {
+            if r.content_hash != warned_hash {
+                warned_hash = r.content_hash.clone();
+                warn_escape_hatches(r);
+            }
+        }
         let state = match registration {
             None => ProxyState::Pending("waiting for the proxy's registration".to_string()),
             Some(Err(reason)) => ProxyState::Pending(reason),
@@ -300,6 +307,35 @@ async fn run(
             return;
         }
         seen_at = Instant::now();
+    }
+}
+
+/// Consul's Envoy escape hatches (`envoy_public_listener_json`, `envoy_local_cluster_json`,
+/// an upstream's `envoy_listener_json` and `envoy_cluster_json`, …) replace generated
+/// resources with raw Envoy JSON; praetor does not apply them yet, and says so once per
+/// registration instead of ignoring them silently.
+fn warn_escape_hatches(registration: &ProxyRegistration) {
+    let mut keys: Vec<String> = registration
+        .config
+        .keys()
+        .filter(|k| k.starts_with("envoy_") && k.ends_with("_json"))
+        .map(|k| format!("Proxy.Config.{k}"))
+        .collect();
+    for upstream in &registration.upstreams {
+        keys.extend(
+            upstream
+                .config
+                .keys()
+                .filter(|k| k.starts_with("envoy_"))
+                .map(|k| format!("Upstreams[{}].Config.{k}", upstream.destination_name)),
+        );
+    }
+    if !keys.is_empty() {
+        log::warn!(
+            "xds: proxy {:?}: {} accepted but not applied: praetor does not take Envoy escape hatches yet",
+            registration.id,
+            keys.join(", ")
+        );
     }
 }
 
