@@ -1506,7 +1506,14 @@ mod tests {
         })
         .unwrap();
         assert!(c.dev_mode && c.server && c.bootstrap);
-        assert_eq!(c.ports, Ports::default());
+        // -dev serves xDS on 8502, as Consul's dev mode does.
+        assert_eq!(
+            c.ports,
+            Ports {
+                grpc: 8502,
+                ..Ports::default()
+            }
+        );
         assert_eq!(c.datacenter, "dc1");
         assert_eq!(c.client_addrs, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
         assert_eq!(c.kv_max_value_size, 512 * 1024);
