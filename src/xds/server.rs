@@ -141,7 +141,9 @@ impl AggregatedDiscoveryService for Ads {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let _count = count;
-            if let Err(status) = drive_sotw(watchers, acl, token, inbound, tx.clone()).await {
+            if let Err(status) =
+                drive(SotwStream::new(), watchers, acl, token, inbound, tx.clone()).await
+            {
                 log::error!("xds: state-of-the-world stream ended: {}", status.message());
                 let _ = tx.send(Err(status)).await;
             }
@@ -161,7 +163,16 @@ impl AggregatedDiscoveryService for Ads {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let _count = count;
-            if let Err(status) = drive_delta(watchers, acl, token, inbound, tx.clone()).await {
+            if let Err(status) = drive(
+                DeltaStream::new(),
+                watchers,
+                acl,
+                token,
+                inbound,
+                tx.clone(),
+            )
+            .await
+            {
                 log::error!("xds: delta stream ended: {}", status.message());
                 let _ = tx.send(Err(status)).await;
             }
@@ -235,115 +246,100 @@ fn proxy_of(node: Option<&envoy_types::pb::envoy::config::core::v3::Node>) -> Op
     node.map(|n| n.id.clone()).filter(|id| !id.is_empty())
 }
 
-async fn drive_delta(
-    watchers: Arc<Watchers>,
-    acl: Option<Arc<AclChecker>>,
-    token: String,
-    mut inbound: Streaming<DeltaDiscoveryRequest>,
-    tx: mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>,
-) -> Result<(), Status> {
-    let mut protocol = DeltaStream::new();
-    let mut watch: Option<Arc<ProxyWatch>> = None;
-    let mut state_rx = None;
-    let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
-    let mut store_rx = acl.as_ref().map(|_| watchers.store().subscribe());
-    loop {
-        let event = tokio::select! {
-            message = inbound.message() => Event::Request(match message {
-                Ok(request) => request,
-                Err(status) => {
-                    log::debug!("xds: delta stream closed by the client: {}", status.message());
-                    None
-                }
-            }),
-            changed = next_state(&mut state_rx) => Event::StateChanged(changed),
-            _ = &mut auth_timer => Event::AuthCheck,
-            _ = next_version(&mut store_rx) => Event::StoreChanged,
-        };
-        match event {
-            Event::Request(None) => return Ok(()),
-            Event::Request(Some(request)) => {
-                if watch.is_none() {
-                    if let Some(proxy_id) = proxy_of(request.node.as_ref()) {
-                        let w = watchers
-                            .watch(&proxy_id, &token)
-                            .map_err(Status::resource_exhausted)?;
-                        state_rx = Some(w.state.clone());
-                        watch = Some(w);
-                    }
-                }
-                match protocol
-                    .receive(&request)
-                    .map_err(Status::invalid_argument)?
-                {
-                    delta::Received::Nack { kind, nonce, error } => {
-                        log::error!(
-                            "xds: proxy {:?} rejected {:?} (nonce {nonce}): {error}",
-                            watch
-                                .as_ref()
-                                .map(|w| w.proxy_id.as_str())
-                                .unwrap_or_default(),
-                            kind
-                        );
-                        // Consul waits for a new snapshot or request instead of sending the
-                        // same resources again.
-                        continue;
-                    }
-                    delta::Received::UnknownType(url) => {
-                        log::debug!("xds: ignoring a request for unknown type {url:?}");
-                        continue;
-                    }
-                    _ => {}
-                }
+/// What differs between the two ADS flavours for one stream: the message types, how a
+/// request is taken in, and what a build of the proxy sends.
+trait Flavour: Send + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    /// How the stream's end is logged.
+    const NAME: &'static str;
+    fn node(request: &Self::Request) -> Option<&envoy_types::pb::envoy::config::core::v3::Node>;
+    /// Takes `request` in; whether a response may follow it (not after a NACK, a stale
+    /// nonce or an unknown type, each logged here).
+    fn receive(&mut self, request: &Self::Request, proxy: &str) -> Result<bool, String>;
+    /// What to send for `resources` now.
+    fn responses(&mut self, resources: &super::resources::Resources) -> Vec<Self::Response>;
+}
+
+impl Flavour for DeltaStream {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+    const NAME: &'static str = "delta";
+
+    fn node(
+        request: &DeltaDiscoveryRequest,
+    ) -> Option<&envoy_types::pb::envoy::config::core::v3::Node> {
+        request.node.as_ref()
+    }
+
+    fn receive(&mut self, request: &DeltaDiscoveryRequest, proxy: &str) -> Result<bool, String> {
+        Ok(match DeltaStream::receive(self, request)? {
+            delta::Received::Nack { kind, nonce, error } => {
+                log::error!("xds: proxy {proxy:?} rejected {kind:?} (nonce {nonce}): {error}");
+                // Consul waits for a new snapshot or request instead of sending the same
+                // resources again.
+                false
             }
-            Event::StateChanged(changed) => {
-                if !changed {
-                    return Err(Status::unavailable("the proxy's watcher stopped"));
-                }
+            delta::Received::UnknownType(url) => {
+                log::debug!("xds: ignoring a request for unknown type {url:?}");
+                false
             }
-            Event::AuthCheck => {
-                if let Some(ProxyState::Ready(built)) =
-                    state_rx.as_ref().map(|rx| rx.borrow().clone())
-                {
-                    authorize(&acl, &token, &built)?;
-                }
-                auth_timer
-                    .as_mut()
-                    .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
-                continue;
-            }
-            Event::StoreChanged => {
-                recheck(&acl, &mut store_rx, &token, &state_rx)?;
-                continue;
-            }
-        }
-        let Some(rx) = state_rx.as_mut() else {
-            continue;
-        };
-        let state = rx.borrow_and_update().clone();
-        let ProxyState::Ready(built) = state else {
-            continue;
-        };
-        authorize(&acl, &token, &built)?;
-        auth_timer
-            .as_mut()
-            .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
-        if let Some(response) = protocol.next_response(&built.resources) {
-            if tx.send(Ok(response)).await.is_err() {
-                return Ok(());
-            }
-        }
+            delta::Received::NewSubscription(_) | delta::Received::Ack(_) => true,
+        })
+    }
+
+    fn responses(
+        &mut self,
+        resources: &super::resources::Resources,
+    ) -> Vec<DeltaDiscoveryResponse> {
+        // One response in flight at a time: the next waits for this one's ACK or NACK.
+        self.next_response(resources).into_iter().collect()
     }
 }
 
-async fn drive_sotw(
+impl Flavour for SotwStream {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    const NAME: &'static str = "state-of-the-world";
+
+    fn node(request: &DiscoveryRequest) -> Option<&envoy_types::pb::envoy::config::core::v3::Node> {
+        request.node.as_ref()
+    }
+
+    fn receive(&mut self, request: &DiscoveryRequest, proxy: &str) -> Result<bool, String> {
+        Ok(match SotwStream::receive(self, request)? {
+            sotw::Received::Nack {
+                kind,
+                version,
+                error,
+            } => {
+                log::error!("xds: proxy {proxy:?} rejected {kind:?} version {version}: {error}");
+                false
+            }
+            sotw::Received::UnknownType(url) => {
+                log::debug!("xds: ignoring a request for unknown type {url:?}");
+                false
+            }
+            sotw::Received::Stale(_) => false,
+            sotw::Received::Request(_) => true,
+        })
+    }
+
+    fn responses(&mut self, resources: &super::resources::Resources) -> Vec<DiscoveryResponse> {
+        SotwStream::responses(self, resources)
+    }
+}
+
+/// One stream of either flavour: requests in, builds of its proxy watched, the token checked
+/// before every response, at every new store version and every [`AUTH_CHECK_INTERVAL`].
+async fn drive<F: Flavour>(
+    mut protocol: F,
     watchers: Arc<Watchers>,
     acl: Option<Arc<AclChecker>>,
     token: String,
-    mut inbound: Streaming<DiscoveryRequest>,
-    tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
+    mut inbound: Streaming<F::Request>,
+    tx: mpsc::Sender<Result<F::Response, Status>>,
 ) -> Result<(), Status> {
-    let mut protocol = SotwStream::new();
     let mut watch: Option<Arc<ProxyWatch>> = None;
     let mut state_rx = None;
     let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
@@ -353,7 +349,7 @@ async fn drive_sotw(
             message = inbound.message() => Event::Request(match message {
                 Ok(request) => request,
                 Err(status) => {
-                    log::debug!("xds: stream closed by the client: {}", status.message());
+                    log::debug!("xds: {} stream closed by the client: {}", F::NAME, status.message());
                     None
                 }
             }),
@@ -365,7 +361,7 @@ async fn drive_sotw(
             Event::Request(None) => return Ok(()),
             Event::Request(Some(request)) => {
                 if watch.is_none() {
-                    if let Some(proxy_id) = proxy_of(request.node.as_ref()) {
+                    if let Some(proxy_id) = proxy_of(F::node(&request)) {
                         let w = watchers
                             .watch(&proxy_id, &token)
                             .map_err(Status::resource_exhausted)?;
@@ -373,31 +369,15 @@ async fn drive_sotw(
                         watch = Some(w);
                     }
                 }
-                match protocol
-                    .receive(&request)
+                let proxy = watch
+                    .as_ref()
+                    .map(|w| w.proxy_id.as_str())
+                    .unwrap_or_default();
+                if !protocol
+                    .receive(&request, proxy)
                     .map_err(Status::invalid_argument)?
                 {
-                    sotw::Received::Nack {
-                        kind,
-                        version,
-                        error,
-                    } => {
-                        log::error!(
-                            "xds: proxy {:?} rejected {:?} version {version}: {error}",
-                            watch
-                                .as_ref()
-                                .map(|w| w.proxy_id.as_str())
-                                .unwrap_or_default(),
-                            kind
-                        );
-                        continue;
-                    }
-                    sotw::Received::UnknownType(url) => {
-                        log::debug!("xds: ignoring a request for unknown type {url:?}");
-                        continue;
-                    }
-                    sotw::Received::Stale(_) => continue,
-                    sotw::Received::Request(_) => {}
+                    continue;
                 }
             }
             Event::StateChanged(changed) => {
