@@ -16,8 +16,8 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::ValidationContextType, subject_alt_name_matcher::SanType,
-    CertificateValidationContext, CommonTlsContext, SubjectAltNameMatcher, TlsCertificate,
-    TlsParameters, UpstreamTlsContext,
+    CertificateValidationContext, CommonTlsContext, SubjectAltNameMatcher, TlsParameters,
+    UpstreamTlsContext,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     http_protocol_options::{
@@ -103,11 +103,7 @@ pub fn upstream_tls(
     let context = UpstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
             tls_params: Some(TlsParameters::default()),
-            tls_certificates: vec![TlsCertificate {
-                certificate_chain: Some(inline(&snapshot.leaf_cert_pem)),
-                private_key: Some(inline(&snapshot.leaf_key_pem)),
-                ..Default::default()
-            }],
+            tls_certificates: vec![super::leaf_certificate(snapshot)],
             validation_context_type: Some(ValidationContextType::ValidationContext(
                 CertificateValidationContext {
                     trusted_ca: Some(inline(&snapshot.roots_bundle())),

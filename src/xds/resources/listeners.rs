@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
-    DownstreamTlsContext, TlsCertificate, TlsParameters,
+    DownstreamTlsContext, TlsParameters,
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 
@@ -154,11 +154,7 @@ fn public_listener(snapshot: &Snapshot) -> Listener {
     let tls = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
             tls_params: Some(TlsParameters::default()),
-            tls_certificates: vec![TlsCertificate {
-                certificate_chain: Some(inline(&snapshot.leaf_cert_pem)),
-                private_key: Some(inline(&snapshot.leaf_key_pem)),
-                ..Default::default()
-            }],
+            tls_certificates: vec![super::leaf_certificate(snapshot)],
             validation_context_type: Some(ValidationContextType::ValidationContext(
                 CertificateValidationContext {
                     trusted_ca: Some(inline(&snapshot.roots_bundle())),

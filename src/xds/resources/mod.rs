@@ -229,6 +229,17 @@ pub fn inline(text: &str) -> core::DataSource {
     }
 }
 
+/// The proxy's leaf certificate and key, inline: what it presents in both directions.
+pub fn leaf_certificate(
+    snapshot: &Snapshot,
+) -> envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::TlsCertificate {
+    envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::TlsCertificate {
+        certificate_chain: Some(inline(&snapshot.leaf_cert_pem)),
+        private_key: Some(inline(&snapshot.leaf_key_pem)),
+        ..Default::default()
+    }
+}
+
 /// A regular expression matcher (Envoy's RE2 `safe_regex`).
 pub fn safe_regex(regex: String) -> envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
     envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
