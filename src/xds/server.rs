@@ -133,28 +133,28 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let count = self.admit()?;
-        let token = token_of(&request);
-        let (tx, rx) = mpsc::channel(STREAM_SEND_QUEUE);
-        let watchers = self.watchers.clone();
-        let acl = self.acl.clone();
-        let inbound = request.into_inner();
-        tokio::spawn(async move {
-            let _count = count;
-            if let Err(status) =
-                drive(SotwStream::new(), watchers, acl, token, inbound, tx.clone()).await
-            {
-                log::error!("xds: state-of-the-world stream ended: {}", status.message());
-                let _ = tx.send(Err(status)).await;
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        self.open(SotwStream::new(), request)
     }
 
     async fn delta_aggregated_resources(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        self.open(DeltaStream::new(), request)
+    }
+}
+
+/// What a stream of flavour `F` sends, as tonic takes it.
+type Responses<F> = ReceiverStream<Result<<F as Flavour>::Response, Status>>;
+
+impl Ads {
+    /// Admits a stream of either flavour and drives it on a task of its own; a stream that
+    /// ends in error sends its status last.
+    fn open<F: Flavour>(
+        &self,
+        protocol: F,
+        request: Request<Streaming<F::Request>>,
+    ) -> Result<Response<Responses<F>>, Status> {
         let count = self.admit()?;
         let token = token_of(&request);
         let (tx, rx) = mpsc::channel(STREAM_SEND_QUEUE);
@@ -163,17 +163,8 @@ impl AggregatedDiscoveryService for Ads {
         let inbound = request.into_inner();
         tokio::spawn(async move {
             let _count = count;
-            if let Err(status) = drive(
-                DeltaStream::new(),
-                watchers,
-                acl,
-                token,
-                inbound,
-                tx.clone(),
-            )
-            .await
-            {
-                log::error!("xds: delta stream ended: {}", status.message());
+            if let Err(status) = drive(protocol, watchers, acl, token, inbound, tx.clone()).await {
+                log::error!("xds: {} stream ended: {}", F::NAME, status.message());
                 let _ = tx.send(Err(status)).await;
             }
         });
