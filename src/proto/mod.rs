@@ -8,6 +8,8 @@ pub mod duration;
 pub mod gossip;
 pub mod hcl;
 pub mod http;
+pub mod msgpack;
+pub mod msgpack_rpc;
 pub mod rfc3339;
 pub mod rpc;
 pub mod rpc_select;
