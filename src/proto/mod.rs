@@ -16,3 +16,4 @@ pub mod rpc_select;
 pub mod snapshot_archive;
 pub mod spiffe;
 pub mod tls_record;
+pub mod yamux;
