@@ -15,10 +15,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Consul's protocol bytes: TLS follows; Raft; multiplexed requests.
+/// Consul's protocol bytes: TLS follows; Raft; and praetor's multiplexed request frames.
 const BYTE_TLS: u8 = 3;
 const BYTE_RAFT: u8 = 1;
-const BYTE_RPC: u8 = 4;
+const BYTE_RPC: u8 = praetor::proto::rpc::PROTOCOL_RPC;
 
 fn praetor_in(dir: &Path, args: &[&str]) {
     let output = Command::new(praetor_binary())

@@ -37,6 +37,7 @@ pub mod operator;
 pub mod peer;
 pub mod query;
 pub mod routes;
+pub mod rpc;
 pub mod server;
 pub mod session;
 pub mod shared_answers;

@@ -23,6 +23,7 @@ pub mod peer_transport;
 pub mod raft_driver;
 pub mod raft_inbox;
 pub mod rpc_server;
+pub mod rpc_typed;
 pub mod runtime;
 pub mod telemetry;
 pub mod wal;
