@@ -1,0 +1,83 @@
+//! Consul's RPC on the server port, spoken by an independent client: a Python script
+//! (`tests/python/consul_rpc.py`, the `msgpack` package and the standard library only,
+//! written from Consul's documented wire and structs) against a real agent. It calls
+//! `Status.*`, `KVS.Apply`/`KVS.Get` (a blocking `MinQueryIndex` wait woken by a write on
+//! another connection), `Catalog.Register`, `Health.ServiceNodes`, `Session.Apply`, over
+//! byte 0 and over byte 4 with its own yamux (two streams at once), and over TLS with
+//! `verify_incoming`; unknown methods get net/rpc's words; garbage after the first byte
+//! closes the connection and the server keeps serving.
+//!
+//! A missing interpreter or module is a failure, not a skip: `tests/run.sh` installs them.
+
+mod common;
+
+use common::{praetor_binary, Agent, TempDir};
+use std::path::Path;
+use std::process::Command;
+
+fn run_client(args: &[&str], agent: &Agent) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/consul_rpc.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 must be installed (tests/run.sh installs it)");
+    assert!(
+        output.status.success(),
+        "consul_rpc.py {args:?} failed:\nstdout: {}\nstderr: {}\nagent log:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        agent.log()
+    );
+    assert!(
+        !agent.log().contains("panicked"),
+        "the agent panicked:\n{}",
+        agent.log()
+    );
+}
+
+#[test]
+fn an_independent_client_speaks_consuls_rpc_over_byte_0_and_yamux() {
+    let agent = Agent::dev(&[]);
+    run_client(&["plain", &agent.ip.to_string()], &agent);
+}
+
+fn praetor_in(dir: &Path, args: &[&str]) {
+    let output = Command::new(praetor_binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run praetor");
+    assert!(
+        output.status.success(),
+        "praetor {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn an_independent_client_speaks_consuls_rpc_over_tls_with_verify_incoming() {
+    let pki = TempDir::new("consul-rpc-pki");
+    praetor_in(pki.path(), &["tls", "ca", "create"]);
+    praetor_in(pki.path(), &["tls", "cert", "create", "-server"]);
+    praetor_in(pki.path(), &["tls", "cert", "create", "-client"]);
+    let file = |name: &str| pki.path().join(name).display().to_string();
+    let tls = format!(
+        "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} \
+         internal_rpc {{ verify_incoming = true }} }}",
+        file("consul-agent-ca.pem"),
+        file("dc1-server-consul-0.pem"),
+        file("dc1-server-consul-0-key.pem"),
+    );
+    let agent = Agent::dev(&["-hcl", &tls]);
+    run_client(
+        &[
+            "tls",
+            &agent.ip.to_string(),
+            &file("consul-agent-ca.pem"),
+            &file("dc1-client-consul-0.pem"),
+            &file("dc1-client-consul-0-key.pem"),
+        ],
+        &agent,
+    );
+}
