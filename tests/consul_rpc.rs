@@ -5,34 +5,47 @@
 //! another connection), `Catalog.Register`, `Health.ServiceNodes`, `Session.Apply`, over
 //! byte 0 and over byte 4 with its own yamux (two streams at once), and over TLS with
 //! `verify_incoming`; unknown methods get net/rpc's words; garbage after the first byte
-//! closes the connection and the server keeps serving.
+//! closes the connection and the server keeps serving. A follower hands writes and
+//! default reads (blocking ones too) to the leader, and serves stale reads itself.
 //!
 //! A missing interpreter or module is a failure, not a skip: `tests/run.sh` installs them.
 
 mod common;
 
-use common::{praetor_binary, Agent, TempDir};
+use common::{praetor_binary, Agent, Cluster, TempDir};
 use std::path::Path;
 use std::process::Command;
 
 fn run_client(args: &[&str], agent: &Agent) {
+    run_client_of(args, std::slice::from_ref(agent));
+}
+
+/// Runs the client; on failure shows the logs of `agents`.
+fn run_client_of(args: &[&str], agents: &[Agent]) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/consul_rpc.py");
     let output = Command::new("python3")
         .arg(script)
         .args(args)
         .output()
         .expect("python3 must be installed (tests/run.sh installs it)");
+    let logs = || {
+        agents
+            .iter()
+            .map(|a| format!("--- {}\n{}", a.ip, a.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert!(
         output.status.success(),
-        "consul_rpc.py {args:?} failed:\nstdout: {}\nstderr: {}\nagent log:\n{}",
+        "consul_rpc.py {args:?} failed:\nstdout: {}\nstderr: {}\nagent logs:\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),
-        agent.log()
+        logs()
     );
     assert!(
-        !agent.log().contains("panicked"),
-        "the agent panicked:\n{}",
-        agent.log()
+        agents.iter().all(|a| !a.log().contains("panicked")),
+        "an agent panicked:\n{}",
+        logs()
     );
 }
 
@@ -79,5 +92,20 @@ fn an_independent_client_speaks_consuls_rpc_over_tls_with_verify_incoming() {
             &file("dc1-client-consul-0-key.pem"),
         ],
         &agent,
+    );
+}
+
+#[test]
+fn a_follower_hands_typed_calls_to_the_leader() {
+    let cluster = Cluster::start(3, &[]);
+    let leader = cluster.wait_for_leader(std::time::Duration::from_secs(30));
+    let follower = (leader + 1) % cluster.servers.len();
+    run_client_of(
+        &[
+            "follower",
+            &cluster.servers[follower].ip.to_string(),
+            &cluster.servers[leader].ip.to_string(),
+        ],
+        &cluster.servers,
     );
 }

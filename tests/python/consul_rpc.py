@@ -9,6 +9,7 @@ and over TLS (byte 3, then the inner byte).
 Usage:
   consul_rpc.py plain <ip>                  calls over byte 0 and yamux, bad input
   consul_rpc.py tls <ip> <ca> <cert> <key>  calls over TLS with a client certificate
+  consul_rpc.py follower <follower> <leader>  calls to a follower, served by the leader
 
 Exits non-zero with a message on the first thing that is not as Consul answers it.
 """
@@ -508,12 +509,58 @@ def tls(ip, ca, cert, key):
     sock.close()
 
 
+def follower(follower_ip, leader_ip):
+    """A follower hands writes and default reads to the leader; a stale read it serves
+    itself, once it has caught up."""
+    sock, codec = plain_codec(follower_ip)
+    leader = codec.ok("Status.Leader", {})
+    check(leader == f"{leader_ip}:{PORT}", f"the follower names {leader!r} as leader")
+    kv_set(codec, "rpc/follower", b"via-follower")
+    check(entry_value(kv_get(codec, "rpc/follower")) == b"via-follower", "a forwarded read")
+    lsock, on_leader = plain_codec(leader_ip)
+    check(
+        entry_value(kv_get(on_leader, "rpc/follower")) == b"via-follower",
+        "the leader lacks the follower's write",
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        stale = codec.ok("KVS.Get", {"Key": "rpc/follower", "AllowStale": True})
+        if stale.get("Entries"):
+            break
+        check(time.monotonic() < deadline, "the follower never caught up")
+        time.sleep(0.1)
+    check(stale["ConsistencyLevel"] == "stale", f"a stale read reports {stale!r}")
+    check(entry_value(stale) == b"via-follower", "the stale read")
+    # A blocking read on the follower, woken by a write on the leader.
+    index = kv_get(codec, "rpc/follower")["Index"]
+    result = {}
+
+    def wait():
+        result["reply"] = kv_get(codec, "rpc/follower", min_index=index, wait_s=30)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(1.0)
+    check(waiter.is_alive(), "the forwarded blocking read answered early")
+    kv_set(on_leader, "rpc/follower", b"from-leader")
+    waiter.join(timeout=20)
+    check(not waiter.is_alive(), "the forwarded blocking read was not woken")
+    check(entry_value(result["reply"]) == b"from-leader", f"woken with {result['reply']!r}")
+    # Another datacenter this one does not know.
+    error, _ = codec.call("KVS.Get", {"Datacenter": "nowhere", "Key": "x"})
+    check(error == "No path to datacenter", f"an unknown datacenter answered {error!r}")
+    sock.close()
+    lsock.close()
+
+
 def main():
     mode = sys.argv[1]
     if mode == "plain":
         plain(sys.argv[2])
     elif mode == "tls":
         tls(*sys.argv[2:6])
+    elif mode == "follower":
+        follower(sys.argv[2], sys.argv[3])
     else:
         fail(f"unknown mode {mode}")
     print("ok")
