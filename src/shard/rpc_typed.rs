@@ -310,7 +310,9 @@ pub async fn serve_yamux<C: TypedCalls>(
         let length = input.len();
         let (result, slice) = reader.read(input.slice_mut(length..)).await;
         input = slice.into_inner();
-        if !matches!(result, Ok(n) if n > 0) {
+        // The writer gave up (a client that stopped reading) or the keepalive failed:
+        // nothing read now could be answered.
+        if !matches!(result, Ok(n) if n > 0) || mux.borrow().over {
             break;
         }
         let received = mux.borrow_mut().session.receive(&mut input, &mut events);
