@@ -12,8 +12,7 @@
 
 mod common;
 
-use common::{praetor_binary, Agent, Cluster, TempDir};
-use std::path::Path;
+use common::{praetor_in, Agent, Cluster, TempDir};
 use std::process::Command;
 
 fn run_client(args: &[&str], agent: &Agent) {
@@ -53,19 +52,6 @@ fn run_client_of(args: &[&str], agents: &[Agent]) {
 fn an_independent_client_speaks_consuls_rpc_over_byte_0_and_yamux() {
     let agent = Agent::dev(&[]);
     run_client(&["plain", &agent.ip.to_string()], &agent);
-}
-
-fn praetor_in(dir: &Path, args: &[&str]) {
-    let output = Command::new(praetor_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run praetor");
-    assert!(
-        output.status.success(),
-        "praetor {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 #[test]

@@ -261,30 +261,40 @@ def status_and_kv(codec, prefix):
     check(got["ConsistencyLevel"] == "leader" and got["KnownLeader"] is True, f"meta {got!r}")
 
 
+def woken_by(reader, key, index, write, what):
+    """Starts a blocking KVS.Get of `key` past `index` on `reader`, checks that it still
+    waits a second later, runs `write`, and returns the reply the write woke it with and how
+    long it blocked."""
+    result = {}
+
+    def wait():
+        started = time.monotonic()
+        result["reply"] = kv_get(reader, key, min_index=index, wait_s=30)
+        result["elapsed"] = time.monotonic() - started
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(1.0)
+    check(waiter.is_alive(), f"{what}: the blocking KVS.Get answered before the write")
+    write()
+    waiter.join(timeout=20)
+    check(not waiter.is_alive(), f"{what}: the blocking KVS.Get was not woken by the write")
+    reply = result["reply"]
+    check(reply["Index"] > index, f"{what}: woken with index {reply['Index']} <= {index}")
+    return reply, result["elapsed"]
+
+
 def blocking_get_is_woken_by_a_write(ip):
     """A KVS.Get with MinQueryIndex parks until a write on another connection moves it."""
     sock_a, reader = plain_codec(ip)
     sock_b, writer = plain_codec(ip)
     kv_set(writer, "rpc/block", b"before")
     index = kv_get(reader, "rpc/block")["Index"]
-    result = {}
-
-    def wait():
-        started = time.monotonic()
-        result["reply"] = kv_get(reader, "rpc/block", min_index=index, wait_s=30)
-        result["elapsed"] = time.monotonic() - started
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(1.0)
-    check(waiter.is_alive(), "the blocking KVS.Get answered before any write")
-    kv_set(writer, "rpc/block", b"after")
-    waiter.join(timeout=20)
-    check(not waiter.is_alive(), "the blocking KVS.Get was not woken by the write")
-    reply = result["reply"]
-    check(reply["Index"] > index, f"woken with index {reply['Index']} <= {index}")
+    reply, elapsed = woken_by(
+        reader, "rpc/block", index, lambda: kv_set(writer, "rpc/block", b"after"), "byte 0"
+    )
     check(entry_value(reply) == b"after", f"woken with {reply!r}")
-    check(1.0 <= result["elapsed"] < 15, f"blocked {result['elapsed']:.1f} s")
+    check(1.0 <= elapsed < 15, f"blocked {elapsed:.1f} s")
     # A blocking query nothing moves answers when its wait runs out, at the same index.
     started = time.monotonic()
     reply = kv_get(reader, "rpc/block", min_index=reply["Index"], wait_s=1)
@@ -407,22 +417,15 @@ def yamux_two_streams(ip):
     check(other.ok("Status.Ping", {}) == {}, "Status.Ping over yamux")
     kv_set(other, "rpc/mux", b"one")
     index = kv_get(blocked, "rpc/mux")["Index"]
-    result = {}
 
-    def wait():
-        result["reply"] = kv_get(blocked, "rpc/mux", min_index=index, wait_s=30)
+    def write():
+        # The other stream keeps serving while the first one waits.
+        for _ in range(3):
+            check(other.ok("Status.Ping", {}) == {}, "a stream stalled behind a blocked one")
+        kv_set(other, "rpc/mux", b"two")
 
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(1.0)
-    check(waiter.is_alive(), "the blocking stream answered before the write")
-    # The other stream keeps serving while the first one waits.
-    for _ in range(3):
-        check(other.ok("Status.Ping", {}) == {}, "a stream stalled behind a blocked one")
-    kv_set(other, "rpc/mux", b"two")
-    waiter.join(timeout=20)
-    check(not waiter.is_alive(), "the blocked stream was not woken")
-    check(entry_value(result["reply"]) == b"two", f"woken with {result['reply']!r}")
+    reply, _ = woken_by(blocked, "rpc/mux", index, write, "yamux")
+    check(entry_value(reply) == b"two", f"woken with {reply!r}")
     # More streams, each a codec of its own, then a clean close.
     third = session.open()
     unknown_methods(third.codec())
@@ -533,19 +536,14 @@ def follower(follower_ip, leader_ip):
     check(entry_value(stale) == b"via-follower", "the stale read")
     # A blocking read on the follower, woken by a write on the leader.
     index = kv_get(codec, "rpc/follower")["Index"]
-    result = {}
-
-    def wait():
-        result["reply"] = kv_get(codec, "rpc/follower", min_index=index, wait_s=30)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(1.0)
-    check(waiter.is_alive(), "the forwarded blocking read answered early")
-    kv_set(on_leader, "rpc/follower", b"from-leader")
-    waiter.join(timeout=20)
-    check(not waiter.is_alive(), "the forwarded blocking read was not woken")
-    check(entry_value(result["reply"]) == b"from-leader", f"woken with {result['reply']!r}")
+    reply, _ = woken_by(
+        codec,
+        "rpc/follower",
+        index,
+        lambda: kv_set(on_leader, "rpc/follower", b"from-leader"),
+        "on a follower",
+    )
+    check(entry_value(reply) == b"from-leader", f"woken with {reply!r}")
     # Another datacenter this one does not know.
     error, _ = codec.call("KVS.Get", {"Datacenter": "nowhere", "Key": "x"})
     check(error == "No path to datacenter", f"an unknown datacenter answered {error!r}")

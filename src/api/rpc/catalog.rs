@@ -3,9 +3,11 @@
 //! `Catalog.NodeServices`, as Consul's `catalog_endpoint.go` serves them.
 
 use super::{
-    authorize, decode_error, elsewhere, error_text, propose, read, rows, Answer, Placement, Read,
+    authorize, decode_error, elsewhere, error_text, propose, read, read_here, rows, Answer,
+    Placement, Read,
 };
 use crate::api::authz::{check_deregister, check_registration, RowFilter};
+use crate::api::catalog::{service_tags, services_read};
 use crate::api::server::Server;
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
@@ -22,7 +24,6 @@ use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, InstanceView};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// A catalog write's answer: Go's `struct{}` reply, or the store's refusal.
@@ -152,10 +153,7 @@ impl Read for Nodes {
                         .is_none_or(|f| f.matches(&render::as_value(|w| render::node(w, node))))
             })
             .collect();
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         meta.write_reply(&mut w, &["Nodes"], |_, w| {
             if nodes.is_empty() {
@@ -185,13 +183,10 @@ fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 /// `Catalog.ListNodes`.
 pub async fn list_nodes(server: &Server, call: &TypedCall) -> Answer {
     let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = Nodes {
         node_meta: owned(&request.node_meta_filters),
         filter: parse_filter(request.options.filter, filter::NODE)?,
@@ -207,50 +202,23 @@ struct Services {
 
 impl Read for Services {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        if self.node_meta.is_empty() {
-            (
-                read::services_index(tables),
-                WatchSet::new().table(Table::Services),
-            )
-        } else {
-            (
-                read::node_services_index(tables),
-                WatchSet::new().table(Table::Services).table(Table::Nodes),
-            )
-        }
+        services_read(tables, !self.node_meta.is_empty())
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
         let meta_filters = pairs(&self.node_meta);
-        let mut services: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        let mut hidden = false;
-        for group in version.catalog.services.values() {
-            for view in group.instances.values() {
-                if !self.rows.service(&view.service.name) {
-                    hidden = true;
-                    continue;
-                }
-                if !satisfies(&view.node().meta, &meta_filters) {
-                    continue;
-                }
-                services
-                    .entry(&view.service.name)
-                    .or_default()
-                    .extend(view.service.tags.iter().map(|t| &**t));
-            }
-        }
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
-        let mut w = Writer::new();
-        meta.write_reply(&mut w, &["Services"], |_, w| {
-            w.map_len(services.len());
-            for (name, tags) in &services {
-                w.str(name);
-                crate::consul::rpc::write_string_list(w, tags.iter().copied(), false);
-            }
+        let (services, hidden) = service_tags(version, &self.rows, |view| {
+            satisfies(&view.node().meta, &meta_filters)
         });
+        let mut w = Writer::new();
+        meta.filtered(hidden)
+            .write_reply(&mut w, &["Services"], |_, w| {
+                w.map_len(services.len());
+                for (name, tags) in &services {
+                    w.str(name);
+                    crate::consul::rpc::write_string_list(w, tags.iter().copied(), false);
+                }
+            });
         Ok(w.into_inner())
     }
 }
@@ -258,13 +226,10 @@ impl Read for Services {
 /// `Catalog.ListServices`: each service's tags.
 pub async fn list_services(server: &Server, call: &TypedCall) -> Answer {
     let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = Services {
         node_meta: owned(&request.node_meta_filters),
         rows: rows(&authz),
@@ -365,10 +330,7 @@ impl Read for ServiceNodes {
         let (views, hidden) = self.0.select(version, |view| {
             render::as_value(|w| render::service_node(w, view.node(), &view.service))
         });
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         meta.write_reply(&mut w, &["ServiceNodes"], |_, w| {
             if views.is_empty() {
@@ -387,16 +349,13 @@ impl Read for ServiceNodes {
 /// `Catalog.ServiceNodes`.
 pub async fn service_nodes(server: &Server, call: &TypedCall) -> Answer {
     let request = ServiceSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     if request.service_name.is_empty() {
         return Err("Must provide service name".to_string());
     }
-    let authz = authorize(server, request.options.token)?;
     let query = ServiceNodes(Instances::new(
         &request,
         filter::SERVICE_NODE,
@@ -444,10 +403,7 @@ impl Read for NodeServices {
             })
             .unwrap_or_default();
         services.sort_by(|a, b| a.id.cmp(&b.id));
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         meta.write_reply(&mut w, &["NodeServices"], |_, w| {
             let Some(entry) = entry else {
@@ -471,16 +427,13 @@ impl Read for NodeServices {
 /// `Catalog.NodeServices`: the node and its services by ID (nil for an unknown node).
 pub async fn node_services(server: &Server, call: &TypedCall) -> Answer {
     let request = NodeSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     if request.node.is_empty() {
         return Err("Must provide node".to_string());
     }
-    let authz = authorize(server, request.options.token)?;
     let query = NodeServices {
         node: Arc::from(request.node),
         folded: Arc::from(&*fold(request.node)),

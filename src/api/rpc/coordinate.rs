@@ -3,7 +3,8 @@
 //! catalog node's from what `Coordinate.Update` stored.
 
 use super::{
-    authorize, decode_error, elsewhere, propose, read, require, rows, Answer, Placement, Read,
+    authorize, decode_error, elsewhere, propose, read, read_here, require, rows, Answer, Placement,
+    Read,
 };
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
@@ -101,13 +102,10 @@ fn known_coordinates(server: &Server) -> Vec<(String, Coordinate)> {
 /// `Coordinate.ListNodes`.
 pub async fn list_nodes(server: &Server, call: &TypedCall) -> Answer {
     let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = Coordinates {
         node: None,
         known: known_coordinates(server),
@@ -119,13 +117,10 @@ pub async fn list_nodes(server: &Server, call: &TypedCall) -> Answer {
 /// `Coordinate.Node`: one node's coordinate (none when unknown).
 pub async fn node(server: &Server, call: &TypedCall) -> Answer {
     let request = NodeSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     require(&authz, |a| a.node_read(request.node))?;
     let query = Coordinates {
         node: Some(request.node.to_string()),

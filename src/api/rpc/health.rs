@@ -3,7 +3,7 @@
 //! a server's business: Consul's agent filters the answer itself.
 
 use super::catalog::{parse_filter, Instances};
-use super::{authorize, decode_error, elsewhere, read, rows, Answer, Placement, Read};
+use super::{decode_error, read, read_here, rows, Answer, Read};
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
 use crate::consul::filter::{self, Filter};
@@ -18,7 +18,7 @@ use crate::shard::rpc_server::TypedCall;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read::{self, CheckServiceNode};
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::{HealthCheck, InstanceView, Status};
+use crate::store::catalog::{HealthCheck, InstanceView, Node, RowArc, Status};
 use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
 
@@ -43,10 +43,7 @@ impl Read for ServiceHealth {
         let (views, hidden) = self.0.select(version, |view| {
             render::as_value(|w| render::check_service_node(w, &row(view)))
         });
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         meta.write_reply(&mut w, &["Nodes"], |_, w| {
             if views.is_empty() {
@@ -65,26 +62,20 @@ impl Read for ServiceHealth {
 /// `Health.ServiceNodes`: each instance with its node and all their checks.
 pub async fn service_nodes(server: &Server, call: &TypedCall) -> Answer {
     let request = ServiceSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     if request.service_name.is_empty() {
         return Err("Must provide service name".to_string());
     }
-    let authz = authorize(server, request.options.token)?;
     let instances = Instances::new(&request, filter::CHECK_SERVICE_NODE, rows(&authz))?;
     read(server, call, &request.options, ServiceHealth(instances)).await
 }
 
 /// Writes a checks reply (`IndexedHealthChecks`).
 fn checks_reply(meta: &QueryMeta, checks: &[&HealthCheck], hidden: bool) -> Answer {
-    let meta = QueryMeta {
-        results_filtered_by_acls: hidden,
-        ..meta.clone()
-    };
+    let meta = meta.filtered(hidden);
     let mut w = Writer::new();
     meta.write_reply(&mut w, &["HealthChecks"], |_, w| {
         write_health_checks(w, checks.iter().copied())
@@ -96,6 +87,36 @@ fn keep(filter: &Option<Filter>, check: &HealthCheck) -> bool {
     filter
         .as_ref()
         .is_none_or(|f| f.matches(&render::as_value(|w| render::health_check(w, check))))
+}
+
+/// The checks whose node has the node-meta pairs, that the token may read and that the
+/// expression keeps; and whether the token hid any.
+fn kept_checks<'t>(
+    found: Vec<(&'t Arc<Node>, &'t RowArc<HealthCheck>)>,
+    node_meta: &[(String, String)],
+    rows: &RowFilter,
+    filter: &Option<Filter>,
+) -> (Vec<&'t HealthCheck>, bool) {
+    let pairs: Vec<(&str, &str)> = node_meta
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut hidden = false;
+    let checks = found
+        .into_iter()
+        .filter(|(node, check)| {
+            if !satisfies(&node.meta, &pairs) {
+                return false;
+            }
+            if !rows.node_service(&check.node, &check.service_name) {
+                hidden = true;
+                return false;
+            }
+            keep(filter, check)
+        })
+        .map(|(_, check)| &**check)
+        .collect();
+    (checks, hidden)
 }
 
 struct NodeChecks {
@@ -133,13 +154,10 @@ impl Read for NodeChecks {
 /// `Health.NodeChecks`.
 pub async fn node_checks(server: &Server, call: &TypedCall) -> Answer {
     let request = NodeSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = NodeChecks {
         node: Arc::from(request.node),
         folded: Arc::from(&*fold(request.node)),
@@ -166,26 +184,12 @@ impl Read for ServiceChecks {
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
-        let filters: Vec<(&str, &str)> = self
-            .node_meta
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let mut hidden = false;
-        let checks: Vec<&HealthCheck> = read::service_checks(version, &self.service)
-            .into_iter()
-            .filter(|(node, check)| {
-                if !satisfies(&node.meta, &filters) {
-                    return false;
-                }
-                if !self.rows.node_service(&check.node, &check.service_name) {
-                    hidden = true;
-                    return false;
-                }
-                keep(&self.filter, check)
-            })
-            .map(|(_, check)| &**check)
-            .collect();
+        let (checks, hidden) = kept_checks(
+            read::service_checks(version, &self.service),
+            &self.node_meta,
+            &self.rows,
+            &self.filter,
+        );
         checks_reply(meta, &checks, hidden)
     }
 }
@@ -193,13 +197,10 @@ impl Read for ServiceChecks {
 /// `Health.ServiceChecks`.
 pub async fn service_checks(server: &Server, call: &TypedCall) -> Answer {
     let request = ServiceSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = ServiceChecks {
         service: Arc::from(request.service_name),
         folded: Arc::from(&*fold(request.service_name)),
@@ -226,26 +227,12 @@ impl Read for ChecksInState {
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
-        let filters: Vec<(&str, &str)> = self
-            .node_meta
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let mut hidden = false;
-        let checks: Vec<&HealthCheck> = read::checks_in_state(version, self.state)
-            .into_iter()
-            .filter(|(node, check)| {
-                if !satisfies(&node.meta, &filters) {
-                    return false;
-                }
-                if !self.rows.node_service(&check.node, &check.service_name) {
-                    hidden = true;
-                    return false;
-                }
-                keep(&self.filter, check)
-            })
-            .map(|(_, check)| &**check)
-            .collect();
+        let (checks, hidden) = kept_checks(
+            read::checks_in_state(version, self.state),
+            &self.node_meta,
+            &self.rows,
+            &self.filter,
+        );
         checks_reply(meta, &checks, hidden)
     }
 }
@@ -253,18 +240,15 @@ impl Read for ChecksInState {
 /// `Health.ChecksInState`: `any`, `passing`, `warning` or `critical`.
 pub async fn checks_in_state(server: &Server, call: &TypedCall) -> Answer {
     let request = ChecksInStateRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let state = match request.state {
         "any" => None,
         "passing" | "warning" | "critical" => Status::parse(request.state),
         other => return Err(format!("Invalid state '{other}'")),
     };
-    let authz = authorize(server, request.options.token)?;
     let query = ChecksInState {
         state,
         node_meta: crate::consul::rpc::owned_pairs(&request.node_meta_filters),

@@ -1,7 +1,9 @@
 //! `Internal.NodeInfo`, `Internal.NodeDump`, `Internal.ServiceDump` and
 //! `Internal.EventFire`, as Consul's `internal_endpoint.go` serves them.
 
-use super::{authorize, decode_error, elsewhere, read, require, rows, Answer, Placement, Read};
+use super::{
+    authorize, decode_error, elsewhere, read, read_here, require, rows, Answer, Placement, Read,
+};
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
 use crate::consul::rpc::catalog::{DcSpecificRequest, NodeSpecificRequest};
@@ -20,6 +22,17 @@ use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 const CATALOG_TABLES: [Table; 3] = [Table::Nodes, Table::Services, Table::Checks];
+
+/// A read of the whole catalog: its index and its tables.
+fn whole_catalog(tables: &Tables) -> (u64, WatchSet) {
+    (
+        tables.max_table_index(&CATALOG_TABLES),
+        WatchSet::new()
+            .table(Table::Nodes)
+            .table(Table::Services)
+            .table(Table::Checks),
+    )
+}
 
 /// A node's info, without what the token may not read; `None` for a node it may not read.
 fn info<'t>(entry: &'t NodeEntry, rows: &RowFilter, hidden: &mut bool) -> Option<NodeInfo<'t>> {
@@ -50,18 +63,16 @@ struct Dump {
 
 impl Read for Dump {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        let index = tables.max_table_index(&CATALOG_TABLES);
-        let watch = match &self.node {
-            Some((_, folded)) => WatchSet::new()
-                .key(Table::Nodes, folded.clone())
-                .key(Table::NodeServices, folded.clone())
-                .key(Table::Checks, folded.clone()),
-            None => WatchSet::new()
-                .table(Table::Nodes)
-                .table(Table::Services)
-                .table(Table::Checks),
-        };
-        (index, watch)
+        match &self.node {
+            Some((_, folded)) => (
+                tables.max_table_index(&CATALOG_TABLES),
+                WatchSet::new()
+                    .key(Table::Nodes, folded.clone())
+                    .key(Table::NodeServices, folded.clone())
+                    .key(Table::Checks, folded.clone()),
+            ),
+            None => whole_catalog(tables),
+        }
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
@@ -80,10 +91,7 @@ impl Read for Dump {
                 .filter_map(|entry| info(entry, &self.rows, &mut hidden))
                 .collect(),
         };
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         write_node_dump(&mut w, &meta, &dump);
         Ok(w.into_inner())
@@ -93,13 +101,10 @@ impl Read for Dump {
 /// `Internal.NodeInfo`: one node with its services and checks.
 pub async fn node_info(server: &Server, call: &TypedCall) -> Answer {
     let request = NodeSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = Dump {
         node: Some((Arc::from(request.node), Arc::from(&*fold(request.node)))),
         rows: rows(&authz),
@@ -110,13 +115,10 @@ pub async fn node_info(server: &Server, call: &TypedCall) -> Answer {
 /// `Internal.NodeDump`: every node with its services and checks.
 pub async fn node_dump(server: &Server, call: &TypedCall) -> Answer {
     let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = Dump {
         node: None,
         rows: rows(&authz),
@@ -131,13 +133,7 @@ struct Services {
 
 impl Read for Services {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            tables.max_table_index(&CATALOG_TABLES),
-            WatchSet::new()
-                .table(Table::Nodes)
-                .table(Table::Services)
-                .table(Table::Checks),
-        )
+        whole_catalog(tables)
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
@@ -167,10 +163,7 @@ impl Read for Services {
                 });
             }
         }
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         write_service_dump(&mut w, &meta, &found);
         Ok(w.into_inner())
@@ -180,13 +173,10 @@ impl Read for Services {
 /// `Internal.ServiceDump`: every service instance with its node and checks.
 pub async fn service_dump(server: &Server, call: &TypedCall) -> Answer {
     let request = ServiceDumpRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = Services {
         kind: request.service_kind.map(str::to_string),
         rows: rows(&authz),

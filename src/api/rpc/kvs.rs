@@ -3,7 +3,8 @@
 //! "Permission denied", lists leave out the keys the token may not read.
 
 use super::{
-    authorize, decode_error, elsewhere, propose, read, require, rows, Answer, Placement, Read,
+    authorize, decode_error, elsewhere, propose, read, read_here, require, rows, Answer, Placement,
+    Read,
 };
 use crate::api::kv::KEY_BYTES_MAX;
 use crate::api::server::Server;
@@ -41,13 +42,10 @@ impl Read for GetKey {
 /// `KVS.Get`.
 pub async fn get(server: &Server, call: &TypedCall) -> Answer {
     let request = KeyRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     require(&authz, |a| a.key_read(request.key))?;
     let query = GetKey {
         key: Arc::from(request.key),
@@ -72,10 +70,7 @@ impl Read for ListPrefix {
         let (_, mut entries) = kv::list(version, &self.prefix);
         let hidden = self.rows.retain(&mut entries, |rows, e| rows.key(e.key()));
         let fields: Vec<_> = entries.into_iter().map(|row| row.fields()).collect();
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         write_indexed_dir_entries(&mut w, &meta, &fields);
         Ok(w.into_inner())
@@ -85,13 +80,10 @@ impl Read for ListPrefix {
 /// `KVS.List`.
 pub async fn list(server: &Server, call: &TypedCall) -> Answer {
     let request = KeyRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = ListPrefix {
         prefix: Arc::from(request.key),
         rows: rows(&authz),
@@ -117,10 +109,7 @@ impl Read for ListKeys {
         let (_, mut keys) = kv::keys(version, &self.prefix, &self.separator);
         let hidden = self.rows.retain(&mut keys, |rows, k| rows.key(k));
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        let meta = QueryMeta {
-            results_filtered_by_acls: hidden,
-            ..meta.clone()
-        };
+        let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         write_indexed_key_list(&mut w, &meta, &keys);
         Ok(w.into_inner())
@@ -130,13 +119,10 @@ impl Read for ListKeys {
 /// `KVS.ListKeys`.
 pub async fn list_keys(server: &Server, call: &TypedCall) -> Answer {
     let request = KeyListRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = ListKeys {
         prefix: Arc::from(request.prefix),
         separator: Arc::from(request.separator),

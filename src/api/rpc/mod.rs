@@ -201,6 +201,22 @@ pub async fn elsewhere(
     None
 }
 
+/// The start every read shares: the call is handed on when it names another datacenter,
+/// then its token is resolved. `Err` carries the answer when the call was answered
+/// elsewhere or its token refused.
+pub async fn read_here(
+    server: &Server,
+    call: &TypedCall,
+    datacenter: &str,
+    options: &QueryOptions<'_>,
+) -> Result<Option<Authz>, Answer> {
+    let wait = blocking_wait(server, options);
+    if let Some(answer) = elsewhere(server, call, datacenter, Placement::Anywhere, wait).await {
+        return Err(answer);
+    }
+    authorize(server, options.token).map_err(Err)
+}
+
 /// How long to wait for a forwarded call's answer.
 fn forward_timeout(blocking_wait: Option<Duration>) -> Duration {
     match blocking_wait {

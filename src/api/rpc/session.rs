@@ -4,7 +4,8 @@
 //! the node, behavior and TTL; a renewal resets the leader's timer and answers the session.
 
 use super::{
-    authorize, decode_error, elsewhere, propose, read, require, rows, Answer, Placement, Read,
+    authorize, decode_error, elsewhere, propose, read, read_here, require, rows, Answer, Placement,
+    Read,
 };
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
@@ -99,10 +100,7 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
 /// An `IndexedSessions` reply of the sessions the token may read.
 fn sessions_reply(meta: &QueryMeta, rows: &RowFilter, mut found: Vec<&Arc<Session>>) -> Answer {
     let hidden = rows.retain(&mut found, |rows, s| rows.session(&s.node));
-    let meta = QueryMeta {
-        results_filtered_by_acls: hidden,
-        ..meta.clone()
-    };
+    let meta = meta.filtered(hidden);
     let mut w = Writer::new();
     meta.write_reply(&mut w, &["Sessions"], |_, w| {
         write_sessions(w, found.iter().map(|s| &***s))
@@ -135,13 +133,10 @@ impl Read for One {
 /// `Session.Get`.
 pub async fn get(server: &Server, call: &TypedCall) -> Answer {
     let request = SessionSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = One {
         id: Arc::from(request.session_id.to_ascii_lowercase().as_str()),
         rows: rows(&authz),
@@ -169,13 +164,10 @@ impl Read for All {
 /// `Session.List`.
 pub async fn list(server: &Server, call: &TypedCall) -> Answer {
     let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     read(server, call, &request.options, All { rows: rows(&authz) }).await
 }
 
@@ -205,13 +197,10 @@ impl Read for OfNode {
 /// `Session.NodeSessions`.
 pub async fn node_sessions(server: &Server, call: &TypedCall) -> Answer {
     let request = NodeSpecificRequest::decode(&call.body).map_err(decode_error)?;
-    let wait = super::blocking_wait(server, &request.options);
-    if let Some(answer) =
-        elsewhere(server, call, request.datacenter, Placement::Anywhere, wait).await
-    {
-        return answer;
-    }
-    let authz = authorize(server, request.options.token)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
     let query = OfNode {
         node: request.node.to_string(),
         watch_key: node_watch_key(request.node),

@@ -233,6 +233,14 @@ const QUERY_META_FIELDS: [&str; 7] = [
 ];
 
 impl QueryMeta {
+    /// The same metadata, saying whether the token hid rows.
+    pub fn filtered(&self, hidden: bool) -> QueryMeta {
+        QueryMeta {
+            results_filtered_by_acls: hidden,
+            ..self.clone()
+        }
+    }
+
     fn write_field(&self, name: &str, w: &mut Writer) {
         match name {
             // `QueryBackendBlocking`: praetor answers every read as a blocking query.

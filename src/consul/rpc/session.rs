@@ -10,9 +10,7 @@ use super::{
     each_field, string_list, write_request_field, write_string_list, Fields, QueryOptions,
 };
 use crate::proto::msgpack::{Reader, WireError, Writer};
-use crate::store::session::{
-    Behavior, ServiceCheck, Session, SESSION_CHECKS_MAX, SESSION_NAME_BYTES_MAX,
-};
+use crate::store::session::{Behavior, ServiceCheck, Session};
 use std::sync::Arc;
 
 /// `SessionRequest`: the operation, its session (with `Behavior` still as text: an invalid
@@ -118,17 +116,7 @@ pub fn decode_apply(body: &[u8], default_node: &str) -> Result<SessionRequest, S
     if session.node.is_empty() && request.op == "create" {
         session.node = default_node.to_string();
     }
-    let check_count = session.check_ids().count();
-    if check_count > SESSION_CHECKS_MAX {
-        return Err(format!(
-            "a session may be bound to at most {SESSION_CHECKS_MAX} checks, got {check_count}"
-        ));
-    }
-    if session.name.len() > SESSION_NAME_BYTES_MAX || session.node.len() > SESSION_NAME_BYTES_MAX {
-        return Err(format!(
-            "session Name and Node are limited to {SESSION_NAME_BYTES_MAX} bytes"
-        ));
-    }
+    session.check_limits()?;
     Ok(request)
 }
 

@@ -10,7 +10,9 @@ use super::kvs::{write_dir_entry, DirEntry};
 use super::{each_field, owned_pairs, string_map, Fields, QueryMeta, QueryOptions};
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::catalog::Registration;
-use crate::store::txn::{CatalogVerb, KvVerb, TxnError, TxnOp, TxnOutcome, TxnResult, TXN_OPS_MAX};
+use crate::store::txn::{
+    service_precheck, CatalogVerb, KvVerb, TxnError, TxnOp, TxnOutcome, TxnResult, TXN_OPS_MAX,
+};
 use bytes::Bytes;
 
 /// A decoded transaction: its operations, the pre-check failures found while decoding them,
@@ -106,9 +108,6 @@ fn verb_and<'a, T>(
             verb = r.str()?;
         } else if name == object {
             value = Some(read(r)?);
-        } else if name == "Node" && object == "Service" {
-            // TxnServiceOp's node name is read by the caller's closure through `Node`.
-            return Ok(false);
         } else {
             return Ok(false);
         }
@@ -189,42 +188,17 @@ fn read_service_op(r: &mut Reader) -> Result<(TxnOp, Option<String>), WireError>
             "Verb" => verb_text = r.str()?,
             "Node" => node = r.str()?,
             "Service" => {
-                // The index a CAS compares is the service's `ModifyIndex`, read alongside.
                 let start = r.rest();
                 let mut peer = false;
                 service = Some(read_service(r, &mut peer)?);
-                let consumed = start.len() - r.rest().len();
-                each_field(&mut Reader::new(&start[..consumed]), |name, r| {
-                    if name == "ModifyIndex" {
-                        modify_index = r.u64("ModifyIndex")?;
-                        return Ok(true);
-                    }
-                    Ok(false)
-                })?;
+                modify_index = modify_index_of(start, r)?;
             }
             _ => return Ok(false),
         }
         Ok(true)
     })?;
     let mut service = service.unwrap_or_default();
-    let verb = CatalogVerb::parse(verb_text);
-    let precheck = match verb {
-        None => Some(format!("unknown service operation: {verb_text}")),
-        Some(CatalogVerb::Get) => None,
-        Some(_) => {
-            // Consul's servicePreApply: the ID defaults to the name; a name is required.
-            if service.id.is_empty() {
-                service.id = service.name.clone();
-            }
-            if !service.id.is_empty() && service.name.is_empty() {
-                Some("Must provide service name with ID".to_string())
-            } else if node.is_empty() {
-                Some("Must provide node".to_string())
-            } else {
-                None
-            }
-        }
-    };
+    let (verb, precheck) = service_precheck(verb_text, node, &mut service);
     Ok((
         TxnOp::Service {
             verb: verb.unwrap_or(CatalogVerb::Get),
@@ -234,6 +208,21 @@ fn read_service_op(r: &mut Reader) -> Result<(TxnOp, Option<String>), WireError>
         },
         precheck,
     ))
+}
+
+/// The `ModifyIndex` of the struct just read from `start` (whose rest is now `r`'s): the
+/// index a CAS compares, which the row's decoder does not keep.
+fn modify_index_of(start: &[u8], r: &Reader) -> Result<u64, WireError> {
+    let consumed = start.len() - r.rest().len();
+    let mut modify_index = 0;
+    each_field(&mut Reader::new(&start[..consumed]), |name, r| {
+        if name == "ModifyIndex" {
+            modify_index = r.u64("ModifyIndex")?;
+            return Ok(true);
+        }
+        Ok(false)
+    })?;
+    Ok(modify_index)
 }
 
 fn read_check_op(r: &mut Reader) -> Result<(TxnOp, Option<String>), WireError> {
@@ -255,14 +244,7 @@ fn read_check_op(r: &mut Reader) -> Result<(TxnOp, Option<String>), WireError> {
                         return Ok(true);
                     }
                 }
-                let consumed = start.len() - r.rest().len();
-                each_field(&mut Reader::new(&start[..consumed]), |name, r| {
-                    if name == "ModifyIndex" {
-                        modify_index = r.u64("ModifyIndex")?;
-                        return Ok(true);
-                    }
-                    Ok(false)
-                })?;
+                modify_index = modify_index_of(start, r)?;
             }
             _ => return Ok(false),
         }
