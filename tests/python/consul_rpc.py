@@ -392,6 +392,88 @@ def catalog_health_session(codec):
     check(not released["Entries"][0].get("Session"), f"the lock outlived its session {released!r}")
 
 
+def every_other_method(codec):
+    """The rest of what a server serves, each checked for its shape and a value or two."""
+    kv_set(codec, "rpc/list/a", b"1")
+    kv_set(codec, "rpc/list/b/c", b"2")
+    listed = codec.ok("KVS.List", {"Key": "rpc/list/"})
+    check([e["Key"] for e in listed["Entries"]] == ["rpc/list/a", "rpc/list/b/c"], f"{listed!r}")
+    keys = codec.ok("KVS.ListKeys", {"Prefix": "rpc/list/", "Seperator": "/"})
+    check(keys["Keys"] == ["rpc/list/a", "rpc/list/b/"], f"KVS.ListKeys {keys!r}")
+    txn = codec.ok(
+        "Txn.Apply",
+        {
+            "Ops": [
+                {"KV": {"Verb": "set", "DirEnt": {"Key": "rpc/txn", "Value": b"t"}}},
+                {"KV": {"Verb": "get", "DirEnt": {"Key": "rpc/txn"}}},
+            ]
+        },
+    )
+    check(txn["Errors"] is None and len(txn["Results"]) == 2, f"Txn.Apply {txn!r}")
+    check(text(txn["Results"][1]["KV"]["Value"]) == b"t", f"Txn.Apply get {txn!r}")
+    failed = codec.ok("Txn.Apply", {"Ops": [{"KV": {"Verb": "frob", "DirEnt": {"Key": "x"}}}]})
+    check(failed["Errors"][0]["What"] == 'unknown KV verb "frob"', f"a bad verb {failed!r}")
+    read = codec.ok("Txn.Read", {"Ops": [{"KV": {"Verb": "get", "DirEnt": {"Key": "rpc/txn"}}}]})
+    check(text(read["Results"][0]["KV"]["Value"]) == b"t", f"Txn.Read {read!r}")
+    check("Index" in read and "KnownLeader" in read, f"Txn.Read meta {read!r}")
+    nodes = codec.ok("Catalog.ListNodes", {})
+    check("rpc-node" in [n["Node"] for n in nodes["Nodes"]], f"Catalog.ListNodes {nodes!r}")
+    only = codec.ok("Catalog.ListNodes", {"NodeMetaFilters": {"rack": "r1"}})
+    check([n["Node"] for n in only["Nodes"]] == ["rpc-node"], f"node meta filter {only!r}")
+    filtered = codec.ok("Catalog.ListNodes", {"Filter": 'Node == "rpc-node"'})
+    check([n["Node"] for n in filtered["Nodes"]] == ["rpc-node"], f"a filter {filtered!r}")
+    error, _ = codec.call("Catalog.ListNodes", {"Filter": "Node =="})
+    check(error.startswith("Failed to create boolean expression evaluator"), f"{error!r}")
+    services = codec.ok("Catalog.NodeServices", {"Node": "rpc-node"})
+    check(services["NodeServices"]["Node"]["Node"] == "rpc-node", f"{services!r}")
+    check(services["NodeServices"]["Services"]["web1"]["Port"] == 8080, f"{services!r}")
+    missing = codec.ok("Catalog.NodeServices", {"Node": "nobody"})
+    check(missing["NodeServices"] is None, f"an unknown node {missing!r}")
+    instances = codec.ok("Catalog.ServiceNodes", {"ServiceName": "web"})
+    row = instances["ServiceNodes"][0]
+    check((row["Node"], row["ServiceID"], row["ServicePort"]) == ("rpc-node", "web1", 8080), f"{row!r}")
+    node_checks = codec.ok("Health.NodeChecks", {"Node": "rpc-node"})
+    check([c["CheckID"] for c in node_checks["HealthChecks"]] == ["web-alive"], f"{node_checks!r}")
+    service_checks = codec.ok("Health.ServiceChecks", {"ServiceName": "web"})
+    check(len(service_checks["HealthChecks"]) == 1, f"Health.ServiceChecks {service_checks!r}")
+    passing = codec.ok("Health.ChecksInState", {"State": "passing"})
+    check("web-alive" in [c["CheckID"] for c in passing["HealthChecks"]], f"{passing!r}")
+    error, _ = codec.call("Health.ChecksInState", {"State": "sunny"})
+    check(error == "Invalid state 'sunny'", f"a bad state {error!r}")
+    info = codec.ok("Internal.NodeInfo", {"Node": "rpc-node"})
+    check(info["Dump"][0]["Services"][0]["ID"] == "web1", f"Internal.NodeInfo {info!r}")
+    dump = codec.ok("Internal.NodeDump", {})
+    check("rpc-node" in [n["Node"] for n in dump["Dump"]], f"Internal.NodeDump {dump!r}")
+    service_dump = codec.ok("Internal.ServiceDump", {})
+    check(
+        "web" in [n["Service"]["Service"] for n in service_dump["Nodes"]],
+        f"Internal.ServiceDump {service_dump!r}",
+    )
+    datacenters = codec.ok("Catalog.ListDatacenters", {})
+    check(datacenters == ["dc1"], f"Catalog.ListDatacenters {datacenters!r}")
+    coordinates = codec.ok("Coordinate.ListNodes", {})
+    check("Coordinates" in coordinates, f"Coordinate.ListNodes {coordinates!r}")
+    error, _ = codec.call("ACL.TokenRead", {"TokenID": "x"})
+    check(error == "ACL support disabled", f"ACL.TokenRead without ACLs {error!r}")
+    session_id = codec.ok(
+        "Session.Apply",
+        {"Op": "create", "Session": {"Node": "rpc-node", "NodeChecks": [], "TTL": "30s"}},
+    )
+    renewed = codec.ok("Session.Renew", {"SessionID": session_id})
+    check(renewed["Sessions"][0]["ID"] == session_id, f"Session.Renew {renewed!r}")
+    check(renewed["Sessions"][0]["TTL"] == "30s", f"Session.Renew {renewed!r}")
+    of_node = codec.ok("Session.NodeSessions", {"Node": "rpc-node"})
+    check(session_id in [x["ID"] for x in of_node["Sessions"]], f"{of_node!r}")
+    every = codec.ok("Session.List", {})
+    check(session_id in [x["ID"] for x in every["Sessions"]], f"Session.List {every!r}")
+    error, _ = codec.call("Session.Apply", {"Op": "create", "Session": {"Node": "rpc-node", "TTL": "1s"}})
+    check(error.startswith("Invalid Session TTL '1000000000'"), f"a short TTL {error!r}")
+    gone = codec.ok("Catalog.Deregister", {"Node": "rpc-node", "ServiceID": "web1"})
+    check(gone == {}, f"Catalog.Deregister {gone!r}")
+    after = codec.ok("Catalog.ServiceNodes", {"ServiceName": "web"})
+    check(after["ServiceNodes"] is None, f"web after its deregistration {after!r}")
+
+
 def unknown_methods(codec):
     error, reply = codec.call("Foo.Bar", {})
     check(error == "rpc: can't find service Foo.Bar", f"unknown service answered {error!r}")
@@ -475,6 +557,7 @@ def plain(ip):
     sock, codec = plain_codec(ip)
     status_and_kv(codec, "rpc/plain")
     catalog_health_session(codec)
+    every_other_method(codec)
     unknown_methods(codec)
     sock.close()
     blocking_get_is_woken_by_a_write(ip)
