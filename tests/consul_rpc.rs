@@ -6,7 +6,8 @@
 //! byte 0 and over byte 4 with its own yamux (two streams at once), and over TLS with
 //! `verify_incoming`; unknown methods get net/rpc's words; garbage after the first byte
 //! closes the connection and the server keeps serving. A follower hands writes and
-//! default reads (blocking ones too) to the leader, and serves stale reads itself.
+//! default reads (blocking ones too) to the leader, and serves stale reads itself. With ACLs
+//! on, a call is as good as its `Token`.
 //!
 //! A missing interpreter or module is a failure, not a skip: `tests/run.sh` installs them.
 
@@ -94,4 +95,14 @@ fn a_follower_hands_typed_calls_to_the_leader() {
         ],
         &cluster.servers,
     );
+}
+
+#[test]
+fn typed_calls_are_checked_against_their_tokens() {
+    const MANAGEMENT: &str = "9b3ea15e-8a1c-4a55-8dd5-07c1a2e9c0a1";
+    let acl = format!(
+        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+    );
+    let agent = Agent::dev(&["-hcl", &acl]);
+    run_client(&["acl", &agent.ip.to_string(), MANAGEMENT], &agent);
 }

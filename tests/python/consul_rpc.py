@@ -10,6 +10,7 @@ Usage:
   consul_rpc.py plain <ip>                  calls over byte 0 and yamux, bad input
   consul_rpc.py tls <ip> <ca> <cert> <key>  calls over TLS with a client certificate
   consul_rpc.py follower <follower> <leader>  calls to a follower, served by the leader
+  consul_rpc.py acl <ip> <management token>   calls checked against tokens
 
 Exits non-zero with a message on the first thing that is not as Consul answers it.
 """
@@ -634,6 +635,49 @@ def follower(follower_ip, leader_ip):
     lsock.close()
 
 
+ANONYMOUS_ACCESSOR = "00000000-0000-0000-0000-000000000002"
+
+
+def acl(ip, management):
+    """With ACLs on and a deny default, a call is as good as its Token."""
+    sock, codec = plain_codec(ip)
+    error, _ = codec.call("KVS.Get", {"Key": "secret/a"})
+    check(
+        error
+        == f"Permission denied: token with AccessorID '{ANONYMOUS_ACCESSOR}' lacks permission 'key:read' on \"secret/a\"",
+        f"an anonymous read answered {error!r}",
+    )
+    error, _ = codec.call("KVS.Get", {"Key": "secret/a", "Token": "not-a-token"})
+    check(error == "ACL not found", f"an unknown token answered {error!r}")
+    error, _ = codec.call(
+        "KVS.Apply", {"Op": "set", "DirEnt": {"Key": "secret/a", "Value": b"x"}}
+    )
+    check(error.startswith("Permission denied"), f"an anonymous write answered {error!r}")
+    reply = codec.ok(
+        "KVS.Apply",
+        {"Op": "set", "DirEnt": {"Key": "secret/a", "Value": b"x"}, "Token": management},
+    )
+    check(reply is False, f"a managed set replied {reply!r}")
+    got = codec.ok("KVS.Get", {"Key": "secret/a", "Token": management})
+    check(entry_value(got) == b"x", f"a managed read {got!r}")
+    # A list the anonymous token may not read answers nothing, and says rows were hidden
+    # only to a caller that named a token.
+    hidden = codec.ok("KVS.List", {"Key": "secret/"})
+    check(hidden["Entries"] is None, f"an anonymous list {hidden!r}")
+    # An agent resolves a request's token by its secret.
+    token = codec.ok(
+        "ACL.TokenRead",
+        {"TokenID": management, "TokenIDType": "secret", "Token": management},
+    )
+    check(token["Token"]["SecretID"] == management, f"ACL.TokenRead {token!r}")
+    check(len(token["Token"]["AccessorID"]) == 36, f"ACL.TokenRead {token!r}")
+    check(token["Token"]["Policies"][0]["Name"] == "global-management", f"{token!r}")
+    check(isinstance(token["Token"]["CreateTime"], (bytes, str)), f"CreateTime {token!r}")
+    error, _ = codec.call("ACL.TokenRead", {"TokenID": token["Token"]["AccessorID"]})
+    check(error.startswith("Permission denied"), f"reading a token anonymously {error!r}")
+    sock.close()
+
+
 def main():
     mode = sys.argv[1]
     if mode == "plain":
@@ -642,6 +686,8 @@ def main():
         tls(*sys.argv[2:6])
     elif mode == "follower":
         follower(sys.argv[2], sys.argv[3])
+    elif mode == "acl":
+        acl(sys.argv[2], sys.argv[3])
     else:
         fail(f"unknown mode {mode}")
     print("ok")
