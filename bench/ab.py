@@ -28,8 +28,6 @@ def run_row(label, binary, row, args, out_dir):
     row_out = os.path.join(out_dir, f"{row}-{label}")
     command = [sys.executable, os.path.join(ROOT, "bench", "compare.py"), "--root", ROOT,
                "--praetor", binary, "--only", row, "--out", row_out]
-    if args.floor_bin:
-        command += ["--floor-bin", args.floor_bin]
     if args.loadgen:
         command += ["--loadgen", args.loadgen]
     if args.runs:
@@ -57,7 +55,6 @@ def main():
     parser.add_argument("--only", help="comma-separated row ids (default: every row)")
     parser.add_argument("--runs", type=int, help="interleaved runs per side within a row")
     parser.add_argument("--duration", type=float, help="seconds per run")
-    parser.add_argument("--floor-bin", default=os.path.join(ROOT, "target", "floor", "release", "floor"))
     parser.add_argument("--loadgen", help="loadgen binary both sides use (default: compare.py's, target/release/loadgen)")
     parser.add_argument("--out", help="results directory (default results/ab-<UTC timestamp>)")
     args = parser.parse_args()

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """praetor's benchmark suite: every figure side by side with its peer, measured in one run.
 
-bench/compare.sh builds the binaries and calls this script. It starts the reference systems of
-../shared/BASELINES.md (HTTP and DNS floor, NSD, etcd with one and three members) and praetor
+bench/compare.sh builds the binaries and calls this script. It starts the reference systems
+(the HTTP and DNS floors of `loadgen floor`, NSD, Knot, etcd with one and three members, nginx) and praetor
 (a -dev agent and three servers), runs each row's scenario with loadgen (or wrk / dnsperf for
 loadgen's own ceiling) interleaved A B A B ..., stops everything it started (by PID, also on
 Ctrl-C), and writes results/<timestamp>/report.md with one PNG chart per row.
@@ -44,7 +44,9 @@ NSD_PORT = 18601
 KNOT_PORT = 18602
 # loadgen's fan-out floor answering a pre-built health answer: the byte floor of a large read.
 HEALTH_FLOOR_PORT = 18503
-# The zone NSD and Knot serve (BASELINES.md's shape) plus `web6`, three AAAA records, so the
+# nginx answering every GET with the body praetor gives a KV GET: the HTTP server users call fast.
+NGINX_PORT = 18504
+# The zone NSD and Knot serve (the first baselines' shape) plus `web6`, three AAAA records, so the
 # AAAA rows compare answers of the same size as the A rows'. praetor holds the same records
 # (`web` registered by loadgen, `web6` by `register_web6`).
 PEER_ZONE = (
@@ -272,13 +274,13 @@ class Bench:
         self.web_registered = False
         self.web6_registered = False
         self.praetor = args.praetor or os.path.join(self.root, "target/release/praetor")
-        self.floor = args.floor_bin
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.out = os.path.abspath(args.out or os.path.join(self.root, "results", stamp))
         self.raw = os.path.join(self.out, "raw")
         self.charts = os.path.join(self.out, "charts")
         self.logs = os.path.join(self.out, "logs")
         self.tmp = None
+        self.nginx_body = b""
         self.procs = Processes(self.logs)
         self.budget = Budget(args.max_time)
         self.rows = []
@@ -392,15 +394,17 @@ class Bench:
                 del self.probes[key]
 
     def start_http_floor(self):
-        if not self.floor or not os.path.exists(self.floor):
-            return "floor binary not built (FLOOR_SRC missing?)"
-        self.procs.start("http-floor", [self.floor, "http", str(HTTP_FLOOR_PORT), "2"])
+        if not os.path.exists(self.loadgen):
+            return "loadgen not built"
+        self.procs.start("http-floor", [self.loadgen, "floor", "http", "--listen", f"127.0.0.1:{HTTP_FLOOR_PORT}",
+                                        "--threads", "2"])
         return None if wait_tcp(HTTP_FLOOR_PORT, START_TIMEOUT_S) else "HTTP floor did not listen"
 
     def start_dns_floor(self):
-        if not self.floor or not os.path.exists(self.floor):
-            return "floor binary not built (FLOOR_SRC missing?)"
-        self.procs.start("dns-floor", [self.floor, "dns", str(DNS_FLOOR_PORT), "2"])
+        if not os.path.exists(self.loadgen):
+            return "loadgen not built"
+        self.procs.start("dns-floor", [self.loadgen, "floor", "dns", "--listen", f"127.0.0.1:{DNS_FLOOR_PORT}",
+                                       "--threads", "2"])
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if dns_query(DNS_FLOOR_PORT, "web.service.consul", timeout=0.3):
@@ -466,6 +470,34 @@ class Bench:
             )
         self.procs.start("knot", [knotd, "-c", conf])
         return self.wait_for_peer_zone("knot", "Knot", KNOT_PORT)
+
+    def start_nginx(self):
+        """nginx (Debian nginx-light) with 2 workers, no access log, keep-alive, answering every
+        request with `self.nginx_body` — the body praetor returns for the row's KV GET — so the
+        two servers send the same payload and differ only in what they do to produce it."""
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(nginx):
+            return "nginx not installed (apt-get install nginx-light)"
+        body = self.nginx_body.decode()
+        # The body goes into a single-quoted nginx string, where `$` would be a variable.
+        if any(c in body for c in "'\\$"):
+            return f"the KV GET body cannot be quoted for nginx: {body!r}"
+        d = os.path.join(self.tmp, "nginx")
+        os.makedirs(d, exist_ok=True)
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(
+                "worker_processes 2;\nworker_cpu_affinity auto;\n"
+                f"pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n"
+                "events { worker_connections 1024; }\n"
+                "http {\n  access_log off;\n  keepalive_requests 100000000;\n  keepalive_timeout 75s;\n"
+                f"  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n"
+                f"  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n"
+                f"  server {{\n    listen 127.0.0.1:{NGINX_PORT} reuseport;\n"
+                f"    location / {{ default_type application/json; return 200 '{body}'; }}\n  }}\n}}\n"
+            )
+        self.procs.start("nginx", [nginx, "-p", d, "-c", conf, "-g", "daemon off;"])
+        return None if wait_tcp(NGINX_PORT, START_TIMEOUT_S) else "nginx did not listen: " + self.procs.log_tail("nginx")
 
     def etcd_argv(self, name, member, cluster):
         etcd = shutil.which("etcd") or "/usr/bin/etcd"
@@ -1255,6 +1287,25 @@ class Bench:
                                          "praetor -dev", "--key", "bench/get"] + self.common(),
                          target, lambda d: d["ratio"]["median"] >= 0.7)
 
+    def row_kv_get_vs_nginx(self):
+        row_id, title, target = "kv-get-vs-nginx", "KV GET one key, 64 conns: praetor -dev vs nginx (same body)", "≥ 1.0×"
+        reason = self.needs("dev:kv")
+        if not reason:
+            status, _, _ = http("PUT", f"{self.dev_url()}/v1/kv/bench/get", b"nginx-row-value")
+            status_get, _, body = http("GET", f"{self.dev_url()}/v1/kv/bench/get")
+            if status != 200 or status_get != 200:
+                reason = f"setting the row's key answered {status} / {status_get}"
+            else:
+                self.nginx_body = body
+                reason = self.needs("nginx")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        self.compare_row(row_id, title, ["kv-get", "--target-a", f"http://127.0.0.1:{NGINX_PORT}",
+                                         "--target-b", self.dev_url(), "--name-a", "nginx", "--name-b",
+                                         "praetor -dev", "--key", "bench/get", "--no-preload"] + self.common(),
+                         target, lambda d: d["ratio"]["median"] >= 1.0,
+                         note="nginx: 2 workers, access_log off, keep-alive, `return 200` with praetor's KV GET body")
+
     def row_kv_put_vs_etcd1(self):
         row_id, title, target = "kv-put-vs-etcd1", "KV PUT 64 conns: praetor -dev vs one-member etcd", "≥ 5×"
         reason = self.needs("dev:kv", "etcd1")
@@ -1496,7 +1547,7 @@ class Bench:
         return path
 
     def dnsperf_compare_row(self, row_id, title, qtype, peer_port, peer_name, target, minimum):
-        """Peer and praetor driven by the same dnsperf (-c4 -T1, as BASELINES.md measured NSD),
+        """Peer and praetor driven by the same dnsperf (-c4 -T1, as the first baselines measured NSD),
         interleaved. dnsperf, not loadgen: the DNS issue names it, and it is the lighter client
         (see ceiling-dns), which matters when client and servers share two cores."""
         qfile = self.query_file("web.service.consul", qtype)
@@ -2046,6 +2097,7 @@ class Bench:
             (["ceiling-http"], self.row_ceiling_http, []),
             (["ceiling-dns"], self.row_ceiling_dns, []),
             (["kv-get-vs-floor"], self.row_kv_get_vs_floor, []),
+            (["kv-get-vs-nginx"], self.row_kv_get_vs_nginx, ["nginx"]),
             (["kv-put-vs-etcd1"], self.row_kv_put_vs_etcd1, ["etcd1"]),
             (["kv-get-acl-vs-off"], self.row_kv_get_acl_vs_off, []),
             (["acl-10k-tokens-vs-1"], self.row_acl_tokens_10k_vs_1, ["dev-acl", "dev-acl-big"]),
@@ -2280,7 +2332,6 @@ def update_docs(doc_path, report, out_dir, root):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    parser.add_argument("--floor-bin", default=None, help="the floor binary (bench/compare.sh builds it)")
     parser.add_argument("--loadgen", default=None, help="loadgen binary (default target/release/loadgen)")
     parser.add_argument("--praetor", default=None, help="praetor binary (default target/release/praetor)")
     parser.add_argument("--out", help="results directory (default results/<UTC timestamp>)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The benchmark suite in one command: builds loadgen, praetor and the floor servers, installs
-# the peers it needs (wrk, dnsperf, NSD, Knot, etcd) when they are missing and it may, then runs
+# The benchmark suite in one command: builds loadgen (with its floor servers) and praetor, installs
+# the peers it needs (wrk, dnsperf, NSD, Knot, etcd, nginx) when they are missing and it may, then runs
 # bench/compare.py, which starts every system, runs the rows interleaved, stops what it
 # started and writes results/<UTC timestamp>/report.md plus one PNG chart per row.
 #
@@ -11,13 +11,12 @@
 #   bench/compare.sh --update-docs       # also copy the report into docs/benchmarks.md
 #
 # Options of this wrapper: --no-build (use the binaries already built). Everything else is
-# passed to bench/compare.py (see its --help). FLOOR_SRC points at the floor crate
-# (default: ../shared/floor beside the repository). Builds are bounded by BUILD_TIMEOUT_S (default 1800).
+# passed to bench/compare.py (see its --help). The HTTP and DNS floors are `loadgen floor`,
+# part of loadgen. Builds are bounded by BUILD_TIMEOUT_S (default 1800).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-FLOOR_SRC="${FLOOR_SRC:-$ROOT/../shared/floor}"
 BUILD_TIMEOUT_S="${BUILD_TIMEOUT_S:-1800}"
 
 build=1
@@ -39,13 +38,6 @@ if ((build)); then
     echo "[compare.sh] praetor did not build; its rows will say so" >&2
     rm -f target/release/praetor
   fi
-  if [[ -f "$FLOOR_SRC/Cargo.toml" ]]; then
-    echo "[compare.sh] building the floor servers from $FLOOR_SRC"
-    timeout "$BUILD_TIMEOUT_S" cargo build --release --manifest-path "$FLOOR_SRC/Cargo.toml" \
-      --target-dir "$ROOT/target/floor"
-  else
-    echo "[compare.sh] no floor crate at $FLOOR_SRC (set FLOOR_SRC); floor rows will say so" >&2
-  fi
 
   missing=()
   command -v wrk >/dev/null 2>&1 || missing+=(wrk)
@@ -53,17 +45,17 @@ if ((build)); then
   command -v nsd >/dev/null 2>&1 || [[ -x /usr/sbin/nsd ]] || missing+=(nsd)
   command -v knotd >/dev/null 2>&1 || [[ -x /usr/sbin/knotd ]] || missing+=(knot)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
   if ((${#missing[@]})) && command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
     echo "[compare.sh] installing ${missing[*]}"
     timeout 600 apt-get update -qq || true
     DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}" >/dev/null || \
       echo "[compare.sh] could not install ${missing[*]}; their rows will say so" >&2
     # The Debian nsd and etcd packages start system services; the benchmark runs its own.
-    for service in nsd knot etcd; do
+    for service in nsd knot etcd nginx; do
       command -v systemctl >/dev/null 2>&1 && systemctl stop "$service" >/dev/null 2>&1 || true
     done
   fi
 fi
 
-floor_bin="$ROOT/target/floor/release/floor"
-exec python3 "$ROOT/bench/compare.py" --root "$ROOT" --floor-bin "$floor_bin" "${args[@]+"${args[@]}"}"
+exec python3 "$ROOT/bench/compare.py" --root "$ROOT" "${args[@]+"${args[@]}"}"

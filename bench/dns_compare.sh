@@ -4,16 +4,17 @@
 #
 #   bench/dns_compare.sh [ROUNDS] [SECONDS]     (defaults: 5 rounds of 5 s per measurement)
 #
-# Zone shape (../shared/BASELINES.md): three passing instances of `web`; A and SRV questions
+# Zone shape (the DNS rows of docs/benchmarks.md): three passing instances of `web`; A and SRV questions
 # for web.service.consul. NSD serves the same answers from a static `consul.` zone: three A
 # records, three SRV records with their targets' A records (praetor's answer with
-# udp_answer_limit 3), and, as BASELINES.md measured it, a one-SRV name (`one.service`).
+# udp_answer_limit 3), and, as the first baselines measured it, a one-SRV name (`one.service`).
 # Runs are interleaved (floor, NSD, praetor per round) and medians are reported with the
 # ratios the DNS issue sets. Then: SRV for a service with 5,000 instances over TCP (p99), and
 # open-loop load at twice praetor's measured saturation (p99 of answered queries).
 #
-# Needs: dnsperf, nsd, python3, curl; release builds of praetor and the floor (built here
-# once if missing; set PRAETOR_BIN / FLOOR_BIN to reuse others).
+# Needs: dnsperf, nsd, python3, curl; release builds of praetor and loadgen, whose `loadgen
+# floor dns` is the floor (built here once if missing; set PRAETOR_BIN / LOADGEN_BIN to
+# reuse others).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,7 @@ PRAETOR_SERVER=18654
 PRAETOR_SERF_LAN=18655
 PRAETOR_SERF_WAN=18656
 PRAETOR_BIN=${PRAETOR_BIN:-target/release/praetor}
-FLOOR_BIN=${FLOOR_BIN:-/tmp/floor-target/release/floor}
+LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
 WORK=$(mktemp -d /tmp/praetor-dns-bench.XXXXXX)
 PIDS=()
 
@@ -40,12 +41,12 @@ cleanup() {
 trap cleanup EXIT
 
 [ -x "$PRAETOR_BIN" ] || cargo build --release
-[ -x "$FLOOR_BIN" ] || cargo build --release --manifest-path "${FLOOR_SRC:-../shared/floor}/Cargo.toml" --target-dir /tmp/floor-target
+[ -x "$LOADGEN_BIN" ] || cargo build --release -p loadgen
 
 echo "machine: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared; re-run when load is low)"
 
 # --- the DNS floor ------------------------------------------------------------------------
-"$FLOOR_BIN" dns "$FLOOR_PORT" 2 >/dev/null 2>&1 &
+"$LOADGEN_BIN" floor dns --listen "127.0.0.1:$FLOOR_PORT" --threads 2 >/dev/null 2>&1 &
 PIDS+=($!)
 
 # --- NSD ----------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 echo "ratios:"
 echo "  praetor A   / NSD A            = $(ratio "$P_A" "$NSD_A")   (target >= 1.0)"
 echo "  praetor SRV / NSD SRV (3 SRV)  = $(ratio "$P_SRV" "$NSD_SRV")   (target >= 1.0)"
-echo "  praetor SRV / NSD SRV (1 SRV)  = $(ratio "$P_SRV" "$NSD_ONE")   (BASELINES.md shape)"
+echo "  praetor SRV / NSD SRV (1 SRV)  = $(ratio "$P_SRV" "$NSD_ONE")   (the first baselines' shape)"
 echo "  praetor A   / floor            = $(ratio "$P_A" "$FLOOR_A")   (target >= 0.8)"
 echo "  praetor SRV / floor            = $(ratio "$P_SRV" "$FLOOR_A")   (target >= 0.8)"
 

@@ -17,6 +17,14 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-pip)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
+# What the docs' walkthroughs use (tests/docs.rs runs them in a private network namespace).
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
+command -v socat >/dev/null 2>&1 || missing+=(socat)
+command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 if ((${#missing[@]})); then
   echo "tests/run.sh: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::config::*;
 use crate::dnswire::QueryType;
+use crate::floor::{FloorKind, ServeFloorConfig};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
@@ -20,6 +21,8 @@ pub enum Command {
     Compare(Box<CompareConfig>),
     Chart(ChartConfig),
     FanoutFloor(FloorConfig),
+    /// The HTTP or DNS floor server.
+    Floor(ServeFloorConfig),
     /// `loadgen tcp-echo --listen IP:PORT`: the echo server of the TCP scenarios.
     TcpEcho(std::net::SocketAddr),
     Help(String),
@@ -639,6 +642,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
         "compare" => parse_compare(&args[1..]).map(|c| Command::Compare(Box::new(c))),
         "chart" => parse_chart(&args[1..]).map(Command::Chart),
         "fanout-floor" => parse_floor(&args[1..]).map(Command::FanoutFloor),
+        "floor" => parse_serve_floor(&args[1..]).map(Command::Floor),
         "tcp-echo" => match &args[1..] {
             [flag, addr] if flag == "--listen" => addr
                 .parse()
@@ -669,6 +673,41 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             Ok(Command::Run(Box::new(config)))
         }
     }
+}
+
+/// `loadgen floor http|dns --listen IP:PORT [--threads N] [--duration D]`.
+fn parse_serve_floor(args: &[String]) -> Result<ServeFloorConfig, String> {
+    let kind = match args.first().map(String::as_str) {
+        Some("http") => FloorKind::Http,
+        Some("dns") => FloorKind::Dns,
+        _ => {
+            return Err(
+                "usage: loadgen floor http|dns --listen IP:PORT [--threads N] [--duration D]"
+                    .to_string(),
+            )
+        }
+    };
+    let mut config = ServeFloorConfig {
+        kind,
+        listen: "127.0.0.1:18500".parse().expect("valid address"),
+        threads: 2,
+        duration: Duration::from_secs(3600),
+    };
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--listen" => {
+                config.listen = value
+                    .parse()
+                    .map_err(|e| format!("--listen {value:?}: {e}"))?
+            }
+            "--threads" => config.threads = parse_count(value, 1, 64)?,
+            "--duration" => config.duration = parse_duration(value)?,
+            other => return Err(format!("unknown floor flag {other}")),
+        }
+    }
+    Ok(config)
 }
 
 /// `loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D] [--answer-file F]
@@ -982,7 +1021,7 @@ pub fn help(topic: &str) -> String {
          loadgen compare <scenario> --target-a URL --target-b URL [--runs 5] [--pause 1s] [--metric FIELD]\n          \
          [--name-a N] [--name-b N] [--etcd-a URL] [--etcd-b URL] [--scenario-a S] [--scenario-b S]\n          \
          [--<flag>-a V] [--<flag>-b V] [flags for both sides]\n  \
-         loadgen chart --input RESULT.json --output CHART.png [--title T]\n         loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D] [--answer-file F] [--pretty-answer-file F]   (least-work server for blocking-fanout; with --answer-file, the byte floor of a large GET)\n\nSCENARIOS\n",
+         loadgen chart --input RESULT.json --output CHART.png [--title T]\n         loadgen fanout-floor --listen IP:PORT [--threads N] [--duration D] [--answer-file F] [--pretty-answer-file F]   (least-work server for blocking-fanout; with --answer-file, the byte floor of a large GET)\n         loadgen floor http|dns --listen IP:PORT [--threads N] [--duration D]   (the HTTP and DNS floors: the least work per request on this runtime)\n\nSCENARIOS\n",
     );
     for s in Scenario::ALL {
         if topic.is_empty() || topic == s.name() {

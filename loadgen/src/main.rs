@@ -13,6 +13,7 @@ mod dnswire;
 mod engine;
 mod fanout;
 mod fanout_floor;
+mod floor;
 mod hist;
 mod http;
 mod httprun;
@@ -47,6 +48,7 @@ fn main() {
         }
         Command::Chart(config) => chart::draw(&config),
         Command::FanoutFloor(config) => fanout_floor::serve(&config),
+        Command::Floor(config) => floor::serve(&config),
         Command::TcpEcho(listen) => tcprun::serve_echo(listen),
     };
     if let Err(e) = outcome {

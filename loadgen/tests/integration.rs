@@ -1,15 +1,14 @@
 //! Integration tests: the real loadgen binary against real servers started here — the HTTP
-//! and DNS floor (shared/floor beside the repository), a one-member etcd, and for `blocking-fanout` a small
+//! and DNS floor (`loadgen floor`), a one-member etcd, and for `blocking-fanout` a small
 //! blocking-query fixture in this file (loadgen's fan-out logic needs a server that parks
 //! queries; praetor's own tests exercise praetor).
 //!
-//! Every child process is stopped by PID when its guard drops, every wait has a deadline,
-//! and a test whose server binary is absent says so loudly (SKIPPED) instead of passing
-//! silently. Ports come from loadgen's range: 18450-18459 and etcd 12400-12401.
+//! Every child process is stopped by PID when its guard drops and every wait has a deadline.
+//! The peers (etcd, wrk, a TrueType font for charts) are installed by `tests/run.sh`; a test
+//! whose peer is missing fails, naming the package. Ports come from loadgen's range: 18450-18459 and etcd 12400-12401.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -35,60 +34,6 @@ fn loadgen() -> &'static str {
     env!("CARGO_BIN_EXE_loadgen")
 }
 
-/// Where the floor is built when no binary is given: the workspace's target directory.
-const FLOOR_TARGET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/floor");
-/// Bound on building the floor.
-const FLOOR_BUILD_DEADLINE: Duration = Duration::from_secs(600);
-
-/// The floor crate when $FLOOR_SRC is not set: `shared/floor` beside the repository.
-const FLOOR_SRC_DEFAULT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/floor");
-
-/// The floor binary: $FLOOR_BIN, one already built, or built now from $FLOOR_SRC (default
-/// ../shared/floor beside the repository). `None` (and a loud SKIPPED) only when there is neither.
-fn floor_bin() -> Option<PathBuf> {
-    static FLOOR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    FLOOR
-        .get_or_init(|| {
-            let built = PathBuf::from(FLOOR_TARGET).join("release/floor");
-            let candidates = [
-                std::env::var("FLOOR_BIN").ok().map(PathBuf::from),
-                Some(built.clone()),
-                Some(PathBuf::from("/tmp/floor-target/release/floor")),
-            ];
-            if let Some(found) = candidates.into_iter().flatten().find(|p| p.exists()) {
-                return Some(found);
-            }
-            let src = std::env::var("FLOOR_SRC").unwrap_or_else(|_| FLOOR_SRC_DEFAULT.into());
-            let manifest = PathBuf::from(&src).join("Cargo.toml");
-            if !manifest.exists() {
-                eprintln!("SKIPPED: no floor binary and no floor crate at {src} (set FLOOR_BIN or FLOOR_SRC)");
-                return None;
-            }
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut child = Command::new(cargo)
-                .args(["build", "--release", "--quiet", "--manifest-path"])
-                .arg(&manifest)
-                .args(["--target-dir", FLOOR_TARGET])
-                .spawn()
-                .expect("start cargo to build the floor");
-            let deadline = Instant::now() + FLOOR_BUILD_DEADLINE;
-            loop {
-                if let Some(status) = child.try_wait().expect("wait for cargo") {
-                    assert!(status.success(), "building the floor from {src} failed");
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("building the floor took longer than {FLOOR_BUILD_DEADLINE:?}");
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Some(built)
-        })
-        .clone()
-}
-
 fn wait_for_tcp(port: u16) {
     let deadline = Instant::now() + READY_DEADLINE;
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -100,10 +45,19 @@ fn wait_for_tcp(port: u16) {
     }
 }
 
-fn start_floor(mode: &str, port: u16) -> Option<Guard> {
-    let bin = floor_bin()?;
-    let child = Command::new(bin)
-        .args([mode, &port.to_string(), "1"])
+/// Starts `loadgen floor <mode>` on one thread; it stops by itself after `RUN_DEADLINE` at
+/// the latest, and by its guard before that.
+fn start_floor(mode: &str, port: u16) -> Guard {
+    let child = Command::new(loadgen())
+        .args([
+            "floor",
+            mode,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--threads",
+            "1",
+        ])
+        .args(["--duration", &format!("{}s", RUN_DEADLINE.as_secs())])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -114,7 +68,7 @@ fn start_floor(mode: &str, port: u16) -> Option<Guard> {
     } else {
         std::thread::sleep(Duration::from_millis(300));
     }
-    Some(guard)
+    guard
 }
 
 /// Runs loadgen with `args`, bounded in time; returns (exit code, stdout).
@@ -170,9 +124,7 @@ fn f(v: &Value, key: &str) -> f64 {
 
 #[test]
 fn kv_get_closed_and_open_loop_against_the_http_floor() {
-    let Some(_floor) = start_floor("http", 18450) else {
-        return;
-    };
+    let _floor = start_floor("http", 18450);
     let target = "http://127.0.0.1:18450";
     let closed = run_json(&[
         "kv-get",
@@ -225,9 +177,7 @@ fn kv_get_closed_and_open_loop_against_the_http_floor() {
 
 #[test]
 fn dns_udp_and_tcp_against_the_dns_floor() {
-    let Some(_floor) = start_floor("dns", 18451) else {
-        return;
-    };
+    let _floor = start_floor("dns", 18451);
     let udp = run_json(&[
         "dns",
         "--target",
@@ -319,9 +269,7 @@ fn a_dead_target_gives_counted_errors_not_a_crash() {
 
 #[test]
 fn compare_interleaves_and_charts() {
-    let Some(_floor) = start_floor("http", 18453) else {
-        return;
-    };
+    let _floor = start_floor("http", 18453);
     let dir = std::env::temp_dir().join(format!("loadgen-it-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json_path = dir.join("cmp.json");
@@ -377,23 +325,20 @@ fn compare_interleaves_and_charts() {
         "--output",
         png.to_str().unwrap(),
     ]);
-    if code == 0 {
-        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
-    } else {
-        eprintln!("SKIPPED chart: no TrueType font on this machine");
-    }
+    assert_eq!(
+        code, 0,
+        "loadgen chart failed (tests/run.sh installs fonts-dejavu-core)"
+    );
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn etcd_put_and_range_through_the_json_gateway() {
-    let Some(etcd) = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+    let etcd = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
         .iter()
         .find(|p| std::path::Path::new(p).exists())
-    else {
-        eprintln!("SKIPPED: etcd binary not found (apt-get install etcd-server)");
-        return;
-    };
+        .expect("no etcd binary (tests/run.sh installs Debian's etcd-server)");
     let dir = std::env::temp_dir().join(format!("loadgen-etcd-{}", std::process::id()));
     let child = Command::new(etcd)
         .args([
@@ -634,11 +579,10 @@ fn blocking_fanout_measures_wake_ups_and_spares_the_others() {
 
 #[test]
 fn the_benchmark_script_writes_a_report_with_a_chart() {
-    let Some(floor) = floor_bin() else { return };
-    if Command::new("wrk").arg("-v").output().is_err() {
-        eprintln!("SKIPPED: wrk not installed (apt-get install wrk)");
-        return;
-    }
+    assert!(
+        Command::new("wrk").arg("-v").output().is_ok(),
+        "wrk is missing (tests/run.sh installs it)"
+    );
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = std::env::temp_dir().join(format!("loadgen-bench-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
@@ -646,8 +590,7 @@ fn the_benchmark_script_writes_a_report_with_a_chart() {
     // The floor's fixed port: this test must not run while bench/compare.sh does.
     let mut child = Command::new("python3")
         .arg(format!("{root}/bench/compare.py"))
-        .args(["--root", root, "--loadgen", loadgen(), "--floor-bin"])
-        .arg(&floor)
+        .args(["--root", root, "--loadgen", loadgen()])
         .args([
             "--quick",
             "--runs",
@@ -700,13 +643,9 @@ fn the_benchmark_script_writes_a_report_with_a_chart() {
         raw["a"]["runs"][0]["throughput_rps"].as_f64().unwrap() > 0.0,
         "wrk output parsed: {raw}"
     );
-    if out.join("charts/ceiling-http.png").exists() {
-        assert!(std::fs::read(out.join("charts/ceiling-http.png"))
-            .unwrap()
-            .starts_with(b"\x89PNG"));
-    } else {
-        eprintln!("SKIPPED chart check: no TrueType font on this machine");
-    }
+    assert!(std::fs::read(out.join("charts/ceiling-http.png"))
+        .expect("the row's chart (tests/run.sh installs fonts-dejavu-core)")
+        .starts_with(b"\x89PNG"));
     // Nothing it started is left listening.
     assert!(
         TcpStream::connect(("127.0.0.1", 18500)).is_err(),
