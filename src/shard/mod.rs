@@ -22,6 +22,7 @@ pub mod nonblocking;
 pub mod peer_transport;
 pub mod raft_driver;
 pub mod raft_inbox;
+pub mod rpc_client;
 pub mod rpc_server;
 pub mod rpc_typed;
 pub mod runtime;

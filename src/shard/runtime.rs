@@ -299,6 +299,8 @@ pub struct Shard {
     inbox: ShardReceiver,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
+    /// Connections to servers for Consul's typed calls.
+    pub rpc: crate::shard::rpc_client::RpcClient,
     /// What higher layers keep per shard that must follow each new version.
     observers: RefCell<Vec<VersionObserver>>,
 }
@@ -314,6 +316,7 @@ impl Shard {
         inbox: ShardReceiver,
     ) -> Rc<Shard> {
         let forward = crate::shard::forward::ForwardPool::new(shared.tls.clone());
+        let rpc = crate::shard::rpc_client::RpcClient::new(shared.tls.clone());
         Rc::new(Shard {
             id,
             shared,
@@ -324,6 +327,7 @@ impl Shard {
             next_request: Cell::new(1),
             inbox,
             forward,
+            rpc,
             observers: RefCell::new(Vec::new()),
         })
     }

@@ -195,6 +195,107 @@ pub fn write_indexed_key_list(w: &mut Writer, meta: &QueryMeta, keys: &[&str]) {
     });
 }
 
+impl KeyRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options
+            .write_request(&mut w, &["Datacenter", "Key"], |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                _ => w.str(self.key),
+            });
+        w.into_inner()
+    }
+}
+
+impl KeyListRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options
+            .write_request(
+                &mut w,
+                &["Datacenter", "Prefix", "Seperator"],
+                |name, w| match name {
+                    "Datacenter" => w.str(self.datacenter),
+                    "Prefix" => w.str(self.prefix),
+                    _ => w.str(self.separator),
+                },
+            );
+        w.into_inner()
+    }
+}
+
+impl KvsRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let entry = &self.entry;
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 4);
+        f.field("Datacenter").str(self.datacenter);
+        {
+            let w = f.field("DirEnt");
+            let mut e = Fields::new(w, 7);
+            e.field("CreateIndex").uint(entry.create_index);
+            e.field("Flags").uint(entry.flags);
+            e.field("Key").str(entry.key);
+            e.field("LockIndex").uint(entry.lock_index);
+            e.field("ModifyIndex").uint(entry.modify_index);
+            e.field("Session").str(entry.session);
+            e.field("Value").bytes(entry.value);
+            e.finish();
+        }
+        f.field("Op").str(self.op);
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
+    }
+}
+
+/// A reply that embeds `QueryMeta`: reads its fields, handing the others to `own`.
+fn read_reply<'a>(
+    body: &'a [u8],
+    mut own: impl FnMut(&'a str, &mut Reader<'a>) -> Result<bool, WireError>,
+) -> Result<QueryMeta, WireError> {
+    let mut meta = QueryMeta::default();
+    each_field(&mut Reader::new(body), |name, r| {
+        if own(name, r)? {
+            return Ok(true);
+        }
+        meta.field(name, r)
+    })?;
+    Ok(meta)
+}
+
+/// `IndexedDirEntries`, as a client reads it.
+pub fn read_indexed_dir_entries(body: &[u8]) -> Result<(QueryMeta, Vec<DirEntry<'_>>), WireError> {
+    let mut entries = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "Entries" {
+            return Ok(false);
+        }
+        let count = r.array_len()?;
+        for _ in 0..count {
+            entries.push(DirEntry::read(r)?);
+        }
+        Ok(true)
+    })?;
+    Ok((meta, entries))
+}
+
+/// `IndexedKeyList`, as a client reads it.
+pub fn read_indexed_key_list(body: &[u8]) -> Result<(QueryMeta, Vec<&str>), WireError> {
+    let mut keys = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "Keys" {
+            return Ok(false);
+        }
+        keys = super::string_list(r)?;
+        Ok(true)
+    })?;
+    Ok((meta, keys))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +335,73 @@ mod tests {
             ..request
         };
         assert_eq!(bad.operation().unwrap_err(), "Invalid KVS operation 'frob'");
+    }
+
+    #[test]
+    fn requests_and_replies_round_trip_between_client_and_server() {
+        let request = KeyRequest {
+            datacenter: "dc1",
+            key: "a/b",
+            options: QueryOptions {
+                token: "t",
+                min_query_index: 9,
+                max_query_time_ns: 5_000_000_000,
+                allow_stale: true,
+                ..QueryOptions::default()
+            },
+        };
+        assert_eq!(KeyRequest::decode(&request.encode()).unwrap(), request);
+        let list = KeyListRequest {
+            datacenter: "",
+            prefix: "p/",
+            separator: "/",
+            options: QueryOptions::default(),
+        };
+        assert_eq!(KeyListRequest::decode(&list.encode()).unwrap(), list);
+        let apply = KvsRequest {
+            datacenter: "dc1",
+            op: "cas",
+            entry: DirEntry {
+                key: "k",
+                value: b"v",
+                flags: 3,
+                modify_index: 7,
+                ..DirEntry::default()
+            },
+            token: "t",
+        };
+        assert_eq!(KvsRequest::decode(&apply.encode()).unwrap(), apply);
+        let meta = QueryMeta {
+            index: 12,
+            last_contact_ns: 3_000_000,
+            known_leader: true,
+            consistency_level: "stale",
+            not_modified: false,
+            results_filtered_by_acls: true,
+        };
+        let entry = KvFields {
+            key: "k",
+            value: b"v",
+            flags: 1,
+            session: Some("s"),
+            lock_index: 1,
+            create_index: 2,
+            modify_index: 3,
+        };
+        let mut w = Writer::new();
+        write_indexed_dir_entries(&mut w, &meta, &[entry]);
+        let (read_meta, entries) = read_indexed_dir_entries(&w.buf).unwrap();
+        assert_eq!(read_meta, meta);
+        assert_eq!(
+            (entries[0].key, entries[0].value, entries[0].session),
+            ("k", &b"v"[..], "s")
+        );
+        let mut w = Writer::new();
+        write_indexed_key_list(&mut w, &meta, &["a", "b/"]);
+        assert_eq!(
+            read_indexed_key_list(&w.buf).unwrap(),
+            (meta, vec!["a", "b/"])
+        );
     }
 
     #[test]

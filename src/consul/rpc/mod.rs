@@ -262,25 +262,112 @@ impl QueryMeta {
         &self,
         w: &mut Writer,
         own: &[&'static str],
-        mut write_own: impl FnMut(&str, &mut Writer),
+        write_own: impl FnMut(&str, &mut Writer),
     ) {
-        debug_assert!(own.windows(2).all(|p| p[0] < p[1]), "own fields sorted");
-        let mut fields = Fields::new(w, own.len() + QUERY_META_FIELDS.len());
-        let (mut i, mut j) = (0, 0);
-        while i < own.len() || j < QUERY_META_FIELDS.len() {
-            let take_own =
-                j == QUERY_META_FIELDS.len() || (i < own.len() && own[i] < QUERY_META_FIELDS[j]);
-            if take_own {
-                let name = own[i];
-                write_own(name, fields.field(name));
-                i += 1;
-            } else {
-                let name = QUERY_META_FIELDS[j];
-                self.write_field(name, fields.field(name));
-                j += 1;
+        write_merged(w, own, write_own, &QUERY_META_FIELDS, |name, w| {
+            self.write_field(name, w)
+        });
+    }
+
+    /// Reads the field if it is one of `QueryMeta`'s; `false` otherwise.
+    pub fn field(&mut self, name: &str, r: &mut Reader) -> Result<bool, WireError> {
+        match name {
+            "Index" => self.index = r.u64("Index")?,
+            "LastContact" => self.last_contact_ns = r.i64("LastContact")?,
+            "KnownLeader" => self.known_leader = r.bool()?,
+            "ConsistencyLevel" => {
+                self.consistency_level = match r.str()? {
+                    "leader" => "leader",
+                    "stale" => "stale",
+                    "consistent" => "consistent",
+                    _ => "",
+                }
             }
+            "NotModified" => self.not_modified = r.bool()?,
+            "ResultsFilteredByACLs" => self.results_filtered_by_acls = r.bool()?,
+            "Backend" => r.skip()?,
+            _ => return Ok(false),
         }
-        fields.finish();
+        Ok(true)
+    }
+}
+
+/// Writes a struct made of its own fields (`own`, sorted) and an embedded struct's
+/// (`embedded`, sorted), merged in go-msgpack's order.
+fn write_merged(
+    w: &mut Writer,
+    own: &[&'static str],
+    mut write_own: impl FnMut(&str, &mut Writer),
+    embedded: &[&'static str],
+    mut write_embedded: impl FnMut(&str, &mut Writer),
+) {
+    debug_assert!(own.windows(2).all(|p| p[0] < p[1]), "own fields sorted");
+    debug_assert!(
+        embedded.windows(2).all(|p| p[0] < p[1]),
+        "embedded fields sorted"
+    );
+    let mut fields = Fields::new(w, own.len() + embedded.len());
+    let (mut i, mut j) = (0, 0);
+    while i < own.len() || j < embedded.len() {
+        let take_own = j == embedded.len() || (i < own.len() && own[i] < embedded[j]);
+        if take_own {
+            let name = own[i];
+            write_own(name, fields.field(name));
+            i += 1;
+        } else {
+            let name = embedded[j];
+            write_embedded(name, fields.field(name));
+            j += 1;
+        }
+    }
+    fields.finish();
+}
+
+/// `QueryOptions`' field names, sorted.
+const QUERY_OPTIONS_FIELDS: [&str; 12] = [
+    "AllowNotModifiedResponse",
+    "AllowStale",
+    "Filter",
+    "MaxAge",
+    "MaxQueryTime",
+    "MaxStaleDuration",
+    "MinQueryIndex",
+    "MustRevalidate",
+    "RequireConsistent",
+    "StaleIfError",
+    "Token",
+    "UseCache",
+];
+
+impl QueryOptions<'_> {
+    /// Writes a request struct that embeds `QueryOptions` next to its own fields (`own`,
+    /// sorted), as a client sends it.
+    pub fn write_request(
+        &self,
+        w: &mut Writer,
+        own: &[&'static str],
+        write_own: impl FnMut(&str, &mut Writer),
+    ) {
+        write_merged(
+            w,
+            own,
+            write_own,
+            &QUERY_OPTIONS_FIELDS,
+            |name, w| match name {
+                "AllowNotModifiedResponse" => w.bool(self.allow_not_modified_response),
+                "AllowStale" => w.bool(self.allow_stale),
+                "Filter" => w.str(self.filter),
+                "MaxQueryTime" => w.int(self.max_query_time_ns),
+                "MaxStaleDuration" => w.int(self.max_stale_duration_ns),
+                "MinQueryIndex" => w.uint(self.min_query_index),
+                "RequireConsistent" => w.bool(self.require_consistent),
+                "Token" => w.str(self.token),
+                "UseCache" => w.bool(self.use_cache),
+                // The agent cache's settings: zero, which the server ignores.
+                "MaxAge" | "StaleIfError" => w.int(0),
+                _ => w.bool(false),
+            },
+        );
     }
 }
 
