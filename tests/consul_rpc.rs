@@ -106,3 +106,78 @@ fn typed_calls_are_checked_against_their_tokens() {
     let agent = Agent::dev(&["-hcl", &acl]);
     run_client(&["acl", &agent.ip.to_string(), MANAGEMENT], &agent);
 }
+
+/// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
+fn wait_for_log(agent: &Agent, what: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent
+        .log()
+        .lines()
+        .any(|line| what.iter().all(|w| line.contains(w)))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line with {what:?}:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_client_agent_serves_kv_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    assert_eq!(client.put("/v1/kv/typed/a", b"one").text(), "true");
+    assert_eq!(client.get("/v1/kv/typed/a?raw").text(), "one");
+    // The server saw a yamux session (the client's outbound address is not its own): the
+    // typed path, not forwarded HTTP, which uses praetor's frames.
+    wait_for_log(server, &["rpc: yamux session from"]);
+    let entry = client.get("/v1/kv/typed/a").json();
+    assert_eq!(entry[0]["Key"], "typed/a");
+    assert_eq!(entry[0]["Value"], "b25l");
+    let index: u64 = entry[0]["ModifyIndex"].as_u64().unwrap();
+    // CAS with a stale index is refused, with the current one applied.
+    assert_eq!(client.put("/v1/kv/typed/a?cas=1", b"two").text(), "false");
+    let cas = format!("/v1/kv/typed/a?cas={index}");
+    assert_eq!(client.put(&cas, b"two").text(), "true");
+    assert_eq!(server.get("/v1/kv/typed/a?raw").text(), "two");
+    assert_eq!(
+        client.put("/v1/kv/typed/b/c?flags=42", b"three").text(),
+        "true"
+    );
+    let keys = client.get("/v1/kv/typed/?keys&separator=/").json();
+    assert_eq!(keys, serde_json::json!(["typed/a", "typed/b/"]));
+    let listed = client.get("/v1/kv/typed/?recurse").json();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed[1]["Flags"], 42);
+    let missing = client.get("/v1/kv/typed/nothing");
+    assert_eq!(missing.status, 404);
+    assert!(missing.header("X-Consul-Index").is_some());
+    // A blocking read on the client is woken by a write on the server.
+    let head = client.get("/v1/kv/typed/a");
+    let index = head.header("X-Consul-Index").unwrap().to_string();
+    let blocked_path = format!("/v1/kv/typed/a?index={index}&wait=30s");
+    let waiter = {
+        let addr = client.addr();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let reply = common::request(addr, "GET", &blocked_path, b"", &[]);
+            (reply, started.elapsed())
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the blocking read answered at once");
+    assert_eq!(server.put("/v1/kv/typed/a", b"four").text(), "true");
+    let (woken, elapsed) = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert!(elapsed < std::time::Duration::from_secs(15), "{elapsed:?}");
+    assert_eq!(woken.json()[0]["Value"], "Zm91cg==");
+    // Deletes: a stale delete-cas is refused, a tree goes at once.
+    assert_eq!(client.delete("/v1/kv/typed/a?cas=1").text(), "false");
+    assert_eq!(client.delete("/v1/kv/typed?recurse").text(), "true");
+    assert_eq!(server.get("/v1/kv/typed/b/c").status, 404);
+}

@@ -39,6 +39,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub struct Deferred {
     shard: Rc<Shard>,
     router: Arc<crate::cluster::router::Router>,
+    servers: Arc<ServerManager>,
 }
 
 impl Deferred {
@@ -69,6 +70,26 @@ impl Deferred {
             Some(error) => Err(error),
             None => Ok(()),
         }
+    }
+
+    /// On a client agent: makes one of Consul's typed calls on a server of this datacenter
+    /// (failing over among them as `retry` allows); the reply's msgpack body, or why not.
+    pub async fn call_server(
+        &self,
+        method: &str,
+        body: &[u8],
+        timeout: std::time::Duration,
+        retry: crate::cluster::servers::Retry,
+    ) -> Result<bytes::Bytes, crate::shard::rpc_client::CallError> {
+        crate::cluster::servers::call_typed(
+            &self.servers,
+            &self.shard.rpc,
+            method,
+            body,
+            timeout,
+            retry,
+        )
+        .await
     }
 
     /// Runs `request` (a complete HTTP/1.1 request) on a server of `datacenter` as if it
@@ -342,6 +363,7 @@ impl Context {
         Deferred {
             shard: self.shard.clone(),
             router: self.pools.router.clone(),
+            servers: self.pools.servers.clone(),
         }
     }
 

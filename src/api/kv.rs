@@ -8,7 +8,7 @@ use super::{
 use crate::consul::json::JsonWriter;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
-use crate::store::kv::{self, KvOp, KvRow};
+use crate::store::kv::{self, KvFields, KvOp, KvRow};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -69,6 +69,10 @@ fn get(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        // A client agent asks a server with Consul's typed call.
+        return super::rpc::client::kv_get(ctx, request, key, options);
+    }
     if request.query.has("keys") {
         let separator = request
             .query
@@ -205,11 +209,14 @@ fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiErr
 }
 
 /// Writes entries as Consul's `DirEntry` list.
-fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = KvRow<'e>>) {
+pub(crate) fn write_entries<'e>(
+    out: &mut Vec<u8>,
+    pretty: bool,
+    entries: impl Iterator<Item = KvFields<'e>>,
+) {
     let mut w = JsonWriter::new(out, pretty);
     w.begin_array();
     for entry in entries {
-        let entry = entry.fields();
         w.begin_object();
         w.field_u64("LockIndex", entry.lock_index);
         w.field_str("Key", entry.key);
@@ -226,7 +233,7 @@ fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Ite
     w.finish();
 }
 
-fn not_found(meta: QueryMeta, reply: &mut Reply) {
+pub(crate) fn not_found(meta: QueryMeta, reply: &mut Reply) {
     let mut headers = Vec::with_capacity(160);
     meta.write_headers(&mut headers);
     reply.send(404, None, &headers, b"");
@@ -260,7 +267,7 @@ impl Query for GetQuery {
         }
         let fields = entry.fields();
         let mut body = Vec::with_capacity(160 + fields.key.len() + fields.value.len() * 4 / 3);
-        write_entries(&mut body, reply.pretty, std::iter::once(entry));
+        write_entries(&mut body, reply.pretty, std::iter::once(entry.fields()));
         reply.json_bytes(200, &headers, &body);
     }
 }
@@ -289,7 +296,11 @@ impl Query for ListQuery {
         meta.write_headers(&mut headers);
         self.rows.write_header(filtered, &mut headers);
         let mut body = Vec::with_capacity(64 + entries.len() * 160);
-        write_entries(&mut body, reply.pretty, entries.into_iter());
+        write_entries(
+            &mut body,
+            reply.pretty,
+            entries.into_iter().map(KvRow::fields),
+        );
         reply.json_bytes(200, &headers, &body);
     }
 }

@@ -579,6 +579,8 @@ pub fn dispatch(
         }),
     };
     match result {
+        // A client agent sends the writes it has typed calls for as those calls.
+        Ok(Outcome::Write(op)) if ctx.is_client() => rpc::client::typed_write(ctx, request, op),
         // Writes are proposed by the leader; anyone else hands the request over.
         Ok(Outcome::Write(_) | Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,

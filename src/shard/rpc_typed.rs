@@ -179,6 +179,7 @@ pub async fn serve_codec<C: TypedCalls>(
     mut writer: impl AsyncWriteRent,
     peer: SocketAddr,
 ) {
+    log::debug!("rpc: msgpack codec from {peer}");
     let mut buffer = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut scanner = MessageReader::new();
     let mut ready = Vec::new();
@@ -292,6 +293,7 @@ pub async fn serve_yamux<C: TypedCalls>(
     writer: impl AsyncWriteRent + 'static,
     peer: SocketAddr,
 ) {
+    log::debug!("rpc: yamux session from {peer}");
     let (doorbell, rings) = flume::bounded::<()>(1);
     let mux = Rc::new(RefCell::new(Mux {
         session: Session::new(Role::Server, shard.shared().now_ms()),

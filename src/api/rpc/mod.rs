@@ -21,6 +21,7 @@
 
 pub mod acl;
 pub mod catalog;
+pub mod client;
 pub mod coordinate;
 pub mod health;
 pub mod internal;
