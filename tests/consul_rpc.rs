@@ -181,3 +181,42 @@ fn a_client_agent_serves_kv_through_typed_calls() {
     assert_eq!(client.delete("/v1/kv/typed?recurse").text(), "true");
     assert_eq!(server.get("/v1/kv/typed/b/c").status, 404);
 }
+
+#[test]
+fn another_datacenters_kv_is_read_through_typed_calls() {
+    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
+    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
+    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
+    let data = TempDir::new("consul-rpc-dc-client");
+    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
+    client.wait_ready();
+    let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
+    assert_eq!(remote.put("/v1/kv/far/a", b"away").text(), "true");
+    assert_eq!(remote.put("/v1/kv/far/b/c", b"deeper").text(), "true");
+    // Until the WAN pool has converged, dc1 has no path to dc2.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.get("/v1/kv/far/a?dc=dc2&raw").status != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dc1 never reached dc2"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for agent in [server, &client] {
+        assert_eq!(agent.get("/v1/kv/far/a?dc=dc2&raw").text(), "away");
+        let entry = agent.get("/v1/kv/far/a?dc=DC2").json();
+        assert_eq!(entry[0]["Value"], "YXdheQ==", "{entry}");
+        let keys = agent.get("/v1/kv/far/?dc=dc2&keys&separator=/").json();
+        assert_eq!(keys, serde_json::json!(["far/a", "far/b/"]));
+        let tree = agent.get("/v1/kv/far?dc=dc2&recurse").json();
+        assert_eq!(tree.as_array().unwrap().len(), 2);
+        assert_eq!(agent.get("/v1/kv/far/nothing?dc=dc2").status, 404);
+        // dc1 itself holds none of it.
+        assert_eq!(agent.get("/v1/kv/far/a").status, 404);
+        let unknown = agent.get("/v1/kv/far/a?dc=dc9");
+        assert_eq!(
+            (unknown.status, unknown.text()),
+            (500, "No path to datacenter".to_string())
+        );
+    }
+}

@@ -92,6 +92,32 @@ impl Deferred {
         .await
     }
 
+    /// On a server: makes one of Consul's typed calls on a server of `datacenter` through
+    /// the WAN router (in praetor's frames, as servers hand calls to each other); the
+    /// reply's msgpack body, or the error text of the call or of its way there.
+    pub async fn call_datacenter(
+        &self,
+        datacenter: &str,
+        method: &str,
+        body: &[u8],
+        timeout: std::time::Duration,
+        retry: crate::cluster::servers::Retry,
+    ) -> Result<Vec<u8>, String> {
+        let mut payload = Vec::with_capacity(body.len() + method.len() + 32);
+        // The first hop: this server asks the other datacenter's.
+        payload.push(1);
+        crate::proto::msgpack_rpc::encode_request(&mut payload, method, 1, body);
+        super::rpc::call_in_datacenter(
+            &self.router,
+            &self.shard.forward,
+            datacenter,
+            &payload,
+            timeout,
+            retry,
+        )
+        .await
+    }
+
     /// Runs `request` (a complete HTTP/1.1 request) on a server of `datacenter` as if it
     /// had arrived there, and returns its raw HTTP answer. A read is retried on another of
     /// its servers when one cannot be reached.

@@ -20,23 +20,29 @@ pub const KEY_BYTES_MAX: usize = 16 * 1024;
 /// `/v1/kv/<key>` (and `/v1/kv`, whose key is empty): the request's `rest` is the key.
 pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let key = request.rest;
-    if key.len() > KEY_BYTES_MAX {
-        return Err(ApiError::bad_request(format!(
-            "Key exceeds {KEY_BYTES_MAX} bytes"
-        )));
-    }
-    // Newer Consul refuses traversal sequences in keys; so do we.
-    if key.contains("../") || key.contains("..\\") {
-        return Err(ApiError::bad_request(
-            "URL path contains invalid traversal sequence",
-        ));
-    }
+    check_key(key)?;
     match request.method {
         Method::Get => get(ctx, request, key, reply),
         Method::Put => put(ctx, request, key),
         Method::Delete => delete(ctx, request, key),
         _ => unreachable!("the router admits only GET, PUT and DELETE"),
     }
+}
+
+/// A key's limits: [`KEY_BYTES_MAX`], and no traversal sequence (newer Consul refuses
+/// them; so do we).
+pub(crate) fn check_key(key: &str) -> Result<(), ApiError> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Key exceeds {KEY_BYTES_MAX} bytes"
+        )));
+    }
+    if key.contains("../") || key.contains("..\\") {
+        return Err(ApiError::bad_request(
+            "URL path contains invalid traversal sequence",
+        ));
+    }
+    Ok(())
 }
 
 /// Consul answers 400 "Conflicting flags" when mutually exclusive parameters meet.
@@ -71,7 +77,7 @@ fn get(
     let options = query_options(ctx, &request.query)?;
     if ctx.is_client() {
         // A client agent asks a server with Consul's typed call.
-        return super::rpc::client::kv_get(ctx, request, key, options);
+        return super::rpc::client::kv_get(ctx, request, key, options, "");
     }
     if request.query.has("keys") {
         let separator = request

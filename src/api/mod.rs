@@ -418,6 +418,11 @@ pub fn check_datacenter(ctx: &Context, query: &QueryParams) -> Result<(), ApiErr
 /// Parses `index`, `wait`, `stale`, `consistent`, `max_stale`, `filter` and checks `dc`.
 pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
     check_datacenter(ctx, query)?;
+    query_options_in(ctx, query)
+}
+
+/// [`query_options`] for a request whose `dc` another datacenter answers.
+pub fn query_options_in(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
     let min_index = match query.get("index") {
         None | Some("") => 0,
         Some(text) => text

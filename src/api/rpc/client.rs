@@ -10,8 +10,10 @@
 //! the handler's responder expects; a refusal comes back as the server's text, answered
 //! with the status Consul's HTTP layer gives it ([`error_of`]).
 //!
-//! What is converted so far: the KV endpoints. Every other request a client agent cannot
-//! answer still goes to its server as forwarded HTTP (`api::server`).
+//! What is converted so far: the KV endpoints, and KV reads naming another datacenter
+//! (`?dc=`), which a server sends there as the same typed call ([`across_datacenters`]).
+//! Every other request a client agent cannot answer, or a server hands to another
+//! datacenter, still goes as forwarded HTTP (`api::server`).
 
 use crate::api::authz::request_secret;
 use crate::api::kv::{not_found, write_entries};
@@ -94,9 +96,12 @@ fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
     }
 }
 
-/// A call made after the handler returned, whose answer `respond` writes.
+/// A call made after the handler returned, whose answer `respond` writes. A client agent
+/// sends it to its server (which hands a call naming another datacenter on); a server asks
+/// a server of `datacenter` itself.
 fn call(
     ctx: &Context,
+    datacenter: &str,
     method: &'static str,
     body: Vec<u8>,
     timeout: Duration,
@@ -104,8 +109,16 @@ fn call(
     respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
 ) -> Outcome {
     let deferred = ctx.deferred();
+    let remote = (!ctx.is_client() && !datacenter.is_empty()).then(|| datacenter.to_string());
     Outcome::Async(Box::pin(async move {
-        let answer = deferred.call_server(method, &body, timeout, retry).await;
+        let answer = match remote {
+            None => deferred.call_server(method, &body, timeout, retry).await,
+            Some(datacenter) => deferred
+                .call_datacenter(&datacenter, method, &body, timeout, retry)
+                .await
+                .map(bytes::Bytes::from)
+                .map_err(CallError::Remote),
+        };
         Box::new(move |reply: &mut Reply| {
             let result = match answer {
                 Ok(body) => respond(&body, reply),
@@ -123,13 +136,33 @@ fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
     ApiError::Internal(format!("rpc error: malformed reply: {error}"))
 }
 
-/// `GET /v1/kv/<key>` on a client agent: `KVS.Get`, `KVS.List` (`?recurse`) or
-/// `KVS.ListKeys` (`?keys`), rendered as the server's own HTTP answer would be.
+/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads so far.
+/// `None` for the others, which go as HTTP.
+pub fn across_datacenters(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    let kv = request.path == "/v1/kv" || request.path.starts_with("/v1/kv/");
+    if request.method != crate::proto::http::Method::Get || !kv {
+        return None;
+    }
+    Some(
+        crate::api::kv::check_key(request.rest)
+            .and_then(|()| crate::api::query_options_in(ctx, &request.query))
+            .and_then(|options| kv_get(ctx, request, request.rest, options, datacenter)),
+    )
+}
+
+/// `GET /v1/kv/<key>` answered by a server: `KVS.Get`, `KVS.List` (`?recurse`) or
+/// `KVS.ListKeys` (`?keys`) of `datacenter` (empty: this one), rendered as the server's
+/// own HTTP answer would be.
 pub fn kv_get(
     ctx: &Context,
     request: &Request,
     key: &str,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Result<Outcome, ApiError> {
     let secret = request_secret(ctx, request);
     let rpc_options = query_options(&options, &secret);
@@ -141,7 +174,7 @@ pub fn kv_get(
             .or_else(|| request.query.get("seperator"))
             .unwrap_or("");
         let body = KeyListRequest {
-            datacenter: "",
+            datacenter,
             prefix: key,
             separator,
             options: rpc_options,
@@ -150,6 +183,7 @@ pub fn kv_get(
         let root = key.is_empty();
         return Ok(call(
             ctx,
+            datacenter,
             "KVS.ListKeys",
             body,
             timeout,
@@ -185,7 +219,7 @@ pub fn kv_get(
     }
     let raw = request.query.has("raw");
     let body = KeyRequest {
-        datacenter: "",
+        datacenter,
         key,
         options: rpc_options,
     }
@@ -193,6 +227,7 @@ pub fn kv_get(
     let method = if recurse { "KVS.List" } else { "KVS.Get" };
     Ok(call(
         ctx,
+        datacenter,
         method,
         body,
         timeout,
@@ -341,6 +376,7 @@ pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
     // A write that may have reached a server is not sent again (it could apply twice).
     call(
         ctx,
+        "",
         "KVS.Apply",
         body,
         CALL_TIMEOUT,

@@ -265,26 +265,40 @@ async fn to_datacenter(
     blocking_wait: Option<Duration>,
 ) -> Answer {
     let payload = forwarded_payload(call)?;
-    let router = server.context().router();
-    if !router.datacenters().iter().any(|dc| dc == datacenter) {
-        return Err("No path to datacenter".to_string());
-    }
     let retry = if is_read(call.method()) {
         Retry::Always
     } else {
         Retry::NotSent
     };
+    call_in_datacenter(
+        server.context().router(),
+        &server.shard().forward,
+        datacenter,
+        &payload,
+        forward_timeout(blocking_wait),
+        retry,
+    )
+    .await
+}
+
+/// Sends a typed call's frame (`payload`: its hop count, then the call) to a server of
+/// `datacenter` over `pool` and reads the answer back. A datacenter without a known server
+/// gets Consul's "No path to datacenter" as it is, not as a failed call.
+pub(crate) async fn call_in_datacenter(
+    router: &crate::cluster::router::Router,
+    pool: &crate::shard::forward::ForwardPool,
+    datacenter: &str,
+    payload: &[u8],
+    timeout: Duration,
+    retry: Retry,
+) -> Answer {
     let frame = router
-        .forward(
-            &server.shard().forward,
-            datacenter,
-            kind::TYPED_CALL,
-            &payload,
-            forward_timeout(blocking_wait),
-            retry,
-        )
+        .forward(pool, datacenter, kind::TYPED_CALL, payload, timeout, retry)
         .await;
-    forwarded_answer(frame)
+    match frame {
+        Err(no_path) if no_path == crate::cluster::router::NO_PATH => Err(no_path),
+        frame => forwarded_answer(frame),
+    }
 }
 
 /// Whether a method only reads (so it may be sent again after a failure).
