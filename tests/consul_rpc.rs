@@ -220,3 +220,30 @@ fn another_datacenters_kv_is_read_through_typed_calls() {
         );
     }
 }
+
+#[test]
+fn a_client_agent_asks_its_server_who_leads_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-status");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let leader = server.get("/v1/status/leader").json();
+    let prefix = format!("{}:", server.ip);
+    assert!(leader.as_str().unwrap().starts_with(&prefix), "{leader}");
+    for path in [
+        "/v1/status/leader",
+        "/v1/status/peers",
+        "/v1/catalog/datacenters",
+    ] {
+        let (asked, direct) = (client.get(path), server.get(path));
+        assert_eq!((asked.status, direct.status), (200, 200), "{path}");
+        assert_eq!(asked.json(), direct.json(), "{path}");
+    }
+    assert_eq!(
+        client.get("/v1/catalog/datacenters").json(),
+        serde_json::json!(["dc1"])
+    );
+    // Only typed calls open yamux sessions on a server; nothing else of this client did.
+    wait_for_log(server, &["rpc: yamux session from"]);
+}

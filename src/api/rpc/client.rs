@@ -10,8 +10,10 @@
 //! the handler's responder expects; a refusal comes back as the server's text, answered
 //! with the status Consul's HTTP layer gives it ([`error_of`]).
 //!
-//! What is converted so far: the KV endpoints, and KV reads naming another datacenter
-//! (`?dc=`), which a server sends there as the same typed call ([`across_datacenters`]).
+//! What is converted so far: the KV endpoints, `/v1/status/leader|peers` and
+//! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
+//! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
+//! call ([`across_datacenters`]).
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
 
@@ -20,10 +22,12 @@ use crate::api::kv::{not_found, write_entries};
 use crate::api::{ApiError, AsyncResponder, Context, Outcome, QueryMeta, Reply, Request, WriteOp};
 use crate::cluster::servers::Retry;
 use crate::consul::json::JsonWriter;
+use crate::consul::rpc::catalog::DcSpecificRequest;
 use crate::consul::rpc::kvs::{
     read_indexed_dir_entries, read_indexed_key_list, DirEntry, KeyListRequest, KeyRequest,
     KvsRequest,
 };
+use crate::consul::rpc::status::{read_leader_reply, read_string_list_reply};
 use crate::consul::rpc::{QueryMeta as RpcQueryMeta, QueryOptions as RpcQueryOptions};
 use crate::shard::rpc_client::CallError;
 use crate::shard::runtime::Consistency;
@@ -261,6 +265,47 @@ pub fn kv_get(
             Ok(())
         },
     ))
+}
+
+/// `GET /v1/status/leader`, `/v1/status/peers` and `/v1/catalog/datacenters` on a client
+/// agent: `Status.Leader`, `Status.Peers` or `Catalog.ListDatacenters` on a server, the
+/// reply rendered as that server's JSON. The request is the `DCSpecificRequest` Consul's
+/// agent sends (this datacenter, the request's token); `ListDatacenters`' own request is
+/// `QueryOptions` alone, the same fields less the datacenter's.
+pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome {
+    let secret = request_secret(ctx, request);
+    let options = RpcQueryOptions {
+        token: &secret,
+        ..RpcQueryOptions::default()
+    };
+    let body = if method == "Catalog.ListDatacenters" {
+        let mut w = crate::proto::msgpack::Writer::new();
+        options.write_request(&mut w, &[], |_, _| {});
+        w.into_inner()
+    } else {
+        DcSpecificRequest {
+            datacenter: &ctx.config().datacenter,
+            node_meta_filters: Vec::new(),
+            options,
+        }
+        .encode()
+    };
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        CALL_TIMEOUT,
+        Retry::Always,
+        move |body, reply| {
+            if method == "Status.Leader" {
+                reply.json(200, b"", read_leader_reply(body).map_err(bad_reply)?);
+            } else {
+                reply.json(200, b"", &read_string_list_reply(body).map_err(bad_reply)?);
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Consul's header for a list the token filtered.

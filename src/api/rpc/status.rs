@@ -4,10 +4,13 @@ use super::Answer;
 use crate::api::server::Server;
 use crate::consul::rpc::status::{leader_reply, peers_reply};
 
-/// `Status.Leader`: the leader's RPC address, "" when none is known.
+/// `Status.Leader`: the leader's RPC address, "" when none is known — or, as over HTTP,
+/// while the leader's own registration is not applied here yet
+/// ([`crate::api::status::reported_leader`]), so a client agent reports what its server does.
 pub fn leader(server: &Server) -> Answer {
-    let status = server.context().cluster_status();
-    Ok(leader_reply(&status.leader_rpc_address))
+    Ok(leader_reply(&crate::api::status::reported_leader(
+        server.context(),
+    )))
 }
 
 /// `Status.Peers`: the voters' RPC addresses.

@@ -390,6 +390,22 @@ impl<'a> DcSpecificRequest<'a> {
     }
 }
 
+impl DcSpecificRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["Datacenter", "NodeMetaFilters"],
+            |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                _ => super::write_string_map(w, self.node_meta_filters.iter().copied(), true),
+            },
+        );
+        w.into_inner()
+    }
+}
+
 /// `ServiceSpecificRequest`: the instances of one service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceSpecificRequest<'a> {
@@ -743,6 +759,23 @@ pub fn write_check_service_node(w: &mut Writer, row: &CheckServiceNode) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dc_specific_request_decodes_as_encoded() {
+        let request = DcSpecificRequest {
+            datacenter: "dc1",
+            node_meta_filters: vec![("rack", "r1")],
+            options: QueryOptions {
+                token: "secret",
+                min_query_index: 7,
+                allow_stale: true,
+                ..QueryOptions::default()
+            },
+        };
+        assert_eq!(DcSpecificRequest::decode(&request.encode()), Ok(request));
+        let bare = DcSpecificRequest::default();
+        assert_eq!(DcSpecificRequest::decode(&bare.encode()), Ok(bare));
+    }
 
     fn register_body(service_fields: impl FnOnce(&mut Writer), checks: usize) -> Vec<u8> {
         let mut w = Writer::new();
