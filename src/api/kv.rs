@@ -6,7 +6,7 @@ use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::json::JsonWriter;
-use crate::proto::http::Method;
+use crate::proto::http::{Method, QueryParams};
 use crate::shard::watch::WatchSet;
 use crate::store::kv::{self, KvFields, KvOp, KvRow};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
@@ -80,11 +80,7 @@ fn get(
         return super::rpc::client::kv_get(ctx, request, key, options, "");
     }
     if request.query.has("keys") {
-        let separator = request
-            .query
-            .get("separator")
-            .or_else(|| request.query.get("seperator"))
-            .unwrap_or("");
+        let separator = separator(&request.query);
         return run_query(
             ctx,
             KeysQuery {
@@ -335,14 +331,27 @@ impl Query for KeysQuery {
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
         self.rows.write_header(filtered, &mut headers);
-        let mut body = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
-        let mut w = JsonWriter::new(&mut body, reply.pretty);
-        w.begin_array();
-        for key in keys {
-            w.array_str(key);
-        }
-        w.end_array();
-        w.finish();
-        reply.json_bytes(200, &headers, &body);
+        reply.json_bytes(200, &headers, &keys_body(&keys, reply.pretty));
     }
+}
+
+/// `?keys`' `?separator` (also under Consul's old misspelling, `?seperator`), empty if none.
+pub(crate) fn separator<'q>(query: &'q QueryParams) -> &'q str {
+    query
+        .get("separator")
+        .or_else(|| query.get("seperator"))
+        .unwrap_or("")
+}
+
+/// `?keys`' body: the keys as a JSON array.
+pub(crate) fn keys_body(keys: &[&str], pretty: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_array();
+    for key in keys {
+        w.array_str(key);
+    }
+    w.end_array();
+    w.finish();
+    body
 }

@@ -19,8 +19,7 @@
 use crate::proto::msgpack_rpc::{decode_response_header, encode_request, MessageReader};
 use crate::proto::rpc_select::rpc_type;
 use crate::proto::yamux::{Event, Role, Session, STREAMS_MAX};
-use crate::tls::stream::HANDSHAKE_TIMEOUT_DEFAULT;
-use crate::tls::{Protocol, TlsConfigurator};
+use crate::tls::TlsConfigurator;
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
@@ -313,21 +312,8 @@ impl RpcClient {
                 spawn_session(connection.clone(), reader, writer, rings, addr, clock);
             }
             Some((config, server_name)) => {
-                let (written, _) = stream.write_all(vec![rpc_type::TLS]).await;
-                written.map_err(|e| format!("cannot write to {addr}: {e}"))?;
-                let mut session = crate::tls::stream::connect(
-                    config,
-                    server_name,
-                    stream,
-                    HANDSHAKE_TIMEOUT_DEFAULT,
-                )
-                .await
-                .map_err(|error| {
-                    let line =
-                        crate::tls::handshake_failure_line(Protocol::InternalRpc, addr, &error);
-                    log::warn!("{line}");
-                    line
-                })?;
+                let mut session =
+                    super::forward::dial_tls(stream, config, server_name, addr).await?;
                 let (written, _) = session.write_all(vec![rpc_type::MULTIPLEX_V2]).await;
                 written.map_err(|e| format!("cannot write to {addr}: {e}"))?;
                 let (reader, writer) = session.into_split();

@@ -18,10 +18,9 @@
 //! datacenter, still goes as forwarded HTTP (`api::server`).
 
 use crate::api::authz::request_secret;
-use crate::api::kv::{not_found, write_entries};
+use crate::api::kv::{keys_body, not_found, separator, write_entries};
 use crate::api::{ApiError, AsyncResponder, Context, Outcome, QueryMeta, Reply, Request, WriteOp};
 use crate::cluster::servers::Retry;
-use crate::consul::json::JsonWriter;
 use crate::consul::rpc::catalog::DcSpecificRequest;
 use crate::consul::rpc::kvs::{
     read_indexed_dir_entries, read_indexed_key_list, DirEntry, KeyListRequest, KeyRequest,
@@ -172,11 +171,7 @@ pub fn kv_get(
     let rpc_options = query_options(&options, &secret);
     let timeout = read_timeout(&options);
     if request.query.has("keys") {
-        let separator = request
-            .query
-            .get("separator")
-            .or_else(|| request.query.get("seperator"))
-            .unwrap_or("");
+        let separator = separator(&request.query);
         let body = KeyListRequest {
             datacenter,
             prefix: key,
@@ -203,16 +198,7 @@ pub fn kv_get(
                 let mut headers = Vec::with_capacity(160);
                 meta_headers.write_headers(&mut headers);
                 filtered_header(&meta, &mut headers);
-                let mut out =
-                    Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
-                let mut w = JsonWriter::new(&mut out, reply.pretty);
-                w.begin_array();
-                for key in keys {
-                    w.array_str(key);
-                }
-                w.end_array();
-                w.finish();
-                reply.json_bytes(200, &headers, &out);
+                reply.json_bytes(200, &headers, &keys_body(&keys, reply.pretty));
                 Ok(())
             },
         ));
