@@ -834,6 +834,61 @@ class Bench:
         return "praetor client agent found no server after %ds: %s" % (
             START_TIMEOUT_S, self.procs.log_tail("client-agent"))
 
+    def client_server_http(self):
+        """The HTTP address of the server the client agent sends its calls to (from the line
+        its router logs), else the leader's."""
+        marker = "agent: forwarding to server "
+        try:
+            with open(os.path.join(self.procs.log_dir, "client-agent.log"), errors="replace") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        for line in reversed(text.splitlines()):
+            if marker in line and "(" in line:
+                addr = line.split("(", 1)[1].split(")", 1)[0]
+                try:
+                    port = int(addr.rsplit(":", 1)[1])
+                except (ValueError, IndexError):
+                    break
+                for s in SERVERS:
+                    if s["server"] == port:
+                        return f"http://127.0.0.1:{s['http']}"
+                break
+        return self.leader()
+
+    def row_kv_get_client(self):
+        """A KV GET asked of the client agent (B), which makes a typed `KVS.Get` on its server,
+        against the same GET asked of that server directly (A)."""
+        row_id = "kv-get-client-vs-server"
+        title = "KV GET 64 conns: through a client agent (typed KVS.Get) vs on its server"
+        target = "≥ 0.85×"
+        reason = self.needs("cluster:kv", "client-agent")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        server = self.client_server_http()
+        self.compare_row(row_id, title, ["kv-get", "--target-a", server,
+                                         "--target-b", f"http://127.0.0.1:{CLIENT['http']}",
+                                         "--name-a", "GET on its server", "--name-b", "GET via the client agent",
+                                         "--key", "bench/clientget"] + self.common(64),
+                         target, lambda d: d["ratio"]["median"] >= 0.85,
+                         note=f"the client agent's server: {server}")
+
+    def row_kv_put_client(self):
+        """A KV PUT asked of the client agent (B), a typed `KVS.Apply` on its server (handed
+        to the leader when it follows), against the same PUT on the leader (A)."""
+        row_id = "kv-put-client-vs-leader"
+        title = "KV PUT 64 conns: through a client agent (typed KVS.Apply) vs on the leader"
+        target = "≥ 0.85×"
+        reason = self.needs("cluster:kv", "client-agent")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        self.compare_row(row_id, title, ["kv-put", "--target-a", self.leader(),
+                                         "--target-b", f"http://127.0.0.1:{CLIENT['http']}",
+                                         "--name-a", "PUT on the leader", "--name-b", "PUT via the client agent",
+                                         "--key", "bench/clientput"] + self.common(64),
+                         target, lambda d: d["ratio"]["median"] >= 0.85,
+                         note=f"the client agent's server: {self.client_server_http()}")
+
     # ---- the service mesh ---------------------------------------------------------------
 
     def mesh_echo_ok(self, port):
@@ -2196,6 +2251,8 @@ class Bench:
             (["get-consistent-vs-stale"], lambda: self.row_consistency("consistent", 0.5), []),
             (["churn-vs-kv-put"], self.row_churn, []),
             (["churn-catalog-vs-kv-put"], self.row_churn_catalog, []),
+            (["kv-get-client-vs-server"], self.row_kv_get_client, []),
+            (["kv-put-client-vs-leader"], self.row_kv_put_client, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["kv-get-dc2-forwarded-vs-local"], self.row_kv_get_dc2, ["dc2"]),
             (["sessions-vs-kv-put"], self.row_sessions, ["etcd3"]),

@@ -36,6 +36,10 @@ if ! python3 -c "import consul" >/dev/null 2>&1; then
   echo "tests/run.sh: installing py-consul"
   python3 -m pip install -q py-consul
 fi
+if ! python3 -c "import msgpack" >/dev/null 2>&1; then
+  echo "tests/run.sh: installing msgpack"
+  python3 -m pip install -q msgpack
+fi
 if ! python3 -c "import selenium" >/dev/null 2>&1; then
   echo "tests/run.sh: installing selenium"
   python3 -m pip install -q selenium
