@@ -787,6 +787,7 @@ doc_tests! {
     sessions => "docs/sessions.md",
     tls => "docs/tls.md",
     ui => "docs/ui.md",
+    xds => "docs/xds.md",
 }
 
 /// A doc added to docs/ without a test here would never run: this names it.
