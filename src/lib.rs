@@ -23,10 +23,12 @@
 //!    servers) and the HTTP API (routing table, handlers, server loop), which uses `dns`
 //!    only to serve that protocol on the servers.
 //! 10. [`agent`]: local services and checks, runners, anti-entropy.
-//! 11. [`proxy`]: the built-in mTLS proxy (`praetor connect proxy`), a data plane fed by
+//! 11. [`xds`]: the gRPC server on its own tokio thread: Envoy's ADS for this agent's
+//!     proxies, from the store versions a shard publishes and the agent's answers.
+//! 12. [`proxy`]: the built-in mTLS proxy (`praetor connect proxy`), a data plane fed by
 //!     its agent over HTTP; it needs only `proto` and `tls`.
-//! 12. [`node`]: start-up wiring, the only module that uses every layer.
-//! 13. [`cli`]: operator commands.
+//! 13. [`node`]: start-up wiring, the only module that uses every layer.
+//! 14. [`cli`]: operator commands.
 //!
 //! Pure modules do no I/O, read no clock, draw no entropy and start no thread.
 //!
@@ -48,6 +50,7 @@ pub mod replica;
 pub mod shard;
 pub mod store;
 pub mod tls;
+pub mod xds;
 
 /// The Consul HTTP API version praetor implements; reported by `praetor version` and
 /// `/v1/agent/self` as `Config.Version` so that clients that gate features on it behave.

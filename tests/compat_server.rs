@@ -123,7 +123,8 @@ fn catalog_register_in_an_unknown_datacenter_fails_as_consul_does() {
 /// `/v1/agent/members`.
 #[test]
 fn agent_self_reports_what_consul_reports() {
-    let agent = Agent::dev(&["-node", "selfie"]);
+    // gRPC off (a dev agent serves it on 8502), to see Consul's `Self` without `xDS`.
+    let agent = Agent::dev(&["-node", "selfie", "-grpc-port=-1"]);
     let this = agent.get("/v1/agent/self").json();
     let debug = &this["DebugConfig"];
     for key in [
@@ -195,15 +196,26 @@ fn agent_self_reports_what_consul_reports() {
     assert!(this.get("xDS").is_none());
 }
 
-/// Consul's `Self` has an `xDS` section only when its xDS server runs. praetor has no gRPC
-/// server yet (`config::keys::GRPC_SERVER_LISTENS`), so a configured gRPC port brings no
-/// section, and `DebugConfig.GRPCPort` says no port serves.
+/// With a gRPC port configured Consul's `Self` has an `xDS` section with the proxies it
+/// supports and the port to reach it, and the port answers.
 #[test]
-fn agent_self_has_no_xds_while_no_xds_server_listens() {
+fn agent_self_has_xds_when_a_grpc_port_is_configured() {
     let agent = Agent::dev(&["-grpc-port", "28502"]);
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::new(agent.ip, 28502),
+            std::time::Duration::from_secs(2)
+        )
+        .is_ok(),
+        "the gRPC port listens"
+    );
     let this = agent.get("/v1/agent/self").json();
-    assert!(this.get("xDS").is_none(), "{this}");
-    assert_eq!(this["DebugConfig"]["GRPCPort"], -1);
+    let xds = &this["xDS"];
+    assert_eq!(xds["Port"], 28502, "{this}");
+    assert!(xds["SupportedProxies"]["envoy"]
+        .as_array()
+        .is_some_and(|versions| !versions.is_empty()));
+    assert_eq!(this["DebugConfig"]["GRPCPort"], 28502);
 }
 
 /// Consul's leader registers itself (node, `serfHealth`, the `consul` service) as it

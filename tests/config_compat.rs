@@ -299,11 +299,10 @@ checks = [
     );
 }
 
-/// `addresses { http = … }` binds the HTTP API there instead of `client_addr`, as in
-/// Consul; `addresses.grpc` and a `ports.grpc` with no gRPC server behind them are warned
-/// about rather than accepted silently.
+/// `addresses { http = … grpc = … }` binds the HTTP API and the gRPC server there instead
+/// of `client_addr`, as in Consul; neither is warned about, since both act.
 #[test]
-fn addresses_move_listeners_and_grpc_settings_warn() {
+fn addresses_move_the_http_and_grpc_listeners() {
     let client = common::fresh_loopback();
     let http = common::fresh_loopback();
     let args: Vec<String> = [
@@ -330,15 +329,17 @@ fn addresses_move_listeners_and_grpc_settings_warn() {
         .is_err(),
         "nothing listens for HTTP on client_addr"
     );
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::new(client, 28702),
+            Duration::from_secs(2)
+        )
+        .is_ok(),
+        "gRPC listens on addresses.grpc"
+    );
     let log = agent.log();
-    assert!(
-        log.contains("config: ports.grpc = 28702 is accepted but not acted on yet"),
-        "{log}"
-    );
-    assert!(
-        log.contains("config: addresses.grpc is accepted but not acted on yet"),
-        "{log}"
-    );
+    assert!(!log.contains("ports.grpc = 28702 is accepted"), "{log}");
+    assert!(!log.contains("addresses.grpc is accepted"), "{log}");
 }
 
 /// Keys Consul has whose meaning holds or is refused as Consul refuses it:

@@ -783,9 +783,11 @@ doc_tests! {
     http_api => "docs/http-api.md",
     memory => "docs/memory.md",
     operations => "docs/operations.md",
+    rpc => "docs/rpc.md",
     sessions => "docs/sessions.md",
     tls => "docs/tls.md",
     ui => "docs/ui.md",
+    xds => "docs/xds.md",
 }
 
 /// A doc added to docs/ without a test here would never run: this names it.

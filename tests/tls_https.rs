@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cli, fresh_loopback, praetor_binary, Agent, TempDir};
+use common::{cli, fresh_loopback, praetor_binary, praetor_in, Agent, TempDir};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -13,20 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const HTTPS_PORT: u16 = 8501;
-
-/// Runs `praetor` in `dir` and requires success.
-fn praetor_in(dir: &Path, args: &[&str]) {
-    let output = Command::new(praetor_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run praetor");
-    assert!(
-        output.status.success(),
-        "praetor {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// A CA with a server certificate valid for `ip` and a CLI (client) certificate.
 struct Pki {

@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::BytesMut;
-use common::{praetor_binary, Agent, Cluster, TempDir};
+use common::{praetor_binary, praetor_in, Agent, Cluster, TempDir};
 use praetor::proto::rpc::{encode_frame, kind};
 use praetor::tls::generate::{self, CertKind, CertOptions};
 use std::io::{Read, Write};
@@ -15,23 +15,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Consul's protocol bytes: TLS follows; Raft; multiplexed requests.
+/// Consul's protocol bytes: TLS follows; Raft; and praetor's multiplexed request frames.
 const BYTE_TLS: u8 = 3;
 const BYTE_RAFT: u8 = 1;
-const BYTE_RPC: u8 = 4;
-
-fn praetor_in(dir: &Path, args: &[&str]) {
-    let output = Command::new(praetor_binary())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run praetor");
-    assert!(
-        output.status.success(),
-        "praetor {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
+const BYTE_RPC: u8 = praetor::proto::rpc::PROTOCOL_RPC;
 
 /// An agent CA with one server and one client certificate, made by `praetor tls`.
 struct Pki {

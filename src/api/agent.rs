@@ -13,9 +13,11 @@ use super::{ApiError, Context, Outcome, Reply, Request};
 use crate::gossip::MemberStatus;
 use serde_json::{json, Map, Value};
 
-/// The Envoy versions Consul's xDS server lists as supported (`xdscommon.EnvoyVersions` of the
-/// Consul release whose API praetor implements); tools pick an Envoy image from it.
-const ENVOY_VERSIONS_SUPPORTED: &[&str] = &["1.34.1", "1.33.2", "1.32.5", "1.31.8"];
+/// The Envoy versions the xDS server is built and tested for (newest first), as Consul's
+/// `proxysupport.EnvoyVersions` lists them: `/v1/agent/self` shows them, tools pick an Envoy
+/// image from them, and `praetor connect envoy` refuses others (`xds` re-exports them; the
+/// list lives here because the API may not depend on `xds`).
+pub const ENVOY_VERSIONS: &[&str] = &["1.38.3", "1.37.5", "1.36.7", "1.35.8"];
 
 /// `/v1/agent/self`: the agent's configuration summary, its gossip member entry and stats.
 /// `Config.Version` is the Consul API version praetor implements, so clients that gate
@@ -104,8 +106,8 @@ fn go_duration(duration: std::time::Duration) -> String {
     crate::proto::duration::format_go_duration(duration.as_nanos().min(i64::MAX as u128) as i64)
 }
 
-/// A port the gRPC server would listen on, or -1 while none listens (a port nothing serves
-/// is not one a tool should dial).
+/// A port the gRPC server listens on, or -1 while none listens (a port nothing serves is
+/// not one a tool should dial).
 fn grpc_port(port: i32) -> i32 {
     if crate::config::keys::GRPC_SERVER_LISTENS {
         port
@@ -258,9 +260,8 @@ fn debug_config(ctx: &Context) -> Value {
 }
 
 /// Whether an xDS server (Envoy's gRPC ADS) listens on this agent: the one place that
-/// decides `/v1/agent/self`'s `xDS` section. None exists yet; the gRPC server flips
-/// `config::keys::GRPC_SERVER_LISTENS` when it lands, and a configured gRPC port then turns
-/// the section on.
+/// decides `/v1/agent/self`'s `xDS` section. A configured gRPC port is bound at start or the
+/// agent refuses to start, so a configured port is a listening one.
 fn xds_server_listens(ctx: &Context) -> bool {
     let ports = &ctx.config().ports;
     crate::config::keys::GRPC_SERVER_LISTENS && (ports.grpc > 0 || ports.grpc_tls > 0)
@@ -279,7 +280,7 @@ fn xds(ctx: &Context) -> Option<Value> {
         ports.grpc
     };
     Some(json!({
-        "SupportedProxies": { "envoy": ENVOY_VERSIONS_SUPPORTED },
+        "SupportedProxies": { "envoy": ENVOY_VERSIONS },
         "Port": port,
         "Ports": { "Plaintext": ports.grpc, "TLS": ports.grpc_tls },
     }))

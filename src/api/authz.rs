@@ -86,6 +86,17 @@ impl RowFilter {
         }
     }
 
+    /// The filter of a resolved token (a typed call's), or none with ACLs off.
+    pub fn of_authz(authz: Option<&Authz>) -> RowFilter {
+        match authz {
+            Some(authz) => RowFilter {
+                authorizer: Some(authz.authorizer.clone()),
+                reveal: !authz.secret_id.is_empty(),
+            },
+            None => RowFilter::default(),
+        }
+    }
+
     /// Whether some row may be left out.
     pub fn is_active(&self) -> bool {
         self.authorizer.is_some()
@@ -474,7 +485,7 @@ fn check_catalog_deregister(
     check_deregister(ctx, &node, &service_id, authz)
 }
 
-fn check_deregister(
+pub(crate) fn check_deregister(
     ctx: &Context,
     node: &str,
     service_id: &str,
@@ -530,7 +541,7 @@ fn check_catalog_apply(ctx: &Context, request: &Request, authz: &Authz) -> Resul
 
 /// A registration: `node:write` unless it leaves the node alone, `service:write` on its
 /// service, and for each check `service:write` on the check's service or `node:write`.
-fn check_registration(
+pub(crate) fn check_registration(
     ctx: &Context,
     registration: &Registration,
     authz: &Authz,

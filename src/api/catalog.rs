@@ -18,10 +18,10 @@ use crate::consul::render;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::CatalogOp;
+use crate::store::catalog::{CatalogOp, InstanceView};
 use crate::store::gateways::GatewayKind;
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -264,45 +264,18 @@ struct ServicesQuery {
 
 impl Query for ServicesQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        if self.node_meta.is_empty() {
-            (
-                read::services_index(tables),
-                WatchSet::new().table(Table::Services),
-            )
-        } else {
-            (
-                read::node_services_index(tables),
-                WatchSet::new().table(Table::Services).table(Table::Nodes),
-            )
-        }
+        services_read(tables, !self.node_meta.is_empty())
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        // Go prints map keys sorted; tags are listed once each, sorted.
-        let mut services: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
-        let mut hidden = false;
-        for group in tables.catalog.services.values() {
-            for view in group.instances.values() {
-                if !self.rows.service(&view.service.name) {
-                    hidden = true;
-                    continue;
-                }
-                if !view.node().meta.satisfies(&self.node_meta) {
-                    continue;
-                }
-                if let Some(filter) = &self.filter {
-                    let row =
-                        render::as_value(|w| render::service_node(w, view.node(), &view.service));
-                    if !filter.matches(&row) {
-                        continue;
-                    }
-                }
-                services
-                    .entry(&view.service.name)
-                    .or_default()
-                    .extend(view.service.tags.iter().map(|t| &**t));
-            }
-        }
+        let (services, hidden) = service_tags(tables, &self.rows, |view| {
+            view.node().meta.satisfies(&self.node_meta)
+                && self.filter.as_ref().is_none_or(|filter| {
+                    filter.matches(&render::as_value(|w| {
+                        render::service_node(w, view.node(), &view.service)
+                    }))
+                })
+        });
         let mut body = Vec::with_capacity(64 + services.len() * 48);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         w.begin_object();
@@ -313,6 +286,49 @@ impl Query for ServicesQuery {
         w.finish();
         reply.json_bytes(200, &list_headers(meta, &self.rows, hidden), &body);
     }
+}
+
+/// The read behind a list of services: its index and what it depends on (the nodes too
+/// when a node-meta filter applies).
+pub fn services_read(tables: &Tables, by_node_meta: bool) -> (u64, WatchSet) {
+    if by_node_meta {
+        (
+            read::node_services_index(tables),
+            WatchSet::new().table(Table::Services).table(Table::Nodes),
+        )
+    } else {
+        (
+            read::services_index(tables),
+            WatchSet::new().table(Table::Services),
+        )
+    }
+}
+
+/// Each service's tags (sorted, each once: Go prints map keys sorted) over the instances
+/// `keep` lets through, leaving out the services `rows` may not read (Consul checks only
+/// `service:read` here, not the nodes); and whether any was left out.
+pub fn service_tags<'t>(
+    tables: &'t Tables,
+    rows: &RowFilter,
+    keep: impl Fn(&InstanceView) -> bool,
+) -> (BTreeMap<&'t str, BTreeSet<&'t str>>, bool) {
+    let mut services: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut hidden = false;
+    for group in tables.catalog.services.values() {
+        for view in group.instances.values() {
+            if !rows.service(&view.service.name) {
+                hidden = true;
+                continue;
+            }
+            if keep(view) {
+                services
+                    .entry(&view.service.name)
+                    .or_default()
+                    .extend(view.service.tags.iter().map(|t| &**t));
+            }
+        }
+    }
+    (services, hidden)
 }
 
 /// Render-cache slots of an instance view: its `CheckServiceNode` and `ServiceNode` JSON,

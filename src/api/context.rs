@@ -39,6 +39,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub struct Deferred {
     shard: Rc<Shard>,
     router: Arc<crate::cluster::router::Router>,
+    servers: Arc<ServerManager>,
 }
 
 impl Deferred {
@@ -69,6 +70,52 @@ impl Deferred {
             Some(error) => Err(error),
             None => Ok(()),
         }
+    }
+
+    /// On a client agent: makes one of Consul's typed calls on a server of this datacenter
+    /// (failing over among them as `retry` allows); the reply's msgpack body, or why not.
+    pub async fn call_server(
+        &self,
+        method: &str,
+        body: &[u8],
+        timeout: std::time::Duration,
+        retry: crate::cluster::servers::Retry,
+    ) -> Result<bytes::Bytes, crate::shard::rpc_client::CallError> {
+        crate::cluster::servers::call_typed(
+            &self.servers,
+            &self.shard.rpc,
+            method,
+            body,
+            timeout,
+            retry,
+        )
+        .await
+    }
+
+    /// On a server: makes one of Consul's typed calls on a server of `datacenter` through
+    /// the WAN router (in praetor's frames, as servers hand calls to each other); the
+    /// reply's msgpack body, or the error text of the call or of its way there.
+    pub async fn call_datacenter(
+        &self,
+        datacenter: &str,
+        method: &str,
+        body: &[u8],
+        timeout: std::time::Duration,
+        retry: crate::cluster::servers::Retry,
+    ) -> Result<Vec<u8>, String> {
+        let mut payload = Vec::with_capacity(body.len() + method.len() + 32);
+        // The first hop: this server asks the other datacenter's.
+        payload.push(1);
+        crate::proto::msgpack_rpc::encode_request(&mut payload, method, 1, body);
+        super::rpc::call_in_datacenter(
+            &self.router,
+            &self.shard.forward,
+            datacenter,
+            &payload,
+            timeout,
+            retry,
+        )
+        .await
     }
 
     /// Runs `request` (a complete HTTP/1.1 request) on a server of `datacenter` as if it
@@ -347,6 +394,7 @@ impl Context {
         Deferred {
             shard: self.shard.clone(),
             router: self.pools.router.clone(),
+            servers: self.pools.servers.clone(),
         }
     }
 

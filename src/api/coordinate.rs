@@ -51,7 +51,7 @@ fn stored_coordinate(version: &StoreVersion, node: &str) -> Option<Coordinate> {
 
 /// Every pool member's coordinate and, for catalog nodes outside the pool, the stored one;
 /// sorted by node name.
-fn all_coordinates(ctx: &Context, handle: &GossipHandle) -> Vec<(String, Coordinate)> {
+pub(crate) fn all_coordinates(ctx: &Context, handle: &GossipHandle) -> Vec<(String, Coordinate)> {
     let mut out = node_coordinates(handle);
     let version = ctx.current_version();
     for stored in version.catalog.coordinates.values() {

@@ -6,9 +6,9 @@ use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::json::JsonWriter;
-use crate::proto::http::Method;
+use crate::proto::http::{Method, QueryParams};
 use crate::shard::watch::WatchSet;
-use crate::store::kv::{self, KvOp, KvRow};
+use crate::store::kv::{self, KvFields, KvOp, KvRow};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -20,23 +20,29 @@ pub const KEY_BYTES_MAX: usize = 16 * 1024;
 /// `/v1/kv/<key>` (and `/v1/kv`, whose key is empty): the request's `rest` is the key.
 pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let key = request.rest;
-    if key.len() > KEY_BYTES_MAX {
-        return Err(ApiError::bad_request(format!(
-            "Key exceeds {KEY_BYTES_MAX} bytes"
-        )));
-    }
-    // Newer Consul refuses traversal sequences in keys; so do we.
-    if key.contains("../") || key.contains("..\\") {
-        return Err(ApiError::bad_request(
-            "URL path contains invalid traversal sequence",
-        ));
-    }
+    check_key(key)?;
     match request.method {
         Method::Get => get(ctx, request, key, reply),
         Method::Put => put(ctx, request, key),
         Method::Delete => delete(ctx, request, key),
         _ => unreachable!("the router admits only GET, PUT and DELETE"),
     }
+}
+
+/// A key's limits: [`KEY_BYTES_MAX`], and no traversal sequence (newer Consul refuses
+/// them; so do we).
+pub(crate) fn check_key(key: &str) -> Result<(), ApiError> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(ApiError::bad_request(format!(
+            "Key exceeds {KEY_BYTES_MAX} bytes"
+        )));
+    }
+    if key.contains("../") || key.contains("..\\") {
+        return Err(ApiError::bad_request(
+            "URL path contains invalid traversal sequence",
+        ));
+    }
+    Ok(())
 }
 
 /// Consul answers 400 "Conflicting flags" when mutually exclusive parameters meet.
@@ -69,12 +75,12 @@ fn get(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        // A client agent asks a server with Consul's typed call.
+        return super::rpc::client::kv_get(ctx, request, key, options, "");
+    }
     if request.query.has("keys") {
-        let separator = request
-            .query
-            .get("separator")
-            .or_else(|| request.query.get("seperator"))
-            .unwrap_or("");
+        let separator = separator(&request.query);
         return run_query(
             ctx,
             KeysQuery {
@@ -205,11 +211,14 @@ fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiErr
 }
 
 /// Writes entries as Consul's `DirEntry` list.
-fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Item = KvRow<'e>>) {
+pub(crate) fn write_entries<'e>(
+    out: &mut Vec<u8>,
+    pretty: bool,
+    entries: impl Iterator<Item = KvFields<'e>>,
+) {
     let mut w = JsonWriter::new(out, pretty);
     w.begin_array();
     for entry in entries {
-        let entry = entry.fields();
         w.begin_object();
         w.field_u64("LockIndex", entry.lock_index);
         w.field_str("Key", entry.key);
@@ -226,7 +235,7 @@ fn write_entries<'e>(out: &mut Vec<u8>, pretty: bool, entries: impl Iterator<Ite
     w.finish();
 }
 
-fn not_found(meta: QueryMeta, reply: &mut Reply) {
+pub(crate) fn not_found(meta: QueryMeta, reply: &mut Reply) {
     not_found_filtered(meta, reply, &RowFilter::default(), false);
 }
 
@@ -267,7 +276,7 @@ impl Query for GetQuery {
         }
         let fields = entry.fields();
         let mut body = Vec::with_capacity(160 + fields.key.len() + fields.value.len() * 4 / 3);
-        write_entries(&mut body, reply.pretty, std::iter::once(entry));
+        write_entries(&mut body, reply.pretty, std::iter::once(entry.fields()));
         reply.json_bytes(200, &headers, &body);
     }
 }
@@ -296,7 +305,11 @@ impl Query for ListQuery {
         meta.write_headers(&mut headers);
         self.rows.write_header(filtered, &mut headers);
         let mut body = Vec::with_capacity(64 + entries.len() * 160);
-        write_entries(&mut body, reply.pretty, entries.into_iter());
+        write_entries(
+            &mut body,
+            reply.pretty,
+            entries.into_iter().map(KvRow::fields),
+        );
         reply.json_bytes(200, &headers, &body);
     }
 }
@@ -325,14 +338,27 @@ impl Query for KeysQuery {
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
         self.rows.write_header(filtered, &mut headers);
-        let mut body = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
-        let mut w = JsonWriter::new(&mut body, reply.pretty);
-        w.begin_array();
-        for key in keys {
-            w.array_str(key);
-        }
-        w.end_array();
-        w.finish();
-        reply.json_bytes(200, &headers, &body);
+        reply.json_bytes(200, &headers, &keys_body(&keys, reply.pretty));
     }
+}
+
+/// `?keys`' `?separator` (also under Consul's old misspelling, `?seperator`), empty if none.
+pub(crate) fn separator<'q>(query: &'q QueryParams) -> &'q str {
+    query
+        .get("separator")
+        .or_else(|| query.get("seperator"))
+        .unwrap_or("")
+}
+
+/// `?keys`' body: the keys as a JSON array.
+pub(crate) fn keys_body(keys: &[&str], pretty: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(16 + keys.iter().map(|k| k.len() + 8).sum::<usize>());
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_array();
+    for key in keys {
+        w.array_str(key);
+    }
+    w.end_array();
+    w.finish();
+    body
 }

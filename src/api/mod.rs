@@ -38,6 +38,7 @@ pub mod operator;
 pub mod peer;
 pub mod query;
 pub mod routes;
+pub mod rpc;
 pub mod server;
 pub mod session;
 pub mod shared_answers;
@@ -419,6 +420,11 @@ pub fn check_datacenter(ctx: &Context, query: &QueryParams) -> Result<(), ApiErr
 /// Parses `index`, `wait`, `stale`, `consistent`, `max_stale`, `filter` and checks `dc`.
 pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
     check_datacenter(ctx, query)?;
+    query_options_in(ctx, query)
+}
+
+/// [`query_options`] for a request whose `dc` another datacenter answers.
+pub fn query_options_in(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
     let min_index = match query.get("index") {
         None | Some("") => 0,
         Some(text) => text
@@ -580,6 +586,8 @@ pub fn dispatch(
         }),
     };
     match result {
+        // A client agent sends the writes it has typed calls for as those calls.
+        Ok(Outcome::Write(op)) if ctx.is_client() => rpc::client::typed_write(ctx, request, op),
         // Writes are proposed by the leader; anyone else hands the request over.
         Ok(Outcome::Write(_) | Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,

@@ -561,6 +561,12 @@ impl Route {
             // Another datacenter's servers check and answer it, as Consul forwards the RPC
             // before it resolves the token.
             if let Some(datacenter) = super::other_datacenter(ctx, &request.query) {
+                // Requests with a typed call go as that call; the others as HTTP.
+                if let Some(outcome) =
+                    super::rpc::client::across_datacenters(ctx, request, &datacenter)
+                {
+                    return outcome;
+                }
                 return Ok(Outcome::ForwardDatacenter(datacenter));
             }
         }

@@ -104,6 +104,17 @@ pub struct Server {
 }
 
 impl Server {
+    /// The shard this server runs on (for `api::rpc`, which carries out what it decides
+    /// as this loop does).
+    pub(crate) fn shard(&self) -> &Rc<Shard> {
+        &self.shard
+    }
+
+    /// What handlers see.
+    pub(crate) fn context(&self) -> &api::Context {
+        &self.context
+    }
+
     pub fn new(shard: Rc<Shard>, pools: Arc<Pools>, agent: AgentChannel) -> Rc<Server> {
         let shared_answers = Rc::new(RefCell::new(SharedAnswers::new()));
         let forgotten = shared_answers.clone();

@@ -23,7 +23,7 @@ use crate::shard::watch::WatchSet;
 use crate::store::catalog::SERF_CHECK_ID;
 use crate::store::session::{
     self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
-    SESSION_CHECKS_MAX, SESSION_NAME_BYTES_MAX, SESSION_TTL_MAX_NS,
+    SESSION_TTL_MAX_NS,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use serde_json::Value;
@@ -126,17 +126,7 @@ fn decode_create(body: &[u8], default_node: &str) -> Result<(Session, String), S
         create_index: 0,
         modify_index: 0,
     };
-    let check_count = session.check_ids().count();
-    if check_count > SESSION_CHECKS_MAX {
-        return Err(format!(
-            "a session may be bound to at most {SESSION_CHECKS_MAX} checks, got {check_count}"
-        ));
-    }
-    if session.name.len() > SESSION_NAME_BYTES_MAX || session.node.len() > SESSION_NAME_BYTES_MAX {
-        return Err(format!(
-            "session Name and Node are limited to {SESSION_NAME_BYTES_MAX} bytes"
-        ));
-    }
+    session.check_limits()?;
     Ok((session, obj.string(&["behavior"])?))
 }
 

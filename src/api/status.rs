@@ -8,17 +8,21 @@ pub fn leader(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     check_datacenter(ctx, &request.query)?;
     if ctx.is_client() {
         // A client agent asks a server, as Consul's does.
-        return Ok(Outcome::Forward);
+        return Ok(super::rpc::client::status(ctx, request, "Status.Leader"));
     }
-    let status = ctx.cluster_status();
-    let ready = leader_registered(&ctx.current_version(), &status.leader_name);
-    let leader = if ready {
-        status.leader_rpc_address.as_str()
-    } else {
-        ""
-    };
-    reply.json(200, b"", &leader);
+    reply.json(200, b"", &reported_leader(ctx));
     Ok(Outcome::Done)
+}
+
+/// The leader a server reports, over HTTP and as `Status.Leader` alike: its RPC address
+/// once its registration is applied here ([`leader_registered`]), else "".
+pub fn reported_leader(ctx: &Context) -> String {
+    let status = ctx.cluster_status();
+    if leader_registered(&ctx.current_version(), &status.leader_name) {
+        status.leader_rpc_address.clone()
+    } else {
+        String::new()
+    }
 }
 
 /// Whether the leader's own catalog registration (its node with the `serfHealth` check and
@@ -45,7 +49,7 @@ pub fn leader_registered(tables: &crate::store::Tables, leader_name: &str) -> bo
 pub fn peers(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
     if ctx.is_client() {
-        return Ok(Outcome::Forward);
+        return Ok(super::rpc::client::status(ctx, request, "Status.Peers"));
     }
     let status = ctx.cluster_status();
     reply.json(200, b"", &status.voter_rpc_addresses);
@@ -56,11 +60,15 @@ pub fn peers(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
 /// first), as Consul's `Catalog.ListDatacenters`. A client agent asks its server.
 pub fn datacenters(
     ctx: &Context,
-    _request: &Request,
+    request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     if ctx.is_client() {
-        return Ok(Outcome::Forward);
+        return Ok(super::rpc::client::status(
+            ctx,
+            request,
+            "Catalog.ListDatacenters",
+        ));
     }
     let datacenters = ctx.router().datacenters_by_distance();
     debug_assert!(datacenters.contains(&ctx.config().datacenter));

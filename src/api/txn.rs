@@ -185,24 +185,7 @@ fn decode_op(
             ),
             None => (Default::default(), 0),
         };
-        let verb = CatalogVerb::parse(&verb_text);
-        let precheck = match verb {
-            None => Some(format!("unknown service operation: {verb_text}")),
-            Some(CatalogVerb::Get) => None,
-            Some(_) => {
-                // Consul's servicePreApply: the ID defaults to the name, a name is required.
-                if service.id.is_empty() {
-                    service.id = service.name.clone();
-                }
-                if !service.id.is_empty() && service.name.is_empty() {
-                    Some("Must provide service name with ID".to_string())
-                } else if node.is_empty() {
-                    Some("Must provide node".to_string())
-                } else {
-                    None
-                }
-            }
-        };
+        let (verb, precheck) = txn::service_precheck(&verb_text, &node, &mut service);
         let op = TxnOp::Service {
             verb: verb.unwrap_or(CatalogVerb::Get),
             node,

@@ -1,5 +1,5 @@
-//! `praetor connect ca get-config|set-config` and `praetor connect proxy`, as
-//! `consul connect` names them.
+//! `praetor connect ca get-config|set-config`, `praetor connect proxy` and `praetor connect
+//! envoy` (in `envoy.rs`), as `consul connect` names them.
 
 use super::HttpFlags;
 use clap::{Args, Subcommand};
@@ -11,6 +11,8 @@ pub enum ConnectCommand {
     Ca(Box<CaCommand>),
     /// Runs the built-in mTLS proxy for a service.
     Proxy(Box<ProxyArgs>),
+    /// Runs (or configures) Envoy as a service's sidecar proxy.
+    Envoy(Box<super::envoy::EnvoyArgs>),
 }
 
 /// `connect proxy`: Consul's flags for the built-in proxy.
@@ -144,6 +146,7 @@ pub fn run(command: ConnectCommand) -> Result<i32, String> {
             })?;
             crate::proxy::run(proxy_settings(*args)?)
         }
+        ConnectCommand::Envoy(args) => super::envoy::run(*args),
     }
 }
 

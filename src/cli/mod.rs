@@ -16,6 +16,7 @@ pub mod client;
 pub mod config;
 pub mod connect;
 pub mod debug;
+pub mod envoy;
 pub mod goflag;
 pub mod gossip;
 pub mod intention;

@@ -28,6 +28,7 @@
 use crate::consul::metrics::Counter;
 use crate::proto::rpc::{kind, Frame};
 use crate::shard::forward::ForwardPool;
+use crate::shard::rpc_client::{CallError, RpcClient};
 use crate::shard::telemetry;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
@@ -483,6 +484,49 @@ pub async fn call_in(
     timeout: Duration,
     retry: Retry,
 ) -> Result<Frame, String> {
+    with_failover(manager, retry, async |addr| {
+        pool.call_checked_in(datacenter, addr, kind, payload, timeout)
+            .await
+            .map_err(|failure| (failure.reason, failure.sent))
+    })
+    .await
+}
+
+/// Makes one of Consul's typed calls on a server the manager picks, over `client` (the
+/// calling shard's connections), with [`call`]'s failover. The server's answer is
+/// returned as it is, its error text included (`Err(CallError::Remote)`); a transport
+/// failure after the last attempt is `Err(CallError::Transport)`.
+pub async fn call_typed(
+    manager: &ServerManager,
+    client: &RpcClient,
+    method: &str,
+    body: &[u8],
+    timeout: Duration,
+    retry: Retry,
+) -> Result<bytes::Bytes, CallError> {
+    let answer = with_failover(manager, retry, async |addr| {
+        match client.call(addr, None, method, body, timeout).await {
+            Err(CallError::Transport { reason, sent }) => Err((reason, sent)),
+            // A server's answer, error or not, ends the call.
+            answered => Ok(answered),
+        }
+    })
+    .await;
+    match answer {
+        Ok(answered) => answered,
+        Err(reason) => Err(CallError::Transport { reason, sent: true }),
+    }
+}
+
+/// Runs `attempt` on the server in use until it answers: a transport failure
+/// (`Err((reason, sent))`) marks the server failed and, as `retry` allows, tries the next
+/// one at once (after a short random pause when no other is left), for at most
+/// `RPC_HOLD_TIMEOUT`; with no server known it waits for one that long.
+async fn with_failover<T>(
+    manager: &ServerManager,
+    retry: Retry,
+    mut attempt: impl AsyncFnMut(SocketAddr) -> Result<T, (String, bool)>,
+) -> Result<T, String> {
     let started = Instant::now();
     let mut attempts = 0usize;
     loop {
@@ -496,18 +540,15 @@ pub async fn call_in(
         attempts += 1;
         // Counted per attempt, as Consul's client counts each try.
         telemetry::incr(Counter::ClientRpc);
-        let failure = match pool
-            .call_checked_in(datacenter, addr, kind, payload, timeout)
-            .await
-        {
-            Ok(frame) => return Ok(frame),
+        let (reason, sent) = match attempt(addr).await {
+            Ok(answer) => return Ok(answer),
             Err(failure) => failure,
         };
         telemetry::incr(Counter::ClientRpcFailed);
-        manager.failed(addr, &failure.reason, Instant::now());
-        let may_retry = retry == Retry::Always || !failure.sent;
+        manager.failed(addr, &reason, Instant::now());
+        let may_retry = retry == Retry::Always || !sent;
         if !may_retry || attempts >= CALL_ATTEMPTS_MAX || started.elapsed() >= RPC_HOLD_TIMEOUT {
-            return Err(format!("rpc error: {}", failure.reason));
+            return Err(format!("rpc error: {reason}"));
         }
         if manager.pick() == Some(addr) {
             // Nowhere else to go: wait a little before asking the same server again.

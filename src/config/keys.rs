@@ -14,10 +14,10 @@
 
 use super::schema::{Block, Field, GoName, Holds, Kind, Use};
 
-/// Whether an agent serves gRPC (xDS for Envoy, peering): not yet. The gRPC keys below are
-/// accepted and warned about while this is false; the helper that adds the server flips it,
-/// which turns their warnings off and `/v1/agent/self`'s `xDS` section on.
-pub const GRPC_SERVER_LISTENS: bool = false;
+/// Whether an agent serves gRPC: it does (xDS for Envoy, `src/xds`), so the gRPC keys act
+/// and `/v1/agent/self` shows its `xDS` section. Kept as a switch so that the keys, the
+/// warnings and the agent's self-description cannot disagree about it.
+pub const GRPC_SERVER_LISTENS: bool = true;
 
 /// Why the gRPC keys do nothing while no gRPC server exists.
 pub const NO_GRPC_SERVER: &str =
@@ -1566,7 +1566,7 @@ pub static TOP_LEVEL: Block = Block {
         f(
             "xds",
             Kind::Object(&XDS),
-            not(NO_GRPC_SERVER),
+            not("xDS updates are not rate-limited: every store change is sent as it comes"),
         ),
         // The UI keys Consul deprecated, read by `config::ui` into `ui_config`.
         f("ui", Bool, acts("ui.enabled")),

@@ -58,6 +58,9 @@ pub const TXN_MAX_REQ_LEN_DEFAULT: usize = 512 * 1024;
 /// Largest config file praetor reads.
 const CONFIG_FILE_BYTES_MAX: u64 = 16 << 20;
 
+/// The gRPC port of a `-dev` agent (Consul's).
+pub const DEV_GRPC_PORT: i32 = 8502;
+
 /// Listener ports; a negative port disables that listener, as in Consul.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ports {
@@ -67,8 +70,10 @@ pub struct Ports {
     pub server: i32,
     pub serf_lan: i32,
     pub serf_wan: i32,
+    /// gRPC in plain text (`ports.grpc`): Envoy's xDS. Off by default, 8502 in `-dev`, as
+    /// in Consul.
     pub grpc: i32,
-    /// gRPC over TLS (`ports.grpc_tls`); see [`keys::GRPC_SERVER_LISTENS`].
+    /// gRPC over TLS (`ports.grpc_tls`): Envoy's xDS with the `tls.grpc` certificate.
     pub grpc_tls: i32,
 }
 
@@ -471,6 +476,10 @@ pub fn hostname() -> String {
 fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let dev_mode = get_bool(&raw, "dev_mode")?.unwrap_or(false);
     let mut ports = Ports::default();
+    if dev_mode {
+        // Consul's dev agent serves xDS on 8502.
+        ports.grpc = DEV_GRPC_PORT;
+    }
     if let Some(Value::Object(p)) = raw.get("ports") {
         let port = |key: &str, default: i32| -> Result<i32, String> {
             match get_i64(p, key)? {
@@ -712,6 +721,8 @@ pub struct Addresses {
     pub http: Vec<IpAddr>,
     pub https: Vec<IpAddr>,
     pub dns: Vec<IpAddr>,
+    pub grpc: Vec<IpAddr>,
+    pub grpc_tls: Vec<IpAddr>,
 }
 
 fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Addresses, String> {
@@ -740,6 +751,8 @@ fn addresses_from(raw: &Map<String, Value>, client: &[IpAddr]) -> Result<Address
         http: listener("http")?,
         https: listener("https")?,
         dns: listener("dns")?,
+        grpc: listener("grpc")?,
+        grpc_tls: listener("grpc_tls")?,
     })
 }
 
@@ -1393,7 +1406,14 @@ mod tests {
         })
         .unwrap();
         assert!(c.dev_mode && c.server && c.bootstrap);
-        assert_eq!(c.ports, Ports::default());
+        // -dev serves xDS on 8502, as Consul's dev mode does.
+        assert_eq!(
+            c.ports,
+            Ports {
+                grpc: 8502,
+                ..Ports::default()
+            }
+        );
         assert_eq!(c.datacenter, "dc1");
         assert_eq!(c.client_addrs, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
         assert_eq!(c.kv_max_value_size, 512 * 1024);

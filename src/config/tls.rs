@@ -20,7 +20,7 @@
 //! names, are refused with a sentence saying so rather than accepted and ignored.
 //! Pure: no file is opened here; the files are read by [`crate::tls`].
 
-use super::{get_bool, get_string, get_strings, not_acted_on};
+use super::{get_bool, get_string, get_strings};
 use serde_json::{Map, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -247,10 +247,6 @@ pub struct TlsConfig {
     /// `encrypt_verify_incoming` / `encrypt_verify_outgoing` (gossip; default true).
     pub encrypt_verify_incoming: bool,
     pub encrypt_verify_outgoing: bool,
-    /// The keys the configuration sets in `tls.grpc` (sorted), which nothing acts on: praetor
-    /// has no gRPC listener. The `verify_incoming = false` that the old top-level
-    /// `verify_incoming` pins there is left out: it asks for nothing.
-    pub grpc_keys_set: Vec<String>,
 }
 
 impl Default for TlsConfig {
@@ -262,12 +258,9 @@ impl Default for TlsConfig {
             auto_encrypt: AutoEncrypt::default(),
             encrypt_verify_incoming: true,
             encrypt_verify_outgoing: true,
-            grpc_keys_set: Vec::new(),
         }
     }
 }
-
-use super::keys::{GRPC_SERVER_LISTENS, NO_GRPC_SERVER};
 
 /// Most SAN entries `auto_encrypt` may ask for.
 const AUTO_ENCRYPT_SANS_MAX: usize = 64;
@@ -391,14 +384,6 @@ impl TlsConfig {
         if grpc_block.contains_key("verify_outgoing") {
             return Err("verify_outgoing is not valid in the tls.grpc stanza".to_string());
         }
-        let mut grpc_keys_set: Vec<String> = grpc_block
-            .iter()
-            .filter(|(key, value)| {
-                !(key.as_str() == "verify_incoming" && value.as_bool() == Some(false))
-            })
-            .map(|(key, _)| key.clone())
-            .collect();
-        grpc_keys_set.sort();
         for name in ["defaults", "grpc", "https"] {
             if block(tls, name, &empty)?.contains_key("verify_server_hostname") {
                 return Err(
@@ -512,7 +497,6 @@ impl TlsConfig {
             auto_encrypt,
             encrypt_verify_incoming: get_bool(raw, "encrypt_verify_incoming")?.unwrap_or(true),
             encrypt_verify_outgoing: get_bool(raw, "encrypt_verify_outgoing")?.unwrap_or(true),
-            grpc_keys_set,
         };
         for (name, protocol) in config.protocols() {
             config.validate_protocol(name, protocol)?;
@@ -555,18 +539,11 @@ impl TlsConfig {
         Ok(())
     }
 
-    /// A warning for the `tls.grpc` settings while no gRPC server exists (the key table
-    /// leaves them to this reader, which knows which value asks for nothing), and for
-    /// `auto_encrypt.allow_tls` without `verify_incoming`.
+    /// A warning for `auto_encrypt.allow_tls` without `verify_incoming`; every other TLS
+    /// setting acts (`tls.grpc` on `ports.grpc_tls`).
     pub fn not_active_warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         let rpc = &self.internal_rpc;
-        if !GRPC_SERVER_LISTENS && !self.grpc_keys_set.is_empty() {
-            warnings.push(not_acted_on(
-                &format!("tls.grpc ({})", self.grpc_keys_set.join(", ")),
-                NO_GRPC_SERVER,
-            ));
-        }
         if self.auto_encrypt.allow_tls && !rpc.verify_incoming {
             warnings.push(
                 "config: auto_encrypt.allow_tls is on but tls.internal_rpc.verify_incoming is off: leave it off only while migrating to TLS"
@@ -819,7 +796,7 @@ mod tests {
     }
 
     #[test]
-    fn settings_that_would_act_warn_until_wired() {
+    fn only_auto_encrypt_without_verify_incoming_warns() {
         let c = TlsConfig::from_merged(
             &object(json!({
                 "tls": {"defaults": {"ca_file": "ca", "cert_file": "c", "key_file": "k"},
@@ -832,29 +809,23 @@ mod tests {
             true,
         )
         .unwrap();
-        // The gossip switches act (cluster::pools hands them to the gossip core).
+        // The gossip switches act (cluster::pools hands them to the gossip core), and the
+        // gRPC settings serve `ports.grpc_tls`.
         assert!(!c.encrypt_verify_incoming && !c.encrypt_verify_outgoing);
-        let warnings = c.not_active_warnings();
-        assert_eq!(
-            warnings[0],
-            "config: tls.grpc (cert_file, key_file) is accepted but not acted on yet: praetor has no gRPC server (xDS, peering, dataplane): nothing listens on it",
-        );
-        let keys: Vec<&str> = warnings
-            .iter()
-            .map(|w| w.trim_start_matches("config: ").split(' ').next().unwrap())
-            .collect();
-        assert_eq!(keys, vec!["tls.grpc", "auto_encrypt.allow_tls"]);
-        assert!(TlsConfig::default().not_active_warnings().is_empty());
-        // The old top-level verify_incoming pins tls.grpc.verify_incoming = false: no warning.
-        let mut legacy = object(json!({"verify_incoming": true, "ca_file": "ca",
-                                       "cert_file": "c", "key_file": "k"}));
-        apply_deprecated_keys(&mut legacy);
-        let legacy = TlsConfig::from_merged(&legacy, true).unwrap();
-        assert!(legacy.grpc_keys_set.is_empty());
-        assert!(legacy
+        assert_eq!(c.grpc.cert_file.as_deref(), Some(std::path::Path::new("g")));
+        let keys: Vec<String> = c
             .not_active_warnings()
             .iter()
-            .all(|w| !w.contains("grpc")));
+            .map(|w| {
+                w.trim_start_matches("config: ")
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(keys, vec!["auto_encrypt.allow_tls"]);
+        assert!(TlsConfig::default().not_active_warnings().is_empty());
     }
 
     #[test]
@@ -889,6 +860,7 @@ mod tests {
         );
         let ports = build(&["ports { https = 8501 grpc_tls = 8503 }"]);
         assert_eq!((ports.ports.https, ports.ports.grpc_tls), (8501, 8503));
-        assert_eq!(ports.warnings.len(), 1, "{:?}", ports.warnings);
+        // gRPC over TLS is served: the port asks for no warning.
+        assert!(ports.warnings.is_empty(), "{:?}", ports.warnings);
     }
 }

@@ -26,4 +26,5 @@ pub mod node_state;
 pub mod query;
 pub mod registration;
 pub mod render;
+pub mod rpc;
 pub mod user_event;

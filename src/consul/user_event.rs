@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::proto::gossip::msgpack::{Reader, WireError, Writer};
+use crate::proto::msgpack::{Reader, WireError, Writer};
 
 /// Prefix of the serf event names Consul uses for its user events.
 pub const EVENT_NAME_PREFIX: &str = "consul:event:";

@@ -490,6 +490,57 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     if let Some((_, driver)) = wan.as_mut() {
         driver.bind("serf WAN")?;
     }
+    // gRPC (Envoy's xDS) on its own thread; its listeners are bound here with the others.
+    let mut grpc_listeners = Vec::new();
+    if config.ports.grpc >= 0 {
+        for ip in &config.addresses.grpc {
+            let addr = SocketAddr::new(*ip, config.ports.grpc as u16);
+            grpc_listeners.extend(bind_tcp_group(addr, 1, "gRPC")?);
+        }
+    }
+    let mut grpc_tls_listeners = Vec::new();
+    if config.ports.grpc_tls >= 0 {
+        if tls.server_config(crate::tls::Protocol::Grpc).is_none() {
+            return Err(format!(
+                "ports.grpc_tls = {} needs a certificate: set tls.grpc.cert_file and key_file (or the same in tls.defaults)",
+                config.ports.grpc_tls
+            ));
+        }
+        for ip in &config.addresses.grpc_tls {
+            let addr = SocketAddr::new(*ip, config.ports.grpc_tls as u16);
+            grpc_tls_listeners.extend(bind_tcp_group(addr, 1, "gRPC (TLS)")?);
+        }
+    }
+    let xds_feed = crate::xds::feed::StoreFeed::new(initial_version.clone());
+    let xds = if grpc_listeners.is_empty() && grpc_tls_listeners.is_empty() {
+        None
+    } else {
+        let acl = &config.acl;
+        let default_policy = acl.default_policy;
+        Some(crate::xds::spawn(crate::xds::XdsConfig {
+            settings: crate::xds::snapshot::XdsSettings {
+                datacenter: config.datacenter.clone(),
+                default_allow: !acl.enabled
+                    || default_policy == crate::store::acl::authorizer::DefaultPolicy::Allow,
+            },
+            listeners: grpc_listeners,
+            tls: (!grpc_tls_listeners.is_empty()).then(|| {
+                let tls = tls.clone();
+                Arc::new(move || tls.server_config(crate::tls::Protocol::Grpc))
+                    as crate::xds::tls::ConfigSource
+            }),
+            tls_listeners: grpc_tls_listeners,
+            agent: crate::xds::feed::AgentSource::new(agent_channel.clone()),
+            store: xds_feed.clone(),
+            acl: acl
+                .enabled
+                .then(|| crate::store::acl::cache::CompileSettings {
+                    datacenter: config.datacenter.clone(),
+                    default_policy,
+                }),
+        })?)
+    };
+    let mut xds_feed = xds.as_ref().map(|_| xds_feed);
     let dns_settings = Arc::new(DnsSettings::new(
         config.dns.clone(),
         crate::dns::resolve::LocalAgent {
@@ -530,6 +581,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             pools: pools.clone(),
             agent_channel: agent_channel.clone(),
             agent_calls: if id == 0 { agent_calls.take() } else { None },
+            xds_feed: if id == 0 { xds_feed.take() } else { None },
         };
         let serving = serving_tx.clone();
         let thread = spawn_shard(
@@ -566,8 +618,27 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .iter()
         .map(|ip| display_addr(*ip, config.ports.dns))
         .collect();
+    let mut grpc_addrs: Vec<String> = Vec::new();
+    if config.ports.grpc >= 0 {
+        grpc_addrs.extend(
+            config
+                .addresses
+                .grpc
+                .iter()
+                .map(|ip| display_addr(*ip, config.ports.grpc)),
+        );
+    }
+    if config.ports.grpc_tls >= 0 {
+        grpc_addrs.extend(
+            config
+                .addresses
+                .grpc_tls
+                .iter()
+                .map(|ip| format!("{} (TLS)", display_addr(*ip, config.ports.grpc_tls))),
+        );
+    }
     log::info!(
-        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, HTTPS on {}, DNS on {}, server RPC on {}, data in {}, fd limit {}",
+        "agent: started node {:?} ({}) in datacenter {:?}: {} shards, HTTP on {}, HTTPS on {}, DNS on {}, gRPC on {}, server RPC on {}, data in {}, fd limit {}",
         config.node_name,
         node_id,
         config.datacenter,
@@ -575,6 +646,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         if config.ports.http >= 0 { http_addrs.join(", ") } else { "(disabled)".to_string() },
         if config.ports.https >= 0 { https_addrs.join(", ") } else { "(disabled)".to_string() },
         if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
+        if grpc_addrs.is_empty() { "(disabled)".to_string() } else { grpc_addrs.join(", ") },
         rpc_address,
         data_dir.path.display(),
         fd_limit
@@ -629,6 +701,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         }
     }
     shared.shutting_down.store(true, Ordering::SeqCst);
+    if let Some(xds) = xds {
+        xds.stop();
+    }
     if let Some(gossip) = &pools.lan {
         gossip.shutdown();
     }
@@ -710,6 +785,8 @@ struct ShardTasks {
     agent_channel: AgentChannel,
     /// Shard 0 runs the agent, which serves the calls of agent endpoints on every shard.
     agent_calls: Option<flume::Receiver<AgentCall>>,
+    /// Shard 0 publishes the store versions the gRPC server builds proxy snapshots from.
+    xds_feed: Option<crate::xds::feed::StoreFeed>,
 }
 
 /// Starts a shard's tasks on its runtime: the HTTP server (which also answers requests
@@ -725,7 +802,17 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
         pools,
         agent_channel,
         agent_calls,
+        xds_feed,
     } = tasks;
+    if let Some(feed) = xds_feed {
+        // Only versions whose changes can concern a proxy wake the gRPC thread.
+        feed.publish(shard.current_version());
+        shard.on_new_version(move |batch| {
+            if crate::xds::feed::concerns_proxies(&batch.changes) {
+                feed.publish(batch.version.clone());
+            }
+        });
+    }
     let id = shard.id;
     let shared = shard.shared().clone();
     let http = HttpServer::new(shard.clone(), pools.clone(), agent_channel);

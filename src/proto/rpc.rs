@@ -1,8 +1,11 @@
 //! Server RPC framing on :8300.
 //!
-//! As in Consul, the first byte of a connection selects the protocol:
-//! - [`PROTOCOL_RAFT`]: a one-way stream of Raft messages from a peer.
-//! - [`PROTOCOL_RPC`]: multiplexed request/response frames (forwarded HTTP requests, …).
+//! As in Consul, the first byte of a connection selects the protocol
+//! ([`crate::proto::rpc_select`]); two of them carry praetor's own frames:
+//! - [`PROTOCOL_RAFT`]: a one-way stream of Raft messages from a peer (Consul's Raft byte).
+//! - [`PROTOCOL_RPC`]: multiplexed request/response frames (forwarded HTTP requests, …), on a
+//!   byte Consul does not use: Consul's own RPC (bytes 0 and 4) is typed msgpack calls, see
+//!   [`crate::proto::msgpack_rpc`] and [`crate::proto::yamux`].
 //!
 //! After that byte, both protocols are a sequence of frames:
 //! `body_len u32 | kind u8 | request_id u64 | payload`, little endian, where `body_len` counts
@@ -16,7 +19,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub const PROTOCOL_RAFT: u8 = 0x01;
-pub const PROTOCOL_RPC: u8 = 0x04;
+pub const PROTOCOL_RPC: u8 = 0x13;
 
 /// Largest frame body: a 1 MiB snapshot chunk or a forwarded request up to the HTTP body
 /// limit, with room for headers.
@@ -47,6 +50,12 @@ pub mod kind {
     /// RPC response: the signed certificate
     /// ([`crate::proto::auto_encrypt::SignResponse`], msgpack).
     pub const AUTO_ENCRYPT_SIGNED: u8 = 8;
+    /// RPC request: one of Consul's typed calls handed to another praetor server (a
+    /// follower's to the leader, or to another datacenter): a hop count byte, then the call
+    /// as net/rpc writes it ([`crate::proto::msgpack_rpc`]: header, then body).
+    pub const TYPED_CALL: u8 = 9;
+    /// RPC response: the typed call's answer as net/rpc writes it (header, then body).
+    pub const TYPED_ANSWER: u8 = 10;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

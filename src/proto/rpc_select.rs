@@ -1,11 +1,13 @@
 //! Which protocol a connection to the server port (:8300) speaks, from its first byte.
 //!
 //! Consul multiplexes everything on one port and lets the dialer say what follows with one
-//! byte (`agent/pool/conn.go`): [`rpc_type`]. praetor speaks Raft (1, Consul's byte) and its
-//! own multiplexed request frames (4, where Consul has its yamux `RPCMultiplexV2`), plain or
-//! inside TLS (3), and reserves TLS without client verification (7) for auto-encrypt's
-//! certificate request. After a TLS handshake the dialer sends a second byte, inside TLS, that
-//! selects the protocol again ([`Layer::InsideTls`]).
+//! byte (`agent/pool/conn.go`): [`rpc_type`]. praetor speaks Consul's RPC — one msgpack
+//! net/rpc codec on the connection (0) or yamux streams each carrying one (4) — Raft (1,
+//! Consul's byte, praetor's own framing after it), plain or inside TLS (3), TLS without
+//! client verification (7) for auto-encrypt's certificate request, and its own multiplexed
+//! request frames on [`rpc_type::PRAETOR_FRAMES`], a byte Consul does not use. After a TLS
+//! handshake the dialer sends a second byte, inside TLS, that selects the protocol again
+//! ([`Layer::InsideTls`]).
 //!
 //! [`select`] is the one decision, as a pure function of the byte, the layer and the
 //! listener's [`ListenerPolicy`]:
@@ -18,7 +20,7 @@
 //! A [`Selection`] also says whether the peer claims the server role ([`Selection::Raft`]);
 //! the listener then checks its certificate (`tls::verify::authorize_server_peer`).
 
-/// Consul's RPC type bytes.
+/// Consul's RPC type bytes, and praetor's own.
 pub mod rpc_type {
     /// Consul's net/rpc with msgpack (`RPCConsul`).
     pub const CONSUL: u8 = 0;
@@ -28,7 +30,7 @@ pub mod rpc_type {
     pub const MULTIPLEX: u8 = 2;
     /// TLS follows; another type byte comes inside it (`RPCTLS`).
     pub const TLS: u8 = 3;
-    /// Consul's yamux multiplexer (`RPCMultiplexV2`); praetor's multiplexed frames.
+    /// Consul's yamux multiplexer (`RPCMultiplexV2`): each stream one msgpack net/rpc codec.
     pub const MULTIPLEX_V2: u8 = 4;
     /// A snapshot stream (`RPCSnapshot`).
     pub const SNAPSHOT: u8 = 5;
@@ -39,11 +41,19 @@ pub mod rpc_type {
     pub const TLS_INSECURE: u8 = 7;
     /// gRPC over the RPC port (`RPCGRPC`).
     pub const GRPC: u8 = 8;
+    /// Raft log forwarding (`RPCRaftForwarding`); `RPCMaxTypeValue` is 9.
+    pub const RAFT_FORWARDING: u8 = 9;
+    /// praetor's multiplexed request frames (`proto::rpc`), used between praetor agents
+    /// until every call is typed. The last value below the TLS record types (20 and up,
+    /// which RFC 7983 keeps apart), as far from Consul's next byte as the range allows.
+    pub const PRAETOR_FRAMES: u8 = 0x13;
 }
 
-// praetor's own protocol bytes are Consul's.
+// praetor's own protocol bytes: Consul's for Raft, one Consul leaves free for its frames.
 const _: () = assert!(super::rpc::PROTOCOL_RAFT == rpc_type::RAFT);
-const _: () = assert!(super::rpc::PROTOCOL_RPC == rpc_type::MULTIPLEX_V2);
+const _: () = assert!(super::rpc::PROTOCOL_RPC == rpc_type::PRAETOR_FRAMES);
+const _: () = assert!(rpc_type::PRAETOR_FRAMES > rpc_type::RAFT_FORWARDING);
+const _: () = assert!(rpc_type::PRAETOR_FRAMES < 20);
 
 /// What the listener is configured to accept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,8 +81,12 @@ pub enum Layer {
 pub enum Selection {
     /// A peer's stream of Raft messages: the peer claims the server role.
     Raft,
-    /// Multiplexed request frames (forwarded HTTP, ping).
-    Rpc,
+    /// One msgpack net/rpc codec on the connection: typed calls, one at a time.
+    ConsulRpc,
+    /// yamux: every stream one msgpack net/rpc codec.
+    Multiplex,
+    /// praetor's multiplexed request frames (forwarded HTTP, ping).
+    PraetorFrames,
     /// Handshake as a TLS server (verifying client certificates as configured), then read
     /// the next byte inside the session.
     StartTls,
@@ -85,6 +99,12 @@ impl Selection {
     /// Whether the peer claims to be a server, so that its certificate must say so.
     pub fn claims_server_role(self) -> bool {
         matches!(self, Selection::Raft)
+    }
+
+    /// Whether a TLS handshake follows (the only selections a verifying listener lets
+    /// through in plaintext).
+    pub fn starts_tls(self) -> bool {
+        matches!(self, Selection::StartTls | Selection::StartInsecureTls)
     }
 }
 
@@ -140,7 +160,9 @@ impl std::fmt::Display for Refusal {
 pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selection, Refusal> {
     let selection = match byte {
         rpc_type::RAFT => Selection::Raft,
-        rpc_type::MULTIPLEX_V2 => Selection::Rpc,
+        rpc_type::CONSUL => Selection::ConsulRpc,
+        rpc_type::MULTIPLEX_V2 => Selection::Multiplex,
+        rpc_type::PRAETOR_FRAMES => Selection::PraetorFrames,
         rpc_type::TLS | rpc_type::TLS_INSECURE if layer == Layer::InsideTls => {
             return Err(Refusal::TlsInsideTls)
         }
@@ -150,20 +172,20 @@ pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selecti
             return Err(Refusal::InsecureTlsNotAllowed)
         }
         rpc_type::TLS_INSECURE => Selection::StartInsecureTls,
-        rpc_type::CONSUL => return Err(not_spoken(byte, "Consul's net/rpc")),
         rpc_type::MULTIPLEX => return Err(not_spoken(byte, "the old muxado multiplexer")),
         rpc_type::SNAPSHOT => return Err(not_spoken(byte, "snapshot stream")),
         rpc_type::GOSSIP => return Err(not_spoken(byte, "gossip over RPC")),
         rpc_type::GRPC => return Err(not_spoken(byte, "gRPC")),
+        rpc_type::RAFT_FORWARDING => return Err(not_spoken(byte, "Raft forwarding")),
         _ => return Err(Refusal::Unknown { byte }),
     };
-    let plaintext = layer == Layer::Outer && matches!(selection, Selection::Raft | Selection::Rpc);
+    let plaintext = layer == Layer::Outer && !selection.starts_tls();
     if plaintext && policy.verify_incoming {
         return Err(Refusal::PlaintextWithVerifyIncoming { byte });
     }
     // Negative space: nothing reaches here that starts TLS inside TLS, and a plaintext
     // protocol never passes a listener that verifies incoming connections.
-    debug_assert!(layer == Layer::Outer || matches!(selection, Selection::Raft | Selection::Rpc));
+    debug_assert!(layer == Layer::Outer || !selection.starts_tls());
     debug_assert!(!(plaintext && policy.verify_incoming));
     Ok(selection)
 }
@@ -190,7 +212,12 @@ mod tests {
     #[test]
     fn plaintext_and_tls_select_as_consul_does() {
         assert_eq!(select(1, Layer::Outer, &OPEN), Ok(Selection::Raft));
-        assert_eq!(select(4, Layer::Outer, &OPEN), Ok(Selection::Rpc));
+        assert_eq!(select(0, Layer::Outer, &OPEN), Ok(Selection::ConsulRpc));
+        assert_eq!(select(4, Layer::Outer, &OPEN), Ok(Selection::Multiplex));
+        assert_eq!(
+            select(0x13, Layer::Outer, &OPEN),
+            Ok(Selection::PraetorFrames)
+        );
         assert_eq!(select(3, Layer::Outer, &OPEN), Ok(Selection::StartTls));
         assert_eq!(
             select(7, Layer::Outer, &OPEN),
@@ -201,9 +228,17 @@ mod tests {
             Ok(Selection::StartInsecureTls)
         );
         assert_eq!(select(1, Layer::InsideTls, &VERIFYING), Ok(Selection::Raft));
-        assert_eq!(select(4, Layer::InsideTls, &VERIFYING), Ok(Selection::Rpc));
+        assert_eq!(
+            select(4, Layer::InsideTls, &VERIFYING),
+            Ok(Selection::Multiplex)
+        );
+        assert_eq!(
+            select(0, Layer::InsideTls, &VERIFYING),
+            Ok(Selection::ConsulRpc)
+        );
         assert!(Selection::Raft.claims_server_role());
-        assert!(!Selection::Rpc.claims_server_role());
+        assert!(!Selection::Multiplex.claims_server_role());
+        assert!(!Selection::ConsulRpc.claims_server_role());
     }
 
     #[test]
@@ -212,7 +247,7 @@ mod tests {
             let selected = select(byte, Layer::Outer, &VERIFYING);
             if let Ok(selection) = selected {
                 assert!(
-                    matches!(selection, Selection::StartTls | Selection::StartInsecureTls),
+                    selection.starts_tls(),
                     "byte {byte} passed a verifying listener as {selection:?}"
                 );
             }
@@ -253,8 +288,8 @@ mod tests {
     #[test]
     fn other_bytes_are_refused_by_name() {
         assert_eq!(
-            select(0, Layer::Outer, &OPEN).unwrap_err().to_string(),
-            "protocol byte 0 (Consul's net/rpc) is not spoken by praetor"
+            select(5, Layer::Outer, &OPEN).unwrap_err().to_string(),
+            "protocol byte 5 (snapshot stream) is not spoken by praetor"
         );
         assert_eq!(
             select(8, Layer::InsideTls, &OPEN).unwrap_err().to_string(),
@@ -270,6 +305,6 @@ mod tests {
                     || select(*b, Layer::Outer, &OPEN).is_ok()
             })
             .collect::<Vec<u8>>();
-        assert_eq!(accepted, vec![1, 3, 4, 7]);
+        assert_eq!(accepted, vec![0, 1, 3, 4, 7, 0x13]);
     }
 }

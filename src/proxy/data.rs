@@ -28,8 +28,11 @@ pub const AUTHORIZE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Listener backlog.
 const BACKLOG: i32 = 4096;
 
-/// The name a client presents to an upstream proxy; identity is checked by SPIFFE ID.
-const UPSTREAM_SNI: &str = "upstream.connect.praetor";
+/// Consul's SNI of a service's proxies (`<service>.default.<dc>.internal.<trust domain>`),
+/// which Envoy sidecars expect; identity is still checked by SPIFFE ID.
+pub fn upstream_sni(service: &str, datacenter: &str, trust_domain: &str) -> String {
+    format!("{service}.default.{datacenter}.internal.{trust_domain}")
+}
 
 fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let domain = if addr.is_ipv4() {
@@ -247,7 +250,13 @@ async fn outbound(
     let at = upstream.next.fetch_add(1, Ordering::Relaxed) % endpoints.len();
     let remote = dial(endpoints[at]).await?;
     let tls = state.tls.load_full();
-    let name = ServerName::try_from(UPSTREAM_SNI).expect("a valid DNS name");
+    let sni = upstream_sni(
+        &upstream.spec.destination,
+        &tls.datacenter,
+        &tls.trust_domain,
+    );
+    let name = ServerName::try_from(sni.clone())
+        .map_err(|e| format!("the SNI {sni:?} of {}: {e}", upstream.spec.destination))?;
     let session = stream::connect(tls.client.clone(), name, remote, HANDSHAKE_TIMEOUT)
         .await
         .map_err(|e| format!("TLS handshake with {}: {e}", endpoints[at]))?;

@@ -12,8 +12,11 @@
 //!   require a client certificate chaining to the roots and carrying a service SPIFFE ID,
 //!   authorize the source, dial the local service, copy both ways.
 //! - Upstreams (one local listener each): accept TCP, dial a healthy proxy of the upstream,
-//!   mTLS with the leaf as the client certificate, check the server's SPIFFE ID is the
-//!   upstream's, copy both ways.
+//!   mTLS with the leaf as the client certificate and Consul's SNI for the upstream
+//!   (`<service>.default.<dc>.internal.<trust domain>`, what an Envoy sidecar's filter
+//!   chain and cluster names use), check the server's SPIFFE ID is the upstream's, copy
+//!   both ways. The inbound side accepts whatever SNI a client sends (an Envoy sidecar
+//!   sends Consul's), so Envoy and the built-in proxy interoperate both ways.
 //!
 //! Authorization: the first connection from a source service asks the agent
 //! (`POST /v1/agent/connect/authorize`, whose decision is a pure function of the servers'
@@ -76,6 +79,8 @@ pub struct TlsSet {
     pub server: Arc<rustls::ServerConfig>,
     pub client: Arc<rustls::ClientConfig>,
     pub trust_domain: String,
+    /// The datacenter in the leaf's SPIFFE ID: this proxy's, and its upstreams'.
+    pub datacenter: String,
 }
 
 /// One upstream's state.
@@ -242,6 +247,9 @@ pub fn tls_set(
 ) -> Result<TlsSet, String> {
     use rustls::pki_types::pem::PemObject;
     let chain = parse_chain(leaf_chain_pem)?;
+    let datacenter = crate::tls::connect_ca::service_id_of(&chain[0])
+        .map(|id| id.datacenter)
+        .ok_or("the leaf certificate carries no service SPIFFE ID")?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
         .map_err(|e| format!("bad leaf key: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();
@@ -278,6 +286,7 @@ pub fn tls_set(
         server: Arc::new(server),
         client: Arc::new(client),
         trust_domain: trust_domain.to_string(),
+        datacenter,
     })
 }
 

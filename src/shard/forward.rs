@@ -202,22 +202,7 @@ impl ForwardPool {
                 monoio::spawn(read_loop(connection.clone(), reader, addr));
             }
             Some((config, server_name)) => {
-                let mut stream = stream;
-                let (written, _) = stream.write_all(vec![rpc_type::TLS]).await;
-                written.map_err(|e| format!("cannot write to {addr}: {e}"))?;
-                let session = crate::tls::stream::connect(
-                    config,
-                    server_name,
-                    stream,
-                    HANDSHAKE_TIMEOUT_DEFAULT,
-                )
-                .await
-                .map_err(|error| {
-                    let line =
-                        crate::tls::handshake_failure_line(Protocol::InternalRpc, addr, &error);
-                    log::warn!("{line}");
-                    line
-                })?;
+                let session = dial_tls(stream, config, server_name, addr).await?;
                 let (reader, writer) = session.into_split();
                 monoio::spawn(write_loop(connection.clone(), writer, rx));
                 monoio::spawn(read_loop(connection.clone(), reader, addr));
@@ -344,4 +329,24 @@ impl Drop for ReplyFuture {
             .borrow_mut()
             .remove(&self.request_id);
     }
+}
+
+/// Opens TLS on a fresh connection to a server's port as Consul's pool does: the TLS byte
+/// (3), then the handshake; a failed handshake is logged as one readable line, which is
+/// also the error. The caller then writes the inner byte.
+pub(crate) async fn dial_tls(
+    mut stream: monoio::net::TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    server_name: rustls::pki_types::ServerName<'static>,
+    addr: SocketAddr,
+) -> Result<crate::tls::stream::ClientTlsStream<monoio::net::TcpStream>, String> {
+    let (written, _) = stream.write_all(vec![rpc_type::TLS]).await;
+    written.map_err(|e| format!("cannot write to {addr}: {e}"))?;
+    crate::tls::stream::connect(config, server_name, stream, HANDSHAKE_TIMEOUT_DEFAULT)
+        .await
+        .map_err(|error| {
+            let line = crate::tls::handshake_failure_line(Protocol::InternalRpc, addr, &error);
+            log::warn!("{line}");
+            line
+        })
 }

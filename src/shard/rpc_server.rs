@@ -4,12 +4,15 @@
 //! - [`PROTOCOL_RAFT`](crate::proto::rpc::PROTOCOL_RAFT): a peer's stream of Raft messages;
 //!   the socket itself is handed to the raft core thread, which reads and decodes it (one
 //!   thread wake-up less per message).
-//! - [`PROTOCOL_RPC`](crate::proto::rpc::PROTOCOL_RPC): multiplexed requests — each runs as
-//!   its own task, answers go back through the connection's single writer task, tagged with
-//!   the request id.
+//! - Consul's RPC: one msgpack net/rpc codec (byte 0) or a yamux session of them (byte 4):
+//!   typed calls (`KVS.Get`, `Catalog.Register`, …) carried by [`crate::shard::rpc_typed`] to
+//!   the [`TypedCalls`] the HTTP layer serves.
+//! - [`PROTOCOL_RPC`](crate::proto::rpc::PROTOCOL_RPC): praetor's multiplexed request frames
+//!   (on a byte Consul does not use) — each runs as its own task, answers go back through the
+//!   connection's single writer task, tagged with the request id.
 //! - TLS ([`rpc_type::TLS`](crate::proto::rpc_select::rpc_type::TLS)): a TLS handshake (the
 //!   client certificate required and verified under `verify_incoming`), then a second
-//!   protocol byte inside the session selects Raft or requests as above. A peer that asks for
+//!   protocol byte inside the session selects Raft, typed calls or frames as above. A peer that asks for
 //!   Raft must pass the server-role check
 //!   ([`crate::tls::TlsConfigurator::authorize_server_peer`]): with `verify_incoming` and
 //!   `verify_server_hostname`, its certificate must name `server.<datacenter>.<domain>`, so a
@@ -31,6 +34,8 @@
 use crate::proto::rpc::{decode_frame, encode_frame, kind};
 use crate::proto::rpc_select::{select, Layer, Selection};
 use crate::shard::raft_inbox::PeerSocket;
+use crate::shard::rpc_typed;
+pub use crate::shard::rpc_typed::{TypedAnswer, TypedCall, TypedCalls};
 use crate::shard::runtime::{RaftInput, Shard};
 use crate::shard::telemetry::{self, Counter};
 use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
@@ -59,7 +64,11 @@ pub trait ForwardedHttp: 'static {
     fn answer(&self, request: Bytes) -> impl Future<Output = Vec<u8>>;
 }
 
-pub async fn accept_loop<H: ForwardedHttp>(shard: Rc<Shard>, http: Rc<H>, listener: TcpListener) {
+pub async fn accept_loop<H: ForwardedHttp + TypedCalls>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    listener: TcpListener,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -86,7 +95,7 @@ async fn protocol_byte(stream: &mut impl AsyncReadRent) -> Option<u8> {
     matches!(result, Ok(1)).then(|| first[0])
 }
 
-async fn serve<H: ForwardedHttp>(
+async fn serve<H: ForwardedHttp + TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     mut stream: TcpStream,
@@ -98,7 +107,15 @@ async fn serve<H: ForwardedHttp>(
     let policy = shard.shared().tls.listener_policy();
     match select(byte, Layer::Outer, &policy) {
         Ok(Selection::Raft) => raft_stream(&shard, stream, peer).await,
-        Ok(Selection::Rpc) => {
+        Ok(Selection::ConsulRpc) => {
+            let (reader, writer) = stream.into_split();
+            rpc_typed::serve_codec(shard, http, reader, writer, peer).await
+        }
+        Ok(Selection::Multiplex) => {
+            let (reader, writer) = stream.into_split();
+            rpc_typed::serve_yamux(shard, http, reader, writer, peer).await
+        }
+        Ok(Selection::PraetorFrames) => {
             let (reader, writer) = stream.into_split();
             rpc_stream(shard, http, reader, writer, peer, Served::All).await
         }
@@ -109,7 +126,7 @@ async fn serve<H: ForwardedHttp>(
 }
 
 /// A TLS session on the server port: handshake, then the protocol byte inside it.
-async fn tls_session<H: ForwardedHttp>(
+async fn tls_session<H: ForwardedHttp + TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     stream: TcpStream,
@@ -150,7 +167,15 @@ async fn tls_session<H: ForwardedHttp>(
             }
             relay_raft(&shard, session, peer).await
         }
-        Ok(Selection::Rpc) => {
+        Ok(Selection::ConsulRpc) => {
+            let (reader, writer) = session.into_split();
+            rpc_typed::serve_codec(shard, http, reader, writer, peer).await
+        }
+        Ok(Selection::Multiplex) => {
+            let (reader, writer) = session.into_split();
+            rpc_typed::serve_yamux(shard, http, reader, writer, peer).await
+        }
+        Ok(Selection::PraetorFrames) => {
             let (reader, writer) = session.into_split();
             rpc_stream(shard, http, reader, writer, peer, Served::All).await
         }
@@ -163,7 +188,7 @@ async fn tls_session<H: ForwardedHttp>(
 
 /// Auto-encrypt's first request: TLS without a client certificate, then request frames at
 /// once (no second byte), of which only the certificate request is served.
-async fn insecure_tls_session<H: ForwardedHttp>(
+async fn insecure_tls_session<H: ForwardedHttp + TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     stream: TcpStream,
@@ -314,7 +339,7 @@ async fn raft_stream(shard: &Shard, stream: TcpStream, peer: SocketAddr) {
 
 /// Serves multiplexed requests read from `reader`; answers leave through `writer` (the two
 /// halves of a plain or a TLS connection).
-async fn rpc_stream<H: ForwardedHttp>(
+async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     mut reader: impl AsyncReadRent,
@@ -396,6 +421,16 @@ async fn rpc_stream<H: ForwardedHttp>(
                         &answer,
                     );
                 }
+                kind::TYPED_CALL => match TypedCall::decode_forwarded(frame.payload, peer) {
+                    Ok(call) => {
+                        let answer = rpc_typed::answer(&*http, call).await;
+                        encode_frame(&mut out, kind::TYPED_ANSWER, frame.request_id, &answer);
+                    }
+                    Err(why) => {
+                        telemetry::incr(Counter::RpcRequestError);
+                        encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
+                    }
+                },
                 kind::PING => encode_frame(&mut out, kind::PONG, frame.request_id, b""),
                 other => {
                     telemetry::incr(Counter::RpcRequestError);

@@ -302,6 +302,8 @@ pub struct Shard {
     inbox: ShardReceiver,
     /// Connections to other servers for forwarded requests.
     pub forward: crate::shard::forward::ForwardPool,
+    /// Connections to servers for Consul's typed calls.
+    pub rpc: crate::shard::rpc_client::RpcClient,
     /// What higher layers keep per shard that must follow each new version.
     observers: RefCell<Vec<VersionObserver>>,
 }
@@ -318,6 +320,8 @@ impl Shard {
     ) -> Rc<Shard> {
         let forward =
             crate::shard::forward::ForwardPool::new(shared.tls.clone(), shared.config.bind_addr);
+        let rpc =
+            crate::shard::rpc_client::RpcClient::new(shared.tls.clone(), shared.config.bind_addr);
         Rc::new(Shard {
             id,
             shared,
@@ -328,6 +332,7 @@ impl Shard {
             next_request: Cell::new(1),
             inbox,
             forward,
+            rpc,
             observers: RefCell::new(Vec::new()),
         })
     }

@@ -108,6 +108,23 @@ impl Session {
             )
     }
 
+    /// The limits a session must keep to be created: at most [`SESSION_CHECKS_MAX`]
+    /// checks, a name and node of at most [`SESSION_NAME_BYTES_MAX`] bytes.
+    pub fn check_limits(&self) -> Result<(), String> {
+        let check_count = self.check_ids().count();
+        if check_count > SESSION_CHECKS_MAX {
+            return Err(format!(
+                "a session may be bound to at most {SESSION_CHECKS_MAX} checks, got {check_count}"
+            ));
+        }
+        if self.name.len() > SESSION_NAME_BYTES_MAX || self.node.len() > SESSION_NAME_BYTES_MAX {
+            return Err(format!(
+                "session Name and Node are limited to {SESSION_NAME_BYTES_MAX} bytes"
+            ));
+        }
+        Ok(())
+    }
+
     /// The TTL in nanoseconds, `None` when the session has none.
     pub fn ttl_ns(&self) -> Option<i64> {
         if self.ttl.is_empty() {

@@ -105,6 +105,34 @@ impl CatalogVerb {
     }
 }
 
+/// Consul's `Txn.preCheck` of a service operation (its `servicePreApply`): a write's ID
+/// defaults to the name, and needs a name and a node. The verb when it is known, and the
+/// pre-check failure when there is one; shared by the HTTP and RPC decoders.
+pub fn service_precheck(
+    verb_text: &str,
+    node: &str,
+    service: &mut ServiceRegistration,
+) -> (Option<CatalogVerb>, Option<String>) {
+    let verb = CatalogVerb::parse(verb_text);
+    let failure = match verb {
+        None => Some(format!("unknown service operation: {verb_text}")),
+        Some(CatalogVerb::Get) => None,
+        Some(_) => {
+            if service.id.is_empty() {
+                service.id = service.name.clone();
+            }
+            if !service.id.is_empty() && service.name.is_empty() {
+                Some("Must provide service name with ID".to_string())
+            } else if node.is_empty() {
+                Some("Must provide node".to_string())
+            } else {
+                None
+            }
+        }
+    };
+    (verb, failure)
+}
+
 /// One operation of a transaction, decoded and pre-checked by the HTTP layer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TxnOp {

@@ -30,6 +30,20 @@ pub fn praetor_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_praetor"))
 }
 
+/// Runs `praetor` in `dir` and requires success (`praetor tls ca create`, …).
+pub fn praetor_in(dir: &Path, args: &[&str]) {
+    let output = Command::new(praetor_binary())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run praetor");
+    assert!(
+        output.status.success(),
+        "praetor {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A temporary directory removed on drop.
 pub struct TempDir(pub PathBuf);
 

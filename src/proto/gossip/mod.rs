@@ -3,15 +3,19 @@
 //! and Consul agents speak) and accepting what newer memberlist versions add (label
 //! header, go-msgpack v2 encodings).
 //!
-//! Layout: [`msgpack`] is the codec with go-msgpack 0.5.5's exact encoding choices;
+//! Layout: [`msgpack`] (now [`crate::proto::msgpack`], shared with Consul's RPC) is the
+//! codec with go-msgpack 0.5.5's exact encoding choices;
 //! [`memberlist`] the SWIM messages and their containers (compound, compress, CRC,
 //! label, encryption); [`lzw`] Go's LZW; [`security`] the AES-GCM keyring framing;
 //! [`serf`] serf's messages, tags and coordinates. Nothing here does I/O or keeps state.
 
 pub mod lzw;
 pub mod memberlist;
-pub mod msgpack;
 pub mod security;
+
+/// The codec moved to [`crate::proto::msgpack`] when Consul's RPC came to share it; the old
+/// path stays for the gossip modules.
+pub use super::msgpack;
 pub mod serf;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -1,6 +1,9 @@
 //! A small msgpack reader and writer that reproduces exactly what HashiCorp's
 //! `go-msgpack` 0.5.5 `codec.MsgpackHandle{}` (the handle memberlist and serf use) puts on
-//! the wire, and accepts everything a newer go-msgpack v2 peer may send.
+//! the wire, and accepts everything a newer go-msgpack v2 peer may send. Consul's RPC codec
+//! (`structs.MsgpackHandle`: the same codec, vendored in `consul-net-rpc`, with
+//! `RawToString`) makes the same choices, so [`crate::proto::msgpack_rpc`] and the typed
+//! calls of `crate::consul::rpc` use it too.
 //!
 //! Encoding rules of that handle, settled against its source (`codec/msgpack.go`,
 //! `encode.go`, `helper.go`):

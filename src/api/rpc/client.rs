@@ -1,0 +1,466 @@
+//! A client agent's half of Consul's typed calls: an HTTP request it cannot answer itself is
+//! decoded once into the typed request (`KeyRequest`, `KVSRequest`, …), sent to a server
+//! with [`Deferred::call_server`](crate::api::context::Deferred::call_server) (a yamux
+//! stream on the shard's connection to it, failing over among servers), and the typed
+//! reply is rendered as Consul's agent renders it — as `agent/kvs_endpoint.go` does with
+//! what `KVS.Get` returns.
+//!
+//! Writes keep the HTTP handler's own answer: the handler's store command becomes the
+//! typed call ([`typed_write`]), and the server's reply comes back as the command result
+//! the handler's responder expects; a refusal comes back as the server's text, answered
+//! with the status Consul's HTTP layer gives it ([`error_of`]).
+//!
+//! What is converted so far: the KV endpoints, `/v1/status/leader|peers` and
+//! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
+//! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
+//! call ([`across_datacenters`]).
+//! Every other request a client agent cannot answer, or a server hands to another
+//! datacenter, still goes as forwarded HTTP (`api::server`).
+
+use crate::api::authz::request_secret;
+use crate::api::kv::{keys_body, not_found, separator, write_entries};
+use crate::api::{ApiError, AsyncResponder, Context, Outcome, QueryMeta, Reply, Request, WriteOp};
+use crate::cluster::servers::Retry;
+use crate::consul::rpc::catalog::DcSpecificRequest;
+use crate::consul::rpc::kvs::{
+    read_indexed_dir_entries, read_indexed_key_list, DirEntry, KeyListRequest, KeyRequest,
+    KvsRequest,
+};
+use crate::consul::rpc::status::{read_leader_reply, read_string_list_reply};
+use crate::consul::rpc::{QueryMeta as RpcQueryMeta, QueryOptions as RpcQueryOptions};
+use crate::shard::rpc_client::CallError;
+use crate::shard::runtime::Consistency;
+use crate::store::kv::{KvFields, KvOp};
+use crate::store::{Command, CommandResult};
+use std::time::Duration;
+
+/// How long a call waits for its answer beyond a blocking query's own wait.
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A failed call as the HTTP answer Consul's agent gives it: 403 for ACL refusals, 429 for
+/// the rate limit, 500 for everything else (no leader, no server, a lost connection).
+pub fn error_of(error: CallError) -> ApiError {
+    let text = error.to_string();
+    if text.contains("Permission denied") || text == "ACL not found" {
+        ApiError::Status(403, text)
+    } else if text.starts_with("rate limit exceeded") {
+        ApiError::Status(429, text)
+    } else {
+        ApiError::Internal(text)
+    }
+}
+
+/// A typed reply's metadata as the HTTP headers carry it.
+pub fn meta_of(meta: &RpcQueryMeta) -> QueryMeta {
+    QueryMeta {
+        index: meta.index,
+        known_leader: meta.known_leader,
+        last_contact_ms: u64::try_from(meta.last_contact_ns / 1_000_000).unwrap_or(0),
+        consistency: match meta.consistency_level {
+            "stale" => Consistency::Stale,
+            "consistent" => Consistency::Consistent,
+            _ => Consistency::Leader,
+        },
+        cache: None,
+    }
+}
+
+/// The typed query options of an HTTP read (`?index`, `?wait`, `?stale`, `?consistent`,
+/// `?max_stale`, `?filter`) with the request's token.
+pub fn query_options<'a>(
+    options: &'a crate::api::QueryOptions,
+    token: &'a str,
+) -> RpcQueryOptions<'a> {
+    RpcQueryOptions {
+        token,
+        min_query_index: options.min_index,
+        max_query_time_ns: if options.is_blocking() {
+            options.wait.as_nanos().min(i64::MAX as u128) as i64
+        } else {
+            0
+        },
+        allow_stale: options.consistency == Consistency::Stale,
+        require_consistent: options.consistency == Consistency::Consistent,
+        use_cache: false,
+        max_stale_duration_ns: options
+            .max_stale
+            .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64),
+        filter: options.filter.as_deref().unwrap_or(""),
+        allow_not_modified_response: false,
+    }
+}
+
+/// How long to wait for a read's answer.
+fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
+    if options.is_blocking() {
+        options.wait + options.wait / crate::api::BLOCKING_JITTER_FRACTION + CALL_TIMEOUT
+    } else {
+        CALL_TIMEOUT
+    }
+}
+
+/// A call made after the handler returned, whose answer `respond` writes. A client agent
+/// sends it to its server (which hands a call naming another datacenter on); a server asks
+/// a server of `datacenter` itself.
+fn call(
+    ctx: &Context,
+    datacenter: &str,
+    method: &'static str,
+    body: Vec<u8>,
+    timeout: Duration,
+    retry: Retry,
+    respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    let deferred = ctx.deferred();
+    let remote = (!ctx.is_client() && !datacenter.is_empty()).then(|| datacenter.to_string());
+    Outcome::Async(Box::pin(async move {
+        let answer = match remote {
+            None => deferred.call_server(method, &body, timeout, retry).await,
+            Some(datacenter) => deferred
+                .call_datacenter(&datacenter, method, &body, timeout, retry)
+                .await
+                .map(bytes::Bytes::from)
+                .map_err(CallError::Remote),
+        };
+        Box::new(move |reply: &mut Reply| {
+            let result = match answer {
+                Ok(body) => respond(&body, reply),
+                Err(error) => Err(error_of(error)),
+            };
+            if let Err(error) = result {
+                reply.error(&error);
+            }
+        }) as AsyncResponder
+    }))
+}
+
+/// A typed reply that does not decode: the server is not speaking Consul's RPC.
+fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
+    ApiError::Internal(format!("rpc error: malformed reply: {error}"))
+}
+
+/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads so far.
+/// `None` for the others, which go as HTTP.
+pub fn across_datacenters(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    let kv = request.path == "/v1/kv" || request.path.starts_with("/v1/kv/");
+    if request.method != crate::proto::http::Method::Get || !kv {
+        return None;
+    }
+    Some(
+        crate::api::kv::check_key(request.rest)
+            .and_then(|()| crate::api::query_options_in(ctx, &request.query))
+            .and_then(|options| kv_get(ctx, request, request.rest, options, datacenter)),
+    )
+}
+
+/// `GET /v1/kv/<key>` answered by a server: `KVS.Get`, `KVS.List` (`?recurse`) or
+/// `KVS.ListKeys` (`?keys`) of `datacenter` (empty: this one), rendered as the server's
+/// own HTTP answer would be.
+pub fn kv_get(
+    ctx: &Context,
+    request: &Request,
+    key: &str,
+    options: crate::api::QueryOptions,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let secret = request_secret(ctx, request);
+    let rpc_options = query_options(&options, &secret);
+    let timeout = read_timeout(&options);
+    if request.query.has("keys") {
+        let separator = separator(&request.query);
+        let body = KeyListRequest {
+            datacenter,
+            prefix: key,
+            separator,
+            options: rpc_options,
+        }
+        .encode();
+        let root = key.is_empty();
+        return Ok(call(
+            ctx,
+            datacenter,
+            "KVS.ListKeys",
+            body,
+            timeout,
+            Retry::Always,
+            move |body, reply| {
+                let (meta, keys) = read_indexed_key_list(body).map_err(bad_reply)?;
+                let meta_headers = meta_of(&meta);
+                // Consul answers 404 for an empty listing except at the root.
+                if keys.is_empty() && !root {
+                    not_found(meta_headers, reply);
+                    return Ok(());
+                }
+                let mut headers = Vec::with_capacity(160);
+                meta_headers.write_headers(&mut headers);
+                filtered_header(&meta, &mut headers);
+                reply.json_bytes(200, &headers, &keys_body(&keys, reply.pretty));
+                Ok(())
+            },
+        ));
+    }
+    let recurse = request.query.has("recurse");
+    if !recurse && key.is_empty() {
+        return Err(ApiError::bad_request("Missing key name"));
+    }
+    let raw = request.query.has("raw");
+    let body = KeyRequest {
+        datacenter,
+        key,
+        options: rpc_options,
+    }
+    .encode();
+    let method = if recurse { "KVS.List" } else { "KVS.Get" };
+    Ok(call(
+        ctx,
+        datacenter,
+        method,
+        body,
+        timeout,
+        Retry::Always,
+        move |body, reply| {
+            let (meta, entries) = read_indexed_dir_entries(body).map_err(bad_reply)?;
+            let meta_headers = meta_of(&meta);
+            if entries.is_empty() {
+                not_found(meta_headers, reply);
+                return Ok(());
+            }
+            let mut headers = Vec::with_capacity(192);
+            meta_headers.write_headers(&mut headers);
+            if raw && !recurse {
+                headers.extend_from_slice(
+                    b"X-Content-Type-Options: nosniff\r\nContent-Security-Policy: sandbox\r\n",
+                );
+                reply.send(200, Some("text/plain"), &headers, entries[0].value);
+                return Ok(());
+            }
+            filtered_header(&meta, &mut headers);
+            let fields = entries.iter().map(fields_of);
+            let mut out = Vec::with_capacity(
+                64 + entries
+                    .iter()
+                    .map(|e| 160 + e.key.len() + e.value.len() * 4 / 3)
+                    .sum::<usize>(),
+            );
+            write_entries(&mut out, reply.pretty, fields);
+            reply.json_bytes(200, &headers, &out);
+            Ok(())
+        },
+    ))
+}
+
+/// `GET /v1/status/leader`, `/v1/status/peers` and `/v1/catalog/datacenters` on a client
+/// agent: `Status.Leader`, `Status.Peers` or `Catalog.ListDatacenters` on a server, the
+/// reply rendered as that server's JSON. The request is the `DCSpecificRequest` Consul's
+/// agent sends (this datacenter, the request's token); `ListDatacenters`' own request is
+/// `QueryOptions` alone, the same fields less the datacenter's.
+pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome {
+    let secret = request_secret(ctx, request);
+    let options = RpcQueryOptions {
+        token: &secret,
+        ..RpcQueryOptions::default()
+    };
+    let body = if method == "Catalog.ListDatacenters" {
+        let mut w = crate::proto::msgpack::Writer::new();
+        options.write_request(&mut w, &[], |_, _| {});
+        w.into_inner()
+    } else {
+        DcSpecificRequest {
+            datacenter: &ctx.config().datacenter,
+            node_meta_filters: Vec::new(),
+            options,
+        }
+        .encode()
+    };
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        CALL_TIMEOUT,
+        Retry::Always,
+        move |body, reply| {
+            if method == "Status.Leader" {
+                reply.json(200, b"", read_leader_reply(body).map_err(bad_reply)?);
+            } else {
+                reply.json(200, b"", &read_string_list_reply(body).map_err(bad_reply)?);
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Consul's header for a list the token filtered.
+fn filtered_header(meta: &RpcQueryMeta, headers: &mut Vec<u8>) {
+    if meta.results_filtered_by_acls {
+        headers.extend_from_slice(crate::api::FILTERED_BY_ACLS_HEADER);
+    }
+}
+
+/// A typed entry as the store's borrowed fields, for the HTTP rendering.
+fn fields_of<'e>(entry: &DirEntry<'e>) -> KvFields<'e> {
+    KvFields {
+        key: entry.key,
+        value: entry.value,
+        flags: entry.flags,
+        session: (!entry.session.is_empty()).then_some(entry.session),
+        lock_index: entry.lock_index,
+        create_index: entry.create_index,
+        modify_index: entry.modify_index,
+    }
+}
+
+/// The `KVSRequest` of a KV write.
+fn kvs_request<'o>(op: &'o KvOp, token: &'o str) -> Option<KvsRequest<'o>> {
+    let entry = |key: &'o str| DirEntry {
+        key,
+        ..DirEntry::default()
+    };
+    let (name, dir_entry) = match op {
+        KvOp::Set { key, value, flags } => (
+            "set",
+            DirEntry {
+                value,
+                flags: *flags,
+                ..entry(key)
+            },
+        ),
+        KvOp::Cas {
+            key,
+            value,
+            flags,
+            modify_index,
+        } => (
+            "cas",
+            DirEntry {
+                value,
+                flags: *flags,
+                modify_index: *modify_index,
+                ..entry(key)
+            },
+        ),
+        KvOp::Delete { key } => ("delete", entry(key)),
+        KvOp::DeleteCas { key, modify_index } => (
+            "delete-cas",
+            DirEntry {
+                modify_index: *modify_index,
+                ..entry(key)
+            },
+        ),
+        KvOp::DeleteTree { prefix } => ("delete-tree", entry(prefix)),
+        KvOp::Lock {
+            key,
+            value,
+            flags,
+            session,
+        } => (
+            "lock",
+            DirEntry {
+                value,
+                flags: *flags,
+                session,
+                ..entry(key)
+            },
+        ),
+        KvOp::Unlock {
+            key,
+            value,
+            flags,
+            session,
+        } => (
+            "unlock",
+            DirEntry {
+                value,
+                flags: *flags,
+                session,
+                ..entry(key)
+            },
+        ),
+        KvOp::ReapTombstones { .. } => return None,
+    };
+    Some(KvsRequest {
+        datacenter: "",
+        op: name,
+        entry: dir_entry,
+        token,
+    })
+}
+
+/// On a client agent, a write the handler decided on becomes the typed call a server
+/// applies (so far: KV writes, as `KVS.Apply`), its reply handed to the handler's responder
+/// as the command result the server produced. A write without a typed call yet is
+/// forwarded as HTTP (`Outcome::Forward`).
+pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
+    let Command::Kv(kv_op) = &op.command else {
+        return Outcome::Forward;
+    };
+    let secret = request_secret(ctx, request);
+    let Some(call_request) = kvs_request(kv_op, &secret) else {
+        return Outcome::Forward;
+    };
+    let body = call_request.encode();
+    let respond = op.respond;
+    // A write that may have reached a server is not sent again (it could apply twice).
+    call(
+        ctx,
+        "",
+        "KVS.Apply",
+        body,
+        CALL_TIMEOUT,
+        Retry::NotSent,
+        move |body, reply| {
+            let mut r = crate::proto::msgpack::Reader::new(body);
+            let applied = r.bool().map_err(bad_reply)?;
+            respond(CommandResult::Bool(applied), reply);
+            Ok(())
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_get_consuls_statuses() {
+        let remote = |text: &str| error_of(CallError::Remote(text.to_string())).status();
+        assert_eq!(remote("ACL not found"), 403);
+        assert_eq!(
+            remote("Permission denied: token with AccessorID 'a' lacks permission 'key:read'"),
+            403
+        );
+        assert_eq!(remote("rate limit exceeded, try again later"), 429);
+        assert_eq!(remote("No cluster leader"), 500);
+        let lost = CallError::Transport {
+            reason: "rpc error: connection lost".into(),
+            sent: true,
+        };
+        assert_eq!(error_of(lost).status(), 500);
+    }
+
+    #[test]
+    fn every_kv_write_but_reaping_has_its_typed_call() {
+        let set = KvOp::Set {
+            key: "k".into(),
+            value: bytes::Bytes::from_static(b"v"),
+            flags: 2,
+        };
+        let request = kvs_request(&set, "t").unwrap();
+        assert_eq!(
+            (request.op, request.entry.key, request.entry.flags),
+            ("set", "k", 2)
+        );
+        let lock = KvOp::Lock {
+            key: "k".into(),
+            value: bytes::Bytes::new(),
+            flags: 0,
+            session: "s".into(),
+        };
+        assert_eq!(kvs_request(&lock, "").unwrap().entry.session, "s");
+        assert!(kvs_request(&KvOp::ReapTombstones { up_to_index: 1 }, "").is_none());
+    }
+}

@@ -1,0 +1,472 @@
+//! Consul's typed calls, served on a server: the endpoints of Consul's
+//! `agent/consul/*_endpoint.go` that client agents, DNS, anti-entropy, sessions and ACL
+//! resolution use (`KVS.Get`, `Catalog.Register`, `Health.ServiceNodes`, `Session.Apply`, …),
+//! reached through the server port ([`crate::shard::rpc_typed`]) and answered in Consul's
+//! msgpack shapes ([`crate::consul::rpc`]).
+//!
+//! They are served as the HTTP handlers are, from the same pieces: reads evaluate against
+//! the shard's store version with the same read plan (stale, leader, consistent), block on
+//! `MinQueryIndex` with the same watch registry and Consul's wait bounds; writes are store
+//! commands proposed through the same path; tokens resolve through the same authorizer
+//! cache and the same checks, and list answers leave out what the token may not read.
+//! Where a call must run is decided here, as Consul's `ForwardRPC` does: another
+//! datacenter's call goes to a server there (through the WAN router), a write or a
+//! non-stale read on a follower goes to the leader; each hop hands the same typed call on
+//! (praetor's frames carry it between praetor servers, [`kind::TYPED_CALL`]), at most
+//! [`FORWARD_HOPS_MAX`] times.
+//!
+//! Errors are Consul's texts, which net/rpc sends as the answer's `Error`: "No cluster
+//! leader", "No path to datacenter", "ACL not found", "Permission denied: …", "rpc: can't
+//! find method …".
+
+pub mod acl;
+pub mod catalog;
+pub mod client;
+pub mod coordinate;
+pub mod health;
+pub mod internal;
+pub mod kvs;
+pub mod session;
+pub mod status;
+pub mod txn;
+
+use crate::api::authz::{self, Authz, RowFilter};
+use crate::api::server::{Server, FORWARD_HOPS_MAX, RPC_HOLD_TIMEOUT};
+use crate::api::{ApiError, BLOCKING_JITTER_FRACTION};
+use crate::cluster::servers::Retry;
+use crate::consul::rpc::{QueryMeta, QueryOptions};
+use crate::proto::msgpack_rpc::{decode_response_header, unknown_method_error, MessageReader};
+use crate::proto::rpc::kind;
+use crate::replica::ProposalResult;
+use crate::shard::rpc_server::{TypedAnswer, TypedCall, TypedCalls};
+use crate::shard::runtime::{Consistency, ReadPlan};
+use crate::shard::watch::WatchSet;
+use crate::store::acl::authorizer::{Authorizer, Check};
+use crate::store::{Command, CommandResult, StoreVersion, Tables};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What an endpoint answers: the reply's msgpack body, or Consul's error text.
+pub type Answer = Result<Vec<u8>, String>;
+
+/// Consul's RPC services of which praetor serves methods: a call to another method of one
+/// of them is an unknown method, a call to any other service an unknown service.
+pub const SERVICES: &[&str] = &[
+    "ACL",
+    "Catalog",
+    "Coordinate",
+    "Health",
+    "Internal",
+    "KVS",
+    "Session",
+    "Status",
+    "Txn",
+];
+
+/// A call handed to another server waits this long for its answer, beyond a blocking
+/// query's own wait.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often a follower looks for a leader while it holds a call for one.
+const LEADER_POLL: Duration = Duration::from_millis(50);
+
+impl TypedCalls for Server {
+    fn serve(&self, call: TypedCall) -> impl Future<Output = TypedAnswer> {
+        serve(self, call)
+    }
+}
+
+/// Serves one call: its method's endpoint, or net/rpc's words for an unknown one.
+pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
+    let answer = match call.method() {
+        "Status.Ping" => Ok(crate::consul::rpc::status::ping_reply()),
+        "Status.Leader" => status::leader(server),
+        "Status.Peers" => status::peers(server),
+        "KVS.Get" => kvs::get(server, &call).await,
+        "KVS.List" => kvs::list(server, &call).await,
+        "KVS.ListKeys" => kvs::list_keys(server, &call).await,
+        "KVS.Apply" => kvs::apply(server, &call).await,
+        "Catalog.Register" => catalog::register(server, &call).await,
+        "Catalog.Deregister" => catalog::deregister(server, &call).await,
+        "Catalog.ListDatacenters" => catalog::list_datacenters(server),
+        "Catalog.ListNodes" => catalog::list_nodes(server, &call).await,
+        "Catalog.ListServices" => catalog::list_services(server, &call).await,
+        "Catalog.ServiceNodes" => catalog::service_nodes(server, &call).await,
+        "Catalog.NodeServices" => catalog::node_services(server, &call).await,
+        "Health.ServiceNodes" => health::service_nodes(server, &call).await,
+        "Health.NodeChecks" => health::node_checks(server, &call).await,
+        "Health.ServiceChecks" => health::service_checks(server, &call).await,
+        "Health.ChecksInState" => health::checks_in_state(server, &call).await,
+        "Session.Apply" => session::apply(server, &call).await,
+        "Session.Get" => session::get(server, &call).await,
+        "Session.List" => session::list(server, &call).await,
+        "Session.NodeSessions" => session::node_sessions(server, &call).await,
+        "Session.Renew" => session::renew(server, &call).await,
+        "Txn.Apply" => txn::apply(server, &call).await,
+        "Txn.Read" => txn::read_txn(server, &call).await,
+        "Coordinate.Update" => coordinate::update(server, &call).await,
+        "Coordinate.ListNodes" => coordinate::list_nodes(server, &call).await,
+        "Coordinate.Node" => coordinate::node(server, &call).await,
+        "ACL.TokenRead" => acl::token_read(server, &call).await,
+        "Internal.NodeInfo" => internal::node_info(server, &call).await,
+        "Internal.NodeDump" => internal::node_dump(server, &call).await,
+        "Internal.ServiceDump" => internal::service_dump(server, &call).await,
+        "Internal.EventFire" => internal::event_fire(server, &call).await,
+        method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
+    };
+    match answer {
+        Ok(body) => TypedAnswer::ok(body),
+        Err(error) => TypedAnswer::error(error),
+    }
+}
+
+/// An HTTP error's text, as the RPC error Consul sends for it.
+pub fn error_text(error: &ApiError) -> String {
+    match error {
+        ApiError::BadRequest(text)
+        | ApiError::NotFound(text)
+        | ApiError::TooLarge(text)
+        | ApiError::Internal(text)
+        | ApiError::Status(_, text) => text.clone(),
+        ApiError::MethodNotAllowed { method, .. } => format!("method {method} not allowed"),
+    }
+}
+
+/// A request body that is not the struct its method takes.
+pub fn decode_error(error: crate::proto::msgpack::WireError) -> String {
+    crate::consul::rpc::decode_error(error)
+}
+
+/// The token of a call, resolved when ACLs are on (`None` with ACLs off); an empty token is
+/// anonymous.
+pub fn authorize(server: &Server, token: &str) -> Result<Option<Authz>, String> {
+    let ctx = server.context();
+    if !ctx.acl_enabled() {
+        return Ok(None);
+    }
+    authz::resolve(ctx, token)
+        .map(Some)
+        .map_err(|e| error_text(&e))
+}
+
+/// Checks a rule with the call's token; passes with ACLs off.
+pub fn require<'a>(
+    authz: &'a Option<Authz>,
+    check: impl FnOnce(&'a Authorizer) -> Check<'a>,
+) -> Result<(), String> {
+    match authz {
+        None => Ok(()),
+        Some(authz) => authz
+            .require(check(&authz.authorizer))
+            .map_err(|e| error_text(&e)),
+    }
+}
+
+/// The row filter of a call's token.
+pub fn rows(authz: &Option<Authz>) -> RowFilter {
+    RowFilter::of_authz(authz.as_ref())
+}
+
+/// Where a call's datacenter says it runs: `None` here, else the other datacenter's name
+/// (lowercased).
+fn other_datacenter(server: &Server, datacenter: &str) -> Option<String> {
+    let ours = &server.context().config().datacenter;
+    (!datacenter.is_empty() && !datacenter.eq_ignore_ascii_case(ours))
+        .then(|| datacenter.to_ascii_lowercase())
+}
+
+/// Where a call must run beyond its datacenter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Any server of the datacenter (reads decide by their consistency later).
+    Anywhere,
+    /// The leader (writes).
+    Leader,
+}
+
+/// Hands the call on when it does not run here: to another datacenter's server, or to the
+/// leader. `None` when this server serves it.
+pub async fn elsewhere(
+    server: &Server,
+    call: &TypedCall,
+    datacenter: &str,
+    placement: Placement,
+    blocking_wait: Option<Duration>,
+) -> Option<Answer> {
+    if let Some(datacenter) = other_datacenter(server, datacenter) {
+        return Some(Box::pin(to_datacenter(server, call, &datacenter, blocking_wait)).await);
+    }
+    if placement == Placement::Leader && !server.context().is_leader() {
+        return Some(Box::pin(to_leader(server, call, blocking_wait)).await);
+    }
+    None
+}
+
+/// The start every read shares: the call is handed on when it names another datacenter,
+/// then its token is resolved. `Err` carries the answer when the call was answered
+/// elsewhere or its token refused.
+pub async fn read_here(
+    server: &Server,
+    call: &TypedCall,
+    datacenter: &str,
+    options: &QueryOptions<'_>,
+) -> Result<Option<Authz>, Answer> {
+    let wait = blocking_wait(server, options);
+    if let Some(answer) = elsewhere(server, call, datacenter, Placement::Anywhere, wait).await {
+        return Err(answer);
+    }
+    authorize(server, options.token).map_err(Err)
+}
+
+/// How long to wait for a forwarded call's answer.
+fn forward_timeout(blocking_wait: Option<Duration>) -> Duration {
+    match blocking_wait {
+        Some(wait) => wait + wait / BLOCKING_JITTER_FRACTION + FORWARD_TIMEOUT,
+        None => FORWARD_TIMEOUT,
+    }
+}
+
+/// The frame that hands `call` on: one more hop, then the call.
+fn forwarded_payload(call: &TypedCall) -> Result<Vec<u8>, String> {
+    if u32::from(call.hops) >= FORWARD_HOPS_MAX {
+        return Err("No cluster leader (request forwarded too many times)".to_string());
+    }
+    let mut payload = Vec::with_capacity(call.body.len() + 64);
+    payload.push(call.hops + 1);
+    payload.extend_from_slice(&call.encode());
+    Ok(payload)
+}
+
+/// Reads another server's answer frame back into the reply body or its error.
+fn forwarded_answer(frame: Result<crate::proto::rpc::Frame, String>) -> Answer {
+    let frame = frame.map_err(|e| format!("rpc error: {e}"))?;
+    if frame.kind != kind::TYPED_ANSWER {
+        return Err(String::from_utf8_lossy(&frame.payload).into_owned());
+    }
+    let bytes = &frame.payload[..];
+    let extent = MessageReader::new()
+        .advance(bytes)
+        .map_err(|e| format!("rpc error: {e}"))?
+        .ok_or_else(|| "rpc error: incomplete answer".to_string())?;
+    let header = decode_response_header(&bytes[..extent.header_length])
+        .map_err(|e| format!("rpc error: {e}"))?;
+    if !header.error.is_empty() {
+        return Err(header.error.to_string());
+    }
+    Ok(bytes[extent.header_length..extent.total()].to_vec())
+}
+
+/// Hands the call to a server of `datacenter` through the WAN router; reads may be
+/// retried on another of its servers.
+async fn to_datacenter(
+    server: &Server,
+    call: &TypedCall,
+    datacenter: &str,
+    blocking_wait: Option<Duration>,
+) -> Answer {
+    let payload = forwarded_payload(call)?;
+    let retry = if is_read(call.method()) {
+        Retry::Always
+    } else {
+        Retry::NotSent
+    };
+    call_in_datacenter(
+        server.context().router(),
+        &server.shard().forward,
+        datacenter,
+        &payload,
+        forward_timeout(blocking_wait),
+        retry,
+    )
+    .await
+}
+
+/// Sends a typed call's frame (`payload`: its hop count, then the call) to a server of
+/// `datacenter` over `pool` and reads the answer back. A datacenter without a known server
+/// gets Consul's "No path to datacenter" as it is, not as a failed call.
+pub(crate) async fn call_in_datacenter(
+    router: &crate::cluster::router::Router,
+    pool: &crate::shard::forward::ForwardPool,
+    datacenter: &str,
+    payload: &[u8],
+    timeout: Duration,
+    retry: Retry,
+) -> Answer {
+    let frame = router
+        .forward(pool, datacenter, kind::TYPED_CALL, payload, timeout, retry)
+        .await;
+    match frame {
+        Err(no_path) if no_path == crate::cluster::router::NO_PATH => Err(no_path),
+        frame => forwarded_answer(frame),
+    }
+}
+
+/// Whether a method only reads (so it may be sent again after a failure).
+fn is_read(method: &str) -> bool {
+    !matches!(
+        method,
+        "KVS.Apply"
+            | "Catalog.Register"
+            | "Catalog.Deregister"
+            | "Session.Apply"
+            | "Txn.Apply"
+            | "Coordinate.Update"
+            | "Internal.EventFire"
+    )
+}
+
+/// Hands the call to the leader, waiting up to `RPC_HOLD_TIMEOUT` for one to be known; if
+/// leadership arrives here meanwhile, serves it here.
+async fn to_leader(server: &Server, call: &TypedCall, blocking_wait: Option<Duration>) -> Answer {
+    let payload = forwarded_payload(call)?;
+    let shard = server.shard();
+    let started = std::time::Instant::now();
+    let leader: SocketAddr = loop {
+        let status = shard.cluster_status();
+        if status.is_leader {
+            let answer = Box::pin(serve(server, call.clone())).await;
+            return if answer.error.is_empty() {
+                Ok(answer.body)
+            } else {
+                Err(answer.error)
+            };
+        }
+        if let Ok(address) = status.leader_rpc_address.parse::<SocketAddr>() {
+            if address != shard.shared().rpc_address {
+                break address;
+            }
+        }
+        if started.elapsed() >= RPC_HOLD_TIMEOUT {
+            return Err(ProposalResult::NotLeader.to_string());
+        }
+        monoio::time::sleep(LEADER_POLL).await;
+    };
+    let frame = shard
+        .forward
+        .call(
+            leader,
+            kind::TYPED_CALL,
+            &payload,
+            forward_timeout(blocking_wait),
+        )
+        .await;
+    forwarded_answer(frame)
+}
+
+/// Proposes a store command on the leader and waits until it is applied.
+pub async fn propose(server: &Server, command: Command) -> Result<CommandResult, String> {
+    debug_assert!(
+        server.context().is_leader(),
+        "writes are proposed on the leader"
+    );
+    match server.shard().propose(command.encode()).await {
+        ProposalResult::Applied(result) => Ok(result),
+        refused => Err(ApiError::from_proposal(&refused)
+            .map(|e| error_text(&e))
+            .unwrap_or_else(|| refused.to_string())),
+    }
+}
+
+/// A blocking-capable read: what it depends on, and its reply.
+pub trait Read {
+    /// The read's index and what it read.
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet);
+    /// The reply for `version`, whose index `evaluate` gave.
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer;
+}
+
+/// The consistency a call's options ask for.
+fn consistency(options: &QueryOptions) -> Consistency {
+    if options.require_consistent {
+        Consistency::Consistent
+    } else if options.allow_stale {
+        Consistency::Stale
+    } else {
+        Consistency::Leader
+    }
+}
+
+/// A blocking query's wait as Consul's server bounds it: `MaxQueryTime` capped at
+/// `max_query_time`, `default_query_time` when absent; `None` for a call that does not
+/// block.
+pub fn blocking_wait(server: &Server, options: &QueryOptions) -> Option<Duration> {
+    if options.min_query_index == 0 {
+        return None;
+    }
+    let process = &server.context().config().process;
+    let asked = u64::try_from(options.max_query_time_ns).unwrap_or(0);
+    Some(if asked == 0 {
+        process.default_query_time.min(process.max_query_time)
+    } else {
+        Duration::from_nanos(asked).min(process.max_query_time)
+    })
+}
+
+/// Serves a read as the HTTP reads are served: where its consistency says (the leader's
+/// lease, a quorum round, or any server), then, for a blocking query, waiting until its
+/// index passes `MinQueryIndex` or its wait (plus up to 1/16 jitter) runs out.
+pub async fn read(
+    server: &Server,
+    call: &TypedCall,
+    options: &QueryOptions<'_>,
+    query: impl Read,
+) -> Answer {
+    let ctx = server.context();
+    let shard = server.shard();
+    let wait = blocking_wait(server, options);
+    let plan_options = crate::api::QueryOptions {
+        min_index: options.min_query_index,
+        wait: wait.unwrap_or_default(),
+        consistency: consistency(options),
+        max_stale: (options.max_stale_duration_ns > 0)
+            .then(|| Duration::from_nanos(options.max_stale_duration_ns as u64)),
+        filter: None,
+    };
+    match ctx.read_plan(&plan_options) {
+        ReadPlan::Forward => return Box::pin(to_leader(server, call, wait)).await,
+        ReadPlan::Barrier => {
+            let result = Box::pin(shard.read_barrier()).await;
+            if let Some(error) = ApiError::from_proposal(&result) {
+                return Err(error_text(&error));
+            }
+        }
+        ReadPlan::Local => {}
+    }
+    crate::shard::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
+    let deadline_ms = wait.map(|wait| {
+        let wait_ms = wait.as_millis() as u64;
+        let jitter_ms = wait_ms / BLOCKING_JITTER_FRACTION as u64;
+        let jitter_ms = if jitter_ms > 0 {
+            rand::random_range(0..jitter_ms)
+        } else {
+            0
+        };
+        shard.shared().now_ms() + wait_ms + jitter_ms
+    });
+    loop {
+        let version = ctx.current_version();
+        let (index, watch_set) = query.evaluate(&version);
+        // Consul never answers index 0: a client blocking on it would spin.
+        let index = index.max(1);
+        let timed_out = deadline_ms.is_none_or(|d| shard.shared().now_ms() >= d);
+        if index > options.min_query_index || timed_out {
+            let meta = ctx.query_meta(index, plan_options.consistency);
+            let meta = QueryMeta {
+                index,
+                last_contact_ns: (meta.last_contact_ms as i64).saturating_mul(1_000_000),
+                known_leader: meta.known_leader,
+                consistency_level: plan_options.consistency.as_str(),
+                not_modified: false,
+                results_filtered_by_acls: false,
+            };
+            return query.reply(&version, &meta);
+        }
+        drop(version);
+        let deadline_ms = deadline_ms.expect("a blocking query has a deadline");
+        shard.watch(&watch_set, deadline_ms).await;
+        if ctx.read_plan(&plan_options) == ReadPlan::Forward {
+            // Leadership moved while the call waited here.
+            return Err(ProposalResult::NotLeader.to_string());
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! `praetor connect envoy`: Consul's `consul connect envoy` for sidecar proxies. It finds
+//! the proxy's registration on the local agent, writes Consul's Envoy bootstrap
+//! (`xds::bootstrap`) and either prints it (`-bootstrap`) or execs Envoy with it.
+//!
+//! The bootstrap carries the ACL token, so it never appears on Envoy's command line: it is
+//! written into a pipe whose read end Envoy inherits, and Envoy reads it from
+//! `/dev/fd/<n>` (Consul hands it over through a named pipe for the same reason). Envoy
+//! versions outside the supported range are refused with Consul's message unless
+//! `-ignore-envoy-compatibility` is given.
+
+use super::HttpFlags;
+use crate::xds::bootstrap::{self, BootstrapArgs};
+use clap::Args;
+use serde_json::Value;
+use std::net::ToSocketAddrs;
+
+/// Consul's default admin listener.
+const ADMIN_BIND_DEFAULT: &str = "localhost:19000";
+/// Consul's default admin access log.
+const ADMIN_ACCESS_LOG_DEFAULT: &str = "/dev/null";
+/// Consul's default gRPC port when the agent does not say.
+const GRPC_PORT_DEFAULT: u16 = 8502;
+/// Largest bootstrap handed through the pipe (the pipe is grown to hold it whole, so the
+/// write never waits for a reader that has not started yet).
+const BOOTSTRAP_BYTES_MAX: usize = 1 << 20;
+
+/// `connect envoy`: Consul's flags.
+#[derive(Args, Debug)]
+pub struct EnvoyArgs {
+    #[command(flatten)]
+    pub http: HttpFlags,
+    /// The ID of a service instance on the local agent this proxy is the sidecar of
+    /// (default: $CONNECT_SIDECAR_FOR).
+    #[arg(long = "sidecar-for")]
+    pub sidecar_for: Option<String>,
+    /// The proxy's ID on the local agent (default: $CONNECT_PROXY_ID).
+    #[arg(long = "proxy-id")]
+    pub proxy_id: Option<String>,
+    /// The address:port of Envoy's admin server.
+    #[arg(long = "admin-bind", default_value = ADMIN_BIND_DEFAULT)]
+    pub admin_bind: String,
+    /// Where Envoy writes its admin access log.
+    #[arg(long = "admin-access-log-path", default_value = ADMIN_ACCESS_LOG_DEFAULT)]
+    pub admin_access_log_path: String,
+    /// Print the bootstrap instead of running Envoy.
+    #[arg(long)]
+    pub bootstrap: bool,
+    /// The agent's gRPC address (`host:port`, `http://…`, `https://…`; default:
+    /// $CONSUL_GRPC_ADDR).
+    #[arg(long = "grpc-addr")]
+    pub grpc_addr: Option<String>,
+    /// The CA file Envoy verifies the agent's gRPC TLS certificate with (default:
+    /// $CONSUL_GRPC_CACERT).
+    #[arg(long = "grpc-ca-file")]
+    pub grpc_ca_file: Option<String>,
+    /// The Envoy binary (default: `envoy` on $PATH).
+    #[arg(long = "envoy-binary")]
+    pub envoy_binary: Option<String>,
+    /// Accepted as Consul accepts it: a legacy flag that changes nothing.
+    #[arg(long = "envoy-version", default_value = crate::xds::ENVOY_VERSIONS[0])]
+    pub envoy_version: String,
+    /// Run an Envoy version outside the supported range anyway.
+    #[arg(long = "ignore-envoy-compatibility")]
+    pub ignore_envoy_compatibility: bool,
+    /// Arguments after `--`, passed to Envoy.
+    #[arg(last = true)]
+    pub envoy_args: Vec<String>,
+}
+
+/// Finds the one `connect-proxy` registered for `service_id` (Consul's
+/// `LookupProxyIDForSidecar`).
+fn proxy_for_sidecar(client: &super::client::Client, service_id: &str) -> Result<String, String> {
+    let response = client
+        .ok("GET", "/v1/agent/services", None)
+        .map_err(|e| format!("Failed looking up sidecar proxy info for {service_id}: {e}"))?;
+    let services: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+    let mut ids: Vec<String> = services
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, s)| {
+            s["Kind"] == "connect-proxy" && s["Proxy"]["DestinationServiceID"] == service_id
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    ids.sort();
+    match ids.len() {
+        0 => Err(format!("No sidecar proxy registered for {service_id}")),
+        1 => Ok(ids.remove(0)),
+        _ => Err(format!(
+            "More than one sidecar proxy registered for {service_id}.\n    Start proxy with -proxy-id and one of the following IDs: {}",
+            ids.join(", ")
+        )),
+    }
+}
+
+/// The agent's gRPC address, and whether it speaks TLS: `-grpc-addr`, else the port the
+/// agent reports in `/v1/agent/self` (its TLS port first) on `localhost`.
+fn grpc_address(
+    client: &super::client::Client,
+    flag: Option<&str>,
+) -> Result<(String, u16, bool), String> {
+    let (text, mut tls) = match flag.filter(|a| !a.is_empty()) {
+        Some(addr) => (addr.to_string(), false),
+        None => {
+            let (port, tls) = agent_grpc_port(client).unwrap_or((GRPC_PORT_DEFAULT, false));
+            (format!("localhost:{port}"), tls)
+        }
+    };
+    let lower = text.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        tls = true;
+    }
+    if lower.starts_with("unix://") {
+        return Err("praetor's agent serves gRPC on TCP only, not on a Unix socket".to_string());
+    }
+    let host_port = text
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_start_matches("HTTP://")
+        .trim_start_matches("HTTPS://");
+    let (host, port) = host_port.rsplit_once(':').ok_or_else(|| {
+        format!("Invalid Consul HTTP address: address {host_port}: missing port in address")
+    })?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("Invalid Consul HTTP address: invalid port {port:?}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = resolve_ip(host).map_err(|e| format!("Failed to resolve agent address: {e}"))?;
+    Ok((ip, port, tls))
+}
+
+fn agent_grpc_port(client: &super::client::Client) -> Option<(u16, bool)> {
+    let response = client.ok("GET", "/v1/agent/self", None).ok()?;
+    let me: Value = serde_json::from_slice(&response.body).ok()?;
+    let ports = &me["xDS"]["Ports"];
+    if let Some(tls) = ports["TLS"].as_i64().filter(|p| *p > 0) {
+        return Some((tls as u16, true));
+    }
+    if let Some(plain) = ports["Plaintext"].as_i64().filter(|p| *p > 0) {
+        return Some((plain as u16, false));
+    }
+    if let Some(port) = me["xDS"]["Port"].as_i64().filter(|p| *p > 0) {
+        return Some((port as u16, false));
+    }
+    me["DebugConfig"]["GRPCPort"]
+        .as_i64()
+        .filter(|p| *p > 0)
+        .map(|p| (p as u16, false))
+}
+
+fn resolve_ip(host: &str) -> Result<String, String> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(ip.to_string());
+    }
+    (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("lookup {host}: {e}"))?
+        .find(|a| a.is_ipv4())
+        .map(|a| a.ip().to_string())
+        .ok_or_else(|| format!("lookup {host}: no address"))
+}
+
+/// Builds the bootstrap from the flags and the agent's answers.
+fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
+    let client = args.http.client()?;
+    let env = super::client::process_env;
+    let flag_or_env = |flag: &Option<String>, name: &str| {
+        flag.clone().filter(|v| !v.is_empty()).or_else(|| env(name))
+    };
+    let proxy_id = flag_or_env(&args.proxy_id, "CONNECT_PROXY_ID");
+    let sidecar_for = flag_or_env(&args.sidecar_for, "CONNECT_SIDECAR_FOR");
+    let proxy_id =
+        match (&proxy_id, &sidecar_for) {
+            (Some(id), _) if !id.is_empty() => id.clone(),
+            (_, Some(service)) if !service.is_empty() => proxy_for_sidecar(&client, service)?,
+            _ => return Err(
+                "No proxy ID specified. One of -proxy-id, -sidecar-for, or -gateway is required"
+                    .to_string(),
+            ),
+        };
+    let path = format!(
+        "/v1/agent/service/{}",
+        super::client::encode_path(&proxy_id)
+    );
+    let response = client
+        .ok("GET", &path, None)
+        .map_err(|e| format!("failed fetch proxy config from local agent: {e}"))?;
+    let service: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+    if service["Kind"] != "connect-proxy" || !service["Proxy"].is_object() {
+        return Err("service is not a Connect proxy or gateway".to_string());
+    }
+    let destination = service["Proxy"]["DestinationServiceName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let source = if destination.is_empty() {
+        service["Service"].as_str().unwrap_or_default().to_string()
+    } else {
+        destination.clone()
+    };
+    let (admin_host, admin_port) = args.admin_bind.rsplit_once(':').ok_or_else(|| {
+        format!(
+            "Invalid Consul HTTP address: address {}: missing port in address",
+            args.admin_bind
+        )
+    })?;
+    let admin_port: u16 = admin_port
+        .parse()
+        .map_err(|_| format!("Invalid Consul HTTP address: invalid port {admin_port:?}"))?;
+    let admin_ip = resolve_ip(admin_host.trim_start_matches('[').trim_end_matches(']'))
+        .map_err(|e| format!("Failed to resolve admin bind address: {e}"))?;
+    let grpc_addr = flag_or_env(&args.grpc_addr, "CONSUL_GRPC_ADDR");
+    let (agent_address, agent_port, tls) = grpc_address(&client, grpc_addr.as_deref())?;
+    let agent_ca_pem = if tls {
+        let file = flag_or_env(&args.grpc_ca_file, "CONSUL_GRPC_CACERT")
+            .or_else(|| args.http.ca_file.clone())
+            .or_else(|| super::client::process_env("CONSUL_CACERT"));
+        Some(match file {
+            Some(path) => std::fs::read_to_string(&path)
+                .map_err(|e| format!("Error reading CA file {path}: {e}"))?,
+            None => String::new(),
+        })
+    } else {
+        None
+    };
+    let datacenter = service["Datacenter"].as_str().unwrap_or("dc1").to_string();
+    // Consul's central bootstrap settings (stats sinks, tracing, extra static resources…)
+    // are not written into the bootstrap yet: say so rather than drop them silently.
+    let unapplied: Vec<&str> = service["Proxy"]["Config"]
+        .as_object()
+        .into_iter()
+        .flat_map(|c| c.keys())
+        .filter(|k| k.starts_with("envoy_"))
+        .map(String::as_str)
+        .collect();
+    if !unapplied.is_empty() {
+        eprintln!(
+            "[WARN]  connect envoy: Proxy.Config {} accepted but not applied to the bootstrap",
+            unapplied.join(", ")
+        );
+    }
+    Ok(BootstrapArgs {
+        proxy_cluster: if destination.is_empty() {
+            proxy_id.clone()
+        } else {
+            destination
+        },
+        proxy_id,
+        proxy_source_service: source,
+        datacenter,
+        agent_address,
+        agent_port,
+        agent_ca_pem,
+        admin_access_log_path: args.admin_access_log_path.clone(),
+        admin_bind_address: admin_ip,
+        admin_bind_port: admin_port,
+        token: client.options.token.clone().unwrap_or_default(),
+    })
+}
+
+/// The version `envoy --version` reports (`…/1.38.3/Clean/RELEASE/BoringSSL`).
+fn envoy_version(binary: &str) -> Result<String, String> {
+    let output = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("Couldn't get envoy version for compatibility check: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // `<path>  version: <commit>/<x.y.z>/<state>/<build>/<TLS library>`: the path may hold
+    // numbers of its own, so only what follows `version:` counts.
+    let reported = text
+        .split_once("version:")
+        .map_or(&*text, |(_, v)| v)
+        .trim();
+    reported
+        .split('/')
+        .find(|part| {
+            let parts: Vec<&str> = part.split('.').collect();
+            parts.len() == 3
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "Couldn't get envoy version for compatibility check: unexpected output {:?}",
+                text.trim()
+            )
+        })
+}
+
+/// Consul's check: the version's minor release lies between the oldest and the newest
+/// supported ones. The message names the unsupported minor release (`1.30.x`).
+pub fn check_envoy_version(version: &str) -> Result<(), String> {
+    let minor_of = |v: &str| -> Option<(u32, u32)> {
+        let mut parts = v.split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    let Some(asked) = minor_of(version) else {
+        return Err(format!("There was an error checking the compatibility of the envoy version: Malformed version: {version}"));
+    };
+    let supported: Vec<(u32, u32)> = crate::xds::ENVOY_VERSIONS
+        .iter()
+        .filter_map(|v| minor_of(v))
+        .collect();
+    let newest = supported.iter().max().copied().unwrap_or(asked);
+    let oldest = supported.iter().min().copied().unwrap_or(asked);
+    if asked >= oldest && asked <= newest {
+        return Ok(());
+    }
+    Err(format!(
+        "Envoy version {}.{}.x is not supported. If there is a reason you need to use this version of envoy use the ignore-envoy-compatibility flag. Using an unsupported version of Envoy is not recommended and your experience may vary. For more information on compatibility see https://developer.hashicorp.com/consul/docs/connect/proxies/envoy#envoy-and-consul-client-agent",
+        asked.0, asked.1
+    ))
+}
+
+fn find_binary(flag: Option<&str>) -> Result<String, String> {
+    if let Some(path) = flag.filter(|p| !p.is_empty()) {
+        return Ok(path.to_string());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("envoy");
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return Ok(candidate.to_string_lossy().into_owned());
+            }
+        }
+    }
+    Err(
+        "Couldn't find envoy binary: exec: \"envoy\": executable file not found in $PATH"
+            .to_string(),
+    )
+}
+
+/// Writes `bootstrap` into a new pipe and returns its read end, left open across `exec`.
+fn bootstrap_pipe(bootstrap: &[u8]) -> Result<i32, String> {
+    if bootstrap.len() > BOOTSTRAP_BYTES_MAX {
+        return Err(format!(
+            "the bootstrap is larger than {BOOTSTRAP_BYTES_MAX} bytes"
+        ));
+    }
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!(
+            "cannot create the bootstrap pipe: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let (read_end, write_end) = (fds[0], fds[1]);
+    // SAFETY: fcntl on a descriptor we own; growing the pipe lets the whole bootstrap in
+    // before Envoy reads it.
+    unsafe {
+        libc::fcntl(
+            write_end,
+            libc::F_SETPIPE_SZ,
+            BOOTSTRAP_BYTES_MAX as libc::c_int,
+        )
+    };
+    let mut written = 0;
+    while written < bootstrap.len() {
+        // SAFETY: writes from our buffer to a descriptor we own.
+        let n = unsafe {
+            libc::write(
+                write_end,
+                bootstrap[written..].as_ptr().cast(),
+                bootstrap.len() - written,
+            )
+        };
+        if n <= 0 {
+            let error = std::io::Error::last_os_error();
+            // SAFETY: closing descriptors we own.
+            unsafe {
+                libc::close(read_end);
+                libc::close(write_end);
+            }
+            return Err(format!("cannot write the bootstrap pipe: {error}"));
+        }
+        written += n as usize;
+    }
+    // SAFETY: closing our write end makes Envoy see the end of the bootstrap; clearing
+    // close-on-exec on the read end lets Envoy inherit it.
+    unsafe {
+        libc::close(write_end);
+        libc::fcntl(read_end, libc::F_SETFD, 0);
+    }
+    Ok(read_end)
+}
+
+pub fn run(args: EnvoyArgs) -> Result<i32, String> {
+    let bootstrap_args = bootstrap_args(&args)?;
+    let document = bootstrap::generate(&bootstrap_args);
+    let text = serde_json::to_string_pretty(&document).map_err(|e| e.to_string())?;
+    if args.bootstrap {
+        println!("{text}");
+        return Ok(0);
+    }
+    let binary = find_binary(args.envoy_binary.as_deref())?;
+    if !args.ignore_envoy_compatibility {
+        let version = envoy_version(&binary)?;
+        check_envoy_version(&version)?;
+    }
+    let fd = bootstrap_pipe(text.as_bytes())?;
+    use std::os::unix::process::CommandExt;
+    let error = std::process::Command::new(&binary)
+        .arg("--config-path")
+        .arg(format!("/dev/fd/{fd}"))
+        .args(&args.envoy_args)
+        .exec();
+    Err(format!("failed to exec envoy: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_outside_the_supported_minor_releases_are_refused() {
+        assert!(check_envoy_version("1.38.3").is_ok());
+        assert!(check_envoy_version("1.38.9").is_ok());
+        assert!(check_envoy_version("1.35.0").is_ok());
+        let err = check_envoy_version("1.30.2").unwrap_err();
+        assert!(
+            err.starts_with("Envoy version 1.30.x is not supported."),
+            "{err}"
+        );
+        assert!(check_envoy_version("1.39.0").is_err());
+        assert!(check_envoy_version("banana").is_err());
+    }
+}

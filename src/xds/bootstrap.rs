@@ -1,0 +1,230 @@
+//! Envoy's bootstrap configuration for a proxy of this agent, in the shape Consul's
+//! `consul connect envoy` writes (`bootstrap_tpl.go`): the admin listener, the node (ID =
+//! the proxy's service ID, cluster = the service it fronts), the static `local_agent`
+//! cluster pointing at the agent's gRPC port (HTTP/2, TLS with the agent's CA on
+//! `grpc_tls`), Consul's stats tags, and ADS over `DELTA_GRPC` carrying the ACL token as
+//! `x-consul-token` metadata, with `initial_fetch_timeout: 0s` so Envoy waits for its
+//! configuration instead of starting without it. Pure.
+
+use serde_json::{json, Value};
+
+/// The name of the static cluster that reaches the agent (Consul's `LocalAgentClusterName`).
+pub const LOCAL_AGENT_CLUSTER: &str = "local_agent";
+
+/// Everything the bootstrap is written from.
+#[derive(Clone, Debug, Default)]
+pub struct BootstrapArgs {
+    /// `node.cluster`: the service the proxy fronts.
+    pub proxy_cluster: String,
+    /// `node.id`: the proxy's service ID on the agent.
+    pub proxy_id: String,
+    /// The service stats are tagged as coming from.
+    pub proxy_source_service: String,
+    pub datacenter: String,
+    pub agent_address: String,
+    pub agent_port: u16,
+    /// The PEM bundle Envoy verifies the agent with; TLS when `Some`.
+    pub agent_ca_pem: Option<String>,
+    pub admin_access_log_path: String,
+    pub admin_bind_address: String,
+    pub admin_bind_port: u16,
+    pub token: String,
+}
+
+/// Consul's stats tags: the parts of a cluster name (`<subset>.<svc>.<ns>.<dc>.internal.
+/// <trust domain>.consul.` and its `consul.destination.*` twins) and of an upstream's stat
+/// prefix, then the source's fixed values.
+fn stats_tags(args: &BootstrapArgs) -> Vec<Value> {
+    const CLUSTER_PARTS: [(&str, &str); 10] = [
+        (
+            "custom_hash",
+            r"^cluster\.(?:passthrough~)?((?:([^.]+)~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?[^.]+\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "service_subset",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:([^.]+)\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?[^.]+\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "service",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:[^.]+\.)?([^.]+)\.[^.]+\.(?:[^.]+\.)?[^.]+\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "namespace",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.([^.]+)\.(?:[^.]+\.)?[^.]+\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "partition",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:([^.]+)\.)?[^.]+\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "datacenter",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?([^.]+)\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "routing_type",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?[^.]+\.([^.]+)\.[^.]+\.consul\.)",
+        ),
+        (
+            "trust_domain",
+            r"^cluster\.(?:passthrough~)?((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?[^.]+\.[^.]+\.([^.]+)\.consul\.)",
+        ),
+        (
+            "target",
+            r"^cluster\.(?:passthrough~)?(((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?[^.]+)\.[^.]+\.[^.]+\.consul\.)",
+        ),
+        (
+            "full_target",
+            r"^cluster\.(?:passthrough~)?(((?:[^.]+~)?(?:[^.]+\.)?[^.]+\.[^.]+\.(?:[^.]+\.)?[^.]+\.[^.]+\.[^.]+)\.consul\.)",
+        ),
+    ];
+    const UPSTREAM_PARTS: [(&str, &str); 4] = [
+        (
+            "service",
+            r"^(?:tcp|http)\.upstream\.(([^.]+)(?:\.[^.]+)?(?:\.[^.]+)?\.[^.]+\.)",
+        ),
+        (
+            "datacenter",
+            r"^(?:tcp|http)\.upstream\.([^.]+(?:\.[^.]+)?(?:\.[^.]+)?\.([^.]+)\.)",
+        ),
+        (
+            "namespace",
+            r"^(?:tcp|http)\.upstream\.([^.]+(?:\.([^.]+))?(?:\.[^.]+)?\.[^.]+\.)",
+        ),
+        (
+            "partition",
+            r"^(?:tcp|http)\.upstream\.([^.]+(?:\.[^.]+)?(?:\.([^.]+))?\.[^.]+\.)",
+        ),
+    ];
+    let mut tags = Vec::new();
+    for (part, regex) in CLUSTER_PARTS {
+        tags.push(json!({"regex": regex, "tag_name": format!("consul.destination.{part}")}));
+    }
+    for (part, regex) in UPSTREAM_PARTS {
+        tags.push(json!({"regex": regex, "tag_name": format!("consul.upstream.{part}")}));
+    }
+    // The tags Consul kept from before 1.9: the same parts without `destination`.
+    for (part, regex) in CLUSTER_PARTS {
+        let old = regex.replacen(r"(?:passthrough~)?", "", 1);
+        tags.push(json!({"regex": old, "tag_name": format!("consul.{part}")}));
+    }
+    tags.push(json!({"tag_name": "local_cluster", "fixed_value": args.proxy_cluster}));
+    tags.push(
+        json!({"tag_name": "consul.source.service", "fixed_value": args.proxy_source_service}),
+    );
+    tags.push(json!({"tag_name": "consul.source.namespace", "fixed_value": "default"}));
+    tags.push(json!({"tag_name": "consul.source.partition", "fixed_value": "default"}));
+    tags.push(json!({"tag_name": "consul.source.datacenter", "fixed_value": args.datacenter}));
+    tags
+}
+
+/// The bootstrap document.
+pub fn generate(args: &BootstrapArgs) -> Value {
+    let mut local_agent = json!({
+        "name": LOCAL_AGENT_CLUSTER,
+        "ignore_health_on_host_removal": false,
+        "connect_timeout": "1s",
+        "type": "STATIC",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}}
+            }
+        },
+        "loadAssignment": {
+            "clusterName": LOCAL_AGENT_CLUSTER,
+            "endpoints": [{"lbEndpoints": [{"endpoint": {"address": {"socket_address": {
+                "address": args.agent_address,
+                "port_value": args.agent_port
+            }}}}]}]
+        }
+    });
+    if let Some(ca) = &args.agent_ca_pem {
+        local_agent["transport_socket"] = json!({
+            "name": "tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"validation_context": {"trusted_ca": {"inline_string": ca}}}
+            }
+        });
+    }
+    json!({
+        "admin": {
+            "access_log": [{
+                "name": "Consul Listener Filter Log",
+                "typedConfig": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                    "path": args.admin_access_log_path
+                }
+            }],
+            "address": {"socket_address": {
+                "address": args.admin_bind_address,
+                "port_value": args.admin_bind_port
+            }}
+        },
+        "node": {
+            "cluster": args.proxy_cluster,
+            "id": args.proxy_id,
+            "metadata": {"namespace": "default", "partition": "default"}
+        },
+        "layered_runtime": {"layers": [{
+            "name": "base",
+            "static_layer": {"re2.max_program_size.error_level": 1048576}
+        }]},
+        "static_resources": {"clusters": [local_agent]},
+        "stats_config": {"stats_tags": stats_tags(args), "use_all_default_tags": true},
+        "dynamic_resources": {
+            "lds_config": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
+            "cds_config": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
+            "ads_config": {
+                "api_type": "DELTA_GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": {
+                    "initial_metadata": [{"key": "x-consul-token", "value": args.token}],
+                    "envoy_grpc": {"cluster_name": LOCAL_AGENT_CLUSTER}
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bootstrap_names_the_proxy_and_the_agent() {
+        let doc = generate(&BootstrapArgs {
+            proxy_cluster: "web".into(),
+            proxy_id: "web-sidecar-proxy".into(),
+            proxy_source_service: "web".into(),
+            datacenter: "dc1".into(),
+            agent_address: "127.0.0.1".into(),
+            agent_port: 8502,
+            agent_ca_pem: None,
+            admin_access_log_path: "/dev/null".into(),
+            admin_bind_address: "127.0.0.1".into(),
+            admin_bind_port: 19000,
+            token: "secret".into(),
+        });
+        assert_eq!(doc["node"]["id"], "web-sidecar-proxy");
+        assert_eq!(doc["node"]["cluster"], "web");
+        assert_eq!(
+            doc["dynamic_resources"]["ads_config"]["api_type"],
+            "DELTA_GRPC"
+        );
+        assert_eq!(
+            doc["dynamic_resources"]["ads_config"]["grpc_services"]["initial_metadata"][0]["value"],
+            "secret"
+        );
+        assert_eq!(
+            doc["static_resources"]["clusters"][0]["name"],
+            "local_agent"
+        );
+        assert!(doc["static_resources"]["clusters"][0]
+            .get("transport_socket")
+            .is_none());
+        let tags = doc["stats_config"]["stats_tags"].as_array().unwrap();
+        assert_eq!(tags.len(), 29);
+        assert_eq!(tags[tags.len() - 1]["fixed_value"], "dc1");
+    }
+}

@@ -1,0 +1,176 @@
+//! The agent's gRPC server and what it serves: Envoy's xDS (ADS, delta and
+//! state-of-the-world) for the `connect-proxy` services registered with this agent, with
+//! Consul's resource names and shapes.
+//!
+//! gRPC runs on one thread of its own with a tokio runtime (tonic, prost, envoy-types), so
+//! the thread-per-core shards never see tokio. What it serves is built from two sources
+//! behind one seam ([`feed`]): the store versions a shard publishes, and the agent's own
+//! answers about its registrations and leaf certificates, asked over the agent channel.
+//!
+//! The path of a change: a write is applied, shard 0 installs the version and publishes it
+//! to the [`feed::StoreFeed`]; each proxy's watcher ([`proxies`]) rebuilds its snapshot
+//! ([`snapshot`], pure), and if it changed, encodes its resources once ([`resources`],
+//! pure); every stream of that proxy ([`server`]) diffs the new versions against what its
+//! Envoy confirmed ([`delta`], [`sotw`], pure) and sends the difference.
+//!
+//! Invariants: nothing here blocks a shard (publishing is a non-blocking swap); a stream
+//! sends only resources whose content hash Envoy has not confirmed; a resource is encoded
+//! once per build, whatever the number of streams; the stream's token is checked against
+//! the store version each build came from before anything of it is sent.
+
+pub mod bootstrap;
+pub mod delta;
+pub mod feed;
+pub mod proxies;
+pub mod registration;
+pub mod resources;
+pub mod server;
+pub mod snapshot;
+pub mod sotw;
+pub mod tls;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+pub use crate::api::agent::ENVOY_VERSIONS;
+
+/// What the server needs to start.
+pub struct XdsConfig {
+    pub settings: snapshot::XdsSettings,
+    /// Plain-text gRPC listeners (`ports.grpc`), bound before any thread starts.
+    pub listeners: Vec<std::net::TcpListener>,
+    /// gRPC over TLS (`ports.grpc_tls`): its listeners and the `tls.grpc` configuration.
+    pub tls_listeners: Vec<std::net::TcpListener>,
+    pub tls: Option<tls::ConfigSource>,
+    pub agent: feed::AgentSource,
+    pub store: feed::StoreFeed,
+    /// Token checks when ACLs are on.
+    pub acl: Option<crate::store::acl::cache::CompileSettings>,
+}
+
+/// The running server's thread.
+pub struct XdsThread {
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub streams: Arc<AtomicU64>,
+    pub watchers: Arc<proxies::Watchers>,
+}
+
+impl XdsThread {
+    /// Stops accepting, ends every stream and joins the thread.
+    pub fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the gRPC thread serving ADS on `config.listeners`.
+pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
+    let watchers = proxies::Watchers::new(config.agent, config.store, config.settings);
+    let streams = Arc::new(AtomicU64::new(0));
+    let ads = server::Ads {
+        watchers: watchers.clone(),
+        acl: config.acl.map(|s| Arc::new(server::AclChecker::new(s))),
+        streams: streams.clone(),
+    };
+    let mut listeners = Vec::with_capacity(config.listeners.len() + config.tls_listeners.len());
+    for (listener, secure) in config
+        .listeners
+        .into_iter()
+        .map(|l| (l, false))
+        .chain(config.tls_listeners.into_iter().map(|l| (l, true)))
+    {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("cannot use the gRPC listener: {e}"))?;
+        listeners.push((listener, secure));
+    }
+    if listeners.iter().any(|(_, secure)| *secure) && config.tls.is_none() {
+        return Err("gRPC over TLS needs the tls.grpc configuration".to_string());
+    }
+    let tls_config = config.tls;
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("praetor-grpc".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    log::error!("grpc: cannot start the runtime: {e}");
+                    return;
+                }
+            };
+            runtime.block_on(serve(ads, listeners, tls_config, shutdown_rx));
+        })
+        .map_err(|e| format!("cannot start the gRPC thread: {e}"))?;
+    Ok(XdsThread {
+        shutdown: Some(shutdown_tx),
+        thread: Some(thread),
+        streams,
+        watchers,
+    })
+}
+
+async fn serve(
+    ads: server::Ads,
+    listeners: Vec<(std::net::TcpListener, bool)>,
+    tls_config: Option<tls::ConfigSource>,
+    shutdown: tokio::sync::oneshot::Receiver<()>,
+) {
+    let service = AggregatedDiscoveryServiceServer::new(ads)
+        .max_decoding_message_size(server::REQUEST_BYTES_MAX);
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut servers = Vec::with_capacity(listeners.len());
+    for (listener, secure) in listeners {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                log::error!("grpc: cannot use a listener: {e}");
+                continue;
+            }
+        };
+        let mut stop = stop_tx.subscribe();
+        let builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)));
+        let service = service.clone();
+        let signal = async move {
+            let _ = stop.recv().await;
+        };
+        let served = match (secure, &tls_config) {
+            (true, Some(config)) => {
+                let incoming = tls::incoming(listener, config.clone());
+                tokio::spawn(async move {
+                    builder
+                        .serve_with_incoming_shutdown(service, incoming, signal)
+                        .await
+                })
+            }
+            _ => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                tokio::spawn(async move {
+                    builder
+                        .serve_with_incoming_shutdown(service, incoming, signal)
+                        .await
+                })
+            }
+        };
+        servers.push(tokio::spawn(async move {
+            if let Ok(Err(e)) = served.await {
+                log::error!("grpc: the server stopped: {e}");
+            }
+        }));
+    }
+    let _ = shutdown.await;
+    let _ = stop_tx.send(());
+    for server in servers {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
+    }
+}

@@ -1,0 +1,375 @@
+//! One watcher per connected proxy ID (Consul's `proxycfg.Manager`): it follows the
+//! proxy's registration and leaf certificate through the agent, and the store versions the
+//! feed publishes, rebuilds the snapshot when any of them changes, and publishes the
+//! encoded resources every stream of that proxy shares.
+//!
+//! A watcher lives as long as a stream holds it: the registry keeps only weak references,
+//! and dropping the last [`ProxyWatch`] aborts its tasks. A snapshot equal to the previous
+//! one publishes nothing, so a store change that does not concern a proxy costs its
+//! watcher one comparison and its streams nothing.
+
+use super::feed::{AgentSource, StoreFeed};
+use super::registration::{LeafCert, ProxyRegistration};
+use super::resources::{self, Resources};
+use super::snapshot::{self, Snapshot, XdsSettings};
+use crate::store::StoreVersion;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long one blocking read of a registration or leaf waits at the agent.
+pub const AGENT_WAIT: Duration = Duration::from_secs(300);
+/// How long a watcher waits before asking again after the agent answered with an error
+/// (an unregistered proxy, a leaf not signed yet).
+pub const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// Most proxies one server watches at once.
+pub const PROXIES_MAX: usize = 16_384;
+
+/// What a watcher has for its streams.
+#[derive(Clone, Debug)]
+pub enum ProxyState {
+    /// Not ready yet, and why (shown in debug logs while a stream waits).
+    Pending(String),
+    Ready(Arc<Built>),
+}
+
+/// A built snapshot and its resources.
+#[derive(Debug)]
+pub struct Built {
+    pub snapshot: Snapshot,
+    pub resources: Resources,
+    /// The store version it was built from (ACL checks read the same one).
+    pub version: StoreVersion,
+    /// When its inputs changed: the moment the change that led to it was seen.
+    pub seen_at: Instant,
+}
+
+/// A stream's handle on its proxy's watcher.
+pub struct ProxyWatch {
+    pub proxy_id: String,
+    pub state: watch::Receiver<ProxyState>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for ProxyWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The watchers of one server, by proxy ID.
+pub struct Watchers {
+    agent: AgentSource,
+    store: StoreFeed,
+    settings: XdsSettings,
+    live: Mutex<HashMap<String, Weak<ProxyWatch>>>,
+    /// Snapshot rebuilds that produced new resources, and those that did not (counted for
+    /// the figures: CPU per streamed update).
+    pub rebuilds: std::sync::atomic::AtomicU64,
+    pub unchanged: std::sync::atomic::AtomicU64,
+}
+
+impl Watchers {
+    pub fn new(agent: AgentSource, store: StoreFeed, settings: XdsSettings) -> Arc<Watchers> {
+        Arc::new(Watchers {
+            agent,
+            store,
+            settings,
+            live: Mutex::new(HashMap::new()),
+            rebuilds: Default::default(),
+            unchanged: Default::default(),
+        })
+    }
+
+    pub fn settings(&self) -> &XdsSettings {
+        &self.settings
+    }
+
+    pub fn store(&self) -> &StoreFeed {
+        &self.store
+    }
+
+    /// The watcher of `proxy_id`, started on first use (must run inside the runtime).
+    pub fn watch(self: &Arc<Self>, proxy_id: &str, token: &str) -> Result<Arc<ProxyWatch>, String> {
+        let mut live = self.live.lock().expect("watchers lock");
+        if let Some(existing) = live.get(proxy_id).and_then(Weak::upgrade) {
+            return Ok(existing);
+        }
+        live.retain(|_, w| w.strong_count() > 0);
+        if live.len() >= PROXIES_MAX {
+            return Err(format!("this agent serves at most {PROXIES_MAX} proxies"));
+        }
+        let (state_tx, state_rx) = watch::channel(ProxyState::Pending(
+            "waiting for the proxy's registration".to_string(),
+        ));
+        let (registration_tx, registration_rx) = watch::channel(None);
+        let follow = tokio::spawn(follow_registration(
+            self.agent.clone(),
+            proxy_id.to_string(),
+            registration_tx,
+        ));
+        let build = tokio::spawn(run(
+            self.clone(),
+            token.to_string(),
+            registration_rx,
+            state_tx,
+        ));
+        let handle = Arc::new(ProxyWatch {
+            proxy_id: proxy_id.to_string(),
+            state: state_rx,
+            tasks: vec![follow, build],
+        });
+        live.insert(proxy_id.to_string(), Arc::downgrade(&handle));
+        Ok(handle)
+    }
+}
+
+type RegistrationSlot = Option<Result<ProxyRegistration, String>>;
+
+/// Follows one registration through hash-blocking reads of the agent.
+async fn follow_registration(
+    agent: AgentSource,
+    proxy_id: String,
+    tx: watch::Sender<RegistrationSlot>,
+) {
+    let mut hash: Option<String> = None;
+    loop {
+        let answer = agent.service(&proxy_id, hash.clone(), AGENT_WAIT).await;
+        let failed = answer.is_err();
+        match answer {
+            Ok(registration) => {
+                hash = Some(registration.content_hash.clone());
+                tx.send_if_modified(|slot| {
+                    let changed = !matches!(slot, Some(Ok(r)) if *r == registration);
+                    *slot = Some(Ok(registration));
+                    changed
+                });
+            }
+            Err(reason) => {
+                hash = None;
+                tx.send_if_modified(|slot| {
+                    let changed = !matches!(slot, Some(Err(r)) if *r == reason);
+                    *slot = Some(Err(reason));
+                    changed
+                });
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+        if failed {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// Follows one service's leaf certificate through index-blocking reads of the agent.
+async fn follow_leaf(
+    agent: AgentSource,
+    service: String,
+    token: String,
+    tx: watch::Sender<Option<LeafCert>>,
+) {
+    let mut index = 0;
+    loop {
+        match agent.leaf(&service, index, AGENT_WAIT, &token).await {
+            Ok(leaf) => {
+                index = leaf.index;
+                tx.send_if_modified(|slot| {
+                    let changed = slot.as_ref() != Some(&leaf);
+                    *slot = Some(leaf);
+                    changed
+                });
+            }
+            Err(reason) => {
+                log::debug!("xds: leaf certificate of {service:?}: {reason}");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+struct LeafFollower {
+    service: String,
+    rx: watch::Receiver<Option<LeafCert>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for LeafFollower {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Rebuilds the proxy's snapshot whenever its registration, leaf or store version changes.
+async fn run(
+    watchers: Arc<Watchers>,
+    token: String,
+    mut registration_rx: watch::Receiver<RegistrationSlot>,
+    state_tx: watch::Sender<ProxyState>,
+) {
+    let mut store_rx = watchers.store.subscribe();
+    let mut leaf: Option<LeafFollower> = None;
+    let mut last: Option<Arc<Built>> = None;
+    let mut seen_at = Instant::now();
+    let mut warned_hash = String::new();
+    loop {
+        let registration = registration_rx.borrow_and_update().clone();
+        if let Some(Ok(r)) = &registration {
+            if r.content_hash != warned_hash {
+                warned_hash = r.content_hash.clone();
+                warn_escape_hatches(r);
+            }
+        }
+        let state = match registration {
+            None => ProxyState::Pending("waiting for the proxy's registration".to_string()),
+            Some(Err(reason)) => ProxyState::Pending(reason),
+            Some(Ok(registration)) => {
+                if leaf.as_ref().map(|l| l.service.as_str()) != Some(&registration.destination_name)
+                {
+                    let (tx, rx) = watch::channel(None);
+                    let task = tokio::spawn(follow_leaf(
+                        watchers.agent.clone(),
+                        registration.destination_name.clone(),
+                        token.clone(),
+                        tx,
+                    ));
+                    leaf = Some(LeafFollower {
+                        service: registration.destination_name.clone(),
+                        rx,
+                        task,
+                    });
+                }
+                let follower = leaf.as_mut().expect("just set");
+                let cert = follower.rx.borrow_and_update().clone();
+                match cert {
+                    None => ProxyState::Pending("waiting for the leaf certificate".to_string()),
+                    Some(cert) => {
+                        let version = store_rx.borrow_and_update().clone();
+                        rebuild(
+                            &watchers,
+                            &registration,
+                            &cert,
+                            version,
+                            last.as_ref(),
+                            seen_at,
+                        )
+                    }
+                }
+            }
+        };
+        match state {
+            ProxyState::Ready(built) => {
+                if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &built)) {
+                    watchers
+                        .unchanged
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    watchers
+                        .rebuilds
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    last = Some(built.clone());
+                    state_tx.send_replace(ProxyState::Ready(built));
+                }
+            }
+            pending => {
+                last = None;
+                state_tx.send_if_modified(|current| {
+                    let same = matches!(
+                        (&*current, &pending),
+                        (ProxyState::Pending(a), ProxyState::Pending(b)) if a == b
+                    );
+                    *current = pending;
+                    !same
+                });
+            }
+        }
+        let leaf_changed = async {
+            match leaf.as_mut() {
+                Some(f) => f.rx.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            r = registration_rx.changed() => r.is_ok(),
+            r = leaf_changed => r.is_ok(),
+            r = store_rx.changed() => r.is_ok(),
+            _ = state_tx.closed() => false,
+        };
+        if !result {
+            return;
+        }
+        seen_at = Instant::now();
+    }
+}
+
+/// Consul's Envoy escape hatches (`envoy_public_listener_json`, `envoy_local_cluster_json`,
+/// an upstream's `envoy_listener_json` and `envoy_cluster_json`, …) replace generated
+/// resources with raw Envoy JSON; praetor does not apply them yet, and says so once per
+/// registration instead of ignoring them silently.
+fn warn_escape_hatches(registration: &ProxyRegistration) {
+    let mut keys: Vec<String> = registration
+        .config
+        .keys()
+        .filter(|k| k.starts_with("envoy_") && k.ends_with("_json"))
+        .map(|k| format!("Proxy.Config.{k}"))
+        .collect();
+    for upstream in &registration.upstreams {
+        keys.extend(
+            upstream
+                .config
+                .keys()
+                .filter(|k| k.starts_with("envoy_"))
+                .map(|k| format!("Upstreams[{}].Config.{k}", upstream.destination_name)),
+        );
+    }
+    if !keys.is_empty() {
+        log::warn!(
+            "xds: proxy {:?}: {} accepted but not applied: praetor does not take Envoy escape hatches yet",
+            registration.id,
+            keys.join(", ")
+        );
+    }
+}
+
+/// The state for one set of inputs: the previous build when nothing it shows changed.
+fn rebuild(
+    watchers: &Watchers,
+    registration: &ProxyRegistration,
+    leaf: &LeafCert,
+    version: StoreVersion,
+    last: Option<&Arc<Built>>,
+    seen_at: Instant,
+) -> ProxyState {
+    let snapshot = match snapshot::build(registration, leaf, &version, &watchers.settings) {
+        Ok(s) => s,
+        Err(reason) => return ProxyState::Pending(reason),
+    };
+    if let Some(last) = last {
+        if last.snapshot == snapshot {
+            return ProxyState::Ready(last.clone());
+        }
+    }
+    match resources::build(&snapshot) {
+        Ok(resources) => ProxyState::Ready(Arc::new(Built {
+            snapshot,
+            resources,
+            version,
+            seen_at,
+        })),
+        Err(reason) => {
+            log::error!(
+                "xds: cannot build the resources of proxy {:?}: {reason}",
+                registration.id
+            );
+            ProxyState::Pending(reason)
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! What the xDS server reads from its agent: a proxy's registration and its leaf
+//! certificate, both decoded from the agent's own answers (`/v1/agent/service/<id>` and
+//! `/v1/agent/connect/ca/leaf/<service>`, carried in-process over the agent channel).
+//!
+//! Reading the agent's answers rather than its internals keeps one seam between the two: a
+//! proxy's registration is whatever the agent says it is, hash and all, and the same
+//! decoding serves an agent that is fed by its servers. Decoding is lenient in the way the
+//! agent's JSON is regular (Consul's field names, written by our own renderer) and strict
+//! about what a snapshot cannot do without: a proxy kind, a port, a destination.
+
+use serde_json::{Map, Value};
+
+/// Most upstreams one proxy registration may declare that the xDS server will serve; past
+/// it the registration is refused (a bound on the resources one snapshot builds).
+pub const UPSTREAMS_PER_PROXY_MAX: usize = 512;
+
+/// Consul's default address of an upstream listener.
+pub const UPSTREAM_BIND_ADDRESS_DEFAULT: &str = "127.0.0.1";
+/// Consul's default address of a public listener when the registration names none.
+pub const PUBLIC_BIND_ADDRESS_DEFAULT: &str = "0.0.0.0";
+/// Consul's default `local_connect_timeout_ms`.
+pub const LOCAL_CONNECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
+/// One upstream of a proxy registration (Consul's `Upstream`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upstream {
+    /// `service` or `prepared_query`.
+    pub destination_type: String,
+    pub destination_name: String,
+    /// The datacenter the upstream resolves in; empty for the proxy's own.
+    pub datacenter: String,
+    pub bind_address: String,
+    pub bind_port: u16,
+    /// The upstream's opaque `Config` (`protocol`, `connect_timeout_ms`, `envoy_*`…).
+    pub config: Map<String, Value>,
+}
+
+impl Upstream {
+    /// Consul's upstream ID, the name of its outbound listener's first part and of its
+    /// route configuration: the destination name, with `?dc=` when it names a datacenter.
+    pub fn id(&self) -> String {
+        let mut id = String::new();
+        if self.destination_type == "prepared_query" {
+            id.push_str("prepared_query:");
+        }
+        id.push_str(&self.destination_name);
+        if !self.datacenter.is_empty() {
+            id.push_str("?dc=");
+            id.push_str(&self.datacenter);
+        }
+        id
+    }
+}
+
+/// A `connect-proxy` registration as the agent reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyRegistration {
+    pub id: String,
+    /// The proxy's own service name (`web-sidecar-proxy`).
+    pub service: String,
+    pub address: String,
+    pub port: u16,
+    pub destination_name: String,
+    pub destination_id: String,
+    pub local_address: String,
+    pub local_port: u16,
+    /// `Proxy.Config`: `protocol`, `bind_address`, `bind_port`, `local_connect_timeout_ms`…
+    pub config: Map<String, Value>,
+    pub upstreams: Vec<Upstream>,
+    /// The agent's `ContentHash`: a changed hash is a changed registration.
+    pub content_hash: String,
+}
+
+fn text(object: &Map<String, Value>, key: &str) -> String {
+    object
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn port(object: &Map<String, Value>, key: &str) -> Result<u16, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(0),
+        Some(value) => value
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| format!("{key} {value} is not a port")),
+    }
+}
+
+/// Decodes `/v1/agent/service/<id>`'s answer.
+pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("bad registration: {e}"))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| "bad registration: not an object".to_string())?;
+    let kind = text(object, "Kind");
+    if kind != "connect-proxy" {
+        let shown = if kind.is_empty() { "typical" } else { &kind };
+        return Err(format!(
+            "service {:?} is a {shown} service, not a connect-proxy",
+            text(object, "ID")
+        ));
+    }
+    let empty = Map::new();
+    let proxy = object
+        .get("Proxy")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let destination_name = text(proxy, "DestinationServiceName");
+    if destination_name.is_empty() {
+        return Err("the proxy registration names no DestinationServiceName".to_string());
+    }
+    let raw_upstreams = proxy
+        .get("Upstreams")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if raw_upstreams.len() > UPSTREAMS_PER_PROXY_MAX {
+        return Err(format!(
+            "the proxy declares {} upstreams; at most {UPSTREAMS_PER_PROXY_MAX} are served",
+            raw_upstreams.len()
+        ));
+    }
+    let mut upstreams = Vec::with_capacity(raw_upstreams.len());
+    for raw in raw_upstreams {
+        let Some(up) = raw.as_object() else {
+            return Err("an upstream is not an object".to_string());
+        };
+        let destination_type = match text(up, "DestinationType") {
+            t if t.is_empty() => "service".to_string(),
+            t => t,
+        };
+        let bind_address = match text(up, "LocalBindAddress") {
+            a if a.is_empty() => UPSTREAM_BIND_ADDRESS_DEFAULT.to_string(),
+            a => a,
+        };
+        upstreams.push(Upstream {
+            destination_type,
+            destination_name: text(up, "DestinationName"),
+            datacenter: text(up, "Datacenter"),
+            bind_address,
+            bind_port: port(up, "LocalBindPort")?,
+            config: up
+                .get("Config")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        });
+    }
+    let local_address = match text(proxy, "LocalServiceAddress") {
+        a if a.is_empty() => "127.0.0.1".to_string(),
+        a => a,
+    };
+    Ok(ProxyRegistration {
+        id: text(object, "ID"),
+        service: text(object, "Service"),
+        address: text(object, "Address"),
+        port: port(object, "Port")?,
+        destination_id: text(proxy, "DestinationServiceID"),
+        destination_name,
+        local_address,
+        local_port: port(proxy, "LocalServicePort")?,
+        config: proxy
+            .get("Config")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+        upstreams,
+        content_hash: text(object, "ContentHash"),
+    })
+}
+
+/// A leaf certificate and its key, as the agent serves them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeafCert {
+    pub cert_pem: String,
+    pub private_key_pem: String,
+    /// The agent's index of this leaf; a blocking read past it waits for the next one.
+    pub index: u64,
+}
+
+/// Decodes `/v1/agent/connect/ca/leaf/<service>`'s answer.
+pub fn decode_leaf(body: &[u8]) -> Result<LeafCert, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| format!("bad leaf: {e}"))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| "bad leaf: not an object".to_string())?;
+    let cert_pem = text(object, "CertPEM");
+    let private_key_pem = text(object, "PrivateKeyPEM");
+    if cert_pem.is_empty() || private_key_pem.is_empty() {
+        return Err("the leaf has no certificate or key".to_string());
+    }
+    Ok(LeafCert {
+        cert_pem,
+        private_key_pem,
+        index: object
+            .get("ModifyIndex")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
+}
+
+/// A number from an opaque `Config` map, given as a number or a string (Consul decodes
+/// these weakly).
+pub fn config_u64(config: &Map<String, Value>, key: &str) -> Option<u64> {
+    match config.get(key)? {
+        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A string from an opaque `Config` map.
+pub fn config_str<'c>(config: &'c Map<String, Value>, key: &str) -> Option<&'c str> {
+    config.get(key)?.as_str().filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sidecar_registration_decodes_with_consuls_defaults() {
+        let body =
+            br#"{"Kind":"connect-proxy","ID":"web-sidecar-proxy","Service":"web-sidecar-proxy",
+            "Port":21000,"Address":"","ContentHash":"abc",
+            "Proxy":{"DestinationServiceName":"web","DestinationServiceID":"web",
+                     "LocalServicePort":8080,"Config":{"protocol":"http"},
+                     "Upstreams":[{"DestinationName":"db","LocalBindPort":9191}]}}"#;
+        let r = decode_registration(body).unwrap();
+        assert_eq!(r.destination_name, "web");
+        assert_eq!(r.local_address, "127.0.0.1");
+        assert_eq!((r.port, r.local_port), (21000, 8080));
+        assert_eq!(r.upstreams.len(), 1);
+        assert_eq!(r.upstreams[0].bind_address, "127.0.0.1");
+        assert_eq!(r.upstreams[0].id(), "db");
+        assert_eq!(config_str(&r.config, "protocol"), Some("http"));
+    }
+
+    #[test]
+    fn a_typical_service_is_not_a_proxy() {
+        let err = decode_registration(br#"{"Kind":"","ID":"web"}"#).unwrap_err();
+        assert!(err.contains("not a connect-proxy"), "{err}");
+        assert!(decode_registration(b"[").is_err());
+        assert!(decode_registration(
+            br#"{"Kind":"connect-proxy","Port":70000,
+            "Proxy":{"DestinationServiceName":"web"}}"#
+        )
+        .unwrap_err()
+        .contains("not a port"));
+    }
+
+    #[test]
+    fn an_upstream_in_another_datacenter_has_consuls_id() {
+        let up = Upstream {
+            destination_type: "service".into(),
+            destination_name: "db".into(),
+            datacenter: "dc2".into(),
+            bind_address: "127.0.0.1".into(),
+            bind_port: 1,
+            config: Map::new(),
+        };
+        assert_eq!(up.id(), "db?dc=dc2");
+    }
+}

@@ -1,0 +1,77 @@
+//! Endpoints (Consul's `endpoints.go`): one `ClusterLoadAssignment` per EDS cluster, named
+//! like it. The resolver's own target fills priority 0; each failover target the next
+//! priority, so Envoy moves traffic to a failover only while the targets before it lack
+//! healthy endpoints. Every endpoint carries its health and weight; a cluster without
+//! instances still gets its (empty) assignment, or Envoy would wait for one forever.
+
+use super::socket_address;
+use crate::xds::snapshot::{ChainNode, Snapshot, Target};
+use envoy_types::pb::envoy::config::core::v3::HealthStatus;
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
+};
+use envoy_types::pb::google::protobuf::UInt32Value;
+use std::collections::BTreeMap;
+
+fn locality(target: &Target, priority: u32) -> LocalityLbEndpoints {
+    LocalityLbEndpoints {
+        lb_endpoints: target
+            .endpoints
+            .iter()
+            .map(|e| LbEndpoint {
+                host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
+                    address: Some(socket_address(&e.address, e.port)),
+                    ..Default::default()
+                })),
+                health_status: if e.healthy {
+                    HealthStatus::Healthy as i32
+                } else {
+                    HealthStatus::Unhealthy as i32
+                },
+                load_balancing_weight: Some(UInt32Value {
+                    value: e.weight.max(1),
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        priority,
+        ..Default::default()
+    }
+}
+
+/// Every load assignment of `snapshot`, by cluster name.
+pub fn build(snapshot: &Snapshot) -> BTreeMap<String, ClusterLoadAssignment> {
+    let mut out = BTreeMap::new();
+    for upstream in &snapshot.upstreams {
+        for node in upstream.nodes.values() {
+            let ChainNode::Resolver { target, failover } = node else {
+                continue;
+            };
+            let Some(primary) = upstream.targets.get(target) else {
+                continue;
+            };
+            let mut endpoints = vec![locality(primary, 0)];
+            let mut priority = 1;
+            for id in failover {
+                if let Some(t) = upstream.targets.get(id) {
+                    endpoints.push(locality(t, priority));
+                    priority += 1;
+                }
+            }
+            // An empty priority level is dropped and the rest renumbered, so priorities stay
+            // contiguous from 0 as Envoy requires; a target without instances simply hands
+            // its level to the next failover.
+            endpoints.retain(|l| !l.lb_endpoints.is_empty());
+            for (level, locality) in endpoints.iter_mut().enumerate() {
+                locality.priority = level as u32;
+            }
+            out.entry(primary.sni.clone())
+                .or_insert(ClusterLoadAssignment {
+                    cluster_name: primary.sni.clone(),
+                    endpoints,
+                    ..Default::default()
+                });
+        }
+    }
+    out
+}

@@ -1,0 +1,247 @@
+//! Listeners (Consul's `listeners.go`): `public_listener:<addr>:<port>` for inbound mTLS,
+//! and one outbound listener `<upstream id>:<addr>:<port>` per upstream.
+//!
+//! The public listener requires a client certificate that chains to the roots, then
+//! enforces intentions: a network RBAC filter before `tcp_proxy` to `local_app` for a TCP
+//! service, an HTTP connection manager with an HTTP RBAC filter (L7 permissions) for an
+//! HTTP-family one. An upstream listener proxies TCP to its chain's cluster, or for an L7
+//! chain runs an HTTP connection manager whose routes come over RDS under the upstream's
+//! ID.
+
+use super::clusters::{resolver_cluster_name, TLS_TRANSPORT_SOCKET};
+use super::rbac::{self, HttpRbac, NetworkRbac};
+use super::{ads_config_source, any, inline, socket_address, LOCAL_APP_CLUSTER, PUBLIC_LISTENER};
+use crate::xds::snapshot::{is_l7, Snapshot, Upstream};
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
+use envoy_types::pb::envoy::config::route::v3::{
+    route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
+    VirtualHost,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_connection_manager::{
+        ForwardClientCertDetails, RouteSpecifier, SetCurrentClientCertDetails,
+    },
+    http_filter, HttpConnectionManager, HttpFilter, Rds,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
+    DownstreamTlsContext, TlsParameters,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
+
+pub const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
+pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
+pub const ROUTER_FILTER: &str = "envoy.filters.http.router";
+
+/// A listener and the route configurations it asks for over RDS.
+pub struct BuiltListener {
+    pub listener: Listener,
+    pub routes: Vec<String>,
+}
+
+pub fn build(snapshot: &Snapshot) -> Result<Vec<BuiltListener>, String> {
+    let mut out = Vec::with_capacity(1 + snapshot.upstreams.len());
+    if snapshot.inbound.bind_port != 0 {
+        out.push(BuiltListener {
+            listener: public_listener(snapshot),
+            routes: Vec::new(),
+        });
+    }
+    for upstream in &snapshot.upstreams {
+        if upstream.bind_port == 0 {
+            continue;
+        }
+        out.push(upstream_listener(upstream)?);
+    }
+    let mut names: Vec<&str> = out.iter().map(|b| b.listener.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() != out.len() {
+        return Err("two listeners of the proxy bind the same address and port".to_string());
+    }
+    Ok(out)
+}
+
+fn network_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> Filter {
+    Filter {
+        name: name.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(config)),
+    }
+}
+
+fn http_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> HttpFilter {
+    HttpFilter {
+        name: name.to_string(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(config)),
+        ..Default::default()
+    }
+}
+
+fn router_filter() -> HttpFilter {
+    http_filter(ROUTER_FILTER, any(&Router::default()))
+}
+
+fn public_listener(snapshot: &Snapshot) -> Listener {
+    let inbound = &snapshot.inbound;
+    let l7 = is_l7(&inbound.protocol);
+    let rules = rbac::rules(inbound, &snapshot.trust_domain, l7);
+    let filters = if l7 {
+        let route_config = RouteConfiguration {
+            name: PUBLIC_LISTENER.to_string(),
+            virtual_hosts: vec![VirtualHost {
+                name: PUBLIC_LISTENER.to_string(),
+                domains: vec!["*".to_string()],
+                routes: vec![Route {
+                    r#match: Some(RouteMatch {
+                        path_specifier: Some(route_match::PathSpecifier::Prefix("/".to_string())),
+                        ..Default::default()
+                    }),
+                    action: Some(route::Action::Route(RouteAction {
+                        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                            LOCAL_APP_CLUSTER.to_string(),
+                        )),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            validate_clusters: Some(BoolValue { value: false }),
+            ..Default::default()
+        };
+        let manager = HttpConnectionManager {
+            stat_prefix: PUBLIC_LISTENER.to_string(),
+            route_specifier: Some(RouteSpecifier::RouteConfig(route_config)),
+            http_filters: vec![
+                http_filter(
+                    rbac::HTTP_RBAC_FILTER,
+                    any(&HttpRbac { rules: Some(rules) }),
+                ),
+                router_filter(),
+            ],
+            forward_client_cert_details: ForwardClientCertDetails::AppendForward as i32,
+            set_current_client_cert_details: Some(SetCurrentClientCertDetails {
+                subject: Some(BoolValue { value: true }),
+                cert: true,
+                chain: true,
+                dns: true,
+                uri: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        vec![network_filter(HCM_FILTER, any(&manager))]
+    } else {
+        let rbac = NetworkRbac {
+            rules: Some(rules),
+            stat_prefix: "connect_authz".to_string(),
+        };
+        let proxy = TcpProxy {
+            stat_prefix: PUBLIC_LISTENER.to_string(),
+            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(
+                LOCAL_APP_CLUSTER.to_string(),
+            )),
+            ..Default::default()
+        };
+        vec![
+            network_filter(rbac::NETWORK_RBAC_FILTER, any(&rbac)),
+            network_filter(TCP_PROXY_FILTER, any(&proxy)),
+        ]
+    };
+    let tls = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_params: Some(TlsParameters::default()),
+            tls_certificates: vec![super::leaf_certificate(snapshot)],
+            validation_context_type: Some(ValidationContextType::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: Some(inline(&snapshot.roots_bundle())),
+                    ..Default::default()
+                },
+            )),
+            alpn_protocols: if matches!(inbound.protocol.as_str(), "http2" | "grpc") {
+                vec!["h2".to_string(), "http/1.1".to_string()]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue { value: true }),
+        ..Default::default()
+    };
+    Listener {
+        name: format!(
+            "{PUBLIC_LISTENER}:{}:{}",
+            inbound.bind_address, inbound.bind_port
+        ),
+        address: Some(socket_address(&inbound.bind_address, inbound.bind_port)),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        filter_chains: vec![FilterChain {
+            filters,
+            transport_socket: Some(core::TransportSocket {
+                name: TLS_TRANSPORT_SOCKET.to_string(),
+                config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&tls))),
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Consul's stat prefix of an upstream: `upstream.<svc>.<namespace>.<partition>.<dc>`.
+fn upstream_stat_prefix(upstream: &Upstream) -> String {
+    format!(
+        "upstream.{}.default.default.{}",
+        upstream.destination, upstream.datacenter
+    )
+}
+
+fn upstream_listener(upstream: &Upstream) -> Result<BuiltListener, String> {
+    let stat_prefix = upstream_stat_prefix(upstream);
+    let (filter, routes) = if is_l7(&upstream.protocol) {
+        let manager = HttpConnectionManager {
+            stat_prefix,
+            route_specifier: Some(RouteSpecifier::Rds(Rds {
+                config_source: Some(ads_config_source()),
+                route_config_name: upstream.id.clone(),
+            })),
+            http_filters: vec![router_filter()],
+            ..Default::default()
+        };
+        (
+            network_filter(HCM_FILTER, any(&manager)),
+            vec![upstream.id.clone()],
+        )
+    } else {
+        let cluster = resolver_cluster_name(upstream, &upstream.start).ok_or_else(|| {
+            format!(
+                "upstream {:?}: a TCP chain must start at a resolver (it starts at {:?})",
+                upstream.id, upstream.start
+            )
+        })?;
+        let proxy = TcpProxy {
+            stat_prefix,
+            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster)),
+            ..Default::default()
+        };
+        (network_filter(TCP_PROXY_FILTER, any(&proxy)), Vec::new())
+    };
+    Ok(BuiltListener {
+        listener: Listener {
+            name: format!(
+                "{}:{}:{}",
+                upstream.id, upstream.bind_address, upstream.bind_port
+            ),
+            address: Some(socket_address(&upstream.bind_address, upstream.bind_port)),
+            traffic_direction: core::TrafficDirection::Outbound as i32,
+            filter_chains: vec![FilterChain {
+                filters: vec![filter],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        routes,
+    })
+}

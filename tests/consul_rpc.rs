@@ -1,0 +1,249 @@
+//! Consul's RPC on the server port, spoken by an independent client: a Python script
+//! (`tests/python/consul_rpc.py`, the `msgpack` package and the standard library only,
+//! written from Consul's documented wire and structs) against a real agent. It calls
+//! `Status.*`, `KVS.Apply`/`KVS.Get` (a blocking `MinQueryIndex` wait woken by a write on
+//! another connection), `Catalog.Register`, `Health.ServiceNodes`, `Session.Apply`, over
+//! byte 0 and over byte 4 with its own yamux (two streams at once), and over TLS with
+//! `verify_incoming`; unknown methods get net/rpc's words; garbage after the first byte
+//! closes the connection and the server keeps serving. A follower hands writes and
+//! default reads (blocking ones too) to the leader, and serves stale reads itself. With ACLs
+//! on, a call is as good as its `Token`.
+//!
+//! A missing interpreter or module is a failure, not a skip: `tests/run.sh` installs them.
+
+mod common;
+
+use common::{praetor_in, Agent, Cluster, TempDir};
+use std::process::Command;
+
+fn run_client(args: &[&str], agent: &Agent) {
+    run_client_of(args, std::slice::from_ref(agent));
+}
+
+/// Runs the client; on failure shows the logs of `agents`.
+fn run_client_of(args: &[&str], agents: &[Agent]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/consul_rpc.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 must be installed (tests/run.sh installs it)");
+    let logs = || {
+        agents
+            .iter()
+            .map(|a| format!("--- {}\n{}", a.ip, a.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        output.status.success(),
+        "consul_rpc.py {args:?} failed:\nstdout: {}\nstderr: {}\nagent logs:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        logs()
+    );
+    assert!(
+        agents.iter().all(|a| !a.log().contains("panicked")),
+        "an agent panicked:\n{}",
+        logs()
+    );
+}
+
+#[test]
+fn an_independent_client_speaks_consuls_rpc_over_byte_0_and_yamux() {
+    let agent = Agent::dev(&[]);
+    run_client(&["plain", &agent.ip.to_string()], &agent);
+}
+
+#[test]
+fn an_independent_client_speaks_consuls_rpc_over_tls_with_verify_incoming() {
+    let pki = TempDir::new("consul-rpc-pki");
+    praetor_in(pki.path(), &["tls", "ca", "create"]);
+    praetor_in(pki.path(), &["tls", "cert", "create", "-server"]);
+    praetor_in(pki.path(), &["tls", "cert", "create", "-client"]);
+    let file = |name: &str| pki.path().join(name).display().to_string();
+    let tls = format!(
+        "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} \
+         internal_rpc {{ verify_incoming = true }} }}",
+        file("consul-agent-ca.pem"),
+        file("dc1-server-consul-0.pem"),
+        file("dc1-server-consul-0-key.pem"),
+    );
+    let agent = Agent::dev(&["-hcl", &tls]);
+    run_client(
+        &[
+            "tls",
+            &agent.ip.to_string(),
+            &file("consul-agent-ca.pem"),
+            &file("dc1-client-consul-0.pem"),
+            &file("dc1-client-consul-0-key.pem"),
+        ],
+        &agent,
+    );
+}
+
+#[test]
+fn a_follower_hands_typed_calls_to_the_leader() {
+    let cluster = Cluster::start(3, &[]);
+    let leader = cluster.wait_for_leader(std::time::Duration::from_secs(30));
+    let follower = (leader + 1) % cluster.servers.len();
+    run_client_of(
+        &[
+            "follower",
+            &cluster.servers[follower].ip.to_string(),
+            &cluster.servers[leader].ip.to_string(),
+        ],
+        &cluster.servers,
+    );
+}
+
+#[test]
+fn typed_calls_are_checked_against_their_tokens() {
+    const MANAGEMENT: &str = "9b3ea15e-8a1c-4a55-8dd5-07c1a2e9c0a1";
+    let acl = format!(
+        "acl {{ enabled = true\n default_policy = \"deny\"\n tokens {{ initial_management = \"{MANAGEMENT}\" }} }}"
+    );
+    let agent = Agent::dev(&["-hcl", &acl]);
+    run_client(&["acl", &agent.ip.to_string(), MANAGEMENT], &agent);
+}
+
+/// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
+fn wait_for_log(agent: &Agent, what: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent
+        .log()
+        .lines()
+        .any(|line| what.iter().all(|w| line.contains(w)))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line with {what:?}:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_client_agent_serves_kv_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    assert_eq!(client.put("/v1/kv/typed/a", b"one").text(), "true");
+    assert_eq!(client.get("/v1/kv/typed/a?raw").text(), "one");
+    // The server saw a yamux session (the client's outbound address is not its own): the
+    // typed path, not forwarded HTTP, which uses praetor's frames.
+    wait_for_log(server, &["rpc: yamux session from"]);
+    let entry = client.get("/v1/kv/typed/a").json();
+    assert_eq!(entry[0]["Key"], "typed/a");
+    assert_eq!(entry[0]["Value"], "b25l");
+    let index: u64 = entry[0]["ModifyIndex"].as_u64().unwrap();
+    // CAS with a stale index is refused, with the current one applied.
+    assert_eq!(client.put("/v1/kv/typed/a?cas=1", b"two").text(), "false");
+    let cas = format!("/v1/kv/typed/a?cas={index}");
+    assert_eq!(client.put(&cas, b"two").text(), "true");
+    assert_eq!(server.get("/v1/kv/typed/a?raw").text(), "two");
+    assert_eq!(
+        client.put("/v1/kv/typed/b/c?flags=42", b"three").text(),
+        "true"
+    );
+    let keys = client.get("/v1/kv/typed/?keys&separator=/").json();
+    assert_eq!(keys, serde_json::json!(["typed/a", "typed/b/"]));
+    let listed = client.get("/v1/kv/typed/?recurse").json();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(listed[1]["Flags"], 42);
+    let missing = client.get("/v1/kv/typed/nothing");
+    assert_eq!(missing.status, 404);
+    assert!(missing.header("X-Consul-Index").is_some());
+    // A blocking read on the client is woken by a write on the server.
+    let head = client.get("/v1/kv/typed/a");
+    let index = head.header("X-Consul-Index").unwrap().to_string();
+    let blocked_path = format!("/v1/kv/typed/a?index={index}&wait=30s");
+    let waiter = {
+        let addr = client.addr();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let reply = common::request(addr, "GET", &blocked_path, b"", &[]);
+            (reply, started.elapsed())
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the blocking read answered at once");
+    assert_eq!(server.put("/v1/kv/typed/a", b"four").text(), "true");
+    let (woken, elapsed) = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert!(elapsed < std::time::Duration::from_secs(15), "{elapsed:?}");
+    assert_eq!(woken.json()[0]["Value"], "Zm91cg==");
+    // Deletes: a stale delete-cas is refused, a tree goes at once.
+    assert_eq!(client.delete("/v1/kv/typed/a?cas=1").text(), "false");
+    assert_eq!(client.delete("/v1/kv/typed?recurse").text(), "true");
+    assert_eq!(server.get("/v1/kv/typed/b/c").status, 404);
+}
+
+#[test]
+fn another_datacenters_kv_is_read_through_typed_calls() {
+    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
+    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
+    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
+    let data = TempDir::new("consul-rpc-dc-client");
+    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
+    client.wait_ready();
+    let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
+    assert_eq!(remote.put("/v1/kv/far/a", b"away").text(), "true");
+    assert_eq!(remote.put("/v1/kv/far/b/c", b"deeper").text(), "true");
+    // Until the WAN pool has converged, dc1 has no path to dc2.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.get("/v1/kv/far/a?dc=dc2&raw").status != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dc1 never reached dc2"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for agent in [server, &client] {
+        assert_eq!(agent.get("/v1/kv/far/a?dc=dc2&raw").text(), "away");
+        let entry = agent.get("/v1/kv/far/a?dc=DC2").json();
+        assert_eq!(entry[0]["Value"], "YXdheQ==", "{entry}");
+        let keys = agent.get("/v1/kv/far/?dc=dc2&keys&separator=/").json();
+        assert_eq!(keys, serde_json::json!(["far/a", "far/b/"]));
+        let tree = agent.get("/v1/kv/far?dc=dc2&recurse").json();
+        assert_eq!(tree.as_array().unwrap().len(), 2);
+        assert_eq!(agent.get("/v1/kv/far/nothing?dc=dc2").status, 404);
+        // dc1 itself holds none of it.
+        assert_eq!(agent.get("/v1/kv/far/a").status, 404);
+        let unknown = agent.get("/v1/kv/far/a?dc=dc9");
+        assert_eq!(
+            (unknown.status, unknown.text()),
+            (500, "No path to datacenter".to_string())
+        );
+    }
+}
+
+#[test]
+fn a_client_agent_asks_its_server_who_leads_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-status");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let leader = server.get("/v1/status/leader").json();
+    let prefix = format!("{}:", server.ip);
+    assert!(leader.as_str().unwrap().starts_with(&prefix), "{leader}");
+    for path in [
+        "/v1/status/leader",
+        "/v1/status/peers",
+        "/v1/catalog/datacenters",
+    ] {
+        let (asked, direct) = (client.get(path), server.get(path));
+        assert_eq!((asked.status, direct.status), (200, 200), "{path}");
+        assert_eq!(asked.json(), direct.json(), "{path}");
+    }
+    assert_eq!(
+        client.get("/v1/catalog/datacenters").json(),
+        serde_json::json!(["dc1"])
+    );
+    // Only typed calls open yamux sessions on a server; nothing else of this client did.
+    wait_for_log(server, &["rpc: yamux session from"]);
+}
