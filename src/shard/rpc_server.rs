@@ -32,7 +32,7 @@ use crate::proto::rpc::{decode_frame, encode_frame, kind};
 use crate::proto::rpc_select::{select, Layer, Selection};
 use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::runtime::{RaftInput, Shard};
-use crate::shard::telemetry::{self, Counter};
+use crate::telemetry::{self, Counter};
 use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
 use bytes::{Bytes, BytesMut};
