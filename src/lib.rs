@@ -15,7 +15,7 @@
 //!    the server-role check, the TLS stream over monoio, certificate generation.
 //! 7. [`telemetry`]: the process-wide metric recorders, one per recording thread, the
 //!    registry that hands them out and the merge a scrape reads; named by [`consul`]'s metric
-//!    catalogue, the only layer of the runtime that uses Consul's shapes.
+//!    catalogue. The runtime ([`shard`]) records through it and does not use [`consul`].
 //! 8. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
 //!    propose/read plumbing, the raft thread and its durable log, and the raft thread's
 //!    timings (recorded through [`telemetry`]).
