@@ -13,17 +13,19 @@
 //! 5. [`config`]: flags and config files merged into the agent's configuration.
 //! 6. [`tls`]: certificate files, rustls configurations per protocol swapped whole on reload,
 //!    the server-role check, the TLS stream over monoio, certificate generation.
-//! 7. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
-//!    propose/read plumbing, the raft thread and its durable log, and each thread's metrics
-//!    recorder (it uses [`consul`]'s metric catalogue, the one edge from the runtime up to
-//!    Consul's shapes).
-//! 8. [`cluster`]: the gossip driver and pools, server discovery, a client's server manager,
+//! 7. [`telemetry`]: the process-wide metric recorders, one per recording thread, the
+//!    registry that hands them out and the merge a scrape reads; named by [`consul`]'s metric
+//!    catalogue. The runtime ([`shard`]) records through it and does not use [`consul`].
+//! 8. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
+//!    propose/read plumbing, the raft thread and its durable log, and the raft thread's
+//!    timings (recorded through [`telemetry`]).
+//! 9. [`cluster`]: the gossip driver and pools, server discovery, a client's server manager,
 //!    member reconcile, user events.
-//! 9. [`dns`] and [`api`]: DNS (resolution, socket loops, a client agent's protocol with its
-//!    servers) and the HTTP API (routing table, handlers, server loop), which uses `dns`
-//!    only to serve that protocol on the servers.
-//! 10. [`agent`]: local services and checks, runners, anti-entropy.
-//! 11. [`xds`]: the gRPC server on its own tokio thread: Envoy's ADS for this agent's
+//! 10. [`dns`] and [`api`]: DNS (resolution, socket loops, a client agent's protocol with its
+//!     servers) and the HTTP API (routing table, handlers, server loop), which uses `dns`
+//!     only to serve that protocol on the servers.
+//! 11. [`agent`]: local services and checks, runners, anti-entropy.
+//! 12. [`xds`]: the gRPC server on its own tokio thread: Envoy's ADS for this agent's
 //!     proxies, from the store versions a shard publishes and the agent's answers.
 //! 12. [`proxy`]: the built-in mTLS proxy (`praetor connect proxy`), a data plane fed by
 //!     its agent over HTTP; it needs only `proto` and `tls`.
@@ -49,6 +51,7 @@ pub mod raft;
 pub mod replica;
 pub mod shard;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod xds;
 

@@ -33,18 +33,21 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("config",  &["proto", "store", "consul"]),
     // Certificates, rustls configurations per protocol, the TLS stream over monoio.
     ("tls",     &["proto", "config"]),
+    // The process-wide metric recorders and their registry, named by Consul's catalogue:
+    // the only runtime layer that uses `consul`.
+    ("telemetry", &["consul"]),
     // The runtime: shard threads, channels, store versions, watches, the raft thread.
-    ("shard",   &["proto", "store", "raft", "replica", "consul", "config", "tls"]),
+    ("shard",   &["proto", "store", "raft", "replica", "config", "tls", "telemetry"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
-    ("cluster", &["proto", "store", "gossip", "consul", "config", "shard"]),
+    ("cluster", &["proto", "store", "gossip", "consul", "config", "telemetry", "shard"]),
     // DNS resolution, its socket loops, and a client agent's protocol with its servers.
-    ("dns",     &["proto", "store", "config", "shard", "cluster"]),
+    ("dns",     &["proto", "store", "config", "telemetry", "shard", "cluster"]),
     // The HTTP API: routing table, handlers, server loop; serves `dns::remote` on servers.
-    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
-                  "cluster", "dns"]),
+    ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "telemetry",
+                  "shard", "cluster", "dns"]),
     // Local services and checks, runners, anti-entropy, agent endpoint work.
-    ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "shard",
-                  "cluster", "api"]),
+    ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "telemetry",
+                  "shard", "cluster", "api"]),
     // The gRPC server: Envoy's xDS from store versions and the agent's answers.
     ("xds",     &["proto", "store", "consul", "api"]),
     // The built-in mTLS proxy: a data plane fed by its agent over HTTP.
@@ -87,6 +90,8 @@ const IMPURE: &[(&str, &str)] = &[
     ("OsRng", "draws entropy (seed a generator instead)"),
     ("from_entropy", "draws entropy (seed a generator instead)"),
     ("from_os_rng", "draws entropy (seed a generator instead)"),
+    ("OnceLock", "keeps process-wide state"),
+    ("LazyLock", "keeps process-wide state"),
     ("println", "writes to standard output"),
     ("eprintln", "writes to standard error"),
 ];
@@ -258,7 +263,11 @@ fn the_scanner_flags_forbidden_edges_and_impure_uses() {
         "use std::{collections::HashMap, fs};\n\
          fn now() { let _ = std::time::Instant::now(); std::thread::spawn(|| {}); }\n\
          #[cfg(test)]\nmod tests { fn t() { std::fs::read(\"x\"); } }\n\
-         #[cfg(test)]\nfn helper() { let _ = rand::random::<u64>(); }\n",
+         #[cfg(test)]\nfn helper() { let _ = rand::random::<u64>(); }\n\
+         static NAMES: &[&'static str] = &[\"a\"];\n\
+         static COUNT: std::sync::atomic::AtomicU64 = AtomicU64::new(0);\n\
+         static mut RAW: u64 = 0;\n\
+         static SERIES: OnceLock<Vec<u8>> = OnceLock::new();\n",
     );
     let found: Vec<(usize, &str)> = impure_uses(&code)
         .into_iter()
@@ -270,9 +279,13 @@ fn the_scanner_flags_forbidden_edges_and_impure_uses() {
             (1, "std::fs"),
             (2, "Instant::now"),
             (2, "std::thread"),
-            (6, "rand::random")
+            (6, "rand::random"),
+            (8, "static"),
+            (9, "static"),
+            (10, "OnceLock"),
+            (10, "OnceLock"),
         ],
-        "test modules are exempt, other test-only items are not"
+        "test modules are exempt, other test-only items are not; constant statics are pure"
     );
 }
 
@@ -532,6 +545,23 @@ fn impure_uses(code: &str) -> Vec<(usize, &'static str, &'static str)> {
             });
             if matches {
                 found.push((*line, *what, *why));
+            }
+        }
+        // A `static` that can change (`static mut`, or one holding atomics, locks or cells)
+        // is state shared by the whole process; a pure layer's statics are constants.
+        if token == "static" && tokens.get(i.wrapping_sub(1)).is_none_or(|t| t.1 != "'") {
+            let declared: Vec<&str> = tokens[i + 1..]
+                .iter()
+                .map(|t| t.1.as_str())
+                .take_while(|t| *t != "=" && *t != ";")
+                .collect();
+            let mutable = declared.first() == Some(&"mut")
+                || declared.iter().any(|t| {
+                    t.starts_with("Atomic")
+                        || ["Mutex", "RwLock", "Cell", "RefCell", "UnsafeCell"].contains(t)
+                });
+            if mutable {
+                found.push((*line, "static", "keeps process-wide mutable state"));
             }
         }
     }

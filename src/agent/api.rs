@@ -323,7 +323,7 @@ async fn register_service(
         Ok(definitions) => definitions,
         Err(e) => return decode_error(e.status, e.message),
     };
-    crate::shard::telemetry::incr(metrics::Counter::AgentServiceRegisters);
+    crate::telemetry::incr(metrics::Counter::AgentServiceRegisters);
     // A sidecar registered with its service syncs with the service's token, as in Consul.
     let token = registration_token(&obj, request_token);
     for def in definitions {

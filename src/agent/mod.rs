@@ -33,10 +33,10 @@ use crate::consul::definition::{self, CheckKind, CheckSpec, ServiceDefinition};
 use crate::consul::metrics::Counter;
 use crate::consul::node_state::NodeState;
 use crate::shard::runtime::Identity;
-use crate::shard::telemetry::incr as telemetry_counter;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, Registration, Status};
 use crate::store::CommandResult;
+use crate::telemetry::incr as telemetry_counter;
 use catalog_client::CatalogClient;
 use local::{LocalState, Source};
 use signal::Signal;
@@ -1132,7 +1132,7 @@ async fn reconcile_loop(agent: Rc<Agent>) {
         if agent.shard.is_leader() {
             let started = std::time::Instant::now();
             reconcile_members(&agent).await;
-            crate::shard::telemetry::observe_since(
+            crate::telemetry::observe_since(
                 crate::consul::metrics::Sample::LeaderReconcile,
                 started,
             );

@@ -4,7 +4,7 @@
 //! over UDP, `/v1/agent/metrics` in go-metrics' JSON or the Prometheus text format, and
 //! `/v1/agent/metrics/stream`'s summaries.
 //!
-//! Nothing here is on a request path: recording is `shard::telemetry`'s, and what this
+//! Nothing here is on a request path: recording is `crate::telemetry`'s, and what this
 //! module does per second is a merge of the recorders and, with a sink configured, a few
 //! datagrams. The naming and rendering rules are `consul::metrics`' (pure).
 
@@ -57,7 +57,7 @@ pub fn naming(config: &AgentConfig) -> Naming {
 /// thread records: an address that does not resolve stops the agent unless
 /// `retry_failed_connection` (Consul's default) lets it keep trying.
 pub fn configure(config: &AgentConfig) -> Result<(), String> {
-    metrics::configure_filter(&naming(config));
+    crate::telemetry::configure_filter(&naming(config));
     for (key, address) in sink_addresses(&config.telemetry) {
         if let Err(e) = resolve(&address) {
             if !config.telemetry.retry_failed_connection {
@@ -156,7 +156,7 @@ impl UdpSink {
         for datagram in metrics::pack_datagrams(lines, STATSD_DATAGRAM_BYTES_MAX) {
             // UDP is best effort: a full send buffer loses the datagram, which is counted.
             if socket.send_to(&datagram, target).is_err() {
-                crate::shard::telemetry::incr(Counter::TelemetryDatagramsDropped);
+                crate::telemetry::incr(Counter::TelemetryDatagramsDropped);
             }
         }
     }
@@ -189,7 +189,7 @@ impl Telemetry {
                 },
             ));
         }
-        let first = Snapshot::take();
+        let first = crate::telemetry::snapshot();
         let mut windows = Windows::default();
         windows.record(unix_ms(), first.clone());
         Telemetry {
@@ -230,7 +230,7 @@ pub async fn run(agent: Rc<Agent>) {
 fn sample(agent: &Agent) {
     let telemetry = &agent.telemetry;
     let now_ms = unix_ms();
-    let snapshot = Snapshot::take();
+    let snapshot = crate::telemetry::snapshot();
     let finished = telemetry
         .windows
         .borrow_mut()
@@ -276,7 +276,7 @@ const PROMETHEUS_DISABLED: &str =
 pub fn metrics_reply(agent: &Agent, prometheus: bool, pretty: bool) -> AgentReply {
     let telemetry = &agent.telemetry;
     let now_ms = unix_ms();
-    let total = Snapshot::take();
+    let total = crate::telemetry::snapshot();
     let gauges = gauges(agent);
     if prometheus {
         if telemetry.prometheus_retention.is_zero() {

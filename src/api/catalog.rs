@@ -45,7 +45,7 @@ fn body_datacenter(ctx: &Context, datacenter: &str) -> Option<String> {
 
 /// `PUT /v1/catalog/register`.
 pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
+    crate::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
     super::check_datacenter(ctx, &request.query)?;
     let registration = parse_registration(request.body, &ctx.config().datacenter).map_err(|e| {
         if e == PEER_REGISTRATION_REFUSED {
@@ -98,7 +98,7 @@ pub fn internal_node_state(
 
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
+    crate::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
     super::check_datacenter(ctx, &request.query)?;
     let decode = || -> Result<(CatalogOp, String), String> {
         let value = parse_strict(request.body, &bodies::DEREGISTER_REQUEST)?;

@@ -235,7 +235,7 @@ impl Context {
     /// agent, from what its servers answered (fetched before the request was dispatched).
     pub fn resolve_token(&self, secret_id: &str) -> Result<Resolved, ResolveError> {
         use crate::consul::metrics::{Counter, Sample};
-        use crate::shard::telemetry;
+        use crate::telemetry;
         if self.is_client() {
             return self.client_tokens.borrow().resolve(secret_id);
         }

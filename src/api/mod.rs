@@ -545,7 +545,7 @@ pub fn run_query<Q: Query + 'static>(
     match ctx.read_plan(&options) {
         ReadPlan::Forward => return Ok(Outcome::Forward),
         ReadPlan::Barrier => {
-            crate::shard::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
+            crate::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
             return Ok(Outcome::Block(BlockOp {
                 query: Box::new(query),
                 options,
@@ -554,7 +554,7 @@ pub fn run_query<Q: Query + 'static>(
         }
         ReadPlan::Local => {}
     }
-    crate::shard::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
+    crate::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
     let version = ctx.current_version();
     let (index, _) = query.evaluate(&version);
     if options.is_blocking() && index <= options.min_index {

@@ -181,7 +181,7 @@ pub fn register_metric_series() {
             series.push((method.as_str(), label.clone()));
         }
     }
-    crate::consul::metrics::set_http_series(series);
+    crate::telemetry::set_http_series(series);
 }
 
 /// The `api.http` series of a request a route serves, `None` for a method it does not.

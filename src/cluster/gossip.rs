@@ -12,7 +12,7 @@
 //! of the wire format; no socket operation blocks the shard.
 
 use crate::consul::metrics::Counter;
-use crate::shard::telemetry;
+use crate::telemetry;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;

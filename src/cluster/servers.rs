@@ -29,7 +29,7 @@ use crate::consul::metrics::Counter;
 use crate::proto::rpc::{kind, Frame};
 use crate::shard::forward::ForwardPool;
 use crate::shard::rpc_client::{CallError, RpcClient};
-use crate::shard::telemetry;
+use crate::telemetry;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

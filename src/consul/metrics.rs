@@ -1,30 +1,27 @@
-//! Telemetry with Consul's metric names and kinds: the catalogue of every metric praetor
-//! emits, the per-thread recorders a hot path writes into, the merged snapshots a scrape
-//! reads, and the renderings Consul's sinks produce — go-metrics' `DisplayMetrics` JSON
-//! (`/v1/agent/metrics`), the Prometheus text format (`?format=prometheus`), and statsd and
-//! dogstatsd lines.
+//! Consul's telemetry, the pure half: the catalogue of every metric praetor emits (names,
+//! kinds, help texts), the prefix filter and naming rules, the snapshots a scrape merges and
+//! their differences, the windows the sinks compare against, and the renderings Consul's
+//! sinks produce — go-metrics' `DisplayMetrics` JSON (`/v1/agent/metrics`), the Prometheus
+//! text format (`?format=prometheus`), and statsd and dogstatsd lines.
 //!
-//! Recording: each thread that records owns one [`Recorder`] from the process-wide
-//! [`Registry`] (the runtime hands them out, `shard::telemetry`). A recorder has a single
-//! writer, so a counter bump or a histogram observation is a relaxed load and store of
-//! that thread's own cache lines: no lock, no read-modify-write, no allocation (a labelled
-//! series' histogram is allocated once, the first time that thread records it). A scrape
-//! merges every recorder into a [`Snapshot`]; counts are cumulative, so a window or an
-//! interval is the difference of two snapshots. When every slot is taken, the overflow
-//! recorder is shared and written with atomic adds instead.
+//! The process-wide half — the per-thread recorders, the registry that hands them out, the
+//! filter flags the hot paths read and the `api.http` series table — is the runtime's
+//! (`crate::telemetry`): it keeps state for the whole process, which a pure layer may not.
+//! It fills a [`Snapshot`] with everything a rendering needs (the counts, which metrics the
+//! filter lets through, the `api.http` series names), so the renderings here read only
+//! their arguments.
 //!
 //! Timers and samples are log-linear histograms ([`BUCKETS`] buckets, eight per power of
 //! two: a value is known to within 6.25%, and a quantile is interpolated inside its bucket).
 //! Values are stored in thousandths of the unit they display in (microseconds for timers,
 //! which display milliseconds as go-metrics does), so integer sums stay exact.
 //!
-//! Invariants: the module reads no clock and does no I/O: every time it prints or compares
-//! is an argument. A snapshot's counts never decrease between two snapshots (recorders are
-//! never freed, a released one keeps its counts), so a difference is never negative.
+//! Invariants: the module keeps no state, reads no clock and does no I/O: every time it
+//! prints or compares is an argument. A snapshot's counts never decrease between two
+//! snapshots (recorders are never freed, a released one keeps its counts), so a difference
+//! is never negative.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 // ---------------------------------------------------------------------------------------
 // The catalogue.
@@ -230,11 +227,6 @@ pub const API_HTTP: Def = def(
     "Time to answer an HTTP API request, by method and route, in ms.",
 );
 
-/// Most `api.http` series: route × method slots the HTTP layer may register.
-pub const HTTP_SLOTS_MAX: usize = 1024;
-/// Most recorders that each have one writer; threads beyond share the overflow recorder.
-pub const RECORDERS_MAX: usize = 256;
-
 // ---------------------------------------------------------------------------------------
 // Histograms.
 
@@ -273,256 +265,6 @@ pub fn bucket_bounds(index: usize) -> (u64, u64) {
     let low = (SUB_BUCKETS as u64 + sub) << shift;
     (low, low + (1 << shift))
 }
-
-struct Histogram {
-    buckets: [AtomicU64; BUCKETS],
-    /// Sum of the stored values.
-    sum: AtomicU64,
-}
-
-impl Histogram {
-    fn new() -> Histogram {
-        Histogram {
-            buckets: [const { AtomicU64::new(0) }; BUCKETS],
-            sum: AtomicU64::new(0),
-        }
-    }
-
-    fn read(&self) -> Option<HistSnapshot> {
-        let mut buckets = Vec::new();
-        let mut count = 0;
-        for (index, bucket) in self.buckets.iter().enumerate() {
-            let n = bucket.load(Ordering::Relaxed);
-            if n > 0 {
-                buckets.push((index as u16, n));
-                count += n;
-            }
-        }
-        (count > 0).then(|| HistSnapshot {
-            count,
-            sum: self.sum.load(Ordering::Relaxed),
-            buckets,
-        })
-    }
-}
-
-struct CounterCell {
-    /// Times the counter was bumped.
-    count: AtomicU64,
-    /// Total it was bumped by.
-    sum: AtomicU64,
-}
-
-// ---------------------------------------------------------------------------------------
-// Recorders and the registry.
-
-/// One thread's metrics. Written by its owner only while `exclusive`; merged by scrapes.
-pub struct Recorder {
-    slot: usize,
-    exclusive: bool,
-    counters: Box<[CounterCell]>,
-    samples: Box<[Histogram]>,
-    /// `api.http` histograms by slot, allocated on first use and never freed.
-    http: Box<[AtomicPtr<Histogram>]>,
-}
-
-impl Recorder {
-    fn new(slot: usize, exclusive: bool) -> Recorder {
-        Recorder {
-            slot,
-            exclusive,
-            counters: (0..Counter::COUNT)
-                .map(|_| CounterCell {
-                    count: AtomicU64::new(0),
-                    sum: AtomicU64::new(0),
-                })
-                .collect(),
-            samples: (0..Sample::COUNT).map(|_| Histogram::new()).collect(),
-            http: (0..HTTP_SLOTS_MAX)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
-        }
-    }
-
-    /// Adds `by` to a cell. The owner is the only writer of an exclusive recorder, so a
-    /// plain load and store cannot lose an update and costs no locked instruction.
-    #[inline]
-    fn bump(&self, cell: &AtomicU64, by: u64) {
-        if self.exclusive {
-            cell.store(
-                cell.load(Ordering::Relaxed).wrapping_add(by),
-                Ordering::Relaxed,
-            );
-        } else {
-            cell.fetch_add(by, Ordering::Relaxed);
-        }
-    }
-
-    #[inline]
-    fn observe_into(&self, histogram: &Histogram, value: u64) {
-        self.bump(&histogram.buckets[bucket_of(value)], 1);
-        self.bump(&histogram.sum, value);
-    }
-
-    /// Adds `by` to a counter (one increment of size `by`, as go-metrics' `IncrCounter`).
-    #[inline]
-    pub fn add(&self, counter: Counter, by: u64) {
-        if !FILTER.counters[counter as usize].load(Ordering::Relaxed) {
-            return;
-        }
-        let cell = &self.counters[counter as usize];
-        self.bump(&cell.count, 1);
-        self.bump(&cell.sum, by);
-    }
-
-    /// Records a duration in microseconds (displayed in milliseconds).
-    #[inline]
-    pub fn observe_micros(&self, sample: Sample, micros: u64) {
-        if !FILTER.samples[sample as usize].load(Ordering::Relaxed) {
-            return;
-        }
-        self.observe_into(&self.samples[sample as usize], micros);
-    }
-
-    /// Records a plain value (a count), kept in thousandths like every sample.
-    #[inline]
-    pub fn observe_value(&self, sample: Sample, value: u64) {
-        if !FILTER.samples[sample as usize].load(Ordering::Relaxed) {
-            return;
-        }
-        self.observe_into(&self.samples[sample as usize], value.saturating_mul(1000));
-    }
-
-    /// Records one `api.http` request of `micros` in the series `slot` (see
-    /// [`set_http_series`]).
-    #[inline]
-    pub fn observe_http(&self, slot: usize, micros: u64) {
-        if slot >= HTTP_SLOTS_MAX || !FILTER.api_http.load(Ordering::Relaxed) {
-            return;
-        }
-        let cell = &self.http[slot];
-        let mut histogram = cell.load(Ordering::Acquire);
-        if histogram.is_null() {
-            // Once per thread and series: the histogram is published for scrapes and
-            // lives as long as the process (recorders are never freed).
-            let fresh = Box::into_raw(Box::new(Histogram::new()));
-            match cell.compare_exchange(
-                std::ptr::null_mut(),
-                fresh,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => histogram = fresh,
-                Err(existing) => {
-                    // SAFETY: `fresh` was never shared; only the overflow recorder can
-                    // race here.
-                    drop(unsafe { Box::from_raw(fresh) });
-                    histogram = existing;
-                }
-            }
-        }
-        // SAFETY: a published histogram is never freed.
-        self.observe_into(unsafe { &*histogram }, micros);
-    }
-}
-
-struct Slot {
-    claimed: AtomicBool,
-    recorder: OnceLock<Box<Recorder>>,
-}
-
-/// Every recorder of the process. Slots are claimed by threads and released when they
-/// end; a released recorder keeps its counts for the next thread to continue.
-pub struct Registry {
-    slots: [Slot; RECORDERS_MAX],
-    overflow: OnceLock<Box<Recorder>>,
-}
-
-static REGISTRY: Registry = Registry {
-    slots: [const {
-        Slot {
-            claimed: AtomicBool::new(false),
-            recorder: OnceLock::new(),
-        }
-    }; RECORDERS_MAX],
-    overflow: OnceLock::new(),
-};
-
-/// A recorder for the calling thread: a free slot's (exclusive to the caller until
-/// [`release`]) or, when every slot is taken, the shared overflow recorder.
-pub fn claim() -> &'static Recorder {
-    for (index, slot) in REGISTRY.slots.iter().enumerate() {
-        if slot
-            .claimed
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            let recorder = slot
-                .recorder
-                .get_or_init(|| Box::new(Recorder::new(index, true)));
-            debug_assert_eq!(recorder.slot, index);
-            return recorder;
-        }
-    }
-    REGISTRY
-        .overflow
-        .get_or_init(|| Box::new(Recorder::new(RECORDERS_MAX, false)))
-}
-
-/// Gives a claimed recorder back (its thread is ending); its counts stay.
-pub fn release(recorder: &'static Recorder) {
-    if recorder.slot < RECORDERS_MAX {
-        let was = REGISTRY.slots[recorder.slot]
-            .claimed
-            .swap(false, Ordering::AcqRel);
-        debug_assert!(was, "a recorder released twice");
-    }
-}
-
-fn recorders() -> impl Iterator<Item = &'static Recorder> {
-    REGISTRY
-        .slots
-        .iter()
-        .filter_map(|slot| slot.recorder.get().map(|r| &**r))
-        .chain(REGISTRY.overflow.get().map(|r| &**r))
-}
-
-// ---------------------------------------------------------------------------------------
-// api.http series and the prefix filter: configured once at start.
-
-/// The `api.http` label pair of each slot: (method, path label).
-static HTTP_SERIES: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
-
-/// Names each `api.http` slot: `series[slot] = (method, path)`, where the path label is
-/// Consul's (the route's pattern without its leading `/`, `/` as `_`). Called once by the
-/// HTTP layer before requests are served; later calls keep the first table.
-pub fn set_http_series(series: Vec<(&'static str, String)>) {
-    assert!(
-        series.len() <= HTTP_SLOTS_MAX,
-        "{} api.http series, more than HTTP_SLOTS_MAX {HTTP_SLOTS_MAX}",
-        series.len()
-    );
-    let _ = HTTP_SERIES.set(series);
-}
-
-fn http_series() -> &'static [(&'static str, String)] {
-    HTTP_SERIES.get().map(Vec::as_slice).unwrap_or(&[])
-}
-
-/// Which metrics are recorded, from `telemetry.prefix_filter` and `filter_default`.
-struct Filter {
-    counters: [AtomicBool; Counter::COUNT],
-    samples: [AtomicBool; Sample::COUNT],
-    gauges: [AtomicBool; Gauge::COUNT],
-    api_http: AtomicBool,
-}
-
-static FILTER: Filter = Filter {
-    counters: [const { AtomicBool::new(true) }; Counter::COUNT],
-    samples: [const { AtomicBool::new(true) }; Sample::COUNT],
-    gauges: [const { AtomicBool::new(true) }; Gauge::COUNT],
-    api_http: AtomicBool::new(true),
-};
 
 /// go-metrics' prefix filter: the longest matching prefix of the full name (with the
 /// metrics prefix, and for gauges the host name) decides; without a match, `default`.
@@ -580,57 +322,57 @@ impl Naming {
     }
 }
 
-/// Applies the filter to what the recorders record (counters and samples are checked on
-/// the hot path by one relaxed load; gauges at scrape).
-pub fn configure_filter(naming: &Naming) {
-    for counter in Counter::ALL {
-        let allowed = naming
-            .filter
-            .allows(&naming.full_name(counter.def().name, false));
-        FILTER.counters[*counter as usize].store(allowed, Ordering::Relaxed);
+/// Which metrics the prefix filter lets through, decided once per name from a [`Naming`]:
+/// the recorders skip what is filtered out, and the renderings leave it out.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Enabled {
+    pub counters: [bool; Counter::COUNT],
+    pub samples: [bool; Sample::COUNT],
+    pub gauges: [bool; Gauge::COUNT],
+    pub api_http: bool,
+}
+
+impl Default for Enabled {
+    /// Everything, as go-metrics records before a filter is configured.
+    fn default() -> Self {
+        Enabled {
+            counters: [true; Counter::COUNT],
+            samples: [true; Sample::COUNT],
+            gauges: [true; Gauge::COUNT],
+            api_http: true,
+        }
     }
-    for sample in Sample::ALL {
-        let allowed = naming
-            .filter
-            .allows(&naming.full_name(sample.def().name, false));
-        FILTER.samples[*sample as usize].store(allowed, Ordering::Relaxed);
+}
+
+impl Enabled {
+    /// Counters and samples by their full name; gauges by theirs with the host name.
+    pub fn from_naming(naming: &Naming) -> Enabled {
+        let allows = |name: &str, gauge: bool| naming.filter.allows(&naming.full_name(name, gauge));
+        let mut enabled = Enabled::default();
+        for counter in Counter::ALL {
+            enabled.counters[*counter as usize] = allows(counter.def().name, false);
+        }
+        for sample in Sample::ALL {
+            enabled.samples[*sample as usize] = allows(sample.def().name, false);
+        }
+        for gauge in Gauge::ALL {
+            enabled.gauges[*gauge as usize] = allows(gauge.def().name, true);
+        }
+        enabled.api_http = allows(API_HTTP.name, false);
+        enabled
     }
-    for gauge in Gauge::ALL {
-        let allowed = naming
-            .filter
-            .allows(&naming.full_name(gauge.def().name, true));
-        FILTER.gauges[*gauge as usize].store(allowed, Ordering::Relaxed);
+
+    pub fn counter(&self, counter: Counter) -> bool {
+        self.counters[counter as usize]
     }
-    FILTER.api_http.store(
-        naming
-            .filter
-            .allows(&naming.full_name(API_HTTP.name, false)),
-        Ordering::Relaxed,
-    );
-}
 
-/// Whether a timer or sample is recorded (the prefix filter allows it).
-#[inline]
-pub fn sample_enabled(sample: Sample) -> bool {
-    FILTER.samples[sample as usize].load(Ordering::Relaxed)
-}
+    pub fn sample(&self, sample: Sample) -> bool {
+        self.samples[sample as usize]
+    }
 
-/// Whether `api.http` is recorded.
-#[inline]
-pub fn http_enabled() -> bool {
-    FILTER.api_http.load(Ordering::Relaxed)
-}
-
-fn gauge_allowed(gauge: Gauge) -> bool {
-    FILTER.gauges[gauge as usize].load(Ordering::Relaxed)
-}
-
-fn counter_allowed(counter: Counter) -> bool {
-    FILTER.counters[counter as usize].load(Ordering::Relaxed)
-}
-
-fn sample_allowed(sample: Sample) -> bool {
-    FILTER.samples[sample as usize].load(Ordering::Relaxed)
+    pub fn gauge(&self, gauge: Gauge) -> bool {
+        self.gauges[gauge as usize]
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -646,7 +388,7 @@ pub struct HistSnapshot {
 }
 
 impl HistSnapshot {
-    fn merge(&mut self, other: &HistSnapshot) {
+    pub fn merge(&mut self, other: &HistSnapshot) {
         self.count += other.count;
         self.sum = self.sum.wrapping_add(other.sum);
         let mut merged = Vec::with_capacity(self.buckets.len() + other.buckets.len());
@@ -759,43 +501,21 @@ impl HistSnapshot {
     }
 }
 
-/// Every recorder merged: counters as (increments, total), histograms by slot.
+/// Every recorder merged: counters as (increments, total), histograms by slot, with what
+/// the renderings need to print them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     pub counters: Vec<(u64, u64)>,
     pub samples: Vec<Option<HistSnapshot>>,
     /// By `api.http` slot.
     pub http: Vec<Option<HistSnapshot>>,
+    /// The `api.http` label pair of each slot: (method, path label).
+    pub http_series: &'static [(&'static str, String)],
+    /// What the prefix filter lets through when the snapshot was taken.
+    pub enabled: Enabled,
 }
 
 impl Snapshot {
-    /// Merges every recorder of the process.
-    pub fn take() -> Snapshot {
-        let series = http_series().len();
-        let mut snapshot = Snapshot {
-            counters: vec![(0, 0); Counter::COUNT],
-            samples: vec![None; Sample::COUNT],
-            http: vec![None; series],
-        };
-        for recorder in recorders() {
-            for (total, cell) in snapshot.counters.iter_mut().zip(recorder.counters.iter()) {
-                total.0 += cell.count.load(Ordering::Relaxed);
-                total.1 = total.1.wrapping_add(cell.sum.load(Ordering::Relaxed));
-            }
-            for (total, histogram) in snapshot.samples.iter_mut().zip(recorder.samples.iter()) {
-                merge_into(total, histogram.read());
-            }
-            for (slot, total) in snapshot.http.iter_mut().enumerate() {
-                let histogram = recorder.http[slot].load(Ordering::Acquire);
-                if !histogram.is_null() {
-                    // SAFETY: a published histogram is never freed.
-                    merge_into(total, unsafe { &*histogram }.read());
-                }
-            }
-        }
-        snapshot
-    }
-
     /// What happened between `earlier` and this snapshot.
     pub fn since(&self, earlier: &Snapshot) -> Snapshot {
         let diff = |now: &Option<HistSnapshot>, then: Option<&Option<HistSnapshot>>| match (
@@ -807,6 +527,8 @@ impl Snapshot {
             (None, _) => None,
         };
         Snapshot {
+            http_series: self.http_series,
+            enabled: self.enabled,
             counters: self
                 .counters
                 .iter()
@@ -840,7 +562,8 @@ impl Snapshot {
     }
 }
 
-fn merge_into(total: &mut Option<HistSnapshot>, part: Option<HistSnapshot>) {
+/// Adds `part` to a running merge.
+pub fn merge_into(total: &mut Option<HistSnapshot>, part: Option<HistSnapshot>) {
     match (total.as_mut(), part) {
         (Some(total), Some(part)) => total.merge(&part),
         (None, Some(part)) => *total = Some(part),
@@ -1049,7 +772,7 @@ pub fn summary_json(
 ) -> serde_json::Value {
     let mut gauges_out: Vec<(String, serde_json::Value)> = gauges
         .iter()
-        .filter(|g| gauge_allowed(g.gauge))
+        .filter(|g| interval.enabled.gauge(g.gauge))
         .map(|g| {
             let name = naming.full_name(g.gauge.def().name, true);
             let key = format!("{name}{:?}", g.labels);
@@ -1065,7 +788,7 @@ pub fn summary_json(
     let mut counters = Vec::new();
     for counter in Counter::ALL {
         let (count, total) = interval.counter(*counter);
-        if count == 0 || !counter_allowed(*counter) {
+        if count == 0 || !interval.enabled.counter(*counter) {
             continue;
         }
         let def = counter.def();
@@ -1085,7 +808,7 @@ pub fn summary_json(
         let Some(h) = interval.sample(*sample) else {
             continue;
         };
-        if !sample_allowed(*sample) {
+        if !interval.enabled.sample(*sample) {
             continue;
         }
         let def = sample.def();
@@ -1100,7 +823,7 @@ pub fn summary_json(
             &node_labels(def, naming),
         ));
     }
-    let series = http_series();
+    let series = interval.http_series;
     for (slot, h) in interval.http.iter().enumerate() {
         let (Some(h), Some((method, path))) = (h, series.get(slot)) else {
             continue;
@@ -1218,7 +941,7 @@ pub fn render_prometheus(
     };
     let mut gauges_by_name: Vec<(String, &GaugeValue)> = gauges
         .iter()
-        .filter(|g| gauge_allowed(g.gauge))
+        .filter(|g| total.enabled.gauge(g.gauge))
         .map(|g| {
             (
                 prometheus_name(&naming.full_name(g.gauge.def().name, true)),
@@ -1238,7 +961,7 @@ pub fn render_prometheus(
         let _ = writeln!(out, " {}", prometheus_value(g.value));
     }
     for counter in Counter::ALL {
-        if !counter_allowed(*counter) {
+        if !total.enabled.counter(*counter) {
             continue;
         }
         let def = counter.def();
@@ -1249,7 +972,7 @@ pub fn render_prometheus(
         let _ = writeln!(out, " {}", total.counter(*counter).1);
     }
     for sample in Sample::ALL {
-        if !sample_allowed(*sample) {
+        if !total.enabled.sample(*sample) {
             continue;
         }
         let def = sample.def();
@@ -1263,7 +986,7 @@ pub fn render_prometheus(
             total.sample(*sample),
         );
     }
-    let series = http_series();
+    let series = total.http_series;
     let name = prometheus_name(&naming.full_name(API_HTTP.name, false));
     let mut wrote_header = false;
     for (slot, h) in total.http.iter().enumerate() {
@@ -1337,7 +1060,10 @@ pub fn statsd_lines(
             }
             text
         };
-    for g in gauges.iter().filter(|g| gauge_allowed(g.gauge)) {
+    for g in gauges
+        .iter()
+        .filter(|g| since_last_flush.enabled.gauge(g.gauge))
+    {
         if g.value.is_finite() {
             let name = naming.full_name(g.gauge.def().name, true);
             lines.push(line(&name, g.value, "g", None, &g.labels));
@@ -1345,7 +1071,7 @@ pub fn statsd_lines(
     }
     for counter in Counter::ALL {
         let (count, total) = since_last_flush.counter(*counter);
-        if count == 0 || !counter_allowed(*counter) {
+        if count == 0 || !since_last_flush.enabled.counter(*counter) {
             continue;
         }
         let def = counter.def();
@@ -1366,7 +1092,10 @@ pub fn statsd_lines(
         }
     };
     for sample in Sample::ALL {
-        if let (Some(h), true) = (since_last_flush.sample(*sample), sample_allowed(*sample)) {
+        if let (Some(h), true) = (
+            since_last_flush.sample(*sample),
+            since_last_flush.enabled.sample(*sample),
+        ) {
             let def = sample.def();
             timings(
                 &naming.full_name(def.name, false),
@@ -1375,7 +1104,7 @@ pub fn statsd_lines(
             );
         }
     }
-    let series = http_series();
+    let series = since_last_flush.http_series;
     for (slot, h) in since_last_flush.http.iter().enumerate() {
         if let (Some(h), Some((method, path))) = (h, series.get(slot)) {
             timings(
@@ -1433,13 +1162,17 @@ mod tests {
         assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
     }
 
+    /// The histogram a recorder would hold after observing `values`.
     fn hist_of(values: &[u64]) -> HistSnapshot {
-        let histogram = Histogram::new();
+        let mut buckets = std::collections::BTreeMap::<u16, u64>::new();
         for v in values {
-            histogram.buckets[bucket_of(*v)].fetch_add(1, Ordering::Relaxed);
-            histogram.sum.fetch_add(*v, Ordering::Relaxed);
+            *buckets.entry(bucket_of(*v) as u16).or_default() += 1;
         }
-        histogram.read().unwrap()
+        HistSnapshot {
+            count: values.len() as u64,
+            sum: values.iter().sum(),
+            buckets: buckets.into_iter().collect(),
+        }
     }
 
     #[test]
@@ -1467,30 +1200,6 @@ mod tests {
         assert_eq!(both.count, 5);
         assert_eq!(both.since(&a), b);
         assert_eq!(both.since(&both).count, 0);
-    }
-
-    #[test]
-    fn a_claimed_recorder_counts_and_is_merged_by_a_snapshot() {
-        let recorder = claim();
-        let before = Snapshot::take();
-        recorder.add(Counter::SerfQueries, 3);
-        recorder.observe_micros(Sample::LeaderReconcile, 1500);
-        recorder.observe_value(Sample::RaftLeaderDispatchNumLogs, 4);
-        let after = Snapshot::take();
-        let diff = after.since(&before);
-        assert_eq!(diff.counter(Counter::SerfQueries), (1, 3));
-        let reconcile = diff.sample(Sample::LeaderReconcile).unwrap();
-        assert_eq!((reconcile.count, reconcile.sum), (1, 1500));
-        assert_eq!(
-            diff.sample(Sample::RaftLeaderDispatchNumLogs).unwrap().sum,
-            4000
-        );
-        release(recorder);
-        // A released recorder keeps its counts.
-        assert_eq!(
-            Snapshot::take().since(&after).counter(Counter::SerfQueries),
-            (0, 0)
-        );
     }
 
     #[test]
@@ -1545,7 +1254,7 @@ mod tests {
         let mut s = Snapshot {
             counters: vec![(0, 0); Counter::COUNT],
             samples: vec![None; Sample::COUNT],
-            http: Vec::new(),
+            ..Snapshot::default()
         };
         s.counters[Counter::RaftApply as usize] = counter;
         if !reconcile.is_empty() {

@@ -14,6 +14,15 @@
 //! - membership changes are single-server, one uncommitted at a time, effective on append;
 //! - the leader lease (check-quorum) rests on followers refusing ordinary candidates for an
 //!   election timeout after hearing from the leader, including right after a restart.
+//!
+//! Assertions: every public input is a seam. Across each one the durable promises only move
+//! forward (the term never goes back, the vote never changes within a term, the commit and
+//! applied indexes never decrease, the entry at the commit index is never replaced), and
+//! [`RaftCore::ready`], where effects leave, checks the whole state against
+//! `check_invariants` (commit never past the last index, a follower's match never above the
+//! leader's last index, at most one configuration change of this leader in flight, ...),
+//! scanning at most `INVARIANT_SCAN_MAX` items of each collection so its cost stays bounded.
+//! They are `debug_assert!`s, kept by the `ci` profile the simulator runs under.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -55,6 +64,23 @@ struct IncomingSnapshot {
     meta: SnapshotMeta,
     total_bytes: u64,
     received_bytes: u64,
+}
+
+/// The most items of each collection (peers, configurations, pending reads) one
+/// `check_invariants` pass looks at: it runs at every `ready`, so its cost must not grow
+/// with a long log or a deep read queue.
+const INVARIANT_SCAN_MAX: usize = 64;
+
+/// What a seam compares across one input: the durable promises and the entry at the commit
+/// index, none of which any input may take back.
+#[derive(Clone, Copy, Debug)]
+struct SeamState {
+    term: Term,
+    vote: Option<NodeId>,
+    committed: LogIndex,
+    committed_term: Option<Term>,
+    applied: LogIndex,
+    snapshot_index: LogIndex,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -264,6 +290,12 @@ impl RaftCore {
     /// Advances timers: elections for followers and candidates, heartbeats, check-quorum
     /// and transfer timeouts for leaders. Call it at least every heartbeat interval / 2.
     pub fn tick(&mut self, now: Millis) {
+        let before = self.seam_state();
+        self.tick_timers(now);
+        self.assert_seam(before);
+    }
+
+    fn tick_timers(&mut self, now: Millis) {
         self.set_now(now);
         if self.role == Role::Leader {
             self.tick_leader();
@@ -281,6 +313,12 @@ impl RaftCore {
 
     /// Handles one message from peer `from`.
     pub fn step(&mut self, now: Millis, from: NodeId, message: Message) {
+        let before = self.seam_state();
+        self.step_message(now, from, message);
+        self.assert_seam(before);
+    }
+
+    fn step_message(&mut self, now: Millis, from: NodeId, message: Message) {
         self.set_now(now);
         if from == self.id || from == 0 {
             self.messages_dropped += 1;
@@ -439,6 +477,8 @@ impl RaftCore {
             });
         }
         let index = self.append_as_leader(EntryKind::Normal, data);
+        debug_assert_eq!(index, self.log.last_index());
+        debug_assert_eq!(self.log.term(index), Some(self.term));
         Ok((index, self.term))
     }
 
@@ -465,6 +505,10 @@ impl RaftCore {
         } else {
             self.start_read(context);
         }
+        debug_assert!(
+            self.reads_pending.len() + self.reads_awaiting_term_commit.len()
+                <= self.config.read_requests_pending_max
+        );
         Ok(())
     }
 
@@ -486,6 +530,8 @@ impl RaftCore {
             return None;
         }
         let acked = self.quorum_value(Some(Millis::MAX), |pr| pr.acked_sent_at)?;
+        // Only our own `sent_at`s are echoed, and only those not from the future.
+        debug_assert!(acked <= self.now || acked == Millis::MAX);
         Some(acked.saturating_add(self.config.lease_ms))
     }
 
@@ -537,6 +583,7 @@ impl RaftCore {
                 "{target} is not a voter"
             )));
         }
+        debug_assert!(target != self.id && self.progress.contains_key(&target));
         self.transfer = Some(Transfer {
             to: target,
             deadline: self.now + self.config.election_timeout_ms,
@@ -618,7 +665,9 @@ impl RaftCore {
         if next.members.len() > MEMBERS_MAX {
             return invalid(format!("more than {MEMBERS_MAX} members"));
         }
+        debug_assert!(next.voter_count() > 0, "a change left no voter");
         let index = self.append_as_leader(EntryKind::Membership, next.encode());
+        debug_assert_eq!(self.membership_index(), index);
         Ok(index)
     }
 
@@ -663,6 +712,8 @@ impl RaftCore {
                 .unwrap_or(0);
             self.configs.drain(..keep_from);
         }
+        debug_assert!(self.configs.first().is_some_and(|(at, _)| *at <= index));
+        debug_assert!(self.log.first_index() <= self.log.applied + 1);
     }
 
     /// The metadata for a snapshot of the store at `applied_index`: its term and the
@@ -702,6 +753,8 @@ impl RaftCore {
 
     /// Collects everything the driver must do now. See [`Ready`] for the order.
     pub fn ready(&mut self) -> Ready {
+        self.check_invariants();
+        let handed_out_before = self.hard_state_handed_out;
         if self.role == Role::Leader {
             self.flush_leader_messages();
         }
@@ -735,6 +788,34 @@ impl RaftCore {
         if snapshot_wanted {
             self.snapshot_wanted_reported = true;
         }
+        // What reaches the disk: a term that never goes back, one vote per term.
+        if let Some(hard_state) = hard_state {
+            debug_assert!(
+                hard_state.term >= handed_out_before.term,
+                "the term went back"
+            );
+            debug_assert!(
+                hard_state.term > handed_out_before.term
+                    || handed_out_before.vote.is_none()
+                    || hard_state.vote == handed_out_before.vote,
+                "the vote changed within term {}",
+                hard_state.term
+            );
+            debug_assert!(hard_state.commit >= handed_out_before.commit);
+        }
+        // Entries handed out follow one another, and none is from a term not yet reached.
+        debug_assert!(entries
+            .windows(2)
+            .all(|pair| pair[1].index == pair[0].index + 1 && pair[1].term >= pair[0].term));
+        debug_assert!(entries.last().is_none_or(|e| e.term <= self.term));
+        // Entries to apply are committed, durable and contiguous.
+        debug_assert!(committed
+            .last()
+            .is_none_or(|e| e.index <= self.log.committed && e.index <= self.log.persisted));
+        debug_assert!(committed
+            .windows(2)
+            .all(|pair| pair[1].index == pair[0].index + 1));
+        self.check_invariants();
         Ready {
             hard_state,
             truncate_from,
@@ -755,6 +836,14 @@ impl RaftCore {
 
     /// Reports what the driver did with one or more Readys.
     pub fn advance(&mut self, now: Millis, done: ReadyDone) {
+        let before = self.seam_state();
+        self.advance_reported(now, done);
+        debug_assert!(self.log.persisted <= self.log.handed_out);
+        debug_assert!(self.log.applied <= self.log.committed_handed_out);
+        self.assert_seam(before);
+    }
+
+    fn advance_reported(&mut self, now: Millis, done: ReadyDone) {
         self.set_now(now);
         if let Some(index) = done.snapshot_restored {
             if self.snapshot_restore_pending == Some(index) {
@@ -791,6 +880,12 @@ impl RaftCore {
         read: LogRead,
         entries: Result<Vec<Entry>, String>,
     ) {
+        let before = self.seam_state();
+        self.take_log_read(now, read, entries);
+        self.assert_seam(before);
+    }
+
+    fn take_log_read(&mut self, now: Millis, read: LogRead, entries: Result<Vec<Entry>, String>) {
         self.set_now(now);
         if self.role != Role::Leader {
             return;
@@ -938,6 +1033,160 @@ impl RaftCore {
         self.messages_dropped
     }
 
+    // ----- internals: assertions --------------------------------------------------------
+
+    fn seam_state(&self) -> SeamState {
+        SeamState {
+            term: self.term,
+            vote: self.vote,
+            committed: self.log.committed,
+            committed_term: self.log.term(self.log.committed),
+            applied: self.log.applied,
+            snapshot_index: self.log.snapshot.last_index,
+        }
+    }
+
+    /// What no input may take back: checked at the end of every public input.
+    fn assert_seam(&self, before: SeamState) {
+        debug_assert!(self.term >= before.term, "the term went back");
+        debug_assert!(
+            self.term > before.term || before.vote.is_none() || self.vote == before.vote,
+            "the vote changed within term {}: {:?} then {:?}",
+            self.term,
+            before.vote,
+            self.vote
+        );
+        debug_assert!(
+            self.log.committed >= before.committed,
+            "the commit went back"
+        );
+        // The committed entry is never replaced; it may only leave the log by compaction.
+        debug_assert!(
+            before.committed_term.is_none()
+                || self
+                    .log
+                    .term(before.committed)
+                    .is_none_or(|term| Some(term) == before.committed_term),
+            "the entry at commit index {} was overwritten",
+            before.committed
+        );
+        debug_assert!(
+            self.log.applied >= before.applied,
+            "the applied index went back"
+        );
+        debug_assert!(self.log.snapshot.last_index >= before.snapshot_index);
+    }
+
+    /// The whole state's invariants, checked where effects leave (`ready`). Each scan looks
+    /// at no more than [`INVARIANT_SCAN_MAX`] items.
+    fn check_invariants(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        let log = &self.log;
+        let last = log.last_index();
+        // The log's indexes in their order: snapshot ≤ applied ≤ handed to apply ≤ commit ≤
+        // last, and durable ≤ handed to the driver ≤ last.
+        debug_assert!(
+            log.committed <= last,
+            "commit {} past the last index {last}",
+            log.committed
+        );
+        debug_assert!(log.snapshot.last_index <= log.committed);
+        debug_assert!(log.applied <= log.committed_handed_out);
+        debug_assert!(log.committed_handed_out <= log.committed);
+        debug_assert!(log.committed_handed_out <= log.persisted);
+        debug_assert!(log.persisted <= log.handed_out && log.handed_out <= last);
+        debug_assert!(
+            log.last_term() <= self.term,
+            "an entry from a term not reached"
+        );
+        debug_assert!(self.hard_state_handed_out.term <= self.term);
+        debug_assert!(
+            self.snapshot_restore_pending
+                .is_none_or(|index| index <= log.committed),
+            "a snapshot to restore beyond the commit index"
+        );
+        debug_assert!(self
+            .snapshot_data
+            .as_ref()
+            .is_none_or(|(meta, _)| meta.last_index <= log.snapshot.last_index));
+        debug_assert!(self
+            .incoming_snapshot
+            .as_ref()
+            .is_none_or(|s| s.received_bytes <= s.total_bytes));
+
+        // Configurations: one at least, in strictly increasing log order, none past the
+        // last index.
+        debug_assert!(!self.configs.is_empty());
+        let configs_scanned = self.configs.len().min(INVARIANT_SCAN_MAX);
+        let recent_configs = &self.configs[self.configs.len() - configs_scanned..];
+        debug_assert!(recent_configs.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        debug_assert!(self.membership_index() <= last);
+
+        // Votes are counted only while campaigning; the vote of a candidate is its own.
+        match self.role {
+            Role::PreCandidate => debug_assert_eq!(self.leader, None),
+            Role::Candidate => {
+                debug_assert_eq!(self.leader, None);
+                debug_assert_eq!(self.vote, Some(self.id));
+            }
+            Role::Follower | Role::Leader => debug_assert!(self.votes.is_empty()),
+        }
+
+        if self.role != Role::Leader {
+            // A leader's state goes with its leadership.
+            debug_assert!(self.progress.is_empty());
+            debug_assert!(self.transfer.is_none());
+            debug_assert!(self.reads_pending.is_empty());
+            debug_assert!(self.reads_awaiting_term_commit.is_empty());
+            debug_assert_eq!(self.term_start_index, 0);
+            return;
+        }
+        // A leader voted for itself in its term and never for another.
+        debug_assert_eq!(self.vote, Some(self.id), "a leader that voted for another");
+        debug_assert_eq!(self.leader, Some(self.id));
+        debug_assert!(self.term_start_index > 0 && self.term_start_index <= last);
+        debug_assert!(log
+            .term(self.term_start_index)
+            .is_none_or(|term| term == self.term));
+        debug_assert!(self.progress.len() <= MEMBERS_MAX);
+        for (id, pr) in self.progress.iter().take(INVARIANT_SCAN_MAX) {
+            debug_assert!(*id != self.id, "a leader tracking itself");
+            debug_assert!(
+                self.membership().contains(*id),
+                "progress for non-member {id}"
+            );
+            debug_assert!(
+                pr.match_index <= last,
+                "peer {id}'s match {} above the last index {last}",
+                pr.match_index
+            );
+            debug_assert!(pr.match_index < pr.next_index && pr.next_index <= last + 1);
+            debug_assert!(pr.inflight.back().is_none_or(|&index| index <= last));
+        }
+        // At most one configuration change of this leader's in flight: it proposes the next
+        // only once the last is committed.
+        let uncommitted_own = recent_configs
+            .iter()
+            .filter(|(at, _)| *at >= self.term_start_index && *at > log.committed)
+            .count();
+        debug_assert!(
+            uncommitted_own <= 1,
+            "{uncommitted_own} configuration changes in flight"
+        );
+        debug_assert!(self
+            .transfer
+            .as_ref()
+            .is_none_or(|t| t.to != self.id && self.membership().is_voter(t.to)));
+        let mut previous_seq = 0;
+        for read in self.reads_pending.iter().take(INVARIANT_SCAN_MAX) {
+            debug_assert!(read.index <= log.committed && read.index >= self.term_start_index);
+            debug_assert!(read.seq >= previous_seq && read.seq <= self.read_seq);
+            previous_seq = read.seq;
+        }
+    }
+
     // ----- internals: roles -------------------------------------------------------------
 
     fn set_now(&mut self, now: Millis) {
@@ -1019,10 +1268,13 @@ impl RaftCore {
             .collect();
         // Descending; `None` sorts lowest.
         values.sort_unstable_by(|a, b| b.cmp(a));
+        debug_assert!(quorum <= values.len(), "a quorum larger than the voters");
         values[quorum - 1]
     }
 
     fn become_follower(&mut self, term: Term, leader: Option<NodeId>) {
+        debug_assert!(term >= self.term, "following a term behind our own");
+        debug_assert!(leader != Some(self.id));
         if term > self.term {
             self.term = term;
             self.vote = None;
@@ -1037,6 +1289,7 @@ impl RaftCore {
     }
 
     fn abandon_leadership(&mut self) {
+        debug_assert_eq!(self.role, Role::Leader);
         self.progress.clear();
         self.transfer = None;
         self.broadcast_pending = false;
@@ -1061,6 +1314,7 @@ impl RaftCore {
     }
 
     fn become_pre_candidate(&mut self) {
+        debug_assert!(self.role != Role::Leader && self.may_campaign());
         self.role = Role::PreCandidate;
         self.leader = None;
         self.votes.clear();
@@ -1089,6 +1343,10 @@ impl RaftCore {
     }
 
     fn become_candidate(&mut self, leadership_transfer: bool) {
+        debug_assert!(
+            self.may_campaign(),
+            "a server that may not campaign campaigns"
+        );
         if self.role == Role::Leader {
             self.abandon_leadership();
         }
@@ -1144,6 +1402,9 @@ impl RaftCore {
     }
 
     fn become_leader(&mut self) {
+        debug_assert_eq!(self.role, Role::Candidate, "leading without an election");
+        debug_assert_eq!(self.vote, Some(self.id));
+        debug_assert_eq!(self.tally_votes(), VoteTally::Won);
         self.role = Role::Leader;
         self.leader = Some(self.id);
         self.votes.clear();
@@ -1164,10 +1425,12 @@ impl RaftCore {
         self.heartbeat_deadline = self.now + self.config.heartbeat_interval_ms;
         self.check_quorum_deadline = self.now + self.config.election_timeout_ms;
         self.term_start_index = self.append_entry(EntryKind::Noop, Bytes::new());
+        debug_assert!(self.term_start_index > self.log.committed);
         self.broadcast_pending = true;
     }
 
     fn tick_leader(&mut self) {
+        debug_assert_eq!(self.role, Role::Leader);
         if self.config.check_quorum && self.now >= self.check_quorum_deadline {
             let membership = self.membership();
             let active = membership
@@ -1234,6 +1497,12 @@ impl RaftCore {
                 && (self.vote == Some(from) || (self.vote.is_none() && self.leader.is_none()))
         };
         if granted && !pre_vote {
+            // A leader or candidate voted for itself in this term; it never votes again.
+            debug_assert!(self.role == Role::Follower || self.role == Role::PreCandidate);
+            debug_assert!(
+                self.vote.is_none_or(|v| v == from),
+                "a second vote in one term"
+            );
             self.vote = Some(from);
             self.reset_election_deadline();
         }
@@ -1253,6 +1522,7 @@ impl RaftCore {
         if !counts {
             return;
         }
+        debug_assert!(from != self.id);
         self.votes.insert(from, granted);
         match self.tally_votes() {
             VoteTally::Won if self.role == Role::PreCandidate => self.become_candidate(false),
@@ -1369,6 +1639,8 @@ impl RaftCore {
                 if new_commit > self.log.committed {
                     self.log.committed = new_commit;
                 }
+                debug_assert!(self.log.committed <= self.log.last_index());
+                debug_assert!(last_new <= self.log.last_index());
                 (last_new, None)
             }
         };
@@ -1397,10 +1669,16 @@ impl RaftCore {
             return true;
         };
         let first_new = entries[start].index;
+        debug_assert!(
+            first_new <= self.log.last_index() + 1,
+            "a gap in the follower's log"
+        );
         if first_new <= self.log.last_index() {
             if first_new <= self.log.committed {
                 return false;
             }
+            // Only uncommitted entries are ever replaced.
+            debug_assert!(first_new > self.log.committed);
             self.log.truncate_from(first_new);
             self.configs.retain(|(at, _)| *at < first_new);
             debug_assert!(!self.configs.is_empty());
@@ -1415,6 +1693,10 @@ impl RaftCore {
     }
 
     fn push_config(&mut self, index: LogIndex, data: &[u8]) {
+        debug_assert!(
+            self.membership_index() < index,
+            "configurations out of log order"
+        );
         let membership = match Membership::decode(data) {
             Ok(membership) => membership,
             Err(_) => {
@@ -1509,6 +1791,7 @@ impl RaftCore {
             return;
         }
         let incoming = self.incoming_snapshot.take().expect("set above");
+        debug_assert_eq!(incoming.received_bytes, incoming.total_bytes);
         self.install_snapshot(incoming.meta);
         self.send_after_persist(from, respond(total_bytes, false, true));
     }
@@ -1523,6 +1806,7 @@ impl RaftCore {
             }
             return;
         }
+        debug_assert!(meta.last_index > self.log.committed && meta.last_term <= self.term);
         self.log.install_snapshot(meta.clone());
         self.configs = vec![(meta.last_index, meta.membership.clone())];
         self.snapshot_restore_pending = Some(meta.last_index);
@@ -1552,6 +1836,11 @@ impl RaftCore {
     }
 
     fn append_entry(&mut self, kind: EntryKind, data: Bytes) -> LogIndex {
+        debug_assert_eq!(
+            self.role,
+            Role::Leader,
+            "only a leader appends its own entries"
+        );
         let index = self.log.last_index() + 1;
         if kind == EntryKind::Membership {
             self.push_config(index, &data);
@@ -1566,6 +1855,11 @@ impl RaftCore {
     }
 
     fn append_as_leader(&mut self, kind: EntryKind, data: Bytes) -> LogIndex {
+        // One configuration change in flight at most: the last must be committed.
+        debug_assert!(
+            kind != EntryKind::Membership || self.membership_index() <= self.log.committed,
+            "a second configuration change in flight"
+        );
         let index = self.append_entry(kind, data);
         if kind == EntryKind::Membership {
             self.on_leader_membership_changed();
@@ -1586,6 +1880,10 @@ impl RaftCore {
         }
         let membership = self.membership().clone();
         self.progress.retain(|id, _| membership.contains(*id));
+        debug_assert_eq!(
+            self.progress.len() + usize::from(membership.contains(self.id)),
+            membership.members.len()
+        );
         if self
             .transfer
             .as_ref()
@@ -1607,6 +1905,10 @@ impl RaftCore {
         };
         // Only entries of our own term are committed by counting (Raft §5.4.2).
         if index > self.log.committed && self.log.term(index) == Some(self.term) {
+            debug_assert!(
+                index <= self.log.last_index(),
+                "committing past the last index"
+            );
             self.log.committed = index;
             self.on_commit_advanced();
         }
@@ -1626,6 +1928,7 @@ impl RaftCore {
 
     /// Our removal committed: hand over to the most up-to-date voter and step down.
     fn step_down_after_removal(&mut self) {
+        debug_assert!(!self.is_voter() && self.membership_index() <= self.log.committed);
         let last = self.log.last_index();
         let successor = self
             .membership()
@@ -1647,6 +1950,7 @@ impl RaftCore {
     }
 
     fn start_read(&mut self, context: u64) {
+        debug_assert!(self.role == Role::Leader && self.log.committed >= self.term_start_index);
         let membership = self.membership();
         if self.is_voter() && membership.voter_count() == 1 {
             self.out_read_states.push(ReadState {
@@ -1676,6 +1980,7 @@ impl RaftCore {
         };
         while self.reads_pending.front().is_some_and(|r| r.seq <= acked) {
             let read = self.reads_pending.pop_front().expect("checked");
+            debug_assert!(read.index <= self.log.committed);
             self.out_read_states.push(ReadState {
                 context: read.context,
                 index: read.index,
@@ -1721,6 +2026,7 @@ impl RaftCore {
                     return;
                 }
                 let moved = pr.update_match(match_index, now);
+                debug_assert!(pr.match_index <= last && pr.next_index > pr.match_index);
                 match pr.state {
                     ReplicationState::Probe => pr.become_replicate(now),
                     ReplicationState::Snapshot => {
@@ -1759,6 +2065,7 @@ impl RaftCore {
                     };
                     pr.next_index = hinted.min(reject.prev_index).max(pr.match_index + 1);
                     pr.become_probe();
+                    debug_assert!(pr.next_index <= last + 1);
                     self.send_appends(from);
                 }
             }
@@ -1790,6 +2097,7 @@ impl RaftCore {
         if done && snapshot_last_index <= last {
             // The follower durably holds everything through the snapshot.
             let moved = pr.update_match(snapshot_last_index, now);
+            debug_assert!(pr.match_index <= last);
             if current || pr.state == ReplicationState::Probe {
                 pr.become_replicate(now);
             }
@@ -1841,6 +2149,7 @@ impl RaftCore {
         {
             return false;
         }
+        debug_assert!(self.membership().is_voter(to), "TimeoutNow to a non-voter");
         self.send(to, Message::TimeoutNow { term: self.term });
         if let Some(transfer) = &mut self.transfer {
             transfer.timeout_now_sent = true;
@@ -2017,7 +2326,11 @@ impl RaftCore {
     /// true if more might follow.
     fn send_entries(&mut self, to: NodeId, entries: Vec<Entry>) -> bool {
         let next = self.progress[&to].next_index;
+        debug_assert_eq!(self.role, Role::Leader);
         debug_assert!(entries.first().is_none_or(|e| e.index == next));
+        debug_assert!(entries
+            .last()
+            .is_none_or(|e| e.index <= self.log.last_index()));
         let prev_term = self
             .log
             .term(next - 1)
@@ -2074,6 +2387,10 @@ impl RaftCore {
             self.snapshot_wanted = true;
             return;
         };
+        debug_assert!(
+            meta.last_index <= self.log.committed,
+            "sending an uncommitted snapshot"
+        );
         let now = self.now;
         let Some(pr) = self.progress.get_mut(&to) else {
             return;

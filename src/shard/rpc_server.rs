@@ -37,7 +37,7 @@ use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::rpc_typed;
 pub use crate::shard::rpc_typed::{TypedAnswer, TypedCall, TypedCalls};
 use crate::shard::runtime::{RaftInput, Shard};
-use crate::shard::telemetry::{self, Counter};
+use crate::telemetry::{self, Counter};
 use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
 use bytes::{Bytes, BytesMut};

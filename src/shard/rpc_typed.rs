@@ -20,7 +20,7 @@
 use crate::proto::msgpack_rpc::{decode_request_header, encode_response, MessageReader};
 use crate::proto::yamux::{Event, Role, Session};
 use crate::shard::runtime::Shard;
-use crate::shard::telemetry::{self, Counter};
+use crate::telemetry::{self, Counter};
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};

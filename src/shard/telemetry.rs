@@ -1,84 +1,9 @@
-//! The per-thread half of telemetry: every thread that records a metric owns one recorder
-//! of the process-wide registry (`consul::metrics`), claimed the first time it records and
-//! given back when the thread ends (its counts stay for the next thread to continue). The
-//! functions here are what the hot paths call: a thread-local lookup, a flag check and a
-//! relaxed load and store of the thread's own counters. No lock, no allocation.
-//!
-//! Durations are measured by the callers with the monotonic clock; `timing` tells whether a
-//! timer is recorded at all, so a path can skip reading the clock when it is filtered out.
+//! What the raft thread measures around the pure replica (`RaftMetrics`): the timings and
+//! state transitions hashicorp/raft reports, recorded into this thread's recorder
+//! (`crate::telemetry`).
 
-use crate::consul::metrics::{self, Recorder};
-// Re-exported for the layers that record but may not name `consul` (DNS).
-pub use crate::consul::metrics::{Counter, Sample};
+use crate::telemetry::{incr, observe, observe_since, observe_value, timing, Counter, Sample};
 use std::time::{Duration, Instant};
-
-/// This thread's recorder, released when the thread ends.
-struct Local(&'static Recorder);
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        metrics::release(self.0);
-    }
-}
-
-thread_local! {
-    static LOCAL: Local = Local(metrics::claim());
-}
-
-/// Runs `record` with this thread's recorder. A thread that is being torn down records
-/// nothing.
-#[inline]
-fn with(record: impl FnOnce(&Recorder)) {
-    let _ = LOCAL.try_with(|local| record(local.0));
-}
-
-/// Bumps a counter by one.
-#[inline]
-pub fn incr(counter: Counter) {
-    with(|r| r.add(counter, 1));
-}
-
-/// Adds `by` to a counter (bytes sent, operations in a batch).
-#[inline]
-pub fn add(counter: Counter, by: u64) {
-    with(|r| r.add(counter, by));
-}
-
-/// Records a duration for a timer.
-#[inline]
-pub fn observe(sample: Sample, elapsed: Duration) {
-    with(|r| r.observe_micros(sample, elapsed.as_micros() as u64));
-}
-
-/// Records the time since `started` for a timer.
-#[inline]
-pub fn observe_since(sample: Sample, started: Instant) {
-    observe(sample, started.elapsed());
-}
-
-/// Records a plain value (a count) for a sample.
-#[inline]
-pub fn observe_value(sample: Sample, value: u64) {
-    with(|r| r.observe_value(sample, value));
-}
-
-/// Records one HTTP request in the `api.http` series `slot`.
-#[inline]
-pub fn observe_http(slot: usize, elapsed: Duration) {
-    with(|r| r.observe_http(slot, elapsed.as_micros() as u64));
-}
-
-/// Whether a timer is recorded: callers skip reading the clock for a filtered one.
-#[inline]
-pub fn timing(sample: Sample) -> bool {
-    metrics::sample_enabled(sample)
-}
-
-/// Whether `api.http` is recorded.
-#[inline]
-pub fn http_timing() -> bool {
-    metrics::http_enabled()
-}
 
 /// Leader appends whose commit is still awaited, for `raft.commitTime`; beyond this the
 /// oldest are forgotten (their commit goes untimed).

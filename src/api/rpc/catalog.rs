@@ -82,7 +82,7 @@ pub async fn register(server: &Server, call: &TypedCall) -> Answer {
     if let Some(authz) = &authz {
         check_registration(ctx, &registration, authz).map_err(|e| error_text(&e))?;
     }
-    crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
+    crate::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
     let command = Command::Catalog(CatalogOp::Register(Box::new(registration)));
     written(propose(server, command).await?)
 }
@@ -102,7 +102,7 @@ pub async fn deregister(server: &Server, call: &TypedCall) -> Answer {
         check_deregister(server.context(), request.node, request.service_id, authz)
             .map_err(|e| error_text(&e))?;
     }
-    crate::shard::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
+    crate::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
     let command = Command::Catalog(CatalogOp::Deregister {
         node: request.node.to_string(),
         service_id: request.service_id.to_string(),

@@ -432,7 +432,7 @@ pub async fn read(
         }
         ReadPlan::Local => {}
     }
-    crate::shard::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
+    crate::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
     let deadline_ms = wait.map(|wait| {
         let wait_ms = wait.as_millis() as u64;
         let jitter_ms = wait_ms / BLOCKING_JITTER_FRACTION as u64;
