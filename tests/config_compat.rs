@@ -708,8 +708,9 @@ fn agent_self_reports_the_running_configuration() {
     assert_eq!(debug["DNSUDPAnswerLimit"], 5);
     assert_eq!(debug["KVMaxValueSize"], 4096);
     assert_eq!(debug["NodeMeta"]["rack"], "r9");
-    assert_eq!(debug["GRPCPort"], -1, "no gRPC server listens on 28512");
-    assert!(self_.get("xDS").is_none(), "{self_}");
+    // The gRPC server listens on the configured port, so tools are told where.
+    assert_eq!(debug["GRPCPort"], 28512, "{debug}");
+    assert_eq!(self_["xDS"]["Port"], 28512, "{self_}");
 
     // A server of a cluster to be: the settings that differ from -dev.
     let data = TempDir::new("self-server");

@@ -103,6 +103,10 @@ const NOT_JSON: &[(&str, &str)] = &[
         praetor::api::connect::SIGN_PATH,
         "internal: an agent's certificate request",
     ),
+    (
+        praetor::api::connect::SIGN_INTERMEDIATE_PATH,
+        "internal: a secondary datacenter's intermediate certificate request",
+    ),
 ];
 
 fn route_text(path: Path) -> &'static str {
