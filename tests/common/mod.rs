@@ -675,3 +675,46 @@ pub fn coordinate_at(x: f64) -> serde_json::Value {
         "Height": 0.00001
     })
 }
+
+/// An echo server on `addr`, one thread per connection, for the proxies' tests.
+pub fn echo_server(addr: SocketAddr) {
+    let listener = std::net::TcpListener::bind(addr).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 16 * 1024];
+                loop {
+                    match stream.read(&mut buffer) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if stream.write_all(&buffer[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Sends `message` through `addr` and reads the echo: `Ok(echo)`, or why not.
+pub fn round_trip(addr: SocketAddr, message: &[u8]) -> Result<Vec<u8>, String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    stream.write_all(message).map_err(|e| e.to_string())?;
+    let mut echo = vec![0u8; message.len()];
+    let mut read = 0;
+    while read < echo.len() {
+        match stream.read(&mut echo[read..]) {
+            Ok(0) => return Err(format!("closed after {read} bytes")),
+            Ok(n) => read += n,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(echo)
+}
