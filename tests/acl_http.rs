@@ -600,6 +600,37 @@ fn a_token_id_written_in_upper_case_is_kept_and_found_in_any_case() {
     assert_eq!(own.status, 200, "{}", own.text());
     let body: Value = serde_json::from_slice(&own.body).unwrap();
     assert_eq!(body["AccessorID"], json!(accessor));
+    // The secret, a UUID, authenticates in any case too, and is answered as written.
+    let own = call(
+        &agent,
+        "GET",
+        "/v1/acl/token/self",
+        b"",
+        Some(&secret.to_lowercase()),
+    );
+    assert_eq!(own.status, 200, "{}", own.text());
+    let body: Value = serde_json::from_slice(&own.body).unwrap();
+    assert_eq!(body["SecretID"], json!(secret));
+    // A second token may not take the same secret in another case.
+    let taken = call(
+        &agent,
+        "PUT",
+        "/v1/acl/token",
+        json!({"SecretID": secret.to_lowercase()})
+            .to_string()
+            .as_bytes(),
+        Some(MANAGEMENT),
+    );
+    // Consul's RPC error, which its HTTP API answers with a 500.
+    assert_eq!(
+        (
+            taken.status,
+            taken.text().contains("SecretID is already in use")
+        ),
+        (500, true),
+        "{}",
+        taken.text()
+    );
 
     let deleted = call(
         &agent,

@@ -387,7 +387,8 @@ fn check_new_token_id(acl: &AclTables, field: &str, id: &str) -> ApplyResult {
     if !is_uuid(id) {
         return Err(format!("Invalid Token: {field} - not a valid UUID"));
     }
-    let in_use = acl.tokens.contains_key(&*id.to_lowercase()) || acl.token_secrets.contains_key(id);
+    let in_use = acl.tokens.contains_key(&*id.to_lowercase())
+        || acl.token_secrets.contains_key(&*super::secret_key(id));
     if in_use {
         return Err(format!("Invalid Token: {field} is already in use"));
     }
@@ -813,7 +814,9 @@ fn bootstrap(
     }
     let acl = &tables.acl;
     let accessor_taken = acl.tokens.contains_key(&*accessor_id.to_lowercase());
-    let secret_taken = acl.token_secrets.contains_key(secret_id);
+    let secret_taken = acl
+        .token_secrets
+        .contains_key(&*super::secret_key(secret_id));
     if accessor_id.is_empty() || secret_id.is_empty() || accessor_taken || secret_taken {
         return Err("failed inserting bootstrap token: token IDs are missing or in use".into());
     }
@@ -836,7 +839,11 @@ fn initial_management(
     if secret_id.is_empty() {
         return Err("acl.tokens.initial_management is empty".to_string());
     }
-    if tables.acl.token_secrets.contains_key(secret_id) {
+    if tables
+        .acl
+        .token_secrets
+        .contains_key(&*super::secret_key(secret_id))
+    {
         return Ok(());
     }
     let description = builtin::INITIAL_MANAGEMENT_TOKEN_DESCRIPTION;
@@ -1027,7 +1034,7 @@ fn logout(
     let Some(token) = tables
         .acl
         .token_secrets
-        .get(secret_id)
+        .get(&*super::secret_key(secret_id))
         .and_then(|a| tables.acl.tokens.get(a))
     else {
         return Err("ACL not found".to_string());

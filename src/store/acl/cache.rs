@@ -210,11 +210,14 @@ impl AuthorizerCache {
         secret_id: &str,
         now_unix_ns: i64,
     ) -> Result<Resolved, ResolveError> {
-        let secret = if secret_id.is_empty() {
+        // Entries are filed under the secret's key (a UUID in lower case), as the store files
+        // them: a secret written in another case finds the same entry.
+        let secret = super::secret_key(if secret_id.is_empty() {
             builtin::ANONYMOUS_TOKEN_SECRET_ID
         } else {
             secret_id
-        };
+        });
+        let secret = &*secret;
         if let Some(entry) = self.tokens.get_mut(secret) {
             self.stats.hits += 1;
             entry.referenced = true;
@@ -262,7 +265,7 @@ impl AuthorizerCache {
         // The shard's own copies, not the store row's `Arc`s: every hit clones them, and the
         // row's counts are shared by every shard resolving the same token (one cache line
         // bouncing between cores on each request).
-        let secret: Arc<str> = Arc::from(&*token.secret_id);
+        let secret: Arc<str> = Arc::from(&*super::secret_key(&token.secret_id));
         let resolved = Resolved {
             accessor_id: Arc::from(&*token.accessor_id),
             secret_id: secret.clone(),

@@ -12,7 +12,7 @@
 //!   `jwt.rs` and `login.rs`: the `jwt` auth method and binding rules.
 //!
 //! Invariants:
-//! - `token_secrets[t.secret_id] == t.accessor_id` for every token `t`, and nothing else is
+//! - `token_secrets[secret_key(t.secret_id)] == t.accessor_id` for every token `t`, and nothing else is
 //!   in `token_secrets`; the same holds for `policy_names`, `role_names` (folded names) and the
 //!   link indexes (`tokens_by_policy`, `tokens_by_role`, `tokens_by_auth_method`,
 //!   `roles_by_policy`, `binding_rules_by_method`) and `token_expiry`.
@@ -303,8 +303,28 @@ pub fn token_by_accessor<'a>(tables: &'a Tables, accessor_id: &str) -> Option<&'
 }
 
 pub fn token_by_secret<'a>(tables: &'a Tables, secret_id: &str) -> Option<&'a Arc<Token>> {
-    let accessor = tables.acl.token_secrets.get(secret_id)?;
+    let accessor = tables.acl.token_secrets.get(&*secret_key(secret_id))?;
     tables.acl.tokens.get(accessor)
+}
+
+/// The key a SecretID is filed and found under in `token_secrets`: a UUID in lower case, as
+/// Consul's UUID index matches one written in any case; any other secret (an initial
+/// management token need not be a UUID) exactly as written. The row keeps the secret as its
+/// creator wrote it.
+pub fn secret_key(secret_id: &str) -> std::borrow::Cow<'_, str> {
+    if secret_id.bytes().any(|b| b.is_ascii_uppercase()) && is_uuid(secret_id) {
+        std::borrow::Cow::Owned(secret_id.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(secret_id)
+    }
+}
+
+/// [`secret_key`] for a row's own secret, sharing its `Arc` when it is already the key.
+fn secret_key_of(secret_id: &Arc<str>) -> Arc<str> {
+    match secret_key(secret_id) {
+        std::borrow::Cow::Borrowed(_) => secret_id.clone(),
+        std::borrow::Cow::Owned(folded) => Arc::from(folded),
+    }
 }
 
 /// Which tokens a list returns (`/v1/acl/tokens?policy=&role=&authmethod=`).
@@ -500,7 +520,7 @@ impl AclTables {
         let accessor = token.accessor_id.clone();
         self.remove_token_row(&accessor);
         self.token_secrets
-            .insert(token.secret_id.clone(), accessor.clone());
+            .insert(secret_key_of(&token.secret_id), accessor.clone());
         for policy in &token.policies {
             link(&mut self.tokens_by_policy, policy, &accessor);
         }
@@ -523,7 +543,7 @@ impl AclTables {
     /// Removes a token row and its index entries; returns it.
     fn remove_token_row(&mut self, accessor: &Arc<str>) -> Option<Arc<Token>> {
         let token = self.tokens.remove(accessor)?;
-        let removed = self.token_secrets.remove(&token.secret_id);
+        let removed = self.token_secrets.remove(&*secret_key(&token.secret_id));
         debug_assert_eq!(removed.as_deref(), Some(&*token.accessor_id));
         for policy in &token.policies {
             unlink(&mut self.tokens_by_policy, policy, accessor);
@@ -608,7 +628,7 @@ impl AclTables {
             if &token.accessor_id != accessor {
                 return Err(format!("token {accessor} filed under the wrong key"));
             }
-            if self.token_secrets.get(&token.secret_id) != Some(accessor) {
+            if self.token_secrets.get(&*secret_key(&token.secret_id)) != Some(accessor) {
                 return Err(format!("token {accessor} missing from token_secrets"));
             }
             for policy in &token.policies {
