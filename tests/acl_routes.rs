@@ -73,39 +73,6 @@ fn case(
     }
 }
 
-/// A PEM public key made by openssl, for a `jwt` auth method.
-fn public_key_pem() -> String {
-    let dir = common::TempDir::new("acl-routes-key");
-    let private = dir.path().join("key.pem");
-    let public = dir.path().join("key.pub.pem");
-    for args in [
-        vec![
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            private.to_str().unwrap(),
-        ],
-        vec![
-            "pkey",
-            "-in",
-            private.to_str().unwrap(),
-            "-pubout",
-            "-out",
-            public.to_str().unwrap(),
-        ],
-    ] {
-        let status = std::process::Command::new("openssl")
-            .args(&args)
-            .status()
-            .expect("openssl runs");
-        assert!(status.success(), "openssl {args:?}");
-    }
-    std::fs::read_to_string(public).unwrap()
-}
-
 fn management(agent: &Agent, method: &str, path: &str, body: Value) -> Value {
     as_token(agent, MANAGEMENT, method, path, body)
 }
@@ -328,7 +295,7 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
         &agent,
         "PUT",
         "/v1/acl/auth-method",
-        json!({"Name": "m1", "Type": "jwt", "Config": {"JWTValidationPubKeys": [public_key_pem()]}}),
+        json!({"Name": "m1", "Type": "jwt", "Config": {"JWTValidationPubKeys": [common::jwt_public_key_pem()]}}),
     );
     let rule_id = management(
         &agent,

@@ -153,7 +153,7 @@ fn every_json_write_refuses_unknown_fields_and_wrong_types_as_consul_does() {
         ),
     ]);
     agent_support_wait(&agent);
-    let key = public_key_pem();
+    let key = common::jwt_public_key_pem();
 
     // Objects the by-ID writes address.
     let policy = must(&agent, "PUT", "/v1/acl/policy", json!({"Name": "p1"}));
@@ -769,37 +769,4 @@ fn agent_support_wait(agent: &Agent) {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-}
-
-/// A JWT validation key, so the auth methods are valid.
-fn public_key_pem() -> String {
-    let dir = common::TempDir::new("http-bodies-key");
-    let private = dir.path().join("key.pem");
-    let public = dir.path().join("key.pub.pem");
-    for args in [
-        vec![
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            private.to_str().unwrap(),
-        ],
-        vec![
-            "pkey",
-            "-in",
-            private.to_str().unwrap(),
-            "-pubout",
-            "-out",
-            public.to_str().unwrap(),
-        ],
-    ] {
-        let status = std::process::Command::new("openssl")
-            .args(&args)
-            .status()
-            .expect("openssl runs");
-        assert!(status.success(), "openssl {args:?}");
-    }
-    std::fs::read_to_string(public).unwrap()
 }

@@ -718,3 +718,36 @@ pub fn round_trip(addr: SocketAddr, message: &[u8]) -> Result<Vec<u8>, String> {
     }
     Ok(echo)
 }
+
+/// A PEM public key (EC P-256) made by openssl, for a `jwt` auth method's validation key.
+pub fn jwt_public_key_pem() -> String {
+    let dir = TempDir::new("jwt-key");
+    let private = dir.path().join("key.pem");
+    let public = dir.path().join("key.pub.pem");
+    for args in [
+        vec![
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            private.to_str().unwrap(),
+        ],
+        vec![
+            "pkey",
+            "-in",
+            private.to_str().unwrap(),
+            "-pubout",
+            "-out",
+            public.to_str().unwrap(),
+        ],
+    ] {
+        let status = std::process::Command::new("openssl")
+            .args(&args)
+            .status()
+            .expect("openssl runs");
+        assert!(status.success(), "openssl {args:?}");
+    }
+    std::fs::read_to_string(public).unwrap()
+}
