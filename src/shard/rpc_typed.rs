@@ -315,6 +315,9 @@ pub async fn serve_yamux<C: TypedCalls>(
         // The writer gave up (a client that stopped reading) or the keepalive failed:
         // nothing read now could be answered.
         if !matches!(result, Ok(n) if n > 0) || mux.borrow().over {
+            if let Err(error) = result {
+                log::debug!("rpc: yamux session with {peer} ended reading: {error}");
+            }
             break;
         }
         let received = mux.borrow_mut().session.receive(&mut input, &mut events);

@@ -15,6 +15,7 @@ Usage:
 Exits non-zero with a message on the first thing that is not as Consul answers it.
 """
 
+import select
 import socket
 import ssl
 import struct
@@ -134,10 +135,26 @@ class Yamux:
         self.write(yamux_header(YAMUX_WINDOW_UPDATE, SYN, stream.id, 0))
         return stream
 
+    def receive_some(self, n):
+        """Up to n bytes. OpenSSL forbids reading and writing one TLS connection from two
+        threads at once (a TLS 1.3 session ticket read here while a call is written there
+        corrupts the connection), so every read takes the write lock, without blocking:
+        the bytes a reader would wait for may only come after the next call is written."""
+        while True:
+            select.select([self.sock], [], [], 0.05)
+            with self.lock:
+                self.sock.setblocking(False)
+                try:
+                    return self.sock.recv(n)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    pass
+                finally:
+                    self.sock.setblocking(True)
+
     def read_exactly(self, n):
         data = b""
         while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
+            chunk = self.receive_some(n - len(data))
             if not chunk:
                 raise ConnectionError("session closed")
             data += chunk
