@@ -52,4 +52,5 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
-cargo test --profile ci --workspace
+# Every crate runs even after a failure, so one run reports every failing test.
+cargo test --profile ci --workspace --no-fail-fast
