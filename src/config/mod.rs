@@ -30,12 +30,26 @@ pub mod reload;
 
 pub mod watches;
 
-use crate::proto::duration::parse_go_duration;
-use crate::proto::hcl;
+mod autopilot;
+pub mod dns;
+mod sources;
+mod values;
+
+pub use autopilot::AutopilotConfig;
+use dns::dns_config_from;
+pub use dns::{
+    parse_recursor, DnsConfig, RecursorStrategy, SoaConfig, DNS_MAX_STALE_DEFAULT,
+    DNS_RECURSORS_MAX, DNS_RECURSOR_PORT_DEFAULT, DNS_RECURSOR_TIMEOUT_DEFAULT,
+    DNS_UDP_ANSWER_LIMIT_DEFAULT,
+};
+pub use sources::{check_documents, merge, parse_document, ConfigFormat, ConfigSources};
+use sources::{config_dir_files, read_config_file};
+use values::{get_bool, get_duration, get_i64, get_string, get_strings, parse_ip};
+
 use schema::not_acted_on;
 use serde_json::{Map, Value};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Consul's default `raft_snapshot_threshold`, in applied entries.
@@ -55,8 +69,6 @@ const RAFT_LOG_CACHE_BYTES_MAX: i64 = 1 << 40;
 pub const KV_MAX_VALUE_SIZE_DEFAULT: usize = 512 * 1024;
 /// Consul's default `txn_max_req_len`: 512 KiB.
 pub const TXN_MAX_REQ_LEN_DEFAULT: usize = 512 * 1024;
-/// Largest config file praetor reads.
-const CONFIG_FILE_BYTES_MAX: u64 = 16 << 20;
 
 /// The gRPC port of a `-dev` agent (Consul's).
 pub const DEV_GRPC_PORT: i32 = 8502;
@@ -204,165 +216,6 @@ fn guess_private_address() -> Option<IpAddr> {
     (!ip.is_unspecified()).then_some(ip)
 }
 
-/// Keys whose list values concatenate across sources instead of replacing.
-const APPEND_KEYS: &[&str] = &[
-    "services",
-    "checks",
-    "retry_join",
-    "start_join",
-    "recursors",
-    "retry_join_wan",
-    "watches",
-];
-
-/// Deep-merges `overlay` into `base`.
-pub fn merge(base: &mut Map<String, Value>, overlay: Map<String, Value>) {
-    for (key, value) in overlay {
-        // Consul accepts both `service {…}` and `services [...]`; fold singular forms.
-        let (key, value) = match key.as_str() {
-            "service" => ("services".to_string(), as_list(value)),
-            "check" => ("checks".to_string(), as_list(value)),
-            _ => (key, value),
-        };
-        match (base.get_mut(&key), value) {
-            (Some(Value::Object(existing)), Value::Object(incoming)) => merge(existing, incoming),
-            (Some(Value::Array(existing)), Value::Array(incoming))
-                if APPEND_KEYS.contains(&key.as_str()) =>
-            {
-                existing.extend(incoming)
-            }
-            (_, value) => {
-                base.insert(key, value);
-            }
-        }
-    }
-}
-
-fn as_list(value: Value) -> Value {
-    match value {
-        Value::Array(_) => value,
-        other => Value::Array(vec![other]),
-    }
-}
-
-/// Parses one config document; `hcl` selects the syntax. Every key is checked against the
-/// key table here, so the error names the document as well as the key path, as Consul's does
-/// (`failed to parse agent.hcl: 'ports.http' expected type 'int', …`); the document comes
-/// back with its keys in their canonical spelling.
-pub fn parse_document(text: &str, hcl: bool, origin: &str) -> Result<Map<String, Value>, String> {
-    let mut map = if hcl {
-        hcl::parse(text).map_err(|e| format!("failed to parse {origin}: {e}"))?
-    } else {
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) => {
-                return Err(format!(
-                    "failed to parse {origin}: the top level must be an object"
-                ))
-            }
-            Err(e) => return Err(format!("failed to parse {origin}: invalid JSON: {e}")),
-        }
-    };
-    let syntax = if hcl {
-        schema::Syntax::Hcl
-    } else {
-        schema::Syntax::Json
-    };
-    schema::check_document(&mut map, syntax)
-        .map_err(|e| format!("failed to parse {origin}: {e}"))?;
-    Ok(map)
-}
-
-fn read_config_file(
-    path: &Path,
-    format: Option<ConfigFormat>,
-) -> Result<Map<String, Value>, String> {
-    let metadata = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-    if metadata.len() > CONFIG_FILE_BYTES_MAX {
-        return Err(format!(
-            "config file {} exceeds {CONFIG_FILE_BYTES_MAX} bytes",
-            path.display()
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-    let hcl = match format {
-        Some(format) => format == ConfigFormat::Hcl,
-        None => path.extension().is_some_and(|e| e == "hcl"),
-    };
-    parse_document(&text, hcl, &path.display().to_string())
-}
-
-/// Files of a config directory that Consul would load, in lexical order: those ending in
-/// `.json` or `.hcl`, or every file when `-config-format` names the format.
-fn config_dir_files(dir: &Path, format: Option<ConfigFormat>) -> Result<Vec<PathBuf>, String> {
-    let mut files = Vec::new();
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read config dir {}: {e}", dir.display()))?;
-    for entry in entries {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let loadable =
-            format.is_some() || path.extension().is_some_and(|e| e == "json" || e == "hcl");
-        if path.is_file() && loadable {
-            files.push(path);
-        }
-    }
-    files.sort();
-    Ok(files)
-}
-
-/// Command-line inputs to [`build`], already parsed by the CLI.
-#[derive(Clone, Debug, Default)]
-pub struct ConfigSources {
-    pub dev: bool,
-    pub config_files: Vec<PathBuf>,
-    pub config_dirs: Vec<PathBuf>,
-    pub hcl_snippets: Vec<String>,
-    /// Flag values as a config object (e.g. `-http-port 1` becomes `{"ports":{"http":1}}`).
-    pub flags: Map<String, Value>,
-    /// `-config-format`: read every config file in this format, whatever its extension.
-    pub config_format: Option<ConfigFormat>,
-}
-
-/// The syntax `-config-format` forces on config files.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfigFormat {
-    Json,
-    Hcl,
-}
-
-impl ConfigFormat {
-    /// Consul's values and its message for any other.
-    pub fn parse(text: &str) -> Result<ConfigFormat, String> {
-        match text {
-            "json" => Ok(ConfigFormat::Json),
-            "hcl" => Ok(ConfigFormat::Hcl),
-            _ => Err("-config-format must be either 'hcl' or 'json'".to_string()),
-        }
-    }
-}
-
-/// Reads every config file the sources name, each on its own, and returns one line per
-/// file that cannot be read or parsed (`praetor validate` reports them all, where a start
-/// stops at the first).
-pub fn check_documents(sources: &ConfigSources) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut files = sources.config_files.clone();
-    for dir in &sources.config_dirs {
-        match config_dir_files(dir, sources.config_format) {
-            Ok(found) => files.extend(found),
-            Err(e) => problems.push(e),
-        }
-    }
-    for file in files {
-        if let Err(e) = read_config_file(&file, sources.config_format) {
-            problems.push(e);
-        }
-    }
-    problems
-}
-
 /// Merges every source and extracts the typed configuration.
 pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
     let mut merged = Map::new();
@@ -400,65 +253,6 @@ pub fn build(sources: &ConfigSources) -> Result<AgentConfig, String> {
     config.warnings.splice(0..0, deprecations);
     config.sources = sources.clone();
     Ok(config)
-}
-
-fn get_bool(map: &Map<String, Value>, key: &str) -> Result<Option<bool>, String> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
-        Some(other) => Err(format!("{key}: expected a boolean, got {other}")),
-    }
-}
-
-fn get_i64(map: &Map<String, Value>, key: &str) -> Result<Option<i64>, String> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
-                    .map(|f| f as i64)
-            })
-            .map(Some)
-            .ok_or_else(|| format!("{key}: expected an integer, got {n}")),
-        Some(Value::String(s)) => s
-            .parse()
-            .map(Some)
-            .map_err(|_| format!("{key}: expected an integer, got {s:?}")),
-        Some(other) => Err(format!("{key}: expected an integer, got {other}")),
-    }
-}
-
-fn get_string(map: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("{key}: expected a string, got {other}")),
-    }
-}
-
-fn get_strings(map: &Map<String, Value>, key: &str) -> Result<Vec<String>, String> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![s.clone()]),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| format!("{key}: expected a list of strings"))
-            })
-            .collect(),
-        Some(other) => Err(format!("{key}: expected a list of strings, got {other}")),
-    }
-}
-
-fn parse_ip(key: &str, text: &str) -> Result<IpAddr, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("{key}: {text:?} is not an IP address"))
 }
 
 /// This machine's host name (the default node name; gauges carry it in their names).
@@ -855,53 +649,6 @@ impl IpNetwork {
     }
 }
 
-/// Consul's `autopilot` block, with Consul's defaults: what the first leader writes as the
-/// replicated autopilot configuration (`store::autopilot`), which autopilot then follows.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AutopilotConfig {
-    pub cleanup_dead_servers: bool,
-    pub last_contact_threshold: Duration,
-    pub max_trailing_logs: u64,
-    pub min_quorum: u32,
-    pub server_stabilization_time: Duration,
-    pub redundancy_zone_tag: String,
-    pub disable_upgrade_migration: bool,
-    pub upgrade_version_tag: String,
-}
-
-impl Default for AutopilotConfig {
-    fn default() -> Self {
-        AutopilotConfig {
-            cleanup_dead_servers: true,
-            last_contact_threshold: Duration::from_millis(200),
-            max_trailing_logs: 250,
-            min_quorum: 0,
-            server_stabilization_time: Duration::from_secs(10),
-            redundancy_zone_tag: String::new(),
-            disable_upgrade_migration: false,
-            upgrade_version_tag: String::new(),
-        }
-    }
-}
-
-impl AutopilotConfig {
-    /// The replicated form the first leader writes (durations in nanoseconds, no indexes).
-    pub fn to_replicated(&self) -> crate::store::autopilot::AutopilotConfig {
-        crate::store::autopilot::AutopilotConfig {
-            cleanup_dead_servers: self.cleanup_dead_servers,
-            last_contact_threshold_ns: self.last_contact_threshold.as_nanos() as i64,
-            max_trailing_logs: self.max_trailing_logs,
-            min_quorum: self.min_quorum,
-            server_stabilization_time_ns: self.server_stabilization_time.as_nanos() as i64,
-            redundancy_zone_tag: self.redundancy_zone_tag.clone(),
-            disable_upgrade_migration: self.disable_upgrade_migration,
-            upgrade_version_tag: self.upgrade_version_tag.clone(),
-            create_index: 0,
-            modify_index: 0,
-        }
-    }
-}
-
 /// Consul's default `limits.http_max_conns_per_client`.
 pub const HTTP_MAX_CONNS_PER_CLIENT_DEFAULT: u32 = 200;
 /// Consul's default `limits.rpc_max_burst`.
@@ -1100,299 +847,11 @@ fn pending_settings(
     })
 }
 
-/// Consul's default `dns_config.udp_answer_limit`.
-pub const DNS_UDP_ANSWER_LIMIT_DEFAULT: usize = 3;
-/// Consul's default `dns_config.max_stale`: 87600h (ten years, i.e. effectively unbounded).
-pub const DNS_MAX_STALE_DEFAULT: Duration = Duration::from_secs(87_600 * 3600);
-/// Consul's default `dns_config.recursor_timeout`.
-pub const DNS_RECURSOR_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
-/// Port assumed for a recursor given without one.
-pub const DNS_RECURSOR_PORT_DEFAULT: u16 = 53;
-/// Most recursors praetor accepts; more would only lengthen the worst-case failover.
-pub const DNS_RECURSORS_MAX: usize = 16;
-
-/// Consul's `dns_config.soa` block.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SoaConfig {
-    pub refresh_seconds: u32,
-    pub retry_seconds: u32,
-    pub expire_seconds: u32,
-    pub min_ttl_seconds: u32,
-}
-
-/// How recursors are tried: in order, or starting from a random one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecursorStrategy {
-    Sequential,
-    Random,
-}
-
-/// The DNS interface's configuration, with Consul's defaults.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DnsConfig {
-    /// The domain answered authoritatively, lowercase, without the trailing dot ("consul").
-    pub domain: String,
-    /// A second domain answered like `domain` (`alt_domain`), if any.
-    pub alt_domain: Option<String>,
-    /// Upstream servers for names outside the domains, tried per `recursor_strategy`.
-    pub recursors: Vec<SocketAddr>,
-    pub recursor_strategy: RecursorStrategy,
-    pub recursor_timeout: Duration,
-    pub allow_stale: bool,
-    pub max_stale: Duration,
-    pub node_ttl: Duration,
-    /// `service_ttl`: exact service names, and prefixes (keys ending in `*`, stored without it).
-    pub service_ttl_exact: Vec<(String, Duration)>,
-    pub service_ttl_prefix: Vec<(String, Duration)>,
-    pub udp_answer_limit: usize,
-    /// Most A/AAAA answers per service lookup (0: no limit).
-    pub a_record_limit: usize,
-    pub enable_truncate: bool,
-    pub only_passing: bool,
-    pub enable_additional_node_meta_txt: bool,
-    pub soa: SoaConfig,
-    /// The top-level `translate_wan_addrs`: answers about another datacenter's nodes use
-    /// their `wan` tagged addresses.
-    pub translate_wan_addrs: bool,
-}
-
-impl Default for DnsConfig {
-    fn default() -> Self {
-        DnsConfig {
-            domain: "consul".to_string(),
-            alt_domain: None,
-            recursors: Vec::new(),
-            recursor_strategy: RecursorStrategy::Sequential,
-            recursor_timeout: DNS_RECURSOR_TIMEOUT_DEFAULT,
-            allow_stale: true,
-            max_stale: DNS_MAX_STALE_DEFAULT,
-            node_ttl: Duration::ZERO,
-            service_ttl_exact: Vec::new(),
-            service_ttl_prefix: Vec::new(),
-            udp_answer_limit: DNS_UDP_ANSWER_LIMIT_DEFAULT,
-            a_record_limit: 0,
-            enable_truncate: false,
-            only_passing: false,
-            enable_additional_node_meta_txt: true,
-            soa: SoaConfig {
-                refresh_seconds: 3600,
-                retry_seconds: 600,
-                expire_seconds: 86_400,
-                min_ttl_seconds: 0,
-            },
-            translate_wan_addrs: false,
-        }
-    }
-}
-
-impl DnsConfig {
-    /// The TTL for a service: an exact `service_ttl` key wins, then the longest matching
-    /// `prefix*` key (`*` alone matches everything), else 0.
-    pub fn service_ttl(&self, service: &str) -> Duration {
-        if let Some((_, ttl)) = self
-            .service_ttl_exact
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(service))
-        {
-            return *ttl;
-        }
-        self.service_ttl_prefix
-            .iter()
-            .filter(|(prefix, _)| {
-                service.len() >= prefix.len()
-                    && service.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
-            })
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, ttl)| *ttl)
-            .unwrap_or(Duration::ZERO)
-    }
-}
-
-fn get_duration(map: &Map<String, Value>, key: &str) -> Result<Option<Duration>, String> {
-    match map.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => parse_go_duration(text)
-            .map(Some)
-            .map_err(|e| format!("{key}: {}", e.0)),
-        // A bare number is seconds, as Consul's HCL decoder reads it.
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .map(|s| Some(Duration::from_secs(s)))
-            .ok_or_else(|| format!("{key}: expected a duration, got {n}")),
-        Some(other) => Err(format!("{key}: expected a duration, got {other}")),
-    }
-}
-
-fn get_u32(map: &Map<String, Value>, key: &str) -> Result<Option<u32>, String> {
-    match get_i64(map, key)? {
-        None => Ok(None),
-        Some(v) => u32::try_from(v)
-            .map(Some)
-            .map_err(|_| format!("{key}: {v} is out of range")),
-    }
-}
-
-/// Normalizes a domain: lowercase, no leading or trailing dot, valid labels.
-fn normalize_domain(key: &str, text: &str) -> Result<String, String> {
-    let domain = text.trim().trim_matches('.').to_ascii_lowercase();
-    if domain.is_empty() {
-        return Err(format!("{key}: must not be empty or the root"));
-    }
-    crate::proto::dns::WireName::from_dotted(&domain)
-        .map_err(|_| format!("{key}: {text:?} is not a valid domain name"))?;
-    Ok(domain)
-}
-
-/// Parses a recursor address: `ip`, `ip:port`, `[ipv6]:port` or a bare IPv6 address.
-pub fn parse_recursor(text: &str) -> Result<SocketAddr, String> {
-    let text = text.trim();
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    if let Ok(ip) = text
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<IpAddr>()
-    {
-        return Ok(SocketAddr::new(ip, DNS_RECURSOR_PORT_DEFAULT));
-    }
-    Err(format!(
-        "recursors: {text:?} is not an IP address with an optional port"
-    ))
-}
-
-fn dns_config_from(raw: &Map<String, Value>) -> Result<DnsConfig, String> {
-    let mut config = DnsConfig {
-        translate_wan_addrs: get_bool(raw, "translate_wan_addrs")?.unwrap_or(false),
-        ..DnsConfig::default()
-    };
-    if let Some(domain) = get_string(raw, "domain")? {
-        config.domain = normalize_domain("domain", &domain)?;
-    }
-    if let Some(alt) = get_string(raw, "alt_domain")? {
-        if !alt.trim().trim_matches('.').is_empty() {
-            let alt = normalize_domain("alt_domain", &alt)?;
-            if alt == config.domain {
-                return Err("alt_domain: must differ from domain".to_string());
-            }
-            config.alt_domain = Some(alt);
-        }
-    }
-    let empty = Map::new();
-    let section = match raw.get("dns_config") {
-        None | Some(Value::Null) => &empty,
-        Some(Value::Object(map)) => map,
-        Some(other) => return Err(format!("dns_config: expected an object, got {other}")),
-    };
-    let recursors = get_strings(raw, "recursors")?;
-    if recursors.len() > DNS_RECURSORS_MAX {
-        return Err(format!(
-            "recursors: at most {DNS_RECURSORS_MAX} are supported, got {}",
-            recursors.len()
-        ));
-    }
-    config.recursors = recursors
-        .iter()
-        .map(|r| parse_recursor(r))
-        .collect::<Result<_, _>>()?;
-    let prefixed = |key: &str| format!("dns_config.{key}");
-    let wrap = |e: String| format!("dns_config.{e}");
-    if let Some(v) = get_bool(section, "allow_stale").map_err(wrap)? {
-        config.allow_stale = v;
-    }
-    if let Some(v) = get_duration(section, "max_stale").map_err(wrap)? {
-        config.max_stale = v;
-    }
-    if let Some(v) = get_duration(section, "node_ttl").map_err(wrap)? {
-        config.node_ttl = v;
-    }
-    if let Some(v) = get_duration(section, "recursor_timeout").map_err(wrap)? {
-        if v.is_zero() {
-            return Err(format!(
-                "{}: must be positive",
-                prefixed("recursor_timeout")
-            ));
-        }
-        config.recursor_timeout = v;
-    }
-    if let Some(strategy) = get_string(section, "recursor_strategy").map_err(wrap)? {
-        config.recursor_strategy = match strategy.as_str() {
-            "sequential" | "" => RecursorStrategy::Sequential,
-            "random" => RecursorStrategy::Random,
-            other => {
-                return Err(format!(
-                    "{}: {other:?} is not sequential or random",
-                    prefixed("recursor_strategy")
-                ))
-            }
-        };
-    }
-    match section.get("service_ttl") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(ttls)) => {
-            for key in ttls.keys() {
-                let ttl = get_duration(ttls, key)
-                    .map_err(|e| format!("dns_config.service_ttl.{e}"))?
-                    .unwrap_or(Duration::ZERO);
-                match key.strip_suffix('*') {
-                    Some(prefix) => config.service_ttl_prefix.push((prefix.to_string(), ttl)),
-                    None => config.service_ttl_exact.push((key.clone(), ttl)),
-                }
-            }
-        }
-        Some(other) => {
-            return Err(format!(
-                "dns_config.service_ttl: expected an object of durations, got {other}"
-            ))
-        }
-    }
-    if let Some(v) = get_i64(section, "udp_answer_limit").map_err(wrap)? {
-        if v < 0 {
-            return Err(format!(
-                "{}: must not be negative",
-                prefixed("udp_answer_limit")
-            ));
-        }
-        config.udp_answer_limit = v as usize;
-    }
-    if let Some(v) = get_i64(section, "a_record_limit").map_err(wrap)? {
-        if v < 0 {
-            return Err(format!(
-                "{}: must not be negative",
-                prefixed("a_record_limit")
-            ));
-        }
-        config.a_record_limit = v as usize;
-    }
-    if let Some(v) = get_bool(section, "enable_truncate").map_err(wrap)? {
-        config.enable_truncate = v;
-    }
-    if let Some(v) = get_bool(section, "only_passing").map_err(wrap)? {
-        config.only_passing = v;
-    }
-    if let Some(v) = get_bool(section, "enable_additional_node_meta_txt").map_err(wrap)? {
-        config.enable_additional_node_meta_txt = v;
-    }
-    if let Some(Value::Object(soa)) = section.get("soa") {
-        let field = |key: &str, default: u32| -> Result<u32, String> {
-            Ok(get_u32(soa, key)
-                .map_err(|e| format!("dns_config.soa.{e}"))?
-                .unwrap_or(default))
-        };
-        config.soa = SoaConfig {
-            refresh_seconds: field("refresh", config.soa.refresh_seconds)?,
-            retry_seconds: field("retry", config.soa.retry_seconds)?,
-            expire_seconds: field("expire", config.soa.expire_seconds)?,
-            min_ttl_seconds: field("min_ttl", config.soa.min_ttl_seconds)?,
-        };
-    }
-    Ok(config)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::net::SocketAddr;
 
     fn object(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
