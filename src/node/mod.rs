@@ -30,6 +30,7 @@ use crate::shard::{
     peer_transport, raft_driver, raft_id_of, raft_inbox, raise_fd_limit, reuseport_listener,
     reuseport_udp, rpc_server, spawn_shard, Shard, ShardThread,
 };
+use crate::store::StoreVersion;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -283,33 +284,9 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             "agent: a client agent without -join or -retry-join knows no server until one joins it"
         );
     }
-    // Certificate, key and CA files are read before anything starts, so a missing or
-    // mismatched file stops the agent as it stops Consul.
-    let tls = Arc::new(crate::tls::TlsConfigurator::new(
-        &config.tls,
-        crate::tls::Identity {
-            datacenter: config.datacenter.clone(),
-            domain: config.dns.domain.clone(),
-            node_name: config.node_name.clone(),
-            server: config.server,
-        },
-    )?);
-    for warning in &tls.current().warnings {
-        log::warn!("{warning}");
-    }
-    // Metric names and filters are fixed before any thread records.
-    crate::agent::telemetry::configure(&config)?;
-    crate::api::routes::register_metric_series();
-    // Auto-encrypt: a client agent gets its certificate before it serves anything.
-    if !config.server && config.tls.auto_tls() {
-        let not_after = crate::shard::auto_encrypt::bootstrap(&config, &tls, &|pause| {
-            sleep_unless_stopped(pause)
-        })?;
-        crate::shard::auto_encrypt::spawn_renewal(config.clone(), tls.clone(), not_after)?;
-    }
+    let tls = prepare_tls_and_telemetry(&config)?;
     let data_dir = prepare_data_dir(&config)?;
     let node_id = load_or_create_node_id(&config, &data_dir.path)?;
-    let raft_id = raft_id_of(&node_id);
     let shard_count = match config.shards {
         0 => std::thread::available_parallelism()
             .map(|n| n.get())
@@ -338,31 +315,15 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         shard_senders.push(tx);
         shard_receivers.push(rx);
     }
-    let (acl_tokens, acl_token_file) = load_agent_tokens(&config, &data_dir.path);
-    let shared = Arc::new(Shared {
-        config: config.clone(),
-        identity: Identity {
-            node_id: node_id.clone(),
-            raft_id,
-        },
-        raft_inbox: raft_tx.clone(),
-        published_index: AtomicU64::new(0),
-        shutting_down: AtomicBool::new(false),
+    let shared = shared_state(
+        &config,
+        &node_id,
+        raft_tx.clone(),
         shard_count,
-        http_limits: HttpLimits::default(),
-        started_at: Instant::now(),
-        clock_origin: Instant::now(),
-        lease_until_ms: AtomicU64::new(0),
-        last_leader_contact_ms: AtomicU64::new(0),
-        faults: faults.clone(),
-        rpc_address,
-        tls: tls.clone(),
-        acl_tokens: std::sync::RwLock::new(acl_tokens),
-        acl_token_file: acl_token_file.map(std::sync::Mutex::new),
-        exit_error: std::sync::OnceLock::new(),
-        node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
-        reload_listeners: std::sync::Mutex::new(Vec::new()),
-    });
+        &tls,
+        faults.clone(),
+        &data_dir.path,
+    );
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
         wan: wan.as_ref().map(|(handle, _)| handle.clone()),
@@ -378,12 +339,253 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
 
     // Servers run the raft core thread; client agents have no log and forward every
     // store-bound request to a server they learn about through gossip.
-    let mut client_senders = None;
-    let (driver, initial_version) = if config.server {
+    let (driver, mut client_senders, initial_version) = open_raft(
+        &config,
+        &data_dir.path,
+        &node_id,
+        rpc_address,
+        raft_rx,
+        shard_senders,
+        &shared,
+        faults,
+    )?;
+    // A server that neither bootstraps nor expects peers waits until a cluster adds it, as
+    // Consul's does; Consul's Raft says so once, when its first election is due, in these
+    // words. A server with a log of its own already knows its peers.
+    let bootstraps = config.dev_mode || config.bootstrap || config.bootstrap_expect > 0;
+    if config.server && !bootstraps && initial_version.index == 0 {
+        log::warn!("raft: no known peers, aborting election");
+    }
+    shared
+        .published_index
+        .store(initial_version.index, Ordering::Release);
+
+    // Bind every listener before starting threads, so that a port conflict is a clean
+    // startup error rather than a half-started agent.
+    let Bound {
+        shards: listeners,
+        grpc: grpc_listeners,
+        grpc_tls: grpc_tls_listeners,
+    } = bind_listeners(&config, &tls, shard_count, advertise)?;
+    // The gossip pools' ports too: one that cannot be bound stops the agent here, as it
+    // stops Consul, instead of the agent running on without the pool.
+    if let Some((_, driver)) = lan.as_mut() {
+        driver.bind("serf LAN")?;
+    }
+    if let Some((_, driver)) = wan.as_mut() {
+        driver.bind("serf WAN")?;
+    }
+    let (xds, mut xds_feed) = start_xds(
+        &config,
+        &tls,
+        grpc_listeners,
+        grpc_tls_listeners,
+        &agent_channel,
+        &initial_version,
+    )?;
+    let dns_settings = Arc::new(DnsSettings::new(
+        config.dns.clone(),
+        crate::dns::resolve::LocalAgent {
+            node_name: config.node_name.clone(),
+            datacenter: config.datacenter.clone(),
+            address: advertise,
+        },
+    ));
+
+    let raft_thread = match driver {
+        Some(driver) => Some(
+            std::thread::Builder::new()
+                .name("praetor-raft".into())
+                .spawn(move || driver.run())
+                .map_err(|e| format!("cannot start the raft thread: {e}"))?,
+        ),
+        None => None,
+    };
+
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let mut shard_threads = Vec::with_capacity(shard_count);
+    // Each shard reports once its servers are spawned on its runtime.
+    let (serving_tx, serving_rx) = std::sync::mpsc::channel::<usize>();
+    let mut lan_driver = lan.map(|(_, driver)| driver);
+    let mut wan_driver = wan.map(|(_, driver)| driver);
+    for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
+        let core = if cores.is_empty() {
+            None
+        } else {
+            Some(cores[id % cores.len()])
+        };
+        let tasks = ShardTasks {
+            listeners: shard_listeners,
+            gossip: if id == 0 { lan_driver.take() } else { None },
+            gossip_wan: if id == 0 { wan_driver.take() } else { None },
+            client_router: if id == 0 { client_senders.take() } else { None },
+            dns_settings: dns_settings.clone(),
+            pools: pools.clone(),
+            agent_channel: agent_channel.clone(),
+            agent_calls: if id == 0 { agent_calls.take() } else { None },
+            xds_feed: if id == 0 { xds_feed.take() } else { None },
+        };
+        let serving = serving_tx.clone();
+        let thread = spawn_shard(
+            ShardThread {
+                id,
+                core,
+                shared: shared.clone(),
+                version: initial_version.clone(),
+                inbox,
+            },
+            move |shard| {
+                start_shard_tasks(shard, tasks);
+                let _ = serving.send(id);
+            },
+        )?;
+        shard_threads.push(thread);
+    }
+
+    log_started(
+        &config,
+        &node_id,
+        shard_count,
+        rpc_address,
+        &data_dir.path,
+        fd_limit,
+    );
+
+    drop(serving_tx);
+    wait_until_serving(&serving_rx, shard_count);
+    // Watch plans query the agent's own HTTP API: they start once it serves.
+    let watches = watches::WatchSupervisor::start(&config, shared.clone())?;
+    if let Ok(mut listeners) = shared.reload_listeners.lock() {
+        listeners.push(watches.listener());
+    }
+    match supervisor::notify("READY=1") {
+        Ok(true) => log::debug!("agent: told systemd READY=1"),
+        Ok(false) => {}
+        Err(error) => log::warn!("agent: {error}"),
+    }
+
+    // SIGHUP reloads what can change without a restart, exactly as `PUT /v1/agent/reload`
+    // does, and never stops the agent.
+    let signal = loop {
+        let signal = wait_for_signal(&signals);
+        if signal != libc::SIGHUP {
+            break signal;
+        }
+        log::info!("agent: caught signal: hangup; reloading the configuration");
+        reload_through_agent(&agent_channel);
+    };
+    shut_down(Stopping {
+        signal,
+        leave_on_terminate,
+        skip_leave_on_interrupt,
+        watches,
+        pools,
+        shared,
+        xds,
+        shard_threads,
+        raft_tx,
+        raft_thread,
+        data_dir,
+        pid_file,
+    })
+}
+
+/// What must hold before anything starts: certificate, key and CA files read (a missing or
+/// mismatched file stops the agent as it stops Consul), metric names fixed, and on a client
+/// agent with auto-encrypt its certificate obtained.
+fn prepare_tls_and_telemetry(
+    config: &Arc<AgentConfig>,
+) -> Result<Arc<crate::tls::TlsConfigurator>, String> {
+    let tls = Arc::new(crate::tls::TlsConfigurator::new(
+        &config.tls,
+        crate::tls::Identity {
+            datacenter: config.datacenter.clone(),
+            domain: config.dns.domain.clone(),
+            node_name: config.node_name.clone(),
+            server: config.server,
+        },
+    )?);
+    for warning in &tls.current().warnings {
+        log::warn!("{warning}");
+    }
+    // Metric names and filters are fixed before any thread records.
+    crate::agent::telemetry::configure(config)?;
+    crate::api::routes::register_metric_series();
+    // Auto-encrypt: a client agent gets its certificate before it serves anything.
+    if !config.server && config.tls.auto_tls() {
+        let not_after = crate::shard::auto_encrypt::bootstrap(config, &tls, &|pause| {
+            sleep_unless_stopped(pause)
+        })?;
+        crate::shard::auto_encrypt::spawn_renewal(config.clone(), tls.clone(), not_after)?;
+    }
+    Ok(tls)
+}
+
+/// What every thread of the agent shares (the runtime's `Shared`), with the agent tokens
+/// persisted in the data directory, if any.
+fn shared_state(
+    config: &Arc<AgentConfig>,
+    node_id: &str,
+    raft_tx: raft_inbox::RaftInbox,
+    shard_count: usize,
+    tls: &Arc<crate::tls::TlsConfigurator>,
+    faults: Arc<peer_transport::Faults>,
+    data_dir: &Path,
+) -> Arc<Shared> {
+    let (acl_tokens, acl_token_file) = load_agent_tokens(config, data_dir);
+    Arc::new(Shared {
+        config: config.clone(),
+        identity: Identity {
+            node_id: node_id.to_string(),
+            raft_id: raft_id_of(node_id),
+        },
+        raft_inbox: raft_tx,
+        published_index: AtomicU64::new(0),
+        shutting_down: AtomicBool::new(false),
+        shard_count,
+        http_limits: HttpLimits::default(),
+        started_at: Instant::now(),
+        clock_origin: Instant::now(),
+        lease_until_ms: AtomicU64::new(0),
+        last_leader_contact_ms: AtomicU64::new(0),
+        faults,
+        rpc_address: SocketAddr::new(config.advertise(), config.ports.server.max(0) as u16),
+        tls: tls.clone(),
+        acl_tokens: std::sync::RwLock::new(acl_tokens),
+        acl_token_file: acl_token_file.map(std::sync::Mutex::new),
+        exit_error: std::sync::OnceLock::new(),
+        node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
+        reload_listeners: std::sync::Mutex::new(Vec::new()),
+    })
+}
+
+/// On a server, opens the Raft log (recovering the store from it) for the raft thread to
+/// run; a client agent has no log, and its shard 0 routes every shard's store-bound requests
+/// to a server instead, so it gets the shard senders back and an empty store.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn open_raft(
+    config: &AgentConfig,
+    data_dir: &Path,
+    node_id: &str,
+    rpc_address: SocketAddr,
+    raft_rx: raft_inbox::RaftInboxReceiver,
+    shard_senders: Vec<ShardSender>,
+    shared: &Arc<Shared>,
+    faults: Arc<peer_transport::Faults>,
+) -> Result<
+    (
+        Option<raft_driver::RaftDriver>,
+        Option<Vec<ShardSender>>,
+        StoreVersion,
+    ),
+    String,
+> {
+    if config.server {
+        let raft_id = shared.identity.raft_id;
         let driver_config = raft_driver::RaftDriverConfig {
-            data_dir: data_dir.path.clone(),
+            data_dir: data_dir.to_path_buf(),
             raft_id,
-            node_id: node_id.clone(),
+            node_id: node_id.to_string(),
             node_name: config.node_name.clone(),
             rpc_address: rpc_address.to_string(),
             datacenter: config.datacenter.clone(),
@@ -403,24 +605,33 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             shared.clone(),
             faults,
         )?;
-        (Some(driver), version)
+        Ok((Some(driver), None, version))
     } else {
-        client_senders = Some(shard_senders);
-        (None, Arc::new(crate::store::Tables::default()))
-    };
-    // A server that neither bootstraps nor expects peers waits until a cluster adds it, as
-    // Consul's does; Consul's Raft says so once, when its first election is due, in these
-    // words. A server with a log of its own already knows its peers.
-    let bootstraps = config.dev_mode || config.bootstrap || config.bootstrap_expect > 0;
-    if config.server && !bootstraps && initial_version.index == 0 {
-        log::warn!("raft: no known peers, aborting election");
+        Ok((
+            None,
+            Some(shard_senders),
+            Arc::new(crate::store::Tables::default()),
+        ))
     }
-    shared
-        .published_index
-        .store(initial_version.index, Ordering::Release);
+}
 
-    // Bind every listener before starting threads, so that a port conflict is a clean
-    // startup error rather than a half-started agent.
+/// Every listening socket the agent serves on, bound before any thread starts.
+struct Bound {
+    /// One set per shard (`SO_REUSEPORT` groups).
+    shards: Vec<ShardListeners>,
+    /// The gRPC (xDS) listeners, served by the gRPC thread.
+    grpc: Vec<std::net::TcpListener>,
+    grpc_tls: Vec<std::net::TcpListener>,
+}
+
+/// Binds HTTP, HTTPS, server RPC, DNS and gRPC, so a port conflict is a clean startup
+/// error rather than a half-started agent.
+fn bind_listeners(
+    config: &AgentConfig,
+    tls: &crate::tls::TlsConfigurator,
+    shard_count: usize,
+    advertise: IpAddr,
+) -> Result<Bound, String> {
     let mut listeners: Vec<ShardListeners> = (0..shard_count)
         .map(|_| ShardListeners {
             http: Vec::new(),
@@ -482,23 +693,15 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             }
         }
     }
-    // The gossip pools' ports too: one that cannot be bound stops the agent here, as it
-    // stops Consul, instead of the agent running on without the pool.
-    if let Some((_, driver)) = lan.as_mut() {
-        driver.bind("serf LAN")?;
-    }
-    if let Some((_, driver)) = wan.as_mut() {
-        driver.bind("serf WAN")?;
-    }
     // gRPC (Envoy's xDS) on its own thread; its listeners are bound here with the others.
-    let mut grpc_listeners = Vec::new();
+    let mut grpc = Vec::new();
     if config.ports.grpc >= 0 {
         for ip in &config.addresses.grpc {
             let addr = SocketAddr::new(*ip, config.ports.grpc as u16);
-            grpc_listeners.extend(bind_tcp_group(addr, 1, "gRPC")?);
+            grpc.extend(bind_tcp_group(addr, 1, "gRPC")?);
         }
     }
-    let mut grpc_tls_listeners = Vec::new();
+    let mut grpc_tls = Vec::new();
     if config.ports.grpc_tls >= 0 {
         if tls.server_config(crate::tls::Protocol::Grpc).is_none() {
             return Err(format!(
@@ -508,9 +711,32 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         }
         for ip in &config.addresses.grpc_tls {
             let addr = SocketAddr::new(*ip, config.ports.grpc_tls as u16);
-            grpc_tls_listeners.extend(bind_tcp_group(addr, 1, "gRPC (TLS)")?);
+            grpc_tls.extend(bind_tcp_group(addr, 1, "gRPC (TLS)")?);
         }
     }
+    Ok(Bound {
+        shards: listeners,
+        grpc,
+        grpc_tls,
+    })
+}
+
+/// Starts the gRPC server (Envoy's xDS) on its own thread when a gRPC port is bound; the
+/// feed is what shard 0 publishes store versions into.
+fn start_xds(
+    config: &Arc<AgentConfig>,
+    tls: &Arc<crate::tls::TlsConfigurator>,
+    grpc_listeners: Vec<std::net::TcpListener>,
+    grpc_tls_listeners: Vec<std::net::TcpListener>,
+    agent_channel: &AgentChannel,
+    initial_version: &StoreVersion,
+) -> Result<
+    (
+        Option<crate::xds::XdsThread>,
+        Option<crate::xds::feed::StoreFeed>,
+    ),
+    String,
+> {
     let xds_feed = crate::xds::feed::StoreFeed::new(initial_version.clone());
     let xds = if grpc_listeners.is_empty() && grpc_tls_listeners.is_empty() {
         None
@@ -540,66 +766,19 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
                 }),
         })?)
     };
-    let mut xds_feed = xds.as_ref().map(|_| xds_feed);
-    let dns_settings = Arc::new(DnsSettings::new(
-        config.dns.clone(),
-        crate::dns::resolve::LocalAgent {
-            node_name: config.node_name.clone(),
-            datacenter: config.datacenter.clone(),
-            address: advertise,
-        },
-    ));
+    let xds_feed = xds.as_ref().map(|_| xds_feed);
+    Ok((xds, xds_feed))
+}
 
-    let raft_thread = match driver {
-        Some(driver) => Some(
-            std::thread::Builder::new()
-                .name("praetor-raft".into())
-                .spawn(move || driver.run())
-                .map_err(|e| format!("cannot start the raft thread: {e}"))?,
-        ),
-        None => None,
-    };
-
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let mut shard_threads = Vec::with_capacity(shard_count);
-    // Each shard reports once its servers are spawned on its runtime.
-    let (serving_tx, serving_rx) = std::sync::mpsc::channel::<usize>();
-    let mut lan_driver = lan.map(|(_, driver)| driver);
-    let mut wan_driver = wan.map(|(_, driver)| driver);
-    for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
-        let core = if cores.is_empty() {
-            None
-        } else {
-            Some(cores[id % cores.len()])
-        };
-        let tasks = ShardTasks {
-            listeners: shard_listeners,
-            gossip: if id == 0 { lan_driver.take() } else { None },
-            gossip_wan: if id == 0 { wan_driver.take() } else { None },
-            client_router: if id == 0 { client_senders.take() } else { None },
-            dns_settings: dns_settings.clone(),
-            pools: pools.clone(),
-            agent_channel: agent_channel.clone(),
-            agent_calls: if id == 0 { agent_calls.take() } else { None },
-            xds_feed: if id == 0 { xds_feed.take() } else { None },
-        };
-        let serving = serving_tx.clone();
-        let thread = spawn_shard(
-            ShardThread {
-                id,
-                core,
-                shared: shared.clone(),
-                version: initial_version.clone(),
-                inbox,
-            },
-            move |shard| {
-                start_shard_tasks(shard, tasks);
-                let _ = serving.send(id);
-            },
-        )?;
-        shard_threads.push(thread);
-    }
-
+/// The one line that says what the agent serves where.
+fn log_started(
+    config: &AgentConfig,
+    node_id: &str,
+    shard_count: usize,
+    rpc_address: SocketAddr,
+    data_dir: &Path,
+    fd_limit: u64,
+) {
     let http_addrs: Vec<String> = config
         .addresses
         .http
@@ -648,33 +827,46 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         if config.ports.dns >= 0 { dns_addrs.join(", ") } else { "(disabled)".to_string() },
         if grpc_addrs.is_empty() { "(disabled)".to_string() } else { grpc_addrs.join(", ") },
         rpc_address,
-        data_dir.path.display(),
+        data_dir.display(),
         fd_limit
     );
+}
 
-    drop(serving_tx);
-    wait_until_serving(&serving_rx, shard_count);
-    // Watch plans query the agent's own HTTP API: they start once it serves.
-    let watches = watches::WatchSupervisor::start(&config, shared.clone())?;
-    if let Ok(mut listeners) = shared.reload_listeners.lock() {
-        listeners.push(watches.listener());
-    }
-    match supervisor::notify("READY=1") {
-        Ok(true) => log::debug!("agent: told systemd READY=1"),
-        Ok(false) => {}
-        Err(error) => log::warn!("agent: {error}"),
-    }
+/// Everything the agent started, handed to [`shut_down`] in one piece.
+struct Stopping {
+    /// The signal that ended the agent (SIGINT or SIGTERM).
+    signal: i32,
+    leave_on_terminate: bool,
+    skip_leave_on_interrupt: bool,
+    watches: watches::WatchSupervisor,
+    pools: Arc<Pools>,
+    shared: Arc<Shared>,
+    xds: Option<crate::xds::XdsThread>,
+    shard_threads: Vec<std::thread::JoinHandle<()>>,
+    raft_tx: raft_inbox::RaftInbox,
+    raft_thread: Option<std::thread::JoinHandle<()>>,
+    data_dir: DataDir,
+    pid_file: Option<supervisor::PidFile>,
+}
 
-    // SIGHUP reloads what can change without a restart, exactly as `PUT /v1/agent/reload`
-    // does, and never stops the agent.
-    let signal = loop {
-        let signal = wait_for_signal(&signals);
-        if signal != libc::SIGHUP {
-            break signal;
-        }
-        log::info!("agent: caught signal: hangup; reloading the configuration");
-        reload_through_agent(&agent_channel);
-    };
+/// Shuts down in order: `STOPPING=1`, the graceful leave Consul's settings ask for, the
+/// gRPC server and gossip, the shards (which finish what they accepted), then the raft
+/// thread, which syncs its log before it exits.
+fn shut_down(stopping: Stopping) -> Result<(), String> {
+    let Stopping {
+        signal,
+        leave_on_terminate,
+        skip_leave_on_interrupt,
+        watches,
+        pools,
+        shared,
+        xds,
+        shard_threads,
+        raft_tx,
+        raft_thread,
+        data_dir,
+        pid_file,
+    } = stopping;
     if let Err(error) = supervisor::notify("STOPPING=1") {
         log::warn!("agent: {error}");
     }
