@@ -335,11 +335,10 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         )),
     });
     let (agent_channel, agent_calls) = agent_channel();
-    let mut agent_calls = Some(agent_calls);
 
     // Servers run the raft core thread; client agents have no log and forward every
     // store-bound request to a server they learn about through gossip.
-    let (driver, mut client_senders, initial_version) = open_raft(
+    let (driver, client_senders, initial_version) = open_raft(
         &config,
         &data_dir.path,
         &node_id,
@@ -375,7 +374,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     if let Some((_, driver)) = wan.as_mut() {
         driver.bind("serf WAN")?;
     }
-    let (xds, mut xds_feed) = start_xds(
+    let (xds, xds_feed) = start_xds(
         &config,
         &tls,
         grpc_listeners,
@@ -402,45 +401,29 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         None => None,
     };
 
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let mut shard_threads = Vec::with_capacity(shard_count);
     // Each shard reports once its servers are spawned on its runtime.
     let (serving_tx, serving_rx) = std::sync::mpsc::channel::<usize>();
-    let mut lan_driver = lan.map(|(_, driver)| driver);
-    let mut wan_driver = wan.map(|(_, driver)| driver);
-    for (id, (inbox, shard_listeners)) in shard_receivers.into_iter().zip(listeners).enumerate() {
-        let core = if cores.is_empty() {
-            None
-        } else {
-            Some(cores[id % cores.len()])
-        };
-        let tasks = ShardTasks {
-            listeners: shard_listeners,
-            gossip: if id == 0 { lan_driver.take() } else { None },
-            gossip_wan: if id == 0 { wan_driver.take() } else { None },
-            client_router: if id == 0 { client_senders.take() } else { None },
-            dns_settings: dns_settings.clone(),
+    let shard_threads = start_shards(
+        ShardStart {
+            shared: shared.clone(),
+            version: initial_version.clone(),
+            inboxes: shard_receivers,
+            listeners,
+            serving: serving_tx,
+        },
+        ShardZero {
+            gossip: lan.map(|(_, driver)| driver),
+            gossip_wan: wan.map(|(_, driver)| driver),
+            client_router: client_senders,
+            agent_calls: Some(agent_calls),
+            xds_feed,
+        },
+        EveryShard {
+            dns_settings,
             pools: pools.clone(),
             agent_channel: agent_channel.clone(),
-            agent_calls: if id == 0 { agent_calls.take() } else { None },
-            xds_feed: if id == 0 { xds_feed.take() } else { None },
-        };
-        let serving = serving_tx.clone();
-        let thread = spawn_shard(
-            ShardThread {
-                id,
-                core,
-                shared: shared.clone(),
-                version: initial_version.clone(),
-                inbox,
-            },
-            move |shard| {
-                start_shard_tasks(shard, tasks);
-                let _ = serving.send(id);
-            },
-        )?;
-        shard_threads.push(thread);
-    }
+        },
+    )?;
 
     log_started(
         &config,
@@ -451,7 +434,6 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         fd_limit,
     );
 
-    drop(serving_tx);
     wait_until_serving(&serving_rx, shard_count);
     // Watch plans query the agent's own HTTP API: they start once it serves.
     let watches = watches::WatchSupervisor::start(&config, shared.clone())?;
@@ -464,16 +446,7 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         Err(error) => log::warn!("agent: {error}"),
     }
 
-    // SIGHUP reloads what can change without a restart, exactly as `PUT /v1/agent/reload`
-    // does, and never stops the agent.
-    let signal = loop {
-        let signal = wait_for_signal(&signals);
-        if signal != libc::SIGHUP {
-            break signal;
-        }
-        log::info!("agent: caught signal: hangup; reloading the configuration");
-        reload_through_agent(&agent_channel);
-    };
+    let signal = wait_for_shutdown_signal(&signals, &agent_channel);
     shut_down(Stopping {
         signal,
         leave_on_terminate,
@@ -832,6 +805,19 @@ fn log_started(
     );
 }
 
+/// Serves until SIGINT or SIGTERM, which it returns. SIGHUP reloads what can change
+/// without a restart, exactly as `PUT /v1/agent/reload` does, and never stops the agent.
+fn wait_for_shutdown_signal(signals: &libc::sigset_t, agent_channel: &AgentChannel) -> i32 {
+    loop {
+        let signal = wait_for_signal(signals);
+        if signal != libc::SIGHUP {
+            return signal;
+        }
+        log::info!("agent: caught signal: hangup; reloading the configuration");
+        reload_through_agent(agent_channel);
+    }
+}
+
 /// Everything the agent started, handed to [`shut_down`] in one piece.
 struct Stopping {
     /// The signal that ended the agent (SIGINT or SIGTERM).
@@ -917,6 +903,90 @@ fn shut_down(stopping: Stopping) -> Result<(), String> {
     }
     log::info!("agent: shutdown complete");
     Ok(())
+}
+
+/// What every shard thread starts from; `serving` hears each shard's id once it serves.
+struct ShardStart {
+    shared: Arc<Shared>,
+    version: StoreVersion,
+    inboxes: Vec<runtime::ShardReceiver>,
+    listeners: Vec<ShardListeners>,
+    serving: std::sync::mpsc::Sender<usize>,
+}
+
+/// The tasks only shard 0 runs.
+struct ShardZero {
+    gossip: Option<GossipDriver>,
+    gossip_wan: Option<GossipDriver>,
+    client_router: Option<Vec<ShardSender>>,
+    agent_calls: Option<flume::Receiver<AgentCall>>,
+    xds_feed: Option<crate::xds::feed::StoreFeed>,
+}
+
+/// What every shard gets a handle to.
+#[derive(Clone)]
+struct EveryShard {
+    dns_settings: Arc<DnsSettings>,
+    pools: Arc<Pools>,
+    agent_channel: AgentChannel,
+}
+
+/// Spawns one shard thread per inbox, pinned to the cores round-robin, each starting its
+/// tasks on its runtime; shard 0 also takes the tasks only it runs.
+fn start_shards(
+    start: ShardStart,
+    mut zero: ShardZero,
+    every: EveryShard,
+) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
+    let ShardStart {
+        shared,
+        version,
+        inboxes,
+        listeners,
+        serving,
+    } = start;
+    debug_assert_eq!(inboxes.len(), listeners.len(), "one listener set per shard");
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let mut shard_threads = Vec::with_capacity(inboxes.len());
+    for (id, (inbox, shard_listeners)) in inboxes.into_iter().zip(listeners).enumerate() {
+        let core = if cores.is_empty() {
+            None
+        } else {
+            Some(cores[id % cores.len()])
+        };
+        let first = id == 0;
+        let tasks = ShardTasks {
+            listeners: shard_listeners,
+            gossip: if first { zero.gossip.take() } else { None },
+            gossip_wan: if first { zero.gossip_wan.take() } else { None },
+            client_router: if first {
+                zero.client_router.take()
+            } else {
+                None
+            },
+            dns_settings: every.dns_settings.clone(),
+            pools: every.pools.clone(),
+            agent_channel: every.agent_channel.clone(),
+            agent_calls: if first { zero.agent_calls.take() } else { None },
+            xds_feed: if first { zero.xds_feed.take() } else { None },
+        };
+        let serving = serving.clone();
+        let thread = spawn_shard(
+            ShardThread {
+                id,
+                core,
+                shared: shared.clone(),
+                version: version.clone(),
+                inbox,
+            },
+            move |shard| {
+                start_shard_tasks(shard, tasks);
+                let _ = serving.send(id);
+            },
+        )?;
+        shard_threads.push(thread);
+    }
+    Ok(shard_threads)
 }
 
 /// Waits (bounded) until every shard has its servers spawned, so `READY=1` means the agent
