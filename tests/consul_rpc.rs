@@ -247,3 +247,131 @@ fn a_client_agent_asks_its_server_who_leads_through_typed_calls() {
     // Only typed calls open yamux sessions on a server; nothing else of this client did.
     wait_for_log(server, &["rpc: yamux session from"]);
 }
+
+/// `path` on the client and on its server, until both answer the same (the client's own
+/// registration may still be moving the catalog); bounded: 10 s.
+fn same_answer(client: &Agent, server: &Agent, path: &str) -> common::HttpResponse {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (asked, direct) = (client.get(path), server.get(path));
+        let same = asked.status == direct.status
+            && asked.body == direct.body
+            && asked.header("X-Consul-Index") == direct.header("X-Consul-Index")
+            && asked.header("X-Consul-KnownLeader") == direct.header("X-Consul-KnownLeader")
+            && asked.header("X-Consul-LastContact").is_some()
+            && asked.header("X-Consul-Results-Filtered-By-ACLs")
+                == direct.header("X-Consul-Results-Filtered-By-ACLs");
+        if same {
+            return asked;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: the client answered\n{} {:?}\n{}\nthe server\n{} {:?}\n{}",
+            asked.status,
+            asked.headers,
+            asked.text(),
+            direct.status,
+            direct.headers,
+            direct.text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-catalog");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let registration = br#"{"Node": "ext", "Address": "10.0.0.9",
+        "TaggedAddresses": {"wan": "192.0.2.9"}, "NodeMeta": {"rack": "r1"},
+        "Service": {"ID": "web-1", "Service": "web", "Tags": ["v1", "blue"], "Port": 8080,
+            "Meta": {"version": "1"}, "Weights": {"Passing": 3, "Warning": 1},
+            "TaggedAddresses": {"lan": {"Address": "10.0.0.9", "Port": 8080}}},
+        "Checks": [{"CheckID": "web-alive", "Name": "alive", "Status": "passing",
+            "ServiceID": "web-1", "Definition": {"HTTP": "http://10.0.0.9:8080/health",
+            "Interval": "10s", "Header": {"X-Probe": ["1"]}}},
+            {"CheckID": "ext-disk", "Name": "disk", "Status": "warning", "Notes": "full"}]}"#;
+    assert_eq!(
+        server.put("/v1/catalog/register", registration).text(),
+        "true"
+    );
+    let proxy = br#"{"Node": "ext", "Address": "10.0.0.9", "Service": {"Kind": "connect-proxy",
+        "ID": "web-proxy", "Service": "web-proxy", "Port": 21000,
+        "Proxy": {"DestinationServiceName": "web", "LocalServicePort": 8080,
+            "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}}"#;
+    assert_eq!(server.put("/v1/catalog/register", proxy).text(), "true");
+    for path in [
+        "/v1/catalog/nodes",
+        "/v1/catalog/nodes?node-meta=rack:r1",
+        "/v1/catalog/nodes?filter=Meta.rack%20%3D%3D%20%22r1%22&pretty",
+        "/v1/catalog/services",
+        "/v1/catalog/services?node-meta=rack:r1&pretty",
+        "/v1/catalog/service/web",
+        "/v1/catalog/service/web?tag=v1&tag=blue",
+        "/v1/catalog/service/web?tag=green",
+        "/v1/catalog/service/web-proxy?pretty",
+        "/v1/catalog/service/nothing",
+        "/v1/catalog/node/ext",
+        "/v1/catalog/node/ext?pretty",
+        "/v1/catalog/node/nothing",
+        "/v1/health/service/web",
+        "/v1/health/service/web?passing",
+        "/v1/health/service/web?pretty&stale",
+        "/v1/health/service/web-proxy",
+        "/v1/health/node/ext",
+        "/v1/health/checks/web",
+        "/v1/health/state/any",
+        "/v1/health/state/warning?pretty",
+        "/v1/health/state/critical",
+    ] {
+        let answer = same_answer(&client, server, path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+    }
+    assert_eq!(
+        client.get("/v1/health/service/web?passing").json(),
+        serde_json::json!([])
+    );
+    assert_eq!(client.get("/v1/catalog/node/nothing").text(), "null");
+    // Bad input is refused by the agent in the server's words, before any call.
+    for path in ["/v1/catalog/nodes?filter=%3D%3D", "/v1/health/state/nope"] {
+        let (asked, direct) = (client.get(path), server.get(path));
+        assert_eq!(
+            (asked.status, asked.text()),
+            (direct.status, direct.text()),
+            "{path}"
+        );
+        assert_eq!(asked.status, 400, "{path}");
+    }
+    // A blocking health read on the client is woken by a registration on the server.
+    let index = client.get("/v1/health/service/web").index();
+    let blocked_path = format!("/v1/health/service/web?index={index}&wait=30s");
+    let waiter = {
+        let addr = client.addr();
+        std::thread::spawn(move || common::request(addr, "GET", &blocked_path, b"", &[]))
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the blocking read answered at once");
+    let second = br#"{"Node": "ext2", "Address": "10.0.0.10",
+        "Service": {"ID": "web-2", "Service": "web", "Port": 8080}}"#;
+    assert_eq!(server.put("/v1/catalog/register", second).text(), "true");
+    let woken = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert!(woken.index() > index);
+    assert_eq!(woken.json().as_array().unwrap().len(), 2);
+    // Each read arrived at the server as its typed call.
+    for method in [
+        "Catalog.ListNodes",
+        "Catalog.ListServices",
+        "Catalog.ServiceNodes",
+        "Catalog.NodeServices",
+        "Health.ServiceNodes",
+        "Health.NodeChecks",
+        "Health.ServiceChecks",
+        "Health.ChecksInState",
+    ] {
+        wait_for_log(server, &[&format!("rpc: call {method}")]);
+    }
+}

@@ -5,6 +5,7 @@ use super::agent_cache;
 use super::authz::RowFilter;
 use super::catalog::{list_headers, node_meta_filters, parse_filter, ServiceQuery, ServiceView};
 use super::peer::{self, Empty};
+use super::rpc::client_catalog;
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
@@ -57,6 +58,12 @@ fn service_health(
         return Err(ApiError::bad_request("Missing service name"));
     }
     let passing = passing_param(request)?;
+    if view == ServiceView::Health && client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::CHECK_SERVICE_NODE)?;
+        return Ok(client_catalog::service_health(
+            ctx, request, name, passing, options, "",
+        ));
+    }
     let query = ServiceQuery::new(
         view,
         request,
@@ -82,6 +89,13 @@ pub fn service_checks(
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
+    }
+    // praetor's HTTP answer also applies `?tag` here; the typed call does not carry it.
+    if client_catalog::typed(ctx, request, &["tag"]) {
+        parse_filter(request, filter::HEALTH_CHECK)?;
+        return Ok(client_catalog::service_checks(
+            ctx, request, name, options, "",
+        ));
     }
     let query = ServiceQuery::new(
         ServiceView::Checks,
@@ -157,6 +171,10 @@ pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
+    if client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::HEALTH_CHECK)?;
+        return Ok(client_catalog::node_checks(ctx, request, name, options, ""));
+    }
     let query = NodeChecksQuery {
         node: Arc::from(name),
         folded: Arc::from(&*fold(name)),
@@ -206,6 +224,16 @@ pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             )))
         }
     };
+    if client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::HEALTH_CHECK)?;
+        return Ok(client_catalog::checks_in_state(
+            ctx,
+            request,
+            request.rest,
+            options,
+            "",
+        ));
+    }
     let query = StateQuery {
         rows: RowFilter::of(request),
         state,

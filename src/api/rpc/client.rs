@@ -91,7 +91,7 @@ pub fn query_options<'a>(
 }
 
 /// How long to wait for a read's answer.
-fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
+pub(super) fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
     if options.is_blocking() {
         options.wait + options.wait / crate::api::BLOCKING_JITTER_FRACTION + CALL_TIMEOUT
     } else {
@@ -102,7 +102,7 @@ fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
 /// A call made after the handler returned, whose answer `respond` writes. A client agent
 /// sends it to its server (which hands a call naming another datacenter on); a server asks
 /// a server of `datacenter` itself.
-fn call(
+pub(super) fn call(
     ctx: &Context,
     datacenter: &str,
     method: &'static str,
@@ -135,7 +135,7 @@ fn call(
 }
 
 /// A typed reply that does not decode: the server is not speaking Consul's RPC.
-fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
+pub(super) fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
     ApiError::Internal(format!("rpc error: malformed reply: {error}"))
 }
 

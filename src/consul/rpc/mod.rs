@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod coordinate;
 pub mod internal;
 pub mod kvs;
+pub mod rows;
 pub mod session;
 pub mod status;
 pub mod txn;
