@@ -375,3 +375,53 @@ fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
         wait_for_log(server, &[&format!("rpc: call {method}")]);
     }
 }
+
+#[test]
+fn a_client_agents_anti_entropy_registers_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-sync");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let service = br#"{"ID": "api-1", "Name": "api", "Port": 9000, "Tags": ["v2"],
+        "Check": {"CheckID": "api-ttl", "TTL": "30s", "Status": "passing"}}"#;
+    assert_eq!(
+        client.put("/v1/agent/service/register", service).status,
+        200
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let node = format!("client-{}", client.ip);
+    loop {
+        let checks = server.get("/v1/health/checks/api").json();
+        if checks.as_array().is_some_and(|c| c.len() == 1) {
+            assert_eq!(checks[0]["Node"], node.as_str());
+            assert_eq!(checks[0]["Status"], "passing");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never registered: {checks}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let instances = server.get("/v1/catalog/service/api").json();
+    assert_eq!(instances[0]["ServiceTags"], serde_json::json!(["v2"]));
+    wait_for_log(server, &["rpc: call Catalog.Register"]);
+    // The sync round reads the node's rows with Consul's anti-entropy calls.
+    wait_for_log(server, &["rpc: call Catalog.NodeServices"]);
+    wait_for_log(server, &["rpc: call Health.NodeChecks"]);
+    assert_eq!(
+        client.put("/v1/agent/service/deregister/api-1", b"").status,
+        200
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.get("/v1/catalog/service/api").json() != serde_json::json!([]) {
+        assert!(std::time::Instant::now() < deadline, "never deregistered");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    wait_for_log(server, &["rpc: call Catalog.Deregister"]);
+    assert_eq!(
+        server.get("/v1/health/checks/api").json(),
+        serde_json::json!([])
+    );
+}

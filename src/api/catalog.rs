@@ -76,27 +76,6 @@ pub fn internal_apply(_: &Context, request: &Request, _: &mut Reply) -> Result<O
     Ok(write_result(command))
 }
 
-/// `GET /v1/internal/praetor/node-state/<node>`: one node's rows for a client agent's
-/// anti-entropy and alias checks. A client forwards it to its server; a server answers from
-/// its own version without a leader round trip — anti-entropy tolerates a stale view, since
-/// a difference it misses now is found on the next full sync.
-pub fn internal_node_state(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    let node = request.rest;
-    if ctx.is_client() {
-        return Ok(Outcome::Forward);
-    }
-    if node.is_empty() {
-        return Err(ApiError::bad_request("Missing node name"));
-    }
-    let body = crate::consul::node_state::encode_node_state(&ctx.current_version(), node);
-    reply.send(200, Some("application/msgpack"), b"", &body);
-    Ok(Outcome::Done)
-}
-
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
