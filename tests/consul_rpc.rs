@@ -251,9 +251,21 @@ fn a_client_agent_asks_its_server_who_leads_through_typed_calls() {
 /// `path` on the client and on its server, until both answer the same (the client's own
 /// registration may still be moving the catalog); bounded: 10 s.
 fn same_answer(client: &Agent, server: &Agent, path: &str) -> common::HttpResponse {
+    same_answers(client, path, server, path)
+}
+
+/// `asked_path` on `client` and `direct_path` on `server`, until both answer the same;
+/// bounded: 10 s.
+fn same_answers(
+    client: &Agent,
+    asked_path: &str,
+    server: &Agent,
+    direct_path: &str,
+) -> common::HttpResponse {
+    let path = asked_path;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let (asked, direct) = (client.get(path), server.get(path));
+        let (asked, direct) = (client.get(asked_path), server.get(direct_path));
         let same = asked.status == direct.status
             && asked.body == direct.body
             && asked.header("X-Consul-Index") == direct.header("X-Consul-Index")
@@ -424,4 +436,67 @@ fn a_client_agents_anti_entropy_registers_through_typed_calls() {
         server.get("/v1/health/checks/api").json(),
         serde_json::json!([])
     );
+}
+
+#[test]
+fn another_datacenters_catalog_and_health_are_read_through_typed_calls() {
+    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
+    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
+    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
+    let data = TempDir::new("consul-rpc-dc-catalog");
+    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
+    client.wait_ready();
+    let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
+    let registration = br#"{"Node": "far", "Address": "10.2.0.9", "NodeMeta": {"rack": "r2"},
+        "Service": {"ID": "db-1", "Service": "db", "Tags": ["primary"], "Port": 5432},
+        "Checks": [{"CheckID": "db-alive", "Name": "alive", "Status": "critical",
+            "ServiceID": "db-1"}]}"#;
+    assert_eq!(
+        remote.put("/v1/catalog/register", registration).text(),
+        "true"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Until the WAN pool has converged, dc1 has no path to dc2 (a 500, not JSON).
+    while server.get("/v1/catalog/service/db?dc=dc2").text() == "[]"
+        || server.get("/v1/catalog/service/db?dc=dc2").status != 200
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dc1 never reached dc2"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for path in [
+        "/v1/catalog/nodes?node-meta=rack:r2",
+        "/v1/catalog/services",
+        "/v1/catalog/service/db?tag=primary",
+        "/v1/catalog/node/far",
+        "/v1/health/service/db",
+        "/v1/health/service/db?passing",
+        "/v1/health/node/far",
+        "/v1/health/checks/db",
+        "/v1/health/state/critical",
+    ] {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let asked = format!("{path}{separator}dc=dc2");
+        for agent in [server, &client] {
+            let answer = same_answers(agent, &asked, remote, path);
+            assert_eq!(answer.status, 200, "{asked}: {}", answer.text());
+        }
+    }
+    let unknown = client.get("/v1/catalog/nodes?dc=dc9");
+    assert_eq!(
+        (unknown.status, unknown.text()),
+        (500, "No path to datacenter".to_string())
+    );
+    // Bad input is refused where the request arrived, in the server's words.
+    let bad = client.get("/v1/health/state/nope?dc=dc2");
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    for method in [
+        "Catalog.ServiceNodes",
+        "Health.ServiceNodes",
+        "Health.ChecksInState",
+    ] {
+        wait_for_log(remote, &[&format!("rpc: call {method}")]);
+    }
 }

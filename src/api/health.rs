@@ -18,7 +18,7 @@ use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 /// Consul's `?passing`: present without a value means true; otherwise a Go boolean.
-fn passing_param(request: &Request) -> Result<bool, ApiError> {
+pub fn passing_param(request: &Request) -> Result<bool, ApiError> {
     match request.query.get("passing") {
         None => Ok(false),
         Some("") => Ok(true),
@@ -208,22 +208,24 @@ impl Query for StateQuery {
     }
 }
 
+/// A check state of `/v1/health/state/<state>`: `any` (none) or a status.
+pub fn check_state(state: &str) -> Result<Option<Status>, ApiError> {
+    match state {
+        "" => Err(ApiError::bad_request("Missing check state")),
+        "any" => Ok(None),
+        "passing" => Ok(Some(Status::Passing)),
+        "warning" => Ok(Some(Status::Warning)),
+        "critical" => Ok(Some(Status::Critical)),
+        other => Err(ApiError::bad_request(format!(
+            "Invalid check state: {other:?}"
+        ))),
+    }
+}
+
 /// `GET /v1/health/state/<state>`: `any`, `passing`, `warning` or `critical`.
 pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let state = request.rest;
     let options = query_options(ctx, &request.query)?;
-    let state = match state {
-        "" => return Err(ApiError::bad_request("Missing check state")),
-        "any" => None,
-        "passing" => Some(Status::Passing),
-        "warning" => Some(Status::Warning),
-        "critical" => Some(Status::Critical),
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid check state: {other:?}"
-            )))
-        }
-    };
+    let state = check_state(request.rest)?;
     if client_catalog::typed(ctx, request, &[]) {
         parse_filter(request, filter::HEALTH_CHECK)?;
         return Ok(client_catalog::checks_in_state(

@@ -139,7 +139,8 @@ pub(super) fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
     ApiError::Internal(format!("rpc error: malformed reply: {error}"))
 }
 
-/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads so far.
+/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads, and the
+/// catalog and health reads ([`super::client_catalog::across_datacenters`]).
 /// `None` for the others, which go as HTTP.
 pub fn across_datacenters(
     ctx: &Context,
@@ -147,7 +148,10 @@ pub fn across_datacenters(
     datacenter: &str,
 ) -> Option<Result<Outcome, ApiError>> {
     let kv = request.path == "/v1/kv" || request.path.starts_with("/v1/kv/");
-    if request.method != crate::proto::http::Method::Get || !kv {
+    if !kv {
+        return super::client_catalog::across_datacenters(ctx, request, datacenter);
+    }
+    if request.method != crate::proto::http::Method::Get {
         return None;
     }
     Some(

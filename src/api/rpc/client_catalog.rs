@@ -33,6 +33,83 @@ use crate::consul::rpc::QueryMeta as RpcQueryMeta;
 use crate::store::catalog::read::CheckServiceNode;
 use crate::store::catalog::HealthCheck;
 
+/// A catalog or health read naming another datacenter (`?dc=`), as its typed call naming
+/// that datacenter (a client agent's server, or this server, hands it there); checked as
+/// the handler checks it. `None` for the requests that still go as HTTP.
+pub fn across_datacenters(
+    ctx: &crate::api::Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    use crate::consul::filter;
+    let path = request.path;
+    let untyped = ["near", "cached", "peer"]
+        .iter()
+        .any(|name| request.query.has(name));
+    if request.method != crate::proto::http::Method::Get || untyped {
+        return None;
+    }
+    let (name, missing) = (request.rest, |what: &str| {
+        Err(ApiError::bad_request(format!("Missing {what} name")))
+    });
+    let filtered = |schema| crate::api::catalog::parse_filter(request, schema).map(|_| ());
+    let options = match crate::api::query_options_in(ctx, &request.query) {
+        Ok(options) => options,
+        Err(error) => return Some(Err(error)),
+    };
+    let outcome = if path == "/v1/catalog/nodes" {
+        filtered(filter::NODE).map(|()| nodes(ctx, request, options, datacenter))
+    } else if path == "/v1/catalog/services" {
+        if request.query.has("filter") {
+            return None;
+        }
+        Ok(services(ctx, request, options, datacenter))
+    } else if path.starts_with("/v1/catalog/service/") {
+        if name.is_empty() {
+            return Some(missing("service"));
+        }
+        filtered(filter::SERVICE_NODE)
+            .map(|()| service_nodes(ctx, request, name, options, datacenter))
+    } else if path.starts_with("/v1/catalog/node/") {
+        if name.is_empty() {
+            return Some(missing("node"));
+        }
+        filtered(filter::NODE_SERVICE)
+            .map(|()| node_services(ctx, request, name, options, datacenter))
+    } else if path.starts_with("/v1/health/service/") {
+        if name.is_empty() {
+            return Some(missing("service"));
+        }
+        crate::api::health::passing_param(request).and_then(|passing| {
+            filtered(filter::CHECK_SERVICE_NODE)
+                .map(|()| service_health(ctx, request, name, passing, options, datacenter))
+        })
+    } else if path.starts_with("/v1/health/node/") {
+        if name.is_empty() {
+            return Some(missing("node"));
+        }
+        filtered(filter::HEALTH_CHECK)
+            .map(|()| node_checks(ctx, request, name, options, datacenter))
+    } else if path.starts_with("/v1/health/checks/") {
+        if request.query.has("tag") {
+            return None;
+        }
+        if name.is_empty() {
+            return Some(missing("service"));
+        }
+        filtered(filter::HEALTH_CHECK)
+            .map(|()| service_checks(ctx, request, name, options, datacenter))
+    } else if path.starts_with("/v1/health/state/") {
+        crate::api::health::check_state(name).and_then(|_| {
+            filtered(filter::HEALTH_CHECK)
+                .map(|()| checks_in_state(ctx, request, name, options, datacenter))
+        })
+    } else {
+        return None;
+    };
+    Some(outcome)
+}
+
 /// Whether a client agent's read goes as its typed call: not for the parameters the typed
 /// requests do not carry yet (`near`, `cached`, `peer`), nor the ones named in `also`.
 pub fn typed(ctx: &crate::api::Context, request: &Request, also: &[&str]) -> bool {
