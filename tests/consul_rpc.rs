@@ -373,6 +373,21 @@ fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
     assert_eq!(woken.status, 200);
     assert!(woken.index() > index);
     assert_eq!(woken.json().as_array().unwrap().len(), 2);
+    // A catalog write through the agent is its typed call: the server logs one more
+    // `Catalog.Register` (the agent's own node is in sync, so anti-entropy sends none).
+    let registers = || server.log().matches("rpc: call Catalog.Register").count();
+    let before = registers();
+    let direct = br#"{"Node": "viaclient", "Address": "10.0.0.11"}"#;
+    assert_eq!(client.put("/v1/catalog/register", direct).text(), "true");
+    assert_eq!(
+        server.get("/v1/catalog/node/viaclient").json()["Node"]["Address"],
+        "10.0.0.11"
+    );
+    assert!(registers() > before, "no typed Catalog.Register arrived");
+    let gone = br#"{"Node": "viaclient"}"#;
+    assert_eq!(client.put("/v1/catalog/deregister", gone).text(), "true");
+    assert_eq!(server.get("/v1/catalog/node/viaclient").text(), "null");
+    wait_for_log(server, &["rpc: call Catalog.Deregister"]);
     // Each read arrived at the server as its typed call.
     for method in [
         "Catalog.ListNodes",

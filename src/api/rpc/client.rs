@@ -399,6 +399,9 @@ fn kvs_request<'o>(op: &'o KvOp, token: &'o str) -> Option<KvsRequest<'o>> {
 /// as the command result the server produced. A write without a typed call yet is
 /// forwarded as HTTP (`Outcome::Forward`).
 pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
+    if let Command::Catalog(catalog_op) = &op.command {
+        return catalog_write(ctx, request, catalog_op, op.respond);
+    }
     let Command::Kv(kv_op) = &op.command else {
         return Outcome::Forward;
     };
@@ -420,6 +423,55 @@ pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
             let mut r = crate::proto::msgpack::Reader::new(body);
             let applied = r.bool().map_err(bad_reply)?;
             respond(CommandResult::Bool(applied), reply);
+            Ok(())
+        },
+    )
+}
+
+/// `PUT /v1/catalog/register` and `/deregister` on a client agent: `Catalog.Register` or
+/// `Catalog.Deregister` with the request's token; the server's empty reply is the `true`
+/// the handler answers, its refusal the error Consul's agent answers. Other catalog
+/// commands have no typed call and go as HTTP.
+fn catalog_write(
+    ctx: &Context,
+    request: &Request,
+    op: &crate::store::catalog::CatalogOp,
+    respond: crate::api::WriteResponder,
+) -> Outcome {
+    use crate::consul::rpc::catalog::{encode_register, DeregisterRequest};
+    use crate::store::catalog::CatalogOp;
+    let secret = request_secret(ctx, request);
+    let (method, body) = match op {
+        CatalogOp::Register(registration) => {
+            ("Catalog.Register", encode_register(registration, &secret))
+        }
+        CatalogOp::Deregister {
+            node,
+            service_id,
+            check_id,
+        } => (
+            "Catalog.Deregister",
+            DeregisterRequest {
+                node,
+                service_id,
+                check_id,
+                token: &secret,
+                ..DeregisterRequest::default()
+            }
+            .encode(),
+        ),
+        CatalogOp::Batch(_) | CatalogOp::Coordinates(_) => return Outcome::Forward,
+    };
+    // A write that may have reached a server is not sent again: its answer would be lost.
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        CALL_TIMEOUT,
+        Retry::NotSent,
+        move |_, reply| {
+            respond(CommandResult::Bool(true), reply);
             Ok(())
         },
     )
