@@ -173,6 +173,27 @@ impl<'r> Read<'r> {
         query_options(&self.options, &self.secret)
     }
 
+    /// A list of the datacenter, with the request's node-meta filters.
+    fn dc_request<'s>(&'s self, datacenter: &'s str) -> Vec<u8> {
+        DcSpecificRequest {
+            datacenter,
+            node_meta_filters: self.meta_pairs(),
+            options: self.rpc_options(),
+        }
+        .encode()
+    }
+
+    /// One node's rows.
+    fn node_request(&self, datacenter: &str, node: &str) -> Vec<u8> {
+        NodeSpecificRequest {
+            datacenter,
+            node,
+            options: self.rpc_options(),
+            ..NodeSpecificRequest::default()
+        }
+        .encode()
+    }
+
     /// The instances of `service`, with the request's `tag`s.
     fn service_request<'s>(
         &'s self,
@@ -222,12 +243,7 @@ pub fn nodes(
     datacenter: &str,
 ) -> Outcome {
     let read = Read::new(ctx, request, options);
-    let body = DcSpecificRequest {
-        datacenter,
-        node_meta_filters: read.meta_pairs(),
-        options: read.rpc_options(),
-    }
-    .encode();
+    let body = read.dc_request(datacenter);
     read.call(
         ctx,
         datacenter,
@@ -255,12 +271,7 @@ pub fn services(
     datacenter: &str,
 ) -> Outcome {
     let read = Read::new(ctx, request, options);
-    let body = DcSpecificRequest {
-        datacenter,
-        node_meta_filters: read.meta_pairs(),
-        options: read.rpc_options(),
-    }
-    .encode();
+    let body = read.dc_request(datacenter);
     read.call(
         ctx,
         datacenter,
@@ -319,13 +330,7 @@ pub fn node_services(
     datacenter: &str,
 ) -> Outcome {
     let read = Read::new(ctx, request, options);
-    let body = NodeSpecificRequest {
-        datacenter,
-        node,
-        options: read.rpc_options(),
-        ..NodeSpecificRequest::default()
-    }
-    .encode();
+    let body = read.node_request(datacenter, node);
     read.call(
         ctx,
         datacenter,
@@ -421,13 +426,7 @@ pub fn node_checks(
     datacenter: &str,
 ) -> Outcome {
     let read = Read::new(ctx, request, options);
-    let body = NodeSpecificRequest {
-        datacenter,
-        node,
-        options: read.rpc_options(),
-        ..NodeSpecificRequest::default()
-    }
-    .encode();
+    let body = read.node_request(datacenter, node);
     read.call(
         ctx,
         datacenter,

@@ -155,7 +155,7 @@ pub(super) fn service_field(
 }
 
 /// A `HealthCheckDefinition`; durations in nanoseconds.
-pub(super) fn read_definition(r: &mut Reader) -> Result<CheckDefinition, WireError> {
+fn read_definition(r: &mut Reader) -> Result<CheckDefinition, WireError> {
     let mut d = CheckDefinition::default();
     each_field(r, |name, r| {
         match name {
@@ -199,6 +199,38 @@ pub(super) fn read_definition(r: &mut Reader) -> Result<CheckDefinition, WireErr
     Ok(d)
 }
 
+/// One field of a `HealthCheck` into `check`; `false` for a field it does not have (or one
+/// a registration does not carry: the service's name and tags, the Raft indexes).
+pub(super) fn check_field(
+    check: &mut CheckRegistration,
+    name: &str,
+    r: &mut Reader,
+    peer: &mut bool,
+) -> Result<bool, WireError> {
+    match name {
+        "Node" => check.node = r.str()?.to_string(),
+        "CheckID" => check.check_id = r.str()?.to_string(),
+        "Name" => check.name = r.str()?.to_string(),
+        "Status" => check.status = r.str()?.to_string(),
+        "Notes" => check.notes = r.str()?.to_string(),
+        "Output" => check.output = r.str()?.to_string(),
+        "ServiceID" => check.service_id = r.str()?.to_string(),
+        "Type" => check.kind = r.str()?.to_string(),
+        "Interval" => check.interval = r.str()?.to_string(),
+        "Timeout" => check.timeout = r.str()?.to_string(),
+        "ExposedPort" => {
+            check.exposed_port =
+                i32::try_from(r.i64("ExposedPort")?).map_err(|_| WireError::IntegerOverflow {
+                    field: "ExposedPort",
+                })?
+        }
+        "Definition" => check.definition = Some(read_definition(r)?),
+        "PeerName" => *peer |= !r.str()?.is_empty(),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 /// A `HealthCheck` of a registration, defaulted as the HTTP body's are: the ID from the
 /// name, the node from the request, the type from the definition.
 pub(super) fn read_check(
@@ -207,32 +239,8 @@ pub(super) fn read_check(
     peer: &mut bool,
 ) -> Result<CheckRegistration, RegisterError> {
     let mut check = CheckRegistration::default();
-    let mut definition = CheckDefinition::default();
-    each_field(r, |name, r| {
-        match name {
-            "Node" => check.node = r.str()?.to_string(),
-            "CheckID" => check.check_id = r.str()?.to_string(),
-            "Name" => check.name = r.str()?.to_string(),
-            "Status" => check.status = r.str()?.to_string(),
-            "Notes" => check.notes = r.str()?.to_string(),
-            "Output" => check.output = r.str()?.to_string(),
-            "ServiceID" => check.service_id = r.str()?.to_string(),
-            "Type" => check.kind = r.str()?.to_string(),
-            "Interval" => check.interval = r.str()?.to_string(),
-            "Timeout" => check.timeout = r.str()?.to_string(),
-            "ExposedPort" => {
-                check.exposed_port = i32::try_from(r.i64("ExposedPort")?).map_err(|_| {
-                    WireError::IntegerOverflow {
-                        field: "ExposedPort",
-                    }
-                })?
-            }
-            "Definition" => definition = read_definition(r)?,
-            "PeerName" => *peer |= !r.str()?.is_empty(),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
+    each_field(r, |name, r| check_field(&mut check, name, r, peer))?;
+    let definition = check.definition.take().unwrap_or_default();
     if check.check_id.is_empty() {
         check.check_id = check.name.clone();
     }

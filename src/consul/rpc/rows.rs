@@ -12,8 +12,8 @@
 //! Bounded as every decoder here: by the body's size (each count is checked against the
 //! bytes left) and the reader's nesting limit.
 
-use super::catalog::{read_definition, service_field};
-use super::{each_field, string_list, string_map, QueryMeta};
+use super::catalog::{check_field, service_field};
+use super::{each_field, read_reply, string_list, string_map, QueryMeta};
 use crate::proto::msgpack::{Reader, WireError};
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::{arc_str, RowArc, StrMap, Tags};
@@ -35,21 +35,6 @@ pub type ServiceTagList<'a> = Vec<(&'a str, Vec<&'a str>)>;
 
 /// `IndexedNodeServices`' row: the node and its services.
 pub type NodeWithServices = (Node, Vec<ServiceInstance>);
-
-/// A reply that embeds `QueryMeta`: reads its fields, handing the others to `own`.
-fn read_reply<'a>(
-    body: &'a [u8],
-    mut own: impl FnMut(&'a str, &mut Reader<'a>) -> Result<bool, WireError>,
-) -> Result<QueryMeta, WireError> {
-    let mut meta = QueryMeta::default();
-    each_field(&mut Reader::new(body), |name, r| {
-        if own(name, r)? {
-            return Ok(true);
-        }
-        meta.field(name, r)
-    })?;
-    Ok(meta)
-}
 
 /// A `map[string]string` as the store keeps it.
 fn str_map(r: &mut Reader) -> Result<StrMap, WireError> {
@@ -169,31 +154,14 @@ pub fn read_health_check(r: &mut Reader) -> Result<HealthCheck, WireError> {
     let mut check = CheckRegistration::default();
     let (mut service_name, mut service_tags) = ("", Vec::new());
     let (mut create_index, mut modify_index) = (0, 0);
+    let mut peer = false;
     each_field(r, |name, r| {
         match name {
-            "Node" => check.node = r.str()?.to_string(),
-            "CheckID" => check.check_id = r.str()?.to_string(),
-            "Name" => check.name = r.str()?.to_string(),
-            "Status" => check.status = r.str()?.to_string(),
-            "Notes" => check.notes = r.str()?.to_string(),
-            "Output" => check.output = r.str()?.to_string(),
-            "ServiceID" => check.service_id = r.str()?.to_string(),
             "ServiceName" => service_name = r.str()?,
             "ServiceTags" => service_tags = string_list(r)?,
-            "Type" => check.kind = r.str()?.to_string(),
-            "Interval" => check.interval = r.str()?.to_string(),
-            "Timeout" => check.timeout = r.str()?.to_string(),
-            "ExposedPort" => {
-                check.exposed_port = i32::try_from(r.i64("ExposedPort")?).map_err(|_| {
-                    WireError::IntegerOverflow {
-                        field: "ExposedPort",
-                    }
-                })?
-            }
-            "Definition" => check.definition = Some(read_definition(r)?),
             "CreateIndex" => create_index = r.u64("CreateIndex")?,
             "ModifyIndex" => modify_index = r.u64("ModifyIndex")?,
-            _ => return Ok(false),
+            _ => return check_field(&mut check, name, r, &mut peer),
         }
         Ok(true)
     })?;
@@ -220,17 +188,26 @@ fn read_list<'a, T>(
     Ok(items)
 }
 
-/// `IndexedNodes` (`Catalog.ListNodes`).
-pub fn read_indexed_nodes(body: &[u8]) -> Result<(QueryMeta, Vec<Node>), WireError> {
-    let mut nodes = Vec::new();
+/// A reply made of `QueryMeta` and one list, `field`, each element read by `item`.
+fn read_indexed_list<'a, T>(
+    body: &'a [u8],
+    field: &str,
+    mut item: impl FnMut(&mut Reader<'a>) -> Result<T, WireError>,
+) -> Result<(QueryMeta, Vec<T>), WireError> {
+    let mut items = Vec::new();
     let meta = read_reply(body, |name, r| {
-        if name != "Nodes" {
+        if name != field {
             return Ok(false);
         }
-        nodes = read_list(r, read_node)?;
+        items = read_list(r, &mut item)?;
         Ok(true)
     })?;
-    Ok((meta, nodes))
+    Ok((meta, items))
+}
+
+/// `IndexedNodes` (`Catalog.ListNodes`).
+pub fn read_indexed_nodes(body: &[u8]) -> Result<(QueryMeta, Vec<Node>), WireError> {
+    read_indexed_list(body, "Nodes", read_node)
 }
 
 /// `IndexedServices` (`Catalog.ListServices`): each service's tags, by name in Go's
@@ -257,15 +234,7 @@ pub fn read_indexed_services(body: &[u8]) -> Result<(QueryMeta, ServiceTagList<'
 pub fn read_indexed_service_nodes(
     body: &[u8],
 ) -> Result<(QueryMeta, Vec<(Node, ServiceInstance)>), WireError> {
-    let mut rows = Vec::new();
-    let meta = read_reply(body, |name, r| {
-        if name != "ServiceNodes" {
-            return Ok(false);
-        }
-        rows = read_list(r, read_service_node)?;
-        Ok(true)
-    })?;
-    Ok((meta, rows))
+    read_indexed_list(body, "ServiceNodes", read_service_node)
 }
 
 /// `IndexedNodeServices` (`Catalog.NodeServices`): the node and its services (nil for a
@@ -320,15 +289,7 @@ pub fn read_indexed_node_services(
 
 /// `IndexedHealthChecks` (`Health.NodeChecks`, `ServiceChecks`, `ChecksInState`).
 pub fn read_indexed_health_checks(body: &[u8]) -> Result<(QueryMeta, Vec<HealthCheck>), WireError> {
-    let mut checks = Vec::new();
-    let meta = read_reply(body, |name, r| {
-        if name != "HealthChecks" {
-            return Ok(false);
-        }
-        checks = read_list(r, read_health_check)?;
-        Ok(true)
-    })?;
-    Ok((meta, checks))
+    read_indexed_list(body, "HealthChecks", read_health_check)
 }
 
 /// A `CheckServiceNode`.
@@ -363,15 +324,7 @@ fn read_check_service_node(r: &mut Reader) -> Result<CheckServiceNodeRow, WireEr
 pub fn read_indexed_check_service_nodes(
     body: &[u8],
 ) -> Result<(QueryMeta, Vec<CheckServiceNodeRow>), WireError> {
-    let mut rows = Vec::new();
-    let meta = read_reply(body, |name, r| {
-        if name != "Nodes" {
-            return Ok(false);
-        }
-        rows = read_list(r, read_check_service_node)?;
-        Ok(true)
-    })?;
-    Ok((meta, rows))
+    read_indexed_list(body, "Nodes", read_check_service_node)
 }
 
 #[cfg(test)]
