@@ -405,14 +405,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             )
         },
         case(
-            praetor::consul::node_state::NODE_STATE_PATH,
-            "GET",
-            &format!("{}n1", praetor::consul::node_state::NODE_STATE_PATH),
-            "",
-            NODES_WRITE,
-            Checked,
-        ),
-        case(
             "/v1/catalog/deregister",
             "PUT",
             "/v1/catalog/deregister",

@@ -247,3 +247,271 @@ fn a_client_agent_asks_its_server_who_leads_through_typed_calls() {
     // Only typed calls open yamux sessions on a server; nothing else of this client did.
     wait_for_log(server, &["rpc: yamux session from"]);
 }
+
+/// `path` on the client and on its server, until both answer the same (the client's own
+/// registration may still be moving the catalog); bounded: 10 s.
+fn same_answer(client: &Agent, server: &Agent, path: &str) -> common::HttpResponse {
+    same_answers(client, path, server, path)
+}
+
+/// `asked_path` on `client` and `direct_path` on `server`, until both answer the same;
+/// bounded: 10 s.
+fn same_answers(
+    client: &Agent,
+    asked_path: &str,
+    server: &Agent,
+    direct_path: &str,
+) -> common::HttpResponse {
+    let path = asked_path;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (asked, direct) = (client.get(asked_path), server.get(direct_path));
+        let same = asked.status == direct.status
+            && asked.body == direct.body
+            && asked.header("X-Consul-Index") == direct.header("X-Consul-Index")
+            && asked.header("X-Consul-KnownLeader") == direct.header("X-Consul-KnownLeader")
+            && asked.header("X-Consul-LastContact").is_some()
+            && asked.header("X-Consul-Results-Filtered-By-ACLs")
+                == direct.header("X-Consul-Results-Filtered-By-ACLs");
+        if same {
+            return asked;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: the client answered\n{} {:?}\n{}\nthe server\n{} {:?}\n{}",
+            asked.status,
+            asked.headers,
+            asked.text(),
+            direct.status,
+            direct.headers,
+            direct.text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-catalog");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let registration = br#"{"Node": "ext", "Address": "10.0.0.9",
+        "TaggedAddresses": {"wan": "192.0.2.9"}, "NodeMeta": {"rack": "r1"},
+        "Service": {"ID": "web-1", "Service": "web", "Tags": ["v1", "blue"], "Port": 8080,
+            "Meta": {"version": "1"}, "Weights": {"Passing": 3, "Warning": 1},
+            "TaggedAddresses": {"lan": {"Address": "10.0.0.9", "Port": 8080}}},
+        "Checks": [{"CheckID": "web-alive", "Name": "alive", "Status": "passing",
+            "ServiceID": "web-1", "Definition": {"HTTP": "http://10.0.0.9:8080/health",
+            "Interval": "10s", "Header": {"X-Probe": ["1"]}}},
+            {"CheckID": "ext-disk", "Name": "disk", "Status": "warning", "Notes": "full"}]}"#;
+    assert_eq!(
+        server.put("/v1/catalog/register", registration).text(),
+        "true"
+    );
+    let proxy = br#"{"Node": "ext", "Address": "10.0.0.9", "Service": {"Kind": "connect-proxy",
+        "ID": "web-proxy", "Service": "web-proxy", "Port": 21000,
+        "Proxy": {"DestinationServiceName": "web", "LocalServicePort": 8080,
+            "Upstreams": [{"DestinationName": "db", "LocalBindPort": 9191}]}}}"#;
+    assert_eq!(server.put("/v1/catalog/register", proxy).text(), "true");
+    for path in [
+        "/v1/catalog/nodes",
+        "/v1/catalog/nodes?node-meta=rack:r1",
+        "/v1/catalog/nodes?filter=Meta.rack%20%3D%3D%20%22r1%22&pretty",
+        "/v1/catalog/services",
+        "/v1/catalog/services?node-meta=rack:r1&pretty",
+        "/v1/catalog/service/web",
+        "/v1/catalog/service/web?tag=v1&tag=blue",
+        "/v1/catalog/service/web?tag=green",
+        "/v1/catalog/service/web-proxy?pretty",
+        "/v1/catalog/service/nothing",
+        "/v1/catalog/node/ext",
+        "/v1/catalog/node/ext?pretty",
+        "/v1/catalog/node/nothing",
+        "/v1/health/service/web",
+        "/v1/health/service/web?passing",
+        "/v1/health/service/web?pretty&stale",
+        "/v1/health/service/web-proxy",
+        "/v1/health/node/ext",
+        "/v1/health/checks/web",
+        "/v1/health/state/any",
+        "/v1/health/state/warning?pretty",
+        "/v1/health/state/critical",
+    ] {
+        let answer = same_answer(&client, server, path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+    }
+    assert_eq!(
+        client.get("/v1/health/service/web?passing").json(),
+        serde_json::json!([])
+    );
+    assert_eq!(client.get("/v1/catalog/node/nothing").text(), "null");
+    // Bad input is refused by the agent in the server's words, before any call.
+    for path in ["/v1/catalog/nodes?filter=%3D%3D", "/v1/health/state/nope"] {
+        let (asked, direct) = (client.get(path), server.get(path));
+        assert_eq!(
+            (asked.status, asked.text()),
+            (direct.status, direct.text()),
+            "{path}"
+        );
+        assert_eq!(asked.status, 400, "{path}");
+    }
+    // A blocking health read on the client is woken by a registration on the server.
+    let index = client.get("/v1/health/service/web").index();
+    let blocked_path = format!("/v1/health/service/web?index={index}&wait=30s");
+    let waiter = {
+        let addr = client.addr();
+        std::thread::spawn(move || common::request(addr, "GET", &blocked_path, b"", &[]))
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the blocking read answered at once");
+    let second = br#"{"Node": "ext2", "Address": "10.0.0.10",
+        "Service": {"ID": "web-2", "Service": "web", "Port": 8080}}"#;
+    assert_eq!(server.put("/v1/catalog/register", second).text(), "true");
+    let woken = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert!(woken.index() > index);
+    assert_eq!(woken.json().as_array().unwrap().len(), 2);
+    // A catalog write through the agent is its typed call: the server logs one more
+    // `Catalog.Register` (the agent's own node is in sync, so anti-entropy sends none).
+    let registers = || server.log().matches("rpc: call Catalog.Register").count();
+    let before = registers();
+    let direct = br#"{"Node": "viaclient", "Address": "10.0.0.11"}"#;
+    assert_eq!(client.put("/v1/catalog/register", direct).text(), "true");
+    assert_eq!(
+        server.get("/v1/catalog/node/viaclient").json()["Node"]["Address"],
+        "10.0.0.11"
+    );
+    assert!(registers() > before, "no typed Catalog.Register arrived");
+    let gone = br#"{"Node": "viaclient"}"#;
+    assert_eq!(client.put("/v1/catalog/deregister", gone).text(), "true");
+    assert_eq!(server.get("/v1/catalog/node/viaclient").text(), "null");
+    wait_for_log(server, &["rpc: call Catalog.Deregister"]);
+    // Each read arrived at the server as its typed call.
+    for method in [
+        "Catalog.ListNodes",
+        "Catalog.ListServices",
+        "Catalog.ServiceNodes",
+        "Catalog.NodeServices",
+        "Health.ServiceNodes",
+        "Health.NodeChecks",
+        "Health.ServiceChecks",
+        "Health.ChecksInState",
+    ] {
+        wait_for_log(server, &[&format!("rpc: call {method}")]);
+    }
+}
+
+#[test]
+fn a_client_agents_anti_entropy_registers_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-sync");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let service = br#"{"ID": "api-1", "Name": "api", "Port": 9000, "Tags": ["v2"],
+        "Check": {"CheckID": "api-ttl", "TTL": "30s", "Status": "passing"}}"#;
+    assert_eq!(
+        client.put("/v1/agent/service/register", service).status,
+        200
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let node = format!("client-{}", client.ip);
+    loop {
+        let checks = server.get("/v1/health/checks/api").json();
+        if checks.as_array().is_some_and(|c| c.len() == 1) {
+            assert_eq!(checks[0]["Node"], node.as_str());
+            assert_eq!(checks[0]["Status"], "passing");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never registered: {checks}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let instances = server.get("/v1/catalog/service/api").json();
+    assert_eq!(instances[0]["ServiceTags"], serde_json::json!(["v2"]));
+    wait_for_log(server, &["rpc: call Catalog.Register"]);
+    // The sync round reads the node's rows with Consul's anti-entropy calls.
+    wait_for_log(server, &["rpc: call Catalog.NodeServices"]);
+    wait_for_log(server, &["rpc: call Health.NodeChecks"]);
+    assert_eq!(
+        client.put("/v1/agent/service/deregister/api-1", b"").status,
+        200
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.get("/v1/catalog/service/api").json() != serde_json::json!([]) {
+        assert!(std::time::Instant::now() < deadline, "never deregistered");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    wait_for_log(server, &["rpc: call Catalog.Deregister"]);
+    assert_eq!(
+        server.get("/v1/health/checks/api").json(),
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn another_datacenters_catalog_and_health_are_read_through_typed_calls() {
+    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
+    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
+    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
+    let data = TempDir::new("consul-rpc-dc-catalog");
+    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
+    client.wait_ready();
+    let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
+    let registration = br#"{"Node": "far", "Address": "10.2.0.9", "NodeMeta": {"rack": "r2"},
+        "Service": {"ID": "db-1", "Service": "db", "Tags": ["primary"], "Port": 5432},
+        "Checks": [{"CheckID": "db-alive", "Name": "alive", "Status": "critical",
+            "ServiceID": "db-1"}]}"#;
+    assert_eq!(
+        remote.put("/v1/catalog/register", registration).text(),
+        "true"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Until the WAN pool has converged, dc1 has no path to dc2 (a 500, not JSON).
+    while server.get("/v1/catalog/service/db?dc=dc2").text() == "[]"
+        || server.get("/v1/catalog/service/db?dc=dc2").status != 200
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dc1 never reached dc2"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for path in [
+        "/v1/catalog/nodes?node-meta=rack:r2",
+        "/v1/catalog/services",
+        "/v1/catalog/service/db?tag=primary",
+        "/v1/catalog/node/far",
+        "/v1/health/service/db",
+        "/v1/health/service/db?passing",
+        "/v1/health/node/far",
+        "/v1/health/checks/db",
+        "/v1/health/state/critical",
+    ] {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let asked = format!("{path}{separator}dc=dc2");
+        for agent in [server, &client] {
+            let answer = same_answers(agent, &asked, remote, path);
+            assert_eq!(answer.status, 200, "{asked}: {}", answer.text());
+        }
+    }
+    let unknown = client.get("/v1/catalog/nodes?dc=dc9");
+    assert_eq!(
+        (unknown.status, unknown.text()),
+        (500, "No path to datacenter".to_string())
+    );
+    // Bad input is refused where the request arrived, in the server's words.
+    let bad = client.get("/v1/health/state/nope?dc=dc2");
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    for method in [
+        "Catalog.ServiceNodes",
+        "Health.ServiceNodes",
+        "Health.ChecksInState",
+    ] {
+        wait_for_log(remote, &[&format!("rpc: call {method}")]);
+    }
+}

@@ -5,12 +5,13 @@
 //! to a server is this one type. On a server, writes go through its shard into Raft on the
 //! leader and are forwarded to the leader from a follower (as
 //! `PUT /v1/internal/praetor/catalog-apply` over server RPC); reads come from its own store
-//! version. A client agent has no store: it sends the same write to the server its server
-//! manager picks (which forwards it on to the leader), and reads a node's state from that
-//! server with `GET /v1/internal/praetor/node-state/<node>`, whose answer is the rows
-//! encoded as MessagePack (see [`crate::consul::node_state`]). Both go through
-//! [`servers::call`], so a dead server is rotated away and the request retried on the next
-//! one at once: the commands are registrations and deregistrations, which a server may
+//! version. A client agent has no store: it makes Consul's typed calls on the server its
+//! server manager picks (which hands writes on to the leader), as Consul's agent does —
+//! each registration a `Catalog.Register`, each deregistration a `Catalog.Deregister` (the
+//! operations of a batch at once, each on its own yamux stream), and a node's state read
+//! with `Catalog.NodeServices` and `Health.NodeChecks`. Calls go through
+//! [`servers::call_typed`], so a dead server is rotated away and the call made again on the
+//! next one at once: they are registrations and deregistrations, which a server may
 //! receive twice without harm.
 //!
 //! With ACLs on, what goes to another server carries the agent's token (`acl.tokens.agent`,
@@ -19,12 +20,15 @@
 //! proposed through its shard on the leader are not checked.
 
 use crate::cluster::servers::{self, Retry, ServerManager};
-use crate::consul::node_state::{
-    decode_node_state, node_state_in, NodeState, APPLY_PATH, NODE_STATE_PATH,
-};
+use crate::consul::node_state::{node_state_in, NodeState, APPLY_PATH};
+use crate::consul::rpc::catalog::{encode_register, DeregisterRequest, NodeSpecificRequest};
+use crate::consul::rpc::rows::{read_indexed_health_checks, read_indexed_node_services};
+use crate::consul::rpc::QueryOptions;
 use crate::proto::rpc::{kind, Frame};
 use crate::replica::ProposalResult;
+use crate::shard::rpc_client::CallError;
 use crate::shard::Shard;
+use crate::store::catalog::rows::RowArc;
 use crate::store::catalog::CatalogOp;
 use crate::store::{Command, CommandResult, StoreVersion};
 use std::net::SocketAddr;
@@ -74,15 +78,15 @@ impl CatalogClient {
     /// [`CatalogClient::apply`] sent with `token` (a service's or check's own) instead of
     /// the agent's token when it goes to another server.
     pub async fn apply_as(&self, op: CatalogOp, token: Option<&str>) -> CommandResult {
-        self.apply_encoded_as(Command::Catalog(op).encode(), token)
-            .await
+        self.apply_command_as(&Command::Catalog(op), token).await
     }
 
-    /// [`CatalogClient::apply_as`] of a command the caller encoded, so that it can keep the
-    /// command (anti-entropy retries a refused batch operation by operation).
-    pub async fn apply_encoded_as(&self, payload: Vec<u8>, token: Option<&str>) -> CommandResult {
+    /// [`CatalogClient::apply_as`] of a command the caller keeps (anti-entropy retries a
+    /// refused batch operation by operation).
+    pub async fn apply_command_as(&self, command: &Command, token: Option<&str>) -> CommandResult {
         match &self.backend {
             Backend::Local(shard) => {
+                let payload = command.encode();
                 if shard.is_leader() {
                     return shard.propose(payload).await.into_command_result();
                 }
@@ -103,16 +107,11 @@ impl CatalogClient {
                 }
             }
             Backend::Remote { shard, servers } => {
-                let answer = servers::call(
-                    servers,
-                    &shard.forward,
-                    kind::FORWARD_HTTP,
-                    &apply_request(&payload, request_token(shard, token).as_deref()),
-                    FORWARD_TIMEOUT,
-                    Retry::Always,
-                )
-                .await;
-                apply_answer(answer)
+                let Command::Catalog(op) = command else {
+                    return CommandResult::Error("only catalog commands go to a server".into());
+                };
+                let token = request_token(shard, token).unwrap_or_default();
+                apply_typed(shard, servers, op, &token).await
             }
         }
     }
@@ -145,7 +144,7 @@ impl CatalogClient {
     pub async fn node_state(&self, node: &str) -> Result<NodeState, String> {
         let version = match &self.backend {
             Backend::Remote { shard, servers } => {
-                return read_remote_node_state(shard, servers, node).await;
+                return read_typed_node_state(shard, servers, node).await;
             }
             Backend::Local(shard) => {
                 // Anti-entropy compares against what the leader has applied; on a server
@@ -224,44 +223,148 @@ impl CatalogClient {
     }
 }
 
-/// Asks a server for one node's catalog state over the forwarding RPC.
-async fn read_remote_node_state(
+/// The typed calls of one catalog operation: a registration is a `Catalog.Register`, a
+/// deregistration a `Catalog.Deregister`; a batch is its operations.
+fn typed_calls(op: &CatalogOp, token: &str, calls: &mut Vec<(&'static str, Vec<u8>)>) {
+    match op {
+        CatalogOp::Register(registration) => {
+            calls.push(("Catalog.Register", encode_register(registration, token)))
+        }
+        CatalogOp::Deregister {
+            node,
+            service_id,
+            check_id,
+        } => calls.push((
+            "Catalog.Deregister",
+            DeregisterRequest {
+                node,
+                service_id,
+                check_id,
+                token,
+                ..DeregisterRequest::default()
+            }
+            .encode(),
+        )),
+        CatalogOp::Batch(ops) => {
+            for op in ops {
+                typed_calls(op, token, calls);
+            }
+        }
+        // A client agent's coordinates go with `/v1/coordinate/update`, not this client.
+        CatalogOp::Coordinates(_) => {}
+    }
+}
+
+/// A typed catalog write's answer as the store's: `true`, or the refusal's text (a
+/// transport failure's with Consul's "rpc error" prefix).
+fn written(answer: Result<bytes::Bytes, CallError>) -> CommandResult {
+    match answer {
+        Ok(_) => CommandResult::Bool(true),
+        Err(CallError::Remote(reason)) => CommandResult::Error(reason),
+        Err(CallError::Transport { reason, .. })
+            if reason.starts_with("rpc error") || reason == servers::NO_SERVERS =>
+        {
+            CommandResult::Error(reason)
+        }
+        Err(CallError::Transport { reason, .. }) => {
+            CommandResult::Error(format!("rpc error: {reason}"))
+        }
+    }
+}
+
+/// Sends a catalog operation as its typed calls, the calls of a batch at once (each on its
+/// own stream, as independent as the batch's operations are); the first refusal, or `true`.
+async fn apply_typed(
+    shard: &Rc<Shard>,
+    servers: &Arc<ServerManager>,
+    op: &CatalogOp,
+    token: &str,
+) -> CommandResult {
+    let mut calls = Vec::new();
+    typed_calls(op, token, &mut calls);
+    if let [(method, body)] = calls.as_slice() {
+        return written(typed_write(shard, servers, method, body).await);
+    }
+    let pending: Vec<_> = calls
+        .into_iter()
+        .map(|(method, body)| {
+            let (shard, servers) = (shard.clone(), servers.clone());
+            monoio::spawn(async move { typed_write(&shard, &servers, method, &body).await })
+        })
+        .collect();
+    let mut result = CommandResult::Bool(true);
+    for call in pending {
+        let answer = written(call.await);
+        if matches!(result, CommandResult::Bool(_)) {
+            result = answer;
+        }
+    }
+    result
+}
+
+/// One typed write on a server, made again on the next server after a transport failure
+/// (registrations and deregistrations may arrive twice).
+async fn typed_write(
+    shard: &Shard,
+    servers: &ServerManager,
+    method: &str,
+    body: &[u8],
+) -> Result<bytes::Bytes, CallError> {
+    servers::call_typed(
+        servers,
+        &shard.rpc,
+        method,
+        body,
+        FORWARD_TIMEOUT,
+        Retry::Always,
+    )
+    .await
+}
+
+/// Reads one node's catalog state from a server as Consul's anti-entropy does: the node
+/// and its services (`Catalog.NodeServices`), then its checks (`Health.NodeChecks`). Stale
+/// reads: a difference missed now is found on the next full sync.
+async fn read_typed_node_state(
     shard: &Shard,
     servers: &ServerManager,
     node: &str,
 ) -> Result<NodeState, String> {
-    let request = format!(
-        "GET {NODE_STATE_PATH}{} HTTP/1.1\r\nHost: praetor\r\n{}\r\n",
-        percent_encode_segment(node),
-        token_header(agent_token(shard).as_deref())
-    );
-    let frame = servers::call(
-        servers,
-        &shard.forward,
-        kind::FORWARD_HTTP,
-        request.as_bytes(),
-        NODE_STATE_READ_TIMEOUT,
-        Retry::Always,
-    )
-    .await?;
-    let (status, body) = servers::forwarded_http_answer(&frame)?;
-    if status != 200 {
-        return Err(String::from_utf8_lossy(body).into_owned());
+    let token = agent_token(shard).unwrap_or_default();
+    let request = NodeSpecificRequest {
+        node,
+        options: QueryOptions {
+            token: &token,
+            allow_stale: true,
+            ..QueryOptions::default()
+        },
+        ..NodeSpecificRequest::default()
     }
-    decode_node_state(body)
-}
-
-/// Percent-encodes a node name for use as one path segment.
-fn percent_encode_segment(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for byte in segment.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    .encode();
+    let read = async |method| {
+        servers::call_typed(
+            servers,
+            &shard.rpc,
+            method,
+            &request,
+            NODE_STATE_READ_TIMEOUT,
+            Retry::Always,
+        )
+        .await
+        .map_err(|e| e.to_string())
+    };
+    let malformed = |e: crate::proto::msgpack::WireError| format!("malformed reply: {e}");
+    let services = read("Catalog.NodeServices").await?;
+    let (_, found) = read_indexed_node_services(&services).map_err(malformed)?;
+    let Some((node_row, services)) = found else {
+        return Ok(NodeState::default());
+    };
+    let checks = read("Health.NodeChecks").await?;
+    let (_, checks) = read_indexed_health_checks(&checks).map_err(malformed)?;
+    Ok(NodeState {
+        node: Some(Arc::new(node_row)),
+        services: services.into_iter().map(RowArc::new).collect(),
+        checks: checks.into_iter().map(RowArc::new).collect(),
+    })
 }
 
 /// The leader's RPC address when another server leads.
@@ -337,16 +440,5 @@ fn apply_answer(answer: Result<Frame, String>) -> CommandResult {
         Ok(frame) => CommandResult::Error(String::from_utf8_lossy(&frame.payload).into_owned()),
         Err(e) if e.starts_with("rpc error") || e == servers::NO_SERVERS => CommandResult::Error(e),
         Err(e) => CommandResult::Error(format!("rpc error: {e}")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_names_are_percent_encoded_as_one_path_segment() {
-        assert_eq!(percent_encode_segment("a b/ç"), "a%20b%2F%C3%A7");
-        assert_eq!(percent_encode_segment("web-1.dc_2~"), "web-1.dc_2~");
     }
 }

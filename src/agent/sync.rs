@@ -354,7 +354,7 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
         // Encoded from the batch itself, not a copy: the operations are needed again only
         // when the batch is refused.
         let sent = Command::Catalog(CatalogOp::Batch(batch_ops));
-        let answer = agent.client.apply_encoded_as(sent.encode(), token).await;
+        let answer = agent.client.apply_command_as(&sent, token).await;
         let Command::Catalog(CatalogOp::Batch(batch_ops)) = sent else {
             unreachable!("the batch built above")
         };

@@ -265,7 +265,6 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::CatalogRegister => check_catalog_register(request, authz),
         Acl::CatalogDeregister => check_catalog_deregister(ctx, request, authz),
         Acl::CatalogApply => check_catalog_apply(ctx, request, authz),
-        Acl::NodeWriteFromRest => authz.require(a.node_write(rest)),
         Acl::Query => check_query(ctx, request, authz),
         Acl::ConfigEntry => super::config::check_acl(request, authz),
         Acl::Intention => super::intentions::check_acl(ctx, request, authz),

@@ -8,6 +8,7 @@
 use super::agent_cache;
 use super::authz::RowFilter;
 use super::peer::{self, Empty};
+use super::rpc::client_catalog;
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj};
@@ -73,27 +74,6 @@ pub fn internal_apply(_: &Context, request: &Request, _: &mut Reply) -> Result<O
         ));
     }
     Ok(write_result(command))
-}
-
-/// `GET /v1/internal/praetor/node-state/<node>`: one node's rows for a client agent's
-/// anti-entropy and alias checks. A client forwards it to its server; a server answers from
-/// its own version without a leader round trip — anti-entropy tolerates a stale view, since
-/// a difference it misses now is found on the next full sync.
-pub fn internal_node_state(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    let node = request.rest;
-    if ctx.is_client() {
-        return Ok(Outcome::Forward);
-    }
-    if node.is_empty() {
-        return Err(ApiError::bad_request("Missing node name"));
-    }
-    let body = crate::consul::node_state::encode_node_state(&ctx.current_version(), node);
-    reply.send(200, Some("application/msgpack"), b"", &body);
-    Ok(Outcome::Done)
 }
 
 /// `PUT /v1/catalog/deregister`.
@@ -165,6 +145,10 @@ pub fn list_headers(meta: QueryMeta, rows: &RowFilter, hidden: bool) -> Vec<u8> 
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::NODE)?;
+        return Ok(client_catalog::nodes(ctx, request, options, ""));
+    }
     let near = request.query.get("near").unwrap_or("");
     let query = NodesQuery {
         node_meta: node_meta_filters(request),
@@ -245,6 +229,10 @@ pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<O
         return Err(ApiError::Internal(
             "listing service names imported from a peer is not supported".to_string(),
         ));
+    }
+    // `Catalog.ListServices` has no filter on the server yet: a filtered list goes as HTTP.
+    if client_catalog::typed(ctx, request, &["filter"]) {
+        return Ok(client_catalog::services(ctx, request, options, ""));
     }
     let query = ServicesQuery {
         node_meta: node_meta_filters(request),
@@ -679,6 +667,12 @@ fn service_nodes(
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
+    if !connect && client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::SERVICE_NODE)?;
+        return Ok(client_catalog::service_nodes(
+            ctx, request, name, options, "",
+        ));
+    }
     let view = if connect {
         ServiceView::Connect
     } else {
@@ -806,6 +800,12 @@ fn node_services_of(
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
+    }
+    if !as_list && client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::NODE_SERVICE)?;
+        return Ok(client_catalog::node_services(
+            ctx, request, name, options, "",
+        ));
     }
     let query = NodeQuery {
         node: Arc::from(name),

@@ -5,6 +5,7 @@ use super::agent_cache;
 use super::authz::RowFilter;
 use super::catalog::{list_headers, node_meta_filters, parse_filter, ServiceQuery, ServiceView};
 use super::peer::{self, Empty};
+use super::rpc::client_catalog;
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request};
 use crate::consul::filter::{self, Filter};
 use crate::consul::json::JsonWriter;
@@ -17,7 +18,7 @@ use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 /// Consul's `?passing`: present without a value means true; otherwise a Go boolean.
-fn passing_param(request: &Request) -> Result<bool, ApiError> {
+pub fn passing_param(request: &Request) -> Result<bool, ApiError> {
     match request.query.get("passing") {
         None => Ok(false),
         Some("") => Ok(true),
@@ -57,6 +58,12 @@ fn service_health(
         return Err(ApiError::bad_request("Missing service name"));
     }
     let passing = passing_param(request)?;
+    if view == ServiceView::Health && client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::CHECK_SERVICE_NODE)?;
+        return Ok(client_catalog::service_health(
+            ctx, request, name, passing, options, "",
+        ));
+    }
     let query = ServiceQuery::new(
         view,
         request,
@@ -82,6 +89,13 @@ pub fn service_checks(
     let options = query_options(ctx, &request.query)?;
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
+    }
+    // praetor's HTTP answer also applies `?tag` here; the typed call does not carry it.
+    if client_catalog::typed(ctx, request, &["tag"]) {
+        parse_filter(request, filter::HEALTH_CHECK)?;
+        return Ok(client_catalog::service_checks(
+            ctx, request, name, options, "",
+        ));
     }
     let query = ServiceQuery::new(
         ServiceView::Checks,
@@ -157,6 +171,10 @@ pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
+    if client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::HEALTH_CHECK)?;
+        return Ok(client_catalog::node_checks(ctx, request, name, options, ""));
+    }
     let query = NodeChecksQuery {
         node: Arc::from(name),
         folded: Arc::from(&*fold(name)),
@@ -190,22 +208,34 @@ impl Query for StateQuery {
     }
 }
 
+/// A check state of `/v1/health/state/<state>`: `any` (none) or a status.
+pub fn check_state(state: &str) -> Result<Option<Status>, ApiError> {
+    match state {
+        "" => Err(ApiError::bad_request("Missing check state")),
+        "any" => Ok(None),
+        "passing" => Ok(Some(Status::Passing)),
+        "warning" => Ok(Some(Status::Warning)),
+        "critical" => Ok(Some(Status::Critical)),
+        other => Err(ApiError::bad_request(format!(
+            "Invalid check state: {other:?}"
+        ))),
+    }
+}
+
 /// `GET /v1/health/state/<state>`: `any`, `passing`, `warning` or `critical`.
 pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let state = request.rest;
     let options = query_options(ctx, &request.query)?;
-    let state = match state {
-        "" => return Err(ApiError::bad_request("Missing check state")),
-        "any" => None,
-        "passing" => Some(Status::Passing),
-        "warning" => Some(Status::Warning),
-        "critical" => Some(Status::Critical),
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid check state: {other:?}"
-            )))
-        }
-    };
+    let state = check_state(request.rest)?;
+    if client_catalog::typed(ctx, request, &[]) {
+        parse_filter(request, filter::HEALTH_CHECK)?;
+        return Ok(client_catalog::checks_in_state(
+            ctx,
+            request,
+            request.rest,
+            options,
+            "",
+        ));
+    }
     let query = StateQuery {
         rows: RowFilter::of(request),
         state,

@@ -19,7 +19,7 @@ use super::{
     Request,
 };
 use crate::config::AgentConfig;
-use crate::consul::node_state::{APPLY_PATH, NODE_STATE_PATH};
+use crate::consul::node_state::APPLY_PATH;
 use crate::dns::remote;
 use crate::proto::http::{HttpLimits, Method};
 
@@ -131,8 +131,6 @@ pub enum Acl {
     /// A catalog command an agent's anti-entropy sends: each registration and deregistration
     /// needs what the same `/v1/catalog/register` or `/deregister` would.
     CatalogApply,
-    /// `node:write` on the node in the path: one node's rows for its agent's anti-entropy.
-    NodeWriteFromRest,
     /// Prepared queries: `query:write` on the name of a query written (the body's, and the
     /// stored one's on update and delete), `query:read` on one read or explained; lists
     /// and executions filter their rows.
@@ -221,9 +219,8 @@ const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
     AclByMethod, AclRead, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
-    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, NodeWriteFromRest,
-    OperatorByMethod, OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById,
-    SessionCreate,
+    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, OperatorByMethod,
+    OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById, SessionCreate,
 };
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
@@ -258,7 +255,6 @@ pub static ROUTES: &[Route] = &[
 
     route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, CatalogRegister, catalog::register),
     route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, CatalogApply, catalog::internal_apply),
-    route(Prefix(NODE_STATE_PATH),                      GET,                 Standard, ANSWERS, NodeWriteFromRest, catalog::internal_node_state),
     route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
     route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Filtered,   catalog::nodes),
     route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Filtered,   catalog::services),
@@ -509,7 +505,6 @@ const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
     "/v1/coordinate/datacenters",
     "/v1/operator/keyring",
     APPLY_PATH,
-    NODE_STATE_PATH,
     remote::CHANGES_PATH,
 ];
 

@@ -386,10 +386,16 @@ async fn read_loop(
         input = slice.into_inner();
         let reason = match result {
             Ok(0) => Some(format!("connection to {addr} lost")),
-            Err(e) => Some(format!(
-                "connection to {addr} lost: {}",
-                crate::tls::stream::describe_io_error(&e)
-            )),
+            Err(e) => {
+                let reason = crate::tls::stream::describe_io_error(&e);
+                // Under TLS 1.3 a server that refuses our certificate says so after our side
+                // of the handshake finished, on the first read: that is worth a line, as on
+                // praetor's own frames (`shard::forward`).
+                if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+                    log::warn!("tls: internal_rpc connection to {addr} ended: {reason}");
+                }
+                Some(format!("connection to {addr} lost: {reason}"))
+            }
             Ok(_) => None,
         };
         let mut state = connection.borrow_mut();

@@ -91,7 +91,7 @@ pub fn query_options<'a>(
 }
 
 /// How long to wait for a read's answer.
-fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
+pub(super) fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
     if options.is_blocking() {
         options.wait + options.wait / crate::api::BLOCKING_JITTER_FRACTION + CALL_TIMEOUT
     } else {
@@ -102,7 +102,7 @@ fn read_timeout(options: &crate::api::QueryOptions) -> Duration {
 /// A call made after the handler returned, whose answer `respond` writes. A client agent
 /// sends it to its server (which hands a call naming another datacenter on); a server asks
 /// a server of `datacenter` itself.
-fn call(
+pub(super) fn call(
     ctx: &Context,
     datacenter: &str,
     method: &'static str,
@@ -135,11 +135,12 @@ fn call(
 }
 
 /// A typed reply that does not decode: the server is not speaking Consul's RPC.
-fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
+pub(super) fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
     ApiError::Internal(format!("rpc error: malformed reply: {error}"))
 }
 
-/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads so far.
+/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads, and the
+/// catalog and health reads ([`super::client_catalog::across_datacenters`]).
 /// `None` for the others, which go as HTTP.
 pub fn across_datacenters(
     ctx: &Context,
@@ -147,7 +148,10 @@ pub fn across_datacenters(
     datacenter: &str,
 ) -> Option<Result<Outcome, ApiError>> {
     let kv = request.path == "/v1/kv" || request.path.starts_with("/v1/kv/");
-    if request.method != crate::proto::http::Method::Get || !kv {
+    if !kv {
+        return super::client_catalog::across_datacenters(ctx, request, datacenter);
+    }
+    if request.method != crate::proto::http::Method::Get {
         return None;
     }
     Some(
@@ -395,6 +399,9 @@ fn kvs_request<'o>(op: &'o KvOp, token: &'o str) -> Option<KvsRequest<'o>> {
 /// as the command result the server produced. A write without a typed call yet is
 /// forwarded as HTTP (`Outcome::Forward`).
 pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
+    if let Command::Catalog(catalog_op) = &op.command {
+        return catalog_write(ctx, request, catalog_op, op.respond);
+    }
     let Command::Kv(kv_op) = &op.command else {
         return Outcome::Forward;
     };
@@ -416,6 +423,55 @@ pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
             let mut r = crate::proto::msgpack::Reader::new(body);
             let applied = r.bool().map_err(bad_reply)?;
             respond(CommandResult::Bool(applied), reply);
+            Ok(())
+        },
+    )
+}
+
+/// `PUT /v1/catalog/register` and `/deregister` on a client agent: `Catalog.Register` or
+/// `Catalog.Deregister` with the request's token; the server's empty reply is the `true`
+/// the handler answers, its refusal the error Consul's agent answers. Other catalog
+/// commands have no typed call and go as HTTP.
+fn catalog_write(
+    ctx: &Context,
+    request: &Request,
+    op: &crate::store::catalog::CatalogOp,
+    respond: crate::api::WriteResponder,
+) -> Outcome {
+    use crate::consul::rpc::catalog::{encode_register, DeregisterRequest};
+    use crate::store::catalog::CatalogOp;
+    let secret = request_secret(ctx, request);
+    let (method, body) = match op {
+        CatalogOp::Register(registration) => {
+            ("Catalog.Register", encode_register(registration, &secret))
+        }
+        CatalogOp::Deregister {
+            node,
+            service_id,
+            check_id,
+        } => (
+            "Catalog.Deregister",
+            DeregisterRequest {
+                node,
+                service_id,
+                check_id,
+                token: &secret,
+                ..DeregisterRequest::default()
+            }
+            .encode(),
+        ),
+        CatalogOp::Batch(_) | CatalogOp::Coordinates(_) => return Outcome::Forward,
+    };
+    // A write that may have reached a server is not sent again: its answer would be lost.
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        CALL_TIMEOUT,
+        Retry::NotSent,
+        move |_, reply| {
+            respond(CommandResult::Bool(true), reply);
             Ok(())
         },
     )

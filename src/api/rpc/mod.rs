@@ -22,6 +22,7 @@
 pub mod acl;
 pub mod catalog;
 pub mod client;
+pub mod client_catalog;
 pub mod coordinate;
 pub mod health;
 pub mod internal;
@@ -78,6 +79,9 @@ impl TypedCalls for Server {
 
 /// Serves one call: its method's endpoint, or net/rpc's words for an unknown one.
 pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
+    // Which calls arrive (a client agent's reads and writes among them) shows in the debug
+    // log, as Consul's RPC metrics name each method.
+    log::debug!("rpc: call {}", call.method());
     let answer = match call.method() {
         "Status.Ping" => Ok(crate::consul::rpc::status::ping_reply()),
         "Status.Leader" => status::leader(server),

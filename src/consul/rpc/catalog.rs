@@ -86,63 +86,72 @@ pub(super) fn read_service(
     peer: &mut bool,
 ) -> Result<ServiceRegistration, WireError> {
     let mut service = ServiceRegistration::default();
-    each_field(r, |name, r| {
-        match name {
-            "Kind" => service.kind = r.str()?.to_string(),
-            "ID" => service.id = r.str()?.to_string(),
-            "Service" => service.name = r.str()?.to_string(),
-            "Tags" => {
-                service.tags = string_list(r)?.into_iter().map(str::to_string).collect();
-            }
-            "Address" => service.address = r.str()?.to_string(),
-            "TaggedAddresses" => {
-                let entries = r.map_len()?;
-                for _ in 0..entries {
-                    let tag = r.str()?.to_string();
-                    let (mut address, mut port) = (String::new(), 0);
-                    each_field(r, |name, r| {
-                        match name {
-                            "Address" => address = r.str()?.to_string(),
-                            "Port" => port = r.i64("Port")?,
-                            _ => return Ok(false),
-                        }
-                        Ok(true)
-                    })?;
-                    let port = i32::try_from(port).map_err(|_| WireError::IntegerOverflow {
-                        field: "TaggedAddresses.Port",
-                    })?;
-                    service.tagged_addresses.push((tag, address, port));
-                }
-            }
-            "Meta" => service.meta = owned_pairs(&string_map(r)?),
-            "Port" => {
-                service.port = i32::try_from(r.i64("Port")?)
-                    .map_err(|_| WireError::IntegerOverflow { field: "Port" })?
-            }
-            "SocketPath" => service.socket_path = r.str()?.to_string(),
-            "Weights" => service.weights = read_weights(r)?,
-            "EnableTagOverride" => service.enable_tag_override = r.bool()?,
-            "Proxy" => {
-                let proxy = super::read_json(r)?;
-                if proxy.as_object().is_some_and(|m| !m.is_empty()) {
-                    service.proxy_json = Some(proxy.to_string());
-                }
-            }
-            "Connect" => {
-                each_field(r, |name, r| {
-                    if name == "Native" {
-                        service.connect_native = r.bool()?;
-                        return Ok(true);
-                    }
-                    Ok(false)
-                })?;
-            }
-            "PeerName" => *peer |= !r.str()?.is_empty(),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
+    each_field(r, |name, r| service_field(&mut service, name, r, peer))?;
     Ok(service)
+}
+
+/// One field of a `NodeService` into `service`; `false` for a field it does not have (or
+/// one a registration does not carry, such as the Raft indexes).
+pub(super) fn service_field(
+    service: &mut ServiceRegistration,
+    name: &str,
+    r: &mut Reader,
+    peer: &mut bool,
+) -> Result<bool, WireError> {
+    match name {
+        "Kind" => service.kind = r.str()?.to_string(),
+        "ID" => service.id = r.str()?.to_string(),
+        "Service" => service.name = r.str()?.to_string(),
+        "Tags" => {
+            service.tags = string_list(r)?.into_iter().map(str::to_string).collect();
+        }
+        "Address" => service.address = r.str()?.to_string(),
+        "TaggedAddresses" => {
+            let entries = r.map_len()?;
+            for _ in 0..entries {
+                let tag = r.str()?.to_string();
+                let (mut address, mut port) = (String::new(), 0);
+                each_field(r, |name, r| {
+                    match name {
+                        "Address" => address = r.str()?.to_string(),
+                        "Port" => port = r.i64("Port")?,
+                        _ => return Ok(false),
+                    }
+                    Ok(true)
+                })?;
+                let port = i32::try_from(port).map_err(|_| WireError::IntegerOverflow {
+                    field: "TaggedAddresses.Port",
+                })?;
+                service.tagged_addresses.push((tag, address, port));
+            }
+        }
+        "Meta" => service.meta = owned_pairs(&string_map(r)?),
+        "Port" => {
+            service.port = i32::try_from(r.i64("Port")?)
+                .map_err(|_| WireError::IntegerOverflow { field: "Port" })?
+        }
+        "SocketPath" => service.socket_path = r.str()?.to_string(),
+        "Weights" => service.weights = read_weights(r)?,
+        "EnableTagOverride" => service.enable_tag_override = r.bool()?,
+        "Proxy" => {
+            let proxy = super::read_json(r)?;
+            if proxy.as_object().is_some_and(|m| !m.is_empty()) {
+                service.proxy_json = Some(proxy.to_string());
+            }
+        }
+        "Connect" => {
+            each_field(r, |name, r| {
+                if name == "Native" {
+                    service.connect_native = r.bool()?;
+                    return Ok(true);
+                }
+                Ok(false)
+            })?;
+        }
+        "PeerName" => *peer |= !r.str()?.is_empty(),
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// A `HealthCheckDefinition`; durations in nanoseconds.
@@ -190,6 +199,38 @@ fn read_definition(r: &mut Reader) -> Result<CheckDefinition, WireError> {
     Ok(d)
 }
 
+/// One field of a `HealthCheck` into `check`; `false` for a field it does not have (or one
+/// a registration does not carry: the service's name and tags, the Raft indexes).
+pub(super) fn check_field(
+    check: &mut CheckRegistration,
+    name: &str,
+    r: &mut Reader,
+    peer: &mut bool,
+) -> Result<bool, WireError> {
+    match name {
+        "Node" => check.node = r.str()?.to_string(),
+        "CheckID" => check.check_id = r.str()?.to_string(),
+        "Name" => check.name = r.str()?.to_string(),
+        "Status" => check.status = r.str()?.to_string(),
+        "Notes" => check.notes = r.str()?.to_string(),
+        "Output" => check.output = r.str()?.to_string(),
+        "ServiceID" => check.service_id = r.str()?.to_string(),
+        "Type" => check.kind = r.str()?.to_string(),
+        "Interval" => check.interval = r.str()?.to_string(),
+        "Timeout" => check.timeout = r.str()?.to_string(),
+        "ExposedPort" => {
+            check.exposed_port =
+                i32::try_from(r.i64("ExposedPort")?).map_err(|_| WireError::IntegerOverflow {
+                    field: "ExposedPort",
+                })?
+        }
+        "Definition" => check.definition = Some(read_definition(r)?),
+        "PeerName" => *peer |= !r.str()?.is_empty(),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 /// A `HealthCheck` of a registration, defaulted as the HTTP body's are: the ID from the
 /// name, the node from the request, the type from the definition.
 pub(super) fn read_check(
@@ -198,32 +239,8 @@ pub(super) fn read_check(
     peer: &mut bool,
 ) -> Result<CheckRegistration, RegisterError> {
     let mut check = CheckRegistration::default();
-    let mut definition = CheckDefinition::default();
-    each_field(r, |name, r| {
-        match name {
-            "Node" => check.node = r.str()?.to_string(),
-            "CheckID" => check.check_id = r.str()?.to_string(),
-            "Name" => check.name = r.str()?.to_string(),
-            "Status" => check.status = r.str()?.to_string(),
-            "Notes" => check.notes = r.str()?.to_string(),
-            "Output" => check.output = r.str()?.to_string(),
-            "ServiceID" => check.service_id = r.str()?.to_string(),
-            "Type" => check.kind = r.str()?.to_string(),
-            "Interval" => check.interval = r.str()?.to_string(),
-            "Timeout" => check.timeout = r.str()?.to_string(),
-            "ExposedPort" => {
-                check.exposed_port = i32::try_from(r.i64("ExposedPort")?).map_err(|_| {
-                    WireError::IntegerOverflow {
-                        field: "ExposedPort",
-                    }
-                })?
-            }
-            "Definition" => definition = read_definition(r)?,
-            "PeerName" => *peer |= !r.str()?.is_empty(),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    })?;
+    each_field(r, |name, r| check_field(&mut check, name, r, peer))?;
+    let definition = check.definition.take().unwrap_or_default();
     if check.check_id.is_empty() {
         check.check_id = check.name.clone();
     }
@@ -340,6 +357,126 @@ pub fn decode_register(
     })
 }
 
+/// A `NodeService` as a client registers it.
+fn write_registered_service(w: &mut Writer, service: &ServiceRegistration) {
+    let mut f = Fields::new(w, 13);
+    f.field("Address").str(&service.address);
+    {
+        let mut connect = Fields::new(f.field("Connect"), 1);
+        connect.field("Native").bool(service.connect_native);
+        connect.finish();
+    }
+    f.field("EnableTagOverride")
+        .bool(service.enable_tag_override);
+    f.field("ID").str(&service.id);
+    f.field("Kind").str(&service.kind);
+    super::write_string_map(
+        f.field("Meta"),
+        service.meta.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        true,
+    );
+    f.field("Port").int(service.port as i64);
+    {
+        let w = f.field("Proxy");
+        match service
+            .proxy_json
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        {
+            Some(value) => super::write_json(w, &value),
+            None => w.map_len(0),
+        }
+    }
+    f.field("Service").str(&service.name);
+    f.field("SocketPath").str(&service.socket_path);
+    {
+        let w = f.field("TaggedAddresses");
+        if service.tagged_addresses.is_empty() {
+            w.nil();
+        } else {
+            w.map_len(service.tagged_addresses.len());
+            for (tag, address, port) in &service.tagged_addresses {
+                w.str(tag);
+                let mut a = Fields::new(w, 2);
+                a.field("Address").str(address);
+                a.field("Port").int(*port as i64);
+                a.finish();
+            }
+        }
+    }
+    write_string_list(
+        f.field("Tags"),
+        service.tags.iter().map(String::as_str),
+        true,
+    );
+    match service.weights {
+        Some(weights) => write_weights(f.field("Weights"), weights),
+        None => f.field("Weights").nil(),
+    }
+    f.finish();
+}
+
+/// A `HealthCheck` as a client registers it.
+fn write_registered_check(w: &mut Writer, check: &CheckRegistration) {
+    let mut f = Fields::new(w, 12);
+    f.field("CheckID").str(&check.check_id);
+    write_definition(f.field("Definition"), check.definition.as_ref());
+    f.field("ExposedPort").int(check.exposed_port as i64);
+    f.field("Interval").str(&check.interval);
+    f.field("Name").str(&check.name);
+    f.field("Node").str(&check.node);
+    f.field("Notes").str(&check.notes);
+    f.field("Output").str(&check.output);
+    f.field("ServiceID").str(&check.service_id);
+    f.field("Status").str(&check.status);
+    f.field("Timeout").str(&check.timeout);
+    f.field("Type").str(&check.kind);
+    f.finish();
+}
+
+/// `Catalog.Register`'s `RegisterRequest` of a registration, sent with `token`: what a
+/// client agent's anti-entropy sends (the inverse of [`decode_register`]).
+pub fn encode_register(registration: &Registration, token: &str) -> Vec<u8> {
+    let mut w = Writer::new();
+    let mut f = Fields::new(&mut w, 10);
+    f.field("Address").str(&registration.address);
+    {
+        let w = f.field("Checks");
+        w.array_len(registration.checks.len());
+        for check in &registration.checks {
+            write_registered_check(w, check);
+        }
+    }
+    f.field("Datacenter").str(&registration.datacenter);
+    f.field("ID").str(&registration.id);
+    f.field("Node").str(&registration.node);
+    super::write_string_map(
+        f.field("NodeMeta"),
+        registration
+            .node_meta
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        true,
+    );
+    match &registration.service {
+        Some(service) => write_registered_service(f.field("Service"), service),
+        None => f.field("Service").nil(),
+    }
+    f.field("SkipNodeUpdate")
+        .bool(registration.skip_node_update);
+    super::write_string_map(
+        f.field("TaggedAddresses"),
+        registration
+            .tagged_addresses
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        true,
+    );
+    f.field("Token").str(token);
+    f.finish();
+    w.into_inner()
+}
+
 /// `DeregisterRequest`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeregisterRequest<'a> {
@@ -364,6 +501,21 @@ impl<'a> DeregisterRequest<'a> {
             Ok(true)
         })?;
         Ok(request)
+    }
+}
+
+impl DeregisterRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 5);
+        f.field("CheckID").str(self.check_id);
+        f.field("Datacenter").str(self.datacenter);
+        f.field("Node").str(self.node);
+        f.field("ServiceID").str(self.service_id);
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
     }
 }
 
@@ -458,6 +610,40 @@ impl<'a> ServiceSpecificRequest<'a> {
     }
 }
 
+impl ServiceSpecificRequest<'_> {
+    /// The request as a client sends it: the tags in `ServiceTags` (and `TagFilter` set
+    /// when there are any), as Consul's agent fills it from `?tag`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &[
+                "Connect",
+                "Datacenter",
+                "Ingress",
+                "NodeMetaFilters",
+                "PeerName",
+                "ServiceName",
+                "ServiceTags",
+                "TagFilter",
+            ],
+            |name, w| match name {
+                "Connect" => w.bool(self.connect),
+                "Datacenter" => w.str(self.datacenter),
+                "Ingress" => w.bool(self.ingress),
+                "NodeMetaFilters" => {
+                    super::write_string_map(w, self.node_meta_filters.iter().copied(), true)
+                }
+                "PeerName" => w.str(self.peer_name),
+                "ServiceName" => w.str(self.service_name),
+                "ServiceTags" => write_string_list(w, self.service_tags.iter().copied(), true),
+                _ => w.bool(self.tag_filter),
+            },
+        );
+        w.into_inner()
+    }
+}
+
 /// `NodeSpecificRequest`: one node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeSpecificRequest<'a> {
@@ -483,6 +669,23 @@ impl<'a> NodeSpecificRequest<'a> {
     }
 }
 
+impl NodeSpecificRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["Datacenter", "Node", "PeerName"],
+            |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                "Node" => w.str(self.node),
+                _ => w.str(self.peer_name),
+            },
+        );
+        w.into_inner()
+    }
+}
+
 /// `ChecksInStateRequest`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChecksInStateRequest<'a> {
@@ -505,6 +708,25 @@ impl<'a> ChecksInStateRequest<'a> {
             Ok(true)
         })?;
         Ok(request)
+    }
+}
+
+impl ChecksInStateRequest<'_> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["Datacenter", "NodeMetaFilters", "State"],
+            |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                "NodeMetaFilters" => {
+                    super::write_string_map(w, self.node_meta_filters.iter().copied(), true)
+                }
+                _ => w.str(self.state),
+            },
+        );
+        w.into_inner()
     }
 }
 

@@ -2,7 +2,7 @@
 //! (`KeyListRequest`), `KVS.Apply` (`KVSRequest` with a `DirEntry`), and their replies
 //! `IndexedDirEntries` and `IndexedKeyList`.
 
-use super::{each_field, write_request_field, Fields, QueryMeta, QueryOptions};
+use super::{each_field, read_reply, write_request_field, Fields, QueryMeta, QueryOptions};
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::kv::{KvFields, KvOp};
 use bytes::Bytes;
@@ -250,21 +250,6 @@ impl KvsRequest<'_> {
         f.finish();
         w.into_inner()
     }
-}
-
-/// A reply that embeds `QueryMeta`: reads its fields, handing the others to `own`.
-fn read_reply<'a>(
-    body: &'a [u8],
-    mut own: impl FnMut(&'a str, &mut Reader<'a>) -> Result<bool, WireError>,
-) -> Result<QueryMeta, WireError> {
-    let mut meta = QueryMeta::default();
-    each_field(&mut Reader::new(body), |name, r| {
-        if own(name, r)? {
-            return Ok(true);
-        }
-        meta.field(name, r)
-    })?;
-    Ok(meta)
 }
 
 /// `IndexedDirEntries`, as a client reads it.

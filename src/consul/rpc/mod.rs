@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod coordinate;
 pub mod internal;
 pub mod kvs;
+pub mod rows;
 pub mod session;
 pub mod status;
 pub mod txn;
@@ -50,6 +51,21 @@ pub fn each_field<'a>(
         }
     }
     Ok(())
+}
+
+/// A reply that embeds `QueryMeta`: reads its fields, handing the others to `own`.
+pub fn read_reply<'a>(
+    body: &'a [u8],
+    mut own: impl FnMut(&'a str, &mut Reader<'a>) -> Result<bool, WireError>,
+) -> Result<QueryMeta, WireError> {
+    let mut meta = QueryMeta::default();
+    each_field(&mut Reader::new(body), |name, r| {
+        if own(name, r)? {
+            return Ok(true);
+        }
+        meta.field(name, r)
+    })?;
+    Ok(meta)
 }
 
 /// A `map[string]string`, borrowed.
