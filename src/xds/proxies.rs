@@ -318,7 +318,12 @@ fn warn_escape_hatches(registration: &ProxyRegistration) {
     let mut keys: Vec<String> = registration
         .config
         .keys()
-        .filter(|k| k.starts_with("envoy_") && k.ends_with("_json"))
+        .filter(|k| {
+            // A gateway's bind rules (`envoy_gateway_bind_addresses`, …, which
+            // `connect envoy -register -bind-address` writes) are not applied either: its
+            // listeners bind the registration's address.
+            k.starts_with("envoy_") && (k.ends_with("_json") || k.starts_with("envoy_gateway_"))
+        })
         .map(|k| format!("Proxy.Config.{k}"))
         .collect();
     for upstream in &registration.upstreams {

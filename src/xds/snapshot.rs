@@ -8,14 +8,15 @@
 //! their compiled discovery chain with the health of every target's instances.
 
 use super::registration::{
-    config_str, config_u64, LeafCert, ProxyRegistration, LOCAL_CONNECT_TIMEOUT_MS_DEFAULT,
-    PUBLIC_BIND_ADDRESS_DEFAULT,
+    config_str, config_u64, LeafCert, ProxyKind, ProxyRegistration,
+    LOCAL_CONNECT_TIMEOUT_MS_DEFAULT, PUBLIC_BIND_ADDRESS_DEFAULT,
 };
 use crate::consul::discovery_chain::{self, Overrides};
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
 use crate::store::catalog::read::{connect_rows, proxy_destination, CheckServiceNode};
 use crate::store::catalog::Status;
+use crate::store::gateways::{self, GatewayKind};
 use crate::store::mesh::config_entry::{is_http_family, service_protocol};
 use crate::store::mesh::intentions::{self, Action};
 use crate::store::Tables;
@@ -26,6 +27,8 @@ use std::collections::BTreeMap;
 pub const ENDPOINTS_PER_TARGET_MAX: usize = 4096;
 /// Most intention sources one destination's RBAC is built from.
 pub const INTENTION_SOURCES_MAX: usize = 8192;
+/// Most services (rows of the gateway-services table) one gateway is configured for.
+pub const GATEWAY_SERVICES_MAX: usize = 4096;
 
 /// What the server knows beyond the proxy: where it runs and the mesh's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,9 +167,31 @@ pub struct Upstream {
     pub targets: BTreeMap<String, Target>,
 }
 
-/// Everything a `connect-proxy` is configured from.
+/// One listener of an ingress gateway (a listener of its `ingress-gateway` entry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngressListener {
+    pub bind_address: String,
+    pub port: u16,
+    /// `tcp`, `http`, `http2` or `grpc`.
+    pub protocol: String,
+    /// The services it exposes, in name order.
+    pub services: Vec<IngressService>,
+}
+
+/// One service an ingress listener exposes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngressService {
+    /// The ID of its upstream in [`Snapshot::upstreams`] (the service's name).
+    pub upstream: String,
+    /// The `Host` values that reach it on an HTTP listener: the entry's `Hosts`, else
+    /// Consul's `<service>.ingress.*`, each also with the listener's port.
+    pub domains: Vec<String>,
+}
+
+/// Everything a `connect-proxy` or a gateway is configured from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
+    pub kind: ProxyKind,
     pub proxy_id: String,
     pub service: String,
     pub destination: String,
@@ -176,8 +201,12 @@ pub struct Snapshot {
     pub leaf_key_pem: String,
     /// Every trusted root, PEM, active first.
     pub roots_pem: Vec<String>,
+    /// A sidecar's public listener; a gateway's has port 0 (no such listener).
     pub inbound: Inbound,
+    /// A sidecar's upstreams, or the services an ingress gateway exposes (without a bind
+    /// port of their own: the gateway's listeners are [`Snapshot::ingress`]).
     pub upstreams: Vec<Upstream>,
+    pub ingress: Vec<IngressListener>,
 }
 
 impl Snapshot {
@@ -216,6 +245,16 @@ pub fn build(
         roots_pem.push(root.root_cert_pem.to_string());
     }
     let destination = registration.destination_name.clone();
+    if registration.kind.is_gateway() {
+        return build_gateway(
+            registration,
+            leaf,
+            tables,
+            settings,
+            trust_domain,
+            roots_pem,
+        );
+    }
     let protocol = config_str(&registration.config, "protocol")
         .map(str::to_string)
         .unwrap_or_else(|| service_protocol(tables, &destination).to_string());
@@ -252,26 +291,22 @@ pub fn build(
                 .map(|ms| ms as i64 * 1_000_000),
             protocol: config_str(&upstream.config, "protocol").map(str::to_string),
         };
-        let chain =
-            discovery_chain::compile(tables, &upstream.destination_name, &datacenter, overrides)
-                .map_err(|e| format!("upstream {:?}: {e}", upstream.destination_name))?;
-        let chain: Value = serde_json::from_str(&chain.to_json())
-            .map_err(|e| format!("upstream {:?}: {e}", upstream.destination_name))?;
-        let chain = &chain["Chain"];
-        let (nodes, targets) = chain_parts(chain, tables, &trust_domain, &settings.datacenter)?;
-        upstreams.push(Upstream {
-            id: upstream.id(),
-            destination: upstream.destination_name.clone(),
-            datacenter,
-            bind_address: upstream.bind_address.clone(),
-            bind_port: upstream.bind_port,
-            protocol: chain["Protocol"].as_str().unwrap_or("tcp").to_string(),
-            start: chain["StartNode"].as_str().unwrap_or_default().to_string(),
-            nodes,
-            targets,
-        });
+        upstreams.push(compile_upstream(
+            tables,
+            settings,
+            &trust_domain,
+            UpstreamSpec {
+                id: upstream.id(),
+                destination: &upstream.destination_name,
+                datacenter,
+                overrides,
+                bind_address: upstream.bind_address.clone(),
+                bind_port: upstream.bind_port,
+            },
+        )?);
     }
     Ok(Snapshot {
+        kind: registration.kind,
         proxy_id: registration.id.clone(),
         service: registration.service.clone(),
         destination,
@@ -282,6 +317,170 @@ pub fn build(
         roots_pem,
         inbound,
         upstreams,
+        ingress: Vec::new(),
+    })
+}
+
+/// What an upstream is compiled from.
+struct UpstreamSpec<'a> {
+    id: String,
+    destination: &'a str,
+    datacenter: String,
+    overrides: Overrides,
+    bind_address: String,
+    bind_port: u16,
+}
+
+/// An upstream with its discovery chain compiled against `tables`.
+fn compile_upstream(
+    tables: &Tables,
+    settings: &XdsSettings,
+    trust_domain: &str,
+    spec: UpstreamSpec<'_>,
+) -> Result<Upstream, String> {
+    let chain =
+        discovery_chain::compile(tables, spec.destination, &spec.datacenter, spec.overrides)
+            .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
+    let chain: Value = serde_json::from_str(&chain.to_json())
+        .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
+    let chain = &chain["Chain"];
+    let (nodes, targets) = chain_parts(chain, tables, trust_domain, &settings.datacenter)?;
+    Ok(Upstream {
+        id: spec.id,
+        destination: spec.destination.to_string(),
+        datacenter: spec.datacenter,
+        bind_address: spec.bind_address,
+        bind_port: spec.bind_port,
+        protocol: chain["Protocol"].as_str().unwrap_or("tcp").to_string(),
+        start: chain["StartNode"].as_str().unwrap_or_default().to_string(),
+        nodes,
+        targets,
+    })
+}
+
+/// Consul's default `Host` of a service behind an ingress gateway, whatever the domain.
+fn ingress_default_host(service: &str) -> String {
+    format!("{service}.ingress.*")
+}
+
+/// The `Host` values an ingress listener on `port` answers for a service with `hosts`:
+/// those, else Consul's default, and each without a port also with the listener's (a
+/// client puts the port in `Host` unless it is the scheme's own).
+pub fn ingress_domains(service: &str, hosts: &[String], port: u16) -> Vec<String> {
+    let mut domains: Vec<String> = if hosts.is_empty() {
+        vec![ingress_default_host(service)]
+    } else {
+        hosts.to_vec()
+    };
+    let with_ports: Vec<String> = domains
+        .iter()
+        .filter(|h| !has_port(h))
+        .map(|h| format!("{h}:{port}"))
+        .collect();
+    for domain in with_ports {
+        if !domains.contains(&domain) {
+            domains.push(domain);
+        }
+    }
+    domains
+}
+
+/// Whether a host (`name`, `name:port`, `[v6]:port`) carries a port.
+fn has_port(host: &str) -> bool {
+    match host.rsplit_once(':') {
+        None => false,
+        Some((name, port)) => {
+            !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!name.contains(':') || name.ends_with(']'))
+        }
+    }
+}
+
+/// The snapshot of a gateway: no public listener, and for an ingress gateway one listener
+/// per listener of its entry with the chains of the services each exposes, read from the
+/// gateway-services rows (which already expand a wildcard).
+fn build_gateway(
+    registration: &ProxyRegistration,
+    leaf: &LeafCert,
+    tables: &Tables,
+    settings: &XdsSettings,
+    trust_domain: String,
+    roots_pem: Vec<String>,
+) -> Result<Snapshot, String> {
+    let bind_address = Some(registration.address.clone())
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| PUBLIC_BIND_ADDRESS_DEFAULT.to_string());
+    let mut upstreams: Vec<Upstream> = Vec::new();
+    let mut ingress: Vec<IngressListener> = Vec::new();
+    if registration.kind == ProxyKind::IngressGateway {
+        let rows = gateways::gateway_rows(tables, &registration.service);
+        if rows.len() > GATEWAY_SERVICES_MAX {
+            return Err(format!(
+                "gateway {:?} links {} services; at most {GATEWAY_SERVICES_MAX} are served",
+                registration.service,
+                rows.len()
+            ));
+        }
+        for row in rows {
+            if row.gateway_kind != GatewayKind::Ingress {
+                continue;
+            }
+            let service = row.service.to_string();
+            if !upstreams.iter().any(|u| u.id == service) {
+                upstreams.push(compile_upstream(
+                    tables,
+                    settings,
+                    &trust_domain,
+                    UpstreamSpec {
+                        id: service.clone(),
+                        destination: &service,
+                        datacenter: settings.datacenter.clone(),
+                        overrides: Overrides::default(),
+                        bind_address: bind_address.clone(),
+                        bind_port: 0,
+                    },
+                )?);
+            }
+            let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
+            let exposed = IngressService {
+                domains: ingress_domains(&service, &hosts, row.port),
+                upstream: service,
+            };
+            match ingress.iter_mut().find(|l| l.port == row.port) {
+                Some(listener) => listener.services.push(exposed),
+                None => ingress.push(IngressListener {
+                    bind_address: bind_address.clone(),
+                    port: row.port,
+                    protocol: row.protocol.to_string(),
+                    services: vec![exposed],
+                }),
+            }
+        }
+        ingress.sort_by_key(|l| l.port);
+    }
+    Ok(Snapshot {
+        kind: registration.kind,
+        proxy_id: registration.id.clone(),
+        service: registration.service.clone(),
+        destination: registration.destination_name.clone(),
+        datacenter: settings.datacenter.clone(),
+        trust_domain,
+        leaf_cert_pem: leaf.cert_pem.clone(),
+        leaf_key_pem: leaf.private_key_pem.clone(),
+        roots_pem,
+        inbound: Inbound {
+            bind_address,
+            bind_port: 0,
+            local_address: String::new(),
+            local_port: 0,
+            local_connect_timeout_ms: LOCAL_CONNECT_TIMEOUT_MS_DEFAULT,
+            protocol: "tcp".to_string(),
+            default_allow: settings.default_allow,
+            sources: Vec::new(),
+        },
+        upstreams,
+        ingress,
     })
 }
 

