@@ -400,3 +400,307 @@ fn gateway_flags_register_and_bootstrap_as_consuls_cli() {
     let err = fail(&["-bootstrap", "-mesh-gateway", "-gateway=mesh"]);
     assert!(err.contains("The mesh-gateway flag is deprecated"), "{err}");
 }
+
+/// A TLS server outside the mesh (Python's `ssl`): it answers each read with the SNI the
+/// client sent, `|`, and the bytes read. Killed on drop.
+struct TlsEcho {
+    child: std::process::Child,
+}
+
+impl TlsEcho {
+    const SCRIPT: &'static str = r#"
+import socket, ssl, sys, threading
+cert, key, host, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+names = {}
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+context.sni_callback = lambda sock, name, _: names.__setitem__(id(sock), name or "")
+listener = socket.create_server((host, port))
+print("ready", flush=True)
+def serve(raw):
+    try:
+        with context.wrap_socket(raw, server_side=True) as conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                conn.sendall(names.get(id(conn), "").encode() + b"|" + data)
+    except Exception:
+        pass
+while True:
+    raw, _ = listener.accept()
+    threading.Thread(target=serve, args=(raw,), daemon=True).start()
+"#;
+
+    fn start(dir: &TempDir, cert: &str, key: &str, addr: SocketAddr) -> TlsEcho {
+        let script = dir.path().join("tls_echo.py");
+        std::fs::write(&script, Self::SCRIPT).unwrap();
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .args([cert, key, &addr.ip().to_string(), &addr.port().to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs (tests/run.sh installs it)");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "ready");
+        TlsEcho { child }
+    }
+}
+
+impl Drop for TlsEcho {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn openssl(dir: &TempDir, args: &[&str]) {
+    let output = Command::new("openssl")
+        .current_dir(dir.path())
+        .args(args)
+        .output()
+        .expect("openssl runs (tests/run.sh installs it)");
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Sends `message` through `addr` and reads one answer of `expected_len` bytes.
+fn exchange(addr: SocketAddr, message: &[u8], expected_len: usize) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    stream.write_all(message).map_err(|e| e.to_string())?;
+    let mut answer = vec![0u8; expected_len];
+    let mut read = 0;
+    while read < expected_len {
+        match stream.read(&mut answer[read..]) {
+            Ok(0) => return Err(format!("closed after {read} bytes")),
+            Ok(n) => read += n,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(answer)
+}
+
+#[test]
+fn a_terminating_gateway_carries_mesh_traffic_out_with_its_services_intentions() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("terminating-envoy");
+    let ip = agent.ip;
+    // billing: TLS outside the mesh, with a certificate of its own CA for billing.external.
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=billing CA",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "billing.key",
+            "-out",
+            "billing.csr",
+            "-subj",
+            "/CN=billing.external",
+        ],
+    );
+    std::fs::write(
+        dir.path().join("san.ext"),
+        "subjectAltName=DNS:billing.external\n",
+    )
+    .unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "billing.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "billing.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let (billing_port, ledger_port) = (free_port(ip), free_port(ip));
+    let _billing = TlsEcho::start(
+        &dir,
+        &path("billing.pem"),
+        &path("billing.key"),
+        SocketAddr::new(ip, billing_port),
+    );
+    // ledger: plain TCP outside the mesh.
+    echo_server(SocketAddr::new(ip, ledger_port));
+    for (name, port) in [("billing", billing_port), ("ledger", ledger_port)] {
+        register(
+            &agent,
+            json!({"Name": name, "Address": ip.to_string(), "Port": port}),
+        );
+    }
+    write_config(
+        &agent,
+        json!({
+            "Kind": "terminating-gateway", "Name": "egress",
+            "Services": [
+                {"Name": "billing", "CAFile": path("ca.pem"), "SNI": "billing.external"},
+                {"Name": "ledger"},
+            ]
+        }),
+    );
+    // Two sources in the mesh, each with upstreams to both.
+    let mut upstream_ports = Vec::new();
+    for source in ["web", "other"] {
+        let (billing_up, ledger_up) = (free_port(ip), free_port(ip));
+        upstream_ports.push((billing_up, ledger_up));
+        let proxy_port = free_port(ip);
+        register(
+            &agent,
+            json!({
+                "Name": source, "Port": free_port(ip), "Address": ip.to_string(),
+                "Connect": {"SidecarService": {
+                    "Address": ip.to_string(), "Port": proxy_port,
+                    "Proxy": {"LocalServiceAddress": ip.to_string(), "Upstreams": [
+                        {"DestinationName": "billing", "LocalBindAddress": ip.to_string(), "LocalBindPort": billing_up},
+                        {"DestinationName": "ledger", "LocalBindAddress": ip.to_string(), "LocalBindPort": ledger_up},
+                    ]},
+                    "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
+                }}
+            }),
+        );
+    }
+    let sidecars: Vec<Envoy> = ["web", "other"]
+        .iter()
+        .map(|s| Envoy::start(&agent, &dir, s, &["-sidecar-for", s]))
+        .collect();
+    let gateway_port = free_port(ip);
+    let gateway = Envoy::start(
+        &agent,
+        &dir,
+        "egress",
+        &[
+            "-gateway=terminating",
+            "-register",
+            "-service",
+            "egress",
+            "-address",
+            &format!("{ip}:{gateway_port}"),
+        ],
+    );
+    let logs = || {
+        format!(
+            "gateway:\n{}\nsidecars:\n{}\nconnect billing: {}",
+            gateway.log(),
+            sidecars.iter().map(Envoy::log).collect::<String>(),
+            agent.get("/v1/health/connect/billing").text()
+        )
+    };
+    let (web_billing, web_ledger) = upstream_ports[0];
+    let (other_billing, _) = upstream_ports[1];
+    // The gateway originates TLS to billing with the entry's CA and SNI.
+    let expected = b"billing.external|ping".to_vec();
+    let answer = wait_for("web reaches billing", MESH_READY_TIMEOUT, || {
+        exchange(SocketAddr::new(ip, web_billing), b"ping", expected.len())
+            .map_err(|e| format!("{e}\n{}", logs()))
+    });
+    assert_eq!(answer, expected);
+    wait_for("other reaches billing", MESH_READY_TIMEOUT, || {
+        exchange(SocketAddr::new(ip, other_billing), b"ping", expected.len())
+    });
+    // And plain TCP to ledger.
+    let message = b"to the ledger".to_vec();
+    let echo = wait_for("web reaches ledger", MESH_READY_TIMEOUT, || {
+        round_trip(SocketAddr::new(ip, web_ledger), &message)
+    });
+    assert_eq!(echo, message);
+
+    // A deny from one source: that source is refused at the gateway, the other is not.
+    intention(&agent, "other", "billing", "deny");
+    let denied = Instant::now();
+    while exchange(SocketAddr::new(ip, other_billing), b"ping", expected.len()).is_ok() {
+        assert!(
+            denied.elapsed() < INTENTION_TIMEOUT,
+            "other still reaches billing"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        exchange(SocketAddr::new(ip, web_billing), b"ping", expected.len()).unwrap(),
+        expected
+    );
+    let stats = gateway.stats();
+    assert!(
+        stats.get("connect_authz.rbac.denied").copied().unwrap_or(0) >= 1,
+        "the gateway denied: {stats:?}"
+    );
+
+    gateway.assert_connected_and_nothing_rejected();
+    for sidecar in &sidecars {
+        sidecar.assert_connected_and_nothing_rejected();
+    }
+    let trust_domain = agent.get("/v1/connect/ca/roots").json()["TrustDomain"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dump = gateway.admin_get("/config_dump");
+    for name in [
+        format!("\"default:{ip}:{gateway_port}\""),
+        format!("\"billing.default.dc1.internal.{trust_domain}\""),
+        format!("\"ledger.default.dc1.internal.{trust_domain}\""),
+        "envoy.filters.listener.tls_inspector".to_string(),
+        "envoy.filters.network.sni_cluster".to_string(),
+        "\"sni\": \"billing.external\"".to_string(),
+    ] {
+        assert!(
+            dump.contains(&name),
+            "the gateway's config_dump lacks {name}"
+        );
+    }
+    // The gateway's check passes: its listener is there.
+    wait_for("the gateway's check passes", CHECK_PASSING_TIMEOUT, || {
+        let checks = agent.get("/v1/health/checks/egress").json();
+        match checks[0]["Status"].as_str() {
+            Some("passing") => Ok(()),
+            _ => Err(format!("{checks}")),
+        }
+    });
+}

@@ -188,6 +188,28 @@ pub struct IngressService {
     pub domains: Vec<String>,
 }
 
+/// One service a terminating gateway links: the gateway ends the mesh's mTLS with the
+/// service's own leaf, decides by its intentions, and carries the bytes to its instances
+/// outside the mesh, in plain TCP or TLS it originates with the entry's files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TerminatingService {
+    pub name: String,
+    /// The SNI sidecars send for the service, also its cluster's name.
+    pub sni: String,
+    pub leaf_cert_pem: String,
+    pub leaf_key_pem: String,
+    /// The service's intentions, highest precedence first.
+    pub sources: Vec<IntentionSource>,
+    /// The entry's TLS origination settings (`CAFile`, `CertFile`, `KeyFile`, `SNI`);
+    /// plain TCP when `ca_file` is empty.
+    pub ca_file: String,
+    pub cert_file: String,
+    pub key_file: String,
+    pub tls_sni: String,
+    /// The service's instances (its own addresses, outside the mesh).
+    pub endpoints: Vec<Endpoint>,
+}
+
 /// Everything a `connect-proxy` or a gateway is configured from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
@@ -207,6 +229,9 @@ pub struct Snapshot {
     /// port of their own: the gateway's listeners are [`Snapshot::ingress`]).
     pub upstreams: Vec<Upstream>,
     pub ingress: Vec<IngressListener>,
+    /// The services a terminating gateway links, in name order, each once its leaf is
+    /// signed; the gateway listens on `inbound`'s address and port.
+    pub terminating: Vec<TerminatingService>,
 }
 
 impl Snapshot {
@@ -226,10 +251,13 @@ pub fn spiffe_id(trust_domain: &str, datacenter: &str, service: &str) -> String 
     format!("spiffe://{trust_domain}/ns/default/dc/{datacenter}/svc/{service}")
 }
 
-/// Builds the snapshot of `registration` from its leaf and one store version.
+/// Builds the snapshot of `registration` from its leaf and one store version;
+/// `service_leaves` are the leaves of the services a terminating gateway links, by name as
+/// its entry spells them.
 pub fn build(
     registration: &ProxyRegistration,
     leaf: &LeafCert,
+    service_leaves: &BTreeMap<String, LeafCert>,
     tables: &Tables,
     settings: &XdsSettings,
 ) -> Result<Snapshot, String> {
@@ -248,7 +276,7 @@ pub fn build(
     if registration.kind.is_gateway() {
         return build_gateway(
             registration,
-            leaf,
+            (leaf, service_leaves),
             tables,
             settings,
             trust_domain,
@@ -318,6 +346,7 @@ pub fn build(
         inbound,
         upstreams,
         ingress: Vec::new(),
+        terminating: Vec::new(),
     })
 }
 
@@ -402,7 +431,7 @@ fn has_port(host: &str) -> bool {
 /// gateway-services rows (which already expand a wildcard).
 fn build_gateway(
     registration: &ProxyRegistration,
-    leaf: &LeafCert,
+    (leaf, service_leaves): (&LeafCert, &BTreeMap<String, LeafCert>),
     tables: &Tables,
     settings: &XdsSettings,
     trust_domain: String,
@@ -459,6 +488,35 @@ fn build_gateway(
         }
         ingress.sort_by_key(|l| l.port);
     }
+    let mut terminating = Vec::new();
+    if registration.kind == ProxyKind::TerminatingGateway {
+        for name in terminating_services(tables, &registration.service)? {
+            // A service whose leaf is not signed yet is left out until it is, as Consul
+            // waits for it.
+            let Some(service_leaf) = service_leaves.get(&name) else {
+                continue;
+            };
+            let row = gateways::gateway_rows(tables, &registration.service)
+                .into_iter()
+                .find(|r| r.gateway_kind == GatewayKind::Terminating && *r.service == *name)
+                .expect("terminating_services lists the gateway's rows");
+            terminating.push(TerminatingService {
+                sni: format!(
+                    "{name}.default.{}.internal.{trust_domain}",
+                    settings.datacenter
+                ),
+                leaf_cert_pem: service_leaf.cert_pem.clone(),
+                leaf_key_pem: service_leaf.private_key_pem.clone(),
+                sources: intention_sources(tables, &name)?,
+                ca_file: row.ca_file.to_string(),
+                cert_file: row.cert_file.to_string(),
+                key_file: row.key_file.to_string(),
+                tls_sni: row.sni.to_string(),
+                endpoints: external_endpoints(tables, &name),
+                name,
+            });
+        }
+    }
     Ok(Snapshot {
         kind: registration.kind,
         proxy_id: registration.id.clone(),
@@ -471,7 +529,12 @@ fn build_gateway(
         roots_pem,
         inbound: Inbound {
             bind_address,
-            bind_port: 0,
+            // A terminating gateway's one listener takes the registration's port.
+            bind_port: if registration.kind == ProxyKind::TerminatingGateway {
+                registration.port
+            } else {
+                0
+            },
             local_address: String::new(),
             local_port: 0,
             local_connect_timeout_ms: LOCAL_CONNECT_TIMEOUT_MS_DEFAULT,
@@ -481,7 +544,63 @@ fn build_gateway(
         },
         upstreams,
         ingress,
+        terminating,
     })
+}
+
+/// The services the terminating gateway `gateway` links, by name as its entry (or, for a
+/// wildcard, the catalog) spells them, in name order, each once.
+pub fn terminating_services(tables: &Tables, gateway: &str) -> Result<Vec<String>, String> {
+    let rows = gateways::gateway_rows(tables, gateway);
+    if rows.len() > GATEWAY_SERVICES_MAX {
+        return Err(format!(
+            "gateway {gateway:?} links {} services; at most {GATEWAY_SERVICES_MAX} are served",
+            rows.len()
+        ));
+    }
+    let mut names: Vec<String> = rows
+        .into_iter()
+        .filter(|r| r.gateway_kind == GatewayKind::Terminating)
+        .map(|r| r.service.to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// The instances of a service outside the mesh with their health: its own typical
+/// instances (never a proxy or gateway fronting it).
+fn external_endpoints(tables: &Tables, service: &str) -> Vec<Endpoint> {
+    let mut out = Vec::new();
+    for row in crate::store::catalog::read::check_service_nodes(tables, service)
+        .into_iter()
+        .take(ENDPOINTS_PER_TARGET_MAX)
+    {
+        if !row.service.kind().is_empty() {
+            continue;
+        }
+        let Ok(port) = u16::try_from(row.service.port) else {
+            continue;
+        };
+        let address = if row.service.address.is_empty() {
+            row.node.address.to_string()
+        } else {
+            row.service.address.to_string()
+        };
+        let healthy = row
+            .node_checks
+            .iter()
+            .chain(row.service_checks.iter())
+            .all(|c| !matches!(c.status, Status::Critical | Status::Maintenance));
+        out.push(Endpoint {
+            address,
+            port,
+            healthy,
+            weight: row.service.weights.passing.max(1),
+        });
+    }
+    out.sort_by(|a, b| (&a.address, a.port).cmp(&(&b.address, b.port)));
+    out
 }
 
 /// The intentions that decide connections to `destination`, highest precedence first;
@@ -707,9 +826,16 @@ fn endpoints(
     only_passing: bool,
     filter: Option<&Filter>,
 ) -> Result<Vec<Endpoint>, String> {
-    let rows = connect_rows(tables, service);
-    let mut out = Vec::with_capacity(rows.views.len().min(ENDPOINTS_PER_TARGET_MAX));
-    for view in rows.views.iter().take(ENDPOINTS_PER_TARGET_MAX) {
+    let mut views = connect_rows(tables, service).views;
+    // A service a terminating gateway links is reached through the gateway, as Consul
+    // appends the gateway's instances to the service's Connect endpoints.
+    views.extend(crate::api::gateways::linked_instances(
+        tables,
+        service,
+        GatewayKind::Terminating,
+    ));
+    let mut out = Vec::with_capacity(views.len().min(ENDPOINTS_PER_TARGET_MAX));
+    for view in views.iter().take(ENDPOINTS_PER_TARGET_MAX) {
         let instance = &view.service;
         if let Some(filter) = filter {
             let row = CheckServiceNode {
@@ -725,7 +851,7 @@ fn endpoints(
         debug_assert!(
             instance.kind() != "connect-proxy"
                 || proxy_destination(instance).is_some_and(|d| d.eq_ignore_ascii_case(service)),
-            "connect_rows returns proxies of the service asked for"
+            "connect_rows returns proxies of the service asked for, the gateways no proxy"
         );
         let node = view.node();
         let address = if instance.address.is_empty() {

@@ -11,6 +11,7 @@
 use super::clusters::{resolver_cluster_name, TLS_TRANSPORT_SOCKET};
 use super::rbac::{self, HttpRbac, NetworkRbac};
 use super::{ads_config_source, any, inline, socket_address, LOCAL_APP_CLUSTER, PUBLIC_LISTENER};
+use crate::xds::registration::ProxyKind;
 use crate::xds::snapshot::{is_l7, IngressListener, Snapshot, Upstream};
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
@@ -44,7 +45,7 @@ pub struct BuiltListener {
 
 pub fn build(snapshot: &Snapshot) -> Result<Vec<BuiltListener>, String> {
     let mut out = Vec::with_capacity(1 + snapshot.upstreams.len());
-    if snapshot.inbound.bind_port != 0 {
+    if snapshot.kind == ProxyKind::ConnectProxy && snapshot.inbound.bind_port != 0 {
         out.push(BuiltListener {
             listener: public_listener(snapshot),
             routes: Vec::new(),

@@ -60,6 +60,7 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
         },
         upstreams,
         ingress: Vec::new(),
+        terminating: Vec::new(),
     }
 }
 
@@ -357,4 +358,71 @@ fn a_tcp_ingress_listener_exposes_exactly_one_service() {
     s.ingress[1].services.push(extra);
     let err = build(&s).unwrap_err();
     assert!(err.contains("exactly one service"), "{err}");
+}
+
+#[test]
+fn a_terminating_gateway_has_one_sni_chain_per_service_and_a_fallback() {
+    use crate::xds::snapshot::TerminatingService;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    let mut s = snapshot(Vec::new());
+    s.kind = ProxyKind::TerminatingGateway;
+    s.inbound.bind_address = "10.0.0.9".into();
+    s.inbound.bind_port = 8443;
+    let linked = |name: &str, ca_file: &str| TerminatingService {
+        name: name.into(),
+        sni: format!("{name}.default.dc1.internal.{TD}"),
+        leaf_cert_pem: format!("{name} CERT"),
+        leaf_key_pem: format!("{name} KEY"),
+        sources: Vec::new(),
+        ca_file: ca_file.into(),
+        cert_file: String::new(),
+        key_file: String::new(),
+        tls_sni: String::new(),
+        endpoints: vec![healthy(443)],
+    };
+    s.terminating = vec![linked("ledger", ""), linked("billing", "/ca.pem")];
+    let r = build(&s).unwrap();
+    let billing = format!("billing.default.dc1.internal.{TD}");
+    let ledger = format!("ledger.default.dc1.internal.{TD}");
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![billing.clone(), ledger.clone()]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Endpoint),
+        vec![billing.clone(), ledger.clone()]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Listener),
+        vec!["default:10.0.0.9:8443".to_string()]
+    );
+    let listener = Listener::decode(
+        &*r.of(ResourceType::Listener)["default:10.0.0.9:8443"]
+            .any
+            .value,
+    )
+    .unwrap();
+    let snis: Vec<Vec<String>> = listener
+        .filter_chains
+        .iter()
+        .map(|c| {
+            c.filter_chain_match
+                .as_ref()
+                .map(|m| m.server_names.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        snis,
+        vec![vec![billing.clone()], vec![ledger.clone()], vec![]]
+    );
+    assert_eq!(
+        listener.listener_filters[0].name,
+        terminating::TLS_INSPECTOR_FILTER
+    );
+    // TLS origination only where the entry names a CA.
+    let cluster =
+        |name: &str| Cluster::decode(&*r.of(ResourceType::Cluster)[name].any.value).unwrap();
+    assert!(cluster(&billing).transport_socket.is_some());
+    assert!(cluster(&ledger).transport_socket.is_none());
 }
