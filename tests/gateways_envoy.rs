@@ -277,6 +277,28 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
         !dump.contains("\"local_app\""),
         "a gateway has no local_app"
     );
+
+    // A setting the listeners do not apply yet is named in the agent's log, not ignored.
+    assert!(!agent.log().contains("accepted but not applied"));
+    write_config(
+        &agent,
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web", "RequestHeaders": {"Add": {"x-from": "gateway"}}},
+                    {"Name": "api", "Hosts": ["api.example.com"]},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
+            ]
+        }),
+    );
+    wait_for("the warning", INTENTION_TIMEOUT, || {
+        let log = agent.log();
+        log.contains("Listeners[0].Services[0].RequestHeaders accepted but not applied")
+            .then_some(())
+            .ok_or(log)
+    });
 }
 
 /// `praetor connect envoy -gateway=…` as Consul's CLI: `-register` registers the gateway

@@ -287,6 +287,7 @@ async fn run(
     let mut last: Option<Arc<Built>> = None;
     let mut seen_at = Instant::now();
     let mut warned_hash = String::new();
+    let mut warned_unapplied: Vec<String> = Vec::new();
     loop {
         let registration = registration_rx.borrow_and_update().clone();
         if let Some(Ok(r)) = &registration {
@@ -335,6 +336,16 @@ async fn run(
         };
         match state {
             ProxyState::Ready(built) => {
+                if built.snapshot.unapplied != warned_unapplied {
+                    warned_unapplied = built.snapshot.unapplied.clone();
+                    if !warned_unapplied.is_empty() {
+                        log::warn!(
+                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners serve plain TCP and HTTP without limits or header changes yet",
+                            built.snapshot.proxy_id,
+                            warned_unapplied.join(", ")
+                        );
+                    }
+                }
                 if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &built)) {
                     watchers
                         .unchanged

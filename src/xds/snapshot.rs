@@ -232,6 +232,9 @@ pub struct Snapshot {
     /// The services a terminating gateway links, in name order, each once its leaf is
     /// signed; the gateway listens on `inbound`'s address and port.
     pub terminating: Vec<TerminatingService>,
+    /// Settings of the gateway's config entry that praetor accepts but does not apply yet
+    /// (`Listeners[0].TLS`, …), for the watcher to warn about.
+    pub unapplied: Vec<String>,
 }
 
 impl Snapshot {
@@ -347,6 +350,7 @@ pub fn build(
         upstreams,
         ingress: Vec::new(),
         terminating: Vec::new(),
+        unapplied: Vec::new(),
     })
 }
 
@@ -545,7 +549,77 @@ fn build_gateway(
         upstreams,
         ingress,
         terminating,
+        unapplied: if registration.kind == ProxyKind::IngressGateway {
+            ingress_unapplied(tables, &registration.service)
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// Whether a setting says anything: a rendered default (`"TLS": {"Enabled": false}`, a zero
+/// limit, an empty list) does not.
+fn set(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(text) => !text.is_empty(),
+        Value::Array(items) => items.iter().any(set),
+        Value::Object(fields) => fields.values().any(set),
+        Value::Bool(true) => true,
+    }
+}
+
+/// The settings of an ingress gateway's entry its listeners do not apply yet: TLS (the
+/// gateway's leaf or SDS), the connection limits and header changes.
+fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
+    use crate::store::mesh::config_entry::{get, ConfigKind, EntryBody};
+    let Some(entry) = get(tables, ConfigKind::IngressGateway, gateway) else {
+        return Vec::new();
+    };
+    let EntryBody::Json(text) = &entry.body else {
+        return Vec::new();
+    };
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for key in ["TLS", "Defaults"] {
+        if set(&body[key]) {
+            out.push(key.to_string());
+        }
+    }
+    for (l, listener) in body["Listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if set(&listener["TLS"]) {
+            out.push(format!("Listeners[{l}].TLS"));
+        }
+        for (i, service) in listener["Services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            for key in [
+                "TLS",
+                "RequestHeaders",
+                "ResponseHeaders",
+                "MaxConnections",
+                "MaxPendingRequests",
+                "MaxConcurrentRequests",
+                "PassiveHealthCheck",
+            ] {
+                if set(&service[key]) {
+                    out.push(format!("Listeners[{l}].Services[{i}].{key}"));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The services the terminating gateway `gateway` links, by name as its entry (or, for a

@@ -61,6 +61,7 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
         upstreams,
         ingress: Vec::new(),
         terminating: Vec::new(),
+        unapplied: Vec::new(),
     }
 }
 
