@@ -15,7 +15,9 @@ mod common;
 mod envoy;
 
 use common::{echo_server, round_trip, Agent, TempDir};
-use envoy::{free_port, http_server, wait_for, Envoy};
+use envoy::{
+    free_port, http_server, register, register_with_sidecar, wait_for, write_config, Envoy,
+};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::process::Command;
@@ -30,39 +32,12 @@ const CHECK_PASSING_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a changed intention may take to decide the next request.
 const INTENTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn register(agent: &Agent, body: Value) {
-    let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
-    assert_eq!(r.status, 200, "register: {}", r.text());
-}
-
-fn write_config(agent: &Agent, body: Value) {
-    let r = agent.put("/v1/config", body.to_string().as_bytes());
-    assert_eq!(r.text().trim(), "true", "config write {body}: {}", r.text());
-}
-
 fn intention(agent: &Agent, source: &str, destination: &str, action: &str) {
     let r = agent.put(
         &format!("/v1/connect/intentions/exact?source={source}&destination={destination}"),
         json!({ "Action": action }).to_string().as_bytes(),
     );
     assert_eq!(r.text(), "true\n");
-}
-
-/// A service on `port` with a sidecar on `proxy_port`, both on the agent's address, the
-/// sidecar checked by TCP every second.
-fn register_with_sidecar(agent: &Agent, name: &str, port: u16, proxy_port: u16) {
-    let ip = agent.ip.to_string();
-    register(
-        agent,
-        json!({
-            "Name": name, "Port": port, "Address": ip,
-            "Connect": {"SidecarService": {
-                "Address": ip, "Port": proxy_port,
-                "Proxy": {"LocalServiceAddress": ip},
-                "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
-            }}
-        }),
-    );
 }
 
 /// `curl` with a `Host` header: `(status, body)`, or why no answer came.
@@ -92,6 +67,35 @@ fn curl(addr: SocketAddr, host: &str) -> Result<(u16, String), String> {
     }
 }
 
+/// Waits for `gateway`'s registration check to pass (Consul's 10 s interval), checks that
+/// every Envoy is connected with nothing rejected, and returns the trust domain and the
+/// gateway's `/config_dump`.
+fn settled(
+    agent: &Agent,
+    gateway_name: &str,
+    gateway: &Envoy,
+    sidecars: &[Envoy],
+) -> (String, String) {
+    wait_for("the gateway's check passes", CHECK_PASSING_TIMEOUT, || {
+        let checks = agent
+            .get(&format!("/v1/health/checks/{gateway_name}"))
+            .json();
+        match checks[0]["Status"].as_str() {
+            Some("passing") => Ok(()),
+            _ => Err(format!("{checks}")),
+        }
+    });
+    gateway.assert_connected_and_nothing_rejected();
+    for sidecar in sidecars {
+        sidecar.assert_connected_and_nothing_rejected();
+    }
+    let trust_domain = agent.get("/v1/connect/ca/roots").json()["TrustDomain"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (trust_domain, gateway.admin_get("/config_dump"))
+}
+
 /// Polls until a request for `host` through `addr` answers `expected`.
 fn wait_for_answer(addr: SocketAddr, host: &str, expected: (u16, &str), timeout: Duration) {
     wait_for(
@@ -119,9 +123,9 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
             json!({"Kind": "service-defaults", "Name": service, "Protocol": "http"}),
         );
     }
-    register_with_sidecar(&agent, "web", web_port, free_port(ip));
-    register_with_sidecar(&agent, "api", api_port, free_port(ip));
-    register_with_sidecar(&agent, "db", db_port, free_port(ip));
+    register_with_sidecar(&agent, "web", web_port, free_port(ip), json!([]));
+    register_with_sidecar(&agent, "api", api_port, free_port(ip), json!([]));
+    register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
     let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
     write_config(
         &agent,
@@ -235,30 +239,14 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
 
     // The gateway's readiness listener answers its registration's TCP check, so the
     // gateway turns healthy and is what `/v1/health/ingress/<service>` lists.
-    wait_for("the gateway's check passes", CHECK_PASSING_TIMEOUT, || {
-        let checks = agent.get("/v1/health/checks/ingress").json();
-        match checks[0]["Status"].as_str() {
-            Some("passing") => Ok(()),
-            _ => Err(format!("{checks}")),
-        }
-    });
+    let (trust_domain, dump) = settled(&agent, "ingress", &gateway, &sidecars);
     assert_eq!(
         curl(SocketAddr::new(ip, gateway_port), "anything").unwrap(),
         (404, String::new())
     );
     let exposing = agent.get("/v1/health/ingress/web?passing").json();
     assert_eq!(exposing[0]["Service"]["Port"], gateway_port, "{exposing}");
-
-    gateway.assert_connected_and_nothing_rejected();
-    for sidecar in &sidecars {
-        sidecar.assert_connected_and_nothing_rejected();
-    }
     // Consul's names, as Envoy shows them.
-    let trust_domain = agent.get("/v1/connect/ca/roots").json()["TrustDomain"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let dump = gateway.admin_get("/config_dump");
     for name in [
         format!("\"http:{ip}:{http_listener}\""),
         format!("\"db:{ip}:{tcp_listener}\""),
@@ -614,20 +602,16 @@ fn a_terminating_gateway_carries_mesh_traffic_out_with_its_services_intentions()
     for source in ["web", "other"] {
         let (billing_up, ledger_up) = (free_port(ip), free_port(ip));
         upstream_ports.push((billing_up, ledger_up));
-        let proxy_port = free_port(ip);
-        register(
+        let ip = ip.to_string();
+        register_with_sidecar(
             &agent,
-            json!({
-                "Name": source, "Port": free_port(ip), "Address": ip.to_string(),
-                "Connect": {"SidecarService": {
-                    "Address": ip.to_string(), "Port": proxy_port,
-                    "Proxy": {"LocalServiceAddress": ip.to_string(), "Upstreams": [
-                        {"DestinationName": "billing", "LocalBindAddress": ip.to_string(), "LocalBindPort": billing_up},
-                        {"DestinationName": "ledger", "LocalBindAddress": ip.to_string(), "LocalBindPort": ledger_up},
-                    ]},
-                    "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
-                }}
-            }),
+            source,
+            free_port(agent.ip),
+            free_port(agent.ip),
+            json!([
+                {"DestinationName": "billing", "LocalBindAddress": ip, "LocalBindPort": billing_up},
+                {"DestinationName": "ledger", "LocalBindAddress": ip, "LocalBindPort": ledger_up},
+            ]),
         );
     }
     let sidecars: Vec<Envoy> = ["web", "other"]
@@ -695,15 +679,8 @@ fn a_terminating_gateway_carries_mesh_traffic_out_with_its_services_intentions()
         "the gateway denied: {stats:?}"
     );
 
-    gateway.assert_connected_and_nothing_rejected();
-    for sidecar in &sidecars {
-        sidecar.assert_connected_and_nothing_rejected();
-    }
-    let trust_domain = agent.get("/v1/connect/ca/roots").json()["TrustDomain"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let dump = gateway.admin_get("/config_dump");
+    // The gateway's check passes: its listener is there.
+    let (trust_domain, dump) = settled(&agent, "egress", &gateway, &sidecars);
     for name in [
         format!("\"default:{ip}:{gateway_port}\""),
         format!("\"billing.default.dc1.internal.{trust_domain}\""),
@@ -717,12 +694,4 @@ fn a_terminating_gateway_carries_mesh_traffic_out_with_its_services_intentions()
             "the gateway's config_dump lacks {name}"
         );
     }
-    // The gateway's check passes: its listener is there.
-    wait_for("the gateway's check passes", CHECK_PASSING_TIMEOUT, || {
-        let checks = agent.get("/v1/health/checks/egress").json();
-        match checks[0]["Status"].as_str() {
-            Some("passing") => Ok(()),
-            _ => Err(format!("{checks}")),
-        }
-    });
 }

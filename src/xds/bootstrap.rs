@@ -40,6 +40,17 @@ const SELF_ADMIN_CLUSTER: &str = "self_admin";
 /// Consul's name of the readiness listener.
 const READY_LISTENER: &str = "envoy_ready_listener";
 
+/// A static cluster's one endpoint.
+fn load_assignment(cluster: &str, address: &str, port: u16) -> Value {
+    json!({
+        "clusterName": cluster,
+        "endpoints": [{"lbEndpoints": [{"endpoint": {"address": {"socket_address": {
+            "address": address,
+            "port_value": port
+        }}}}]}]
+    })
+}
+
 /// The readiness listener: `/ready` is passed to the admin, anything else is 404.
 fn ready_listener(address: &str, port: u16) -> Value {
     json!({
@@ -170,13 +181,7 @@ pub fn generate(args: &BootstrapArgs) -> Value {
                 "explicit_http_config": {"http2_protocol_options": {}}
             }
         },
-        "loadAssignment": {
-            "clusterName": LOCAL_AGENT_CLUSTER,
-            "endpoints": [{"lbEndpoints": [{"endpoint": {"address": {"socket_address": {
-                "address": args.agent_address,
-                "port_value": args.agent_port
-            }}}}]}]
-        }
+        "loadAssignment": load_assignment(LOCAL_AGENT_CLUSTER, &args.agent_address, args.agent_port)
     });
     if let Some(ca) = &args.agent_ca_pem {
         local_agent["transport_socket"] = json!({
@@ -198,13 +203,11 @@ pub fn generate(args: &BootstrapArgs) -> Value {
                 "connect_timeout": "5s",
                 "type": "STATIC",
                 "http_protocol_options": {},
-                "loadAssignment": {
-                    "clusterName": SELF_ADMIN_CLUSTER,
-                    "endpoints": [{"lbEndpoints": [{"endpoint": {"address": {"socket_address": {
-                        "address": args.admin_bind_address,
-                        "port_value": args.admin_bind_port
-                    }}}}]}]
-                }
+                "loadAssignment": load_assignment(
+                    SELF_ADMIN_CLUSTER,
+                    &args.admin_bind_address,
+                    args.admin_bind_port,
+                )
             }));
         static_resources["listeners"] = json!([ready_listener(address, *port)]);
     }

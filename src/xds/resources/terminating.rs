@@ -23,9 +23,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster,
 };
 use envoy_types::pb::envoy::config::core::v3 as core;
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
-};
+use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
 use envoy_types::pb::envoy::config::listener::v3::{
     filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
@@ -36,7 +34,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
     DownstreamTlsContext, TlsCertificate, TlsParameters, UpstreamTlsContext,
 };
-use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::pb::google::protobuf::BoolValue;
 
 /// Envoy's names of the filters only gateways use.
 pub const TLS_INSPECTOR_FILTER: &str = "envoy.filters.listener.tls_inspector";
@@ -235,25 +233,7 @@ pub fn endpoints(snapshot: &Snapshot) -> Vec<(String, ClusterLoadAssignment)> {
         .terminating
         .iter()
         .map(|service| {
-            let lb_endpoints: Vec<LbEndpoint> = service
-                .endpoints
-                .iter()
-                .map(|e| LbEndpoint {
-                    host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
-                        address: Some(socket_address(&e.address, e.port)),
-                        ..Default::default()
-                    })),
-                    health_status: if e.healthy {
-                        core::HealthStatus::Healthy as i32
-                    } else {
-                        core::HealthStatus::Unhealthy as i32
-                    },
-                    load_balancing_weight: Some(UInt32Value {
-                        value: e.weight.max(1),
-                    }),
-                    ..Default::default()
-                })
-                .collect();
+            let lb_endpoints = super::endpoints::lb_endpoints(&service.endpoints);
             let endpoints = if lb_endpoints.is_empty() {
                 Vec::new()
             } else {
