@@ -368,47 +368,51 @@ fn gateway_flags_register_and_bootstrap_as_consuls_cli() {
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
-    let err = fail(&["-bootstrap", "-gateway=nope"]);
-    assert!(
-        err.contains("Gateway must be one of: api, terminating, mesh, or ingress"),
-        "{err}"
-    );
-    let err = fail(&["-bootstrap", "-gateway=terminating"]);
-    assert!(
-        err.contains("No terminating-gateway services registered with this agent"),
-        "{err}"
-    );
-    let err = fail(&["-bootstrap", "-proxy-id", "edge", "-register"]);
-    assert!(
-        err.contains("Auto-Registration can only be used for gateways"),
-        "{err}"
-    );
-    let err = fail(&["-bootstrap", "-gateway=ingress", "-expose-servers"]);
-    assert!(
-        err.contains("'-expose-servers' can only be used for mesh gateways"),
-        "{err}"
-    );
-    let err = fail(&[
-        "-bootstrap",
-        "-gateway=ingress",
-        "-register",
-        "-address",
-        "192.0.2.1:8443",
-    ]);
-    assert!(
-        err.contains("The LAN address \"192.0.2.1\" will not be bindable"),
-        "{err}"
-    );
-    let err = fail(&[
-        "-bootstrap",
-        "-gateway=ingress",
-        "-register",
-        "-address",
-        "nowhere",
-    ]);
-    assert!(err.contains("not an IP address"), "{err}");
-    let err = fail(&["-bootstrap", "-mesh-gateway", "-gateway=mesh"]);
-    assert!(err.contains("The mesh-gateway flag is deprecated"), "{err}");
+    for (args, error) in [
+        (
+            &["-bootstrap", "-gateway=nope"][..],
+            "Gateway must be one of: api, terminating, mesh, or ingress",
+        ),
+        (
+            &["-bootstrap", "-gateway=terminating"],
+            "No terminating-gateway services registered with this agent",
+        ),
+        (
+            &["-bootstrap", "-proxy-id", "edge", "-register"],
+            "Auto-Registration can only be used for gateways",
+        ),
+        (
+            &["-bootstrap", "-gateway=ingress", "-expose-servers"],
+            "'-expose-servers' can only be used for mesh gateways",
+        ),
+        (
+            &[
+                "-bootstrap",
+                "-gateway=ingress",
+                "-register",
+                "-address",
+                "192.0.2.1:8443",
+            ],
+            "The LAN address \"192.0.2.1\" will not be bindable",
+        ),
+        (
+            &[
+                "-bootstrap",
+                "-gateway=ingress",
+                "-register",
+                "-address",
+                "nowhere",
+            ],
+            "not an IP address",
+        ),
+        (
+            &["-bootstrap", "-mesh-gateway", "-gateway=mesh"],
+            "The mesh-gateway flag is deprecated",
+        ),
+    ] {
+        let err = fail(args);
+        assert!(err.contains(error), "{args:?}: {err}");
+    }
 }
 
 /// A TLS server outside the mesh (Python's `ssl`): it answers each read with the SNI the

@@ -255,9 +255,8 @@ pub fn generate(args: &BootstrapArgs) -> Value {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_bootstrap_names_the_proxy_and_the_agent() {
-        let doc = generate(&BootstrapArgs {
+    fn sidecar_args() -> BootstrapArgs {
+        BootstrapArgs {
             proxy_cluster: "web".into(),
             proxy_id: "web-sidecar-proxy".into(),
             proxy_source_service: "web".into(),
@@ -270,7 +269,12 @@ mod tests {
             admin_bind_port: 19000,
             token: "secret".into(),
             ready_bind: None,
-        });
+        }
+    }
+
+    #[test]
+    fn the_bootstrap_names_the_proxy_and_the_agent() {
+        let doc = generate(&sidecar_args());
         assert_eq!(doc["node"]["id"], "web-sidecar-proxy");
         assert_eq!(doc["node"]["cluster"], "web");
         assert_eq!(
@@ -300,15 +304,8 @@ mod tests {
             proxy_cluster: "ingress".into(),
             proxy_id: "ingress".into(),
             proxy_source_service: "ingress".into(),
-            datacenter: "dc1".into(),
-            agent_address: "127.0.0.1".into(),
-            agent_port: 8502,
-            agent_ca_pem: None,
-            admin_access_log_path: "/dev/null".into(),
-            admin_bind_address: "127.0.0.1".into(),
-            admin_bind_port: 19000,
-            token: String::new(),
             ready_bind: Some(("10.0.0.1".into(), 8443)),
+            ..sidecar_args()
         });
         let listener = &doc["static_resources"]["listeners"][0];
         assert_eq!(listener["name"], "envoy_ready_listener");
