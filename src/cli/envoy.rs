@@ -112,23 +112,26 @@ fn gateway_kind(gateway: &str) -> Result<&'static str, String> {
     }
 }
 
-/// A gateway address flag, `<ip>` or `<ip>:<port>` (Consul's `ServiceAddressValue`).
+/// A gateway address flag, `<host>:<port>` or an IP alone (Consul's `ServiceAddressValue`:
+/// a name is taken with a port, and then refused as not bindable when registering).
 fn gateway_address(raw: &str) -> Result<(String, u16), String> {
-    let (host, port) = match raw.rsplit_once(':') {
+    match raw.rsplit_once(':') {
         Some((host, port))
             if !host.is_empty() && (host.starts_with('[') || !host.contains(':')) =>
         {
             let port: u16 = port
                 .parse()
                 .map_err(|_| format!("Error parsing port {port:?}: invalid syntax"))?;
-            (host.trim_start_matches('[').trim_end_matches(']'), port)
+            Ok((
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+                port,
+            ))
         }
-        _ => (raw, GATEWAY_PORT_DEFAULT),
-    };
-    if host.parse::<std::net::IpAddr>().is_err() {
-        return Err(format!("Error parsing address {raw:?}: not an IP address"));
+        _ if raw.parse::<std::net::IpAddr>().is_ok() => Ok((raw.to_string(), GATEWAY_PORT_DEFAULT)),
+        _ => Err(format!("Error parsing address {raw:?}: not an IP address")),
     }
-    Ok((host.to_string(), port))
 }
 
 /// Whether this host has `ip` on one of its interfaces (Consul's `canBind`): loopback
@@ -667,6 +670,33 @@ pub fn run(args: EnvoyArgs) -> Result<i32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gateway_addresses_read_as_consuls_flag() {
+        assert_eq!(
+            gateway_address("10.0.0.1:443").unwrap(),
+            ("10.0.0.1".to_string(), 443)
+        );
+        assert_eq!(
+            gateway_address("10.0.0.1").unwrap(),
+            ("10.0.0.1".to_string(), GATEWAY_PORT_DEFAULT)
+        );
+        assert_eq!(
+            gateway_address("[::1]:21000").unwrap(),
+            ("::1".to_string(), 21000)
+        );
+        assert_eq!(gateway_address("::1").unwrap(), ("::1".to_string(), 8443));
+        assert_eq!(
+            gateway_address("gw.example:443").unwrap(),
+            ("gw.example".to_string(), 443)
+        );
+        assert!(gateway_address("gw.example")
+            .unwrap_err()
+            .contains("not an IP address"));
+        assert!(gateway_address("10.0.0.1:http").is_err());
+        assert!(!can_bind("gw.example"));
+        assert!(can_bind("127.0.0.1"));
+    }
 
     #[test]
     fn versions_outside_the_supported_minor_releases_are_refused() {
