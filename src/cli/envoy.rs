@@ -11,7 +11,7 @@
 use super::HttpFlags;
 use crate::xds::bootstrap::{self, BootstrapArgs};
 use clap::Args;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::net::ToSocketAddrs;
 
 /// Consul's default admin listener.
@@ -62,9 +62,196 @@ pub struct EnvoyArgs {
     /// Run an Envoy version outside the supported range anyway.
     #[arg(long = "ignore-envoy-compatibility")]
     pub ignore_envoy_compatibility: bool,
+    /// The kind of gateway to run: `ingress`, `terminating`, `mesh` or `api`.
+    #[arg(long)]
+    pub gateway: Option<String>,
+    /// Deprecated: `-gateway=mesh`.
+    #[arg(long = "mesh-gateway")]
+    pub mesh_gateway: bool,
+    /// Register the gateway with the local agent before starting Envoy.
+    #[arg(long)]
+    pub register: bool,
+    /// The name the gateway registers under (default: its kind, `ingress-gateway`…).
+    #[arg(long)]
+    pub service: Option<String>,
+    /// The gateway's LAN address, `<ip>[:<port>]` (default port 8443).
+    #[arg(long)]
+    pub address: Option<String>,
+    /// The gateway's WAN address, `<ip>[:<port>]` (default port 8443).
+    #[arg(long = "wan-address")]
+    pub wan_address: Option<String>,
+    /// A bind address `<name>=<ip>:<port>` instead of the default rules (repeatable).
+    #[arg(long = "bind-address")]
+    pub bind_address: Vec<String>,
+    /// Expose the servers for WAN federation through this mesh gateway.
+    #[arg(long = "expose-servers")]
+    pub expose_servers: bool,
+    /// How long the gateway's check may be critical before the agent deregisters it.
+    #[arg(long = "deregister-after-critical", default_value = DEREGISTER_AFTER_CRITICAL_DEFAULT)]
+    pub deregister_after_critical: String,
     /// Arguments after `--`, passed to Envoy.
     #[arg(last = true)]
     pub envoy_args: Vec<String>,
+}
+
+/// Consul's default port of a gateway address given without one.
+const GATEWAY_PORT_DEFAULT: u16 = 8443;
+/// Consul's default `-deregister-after-critical`.
+const DEREGISTER_AFTER_CRITICAL_DEFAULT: &str = "6h";
+/// Consul's interval of a registered gateway's TCP check.
+const GATEWAY_CHECK_INTERVAL: &str = "10s";
+
+/// The service kind of a `-gateway` value, as Consul names them.
+fn gateway_kind(gateway: &str) -> Result<&'static str, String> {
+    match gateway {
+        "api" => Ok("api-gateway"),
+        "mesh" => Ok("mesh-gateway"),
+        "terminating" => Ok("terminating-gateway"),
+        "ingress" => Ok("ingress-gateway"),
+        _ => Err("Gateway must be one of: api, terminating, mesh, or ingress".to_string()),
+    }
+}
+
+/// A gateway address flag, `<host>:<port>` or an IP alone (Consul's `ServiceAddressValue`:
+/// a name is taken with a port, and then refused as not bindable when registering).
+fn gateway_address(raw: &str) -> Result<(String, u16), String> {
+    match raw.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty() && (host.starts_with('[') || !host.contains(':')) =>
+        {
+            let port: u16 = port
+                .parse()
+                .map_err(|_| format!("Error parsing port {port:?}: invalid syntax"))?;
+            Ok((
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+                port,
+            ))
+        }
+        _ if raw.parse::<std::net::IpAddr>().is_ok() => Ok((raw.to_string(), GATEWAY_PORT_DEFAULT)),
+        _ => Err(format!("Error parsing address {raw:?}: not an IP address")),
+    }
+}
+
+/// Whether this host has `ip` on one of its interfaces (Consul's `canBind`): loopback
+/// addresses and any address a socket binds to.
+fn can_bind(ip: &str) -> bool {
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    std::net::TcpListener::bind((ip, 0)).is_ok()
+}
+
+/// Registers the gateway with the local agent (Consul's `-register`): its kind and name,
+/// the LAN and WAN tagged addresses, a TCP check on the LAN address, and Consul's bind
+/// settings in `Proxy.Config`.
+fn register_gateway(
+    client: &super::client::Client,
+    args: &EnvoyArgs,
+    kind: &str,
+    name: &str,
+    id: &str,
+) -> Result<(), String> {
+    let (lan_ip, lan_port) = match args.address.as_deref().filter(|a| !a.is_empty()) {
+        Some(raw) => {
+            let (ip, port) = gateway_address(raw)?;
+            (Some(ip), port)
+        }
+        None => (None, GATEWAY_PORT_DEFAULT),
+    };
+    let wan = match args.wan_address.as_deref().filter(|a| !a.is_empty()) {
+        Some(raw) => Some(gateway_address(raw)?),
+        None => None,
+    };
+    let mut tagged = serde_json::Map::new();
+    if let Some(ip) = &lan_ip {
+        tagged.insert("lan".into(), json!({"Address": ip, "Port": lan_port}));
+    }
+    if let Some((ip, port)) = &wan {
+        tagged.insert("wan".into(), json!({"Address": ip, "Port": port}));
+    }
+    let mut config = serde_json::Map::new();
+    if !args.bind_address.is_empty() {
+        let mut binds = serde_json::Map::new();
+        for raw in &args.bind_address {
+            let (bind_name, address) = raw
+                .split_once('=')
+                .ok_or_else(|| format!("Missing \"=\" in argument: {raw}"))?;
+            let (ip, port) = gateway_address(address)?;
+            binds.insert(bind_name.into(), json!({"Address": ip, "Port": port}));
+        }
+        config.insert("envoy_gateway_no_default_bind".into(), json!(true));
+        config.insert("envoy_gateway_bind_addresses".into(), Value::Object(binds));
+    } else if lan_ip.as_deref().is_some_and(can_bind)
+        && wan.as_ref().is_some_and(|(ip, _)| can_bind(ip))
+    {
+        config.insert("envoy_gateway_no_default_bind".into(), json!(true));
+        config.insert("envoy_gateway_bind_tagged_addresses".into(), json!(true));
+    } else if let Some(ip) = lan_ip.as_deref().filter(|ip| !can_bind(ip)) {
+        return Err(format!("The LAN address \"{ip}\" will not be bindable. Either set a bindable address or override the bind addresses with -bind-address"));
+    }
+    let check_ip = lan_ip.clone().unwrap_or_else(|| "127.0.0.1".to_string());
+    let check_address = match check_ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(_)) => format!("[{check_ip}]:{lan_port}"),
+        _ => format!("{check_ip}:{lan_port}"),
+    };
+    let mut registration = json!({
+        "Kind": kind,
+        "ID": id,
+        "Name": name,
+        "Address": lan_ip.clone().unwrap_or_default(),
+        "Port": lan_port,
+        "TaggedAddresses": tagged,
+        "Check": {
+            "Name": format!("{kind} listening"),
+            "TCP": check_address,
+            "Interval": GATEWAY_CHECK_INTERVAL,
+            "DeregisterCriticalServiceAfter": args.deregister_after_critical,
+        },
+    });
+    if !config.is_empty() {
+        registration["Proxy"] = json!({ "Config": config });
+    }
+    if args.expose_servers {
+        registration["Meta"] = json!({"consul-wan-federation": "1"});
+    }
+    let body = registration.to_string();
+    client
+        .ok("PUT", "/v1/agent/service/register", Some(body.as_bytes()))
+        .map_err(|e| format!("Error registering service \"{name}\": {e}"))?;
+    if !args.bootstrap {
+        println!("Registered service: {name}");
+    }
+    Ok(())
+}
+
+/// The ID of the one gateway of `kind` registered with the local agent (Consul's
+/// `LookupGatewayProxy`), and its name.
+fn lookup_gateway(client: &super::client::Client, kind: &str) -> Result<(String, String), String> {
+    let response = client
+        .ok("GET", "/v1/agent/services", None)
+        .map_err(|e| format!("Failed looking up {kind} instances: {e}"))?;
+    let services: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+    let found: Vec<(String, String)> = services
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, s)| s["Kind"] == kind)
+        .map(|(id, s)| {
+            (
+                id.clone(),
+                s["Service"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    match found.as_slice() {
+        [] => Err(format!("No {kind} services registered with this agent")),
+        [one] => Ok(one.clone()),
+        _ => Err(format!(
+            "Cannot lookup the {kind}'s proxy ID because multiple are registered with the agent"
+        )),
+    }
 }
 
 /// Finds the one `connect-proxy` registered for `service_id` (Consul's
@@ -170,15 +357,53 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     };
     let proxy_id = flag_or_env(&args.proxy_id, "CONNECT_PROXY_ID");
     let sidecar_for = flag_or_env(&args.sidecar_for, "CONNECT_SIDECAR_FOR");
+    if args.mesh_gateway && args.gateway.is_some() {
+        return Err(
+            "The mesh-gateway flag is deprecated and cannot be used alongside the gateway flag"
+                .to_string(),
+        );
+    }
+    let gateway = if args.mesh_gateway {
+        Some("mesh".to_string())
+    } else {
+        args.gateway.clone().filter(|g| !g.is_empty())
+    };
+    if args.expose_servers {
+        if gateway.as_deref() != Some("mesh") {
+            return Err("'-expose-servers' can only be used for mesh gateways".to_string());
+        }
+        if !args.register {
+            return Err("'-expose-servers' requires '-register'".to_string());
+        }
+    }
+    let gateway_kind = gateway.as_deref().map(gateway_kind).transpose()?;
+    let mut gateway_name = gateway_kind.map(|kind| {
+        args.service
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| kind.to_string())
+    });
     let proxy_id =
-        match (&proxy_id, &sidecar_for) {
-            (Some(id), _) if !id.is_empty() => id.clone(),
-            (_, Some(service)) if !service.is_empty() => proxy_for_sidecar(&client, service)?,
+        match (&proxy_id, &sidecar_for, gateway_kind) {
+            (Some(id), _, _) if !id.is_empty() => id.clone(),
+            (_, Some(service), _) if !service.is_empty() => proxy_for_sidecar(&client, service)?,
+            (_, _, Some(kind)) if !args.register => {
+                let (id, name) = lookup_gateway(&client, kind)?;
+                gateway_name = Some(name);
+                id
+            }
+            (_, _, Some(_)) => gateway_name.clone().unwrap_or_default(),
             _ => return Err(
                 "No proxy ID specified. One of -proxy-id, -sidecar-for, or -gateway is required"
                     .to_string(),
             ),
         };
+    if args.register {
+        let (Some(kind), Some(name)) = (gateway_kind, gateway_name.as_deref()) else {
+            return Err("Auto-Registration can only be used for gateways".to_string());
+        };
+        register_gateway(&client, args, kind, name, &proxy_id)?;
+    }
     let path = format!(
         "/v1/agent/service/{}",
         super::client::encode_path(&proxy_id)
@@ -187,8 +412,18 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
         .ok("GET", &path, None)
         .map_err(|e| format!("failed fetch proxy config from local agent: {e}"))?;
     let service: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
-    if service["Kind"] != "connect-proxy" || !service["Proxy"].is_object() {
+    let kind = service["Kind"].as_str().unwrap_or_default();
+    let served = match kind {
+        "connect-proxy" => service["Proxy"].is_object(),
+        _ => kind.ends_with("-gateway"),
+    };
+    if !served {
         return Err("service is not a Connect proxy or gateway".to_string());
+    }
+    if matches!(kind, "mesh-gateway" | "api-gateway") {
+        eprintln!(
+            "[WARN]  connect envoy: praetor does not configure Envoy as a {kind} yet: it will get no listeners"
+        );
     }
     let destination = service["Proxy"]["DestinationServiceName"]
         .as_str()
@@ -240,11 +475,30 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
             unapplied.join(", ")
         );
     }
+    // Consul gives an ingress gateway a readiness listener at its LAN address (the
+    // registration's address and port), where its TCP check looks.
+    let ready_bind = if kind == "ingress-gateway" {
+        let address = service["Address"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+            .unwrap_or("127.0.0.1");
+        let port = service["Port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0)
+            .unwrap_or(GATEWAY_PORT_DEFAULT);
+        Some((resolve_ip(address)?, port))
+    } else {
+        None
+    };
     Ok(BootstrapArgs {
-        proxy_cluster: if destination.is_empty() {
-            proxy_id.clone()
-        } else {
+        ready_bind,
+        proxy_cluster: if !destination.is_empty() {
             destination
+        } else if kind.ends_with("-gateway") {
+            source.clone()
+        } else {
+            proxy_id.clone()
         },
         proxy_id,
         proxy_source_service: source,
@@ -416,6 +670,33 @@ pub fn run(args: EnvoyArgs) -> Result<i32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gateway_addresses_read_as_consuls_flag() {
+        assert_eq!(
+            gateway_address("10.0.0.1:443").unwrap(),
+            ("10.0.0.1".to_string(), 443)
+        );
+        assert_eq!(
+            gateway_address("10.0.0.1").unwrap(),
+            ("10.0.0.1".to_string(), GATEWAY_PORT_DEFAULT)
+        );
+        assert_eq!(
+            gateway_address("[::1]:21000").unwrap(),
+            ("::1".to_string(), 21000)
+        );
+        assert_eq!(gateway_address("::1").unwrap(), ("::1".to_string(), 8443));
+        assert_eq!(
+            gateway_address("gw.example:443").unwrap(),
+            ("gw.example".to_string(), 443)
+        );
+        assert!(gateway_address("gw.example")
+            .unwrap_err()
+            .contains("not an IP address"));
+        assert!(gateway_address("10.0.0.1:http").is_err());
+        assert!(!can_bind("gw.example"));
+        assert!(can_bind("127.0.0.1"));
+    }
 
     #[test]
     fn versions_outside_the_supported_minor_releases_are_refused() {

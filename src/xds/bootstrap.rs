@@ -29,6 +29,57 @@ pub struct BootstrapArgs {
     pub admin_bind_address: String,
     pub admin_bind_port: u16,
     pub token: String,
+    /// Where Envoy answers `GET /ready` from its admin (Consul's `envoy_ready_listener`,
+    /// which an ingress gateway gets at its LAN address so the TCP check of its
+    /// registration finds a listener there).
+    pub ready_bind: Option<(String, u16)>,
+}
+
+/// Consul's name of the static cluster that reaches Envoy's own admin.
+const SELF_ADMIN_CLUSTER: &str = "self_admin";
+/// Consul's name of the readiness listener.
+const READY_LISTENER: &str = "envoy_ready_listener";
+
+/// A static cluster's one endpoint.
+fn load_assignment(cluster: &str, address: &str, port: u16) -> Value {
+    json!({
+        "clusterName": cluster,
+        "endpoints": [{"lbEndpoints": [{"endpoint": {"address": {"socket_address": {
+            "address": address,
+            "port_value": port
+        }}}}]}]
+    })
+}
+
+/// The readiness listener: `/ready` is passed to the admin, anything else is 404.
+fn ready_listener(address: &str, port: u16) -> Value {
+    json!({
+        "name": READY_LISTENER,
+        "address": {"socket_address": {"address": address, "port_value": port}},
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typedConfig": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": "envoy_ready",
+                "codec_type": "HTTP1",
+                "route_config": {
+                    "name": "self_admin_route",
+                    "virtual_hosts": [{
+                        "name": SELF_ADMIN_CLUSTER,
+                        "domains": ["*"],
+                        "routes": [
+                            {"match": {"path": "/ready"}, "route": {"cluster": SELF_ADMIN_CLUSTER, "prefix_rewrite": "/ready"}},
+                            {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
+                        ]
+                    }]
+                },
+                "http_filters": [{
+                    "name": "envoy.filters.http.router",
+                    "typedConfig": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
+                }]
+            }
+        }]}]
+    })
 }
 
 /// Consul's stats tags: the parts of a cluster name (`<subset>.<svc>.<ns>.<dc>.internal.
@@ -130,13 +181,7 @@ pub fn generate(args: &BootstrapArgs) -> Value {
                 "explicit_http_config": {"http2_protocol_options": {}}
             }
         },
-        "loadAssignment": {
-            "clusterName": LOCAL_AGENT_CLUSTER,
-            "endpoints": [{"lbEndpoints": [{"endpoint": {"address": {"socket_address": {
-                "address": args.agent_address,
-                "port_value": args.agent_port
-            }}}}]}]
-        }
+        "loadAssignment": load_assignment(LOCAL_AGENT_CLUSTER, &args.agent_address, args.agent_port)
     });
     if let Some(ca) = &args.agent_ca_pem {
         local_agent["transport_socket"] = json!({
@@ -146,6 +191,25 @@ pub fn generate(args: &BootstrapArgs) -> Value {
                 "common_tls_context": {"validation_context": {"trusted_ca": {"inline_string": ca}}}
             }
         });
+    }
+    let mut static_resources = json!({"clusters": [local_agent]});
+    if let Some((address, port)) = &args.ready_bind {
+        static_resources["clusters"]
+            .as_array_mut()
+            .expect("clusters is an array")
+            .push(json!({
+                "name": SELF_ADMIN_CLUSTER,
+                "ignore_health_on_host_removal": false,
+                "connect_timeout": "5s",
+                "type": "STATIC",
+                "http_protocol_options": {},
+                "loadAssignment": load_assignment(
+                    SELF_ADMIN_CLUSTER,
+                    &args.admin_bind_address,
+                    args.admin_bind_port,
+                )
+            }));
+        static_resources["listeners"] = json!([ready_listener(address, *port)]);
     }
     json!({
         "admin": {
@@ -170,7 +234,7 @@ pub fn generate(args: &BootstrapArgs) -> Value {
             "name": "base",
             "static_layer": {"re2.max_program_size.error_level": 1048576}
         }]},
-        "static_resources": {"clusters": [local_agent]},
+        "static_resources": static_resources,
         "stats_config": {"stats_tags": stats_tags(args), "use_all_default_tags": true},
         "dynamic_resources": {
             "lds_config": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
@@ -191,9 +255,8 @@ pub fn generate(args: &BootstrapArgs) -> Value {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_bootstrap_names_the_proxy_and_the_agent() {
-        let doc = generate(&BootstrapArgs {
+    fn sidecar_args() -> BootstrapArgs {
+        BootstrapArgs {
             proxy_cluster: "web".into(),
             proxy_id: "web-sidecar-proxy".into(),
             proxy_source_service: "web".into(),
@@ -205,7 +268,13 @@ mod tests {
             admin_bind_address: "127.0.0.1".into(),
             admin_bind_port: 19000,
             token: "secret".into(),
-        });
+            ready_bind: None,
+        }
+    }
+
+    #[test]
+    fn the_bootstrap_names_the_proxy_and_the_agent() {
+        let doc = generate(&sidecar_args());
         assert_eq!(doc["node"]["id"], "web-sidecar-proxy");
         assert_eq!(doc["node"]["cluster"], "web");
         assert_eq!(
@@ -226,5 +295,21 @@ mod tests {
         let tags = doc["stats_config"]["stats_tags"].as_array().unwrap();
         assert_eq!(tags.len(), 29);
         assert_eq!(tags[tags.len() - 1]["fixed_value"], "dc1");
+        assert!(doc["static_resources"].get("listeners").is_none());
+    }
+
+    #[test]
+    fn an_ingress_gateway_gets_a_ready_listener_on_its_address() {
+        let doc = generate(&BootstrapArgs {
+            proxy_cluster: "ingress".into(),
+            proxy_id: "ingress".into(),
+            proxy_source_service: "ingress".into(),
+            ready_bind: Some(("10.0.0.1".into(), 8443)),
+            ..sidecar_args()
+        });
+        let listener = &doc["static_resources"]["listeners"][0];
+        assert_eq!(listener["name"], "envoy_ready_listener");
+        assert_eq!(listener["address"]["socket_address"]["port_value"], 8443);
+        assert_eq!(doc["static_resources"]["clusters"][1]["name"], "self_admin");
     }
 }

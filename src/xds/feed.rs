@@ -54,7 +54,7 @@ impl StoreFeed {
 
 /// Whether a change set touches anything a proxy snapshot or an xDS ACL check reads:
 /// the catalog (instances, their checks and nodes), config entries (intentions, chains,
-/// protocols), the CA's roots, or ACLs.
+/// protocols), the services gateways link, the CA's roots, or ACLs.
 pub fn concerns_proxies(changes: &[Change]) -> bool {
     changes.iter().any(|c| {
         matches!(
@@ -64,6 +64,7 @@ pub fn concerns_proxies(changes: &[Change]) -> bool {
                 | Table::Checks
                 | Table::ServiceIndex
                 | Table::ConfigEntries
+                | Table::GatewayServices
                 | Table::Intentions
                 | Table::ConnectCa
                 | Table::Acl

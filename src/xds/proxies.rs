@@ -9,14 +9,14 @@
 //! watcher one comparison and its streams nothing.
 
 use super::feed::{AgentSource, StoreFeed};
-use super::registration::{LeafCert, ProxyRegistration};
+use super::registration::{LeafCert, ProxyKind, ProxyRegistration};
 use super::resources::{self, Resources};
 use super::snapshot::{self, Snapshot, XdsSettings};
 use crate::store::StoreVersion;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 /// How long one blocking read of a registration or leaf waits at the agent.
@@ -173,17 +173,23 @@ async fn follow_leaf(
     service: String,
     token: String,
     tx: watch::Sender<Option<LeafCert>>,
+    changed: Option<Arc<Notify>>,
 ) {
     let mut index = 0;
     loop {
         match agent.leaf(&service, index, AGENT_WAIT, &token).await {
             Ok(leaf) => {
                 index = leaf.index;
-                tx.send_if_modified(|slot| {
+                let modified = tx.send_if_modified(|slot| {
                     let changed = slot.as_ref() != Some(&leaf);
                     *slot = Some(leaf);
                     changed
                 });
+                if modified {
+                    if let Some(notify) = &changed {
+                        notify.notify_one();
+                    }
+                }
             }
             Err(reason) => {
                 log::debug!("xds: leaf certificate of {service:?}: {reason}");
@@ -202,6 +208,66 @@ struct LeafFollower {
     task: JoinHandle<()>,
 }
 
+impl LeafFollower {
+    fn start(
+        agent: &AgentSource,
+        service: &str,
+        token: &str,
+        changed: Option<Arc<Notify>>,
+    ) -> LeafFollower {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(follow_leaf(
+            agent.clone(),
+            service.to_string(),
+            token.to_string(),
+            tx,
+            changed,
+        ));
+        LeafFollower {
+            service: service.to_string(),
+            rx,
+            task,
+        }
+    }
+}
+
+/// The leaves of the services a terminating gateway links (Consul's `ServiceLeaves`): one
+/// follower per linked service, started and stopped as the gateway's rows change, all
+/// waking the watcher through one [`Notify`].
+struct ServiceLeaves {
+    followers: BTreeMap<String, LeafFollower>,
+    changed: Arc<Notify>,
+}
+
+impl ServiceLeaves {
+    fn new() -> ServiceLeaves {
+        ServiceLeaves {
+            followers: BTreeMap::new(),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Follows exactly `services`' leaves and returns those signed so far.
+    fn follow(
+        &mut self,
+        services: &[String],
+        agent: &AgentSource,
+        token: &str,
+    ) -> BTreeMap<String, LeafCert> {
+        self.followers.retain(|name, _| services.contains(name));
+        for name in services {
+            if !self.followers.contains_key(name) {
+                let follower = LeafFollower::start(agent, name, token, Some(self.changed.clone()));
+                self.followers.insert(name.clone(), follower);
+            }
+        }
+        self.followers
+            .iter()
+            .filter_map(|(name, f)| f.rx.borrow().clone().map(|leaf| (name.clone(), leaf)))
+            .collect()
+    }
+}
+
 impl Drop for LeafFollower {
     fn drop(&mut self) {
         self.task.abort();
@@ -217,9 +283,11 @@ async fn run(
 ) {
     let mut store_rx = watchers.store.subscribe();
     let mut leaf: Option<LeafFollower> = None;
+    let mut service_leaves = ServiceLeaves::new();
     let mut last: Option<Arc<Built>> = None;
     let mut seen_at = Instant::now();
     let mut warned_hash = String::new();
+    let mut warned_unapplied: Vec<String> = Vec::new();
     loop {
         let registration = registration_rx.borrow_and_update().clone();
         if let Some(Ok(r)) = &registration {
@@ -234,18 +302,12 @@ async fn run(
             Some(Ok(registration)) => {
                 if leaf.as_ref().map(|l| l.service.as_str()) != Some(&registration.destination_name)
                 {
-                    let (tx, rx) = watch::channel(None);
-                    let task = tokio::spawn(follow_leaf(
-                        watchers.agent.clone(),
-                        registration.destination_name.clone(),
-                        token.clone(),
-                        tx,
+                    leaf = Some(LeafFollower::start(
+                        &watchers.agent,
+                        &registration.destination_name,
+                        &token,
+                        None,
                     ));
-                    leaf = Some(LeafFollower {
-                        service: registration.destination_name.clone(),
-                        rx,
-                        task,
-                    });
                 }
                 let follower = leaf.as_mut().expect("just set");
                 let cert = follower.rx.borrow_and_update().clone();
@@ -253,10 +315,17 @@ async fn run(
                     None => ProxyState::Pending("waiting for the leaf certificate".to_string()),
                     Some(cert) => {
                         let version = store_rx.borrow_and_update().clone();
+                        let linked = if registration.kind == ProxyKind::TerminatingGateway {
+                            snapshot::terminating_services(&version, &registration.service)
+                                .unwrap_or_default()
+                        } else {
+                            Vec::new()
+                        };
+                        let leaves = service_leaves.follow(&linked, &watchers.agent, &token);
                         rebuild(
                             &watchers,
                             &registration,
-                            &cert,
+                            (&cert, &leaves),
                             version,
                             last.as_ref(),
                             seen_at,
@@ -267,6 +336,16 @@ async fn run(
         };
         match state {
             ProxyState::Ready(built) => {
+                if built.snapshot.unapplied != warned_unapplied {
+                    warned_unapplied = built.snapshot.unapplied.clone();
+                    if !warned_unapplied.is_empty() {
+                        log::warn!(
+                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners serve plain TCP and HTTP without limits or header changes yet",
+                            built.snapshot.proxy_id,
+                            warned_unapplied.join(", ")
+                        );
+                    }
+                }
                 if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &built)) {
                     watchers
                         .unchanged
@@ -301,6 +380,7 @@ async fn run(
             r = registration_rx.changed() => r.is_ok(),
             r = leaf_changed => r.is_ok(),
             r = store_rx.changed() => r.is_ok(),
+            _ = service_leaves.changed.notified() => true,
             _ = state_tx.closed() => false,
         };
         if !result {
@@ -318,7 +398,12 @@ fn warn_escape_hatches(registration: &ProxyRegistration) {
     let mut keys: Vec<String> = registration
         .config
         .keys()
-        .filter(|k| k.starts_with("envoy_") && k.ends_with("_json"))
+        .filter(|k| {
+            // A gateway's bind rules (`envoy_gateway_bind_addresses`, …, which
+            // `connect envoy -register -bind-address` writes) are not applied either: its
+            // listeners bind the registration's address.
+            k.starts_with("envoy_") && (k.ends_with("_json") || k.starts_with("envoy_gateway_"))
+        })
         .map(|k| format!("Proxy.Config.{k}"))
         .collect();
     for upstream in &registration.upstreams {
@@ -343,12 +428,18 @@ fn warn_escape_hatches(registration: &ProxyRegistration) {
 fn rebuild(
     watchers: &Watchers,
     registration: &ProxyRegistration,
-    leaf: &LeafCert,
+    (leaf, service_leaves): (&LeafCert, &BTreeMap<String, LeafCert>),
     version: StoreVersion,
     last: Option<&Arc<Built>>,
     seen_at: Instant,
 ) -> ProxyState {
-    let snapshot = match snapshot::build(registration, leaf, &version, &watchers.settings) {
+    let snapshot = match snapshot::build(
+        registration,
+        leaf,
+        service_leaves,
+        &version,
+        &watchers.settings,
+    ) {
         Ok(s) => s,
         Err(reason) => return ProxyState::Pending(reason),
     };

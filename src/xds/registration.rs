@@ -52,14 +52,44 @@ impl Upstream {
     }
 }
 
-/// A `connect-proxy` registration as the agent reports it.
+/// The kinds of service the xDS server configures an Envoy for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProxyKind {
+    ConnectProxy,
+    IngressGateway,
+    TerminatingGateway,
+}
+
+impl ProxyKind {
+    /// The kind from a registration's `Kind`, or `None` for a kind the server does not
+    /// configure (a typical service, a mesh or API gateway).
+    pub fn from_kind(kind: &str) -> Option<ProxyKind> {
+        match kind {
+            "connect-proxy" => Some(ProxyKind::ConnectProxy),
+            "ingress-gateway" => Some(ProxyKind::IngressGateway),
+            "terminating-gateway" => Some(ProxyKind::TerminatingGateway),
+            _ => None,
+        }
+    }
+
+    pub fn is_gateway(self) -> bool {
+        self != ProxyKind::ConnectProxy
+    }
+}
+
+/// A `connect-proxy`, `ingress-gateway` or `terminating-gateway` registration as the agent
+/// reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyRegistration {
+    pub kind: ProxyKind,
     pub id: String,
     /// The proxy's own service name (`web-sidecar-proxy`).
     pub service: String,
     pub address: String,
     pub port: u16,
+    /// The service the proxy acts for: a sidecar's `DestinationServiceName`, a gateway's
+    /// own name (whose leaf certificate it presents and whose `service:write` its stream
+    /// needs, as in Consul).
     pub destination_name: String,
     pub destination_id: String,
     pub local_address: String,
@@ -96,20 +126,28 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
     let object = value
         .as_object()
         .ok_or_else(|| "bad registration: not an object".to_string())?;
-    let kind = text(object, "Kind");
-    if kind != "connect-proxy" {
-        let shown = if kind.is_empty() { "typical" } else { &kind };
+    let kind_text = text(object, "Kind");
+    let Some(kind) = ProxyKind::from_kind(&kind_text) else {
+        let shown = if kind_text.is_empty() {
+            "typical"
+        } else {
+            &kind_text
+        };
         return Err(format!(
-            "service {:?} is a {shown} service, not a connect-proxy",
+            "service {:?} is a {shown} service, not a connect-proxy or an ingress or terminating gateway",
             text(object, "ID")
         ));
-    }
+    };
     let empty = Map::new();
     let proxy = object
         .get("Proxy")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
-    let destination_name = text(proxy, "DestinationServiceName");
+    let destination_name = if kind.is_gateway() {
+        text(object, "Service")
+    } else {
+        text(proxy, "DestinationServiceName")
+    };
     if destination_name.is_empty() {
         return Err("the proxy registration names no DestinationServiceName".to_string());
     }
@@ -155,6 +193,7 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
         a => a,
     };
     Ok(ProxyRegistration {
+        kind,
         id: text(object, "ID"),
         service: text(object, "Service"),
         address: text(object, "Address"),
@@ -244,6 +283,8 @@ mod tests {
     fn a_typical_service_is_not_a_proxy() {
         let err = decode_registration(br#"{"Kind":"","ID":"web"}"#).unwrap_err();
         assert!(err.contains("not a connect-proxy"), "{err}");
+        let err = decode_registration(br#"{"Kind":"mesh-gateway","ID":"m"}"#).unwrap_err();
+        assert!(err.contains("mesh-gateway service"), "{err}");
         assert!(decode_registration(b"[").is_err());
         assert!(decode_registration(
             br#"{"Kind":"connect-proxy","Port":70000,
@@ -251,6 +292,16 @@ mod tests {
         )
         .unwrap_err()
         .contains("not a port"));
+    }
+
+    #[test]
+    fn a_gateway_acts_for_itself() {
+        let body = br#"{"Kind":"ingress-gateway","ID":"ingress","Service":"ingress",
+            "Port":8443,"Address":"10.0.0.1","ContentHash":"h"}"#;
+        let r = decode_registration(body).unwrap();
+        assert_eq!(r.kind, ProxyKind::IngressGateway);
+        assert_eq!(r.destination_name, "ingress");
+        assert!(r.upstreams.is_empty());
     }
 
     #[test]

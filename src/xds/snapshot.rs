@@ -8,14 +8,15 @@
 //! their compiled discovery chain with the health of every target's instances.
 
 use super::registration::{
-    config_str, config_u64, LeafCert, ProxyRegistration, LOCAL_CONNECT_TIMEOUT_MS_DEFAULT,
-    PUBLIC_BIND_ADDRESS_DEFAULT,
+    config_str, config_u64, LeafCert, ProxyKind, ProxyRegistration,
+    LOCAL_CONNECT_TIMEOUT_MS_DEFAULT, PUBLIC_BIND_ADDRESS_DEFAULT,
 };
 use crate::consul::discovery_chain::{self, Overrides};
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
 use crate::store::catalog::read::{connect_rows, proxy_destination, CheckServiceNode};
 use crate::store::catalog::Status;
+use crate::store::gateways::{self, GatewayKind};
 use crate::store::mesh::config_entry::{is_http_family, service_protocol};
 use crate::store::mesh::intentions::{self, Action};
 use crate::store::Tables;
@@ -26,6 +27,8 @@ use std::collections::BTreeMap;
 pub const ENDPOINTS_PER_TARGET_MAX: usize = 4096;
 /// Most intention sources one destination's RBAC is built from.
 pub const INTENTION_SOURCES_MAX: usize = 8192;
+/// Most services (rows of the gateway-services table) one gateway is configured for.
+pub const GATEWAY_SERVICES_MAX: usize = 4096;
 
 /// What the server knows beyond the proxy: where it runs and the mesh's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,9 +167,53 @@ pub struct Upstream {
     pub targets: BTreeMap<String, Target>,
 }
 
-/// Everything a `connect-proxy` is configured from.
+/// One listener of an ingress gateway (a listener of its `ingress-gateway` entry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngressListener {
+    pub bind_address: String,
+    pub port: u16,
+    /// `tcp`, `http`, `http2` or `grpc`.
+    pub protocol: String,
+    /// The services it exposes, in name order.
+    pub services: Vec<IngressService>,
+}
+
+/// One service an ingress listener exposes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngressService {
+    /// The ID of its upstream in [`Snapshot::upstreams`] (the service's name).
+    pub upstream: String,
+    /// The `Host` values that reach it on an HTTP listener: the entry's `Hosts`, else
+    /// Consul's `<service>.ingress.*`, each also with the listener's port.
+    pub domains: Vec<String>,
+}
+
+/// One service a terminating gateway links: the gateway ends the mesh's mTLS with the
+/// service's own leaf, decides by its intentions, and carries the bytes to its instances
+/// outside the mesh, in plain TCP or TLS it originates with the entry's files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TerminatingService {
+    pub name: String,
+    /// The SNI sidecars send for the service, also its cluster's name.
+    pub sni: String,
+    pub leaf_cert_pem: String,
+    pub leaf_key_pem: String,
+    /// The service's intentions, highest precedence first.
+    pub sources: Vec<IntentionSource>,
+    /// The entry's TLS origination settings (`CAFile`, `CertFile`, `KeyFile`, `SNI`);
+    /// plain TCP when `ca_file` is empty.
+    pub ca_file: String,
+    pub cert_file: String,
+    pub key_file: String,
+    pub tls_sni: String,
+    /// The service's instances (its own addresses, outside the mesh).
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// Everything a `connect-proxy` or a gateway is configured from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
+    pub kind: ProxyKind,
     pub proxy_id: String,
     pub service: String,
     pub destination: String,
@@ -176,8 +223,18 @@ pub struct Snapshot {
     pub leaf_key_pem: String,
     /// Every trusted root, PEM, active first.
     pub roots_pem: Vec<String>,
+    /// A sidecar's public listener; a gateway's has port 0 (no such listener).
     pub inbound: Inbound,
+    /// A sidecar's upstreams, or the services an ingress gateway exposes (without a bind
+    /// port of their own: the gateway's listeners are [`Snapshot::ingress`]).
     pub upstreams: Vec<Upstream>,
+    pub ingress: Vec<IngressListener>,
+    /// The services a terminating gateway links, in name order, each once its leaf is
+    /// signed; the gateway listens on `inbound`'s address and port.
+    pub terminating: Vec<TerminatingService>,
+    /// Settings of the gateway's config entry that praetor accepts but does not apply yet
+    /// (`Listeners[0].TLS`, …), for the watcher to warn about.
+    pub unapplied: Vec<String>,
 }
 
 impl Snapshot {
@@ -197,10 +254,13 @@ pub fn spiffe_id(trust_domain: &str, datacenter: &str, service: &str) -> String 
     format!("spiffe://{trust_domain}/ns/default/dc/{datacenter}/svc/{service}")
 }
 
-/// Builds the snapshot of `registration` from its leaf and one store version.
+/// Builds the snapshot of `registration` from its leaf and one store version;
+/// `service_leaves` are the leaves of the services a terminating gateway links, by name as
+/// its entry spells them.
 pub fn build(
     registration: &ProxyRegistration,
     leaf: &LeafCert,
+    service_leaves: &BTreeMap<String, LeafCert>,
     tables: &Tables,
     settings: &XdsSettings,
 ) -> Result<Snapshot, String> {
@@ -216,6 +276,16 @@ pub fn build(
         roots_pem.push(root.root_cert_pem.to_string());
     }
     let destination = registration.destination_name.clone();
+    if registration.kind.is_gateway() {
+        return build_gateway(
+            registration,
+            (leaf, service_leaves),
+            tables,
+            settings,
+            trust_domain,
+            roots_pem,
+        );
+    }
     let protocol = config_str(&registration.config, "protocol")
         .map(str::to_string)
         .unwrap_or_else(|| service_protocol(tables, &destination).to_string());
@@ -252,26 +322,22 @@ pub fn build(
                 .map(|ms| ms as i64 * 1_000_000),
             protocol: config_str(&upstream.config, "protocol").map(str::to_string),
         };
-        let chain =
-            discovery_chain::compile(tables, &upstream.destination_name, &datacenter, overrides)
-                .map_err(|e| format!("upstream {:?}: {e}", upstream.destination_name))?;
-        let chain: Value = serde_json::from_str(&chain.to_json())
-            .map_err(|e| format!("upstream {:?}: {e}", upstream.destination_name))?;
-        let chain = &chain["Chain"];
-        let (nodes, targets) = chain_parts(chain, tables, &trust_domain, &settings.datacenter)?;
-        upstreams.push(Upstream {
-            id: upstream.id(),
-            destination: upstream.destination_name.clone(),
-            datacenter,
-            bind_address: upstream.bind_address.clone(),
-            bind_port: upstream.bind_port,
-            protocol: chain["Protocol"].as_str().unwrap_or("tcp").to_string(),
-            start: chain["StartNode"].as_str().unwrap_or_default().to_string(),
-            nodes,
-            targets,
-        });
+        upstreams.push(compile_upstream(
+            tables,
+            settings,
+            &trust_domain,
+            UpstreamSpec {
+                id: upstream.id(),
+                destination: &upstream.destination_name,
+                datacenter,
+                overrides,
+                bind_address: upstream.bind_address.clone(),
+                bind_port: upstream.bind_port,
+            },
+        )?);
     }
     Ok(Snapshot {
+        kind: registration.kind,
         proxy_id: registration.id.clone(),
         service: registration.service.clone(),
         destination,
@@ -282,7 +348,333 @@ pub fn build(
         roots_pem,
         inbound,
         upstreams,
+        ingress: Vec::new(),
+        terminating: Vec::new(),
+        unapplied: Vec::new(),
     })
+}
+
+/// What an upstream is compiled from.
+struct UpstreamSpec<'a> {
+    id: String,
+    destination: &'a str,
+    datacenter: String,
+    overrides: Overrides,
+    bind_address: String,
+    bind_port: u16,
+}
+
+/// An upstream with its discovery chain compiled against `tables`.
+fn compile_upstream(
+    tables: &Tables,
+    settings: &XdsSettings,
+    trust_domain: &str,
+    spec: UpstreamSpec<'_>,
+) -> Result<Upstream, String> {
+    let chain =
+        discovery_chain::compile(tables, spec.destination, &spec.datacenter, spec.overrides)
+            .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
+    let chain: Value = serde_json::from_str(&chain.to_json())
+        .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
+    let chain = &chain["Chain"];
+    let (nodes, targets) = chain_parts(chain, tables, trust_domain, &settings.datacenter)?;
+    Ok(Upstream {
+        id: spec.id,
+        destination: spec.destination.to_string(),
+        datacenter: spec.datacenter,
+        bind_address: spec.bind_address,
+        bind_port: spec.bind_port,
+        protocol: chain["Protocol"].as_str().unwrap_or("tcp").to_string(),
+        start: chain["StartNode"].as_str().unwrap_or_default().to_string(),
+        nodes,
+        targets,
+    })
+}
+
+/// Consul's default `Host` of a service behind an ingress gateway, whatever the domain.
+fn ingress_default_host(service: &str) -> String {
+    format!("{service}.ingress.*")
+}
+
+/// The `Host` values an ingress listener on `port` answers for a service with `hosts`:
+/// those, else Consul's default, and each without a port also with the listener's (a
+/// client puts the port in `Host` unless it is the scheme's own).
+pub fn ingress_domains(service: &str, hosts: &[String], port: u16) -> Vec<String> {
+    let mut domains: Vec<String> = if hosts.is_empty() {
+        vec![ingress_default_host(service)]
+    } else {
+        hosts.to_vec()
+    };
+    let with_ports: Vec<String> = domains
+        .iter()
+        .filter(|h| !has_port(h))
+        .map(|h| format!("{h}:{port}"))
+        .collect();
+    for domain in with_ports {
+        if !domains.contains(&domain) {
+            domains.push(domain);
+        }
+    }
+    domains
+}
+
+/// Whether a host (`name`, `name:port`, `[v6]:port`) carries a port.
+fn has_port(host: &str) -> bool {
+    match host.rsplit_once(':') {
+        None => false,
+        Some((name, port)) => {
+            !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!name.contains(':') || name.ends_with(']'))
+        }
+    }
+}
+
+/// The snapshot of a gateway: no public listener, and for an ingress gateway one listener
+/// per listener of its entry with the chains of the services each exposes, read from the
+/// gateway-services rows (which already expand a wildcard).
+fn build_gateway(
+    registration: &ProxyRegistration,
+    (leaf, service_leaves): (&LeafCert, &BTreeMap<String, LeafCert>),
+    tables: &Tables,
+    settings: &XdsSettings,
+    trust_domain: String,
+    roots_pem: Vec<String>,
+) -> Result<Snapshot, String> {
+    let bind_address = Some(registration.address.clone())
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| PUBLIC_BIND_ADDRESS_DEFAULT.to_string());
+    let mut upstreams: Vec<Upstream> = Vec::new();
+    let mut ingress: Vec<IngressListener> = Vec::new();
+    if registration.kind == ProxyKind::IngressGateway {
+        let rows = gateways::gateway_rows(tables, &registration.service);
+        if rows.len() > GATEWAY_SERVICES_MAX {
+            return Err(format!(
+                "gateway {:?} links {} services; at most {GATEWAY_SERVICES_MAX} are served",
+                registration.service,
+                rows.len()
+            ));
+        }
+        for row in rows {
+            if row.gateway_kind != GatewayKind::Ingress {
+                continue;
+            }
+            let service = row.service.to_string();
+            if !upstreams.iter().any(|u| u.id == service) {
+                upstreams.push(compile_upstream(
+                    tables,
+                    settings,
+                    &trust_domain,
+                    UpstreamSpec {
+                        id: service.clone(),
+                        destination: &service,
+                        datacenter: settings.datacenter.clone(),
+                        overrides: Overrides::default(),
+                        bind_address: bind_address.clone(),
+                        bind_port: 0,
+                    },
+                )?);
+            }
+            let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
+            let exposed = IngressService {
+                domains: ingress_domains(&service, &hosts, row.port),
+                upstream: service,
+            };
+            match ingress.iter_mut().find(|l| l.port == row.port) {
+                Some(listener) => listener.services.push(exposed),
+                None => ingress.push(IngressListener {
+                    bind_address: bind_address.clone(),
+                    port: row.port,
+                    protocol: row.protocol.to_string(),
+                    services: vec![exposed],
+                }),
+            }
+        }
+        ingress.sort_by_key(|l| l.port);
+    }
+    let mut terminating = Vec::new();
+    if registration.kind == ProxyKind::TerminatingGateway {
+        for name in terminating_services(tables, &registration.service)? {
+            // A service whose leaf is not signed yet is left out until it is, as Consul
+            // waits for it.
+            let Some(service_leaf) = service_leaves.get(&name) else {
+                continue;
+            };
+            let row = gateways::gateway_rows(tables, &registration.service)
+                .into_iter()
+                .find(|r| r.gateway_kind == GatewayKind::Terminating && *r.service == *name)
+                .expect("terminating_services lists the gateway's rows");
+            terminating.push(TerminatingService {
+                sni: format!(
+                    "{name}.default.{}.internal.{trust_domain}",
+                    settings.datacenter
+                ),
+                leaf_cert_pem: service_leaf.cert_pem.clone(),
+                leaf_key_pem: service_leaf.private_key_pem.clone(),
+                sources: intention_sources(tables, &name)?,
+                ca_file: row.ca_file.to_string(),
+                cert_file: row.cert_file.to_string(),
+                key_file: row.key_file.to_string(),
+                tls_sni: row.sni.to_string(),
+                endpoints: external_endpoints(tables, &name),
+                name,
+            });
+        }
+    }
+    Ok(Snapshot {
+        kind: registration.kind,
+        proxy_id: registration.id.clone(),
+        service: registration.service.clone(),
+        destination: registration.destination_name.clone(),
+        datacenter: settings.datacenter.clone(),
+        trust_domain,
+        leaf_cert_pem: leaf.cert_pem.clone(),
+        leaf_key_pem: leaf.private_key_pem.clone(),
+        roots_pem,
+        inbound: Inbound {
+            bind_address,
+            // A terminating gateway's one listener takes the registration's port.
+            bind_port: if registration.kind == ProxyKind::TerminatingGateway {
+                registration.port
+            } else {
+                0
+            },
+            local_address: String::new(),
+            local_port: 0,
+            local_connect_timeout_ms: LOCAL_CONNECT_TIMEOUT_MS_DEFAULT,
+            protocol: "tcp".to_string(),
+            default_allow: settings.default_allow,
+            sources: Vec::new(),
+        },
+        upstreams,
+        ingress,
+        terminating,
+        unapplied: if registration.kind == ProxyKind::IngressGateway {
+            ingress_unapplied(tables, &registration.service)
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// Whether a setting says anything: a rendered default (`"TLS": {"Enabled": false}`, a zero
+/// limit, an empty list) does not.
+fn set(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(text) => !text.is_empty(),
+        Value::Array(items) => items.iter().any(set),
+        Value::Object(fields) => fields.values().any(set),
+        Value::Bool(true) => true,
+    }
+}
+
+/// The settings of an ingress gateway's entry its listeners do not apply yet: TLS (the
+/// gateway's leaf or SDS), the connection limits and header changes.
+fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
+    use crate::store::mesh::config_entry::{get, ConfigKind, EntryBody};
+    let Some(entry) = get(tables, ConfigKind::IngressGateway, gateway) else {
+        return Vec::new();
+    };
+    let EntryBody::Json(text) = &entry.body else {
+        return Vec::new();
+    };
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for key in ["TLS", "Defaults"] {
+        if set(&body[key]) {
+            out.push(key.to_string());
+        }
+    }
+    for (l, listener) in body["Listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if set(&listener["TLS"]) {
+            out.push(format!("Listeners[{l}].TLS"));
+        }
+        for (i, service) in listener["Services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            for key in [
+                "TLS",
+                "RequestHeaders",
+                "ResponseHeaders",
+                "MaxConnections",
+                "MaxPendingRequests",
+                "MaxConcurrentRequests",
+                "PassiveHealthCheck",
+            ] {
+                if set(&service[key]) {
+                    out.push(format!("Listeners[{l}].Services[{i}].{key}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The services the terminating gateway `gateway` links, by name as its entry (or, for a
+/// wildcard, the catalog) spells them, in name order, each once.
+pub fn terminating_services(tables: &Tables, gateway: &str) -> Result<Vec<String>, String> {
+    let rows = gateways::gateway_rows(tables, gateway);
+    if rows.len() > GATEWAY_SERVICES_MAX {
+        return Err(format!(
+            "gateway {gateway:?} links {} services; at most {GATEWAY_SERVICES_MAX} are served",
+            rows.len()
+        ));
+    }
+    let mut names: Vec<String> = rows
+        .into_iter()
+        .filter(|r| r.gateway_kind == GatewayKind::Terminating)
+        .map(|r| r.service.to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// The instances of a service outside the mesh with their health: its own typical
+/// instances (never a proxy or gateway fronting it).
+fn external_endpoints(tables: &Tables, service: &str) -> Vec<Endpoint> {
+    let mut out = Vec::new();
+    for row in crate::store::catalog::read::check_service_nodes(tables, service)
+        .into_iter()
+        .take(ENDPOINTS_PER_TARGET_MAX)
+    {
+        if !row.service.kind().is_empty() {
+            continue;
+        }
+        let Ok(port) = u16::try_from(row.service.port) else {
+            continue;
+        };
+        let address = if row.service.address.is_empty() {
+            row.node.address.to_string()
+        } else {
+            row.service.address.to_string()
+        };
+        let healthy = row
+            .node_checks
+            .iter()
+            .chain(row.service_checks.iter())
+            .all(|c| !matches!(c.status, Status::Critical | Status::Maintenance));
+        out.push(Endpoint {
+            address,
+            port,
+            healthy,
+            weight: row.service.weights.passing.max(1),
+        });
+    }
+    out.sort_by(|a, b| (&a.address, a.port).cmp(&(&b.address, b.port)));
+    out
 }
 
 /// The intentions that decide connections to `destination`, highest precedence first;
@@ -508,9 +900,16 @@ fn endpoints(
     only_passing: bool,
     filter: Option<&Filter>,
 ) -> Result<Vec<Endpoint>, String> {
-    let rows = connect_rows(tables, service);
-    let mut out = Vec::with_capacity(rows.views.len().min(ENDPOINTS_PER_TARGET_MAX));
-    for view in rows.views.iter().take(ENDPOINTS_PER_TARGET_MAX) {
+    let mut views = connect_rows(tables, service).views;
+    // A service a terminating gateway links is reached through the gateway, as Consul
+    // appends the gateway's instances to the service's Connect endpoints.
+    views.extend(crate::api::gateways::linked_instances(
+        tables,
+        service,
+        GatewayKind::Terminating,
+    ));
+    let mut out = Vec::with_capacity(views.len().min(ENDPOINTS_PER_TARGET_MAX));
+    for view in views.iter().take(ENDPOINTS_PER_TARGET_MAX) {
         let instance = &view.service;
         if let Some(filter) = filter {
             let row = CheckServiceNode {
@@ -526,7 +925,7 @@ fn endpoints(
         debug_assert!(
             instance.kind() != "connect-proxy"
                 || proxy_destination(instance).is_some_and(|d| d.eq_ignore_ascii_case(service)),
-            "connect_rows returns proxies of the service asked for"
+            "connect_rows returns proxies of the service asked for, the gateways no proxy"
         );
         let node = view.node();
         let address = if instance.address.is_empty() {

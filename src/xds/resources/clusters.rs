@@ -5,6 +5,7 @@
 //! accepts only the SPIFFE IDs of the targets it may reach (its own and its failovers').
 
 use super::{ads_config_source, any, duration_ms, inline, socket_address, LOCAL_APP_CLUSTER};
+use crate::xds::registration::ProxyKind;
 use crate::xds::snapshot::{is_l7, ChainNode, Snapshot, Upstream};
 use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{self, ClusterDiscoveryType, DiscoveryType},
@@ -36,7 +37,10 @@ pub const TLS_TRANSPORT_SOCKET: &str = "tls";
 /// Every cluster of `snapshot`, by name.
 pub fn build(snapshot: &Snapshot) -> Result<BTreeMap<String, Cluster>, String> {
     let mut clusters = BTreeMap::new();
-    clusters.insert(LOCAL_APP_CLUSTER.to_string(), local_app(snapshot));
+    if snapshot.kind == ProxyKind::ConnectProxy {
+        // A gateway fronts no local application.
+        clusters.insert(LOCAL_APP_CLUSTER.to_string(), local_app(snapshot));
+    }
     for upstream in &snapshot.upstreams {
         for (name, cluster) in upstream_clusters(snapshot, upstream)? {
             clusters.entry(name).or_insert(cluster);

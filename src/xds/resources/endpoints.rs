@@ -15,28 +15,32 @@ use std::collections::BTreeMap;
 
 fn locality(target: &Target, priority: u32) -> LocalityLbEndpoints {
     LocalityLbEndpoints {
-        lb_endpoints: target
-            .endpoints
-            .iter()
-            .map(|e| LbEndpoint {
-                host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
-                    address: Some(socket_address(&e.address, e.port)),
-                    ..Default::default()
-                })),
-                health_status: if e.healthy {
-                    HealthStatus::Healthy as i32
-                } else {
-                    HealthStatus::Unhealthy as i32
-                },
-                load_balancing_weight: Some(UInt32Value {
-                    value: e.weight.max(1),
-                }),
-                ..Default::default()
-            })
-            .collect(),
+        lb_endpoints: lb_endpoints(&target.endpoints),
         priority,
         ..Default::default()
     }
+}
+
+/// Envoy's endpoints of `endpoints`, each with its health and weight.
+pub fn lb_endpoints(endpoints: &[crate::xds::snapshot::Endpoint]) -> Vec<LbEndpoint> {
+    endpoints
+        .iter()
+        .map(|e| LbEndpoint {
+            host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
+                address: Some(socket_address(&e.address, e.port)),
+                ..Default::default()
+            })),
+            health_status: if e.healthy {
+                HealthStatus::Healthy as i32
+            } else {
+                HealthStatus::Unhealthy as i32
+            },
+            load_balancing_weight: Some(UInt32Value {
+                value: e.weight.max(1),
+            }),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// Every load assignment of `snapshot`, by cluster name.

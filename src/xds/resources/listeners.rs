@@ -11,7 +11,8 @@
 use super::clusters::{resolver_cluster_name, TLS_TRANSPORT_SOCKET};
 use super::rbac::{self, HttpRbac, NetworkRbac};
 use super::{ads_config_source, any, inline, socket_address, LOCAL_APP_CLUSTER, PUBLIC_LISTENER};
-use crate::xds::snapshot::{is_l7, Snapshot, Upstream};
+use crate::xds::registration::ProxyKind;
+use crate::xds::snapshot::{is_l7, IngressListener, Snapshot, Upstream};
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::route::v3::{
@@ -44,7 +45,7 @@ pub struct BuiltListener {
 
 pub fn build(snapshot: &Snapshot) -> Result<Vec<BuiltListener>, String> {
     let mut out = Vec::with_capacity(1 + snapshot.upstreams.len());
-    if snapshot.inbound.bind_port != 0 {
+    if snapshot.kind == ProxyKind::ConnectProxy && snapshot.inbound.bind_port != 0 {
         out.push(BuiltListener {
             listener: public_listener(snapshot),
             routes: Vec::new(),
@@ -55,6 +56,9 @@ pub fn build(snapshot: &Snapshot) -> Result<Vec<BuiltListener>, String> {
             continue;
         }
         out.push(upstream_listener(upstream)?);
+    }
+    for listener in &snapshot.ingress {
+        out.push(ingress_listener(snapshot, listener)?);
     }
     let mut names: Vec<&str> = out.iter().map(|b| b.listener.name.as_str()).collect();
     names.sort_unstable();
@@ -243,5 +247,75 @@ fn upstream_listener(upstream: &Upstream) -> Result<BuiltListener, String> {
             ..Default::default()
         },
         routes,
+    })
+}
+
+/// The stat prefix of an ingress gateway's HTTP listener, Consul's.
+const INGRESS_STAT_PREFIX: &str = "ingress_upstream_";
+
+/// The name of the route configuration an ingress gateway's HTTP listener on `port` asks
+/// for: the port, as Consul names it.
+pub fn ingress_route_name(port: u16) -> String {
+    port.to_string()
+}
+
+/// One listener of an ingress gateway (Consul's `makeIngressGatewayListeners`). A TCP
+/// listener exposes one service and is that service's upstream listener bound at the
+/// gateway's address and the listener's port (`<service>:<addr>:<port>`); an HTTP-family
+/// listener (`<protocol>:<addr>:<port>`) routes by `Host` over RDS, its route
+/// configuration named by the port. Clients outside the mesh speak plain TCP or HTTP to
+/// it; upstream connections carry the gateway's leaf, so the services' sidecars decide by
+/// intentions with the gateway as the source.
+fn ingress_listener(
+    snapshot: &Snapshot,
+    listener: &IngressListener,
+) -> Result<BuiltListener, String> {
+    let upstream_of = |id: &str| {
+        snapshot
+            .upstreams
+            .iter()
+            .find(|u| u.id == id)
+            .ok_or_else(|| format!("ingress listener {}: no upstream {id:?}", listener.port))
+    };
+    if !is_l7(&listener.protocol) {
+        let [service] = listener.services.as_slice() else {
+            return Err(format!(
+                "ingress listener {}: a tcp listener exposes exactly one service, not {}",
+                listener.port,
+                listener.services.len()
+            ));
+        };
+        let mut upstream = upstream_of(&service.upstream)?.clone();
+        upstream.bind_address = listener.bind_address.clone();
+        upstream.bind_port = listener.port;
+        // The chain of a TCP listener is served as TCP whatever the service's protocol.
+        upstream.protocol = "tcp".to_string();
+        return upstream_listener(&upstream);
+    }
+    let route = ingress_route_name(listener.port);
+    let manager = HttpConnectionManager {
+        stat_prefix: format!("{INGRESS_STAT_PREFIX}{}", listener.port),
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(ads_config_source()),
+            route_config_name: route.clone(),
+        })),
+        http_filters: vec![router_filter()],
+        ..Default::default()
+    };
+    Ok(BuiltListener {
+        listener: Listener {
+            name: format!(
+                "{}:{}:{}",
+                listener.protocol, listener.bind_address, listener.port
+            ),
+            address: Some(socket_address(&listener.bind_address, listener.port)),
+            traffic_direction: core::TrafficDirection::Outbound as i32,
+            filter_chains: vec![FilterChain {
+                filters: vec![network_filter(HCM_FILTER, any(&manager))],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        routes: vec![route],
     })
 }

@@ -13,7 +13,9 @@ pub mod endpoints;
 pub mod listeners;
 pub mod rbac;
 pub mod routes;
+pub mod terminating;
 
+use super::registration::ProxyKind;
 use super::snapshot::Snapshot;
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::google::protobuf::{Any, Duration};
@@ -160,7 +162,17 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             Resource::encode(&cluster, children),
         );
     }
-    for (name, assignment) in endpoints::build(snapshot) {
+    for (name, cluster) in terminating::clusters(snapshot) {
+        out.insert(
+            ResourceType::Cluster,
+            name.clone(),
+            Resource::encode(&cluster, vec![name]),
+        );
+    }
+    for (name, assignment) in endpoints::build(snapshot)
+        .into_iter()
+        .chain(terminating::endpoints(snapshot))
+    {
         out.insert(
             ResourceType::Endpoint,
             name,
@@ -173,6 +185,15 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             built.listener.name.clone(),
             Resource::encode(&built.listener, built.routes),
         );
+    }
+    if snapshot.kind == ProxyKind::TerminatingGateway {
+        if let Some(listener) = terminating::listener(snapshot) {
+            out.insert(
+                ResourceType::Listener,
+                listener.name.clone(),
+                Resource::encode(&listener, Vec::new()),
+            );
+        }
     }
     for route in routes::build(snapshot)? {
         out.insert(

@@ -17,7 +17,7 @@
 
 use super::{regex_escape, safe_regex};
 use crate::store::mesh::intentions::Action;
-use crate::xds::snapshot::{HeaderMatch, HttpPermission, Inbound, SourceRule};
+use crate::xds::snapshot::{HeaderMatch, HttpPermission, Inbound, IntentionSource, SourceRule};
 use envoy_types::pb::envoy::config::rbac::v3::{
     permission, principal, Permission, Policy, Principal,
 };
@@ -240,13 +240,23 @@ fn l7_permission(permissions: &[HttpPermission], allow: bool) -> Option<Permissi
 /// The rule set of `inbound`'s intentions. `l7` is true for an HTTP listener, where L7
 /// permissions are enforced; on a TCP listener an L7 intention denies.
 pub fn rules(inbound: &Inbound, trust_domain: &str, l7: bool) -> Rules {
-    let rule_allows = !inbound.default_allow;
+    rules_of(&inbound.sources, inbound.default_allow, trust_domain, l7)
+}
+
+/// The rule set of one destination's intentions, `sources` highest precedence first.
+pub fn rules_of(
+    sources: &[IntentionSource],
+    default_allow: bool,
+    trust_domain: &str,
+    l7: bool,
+) -> Rules {
+    let rule_allows = !default_allow;
     let mut policies = BTreeMap::new();
     let mut l4_principals = Vec::new();
     // The principals of every source decided so far, in precedence order.
     let mut decided: Vec<Principal> = Vec::new();
     let mut shadowed_by_wildcard = false;
-    for (i, source) in inbound.sources.iter().enumerate() {
+    for (i, source) in sources.iter().enumerate() {
         if shadowed_by_wildcard {
             break;
         }

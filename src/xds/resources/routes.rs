@@ -1,13 +1,15 @@
 //! Routes (Consul's `routes.go`): one `RouteConfiguration` per L7 upstream, named by the
-//! upstream's ID, built from its discovery chain. A router's routes match path, methods,
+//! upstream's ID, built from its discovery chain, and one per HTTP listener of an ingress
+//! gateway, named by its port, with a virtual host per exposed service. A router's routes match path, methods,
 //! headers and query parameters and carry its rewrites, timeouts and retries; a splitter
 //! becomes weighted clusters (Consul's weights times 100, nested splitters multiplied out);
 //! a resolver is its cluster.
 
 use super::clusters::resolver_cluster_name;
+use super::listeners::ingress_route_name;
 use super::rbac::header_matcher;
 use super::{duration_ms, regex_escape, safe_regex};
-use crate::xds::snapshot::{is_l7, ChainNode, RouteRule, Snapshot, Upstream};
+use crate::xds::snapshot::{is_l7, ChainNode, IngressListener, RouteRule, Snapshot, Upstream};
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     route, route_action, route_match, weighted_cluster::ClusterWeight, HeaderMatcher,
@@ -29,6 +31,11 @@ pub fn build(snapshot: &Snapshot) -> Result<Vec<RouteConfiguration>, String> {
         }
         out.push(route_configuration(upstream)?);
     }
+    for listener in &snapshot.ingress {
+        if is_l7(&listener.protocol) {
+            out.push(ingress_route_configuration(snapshot, listener)?);
+        }
+    }
     Ok(out)
 }
 
@@ -40,6 +47,57 @@ fn catch_all() -> RouteMatch {
 }
 
 fn route_configuration(upstream: &Upstream) -> Result<RouteConfiguration, String> {
+    let name = format!(
+        "{}.default.default.{}",
+        upstream.destination, upstream.datacenter
+    );
+    Ok(RouteConfiguration {
+        name: upstream.id.clone(),
+        virtual_hosts: vec![virtual_host(upstream, name, vec!["*".to_string()])?],
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    })
+}
+
+/// The route configuration of an ingress gateway's HTTP listener: one virtual host per
+/// exposed service, named by its upstream ID and matching its `Host` values, with the
+/// routes of its discovery chain (Consul's `routesForIngressGateway`).
+fn ingress_route_configuration(
+    snapshot: &Snapshot,
+    listener: &IngressListener,
+) -> Result<RouteConfiguration, String> {
+    let mut virtual_hosts = Vec::with_capacity(listener.services.len());
+    for service in &listener.services {
+        let upstream = snapshot
+            .upstreams
+            .iter()
+            .find(|u| u.id == service.upstream)
+            .ok_or_else(|| {
+                format!(
+                    "ingress listener {}: no upstream {:?}",
+                    listener.port, service.upstream
+                )
+            })?;
+        virtual_hosts.push(virtual_host(
+            upstream,
+            upstream.id.clone(),
+            service.domains.clone(),
+        )?);
+    }
+    Ok(RouteConfiguration {
+        name: ingress_route_name(listener.port),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    })
+}
+
+/// A virtual host answering `domains` with the routes of `upstream`'s chain.
+fn virtual_host(
+    upstream: &Upstream,
+    name: String,
+    domains: Vec<String>,
+) -> Result<VirtualHost, String> {
     let routes = match upstream.nodes.get(&upstream.start) {
         Some(ChainNode::Router(rules)) => rules
             .iter()
@@ -71,18 +129,10 @@ fn route_configuration(upstream: &Upstream) -> Result<RouteConfiguration, String
             ))
         }
     };
-    Ok(RouteConfiguration {
-        name: upstream.id.clone(),
-        virtual_hosts: vec![VirtualHost {
-            name: format!(
-                "{}.default.default.{}",
-                upstream.destination, upstream.datacenter
-            ),
-            domains: vec!["*".to_string()],
-            routes,
-            ..Default::default()
-        }],
-        validate_clusters: Some(BoolValue { value: false }),
+    Ok(VirtualHost {
+        name,
+        domains,
+        routes,
         ..Default::default()
     })
 }

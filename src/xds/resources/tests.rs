@@ -2,6 +2,7 @@
 //! that change with content only.
 
 use super::*;
+use crate::xds::registration::ProxyKind;
 use crate::xds::snapshot::{ChainNode, Endpoint, Inbound, Split, Target, Upstream};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -38,6 +39,7 @@ fn upstream(protocol: &str, nodes: Vec<(&str, ChainNode)>, targets: Vec<Target>)
 
 fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
     Snapshot {
+        kind: ProxyKind::ConnectProxy,
         proxy_id: "web-sidecar-proxy".into(),
         service: "web-sidecar-proxy".into(),
         destination: "web".into(),
@@ -57,6 +59,9 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
             sources: Vec::new(),
         },
         upstreams,
+        ingress: Vec::new(),
+        terminating: Vec::new(),
+        unapplied: Vec::new(),
     }
 }
 
@@ -247,4 +252,178 @@ fn a_failover_target_fills_the_next_priority() {
         ClusterLoadAssignment::decode(&*r.of(ResourceType::Endpoint)[&sni].any.value).unwrap();
     let priorities: Vec<u32> = assignment.endpoints.iter().map(|l| l.priority).collect();
     assert_eq!(priorities, vec![0, 1]);
+}
+
+/// An ingress gateway exposing an HTTP `web` and a TCP `db`.
+fn ingress_snapshot() -> Snapshot {
+    use crate::xds::snapshot::{ingress_domains, IngressListener, IngressService};
+    let web = Upstream {
+        id: "web".into(),
+        destination: "web".into(),
+        bind_port: 0,
+        ..upstream(
+            "http",
+            vec![(
+                "resolver:web.default.default.dc1",
+                ChainNode::Resolver {
+                    target: "web.default.default.dc1".into(),
+                    failover: Vec::new(),
+                },
+            )],
+            vec![target("web", vec![healthy(21001)])],
+        )
+    };
+    let db = Upstream {
+        bind_port: 0,
+        ..tcp_db()
+    };
+    let mut s = snapshot(vec![web, db]);
+    s.kind = ProxyKind::IngressGateway;
+    s.inbound.bind_port = 0;
+    s.inbound.bind_address = "10.0.0.9".into();
+    s.ingress = vec![
+        IngressListener {
+            bind_address: "10.0.0.9".into(),
+            port: 8080,
+            protocol: "http".into(),
+            services: vec![IngressService {
+                upstream: "web".into(),
+                domains: ingress_domains("web", &[], 8080),
+            }],
+        },
+        IngressListener {
+            bind_address: "10.0.0.9".into(),
+            port: 9090,
+            protocol: "tcp".into(),
+            services: vec![IngressService {
+                upstream: "db".into(),
+                domains: ingress_domains("db", &[], 9090),
+            }],
+        },
+    ];
+    s
+}
+
+#[test]
+fn an_ingress_gateway_has_consuls_listeners_and_routes() {
+    let r = build(&ingress_snapshot()).unwrap();
+    assert_eq!(
+        names(&r, ResourceType::Listener),
+        vec![
+            "db:10.0.0.9:9090".to_string(),
+            "http:10.0.0.9:8080".to_string()
+        ]
+    );
+    // No local application, one cluster per exposed service.
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![
+            format!("db.default.dc1.internal.{TD}"),
+            format!("web.default.dc1.internal.{TD}")
+        ]
+    );
+    assert_eq!(names(&r, ResourceType::Route), vec!["8080".to_string()]);
+    assert_eq!(
+        r.of(ResourceType::Listener)["http:10.0.0.9:8080"].children,
+        vec!["8080".to_string()]
+    );
+    let route = RouteConfiguration::decode(&*r.of(ResourceType::Route)["8080"].any.value).unwrap();
+    assert_eq!(route.virtual_hosts.len(), 1);
+    assert_eq!(route.virtual_hosts[0].name, "web");
+    assert_eq!(
+        route.virtual_hosts[0].domains,
+        vec![
+            "web.ingress.*".to_string(),
+            "web.ingress.*:8080".to_string()
+        ]
+    );
+}
+
+#[test]
+fn ingress_hosts_replace_the_default_and_gain_the_port() {
+    use crate::xds::snapshot::ingress_domains;
+    assert_eq!(
+        ingress_domains("api", &["api.example.com".into(), "x.test:81".into()], 8080),
+        vec!["api.example.com", "x.test:81", "api.example.com:8080"]
+    );
+    assert_eq!(
+        ingress_domains("api", &["[::1]:81".into(), "*".into()], 443),
+        vec!["[::1]:81", "*", "*:443"]
+    );
+}
+
+#[test]
+fn a_tcp_ingress_listener_exposes_exactly_one_service() {
+    let mut s = ingress_snapshot();
+    let extra = s.ingress[0].services[0].clone();
+    s.ingress[1].services.push(extra);
+    let err = build(&s).unwrap_err();
+    assert!(err.contains("exactly one service"), "{err}");
+}
+
+#[test]
+fn a_terminating_gateway_has_one_sni_chain_per_service_and_a_fallback() {
+    use crate::xds::snapshot::TerminatingService;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    let mut s = snapshot(Vec::new());
+    s.kind = ProxyKind::TerminatingGateway;
+    s.inbound.bind_address = "10.0.0.9".into();
+    s.inbound.bind_port = 8443;
+    let linked = |name: &str, ca_file: &str| TerminatingService {
+        name: name.into(),
+        sni: format!("{name}.default.dc1.internal.{TD}"),
+        leaf_cert_pem: format!("{name} CERT"),
+        leaf_key_pem: format!("{name} KEY"),
+        sources: Vec::new(),
+        ca_file: ca_file.into(),
+        cert_file: String::new(),
+        key_file: String::new(),
+        tls_sni: String::new(),
+        endpoints: vec![healthy(443)],
+    };
+    s.terminating = vec![linked("ledger", ""), linked("billing", "/ca.pem")];
+    let r = build(&s).unwrap();
+    let billing = format!("billing.default.dc1.internal.{TD}");
+    let ledger = format!("ledger.default.dc1.internal.{TD}");
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![billing.clone(), ledger.clone()]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Endpoint),
+        vec![billing.clone(), ledger.clone()]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Listener),
+        vec!["default:10.0.0.9:8443".to_string()]
+    );
+    let listener = Listener::decode(
+        &*r.of(ResourceType::Listener)["default:10.0.0.9:8443"]
+            .any
+            .value,
+    )
+    .unwrap();
+    let snis: Vec<Vec<String>> = listener
+        .filter_chains
+        .iter()
+        .map(|c| {
+            c.filter_chain_match
+                .as_ref()
+                .map(|m| m.server_names.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        snis,
+        vec![vec![billing.clone()], vec![ledger.clone()], vec![]]
+    );
+    assert_eq!(
+        listener.listener_filters[0].name,
+        terminating::TLS_INSPECTOR_FILTER
+    );
+    // TLS origination only where the entry names a CA.
+    let cluster =
+        |name: &str| Cluster::decode(&*r.of(ResourceType::Cluster)[name].any.value).unwrap();
+    assert!(cluster(&billing).transport_socket.is_some());
+    assert!(cluster(&ledger).transport_socket.is_none());
 }
