@@ -98,7 +98,7 @@ struct Pending {
 
 struct Connection {
     session: Session,
-    calls: HashMap<u32, Pending>,
+    calls: HashMap<u32, Pending, ahash::RandomState>,
     /// Open streams whose last call was answered, ready for the next one.
     idle: Vec<u32>,
     next_seq: u64,
@@ -348,7 +348,7 @@ impl RpcClient {
         let (doorbell, rings) = flume::bounded::<()>(1);
         let connection = Rc::new(RefCell::new(Connection {
             session: Session::new(Role::Client, self.now_ms()),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             idle: Vec::new(),
             next_seq: 0,
             closed: None,
@@ -516,7 +516,7 @@ mod tests {
         let (doorbell, _) = flume::bounded(1);
         Connection {
             session: Session::new(Role::Client, 0),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             idle: Vec::new(),
             next_seq: 0,
             closed: None,

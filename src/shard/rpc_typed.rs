@@ -231,7 +231,7 @@ struct StreamCodec {
 /// shard's thread).
 struct Mux {
     session: Session,
-    streams: HashMap<u32, StreamCodec>,
+    streams: HashMap<u32, StreamCodec, ahash::RandomState>,
     /// Rings the writer: the outbox has bytes.
     doorbell: flume::Sender<()>,
     /// The session is over; tasks still running drop their answers.
@@ -259,7 +259,7 @@ pub async fn serve_yamux<C: TypedCalls>(
     let (doorbell, rings) = flume::bounded::<()>(1);
     let mux = Rc::new(RefCell::new(Mux {
         session: Session::new(Role::Server, shard.shared().now_ms()),
-        streams: HashMap::new(),
+        streams: HashMap::default(),
         doorbell,
         over: false,
     }));
