@@ -24,6 +24,7 @@
 //! map or array, [`NESTING_DEPTH_MAX`] levels of nesting.
 
 use super::msgpack::{Reader, WireError, Writer};
+use bytes::{Bytes, BytesMut};
 
 /// Largest header or body value: a KV value (512 KiB by Consul's default limit) or a
 /// catalog registration with its checks fits with room to spare; a transaction of many
@@ -279,6 +280,63 @@ impl MessageReader {
     }
 }
 
+/// The messages of one codec whose bytes arrive in pieces (yamux frames, socket reads),
+/// each handed out whole as one [`Bytes`] with where its header ends. While nothing is
+/// buffered, a message wholly inside one piece is a slice of that piece, never copied;
+/// only a message that spans pieces is gathered into a buffer of its own. Either way the
+/// scanner looks at each byte once.
+#[derive(Debug, Default)]
+pub struct MessageAssembler {
+    /// The unread tail of the last piece, kept as the piece's own bytes while nothing else
+    /// is buffered.
+    frozen: Bytes,
+    /// Bytes of a message that spans pieces, copied together.
+    buffer: BytesMut,
+    scanner: MessageReader,
+}
+
+impl MessageAssembler {
+    /// Adds the next piece of the stream.
+    pub fn push(&mut self, piece: Bytes) {
+        debug_assert!(self.frozen.is_empty() || self.buffer.is_empty());
+        if self.frozen.is_empty() && self.buffer.is_empty() {
+            self.frozen = piece;
+            return;
+        }
+        if !self.frozen.is_empty() {
+            // A message spans pieces: from here on its bytes are gathered in one buffer
+            // (the scanner's position stays valid, the bytes keep their order).
+            self.buffer
+                .extend_from_slice(&std::mem::take(&mut self.frozen));
+        }
+        self.buffer.extend_from_slice(&piece);
+    }
+
+    /// The next whole message and the length of its header; `None` until one is there.
+    pub fn next_message(&mut self) -> Result<Option<(Bytes, usize)>, CodecError> {
+        let frozen = !self.frozen.is_empty();
+        let found = if frozen {
+            self.scanner.advance(&self.frozen)
+        } else {
+            self.scanner.advance(&self.buffer)
+        };
+        let Some(extent) = found? else {
+            return Ok(None);
+        };
+        let message = if frozen {
+            self.frozen.split_to(extent.total())
+        } else {
+            self.buffer.split_to(extent.total()).freeze()
+        };
+        Ok(Some((message, extent.header_length)))
+    }
+
+    /// No unread bytes are held.
+    pub fn is_empty(&self) -> bool {
+        self.frozen.is_empty() && self.buffer.is_empty()
+    }
+}
+
 fn header_error(error: WireError) -> CodecError {
     CodecError::BadHeader(error.to_string())
 }
@@ -375,6 +433,46 @@ mod tests {
         let mut out = Vec::new();
         encode_request(&mut out, method, seq, body);
         out
+    }
+
+    #[test]
+    fn an_assembler_hands_out_messages_however_they_are_cut() {
+        let mut wire = request("Status.Ping", 1, &[0xc0]);
+        wire.extend_from_slice(&request("Status.Leader", 2, &[0x80]));
+        let wire = Bytes::from(wire);
+        for cut in 0..wire.len() {
+            let mut assembler = MessageAssembler::default();
+            assembler.push(wire.slice(..cut));
+            assembler.push(wire.slice(cut..));
+            let mut seen = Vec::new();
+            while let Some((message, header_length)) = assembler.next_message().unwrap() {
+                let header = decode_request_header(&message[..header_length]).unwrap();
+                seen.push((header.method.to_string(), message.len() - header_length));
+            }
+            assert_eq!(
+                seen,
+                vec![
+                    ("Status.Ping".to_string(), 1),
+                    ("Status.Leader".to_string(), 1)
+                ],
+                "cut at {cut}"
+            );
+            assert!(assembler.is_empty(), "cut at {cut}");
+        }
+        // A message inside one piece is a slice of that piece.
+        let mut assembler = MessageAssembler::default();
+        assembler.push(wire.clone());
+        let (message, _) = assembler.next_message().unwrap().unwrap();
+        assert_eq!(
+            message.as_ptr(),
+            wire.as_ptr(),
+            "served from the piece's own bytes"
+        );
+        assert!(!assembler.is_empty(), "the second message is still held");
+        // Garbage is an error, not a message.
+        let mut assembler = MessageAssembler::default();
+        assembler.push(Bytes::from_static(&[0xc1]));
+        assert!(assembler.next_message().is_err());
     }
 
     /// A body with nesting, a long string and an extension, as a client might send.

@@ -239,7 +239,9 @@ impl Stream {
 #[derive(Debug)]
 pub struct Session {
     role: Role,
-    streams: HashMap<u32, Stream>,
+    /// Keyed by IDs the peer picks: ahash is randomly keyed, as safe against chosen keys as
+    /// std's hasher and cheaper per frame.
+    streams: HashMap<u32, Stream, ahash::RandomState>,
     /// The next ID this side opens a stream with.
     next_stream_id: u32,
     outbox: BytesMut,
@@ -258,7 +260,7 @@ impl Session {
     pub fn new(role: Role, now_ms: u64) -> Session {
         Session {
             role,
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             next_stream_id: match role {
                 Role::Client => 1,
                 Role::Server => 2,

@@ -41,7 +41,7 @@ struct PendingReply {
 
 struct MuxConnection {
     outgoing: flume::Sender<Bytes>,
-    pending: RefCell<HashMap<u64, PendingReply>>,
+    pending: RefCell<HashMap<u64, PendingReply, ahash::RandomState>>,
     next_id: Cell<u64>,
     closed: Cell<bool>,
 }
@@ -187,7 +187,7 @@ impl ForwardPool {
         let (tx, rx) = flume::bounded::<Bytes>(IN_FLIGHT_MAX);
         let connection = Rc::new(MuxConnection {
             outgoing: tx,
-            pending: RefCell::new(HashMap::new()),
+            pending: RefCell::new(HashMap::default()),
             next_id: Cell::new(1),
             closed: Cell::new(false),
         });

@@ -2,21 +2,26 @@
 //! connection per server, as Consul's connection pool makes them (`agent/pool`): byte 4,
 //! or under `verify_outgoing` byte 3, a TLS handshake, then byte 4 inside the session.
 //!
-//! A call opens a stream, writes its net/rpc request (header, then body) and half-closes
-//! the stream; the server answers and closes its side. The stream carries exactly one call,
-//! so the answer's header needs no matching beyond the stream it came on. A connection is
-//! kept per shard and per server while it works; a session that fails (a lost socket, a
-//! GoAway, a keepalive that went unanswered) fails the calls waiting on it, and the next
-//! call dials again.
+//! A call takes an idle stream of the connection, or opens one, and writes its net/rpc
+//! request (header, then body); the server answers on the same stream. A stream carries one
+//! call at a time, so the answer's header needs no matching beyond the stream it came on.
+//! Once answered, the stream goes back to the connection's idle streams for the next call
+//! (each yamux stream is one net/rpc codec, which serves any number of calls in order), so
+//! a busy agent does not open, acknowledge and close a stream per call; a stream whose call
+//! failed, timed out or left stray bytes is reset instead, and at most
+//! [`IDLE_STREAMS_MAX`] idle streams are kept (more are closed). A connection is kept per
+//! shard and per server while it works; a session that fails (a lost socket, a GoAway, a
+//! keepalive that went unanswered) fails the calls waiting on it, and the next call dials
+//! again.
 //!
 //! A failure says whether the call may have reached the server ([`CallError::sent`]), so a
 //! caller knows when trying another server cannot apply a write twice.
 //!
-//! Bounds: [`CALLS_IN_FLIGHT_MAX`] calls per connection (below yamux's stream limit), an
-//! answer of at most [`MESSAGE_BYTES_MAX`](crate::proto::msgpack_rpc::MESSAGE_BYTES_MAX) per
+//! Bounds: [`CALLS_IN_FLIGHT_MAX`] calls per connection (below yamux's stream limit),
+//! [`IDLE_STREAMS_MAX`] idle streams, an answer of at most [`MESSAGE_BYTES_MAX`](crate::proto::msgpack_rpc::MESSAGE_BYTES_MAX) per
 //! value, the caller's timeout per call, and dial and handshake timeouts.
 
-use crate::proto::msgpack_rpc::{decode_response_header, encode_request, MessageReader};
+use crate::proto::msgpack_rpc::{decode_response_header, encode_request, MessageAssembler};
 use crate::proto::rpc_select::rpc_type;
 use crate::proto::yamux::{Event, Role, Session, STREAMS_MAX};
 use crate::tls::TlsConfigurator;
@@ -36,6 +41,9 @@ use std::time::{Duration, Instant};
 
 /// Calls waiting on one connection at most; beyond it a call fails unsent.
 pub const CALLS_IN_FLIGHT_MAX: usize = STREAMS_MAX - 1;
+/// Answered streams kept open per connection for later calls; beyond it a stream is closed
+/// once its call is answered. As many as the calls a busy shard has in flight at once.
+pub const IDLE_STREAMS_MAX: usize = 128;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// How often a session's keepalive is looked at.
@@ -82,15 +90,17 @@ impl std::fmt::Display for CallError {
 
 /// One call waiting for its answer.
 struct Pending {
-    buffer: BytesMut,
-    reader: MessageReader,
+    /// The answer's bytes as they arrive; an answer inside one frame is not copied.
+    answer: MessageAssembler,
     result: Option<Result<Bytes, CallError>>,
     waker: Option<Waker>,
 }
 
 struct Connection {
     session: Session,
-    calls: HashMap<u32, Pending>,
+    calls: HashMap<u32, Pending, ahash::RandomState>,
+    /// Open streams whose last call was answered, ready for the next one.
+    idle: Vec<u32>,
     next_seq: u64,
     /// Why the connection can take no more calls.
     closed: Option<String>,
@@ -132,6 +142,33 @@ impl Connection {
         }
     }
 
+    /// A stream whose call ended: back to the idle streams when its answer came whole and
+    /// alone and the connection takes more calls; else reset (a failed or abandoned call, or
+    /// stray bytes after the answer) or, with enough idle streams, closed.
+    fn retire(&mut self, id: u32, pending: &Pending, answered: bool) {
+        if !self.session.is_open(id) {
+            return;
+        }
+        if !answered || !pending.answer.is_empty() {
+            self.session.reset(id);
+        } else if self.closed.is_none() && self.idle.len() < IDLE_STREAMS_MAX {
+            self.idle.push(id);
+        } else {
+            self.session.close(id);
+        }
+        self.ring();
+    }
+
+    /// A stream for the next call: an idle one, else a new one.
+    fn stream(&mut self) -> Result<u32, crate::proto::yamux::YamuxError> {
+        while let Some(id) = self.idle.pop() {
+            if self.session.is_open(id) {
+                return Ok(id);
+            }
+        }
+        self.session.open()
+    }
+
     fn on_event(&mut self, event: Event) {
         match event {
             Event::Data(id, bytes) => {
@@ -139,14 +176,18 @@ impl Connection {
                 let Some(pending) = self.calls.get_mut(&id) else {
                     return;
                 };
-                pending.buffer.extend_from_slice(&bytes);
-                let answer = match pending.reader.advance(&pending.buffer) {
+                if pending.result.is_some() {
+                    // Bytes beyond the answer: the stream is not reused (see `retire`).
+                    pending.answer.push(bytes);
+                    return;
+                }
+                pending.answer.push(bytes);
+                let answer = match pending.answer.next_message() {
                     Ok(None) => return,
-                    Ok(Some(extent)) => {
-                        let message = pending.buffer.split_to(extent.total()).freeze();
-                        match decode_response_header(&message[..extent.header_length]) {
+                    Ok(Some((message, header_length))) => {
+                        match decode_response_header(&message[..header_length]) {
                             Ok(header) if header.error.is_empty() => {
-                                Ok(message.slice(extent.header_length..))
+                                Ok(message.slice(header_length..))
                             }
                             Ok(header) => Err(CallError::Remote(header.error.to_string())),
                             Err(e) => Err(CallError::lost(format!("bad answer: {e}"))),
@@ -163,9 +204,15 @@ impl Connection {
                         "the server closed the call unanswered".into(),
                     )),
                 );
+                // An idle stream the server closed is closed here too, and forgotten.
+                if let Some(position) = self.idle.iter().position(|&idle| idle == id) {
+                    self.idle.swap_remove(position);
+                    self.session.close(id);
+                }
             }
             Event::Reset(id) => {
                 self.settle(id, Err(CallError::lost("the server reset the call".into())));
+                self.idle.retain(|&idle| idle != id);
             }
             Event::GoAway => {
                 // Calls in flight finish; new ones dial again.
@@ -232,8 +279,7 @@ impl RpcClient {
                 )));
             }
             let id = state
-                .session
-                .open()
+                .stream()
                 .map_err(|e| CallError::unsent(e.to_string()))?;
             state.next_seq += 1;
             let mut request = Vec::with_capacity(body.len() + method.len() + 32);
@@ -241,14 +287,12 @@ impl RpcClient {
             state.calls.insert(
                 id,
                 Pending {
-                    buffer: BytesMut::new(),
-                    reader: MessageReader::new(),
+                    answer: MessageAssembler::default(),
                     result: None,
                     waker: None,
                 },
             );
             state.session.send(id, Bytes::from(request));
-            state.session.close(id);
             state.ring();
             id
         };
@@ -304,7 +348,8 @@ impl RpcClient {
         let (doorbell, rings) = flume::bounded::<()>(1);
         let connection = Rc::new(RefCell::new(Connection {
             session: Session::new(Role::Client, self.now_ms()),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
+            idle: Vec::new(),
             next_seq: 0,
             closed: None,
             doorbell,
@@ -445,7 +490,10 @@ impl Future for AnswerFuture {
             return Poll::Ready(Err(CallError::lost("call abandoned".to_string())));
         };
         if let Some(result) = pending.result.take() {
-            state.calls.remove(&self.id);
+            let pending = state.calls.remove(&self.id).expect("looked up above");
+            // A server's answer, error text or not, leaves the stream clean for reuse.
+            let answered = matches!(result, Ok(_) | Err(CallError::Remote(_)));
+            state.retire(self.id, &pending, answered);
             return Poll::Ready(result);
         }
         pending.waker = Some(cx.waker().clone());
@@ -456,10 +504,134 @@ impl Future for AnswerFuture {
 impl Drop for AnswerFuture {
     fn drop(&mut self) {
         let mut state = self.connection.borrow_mut();
-        if state.calls.remove(&self.id).is_some() {
-            // Unanswered: the server may drop the call's work.
-            state.session.reset(self.id);
-            state.ring();
+        if let Some(pending) = state.calls.remove(&self.id) {
+            // Unanswered (a timeout): the server may drop the call's work, and the stream
+            // cannot carry another call while this one's answer may still come.
+            state.retire(self.id, &pending, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::msgpack_rpc::encode_response;
+
+    fn connection() -> Connection {
+        // Nobody listens to the doorbell: the test moves the bytes itself.
+        let (doorbell, _) = flume::bounded(1);
+        Connection {
+            session: Session::new(Role::Client, 0),
+            calls: HashMap::default(),
+            idle: Vec::new(),
+            next_seq: 0,
+            closed: None,
+            doorbell,
+        }
+    }
+
+    /// Starts a call on the connection's next stream, as `RpcClient::call` does.
+    fn start(client: &mut Connection) -> u32 {
+        let id = client.stream().unwrap();
+        client.next_seq += 1;
+        let mut request = Vec::new();
+        encode_request(&mut request, "KVS.Get", client.next_seq, &[0x80]);
+        client.calls.insert(
+            id,
+            Pending {
+                answer: MessageAssembler::default(),
+                result: None,
+                waker: None,
+            },
+        );
+        client.session.send(id, Bytes::from(request));
+        id
+    }
+
+    /// Carries the client's bytes to the server session and the server's `reply` (raw
+    /// bytes on stream `id`) back, feeding the client's events to its connection.
+    fn exchange(client: &mut Connection, server: &mut Session, id: u32, reply: &[u8]) {
+        let mut wire = client.session.take_outbox();
+        let mut events = Vec::new();
+        server.receive(&mut wire, &mut events).unwrap();
+        for event in events.drain(..) {
+            if let Event::Data(stream, bytes) = event {
+                server.consumed(stream, bytes.len());
+            }
+        }
+        server.send(id, Bytes::copy_from_slice(reply));
+        let mut wire = server.take_outbox();
+        client.session.receive(&mut wire, &mut events).unwrap();
+        for event in events.drain(..) {
+            client.on_event(event);
+        }
+    }
+
+    fn answer_bytes(seq: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_response(&mut out, "KVS.Get", seq, "", &[0xc3]);
+        out
+    }
+
+    /// Ends the call as `AnswerFuture` does once its answer is there.
+    fn finish(client: &mut Connection, id: u32) -> Result<Bytes, CallError> {
+        let mut pending = client.calls.remove(&id).expect("a call in flight");
+        let result = pending.result.take().expect("answered");
+        let answered = matches!(result, Ok(_) | Err(CallError::Remote(_)));
+        client.retire(id, &pending, answered);
+        result
+    }
+
+    #[test]
+    fn an_answered_stream_carries_the_next_call() {
+        let mut client = connection();
+        let mut server = Session::new(Role::Server, 0);
+        let first = start(&mut client);
+        exchange(&mut client, &mut server, first, &answer_bytes(1));
+        assert_eq!(&finish(&mut client, first).unwrap()[..], &[0xc3]);
+        assert_eq!(client.idle, vec![first]);
+        let second = start(&mut client);
+        assert_eq!(second, first, "the idle stream is reused");
+        exchange(&mut client, &mut server, second, &answer_bytes(2));
+        assert_eq!(&finish(&mut client, second).unwrap()[..], &[0xc3]);
+        assert_eq!(server.stream_count(), 1, "one stream for both calls");
+    }
+
+    #[test]
+    fn a_stream_with_bytes_beyond_its_answer_is_reset() {
+        let mut client = connection();
+        let mut server = Session::new(Role::Server, 0);
+        let id = start(&mut client);
+        let mut reply = answer_bytes(1);
+        reply.extend_from_slice(&[0x81]);
+        exchange(&mut client, &mut server, id, &reply);
+        assert!(
+            finish(&mut client, id).is_ok(),
+            "the answer itself is whole"
+        );
+        assert!(client.idle.is_empty());
+        assert!(!client.session.is_open(id), "reset, never reused");
+        assert_ne!(start(&mut client), id);
+    }
+
+    #[test]
+    fn idle_streams_beyond_the_bound_are_closed() {
+        let mut client = connection();
+        let mut server = Session::new(Role::Server, 0);
+        let ids: Vec<u32> = (0..=IDLE_STREAMS_MAX).map(|_| start(&mut client)).collect();
+        for (n, &id) in ids.iter().enumerate() {
+            exchange(&mut client, &mut server, id, &answer_bytes(n as u64 + 1));
+        }
+        for &id in &ids {
+            finish(&mut client, id).unwrap();
+        }
+        assert_eq!(client.idle.len(), IDLE_STREAMS_MAX);
+        let last = *ids.last().unwrap();
+        assert!(!client.idle.contains(&last));
+        // Half-closed here; the server closes its side in turn and the stream is forgotten.
+        let mut wire = client.session.take_outbox();
+        let mut events = Vec::new();
+        server.receive(&mut wire, &mut events).unwrap();
+        assert!(events.contains(&Event::Closed(last)));
     }
 }

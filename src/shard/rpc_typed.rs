@@ -17,7 +17,9 @@
 //! holds at most one call's unread bytes beyond the one being served: its receive window is
 //! not reopened while a call runs, so the client waits instead of buffering here.
 
-use crate::proto::msgpack_rpc::{decode_request_header, encode_response, MessageReader};
+use crate::proto::msgpack_rpc::{
+    decode_request_header, encode_response, MessageAssembler, MessageReader,
+};
 use crate::proto::yamux::{Event, Role, Session};
 use crate::shard::runtime::Shard;
 use crate::telemetry::{self, Counter};
@@ -214,12 +216,9 @@ pub async fn serve_codec<C: TypedCalls>(
 /// One yamux stream's codec.
 #[derive(Default)]
 struct StreamCodec {
-    /// The unread tail of the last frame, kept as the frame's own bytes while nothing else
-    /// is buffered: calls wholly inside one frame are served without a copy.
-    frozen: Bytes,
-    /// Bytes of calls that span frames, copied together.
-    buffer: BytesMut,
-    scanner: MessageReader,
+    /// The stream's calls as they arrive; a call inside one frame is served from the
+    /// frame's own bytes.
+    calls: MessageAssembler,
     /// A call of this stream is being served.
     busy: bool,
     /// Bytes received while busy, whose window is reopened once the call ends.
@@ -228,48 +227,11 @@ struct StreamCodec {
     finished: bool,
 }
 
-impl StreamCodec {
-    /// Adds a frame's bytes.
-    fn push(&mut self, bytes: Bytes) {
-        debug_assert!(self.frozen.is_empty() || self.buffer.is_empty());
-        if self.frozen.is_empty() && self.buffer.is_empty() {
-            self.frozen = bytes;
-            return;
-        }
-        if !self.frozen.is_empty() {
-            // A call spans frames: from here on its bytes are gathered in one buffer (the
-            // scanner's position stays valid, the bytes keep their order).
-            self.buffer
-                .extend_from_slice(&std::mem::take(&mut self.frozen));
-        }
-        self.buffer.extend_from_slice(&bytes);
-    }
-
-    /// The next complete call, as its bytes and where its header ends.
-    fn next_message(&mut self) -> Result<Option<(Bytes, usize)>, String> {
-        let frozen = !self.frozen.is_empty();
-        let found = if frozen {
-            self.scanner.advance(&self.frozen)
-        } else {
-            self.scanner.advance(&self.buffer)
-        };
-        let Some(extent) = found.map_err(|e| e.to_string())? else {
-            return Ok(None);
-        };
-        let message = if frozen {
-            self.frozen.split_to(extent.total())
-        } else {
-            self.buffer.split_to(extent.total()).freeze()
-        };
-        Ok(Some((message, extent.header_length)))
-    }
-}
-
 /// A yamux session shared by its reader, its writer and its calls in flight (all on the
 /// shard's thread).
 struct Mux {
     session: Session,
-    streams: HashMap<u32, StreamCodec>,
+    streams: HashMap<u32, StreamCodec, ahash::RandomState>,
     /// Rings the writer: the outbox has bytes.
     doorbell: flume::Sender<()>,
     /// The session is over; tasks still running drop their answers.
@@ -297,7 +259,7 @@ pub async fn serve_yamux<C: TypedCalls>(
     let (doorbell, rings) = flume::bounded::<()>(1);
     let mux = Rc::new(RefCell::new(Mux {
         session: Session::new(Role::Server, shard.shared().now_ms()),
-        streams: HashMap::new(),
+        streams: HashMap::default(),
         doorbell,
         over: false,
     }));
@@ -357,7 +319,7 @@ fn on_event<C: TypedCalls>(
                 return;
             };
             let length = bytes.len();
-            codec.push(bytes);
+            codec.calls.push(bytes);
             if codec.busy {
                 codec.held_back += length;
             } else {
@@ -410,10 +372,10 @@ fn dispatch<C: TypedCalls>(
         return;
     }
     // One call at a time: the rest of the stream's bytes wait for it.
-    let taken = codec.next_message().and_then(|found| match found {
+    let taken = codec.calls.next_message().and_then(|found| match found {
         None => Ok(None),
-        Some((message, header_length)) => decode_request_header(&message[..header_length])
-            .map(|header| {
+        Some((message, header_length)) => {
+            decode_request_header(&message[..header_length]).map(|header| {
                 Some(TypedCall::new(
                     message.slice_ref(header.method.as_bytes()),
                     header.seq,
@@ -421,7 +383,7 @@ fn dispatch<C: TypedCalls>(
                     peer,
                 ))
             })
-            .map_err(|e| e.to_string()),
+        }
     });
     let call = match taken {
         Ok(Some(call)) => call,
@@ -542,40 +504,5 @@ mod tests {
         assert!(buffer.is_empty());
         let mut garbage = BytesMut::from(&[0x91u8, 0x01, 0xc0][..]);
         assert!(take_calls(&mut garbage, &mut MessageReader::new(), peer, &mut calls).is_err());
-    }
-
-    #[test]
-    fn a_stream_serves_calls_from_frames_however_they_are_cut() {
-        let mut wire = Vec::new();
-        encode_request(&mut wire, "Status.Ping", 1, &[0xc0]);
-        encode_request(&mut wire, "Status.Leader", 2, &[0x80]);
-        let wire = Bytes::from(wire);
-        for cut in 0..wire.len() {
-            let mut codec = StreamCodec::default();
-            codec.push(wire.slice(..cut));
-            codec.push(wire.slice(cut..));
-            let mut seen = Vec::new();
-            while let Some((message, header_length)) = codec.next_message().unwrap() {
-                let header = decode_request_header(&message[..header_length]).unwrap();
-                seen.push((header.method.to_string(), message.len() - header_length));
-            }
-            assert_eq!(
-                seen,
-                vec![
-                    ("Status.Ping".to_string(), 1),
-                    ("Status.Leader".to_string(), 1)
-                ],
-                "cut at {cut}"
-            );
-        }
-        // A call inside one frame is a slice of that frame.
-        let mut codec = StreamCodec::default();
-        codec.push(wire.clone());
-        let (message, _) = codec.next_message().unwrap().unwrap();
-        assert_eq!(
-            message.as_ptr(),
-            wire.as_ptr(),
-            "served from the frame's own bytes"
-        );
     }
 }
