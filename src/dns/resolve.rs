@@ -145,19 +145,8 @@ impl Resolver<'_> {
                 // Another datacenter's servers answer for its proxies, as for its services
                 // (Consul forwards the health query there).
                 let lookup = remote::Lookup::connect_instances(&service);
-                let Some(instances) = self.instances(view, datacenter.as_deref(), lookup, reads)
-                else {
-                    return Resolution::Answer(self.nx_domain(domain));
-                };
-                let ttl = seconds(self.config.service_ttl(&service));
-                Resolution::Answer(self.service_answer(
-                    None,
-                    self.translated(instances),
-                    ttl,
-                    true,
-                    qtype,
-                    domain,
-                ))
+                let instances = self.instances(view, datacenter.as_deref(), lookup, reads);
+                self.healthy_instances_answer(instances, &service, qtype, domain)
             }
             Lookup::Ingress {
                 service,
@@ -166,19 +155,8 @@ impl Resolver<'_> {
                 // The ingress gateways' own addresses and ports, healthy ones first, as
                 // Consul answers an ingress health query.
                 let lookup = remote::Lookup::ingress_instances(&service);
-                let Some(instances) = self.instances(view, datacenter.as_deref(), lookup, reads)
-                else {
-                    return Resolution::Answer(self.nx_domain(domain));
-                };
-                let ttl = seconds(self.config.service_ttl(&service));
-                Resolution::Answer(self.service_answer(
-                    None,
-                    self.translated(instances),
-                    ttl,
-                    true,
-                    qtype,
-                    domain,
-                ))
+                let instances = self.instances(view, datacenter.as_deref(), lookup, reads);
+                self.healthy_instances_answer(instances, &service, qtype, domain)
             }
             Lookup::Node { node, datacenter } => {
                 let record = match datacenter.as_deref() {
@@ -292,6 +270,30 @@ impl Resolver<'_> {
             }
             None => node,
         }
+    }
+
+    /// The healthy ones of `instances` (found here, or in another datacenter through its
+    /// servers) as an answer with the service's TTL; NXDOMAIN when that datacenter could not
+    /// be asked (`None`).
+    fn healthy_instances_answer(
+        &self,
+        instances: Option<Vec<ServiceInstance>>,
+        service: &str,
+        qtype: u16,
+        domain: DomainUsed,
+    ) -> Resolution {
+        let Some(instances) = instances else {
+            return Resolution::Answer(self.nx_domain(domain));
+        };
+        let ttl = seconds(self.config.service_ttl(service));
+        Resolution::Answer(self.service_answer(
+            None,
+            self.translated(instances),
+            ttl,
+            true,
+            qtype,
+            domain,
+        ))
     }
 
     /// The instances an instance lookup (a local form) finds: in this datacenter's view,
