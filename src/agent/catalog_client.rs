@@ -172,16 +172,7 @@ impl CatalogClient {
         let Backend::Remote { shard, servers } = &self.backend else {
             return None;
         };
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(token) = token.filter(|t| !t.is_empty()) {
-            request.push_str(&format!("X-Consul-Token: {token}\r\n"));
-        }
-        request.push_str("\r\n");
-        let mut request = request.into_bytes();
-        request.extend_from_slice(body);
+        let request = forwarded_request(method, path, token.filter(|t| !t.is_empty()), body);
         let retry = if method == "GET" {
             Retry::Always
         } else {
@@ -196,30 +187,7 @@ impl CatalogClient {
             retry,
         )
         .await;
-        Some(answer.and_then(|frame| {
-            if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-                return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-            }
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&frame.payload) {
-                Ok(httparse::Status::Complete(head_len)) => {
-                    let index = response
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("X-Consul-Index"))
-                        .and_then(|h| std::str::from_utf8(h.value).ok())
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    Ok((
-                        response.code.unwrap_or(500),
-                        index,
-                        frame.payload[head_len..].to_vec(),
-                    ))
-                }
-                _ => Err("malformed answer from the server".to_string()),
-            }
-        }))
+        Some(answer.and_then(|frame| forwarded_answer(&frame, "the server")))
     }
 }
 
@@ -440,5 +408,53 @@ fn apply_answer(answer: Result<Frame, String>) -> CommandResult {
         Ok(frame) => CommandResult::Error(String::from_utf8_lossy(&frame.payload).into_owned()),
         Err(e) if e.starts_with("rpc error") || e == servers::NO_SERVERS => CommandResult::Error(e),
         Err(e) => CommandResult::Error(format!("rpc error: {e}")),
+    }
+}
+
+/// An HTTP request as praetor's `FORWARD_HTTP` frame carries it to a server (the paths not
+/// yet typed calls, issue #36), with the token when there is one.
+pub(crate) fn forwarded_request(
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        request.push_str(&format!("X-Consul-Token: {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut request = request.into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// A `FORWARD_HTTP_RESPONSE` read back: status, `X-Consul-Index` (0 when absent) and body;
+/// any other frame is the server's refusal, in its words; `from` names the answerer.
+pub(crate) fn forwarded_answer(frame: &Frame, from: &str) -> Result<(u16, u64, Vec<u8>), String> {
+    if frame.kind != kind::FORWARD_HTTP_RESPONSE {
+        return Err(String::from_utf8_lossy(&frame.payload).into_owned());
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&frame.payload) {
+        Ok(httparse::Status::Complete(head_len)) => {
+            let index = response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("X-Consul-Index"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            Ok((
+                response.code.unwrap_or(500),
+                index,
+                frame.payload[head_len..].to_vec(),
+            ))
+        }
+        _ => Err(format!("malformed answer from {from}")),
     }
 }

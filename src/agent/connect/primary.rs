@@ -12,6 +12,7 @@
 //! against the roots before it trusts either. Roots arrive without keys (the primary never
 //! renders them).
 
+use crate::agent::catalog_client::{forwarded_answer, forwarded_request};
 use crate::agent::Agent;
 use crate::api::connect::SIGN_INTERMEDIATE_PATH;
 use crate::cluster::servers::Retry;
@@ -153,16 +154,7 @@ async fn call(
     timeout: Duration,
     retry: Retry,
 ) -> Result<(u16, u64, Vec<u8>), String> {
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token(agent) {
-        request.push_str(&format!("X-Consul-Token: {token}\r\n"));
-    }
-    request.push_str("\r\n");
-    let mut request = request.into_bytes();
-    request.extend_from_slice(body);
+    let request = forwarded_request(method, path, token(agent).as_deref(), body);
     let frame = agent
         .pools
         .router
@@ -175,28 +167,7 @@ async fn call(
             retry,
         )
         .await?;
-    if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-        return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&frame.payload) {
-        Ok(httparse::Status::Complete(head_len)) => {
-            let index = response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("X-Consul-Index"))
-                .and_then(|h| std::str::from_utf8(h.value).ok())
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            Ok((
-                response.code.unwrap_or(500),
-                index,
-                frame.payload[head_len..].to_vec(),
-            ))
-        }
-        _ => Err("malformed answer from the primary datacenter".to_string()),
-    }
+    forwarded_answer(&frame, "the primary datacenter")
 }
 
 /// Reads Consul's `IndexedCARoots` JSON into rows without keys.
