@@ -277,8 +277,6 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         .as_deref()
         .map(supervisor::PidFile::write)
         .transpose()?;
-    let (leave_on_terminate, skip_leave_on_interrupt) =
-        (config.leave_on_terminate, config.skip_leave_on_interrupt);
     if !config.server && config.retry_join.is_empty() && config.start_join.is_empty() {
         log::warn!(
             "agent: a client agent without -join or -retry-join knows no server until one joins it"
@@ -449,8 +447,6 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     let signal = wait_for_shutdown_signal(&signals, &agent_channel);
     shut_down(Stopping {
         signal,
-        leave_on_terminate,
-        skip_leave_on_interrupt,
         watches,
         pools,
         shared,
@@ -822,8 +818,6 @@ fn wait_for_shutdown_signal(signals: &libc::sigset_t, agent_channel: &AgentChann
 struct Stopping {
     /// The signal that ended the agent (SIGINT or SIGTERM).
     signal: i32,
-    leave_on_terminate: bool,
-    skip_leave_on_interrupt: bool,
     watches: watches::WatchSupervisor,
     pools: Arc<Pools>,
     shared: Arc<Shared>,
@@ -841,8 +835,6 @@ struct Stopping {
 fn shut_down(stopping: Stopping) -> Result<(), String> {
     let Stopping {
         signal,
-        leave_on_terminate,
-        skip_leave_on_interrupt,
         watches,
         pools,
         shared,
@@ -859,8 +851,8 @@ fn shut_down(stopping: Stopping) -> Result<(), String> {
     watches.stop();
     log::info!("agent: caught signal {signal}, shutting down");
     let leave = match signal {
-        libc::SIGTERM => leave_on_terminate,
-        libc::SIGINT => !skip_leave_on_interrupt,
+        libc::SIGTERM => shared.config.leave_on_terminate,
+        libc::SIGINT => !shared.config.skip_leave_on_interrupt,
         _ => false,
     };
     if leave {
