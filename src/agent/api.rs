@@ -109,6 +109,15 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             wait,
             token,
         } => super::connect::leaf::serve(agent, &service, min_index, wait, token, pretty).await,
+        AgentRequest::DatacenterRead {
+            datacenter,
+            path,
+            token,
+            timeout,
+        } => {
+            super::datacenter_read::read(agent, &datacenter, &path, token.as_deref(), timeout).await
+        }
+        AgentRequest::Datacenters => super::datacenter_read::datacenters(agent).await,
     }
 }
 

@@ -17,6 +17,7 @@ pub mod api;
 pub mod catalog_client;
 pub mod checks;
 pub mod connect;
+pub mod datacenter_read;
 pub mod local;
 pub mod persist;
 pub mod reload;

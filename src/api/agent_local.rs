@@ -91,6 +91,18 @@ pub enum AgentRequest {
         /// The caller's token, sent along when a client agent asks a server to sign.
         token: Option<String>,
     },
+    /// A read of another datacenter's catalog for the xDS server (mesh gateways and
+    /// sidecars reaching it): `path` (with its `?dc=`) answered by a server of
+    /// `datacenter`, with `token` as its ACL token; the answer carries `X-Consul-Index`.
+    DatacenterRead {
+        datacenter: String,
+        path: String,
+        token: Option<String>,
+        timeout: Duration,
+    },
+    /// The datacenters this agent's servers know (`/v1/catalog/datacenters`), for the
+    /// xDS server.
+    Datacenters,
 }
 
 /// A request in flight to the agent.

@@ -420,9 +420,16 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     if !served {
         return Err("service is not a Connect proxy or gateway".to_string());
     }
-    if matches!(kind, "mesh-gateway" | "api-gateway") {
+    if kind == "api-gateway" {
         eprintln!(
             "[WARN]  connect envoy: praetor does not configure Envoy as a {kind} yet: it will get no listeners"
+        );
+    }
+    if kind == "mesh-gateway" && service["Meta"]["consul-wan-federation"] == "1" {
+        // Consul's WAN federation through mesh gateways routes the servers' own RPC and
+        // gossip by SNI; praetor's servers federate over their WAN addresses directly.
+        eprintln!(
+            "[WARN]  connect envoy: -expose-servers registered the gateway for WAN federation, but praetor's mesh gateway routes service traffic only, not the servers'"
         );
     }
     let destination = service["Proxy"]["DestinationServiceName"]

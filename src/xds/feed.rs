@@ -15,12 +15,16 @@
 use super::registration::{decode_leaf, decode_registration, LeafCert, ProxyRegistration};
 use crate::api::agent_local::{AgentCall, AgentChannel, AgentReply, AgentRequest};
 use crate::store::{Change, StoreVersion, Table};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// How much longer than its wait a blocking agent call may take before it is abandoned.
 const AGENT_REPLY_SLACK: Duration = Duration::from_secs(30);
+/// How much longer than its wait a read of another datacenter may take: the WAN hop and
+/// failover among that datacenter's servers.
+const DATACENTER_READ_SLACK: Duration = Duration::from_secs(15);
 
 /// The store versions the server reads.
 #[derive(Clone)]
@@ -157,5 +161,54 @@ impl AgentSource {
                 String::from_utf8_lossy(&reply.body)
             )),
         }
+    }
+
+    /// `path` answered by a server of another datacenter, as `(X-Consul-Index, body)`; a
+    /// blocking read (`index=`, `wait=` in `path`) waits there up to `wait`.
+    pub async fn datacenter_read(
+        &self,
+        datacenter: &str,
+        path: &str,
+        token: &str,
+        wait: Duration,
+    ) -> Result<(u64, Value), String> {
+        let reply = self
+            .call(
+                AgentRequest::DatacenterRead {
+                    datacenter: datacenter.to_string(),
+                    path: path.to_string(),
+                    token: (!token.is_empty()).then(|| token.to_string()),
+                    timeout: wait + DATACENTER_READ_SLACK,
+                },
+                wait + DATACENTER_READ_SLACK,
+            )
+            .await?;
+        if reply.status != 200 {
+            return Err(format!(
+                "{datacenter} answered {}: {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body).trim()
+            ));
+        }
+        let index = String::from_utf8_lossy(&reply.headers)
+            .lines()
+            .find_map(|l| l.strip_prefix("X-Consul-Index: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let body = serde_json::from_slice(&reply.body)
+            .map_err(|e| format!("{datacenter} answered malformed JSON: {e}"))?;
+        Ok((index, body))
+    }
+
+    /// The datacenters the servers know, this one included.
+    pub async fn datacenters(&self) -> Result<Vec<String>, String> {
+        let reply = self.call(AgentRequest::Datacenters, Duration::ZERO).await?;
+        if reply.status != 200 {
+            return Err(format!(
+                "the datacenter list: {}",
+                String::from_utf8_lossy(&reply.body).trim()
+            ));
+        }
+        serde_json::from_slice(&reply.body).map_err(|e| format!("the datacenter list: {e}"))
     }
 }

@@ -23,6 +23,7 @@ pub mod delta;
 pub mod feed;
 pub mod proxies;
 pub mod registration;
+pub mod remote;
 pub mod resources;
 pub mod server;
 pub mod snapshot;

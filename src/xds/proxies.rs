@@ -10,6 +10,7 @@
 
 use super::feed::{AgentSource, StoreFeed};
 use super::registration::{LeafCert, ProxyKind, ProxyRegistration};
+use super::remote::{self, RemoteFollowers, RemoteQuery, RemoteView};
 use super::resources::{self, Resources};
 use super::snapshot::{self, Snapshot, XdsSettings};
 use crate::store::StoreVersion;
@@ -284,6 +285,7 @@ async fn run(
     let mut store_rx = watchers.store.subscribe();
     let mut leaf: Option<LeafFollower> = None;
     let mut service_leaves = ServiceLeaves::new();
+    let mut remote_followers = RemoteFollowers::default();
     let mut last: Option<Arc<Built>> = None;
     let mut seen_at = Instant::now();
     let mut warned_hash = String::new();
@@ -322,14 +324,27 @@ async fn run(
                             Vec::new()
                         };
                         let leaves = service_leaves.follow(&linked, &watchers.agent, &token);
-                        rebuild(
+                        remote_followers.follow_datacenters(
+                            registration.kind == ProxyKind::MeshGateway,
+                            &watchers.agent,
+                        );
+                        let view = remote_followers.view();
+                        let state = rebuild(
                             &watchers,
                             &registration,
                             (&cert, &leaves),
-                            version,
+                            (version, &view),
                             last.as_ref(),
                             seen_at,
-                        )
+                        );
+                        // What the snapshot needs of other datacenters follows from what it
+                        // was built from; a newly needed read is followed from now on and
+                        // its first answer wakes this loop.
+                        if let ProxyState::Ready(built) = &state {
+                            let needs = remote_needs(&built.snapshot, &view, &watchers.settings);
+                            remote_followers.follow(&needs, &watchers.agent, &token);
+                        }
+                        state
                     }
                 }
             }
@@ -381,6 +396,7 @@ async fn run(
             r = leaf_changed => r.is_ok(),
             r = store_rx.changed() => r.is_ok(),
             _ = service_leaves.changed.notified() => true,
+            _ = remote_followers.changed.notified() => true,
             _ = state_tx.closed() => false,
         };
         if !result {
@@ -429,7 +445,7 @@ fn rebuild(
     watchers: &Watchers,
     registration: &ProxyRegistration,
     (leaf, service_leaves): (&LeafCert, &BTreeMap<String, LeafCert>),
-    version: StoreVersion,
+    (version, remote): (StoreVersion, &RemoteView),
     last: Option<&Arc<Built>>,
     seen_at: Instant,
 ) -> ProxyState {
@@ -439,6 +455,7 @@ fn rebuild(
         service_leaves,
         &version,
         &watchers.settings,
+        remote,
     ) {
         Ok(s) => s,
         Err(reason) => return ProxyState::Pending(reason),
@@ -463,4 +480,38 @@ fn rebuild(
             ProxyState::Pending(reason)
         }
     }
+}
+
+/// The reads of other datacenters a snapshot needs: a mesh gateway every other
+/// datacenter's gateways; a sidecar, per upstream target in another datacenter, that
+/// datacenter's gateways (`remote` mode) or the target service's proxies there (no
+/// gateway); a target in `local` mode is reached through this datacenter's gateways, which
+/// the store holds.
+fn remote_needs(
+    snapshot: &Snapshot,
+    view: &RemoteView,
+    settings: &XdsSettings,
+) -> std::collections::BTreeSet<RemoteQuery> {
+    if snapshot.kind == ProxyKind::MeshGateway {
+        return remote::mesh_gateway_needs(view, &settings.datacenter);
+    }
+    let mut needs = std::collections::BTreeSet::new();
+    for upstream in &snapshot.upstreams {
+        for target in upstream.targets.values() {
+            if target.datacenter == settings.datacenter {
+                continue;
+            }
+            match target.mesh_gateway_mode.as_str() {
+                "local" => {}
+                "remote" => remote::gateway_needs(view, &target.datacenter, &mut needs),
+                _ => {
+                    needs.insert(RemoteQuery::Connect {
+                        datacenter: target.datacenter.clone(),
+                        service: target.service.clone(),
+                    });
+                }
+            }
+        }
+    }
+    needs
 }

@@ -33,6 +33,8 @@ pub struct Upstream {
     pub bind_port: u16,
     /// The upstream's opaque `Config` (`protocol`, `connect_timeout_ms`, `envoy_*`…).
     pub config: Map<String, Value>,
+    /// The upstream's `MeshGateway.Mode` (empty: the proxy's, then the entries', decide).
+    pub mesh_gateway_mode: String,
 }
 
 impl Upstream {
@@ -58,16 +60,18 @@ pub enum ProxyKind {
     ConnectProxy,
     IngressGateway,
     TerminatingGateway,
+    MeshGateway,
 }
 
 impl ProxyKind {
     /// The kind from a registration's `Kind`, or `None` for a kind the server does not
-    /// configure (a typical service, a mesh or API gateway).
+    /// configure (a typical service, an API gateway).
     pub fn from_kind(kind: &str) -> Option<ProxyKind> {
         match kind {
             "connect-proxy" => Some(ProxyKind::ConnectProxy),
             "ingress-gateway" => Some(ProxyKind::IngressGateway),
             "terminating-gateway" => Some(ProxyKind::TerminatingGateway),
+            "mesh-gateway" => Some(ProxyKind::MeshGateway),
             _ => None,
         }
     }
@@ -77,8 +81,7 @@ impl ProxyKind {
     }
 }
 
-/// A `connect-proxy`, `ingress-gateway` or `terminating-gateway` registration as the agent
-/// reports it.
+/// A `connect-proxy` or gateway registration as the agent reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyRegistration {
     pub kind: ProxyKind,
@@ -97,6 +100,11 @@ pub struct ProxyRegistration {
     /// `Proxy.Config`: `protocol`, `bind_address`, `bind_port`, `local_connect_timeout_ms`…
     pub config: Map<String, Value>,
     pub upstreams: Vec<Upstream>,
+    /// `Proxy.MeshGateway.Mode` (empty: the entries decide).
+    pub mesh_gateway_mode: String,
+    /// The `wan` tagged address, when the registration has one: where a mesh gateway is
+    /// reached from other datacenters.
+    pub wan_address: Option<(String, u16)>,
     /// The agent's `ContentHash`: a changed hash is a changed registration.
     pub content_hash: String,
 }
@@ -134,7 +142,7 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
             &kind_text
         };
         return Err(format!(
-            "service {:?} is a {shown} service, not a connect-proxy or an ingress or terminating gateway",
+            "service {:?} is a {shown} service, not a connect-proxy or a mesh, ingress or terminating gateway",
             text(object, "ID")
         ));
     };
@@ -186,6 +194,7 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default(),
+            mesh_gateway_mode: mesh_gateway_mode(up),
         });
     }
     let local_address = match text(proxy, "LocalServiceAddress") {
@@ -208,8 +217,35 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
             .cloned()
             .unwrap_or_default(),
         upstreams,
+        mesh_gateway_mode: mesh_gateway_mode(proxy),
+        wan_address: wan_address(object)?,
         content_hash: text(object, "ContentHash"),
     })
+}
+
+/// `MeshGateway.Mode` of a proxy or an upstream object (the agent validated it).
+fn mesh_gateway_mode(object: &Map<String, Value>) -> String {
+    object
+        .get("MeshGateway")
+        .and_then(Value::as_object)
+        .map(|m| text(m, "Mode"))
+        .unwrap_or_default()
+}
+
+/// The registration's `TaggedAddresses.wan`, if it names an address.
+fn wan_address(object: &Map<String, Value>) -> Result<Option<(String, u16)>, String> {
+    let Some(wan) = object
+        .get("TaggedAddresses")
+        .and_then(|t| t.get("wan"))
+        .and_then(Value::as_object)
+    else {
+        return Ok(None);
+    };
+    let address = text(wan, "Address");
+    if address.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((address, port(wan, "Port")?)))
 }
 
 /// A leaf certificate and its key, as the agent serves them.
@@ -283,8 +319,8 @@ mod tests {
     fn a_typical_service_is_not_a_proxy() {
         let err = decode_registration(br#"{"Kind":"","ID":"web"}"#).unwrap_err();
         assert!(err.contains("not a connect-proxy"), "{err}");
-        let err = decode_registration(br#"{"Kind":"mesh-gateway","ID":"m"}"#).unwrap_err();
-        assert!(err.contains("mesh-gateway service"), "{err}");
+        let err = decode_registration(br#"{"Kind":"api-gateway","ID":"m"}"#).unwrap_err();
+        assert!(err.contains("api-gateway service"), "{err}");
         assert!(decode_registration(b"[").is_err());
         assert!(decode_registration(
             br#"{"Kind":"connect-proxy","Port":70000,
@@ -305,6 +341,27 @@ mod tests {
     }
 
     #[test]
+    fn a_mesh_gateway_carries_its_wan_address_and_modes_are_read() {
+        let body = br#"{"Kind":"mesh-gateway","ID":"mgw","Service":"mesh-gateway",
+            "Port":8443,"Address":"10.0.0.1","ContentHash":"h",
+            "TaggedAddresses":{"lan":{"Address":"10.0.0.1","Port":8443},
+                               "wan":{"Address":"198.51.100.1","Port":443}},
+            "Proxy":{"MeshGateway":{"Mode":"local"}}}"#;
+        let r = decode_registration(body).unwrap();
+        assert_eq!(r.kind, ProxyKind::MeshGateway);
+        assert_eq!(r.wan_address, Some(("198.51.100.1".to_string(), 443)));
+        assert_eq!(r.mesh_gateway_mode, "local");
+        let body = br#"{"Kind":"connect-proxy","ID":"p","Service":"p","Port":1,
+            "Proxy":{"DestinationServiceName":"web",
+                     "Upstreams":[{"DestinationName":"db","Datacenter":"dc2",
+                                   "LocalBindPort":2,"MeshGateway":{"Mode":"remote"}}]}}"#;
+        let r = decode_registration(body).unwrap();
+        assert_eq!(r.upstreams[0].mesh_gateway_mode, "remote");
+        assert_eq!(r.mesh_gateway_mode, "");
+        assert_eq!(r.wan_address, None);
+    }
+
+    #[test]
     fn an_upstream_in_another_datacenter_has_consuls_id() {
         let up = Upstream {
             destination_type: "service".into(),
@@ -313,6 +370,7 @@ mod tests {
             bind_address: "127.0.0.1".into(),
             bind_port: 1,
             config: Map::new(),
+            mesh_gateway_mode: String::new(),
         };
         assert_eq!(up.id(), "db?dc=dc2");
     }

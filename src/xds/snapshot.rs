@@ -11,6 +11,7 @@ use super::registration::{
     config_str, config_u64, LeafCert, ProxyKind, ProxyRegistration,
     LOCAL_CONNECT_TIMEOUT_MS_DEFAULT, PUBLIC_BIND_ADDRESS_DEFAULT,
 };
+use super::remote::{RemoteView, MESH_GATEWAY_KIND};
 use crate::consul::discovery_chain::{self, Overrides};
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
@@ -114,6 +115,9 @@ pub struct Target {
     /// The SPIFFE ID its proxies' certificates carry.
     pub spiffe_id: String,
     pub connect_timeout_ms: u64,
+    /// How the target is reached when it is in another datacenter (its chain's
+    /// `MeshGateway.Mode`: `local`, `remote`, else straight to its proxies).
+    pub mesh_gateway_mode: String,
     pub endpoints: Vec<Endpoint>,
 }
 
@@ -210,6 +214,35 @@ pub struct TerminatingService {
     pub endpoints: Vec<Endpoint>,
 }
 
+/// One listener of a mesh gateway: Consul's `default` at the registration's address, and
+/// `wan` at its WAN address when that is another socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayListener {
+    pub name: String,
+    pub address: String,
+    pub port: u16,
+}
+
+/// A cluster a mesh gateway routes to by SNI, without terminating TLS: a local service (or
+/// one of its resolver's subsets) at its Connect-capable instances, or another datacenter
+/// at its mesh gateways.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayCluster {
+    /// The cluster's name: the service's SNI, or `<datacenter>.internal.<trust domain>`.
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// What a mesh gateway routes (Consul's `configSnapshotMeshGateway`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MeshGatewayRoutes {
+    pub listeners: Vec<GatewayListener>,
+    /// The local services and subsets, by SNI.
+    pub services: Vec<GatewayCluster>,
+    /// The other datacenters, by name, each with the wildcard SNI that reaches it.
+    pub datacenters: Vec<(String, GatewayCluster)>,
+}
+
 /// Everything a `connect-proxy` or a gateway is configured from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
@@ -232,6 +265,8 @@ pub struct Snapshot {
     /// The services a terminating gateway links, in name order, each once its leaf is
     /// signed; the gateway listens on `inbound`'s address and port.
     pub terminating: Vec<TerminatingService>,
+    /// A mesh gateway's listeners and clusters.
+    pub mesh: MeshGatewayRoutes,
     /// Settings of the gateway's config entry that praetor accepts but does not apply yet
     /// (`Listeners[0].TLS`, …), for the watcher to warn about.
     pub unapplied: Vec<String>,
@@ -256,13 +291,14 @@ pub fn spiffe_id(trust_domain: &str, datacenter: &str, service: &str) -> String 
 
 /// Builds the snapshot of `registration` from its leaf and one store version;
 /// `service_leaves` are the leaves of the services a terminating gateway links, by name as
-/// its entry spells them.
+/// its entry spells them; `remote` what is known of other datacenters.
 pub fn build(
     registration: &ProxyRegistration,
     leaf: &LeafCert,
     service_leaves: &BTreeMap<String, LeafCert>,
     tables: &Tables,
     settings: &XdsSettings,
+    remote: &RemoteView,
 ) -> Result<Snapshot, String> {
     let ca = &tables.mesh.ca;
     let trust_domain = ca
@@ -280,7 +316,7 @@ pub fn build(
         return build_gateway(
             registration,
             (leaf, service_leaves),
-            tables,
+            (tables, remote),
             settings,
             trust_domain,
             roots_pem,
@@ -323,7 +359,7 @@ pub fn build(
             protocol: config_str(&upstream.config, "protocol").map(str::to_string),
         };
         upstreams.push(compile_upstream(
-            tables,
+            (tables, remote),
             settings,
             &trust_domain,
             UpstreamSpec {
@@ -350,6 +386,7 @@ pub fn build(
         upstreams,
         ingress: Vec::new(),
         terminating: Vec::new(),
+        mesh: MeshGatewayRoutes::default(),
         unapplied: Vec::new(),
     })
 }
@@ -364,9 +401,10 @@ struct UpstreamSpec<'a> {
     bind_port: u16,
 }
 
-/// An upstream with its discovery chain compiled against `tables`.
+/// An upstream with its discovery chain compiled against `tables`, its targets in other
+/// datacenters reached as `remote` shows them.
 fn compile_upstream(
-    tables: &Tables,
+    (tables, remote): (&Tables, &RemoteView),
     settings: &XdsSettings,
     trust_domain: &str,
     spec: UpstreamSpec<'_>,
@@ -377,7 +415,8 @@ fn compile_upstream(
     let chain: Value = serde_json::from_str(&chain.to_json())
         .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
     let chain = &chain["Chain"];
-    let (nodes, targets) = chain_parts(chain, tables, trust_domain, &settings.datacenter)?;
+    let (nodes, targets) =
+        chain_parts(chain, (tables, remote), trust_domain, &settings.datacenter)?;
     Ok(Upstream {
         id: spec.id,
         destination: spec.destination.to_string(),
@@ -436,7 +475,7 @@ fn has_port(host: &str) -> bool {
 fn build_gateway(
     registration: &ProxyRegistration,
     (leaf, service_leaves): (&LeafCert, &BTreeMap<String, LeafCert>),
-    tables: &Tables,
+    (tables, remote): (&Tables, &RemoteView),
     settings: &XdsSettings,
     trust_domain: String,
     roots_pem: Vec<String>,
@@ -462,7 +501,7 @@ fn build_gateway(
             let service = row.service.to_string();
             if !upstreams.iter().any(|u| u.id == service) {
                 upstreams.push(compile_upstream(
-                    tables,
+                    (tables, remote),
                     settings,
                     &trust_domain,
                     UpstreamSpec {
@@ -521,6 +560,11 @@ fn build_gateway(
             });
         }
     }
+    let mesh = if registration.kind == ProxyKind::MeshGateway {
+        mesh_gateway_routes(registration, tables, remote, settings, &trust_domain)?
+    } else {
+        MeshGatewayRoutes::default()
+    };
     Ok(Snapshot {
         kind: registration.kind,
         proxy_id: registration.id.clone(),
@@ -549,6 +593,7 @@ fn build_gateway(
         upstreams,
         ingress,
         terminating,
+        mesh,
         unapplied: if registration.kind == ProxyKind::IngressGateway {
             ingress_unapplied(tables, &registration.service)
         } else {
@@ -782,7 +827,7 @@ type ChainParts = (BTreeMap<String, ChainNode>, BTreeMap<String, Target>);
 /// `consul::discovery_chain`), each target with the health of its instances.
 fn chain_parts(
     chain: &Value,
-    tables: &Tables,
+    (tables, remote): (&Tables, &RemoteView),
     trust_domain: &str,
     local_datacenter: &str,
 ) -> Result<ChainParts, String> {
@@ -861,10 +906,29 @@ fn chain_parts(
             None => Ok(None),
             Some(text) => Filter::parse(text, filter::CHECK_SERVICE_NODE),
         };
+        let mesh_gateway_mode = if datacenter == local_datacenter {
+            String::new()
+        } else {
+            field(&target["MeshGateway"], "Mode")
+        };
         let endpoints = if datacenter != local_datacenter {
-            // Another datacenter's instances arrive with federation of the snapshot's
-            // data source; until then its target has no endpoints.
-            Vec::new()
+            // Another datacenter's target is reached as its `MeshGateway.Mode` says:
+            // through this datacenter's mesh gateways, through the target datacenter's, or
+            // (none, or nothing chose) at its own proxies. Through a gateway the SNI still
+            // names the target, which the gateways route by.
+            match mesh_gateway_mode.as_str() {
+                "local" => local_mesh_gateways(tables),
+                "remote" => remote.gateways(&datacenter),
+                _ => match &filter {
+                    Ok(filter) => remote.connect_endpoints(
+                        &datacenter,
+                        &service,
+                        only_passing,
+                        filter.as_ref(),
+                    ),
+                    Err(_) => Vec::new(),
+                },
+            }
         } else {
             match &filter {
                 Ok(filter) => endpoints(tables, &service, only_passing, filter.as_ref())?,
@@ -879,6 +943,7 @@ fn chain_parts(
                 subset: field(target, "ServiceSubset"),
                 sni: field(target, "SNI"),
                 connect_timeout_ms: millis(&target["ConnectTimeout"]),
+                mesh_gateway_mode,
                 service,
                 datacenter,
                 endpoints,
@@ -960,4 +1025,172 @@ fn endpoints(
 /// Whether `protocol` is served at L7 (HTTP connection manager) rather than TCP.
 pub fn is_l7(protocol: &str) -> bool {
     is_http_family(protocol)
+}
+
+/// This datacenter's mesh gateways at their own (LAN) addresses, with their health, in
+/// address order: where a sidecar in `local` mode sends another datacenter's traffic.
+fn local_mesh_gateways(tables: &Tables) -> Vec<Endpoint> {
+    let mut out = Vec::new();
+    for group in tables.catalog.services.values() {
+        for view in group.instances.values() {
+            let instance = &view.service;
+            if instance.kind() != MESH_GATEWAY_KIND || out.len() >= ENDPOINTS_PER_TARGET_MAX {
+                continue;
+            }
+            let Ok(port) = u16::try_from(instance.port) else {
+                continue;
+            };
+            let address = if instance.address.is_empty() {
+                view.node().address.to_string()
+            } else {
+                instance.address.to_string()
+            };
+            let healthy = view
+                .node_checks()
+                .iter()
+                .chain(view.checks().iter())
+                .all(|c| !matches!(c.status, Status::Critical | Status::Maintenance));
+            out.push(Endpoint {
+                address,
+                port,
+                healthy,
+                weight: instance.weights.passing.max(1),
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.address, a.port).cmp(&(&b.address, b.port)));
+    out
+}
+
+/// The names of the local services a mesh gateway carries traffic to: those with a
+/// Connect-capable instance (a sidecar's destination, or a Connect-native service), in
+/// name order, at most [`GATEWAY_SERVICES_MAX`].
+fn connect_services(tables: &Tables) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (name, group) in tables.catalog.services.iter() {
+        for view in group.instances.values() {
+            let instance = &view.service;
+            if instance.kind() == "connect-proxy" {
+                if let Some(destination) = proxy_destination(instance) {
+                    names.insert(destination.to_string());
+                }
+            } else if instance.extras.as_ref().is_some_and(|e| e.connect_native) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names.into_iter().take(GATEWAY_SERVICES_MAX).collect()
+}
+
+/// The subsets of `service`'s resolver, each with its filter and `OnlyPassing`.
+fn resolver_subsets(tables: &Tables, service: &str) -> Vec<(String, String, bool)> {
+    use crate::store::mesh::config_entry::{get, ConfigKind, EntryBody};
+    let Some(entry) = get(tables, ConfigKind::ServiceResolver, service) else {
+        return Vec::new();
+    };
+    let EntryBody::Json(text) = &entry.body else {
+        return Vec::new();
+    };
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    body["Subsets"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, subset)| {
+            (
+                name.clone(),
+                field(subset, "Filter"),
+                subset["OnlyPassing"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+/// Consul's SNI of a service (or one of its subsets) in `datacenter`.
+pub fn service_sni(subset: &str, service: &str, datacenter: &str, trust_domain: &str) -> String {
+    if subset.is_empty() {
+        format!("{service}.default.{datacenter}.internal.{trust_domain}")
+    } else {
+        format!("{subset}.{service}.default.{datacenter}.internal.{trust_domain}")
+    }
+}
+
+/// A mesh gateway's listeners and clusters: every local service with Connect-capable
+/// instances (and each subset of its resolver) by its SNI, every other known datacenter by
+/// `<datacenter>.internal.<trust domain>` at that datacenter's gateways.
+fn mesh_gateway_routes(
+    registration: &ProxyRegistration,
+    tables: &Tables,
+    remote: &RemoteView,
+    settings: &XdsSettings,
+    trust_domain: &str,
+) -> Result<MeshGatewayRoutes, String> {
+    let address = Some(registration.address.clone())
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| PUBLIC_BIND_ADDRESS_DEFAULT.to_string());
+    let mut listeners = vec![GatewayListener {
+        name: "default".to_string(),
+        address,
+        port: registration.port,
+    }];
+    if let Some((wan_address, wan_port)) = &registration.wan_address {
+        let wan_port = if *wan_port == 0 {
+            registration.port
+        } else {
+            *wan_port
+        };
+        if (wan_address.as_str(), wan_port) != (listeners[0].address.as_str(), listeners[0].port) {
+            listeners.push(GatewayListener {
+                name: "wan".to_string(),
+                address: wan_address.clone(),
+                port: wan_port,
+            });
+        }
+    }
+    let local = &settings.datacenter;
+    let mut services = Vec::new();
+    for service in connect_services(tables) {
+        services.push(GatewayCluster {
+            name: service_sni("", &service, local, trust_domain),
+            endpoints: endpoints(tables, &service, false, None)?,
+        });
+        for (subset, filter, only_passing) in resolver_subsets(tables, &service) {
+            let filter = if filter.is_empty() {
+                None
+            } else {
+                match Filter::parse(&filter, filter::CHECK_SERVICE_NODE) {
+                    Ok(filter) => filter,
+                    // Validated when written; one that no longer parses selects nothing.
+                    Err(_) => continue,
+                }
+            };
+            services.push(GatewayCluster {
+                name: service_sni(&subset, &service, local, trust_domain),
+                endpoints: endpoints(tables, &service, only_passing, filter.as_ref())?,
+            });
+        }
+    }
+    services.sort_by(|a, b| a.name.cmp(&b.name));
+    services.dedup_by(|a, b| a.name == b.name);
+    let datacenters = remote
+        .datacenters
+        .iter()
+        .filter(|dc| *dc != local)
+        .map(|dc| {
+            (
+                dc.clone(),
+                GatewayCluster {
+                    name: format!("{dc}.internal.{trust_domain}"),
+                    endpoints: remote.gateways(dc),
+                },
+            )
+        })
+        .collect();
+    Ok(MeshGatewayRoutes {
+        listeners,
+        services,
+        datacenters,
+    })
 }

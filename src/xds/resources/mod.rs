@@ -11,6 +11,7 @@
 pub mod clusters;
 pub mod endpoints;
 pub mod listeners;
+pub mod mesh_gateway;
 pub mod rbac;
 pub mod routes;
 pub mod terminating;
@@ -162,7 +163,10 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             Resource::encode(&cluster, children),
         );
     }
-    for (name, cluster) in terminating::clusters(snapshot) {
+    for (name, cluster) in terminating::clusters(snapshot)
+        .into_iter()
+        .chain(mesh_gateway::clusters(snapshot))
+    {
         out.insert(
             ResourceType::Cluster,
             name.clone(),
@@ -172,6 +176,7 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
     for (name, assignment) in endpoints::build(snapshot)
         .into_iter()
         .chain(terminating::endpoints(snapshot))
+        .chain(mesh_gateway::endpoints(snapshot))
     {
         out.insert(
             ResourceType::Endpoint,
@@ -184,6 +189,13 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             ResourceType::Listener,
             built.listener.name.clone(),
             Resource::encode(&built.listener, built.routes),
+        );
+    }
+    for listener in mesh_gateway::listeners(snapshot) {
+        out.insert(
+            ResourceType::Listener,
+            listener.name.clone(),
+            Resource::encode(&listener, Vec::new()),
         );
     }
     if snapshot.kind == ProxyKind::TerminatingGateway {

@@ -19,6 +19,7 @@ fn target(service: &str, endpoints: Vec<Endpoint>) -> Target {
         sni: format!("{service}.default.dc1.internal.{TD}"),
         spiffe_id: crate::xds::snapshot::spiffe_id(TD, "dc1", service),
         connect_timeout_ms: 5000,
+        mesh_gateway_mode: String::new(),
         endpoints,
     }
 }
@@ -61,6 +62,7 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
         upstreams,
         ingress: Vec::new(),
         terminating: Vec::new(),
+        mesh: Default::default(),
         unapplied: Vec::new(),
     }
 }
@@ -426,4 +428,80 @@ fn a_terminating_gateway_has_one_sni_chain_per_service_and_a_fallback() {
         |name: &str| Cluster::decode(&*r.of(ResourceType::Cluster)[name].any.value).unwrap();
     assert!(cluster(&billing).transport_socket.is_some());
     assert!(cluster(&ledger).transport_socket.is_none());
+}
+
+#[test]
+fn a_mesh_gateway_routes_by_sni_without_terminating() {
+    use crate::xds::snapshot::{GatewayCluster, GatewayListener, MeshGatewayRoutes};
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    let mut s = snapshot(Vec::new());
+    s.kind = ProxyKind::MeshGateway;
+    s.inbound.bind_port = 0;
+    s.mesh = MeshGatewayRoutes {
+        listeners: vec![
+            GatewayListener {
+                name: "default".into(),
+                address: "10.0.0.9".into(),
+                port: 8443,
+            },
+            GatewayListener {
+                name: "wan".into(),
+                address: "198.51.100.9".into(),
+                port: 443,
+            },
+        ],
+        services: vec![GatewayCluster {
+            name: format!("db.default.dc1.internal.{TD}"),
+            endpoints: vec![healthy(21000)],
+        }],
+        datacenters: vec![(
+            "dc2".into(),
+            GatewayCluster {
+                name: format!("dc2.internal.{TD}"),
+                endpoints: vec![healthy(443)],
+            },
+        )],
+    };
+    let r = build(&s).unwrap();
+    assert_eq!(
+        names(&r, ResourceType::Listener),
+        vec!["default:10.0.0.9:8443", "wan:198.51.100.9:443"]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![
+            format!("db.default.dc1.internal.{TD}"),
+            format!("dc2.internal.{TD}")
+        ]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Endpoint),
+        names(&r, ResourceType::Cluster)
+    );
+    for cluster in r.of(ResourceType::Cluster).values() {
+        let cluster = Cluster::decode(&*cluster.any.value).unwrap();
+        assert!(
+            cluster.transport_socket.is_none(),
+            "a gateway never speaks TLS itself"
+        );
+    }
+    let listener = Listener::decode(
+        &*r.of(ResourceType::Listener)["default:10.0.0.9:8443"]
+            .any
+            .value,
+    )
+    .unwrap();
+    assert_eq!(
+        listener.listener_filters[0].name,
+        terminating::TLS_INSPECTOR_FILTER
+    );
+    let chains = &listener.filter_chains;
+    assert_eq!(chains.len(), 2);
+    assert_eq!(
+        chains[0].filter_chain_match.as_ref().unwrap().server_names,
+        vec![format!("*.dc2.internal.{TD}")]
+    );
+    assert!(chains.iter().all(|c| c.transport_socket.is_none()));
+    assert!(chains[1].filter_chain_match.is_none());
+    assert_eq!(chains[1].filters[0].name, terminating::SNI_CLUSTER_FILTER);
 }

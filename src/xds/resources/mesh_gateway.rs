@@ -1,0 +1,156 @@
+//! A mesh gateway's resources (Consul's `makeMeshGatewayListener`,
+//! `makeGatewayServiceClusters` and `makeGatewayCluster`): the gateway never terminates
+//! TLS, it reads the SNI of each connection's ClientHello and passes the bytes on.
+//!
+//! - One listener per address (`default:<lan address>:<port>`, and `wan:<address>:<port>`
+//!   when the WAN address is another socket), each with a TLS inspector and the same
+//!   filter chains: one per other datacenter matching `*.<dc>.internal.<trust domain>`
+//!   that proxies TCP to that datacenter's cluster, and a last chain without a match whose
+//!   `sni_cluster` filter names the cluster by the SNI itself (a local service's SNI is its
+//!   cluster's name; an unknown SNI finds no cluster and is reset).
+//! - One EDS cluster per local service and resolver subset, named by its SNI, whose
+//!   endpoints are its Connect-capable instances (the sidecars end the mTLS), and one EDS
+//!   cluster `<dc>.internal.<trust domain>` per other datacenter whose endpoints are that
+//!   datacenter's mesh gateways at their WAN addresses. No cluster has a transport socket:
+//!   the bytes stay the client's TLS.
+
+use super::terminating::{SNI_CLUSTER_FILTER, TLS_INSPECTOR_FILTER};
+use super::{ads_config_source, any, duration_ms, socket_address};
+use crate::xds::snapshot::{GatewayCluster, Snapshot};
+use envoy_types::pb::envoy::config::cluster::v3::{
+    cluster::{self, ClusterDiscoveryType, DiscoveryType},
+    Cluster,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
+};
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::filters::network::sni_cluster::v3::SniCluster;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
+
+/// Consul's connect timeout of a mesh gateway's clusters.
+const CONNECT_TIMEOUT_MS: u64 = 5_000;
+
+fn network_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> Filter {
+    Filter {
+        name: name.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(config)),
+    }
+}
+
+fn tcp_proxy(stat_prefix: String, cluster: String) -> Filter {
+    network_filter(
+        super::listeners::TCP_PROXY_FILTER,
+        any(&TcpProxy {
+            stat_prefix,
+            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster)),
+            ..Default::default()
+        }),
+    )
+}
+
+/// The gateway's listeners, by name.
+pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
+    let routes = &snapshot.mesh;
+    let mut out = Vec::with_capacity(routes.listeners.len());
+    for listener in &routes.listeners {
+        if listener.port == 0 {
+            continue;
+        }
+        let name = format!("{}:{}:{}", listener.name, listener.address, listener.port);
+        let mut chains: Vec<FilterChain> = routes
+            .datacenters
+            .iter()
+            .map(|(datacenter, cluster)| FilterChain {
+                filter_chain_match: Some(FilterChainMatch {
+                    server_names: vec![format!("*.{}", cluster.name)],
+                    ..Default::default()
+                }),
+                filters: vec![tcp_proxy(
+                    format!("mesh_gateway_remote.{}.{datacenter}", listener.name),
+                    cluster.name.clone(),
+                )],
+                ..Default::default()
+            })
+            .collect();
+        chains.push(FilterChain {
+            filters: vec![
+                network_filter(SNI_CLUSTER_FILTER, any(&SniCluster::default())),
+                tcp_proxy(
+                    format!("mesh_gateway_local.{}", listener.name),
+                    String::new(),
+                ),
+            ],
+            ..Default::default()
+        });
+        out.push(Listener {
+            address: Some(socket_address(&listener.address, listener.port)),
+            name,
+            listener_filters: vec![ListenerFilter {
+                name: TLS_INSPECTOR_FILTER.to_string(),
+                config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+                    &TlsInspector::default(),
+                ))),
+                ..Default::default()
+            }],
+            filter_chains: chains,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+fn all_clusters(snapshot: &Snapshot) -> impl Iterator<Item = &GatewayCluster> {
+    snapshot
+        .mesh
+        .services
+        .iter()
+        .chain(snapshot.mesh.datacenters.iter().map(|(_, c)| c))
+}
+
+/// One EDS cluster per local service (or subset) and per other datacenter, by name.
+pub fn clusters(snapshot: &Snapshot) -> Vec<(String, Cluster)> {
+    all_clusters(snapshot)
+        .map(|c| {
+            let cluster = Cluster {
+                name: c.name.clone(),
+                alt_stat_name: c.name.clone(),
+                cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+                eds_cluster_config: Some(cluster::EdsClusterConfig {
+                    eds_config: Some(ads_config_source()),
+                    service_name: String::new(),
+                }),
+                connect_timeout: Some(duration_ms(CONNECT_TIMEOUT_MS)),
+                ..Default::default()
+            };
+            (c.name.clone(), cluster)
+        })
+        .collect()
+}
+
+/// The endpoints of every cluster, by cluster name (empty ones too, so Envoy does not
+/// wait for them).
+pub fn endpoints(snapshot: &Snapshot) -> Vec<(String, ClusterLoadAssignment)> {
+    all_clusters(snapshot)
+        .map(|c| {
+            let lb_endpoints = super::endpoints::lb_endpoints(&c.endpoints);
+            let endpoints = if lb_endpoints.is_empty() {
+                Vec::new()
+            } else {
+                vec![LocalityLbEndpoints {
+                    lb_endpoints,
+                    ..Default::default()
+                }]
+            };
+            (
+                c.name.clone(),
+                ClusterLoadAssignment {
+                    cluster_name: c.name.clone(),
+                    endpoints,
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
