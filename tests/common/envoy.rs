@@ -105,6 +105,18 @@ impl Envoy {
     /// Runs `praetor connect envoy <selection…>` against `agent` (its plain gRPC port unless
     /// the selection names another `-grpc-addr`), `label` naming its log.
     pub fn start(agent: &Agent, dir: &TempDir, label: &str, selection: &[&str]) -> Envoy {
+        Envoy::start_in(agent, dir, label, selection, None)
+    }
+
+    /// [`Envoy::start`], the process placed in the cgroup (v2) directory `cgroup` before
+    /// it execs, so every socket it opens is matched by that cgroup's firewall rules.
+    pub fn start_in(
+        agent: &Agent,
+        dir: &TempDir,
+        label: &str,
+        selection: &[&str],
+        cgroup: Option<&std::path::Path>,
+    ) -> Envoy {
         let admin = SocketAddr::new(agent.ip, free_port(agent.ip));
         let log = dir.path().join(format!("envoy-{label}.log"));
         let mut args: Vec<String> = vec![
@@ -126,7 +138,22 @@ impl Envoy {
             "--concurrency".into(),
             "1".into(),
         ]);
-        let child = Command::new(praetor_binary())
+        let mut command = match cgroup {
+            // The shell joins the cgroup, then becomes praetor, which becomes Envoy: one
+            // process, in the cgroup from its first socket on.
+            Some(cgroup) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!(
+                        "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+                        cgroup.display()
+                    ))
+                    .arg(praetor_binary());
+                c
+            }
+            None => Command::new(praetor_binary()),
+        };
+        let child = command
             .args(&args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -137,6 +164,12 @@ impl Envoy {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a crash (the process is Envoy itself: `connect envoy` execs it).
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// A page of Envoy's admin API (fetched with curl: the admin server answers chunked).
