@@ -4,16 +4,18 @@
 //! of a `kill -9`ed agent, user events each way, graceful leave, and all of it again
 //! with a shared AES-GCM key including serf's keyring queries.
 //!
-//! Skips (loudly) only when /usr/bin/serf is missing. Ports 18300-18399 on
-//! 127.0.0.20-22; every process is stopped by PID; every wait is bounded.
+//! Fails when /usr/bin/serf is missing (`tests/run.sh` installs Debian's `serf`). Each
+//! scenario takes three fresh loopback addresses and a temporary directory for the serf
+//! agents' logs and event files; every process is stopped by PID; every wait is bounded.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{fresh_loopback, TempDir};
 use base64::Engine;
 use praetor::cluster::gossip::{gossip_pair, DriverConfig, GossipHandle};
 use praetor::gossip::{GossipConfig, GossipEvent, KeyOp, MemberStatus};
@@ -43,6 +45,7 @@ impl SerfAgent {
         join: &str,
         key: Option<&str>,
         handler_file: &Path,
+        log_dir: &Path,
     ) -> SerfAgent {
         let mut cmd = Command::new(SERF);
         cmd.arg("agent")
@@ -60,7 +63,7 @@ impl SerfAgent {
         if let Some(k) = key {
             cmd.arg(format!("-encrypt={k}"));
         }
-        let log = std::fs::File::create(format!("/tmp/praetor-serf-{name}.log")).expect("log file");
+        let log = std::fs::File::create(log_dir.join(format!("{name}.log"))).expect("log file");
         cmd.stdout(Stdio::from(log.try_clone().expect("clone")))
             .stderr(Stdio::from(log))
             .stdin(Stdio::null());
@@ -194,21 +197,23 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
     let key_b64 = key
         .as_ref()
         .map(|k| base64::engine::general_purpose::STANDARD.encode(k));
-    let ours: SocketAddr = format!("127.0.0.20:{base}").parse().unwrap();
+    let [our_ip, serf1_ip, serf2_ip] = [fresh_loopback(), fresh_loopback(), fresh_loopback()];
+    let dir = TempDir::new("serf");
+    let ours = SocketAddr::new(our_ip, base);
     let driver = start_driver(ours, key.clone().into_iter().collect());
     let h = driver.handle.clone();
     let events = h.events();
-    let handler_file = PathBuf::from(format!("/tmp/praetor-serf-events-{base}.txt"));
-    let _ = std::fs::remove_file(&handler_file);
+    let handler_file = dir.0.join("events.txt");
 
     // serf1 joins us (exercises our push/pull server); we join serf2 (our client side).
     let mut serf1 = SerfAgent::start(
         "serf1",
-        &format!("127.0.0.21:{}", base + 10),
-        &format!("127.0.0.21:{}", base + 11),
+        &format!("{serf1_ip}:{}", base + 10),
+        &format!("{serf1_ip}:{}", base + 11),
         &ours.to_string(),
         key_b64.as_deref(),
         &handler_file,
+        &dir.0,
     );
     wait_for("serf1 lists praetor-1", Duration::from_secs(15), || {
         serf1.members().contains_key("praetor-1")
@@ -217,11 +222,12 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
     // `serf agent` exit).
     let mut serf2 = SerfAgent::start(
         "serf2",
-        &format!("127.0.0.22:{}", base + 20),
-        &format!("127.0.0.22:{}", base + 21),
-        &format!("127.0.0.21:{}", base + 10),
+        &format!("{serf2_ip}:{}", base + 20),
+        &format!("{serf2_ip}:{}", base + 21),
+        &format!("{serf1_ip}:{}", base + 10),
         key_b64.as_deref(),
         &handler_file,
+        &dir.0,
     );
     // serf2 is up (its RPC answers and it joined serf1) before we dial it.
     wait_for("serf2 is running", Duration::from_secs(15), || {
@@ -255,7 +261,7 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
     let m = h.members();
     let s1 = m.iter().find(|m| m.name == "serf1").unwrap();
     assert_eq!(s1.tags.get("role").map(String::as_str), Some("serf-test"));
-    assert_eq!(s1.addr.to_string(), "127.0.0.21");
+    assert_eq!(s1.addr, serf1_ip);
     assert_eq!(s1.port, base + 10);
     assert_eq!(
         (s1.protocol_min, s1.protocol_max, s1.delegate_max),
@@ -343,7 +349,8 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
     }
     assert!(
         left,
-        "serf1 never saw praetor-1 as left within 15s; its last view: {last_view} (log: /tmp/praetor-serf-serf1.log)"
+        "serf1 never saw praetor-1 as left within 15s; its last view: {last_view} (log: {})",
+        dir.0.join("serf1.log").display()
     );
     serf1.kill9();
     drop(driver);
@@ -352,12 +359,10 @@ fn scenario(base: u16, key: Option<Vec<u8>>) {
 
 #[test]
 fn interop_with_real_serf() {
-    if !Path::new(SERF).exists() {
-        eprintln!("\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
-        eprintln!("!! SKIPPING gossip_serf: {SERF} is not installed (apt-get install serf) !!");
-        eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n");
-        return;
-    }
+    assert!(
+        Path::new(SERF).exists(),
+        "{SERF} is not installed: tests/run.sh installs Debian's serf package"
+    );
     scenario(18340, None);
     scenario(18370, Some(vec![7u8; 32]));
 }
