@@ -12,7 +12,7 @@ use super::registration::{
     LOCAL_CONNECT_TIMEOUT_MS_DEFAULT, PUBLIC_BIND_ADDRESS_DEFAULT,
 };
 use super::remote::{RemoteView, MESH_GATEWAY_KIND};
-use crate::consul::discovery_chain::{self, Overrides};
+use crate::consul::discovery_chain::{self, MeshGatewayMode, Overrides};
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
 use crate::store::catalog::read::{connect_rows, proxy_destination, CheckServiceNode};
@@ -357,6 +357,11 @@ pub fn build(
             connect_timeout_ns: config_u64(&upstream.config, "connect_timeout_ms")
                 .map(|ms| ms as i64 * 1_000_000),
             protocol: config_str(&upstream.config, "protocol").map(str::to_string),
+            // The upstream's `MeshGateway` wins over the proxy's, as Consul's proxycfg
+            // passes them; the agent validated both spellings.
+            mesh_gateway: MeshGatewayMode::parse(&upstream.mesh_gateway_mode)
+                .unwrap_or_default()
+                .or(MeshGatewayMode::parse(&registration.mesh_gateway_mode).unwrap_or_default()),
         };
         upstreams.push(compile_upstream(
             (tables, remote),
@@ -409,9 +414,14 @@ fn compile_upstream(
     trust_domain: &str,
     spec: UpstreamSpec<'_>,
 ) -> Result<Upstream, String> {
-    let chain =
-        discovery_chain::compile(tables, spec.destination, &spec.datacenter, spec.overrides)
-            .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
+    let chain = discovery_chain::compile(
+        tables,
+        spec.destination,
+        &spec.datacenter,
+        &settings.datacenter,
+        spec.overrides,
+    )
+    .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
     let chain: Value = serde_json::from_str(&chain.to_json())
         .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
     let chain = &chain["Chain"];
