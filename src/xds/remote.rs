@@ -19,6 +19,7 @@
 use super::feed::AgentSource;
 use super::snapshot::{Endpoint, ENDPOINTS_PER_TARGET_MAX};
 use crate::consul::filter::Filter;
+use crate::proto::spiffe::percent_encode as encode;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -88,19 +89,6 @@ impl RemoteQuery {
             ),
         }
     }
-}
-
-/// Percent-encodes everything but unreserved characters.
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// One instance of another datacenter as a health answer shows it.

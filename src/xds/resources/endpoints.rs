@@ -43,6 +43,27 @@ pub fn lb_endpoints(endpoints: &[crate::xds::snapshot::Endpoint]) -> Vec<LbEndpo
         .collect()
 }
 
+/// The load assignment of cluster `name` with `endpoints` at one priority (none when
+/// empty: Envoy still needs the assignment, or it waits for one).
+pub fn assignment(
+    name: &str,
+    endpoints: &[crate::xds::snapshot::Endpoint],
+) -> ClusterLoadAssignment {
+    let lb_endpoints = lb_endpoints(endpoints);
+    ClusterLoadAssignment {
+        cluster_name: name.to_string(),
+        endpoints: if lb_endpoints.is_empty() {
+            Vec::new()
+        } else {
+            vec![LocalityLbEndpoints {
+                lb_endpoints,
+                ..Default::default()
+            }]
+        },
+        ..Default::default()
+    }
+}
+
 /// Every load assignment of `snapshot`, by cluster name.
 pub fn build(snapshot: &Snapshot) -> BTreeMap<String, ClusterLoadAssignment> {
     let mut out = BTreeMap::new();

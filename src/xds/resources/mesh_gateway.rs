@@ -14,41 +14,24 @@
 //!   datacenter's mesh gateways at their WAN addresses. No cluster has a transport socket:
 //!   the bytes stay the client's TLS.
 
-use super::terminating::{SNI_CLUSTER_FILTER, TLS_INSPECTOR_FILTER};
+use super::terminating::{
+    network_filter, tcp_proxy_filter, SNI_CLUSTER_FILTER, TLS_INSPECTOR_FILTER,
+};
 use super::{ads_config_source, any, duration_ms, socket_address};
 use crate::xds::snapshot::{GatewayCluster, Snapshot};
 use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{self, ClusterDiscoveryType, DiscoveryType},
     Cluster,
 };
-use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{
-    filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
+    listener_filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::sni_cluster::v3::SniCluster;
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 
 /// Consul's connect timeout of a mesh gateway's clusters.
 const CONNECT_TIMEOUT_MS: u64 = 5_000;
-
-fn network_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> Filter {
-    Filter {
-        name: name.to_string(),
-        config_type: Some(filter::ConfigType::TypedConfig(config)),
-    }
-}
-
-fn tcp_proxy(stat_prefix: String, cluster: String) -> Filter {
-    network_filter(
-        super::listeners::TCP_PROXY_FILTER,
-        any(&TcpProxy {
-            stat_prefix,
-            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster)),
-            ..Default::default()
-        }),
-    )
-}
 
 /// The gateway's listeners, by name.
 pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
@@ -67,7 +50,7 @@ pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
                     server_names: vec![format!("*.{}", cluster.name)],
                     ..Default::default()
                 }),
-                filters: vec![tcp_proxy(
+                filters: vec![tcp_proxy_filter(
                     format!("mesh_gateway_remote.{}.{datacenter}", listener.name),
                     cluster.name.clone(),
                 )],
@@ -77,7 +60,7 @@ pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
         chains.push(FilterChain {
             filters: vec![
                 network_filter(SNI_CLUSTER_FILTER, any(&SniCluster::default())),
-                tcp_proxy(
+                tcp_proxy_filter(
                     format!("mesh_gateway_local.{}", listener.name),
                     String::new(),
                 ),
@@ -134,22 +117,9 @@ pub fn clusters(snapshot: &Snapshot) -> Vec<(String, Cluster)> {
 pub fn endpoints(snapshot: &Snapshot) -> Vec<(String, ClusterLoadAssignment)> {
     all_clusters(snapshot)
         .map(|c| {
-            let lb_endpoints = super::endpoints::lb_endpoints(&c.endpoints);
-            let endpoints = if lb_endpoints.is_empty() {
-                Vec::new()
-            } else {
-                vec![LocalityLbEndpoints {
-                    lb_endpoints,
-                    ..Default::default()
-                }]
-            };
             (
                 c.name.clone(),
-                ClusterLoadAssignment {
-                    cluster_name: c.name.clone(),
-                    endpoints,
-                    ..Default::default()
-                },
+                super::endpoints::assignment(&c.name, &c.endpoints),
             )
         })
         .collect()

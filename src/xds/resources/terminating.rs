@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster,
 };
 use envoy_types::pb::envoy::config::core::v3 as core;
-use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{
     filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
@@ -44,14 +44,14 @@ const DEFAULT_LISTENER: &str = "default";
 /// Consul's connect timeout of a terminating gateway's clusters.
 const CONNECT_TIMEOUT_MS: u64 = 5_000;
 
-fn network_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> Filter {
+pub(super) fn network_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> Filter {
     Filter {
         name: name.to_string(),
         config_type: Some(filter::ConfigType::TypedConfig(config)),
     }
 }
 
-fn tcp_proxy_filter(stat_prefix: String, cluster: String) -> Filter {
+pub(super) fn tcp_proxy_filter(stat_prefix: String, cluster: String) -> Filter {
     network_filter(
         TCP_PROXY_FILTER,
         any(&TcpProxy {
@@ -233,22 +233,9 @@ pub fn endpoints(snapshot: &Snapshot) -> Vec<(String, ClusterLoadAssignment)> {
         .terminating
         .iter()
         .map(|service| {
-            let lb_endpoints = super::endpoints::lb_endpoints(&service.endpoints);
-            let endpoints = if lb_endpoints.is_empty() {
-                Vec::new()
-            } else {
-                vec![LocalityLbEndpoints {
-                    lb_endpoints,
-                    ..Default::default()
-                }]
-            };
             (
                 service.sni.clone(),
-                ClusterLoadAssignment {
-                    cluster_name: service.sni.clone(),
-                    endpoints,
-                    ..Default::default()
-                },
+                super::endpoints::assignment(&service.sni, &service.endpoints),
             )
         })
         .collect()
