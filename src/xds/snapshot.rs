@@ -1204,3 +1204,184 @@ fn mesh_gateway_routes(
         datacenters,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::catalog::{CatalogOp, Registration, ServiceRegistration};
+    use crate::store::Command;
+    use crate::xds::remote::{RemoteAnswer, RemoteInstance, RemoteQuery};
+    use std::sync::Arc;
+
+    fn register(tables: &mut Tables, index: u64, node: &str, kind: &str, name: &str, port: i32) {
+        let proxy_json =
+            (kind == "connect-proxy").then(|| r#"{"DestinationServiceName":"db"}"#.to_string());
+        let reg = Registration {
+            node: node.into(),
+            address: format!("10.0.0.{index}").into(),
+            datacenter: "dc1".into(),
+            service: Some(ServiceRegistration {
+                kind: kind.into(),
+                id: name.into(),
+                name: name.into(),
+                port,
+                proxy_json,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut changes = Vec::new();
+        tables.apply(
+            index,
+            &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+            &mut changes,
+        );
+    }
+
+    fn instance(address: &str, port: u16) -> RemoteInstance {
+        RemoteInstance {
+            row: Value::Null,
+            lan_address: address.into(),
+            port,
+            wan_address: format!("wan-{address}"),
+            wan_port: port + 1,
+            critical: false,
+            warning: false,
+            weight_passing: 1,
+            weight_warning: 1,
+        }
+    }
+
+    /// A compiled chain whose one target is `db` in dc2 with `mode`.
+    fn chain(mode: &str) -> Value {
+        serde_json::json!({
+            "Nodes": {"resolver:db.default.default.dc2": {"Type": "resolver",
+                "Resolver": {"Target": "db.default.default.dc2"}}},
+            "Targets": {"db.default.default.dc2": {"Service": "db", "Datacenter": "dc2",
+                "SNI": "db.default.dc2.internal.td", "MeshGateway": {"Mode": mode}}}
+        })
+    }
+
+    #[test]
+    fn a_remote_target_is_reached_as_its_mode_says() {
+        let mut tables = Tables::default();
+        register(
+            &mut tables,
+            1,
+            "gw-node",
+            "mesh-gateway",
+            "mesh-gateway",
+            8443,
+        );
+        let mut remote = RemoteView::default();
+        remote.answers.insert(
+            RemoteQuery::Connect {
+                datacenter: "dc2".into(),
+                service: "db".into(),
+            },
+            Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.5", 21000)])),
+        );
+        remote.answers.insert(
+            RemoteQuery::GatewayNames {
+                datacenter: "dc2".into(),
+            },
+            Arc::new(RemoteAnswer::Names(vec!["mesh-gateway".into()])),
+        );
+        remote.answers.insert(
+            RemoteQuery::Gateways {
+                datacenter: "dc2".into(),
+                name: "mesh-gateway".into(),
+            },
+            Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.9", 8443)])),
+        );
+        let reached = |mode: &str| {
+            let (_, targets) = chain_parts(&chain(mode), (&tables, &remote), "td", "dc1").unwrap();
+            let target = &targets["db.default.default.dc2"];
+            assert_eq!(
+                target.sni, "db.default.dc2.internal.td",
+                "the SNI stays the target's"
+            );
+            assert_eq!(target.mesh_gateway_mode, mode);
+            target
+                .endpoints
+                .iter()
+                .map(|e| format!("{}:{}", e.address, e.port))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(reached(""), vec!["10.2.0.5:21000"]);
+        assert_eq!(reached("none"), vec!["10.2.0.5:21000"]);
+        assert_eq!(reached("local"), vec!["10.0.0.1:8443"]);
+        assert_eq!(reached("remote"), vec!["wan-10.2.0.9:8444"]);
+    }
+
+    #[test]
+    fn a_mesh_gateway_routes_local_services_and_other_datacenters() {
+        let mut tables = Tables::default();
+        register(
+            &mut tables,
+            1,
+            "n1",
+            "connect-proxy",
+            "db-sidecar-proxy",
+            21000,
+        );
+        register(&mut tables, 2, "n2", "", "plain", 80);
+        let mut remote = RemoteView {
+            datacenters: vec!["dc1".into(), "dc2".into()],
+            ..Default::default()
+        };
+        remote.answers.insert(
+            RemoteQuery::GatewayNames {
+                datacenter: "dc2".into(),
+            },
+            Arc::new(RemoteAnswer::Names(vec!["mesh-gateway".into()])),
+        );
+        remote.answers.insert(
+            RemoteQuery::Gateways {
+                datacenter: "dc2".into(),
+                name: "mesh-gateway".into(),
+            },
+            Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.9", 8443)])),
+        );
+        let registration = ProxyRegistration {
+            kind: ProxyKind::MeshGateway,
+            id: "mesh-gateway".into(),
+            service: "mesh-gateway".into(),
+            address: "10.0.0.9".into(),
+            port: 8443,
+            destination_name: "mesh-gateway".into(),
+            destination_id: String::new(),
+            local_address: String::new(),
+            local_port: 0,
+            config: Default::default(),
+            upstreams: Vec::new(),
+            mesh_gateway_mode: String::new(),
+            wan_address: Some(("198.51.100.9".into(), 443)),
+            content_hash: String::new(),
+        };
+        let settings = XdsSettings {
+            datacenter: "dc1".into(),
+            default_allow: true,
+        };
+        let routes = mesh_gateway_routes(&registration, &tables, &remote, &settings, "td").unwrap();
+        let listeners: Vec<_> = routes
+            .listeners
+            .iter()
+            .map(|l| format!("{}:{}:{}", l.name, l.address, l.port))
+            .collect();
+        assert_eq!(
+            listeners,
+            vec!["default:10.0.0.9:8443", "wan:198.51.100.9:443"]
+        );
+        assert_eq!(
+            routes.services.len(),
+            1,
+            "only services with a sidecar: {routes:?}"
+        );
+        assert_eq!(routes.services[0].name, "db.default.dc1.internal.td");
+        assert_eq!(routes.services[0].endpoints[0].port, 21000);
+        assert_eq!(routes.datacenters.len(), 1);
+        assert_eq!(routes.datacenters[0].1.name, "dc2.internal.td");
+        assert_eq!(routes.datacenters[0].1.endpoints[0].address, "wan-10.2.0.9");
+    }
+}
