@@ -1218,7 +1218,7 @@ mod tests {
             (kind == "connect-proxy").then(|| r#"{"DestinationServiceName":"db"}"#.to_string());
         let reg = Registration {
             node: node.into(),
-            address: format!("10.0.0.{index}").into(),
+            address: format!("10.0.0.{index}"),
             datacenter: "dc1".into(),
             service: Some(ServiceRegistration {
                 kind: kind.into(),
