@@ -14,21 +14,15 @@
 //!   datacenter's mesh gateways at their WAN addresses. No cluster has a transport socket:
 //!   the bytes stay the client's TLS.
 
-use super::terminating::{
-    network_filter, tcp_proxy_filter, SNI_CLUSTER_FILTER, TLS_INSPECTOR_FILTER,
-};
-use super::{ads_config_source, any, duration_ms, socket_address};
+use super::terminating::{sni_listener, tcp_proxy_filter};
+use super::{ads_config_source, duration_ms, socket_address};
 use crate::xds::snapshot::{GatewayCluster, Snapshot};
 use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{self, ClusterDiscoveryType, DiscoveryType},
     Cluster,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::{
-    listener_filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
-};
-use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
-use envoy_types::pb::envoy::extensions::filters::network::sni_cluster::v3::SniCluster;
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch, Listener};
 
 /// Consul's connect timeout of a mesh gateway's clusters.
 const CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -42,7 +36,7 @@ pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
             continue;
         }
         let name = format!("{}:{}:{}", listener.name, listener.address, listener.port);
-        let mut chains: Vec<FilterChain> = routes
+        let chains: Vec<FilterChain> = routes
             .datacenters
             .iter()
             .map(|(datacenter, cluster)| FilterChain {
@@ -57,29 +51,12 @@ pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
                 ..Default::default()
             })
             .collect();
-        chains.push(FilterChain {
-            filters: vec![
-                network_filter(SNI_CLUSTER_FILTER, any(&SniCluster::default())),
-                tcp_proxy_filter(
-                    format!("mesh_gateway_local.{}", listener.name),
-                    String::new(),
-                ),
-            ],
-            ..Default::default()
-        });
-        out.push(Listener {
-            address: Some(socket_address(&listener.address, listener.port)),
+        out.push(sni_listener(
             name,
-            listener_filters: vec![ListenerFilter {
-                name: TLS_INSPECTOR_FILTER.to_string(),
-                config_type: Some(listener_filter::ConfigType::TypedConfig(any(
-                    &TlsInspector::default(),
-                ))),
-                ..Default::default()
-            }],
-            filter_chains: chains,
-            ..Default::default()
-        });
+            socket_address(&listener.address, listener.port),
+            chains,
+            format!("mesh_gateway_local.{}", listener.name),
+        ));
     }
     out
 }

@@ -151,15 +151,33 @@ pub fn listener(snapshot: &Snapshot) -> Option<Listener> {
         };
         key(a).cmp(&key(b))
     });
+    let stat_prefix = format!("terminating_gateway.{name}");
+    Some(sni_listener(
+        name,
+        socket_address(&inbound.bind_address, inbound.bind_port),
+        chains,
+        stat_prefix,
+    ))
+}
+
+/// A gateway's listener: a TLS inspector reads each connection's SNI, `chains` match it,
+/// and a last chain without a match routes by SNI to the cluster of that name
+/// (`sni_cluster`), its TCP stats under `fallback_stat_prefix`.
+pub(super) fn sni_listener(
+    name: String,
+    address: core::Address,
+    mut chains: Vec<FilterChain>,
+    fallback_stat_prefix: String,
+) -> Listener {
     chains.push(FilterChain {
         filters: vec![
             network_filter(SNI_CLUSTER_FILTER, any(&SniCluster::default())),
-            tcp_proxy_filter(format!("terminating_gateway.{name}"), String::new()),
+            tcp_proxy_filter(fallback_stat_prefix, String::new()),
         ],
         ..Default::default()
     });
-    Some(Listener {
-        address: Some(socket_address(&inbound.bind_address, inbound.bind_port)),
+    Listener {
+        address: Some(address),
         name,
         listener_filters: vec![ListenerFilter {
             name: TLS_INSPECTOR_FILTER.to_string(),
@@ -170,7 +188,7 @@ pub fn listener(snapshot: &Snapshot) -> Option<Listener> {
         }],
         filter_chains: chains,
         ..Default::default()
-    })
+    }
 }
 
 /// One EDS cluster per linked service, named by its mesh SNI.

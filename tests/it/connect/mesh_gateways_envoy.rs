@@ -31,7 +31,7 @@ use crate::two_dc;
 use common::{echo_server, fresh_loopback, round_trip, Agent, TempDir};
 use envoy::{free_port, register_with_sidecar, wait_for, write_config, Envoy};
 use serde_json::{json, Value};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -42,25 +42,6 @@ const FEDERATION_TIMEOUT: Duration = Duration::from_secs(90);
 const PATH_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a changed intention may take to decide the next connection.
 const INTENTION_TIMEOUT: Duration = Duration::from_secs(15);
-
-fn dev(ip: IpAddr, extra: &[&str]) -> Agent {
-    let mut args: Vec<String> = [
-        "agent",
-        "-dev",
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let agent = Agent::spawn(ip, 8500, args);
-    agent.wait_ready();
-    agent
-}
 
 /// The addresses of `cluster`'s endpoints as Envoy's admin `/clusters` lists them.
 fn endpoints_of(envoy: &Envoy, cluster: &str) -> Vec<String> {
@@ -210,9 +191,9 @@ fn web_in_dc1_reaches_db_in_dc2_only_through_mesh_gateways() {
     let (dc1_ip, dc2_ip) = (fresh_loopback(), fresh_loopback());
     let (dc1_wan_ip, dc2_wan_ip) = (fresh_loopback(), fresh_loopback());
     let primary = "primary_datacenter = \"dc1\"";
-    let dc1 = dev(dc1_ip, &["-datacenter", "dc1", "-hcl", primary]);
+    let dc1 = Agent::dev_at(dc1_ip, &["-datacenter", "dc1", "-hcl", primary]);
     let join_wan = format!("retry_join_wan = [\"{dc1_ip}\"]");
-    let dc2 = dev(
+    let dc2 = Agent::dev_at(
         dc2_ip,
         &["-datacenter", "dc2", "-hcl", primary, "-hcl", &join_wan],
     );

@@ -102,7 +102,11 @@ pub struct Agent {
 impl Agent {
     /// Starts `praetor agent -dev` on a fresh address with extra args, waiting until it leads.
     pub fn dev(extra: &[&str]) -> Agent {
-        let ip = fresh_loopback();
+        Agent::dev_at(fresh_loopback(), extra)
+    }
+
+    /// [`Agent::dev`] on `ip` (an address the test already handed out, as for a WAN join).
+    pub fn dev_at(ip: IpAddr, extra: &[&str]) -> Agent {
         let mut args: Vec<String> = vec![
             "agent".into(),
             "-dev".into(),
