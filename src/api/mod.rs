@@ -48,6 +48,7 @@ pub mod translate;
 pub mod txn;
 pub mod ui;
 pub mod ui_assets;
+pub mod ui_summary;
 pub mod ui_topology;
 
 pub use context::Context;
