@@ -251,6 +251,15 @@ impl RowFilter {
         self.allows(|a| a.intention_read(destination))
     }
 
+    /// The query metadata headers of a list this filter went over and, when it left rows
+    /// out, Consul's filtered header.
+    pub fn list_headers(&self, meta: super::QueryMeta, hidden: bool) -> Vec<u8> {
+        let mut headers = Vec::with_capacity(160);
+        meta.write_headers(&mut headers);
+        self.write_header(hidden, &mut headers);
+        headers
+    }
+
     /// Consul's header for an answer from which `hidden` rows were left out.
     pub fn write_header(&self, hidden: bool, headers: &mut Vec<u8>) {
         if hidden && self.reveal {
