@@ -14,6 +14,7 @@
 pub mod acl;
 pub mod agent;
 pub mod agent_cache;
+pub mod agent_channel;
 pub mod agent_local;
 pub mod authz;
 pub mod body_cache;
