@@ -39,6 +39,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The process-wide metric recorders and their registry, named by Consul's catalogue:
     // the only runtime layer that uses `consul`.
     ("telemetry", &["consul"]),
+    // The agent's `log` backend in Consul's format, its log file and rotation, `monitor`'s
+    // subscribers.
+    ("logging", &["config"]),
     // The runtime: shard threads, channels, store versions, watches, the raft thread.
     ("shard",   &["proto", "store", "raft", "replica", "config", "tls", "telemetry"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
@@ -47,10 +50,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("dns",     &["proto", "store", "config", "telemetry", "shard", "cluster"]),
     // The HTTP API: routing table, handlers, server loop; serves `dns::remote` on servers.
     ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "telemetry",
-                  "shard", "cluster", "dns"]),
+                  "logging", "shard", "cluster", "dns"]),
     // Local services and checks, runners, anti-entropy, agent endpoint work.
     ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "telemetry",
-                  "shard", "cluster", "api"]),
+                  "logging", "shard", "cluster", "api"]),
     // The gRPC server: Envoy's xDS from store versions and the agent's answers.
     ("xds",     &["proto", "store", "consul", "api"]),
     // The built-in mTLS proxy: a data plane fed by its agent over HTTP.
@@ -59,8 +62,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("node",    &["proto", "store", "raft", "gossip", "replica", "consul", "config", "tls", "shard",
                   "cluster", "api", "dns", "agent", "xds"]),
     // Operator commands.
-    ("cli",     &["proto", "gossip", "consul", "config", "tls", "shard", "api", "agent", "proxy",
-                  "node", "xds"]),
+    ("cli",     &["proto", "gossip", "consul", "config", "tls", "logging", "shard", "api", "agent",
+                  "proxy", "node", "xds"]),
 ];
 
 /// Layers that do no I/O, read no clock, draw no entropy and start no thread: time, bytes

@@ -16,6 +16,7 @@
 pub mod api;
 pub mod catalog_client;
 pub mod checks;
+pub mod child;
 pub mod connect;
 pub mod local;
 pub mod persist;
