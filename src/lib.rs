@@ -16,6 +16,8 @@
 //! 7. [`telemetry`]: the process-wide metric recorders, one per recording thread, the
 //!    registry that hands them out and the merge a scrape reads; named by [`consul`]'s metric
 //!    catalogue. The runtime ([`shard`]) records through it and does not use [`consul`].
+//!    [`logging`] sits beside it: the agent's `log` backend in Consul's hclog format, the
+//!    log file with Consul's rotation, and `monitor`'s subscribers.
 //! 8. [`shard`]: the runtime: shard threads, channels, store versions, the watch registry,
 //!    propose/read plumbing, the raft thread and its durable log, and the raft thread's
 //!    timings (recorded through [`telemetry`]).
@@ -44,6 +46,7 @@ pub mod config;
 pub mod consul;
 pub mod dns;
 pub mod gossip;
+pub mod logging;
 pub mod node;
 pub mod proto;
 pub mod proxy;

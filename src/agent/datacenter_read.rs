@@ -11,7 +11,7 @@
 
 use super::catalog_client::{forwarded_answer, forwarded_request};
 use super::Agent;
-use crate::api::agent_local::AgentReply;
+use crate::api::agent_channel::AgentReply;
 use crate::cluster::servers::Retry;
 use crate::proto::rpc::kind;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! stops the agent.
 
 use super::Agent;
-use crate::api::agent_local::AgentReply;
+use crate::api::agent_channel::AgentReply;
 use crate::config::acl::AclTokens;
 use crate::config::reload::changes;
 use crate::config::AgentConfig;
@@ -27,7 +27,7 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
     if let Err(e) = super::config_definitions(&fresh) {
         return failed(format!("Failed reloading services and checks: {e}"));
     }
-    if crate::shard::logger::parse_level(&fresh.log_level).is_none() {
+    if crate::logging::parse_level(&fresh.log_level).is_none() {
         return failed(format!(
             "Failed reloading config: Invalid log level: {}",
             fresh.log_level
@@ -44,7 +44,7 @@ pub async fn reload(agent: &Rc<Agent>) -> AgentReply {
     }
     if fresh.log_level != applied_before.log_level {
         // Validated above.
-        let _ = crate::shard::logger::set_level(&fresh.log_level);
+        let _ = crate::logging::set_level(&fresh.log_level);
     }
     if let Err(e) = agent.load_config_definitions(&fresh) {
         return failed(format!("Failed reloading services and checks: {e}"));

@@ -5,17 +5,17 @@
 //! JSON lines instead of text. The level is the session's own: a monitor at `debug` sees
 //! debug lines of an agent that logs at `info`. Lines are not replayed: the stream starts
 //! with the first line written after the request. A session costs a bounded channel in the
-//! logger (`shard::logger::monitor`), whose receiving end the streamed answer holds; a
+//! logger (`shard::logging::monitor`), whose receiving end the streamed answer holds; a
 //! client that reads too slowly loses lines rather than slowing the agent, and the agent
 //! logs how many when the session ends.
 
 use super::{ApiError, Context, Outcome, Reply, Request, StreamOp};
-use crate::shard::logger;
+use crate::logging;
 
 /// The levels Consul's monitor accepts (`logging.ValidateLogLevel`), in any letter case.
 fn monitor_level(text: &str) -> Option<log::LevelFilter> {
     match text.to_ascii_uppercase().as_str() {
-        "TRACE" | "DEBUG" | "INFO" | "WARN" | "ERR" | "ERROR" => logger::parse_level(text),
+        "TRACE" | "DEBUG" | "INFO" | "WARN" | "ERR" | "ERROR" => logging::parse_level(text),
         _ => None,
     }
 }
@@ -29,12 +29,12 @@ pub fn monitor(_ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<
     let level = monitor_level(level_text)
         .ok_or_else(|| ApiError::bad_request(format!("Unknown log level: {level_text}")))?;
     let json = request.query.has("logjson");
-    let chunks = logger::monitor(level, json).ok_or_else(|| {
+    let chunks = logging::monitor(level, json).ok_or_else(|| {
         ApiError::Status(
             503,
             format!(
                 "too many monitor sessions: this agent serves at most {}",
-                logger::MONITOR_SESSIONS_MAX
+                logging::MONITOR_SESSIONS_MAX
             ),
         )
     })?;

@@ -390,7 +390,7 @@ pub fn run(args: AgentArgs) -> Result<i32, String> {
     let config = config::build(&sources)?;
     // Invalid service or check definitions stop the agent at startup, as in Consul.
     crate::agent::config_definitions(&config)?;
-    crate::shard::logger::init(&crate::shard::logger::LogSettings {
+    crate::logging::init(&crate::logging::LogSettings {
         level: &config.log_level,
         json: config.process.log_json,
         file: config.process.log_file.as_ref(),

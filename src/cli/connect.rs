@@ -139,7 +139,7 @@ pub fn run(command: ConnectCommand) -> Result<i32, String> {
         ConnectCommand::Proxy(args) => {
             // The proxy logs as the agent does (hclog's line format with timestamps), to
             // stderr only.
-            crate::shard::logger::init(&crate::shard::logger::LogSettings {
+            crate::logging::init(&crate::logging::LogSettings {
                 level: &args.log_level,
                 json: args.log_json,
                 file: None,

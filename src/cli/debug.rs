@@ -76,7 +76,7 @@ pub struct DebugArgs {
 
 /// Consul's time format for file names: RFC 3339 with hyphens instead of colons.
 fn file_time(time: SystemTime) -> String {
-    crate::shard::logger::utc_timestamp(time)
+    crate::logging::utc_timestamp(time)
         .split('.')
         .next()
         .unwrap_or_default()
@@ -334,7 +334,7 @@ fn capture_metrics(
     let mut next = Instant::now();
     println!(
         "==> Beginning capture interval {} ({count})",
-        crate::shard::logger::utc_timestamp(SystemTime::now())
+        crate::logging::utc_timestamp(SystemTime::now())
     );
     while Instant::now() < deadline && !interrupted() {
         if Instant::now() >= next {
@@ -346,7 +346,7 @@ fn capture_metrics(
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             println!(
                 "==> Capture successful {} ({count})",
-                crate::shard::logger::utc_timestamp(SystemTime::now())
+                crate::logging::utc_timestamp(SystemTime::now())
             );
             count += 1;
             next += interval;

@@ -247,7 +247,7 @@ impl Launcher {
                     .and_then(|tokens| tokens.default.clone())
             });
         let mut command = Command::new(&self.program);
-        crate::shard::child::inherit_only_stdio(&mut command)
+        crate::agent::child::inherit_only_stdio(&mut command)
             .args(watch_arguments(&plan.config, address))
             .stdin(Stdio::null())
             .stdout(Stdio::inherit())

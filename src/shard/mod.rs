@@ -13,12 +13,9 @@
 //! [`rpc_server::ForwardedHttp`] for requests other servers forward.
 
 pub mod auto_encrypt;
-pub mod child;
 pub mod dial;
 pub mod exclusive;
 pub mod forward;
-pub mod log_file;
-pub mod logger;
 pub mod nonblocking;
 pub mod peer_transport;
 pub mod raft_driver;

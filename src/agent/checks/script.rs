@@ -50,7 +50,7 @@ fn run(args: &[String], timeout: Duration, output_max: usize) -> ProbeResult {
         Err(e) => return (Status::Critical, format!("cannot create pipe: {e}")),
     };
     let mut command = Command::new(program);
-    crate::shard::child::inherit_only_stdio(&mut command)
+    crate::agent::child::inherit_only_stdio(&mut command)
         .args(rest)
         .stdin(Stdio::null())
         .stdout(writer)

@@ -18,7 +18,9 @@
 //! Invariant: logging never blocks on a reader (stderr and the file are the only writes,
 //! monitors are `try_send`), and nothing here logs while holding one of its own locks.
 
-use super::log_file::LogFile;
+mod file;
+
+use file::LogFile;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
