@@ -21,7 +21,6 @@ mod common;
 
 use acl_common::{as_token, call, token_with_rules, wait_for_token};
 use common::{Agent, HttpResponse};
-use praetor::api::client_tokens::RULES_PATH;
 use praetor::api::routes::{Path, ROUTES};
 use praetor::dns::remote;
 use praetor::store::catalog::{CatalogOp, Registration};
@@ -1213,7 +1212,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             AGENT_WRITE,
             Checked,
         ),
-        case(RULES_PATH, "GET", RULES_PATH, "", "", Open),
         // The mesh (Consul's rules: a config entry's kind decides; intentions are the
         // destination's `intentions` rule; the CA's roots are public).
         case(

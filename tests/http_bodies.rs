@@ -16,7 +16,6 @@
 mod common;
 
 use common::{request, Agent, HttpResponse};
-use praetor::api::client_tokens::RULES_PATH;
 use praetor::api::routes::{Path, ROUTES};
 use praetor::consul::node_state::APPLY_PATH;
 use praetor::dns::remote;
@@ -94,7 +93,6 @@ const NOT_JSON: &[(&str, &str)] = &[
     ),
     ("/v1/acl/logout", "no body"),
     ("/v1/config/", "DELETE only"),
-    (RULES_PATH, "GET only"),
     (
         "/v1/config",
         "a config entry: Consul's own decoder, checked after the table",

@@ -13,10 +13,9 @@
 //! The table's own tests check that no route is hidden behind an earlier one.
 
 use super::{
-    acl, agent, agent_local, authz, catalog, client_tokens, config, connect, coordinate, debug,
-    event, gateways, health, host, intentions, internal_dns, keyring, kv, members, monitor,
-    operator, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
-    Request,
+    acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event, gateways,
+    health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
+    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::consul::node_state::APPLY_PATH;
@@ -370,8 +369,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/acl/binding-rules"),               GET,                 Standard, BLOCKS,  AclByMethod, acl::binding_rule_list),
     route(Prefix("/v1/acl/binding-rule/"),              GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::binding_rule),
     route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
-    // A client agent's token resolution, answered by its servers (`api::client_tokens`).
-    route(Exact(client_tokens::RULES_PATH),             GET,                 Standard, ANSWERS, Acl::None,  acl::client_rules),
 
     // The service mesh: config entries, intentions, the CA, leaf certificates.
     route(Exact("/v1/config"),                          PUT,                 Standard, ANSWERS, Acl::ConfigEntry, config::apply),
@@ -664,8 +661,6 @@ mod tests {
         "/v1/acl/login",
         "/v1/acl/logout",
         "/v1/acl/token/self",
-        // Tells a token's holder what the token may do, as token/self does.
-        client_tokens::RULES_PATH,
         // Consul's `AgentVersion` checks no ACL: the version is what clients negotiate with.
         "/v1/agent/version",
         "/v1/connect/ca/roots",
