@@ -290,6 +290,102 @@ fn same_answers(
     }
 }
 
+/// Waits until `agent` answers `path` with 200 (bounded: 30 s) and returns the answer.
+fn eventually_ok(agent: &Agent, method: &str, path: &str, body: &[u8]) -> common::HttpResponse {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let answer = common::request(agent.addr(), method, path, body, &[]);
+        if answer.status == 200 {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{method} {path}: {} {}",
+            answer.status,
+            answer.text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_client_agent_manages_sessions_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-session");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let node = client.get("/v1/agent/self").json()["Config"]["NodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The create names the client's node and its serfHealth check, which exist once the
+    // client's registration reached the catalog.
+    let created = eventually_ok(
+        &client,
+        "PUT",
+        "/v1/session/create",
+        br#"{"Name": "typed", "TTL": "30s", "Behavior": "delete"}"#,
+    );
+    let id = created.json()["ID"].as_str().unwrap().to_string();
+    wait_for_log(server, &["rpc: call Session.Apply"]);
+    let info = same_answer(&client, server, &format!("/v1/session/info/{id}"));
+    let session = &info.json()[0];
+    assert_eq!(session["Node"], node.as_str());
+    assert_eq!(session["Behavior"], "delete");
+    assert_eq!(session["NodeChecks"], serde_json::json!(["serfHealth"]));
+    wait_for_log(server, &["rpc: call Session.Get"]);
+    let of_node = same_answer(&client, server, &format!("/v1/session/node/{node}"));
+    assert_eq!(of_node.json()[0]["ID"], id.as_str());
+    wait_for_log(server, &["rpc: call Session.NodeSessions"]);
+    let listed = same_answer(&client, server, "/v1/session/list");
+    assert_eq!(listed.json().as_array().unwrap().len(), 1);
+    wait_for_log(server, &["rpc: call Session.List"]);
+    // A renewal answers the session, as the server's own endpoint does.
+    let renew = format!("/v1/session/renew/{id}");
+    let renewed = client.put(&renew, b"");
+    assert_eq!(renewed.status, 200, "{}", renewed.text());
+    assert_eq!(renewed.body, server.put(&renew, b"").body);
+    wait_for_log(server, &["rpc: call Session.Renew"]);
+    // The server refuses what it refuses for its own callers, in the same words.
+    for body in [
+        &br#"{"Behavior": "frob"}"#[..],
+        br#"{"TTL": "1s"}"#,
+        br#"{"Node": "no-such-node"}"#,
+    ] {
+        let (asked, direct) = (
+            client.put("/v1/session/create", body),
+            server.put("/v1/session/create", body),
+        );
+        assert_eq!(
+            (asked.status, asked.text()),
+            (direct.status, direct.text()),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(asked.status, 500);
+    }
+    // A blocking read of the session is woken by its destruction.
+    let index = info.header("X-Consul-Index").unwrap().to_string();
+    let blocked_path = format!("/v1/session/info/{id}?index={index}&wait=30s");
+    let waiter = {
+        let addr = client.addr();
+        std::thread::spawn(move || common::request(addr, "GET", &blocked_path, b"", &[]))
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the blocking read answered at once");
+    let destroy = format!("/v1/session/destroy/{id}");
+    assert_eq!(client.put(&destroy, b"").text(), "true");
+    let woken = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert_eq!(woken.text(), "[]");
+    // Gone: destroying again is still true; renewing is Consul's 404.
+    assert_eq!(client.put(&destroy, b"").text(), "true");
+    let (asked, direct) = (client.put(&renew, b""), server.put(&renew, b""));
+    assert_eq!((asked.status, asked.text()), (direct.status, direct.text()));
+    assert_eq!(asked.status, 404);
+}
+
 #[test]
 fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
     let cluster = Cluster::start(1, &[]);

@@ -13,7 +13,8 @@
 //! What is converted so far: the KV endpoints, `/v1/status/leader|peers` and
 //! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
 //! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
-//! call ([`across_datacenters`]).
+//! call ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
+//! session endpoints (`client_session`) have files of their own.
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
 
@@ -35,7 +36,7 @@ use crate::store::{Command, CommandResult};
 use std::time::Duration;
 
 /// How long a call waits for its answer beyond a blocking query's own wait.
-const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A failed call as the HTTP answer Consul's agent gives it: 403 for ACL refusals, 429 for
 /// the rate limit, 500 for everything else (no leader, no server, a lost connection).

@@ -23,6 +23,7 @@ pub mod acl;
 pub mod catalog;
 pub mod client;
 pub mod client_catalog;
+pub mod client_session;
 pub mod coordinate;
 pub mod health;
 pub mod internal;
