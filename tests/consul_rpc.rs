@@ -387,6 +387,77 @@ fn a_client_agent_manages_sessions_through_typed_calls() {
 }
 
 #[test]
+fn a_client_agent_runs_transactions_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-txn");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let same = |body: &str| {
+        let (asked, direct) = (
+            client.put("/v1/txn", body.as_bytes()),
+            server.put("/v1/txn", body.as_bytes()),
+        );
+        assert_eq!(
+            (asked.status, asked.text()),
+            (direct.status, direct.text()),
+            "{body}"
+        );
+        asked
+    };
+    // A write with a read in it: Txn.Apply.
+    let applied = client.put(
+        "/v1/txn",
+        br#"[{"KV": {"Verb": "set", "Key": "txn/a", "Value": "b25l", "Flags": 7}},
+             {"KV": {"Verb": "get", "Key": "txn/a"}},
+             {"Node": {"Verb": "set", "Node": {"Node": "txn-node", "Address": "10.1.1.1",
+                       "Meta": {"rack": "r1"}}}},
+             {"Service": {"Verb": "set", "Node": "txn-node",
+                          "Service": {"Service": "web", "Port": 80, "Tags": ["a"]}}},
+             {"Check": {"Verb": "set", "Check": {"Node": "txn-node", "CheckID": "web-alive",
+                        "Name": "alive", "Status": "passing", "ServiceID": "web"}}}]"#,
+    );
+    assert_eq!(applied.status, 200, "{}", applied.text());
+    let results = applied.json()["Results"].clone();
+    assert_eq!(results[1]["KV"]["Value"], "b25l");
+    assert_eq!(results[1]["KV"]["Flags"], 7);
+    assert_eq!(results[2]["Node"]["Meta"]["rack"], "r1");
+    assert_eq!(results[3]["Service"]["Tags"], serde_json::json!(["a"]));
+    assert_eq!(results[4]["Check"]["ServiceName"], "web");
+    wait_for_log(server, &["rpc: call Txn.Apply"]);
+    // Reads only: Txn.Read, the server's answer byte for byte, headers included.
+    let reads = r#"[{"KV": {"Verb": "get", "Key": "txn/a"}},
+                    {"KV": {"Verb": "get-tree", "Key": "txn/"}},
+                    {"Node": {"Verb": "get", "Node": {"Node": "txn-node"}}},
+                    {"Service": {"Verb": "get", "Node": "txn-node", "Service": {"ID": "web"}}},
+                    {"Check": {"Verb": "get", "Check": {"Node": "txn-node",
+                               "CheckID": "web-alive"}}}]"#;
+    let read = same(reads);
+    assert_eq!(read.status, 200);
+    assert_eq!(read.header("X-Consul-KnownLeader"), Some("true"));
+    assert!(read.header("X-Consul-LastContact").is_some());
+    wait_for_log(server, &["rpc: call Txn.Read"]);
+    // A rolled-back write (a stale CAS) and a read of a missing key answer the server's 409.
+    same(r#"[{"KV": {"Verb": "cas", "Key": "txn/a", "Value": "dHdv", "Index": 1}}]"#);
+    same(r#"[{"KV": {"Verb": "get", "Key": "txn/missing"}}]"#);
+    // Pre-check failures and bad bodies are refused by the agent in the server's words.
+    let refused = same(r#"[{"KV": {"Verb": "frob", "Key": "x"}}, {"Node": {"Verb": "set"}}]"#);
+    assert_eq!(refused.status, 409);
+    assert_eq!(same("{").status, 400);
+    // Deletes through the client leave what the server shows.
+    let deleted = client.put(
+        "/v1/txn",
+        br#"[{"Check": {"Verb": "delete", "Check": {"Node": "txn-node", "CheckID": "web-alive"}}},
+             {"Service": {"Verb": "delete", "Node": "txn-node",
+                          "Service": {"ID": "web", "Service": "web"}}},
+             {"KV": {"Verb": "delete-tree", "Key": "txn/"}}]"#,
+    );
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    assert_eq!(server.get("/v1/kv/txn/a").status, 404);
+    assert_eq!(server.get("/v1/catalog/service/web").text(), "[]");
+}
+
+#[test]
 fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
     let cluster = Cluster::start(1, &[]);
     let data = TempDir::new("consul-rpc-client-catalog");

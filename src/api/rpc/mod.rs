@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod client;
 pub mod client_catalog;
 pub mod client_session;
+pub mod client_txn;
 pub mod coordinate;
 pub mod health;
 pub mod internal;
