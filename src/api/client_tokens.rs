@@ -5,7 +5,8 @@
 //! answers; what it answers itself (`/v1/agent/*`, its gossip views, user events) needs the
 //! request's token resolved here. Before such a request is dispatched the HTTP server awaits
 //! [`ensure`]: a token not fetched within `acl.token_ttl` is asked of a server with Consul's
-//! `ACL.TokenRead` by the token's own secret (a stale read, as Consul's agents make it), with
+//! `ACL.TokenRead` by the token's own secret (a default-consistency read: Consul's agents
+//! read stale, but a token created a moment ago must not be cached here as unknown), with
 //! `Expanded` set so that one call brings every policy that applies to the token — its
 //! own, its roles', and those its identities synthesize (Consul's agent reads the token,
 //! then `ACL.PolicyResolve` and `ACL.RoleResolve`; the expanded read answers the same in
@@ -178,9 +179,10 @@ async fn fetch(ctx: &Context, secret: &str) -> Result<Option<(String, Vec<String
         token_id: secret,
         token_id_type: "secret",
         expanded: true,
+        // Not stale, unlike Consul's agents: a token created a moment ago through another
+        // server must resolve here at once, not be remembered as unknown for the TTL.
         options: QueryOptions {
             token: secret,
-            allow_stale: true,
             ..QueryOptions::default()
         },
     }
