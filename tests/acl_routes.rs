@@ -23,8 +23,6 @@ use acl_common::{as_token, call, token_with_rules, wait_for_token};
 use common::{Agent, HttpResponse};
 use praetor::api::routes::{Path, ROUTES};
 use praetor::dns::remote;
-use praetor::store::catalog::{CatalogOp, Registration};
-use praetor::store::Command;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -349,7 +347,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
     const AGENT_WRITE: &str = "agent_prefix \"\" {\n  policy = \"write\"\n}";
     const CATALOG_READ: &str =
         "node_prefix \"\" {\n  policy = \"read\"\n}\nservice_prefix \"\" {\n  policy = \"read\"\n}";
-    const NODES_WRITE: &str = "node_prefix \"\" {\n  policy = \"write\"\n}";
     const ACL_READ: &str = "acl = \"read\"";
     const ACL_WRITE: &str = "acl = \"write\"";
     let hidden = Filtered(Some(true));
@@ -386,23 +383,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "node \"n2\" {\n  policy = \"write\"\n}",
             Checked,
         ),
-        Case {
-            // An anti-entropy registration of another node, as an agent sends it.
-            body: Command::Catalog(CatalogOp::Register(Box::new(Registration {
-                node: "n3".into(),
-                address: "10.0.0.3".into(),
-                ..Registration::default()
-            })))
-            .encode(),
-            ..case(
-                praetor::consul::node_state::APPLY_PATH,
-                "PUT",
-                praetor::consul::node_state::APPLY_PATH,
-                "",
-                NODES_WRITE,
-                Checked,
-            )
-        },
         case(
             "/v1/catalog/deregister",
             "PUT",

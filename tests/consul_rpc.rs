@@ -98,6 +98,46 @@ fn a_follower_hands_typed_calls_to_the_leader() {
 }
 
 #[test]
+fn a_follower_servers_anti_entropy_registers_on_the_leader_through_typed_calls() {
+    let cluster = Cluster::start(3, &[]);
+    let leader_index = cluster.wait_for_leader(std::time::Duration::from_secs(30));
+    let (leader, follower) = (
+        &cluster.servers[leader_index],
+        &cluster.servers[(leader_index + 1) % cluster.servers.len()],
+    );
+    let registered = follower.put(
+        "/v1/agent/service/register",
+        br#"{"Name": "on-follower", "ID": "on-follower-1", "Port": 7000,
+             "Check": {"TTL": "30s"}}"#,
+    );
+    assert_eq!(registered.status, 200, "{}", registered.text());
+    // The follower's anti-entropy reaches the leader as Catalog.Register: the service and
+    // its check land in the catalog.
+    wait_for_log(leader, &["rpc: call Catalog.Register"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let health = leader.get("/v1/health/service/on-follower").json();
+        if health[0]["Checks"]
+            .as_array()
+            .is_some_and(|checks| checks.iter().any(|c| c["ServiceID"] == "on-follower-1"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{health}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // And a deregistration as Catalog.Deregister.
+    let removed = follower.put("/v1/agent/service/deregister/on-follower-1", b"");
+    assert_eq!(removed.status, 200, "{}", removed.text());
+    wait_for_log(leader, &["rpc: call Catalog.Deregister"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while leader.get("/v1/catalog/service/on-follower").text() != "[]" {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn typed_calls_are_checked_against_their_tokens() {
     const MANAGEMENT: &str = "9b3ea15e-8a1c-4a55-8dd5-07c1a2e9c0a1";
     let acl = format!(

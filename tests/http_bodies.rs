@@ -17,7 +17,6 @@ mod common;
 
 use common::{request, Agent, HttpResponse};
 use praetor::api::routes::{Path, ROUTES};
-use praetor::consul::node_state::APPLY_PATH;
 use praetor::dns::remote;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -62,7 +61,6 @@ fn case(
 const NOT_JSON: &[(&str, &str)] = &[
     ("/v1/kv/", "the value is the body's bytes"),
     ("/v1/kv", "the value is the body's bytes"),
-    (APPLY_PATH, "internal: a Raft command's bytes"),
     ("/v1/agent/join/", "no body"),
     ("/v1/agent/leave", "no body"),
     ("/v1/agent/force-leave/", "no body"),

@@ -18,7 +18,6 @@ use super::{
     session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
-use crate::consul::node_state::APPLY_PATH;
 use crate::dns::remote;
 use crate::proto::http::{HttpLimits, Method};
 
@@ -127,9 +126,6 @@ pub enum Acl {
     CatalogRegister,
     /// `service:write` on the service deregistered, else `node:write` on the node.
     CatalogDeregister,
-    /// A catalog command an agent's anti-entropy sends: each registration and deregistration
-    /// needs what the same `/v1/catalog/register` or `/deregister` would.
-    CatalogApply,
     /// Prepared queries: `query:write` on the name of a query written (the body's, and the
     /// stored one's on update and delete), `query:read` on one read or explained; lists
     /// and executions filter their rows.
@@ -217,9 +213,9 @@ const GET_DELETE: &[Method] = &[Method::Get, Method::Delete];
 const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
-    AclByMethod, AclRead, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
-    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, OperatorByMethod,
-    OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById, SessionCreate,
+    AclByMethod, AclRead, AgentRead, AgentWrite, CatalogDeregister, CatalogRegister, EventFromRest,
+    Filtered, Key, KeyringByMethod, Management, NodeFromRest, OperatorByMethod, OperatorRead,
+    OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById, SessionCreate,
 };
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
@@ -253,7 +249,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Key,        kv::handle),
 
     route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, CatalogRegister, catalog::register),
-    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, CatalogApply, catalog::internal_apply),
     route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
     route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Filtered,   catalog::nodes),
     route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Filtered,   catalog::services),
@@ -501,7 +496,6 @@ const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
     "/v1/catalog/datacenters",
     "/v1/coordinate/datacenters",
     "/v1/operator/keyring",
-    APPLY_PATH,
     remote::CHANGES_PATH,
 ];
 
