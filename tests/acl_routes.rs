@@ -330,17 +330,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
         .as_str()
         .unwrap()
         .to_string();
-    let (web_csr, _) = praetor::tls::connect_ca::make_leaf_csr(
-        &praetor::proto::spiffe::ServiceId::new(
-            "11111111-2222-3333-4444-555555555555.consul",
-            "dc1",
-            "web",
-        ),
-        "11111111-2222-3333-4444-555555555555.consul",
-        256,
-    )
-    .unwrap();
-    let sign_body = json!({ "CSR": web_csr }).to_string();
 
     use Kind::{Checked, Filtered, Open, Stream};
     const AGENT_READ: &str = "agent_prefix \"\" {\n  policy = \"read\"\n}";
@@ -1303,14 +1292,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "GET",
             "/v1/agent/connect/ca/leaf/web",
             "",
-            "service \"web\" {\n  policy = \"write\"\n}",
-            Checked,
-        ),
-        case(
-            praetor::api::connect::SIGN_PATH,
-            "PUT",
-            praetor::api::connect::SIGN_PATH,
-            &sign_body,
             "service \"web\" {\n  policy = \"write\"\n}",
             Checked,
         ),

@@ -498,6 +498,56 @@ fn a_client_agent_runs_transactions_through_typed_calls() {
 }
 
 #[test]
+fn a_client_agent_signs_its_leaves_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-leaf");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let roots = eventually_ok(server, "GET", "/v1/agent/connect/ca/roots", b"").json();
+    let trust_domain = roots["TrustDomain"].as_str().unwrap();
+    // The client follows the roots with ConnectCA.Roots and has its CSR signed with
+    // ConnectCA.Sign; the key stays on the client.
+    let leaf = eventually_ok(&client, "GET", "/v1/agent/connect/ca/leaf/web", b"").json();
+    wait_for_log(server, &["rpc: call ConnectCA.Roots"]);
+    wait_for_log(server, &["rpc: call ConnectCA.Sign"]);
+    assert_eq!(leaf["Service"], "web");
+    let uri = leaf["ServiceURI"].as_str().unwrap();
+    assert!(
+        uri.starts_with(&format!("spiffe://{trust_domain}/")) && uri.ends_with("/svc/web"),
+        "{uri}"
+    );
+    assert!(leaf["PrivateKeyPEM"]
+        .as_str()
+        .unwrap()
+        .contains("PRIVATE KEY"));
+    assert!(leaf["ValidAfter"].as_str().unwrap() < leaf["ValidBefore"].as_str().unwrap());
+    // The leaf chains to the server's active root (checked by openssl, not by us).
+    let dir = TempDir::new("consul-rpc-client-leaf-pem");
+    let (root_file, leaf_file) = (dir.path().join("root.pem"), dir.path().join("leaf.pem"));
+    let active = roots["Roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["Active"] == true)
+        .unwrap();
+    std::fs::write(&root_file, active["RootCert"].as_str().unwrap()).unwrap();
+    std::fs::write(&leaf_file, leaf["CertPEM"].as_str().unwrap()).unwrap();
+    let verified = Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(&root_file)
+        .arg(&leaf_file)
+        .output()
+        .expect("openssl must be installed (tests/run.sh installs it)");
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
+}
+
+#[test]
 fn a_client_agent_reads_the_catalog_and_health_through_typed_calls() {
     let cluster = Cluster::start(1, &[]);
     let data = TempDir::new("consul-rpc-client-catalog");

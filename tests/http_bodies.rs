@@ -96,10 +96,6 @@ const NOT_JSON: &[(&str, &str)] = &[
         "a config entry: Consul's own decoder, checked after the table",
     ),
     (
-        praetor::api::connect::SIGN_PATH,
-        "internal: an agent's certificate request",
-    ),
-    (
         praetor::api::connect::SIGN_INTERMEDIATE_PATH,
         "internal: a secondary datacenter's intermediate certificate request",
     ),

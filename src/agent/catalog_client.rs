@@ -154,36 +154,20 @@ impl CatalogClient {
 }
 
 impl CatalogClient {
-    /// Sends an HTTP request to a server over the forwarding RPC (a client agent's way to
-    /// the servers' state), with `token` as its ACL token: `(status, X-Consul-Index, body)`.
-    /// `None` on a server, which reads and signs from its own store instead.
-    pub async fn server_http(
+    /// Makes one of Consul's typed calls on a server the manager picks (a client agent's way
+    /// to the servers' state), with `retry` as failover allows. `None` on a server, which
+    /// reads and signs from its own store instead.
+    pub async fn server_call(
         &self,
         method: &str,
-        path: &str,
         body: &[u8],
-        token: Option<&str>,
         timeout: Duration,
-    ) -> Option<Result<(u16, u64, Vec<u8>), String>> {
+        retry: Retry,
+    ) -> Option<Result<bytes::Bytes, CallError>> {
         let Backend::Remote { shard, servers } = &self.backend else {
             return None;
         };
-        let request = forwarded_request(method, path, token.filter(|t| !t.is_empty()), body);
-        let retry = if method == "GET" {
-            Retry::Always
-        } else {
-            Retry::NotSent
-        };
-        let answer = servers::call(
-            servers,
-            &shard.forward,
-            kind::FORWARD_HTTP,
-            &request,
-            timeout,
-            retry,
-        )
-        .await;
-        Some(answer.and_then(|frame| forwarded_answer(&frame, "the server")))
+        Some(servers::call_typed(servers, &shard.rpc, method, body, timeout, retry).await)
     }
 }
 

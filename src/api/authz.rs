@@ -268,7 +268,6 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::ConfigEntry => super::config::check_acl(request, authz),
         Acl::Intention => super::intentions::check_acl(ctx, request, authz),
         Acl::ConnectAuthorize => super::connect::check_authorize(request, authz),
-        Acl::ConnectSign => super::connect::check_sign(request, authz),
         Acl::ServiceWriteFromRest => authz.require(a.service_write(rest)),
         Acl::ServiceReadFromRest => authz.require(a.service_read(rest)),
     }

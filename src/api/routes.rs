@@ -138,8 +138,6 @@ pub enum Acl {
     Intention,
     /// `service:write` on the body's `Target`.
     ConnectAuthorize,
-    /// `service:write` on the service a CSR names.
-    ConnectSign,
     /// `service:write` on the service in the path.
     ServiceWriteFromRest,
     /// `service:read` on the service in the path.
@@ -378,7 +376,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/connect/ca/roots"),          GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
     route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
-    route(Exact(connect::SIGN_PATH),                    PUT,                 Standard, ANSWERS, Acl::ConnectSign, connect::sign),
     route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
