@@ -10,7 +10,7 @@
 //! renderer (`api::session::write_sessions`), so the body is the server's byte for byte;
 //! the headers come from the reply's `QueryMeta`.
 
-use super::client::{bad_reply, call, query_options, read_timeout, CALL_TIMEOUT};
+use super::client::{bad_reply, call, query_options, read_timeout, write, CALL_TIMEOUT};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
 use crate::api::session::write_sessions;
@@ -40,21 +40,13 @@ pub fn create(ctx: &Context, request: &Request, session: &Session, behavior: &st
     let secret = request_secret(ctx, request);
     let body = encode_apply("create", session, behavior, &secret);
     // A create that may have reached a server is not sent again: it could make two.
-    call(
-        ctx,
-        "",
-        "Session.Apply",
-        body,
-        CALL_TIMEOUT,
-        Retry::NotSent,
-        |body, reply| {
-            let id = crate::proto::msgpack::Reader::new(body)
-                .str()
-                .map_err(bad_reply)?;
-            reply.json(200, b"", &serde_json::json!({ "ID": id }));
-            Ok(())
-        },
-    )
+    write(ctx, "Session.Apply", body, |body, reply| {
+        let id = crate::proto::msgpack::Reader::new(body)
+            .str()
+            .map_err(bad_reply)?;
+        reply.json(200, b"", &serde_json::json!({ "ID": id }));
+        Ok(())
+    })
 }
 
 /// `PUT /v1/session/destroy/<id>`: `Session.Apply` (`destroy`); `true` once the server
@@ -66,18 +58,10 @@ pub fn destroy(ctx: &Context, request: &Request, id: &str) -> Outcome {
         ..empty_session()
     };
     let body = encode_apply("destroy", &session, "", &secret);
-    call(
-        ctx,
-        "",
-        "Session.Apply",
-        body,
-        CALL_TIMEOUT,
-        Retry::NotSent,
-        |_, reply| {
-            reply.json_bool(true);
-            Ok(())
-        },
-    )
+    write(ctx, "Session.Apply", body, |_, reply| {
+        reply.json_bool(true);
+        Ok(())
+    })
 }
 
 /// `PUT /v1/session/renew/<id>`: `Session.Renew` on the leader (the server hands it

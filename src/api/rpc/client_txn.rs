@@ -6,7 +6,7 @@
 //! server's own renderer (`api::txn::write_outcome`); a read's `X-Consul-KnownLeader` and
 //! `X-Consul-LastContact` come from its `QueryMeta`.
 
-use super::client::{bad_reply, call, meta_of, query_options, read_timeout, CALL_TIMEOUT};
+use super::client::{bad_reply, call, meta_of, query_options, read_timeout, write};
 use crate::api::authz::request_secret;
 use crate::api::txn::{read_headers, write_outcome};
 use crate::api::{Context, Outcome, Request};
@@ -19,19 +19,11 @@ pub fn apply(ctx: &Context, request: &Request, ops: &[TxnOp]) -> Outcome {
     let secret = request_secret(ctx, request);
     let body = encode_apply(ops, &secret);
     // A transaction that may have reached a server is not sent again: it could apply twice.
-    call(
-        ctx,
-        "",
-        "Txn.Apply",
-        body,
-        CALL_TIMEOUT,
-        Retry::NotSent,
-        |body, reply| {
-            let (_, outcome) = read_response(body).map_err(bad_reply)?;
-            write_outcome(&outcome, b"", reply);
-            Ok(())
-        },
-    )
+    write(ctx, "Txn.Apply", body, |body, reply| {
+        let (_, outcome) = read_response(body).map_err(bad_reply)?;
+        write_outcome(&outcome, b"", reply);
+        Ok(())
+    })
 }
 
 /// `Txn.Read`: read operations only, answered by a server from one version, under the
