@@ -32,7 +32,7 @@ use crate::consul::rpc::{QueryMeta as RpcQueryMeta, QueryOptions as RpcQueryOpti
 use crate::replica::ProposalResult;
 use crate::shard::rpc_client::CallError;
 use crate::shard::runtime::Consistency;
-use crate::store::kv::{KvFields, KvOp};
+use crate::store::kv::KvOp;
 use crate::store::{Command, CommandResult};
 use std::time::Duration;
 
@@ -354,7 +354,7 @@ pub fn kv_get(
                 return Ok(());
             }
             filtered_header(&meta, &mut headers);
-            let fields = entries.iter().map(fields_of);
+            let fields = entries.iter().map(DirEntry::fields);
             let mut out = Vec::with_capacity(
                 64 + entries
                     .iter()
@@ -413,19 +413,6 @@ pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome
 fn filtered_header(meta: &RpcQueryMeta, headers: &mut Vec<u8>) {
     if meta.results_filtered_by_acls {
         headers.extend_from_slice(crate::api::FILTERED_BY_ACLS_HEADER);
-    }
-}
-
-/// A typed entry as the store's borrowed fields, for the HTTP rendering.
-fn fields_of<'e>(entry: &DirEntry<'e>) -> KvFields<'e> {
-    KvFields {
-        key: entry.key,
-        value: entry.value,
-        flags: entry.flags,
-        session: (!entry.session.is_empty()).then_some(entry.session),
-        lock_index: entry.lock_index,
-        create_index: entry.create_index,
-        modify_index: entry.modify_index,
     }
 }
 

@@ -416,18 +416,7 @@ fn read_result(r: &mut Reader) -> Result<Option<TxnResult>, WireError> {
             return Ok(true);
         }
         let result = match name {
-            "KV" => {
-                let entry = DirEntry::read(r)?;
-                TxnResult::Kv(KvEntry::new(KvFields {
-                    key: entry.key,
-                    value: entry.value,
-                    flags: entry.flags,
-                    session: (!entry.session.is_empty()).then_some(entry.session),
-                    lock_index: entry.lock_index,
-                    create_index: entry.create_index,
-                    modify_index: entry.modify_index,
-                }))
-            }
+            "KV" => TxnResult::Kv(KvEntry::new(DirEntry::read(r)?.fields())),
             "Node" => TxnResult::Node(Arc::new(read_node(r)?)),
             "Service" => {
                 // A `NodeService` names no node; the answer renders none.
