@@ -8,7 +8,7 @@ use super::local::{
     NODE_MAINTENANCE_ID, SERVICE_MAINTENANCE_PREFIX,
 };
 use super::{scripts_allowed, Agent};
-use crate::api::agent_local::{AgentCall, AgentReply, AgentRequest};
+use crate::api::agent_channel::{AgentCall, AgentReply, AgentRequest};
 use crate::api::authz::RowFilter;
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj};

@@ -4,7 +4,7 @@
 //!
 //! Threading. The agent runs as monoio tasks on shard 0, next to that shard's connections:
 //! [`Agent`] lives in an `Rc` there and its state in `RefCell`s, so nothing here takes a
-//! lock. Agent endpoints on any shard send an [`AgentCall`](crate::api::agent_local::AgentCall)
+//! lock. Agent endpoints on any shard send an [`AgentCall`](crate::api::agent_channel::AgentCall)
 //! over the bounded agent channel and await the reply; check runners, the sync loop and the reaper are
 //! tasks on the same thread. Everything the agent writes or reads in the catalog goes
 //! through [`catalog_client::CatalogClient`] — the seam a client agent redirects to a server.
@@ -24,7 +24,7 @@ pub mod signal;
 pub mod sync;
 pub mod telemetry;
 
-use crate::api::agent_local::AgentCall;
+use crate::api::agent_channel::AgentCall;
 use crate::cluster::reconcile;
 use crate::cluster::Pools;
 use crate::config::AgentConfig;

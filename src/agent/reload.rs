@@ -11,7 +11,7 @@
 //! stops the agent.
 
 use super::Agent;
-use crate::api::agent_local::AgentReply;
+use crate::api::agent_channel::AgentReply;
 use crate::config::acl::AclTokens;
 use crate::config::reload::changes;
 use crate::config::AgentConfig;

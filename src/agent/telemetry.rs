@@ -9,7 +9,7 @@
 //! datagrams. The naming and rendering rules are `consul::metrics`' (pure).
 
 use super::Agent;
-use crate::api::agent_local::AgentReply;
+use crate::api::agent_channel::AgentReply;
 use crate::config::telemetry::TelemetryConfig;
 use crate::config::AgentConfig;
 use crate::consul::metrics::{

@@ -3,9 +3,10 @@
 //!
 //! The local state lives with the agent on shard 0: these handlers parse the request on the
 //! shard that received it, send an [`AgentCall`] over the [`AgentChannel`] and answer with
-//! what comes back (`Outcome::Async`). The channel's types live here, below the agent that
-//! serves them, so that the HTTP layer never imports the agent.
+//! what comes back (`Outcome::Async`). The channel's types live in `agent_channel.rs`,
+//! below the agent that serves them, so that the HTTP layer never imports the agent.
 
+use super::agent_channel::{AgentCall, AgentReply, AgentRequest};
 use super::{ApiError, Context, Outcome, Reply, Request};
 use crate::store::catalog::Status;
 use std::time::Duration;
@@ -15,142 +16,6 @@ use std::time::Duration;
 const SERVICE_WAIT_MAX: Duration = Duration::from_secs(600);
 /// How long a request waits for the agent before giving up.
 const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(660);
-
-/// A request for the agent, parsed by the receiving shard.
-#[derive(Debug)]
-pub enum AgentRequest {
-    Services {
-        filter: String,
-        /// Services the token may not read are left out.
-        rows: super::authz::RowFilter,
-    },
-    Service {
-        id: String,
-        hash: Option<String>,
-        wait: Duration,
-    },
-    Checks {
-        filter: String,
-        /// Checks the token may not read (their service, or this node) are left out.
-        rows: super::authz::RowFilter,
-    },
-    RegisterService {
-        body: Vec<u8>,
-        replace_existing_checks: bool,
-        /// The request's ACL token: the service is synced with it unless the body names
-        /// its own `Token`.
-        token: String,
-    },
-    DeregisterService {
-        id: String,
-    },
-    RegisterCheck {
-        body: Vec<u8>,
-        /// The request's ACL token, as for services.
-        token: String,
-    },
-    DeregisterCheck {
-        id: String,
-    },
-    UpdateTtl {
-        id: String,
-        status: Status,
-        output: String,
-    },
-    ServiceMaintenance {
-        id: String,
-        enable: bool,
-        reason: String,
-    },
-    NodeMaintenance {
-        enable: bool,
-        reason: String,
-    },
-    HealthByName {
-        name: String,
-        text: bool,
-    },
-    HealthById {
-        id: String,
-        text: bool,
-    },
-    Reload,
-    Metrics {
-        prometheus: bool,
-    },
-    /// `/v1/agent/metrics/stream`: send each interval's summary on `chunks`.
-    MetricsStream {
-        chunks: flume::Sender<Vec<u8>>,
-    },
-    /// `/v1/agent/connect/ca/leaf/<service>`: the service's leaf certificate, once its
-    /// index passes `min_index` or `wait` runs out.
-    ConnectLeaf {
-        service: String,
-        min_index: u64,
-        wait: Duration,
-        /// The caller's token, sent along when a client agent asks a server to sign.
-        token: Option<String>,
-    },
-}
-
-/// A request in flight to the agent.
-pub struct AgentCall {
-    pub request: AgentRequest,
-    pub pretty: bool,
-    pub reply: flume::Sender<AgentReply>,
-}
-
-/// A finished answer.
-#[derive(Debug)]
-pub struct AgentReply {
-    pub status: u16,
-    pub content_type: Option<&'static str>,
-    pub headers: Vec<u8>,
-    pub body: Vec<u8>,
-}
-
-impl AgentReply {
-    pub fn empty() -> AgentReply {
-        AgentReply {
-            status: 200,
-            content_type: None,
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
-    }
-    pub fn text(status: u16, message: impl Into<String>) -> AgentReply {
-        AgentReply {
-            status,
-            content_type: Some("text/plain; charset=utf-8"),
-            headers: Vec::new(),
-            body: message.into().into_bytes(),
-        }
-    }
-    pub fn json(status: u16, body: Vec<u8>) -> AgentReply {
-        AgentReply {
-            status,
-            content_type: Some("application/json"),
-            headers: Vec::new(),
-            body,
-        }
-    }
-}
-
-/// Capacity of the channel from the shards to the agent.
-pub const AGENT_CHANNEL_CAPACITY: usize = 4096;
-
-/// How agent endpoints on any shard reach the agent on shard 0, which serves the calls
-/// (`crate::agent::api::serve_calls`).
-#[derive(Clone)]
-pub struct AgentChannel {
-    pub tx: flume::Sender<AgentCall>,
-}
-
-/// A fresh agent channel and the receiving end the agent serves.
-pub fn agent_channel() -> (AgentChannel, flume::Receiver<AgentCall>) {
-    let (tx, rx) = flume::bounded(AGENT_CHANNEL_CAPACITY);
-    (AgentChannel { tx }, rx)
-}
 
 /// Sends `request` to the agent and answers with its reply.
 fn call(ctx: &Context, request: AgentRequest, pretty: bool) -> Outcome {

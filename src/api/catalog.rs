@@ -116,19 +116,6 @@ pub fn parse_filter(request: &Request, schema: filter::Schema) -> Result<Option<
     }
 }
 
-fn meta_headers(meta: QueryMeta) -> Vec<u8> {
-    let mut headers = Vec::with_capacity(160);
-    meta.write_headers(&mut headers);
-    headers
-}
-
-/// The query metadata headers and, when the token hid rows, Consul's filtered header.
-pub fn list_headers(meta: QueryMeta, rows: &RowFilter, hidden: bool) -> Vec<u8> {
-    let mut headers = meta_headers(meta);
-    rows.write_header(hidden, &mut headers);
-    headers
-}
-
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
@@ -203,7 +190,7 @@ impl Query for NodesQuery {
         }
         w.end_array();
         w.finish();
-        reply.json_bytes(200, &list_headers(meta, &self.rows, hidden), &body);
+        reply.json_bytes(200, &self.rows.list_headers(meta, hidden), &body);
     }
 }
 
@@ -259,7 +246,7 @@ impl Query for ServicesQuery {
         }
         w.end_object();
         w.finish();
-        reply.json_bytes(200, &list_headers(meta, &self.rows, hidden), &body);
+        reply.json_bytes(200, &self.rows.list_headers(meta, hidden), &body);
     }
 }
 
@@ -603,7 +590,7 @@ impl Query for ServiceQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let headers = list_headers(meta, &self.rows, self.hidden(tables));
+        let headers = self.rows.list_headers(meta, self.hidden(tables));
         if self.blocking {
             let body = super::body_cache::cached_body(
                 &self.cache_key,
@@ -707,7 +694,7 @@ impl Query for NodeQuery {
         let entry = found.filter(|_| !hidden_node);
         let hidden_service =
             entry.is_some_and(|e| e.services.values().any(|s| !self.rows.service(&s.name)));
-        let headers = list_headers(meta, &self.rows, hidden_node || hidden_service);
+        let headers = self.rows.list_headers(meta, hidden_node || hidden_service);
         let mut body = Vec::with_capacity(1024);
         let mut w = JsonWriter::new(&mut body, reply.pretty);
         match entry {

@@ -4,10 +4,10 @@
 //!
 //! Reads report the config entries table index, as Consul does, and block precisely: one
 //! entry on its key, a kind's list on the kind's prefix. With ACLs on, a single entry needs
-//! the read permission of its kind ([`can_read`]), a list is filtered entry by entry, and a
+//! the read permission of its kind ([`config_entry_read`]), a list is filtered entry by entry, and a
 //! write needs [`can_write`] (Consul's `CanRead`/`CanWrite` of each kind).
 
-use super::authz::Authz;
+use super::authz::{config_entry_read, Authz, CustomRule};
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
@@ -18,15 +18,6 @@ use crate::store::acl::authorizer::{Authorizer, Check};
 use crate::store::mesh::config_entry::{self as entries, ConfigEntry, ConfigEntryOp, ConfigKind};
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use std::sync::Arc;
-
-/// Consul's `CanRead` of an entry of `kind` named `name`.
-pub fn can_read<'a>(a: &Authorizer, kind: ConfigKind, name: &'a str) -> Check<'a> {
-    match kind {
-        ConfigKind::ProxyDefaults | ConfigKind::Mesh => Ok(()),
-        ConfigKind::ServiceIntentions => a.intention_read(name),
-        _ => a.service_read(name),
-    }
-}
 
 /// Consul's `CanWrite` of an entry of `kind` named `name`; discovery-chain entries also
 /// need read on every service they send traffic to.
@@ -91,6 +82,12 @@ pub fn related_services(body: &[u8]) -> Vec<String> {
     related
 }
 
+/// The rule of the `/v1/config` routes: [`check_acl`].
+pub const ACL_RULE: CustomRule = CustomRule {
+    name: "config entry: its kind's read or write rule",
+    check: |_, request, authz| check_acl(request, authz),
+};
+
 /// The ACL check of a `/v1/config` request, made before the handler runs.
 pub fn check_acl(request: &Request, authz: &Authz) -> Result<(), ApiError> {
     let a = &*authz.authorizer;
@@ -120,7 +117,7 @@ pub fn check_acl(request: &Request, authz: &Authz) -> Result<(), ApiError> {
             let Some(kind) = ConfigKind::parse(kind) else {
                 return Ok(());
             };
-            authz.require(can_read(a, kind, name))
+            authz.require(config_entry_read(a, kind, name))
         }
     }
 }
@@ -350,12 +347,24 @@ pub fn discovery_chain(
             .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
             .filter(|p| !p.is_empty())
             .map(|p| p.to_ascii_lowercase());
+        if let Some(gateway) = obj
+            .obj(&["overridemeshgateway"])
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+        {
+            let mode = gateway
+                .opt_string(&["mode"])
+                .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+                .unwrap_or_default();
+            overrides.mesh_gateway = crate::consul::discovery_chain::MeshGatewayMode::parse(&mode)
+                .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        }
     }
     run_query(
         ctx,
         ChainQuery {
             service,
             datacenter,
+            use_in_datacenter: ctx.config().datacenter.clone(),
             overrides,
         },
         options,
@@ -366,6 +375,7 @@ pub fn discovery_chain(
 struct ChainQuery {
     service: String,
     datacenter: String,
+    use_in_datacenter: String,
     overrides: crate::consul::discovery_chain::Overrides,
 }
 
@@ -385,6 +395,7 @@ impl Query for ChainQuery {
             tables,
             &self.service,
             &self.datacenter,
+            &self.use_in_datacenter,
             self.overrides.clone(),
         ) {
             Ok(doc) => {

@@ -535,6 +535,12 @@ pub fn authorize(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<
     Ok(Outcome::Done)
 }
 
+/// The rule of `/v1/agent/connect/authorize`: [`check_authorize`].
+pub const AUTHORIZE_ACL_RULE: super::authz::CustomRule = super::authz::CustomRule {
+    name: "service:write on the body's Target",
+    check: |_, request, authz| check_authorize(request, authz),
+};
+
 /// The ACL check of `POST /v1/agent/connect/authorize`: `service:write` on the target.
 pub fn check_authorize(request: &Request, authz: &super::authz::Authz) -> Result<(), ApiError> {
     let target = authorize_fields(request.body)

@@ -11,7 +11,7 @@
 //! is a field read or a call the shard would make anyway, so handing it to handlers instead
 //! of the shard costs nothing per request.
 
-use super::agent_local::AgentChannel;
+use super::agent_channel::AgentChannel;
 use super::client_tokens::ClientTokens;
 use super::{QueryMeta, QueryOptions};
 use crate::cluster::gossip::GossipHandle;

@@ -10,7 +10,6 @@
 //! watch exactly the gateway's (or the service's) rows and the linked gateways' instances.
 
 use super::authz::RowFilter;
-use super::catalog::list_headers;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
@@ -143,7 +142,7 @@ impl Query for GatewayServicesQuery {
         if reply.pretty && shown.is_empty() {
             body.push(b'\n');
         }
-        reply.json_bytes(200, &list_headers(meta, &self.rows, hidden), &body);
+        reply.json_bytes(200, &self.rows.list_headers(meta, hidden), &body);
     }
 }
 

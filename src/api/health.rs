@@ -3,7 +3,7 @@
 
 use super::agent_cache;
 use super::authz::RowFilter;
-use super::catalog::{list_headers, node_meta_filters, parse_filter, ServiceQuery, ServiceView};
+use super::catalog::{node_meta_filters, parse_filter, ServiceQuery, ServiceView};
 use super::peer::{self, Empty};
 use super::rpc::client_catalog;
 use super::{query_options, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request};
@@ -135,7 +135,7 @@ fn write_checks<'c>(
     }
     w.end_array();
     w.finish();
-    reply.json_bytes(200, &list_headers(meta, rows, hidden), &body);
+    reply.json_bytes(200, &rows.list_headers(meta, hidden), &body);
 }
 
 struct NodeChecksQuery {

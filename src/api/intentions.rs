@@ -25,6 +25,12 @@ use std::sync::Arc;
 /// Most names one `match` request may ask about.
 pub const MATCH_NAMES_MAX: usize = 64;
 
+/// The rule of the intention routes: [`check_acl`].
+pub const ACL_RULE: super::authz::CustomRule = super::authz::CustomRule {
+    name: "intention: read or write on the destination",
+    check: check_acl,
+};
+
 /// The ACL check of an intentions request, made before the handler runs: `intention:read`
 /// on the destination to read one or match, `intention:write` to write, `service:read` on
 /// the destination to `check`; lists and reads by ID are filtered by the handler.

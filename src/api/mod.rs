@@ -14,6 +14,7 @@
 pub mod acl;
 pub mod agent;
 pub mod agent_cache;
+pub mod agent_channel;
 pub mod agent_local;
 pub mod authz;
 pub mod body_cache;
@@ -48,6 +49,7 @@ pub mod translate;
 pub mod txn;
 pub mod ui;
 pub mod ui_assets;
+pub mod ui_summary;
 pub mod ui_topology;
 
 pub use context::Context;

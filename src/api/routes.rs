@@ -12,6 +12,7 @@
 //! the busiest families come first, as they did in the chain of `if`s this table replaced.
 //! The table's own tests check that no route is hidden behind an earlier one.
 
+use super::authz::Acl;
 use super::{
     acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event, gateways,
     health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
@@ -72,76 +73,6 @@ pub enum Body {
     Snapshot,
     /// A transaction: up to `txn_max_req_len`.
     Txn,
-}
-
-/// The ACL rule a route's requests are checked against ([`authz::check`]).
-///
-/// Most permissions depend on the request (the key in the path, the service in the body),
-/// so the column names a rule rather than a fixed permission; [`Route::serve`] resolves the
-/// token and applies the rule before the handler runs, so no handler runs unchecked.
-/// Lists Consul filters row by row are `Filtered`: the handler leaves out the rows the
-/// request's token may not read ([`authz::RowFilter`]) and says so with
-/// `X-Consul-Results-Filtered-By-ACLs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Acl {
-    /// Anyone: status, the UI, and the ACL endpoints that authenticate by themselves
-    /// (bootstrap, login, logout, token/self).
-    None,
-    /// The handler filters rows by the request's token.
-    Filtered,
-    /// `acl:read` on GET, `acl:write` otherwise.
-    AclByMethod,
-    /// `acl:read` whatever the method (a templated policy's preview, a POST).
-    AclRead,
-    /// `acl:write`, what a management token has: snapshots.
-    Management,
-    OperatorRead,
-    OperatorWrite,
-    /// `operator:read` on GET, `operator:write` otherwise.
-    OperatorByMethod,
-    /// `keyring:read` on GET, `keyring:write` otherwise.
-    KeyringByMethod,
-    /// KV: `key:read` on GET of a key (listings filtered), `key:write` on PUT and DELETE,
-    /// write on the whole prefix for a recursive delete.
-    Key,
-    /// Each operation needs what the same single request would.
-    Txn,
-    /// `service:read` on the service in the path.
-    ServiceFromRest,
-    /// `node:read` on the node in the path.
-    NodeFromRest,
-    /// `session:write` on the node of the session in the path.
-    SessionById,
-    /// `session:write` on the body's node (default: the agent's).
-    SessionCreate,
-    /// `event:write` on the event name in the path.
-    EventFromRest,
-    /// `agent:read` on this agent's node.
-    AgentRead,
-    /// `agent:write` on this agent's node.
-    AgentWrite,
-    /// `service:write` on the body's service `Name`.
-    ServiceFromBody,
-    /// `node:write` on the body's node and `service:write` on its service.
-    CatalogRegister,
-    /// `service:write` on the service deregistered, else `node:write` on the node.
-    CatalogDeregister,
-    /// Prepared queries: `query:write` on the name of a query written (the body's, and the
-    /// stored one's on update and delete), `query:read` on one read or explained; lists
-    /// and executions filter their rows.
-    Query,
-    /// Config entries: the kind's read rule on a GET of one entry (lists are filtered), its
-    /// write rule on PUT (from the body) and DELETE (`api::config::check_acl`).
-    ConfigEntry,
-    /// Intentions: `intention:read`/`write` on the destination, `service:read` for a check
-    /// (`api::intentions::check_acl`); lists are filtered.
-    Intention,
-    /// `service:write` on the body's `Target`.
-    ConnectAuthorize,
-    /// `service:write` on the service in the path.
-    ServiceWriteFromRest,
-    /// `service:read` on the service in the path.
-    ServiceReadFromRest,
 }
 
 /// The first `api.http` series of each route (one series per method it serves), by its
@@ -364,17 +295,17 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
 
     // The service mesh: config entries, intentions, the CA, leaf certificates.
-    route(Exact("/v1/config"),                          PUT,                 Standard, ANSWERS, Acl::ConfigEntry, config::apply),
-    route(Prefix("/v1/config/"),                        GET_DELETE,          Standard, BLOCKS,  Acl::ConfigEntry, config::handle),
-    route(Exact("/v1/connect/intentions"),              GET_POST,            Standard, BLOCKS,  Acl::Intention, intentions::intentions),
-    route(Exact("/v1/connect/intentions/exact"),        GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Intention, intentions::exact),
-    route(Exact("/v1/connect/intentions/match"),        GET,                 Standard, BLOCKS,  Acl::Intention, intentions::match_intentions),
-    route(Exact("/v1/connect/intentions/check"),        GET,                 Standard, BLOCKS,  Acl::Intention, intentions::check),
-    route(Prefix("/v1/connect/intentions/"),            GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Intention, intentions::by_id),
+    route(Exact("/v1/config"),                          PUT,                 Standard, ANSWERS, Acl::Custom(config::ACL_RULE), config::apply),
+    route(Prefix("/v1/config/"),                        GET_DELETE,          Standard, BLOCKS,  Acl::Custom(config::ACL_RULE), config::handle),
+    route(Exact("/v1/connect/intentions"),              GET_POST,            Standard, BLOCKS,  Acl::Custom(intentions::ACL_RULE), intentions::intentions),
+    route(Exact("/v1/connect/intentions/exact"),        GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Custom(intentions::ACL_RULE), intentions::exact),
+    route(Exact("/v1/connect/intentions/match"),        GET,                 Standard, BLOCKS,  Acl::Custom(intentions::ACL_RULE), intentions::match_intentions),
+    route(Exact("/v1/connect/intentions/check"),        GET,                 Standard, BLOCKS,  Acl::Custom(intentions::ACL_RULE), intentions::check),
+    route(Prefix("/v1/connect/intentions/"),            GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Custom(intentions::ACL_RULE), intentions::by_id),
     route(Exact("/v1/connect/ca/roots"),                GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
     route(Exact("/v1/connect/ca/configuration"),        GET_PUT,             Standard, BLOCKS,  OperatorByMethod, connect::configuration),
     route(Exact("/v1/agent/connect/ca/roots"),          GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
-    route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::ConnectAuthorize, connect::authorize),
+    route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::Custom(connect::AUTHORIZE_ACL_RULE), connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
     route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),

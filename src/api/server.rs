@@ -26,7 +26,7 @@
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
 //! `FORWARD_HOPS_MAX` forwards per request.
 
-use crate::api::agent_local::AgentChannel;
+use crate::api::agent_channel::AgentChannel;
 use crate::api::routes::{self, Route};
 use crate::api::shared_answers::{AnswerShape, SharedAnswer, SharedAnswers};
 use crate::api::{

@@ -318,7 +318,7 @@ fn respond_with(
     mut sessions: Vec<&Arc<Session>>,
 ) {
     let hidden = rows.retain(&mut sessions, |rows, s| rows.session(&s.node));
-    let headers = super::catalog::list_headers(meta, rows, hidden);
+    let headers = rows.list_headers(meta, hidden);
     let mut body = Vec::with_capacity(64 + sessions.len() * 320);
     write_sessions(&mut body, reply.pretty, sessions.into_iter());
     reply.json_bytes(200, &headers, &body);

@@ -23,7 +23,7 @@
 //! downstreams), and gateways.
 
 use super::authz::RowFilter;
-use super::ui::{proxy_facts, summarize, ProxyFacts, Summary};
+use super::ui_summary::{proxy_facts, summarize, ProxyFacts, Summary, META_EXTERNAL_SOURCE};
 use super::{ApiError, Query, QueryMeta, Reply};
 use crate::consul::json::JsonWriter;
 use crate::shard::watch::WatchSet;
@@ -49,9 +49,6 @@ const ROUTING_KINDS: [ConfigKind; 3] = [
     ConfigKind::ServiceSplitter,
     ConfigKind::ServiceResolver,
 ];
-
-/// The service meta and intention meta key naming where a registration came from.
-const META_EXTERNAL_SOURCE: &str = "external-source";
 
 /// The kinds of service a topology is asked for (`?kind=`), as Consul allows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -637,11 +634,16 @@ mod tests {
         // The listing says web is transparent until one of its proxies is not.
         let listing = |tables: &Tables| {
             let mut hidden = false;
-            crate::api::ui::summarize_catalog(tables, None, &RowFilter::default(), &mut hidden)
-                .into_iter()
-                .find(|s| s.name == "web")
-                .map(|s| s.transparent_proxy_for_tests())
-                .unwrap()
+            crate::api::ui_summary::summarize_catalog(
+                tables,
+                None,
+                &RowFilter::default(),
+                &mut hidden,
+            )
+            .into_iter()
+            .find(|s| s.name == "web")
+            .map(|s| s.transparent_proxy_for_tests())
+            .unwrap()
         };
         assert!(listing(&tables));
         register(

@@ -16,7 +16,7 @@
 pub mod supervisor;
 pub mod watches;
 
-use crate::api::agent_local::{agent_channel, AgentCall, AgentChannel, AgentRequest};
+use crate::api::agent_channel::{agent_channel, AgentCall, AgentChannel, AgentRequest};
 use crate::api::server::Server as HttpServer;
 use crate::cluster::gossip::GossipDriver;
 use crate::cluster::Pools;

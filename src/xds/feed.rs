@@ -13,7 +13,7 @@
 //! entries and roots a proxy reads); nothing above this module needs to change for it.
 
 use super::registration::{decode_leaf, decode_registration, LeafCert, ProxyRegistration};
-use crate::api::agent_local::{AgentCall, AgentChannel, AgentReply, AgentRequest};
+use crate::api::agent_channel::{AgentCall, AgentChannel, AgentReply, AgentRequest};
 use crate::store::{Change, StoreVersion, Table};
 use std::sync::Arc;
 use std::time::Duration;

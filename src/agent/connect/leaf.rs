@@ -15,7 +15,7 @@
 
 use crate::agent::signal::Signal;
 use crate::agent::Agent;
-use crate::api::agent_local::AgentReply;
+use crate::api::agent_channel::AgentReply;
 use crate::api::connect::{issued_doc, sign_csr, IssuedLeaf};
 use crate::cluster::servers::Retry;
 use crate::consul::config_entry::doc;
