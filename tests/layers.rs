@@ -353,6 +353,97 @@ fn the_pure_layers_do_no_io_read_no_clock_and_start_no_thread() {
     );
 }
 
+/// Layers that reach servers only through Consul's typed calls (issue #36): outside their
+/// test modules they parse no HTTP, write no HTTP request text and send no forwarded-HTTP
+/// frames. `agent`, `dns` and `shard` join once their last forwarded-HTTP paths are typed
+/// calls (`docs/rpc.md`, *Not yet*).
+const NO_HTTP: &[&str] = &["cluster"];
+
+/// What those layers must not name, and what naming it means.
+const HTTP_MARKS: &[(&str, &str)] = &[
+    ("httparse", "parses HTTP"),
+    ("FORWARD_HTTP", "sends an HTTP request in praetor's frames"),
+    (
+        "FORWARD_HTTP_RESPONSE",
+        "reads an HTTP answer from praetor's frames",
+    ),
+];
+
+/// Where `raw` (a file's text) names an [`HTTP_MARKS`] item or holds HTTP request text,
+/// outside comments and test modules: `(line, what)`.
+fn http_uses(raw: &str) -> Vec<(usize, &'static str)> {
+    let code = without_test_modules(&strip(raw));
+    let mut found: Vec<(usize, &'static str)> = tokenize(&code)
+        .into_iter()
+        .filter_map(|(line, token)| {
+            HTTP_MARKS
+                .iter()
+                .find(|(mark, _)| *mark == token)
+                .map(|(mark, _)| (line, *mark))
+        })
+        .collect();
+    // Request text lives in string literals, which `strip` blanks: the raw lines are read
+    // for it, less comments and test modules.
+    for (index, line) in without_test_modules(raw).lines().enumerate() {
+        if !line.trim_start().starts_with("//") && line.contains("HTTP/1.") {
+            found.push((index + 1, "HTTP/1."));
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+#[test]
+fn the_typed_call_layers_write_and_parse_no_http() {
+    let mut violations = String::new();
+    for source in read_sources() {
+        let Some(module) = source.module.as_deref() else {
+            continue;
+        };
+        if !NO_HTTP.contains(&module) {
+            continue;
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(&source.display);
+        let raw = std::fs::read_to_string(&path).expect("a source file reads");
+        for (line, what) in http_uses(&raw) {
+            let why = HTTP_MARKS
+                .iter()
+                .find(|(mark, _)| *mark == what)
+                .map_or("writes HTTP request text", |(_, why)| why);
+            let _ = writeln!(
+                violations,
+                "{}:{line}: `{what}` {why}, and {module} reaches servers only through typed \
+                 calls (tests/layers.rs NO_HTTP)",
+                source.display
+            );
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "HTTP in layers that speak typed calls:\n{violations}"
+    );
+}
+
+#[test]
+fn the_scanner_flags_http_outside_comments_and_test_modules() {
+    let found = http_uses(
+        "use httparse::Response;\n\
+         // a comment may say HTTP/1.1 and httparse\n\
+         fn send() { call(kind::FORWARD_HTTP, b\"GET / HTTP/1.1\\r\\n\"); }\n\
+         fn read(k: u8) -> bool { k == kind::FORWARD_HTTP_RESPONSE }\n\
+         #[cfg(test)]\nmod tests { fn t() { let _ = \"PUT /x HTTP/1.1\"; httparse::EMPTY_HEADER; } }\n",
+    );
+    assert_eq!(
+        found,
+        vec![
+            (1, "httparse"),
+            (3, "FORWARD_HTTP"),
+            (3, "HTTP/1."),
+            (4, "FORWARD_HTTP_RESPONSE"),
+        ]
+    );
+}
+
 // The checks above are only as good as the scanner; these make sure it sees what it must.
 
 #[test]

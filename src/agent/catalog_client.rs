@@ -3,10 +3,11 @@
 //! Everything the agent does to the catalog (anti-entropy, the leader's member reconcile,
 //! alias checks) goes through [`CatalogClient`], so the place where a client agent forwards
 //! to a server is this one type. On a server, writes go through its shard into Raft on the
-//! leader and are forwarded to the leader from a follower (as
-//! `PUT /v1/internal/praetor/catalog-apply` over server RPC); reads come from its own store
-//! version. A client agent has no store: it makes Consul's typed calls on the server its
-//! server manager picks (which hands writes on to the leader), as Consul's agent does —
+//! leader; a follower sends them to the leader as the typed calls below, on its own
+//! connection to the leader's server port, as Consul's followers forward RPCs; reads come
+//! from its own store version. A client agent has no store: it makes Consul's typed calls
+//! on the server its server manager picks (which hands writes on to the leader), as
+//! Consul's agent does —
 //! each registration a `Catalog.Register`, each deregistration a `Catalog.Deregister` (the
 //! operations of a batch at once, each on its own yamux stream), and a node's state read
 //! with `Catalog.NodeServices` and `Health.NodeChecks`. Calls go through
@@ -20,7 +21,7 @@
 //! proposed through its shard on the leader are not checked.
 
 use crate::cluster::servers::{self, Retry, ServerManager};
-use crate::consul::node_state::{node_state_in, NodeState, APPLY_PATH};
+use crate::consul::node_state::{node_state_in, NodeState};
 use crate::consul::rpc::catalog::{encode_register, DeregisterRequest, NodeSpecificRequest};
 use crate::consul::rpc::rows::{read_indexed_health_checks, read_indexed_node_services};
 use crate::consul::rpc::QueryOptions;
@@ -86,22 +87,16 @@ impl CatalogClient {
     pub async fn apply_command_as(&self, command: &Command, token: Option<&str>) -> CommandResult {
         match &self.backend {
             Backend::Local(shard) => {
-                let payload = command.encode();
                 if shard.is_leader() {
-                    return shard.propose(payload).await.into_command_result();
+                    return shard.propose(command.encode()).await.into_command_result();
                 }
+                let Command::Catalog(op) = command else {
+                    return CommandResult::Error("only catalog commands go to the leader".into());
+                };
                 match leader_address(shard) {
                     Some(leader) => {
-                        let answer = shard
-                            .forward
-                            .call(
-                                leader,
-                                kind::FORWARD_HTTP,
-                                &apply_request(&payload, request_token(shard, token).as_deref()),
-                                FORWARD_TIMEOUT,
-                            )
-                            .await;
-                        apply_answer(answer)
+                        let token = request_token(shard, token).unwrap_or_default();
+                        apply_typed(shard, &Destination::Leader(leader), op, &token).await
                     }
                     None => ProposalResult::NotLeader.into_command_result(),
                 }
@@ -111,7 +106,8 @@ impl CatalogClient {
                     return CommandResult::Error("only catalog commands go to a server".into());
                 };
                 let token = request_token(shard, token).unwrap_or_default();
-                apply_typed(shard, servers, op, &token).await
+                let servers = Destination::Servers(servers.clone());
+                apply_typed(shard, &servers, op, &token).await
             }
         }
     }
@@ -158,36 +154,20 @@ impl CatalogClient {
 }
 
 impl CatalogClient {
-    /// Sends an HTTP request to a server over the forwarding RPC (a client agent's way to
-    /// the servers' state), with `token` as its ACL token: `(status, X-Consul-Index, body)`.
-    /// `None` on a server, which reads and signs from its own store instead.
-    pub async fn server_http(
+    /// Makes one of Consul's typed calls on a server the manager picks (a client agent's way
+    /// to the servers' state), with `retry` as failover allows. `None` on a server, which
+    /// reads and signs from its own store instead.
+    pub async fn server_call(
         &self,
         method: &str,
-        path: &str,
         body: &[u8],
-        token: Option<&str>,
         timeout: Duration,
-    ) -> Option<Result<(u16, u64, Vec<u8>), String>> {
+        retry: Retry,
+    ) -> Option<Result<bytes::Bytes, CallError>> {
         let Backend::Remote { shard, servers } = &self.backend else {
             return None;
         };
-        let request = forwarded_request(method, path, token.filter(|t| !t.is_empty()), body);
-        let retry = if method == "GET" {
-            Retry::Always
-        } else {
-            Retry::NotSent
-        };
-        let answer = servers::call(
-            servers,
-            &shard.forward,
-            kind::FORWARD_HTTP,
-            &request,
-            timeout,
-            retry,
-        )
-        .await;
-        Some(answer.and_then(|frame| forwarded_answer(&frame, "the server")))
+        Some(servers::call_typed(servers, &shard.rpc, method, body, timeout, retry).await)
     }
 }
 
@@ -240,24 +220,34 @@ fn written(answer: Result<bytes::Bytes, CallError>) -> CommandResult {
     }
 }
 
+/// Where typed catalog writes go.
+#[derive(Clone)]
+enum Destination {
+    /// A client agent's: the server its manager picks (which hands them to the leader).
+    Servers(Arc<ServerManager>),
+    /// A follower server's: the leader itself.
+    Leader(SocketAddr),
+}
+
 /// Sends a catalog operation as its typed calls, the calls of a batch at once (each on its
 /// own stream, as independent as the batch's operations are); the first refusal, or `true`.
+/// Coordinates have no such call (nothing sends them through this client).
 async fn apply_typed(
     shard: &Rc<Shard>,
-    servers: &Arc<ServerManager>,
+    to: &Destination,
     op: &CatalogOp,
     token: &str,
 ) -> CommandResult {
     let mut calls = Vec::new();
     typed_calls(op, token, &mut calls);
     if let [(method, body)] = calls.as_slice() {
-        return written(typed_write(shard, servers, method, body).await);
+        return written(typed_write(shard, to, method, body).await);
     }
     let pending: Vec<_> = calls
         .into_iter()
         .map(|(method, body)| {
-            let (shard, servers) = (shard.clone(), servers.clone());
-            monoio::spawn(async move { typed_write(&shard, &servers, method, &body).await })
+            let (shard, to) = (shard.clone(), to.clone());
+            monoio::spawn(async move { typed_write(&shard, &to, method, &body).await })
         })
         .collect();
     let mut result = CommandResult::Bool(true);
@@ -270,23 +260,34 @@ async fn apply_typed(
     result
 }
 
-/// One typed write on a server, made again on the next server after a transport failure
-/// (registrations and deregistrations may arrive twice).
+/// One typed write: on a server the manager picks, made again on the next server after a
+/// transport failure (registrations and deregistrations may arrive twice); or on the leader,
+/// once (the next anti-entropy round tries again).
 async fn typed_write(
     shard: &Shard,
-    servers: &ServerManager,
+    to: &Destination,
     method: &str,
     body: &[u8],
 ) -> Result<bytes::Bytes, CallError> {
-    servers::call_typed(
-        servers,
-        &shard.rpc,
-        method,
-        body,
-        FORWARD_TIMEOUT,
-        Retry::Always,
-    )
-    .await
+    match to {
+        Destination::Servers(servers) => {
+            servers::call_typed(
+                servers,
+                &shard.rpc,
+                method,
+                body,
+                FORWARD_TIMEOUT,
+                Retry::Always,
+            )
+            .await
+        }
+        Destination::Leader(leader) => {
+            shard
+                .rpc
+                .call(*leader, None, method, body, FORWARD_TIMEOUT)
+                .await
+        }
+    }
 }
 
 /// Reads one node's catalog state from a server as Consul's anti-entropy does: the node
@@ -364,50 +365,6 @@ fn request_token(shard: &Shard, given: Option<&str>) -> Option<String> {
     match given.filter(|t| !t.is_empty()) {
         Some(token) if shard.config().acl.enabled => Some(token.to_string()),
         _ => agent_token(shard),
-    }
-}
-
-/// `X-Consul-Token: …` and its line end, or nothing.
-fn token_header(token: Option<&str>) -> String {
-    match token.filter(|t| !t.is_empty() && !t.contains(['\r', '\n'])) {
-        Some(token) => format!("X-Consul-Token: {token}\r\n"),
-        None => String::new(),
-    }
-}
-
-/// The internal apply request carrying an encoded catalog command.
-fn apply_request(payload: &[u8], token: Option<&str>) -> Vec<u8> {
-    let mut request = format!(
-        "PUT {APPLY_PATH} HTTP/1.1\r\nHost: praetor\r\n{}Content-Length: {}\r\n\r\n",
-        token_header(token),
-        payload.len()
-    )
-    .into_bytes();
-    request.extend_from_slice(payload);
-    request
-}
-
-/// The store's answer to a forwarded apply, from the server's raw HTTP response.
-fn apply_answer(answer: Result<Frame, String>) -> CommandResult {
-    match answer {
-        Ok(frame) if frame.kind == kind::FORWARD_HTTP_RESPONSE => {
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&frame.payload) {
-                Ok(httparse::Status::Complete(head_len)) => {
-                    let body = String::from_utf8_lossy(&frame.payload[head_len..]).into_owned();
-                    if response.code == Some(200) {
-                        CommandResult::Bool(true)
-                    } else {
-                        CommandResult::Error(body)
-                    }
-                }
-                _ => CommandResult::Error("malformed answer from the server".to_string()),
-            }
-        }
-        Ok(frame) => CommandResult::Error(String::from_utf8_lossy(&frame.payload).into_owned()),
-        Err(e) if e.starts_with("rpc error") || e == servers::NO_SERVERS => CommandResult::Error(e),
-        Err(e) => CommandResult::Error(format!("rpc error: {e}")),
     }
 }
 

@@ -25,8 +25,8 @@ use crate::store::acl::apply::{
     AuthMethodWrite, BindingRuleWrite, LinkRef, PolicyWrite, RoleWrite, TokenWrite,
 };
 use crate::store::acl::{
-    self, builtin, cache, jwt, login, rules, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy,
-    Role, ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
+    self, builtin, jwt, login, rules, AclOp, AuthMethod, BindingRule, NodeIdentity, Policy, Role,
+    ServiceIdentity, TemplatedPolicy, Token, TokenFilter,
 };
 use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use base64::Engine;
@@ -1407,37 +1407,6 @@ pub fn logout(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         },
         |_| Ok(json!(true)),
     )
-}
-
-// ---- a client agent's tokens ----
-
-/// `GET /v1/internal/praetor/acl/rules`: the accessor and the effective rules (as texts) of
-/// the token the request carries, for a client agent to compile (`api::client_tokens`). Open
-/// as `token/self` is: it tells the token's holder what the token may do. An unknown or
-/// expired token is Consul's 403 `ACL not found`.
-pub fn client_rules(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    if ctx.is_client() {
-        return Ok(Outcome::Forward);
-    }
-    // The client sends the token it resolves (its own default for requests without one);
-    // an empty one is the anonymous token, never this server's default.
-    let secret = request.token().unwrap_or("");
-    let version = ctx.current_version();
-    let token = cache::token_for_secret(&version, secret, now_unix_ns())
-        .ok_or_else(authz::acl_not_found)?;
-    let sources = cache::effective_sources(&version, &token, &ctx.config().datacenter);
-    let rules: Vec<&str> = sources.rules.iter().map(|r| &*r.text).collect();
-    reply.json(
-        200,
-        b"",
-        &json!({ "AccessorID": &*token.accessor_id, "Rules": rules }),
-    );
-    Ok(Outcome::Done)
 }
 
 // ---- the agent's tokens ----

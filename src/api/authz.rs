@@ -19,8 +19,8 @@ use super::{ApiError, Context, Request};
 use crate::consul::body::{parse_json, Obj};
 use crate::proto::http::Method;
 use crate::store::acl::authorizer::{Authorizer, Check, Denial};
-use crate::store::catalog::{CatalogOp, Registration};
-use crate::store::{catalog, session, Command};
+use crate::store::catalog::Registration;
+use crate::store::{catalog, session};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -77,9 +77,6 @@ pub enum Acl {
     CatalogRegister,
     /// `service:write` on the service deregistered, else `node:write` on the node.
     CatalogDeregister,
-    /// A catalog command an agent's anti-entropy sends: each registration and deregistration
-    /// needs what the same `/v1/catalog/register` or `/deregister` would.
-    CatalogApply,
     /// Prepared queries: `query:write` on the name of a query written (the body's, and the
     /// stored one's on update and delete), `query:read` on one read or explained; lists
     /// and executions filter their rows.
@@ -381,7 +378,6 @@ pub fn check(ctx: &Context, rule: Acl, request: &Request, authz: &Authz) -> Resu
         Acl::ServiceFromBody => check_service_body(request, authz),
         Acl::CatalogRegister => check_catalog_register(request, authz),
         Acl::CatalogDeregister => check_catalog_deregister(ctx, request, authz),
-        Acl::CatalogApply => check_catalog_apply(ctx, request, authz),
         Acl::Query => check_query(ctx, request, authz),
         Acl::Custom(rule) => (rule.check)(ctx, request, authz),
         Acl::ServiceWriteFromRest => authz.require(a.service_write(rest)),
@@ -613,43 +609,6 @@ pub(crate) fn check_deregister(
         Some(instance) => authz.require(a.service_write(&instance.name)),
         None => authz.require(a.node_write(node)),
     }
-}
-
-/// Most catalog operations one internal apply is checked for (anti-entropy sends batches of
-/// 128); a body with more is refused before any is checked.
-pub const CATALOG_APPLY_CHECKED_OPS_MAX: usize = 1024;
-
-/// An agent's anti-entropy command: each operation needs what the same public registration
-/// or deregistration would (Consul's agents send them one RPC each, with the service's or
-/// check's token, else the agent's). A body that does not decode is refused by the handler.
-fn check_catalog_apply(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
-    let Ok(Command::Catalog(op)) = Command::decode(request.body) else {
-        return Ok(());
-    };
-    let mut ops = vec![&op];
-    let mut checked = 0usize;
-    while let Some(op) = ops.pop() {
-        checked += 1;
-        if checked > CATALOG_APPLY_CHECKED_OPS_MAX {
-            return Err(ApiError::bad_request(format!(
-                "more than {CATALOG_APPLY_CHECKED_OPS_MAX} catalog operations in one request"
-            )));
-        }
-        match op {
-            CatalogOp::Batch(inner) => ops.extend(inner.iter()),
-            CatalogOp::Deregister {
-                node, service_id, ..
-            } => check_deregister(ctx, node, service_id, authz)?,
-            CatalogOp::Register(registration) => check_registration(ctx, registration, authz)?,
-            // Consul's `Coordinate.Update` needs `node:write` on each node it moves.
-            CatalogOp::Coordinates(updates) => {
-                for update in updates {
-                    authz.require(authz.authorizer.node_write(&update.node))?;
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A registration: `node:write` unless it leaves the node alone, `service:write` on its

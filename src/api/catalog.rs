@@ -63,19 +63,6 @@ pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outco
     ))))
 }
 
-/// `PUT /v1/internal/praetor/catalog-apply`: a catalog command encoded as a Raft payload,
-/// sent by an agent on a follower to the leader. Only catalog commands are accepted, and the
-/// store validates them as it validates every registration.
-pub fn internal_apply(_: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    let command = Command::decode(request.body).map_err(ApiError::bad_request)?;
-    if !matches!(command, Command::Catalog(_)) {
-        return Err(ApiError::bad_request(
-            "only catalog commands are accepted here",
-        ));
-    }
-    Ok(write_result(command))
-}
-
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);

@@ -4,11 +4,15 @@
 //! A client agent holds no ACL tables. What it forwards is checked by the server that
 //! answers; what it answers itself (`/v1/agent/*`, its gossip views, user events) needs the
 //! request's token resolved here. Before such a request is dispatched the HTTP server awaits
-//! [`ensure`]: a token not fetched within `acl.token_ttl` is asked of a server
-//! (`GET` [`RULES_PATH`], answered by `api::acl::client_rules` with the token's accessor and
-//! the texts of its effective rules) and compiled with this agent's default policy, so the
-//! check itself ([`ClientTokens::resolve`], called by `Context::resolve_token`) stays
-//! synchronous and costs a hash lookup.
+//! [`ensure`]: a token not fetched within `acl.token_ttl` is asked of a server with Consul's
+//! `ACL.TokenRead` by the token's own secret (a default-consistency read: Consul's agents
+//! read stale, but a token created a moment ago must not be cached here as unknown), with
+//! `Expanded` set so that one call brings every policy that applies to the token — its
+//! own, its roles', and those its identities synthesize (Consul's agent reads the token,
+//! then `ACL.PolicyResolve` and `ACL.RoleResolve`; the expanded read answers the same in
+//! one round trip). The policies that apply in this agent's datacenter are compiled with
+//! its default policy, so the check itself ([`ClientTokens::resolve`], called by
+//! `Context::resolve_token`) stays synchronous and costs a hash lookup.
 //!
 //! When no server answers, `acl.down_policy` decides as it does in Consul: `extend-cache`
 //! and `async-cache` keep using a token resolved before and deny one never seen; `deny`
@@ -18,24 +22,23 @@
 //! Bounds: at most [`CLIENT_TOKENS_MAX`] tokens; past that the cache empties and refills.
 
 use super::Context;
-use crate::cluster::servers::{self, Retry};
+use crate::cluster::servers::Retry;
 use crate::config::acl::{AclConfig, DownPolicy};
-use crate::proto::rpc::kind;
+use crate::consul::rpc::acl::{read_resolved_token, TokenGetRequest};
+use crate::consul::rpc::QueryOptions;
+use crate::shard::rpc_client::CallError;
 use crate::store::acl::authorizer::{Authorizer, DefaultPolicy};
+use crate::store::acl::builtin::ANONYMOUS_TOKEN_SECRET_ID;
 use crate::store::acl::cache::{ResolveError, Resolved};
 use crate::store::acl::rules;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where a server answers a client agent's token resolution.
-pub const RULES_PATH: &str = "/v1/internal/praetor/acl/rules";
 /// Most tokens one shard of a client agent keeps.
 pub const CLIENT_TOKENS_MAX: usize = 4096;
 /// How long a resolution may wait for a server.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest answer accepted (a token's rules are at most a few policies of 128 KiB).
-const ANSWER_BYTES_MAX: usize = 16 << 20;
 
 struct Entry {
     resolved: Result<Resolved, ResolveError>,
@@ -118,17 +121,12 @@ impl ClientTokens {
         }
     }
 
-    /// Compiles a server's answer (`{"AccessorID": …, "Rules": [text, …]}`).
-    pub fn compile(&self, answer: &serde_json::Value) -> Result<Resolved, ResolveError> {
-        let invalid = |e: String| ResolveError::InvalidPolicy(e);
-        let accessor = answer["AccessorID"]
-            .as_str()
-            .ok_or_else(|| invalid("a token without an AccessorID".to_string()))?;
-        let parsed = answer["Rules"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|text| rules::parse(text.as_str().unwrap_or("")).map_err(invalid))
+    /// Compiles a server's answer: the token's accessor and the rules of the policies that
+    /// apply in this datacenter.
+    pub fn compile(&self, accessor: &str, rules: &[&str]) -> Result<Resolved, ResolveError> {
+        let parsed = rules
+            .iter()
+            .map(|text| rules::parse(text).map_err(ResolveError::InvalidPolicy))
             .collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&rules::PolicyRules> = parsed.iter().collect();
         Ok(Resolved {
@@ -149,8 +147,9 @@ pub async fn ensure(ctx: &Context, secret: &str) {
     let answer = fetch(ctx, secret).await;
     let mut tokens = tokens.borrow_mut();
     match answer {
-        Ok(Some(value)) => {
-            let compiled = tokens.compile(&value);
+        Ok(Some((accessor, rules))) => {
+            let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
+            let compiled = tokens.compile(&accessor, &refs);
             tokens.store(secret, compiled, Instant::now());
         }
         Ok(None) => tokens.store(secret, Err(ResolveError::NotFound), Instant::now()),
@@ -163,43 +162,58 @@ pub async fn ensure(ctx: &Context, secret: &str) {
     }
 }
 
-/// Asks a server for the token's rules: `Some(answer)`, `None` for an unknown token, or why
-/// no server answered.
-async fn fetch(ctx: &Context, secret: &str) -> Result<Option<serde_json::Value>, String> {
-    let mut request = format!("GET {RULES_PATH} HTTP/1.1\r\nHost: praetor\r\n");
-    if !secret.is_empty() && !secret.contains(['\r', '\n']) {
-        request.push_str(&format!("X-Consul-Token: {secret}\r\n"));
+/// Asks a server for the token (`ACL.TokenRead` by its secret, expanded): its accessor and
+/// the rules that apply in this datacenter, `None` for a token the servers do not know, or
+/// why no server answered.
+async fn fetch(ctx: &Context, secret: &str) -> Result<Option<(String, Vec<String>)>, String> {
+    // A request without a token is the anonymous token's (never this agent's default: the
+    // caller resolved that already).
+    let secret = if secret.is_empty() {
+        ANONYMOUS_TOKEN_SECRET_ID
+    } else {
+        secret
+    };
+    let datacenter = ctx.config().datacenter.clone();
+    let body = TokenGetRequest {
+        datacenter: &datacenter,
+        token_id: secret,
+        token_id_type: "secret",
+        expanded: true,
+        // Not stale, unlike Consul's agents: a token created a moment ago through another
+        // server must resolve here at once, not be remembered as unknown for the TTL.
+        options: QueryOptions {
+            token: secret,
+            ..QueryOptions::default()
+        },
     }
-    request.push_str("\r\n");
-    let frame = servers::call(
-        ctx.servers(),
-        ctx.forward_client(),
-        kind::FORWARD_HTTP,
-        request.as_bytes(),
-        FETCH_TIMEOUT,
-        Retry::Always,
-    )
-    .await?;
-    let (status, body) = servers::forwarded_http_answer(&frame)?;
-    if body.len() > ANSWER_BYTES_MAX {
-        return Err(format!("answer larger than {ANSWER_BYTES_MAX} bytes"));
-    }
-    match status {
-        200 => serde_json::from_slice(body)
-            .map(Some)
-            .map_err(|e| format!("malformed answer from the server: {e}")),
-        403 if body == b"ACL not found" => Ok(None),
-        status => Err(format!(
-            "the server answered {status}: {}",
-            String::from_utf8_lossy(body)
-        )),
-    }
+    .encode();
+    let answer = ctx
+        .deferred()
+        .call_server("ACL.TokenRead", &body, FETCH_TIMEOUT, Retry::Always)
+        .await;
+    let reply = match answer {
+        Ok(reply) => reply,
+        // Consul's servers answer an unknown secret either with no token or with this.
+        Err(CallError::Remote(text)) if text == "ACL not found" => return Ok(None),
+        Err(error) => return Err(error.to_string()),
+    };
+    let resolved = read_resolved_token(&reply)
+        .map_err(|e| format!("malformed answer from the server: {e}"))?;
+    let Some(accessor) = resolved.accessor_id else {
+        return Ok(None);
+    };
+    let rules = resolved
+        .policies
+        .iter()
+        .filter(|p| p.datacenters.is_empty() || p.datacenters.contains(&datacenter.as_str()))
+        .map(|p| p.rules.to_string())
+        .collect();
+    Ok(Some((accessor.to_string(), rules)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn config(down_policy: DownPolicy) -> AclConfig {
         AclConfig {
@@ -216,9 +230,8 @@ mod tests {
         let start = Instant::now();
         let mut tokens = ClientTokens::new(&config(DownPolicy::ExtendCache));
         assert!(tokens.needs_fetch("s", start));
-        let answer =
-            json!({"AccessorID": "a1", "Rules": ["key_prefix \"app/\" {\n policy = \"write\"\n}"]});
-        let compiled = tokens.compile(&answer).unwrap();
+        let rules = ["key_prefix \"app/\" {\n policy = \"write\"\n}"];
+        let compiled = tokens.compile("a1", &rules).unwrap();
         tokens.store("s", Ok(compiled), start);
         assert!(!tokens.needs_fetch("s", start + Duration::from_secs(29)));
         assert!(tokens.needs_fetch("s", start + Duration::from_secs(30)));
@@ -244,7 +257,7 @@ mod tests {
         assert_eq!(tokens.resolve("u").unwrap_err(), ResolveError::NotFound);
 
         let mut deny = ClientTokens::new(&config(DownPolicy::Deny));
-        deny.store("s", tokens.compile(&answer), start);
+        deny.store("s", tokens.compile("a1", &rules), start);
         deny.fetch_failed();
         assert!(deny
             .resolve("s")
@@ -260,8 +273,6 @@ mod tests {
             .authorizer
             .key_write("x")
             .is_ok());
-        assert!(tokens
-            .compile(&json!({"AccessorID": "a", "Rules": ["key {"]}))
-            .is_err());
+        assert!(tokens.compile("a", &["key {"]).is_err());
     }
 }

@@ -29,8 +29,6 @@ use crate::tls::connect_ca;
 use arcstr::ArcStr;
 use std::sync::Arc;
 
-/// The internal route agents send leaf CSRs to.
-pub const SIGN_PATH: &str = "/v1/internal/praetor/connect/sign";
 /// The internal route a secondary datacenter's leader sends its intermediate CSR to, on the
 /// primary (Consul's `ConnectCA.SignIntermediate`).
 pub const SIGN_INTERMEDIATE_PATH: &str = "/v1/internal/praetor/connect/sign-intermediate";
@@ -543,12 +541,6 @@ pub const AUTHORIZE_ACL_RULE: super::authz::CustomRule = super::authz::CustomRul
     check: |_, request, authz| check_authorize(request, authz),
 };
 
-/// The rule of the CSR signing route: [`check_sign`].
-pub const SIGN_ACL_RULE: super::authz::CustomRule = super::authz::CustomRule {
-    name: "service:write on the service a CSR names",
-    check: |_, request, authz| check_sign(request, authz),
-};
-
 /// The ACL check of `POST /v1/agent/connect/authorize`: `service:write` on the target.
 pub fn check_authorize(request: &Request, authz: &super::authz::Authz) -> Result<(), ApiError> {
     let target = authorize_fields(request.body)
@@ -557,20 +549,9 @@ pub fn check_authorize(request: &Request, authz: &super::authz::Authz) -> Result
     authz.require(authz.authorizer.service_write(&target))
 }
 
-/// The ACL check of a CSR sent for signing: `service:write` on the service it names.
-pub fn check_sign(request: &Request, authz: &super::authz::Authz) -> Result<(), ApiError> {
-    match csr_service(request.body) {
-        Some(service) => authz.require(authz.authorizer.service_write(&service)),
-        // The handler refuses a CSR naming no service.
-        None => Ok(()),
-    }
-}
-
-/// The service a CSR asks a leaf for, for the ACL check before signing.
-pub fn csr_service(body: &[u8]) -> Option<String> {
-    let value = parse_json(body).ok()?;
-    let csr = Obj::new(&value).ok()?.opt_string(&["csr"]).ok()??;
-    let params = rcgen::CertificateSigningRequestParams::from_pem(&csr).ok()?;
+/// The service a CSR (PEM) asks a leaf for: what `ConnectCA.Sign` checks `service:write` on.
+pub fn csr_pem_service(csr: &str) -> Option<String> {
+    let params = rcgen::CertificateSigningRequestParams::from_pem(csr).ok()?;
     params
         .params
         .subject_alt_names
@@ -662,34 +643,6 @@ pub fn issued_doc(leaf: &IssuedLeaf, private_key_pem: Option<&str>) -> Doc {
         ("ModifyIndex".into(), Doc::Int(leaf.index as i64)),
     ]);
     Doc::Obj(fields)
-}
-
-/// `PUT /v1/internal/praetor/connect/sign`: signs an agent's CSR; the answer is the leaf
-/// without a key, plus the ID of the root that signed it.
-pub fn sign(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
-    if !ctx.is_leader() {
-        return Ok(Outcome::Forward);
-    }
-    let value = parse_json(request.body)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let obj = Obj::new(&value)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let csr = obj
-        .opt_string(&["csr"])
-        .map_err(ApiError::bad_request)?
-        .unwrap_or_default();
-    let version = ctx.current_version();
-    let leaf = sign_csr(
-        &version,
-        &ctx.config().datacenter,
-        &csr,
-        unix_s(super::context::now_unix_ns()),
-    )?;
-    let mut body = issued_doc(&leaf, None);
-    body.set("RootID", Doc::Str(leaf.root_id.clone()));
-    send_doc(reply, b"", &body);
-    Ok(Outcome::Done)
 }
 
 /// `PUT /v1/internal/praetor/connect/sign-intermediate` (body `{"CSR": …}`), on the

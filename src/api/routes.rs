@@ -14,13 +14,11 @@
 
 use super::authz::Acl;
 use super::{
-    acl, agent, agent_local, authz, catalog, client_tokens, config, connect, coordinate, debug,
-    event, gateways, health, host, intentions, internal_dns, keyring, kv, members, monitor,
-    operator, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply,
-    Request,
+    acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event, gateways,
+    health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
+    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
-use crate::consul::node_state::APPLY_PATH;
 use crate::dns::remote;
 use crate::proto::http::{HttpLimits, Method};
 
@@ -144,9 +142,9 @@ const GET_DELETE: &[Method] = &[Method::Get, Method::Delete];
 const GET_POST: &[Method] = &[Method::Get, Method::Post];
 
 use Acl::{
-    AclByMethod, AclRead, AgentRead, AgentWrite, CatalogApply, CatalogDeregister, CatalogRegister,
-    EventFromRest, Filtered, Key, KeyringByMethod, Management, NodeFromRest, OperatorByMethod,
-    OperatorRead, OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById, SessionCreate,
+    AclByMethod, AclRead, AgentRead, AgentWrite, CatalogDeregister, CatalogRegister, EventFromRest,
+    Filtered, Key, KeyringByMethod, Management, NodeFromRest, OperatorByMethod, OperatorRead,
+    OperatorWrite, ServiceFromBody, ServiceFromRest, SessionById, SessionCreate,
 };
 use Body::{KvValue, Snapshot, Standard, Txn};
 use Path::{Exact, Prefix};
@@ -180,7 +178,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/kv"),                              GET_PUT_DELETE,      Standard, BLOCKS,  Key,        kv::handle),
 
     route(Exact("/v1/catalog/register"),                PUT,                 Standard, ANSWERS, CatalogRegister, catalog::register),
-    route(Exact(APPLY_PATH),                            PUT,                 Standard, ANSWERS, CatalogApply, catalog::internal_apply),
     route(Exact("/v1/catalog/deregister"),              PUT,                 Standard, ANSWERS, CatalogDeregister, catalog::deregister),
     route(Exact("/v1/catalog/nodes"),                   GET,                 Standard, BLOCKS,  Filtered,   catalog::nodes),
     route(Exact("/v1/catalog/services"),                GET,                 Standard, BLOCKS,  Filtered,   catalog::services),
@@ -296,8 +293,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/acl/binding-rules"),               GET,                 Standard, BLOCKS,  AclByMethod, acl::binding_rule_list),
     route(Prefix("/v1/acl/binding-rule/"),              GET_PUT_DELETE,      Standard, BLOCKS,  AclByMethod, acl::binding_rule),
     route(Prefix("/v1/agent/token/"),                   PUT,                 Standard, ANSWERS, AgentWrite, acl::agent_token),
-    // A client agent's token resolution, answered by its servers (`api::client_tokens`).
-    route(Exact(client_tokens::RULES_PATH),             GET,                 Standard, ANSWERS, Acl::None,  acl::client_rules),
 
     // The service mesh: config entries, intentions, the CA, leaf certificates.
     route(Exact("/v1/config"),                          PUT,                 Standard, ANSWERS, Acl::Custom(config::ACL_RULE), config::apply),
@@ -312,7 +307,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/connect/ca/roots"),          GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
     route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::Custom(connect::AUTHORIZE_ACL_RULE), connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
-    route(Exact(connect::SIGN_PATH),                    PUT,                 Standard, ANSWERS, Acl::Custom(connect::SIGN_ACL_RULE), connect::sign),
     route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
@@ -430,7 +424,6 @@ const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
     "/v1/catalog/datacenters",
     "/v1/coordinate/datacenters",
     "/v1/operator/keyring",
-    APPLY_PATH,
     remote::CHANGES_PATH,
 ];
 
@@ -590,8 +583,6 @@ mod tests {
         "/v1/acl/login",
         "/v1/acl/logout",
         "/v1/acl/token/self",
-        // Tells a token's holder what the token may do, as token/self does.
-        client_tokens::RULES_PATH,
         // Consul's `AgentVersion` checks no ACL: the version is what clients negotiate with.
         "/v1/agent/version",
         "/v1/connect/ca/roots",

@@ -5,12 +5,14 @@
 //! generates the session ID here, on the leader, so the command every server applies carries
 //! it. A request forwarded from another agent defaults to that agent's node
 //! (`X-Praetor-Origin-Node`). Renewals go to the leader, which keeps the TTL timers; they
-//! touch no log entry.
+//! touch no log entry. On a client agent each endpoint is its typed call
+//! (`rpc::client_session`): the agent decodes and defaults a create, the server does the rest.
 //!
 //! Reads report the sessions table index, as Consul does, and block precisely: info on the
 //! session's key, node on the node's key, list on the table.
 
 use super::authz::RowFilter;
+use super::rpc::client_session::{self, Which};
 use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
     Request, WriteOp, ORIGIN_NODE_HEADER,
@@ -150,6 +152,15 @@ pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         .to_string();
     let (mut session, behavior_text) = decode_create(request.body, &default_node)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    if ctx.is_client() {
+        // The server checks the rest, in the same words, and picks the ID.
+        return Ok(client_session::create(
+            ctx,
+            request,
+            &session,
+            &behavior_text,
+        ));
+    }
     // The session endpoint's checks, with its words and its 500 status.
     if session.node.is_empty() {
         return Err(ApiError::Internal("Must provide Node".to_string()));
@@ -198,6 +209,9 @@ pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
         return Err(ApiError::bad_request("Missing session"));
     }
     let id = id.to_ascii_lowercase();
+    if ctx.is_client() {
+        return Ok(client_session::destroy(ctx, request, &id));
+    }
     // Consul answers without a log entry when there is nothing to destroy.
     if ctx.is_leader() && session::get(&ctx.current_version(), &id).is_none() {
         reply.json_bool(true);
@@ -218,6 +232,13 @@ pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
     super::check_datacenter(ctx, &request.query)?;
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
+    }
+    if ctx.is_client() {
+        return Ok(client_session::renew(
+            ctx,
+            request,
+            &id.to_ascii_lowercase(),
+        ));
     }
     if !ctx.is_leader() {
         // Only the leader keeps timers, and only its state says whether the session lives.
@@ -372,6 +393,9 @@ pub fn info(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
         return Err(ApiError::bad_request("Missing session"));
     }
     let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
+    if ctx.is_client() {
+        return Ok(client_session::read(ctx, request, Which::One(&id), options));
+    }
     let rows = RowFilter::of(request);
     run_query(ctx, InfoQuery { id, rows }, options, reply)
 }
@@ -387,6 +411,14 @@ pub fn node_sessions(
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
+    if ctx.is_client() {
+        return Ok(client_session::read(
+            ctx,
+            request,
+            Which::OfNode(node),
+            options,
+        ));
+    }
     let query = NodeQuery {
         node: node.to_string(),
         watch_key: node_watch_key(node),
@@ -398,6 +430,9 @@ pub fn node_sessions(
 /// `GET /v1/session/list`.
 pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(client_session::read(ctx, request, Which::All, options));
+    }
     let rows = RowFilter::of(request);
     run_query(ctx, ListQuery { rows }, options, reply)
 }

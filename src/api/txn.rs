@@ -7,10 +7,14 @@
 //! the request's consistency mode (`?stale`, default, `?consistent`), without Raft, with the
 //! `X-Consul-KnownLeader` and `X-Consul-LastContact` headers Consul sends for it.
 //!
+//! On a client agent the decoded operations are `Txn.Apply` or `Txn.Read` on a server
+//! (`rpc::client_txn`), the answer rendered here.
+//!
 //! Answers: 200 with `Results` when the transaction committed, 409 with `Errors` (each with
 //! `OpIndex` and `What`) when it rolled back, 413 for more than [`TXN_OPS_MAX`] operations or
 //! an oversized value, 400 for a body that does not decode.
 
+use super::rpc::client_txn;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
@@ -243,6 +247,13 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         write_outcome(&outcome, b"", reply);
         return Ok(Outcome::Done);
     }
+    if ctx.is_client() {
+        if decoded.ops.iter().any(TxnOp::is_write) {
+            return Ok(client_txn::apply(ctx, request, &decoded.ops));
+        }
+        let options = query_options(ctx, &request.query)?;
+        return Ok(client_txn::read(ctx, request, &decoded.ops, options));
+    }
     if decoded.ops.iter().any(TxnOp::is_write) {
         return Ok(Outcome::Write(super::WriteOp {
             command: Command::Txn(decoded.ops),
@@ -270,18 +281,23 @@ impl Query for ReadTxn {
     }
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let outcome = txn::read_only(tables, &self.ops);
-        let mut headers = Vec::with_capacity(96);
-        headers.extend_from_slice(b"X-Consul-KnownLeader: ");
-        headers.extend_from_slice(if meta.known_leader { b"true" } else { b"false" });
-        headers.extend_from_slice(b"\r\nX-Consul-LastContact: ");
-        crate::proto::http::push_u64(&mut headers, meta.last_contact_ms);
-        headers.extend_from_slice(b"\r\n");
-        write_outcome(&outcome, &headers, reply);
+        write_outcome(&outcome, &read_headers(&meta), reply);
     }
 }
 
+/// The headers Consul sends with a read-only transaction's answer.
+pub fn read_headers(meta: &QueryMeta) -> Vec<u8> {
+    let mut headers = Vec::with_capacity(96);
+    headers.extend_from_slice(b"X-Consul-KnownLeader: ");
+    headers.extend_from_slice(if meta.known_leader { b"true" } else { b"false" });
+    headers.extend_from_slice(b"\r\nX-Consul-LastContact: ");
+    crate::proto::http::push_u64(&mut headers, meta.last_contact_ms);
+    headers.extend_from_slice(b"\r\n");
+    headers
+}
+
 /// `{"Results": …, "Errors": …}` with 200, or 409 when the transaction rolled back.
-fn write_outcome(outcome: &TxnOutcome, headers: &[u8], reply: &mut Reply) {
+pub fn write_outcome(outcome: &TxnOutcome, headers: &[u8], reply: &mut Reply) {
     let mut body = Vec::with_capacity(128 + outcome.results.len() * 256);
     let mut w = JsonWriter::new(&mut body, reply.pretty);
     w.begin_object();

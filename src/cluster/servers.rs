@@ -26,7 +26,7 @@
 //! already rotated past it), so concurrent failures of one server rotate it once.
 
 use crate::consul::metrics::Counter;
-use crate::proto::rpc::{kind, Frame};
+use crate::proto::rpc::Frame;
 use crate::shard::forward::ForwardPool;
 use crate::shard::rpc_client::{CallError, RpcClient};
 use crate::telemetry;
@@ -437,22 +437,6 @@ pub enum Retry {
     /// Only when the request never left this agent (no connection); a write that may have
     /// reached the server is not repeated, as Consul's client does not repeat it.
     NotSent,
-}
-
-/// The status and body of a server's answer to a forwarded HTTP request (`FORWARD_HTTP`):
-/// the raw HTTP response in a `FORWARD_HTTP_RESPONSE` frame, or the server's refusal.
-pub fn forwarded_http_answer(frame: &Frame) -> Result<(u16, &[u8]), String> {
-    if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-        return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&frame.payload) {
-        Ok(httparse::Status::Complete(head_len)) => {
-            Ok((response.code.unwrap_or(0), &frame.payload[head_len..]))
-        }
-        _ => Err("malformed answer from the server".to_string()),
-    }
 }
 
 /// Sends one request frame to a server the manager picks, over `pool` (the calling shard's

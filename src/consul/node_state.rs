@@ -1,14 +1,9 @@
 //! One node's catalog rows — what the agent compares its local state against (a client
 //! agent reads them from its server with `Catalog.NodeServices` and `Health.NodeChecks`).
-//! Also the path of the internal endpoint a follower forwards the agent's catalog commands
-//! to.
 
 use crate::store::catalog::{HealthCheck, Node, RowArc, ServiceInstance};
 use crate::store::StoreVersion;
 use std::sync::Arc;
-
-/// The internal endpoint a follower forwards the agent's catalog commands to.
-pub const APPLY_PATH: &str = "/v1/internal/praetor/catalog-apply";
 
 /// What the catalog holds for one node: the row, its services and its checks.
 #[derive(Clone, Debug, Default)]

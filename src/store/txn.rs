@@ -47,6 +47,25 @@ pub enum KvVerb {
 }
 
 impl KvVerb {
+    /// Consul's name of the verb ([`KvVerb::parse`]'s inverse).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvVerb::Set => "set",
+            KvVerb::Cas => "cas",
+            KvVerb::Lock => "lock",
+            KvVerb::Unlock => "unlock",
+            KvVerb::Get => "get",
+            KvVerb::GetOrEmpty => "get-or-empty",
+            KvVerb::GetTree => "get-tree",
+            KvVerb::CheckIndex => "check-index",
+            KvVerb::CheckSession => "check-session",
+            KvVerb::CheckNotExists => "check-not-exists",
+            KvVerb::Delete => "delete",
+            KvVerb::DeleteTree => "delete-tree",
+            KvVerb::DeleteCas => "delete-cas",
+        }
+    }
+
     pub fn parse(text: &str) -> Option<KvVerb> {
         Some(match text {
             "set" => KvVerb::Set,
@@ -102,6 +121,17 @@ impl CatalogVerb {
     }
     pub fn is_write(self) -> bool {
         self != CatalogVerb::Get
+    }
+
+    /// Consul's name of the verb ([`CatalogVerb::parse`]'s inverse).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CatalogVerb::Set => "set",
+            CatalogVerb::Cas => "cas",
+            CatalogVerb::Get => "get",
+            CatalogVerb::Delete => "delete",
+            CatalogVerb::DeleteCas => "delete-cas",
+        }
     }
 }
 

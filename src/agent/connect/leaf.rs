@@ -3,22 +3,25 @@
 //!
 //! The private key is generated on this agent and never leaves it: only the CSR travels.
 //! A server agent signs with its own store's active root (`api::connect::sign_csr`); a
-//! client agent sends the CSR to a server (`PUT /v1/internal/praetor/connect/sign`, with the
-//! caller's token). Each requested service gets one task that signs its first leaf, then
+//! client agent sends the CSR to a server as Consul's `ConnectCA.Sign` (with the service's
+//! token, else the agent's default one), which the leader signs. Each requested service gets one task that signs its first leaf, then
 //! renews it at a random point between 60 % and 90 % of its lifetime — or at once when the
 //! active root changes, so a rotation reaches every leaf — and wakes the blocked callers.
 //! A leaf's index is the store index it was signed at, and always above the previous
 //! leaf's, so a caller blocking on `?index` sees every renewal.
 //!
 //! The roots are followed by one task per agent: on a server through the shard's watch on
-//! the roots key, on a client through a blocking read of `/v1/connect/ca/roots` on a
-//! server.
+//! the roots key, on a client through a blocking `ConnectCA.Roots` on a server.
 
 use crate::agent::signal::Signal;
 use crate::agent::Agent;
 use crate::api::agent_channel::AgentReply;
 use crate::api::connect::{issued_doc, sign_csr, IssuedLeaf};
+use crate::cluster::servers::Retry;
 use crate::consul::config_entry::doc;
+use crate::consul::rpc::catalog::DcSpecificRequest;
+use crate::consul::rpc::connect_ca::{read_ca_roots, read_issued_cert, CaSignRequest};
+use crate::consul::rpc::QueryOptions;
 use crate::proto::spiffe::ServiceId;
 use crate::shard::watch::WatchSet;
 use crate::store::mesh::ca;
@@ -175,18 +178,29 @@ fn ensure_task(agent: &Rc<Agent>, service: &str, token: Option<String>) -> Resul
     Ok(())
 }
 
-/// Reads the roots once: from the local store on a server, else from a server (blocking
-/// past `index`).
+/// Reads the roots once: from the local store on a server, else from a server with
+/// `ConnectCA.Roots` (blocking past `index`).
 async fn read_roots(agent: &Agent, index: u64) -> Result<RootsView, String> {
-    let path = format!(
-        "/v1/connect/ca/roots?index={index}&wait={}s",
-        ROOTS_WAIT.as_secs()
-    );
-    match agent
+    let body = DcSpecificRequest {
+        datacenter: "",
+        node_meta_filters: Vec::new(),
+        options: QueryOptions {
+            min_query_index: index,
+            max_query_time_ns: ROOTS_WAIT.as_nanos() as i64,
+            ..QueryOptions::default()
+        },
+    }
+    .encode();
+    let answer = agent
         .client
-        .server_http("GET", &path, b"", None, ROOTS_WAIT + SERVER_CALL_TIMEOUT)
-        .await
-    {
+        .server_call(
+            "ConnectCA.Roots",
+            &body,
+            ROOTS_WAIT + SERVER_CALL_TIMEOUT,
+            Retry::Always,
+        )
+        .await;
+    match answer {
         None => {
             agent.shard.catch_up();
             let version = agent.shard.current_version();
@@ -200,26 +214,16 @@ async fn read_roots(agent: &Agent, index: u64) -> Result<RootsView, String> {
                 index: ca::roots_index(&version),
             })
         }
-        Some(Err(e)) => Err(e),
-        Some(Ok((200, roots_index, body))) => {
-            let value: serde_json::Value =
-                serde_json::from_slice(&body).map_err(|e| format!("bad roots answer: {e}"))?;
+        Some(Err(e)) => Err(format!("roots read failed: {e}")),
+        Some(Ok(reply)) => {
+            let (meta, view) =
+                read_ca_roots(&reply).map_err(|e| format!("bad roots answer: {e}"))?;
             Ok(RootsView {
-                trust_domain: value["TrustDomain"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                active_root_id: value["ActiveRootID"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                index: roots_index,
+                trust_domain: view.trust_domain.to_string(),
+                active_root_id: view.active_root_id.to_string(),
+                index: meta.index,
             })
         }
-        Some(Ok((status, _, body))) => Err(format!(
-            "roots read failed: {status} {}",
-            String::from_utf8_lossy(&body)
-        )),
     }
 }
 
@@ -273,9 +277,13 @@ async fn sign(
     service: &str,
     token: Option<&str>,
 ) -> Result<(IssuedLeaf, String), String> {
-    let (trust_domain, key_bits) = {
+    let (trust_domain, active_root_id, key_bits) = {
         let roots = agent.leaves.roots.borrow();
-        (roots.trust_domain.clone(), 256)
+        (
+            roots.trust_domain.clone(),
+            roots.active_root_id.clone(),
+            256,
+        )
     };
     if trust_domain.is_empty() {
         return Err("Connect CA roots are not available yet".to_string());
@@ -283,16 +291,28 @@ async fn sign(
     let datacenter = agent.config.borrow().datacenter.clone();
     let id = ServiceId::new(&trust_domain, &datacenter, service);
     let (csr, key) = connect_ca::make_leaf_csr(&id, &trust_domain, key_bits)?;
-    let body = serde_json::json!({ "CSR": csr }).to_string();
+    // The service's token, else the agent's default one, as Consul's agent signs.
+    let default_token = agent
+        .shard
+        .shared()
+        .acl_tokens
+        .read()
+        .ok()
+        .and_then(|tokens| tokens.default.clone());
+    let token = token
+        .filter(|t| !t.is_empty())
+        .or(default_token.as_deref())
+        .unwrap_or("");
+    let body = CaSignRequest {
+        datacenter: "",
+        csr: &csr,
+        token,
+    }
+    .encode();
+    // A sign that may have reached the leader is not sent again: the next try signs anew.
     let remote = agent
         .client
-        .server_http(
-            "PUT",
-            crate::api::connect::SIGN_PATH,
-            body.as_bytes(),
-            token,
-            SERVER_CALL_TIMEOUT,
-        )
+        .server_call("ConnectCA.Sign", &body, SERVER_CALL_TIMEOUT, Retry::NotSent)
         .await;
     let issued = match remote {
         None => {
@@ -303,39 +323,27 @@ async fn sign(
                 other => format!("{other:?}"),
             })?
         }
-        Some(Err(e)) => return Err(e),
-        Some(Ok((200, _, body))) => issued_from_json(&body)?,
-        Some(Ok((status, _, body))) => {
-            return Err(format!(
-                "Unexpected response code: {status} ({})",
-                String::from_utf8_lossy(&body).trim()
-            ))
+        Some(Err(e)) => return Err(e.to_string()),
+        Some(Ok(reply)) => {
+            let cert = read_issued_cert(&reply).map_err(|e| format!("bad signing answer: {e}"))?;
+            IssuedLeaf {
+                signed: connect_ca::SignedLeaf {
+                    cert_pem: String::new(),
+                    serial_number: cert.serial_number.to_string(),
+                    service: cert.service.to_string(),
+                    service_uri: cert.service_uri.to_string(),
+                    valid_after_unix_s: cert.valid_after_unix_s,
+                    valid_before_unix_s: cert.valid_before_unix_s,
+                },
+                chain_pem: cert.cert_pem.to_string(),
+                // `IssuedCert` does not name its root: the one active when the agent asked.
+                // Should the servers rotate meanwhile, the roots' change signs again.
+                root_id: active_root_id,
+                index: cert.index,
+            }
         }
     };
     Ok((issued, key))
-}
-
-fn issued_from_json(body: &[u8]) -> Result<IssuedLeaf, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("bad signing answer: {e}"))?;
-    let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
-    let time = |k: &str| {
-        crate::proto::rfc3339::parse_ns(v[k].as_str().unwrap_or_default())
-            .map_or(0, |ns| ns / 1_000_000_000)
-    };
-    Ok(IssuedLeaf {
-        signed: connect_ca::SignedLeaf {
-            cert_pem: String::new(),
-            serial_number: text("SerialNumber"),
-            service: text("Service"),
-            service_uri: text("ServiceURI"),
-            valid_after_unix_s: time("ValidAfter"),
-            valid_before_unix_s: time("ValidBefore"),
-        },
-        chain_pem: text("CertPEM"),
-        root_id: text("RootID"),
-        index: v["ModifyIndex"].as_u64().unwrap_or(0),
-    })
 }
 
 /// When a leaf valid over `[after, before]` is renewed: a random point in 60–90 % of it.

@@ -13,7 +13,8 @@
 //! What is converted so far: the KV endpoints, `/v1/status/leader|peers` and
 //! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
 //! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
-//! call ([`across_datacenters`]).
+//! call ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
+//! session endpoints (`client_session`) have files of their own.
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
 
@@ -28,14 +29,15 @@ use crate::consul::rpc::kvs::{
 };
 use crate::consul::rpc::status::{read_leader_reply, read_string_list_reply};
 use crate::consul::rpc::{QueryMeta as RpcQueryMeta, QueryOptions as RpcQueryOptions};
+use crate::replica::ProposalResult;
 use crate::shard::rpc_client::CallError;
 use crate::shard::runtime::Consistency;
-use crate::store::kv::{KvFields, KvOp};
+use crate::store::kv::KvOp;
 use crate::store::{Command, CommandResult};
 use std::time::Duration;
 
 /// How long a call waits for its answer beyond a blocking query's own wait.
-const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A failed call as the HTTP answer Consul's agent gives it: 403 for ACL refusals, 429 for
 /// the rate limit, 500 for everything else (no leader, no server, a lost connection).
@@ -48,6 +50,73 @@ pub fn error_of(error: CallError) -> ApiError {
     } else {
         ApiError::Internal(text)
     }
+}
+
+/// A client agent's write as the proposal on the leader ended, from the call's answer:
+/// typed to the edge, so that the HTTP answer is the one the leader's own endpoint gives.
+#[derive(Debug, PartialEq)]
+pub enum WriteOutcome {
+    /// The leader applied it; the server's reply.
+    Applied(bytes::Bytes),
+    /// It did not happen: the leader refused the proposal before the log (its
+    /// `ProposalResult`, read back from Consul's words for it, as Consul's agents compare
+    /// `structs.ErrNoLeader` and its kin by text).
+    Refused(ProposalResult),
+    /// It did not happen: the server refused the request itself (an ACL, a validation), or
+    /// the call never left this agent.
+    Rejected(CallError),
+    /// It may have happened: the leader lost its leadership while committing it, or the
+    /// call was sent and its answer lost.
+    MayHaveApplied(String),
+}
+
+impl WriteOutcome {
+    pub fn of(answer: Result<bytes::Bytes, CallError>) -> WriteOutcome {
+        match answer {
+            Ok(reply) => WriteOutcome::Applied(reply),
+            Err(CallError::Remote(text)) => match proposal_refusal(&text) {
+                Some(ProposalResult::LeadershipLost) => WriteOutcome::MayHaveApplied(text),
+                Some(refused) => WriteOutcome::Refused(refused),
+                None => WriteOutcome::Rejected(CallError::Remote(text)),
+            },
+            Err(CallError::Transport { reason, sent: true }) => {
+                WriteOutcome::MayHaveApplied(format!("rpc error: {reason}"))
+            }
+            Err(unsent) => WriteOutcome::Rejected(unsent),
+        }
+    }
+
+    /// The HTTP error of a write that was not (or may not have been) applied: the status
+    /// the leader's own endpoint answers for the same proposal outcome.
+    fn error(self) -> Option<ApiError> {
+        match self {
+            WriteOutcome::Applied(_) => None,
+            WriteOutcome::Refused(result) => ApiError::from_proposal(&result),
+            WriteOutcome::Rejected(error) => Some(error_of(error)),
+            WriteOutcome::MayHaveApplied(text) => Some(ApiError::Internal(text)),
+        }
+    }
+}
+
+/// The proposal outcome Consul's words for it name (`ProposalResult`'s texts), if any.
+fn proposal_refusal(text: &str) -> Option<ProposalResult> {
+    let words = [
+        ProposalResult::NotLeader,
+        ProposalResult::LeadershipLost,
+        ProposalResult::Overloaded,
+        ProposalResult::ShuttingDown,
+    ];
+    if let Some(result) = words.into_iter().find(|r| r.to_string() == text) {
+        return Some(result);
+    }
+    // "request of <bytes> bytes exceeds the <bytes_max> bytes of one log entry"
+    let rest = text.strip_prefix("request of ")?;
+    let (bytes, rest) = rest.split_once(" bytes exceeds the ")?;
+    let bytes_max = rest.strip_suffix(" bytes of one log entry")?;
+    Some(ProposalResult::TooLarge {
+        bytes: bytes.parse().ok()?,
+        bytes_max: bytes_max.parse().ok()?,
+    })
 }
 
 /// A typed reply's metadata as the HTTP headers carry it.
@@ -109,6 +178,48 @@ pub(super) fn call(
     body: Vec<u8>,
     timeout: Duration,
     retry: Retry,
+    respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    call_mapped(
+        ctx, datacenter, method, body, timeout, retry, error_of, respond,
+    )
+}
+
+/// A write made after the handler returned: sent once unless it certainly never left
+/// ([`Retry::NotSent`]), its answer typed as the proposal ended ([`WriteOutcome`]);
+/// `respond` writes an applied write's reply.
+pub(super) fn write(
+    ctx: &Context,
+    method: &'static str,
+    body: Vec<u8>,
+    respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    let error_of_write = |error| {
+        WriteOutcome::of(Err(error))
+            .error()
+            .unwrap_or_else(|| ApiError::Internal("rpc error: no answer".to_string()))
+    };
+    call_mapped(
+        ctx,
+        "",
+        method,
+        body,
+        CALL_TIMEOUT,
+        Retry::NotSent,
+        error_of_write,
+        respond,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn call_mapped(
+    ctx: &Context,
+    datacenter: &str,
+    method: &'static str,
+    body: Vec<u8>,
+    timeout: Duration,
+    retry: Retry,
+    error_of: impl FnOnce(CallError) -> ApiError + 'static,
     respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
 ) -> Outcome {
     let deferred = ctx.deferred();
@@ -243,7 +354,7 @@ pub fn kv_get(
                 return Ok(());
             }
             filtered_header(&meta, &mut headers);
-            let fields = entries.iter().map(fields_of);
+            let fields = entries.iter().map(DirEntry::fields);
             let mut out = Vec::with_capacity(
                 64 + entries
                     .iter()
@@ -302,19 +413,6 @@ pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome
 fn filtered_header(meta: &RpcQueryMeta, headers: &mut Vec<u8>) {
     if meta.results_filtered_by_acls {
         headers.extend_from_slice(crate::api::FILTERED_BY_ACLS_HEADER);
-    }
-}
-
-/// A typed entry as the store's borrowed fields, for the HTTP rendering.
-fn fields_of<'e>(entry: &DirEntry<'e>) -> KvFields<'e> {
-    KvFields {
-        key: entry.key,
-        value: entry.value,
-        flags: entry.flags,
-        session: (!entry.session.is_empty()).then_some(entry.session),
-        lock_index: entry.lock_index,
-        create_index: entry.create_index,
-        modify_index: entry.modify_index,
     }
 }
 
@@ -412,20 +510,12 @@ pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
     let body = call_request.encode();
     let respond = op.respond;
     // A write that may have reached a server is not sent again (it could apply twice).
-    call(
-        ctx,
-        "",
-        "KVS.Apply",
-        body,
-        CALL_TIMEOUT,
-        Retry::NotSent,
-        move |body, reply| {
-            let mut r = crate::proto::msgpack::Reader::new(body);
-            let applied = r.bool().map_err(bad_reply)?;
-            respond(CommandResult::Bool(applied), reply);
-            Ok(())
-        },
-    )
+    write(ctx, "KVS.Apply", body, move |body, reply| {
+        let mut r = crate::proto::msgpack::Reader::new(body);
+        let applied = r.bool().map_err(bad_reply)?;
+        respond(CommandResult::Bool(applied), reply);
+        Ok(())
+    })
 }
 
 /// `PUT /v1/catalog/register` and `/deregister` on a client agent: `Catalog.Register` or
@@ -463,18 +553,10 @@ fn catalog_write(
         CatalogOp::Batch(_) | CatalogOp::Coordinates(_) => return Outcome::Forward,
     };
     // A write that may have reached a server is not sent again: its answer would be lost.
-    call(
-        ctx,
-        "",
-        method,
-        body,
-        CALL_TIMEOUT,
-        Retry::NotSent,
-        move |_, reply| {
-            respond(CommandResult::Bool(true), reply);
-            Ok(())
-        },
-    )
+    write(ctx, method, body, move |_, reply| {
+        respond(CommandResult::Bool(true), reply);
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -496,6 +578,63 @@ mod tests {
             sent: true,
         };
         assert_eq!(error_of(lost).status(), 500);
+    }
+
+    #[test]
+    fn a_writes_answer_is_typed_as_the_proposal_ended() {
+        let remote =
+            |result: &ProposalResult| WriteOutcome::of(Err(CallError::Remote(result.to_string())));
+        let too_large = ProposalResult::TooLarge {
+            bytes: 9,
+            bytes_max: 8,
+        };
+        for refused in [
+            ProposalResult::NotLeader,
+            ProposalResult::Overloaded,
+            ProposalResult::ShuttingDown,
+            too_large.clone(),
+        ] {
+            assert_eq!(remote(&refused), WriteOutcome::Refused(refused.clone()));
+            // The status the leader's own endpoint answers for it.
+            let expected = ApiError::from_proposal(&refused).unwrap().status();
+            assert_eq!(remote(&refused).error().unwrap().status(), expected);
+        }
+        assert_eq!(
+            remote(&ProposalResult::Overloaded)
+                .error()
+                .unwrap()
+                .status(),
+            503
+        );
+        assert_eq!(remote(&too_large).error().unwrap().status(), 413);
+        assert!(matches!(
+            remote(&ProposalResult::LeadershipLost),
+            WriteOutcome::MayHaveApplied(_)
+        ));
+        let lost = CallError::Transport {
+            reason: "connection lost".into(),
+            sent: true,
+        };
+        assert_eq!(
+            WriteOutcome::of(Err(lost)),
+            WriteOutcome::MayHaveApplied("rpc error: connection lost".into())
+        );
+        let unsent = CallError::Transport {
+            reason: "no route".into(),
+            sent: false,
+        };
+        assert!(matches!(
+            WriteOutcome::of(Err(unsent)),
+            WriteOutcome::Rejected(_)
+        ));
+        let denied = WriteOutcome::of(Err(CallError::Remote(
+            "Permission denied: token lacks permission 'key:write'".into(),
+        )));
+        assert_eq!(denied.error().unwrap().status(), 403);
+        assert_eq!(
+            WriteOutcome::of(Ok(bytes::Bytes::from_static(b"\xc3"))).error(),
+            None
+        );
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub fn typed(ctx: &crate::api::Context, request: &Request, also: &[&str]) -> boo
 
 /// The headers of a reply: `QueryMeta`'s, and Consul's filtered header when the token hid
 /// rows and the request carried a token (an anonymous caller must not learn rows exist).
-fn headers(meta: &RpcQueryMeta, secret: &str) -> Vec<u8> {
+pub(super) fn headers(meta: &RpcQueryMeta, secret: &str) -> Vec<u8> {
     let mut headers = Vec::with_capacity(192);
     meta_of(meta).write_headers(&mut headers);
     if meta.results_filtered_by_acls && !secret.is_empty() {

@@ -23,6 +23,9 @@ pub mod acl;
 pub mod catalog;
 pub mod client;
 pub mod client_catalog;
+pub mod client_session;
+pub mod client_txn;
+pub mod connect_ca;
 pub mod coordinate;
 pub mod health;
 pub mod internal;
@@ -56,6 +59,7 @@ pub type Answer = Result<Vec<u8>, String>;
 pub const SERVICES: &[&str] = &[
     "ACL",
     "Catalog",
+    "ConnectCA",
     "Coordinate",
     "Health",
     "Internal",
@@ -112,6 +116,8 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Coordinate.ListNodes" => coordinate::list_nodes(server, &call).await,
         "Coordinate.Node" => coordinate::node(server, &call).await,
         "ACL.TokenRead" => acl::token_read(server, &call).await,
+        "ConnectCA.Roots" => connect_ca::roots(server, &call).await,
+        "ConnectCA.Sign" => connect_ca::sign(server, &call).await,
         "Internal.NodeInfo" => internal::node_info(server, &call).await,
         "Internal.NodeDump" => internal::node_dump(server, &call).await,
         "Internal.ServiceDump" => internal::service_dump(server, &call).await,
@@ -314,6 +320,7 @@ fn is_read(method: &str) -> bool {
             | "Catalog.Deregister"
             | "Session.Apply"
             | "Txn.Apply"
+            | "ConnectCA.Sign"
             | "Coordinate.Update"
             | "Internal.EventFire"
     )

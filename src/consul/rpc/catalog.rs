@@ -357,9 +357,14 @@ pub fn decode_register(
     })
 }
 
-/// A `NodeService` as a client registers it.
-fn write_registered_service(w: &mut Writer, service: &ServiceRegistration) {
-    let mut f = Fields::new(w, 13);
+/// A `NodeService` as a client registers it; with `modify_index`, the `ModifyIndex` a
+/// transaction's CAS compares.
+pub(super) fn write_registered_service(
+    w: &mut Writer,
+    service: &ServiceRegistration,
+    modify_index: Option<u64>,
+) {
+    let mut f = Fields::new(w, 13 + usize::from(modify_index.is_some()));
     f.field("Address").str(&service.address);
     {
         let mut connect = Fields::new(f.field("Connect"), 1);
@@ -375,6 +380,9 @@ fn write_registered_service(w: &mut Writer, service: &ServiceRegistration) {
         service.meta.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         true,
     );
+    if let Some(index) = modify_index {
+        f.field("ModifyIndex").uint(index);
+    }
     f.field("Port").int(service.port as i64);
     {
         let w = f.field("Proxy");
@@ -416,13 +424,21 @@ fn write_registered_service(w: &mut Writer, service: &ServiceRegistration) {
     f.finish();
 }
 
-/// A `HealthCheck` as a client registers it.
-fn write_registered_check(w: &mut Writer, check: &CheckRegistration) {
-    let mut f = Fields::new(w, 12);
+/// A `HealthCheck` as a client registers it; with `modify_index`, the `ModifyIndex` a
+/// transaction's CAS compares.
+pub(super) fn write_registered_check(
+    w: &mut Writer,
+    check: &CheckRegistration,
+    modify_index: Option<u64>,
+) {
+    let mut f = Fields::new(w, 12 + usize::from(modify_index.is_some()));
     f.field("CheckID").str(&check.check_id);
     write_definition(f.field("Definition"), check.definition.as_ref());
     f.field("ExposedPort").int(check.exposed_port as i64);
     f.field("Interval").str(&check.interval);
+    if let Some(index) = modify_index {
+        f.field("ModifyIndex").uint(index);
+    }
     f.field("Name").str(&check.name);
     f.field("Node").str(&check.node);
     f.field("Notes").str(&check.notes);
@@ -444,7 +460,7 @@ pub fn encode_register(registration: &Registration, token: &str) -> Vec<u8> {
         let w = f.field("Checks");
         w.array_len(registration.checks.len());
         for check in &registration.checks {
-            write_registered_check(w, check);
+            write_registered_check(w, check, None);
         }
     }
     f.field("Datacenter").str(&registration.datacenter);
@@ -459,7 +475,7 @@ pub fn encode_register(registration: &Registration, token: &str) -> Vec<u8> {
         true,
     );
     match &registration.service {
-        Some(service) => write_registered_service(f.field("Service"), service),
+        Some(service) => write_registered_service(f.field("Service"), service, None),
         None => f.field("Service").nil(),
     }
     f.field("SkipNodeUpdate")

@@ -69,6 +69,19 @@ pub struct DirEntry<'a> {
 }
 
 impl<'a> DirEntry<'a> {
+    /// The entry as the store's borrowed fields (an empty session is none).
+    pub fn fields(&self) -> KvFields<'a> {
+        KvFields {
+            key: self.key,
+            value: self.value,
+            flags: self.flags,
+            session: (!self.session.is_empty()).then_some(self.session),
+            lock_index: self.lock_index,
+            create_index: self.create_index,
+            modify_index: self.modify_index,
+        }
+    }
+
     pub fn read(r: &mut Reader<'a>) -> Result<DirEntry<'a>, WireError> {
         let mut entry = DirEntry::default();
         each_field(r, |name, r| {

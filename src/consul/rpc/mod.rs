@@ -21,6 +21,7 @@
 
 pub mod acl;
 pub mod catalog;
+pub mod connect_ca;
 pub mod coordinate;
 pub mod internal;
 pub mod kvs;

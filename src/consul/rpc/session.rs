@@ -1,13 +1,15 @@
 //! Sessions: `Session.Apply` (`SessionRequest`: create or destroy a `Session`),
 //! `Session.Get` and `Session.Renew` (`SessionSpecificRequest`), and the `Session` rows of
-//! `IndexedSessions`.
+//! `IndexedSessions` — written by a server, and read back into the store's rows by a client
+//! agent, which renders them as a server's HTTP answer does.
 //!
 //! A server's `Session.Apply` takes the session as sent: the defaults of a create (the
 //! agent's node, the `serfHealth` check, a 15 s lock-delay) are the agent's business, applied
 //! before the call, as Consul's HTTP handler applies them.
 
 use super::{
-    each_field, string_list, write_request_field, write_string_list, Fields, QueryOptions,
+    each_field, read_reply, string_list, write_request_field, write_string_list, Fields, QueryMeta,
+    QueryOptions,
 };
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::session::{Behavior, ServiceCheck, Session};
@@ -57,25 +59,93 @@ fn read_optional_list(r: &mut Reader) -> Result<Option<Vec<String>>, WireError> 
     ))
 }
 
+/// One field of a `Session` (`Behavior` as text: the caller parses or refuses it).
+fn session_field(
+    session: &mut Session,
+    behavior: &mut String,
+    name: &str,
+    r: &mut Reader,
+) -> Result<bool, WireError> {
+    match name {
+        "ID" => session.id = Arc::from(r.str()?.to_ascii_lowercase().as_str()),
+        "Name" => session.name = r.str()?.to_string(),
+        "Node" => session.node = r.str()?.to_string(),
+        "LockDelay" => session.lock_delay_ns = r.i64("LockDelay")?,
+        "Behavior" => *behavior = r.str()?.to_string(),
+        "TTL" => session.ttl = r.str()?.to_string(),
+        "NodeChecks" => session.node_checks = read_optional_list(r)?,
+        "ServiceChecks" => session.service_checks = read_service_checks(r)?,
+        "Checks" => session.checks = string_list(r)?.into_iter().map(str::to_string).collect(),
+        "CreateIndex" => session.create_index = r.u64("CreateIndex")?,
+        "ModifyIndex" => session.modify_index = r.u64("ModifyIndex")?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// A session with every field empty (the `release` behavior), to be filled in.
+pub fn empty_session() -> Session {
+    Session {
+        id: Arc::from(""),
+        name: String::new(),
+        node: String::new(),
+        lock_delay_ns: 0,
+        behavior: Behavior::Release,
+        ttl: String::new(),
+        node_checks: None,
+        service_checks: None,
+        checks: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// `Session.Apply`'s request as a client agent sends it: `op` (`create` or `destroy`),
+/// the session with its behavior as the caller wrote it, and the token.
+pub fn encode_apply(op: &str, session: &Session, behavior: &str, token: &str) -> Vec<u8> {
+    let mut w = Writer::new();
+    let mut f = Fields::new(&mut w, 4);
+    f.field("Datacenter").str("");
+    f.field("Op").str(op);
+    write_session_as(f.field("Session"), session, behavior);
+    f.field("Token").str(token);
+    f.finish();
+    w.into_inner()
+}
+
+/// An `IndexedSessions` reply: its `QueryMeta` and its sessions as the store's rows. A
+/// behavior Consul does not know is refused: the server is not speaking Consul's RPC.
+pub fn read_indexed_sessions(body: &[u8]) -> Result<(QueryMeta, Vec<Session>), WireError> {
+    let mut sessions = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "Sessions" {
+            return Ok(false);
+        }
+        let count = r.array_len()?;
+        sessions.reserve(count);
+        for _ in 0..count {
+            let mut session = empty_session();
+            let mut behavior = String::new();
+            each_field(r, |name, r| {
+                session_field(&mut session, &mut behavior, name, r)
+            })?;
+            session.behavior = Behavior::parse(&behavior).ok_or(WireError::Invalid(
+                "a session Behavior Consul does not know",
+            ))?;
+            sessions.push(session);
+        }
+        Ok(true)
+    })?;
+    Ok((meta, sessions))
+}
+
 /// Decodes `Session.Apply`'s request; a session without a node gets `default_node`
 /// (the server's own, as a request from an agent always names its node).
 pub fn decode_apply(body: &[u8], default_node: &str) -> Result<SessionRequest, String> {
     let mut request = SessionRequest {
         datacenter: String::new(),
         op: String::new(),
-        session: Session {
-            id: Arc::from(""),
-            name: String::new(),
-            node: String::new(),
-            lock_delay_ns: 0,
-            behavior: Behavior::Release,
-            ttl: String::new(),
-            node_checks: None,
-            service_checks: None,
-            checks: Vec::new(),
-            create_index: 0,
-            modify_index: 0,
-        },
+        session: empty_session(),
         behavior: String::new(),
         token: String::new(),
     };
@@ -85,25 +155,8 @@ pub fn decode_apply(body: &[u8], default_node: &str) -> Result<SessionRequest, S
             "Datacenter" => request.datacenter = r.str()?.to_string(),
             "Op" => request.op = r.str()?.to_string(),
             "Session" => {
-                let session = &mut request.session;
-                let behavior = &mut request.behavior;
                 each_field(r, |name, r| {
-                    match name {
-                        "ID" => session.id = Arc::from(r.str()?.to_ascii_lowercase().as_str()),
-                        "Name" => session.name = r.str()?.to_string(),
-                        "Node" => session.node = r.str()?.to_string(),
-                        "LockDelay" => session.lock_delay_ns = r.i64("LockDelay")?,
-                        "Behavior" => *behavior = r.str()?.to_string(),
-                        "TTL" => session.ttl = r.str()?.to_string(),
-                        "NodeChecks" => session.node_checks = read_optional_list(r)?,
-                        "ServiceChecks" => session.service_checks = read_service_checks(r)?,
-                        "Checks" => {
-                            session.checks =
-                                string_list(r)?.into_iter().map(str::to_string).collect()
-                        }
-                        _ => return Ok(false),
-                    }
-                    Ok(true)
+                    session_field(&mut request.session, &mut request.behavior, name, r)
                 })?;
             }
             _ => return write_request_field(&mut token, name, r),
@@ -129,6 +182,17 @@ pub struct SessionSpecificRequest<'a> {
 }
 
 impl<'a> SessionSpecificRequest<'a> {
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options
+            .write_request(&mut w, &["Datacenter", "SessionID"], |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                _ => w.str(self.session_id),
+            });
+        w.into_inner()
+    }
+
     pub fn decode(body: &'a [u8]) -> Result<SessionSpecificRequest<'a>, WireError> {
         let mut request = SessionSpecificRequest::default();
         let mut deprecated = "";
@@ -150,8 +214,13 @@ impl<'a> SessionSpecificRequest<'a> {
 
 /// One `Session`.
 pub fn write_session(w: &mut Writer, session: &Session) {
+    write_session_as(w, session, session.behavior.as_str());
+}
+
+/// One `Session` with `behavior` as its `Behavior` text.
+fn write_session_as(w: &mut Writer, session: &Session, behavior: &str) {
     let mut f = Fields::new(w, 11);
-    f.field("Behavior").str(session.behavior.as_str());
+    f.field("Behavior").str(behavior);
     write_string_list(
         f.field("Checks"),
         session.checks.iter().map(String::as_str),

@@ -1,19 +1,29 @@
 //! Transactions: `Txn.Apply` (`TxnRequest`) and `Txn.Read` (`TxnReadRequest`), whose `Ops`
 //! are KV, node, service and check operations (`TxnKVOp`, `TxnNodeOp`, `TxnServiceOp`,
 //! `TxnCheckOp`), decoded into the store's [`TxnOp`]s with the pre-checks Consul's
-//! `Txn.preCheck` makes; and `TxnResponse` / `TxnReadResponse`.
+//! `Txn.preCheck` makes; and `TxnResponse` / `TxnReadResponse`. A client agent encodes
+//! the store's operations ([`encode_apply`], [`encode_read`]) and reads the response back
+//! into the store's results ([`read_response`]), which it renders as a server's HTTP
+//! answer does.
 
 use super::catalog::{
     read_check, read_service, write_health_check, write_node, write_node_service,
+    write_registered_check, write_registered_service,
 };
 use super::kvs::{write_dir_entry, DirEntry};
-use super::{each_field, owned_pairs, string_map, Fields, QueryMeta, QueryOptions};
+use super::rows::{read_health_check, read_node, read_node_service};
+use super::{
+    each_field, owned_pairs, read_reply, string_map, write_string_map, Fields, QueryMeta,
+    QueryOptions,
+};
 use crate::proto::msgpack::{Reader, WireError, Writer};
-use crate::store::catalog::Registration;
+use crate::store::catalog::{Registration, RowArc};
+use crate::store::kv::{KvEntry, KvFields};
 use crate::store::txn::{
     service_precheck, CatalogVerb, KvVerb, TxnError, TxnOp, TxnOutcome, TxnResult, TXN_OPS_MAX,
 };
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// A decoded transaction: its operations, the pre-check failures found while decoding them,
 /// and the request's options (a `TxnRequest` carries only a token).
@@ -269,6 +279,204 @@ fn read_check_op(r: &mut Reader) -> Result<(TxnOp, Option<String>), WireError> {
     ))
 }
 
+/// The `Node` of a `TxnNodeOp`: the registration's node columns, with the index a CAS
+/// compares.
+fn write_op_node(w: &mut Writer, registration: &Registration, modify_index: u64) {
+    let mut f = Fields::new(w, 8);
+    f.field("Address").str(&registration.address);
+    f.field("CreateIndex").uint(0);
+    f.field("Datacenter").str(&registration.datacenter);
+    f.field("ID").str(&registration.id);
+    write_string_map(
+        f.field("Meta"),
+        registration
+            .node_meta
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        true,
+    );
+    f.field("ModifyIndex").uint(modify_index);
+    f.field("Node").str(&registration.node);
+    write_string_map(
+        f.field("TaggedAddresses"),
+        registration
+            .tagged_addresses
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        true,
+    );
+    f.finish();
+}
+
+/// One `TxnOp`: the operation's own pointer set, the other three nil.
+fn write_op(w: &mut Writer, op: &TxnOp) {
+    let mut f = Fields::new(w, 4);
+    match op {
+        TxnOp::Check {
+            verb,
+            check,
+            modify_index,
+        } => {
+            let mut c = Fields::new(f.field("Check"), 2);
+            write_registered_check(c.field("Check"), check, Some(*modify_index));
+            c.field("Verb").str(verb.as_str());
+            c.finish();
+        }
+        _ => f.field("Check").nil(),
+    }
+    match op {
+        TxnOp::Kv {
+            verb,
+            key,
+            value,
+            flags,
+            index,
+            session,
+        } => {
+            let mut k = Fields::new(f.field("KV"), 2);
+            let entry = KvFields {
+                key,
+                value,
+                flags: *flags,
+                session: Some(session.as_str()),
+                lock_index: 0,
+                create_index: 0,
+                modify_index: *index,
+            };
+            super::kvs::write_dir_entry(k.field("DirEnt"), &entry);
+            k.field("Verb").str(verb.as_str());
+            k.finish();
+        }
+        _ => f.field("KV").nil(),
+    }
+    match op {
+        TxnOp::Node {
+            verb,
+            registration,
+            modify_index,
+        } => {
+            let mut n = Fields::new(f.field("Node"), 2);
+            write_op_node(n.field("Node"), registration, *modify_index);
+            n.field("Verb").str(verb.as_str());
+            n.finish();
+        }
+        _ => f.field("Node").nil(),
+    }
+    match op {
+        TxnOp::Service {
+            verb,
+            node,
+            service,
+            modify_index,
+        } => {
+            let mut s = Fields::new(f.field("Service"), 3);
+            s.field("Node").str(node);
+            write_registered_service(s.field("Service"), service, Some(*modify_index));
+            s.field("Verb").str(verb.as_str());
+            s.finish();
+        }
+        _ => f.field("Service").nil(),
+    }
+    f.finish();
+}
+
+fn write_ops(w: &mut Writer, ops: &[TxnOp]) {
+    w.array_len(ops.len());
+    for op in ops {
+        write_op(w, op);
+    }
+}
+
+/// `Txn.Apply`'s `TxnRequest` as a client agent sends it.
+pub fn encode_apply(ops: &[TxnOp], token: &str) -> Vec<u8> {
+    let mut w = Writer::new();
+    let mut f = Fields::new(&mut w, 3);
+    f.field("Datacenter").str("");
+    write_ops(f.field("Ops"), ops);
+    f.field("Token").str(token);
+    f.finish();
+    w.into_inner()
+}
+
+/// `Txn.Read`'s `TxnReadRequest` (read operations only) as a client agent sends it.
+pub fn encode_read(ops: &[TxnOp], options: &QueryOptions) -> Vec<u8> {
+    let mut w = Writer::new();
+    options.write_request(&mut w, &["Datacenter", "Ops"], |name, w| match name {
+        "Datacenter" => w.str(""),
+        _ => write_ops(w, ops),
+    });
+    w.into_inner()
+}
+
+/// One entry of `Results`: the one pointer that is set.
+fn read_result(r: &mut Reader) -> Result<Option<TxnResult>, WireError> {
+    let mut found = None;
+    each_field(r, |name, r| {
+        if r.try_nil()? {
+            return Ok(true);
+        }
+        let result = match name {
+            "KV" => TxnResult::Kv(KvEntry::new(DirEntry::read(r)?.fields())),
+            "Node" => TxnResult::Node(Arc::new(read_node(r)?)),
+            "Service" => {
+                // A `NodeService` names no node; the answer renders none.
+                let node = read_node(&mut Reader::new(&[0x80]))?;
+                TxnResult::Service(RowArc::new(read_node_service(r, &node)?))
+            }
+            "Check" => TxnResult::Check(RowArc::new(read_health_check(r)?)),
+            _ => return Ok(false),
+        };
+        found.get_or_insert(result);
+        Ok(true)
+    })?;
+    Ok(found)
+}
+
+/// A `TxnResponse` or `TxnReadResponse` read back into the store's outcome (with the
+/// `QueryMeta` of a read; zero for an apply).
+pub fn read_response(body: &[u8]) -> Result<(QueryMeta, TxnOutcome), WireError> {
+    let mut outcome = TxnOutcome {
+        results: Vec::new(),
+        errors: Vec::new(),
+    };
+    let meta = read_reply(body, |name, r| {
+        match name {
+            "Results" => {
+                let count = r.array_len()?;
+                for _ in 0..count {
+                    let result = read_result(r)?
+                        .ok_or(WireError::Invalid("a transaction result with no value"))?;
+                    outcome.results.push(result);
+                }
+            }
+            "Errors" => {
+                let count = r.array_len()?;
+                for _ in 0..count {
+                    let mut error = TxnError {
+                        op_index: 0,
+                        what: String::new(),
+                    };
+                    each_field(r, |name, r| {
+                        match name {
+                            "OpIndex" => {
+                                error.op_index = usize::try_from(r.u64("OpIndex")?)
+                                    .map_err(|_| WireError::IntegerOverflow { field: "OpIndex" })?
+                            }
+                            "What" => error.what = r.str()?.to_string(),
+                            _ => return Ok(false),
+                        }
+                        Ok(true)
+                    })?;
+                    outcome.errors.push(error);
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok((meta, outcome))
+}
+
 fn write_results(w: &mut Writer, outcome: &TxnOutcome) {
     if outcome.results.is_empty() {
         w.nil();
@@ -394,6 +602,77 @@ mod tests {
             whats,
             vec![(1, "unknown KV verb \"frob\""), (2, "Must provide node")]
         );
+    }
+
+    #[test]
+    fn a_client_agents_operations_decode_on_the_server_as_they_were() {
+        use crate::store::catalog::{CheckRegistration, ServiceRegistration};
+        let ops = vec![
+            TxnOp::Kv {
+                verb: KvVerb::Cas,
+                key: "k".into(),
+                value: Bytes::from_static(b"v"),
+                flags: 3,
+                index: 9,
+                session: String::new(),
+            },
+            TxnOp::Node {
+                verb: CatalogVerb::Set,
+                registration: Registration {
+                    node: "n".into(),
+                    address: "10.0.0.1".into(),
+                    node_meta: vec![("rack".into(), "r1".into())],
+                    ..Registration::default()
+                },
+                modify_index: 4,
+            },
+            TxnOp::Service {
+                verb: CatalogVerb::DeleteCas,
+                node: "n".into(),
+                service: ServiceRegistration {
+                    id: "web".into(),
+                    name: "web".into(),
+                    port: 80,
+                    ..ServiceRegistration::default()
+                },
+                modify_index: 5,
+            },
+            TxnOp::Check {
+                verb: CatalogVerb::Cas,
+                check: CheckRegistration {
+                    node: "n".into(),
+                    check_id: "c".into(),
+                    name: "c".into(),
+                    status: "passing".into(),
+                    ..CheckRegistration::default()
+                },
+                modify_index: 6,
+            },
+        ];
+        let body = encode_apply(&ops, "t");
+        let request = decode(&body).unwrap();
+        assert_eq!(request.options.token, "t");
+        assert!(request.errors.is_empty(), "{:?}", request.errors);
+        assert!(matches!(&request.ops[0],
+            TxnOp::Kv { verb: KvVerb::Cas, key, flags: 3, index: 9, .. } if key == "k"));
+        assert!(matches!(&request.ops[1],
+            TxnOp::Node { verb: CatalogVerb::Set, registration, modify_index: 4 }
+                if registration.node_meta == vec![("rack".to_string(), "r1".to_string())]));
+        assert!(matches!(&request.ops[2],
+            TxnOp::Service { verb: CatalogVerb::DeleteCas, service, modify_index: 5, .. }
+                if service.port == 80));
+        assert!(matches!(&request.ops[3],
+            TxnOp::Check { verb: CatalogVerb::Cas, check, modify_index: 6 }
+                if check.check_id == "c"));
+        // A read goes with its query options.
+        let options = QueryOptions {
+            allow_stale: true,
+            ..QueryOptions::default()
+        };
+        let body = encode_read(&ops[..1], &options);
+        let request = decode(&body).unwrap();
+        assert!(request.options.allow_stale);
+        assert_eq!(request.ops.len(), 1);
     }
 
     #[test]

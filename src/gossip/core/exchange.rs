@@ -28,6 +28,8 @@ impl Gossip {
             avail = avail.saturating_sub(security::encrypt_overhead(1));
         }
         for t in targets {
+            // The filter above never picks ourselves, nor a node gone past its time.
+            debug_assert!(self.nodes[t].name != local);
             let msgs = self.get_broadcasts(COMPOUND_PART_OVERHEAD, avail);
             if msgs.is_empty() {
                 return;
@@ -48,6 +50,9 @@ impl Gossip {
         let local = self.config.node_name.clone();
         let picked = self.k_random_nodes(1, |n| n.name == local || n.state != NodeStateKind::Alive);
         if let Some(&i) = picked.first() {
+            debug_assert!(
+                self.nodes[i].name != local && self.nodes[i].state == NodeStateKind::Alive
+            );
             let to = self.nodes[i].socket();
             self.push_pull(to, None);
         }
@@ -64,7 +69,8 @@ impl Gossip {
         let bytes = self.seal_stream(payload, true);
         self.stats.streams_opened += 1;
         self.stats.stream_bytes_sent += bytes.len() as u64;
-        self.streams.insert(id, kind);
+        let earlier = self.streams.insert(id, kind);
+        debug_assert!(earlier.is_none(), "stream id {id} reused");
         self.out.push(Output::Stream { id, to, bytes });
         id
     }

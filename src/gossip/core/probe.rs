@@ -56,6 +56,8 @@ impl Gossip {
         for (i, n) in self.nodes.iter().enumerate() {
             self.index.insert(n.name.clone(), i);
         }
+        // Names are unique: one node per name, one index entry per node.
+        debug_assert_eq!(self.index.len(), self.nodes.len());
     }
 
     pub(super) fn self_ping(&mut self, target: &str) -> Ping {
@@ -69,6 +71,7 @@ impl Gossip {
     }
 
     pub(super) fn probe_node(&mut self, name: &str) {
+        debug_assert_ne!(name, self.config.node_name, "a node never probes itself");
         let Some(&i) = self.index.get(name) else {
             return;
         };
@@ -77,7 +80,11 @@ impl Gossip {
         let seq = ping.seq_no;
         let interval = self.scale_timeout(self.config.probe_interval);
         self.stats.probes += 1;
-        self.ack_handlers.insert(seq, AckHandler::Probe);
+        let earlier = self.ack_handlers.insert(seq, AckHandler::Probe);
+        debug_assert!(
+            earlier.is_none(),
+            "sequence number {seq} still awaited an ack"
+        );
         self.probe = Some(Probe {
             seq,
             node: name.to_owned(),

@@ -25,7 +25,9 @@
 use super::authorizer::{Authorizer, DefaultPolicy};
 use super::builtin;
 use super::rules::{self, PolicyRules};
-use super::{token_by_secret, AclRowKey, NodeIdentity, ServiceIdentity, TemplatedPolicy, Token};
+use super::{
+    token_by_secret, AclRowKey, NodeIdentity, Policy, Role, ServiceIdentity, TemplatedPolicy, Token,
+};
 use crate::store::{Change, ChangeKey, Table, Tables};
 use ahash::AHashMap;
 use std::sync::Arc;
@@ -467,8 +469,8 @@ pub struct EffectiveSources {
 }
 
 /// The rules of a token's own policies, its roles' policies and the identities and templated
-/// policies of both, restricted to `datacenter` — what Consul compiles for it. A client agent
-/// receives these texts from its server and compiles them itself.
+/// policies of both, restricted to `datacenter` — what Consul compiles for it. (A client
+/// agent compiles the same set from [`expanded_policies`], which its server sends it.)
 pub fn effective_sources(tables: &Tables, token: &Token, datacenter: &str) -> EffectiveSources {
     let applies_here = |dcs: &[String]| dcs.is_empty() || dcs.iter().any(|d| d == datacenter);
     let mut depends_on: Vec<Arc<str>> = Vec::new();
@@ -532,6 +534,92 @@ pub fn effective_sources(tables: &Tables, token: &Token, datacenter: &str) -> Ef
         });
     }
     EffectiveSources { rules, depends_on }
+}
+
+/// A token's policies as Consul's `ACL.TokenRead` expands them (`ExpandedTokenInfo`): its
+/// own and its roles' stored policies, then one synthesized policy per service identity,
+/// node identity and templated policy of either (IDs and names as Consul derives them),
+/// each with the datacenters it applies in; and the roles that exist. Unlike
+/// [`effective_sources`] nothing is restricted to a datacenter: whoever compiles the set
+/// (a client agent) filters by its own.
+pub fn expanded_policies(tables: &Tables, token: &Token) -> (Vec<Arc<Policy>>, Vec<Arc<Role>>) {
+    let roles: Vec<Arc<Role>> = token
+        .roles
+        .iter()
+        .filter_map(|id| tables.acl.roles.get(id).cloned())
+        .collect();
+    let mut policy_ids: Vec<&Arc<str>> = token
+        .policies
+        .iter()
+        .chain(roles.iter().flat_map(|r| r.policies.iter()))
+        .collect();
+    policy_ids.sort();
+    policy_ids.dedup();
+    let mut policies: Vec<Arc<Policy>> = policy_ids
+        .into_iter()
+        .filter_map(|id| tables.acl.policies.get(id).cloned())
+        .collect();
+    let services = token
+        .service_identities
+        .iter()
+        .chain(roles.iter().flat_map(|r| r.service_identities.iter()));
+    let nodes = token
+        .node_identities
+        .iter()
+        .chain(roles.iter().flat_map(|r| r.node_identities.iter()));
+    let templated = token
+        .templated_policies
+        .iter()
+        .chain(roles.iter().flat_map(|r| r.templated_policies.iter()));
+    let mut synthetic: Vec<(String, String, Vec<String>)> = Vec::new();
+    for service in services {
+        synthetic.push((
+            builtin::service_identity_rules(&service.service_name),
+            format!(
+                "synthetic policy for service identity {:?}",
+                service.service_name
+            ),
+            service.datacenters.clone(),
+        ));
+    }
+    for node in nodes {
+        synthetic.push((
+            builtin::node_identity_rules(&node.node_name),
+            format!("synthetic policy for node identity {:?}", node.node_name),
+            vec![node.datacenter.clone()],
+        ));
+    }
+    for t in templated {
+        let Some(base) = builtin::templated_policy(&t.template_name) else {
+            continue;
+        };
+        if let Ok(text) = builtin::render_templated_policy(base, t.name.as_deref()) {
+            synthetic.push((
+                text,
+                format!(
+                    "synthetic policy generated from templated policy: {}",
+                    t.template_name
+                ),
+                t.datacenters.clone(),
+            ));
+        }
+    }
+    synthetic.sort();
+    synthetic.dedup();
+    for (rules, description, datacenters) in synthetic {
+        let id = builtin::synthetic_policy_id(&rules);
+        policies.push(Arc::new(Policy {
+            name: Arc::from(format!("synthetic-policy-{id}")),
+            id: Arc::from(id),
+            description,
+            rules,
+            datacenters,
+            hash: Vec::new(),
+            create_index: 0,
+            modify_index: 0,
+        }));
+    }
+    (policies, roles)
 }
 
 /// The token a secret names for resolution: the anonymous token for an empty secret (a stub

@@ -1234,3 +1234,36 @@ fn distinct_authorizers_stay_within_the_byte_bound() {
         tiny.check_invariants();
     }
 }
+
+#[test]
+fn an_expanded_token_lists_its_stored_and_synthesized_policies_with_their_datacenters() {
+    let mut h = Harness::new();
+    h.ok(policy(
+        P1,
+        "kv",
+        "key_prefix \"app/\" { policy = \"write\" }",
+        true,
+    ));
+    h.ok(create(TokenWrite {
+        service_identities: vec![ServiceIdentity {
+            service_name: "web".into(),
+            datacenters: vec!["dc2".into()],
+        }],
+        ..token(A1, S1, &["kv"])
+    }));
+    let token = token_by_secret(&h.tables, S1).unwrap().clone();
+    let (policies, roles) = super::cache::expanded_policies(&h.tables, &token);
+    assert!(roles.is_empty());
+    assert_eq!(policies.len(), 2, "{policies:?}");
+    assert_eq!(&*policies[0].id, P1);
+    assert!(policies[0].datacenters.is_empty());
+    let synthetic = &policies[1];
+    let rules = service_identity_rules("web");
+    assert_eq!(&*synthetic.id, synthetic_policy_id(&rules).as_str());
+    assert_eq!(
+        &*synthetic.name,
+        format!("synthetic-policy-{}", synthetic.id).as_str()
+    );
+    assert_eq!(synthetic.rules, rules);
+    assert_eq!(synthetic.datacenters, vec!["dc2".to_string()]);
+}

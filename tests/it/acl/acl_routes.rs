@@ -21,11 +21,8 @@ use crate::common;
 
 use acl_common::{as_token, call, token_with_rules, wait_for_token};
 use common::{Agent, HttpResponse};
-use praetor::api::client_tokens::RULES_PATH;
 use praetor::api::routes::{Path, ROUTES};
 use praetor::dns::remote;
-use praetor::store::catalog::{CatalogOp, Registration};
-use praetor::store::Command;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -333,24 +330,12 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
         .as_str()
         .unwrap()
         .to_string();
-    let (web_csr, _) = praetor::tls::connect_ca::make_leaf_csr(
-        &praetor::proto::spiffe::ServiceId::new(
-            "11111111-2222-3333-4444-555555555555.consul",
-            "dc1",
-            "web",
-        ),
-        "11111111-2222-3333-4444-555555555555.consul",
-        256,
-    )
-    .unwrap();
-    let sign_body = json!({ "CSR": web_csr }).to_string();
 
     use Kind::{Checked, Filtered, Open, Stream};
     const AGENT_READ: &str = "agent_prefix \"\" {\n  policy = \"read\"\n}";
     const AGENT_WRITE: &str = "agent_prefix \"\" {\n  policy = \"write\"\n}";
     const CATALOG_READ: &str =
         "node_prefix \"\" {\n  policy = \"read\"\n}\nservice_prefix \"\" {\n  policy = \"read\"\n}";
-    const NODES_WRITE: &str = "node_prefix \"\" {\n  policy = \"write\"\n}";
     const ACL_READ: &str = "acl = \"read\"";
     const ACL_WRITE: &str = "acl = \"write\"";
     let hidden = Filtered(Some(true));
@@ -387,23 +372,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "node \"n2\" {\n  policy = \"write\"\n}",
             Checked,
         ),
-        Case {
-            // An anti-entropy registration of another node, as an agent sends it.
-            body: Command::Catalog(CatalogOp::Register(Box::new(Registration {
-                node: "n3".into(),
-                address: "10.0.0.3".into(),
-                ..Registration::default()
-            })))
-            .encode(),
-            ..case(
-                praetor::consul::node_state::APPLY_PATH,
-                "PUT",
-                praetor::consul::node_state::APPLY_PATH,
-                "",
-                NODES_WRITE,
-                Checked,
-            )
-        },
         case(
             "/v1/catalog/deregister",
             "PUT",
@@ -1213,7 +1181,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             AGENT_WRITE,
             Checked,
         ),
-        case(RULES_PATH, "GET", RULES_PATH, "", "", Open),
         // The mesh (Consul's rules: a config entry's kind decides; intentions are the
         // destination's `intentions` rule; the CA's roots are public).
         case(
@@ -1325,14 +1292,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "GET",
             "/v1/agent/connect/ca/leaf/web",
             "",
-            "service \"web\" {\n  policy = \"write\"\n}",
-            Checked,
-        ),
-        case(
-            praetor::api::connect::SIGN_PATH,
-            "PUT",
-            praetor::api::connect::SIGN_PATH,
-            &sign_body,
             "service \"web\" {\n  policy = \"write\"\n}",
             Checked,
         ),

@@ -16,9 +16,7 @@
 use crate::common;
 
 use common::{request, Agent, HttpResponse};
-use praetor::api::client_tokens::RULES_PATH;
 use praetor::api::routes::{Path, ROUTES};
-use praetor::consul::node_state::APPLY_PATH;
 use praetor::dns::remote;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -63,7 +61,6 @@ fn case(
 const NOT_JSON: &[(&str, &str)] = &[
     ("/v1/kv/", "the value is the body's bytes"),
     ("/v1/kv", "the value is the body's bytes"),
-    (APPLY_PATH, "internal: a Raft command's bytes"),
     ("/v1/agent/join/", "no body"),
     ("/v1/agent/leave", "no body"),
     ("/v1/agent/force-leave/", "no body"),
@@ -94,14 +91,9 @@ const NOT_JSON: &[(&str, &str)] = &[
     ),
     ("/v1/acl/logout", "no body"),
     ("/v1/config/", "DELETE only"),
-    (RULES_PATH, "GET only"),
     (
         "/v1/config",
         "a config entry: Consul's own decoder, checked after the table",
-    ),
-    (
-        praetor::api::connect::SIGN_PATH,
-        "internal: an agent's certificate request",
     ),
     (
         praetor::api::connect::SIGN_INTERMEDIATE_PATH,

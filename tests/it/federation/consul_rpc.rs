@@ -98,6 +98,46 @@ fn a_follower_hands_typed_calls_to_the_leader() {
 }
 
 #[test]
+fn a_follower_servers_anti_entropy_registers_on_the_leader_through_typed_calls() {
+    let cluster = Cluster::start(3, &[]);
+    let leader_index = cluster.wait_for_leader(std::time::Duration::from_secs(30));
+    let (leader, follower) = (
+        &cluster.servers[leader_index],
+        &cluster.servers[(leader_index + 1) % cluster.servers.len()],
+    );
+    let registered = follower.put(
+        "/v1/agent/service/register",
+        br#"{"Name": "on-follower", "ID": "on-follower-1", "Port": 7000,
+             "Check": {"TTL": "30s"}}"#,
+    );
+    assert_eq!(registered.status, 200, "{}", registered.text());
+    // The follower's anti-entropy reaches the leader as Catalog.Register: the service and
+    // its check land in the catalog.
+    wait_for_log(leader, &["rpc: call Catalog.Register"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let health = leader.get("/v1/health/service/on-follower").json();
+        if health[0]["Checks"]
+            .as_array()
+            .is_some_and(|checks| checks.iter().any(|c| c["ServiceID"] == "on-follower-1"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{health}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // And a deregistration as Catalog.Deregister.
+    let removed = follower.put("/v1/agent/service/deregister/on-follower-1", b"");
+    assert_eq!(removed.status, 200, "{}", removed.text());
+    wait_for_log(leader, &["rpc: call Catalog.Deregister"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while leader.get("/v1/catalog/service/on-follower").text() != "[]" {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn typed_calls_are_checked_against_their_tokens() {
     const MANAGEMENT: &str = "9b3ea15e-8a1c-4a55-8dd5-07c1a2e9c0a1";
     let acl = format!(
@@ -288,6 +328,223 @@ fn same_answers(
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// Waits until `agent` answers `path` with 200 (bounded: 30 s) and returns the answer.
+fn eventually_ok(agent: &Agent, method: &str, path: &str, body: &[u8]) -> common::HttpResponse {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let answer = common::request(agent.addr(), method, path, body, &[]);
+        if answer.status == 200 {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{method} {path}: {} {}",
+            answer.status,
+            answer.text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_client_agent_manages_sessions_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-session");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let node = client.get("/v1/agent/self").json()["Config"]["NodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The create names the client's node and its serfHealth check, which exist once the
+    // client's registration reached the catalog.
+    let created = eventually_ok(
+        &client,
+        "PUT",
+        "/v1/session/create",
+        br#"{"Name": "typed", "TTL": "30s", "Behavior": "delete"}"#,
+    );
+    let id = created.json()["ID"].as_str().unwrap().to_string();
+    wait_for_log(server, &["rpc: call Session.Apply"]);
+    let info = same_answer(&client, server, &format!("/v1/session/info/{id}"));
+    let session = &info.json()[0];
+    assert_eq!(session["Node"], node.as_str());
+    assert_eq!(session["Behavior"], "delete");
+    assert_eq!(session["NodeChecks"], serde_json::json!(["serfHealth"]));
+    wait_for_log(server, &["rpc: call Session.Get"]);
+    let of_node = same_answer(&client, server, &format!("/v1/session/node/{node}"));
+    assert_eq!(of_node.json()[0]["ID"], id.as_str());
+    wait_for_log(server, &["rpc: call Session.NodeSessions"]);
+    let listed = same_answer(&client, server, "/v1/session/list");
+    assert_eq!(listed.json().as_array().unwrap().len(), 1);
+    wait_for_log(server, &["rpc: call Session.List"]);
+    // A renewal answers the session, as the server's own endpoint does.
+    let renew = format!("/v1/session/renew/{id}");
+    let renewed = client.put(&renew, b"");
+    assert_eq!(renewed.status, 200, "{}", renewed.text());
+    assert_eq!(renewed.body, server.put(&renew, b"").body);
+    wait_for_log(server, &["rpc: call Session.Renew"]);
+    // The server refuses what it refuses for its own callers, in the same words.
+    for body in [
+        &br#"{"Behavior": "frob"}"#[..],
+        br#"{"TTL": "1s"}"#,
+        br#"{"Node": "no-such-node"}"#,
+    ] {
+        let (asked, direct) = (
+            client.put("/v1/session/create", body),
+            server.put("/v1/session/create", body),
+        );
+        assert_eq!(
+            (asked.status, asked.text()),
+            (direct.status, direct.text()),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(asked.status, 500);
+    }
+    // A blocking read of the session is woken by its destruction.
+    let index = info.header("X-Consul-Index").unwrap().to_string();
+    let blocked_path = format!("/v1/session/info/{id}?index={index}&wait=30s");
+    let waiter = {
+        let addr = client.addr();
+        std::thread::spawn(move || common::request(addr, "GET", &blocked_path, b"", &[]))
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(!waiter.is_finished(), "the blocking read answered at once");
+    let destroy = format!("/v1/session/destroy/{id}");
+    assert_eq!(client.put(&destroy, b"").text(), "true");
+    let woken = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert_eq!(woken.text(), "[]");
+    // Gone: destroying again is still true; renewing is Consul's 404.
+    assert_eq!(client.put(&destroy, b"").text(), "true");
+    let (asked, direct) = (client.put(&renew, b""), server.put(&renew, b""));
+    assert_eq!((asked.status, asked.text()), (direct.status, direct.text()));
+    assert_eq!(asked.status, 404);
+}
+
+#[test]
+fn a_client_agent_runs_transactions_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-txn");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let same = |body: &str| {
+        let (asked, direct) = (
+            client.put("/v1/txn", body.as_bytes()),
+            server.put("/v1/txn", body.as_bytes()),
+        );
+        assert_eq!(
+            (asked.status, asked.text()),
+            (direct.status, direct.text()),
+            "{body}"
+        );
+        asked
+    };
+    // A write with a read in it: Txn.Apply.
+    let applied = client.put(
+        "/v1/txn",
+        br#"[{"KV": {"Verb": "set", "Key": "txn/a", "Value": "b25l", "Flags": 7}},
+             {"KV": {"Verb": "get", "Key": "txn/a"}},
+             {"Node": {"Verb": "set", "Node": {"Node": "txn-node", "Address": "10.1.1.1",
+                       "Meta": {"rack": "r1"}}}},
+             {"Service": {"Verb": "set", "Node": "txn-node",
+                          "Service": {"Service": "web", "Port": 80, "Tags": ["a"]}}},
+             {"Check": {"Verb": "set", "Check": {"Node": "txn-node", "CheckID": "web-alive",
+                        "Name": "alive", "Status": "passing", "ServiceID": "web"}}}]"#,
+    );
+    assert_eq!(applied.status, 200, "{}", applied.text());
+    let results = applied.json()["Results"].clone();
+    assert_eq!(results[1]["KV"]["Value"], "b25l");
+    assert_eq!(results[1]["KV"]["Flags"], 7);
+    assert_eq!(results[2]["Node"]["Meta"]["rack"], "r1");
+    assert_eq!(results[3]["Service"]["Tags"], serde_json::json!(["a"]));
+    assert_eq!(results[4]["Check"]["ServiceName"], "web");
+    wait_for_log(server, &["rpc: call Txn.Apply"]);
+    // Reads only: Txn.Read, the server's answer byte for byte, headers included.
+    let reads = r#"[{"KV": {"Verb": "get", "Key": "txn/a"}},
+                    {"KV": {"Verb": "get-tree", "Key": "txn/"}},
+                    {"Node": {"Verb": "get", "Node": {"Node": "txn-node"}}},
+                    {"Service": {"Verb": "get", "Node": "txn-node", "Service": {"ID": "web"}}},
+                    {"Check": {"Verb": "get", "Check": {"Node": "txn-node",
+                               "CheckID": "web-alive"}}}]"#;
+    let read = same(reads);
+    assert_eq!(read.status, 200);
+    assert_eq!(read.header("X-Consul-KnownLeader"), Some("true"));
+    assert!(read.header("X-Consul-LastContact").is_some());
+    wait_for_log(server, &["rpc: call Txn.Read"]);
+    // A rolled-back write (a stale CAS) and a read of a missing key answer the server's 409.
+    same(r#"[{"KV": {"Verb": "cas", "Key": "txn/a", "Value": "dHdv", "Index": 1}}]"#);
+    same(r#"[{"KV": {"Verb": "get", "Key": "txn/missing"}}]"#);
+    // Pre-check failures and bad bodies are refused by the agent in the server's words.
+    let refused = same(r#"[{"KV": {"Verb": "frob", "Key": "x"}}, {"Node": {"Verb": "set"}}]"#);
+    assert_eq!(refused.status, 409);
+    assert_eq!(same("{").status, 400);
+    // Deletes through the client leave what the server shows.
+    let deleted = client.put(
+        "/v1/txn",
+        br#"[{"Check": {"Verb": "delete", "Check": {"Node": "txn-node", "CheckID": "web-alive"}}},
+             {"Service": {"Verb": "delete", "Node": "txn-node",
+                          "Service": {"ID": "web", "Service": "web"}}},
+             {"KV": {"Verb": "delete-tree", "Key": "txn/"}}]"#,
+    );
+    assert_eq!(deleted.status, 200, "{}", deleted.text());
+    assert_eq!(server.get("/v1/kv/txn/a").status, 404);
+    assert_eq!(server.get("/v1/catalog/service/web").text(), "[]");
+}
+
+#[test]
+fn a_client_agent_signs_its_leaves_through_typed_calls() {
+    let cluster = Cluster::start(1, &[]);
+    let data = TempDir::new("consul-rpc-client-leaf");
+    let client = cluster.start_client(&data, &[]);
+    client.wait_ready();
+    let server = &cluster.servers[0];
+    let roots = eventually_ok(server, "GET", "/v1/agent/connect/ca/roots", b"").json();
+    let trust_domain = roots["TrustDomain"].as_str().unwrap();
+    // The client follows the roots with ConnectCA.Roots and has its CSR signed with
+    // ConnectCA.Sign; the key stays on the client.
+    let leaf = eventually_ok(&client, "GET", "/v1/agent/connect/ca/leaf/web", b"").json();
+    wait_for_log(server, &["rpc: call ConnectCA.Roots"]);
+    wait_for_log(server, &["rpc: call ConnectCA.Sign"]);
+    assert_eq!(leaf["Service"], "web");
+    let uri = leaf["ServiceURI"].as_str().unwrap();
+    assert!(
+        uri.starts_with(&format!("spiffe://{trust_domain}/")) && uri.ends_with("/svc/web"),
+        "{uri}"
+    );
+    assert!(leaf["PrivateKeyPEM"]
+        .as_str()
+        .unwrap()
+        .contains("PRIVATE KEY"));
+    assert!(leaf["ValidAfter"].as_str().unwrap() < leaf["ValidBefore"].as_str().unwrap());
+    // The leaf chains to the server's active root (checked by openssl, not by us).
+    let dir = TempDir::new("consul-rpc-client-leaf-pem");
+    let (root_file, leaf_file) = (dir.path().join("root.pem"), dir.path().join("leaf.pem"));
+    let active = roots["Roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["Active"] == true)
+        .unwrap();
+    std::fs::write(&root_file, active["RootCert"].as_str().unwrap()).unwrap();
+    std::fs::write(&leaf_file, leaf["CertPEM"].as_str().unwrap()).unwrap();
+    let verified = Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(&root_file)
+        .arg(&leaf_file)
+        .output()
+        .expect("openssl must be installed (tests/run.sh installs it)");
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
 }
 
 #[test]

@@ -1,0 +1,93 @@
+//! `ConnectCA.Roots` and `ConnectCA.Sign`, as Consul's `connect_ca_endpoint.go` serves
+//! them: the roots from this server's store version (blocking on the roots' key, as
+//! `/v1/connect/ca/roots` does); a CSR signed on the leader by the active root, after the
+//! token's `service:write` on the service the CSR names, as Consul checks it.
+
+use super::{authorize, decode_error, elsewhere, error_text, read, read_here, require};
+use super::{Answer, Placement, Read};
+use crate::api::connect::{csr_pem_service, sign_csr};
+use crate::api::intentions::require_connect;
+use crate::api::server::Server;
+use crate::consul::rpc::catalog::DcSpecificRequest;
+use crate::consul::rpc::connect_ca::{
+    write_ca_roots, write_issued_cert, CaSignRequest, IssuedCert,
+};
+use crate::consul::rpc::QueryMeta;
+use crate::proto::msgpack::Writer;
+use crate::shard::rpc_server::TypedCall;
+use crate::shard::watch::WatchSet;
+use crate::store::mesh::ca;
+use crate::store::{StoreVersion, Table, Tables};
+use std::sync::Arc;
+
+struct Roots;
+
+impl Read for Roots {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            ca::roots_index(tables),
+            WatchSet::new().key(Table::ConnectCa, Arc::<str>::from(ca::ROOTS_WATCH_KEY)),
+        )
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let state = &version.mesh.ca;
+        let active = state.active_root().map(|r| r.id.to_string());
+        let mut w = Writer::new();
+        write_ca_roots(
+            &mut w,
+            meta,
+            active.as_deref().unwrap_or(""),
+            &state.trust_domain().unwrap_or_default(),
+            &state.roots,
+        );
+        Ok(w.into_inner())
+    }
+}
+
+/// `ConnectCA.Roots`.
+pub async fn roots(server: &Server, call: &TypedCall) -> Answer {
+    let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    if let Err(answer) = read_here(server, call, request.datacenter, &request.options).await {
+        return answer;
+    }
+    require_connect(server.context()).map_err(|e| error_text(&e))?;
+    read(server, call, &request.options, Roots).await
+}
+
+/// `ConnectCA.Sign`: on the leader, which signs with the roots it has applied.
+pub async fn sign(server: &Server, call: &TypedCall) -> Answer {
+    let request = CaSignRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    let ctx = server.context();
+    require_connect(ctx).map_err(|e| error_text(&e))?;
+    let authz = authorize(server, request.token)?;
+    if let Some(service) = csr_pem_service(request.csr) {
+        require(&authz, |a| a.service_write(&service))?;
+    }
+    let version = ctx.current_version();
+    let leaf = sign_csr(
+        &version,
+        &ctx.config().datacenter,
+        request.csr,
+        crate::api::context::now_unix_ns() / 1_000_000_000,
+    )
+    .map_err(|e| error_text(&e))?;
+    let mut w = Writer::new();
+    write_issued_cert(
+        &mut w,
+        &IssuedCert {
+            serial_number: &leaf.signed.serial_number,
+            cert_pem: &leaf.chain_pem,
+            service: &leaf.signed.service,
+            service_uri: &leaf.signed.service_uri,
+            valid_after_unix_s: leaf.signed.valid_after_unix_s,
+            valid_before_unix_s: leaf.signed.valid_before_unix_s,
+            index: leaf.index,
+        },
+    );
+    Ok(w.into_inner())
+}

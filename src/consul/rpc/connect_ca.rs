@@ -1,0 +1,258 @@
+//! The Connect CA: `ConnectCA.Roots` (a `DCSpecificRequest`, answered with
+//! `IndexedCARoots`) and `ConnectCA.Sign` (`CASignRequest`, answered with `IssuedCert`), as
+//! Consul's `connect_ca_endpoint.go` serves them. A client agent reads the roots' active ID
+//! and trust domain, and a signed leaf, back from the replies ([`read_ca_roots`],
+//! [`read_issued_cert`]). A root's signing key never travels: `SigningKey` is always empty.
+
+use super::{each_field, go_time_binary, read_reply, write_string_list, Fields, QueryMeta};
+use crate::proto::msgpack::{Reader, WireError, Writer};
+use crate::store::mesh::ca::CaRoot;
+
+/// `CASignRequest`: a CSR (PEM) to sign, and the token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaSignRequest<'a> {
+    pub datacenter: &'a str,
+    pub csr: &'a str,
+    pub token: &'a str,
+}
+
+impl<'a> CaSignRequest<'a> {
+    pub fn decode(body: &'a [u8]) -> Result<CaSignRequest<'a>, WireError> {
+        let mut request = CaSignRequest::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "CSR" => request.csr = r.str()?,
+                _ => return super::write_request_field(&mut request.token, name, r),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 3);
+        f.field("CSR").str(self.csr);
+        f.field("Datacenter").str(self.datacenter);
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
+    }
+}
+
+const NANOS_PER_SECOND: i64 = 1_000_000_000;
+
+/// One `CARoot`, its signing key left out.
+fn write_root(w: &mut Writer, root: &CaRoot) {
+    let mut f = Fields::new(w, 17);
+    f.field("Active").bool(root.active);
+    f.field("CreateIndex").uint(root.create_index);
+    f.field("ExternalTrustDomain")
+        .str(&root.external_trust_domain);
+    f.field("ID").str(&root.id);
+    write_string_list(
+        f.field("IntermediateCerts"),
+        root.intermediate_certs.iter().map(|c| &**c),
+        true,
+    );
+    f.field("ModifyIndex").uint(root.modify_index);
+    f.field("Name").str(&root.name);
+    f.field("NotAfter")
+        .bytes(&go_time_binary(root.not_after_unix_s * NANOS_PER_SECOND));
+    f.field("NotBefore")
+        .bytes(&go_time_binary(root.not_before_unix_s * NANOS_PER_SECOND));
+    f.field("PrivateKeyBits")
+        .int(i64::from(root.private_key_bits));
+    f.field("PrivateKeyType").str(&root.private_key_type);
+    f.field("RootCert").str(&root.root_cert_pem);
+    // Go's zero time for a root still active.
+    let rotated_out_ns = root
+        .rotated_out_at_ms
+        .map_or(i64::MIN, |ms| (ms as i64).saturating_mul(1_000_000));
+    if rotated_out_ns == i64::MIN {
+        f.field("RotatedOutAt").bytes(&GO_ZERO_TIME);
+    } else {
+        f.field("RotatedOutAt")
+            .bytes(&go_time_binary(rotated_out_ns));
+    }
+    f.field("SerialNumber").uint(root.serial_number);
+    f.field("SigningCert").str(&root.signing_cert_pem);
+    f.field("SigningKey").str("");
+    f.field("SigningKeyID").str(&root.signing_key_id);
+    f.finish();
+}
+
+/// Go's `time.Time{}.MarshalBinary()`: version 1, second 0 of year 1, UTC.
+const GO_ZERO_TIME: [u8; 15] = [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
+/// `IndexedCARoots`: the active root's ID, the trust domain, and every root.
+pub fn write_ca_roots(
+    w: &mut Writer,
+    meta: &QueryMeta,
+    active_root_id: &str,
+    trust_domain: &str,
+    roots: &[std::sync::Arc<CaRoot>],
+) {
+    meta.write_reply(
+        w,
+        &["ActiveRootID", "Roots", "TrustDomain"],
+        |name, w| match name {
+            "ActiveRootID" => w.str(active_root_id),
+            "Roots" => {
+                if roots.is_empty() {
+                    w.nil();
+                } else {
+                    w.array_len(roots.len());
+                    for root in roots {
+                        write_root(w, root);
+                    }
+                }
+            }
+            _ => w.str(trust_domain),
+        },
+    );
+}
+
+/// What a client agent needs of `IndexedCARoots`: the active root and the trust domain.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaRootsView<'a> {
+    pub active_root_id: &'a str,
+    pub trust_domain: &'a str,
+}
+
+/// Reads an `IndexedCARoots` reply.
+pub fn read_ca_roots(body: &[u8]) -> Result<(QueryMeta, CaRootsView<'_>), WireError> {
+    let mut view = CaRootsView::default();
+    let meta = read_reply(body, |name, r| {
+        match name {
+            "ActiveRootID" => view.active_root_id = r.str()?,
+            "TrustDomain" => view.trust_domain = r.str()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok((meta, view))
+}
+
+/// A signed leaf as `IssuedCert` carries it (without a private key: the agent made it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IssuedCert<'a> {
+    pub serial_number: &'a str,
+    /// The leaf and the intermediates that chain it to the roots, PEM.
+    pub cert_pem: &'a str,
+    pub service: &'a str,
+    pub service_uri: &'a str,
+    pub valid_after_unix_s: i64,
+    pub valid_before_unix_s: i64,
+    /// The store index the leaf was signed at (`CreateIndex` and `ModifyIndex`).
+    pub index: u64,
+}
+
+/// `IssuedCert`.
+pub fn write_issued_cert(w: &mut Writer, cert: &IssuedCert) {
+    let mut f = Fields::new(w, 14);
+    f.field("Agent").str("");
+    f.field("AgentURI").str("");
+    f.field("CertPEM").str(cert.cert_pem);
+    f.field("CreateIndex").uint(cert.index);
+    f.field("Kind").str("");
+    f.field("KindURI").str("");
+    f.field("ModifyIndex").uint(cert.index);
+    f.field("PrivateKeyPEM").str("");
+    f.field("SerialNumber").str(cert.serial_number);
+    f.field("ServerURI").str("");
+    f.field("Service").str(cert.service);
+    f.field("ServiceURI").str(cert.service_uri);
+    f.field("ValidAfter")
+        .bytes(&go_time_binary(cert.valid_after_unix_s * NANOS_PER_SECOND));
+    f.field("ValidBefore")
+        .bytes(&go_time_binary(cert.valid_before_unix_s * NANOS_PER_SECOND));
+    f.finish();
+}
+
+/// Seconds since the Unix epoch of Go's `time.Time` binary form (version 1, or 2 with a
+/// seconds offset), read as go-msgpack writes it.
+fn go_time_unix_s(bytes: &[u8]) -> Result<i64, WireError> {
+    /// Seconds from 0001-01-01 to 1970-01-01 (Go's `unixToInternal`).
+    const UNIX_TO_INTERNAL_SECONDS: i64 = 62_135_596_800;
+    match bytes {
+        [1 | 2, seconds @ .., _, _, _, _, _, _] | [2, seconds @ .., _, _, _, _, _, _, _]
+            if seconds.len() == 8 =>
+        {
+            let seconds = i64::from_be_bytes(seconds.try_into().expect("eight bytes"));
+            Ok(seconds - UNIX_TO_INTERNAL_SECONDS)
+        }
+        _ => Err(WireError::Invalid("a time that is not Go's binary form")),
+    }
+}
+
+/// Reads an `IssuedCert` reply.
+pub fn read_issued_cert(body: &[u8]) -> Result<IssuedCert<'_>, WireError> {
+    let mut cert = IssuedCert::default();
+    each_field(&mut Reader::new(body), |name, r| {
+        match name {
+            "SerialNumber" => cert.serial_number = r.str()?,
+            "CertPEM" => cert.cert_pem = r.str()?,
+            "Service" => cert.service = r.str()?,
+            "ServiceURI" => cert.service_uri = r.str()?,
+            "ValidAfter" => cert.valid_after_unix_s = go_time_unix_s(r.bytes()?)?,
+            "ValidBefore" => cert.valid_before_unix_s = go_time_unix_s(r.bytes()?)?,
+            "ModifyIndex" => cert.index = r.u64("ModifyIndex")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(cert)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_issued_cert_and_a_sign_request_read_back_as_written() {
+        let cert = IssuedCert {
+            serial_number: "0a:0b",
+            cert_pem: "-----BEGIN CERTIFICATE-----\n",
+            service: "web",
+            service_uri: "spiffe://t.consul/ns/default/dc/dc1/svc/web",
+            valid_after_unix_s: 1_700_000_000,
+            valid_before_unix_s: 1_700_259_200,
+            index: 42,
+        };
+        let mut w = Writer::new();
+        write_issued_cert(&mut w, &cert);
+        let body = w.into_inner();
+        assert_eq!(read_issued_cert(&body).unwrap(), cert);
+        let request = CaSignRequest {
+            datacenter: "dc1",
+            csr: "csr",
+            token: "t",
+        };
+        assert_eq!(CaSignRequest::decode(&request.encode()).unwrap(), request);
+        assert!(go_time_unix_s(&[3; 15]).is_err());
+        assert_eq!(go_time_unix_s(&GO_ZERO_TIME).unwrap(), -62_135_596_800);
+    }
+
+    #[test]
+    fn the_roots_reply_names_the_active_root_and_the_trust_domain() {
+        let meta = QueryMeta {
+            index: 7,
+            ..QueryMeta::default()
+        };
+        let mut w = Writer::new();
+        write_ca_roots(&mut w, &meta, "aa:bb", "t.consul", &[]);
+        let body = w.into_inner();
+        let (read_meta, view) = read_ca_roots(&body).unwrap();
+        assert_eq!(read_meta.index, 7);
+        assert_eq!(
+            view,
+            CaRootsView {
+                active_root_id: "aa:bb",
+                trust_domain: "t.consul",
+            }
+        );
+    }
+}
