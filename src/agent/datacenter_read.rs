@@ -29,31 +29,26 @@ pub async fn read(
     timeout: Duration,
 ) -> AgentReply {
     let token = token.filter(|t| !t.is_empty() && !t.contains(['\r', '\n']));
-    let answer = match agent
-        .client
-        .server_http("GET", path, b"", token, timeout)
-        .await
-    {
-        Some(answer) => answer,
-        None => {
-            if datacenter == agent.config.borrow().datacenter {
-                return AgentReply::text(400, "a server reads its own datacenter from its store");
-            }
-            let request = forwarded_request("GET", path, token, b"");
-            agent
-                .pools
-                .router
-                .forward(
-                    &agent.shard.forward,
-                    datacenter,
-                    kind::FORWARD_HTTP,
-                    &request,
-                    timeout,
-                    Retry::Always,
-                )
-                .await
-                .and_then(|frame| forwarded_answer(&frame, "the other datacenter"))
+    let answer = if agent.shard.is_client() {
+        to_servers(agent, path, token, timeout).await
+    } else {
+        if datacenter == agent.config.borrow().datacenter {
+            return AgentReply::text(400, "a server reads its own datacenter from its store");
         }
+        let request = forwarded_request("GET", path, token, b"");
+        agent
+            .pools
+            .router
+            .forward(
+                &agent.shard.forward,
+                datacenter,
+                kind::FORWARD_HTTP,
+                &request,
+                timeout,
+                Retry::Always,
+            )
+            .await
+            .and_then(|frame| forwarded_answer(&frame, "the other datacenter"))
     };
     match answer {
         Ok((status, index, body)) => {
@@ -65,27 +60,37 @@ pub async fn read(
     }
 }
 
+/// A client agent's GET to one of its servers (which hands a `?dc=` read on).
+async fn to_servers(
+    agent: &Agent,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<(u16, u64, Vec<u8>), String> {
+    let request = forwarded_request("GET", path, token, b"");
+    crate::cluster::servers::call(
+        &agent.pools.servers,
+        &agent.shard.forward,
+        kind::FORWARD_HTTP,
+        &request,
+        timeout,
+        Retry::Always,
+    )
+    .await
+    .and_then(|frame| forwarded_answer(&frame, "the server"))
+}
+
 /// The datacenters known here: the WAN router's on a server, its servers' on a client.
 pub async fn datacenters(agent: &Agent) -> AgentReply {
-    match agent
-        .client
-        .server_http(
-            "GET",
-            "/v1/catalog/datacenters",
-            b"",
-            None,
-            DATACENTERS_TIMEOUT,
-        )
-        .await
-    {
-        Some(Ok((status, _, body))) => AgentReply::json(status, body),
-        Some(Err(reason)) => AgentReply::text(502, reason),
-        None => {
-            let names = agent.pools.router.datacenters();
-            AgentReply::json(
-                200,
-                serde_json::to_vec(&names).expect("a list of names encodes"),
-            )
-        }
+    if !agent.shard.is_client() {
+        let names = agent.pools.router.datacenters();
+        return AgentReply::json(
+            200,
+            serde_json::to_vec(&names).expect("a list of names encodes"),
+        );
+    }
+    match to_servers(agent, "/v1/catalog/datacenters", None, DATACENTERS_TIMEOUT).await {
+        Ok((status, _, body)) => AgentReply::json(status, body),
+        Err(reason) => AgentReply::text(502, reason),
     }
 }
