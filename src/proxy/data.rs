@@ -12,7 +12,7 @@ use crate::tls::stream;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use rustls::pki_types::ServerName;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,10 +177,54 @@ async fn authorized(state: &ProxyState, source_uri: &str, source: &str) -> Resul
 }
 
 async fn dial(addr: SocketAddr) -> Result<TcpStream, String> {
-    let stream = monoio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
+    dial_from(addr, None).await
+}
+
+/// The address to dial `to` from, given this proxy's own IP: that IP when it is a specific
+/// address of the same family and the same reach (loopback or not) as `to`, so connections
+/// carry the proxy's own address; otherwise none, the kernel choosing.
+fn source_for(own: Option<IpAddr>, to: SocketAddr) -> Option<SocketAddr> {
+    let own = own?;
+    let usable = !own.is_unspecified()
+        && own.is_ipv4() == to.is_ipv4()
+        && own.is_loopback() == to.ip().is_loopback();
+    usable.then_some(SocketAddr::new(own, 0))
+}
+
+/// Dials `to` within [`DIAL_TIMEOUT`], from `own`'s address when [`source_for`] allows.
+pub async fn dial_from(to: SocketAddr, own: Option<IpAddr>) -> Result<TcpStream, String> {
+    let connecting = async {
+        let Some(source) = source_for(own, to) else {
+            return TcpStream::connect_addr(to).await;
+        };
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(to),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        socket.bind(&source.into())?;
+        socket.set_nonblocking(true)?;
+        match socket.connect(&to.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(e),
+        }
+        let std_stream: std::net::TcpStream = socket.into();
+        let stream = TcpStream::from_std(std_stream)?;
+        stream.writable(false).await?;
+        // SAFETY: the descriptor belongs to `stream`, which outlives this borrow.
+        let fd = unsafe {
+            std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&stream))
+        };
+        if let Some(e) = socket2::SockRef::from(&fd).take_error()? {
+            return Err(e);
+        }
+        Ok(stream)
+    };
+    let stream = monoio::time::timeout(DIAL_TIMEOUT, connecting)
         .await
-        .map_err(|_| format!("dialing {addr} timed out"))?
-        .map_err(|e| format!("dialing {addr}: {e}"))?;
+        .map_err(|_| format!("dialing {to} timed out"))?
+        .map_err(|e| format!("dialing {to}: {e}"))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
@@ -247,28 +291,35 @@ async fn outbound(
             upstream.spec.destination
         ));
     }
-    let at = upstream.next.fetch_add(1, Ordering::Relaxed) % endpoints.len();
-    let remote = dial(endpoints[at]).await?;
+    let own = state.listen.map(|l| l.ip());
+    let remote = super::gateway::dial_any(&upstream.next, &endpoints, own).await?;
+    let remote_addr = remote
+        .peer_addr()
+        .map_or_else(|_| "the upstream".to_string(), |a| a.to_string());
     let tls = state.tls.load_full();
+    // A cross-datacenter upstream names its own datacenter, which routes the connection
+    // through mesh gateways and is the datacenter its certificate must carry.
+    let datacenter = upstream.spec.datacenter.as_deref();
     let sni = upstream_sni(
         &upstream.spec.destination,
-        &tls.datacenter,
+        datacenter.unwrap_or(&tls.datacenter),
         &tls.trust_domain,
     );
     let name = ServerName::try_from(sni.clone())
         .map_err(|e| format!("the SNI {sni:?} of {}: {e}", upstream.spec.destination))?;
     let session = stream::connect(tls.client.clone(), name, remote, HANDSHAKE_TIMEOUT)
         .await
-        .map_err(|e| format!("TLS handshake with {}: {e}", endpoints[at]))?;
+        .map_err(|e| format!("TLS handshake with {remote_addr}: {e}"))?;
     let chain = session.peer_certificates().unwrap_or_default();
     let id = chain
         .first()
         .and_then(|leaf| service_id_of(leaf))
         .ok_or("the upstream's certificate carries no service SPIFFE ID")?;
-    if id.service != upstream.spec.destination || !trusted(state, &id) {
+    let wrong_datacenter = datacenter.is_some_and(|dc| !dc.eq_ignore_ascii_case(&id.datacenter));
+    if id.service != upstream.spec.destination || wrong_datacenter || !trusted(state, &id) {
         return Err(format!(
-            "upstream {} presented the identity of {:?} in {:?}",
-            upstream.spec.destination, id.service, id.trust_domain
+            "upstream {} presented the identity of {:?} in {:?} of {:?}",
+            upstream.spec.destination, id.service, id.datacenter, id.trust_domain
         ));
     }
     let (tls_read, tls_write) = session.into_split();
@@ -279,7 +330,7 @@ async fn outbound(
 
 /// Copies both ways until both directions end; a direction that ends half-closes the other
 /// side's write half, as a TCP proxy should.
-async fn pipe<AR, AW, BR, BW>(a_read: AR, a_write: AW, b_read: BR, b_write: BW)
+pub async fn pipe<AR, AW, BR, BW>(a_read: AR, a_write: AW, b_read: BR, b_write: BW)
 where
     AR: AsyncReadRent + 'static,
     AW: AsyncWriteRent + 'static,
