@@ -180,6 +180,61 @@ fn routers_need_an_http_protocol_and_blocking_reads_wake_on_their_entry() {
 }
 
 #[test]
+fn a_chain_into_another_datacenter_carries_the_mesh_gateway_mode_consul_would_pick() {
+    let agent = Agent::dev(&[]);
+    let remote_target = |body: &[u8]| {
+        let answer = request(
+            agent.addr(),
+            "POST",
+            "/v1/discovery-chain/db?compile-dc=dc2",
+            body,
+            &[],
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.json()["Chain"]["Targets"]["db.default.default.dc2"]["MeshGateway"].clone()
+    };
+    assert_eq!(
+        remote_target(b""),
+        json!({}),
+        "nothing configured: the mode defers"
+    );
+    put_entry(
+        &agent,
+        json!({"Kind": "proxy-defaults", "Name": "global", "MeshGateway": {"Mode": "local"}}),
+    );
+    assert_eq!(remote_target(b"")["Mode"], "local");
+    put_entry(
+        &agent,
+        json!({"Kind": "service-defaults", "Name": "db", "MeshGateway": {"Mode": "remote"}}),
+    );
+    assert_eq!(remote_target(b"")["Mode"], "remote");
+    assert_eq!(
+        remote_target(br#"{"OverrideMeshGateway": {"Mode": "none"}}"#)["Mode"],
+        "none"
+    );
+    // The agent's own datacenter never goes through a gateway, whatever is configured.
+    let local = agent.get("/v1/discovery-chain/db").json();
+    assert_eq!(
+        local["Chain"]["Targets"]["db.default.default.dc1"]["MeshGateway"],
+        json!({})
+    );
+    let refused = request(
+        agent.addr(),
+        "POST",
+        "/v1/discovery-chain/db",
+        br#"{"OverrideMeshGateway": {"Mode": "sideways"}}"#,
+        &[],
+    );
+    assert_eq!(
+        (refused.status, refused.text().as_str()),
+        (
+            400,
+            "Request decoding failed: Invalid Mesh Gateway Mode: \"sideways\""
+        )
+    );
+}
+
+#[test]
 fn bootstrap_entries_from_the_config_file_are_written_by_the_leader() {
     let dir = TempDir::new("connect-bootstrap");
     let file = dir.path().join("entries.hcl");

@@ -350,12 +350,24 @@ pub fn discovery_chain(
             .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
             .filter(|p| !p.is_empty())
             .map(|p| p.to_ascii_lowercase());
+        if let Some(gateway) = obj
+            .obj(&["overridemeshgateway"])
+            .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+        {
+            let mode = gateway
+                .opt_string(&["mode"])
+                .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?
+                .unwrap_or_default();
+            overrides.mesh_gateway = crate::consul::discovery_chain::MeshGatewayMode::parse(&mode)
+                .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
+        }
     }
     run_query(
         ctx,
         ChainQuery {
             service,
             datacenter,
+            use_in_datacenter: ctx.config().datacenter.clone(),
             overrides,
         },
         options,
@@ -366,6 +378,7 @@ pub fn discovery_chain(
 struct ChainQuery {
     service: String,
     datacenter: String,
+    use_in_datacenter: String,
     overrides: crate::consul::discovery_chain::Overrides,
 }
 
@@ -385,6 +398,7 @@ impl Query for ChainQuery {
             tables,
             &self.service,
             &self.datacenter,
+            &self.use_in_datacenter,
             self.overrides.clone(),
         ) {
             Ok(doc) => {

@@ -24,16 +24,78 @@ pub const REDIRECTS_MAX: usize = 16;
 /// Most nodes one chain may have.
 pub const NODES_MAX: usize = 1024;
 
-/// Overrides a caller may give (`POST`): Consul's `OverrideConnectTimeout`, `OverrideProtocol`.
+/// Overrides a caller may give (`POST`): Consul's `OverrideConnectTimeout`,
+/// `OverrideProtocol`, `OverrideMeshGateway` (a proxy passes its registration's
+/// `MeshGateway`, the upstream's own winning over the proxy's).
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     pub connect_timeout_ns: Option<i64>,
     pub protocol: Option<String>,
+    pub mesh_gateway: MeshGatewayMode,
+}
+
+/// How traffic to another datacenter's target travels (Consul's `MeshGatewayMode`):
+/// straight to its instances, through this datacenter's mesh gateways, or through the
+/// target datacenter's. `Default` defers to the next layer of configuration; a chain's
+/// targets end with `Default` only when nothing chose (a proxy then goes direct, as
+/// `None`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MeshGatewayMode {
+    #[default]
+    Default,
+    None,
+    Local,
+    Remote,
+}
+
+impl MeshGatewayMode {
+    /// Consul's `ValidateMeshGatewayMode`: the four spellings, anything else refused with
+    /// Consul's message.
+    pub fn parse(text: &str) -> Result<MeshGatewayMode, String> {
+        match text {
+            "" => Ok(MeshGatewayMode::Default),
+            "none" => Ok(MeshGatewayMode::None),
+            "local" => Ok(MeshGatewayMode::Local),
+            "remote" => Ok(MeshGatewayMode::Remote),
+            other => Err(format!("Invalid Mesh Gateway Mode: {other:?}")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MeshGatewayMode::Default => "",
+            MeshGatewayMode::None => "none",
+            MeshGatewayMode::Local => "local",
+            MeshGatewayMode::Remote => "remote",
+        }
+    }
+
+    /// `self` unless it defers, then `fallback` (Consul's `OverlayWith`, reversed).
+    pub fn or(self, fallback: MeshGatewayMode) -> MeshGatewayMode {
+        if self == MeshGatewayMode::Default {
+            fallback
+        } else {
+            self
+        }
+    }
+
+    /// The mode a config entry's `MeshGateway` object names; one that does not parse
+    /// (the store keeps entries as written) defers.
+    fn of_entry(entry: Option<&Value>) -> MeshGatewayMode {
+        entry
+            .and_then(|e| e.get("MeshGateway"))
+            .map(|m| text(m, "Mode"))
+            .and_then(|mode| MeshGatewayMode::parse(mode).ok())
+            .unwrap_or_default()
+    }
 }
 
 struct Compiler<'t> {
     tables: &'t Tables,
+    /// Where the chain is evaluated (`compile-dc`): a target without a datacenter is here.
     datacenter: String,
+    /// Where the chain's caller runs: a target here never goes through a mesh gateway.
+    use_in_datacenter: String,
     trust_domain: String,
     nodes: BTreeMap<String, Doc>,
     targets: BTreeMap<String, Doc>,
@@ -73,9 +135,32 @@ impl Compiler<'_> {
     }
 
     /// Registers the target of `service`/`subset` in `datacenter`; returns its ID.
+    /// The mesh gateway mode of a target of `service` in `datacenter`, as Consul's
+    /// compiler picks it: none in the caller's own datacenter; else service-defaults',
+    /// then proxy-defaults', and a caller's override above both.
+    fn mesh_gateway_mode(&mut self, service: &str, datacenter: &str) -> MeshGatewayMode {
+        if datacenter == self.use_in_datacenter {
+            return MeshGatewayMode::Default;
+        }
+        let service_defaults = entry_fields(self.tables, ConfigKind::ServiceDefaults, service);
+        let proxy_defaults = entry_fields(self.tables, ConfigKind::ProxyDefaults, "global");
+        let configured = MeshGatewayMode::of_entry(service_defaults.as_ref())
+            .or(MeshGatewayMode::of_entry(proxy_defaults.as_ref()));
+        let chosen = self.overrides.mesh_gateway.or(configured);
+        if chosen != configured {
+            self.customized = true;
+        }
+        chosen
+    }
+
     fn target(&mut self, service: &str, subset: &str, datacenter: &str, timeout_ns: i64) -> String {
         let id = self.target_id(service, subset, datacenter);
         if !self.targets.contains_key(&id) {
+            let mode = self.mesh_gateway_mode(service, datacenter);
+            let mesh_gateway = match mode {
+                MeshGatewayMode::Default => Doc::Obj(Vec::new()),
+                mode => Doc::Obj(vec![("Mode".into(), Doc::Str(mode.as_str().into()))]),
+            };
             let subset_doc = entry_fields(self.tables, ConfigKind::ServiceResolver, service)
                 .and_then(|r| r.get("Subsets").and_then(|s| s.get(subset)).cloned())
                 .map(|s| {
@@ -100,7 +185,7 @@ impl Compiler<'_> {
                 ("Namespace".into(), Doc::Str("default".into())),
                 ("Partition".into(), Doc::Str("default".into())),
                 ("Datacenter".into(), Doc::Str(datacenter.to_string())),
-                ("MeshGateway".into(), Doc::Obj(Vec::new())),
+                ("MeshGateway".into(), mesh_gateway),
                 ("Subset".into(), subset_doc),
                 (
                     "ConnectTimeout".into(),
@@ -380,11 +465,13 @@ impl Compiler<'_> {
     }
 }
 
-/// Compiles the chain of `service` as Consul's `{"Chain": …}` answer.
+/// Compiles the chain of `service`, evaluated in `datacenter`, for a caller in
+/// `use_in_datacenter`, as Consul's `{"Chain": …}` answer.
 pub fn compile(
     tables: &Tables,
     service: &str,
     datacenter: &str,
+    use_in_datacenter: &str,
     overrides: Overrides,
 ) -> Result<Doc, String> {
     let trust_domain = tables.mesh.ca.trust_domain().unwrap_or_default();
@@ -395,6 +482,7 @@ pub fn compile(
     let mut compiler = Compiler {
         tables,
         datacenter: datacenter.to_string(),
+        use_in_datacenter: use_in_datacenter.to_string(),
         trust_domain,
         nodes: BTreeMap::new(),
         targets: BTreeMap::new(),
@@ -453,7 +541,7 @@ mod tests {
     }
 
     fn chain(t: &Tables, service: &str) -> Value {
-        let doc = compile(t, service, "dc1", Overrides::default()).unwrap();
+        let doc = compile(t, service, "dc1", "dc1", Overrides::default()).unwrap();
         serde_json::from_str::<Value>(&doc.to_json()).unwrap()["Chain"].clone()
     }
 
@@ -539,8 +627,100 @@ mod tests {
             8,
             r#"{"Kind":"service-resolver","Name":"b","Redirect":{"Service":"a"}}"#,
         );
-        assert!(compile(&t, "a", "dc1", Overrides::default())
+        assert!(compile(&t, "a", "dc1", "dc1", Overrides::default())
             .unwrap_err()
             .contains("circular"));
+    }
+
+    fn mode_of(t: &Tables, service: &str, target: &str, override_mode: MeshGatewayMode) -> Value {
+        let overrides = Overrides {
+            mesh_gateway: override_mode,
+            ..Overrides::default()
+        };
+        let doc = compile(t, service, "dc2", "dc1", overrides).unwrap();
+        let chain = serde_json::from_str::<Value>(&doc.to_json()).unwrap()["Chain"].clone();
+        chain["Targets"][target]["MeshGateway"].clone()
+    }
+
+    #[test]
+    fn a_remote_target_takes_its_mesh_gateway_mode_from_override_then_service_then_proxy_defaults()
+    {
+        let mut t = Tables::default();
+        let db = "db.default.default.dc2";
+        // Nothing configured: the mode defers (a proxy goes straight to the instances).
+        assert_eq!(
+            mode_of(&t, "db", db, MeshGatewayMode::Default),
+            serde_json::json!({})
+        );
+        write(
+            &mut t,
+            2,
+            r#"{"Kind":"proxy-defaults","Name":"global","MeshGateway":{"Mode":"local"}}"#,
+        );
+        assert_eq!(
+            mode_of(&t, "db", db, MeshGatewayMode::Default)["Mode"],
+            "local"
+        );
+        write(
+            &mut t,
+            3,
+            r#"{"Kind":"service-defaults","Name":"db","MeshGateway":{"Mode":"remote"}}"#,
+        );
+        assert_eq!(
+            mode_of(&t, "db", db, MeshGatewayMode::Default)["Mode"],
+            "remote"
+        );
+        // The caller's override (an upstream's or its proxy's MeshGateway) wins.
+        assert_eq!(mode_of(&t, "db", db, MeshGatewayMode::None)["Mode"], "none");
+        assert_eq!(
+            mode_of(&t, "db", db, MeshGatewayMode::Local)["Mode"],
+            "local"
+        );
+    }
+
+    #[test]
+    fn a_target_in_the_callers_own_datacenter_never_uses_a_mesh_gateway() {
+        let mut t = Tables::default();
+        write(
+            &mut t,
+            2,
+            r#"{"Kind":"proxy-defaults","Name":"global","MeshGateway":{"Mode":"remote"}}"#,
+        );
+        write(
+            &mut t,
+            3,
+            r#"{"Kind":"service-resolver","Name":"db","Failover":{"*":{"Datacenters":["dc2"]}}}"#,
+        );
+        let overrides = Overrides {
+            mesh_gateway: MeshGatewayMode::Local,
+            ..Overrides::default()
+        };
+        let doc = compile(&t, "db", "dc1", "dc1", overrides).unwrap();
+        let chain = serde_json::from_str::<Value>(&doc.to_json()).unwrap()["Chain"].clone();
+        assert_eq!(
+            chain["Targets"]["db.default.default.dc1"]["MeshGateway"],
+            serde_json::json!({})
+        );
+        assert_eq!(
+            chain["Targets"]["db.default.default.dc2"]["MeshGateway"]["Mode"],
+            "local"
+        );
+    }
+
+    #[test]
+    fn mesh_gateway_modes_parse_as_consul_spells_them() {
+        for (text, mode) in [
+            ("", MeshGatewayMode::Default),
+            ("none", MeshGatewayMode::None),
+            ("local", MeshGatewayMode::Local),
+            ("remote", MeshGatewayMode::Remote),
+        ] {
+            assert_eq!(MeshGatewayMode::parse(text), Ok(mode));
+            assert_eq!(mode.as_str(), text);
+        }
+        assert_eq!(
+            MeshGatewayMode::parse("Local").unwrap_err(),
+            "Invalid Mesh Gateway Mode: \"Local\""
+        );
     }
 }

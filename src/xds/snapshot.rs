@@ -321,6 +321,7 @@ pub fn build(
             connect_timeout_ns: config_u64(&upstream.config, "connect_timeout_ms")
                 .map(|ms| ms as i64 * 1_000_000),
             protocol: config_str(&upstream.config, "protocol").map(str::to_string),
+            ..Overrides::default()
         };
         upstreams.push(compile_upstream(
             tables,
@@ -371,9 +372,14 @@ fn compile_upstream(
     trust_domain: &str,
     spec: UpstreamSpec<'_>,
 ) -> Result<Upstream, String> {
-    let chain =
-        discovery_chain::compile(tables, spec.destination, &spec.datacenter, spec.overrides)
-            .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
+    let chain = discovery_chain::compile(
+        tables,
+        spec.destination,
+        &spec.datacenter,
+        &settings.datacenter,
+        spec.overrides,
+    )
+    .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
     let chain: Value = serde_json::from_str(&chain.to_json())
         .map_err(|e| format!("upstream {:?}: {e}", spec.destination))?;
     let chain = &chain["Chain"];
