@@ -53,26 +53,50 @@ fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 /// Starts `threads` data-plane threads, each with its own listeners. Binds every listener
 /// before returning, so a port in use fails the start.
 pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
+    let mut binds = Vec::new();
+    if let Some(listen) = state.listen {
+        binds.push((None, listen, String::new()));
+    }
+    for (i, upstream) in state.upstreams.iter().enumerate() {
+        let what = format!(" for upstream {}", upstream.spec.destination);
+        binds.push((Some(i), upstream.spec.bind, what));
+    }
+    serve("proxy", threads, &binds, move |upstream, socket, peer| {
+        let state = state.clone();
+        async move {
+            match upstream {
+                None => inbound(&state, socket, peer).await,
+                Some(i) => outbound(&state, &state.upstreams[i], socket).await,
+            }
+        }
+    })
+}
+
+/// Runs `threads` threads named `<name>-<n>`, each a monoio runtime with its own
+/// `SO_REUSEPORT` listener on every address of `binds` (`(key, address, what it is for)`),
+/// handing each accepted connection to `handle` with its listener's key. Every listener is
+/// bound before this returns, so a port in use fails the start.
+pub fn serve<K, H, F>(
+    name: &str,
+    threads: usize,
+    binds: &[(K, SocketAddr, String)],
+    handle: H,
+) -> Result<(), String>
+where
+    K: Copy + Send + 'static,
+    H: Fn(K, TcpStream, SocketAddr) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Result<(), String>> + 'static,
+{
     for thread in 0..threads.max(1) {
         let mut listeners = Vec::new();
-        if let Some(listen) = state.listen {
-            let listener = reuseport_listener(listen)
-                .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-            listeners.push((None, listener));
+        for (key, addr, what) in binds {
+            let listener = reuseport_listener(*addr)
+                .map_err(|e| format!("cannot listen{what} on {addr}: {e}"))?;
+            listeners.push((*key, listener));
         }
-        for (i, upstream) in state.upstreams.iter().enumerate() {
-            let bind = upstream.spec.bind;
-            let listener = reuseport_listener(bind).map_err(|e| {
-                format!(
-                    "cannot listen for upstream {} on {bind}: {e}",
-                    upstream.spec.destination
-                )
-            })?;
-            listeners.push((Some(i), listener));
-        }
-        let state = state.clone();
+        let handle = handle.clone();
         std::thread::Builder::new()
-            .name(format!("proxy-{thread}"))
+            .name(format!("{name}-{thread}"))
             .spawn(move || {
                 let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
                     .enable_timer()
@@ -80,13 +104,9 @@ pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
                     .expect("building a proxy runtime");
                 runtime.block_on(async move {
                     let mut tasks = Vec::new();
-                    for (upstream, listener) in listeners {
+                    for (key, listener) in listeners {
                         let listener = TcpListener::from_std(listener).expect("a bound listener");
-                        tasks.push(monoio::spawn(accept_loop(
-                            state.clone(),
-                            upstream,
-                            listener,
-                        )));
+                        tasks.push(monoio::spawn(accept_loop(key, listener, handle.clone())));
                     }
                     for task in tasks {
                         task.await;
@@ -98,7 +118,12 @@ pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: TcpListener) {
+async fn accept_loop<K, H, F>(key: K, listener: TcpListener, handle: H)
+where
+    K: Copy + 'static,
+    H: Fn(K, TcpStream, SocketAddr) -> F,
+    F: std::future::Future<Output = Result<(), String>> + 'static,
+{
     loop {
         let (socket, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -109,13 +134,9 @@ async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: 
             }
         };
         let _ = socket.set_nodelay(true);
-        let state = state.clone();
+        let connection = handle(key, socket, peer);
         monoio::spawn(async move {
-            let result = match upstream {
-                None => inbound(&state, socket, peer).await,
-                Some(i) => outbound(&state, &state.upstreams[i], socket).await,
-            };
-            if let Err(e) = result {
+            if let Err(e) = connection.await {
                 log::warn!("proxy: connection from {peer}: {e}");
             }
         });

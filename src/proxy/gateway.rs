@@ -22,7 +22,7 @@
 //! gateways from its WAN address's IP when it listens on specific addresses, so the
 //! connections it makes carry its own address (what a firewall between zones allows).
 
-use super::data::{dial_from, pipe};
+use super::data::{dial_from, pipe, serve};
 use super::hello::{self, Hello, HELLO_BYTES_MAX};
 use super::http::AgentClient;
 use super::{
@@ -32,7 +32,7 @@ use super::{
 use crate::proto::spiffe::percent_encode;
 use arc_swap::ArcSwap;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
-use monoio::net::{TcpListener, TcpStream};
+use monoio::net::TcpStream;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -58,8 +58,6 @@ const GATEWAY_NAMES_MAX: usize = 16;
 /// How long a blocking query for a datacenter's mesh gateways waits: short, as the names
 /// of the gateway services are reread only between two such queries.
 pub const GATEWAYS_WATCH_WAIT: Duration = Duration::from_secs(10);
-/// Listener backlog of the gateway's listeners.
-const BACKLOG: i32 = 4096;
 
 /// Where connections for each destination go; swapped whole by the control thread.
 #[derive(Default)]
@@ -213,7 +211,13 @@ pub async fn run(settings: &ProxySettings, id: &str) -> Result<i32, String> {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    start(gateway.clone(), &binds, threads)?;
+    let listeners: Vec<((), SocketAddr, String)> =
+        binds.iter().map(|b| ((), *b, String::new())).collect();
+    let serving = gateway.clone();
+    serve("gateway", threads, &listeners, move |(), socket, _| {
+        let gateway = serving.clone();
+        async move { splice(&gateway, socket).await }
+    })?;
     log::info!(
         "proxy: mesh gateway {id:?} of datacenter {datacenter:?} listening on {binds:?}, {threads} thread(s)"
     );
@@ -260,71 +264,6 @@ async fn identity(agent: &AgentClient) -> Result<(String, String), String> {
                 backoff(&mut retry).await;
             }
         }
-    }
-}
-
-fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let domain = socket2::Domain::for_address(addr);
-    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_tcp_nodelay(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(BACKLOG)?;
-    socket.set_nonblocking(true)?;
-    Ok(socket.into())
-}
-
-/// Starts the data-plane threads, each with its own `SO_REUSEPORT` listeners.
-fn start(gateway: Arc<Gateway>, binds: &[SocketAddr], threads: usize) -> Result<(), String> {
-    for thread in 0..threads.max(1) {
-        let listeners = binds
-            .iter()
-            .map(|addr| listener(*addr).map_err(|e| format!("cannot listen on {addr}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let gateway = gateway.clone();
-        std::thread::Builder::new()
-            .name(format!("gateway-{thread}"))
-            .spawn(move || {
-                let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-                    .enable_timer()
-                    .build()
-                    .expect("building a gateway runtime");
-                runtime.block_on(async move {
-                    let tasks: Vec<_> = listeners
-                        .into_iter()
-                        .map(|l| {
-                            let l = TcpListener::from_std(l).expect("a bound listener");
-                            monoio::spawn(accept_loop(gateway.clone(), l))
-                        })
-                        .collect();
-                    for task in tasks {
-                        task.await;
-                    }
-                });
-            })
-            .map_err(|e| format!("cannot start a gateway thread: {e}"))?;
-    }
-    Ok(())
-}
-
-async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener) {
-    loop {
-        let (socket, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                log::warn!("proxy: gateway accept failed: {e}");
-                monoio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = socket.set_nodelay(true);
-        let gateway = gateway.clone();
-        monoio::spawn(async move {
-            if let Err(e) = splice(&gateway, socket).await {
-                log::warn!("proxy: gateway connection from {peer}: {e}");
-            }
-        });
     }
 }
 
