@@ -34,10 +34,11 @@
 //! `FAULTS_FIGURES=<file>` appends the run's figures to that file as one JSON line, and
 //! `FAULTS_KEEP_LOGS=<dir>` keeps the servers' logs there.
 
+#[path = "it/support/common.rs"]
 mod common;
-#[path = "common/linearizability.rs"]
+#[path = "linearizability/checker.rs"]
 mod linearizability;
-#[path = "common/nemesis.rs"]
+#[path = "linearizability/nemesis.rs"]
 mod nemesis;
 
 use common::{praetor_binary, try_request_bounded, Cluster, HttpResponse, TempDir};

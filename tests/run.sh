@@ -21,7 +21,7 @@ command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
-# What the docs' walkthroughs use (tests/docs.rs runs them in a private network namespace).
+# What the docs' walkthroughs use (tests/it/docs.rs runs them in a private network namespace).
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v jq >/dev/null 2>&1 || missing+=(jq)
 command -v socat >/dev/null 2>&1 || missing+=(socat)

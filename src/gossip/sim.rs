@@ -1,6 +1,6 @@
 //! A seeded, replayable network simulator for the gossip core: a virtual clock, one
 //! [`Gossip`] per node, UDP packets that are lost, delayed and reordered, TCP streams
-//! that are delayed but reliable, and crashes. Used by `tests/gossip_sim.rs` and the
+//! that are delayed but reliable, and crashes. Used by `tests/it/gossip/gossip_sim.rs` and the
 //! gossip bench; pure like the core (no sockets, no clock), so a failing run is replayed
 //! exactly from its seed.
 //!

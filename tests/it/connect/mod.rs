@@ -1,0 +1,11 @@
+//! The mesh: the CA and intentions, config entries, the built-in proxy, Envoy over xDS,
+//! gateways, the CA across datacenters.
+
+mod connect_api;
+mod connect_config;
+mod connect_federation;
+mod connect_proxy;
+mod envoy_mesh;
+mod gateways;
+mod gateways_envoy;
+mod xds_conformance;

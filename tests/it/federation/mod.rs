@@ -1,0 +1,5 @@
+//! Several datacenters: WAN federation and `?dc=`, and Consul's RPC between agents and
+//! servers.
+
+mod consul_rpc;
+mod wan;
