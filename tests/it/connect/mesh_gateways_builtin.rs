@@ -10,8 +10,9 @@
 //! gateway from its LAN IP towards local instances and its WAN IP towards other gateways),
 //! so a connection's source and destination name the two processes it joins. Dropping
 //! packets between web's sidecar address and db's address (both directions, on `INPUT`,
-//! as `common/nemesis.rs` does) cuts the direct path while web sidecar → dc1 gateway →
-//! dc2 gateway → db sidecar stays open; the test's own connections come from 127.0.0.1.
+//! with `tests/linearizability/nemesis.rs`) cuts the direct path while web sidecar → dc1
+//! gateway → dc2 gateway → db sidecar stays open; the test's own connections come from
+//! 127.0.0.1.
 //!
 //! Shown:
 //! - before the cut, mode none (the default) reaches db directly; after it, it does not;
@@ -25,16 +26,17 @@
 //!
 //! Bounded: every wait has a deadline.
 
-mod agent_support;
-mod common;
-#[path = "common/nemesis.rs"]
+// The iptables partitions of the linearizability checker, shared as they are.
+#[path = "../../linearizability/nemesis.rs"]
 mod nemesis;
 
-use agent_support::wait_for;
-use common::{echo_server, fresh_loopback, praetor_binary, round_trip, Agent, TempDir};
+use super::connect_federation::dev_agent;
+use super::connect_proxy::free_port;
+use crate::agent_support::wait_for;
+use crate::common::{echo_server, fresh_loopback, praetor_binary, round_trip, Agent, TempDir};
 use nemesis::Firewall;
 use serde_json::{json, Value};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,33 +48,6 @@ const FEDERATION_LIMIT: Duration = Duration::from_secs(90);
 const ROUTE_LIMIT: Duration = Duration::from_secs(60);
 /// How long a cut direct path is tried to show it stays cut.
 const CUT_PROBE: Duration = Duration::from_secs(4);
-
-fn dev_agent(ip: IpAddr, extra: &[&str]) -> Agent {
-    let mut args: Vec<String> = [
-        "agent",
-        "-dev",
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let agent = Agent::spawn(ip, 8500, args);
-    agent.wait_ready();
-    agent
-}
-
-fn free_port(ip: IpAddr) -> u16 {
-    TcpListener::bind(SocketAddr::new(ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A `praetor connect proxy` process, SIGKILLed on drop.
 struct Proxy {
