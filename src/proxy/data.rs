@@ -223,6 +223,20 @@ pub async fn dial_from(to: SocketAddr, own: Option<IpAddr>) -> Result<TcpStream,
             socket2::Type::STREAM,
             None,
         )?;
+        // Without IP_BIND_ADDRESS_NO_PORT, binding before connecting reserves an ephemeral
+        // port for the address alone, and a proxy opening many connections would run out of
+        // ports long before the 4-tuples run out; with it, the port is picked at connect.
+        let enable: libc::c_int = 1;
+        // SAFETY: a valid descriptor, an option the kernel reads as an int of this size.
+        let _ = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&enable as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
         socket.bind(&source.into())?;
         socket.set_nonblocking(true)?;
         match socket.connect(&to.into()) {
