@@ -271,3 +271,30 @@ fn set_config(args: SetConfigArgs) -> Result<i32, String> {
     println!("Configuration updated!");
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::upstream;
+
+    #[test]
+    fn an_upstream_flag_may_name_a_datacenter() {
+        let local = upstream("db:9191").unwrap();
+        assert_eq!(
+            (
+                local.destination.as_str(),
+                local.bind.to_string(),
+                local.datacenter
+            ),
+            ("db", "127.0.0.1:9191".to_string(), None)
+        );
+        let remote = upstream("db@dc2:127.0.0.5:9191").unwrap();
+        assert_eq!(
+            (remote.destination.as_str(), remote.bind.to_string()),
+            ("db", "127.0.0.5:9191".to_string())
+        );
+        assert_eq!(remote.datacenter.as_deref(), Some("dc2"));
+        assert!(upstream("db@:9191").is_err());
+        assert!(upstream("@dc2:9191").is_err());
+        assert!(upstream("db").is_err());
+    }
+}
