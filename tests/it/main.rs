@@ -16,7 +16,7 @@
 
 mod support;
 
-pub(crate) use support::{acl_common, agent_support, common, dns_common, envoy};
+pub(crate) use support::{acl_common, agent_support, common, dns_common, envoy, nemesis};
 
 mod acl;
 mod agent;

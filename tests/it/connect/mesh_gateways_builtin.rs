@@ -10,7 +10,7 @@
 //! gateway from its LAN IP towards local instances and its WAN IP towards other gateways),
 //! so a connection's source and destination name the two processes it joins. Dropping
 //! packets between web's sidecar address and db's address (both directions, on `INPUT`,
-//! with `tests/linearizability/nemesis.rs`) cuts the direct path while web sidecar → dc1
+//! with `tests/it/support/nemesis.rs`) cuts the direct path while web sidecar → dc1
 //! gateway → dc2 gateway → db sidecar stays open; the test's own connections come from
 //! 127.0.0.1.
 //!
@@ -26,9 +26,7 @@
 //!
 //! Bounded: every wait has a deadline.
 
-// The iptables partitions of the linearizability checker, shared as they are.
-#[path = "../../linearizability/nemesis.rs"]
-mod nemesis;
+use crate::nemesis;
 
 use super::connect_federation::dev_agent;
 use super::connect_proxy::free_port;
