@@ -95,6 +95,11 @@ MESH = dict(echo=18700, db_proxy=18701, web_proxy=18702, up=18703, ha_up=18704, 
 # Envoy's pair (issue #38): two Envoy sidecars started by `praetor connect envoy`, fed over
 # xDS by the -dev agent, in front of the same echo backend.
 ENVOY_MESH = dict(db_proxy=18706, web_proxy=18707, up=18708, db_admin=18709, web_admin=18710)
+# The mesh gateway rows (issue #39): a second -dev datacenter WAN-joined to the -dev agent,
+# one built-in mesh gateway in each, and a built-in sidecar pair whose upstream crosses both
+# (sidecar → gateway → gateway → sidecar), in front of the same echo backend.
+MGW_DC2 = dict(http=18720, dns=18721, server=18722, serf_lan=18723, serf_wan=18724)
+MGW = dict(db_proxy=18711, web_proxy=18712, up=18713, gw1_lan=18714, gw1_wan=18715, gw2_lan=18716, gw2_wan=18717)
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -121,7 +126,8 @@ SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"pra
                     "dc2": [f"praetor-dc2-s{i}" for i in range(3)],
                     "cluster-tls": [f"praetor-tls-s{i}" for i in range(3)],
                     "mesh": ["mesh-echo", "mesh-proxy-db", "mesh-proxy-web"], "haproxy-mesh": ["haproxy-mesh"],
-                    "envoy-mesh": ["envoy-db", "envoy-web"]}
+                    "envoy-mesh": ["envoy-db", "envoy-web"],
+                    "mgw": ["mgw-dc2", "mgw-gw1", "mgw-gw2", "mgw-proxy-db", "mgw-proxy-web"]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -946,6 +952,97 @@ class Bench:
                 return None
             time.sleep(0.3)
         return "praetor's proxy pair carried no message: " + self.procs.log_tail("mesh-proxy-web")
+
+    def start_mgw(self):
+        """The gateway path: a dc2 -dev agent (primary dc1, the -dev agent) with `gdb` and its
+        built-in sidecar; `gweb`'s built-in sidecar on the -dev agent with its upstream `gdb`
+        in dc2 through mesh gateways (`MeshGateway.Mode = local`: dc1's gateway, then dc2's);
+        one `praetor connect proxy -gateway=mesh -register` per datacenter."""
+        reason = self.ensure("mesh")
+        if reason:
+            return reason
+        hcl = 'primary_datacenter = "dc1"\nretry_join_wan = ["127.0.0.1:%d"]' % DEV["serf_wan"]
+        data = os.path.join(self.tmp, f"mgw-dc2-{time.monotonic_ns()}")
+        proc = self.procs.start("mgw-dc2", self.praetor_argv(MGW_DC2, ["-dev", "-datacenter", "dc2", "-node", "bench-mgw-dc2",
+                                                                       "-data-dir", data, "-hcl", hcl]))
+        dc1, dc2 = self.dev_url(), f"http://127.0.0.1:{MGW_DC2['http']}"
+        deadline = time.monotonic() + 4 * START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                return f"praetor agent -dev (dc2) exited ({proc.returncode}): " + self.procs.log_tail("mgw-dc2")
+            s1, _, roots1 = http("GET", f"{dc1}/v1/connect/ca/roots")
+            s2, _, roots2 = http("GET", f"{dc2}/v1/connect/ca/roots")
+            try:
+                if s1 == s2 == 200 and json.loads(roots1).get("ActiveRootID") and \
+                        json.loads(roots1)["ActiveRootID"] == json.loads(roots2).get("ActiveRootID"):
+                    break
+            except ValueError:
+                pass
+            if time.monotonic() > deadline:
+                return "dc2 did not federate with the -dev agent: " + self.procs.log_tail("mgw-dc2")
+            time.sleep(0.5)
+        registrations = [
+            (dc2, {"Name": "gdb", "Port": MESH["echo"], "Address": "127.0.0.1",
+                   "Connect": {"SidecarService": {"Address": "127.0.0.1", "Port": MGW["db_proxy"],
+                                                  "Check": {"TCP": f"127.0.0.1:{MGW['db_proxy']}", "Interval": "1s"}}}}),
+            (dc1, {"Name": "gweb", "Port": 1, "Address": "127.0.0.1",
+                   "Connect": {"SidecarService": {"Address": "127.0.0.1", "Port": MGW["web_proxy"],
+                                                  "Proxy": {"Upstreams": [{"DestinationName": "gdb", "Datacenter": "dc2",
+                                                                           "MeshGateway": {"Mode": "local"},
+                                                                           "LocalBindAddress": "127.0.0.1",
+                                                                           "LocalBindPort": MGW["up"]}]},
+                                                  "Check": {"TCP": f"127.0.0.1:{MGW['web_proxy']}", "Interval": "1s"}}}}),
+        ]
+        for base, service in registrations:
+            status, _, body = http("PUT", f"{base}/v1/agent/service/register", json.dumps(service).encode())
+            if status != 200:
+                return f"registering {service['Name']} with its sidecar answered {status}: {body[:120]!r}"
+        # Every proxy on the path gets the direct pair's thread count per proxy.
+        threads = str(max(1, (os.cpu_count() or 1) // 2))
+        for name, base, agent_port, lan, wan in (("gw1", dc1, DEV["http"], MGW["gw1_lan"], MGW["gw1_wan"]),
+                                                 ("gw2", dc2, MGW_DC2["http"], MGW["gw2_lan"], MGW["gw2_wan"])):
+            self.procs.start(f"mgw-{name}", [self.praetor, "connect", "proxy", "-gateway=mesh", "-register",
+                                             "-address", f"127.0.0.1:{lan}", "-wan-address", f"127.0.0.1:{wan}",
+                                             "-threads", threads, "-http-addr", f"127.0.0.1:{agent_port}"])
+        for name, agent_port in (("db", MGW_DC2["http"]), ("web", DEV["http"])):
+            self.procs.start(f"mgw-proxy-{name}", [self.praetor, "connect", "proxy", "-sidecar-for", f"g{name}",
+                                                   "-threads", threads, "-http-addr", f"127.0.0.1:{agent_port}"])
+        # A gateway passes its health check within its 10 s interval; only then is it routable.
+        deadline = time.monotonic() + 4 * START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            dead = self.procs.dead(SYSTEM_PROCESSES["mgw"])
+            if dead:
+                return f"{dead[0]} {CRASHED} (code {dead[1]}): " + self.procs.log_tail(dead[0])
+            if self.mesh_echo_ok(MGW["up"]):
+                return None
+            time.sleep(0.5)
+        return "the gateway path carried no message: " + self.procs.log_tail("mgw-proxy-web")
+
+    def mgw_rows(self):
+        """The built-in sidecar pair through two built-in mesh gateways against the same pair
+        direct (same echo backend, same thread counts): bytes/s and new connections/s."""
+        for kind, scenario, extra, metric, unit in (
+            ("bytes", "tcp-stream", ["--value-bytes", "1048576"], "bytes_per_s", "B/s"),
+            ("conns", "tcp-connect", [], "ops_per_s", "conn/s"),
+        ):
+            row_id = f"mgw-{kind}-vs-direct"
+            what = "1 MiB echo messages × 16 conns" if kind == "bytes" else "new connections/s, 16 at a time"
+            title = f"mTLS across datacenters, {what}: sidecar → gw → gw → sidecar vs sidecar → sidecar (built-in proxies)"
+            target = "reported"
+            reason = self.needs("mesh", "mgw")
+            if reason:
+                self.unavailable(row_id, title, target, reason)
+                continue
+            args = [scenario, "--target-a", f"tcp://127.0.0.1:{MESH['up']}", "--target-b",
+                    f"tcp://127.0.0.1:{MGW['up']}", "--name-a", "direct pair", "--name-b", "through two gateways",
+                    "--connections", "16", "--duration", f"{self.duration}s"] + extra
+            self.compare_row(row_id, title, args, target, None, metric=metric, unit=unit)
+        # The issue's other figure, the built-in gateway against Envoy as the gateway on the
+        # same hop, needs Envoy to run as a mesh gateway (`connect envoy -gateway=mesh`).
+        for kind in ("bytes", "conns"):
+            self.unavailable(f"mgw-{kind}-builtin-vs-envoy",
+                             f"mesh gateway hop, {kind}: built-in gateways vs Envoy gateways", "≥ 1.0×",
+                             "Envoy as a mesh gateway is not in this build yet")
 
     def start_haproxy_mesh(self):
         """haproxy doing the same hop with the same certificates: a plain listener that opens
@@ -2264,7 +2361,9 @@ class Bench:
             (["mesh-bytes-vs-haproxy"], self.row_mesh_bytes, []),
             (["mesh-conns-vs-haproxy"], self.row_mesh_conns, []),
             (["mesh-bytes-envoy-vs-haproxy", "mesh-conns-envoy-vs-haproxy", "mesh-bytes-envoy-vs-builtin",
-              "mesh-conns-envoy-vs-builtin"], self.envoy_mesh_rows, ["envoy-mesh", "haproxy-mesh", "mesh"]),
+              "mesh-conns-envoy-vs-builtin"], self.envoy_mesh_rows, ["envoy-mesh", "haproxy-mesh"]),
+            (["mgw-bytes-vs-direct", "mgw-conns-vs-direct", "mgw-bytes-builtin-vs-envoy", "mgw-conns-builtin-vs-envoy"],
+             self.mgw_rows, ["mgw", "mesh"]),
         ]
 
     def run(self):

@@ -178,6 +178,16 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
     ),
     ("kv", "rpc", "a client agent's KV reads (rpc::client)"),
     (
+        "session",
+        "rpc",
+        "a client agent's session calls (rpc::client_session)",
+    ),
+    (
+        "txn",
+        "rpc",
+        "a client agent's transactions (rpc::client_txn)",
+    ),
+    (
         "status",
         "rpc",
         "a client agent's status calls (rpc::client)",

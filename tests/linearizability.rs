@@ -38,7 +38,7 @@
 mod common;
 #[path = "linearizability/checker.rs"]
 mod linearizability;
-#[path = "linearizability/nemesis.rs"]
+#[path = "it/support/nemesis.rs"]
 mod nemesis;
 
 use common::{praetor_binary, try_request_bounded, Cluster, HttpResponse, TempDir};

@@ -27,6 +27,8 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub service: Option<String>,
     /// An upstream, `name:port` (listening on 127.0.0.1) or `name:address:port`; repeatable.
+    /// `name@dc` names an upstream in another datacenter (praetor's; Consul's flag has no
+    /// datacenter).
     #[arg(long = "upstream")]
     pub upstreams: Vec<String>,
     /// The public mTLS listener, `address:port`.
@@ -44,6 +46,21 @@ pub struct ProxyArgs {
     /// Log lines as JSON (hclog's keys), as the agent's -log-json does.
     #[arg(long = "log-json")]
     pub log_json: bool,
+    /// Run as a gateway instead of a sidecar; the built-in proxy runs `mesh` gateways.
+    #[arg(long)]
+    pub gateway: Option<String>,
+    /// Register the gateway with the local agent before starting (as `connect envoy`).
+    #[arg(long)]
+    pub register: bool,
+    /// The gateway's LAN address, `<ip>[:<port>]` (default port 8443).
+    #[arg(long)]
+    pub address: Option<String>,
+    /// The gateway's WAN address, `<ip>[:<port>]` (default port 8443).
+    #[arg(long = "wan-address")]
+    pub wan_address: Option<String>,
+    /// A bind address `<name>=<ip>:<port>` instead of the default rules (repeatable).
+    #[arg(long = "bind-address")]
+    pub bind_address: Vec<String>,
 }
 
 fn socket_addr(text: &str, what: &str) -> Result<std::net::SocketAddr, String> {
@@ -56,10 +73,21 @@ fn socket_addr(text: &str, what: &str) -> Result<std::net::SocketAddr, String> {
 
 fn upstream(text: &str) -> Result<crate::proxy::UpstreamSpec, String> {
     let parts: Vec<&str> = text.split(':').collect();
-    let (destination, bind) = match parts[..] {
+    let (name, bind) = match parts[..] {
         [name, port] => (name, format!("127.0.0.1:{port}")),
         [name, address, port] => (name, format!("{address}:{port}")),
         _ => return Err(format!("Invalid upstream {text:?}: expected name:port")),
+    };
+    let (destination, datacenter) = match name.split_once('@') {
+        Some((destination, datacenter)) if !datacenter.is_empty() => {
+            (destination, Some(datacenter.to_string()))
+        }
+        Some(_) => {
+            return Err(format!(
+                "Invalid upstream {text:?}: the datacenter is empty"
+            ))
+        }
+        None => (name, None),
     };
     if destination.is_empty() {
         return Err(format!("Invalid upstream {text:?}: the name is empty"));
@@ -67,7 +95,64 @@ fn upstream(text: &str) -> Result<crate::proxy::UpstreamSpec, String> {
     Ok(crate::proxy::UpstreamSpec {
         destination: destination.to_string(),
         bind: socket_addr(&bind, "upstream address")?,
+        datacenter,
+        mesh_gateway_mode: None,
     })
+}
+
+/// The service ID of the mesh gateway this proxy runs: registered now with `-register`
+/// (by `connect envoy`'s registration, so both register a gateway the same way), else the
+/// one mesh gateway registered with the agent.
+fn gateway_id(args: &ProxyArgs) -> Result<Option<String>, String> {
+    let Some(gateway) = args.gateway.as_deref().filter(|g| !g.is_empty()) else {
+        if args.register {
+            return Err("Auto-Registration can only be used for gateways".to_string());
+        }
+        return Ok(None);
+    };
+    let kind = super::envoy::gateway_kind(gateway)?;
+    if kind != "mesh-gateway" {
+        return Err(format!(
+            "The built-in proxy runs mesh gateways only (-gateway=mesh), not {gateway:?}"
+        ));
+    }
+    if args.sidecar_for.is_some() || !args.upstreams.is_empty() || args.listen.is_some() {
+        return Err("-gateway cannot be used with -sidecar-for, -upstream or -listen".to_string());
+    }
+    let client = args.http.client()?;
+    if !args.register {
+        return super::envoy::lookup_gateway(&client, kind).map(|(id, _)| Some(id));
+    }
+    let name = args
+        .service
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| kind.to_string());
+    let mut argv = vec![
+        "envoy".to_string(),
+        "--gateway=mesh".to_string(),
+        "--register".to_string(),
+    ];
+    for (flag, value) in [
+        ("address", &args.address),
+        ("wan-address", &args.wan_address),
+    ] {
+        if let Some(value) = value {
+            argv.push(format!("--{flag}={value}"));
+        }
+    }
+    for bind in &args.bind_address {
+        argv.push(format!("--bind-address={bind}"));
+    }
+    let envoy_args = {
+        use clap::{Args, FromArgMatches};
+        let matches = super::envoy::EnvoyArgs::augment_args(clap::Command::new("envoy"))
+            .try_get_matches_from(argv)
+            .map_err(|e| e.to_string())?;
+        super::envoy::EnvoyArgs::from_arg_matches(&matches).map_err(|e| e.to_string())?
+    };
+    super::envoy::register_gateway(&client, &envoy_args, kind, &name, &name)?;
+    Ok(Some(name))
 }
 
 /// Builds the proxy's settings: the agent must be reachable over plain HTTP on TCP.
@@ -80,7 +165,9 @@ fn proxy_settings(args: ProxyArgs) -> Result<crate::proxy::ProxySettings, String
     if options.tls.is_some() {
         return Err("the built-in proxy reaches its agent over plain HTTP".to_string());
     }
+    let gateway = gateway_id(&args)?;
     Ok(crate::proxy::ProxySettings {
+        gateway,
         agent: crate::proxy::http::AgentClient {
             addr: socket_addr(address, "agent address")?,
             token: options.token.clone(),
@@ -183,4 +270,31 @@ fn set_config(args: SetConfigArgs) -> Result<i32, String> {
         .map_err(|e| format!("Error setting CA configuration: {e}"))?;
     println!("Configuration updated!");
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upstream;
+
+    #[test]
+    fn an_upstream_flag_may_name_a_datacenter() {
+        let local = upstream("db:9191").unwrap();
+        assert_eq!(
+            (
+                local.destination.as_str(),
+                local.bind.to_string(),
+                local.datacenter
+            ),
+            ("db", "127.0.0.1:9191".to_string(), None)
+        );
+        let remote = upstream("db@dc2:127.0.0.5:9191").unwrap();
+        assert_eq!(
+            (remote.destination.as_str(), remote.bind.to_string()),
+            ("db", "127.0.0.5:9191".to_string())
+        );
+        assert_eq!(remote.datacenter.as_deref(), Some("dc2"));
+        assert!(upstream("db@:9191").is_err());
+        assert!(upstream("@dc2:9191").is_err());
+        assert!(upstream("db").is_err());
+    }
 }

@@ -102,7 +102,7 @@ const DEREGISTER_AFTER_CRITICAL_DEFAULT: &str = "6h";
 const GATEWAY_CHECK_INTERVAL: &str = "10s";
 
 /// The service kind of a `-gateway` value, as Consul names them.
-fn gateway_kind(gateway: &str) -> Result<&'static str, String> {
+pub(crate) fn gateway_kind(gateway: &str) -> Result<&'static str, String> {
     match gateway {
         "api" => Ok("api-gateway"),
         "mesh" => Ok("mesh-gateway"),
@@ -146,7 +146,7 @@ fn can_bind(ip: &str) -> bool {
 /// Registers the gateway with the local agent (Consul's `-register`): its kind and name,
 /// the LAN and WAN tagged addresses, a TCP check on the LAN address, and Consul's bind
 /// settings in `Proxy.Config`.
-fn register_gateway(
+pub(crate) fn register_gateway(
     client: &super::client::Client,
     args: &EnvoyArgs,
     kind: &str,
@@ -228,7 +228,10 @@ fn register_gateway(
 
 /// The ID of the one gateway of `kind` registered with the local agent (Consul's
 /// `LookupGatewayProxy`), and its name.
-fn lookup_gateway(client: &super::client::Client, kind: &str) -> Result<(String, String), String> {
+pub(crate) fn lookup_gateway(
+    client: &super::client::Client,
+    kind: &str,
+) -> Result<(String, String), String> {
     let response = client
         .ok("GET", "/v1/agent/services", None)
         .map_err(|e| format!("Failed looking up {kind} instances: {e}"))?;

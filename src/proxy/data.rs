@@ -12,7 +12,7 @@ use crate::tls::stream;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use rustls::pki_types::ServerName;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,26 +53,50 @@ fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 /// Starts `threads` data-plane threads, each with its own listeners. Binds every listener
 /// before returning, so a port in use fails the start.
 pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
+    let mut binds = Vec::new();
+    if let Some(listen) = state.listen {
+        binds.push((None, listen, String::new()));
+    }
+    for (i, upstream) in state.upstreams.iter().enumerate() {
+        let what = format!(" for upstream {}", upstream.spec.destination);
+        binds.push((Some(i), upstream.spec.bind, what));
+    }
+    serve("proxy", threads, &binds, move |upstream, socket, peer| {
+        let state = state.clone();
+        async move {
+            match upstream {
+                None => inbound(&state, socket, peer).await,
+                Some(i) => outbound(&state, &state.upstreams[i], socket).await,
+            }
+        }
+    })
+}
+
+/// Runs `threads` threads named `<name>-<n>`, each a monoio runtime with its own
+/// `SO_REUSEPORT` listener on every address of `binds` (`(key, address, what it is for)`),
+/// handing each accepted connection to `handle` with its listener's key. Every listener is
+/// bound before this returns, so a port in use fails the start.
+pub fn serve<K, H, F>(
+    name: &str,
+    threads: usize,
+    binds: &[(K, SocketAddr, String)],
+    handle: H,
+) -> Result<(), String>
+where
+    K: Copy + Send + 'static,
+    H: Fn(K, TcpStream, SocketAddr) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Result<(), String>> + 'static,
+{
     for thread in 0..threads.max(1) {
         let mut listeners = Vec::new();
-        if let Some(listen) = state.listen {
-            let listener = reuseport_listener(listen)
-                .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-            listeners.push((None, listener));
+        for (key, addr, what) in binds {
+            let listener = reuseport_listener(*addr)
+                .map_err(|e| format!("cannot listen{what} on {addr}: {e}"))?;
+            listeners.push((*key, listener));
         }
-        for (i, upstream) in state.upstreams.iter().enumerate() {
-            let bind = upstream.spec.bind;
-            let listener = reuseport_listener(bind).map_err(|e| {
-                format!(
-                    "cannot listen for upstream {} on {bind}: {e}",
-                    upstream.spec.destination
-                )
-            })?;
-            listeners.push((Some(i), listener));
-        }
-        let state = state.clone();
+        let handle = handle.clone();
         std::thread::Builder::new()
-            .name(format!("proxy-{thread}"))
+            .name(format!("{name}-{thread}"))
             .spawn(move || {
                 let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
                     .enable_timer()
@@ -80,13 +104,9 @@ pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
                     .expect("building a proxy runtime");
                 runtime.block_on(async move {
                     let mut tasks = Vec::new();
-                    for (upstream, listener) in listeners {
+                    for (key, listener) in listeners {
                         let listener = TcpListener::from_std(listener).expect("a bound listener");
-                        tasks.push(monoio::spawn(accept_loop(
-                            state.clone(),
-                            upstream,
-                            listener,
-                        )));
+                        tasks.push(monoio::spawn(accept_loop(key, listener, handle.clone())));
                     }
                     for task in tasks {
                         task.await;
@@ -98,7 +118,12 @@ pub fn start(state: Arc<ProxyState>, threads: usize) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: TcpListener) {
+async fn accept_loop<K, H, F>(key: K, listener: TcpListener, handle: H)
+where
+    K: Copy + 'static,
+    H: Fn(K, TcpStream, SocketAddr) -> F,
+    F: std::future::Future<Output = Result<(), String>> + 'static,
+{
     loop {
         let (socket, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -109,13 +134,9 @@ async fn accept_loop(state: Arc<ProxyState>, upstream: Option<usize>, listener: 
             }
         };
         let _ = socket.set_nodelay(true);
-        let state = state.clone();
+        let connection = handle(key, socket, peer);
         monoio::spawn(async move {
-            let result = match upstream {
-                None => inbound(&state, socket, peer).await,
-                Some(i) => outbound(&state, &state.upstreams[i], socket).await,
-            };
-            if let Err(e) = result {
+            if let Err(e) = connection.await {
                 log::warn!("proxy: connection from {peer}: {e}");
             }
         });
@@ -177,10 +198,68 @@ async fn authorized(state: &ProxyState, source_uri: &str, source: &str) -> Resul
 }
 
 async fn dial(addr: SocketAddr) -> Result<TcpStream, String> {
-    let stream = monoio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(addr))
+    dial_from(addr, None).await
+}
+
+/// The address to dial `to` from, given this proxy's own IP: that IP when it is a specific
+/// address of the same family and the same reach (loopback or not) as `to`, so connections
+/// carry the proxy's own address; otherwise none, the kernel choosing.
+fn source_for(own: Option<IpAddr>, to: SocketAddr) -> Option<SocketAddr> {
+    let own = own?;
+    let usable = !own.is_unspecified()
+        && own.is_ipv4() == to.is_ipv4()
+        && own.is_loopback() == to.ip().is_loopback();
+    usable.then_some(SocketAddr::new(own, 0))
+}
+
+/// Dials `to` within [`DIAL_TIMEOUT`], from `own`'s address when [`source_for`] allows.
+pub async fn dial_from(to: SocketAddr, own: Option<IpAddr>) -> Result<TcpStream, String> {
+    let connecting = async {
+        let Some(source) = source_for(own, to) else {
+            return TcpStream::connect_addr(to).await;
+        };
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(to),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        // Without IP_BIND_ADDRESS_NO_PORT, binding before connecting reserves an ephemeral
+        // port for the address alone, and a proxy opening many connections would run out of
+        // ports long before the 4-tuples run out; with it, the port is picked at connect.
+        let enable: libc::c_int = 1;
+        // SAFETY: a valid descriptor, an option the kernel reads as an int of this size.
+        let _ = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&enable as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        socket.bind(&source.into())?;
+        socket.set_nonblocking(true)?;
+        match socket.connect(&to.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(e),
+        }
+        let std_stream: std::net::TcpStream = socket.into();
+        let stream = TcpStream::from_std(std_stream)?;
+        stream.writable(false).await?;
+        // SAFETY: the descriptor belongs to `stream`, which outlives this borrow.
+        let fd = unsafe {
+            std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&stream))
+        };
+        if let Some(e) = socket2::SockRef::from(&fd).take_error()? {
+            return Err(e);
+        }
+        Ok(stream)
+    };
+    let stream = monoio::time::timeout(DIAL_TIMEOUT, connecting)
         .await
-        .map_err(|_| format!("dialing {addr} timed out"))?
-        .map_err(|e| format!("dialing {addr}: {e}"))?;
+        .map_err(|_| format!("dialing {to} timed out"))?
+        .map_err(|e| format!("dialing {to}: {e}"))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
@@ -247,28 +326,35 @@ async fn outbound(
             upstream.spec.destination
         ));
     }
-    let at = upstream.next.fetch_add(1, Ordering::Relaxed) % endpoints.len();
-    let remote = dial(endpoints[at]).await?;
+    let own = state.listen.map(|l| l.ip());
+    let remote = super::gateway::dial_any(&upstream.next, &endpoints, own).await?;
+    let remote_addr = remote
+        .peer_addr()
+        .map_or_else(|_| "the upstream".to_string(), |a| a.to_string());
     let tls = state.tls.load_full();
+    // A cross-datacenter upstream names its own datacenter, which routes the connection
+    // through mesh gateways and is the datacenter its certificate must carry.
+    let datacenter = upstream.spec.datacenter.as_deref();
     let sni = upstream_sni(
         &upstream.spec.destination,
-        &tls.datacenter,
+        datacenter.unwrap_or(&tls.datacenter),
         &tls.trust_domain,
     );
     let name = ServerName::try_from(sni.clone())
         .map_err(|e| format!("the SNI {sni:?} of {}: {e}", upstream.spec.destination))?;
     let session = stream::connect(tls.client.clone(), name, remote, HANDSHAKE_TIMEOUT)
         .await
-        .map_err(|e| format!("TLS handshake with {}: {e}", endpoints[at]))?;
+        .map_err(|e| format!("TLS handshake with {remote_addr}: {e}"))?;
     let chain = session.peer_certificates().unwrap_or_default();
     let id = chain
         .first()
         .and_then(|leaf| service_id_of(leaf))
         .ok_or("the upstream's certificate carries no service SPIFFE ID")?;
-    if id.service != upstream.spec.destination || !trusted(state, &id) {
+    let wrong_datacenter = datacenter.is_some_and(|dc| !dc.eq_ignore_ascii_case(&id.datacenter));
+    if id.service != upstream.spec.destination || wrong_datacenter || !trusted(state, &id) {
         return Err(format!(
-            "upstream {} presented the identity of {:?} in {:?}",
-            upstream.spec.destination, id.service, id.trust_domain
+            "upstream {} presented the identity of {:?} in {:?} of {:?}",
+            upstream.spec.destination, id.service, id.datacenter, id.trust_domain
         ));
     }
     let (tls_read, tls_write) = session.into_split();
@@ -279,7 +365,7 @@ async fn outbound(
 
 /// Copies both ways until both directions end; a direction that ends half-closes the other
 /// side's write half, as a TCP proxy should.
-async fn pipe<AR, AW, BR, BW>(a_read: AR, a_write: AW, b_read: BR, b_write: BW)
+pub async fn pipe<AR, AW, BR, BW>(a_read: AR, a_write: AW, b_read: BR, b_write: BW)
 where
     AR: AsyncReadRent + 'static,
     AW: AsyncWriteRent + 'static,

@@ -25,6 +25,8 @@
 //! `deny` refuses the next connection at once, without one agent call per connection.
 
 pub mod data;
+pub mod gateway;
+pub mod hello;
 pub mod http;
 
 use crate::proto::spiffe::{percent_encode, ServiceId};
@@ -51,11 +53,46 @@ pub const UPSTREAMS_MAX: usize = 256;
 /// Most source services whose authorization is cached.
 pub const AUTHZ_CACHE_ENTRIES_MAX: usize = 65_536;
 
+/// How long a blocking query for a cross-datacenter upstream's endpoints waits: short, as
+/// the same round also rereads the upstream's mesh gateway mode from its discovery chain.
+pub const CROSS_DC_WATCH_WAIT: Duration = Duration::from_secs(10);
+
 /// One upstream: the service it reaches and the local address it listens on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamSpec {
     pub destination: String,
     pub bind: SocketAddr,
+    /// The datacenter the destination is in; none: the proxy's own.
+    pub datacenter: Option<String>,
+    /// The registration's `MeshGateway.Mode` for this upstream (the upstream's own, else the
+    /// proxy's), sent as the discovery chain's override.
+    pub mesh_gateway_mode: Option<String>,
+}
+
+/// How a cross-datacenter upstream is reached (Consul's `MeshGateway.Mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MeshGatewayMode {
+    /// The remote datacenter's sidecars directly (Consul's default, `""` or `none`).
+    None,
+    /// This datacenter's mesh gateways, at their LAN address.
+    Local,
+    /// The remote datacenter's mesh gateways, at their WAN address.
+    Remote,
+}
+
+impl MeshGatewayMode {
+    /// Consul's mode names; an unknown one is none, with a warning.
+    pub fn parse(text: &str) -> MeshGatewayMode {
+        match text {
+            "local" => MeshGatewayMode::Local,
+            "remote" => MeshGatewayMode::Remote,
+            "" | "none" => MeshGatewayMode::None,
+            other => {
+                log::warn!("proxy: unknown mesh gateway mode {other:?}; connecting directly");
+                MeshGatewayMode::None
+            }
+        }
+    }
 }
 
 /// What the proxy serves, from flags or from a sidecar registration.
@@ -72,6 +109,8 @@ pub struct ProxySettings {
     pub service_addr: Option<SocketAddr>,
     /// Data-plane threads (0: one per core).
     pub threads: usize,
+    /// Run as the mesh gateway registered with the agent under this service ID instead.
+    pub gateway: Option<String>,
 }
 
 /// The TLS material every new connection uses; swapped whole on a leaf or roots change.
@@ -120,6 +159,9 @@ pub fn run(settings: ProxySettings) -> Result<i32, String> {
         .build()
         .map_err(|e| format!("cannot start the proxy's runtime: {e}"))?;
     runtime.block_on(async move {
+        if let Some(id) = settings.gateway.clone() {
+            return gateway::run(&settings, &id).await;
+        }
         let settings = resolve(settings).await?;
         let state = Arc::new(start_state(&settings).await?);
         let threads = match settings.threads {
@@ -195,8 +237,21 @@ async fn resolve(mut settings: ProxySettings) -> Result<ProxySettings, String> {
                 .map_err(|e| format!("local service address {local_address}:{local_port}: {e}"))?,
         );
     }
+    let proxy_mode = proxy_config["MeshGateway"]["Mode"]
+        .as_str()
+        .filter(|m| !m.is_empty());
     for upstream in proxy_config["Upstreams"].as_array().into_iter().flatten() {
         let destination = upstream["DestinationName"].as_str().unwrap_or_default();
+        let datacenter = upstream["Datacenter"]
+            .as_str()
+            .filter(|dc| !dc.is_empty())
+            .map(str::to_string);
+        // The upstream's own mode wins over the proxy's, as in Consul.
+        let mesh_gateway_mode = upstream["MeshGateway"]["Mode"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .or(proxy_mode)
+            .map(str::to_string);
         let bind_address = upstream["LocalBindAddress"]
             .as_str()
             .filter(|a| !a.is_empty())
@@ -208,6 +263,8 @@ async fn resolve(mut settings: ProxySettings) -> Result<ProxySettings, String> {
         settings.upstreams.push(UpstreamSpec {
             destination: destination.to_string(),
             bind,
+            datacenter,
+            mesh_gateway_mode,
         });
     }
     Ok(settings)
@@ -542,9 +599,33 @@ async fn watch_intentions(state: Arc<ProxyState>) {
     }
 }
 
+/// The `Service.Address:Service.Port` (the node's address when the service has none) of
+/// each row of a health answer.
+pub fn service_endpoints(rows: &serde_json::Value) -> Vec<SocketAddr> {
+    let mut endpoints = Vec::new();
+    for row in rows.as_array().into_iter().flatten() {
+        let address = row["Service"]["Address"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+            .or_else(|| row["Node"]["Address"].as_str())
+            .unwrap_or_default();
+        let port = row["Service"]["Port"].as_u64().unwrap_or(0);
+        if let Ok(addr) = format!("{address}:{port}").parse::<SocketAddr>() {
+            endpoints.push(addr);
+        } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
+            endpoints.push(SocketAddr::new(ip, port as u16));
+        }
+    }
+    endpoints
+}
+
 /// Follows the healthy proxies (and native instances) of upstream `i`.
 async fn watch_upstream(state: Arc<ProxyState>, i: usize) {
     let upstream = &state.upstreams[i];
+    let local = state.tls.load().datacenter.clone();
+    if let Some(datacenter) = upstream.spec.datacenter.clone().filter(|dc| *dc != local) {
+        return gateway::watch_remote_upstream(state, i, datacenter).await;
+    }
     let mut retry = RETRY_MIN;
     let mut index = 0;
     loop {
@@ -558,20 +639,7 @@ async fn watch_upstream(state: Arc<ProxyState>, i: usize) {
                 retry = RETRY_MIN;
                 index = answer.index;
                 let Ok(rows) = answer.json() else { continue };
-                let mut endpoints = Vec::new();
-                for row in rows.as_array().into_iter().flatten() {
-                    let address = row["Service"]["Address"]
-                        .as_str()
-                        .filter(|a| !a.is_empty())
-                        .or_else(|| row["Node"]["Address"].as_str())
-                        .unwrap_or_default();
-                    let port = row["Service"]["Port"].as_u64().unwrap_or(0);
-                    if let Ok(addr) = format!("{address}:{port}").parse::<SocketAddr>() {
-                        endpoints.push(addr);
-                    } else if let Ok(ip) = address.parse::<std::net::IpAddr>() {
-                        endpoints.push(SocketAddr::new(ip, port as u16));
-                    }
-                }
+                let endpoints = service_endpoints(&rows);
                 upstream.endpoints.store(Arc::new(endpoints));
             }
             Ok(answer) => {

@@ -16,7 +16,7 @@
 
 mod support;
 
-pub(crate) use support::{acl_common, agent_support, common, dns_common, envoy, two_dc};
+pub(crate) use support::{acl_common, agent_support, common, dns_common, envoy, nemesis, two_dc};
 
 mod acl;
 mod agent;

@@ -31,7 +31,7 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(90);
 /// signature, or a retry when dc2 asked while dc1 rotated.
 const ROTATION_LIMIT: Duration = Duration::from_secs(60);
 
-fn dev_agent(ip: IpAddr, extra: &[&str]) -> Agent {
+pub(super) fn dev_agent(ip: IpAddr, extra: &[&str]) -> Agent {
     let mut args: Vec<String> = [
         "agent",
         "-dev",

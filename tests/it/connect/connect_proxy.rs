@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A free port on `ip` (bound, read, released).
-fn free_port(ip: IpAddr) -> u16 {
+pub(super) fn free_port(ip: IpAddr) -> u16 {
     TcpListener::bind(SocketAddr::new(ip, 0))
         .unwrap()
         .local_addr()

@@ -1,5 +1,5 @@
 //! The mesh: the CA and intentions, config entries, the built-in proxy, Envoy over xDS,
-//! gateways, the CA across datacenters.
+//! gateways (the built-in mesh gateway across two datacenters), the CA across datacenters.
 
 mod connect_api;
 mod connect_config;
@@ -8,5 +8,6 @@ mod connect_proxy;
 mod envoy_mesh;
 mod gateways;
 mod gateways_envoy;
+mod mesh_gateways_builtin;
 mod mesh_gateways_envoy;
 mod xds_conformance;

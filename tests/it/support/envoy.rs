@@ -3,8 +3,6 @@
 //! agent's address, killed on drop; a keep-alive HTTP/1.1 server that answers every
 //! request with its name; registrations and config entries through the agent; free ports
 //! and a bounded wait.
-//!
-//! Included with `#[path = "common/envoy.rs"] mod envoy;` next to `mod common;`.
 
 #![allow(dead_code)]
 
