@@ -150,15 +150,10 @@ fn the_top_level_modules_form_no_cycle() {
         }
     }
     if let Some(cycle) = find_cycle(&graph) {
-        let mut text = String::new();
-        for pair in cycle.windows(2) {
-            let _ = writeln!(
-                text,
-                "  {} -> {}: {}",
-                pair[0], pair[1], graph[&pair[0]][&pair[1]]
-            );
-        }
-        panic!("the top-level modules import each other in a cycle:\n{text}");
+        panic!(
+            "the top-level modules import each other in a cycle:\n{}",
+            cycle_text(&graph, &cycle)
+        );
     }
 }
 
@@ -281,15 +276,10 @@ fn the_modules_inside_api_form_no_cycle() {
         );
     }
     if let Some(cycle) = find_cycle(&graph) {
-        let mut text = String::new();
-        for pair in cycle.windows(2) {
-            let _ = writeln!(
-                text,
-                "  {} -> {}: {}",
-                pair[0], pair[1], graph[&pair[0]][&pair[1]]
-            );
-        }
-        panic!("modules inside api import each other in a cycle:\n{text}");
+        panic!(
+            "modules inside api import each other in a cycle:\n{}",
+            cycle_text(&graph, &cycle)
+        );
     }
     // The vocabulary stays below everything: it names no handler, no route, no server.
     const VOCABULARY: &[&str] = &["authz", "context", "agent_channel", "client_tokens"];
@@ -968,6 +958,19 @@ fn raw_string_start(chars: &[char], i: usize) -> Option<usize> {
 
 fn ident_before(chars: &[char], i: usize) -> bool {
     i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// One line per edge of `cycle`, with where the edge is written.
+fn cycle_text(graph: &BTreeMap<String, BTreeMap<String, String>>, cycle: &[String]) -> String {
+    let mut text = String::new();
+    for pair in cycle.windows(2) {
+        let _ = writeln!(
+            text,
+            "  {} -> {}: {}",
+            pair[0], pair[1], graph[&pair[0]][&pair[1]]
+        );
+    }
+    text
 }
 
 /// A cycle in `graph`, as its nodes with the first repeated at the end.
