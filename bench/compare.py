@@ -1038,11 +1038,13 @@ class Bench:
                     "--connections", "16", "--duration", f"{self.duration}s"] + extra
             self.compare_row(row_id, title, args, target, None, metric=metric, unit=unit)
         # The issue's other figure, the built-in gateway against Envoy as the gateway on the
-        # same hop, needs Envoy to run as a mesh gateway (`connect envoy -gateway=mesh`).
+        # same hop, is not measured yet: a sidecar spreads its connections over every mesh
+        # gateway of a datacenter, so the two kinds cannot serve one path side by side; the
+        # row needs phased runs (register one kind, measure, swap).
         for kind in ("bytes", "conns"):
             self.unavailable(f"mgw-{kind}-builtin-vs-envoy",
                              f"mesh gateway hop, {kind}: built-in gateways vs Envoy gateways", "≥ 1.0×",
-                             "Envoy as a mesh gateway is not in this build yet")
+                             "not measured yet: the two gateway kinds need phased runs on one path")
 
     def start_haproxy_mesh(self):
         """haproxy doing the same hop with the same certificates: a plain listener that opens
