@@ -202,168 +202,178 @@ fn list(args: &ListArgs) -> Result<i32, String> {
 
 pub fn run(command: IntentionCommand) -> Result<i32, String> {
     match command {
-        IntentionCommand::Create(args) => {
-            let intentions = intentions_from(&args)?;
-            let client = args.http.client()?;
-            for ixn in intentions {
-                let source = ixn["SourceName"].as_str().unwrap_or_default().to_string();
-                let destination = ixn["DestinationName"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if args.replace {
-                    let existing = client.request(
-                        "GET",
-                        &format!(
-                            "/v1/connect/intentions/exact?{}",
-                            pair_query(&source, &destination)
-                        ),
-                        None,
-                    )?;
-                    if existing.status == 200 {
-                        let old: Value =
-                            serde_json::from_slice(&existing.body).map_err(|e| e.to_string())?;
-                        let id = old["ID"].as_str().unwrap_or_default();
-                        client
-                            .ok("PUT", &format!("/v1/connect/intentions/{id}"), Some(ixn.to_string().as_bytes()))
-                            .map_err(|e| {
-                                format!("Error replacing intention with source {source:?} and destination {destination:?}: {e}")
-                            })?;
-                        println!("Created: {}", one_line(&ixn));
-                        continue;
-                    }
-                }
-                client
-                    .ok(
-                        "POST",
-                        "/v1/connect/intentions",
-                        Some(ixn.to_string().as_bytes()),
-                    )
-                    .map_err(|e| format!("Error creating intention {:?}: {e}", one_line(&ixn)))?;
-                println!("Created: {}", one_line(&ixn));
-            }
-            Ok(0)
-        }
-        IntentionCommand::Check(args) => match check(&args) {
-            Ok(true) => {
-                println!("Allowed");
-                Ok(0)
-            }
-            Ok(false) => {
-                println!("Denied");
-                Ok(CHECK_DENIED_EXIT_CODE)
-            }
-            Err(message) => {
-                eprintln!("{message}");
-                Ok(CHECK_ERROR_EXIT_CODE)
-            }
-        },
+        IntentionCommand::Create(args) => create(&args),
+        IntentionCommand::Check(args) => Ok(check_exit_code(check(&args))),
         IntentionCommand::List(args) => list(&args),
-        IntentionCommand::Get(args) => {
-            let client = args.http.client()?;
-            let path = match &args.args[..] {
-                [id] => format!("/v1/connect/intentions/{id}"),
-                [source, destination] => {
-                    format!(
-                        "/v1/connect/intentions/exact?{}",
-                        pair_query(source, destination)
-                    )
-                }
-                _ => return Err("command requires exactly 1 or 2 arguments".to_string()),
-            };
-            let response = client
-                .request("GET", &path, None)
-                .map_err(|e| format!("Error reading the intention: {e}"))?;
-            // Consul's client reads a 404 as "no such intention".
-            if response.status == 404 {
-                return Err(match &args.args[..] {
-                    [id] => format!("Intention not found with ID {id:?}"),
-                    [source, destination] => format!(
-                        "Intention not found with source {source:?} and destination {destination:?}"
-                    ),
-                    _ => "Intention not found".to_string(),
-                });
-            }
-            if !(200..300).contains(&response.status) {
-                return Err(format!(
-                    "Error reading the intention: Unexpected response code: {} ({})",
-                    response.status,
-                    response.body_text()
-                ));
-            }
-            let ixn: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
-            let text = |key: &str| ixn[key].as_str().unwrap_or_default().to_string();
-            let mut rows: Vec<(String, String)> = vec![
-                ("Source:".into(), text("SourceName")),
-                ("Destination:".into(), text("DestinationName")),
-            ];
-            for (label, key) in [("Action:", "Action"), ("ID:", "ID")] {
-                if !text(key).is_empty() {
-                    rows.push((label.into(), text(key)));
-                }
-            }
-            if let Some(description) = ixn["Description"].as_str().filter(|d| !d.is_empty()) {
-                rows.push(("Description:".into(), description.into()));
-            }
-            if let Some(meta) = ixn["Meta"].as_object() {
-                for (k, v) in meta {
-                    rows.push((format!("Meta[{k}]:"), v.as_str().unwrap_or_default().into()));
-                }
-            }
-            rows.push((
-                "Created At:".into(),
-                ixn["CreatedAt"].as_str().unwrap_or_default().into(),
-            ));
-            let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-            for (k, v) in rows {
-                println!("{k:width$}  {v}");
-            }
-            Ok(0)
+        IntentionCommand::Get(args) => get(&args),
+        IntentionCommand::Delete(args) => delete(&args),
+        IntentionCommand::Match(args) => matches(&args),
+    }
+}
+
+/// `intention check`'s answer as Consul's exit code, printing what it found.
+fn check_exit_code(result: Result<bool, String>) -> i32 {
+    match result {
+        Ok(true) => {
+            println!("Allowed");
+            0
         }
-        IntentionCommand::Delete(args) => {
-            let client = args.http.client()?;
-            let path = match &args.args[..] {
-                [id] => format!("/v1/connect/intentions/{id}"),
-                [source, destination] => {
-                    format!(
-                        "/v1/connect/intentions/exact?{}",
-                        pair_query(source, destination)
-                    )
-                }
-                _ => return Err("command requires exactly 1 or 2 arguments".to_string()),
-            };
-            client
-                .ok("DELETE", &path, None)
-                .map_err(|e| format!("Error deleting the intention: {e}"))?;
-            println!("Intention deleted.");
-            Ok(0)
+        Ok(false) => {
+            println!("Denied");
+            CHECK_DENIED_EXIT_CODE
         }
-        IntentionCommand::Match(args) => {
-            let Some(name) = &args.name else {
-                return Err("Error: command requires exactly one argument: src or dst".to_string());
-            };
-            if args.source && args.destination {
-                return Err(
-                    "Error: only one of -source or -destination may be specified".to_string(),
-                );
-            }
-            let by = if args.source { "source" } else { "destination" };
-            let client = args.http.client()?;
-            let response = client
-                .ok(
-                    "GET",
-                    &format!(
-                        "/v1/connect/intentions/match?by={by}&name={}",
-                        encode_query_value(name)
-                    ),
-                    None,
-                )
-                .map_err(|e| format!("Error matching the connection: {e}"))?;
-            let value: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
-            for ixn in value[name].as_array().map(|v| &v[..]).unwrap_or_default() {
-                println!("{}", one_line(ixn));
-            }
-            Ok(0)
+        Err(message) => {
+            eprintln!("{message}");
+            CHECK_ERROR_EXIT_CODE
         }
     }
+}
+
+/// The path of one intention, by ID or by its source and destination (`get`, `delete`).
+fn intention_path(args: &[String]) -> Result<String, String> {
+    match args {
+        [id] => Ok(format!("/v1/connect/intentions/{id}")),
+        [source, destination] => Ok(format!(
+            "/v1/connect/intentions/exact?{}",
+            pair_query(source, destination)
+        )),
+        _ => Err("command requires exactly 1 or 2 arguments".to_string()),
+    }
+}
+
+/// `intention create`: each intention, replacing an existing one of the pair with
+/// `-replace`.
+fn create(args: &CreateArgs) -> Result<i32, String> {
+    let intentions = intentions_from(args)?;
+    let client = args.http.client()?;
+    for ixn in intentions {
+        let source = ixn["SourceName"].as_str().unwrap_or_default().to_string();
+        let destination = ixn["DestinationName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if args.replace {
+            let existing = client.request(
+                "GET",
+                &format!(
+                    "/v1/connect/intentions/exact?{}",
+                    pair_query(&source, &destination)
+                ),
+                None,
+            )?;
+            if existing.status == 200 {
+                let old: Value =
+                    serde_json::from_slice(&existing.body).map_err(|e| e.to_string())?;
+                let id = old["ID"].as_str().unwrap_or_default();
+                client
+                        .ok("PUT", &format!("/v1/connect/intentions/{id}"), Some(ixn.to_string().as_bytes()))
+                        .map_err(|e| {
+                            format!("Error replacing intention with source {source:?} and destination {destination:?}: {e}")
+                        })?;
+                println!("Created: {}", one_line(&ixn));
+                continue;
+            }
+        }
+        client
+            .ok(
+                "POST",
+                "/v1/connect/intentions",
+                Some(ixn.to_string().as_bytes()),
+            )
+            .map_err(|e| format!("Error creating intention {:?}: {e}", one_line(&ixn)))?;
+        println!("Created: {}", one_line(&ixn));
+    }
+    Ok(0)
+}
+
+/// `intention get`: one intention in Consul's label layout.
+fn get(args: &GetArgs) -> Result<i32, String> {
+    let client = args.http.client()?;
+    let path = intention_path(&args.args)?;
+    let response = client
+        .request("GET", &path, None)
+        .map_err(|e| format!("Error reading the intention: {e}"))?;
+    // Consul's client reads a 404 as "no such intention".
+    if response.status == 404 {
+        return Err(match &args.args[..] {
+            [id] => format!("Intention not found with ID {id:?}"),
+            [source, destination] => format!(
+                "Intention not found with source {source:?} and destination {destination:?}"
+            ),
+            _ => "Intention not found".to_string(),
+        });
+    }
+    if !(200..300).contains(&response.status) {
+        return Err(format!(
+            "Error reading the intention: Unexpected response code: {} ({})",
+            response.status,
+            response.body_text()
+        ));
+    }
+    let ixn: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+    let text = |key: &str| ixn[key].as_str().unwrap_or_default().to_string();
+    let mut rows: Vec<(String, String)> = vec![
+        ("Source:".into(), text("SourceName")),
+        ("Destination:".into(), text("DestinationName")),
+    ];
+    for (label, key) in [("Action:", "Action"), ("ID:", "ID")] {
+        if !text(key).is_empty() {
+            rows.push((label.into(), text(key)));
+        }
+    }
+    if let Some(description) = ixn["Description"].as_str().filter(|d| !d.is_empty()) {
+        rows.push(("Description:".into(), description.into()));
+    }
+    if let Some(meta) = ixn["Meta"].as_object() {
+        for (k, v) in meta {
+            rows.push((format!("Meta[{k}]:"), v.as_str().unwrap_or_default().into()));
+        }
+    }
+    rows.push((
+        "Created At:".into(),
+        ixn["CreatedAt"].as_str().unwrap_or_default().into(),
+    ));
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:width$}  {v}");
+    }
+    Ok(0)
+}
+
+/// `intention delete`.
+fn delete(args: &GetArgs) -> Result<i32, String> {
+    let client = args.http.client()?;
+    let path = intention_path(&args.args)?;
+    client
+        .ok("DELETE", &path, None)
+        .map_err(|e| format!("Error deleting the intention: {e}"))?;
+    println!("Intention deleted.");
+    Ok(0)
+}
+
+/// `intention match`: the intentions that apply to a source or a destination.
+fn matches(args: &MatchArgs) -> Result<i32, String> {
+    let Some(name) = &args.name else {
+        return Err("Error: command requires exactly one argument: src or dst".to_string());
+    };
+    if args.source && args.destination {
+        return Err("Error: only one of -source or -destination may be specified".to_string());
+    }
+    let by = if args.source { "source" } else { "destination" };
+    let client = args.http.client()?;
+    let response = client
+        .ok(
+            "GET",
+            &format!(
+                "/v1/connect/intentions/match?by={by}&name={}",
+                encode_query_value(name)
+            ),
+            None,
+        )
+        .map_err(|e| format!("Error matching the connection: {e}"))?;
+    let value: Value = serde_json::from_slice(&response.body).map_err(|e| e.to_string())?;
+    for ixn in value[name].as_array().map(|v| &v[..]).unwrap_or_default() {
+        println!("{}", one_line(ixn));
+    }
+    Ok(0)
 }
