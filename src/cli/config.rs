@@ -122,102 +122,114 @@ fn require<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str, String>
 
 pub fn run(command: ConfigCommand) -> Result<i32, String> {
     match command {
-        ConfigCommand::Write(args) => {
-            let file = args.file.as_deref().ok_or(
-                "Must provide exactly one positional argument to specify the config entry to write",
-            )?;
+        ConfigCommand::Write(args) => write(&args),
+        ConfigCommand::Read(args) => read(&args),
+        ConfigCommand::List(args) => list(&args),
+        ConfigCommand::Delete(args) => delete(&args),
+    }
+}
+
+/// `config write`: one entry from a file or standard input.
+fn write(args: &WriteArgs) -> Result<i32, String> {
+    let file = args.file.as_deref().ok_or(
+        "Must provide exactly one positional argument to specify the config entry to write",
+    )?;
+    let entry = read_entry(file)?;
+    let kind = field(&entry, "kind").unwrap_or("").to_string();
+    let name = match kind.as_str() {
+        "mesh" => "mesh".to_string(),
+        "proxy-defaults" => field(&entry, "name").unwrap_or("global").to_string(),
+        _ => field(&entry, "name").unwrap_or("").to_string(),
+    };
+    let client = args.http.client()?;
+    let mut path = "/v1/config".to_string();
+    if args.cas {
+        path.push_str(&format!("?cas={}", args.modify_index));
+    }
+    let response = client
+        .ok("PUT", &path, Some(entry.to_string().as_bytes()))
+        .map_err(|e| format!("Error writing config entry {kind}/{name}: {e}"))?;
+    if response.body_text() == "false" {
+        println!("Config entry not updated: {kind}/{name}");
+        return Ok(1);
+    }
+    println!("Config entry written: {kind}/{name}");
+    Ok(0)
+}
+
+/// `config read`: one entry as indented JSON.
+fn read(args: &ReadArgs) -> Result<i32, String> {
+    let kind = require(&args.kind, "kind")?;
+    let name = require(&args.name, "name")?;
+    let client = args.http.client()?;
+    let response = client
+        .ok(
+            "GET",
+            &format!("/v1/config/{}/{}", encode_path(kind), encode_path(name)),
+            None,
+        )
+        .map_err(|e| format!("Error reading config entry {kind}/{name}: {e}"))?;
+    let value: Value = serde_json::from_slice(&response.body)
+        .map_err(|e| format!("Error decoding config entry: {e}"))?;
+    let mut out = Vec::new();
+    crate::consul::json::write_serde(&mut out, &value, true);
+    print!("{}", String::from_utf8_lossy(&out));
+    Ok(0)
+}
+
+/// `config list`: the names of a kind's entries.
+fn list(args: &ListArgs) -> Result<i32, String> {
+    let kind = require(&args.kind, "kind")?;
+    let client = args.http.client()?;
+    let response = client
+        .ok("GET", &format!("/v1/config/{}", encode_path(kind)), None)
+        .map_err(|e| format!("Error listing config entries for kind {kind:?}: {e}"))?;
+    let entries: Vec<Value> = serde_json::from_slice(&response.body)
+        .map_err(|e| format!("Error decoding config entries: {e}"))?;
+    for entry in &entries {
+        println!(
+            "{}",
+            field(entry, "name").unwrap_or(if kind == "mesh" { "mesh" } else { "" })
+        );
+    }
+    Ok(0)
+}
+
+/// `config delete`.
+fn delete(args: &DeleteArgs) -> Result<i32, String> {
+    let (kind, name) = match &args.filename {
+        Some(file) => {
+            if args.kind.is_some() || args.name.is_some() {
+                return Err("filename can't be used with kind or name".to_string());
+            }
             let entry = read_entry(file)?;
             let kind = field(&entry, "kind").unwrap_or("").to_string();
-            let name = match kind.as_str() {
-                "mesh" => "mesh".to_string(),
-                "proxy-defaults" => field(&entry, "name").unwrap_or("global").to_string(),
-                _ => field(&entry, "name").unwrap_or("").to_string(),
-            };
-            let client = args.http.client()?;
-            let mut path = "/v1/config".to_string();
-            if args.cas {
-                path.push_str(&format!("?cas={}", args.modify_index));
-            }
-            let response = client
-                .ok("PUT", &path, Some(entry.to_string().as_bytes()))
-                .map_err(|e| format!("Error writing config entry {kind}/{name}: {e}"))?;
-            if response.body_text() == "false" {
-                println!("Config entry not updated: {kind}/{name}");
-                return Ok(1);
-            }
-            println!("Config entry written: {kind}/{name}");
-            Ok(0)
+            let name = field(&entry, "name").unwrap_or("").to_string();
+            (kind, name)
         }
-        ConfigCommand::Read(args) => {
-            let kind = require(&args.kind, "kind")?;
-            let name = require(&args.name, "name")?;
-            let client = args.http.client()?;
-            let response = client
-                .ok(
-                    "GET",
-                    &format!("/v1/config/{}/{}", encode_path(kind), encode_path(name)),
-                    None,
-                )
-                .map_err(|e| format!("Error reading config entry {kind}/{name}: {e}"))?;
-            let value: Value = serde_json::from_slice(&response.body)
-                .map_err(|e| format!("Error decoding config entry: {e}"))?;
-            let mut out = Vec::new();
-            crate::consul::json::write_serde(&mut out, &value, true);
-            print!("{}", String::from_utf8_lossy(&out));
-            Ok(0)
-        }
-        ConfigCommand::List(args) => {
-            let kind = require(&args.kind, "kind")?;
-            let client = args.http.client()?;
-            let response = client
-                .ok("GET", &format!("/v1/config/{}", encode_path(kind)), None)
-                .map_err(|e| format!("Error listing config entries for kind {kind:?}: {e}"))?;
-            let entries: Vec<Value> = serde_json::from_slice(&response.body)
-                .map_err(|e| format!("Error decoding config entries: {e}"))?;
-            for entry in &entries {
-                println!(
-                    "{}",
-                    field(entry, "name").unwrap_or(if kind == "mesh" { "mesh" } else { "" })
-                );
-            }
-            Ok(0)
-        }
-        ConfigCommand::Delete(args) => {
-            let (kind, name) = match &args.filename {
-                Some(file) => {
-                    if args.kind.is_some() || args.name.is_some() {
-                        return Err("filename can't be used with kind or name".to_string());
-                    }
-                    let entry = read_entry(file)?;
-                    let kind = field(&entry, "kind").unwrap_or("").to_string();
-                    let name = field(&entry, "name").unwrap_or("").to_string();
-                    (kind, name)
-                }
-                None => (
-                    require(&args.kind, "kind")?.to_string(),
-                    require(&args.name, "name")?.to_string(),
-                ),
-            };
-            if args.modify_index != 0 && !args.cas {
-                return Err("Cannot specify -modify-index without -cas".to_string());
-            }
-            let client = args.http.client()?;
-            let mut path = format!("/v1/config/{}/{}", encode_path(&kind), encode_path(&name));
-            if args.cas {
-                path.push_str(&format!(
-                    "?cas={}",
-                    encode_query_value(&args.modify_index.to_string())
-                ));
-            }
-            let response = client
-                .ok("DELETE", &path, None)
-                .map_err(|e| format!("Error deleting config entry {kind}/{name}: {e}"))?;
-            if args.cas && response.body_text() == "false" {
-                println!("Config entry not deleted: {kind}/{name}");
-                return Ok(1);
-            }
-            println!("Config entry deleted: {kind}/{name}");
-            Ok(0)
-        }
+        None => (
+            require(&args.kind, "kind")?.to_string(),
+            require(&args.name, "name")?.to_string(),
+        ),
+    };
+    if args.modify_index != 0 && !args.cas {
+        return Err("Cannot specify -modify-index without -cas".to_string());
     }
+    let client = args.http.client()?;
+    let mut path = format!("/v1/config/{}/{}", encode_path(&kind), encode_path(&name));
+    if args.cas {
+        path.push_str(&format!(
+            "?cas={}",
+            encode_query_value(&args.modify_index.to_string())
+        ));
+    }
+    let response = client
+        .ok("DELETE", &path, None)
+        .map_err(|e| format!("Error deleting config entry {kind}/{name}: {e}"))?;
+    if args.cas && response.body_text() == "false" {
+        println!("Config entry not deleted: {kind}/{name}");
+        return Ok(1);
+    }
+    println!("Config entry deleted: {kind}/{name}");
+    Ok(0)
 }
