@@ -19,7 +19,6 @@ use crate::common;
 use agent_support::wait_for;
 use common::{fresh_loopback, Agent, TempDir};
 use serde_json::{json, Value};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -30,25 +29,6 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(90);
 /// How long a rotation in dc1 may take to show in dc2: one blocking read's wake-up and a
 /// signature, or a retry when dc2 asked while dc1 rotated.
 const ROTATION_LIMIT: Duration = Duration::from_secs(60);
-
-pub(super) fn dev_agent(ip: IpAddr, extra: &[&str]) -> Agent {
-    let mut args: Vec<String> = [
-        "agent",
-        "-dev",
-        "-bind",
-        &ip.to_string(),
-        "-client",
-        &ip.to_string(),
-        "-dns-port=-1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let agent = Agent::spawn(ip, 8500, args);
-    agent.wait_ready();
-    agent
-}
 
 fn roots(agent: &Agent) -> Value {
     let r = agent.get("/v1/connect/ca/roots");
@@ -155,7 +135,7 @@ fn a_secondary_datacenter_chains_its_leaves_to_the_primary_roots() {
     let join_wan = format!("retry_join_wan = [\"{dc1_ip}\"]");
 
     // dc2 first, its primary not there yet: it serves, with no roots, and keeps trying.
-    let dc2 = dev_agent(
+    let dc2 = Agent::dev_at(
         fresh_loopback(),
         &["-datacenter", "dc2", "-hcl", primary, "-hcl", &join_wan],
     );
@@ -177,7 +157,7 @@ fn a_secondary_datacenter_chains_its_leaves_to_the_primary_roots() {
     );
 
     // dc1 arrives; dc2 catches up with its roots.
-    let dc1 = dev_agent(dc1_ip, &["-datacenter", "dc1", "-hcl", primary]);
+    let dc1 = Agent::dev_at(dc1_ip, &["-datacenter", "dc1", "-hcl", primary]);
     let dc1_roots = wait_for(Duration::from_secs(20), "dc1's CA", || {
         let r = roots(&dc1);
         (!active(&r).is_null()).then_some(r)

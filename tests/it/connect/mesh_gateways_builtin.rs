@@ -28,7 +28,6 @@
 
 use crate::nemesis;
 
-use super::connect_federation::dev_agent;
 use super::connect_proxy::free_port;
 use crate::agent_support::wait_for;
 use crate::common::{echo_server, fresh_loopback, praetor_binary, round_trip, Agent, TempDir};
@@ -212,9 +211,9 @@ fn web_in_dc1_reaches_db_in_dc2_through_two_builtin_mesh_gateways() {
         fresh_loopback(),
     );
     let primary = "primary_datacenter = \"dc1\"";
-    let dc1 = dev_agent(dc1_ip, &["-datacenter", "dc1", "-hcl", primary]);
+    let dc1 = Agent::dev_at(dc1_ip, &["-datacenter", "dc1", "-hcl", primary]);
     let join_wan = format!("retry_join_wan = [\"{dc1_ip}\"]");
-    let dc2 = dev_agent(
+    let dc2 = Agent::dev_at(
         dc2_ip,
         &["-datacenter", "dc2", "-hcl", primary, "-hcl", &join_wan],
     );

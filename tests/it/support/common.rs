@@ -107,24 +107,16 @@ impl Agent {
 
     /// [`Agent::dev`] on `ip` (an address the test already handed out, as for a WAN join).
     pub fn dev_at(ip: IpAddr, extra: &[&str]) -> Agent {
-        let mut args: Vec<String> = vec![
-            "agent".into(),
-            "-dev".into(),
-            "-bind".into(),
-            ip.to_string(),
-            "-client".into(),
-            ip.to_string(),
-            "-dns-port=-1".into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let agent = Agent::spawn(ip, 8500, args);
-        agent.wait_ready();
-        agent
+        Agent::dev_on(ip, false, extra)
     }
 
     /// Like [`Agent::dev`], with the DNS interface on port 8600 of the agent's address.
     pub fn dev_with_dns(extra: &[&str]) -> Agent {
-        let ip = fresh_loopback();
+        Agent::dev_on(fresh_loopback(), true, extra)
+    }
+
+    /// A `-dev` agent bound to `ip`, with or without its DNS interface, once it leads.
+    fn dev_on(ip: IpAddr, dns: bool, extra: &[&str]) -> Agent {
         let mut args: Vec<String> = vec![
             "agent".into(),
             "-dev".into(),
@@ -133,6 +125,9 @@ impl Agent {
             "-client".into(),
             ip.to_string(),
         ];
+        if !dns {
+            args.push("-dns-port=-1".into());
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let agent = Agent::spawn(ip, 8500, args);
         agent.wait_ready();
