@@ -571,6 +571,17 @@ fn check_link_count(count: usize) -> ApplyResult {
 
 // ---- tokens ----
 
+/// Who a token is and when it lives: the fields a write either sets at creation or must
+/// leave as they were on an update.
+struct TokenIdentity {
+    accessor: Arc<str>,
+    secret: Arc<str>,
+    auth_method: String,
+    expiration: Option<i64>,
+    create_time: i64,
+    create_index: u64,
+}
+
 fn token_set(
     tables: &mut Tables,
     index: u64,
@@ -586,124 +597,16 @@ fn token_set(
             + write.templated_policies.len(),
     )?;
     let acl = &tables.acl;
-    let (accessor, secret, auth_method, expiration, create_time, create_index) = if write.create {
-        check_new_token_id(acl, "AccessorID", &write.accessor_id)?;
-        check_new_token_id(acl, "SecretID", &write.secret_id)?;
-        let create_time = write.now_unix_ns;
-        let mut expiration = write.expiration_time_ns;
-        if write.expiration_ttl_ns < 0 {
-            return Err(format!(
-                "Token Expiration TTL '{}' should be > 0",
-                format_go_duration(write.expiration_ttl_ns)
-            ));
-        } else if write.expiration_ttl_ns > 0 {
-            if expiration.is_some() {
-                return Err(
-                    "Token Expiration TTL and Expiration Time cannot both be set".to_string(),
-                );
-            }
-            expiration = Some(create_time.saturating_add(write.expiration_ttl_ns));
-        }
-        if let Some(expires) = expiration {
-            if expires < create_time {
-                return Err("ExpirationTime cannot be before CreateTime".to_string());
-            }
-            let expires_in = expires - create_time;
-            if expires_in > TOKEN_EXPIRATION_TTL_MAX_NS {
-                return Err(format!(
-                    "ExpirationTime cannot be more than {} in the future (was {})",
-                    format_go_duration(TOKEN_EXPIRATION_TTL_MAX_NS),
-                    format_go_duration(expires_in)
-                ));
-            }
-            if expires_in < TOKEN_EXPIRATION_TTL_MIN_NS {
-                return Err(format!(
-                    "ExpirationTime cannot be less than {} in the future (was {})",
-                    format_go_duration(TOKEN_EXPIRATION_TTL_MIN_NS),
-                    format_go_duration(expires_in)
-                ));
-            }
-        }
-        if write.from_login {
-            if write.auth_method.is_empty() {
-                return Err("AuthMethod field is required during login".to_string());
-            }
-            if !acl.auth_methods.contains_key(&*fold(&write.auth_method)) {
-                return Err(format!(
-                    "No such auth method with Name: {}",
-                    write.auth_method
-                ));
-            }
-        } else if !write.auth_method.is_empty() {
-            return Err("AuthMethod field is disallowed outside of login".to_string());
-        }
-        (
-            Arc::<str>::from(write.accessor_id.to_lowercase()),
-            Arc::<str>::from(write.secret_id.as_str()),
-            write.auth_method.clone(),
-            expiration,
-            create_time,
-            index,
-        )
+    let identity = if write.create {
+        new_token_identity(acl, write, index)?
     } else {
-        if !is_uuid(&write.accessor_id) {
-            return Err("AccessorID is not a valid UUID".to_string());
-        }
-        if matches!(write.secret_id.as_str(), "allow" | "deny" | "manage") {
-            return Err("Permission denied: Cannot modify root ACL".to_string());
-        }
-        let accessor = write.accessor_id.to_lowercase();
-        let existing = acl
-            .tokens
-            .get(accessor.as_str())
-            .filter(|t| !t.is_expired(write.now_unix_ns))
-            .ok_or_else(|| format!("Cannot find token {}", rules::go_quote(&write.accessor_id)))?;
-        let secret = if write.secret_id.is_empty() {
-            existing.secret_id.clone()
-        } else if *existing.secret_id != *write.secret_id {
-            return Err("Changing a token's SecretID is not permitted".to_string());
-        } else {
-            existing.secret_id.clone()
-        };
-        if write.local != existing.local {
-            return Err(format!("Cannot toggle local mode of {}", write.accessor_id));
-        }
-        let auth_method = if write.auth_method.is_empty() {
-            existing.auth_method.clone()
-        } else if write.auth_method != existing.auth_method {
-            return Err(format!("Cannot change AuthMethod of {}", write.accessor_id));
-        } else {
-            existing.auth_method.clone()
-        };
-        if write.expiration_ttl_ns != 0 {
-            return Err(format!(
-                "Cannot change expiration time of {}",
-                write.accessor_id
-            ));
-        }
-        let expiration = match write.expiration_time_ns {
-            None => existing.expiration_time_ns,
-            Some(t) if existing.expiration_time_ns == Some(t) => Some(t),
-            Some(_) => {
-                return Err(format!(
-                    "Cannot change expiration time of {}",
-                    write.accessor_id
-                ))
-            }
-        };
-        (
-            existing.accessor_id.clone(),
-            secret,
-            auth_method,
-            expiration,
-            existing.create_time_ns,
-            existing.create_index,
-        )
+        updated_token_identity(acl, write)?
     };
     // An update keeps the spelling the token was created with.
-    let accessor_id_as_written = match acl.tokens.get(&*accessor) {
+    let accessor_id_as_written = match acl.tokens.get(&*identity.accessor) {
         Some(existing) if !write.create => existing.accessor_id_as_written.clone(),
-        _ => (*write.accessor_id != *accessor).then(|| Arc::from(write.accessor_id.as_str())),
+        _ => (*write.accessor_id != *identity.accessor)
+            .then(|| Arc::from(write.accessor_id.as_str())),
     };
     let roles = resolve_role_links(acl, &write.roles, write.from_login)?;
     let policies = resolve_policy_links(acl, &write.policies, write.from_login)?;
@@ -723,8 +626,8 @@ fn token_set(
         }
     }
     let mut token = Token {
-        accessor_id: accessor.clone(),
-        secret_id: secret,
+        accessor_id: identity.accessor,
+        secret_id: identity.secret,
         description: write.description.clone(),
         policies,
         roles,
@@ -732,17 +635,133 @@ fn token_set(
         node_identities,
         templated_policies,
         local: write.local,
-        auth_method,
-        expiration_time_ns: expiration,
-        create_time_ns: create_time,
+        auth_method: identity.auth_method,
+        expiration_time_ns: identity.expiration,
+        create_time_ns: identity.create_time,
         hash: Vec::new(),
-        create_index,
+        create_index: identity.create_index,
         modify_index: index,
         accessor_id_as_written,
     };
     token.hash = token_hash(&token);
     store_token(tables, index, token, changes);
     Ok(())
+}
+
+/// A created token's identity: fresh IDs, an expiration inside Consul's bounds, and an auth
+/// method only when the token comes from a login.
+fn new_token_identity(
+    acl: &AclTables,
+    write: &TokenWrite,
+    index: u64,
+) -> Result<TokenIdentity, String> {
+    check_new_token_id(acl, "AccessorID", &write.accessor_id)?;
+    check_new_token_id(acl, "SecretID", &write.secret_id)?;
+    let create_time = write.now_unix_ns;
+    let expiration = new_token_expiration(write, create_time)?;
+    if write.from_login {
+        if write.auth_method.is_empty() {
+            return Err("AuthMethod field is required during login".to_string());
+        }
+        if !acl.auth_methods.contains_key(&*fold(&write.auth_method)) {
+            return Err(format!(
+                "No such auth method with Name: {}",
+                write.auth_method
+            ));
+        }
+    } else if !write.auth_method.is_empty() {
+        return Err("AuthMethod field is disallowed outside of login".to_string());
+    }
+    Ok(TokenIdentity {
+        accessor: Arc::from(write.accessor_id.to_lowercase()),
+        secret: Arc::from(write.secret_id.as_str()),
+        auth_method: write.auth_method.clone(),
+        expiration,
+        create_time,
+        create_index: index,
+    })
+}
+
+/// When a created token expires: from its TTL or its explicit time (not both), never before
+/// it is created, and between Consul's minimum and maximum lifetimes.
+fn new_token_expiration(write: &TokenWrite, create_time: i64) -> Result<Option<i64>, String> {
+    let mut expiration = write.expiration_time_ns;
+    if write.expiration_ttl_ns < 0 {
+        return Err(format!(
+            "Token Expiration TTL '{}' should be > 0",
+            format_go_duration(write.expiration_ttl_ns)
+        ));
+    } else if write.expiration_ttl_ns > 0 {
+        if expiration.is_some() {
+            return Err("Token Expiration TTL and Expiration Time cannot both be set".to_string());
+        }
+        expiration = Some(create_time.saturating_add(write.expiration_ttl_ns));
+    }
+    if let Some(expires) = expiration {
+        if expires < create_time {
+            return Err("ExpirationTime cannot be before CreateTime".to_string());
+        }
+        let expires_in = expires - create_time;
+        if expires_in > TOKEN_EXPIRATION_TTL_MAX_NS {
+            return Err(format!(
+                "ExpirationTime cannot be more than {} in the future (was {})",
+                format_go_duration(TOKEN_EXPIRATION_TTL_MAX_NS),
+                format_go_duration(expires_in)
+            ));
+        }
+        if expires_in < TOKEN_EXPIRATION_TTL_MIN_NS {
+            return Err(format!(
+                "ExpirationTime cannot be less than {} in the future (was {})",
+                format_go_duration(TOKEN_EXPIRATION_TTL_MIN_NS),
+                format_go_duration(expires_in)
+            ));
+        }
+    }
+    Ok(expiration)
+}
+
+/// An updated token's identity: the existing, unexpired token's, which an update may restate
+/// but never change (secret, locality, auth method, expiration).
+fn updated_token_identity(acl: &AclTables, write: &TokenWrite) -> Result<TokenIdentity, String> {
+    if !is_uuid(&write.accessor_id) {
+        return Err("AccessorID is not a valid UUID".to_string());
+    }
+    if matches!(write.secret_id.as_str(), "allow" | "deny" | "manage") {
+        return Err("Permission denied: Cannot modify root ACL".to_string());
+    }
+    let accessor = write.accessor_id.to_lowercase();
+    let existing = acl
+        .tokens
+        .get(accessor.as_str())
+        .filter(|t| !t.is_expired(write.now_unix_ns))
+        .ok_or_else(|| format!("Cannot find token {}", rules::go_quote(&write.accessor_id)))?;
+    if !write.secret_id.is_empty() && *existing.secret_id != *write.secret_id {
+        return Err("Changing a token's SecretID is not permitted".to_string());
+    }
+    if write.local != existing.local {
+        return Err(format!("Cannot toggle local mode of {}", write.accessor_id));
+    }
+    if !write.auth_method.is_empty() && write.auth_method != existing.auth_method {
+        return Err(format!("Cannot change AuthMethod of {}", write.accessor_id));
+    }
+    let unchanged_expiration = match write.expiration_time_ns {
+        None => true,
+        Some(t) => existing.expiration_time_ns == Some(t),
+    };
+    if write.expiration_ttl_ns != 0 || !unchanged_expiration {
+        return Err(format!(
+            "Cannot change expiration time of {}",
+            write.accessor_id
+        ));
+    }
+    Ok(TokenIdentity {
+        accessor: existing.accessor_id.clone(),
+        secret: existing.secret_id.clone(),
+        auth_method: existing.auth_method.clone(),
+        expiration: existing.expiration_time_ns,
+        create_time: existing.create_time_ns,
+        create_index: existing.create_index,
+    })
 }
 
 fn store_token(tables: &mut Tables, index: u64, token: Token, changes: &mut Vec<Change>) {
