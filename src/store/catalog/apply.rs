@@ -680,64 +680,35 @@ impl<'a> Tx<'a> {
             .get_mut(&**node_key)
             .expect("node checked above");
         entry.services.insert(service_key.clone(), instance.clone());
-        let mut own = Vec::with_capacity(previous_checks.len() + checks.len());
-        let mut checks_rewritten = false;
-        for check in previous_checks.iter() {
-            if check.service_name != instance.name || check.service_tags != instance.tags {
-                checks_rewritten = true;
-                let mut updated = (**check).clone();
-                updated.service_name = instance.name.clone();
-                updated.service_tags = instance.tags.clone();
-                let updated = RowArc::new(updated);
-                if let Some(slot) = entry.checks.get_mut(&*fold(&check.check_id)) {
-                    *slot = updated.clone();
-                }
-                own.push(updated);
-            } else {
-                own.push(check.clone());
-            }
-        }
-        // The registration's checks, one after another as `upsert_check` writes them.
-        let mut checks_written = false;
-        for reg in checks.iter().filter(|_| checks_here) {
-            let (found_key, existing) = match entry.checks.get_key_value(&*fold(&reg.check_id)) {
-                Some((key, check)) => (Some(key.clone()), Some(check.clone())),
-                None => (None, None),
-            };
-            // Instances of a service usually carry identically named checks: a new check
-            // shares the text of another instance's.
-            let shared_name = match (&existing, &group_sample) {
-                (None, Some((_, sample_checks))) => shared_check_name(sample_checks, &reg.name),
-                _ => None,
-            };
-            let row = check_row_sharing(
-                reg,
-                node_name.clone(),
-                Some(&instance),
-                existing.as_deref(),
-                shared_name.as_ref(),
+        let (mut own, checks_rewritten) =
+            carry_service_text(entry, &previous_checks, &instance, checks.len());
+        let checks_written = checks_here
+            && write_instance_checks(
+                entry,
+                &mut own,
+                checks,
+                &instance,
+                &node_name,
+                group_sample
+                    .as_ref()
+                    .map(|(_, sample_checks)| sample_checks),
                 index,
             );
-            if existing.is_some_and(|old| old.same_as(&row)) {
-                continue;
-            }
-            let check = RowArc::new(row);
-            let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
-            entry.checks.insert(check_key.clone(), check.clone());
-            // The view's list stays in check-ID order, one entry per check.
-            let at = own.partition_point(|c| *fold(&c.check_id) < *check_key);
-            match own.get(at) {
-                Some(same) if *fold(&same.check_id) == *check_key => own[at] = check,
-                _ => own.insert(at, check),
-            }
-            checks_written = true;
-        }
         let view = InstanceView::new(instance, entry.head.clone(), CheckList::new(own));
         let key = InstanceKey {
             node: node_key.clone(),
             service_id: service_key,
         };
-        match self.cat.services.get_mut(&*name_key) {
+        self.insert_into_group(&name_key, key, view);
+        self.announce_service_write(node_key, &name_key, checks_rewritten, checks_written);
+        checks_here
+    }
+
+    /// Puts an instance's view into its service's group, creating the group for the first
+    /// instance of a name.
+    fn insert_into_group(&mut self, name_key: &ArcStr, key: InstanceKey, view: InstanceView) {
+        let index = self.index;
+        match self.cat.services.get_mut(&**name_key) {
             Some(group) => {
                 group.index = index;
                 group.instances.insert(key, view);
@@ -750,6 +721,18 @@ impl<'a> Tx<'a> {
                     .insert(name_key.clone(), ServiceGroup { index, instances });
             }
         }
+    }
+
+    /// Records what a service write changed: the service's tables always, the node's checks
+    /// when their copy of the service's name and tags was rewritten, and what `upsert_check`
+    /// announces when the registration's checks were written with the service.
+    fn announce_service_write(
+        &mut self,
+        node_key: &ArcStr,
+        name_key: &ArcStr,
+        checks_rewritten: bool,
+        checks_written: bool,
+    ) {
         if checks_rewritten {
             // The check rows carry their service's name and tags: node check queries
             // (`/v1/health/node/<node>`) answer differently now.
@@ -757,17 +740,15 @@ impl<'a> Tx<'a> {
             self.touch(Table::Checks, node_key);
         }
         self.bumped[BUMP_SERVICES] = true;
-        self.touch(Table::Services, &name_key);
-        self.touch(Table::ServiceIndex, &name_key);
+        self.touch(Table::Services, name_key);
+        self.touch(Table::ServiceIndex, name_key);
         self.touch(Table::NodeServices, node_key);
         if checks_written {
-            // What `upsert_check` announces for a check of this service (the service's index
-            // moved above).
+            // The service's index moved above; the checks' tables move too.
             self.bumped[BUMP_CHECKS] = true;
             self.touch(Table::Checks, node_key);
-            self.touch(Table::ServiceIndex, &name_key);
+            self.touch(Table::ServiceIndex, name_key);
         }
-        checks_here
     }
 
     /// Removes one instance from its group; an emptied group is dropped and recorded as an
@@ -1152,6 +1133,83 @@ pub fn check_row<S: Text>(
     index: u64,
 ) -> HealthCheck {
     check_row_sharing(reg, node_name, service, existing, None, index)
+}
+
+/// The checks an instance had, each carrying its service's current name and tags: a row
+/// whose copy is stale is rewritten in the node's check table too. Returns the list (with
+/// room for `more` checks) and whether any row was rewritten.
+fn carry_service_text(
+    entry: &mut NodeEntry,
+    previous_checks: &CheckList,
+    instance: &RowArc<ServiceInstance>,
+    more: usize,
+) -> (Vec<RowArc<HealthCheck>>, bool) {
+    let mut own = Vec::with_capacity(previous_checks.len() + more);
+    let mut rewritten = false;
+    for check in previous_checks.iter() {
+        if check.service_name != instance.name || check.service_tags != instance.tags {
+            rewritten = true;
+            let mut updated = (**check).clone();
+            updated.service_name = instance.name.clone();
+            updated.service_tags = instance.tags.clone();
+            let updated = RowArc::new(updated);
+            if let Some(slot) = entry.checks.get_mut(&*fold(&check.check_id)) {
+                *slot = updated.clone();
+            }
+            own.push(updated);
+        } else {
+            own.push(check.clone());
+        }
+    }
+    (own, rewritten)
+}
+
+/// Writes a registration's checks with their service, one after another as `upsert_check`
+/// writes them, into the node's check table and the instance's check list `own` (kept in
+/// check-ID order, one entry per check). Returns whether any check changed.
+fn write_instance_checks<S: Text>(
+    entry: &mut NodeEntry,
+    own: &mut Vec<RowArc<HealthCheck>>,
+    checks: &[CheckRegistrationOf<S>],
+    instance: &RowArc<ServiceInstance>,
+    node_name: &ArcStr,
+    sample_checks: Option<&CheckList>,
+    index: u64,
+) -> bool {
+    let mut written = false;
+    for reg in checks {
+        let (found_key, existing) = match entry.checks.get_key_value(&*fold(&reg.check_id)) {
+            Some((key, check)) => (Some(key.clone()), Some(check.clone())),
+            None => (None, None),
+        };
+        // Instances of a service usually carry identically named checks: a new check
+        // shares the text of another instance's.
+        let shared_name = match (&existing, sample_checks) {
+            (None, Some(sample_checks)) => shared_check_name(sample_checks, &reg.name),
+            _ => None,
+        };
+        let row = check_row_sharing(
+            reg,
+            node_name.clone(),
+            Some(instance),
+            existing.as_deref(),
+            shared_name.as_ref(),
+            index,
+        );
+        if existing.is_some_and(|old| old.same_as(&row)) {
+            continue;
+        }
+        let check = RowArc::new(row);
+        let check_key = found_key.unwrap_or_else(|| fold_arc(&check.check_id));
+        entry.checks.insert(check_key.clone(), check.clone());
+        let at = own.partition_point(|c| *fold(&c.check_id) < *check_key);
+        match own.get(at) {
+            Some(same) if *fold(&same.check_id) == *check_key => own[at] = check,
+            _ => own.insert(at, check),
+        }
+        written = true;
+    }
+    written
 }
 
 /// [`check_row`], whose name shares `shared_name` when it holds the same text (another
