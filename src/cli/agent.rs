@@ -206,164 +206,97 @@ fn node_meta_pair(raw: &str) -> (String, String) {
 impl AgentArgs {
     /// The flags as a config object; only flags actually given appear, so files fill the rest.
     pub fn to_config_object(&self) -> Map<String, Value> {
-        let mut flags = Map::new();
-        let mut set = |key: &str, value: Value| {
-            flags.insert(key.to_string(), value);
-        };
-        if let Some(v) = self.server {
-            set("server", json!(v));
-        }
-        if let Some(v) = self.bootstrap {
-            set("bootstrap", json!(v));
-        }
-        if let Some(n) = self.bootstrap_expect {
-            set("bootstrap_expect", json!(n));
-        }
-        if let Some(dir) = &self.data_dir {
-            set("data_dir", json!(dir.to_string_lossy()));
-        }
-        if let Some(v) = &self.node {
-            set("node_name", json!(v));
-        }
-        if let Some(v) = &self.node_id {
-            set("node_id", json!(v));
-        }
-        if let Some(v) = &self.datacenter {
-            set("datacenter", json!(v));
-        }
-        if let Some(v) = &self.bind {
-            set("bind_addr", json!(v));
-        }
-        if let Some(v) = &self.advertise {
-            set("advertise_addr", json!(v));
-        }
-        if let Some(v) = &self.client {
-            set("client_addr", json!(v));
-        }
-        if let Some(v) = self.shards {
-            set("shards", json!(v));
-        }
-        if let Some(v) = &self.log_level {
-            set("log_level", json!(v));
-        }
-        if !self.retry_join.is_empty() {
-            set("retry_join", json!(self.retry_join));
-        }
-        if !self.join.is_empty() {
-            set("start_join", json!(self.join));
-        }
-        let mut ui = Map::new();
-        if let Some(v) = self.ui {
-            ui.insert("enabled".into(), json!(v));
-        }
-        if let Some(dir) = &self.ui_dir {
-            ui.insert("dir".into(), json!(dir.to_string_lossy()));
-        }
-        if let Some(path) = &self.ui_content_path {
-            ui.insert("content_path".into(), json!(path));
-        }
-        if !ui.is_empty() {
-            set("ui_config", Value::Object(ui));
-        }
-        if !self.recursor.is_empty() {
-            set("recursors", json!(self.recursor));
-        }
-        if let Some(v) = &self.domain {
-            set("domain", json!(v));
-        }
-        if let Some(v) = &self.alt_domain {
-            set("alt_domain", json!(v));
-        }
-        if let Some(v) = &self.encrypt {
-            set("encrypt", json!(v));
-        }
-        if let Some(v) = self.enable_script_checks {
-            set("enable_script_checks", json!(v));
-        }
-        if let Some(v) = self.enable_local_script_checks {
-            set("enable_local_script_checks", json!(v));
-        }
-        if !self.node_meta.is_empty() {
-            let meta: Map<String, Value> = self
-                .node_meta
-                .iter()
-                .map(|raw| {
-                    let (key, value) = node_meta_pair(raw);
-                    (key, Value::String(value))
-                })
-                .collect();
-            set("node_meta", Value::Object(meta));
-        }
-        if !self.join_wan.is_empty() {
-            set("start_join_wan", json!(self.join_wan));
-        }
-        if !self.retry_join_wan.is_empty() {
-            set("retry_join_wan", json!(self.retry_join_wan));
-        }
-        let strings = [
-            ("advertise_addr_wan", &self.advertise_wan),
-            ("retry_interval", &self.retry_interval),
-            ("retry_interval_wan", &self.retry_interval_wan),
-            ("serf_lan", &self.serf_lan_bind),
-            ("serf_wan", &self.serf_wan_bind),
-            ("default_query_time", &self.default_query_time),
-            ("max_query_time", &self.max_query_time),
-            ("segment", &self.segment),
-            ("log_file", &self.log_file),
-            ("log_rotate_duration", &self.log_rotate_duration),
-        ];
-        for (key, value) in strings {
-            if let Some(value) = value {
-                set(key, json!(value));
-            }
-        }
-        let numbers = [
-            ("retry_max", self.retry_max.map(|n| n as i64)),
-            ("retry_max_wan", self.retry_max_wan.map(|n| n as i64)),
-            ("raft_protocol", self.raft_protocol),
-            ("protocol", self.protocol),
-            ("log_rotate_bytes", self.log_rotate_bytes),
-            ("log_rotate_max_files", self.log_rotate_max_files),
-        ];
-        for (key, value) in numbers {
-            if let Some(value) = value {
-                set(key, json!(value));
-            }
-        }
-        let switches = [
-            ("rejoin_after_leave", self.rejoin),
-            ("disable_host_node_id", self.disable_host_node_id),
-            ("log_json", self.log_json),
-            ("enable_syslog", self.syslog),
-        ];
-        for (key, value) in switches {
-            if let Some(value) = value {
-                set(key, json!(value));
-            }
-        }
-        if let Some(path) = &self.pid_file {
-            set("pid_file", json!(path.to_string_lossy()));
-        }
-        let mut ports = Map::new();
-        for (key, value) in [
-            ("http", self.http_port),
-            ("dns", self.dns_port),
-            ("server", self.server_port),
-            ("serf_lan", self.serf_lan_port),
-            ("serf_wan", self.serf_wan_port),
-            ("grpc", self.grpc_port),
-            ("https", self.https_port),
-            ("grpc_tls", self.grpc_tls_port),
-        ] {
-            if let Some(port) = value {
-                ports.insert(key.to_string(), json!(port));
-            }
-        }
-        if !ports.is_empty() {
-            set("ports", Value::Object(ports));
-        }
-        flags
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| json!(p.to_string_lossy()));
+        let list = |l: &Vec<String>| (!l.is_empty()).then(|| json!(l));
+        let object = |m: Map<String, Value>| (!m.is_empty()).then_some(Value::Object(m));
+        let ui = given_fields([
+            ("enabled", given(&self.ui)),
+            ("dir", path(&self.ui_dir)),
+            ("content_path", given(&self.ui_content_path)),
+        ]);
+        let node_meta: Map<String, Value> = self
+            .node_meta
+            .iter()
+            .map(|raw| {
+                let (key, value) = node_meta_pair(raw);
+                (key, Value::String(value))
+            })
+            .collect();
+        let ports = given_fields([
+            ("http", given(&self.http_port)),
+            ("dns", given(&self.dns_port)),
+            ("server", given(&self.server_port)),
+            ("serf_lan", given(&self.serf_lan_port)),
+            ("serf_wan", given(&self.serf_wan_port)),
+            ("grpc", given(&self.grpc_port)),
+            ("https", given(&self.https_port)),
+            ("grpc_tls", given(&self.grpc_tls_port)),
+        ]);
+        given_fields([
+            ("server", given(&self.server)),
+            ("bootstrap", given(&self.bootstrap)),
+            ("bootstrap_expect", given(&self.bootstrap_expect)),
+            ("data_dir", path(&self.data_dir)),
+            ("node_name", given(&self.node)),
+            ("node_id", given(&self.node_id)),
+            ("datacenter", given(&self.datacenter)),
+            ("bind_addr", given(&self.bind)),
+            ("advertise_addr", given(&self.advertise)),
+            ("client_addr", given(&self.client)),
+            ("shards", given(&self.shards)),
+            ("log_level", given(&self.log_level)),
+            ("retry_join", list(&self.retry_join)),
+            ("start_join", list(&self.join)),
+            ("ui_config", object(ui)),
+            ("recursors", list(&self.recursor)),
+            ("domain", given(&self.domain)),
+            ("alt_domain", given(&self.alt_domain)),
+            ("encrypt", given(&self.encrypt)),
+            ("enable_script_checks", given(&self.enable_script_checks)),
+            (
+                "enable_local_script_checks",
+                given(&self.enable_local_script_checks),
+            ),
+            ("node_meta", object(node_meta)),
+            ("start_join_wan", list(&self.join_wan)),
+            ("retry_join_wan", list(&self.retry_join_wan)),
+            ("advertise_addr_wan", given(&self.advertise_wan)),
+            ("retry_interval", given(&self.retry_interval)),
+            ("retry_interval_wan", given(&self.retry_interval_wan)),
+            ("serf_lan", given(&self.serf_lan_bind)),
+            ("serf_wan", given(&self.serf_wan_bind)),
+            ("default_query_time", given(&self.default_query_time)),
+            ("max_query_time", given(&self.max_query_time)),
+            ("segment", given(&self.segment)),
+            ("log_file", given(&self.log_file)),
+            ("log_rotate_duration", given(&self.log_rotate_duration)),
+            ("retry_max", given(&self.retry_max)),
+            ("retry_max_wan", given(&self.retry_max_wan)),
+            ("raft_protocol", given(&self.raft_protocol)),
+            ("protocol", given(&self.protocol)),
+            ("log_rotate_bytes", given(&self.log_rotate_bytes)),
+            ("log_rotate_max_files", given(&self.log_rotate_max_files)),
+            ("rejoin_after_leave", given(&self.rejoin)),
+            ("disable_host_node_id", given(&self.disable_host_node_id)),
+            ("log_json", given(&self.log_json)),
+            ("enable_syslog", given(&self.syslog)),
+            ("pid_file", path(&self.pid_file)),
+            ("ports", object(ports)),
+        ])
     }
+}
+
+/// A flag's value as JSON, when the flag was given.
+fn given<T: serde::Serialize>(value: &Option<T>) -> Option<Value> {
+    value.as_ref().map(|v| json!(v))
+}
+
+/// An object of the fields that were given, in the order listed.
+fn given_fields<const N: usize>(fields: [(&str, Option<Value>); N]) -> Map<String, Value> {
+    fields
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_string(), value?)))
+        .collect()
 }
 
 pub fn run(args: AgentArgs) -> Result<i32, String> {

@@ -503,6 +503,52 @@ mod tests {
         );
     }
 
+    /// Only the flags given become config keys, under the names and nesting a config file
+    /// uses, so files fill in the rest.
+    #[test]
+    fn agent_flags_become_the_config_keys_they_name_and_nothing_else() {
+        let cli = parsed(&["agent"]);
+        let Command::Agent(agent) = cli.command else {
+            panic!("expected agent")
+        };
+        assert!(agent.to_config_object().is_empty());
+        let cli = parsed(&[
+            "agent",
+            "-server",
+            "-node",
+            "n1",
+            "-data-dir",
+            "/d",
+            "-ui-dir",
+            "/ui",
+            "-node-meta",
+            "rack:r1",
+            "-node-meta",
+            "bare",
+            "-retry-max",
+            "3",
+            "-log-json",
+            "-http-port",
+            "18500",
+        ]);
+        let Command::Agent(agent) = cli.command else {
+            panic!("expected agent")
+        };
+        assert_eq!(
+            serde_json::Value::Object(agent.to_config_object()),
+            serde_json::json!({
+                "server": true,
+                "node_name": "n1",
+                "data_dir": "/d",
+                "ui_config": {"dir": "/ui"},
+                "node_meta": {"rack": "r1", "bare": ""},
+                "retry_max": 3,
+                "log_json": true,
+                "ports": {"http": 18500},
+            })
+        );
+    }
+
     /// Commands that never speak to an agent's HTTP API, by their path in the command tree.
     /// Every other command must take Consul's HTTP client flags; a new local-only command
     /// belongs here.
