@@ -269,30 +269,7 @@ pub fn hostname() -> String {
 
 fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let dev_mode = get_bool(&raw, "dev_mode")?.unwrap_or(false);
-    let mut ports = Ports::default();
-    if dev_mode {
-        // Consul's dev agent serves xDS on 8502.
-        ports.grpc = DEV_GRPC_PORT;
-    }
-    if let Some(Value::Object(p)) = raw.get("ports") {
-        let port = |key: &str, default: i32| -> Result<i32, String> {
-            match get_i64(p, key)? {
-                None => Ok(default),
-                Some(v) if (-1..=65535).contains(&v) => Ok(v as i32),
-                Some(v) => Err(format!("ports.{key}: {v} is not a valid port")),
-            }
-        };
-        ports = Ports {
-            http: port("http", ports.http)?,
-            https: port("https", ports.https)?,
-            dns: port("dns", ports.dns)?,
-            server: port("server", ports.server)?,
-            serf_lan: port("serf_lan", ports.serf_lan)?,
-            serf_wan: port("serf_wan", ports.serf_wan)?,
-            grpc: port("grpc", ports.grpc)?,
-            grpc_tls: port("grpc_tls", ports.grpc_tls)?,
-        };
-    }
+    let ports = ports_from(&raw, dev_mode)?;
     let bind_addr = match get_string(&raw, "bind_addr")? {
         Some(text) => parse_ip("bind_addr", &text)?,
         None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -304,87 +281,23 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         .map(|t| parse_ip("advertise_addr_wan", &t))
         .transpose()?;
     let translate_wan_addrs = get_bool(&raw, "translate_wan_addrs")?.unwrap_or(false);
-    let client_text = get_string(&raw, "client_addr")?.unwrap_or_else(|| "127.0.0.1".to_string());
-    let client_addrs = client_text
-        .split_whitespace()
-        .map(|t| parse_ip("client_addr", t))
-        .collect::<Result<Vec<_>, _>>()?;
-    if client_addrs.is_empty() {
-        return Err("client_addr: no address given".to_string());
-    }
-    let server = get_bool(&raw, "server")?.unwrap_or(false);
-    let bootstrap = get_bool(&raw, "bootstrap")?.unwrap_or(false);
-    let bootstrap_expect = get_i64(&raw, "bootstrap_expect")?.unwrap_or(0);
-    if !(0..=32).contains(&bootstrap_expect) {
-        return Err(format!(
-            "bootstrap_expect: {bootstrap_expect} is out of range 0..=32"
-        ));
-    }
-    if bootstrap && bootstrap_expect > 0 && !dev_mode {
-        return Err("'bootstrap_expect' and 'bootstrap' are mutually exclusive".to_string());
-    }
-    if !server && (bootstrap || bootstrap_expect > 0) {
-        return Err("bootstrap and bootstrap_expect require server mode (-server)".to_string());
-    }
+    let client_addrs = client_addrs_from(&raw)?;
+    let (server, bootstrap, bootstrap_expect) = server_role_from(&raw, dev_mode)?;
     let data_dir = get_string(&raw, "data_dir")?.map(PathBuf::from);
     if data_dir.is_none() && !dev_mode {
         return Err(
             "data_dir cannot be empty (use -data-dir, or -dev for a throwaway agent)".to_string(),
         );
     }
-    let datacenter = get_string(&raw, "datacenter")?
-        .unwrap_or_else(|| "dc1".to_string())
-        .to_lowercase();
-    if datacenter.is_empty()
-        || !datacenter
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(format!(
-            "datacenter: {datacenter:?} must be alphanumeric, '-' or '_'"
-        ));
-    }
+    let datacenter = datacenter_from(&raw)?;
     let node_name = get_string(&raw, "node_name")?.unwrap_or_else(hostname);
     if node_name.is_empty() || node_name.len() > 256 {
         return Err("node_name: must be 1 to 256 characters".to_string());
     }
-    let shards = get_i64(&raw, "shards")?.unwrap_or(0);
-    if !(0..=256).contains(&shards) {
-        return Err(format!("shards: {shards} is out of range 0..=256"));
-    }
-    let empty = Map::new();
-    let limits = section(&raw, "limits", &empty)?;
-    // Consul reads both under `limits` only (the top-level spelling is refused).
-    let kv_max_value_size = get_i64(limits, "kv_max_value_size")
-        .map_err(|e| format!("limits.{e}"))?
-        .unwrap_or(KV_MAX_VALUE_SIZE_DEFAULT as i64);
-    let txn_max_req_len = get_i64(limits, "txn_max_req_len")
-        .map_err(|e| format!("limits.{e}"))?
-        .unwrap_or(TXN_MAX_REQ_LEN_DEFAULT as i64);
-    if kv_max_value_size <= 0 || txn_max_req_len <= 0 {
-        return Err("kv_max_value_size and txn_max_req_len must be positive".to_string());
-    }
-    let raft_snapshot_threshold_entries = get_i64(&raw, "raft_snapshot_threshold")?
-        .unwrap_or(RAFT_SNAPSHOT_THRESHOLD_ENTRIES_DEFAULT as i64);
-    if !(1..=RAFT_ENTRIES_SETTING_MAX).contains(&raft_snapshot_threshold_entries) {
-        return Err(format!(
-            "raft_snapshot_threshold: {raft_snapshot_threshold_entries} is out of range 1..={RAFT_ENTRIES_SETTING_MAX}"
-        ));
-    }
-    let raft_trailing_logs_entries =
-        get_i64(&raw, "raft_trailing_logs")?.unwrap_or(RAFT_TRAILING_LOGS_ENTRIES_DEFAULT as i64);
-    if !(0..=RAFT_ENTRIES_SETTING_MAX).contains(&raft_trailing_logs_entries) {
-        return Err(format!(
-            "raft_trailing_logs: {raft_trailing_logs_entries} is out of range 0..={RAFT_ENTRIES_SETTING_MAX}"
-        ));
-    }
-    let raft_log_cache_bytes =
-        get_i64(&raw, "raft_log_cache_bytes")?.unwrap_or(RAFT_LOG_CACHE_BYTES_DEFAULT as i64);
-    if !(0..=RAFT_LOG_CACHE_BYTES_MAX).contains(&raft_log_cache_bytes) {
-        return Err(format!(
-            "raft_log_cache_bytes: {raft_log_cache_bytes} is out of range 0..={RAFT_LOG_CACHE_BYTES_MAX}"
-        ));
-    }
+    let shards = int_in_range(&raw, "shards", 0, 0..=256)?;
+    let (kv_max_value_size, txn_max_req_len) = request_limits_from(&raw)?;
+    let (raft_snapshot_threshold_entries, raft_trailing_logs_entries, raft_log_cache_bytes) =
+        raft_settings_from(&raw)?;
     let mut warnings = schema::warnings(&raw);
     warnings.extend(bootstrap_warnings(
         server,
@@ -395,18 +308,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let pending = pending_settings(&raw, &datacenter, &mut warnings)?;
     inert_settings(&raw)?;
     let addresses = addresses_from(&raw, &client_addrs)?;
-    let session_ttl_min_ns = match get_duration(&raw, "session_ttl_min")? {
-        None => crate::store::session::SESSION_TTL_MIN_NS,
-        Some(min) => i64::try_from(min.as_nanos())
-            .ok()
-            .filter(|ns| *ns > 0 && *ns <= crate::store::session::SESSION_TTL_MAX_NS)
-            .ok_or_else(|| {
-                format!(
-                    "session_ttl_min: {}s is not a positive duration within the longest session TTL",
-                    min.as_secs()
-                )
-            })?,
-    };
+    let session_ttl_min_ns = session_ttl_min_from(&raw)?;
     let node_meta = node_meta_from(&raw)?;
     let telemetry = telemetry::TelemetryConfig::from_raw(&raw, &mut warnings)?;
     let tls = tls::TlsConfig::from_merged(&raw, server)?;
@@ -464,6 +366,163 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         warnings,
         sources: ConfigSources::default(),
     })
+}
+
+/// The agent's ports: Consul's defaults (the dev agent also serves xDS on 8502), each
+/// overridden by `ports.<name>`, -1 meaning off.
+fn ports_from(raw: &Map<String, Value>, dev_mode: bool) -> Result<Ports, String> {
+    let mut ports = Ports::default();
+    if dev_mode {
+        ports.grpc = DEV_GRPC_PORT;
+    }
+    let Some(Value::Object(p)) = raw.get("ports") else {
+        return Ok(ports);
+    };
+    let port = |key: &str, default: i32| -> Result<i32, String> {
+        match get_i64(p, key)? {
+            None => Ok(default),
+            Some(v) if (-1..=65535).contains(&v) => Ok(v as i32),
+            Some(v) => Err(format!("ports.{key}: {v} is not a valid port")),
+        }
+    };
+    Ok(Ports {
+        http: port("http", ports.http)?,
+        https: port("https", ports.https)?,
+        dns: port("dns", ports.dns)?,
+        server: port("server", ports.server)?,
+        serf_lan: port("serf_lan", ports.serf_lan)?,
+        serf_wan: port("serf_wan", ports.serf_wan)?,
+        grpc: port("grpc", ports.grpc)?,
+        grpc_tls: port("grpc_tls", ports.grpc_tls)?,
+    })
+}
+
+/// Whether the agent is a server, and how it bootstraps: `bootstrap` (alone) or
+/// `bootstrap_expect` servers (0 to 32), both only on a server, never both outside dev mode.
+fn server_role_from(raw: &Map<String, Value>, dev_mode: bool) -> Result<(bool, bool, i64), String> {
+    let server = get_bool(raw, "server")?.unwrap_or(false);
+    let bootstrap = get_bool(raw, "bootstrap")?.unwrap_or(false);
+    let bootstrap_expect = int_in_range(raw, "bootstrap_expect", 0, 0..=32)?;
+    if bootstrap && bootstrap_expect > 0 && !dev_mode {
+        return Err("'bootstrap_expect' and 'bootstrap' are mutually exclusive".to_string());
+    }
+    if !server && (bootstrap || bootstrap_expect > 0) {
+        return Err("bootstrap and bootstrap_expect require server mode (-server)".to_string());
+    }
+    Ok((server, bootstrap, bootstrap_expect))
+}
+
+/// The addresses the client interfaces bind (`client_addr`, space-separated), loopback by
+/// default; at least one.
+fn client_addrs_from(raw: &Map<String, Value>) -> Result<Vec<IpAddr>, String> {
+    let text = get_string(raw, "client_addr")?.unwrap_or_else(|| "127.0.0.1".to_string());
+    let addrs = text
+        .split_whitespace()
+        .map(|t| parse_ip("client_addr", t))
+        .collect::<Result<Vec<_>, _>>()?;
+    if addrs.is_empty() {
+        return Err("client_addr: no address given".to_string());
+    }
+    Ok(addrs)
+}
+
+/// `limits.kv_max_value_size` and `limits.txn_max_req_len` in bytes, both positive. Consul
+/// reads both under `limits` only (the top-level spelling is refused).
+fn request_limits_from(raw: &Map<String, Value>) -> Result<(i64, i64), String> {
+    let empty = Map::new();
+    let limits = section(raw, "limits", &empty)?;
+    let kv_max_value_size = get_i64(limits, "kv_max_value_size")
+        .map_err(|e| format!("limits.{e}"))?
+        .unwrap_or(KV_MAX_VALUE_SIZE_DEFAULT as i64);
+    let txn_max_req_len = get_i64(limits, "txn_max_req_len")
+        .map_err(|e| format!("limits.{e}"))?
+        .unwrap_or(TXN_MAX_REQ_LEN_DEFAULT as i64);
+    if kv_max_value_size <= 0 || txn_max_req_len <= 0 {
+        return Err("kv_max_value_size and txn_max_req_len must be positive".to_string());
+    }
+    Ok((kv_max_value_size, txn_max_req_len))
+}
+
+/// The shortest session TTL a client may ask for, in nanoseconds: positive and no longer
+/// than the longest TTL.
+fn session_ttl_min_from(raw: &Map<String, Value>) -> Result<i64, String> {
+    use crate::store::session::{SESSION_TTL_MAX_NS, SESSION_TTL_MIN_NS};
+    let Some(min) = get_duration(raw, "session_ttl_min")? else {
+        return Ok(SESSION_TTL_MIN_NS);
+    };
+    i64::try_from(min.as_nanos())
+        .ok()
+        .filter(|ns| *ns > 0 && *ns <= SESSION_TTL_MAX_NS)
+        .ok_or_else(|| {
+            format!(
+                "session_ttl_min: {}s is not a positive duration within the longest session TTL",
+                min.as_secs()
+            )
+        })
+}
+
+/// The Raft log settings: the snapshot threshold and the trailing logs kept, in entries,
+/// and the log cache, in bytes, each within its limit.
+fn raft_settings_from(raw: &Map<String, Value>) -> Result<(i64, i64, i64), String> {
+    let raft_snapshot_threshold_entries = int_in_range(
+        raw,
+        "raft_snapshot_threshold",
+        RAFT_SNAPSHOT_THRESHOLD_ENTRIES_DEFAULT as i64,
+        1..=RAFT_ENTRIES_SETTING_MAX,
+    )?;
+    let raft_trailing_logs_entries = int_in_range(
+        raw,
+        "raft_trailing_logs",
+        RAFT_TRAILING_LOGS_ENTRIES_DEFAULT as i64,
+        0..=RAFT_ENTRIES_SETTING_MAX,
+    )?;
+    let raft_log_cache_bytes = int_in_range(
+        raw,
+        "raft_log_cache_bytes",
+        RAFT_LOG_CACHE_BYTES_DEFAULT as i64,
+        0..=RAFT_LOG_CACHE_BYTES_MAX,
+    )?;
+    Ok((
+        raft_snapshot_threshold_entries,
+        raft_trailing_logs_entries,
+        raft_log_cache_bytes,
+    ))
+}
+
+/// An integer setting, `default` when absent, refused outside `range` with the key named.
+fn int_in_range(
+    raw: &Map<String, Value>,
+    key: &str,
+    default: i64,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<i64, String> {
+    let value = get_i64(raw, key)?.unwrap_or(default);
+    if !range.contains(&value) {
+        return Err(format!(
+            "{key}: {value} is out of range {}..={}",
+            range.start(),
+            range.end()
+        ));
+    }
+    Ok(value)
+}
+
+/// The datacenter's name, lowercased (as Consul lowercases it), `dc1` when absent; only
+/// letters, digits, '-' and '_'.
+fn datacenter_from(raw: &Map<String, Value>) -> Result<String, String> {
+    let datacenter = get_string(raw, "datacenter")?
+        .unwrap_or_else(|| "dc1".to_string())
+        .to_lowercase();
+    if datacenter.is_empty()
+        || !datacenter
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "datacenter: {datacenter:?} must be alphanumeric, '-' or '_'"
+        ));
+    }
+    Ok(datacenter)
 }
 
 /// Consul's warnings about a server's bootstrap settings, in its words: the deployment
@@ -876,6 +935,35 @@ mod tests {
         assert_eq!(c.datacenter, "dc1");
         assert_eq!(c.client_addrs, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
         assert_eq!(c.kv_max_value_size, 512 * 1024);
+    }
+
+    /// Each ranged integer setting is refused outside its range, with the key, the value and
+    /// the range in the error; the edges are accepted.
+    #[test]
+    fn ranged_integer_settings_name_the_key_and_the_range() {
+        let with = |key: &str, value: i64| {
+            from_merged(object(json!({"dev_mode": true, key: value}))).map(|_| ())
+        };
+        for (key, low, high) in [
+            ("shards", 0, 256),
+            ("raft_snapshot_threshold", 1, RAFT_ENTRIES_SETTING_MAX),
+            ("raft_trailing_logs", 0, RAFT_ENTRIES_SETTING_MAX),
+            ("raft_log_cache_bytes", 0, RAFT_LOG_CACHE_BYTES_MAX),
+        ] {
+            assert_eq!(with(key, low), Ok(()), "{key} = {low}");
+            assert_eq!(with(key, high), Ok(()), "{key} = {high}");
+            assert_eq!(
+                with(key, high + 1),
+                Err(format!(
+                    "{key}: {} is out of range {low}..={high}",
+                    high + 1
+                ))
+            );
+            assert_eq!(
+                with(key, low - 1),
+                Err(format!("{key}: {} is out of range {low}..={high}", low - 1))
+            );
+        }
     }
 
     #[test]
