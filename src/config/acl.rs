@@ -129,23 +129,66 @@ impl AclConfig {
     /// Reads `acl`, `primary_datacenter` and the legacy top-level ACL keys from the merged
     /// configuration.
     pub fn from_raw(raw: &Map<String, Value>) -> Result<AclConfig, String> {
-        let mut config = AclConfig::default();
         let empty = Map::new();
         let acl = object(raw, "acl")?.unwrap_or(&empty);
         let tokens = object(acl, "tokens")?.unwrap_or(&empty);
-        let mut warnings = Vec::new();
+        let mut given = GivenAcl::read(raw, acl, tokens)?;
+        let warnings = given.fill_from_deprecated_keys(raw, tokens)?;
+        Ok(AclConfig {
+            enabled: given.enabled.unwrap_or(false),
+            default_policy: default_policy_from(given.default_policy.as_deref())?,
+            down_policy: down_policy_from(given.down_policy.as_deref())?,
+            token_ttl: given.token_ttl.unwrap_or(ACL_CACHE_TTL_DEFAULT),
+            policy_ttl: duration(acl, "acl.policy_ttl", "policy_ttl")?
+                .unwrap_or(ACL_CACHE_TTL_DEFAULT),
+            role_ttl: duration(acl, "acl.role_ttl", "role_ttl")?.unwrap_or(ACL_CACHE_TTL_DEFAULT),
+            enable_token_persistence: boolean(
+                acl,
+                "acl.enable_token_persistence",
+                "enable_token_persistence",
+            )?
+            .unwrap_or(false),
+            enable_token_replication: given.token_replication.unwrap_or(false),
+            enable_key_list_policy: given.key_list.unwrap_or(false),
+            tokens: given.tokens,
+            primary_datacenter: given.primary,
+            warnings,
+            ..AclConfig::default()
+        })
+    }
+}
 
-        let mut enabled = boolean(acl, "acl.enabled", "enabled")?;
-        let mut default_policy = string(acl, "acl.default_policy", "default_policy")?;
-        let mut down_policy = string(acl, "acl.down_policy", "down_policy")?;
-        let mut token_ttl = duration(acl, "acl.token_ttl", "token_ttl")?;
-        let mut token_replication = boolean(
+/// The ACL settings a configuration gives, before defaults: read from the current keys, then
+/// filled in from the deprecated ones.
+struct GivenAcl {
+    enabled: Option<bool>,
+    default_policy: Option<String>,
+    down_policy: Option<String>,
+    token_ttl: Option<Duration>,
+    token_replication: Option<bool>,
+    key_list: Option<bool>,
+    tokens: AclTokens,
+    primary: Option<String>,
+}
+
+impl GivenAcl {
+    /// The current keys: `acl`, `acl.tokens` and `primary_datacenter`.
+    fn read(
+        raw: &Map<String, Value>,
+        acl: &Map<String, Value>,
+        tokens: &Map<String, Value>,
+    ) -> Result<GivenAcl, String> {
+        let enabled = boolean(acl, "acl.enabled", "enabled")?;
+        let default_policy = string(acl, "acl.default_policy", "default_policy")?;
+        let down_policy = string(acl, "acl.down_policy", "down_policy")?;
+        let token_ttl = duration(acl, "acl.token_ttl", "token_ttl")?;
+        let token_replication = boolean(
             acl,
             "acl.enable_token_replication",
             "enable_token_replication",
         )?;
-        let mut key_list = boolean(acl, "acl.enable_key_list_policy", "enable_key_list_policy")?;
-        let mut t = AclTokens {
+        let key_list = boolean(acl, "acl.enable_key_list_policy", "enable_key_list_policy")?;
+        let t = AclTokens {
             initial_management: string(
                 tokens,
                 "acl.tokens.initial_management",
@@ -161,125 +204,186 @@ impl AclConfig {
                 "config_file_service_registration",
             )?,
         };
-        let mut primary = string(raw, "primary_datacenter", "primary_datacenter")?;
+        let primary = string(raw, "primary_datacenter", "primary_datacenter")?;
 
+        Ok(GivenAcl {
+            enabled,
+            default_policy,
+            down_policy,
+            token_ttl,
+            token_replication,
+            key_list,
+            tokens: t,
+            primary,
+        })
+    }
+
+    /// Fills unset settings from the deprecated keys, returning Consul's warning for each
+    /// deprecated key given.
+    fn fill_from_deprecated_keys(
+        &mut self,
+        raw: &Map<String, Value>,
+        tokens: &Map<String, Value>,
+    ) -> Result<Vec<String>, String> {
+        let deprecations = self.tokens_from_deprecated(raw, tokens)?;
+        self.settings_from_deprecated(raw, deprecations)
+    }
+
+    /// The deprecated token keys, top-level and under `acl.tokens`.
+    fn tokens_from_deprecated(
+        &mut self,
+        raw: &Map<String, Value>,
+        tokens: &Map<String, Value>,
+    ) -> Result<Deprecations, String> {
+        let g = self;
         // Consul's order (applyDeprecatedConfig): each legacy key fills its new key if unset.
         let legacy = |key: &str| string(raw, key, key);
-        if let Some(v) = string(tokens, "acl.tokens.agent_master", "agent_master")? {
-            t.agent_recovery.get_or_insert(v);
-            warnings.push(deprecation(
-                "acl.tokens.agent_master",
-                "acl.tokens.agent_recovery",
-            ));
-        }
-        if let Some(v) = legacy("acl_agent_master_token")? {
-            t.agent_recovery.get_or_insert(v);
-            warnings.push(deprecation(
-                "acl_agent_master_token",
-                "acl.tokens.agent_recovery",
-            ));
-        }
-        if let Some(v) = legacy("acl_agent_token")? {
-            t.agent.get_or_insert(v);
-            warnings.push(deprecation("acl_agent_token", "acl.tokens.agent"));
-        }
-        if let Some(v) = legacy("acl_token")? {
-            t.default.get_or_insert(v);
-            warnings.push(deprecation("acl_token", "acl.tokens.default"));
-        }
-        if let Some(v) = string(tokens, "acl.tokens.master", "master")? {
-            t.initial_management.get_or_insert(v);
-            warnings.push(deprecation(
-                "acl.tokens.master",
-                "acl.tokens.initial_management",
-            ));
-        }
-        if let Some(v) = legacy("acl_master_token")? {
-            t.initial_management.get_or_insert(v);
-            warnings.push(deprecation(
-                "acl_master_token",
-                "acl.tokens.initial_management",
-            ));
-        }
-        if let Some(v) = legacy("acl_replication_token")? {
-            t.replication.get_or_insert(v);
-            token_replication = Some(true);
-            warnings.push(deprecation(
-                "acl_replication_token",
-                "acl.tokens.replication",
-            ));
-        }
-        if let Some(v) = boolean(raw, "enable_acl_replication", "enable_acl_replication")? {
-            token_replication.get_or_insert(v);
-            warnings.push(deprecation(
-                "enable_acl_replication",
-                "acl.enable_token_replication",
-            ));
-        }
-        if let Some(v) = legacy("acl_datacenter")? {
-            primary.get_or_insert(v);
-            // Consul: the acl_datacenter key implicitly enables ACLs.
-            enabled = Some(true);
-            warnings.push(deprecation("acl_datacenter", "primary_datacenter"));
-        }
-        if let Some(v) = legacy("acl_default_policy")? {
-            default_policy.get_or_insert(v);
-            warnings.push(deprecation("acl_default_policy", "acl.default_policy"));
-        }
-        if let Some(v) = legacy("acl_down_policy")? {
-            down_policy.get_or_insert(v);
-            warnings.push(deprecation("acl_down_policy", "acl.down_policy"));
-        }
-        if let Some(v) = duration(raw, "acl_ttl", "acl_ttl")? {
-            token_ttl.get_or_insert(v);
-            warnings.push(deprecation("acl_ttl", "acl.token_ttl"));
-        }
-        if let Some(v) = boolean(
-            raw,
-            "acl_enable_key_list_policy",
-            "acl_enable_key_list_policy",
-        )? {
-            key_list.get_or_insert(v);
-            warnings.push(deprecation(
-                "acl_enable_key_list_policy",
-                "acl.enable_key_list_policy",
-            ));
-        }
+        let mut d = Deprecations::default();
+        let recovery = "acl.tokens.agent_recovery";
+        let value = string(tokens, "acl.tokens.agent_master", "agent_master")?;
+        d.fill(
+            &mut g.tokens.agent_recovery,
+            value,
+            "acl.tokens.agent_master",
+            recovery,
+        );
+        let value = legacy("acl_agent_master_token")?;
+        d.fill(
+            &mut g.tokens.agent_recovery,
+            value,
+            "acl_agent_master_token",
+            recovery,
+        );
+        let value = legacy("acl_agent_token")?;
+        d.fill(
+            &mut g.tokens.agent,
+            value,
+            "acl_agent_token",
+            "acl.tokens.agent",
+        );
+        let value = legacy("acl_token")?;
+        d.fill(
+            &mut g.tokens.default,
+            value,
+            "acl_token",
+            "acl.tokens.default",
+        );
+        let management = "acl.tokens.initial_management";
+        let value = string(tokens, "acl.tokens.master", "master")?;
+        d.fill(
+            &mut g.tokens.initial_management,
+            value,
+            "acl.tokens.master",
+            management,
+        );
+        let value = legacy("acl_master_token")?;
+        d.fill(
+            &mut g.tokens.initial_management,
+            value,
+            "acl_master_token",
+            management,
+        );
+        Ok(d)
+    }
 
-        config.enabled = enabled.unwrap_or(false);
-        config.default_policy = match default_policy.as_deref() {
-            None | Some("allow") => DefaultPolicy::Allow,
-            Some("deny") => DefaultPolicy::Deny,
-            Some(other) => {
-                return Err(format!(
-                    "acl.default_policy: invalid value {other:?}: must be \"allow\" or \"deny\""
-                ))
-            }
-        };
-        config.down_policy = match down_policy.as_deref() {
-            None | Some("extend-cache") => DownPolicy::ExtendCache,
-            Some("allow") => DownPolicy::Allow,
-            Some("deny") => DownPolicy::Deny,
-            Some("async-cache") => DownPolicy::AsyncCache,
-            Some(other) => return Err(format!("invalid value for acl.down_policy: {other:?}")),
-        };
-        config.token_ttl = token_ttl.unwrap_or(ACL_CACHE_TTL_DEFAULT);
-        config.policy_ttl =
-            duration(acl, "acl.policy_ttl", "policy_ttl")?.unwrap_or(ACL_CACHE_TTL_DEFAULT);
-        config.role_ttl =
-            duration(acl, "acl.role_ttl", "role_ttl")?.unwrap_or(ACL_CACHE_TTL_DEFAULT);
-        config.enable_token_persistence = boolean(
-            acl,
-            "acl.enable_token_persistence",
-            "enable_token_persistence",
-        )?
-        .unwrap_or(false);
-        config.enable_token_replication = token_replication.unwrap_or(false);
-        config.enable_key_list_policy = key_list.unwrap_or(false);
-        config.tokens = t;
-        config.primary_datacenter = primary;
-        config.warnings = warnings;
-        Ok(config)
+    /// The deprecated keys for settings other than the tokens, after `tokens_from_deprecated`.
+    fn settings_from_deprecated(
+        &mut self,
+        raw: &Map<String, Value>,
+        mut d: Deprecations,
+    ) -> Result<Vec<String>, String> {
+        let g = self;
+        let legacy = |key: &str| string(raw, key, key);
+        let value = legacy("acl_replication_token")?;
+        if value.is_some() {
+            g.token_replication = Some(true);
+        }
+        let replication = "acl.tokens.replication";
+        d.fill(
+            &mut g.tokens.replication,
+            value,
+            "acl_replication_token",
+            replication,
+        );
+        let key = "enable_acl_replication";
+        let value = boolean(raw, key, key)?;
+        d.fill(
+            &mut g.token_replication,
+            value,
+            key,
+            "acl.enable_token_replication",
+        );
+        let value = legacy("acl_datacenter")?;
+        if value.is_some() {
+            // Consul: the acl_datacenter key implicitly enables ACLs.
+            g.enabled = Some(true);
+        }
+        d.fill(
+            &mut g.primary,
+            value,
+            "acl_datacenter",
+            "primary_datacenter",
+        );
+        let value = legacy("acl_default_policy")?;
+        d.fill(
+            &mut g.default_policy,
+            value,
+            "acl_default_policy",
+            "acl.default_policy",
+        );
+        let value = legacy("acl_down_policy")?;
+        d.fill(
+            &mut g.down_policy,
+            value,
+            "acl_down_policy",
+            "acl.down_policy",
+        );
+        let value = duration(raw, "acl_ttl", "acl_ttl")?;
+        d.fill(&mut g.token_ttl, value, "acl_ttl", "acl.token_ttl");
+        let key = "acl_enable_key_list_policy";
+        let value = boolean(raw, key, key)?;
+        d.fill(&mut g.key_list, value, key, "acl.enable_key_list_policy");
+        Ok(d.warnings)
+    }
+}
+
+/// The deprecated keys given, as Consul warns about them.
+#[derive(Default)]
+struct Deprecations {
+    warnings: Vec<String>,
+}
+
+impl Deprecations {
+    /// A deprecated key's value fills its replacement's `slot` when the replacement is
+    /// unset, and the deprecation is warned about whenever the old key is given.
+    fn fill<T>(&mut self, slot: &mut Option<T>, value: Option<T>, old: &str, new: &str) {
+        if let Some(value) = value {
+            slot.get_or_insert(value);
+            self.warnings.push(deprecation(old, new));
+        }
+    }
+}
+
+/// `acl.default_policy`: `allow` (the default) or `deny`.
+fn default_policy_from(text: Option<&str>) -> Result<DefaultPolicy, String> {
+    match text {
+        None | Some("allow") => Ok(DefaultPolicy::Allow),
+        Some("deny") => Ok(DefaultPolicy::Deny),
+        Some(other) => Err(format!(
+            "acl.default_policy: invalid value {other:?}: must be \"allow\" or \"deny\""
+        )),
+    }
+}
+
+/// `acl.down_policy`: what a server does when it cannot resolve a token, `extend-cache` by
+/// default.
+fn down_policy_from(text: Option<&str>) -> Result<DownPolicy, String> {
+    match text {
+        None | Some("extend-cache") => Ok(DownPolicy::ExtendCache),
+        Some("allow") => Ok(DownPolicy::Allow),
+        Some("deny") => Ok(DownPolicy::Deny),
+        Some("async-cache") => Ok(DownPolicy::AsyncCache),
+        Some(other) => Err(format!("invalid value for acl.down_policy: {other:?}")),
     }
 }
 
