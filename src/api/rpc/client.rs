@@ -13,7 +13,7 @@
 //! What is converted so far: the KV endpoints, `/v1/status/leader|peers` and
 //! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
 //! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
-//! call ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
+//! call on a yamux stream ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
 //! session endpoints (`client_session`) have files of their own.
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
@@ -227,11 +227,11 @@ fn call_mapped(
     Outcome::Async(Box::pin(async move {
         let answer = match remote {
             None => deferred.call_server(method, &body, timeout, retry).await,
-            Some(datacenter) => deferred
-                .call_datacenter(&datacenter, method, &body, timeout, retry)
-                .await
-                .map(bytes::Bytes::from)
-                .map_err(CallError::Remote),
+            Some(datacenter) => {
+                deferred
+                    .call_datacenter(&datacenter, method, &body, timeout, retry)
+                    .await
+            }
         };
         Box::new(move |reply: &mut Reply| {
             let result = match answer {
