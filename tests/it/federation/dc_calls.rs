@@ -4,7 +4,8 @@
 //! does, and relays the answer. The remote server's log shows the session from the first
 //! server and the method it served; a blocking read travels with its options and is woken
 //! by a write in the remote datacenter, its `X-Consul-Index` the remote's; a datacenter
-//! nobody knows is Consul's "No path to datacenter", a 500, on both agents. With
+//! nobody knows is Consul's "No path to datacenter", a 500, on both agents. KV writes
+//! naming the other datacenter go the same way, as `KVS.Apply`. With
 //! `translate_wan_addrs`, the agent that took the request rewrites the typed answer's
 //! addresses to the remote nodes' and services' WAN addresses, as it does a forwarded one.
 
@@ -97,6 +98,22 @@ fn a_dc_read_is_the_same_typed_call_handed_to_the_other_datacenter() {
     assert_eq!(health.status, 200, "{}", health.text());
     wait_for_log(remote, &["rpc: call Health.NodeChecks"]);
 
+    // Writes naming dc2 go as `KVS.Apply` naming it, from either agent, and answer as
+    // dc2's own endpoint does.
+    for (agent, key) in [(&client, "far/from-client"), (server, "far/from-server")] {
+        let path = format!("/v1/kv/{key}?dc=dc2");
+        assert_eq!(agent.put(&path, b"written").text(), "true");
+        assert_eq!(remote.get(&format!("/v1/kv/{key}?raw")).text(), "written");
+        let stale_cas = format!("/v1/kv/{key}?dc=dc2&cas=1");
+        assert_eq!(agent.put(&stale_cas, b"no").text(), "false");
+        assert_eq!(agent.delete(&path).text(), "true");
+        assert_eq!(remote.get(&format!("/v1/kv/{key}")).status, 404);
+    }
+    assert_eq!(server.get("/v1/kv/far/from-server").status, 404);
+    wait_for_log(remote, &["rpc: call KVS.Apply"]);
+    let bad = client.put("/v1/kv/far/x?dc=dc2&cas=1&acquire=abc", b"");
+    assert_eq!(bad.status, 400, "{}", bad.text());
+
     // A datacenter nobody knows: Consul's words, a 500, from either agent.
     for agent in [&client, server] {
         for path in ["/v1/kv/far/a?dc=dc9", "/v1/health/node/x?dc=dc9"] {
@@ -107,6 +124,11 @@ fn a_dc_read_is_the_same_typed_call_handed_to_the_other_datacenter() {
                 "{path}"
             );
         }
+        let unknown = agent.put("/v1/kv/far/a?dc=dc9", b"x");
+        assert_eq!(
+            (unknown.status, unknown.text()),
+            (500, "No path to datacenter".to_string())
+        );
     }
 }
 
