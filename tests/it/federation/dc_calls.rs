@@ -11,34 +11,14 @@
 
 use crate::common;
 
-use common::{Agent, Cluster, TempDir};
+use super::consul_rpc::{wait_for_log, TwoDatacenters};
 use std::time::{Duration, Instant};
-
-/// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
-fn wait_for_log(agent: &Agent, what: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !agent
-        .log()
-        .lines()
-        .any(|line| what.iter().all(|w| line.contains(w)))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no log line with {what:?}:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[test]
 fn a_dc_read_is_the_same_typed_call_handed_to_the_other_datacenter() {
-    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
-    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
-    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
-    let data = TempDir::new("dc-calls-client");
-    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
-    client.wait_ready();
+    let TwoDatacenters {
+        dc1, dc2, client, ..
+    } = &TwoDatacenters::start("dc-calls-client", &[]);
     let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
     assert_eq!(remote.put("/v1/kv/far/a", b"one").text(), "true");
     // Until the WAN pool has converged, dc1 has no path to dc2.
@@ -100,7 +80,7 @@ fn a_dc_read_is_the_same_typed_call_handed_to_the_other_datacenter() {
 
     // Writes naming dc2 go as `KVS.Apply` naming it, from either agent, and answer as
     // dc2's own endpoint does.
-    for (agent, key) in [(&client, "far/from-client"), (server, "far/from-server")] {
+    for (agent, key) in [(client, "far/from-client"), (server, "far/from-server")] {
         let path = format!("/v1/kv/{key}?dc=dc2");
         assert_eq!(agent.put(&path, b"written").text(), "true");
         assert_eq!(remote.get(&format!("/v1/kv/{key}?raw")).text(), "written");
@@ -115,7 +95,7 @@ fn a_dc_read_is_the_same_typed_call_handed_to_the_other_datacenter() {
     assert_eq!(bad.status, 400, "{}", bad.text());
 
     // A datacenter nobody knows: Consul's words, a 500, from either agent.
-    for agent in [&client, server] {
+    for agent in [client, server] {
         for path in ["/v1/kv/far/a?dc=dc9", "/v1/health/node/x?dc=dc9"] {
             let unknown = agent.get(path);
             assert_eq!(
@@ -134,13 +114,10 @@ fn a_dc_read_is_the_same_typed_call_handed_to_the_other_datacenter() {
 
 #[test]
 fn a_typed_dc_read_carries_wan_addresses_with_translate_wan_addrs() {
-    let translate = "translate_wan_addrs = true";
-    let dc1 = Cluster::start(1, &["-datacenter", "dc1", "-hcl", translate]);
-    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
-    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
-    let data = TempDir::new("dc-calls-translate");
-    let client = dc1.start_client(&data, &["-datacenter", "dc1", "-hcl", translate]);
-    client.wait_ready();
+    let translate = ["-hcl", "translate_wan_addrs = true"];
+    let TwoDatacenters {
+        dc1, dc2, client, ..
+    } = &TwoDatacenters::start("dc-calls-translate", &translate);
     let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
     let registration = br#"{"Node": "far", "Address": "10.2.0.9",
         "TaggedAddresses": {"wan": "198.51.100.9"},
@@ -157,7 +134,7 @@ fn a_typed_dc_read_carries_wan_addresses_with_translate_wan_addrs() {
         assert!(Instant::now() < deadline, "dc1 never reached dc2");
         std::thread::sleep(Duration::from_millis(200));
     }
-    for agent in [&client, server] {
+    for agent in [client, server] {
         let services = agent.get("/v1/catalog/service/db?dc=dc2");
         assert_eq!(
             services.header("X-Consul-Translate-Addresses"),
