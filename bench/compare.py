@@ -802,7 +802,8 @@ class Bench:
 
     def row_kv_get_dc2(self):
         """A KV GET answered by dc2's leader, asked directly (A) and through dc1's leader with
-        ?dc=dc2 (B): the price of the WAN hop (one forwarded RPC per request)."""
+        ?dc=dc2 (B): the price of the WAN hop (one typed call per request, `KVS.Get` naming dc2
+        on a yamux stream of dc1's pooled connection to a dc2 server)."""
         row_id = "kv-get-dc2-forwarded-vs-local"
         title = "KV GET 64 conns: ?dc=dc2 through dc1's leader vs a local GET on dc2's leader"
         target = "≥ 0.5×, p99 reported"

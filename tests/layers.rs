@@ -188,11 +188,6 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "a client agent's status calls (rpc::client)",
     ),
     (
-        "context",
-        "rpc",
-        "typed calls to another datacenter (rpc::call_in_datacenter)",
-    ),
-    (
         "routes",
         "rpc",
         "which routes a client agent forwards (rpc::client)",

@@ -93,8 +93,9 @@ impl Deferred {
     }
 
     /// On a server: makes one of Consul's typed calls on a server of `datacenter` through
-    /// the WAN router (in praetor's frames, as servers hand calls to each other); the
-    /// reply's msgpack body, or the error text of the call or of its way there.
+    /// the WAN router (a yamux stream of the shard's connection to it, as a client agent
+    /// calls its own servers); the reply's msgpack body, or the error of the call or of its
+    /// way there ("No path to datacenter" as the server's answer).
     pub async fn call_datacenter(
         &self,
         datacenter: &str,
@@ -102,20 +103,10 @@ impl Deferred {
         body: &[u8],
         timeout: std::time::Duration,
         retry: crate::cluster::servers::Retry,
-    ) -> Result<Vec<u8>, String> {
-        let mut payload = Vec::with_capacity(body.len() + method.len() + 32);
-        // The first hop: this server asks the other datacenter's.
-        payload.push(1);
-        crate::proto::msgpack_rpc::encode_request(&mut payload, method, 1, body);
-        super::rpc::call_in_datacenter(
-            &self.router,
-            &self.shard.forward,
-            datacenter,
-            &payload,
-            timeout,
-            retry,
-        )
-        .await
+    ) -> Result<bytes::Bytes, crate::shard::rpc_client::CallError> {
+        self.router
+            .call_typed(&self.shard.rpc, datacenter, method, body, timeout, retry)
+            .await
     }
 
     /// Runs `request` (a complete HTTP/1.1 request) on a server of `datacenter` as if it

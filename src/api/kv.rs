@@ -119,6 +119,23 @@ fn get(
 
 fn put(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
+    put_in(request, key)
+}
+
+/// A PUT or DELETE naming another datacenter (`?dc=`): the write this handler makes, which
+/// the caller sends there as its typed call (`KVS.Apply` naming that datacenter), parsed
+/// and checked here first as Consul's agent does before its RPC.
+pub(crate) fn write_elsewhere(request: &Request) -> Result<Outcome, ApiError> {
+    check_key(request.rest)?;
+    match request.method {
+        Method::Put => put_in(request, request.rest),
+        Method::Delete => delete_in(request, request.rest),
+        _ => unreachable!("only writes go through here"),
+    }
+}
+
+/// [`put`] whatever datacenter the request names.
+fn put_in(request: &Request, key: &str) -> Result<Outcome, ApiError> {
     if key.is_empty() {
         return Err(ApiError::bad_request("Missing key name"));
     }
@@ -180,6 +197,11 @@ fn put(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiError>
 
 fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
+    delete_in(request, key)
+}
+
+/// [`delete`] whatever datacenter the request names.
+fn delete_in(request: &Request, key: &str) -> Result<Outcome, ApiError> {
     conflicting(request, &["recurse", "cas"])?;
     let op = if request.query.has("recurse") {
         KvOp::DeleteTree {

@@ -479,7 +479,9 @@ impl Route {
                 if let Some(outcome) =
                     super::rpc::client::across_datacenters(ctx, request, &datacenter)
                 {
-                    return outcome;
+                    return outcome.map(|outcome| {
+                        super::translate::translate_typed(ctx, request.path, &datacenter, outcome)
+                    });
                 }
                 return Ok(Outcome::ForwardDatacenter(datacenter));
             }

@@ -83,6 +83,43 @@ pub fn translate_answer(
     }
 }
 
+/// A typed `?dc=` read's outcome (`api::rpc::client`), its answer translated once
+/// rendered, as [`translate_answer`] translates a forwarded one: the typed path renders the
+/// remote rows into the same HTTP answer, so the same rewrite applies to it. Outcomes of
+/// other shapes, or with the setting off, are left as they are.
+pub fn translate_typed(
+    ctx: &Context,
+    path: &str,
+    datacenter: &str,
+    outcome: super::Outcome,
+) -> super::Outcome {
+    let shape = match shape_of(path) {
+        Some(shape) if ctx.config().translate_wan_addrs => shape,
+        _ => return outcome,
+    };
+    let super::Outcome::Async(work) = outcome else {
+        return outcome;
+    };
+    let datacenter = datacenter.to_string();
+    let local = ctx.config().datacenter.clone();
+    super::Outcome::Async(Box::pin(async move {
+        let respond = work.await;
+        Box::new(move |reply: &mut super::Reply| {
+            let start = reply.out.len();
+            respond(reply);
+            // A streamed body is written out first: the translation reads the whole answer.
+            if let Some(mut tail) = reply.take_tail() {
+                tail.fill_all(reply.out);
+            }
+            let answer = &reply.out[start..];
+            if let Some(translated) = translate_response(answer, shape, &datacenter, &local) {
+                reply.out.truncate(start);
+                reply.out.extend_from_slice(&translated);
+            }
+        }) as super::AsyncResponder
+    }))
+}
+
 /// The path of a request's target (no query string).
 fn request_path(request: &[u8]) -> Option<&str> {
     let line_end = request.iter().position(|b| *b == b'\r')?;

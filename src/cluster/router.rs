@@ -5,12 +5,16 @@
 //! [`ServerManager`] per remote datacenter — the same list a client agent keeps of its own
 //! servers (`servers.rs`): the server in use first, a failed one rotated to the end, new
 //! ones appended in a random order, rebalanced on Consul's jittered interval by pinging —
-//! and [`Router::forward`] sends one RPC to a datacenter through it, failing over within
-//! `rpc_hold_timeout` exactly as a client's [`servers::call`] does.
+//! and [`Router::call_typed`] makes one of Consul's typed calls on a server of a datacenter
+//! through it (a yamux stream of the shard's connection to that server, as Consul's
+//! `forwardDC` hands a call on), failing over within `rpc_hold_timeout` exactly as a
+//! client's [`servers::call_typed`] does.
 //!
-//! A request for `?dc=<other>` reaches here from the HTTP layer (`api::server`), as do a
-//! prepared query's failover executions and a DNS question about another datacenter: each
-//! is one forwarded HTTP request answered by the remote server's own dispatch path.
+//! A typed call naming another datacenter (a KV, catalog or health read with `?dc=<other>`)
+//! reaches here from the typed endpoints (`api::rpc`). [`Router::forward`] carries the
+//! rest in praetor's frames: the other `?dc=` requests (`api::server`), a prepared query's
+//! failover executions and a DNS question about another datacenter, each one forwarded HTTP
+//! request answered by the remote server's own dispatch path.
 //!
 //! What a datacenter is reached through is a [`Path`]. Today every datacenter is reached
 //! directly (a server's RPC port, TLS under `verify_outgoing` with that datacenter's server
@@ -30,6 +34,7 @@ use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::{GossipEvent, MemberInfo, MemberStatus};
 use crate::proto::rpc::Frame;
 use crate::shard::forward::ForwardPool;
+use crate::shard::rpc_client::{CallError, RpcClient};
 use crate::shard::runtime::Shared;
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
@@ -188,6 +193,46 @@ impl Router {
                     Some(datacenter),
                     kind,
                     payload,
+                    timeout,
+                    retry,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Makes one of Consul's typed calls on a server of `datacenter` over `client` (the
+    /// calling shard's yamux connections, byte 4 as Consul's connection pool dials),
+    /// failing over among that datacenter's servers as [`servers::call_typed`] does: the
+    /// same call a client agent makes to its own servers, as Consul's `forwardDC` hands the
+    /// call on unchanged. `NO_PATH` as the answer's error at once when no server of it is
+    /// alive.
+    pub async fn call_typed(
+        &self,
+        client: &RpcClient,
+        datacenter: &str,
+        method: &str,
+        body: &[u8],
+        timeout: Duration,
+        retry: Retry,
+    ) -> Result<bytes::Bytes, CallError> {
+        debug_assert_ne!(
+            datacenter, self.local_datacenter,
+            "the local datacenter is never routed to"
+        );
+        let no_path = || CallError::Remote(NO_PATH.to_string());
+        let route = self.datacenter(datacenter).ok_or_else(no_path)?;
+        match &route.path {
+            Path::Direct(servers) => {
+                if servers.pick().is_none() {
+                    return Err(no_path());
+                }
+                servers::call_typed_in(
+                    servers,
+                    client,
+                    Some(datacenter),
+                    method,
+                    body,
                     timeout,
                     retry,
                 )

@@ -488,8 +488,23 @@ pub async fn call_typed(
     timeout: Duration,
     retry: Retry,
 ) -> Result<bytes::Bytes, CallError> {
+    call_typed_in(manager, client, None, method, body, timeout, retry).await
+}
+
+/// [`call_typed`] to the servers of `datacenter` (`None`: this agent's own), whose name a
+/// new TLS connection asks for: a server hands a call naming another datacenter to one of
+/// its servers through here, with the WAN router's list of them (`cluster::router`).
+pub async fn call_typed_in(
+    manager: &ServerManager,
+    client: &RpcClient,
+    datacenter: Option<&str>,
+    method: &str,
+    body: &[u8],
+    timeout: Duration,
+    retry: Retry,
+) -> Result<bytes::Bytes, CallError> {
     let answer = with_failover(manager, retry, async |addr| {
-        match client.call(addr, None, method, body, timeout).await {
+        match client.call(addr, datacenter, method, body, timeout).await {
             Err(CallError::Transport { reason, sent }) => Err((reason, sent)),
             // A server's answer, error or not, ends the call.
             answered => Ok(answered),

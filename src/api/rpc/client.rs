@@ -13,7 +13,7 @@
 //! What is converted so far: the KV endpoints, `/v1/status/leader|peers` and
 //! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
 //! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
-//! call ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
+//! call on a yamux stream ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
 //! session endpoints (`client_session`) have files of their own.
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
@@ -194,6 +194,17 @@ pub(super) fn write(
     body: Vec<u8>,
     respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
 ) -> Outcome {
+    write_in(ctx, "", method, body, respond)
+}
+
+/// [`write`] in `datacenter` (empty: this one).
+fn write_in(
+    ctx: &Context,
+    datacenter: &str,
+    method: &'static str,
+    body: Vec<u8>,
+    respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
     let error_of_write = |error| {
         WriteOutcome::of(Err(error))
             .error()
@@ -201,7 +212,7 @@ pub(super) fn write(
     };
     call_mapped(
         ctx,
-        "",
+        datacenter,
         method,
         body,
         CALL_TIMEOUT,
@@ -227,11 +238,11 @@ fn call_mapped(
     Outcome::Async(Box::pin(async move {
         let answer = match remote {
             None => deferred.call_server(method, &body, timeout, retry).await,
-            Some(datacenter) => deferred
-                .call_datacenter(&datacenter, method, &body, timeout, retry)
-                .await
-                .map(bytes::Bytes::from)
-                .map_err(CallError::Remote),
+            Some(datacenter) => {
+                deferred
+                    .call_datacenter(&datacenter, method, &body, timeout, retry)
+                    .await
+            }
         };
         Box::new(move |reply: &mut Reply| {
             let result = match answer {
@@ -250,8 +261,8 @@ pub(super) fn bad_reply(error: crate::proto::msgpack::WireError) -> ApiError {
     ApiError::Internal(format!("rpc error: malformed reply: {error}"))
 }
 
-/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads, and the
-/// catalog and health reads ([`super::client_catalog::across_datacenters`]).
+/// The requests that go to another datacenter (`?dc=`) as typed calls: KV reads and writes
+/// (`KVS.Apply` naming the datacenter), and the catalog and health reads ([`super::client_catalog::across_datacenters`]).
 /// `None` for the others, which go as HTTP.
 pub fn across_datacenters(
     ctx: &Context,
@@ -263,7 +274,13 @@ pub fn across_datacenters(
         return super::client_catalog::across_datacenters(ctx, request, datacenter);
     }
     if request.method != crate::proto::http::Method::Get {
-        return None;
+        // A write: the handler's own command, sent as `KVS.Apply` naming the datacenter.
+        return Some(
+            crate::api::kv::write_elsewhere(request).map(|outcome| match outcome {
+                Outcome::Write(op) => typed_write_in(ctx, request, op, datacenter),
+                other => other,
+            }),
+        );
     }
     Some(
         crate::api::kv::check_key(request.rest)
@@ -497,7 +514,17 @@ fn kvs_request<'o>(op: &'o KvOp, token: &'o str) -> Option<KvsRequest<'o>> {
 /// as the command result the server produced. A write without a typed call yet is
 /// forwarded as HTTP (`Outcome::Forward`).
 pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
+    typed_write_in(ctx, request, op, "")
+}
+
+/// [`typed_write`] in `datacenter` (empty: this one): on a client agent its server hands
+/// the call there; a server sends it there itself. Only KV writes name another datacenter.
+fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &str) -> Outcome {
     if let Command::Catalog(catalog_op) = &op.command {
+        debug_assert!(
+            datacenter.is_empty(),
+            "catalog writes name no datacenter here"
+        );
         return catalog_write(ctx, request, catalog_op, op.respond);
     }
     let Command::Kv(kv_op) = &op.command else {
@@ -505,12 +532,20 @@ pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
     };
     let secret = request_secret(ctx, request);
     let Some(call_request) = kvs_request(kv_op, &secret) else {
-        return Outcome::Forward;
+        return if datacenter.is_empty() {
+            Outcome::Forward
+        } else {
+            Outcome::ForwardDatacenter(datacenter.to_string())
+        };
     };
-    let body = call_request.encode();
+    let body = KvsRequest {
+        datacenter,
+        ..call_request
+    }
+    .encode();
     let respond = op.respond;
     // A write that may have reached a server is not sent again (it could apply twice).
-    write(ctx, "KVS.Apply", body, move |body, reply| {
+    write_in(ctx, datacenter, "KVS.Apply", body, move |body, reply| {
         let mut r = crate::proto::msgpack::Reader::new(body);
         let applied = r.bool().map_err(bad_reply)?;
         respond(CommandResult::Bool(applied), reply);

@@ -10,10 +10,12 @@
 //! commands proposed through the same path; tokens resolve through the same authorizer
 //! cache and the same checks, and list answers leave out what the token may not read.
 //! Where a call must run is decided here, as Consul's `ForwardRPC` does: another
-//! datacenter's call goes to a server there (through the WAN router), a write or a
-//! non-stale read on a follower goes to the leader; each hop hands the same typed call on
-//! (praetor's frames carry it between praetor servers, [`kind::TYPED_CALL`]), at most
-//! [`FORWARD_HOPS_MAX`] times.
+//! datacenter's call goes to a server there (through the WAN router, on a yamux stream of
+//! this shard's connection to it, as Consul's `forwardDC` sends it), a write or a
+//! non-stale read on a follower goes to the leader (praetor's frames carry it there,
+//! [`kind::TYPED_CALL`], with a hop count, at most [`FORWARD_HOPS_MAX`] hops); each hop hands
+//! the same typed call on. A call handed to another datacenter needs no hop count: it names
+//! the datacenter that receives it, which serves it there.
 //!
 //! Errors are Consul's texts, which net/rpc sends as the answer's `Error`: "No cluster
 //! leader", "No path to datacenter", "ACL not found", "Permission denied: …", "rpc: can't
@@ -266,49 +268,36 @@ fn forwarded_answer(frame: Result<crate::proto::rpc::Frame, String>) -> Answer {
     Ok(bytes[extent.header_length..extent.total()].to_vec())
 }
 
-/// Hands the call to a server of `datacenter` through the WAN router; reads may be
-/// retried on another of its servers.
+/// Hands the call to a server of `datacenter` through the WAN router, as Consul's
+/// `forwardDC` does: the same method and body (its `Datacenter` names that datacenter, so
+/// the server there serves it), on a yamux stream of this shard's connection to that
+/// server, and the answer relayed as it came — its `QueryMeta` the remote server's. Reads
+/// may be retried on another of its servers.
 async fn to_datacenter(
     server: &Server,
     call: &TypedCall,
     datacenter: &str,
     blocking_wait: Option<Duration>,
 ) -> Answer {
-    let payload = forwarded_payload(call)?;
     let retry = if is_read(call.method()) {
         Retry::Always
     } else {
         Retry::NotSent
     };
-    call_in_datacenter(
-        server.context().router(),
-        &server.shard().forward,
-        datacenter,
-        &payload,
-        forward_timeout(blocking_wait),
-        retry,
-    )
-    .await
-}
-
-/// Sends a typed call's frame (`payload`: its hop count, then the call) to a server of
-/// `datacenter` over `pool` and reads the answer back. A datacenter without a known server
-/// gets Consul's "No path to datacenter" as it is, not as a failed call.
-pub(crate) async fn call_in_datacenter(
-    router: &crate::cluster::router::Router,
-    pool: &crate::shard::forward::ForwardPool,
-    datacenter: &str,
-    payload: &[u8],
-    timeout: Duration,
-    retry: Retry,
-) -> Answer {
-    let frame = router
-        .forward(pool, datacenter, kind::TYPED_CALL, payload, timeout, retry)
-        .await;
-    match frame {
-        Err(no_path) if no_path == crate::cluster::router::NO_PATH => Err(no_path),
-        frame => forwarded_answer(frame),
-    }
+    server
+        .context()
+        .router()
+        .call_typed(
+            &server.shard().rpc,
+            datacenter,
+            call.method(),
+            &call.body,
+            forward_timeout(blocking_wait),
+            retry,
+        )
+        .await
+        .map(|body| body.to_vec())
+        .map_err(|error| error.to_string())
 }
 
 /// Whether a method only reads (so it may be sent again after a failure).

@@ -147,8 +147,35 @@ fn typed_calls_are_checked_against_their_tokens() {
     run_client(&["acl", &agent.ip.to_string(), MANAGEMENT], &agent);
 }
 
+/// Two datacenters of one server each, dc2 WAN-joined to dc1, and a client agent in dc1
+/// (its data in a directory named after `name`); `dc1_extra` goes to dc1's agents.
+pub(super) struct TwoDatacenters {
+    pub dc1: Cluster,
+    pub dc2: Cluster,
+    pub client: Agent,
+    _data: TempDir,
+}
+
+impl TwoDatacenters {
+    pub(super) fn start(name: &str, dc1_extra: &[&str]) -> TwoDatacenters {
+        let dc1_args = [&["-datacenter", "dc1"], dc1_extra].concat();
+        let dc1 = Cluster::start(1, &dc1_args);
+        let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
+        let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
+        let data = TempDir::new(name);
+        let client = dc1.start_client(&data, &dc1_args);
+        client.wait_ready();
+        TwoDatacenters {
+            dc1,
+            dc2,
+            client,
+            _data: data,
+        }
+    }
+}
+
 /// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
-fn wait_for_log(agent: &Agent, what: &[&str]) {
+pub(super) fn wait_for_log(agent: &Agent, what: &[&str]) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !agent
         .log()
@@ -224,12 +251,9 @@ fn a_client_agent_serves_kv_through_typed_calls() {
 
 #[test]
 fn another_datacenters_kv_is_read_through_typed_calls() {
-    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
-    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
-    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
-    let data = TempDir::new("consul-rpc-dc-client");
-    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
-    client.wait_ready();
+    let TwoDatacenters {
+        dc1, dc2, client, ..
+    } = &TwoDatacenters::start("consul-rpc-dc-client", &[]);
     let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
     assert_eq!(remote.put("/v1/kv/far/a", b"away").text(), "true");
     assert_eq!(remote.put("/v1/kv/far/b/c", b"deeper").text(), "true");
@@ -242,7 +266,7 @@ fn another_datacenters_kv_is_read_through_typed_calls() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    for agent in [server, &client] {
+    for agent in [server, client] {
         assert_eq!(agent.get("/v1/kv/far/a?dc=dc2&raw").text(), "away");
         let entry = agent.get("/v1/kv/far/a?dc=DC2").json();
         assert_eq!(entry[0]["Value"], "YXdheQ==", "{entry}");
@@ -712,12 +736,9 @@ fn a_client_agents_anti_entropy_registers_through_typed_calls() {
 
 #[test]
 fn another_datacenters_catalog_and_health_are_read_through_typed_calls() {
-    let dc1 = Cluster::start(1, &["-datacenter", "dc1"]);
-    let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
-    let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
-    let data = TempDir::new("consul-rpc-dc-catalog");
-    let client = dc1.start_client(&data, &["-datacenter", "dc1"]);
-    client.wait_ready();
+    let TwoDatacenters {
+        dc1, dc2, client, ..
+    } = &TwoDatacenters::start("consul-rpc-dc-catalog", &[]);
     let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
     let registration = br#"{"Node": "far", "Address": "10.2.0.9", "NodeMeta": {"rack": "r2"},
         "Service": {"ID": "db-1", "Service": "db", "Tags": ["primary"], "Port": 5432},
@@ -751,7 +772,7 @@ fn another_datacenters_catalog_and_health_are_read_through_typed_calls() {
     ] {
         let separator = if path.contains('?') { '&' } else { '?' };
         let asked = format!("{path}{separator}dc=dc2");
-        for agent in [server, &client] {
+        for agent in [server, client] {
             let answer = same_answers(agent, &asked, remote, path);
             assert_eq!(answer.status, 200, "{asked}: {}", answer.text());
         }

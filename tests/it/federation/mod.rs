@@ -2,4 +2,5 @@
 //! servers.
 
 mod consul_rpc;
+mod dc_calls;
 mod wan;
