@@ -153,7 +153,6 @@ impl AclConfig {
             tokens: given.tokens,
             primary_datacenter: given.primary,
             warnings,
-            ..AclConfig::default()
         })
     }
 }
