@@ -1,9 +1,11 @@
-//! A secondary datacenter's calls to its primary for the Connect CA: the one place where a
-//! CA request leaves this datacenter.
+//! A secondary datacenter's calls to its primary, for the Connect CA and the federation
+//! states: the one place where such a request leaves this datacenter.
 //!
-//! Two calls, Consul's `ConnectCA.Roots` (a blocking read of the primary's trusted roots)
+//! Four calls: Consul's `ConnectCA.Roots` (a blocking read of the primary's trusted roots)
 //! and `ConnectCA.SignIntermediate` (the primary's active root signing this datacenter's
-//! intermediate). Today each travels as an HTTP request through the WAN router
+//! intermediate); `FederationState.List` (a blocking read of every datacenter's state, for
+//! replication) and `FederationState.Apply` (this datacenter's state, from anti-entropy).
+//! Today each travels as an HTTP request through the WAN router
 //! (`cluster::router`, a `FORWARD_HTTP` frame answered by a primary server's own API,
 //! `/v1/connect/ca/roots` and the internal `SIGN_INTERMEDIATE_PATH`); when servers speak
 //! Consul's RPC to each other only this file changes.
@@ -15,9 +17,12 @@
 use crate::agent::catalog_client::{forwarded_answer, forwarded_request};
 use crate::agent::Agent;
 use crate::api::connect::SIGN_INTERMEDIATE_PATH;
+use crate::api::federation_state as federation;
 use crate::cluster::servers::Retry;
+use crate::consul::federation_state;
 use crate::proto::rfc3339;
 use crate::proto::rpc::kind;
+use crate::store::federation::FederationState;
 use crate::store::mesh::ca::CaRoot;
 use arcstr::ArcStr;
 use std::time::Duration;
@@ -126,6 +131,68 @@ pub async fn sign_intermediate(
         return Err("the primary's signing answer has no certificate".to_string());
     }
     Ok(signed)
+}
+
+/// Every datacenter's federation state as the primary has them, blocking until they change
+/// past `min_index` (or [`ROOTS_WAIT`] passes): `(X-Consul-Index, states)`.
+pub async fn federation_states(
+    agent: &Agent,
+    primary: &str,
+    min_index: u64,
+) -> Result<(u64, Vec<FederationState>), String> {
+    let path = format!(
+        "/v1/internal/federation-states?dc={primary}&index={min_index}&wait={}s",
+        ROOTS_WAIT.as_secs()
+    );
+    let (status, index, body) = call(
+        agent,
+        primary,
+        "GET",
+        &path,
+        b"",
+        ROOTS_WAIT + CALL_TIMEOUT,
+        Retry::Always,
+    )
+    .await?;
+    if status != 200 {
+        return Err(format!(
+            "the primary datacenter answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        ));
+    }
+    Ok((index, federation_state::parse_states(&body)?))
+}
+
+/// Upserts this datacenter's federation state in the primary (with the replication token,
+/// else the agent's: the primary requires `operator:write`).
+pub async fn apply_federation_state(
+    agent: &Agent,
+    primary: &str,
+    state: &FederationState,
+) -> Result<(), String> {
+    let body = format!(
+        r#"{{"Op":"upsert","State":{}}}"#,
+        federation_state::state_json(state)
+    );
+    let path = format!("{}?dc={primary}", federation::APPLY_PATH);
+    // An upsert applied twice is the same row: a lost answer is asked for again.
+    let (status, _, answer) = call(
+        agent,
+        primary,
+        "PUT",
+        &path,
+        body.as_bytes(),
+        CALL_TIMEOUT,
+        Retry::Always,
+    )
+    .await?;
+    if status != 200 {
+        return Err(format!(
+            "the primary datacenter refused this datacenter's federation state ({status}): {}",
+            String::from_utf8_lossy(&answer).trim()
+        ));
+    }
+    Ok(())
 }
 
 /// The token a call to the primary carries: `acl.tokens.replication` (Consul's choice for
