@@ -2,4 +2,5 @@
 //! servers.
 
 mod consul_rpc;
+mod federation_states;
 mod wan;
