@@ -14,6 +14,12 @@
 //!   for every row whose primary `ModifyIndex` this datacenter has not seen, a delete for
 //!   every local row the primary no longer has.
 //!
+//! A third task keeps the gateway locator (`federation_locator`) current: it reads the
+//! federation states every [`LOOK_INTERVAL`], takes each replication round's outcome, and
+//! resolves `primary_gateways` every `primary_gateways_interval` while the locator needs
+//! the fallback (unless `disable_primary_gateway_fallback`). It logs what the locator
+//! would dial; dialing through gateways is part 2 of issue 40.
+//!
 //! A datacenter that has never had a mesh gateway writes no row (an empty row would tell the
 //! other datacenters nothing; Consul writes one anyway — `docs/decisions.md`).
 //!
@@ -21,13 +27,14 @@
 //! only; a task of a past leadership stops at its next step (its generation moved on).
 
 use super::connect::primary;
+use super::federation_locator::{GatewayLocator, PRIMARY_GATEWAYS_INTERVAL_DEFAULT};
 use super::Agent;
 use crate::api::connect::is_secondary;
 use crate::consul::federation_state;
 use crate::store::federation::{self, FederationState, FederationStateOp};
 use crate::store::{Command, CommandResult, Table};
 use arcstr::ArcStr;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +54,8 @@ pub struct FederationDuties {
     /// Counts leaderships: a task runs while it equals the value the task started with.
     generation: Rc<Cell<u64>>,
     started: Cell<bool>,
+    /// This leadership's gateway locator, once started.
+    locator: RefCell<Option<Rc<RefCell<GatewayLocator>>>>,
 }
 
 impl FederationDuties {
@@ -54,6 +63,7 @@ impl FederationDuties {
     pub fn lost_leadership(&self) {
         if self.started.replace(false) {
             self.generation.set(self.generation.get() + 1);
+            *self.locator.borrow_mut() = None;
         }
     }
 
@@ -63,16 +73,57 @@ impl FederationDuties {
             return;
         }
         let mine = self.generation.get();
+        let locator = Rc::new(RefCell::new(new_locator(&agent.config.borrow())));
+        *self.locator.borrow_mut() = Some(locator.clone());
         let task = Task {
             agent: agent.clone(),
             generation: self.generation.clone(),
             mine,
+            locator,
         };
         if is_secondary(&agent.config.borrow()) {
             monoio::spawn(replicate(task.clone()));
         }
+        monoio::spawn(locate(task.clone()));
         monoio::spawn(anti_entropy(task));
     }
+
+    /// The current leadership's locator, if this server leads.
+    pub fn locator(&self) -> Option<Rc<RefCell<GatewayLocator>>> {
+        self.locator.borrow().clone()
+    }
+}
+
+/// `primary_gateways` as configured.
+fn primary_gateways(config: &crate::config::AgentConfig) -> Vec<String> {
+    match config.raw.get("primary_gateways") {
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+            .collect(),
+        Some(serde_json::Value::String(one)) if !one.is_empty() => vec![one.clone()],
+        _ => Vec::new(),
+    }
+}
+
+fn new_locator(config: &crate::config::AgentConfig) -> GatewayLocator {
+    let interval = config
+        .raw_str("primary_gateways_interval")
+        .and_then(|t| crate::proto::duration::parse_go_duration(t).ok())
+        .unwrap_or(PRIMARY_GATEWAYS_INTERVAL_DEFAULT);
+    let disabled = config
+        .raw
+        .get("disable_primary_gateway_fallback")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    GatewayLocator::new(
+        &config.datacenter,
+        &config.pending.primary_datacenter,
+        disabled,
+        interval,
+    )
 }
 
 /// One leadership's view: whether it still holds.
@@ -81,6 +132,7 @@ struct Task {
     agent: Rc<Agent>,
     generation: Rc<Cell<u64>>,
     mine: u64,
+    locator: Rc<RefCell<GatewayLocator>>,
 }
 
 impl Task {
@@ -89,6 +141,90 @@ impl Task {
             && self.generation.get() == self.mine
             && self.agent.shard.is_leader()
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Keeps the locator current for as long as this leadership lasts.
+async fn locate(task: Task) {
+    let agent = &task.agent;
+    let configured = primary_gateways(&agent.config.borrow());
+    let mut read_at = None;
+    while task.current() {
+        let version = agent.shard.current_version();
+        let index = federation::index(&version);
+        if read_at != Some(index) {
+            read_at = Some(index);
+            let states = federation::list(&version).map(|s| &**s);
+            if task.locator.borrow_mut().update_from_states(states) {
+                log_choice(
+                    &task.locator.borrow(),
+                    &agent.config.borrow().pending.primary_datacenter,
+                );
+            }
+        }
+        let due = task
+            .locator
+            .borrow()
+            .fallback_refresh_due(!configured.is_empty(), now_ms());
+        if due {
+            let resolved = resolve(configured.clone()).await;
+            if task
+                .locator
+                .borrow_mut()
+                .refresh_fallback(resolved.clone(), now_ms())
+            {
+                log::info!(
+                    "federation: updated fallback list of primary mesh gateways: {resolved:?}"
+                );
+            }
+        }
+        monoio::time::sleep(LOOK_INTERVAL).await;
+    }
+}
+
+fn log_choice(locator: &GatewayLocator, primary: &str) {
+    log::info!(
+        "federation: mesh gateways toward the primary {primary:?}: {:?}",
+        locator.gateways_for(primary)
+    );
+}
+
+/// Most addresses one `primary_gateways` entry may resolve to.
+const ADDRESSES_PER_ENTRY_MAX: usize = 64;
+
+/// Resolves `host:port` entries on a thread of their own (name lookups block); an entry
+/// that does not resolve is logged and left out.
+async fn resolve(entries: Vec<String>) -> Vec<String> {
+    let (sender, receiver) = flume::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("primary-gateways".into())
+        .spawn(move || {
+            use std::net::ToSocketAddrs;
+            let mut out = Vec::new();
+            for entry in &entries {
+                match entry.to_socket_addrs() {
+                    Ok(found) => out.extend(
+                        found
+                            .take(ADDRESSES_PER_ENTRY_MAX)
+                            .map(|address| address.to_string()),
+                    ),
+                    Err(e) => {
+                        log::warn!("federation: cannot resolve primary gateway {entry:?}: {e}")
+                    }
+                }
+            }
+            let _ = sender.send(out);
+        });
+    if let Err(e) = spawned {
+        log::warn!("federation: cannot start resolving primary_gateways: {e}");
+        return Vec::new();
+    }
+    receiver.recv_async().await.unwrap_or_default()
 }
 
 fn now_rfc3339() -> String {
@@ -234,6 +370,13 @@ async fn replicate(task: Task) {
             Ok((next, remote)) => apply_differences(&task, remote).await.map(|()| next),
             Err(e) => Err(e),
         };
+        let before = task.locator.borrow().dial_primary_through_local_gateway();
+        task.locator
+            .borrow_mut()
+            .replication_result(round.is_ok(), now_ms());
+        if task.locator.borrow().dial_primary_through_local_gateway() != before {
+            log_choice(&task.locator.borrow(), &primary);
+        }
         match round {
             Ok(next) => {
                 retry = RETRY_MIN;

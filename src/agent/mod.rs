@@ -20,6 +20,7 @@ pub mod child;
 pub mod connect;
 pub mod datacenter_read;
 pub mod federation;
+pub mod federation_locator;
 pub mod local;
 pub mod persist;
 pub mod reload;
