@@ -69,8 +69,23 @@ pub struct SignedIntermediate {
 /// Reads the primary's roots, blocking until they change past `min_index` (or
 /// [`ROOTS_WAIT`] passes).
 pub async fn roots(agent: &Agent, primary: &str, min_index: u64) -> Result<PrimaryRoots, String> {
+    let (index, body) = blocking_get(agent, primary, "/v1/connect/ca/roots", min_index).await?;
+    let mut roots = parse_roots(&body)?;
+    roots.index = index;
+    Ok(roots)
+}
+
+/// A blocking read of `path` in the primary, waiting past `min_index` for at most
+/// [`ROOTS_WAIT`]: `(X-Consul-Index, body)` of a 200, else the primary's answer as the
+/// error.
+async fn blocking_get(
+    agent: &Agent,
+    primary: &str,
+    path: &str,
+    min_index: u64,
+) -> Result<(u64, Vec<u8>), String> {
     let path = format!(
-        "/v1/connect/ca/roots?dc={primary}&index={min_index}&wait={}s",
+        "{path}?dc={primary}&index={min_index}&wait={}s",
         ROOTS_WAIT.as_secs()
     );
     let (status, index, body) = call(
@@ -89,9 +104,7 @@ pub async fn roots(agent: &Agent, primary: &str, min_index: u64) -> Result<Prima
             String::from_utf8_lossy(&body).trim()
         ));
     }
-    let mut roots = parse_roots(&body)?;
-    roots.index = index;
-    Ok(roots)
+    Ok((index, body))
 }
 
 /// Asks the primary to sign `csr_pem` (this datacenter's intermediate CSR), with the
@@ -103,23 +116,15 @@ pub async fn sign_intermediate(
 ) -> Result<SignedIntermediate, String> {
     let body = serde_json::json!({ "CSR": csr_pem }).to_string();
     let path = format!("{SIGN_INTERMEDIATE_PATH}?dc={primary}");
-    let (status, _, answer) = call(
+    // Signing twice does no harm: a lost answer is asked for again.
+    let answer = put(
         agent,
         primary,
-        "PUT",
         &path,
         body.as_bytes(),
-        CALL_TIMEOUT,
-        // Signing twice does no harm: a lost answer is asked for again.
-        Retry::Always,
+        "Primary datacenter refused to sign our intermediate CA certificate",
     )
     .await?;
-    if status != 200 {
-        return Err(format!(
-            "Primary datacenter refused to sign our intermediate CA certificate ({status}): {}",
-            String::from_utf8_lossy(&answer).trim()
-        ));
-    }
     let value: serde_json::Value =
         serde_json::from_slice(&answer).map_err(|e| format!("bad signing answer: {e}"))?;
     let text = |key: &str| value[key].as_str().unwrap_or_default().to_string();
@@ -140,26 +145,8 @@ pub async fn federation_states(
     primary: &str,
     min_index: u64,
 ) -> Result<(u64, Vec<FederationState>), String> {
-    let path = format!(
-        "/v1/internal/federation-states?dc={primary}&index={min_index}&wait={}s",
-        ROOTS_WAIT.as_secs()
-    );
-    let (status, index, body) = call(
-        agent,
-        primary,
-        "GET",
-        &path,
-        b"",
-        ROOTS_WAIT + CALL_TIMEOUT,
-        Retry::Always,
-    )
-    .await?;
-    if status != 200 {
-        return Err(format!(
-            "the primary datacenter answered {status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        ));
-    }
+    let (index, body) =
+        blocking_get(agent, primary, "/v1/internal/federation-states", min_index).await?;
     Ok((index, federation_state::parse_states(&body)?))
 }
 
@@ -176,23 +163,43 @@ pub async fn apply_federation_state(
     );
     let path = format!("{}?dc={primary}", federation::APPLY_PATH);
     // An upsert applied twice is the same row: a lost answer is asked for again.
+    put(
+        agent,
+        primary,
+        &path,
+        body.as_bytes(),
+        "the primary datacenter refused this datacenter's federation state",
+    )
+    .await?;
+    Ok(())
+}
+
+/// A write to the primary that is safe to repeat (sent again when its answer was lost):
+/// the body of a 200, else `refusal` with the primary's status and answer.
+async fn put(
+    agent: &Agent,
+    primary: &str,
+    path: &str,
+    body: &[u8],
+    refusal: &str,
+) -> Result<Vec<u8>, String> {
     let (status, _, answer) = call(
         agent,
         primary,
         "PUT",
-        &path,
-        body.as_bytes(),
+        path,
+        body,
         CALL_TIMEOUT,
         Retry::Always,
     )
     .await?;
     if status != 200 {
         return Err(format!(
-            "the primary datacenter refused this datacenter's federation state ({status}): {}",
+            "{refusal} ({status}): {}",
             String::from_utf8_lossy(&answer).trim()
         ));
     }
-    Ok(())
+    Ok(answer)
 }
 
 /// The token a call to the primary carries: `acl.tokens.replication` (Consul's choice for
