@@ -19,6 +19,8 @@ pub mod checks;
 pub mod child;
 pub mod connect;
 pub mod datacenter_read;
+pub mod federation;
+pub mod federation_locator;
 pub mod local;
 pub mod persist;
 pub mod reload;

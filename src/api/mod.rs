@@ -26,6 +26,7 @@ pub mod context;
 pub mod coordinate;
 pub mod debug;
 pub mod event;
+pub mod federation_state;
 pub mod gateways;
 pub mod health;
 pub mod host;

@@ -14,9 +14,10 @@
 
 use super::authz::Acl;
 use super::{
-    acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event, gateways,
-    health, host, intentions, internal_dns, keyring, kv, members, monitor, operator, query,
-    session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
+    acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event,
+    federation_state, gateways, health, host, intentions, internal_dns, keyring, kv, members,
+    monitor, operator, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome,
+    Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::dns::remote;
@@ -265,6 +266,13 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/snapshot"),                        GET_PUT,             Snapshot, ANSWERS, Management, snapshot::handle),
     route(Exact("/v1/agent/debug/faults"),              GET_PUT,             Standard, ANSWERS, OperatorByMethod, debug::faults),
     route(Prefix("/v1/internal/ui/"),                   GET,                 Standard, BLOCKS,  Filtered,   ui::handle),
+
+    // Federation states (`api::federation_state`): Consul's three reads, and the primary's
+    // carrier for a secondary leader's `FederationState.Apply`.
+    route(Exact("/v1/internal/federation-states"),      GET,                 Standard, BLOCKS,  OperatorRead, federation_state::list),
+    route(Exact("/v1/internal/federation-states/mesh-gateways"), GET,        Standard, BLOCKS,  Filtered,   federation_state::mesh_gateways),
+    route(Prefix("/v1/internal/federation-state/"),     GET,                 Standard, BLOCKS,  OperatorRead, federation_state::get),
+    route(Exact(federation_state::APPLY_PATH),          PUT,                 Standard, ANSWERS, OperatorWrite, federation_state::apply),
 
     // ACLs (`api::acl`): the endpoints decide their own checks where Consul's do.
     route(Exact("/v1/acl/bootstrap"),                   PUT,                 Standard, ANSWERS, Acl::None,  acl::bootstrap),

@@ -1352,6 +1352,11 @@ pub static TOP_LEVEL: Block = Block {
             ),
         ),
         f(
+            "disable_primary_gateway_fallback",
+            Bool,
+            acts("\"disable_primary_gateway_fallback\""),
+        ),
+        f(
             "disable_remote_exec",
             Bool,
             not_unless(
@@ -1458,12 +1463,12 @@ pub static TOP_LEVEL: Block = Block {
         f(
             "primary_gateways",
             StrList,
-            not("datacenters federate through their WAN gossip pool, not through mesh gateways"),
+            acts("\"primary_gateways\""),
         ),
         f(
             "primary_gateways_interval",
             Duration,
-            not("datacenters federate through their WAN gossip pool, not through mesh gateways"),
+            acts("\"primary_gateways_interval\""),
         ),
         f(
             "protocol",

@@ -8,7 +8,7 @@ use crate::consul::body::Obj;
 use crate::consul::config_entry::doc::{always, decode_object, omit, Decoding, Doc, Ty, F};
 use crate::consul::registration::{
     is_any_address, parse_check_definition, parse_service_tagged_addresses, parse_weights,
-    validate_meta, SERVICE_TAGS_MAX,
+    validate_service_meta, SERVICE_TAGS_MAX,
 };
 use crate::store::catalog::{CheckDefinition, ServiceRegistration, Status};
 use std::time::Duration;
@@ -494,7 +494,8 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
         return Err(DefinitionError::bad("Invalid service address"));
     }
     let meta = obj.str_map(&["meta"]).map_err(decode_failed)?;
-    validate_meta(&meta, false)
+    let kind = obj.string(&["kind"]).map_err(decode_failed)?;
+    validate_service_meta(&kind, &meta)
         .map_err(|e| DefinitionError::bad(format!("Invalid Service Meta: {e}")))?;
     let weights = parse_weights(obj).map_err(decode_failed)?;
     if let Some(w) = weights {
@@ -519,7 +520,6 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
     if id.is_empty() {
         id = name.clone();
     }
-    let kind = obj.string(&["kind"]).map_err(decode_failed)?;
     let port = obj.bounded(&["port"], 0, 65535).map_err(decode_failed)? as i32;
     let proxy = match obj.get(&["proxy"]) {
         Some(value) if value.as_object().is_some_and(|m| !m.is_empty()) => {

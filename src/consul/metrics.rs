@@ -214,10 +214,13 @@ pub fn write_sample(command: &crate::store::Command) -> Option<Sample> {
         Command::Query(_) => Sample::PreparedQueryApply,
         Command::ConfigEntry(_) => Sample::ConfigEntryApply,
         // The agent CA row is written once in a cluster's life, and the Connect CA's writes
-        // are the leader's own rare duties: nothing worth a timer.
-        Command::Restore(_) | Command::Autopilot(_) | Command::AgentCa(_) | Command::Ca(_) => {
-            return None
-        }
+        // are the leader's own rare duties, and so are federation states (at most one write
+        // per datacenter every few seconds): nothing worth a timer.
+        Command::Restore(_)
+        | Command::Autopilot(_)
+        | Command::AgentCa(_)
+        | Command::Ca(_)
+        | Command::FederationState(_) => return None,
     })
 }
 

@@ -19,6 +19,7 @@ pub mod body;
 pub mod config_entry;
 pub mod definition;
 pub mod discovery_chain;
+pub mod federation_state;
 pub mod filter;
 pub mod json;
 pub mod metrics;

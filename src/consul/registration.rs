@@ -21,6 +21,26 @@ pub const NAME_BYTES_MAX: usize = 1024;
 /// Consul's metadata rules: at most 64 pairs, keys of letters, digits, `_` and `-` up to 128
 /// bytes, values up to 512 bytes, and (unless allowed) no `consul-` prefix.
 pub fn validate_meta(pairs: &[(String, String)], allow_consul_prefix: bool) -> Result<(), String> {
+    validate_meta_allowing(pairs, allow_consul_prefix, &[])
+}
+
+/// [`validate_meta`] for a service's `Meta`: a mesh gateway may also carry
+/// `consul-wan-federation`, the one `consul-` key Consul lets a service set (it marks the
+/// gateway as one that carries WAN federation traffic).
+pub fn validate_service_meta(kind: &str, pairs: &[(String, String)]) -> Result<(), String> {
+    let allowed: &[&str] = if kind == crate::consul::federation_state::MESH_GATEWAY_KIND {
+        &[crate::consul::federation_state::WAN_FEDERATION_META_KEY]
+    } else {
+        &[]
+    };
+    validate_meta_allowing(pairs, false, allowed)
+}
+
+fn validate_meta_allowing(
+    pairs: &[(String, String)],
+    allow_consul_prefix: bool,
+    allowed_keys: &[&str],
+) -> Result<(), String> {
     if pairs.len() > META_PAIRS_MAX {
         return Err(format!(
             "Node metadata cannot contain more than {META_PAIRS_MAX} key/value pairs"
@@ -38,7 +58,10 @@ pub fn validate_meta(pairs: &[(String, String)], allow_consul_prefix: bool) -> R
             Some(format!(
                 "Key is too long (limit: {META_KEY_BYTES_MAX} characters)"
             ))
-        } else if key.starts_with("consul-") && !allow_consul_prefix {
+        } else if key.starts_with("consul-")
+            && !allow_consul_prefix
+            && !allowed_keys.contains(&key.as_str())
+        {
             Some("Key prefix 'consul-' is reserved for internal use".to_string())
         } else if value.len() > META_VALUE_BYTES_MAX {
             Some(format!(
@@ -99,7 +122,8 @@ pub fn parse_service_tagged_addresses(obj: &Obj) -> Result<Vec<(String, String, 
 /// Consul's `NodeService` in a registration body (`Service`).
 pub fn parse_service(obj: &Obj) -> Result<ServiceRegistration, String> {
     let meta = obj.str_map(&["meta", "servicemeta"])?;
-    validate_meta(&meta, false).map_err(|e| format!("Invalid Service Meta: {e}"))?;
+    let kind = obj.string(&["kind", "servicekind"])?;
+    validate_service_meta(&kind, &meta).map_err(|e| format!("Invalid Service Meta: {e}"))?;
     let tags = obj.str_list(&["tags", "servicetags"])?;
     if tags.len() > SERVICE_TAGS_MAX {
         return Err(format!(
@@ -107,7 +131,7 @@ pub fn parse_service(obj: &Obj) -> Result<ServiceRegistration, String> {
         ));
     }
     let service = ServiceRegistration {
-        kind: obj.string(&["kind", "servicekind"])?,
+        kind,
         id: obj.string(&["id", "serviceid"])?,
         name: obj.string(&["service", "name", "servicename"])?,
         tags,
@@ -406,6 +430,11 @@ mod tests {
     #[test]
     fn meta_rules() {
         assert!(validate_meta(&[("ok_key-1".into(), "v".into())], false).is_ok());
+        let wan_federation = [("consul-wan-federation".to_string(), "1".to_string())];
+        assert!(validate_service_meta("mesh-gateway", &wan_federation).is_ok());
+        assert!(validate_service_meta("", &wan_federation).is_err());
+        let other = [("consul-other".to_string(), "1".to_string())];
+        assert!(validate_service_meta("mesh-gateway", &other).is_err());
         assert!(validate_meta(&[("bad key".into(), "v".into())], false).is_err());
         assert!(validate_meta(&[("k".into(), "v".repeat(600))], false).is_err());
         let many: Vec<_> = (0..65).map(|i| (format!("k{i}"), String::new())).collect();

@@ -27,7 +27,7 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, gateways, mesh, query, restore, txn, Change, ChangeKey, CommandOf,
+    acl, autopilot, federation, gateways, mesh, query, restore, txn, Change, ChangeKey, CommandOf,
     CommandResult, Table, Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
@@ -73,6 +73,7 @@ impl Tables {
             CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op),
             CommandOf::ConfigEntry(op) => self.write_config_entry(index, op, changes),
             CommandOf::Ca(op) => mesh::ca::apply(self, index, op, changes),
+            CommandOf::FederationState(op) => federation::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

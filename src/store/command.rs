@@ -34,6 +34,9 @@ pub enum CommandOf<S> {
     ConfigEntry(super::mesh::config_entry::ConfigEntryOp),
     /// The leader's Connect CA writes.
     Ca(super::mesh::ca::CaOp),
+    /// A datacenter's federation state written or deleted (Consul's
+    /// `FederationStateRequest`).
+    FederationState(super::federation::FederationStateOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

@@ -60,7 +60,8 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::Acl
         | Table::Intentions
         | Table::Events
-        | Table::ConnectCa => KeyCase::Exact,
+        | Table::ConnectCa
+        | Table::FederationStates => KeyCase::Exact,
     }
 }
 

@@ -28,6 +28,7 @@ pub mod autopilot;
 pub mod catalog;
 pub mod command;
 pub mod dependency;
+pub mod federation;
 #[cfg(test)]
 mod fixture;
 pub mod gateways;
@@ -71,11 +72,14 @@ pub enum Table {
     ConnectCa = 14,
     /// Which services each ingress and terminating gateway links (`store::gateways`).
     GatewayServices = 15,
+    /// Each datacenter's mesh gateways as the WAN federation shares them
+    /// (`store::federation`), keyed by datacenter name.
+    FederationStates = 16,
 }
 
 impl Table {
     /// Every table, for changes that touch the whole state (snapshot install, restore).
-    pub const ALL: [Table; 16] = [
+    pub const ALL: [Table; TABLE_COUNT] = [
         Table::Kvs,
         Table::Tombstones,
         Table::Sessions,
@@ -92,6 +96,7 @@ impl Table {
         Table::NodeServices,
         Table::ConnectCa,
         Table::GatewayServices,
+        Table::FederationStates,
     ];
 }
 
@@ -107,7 +112,7 @@ pub fn changes_everywhere() -> Vec<Change> {
 }
 
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
-pub const TABLE_COUNT: usize = 16;
+pub const TABLE_COUNT: usize = 17;
 
 /// The key a change touched within its table, in the table's canonical form
 /// (`dependency::canonical_key`). What a read depended on is the other half:
@@ -144,6 +149,8 @@ pub struct Tables {
     /// Raft index of the last applied entry.
     pub index: u64,
     /// Highest index that modified each table, as Consul's `index` table tracks it.
+    /// Snapshots before format 3 hold fewer slots; the tables added since read as 0.
+    #[serde(deserialize_with = "table_indexes_of_any_format")]
     pub table_indexes: [u64; TABLE_COUNT],
     pub kv: kv::KvTables,
     #[serde(default)]
@@ -177,6 +184,28 @@ pub struct Tables {
     /// gateway entry or a linked service derives them again).
     #[serde(default)]
     pub gateways: gateways::GatewayTables,
+    /// Each datacenter's mesh gateways (format 3 on: older snapshots restore with none, and
+    /// each leader's anti-entropy writes its datacenter's again).
+    #[serde(default)]
+    pub federation: federation::FederationTables,
+}
+
+/// Reads [`Tables::table_indexes`] from a snapshot of any format: as many slots as it has
+/// (format 2 had 16), the tables added since at 0. More slots than this version knows are
+/// refused: they are tables it would silently drop.
+fn table_indexes_of_any_format<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<[u64; TABLE_COUNT], D::Error> {
+    let slots: Vec<u64> = Deserialize::deserialize(deserializer)?;
+    if slots.len() > TABLE_COUNT {
+        return Err(serde::de::Error::custom(format!(
+            "{} table indexes, this version knows {TABLE_COUNT}",
+            slots.len()
+        )));
+    }
+    let mut indexes = [0u64; TABLE_COUNT];
+    indexes[..slots.len()].copy_from_slice(&slots);
+    Ok(indexes)
 }
 
 /// An immutable, shareable version of the state.
@@ -245,9 +274,9 @@ impl Tables {
         input
             .read_exact(&mut format)
             .map_err(|_| "empty store snapshot".to_string())?;
-        // Format 1 is format 2 without the trailing agent CA, mesh and gateway tables
-        // (defaulted).
-        if format[0] != SNAPSHOT_FORMAT_VERSION && format[0] != SNAPSHOT_FORMAT_BEFORE_AGENT_CA {
+        // Formats 1 and 2 are format 3 without some trailing tables (defaulted) and with
+        // fewer table indexes (see `table_indexes_of_any_format`).
+        if !SNAPSHOT_FORMATS_READ.contains(&format[0]) {
             return Err(format!("unsupported store snapshot format {}", format[0]));
         }
         rmp_serde::from_read(input).map_err(|e| format!("corrupt store snapshot: {e}"))
@@ -256,9 +285,9 @@ impl Tables {
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {
-            // Format 1 is format 2 without the trailing agent CA, mesh and gateway tables,
-            // which then default to none.
-            Some((&(SNAPSHOT_FORMAT_VERSION | SNAPSHOT_FORMAT_BEFORE_AGENT_CA), rest)) => {
+            // Formats 1 and 2 are format 3 without some trailing tables, which then default
+            // to none, and with fewer table indexes.
+            Some((format, rest)) if SNAPSHOT_FORMATS_READ.contains(format) => {
                 rmp_serde::from_slice(rest).map_err(|e| format!("corrupt store snapshot: {e}"))
             }
             Some((v, _)) => Err(format!("unsupported store snapshot format {v}")),
@@ -272,9 +301,19 @@ impl Tables {
 /// 2: the agent CA (`Tables::agent_ca`) and the mesh tables (`Tables::mesh`) added at the end
 /// (later, within format 2 as trailing fields with defaults: a CA root's signing
 /// certificate, and the gateway-services table `Tables::gateways`).
-const SNAPSHOT_FORMAT_VERSION: u8 = 2;
+/// 3: a 17th table index and the federation states (`Tables::federation`) at the end; a
+/// format-2 reader would refuse the longer index array, hence the new number.
+const SNAPSHOT_FORMAT_VERSION: u8 = 3;
+/// The format before the federation states, still read.
+const SNAPSHOT_FORMAT_BEFORE_FEDERATION: u8 = 2;
 /// The format before the agent CA and the mesh tables, still read.
 const SNAPSHOT_FORMAT_BEFORE_AGENT_CA: u8 = 1;
+/// Every format [`Tables::read_snapshot`] accepts.
+const SNAPSHOT_FORMATS_READ: [u8; 3] = [
+    SNAPSHOT_FORMAT_BEFORE_AGENT_CA,
+    SNAPSHOT_FORMAT_BEFORE_FEDERATION,
+    SNAPSHOT_FORMAT_VERSION,
+];
 
 #[cfg(test)]
 mod tests {
@@ -311,7 +350,7 @@ mod tests {
         assert!(Tables::from_snapshot_bytes(b"").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x09abc").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x01\xc1").is_err());
-        assert!(Tables::from_snapshot_bytes(b"\x03\x90").is_err());
+        assert!(Tables::from_snapshot_bytes(b"\x04\x90").is_err());
     }
 
     #[test]
@@ -327,18 +366,20 @@ mod tests {
             }),
             &mut changes,
         );
-        // Format 2 is the fields as one msgpack array ending with the agent CA (nil here),
-        // the mesh tables and the gateway-services table; format 1 is the same array
-        // without those three fields.
+        // Format 3 is the fields as one msgpack array, the table indexes a 17-slot array,
+        // ending with the agent CA (nil here), the mesh tables, the gateway-services table
+        // and the federation states; format 1 is the same array without those four fields
+        // and with 16 table indexes.
         let current = tables.to_snapshot_bytes();
-        assert_eq!(current[0], 2);
+        assert_eq!(current[0], 3);
         let fields = current[1] & 0x0f;
         assert_eq!(current[1], 0x90 | fields, "a fixarray of the fields");
         let mut tail = rmp_serde::to_vec(&tables.mesh).unwrap();
         tail.extend(rmp_serde::to_vec(&tables.gateways).unwrap());
+        tail.extend(rmp_serde::to_vec(&tables.federation).unwrap());
         assert!(
             current.ends_with(&tail),
-            "ends with the mesh and gateway tables"
+            "ends with the mesh, gateway and federation tables"
         );
         let tail_bytes = 1 + tail.len();
         assert_eq!(
@@ -346,13 +387,29 @@ mod tests {
             0xc0,
             "the absent agent CA before them"
         );
-        let mut old = vec![1u8, 0x90 | (fields - 3)];
-        old.extend_from_slice(&current[2..current.len() - tail_bytes]);
+        let indexes_17 = rmp_serde::to_vec(&tables.table_indexes).unwrap();
+        let indexes_16 = rmp_serde::to_vec(&tables.table_indexes[..16]).unwrap();
+        let body = &current[2..current.len() - tail_bytes];
+        let at = body
+            .windows(indexes_17.len())
+            .position(|w| w == indexes_17.as_slice())
+            .expect("the table indexes are in the fields");
+        let mut old = vec![1u8, 0x90 | (fields - 4)];
+        old.extend_from_slice(&body[..at]);
+        old.extend_from_slice(&indexes_16);
+        old.extend_from_slice(&body[at + indexes_17.len()..]);
         let restored = Tables::from_snapshot_bytes(&old).unwrap();
         assert_eq!(restored.index, 3);
         assert_eq!(restored.agent_ca, None);
         assert_eq!(restored.to_snapshot_bytes(), current);
         assert_eq!(kv::get(&restored, "a").1.unwrap().value(), b"1");
+        // More table indexes than this version knows is a newer snapshot: refused.
+        let indexes_18 = rmp_serde::to_vec(&[0u64; 18]).unwrap();
+        let mut newer = current[..2].to_vec();
+        newer.extend_from_slice(&body[..at]);
+        newer.extend_from_slice(&indexes_18);
+        newer.extend_from_slice(&current[2 + at + indexes_17.len()..]);
+        assert!(Tables::from_snapshot_bytes(&newer).is_err());
     }
 
     #[test]

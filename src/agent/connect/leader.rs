@@ -30,6 +30,9 @@ pub struct LeaderDuties {
     generation: Rc<Cell<u64>>,
     /// Whether this leadership started the replication task.
     replicating: Cell<bool>,
+    /// The federation states' anti-entropy and replication (`agent::federation`), which
+    /// run whether or not Connect is enabled, as Consul's do.
+    federation: crate::agent::federation::FederationDuties,
 }
 
 impl LeaderDuties {
@@ -37,6 +40,7 @@ impl LeaderDuties {
     /// stops this leadership's tasks.
     pub fn lost_leadership(&self) {
         self.bootstrapped.set(false);
+        self.federation.lost_leadership();
         if self.replicating.replace(false) {
             self.generation.set(self.generation.get() + 1);
         }
@@ -47,6 +51,7 @@ impl LeaderDuties {
         if !self.bootstrapped.get() {
             self.bootstrapped.set(bootstrap_entries(agent).await);
         }
+        self.federation.run(agent);
         let config = agent.config.borrow().clone();
         if !config.connect.enabled {
             return;

@@ -1,9 +1,11 @@
-//! A secondary datacenter's calls to its primary for the Connect CA: the one place where a
-//! CA request leaves this datacenter.
+//! A secondary datacenter's calls to its primary, for the Connect CA and the federation
+//! states: the one place where such a request leaves this datacenter.
 //!
-//! Two calls, Consul's `ConnectCA.Roots` (a blocking read of the primary's trusted roots)
+//! Four calls: Consul's `ConnectCA.Roots` (a blocking read of the primary's trusted roots)
 //! and `ConnectCA.SignIntermediate` (the primary's active root signing this datacenter's
-//! intermediate). Today each travels as an HTTP request through the WAN router
+//! intermediate); `FederationState.List` (a blocking read of every datacenter's state, for
+//! replication) and `FederationState.Apply` (this datacenter's state, from anti-entropy).
+//! Today each travels as an HTTP request through the WAN router
 //! (`cluster::router`, a `FORWARD_HTTP` frame answered by a primary server's own API,
 //! `/v1/connect/ca/roots` and the internal `SIGN_INTERMEDIATE_PATH`); when servers speak
 //! Consul's RPC to each other only this file changes.
@@ -15,9 +17,12 @@
 use crate::agent::catalog_client::{forwarded_answer, forwarded_request};
 use crate::agent::Agent;
 use crate::api::connect::SIGN_INTERMEDIATE_PATH;
+use crate::api::federation_state as federation;
 use crate::cluster::servers::Retry;
+use crate::consul::federation_state;
 use crate::proto::rfc3339;
 use crate::proto::rpc::kind;
+use crate::store::federation::FederationState;
 use crate::store::mesh::ca::CaRoot;
 use arcstr::ArcStr;
 use std::time::Duration;
@@ -64,8 +69,23 @@ pub struct SignedIntermediate {
 /// Reads the primary's roots, blocking until they change past `min_index` (or
 /// [`ROOTS_WAIT`] passes).
 pub async fn roots(agent: &Agent, primary: &str, min_index: u64) -> Result<PrimaryRoots, String> {
+    let (index, body) = blocking_get(agent, primary, "/v1/connect/ca/roots", min_index).await?;
+    let mut roots = parse_roots(&body)?;
+    roots.index = index;
+    Ok(roots)
+}
+
+/// A blocking read of `path` in the primary, waiting past `min_index` for at most
+/// [`ROOTS_WAIT`]: `(X-Consul-Index, body)` of a 200, else the primary's answer as the
+/// error.
+async fn blocking_get(
+    agent: &Agent,
+    primary: &str,
+    path: &str,
+    min_index: u64,
+) -> Result<(u64, Vec<u8>), String> {
     let path = format!(
-        "/v1/connect/ca/roots?dc={primary}&index={min_index}&wait={}s",
+        "{path}?dc={primary}&index={min_index}&wait={}s",
         ROOTS_WAIT.as_secs()
     );
     let (status, index, body) = call(
@@ -84,9 +104,7 @@ pub async fn roots(agent: &Agent, primary: &str, min_index: u64) -> Result<Prima
             String::from_utf8_lossy(&body).trim()
         ));
     }
-    let mut roots = parse_roots(&body)?;
-    roots.index = index;
-    Ok(roots)
+    Ok((index, body))
 }
 
 /// Asks the primary to sign `csr_pem` (this datacenter's intermediate CSR), with the
@@ -98,23 +116,15 @@ pub async fn sign_intermediate(
 ) -> Result<SignedIntermediate, String> {
     let body = serde_json::json!({ "CSR": csr_pem }).to_string();
     let path = format!("{SIGN_INTERMEDIATE_PATH}?dc={primary}");
-    let (status, _, answer) = call(
+    // Signing twice does no harm: a lost answer is asked for again.
+    let answer = put(
         agent,
         primary,
-        "PUT",
         &path,
         body.as_bytes(),
-        CALL_TIMEOUT,
-        // Signing twice does no harm: a lost answer is asked for again.
-        Retry::Always,
+        "Primary datacenter refused to sign our intermediate CA certificate",
     )
     .await?;
-    if status != 200 {
-        return Err(format!(
-            "Primary datacenter refused to sign our intermediate CA certificate ({status}): {}",
-            String::from_utf8_lossy(&answer).trim()
-        ));
-    }
     let value: serde_json::Value =
         serde_json::from_slice(&answer).map_err(|e| format!("bad signing answer: {e}"))?;
     let text = |key: &str| value[key].as_str().unwrap_or_default().to_string();
@@ -126,6 +136,70 @@ pub async fn sign_intermediate(
         return Err("the primary's signing answer has no certificate".to_string());
     }
     Ok(signed)
+}
+
+/// Every datacenter's federation state as the primary has them, blocking until they change
+/// past `min_index` (or [`ROOTS_WAIT`] passes): `(X-Consul-Index, states)`.
+pub async fn federation_states(
+    agent: &Agent,
+    primary: &str,
+    min_index: u64,
+) -> Result<(u64, Vec<FederationState>), String> {
+    let (index, body) =
+        blocking_get(agent, primary, "/v1/internal/federation-states", min_index).await?;
+    Ok((index, federation_state::parse_states(&body)?))
+}
+
+/// Upserts this datacenter's federation state in the primary (with the replication token,
+/// else the agent's: the primary requires `operator:write`).
+pub async fn apply_federation_state(
+    agent: &Agent,
+    primary: &str,
+    state: &FederationState,
+) -> Result<(), String> {
+    let body = format!(
+        r#"{{"Op":"upsert","State":{}}}"#,
+        federation_state::state_json(state)
+    );
+    let path = format!("{}?dc={primary}", federation::APPLY_PATH);
+    // An upsert applied twice is the same row: a lost answer is asked for again.
+    put(
+        agent,
+        primary,
+        &path,
+        body.as_bytes(),
+        "the primary datacenter refused this datacenter's federation state",
+    )
+    .await?;
+    Ok(())
+}
+
+/// A write to the primary that is safe to repeat (sent again when its answer was lost):
+/// the body of a 200, else `refusal` with the primary's status and answer.
+async fn put(
+    agent: &Agent,
+    primary: &str,
+    path: &str,
+    body: &[u8],
+    refusal: &str,
+) -> Result<Vec<u8>, String> {
+    let (status, _, answer) = call(
+        agent,
+        primary,
+        "PUT",
+        path,
+        body,
+        CALL_TIMEOUT,
+        Retry::Always,
+    )
+    .await?;
+    if status != 200 {
+        return Err(format!(
+            "{refusal} ({status}): {}",
+            String::from_utf8_lossy(&answer).trim()
+        ));
+    }
+    Ok(answer)
 }
 
 /// The token a call to the primary carries: `acl.tokens.replication` (Consul's choice for

@@ -730,9 +730,13 @@ const SNAPSHOT_WRITTEN_WITH_ACL: &[u8] = include_bytes!("testdata/snapshot-forma
 /// without (`#[serde(default)]`).
 const SNAPSHOT_WRITTEN_WITH_QUERIES: &[u8] =
     include_bytes!("testdata/snapshot-format-1-queries.bin");
-/// The same state as today's code writes it: format 2, the agent CA (none here) and the mesh
-/// tables (config entries, the Connect CA; empty here) appended.
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-2.bin");
+/// The same state as written before the federation states: format 2, the agent CA (none
+/// here), the mesh tables (config entries, the Connect CA; empty here) and the gateway
+/// services appended, 16 table indexes.
+const SNAPSHOT_WRITTEN_FORMAT_2: &[u8] = include_bytes!("testdata/snapshot-format-2.bin");
+/// The same state as today's code writes it: format 3, 17 table indexes and the federation
+/// states (empty here) appended.
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-3.bin");
 
 /// The fixture's catalog with a prepared query written after it.
 fn snapshot_fixture_tables_with_query() -> Tables {
@@ -779,7 +783,7 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-2.bin"
+                "/src/store/catalog/testdata/snapshot-format-3.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -794,6 +798,15 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
     now.queries.check_invariants();
     assert_eq!(now.queries.len(), 1);
     assert_eq!(now.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
+    // Format 2 restores to the same state, the federation states empty and their table
+    // index 0.
+    let format_2 = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_FORMAT_2).unwrap();
+    assert!(format_2.federation.states.is_empty());
+    assert_eq!(
+        format_2.table_index(crate::store::Table::FederationStates),
+        0
+    );
+    assert_eq!(format_2.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
     // Format 1 with the prepared query restores to the same state, the agent CA absent.
     let with_queries = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_WITH_QUERIES).unwrap();
     assert_eq!(with_queries.agent_ca, None);

@@ -99,6 +99,10 @@ const NOT_JSON: &[(&str, &str)] = &[
         praetor::api::connect::SIGN_INTERMEDIATE_PATH,
         "internal: a secondary datacenter's intermediate certificate request",
     ),
+    (
+        praetor::api::federation_state::APPLY_PATH,
+        "internal: a datacenter leader's federation state sent to the primary",
+    ),
 ];
 
 fn route_text(path: Path) -> &'static str {

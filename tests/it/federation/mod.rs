@@ -3,4 +3,5 @@
 
 mod consul_rpc;
 mod dc_calls;
+mod federation_states;
 mod wan;

@@ -1,0 +1,250 @@
+//! Federation states over HTTP (Consul's `agent/federation_state_endpoint.go` and the
+//! `FederationState.*` RPC endpoints behind it):
+//!
+//! - `GET /v1/internal/federation-states`: every datacenter's state, by name (`[]` when
+//!   none); `operator:read`.
+//! - `GET /v1/internal/federation-states/mesh-gateways`: `{dc: [CheckServiceNode…]}` for
+//!   every datacenter with at least one gateway, each row shown only to a token that may
+//!   read its node and its service (Consul's `filterACL`).
+//! - `GET /v1/internal/federation-state/<dc>`: `{"State": …}` with the query meta in the
+//!   body, as Consul's `FederationStateResponse`; 404 with no body when the datacenter has
+//!   none; `operator:read`.
+//! - `PUT` [`APPLY_PATH`]`?dc=<primary>`: praetor's carrier for Consul's
+//!   `FederationState.Apply` (`{"Op": "upsert"|"delete", "State": …}`), which each
+//!   secondary's leader sends its own state with (`agent::federation`); `operator:write`,
+//!   answered by the primary's leader only.
+//!
+//! The reads are blocking-capable on the table's index, and watch the whole table (or the
+//! one datacenter's key).
+
+use super::authz::RowFilter;
+use super::{
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+};
+use crate::consul::federation_state::{self as shapes, write_state, write_state_fields};
+use crate::consul::json::JsonWriter;
+use crate::shard::watch::WatchSet;
+use crate::store::federation::{self, FederationState, FederationStateOp};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use arcstr::ArcStr;
+use std::sync::Arc;
+
+/// Where a secondary's leader sends its datacenter's state to the primary.
+pub const APPLY_PATH: &str = "/v1/internal/praetor/federation-state/apply";
+
+/// Sends a compact JSON body as the answer, re-laid out when `?pretty` asked for it.
+fn send(reply: &mut Reply, meta: QueryMeta, headers: Option<Vec<u8>>, compact: Vec<u8>) {
+    let headers = headers.unwrap_or_else(|| {
+        let mut headers = Vec::with_capacity(128);
+        meta.write_headers(&mut headers);
+        headers
+    });
+    if reply.pretty {
+        let value: serde_json::Value =
+            serde_json::from_slice(&compact).expect("the JSON writer writes JSON");
+        reply.json(200, &headers, &value);
+    } else {
+        reply.json_bytes(200, &headers, &compact);
+    }
+}
+
+/// `GET /v1/internal/federation-states`.
+struct ListQuery;
+
+impl Query for ListQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            federation::index(tables),
+            WatchSet::new().table(Table::FederationStates),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut body = Vec::with_capacity(256);
+        let mut w = JsonWriter::new(&mut body, false);
+        w.begin_array();
+        for state in federation::list(tables) {
+            write_state(&mut w, state);
+        }
+        w.end_array();
+        w.finish();
+        send(reply, meta, None, body);
+    }
+}
+
+pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    run_query(ctx, ListQuery, options, reply)
+}
+
+/// `GET /v1/internal/federation-states/mesh-gateways`.
+struct MeshGatewaysQuery {
+    rows: RowFilter,
+}
+
+impl Query for MeshGatewaysQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        ListQuery.evaluate(tables)
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut hidden = false;
+        let mut body = Vec::with_capacity(256);
+        let mut w = JsonWriter::new(&mut body, false);
+        w.begin_object();
+        for state in federation::list(tables) {
+            let shown: Vec<_> = state
+                .mesh_gateways
+                .iter()
+                .filter(|gateway| {
+                    let readable = self.readable(gateway);
+                    hidden |= !readable;
+                    readable
+                })
+                .collect();
+            if shown.is_empty() {
+                continue;
+            }
+            w.field_array(&state.datacenter);
+            for gateway in shown {
+                w.raw_element(gateway.json.as_bytes());
+            }
+            w.end_array();
+        }
+        w.end_object();
+        w.finish();
+        let headers = self.rows.list_headers(meta, hidden);
+        send(reply, meta, Some(headers), body);
+    }
+}
+
+impl MeshGatewaysQuery {
+    /// `node:read` on its node and `service:read` on its service, as Consul filters a
+    /// `CheckServiceNode`.
+    fn readable(&self, gateway: &federation::MeshGateway) -> bool {
+        if !self.rows.is_active() {
+            return true;
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(&gateway.json).unwrap_or(serde_json::Value::Null);
+        let service = value["Service"]["Service"].as_str().unwrap_or_default();
+        self.rows.node(&gateway.node) && self.rows.service(service)
+    }
+}
+
+pub fn mesh_gateways(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    let query = MeshGatewaysQuery {
+        rows: RowFilter::of(request),
+    };
+    run_query(ctx, query, options, reply)
+}
+
+/// `GET /v1/internal/federation-state/<dc>`.
+struct GetQuery {
+    datacenter: Arc<str>,
+}
+
+impl Query for GetQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            federation::index(tables),
+            WatchSet::new().key(Table::FederationStates, self.datacenter.clone()),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let Some(state) = federation::get(tables, &self.datacenter) else {
+            let mut headers = Vec::with_capacity(128);
+            meta.write_headers(&mut headers);
+            reply.send(404, None, &headers, b"");
+            return;
+        };
+        let mut body = Vec::with_capacity(512);
+        let mut w = JsonWriter::new(&mut body, false);
+        w.begin_object();
+        w.field_object("State");
+        write_state_fields(&mut w, state);
+        w.end_object();
+        w.field_u64("Index", meta.index);
+        w.field_u64(
+            "LastContact",
+            meta.last_contact_ms.saturating_mul(1_000_000),
+        );
+        w.field_bool("KnownLeader", meta.known_leader);
+        w.field_str("ConsistencyLevel", meta.consistency.as_str());
+        w.field_bool("NotModified", false);
+        w.field_u64("Backend", 0);
+        w.field_bool("ResultsFilteredByACLs", false);
+        w.end_object();
+        w.finish();
+        send(reply, meta, None, body);
+    }
+}
+
+pub fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let datacenter = request.rest;
+    if datacenter.is_empty() {
+        return Err(ApiError::bad_request("Missing datacenter name"));
+    }
+    let options = query_options(ctx, &request.query)?;
+    run_query(
+        ctx,
+        GetQuery {
+            datacenter: Arc::from(datacenter),
+        },
+        options,
+        reply,
+    )
+}
+
+/// Why this server cannot take a federation state write.
+pub const NOT_PRIMARY: &str =
+    "federation states are written in the primary datacenter; send the write there with ?dc=";
+
+/// `PUT` [`APPLY_PATH`]: `{"Op": "upsert"|"delete", "State": {…}}`.
+pub fn apply(ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
+    if crate::api::connect::is_secondary(ctx.config()) {
+        return Err(ApiError::Internal(NOT_PRIMARY.to_string()));
+    }
+    let value: serde_json::Value = serde_json::from_slice(request.body)
+        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+    let state = match &value["State"] {
+        serde_json::Value::Null => {
+            return Err(ApiError::Internal(
+                "invalid request: missing federation state datacenter".to_string(),
+            ))
+        }
+        state => shapes::parse_state(state).map_err(ApiError::Internal)?,
+    };
+    let op = match value["Op"].as_str().unwrap_or_default() {
+        "upsert" => FederationStateOp::Upsert(Box::new(FederationState {
+            // The writer's indexes mean nothing here; the primary's own are set by the apply.
+            primary_modify_index: 0,
+            create_index: 0,
+            modify_index: 0,
+            ..state
+        })),
+        "delete" => FederationStateOp::Delete {
+            datacenter: ArcStr::from(state.datacenter.as_str()),
+        },
+        other => {
+            return Err(ApiError::Internal(format!(
+                "Invalid federation state operation: {other}"
+            )))
+        }
+    };
+    Ok(Outcome::Write(WriteOp {
+        command: Command::FederationState(op),
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Error(reason) => {
+                reply.send(500, None, b"", reason.as_bytes());
+            }
+            _ => reply.json_bool(true),
+        }),
+    }))
+}
