@@ -9,8 +9,8 @@ use super::{
     Fields, QueryOptions,
 };
 use crate::consul::registration::{
-    check_type_of, is_any_address, validate_meta, NAME_BYTES_MAX, PEER_REGISTRATION_REFUSED,
-    REGISTRATION_CHECKS_MAX, SERVICE_TAGS_MAX,
+    check_type_of, is_any_address, validate_meta, validate_service_meta, NAME_BYTES_MAX,
+    PEER_REGISTRATION_REFUSED, REGISTRATION_CHECKS_MAX, SERVICE_TAGS_MAX,
 };
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::catalog::read::CheckServiceNode;
@@ -330,7 +330,9 @@ pub fn decode_register(
         reg.checks.push(check);
     }
     if let Some(service) = &service {
-        validate_meta(&service.meta, false)
+        // The same rule as the HTTP path: a mesh gateway may carry Consul's one reserved
+        // service meta key, `consul-wan-federation`.
+        validate_service_meta(&service.kind, &service.meta)
             .map_err(|e| RegisterError::Invalid(format!("Invalid Service Meta: {e}")))?;
         if service.tags.len() > SERVICE_TAGS_MAX {
             return Err(RegisterError::Invalid(format!(
@@ -1080,6 +1082,34 @@ mod tests {
             reg.checks[1].node, "n1",
             "the node defaults to the request's"
         );
+    }
+
+    /// The typed path takes a mesh gateway's `consul-wan-federation` meta key as the HTTP path
+    /// does (a client agent's anti-entropy registers through it), and still refuses any other
+    /// `consul-` key, and that one on another kind.
+    #[test]
+    fn only_a_mesh_gateway_may_carry_the_wan_federation_meta_key() {
+        let with = |kind: &str, key: &str| {
+            let body = register_body(
+                |w| {
+                    let mut s = Fields::new(w, 3);
+                    s.field("Kind").str(kind);
+                    {
+                        let w = s.field("Meta");
+                        w.map_len(1);
+                        w.str(key);
+                        w.str("1");
+                    }
+                    s.field("Service").str("gw");
+                    s.finish();
+                },
+                0,
+            );
+            decode_register(&body, "dc1").map(|_| ())
+        };
+        assert_eq!(with("mesh-gateway", "consul-wan-federation"), Ok(()));
+        assert!(with("mesh-gateway", "consul-other").is_err());
+        assert!(with("", "consul-wan-federation").is_err());
     }
 
     #[test]
