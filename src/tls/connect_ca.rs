@@ -229,10 +229,13 @@ fn rustls_pemfile_der(pem: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A leaf's key and CSR, made on the agent that keeps the key.
+/// `dns_sans` are extra DNS names the leaf is asked for (an ingress gateway's hosts, as
+/// Consul's leaf request carries them); the signer copies them into the leaf.
 pub fn make_leaf_csr(
     id: &ServiceId,
     cluster_id_hint: &str,
     key_bits: u32,
+    dns_sans: &[String],
 ) -> Result<(String, String), String> {
     let key = KeyPair::generate_for(algorithm(key_bits)?)
         .map_err(|e| format!("failed to generate private key: {e}"))?;
@@ -248,6 +251,13 @@ pub fn make_leaf_csr(
         .try_into()
         .map_err(|_| format!("{:?} is not a valid URI SAN", id.uri()))?;
     params.subject_alt_names.push(SanType::URI(uri));
+    for name in dns_sans {
+        params.subject_alt_names.push(SanType::DnsName(
+            name.clone()
+                .try_into()
+                .map_err(|_| format!("{name:?} is not a valid DNS SAN"))?,
+        ));
+    }
     let csr = params
         .serialize_request(&key)
         .and_then(|r| r.pem())
@@ -314,6 +324,17 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     let [uri] = &uris[..] else {
         return Err("CSR SAN contains an invalid SPIFFE ID".to_string());
     };
+    // The CSR's DNS names are signed as asked, as Consul's CA copies them: the requester
+    // holds `service:write` on the service, which is what a gateway's hosts need.
+    let dns_sans: Vec<String> = csr
+        .params
+        .subject_alt_names
+        .iter()
+        .filter_map(|san| match san {
+            SanType::DnsName(name) => Some(name.as_str().to_string()),
+            _ => None,
+        })
+        .collect();
     let id = spiffe::parse_service(uri).map_err(|e| match e {
         SpiffeError::NotSpiffe => "CSR SAN contains an invalid SPIFFE ID".to_string(),
         SpiffeError::NotService => "SPIFFE ID in CSR must be a service or agent ID".to_string(),
@@ -362,9 +383,15 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     ));
     params.subject_alt_names.push(SanType::DnsName(
         common_name
+            .clone()
             .try_into()
             .map_err(|_| "invalid DNS SAN".to_string())?,
     ));
+    for name in dns_sans.into_iter().filter(|n| *n != common_name) {
+        params.subject_alt_names.push(SanType::DnsName(
+            name.try_into().map_err(|_| "invalid DNS SAN".to_string())?,
+        ));
+    }
     let cert = params
         .signed_by(&csr.public_key, &issuer)
         .map_err(|e| format!("error signing the leaf certificate: {e}"))?;
@@ -610,7 +637,7 @@ mod tests {
         dc: &str,
     ) -> Result<SignedLeaf, String> {
         let id = ServiceId::new(trust_domain, dc, service);
-        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256).unwrap();
+        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256, &[]).unwrap();
         sign_leaf(&LeafSpec {
             csr_pem: &csr,
             ca_cert_pem: &root.cert_pem,
@@ -707,7 +734,7 @@ mod tests {
         .contains("is not valid for our domain"));
         // The intermediate signs a leaf of dc2 whose chain ends at the primary's root.
         let id = ServiceId::new(&trust_domain, "dc2", "db");
-        let (leaf_csr, _) = make_leaf_csr(&id, CLUSTER, 256).unwrap();
+        let (leaf_csr, _) = make_leaf_csr(&id, CLUSTER, 256, &[]).unwrap();
         let leaf = sign_leaf(&LeafSpec {
             csr_pem: &leaf_csr,
             ca_cert_pem: &signed,

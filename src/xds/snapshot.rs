@@ -38,6 +38,10 @@ pub struct XdsSettings {
     /// Whether a connection no intention matches is allowed (ACLs off, or the ACL default
     /// policy `allow`), as Consul's default intention policy follows the ACL default.
     pub default_allow: bool,
+    /// The agent's DNS domain (`domain`) and `alt_domain`, for the names an ingress
+    /// gateway's leaf carries.
+    pub dns_domain: String,
+    pub alt_domain: Option<String>,
 }
 
 /// One intention source as the RBAC builders see it.
@@ -180,6 +184,18 @@ pub struct IngressListener {
     pub protocol: String,
     /// The services it exposes, in name order.
     pub services: Vec<IngressService>,
+    /// The TLS it ends with the gateway's leaf, when enabled for it (the entry's `TLS`
+    /// merged with the listener's, as Consul resolves them).
+    pub tls: Option<IngressTls>,
+}
+
+/// An ingress listener's TLS settings, in Consul's names (`TLSv1_2`,
+/// `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`); empty means Envoy's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressTls {
+    pub min_version: String,
+    pub max_version: String,
+    pub cipher_suites: Vec<String>,
 }
 
 /// One service an ingress listener exposes.
@@ -496,6 +512,7 @@ fn build_gateway(
     let mut upstreams: Vec<Upstream> = Vec::new();
     let mut ingress: Vec<IngressListener> = Vec::new();
     if registration.kind == ProxyKind::IngressGateway {
+        let entry = ingress_entry(tables, &registration.service);
         let rows = gateways::gateway_rows(tables, &registration.service);
         if rows.len() > GATEWAY_SERVICES_MAX {
             return Err(format!(
@@ -536,6 +553,9 @@ fn build_gateway(
                     port: row.port,
                     protocol: row.protocol.to_string(),
                     services: vec![exposed],
+                    tls: entry
+                        .as_ref()
+                        .and_then(|e| listener_tls(e, row.port as i64)),
                 }),
             }
         }
@@ -625,24 +645,114 @@ fn set(value: &Value) -> bool {
     }
 }
 
-/// The settings of an ingress gateway's entry its listeners do not apply yet: TLS (the
-/// gateway's leaf or SDS), the connection limits and header changes.
-fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
+/// The `ingress-gateway` entry of `gateway`, as JSON.
+fn ingress_entry(tables: &Tables, gateway: &str) -> Option<Value> {
     use crate::store::mesh::config_entry::{get, ConfigKind, EntryBody};
-    let Some(entry) = get(tables, ConfigKind::IngressGateway, gateway) else {
-        return Vec::new();
-    };
+    let entry = get(tables, ConfigKind::IngressGateway, gateway)?;
     let EntryBody::Json(text) = &entry.body else {
+        return None;
+    };
+    serde_json::from_str::<Value>(text).ok()
+}
+
+/// The TLS the listener on `port` of an ingress entry ends, if enabled: the entry's `TLS`
+/// with the listener's `TLS` over it (its `Enabled` always, its versions and cipher suites
+/// when set), as Consul's `resolveListenerTLSConfig` merges them.
+fn listener_tls(entry: &Value, port: i64) -> Option<IngressTls> {
+    let gateway = &entry["TLS"];
+    let mut enabled = gateway["Enabled"].as_bool().unwrap_or(false);
+    let mut tls = IngressTls {
+        min_version: field(gateway, "TLSMinVersion"),
+        max_version: field(gateway, "TLSMaxVersion"),
+        cipher_suites: strs(&gateway["CipherSuites"]),
+    };
+    let listener = entry["Listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["Port"].as_i64() == Some(port))?;
+    let own = &listener["TLS"];
+    if own.is_object() {
+        enabled = own["Enabled"].as_bool().unwrap_or(false);
+        for (key, slot) in [
+            ("TLSMinVersion", &mut tls.min_version),
+            ("TLSMaxVersion", &mut tls.max_version),
+        ] {
+            let value = field(own, key);
+            if !value.is_empty() {
+                *slot = value;
+            }
+        }
+        let suites = strs(&own["CipherSuites"]);
+        if !suites.is_empty() {
+            tls.cipher_suites = suites;
+        }
+    }
+    enabled.then_some(tls)
+}
+
+/// Whether the entry ends TLS on any listener.
+fn ingress_tls_enabled(entry: &Value) -> bool {
+    entry["TLS"]["Enabled"].as_bool() == Some(true)
+        || entry["Listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|l| l["TLS"]["Enabled"].as_bool() == Some(true))
+}
+
+/// The DNS names an ingress gateway's leaf carries beyond Consul's own, when its entry
+/// ends TLS (Consul's `generateIngressDNSSANs`): `*.ingress.<domain>` and
+/// `*.ingress.<datacenter>.<domain>` (and the same under `alt_domain`), which cover every
+/// `<service>.ingress…` default host, and every `Hosts` value of its services. Sorted,
+/// each once; none without TLS.
+pub fn ingress_dns_sans(tables: &Tables, gateway: &str, settings: &XdsSettings) -> Vec<String> {
+    let Some(entry) = ingress_entry(tables, gateway) else {
         return Vec::new();
     };
-    let Ok(body) = serde_json::from_str::<Value>(text) else {
+    if !ingress_tls_enabled(&entry) {
+        return Vec::new();
+    }
+    let rows: Vec<_> = gateways::gateway_rows(tables, gateway)
+        .into_iter()
+        .filter(|r| r.gateway_kind == GatewayKind::Ingress)
+        .take(GATEWAY_SERVICES_MAX)
+        .collect();
+    let mut names = Vec::new();
+    if !rows.is_empty() {
+        let datacenter = &settings.datacenter;
+        for domain in std::iter::once(&settings.dns_domain).chain(settings.alt_domain.as_ref()) {
+            names.push(format!("*.ingress.{domain}"));
+            names.push(format!("*.ingress.{datacenter}.{domain}"));
+        }
+    }
+    for row in &rows {
+        // `*` (allowed on a listener whose TLS the entry does not enable) and a host with
+        // a port are no DNS names.
+        names.extend(
+            row.hosts
+                .iter()
+                .filter(|h| **h != *"*" && !has_port(h))
+                .map(|h| h.to_string()),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The settings of an ingress gateway's entry its listeners do not apply yet: TLS from
+/// SDS, the connection limits and header changes.
+fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
+    let Some(body) = ingress_entry(tables, gateway) else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for key in ["TLS", "Defaults"] {
-        if set(&body[key]) {
-            out.push(key.to_string());
-        }
+    if set(&body["TLS"]["SDS"]) {
+        out.push("TLS.SDS".to_string());
+    }
+    if set(&body["Defaults"]) {
+        out.push("Defaults".to_string());
     }
     for (l, listener) in body["Listeners"]
         .as_array()
@@ -650,8 +760,8 @@ fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
         .flatten()
         .enumerate()
     {
-        if set(&listener["TLS"]) {
-            out.push(format!("Listeners[{l}].TLS"));
+        if set(&listener["TLS"]["SDS"]) {
+            out.push(format!("Listeners[{l}].TLS.SDS"));
         }
         for (i, service) in listener["Services"]
             .as_array()
@@ -1362,6 +1472,8 @@ mod tests {
         let settings = XdsSettings {
             datacenter: "dc1".into(),
             default_allow: true,
+            dns_domain: "consul".into(),
+            alt_domain: None,
         };
         let routes = mesh_gateway_routes(&registration, &tables, &remote, &settings, "td").unwrap();
         let listeners: Vec<_> = routes

@@ -292,6 +292,7 @@ fn ingress_snapshot() -> Snapshot {
                 upstream: "web".into(),
                 domains: ingress_domains("web", &[], 8080),
             }],
+            tls: None,
         },
         IngressListener {
             bind_address: "10.0.0.9".into(),
@@ -301,6 +302,7 @@ fn ingress_snapshot() -> Snapshot {
                 upstream: "db".into(),
                 domains: ingress_domains("db", &[], 9090),
             }],
+            tls: None,
         },
     ];
     s

@@ -698,3 +698,269 @@ fn a_terminating_gateway_carries_mesh_traffic_out_with_its_services_intentions()
         );
     }
 }
+
+/// The certificate `addr` presents for `server_name` (`openssl s_client -servername`) with
+/// `version` (`-tls1_2`, `-tls1_3`), as `openssl x509 -text`, or why the handshake failed.
+fn served_certificate(
+    addr: SocketAddr,
+    server_name: &str,
+    version: &str,
+) -> Result<String, String> {
+    let output = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            server_name,
+            version,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl runs (tests/run.sh installs it)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let Some(start) = text.find("-----BEGIN CERTIFICATE-----") else {
+        return Err(format!(
+            "no certificate (exit {:?}): {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    };
+    let end = text
+        .find("-----END CERTIFICATE-----")
+        .expect("a whole PEM block")
+        + "-----END CERTIFICATE-----".len();
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-text"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&text.as_bytes()[start..end])
+        .unwrap();
+    let parsed = child.wait_with_output().unwrap();
+    Ok(String::from_utf8_lossy(&parsed.stdout).into_owned())
+}
+
+/// `curl` over HTTPS to `host` on `port`, resolved to `ip` and verified with the Connect
+/// roots in `ca_file`: `(status, body)`, or why no answer came.
+fn curl_https(
+    ip: std::net::IpAddr,
+    port: u16,
+    host: &str,
+    ca_file: &str,
+) -> Result<(u16, String), String> {
+    let output = Command::new("curl")
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "5",
+            "--cacert",
+            ca_file,
+            "--resolve",
+            &format!("{host}:{port}:{ip}"),
+            "-w",
+            "\n%{http_code}",
+            &format!("https://{host}:{port}/"),
+        ])
+        .output()
+        .expect("curl must be installed (tests/run.sh installs it)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    match code.trim().parse::<u16>() {
+        Ok(code) if code != 0 => Ok((code, body.to_string())),
+        _ => Err(format!(
+            "curl exited {:?}: {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
+/// Ingress TLS as Consul serves it: with the entry's `TLS.Enabled` the gateway's leaf
+/// carries `*.ingress.<domain>`, `*.ingress.<dc>.<domain>` and the services' `Hosts`, and
+/// each listener ends TLS with it (curl verifying with the Connect roots reaches web and
+/// api by name; a plain HTTP client is refused); a listener's own `TLSMinVersion` of
+/// `TLSv1_3` refuses a TLS 1.2 client; a host added to the entry reaches the leaf; an
+/// invalid version or cipher suite is refused at write with Consul's error.
+#[test]
+fn an_ingress_gateway_ends_tls_with_its_leaf_as_consul_does() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("ingress-tls");
+    let ip = agent.ip;
+    let (web_port, api_port, db_port) = (free_port(ip), free_port(ip), free_port(ip));
+    http_server(SocketAddr::new(ip, web_port), "web");
+    http_server(SocketAddr::new(ip, api_port), "api");
+    echo_server(SocketAddr::new(ip, db_port));
+    for service in ["web", "api"] {
+        write_config(
+            &agent,
+            json!({"Kind": "service-defaults", "Name": service, "Protocol": "http"}),
+        );
+    }
+    register_with_sidecar(&agent, "web", web_port, free_port(ip), json!([]));
+    register_with_sidecar(&agent, "api", api_port, free_port(ip), json!([]));
+    register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
+    let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
+
+    // Consul's checks at write.
+    for (tls, error) in [
+        (
+            json!({"Enabled": true, "TLSMinVersion": "TLSv9"}),
+            "no matching TLS version found for TLSv9, please specify one of [TLS_AUTO, TLSv1_0, TLSv1_1, TLSv1_2, TLSv1_3]",
+        ),
+        (
+            json!({"Enabled": true, "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_2"}),
+            "configuring max version TLSv1_2 less than the configured min version TLSv1_3 is invalid",
+        ),
+        (
+            json!({"Enabled": true, "TLSMinVersion": "TLSv1_3", "CipherSuites": ["TLS_RSA_WITH_AES_128_CBC_SHA"]}),
+            "configuring CipherSuites is only supported for TLS 1.2 and earlier",
+        ),
+        (
+            json!({"Enabled": true, "CipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]}),
+            "no matching Envoy TLS cipher suite found for TLS_RSA_WITH_RC4_128_SHA",
+        ),
+    ] {
+        let body = json!({
+            "Kind": "ingress-gateway", "Name": "ingress", "TLS": tls,
+            "Listeners": [{"Port": http_listener, "Protocol": "http", "Services": [{"Name": "web"}]}]
+        });
+        let r = agent.put("/v1/config", body.to_string().as_bytes());
+        // Consul answers an entry its validation refuses with 500 and the reason.
+        assert_eq!(r.status, 500, "{body}: {}", r.text());
+        assert!(r.text().contains(error), "{body}: {}", r.text());
+    }
+
+    let entry = |hosts: Value| {
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "TLS": {"Enabled": true},
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web"},
+                    {"Name": "api", "Hosts": hosts},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}],
+                 "TLS": {"Enabled": true, "TLSMinVersion": "TLSv1_3"}},
+            ]
+        })
+    };
+    write_config(&agent, entry(json!(["api.example.com"])));
+    let sidecars: Vec<Envoy> = ["web", "api", "db"]
+        .iter()
+        .map(|s| Envoy::start(&agent, &dir, s, &["-sidecar-for", s]))
+        .collect();
+    let gateway = Envoy::start(
+        &agent,
+        &dir,
+        "ingress",
+        &[
+            "-gateway=ingress",
+            "-register",
+            "-service",
+            "ingress",
+            "-address",
+            &format!("{ip}:{gateway_port}"),
+        ],
+    );
+    let roots = agent.get("/v1/connect/ca/roots").json();
+    let trust_domain = roots["TrustDomain"].as_str().unwrap().to_string();
+    let ca_file = dir.path().join("roots.pem");
+    std::fs::write(&ca_file, roots["Roots"][0]["RootCert"].as_str().unwrap()).unwrap();
+    let ca_file = ca_file.to_str().unwrap().to_string();
+    let logs = |what: &str| {
+        format!(
+            "{what}\ngateway:\n{}\nsidecars:\n{}",
+            gateway.log(),
+            sidecars.iter().map(Envoy::log).collect::<String>()
+        )
+    };
+
+    // HTTPS by name, verified against the Connect roots.
+    wait_for("web over HTTPS", MESH_READY_TIMEOUT, || {
+        match curl_https(ip, http_listener, "web.ingress.consul", &ca_file)? {
+            (200, body) if body == "web" => Ok(()),
+            other => Err(logs(&format!("{other:?}"))),
+        }
+    });
+    assert_eq!(
+        curl_https(ip, http_listener, "web.ingress.dc1.consul", &ca_file).unwrap(),
+        (200, "web".to_string())
+    );
+    assert_eq!(
+        curl_https(ip, http_listener, "api.example.com", &ca_file).unwrap(),
+        (200, "api".to_string())
+    );
+    // A name the leaf does not carry fails verification.
+    assert!(curl_https(ip, http_listener, "other.example.com", &ca_file).is_err());
+    // Plain HTTP finds no HTTP server there.
+    let plain = curl(SocketAddr::new(ip, http_listener), "web.ingress.consul");
+    assert!(plain.is_err(), "plain HTTP answered: {plain:?}");
+
+    // The certificate is the gateway's leaf with Consul's names.
+    let http = SocketAddr::new(ip, http_listener);
+    let cert = served_certificate(http, "web.ingress.consul", "-tls1_2").unwrap();
+    for name in [
+        "DNS:*.ingress.consul".to_string(),
+        "DNS:*.ingress.dc1.consul".to_string(),
+        "DNS:api.example.com".to_string(),
+        format!("URI:spiffe://{trust_domain}/ns/default/dc/dc1/svc/ingress"),
+    ] {
+        assert!(cert.contains(&name), "the leaf lacks {name}:\n{cert}");
+    }
+    // ALPN for an http listener is Consul's: HTTP/1.1.
+    let alpn = Command::new("curl")
+        .args([
+            "-s",
+            "-v",
+            "--max-time",
+            "5",
+            "--cacert",
+            &ca_file,
+            "--resolve",
+        ])
+        .arg(format!("web.ingress.consul:{http_listener}:{ip}"))
+        .arg(format!("https://web.ingress.consul:{http_listener}/"))
+        .output()
+        .unwrap();
+    let verbose = String::from_utf8_lossy(&alpn.stderr);
+    assert!(
+        verbose.contains("ALPN: server accepted http/1.1")
+            || verbose.contains("ALPN, server accepted to use http/1.1"),
+        "{verbose}"
+    );
+
+    // The TCP listener's own TLS asks for 1.3 at least.
+    let tcp = SocketAddr::new(ip, tcp_listener);
+    wait_for("the TCP listener over TLS 1.3", MESH_READY_TIMEOUT, || {
+        served_certificate(tcp, "db.ingress.consul", "-tls1_3").map(|_| ())
+    });
+    let refused = served_certificate(tcp, "db.ingress.consul", "-tls1_2");
+    assert!(refused.is_err(), "TLS 1.2 was accepted: {refused:?}");
+    assert!(served_certificate(http, "web.ingress.consul", "-tls1_3").is_ok());
+
+    // A host added to the entry reaches a re-issued leaf.
+    write_config(&agent, entry(json!(["api.example.com", "www.example.com"])));
+    wait_for("the new host in the leaf", MESH_READY_TIMEOUT, || {
+        let cert = served_certificate(http, "www.example.com", "-tls1_2")?;
+        cert.contains("DNS:www.example.com")
+            .then_some(())
+            .ok_or(cert)
+    });
+    assert_eq!(
+        curl_https(ip, http_listener, "www.example.com", &ca_file).unwrap(),
+        (200, "api".to_string())
+    );
+    settled(&agent, "ingress", &gateway, &sidecars);
+    assert!(
+        !agent.log().contains("accepted but not applied"),
+        "TLS from the gateway's leaf is applied"
+    );
+}
