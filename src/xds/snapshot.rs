@@ -206,6 +206,37 @@ pub struct IngressService {
     /// The `Host` values that reach it on an HTTP listener: the entry's `Hosts`, else
     /// Consul's `<service>.ingress.*`, each also with the listener's port.
     pub domains: Vec<String>,
+    /// The entry's `RequestHeaders` and `ResponseHeaders` for the service (its own, else the
+    /// listener's wildcard service's), applied on its virtual host.
+    pub request_headers: HeaderChanges,
+    pub response_headers: HeaderChanges,
+}
+
+/// Consul's `HTTPHeaderModifiers`: headers added (appended to any already there), set
+/// (replacing them) and removed, each list in name order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderChanges {
+    pub add: Vec<(String, String)>,
+    pub set: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+impl HeaderChanges {
+    fn from_entry(value: &Value) -> HeaderChanges {
+        let pairs = |key: &str| -> Vec<(String, String)> {
+            value[key]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        };
+        HeaderChanges {
+            add: pairs("Add"),
+            set: pairs("Set"),
+            remove: strs(&value["Remove"]),
+        }
+    }
 }
 
 /// One service a terminating gateway links: the gateway ends the mesh's mTLS with the
@@ -542,8 +573,17 @@ fn build_gateway(
                 )?);
             }
             let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
+            let config = entry
+                .as_ref()
+                .and_then(|e| ingress_service_config(e, row.port as i64, &service));
             let exposed = IngressService {
                 domains: ingress_domains(&service, &hosts, row.port),
+                request_headers: config
+                    .map(|c| HeaderChanges::from_entry(&c["RequestHeaders"]))
+                    .unwrap_or_default(),
+                response_headers: config
+                    .map(|c| HeaderChanges::from_entry(&c["ResponseHeaders"]))
+                    .unwrap_or_default(),
                 upstream: service,
             };
             match ingress.iter_mut().find(|l| l.port == row.port) {
@@ -691,6 +731,22 @@ fn listener_tls(entry: &Value, port: i64) -> Option<IngressTls> {
     enabled.then_some(tls)
 }
 
+/// The entry's settings of `service` on the listener on `port`: its own, else the
+/// listener's wildcard service's, as Consul's `findIngressServiceMatchingUpstream` finds
+/// them.
+fn ingress_service_config<'a>(entry: &'a Value, port: i64, service: &str) -> Option<&'a Value> {
+    let listener = entry["Listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["Port"].as_i64() == Some(port))?;
+    let services = listener["Services"].as_array()?;
+    services
+        .iter()
+        .find(|s| s["Name"].as_str() == Some(service))
+        .or_else(|| services.iter().find(|s| s["Name"].as_str() == Some("*")))
+}
+
 /// Whether the entry ends TLS on any listener.
 fn ingress_tls_enabled(entry: &Value) -> bool {
     entry["TLS"]["Enabled"].as_bool() == Some(true)
@@ -742,7 +798,7 @@ pub fn ingress_dns_sans(tables: &Tables, gateway: &str, settings: &XdsSettings) 
 }
 
 /// The settings of an ingress gateway's entry its listeners do not apply yet: TLS from
-/// SDS, the connection limits and header changes.
+/// SDS and the connection limits.
 fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
     let Some(body) = ingress_entry(tables, gateway) else {
         return Vec::new();
@@ -771,8 +827,6 @@ fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
         {
             for key in [
                 "TLS",
-                "RequestHeaders",
-                "ResponseHeaders",
                 "MaxConnections",
                 "MaxPendingRequests",
                 "MaxConcurrentRequests",

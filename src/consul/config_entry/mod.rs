@@ -706,6 +706,26 @@ fn validate_ingress(_name: &str, doc: &Doc) -> Result<(), String> {
                     "Service name cannot be blank (listener on port {port})"
                 ));
             }
+            for (key, what) in [
+                ("RequestHeaders", "request headers"),
+                ("ResponseHeaders", "response headers"),
+            ] {
+                // Stored as given (an opaque map): set when it adds, sets or removes any.
+                let set = match service.get(key) {
+                    Some(Doc::Raw(h)) => {
+                        ["Add", "Set"]
+                            .iter()
+                            .any(|k| h[*k].as_object().is_some_and(|m| !m.is_empty()))
+                            || h["Remove"].as_array().is_some_and(|r| !r.is_empty())
+                    }
+                    _ => false,
+                };
+                if set && protocol == "tcp" {
+                    return Err(format!(
+                        "{what} only valid for http, http2 and grpc protocols (service {service_name:?} on listener on port {port})"
+                    ));
+                }
+            }
             let service_hosts = service.strs("Hosts");
             if service_name == "*" && !service_hosts.is_empty() {
                 return Err(format!(

@@ -291,6 +291,8 @@ fn ingress_snapshot() -> Snapshot {
             services: vec![IngressService {
                 upstream: "web".into(),
                 domains: ingress_domains("web", &[], 8080),
+                request_headers: Default::default(),
+                response_headers: Default::default(),
             }],
             tls: None,
         },
@@ -301,6 +303,8 @@ fn ingress_snapshot() -> Snapshot {
             services: vec![IngressService {
                 upstream: "db".into(),
                 domains: ingress_domains("db", &[], 9090),
+                request_headers: Default::default(),
+                response_headers: Default::default(),
             }],
             tls: None,
         },

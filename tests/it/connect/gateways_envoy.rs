@@ -265,6 +265,83 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
         "a gateway has no local_app"
     );
 
+    // A service's header changes apply on its host, Consul's way: `Add` appends, `Set`
+    // replaces, `Remove` drops; the request ones reach the service, the response ones the
+    // client; api's host is untouched.
+    write_config(
+        &agent,
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web",
+                     "RequestHeaders": {"Add": {"x-from": "gateway"}, "Set": {"x-mode": "set"},
+                                        "Remove": ["x-secret"]},
+                     "ResponseHeaders": {"Set": {"x-served-by": "ingress"},
+                                         "Remove": ["x-echo-x-keep"]}},
+                    {"Name": "api", "Hosts": ["api.example.com"]},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
+            ]
+        }),
+    );
+    let headers_of = |host: &str| {
+        let output = Command::new("curl")
+            .args(["-s", "-i", "--max-time", "5", "-H"])
+            .arg(format!("Host: {host}"))
+            .args([
+                "-H",
+                "x-from: client",
+                "-H",
+                "x-mode: client",
+                "-H",
+                "x-secret: s",
+            ])
+            .args(["-H", "x-keep: k"])
+            .arg(format!("http://{http}/"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).to_ascii_lowercase()
+    };
+    let changed = wait_for("web's header changes", INTENTION_TIMEOUT, || {
+        let answer = headers_of("web.ingress.consul");
+        answer
+            .contains("x-served-by: ingress")
+            .then(|| answer.clone())
+            .ok_or(answer)
+    });
+    assert!(
+        changed.contains("x-echo-x-from: client") && changed.contains("x-echo-x-from: gateway"),
+        "{changed}"
+    );
+    assert!(changed.contains("x-echo-x-mode: set"), "{changed}");
+    assert!(!changed.contains("x-echo-x-mode: client"), "{changed}");
+    assert!(!changed.contains("x-echo-x-secret"), "{changed}");
+    assert!(!changed.contains("x-echo-x-keep"), "{changed}");
+    let untouched = headers_of("api.example.com");
+    assert!(untouched.contains("x-echo-x-secret: s"), "{untouched}");
+    assert!(untouched.contains("x-echo-x-keep: k"), "{untouched}");
+    assert!(!untouched.contains("x-served-by"), "{untouched}");
+    // Consul's rule: header changes need an HTTP-family listener.
+    let refused = agent.put(
+        "/v1/config",
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Listeners": [{"Port": tcp_listener, "Protocol": "tcp", "Services": [
+                {"Name": "db", "RequestHeaders": {"Add": {"x-from": "gateway"}}}]}]
+        })
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(refused.status, 500);
+    assert!(
+        refused
+            .text()
+            .contains("request headers only valid for http, http2 and grpc protocols"),
+        "{}",
+        refused.text()
+    );
+
     // A setting the listeners do not apply yet is named in the agent's log, not ignored.
     assert!(!agent.log().contains("accepted but not applied"));
     write_config(
@@ -273,7 +350,7 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
             "Kind": "ingress-gateway", "Name": "ingress",
             "Listeners": [
                 {"Port": http_listener, "Protocol": "http", "Services": [
-                    {"Name": "web", "RequestHeaders": {"Add": {"x-from": "gateway"}}},
+                    {"Name": "web", "MaxConnections": 10},
                     {"Name": "api", "Hosts": ["api.example.com"]},
                 ]},
                 {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
@@ -282,7 +359,7 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
     );
     wait_for("the warning", INTENTION_TIMEOUT, || {
         let log = agent.log();
-        log.contains("Listeners[0].Services[0].RequestHeaders accepted but not applied")
+        log.contains("Listeners[0].Services[0].MaxConnections accepted but not applied")
             .then_some(())
             .ok_or(log)
     });
