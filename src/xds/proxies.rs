@@ -376,7 +376,7 @@ async fn run(
                     warned_unapplied = built.snapshot.unapplied.clone();
                     if !warned_unapplied.is_empty() {
                         log::warn!(
-                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners take no SDS certificates, limits or header changes yet",
+                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners take no certificates from SDS yet",
                             built.snapshot.proxy_id,
                             warned_unapplied.join(", ")
                         );

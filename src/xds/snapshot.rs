@@ -173,6 +173,78 @@ pub struct Upstream {
     pub start: String,
     pub nodes: BTreeMap<String, ChainNode>,
     pub targets: BTreeMap<String, Target>,
+    /// The circuit breakers and outlier detection of its clusters (an ingress gateway's
+    /// entry sets them; a sidecar's upstreams keep Envoy's defaults).
+    pub limits: UpstreamLimits,
+}
+
+/// An ingress service's limits, as Consul's `configIngressUpstreamCluster` gives its
+/// clusters: the entry's `Defaults`, overridden by the service's own settings; zero or
+/// `None` leaves Envoy's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamLimits {
+    pub max_connections: u32,
+    pub max_pending_requests: u32,
+    /// `MaxConcurrentRequests`, Envoy's `max_requests`.
+    pub max_requests: u32,
+    pub outlier: OutlierSettings,
+}
+
+/// Consul's `PassiveHealthCheck` as Envoy's outlier detection; each `None` is Envoy's
+/// default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutlierSettings {
+    pub interval_ms: Option<u64>,
+    /// `MaxFailures`, Envoy's `consecutive_5xx`.
+    pub consecutive_5xx: Option<u32>,
+    pub enforcing_consecutive_5xx: Option<u32>,
+    pub max_ejection_percent: Option<u32>,
+    pub base_ejection_time_ms: Option<u64>,
+}
+
+impl UpstreamLimits {
+    /// The limits of an ingress service: `defaults` (the entry's `Defaults`) with
+    /// `service`'s own settings over them, as Consul merges them.
+    fn ingress(defaults: &Value, service: Option<&Value>) -> UpstreamLimits {
+        let mut limits = UpstreamLimits::default();
+        for layer in std::iter::once(defaults).chain(service) {
+            for (key, slot) in [
+                ("MaxConnections", &mut limits.max_connections),
+                ("MaxPendingRequests", &mut limits.max_pending_requests),
+                ("MaxConcurrentRequests", &mut limits.max_requests),
+            ] {
+                let value = layer[key].as_u64().unwrap_or(0);
+                if value > 0 {
+                    *slot = u32::try_from(value).unwrap_or(u32::MAX);
+                }
+            }
+            let check = &layer["PassiveHealthCheck"];
+            let outlier = &mut limits.outlier;
+            let count = |key: &str| {
+                check[key]
+                    .as_u64()
+                    .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            };
+            if millis(&check["Interval"]) > 0 {
+                outlier.interval_ms = Some(millis(&check["Interval"]));
+            }
+            if let Some(n) = count("MaxFailures").filter(|n| *n > 0) {
+                outlier.consecutive_5xx = Some(n);
+            }
+            // Envoy refuses a zero here for an ingress gateway's clusters, so Consul sends
+            // only a positive one.
+            if let Some(n) = count("EnforcingConsecutive5xx").filter(|n| *n > 0) {
+                outlier.enforcing_consecutive_5xx = Some(n);
+            }
+            if let Some(n) = count("MaxEjectionPercent") {
+                outlier.max_ejection_percent = Some(n);
+            }
+            if !check["BaseEjectionTime"].is_null() {
+                outlier.base_ejection_time_ms = Some(millis(&check["BaseEjectionTime"]));
+            }
+        }
+        limits
+    }
 }
 
 /// One listener of an ingress gateway (a listener of its `ingress-gateway` entry).
@@ -484,6 +556,7 @@ fn compile_upstream(
         start: chain["StartNode"].as_str().unwrap_or_default().to_string(),
         nodes,
         targets,
+        limits: UpstreamLimits::default(),
     })
 }
 
@@ -557,8 +630,17 @@ fn build_gateway(
                 continue;
             }
             let service = row.service.to_string();
+            let config = entry
+                .as_ref()
+                .and_then(|e| ingress_service_config(e, row.port as i64, &service));
             if !upstreams.iter().any(|u| u.id == service) {
-                upstreams.push(compile_upstream(
+                // A service behind two listeners has one set of clusters: the first
+                // listener's (by port) settings give their limits.
+                let limits = UpstreamLimits::ingress(
+                    entry.as_ref().map_or(&Value::Null, |e| &e["Defaults"]),
+                    config,
+                );
+                let mut upstream = compile_upstream(
                     (tables, remote),
                     settings,
                     &trust_domain,
@@ -570,12 +652,11 @@ fn build_gateway(
                         bind_address: bind_address.clone(),
                         bind_port: 0,
                     },
-                )?);
+                )?;
+                upstream.limits = limits;
+                upstreams.push(upstream);
             }
             let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
-            let config = entry
-                .as_ref()
-                .and_then(|e| ingress_service_config(e, row.port as i64, &service));
             let exposed = IngressService {
                 domains: ingress_domains(&service, &hosts, row.port),
                 request_headers: config
@@ -798,7 +879,7 @@ pub fn ingress_dns_sans(tables: &Tables, gateway: &str, settings: &XdsSettings) 
 }
 
 /// The settings of an ingress gateway's entry its listeners do not apply yet: TLS from
-/// SDS and the connection limits.
+/// SDS (the entry's, a listener's, a service's).
 fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
     let Some(body) = ingress_entry(tables, gateway) else {
         return Vec::new();
@@ -806,9 +887,6 @@ fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
     let mut out = Vec::new();
     if set(&body["TLS"]["SDS"]) {
         out.push("TLS.SDS".to_string());
-    }
-    if set(&body["Defaults"]) {
-        out.push("Defaults".to_string());
     }
     for (l, listener) in body["Listeners"]
         .as_array()
@@ -825,16 +903,8 @@ fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
             .flatten()
             .enumerate()
         {
-            for key in [
-                "TLS",
-                "MaxConnections",
-                "MaxPendingRequests",
-                "MaxConcurrentRequests",
-                "PassiveHealthCheck",
-            ] {
-                if set(&service[key]) {
-                    out.push(format!("Listeners[{l}].Services[{i}].{key}"));
-                }
+            if set(&service["TLS"]["SDS"]) {
+                out.push(format!("Listeners[{l}].Services[{i}].TLS.SDS"));
             }
         }
     }

@@ -35,6 +35,7 @@ fn upstream(protocol: &str, nodes: Vec<(&str, ChainNode)>, targets: Vec<Target>)
         start: nodes[0].0.to_string(),
         nodes: nodes.into_iter().map(|(k, n)| (k.to_string(), n)).collect(),
         targets: targets.into_iter().map(|t| (t.id.clone(), t)).collect(),
+        limits: Default::default(),
     }
 }
 

@@ -342,6 +342,78 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
         refused.text()
     );
 
+    // Limits and passive health checks become the clusters' circuit breakers and outlier
+    // detection, Consul's way: the entry's `Defaults`, a service's own settings over them.
+    write_config(
+        &agent,
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Defaults": {"MaxConnections": 10,
+                         "PassiveHealthCheck": {"MaxFailures": 3, "Interval": "5s"}},
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web", "MaxConcurrentRequests": 7, "MaxPendingRequests": 6,
+                     "PassiveHealthCheck": {"MaxFailures": 5, "BaseEjectionTime": "20s",
+                                            "EnforcingConsecutive5xx": 80, "MaxEjectionPercent": 50}},
+                    {"Name": "api", "Hosts": ["api.example.com"]},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
+            ]
+        }),
+    );
+    let cluster_of = |dump: &Value, service: &str| -> Option<Value> {
+        dump["configs"]
+            .as_array()?
+            .iter()
+            .flat_map(|c| {
+                c["dynamic_active_clusters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+            })
+            .map(|c| c["cluster"].clone())
+            .find(|c| {
+                c["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&format!("{service}.default.dc1.internal.")))
+            })
+    };
+    // A changed cluster warms again (its endpoints resent) before Envoy shows it active.
+    let (web_cluster, api_cluster) = wait_for("the limits in Envoy", MESH_READY_TIMEOUT, || {
+        let dump: Value = serde_json::from_str(&gateway.admin_get("/config_dump")).unwrap();
+        let web = cluster_of(&dump, "web").ok_or("no web cluster")?;
+        let api = cluster_of(&dump, "api").ok_or("no api cluster")?;
+        (web["circuit_breakers"]["thresholds"][0]["max_requests"] == 7)
+            .then(|| (web.clone(), api.clone()))
+            .ok_or(format!("{web}"))
+    });
+    assert_eq!(
+        web_cluster["circuit_breakers"]["thresholds"][0],
+        json!({"max_connections": 10, "max_pending_requests": 6, "max_requests": 7}),
+        "{web_cluster}"
+    );
+    assert_eq!(
+        web_cluster["outlier_detection"],
+        json!({"interval": "5s", "consecutive_5xx": 5, "base_ejection_time": "20s",
+               "enforcing_consecutive_5xx": 80, "max_ejection_percent": 50}),
+        "{web_cluster}"
+    );
+    assert_eq!(
+        api_cluster["circuit_breakers"]["thresholds"][0],
+        json!({"max_connections": 10}),
+        "{api_cluster}"
+    );
+    assert_eq!(
+        api_cluster["outlier_detection"],
+        json!({"interval": "5s", "consecutive_5xx": 3}),
+        "{api_cluster}"
+    );
+    gateway.assert_connected_and_nothing_rejected();
+    assert_eq!(
+        curl(http, "web.ingress.consul").unwrap(),
+        (200, "web".to_string())
+    );
+
     // A setting the listeners do not apply yet is named in the agent's log, not ignored.
     assert!(!agent.log().contains("accepted but not applied"));
     write_config(
@@ -350,16 +422,16 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
             "Kind": "ingress-gateway", "Name": "ingress",
             "Listeners": [
                 {"Port": http_listener, "Protocol": "http", "Services": [
-                    {"Name": "web", "MaxConnections": 10},
+                    {"Name": "web"},
                     {"Name": "api", "Hosts": ["api.example.com"]},
-                ]},
+                ], "TLS": {"SDS": {"ClusterName": "sds", "CertResource": "cert"}}},
                 {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
             ]
         }),
     );
     wait_for("the warning", INTENTION_TIMEOUT, || {
         let log = agent.log();
-        log.contains("Listeners[0].Services[0].MaxConnections accepted but not applied")
+        log.contains("Listeners[0].TLS.SDS accepted but not applied")
             .then_some(())
             .ok_or(log)
     });
