@@ -650,6 +650,51 @@ mod tests {
     }
 
     #[test]
+    fn a_leaf_carries_the_dns_names_its_csr_asks_for() {
+        let root = root(256);
+        let trust_domain = format!("{CLUSTER}.consul");
+        let id = ServiceId::new(&trust_domain, "dc1", "ingress");
+        let names = [
+            "*.ingress.consul".to_string(),
+            "api.example.com".to_string(),
+        ];
+        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256, &names).unwrap();
+        let signed = sign_leaf(&LeafSpec {
+            csr_pem: &csr,
+            ca_cert_pem: &root.cert_pem,
+            ca_key_pem: &root.key_pem,
+            trust_domain: &trust_domain,
+            datacenter: "dc1",
+            ttl: Duration::from_secs(3600),
+            now_unix_s: NOW,
+        })
+        .unwrap();
+        use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
+        let der = rustls_pemfile_der(&signed.cert_pem).unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let mut dns: Vec<String> = Vec::new();
+        for ext in cert.extensions() {
+            if let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() {
+                for name in &san.general_names {
+                    if let GeneralName::DNSName(n) = name {
+                        dns.push(n.to_string());
+                    }
+                }
+            }
+        }
+        // Consul's own name first, then the asked ones.
+        assert_eq!(
+            dns,
+            vec![
+                leaf_common_name("ingress", &trust_domain),
+                names[0].clone(),
+                names[1].clone()
+            ]
+        );
+        assert_eq!(service_id_of(&der).unwrap().service, "ingress");
+    }
+
+    #[test]
     fn roots_sign_spiffe_leaves_of_their_trust_domain_only() {
         let root = root(256);
         assert_eq!(root.id.len(), 20 * 3 - 1);
