@@ -312,29 +312,19 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     }
     let csr = CertificateSigningRequestParams::from_pem(spec.csr_pem)
         .map_err(|e| format!("failed to parse CSR: {e}"))?;
-    let uris: Vec<String> = csr
-        .params
-        .subject_alt_names
-        .iter()
-        .filter_map(|san| match san {
-            SanType::URI(uri) => Some(uri.as_str().to_string()),
-            _ => None,
-        })
-        .collect();
+    // The CSR's DNS names are signed as asked, as Consul's CA copies them: the requester
+    // holds `service:write` on the service, which is what a gateway's hosts need.
+    let (mut uris, mut dns_sans): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for san in &csr.params.subject_alt_names {
+        match san {
+            SanType::URI(uri) => uris.push(uri.as_str().to_string()),
+            SanType::DnsName(name) => dns_sans.push(name.as_str().to_string()),
+            _ => {}
+        }
+    }
     let [uri] = &uris[..] else {
         return Err("CSR SAN contains an invalid SPIFFE ID".to_string());
     };
-    // The CSR's DNS names are signed as asked, as Consul's CA copies them: the requester
-    // holds `service:write` on the service, which is what a gateway's hosts need.
-    let dns_sans: Vec<String> = csr
-        .params
-        .subject_alt_names
-        .iter()
-        .filter_map(|san| match san {
-            SanType::DnsName(name) => Some(name.as_str().to_string()),
-            _ => None,
-        })
-        .collect();
     let id = spiffe::parse_service(uri).map_err(|e| match e {
         SpiffeError::NotSpiffe => "CSR SAN contains an invalid SPIFFE ID".to_string(),
         SpiffeError::NotService => "SPIFFE ID in CSR must be a service or agent ID".to_string(),

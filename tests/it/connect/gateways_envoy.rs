@@ -107,10 +107,9 @@ fn wait_for_answer(addr: SocketAddr, host: &str, expected: (u16, &str), timeout:
     );
 }
 
-#[test]
-fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
-    let agent = Agent::dev(&[]);
-    let dir = TempDir::new("ingress-envoy");
+/// HTTP services `web` and `api` (answering their names, `service-defaults` protocol
+/// `http`) and an echo service `db`, each registered with a sidecar.
+fn register_web_api_db(agent: &Agent) {
     let ip = agent.ip;
     let (web_port, api_port, db_port) = (free_port(ip), free_port(ip), free_port(ip));
     http_server(SocketAddr::new(ip, web_port), "web");
@@ -118,13 +117,48 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
     echo_server(SocketAddr::new(ip, db_port));
     for service in ["web", "api"] {
         write_config(
-            &agent,
+            agent,
             json!({"Kind": "service-defaults", "Name": service, "Protocol": "http"}),
         );
     }
-    register_with_sidecar(&agent, "web", web_port, free_port(ip), json!([]));
-    register_with_sidecar(&agent, "api", api_port, free_port(ip), json!([]));
-    register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
+    register_with_sidecar(agent, "web", web_port, free_port(ip), json!([]));
+    register_with_sidecar(agent, "api", api_port, free_port(ip), json!([]));
+    register_with_sidecar(agent, "db", db_port, free_port(ip), json!([]));
+}
+
+/// Envoy as the sidecars of `web`, `api` and `db`, and as the ingress gateway `ingress`
+/// registered by `connect envoy -register` at the agent's address and `gateway_port`.
+fn start_sidecars_and_gateway(
+    agent: &Agent,
+    dir: &TempDir,
+    gateway_port: u16,
+) -> (Vec<Envoy>, Envoy) {
+    let sidecars = ["web", "api", "db"]
+        .iter()
+        .map(|s| Envoy::start(agent, dir, s, &["-sidecar-for", s]))
+        .collect();
+    let gateway = Envoy::start(
+        agent,
+        dir,
+        "ingress",
+        &[
+            "-gateway=ingress",
+            "-register",
+            "-service",
+            "ingress",
+            "-address",
+            &format!("{}:{gateway_port}", agent.ip),
+        ],
+    );
+    (sidecars, gateway)
+}
+
+#[test]
+fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("ingress-envoy");
+    let ip = agent.ip;
+    register_web_api_db(&agent);
     let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
     write_config(
         &agent,
@@ -139,23 +173,7 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
             ]
         }),
     );
-    let sidecars: Vec<Envoy> = ["web", "api", "db"]
-        .iter()
-        .map(|s| Envoy::start(&agent, &dir, s, &["-sidecar-for", s]))
-        .collect();
-    let gateway = Envoy::start(
-        &agent,
-        &dir,
-        "ingress",
-        &[
-            "-gateway=ingress",
-            "-register",
-            "-service",
-            "ingress",
-            "-address",
-            &format!("{ip}:{gateway_port}"),
-        ],
-    );
+    let (sidecars, gateway) = start_sidecars_and_gateway(&agent, &dir, gateway_port);
     // The CLI registered the gateway as Consul's does.
     let registered = wait_for("the gateway is registered", MESH_READY_TIMEOUT, || {
         let r = agent.get("/v1/agent/service/ingress");
@@ -943,19 +961,7 @@ fn an_ingress_gateway_ends_tls_with_its_leaf_as_consul_does() {
     let agent = Agent::dev(&[]);
     let dir = TempDir::new("ingress-tls");
     let ip = agent.ip;
-    let (web_port, api_port, db_port) = (free_port(ip), free_port(ip), free_port(ip));
-    http_server(SocketAddr::new(ip, web_port), "web");
-    http_server(SocketAddr::new(ip, api_port), "api");
-    echo_server(SocketAddr::new(ip, db_port));
-    for service in ["web", "api"] {
-        write_config(
-            &agent,
-            json!({"Kind": "service-defaults", "Name": service, "Protocol": "http"}),
-        );
-    }
-    register_with_sidecar(&agent, "web", web_port, free_port(ip), json!([]));
-    register_with_sidecar(&agent, "api", api_port, free_port(ip), json!([]));
-    register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
+    register_web_api_db(&agent);
     let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
 
     // Consul's checks at write.
@@ -1002,23 +1008,7 @@ fn an_ingress_gateway_ends_tls_with_its_leaf_as_consul_does() {
         })
     };
     write_config(&agent, entry(json!(["api.example.com"])));
-    let sidecars: Vec<Envoy> = ["web", "api", "db"]
-        .iter()
-        .map(|s| Envoy::start(&agent, &dir, s, &["-sidecar-for", s]))
-        .collect();
-    let gateway = Envoy::start(
-        &agent,
-        &dir,
-        "ingress",
-        &[
-            "-gateway=ingress",
-            "-register",
-            "-service",
-            "ingress",
-            "-address",
-            &format!("{ip}:{gateway_port}"),
-        ],
-    );
+    let (sidecars, gateway) = start_sidecars_and_gateway(&agent, &dir, gateway_port);
     let roots = agent.get("/v1/connect/ca/roots").json();
     let trust_domain = roots["TrustDomain"].as_str().unwrap().to_string();
     let ca_file = dir.path().join("roots.pem");
