@@ -41,17 +41,14 @@ fn intention(agent: &Agent, source: &str, destination: &str, action: &str) {
 
 /// `curl` with a `Host` header: `(status, body)`, or why no answer came.
 fn curl(addr: SocketAddr, host: &str) -> Result<(u16, String), String> {
+    curl_answer(&["-H", &format!("Host: {host}"), &format!("http://{addr}/")])
+}
+
+/// `curl -s` with `args` (5 s at most): `(status, body)`, or why no answer came.
+fn curl_answer(args: &[&str]) -> Result<(u16, String), String> {
     let output = Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "5",
-            "-H",
-            &format!("Host: {host}"),
-            "-w",
-            "\n%{http_code}",
-            &format!("http://{addr}/"),
-        ])
+        .args(["-s", "-S", "--max-time", "5", "-w", "\n%{http_code}"])
+        .args(args)
         .output()
         .expect("curl must be installed (tests/run.sh installs it)");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -922,32 +919,13 @@ fn curl_https(
     host: &str,
     ca_file: &str,
 ) -> Result<(u16, String), String> {
-    let output = Command::new("curl")
-        .args([
-            "-s",
-            "-S",
-            "--max-time",
-            "5",
-            "--cacert",
-            ca_file,
-            "--resolve",
-            &format!("{host}:{port}:{ip}"),
-            "-w",
-            "\n%{http_code}",
-            &format!("https://{host}:{port}/"),
-        ])
-        .output()
-        .expect("curl must be installed (tests/run.sh installs it)");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    match code.trim().parse::<u16>() {
-        Ok(code) if code != 0 => Ok((code, body.to_string())),
-        _ => Err(format!(
-            "curl exited {:?}: {}",
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr)
-        )),
-    }
+    curl_answer(&[
+        "--cacert",
+        ca_file,
+        "--resolve",
+        &format!("{host}:{port}:{ip}"),
+        &format!("https://{host}:{port}/"),
+    ])
 }
 
 /// Ingress TLS as Consul serves it: with the entry's `TLS.Enabled` the gateway's leaf
