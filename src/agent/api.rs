@@ -105,10 +105,14 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
         }
         AgentRequest::ConnectLeaf {
             service,
+            dns_sans,
             min_index,
             wait,
             token,
-        } => super::connect::leaf::serve(agent, &service, min_index, wait, token, pretty).await,
+        } => {
+            super::connect::leaf::serve(agent, &service, &dns_sans, min_index, wait, token, pretty)
+                .await
+        }
         AgentRequest::DatacenterRead {
             datacenter,
             path,

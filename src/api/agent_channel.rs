@@ -81,6 +81,9 @@ pub enum AgentRequest {
     /// index passes `min_index` or `wait` runs out.
     ConnectLeaf {
         service: String,
+        /// DNS names the leaf carries beyond Consul's own (an ingress gateway's hosts);
+        /// none from the HTTP endpoint.
+        dns_sans: Vec<String>,
         min_index: u64,
         wait: Duration,
         /// The caller's token, sent along when a client agent asks a server to sign.

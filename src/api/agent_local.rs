@@ -266,6 +266,7 @@ pub fn connect_leaf(
         ctx,
         AgentRequest::ConnectLeaf {
             service,
+            dns_sans: Vec::new(),
             min_index: options.min_index,
             wait: options.wait,
             token: request.token().map(str::to_string),

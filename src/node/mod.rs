@@ -717,6 +717,8 @@ fn start_xds(
                 datacenter: config.datacenter.clone(),
                 default_allow: !acl.enabled
                     || default_policy == crate::store::acl::authorizer::DefaultPolicy::Allow,
+                dns_domain: config.dns.domain.clone(),
+                alt_domain: config.dns.alt_domain.clone(),
             },
             listeners: grpc_listeners,
             tls: (!grpc_tls_listeners.is_empty()).then(|| {

@@ -229,10 +229,13 @@ fn rustls_pemfile_der(pem: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A leaf's key and CSR, made on the agent that keeps the key.
+/// `dns_sans` are extra DNS names the leaf is asked for (an ingress gateway's hosts, as
+/// Consul's leaf request carries them); the signer copies them into the leaf.
 pub fn make_leaf_csr(
     id: &ServiceId,
     cluster_id_hint: &str,
     key_bits: u32,
+    dns_sans: &[String],
 ) -> Result<(String, String), String> {
     let key = KeyPair::generate_for(algorithm(key_bits)?)
         .map_err(|e| format!("failed to generate private key: {e}"))?;
@@ -248,6 +251,13 @@ pub fn make_leaf_csr(
         .try_into()
         .map_err(|_| format!("{:?} is not a valid URI SAN", id.uri()))?;
     params.subject_alt_names.push(SanType::URI(uri));
+    for name in dns_sans {
+        params.subject_alt_names.push(SanType::DnsName(
+            name.clone()
+                .try_into()
+                .map_err(|_| format!("{name:?} is not a valid DNS SAN"))?,
+        ));
+    }
     let csr = params
         .serialize_request(&key)
         .and_then(|r| r.pem())
@@ -302,15 +312,16 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     }
     let csr = CertificateSigningRequestParams::from_pem(spec.csr_pem)
         .map_err(|e| format!("failed to parse CSR: {e}"))?;
-    let uris: Vec<String> = csr
-        .params
-        .subject_alt_names
-        .iter()
-        .filter_map(|san| match san {
-            SanType::URI(uri) => Some(uri.as_str().to_string()),
-            _ => None,
-        })
-        .collect();
+    // The CSR's DNS names are signed as asked, as Consul's CA copies them: the requester
+    // holds `service:write` on the service, which is what a gateway's hosts need.
+    let (mut uris, mut dns_sans): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for san in &csr.params.subject_alt_names {
+        match san {
+            SanType::URI(uri) => uris.push(uri.as_str().to_string()),
+            SanType::DnsName(name) => dns_sans.push(name.as_str().to_string()),
+            _ => {}
+        }
+    }
     let [uri] = &uris[..] else {
         return Err("CSR SAN contains an invalid SPIFFE ID".to_string());
     };
@@ -362,9 +373,15 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     ));
     params.subject_alt_names.push(SanType::DnsName(
         common_name
+            .clone()
             .try_into()
             .map_err(|_| "invalid DNS SAN".to_string())?,
     ));
+    for name in dns_sans.into_iter().filter(|n| *n != common_name) {
+        params.subject_alt_names.push(SanType::DnsName(
+            name.try_into().map_err(|_| "invalid DNS SAN".to_string())?,
+        ));
+    }
     let cert = params
         .signed_by(&csr.public_key, &issuer)
         .map_err(|e| format!("error signing the leaf certificate: {e}"))?;
@@ -610,7 +627,7 @@ mod tests {
         dc: &str,
     ) -> Result<SignedLeaf, String> {
         let id = ServiceId::new(trust_domain, dc, service);
-        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256).unwrap();
+        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256, &[]).unwrap();
         sign_leaf(&LeafSpec {
             csr_pem: &csr,
             ca_cert_pem: &root.cert_pem,
@@ -620,6 +637,51 @@ mod tests {
             ttl: Duration::from_secs(72 * 3600),
             now_unix_s: NOW,
         })
+    }
+
+    #[test]
+    fn a_leaf_carries_the_dns_names_its_csr_asks_for() {
+        let root = root(256);
+        let trust_domain = format!("{CLUSTER}.consul");
+        let id = ServiceId::new(&trust_domain, "dc1", "ingress");
+        let names = [
+            "*.ingress.consul".to_string(),
+            "api.example.com".to_string(),
+        ];
+        let (csr, _key) = make_leaf_csr(&id, CLUSTER, 256, &names).unwrap();
+        let signed = sign_leaf(&LeafSpec {
+            csr_pem: &csr,
+            ca_cert_pem: &root.cert_pem,
+            ca_key_pem: &root.key_pem,
+            trust_domain: &trust_domain,
+            datacenter: "dc1",
+            ttl: Duration::from_secs(3600),
+            now_unix_s: NOW,
+        })
+        .unwrap();
+        use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
+        let der = rustls_pemfile_der(&signed.cert_pem).unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let mut dns: Vec<String> = Vec::new();
+        for ext in cert.extensions() {
+            if let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() {
+                for name in &san.general_names {
+                    if let GeneralName::DNSName(n) = name {
+                        dns.push(n.to_string());
+                    }
+                }
+            }
+        }
+        // Consul's own name first, then the asked ones.
+        assert_eq!(
+            dns,
+            vec![
+                leaf_common_name("ingress", &trust_domain),
+                names[0].clone(),
+                names[1].clone()
+            ]
+        );
+        assert_eq!(service_id_of(&der).unwrap().service, "ingress");
     }
 
     #[test]
@@ -707,7 +769,7 @@ mod tests {
         .contains("is not valid for our domain"));
         // The intermediate signs a leaf of dc2 whose chain ends at the primary's root.
         let id = ServiceId::new(&trust_domain, "dc2", "db");
-        let (leaf_csr, _) = make_leaf_csr(&id, CLUSTER, 256).unwrap();
+        let (leaf_csr, _) = make_leaf_csr(&id, CLUSTER, 256, &[]).unwrap();
         let leaf = sign_leaf(&LeafSpec {
             csr_pem: &leaf_csr,
             ca_cert_pem: &signed,

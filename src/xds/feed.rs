@@ -135,10 +135,12 @@ impl AgentSource {
         }
     }
 
-    /// The leaf certificate of `service`, once its index passes `min_index`.
+    /// The leaf certificate of `service` carrying `dns_sans` too, once its index passes
+    /// `min_index`.
     pub async fn leaf(
         &self,
         service: &str,
+        dns_sans: &[String],
         min_index: u64,
         wait: Duration,
         token: &str,
@@ -147,6 +149,7 @@ impl AgentSource {
             .call(
                 AgentRequest::ConnectLeaf {
                     service: service.to_string(),
+                    dns_sans: dns_sans.to_vec(),
                     min_index,
                     wait,
                     token: (!token.is_empty()).then(|| token.to_string()),

@@ -168,17 +168,22 @@ async fn follow_registration(
     }
 }
 
-/// Follows one service's leaf certificate through index-blocking reads of the agent.
+/// Follows one service's leaf certificate (with `dns_sans` beyond Consul's own names)
+/// through index-blocking reads of the agent.
 async fn follow_leaf(
     agent: AgentSource,
     service: String,
+    dns_sans: Vec<String>,
     token: String,
     tx: watch::Sender<Option<LeafCert>>,
     changed: Option<Arc<Notify>>,
 ) {
     let mut index = 0;
     loop {
-        match agent.leaf(&service, index, AGENT_WAIT, &token).await {
+        match agent
+            .leaf(&service, &dns_sans, index, AGENT_WAIT, &token)
+            .await
+        {
             Ok(leaf) => {
                 index = leaf.index;
                 let modified = tx.send_if_modified(|slot| {
@@ -205,6 +210,7 @@ async fn follow_leaf(
 
 struct LeafFollower {
     service: String,
+    dns_sans: Vec<String>,
     rx: watch::Receiver<Option<LeafCert>>,
     task: JoinHandle<()>,
 }
@@ -212,7 +218,7 @@ struct LeafFollower {
 impl LeafFollower {
     fn start(
         agent: &AgentSource,
-        service: &str,
+        (service, dns_sans): (&str, &[String]),
         token: &str,
         changed: Option<Arc<Notify>>,
     ) -> LeafFollower {
@@ -220,12 +226,14 @@ impl LeafFollower {
         let task = tokio::spawn(follow_leaf(
             agent.clone(),
             service.to_string(),
+            dns_sans.to_vec(),
             token.to_string(),
             tx,
             changed,
         ));
         LeafFollower {
             service: service.to_string(),
+            dns_sans: dns_sans.to_vec(),
             rx,
             task,
         }
@@ -258,7 +266,8 @@ impl ServiceLeaves {
         self.followers.retain(|name, _| services.contains(name));
         for name in services {
             if !self.followers.contains_key(name) {
-                let follower = LeafFollower::start(agent, name, token, Some(self.changed.clone()));
+                let follower =
+                    LeafFollower::start(agent, (name, &[]), token, Some(self.changed.clone()));
                 self.followers.insert(name.clone(), follower);
             }
         }
@@ -302,11 +311,23 @@ async fn run(
             None => ProxyState::Pending("waiting for the proxy's registration".to_string()),
             Some(Err(reason)) => ProxyState::Pending(reason),
             Some(Ok(registration)) => {
-                if leaf.as_ref().map(|l| l.service.as_str()) != Some(&registration.destination_name)
+                // An ingress gateway serving TLS asks its leaf for the names its clients
+                // reach it at (Consul's `DNSSAN`); a change of them follows a new leaf.
+                let dns_sans = if registration.kind == ProxyKind::IngressGateway {
+                    snapshot::ingress_dns_sans(
+                        &store_rx.borrow(),
+                        &registration.service,
+                        &watchers.settings,
+                    )
+                } else {
+                    Vec::new()
+                };
+                if leaf.as_ref().map(|l| (l.service.as_str(), &l.dns_sans))
+                    != Some((&registration.destination_name, &dns_sans))
                 {
                     leaf = Some(LeafFollower::start(
                         &watchers.agent,
-                        &registration.destination_name,
+                        (&registration.destination_name, &dns_sans),
                         &token,
                         None,
                     ));
@@ -355,7 +376,7 @@ async fn run(
                     warned_unapplied = built.snapshot.unapplied.clone();
                     if !warned_unapplied.is_empty() {
                         log::warn!(
-                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners serve plain TCP and HTTP without limits or header changes yet",
+                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners take no certificates from SDS yet",
                             built.snapshot.proxy_id,
                             warned_unapplied.join(", ")
                         );

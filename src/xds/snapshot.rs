@@ -38,6 +38,10 @@ pub struct XdsSettings {
     /// Whether a connection no intention matches is allowed (ACLs off, or the ACL default
     /// policy `allow`), as Consul's default intention policy follows the ACL default.
     pub default_allow: bool,
+    /// The agent's DNS domain (`domain`) and `alt_domain`, for the names an ingress
+    /// gateway's leaf carries.
+    pub dns_domain: String,
+    pub alt_domain: Option<String>,
 }
 
 /// One intention source as the RBAC builders see it.
@@ -169,6 +173,78 @@ pub struct Upstream {
     pub start: String,
     pub nodes: BTreeMap<String, ChainNode>,
     pub targets: BTreeMap<String, Target>,
+    /// The circuit breakers and outlier detection of its clusters (an ingress gateway's
+    /// entry sets them; a sidecar's upstreams keep Envoy's defaults).
+    pub limits: UpstreamLimits,
+}
+
+/// An ingress service's limits, as Consul's `configIngressUpstreamCluster` gives its
+/// clusters: the entry's `Defaults`, overridden by the service's own settings; zero or
+/// `None` leaves Envoy's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamLimits {
+    pub max_connections: u32,
+    pub max_pending_requests: u32,
+    /// `MaxConcurrentRequests`, Envoy's `max_requests`.
+    pub max_requests: u32,
+    pub outlier: OutlierSettings,
+}
+
+/// Consul's `PassiveHealthCheck` as Envoy's outlier detection; each `None` is Envoy's
+/// default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutlierSettings {
+    pub interval_ms: Option<u64>,
+    /// `MaxFailures`, Envoy's `consecutive_5xx`.
+    pub consecutive_5xx: Option<u32>,
+    pub enforcing_consecutive_5xx: Option<u32>,
+    pub max_ejection_percent: Option<u32>,
+    pub base_ejection_time_ms: Option<u64>,
+}
+
+impl UpstreamLimits {
+    /// The limits of an ingress service: `defaults` (the entry's `Defaults`) with
+    /// `service`'s own settings over them, as Consul merges them.
+    fn ingress(defaults: &Value, service: Option<&Value>) -> UpstreamLimits {
+        let mut limits = UpstreamLimits::default();
+        for layer in std::iter::once(defaults).chain(service) {
+            for (key, slot) in [
+                ("MaxConnections", &mut limits.max_connections),
+                ("MaxPendingRequests", &mut limits.max_pending_requests),
+                ("MaxConcurrentRequests", &mut limits.max_requests),
+            ] {
+                let value = layer[key].as_u64().unwrap_or(0);
+                if value > 0 {
+                    *slot = u32::try_from(value).unwrap_or(u32::MAX);
+                }
+            }
+            let check = &layer["PassiveHealthCheck"];
+            let outlier = &mut limits.outlier;
+            let count = |key: &str| {
+                check[key]
+                    .as_u64()
+                    .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            };
+            if millis(&check["Interval"]) > 0 {
+                outlier.interval_ms = Some(millis(&check["Interval"]));
+            }
+            if let Some(n) = count("MaxFailures").filter(|n| *n > 0) {
+                outlier.consecutive_5xx = Some(n);
+            }
+            // Envoy refuses a zero here for an ingress gateway's clusters, so Consul sends
+            // only a positive one.
+            if let Some(n) = count("EnforcingConsecutive5xx").filter(|n| *n > 0) {
+                outlier.enforcing_consecutive_5xx = Some(n);
+            }
+            if let Some(n) = count("MaxEjectionPercent") {
+                outlier.max_ejection_percent = Some(n);
+            }
+            if !check["BaseEjectionTime"].is_null() {
+                outlier.base_ejection_time_ms = Some(millis(&check["BaseEjectionTime"]));
+            }
+        }
+        limits
+    }
 }
 
 /// One listener of an ingress gateway (a listener of its `ingress-gateway` entry).
@@ -180,6 +256,18 @@ pub struct IngressListener {
     pub protocol: String,
     /// The services it exposes, in name order.
     pub services: Vec<IngressService>,
+    /// The TLS it ends with the gateway's leaf, when enabled for it (the entry's `TLS`
+    /// merged with the listener's, as Consul resolves them).
+    pub tls: Option<IngressTls>,
+}
+
+/// An ingress listener's TLS settings, in Consul's names (`TLSv1_2`,
+/// `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`); empty means Envoy's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressTls {
+    pub min_version: String,
+    pub max_version: String,
+    pub cipher_suites: Vec<String>,
 }
 
 /// One service an ingress listener exposes.
@@ -190,6 +278,37 @@ pub struct IngressService {
     /// The `Host` values that reach it on an HTTP listener: the entry's `Hosts`, else
     /// Consul's `<service>.ingress.*`, each also with the listener's port.
     pub domains: Vec<String>,
+    /// The entry's `RequestHeaders` and `ResponseHeaders` for the service (its own, else the
+    /// listener's wildcard service's), applied on its virtual host.
+    pub request_headers: HeaderChanges,
+    pub response_headers: HeaderChanges,
+}
+
+/// Consul's `HTTPHeaderModifiers`: headers added (appended to any already there), set
+/// (replacing them) and removed, each list in name order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderChanges {
+    pub add: Vec<(String, String)>,
+    pub set: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+impl HeaderChanges {
+    fn from_entry(value: &Value) -> HeaderChanges {
+        let pairs = |key: &str| -> Vec<(String, String)> {
+            value[key]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        };
+        HeaderChanges {
+            add: pairs("Add"),
+            set: pairs("Set"),
+            remove: strs(&value["Remove"]),
+        }
+    }
 }
 
 /// One service a terminating gateway links: the gateway ends the mesh's mTLS with the
@@ -437,6 +556,7 @@ fn compile_upstream(
         start: chain["StartNode"].as_str().unwrap_or_default().to_string(),
         nodes,
         targets,
+        limits: UpstreamLimits::default(),
     })
 }
 
@@ -496,6 +616,7 @@ fn build_gateway(
     let mut upstreams: Vec<Upstream> = Vec::new();
     let mut ingress: Vec<IngressListener> = Vec::new();
     if registration.kind == ProxyKind::IngressGateway {
+        let entry = ingress_entry(tables, &registration.service);
         let rows = gateways::gateway_rows(tables, &registration.service);
         if rows.len() > GATEWAY_SERVICES_MAX {
             return Err(format!(
@@ -509,8 +630,17 @@ fn build_gateway(
                 continue;
             }
             let service = row.service.to_string();
+            let config = entry
+                .as_ref()
+                .and_then(|e| ingress_service_config(e, row.port as i64, &service));
             if !upstreams.iter().any(|u| u.id == service) {
-                upstreams.push(compile_upstream(
+                // A service behind two listeners has one set of clusters: the first
+                // listener's (by port) settings give their limits.
+                let limits = UpstreamLimits::ingress(
+                    entry.as_ref().map_or(&Value::Null, |e| &e["Defaults"]),
+                    config,
+                );
+                let mut upstream = compile_upstream(
                     (tables, remote),
                     settings,
                     &trust_domain,
@@ -522,11 +652,19 @@ fn build_gateway(
                         bind_address: bind_address.clone(),
                         bind_port: 0,
                     },
-                )?);
+                )?;
+                upstream.limits = limits;
+                upstreams.push(upstream);
             }
             let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
             let exposed = IngressService {
                 domains: ingress_domains(&service, &hosts, row.port),
+                request_headers: config
+                    .map(|c| HeaderChanges::from_entry(&c["RequestHeaders"]))
+                    .unwrap_or_default(),
+                response_headers: config
+                    .map(|c| HeaderChanges::from_entry(&c["ResponseHeaders"]))
+                    .unwrap_or_default(),
                 upstream: service,
             };
             match ingress.iter_mut().find(|l| l.port == row.port) {
@@ -536,6 +674,9 @@ fn build_gateway(
                     port: row.port,
                     protocol: row.protocol.to_string(),
                     services: vec![exposed],
+                    tls: entry
+                        .as_ref()
+                        .and_then(|e| listener_tls(e, row.port as i64)),
                 }),
             }
         }
@@ -625,24 +766,127 @@ fn set(value: &Value) -> bool {
     }
 }
 
-/// The settings of an ingress gateway's entry its listeners do not apply yet: TLS (the
-/// gateway's leaf or SDS), the connection limits and header changes.
-fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
+/// The `ingress-gateway` entry of `gateway`, as JSON.
+fn ingress_entry(tables: &Tables, gateway: &str) -> Option<Value> {
     use crate::store::mesh::config_entry::{get, ConfigKind, EntryBody};
-    let Some(entry) = get(tables, ConfigKind::IngressGateway, gateway) else {
-        return Vec::new();
-    };
+    let entry = get(tables, ConfigKind::IngressGateway, gateway)?;
     let EntryBody::Json(text) = &entry.body else {
+        return None;
+    };
+    serde_json::from_str::<Value>(text).ok()
+}
+
+/// The TLS the listener on `port` of an ingress entry ends, if enabled: the entry's `TLS`
+/// with the listener's `TLS` over it (its `Enabled` always, its versions and cipher suites
+/// when set), as Consul's `resolveListenerTLSConfig` merges them.
+fn listener_tls(entry: &Value, port: i64) -> Option<IngressTls> {
+    let gateway = &entry["TLS"];
+    let mut enabled = gateway["Enabled"].as_bool().unwrap_or(false);
+    let mut tls = IngressTls {
+        min_version: field(gateway, "TLSMinVersion"),
+        max_version: field(gateway, "TLSMaxVersion"),
+        cipher_suites: strs(&gateway["CipherSuites"]),
+    };
+    let listener = entry["Listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["Port"].as_i64() == Some(port))?;
+    let own = &listener["TLS"];
+    if own.is_object() {
+        enabled = own["Enabled"].as_bool().unwrap_or(false);
+        for (key, slot) in [
+            ("TLSMinVersion", &mut tls.min_version),
+            ("TLSMaxVersion", &mut tls.max_version),
+        ] {
+            let value = field(own, key);
+            if !value.is_empty() {
+                *slot = value;
+            }
+        }
+        let suites = strs(&own["CipherSuites"]);
+        if !suites.is_empty() {
+            tls.cipher_suites = suites;
+        }
+    }
+    enabled.then_some(tls)
+}
+
+/// The entry's settings of `service` on the listener on `port`: its own, else the
+/// listener's wildcard service's, as Consul's `findIngressServiceMatchingUpstream` finds
+/// them.
+fn ingress_service_config<'a>(entry: &'a Value, port: i64, service: &str) -> Option<&'a Value> {
+    let listener = entry["Listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["Port"].as_i64() == Some(port))?;
+    let services = listener["Services"].as_array()?;
+    services
+        .iter()
+        .find(|s| s["Name"].as_str() == Some(service))
+        .or_else(|| services.iter().find(|s| s["Name"].as_str() == Some("*")))
+}
+
+/// Whether the entry ends TLS on any listener.
+fn ingress_tls_enabled(entry: &Value) -> bool {
+    entry["TLS"]["Enabled"].as_bool() == Some(true)
+        || entry["Listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|l| l["TLS"]["Enabled"].as_bool() == Some(true))
+}
+
+/// The DNS names an ingress gateway's leaf carries beyond Consul's own, when its entry
+/// ends TLS (Consul's `generateIngressDNSSANs`): `*.ingress.<domain>` and
+/// `*.ingress.<datacenter>.<domain>` (and the same under `alt_domain`), which cover every
+/// `<service>.ingress…` default host, and every `Hosts` value of its services. Sorted,
+/// each once; none without TLS.
+pub fn ingress_dns_sans(tables: &Tables, gateway: &str, settings: &XdsSettings) -> Vec<String> {
+    let Some(entry) = ingress_entry(tables, gateway) else {
         return Vec::new();
     };
-    let Ok(body) = serde_json::from_str::<Value>(text) else {
+    if !ingress_tls_enabled(&entry) {
+        return Vec::new();
+    }
+    let rows: Vec<_> = gateways::gateway_rows(tables, gateway)
+        .into_iter()
+        .filter(|r| r.gateway_kind == GatewayKind::Ingress)
+        .take(GATEWAY_SERVICES_MAX)
+        .collect();
+    let mut names = Vec::new();
+    if !rows.is_empty() {
+        let datacenter = &settings.datacenter;
+        for domain in std::iter::once(&settings.dns_domain).chain(settings.alt_domain.as_ref()) {
+            names.push(format!("*.ingress.{domain}"));
+            names.push(format!("*.ingress.{datacenter}.{domain}"));
+        }
+    }
+    for row in &rows {
+        // `*` (allowed on a listener whose TLS the entry does not enable) and a host with
+        // a port are no DNS names.
+        names.extend(
+            row.hosts
+                .iter()
+                .filter(|h| **h != *"*" && !has_port(h))
+                .map(|h| h.to_string()),
+        );
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The settings of an ingress gateway's entry its listeners do not apply yet: TLS from
+/// SDS (the entry's, a listener's, a service's).
+fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
+    let Some(body) = ingress_entry(tables, gateway) else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for key in ["TLS", "Defaults"] {
-        if set(&body[key]) {
-            out.push(key.to_string());
-        }
+    if set(&body["TLS"]["SDS"]) {
+        out.push("TLS.SDS".to_string());
     }
     for (l, listener) in body["Listeners"]
         .as_array()
@@ -650,8 +894,8 @@ fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
         .flatten()
         .enumerate()
     {
-        if set(&listener["TLS"]) {
-            out.push(format!("Listeners[{l}].TLS"));
+        if set(&listener["TLS"]["SDS"]) {
+            out.push(format!("Listeners[{l}].TLS.SDS"));
         }
         for (i, service) in listener["Services"]
             .as_array()
@@ -659,18 +903,8 @@ fn ingress_unapplied(tables: &Tables, gateway: &str) -> Vec<String> {
             .flatten()
             .enumerate()
         {
-            for key in [
-                "TLS",
-                "RequestHeaders",
-                "ResponseHeaders",
-                "MaxConnections",
-                "MaxPendingRequests",
-                "MaxConcurrentRequests",
-                "PassiveHealthCheck",
-            ] {
-                if set(&service[key]) {
-                    out.push(format!("Listeners[{l}].Services[{i}].{key}"));
-                }
+            if set(&service["TLS"]["SDS"]) {
+                out.push(format!("Listeners[{l}].Services[{i}].TLS.SDS"));
             }
         }
     }
@@ -1362,6 +1596,8 @@ mod tests {
         let settings = XdsSettings {
             datacenter: "dc1".into(),
             default_allow: true,
+            dns_domain: "consul".into(),
+            alt_domain: None,
         };
         let routes = mesh_gateway_routes(&registration, &tables, &remote, &settings, "td").unwrap();
         let listeners: Vec<_> = routes

@@ -10,6 +10,11 @@
 //! A leaf's index is the store index it was signed at, and always above the previous
 //! leaf's, so a caller blocking on `?index` sees every renewal.
 //!
+//! A leaf may be asked with extra DNS names (an ingress gateway's hosts, as Consul's leaf
+//! request carries `DNSSAN`): each set of names is its own leaf, and a new set for a
+//! service replaces the previous set's leaf (its task ends), so a gateway whose hosts
+//! change keeps one leaf with names, next to the plain one the HTTP endpoint serves.
+//!
 //! The roots are followed by one task per agent: on a server through the shard's watch on
 //! the roots key, on a client through a blocking `ConnectCA.Roots` on a server.
 
@@ -58,6 +63,9 @@ pub struct Leaf {
 
 #[derive(Default)]
 struct Slot {
+    /// The service, and the DNS names its leaf carries beyond Consul's own.
+    service: String,
+    dns_sans: Vec<String>,
     leaf: Option<Rc<Leaf>>,
     /// The last signing failure, answered when no leaf exists yet.
     error: Option<String>,
@@ -89,17 +97,33 @@ fn unix_now_s() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// `GET /v1/agent/connect/ca/leaf/<service>` on the agent.
+/// The slot of `service`'s leaf with `dns_sans` (sorted, without duplicates).
+fn slot_key(service: &str, dns_sans: &[String]) -> String {
+    if dns_sans.is_empty() {
+        service.to_string()
+    } else {
+        // A newline is in no service name, so keys of different services never meet.
+        format!("{service}\n{}", dns_sans.join(","))
+    }
+}
+
+/// `GET /v1/agent/connect/ca/leaf/<service>` on the agent; `dns_sans` are extra DNS names
+/// the leaf carries (none for the HTTP endpoint).
 pub async fn serve(
     agent: &Rc<Agent>,
     service: &str,
+    dns_sans: &[String],
     min_index: u64,
     wait: Duration,
     token: Option<String>,
     pretty: bool,
 ) -> AgentReply {
     let leaves = &agent.leaves;
-    let started = ensure_task(agent, service, token);
+    let mut dns_sans = dns_sans.to_vec();
+    dns_sans.sort();
+    dns_sans.dedup();
+    let key = slot_key(service, &dns_sans);
+    let started = ensure_task(agent, service, &dns_sans, token);
     if let Err(reason) = started {
         return AgentReply::text(500, reason);
     }
@@ -107,7 +131,10 @@ pub async fn serve(
     loop {
         let (leaf, error) = {
             let slots = leaves.slots.borrow();
-            let slot = slots.get(service).expect("ensure_task made the slot");
+            let Some(slot) = slots.get(&key) else {
+                // Another set of names for the service replaced this one meanwhile.
+                return AgentReply::text(500, "the leaf's DNS names were replaced");
+            };
             (slot.leaf.clone(), slot.error.clone())
         };
         match leaf {
@@ -147,16 +174,28 @@ fn render(leaf: &Leaf, pretty: bool) -> AgentReply {
     reply
 }
 
-/// Makes the service's slot and starts its task (and the roots task) if not yet running.
-fn ensure_task(agent: &Rc<Agent>, service: &str, token: Option<String>) -> Result<(), String> {
+/// Makes the slot of the service's leaf with `dns_sans` and starts its task (and the
+/// roots task) if not yet running; a slot of the same service with other names is
+/// dropped.
+fn ensure_task(
+    agent: &Rc<Agent>,
+    service: &str,
+    dns_sans: &[String],
+    token: Option<String>,
+) -> Result<(), String> {
     let leaves = &agent.leaves;
+    let key = slot_key(service, dns_sans);
     {
         let mut slots = leaves.slots.borrow_mut();
-        if let Some(slot) = slots.get_mut(service) {
+        if let Some(slot) = slots.get_mut(&key) {
             if token.is_some() {
                 slot.token = token;
             }
             return Ok(());
+        }
+        if !dns_sans.is_empty() {
+            slots
+                .retain(|k, slot| *k == key || slot.service != service || slot.dns_sans.is_empty());
         }
         if slots.len() >= LEAVES_MAX {
             return Err(format!(
@@ -164,8 +203,10 @@ fn ensure_task(agent: &Rc<Agent>, service: &str, token: Option<String>) -> Resul
             ));
         }
         slots.insert(
-            service.to_string(),
+            key.clone(),
             Slot {
+                service: service.to_string(),
+                dns_sans: dns_sans.to_vec(),
                 token,
                 ..Default::default()
             },
@@ -174,7 +215,7 @@ fn ensure_task(agent: &Rc<Agent>, service: &str, token: Option<String>) -> Resul
     if !leaves.roots_task.replace(true) {
         monoio::spawn(follow_roots(agent.clone()));
     }
-    monoio::spawn(keep_fresh(agent.clone(), service.to_string()));
+    monoio::spawn(keep_fresh(agent.clone(), key));
     Ok(())
 }
 
@@ -275,6 +316,7 @@ async fn follow_roots(agent: Rc<Agent>) {
 async fn sign(
     agent: &Agent,
     service: &str,
+    dns_sans: &[String],
     token: Option<&str>,
 ) -> Result<(IssuedLeaf, String), String> {
     let (trust_domain, active_root_id, key_bits) = {
@@ -290,7 +332,7 @@ async fn sign(
     }
     let datacenter = agent.config.borrow().datacenter.clone();
     let id = ServiceId::new(&trust_domain, &datacenter, service);
-    let (csr, key) = connect_ca::make_leaf_csr(&id, &trust_domain, key_bits)?;
+    let (csr, key) = connect_ca::make_leaf_csr(&id, &trust_domain, key_bits, dns_sans)?;
     // The service's token, else the agent's default one, as Consul's agent signs.
     let default_token = agent
         .shard
@@ -353,18 +395,26 @@ fn renew_at_s(after: i64, before: i64) -> i64 {
     after + (lifetime * fraction) as i64
 }
 
-/// Keeps `service`'s leaf signed and fresh, for as long as the agent runs.
-async fn keep_fresh(agent: Rc<Agent>, service: String) {
+/// Keeps the leaf of slot `key` signed and fresh, for as long as the agent runs and the
+/// slot exists.
+async fn keep_fresh(agent: Rc<Agent>, key: String) {
     let leaves = &agent.leaves;
     let mut retry = SIGN_RETRY_MIN;
     loop {
         if agent.shard.shutting_down() {
             return;
         }
-        let (current, token) = {
+        let (current, token, service, dns_sans) = {
             let slots = leaves.slots.borrow();
-            let slot = slots.get(&service).expect("slots are never removed");
-            (slot.leaf.clone(), slot.token.clone())
+            let Some(slot) = slots.get(&key) else {
+                return;
+            };
+            (
+                slot.leaf.clone(),
+                slot.token.clone(),
+                slot.service.clone(),
+                slot.dns_sans.clone(),
+            )
         };
         let active_root = leaves.roots.borrow().active_root_id.clone();
         let due = match &current {
@@ -375,8 +425,8 @@ async fn keep_fresh(agent: Rc<Agent>, service: String) {
             }
         };
         if due && !active_root.is_empty() {
-            match sign(&agent, &service, token.as_deref()).await {
-                Ok((issued, key)) => {
+            match sign(&agent, &service, &dns_sans, token.as_deref()).await {
+                Ok((issued, private_key_pem)) => {
                     retry = SIGN_RETRY_MIN;
                     let previous = current.as_ref().map_or(0, |l| l.index);
                     let index = issued.index.max(previous + 1);
@@ -386,13 +436,15 @@ async fn keep_fresh(agent: Rc<Agent>, service: String) {
                     );
                     let leaf = Rc::new(Leaf {
                         issued,
-                        private_key_pem: key,
+                        private_key_pem,
                         index,
                         renew_at_s,
                     });
                     {
                         let mut slots = leaves.slots.borrow_mut();
-                        let slot = slots.get_mut(&service).expect("slots are never removed");
+                        let Some(slot) = slots.get_mut(&key) else {
+                            return;
+                        };
                         slot.leaf = Some(leaf);
                         slot.error = None;
                     }
@@ -402,12 +454,10 @@ async fn keep_fresh(agent: Rc<Agent>, service: String) {
                 }
                 Err(e) => {
                     log::warn!("connect: signing a leaf for {service:?} failed: {e}");
-                    leaves
-                        .slots
-                        .borrow_mut()
-                        .get_mut(&service)
-                        .expect("slots are never removed")
-                        .error = Some(e);
+                    match leaves.slots.borrow_mut().get_mut(&key) {
+                        Some(slot) => slot.error = Some(e),
+                        None => return,
+                    }
                     leaves.changed.notify_all();
                     monoio::time::sleep(retry).await;
                     retry = (retry * 2).min(SIGN_RETRY_MAX);

@@ -597,8 +597,75 @@ fn validate_resolver(name: &str, doc: &Doc) -> Result<(), String> {
     Ok(())
 }
 
+/// Consul's names of the TLS versions an entry may set, sorted as its error lists them.
+const TLS_VERSIONS: [&str; 5] = ["TLS_AUTO", "TLSv1_0", "TLSv1_1", "TLSv1_2", "TLSv1_3"];
+
+/// The TLS 1.2 cipher suites (IANA names) Consul lets an Envoy listener use.
+const ENVOY_CIPHER_SUITES: [&str; 14] = [
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+];
+
+/// A gateway's `TLS` block as Consul's `validateGatewayTLSConfig` checks it: known
+/// versions, a maximum not below the minimum, and cipher suites only with a minimum of
+/// TLS 1.2 or lower, each one Envoy knows.
+fn validate_gateway_tls(tls: &Doc) -> Result<(), String> {
+    let (min, max) = (tls.str("TLSMinVersion"), tls.str("TLSMaxVersion"));
+    for version in [min, max] {
+        if !version.is_empty() && !TLS_VERSIONS.contains(&version) {
+            return Err(format!(
+                "no matching TLS version found for {version}, please specify one of [{}]",
+                TLS_VERSIONS.join(", ")
+            ));
+        }
+    }
+    // `TLS_AUTO` compares with nothing, as in Consul.
+    let rank = |v: &str| TLS_VERSIONS[1..].iter().position(|k| *k == v);
+    if let (Some(low), Some(high)) = (rank(min), rank(max)) {
+        if high < low {
+            return Err(format!(
+                "configuring max version {max} less than the configured min version {min} is invalid"
+            ));
+        }
+    }
+    let suites = tls.strs("CipherSuites");
+    if !suites.is_empty() {
+        if !matches!(min, "" | "TLS_AUTO" | "TLSv1_0" | "TLSv1_1" | "TLSv1_2") {
+            return Err(
+                "configuring CipherSuites is only supported for TLS 1.2 and earlier".to_string(),
+            );
+        }
+        let unknown: Vec<&str> = suites
+            .into_iter()
+            .filter(|s| !ENVOY_CIPHER_SUITES.contains(s))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "no matching Envoy TLS cipher suite found for {}",
+                unknown.join(",")
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn validate_ingress(_name: &str, doc: &Doc) -> Result<(), String> {
     as_multierror(meta_reasons(doc))?;
+    if let Some(tls) = doc.get("TLS") {
+        validate_gateway_tls(tls)?;
+    }
     let tls_enabled = doc.get("TLS").is_some_and(|t| t.bool("Enabled"));
     let mut ports: Vec<i64> = Vec::new();
     for listener in doc.list("Listeners") {
@@ -616,6 +683,9 @@ fn validate_ingress(_name: &str, doc: &Doc) -> Result<(), String> {
         let services = listener.list("Services");
         if services.is_empty() {
             return Err(format!("No service declared for listener with port {port}"));
+        }
+        if let Some(tls) = listener.get("TLS") {
+            validate_gateway_tls(tls)?;
         }
         if protocol != "http" && services.len() > 1 {
             return Err(format!(
@@ -635,6 +705,26 @@ fn validate_ingress(_name: &str, doc: &Doc) -> Result<(), String> {
                 return Err(format!(
                     "Service name cannot be blank (listener on port {port})"
                 ));
+            }
+            for (key, what) in [
+                ("RequestHeaders", "request headers"),
+                ("ResponseHeaders", "response headers"),
+            ] {
+                // Stored as given (an opaque map): set when it adds, sets or removes any.
+                let set = match service.get(key) {
+                    Some(Doc::Raw(h)) => {
+                        ["Add", "Set"]
+                            .iter()
+                            .any(|k| h[*k].as_object().is_some_and(|m| !m.is_empty()))
+                            || h["Remove"].as_array().is_some_and(|r| !r.is_empty())
+                    }
+                    _ => false,
+                };
+                if set && protocol == "tcp" {
+                    return Err(format!(
+                        "{what} only valid for http, http2 and grpc protocols (service {service_name:?} on listener on port {port})"
+                    ));
+                }
             }
             let service_hosts = service.strs("Hosts");
             if service_name == "*" && !service_hosts.is_empty() {

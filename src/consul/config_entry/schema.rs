@@ -200,7 +200,7 @@ const INGRESS_LISTENER: &[F] = &[
     always("Port", Ty::Int),
     always("Protocol", Ty::Str),
     always("Services", Ty::ObjList(INGRESS_SERVICE)),
-    omit("TLS", Ty::OpaqueMap),
+    omit("TLS", Ty::OptObj(GATEWAY_TLS)),
 ];
 const INGRESS_GATEWAY: &[F] = &[
     omit("TLS", Ty::Obj(GATEWAY_TLS)),

@@ -197,3 +197,63 @@ fn pretty_output_is_gos_indented_layout() {
         "{\n    \"Kind\": \"service-defaults\",\n    \"Name\": \"web\",\n    \"Protocol\": \"\",\n    \"TransparentProxy\": {},\n    \"MeshGateway\": {},\n    \"Expose\": {},\n    \"CreateIndex\": 0,\n    \"ModifyIndex\": 0\n}\n"
     );
 }
+
+#[test]
+fn ingress_tls_and_header_changes_validate_as_consul() {
+    let invalid = |text: &str| match decoded(text) {
+        Err(EntryError::Invalid(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    let entry = |tls: &str, listener_tls: &str| {
+        format!(
+            r#"{{"Kind":"ingress-gateway","Name":"in","TLS":{tls},"Listeners":[{{"Port":8080,"Protocol":"http","Services":[{{"Name":"web"}}]{listener_tls}}}]}}"#
+        )
+    };
+    assert!(decoded(&entry(
+        r#"{"Enabled":true,"TLSMinVersion":"TLSv1_2","TLSMaxVersion":"TLSv1_3","CipherSuites":["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]}"#,
+        r#","TLS":{"Enabled":true,"TLSMinVersion":"TLS_AUTO"}"#
+    ))
+    .is_ok());
+    assert_eq!(
+        invalid(&entry(r#"{"TLSMinVersion":"tls12"}"#, "")),
+        "no matching TLS version found for tls12, please specify one of [TLS_AUTO, TLSv1_0, TLSv1_1, TLSv1_2, TLSv1_3]"
+    );
+    // A listener's own TLS is checked the same way.
+    assert_eq!(
+        invalid(&entry(
+            "{}",
+            r#","TLS":{"TLSMinVersion":"TLSv1_3","TLSMaxVersion":"TLSv1_1"}"#
+        )),
+        "configuring max version TLSv1_1 less than the configured min version TLSv1_3 is invalid"
+    );
+    // TLS_AUTO compares with nothing.
+    assert!(decoded(&entry(
+        r#"{"TLSMinVersion":"TLSv1_3","TLSMaxVersion":"TLS_AUTO"}"#,
+        ""
+    ))
+    .is_ok());
+    assert_eq!(
+        invalid(&entry(
+            r#"{"TLSMinVersion":"TLSv1_3","CipherSuites":["TLS_RSA_WITH_AES_128_CBC_SHA"]}"#,
+            ""
+        )),
+        "configuring CipherSuites is only supported for TLS 1.2 and earlier"
+    );
+    assert_eq!(
+        invalid(&entry(
+            r#"{"CipherSuites":["TLS_A","TLS_RSA_WITH_AES_128_CBC_SHA","TLS_B"]}"#,
+            ""
+        )),
+        "no matching Envoy TLS cipher suite found for TLS_A,TLS_B"
+    );
+    assert_eq!(
+        invalid(
+            r#"{"Kind":"ingress-gateway","Name":"in","Listeners":[{"Port":9,"Protocol":"tcp","Services":[{"Name":"db","ResponseHeaders":{"Remove":["x"]}}]}]}"#
+        ),
+        "response headers only valid for http, http2 and grpc protocols (service \"db\" on listener on port 9)"
+    );
+    assert!(decoded(
+        r#"{"Kind":"ingress-gateway","Name":"in","Listeners":[{"Port":9,"Protocol":"tcp","Services":[{"Name":"db","RequestHeaders":{}}]}]}"#
+    )
+    .is_ok());
+}

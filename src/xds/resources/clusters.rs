@@ -6,7 +6,8 @@
 
 use super::{ads_config_source, any, duration_ms, inline, socket_address, LOCAL_APP_CLUSTER};
 use crate::xds::registration::ProxyKind;
-use crate::xds::snapshot::{is_l7, ChainNode, Snapshot, Upstream};
+use crate::xds::snapshot::{is_l7, ChainNode, OutlierSettings, Snapshot, Upstream, UpstreamLimits};
+use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers;
 use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{self, ClusterDiscoveryType, DiscoveryType},
     CircuitBreakers, Cluster, OutlierDetection,
@@ -27,6 +28,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher::MatchPattern, StringMatcher};
+use envoy_types::pb::google::protobuf::UInt32Value;
 use std::collections::BTreeMap;
 
 /// The key Envoy reads upstream HTTP protocol options under.
@@ -151,6 +153,38 @@ pub fn resolver_cluster_name(upstream: &Upstream, node: &str) -> Option<String> 
     }
 }
 
+/// Envoy's circuit breakers for `limits`: one threshold with the limits set, else none.
+fn circuit_breakers(limits: &UpstreamLimits) -> CircuitBreakers {
+    let value = |n: u32| (n > 0).then_some(UInt32Value { value: n });
+    let threshold = circuit_breakers::Thresholds {
+        max_connections: value(limits.max_connections),
+        max_pending_requests: value(limits.max_pending_requests),
+        max_requests: value(limits.max_requests),
+        ..Default::default()
+    };
+    let any = threshold.max_connections.is_some()
+        || threshold.max_pending_requests.is_some()
+        || threshold.max_requests.is_some();
+    CircuitBreakers {
+        thresholds: if any { vec![threshold] } else { Vec::new() },
+        ..Default::default()
+    }
+}
+
+/// Envoy's outlier detection for Consul's `PassiveHealthCheck` (Consul's
+/// `ToOutlierDetection`): only what is set, the rest Envoy's defaults.
+fn outlier_detection(settings: &OutlierSettings) -> OutlierDetection {
+    let count = |n: Option<u32>| n.map(|value| UInt32Value { value });
+    OutlierDetection {
+        interval: settings.interval_ms.map(duration_ms),
+        consecutive_5xx: count(settings.consecutive_5xx),
+        enforcing_consecutive_5xx: count(settings.enforcing_consecutive_5xx),
+        max_ejection_percent: count(settings.max_ejection_percent),
+        base_ejection_time: settings.base_ejection_time_ms.map(duration_ms),
+        ..Default::default()
+    }
+}
+
 fn upstream_clusters(
     snapshot: &Snapshot,
     upstream: &Upstream,
@@ -189,8 +223,8 @@ fn upstream_clusters(
                 service_name: String::new(),
             }),
             connect_timeout: Some(duration_ms(primary.connect_timeout_ms)),
-            circuit_breakers: Some(CircuitBreakers::default()),
-            outlier_detection: Some(OutlierDetection::default()),
+            circuit_breakers: Some(circuit_breakers(&upstream.limits)),
+            outlier_detection: Some(outlier_detection(&upstream.limits.outlier)),
             // No panic routing: with every endpoint unhealthy, no traffic, as Consul sets it.
             common_lb_config: Some(cluster::CommonLbConfig {
                 healthy_panic_threshold: Some(envoy_types::pb::envoy::r#type::v3::Percent {

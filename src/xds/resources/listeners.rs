@@ -12,7 +12,7 @@ use super::clusters::{resolver_cluster_name, TLS_TRANSPORT_SOCKET};
 use super::rbac::{self, HttpRbac, NetworkRbac};
 use super::{ads_config_source, any, inline, socket_address, LOCAL_APP_CLUSTER, PUBLIC_LISTENER};
 use crate::xds::registration::ProxyKind;
-use crate::xds::snapshot::{is_l7, IngressListener, Snapshot, Upstream};
+use crate::xds::snapshot::{is_l7, IngressListener, IngressTls, Snapshot, Upstream};
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::route::v3::{
@@ -28,8 +28,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    common_tls_context::ValidationContextType, CertificateValidationContext, CommonTlsContext,
-    DownstreamTlsContext, TlsParameters,
+    common_tls_context::ValidationContextType, tls_parameters::TlsProtocol,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, TlsParameters,
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 
@@ -259,12 +259,96 @@ pub fn ingress_route_name(port: u16) -> String {
     port.to_string()
 }
 
+/// Envoy's protocol version for one of Consul's names (`TLS_AUTO`, `TLSv1_0` … `TLSv1_3`);
+/// unset and unknown names (the entry was validated when written) leave Envoy's default.
+fn tls_protocol(name: &str) -> Option<TlsProtocol> {
+    Some(match name {
+        "TLS_AUTO" => TlsProtocol::TlsAuto,
+        "TLSv1_0" => TlsProtocol::TlSv10,
+        "TLSv1_1" => TlsProtocol::TlSv11,
+        "TLSv1_2" => TlsProtocol::TlSv12,
+        "TLSv1_3" => TlsProtocol::TlSv13,
+        _ => return None,
+    })
+}
+
+/// Envoy's (BoringSSL's) name of a TLS 1.2 cipher suite given by its IANA name, as
+/// Consul translates the suites its entries accept.
+pub fn envoy_cipher_suite(iana: &str) -> Option<&'static str> {
+    Some(match iana {
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" => "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA" => "ECDHE-ECDSA-AES128-SHA",
+        "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA" => "ECDHE-RSA-AES128-SHA",
+        "TLS_RSA_WITH_AES_128_GCM_SHA256" => "AES128-GCM-SHA256",
+        "TLS_RSA_WITH_AES_128_CBC_SHA" => "AES128-SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA" => "ECDHE-ECDSA-AES256-SHA",
+        "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA" => "ECDHE-RSA-AES256-SHA",
+        "TLS_RSA_WITH_AES_256_GCM_SHA384" => "AES256-GCM-SHA384",
+        "TLS_RSA_WITH_AES_256_CBC_SHA" => "AES256-SHA",
+        _ => return None,
+    })
+}
+
+/// The TLS an ingress listener ends (Consul's downstream context of an ingress listener):
+/// the gateway's leaf, the roots as validation context without asking clients for a
+/// certificate, the entry's versions and cipher suites, and for an HTTP-family listener
+/// the ALPN protocols Consul offers (`http/1.1`, with `h2` first for `http2` and `grpc`).
+fn ingress_tls_socket(
+    snapshot: &Snapshot,
+    listener: &IngressListener,
+    tls: &IngressTls,
+) -> core::TransportSocket {
+    let params = TlsParameters {
+        tls_minimum_protocol_version: tls_protocol(&tls.min_version).unwrap_or_default() as i32,
+        tls_maximum_protocol_version: tls_protocol(&tls.max_version).unwrap_or_default() as i32,
+        cipher_suites: tls
+            .cipher_suites
+            .iter()
+            .filter_map(|c| envoy_cipher_suite(c))
+            .map(str::to_string)
+            .collect(),
+        ..Default::default()
+    };
+    let alpn_protocols = match listener.protocol.as_str() {
+        "http" => vec!["http/1.1".to_string()],
+        "http2" | "grpc" => vec!["h2".to_string(), "http/1.1".to_string()],
+        _ => Vec::new(),
+    };
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_params: Some(params),
+            tls_certificates: vec![super::leaf_certificate(snapshot)],
+            validation_context_type: Some(ValidationContextType::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: Some(inline(&snapshot.roots_bundle())),
+                    ..Default::default()
+                },
+            )),
+            alpn_protocols,
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue { value: false }),
+        ..Default::default()
+    };
+    core::TransportSocket {
+        name: TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(
+            &context,
+        ))),
+    }
+}
+
 /// One listener of an ingress gateway (Consul's `makeIngressGatewayListeners`). A TCP
 /// listener exposes one service and is that service's upstream listener bound at the
 /// gateway's address and the listener's port (`<service>:<addr>:<port>`); an HTTP-family
 /// listener (`<protocol>:<addr>:<port>`) routes by `Host` over RDS, its route
 /// configuration named by the port. Clients outside the mesh speak plain TCP or HTTP to
-/// it; upstream connections carry the gateway's leaf, so the services' sidecars decide by
+/// it, or TLS ended with the gateway's leaf when the entry enables it; upstream connections carry the gateway's leaf, so the services' sidecars decide by
 /// intentions with the gateway as the source.
 fn ingress_listener(
     snapshot: &Snapshot,
@@ -290,7 +374,13 @@ fn ingress_listener(
         upstream.bind_port = listener.port;
         // The chain of a TCP listener is served as TCP whatever the service's protocol.
         upstream.protocol = "tcp".to_string();
-        return upstream_listener(&upstream);
+        let mut built = upstream_listener(&upstream)?;
+        if let Some(tls) = &listener.tls {
+            for chain in &mut built.listener.filter_chains {
+                chain.transport_socket = Some(ingress_tls_socket(snapshot, listener, tls));
+            }
+        }
+        return Ok(built);
     }
     let route = ingress_route_name(listener.port);
     let manager = HttpConnectionManager {
@@ -312,6 +402,10 @@ fn ingress_listener(
             traffic_direction: core::TrafficDirection::Outbound as i32,
             filter_chains: vec![FilterChain {
                 filters: vec![network_filter(HCM_FILTER, any(&manager))],
+                transport_socket: listener
+                    .tls
+                    .as_ref()
+                    .map(|tls| ingress_tls_socket(snapshot, listener, tls)),
                 ..Default::default()
             }],
             ..Default::default()

@@ -9,7 +9,12 @@ use super::clusters::resolver_cluster_name;
 use super::listeners::ingress_route_name;
 use super::rbac::header_matcher;
 use super::{duration_ms, regex_escape, safe_regex};
-use crate::xds::snapshot::{is_l7, ChainNode, IngressListener, RouteRule, Snapshot, Upstream};
+use crate::xds::snapshot::{
+    is_l7, ChainNode, HeaderChanges, IngressListener, RouteRule, Snapshot, Upstream,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    header_value_option::HeaderAppendAction, HeaderValue, HeaderValueOption,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     route, route_action, route_match, weighted_cluster::ClusterWeight, HeaderMatcher,
@@ -78,11 +83,14 @@ fn ingress_route_configuration(
                     listener.port, service.upstream
                 )
             })?;
-        virtual_hosts.push(virtual_host(
-            upstream,
-            upstream.id.clone(),
-            service.domains.clone(),
-        )?);
+        let mut host = virtual_host(upstream, upstream.id.clone(), service.domains.clone())?;
+        // The service's header changes apply to every route of its host, as Consul's
+        // `injectHeaderManipToVirtualHost` puts them.
+        host.request_headers_to_add = header_options(&service.request_headers);
+        host.request_headers_to_remove = service.request_headers.remove.clone();
+        host.response_headers_to_add = header_options(&service.response_headers);
+        host.response_headers_to_remove = service.response_headers.remove.clone();
+        virtual_hosts.push(host);
     }
     Ok(RouteConfiguration {
         name: ingress_route_name(listener.port),
@@ -90,6 +98,31 @@ fn ingress_route_configuration(
         validate_clusters: Some(BoolValue { value: false }),
         ..Default::default()
     })
+}
+
+/// Envoy's header options for Consul's `Add` (appended to a header already there) and
+/// `Set` (replacing it).
+fn header_options(changes: &HeaderChanges) -> Vec<HeaderValueOption> {
+    let option = |(name, value): &(String, String), action: HeaderAppendAction| HeaderValueOption {
+        header: Some(HeaderValue {
+            key: name.clone(),
+            value: value.clone(),
+            ..Default::default()
+        }),
+        append_action: action as i32,
+        ..Default::default()
+    };
+    changes
+        .add
+        .iter()
+        .map(|h| option(h, HeaderAppendAction::AppendIfExistsOrAdd))
+        .chain(
+            changes
+                .set
+                .iter()
+                .map(|h| option(h, HeaderAppendAction::OverwriteIfExistsOrAdd)),
+        )
+        .collect()
 }
 
 /// A virtual host answering `domains` with the routes of `upstream`'s chain.

@@ -35,6 +35,7 @@ fn upstream(protocol: &str, nodes: Vec<(&str, ChainNode)>, targets: Vec<Target>)
         start: nodes[0].0.to_string(),
         nodes: nodes.into_iter().map(|(k, n)| (k.to_string(), n)).collect(),
         targets: targets.into_iter().map(|t| (t.id.clone(), t)).collect(),
+        limits: Default::default(),
     }
 }
 
@@ -291,7 +292,10 @@ fn ingress_snapshot() -> Snapshot {
             services: vec![IngressService {
                 upstream: "web".into(),
                 domains: ingress_domains("web", &[], 8080),
+                request_headers: Default::default(),
+                response_headers: Default::default(),
             }],
+            tls: None,
         },
         IngressListener {
             bind_address: "10.0.0.9".into(),
@@ -300,7 +304,10 @@ fn ingress_snapshot() -> Snapshot {
             services: vec![IngressService {
                 upstream: "db".into(),
                 domains: ingress_domains("db", &[], 9090),
+                request_headers: Default::default(),
+                response_headers: Default::default(),
             }],
+            tls: None,
         },
     ];
     s

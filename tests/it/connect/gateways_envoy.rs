@@ -41,17 +41,14 @@ fn intention(agent: &Agent, source: &str, destination: &str, action: &str) {
 
 /// `curl` with a `Host` header: `(status, body)`, or why no answer came.
 fn curl(addr: SocketAddr, host: &str) -> Result<(u16, String), String> {
+    curl_answer(&["-H", &format!("Host: {host}"), &format!("http://{addr}/")])
+}
+
+/// `curl -s` with `args` (5 s at most): `(status, body)`, or why no answer came.
+fn curl_answer(args: &[&str]) -> Result<(u16, String), String> {
     let output = Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "5",
-            "-H",
-            &format!("Host: {host}"),
-            "-w",
-            "\n%{http_code}",
-            &format!("http://{addr}/"),
-        ])
+        .args(["-s", "-S", "--max-time", "5", "-w", "\n%{http_code}"])
+        .args(args)
         .output()
         .expect("curl must be installed (tests/run.sh installs it)");
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -107,10 +104,9 @@ fn wait_for_answer(addr: SocketAddr, host: &str, expected: (u16, &str), timeout:
     );
 }
 
-#[test]
-fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
-    let agent = Agent::dev(&[]);
-    let dir = TempDir::new("ingress-envoy");
+/// HTTP services `web` and `api` (answering their names, `service-defaults` protocol
+/// `http`) and an echo service `db`, each registered with a sidecar.
+fn register_web_api_db(agent: &Agent) {
     let ip = agent.ip;
     let (web_port, api_port, db_port) = (free_port(ip), free_port(ip), free_port(ip));
     http_server(SocketAddr::new(ip, web_port), "web");
@@ -118,13 +114,48 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
     echo_server(SocketAddr::new(ip, db_port));
     for service in ["web", "api"] {
         write_config(
-            &agent,
+            agent,
             json!({"Kind": "service-defaults", "Name": service, "Protocol": "http"}),
         );
     }
-    register_with_sidecar(&agent, "web", web_port, free_port(ip), json!([]));
-    register_with_sidecar(&agent, "api", api_port, free_port(ip), json!([]));
-    register_with_sidecar(&agent, "db", db_port, free_port(ip), json!([]));
+    register_with_sidecar(agent, "web", web_port, free_port(ip), json!([]));
+    register_with_sidecar(agent, "api", api_port, free_port(ip), json!([]));
+    register_with_sidecar(agent, "db", db_port, free_port(ip), json!([]));
+}
+
+/// Envoy as the sidecars of `web`, `api` and `db`, and as the ingress gateway `ingress`
+/// registered by `connect envoy -register` at the agent's address and `gateway_port`.
+fn start_sidecars_and_gateway(
+    agent: &Agent,
+    dir: &TempDir,
+    gateway_port: u16,
+) -> (Vec<Envoy>, Envoy) {
+    let sidecars = ["web", "api", "db"]
+        .iter()
+        .map(|s| Envoy::start(agent, dir, s, &["-sidecar-for", s]))
+        .collect();
+    let gateway = Envoy::start(
+        agent,
+        dir,
+        "ingress",
+        &[
+            "-gateway=ingress",
+            "-register",
+            "-service",
+            "ingress",
+            "-address",
+            &format!("{}:{gateway_port}", agent.ip),
+        ],
+    );
+    (sidecars, gateway)
+}
+
+#[test]
+fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("ingress-envoy");
+    let ip = agent.ip;
+    register_web_api_db(&agent);
     let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
     write_config(
         &agent,
@@ -139,23 +170,7 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
             ]
         }),
     );
-    let sidecars: Vec<Envoy> = ["web", "api", "db"]
-        .iter()
-        .map(|s| Envoy::start(&agent, &dir, s, &["-sidecar-for", s]))
-        .collect();
-    let gateway = Envoy::start(
-        &agent,
-        &dir,
-        "ingress",
-        &[
-            "-gateway=ingress",
-            "-register",
-            "-service",
-            "ingress",
-            "-address",
-            &format!("{ip}:{gateway_port}"),
-        ],
-    );
+    let (sidecars, gateway) = start_sidecars_and_gateway(&agent, &dir, gateway_port);
     // The CLI registered the gateway as Consul's does.
     let registered = wait_for("the gateway is registered", MESH_READY_TIMEOUT, || {
         let r = agent.get("/v1/agent/service/ingress");
@@ -265,6 +280,155 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
         "a gateway has no local_app"
     );
 
+    // A service's header changes apply on its host, Consul's way: `Add` appends, `Set`
+    // replaces, `Remove` drops; the request ones reach the service, the response ones the
+    // client; api's host is untouched.
+    write_config(
+        &agent,
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web",
+                     "RequestHeaders": {"Add": {"x-from": "gateway"}, "Set": {"x-mode": "set"},
+                                        "Remove": ["x-secret"]},
+                     "ResponseHeaders": {"Set": {"x-served-by": "ingress"},
+                                         "Remove": ["x-echo-x-keep"]}},
+                    {"Name": "api", "Hosts": ["api.example.com"]},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
+            ]
+        }),
+    );
+    let headers_of = |host: &str| {
+        let output = Command::new("curl")
+            .args(["-s", "-i", "--max-time", "5", "-H"])
+            .arg(format!("Host: {host}"))
+            .args([
+                "-H",
+                "x-from: client",
+                "-H",
+                "x-mode: client",
+                "-H",
+                "x-secret: s",
+            ])
+            .args(["-H", "x-keep: k"])
+            .arg(format!("http://{http}/"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).to_ascii_lowercase()
+    };
+    let changed = wait_for("web's header changes", INTENTION_TIMEOUT, || {
+        let answer = headers_of("web.ingress.consul");
+        answer
+            .contains("x-served-by: ingress")
+            .then(|| answer.clone())
+            .ok_or(answer)
+    });
+    assert!(
+        changed.contains("x-echo-x-from: client") && changed.contains("x-echo-x-from: gateway"),
+        "{changed}"
+    );
+    assert!(changed.contains("x-echo-x-mode: set"), "{changed}");
+    assert!(!changed.contains("x-echo-x-mode: client"), "{changed}");
+    assert!(!changed.contains("x-echo-x-secret"), "{changed}");
+    assert!(!changed.contains("x-echo-x-keep"), "{changed}");
+    let untouched = headers_of("api.example.com");
+    assert!(untouched.contains("x-echo-x-secret: s"), "{untouched}");
+    assert!(untouched.contains("x-echo-x-keep: k"), "{untouched}");
+    assert!(!untouched.contains("x-served-by"), "{untouched}");
+    // Consul's rule: header changes need an HTTP-family listener.
+    let refused = agent.put(
+        "/v1/config",
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Listeners": [{"Port": tcp_listener, "Protocol": "tcp", "Services": [
+                {"Name": "db", "RequestHeaders": {"Add": {"x-from": "gateway"}}}]}]
+        })
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(refused.status, 500);
+    assert!(
+        refused
+            .text()
+            .contains("request headers only valid for http, http2 and grpc protocols"),
+        "{}",
+        refused.text()
+    );
+
+    // Limits and passive health checks become the clusters' circuit breakers and outlier
+    // detection, Consul's way: the entry's `Defaults`, a service's own settings over them.
+    write_config(
+        &agent,
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "Defaults": {"MaxConnections": 10,
+                         "PassiveHealthCheck": {"MaxFailures": 3, "Interval": "5s"}},
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web", "MaxConcurrentRequests": 7, "MaxPendingRequests": 6,
+                     "PassiveHealthCheck": {"MaxFailures": 5, "BaseEjectionTime": "20s",
+                                            "EnforcingConsecutive5xx": 80, "MaxEjectionPercent": 50}},
+                    {"Name": "api", "Hosts": ["api.example.com"]},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
+            ]
+        }),
+    );
+    let cluster_of = |dump: &Value, service: &str| -> Option<Value> {
+        dump["configs"]
+            .as_array()?
+            .iter()
+            .flat_map(|c| {
+                c["dynamic_active_clusters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+            })
+            .map(|c| c["cluster"].clone())
+            .find(|c| {
+                c["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&format!("{service}.default.dc1.internal.")))
+            })
+    };
+    // A changed cluster warms again (its endpoints resent) before Envoy shows it active.
+    let (web_cluster, api_cluster) = wait_for("the limits in Envoy", MESH_READY_TIMEOUT, || {
+        let dump: Value = serde_json::from_str(&gateway.admin_get("/config_dump")).unwrap();
+        let web = cluster_of(&dump, "web").ok_or("no web cluster")?;
+        let api = cluster_of(&dump, "api").ok_or("no api cluster")?;
+        (web["circuit_breakers"]["thresholds"][0]["max_requests"] == 7)
+            .then(|| (web.clone(), api.clone()))
+            .ok_or(format!("{web}"))
+    });
+    assert_eq!(
+        web_cluster["circuit_breakers"]["thresholds"][0],
+        json!({"max_connections": 10, "max_pending_requests": 6, "max_requests": 7}),
+        "{web_cluster}"
+    );
+    assert_eq!(
+        web_cluster["outlier_detection"],
+        json!({"interval": "5s", "consecutive_5xx": 5, "base_ejection_time": "20s",
+               "enforcing_consecutive_5xx": 80, "max_ejection_percent": 50}),
+        "{web_cluster}"
+    );
+    assert_eq!(
+        api_cluster["circuit_breakers"]["thresholds"][0],
+        json!({"max_connections": 10}),
+        "{api_cluster}"
+    );
+    assert_eq!(
+        api_cluster["outlier_detection"],
+        json!({"interval": "5s", "consecutive_5xx": 3}),
+        "{api_cluster}"
+    );
+    gateway.assert_connected_and_nothing_rejected();
+    assert_eq!(
+        curl(http, "web.ingress.consul").unwrap(),
+        (200, "web".to_string())
+    );
+
     // A setting the listeners do not apply yet is named in the agent's log, not ignored.
     assert!(!agent.log().contains("accepted but not applied"));
     write_config(
@@ -273,16 +437,16 @@ fn an_ingress_gateway_routes_by_host_and_port_and_the_destination_decides() {
             "Kind": "ingress-gateway", "Name": "ingress",
             "Listeners": [
                 {"Port": http_listener, "Protocol": "http", "Services": [
-                    {"Name": "web", "RequestHeaders": {"Add": {"x-from": "gateway"}}},
+                    {"Name": "web"},
                     {"Name": "api", "Hosts": ["api.example.com"]},
-                ]},
+                ], "TLS": {"SDS": {"ClusterName": "sds", "CertResource": "cert"}}},
                 {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}]},
             ]
         }),
     );
     wait_for("the warning", INTENTION_TIMEOUT, || {
         let log = agent.log();
-        log.contains("Listeners[0].Services[0].RequestHeaders accepted but not applied")
+        log.contains("Listeners[0].TLS.SDS accepted but not applied")
             .then_some(())
             .ok_or(log)
     });
@@ -697,4 +861,223 @@ fn a_terminating_gateway_carries_mesh_traffic_out_with_its_services_intentions()
             "the gateway's config_dump lacks {name}"
         );
     }
+}
+
+/// The certificate `addr` presents for `server_name` (`openssl s_client -servername`) with
+/// `version` (`-tls1_2`, `-tls1_3`), as `openssl x509 -text`, or why the handshake failed.
+fn served_certificate(
+    addr: SocketAddr,
+    server_name: &str,
+    version: &str,
+) -> Result<String, String> {
+    let output = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            server_name,
+            version,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl runs (tests/run.sh installs it)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let Some(start) = text.find("-----BEGIN CERTIFICATE-----") else {
+        return Err(format!(
+            "no certificate (exit {:?}): {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    };
+    let end = text
+        .find("-----END CERTIFICATE-----")
+        .expect("a whole PEM block")
+        + "-----END CERTIFICATE-----".len();
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-text"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&text.as_bytes()[start..end])
+        .unwrap();
+    let parsed = child.wait_with_output().unwrap();
+    Ok(String::from_utf8_lossy(&parsed.stdout).into_owned())
+}
+
+/// `curl` over HTTPS to `host` on `port`, resolved to `ip` and verified with the Connect
+/// roots in `ca_file`: `(status, body)`, or why no answer came.
+fn curl_https(
+    ip: std::net::IpAddr,
+    port: u16,
+    host: &str,
+    ca_file: &str,
+) -> Result<(u16, String), String> {
+    curl_answer(&[
+        "--cacert",
+        ca_file,
+        "--resolve",
+        &format!("{host}:{port}:{ip}"),
+        &format!("https://{host}:{port}/"),
+    ])
+}
+
+/// Ingress TLS as Consul serves it: with the entry's `TLS.Enabled` the gateway's leaf
+/// carries `*.ingress.<domain>`, `*.ingress.<dc>.<domain>` and the services' `Hosts`, and
+/// each listener ends TLS with it (curl verifying with the Connect roots reaches web and
+/// api by name; a plain HTTP client is refused); a listener's own `TLSMinVersion` of
+/// `TLSv1_3` refuses a TLS 1.2 client; a host added to the entry reaches the leaf; an
+/// invalid version or cipher suite is refused at write with Consul's error.
+#[test]
+fn an_ingress_gateway_ends_tls_with_its_leaf_as_consul_does() {
+    let agent = Agent::dev(&[]);
+    let dir = TempDir::new("ingress-tls");
+    let ip = agent.ip;
+    register_web_api_db(&agent);
+    let (http_listener, tcp_listener, gateway_port) = (free_port(ip), free_port(ip), free_port(ip));
+
+    // Consul's checks at write.
+    for (tls, error) in [
+        (
+            json!({"Enabled": true, "TLSMinVersion": "TLSv9"}),
+            "no matching TLS version found for TLSv9, please specify one of [TLS_AUTO, TLSv1_0, TLSv1_1, TLSv1_2, TLSv1_3]",
+        ),
+        (
+            json!({"Enabled": true, "TLSMinVersion": "TLSv1_3", "TLSMaxVersion": "TLSv1_2"}),
+            "configuring max version TLSv1_2 less than the configured min version TLSv1_3 is invalid",
+        ),
+        (
+            json!({"Enabled": true, "TLSMinVersion": "TLSv1_3", "CipherSuites": ["TLS_RSA_WITH_AES_128_CBC_SHA"]}),
+            "configuring CipherSuites is only supported for TLS 1.2 and earlier",
+        ),
+        (
+            json!({"Enabled": true, "CipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]}),
+            "no matching Envoy TLS cipher suite found for TLS_RSA_WITH_RC4_128_SHA",
+        ),
+    ] {
+        let body = json!({
+            "Kind": "ingress-gateway", "Name": "ingress", "TLS": tls,
+            "Listeners": [{"Port": http_listener, "Protocol": "http", "Services": [{"Name": "web"}]}]
+        });
+        let r = agent.put("/v1/config", body.to_string().as_bytes());
+        // Consul answers an entry its validation refuses with 500 and the reason.
+        assert_eq!(r.status, 500, "{body}: {}", r.text());
+        assert!(r.text().contains(error), "{body}: {}", r.text());
+    }
+
+    let entry = |hosts: Value| {
+        json!({
+            "Kind": "ingress-gateway", "Name": "ingress",
+            "TLS": {"Enabled": true},
+            "Listeners": [
+                {"Port": http_listener, "Protocol": "http", "Services": [
+                    {"Name": "web"},
+                    {"Name": "api", "Hosts": hosts},
+                ]},
+                {"Port": tcp_listener, "Protocol": "tcp", "Services": [{"Name": "db"}],
+                 "TLS": {"Enabled": true, "TLSMinVersion": "TLSv1_3"}},
+            ]
+        })
+    };
+    write_config(&agent, entry(json!(["api.example.com"])));
+    let (sidecars, gateway) = start_sidecars_and_gateway(&agent, &dir, gateway_port);
+    let roots = agent.get("/v1/connect/ca/roots").json();
+    let trust_domain = roots["TrustDomain"].as_str().unwrap().to_string();
+    let ca_file = dir.path().join("roots.pem");
+    std::fs::write(&ca_file, roots["Roots"][0]["RootCert"].as_str().unwrap()).unwrap();
+    let ca_file = ca_file.to_str().unwrap().to_string();
+    let logs = |what: &str| {
+        format!(
+            "{what}\ngateway:\n{}\nsidecars:\n{}",
+            gateway.log(),
+            sidecars.iter().map(Envoy::log).collect::<String>()
+        )
+    };
+
+    // HTTPS by name, verified against the Connect roots.
+    wait_for("web over HTTPS", MESH_READY_TIMEOUT, || {
+        match curl_https(ip, http_listener, "web.ingress.consul", &ca_file)? {
+            (200, body) if body == "web" => Ok(()),
+            other => Err(logs(&format!("{other:?}"))),
+        }
+    });
+    assert_eq!(
+        curl_https(ip, http_listener, "web.ingress.dc1.consul", &ca_file).unwrap(),
+        (200, "web".to_string())
+    );
+    assert_eq!(
+        curl_https(ip, http_listener, "api.example.com", &ca_file).unwrap(),
+        (200, "api".to_string())
+    );
+    // A name the leaf does not carry fails verification.
+    assert!(curl_https(ip, http_listener, "other.example.com", &ca_file).is_err());
+    // Plain HTTP finds no HTTP server there.
+    let plain = curl(SocketAddr::new(ip, http_listener), "web.ingress.consul");
+    assert!(plain.is_err(), "plain HTTP answered: {plain:?}");
+
+    // The certificate is the gateway's leaf with Consul's names.
+    let http = SocketAddr::new(ip, http_listener);
+    let cert = served_certificate(http, "web.ingress.consul", "-tls1_2").unwrap();
+    for name in [
+        "DNS:*.ingress.consul".to_string(),
+        "DNS:*.ingress.dc1.consul".to_string(),
+        "DNS:api.example.com".to_string(),
+        format!("URI:spiffe://{trust_domain}/ns/default/dc/dc1/svc/ingress"),
+    ] {
+        assert!(cert.contains(&name), "the leaf lacks {name}:\n{cert}");
+    }
+    // ALPN for an http listener is Consul's: HTTP/1.1.
+    let alpn = Command::new("curl")
+        .args([
+            "-s",
+            "-v",
+            "--max-time",
+            "5",
+            "--cacert",
+            &ca_file,
+            "--resolve",
+        ])
+        .arg(format!("web.ingress.consul:{http_listener}:{ip}"))
+        .arg(format!("https://web.ingress.consul:{http_listener}/"))
+        .output()
+        .unwrap();
+    let verbose = String::from_utf8_lossy(&alpn.stderr);
+    assert!(
+        verbose.contains("ALPN: server accepted http/1.1")
+            || verbose.contains("ALPN, server accepted to use http/1.1"),
+        "{verbose}"
+    );
+
+    // The TCP listener's own TLS asks for 1.3 at least.
+    let tcp = SocketAddr::new(ip, tcp_listener);
+    wait_for("the TCP listener over TLS 1.3", MESH_READY_TIMEOUT, || {
+        served_certificate(tcp, "db.ingress.consul", "-tls1_3").map(|_| ())
+    });
+    let refused = served_certificate(tcp, "db.ingress.consul", "-tls1_2");
+    assert!(refused.is_err(), "TLS 1.2 was accepted: {refused:?}");
+    assert!(served_certificate(http, "web.ingress.consul", "-tls1_3").is_ok());
+
+    // A host added to the entry reaches a re-issued leaf.
+    write_config(&agent, entry(json!(["api.example.com", "www.example.com"])));
+    wait_for("the new host in the leaf", MESH_READY_TIMEOUT, || {
+        let cert = served_certificate(http, "www.example.com", "-tls1_2")?;
+        cert.contains("DNS:www.example.com")
+            .then_some(())
+            .ok_or(cert)
+    });
+    assert_eq!(
+        curl_https(ip, http_listener, "www.example.com", &ca_file).unwrap(),
+        (200, "api".to_string())
+    );
+    settled(&agent, "ingress", &gateway, &sidecars);
+    assert!(
+        !agent.log().contains("accepted but not applied"),
+        "TLS from the gateway's leaf is applied"
+    );
 }

@@ -61,6 +61,7 @@ pub fn http_server(addr: SocketAddr, name: &'static str) {
                 let mut writer = stream;
                 loop {
                     let mut length = 0usize;
+                    let mut echoed = String::new();
                     let mut line = String::new();
                     loop {
                         line.clear();
@@ -71,8 +72,16 @@ pub fn http_server(addr: SocketAddr, name: &'static str) {
                         if line == "\r\n" {
                             break;
                         }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
                             length = v.trim().parse().unwrap_or(0);
+                        }
+                        // Request headers named `x-…` come back as `x-echo-x-…`, so a test
+                        // sees what reached the service.
+                        if let Some((name, value)) = lower.split_once(':') {
+                            if name.starts_with("x-") {
+                                echoed.push_str(&format!("x-echo-{name}: {}\r\n", value.trim()));
+                            }
                         }
                     }
                     let mut body = vec![0u8; length];
@@ -80,7 +89,7 @@ pub fn http_server(addr: SocketAddr, name: &'static str) {
                         return;
                     }
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{name}",
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n{echoed}content-length: {}\r\n\r\n{name}",
                         name.len()
                     );
                     if writer.write_all(answer.as_bytes()).is_err() {
