@@ -360,25 +360,7 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     };
     let proxy_id = flag_or_env(&args.proxy_id, "CONNECT_PROXY_ID");
     let sidecar_for = flag_or_env(&args.sidecar_for, "CONNECT_SIDECAR_FOR");
-    if args.mesh_gateway && args.gateway.is_some() {
-        return Err(
-            "The mesh-gateway flag is deprecated and cannot be used alongside the gateway flag"
-                .to_string(),
-        );
-    }
-    let gateway = if args.mesh_gateway {
-        Some("mesh".to_string())
-    } else {
-        args.gateway.clone().filter(|g| !g.is_empty())
-    };
-    if args.expose_servers {
-        if gateway.as_deref() != Some("mesh") {
-            return Err("'-expose-servers' can only be used for mesh gateways".to_string());
-        }
-        if !args.register {
-            return Err("'-expose-servers' requires '-register'".to_string());
-        }
-    }
+    let gateway = gateway_from_flags(args)?;
     let gateway_kind = gateway.as_deref().map(gateway_kind).transpose()?;
     let mut gateway_name = gateway_kind.map(|kind| {
         args.service
@@ -423,18 +405,7 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     if !served {
         return Err("service is not a Connect proxy or gateway".to_string());
     }
-    if kind == "api-gateway" {
-        eprintln!(
-            "[WARN]  connect envoy: praetor does not configure Envoy as a {kind} yet: it will get no listeners"
-        );
-    }
-    if kind == "mesh-gateway" && service["Meta"]["consul-wan-federation"] == "1" {
-        // Consul's WAN federation through mesh gateways routes the servers' own RPC and
-        // gossip by SNI; praetor's servers federate over their WAN addresses directly.
-        eprintln!(
-            "[WARN]  connect envoy: -expose-servers registered the gateway for WAN federation, but praetor's mesh gateway routes service traffic only, not the servers'"
-        );
-    }
+    warn_unserved_kinds(&service, kind);
     let destination = service["Proxy"]["DestinationServiceName"]
         .as_str()
         .unwrap_or_default()
@@ -444,60 +415,14 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     } else {
         destination.clone()
     };
-    let (admin_host, admin_port) = args.admin_bind.rsplit_once(':').ok_or_else(|| {
-        format!(
-            "Invalid Consul HTTP address: address {}: missing port in address",
-            args.admin_bind
-        )
-    })?;
-    let admin_port: u16 = admin_port
-        .parse()
-        .map_err(|_| format!("Invalid Consul HTTP address: invalid port {admin_port:?}"))?;
-    let admin_ip = resolve_ip(admin_host.trim_start_matches('[').trim_end_matches(']'))
-        .map_err(|e| format!("Failed to resolve admin bind address: {e}"))?;
+    let (admin_ip, admin_port) = admin_address(&args.admin_bind)?;
     let grpc_addr = flag_or_env(&args.grpc_addr, "CONSUL_GRPC_ADDR");
     let (agent_address, agent_port, tls) = grpc_address(&client, grpc_addr.as_deref())?;
-    let agent_ca_pem = if tls {
-        let file = flag_or_env(&args.grpc_ca_file, "CONSUL_GRPC_CACERT")
-            .or_else(|| args.http.ca_file.clone())
-            .or_else(|| super::client::process_env("CONSUL_CACERT"));
-        Some(match file {
-            Some(path) => std::fs::read_to_string(&path)
-                .map_err(|e| format!("Error reading CA file {path}: {e}"))?,
-            None => String::new(),
-        })
-    } else {
-        None
-    };
+    let agent_ca_pem = if tls { Some(agent_ca(args)?) } else { None };
     let datacenter = service["Datacenter"].as_str().unwrap_or("dc1").to_string();
-    // Consul's central bootstrap settings (stats sinks, tracing, extra static resources…)
-    // are not written into the bootstrap yet: say so rather than drop them silently.
-    let unapplied: Vec<&str> = service["Proxy"]["Config"]
-        .as_object()
-        .into_iter()
-        .flat_map(|c| c.keys())
-        .filter(|k| k.starts_with("envoy_"))
-        .map(String::as_str)
-        .collect();
-    if !unapplied.is_empty() {
-        eprintln!(
-            "[WARN]  connect envoy: Proxy.Config {} accepted but not applied to the bootstrap",
-            unapplied.join(", ")
-        );
-    }
-    // Consul gives an ingress gateway a readiness listener at its LAN address (the
-    // registration's address and port), where its TCP check looks.
+    warn_unapplied_bootstrap_settings(&service);
     let ready_bind = if kind == "ingress-gateway" {
-        let address = service["Address"]
-            .as_str()
-            .filter(|a| !a.is_empty())
-            .unwrap_or("127.0.0.1");
-        let port = service["Port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .filter(|p| *p != 0)
-            .unwrap_or(GATEWAY_PORT_DEFAULT);
-        Some((resolve_ip(address)?, port))
+        Some(ingress_ready_bind(&service)?)
     } else {
         None
     };
@@ -521,6 +446,112 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
         admin_bind_port: admin_port,
         token: client.options.token.clone().unwrap_or_default(),
     })
+}
+
+/// The gateway kind the flags ask for: `-gateway`, or the deprecated `-mesh-gateway` (not
+/// both); `-expose-servers` only for a mesh gateway being registered. Consul's errors.
+fn gateway_from_flags(args: &EnvoyArgs) -> Result<Option<String>, String> {
+    if args.mesh_gateway && args.gateway.is_some() {
+        return Err(
+            "The mesh-gateway flag is deprecated and cannot be used alongside the gateway flag"
+                .to_string(),
+        );
+    }
+    let gateway = if args.mesh_gateway {
+        Some("mesh".to_string())
+    } else {
+        args.gateway.clone().filter(|g| !g.is_empty())
+    };
+    if args.expose_servers {
+        if gateway.as_deref() != Some("mesh") {
+            return Err("'-expose-servers' can only be used for mesh gateways".to_string());
+        }
+        if !args.register {
+            return Err("'-expose-servers' requires '-register'".to_string());
+        }
+    }
+    Ok(gateway)
+}
+
+/// Warns about what the proxy's registration asks that praetor's Envoy configuration does
+/// not serve: an API gateway, and a mesh gateway's routes to the servers.
+fn warn_unserved_kinds(service: &Value, kind: &str) {
+    if kind == "api-gateway" {
+        eprintln!(
+            "[WARN]  connect envoy: praetor does not configure Envoy as a {kind} yet: it will get no listeners"
+        );
+    }
+    if kind == "mesh-gateway" && service["Meta"]["consul-wan-federation"] == "1" {
+        // Consul's WAN federation through mesh gateways routes the servers' own RPC and
+        // gossip by SNI; praetor's servers federate over their WAN addresses directly.
+        eprintln!(
+            "[WARN]  connect envoy: -expose-servers registered the gateway for WAN federation, but praetor's mesh gateway routes service traffic only, not the servers'"
+        );
+    }
+}
+
+/// Consul's central bootstrap settings (stats sinks, tracing, extra static resources…) are
+/// not written into the bootstrap yet: say so rather than drop them silently.
+fn warn_unapplied_bootstrap_settings(service: &Value) {
+    let unapplied: Vec<&str> = service["Proxy"]["Config"]
+        .as_object()
+        .into_iter()
+        .flat_map(|c| c.keys())
+        .filter(|k| k.starts_with("envoy_"))
+        .map(String::as_str)
+        .collect();
+    if !unapplied.is_empty() {
+        eprintln!(
+            "[WARN]  connect envoy: Proxy.Config {} accepted but not applied to the bootstrap",
+            unapplied.join(", ")
+        );
+    }
+}
+
+/// `-admin-bind` as an address and port, with Consul's errors.
+fn admin_address(admin_bind: &str) -> Result<(String, u16), String> {
+    let (admin_host, admin_port) = admin_bind.rsplit_once(':').ok_or_else(|| {
+        format!("Invalid Consul HTTP address: address {admin_bind}: missing port in address")
+    })?;
+    let admin_port: u16 = admin_port
+        .parse()
+        .map_err(|_| format!("Invalid Consul HTTP address: invalid port {admin_port:?}"))?;
+    let admin_ip = resolve_ip(admin_host.trim_start_matches('[').trim_end_matches(']'))
+        .map_err(|e| format!("Failed to resolve admin bind address: {e}"))?;
+    Ok((admin_ip, admin_port))
+}
+
+/// The CA Envoy trusts for the agent's gRPC TLS port: `-grpc-ca-file`, `CONSUL_GRPC_CACERT`,
+/// `-ca-file` or `CONSUL_CACERT`, in that order; empty when none is given.
+fn agent_ca(args: &EnvoyArgs) -> Result<String, String> {
+    let file = args
+        .grpc_ca_file
+        .clone()
+        .filter(|v| !v.is_empty())
+        .or_else(|| super::client::process_env("CONSUL_GRPC_CACERT"))
+        .or_else(|| args.http.ca_file.clone())
+        .or_else(|| super::client::process_env("CONSUL_CACERT"));
+    match file {
+        Some(path) => {
+            std::fs::read_to_string(&path).map_err(|e| format!("Error reading CA file {path}: {e}"))
+        }
+        None => Ok(String::new()),
+    }
+}
+
+/// Consul gives an ingress gateway a readiness listener at its LAN address (the
+/// registration's address and port), where its TCP check looks.
+fn ingress_ready_bind(service: &Value) -> Result<(String, u16), String> {
+    let address = service["Address"]
+        .as_str()
+        .filter(|a| !a.is_empty())
+        .unwrap_or("127.0.0.1");
+    let port = service["Port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p != 0)
+        .unwrap_or(GATEWAY_PORT_DEFAULT);
+    Ok((resolve_ip(address)?, port))
 }
 
 /// The version `envoy --version` reports (`…/1.38.3/Clean/RELEASE/BoringSSL`).
