@@ -870,45 +870,7 @@ fn served_certificate(
     server_name: &str,
     version: &str,
 ) -> Result<String, String> {
-    let output = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &addr.to_string(),
-            "-servername",
-            server_name,
-            version,
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("openssl runs (tests/run.sh installs it)");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let Some(start) = text.find("-----BEGIN CERTIFICATE-----") else {
-        return Err(format!(
-            "no certificate (exit {:?}): {}",
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    };
-    let end = text
-        .find("-----END CERTIFICATE-----")
-        .expect("a whole PEM block")
-        + "-----END CERTIFICATE-----".len();
-    let mut child = Command::new("openssl")
-        .args(["x509", "-noout", "-text"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&text.as_bytes()[start..end])
-        .unwrap();
-    let parsed = child.wait_with_output().unwrap();
-    Ok(String::from_utf8_lossy(&parsed.stdout).into_owned())
+    common::presented_certificate(addr, server_name, &[version], &["-text"])
 }
 
 /// `curl` over HTTPS to `host` on `port`, resolved to `ip` and verified with the Connect

@@ -30,7 +30,9 @@ use crate::nemesis;
 
 use super::connect_proxy::free_port;
 use crate::agent_support::wait_for;
-use crate::common::{echo_server, fresh_loopback, praetor_binary, round_trip, Agent, TempDir};
+use crate::common::{
+    echo_server, fresh_loopback, praetor_binary, presented_certificate, round_trip, Agent, TempDir,
+};
 use nemesis::Firewall;
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
@@ -161,43 +163,17 @@ fn until_refused(addr: SocketAddr, what: &str, context: impl Fn() -> String) {
     }
 }
 
-/// The SPIFFE URIs of the certificate a TLS server presents to `openssl s_client`
-/// connecting to `addr` with `sni`, authenticating with web's leaf.
+/// The SAN extension of the certificate a TLS server presents to `openssl s_client`
+/// connecting to `addr` with `sni`, authenticating with web's leaf (or why none came).
 fn presented_identity(dir: &Path, addr: SocketAddr, sni: &str) -> String {
-    let output = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &addr.to_string(),
-            "-servername",
-            sni,
-            "-cert",
-            dir.join("web.pem").to_str().unwrap(),
-            "-key",
-            dir.join("web.key").to_str().unwrap(),
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("openssl must be installed (tests/run.sh installs it)");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let Some(start) = text.find("-----BEGIN CERTIFICATE-----") else {
-        return format!(
-            "no certificate: {text}{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
-    let end = text[start..]
-        .find("-----END CERTIFICATE-----")
-        .map(|e| start + e + "-----END CERTIFICATE-----".len())
-        .unwrap();
-    let pem = dir.join("presented.pem");
-    std::fs::write(&pem, &text[start..end]).unwrap();
-    let x509 = Command::new("openssl")
-        .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
-        .arg(&pem)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&x509.stdout).into_owned()
+    let (cert, key) = (dir.join("web.pem"), dir.join("web.key"));
+    let client = [
+        "-cert",
+        cert.to_str().unwrap(),
+        "-key",
+        key.to_str().unwrap(),
+    ];
+    presented_certificate(addr, sni, &client, &["-ext", "subjectAltName"]).unwrap_or_else(|e| e)
 }
 
 #[test]

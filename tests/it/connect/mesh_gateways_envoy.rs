@@ -32,7 +32,6 @@ use common::{echo_server, fresh_loopback, round_trip, Agent, TempDir};
 use envoy::{free_port, register_with_sidecar, wait_for, write_config, Envoy};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// How long dc2 may take to join the WAN pool and replicate dc1's roots.
@@ -98,42 +97,7 @@ fn assert_refused(addr: SocketAddr, what: &str) {
 
 /// The URI SANs of the certificate a TLS server at `addr` presents for `sni`.
 fn presented_uris(addr: SocketAddr, sni: &str) -> Result<String, String> {
-    let output = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &addr.to_string(),
-            "-servername",
-            sni,
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("openssl must be installed (tests/run.sh installs it)");
-    let text = String::from_utf8_lossy(&output.stdout);
-    let start = text.find("-----BEGIN CERTIFICATE-----").ok_or_else(|| {
-        format!(
-            "no certificate: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })?;
-    let end = text[start..]
-        .find("-----END CERTIFICATE-----")
-        .map(|e| start + e + "-----END CERTIFICATE-----".len())
-        .ok_or("a truncated certificate")?;
-    let mut x509 = Command::new("openssl")
-        .args(["x509", "-noout", "-ext", "subjectAltName"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    x509.stdin
-        .take()
-        .unwrap()
-        .write_all(text[start..end].as_bytes())
-        .unwrap();
-    let out = x509.wait_with_output().unwrap();
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    common::presented_certificate(addr, sni, &[], &["-ext", "subjectAltName"])
 }
 
 fn proxy_defaults(agent: &Agent, mode: &str) {

@@ -767,3 +767,54 @@ pub fn jwt_public_key_pem() -> String {
     }
     std::fs::read_to_string(public).unwrap()
 }
+
+/// The certificate a TLS server at `addr` presents for `server_name` to `openssl s_client`
+/// (run with `s_client_args` too: a client certificate, a TLS version), as
+/// `openssl x509 -noout <x509_args>` prints it, or why no certificate came.
+pub fn presented_certificate(
+    addr: SocketAddr,
+    server_name: &str,
+    s_client_args: &[&str],
+    x509_args: &[&str],
+) -> Result<String, String> {
+    let output = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &addr.to_string(),
+            "-servername",
+            server_name,
+        ])
+        .args(s_client_args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl must be installed (tests/run.sh installs it)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let Some(start) = text.find(BEGIN) else {
+        return Err(format!(
+            "no certificate (exit {:?}): {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    };
+    let end = text[start..]
+        .find(END)
+        .map(|e| start + e + END.len())
+        .ok_or("a truncated certificate")?;
+    let mut x509 = Command::new("openssl")
+        .args(["x509", "-noout"])
+        .args(x509_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("openssl must be installed (tests/run.sh installs it)");
+    x509.stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(text[start..end].as_bytes())
+        .expect("openssl x509 reads the certificate");
+    let parsed = x509.wait_with_output().expect("openssl x509 ends");
+    Ok(String::from_utf8_lossy(&parsed.stdout).into_owned())
+}
