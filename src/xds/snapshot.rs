@@ -1496,6 +1496,23 @@ mod tests {
         })
     }
 
+    /// dc2 as the remote view answers it: one mesh gateway, `mesh-gateway` at 10.2.0.9:8443.
+    fn with_dc2_gateway(remote: &mut RemoteView) {
+        remote.answers.insert(
+            RemoteQuery::GatewayNames {
+                datacenter: "dc2".into(),
+            },
+            Arc::new(RemoteAnswer::Names(vec!["mesh-gateway".into()])),
+        );
+        remote.answers.insert(
+            RemoteQuery::Gateways {
+                datacenter: "dc2".into(),
+                name: "mesh-gateway".into(),
+            },
+            Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.9", 8443)])),
+        );
+    }
+
     #[test]
     fn a_remote_target_is_reached_as_its_mode_says() {
         let mut tables = Tables::default();
@@ -1515,19 +1532,7 @@ mod tests {
             },
             Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.5", 21000)])),
         );
-        remote.answers.insert(
-            RemoteQuery::GatewayNames {
-                datacenter: "dc2".into(),
-            },
-            Arc::new(RemoteAnswer::Names(vec!["mesh-gateway".into()])),
-        );
-        remote.answers.insert(
-            RemoteQuery::Gateways {
-                datacenter: "dc2".into(),
-                name: "mesh-gateway".into(),
-            },
-            Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.9", 8443)])),
-        );
+        with_dc2_gateway(&mut remote);
         let reached = |mode: &str| {
             let (_, targets) = chain_parts(&chain(mode), (&tables, &remote), "td", "dc1").unwrap();
             let target = &targets["db.default.default.dc2"];
@@ -1564,19 +1569,7 @@ mod tests {
             datacenters: vec!["dc1".into(), "dc2".into()],
             ..Default::default()
         };
-        remote.answers.insert(
-            RemoteQuery::GatewayNames {
-                datacenter: "dc2".into(),
-            },
-            Arc::new(RemoteAnswer::Names(vec!["mesh-gateway".into()])),
-        );
-        remote.answers.insert(
-            RemoteQuery::Gateways {
-                datacenter: "dc2".into(),
-                name: "mesh-gateway".into(),
-            },
-            Arc::new(RemoteAnswer::Instances(vec![instance("10.2.0.9", 8443)])),
-        );
+        with_dc2_gateway(&mut remote);
         let registration = ProxyRegistration {
             kind: ProxyKind::MeshGateway,
             id: "mesh-gateway".into(),
