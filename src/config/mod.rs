@@ -316,6 +316,7 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let watches = watches::from_raw(&raw, &mut warnings)?;
     let connect = connect::ConnectConfig::from_raw(&raw)?;
     warnings.extend(tls.not_active_warnings());
+    warnings.extend(primary_gateways_warning(&raw));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
     let leave_on_terminate = get_bool(&raw, "leave_on_terminate")?.unwrap_or(!server);
     let skip_leave_on_interrupt = get_bool(&raw, "skip_leave_on_interrupt")?.unwrap_or(server);
@@ -365,6 +366,23 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
         raw,
         warnings,
         sources: ConfigSources::default(),
+    })
+}
+
+/// `primary_gateways` feeds the gateway locator, which resolves the addresses and logs the
+/// gateway it would dial; no server traffic goes through mesh gateways yet (issue #40,
+/// part 2), so an operator who lists them is told.
+fn primary_gateways_warning(raw: &Map<String, Value>) -> Option<String> {
+    let listed = match raw.get("primary_gateways") {
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(Value::String(one)) => !one.is_empty(),
+        _ => false,
+    };
+    listed.then(|| {
+        "primary_gateways: the gateway locator resolves them and logs the gateway it would \
+         dial, but servers do not dial through mesh gateways yet: datacenters federate over \
+         their WAN pool"
+            .to_string()
     })
 }
 
@@ -964,6 +982,22 @@ mod tests {
                 Err(format!("{key}: {} is out of range {low}..={high}", low - 1))
             );
         }
+    }
+
+    #[test]
+    fn listed_primary_gateways_warn_that_servers_do_not_dial_through_them_yet() {
+        let warned = |raw: Value| {
+            from_merged(object(raw))
+                .unwrap()
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("primary_gateways: "))
+        };
+        assert!(warned(
+            json!({"dev_mode": true, "primary_gateways": ["10.0.0.1:8443"]})
+        ));
+        assert!(!warned(json!({"dev_mode": true, "primary_gateways": []})));
+        assert!(!warned(json!({"dev_mode": true})));
     }
 
     #[test]
