@@ -9,6 +9,16 @@
 //! handshake the dialer sends a second byte, inside TLS, that selects the protocol again
 //! ([`Layer::InsideTls`]).
 //!
+//! Native TLS: a dialer may also open with a TLS ClientHello itself (first byte 0x16, the
+//! handshake record's content type, above every type byte — RFC 7983 keeps 0–19 apart).
+//! Consul (`agent/consul/rpc.go`, `handleNativeTLS`) then lets the negotiated ALPN protocol
+//! say what follows, with no type byte; mesh gateways route these connections by SNI, which
+//! is how WAN federation through gateways reaches a server. [`select_alpn`] maps Consul's
+//! ALPN names ([`alpn::OFFERED`]) to the same selections as the type bytes. Consul accepts
+//! native TLS only when it holds a CA and a certificate, and always demands a verified
+//! client certificate there whatever `verify_incoming` says, because the port is reachable
+//! through gateways; praetor does the same ([`ListenerPolicy::native_tls_available`]).
+//!
 //! [`select`] is the one decision, as a pure function of the byte, the layer and the
 //! listener's [`ListenerPolicy`]:
 //! - with `verify_incoming`, only TLS may start: a plaintext Raft or RPC byte is refused
@@ -47,6 +57,46 @@ pub mod rpc_type {
     /// until every call is typed. The last value below the TLS record types (20 and up,
     /// which RFC 7983 keeps apart), as far from Consul's next byte as the range allows.
     pub const PRAETOR_FRAMES: u8 = 0x13;
+    /// The content type of a TLS handshake record: a ClientHello opens a native TLS
+    /// connection, whose ALPN protocol selects what follows.
+    pub const NATIVE_TLS: u8 = 0x16;
+}
+
+/// Consul's ALPN protocol names for the server port (`agent/pool/conn.go`).
+pub mod alpn {
+    /// One msgpack net/rpc codec (as type byte 0).
+    pub const RPC_SINGLE: &str = "consul/rpc-single";
+    /// Raft (as type byte 1).
+    pub const RAFT: &str = "consul/raft";
+    /// yamux, each stream one codec (as type byte 4).
+    pub const RPC_MULTI: &str = "consul/rpc-multi";
+    /// A snapshot stream (as type byte 5).
+    pub const RPC_SNAPSHOT: &str = "consul/rpc-snapshot";
+    /// Gossip over the RPC port (as type byte 6).
+    pub const RPC_GOSSIP: &str = "consul/rpc-gossip";
+    /// gRPC (as type byte 8).
+    pub const RPC_GRPC: &str = "consul/rpc-grpc";
+    /// Raft log forwarding (as type byte 9).
+    pub const RAFT_FORWARDING: &str = "consul/raft-forwarding";
+    /// WAN gossip packets, length-prefixed, from another datacenter through gateways.
+    pub const WAN_GOSSIP_PACKET: &str = "consul/wan-gossip/packet";
+    /// A WAN gossip stream from another datacenter through gateways.
+    pub const WAN_GOSSIP_STREAM: &str = "consul/wan-gossip/stream";
+
+    /// What a native-TLS listener offers, in Consul's order (`RPCNextProtos`). Every name is
+    /// offered, also those praetor does not speak, so that a dialer asking for one learns
+    /// it by name after the handshake instead of from a bare `no_application_protocol`.
+    pub const OFFERED: [&str; 9] = [
+        RPC_SINGLE,
+        RAFT,
+        RPC_MULTI,
+        RPC_SNAPSHOT,
+        RPC_GOSSIP,
+        RPC_GRPC,
+        RAFT_FORWARDING,
+        WAN_GOSSIP_PACKET,
+        WAN_GOSSIP_STREAM,
+    ];
 }
 
 // praetor's own protocol bytes: Consul's for Raft, one Consul leaves free for its frames.
@@ -54,6 +104,7 @@ const _: () = assert!(super::rpc::PROTOCOL_RAFT == rpc_type::RAFT);
 const _: () = assert!(super::rpc::PROTOCOL_RPC == rpc_type::PRAETOR_FRAMES);
 const _: () = assert!(rpc_type::PRAETOR_FRAMES > rpc_type::RAFT_FORWARDING);
 const _: () = assert!(rpc_type::PRAETOR_FRAMES < 20);
+const _: () = assert!(rpc_type::NATIVE_TLS == 22);
 
 /// What the listener is configured to accept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,6 +116,9 @@ pub struct ListenerPolicy {
     /// `auto_encrypt.allow_tls` on a server: TLS without a client certificate, for agents
     /// fetching their first certificate.
     pub allow_insecure_tls: bool,
+    /// A CA and a certificate are configured (Consul's `MutualTLSCapable`), so a ClientHello
+    /// as the first byte may start native TLS, with a client certificate always required.
+    pub native_tls_available: bool,
 }
 
 /// Where the byte was read.
@@ -93,6 +147,10 @@ pub enum Selection {
     /// Handshake as a TLS server without asking for a client certificate; only auto-encrypt's
     /// certificate request may follow, with no second byte.
     StartInsecureTls,
+    /// The first byte opened a TLS ClientHello: hand the connection, that byte included, to
+    /// a TLS server that requires a verified client certificate and offers [`alpn::OFFERED`];
+    /// then [`select_alpn`] decides on the negotiated protocol.
+    NativeTls,
 }
 
 impl Selection {
@@ -104,7 +162,10 @@ impl Selection {
     /// Whether a TLS handshake follows (the only selections a verifying listener lets
     /// through in plaintext).
     pub fn starts_tls(self) -> bool {
-        matches!(self, Selection::StartTls | Selection::StartInsecureTls)
+        matches!(
+            self,
+            Selection::StartTls | Selection::StartInsecureTls | Selection::NativeTls
+        )
     }
 }
 
@@ -123,6 +184,15 @@ pub enum Refusal {
     NotSpoken { byte: u8, name: &'static str },
     /// A byte no Consul version assigns.
     Unknown { byte: u8 },
+    /// A ClientHello, but this server lacks the CA or the certificate native TLS needs.
+    NativeTlsNotConfigured,
+    /// A native TLS session that negotiated no ALPN protocol.
+    NoAlpn,
+    /// A Consul ALPN protocol praetor does not speak.
+    AlpnNotSpoken { name: &'static str },
+    /// An ALPN protocol that is none of Consul's (rustls negotiates only offered ones, so
+    /// only a bug reaches this).
+    UnknownAlpn,
 }
 
 impl std::fmt::Display for Refusal {
@@ -152,6 +222,18 @@ impl std::fmt::Display for Refusal {
                 write!(f, "protocol byte {byte} ({name}) is not spoken by praetor")
             }
             Refusal::Unknown { byte } => write!(f, "unrecognized protocol byte {byte:#04x}"),
+            Refusal::NativeTlsNotConfigured => write!(
+                f,
+                "native TLS requested but this server has no CA and certificate configured"
+            ),
+            Refusal::NoAlpn => write!(
+                f,
+                "native TLS connection negotiated no ALPN protocol; one of Consul's is needed"
+            ),
+            Refusal::AlpnNotSpoken { name } => {
+                write!(f, "ALPN protocol {name} is not spoken by praetor")
+            }
+            Refusal::UnknownAlpn => write!(f, "discarding RPC for unknown negotiated protocol"),
         }
     }
 }
@@ -172,6 +254,11 @@ pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selecti
             return Err(Refusal::InsecureTlsNotAllowed)
         }
         rpc_type::TLS_INSECURE => Selection::StartInsecureTls,
+        rpc_type::NATIVE_TLS if layer == Layer::InsideTls => return Err(Refusal::TlsInsideTls),
+        rpc_type::NATIVE_TLS if !policy.native_tls_available => {
+            return Err(Refusal::NativeTlsNotConfigured)
+        }
+        rpc_type::NATIVE_TLS => Selection::NativeTls,
         rpc_type::MULTIPLEX => return Err(not_spoken(byte, "the old muxado multiplexer")),
         rpc_type::SNAPSHOT => return Err(not_spoken(byte, "snapshot stream")),
         rpc_type::GOSSIP => return Err(not_spoken(byte, "gossip over RPC")),
@@ -190,6 +277,26 @@ pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selecti
     Ok(selection)
 }
 
+/// Decides what a native TLS session's negotiated ALPN protocol selects, as the type byte of
+/// the same protocol would inside TLS.
+pub fn select_alpn(negotiated: Option<&[u8]>) -> Result<Selection, Refusal> {
+    let Some(negotiated) = negotiated else {
+        return Err(Refusal::NoAlpn);
+    };
+    let Some(name) = alpn::OFFERED
+        .into_iter()
+        .find(|name| name.as_bytes() == negotiated)
+    else {
+        return Err(Refusal::UnknownAlpn);
+    };
+    match name {
+        alpn::RPC_SINGLE => Ok(Selection::ConsulRpc),
+        alpn::RPC_MULTI => Ok(Selection::Multiplex),
+        alpn::RAFT => Ok(Selection::Raft),
+        _ => Err(Refusal::AlpnNotSpoken { name }),
+    }
+}
+
 fn not_spoken(byte: u8, name: &'static str) -> Refusal {
     Refusal::NotSpoken { byte, name }
 }
@@ -202,11 +309,13 @@ mod tests {
         verify_incoming: false,
         tls_available: true,
         allow_insecure_tls: false,
+        native_tls_available: false,
     };
     const VERIFYING: ListenerPolicy = ListenerPolicy {
         verify_incoming: true,
         tls_available: true,
         allow_insecure_tls: true,
+        native_tls_available: true,
     };
 
     #[test]
@@ -305,6 +414,65 @@ mod tests {
                     || select(*b, Layer::Outer, &OPEN).is_ok()
             })
             .collect::<Vec<u8>>();
-        assert_eq!(accepted, vec![0, 1, 3, 4, 7, 0x13]);
+        assert_eq!(accepted, vec![0, 1, 3, 4, 7, 0x13, 0x16]);
+    }
+
+    #[test]
+    fn a_client_hello_starts_native_tls_only_with_a_ca_and_a_certificate() {
+        assert_eq!(
+            select(0x16, Layer::Outer, &VERIFYING),
+            Ok(Selection::NativeTls)
+        );
+        assert!(Selection::NativeTls.starts_tls());
+        assert_eq!(
+            select(0x16, Layer::Outer, &OPEN),
+            Err(Refusal::NativeTlsNotConfigured)
+        );
+        assert_eq!(
+            select(0x16, Layer::InsideTls, &VERIFYING),
+            Err(Refusal::TlsInsideTls)
+        );
+        // A listener without verify_incoming takes native TLS too (it verifies clients
+        // there anyway).
+        let mutual = ListenerPolicy {
+            native_tls_available: true,
+            ..OPEN
+        };
+        assert_eq!(
+            select(0x16, Layer::Outer, &mutual),
+            Ok(Selection::NativeTls)
+        );
+    }
+
+    #[test]
+    fn alpn_names_select_as_their_type_bytes_do() {
+        let by_name = |name: &str| select_alpn(Some(name.as_bytes()));
+        assert_eq!(by_name("consul/rpc-single"), Ok(Selection::ConsulRpc));
+        assert_eq!(by_name("consul/rpc-multi"), Ok(Selection::Multiplex));
+        assert_eq!(by_name("consul/raft"), Ok(Selection::Raft));
+        for name in [
+            "consul/rpc-snapshot",
+            "consul/rpc-gossip",
+            "consul/rpc-grpc",
+            "consul/raft-forwarding",
+            "consul/wan-gossip/packet",
+            "consul/wan-gossip/stream",
+        ] {
+            assert_eq!(
+                by_name(name).unwrap_err().to_string(),
+                format!("ALPN protocol {name} is not spoken by praetor")
+            );
+        }
+        assert_eq!(select_alpn(None), Err(Refusal::NoAlpn));
+        assert_eq!(by_name("h2"), Err(Refusal::UnknownAlpn));
+        assert_eq!(by_name("consul/rpc-single/"), Err(Refusal::UnknownAlpn));
+        // Every offered name is decided, none twice in the list.
+        let mut names = alpn::OFFERED.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), alpn::OFFERED.len());
+        assert!(alpn::OFFERED
+            .iter()
+            .all(|name| by_name(name) != Err(Refusal::UnknownAlpn)));
     }
 }

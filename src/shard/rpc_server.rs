@@ -24,6 +24,13 @@
 //!   certificate, then request frames of which only auto-encrypt's certificate request is
 //!   served ([`crate::shard::auto_encrypt::sign`]); anything else gets an error frame.
 //!
+//! - Native TLS (a ClientHello as the first byte, as Consul's `handleNativeTLS`): the byte
+//!   and the rest of the hello go to a TLS server that offers Consul's ALPN names and
+//!   requires a verified client certificate; the negotiated protocol then selects typed
+//!   calls (`consul/rpc-single`, `consul/rpc-multi`) or Raft (`consul/raft`, with the same
+//!   server-role check) with no second byte. Mesh gateways route such connections to a
+//!   server by SNI. ALPN protocols praetor does not speak are refused by name.
+//!
 //! What a byte selects is decided in one place ([`crate::proto::rpc_select::select`]); with
 //! `verify_incoming` a plaintext byte is refused and logged with the peer's address.
 //!
@@ -32,7 +39,7 @@
 //! first byte (each of them, outside and inside TLS), the handshake timeout.
 
 use crate::proto::rpc::{decode_frame, encode_frame, kind};
-use crate::proto::rpc_select::{select, Layer, Selection};
+use crate::proto::rpc_select::{select, select_alpn, Layer, Selection};
 use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::rpc_typed;
 pub use crate::shard::rpc_typed::{TypedAnswer, TypedCall, TypedCalls};
@@ -40,6 +47,7 @@ use crate::shard::runtime::{RaftInput, Shard};
 use crate::telemetry::{self, Counter};
 use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
+use crate::tls::TlsConfigurator;
 use bytes::{Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
@@ -121,6 +129,7 @@ async fn serve<H: ForwardedHttp + TypedCalls>(
         }
         Ok(Selection::StartTls) => tls_session(shard, http, stream, peer).await,
         Ok(Selection::StartInsecureTls) => insecure_tls_session(shard, http, stream, peer).await,
+        Ok(Selection::NativeTls) => native_tls_session(shard, http, stream, peer, byte).await,
         Err(refusal) => log::warn!("rpc: refused a connection from {peer}: {refusal}"),
     }
 }
@@ -159,7 +168,73 @@ async fn tls_session<H: ForwardedHttp + TypedCalls>(
         return;
     };
     match select(byte, Layer::InsideTls, &tls.listener_policy()) {
-        Ok(Selection::Raft) => {
+        Ok(selection) => serve_inside_tls(shard, http, &tls, session, peer, selection).await,
+        Err(refusal) => log::warn!("rpc: refused a TLS connection from {peer}: {refusal}"),
+    }
+}
+
+/// Native TLS: `first` (the ClientHello's first byte, already read) and the rest of the
+/// handshake go to rustls; the negotiated ALPN protocol selects what follows.
+async fn native_tls_session<H: ForwardedHttp + TypedCalls>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    first: u8,
+) {
+    let tls = shard.shared().tls.clone();
+    let Some(config) = tls.native_rpc_server_config() else {
+        // `select` refuses a ClientHello unless the policy allows it, which needs this config.
+        debug_assert!(false, "native TLS selected without its configuration");
+        return;
+    };
+    let session = match crate::tls::stream::accept_after(
+        config,
+        stream,
+        &[first],
+        HANDSHAKE_TIMEOUT_DEFAULT,
+        FirstRecord::Close,
+    )
+    .await
+    {
+        Ok(session) => session,
+        Err(error) => {
+            log::warn!(
+                "{}",
+                crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
+            );
+            return;
+        }
+    };
+    let (selected, sni) = session.with_connection(|connection| {
+        (
+            select_alpn(connection.alpn_protocol()),
+            connection.server_name().map(str::to_string),
+        )
+    });
+    let sni = sni.unwrap_or_default();
+    match selected {
+        Ok(selection) => {
+            log::debug!("rpc: native TLS from {peer} (SNI {sni:?}) selected {selection:?}");
+            serve_inside_tls(shard, http, &tls, session, peer, selection).await
+        }
+        Err(refusal) => {
+            log::warn!("rpc: refused a native TLS connection from {peer} (SNI {sni:?}): {refusal}")
+        }
+    }
+}
+
+/// Serves what a protocol byte inside TLS, or a native TLS session's ALPN, selected.
+async fn serve_inside_tls<H: ForwardedHttp + TypedCalls>(
+    shard: Rc<Shard>,
+    http: Rc<H>,
+    tls: &TlsConfigurator,
+    session: ServerTlsStream<TcpStream>,
+    peer: SocketAddr,
+    selection: Selection,
+) {
+    match selection {
+        Selection::Raft => {
             let chain = session.peer_certificates();
             if let Err(reason) = tls.authorize_server_peer(chain.as_deref()) {
                 log::warn!("rpc: refused Raft from {peer}: {reason}");
@@ -167,22 +242,21 @@ async fn tls_session<H: ForwardedHttp + TypedCalls>(
             }
             relay_raft(&shard, session, peer).await
         }
-        Ok(Selection::ConsulRpc) => {
+        Selection::ConsulRpc => {
             let (reader, writer) = session.into_split();
             rpc_typed::serve_codec(shard, http, reader, writer, peer).await
         }
-        Ok(Selection::Multiplex) => {
+        Selection::Multiplex => {
             let (reader, writer) = session.into_split();
             rpc_typed::serve_yamux(shard, http, reader, writer, peer).await
         }
-        Ok(Selection::PraetorFrames) => {
+        Selection::PraetorFrames => {
             let (reader, writer) = session.into_split();
             rpc_stream(shard, http, reader, writer, peer, Served::All).await
         }
-        Ok(other) => {
-            debug_assert!(false, "select let {other:?} through inside TLS");
+        other => {
+            debug_assert!(false, "{other:?} selected inside TLS");
         }
-        Err(refusal) => log::warn!("rpc: refused a TLS connection from {peer}: {refusal}"),
     }
 }
 

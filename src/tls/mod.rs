@@ -16,6 +16,11 @@
 //!   ([`crate::proto::rpc_select`]).
 //! - [`TlsConfigurator::authorize_server_peer`]: the server-role check for a peer that speaks
 //!   Raft, with `verify_incoming` and `verify_server_hostname` on.
+//! - [`TlsConfigurator::native_rpc_server_config`]: native TLS on the server port (a
+//!   ClientHello as the first byte, the protocol chosen by ALPN): built only with a CA and a
+//!   certificate, and always requiring a verified client certificate, as Consul's
+//!   `IncomingALPNRPCConfig` does, because mesh gateways expose that port to other
+//!   datacenters.
 //!
 //! Invariants:
 //! - Each switch acts on its own: `verify_incoming` only changes what is accepted,
@@ -43,7 +48,7 @@ pub mod stream;
 pub mod verify;
 
 use crate::config::tls::{CipherSuite, ProtocolTls, TlsConfig, TlsVersion};
-use crate::proto::rpc_select::ListenerPolicy;
+use crate::proto::rpc_select::{alpn, ListenerPolicy};
 use arc_swap::ArcSwap;
 use files::{crypto_provider, load_ca_certificates, pem_certificates, pem_private_key, root_store};
 use rustls::pki_types::pem::PemObject;
@@ -112,6 +117,9 @@ struct Side {
     roots: Option<Arc<RootCertStore>>,
     /// The same CA's certificates, to hand to auto-encrypt clients.
     ca_certificates: Vec<CertificateDer<'static>>,
+    /// Internal RPC only: native TLS with ALPN, client certificates required; `None` without
+    /// a certificate or a CA.
+    native_server: Option<Arc<ServerConfig>>,
 }
 
 /// Every configuration built from the files at one moment.
@@ -312,6 +320,12 @@ impl TlsConfigurator {
         self.current.load().insecure_rpc_server.clone()
     }
 
+    /// Native TLS on the server port: Consul's ALPN names offered, a verified client
+    /// certificate required; `None` unless a CA and a certificate are configured.
+    pub fn native_rpc_server_config(&self) -> Option<Arc<ServerConfig>> {
+        self.current.load().internal_rpc.native_server.clone()
+    }
+
     /// How to dial a server's RPC port: `None` for plain TCP, else the configuration and the
     /// name to ask for.
     pub fn rpc_client(&self) -> Option<(Arc<ClientConfig>, ServerName<'static>)> {
@@ -354,8 +368,10 @@ impl TlsConfigurator {
             verify_incoming: rpc.verify_incoming,
             tls_available,
             allow_insecure_tls: loaded.insecure_rpc_server.is_some(),
+            native_tls_available: loaded.internal_rpc.native_server.is_some(),
         };
         debug_assert!(!policy.allow_insecure_tls || policy.tls_available);
+        debug_assert!(!policy.native_tls_available || policy.tls_available);
         policy
     }
 
@@ -410,7 +426,7 @@ fn load(
     let insecure_rpc_server = if identity.server && config.auto_encrypt.allow_tls {
         match certified_key(&config.internal_rpc)? {
             Some((chain, key)) => Some(server_config(
-                Protocol::InternalRpc,
+                Protocol::InternalRpc.alpn(),
                 &config.internal_rpc,
                 chain,
                 key,
@@ -503,6 +519,20 @@ fn load_side(
     } else {
         None
     };
+    // Native TLS: only the server port, only with a CA to verify clients against.
+    let native_server = match (&key_pair, &incoming_roots) {
+        (Some((chain, key)), Some(roots)) if protocol == Protocol::InternalRpc => {
+            let offered = alpn::OFFERED.iter().map(|name| name.as_bytes().to_vec());
+            Some(server_config(
+                offered.collect(),
+                settings,
+                chain.clone(),
+                key.clone_key(),
+                Some(roots.clone()),
+            )?)
+        }
+        _ => None,
+    };
     let server = match key_pair {
         Some((chain, key)) => {
             let verifying_roots = settings.verify_incoming.then(|| {
@@ -511,7 +541,7 @@ fn load_side(
                     .expect("verify_incoming was validated to come with a CA")
             });
             Some(server_config(
-                protocol,
+                protocol.alpn(),
                 settings,
                 chain,
                 key,
@@ -525,6 +555,7 @@ fn load_side(
         client,
         roots,
         ca_certificates: configured_ca.unwrap_or_default(),
+        native_server,
     })
 }
 
@@ -618,7 +649,7 @@ fn versions(settings: &ProtocolTls) -> &'static [&'static rustls::SupportedProto
 }
 
 fn server_config(
-    protocol: Protocol,
+    alpn: Vec<Vec<u8>>,
     settings: &ProtocolTls,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -640,7 +671,7 @@ fn server_config(
     let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| format!("Failed to load cert/key pair: {e}"))?;
-    config.alpn_protocols = protocol.alpn();
+    config.alpn_protocols = alpn;
     Ok(Arc::new(config))
 }
 

@@ -351,7 +351,8 @@ where
         let Some(mut buffer) = self.incoming.buffer.take() else {
             return Err(HandshakeError::Io(unusable()));
         };
-        debug_assert!(buffer.is_empty() && self.incoming.consumed == 0);
+        // Bytes a listener read before choosing TLS ([`accept_after`]) are staged already.
+        debug_assert!(self.incoming.consumed == 0);
         debug_assert!(buffer.capacity() >= tls_record::RECORD_HEADER_BYTES);
         let verdict = loop {
             match tls_record::classify(&buffer) {
@@ -477,8 +478,31 @@ pub async fn accept<IO>(
 where
     IO: AsyncReadRent + AsyncWriteRent,
 {
+    accept_after(config, io, &[], timeout, first).await
+}
+
+/// Bytes of a connection a listener may have read before choosing TLS: the server port reads
+/// one, the type byte that turned out to open a ClientHello.
+pub const READ_AHEAD_BYTES_MAX: usize = tls_record::RECORD_HEADER_BYTES;
+
+/// [`accept`] for a connection whose first bytes the listener already read (`read_already`,
+/// at most [`READ_AHEAD_BYTES_MAX`]): they are given to rustls before anything else.
+pub async fn accept_after<IO>(
+    config: Arc<ServerConfig>,
+    io: IO,
+    read_already: &[u8],
+    timeout: Duration,
+    first: FirstRecord,
+) -> Result<ServerTlsStream<IO>, HandshakeError>
+where
+    IO: AsyncReadRent + AsyncWriteRent,
+{
+    assert!(read_already.len() <= READ_AHEAD_BYTES_MAX);
     let connection = ServerConnection::new(config).map_err(HandshakeError::Tls)?;
     let mut stream = TlsStream::new(io, connection);
+    if let Some(buffer) = stream.incoming.buffer.as_mut() {
+        buffer.extend_from_slice(read_already);
+    }
     let opened = async {
         stream.read_first_record(first).await?;
         stream.handshake().await

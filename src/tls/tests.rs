@@ -483,6 +483,7 @@ fn only_a_server_certificate_may_act_as_a_server() {
             verify_incoming: true,
             tls_available: true,
             allow_insecure_tls: false,
+            native_tls_available: true,
         }
     );
     // Each switch alone: without verify_server_hostname any verified peer may (Consul).

@@ -4,4 +4,5 @@
 mod consul_rpc;
 mod dc_calls;
 mod federation_states;
+mod native_tls;
 mod wan;
