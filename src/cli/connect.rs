@@ -61,6 +61,10 @@ pub struct ProxyArgs {
     /// A bind address `<name>=<ip>:<port>` instead of the default rules (repeatable).
     #[arg(long = "bind-address")]
     pub bind_address: Vec<String>,
+    /// Expose this datacenter's servers for WAN federation through the mesh gateway (with
+    /// -register, as `connect envoy`).
+    #[arg(long = "expose-servers")]
+    pub expose_servers: bool,
 }
 
 fn socket_addr(text: &str, what: &str) -> Result<std::net::SocketAddr, String> {
@@ -105,6 +109,9 @@ fn upstream(text: &str) -> Result<crate::proxy::UpstreamSpec, String> {
 /// one mesh gateway registered with the agent.
 fn gateway_id(args: &ProxyArgs) -> Result<Option<String>, String> {
     let Some(gateway) = args.gateway.as_deref().filter(|g| !g.is_empty()) else {
+        if args.expose_servers {
+            return Err("'-expose-servers' can only be used for mesh gateways".to_string());
+        }
         if args.register {
             return Err("Auto-Registration can only be used for gateways".to_string());
         }
@@ -118,6 +125,10 @@ fn gateway_id(args: &ProxyArgs) -> Result<Option<String>, String> {
     }
     if args.sidecar_for.is_some() || !args.upstreams.is_empty() || args.listen.is_some() {
         return Err("-gateway cannot be used with -sidecar-for, -upstream or -listen".to_string());
+    }
+    if args.expose_servers && !args.register {
+        // As `connect envoy`: the flag is a registration's meta, nothing without -register.
+        return Err("'-expose-servers' requires '-register'".to_string());
     }
     let client = args.http.client()?;
     if !args.register {
@@ -143,6 +154,9 @@ fn gateway_id(args: &ProxyArgs) -> Result<Option<String>, String> {
     }
     for bind in &args.bind_address {
         argv.push(format!("--bind-address={bind}"));
+    }
+    if args.expose_servers {
+        argv.push("--expose-servers".to_string());
     }
     let envoy_args = {
         use clap::{Args, FromArgMatches};

@@ -11,13 +11,20 @@
 //!   Connect-capable instance of the service here (its sidecar, or the service when native);
 //! - `<anything>.<other dc>.internal.<trust domain>`: one healthy mesh gateway of that
 //!   datacenter, at its WAN address;
+//! - with `-expose-servers` (the registration's `consul-wan-federation` meta, Consul's
+//!   WAN federation through mesh gateways): `<node>.server.<this dc>.<domain>` goes to that
+//!   server's RPC address, `server.<this dc>.<domain>` to any healthy server (the catalog's
+//!   `consul` service), and `[<node>.]server.<other dc>.<domain>` to one healthy mesh gateway
+//!   of that datacenter; the server's port then sees a native TLS ClientHello whose ALPN
+//!   protocol says what follows (`proto::rpc_select`);
 //! - anything else, an SNI-less or malformed hello: the connection is closed (a debug line,
 //!   as such probes are common and not the gateway's failure).
 //!
 //! Control: one thread follows, by blocking queries to the local agent, the local services
 //! (`/v1/catalog/services`, then each one's `/v1/health/connect/<service>?passing`) and each
 //! other datacenter's mesh gateways (`/v1/catalog/datacenters`, polled, then kind
-//! `mesh-gateway` services with `?dc=`); every answer swaps an immutable table the data
+//! `mesh-gateway` services with `?dc=`), and, when it exposes the servers, the passing
+//! instances of the `consul` service; every answer swaps an immutable table the data
 //! plane reads. The gateway dials local instances from its LAN address's IP and remote
 //! gateways from its WAN address's IP when it listens on specific addresses, so the
 //! connections it makes carry its own address (what a firewall between zones allows).
@@ -59,6 +66,10 @@ const GATEWAY_NAMES_MAX: usize = 16;
 /// of the gateway services are reread only between two such queries.
 pub const GATEWAYS_WATCH_WAIT: Duration = Duration::from_secs(10);
 
+/// The service meta key that marks a mesh gateway for WAN federation (Consul's; the
+/// `consul` layer names it too, but the proxy sits beside it, not above it).
+const WAN_FEDERATION_META_KEY: &str = "consul-wan-federation";
+
 /// Where connections for each destination go; swapped whole by the control thread.
 #[derive(Default)]
 struct Routes {
@@ -66,6 +77,35 @@ struct Routes {
     services: HashMap<String, Arc<Vec<SocketAddr>>>,
     /// Other datacenter → its healthy mesh gateways' WAN addresses.
     datacenters: HashMap<String, Arc<Vec<SocketAddr>>>,
+    /// This datacenter's healthy servers: node name (lower case) → its RPC address. Empty
+    /// unless the gateway exposes the servers.
+    servers: HashMap<String, Arc<Vec<SocketAddr>>>,
+    /// Every address of `servers`, for `server.<dc>.<domain>`.
+    any_server: Arc<Vec<SocketAddr>>,
+}
+
+/// A server name of Consul's WAN federation: `[<node>.]server.<datacenter>.<domain>`.
+#[derive(Debug, PartialEq, Eq)]
+struct ServerSni<'a> {
+    /// `None`: any server of the datacenter.
+    node: Option<&'a str>,
+    datacenter: &'a str,
+}
+
+/// Reads `sni` as a server name under `domain_suffix` (`.consul`), if it is one.
+fn server_sni<'a>(sni: &'a str, domain_suffix: &str) -> Option<ServerSni<'a>> {
+    let head = sni.strip_suffix(domain_suffix)?;
+    let (left, datacenter) = head.rsplit_once('.')?;
+    if datacenter.is_empty() {
+        return None;
+    }
+    let node = match left.strip_suffix(".server") {
+        Some(node) if !node.is_empty() => Some(node),
+        Some(_) => return None,
+        None if left == "server" => None,
+        None => return None,
+    };
+    Some(ServerSni { node, datacenter })
 }
 
 /// What the gateway's data plane shares with its control thread.
@@ -76,6 +116,9 @@ struct Gateway {
     suffix: String,
     lan_source: Option<IpAddr>,
     wan_source: Option<IpAddr>,
+    /// `.<domain>` (`.consul`), lower case, when the gateway exposes the servers (Consul's
+    /// `-expose-servers`); `None` routes service names only.
+    servers_domain: Option<String>,
     routes: ArcSwap<Routes>,
     next: AtomicUsize,
 }
@@ -89,21 +132,63 @@ struct Route {
 impl Gateway {
     /// The destinations for a ClientHello's server name, or why there are none.
     fn route(&self, sni: &str) -> Result<Route, String> {
-        let head = sni
-            .strip_suffix(&self.suffix)
-            .ok_or("not a name of this trust domain")?;
+        if let Some(head) = sni.strip_suffix(&self.suffix) {
+            return self.service_route(head);
+        }
+        let server = self
+            .servers_domain
+            .as_deref()
+            .and_then(|domain| server_sni(sni, domain));
+        match server {
+            Some(server) => self.server_route(&server),
+            None if self.servers_domain.is_some() => {
+                Err("neither a name of this trust domain nor a server's".to_string())
+            }
+            None => Err("not a name of this trust domain".to_string()),
+        }
+    }
+
+    /// A server name's destinations: a server here, or another datacenter's gateways.
+    fn server_route(&self, server: &ServerSni<'_>) -> Result<Route, String> {
+        let routes = self.routes.load();
+        if server.datacenter != self.datacenter {
+            return self.remote_route(&routes, server.datacenter);
+        }
+        let destinations = match server.node {
+            Some(node) => routes
+                .servers
+                .get(node)
+                .ok_or_else(|| format!("no healthy server {node:?} in this datacenter"))?,
+            None => &routes.any_server,
+        };
+        if destinations.is_empty() {
+            return Err("no healthy server in this datacenter".to_string());
+        }
+        Ok(Route {
+            destinations: destinations.clone(),
+            source: self.lan_source,
+        })
+    }
+
+    /// One of another datacenter's healthy mesh gateways.
+    fn remote_route(&self, routes: &Routes, datacenter: &str) -> Result<Route, String> {
+        let destinations = routes
+            .datacenters
+            .get(datacenter)
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| format!("no healthy mesh gateway of datacenter {datacenter:?}"))?;
+        Ok(Route {
+            destinations: destinations.clone(),
+            source: self.wan_source,
+        })
+    }
+
+    /// A service name's destinations (`head` is the SNI without the trust domain suffix).
+    fn service_route(&self, head: &str) -> Result<Route, String> {
         let (rest, datacenter) = head.rsplit_once('.').ok_or("no datacenter in the name")?;
         let routes = self.routes.load();
         if datacenter != self.datacenter {
-            let destinations = routes
-                .datacenters
-                .get(datacenter)
-                .filter(|d| !d.is_empty())
-                .ok_or_else(|| format!("no healthy mesh gateway of datacenter {datacenter:?}"))?;
-            return Ok(Route {
-                destinations: destinations.clone(),
-                source: self.wan_source,
-            });
+            return self.remote_route(&routes, datacenter);
         }
         let (rest, namespace) = rest.rsplit_once('.').ok_or("no namespace in the name")?;
         if namespace != "default" {
@@ -127,6 +212,8 @@ impl Gateway {
             let mut next = Routes {
                 services: routes.services.clone(),
                 datacenters: routes.datacenters.clone(),
+                servers: routes.servers.clone(),
+                any_server: routes.any_server.clone(),
             };
             change(&mut next);
             next
@@ -197,13 +284,18 @@ pub async fn run(settings: &ProxySettings, id: &str) -> Result<i32, String> {
         return Err(format!("service {id:?} is not a mesh gateway"));
     }
     let binds = binds(&registration)?;
-    let (datacenter, trust_domain) = identity(&agent).await?;
+    let found = identity(&agent).await?;
+    let datacenter = found.datacenter;
+    // Consul's `-expose-servers` is this meta key on the registration; the gateway reads it
+    // however the gateway was registered.
+    let expose_servers = registration["Meta"][WAN_FEDERATION_META_KEY] == "1";
     let gateway = Arc::new(Gateway {
         agent,
-        suffix: format!(".internal.{}", trust_domain.to_ascii_lowercase()),
+        suffix: format!(".internal.{}", found.trust_domain.to_ascii_lowercase()),
         datacenter: datacenter.to_ascii_lowercase(),
         lan_source: tagged_ip(&registration, "lan"),
         wan_source: tagged_ip(&registration, "wan"),
+        servers_domain: expose_servers.then(|| format!(".{}", found.domain)),
         routes: ArcSwap::from_pointee(Routes::default()),
         next: AtomicUsize::new(0),
     });
@@ -219,16 +311,29 @@ pub async fn run(settings: &ProxySettings, id: &str) -> Result<i32, String> {
         async move { splice(&gateway, socket).await }
     })?;
     log::info!(
-        "proxy: mesh gateway {id:?} of datacenter {datacenter:?} listening on {binds:?}, {threads} thread(s)"
+        "proxy: mesh gateway {id:?} of datacenter {datacenter:?} listening on {binds:?}, {threads} thread(s){}",
+        if expose_servers { ", exposing the servers" } else { "" }
     );
+    if expose_servers {
+        monoio::spawn(watch_servers(gateway.clone()));
+    }
     let services = monoio::spawn(watch_services(gateway.clone()));
     watch_datacenters(gateway).await;
     services.await;
     Ok(0)
 }
 
-/// The agent's datacenter and the CA's trust domain, retried until [`STARTUP_TIMEOUT`].
-async fn identity(agent: &AgentClient) -> Result<(String, String), String> {
+/// Who the gateway serves for: its agent's datacenter and DNS domain, the CA's trust domain.
+struct Identity {
+    datacenter: String,
+    trust_domain: String,
+    /// Lower case, without the trailing dot.
+    domain: String,
+}
+
+/// The agent's datacenter and domain and the CA's trust domain, retried until
+/// [`STARTUP_TIMEOUT`].
+async fn identity(agent: &AgentClient) -> Result<Identity, String> {
     let deadline = std::time::Instant::now() + STARTUP_TIMEOUT;
     let mut retry = RETRY_MIN;
     loop {
@@ -237,10 +342,16 @@ async fn identity(agent: &AgentClient) -> Result<(String, String), String> {
             if me.status != 200 {
                 return Err(format!("agent self: {} {}", me.status, me.text()));
             }
-            let datacenter = me.json()?["Config"]["Datacenter"]
+            let me = me.json()?;
+            let datacenter = me["Config"]["Datacenter"]
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
+            let domain = me["DebugConfig"]["DNSDomain"]
+                .as_str()
+                .unwrap_or("consul")
+                .trim_end_matches('.')
+                .to_ascii_lowercase();
             let roots = agent.get("/v1/agent/connect/ca/roots", WATCH_SLACK).await?;
             if roots.status != 200 {
                 return Err(format!("CA roots: {} {}", roots.status, roots.text()));
@@ -252,7 +363,11 @@ async fn identity(agent: &AgentClient) -> Result<(String, String), String> {
             if datacenter.is_empty() || trust_domain.is_empty() {
                 return Err("the agent has no datacenter or the CA no trust domain yet".into());
             }
-            Ok((datacenter, trust_domain))
+            Ok(Identity {
+                datacenter,
+                trust_domain,
+                domain,
+            })
         };
         match attempt.await {
             Ok(found) => return Ok(found),
@@ -436,6 +551,61 @@ async fn watch_service(gateway: Arc<Gateway>, watched: Rc<RefCell<HashSet<String
     gateway.update(|routes| {
         routes.services.remove(&key);
     });
+}
+
+/// Follows this datacenter's healthy servers (the passing instances of the `consul`
+/// service, at its RPC port) for the server names the gateway exposes.
+async fn watch_servers(gateway: Arc<Gateway>) {
+    let mut retry = RETRY_MIN;
+    let mut index = 0;
+    loop {
+        let path = format!(
+            "/v1/health/service/consul?passing&index={index}&wait={}s",
+            WATCH_WAIT.as_secs()
+        );
+        match gateway.agent.get(&path, WATCH_WAIT + WATCH_SLACK).await {
+            Ok(answer) if answer.status == 200 => {
+                retry = RETRY_MIN;
+                index = answer.index;
+                let Ok(rows) = answer.json() else { continue };
+                let servers = server_addresses(&rows);
+                let any_server =
+                    Arc::new(servers.values().flat_map(|a| a.iter().copied()).collect());
+                gateway.update(|routes| {
+                    routes.servers = servers.clone();
+                    routes.any_server = Arc::clone(&any_server);
+                });
+            }
+            Ok(answer) => {
+                log::warn!(
+                    "proxy: gateway servers: {} {}",
+                    answer.status,
+                    answer.text()
+                );
+                backoff(&mut retry).await;
+            }
+            Err(e) => {
+                log::warn!("proxy: gateway servers: {e}");
+                backoff(&mut retry).await;
+            }
+        }
+    }
+}
+
+/// Node name (lower case) → RPC address, from health rows of the `consul` service.
+fn server_addresses(rows: &serde_json::Value) -> HashMap<String, Arc<Vec<SocketAddr>>> {
+    let mut servers = HashMap::new();
+    for row in rows.as_array().into_iter().flatten() {
+        let Some(node) = row["Node"]["Node"].as_str() else {
+            continue;
+        };
+        let one = serde_json::Value::Array(vec![row.clone()]);
+        let addresses = service_endpoints(&one);
+        if !addresses.is_empty() {
+            servers.insert(node.to_ascii_lowercase(), Arc::new(addresses));
+        }
+    }
+    servers
 }
 
 /// Follows the list of datacenters and, for each other one, its mesh gateways.
@@ -720,9 +890,83 @@ mod tests {
             suffix: ".internal.abc.consul".into(),
             lan_source: None,
             wan_source: None,
+            servers_domain: None,
             routes: ArcSwap::from_pointee(routes),
             next: AtomicUsize::new(0),
         }
+    }
+
+    fn exposing() -> Gateway {
+        let mut g = gateway();
+        g.servers_domain = Some(".consul".into());
+        g.update(|routes| {
+            let s1: SocketAddr = "127.0.0.21:8300".parse().unwrap();
+            routes.servers.insert("s1".into(), Arc::new(vec![s1]));
+            routes.any_server = Arc::new(vec![s1]);
+        });
+        g
+    }
+
+    #[test]
+    fn server_names_parse_as_consuls_wan_federation_names() {
+        let parse = |sni| server_sni(sni, ".consul");
+        assert_eq!(
+            parse("s1.server.dc1.consul"),
+            Some(ServerSni {
+                node: Some("s1"),
+                datacenter: "dc1"
+            })
+        );
+        assert_eq!(
+            parse("server.dc2.consul"),
+            Some(ServerSni {
+                node: None,
+                datacenter: "dc2"
+            })
+        );
+        for not_a_server in [
+            "s1.client.dc1.consul",
+            ".server.dc1.consul",
+            "server..consul",
+            "s1.server.dc1.example",
+            "consul",
+            "dc1.consul",
+        ] {
+            assert_eq!(parse(not_a_server), None, "{not_a_server}");
+        }
+    }
+
+    #[test]
+    fn an_exposing_gateway_routes_server_names() {
+        let g = exposing();
+        let first = |sni: &str| g.route(sni).map(|r| r.destinations[0].to_string());
+        assert_eq!(first("s1.server.dc1.consul").unwrap(), "127.0.0.21:8300");
+        assert_eq!(first("server.dc1.consul").unwrap(), "127.0.0.21:8300");
+        assert_eq!(first("s9.server.dc2.consul").unwrap(), "127.0.0.8:8443");
+        assert_eq!(first("server.dc2.consul").unwrap(), "127.0.0.8:8443");
+        assert!(first("s2.server.dc1.consul").is_err());
+        assert!(first("server.dc3.consul").is_err());
+        // Service names still route as before.
+        assert_eq!(
+            first("db.default.dc1.internal.abc.consul").unwrap(),
+            "127.0.0.9:21000"
+        );
+        // Without -expose-servers a server name is refused.
+        assert!(gateway().route("s1.server.dc1.consul").is_err());
+        assert!(gateway().route("server.dc2.consul").is_err());
+    }
+
+    #[test]
+    fn server_addresses_come_from_the_consul_services_rows() {
+        let rows = json!([
+            {"Node": {"Node": "S1", "Address": "10.0.0.1"}, "Service": {"Address": "", "Port": 8300}},
+            {"Node": {"Node": "s2", "Address": "10.0.0.2"}, "Service": {"Address": "10.0.1.2", "Port": 8301}},
+            {"Node": {"Address": "10.0.0.3"}, "Service": {"Port": 8300}}
+        ]);
+        let servers = server_addresses(&rows);
+        assert_eq!(servers.len(), 2);
+        assert_eq!(servers["s1"][0].to_string(), "10.0.0.1:8300");
+        assert_eq!(servers["s2"][0].to_string(), "10.0.1.2:8301");
     }
 
     #[test]
