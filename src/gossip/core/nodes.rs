@@ -143,13 +143,8 @@ impl Gossip {
                 && !self.suspicions.contains_key(&self.nodes[i].name),
             "an accepted alive message leaves the node alive and unsuspected"
         );
-        // Only a node that left (or was dead long enough) and returns from another address
-        // starts its incarnations over.
-        debug_assert!(
-            self.nodes[i].incarnation >= old_incarnation || updates_node,
-            "{}'s incarnation went back",
-            self.nodes[i].name
-        );
+        // Only a node that returns from another address after leaving starts over.
+        debug_assert!(self.nodes[i].incarnation >= old_incarnation || updates_node);
         if matches!(old_state, NodeStateKind::Dead | NodeStateKind::Left) {
             self.serf_node_join(i);
         } else if old_meta != self.nodes[i].meta {
