@@ -827,49 +827,11 @@ impl Agent {
         };
         let local =
             def.alias_node.is_empty() || def.alias_node.eq_ignore_ascii_case(&self.node_name());
-        // Whether the aliased service exists on the node: a service without checks of its
-        // own is found (and passing) even though no check names it, as in Consul.
-        let (service_exists, checks): (bool, Vec<(String, String, Status, String)>) = if local {
-            let state = self.state.borrow();
-            let exists = state
-                .services
-                .keys()
-                .any(|id| id.eq_ignore_ascii_case(&def.alias_service));
-            let checks = state
-                .checks
-                .values()
-                .filter(|c| c.id != spec.id)
-                .map(|c| {
-                    (
-                        c.service_id.clone(),
-                        c.name.clone(),
-                        c.status,
-                        c.output.clone(),
-                    )
-                })
-                .collect();
-            (exists, checks)
+        let target = if local {
+            self.local_alias_target(spec)
         } else {
             match self.client.node_state(&node).await {
-                Ok(state) => {
-                    let exists = state
-                        .services
-                        .iter()
-                        .any(|s| s.id.eq_ignore_ascii_case(&def.alias_service));
-                    let checks = state
-                        .checks
-                        .iter()
-                        .map(|c| {
-                            (
-                                c.service_id.to_string(),
-                                c.name.to_string(),
-                                c.status,
-                                c.output.to_string(),
-                            )
-                        })
-                        .collect();
-                    (exists, checks)
-                }
+                Ok(state) => AliasTarget::from_node_state(&state, &def.alias_service),
                 Err(e) => {
                     return (
                         Status::Critical,
@@ -878,36 +840,8 @@ impl Agent {
                 }
             }
         };
-        let mut status = Status::Passing;
-        let mut message = "No checks found.".to_string();
-        let mut service_found = false;
-        for (service_id, name, check_status, output) in &checks {
-            let matches_service = !def.alias_service.is_empty()
-                && service_id.eq_ignore_ascii_case(&def.alias_service);
-            if !service_id.is_empty() && !matches_service {
-                continue;
-            }
-            service_found |= matches_service;
-            match check_status {
-                Status::Critical | Status::Warning | Status::Maintenance => {
-                    status = if *check_status == Status::Warning {
-                        Status::Warning
-                    } else {
-                        Status::Critical
-                    };
-                    message = format!("Aliased check {name:?} failing: {output}");
-                    if status == Status::Critical {
-                        break;
-                    }
-                }
-                Status::Passing => {
-                    if status == Status::Passing {
-                        message = "All checks passing.".to_string();
-                    }
-                }
-            }
-        }
-        if !def.alias_service.is_empty() && !service_found && !service_exists {
+        let (status, message, service_found) = target.worst_status(&def.alias_service);
+        if !def.alias_service.is_empty() && !service_found && !target.service_exists {
             return (
                 Status::Critical,
                 format!(
@@ -917,6 +851,28 @@ impl Agent {
             );
         }
         (status, message)
+    }
+
+    /// The alias target on this node, from the local state (the alias check itself left out).
+    fn local_alias_target(&self, spec: &CheckSpec) -> AliasTarget {
+        let state = self.state.borrow();
+        AliasTarget {
+            service_exists: state
+                .services
+                .keys()
+                .any(|id| id.eq_ignore_ascii_case(&spec.definition.alias_service)),
+            checks: state
+                .checks
+                .values()
+                .filter(|c| c.id != spec.id)
+                .map(|c| AliasedCheck {
+                    service_id: c.service_id.clone(),
+                    name: c.name.clone(),
+                    status: c.status,
+                    output: c.output.clone(),
+                })
+                .collect(),
+        }
     }
 
     /// A TTL check's timer: turns the check critical when its deadline passes without an
@@ -1182,5 +1138,77 @@ async fn reconcile_members(agent: &Agent) {
         for op in reconcile::reaped_ops(&version, &members) {
             apply_logged(&agent.client, op, "reaped member removed from the catalog").await;
         }
+    }
+}
+
+/// What an alias check reads of its target node: whether the aliased service exists there
+/// (a service without checks of its own is found, and passing, as in Consul) and the
+/// node's checks.
+struct AliasTarget {
+    service_exists: bool,
+    checks: Vec<AliasedCheck>,
+}
+
+/// One check of the alias target's node.
+struct AliasedCheck {
+    service_id: String,
+    name: String,
+    status: Status,
+    output: String,
+}
+
+impl AliasTarget {
+    fn from_node_state(state: &NodeState, alias_service: &str) -> AliasTarget {
+        AliasTarget {
+            service_exists: state
+                .services
+                .iter()
+                .any(|s| s.id.eq_ignore_ascii_case(alias_service)),
+            checks: state
+                .checks
+                .iter()
+                .map(|c| AliasedCheck {
+                    service_id: c.service_id.to_string(),
+                    name: c.name.to_string(),
+                    status: c.status,
+                    output: c.output.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The worst status among the node checks and the aliased service's checks (the first
+    /// critical one decides), its message, and whether any check names the service.
+    fn worst_status(&self, alias_service: &str) -> (Status, String, bool) {
+        let mut status = Status::Passing;
+        let mut message = "No checks found.".to_string();
+        let mut service_found = false;
+        for check in &self.checks {
+            let matches_service =
+                !alias_service.is_empty() && check.service_id.eq_ignore_ascii_case(alias_service);
+            if !check.service_id.is_empty() && !matches_service {
+                continue;
+            }
+            service_found |= matches_service;
+            match check.status {
+                Status::Critical | Status::Warning | Status::Maintenance => {
+                    status = if check.status == Status::Warning {
+                        Status::Warning
+                    } else {
+                        Status::Critical
+                    };
+                    message = format!("Aliased check {:?} failing: {}", check.name, check.output);
+                    if status == Status::Critical {
+                        break;
+                    }
+                }
+                Status::Passing => {
+                    if status == Status::Passing {
+                        message = "All checks passing.".to_string();
+                    }
+                }
+            }
+        }
+        (status, message, service_found)
     }
 }

@@ -22,7 +22,9 @@ use crate::cluster::servers::{left_out_note, Backoff, LogLimiter};
 use crate::consul::metrics::Counter;
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::fold;
-use crate::store::catalog::{CatalogOp, Registration, SERF_CHECK_ID};
+use crate::store::catalog::{
+    CatalogOp, HealthCheck, Registration, RowArc, ServiceInstance, SERF_CHECK_ID,
+};
 use crate::store::{Command, CommandResult};
 use crate::telemetry;
 use std::collections::HashMap;
@@ -151,98 +153,123 @@ pub async fn full_sync(agent: &Agent) -> Result<(), String> {
     {
         let mut state = agent.state.borrow_mut();
         state.node_in_sync = node_in_sync(&current, &wanted_node);
-        let node_arc = arcstr::ArcStr::from(node_name.as_str());
-        let catalog_services: HashMap<String, _> = current
-            .services
-            .iter()
-            .map(|s| (fold(&s.id).into_owned(), s.clone()))
-            .collect();
-        let catalog_checks: HashMap<String, _> = current
-            .checks
-            .iter()
-            .map(|c| (fold(&c.check_id).into_owned(), c.clone()))
-            .collect();
-        // Services: equal rows are in sync, others are sent again.
-        let mut local_service_keys = Vec::new();
-        for service in state.services.values_mut() {
-            let key = fold(&service.registration.id).into_owned();
-            let in_catalog = catalog_services.get(&key).is_some_and(|row| {
-                row.same_as(&instance_row(
-                    &service.registration,
-                    node_arc.clone(),
-                    Some(row),
-                    None,
-                    row.modify_index,
-                ))
-            });
-            service.synced_revision = if in_catalog { service.revision } else { 0 };
-            local_service_keys.push(key);
-        }
-        // Catalog services this agent does not have are removed — except the `consul`
-        // service, which the leader keeps for servers.
-        for (key, row) in &catalog_services {
-            let leader_managed = config.server && *row.id == *CONSUL_SERVICE;
-            if !local_service_keys.contains(key) && !leader_managed {
-                state.deleted_services.insert(row.id.to_string());
-            }
-        }
-        let mut local_check_keys = Vec::new();
-        let registrations: Vec<(String, _)> = state
-            .checks
-            .values()
-            .map(|c| (c.id.clone(), state.check_registration(c, &node_name)))
-            .collect();
-        for (id, registration) in registrations {
-            let key = fold(&id).into_owned();
-            let service_row = catalog_services.get(&fold(&registration.service_id).into_owned());
-            let verdict = catalog_checks.get(&key).map(|row| {
-                let built = check_row(
-                    &registration,
-                    node_arc.clone(),
-                    service_row.map(|s| &**s),
-                    Some(row),
-                    row.modify_index,
-                );
-                let same = row.same_as(&built);
-                let only_output_differs = !same && {
-                    let mut without_output = built.clone();
-                    without_output.output = row.output.clone();
-                    row.same_as(&without_output)
-                };
-                (same, only_output_differs)
-            });
-            let check = state.checks.get_mut(&id).expect("listed above");
-            match verdict {
-                Some((true, _)) => {
-                    check.synced_revision = check.revision;
-                    check.output_only_change = false;
-                }
-                // A pending output-only change may keep waiting.
-                Some((false, true)) if check.output_only_change => {}
-                _ => {
-                    check.synced_revision = 0;
-                    check.output_only_change = false;
-                }
-            }
-            local_check_keys.push(key);
-        }
-        for (key, row) in &catalog_checks {
-            if !local_check_keys.contains(key) && !row.check_id.eq_ignore_ascii_case(SERF_CHECK_ID)
-            {
-                // A service check goes with its service when that is being removed too.
-                let owner_removed = !row.service_id.is_empty()
-                    && state
-                        .deleted_services
-                        .iter()
-                        .any(|s| s.eq_ignore_ascii_case(&row.service_id));
-                if !owner_removed {
-                    state.deleted_checks.insert(row.check_id.to_string());
-                }
-            }
-        }
+        let catalog = CatalogRows {
+            node: arcstr::ArcStr::from(node_name.as_str()),
+            services: current
+                .services
+                .iter()
+                .map(|s| (fold(&s.id).into_owned(), s.clone()))
+                .collect(),
+            checks: current
+                .checks
+                .iter()
+                .map(|c| (fold(&c.check_id).into_owned(), c.clone()))
+                .collect(),
+        };
+        mark_services(&mut state, &catalog, config.server);
+        mark_checks(&mut state, &catalog, &node_name);
     }
     sync_changes(agent).await
 }
+
+/// The catalog's rows of this node, by folded id.
+struct CatalogRows {
+    node: arcstr::ArcStr,
+    services: HashMap<String, RowArc<ServiceInstance>>,
+    checks: HashMap<String, RowArc<HealthCheck>>,
+}
+
+/// Services: equal rows are in sync, others are sent again; catalog services this agent
+/// does not have are removed — except the `consul` service, which the leader keeps for
+/// servers.
+fn mark_services(state: &mut LocalState, catalog: &CatalogRows, server: bool) {
+    let mut local_service_keys = Vec::new();
+    for service in state.services.values_mut() {
+        let key = fold(&service.registration.id).into_owned();
+        let in_catalog = catalog.services.get(&key).is_some_and(|row| {
+            row.same_as(&instance_row(
+                &service.registration,
+                catalog.node.clone(),
+                Some(row),
+                None,
+                row.modify_index,
+            ))
+        });
+        service.synced_revision = if in_catalog { service.revision } else { 0 };
+        local_service_keys.push(key);
+    }
+    for (key, row) in &catalog.services {
+        let leader_managed = server && *row.id == *CONSUL_SERVICE;
+        if !local_service_keys.contains(key) && !leader_managed {
+            state.deleted_services.insert(row.id.to_string());
+        }
+    }
+}
+
+/// Checks: equal rows are in sync, a pending output-only change may keep waiting, others
+/// are sent again; catalog checks this agent does not have are removed, unless their
+/// service is being removed (they go with it) or they are the serf health check.
+fn mark_checks(state: &mut LocalState, catalog: &CatalogRows, node_name: &str) {
+    let mut local_check_keys = Vec::new();
+    let registrations: Vec<(String, _)> = state
+        .checks
+        .values()
+        .map(|c| (c.id.clone(), state.check_registration(c, node_name)))
+        .collect();
+    for (id, registration) in registrations {
+        let key = fold(&id).into_owned();
+        let service_row = catalog
+            .services
+            .get(&fold(&registration.service_id).into_owned());
+        let verdict = catalog.checks.get(&key).map(|row| {
+            let built = check_row(
+                &registration,
+                catalog.node.clone(),
+                service_row.map(|s| &**s),
+                Some(row),
+                row.modify_index,
+            );
+            let same = row.same_as(&built);
+            let only_output_differs = !same && {
+                let mut without_output = built.clone();
+                without_output.output = row.output.clone();
+                row.same_as(&without_output)
+            };
+            (same, only_output_differs)
+        });
+        let check = state.checks.get_mut(&id).expect("listed above");
+        match verdict {
+            Some((true, _)) => {
+                check.synced_revision = check.revision;
+                check.output_only_change = false;
+            }
+            // A pending output-only change may keep waiting.
+            Some((false, true)) if check.output_only_change => {}
+            _ => {
+                check.synced_revision = 0;
+                check.output_only_change = false;
+            }
+        }
+        local_check_keys.push(key);
+    }
+    for (key, row) in &catalog.checks {
+        if !local_check_keys.contains(key) && !row.check_id.eq_ignore_ascii_case(SERF_CHECK_ID) {
+            // A service check goes with its service when that is being removed too.
+            let owner_removed = !row.service_id.is_empty()
+                && state
+                    .deleted_services
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(&row.service_id));
+            if !owner_removed {
+                state.deleted_checks.insert(row.check_id.to_string());
+            }
+        }
+    }
+}
+
+/// One catalog operation of a sync round, the marks it clears once accepted, and the
+/// token it is sent with (`None`: the agent's).
+type SyncOp = (CatalogOp, Vec<Mark>, Option<String>);
 
 /// Sends everything out of sync. Errs with the first reason some of it could not be sent.
 pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
@@ -250,90 +277,12 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
     // Only the node's registration is needed: cloning the whole configuration for it cost
     // every round (one per burst of registrations) a deep copy.
     let node = self_node_registration(&agent.config.borrow(), &agent.identity);
-    // Each operation with the token it is sent with: a service's or check's own token (a
-    // removed one's until its deregistration is accepted), else the agent's (`None`).
-    let ops: Vec<(CatalogOp, Vec<Mark>, Option<String>)> = {
-        let state = agent.state.borrow();
-        let service_token = |id: &str| state.service_tokens.get(id).cloned();
-        let check_token = |id: &str, service_id: &str| {
-            state
-                .check_tokens
-                .get(id)
-                .cloned()
-                .or_else(|| service_token(service_id))
-        };
-        let mut ops = Vec::new();
-        if !state.node_in_sync {
-            ops.push((
-                CatalogOp::Register(Box::new(node.clone())),
-                vec![Mark::Node],
-                None,
-            ));
-        }
-        for id in &state.deleted_checks {
-            ops.push((
-                CatalogOp::Deregister {
-                    node: node.node.clone(),
-                    service_id: String::new(),
-                    check_id: id.clone(),
-                },
-                vec![Mark::DeletedCheck(id.clone())],
-                check_token(id, ""),
-            ));
-        }
-        for id in &state.deleted_services {
-            ops.push((
-                CatalogOp::Deregister {
-                    node: node.node.clone(),
-                    service_id: id.clone(),
-                    check_id: String::new(),
-                },
-                vec![Mark::DeletedService(id.clone())],
-                service_token(id),
-            ));
-        }
-        let base = |checks| Registration {
-            skip_node_update: true,
-            checks,
-            ..node.clone()
-        };
-        let mut sent_with_service = Vec::new();
-        for service in state.services.values().filter(|s| !s.in_sync()) {
-            let id = &service.registration.id;
-            let checks: Vec<_> = state.checks_of(id).collect();
-            let mut mark = vec![Mark::Service(id.clone(), service.revision)];
-            mark.extend(checks.iter().map(|c| Mark::Check(c.id.clone(), c.revision)));
-            sent_with_service.extend(checks.iter().map(|c| c.id.clone()));
-            let mut registration = base(
-                checks
-                    .iter()
-                    .map(|c| state.check_registration(c, &node.node))
-                    .collect(),
-            );
-            registration.service = Some(service.registration.clone());
-            ops.push((
-                CatalogOp::Register(Box::new(registration)),
-                mark,
-                service_token(id),
-            ));
-        }
-        for check in state.checks.values() {
-            if check.in_sync()
-                || sent_with_service.contains(&check.id)
-                || LocalState::check_deferred(check, now, agent.check_update_interval)
-            {
-                continue;
-            }
-            ops.push((
-                CatalogOp::Register(Box::new(base(vec![
-                    state.check_registration(check, &node.node)
-                ]))),
-                vec![Mark::Check(check.id.clone(), check.revision)],
-                check_token(&check.id, &check.service_id),
-            ));
-        }
-        ops
-    };
+    let ops = out_of_sync_ops(
+        &agent.state.borrow(),
+        &node,
+        now,
+        agent.check_update_interval,
+    );
     if ops.is_empty() {
         return Ok(());
     }
@@ -347,49 +296,156 @@ pub async fn sync_changes(agent: &Agent) -> Result<(), String> {
         while batch.len() < SYNC_BATCH_OPS && ops.peek().is_some_and(|next| next.2 == token) {
             batch.extend(ops.next());
         }
-        telemetry::add(Counter::SyncOperations, batch.len() as u64);
-        let (batch_ops, batch_marks): (Vec<CatalogOp>, Vec<Vec<Mark>>) =
-            batch.into_iter().map(|(op, mark, _)| (op, mark)).unzip();
-        let token = token.as_deref();
-        // Encoded from the batch itself, not a copy: the operations are needed again only
-        // when the batch is refused.
-        let sent = Command::Catalog(CatalogOp::Batch(batch_ops));
-        let answer = agent.client.apply_command_as(&sent, token).await;
-        let Command::Catalog(CatalogOp::Batch(batch_ops)) = sent else {
-            unreachable!("the batch built above")
-        };
-        match catalog_result(answer) {
-            Ok(()) => {
-                for mark in batch_marks.into_iter().flatten() {
-                    apply_mark(agent, mark, now);
-                }
-            }
-            Err(reason) if batch_ops.len() == 1 => {
-                telemetry::incr(Counter::SyncErrors);
-                first_failure.get_or_insert(reason);
-            }
-            Err(_) => {
-                // Find the operations that succeed on their own; re-sending the accepted
-                // ones is harmless (identical registrations change nothing).
-                for (op, mark) in batch_ops.into_iter().zip(batch_marks) {
-                    match catalog_result(agent.client.apply_as(op, token).await) {
-                        Ok(()) => {
-                            for m in mark {
-                                apply_mark(agent, m, now);
-                            }
-                        }
-                        Err(reason) => {
-                            telemetry::incr(Counter::SyncErrors);
-                            first_failure.get_or_insert(reason);
-                        }
-                    }
-                }
-            }
+        if let Err(reason) = send_batch(agent, batch, token.as_deref(), now).await {
+            first_failure.get_or_insert(reason);
         }
     }
     match first_failure {
         None => Ok(()),
         Some(reason) => Err(reason),
+    }
+}
+
+/// Each operation the local state needs, with the token it is sent with: a service's or
+/// check's own token (a removed one's until its deregistration is accepted), else the
+/// agent's. A service goes with its checks; a deferred output-only check change waits.
+fn out_of_sync_ops(
+    state: &LocalState,
+    node: &Registration,
+    now: Instant,
+    check_update_interval: Duration,
+) -> Vec<SyncOp> {
+    let service_token = |id: &str| state.service_tokens.get(id).cloned();
+    let check_token = |id: &str, service_id: &str| {
+        state
+            .check_tokens
+            .get(id)
+            .cloned()
+            .or_else(|| service_token(service_id))
+    };
+    let mut ops = Vec::new();
+    if !state.node_in_sync {
+        ops.push((
+            CatalogOp::Register(Box::new(node.clone())),
+            vec![Mark::Node],
+            None,
+        ));
+    }
+    for id in &state.deleted_checks {
+        ops.push((
+            CatalogOp::Deregister {
+                node: node.node.clone(),
+                service_id: String::new(),
+                check_id: id.clone(),
+            },
+            vec![Mark::DeletedCheck(id.clone())],
+            check_token(id, ""),
+        ));
+    }
+    for id in &state.deleted_services {
+        ops.push((
+            CatalogOp::Deregister {
+                node: node.node.clone(),
+                service_id: id.clone(),
+                check_id: String::new(),
+            },
+            vec![Mark::DeletedService(id.clone())],
+            service_token(id),
+        ));
+    }
+    let base = |checks| Registration {
+        skip_node_update: true,
+        checks,
+        ..node.clone()
+    };
+    let mut sent_with_service = Vec::new();
+    for service in state.services.values().filter(|s| !s.in_sync()) {
+        let id = &service.registration.id;
+        let checks: Vec<_> = state.checks_of(id).collect();
+        let mut mark = vec![Mark::Service(id.clone(), service.revision)];
+        mark.extend(checks.iter().map(|c| Mark::Check(c.id.clone(), c.revision)));
+        sent_with_service.extend(checks.iter().map(|c| c.id.clone()));
+        let mut registration = base(
+            checks
+                .iter()
+                .map(|c| state.check_registration(c, &node.node))
+                .collect(),
+        );
+        registration.service = Some(service.registration.clone());
+        ops.push((
+            CatalogOp::Register(Box::new(registration)),
+            mark,
+            service_token(id),
+        ));
+    }
+    for check in state.checks.values() {
+        if check.in_sync()
+            || sent_with_service.contains(&check.id)
+            || LocalState::check_deferred(check, now, check_update_interval)
+        {
+            continue;
+        }
+        ops.push((
+            CatalogOp::Register(Box::new(base(vec![
+                state.check_registration(check, &node.node)
+            ]))),
+            vec![Mark::Check(check.id.clone(), check.revision)],
+            check_token(&check.id, &check.service_id),
+        ));
+    }
+    ops
+}
+
+/// Sends one batch with its token and clears the marks of what the catalog accepted. A
+/// refused batch of several is sent again one operation at a time, to find the ones that
+/// succeed on their own; errs with the first reason one was refused.
+async fn send_batch(
+    agent: &Agent,
+    batch: Vec<SyncOp>,
+    token: Option<&str>,
+    now: Instant,
+) -> Result<(), String> {
+    debug_assert!(!batch.is_empty() && batch.len() <= SYNC_BATCH_OPS);
+    telemetry::add(Counter::SyncOperations, batch.len() as u64);
+    let (batch_ops, batch_marks): (Vec<CatalogOp>, Vec<Vec<Mark>>) =
+        batch.into_iter().map(|(op, mark, _)| (op, mark)).unzip();
+    // Encoded from the batch itself, not a copy: the operations are needed again only
+    // when the batch is refused.
+    let sent = Command::Catalog(CatalogOp::Batch(batch_ops));
+    let answer = agent.client.apply_command_as(&sent, token).await;
+    let Command::Catalog(CatalogOp::Batch(batch_ops)) = sent else {
+        unreachable!("the batch built above")
+    };
+    match catalog_result(answer) {
+        Ok(()) => {
+            for mark in batch_marks.into_iter().flatten() {
+                apply_mark(agent, mark, now);
+            }
+            Ok(())
+        }
+        Err(reason) if batch_ops.len() == 1 => {
+            telemetry::incr(Counter::SyncErrors);
+            Err(reason)
+        }
+        Err(_) => {
+            // Re-sending the accepted ones is harmless (identical registrations change
+            // nothing).
+            let mut first_failure = None;
+            for (op, mark) in batch_ops.into_iter().zip(batch_marks) {
+                match catalog_result(agent.client.apply_as(op, token).await) {
+                    Ok(()) => {
+                        for m in mark {
+                            apply_mark(agent, m, now);
+                        }
+                    }
+                    Err(reason) => {
+                        telemetry::incr(Counter::SyncErrors);
+                        first_failure.get_or_insert(reason);
+                    }
+                }
+            }
+            first_failure.map_or(Ok(()), Err)
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 use super::coordinate::coordinate_json;
 use super::members::member_json;
 use super::{ApiError, Context, Outcome, Reply, Request};
+use crate::config::AgentConfig;
 use crate::gossip::MemberStatus;
 use serde_json::{json, Map, Value};
 
@@ -122,17 +123,54 @@ fn grpc_port(port: i32) -> i32 {
 /// feature switches. Secrets are `hidden`, as in Consul.
 fn debug_config(ctx: &Context) -> Value {
     let config = ctx.config();
-    let ports = &config.ports;
-    let acl = &config.acl;
-    let hidden = |token: &Option<String>| if token.is_some() { "hidden" } else { "" };
-    let addresses = |ips: &[std::net::IpAddr], port: i32, scheme: &str| -> Vec<String> {
-        if port < 0 {
-            return Vec::new();
+    // In groups, each small enough for `json!`'s recursion limit.
+    let groups = [
+        acl_keys(config),
+        agent_keys(config),
+        dns_keys(config),
+        more_keys(config),
+        last_keys(ctx, config),
+    ];
+    let mut all = Map::new();
+    for group in groups {
+        if let Value::Object(keys) = group {
+            all.extend(keys);
         }
-        ips.iter()
-            .map(|ip| format!("{scheme}://{}", std::net::SocketAddr::new(*ip, port as u16)))
-            .collect()
-    };
+    }
+    Value::Object(all)
+}
+
+/// A secret as Consul's sanitized configuration shows it: `hidden` when set.
+fn hidden(token: &Option<String>) -> &'static str {
+    if token.is_some() {
+        "hidden"
+    } else {
+        ""
+    }
+}
+
+/// The URLs of a listener's addresses; none when its port is disabled.
+fn listener_urls(ips: &[std::net::IpAddr], port: i32, scheme: &str) -> Vec<String> {
+    if port < 0 {
+        return Vec::new();
+    }
+    ips.iter()
+        .map(|ip| format!("{scheme}://{}", std::net::SocketAddr::new(*ip, port as u16)))
+        .collect()
+}
+
+/// Whether a script-check switch is on.
+fn script_checks(config: &AgentConfig, key: &str) -> bool {
+    config
+        .raw
+        .get(key)
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The ACL keys, tokens hidden.
+fn acl_keys(config: &AgentConfig) -> Value {
+    let acl = &config.acl;
     let default_policy = match acl.default_policy {
         crate::store::acl::authorizer::DefaultPolicy::Allow => "allow",
         crate::store::acl::authorizer::DefaultPolicy::Deny => "deny",
@@ -143,16 +181,7 @@ fn debug_config(ctx: &Context) -> Value {
         crate::config::acl::DownPolicy::ExtendCache => "extend-cache",
         crate::config::acl::DownPolicy::AsyncCache => "async-cache",
     };
-    let script_checks = |key: &str| {
-        config
-            .raw
-            .get(key)
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-    };
-    let remote_scripts = script_checks("enable_script_checks");
-    // In groups, each small enough for `json!`'s recursion limit.
-    let acl_keys = json!({
+    json!({
         "ACLsEnabled": acl.enabled,
         "ACLResolverSettings": {
             "ACLDefaultPolicy": default_policy,
@@ -171,8 +200,12 @@ fn debug_config(ctx: &Context) -> Value {
             "DataDir": config.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
             "EnablePersistence": acl.enable_token_persistence,
         },
-    });
-    let agent_keys = json!({
+    })
+}
+
+/// The addressing, bootstrap, auto-encrypt and Connect keys.
+fn agent_keys(config: &AgentConfig) -> Value {
+    json!({
         "AdvertiseAddrLAN": config.advertise().to_string(),
         "AdvertiseAddrWAN": config.advertise_wan().to_string(),
         "AutoEncryptAllowTLS": config.tls.auto_encrypt.allow_tls,
@@ -185,11 +218,16 @@ fn debug_config(ctx: &Context) -> Value {
         "ConnectEnabled": config.connect.enabled,
         "ConnectSidecarMaxPort": config.connect.sidecar_max_port,
         "ConnectSidecarMinPort": config.connect.sidecar_min_port,
-    });
-    let dns_keys = json!({
-        "DNSAddrs": addresses(&config.addresses.dns, ports.dns, "tcp")
+    })
+}
+
+/// The DNS keys.
+fn dns_keys(config: &AgentConfig) -> Value {
+    let ports = &config.ports;
+    json!({
+        "DNSAddrs": listener_urls(&config.addresses.dns, ports.dns, "tcp")
             .into_iter()
-            .chain(addresses(&config.addresses.dns, ports.dns, "udp"))
+            .chain(listener_urls(&config.addresses.dns, ports.dns, "udp"))
             .collect::<Vec<_>>(),
         "DNSAllowStale": config.dns.allow_stale,
         "DNSAltDomain": config.dns.alt_domain.clone().unwrap_or_default(),
@@ -201,26 +239,37 @@ fn debug_config(ctx: &Context) -> Value {
         "DNSPort": ports.dns,
         "DNSRecursors": config.dns.recursors.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
         "DNSUDPAnswerLimit": config.dns.udp_answer_limit,
-    });
-    let more_keys = json!({
+    })
+}
+
+/// The data directory, datacenter, query times, feature switches and HTTP keys.
+fn more_keys(config: &AgentConfig) -> Value {
+    let ports = &config.ports;
+    let remote_scripts = script_checks(config, "enable_script_checks");
+    json!({
         "DataDir": config.data_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
         "Datacenter": config.datacenter,
         "DefaultQueryTime": go_duration(config.process.default_query_time),
         "DevMode": config.dev_mode,
         "DisableRemoteExec": !REMOTE_EXEC_SERVED,
         "EnableDebug": PPROF_SERVED,
-        "EnableLocalScriptChecks": remote_scripts || script_checks("enable_local_script_checks"),
+        "EnableLocalScriptChecks": remote_scripts || script_checks(config, "enable_local_script_checks"),
         "EnableRemoteScriptChecks": remote_scripts,
         "GRPCPort": grpc_port(ports.grpc),
         "GRPCTLSPort": grpc_port(ports.grpc_tls),
-        "HTTPAddrs": addresses(&config.addresses.http, ports.http, "tcp"),
+        "HTTPAddrs": listener_urls(&config.addresses.http, ports.http, "tcp"),
         "HTTPPort": ports.http,
-        "HTTPSAddrs": addresses(&config.addresses.https, ports.https, "tcp"),
+        "HTTPSAddrs": listener_urls(&config.addresses.https, ports.https, "tcp"),
         "HTTPSPort": ports.https,
         "HTTPUseCache": config.http_use_cache,
         "KVMaxValueSize": config.kv_max_value_size,
-    });
-    let last_keys = json!({
+    })
+}
+
+/// The logging, node, Raft, serf, server, session, transaction and UI keys.
+fn last_keys(ctx: &Context, config: &AgentConfig) -> Value {
+    let ports = &config.ports;
+    json!({
         "LeaveOnTerm": config.leave_on_terminate,
         "Logging": {
             "LogFilePath": config.process.log_file.as_ref().map(|f| f.path.display().to_string()).unwrap_or_default(),
@@ -249,14 +298,7 @@ fn debug_config(ctx: &Context) -> Value {
             "Enabled": config.ui.enabled,
             "MetricsProvider": config.ui.metrics_provider,
         },
-    });
-    let mut all = Map::new();
-    for group in [acl_keys, agent_keys, dns_keys, more_keys, last_keys] {
-        if let Value::Object(keys) = group {
-            all.extend(keys);
-        }
-    }
-    Value::Object(all)
+    })
 }
 
 /// Whether an xDS server (Envoy's gRPC ADS) listens on this agent: the one place that

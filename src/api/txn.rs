@@ -88,142 +88,164 @@ fn decode_op(
     kv_value_max: usize,
     datacenter: &str,
 ) -> Result<(TxnOp, Option<String>), Refusal> {
-    let decode = |e: String| Refusal::Decode(e);
-    if let Some(kv) = obj.obj(&["kv"]).map_err(decode)? {
-        let verb_text = kv.string(&["verb"]).map_err(decode)?;
-        let key = kv.string(&["key"]).map_err(decode)?;
-        let value = match kv.get(&["value"]) {
-            None => Bytes::new(),
-            Some(Value::String(text)) => {
-                use base64::Engine;
-                Bytes::from(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(text)
-                        .map_err(|e| Refusal::Decode(format!("failed to decode value: {e}")))?,
-                )
-            }
-            Some(other) => return Err(Refusal::Decode(format!("unexpected value type: {other}"))),
-        };
-        if value.len() > kv_value_max {
-            return Err(Refusal::TooLarge(format!(
-                "Value for key {key:?} is too large ({} > {kv_value_max} bytes)",
-                value.len()
-            )));
-        }
-        let verb = KvVerb::parse(&verb_text);
-        let precheck = match verb {
-            None => Some(format!("unknown KV verb {verb_text:?}")),
-            Some(v) if key.is_empty() && v != KvVerb::DeleteTree => {
-                Some("Must provide key".to_string())
-            }
-            Some(_) => None,
-        };
-        let op = TxnOp::Kv {
-            verb: verb.unwrap_or(KvVerb::Get),
-            key,
-            value,
-            flags: kv.bounded(&["flags"], 0, i64::MAX).map_err(decode)? as u64,
-            index: kv.bounded(&["index"], 0, i64::MAX).map_err(decode)? as u64,
-            session: kv
-                .string(&["session"])
-                .map_err(decode)?
-                .to_ascii_lowercase(),
-        };
-        return Ok((op, precheck));
+    if let Some(kv) = obj.obj(&["kv"]).map_err(Refusal::Decode)? {
+        return decode_kv_op(&kv, kv_value_max);
     }
-    if let Some(node_op) = obj.obj(&["node"]).map_err(decode)? {
-        let verb_text = node_op.string(&["verb"]).map_err(decode)?;
-        let node = node_op.obj(&["node"]).map_err(decode)?;
-        let field = |name: &str| -> Result<String, Refusal> {
-            match &node {
-                Some(n) => n.string(&[name]).map_err(decode),
-                None => Ok(String::new()),
-            }
-        };
-        let mut registration = Registration {
-            id: field("id")?.to_ascii_lowercase(),
-            node: field("node")?,
-            address: field("address")?,
-            datacenter: field("datacenter")?,
-            ..Default::default()
-        };
-        if registration.datacenter.is_empty() {
-            registration.datacenter = datacenter.to_string();
-        }
-        let mut modify_index = 0;
-        if let Some(n) = &node {
-            registration.tagged_addresses = n.str_map(&["taggedaddresses"]).map_err(decode)?;
-            registration.node_meta = n.str_map(&["meta"]).map_err(decode)?;
-            modify_index = n.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64;
-        }
-        let verb = CatalogVerb::parse(&verb_text);
-        let precheck = match verb {
-            None => Some(format!("unknown node operation: {verb_text}")),
-            Some(CatalogVerb::Get) => None,
-            Some(_) if registration.node.is_empty() => Some("Must provide node".to_string()),
-            Some(_)
-                if !registration.id.is_empty()
-                    && uuid::Uuid::parse_str(&registration.id).is_err() =>
-            {
-                Some(format!(
-                    "Bad node ID: uuid string is wrong length or has invalid format: {:?}",
-                    registration.id
-                ))
-            }
-            Some(_) => None,
-        };
-        let op = TxnOp::Node {
-            verb: verb.unwrap_or(CatalogVerb::Get),
-            registration,
-            modify_index,
-        };
-        return Ok((op, precheck));
+    if let Some(node_op) = obj.obj(&["node"]).map_err(Refusal::Decode)? {
+        return decode_node_op(&node_op, datacenter);
     }
-    if let Some(service_op) = obj.obj(&["service"]).map_err(decode)? {
-        let verb_text = service_op.string(&["verb"]).map_err(decode)?;
-        let node = service_op.string(&["node"]).map_err(decode)?;
-        let (mut service, modify_index) = match service_op.obj(&["service"]).map_err(decode)? {
-            Some(s) => (
-                parse_service(&s).map_err(decode)?,
-                s.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64,
-            ),
-            None => (Default::default(), 0),
-        };
-        let (verb, precheck) = txn::service_precheck(&verb_text, &node, &mut service);
-        let op = TxnOp::Service {
-            verb: verb.unwrap_or(CatalogVerb::Get),
-            node,
-            service,
-            modify_index,
-        };
-        return Ok((op, precheck));
+    if let Some(service_op) = obj.obj(&["service"]).map_err(Refusal::Decode)? {
+        return decode_service_op(&service_op);
     }
-    if let Some(check_op) = obj.obj(&["check"]).map_err(decode)? {
-        let verb_text = check_op.string(&["verb"]).map_err(decode)?;
-        let (check, modify_index) = match check_op.obj(&["check"]).map_err(decode)? {
-            Some(c) => (
-                parse_catalog_check(&c, "").map_err(decode)?,
-                c.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64,
-            ),
-            None => (Default::default(), 0),
-        };
-        let verb = CatalogVerb::parse(&verb_text);
-        let precheck = match verb {
-            None => Some(format!("unknown check operation: {verb_text}")),
-            Some(CatalogVerb::Get) => None,
-            Some(_) if check.node.is_empty() => Some("Must provide node".to_string()),
-            Some(_) => None,
-        };
-        let op = TxnOp::Check {
-            verb: verb.unwrap_or(CatalogVerb::Get),
-            check,
-            modify_index,
-        };
-        return Ok((op, precheck));
+    if let Some(check_op) = obj.obj(&["check"]).map_err(Refusal::Decode)? {
+        return decode_check_op(&check_op);
     }
     Err(Refusal::Decode(
         "each operation must be one of KV, Node, Service or Check".to_string(),
     ))
+}
+
+/// A `KV` operation: its value decoded from base64 and bounded by `kv_max_value_size`.
+fn decode_kv_op(kv: &Obj, kv_value_max: usize) -> Result<(TxnOp, Option<String>), Refusal> {
+    let decode = Refusal::Decode;
+    let verb_text = kv.string(&["verb"]).map_err(decode)?;
+    let key = kv.string(&["key"]).map_err(decode)?;
+    let value = match kv.get(&["value"]) {
+        None => Bytes::new(),
+        Some(Value::String(text)) => {
+            use base64::Engine;
+            Bytes::from(
+                base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|e| Refusal::Decode(format!("failed to decode value: {e}")))?,
+            )
+        }
+        Some(other) => return Err(Refusal::Decode(format!("unexpected value type: {other}"))),
+    };
+    if value.len() > kv_value_max {
+        return Err(Refusal::TooLarge(format!(
+            "Value for key {key:?} is too large ({} > {kv_value_max} bytes)",
+            value.len()
+        )));
+    }
+    let verb = KvVerb::parse(&verb_text);
+    let precheck = match verb {
+        None => Some(format!("unknown KV verb {verb_text:?}")),
+        Some(v) if key.is_empty() && v != KvVerb::DeleteTree => {
+            Some("Must provide key".to_string())
+        }
+        Some(_) => None,
+    };
+    let op = TxnOp::Kv {
+        verb: verb.unwrap_or(KvVerb::Get),
+        key,
+        value,
+        flags: kv.bounded(&["flags"], 0, i64::MAX).map_err(decode)? as u64,
+        index: kv.bounded(&["index"], 0, i64::MAX).map_err(decode)? as u64,
+        session: kv
+            .string(&["session"])
+            .map_err(decode)?
+            .to_ascii_lowercase(),
+    };
+    Ok((op, precheck))
+}
+
+/// A `Node` operation: the node's registration, in this datacenter unless it names one.
+fn decode_node_op(node_op: &Obj, datacenter: &str) -> Result<(TxnOp, Option<String>), Refusal> {
+    let decode = Refusal::Decode;
+    let verb_text = node_op.string(&["verb"]).map_err(decode)?;
+    let node = node_op.obj(&["node"]).map_err(decode)?;
+    let field = |name: &str| -> Result<String, Refusal> {
+        match &node {
+            Some(n) => n.string(&[name]).map_err(decode),
+            None => Ok(String::new()),
+        }
+    };
+    let mut registration = Registration {
+        id: field("id")?.to_ascii_lowercase(),
+        node: field("node")?,
+        address: field("address")?,
+        datacenter: field("datacenter")?,
+        ..Default::default()
+    };
+    if registration.datacenter.is_empty() {
+        registration.datacenter = datacenter.to_string();
+    }
+    let mut modify_index = 0;
+    if let Some(n) = &node {
+        registration.tagged_addresses = n.str_map(&["taggedaddresses"]).map_err(decode)?;
+        registration.node_meta = n.str_map(&["meta"]).map_err(decode)?;
+        modify_index = n.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64;
+    }
+    let verb = CatalogVerb::parse(&verb_text);
+    let precheck = match verb {
+        None => Some(format!("unknown node operation: {verb_text}")),
+        Some(CatalogVerb::Get) => None,
+        Some(_) if registration.node.is_empty() => Some("Must provide node".to_string()),
+        Some(_)
+            if !registration.id.is_empty() && uuid::Uuid::parse_str(&registration.id).is_err() =>
+        {
+            Some(format!(
+                "Bad node ID: uuid string is wrong length or has invalid format: {:?}",
+                registration.id
+            ))
+        }
+        Some(_) => None,
+    };
+    let op = TxnOp::Node {
+        verb: verb.unwrap_or(CatalogVerb::Get),
+        registration,
+        modify_index,
+    };
+    Ok((op, precheck))
+}
+
+/// A `Service` operation on a node's service.
+fn decode_service_op(service_op: &Obj) -> Result<(TxnOp, Option<String>), Refusal> {
+    let decode = Refusal::Decode;
+    let verb_text = service_op.string(&["verb"]).map_err(decode)?;
+    let node = service_op.string(&["node"]).map_err(decode)?;
+    let (mut service, modify_index) = match service_op.obj(&["service"]).map_err(decode)? {
+        Some(s) => (
+            parse_service(&s).map_err(decode)?,
+            s.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64,
+        ),
+        None => (Default::default(), 0),
+    };
+    let (verb, precheck) = txn::service_precheck(&verb_text, &node, &mut service);
+    let op = TxnOp::Service {
+        verb: verb.unwrap_or(CatalogVerb::Get),
+        node,
+        service,
+        modify_index,
+    };
+    Ok((op, precheck))
+}
+
+/// A `Check` operation on a node's (or service's) check.
+fn decode_check_op(check_op: &Obj) -> Result<(TxnOp, Option<String>), Refusal> {
+    let decode = Refusal::Decode;
+    let verb_text = check_op.string(&["verb"]).map_err(decode)?;
+    let (check, modify_index) = match check_op.obj(&["check"]).map_err(decode)? {
+        Some(c) => (
+            parse_catalog_check(&c, "").map_err(decode)?,
+            c.bounded(&["modifyindex"], 0, i64::MAX).map_err(decode)? as u64,
+        ),
+        None => (Default::default(), 0),
+    };
+    let verb = CatalogVerb::parse(&verb_text);
+    let precheck = match verb {
+        None => Some(format!("unknown check operation: {verb_text}")),
+        Some(CatalogVerb::Get) => None,
+        Some(_) if check.node.is_empty() => Some("Must provide node".to_string()),
+        Some(_) => None,
+    };
+    let op = TxnOp::Check {
+        verb: verb.unwrap_or(CatalogVerb::Get),
+        check,
+        modify_index,
+    };
+    Ok((op, precheck))
 }
 
 /// `PUT /v1/txn`.

@@ -29,7 +29,8 @@ use super::authz::RowFilter;
 use super::ui_summary::{bucket, summarize, summarize_catalog, Summary};
 use super::ui_topology::{TopologyKind, TopologyQuery};
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, QueryOptions, Reply,
+    Request,
 };
 use crate::consul::filter::{self, Field, Filter, Kind, Schema};
 use crate::consul::json::JsonWriter;
@@ -603,23 +604,7 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         }
         _ => {
             if let Some(name) = rest.strip_prefix("service-topology/") {
-                if name.is_empty() {
-                    return Err(ApiError::bad_request("Missing service name"));
-                }
-                let kind = TopologyKind::parse(request.query.get("kind"))?;
-                // Consul's topology needs service:read on the service itself; the rows of
-                // its neighbours are filtered one by one.
-                if let Some(authz) = request.acl.get() {
-                    authz.require(authz.authorizer.service_read(name))?;
-                }
-                let query = TopologyQuery {
-                    service: Arc::from(name),
-                    kind,
-                    rows: RowFilter::of(request),
-                    default_allow: super::intentions::default_allow(ctx),
-                    datacenter: Arc::from(ctx.config().datacenter.as_str()),
-                };
-                return run_query(ctx, query, options, reply);
+                return service_topology(ctx, request, name, options, reply);
             }
             if let Some(name) = rest.strip_prefix("node/") {
                 if name.is_empty() {
@@ -636,29 +621,66 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             let gateway = rest
                 .strip_prefix("gateway-services-nodes/")
                 .expect("route admits only known paths");
-            if gateway.is_empty() {
-                return Err(ApiError::bad_request("Missing gateway name"));
-            }
-            // Consul's `GatewayServiceDump` needs `service:read` on the gateway.
-            if let Some(authz) = request.acl.get() {
-                authz.require(authz.authorizer.service_read(gateway))?;
-            }
-            let config = ctx.config();
-            let domains = std::iter::once(&config.dns.domain)
-                .chain(config.dns.alt_domain.as_ref())
-                .filter(|d| !d.is_empty())
-                .map(|d| d.trim_matches('.').to_string())
-                .collect();
-            let query = GatewayServicesNodesQuery {
-                gateway: Arc::from(gateway),
-                datacenter: config.datacenter.clone(),
-                domains,
-                rows: RowFilter::of(request),
-                gzip,
-            };
-            run_query(ctx, query, options, reply)
+            gateway_services_nodes(ctx, request, gateway, options, reply)
         }
     }
+}
+
+/// `GET /v1/internal/ui/service-topology/<name>`: Consul's topology needs service:read on
+/// the service itself; the rows of its neighbours are filtered one by one.
+fn service_topology(
+    ctx: &Context,
+    request: &Request,
+    name: &str,
+    options: QueryOptions,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Missing service name"));
+    }
+    let kind = TopologyKind::parse(request.query.get("kind"))?;
+    if let Some(authz) = request.acl.get() {
+        authz.require(authz.authorizer.service_read(name))?;
+    }
+    let query = TopologyQuery {
+        service: Arc::from(name),
+        kind,
+        rows: RowFilter::of(request),
+        default_allow: super::intentions::default_allow(ctx),
+        datacenter: Arc::from(ctx.config().datacenter.as_str()),
+    };
+    run_query(ctx, query, options, reply)
+}
+
+/// `GET /v1/internal/ui/gateway-services-nodes/<gateway>`: Consul's `GatewayServiceDump`
+/// needs `service:read` on the gateway.
+fn gateway_services_nodes(
+    ctx: &Context,
+    request: &Request,
+    gateway: &str,
+    options: QueryOptions,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if gateway.is_empty() {
+        return Err(ApiError::bad_request("Missing gateway name"));
+    }
+    if let Some(authz) = request.acl.get() {
+        authz.require(authz.authorizer.service_read(gateway))?;
+    }
+    let config = ctx.config();
+    let domains = std::iter::once(&config.dns.domain)
+        .chain(config.dns.alt_domain.as_ref())
+        .filter(|d| !d.is_empty())
+        .map(|d| d.trim_matches('.').to_string())
+        .collect();
+    let query = GatewayServicesNodesQuery {
+        gateway: Arc::from(gateway),
+        datacenter: config.datacenter.clone(),
+        domains,
+        rows: RowFilter::of(request),
+        gzip: accepts_gzip(request.header("Accept-Encoding")),
+    };
+    run_query(ctx, query, options, reply)
 }
 
 /// What the unit tests of the UI's endpoints share: writing a registration into a store.

@@ -395,67 +395,10 @@ impl TopologyQuery {
                 .iter()
                 .any(is_native);
         let by_intentions = has_transparent || connect_native;
-
-        // Upstreams: what this service's proxies are registered to reach, then (for a
-        // transparent or native service) what the intentions let it reach.
-        let mut up = Side::default();
-        for facts in &own_proxies {
-            for name in &facts.upstreams {
-                up.add(name, SOURCE_REGISTRATION);
-            }
-        }
         let candidates = typical_names(tables);
-        if by_intentions {
-            self.add_allowed(tables, &mut up, &candidates, Direction::Upstream);
-        }
-        self.decide_all(tables, &mut up, Direction::Upstream);
-        let up_rows: Vec<CheckServiceNode> = combined_rows(tables, &proxies, &up.names)
-            .into_iter()
-            .filter(|row| {
-                by_intentions
-                    || up.source_of(represented(row, &proxies)) == Some(SOURCE_REGISTRATION)
-            })
-            .collect();
-
-        // Downstreams: the services whose proxies are registered to reach this one, then
-        // those the intentions let in.
-        let mut down = Side::default();
-        for (facts, _) in &proxies {
-            if facts
-                .upstreams
-                .iter()
-                .any(|u| u.eq_ignore_ascii_case(service))
-            {
-                down.add(&facts.destination, SOURCE_REGISTRATION);
-            }
-        }
-        self.add_allowed(tables, &mut down, &candidates, Direction::Downstream);
-        self.decide_all(tables, &mut down, Direction::Downstream);
-        let down_candidates = combined_rows(tables, &proxies, &down.names);
-        // A downstream found only through the intentions counts when one of its proxies is
-        // transparent or an instance is native: only those dial without a registration.
-        let mut dialing: HashSet<String> = HashSet::new();
-        for row in &down_candidates {
-            if is_native(row) {
-                dialing.insert(fold(&row.service.name).into_owned());
-            }
-        }
-        for (facts, row) in &proxies {
-            if facts.transparent
-                && down_candidates
-                    .iter()
-                    .any(|r| r.service.id == row.service.id && r.node.name == row.node.name)
-            {
-                dialing.insert(fold(&facts.destination).into_owned());
-            }
-        }
-        let down_rows: Vec<CheckServiceNode> = down_candidates
-            .into_iter()
-            .filter(|row| {
-                let name = represented(row, &proxies);
-                dialing.contains(&*fold(name)) || down.source_of(name) == Some(SOURCE_REGISTRATION)
-            })
-            .collect();
+        let (up, up_rows) =
+            self.upstreams(tables, &proxies, &own_proxies, &candidates, by_intentions);
+        let (down, down_rows) = self.downstreams(tables, &proxies, &candidates);
 
         let mut hidden = false;
         let upstreams = summarize(up_rows.into_iter(), None, &self.rows, &mut hidden);
@@ -470,7 +413,105 @@ impl TopologyQuery {
             listed.insert(fold(&summary.name).into_owned());
             write_summary(w, summary, &up);
         }
-        // Upstreams no instance stands for, but routing configuration does: by name.
+        self.write_routed_upstreams(tables, &up, &listed, w);
+        w.end_array();
+        w.field_array("Downstreams");
+        for summary in downstreams.iter().filter(|s| shown_kind(s)) {
+            write_summary(w, summary, &down);
+        }
+        w.end_array();
+        w.field_bool("FilteredByACLs", hidden);
+        w.end_object();
+        hidden
+    }
+
+    /// Upstreams: what this service's proxies are registered to reach, then (for a
+    /// transparent or native service) what the intentions let it reach; with their rows.
+    fn upstreams<'t>(
+        &self,
+        tables: &'t Tables,
+        proxies: &[(ProxyFacts, CheckServiceNode<'t>)],
+        own_proxies: &[&ProxyFacts],
+        candidates: &[String],
+        by_intentions: bool,
+    ) -> (Side<'t>, Vec<CheckServiceNode<'t>>) {
+        let mut up = Side::default();
+        for facts in own_proxies {
+            for name in &facts.upstreams {
+                up.add(name, SOURCE_REGISTRATION);
+            }
+        }
+        if by_intentions {
+            self.add_allowed(tables, &mut up, candidates, Direction::Upstream);
+        }
+        self.decide_all(tables, &mut up, Direction::Upstream);
+        let up_rows: Vec<CheckServiceNode> = combined_rows(tables, proxies, &up.names)
+            .into_iter()
+            .filter(|row| {
+                by_intentions
+                    || up.source_of(represented(row, proxies)) == Some(SOURCE_REGISTRATION)
+            })
+            .collect();
+        (up, up_rows)
+    }
+
+    /// Downstreams: the services whose proxies are registered to reach this one, then those
+    /// the intentions let in; with their rows.
+    fn downstreams<'t>(
+        &self,
+        tables: &'t Tables,
+        proxies: &[(ProxyFacts, CheckServiceNode<'t>)],
+        candidates: &[String],
+    ) -> (Side<'t>, Vec<CheckServiceNode<'t>>) {
+        let service = &*self.service;
+        let mut down = Side::default();
+        for (facts, _) in proxies {
+            if facts
+                .upstreams
+                .iter()
+                .any(|u| u.eq_ignore_ascii_case(service))
+            {
+                down.add(&facts.destination, SOURCE_REGISTRATION);
+            }
+        }
+        self.add_allowed(tables, &mut down, candidates, Direction::Downstream);
+        self.decide_all(tables, &mut down, Direction::Downstream);
+        let down_candidates = combined_rows(tables, proxies, &down.names);
+        // A downstream found only through the intentions counts when one of its proxies is
+        // transparent or an instance is native: only those dial without a registration.
+        let mut dialing: HashSet<String> = HashSet::new();
+        for row in &down_candidates {
+            if is_native(row) {
+                dialing.insert(fold(&row.service.name).into_owned());
+            }
+        }
+        for (facts, row) in proxies {
+            if facts.transparent
+                && down_candidates
+                    .iter()
+                    .any(|r| r.service.id == row.service.id && r.node.name == row.node.name)
+            {
+                dialing.insert(fold(&facts.destination).into_owned());
+            }
+        }
+        let down_rows: Vec<CheckServiceNode> = down_candidates
+            .into_iter()
+            .filter(|row| {
+                let name = represented(row, proxies);
+                dialing.contains(&*fold(name)) || down.source_of(name) == Some(SOURCE_REGISTRATION)
+            })
+            .collect();
+        (down, down_rows)
+    }
+
+    /// Upstreams no instance stands for, but routing configuration does: by name.
+    fn write_routed_upstreams(
+        &self,
+        tables: &Tables,
+        up: &Side,
+        listed: &HashSet<String>,
+        w: &mut JsonWriter,
+    ) {
         let mut routed: Vec<&String> = up
             .names
             .iter()
@@ -491,15 +532,6 @@ impl TopologyQuery {
             decision.write(w);
             w.end_object();
         }
-        w.end_array();
-        w.field_array("Downstreams");
-        for summary in downstreams.iter().filter(|s| shown_kind(s)) {
-            write_summary(w, summary, &down);
-        }
-        w.end_array();
-        w.field_bool("FilteredByACLs", hidden);
-        w.end_object();
-        hidden
     }
 }
 

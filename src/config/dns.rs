@@ -178,38 +178,66 @@ pub(super) fn dns_config_from(raw: &Map<String, Value>) -> Result<DnsConfig, Str
         .iter()
         .map(|r| parse_recursor(r))
         .collect::<Result<_, _>>()?;
-    let prefixed = |key: &str| format!("dns_config.{key}");
-    let wrap = |e: String| format!("dns_config.{e}");
-    if let Some(v) = get_bool(section, "allow_stale").map_err(wrap)? {
+    apply_staleness_and_recursion(section, &mut config)?;
+    apply_service_ttls(section, &mut config)?;
+    apply_answer_settings(section, &mut config)?;
+    if let Some(Value::Object(soa)) = section.get("soa") {
+        let field = |key: &str, default: u32| -> Result<u32, String> {
+            Ok(get_u32(soa, key)
+                .map_err(|e| format!("dns_config.soa.{e}"))?
+                .unwrap_or(default))
+        };
+        config.soa = SoaConfig {
+            refresh_seconds: field("refresh", config.soa.refresh_seconds)?,
+            retry_seconds: field("retry", config.soa.retry_seconds)?,
+            expire_seconds: field("expire", config.soa.expire_seconds)?,
+            min_ttl_seconds: field("min_ttl", config.soa.min_ttl_seconds)?,
+        };
+    }
+    Ok(config)
+}
+
+/// Prefixes a key error with `dns_config.`.
+fn in_dns_config(e: String) -> String {
+    format!("dns_config.{e}")
+}
+
+/// `dns_config`'s stale reads, node TTL and recursor timeout and strategy.
+fn apply_staleness_and_recursion(
+    section: &Map<String, Value>,
+    config: &mut DnsConfig,
+) -> Result<(), String> {
+    if let Some(v) = get_bool(section, "allow_stale").map_err(in_dns_config)? {
         config.allow_stale = v;
     }
-    if let Some(v) = get_duration(section, "max_stale").map_err(wrap)? {
+    if let Some(v) = get_duration(section, "max_stale").map_err(in_dns_config)? {
         config.max_stale = v;
     }
-    if let Some(v) = get_duration(section, "node_ttl").map_err(wrap)? {
+    if let Some(v) = get_duration(section, "node_ttl").map_err(in_dns_config)? {
         config.node_ttl = v;
     }
-    if let Some(v) = get_duration(section, "recursor_timeout").map_err(wrap)? {
+    if let Some(v) = get_duration(section, "recursor_timeout").map_err(in_dns_config)? {
         if v.is_zero() {
-            return Err(format!(
-                "{}: must be positive",
-                prefixed("recursor_timeout")
-            ));
+            return Err("dns_config.recursor_timeout: must be positive".to_string());
         }
         config.recursor_timeout = v;
     }
-    if let Some(strategy) = get_string(section, "recursor_strategy").map_err(wrap)? {
+    if let Some(strategy) = get_string(section, "recursor_strategy").map_err(in_dns_config)? {
         config.recursor_strategy = match strategy.as_str() {
             "sequential" | "" => RecursorStrategy::Sequential,
             "random" => RecursorStrategy::Random,
             other => {
                 return Err(format!(
-                    "{}: {other:?} is not sequential or random",
-                    prefixed("recursor_strategy")
+                    "dns_config.recursor_strategy: {other:?} is not sequential or random"
                 ))
             }
         };
     }
+    Ok(())
+}
+
+/// `dns_config.service_ttl`: exact service names, and prefixes ending in `*`.
+fn apply_service_ttls(section: &Map<String, Value>, config: &mut DnsConfig) -> Result<(), String> {
     match section.get("service_ttl") {
         None | Some(Value::Null) => {}
         Some(Value::Object(ttls)) => {
@@ -229,45 +257,34 @@ pub(super) fn dns_config_from(raw: &Map<String, Value>) -> Result<DnsConfig, Str
             ))
         }
     }
-    if let Some(v) = get_i64(section, "udp_answer_limit").map_err(wrap)? {
-        if v < 0 {
-            return Err(format!(
-                "{}: must not be negative",
-                prefixed("udp_answer_limit")
-            ));
+    Ok(())
+}
+
+/// `dns_config`'s answer limits, truncation, health filter and node metadata TXT.
+fn apply_answer_settings(
+    section: &Map<String, Value>,
+    config: &mut DnsConfig,
+) -> Result<(), String> {
+    let limit = |key: &str| -> Result<Option<usize>, String> {
+        match get_i64(section, key).map_err(in_dns_config)? {
+            Some(v) if v < 0 => Err(format!("dns_config.{key}: must not be negative")),
+            other => Ok(other.map(|v| v as usize)),
         }
-        config.udp_answer_limit = v as usize;
+    };
+    if let Some(v) = limit("udp_answer_limit")? {
+        config.udp_answer_limit = v;
     }
-    if let Some(v) = get_i64(section, "a_record_limit").map_err(wrap)? {
-        if v < 0 {
-            return Err(format!(
-                "{}: must not be negative",
-                prefixed("a_record_limit")
-            ));
-        }
-        config.a_record_limit = v as usize;
+    if let Some(v) = limit("a_record_limit")? {
+        config.a_record_limit = v;
     }
-    if let Some(v) = get_bool(section, "enable_truncate").map_err(wrap)? {
+    if let Some(v) = get_bool(section, "enable_truncate").map_err(in_dns_config)? {
         config.enable_truncate = v;
     }
-    if let Some(v) = get_bool(section, "only_passing").map_err(wrap)? {
+    if let Some(v) = get_bool(section, "only_passing").map_err(in_dns_config)? {
         config.only_passing = v;
     }
-    if let Some(v) = get_bool(section, "enable_additional_node_meta_txt").map_err(wrap)? {
+    if let Some(v) = get_bool(section, "enable_additional_node_meta_txt").map_err(in_dns_config)? {
         config.enable_additional_node_meta_txt = v;
     }
-    if let Some(Value::Object(soa)) = section.get("soa") {
-        let field = |key: &str, default: u32| -> Result<u32, String> {
-            Ok(get_u32(soa, key)
-                .map_err(|e| format!("dns_config.soa.{e}"))?
-                .unwrap_or(default))
-        };
-        config.soa = SoaConfig {
-            refresh_seconds: field("refresh", config.soa.refresh_seconds)?,
-            retry_seconds: field("retry", config.soa.retry_seconds)?,
-            expire_seconds: field("expire", config.soa.expire_seconds)?,
-            min_ttl_seconds: field("min_ttl", config.soa.min_ttl_seconds)?,
-        };
-    }
-    Ok(config)
+    Ok(())
 }

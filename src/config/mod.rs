@@ -267,21 +267,49 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
-    let dev_mode = get_bool(&raw, "dev_mode")?.unwrap_or(false);
-    let ports = ports_from(&raw, dev_mode)?;
-    let bind_addr = match get_string(&raw, "bind_addr")? {
+/// Where the agent listens and what it advertises.
+struct Addressing {
+    ports: Ports,
+    bind_addr: IpAddr,
+    advertise_addr: Option<IpAddr>,
+    advertise_addr_wan: Option<IpAddr>,
+    translate_wan_addrs: bool,
+    client_addrs: Vec<IpAddr>,
+}
+
+/// The ports, the bind and advertise addresses and the client addresses.
+fn addressing_from(raw: &Map<String, Value>, dev_mode: bool) -> Result<Addressing, String> {
+    let ports = ports_from(raw, dev_mode)?;
+    let bind_addr = match get_string(raw, "bind_addr")? {
         Some(text) => parse_ip("bind_addr", &text)?,
         None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     };
-    let advertise_addr = get_string(&raw, "advertise_addr")?
+    let advertise_addr = get_string(raw, "advertise_addr")?
         .map(|t| parse_ip("advertise_addr", &t))
         .transpose()?;
-    let advertise_addr_wan = get_string(&raw, "advertise_addr_wan")?
+    let advertise_addr_wan = get_string(raw, "advertise_addr_wan")?
         .map(|t| parse_ip("advertise_addr_wan", &t))
         .transpose()?;
-    let translate_wan_addrs = get_bool(&raw, "translate_wan_addrs")?.unwrap_or(false);
-    let client_addrs = client_addrs_from(&raw)?;
+    Ok(Addressing {
+        ports,
+        bind_addr,
+        advertise_addr,
+        advertise_addr_wan,
+        translate_wan_addrs: get_bool(raw, "translate_wan_addrs")?.unwrap_or(false),
+        client_addrs: client_addrs_from(raw)?,
+    })
+}
+
+fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
+    let dev_mode = get_bool(&raw, "dev_mode")?.unwrap_or(false);
+    let Addressing {
+        ports,
+        bind_addr,
+        advertise_addr,
+        advertise_addr_wan,
+        translate_wan_addrs,
+        client_addrs,
+    } = addressing_from(&raw, dev_mode)?;
     let (server, bootstrap, bootstrap_expect) = server_role_from(&raw, dev_mode)?;
     let data_dir = get_string(&raw, "data_dir")?.map(PathBuf::from);
     if data_dir.is_none() && !dev_mode {
@@ -783,19 +811,7 @@ fn pending_settings(
     let http = section(raw, "http_config", &empty)?;
     let performance = section(raw, "performance", &empty)?;
     let autopilot = section(raw, "autopilot", &empty)?;
-    let in_section = |name: &'static str| move |e: String| format!("{name}.{e}");
-
-    let count = |map: &Map<String, Value>, key: &str, name: &'static str| {
-        get_i64(map, key).map_err(in_section(name)).and_then(|v| {
-            v.map(|v| {
-                u32::try_from(v).map_err(|_| {
-                    format!("{name}.{key} cannot be {v}. Must be greater than or equal to zero")
-                })
-            })
-            .transpose()
-        })
-    };
-    let http_max_conns_per_client = count(limits, "http_max_conns_per_client", "limits")?;
+    let http_max_conns_per_client = count_in(limits, "http_max_conns_per_client", "limits")?;
     let rpc_rate_per_second = match limits.get("rpc_rate") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
@@ -804,8 +820,58 @@ fn pending_settings(
                 .ok_or_else(|| format!("limits.rpc_rate: {v} is not a positive number"))?,
         ),
     };
-    let rpc_max_burst = count(limits, "rpc_max_burst", "limits")?;
+    let rpc_max_burst = count_in(limits, "rpc_max_burst", "limits")?;
+    let (http_response_headers, allow_write_http_from) = http_config_settings(http)?;
+    let primary_datacenter = primary_datacenter(raw, datacenter, warnings)?;
+    let reconnect_timeout = get_duration(raw, "reconnect_timeout")?;
+    if let Some(timeout) = reconnect_timeout {
+        if timeout < RECONNECT_TIMEOUT_MIN {
+            return Err("reconnect_timeout must be >= 8h0m0s".to_string());
+        }
+    }
+    let (raft_multiplier, leave_drain_time, rpc_hold_timeout) = performance_settings(performance)?;
+    Ok(PendingSettings {
+        http_max_conns_per_client: http_max_conns_per_client
+            .unwrap_or(HTTP_MAX_CONNS_PER_CLIENT_DEFAULT),
+        rpc_rate_per_second: rpc_rate_per_second.unwrap_or(f64::INFINITY),
+        rpc_max_burst: rpc_max_burst.unwrap_or(RPC_MAX_BURST_DEFAULT),
+        http_response_headers,
+        allow_write_http_from,
+        primary_datacenter,
+        reconnect_timeout: reconnect_timeout.unwrap_or(RECONNECT_TIMEOUT_DEFAULT),
+        raft_multiplier,
+        leave_drain_time,
+        rpc_hold_timeout,
+        autopilot: autopilot_settings(autopilot)?,
+    })
+}
 
+/// Prefixes a section's key error with the section's name.
+fn in_section(name: &'static str) -> impl Fn(String) -> String {
+    move |e: String| format!("{name}.{e}")
+}
+
+/// A count in section `name`: absent, or a whole number of at least zero.
+fn count_in(
+    map: &Map<String, Value>,
+    key: &str,
+    name: &'static str,
+) -> Result<Option<u32>, String> {
+    let value = get_i64(map, key).map_err(in_section(name))?;
+    value
+        .map(|v| {
+            u32::try_from(v).map_err(|_| {
+                format!("{name}.{key} cannot be {v}. Must be greater than or equal to zero")
+            })
+        })
+        .transpose()
+}
+
+/// `http_config`'s response headers (each a string) and the networks allowed to write.
+#[allow(clippy::type_complexity)]
+fn http_config_settings(
+    http: &Map<String, Value>,
+) -> Result<(Vec<(String, String)>, Vec<IpNetwork>), String> {
     let mut http_response_headers = Vec::new();
     if let Some(Value::Object(headers)) = http.get("response_headers") {
         for (name, value) in headers {
@@ -822,7 +888,16 @@ fn pending_settings(
             IpNetwork::parse(text).map_err(|e| format!("http_config.allow_write_http_from: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    Ok((http_response_headers, allow_write_http_from))
+}
 
+/// `primary_datacenter` (or the older `acl_datacenter`), lowercased and validated as
+/// Consul does; this datacenter when absent. Naming another one is warned about.
+fn primary_datacenter(
+    raw: &Map<String, Value>,
+    datacenter: &str,
+    warnings: &mut Vec<String>,
+) -> Result<String, String> {
     let primary_datacenter =
         match get_string(raw, "primary_datacenter")?.or(get_string(raw, "acl_datacenter")?) {
             None => datacenter.to_string(),
@@ -852,14 +927,14 @@ fn pending_settings(
             "they are not replicated from the primary (the Connect CA follows it)",
         ));
     }
+    Ok(primary_datacenter)
+}
 
-    let reconnect_timeout = get_duration(raw, "reconnect_timeout")?;
-    if let Some(timeout) = reconnect_timeout {
-        if timeout < RECONNECT_TIMEOUT_MIN {
-            return Err("reconnect_timeout must be >= 8h0m0s".to_string());
-        }
-    }
-
+/// `performance`'s raft multiplier (1 to [`RAFT_MULTIPLIER_MAX`]), leave drain time and
+/// RPC hold timeout, each defaulted.
+fn performance_settings(
+    performance: &Map<String, Value>,
+) -> Result<(u32, Duration, Duration), String> {
     let raft_multiplier =
         get_i64(performance, "raft_multiplier").map_err(in_section("performance"))?;
     if let Some(v) = raft_multiplier {
@@ -873,7 +948,17 @@ fn pending_settings(
         get_duration(performance, "leave_drain_time").map_err(in_section("performance"))?;
     let rpc_hold_timeout =
         get_duration(performance, "rpc_hold_timeout").map_err(in_section("performance"))?;
+    Ok((
+        raft_multiplier
+            .map(|v| v as u32)
+            .unwrap_or(RAFT_MULTIPLIER_DEFAULT),
+        leave_drain_time.unwrap_or(LEAVE_DRAIN_TIME_DEFAULT),
+        rpc_hold_timeout.unwrap_or(RPC_HOLD_TIMEOUT_DEFAULT),
+    ))
+}
 
+/// `autopilot { … }` with Consul's defaults for what it leaves out.
+fn autopilot_settings(autopilot: &Map<String, Value>) -> Result<AutopilotConfig, String> {
     let defaults = AutopilotConfig::default();
     let max_trailing_logs =
         get_i64(autopilot, "max_trailing_logs").map_err(in_section("autopilot"))?;
@@ -882,7 +967,7 @@ fn pending_settings(
             "autopilot.max_trailing_logs cannot be {v}. Must be greater than or equal to zero"
         ));
     }
-    let autopilot_config = AutopilotConfig {
+    Ok(AutopilotConfig {
         cleanup_dead_servers: get_bool(autopilot, "cleanup_dead_servers")
             .map_err(in_section("autopilot"))?
             .unwrap_or(defaults.cleanup_dead_servers),
@@ -892,7 +977,7 @@ fn pending_settings(
         max_trailing_logs: max_trailing_logs
             .map(|v| v as u64)
             .unwrap_or(defaults.max_trailing_logs),
-        min_quorum: count(autopilot, "min_quorum", "autopilot")?.unwrap_or(defaults.min_quorum),
+        min_quorum: count_in(autopilot, "min_quorum", "autopilot")?.unwrap_or(defaults.min_quorum),
         server_stabilization_time: get_duration(autopilot, "server_stabilization_time")
             .map_err(in_section("autopilot"))?
             .unwrap_or(defaults.server_stabilization_time),
@@ -905,22 +990,6 @@ fn pending_settings(
         upgrade_version_tag: get_string(autopilot, "upgrade_version_tag")
             .map_err(in_section("autopilot"))?
             .unwrap_or_default(),
-    };
-    Ok(PendingSettings {
-        http_max_conns_per_client: http_max_conns_per_client
-            .unwrap_or(HTTP_MAX_CONNS_PER_CLIENT_DEFAULT),
-        rpc_rate_per_second: rpc_rate_per_second.unwrap_or(f64::INFINITY),
-        rpc_max_burst: rpc_max_burst.unwrap_or(RPC_MAX_BURST_DEFAULT),
-        http_response_headers,
-        allow_write_http_from,
-        primary_datacenter,
-        reconnect_timeout: reconnect_timeout.unwrap_or(RECONNECT_TIMEOUT_DEFAULT),
-        raft_multiplier: raft_multiplier
-            .map(|v| v as u32)
-            .unwrap_or(RAFT_MULTIPLIER_DEFAULT),
-        leave_drain_time: leave_drain_time.unwrap_or(LEAVE_DRAIN_TIME_DEFAULT),
-        rpc_hold_timeout: rpc_hold_timeout.unwrap_or(RPC_HOLD_TIMEOUT_DEFAULT),
-        autopilot: autopilot_config,
     })
 }
 

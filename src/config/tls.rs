@@ -367,6 +367,144 @@ fn block<'a>(
     }
 }
 
+/// Prefixes a key error with its block's name.
+fn in_block(name: &str) -> impl Fn(String) -> String + '_ {
+    move |e: String| format!("tls.{name}.{e}")
+}
+
+/// Refuses the keys Consul allows in one stanza only when they appear in another.
+fn check_stanza_keys(tls: &Map<String, Value>, empty: &Map<String, Value>) -> Result<(), String> {
+    let grpc_block = block(tls, "grpc", empty)?;
+    if grpc_block.contains_key("verify_outgoing") {
+        return Err("verify_outgoing is not valid in the tls.grpc stanza".to_string());
+    }
+    for name in ["defaults", "grpc", "https"] {
+        if block(tls, name, empty)?.contains_key("verify_server_hostname") {
+            return Err(
+                "verify_server_hostname is only valid in the tls.internal_rpc stanza".to_string(),
+            );
+        }
+    }
+    for name in ["defaults", "https", "internal_rpc"] {
+        if block(tls, name, empty)?.contains_key("use_auto_cert") {
+            return Err("use_auto_cert is only valid in the tls.grpc stanza".to_string());
+        }
+    }
+    Ok(())
+}
+
+/// `tls.defaults`, which each protocol's block inherits from.
+struct TlsDefaults<'a> {
+    block: &'a Map<String, Value>,
+    min_version: TlsVersion,
+    /// The default suites, checked against the default minimum version.
+    suites: Option<Vec<CipherSuite>>,
+}
+
+impl<'a> TlsDefaults<'a> {
+    fn from_block(defaults: &'a Map<String, Value>) -> Result<TlsDefaults<'a>, String> {
+        let min_version =
+            match get_string(defaults, "tls_min_version").map_err(in_block("defaults"))? {
+                Some(text) => parse_tls_version("tls.defaults.tls_min_version", &text)?,
+                None => TlsVersion::Tls12,
+            };
+        let suites =
+            match get_string(defaults, "tls_cipher_suites").map_err(in_block("defaults"))? {
+                Some(text) => Some(parse_cipher_suites(
+                    "tls.defaults.tls_cipher_suites",
+                    &text,
+                    min_version,
+                )?),
+                None => None,
+            };
+        Ok(TlsDefaults {
+            block: defaults,
+            min_version,
+            suites,
+        })
+    }
+}
+
+/// One protocol's settings: its own block's, else the defaults'.
+fn resolve_protocol(
+    tls: &Map<String, Value>,
+    defaults: &TlsDefaults<'_>,
+    name: &str,
+) -> Result<ProtocolTls, String> {
+    let empty = Map::new();
+    let own = block(tls, name, &empty)?;
+    let string = |key: &str| -> Result<Option<String>, String> {
+        Ok(get_string(own, key)
+            .map_err(in_block(name))?
+            .or(get_string(defaults.block, key).map_err(in_block("defaults"))?)
+            .filter(|s| !s.is_empty()))
+    };
+    let boolean = |key: &str| -> Result<bool, String> {
+        Ok(get_bool(own, key)
+            .map_err(in_block(name))?
+            .or(get_bool(defaults.block, key).map_err(in_block("defaults"))?)
+            .unwrap_or(false))
+    };
+    let (min_version, cipher_suites) = protocol_versions(own, defaults, name)?;
+    let cert_file = string("cert_file")?;
+    let key_file = string("key_file")?;
+    match (&cert_file, &key_file) {
+        (Some(_), None) => {
+            return Err(format!(
+                "tls.{name}: cert_file is set but key_file is not; both are needed to serve TLS"
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(format!(
+                "tls.{name}: key_file is set but cert_file is not; both are needed to serve TLS"
+            ))
+        }
+        _ => {}
+    }
+    Ok(ProtocolTls {
+        ca: CaSource {
+            file: string("ca_file")?.map(PathBuf::from),
+            path: string("ca_path")?.map(PathBuf::from),
+        },
+        cert_file: cert_file.map(PathBuf::from),
+        key_file: key_file.map(PathBuf::from),
+        min_version,
+        cipher_suites,
+        verify_incoming: boolean("verify_incoming")?,
+        verify_outgoing: name != "grpc" && boolean("verify_outgoing")?,
+        verify_server_hostname: name == "internal_rpc"
+            && get_bool(own, "verify_server_hostname")
+                .map_err(in_block(name))?
+                .unwrap_or(false),
+        use_auto_cert: name == "grpc"
+            && get_bool(own, "use_auto_cert")
+                .map_err(in_block(name))?
+                .unwrap_or(false),
+    })
+}
+
+/// A protocol's minimum version and cipher suites, its own or inherited.
+fn protocol_versions(
+    own: &Map<String, Value>,
+    defaults: &TlsDefaults<'_>,
+    name: &str,
+) -> Result<(TlsVersion, Vec<CipherSuite>), String> {
+    let min_version = match get_string(own, "tls_min_version").map_err(in_block(name))? {
+        Some(text) => parse_tls_version(&format!("tls.{name}.tls_min_version"), &text)?,
+        None => defaults.min_version,
+    };
+    let cipher_suites = match get_string(own, "tls_cipher_suites").map_err(in_block(name))? {
+        Some(text) => {
+            parse_cipher_suites(&format!("tls.{name}.tls_cipher_suites"), &text, min_version)?
+        }
+        // Inherited suites that do not fit a TLS 1.3 minimum are dropped, not an error, as
+        // in Consul.
+        None if min_version == TlsVersion::Tls13 => Vec::new(),
+        None => defaults.suites.clone().unwrap_or_default(),
+    };
+    Ok((min_version, cipher_suites))
+}
+
 impl TlsConfig {
     /// Resolves the merged configuration's TLS settings. `server` is the agent's mode.
     pub fn from_merged(raw: &Map<String, Value>, server: bool) -> Result<TlsConfig, String> {
@@ -377,112 +515,13 @@ impl TlsConfig {
             Some(other) => return Err(format!("tls: expected an object, got {other}")),
         };
         let defaults = block(tls, "defaults", &empty)?;
-        fn in_block(name: &str) -> impl Fn(String) -> String + '_ {
-            move |e: String| format!("tls.{name}.{e}")
-        }
-        let grpc_block = block(tls, "grpc", &empty)?;
-        if grpc_block.contains_key("verify_outgoing") {
-            return Err("verify_outgoing is not valid in the tls.grpc stanza".to_string());
-        }
-        for name in ["defaults", "grpc", "https"] {
-            if block(tls, name, &empty)?.contains_key("verify_server_hostname") {
-                return Err(
-                    "verify_server_hostname is only valid in the tls.internal_rpc stanza"
-                        .to_string(),
-                );
-            }
-        }
-        for name in ["defaults", "https", "internal_rpc"] {
-            if block(tls, name, &empty)?.contains_key("use_auto_cert") {
-                return Err("use_auto_cert is only valid in the tls.grpc stanza".to_string());
-            }
-        }
-        let default_min_version =
-            match get_string(defaults, "tls_min_version").map_err(in_block("defaults"))? {
-                Some(text) => parse_tls_version("tls.defaults.tls_min_version", &text)?,
-                None => TlsVersion::Tls12,
-            };
-        let default_suites =
-            match get_string(defaults, "tls_cipher_suites").map_err(in_block("defaults"))? {
-                Some(text) => Some(parse_cipher_suites(
-                    "tls.defaults.tls_cipher_suites",
-                    &text,
-                    default_min_version,
-                )?),
-                None => None,
-            };
-
-        let resolve = |name: &str| -> Result<ProtocolTls, String> {
-            let own = block(tls, name, &empty)?;
-            let string = |key: &str| -> Result<Option<String>, String> {
-                Ok(get_string(own, key)
-                    .map_err(in_block(name))?
-                    .or(get_string(defaults, key).map_err(in_block("defaults"))?)
-                    .filter(|s| !s.is_empty()))
-            };
-            let boolean = |key: &str| -> Result<bool, String> {
-                Ok(get_bool(own, key)
-                    .map_err(in_block(name))?
-                    .or(get_bool(defaults, key).map_err(in_block("defaults"))?)
-                    .unwrap_or(false))
-            };
-            let min_version = match get_string(own, "tls_min_version").map_err(in_block(name))? {
-                Some(text) => parse_tls_version(&format!("tls.{name}.tls_min_version"), &text)?,
-                None => default_min_version,
-            };
-            let cipher_suites =
-                match get_string(own, "tls_cipher_suites").map_err(in_block(name))? {
-                    Some(text) => parse_cipher_suites(
-                        &format!("tls.{name}.tls_cipher_suites"),
-                        &text,
-                        min_version,
-                    )?,
-                    // Inherited suites that do not fit a TLS 1.3 minimum are dropped, not an
-                    // error, as in Consul.
-                    None if min_version == TlsVersion::Tls13 => Vec::new(),
-                    None => default_suites.clone().unwrap_or_default(),
-                };
-            let cert_file = string("cert_file")?;
-            let key_file = string("key_file")?;
-            match (&cert_file, &key_file) {
-                (Some(_), None) => {
-                    return Err(format!(
-                        "tls.{name}: cert_file is set but key_file is not; both are needed to serve TLS"
-                    ))
-                }
-                (None, Some(_)) => {
-                    return Err(format!(
-                        "tls.{name}: key_file is set but cert_file is not; both are needed to serve TLS"
-                    ))
-                }
-                _ => {}
-            }
-            Ok(ProtocolTls {
-                ca: CaSource {
-                    file: string("ca_file")?.map(PathBuf::from),
-                    path: string("ca_path")?.map(PathBuf::from),
-                },
-                cert_file: cert_file.map(PathBuf::from),
-                key_file: key_file.map(PathBuf::from),
-                min_version,
-                cipher_suites,
-                verify_incoming: boolean("verify_incoming")?,
-                verify_outgoing: name != "grpc" && boolean("verify_outgoing")?,
-                verify_server_hostname: name == "internal_rpc"
-                    && get_bool(own, "verify_server_hostname")
-                        .map_err(in_block(name))?
-                        .unwrap_or(false),
-                use_auto_cert: name == "grpc"
-                    && get_bool(own, "use_auto_cert")
-                        .map_err(in_block(name))?
-                        .unwrap_or(false),
-            })
-        };
-        let mut internal_rpc = resolve("internal_rpc")?;
+        check_stanza_keys(tls, &empty)?;
+        let defaults = TlsDefaults::from_block(defaults)?;
+        let mut internal_rpc = resolve_protocol(tls, &defaults, "internal_rpc")?;
         // The hostname check alone must still force TLS (CVE-2018-19653).
         internal_rpc.verify_outgoing |= internal_rpc.verify_server_hostname;
-        let https = resolve("https")?;
-        let grpc = resolve("grpc")?;
+        let https = resolve_protocol(tls, &defaults, "https")?;
+        let grpc = resolve_protocol(tls, &defaults, "grpc")?;
         let auto_encrypt = auto_encrypt_from(raw)?;
         if server && auto_encrypt.tls {
             return Err("auto_encrypt.tls can only be used on a client.".to_string());

@@ -106,11 +106,57 @@ pub fn from_raw(
     Ok(plans)
 }
 
+/// One plan of `watches`: its type and keys checked as Consul checks them; `None` for an
+/// HTTP-handler plan, which is warned about and not run.
 fn parse_one(
     entry: &Map<String, Value>,
     position: usize,
     warnings: &mut Vec<String>,
 ) -> Result<Option<WatchConfig>, String> {
+    let watch_type = watch_type_of(entry)?;
+    match entry.get("stale") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => warnings.push(super::not_acted_on(
+            &format!("watches[{position}].stale = true"),
+            "watch plans read with the default consistency",
+        )),
+        Some(_) => return Err("Expecting stale to be a boolean".to_string()),
+    }
+    match entry.get("handler_type").and_then(Value::as_str) {
+        None | Some("script") => {}
+        Some("http") => return Ok(None),
+        Some(other) => return Err(format!("Handler type '{other}' not recognized")),
+    }
+    let params = string_params(entry, &watch_type)?;
+    let tags = match entry.get("tag") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(tag)) => vec![tag.clone()],
+        Some(Value::Array(tags)) => tags
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .map(str::to_string)
+                    .ok_or("tag: expected strings")
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(format!("tag: expected a string or a list, got {other}")),
+    };
+    let passing_only = match entry.get("passingonly") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err("Expecting passingonly to be a boolean".to_string()),
+    };
+    Ok(Some(WatchConfig {
+        watch_type,
+        params,
+        tags,
+        passing_only,
+        handler: handler_of(entry)?,
+    }))
+}
+
+/// The plan's type, one of Consul's agent-config watch types, with only the keys it takes.
+fn watch_type_of(entry: &Map<String, Value>) -> Result<String, String> {
     let watch_type = entry
         .get("type")
         .and_then(Value::as_str)
@@ -134,19 +180,14 @@ fn parse_one(
         invalid.sort_unstable();
         return Err(format!("Invalid parameters: [{}]", invalid.join(" ")));
     }
-    match entry.get("stale") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => warnings.push(super::not_acted_on(
-            &format!("watches[{position}].stale = true"),
-            "watch plans read with the default consistency",
-        )),
-        Some(_) => return Err("Expecting stale to be a boolean".to_string()),
-    }
-    match entry.get("handler_type").and_then(Value::as_str) {
-        None | Some("script") => {}
-        Some("http") => return Ok(None),
-        Some(other) => return Err(format!("Handler type '{other}' not recognized")),
-    }
+    Ok(watch_type)
+}
+
+/// The plan's string parameters, with the one its type requires given.
+fn string_params(
+    entry: &Map<String, Value>,
+    watch_type: &str,
+) -> Result<Vec<(String, String)>, String> {
     let mut params = Vec::new();
     for key in STRING_PARAMS {
         if let Some(value) = entry.get(*key).filter(|v| !v.is_null()) {
@@ -157,7 +198,7 @@ fn parse_one(
         }
     }
     let given = |key: &str| params.iter().any(|(k, v)| k == key && !v.is_empty());
-    let required = match watch_type.as_str() {
+    let required = match watch_type {
         "key" => Some(("key", "Must specify a single key to watch")),
         "keyprefix" => Some(("prefix", "Must specify a single prefix to watch")),
         "service" => Some(("service", "Must specify a single service to watch")),
@@ -168,25 +209,12 @@ fn parse_one(
             return Err(message.to_string());
         }
     }
-    let tags = match entry.get("tag") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(tag)) => vec![tag.clone()],
-        Some(Value::Array(tags)) => tags
-            .iter()
-            .map(|t| {
-                t.as_str()
-                    .map(str::to_string)
-                    .ok_or("tag: expected strings")
-            })
-            .collect::<Result<_, _>>()?,
-        Some(other) => return Err(format!("tag: expected a string or a list, got {other}")),
-    };
-    let passing_only = match entry.get("passingonly") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err("Expecting passingonly to be a boolean".to_string()),
-    };
-    let handler = match (entry.get("args"), entry.get("handler")) {
+    Ok(params)
+}
+
+/// The plan's handler: a command (`args`) or a shell line (`handler`), exactly one.
+fn handler_of(entry: &Map<String, Value>) -> Result<WatchHandler, String> {
+    Ok(match (entry.get("args"), entry.get("handler")) {
         (Some(Value::Array(args)), None) if !args.is_empty() => WatchHandler::Exec(
             args.iter()
                 .map(|a| {
@@ -201,14 +229,7 @@ fn parse_one(
         }
         (Some(_), Some(_)) => return Err("Only one of handler or args may be set".to_string()),
         _ => return Err("Must define a handler: args (a command) or handler".to_string()),
-    };
-    Ok(Some(WatchConfig {
-        watch_type,
-        params,
-        tags,
-        passing_only,
-        handler,
-    }))
+    })
 }
 
 #[cfg(test)]

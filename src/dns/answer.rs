@@ -326,47 +326,9 @@ impl EncodedAnswer {
             0
         };
         let budget = limits.message_bytes_max.saturating_sub(opt_bytes);
-
-        // Choose the units: shuffled lazily (a partial Fisher–Yates), so that a response
-        // that fits 3 of 5,000 instances costs 3 draws, not 5,000.
         let total = self.units.len();
         let wanted = limits.answers_max.map_or(total, |m| m.min(total));
-        order.clear();
-        order.extend(0..total as u32);
-        let mut chosen = 0usize;
-        let mut answer_bytes = 0usize;
-        let mut extra_bytes = 0usize;
-        let mut include_extras = true;
-        let base = out.len();
-        while chosen < wanted {
-            if self.shuffle {
-                let pick = chosen + rng.below(total - chosen);
-                order.swap(chosen, pick);
-            }
-            let unit = &self.units[order[chosen] as usize];
-            let answer_len = (unit.answer.end - unit.answer.start) as usize;
-            let target_at = base + answer_bytes + unit.target.start as usize;
-            let owner_len = if target_at <= POINTER_OFFSET_MAX {
-                2
-            } else {
-                unit.target.len()
-            };
-            let extras_len = (unit.extras.end - unit.extras.start) as usize
-                + owner_len * unit.extra_count as usize;
-            if base + answer_bytes + answer_len + extra_bytes + extras_len > budget {
-                if chosen == 0 {
-                    // Even a first answer that does not fit with its extras is sent (without
-                    // them), as Consul does: one answer beats none.
-                    include_extras = false;
-                    chosen = 1;
-                }
-                break;
-            }
-            answer_bytes += answer_len;
-            extra_bytes += extras_len;
-            chosen += 1;
-        }
-        debug_assert!(include_extras || extra_bytes == 0);
+        let chosen = self.choose_units(rng, order, wanted, out.len(), budget);
         let mut counts = Counts {
             questions: 1,
             ..Counts::default()
@@ -374,45 +336,24 @@ impl EncodedAnswer {
         // Where the answers start: each unit's target offset (for its glue's pointer) is found
         // again below by walking the same order, so the hit path allocates nothing.
         let answers_at = out.len();
-        for &index in &order[..chosen] {
+        for &index in &order[..chosen.units] {
             let unit = &self.units[index as usize];
             out.extend_from_slice(
                 &self.bytes[unit.answer.start as usize..unit.answer.end as usize],
             );
             counts.answers += 1;
         }
-        let truncated = chosen < total;
+        let truncated = chosen.units < total;
         for range in &self.authority {
             let chunk = &self.bytes[range.start as usize..range.end as usize];
-            if out.len() + chunk.len() + extra_bytes > budget {
+            if out.len() + chunk.len() + chosen.extra_bytes > budget {
                 break;
             }
             out.extend_from_slice(chunk);
             counts.authorities += 1;
         }
-        if include_extras {
-            let mut answer_at = answers_at;
-            for &index in &order[..chosen] {
-                let unit = &self.units[index as usize];
-                let target_at = answer_at + unit.target.start as usize;
-                answer_at += (unit.answer.end - unit.answer.start) as usize;
-                if unit.extra_count == 0 {
-                    continue;
-                }
-                let mut at = unit.extras.start as usize;
-                for &length in &unit.extra_lengths {
-                    if target_at <= POINTER_OFFSET_MAX {
-                        out.extend_from_slice(&(0xC000 | target_at as u16).to_be_bytes());
-                    } else {
-                        let target = unit.answer.start as usize + unit.target.start as usize
-                            ..unit.answer.start as usize + unit.target.end as usize;
-                        out.extend_from_slice(&self.bytes[target]);
-                    }
-                    out.extend_from_slice(&self.bytes[at..at + length as usize]);
-                    at += length as usize;
-                    counts.additionals += 1;
-                }
-            }
+        if chosen.include_extras {
+            self.write_unit_extras(&order[..chosen.units], answers_at, &mut counts, out);
         }
         for range in &self.additional {
             let chunk = &self.bytes[range.start as usize..range.end as usize];
@@ -432,6 +373,101 @@ impl EncodedAnswer {
             out,
         );
     }
+
+    /// Chooses the units that fit `budget` after the `base` bytes already written, into
+    /// `order[..units]`: shuffled lazily (a partial Fisher–Yates), so that a response that
+    /// fits 3 of 5,000 instances costs 3 draws, not 5,000.
+    fn choose_units(
+        &self,
+        rng: &mut ShuffleRng,
+        order: &mut Vec<u32>,
+        wanted: usize,
+        base: usize,
+        budget: usize,
+    ) -> Chosen {
+        let total = self.units.len();
+        debug_assert!(wanted <= total);
+        order.clear();
+        order.extend(0..total as u32);
+        let mut chosen = Chosen {
+            units: 0,
+            extra_bytes: 0,
+            include_extras: true,
+        };
+        let mut answer_bytes = 0usize;
+        while chosen.units < wanted {
+            if self.shuffle {
+                let pick = chosen.units + rng.below(total - chosen.units);
+                order.swap(chosen.units, pick);
+            }
+            let unit = &self.units[order[chosen.units] as usize];
+            let answer_len = (unit.answer.end - unit.answer.start) as usize;
+            let target_at = base + answer_bytes + unit.target.start as usize;
+            let owner_len = if target_at <= POINTER_OFFSET_MAX {
+                2
+            } else {
+                unit.target.len()
+            };
+            let extras_len = (unit.extras.end - unit.extras.start) as usize
+                + owner_len * unit.extra_count as usize;
+            if base + answer_bytes + answer_len + chosen.extra_bytes + extras_len > budget {
+                if chosen.units == 0 {
+                    // Even a first answer that does not fit with its extras is sent (without
+                    // them), as Consul does: one answer beats none.
+                    chosen.include_extras = false;
+                    chosen.units = 1;
+                }
+                break;
+            }
+            answer_bytes += answer_len;
+            chosen.extra_bytes += extras_len;
+            chosen.units += 1;
+        }
+        debug_assert!(chosen.include_extras || chosen.extra_bytes == 0);
+        debug_assert!(chosen.units <= total);
+        chosen
+    }
+
+    /// Writes the chosen units' extras (glue), each owned by its answer's target: a
+    /// compression pointer to it when in reach, else the target spelled out.
+    fn write_unit_extras(
+        &self,
+        chosen: &[u32],
+        answers_at: usize,
+        counts: &mut Counts,
+        out: &mut Vec<u8>,
+    ) {
+        let mut answer_at = answers_at;
+        for &index in chosen {
+            let unit = &self.units[index as usize];
+            let target_at = answer_at + unit.target.start as usize;
+            answer_at += (unit.answer.end - unit.answer.start) as usize;
+            if unit.extra_count == 0 {
+                continue;
+            }
+            let mut at = unit.extras.start as usize;
+            for &length in &unit.extra_lengths {
+                if target_at <= POINTER_OFFSET_MAX {
+                    out.extend_from_slice(&(0xC000 | target_at as u16).to_be_bytes());
+                } else {
+                    let target = unit.answer.start as usize + unit.target.start as usize
+                        ..unit.answer.start as usize + unit.target.end as usize;
+                    out.extend_from_slice(&self.bytes[target]);
+                }
+                out.extend_from_slice(&self.bytes[at..at + length as usize]);
+                at += length as usize;
+                counts.additionals += 1;
+            }
+        }
+    }
+}
+
+/// The units an assembled response carries: the first `units` of the order, with the
+/// bytes their extras take and whether they fit at all.
+struct Chosen {
+    units: usize,
+    extra_bytes: usize,
+    include_extras: bool,
 }
 
 /// Writes the OPT record (when the query had one) and the final header flags and counts.

@@ -348,74 +348,69 @@ mod tests {
         }
     }
 
+    fn node(node: &str, dc: Option<&str>) -> Lookup {
+        Lookup::Node {
+            node: node.into(),
+            datacenter: dc.map(Into::into),
+        }
+    }
+
     #[test]
-    fn every_consul_name_form() {
-        use rtype::{A, SRV};
+    fn the_apex_and_service_names_with_tags_and_datacenters() {
+        use rtype::A;
         assert_eq!(lookup("consul", A).lookup, Lookup::Apex);
-        assert_eq!(
-            lookup("Web.Service.Consul", A).lookup,
-            service("web", None, None)
-        );
-        assert_eq!(
-            lookup("web.service.dc1.consul", A).lookup,
-            service("web", None, Some("dc1"))
-        );
-        assert_eq!(
-            lookup("web.service.dc1.dc.consul", A).lookup,
-            service("web", None, Some("dc1"))
-        );
-        assert_eq!(
-            lookup("v1.web.service.consul", A).lookup,
-            service("web", Some("v1"), None)
-        );
-        assert_eq!(
-            lookup("a.b.web.service.consul", A).lookup,
-            service("web", Some("a.b"), None)
-        );
-        assert_eq!(
-            lookup("_web._tcp.service.consul", SRV).lookup,
-            service("web", None, None)
-        );
-        assert_eq!(
-            lookup("_web._v1.service.consul", SRV).lookup,
-            service("web", Some("v1"), None)
-        );
-        assert_eq!(
-            lookup("_web._tcp.consul", SRV).lookup,
-            service("web", None, None)
-        );
-        assert_eq!(
-            lookup("_web._tcp.dc2.consul", SRV).lookup,
-            service("web", None, Some("dc2"))
-        );
-        assert_eq!(
-            lookup("n1.node.consul", A).lookup,
-            Lookup::Node {
-                node: "n1".into(),
-                datacenter: None
-            }
-        );
+        let cases = [
+            ("Web.Service.Consul", service("web", None, None)),
+            ("web.service.dc1.consul", service("web", None, Some("dc1"))),
+            (
+                "web.service.dc1.dc.consul",
+                service("web", None, Some("dc1")),
+            ),
+            ("v1.web.service.consul", service("web", Some("v1"), None)),
+            ("a.b.web.service.consul", service("web", Some("a.b"), None)),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(lookup(name, A).lookup, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn rfc_2782_service_names() {
+        use rtype::SRV;
+        let cases = [
+            ("_web._tcp.service.consul", service("web", None, None)),
+            ("_web._v1.service.consul", service("web", Some("v1"), None)),
+            ("_web._tcp.consul", service("web", None, None)),
+            ("_web._tcp.dc2.consul", service("web", None, Some("dc2"))),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(lookup(name, SRV).lookup, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn node_names_may_hold_dots() {
+        use rtype::A;
+        assert_eq!(lookup("n1.node.consul", A).lookup, node("n1", None));
         assert_eq!(
             lookup("n1.example.node.dc1.consul", A).lookup,
-            Lookup::Node {
-                node: "n1.example".into(),
-                datacenter: Some("dc1".into())
-            }
+            node("n1.example", Some("dc1"))
         );
-        assert_eq!(
-            lookup("q.query.consul", A).lookup,
-            Lookup::PreparedQuery {
-                query: "q".into(),
-                datacenter: None
-            }
-        );
-        assert_eq!(
-            lookup("_q._tcp.query.consul", SRV).lookup,
-            Lookup::PreparedQuery {
-                query: "q".into(),
-                datacenter: None
-            }
-        );
+    }
+
+    #[test]
+    fn prepared_query_names() {
+        let query = Lookup::PreparedQuery {
+            query: "q".into(),
+            datacenter: None,
+        };
+        assert_eq!(lookup("q.query.consul", rtype::A).lookup, query);
+        assert_eq!(lookup("_q._tcp.query.consul", rtype::SRV).lookup, query);
+    }
+
+    #[test]
+    fn addr_names_spell_a_whole_address_in_hex() {
+        use rtype::A;
         assert_eq!(
             lookup("7f000001.addr.dc1.consul", A).lookup,
             Lookup::Addr("127.0.0.1".parse().unwrap())
@@ -426,9 +421,19 @@ mod tests {
         );
         assert_eq!(lookup("7f0000.addr.consul", A).lookup, Lookup::Invalid);
         assert_eq!(lookup("zz000001.addr.consul", A).lookup, Lookup::Invalid);
+    }
+
+    #[test]
+    fn malformed_names_in_the_domain_are_invalid() {
+        use rtype::A;
         assert_eq!(lookup("service.consul", A).lookup, Lookup::Invalid);
         assert_eq!(lookup("web.service.a.b.consul", A).lookup, Lookup::Invalid);
         assert_eq!(lookup("nothing.consul", A).lookup, Lookup::Invalid);
+    }
+
+    #[test]
+    fn mesh_names() {
+        use rtype::A;
         assert_eq!(
             lookup("web.connect.consul", A).lookup,
             Lookup::Connect {
@@ -445,6 +450,11 @@ mod tests {
         );
         assert_eq!(lookup("a.web.ingress.consul", A).lookup, Lookup::Invalid);
         assert_eq!(lookup("web.virtual.consul", A).lookup, Lookup::Unsupported);
+    }
+
+    #[test]
+    fn the_alternate_domain_and_names_outside_both() {
+        use rtype::A;
         let alt = lookup("web.service.alt.example", A);
         assert_eq!(alt.lookup, service("web", None, None));
         assert_eq!(alt.domain, DomainUsed::Alternate);

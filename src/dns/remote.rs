@@ -20,7 +20,7 @@
 //! - The ring holds every DNS-table change after [`RecentChanges::base_index`], in index
 //!   order; a reader behind that base, or ahead of the server's version, gets a reset.
 
-use super::view::{CatalogView, Health, NodeRecord, ReadSet, ServiceInstance};
+use super::view::{CatalogView, NodeRecord, ReadSet, ServiceInstance};
 use crate::store::{Change, ChangeKey, Table};
 use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
@@ -455,31 +455,67 @@ impl Fetch {
 
 /// A prepared query execution's JSON as DNS needs it.
 pub fn parse_execution(body: &[u8]) -> Result<QueryAnswer, String> {
+    let execution: execution_json::Execution =
+        serde_json::from_slice(body).map_err(|e| format!("corrupt query execution: {e}"))?;
+    let instances = execution
+        .nodes
+        .unwrap_or_default()
+        .into_iter()
+        .map(execution_json::Row::into_instance)
+        .collect();
+    let ttl_seconds = match execution.dns.map(|d| d.ttl).filter(|t| !t.is_empty()) {
+        Some(text) => Some(
+            crate::proto::duration::parse_go_duration(&text)
+                .map_err(|e| format!("bad DNS TTL {text:?}: {e}"))?
+                .as_secs()
+                .min(u32::MAX as u64) as u32,
+        ),
+        None => None,
+    };
+    Ok(QueryAnswer {
+        found: true,
+        service: execution.service,
+        instances,
+        ttl_seconds,
+    })
+}
+
+/// The parts of Consul's prepared query execution JSON that DNS reads, and how a result
+/// row becomes a [`ServiceInstance`]. Absent fields read as empty, as Consul's client does.
+mod execution_json {
+    use super::super::view::{Health, NodeRecord, ServiceInstance};
+    use arcstr::ArcStr;
+    use serde::Deserialize;
     use std::collections::BTreeMap;
+    use std::sync::Arc;
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
-    struct Execution {
+    pub(super) struct Execution {
         #[serde(default)]
-        service: String,
+        pub(super) service: String,
         #[serde(default)]
-        nodes: Option<Vec<Row>>,
+        pub(super) nodes: Option<Vec<Row>>,
         #[serde(rename = "DNS", default)]
-        dns: Option<Dns>,
+        pub(super) dns: Option<Dns>,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
-    struct Dns {
+    pub(super) struct Dns {
         #[serde(rename = "TTL", default)]
-        ttl: String,
+        pub(super) ttl: String,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
-    struct Row {
+    pub(super) struct Row {
         node: RowNode,
         service: RowService,
         #[serde(default)]
         checks: Option<Vec<RowCheck>>,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct RowNode {
@@ -493,6 +529,7 @@ pub fn parse_execution(body: &[u8]) -> Result<QueryAnswer, String> {
         #[serde(default)]
         meta: Option<BTreeMap<String, String>>,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct RowService {
@@ -511,100 +548,91 @@ pub fn parse_execution(body: &[u8]) -> Result<QueryAnswer, String> {
         #[serde(default)]
         weights: Option<RowWeights>,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct RowAddress {
         #[serde(default)]
         address: String,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct RowWeights {
         passing: i64,
         warning: i64,
     }
+
     #[derive(Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct RowCheck {
         #[serde(default)]
         status: String,
     }
-    let execution: Execution =
-        serde_json::from_slice(body).map_err(|e| format!("corrupt query execution: {e}"))?;
-    let pairs = |map: Option<BTreeMap<String, String>>| -> Vec<(ArcStr, ArcStr)> {
+
+    fn pairs(map: Option<BTreeMap<String, String>>) -> Vec<(ArcStr, ArcStr)> {
         map.unwrap_or_default()
             .into_iter()
             .map(|(k, v)| (ArcStr::from(k), ArcStr::from(v)))
             .collect()
-    };
-    let weight = |w: i64| w.clamp(0, u16::MAX as i64) as u16;
-    let instances = execution
-        .nodes
-        .unwrap_or_default()
-        .into_iter()
-        .map(|row| {
-            let statuses = row.checks.unwrap_or_default();
-            let health = if statuses
+    }
+
+    /// A weight or port out of `u16`'s range is clamped into it.
+    fn clamped(value: i64) -> u16 {
+        value.clamp(0, u16::MAX as i64) as u16
+    }
+
+    impl Row {
+        /// The row's health is its worst check's: critical or maintenance, then warning.
+        fn health(checks: &[RowCheck]) -> Health {
+            if checks
                 .iter()
                 .any(|c| c.status == "critical" || c.status == "maintenance")
             {
                 Health::Critical
-            } else if statuses.iter().any(|c| c.status == "warning") {
+            } else if checks.iter().any(|c| c.status == "warning") {
                 Health::Warning
             } else {
                 Health::Passing
-            };
-            let (passing, warning) = row
-                .service
+            }
+        }
+
+        pub(super) fn into_instance(self) -> ServiceInstance {
+            let health = Self::health(&self.checks.unwrap_or_default());
+            let service = self.service;
+            let (weight_passing, weight_warning) = service
                 .weights
-                .map_or((1, 1), |w| (weight(w.passing), weight(w.warning)));
+                .map_or((1, 1), |w| (clamped(w.passing), clamped(w.warning)));
             ServiceInstance {
                 node: Arc::new(NodeRecord {
-                    name: ArcStr::from(row.node.node),
-                    datacenter: ArcStr::from(row.node.datacenter),
-                    address: ArcStr::from(row.node.address),
-                    tagged_addresses: pairs(row.node.tagged_addresses),
-                    meta: pairs(row.node.meta),
+                    name: ArcStr::from(self.node.node),
+                    datacenter: ArcStr::from(self.node.datacenter),
+                    address: ArcStr::from(self.node.address),
+                    tagged_addresses: pairs(self.node.tagged_addresses),
+                    meta: pairs(self.node.meta),
                 }),
-                service_id: ArcStr::from(row.service.id),
-                service_name: ArcStr::from(row.service.service),
-                address: ArcStr::from(row.service.address),
-                port: row.service.port.clamp(0, u16::MAX as i64) as u16,
-                tags: row
-                    .service
+                service_id: ArcStr::from(service.id),
+                service_name: ArcStr::from(service.service),
+                address: ArcStr::from(service.address),
+                port: clamped(service.port),
+                tags: service
                     .tags
                     .unwrap_or_default()
                     .into_iter()
                     .map(ArcStr::from)
                     .collect(),
-                tagged_addresses: row
-                    .service
+                tagged_addresses: service
                     .tagged_addresses
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(k, v)| (ArcStr::from(k), ArcStr::from(v.address)))
                     .collect(),
-                weight_passing: passing,
-                weight_warning: warning,
+                weight_passing,
+                weight_warning,
                 health,
             }
-        })
-        .collect();
-    let ttl_seconds = match execution.dns.map(|d| d.ttl).filter(|t| !t.is_empty()) {
-        Some(text) => Some(
-            crate::proto::duration::parse_go_duration(&text)
-                .map_err(|e| format!("bad DNS TTL {text:?}: {e}"))?
-                .as_secs()
-                .min(u32::MAX as u64) as u32,
-        ),
-        None => None,
-    };
-    Ok(QueryAnswer {
-        found: true,
-        service: execution.service,
-        instances,
-        ttl_seconds,
-    })
+        }
+    }
 }
 
 /// What the change feed answers.
@@ -1010,7 +1038,7 @@ mod tests {
         assert_eq!(&*instance.node.datacenter, "dc2");
         assert_eq!(instance.node.tagged_address("wan"), Some("198.51.100.9"));
         assert_eq!((instance.port, instance.weight_passing), (8080, 3));
-        assert_eq!(instance.health, Health::Warning);
+        assert_eq!(instance.health, crate::dns::view::Health::Warning);
         assert!(parse_execution(b"{").is_err());
         // Lookups answered elsewhere never travel in a lookup request.
         assert!(decode_lookups(&rmp_serde::to_vec(&vec![dc2_web]).unwrap()).is_err());

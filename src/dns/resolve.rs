@@ -54,6 +54,13 @@ pub enum Resolution {
     Refused,
 }
 
+/// The parts of a service name form, borrowed from the parsed name.
+struct ServiceFound<'n> {
+    service: &'n str,
+    tag: Option<&'n str>,
+    datacenter: Option<&'n str>,
+}
+
 /// Everything resolution needs besides the catalog.
 pub struct Resolver<'a> {
     pub config: &'a DnsConfig,
@@ -72,7 +79,7 @@ fn wire(text: &str) -> Option<WireName> {
 }
 
 impl Resolver<'_> {
-    /// Resolves a question whose name is already lowercased.
+    /// Resolves a question whose name is already lowercased: one step per name form.
     pub fn resolve(
         &self,
         name: &WireName,
@@ -91,27 +98,7 @@ impl Resolver<'_> {
                 }
             }
             Lookup::Reverse(ip) => self.reverse(ip, view, reads),
-            _ if qtype == rtype::SOA => {
-                let mut answer = Answer::empty(rcode::NOERROR);
-                answer.units.push(Unit {
-                    answer: self.soa(domain),
-                    extras: Vec::new(),
-                    extras_ttl: 0,
-                });
-                for unit in self.name_servers(domain, view, reads) {
-                    if let Some(glue) = unit.extras.first() {
-                        if let RecordData::Ns(target) = &unit.answer.data {
-                            answer.additional.push(Record {
-                                owner: Owner::Name(target.clone()),
-                                ttl: unit.extras_ttl,
-                                data: glue.clone(),
-                            });
-                        }
-                    }
-                    answer.authority.push(unit.answer);
-                }
-                Resolution::Answer(answer)
-            }
+            _ if qtype == rtype::SOA => Resolution::Answer(self.soa_answer(domain, view, reads)),
             _ if qtype == rtype::NS => {
                 let mut answer = Answer::empty(rcode::NOERROR);
                 answer.units = self.name_servers(domain, view, reads);
@@ -123,20 +110,12 @@ impl Resolver<'_> {
                 tag,
                 datacenter,
             } => {
-                let lookup = remote::Lookup::service_instances(&service);
-                let Some(instances) = self.instances(view, datacenter.as_deref(), lookup, reads)
-                else {
-                    return Resolution::Answer(self.nx_domain(domain));
+                let found = ServiceFound {
+                    service: &service,
+                    tag: tag.as_deref(),
+                    datacenter: datacenter.as_deref(),
                 };
-                let ttl = seconds(self.config.service_ttl(&service));
-                Resolution::Answer(self.service_answer(
-                    tag.as_deref(),
-                    self.translated(instances),
-                    ttl,
-                    true,
-                    qtype,
-                    domain,
-                ))
+                Resolution::Answer(self.service_lookup(found, qtype, domain, view, reads))
             }
             Lookup::Connect {
                 service,
@@ -158,76 +137,166 @@ impl Resolver<'_> {
                 let instances = self.instances(view, datacenter.as_deref(), lookup, reads);
                 self.healthy_instances_answer(instances, &service, qtype, domain)
             }
-            Lookup::Node { node, datacenter } => {
-                let record = match datacenter.as_deref() {
-                    Some(dc) if !self.is_local_datacenter(Some(dc)) => {
-                        let lookup = remote::Lookup::in_datacenter(dc, remote::Lookup::node(&node));
-                        match view.elsewhere(&lookup) {
-                            Some(LookupResult::Node(record)) => record,
-                            _ => None,
-                        }
-                    }
-                    _ => view.node(&node, reads),
-                };
-                match record {
-                    Some(record) => {
-                        let record = self.translated_node(record);
-                        Resolution::Answer(self.node_answer(&record, qtype, domain))
-                    }
-                    None => Resolution::Answer(self.nx_domain(domain)),
-                }
-            }
-            Lookup::PreparedQuery { query, datacenter } => {
-                let datacenter = datacenter.filter(|dc| !self.is_local_datacenter(Some(dc)));
-                let lookup = remote::Lookup::prepared_query(&query, datacenter.as_deref());
-                match view.elsewhere(&lookup) {
-                    Some(LookupResult::Query(answer)) if answer.found => {
-                        let ttl = answer
-                            .ttl_seconds
-                            .unwrap_or_else(|| seconds(self.config.service_ttl(&answer.service)));
-                        // The query filtered health itself (`OnlyPassing`, ignored checks).
-                        Resolution::Answer(self.service_answer(
-                            None,
-                            self.translated(answer.instances),
-                            ttl,
-                            false,
-                            qtype,
-                            domain,
-                        ))
-                    }
-                    _ => Resolution::Answer(self.nx_domain(domain)),
-                }
-            }
-            Lookup::Addr(ip) => {
-                let ttl = seconds(self.config.node_ttl);
-                let data = match ip {
-                    IpAddr::V4(v4) => RecordData::A(v4),
-                    IpAddr::V6(v6) => RecordData::Aaaa(v6),
-                };
-                let matches = matches!(
-                    (ip, qtype),
-                    (IpAddr::V4(_), rtype::A) | (IpAddr::V6(_), rtype::AAAA) | (_, rtype::ANY)
-                );
-                let record = Record {
-                    owner: Owner::Question,
-                    ttl,
-                    data,
-                };
-                let mut answer = Answer::empty(rcode::NOERROR);
-                if matches {
-                    answer.units.push(Unit {
-                        answer: record,
-                        extras: Vec::new(),
-                        extras_ttl: 0,
-                    });
-                } else {
-                    answer.additional.push(record);
-                    answer.authority.push(self.soa(domain));
-                }
-                Resolution::Answer(answer)
-            }
+            Lookup::Node { node, datacenter } => Resolution::Answer(self.node_lookup(
+                &node,
+                datacenter.as_deref(),
+                qtype,
+                domain,
+                view,
+                reads,
+            )),
+            Lookup::PreparedQuery { query, datacenter } => Resolution::Answer(
+                self.prepared_query_lookup(&query, datacenter, qtype, domain, view),
+            ),
+            Lookup::Addr(ip) => Resolution::Answer(self.addr_answer(ip, qtype, domain)),
             Lookup::Unsupported | Lookup::Invalid => Resolution::Answer(self.nx_domain(domain)),
         }
+    }
+
+    /// SOA for any name in the domain: the zone's SOA, its name servers in the authority
+    /// section and their addresses as glue.
+    fn soa_answer(
+        &self,
+        domain: DomainUsed,
+        view: &dyn CatalogView,
+        reads: &mut ReadSet,
+    ) -> Answer {
+        let mut answer = Answer::empty(rcode::NOERROR);
+        answer.units.push(Unit {
+            answer: self.soa(domain),
+            extras: Vec::new(),
+            extras_ttl: 0,
+        });
+        for unit in self.name_servers(domain, view, reads) {
+            if let Some(glue) = unit.extras.first() {
+                if let RecordData::Ns(target) = &unit.answer.data {
+                    answer.additional.push(Record {
+                        owner: Owner::Name(target.clone()),
+                        ttl: unit.extras_ttl,
+                        data: glue.clone(),
+                    });
+                }
+            }
+            answer.authority.push(unit.answer);
+        }
+        answer
+    }
+
+    /// `[tag.]<service>.service[.<dc>]`: the service's instances filtered by health and
+    /// tag; NXDOMAIN when the datacenter cannot be asked.
+    fn service_lookup(
+        &self,
+        found: ServiceFound<'_>,
+        qtype: u16,
+        domain: DomainUsed,
+        view: &dyn CatalogView,
+        reads: &mut ReadSet,
+    ) -> Answer {
+        let lookup = remote::Lookup::service_instances(found.service);
+        let Some(instances) = self.instances(view, found.datacenter, lookup, reads) else {
+            return self.nx_domain(domain);
+        };
+        let ttl = seconds(self.config.service_ttl(found.service));
+        self.service_answer(
+            found.tag,
+            self.translated(instances),
+            ttl,
+            true,
+            qtype,
+            domain,
+        )
+    }
+
+    /// `<node>.node[.<dc>]`: this datacenter's node from the view, another's from its
+    /// servers; NXDOMAIN when there is none.
+    fn node_lookup(
+        &self,
+        node: &str,
+        datacenter: Option<&str>,
+        qtype: u16,
+        domain: DomainUsed,
+        view: &dyn CatalogView,
+        reads: &mut ReadSet,
+    ) -> Answer {
+        let record = match datacenter {
+            Some(dc) if !self.is_local_datacenter(Some(dc)) => {
+                let lookup = remote::Lookup::in_datacenter(dc, remote::Lookup::node(node));
+                match view.elsewhere(&lookup) {
+                    Some(LookupResult::Node(record)) => record,
+                    _ => None,
+                }
+            }
+            _ => view.node(node, reads),
+        };
+        match record {
+            Some(record) => {
+                let record = self.translated_node(record);
+                self.node_answer(&record, qtype, domain)
+            }
+            None => self.nx_domain(domain),
+        }
+    }
+
+    /// `<query>.query[.<dc>]`: the prepared query's execution, with its `DNS.TTL` or the
+    /// service's; NXDOMAIN when the query is unknown or fails.
+    fn prepared_query_lookup(
+        &self,
+        query: &str,
+        datacenter: Option<String>,
+        qtype: u16,
+        domain: DomainUsed,
+        view: &dyn CatalogView,
+    ) -> Answer {
+        let datacenter = datacenter.filter(|dc| !self.is_local_datacenter(Some(dc)));
+        let lookup = remote::Lookup::prepared_query(query, datacenter.as_deref());
+        match view.elsewhere(&lookup) {
+            Some(LookupResult::Query(answer)) if answer.found => {
+                let ttl = answer
+                    .ttl_seconds
+                    .unwrap_or_else(|| seconds(self.config.service_ttl(&answer.service)));
+                // The query filtered health itself (`OnlyPassing`, ignored checks).
+                self.service_answer(
+                    None,
+                    self.translated(answer.instances),
+                    ttl,
+                    false,
+                    qtype,
+                    domain,
+                )
+            }
+            _ => self.nx_domain(domain),
+        }
+    }
+
+    /// `<hex>.addr`: the address itself, in the answer when the type matches its family,
+    /// else in the additional section with the SOA as authority.
+    fn addr_answer(&self, ip: IpAddr, qtype: u16, domain: DomainUsed) -> Answer {
+        let ttl = seconds(self.config.node_ttl);
+        let data = match ip {
+            IpAddr::V4(v4) => RecordData::A(v4),
+            IpAddr::V6(v6) => RecordData::Aaaa(v6),
+        };
+        let matches = matches!(
+            (ip, qtype),
+            (IpAddr::V4(_), rtype::A) | (IpAddr::V6(_), rtype::AAAA) | (_, rtype::ANY)
+        );
+        let record = Record {
+            owner: Owner::Question,
+            ttl,
+            data,
+        };
+        let mut answer = Answer::empty(rcode::NOERROR);
+        if matches {
+            answer.units.push(Unit {
+                answer: record,
+                extras: Vec::new(),
+                extras_ttl: 0,
+            });
+        } else {
+            answer.additional.push(record);
+            answer.authority.push(self.soa(domain));
+        }
+        answer
     }
 
     /// With `translate_wan_addrs`, another datacenter's instances carry their WAN

@@ -638,155 +638,217 @@ fn store_address(storage: &mut libc::sockaddr_storage, address: SocketAddr) -> l
 /// readiness with an io_uring poll instead lost an occasional wake-up.)
 async fn udp_loop(dns: Rc<DnsServer>, socket: Rc<UdpSocket>) {
     use std::os::fd::AsRawFd;
-    let fd = socket.as_raw_fd();
-    let in_flight = Rc::new(Cell::new(0usize));
-    let fetches = Rc::new(Cell::new(0usize));
+    let task = UdpTask {
+        fd: socket.as_raw_fd(),
+        dns,
+        socket,
+        in_flight: Rc::new(Cell::new(0usize)),
+        fetches: Rc::new(Cell::new(0usize)),
+    };
     let mut batch = DatagramBatch::new();
-    loop {
-        let first = std::mem::take(&mut batch.inputs[0]);
-        let (result, first) = socket.recv_from(first).await;
-        // The heap buffer did not move, so the slot's iovec still points at it.
-        batch.inputs[0] = first;
-        let (length, peer) = match result {
-            Ok(received) => received,
-            Err(e) => {
-                if dns.shard.shutting_down() {
-                    return;
-                }
-                // ICMP errors from earlier replies surface here (ECONNREFUSED); skip them.
-                log::debug!("dns: udp receive failed: {e}");
-                continue;
-            }
-        };
-        let received = 1 + drain_more(fd, &mut batch);
-        batch.receive_headers[0].msg_len = length as u32;
-        batch.receive_headers[0].msg_hdr.msg_namelen = store_address(&mut batch.peers[0], peer);
-        // A datagram that filled the buffer may have been cut; real queries are far shorter.
-        batch.receive_headers[0].msg_hdr.msg_flags = if length >= UDP_QUERY_BYTES_MAX {
-            libc::MSG_TRUNC
-        } else {
-            0
-        };
+    while let Some(received) = task.receive_batch(&mut batch).await {
+        debug_assert!((1..=UDP_BATCH_DATAGRAMS).contains(&received));
         let mut replies = 0usize;
         for i in 0..received {
-            let length = batch.receive_headers[i].msg_len as usize;
-            let cut = batch.receive_headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             let mut output = std::mem::take(&mut batch.outputs[replies]);
-            let handled = {
-                let message = &batch.inputs[i][..length.min(UDP_QUERY_BYTES_MAX)];
-                if cut {
-                    match crate::proto::dns::RequestHeader::read(message) {
-                        Some(header) if header.flags & flags::QR == 0 => {
-                            dns::answer::write_header_only_response(
-                                header.id,
-                                header.flags,
-                                rcode::FORMERR,
-                                &mut output,
-                            );
-                            Handled::Reply
-                        }
-                        _ => Handled::Drop,
-                    }
-                } else {
-                    answer(&dns, message, Transport::Udp, &mut output)
-                }
-            };
-            match handled {
+            match task.answer_datagram(&batch, i, &mut output) {
                 Handled::Reply => {
-                    // The reply goes back to where the query came from.
-                    batch.send_iovecs[replies] = libc::iovec {
-                        iov_base: output.as_mut_ptr() as *mut libc::c_void,
-                        iov_len: output.len(),
-                    };
-                    let header = &mut batch.send_headers[replies].msg_hdr;
-                    header.msg_name =
-                        &mut batch.peers[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
-                    header.msg_namelen = batch.receive_headers[i].msg_hdr.msg_namelen;
-                    header.msg_iov = &mut batch.send_iovecs[replies];
-                    header.msg_iovlen = 1;
-                    header.msg_control = std::ptr::null_mut();
-                    header.msg_controllen = 0;
-                    header.msg_flags = 0;
-                    batch.outputs[replies] = output;
+                    queue_reply(&mut batch, i, replies, output);
                     replies += 1;
                 }
                 Handled::Drop => batch.outputs[replies] = output,
                 Handled::Fetch(query, lookups) => {
                     batch.outputs[replies] = output;
-                    let Some(peer) = batch.peer(i) else { continue };
-                    if fetches.get() >= FETCHES_IN_FLIGHT_MAX {
-                        let mut failure = Vec::new();
-                        server_failure(&query, &mut failure);
-                        let _ = socket.send_to(failure, peer).await;
-                        continue;
-                    }
-                    fetches.set(fetches.get() + 1);
-                    let message = batch.inputs[i][..length].to_vec();
-                    let (dns, socket, fetches) = (dns.clone(), socket.clone(), fetches.clone());
-                    monoio::spawn(async move {
-                        let response =
-                            complete_fetch(&dns, &message, Transport::Udp, query, lookups).await;
-                        fetches.set(fetches.get() - 1);
-                        if let Some(response) = response {
-                            let _ = socket.send_to(response, peer).await;
-                        }
-                    });
+                    task.hand_off_fetch(&batch, i, query, lookups).await;
                 }
                 Handled::Recurse(query) => {
                     batch.outputs[replies] = output;
-                    let Some(peer) = batch.peer(i) else { continue };
-                    if in_flight.get() >= RECURSIONS_IN_FLIGHT_MAX {
-                        let mut failure = Vec::new();
-                        server_failure(&query, &mut failure);
-                        let _ = socket.send_to(failure, peer).await;
-                        continue;
-                    }
-                    in_flight.set(in_flight.get() + 1);
-                    monoio::spawn(recurse_udp(
-                        dns.clone(),
-                        socket.clone(),
-                        in_flight.clone(),
-                        batch.inputs[i][..length].to_vec(),
-                        query,
-                        peer,
-                    ));
+                    task.hand_off_recursion(&batch, i, query).await;
                 }
             }
+            debug_assert!(replies <= i + 1, "at most one reply per datagram");
         }
+        task.send_replies(&mut batch, replies).await;
+    }
+}
+
+/// What one UDP socket's loop shares with the tasks it spawns.
+struct UdpTask {
+    dns: Rc<DnsServer>,
+    socket: Rc<UdpSocket>,
+    fd: i32,
+    /// Recursions in flight, bounded by [`RECURSIONS_IN_FLIGHT_MAX`].
+    in_flight: Rc<Cell<usize>>,
+    /// Fetches from a server in flight, bounded by [`FETCHES_IN_FLIGHT_MAX`].
+    fetches: Rc<Cell<usize>>,
+}
+
+impl UdpTask {
+    /// Waits for one datagram in slot 0 and drains up to a batch more; returns how many
+    /// slots hold datagrams, or `None` once the shard shuts down.
+    async fn receive_batch(&self, batch: &mut DatagramBatch) -> Option<usize> {
+        loop {
+            let first = std::mem::take(&mut batch.inputs[0]);
+            let (result, first) = self.socket.recv_from(first).await;
+            // The heap buffer did not move, so the slot's iovec still points at it.
+            batch.inputs[0] = first;
+            let (length, peer) = match result {
+                Ok(received) => received,
+                Err(e) => {
+                    if self.dns.shard.shutting_down() {
+                        return None;
+                    }
+                    // ICMP errors from earlier replies surface here (ECONNREFUSED); skip them.
+                    log::debug!("dns: udp receive failed: {e}");
+                    continue;
+                }
+            };
+            let received = 1 + drain_more(self.fd, batch);
+            let first = &mut batch.receive_headers[0];
+            first.msg_len = length as u32;
+            first.msg_hdr.msg_namelen = store_address(&mut batch.peers[0], peer);
+            // A datagram that filled the buffer may have been cut; real queries are far
+            // shorter.
+            first.msg_hdr.msg_flags = if length >= UDP_QUERY_BYTES_MAX {
+                libc::MSG_TRUNC
+            } else {
+                0
+            };
+            return Some(received);
+        }
+    }
+
+    /// Answers slot `i`'s datagram into `output`; a cut query gets FORMERR, a cut
+    /// response nothing.
+    fn answer_datagram(&self, batch: &DatagramBatch, i: usize, output: &mut Vec<u8>) -> Handled {
+        let length = batch.receive_headers[i].msg_len as usize;
+        let cut = batch.receive_headers[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let message = &batch.inputs[i][..length.min(UDP_QUERY_BYTES_MAX)];
+        if !cut {
+            return answer(&self.dns, message, Transport::Udp, output);
+        }
+        match crate::proto::dns::RequestHeader::read(message) {
+            Some(header) if header.flags & flags::QR == 0 => {
+                dns::answer::write_header_only_response(
+                    header.id,
+                    header.flags,
+                    rcode::FORMERR,
+                    output,
+                );
+                Handled::Reply
+            }
+            _ => Handled::Drop,
+        }
+    }
+
+    /// Slot `i`'s datagram, copied for a task that outlives the batch.
+    fn message(batch: &DatagramBatch, i: usize) -> Vec<u8> {
+        let length = batch.receive_headers[i].msg_len as usize;
+        batch.inputs[i][..length].to_vec()
+    }
+
+    /// Fetches the rows a client agent lacks on a task of its own and answers from them;
+    /// beyond [`FETCHES_IN_FLIGHT_MAX`] the query gets SERVFAIL at once.
+    async fn hand_off_fetch(
+        &self,
+        batch: &DatagramBatch,
+        i: usize,
+        query: Box<Query>,
+        lookups: Vec<Lookup>,
+    ) {
+        let Some(peer) = batch.peer(i) else { return };
+        if self.fetches.get() >= FETCHES_IN_FLIGHT_MAX {
+            let mut failure = Vec::new();
+            server_failure(&query, &mut failure);
+            let _ = self.socket.send_to(failure, peer).await;
+            return;
+        }
+        self.fetches.set(self.fetches.get() + 1);
+        let message = Self::message(batch, i);
+        let (dns, socket, fetches) = (self.dns.clone(), self.socket.clone(), self.fetches.clone());
+        monoio::spawn(async move {
+            let response = complete_fetch(&dns, &message, Transport::Udp, query, lookups).await;
+            fetches.set(fetches.get() - 1);
+            if let Some(response) = response {
+                let _ = socket.send_to(response, peer).await;
+            }
+        });
+    }
+
+    /// Forwards the query to the recursors on a task of its own; beyond
+    /// [`RECURSIONS_IN_FLIGHT_MAX`] the query gets SERVFAIL at once.
+    async fn hand_off_recursion(&self, batch: &DatagramBatch, i: usize, query: Box<Query>) {
+        let Some(peer) = batch.peer(i) else { return };
+        if self.in_flight.get() >= RECURSIONS_IN_FLIGHT_MAX {
+            let mut failure = Vec::new();
+            server_failure(&query, &mut failure);
+            let _ = self.socket.send_to(failure, peer).await;
+            return;
+        }
+        self.in_flight.set(self.in_flight.get() + 1);
+        monoio::spawn(recurse_udp(
+            self.dns.clone(),
+            self.socket.clone(),
+            self.in_flight.clone(),
+            Self::message(batch, i),
+            query,
+            peer,
+        ));
+    }
+
+    /// Sends the first `replies` queued replies with `sendmmsg`, resuming after a partial
+    /// send; a reply that cannot be sent is dropped, as UDP allows.
+    async fn send_replies(&self, batch: &mut DatagramBatch, replies: usize) {
         let mut sent = 0;
         while sent < replies {
             // Offset the headers so that a partial send resumes where it stopped.
-            let result = {
-                let headers = &mut batch.send_headers[sent..replies];
-                // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
-                let count = unsafe {
-                    libc::sendmmsg(
-                        fd,
-                        headers.as_mut_ptr(),
-                        headers.len() as libc::c_uint,
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if count < 0 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(count as usize)
-                }
+            let headers = &mut batch.send_headers[sent..replies];
+            // SAFETY: the headers point at buffers owned by `batch` that outlive the call.
+            let count = unsafe {
+                libc::sendmmsg(
+                    self.fd,
+                    headers.as_mut_ptr(),
+                    headers.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
             };
-            match result {
-                Ok(n) => sent += n.max(1),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if socket.writable(false).await.is_err() {
+            if count >= 0 {
+                sent += (count as usize).max(1);
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock => {
+                    if self.socket.writable(false).await.is_err() {
                         break;
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // A reply that cannot be sent (e.g. an unreachable peer) is dropped, as UDP
-                // allows; the rest of the batch still goes out.
-                Err(_) => sent += 1,
+                std::io::ErrorKind::Interrupted => {}
+                // A reply that cannot be sent (e.g. an unreachable peer) is dropped; the
+                // rest of the batch still goes out.
+                _ => sent += 1,
             }
         }
     }
+}
+
+/// Queues `output` as reply slot `replies`, addressed to where slot `i`'s query came from.
+fn queue_reply(batch: &mut DatagramBatch, i: usize, replies: usize, mut output: Vec<u8>) {
+    debug_assert!(replies <= i, "a reply slot per answered datagram, in order");
+    batch.send_iovecs[replies] = libc::iovec {
+        iov_base: output.as_mut_ptr() as *mut libc::c_void,
+        iov_len: output.len(),
+    };
+    let header = &mut batch.send_headers[replies].msg_hdr;
+    header.msg_name = &mut batch.peers[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+    header.msg_namelen = batch.receive_headers[i].msg_hdr.msg_namelen;
+    header.msg_iov = &mut batch.send_iovecs[replies];
+    header.msg_iovlen = 1;
+    header.msg_control = std::ptr::null_mut();
+    header.msg_controllen = 0;
+    header.msg_flags = 0;
+    // The heap buffer moves into the slot without moving its bytes: the iovec stays valid.
+    batch.outputs[replies] = output;
 }
 
 async fn recurse_udp(

@@ -266,7 +266,64 @@ fn load_agent_tokens(
 }
 
 /// Runs an agent until SIGINT/SIGTERM. Returns an error line for startup failures.
+///
+/// The phases run in order and each hands the next a struct: [`prepare`] (files, TLS,
+/// identity), [`wire`] (the channels and state the threads share), [`open_store`] (the
+/// Raft log on servers), [`bind_all`] (every socket, before any thread starts),
+/// [`start_threads`], then [`serve_until_signal`], which shuts down in order.
 pub fn run_agent(config: AgentConfig) -> Result<(), String> {
+    let prepared = prepare(config)?;
+    let Wired {
+        lan,
+        wan,
+        raft_tx,
+        raft_rx,
+        shard_senders,
+        shard_receivers,
+        shared,
+        pools,
+        agent_channel,
+        agent_calls,
+    } = wire(&prepared)?;
+    let opened = open_store(&prepared, raft_rx, shard_senders, &shared)?;
+    let bound = bind_all(&prepared, lan, wan, &agent_channel, &opened.initial_version)?;
+    let running = start_threads(
+        &prepared,
+        opened,
+        bound,
+        ThreadShares {
+            shared: shared.clone(),
+            shard_receivers,
+            pools: pools.clone(),
+            agent_channel: agent_channel.clone(),
+            agent_calls,
+        },
+    )?;
+    serve_until_signal(prepared, running, shared, pools, agent_channel, raft_tx)
+}
+
+/// What the agent settled before it wires anything: its files, TLS, identity and sizes.
+struct Prepared {
+    fd_limit: u64,
+    /// SIGINT, SIGTERM and SIGHUP, blocked in every thread so one waiter takes them.
+    signals: libc::sigset_t,
+    config: Arc<AgentConfig>,
+    tls: Arc<crate::tls::TlsConfigurator>,
+    data_dir: DataDir,
+    node_id: String,
+    /// At least one: `shards = 0` means one per available core.
+    shard_count: usize,
+    advertise: IpAddr,
+    rpc_address: SocketAddr,
+    faults: Arc<peer_transport::Faults>,
+    /// Last, so that on a startup error it is removed after the data directory is released,
+    /// as when it was the first local of `run_agent`.
+    pid_file: Option<supervisor::PidFile>,
+}
+
+/// Phase one: signals blocked, pid file written, TLS and telemetry ready, the data
+/// directory locked and the node's id read or created.
+fn prepare(config: AgentConfig) -> Result<Prepared, String> {
     let fd_limit = raise_fd_limit();
     let signals = block_shutdown_signals();
     let config = Arc::new(config);
@@ -291,36 +348,66 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
             .unwrap_or(1),
         n => n,
     };
+    debug_assert!(shard_count > 0, "an agent runs at least one shard");
     let advertise = config.advertise();
     let rpc_address = SocketAddr::new(advertise, config.ports.server.max(0) as u16);
-    let faults = Arc::new(peer_transport::Faults::default());
+    Ok(Prepared {
+        fd_limit,
+        signals,
+        config,
+        tls,
+        data_dir,
+        node_id,
+        shard_count,
+        advertise,
+        rpc_address,
+        faults: Arc::new(peer_transport::Faults::default()),
+        pid_file,
+    })
+}
 
-    // Gossip: the LAN pool, served by shard 0.
-    let mut lan = if config.ports.serf_lan >= 0 {
-        Some(crate::cluster::pools::lan_pool(&config, &node_id)?)
+/// A gossip pool's shared handle and the driver shard 0 runs.
+type Pool = (crate::cluster::gossip::GossipHandle, GossipDriver);
+
+/// What the threads share, built before any of them starts.
+struct Wired {
+    /// The LAN pool, served by shard 0; none when `ports.serf_lan` is negative.
+    lan: Option<Pool>,
+    wan: Option<Pool>,
+    raft_tx: raft_inbox::RaftInbox,
+    raft_rx: raft_inbox::RaftInboxReceiver,
+    /// One sender and one receiver per shard, in shard order.
+    shard_senders: Vec<ShardSender>,
+    shard_receivers: Vec<runtime::ShardReceiver>,
+    shared: Arc<Shared>,
+    pools: Arc<Pools>,
+    agent_channel: AgentChannel,
+    agent_calls: flume::Receiver<AgentCall>,
+}
+
+/// Phase two: the gossip pools (not yet bound), the raft inbox, one channel per shard,
+/// the runtime's `Shared` and the agent channel.
+fn wire(prepared: &Prepared) -> Result<Wired, String> {
+    let config = &prepared.config;
+    let lan = if config.ports.serf_lan >= 0 {
+        Some(crate::cluster::pools::lan_pool(config, &prepared.node_id)?)
     } else {
         None
     };
-
-    let mut wan = crate::cluster::pools::wan_pool(&config, &node_id)?;
-
-    let (raft_tx, raft_rx) = raft_inbox::raft_inbox(RAFT_INBOX_CAPACITY, faults.clone())
+    let wan = crate::cluster::pools::wan_pool(config, &prepared.node_id)?;
+    let (raft_tx, raft_rx) = raft_inbox::raft_inbox(RAFT_INBOX_CAPACITY, prepared.faults.clone())
         .map_err(|e| format!("cannot create the raft inbox: {e}"))?;
-    let mut shard_senders = Vec::with_capacity(shard_count);
-    let mut shard_receivers = Vec::with_capacity(shard_count);
-    for _ in 0..shard_count {
-        let (tx, rx) = runtime::shard_channel();
-        shard_senders.push(tx);
-        shard_receivers.push(rx);
-    }
+    let (shard_senders, shard_receivers): (Vec<_>, Vec<_>) = (0..prepared.shard_count)
+        .map(|_| runtime::shard_channel())
+        .unzip();
     let shared = shared_state(
-        &config,
-        &node_id,
+        config,
+        &prepared.node_id,
         raft_tx.clone(),
-        shard_count,
-        &tls,
-        faults.clone(),
-        &data_dir.path,
+        prepared.shard_count,
+        &prepared.tls,
+        prepared.faults.clone(),
+        &prepared.data_dir.path,
     );
     let pools = Arc::new(Pools {
         lan: lan.as_ref().map(|(handle, _)| handle.clone()),
@@ -333,19 +420,50 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         )),
     });
     let (agent_channel, agent_calls) = agent_channel();
-
-    // Servers run the raft core thread; client agents have no log and forward every
-    // store-bound request to a server they learn about through gossip.
-    let (driver, client_senders, initial_version) = open_raft(
-        &config,
-        &data_dir.path,
-        &node_id,
-        rpc_address,
+    Ok(Wired {
+        lan,
+        wan,
+        raft_tx,
         raft_rx,
         shard_senders,
-        &shared,
-        faults,
+        shard_receivers,
+        shared,
+        pools,
+        agent_channel,
+        agent_calls,
+    })
+}
+
+/// The store the agent starts from, and who runs it.
+struct Opened {
+    /// The raft thread's driver on a server; none on a client agent.
+    driver: Option<raft_driver::RaftDriver>,
+    /// On a client agent, the shard senders shard 0 routes store-bound requests through.
+    client_senders: Option<Vec<ShardSender>>,
+    initial_version: StoreVersion,
+}
+
+/// Phase three: servers run the raft core thread over their log; client agents have no
+/// log and forward every store-bound request to a server they learn about through gossip.
+fn open_store(
+    prepared: &Prepared,
+    raft_rx: raft_inbox::RaftInboxReceiver,
+    shard_senders: Vec<ShardSender>,
+    shared: &Arc<Shared>,
+) -> Result<Opened, String> {
+    let config = &prepared.config;
+    let (driver, client_senders, initial_version) = open_raft(
+        config,
+        &prepared.data_dir.path,
+        &prepared.node_id,
+        prepared.rpc_address,
+        raft_rx,
+        shard_senders,
+        shared,
+        prepared.faults.clone(),
     )?;
+    debug_assert_eq!(driver.is_some(), config.server, "only servers run raft");
+    debug_assert_eq!(client_senders.is_some(), !config.server);
     // A server that neither bootstraps nor expects peers waits until a cluster adds it, as
     // Consul's does; Consul's Raft says so once, when its first election is due, in these
     // words. A server with a log of its own already knows its peers.
@@ -356,14 +474,45 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
     shared
         .published_index
         .store(initial_version.index, Ordering::Release);
+    Ok(Opened {
+        driver,
+        client_senders,
+        initial_version,
+    })
+}
 
-    // Bind every listener before starting threads, so that a port conflict is a clean
-    // startup error rather than a half-started agent.
+/// Every socket bound, and what was started on them before the shards.
+struct BoundAll {
+    listeners: Vec<ShardListeners>,
+    /// The gossip drivers, their ports bound.
+    lan: Option<GossipDriver>,
+    wan: Option<GossipDriver>,
+    xds: Option<crate::xds::XdsThread>,
+    xds_feed: Option<crate::xds::feed::StoreFeed>,
+    dns_settings: Arc<DnsSettings>,
+}
+
+/// Phase four: binds every listener before starting threads, so that a port conflict is a
+/// clean startup error rather than a half-started agent, then starts the gRPC thread.
+fn bind_all(
+    prepared: &Prepared,
+    mut lan: Option<Pool>,
+    mut wan: Option<Pool>,
+    agent_channel: &AgentChannel,
+    initial_version: &StoreVersion,
+) -> Result<BoundAll, String> {
+    let config = &prepared.config;
     let Bound {
         shards: listeners,
         grpc: grpc_listeners,
         grpc_tls: grpc_tls_listeners,
-    } = bind_listeners(&config, &tls, shard_count, advertise)?;
+    } = bind_listeners(
+        config,
+        &prepared.tls,
+        prepared.shard_count,
+        prepared.advertise,
+    )?;
+    debug_assert_eq!(listeners.len(), prepared.shard_count);
     // The gossip pools' ports too: one that cannot be bound stops the agent here, as it
     // stops Consul, instead of the agent running on without the pool.
     if let Some((_, driver)) = lan.as_mut() {
@@ -373,23 +522,57 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         driver.bind("serf WAN")?;
     }
     let (xds, xds_feed) = start_xds(
-        &config,
-        &tls,
+        config,
+        &prepared.tls,
         grpc_listeners,
         grpc_tls_listeners,
-        &agent_channel,
-        &initial_version,
+        agent_channel,
+        initial_version,
     )?;
     let dns_settings = Arc::new(DnsSettings::new(
         config.dns.clone(),
         crate::dns::resolve::LocalAgent {
             node_name: config.node_name.clone(),
             datacenter: config.datacenter.clone(),
-            address: advertise,
+            address: prepared.advertise,
         },
     ));
+    Ok(BoundAll {
+        listeners,
+        lan: lan.map(|(_, driver)| driver),
+        wan: wan.map(|(_, driver)| driver),
+        xds,
+        xds_feed,
+        dns_settings,
+    })
+}
 
-    let raft_thread = match driver {
+/// The handles from [`wire`] the shard threads take.
+struct ThreadShares {
+    shared: Arc<Shared>,
+    shard_receivers: Vec<runtime::ShardReceiver>,
+    pools: Arc<Pools>,
+    agent_channel: AgentChannel,
+    agent_calls: flume::Receiver<AgentCall>,
+}
+
+/// The threads the agent started, and how it hears that the shards serve.
+struct Running {
+    raft_thread: Option<std::thread::JoinHandle<()>>,
+    shard_threads: Vec<std::thread::JoinHandle<()>>,
+    xds: Option<crate::xds::XdsThread>,
+    /// Each shard's id, once its servers are spawned on its runtime.
+    serving: std::sync::mpsc::Receiver<usize>,
+}
+
+/// Phase five: the raft thread (on servers) and one shard thread per core.
+fn start_threads(
+    prepared: &Prepared,
+    opened: Opened,
+    bound: BoundAll,
+    shares: ThreadShares,
+) -> Result<Running, String> {
+    let raft_thread = match opened.driver {
         Some(driver) => Some(
             std::thread::Builder::new()
                 .name("praetor-raft".into())
@@ -398,43 +581,58 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         ),
         None => None,
     };
-
-    // Each shard reports once its servers are spawned on its runtime.
-    let (serving_tx, serving_rx) = std::sync::mpsc::channel::<usize>();
+    let (serving_tx, serving) = std::sync::mpsc::channel::<usize>();
     let shard_threads = start_shards(
         ShardStart {
-            shared: shared.clone(),
-            version: initial_version.clone(),
-            inboxes: shard_receivers,
-            listeners,
+            shared: shares.shared,
+            version: opened.initial_version,
+            inboxes: shares.shard_receivers,
+            listeners: bound.listeners,
             serving: serving_tx,
         },
         ShardZero {
-            gossip: lan.map(|(_, driver)| driver),
-            gossip_wan: wan.map(|(_, driver)| driver),
-            client_router: client_senders,
-            agent_calls: Some(agent_calls),
-            xds_feed,
+            gossip: bound.lan,
+            gossip_wan: bound.wan,
+            client_router: opened.client_senders,
+            agent_calls: Some(shares.agent_calls),
+            xds_feed: bound.xds_feed,
         },
         EveryShard {
-            dns_settings,
-            pools: pools.clone(),
-            agent_channel: agent_channel.clone(),
+            dns_settings: bound.dns_settings,
+            pools: shares.pools,
+            agent_channel: shares.agent_channel,
         },
     )?;
-
+    debug_assert_eq!(shard_threads.len(), prepared.shard_count);
     log_started(
-        &config,
-        &node_id,
-        shard_count,
-        rpc_address,
-        &data_dir.path,
-        fd_limit,
+        &prepared.config,
+        &prepared.node_id,
+        prepared.shard_count,
+        prepared.rpc_address,
+        &prepared.data_dir.path,
+        prepared.fd_limit,
     );
+    Ok(Running {
+        raft_thread,
+        shard_threads,
+        xds: bound.xds,
+        serving,
+    })
+}
 
-    wait_until_serving(&serving_rx, shard_count);
+/// Phase six: once every shard serves, starts the watch plans and tells systemd
+/// `READY=1`; then serves until SIGINT or SIGTERM and shuts down in order.
+fn serve_until_signal(
+    prepared: Prepared,
+    running: Running,
+    shared: Arc<Shared>,
+    pools: Arc<Pools>,
+    agent_channel: AgentChannel,
+    raft_tx: raft_inbox::RaftInbox,
+) -> Result<(), String> {
+    wait_until_serving(&running.serving, prepared.shard_count);
     // Watch plans query the agent's own HTTP API: they start once it serves.
-    let watches = watches::WatchSupervisor::start(&config, shared.clone())?;
+    let watches = watches::WatchSupervisor::start(&prepared.config, shared.clone())?;
     if let Ok(mut listeners) = shared.reload_listeners.lock() {
         listeners.push(watches.listener());
     }
@@ -443,19 +641,18 @@ pub fn run_agent(config: AgentConfig) -> Result<(), String> {
         Ok(false) => {}
         Err(error) => log::warn!("agent: {error}"),
     }
-
-    let signal = wait_for_shutdown_signal(&signals, &agent_channel);
+    let signal = wait_for_shutdown_signal(&prepared.signals, &agent_channel);
     shut_down(Stopping {
         signal,
         watches,
         pools,
         shared,
-        xds,
-        shard_threads,
+        xds: running.xds,
+        shard_threads: running.shard_threads,
         raft_tx,
-        raft_thread,
-        data_dir,
-        pid_file,
+        raft_thread: running.raft_thread,
+        data_dir: prepared.data_dir,
+        pid_file: prepared.pid_file,
     })
 }
 
@@ -1061,48 +1258,92 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
         xds_feed,
     } = tasks;
     if let Some(feed) = xds_feed {
-        // Only versions whose changes can concern a proxy wake the gRPC thread.
-        feed.publish(shard.current_version());
-        shard.on_new_version(move |batch| {
-            if crate::xds::feed::concerns_proxies(&batch.changes) {
-                feed.publish(batch.version.clone());
-            }
-        });
+        publish_to_xds(shard, feed);
     }
-    let id = shard.id;
     let shared = shard.shared().clone();
     let http = HttpServer::new(shard.clone(), pools.clone(), agent_channel);
-    for listener in listeners.http {
-        match monoio::net::TcpListener::from_std(listener) {
-            Ok(listener) => {
-                monoio::spawn(crate::api::server::accept_loop(http.clone(), listener));
-            }
-            Err(e) => log::error!("shard {id}: cannot register HTTP listener: {e}"),
-        }
-    }
-    for listener in listeners.https {
-        match monoio::net::TcpListener::from_std(listener) {
-            Ok(listener) => {
-                monoio::spawn(crate::api::server::accept_tls_loop(http.clone(), listener));
-            }
-            Err(e) => log::error!("shard {id}: cannot register HTTPS listener: {e}"),
-        }
-    }
-    for listener in listeners.rpc {
-        match monoio::net::TcpListener::from_std(listener) {
-            Ok(listener) => {
-                monoio::spawn(rpc_server::accept_loop(
-                    shard.clone(),
-                    http.clone(),
-                    listener,
-                ));
-            }
-            Err(e) => log::error!("shard {id}: cannot register RPC listener: {e}"),
-        }
-    }
-    if id == 0 && shared.config.server && shared.config.tls.auto_encrypt.allow_tls {
+    let ShardListeners {
+        http: http_listeners,
+        https,
+        rpc,
+        dns_udp,
+        dns_tcp,
+    } = listeners;
+    start_http(shard, &http, http_listeners, https, rpc);
+    if shard.id == 0 && shared.config.server && shared.config.tls.auto_encrypt.allow_tls {
         monoio::spawn(crate::shard::auto_encrypt::agent_ca_keeper(shard.clone()));
     }
+    start_dns(shard, &http, dns_settings, &pools, dns_udp, dns_tcp);
+    if let (Some(driver), Some(handle)) = (gossip, pools.lan.clone()) {
+        start_gossip(shard, &pools, (driver, handle), gossip_wan, client_router);
+    }
+    if let Some(calls) = agent_calls {
+        // The agent (local services, checks, anti-entropy) lives on shard 0.
+        monoio::spawn(crate::agent::run(shard.clone(), pools, calls));
+    }
+}
+
+/// Shard 0 publishes its versions to the gRPC thread; only versions whose changes can
+/// concern a proxy wake it.
+fn publish_to_xds(shard: &Rc<Shard>, feed: crate::xds::feed::StoreFeed) {
+    feed.publish(shard.current_version());
+    shard.on_new_version(move |batch| {
+        if crate::xds::feed::concerns_proxies(&batch.changes) {
+            feed.publish(batch.version.clone());
+        }
+    });
+}
+
+/// Registers bound TCP listeners with the shard's runtime and spawns `serve` on each; a
+/// listener the runtime refuses is logged, as the agent serves on the others.
+fn register_tcp(
+    shard_id: usize,
+    what: &str,
+    listeners: Vec<std::net::TcpListener>,
+    serve: impl Fn(monoio::net::TcpListener),
+) {
+    for listener in listeners {
+        match monoio::net::TcpListener::from_std(listener) {
+            Ok(listener) => serve(listener),
+            Err(e) => log::error!("shard {shard_id}: cannot register {what} listener: {e}"),
+        }
+    }
+}
+
+/// HTTP, HTTPS and the server RPC port (whose forwarded HTTP the same server answers).
+fn start_http(
+    shard: &Rc<Shard>,
+    http: &Rc<HttpServer>,
+    http_listeners: Vec<std::net::TcpListener>,
+    https: Vec<std::net::TcpListener>,
+    rpc: Vec<std::net::TcpListener>,
+) {
+    let id = shard.id;
+    register_tcp(id, "HTTP", http_listeners, |listener| {
+        monoio::spawn(crate::api::server::accept_loop(http.clone(), listener));
+    });
+    register_tcp(id, "HTTPS", https, |listener| {
+        monoio::spawn(crate::api::server::accept_tls_loop(http.clone(), listener));
+    });
+    register_tcp(id, "RPC", rpc, |listener| {
+        monoio::spawn(rpc_server::accept_loop(
+            shard.clone(),
+            http.clone(),
+            listener,
+        ));
+    });
+}
+
+/// The DNS server on this shard's UDP sockets and TCP listeners.
+fn start_dns(
+    shard: &Rc<Shard>,
+    http: &Rc<HttpServer>,
+    dns_settings: Arc<DnsSettings>,
+    pools: &Pools,
+    dns_udp: Vec<std::net::UdpSocket>,
+    dns_tcp: Vec<std::net::TcpListener>,
+) {
+    let id = shard.id;
     // A server's DNS answers what its store cannot (another datacenter, prepared
     // queries) through this shard's own HTTP API.
     let api: crate::dns::elsewhere::LocalApi = {
@@ -1116,10 +1357,10 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
         })
     };
     let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone(), api);
-    if !listeners.dns_udp.is_empty() || !listeners.dns_tcp.is_empty() {
+    if !dns_udp.is_empty() || !dns_tcp.is_empty() {
         dns.start_client_feed();
     }
-    for socket in listeners.dns_udp {
+    for socket in dns_udp {
         match monoio::net::udp::UdpSocket::from_std(socket) {
             Ok(socket) => {
                 crate::dns::server::spawn_udp(dns.clone(), socket);
@@ -1127,66 +1368,66 @@ fn start_shard_tasks(shard: &Rc<Shard>, tasks: ShardTasks) {
             Err(e) => log::error!("shard {id}: cannot register DNS UDP socket: {e}"),
         }
     }
-    for listener in listeners.dns_tcp {
-        match monoio::net::TcpListener::from_std(listener) {
-            Ok(listener) => {
-                monoio::spawn(crate::dns::server::tcp_accept_loop(dns.clone(), listener));
-            }
-            Err(e) => log::error!("shard {id}: cannot register DNS TCP listener: {e}"),
+    register_tcp(id, "DNS TCP", dns_tcp, |listener| {
+        monoio::spawn(crate::dns::server::tcp_accept_loop(dns.clone(), listener));
+    });
+}
+
+/// Runs a gossip driver; the agent does not run on without its pool, as Consul's does not.
+fn spawn_gossip_driver(shared: &Arc<Shared>, driver: GossipDriver, pool: &'static str) {
+    let stopping = shared.clone();
+    monoio::spawn(async move {
+        if let Err(e) = driver.run().await {
+            stopping.stop_with_error(format!("gossip: {pool} pool stopped: {e}"));
         }
-    }
-    if let (Some(driver), Some(handle)) = (gossip, pools.lan.clone()) {
-        let stopping = shared.clone();
-        monoio::spawn(async move {
-            // The agent does not run on without its pool, as Consul's does not.
-            if let Err(e) = driver.run().await {
-                stopping.stop_with_error(format!("gossip: LAN pool stopped: {e}"));
-            }
-        });
-        match client_router {
-            // A client agent routes to a server it learns through gossip.
-            Some(senders) => {
-                monoio::spawn(crate::cluster::pools::client_router(
-                    shared.clone(),
-                    handle.clone(),
-                    senders,
-                    pools.servers.clone(),
-                ));
-            }
-            None => {
-                monoio::spawn(crate::cluster::pools::member_watch(
-                    shared.clone(),
-                    handle.clone(),
-                ));
-            }
-        }
-        monoio::spawn(crate::cluster::user_events::ingest_loop(
-            shard.clone(),
-            handle.clone(),
-            pools.events.clone(),
-        ));
-        if let (Some(driver), Some(wan)) = (gossip_wan, pools.wan.clone()) {
-            let stopping = shared.clone();
-            monoio::spawn(async move {
-                if let Err(e) = driver.run().await {
-                    stopping.stop_with_error(format!("gossip: WAN pool stopped: {e}"));
-                }
-            });
-            monoio::spawn(crate::cluster::router::wan_router(
-                shared.clone(),
-                wan.clone(),
-                pools.router.clone(),
-            ));
-            monoio::spawn(crate::cluster::pools::wan_loop(
+    });
+}
+
+/// Shard 0's gossip: the LAN driver and the loops over it (server routing on a client
+/// agent, member reconcile on a server, user events, joins), and the WAN pool's.
+fn start_gossip(
+    shard: &Rc<Shard>,
+    pools: &Pools,
+    (driver, handle): (GossipDriver, crate::cluster::gossip::GossipHandle),
+    gossip_wan: Option<GossipDriver>,
+    client_router: Option<Vec<ShardSender>>,
+) {
+    let shared = shard.shared().clone();
+    spawn_gossip_driver(&shared, driver, "LAN");
+    match client_router {
+        // A client agent routes to a server it learns through gossip.
+        Some(senders) => {
+            monoio::spawn(crate::cluster::pools::client_router(
                 shared.clone(),
                 handle.clone(),
-                wan,
+                senders,
+                pools.servers.clone(),
             ));
         }
-        monoio::spawn(crate::cluster::pools::join_loop(shared.clone(), handle));
+        None => {
+            monoio::spawn(crate::cluster::pools::member_watch(
+                shared.clone(),
+                handle.clone(),
+            ));
+        }
     }
-    if let Some(calls) = agent_calls {
-        // The agent (local services, checks, anti-entropy) lives on shard 0.
-        monoio::spawn(crate::agent::run(shard.clone(), pools, calls));
+    monoio::spawn(crate::cluster::user_events::ingest_loop(
+        shard.clone(),
+        handle.clone(),
+        pools.events.clone(),
+    ));
+    if let (Some(driver), Some(wan)) = (gossip_wan, pools.wan.clone()) {
+        spawn_gossip_driver(&shared, driver, "WAN");
+        monoio::spawn(crate::cluster::router::wan_router(
+            shared.clone(),
+            wan.clone(),
+            pools.router.clone(),
+        ));
+        monoio::spawn(crate::cluster::pools::wan_loop(
+            shared.clone(),
+            handle.clone(),
+            wan,
+        ));
     }
+    monoio::spawn(crate::cluster::pools::join_loop(shared, handle));
 }

@@ -17,11 +17,12 @@
 //!   thought to have it; `initial_resource_versions` on a stream's first request of a type
 //!   seeds what Envoy has.
 
-use super::resources::{ResourceType, Resources};
+use super::resources::{Resource, ResourceType, Resources};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as WireResource,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Most resource names a stream may subscribe to per type (a bound on per-stream state).
 pub const SUBSCRIPTIONS_PER_TYPE_MAX: usize = 16_384;
@@ -219,6 +220,8 @@ impl DeltaStream {
         None
     }
 
+    /// The response of one pass (`upsert` sends new and changed resources, `remove`
+    /// removed ones) for one type, if it has anything relevant to send.
     fn response_for(
         &mut self,
         kind: ResourceType,
@@ -245,62 +248,10 @@ impl DeltaStream {
             // Consul sends nothing until there is.
             return None;
         }
-        let mut updates: BTreeMap<String, PendingUpdate> = BTreeMap::new();
-        let mut relevant = false;
-        for (name, have) in &state.versions {
-            match current.get(name) {
-                None => {
-                    updates.insert(
-                        name.clone(),
-                        PendingUpdate {
-                            remove: true,
-                            version: String::new(),
-                            children: Vec::new(),
-                        },
-                    );
-                    relevant |= remove;
-                }
-                Some(resource)
-                    if resource.version != *have
-                        && state.rejected.get(name) != Some(&resource.version) =>
-                {
-                    updates.insert(
-                        name.clone(),
-                        PendingUpdate {
-                            remove: false,
-                            version: resource.version.clone(),
-                            children: resource.children.clone(),
-                        },
-                    );
-                    relevant |= upsert;
-                }
-                Some(_) => {}
-            }
-        }
-        let wanted: Box<dyn Iterator<Item = &String>> = if state.wildcard {
-            Box::new(current.keys())
-        } else {
-            Box::new(state.subscriptions.iter())
-        };
-        for name in wanted {
-            if state.versions.contains_key(name) {
-                continue;
-            }
-            if let Some(resource) = current.get(name) {
-                if state.rejected.get(name) == Some(&resource.version) {
-                    continue;
-                }
-                updates.insert(
-                    name.clone(),
-                    PendingUpdate {
-                        remove: false,
-                        version: resource.version.clone(),
-                        children: resource.children.clone(),
-                    },
-                );
-                relevant |= upsert;
-            }
-        }
+        let mut updates = BTreeMap::new();
+        let changed = state.changed_updates(current, &mut updates);
+        let added = state.added_updates(current, &mut updates);
+        let relevant = (changed.removes && remove) || ((changed.upserts || added) && upsert);
         if !relevant && state.sent_once {
             return None;
         }
@@ -308,28 +259,7 @@ impl DeltaStream {
             // The first response of a type is an upsert pass's.
             return None;
         }
-        let mut response = DeltaDiscoveryResponse {
-            type_url: kind.type_url().to_string(),
-            ..Default::default()
-        };
-        let mut sent = BTreeMap::new();
-        for (name, update) in updates {
-            if update.remove {
-                if remove {
-                    response.removed_resources.push(name.clone());
-                    sent.insert(name, update);
-                }
-            } else if upsert {
-                let resource = &current[&name];
-                response.resources.push(WireResource {
-                    name: name.clone(),
-                    version: resource.version.clone(),
-                    resource: Some(resource.any.clone()),
-                    ..Default::default()
-                });
-                sent.insert(name, update);
-            }
-        }
+        let (mut response, sent) = compose(kind, current, updates, upsert, remove);
         self.nonce += 1;
         response.nonce = format!("{:08x}", self.nonce);
         let state = &mut self.types[kind as usize];
@@ -340,6 +270,123 @@ impl DeltaStream {
         state.pending.insert(response.nonce.clone(), sent);
         Some(response)
     }
+}
+
+/// What a type's confirmed names need: removals and upserts.
+struct Changed {
+    removes: bool,
+    upserts: bool,
+}
+
+impl TypeState {
+    /// The updates of the names Envoy holds: removed ones, and changed ones unless Envoy
+    /// rejected exactly that version.
+    fn changed_updates(
+        &self,
+        current: &BTreeMap<String, Arc<Resource>>,
+        updates: &mut BTreeMap<String, PendingUpdate>,
+    ) -> Changed {
+        let mut changed = Changed {
+            removes: false,
+            upserts: false,
+        };
+        for (name, have) in &self.versions {
+            match current.get(name) {
+                None => {
+                    updates.insert(
+                        name.clone(),
+                        PendingUpdate {
+                            remove: true,
+                            version: String::new(),
+                            children: Vec::new(),
+                        },
+                    );
+                    changed.removes = true;
+                }
+                Some(resource)
+                    if resource.version != *have
+                        && self.rejected.get(name) != Some(&resource.version) =>
+                {
+                    updates.insert(name.clone(), PendingUpdate::upsert(resource));
+                    changed.upserts = true;
+                }
+                Some(_) => {}
+            }
+        }
+        changed
+    }
+
+    /// The updates of names Envoy wants (all of them on a wildcard stream) and does not
+    /// hold yet; whether there was any.
+    fn added_updates(
+        &self,
+        current: &BTreeMap<String, Arc<Resource>>,
+        updates: &mut BTreeMap<String, PendingUpdate>,
+    ) -> bool {
+        let wanted: Box<dyn Iterator<Item = &String>> = if self.wildcard {
+            Box::new(current.keys())
+        } else {
+            Box::new(self.subscriptions.iter())
+        };
+        let mut added = false;
+        for name in wanted {
+            if self.versions.contains_key(name) {
+                continue;
+            }
+            if let Some(resource) = current.get(name) {
+                if self.rejected.get(name) == Some(&resource.version) {
+                    continue;
+                }
+                updates.insert(name.clone(), PendingUpdate::upsert(resource));
+                added = true;
+            }
+        }
+        added
+    }
+}
+
+impl PendingUpdate {
+    fn upsert(resource: &Resource) -> PendingUpdate {
+        PendingUpdate {
+            remove: false,
+            version: resource.version.clone(),
+            children: resource.children.clone(),
+        }
+    }
+}
+
+/// The response carrying this pass's updates (removals on a remove pass, upserts on an
+/// upsert pass), and the updates it sent, to confirm on its ACK.
+fn compose(
+    kind: ResourceType,
+    current: &BTreeMap<String, Arc<Resource>>,
+    updates: BTreeMap<String, PendingUpdate>,
+    upsert: bool,
+    remove: bool,
+) -> (DeltaDiscoveryResponse, BTreeMap<String, PendingUpdate>) {
+    let mut response = DeltaDiscoveryResponse {
+        type_url: kind.type_url().to_string(),
+        ..Default::default()
+    };
+    let mut sent = BTreeMap::new();
+    for (name, update) in updates {
+        if update.remove {
+            if remove {
+                response.removed_resources.push(name.clone());
+                sent.insert(name, update);
+            }
+        } else if upsert {
+            let resource = &current[&name];
+            response.resources.push(WireResource {
+                name: name.clone(),
+                version: resource.version.clone(),
+                resource: Some(resource.any.clone()),
+                ..Default::default()
+            });
+            sent.insert(name, update);
+        }
+    }
+    (response, sent)
 }
 
 #[cfg(test)]

@@ -291,111 +291,168 @@ async fn run(
     mut registration_rx: watch::Receiver<RegistrationSlot>,
     state_tx: watch::Sender<ProxyState>,
 ) {
-    let mut store_rx = watchers.store.subscribe();
-    let mut leaf: Option<LeafFollower> = None;
-    let mut service_leaves = ServiceLeaves::new();
-    let mut remote_followers = RemoteFollowers::default();
-    let mut last: Option<Arc<Built>> = None;
-    let mut seen_at = Instant::now();
-    let mut warned_hash = String::new();
-    let mut warned_unapplied: Vec<String> = Vec::new();
+    let mut proxy = ProxyLoop {
+        store_rx: watchers.store.subscribe(),
+        watchers,
+        token,
+        leaf: None,
+        service_leaves: ServiceLeaves::new(),
+        remote_followers: RemoteFollowers::default(),
+        last: None,
+        seen_at: Instant::now(),
+        warned_hash: String::new(),
+        warned_unapplied: Vec::new(),
+    };
     loop {
         let registration = registration_rx.borrow_and_update().clone();
+        let state = proxy.state_of(registration);
+        proxy.publish(state, &state_tx);
+        // The async block borrows only the leaf, so the other arms can borrow the rest.
+        let leaf = &mut proxy.leaf;
+        let leaf_changed = async {
+            match leaf.as_mut() {
+                Some(f) => f.rx.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            r = registration_rx.changed() => r.is_ok(),
+            r = leaf_changed => r.is_ok(),
+            r = proxy.store_rx.changed() => r.is_ok(),
+            _ = proxy.service_leaves.changed.notified() => true,
+            _ = proxy.remote_followers.changed.notified() => true,
+            _ = state_tx.closed() => false,
+        };
+        if !result {
+            return;
+        }
+        proxy.seen_at = Instant::now();
+    }
+}
+
+/// What one proxy's rebuild loop keeps between rounds.
+struct ProxyLoop {
+    watchers: Arc<Watchers>,
+    token: String,
+    store_rx: watch::Receiver<StoreVersion>,
+    /// The proxy's own leaf, restarted when its service or DNS SANs change.
+    leaf: Option<LeafFollower>,
+    service_leaves: ServiceLeaves,
+    remote_followers: RemoteFollowers,
+    /// The last snapshot sent, so an identical rebuild is counted and not sent again.
+    last: Option<Arc<Built>>,
+    seen_at: Instant,
+    /// The registration hash and unapplied entries last warned about, so each warning is
+    /// logged once.
+    warned_hash: String,
+    warned_unapplied: Vec<String>,
+}
+
+impl ProxyLoop {
+    /// The proxy's state for this round's registration.
+    fn state_of(&mut self, registration: RegistrationSlot) -> ProxyState {
         if let Some(Ok(r)) = &registration {
-            if r.content_hash != warned_hash {
-                warned_hash = r.content_hash.clone();
+            if r.content_hash != self.warned_hash {
+                self.warned_hash = r.content_hash.clone();
                 warn_escape_hatches(r);
             }
         }
-        let state = match registration {
+        match registration {
             None => ProxyState::Pending("waiting for the proxy's registration".to_string()),
             Some(Err(reason)) => ProxyState::Pending(reason),
-            Some(Ok(registration)) => {
-                // An ingress gateway serving TLS asks its leaf for the names its clients
-                // reach it at (Consul's `DNSSAN`); a change of them follows a new leaf.
-                let dns_sans = if registration.kind == ProxyKind::IngressGateway {
-                    snapshot::ingress_dns_sans(
-                        &store_rx.borrow(),
-                        &registration.service,
-                        &watchers.settings,
-                    )
-                } else {
-                    Vec::new()
-                };
-                if leaf.as_ref().map(|l| (l.service.as_str(), &l.dns_sans))
-                    != Some((&registration.destination_name, &dns_sans))
-                {
-                    leaf = Some(LeafFollower::start(
-                        &watchers.agent,
-                        (&registration.destination_name, &dns_sans),
-                        &token,
-                        None,
-                    ));
-                }
-                let follower = leaf.as_mut().expect("just set");
-                let cert = follower.rx.borrow_and_update().clone();
-                match cert {
-                    None => ProxyState::Pending("waiting for the leaf certificate".to_string()),
-                    Some(cert) => {
-                        let version = store_rx.borrow_and_update().clone();
-                        let linked = if registration.kind == ProxyKind::TerminatingGateway {
-                            snapshot::terminating_services(&version, &registration.service)
-                                .unwrap_or_default()
-                        } else {
-                            Vec::new()
-                        };
-                        let leaves = service_leaves.follow(&linked, &watchers.agent, &token);
-                        remote_followers.follow_datacenters(
-                            registration.kind == ProxyKind::MeshGateway,
-                            &watchers.agent,
-                        );
-                        let view = remote_followers.view();
-                        let state = rebuild(
-                            &watchers,
-                            &registration,
-                            (&cert, &leaves),
-                            (version, &view),
-                            last.as_ref(),
-                            seen_at,
-                        );
-                        // What the snapshot needs of other datacenters follows from what it
-                        // was built from; a newly needed read is followed from now on and
-                        // its first answer wakes this loop.
-                        if let ProxyState::Ready(built) = &state {
-                            let needs = remote_needs(&built.snapshot, &view, &watchers.settings);
-                            remote_followers.follow(&needs, &watchers.agent, &token);
-                        }
-                        state
-                    }
-                }
-            }
+            Some(Ok(registration)) => self.state_with_leaf(&registration),
+        }
+    }
+
+    /// Follows the registration's leaf (an ingress gateway serving TLS asks it for the
+    /// names its clients reach it at, Consul's `DNSSAN`; a change of them follows a new
+    /// leaf) and builds once the leaf is signed.
+    fn state_with_leaf(&mut self, registration: &ProxyRegistration) -> ProxyState {
+        let dns_sans = if registration.kind == ProxyKind::IngressGateway {
+            snapshot::ingress_dns_sans(
+                &self.store_rx.borrow(),
+                &registration.service,
+                &self.watchers.settings,
+            )
+        } else {
+            Vec::new()
         };
+        if self
+            .leaf
+            .as_ref()
+            .map(|l| (l.service.as_str(), &l.dns_sans))
+            != Some((&registration.destination_name, &dns_sans))
+        {
+            self.leaf = Some(LeafFollower::start(
+                &self.watchers.agent,
+                (&registration.destination_name, &dns_sans),
+                &self.token,
+                None,
+            ));
+        }
+        let follower = self.leaf.as_mut().expect("just set");
+        let cert = follower.rx.borrow_and_update().clone();
+        match cert {
+            None => ProxyState::Pending("waiting for the leaf certificate".to_string()),
+            Some(cert) => self.build(registration, &cert),
+        }
+    }
+
+    /// Builds the snapshot from the current store version, the linked services' leaves and
+    /// what is known of other datacenters.
+    fn build(&mut self, registration: &ProxyRegistration, cert: &LeafCert) -> ProxyState {
+        let watchers = &self.watchers;
+        let version = self.store_rx.borrow_and_update().clone();
+        let linked = if registration.kind == ProxyKind::TerminatingGateway {
+            snapshot::terminating_services(&version, &registration.service).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let leaves = self
+            .service_leaves
+            .follow(&linked, &watchers.agent, &self.token);
+        self.remote_followers
+            .follow_datacenters(registration.kind == ProxyKind::MeshGateway, &watchers.agent);
+        let view = self.remote_followers.view();
+        let state = rebuild(
+            watchers,
+            registration,
+            (cert, &leaves),
+            (version, &view),
+            self.last.as_ref(),
+            self.seen_at,
+        );
+        // What the snapshot needs of other datacenters follows from what it was built
+        // from; a newly needed read is followed from now on and its first answer wakes
+        // this loop.
+        if let ProxyState::Ready(built) = &state {
+            let needs = remote_needs(&built.snapshot, &view, &watchers.settings);
+            self.remote_followers
+                .follow(&needs, &watchers.agent, &self.token);
+        }
+        state
+    }
+
+    /// Sends a new state to the proxy's streams: a snapshot unless it is the one last sent,
+    /// a pending reason unless it is the same reason.
+    fn publish(&mut self, state: ProxyState, state_tx: &watch::Sender<ProxyState>) {
         match state {
             ProxyState::Ready(built) => {
-                if built.snapshot.unapplied != warned_unapplied {
-                    warned_unapplied = built.snapshot.unapplied.clone();
-                    if !warned_unapplied.is_empty() {
-                        log::warn!(
-                            "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners take no certificates from SDS yet",
-                            built.snapshot.proxy_id,
-                            warned_unapplied.join(", ")
-                        );
-                    }
-                }
-                if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &built)) {
-                    watchers
+                self.warn_unapplied(&built.snapshot);
+                if self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &built)) {
+                    self.watchers
                         .unchanged
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
-                    watchers
+                    self.watchers
                         .rebuilds
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    last = Some(built.clone());
+                    self.last = Some(built.clone());
                     state_tx.send_replace(ProxyState::Ready(built));
                 }
             }
             pending => {
-                last = None;
+                self.last = None;
                 state_tx.send_if_modified(|current| {
                     let same = matches!(
                         (&*current, &pending),
@@ -406,24 +463,21 @@ async fn run(
                 });
             }
         }
-        let leaf_changed = async {
-            match leaf.as_mut() {
-                Some(f) => f.rx.changed().await,
-                None => std::future::pending().await,
-            }
-        };
-        let result = tokio::select! {
-            r = registration_rx.changed() => r.is_ok(),
-            r = leaf_changed => r.is_ok(),
-            r = store_rx.changed() => r.is_ok(),
-            _ = service_leaves.changed.notified() => true,
-            _ = remote_followers.changed.notified() => true,
-            _ = state_tx.closed() => false,
-        };
-        if !result {
+    }
+
+    /// Says once per change which of a gateway's config entries are accepted but not applied.
+    fn warn_unapplied(&mut self, snapshot: &Snapshot) {
+        if snapshot.unapplied == self.warned_unapplied {
             return;
         }
-        seen_at = Instant::now();
+        self.warned_unapplied = snapshot.unapplied.clone();
+        if !self.warned_unapplied.is_empty() {
+            log::warn!(
+                "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners take no certificates from SDS yet",
+                snapshot.proxy_id,
+                self.warned_unapplied.join(", ")
+            );
+        }
     }
 }
 

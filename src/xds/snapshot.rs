@@ -423,13 +423,7 @@ pub fn build(
     let trust_domain = ca
         .trust_domain()
         .ok_or_else(|| "the Connect CA is not initialized yet".to_string())?;
-    let mut roots_pem: Vec<String> = Vec::with_capacity(ca.roots.len());
-    if let Some(active) = ca.active_root() {
-        roots_pem.push(active.root_cert_pem.to_string());
-    }
-    for root in ca.roots.iter().filter(|r| !r.active) {
-        roots_pem.push(root.root_cert_pem.to_string());
-    }
+    let roots_pem = roots_active_first(ca);
     let destination = registration.destination_name.clone();
     if registration.kind.is_gateway() {
         return build_gateway(
@@ -441,10 +435,52 @@ pub fn build(
             roots_pem,
         );
     }
+    let inbound = sidecar_inbound(registration, tables, settings)?;
+    let upstreams = sidecar_upstreams(registration, (tables, remote), settings, &trust_domain)?;
+    Ok(Snapshot {
+        kind: registration.kind,
+        proxy_id: registration.id.clone(),
+        service: registration.service.clone(),
+        destination,
+        datacenter: settings.datacenter.clone(),
+        trust_domain,
+        leaf_cert_pem: leaf.cert_pem.clone(),
+        leaf_key_pem: leaf.private_key_pem.clone(),
+        roots_pem,
+        inbound,
+        upstreams,
+        ingress: Vec::new(),
+        terminating: Vec::new(),
+        mesh: MeshGatewayRoutes::default(),
+        unapplied: Vec::new(),
+    })
+}
+
+/// The CA's root certificates, the active one first.
+fn roots_active_first(ca: &crate::store::mesh::ca::CaState) -> Vec<String> {
+    let mut roots_pem: Vec<String> = Vec::with_capacity(ca.roots.len());
+    if let Some(active) = ca.active_root() {
+        roots_pem.push(active.root_cert_pem.to_string());
+    }
+    for root in ca.roots.iter().filter(|r| !r.active) {
+        roots_pem.push(root.root_cert_pem.to_string());
+    }
+    roots_pem
+}
+
+/// A sidecar's public listener: where it binds (its `bind_address`/`bind_port` config, else
+/// the registration's), the local application it forwards to, and the intentions toward
+/// its destination.
+fn sidecar_inbound(
+    registration: &ProxyRegistration,
+    tables: &Tables,
+    settings: &XdsSettings,
+) -> Result<Inbound, String> {
+    let destination = &registration.destination_name;
     let protocol = config_str(&registration.config, "protocol")
         .map(str::to_string)
-        .unwrap_or_else(|| service_protocol(tables, &destination).to_string());
-    let inbound = Inbound {
+        .unwrap_or_else(|| service_protocol(tables, destination).to_string());
+    Ok(Inbound {
         bind_address: config_str(&registration.config, "bind_address")
             .map(str::to_string)
             .or_else(|| Some(registration.address.clone()).filter(|a| !a.is_empty()))
@@ -458,8 +494,17 @@ pub fn build(
             .unwrap_or(LOCAL_CONNECT_TIMEOUT_MS_DEFAULT),
         protocol,
         default_allow: settings.default_allow,
-        sources: intention_sources(tables, &destination)?,
-    };
+        sources: intention_sources(tables, destination)?,
+    })
+}
+
+/// A sidecar's service upstreams, each with its discovery chain compiled.
+fn sidecar_upstreams(
+    registration: &ProxyRegistration,
+    (tables, remote): (&Tables, &RemoteView),
+    settings: &XdsSettings,
+    trust_domain: &str,
+) -> Result<Vec<Upstream>, String> {
     let mut upstreams = Vec::with_capacity(registration.upstreams.len());
     for upstream in &registration.upstreams {
         if upstream.destination_type != "service" {
@@ -485,7 +530,7 @@ pub fn build(
         upstreams.push(compile_upstream(
             (tables, remote),
             settings,
-            &trust_domain,
+            trust_domain,
             UpstreamSpec {
                 id: upstream.id(),
                 destination: &upstream.destination_name,
@@ -496,23 +541,7 @@ pub fn build(
             },
         )?);
     }
-    Ok(Snapshot {
-        kind: registration.kind,
-        proxy_id: registration.id.clone(),
-        service: registration.service.clone(),
-        destination,
-        datacenter: settings.datacenter.clone(),
-        trust_domain,
-        leaf_cert_pem: leaf.cert_pem.clone(),
-        leaf_key_pem: leaf.private_key_pem.clone(),
-        roots_pem,
-        inbound,
-        upstreams,
-        ingress: Vec::new(),
-        terminating: Vec::new(),
-        mesh: MeshGatewayRoutes::default(),
-        unapplied: Vec::new(),
-    })
+    Ok(upstreams)
 }
 
 /// What an upstream is compiled from.
@@ -613,104 +642,23 @@ fn build_gateway(
     let bind_address = Some(registration.address.clone())
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| PUBLIC_BIND_ADDRESS_DEFAULT.to_string());
-    let mut upstreams: Vec<Upstream> = Vec::new();
-    let mut ingress: Vec<IngressListener> = Vec::new();
-    if registration.kind == ProxyKind::IngressGateway {
-        let entry = ingress_entry(tables, &registration.service);
-        let rows = gateways::gateway_rows(tables, &registration.service);
-        if rows.len() > GATEWAY_SERVICES_MAX {
-            return Err(format!(
-                "gateway {:?} links {} services; at most {GATEWAY_SERVICES_MAX} are served",
-                registration.service,
-                rows.len()
-            ));
-        }
-        for row in rows {
-            if row.gateway_kind != GatewayKind::Ingress {
-                continue;
-            }
-            let service = row.service.to_string();
-            let config = entry
-                .as_ref()
-                .and_then(|e| ingress_service_config(e, row.port as i64, &service));
-            if !upstreams.iter().any(|u| u.id == service) {
-                // A service behind two listeners has one set of clusters: the first
-                // listener's (by port) settings give their limits.
-                let limits = UpstreamLimits::ingress(
-                    entry.as_ref().map_or(&Value::Null, |e| &e["Defaults"]),
-                    config,
-                );
-                let mut upstream = compile_upstream(
-                    (tables, remote),
-                    settings,
-                    &trust_domain,
-                    UpstreamSpec {
-                        id: service.clone(),
-                        destination: &service,
-                        datacenter: settings.datacenter.clone(),
-                        overrides: Overrides::default(),
-                        bind_address: bind_address.clone(),
-                        bind_port: 0,
-                    },
-                )?;
-                upstream.limits = limits;
-                upstreams.push(upstream);
-            }
-            let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
-            let exposed = IngressService {
-                domains: ingress_domains(&service, &hosts, row.port),
-                request_headers: config
-                    .map(|c| HeaderChanges::from_entry(&c["RequestHeaders"]))
-                    .unwrap_or_default(),
-                response_headers: config
-                    .map(|c| HeaderChanges::from_entry(&c["ResponseHeaders"]))
-                    .unwrap_or_default(),
-                upstream: service,
-            };
-            match ingress.iter_mut().find(|l| l.port == row.port) {
-                Some(listener) => listener.services.push(exposed),
-                None => ingress.push(IngressListener {
-                    bind_address: bind_address.clone(),
-                    port: row.port,
-                    protocol: row.protocol.to_string(),
-                    services: vec![exposed],
-                    tls: entry
-                        .as_ref()
-                        .and_then(|e| listener_tls(e, row.port as i64)),
-                }),
-            }
-        }
-        ingress.sort_by_key(|l| l.port);
-    }
-    let mut terminating = Vec::new();
-    if registration.kind == ProxyKind::TerminatingGateway {
-        for name in terminating_services(tables, &registration.service)? {
-            // A service whose leaf is not signed yet is left out until it is, as Consul
-            // waits for it.
-            let Some(service_leaf) = service_leaves.get(&name) else {
-                continue;
-            };
-            let row = gateways::gateway_rows(tables, &registration.service)
-                .into_iter()
-                .find(|r| r.gateway_kind == GatewayKind::Terminating && *r.service == *name)
-                .expect("terminating_services lists the gateway's rows");
-            terminating.push(TerminatingService {
-                sni: format!(
-                    "{name}.default.{}.internal.{trust_domain}",
-                    settings.datacenter
-                ),
-                leaf_cert_pem: service_leaf.cert_pem.clone(),
-                leaf_key_pem: service_leaf.private_key_pem.clone(),
-                sources: intention_sources(tables, &name)?,
-                ca_file: row.ca_file.to_string(),
-                cert_file: row.cert_file.to_string(),
-                key_file: row.key_file.to_string(),
-                tls_sni: row.sni.to_string(),
-                endpoints: external_endpoints(tables, &name),
-                name,
-            });
-        }
-    }
+    let (upstreams, ingress) = if registration.kind == ProxyKind::IngressGateway {
+        let context = (tables, remote, settings, trust_domain.as_str());
+        ingress_parts(context, &registration.service, &bind_address)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let terminating = if registration.kind == ProxyKind::TerminatingGateway {
+        terminating_parts(
+            tables,
+            settings,
+            &trust_domain,
+            &registration.service,
+            service_leaves,
+        )?
+    } else {
+        Vec::new()
+    };
     let mesh = if registration.kind == ProxyKind::MeshGateway {
         mesh_gateway_routes(registration, tables, remote, settings, &trust_domain)?
     } else {
@@ -751,6 +699,119 @@ fn build_gateway(
             Vec::new()
         },
     })
+}
+
+/// What an ingress gateway's parts are compiled from: the tables, the other datacenters'
+/// view, the settings and the trust domain.
+type GatewayContext<'a> = (&'a Tables, &'a RemoteView, &'a XdsSettings, &'a str);
+
+/// An ingress gateway's upstreams (one per exposed service) and listeners (one per port of
+/// its entry, sorted by port), read from the gateway-services rows (which already expand a
+/// wildcard).
+fn ingress_parts(
+    (tables, remote, settings, trust_domain): GatewayContext<'_>,
+    gateway: &str,
+    bind_address: &str,
+) -> Result<(Vec<Upstream>, Vec<IngressListener>), String> {
+    let entry = ingress_entry(tables, gateway);
+    let rows = gateways::gateway_rows(tables, gateway);
+    if rows.len() > GATEWAY_SERVICES_MAX {
+        return Err(format!(
+            "gateway {gateway:?} links {} services; at most {GATEWAY_SERVICES_MAX} are served",
+            rows.len()
+        ));
+    }
+    let mut upstreams: Vec<Upstream> = Vec::new();
+    let mut ingress: Vec<IngressListener> = Vec::new();
+    for row in rows {
+        if row.gateway_kind != GatewayKind::Ingress {
+            continue;
+        }
+        let service = row.service.to_string();
+        let config = entry
+            .as_ref()
+            .and_then(|e| ingress_service_config(e, row.port as i64, &service));
+        if !upstreams.iter().any(|u| u.id == service) {
+            // A service behind two listeners has one set of clusters: the first
+            // listener's (by port) settings give their limits.
+            let defaults = entry.as_ref().map_or(&Value::Null, |e| &e["Defaults"]);
+            let spec = UpstreamSpec {
+                id: service.clone(),
+                destination: &service,
+                datacenter: settings.datacenter.clone(),
+                overrides: Overrides::default(),
+                bind_address: bind_address.to_string(),
+                bind_port: 0,
+            };
+            let mut upstream = compile_upstream((tables, remote), settings, trust_domain, spec)?;
+            upstream.limits = UpstreamLimits::ingress(defaults, config);
+            upstreams.push(upstream);
+        }
+        let hosts: Vec<String> = row.hosts.iter().map(|h| h.to_string()).collect();
+        let exposed = IngressService {
+            domains: ingress_domains(&service, &hosts, row.port),
+            request_headers: config
+                .map(|c| HeaderChanges::from_entry(&c["RequestHeaders"]))
+                .unwrap_or_default(),
+            response_headers: config
+                .map(|c| HeaderChanges::from_entry(&c["ResponseHeaders"]))
+                .unwrap_or_default(),
+            upstream: service,
+        };
+        match ingress.iter_mut().find(|l| l.port == row.port) {
+            Some(listener) => listener.services.push(exposed),
+            None => ingress.push(IngressListener {
+                bind_address: bind_address.to_string(),
+                port: row.port,
+                protocol: row.protocol.to_string(),
+                services: vec![exposed],
+                tls: entry
+                    .as_ref()
+                    .and_then(|e| listener_tls(e, row.port as i64)),
+            }),
+        }
+    }
+    ingress.sort_by_key(|l| l.port);
+    Ok((upstreams, ingress))
+}
+
+/// A terminating gateway's services: each with its own leaf, the intentions toward it,
+/// the TLS files its row names and its external endpoints.
+fn terminating_parts(
+    tables: &Tables,
+    settings: &XdsSettings,
+    trust_domain: &str,
+    gateway: &str,
+    service_leaves: &BTreeMap<String, LeafCert>,
+) -> Result<Vec<TerminatingService>, String> {
+    let mut terminating = Vec::new();
+    for name in terminating_services(tables, gateway)? {
+        // A service whose leaf is not signed yet is left out until it is, as Consul
+        // waits for it.
+        let Some(service_leaf) = service_leaves.get(&name) else {
+            continue;
+        };
+        let row = gateways::gateway_rows(tables, gateway)
+            .into_iter()
+            .find(|r| r.gateway_kind == GatewayKind::Terminating && *r.service == *name)
+            .expect("terminating_services lists the gateway's rows");
+        terminating.push(TerminatingService {
+            sni: format!(
+                "{name}.default.{}.internal.{trust_domain}",
+                settings.datacenter
+            ),
+            leaf_cert_pem: service_leaf.cert_pem.clone(),
+            leaf_key_pem: service_leaf.private_key_pem.clone(),
+            sources: intention_sources(tables, &name)?,
+            ca_file: row.ca_file.to_string(),
+            cert_file: row.cert_file.to_string(),
+            key_file: row.key_file.to_string(),
+            tls_sni: row.sni.to_string(),
+            endpoints: external_endpoints(tables, &name),
+            name,
+        });
+    }
+    Ok(terminating)
 }
 
 /// Whether a setting says anything: a rendered default (`"TLS": {"Enabled": false}`, a zero
@@ -1077,124 +1138,135 @@ fn chain_parts(
 ) -> Result<ChainParts, String> {
     let mut nodes = BTreeMap::new();
     for (key, node) in chain["Nodes"].as_object().into_iter().flatten() {
-        let parsed = match node["Type"].as_str() {
-            Some("resolver") => ChainNode::Resolver {
-                target: field(&node["Resolver"], "Target"),
-                failover: strs(&node["Resolver"]["Failover"]["Targets"]),
-            },
-            Some("splitter") => ChainNode::Splitter(
-                node["Splits"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|s| Split {
-                        weight: s["Weight"].as_f64().unwrap_or(0.0),
-                        next: field(s, "NextNode"),
-                    })
-                    .collect(),
-            ),
-            Some("router") => ChainNode::Router(
-                node["Routes"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| {
-                        let definition = &r["Definition"];
-                        let http = &definition["Match"]["HTTP"];
-                        let dest = &definition["Destination"];
-                        RouteRule {
-                            path_exact: field(http, "PathExact"),
-                            path_prefix: field(http, "PathPrefix"),
-                            path_regex: field(http, "PathRegex"),
-                            methods: strs(&http["Methods"]),
-                            headers: headers(&http["Header"]),
-                            query_params: http["QueryParam"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .map(|q| (field(q, "Name"), field(q, "Exact")))
-                                .collect(),
-                            prefix_rewrite: field(dest, "PrefixRewrite"),
-                            request_timeout_ms: millis(&dest["RequestTimeout"]),
-                            num_retries: dest["NumRetries"].as_u64().unwrap_or(0) as u32,
-                            retry_on_connect_failure: dest["RetryOnConnectFailure"]
-                                .as_bool()
-                                .unwrap_or(false),
-                            retry_on_status_codes: dest["RetryOnStatusCodes"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|c| c.as_u64().map(|c| c as u32))
-                                .collect(),
-                            next: field(r, "NextNode"),
-                        }
-                    })
-                    .collect(),
-            ),
-            other => return Err(format!("unknown discovery chain node type {other:?}")),
-        };
-        nodes.insert(key.clone(), parsed);
+        nodes.insert(key.clone(), chain_node(node)?);
     }
     let mut targets = BTreeMap::new();
     for (id, target) in chain["Targets"].as_object().into_iter().flatten() {
-        let service = field(target, "Service");
-        let datacenter = field(target, "Datacenter");
-        let only_passing = target["Subset"]["OnlyPassing"].as_bool().unwrap_or(false);
-        // A subset's `Filter` selects instances as `/v1/health/service/<s>?filter=` does; the
-        // store validated it when the resolver was written, so one that no longer parses
-        // selects nothing rather than everything.
-        let filter = match target["Subset"]["Filter"]
-            .as_str()
-            .filter(|f| !f.is_empty())
-        {
-            None => Ok(None),
-            Some(text) => Filter::parse(text, filter::CHECK_SERVICE_NODE),
-        };
-        let mesh_gateway_mode = if datacenter == local_datacenter {
-            String::new()
-        } else {
-            field(&target["MeshGateway"], "Mode")
-        };
-        let endpoints = if datacenter != local_datacenter {
-            // Another datacenter's target is reached as its `MeshGateway.Mode` says:
-            // through this datacenter's mesh gateways, through the target datacenter's, or
-            // (none, or nothing chose) at its own proxies. Through a gateway the SNI still
-            // names the target, which the gateways route by.
-            match mesh_gateway_mode.as_str() {
-                "local" => local_mesh_gateways(tables),
-                "remote" => remote.gateways(&datacenter),
-                _ => match &filter {
-                    Ok(filter) => remote.connect_endpoints(
-                        &datacenter,
-                        &service,
-                        only_passing,
-                        filter.as_ref(),
-                    ),
-                    Err(_) => Vec::new(),
-                },
-            }
-        } else {
-            match &filter {
-                Ok(filter) => endpoints(tables, &service, only_passing, filter.as_ref())?,
-                Err(_) => Vec::new(),
-            }
-        };
-        targets.insert(
-            id.clone(),
-            Target {
-                id: id.clone(),
-                spiffe_id: spiffe_id(trust_domain, &datacenter, &service),
-                subset: field(target, "ServiceSubset"),
-                sni: field(target, "SNI"),
-                connect_timeout_ms: millis(&target["ConnectTimeout"]),
-                mesh_gateway_mode,
-                service,
-                datacenter,
-                endpoints,
-            },
-        );
+        let target = chain_target(id, target, (tables, remote), trust_domain, local_datacenter)?;
+        targets.insert(id.clone(), target);
     }
     Ok((nodes, targets))
+}
+
+/// One node of a compiled chain: a resolver, a splitter or a router.
+fn chain_node(node: &Value) -> Result<ChainNode, String> {
+    Ok(match node["Type"].as_str() {
+        Some("resolver") => ChainNode::Resolver {
+            target: field(&node["Resolver"], "Target"),
+            failover: strs(&node["Resolver"]["Failover"]["Targets"]),
+        },
+        Some("splitter") => ChainNode::Splitter(
+            node["Splits"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| Split {
+                    weight: s["Weight"].as_f64().unwrap_or(0.0),
+                    next: field(s, "NextNode"),
+                })
+                .collect(),
+        ),
+        Some("router") => ChainNode::Router(
+            node["Routes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(route_rule)
+                .collect(),
+        ),
+        other => return Err(format!("unknown discovery chain node type {other:?}")),
+    })
+}
+
+/// One route of a router node: its HTTP match and where and how it sends the request.
+fn route_rule(route: &Value) -> RouteRule {
+    let definition = &route["Definition"];
+    let http = &definition["Match"]["HTTP"];
+    let dest = &definition["Destination"];
+    RouteRule {
+        path_exact: field(http, "PathExact"),
+        path_prefix: field(http, "PathPrefix"),
+        path_regex: field(http, "PathRegex"),
+        methods: strs(&http["Methods"]),
+        headers: headers(&http["Header"]),
+        query_params: http["QueryParam"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|q| (field(q, "Name"), field(q, "Exact")))
+            .collect(),
+        prefix_rewrite: field(dest, "PrefixRewrite"),
+        request_timeout_ms: millis(&dest["RequestTimeout"]),
+        num_retries: dest["NumRetries"].as_u64().unwrap_or(0) as u32,
+        retry_on_connect_failure: dest["RetryOnConnectFailure"].as_bool().unwrap_or(false),
+        retry_on_status_codes: dest["RetryOnStatusCodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_u64().map(|c| c as u32))
+            .collect(),
+        next: field(route, "NextNode"),
+    }
+}
+
+/// One target of a compiled chain with the endpoints that reach it.
+fn chain_target(
+    id: &str,
+    target: &Value,
+    (tables, remote): (&Tables, &RemoteView),
+    trust_domain: &str,
+    local_datacenter: &str,
+) -> Result<Target, String> {
+    let service = field(target, "Service");
+    let datacenter = field(target, "Datacenter");
+    let only_passing = target["Subset"]["OnlyPassing"].as_bool().unwrap_or(false);
+    // A subset's `Filter` selects instances as `/v1/health/service/<s>?filter=` does; the
+    // store validated it when the resolver was written, so one that no longer parses
+    // selects nothing rather than everything.
+    let filter = match target["Subset"]["Filter"]
+        .as_str()
+        .filter(|f| !f.is_empty())
+    {
+        None => Ok(None),
+        Some(text) => Filter::parse(text, filter::CHECK_SERVICE_NODE),
+    };
+    let mesh_gateway_mode = if datacenter == local_datacenter {
+        String::new()
+    } else {
+        field(&target["MeshGateway"], "Mode")
+    };
+    let endpoints = if datacenter != local_datacenter {
+        // Another datacenter's target is reached as its `MeshGateway.Mode` says:
+        // through this datacenter's mesh gateways, through the target datacenter's, or
+        // (none, or nothing chose) at its own proxies. Through a gateway the SNI still
+        // names the target, which the gateways route by.
+        match mesh_gateway_mode.as_str() {
+            "local" => local_mesh_gateways(tables),
+            "remote" => remote.gateways(&datacenter),
+            _ => match &filter {
+                Ok(filter) => {
+                    remote.connect_endpoints(&datacenter, &service, only_passing, filter.as_ref())
+                }
+                Err(_) => Vec::new(),
+            },
+        }
+    } else {
+        match &filter {
+            Ok(filter) => endpoints(tables, &service, only_passing, filter.as_ref())?,
+            Err(_) => Vec::new(),
+        }
+    };
+    Ok(Target {
+        id: id.to_string(),
+        spiffe_id: spiffe_id(trust_domain, &datacenter, &service),
+        subset: field(target, "ServiceSubset"),
+        sni: field(target, "SNI"),
+        connect_timeout_ms: millis(&target["ConnectTimeout"]),
+        mesh_gateway_mode,
+        service,
+        datacenter,
+        endpoints,
+    })
 }
 
 /// The Connect-capable instances of `service` with their health: an instance whose checks

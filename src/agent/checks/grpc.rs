@@ -205,13 +205,9 @@ pub async fn probe(target: &str, timeout: Duration) -> ProbeResult {
     }
 }
 
-async fn call(target: &str, timeout: Duration) -> Result<u64, String> {
-    let (authority, service) = match target.split_once('/') {
-        Some((a, s)) => (a, s),
-        None => (target, ""),
-    };
-    let addr = resolve(authority, timeout).await?;
-    let mut stream = connect(addr, timeout).await?;
+/// The whole call as the client sends it at once: the preface, empty settings, the request
+/// headers and the request message, which ends the stream.
+fn call_bytes(authority: &str, service: &str) -> Vec<u8> {
     let mut out = PREFACE.to_vec();
     out.extend(frame(FRAME_SETTINGS, 0, 0, &[]));
     out.extend(frame(
@@ -226,7 +222,46 @@ async fn call(target: &str, timeout: Duration) -> Result<u64, String> {
         1,
         &request_message(service),
     ));
-    let (result, _) = stream.write_all(out).await;
+    out
+}
+
+/// Adds one DATA frame of the call's stream to the response message; returns the health
+/// status once the (uncompressed) message is complete.
+fn take_data(message: &mut Vec<u8>, flags: u8, payload: Vec<u8>) -> Result<Option<u64>, String> {
+    let data = if flags & FLAG_PADDED != 0 {
+        let pad = *payload.first().ok_or("bad padding")? as usize;
+        payload
+            .get(1..payload.len().saturating_sub(pad))
+            .ok_or("bad padding")?
+            .to_vec()
+    } else {
+        payload
+    };
+    message.extend_from_slice(&data);
+    if message.len() >= 5 {
+        let len = u32::from_be_bytes([message[1], message[2], message[3], message[4]]) as usize;
+        if message[0] != 0 {
+            return Err("compressed responses are not supported".to_string());
+        }
+        if message.len() >= 5 + len {
+            return response_status(&message[5..5 + len]).map(Some);
+        }
+    }
+    if flags & FLAG_END_STREAM != 0 {
+        return Err("stream ended inside the response message".to_string());
+    }
+    Ok(None)
+}
+
+/// One health call over a fresh HTTP/2 connection: the serving status it answers.
+async fn call(target: &str, timeout: Duration) -> Result<u64, String> {
+    let (authority, service) = match target.split_once('/') {
+        Some((a, s)) => (a, s),
+        None => (target, ""),
+    };
+    let addr = resolve(authority, timeout).await?;
+    let mut stream = connect(addr, timeout).await?;
+    let (result, _) = stream.write_all(call_bytes(authority, service)).await;
     result.map_err(|e| e.to_string())?;
 
     let mut buffer: Vec<u8> = Vec::with_capacity(4096);
@@ -259,29 +294,8 @@ async fn call(target: &str, timeout: Duration) -> Result<u64, String> {
                     return Err("stream reset by server".to_string())
                 }
                 FRAME_DATA if stream_id == 1 => {
-                    let data = if flags & FLAG_PADDED != 0 {
-                        let pad = *payload.first().ok_or("bad padding")? as usize;
-                        payload
-                            .get(1..payload.len().saturating_sub(pad))
-                            .ok_or("bad padding")?
-                            .to_vec()
-                    } else {
-                        payload
-                    };
-                    message.extend_from_slice(&data);
-                    if message.len() >= 5 {
-                        let len =
-                            u32::from_be_bytes([message[1], message[2], message[3], message[4]])
-                                as usize;
-                        if message[0] != 0 {
-                            return Err("compressed responses are not supported".to_string());
-                        }
-                        if message.len() >= 5 + len {
-                            return response_status(&message[5..5 + len]);
-                        }
-                    }
-                    if flags & FLAG_END_STREAM != 0 {
-                        return Err("stream ended inside the response message".to_string());
+                    if let Some(status) = take_data(&mut message, flags, payload)? {
+                        return Ok(status);
                     }
                 }
                 FRAME_HEADERS if stream_id == 1 && flags & FLAG_END_STREAM != 0 => {

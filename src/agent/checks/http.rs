@@ -160,6 +160,8 @@ struct Response {
     body: Vec<u8>,
 }
 
+/// Sends one request for the check and reads the response: its head, and as much body as
+/// the output keeps.
 async fn exchange(
     method: &str,
     url: &str,
@@ -173,6 +175,35 @@ async fn exchange(
     }
     let addr = resolve(&parsed.authority, timeout).await?;
     let mut stream = connect(addr, timeout).await?;
+    let bytes = request_bytes(method, &parsed, def)?;
+    let (written, _) = stream.write_all(bytes).await;
+    written.map_err(|e| format!("write tcp {addr}: {}", describe_io_error(&e)))?;
+
+    // Read until the head, then as much body as the output needs.
+    let mut buffer: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        if let Some(head) = parse_response_head(&buffer)? {
+            let raw_body = buffer[head.length_bytes..].to_vec();
+            let body = read_body(&mut stream, &head, method, raw_body, output_max).await;
+            return Ok(Response {
+                code: head.code,
+                reason: head.reason,
+                location: head.location,
+                body,
+            });
+        }
+        let (result, chunk) = stream.read(Vec::with_capacity(8192)).await;
+        match result {
+            Ok(0) => return Err("EOF".to_string()),
+            Ok(_) => buffer.extend_from_slice(&chunk),
+            Err(e) => return Err(format!("read tcp {addr}: {}", describe_io_error(&e))),
+        }
+    }
+}
+
+/// The request: the check's headers, with Consul's `Host`, `User-Agent` and `Accept` unless
+/// it sets them, and its body; the agent sets `Content-Length` and `Connection` itself.
+fn request_bytes(method: &str, parsed: &Url, def: &CheckDefinition) -> Result<Vec<u8>, String> {
     let mut request = format!("{method} {} HTTP/1.1\r\n", parsed.target);
     let has = |name: &str| def.header.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
     if !has("host") {
@@ -201,71 +232,81 @@ async fn exchange(
     ));
     let mut bytes = request.into_bytes();
     bytes.extend_from_slice(def.body.as_bytes());
-    let (written, _) = stream.write_all(bytes).await;
-    written.map_err(|e| format!("write tcp {addr}: {}", describe_io_error(&e)))?;
+    Ok(bytes)
+}
 
-    // Read until the head, then as much body as the output needs.
-    let mut buffer: Vec<u8> = Vec::with_capacity(4096);
-    loop {
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut response = httparse::Response::new(&mut headers);
-        match response.parse(&buffer) {
-            Ok(httparse::Status::Complete(head_len)) => {
-                let code = response.code.unwrap_or(0);
-                let reason = response.reason.unwrap_or("").to_string();
-                let header = |name: &str| {
-                    response
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case(name))
-                        .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
-                };
-                let location = header("location");
-                let chunked =
-                    header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-                let length: Option<usize> = header("content-length").and_then(|v| v.parse().ok());
-                let mut raw_body = buffer[head_len..].to_vec();
-                let no_body =
-                    method == "HEAD" || code == 204 || code == 304 || (100..200).contains(&code);
-                let wanted = if no_body {
-                    0
-                } else {
-                    length.unwrap_or(usize::MAX).min(output_max)
-                };
-                let body = if chunked && !no_body {
-                    read_chunked(&mut stream, raw_body, output_max).await
-                } else {
-                    while raw_body.len() < wanted {
-                        let (result, chunk) = stream.read(Vec::with_capacity(8192)).await;
-                        match result {
-                            Ok(0) | Err(_) => break,
-                            Ok(_) => raw_body.extend_from_slice(&chunk),
-                        }
-                    }
-                    raw_body.truncate(wanted);
-                    raw_body
-                };
-                return Ok(Response {
-                    code,
-                    reason,
-                    location,
-                    body,
-                });
-            }
-            Ok(httparse::Status::Partial) => {
-                if buffer.len() > RESPONSE_HEAD_BYTES_MAX {
-                    return Err("response head too large".to_string());
-                }
-            }
-            Err(e) => return Err(format!("malformed HTTP response: {e}")),
+/// What the check needs of a response head.
+struct ResponseHead {
+    code: u16,
+    reason: String,
+    location: Option<String>,
+    chunked: bool,
+    content_length: Option<usize>,
+    /// The head's own length in the buffer: the body starts there.
+    length_bytes: usize,
+}
+
+/// The response head, once `buffer` holds all of it; `None` while it is partial.
+fn parse_response_head(buffer: &[u8]) -> Result<Option<ResponseHead>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(buffer) {
+        Ok(httparse::Status::Complete(length_bytes)) => {
+            let header = |name: &str| {
+                response
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case(name))
+                    .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
+            };
+            Ok(Some(ResponseHead {
+                code: response.code.unwrap_or(0),
+                reason: response.reason.unwrap_or("").to_string(),
+                location: header("location"),
+                chunked: header("transfer-encoding")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("chunked")),
+                content_length: header("content-length").and_then(|v| v.parse().ok()),
+                length_bytes,
+            }))
         }
+        Ok(httparse::Status::Partial) => {
+            if buffer.len() > RESPONSE_HEAD_BYTES_MAX {
+                return Err("response head too large".to_string());
+            }
+            Ok(None)
+        }
+        Err(e) => Err(format!("malformed HTTP response: {e}")),
+    }
+}
+
+/// The body, up to `output_max` bytes: none for a response that has none, chunked or up to
+/// its length (or the connection's close) otherwise.
+async fn read_body(
+    stream: &mut monoio::net::TcpStream,
+    head: &ResponseHead,
+    method: &str,
+    mut raw_body: Vec<u8>,
+    output_max: usize,
+) -> Vec<u8> {
+    let code = head.code;
+    let no_body = method == "HEAD" || code == 204 || code == 304 || (100..200).contains(&code);
+    let wanted = if no_body {
+        0
+    } else {
+        head.content_length.unwrap_or(usize::MAX).min(output_max)
+    };
+    if head.chunked && !no_body {
+        return read_chunked(stream, raw_body, output_max).await;
+    }
+    while raw_body.len() < wanted {
         let (result, chunk) = stream.read(Vec::with_capacity(8192)).await;
         match result {
-            Ok(0) => return Err("EOF".to_string()),
-            Ok(_) => buffer.extend_from_slice(&chunk),
-            Err(e) => return Err(format!("read tcp {addr}: {}", describe_io_error(&e))),
+            Ok(0) | Err(_) => break,
+            Ok(_) => raw_body.extend_from_slice(&chunk),
         }
     }
+    raw_body.truncate(wanted);
+    raw_body
 }
 
 async fn read_chunked(

@@ -215,6 +215,7 @@ impl Gossip {
                 if acked && self.probe.as_ref().is_some_and(|p| p.seq == seq) {
                     self.ack_handlers.remove(&seq);
                     self.probe_acked(None);
+                    debug_assert!(self.probe.is_none(), "an acked probe is finished");
                 }
             }
         }
@@ -255,6 +256,7 @@ impl Gossip {
                     if r.vsn.len() >= 6 {
                         vsn.copy_from_slice(&r.vsn[..6]);
                     }
+                    let name = r.name.clone();
                     self.insert_node(Node {
                         name: r.name,
                         addr,
@@ -265,6 +267,7 @@ impl Gossip {
                         state_change: self.now,
                         vsn,
                     });
+                    debug_assert!(self.index.contains_key(&name));
                 }
                 NodeStateKind::Left => {
                     let d = Suspect {
@@ -287,6 +290,10 @@ impl Gossip {
         if !user_state.is_empty() {
             self.serf_merge_remote_state(user_state, join, ignore_old);
         }
+        // No remote state removes the local node from either table: news of our own
+        // death is refuted, not applied.
+        debug_assert!(self.index.contains_key(&self.config.node_name));
+        debug_assert!(self.members.contains_key(&self.config.node_name));
     }
 
     // -----------------------------------------------------------------------------------
@@ -380,7 +387,7 @@ impl Gossip {
         let ping = self.self_ping(&ind.node);
         let local_seq = ping.seq_no;
         let reply_to = Self::reply_addr(from, &ind.source_addr, ind.source_port);
-        self.ack_handlers.insert(
+        let earlier = self.ack_handlers.insert(
             local_seq,
             AckHandler::Relay {
                 orig_seq: ind.seq_no,
@@ -388,6 +395,10 @@ impl Gossip {
                 nack: ind.nack,
                 acked: false,
             },
+        );
+        debug_assert!(
+            earlier.is_none(),
+            "sequence number {local_seq} still awaited an ack"
         );
         self.schedule(
             self.now + self.config.probe_timeout,
@@ -405,6 +416,7 @@ impl Gossip {
                 self.ack_handlers.remove(&a.seq_no);
                 if self.probe.as_ref().is_some_and(|p| p.seq == a.seq_no) {
                     self.probe_acked(a.payload);
+                    debug_assert!(self.probe.is_none(), "an acked probe is finished");
                 }
             }
             Some(AckHandler::Relay {

@@ -111,6 +111,7 @@ impl Gossip {
             return;
         }
         self.suspicions.remove(&a.node);
+        let old_incarnation = state.incarnation;
         let old_state = state.state;
         let old_meta = state.meta.clone();
         if !bootstrap && is_local {
@@ -142,6 +143,8 @@ impl Gossip {
                 && !self.suspicions.contains_key(&self.nodes[i].name),
             "an accepted alive message leaves the node alive and unsuspected"
         );
+        // Only a node that returns from another address after leaving starts over.
+        debug_assert!(self.nodes[i].incarnation >= old_incarnation || updates_node);
         if matches!(old_state, NodeStateKind::Dead | NodeStateKind::Left) {
             self.serf_node_join(i);
         } else if old_meta != self.nodes[i].meta {
@@ -186,6 +189,10 @@ impl Gossip {
         self.ml_broadcast(&node, &Message::Suspect(s.clone()), None);
         let now = self.now;
         let n = &mut self.nodes[i];
+        debug_assert!(
+            s.incarnation >= n.incarnation,
+            "a suspicion lowers no incarnation"
+        );
         n.incarnation = s.incarnation;
         n.state = NodeStateKind::Suspect;
         n.state_change = now;
@@ -278,6 +285,10 @@ impl Gossip {
         }
         let now = self.now;
         let n = &mut self.nodes[i];
+        debug_assert!(
+            d.incarnation >= n.incarnation,
+            "a death lowers no incarnation"
+        );
         n.incarnation = d.incarnation;
         n.state = if d.node == d.from {
             NodeStateKind::Left

@@ -30,6 +30,7 @@ impl Gossip {
                 continue;
             }
             let name = node.name.clone();
+            debug_assert!(self.probe_index <= self.nodes.len());
             self.probe_node(&name);
             return;
         }
@@ -49,6 +50,10 @@ impl Gossip {
             self.nodes.swap(i, j);
         }
         self.reindex();
+        debug_assert!(
+            self.index.contains_key(&local),
+            "the local node survives every reset"
+        );
     }
 
     pub(super) fn reindex(&mut self) {
@@ -72,6 +77,7 @@ impl Gossip {
 
     pub(super) fn probe_node(&mut self, name: &str) {
         debug_assert_ne!(name, self.config.node_name, "a node never probes itself");
+        debug_assert!(self.probe.is_none(), "at most one probe is outstanding");
         let Some(&i) = self.index.get(name) else {
             return;
         };
@@ -169,6 +175,7 @@ impl Gossip {
             );
             tcp_stream = Some(id);
         }
+        debug_assert!(expected_nacks as usize <= self.config.indirect_checks);
         if let Some(p) = self.probe.as_mut() {
             p.expected_nacks = expected_nacks;
             p.tcp_stream = tcp_stream;
@@ -191,6 +198,14 @@ impl Gossip {
     }
 
     pub(super) fn finish_probe(&mut self, probe: Probe, ok: bool) {
+        debug_assert!(
+            self.probe.is_none(),
+            "a finished probe is no longer outstanding"
+        );
+        debug_assert!(
+            !self.ack_handlers.contains_key(&probe.seq) || ok,
+            "a probe that timed out no longer awaits its ack"
+        );
         if ok {
             self.apply_awareness(probe.awareness_delta);
         } else {
@@ -290,6 +305,7 @@ impl Gossip {
         }
         let parts: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
         let packet = ml::make_compound(&parts);
+        debug_assert!(targets.len() <= ANNOUNCE_FANOUT_MEMBERS_MAX);
         for i in targets {
             let (to, crc) = (self.nodes[i].socket(), self.nodes[i].vsn[1] >= 5);
             self.send_raw(to, crc, packet.clone());
@@ -313,6 +329,8 @@ impl Gossip {
             }
             picked.push(i);
         }
+        debug_assert!(picked.len() <= k);
+        debug_assert!(picked.iter().all(|&i| !exclude(&self.nodes[i])));
         picked
     }
 }

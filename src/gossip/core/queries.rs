@@ -29,7 +29,7 @@ impl Gossip {
         let raw = SerfMessage::Query(q.clone()).encode();
         // memberlist NumMembers: nodes that are neither dead nor left.
         let expected = self.nodes.iter().filter(|n| !n.dead_or_left()).count();
-        self.pending_queries.insert(
+        let earlier = self.pending_queries.insert(
             q.ltime,
             PendingQuery {
                 id: q.id,
@@ -39,6 +39,8 @@ impl Gossip {
                 responses: BTreeMap::new(),
             },
         );
+        // Each query moves the query clock past its own time: no two share one.
+        debug_assert!(earlier.is_none(), "two queries at Lamport time {}", q.ltime);
         self.schedule(self.now + timeout, Timer::Query(q.ltime));
         self.handle_query(&q);
         self.serf_broadcast(SerfQueue::Queries, raw, None);
@@ -46,10 +48,12 @@ impl Gossip {
 
     /// Lamport's rule for the query clock, saturating as [`Gossip::witness_clock`] does.
     pub(super) fn witness_query_clock(&mut self, t: u64) {
+        let before = self.query_clock;
         if t >= self.query_clock {
             self.query_clock = t.saturating_add(1);
         }
         debug_assert!(self.query_clock > t || t == u64::MAX);
+        debug_assert!(self.query_clock >= before, "the query clock went back");
     }
 
     /// serf `handleQuery`.
@@ -59,6 +63,7 @@ impl Gossip {
             return false;
         }
         let len = self.query_buffer.len() as u64;
+        debug_assert!(len > 0, "the recent-query buffer has at least one slot");
         let cur = self.query_clock;
         if cur > len && q.ltime < cur - len {
             return false;

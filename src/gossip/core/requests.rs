@@ -45,6 +45,7 @@ impl Gossip {
         let Some(j) = self.joins.get_mut(&request) else {
             return;
         };
+        debug_assert!(j.pending > 0, "more join replies than addresses asked");
         j.pending -= 1;
         match result {
             Ok(()) => j.joined += 1,
@@ -76,6 +77,10 @@ impl Gossip {
                 self.announce(&[alive.encode(), user_message(&intent.encode())]);
             }
         }
+        debug_assert!(
+            !self.joins.contains_key(&request),
+            "a join is reported once"
+        );
         let errors = if j.joined > 0 { Vec::new() } else { j.errors };
         self.out.push(Output::JoinDone {
             request,
@@ -140,6 +145,11 @@ impl Gossip {
         } else {
             Duration::ZERO
         };
+        debug_assert!(self.left && self.serf_state == SerfState::Leaving);
+        debug_assert!(
+            matches!(self.leave_phase, LeavePhase::Dead { step: s, .. } if s == step),
+            "the leave waits for its own step"
+        );
         self.schedule(self.now + wait, Timer::Leave(step));
     }
 
@@ -157,6 +167,7 @@ impl Gossip {
                 );
             }
             LeavePhase::Propagate { request, step: s } if s == step => {
+                debug_assert!(self.left, "memberlist left before serf finishes leaving");
                 self.serf_state = SerfState::Left;
                 self.leave_phase = LeavePhase::Done;
                 self.out.push(Output::LeaveDone { request });
@@ -179,6 +190,10 @@ impl Gossip {
         };
         self.clock += 1;
         self.handle_leave_intent(&msg);
+        debug_assert!(
+            self.clock > msg.ltime,
+            "the force-leave is stamped in the past"
+        );
         if self.has_alive_members() {
             self.serf_broadcast(SerfQueue::Intents, SerfMessage::Leave(msg).encode(), None);
         }
@@ -221,6 +236,10 @@ impl Gossip {
         }
         self.event_clock += 1;
         self.handle_user_event(&msg);
+        debug_assert!(
+            self.event_clock > msg.ltime,
+            "an event is stamped in the past"
+        );
         self.serf_broadcast(SerfQueue::Events, raw, None);
         Ok(())
     }
@@ -272,6 +291,7 @@ impl Gossip {
         };
         let k = self.keys.remove(pos);
         self.keys.insert(0, k);
+        debug_assert!(self.keys.first().is_some_and(|k| k == key));
         Ok(())
     }
 
@@ -280,7 +300,12 @@ impl Gossip {
         if self.keys.first().is_some_and(|k| k == key) {
             return Err("Removing the primary key is not allowed".to_owned());
         }
+        let was_empty = self.keys.is_empty();
         self.keys.retain(|k| k != key);
+        debug_assert!(
+            self.keys.is_empty() == was_empty,
+            "removing a key never empties a keyring"
+        );
         Ok(())
     }
 

@@ -154,13 +154,17 @@ impl Gossip {
     /// Lamport's rule. A remote time of `u64::MAX` saturates instead of wrapping the clock
     /// back to zero (a hostile packet must not reorder every later intent).
     pub(super) fn witness_clock(&mut self, t: u64) {
+        let before = self.clock;
         if t >= self.clock {
             self.clock = t.saturating_add(1);
         }
         debug_assert!(self.clock > t || t == u64::MAX);
+        debug_assert!(self.clock >= before, "the Lamport clock went back");
     }
 
     pub(super) fn upsert_intent(&mut self, node: &str, join: bool, ltime: u64) -> bool {
+        // Intents are kept for nodes not (yet) members: a member's intents go to its status.
+        debug_assert!(!self.members.contains_key(node));
         match self.intents.get(node) {
             Some(i) if ltime <= i.ltime => false,
             _ => {
@@ -172,6 +176,7 @@ impl Gossip {
                         ltime,
                     },
                 );
+                debug_assert!(self.intents.get(node).is_some_and(|i| i.ltime == ltime));
                 true
             }
         }
@@ -192,6 +197,10 @@ impl Gossip {
             self.broadcast_join(t);
             return false;
         }
+        debug_assert!(
+            msg.ltime > m.status_ltime,
+            "a member's status time went back"
+        );
         m.status_ltime = msg.ltime;
         m.rejoining = false;
         match m.info.status {
@@ -225,9 +234,14 @@ impl Gossip {
 
     /// serf `handlePrune` (without its sleep: the member is erased at once).
     pub(super) fn prune_member(&mut self, name: &str) {
+        debug_assert_ne!(
+            name, self.config.node_name,
+            "the local member is never pruned"
+        );
         self.left_members.retain(|n| n != name);
         self.failed_members.retain(|n| n != name);
         self.erase_member(name);
+        debug_assert!(!self.members.contains_key(name));
     }
 
     pub(super) fn erase_member(&mut self, name: &str) {
@@ -247,6 +261,10 @@ impl Gossip {
         if msg.ltime <= m.status_ltime {
             return false;
         }
+        debug_assert!(
+            msg.ltime > m.status_ltime,
+            "a member's status time went back"
+        );
         m.status_ltime = msg.ltime;
         match m.info.status {
             MemberStatus::Leaving => {
@@ -263,10 +281,12 @@ impl Gossip {
 
     /// Lamport's rule for the event clock, saturating as [`Gossip::witness_clock`] does.
     pub(super) fn witness_event_clock(&mut self, t: u64) {
+        let before = self.event_clock;
         if t >= self.event_clock {
             self.event_clock = t.saturating_add(1);
         }
         debug_assert!(self.event_clock > t || t == u64::MAX);
+        debug_assert!(self.event_clock >= before, "the event clock went back");
     }
 
     /// serf `handleUserEvent`.
@@ -276,6 +296,7 @@ impl Gossip {
             return false;
         }
         let len = self.event_buffer.len() as u64;
+        debug_assert!(len > 0, "the event buffer has at least one slot");
         let cur = self.event_clock;
         if cur > len && msg.ltime < cur - len {
             return false;
@@ -401,6 +422,7 @@ impl Gossip {
         if pp.query_ltime > self.query_clock {
             self.query_clock = pp.query_ltime;
         }
+        debug_assert!(self.query_clock >= pp.query_ltime);
         let status: HashMap<&str, u64> = pp
             .status_ltimes
             .iter()
@@ -474,6 +496,10 @@ impl Gossip {
         let failed = expired(&self.failed_members, &self.members, reconnect);
         let left = expired(&self.left_members, &self.members, tombstone);
         for n in failed.iter().chain(&left) {
+            debug_assert_ne!(
+                *n, self.config.node_name,
+                "the local member is never reaped"
+            );
             self.failed_members.retain(|x| x != n);
             self.left_members.retain(|x| x != n);
             self.erase_member(n);
@@ -488,6 +514,8 @@ impl Gossip {
         if n == 0 {
             return;
         }
+        // The departure lists hold members only, each once: this cannot underflow.
+        debug_assert!(n + self.left_members.len() <= self.members.len());
         let alive = (self.members.len() - n - self.left_members.len()).max(1);
         let prob = n as f32 / alive as f32;
         if self.rng.random::<f32>() > prob {

@@ -88,93 +88,18 @@ fn router_filter() -> HttpFilter {
     http_filter(ROUTER_FILTER, any(&Router::default()))
 }
 
+/// The sidecar's public listener: mTLS from other proxies, authorized by the intentions'
+/// RBAC, forwarded to the local application (through HTTP routing for an L7 protocol).
 fn public_listener(snapshot: &Snapshot) -> Listener {
     let inbound = &snapshot.inbound;
     let l7 = is_l7(&inbound.protocol);
     let rules = rbac::rules(inbound, &snapshot.trust_domain, l7);
     let filters = if l7 {
-        let route_config = RouteConfiguration {
-            name: PUBLIC_LISTENER.to_string(),
-            virtual_hosts: vec![VirtualHost {
-                name: PUBLIC_LISTENER.to_string(),
-                domains: vec!["*".to_string()],
-                routes: vec![Route {
-                    r#match: Some(RouteMatch {
-                        path_specifier: Some(route_match::PathSpecifier::Prefix("/".to_string())),
-                        ..Default::default()
-                    }),
-                    action: Some(route::Action::Route(RouteAction {
-                        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
-                            LOCAL_APP_CLUSTER.to_string(),
-                        )),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            validate_clusters: Some(BoolValue { value: false }),
-            ..Default::default()
-        };
-        let manager = HttpConnectionManager {
-            stat_prefix: PUBLIC_LISTENER.to_string(),
-            route_specifier: Some(RouteSpecifier::RouteConfig(route_config)),
-            http_filters: vec![
-                http_filter(
-                    rbac::HTTP_RBAC_FILTER,
-                    any(&HttpRbac { rules: Some(rules) }),
-                ),
-                router_filter(),
-            ],
-            forward_client_cert_details: ForwardClientCertDetails::AppendForward as i32,
-            set_current_client_cert_details: Some(SetCurrentClientCertDetails {
-                subject: Some(BoolValue { value: true }),
-                cert: true,
-                chain: true,
-                dns: true,
-                uri: true,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        vec![network_filter(HCM_FILTER, any(&manager))]
+        public_http_filters(rules)
     } else {
-        let rbac = NetworkRbac {
-            rules: Some(rules),
-            stat_prefix: "connect_authz".to_string(),
-        };
-        let proxy = TcpProxy {
-            stat_prefix: PUBLIC_LISTENER.to_string(),
-            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(
-                LOCAL_APP_CLUSTER.to_string(),
-            )),
-            ..Default::default()
-        };
-        vec![
-            network_filter(rbac::NETWORK_RBAC_FILTER, any(&rbac)),
-            network_filter(TCP_PROXY_FILTER, any(&proxy)),
-        ]
+        public_tcp_filters(rules)
     };
-    let tls = DownstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            tls_params: Some(TlsParameters::default()),
-            tls_certificates: vec![super::leaf_certificate(snapshot)],
-            validation_context_type: Some(ValidationContextType::ValidationContext(
-                CertificateValidationContext {
-                    trusted_ca: Some(inline(&snapshot.roots_bundle())),
-                    ..Default::default()
-                },
-            )),
-            alpn_protocols: if matches!(inbound.protocol.as_str(), "http2" | "grpc") {
-                vec!["h2".to_string(), "http/1.1".to_string()]
-            } else {
-                Vec::new()
-            },
-            ..Default::default()
-        }),
-        require_client_certificate: Some(BoolValue { value: true }),
-        ..Default::default()
-    };
+    let tls = public_tls(snapshot);
     Listener {
         name: format!(
             "{PUBLIC_LISTENER}:{}:{}",
@@ -190,6 +115,101 @@ fn public_listener(snapshot: &Snapshot) -> Listener {
             }),
             ..Default::default()
         }],
+        ..Default::default()
+    }
+}
+
+/// An L7 public listener's filters: an HTTP connection manager with the RBAC filter, routing
+/// every request to the local application and passing the client certificate on.
+fn public_http_filters(rules: rbac::Rules) -> Vec<Filter> {
+    let route_config = RouteConfiguration {
+        name: PUBLIC_LISTENER.to_string(),
+        virtual_hosts: vec![VirtualHost {
+            name: PUBLIC_LISTENER.to_string(),
+            domains: vec!["*".to_string()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".to_string())),
+                    ..Default::default()
+                }),
+                action: Some(route::Action::Route(RouteAction {
+                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                        LOCAL_APP_CLUSTER.to_string(),
+                    )),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    };
+    let manager = HttpConnectionManager {
+        stat_prefix: PUBLIC_LISTENER.to_string(),
+        route_specifier: Some(RouteSpecifier::RouteConfig(route_config)),
+        http_filters: vec![
+            http_filter(
+                rbac::HTTP_RBAC_FILTER,
+                any(&HttpRbac { rules: Some(rules) }),
+            ),
+            router_filter(),
+        ],
+        forward_client_cert_details: ForwardClientCertDetails::AppendForward as i32,
+        set_current_client_cert_details: Some(SetCurrentClientCertDetails {
+            subject: Some(BoolValue { value: true }),
+            cert: true,
+            chain: true,
+            dns: true,
+            uri: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    vec![network_filter(HCM_FILTER, any(&manager))]
+}
+
+/// An L4 public listener's filters: the network RBAC filter, then a TCP proxy to the local
+/// application.
+fn public_tcp_filters(rules: rbac::Rules) -> Vec<Filter> {
+    let rbac = NetworkRbac {
+        rules: Some(rules),
+        stat_prefix: "connect_authz".to_string(),
+    };
+    let proxy = TcpProxy {
+        stat_prefix: PUBLIC_LISTENER.to_string(),
+        cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(
+            LOCAL_APP_CLUSTER.to_string(),
+        )),
+        ..Default::default()
+    };
+    vec![
+        network_filter(rbac::NETWORK_RBAC_FILTER, any(&rbac)),
+        network_filter(TCP_PROXY_FILTER, any(&proxy)),
+    ]
+}
+
+/// The public listener's TLS: its leaf, the CA roots as the only trust, a client
+/// certificate required.
+fn public_tls(snapshot: &Snapshot) -> DownstreamTlsContext {
+    DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_params: Some(TlsParameters::default()),
+            tls_certificates: vec![super::leaf_certificate(snapshot)],
+            validation_context_type: Some(ValidationContextType::ValidationContext(
+                CertificateValidationContext {
+                    trusted_ca: Some(inline(&snapshot.roots_bundle())),
+                    ..Default::default()
+                },
+            )),
+            alpn_protocols: if matches!(snapshot.inbound.protocol.as_str(), "http2" | "grpc") {
+                vec!["h2".to_string(), "http/1.1".to_string()]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue { value: true }),
         ..Default::default()
     }
 }
