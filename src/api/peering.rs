@@ -43,16 +43,18 @@ fn acl_check(_ctx: &Context, request: &Request, authz: &Authz) -> Result<(), Api
     }
 }
 
-/// The request body as a JSON object, with Consul's 400 for what does not decode.
-fn body_object(request: &Request) -> Result<Map<String, Value>, ApiError> {
+/// The request body as a JSON object, checked against the Consul struct it decodes into
+/// (unknown fields and wrong types refused in Go's words), with Consul's 400.
+fn body_object(
+    request: &Request,
+    schema: &'static crate::consul::body::Schema,
+) -> Result<Map<String, Value>, ApiError> {
     if request.body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("Body decoding failed: EOF"));
     }
-    match serde_json::from_slice::<Value>(request.body) {
+    match crate::consul::body::parse_strict(request.body, schema) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::bad_request(
-            "Body decoding failed: json: cannot unmarshal into a peering request object",
-        )),
+        Ok(_) => Err(ApiError::bad_request("Body decoding failed: EOF")),
         Err(e) => Err(ApiError::bad_request(format!("Body decoding failed: {e}"))),
     }
 }
@@ -200,7 +202,10 @@ pub fn generate_token(
     request: &Request,
     _reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let body = body_object(request)?;
+    let body = body_object(
+        request,
+        &crate::consul::bodies::PEERING_GENERATE_TOKEN_REQUEST,
+    )?;
     let name = string_field(&body, "PeerName")?;
     if name.is_empty() {
         return Err(ApiError::bad_request(
@@ -292,7 +297,7 @@ pub fn establish(
     request: &Request,
     _reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let body = body_object(request)?;
+    let body = body_object(request, &crate::consul::bodies::PEERING_ESTABLISH_REQUEST)?;
     let name = string_field(&body, "PeerName")?;
     if name.is_empty() {
         return Err(ApiError::bad_request(
