@@ -331,6 +331,7 @@ pub fn config_entry_read<'a>(
     use crate::store::mesh::config_entry::ConfigKind;
     match kind {
         ConfigKind::ProxyDefaults | ConfigKind::Mesh => Ok(()),
+        ConfigKind::ExportedServices => a.mesh_read(),
         ConfigKind::ServiceIntentions => a.intention_read(name),
         _ => a.service_read(name),
     }

@@ -31,7 +31,8 @@ pub fn can_write<'a>(
         ConfigKind::ProxyDefaults
         | ConfigKind::Mesh
         | ConfigKind::IngressGateway
-        | ConfigKind::TerminatingGateway => a.mesh_write(),
+        | ConfigKind::TerminatingGateway
+        | ConfigKind::ExportedServices => a.mesh_write(),
         ConfigKind::ServiceIntentions => a.intention_write(name),
         ConfigKind::ServiceDefaults => a.service_write(name),
         ConfigKind::ServiceRouter | ConfigKind::ServiceSplitter | ConfigKind::ServiceResolver => {

@@ -62,6 +62,13 @@ impl Deferred {
         query_meta_of(&self.shard, index, consistency)
     }
 
+    /// Proposes `command` on this server (which must lead) and waits until it is applied:
+    /// for requests that write more than once (a peering's deletion marks it, then
+    /// removes it).
+    pub async fn propose(&self, command: &crate::store::Command) -> crate::replica::ProposalResult {
+        self.shard.propose(command.encode()).await
+    }
+
     /// Confirms leadership with a quorum round (a `?consistent` read's barrier); the
     /// error is the answer when it fails.
     pub async fn read_barrier(&self) -> Result<(), super::ApiError> {

@@ -38,6 +38,7 @@ pub mod members;
 pub mod monitor;
 pub mod operator;
 pub mod peer;
+pub mod peering;
 pub mod query;
 pub mod routes;
 pub mod rpc;

@@ -16,8 +16,8 @@ use super::authz::Acl;
 use super::{
     acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event,
     federation_state, gateways, health, host, intentions, internal_dns, keyring, kv, members,
-    monitor, operator, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome,
-    Reply, Request,
+    monitor, operator, peering, query, session, snapshot, status, txn, ui, ApiError, Context,
+    Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
 use crate::dns::remote;
@@ -316,6 +316,11 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::Custom(connect::AUTHORIZE_ACL_RULE), connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
     route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
+    // Cluster peering (`api::peering`): `peering:read` on GET, `peering:write` otherwise.
+    route(Exact("/v1/peering/token"),                   POST,                Standard, ANSWERS, Acl::Custom(peering::ACL_RULE), peering::generate_token),
+    route(Exact("/v1/peering/establish"),               POST,                Standard, ANSWERS, Acl::Custom(peering::ACL_RULE), peering::establish),
+    route(Exact("/v1/peerings"),                        GET,                 Standard, BLOCKS,  Acl::Custom(peering::ACL_RULE), peering::list),
+    route(Prefix("/v1/peering/"),                       GET_DELETE,          Standard, BLOCKS,  Acl::Custom(peering::ACL_RULE), peering::by_name),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
 

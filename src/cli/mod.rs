@@ -25,6 +25,7 @@ pub mod lock;
 pub mod maint;
 pub mod operator;
 pub mod ops;
+pub mod peering;
 pub mod services;
 pub mod snapshot;
 pub mod tls;
@@ -117,6 +118,9 @@ pub enum Command {
     /// The service mesh: the CA's configuration and the built-in proxy.
     #[command(subcommand)]
     Connect(connect::ConnectCommand),
+    /// Cluster peering: generates and uses peering tokens, lists, reads and deletes peerings.
+    #[command(subcommand)]
+    Peering(peering::PeeringCommand),
 }
 
 /// Flags every HTTP-speaking command takes, as Consul's CLI names them (its client, server
@@ -353,6 +357,7 @@ pub fn main() -> i32 {
         Command::Config(command) => config::run(command),
         Command::Intention(command) => intention::run(command),
         Command::Connect(command) => connect::run(command),
+        Command::Peering(command) => peering::run(command),
         Command::Lock(args) => lock::run(*args),
         Command::Watch(args) => watch::run(*args),
         Command::Version(args) => version(args),

@@ -899,6 +899,28 @@ pub fn to_api_names(value: &mut serde_json::Value, schema: &'static Schema) {
     }
 }
 
+// ---- Cluster peering (the client library's `api.*`, decoded by `lib.DecodeJSON`) ----
+
+pub static PEERING_GENERATE_TOKEN_REQUEST: Schema = strict(
+    "api.PeeringGenerateTokenRequest",
+    &[
+        field("PeerName", Str),
+        field("Partition", Str),
+        field("Meta", StrMap),
+        field("ServerExternalAddresses", StrList),
+    ],
+);
+
+pub static PEERING_ESTABLISH_REQUEST: Schema = strict(
+    "api.PeeringEstablishRequest",
+    &[
+        field("PeerName", Str),
+        field("PeeringToken", Str),
+        field("Partition", Str),
+        field("Meta", StrMap),
+    ],
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

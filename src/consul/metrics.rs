@@ -220,7 +220,9 @@ pub fn write_sample(command: &crate::store::Command) -> Option<Sample> {
         | Command::Autopilot(_)
         | Command::AgentCa(_)
         | Command::Ca(_)
-        | Command::FederationState(_) => return None,
+        | Command::FederationState(_)
+        // Peering writes are operator actions and the peer stream's rare updates.
+        | Command::Peering(_) => return None,
     })
 }
 

@@ -24,6 +24,7 @@ pub mod filter;
 pub mod json;
 pub mod metrics;
 pub mod node_state;
+pub mod peering;
 pub mod query;
 pub mod registration;
 pub mod render;

@@ -27,8 +27,8 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, federation, gateways, mesh, query, restore, txn, Change, ChangeKey, CommandOf,
-    CommandResult, Table, Tables, TABLE_COUNT,
+    acl, autopilot, federation, gateways, mesh, peering, query, restore, txn, Change, ChangeKey,
+    CommandOf, CommandResult, Table, Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -74,6 +74,7 @@ impl Tables {
             CommandOf::ConfigEntry(op) => self.write_config_entry(index, op, changes),
             CommandOf::Ca(op) => mesh::ca::apply(self, index, op, changes),
             CommandOf::FederationState(op) => federation::apply(self, index, op, changes),
+            CommandOf::Peering(op) => peering::apply(self, index, op, changes),
         };
         self.check_applied(index, &indexes_before, &changes[first_change..]);
         if let Some(rows_before) = rows_before {

@@ -37,6 +37,8 @@ pub enum CommandOf<S> {
     /// A datacenter's federation state written or deleted (Consul's
     /// `FederationStateRequest`).
     FederationState(super::federation::FederationStateOp),
+    /// Cluster peering writes: peerings, their secrets, trust bundles.
+    Peering(super::peering::PeeringOp),
 }
 
 /// The outcome of applying a command, returned to the client that proposed it.

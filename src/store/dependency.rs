@@ -50,7 +50,9 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::NodeServices
         | Table::Coordinates
         | Table::ConfigEntries
-        | Table::GatewayServices => KeyCase::Folded,
+        | Table::GatewayServices
+        | Table::Peerings
+        | Table::PeeringTrustBundles => KeyCase::Folded,
         // `Sessions` keys are session IDs, and `node:<folded node>` for a node's sessions
         // (`session::node_watch_key` folds the node part itself).
         Table::Kvs

@@ -35,6 +35,7 @@ pub mod gateways;
 pub mod kv;
 pub mod locks;
 pub mod mesh;
+pub mod peering;
 pub mod query;
 pub mod restore;
 pub mod session;
@@ -75,6 +76,10 @@ pub enum Table {
     /// Each datacenter's mesh gateways as the WAN federation shares them
     /// (`store::federation`), keyed by datacenter name.
     FederationStates = 16,
+    /// Cluster peerings and their secrets (`store::peering`), keyed by folded peering name.
+    Peerings = 17,
+    /// The trust bundles received from peers (`store::peering`), keyed by folded peer name.
+    PeeringTrustBundles = 18,
 }
 
 impl Table {
@@ -97,6 +102,8 @@ impl Table {
         Table::ConnectCa,
         Table::GatewayServices,
         Table::FederationStates,
+        Table::Peerings,
+        Table::PeeringTrustBundles,
     ];
 }
 
@@ -112,7 +119,7 @@ pub fn changes_everywhere() -> Vec<Change> {
 }
 
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
-pub const TABLE_COUNT: usize = 17;
+pub const TABLE_COUNT: usize = 19;
 
 /// The key a change touched within its table, in the table's canonical form
 /// (`dependency::canonical_key`). What a read depended on is the other half:
@@ -188,6 +195,10 @@ pub struct Tables {
     /// each leader's anti-entropy writes its datacenter's again).
     #[serde(default)]
     pub federation: federation::FederationTables,
+    /// Cluster peerings, their secrets and trust bundles (format 4 on: older snapshots
+    /// restore with none).
+    #[serde(default)]
+    pub peering: peering::PeeringTables,
 }
 
 /// Reads [`Tables::table_indexes`] from a snapshot of any format: as many slots as it has
@@ -274,7 +285,7 @@ impl Tables {
         input
             .read_exact(&mut format)
             .map_err(|_| "empty store snapshot".to_string())?;
-        // Formats 1 and 2 are format 3 without some trailing tables (defaulted) and with
+        // Formats 1 to 3 are format 4 without some trailing tables (defaulted) and with
         // fewer table indexes (see `table_indexes_of_any_format`).
         if !SNAPSHOT_FORMATS_READ.contains(&format[0]) {
             return Err(format!("unsupported store snapshot format {}", format[0]));
@@ -285,7 +296,7 @@ impl Tables {
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {
-            // Formats 1 and 2 are format 3 without some trailing tables, which then default
+            // Formats 1 to 3 are format 4 without some trailing tables, which then default
             // to none, and with fewer table indexes.
             Some((format, rest)) if SNAPSHOT_FORMATS_READ.contains(format) => {
                 rmp_serde::from_slice(rest).map_err(|e| format!("corrupt store snapshot: {e}"))
@@ -303,15 +314,19 @@ impl Tables {
 /// certificate, and the gateway-services table `Tables::gateways`).
 /// 3: a 17th table index and the federation states (`Tables::federation`) at the end; a
 /// format-2 reader would refuse the longer index array, hence the new number.
-const SNAPSHOT_FORMAT_VERSION: u8 = 3;
+/// 4: two more table indexes (19) and the peering tables (`Tables::peering`) at the end.
+const SNAPSHOT_FORMAT_VERSION: u8 = 4;
+/// The format before the peering tables, still read.
+const SNAPSHOT_FORMAT_BEFORE_PEERING: u8 = 3;
 /// The format before the federation states, still read.
 const SNAPSHOT_FORMAT_BEFORE_FEDERATION: u8 = 2;
 /// The format before the agent CA and the mesh tables, still read.
 const SNAPSHOT_FORMAT_BEFORE_AGENT_CA: u8 = 1;
 /// Every format [`Tables::read_snapshot`] accepts.
-const SNAPSHOT_FORMATS_READ: [u8; 3] = [
+const SNAPSHOT_FORMATS_READ: [u8; 4] = [
     SNAPSHOT_FORMAT_BEFORE_AGENT_CA,
     SNAPSHOT_FORMAT_BEFORE_FEDERATION,
+    SNAPSHOT_FORMAT_BEFORE_PEERING,
     SNAPSHOT_FORMAT_VERSION,
 ];
 
@@ -350,7 +365,7 @@ mod tests {
         assert!(Tables::from_snapshot_bytes(b"").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x09abc").is_err());
         assert!(Tables::from_snapshot_bytes(b"\x01\xc1").is_err());
-        assert!(Tables::from_snapshot_bytes(b"\x04\x90").is_err());
+        assert!(Tables::from_snapshot_bytes(b"\x05\x90").is_err());
     }
 
     #[test]
@@ -366,20 +381,21 @@ mod tests {
             }),
             &mut changes,
         );
-        // Format 3 is the fields as one msgpack array, the table indexes a 17-slot array,
-        // ending with the agent CA (nil here), the mesh tables, the gateway-services table
-        // and the federation states; format 1 is the same array without those four fields
-        // and with 16 table indexes.
+        // Format 4 is the fields as one msgpack array, the table indexes a 19-slot array,
+        // ending with the agent CA (nil here), the mesh tables, the gateway-services table,
+        // the federation states and the peering tables; format 1 is the same array without
+        // those five fields and with 16 table indexes.
         let current = tables.to_snapshot_bytes();
-        assert_eq!(current[0], 3);
+        assert_eq!(current[0], 4);
         let fields = current[1] & 0x0f;
         assert_eq!(current[1], 0x90 | fields, "a fixarray of the fields");
         let mut tail = rmp_serde::to_vec(&tables.mesh).unwrap();
         tail.extend(rmp_serde::to_vec(&tables.gateways).unwrap());
         tail.extend(rmp_serde::to_vec(&tables.federation).unwrap());
+        tail.extend(rmp_serde::to_vec(&tables.peering).unwrap());
         assert!(
             current.ends_with(&tail),
-            "ends with the mesh, gateway and federation tables"
+            "ends with the mesh, gateway, federation and peering tables"
         );
         let tail_bytes = 1 + tail.len();
         assert_eq!(
@@ -387,28 +403,28 @@ mod tests {
             0xc0,
             "the absent agent CA before them"
         );
-        let indexes_17 = rmp_serde::to_vec(&tables.table_indexes).unwrap();
+        let indexes_now = rmp_serde::to_vec(&tables.table_indexes).unwrap();
         let indexes_16 = rmp_serde::to_vec(&tables.table_indexes[..16]).unwrap();
         let body = &current[2..current.len() - tail_bytes];
         let at = body
-            .windows(indexes_17.len())
-            .position(|w| w == indexes_17.as_slice())
+            .windows(indexes_now.len())
+            .position(|w| w == indexes_now.as_slice())
             .expect("the table indexes are in the fields");
-        let mut old = vec![1u8, 0x90 | (fields - 4)];
+        let mut old = vec![1u8, 0x90 | (fields - 5)];
         old.extend_from_slice(&body[..at]);
         old.extend_from_slice(&indexes_16);
-        old.extend_from_slice(&body[at + indexes_17.len()..]);
+        old.extend_from_slice(&body[at + indexes_now.len()..]);
         let restored = Tables::from_snapshot_bytes(&old).unwrap();
         assert_eq!(restored.index, 3);
         assert_eq!(restored.agent_ca, None);
         assert_eq!(restored.to_snapshot_bytes(), current);
         assert_eq!(kv::get(&restored, "a").1.unwrap().value(), b"1");
         // More table indexes than this version knows is a newer snapshot: refused.
-        let indexes_18 = rmp_serde::to_vec(&[0u64; 18]).unwrap();
+        let indexes_more = rmp_serde::to_vec(&[0u64; TABLE_COUNT + 1]).unwrap();
         let mut newer = current[..2].to_vec();
         newer.extend_from_slice(&body[..at]);
-        newer.extend_from_slice(&indexes_18);
-        newer.extend_from_slice(&current[2 + at + indexes_17.len()..]);
+        newer.extend_from_slice(&indexes_more);
+        newer.extend_from_slice(&current[2 + at + indexes_now.len()..]);
         assert!(Tables::from_snapshot_bytes(&newer).is_err());
     }
 

@@ -783,6 +783,7 @@ doc_tests! {
     http_api => "docs/http-api.md",
     memory => "docs/memory.md",
     operations => "docs/operations.md",
+    peering => "docs/peering.md",
     rpc => "docs/rpc.md",
     sessions => "docs/sessions.md",
     tls => "docs/tls.md",

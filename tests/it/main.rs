@@ -30,6 +30,7 @@ mod gossip;
 mod health;
 mod kv;
 mod ops;
+mod peering;
 mod sessions;
 mod tls;
 mod ui;

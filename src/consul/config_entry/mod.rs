@@ -9,6 +9,7 @@
 //! Pure: the only time involved (an intention's legacy timestamps) is converted, never read.
 
 pub mod doc;
+pub mod exported;
 pub mod intention;
 pub mod schema;
 
@@ -265,6 +266,7 @@ fn validate(kind: ConfigKind, name: &str, doc: &Doc) -> Result<(), String> {
         // Intentions are validated once typed (`intention::from_doc`).
         ConfigKind::ServiceIntentions => Ok(()),
         ConfigKind::Mesh => as_multierror(meta_reasons(doc)),
+        ConfigKind::ExportedServices => exported::validate(name, doc, meta_reasons(doc)),
     }
 }
 

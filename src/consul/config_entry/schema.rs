@@ -244,6 +244,21 @@ const MESH: &[F] = &[
     omit("Meta", Ty::StrMap),
 ];
 
+const SERVICE_CONSUMER: &[F] = &[
+    omit("Partition", Ty::Str),
+    omit("Peer", Ty::Str),
+    omit("SamenessGroup", Ty::Str),
+];
+const EXPORTED_SERVICE: &[F] = &[
+    always("Name", Ty::Str),
+    omit("Namespace", Ty::Str),
+    omit("Consumers", Ty::ObjList(SERVICE_CONSUMER)),
+];
+const EXPORTED_SERVICES: &[F] = &[
+    omit("Services", Ty::ObjList(EXPORTED_SERVICE)),
+    omit("Meta", Ty::StrMap),
+];
+
 pub const PERMISSION_HTTP: &[F] = &[
     omit("PathExact", Ty::Str),
     omit("PathPrefix", Ty::Str),
@@ -290,6 +305,7 @@ pub fn fields(kind: ConfigKind) -> &'static [F] {
         ConfigKind::TerminatingGateway => TERMINATING_GATEWAY,
         ConfigKind::ServiceIntentions => SERVICE_INTENTIONS,
         ConfigKind::Mesh => MESH,
+        ConfigKind::ExportedServices => EXPORTED_SERVICES,
     }
 }
 

@@ -734,9 +734,12 @@ const SNAPSHOT_WRITTEN_WITH_QUERIES: &[u8] =
 /// here), the mesh tables (config entries, the Connect CA; empty here) and the gateway
 /// services appended, 16 table indexes.
 const SNAPSHOT_WRITTEN_FORMAT_2: &[u8] = include_bytes!("testdata/snapshot-format-2.bin");
-/// The same state as today's code writes it: format 3, 17 table indexes and the federation
-/// states (empty here) appended.
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-3.bin");
+/// The same state as written before the peering tables: format 3, 17 table indexes and the
+/// federation states (empty here) appended.
+const SNAPSHOT_WRITTEN_FORMAT_3: &[u8] = include_bytes!("testdata/snapshot-format-3.bin");
+/// The same state as today's code writes it: format 4, 19 table indexes and the peering
+/// tables (empty here) appended.
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-4.bin");
 
 /// The fixture's catalog with a prepared query written after it.
 fn snapshot_fixture_tables_with_query() -> Tables {
@@ -783,7 +786,7 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-3.bin"
+                "/src/store/catalog/testdata/snapshot-format-4.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -798,6 +801,12 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
     now.queries.check_invariants();
     assert_eq!(now.queries.len(), 1);
     assert_eq!(now.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
+    // Format 3 restores to the same state, the peering tables empty and their table
+    // indexes 0.
+    let format_3 = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_FORMAT_3).unwrap();
+    assert!(format_3.peering.peerings.is_empty());
+    assert_eq!(format_3.table_index(crate::store::Table::Peerings), 0);
+    assert_eq!(format_3.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
     // Format 2 restores to the same state, the federation states empty and their table
     // index 0.
     let format_2 = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_FORMAT_2).unwrap();

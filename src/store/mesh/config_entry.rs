@@ -32,10 +32,13 @@ pub enum ConfigKind {
     TerminatingGateway,
     ServiceIntentions,
     Mesh,
+    /// Which services are exported to which peers (appended last: stored kinds keep their
+    /// encoding).
+    ExportedServices,
 }
 
 impl ConfigKind {
-    pub const ALL: [ConfigKind; 9] = [
+    pub const ALL: [ConfigKind; 10] = [
         ConfigKind::ServiceDefaults,
         ConfigKind::ProxyDefaults,
         ConfigKind::ServiceRouter,
@@ -45,6 +48,7 @@ impl ConfigKind {
         ConfigKind::TerminatingGateway,
         ConfigKind::ServiceIntentions,
         ConfigKind::Mesh,
+        ConfigKind::ExportedServices,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +62,7 @@ impl ConfigKind {
             ConfigKind::TerminatingGateway => "terminating-gateway",
             ConfigKind::ServiceIntentions => "service-intentions",
             ConfigKind::Mesh => "mesh",
+            ConfigKind::ExportedServices => "exported-services",
         }
     }
 

@@ -59,6 +59,7 @@ fn case(
 
 /// Routes with a write method and no JSON body, and why.
 const NOT_JSON: &[(&str, &str)] = &[
+    ("/v1/peering/", "DELETE has no body"),
     ("/v1/kv/", "the value is the body's bytes"),
     ("/v1/kv", "the value is the body's bytes"),
     ("/v1/agent/join/", "no body"),
@@ -579,6 +580,30 @@ fn every_json_write_refuses_unknown_fields_and_wrong_types_as_consul_does() {
             ),
         ),
     ];
+    cases.push(case(
+        "/v1/peering/token",
+        "POST",
+        "/v1/peering/token",
+        json!({"PeerName": "peer-a"}),
+        "Body decoding failed: ",
+        (
+            "PeerName",
+            json!(1),
+            "number into Go struct field PeeringGenerateTokenRequest.PeerName of type string",
+        ),
+    ));
+    cases.push(case(
+        "/v1/peering/establish",
+        "POST",
+        "/v1/peering/establish",
+        json!({"PeerName": "peer-b", "PeeringToken": "eyJTZXJ2ZXJBZGRyZXNzZXMiOlsiMTAuMC4wLjE6ODUwMyJdLCJQZWVySUQiOiJwIn0="}),
+        "Body decoding failed: ",
+        (
+            "Meta",
+            json!("x"),
+            "string into Go struct field PeeringEstablishRequest.Meta of type map[string]string",
+        ),
+    ));
     // A session's decoder ignores unknown keys but not wrong types.
     cases.push(Case {
         strict: false,

@@ -1,0 +1,549 @@
+//! Cluster peering over HTTP (Consul's `agent/peering_endpoint.go` and the
+//! `PeeringService` behind it, `agent/rpc/peering/service.go`):
+//!
+//! - `POST /v1/peering/token` `{PeerName, Meta, ServerExternalAddresses}` →
+//!   `{PeeringToken}`: creates (or reuses) the acceptor's `PENDING` peering and a fresh
+//!   establishment secret; a second token for the same name rotates the secret.
+//! - `POST /v1/peering/establish` `{PeerName, PeeringToken, Meta}` → `{}`: validates the
+//!   token and stores the dialer's peering as `ESTABLISHING`.
+//! - `GET /v1/peering/<name>`, `GET /v1/peerings`: blocking reads of the table.
+//! - `DELETE /v1/peering/<name>`: marks the peering `DELETING`, then removes it.
+//!
+//! `peering:write` for the writes, `peering:read` for the reads (the route's rule,
+//! [`ACL_RULE`]). Writes run on the leader (anyone else forwards the request), as Consul
+//! forwards the RPC. What part 1 of #41 leaves out: the secret exchange and the peer stream
+//! (`ExchangeSecret`, `StreamResources`), so an established peering stays `ESTABLISHING`
+//! and a warning says so (`docs/peering.md`).
+
+use super::authz::{Authz, CustomRule};
+use super::context::now_unix_ns;
+use super::{
+    query_options, run_query, ApiError, AsyncResponder, Context, Outcome, Query, QueryMeta, Reply,
+    Request, WriteOp,
+};
+use crate::consul::peering::{self as shapes, PeeringToken, TokenRemote};
+use crate::proto::http::Method;
+use crate::shard::watch::WatchSet;
+use crate::store::peering::{self, Peering, PeeringOp, PeeringRemote, PeeringState, SecretsOp};
+use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// `peering:read` on GET, `peering:write` otherwise.
+pub const ACL_RULE: CustomRule = CustomRule {
+    name: "peering:read on GET, peering:write otherwise",
+    check: acl_check,
+};
+
+fn acl_check(_ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    if request.method == Method::Get {
+        authz.require(authz.authorizer.peering_read())
+    } else {
+        authz.require(authz.authorizer.peering_write())
+    }
+}
+
+/// The request body as a JSON object, checked against the Consul struct it decodes into
+/// (unknown fields and wrong types refused in Go's words), with Consul's 400.
+fn body_object(
+    request: &Request,
+    schema: &'static crate::consul::body::Schema,
+) -> Result<Map<String, Value>, ApiError> {
+    if request.body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("Body decoding failed: EOF"));
+    }
+    match crate::consul::body::parse_strict(request.body, schema) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request("Body decoding failed: EOF")),
+        Err(e) => Err(ApiError::bad_request(format!("Body decoding failed: {e}"))),
+    }
+}
+
+/// A field of a Go-decoded body: Go matches field names case-insensitively.
+fn field<'m>(map: &'m Map<String, Value>, name: &str) -> Option<&'m Value> {
+    map.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_null())
+}
+
+fn string_field(map: &Map<String, Value>, name: &str) -> Result<String, ApiError> {
+    match field(map, name) {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(ApiError::bad_request(format!(
+            "Body decoding failed: json: cannot unmarshal into field {name} of type string"
+        ))),
+    }
+}
+
+fn string_list_field(map: &Map<String, Value>, name: &str) -> Result<Vec<String>, ApiError> {
+    let wrong = || {
+        ApiError::bad_request(format!(
+            "Body decoding failed: json: cannot unmarshal into field {name} of type []string"
+        ))
+    };
+    match field(map, name) {
+        None => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(wrong))
+            .collect(),
+        Some(_) => Err(wrong()),
+    }
+}
+
+/// `Meta`, validated with Consul's metadata rules.
+fn meta_field(map: &Map<String, Value>) -> Result<BTreeMap<String, String>, ApiError> {
+    let wrong = || {
+        ApiError::bad_request(
+            "Body decoding failed: json: cannot unmarshal into field Meta of type map[string]string",
+        )
+    };
+    let meta: BTreeMap<String, String> = match field(map, "Meta") {
+        None => BTreeMap::new(),
+        Some(Value::Object(pairs)) => pairs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(wrong)?.to_string())))
+            .collect::<Result<_, ApiError>>()?,
+        Some(_) => return Err(wrong()),
+    };
+    let pairs: Vec<(String, String)> = meta.clone().into_iter().collect();
+    crate::consul::registration::validate_meta(&pairs, false)
+        .map_err(|e| ApiError::bad_request(format!("meta tags failed validation: {e}")))?;
+    Ok(meta)
+}
+
+/// A partition other than `default` is enterprise-only, as Consul CE answers it.
+fn check_partition(map: &Map<String, Value>, request: &Request) -> Result<(), ApiError> {
+    let named = string_field(map, "Partition")?;
+    let query = request.query.get("partition").unwrap_or_default();
+    for partition in [named.as_str(), query] {
+        if !partition.is_empty() && partition != "default" {
+            return Err(ApiError::bad_request(
+                "Partitions are a Consul Enterprise feature",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The server name and CA certificates of this cluster's peering endpoint (Consul's
+/// `GetTLSMaterials`): both come from the Connect CA.
+fn tls_materials(tables: &Tables, datacenter: &str) -> Result<(String, Vec<String>), ApiError> {
+    let ca = &tables.mesh.ca;
+    let trust_domain = ca.trust_domain().unwrap_or_default();
+    if ca.roots.is_empty() || trust_domain.is_empty() {
+        return Err(ApiError::Internal(
+            "CA has not finished initializing".into(),
+        ));
+    }
+    let pems = ca
+        .roots
+        .iter()
+        .map(|root| {
+            let mut pem = root.root_cert_pem.to_string();
+            if !pem.ends_with('\n') {
+                pem.push('\n');
+            }
+            pem
+        })
+        .collect();
+    Ok((shapes::server_name(datacenter, &trust_domain), pems))
+}
+
+/// The addresses a peer dials this cluster's servers at: each server of the `consul`
+/// service (its node's `wan` tagged address, else its address) at this server's gRPC TLS
+/// port. praetor's servers do not advertise their gRPC ports in the catalog, so every
+/// server is assumed to use this one's (see `docs/decisions.md`).
+fn server_addresses(ctx: &Context, tables: &Tables) -> Result<Vec<String>, ApiError> {
+    let port = ctx.config().ports.grpc_tls;
+    if port <= 0 {
+        return Err(ApiError::Internal(
+            "a grpc bind port must be specified in the configuration for all servers".into(),
+        ));
+    }
+    let mut addresses: Vec<String> =
+        crate::store::catalog::read::check_service_nodes(tables, "consul")
+            .iter()
+            .map(|row| {
+                let host = row
+                    .node
+                    .tagged_addresses
+                    .get("wan")
+                    .map_or(row.node.address.as_str(), |a| a.as_str());
+                join_host_port(host, port)
+            })
+            .collect();
+    if addresses.is_empty() {
+        addresses.push(join_host_port(&ctx.config().advertise().to_string(), port));
+    }
+    addresses.sort();
+    addresses.dedup();
+    Ok(addresses)
+}
+
+fn join_host_port(host: &str, port: i32) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Writes run on a server that leads; anyone else hands the request over.
+fn must_forward(ctx: &Context) -> bool {
+    ctx.is_client() || !ctx.is_leader()
+}
+
+/// `POST /v1/peering/token`.
+pub fn generate_token(
+    ctx: &Context,
+    request: &Request,
+    _reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let body = body_object(
+        request,
+        &crate::consul::bodies::PEERING_GENERATE_TOKEN_REQUEST,
+    )?;
+    let name = string_field(&body, "PeerName")?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request(
+            "PeerName is required in the payload when generating a new peering token.",
+        ));
+    }
+    check_partition(&body, request)?;
+    shapes::validate_peer_name(&name).map_err(ApiError::bad_request)?;
+    let meta = meta_field(&body)?;
+    let external = string_list_field(&body, "ServerExternalAddresses")?;
+    if must_forward(ctx) {
+        return Ok(Outcome::Forward);
+    }
+    let config = ctx.config();
+    if !config.connect.enabled {
+        return Err(ApiError::Internal(
+            "connect.enabled must be set to true in the server's configuration when generating peering tokens".into(),
+        ));
+    }
+    if config.ports.grpc_tls <= 0 {
+        return Err(ApiError::Internal(
+            "TLS for gRPC must be enabled when generating peering tokens".into(),
+        ));
+    }
+    let tables = ctx.current_version();
+    let (server_name, ca) = tls_materials(&tables, &config.datacenter)?;
+    let addresses = server_addresses(ctx, &tables)?;
+    let row = match peering::get(&tables, &name) {
+        Some(existing) if existing.should_dial() => {
+            return Err(ApiError::Internal(format!(
+                "cannot create peering with name: {:?}; there is already an established peering",
+                existing.name
+            )))
+        }
+        // Consul writes the stored peering back unchanged (its meta too) with the new
+        // secret.
+        Some(existing) => (**existing).clone(),
+        None => Peering {
+            id: uuid::Uuid::new_v4().to_string(),
+            name: name.clone(),
+            meta,
+            ..Default::default()
+        },
+    };
+    let secret = uuid::Uuid::new_v4().to_string();
+    let token = PeeringToken {
+        ca: Some(ca),
+        manual_server_addresses: (!external.is_empty()).then_some(external),
+        server_addresses: Some(addresses),
+        server_name,
+        peer_id: row.id.clone(),
+        establishment_secret: secret.clone(),
+        remote: TokenRemote {
+            partition: "default".into(),
+            datacenter: config.datacenter.clone(),
+            locality: None,
+        },
+    };
+    let command = Command::Peering(PeeringOp::Write {
+        peering: Box::new(row),
+        secrets: Some(SecretsOp::GenerateToken {
+            establishment_secret: secret,
+        }),
+    });
+    Ok(Outcome::Write(WriteOp {
+        command,
+        respond: Box::new(move |result, reply| match result {
+            CommandResult::Bool(true) => {
+                let body = serde_json::json!({ "PeeringToken": shapes::encode_token(&token) });
+                reply.json(200, b"", &body);
+            }
+            other => reply.error(&write_failure(other)),
+        }),
+    }))
+}
+
+fn write_failure(result: CommandResult) -> ApiError {
+    match result {
+        CommandResult::Error(reason) => {
+            ApiError::Internal(format!("failed to write peering: {reason}"))
+        }
+        other => ApiError::Internal(format!("failed to write peering: {other:?}")),
+    }
+}
+
+/// `POST /v1/peering/establish`.
+pub fn establish(
+    ctx: &Context,
+    request: &Request,
+    _reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let body = body_object(request, &crate::consul::bodies::PEERING_ESTABLISH_REQUEST)?;
+    let name = string_field(&body, "PeerName")?;
+    if name.is_empty() {
+        return Err(ApiError::bad_request(
+            "PeerName is required in the payload when establishing a peering.",
+        ));
+    }
+    let text = string_field(&body, "PeeringToken")?;
+    if text.is_empty() {
+        return Err(ApiError::bad_request(
+            "PeeringToken is required in the payload when establishing a peering.",
+        ));
+    }
+    check_partition(&body, request)?;
+    shapes::validate_peer_name(&name).map_err(ApiError::bad_request)?;
+    let token = shapes::decode_token(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    shapes::validate_token(&token).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let meta = meta_field(&body)?;
+    if must_forward(ctx) {
+        return Ok(Outcome::Forward);
+    }
+    let tables = ctx.current_version();
+    let (own_server_name, _) = tls_materials(&tables, &ctx.config().datacenter).map_err(|e| {
+        ApiError::Internal(format!("failed to fetch TLS materials: {}", error_text(&e)))
+    })?;
+    if own_server_name == token.server_name {
+        return Err(ApiError::bad_request(format!(
+            "cannot create a peering within the same cluster {own_server_name:?}. Refer to the `exported-services` documentation if you want to export between partitions without peering"
+        )));
+    }
+    let existing = peering::get(&tables, &name);
+    check_token_unused(&tables, &name, existing, &token)?;
+    let id = match existing {
+        Some(existing) if !existing.should_dial() => {
+            return Err(ApiError::Internal(format!(
+                "cannot create peering with name: {:?}; there is an existing peering expecting to be dialed",
+                existing.name
+            )))
+        }
+        Some(existing) => existing.id.clone(),
+        None => uuid::Uuid::new_v4().to_string(),
+    };
+    let row = Peering {
+        id,
+        name: name.clone(),
+        meta,
+        state: PeeringState::Establishing,
+        peer_id: token.peer_id.clone(),
+        peer_ca_pems: token.ca().to_vec(),
+        peer_server_name: token.server_name.clone(),
+        peer_server_addresses: token.server_addresses().to_vec(),
+        manual_server_addresses: token.manual_server_addresses().to_vec(),
+        remote: PeeringRemote {
+            datacenter: token.remote.datacenter.clone(),
+            partition: token.remote.partition.clone(),
+        },
+        ..Default::default()
+    };
+    let addresses = row.peer_server_addresses.join(", ");
+    let command = Command::Peering(PeeringOp::Write {
+        peering: Box::new(row),
+        secrets: Some(SecretsOp::Dialed {
+            establishment_secret: token.establishment_secret.clone(),
+        }),
+    });
+    Ok(Outcome::Write(WriteOp {
+        command,
+        respond: Box::new(move |result, reply| match result {
+            CommandResult::Bool(true) => {
+                log::warn!(
+                    "peering: peering {name:?} stored as ESTABLISHING; the secret exchange and peer stream with {addresses} are not implemented yet (issue #41 part 2), so it stays ESTABLISHING"
+                );
+                reply.json(200, b"", &serde_json::json!({}));
+            }
+            other => reply.error(&write_failure(other)),
+        }),
+    }))
+}
+
+/// A token is single use: the dialer refuses one it has established with before (under
+/// this name, or one naming a peer another peering already dials). With the peer stream
+/// (part 2) the acceptor also refuses it, having consumed its secret in the exchange.
+fn check_token_unused(
+    tables: &Tables,
+    name: &str,
+    existing: Option<&std::sync::Arc<Peering>>,
+    token: &PeeringToken,
+) -> Result<(), ApiError> {
+    let reused = "a new peering token must be generated: this token was already used";
+    if let Some(existing) = existing {
+        let used = peering::secrets(tables, &existing.id)
+            .and_then(|s| s.establishment_secret.as_deref())
+            == Some(token.establishment_secret.as_str());
+        if used {
+            return Err(ApiError::Status(403, reused.into()));
+        }
+    }
+    let other = peering::list(tables)
+        .find(|p| p.peer_id == token.peer_id && !p.name.eq_ignore_ascii_case(name));
+    if let Some(other) = other {
+        return Err(ApiError::Status(
+            403,
+            format!("{reused} by peering {:?}", other.name),
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /v1/peering/<name>`.
+struct ReadQuery {
+    name: String,
+}
+
+impl Query for ReadQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        let key = crate::store::catalog::rows::fold(&self.name).into_owned();
+        (
+            peering::index(tables),
+            WatchSet::new().key(Table::Peerings, key),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(128);
+        meta.write_headers(&mut headers);
+        match peering::get(tables, &self.name) {
+            Some(row) => reply.json(200, &headers, &shapes::api_peering(row)),
+            None => reply.error(&ApiError::NotFound(format!(
+                "Peering not found for {:?}",
+                self.name
+            ))),
+        }
+    }
+}
+
+/// `GET /v1/peerings`.
+struct ListQuery;
+
+impl Query for ListQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            peering::index(tables),
+            WatchSet::new().table(Table::Peerings),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(128);
+        meta.write_headers(&mut headers);
+        let rows: Vec<_> = peering::list(tables)
+            .map(|p| shapes::api_peering(p))
+            .collect();
+        reply.json(200, &headers, &rows);
+    }
+}
+
+pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    run_query(ctx, ListQuery, options, reply)
+}
+
+/// `GET|DELETE /v1/peering/<name>`.
+pub fn by_name(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    let name = request.rest;
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Must specify a name to fetch."));
+    }
+    if request.method == Method::Delete {
+        return delete(ctx, name);
+    }
+    let options = query_options(ctx, &request.query)?;
+    run_query(
+        ctx,
+        ReadQuery {
+            name: name.to_string(),
+        },
+        options,
+        reply,
+    )
+}
+
+/// Marks the peering `DELETING` (with the time), then removes it. Consul's leader removes
+/// it once the peer stream has torn down what was imported; with no stream yet (part 2)
+/// nothing was imported, so the removal follows at once. A missing peering, or one already
+/// being deleted, answers 200 as Consul does.
+fn delete(ctx: &Context, name: &str) -> Result<Outcome, ApiError> {
+    if must_forward(ctx) {
+        return Ok(Outcome::Forward);
+    }
+    let tables = ctx.current_version();
+    let Some(existing) = peering::get(&tables, name) else {
+        return Ok(Outcome::Async(Box::pin(async { done() })));
+    };
+    if existing.state == PeeringState::Deleting {
+        return Ok(Outcome::Async(Box::pin(async { done() })));
+    }
+    let marked = Command::Peering(PeeringOp::Write {
+        peering: Box::new(Peering {
+            id: existing.id.clone(),
+            name: existing.name.clone(),
+            state: PeeringState::Deleting,
+            peer_server_addresses: existing.peer_server_addresses.clone(),
+            manual_server_addresses: existing.manual_server_addresses.clone(),
+            deleted_at: Some(crate::proto::rfc3339::format_ns(now_unix_ns())),
+            ..(**existing).clone()
+        }),
+        secrets: None,
+    });
+    let remove = Command::Peering(PeeringOp::Remove {
+        name: existing.name.clone(),
+    });
+    let deferred = ctx.deferred();
+    Ok(Outcome::Async(Box::pin(async move {
+        if let Some(error) = proposal_error(deferred.propose(&marked).await) {
+            return Box::new(move |reply: &mut Reply| reply.error(&error)) as AsyncResponder;
+        }
+        if let Some(error) = proposal_error(deferred.propose(&remove).await) {
+            // The peering stays marked; a later DELETE answers 200 and the operator sees
+            // it as DELETING.
+            log::warn!(
+                "peering: removing a peering marked for deletion failed: {}",
+                error_text(&error)
+            );
+        }
+        done()
+    })))
+}
+
+fn error_text(error: &ApiError) -> String {
+    match error {
+        ApiError::BadRequest(text)
+        | ApiError::NotFound(text)
+        | ApiError::TooLarge(text)
+        | ApiError::Internal(text)
+        | ApiError::Status(_, text) => text.clone(),
+        ApiError::MethodNotAllowed { method, .. } => format!("method {method} not allowed"),
+    }
+}
+
+fn done() -> AsyncResponder {
+    Box::new(|reply: &mut Reply| reply.send(200, None, b"", b""))
+}
+
+fn proposal_error(result: crate::replica::ProposalResult) -> Option<ApiError> {
+    match result {
+        crate::replica::ProposalResult::Applied(CommandResult::Bool(true)) => None,
+        crate::replica::ProposalResult::Applied(other) => Some(write_failure(other)),
+        other => ApiError::from_proposal(&other),
+    }
+}
