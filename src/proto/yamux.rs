@@ -514,9 +514,14 @@ impl Session {
         true
     }
 
-    /// Half-closes the stream once its queued data has gone out.
+    /// Half-closes the stream once its queued data has gone out. Closing again is a no-op,
+    /// as in yamux: a second FIN would be a protocol error the peer fails the session on.
     pub fn close(&mut self, stream_id: u32) {
         if let Some(stream) = self.streams.get_mut(&stream_id) {
+            if stream.state == State::LocalClosed {
+                debug_assert!(!stream.fin_pending, "a FIN pending only before it is sent");
+                return;
+            }
             stream.fin_pending = true;
             self.flush(stream_id);
         }
@@ -581,7 +586,7 @@ impl Session {
                 State::RemoteClosed => {
                     self.streams.remove(&stream_id);
                 }
-                State::LocalClosed => {}
+                State::LocalClosed => unreachable!("close sends one FIN per stream"),
                 _ => stream.state = State::LocalClosed,
             }
             self.control(frame::WINDOW_UPDATE, flags, stream_id, 0);
@@ -678,6 +683,30 @@ mod tests {
         assert_eq!(events, vec![Event::Closed(1)]);
         assert!(!server.is_open(1));
         assert_eq!((client.stream_count(), server.stream_count()), (0, 0));
+    }
+
+    /// Found by the `yamux` fuzz target: a second `close` sent a second FIN, and the peer
+    /// failed the whole session with "unexpected FIN flag".
+    #[test]
+    fn closing_twice_sends_one_fin() {
+        let mut client = Session::new(Role::Client, 0);
+        let mut server = Session::new(Role::Server, 0);
+        let id = client.open().unwrap();
+        deliver(&mut client, &mut server);
+        deliver(&mut server, &mut client);
+        client.close(id);
+        client.close(id);
+        let events = deliver(&mut client, &mut server);
+        assert_eq!(
+            events,
+            vec![Event::Closed(id)],
+            "one FIN, the session alive"
+        );
+        assert!(server.failure().is_none());
+        assert!(server.send(id, Bytes::from_static(b"still open this way")));
+        let events = deliver(&mut server, &mut client);
+        assert_eq!(data_of(&events, id), b"still open this way");
+        assert!(client.failure().is_none());
     }
 
     #[test]
