@@ -147,22 +147,8 @@ async fn tls_session<H: ForwardedHttp + TypedCalls>(
         debug_assert!(false, "TLS selected without a certificate");
         return;
     };
-    let mut session = match crate::tls::stream::accept(
-        config,
-        stream,
-        HANDSHAKE_TIMEOUT_DEFAULT,
-        FirstRecord::Close,
-    )
-    .await
-    {
-        Ok(session) => session,
-        Err(error) => {
-            log::warn!(
-                "{}",
-                crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
-            );
-            return;
-        }
+    let Some(mut session) = handshake(config, stream, &[], peer).await else {
+        return;
     };
     let Some(byte) = protocol_byte(&mut session).await else {
         return;
@@ -188,23 +174,8 @@ async fn native_tls_session<H: ForwardedHttp + TypedCalls>(
         debug_assert!(false, "native TLS selected without its configuration");
         return;
     };
-    let session = match crate::tls::stream::accept_after(
-        config,
-        stream,
-        &[first],
-        HANDSHAKE_TIMEOUT_DEFAULT,
-        FirstRecord::Close,
-    )
-    .await
-    {
-        Ok(session) => session,
-        Err(error) => {
-            log::warn!(
-                "{}",
-                crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
-            );
-            return;
-        }
+    let Some(session) = handshake(config, stream, &[first], peer).await else {
+        return;
     };
     let (selected, sni) = session.with_connection(|connection| {
         (
@@ -273,31 +244,36 @@ async fn insecure_tls_session<H: ForwardedHttp + TypedCalls>(
         debug_assert!(false, "insecure TLS selected without its configuration");
         return;
     };
-    match crate::tls::stream::accept(
+    if let Some(session) = handshake(config, stream, &[], peer).await {
+        let (reader, writer) = session.into_split();
+        let served = Served::CertificateRequestOnly;
+        rpc_stream(shard, http, reader, writer, peer, served).await
+    }
+}
+
+/// The server side of a TLS handshake on the server port, `read_already` being the bytes
+/// the listener took before it chose TLS; a failure is logged as every TLS listener logs
+/// it, and the connection dropped.
+async fn handshake(
+    config: std::sync::Arc<rustls::ServerConfig>,
+    stream: TcpStream,
+    read_already: &[u8],
+    peer: SocketAddr,
+) -> Option<ServerTlsStream<TcpStream>> {
+    let accepted = crate::tls::stream::accept_after(
         config,
         stream,
+        read_already,
         HANDSHAKE_TIMEOUT_DEFAULT,
         FirstRecord::Close,
     )
-    .await
-    {
-        Ok(session) => {
-            let (reader, writer) = session.into_split();
-            rpc_stream(
-                shard,
-                http,
-                reader,
-                writer,
-                peer,
-                Served::CertificateRequestOnly,
-            )
-            .await
-        }
-        Err(error) => log::warn!(
-            "{}",
-            crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error)
-        ),
-    }
+    .await;
+    accepted
+        .map_err(|error| {
+            let line = crate::tls::handshake_failure_line(Protocol::InternalRpc, peer, &error);
+            log::warn!("{line}");
+        })
+        .ok()
 }
 
 /// Which requests a session serves.
