@@ -150,6 +150,19 @@ impl ApiError {
         ApiError::BadRequest(reason.into())
     }
 
+    /// The error's reason without its status: the text an RPC error carries for it, or a
+    /// message that wraps it.
+    pub fn text(&self) -> String {
+        match self {
+            ApiError::BadRequest(text)
+            | ApiError::NotFound(text)
+            | ApiError::TooLarge(text)
+            | ApiError::Internal(text)
+            | ApiError::Status(_, text) => text.clone(),
+            ApiError::MethodNotAllowed { method, .. } => format!("method {method} not allowed"),
+        }
+    }
+
     /// The answer to a request the raft thread did not apply: Consul's status and message
     /// for each outcome. `None` for `Applied`, which the endpoint answers from the store's
     /// result. Consul answers "No cluster leader", "leadership lost while committing log"

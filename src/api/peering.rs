@@ -319,9 +319,8 @@ pub fn establish(
         return Ok(Outcome::Forward);
     }
     let tables = ctx.current_version();
-    let (own_server_name, _) = tls_materials(&tables, &ctx.config().datacenter).map_err(|e| {
-        ApiError::Internal(format!("failed to fetch TLS materials: {}", error_text(&e)))
-    })?;
+    let (own_server_name, _) = tls_materials(&tables, &ctx.config().datacenter)
+        .map_err(|e| ApiError::Internal(format!("failed to fetch TLS materials: {}", e.text())))?;
     if own_server_name == token.server_name {
         return Err(ApiError::bad_request(format!(
             "cannot create a peering within the same cluster {own_server_name:?}. Refer to the `exported-services` documentation if you want to export between partitions without peering"
@@ -518,22 +517,11 @@ fn delete(ctx: &Context, name: &str) -> Result<Outcome, ApiError> {
             // it as DELETING.
             log::warn!(
                 "peering: removing a peering marked for deletion failed: {}",
-                error_text(&error)
+                error.text()
             );
         }
         done()
     })))
-}
-
-fn error_text(error: &ApiError) -> String {
-    match error {
-        ApiError::BadRequest(text)
-        | ApiError::NotFound(text)
-        | ApiError::TooLarge(text)
-        | ApiError::Internal(text)
-        | ApiError::Status(_, text) => text.clone(),
-        ApiError::MethodNotAllowed { method, .. } => format!("method {method} not allowed"),
-    }
 }
 
 fn done() -> AsyncResponder {

@@ -134,14 +134,7 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
 
 /// An HTTP error's text, as the RPC error Consul sends for it.
 pub fn error_text(error: &ApiError) -> String {
-    match error {
-        ApiError::BadRequest(text)
-        | ApiError::NotFound(text)
-        | ApiError::TooLarge(text)
-        | ApiError::Internal(text)
-        | ApiError::Status(_, text) => text.clone(),
-        ApiError::MethodNotAllowed { method, .. } => format!("method {method} not allowed"),
-    }
+    error.text()
 }
 
 /// A request body that is not the struct its method takes.
