@@ -28,6 +28,8 @@ pub mod debug;
 pub mod event;
 pub mod federation_state;
 pub mod gateways;
+#[cfg(test)]
+mod handler_tests;
 pub mod health;
 pub mod host;
 pub mod intentions;
