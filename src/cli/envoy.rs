@@ -405,7 +405,7 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     if !served {
         return Err("service is not a Connect proxy or gateway".to_string());
     }
-    warn_unserved_kinds(&service, kind);
+    warn_unserved_kinds(kind);
     let destination = service["Proxy"]["DestinationServiceName"]
         .as_str()
         .unwrap_or_default()
@@ -474,18 +474,11 @@ fn gateway_from_flags(args: &EnvoyArgs) -> Result<Option<String>, String> {
 }
 
 /// Warns about what the proxy's registration asks that praetor's Envoy configuration does
-/// not serve: an API gateway, and a mesh gateway's routes to the servers.
-fn warn_unserved_kinds(service: &Value, kind: &str) {
+/// not serve: an API gateway.
+fn warn_unserved_kinds(kind: &str) {
     if kind == "api-gateway" {
         eprintln!(
             "[WARN]  connect envoy: praetor does not configure Envoy as a {kind} yet: it will get no listeners"
-        );
-    }
-    if kind == "mesh-gateway" && service["Meta"]["consul-wan-federation"] == "1" {
-        // Consul's WAN federation through mesh gateways routes the servers' own RPC and
-        // gossip by SNI; praetor's servers federate over their WAN addresses directly.
-        eprintln!(
-            "[WARN]  connect envoy: -expose-servers registered the gateway for WAN federation, but praetor's mesh gateway routes service traffic only, not the servers'"
         );
     }
 }

@@ -105,9 +105,17 @@ pub struct ProxyRegistration {
     /// The `wan` tagged address, when the registration has one: where a mesh gateway is
     /// reached from other datacenters.
     pub wan_address: Option<(String, u16)>,
+    /// A mesh gateway registered with `-expose-servers` (its `Meta` carries Consul's
+    /// `consul-wan-federation = "1"`): it also routes the servers' own names for WAN
+    /// federation.
+    pub expose_servers: bool,
     /// The agent's `ContentHash`: a changed hash is a changed registration.
     pub content_hash: String,
 }
+
+/// The `Meta` key `connect envoy -expose-servers` sets on a mesh gateway, as Consul's
+/// `structs.MetaWANFederationKey`.
+pub const WAN_FEDERATION_META_KEY: &str = "consul-wan-federation";
 
 fn text(object: &Map<String, Value>, key: &str) -> String {
     object
@@ -219,6 +227,11 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
         upstreams,
         mesh_gateway_mode: mesh_gateway_mode(proxy),
         wan_address: wan_address(object)?,
+        expose_servers: kind == ProxyKind::MeshGateway
+            && object
+                .get("Meta")
+                .and_then(Value::as_object)
+                .is_some_and(|meta| text(meta, WAN_FEDERATION_META_KEY) == "1"),
         content_hash: text(object, "ContentHash"),
     })
 }

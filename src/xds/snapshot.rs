@@ -30,6 +30,9 @@ pub const ENDPOINTS_PER_TARGET_MAX: usize = 4096;
 pub const INTENTION_SOURCES_MAX: usize = 8192;
 /// Most services (rows of the gateway-services table) one gateway is configured for.
 pub const GATEWAY_SERVICES_MAX: usize = 4096;
+/// The service every server registers itself as, at its server RPC port (Consul's
+/// `structs.ConsulServiceName`).
+const CONSUL_SERVICE: &str = "consul";
 
 /// What the server knows beyond the proxy: where it runs and the mesh's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -360,6 +363,14 @@ pub struct MeshGatewayRoutes {
     pub services: Vec<GatewayCluster>,
     /// The other datacenters, by name, each with the wildcard SNI that reaches it.
     pub datacenters: Vec<(String, GatewayCluster)>,
+    /// With `-expose-servers` (WAN federation through mesh gateways): this datacenter's
+    /// servers, one cluster each named `<node>.server.<datacenter>.<domain>` (Consul's
+    /// `ServerSNI`) at its server RPC port, in name order; empty otherwise.
+    pub servers: Vec<GatewayCluster>,
+    /// With `-expose-servers`: each other datacenter's servers as one cluster
+    /// `server.<datacenter>.<domain>` whose endpoints are that datacenter's gateways, by
+    /// datacenter name; empty otherwise.
+    pub server_datacenters: Vec<(String, GatewayCluster)>,
 }
 
 /// Everything a `connect-proxy` or a gateway is configured from.
@@ -1504,11 +1515,74 @@ fn mesh_gateway_routes(
             )
         })
         .collect();
+    let (servers, server_datacenters) = if registration.expose_servers {
+        let domain = settings.dns_domain.trim_end_matches('.');
+        let remote_servers = remote
+            .datacenters
+            .iter()
+            .filter(|dc| *dc != local)
+            .map(|dc| {
+                let cluster = GatewayCluster {
+                    name: format!("server.{dc}.{domain}"),
+                    endpoints: remote.gateways(dc),
+                };
+                (dc.clone(), cluster)
+            })
+            .collect();
+        (local_servers(tables, local, domain), remote_servers)
+    } else {
+        (Vec::new(), Vec::new())
+    };
     Ok(MeshGatewayRoutes {
         listeners,
         services,
         datacenters,
+        servers,
+        server_datacenters,
     })
+}
+
+/// This datacenter's servers as a WAN-federating mesh gateway reaches them: each server's
+/// `consul` service instance (registered at its server RPC port), one cluster per server
+/// named by Consul's `ServerSNI`, `<node>.server.<datacenter>.<domain>`. A server whose
+/// checks are critical keeps its cluster with its endpoint marked unhealthy, so Envoy
+/// refuses the connection instead of sending it to a failed server.
+fn local_servers(tables: &Tables, datacenter: &str, domain: &str) -> Vec<GatewayCluster> {
+    let Some(group) = tables.catalog.group(CONSUL_SERVICE) else {
+        return Vec::new();
+    };
+    let mut servers: Vec<GatewayCluster> = group
+        .instances
+        .values()
+        .take(ENDPOINTS_PER_TARGET_MAX)
+        .filter_map(|view| {
+            let node = view.node();
+            let instance = &view.service;
+            let port = u16::try_from(instance.port).ok()?;
+            let address = if instance.address.is_empty() {
+                node.address.to_string()
+            } else {
+                instance.address.to_string()
+            };
+            let healthy = view
+                .node_checks()
+                .iter()
+                .chain(view.checks().iter())
+                .all(|check| !matches!(check.status, Status::Critical | Status::Maintenance));
+            Some(GatewayCluster {
+                name: format!("{}.server.{datacenter}.{domain}", node.name),
+                endpoints: vec![Endpoint {
+                    address,
+                    port,
+                    healthy,
+                    weight: 1,
+                }],
+            })
+        })
+        .collect();
+    servers.sort_by(|a, b| a.name.cmp(&b.name));
+    servers.dedup_by(|a, b| a.name == b.name);
+    servers
 }
 
 #[cfg(test)]
@@ -1656,6 +1730,7 @@ mod tests {
             upstreams: Vec::new(),
             mesh_gateway_mode: String::new(),
             wan_address: Some(("198.51.100.9".into(), 443)),
+            expose_servers: false,
             content_hash: String::new(),
         };
         let settings = XdsSettings {
@@ -1684,5 +1759,45 @@ mod tests {
         assert_eq!(routes.datacenters.len(), 1);
         assert_eq!(routes.datacenters[0].1.name, "dc2.internal.td");
         assert_eq!(routes.datacenters[0].1.endpoints[0].address, "wan-10.2.0.9");
+        assert!(
+            routes.servers.is_empty() && routes.server_datacenters.is_empty(),
+            "server names are routed only with -expose-servers"
+        );
+
+        // The same gateway registered with -expose-servers: each local server by its node
+        // name at its server port, each other datacenter's servers through its gateways.
+        register(&mut tables, 3, "s2", "", "consul", 8300);
+        register(&mut tables, 4, "s1", "", "consul", 8300);
+        let exposing = ProxyRegistration {
+            expose_servers: true,
+            ..registration
+        };
+        let routes = mesh_gateway_routes(&exposing, &tables, &remote, &settings, "td").unwrap();
+        let servers: Vec<_> = routes
+            .servers
+            .iter()
+            .map(|c| {
+                let e = &c.endpoints[0];
+                (
+                    c.name.as_str(),
+                    format!("{}:{}", e.address, e.port),
+                    e.healthy,
+                )
+            })
+            .collect();
+        assert_eq!(
+            servers,
+            vec![
+                ("s1.server.dc1.consul", "10.0.0.4:8300".to_string(), true),
+                ("s2.server.dc1.consul", "10.0.0.3:8300".to_string(), true),
+            ]
+        );
+        assert_eq!(routes.server_datacenters.len(), 1);
+        let (dc, cluster) = &routes.server_datacenters[0];
+        assert_eq!(
+            (dc.as_str(), cluster.name.as_str()),
+            ("dc2", "server.dc2.consul")
+        );
+        assert_eq!(cluster.endpoints[0].address, "wan-10.2.0.9");
     }
 }

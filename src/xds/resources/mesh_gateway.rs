@@ -13,6 +13,12 @@
 //!   cluster `<dc>.internal.<trust domain>` per other datacenter whose endpoints are that
 //!   datacenter's mesh gateways at their WAN addresses. No cluster has a transport socket:
 //!   the bytes stay the client's TLS.
+//! - With `-expose-servers` (WAN federation through mesh gateways, Consul's
+//!   `MetaWANFederationKey`): a chain per other datacenter matching
+//!   `*.server.<dc>.<domain>` to the cluster `server.<dc>.<domain>` (that datacenter's
+//!   gateways), and a chain per local server matching `<node>.server.<dc>.<domain>` exactly
+//!   to that server's cluster (its server RPC port, where native TLS with Consul's ALPN
+//!   names is spoken end to end).
 
 use super::terminating::{sni_listener, tcp_proxy_filter};
 use super::{ads_config_source, duration_ms, socket_address};
@@ -36,21 +42,36 @@ pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
             continue;
         }
         let name = format!("{}:{}:{}", listener.name, listener.address, listener.port);
-        let chains: Vec<FilterChain> = routes
+        let remote_chain = |datacenter: &str, cluster: &GatewayCluster| FilterChain {
+            filter_chain_match: Some(FilterChainMatch {
+                server_names: vec![format!("*.{}", cluster.name)],
+                ..Default::default()
+            }),
+            filters: vec![tcp_proxy_filter(
+                format!("mesh_gateway_remote.{}.{datacenter}", listener.name),
+                cluster.name.clone(),
+            )],
+            ..Default::default()
+        };
+        // Consul's order: other datacenters' services, then (WAN federation) other
+        // datacenters' servers, then each local server by its exact name.
+        let mut chains: Vec<FilterChain> = routes
             .datacenters
             .iter()
-            .map(|(datacenter, cluster)| FilterChain {
-                filter_chain_match: Some(FilterChainMatch {
-                    server_names: vec![format!("*.{}", cluster.name)],
-                    ..Default::default()
-                }),
-                filters: vec![tcp_proxy_filter(
-                    format!("mesh_gateway_remote.{}.{datacenter}", listener.name),
-                    cluster.name.clone(),
-                )],
-                ..Default::default()
-            })
+            .chain(&routes.server_datacenters)
+            .map(|(datacenter, cluster)| remote_chain(datacenter, cluster))
             .collect();
+        chains.extend(routes.servers.iter().map(|server| FilterChain {
+            filter_chain_match: Some(FilterChainMatch {
+                server_names: vec![server.name.clone()],
+                ..Default::default()
+            }),
+            filters: vec![tcp_proxy_filter(
+                format!("mesh_gateway_local_server.{}", listener.name),
+                server.name.clone(),
+            )],
+            ..Default::default()
+        }));
         out.push(sni_listener(
             name,
             socket_address(&listener.address, listener.port),
@@ -67,6 +88,8 @@ fn all_clusters(snapshot: &Snapshot) -> impl Iterator<Item = &GatewayCluster> {
         .services
         .iter()
         .chain(snapshot.mesh.datacenters.iter().map(|(_, c)| c))
+        .chain(&snapshot.mesh.servers)
+        .chain(snapshot.mesh.server_datacenters.iter().map(|(_, c)| c))
 }
 
 /// One EDS cluster per local service (or subset) and per other datacenter, by name.

@@ -468,6 +468,8 @@ fn a_mesh_gateway_routes_by_sni_without_terminating() {
                 endpoints: vec![healthy(443)],
             },
         )],
+        servers: Vec::new(),
+        server_datacenters: Vec::new(),
     };
     let r = build(&s).unwrap();
     assert_eq!(
@@ -511,4 +513,76 @@ fn a_mesh_gateway_routes_by_sni_without_terminating() {
     assert!(chains.iter().all(|c| c.transport_socket.is_none()));
     assert!(chains[1].filter_chain_match.is_none());
     assert_eq!(chains[1].filters[0].name, terminating::SNI_CLUSTER_FILTER);
+}
+
+#[test]
+fn a_mesh_gateway_exposing_the_servers_routes_their_names_as_consul_does() {
+    use crate::xds::snapshot::{GatewayCluster, GatewayListener, MeshGatewayRoutes};
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    let mut s = snapshot(Vec::new());
+    s.kind = ProxyKind::MeshGateway;
+    s.inbound.bind_port = 0;
+    let cluster = |name: &str, port: u16| GatewayCluster {
+        name: name.to_string(),
+        endpoints: vec![healthy(port)],
+    };
+    s.mesh = MeshGatewayRoutes {
+        listeners: vec![GatewayListener {
+            name: "default".into(),
+            address: "10.0.0.9".into(),
+            port: 8443,
+        }],
+        services: Vec::new(),
+        datacenters: vec![("dc2".into(), cluster(&format!("dc2.internal.{TD}"), 443))],
+        servers: vec![
+            cluster("s1.server.dc1.consul", 8300),
+            cluster("s2.server.dc1.consul", 8300),
+        ],
+        server_datacenters: vec![("dc2".into(), cluster("server.dc2.consul", 443))],
+    };
+    let r = build(&s).unwrap();
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![
+            format!("dc2.internal.{TD}"),
+            "s1.server.dc1.consul".to_string(),
+            "s2.server.dc1.consul".to_string(),
+            "server.dc2.consul".to_string(),
+        ]
+    );
+    assert_eq!(
+        names(&r, ResourceType::Endpoint),
+        names(&r, ResourceType::Cluster)
+    );
+    let listener = Listener::decode(
+        &*r.of(ResourceType::Listener)["default:10.0.0.9:8443"]
+            .any
+            .value,
+    )
+    .unwrap();
+    let matched: Vec<Vec<String>> = listener
+        .filter_chains
+        .iter()
+        .map(|c| {
+            c.filter_chain_match
+                .as_ref()
+                .map(|m| m.server_names.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        matched,
+        vec![
+            vec![format!("*.dc2.internal.{TD}")],
+            vec!["*.server.dc2.consul".to_string()],
+            vec!["s1.server.dc1.consul".to_string()],
+            vec!["s2.server.dc1.consul".to_string()],
+            Vec::new(),
+        ],
+        "Consul's order: remote services, remote servers, local servers, then the SNI fallback"
+    );
+    assert!(listener
+        .filter_chains
+        .iter()
+        .all(|c| c.transport_socket.is_none()));
 }

@@ -12,14 +12,16 @@
 //! - dc1 and dc2 federated over the WAN, each with a built-in mesh gateway started with
 //!   `-expose-servers`: through dc1's gateway `s1.server.dc1.consul` and
 //!   `server.dc1.consul` reach dc1's server; through dc2's gateway `s1.server.dc1.consul`
-//!   travels dc2 gateway → dc1 gateway → s1; an unknown node's name is closed.
+//!   travels dc2 gateway → dc1 gateway → s1; an unknown node's name is closed;
+//! - the same through Envoy mesh gateways started by `connect envoy -gateway=mesh -register
+//!   -expose-servers`, whose listeners carry Consul's server filter chains.
 //!
 //! Bounded: every wait has a deadline. A missing interpreter or module is a failure, not a
 //! skip: `tests/run.sh` installs them.
 
 use crate::agent_support::wait_for;
 use crate::common::{fresh_loopback, praetor_binary, praetor_in, Agent, TempDir};
-use crate::envoy::free_port;
+use crate::envoy::{free_port, Envoy};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -190,18 +192,13 @@ impl Drop for Gateway {
     }
 }
 
-#[test]
-fn builtin_mesh_gateways_expose_their_datacenters_servers_by_sni() {
-    let pki = Pki::new("expose-servers-pki");
+/// dc1 (server `s1`, the primary) and dc2 (server `s2`) federated over the WAN, each
+/// server with a certificate naming its node; returned once dc2 has dc1's roots and both
+/// datacenters.
+fn federated_pair(pki: &Pki) -> (Agent, Agent) {
     pki.server("dc1", "s1");
     pki.server("dc2", "s2");
-    let dir = TempDir::new("expose-servers");
-    let (dc1_ip, dc2_ip, gw1_ip, gw2_ip) = (
-        fresh_loopback(),
-        fresh_loopback(),
-        fresh_loopback(),
-        fresh_loopback(),
-    );
+    let (dc1_ip, dc2_ip) = (fresh_loopback(), fresh_loopback());
     let primary = "primary_datacenter = \"dc1\"";
     // No verify_incoming: `?dc=` forwarding stays plain RPC, and native TLS demands a client
     // certificate anyway.
@@ -241,9 +238,44 @@ fn builtin_mesh_gateways_expose_their_datacenters_servers_by_sni() {
             && datacenters.as_array().is_some_and(|d| d.len() == 2))
         .then_some(())
     });
-    let gw1 = Gateway::start(dir.path(), "gw1", &dc1, gw1_ip);
-    let gw2 = Gateway::start(dir.path(), "gw2", &dc2, gw2_ip);
+    (dc1, dc2)
+}
+
+/// Dials `gateway` with `sni` and Consul's ALPN until the server behind it answers
+/// `Status.Leader` with dc1's server (`dc1_ip:8300`), or fails the test with `logs`.
+fn reaches_dc1_server(
+    pki: &Pki,
+    gateway: SocketAddr,
+    sni: &str,
+    dc1_ip: IpAddr,
+    logs: &dyn Fn() -> String,
+) {
     let [ca, cert, key] = pki.client_args();
+    let address = gateway.to_string();
+    let mut last = String::new();
+    let found = wait_for_ok(ROUTE_LIMIT, || {
+        let output = run_script(&["through", &address, sni, &ca, &cert, &key]);
+        last = describe(&output);
+        output.status.success()
+    });
+    assert!(found, "{sni} through {address}: {last}\n{}", logs());
+    assert!(last.contains(&format!("leader {dc1_ip}:8300")), "{last}");
+}
+
+/// A TLS connection to `gateway` naming `sni` is closed without an answer.
+fn refused_at(pki: &Pki, gateway: SocketAddr, sni: &str, logs: &dyn Fn() -> String) {
+    let [ca, cert, key] = pki.client_args();
+    let output = run_script(&["refused", &gateway.to_string(), sni, &ca, &cert, &key]);
+    assert!(output.status.success(), "{}\n{}", describe(&output), logs());
+}
+
+#[test]
+fn builtin_mesh_gateways_expose_their_datacenters_servers_by_sni() {
+    let pki = Pki::new("expose-servers-pki");
+    let dir = TempDir::new("expose-servers");
+    let (dc1, dc2) = federated_pair(&pki);
+    let gw1 = Gateway::start(dir.path(), "gw1", &dc1, fresh_loopback());
+    let gw2 = Gateway::start(dir.path(), "gw2", &dc2, fresh_loopback());
     let logs = || {
         format!(
             "gw1:\n{}\ngw2:\n{}\ndc1:\n{}",
@@ -252,35 +284,82 @@ fn builtin_mesh_gateways_expose_their_datacenters_servers_by_sni() {
             dc1.log()
         )
     };
-    let through = |gateway: SocketAddr, sni: &str| {
-        let address = gateway.to_string();
-        let mut last = String::new();
-        let found = wait_for_ok(ROUTE_LIMIT, || {
-            let output = run_script(&["through", &address, sni, &ca, &cert, &key]);
-            last = describe(&output);
-            output.status.success()
-        });
-        assert!(found, "{sni} through {address}: {last}\n{}", logs());
-        assert!(last.contains(&format!("leader {dc1_ip}:8300")), "{last}");
-    };
-    through(gw1.lan, "s1.server.dc1.consul");
-    through(gw1.lan, "server.dc1.consul");
+    reaches_dc1_server(&pki, gw1.lan, "s1.server.dc1.consul", dc1.ip, &logs);
+    reaches_dc1_server(&pki, gw1.lan, "server.dc1.consul", dc1.ip, &logs);
     // dc2's gateway hands dc1's server names to dc1's gateway.
-    through(gw2.lan, "s1.server.dc1.consul");
-    let output = run_script(&[
-        "refused",
-        &gw1.lan.to_string(),
-        "nobody.server.dc1.consul",
-        &ca,
-        &cert,
-        &key,
-    ]);
-    assert!(output.status.success(), "{}\n{}", describe(&output), logs());
+    reaches_dc1_server(&pki, gw2.lan, "s1.server.dc1.consul", dc1.ip, &logs);
+    refused_at(&pki, gw1.lan, "nobody.server.dc1.consul", &logs);
     assert!(
         gw1.log()
             .contains("no healthy server \"nobody\" in this datacenter"),
         "{}",
         logs()
+    );
+}
+
+/// `connect envoy -gateway=mesh -register -expose-servers` for `agent`, listening on
+/// fresh ports of `agent`'s address (LAN and WAN); the LAN listener's address.
+fn envoy_gateway(agent: &Agent, dir: &TempDir, label: &str) -> (Envoy, SocketAddr) {
+    let (lan, wan) = (free_port(agent.ip), free_port(agent.ip));
+    let envoy = Envoy::start(
+        agent,
+        dir,
+        label,
+        &[
+            "-gateway=mesh",
+            "-register",
+            "-expose-servers",
+            "-service",
+            "mesh-gateway",
+            "-address",
+            &format!("{}:{lan}", agent.ip),
+            "-wan-address",
+            &format!("{}:{wan}", agent.ip),
+        ],
+    );
+    (envoy, SocketAddr::new(agent.ip, lan))
+}
+
+#[test]
+fn envoy_mesh_gateways_expose_their_datacenters_servers_with_consuls_filter_chains() {
+    let pki = Pki::new("envoy-expose-servers-pki");
+    let dir = TempDir::new("envoy-expose-servers");
+    let (dc1, dc2) = federated_pair(&pki);
+    // The xDS server runs on server agents: each gateway registers with its datacenter's.
+    let (gw1, gw1_lan) = envoy_gateway(&dc1, &dir, "gw1");
+    let (gw2, gw2_lan) = envoy_gateway(&dc2, &dir, "gw2");
+    let logs = || {
+        format!(
+            "gw1:\n{}\ngw2:\n{}\ndc1:\n{}\ndc2:\n{}",
+            gw1.log(),
+            gw2.log(),
+            dc1.log(),
+            dc2.log()
+        )
+    };
+    // A local server by its exact name, then dc1's server from dc2: gw2's
+    // `*.server.dc1.consul` chain → gw1's WAN listener → gw1's `s1.server.dc1.consul` chain.
+    reaches_dc1_server(&pki, gw1_lan, "s1.server.dc1.consul", dc1.ip, &logs);
+    reaches_dc1_server(&pki, gw2_lan, "s1.server.dc1.consul", dc1.ip, &logs);
+    // No chain names an unknown server, and the SNI fallback finds no cluster of that name.
+    refused_at(&pki, gw1_lan, "nobody.server.dc1.consul", &logs);
+    let config = gw1.admin_get("/config_dump");
+    for name in [
+        "\"s1.server.dc1.consul\"",
+        "\"server.dc2.consul\"",
+        "\"*.server.dc2.consul\"",
+    ] {
+        assert!(
+            config.contains(name),
+            "no {name} in gw1's config:\n{config}"
+        );
+    }
+    gw1.assert_connected_and_nothing_rejected();
+    gw2.assert_connected_and_nothing_rejected();
+    assert!(
+        !gw1.log().contains("-expose-servers registered"),
+        "the registration is served, so nothing warns: {}",
+        gw1.log()
     );
 }
 
