@@ -288,6 +288,23 @@ impl ForwardedHttp for Server {
     }
 }
 
+/// The answer to a request forwarded more than [`FORWARD_HOPS_MAX`] times.
+const TOO_MANY_HOPS: &[u8] = b"No cluster leader (request forwarded too many times)";
+
+/// Appends a refusal of a forwarded request to `output`, in plain text; the connection
+/// between the servers stays open.
+fn plain_answer(mut output: Vec<u8>, status: u16, text: &[u8]) -> Vec<u8> {
+    http::write_response(
+        &mut output,
+        status,
+        Some("text/plain; charset=utf-8"),
+        b"",
+        text,
+        true,
+    );
+    output
+}
+
 /// Answers a request another server forwarded to us: the raw HTTP/1.1 request in, the raw
 /// response out, through the same dispatch path as a local client.
 async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
@@ -299,26 +316,10 @@ async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
     let head = match http::parse_head(&payload, &limits) {
         Ok(Some(head)) => head,
         Ok(None) => {
-            http::write_response(
-                &mut output,
-                400,
-                Some("text/plain; charset=utf-8"),
-                b"",
-                b"incomplete forwarded request",
-                true,
-            );
-            return output;
+            return plain_answer(output, 400, b"incomplete forwarded request");
         }
         Err(error) => {
-            http::write_response(
-                &mut output,
-                error.status,
-                Some("text/plain; charset=utf-8"),
-                b"",
-                error.message.as_bytes(),
-                true,
-            );
-            return output;
+            return plain_answer(output, error.status, error.message.as_bytes());
         }
     };
     let body_end = match head.framing {
@@ -330,15 +331,7 @@ async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
         .and_then(|h| h.trim().parse().ok())
         .unwrap_or(0);
     if hops > FORWARD_HOPS_MAX {
-        http::write_response(
-            &mut output,
-            500,
-            Some("text/plain; charset=utf-8"),
-            b"",
-            b"No cluster leader (request forwarded too many times)",
-            true,
-        );
-        return output;
+        return plain_answer(output, 500, TOO_MANY_HOPS);
     }
     let body = &payload[head.head_len..body_end];
     let Dispatched {
@@ -369,15 +362,7 @@ async fn answer_forwarded(server: &Server, payload: bytes::Bytes) -> Vec<u8> {
     if matches!(outcome, Outcome::Forward | Outcome::ForwardDatacenter(_))
         && hops >= FORWARD_HOPS_MAX
     {
-        http::write_response(
-            &mut output,
-            500,
-            Some("text/plain; charset=utf-8"),
-            b"",
-            b"No cluster leader (request forwarded too many times)",
-            true,
-        );
-        return output;
+        return plain_answer(output, 500, TOO_MANY_HOPS);
     }
     if let Ok(Some(answer)) =
         complete(server, outcome, shape, &mut output, forward, answer_key).await
