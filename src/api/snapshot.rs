@@ -1,11 +1,14 @@
 //! `/v1/snapshot`: GET saves the whole state as an archive; PUT restores one, replicated
-//! through Raft like any write.
+//! through Raft like any write: on the leader, [`replicate_restore`] proposes the state in
+//! chunks of [`RESTORE_CHUNK_BYTES`] and then the commit every server verifies, so no log
+//! entry carries more than one chunk.
 
 use super::{query_options, ApiError, Context, LeaderOp, Outcome, Reply, Request};
 use crate::proto::http::Method;
 use crate::proto::snapshot_archive;
-use crate::shard::runtime::ReadPlan;
-use crate::store::{CommandResult, Tables};
+use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
+use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
+use crate::store::{Command, CommandResult, Tables};
 use serde_json::json;
 
 /// Largest restore archive accepted, compressed.
@@ -82,6 +85,39 @@ fn restore(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         }),
     }))
 }
+/// Replicates a restore: the state in chunks through the log, then the commit that every
+/// server verifies and switches to. A failed chunk aborts the staged restore.
+pub(in crate::api) async fn replicate_restore(shard: &Shard, state: Vec<u8>) -> ProposalResult {
+    use sha2::Digest;
+    let restore_id: u64 = rand::random();
+    for (i, chunk) in state.chunks(RESTORE_CHUNK_BYTES).enumerate() {
+        let op = RestoreOp::Chunk {
+            restore_id,
+            offset: (i * RESTORE_CHUNK_BYTES) as u64,
+            data: bytes::Bytes::copy_from_slice(chunk),
+        };
+        let result = shard.propose(Command::Restore(op).encode()).await;
+        let failure = match result {
+            ProposalResult::Applied(CommandResult::Error(reason)) => {
+                ProposalResult::Applied(CommandResult::Error(format!("restore failed: {reason}")))
+            }
+            ProposalResult::Applied(_) => continue,
+            refused => refused,
+        };
+        let _ = shard
+            .propose(Command::Restore(RestoreOp::Abort { restore_id }).encode())
+            .await;
+        return failure;
+    }
+    let sha256 = sha2::Sha256::digest(&state).to_vec();
+    let commit = RestoreOp::Commit {
+        restore_id,
+        total_bytes: state.len() as u64,
+        sha256,
+    };
+    shard.propose(Command::Restore(commit).encode()).await
+}
+
 /// Proves a snapshot's state whole and decodable (`praetor snapshot save` verifies what it
 /// keeps, as Consul's does).
 pub fn verify_state(state: &[u8]) -> Result<(), String> {

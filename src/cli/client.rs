@@ -557,13 +557,33 @@ fn read_stream(
     head_timeout: Duration,
     on_data: &mut dyn FnMut(Option<&[u8]>) -> bool,
 ) -> Result<StreamEnd, String> {
-    let mut raw: Vec<u8> = Vec::new();
-    let mut buffer = vec![0u8; 64 * 1024];
-    // Some(n): n bytes read; None: a tick of silence; Ok(Some(0)): end of stream.
-    let mut fill = |raw: &mut Vec<u8>| -> Result<Option<usize>, String> {
-        match stream.read(&mut buffer) {
+    let mut reader = StreamReader {
+        stream,
+        raw: Vec::new(),
+        buffer: vec![0u8; 64 * 1024],
+    };
+    let head = reader.head(head_timeout)?;
+    let framing = framing_of(&head.headers)?;
+    if !(200..300).contains(&head.status) {
+        return Err(reader.error_answer(&head, &framing)?);
+    }
+    reader.body(head.length, matches!(framing, Framing::Chunked), on_data)
+}
+
+/// A streamed answer's connection and the bytes read from it not yet handed on.
+struct StreamReader<'s> {
+    stream: &'s mut dyn Stream,
+    raw: Vec<u8>,
+    buffer: Vec<u8>,
+}
+
+impl StreamReader<'_> {
+    /// Reads once into `raw`. `Some(n)`: n bytes read (`Some(0)`: end of stream); `None`: a
+    /// tick of silence.
+    fn fill(&mut self) -> Result<Option<usize>, String> {
+        match self.stream.read(&mut self.buffer) {
             Ok(n) => {
-                raw.extend_from_slice(&buffer[..n]);
+                self.raw.extend_from_slice(&self.buffer[..n]);
                 Ok(Some(n))
             }
             Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(Some(0)),
@@ -577,80 +597,94 @@ fn read_stream(
             }
             Err(e) => Err(e.to_string()),
         }
-    };
-    let started = std::time::Instant::now();
-    let head = loop {
-        if let Some(head) = parse_head(&raw)? {
-            break head;
-        }
-        if raw.len() > RESPONSE_HEAD_BYTES_MAX {
-            return Err(format!(
-                "response head larger than {RESPONSE_HEAD_BYTES_MAX} bytes"
-            ));
-        }
-        match fill(&mut raw)? {
-            Some(0) => {
-                return Err("agent closed the connection before a complete response".to_string())
+    }
+
+    /// Reads until the head is whole, at most [`RESPONSE_HEAD_BYTES_MAX`] of it, giving up
+    /// after `timeout` of silence.
+    fn head(&mut self, timeout: Duration) -> Result<Head, String> {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(head) = parse_head(&self.raw)? {
+                return Ok(head);
             }
-            Some(_) => {}
-            None if started.elapsed() > head_timeout => {
-                return Err("timed out waiting for the agent".to_string())
+            if self.raw.len() > RESPONSE_HEAD_BYTES_MAX {
+                return Err(format!(
+                    "response head larger than {RESPONSE_HEAD_BYTES_MAX} bytes"
+                ));
             }
-            None => {}
+            match self.fill()? {
+                Some(0) => {
+                    return Err("agent closed the connection before a complete response".to_string())
+                }
+                Some(_) => {}
+                None if started.elapsed() > timeout => {
+                    return Err("timed out waiting for the agent".to_string())
+                }
+                None => {}
+            }
         }
-    };
-    let framing = framing_of(&head.headers)?;
-    if !(200..300).contains(&head.status) {
-        // An error answer is small and complete: read it whole.
-        let mut body = raw[head.length..].to_vec();
-        while let Framing::Length(length) = framing {
+    }
+
+    /// An error answer is small and complete: read whole, and worded as Consul's client
+    /// words it.
+    fn error_answer(&mut self, head: &Head, framing: &Framing) -> Result<String, String> {
+        let mut body = self.raw[head.length..].to_vec();
+        while let Framing::Length(length) = *framing {
             if body.len() >= length {
                 break;
             }
-            match fill(&mut raw)? {
+            match self.fill()? {
                 Some(0) => break,
-                _ => body = raw[head.length..].to_vec(),
+                _ => body = self.raw[head.length..].to_vec(),
             }
         }
-        return Err(format!(
+        Ok(format!(
             "Unexpected response code: {} ({})",
             head.status,
             String::from_utf8_lossy(&body).trim()
-        ));
+        ))
     }
-    let chunked = matches!(framing, Framing::Chunked);
-    let mut decoder = crate::proto::http::ChunkedDecoder::default();
-    let mut decoded = Vec::new();
-    let mut consumed = head.length;
-    loop {
-        if chunked {
-            consumed += decoder
-                // A stream may run for days: what bounds memory is that each read is
-                // handed on at once, not a total.
-                .decode(&raw[consumed..], &mut decoded, usize::MAX)
-                .map_err(|e| format!("malformed chunked response: {}", e.message))?;
-            raw.drain(..consumed);
-            consumed = 0;
-            if !decoded.is_empty() && !on_data(Some(&decoded)) {
-                return Ok(StreamEnd::Stopped);
-            }
-            decoded.clear();
-            if decoder.is_done() {
-                return Ok(StreamEnd::Ended);
-            }
-        } else if raw.len() > consumed {
-            if !on_data(Some(&raw[consumed..])) {
-                return Ok(StreamEnd::Stopped);
-            }
-            raw.clear();
-            consumed = 0;
-        }
-        match fill(&mut raw)? {
-            Some(0) => return Ok(StreamEnd::Ended),
-            Some(_) => {}
-            None => {
-                if !on_data(None) {
+
+    /// Hands the body on piece by piece from `consumed` (the head's end), `on_data(None)` at
+    /// each tick of silence, until the body ends or `on_data` says stop.
+    fn body(
+        &mut self,
+        mut consumed: usize,
+        chunked: bool,
+        on_data: &mut dyn FnMut(Option<&[u8]>) -> bool,
+    ) -> Result<StreamEnd, String> {
+        let mut decoder = crate::proto::http::ChunkedDecoder::default();
+        let mut decoded = Vec::new();
+        loop {
+            if chunked {
+                consumed += decoder
+                    // A stream may run for days: what bounds memory is that each read is
+                    // handed on at once, not a total.
+                    .decode(&self.raw[consumed..], &mut decoded, usize::MAX)
+                    .map_err(|e| format!("malformed chunked response: {}", e.message))?;
+                self.raw.drain(..consumed);
+                consumed = 0;
+                if !decoded.is_empty() && !on_data(Some(&decoded)) {
                     return Ok(StreamEnd::Stopped);
+                }
+                decoded.clear();
+                if decoder.is_done() {
+                    return Ok(StreamEnd::Ended);
+                }
+            } else if self.raw.len() > consumed {
+                if !on_data(Some(&self.raw[consumed..])) {
+                    return Ok(StreamEnd::Stopped);
+                }
+                self.raw.clear();
+                consumed = 0;
+            }
+            match self.fill()? {
+                Some(0) => return Ok(StreamEnd::Ended),
+                Some(_) => {}
+                None => {
+                    if !on_data(None) {
+                        return Ok(StreamEnd::Stopped);
+                    }
                 }
             }
         }

@@ -173,75 +173,87 @@ pub fn members(args: MembersArgs) -> Result<i32, String> {
             .unwrap_or("")
             .cmp(b["Name"].as_str().unwrap_or(""))
     });
-    let address = |m: &Value| {
-        let addr = m["Addr"].as_str().unwrap_or("");
-        let port = m["Port"].as_u64().unwrap_or(0);
-        if addr.contains(':') {
-            format!("[{addr}]:{port}")
-        } else {
-            format!("{addr}:{port}")
-        }
-    };
-    let mut rows = Vec::new();
-    if args.detailed {
-        rows.push(vec![
-            "Node".to_string(),
-            "Address".to_string(),
-            "Status".to_string(),
-            "Tags".to_string(),
-        ]);
-        for m in list {
-            let tags: Vec<String> = m["Tags"]
-                .as_object()
-                .map(|t| {
-                    let mut pairs: Vec<String> = t
-                        .iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                        .collect();
-                    pairs.sort();
-                    pairs
-                })
-                .unwrap_or_default();
-            rows.push(vec![
-                m["Name"].as_str().unwrap_or("").to_string(),
-                address(m),
-                status_name(m["Status"].as_i64().unwrap_or(-1)).to_string(),
-                tags.join(","),
-            ]);
-        }
+    let rows = if args.detailed {
+        detailed_member_rows(&list)
     } else {
-        rows.push(
-            [
-                "Node", "Address", "Status", "Type", "Build", "Protocol", "DC", "Segment",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        );
-        for m in list {
-            let server = tag(m, "role") == "consul";
-            let build = tag(m, "build").split(':').next().unwrap_or("").to_string();
-            let segment = if server {
-                "<all>".to_string()
-            } else if tag(m, "segment").is_empty() {
-                "<default>".to_string()
-            } else {
-                tag(m, "segment").to_string()
-            };
-            rows.push(vec![
-                m["Name"].as_str().unwrap_or("").to_string(),
-                address(m),
-                status_name(m["Status"].as_i64().unwrap_or(-1)).to_string(),
-                if server { "server" } else { "client" }.to_string(),
-                build,
-                tag(m, "vsn").to_string(),
-                tag(m, "dc").to_string(),
-                segment,
-            ]);
-        }
-    }
+        member_rows(&list)
+    };
     print!("{}", columns(&rows));
     Ok(0)
+}
+
+/// A member's gossip address, `host:port` (IPv6 in brackets).
+fn member_address(m: &Value) -> String {
+    let addr = m["Addr"].as_str().unwrap_or("");
+    let port = m["Port"].as_u64().unwrap_or(0);
+    if addr.contains(':') {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{addr}:{port}")
+    }
+}
+
+/// `members -detailed`: every tag of each member, sorted as `key=value`.
+fn detailed_member_rows(list: &[&Value]) -> Vec<Vec<String>> {
+    let mut rows = vec![vec![
+        "Node".to_string(),
+        "Address".to_string(),
+        "Status".to_string(),
+        "Tags".to_string(),
+    ]];
+    for m in list {
+        let tags: Vec<String> = m["Tags"]
+            .as_object()
+            .map(|t| {
+                let mut pairs: Vec<String> = t
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect();
+                pairs.sort();
+                pairs
+            })
+            .unwrap_or_default();
+        rows.push(vec![
+            m["Name"].as_str().unwrap_or("").to_string(),
+            member_address(m),
+            status_name(m["Status"].as_i64().unwrap_or(-1)).to_string(),
+            tags.join(","),
+        ]);
+    }
+    rows
+}
+
+/// `members`: Consul's columns, the type, build, protocol, datacenter and segment read
+/// from the tags.
+fn member_rows(list: &[&Value]) -> Vec<Vec<String>> {
+    let mut rows = vec![[
+        "Node", "Address", "Status", "Type", "Build", "Protocol", "DC", "Segment",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()];
+    for m in list {
+        let server = tag(m, "role") == "consul";
+        let build = tag(m, "build").split(':').next().unwrap_or("").to_string();
+        let segment = if server {
+            "<all>".to_string()
+        } else if tag(m, "segment").is_empty() {
+            "<default>".to_string()
+        } else {
+            tag(m, "segment").to_string()
+        };
+        rows.push(vec![
+            m["Name"].as_str().unwrap_or("").to_string(),
+            member_address(m),
+            status_name(m["Status"].as_i64().unwrap_or(-1)).to_string(),
+            if server { "server" } else { "client" }.to_string(),
+            build,
+            tag(m, "vsn").to_string(),
+            tag(m, "dc").to_string(),
+            segment,
+        ]);
+    }
+    rows
 }
 
 pub fn join(args: JoinArgs) -> Result<i32, String> {

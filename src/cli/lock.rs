@@ -745,7 +745,8 @@ fn supervise(child: &mut Child, lost: &Receiver<()>) -> Ending {
     }
 }
 
-pub fn run(args: LockArgs) -> Result<i32, String> {
+/// Checks the arguments in Consul's order; returns the key prefix without its leading `/`.
+fn validated_prefix(args: &LockArgs) -> Result<String, String> {
     if args.limit <= 0 {
         return Err("Lock holder limit must be positive".to_string());
     }
@@ -761,6 +762,49 @@ pub fn run(args: LockArgs) -> Result<i32, String> {
     if args.monitor_retry < 0 {
         return Err("Number for 'monitor-retry' must be >= 0".to_string());
     }
+    Ok(prefix)
+}
+
+/// Runs the child command while the lock is held, until it exits, the lock is lost or a
+/// shutdown is asked for (the child then gets the signal and is killed). Returns the child's
+/// exit code as the lock command reports it: 0, or 2 when it failed or could not start.
+fn run_handler(holder: &Holder, args: &LockArgs, lost: &Receiver<()>) -> i32 {
+    holder.info("Starting handler");
+    let mut child = match start_child(&args.child, args.pass_stdin, args.shell) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("Error starting handler: {e}");
+            return 2;
+        }
+    };
+    let mut child_code = 0;
+    match supervise(&mut child, lost) {
+        Ending::ChildExited(status) => {
+            if !status.success() {
+                eprintln!("Error running handler: {status}");
+                child_code = 2;
+            }
+            holder.info("Child terminated, releasing lock");
+        }
+        Ending::LockLost => {
+            holder.info("Lock lost, killing child");
+            kill_child(&mut child, args.verbose);
+        }
+        Ending::Shutdown => {
+            holder.info("Shutdown triggered, killing child");
+            let signal = LAST_SIGNAL.load(Ordering::SeqCst);
+            if signal != 0 {
+                // SAFETY: forwarding the signal we received to our own child.
+                unsafe { libc::kill(child.id() as i32, signal) };
+            }
+            kill_child(&mut child, args.verbose);
+        }
+    }
+    child_code
+}
+
+pub fn run(args: LockArgs) -> Result<i32, String> {
+    let prefix = validated_prefix(&args)?;
     let timeout = args.timeout.or(args.try_timeout).filter(|d| !d.is_zero());
     let name = args
         .name
@@ -819,40 +863,12 @@ pub fn run(args: LockArgs) -> Result<i32, String> {
     }
     let (lost_tx, lost_rx) = mpsc::channel();
     holder.monitor(args.monitor_retry as u32, lost_tx);
-    let mut child_code = 0;
-    if shutdown_requested() {
+    let child_code = if shutdown_requested() {
         eprintln!("Shutdown triggered during lock acquisition");
+        0
     } else {
-        holder.info("Starting handler");
-        match start_child(&args.child, args.pass_stdin, args.shell) {
-            Err(e) => {
-                eprintln!("Error starting handler: {e}");
-                child_code = 2;
-            }
-            Ok(mut child) => match supervise(&mut child, &lost_rx) {
-                Ending::ChildExited(status) => {
-                    if !status.success() {
-                        eprintln!("Error running handler: {status}");
-                        child_code = 2;
-                    }
-                    holder.info("Child terminated, releasing lock");
-                }
-                Ending::LockLost => {
-                    holder.info("Lock lost, killing child");
-                    kill_child(&mut child, verbose);
-                }
-                Ending::Shutdown => {
-                    holder.info("Shutdown triggered, killing child");
-                    let signal = LAST_SIGNAL.load(Ordering::SeqCst);
-                    if signal != 0 {
-                        // SAFETY: forwarding the signal we received to our own child.
-                        unsafe { libc::kill(child.id() as i32, signal) };
-                    }
-                    kill_child(&mut child, verbose);
-                }
-            },
-        }
-    }
+        run_handler(&holder, &args, &lost_rx)
+    };
     let released = holder.release();
     stop_session(renewer);
     released.map_err(|e| format!("Lock release failed: {e}"))?;

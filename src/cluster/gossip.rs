@@ -665,103 +665,119 @@ impl GossipDriver {
             next_request: Cell::new(0),
         });
         st.publish();
-
-        let udp_loop = async {
-            let mut buf: Vec<u8> = Vec::with_capacity(UDP_DATAGRAM_BYTES_MAX);
-            loop {
-                let (res, b) = st.udp.recv_from(buf).await;
-                buf = b;
-                if let Ok((n, from)) = res {
-                    telemetry::add(Counter::MemberlistUdpReceived, n as u64);
-                    let now = st.now();
-                    st.core.borrow_mut().handle_packet(now, from, &buf[..n]);
-                    flush(&st).await;
-                }
-                // monoio reads into the vector's capacity, so no reset is needed.
-            }
-        };
-        let accept_loop = async {
-            loop {
-                if let Ok((stream, from)) = listener.accept().await {
-                    telemetry::incr(Counter::MemberlistTcpAccept);
-                    monoio::spawn(serve_connection(st.clone(), stream, from));
-                }
-            }
-        };
-        let timer_loop = async {
-            loop {
-                let deadline = st.core.borrow().next_deadline();
-                let wait = deadline
-                    .map(|d| d.saturating_sub(st.now()))
-                    .unwrap_or(Duration::from_secs(1));
-                monoio::select! {
-                    _ = monoio::time::sleep(wait) => {},
-                    _ = wake_rx.recv_async() => {},
-                }
-                let now = st.now();
-                let due = st.core.borrow().next_deadline().is_some_and(|d| d <= now);
-                if due {
-                    st.core.borrow_mut().tick(now);
-                    flush(&st).await;
-                }
-            }
-        };
-        let command_loop = async {
-            while let Ok(cmd) = commands.recv_async().await {
-                let now = st.now();
-                match cmd {
-                    Command::Shutdown => break,
-                    Command::Join(addrs, ignore_old, tx) => {
-                        let id = st.request_id();
-                        st.joins.borrow_mut().insert(id, tx);
-                        st.core.borrow_mut().join(now, id, &addrs, ignore_old);
-                    }
-                    Command::Leave(tx) => {
-                        let id = st.request_id();
-                        st.leaves.borrow_mut().insert(id, tx);
-                        st.core.borrow_mut().leave(now, id);
-                    }
-                    Command::ForceLeave(node, prune, tx) => {
-                        st.core.borrow_mut().force_leave(now, &node, prune);
-                        let _ = tx.send(());
-                    }
-                    Command::UserEvent(name, payload, coalesce, tx) => {
-                        let r = st
-                            .core
-                            .borrow_mut()
-                            .user_event(now, &name, &payload, coalesce);
-                        let _ = tx.send(r.map_err(GossipError::Failed));
-                    }
-                    Command::KeyOp(op, tx) => {
-                        let id = st.request_id();
-                        st.key_ops.borrow_mut().insert(id, tx);
-                        st.core.borrow_mut().key_op(now, id, op);
-                    }
-                    Command::LocalKey(op, tx) => {
-                        let mut core = st.core.borrow_mut();
-                        let r = match op {
-                            LocalKeyOp::Install(k) => core.install_key(&k),
-                            LocalKeyOp::Use(k) => core.use_key(&k),
-                            LocalKeyOp::Remove(k) => core.remove_key(&k),
-                        };
-                        drop(core);
-                        let _ = tx.send(r.map_err(GossipError::Failed));
-                    }
-                    Command::SetTags(tags, tx) => {
-                        let r = st.core.borrow_mut().set_tags(now, tags);
-                        let _ = tx.send(r.map_err(GossipError::Failed));
-                    }
-                }
-                flush(&st).await;
-            }
-        };
         monoio::select! {
-            _ = udp_loop => {},
-            _ = accept_loop => {},
-            _ = timer_loop => {},
-            _ = command_loop => {},
+            _ = receive_packets(&st) => {},
+            _ = accept_streams(&st, &listener) => {},
+            _ = run_timers(&st, &wake_rx) => {},
+            _ = serve_commands(&st, &commands) => {},
         }
         st.shared.local_addr.store(Arc::new(None));
         Ok(())
+    }
+}
+
+/// Hands every datagram to the core, then sends what it answers.
+async fn receive_packets(st: &Rc<State>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(UDP_DATAGRAM_BYTES_MAX);
+    loop {
+        let (res, b) = st.udp.recv_from(buf).await;
+        buf = b;
+        if let Ok((n, from)) = res {
+            telemetry::add(Counter::MemberlistUdpReceived, n as u64);
+            let now = st.now();
+            st.core.borrow_mut().handle_packet(now, from, &buf[..n]);
+            flush(st).await;
+        }
+        // monoio reads into the vector's capacity, so no reset is needed.
+    }
+}
+
+/// Serves each accepted stream (push-pull, TCP pings) on its own task.
+async fn accept_streams(st: &Rc<State>, listener: &TcpListener) {
+    loop {
+        if let Ok((stream, from)) = listener.accept().await {
+            telemetry::incr(Counter::MemberlistTcpAccept);
+            monoio::spawn(serve_connection(st.clone(), stream, from));
+        }
+    }
+}
+
+/// Ticks the core at its next deadline, waking early when a command may have moved it.
+async fn run_timers(st: &Rc<State>, wake_rx: &flume::Receiver<()>) {
+    loop {
+        let deadline = st.core.borrow().next_deadline();
+        let wait = deadline
+            .map(|d| d.saturating_sub(st.now()))
+            .unwrap_or(Duration::from_secs(1));
+        monoio::select! {
+            _ = monoio::time::sleep(wait) => {},
+            _ = wake_rx.recv_async() => {},
+        }
+        let now = st.now();
+        let due = st.core.borrow().next_deadline().is_some_and(|d| d <= now);
+        if due {
+            st.core.borrow_mut().tick(now);
+            flush(st).await;
+        }
+    }
+}
+
+/// Applies the handle's commands in order until `Shutdown` (or every handle is gone).
+async fn serve_commands(st: &Rc<State>, commands: &flume::Receiver<Command>) {
+    while let Ok(cmd) = commands.recv_async().await {
+        if matches!(cmd, Command::Shutdown) {
+            break;
+        }
+        apply_command(st, cmd);
+        flush(st).await;
+    }
+}
+
+/// Starts one command on the core: requests that finish later park their reply channel under
+/// a request ID; the rest reply now.
+fn apply_command(st: &Rc<State>, cmd: Command) {
+    let now = st.now();
+    match cmd {
+        Command::Shutdown => {}
+        Command::Join(addrs, ignore_old, tx) => {
+            let id = st.request_id();
+            st.joins.borrow_mut().insert(id, tx);
+            st.core.borrow_mut().join(now, id, &addrs, ignore_old);
+        }
+        Command::Leave(tx) => {
+            let id = st.request_id();
+            st.leaves.borrow_mut().insert(id, tx);
+            st.core.borrow_mut().leave(now, id);
+        }
+        Command::ForceLeave(node, prune, tx) => {
+            st.core.borrow_mut().force_leave(now, &node, prune);
+            let _ = tx.send(());
+        }
+        Command::UserEvent(name, payload, coalesce, tx) => {
+            let r = st
+                .core
+                .borrow_mut()
+                .user_event(now, &name, &payload, coalesce);
+            let _ = tx.send(r.map_err(GossipError::Failed));
+        }
+        Command::KeyOp(op, tx) => {
+            let id = st.request_id();
+            st.key_ops.borrow_mut().insert(id, tx);
+            st.core.borrow_mut().key_op(now, id, op);
+        }
+        Command::LocalKey(op, tx) => {
+            let mut core = st.core.borrow_mut();
+            let r = match op {
+                LocalKeyOp::Install(k) => core.install_key(&k),
+                LocalKeyOp::Use(k) => core.use_key(&k),
+                LocalKeyOp::Remove(k) => core.remove_key(&k),
+            };
+            drop(core);
+            let _ = tx.send(r.map_err(GossipError::Failed));
+        }
+        Command::SetTags(tags, tx) => {
+            let r = st.core.borrow_mut().set_tags(now, tags);
+            let _ = tx.send(r.map_err(GossipError::Failed));
+        }
     }
 }

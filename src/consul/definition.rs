@@ -10,7 +10,7 @@ use crate::consul::registration::{
     is_any_address, parse_check_definition, parse_service_tagged_addresses, parse_weights,
     validate_service_meta, SERVICE_TAGS_MAX,
 };
-use crate::store::catalog::{CheckDefinition, ServiceRegistration, Status};
+use crate::store::catalog::{CheckDefinition, ServiceRegistration, Status, Weights};
 use std::time::Duration;
 
 /// Consul's floor for check intervals; shorter intervals are raised to it.
@@ -240,23 +240,7 @@ pub fn expand_sidecar(
 ) -> Result<ServiceDefinition, DefinitionError> {
     use serde_json::{json, Value};
     let sidecar = Obj::new(raw).map_err(decode_failed)?;
-    if sidecar.has(&["sidecarservice"])
-        || sidecar
-            .obj(&["connect"])
-            .ok()
-            .flatten()
-            .is_some_and(|c| c.has(&["sidecarservice"]))
-    {
-        return Err(DefinitionError::bad(
-            "Invalid SidecarService: sidecar_service can't have a nested sidecar_service",
-        ));
-    }
-    let kind = sidecar.string(&["kind"]).map_err(decode_failed)?;
-    if !kind.is_empty() && kind != "connect-proxy" {
-        return Err(DefinitionError::bad(format!(
-            "Invalid SidecarService: sidecar_service can't specify a Kind other than connect-proxy, got {kind:?}"
-        )));
-    }
+    validate_sidecar_shape(&sidecar)?;
     let mut body = raw.as_object().cloned().unwrap_or_default();
     let mut set_default = |key: &str, value: Value| {
         if !sidecar.has(&[key]) {
@@ -290,15 +274,58 @@ pub fn expand_sidecar(
     });
     body.insert("Port".into(), json!(port));
     body.insert("Kind".into(), json!("connect-proxy"));
+    let proxy = sidecar_proxy(&sidecar, parent);
+    body.retain(|k, _| crate::consul::body::normalize_key(k) != "proxy");
+    body.insert("Proxy".into(), proxy);
+    let has_checks = sidecar.has(&["check"]) || sidecar.has(&["checks"]);
+    let sidecar_address = sidecar.string(&["address"]).map_err(decode_failed)?;
+    if !has_checks {
+        body.insert(
+            "Checks".into(),
+            sidecar_default_checks(sidecar_address, port, parent),
+        );
+    }
+    let definition =
+        parse_service_definition(&Obj::new(&Value::Object(body)).map_err(decode_failed)?)?;
+    Ok(definition)
+}
+
+/// A sidecar is a plain `connect-proxy`: it cannot nest a sidecar of its own nor be another kind.
+fn validate_sidecar_shape(sidecar: &Obj) -> Result<(), DefinitionError> {
+    if sidecar.has(&["sidecarservice"])
+        || sidecar
+            .obj(&["connect"])
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.has(&["sidecarservice"]))
+    {
+        return Err(DefinitionError::bad(
+            "Invalid SidecarService: sidecar_service can't have a nested sidecar_service",
+        ));
+    }
+    let kind = sidecar.string(&["kind"]).map_err(decode_failed)?;
+    if !kind.is_empty() && kind != "connect-proxy" {
+        return Err(DefinitionError::bad(format!(
+            "Invalid SidecarService: sidecar_service can't specify a Kind other than connect-proxy, got {kind:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The sidecar's `Proxy` block: what was given, with the local service defaulting to the parent
+/// on loopback, and the destination always the parent.
+fn sidecar_proxy(sidecar: &Obj, parent: &ServiceRegistration) -> serde_json::Value {
+    use crate::consul::body::normalize_key;
+    use serde_json::{json, Value};
     let mut proxy = match sidecar.get(&["proxy"]) {
         Some(Value::Object(p)) => Value::Object(p.clone()),
         _ => json!({}),
     };
     let proxy_obj = proxy.as_object_mut().expect("an object");
     let mut proxy_default = |key: &str, value: Value| {
-        let present = proxy_obj.keys().any(|k| {
-            crate::consul::body::normalize_key(k) == crate::consul::body::normalize_key(key)
-        });
+        let present = proxy_obj
+            .keys()
+            .any(|k| normalize_key(k) == normalize_key(key));
         if !present {
             proxy_obj.insert(key.to_string(), value);
         }
@@ -307,37 +334,35 @@ pub fn expand_sidecar(
     proxy_default("LocalServicePort", json!(parent.port));
     // The destination is always the parent, whatever was given.
     proxy_obj.retain(|k, _| {
-        let key = crate::consul::body::normalize_key(k);
+        let key = normalize_key(k);
         key != "destinationservicename" && key != "destinationserviceid"
     });
     proxy_obj.insert("DestinationServiceName".into(), json!(parent.name));
     proxy_obj.insert("DestinationServiceID".into(), json!(parent.id));
-    body.retain(|k, _| crate::consul::body::normalize_key(k) != "proxy");
-    body.insert("Proxy".into(), proxy);
-    let has_checks = sidecar.has(&["check"]) || sidecar.has(&["checks"]);
-    let sidecar_address = sidecar.string(&["address"]).map_err(decode_failed)?;
-    if !has_checks {
-        let check_address = if sidecar_address.is_empty() {
-            "127.0.0.1".to_string()
-        } else {
-            sidecar_address
-        };
-        let tcp = if check_address.contains(':') {
-            format!("[{check_address}]:{port}")
-        } else {
-            format!("{check_address}:{port}")
-        };
-        body.insert(
-            "Checks".into(),
-            json!([
-                {"Name": "Connect Sidecar Listening", "TCP": tcp, "Interval": "10s"},
-                {"Name": format!("Connect Sidecar Aliasing {}", parent.id), "AliasService": parent.id},
-            ]),
-        );
-    }
-    let definition =
-        parse_service_definition(&Obj::new(&Value::Object(body)).map_err(decode_failed)?)?;
-    Ok(definition)
+    proxy
+}
+
+/// Consul's two checks for a sidecar that names none: a TCP probe of its listener and an alias
+/// of the parent service.
+fn sidecar_default_checks(
+    sidecar_address: String,
+    port: u16,
+    parent: &ServiceRegistration,
+) -> serde_json::Value {
+    let check_address = if sidecar_address.is_empty() {
+        "127.0.0.1".to_string()
+    } else {
+        sidecar_address
+    };
+    let tcp = if check_address.contains(':') {
+        format!("[{check_address}]:{port}")
+    } else {
+        format!("{check_address}:{port}")
+    };
+    serde_json::json!([
+        {"Name": "Connect Sidecar Listening", "TCP": tcp, "Interval": "10s"},
+        {"Name": format!("Connect Sidecar Aliasing {}", parent.id), "AliasService": parent.id},
+    ])
 }
 
 /// A decoding or validation failure, with the status Consul answers it with.
@@ -483,7 +508,8 @@ pub fn parse_check(obj: &Obj, service_id: Option<&str>) -> Result<CheckSpec, Def
     })
 }
 
-/// Decodes a service definition (Consul's `ServiceDefinition`) with its checks.
+/// Decodes a service definition (Consul's `ServiceDefinition`) with its checks. The fields are
+/// decoded and validated in Consul's order, so the first error reported is Consul's.
 pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, DefinitionError> {
     let name = obj.string(&["name", "service"]).map_err(decode_failed)?;
     if name.is_empty() {
@@ -498,18 +524,7 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
     validate_service_meta(&kind, &meta)
         .map_err(|e| DefinitionError::bad(format!("Invalid Service Meta: {e}")))?;
     let weights = parse_weights(obj).map_err(decode_failed)?;
-    if let Some(w) = weights {
-        if w.passing < 1 {
-            return Err(DefinitionError::bad(
-                "Invalid Weights: Passing must be greater than 0",
-            ));
-        }
-        if w.passing > 65535 || w.warning > 65535 {
-            return Err(DefinitionError::bad(
-                "Invalid Weights: DNS Weight must be between 0 and 65535",
-            ));
-        }
-    }
+    validate_weights(weights.as_ref())?;
     let tags = obj.str_list(&["tags"]).map_err(decode_failed)?;
     if tags.len() > SERVICE_TAGS_MAX {
         return Err(DefinitionError::bad(format!(
@@ -528,66 +543,16 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
         _ => None,
     };
     if kind == "connect-proxy" {
-        if proxy
-            .as_ref()
-            .is_none_or(|p| p.str("DestinationServiceName").is_empty())
-        {
-            return Err(DefinitionError::bad(
-                "Validation failed: Proxy.DestinationServiceName must be non-empty for Connect proxy services",
-            ));
-        }
-        if port == 0
-            && obj
-                .string(&["socketpath"])
-                .map_err(decode_failed)?
-                .is_empty()
-        {
-            return Err(DefinitionError::bad(
-                "Validation failed: Port or SocketPath must be set for a Connect proxy",
-            ));
-        }
+        validate_connect_proxy(obj, proxy.as_ref(), port)?;
     }
-    let (connect_native, sidecar) = match obj.obj(&["connect"]).map_err(decode_failed)? {
-        Some(c) => {
-            let native = c.bool(&["native"]).map_err(decode_failed)?;
-            let sidecar = match c.get(&["sidecarservice"]) {
-                Some(value @ serde_json::Value::Object(_)) => Some(value.clone()),
-                None | Some(serde_json::Value::Null) => None,
-                Some(_) => {
-                    return Err(decode_failed(
-                        "Connect.SidecarService must be an object".to_string(),
-                    ))
-                }
-            };
-            if native && sidecar.is_some() {
-                return Err(DefinitionError::bad(
-                    "Invalid Connect configuration: Native cannot be combined with SidecarService",
-                ));
-            }
-            if kind == "connect-proxy" && sidecar.is_some() {
-                return Err(DefinitionError::bad(
-                    "Invalid Connect configuration: a connect-proxy cannot have a SidecarService",
-                ));
-            }
-            (native, sidecar)
-        }
-        None => (false, None),
-    };
+    let (connect_native, sidecar) = parse_connect(obj, &kind)?;
     if GATEWAY_KINDS.contains(&kind.as_str()) {
         validate_gateway(&kind, port, proxy.as_ref(), sidecar.is_some())
             .map_err(|e| DefinitionError::bad(format!("Validation failed: {e}")))?;
     }
     let proxy_json = proxy.map(|p| p.to_json());
     let mut tagged_addresses = parse_service_tagged_addresses(obj).map_err(decode_failed)?;
-    // Consul gives a service with an IP address default LAN and WAN tagged addresses.
-    if let Ok(ip) = address.parse::<std::net::IpAddr>() {
-        let family = if ip.is_ipv4() { "ipv4" } else { "ipv6" };
-        for tag in [format!("lan_{family}"), format!("wan_{family}")] {
-            if !tagged_addresses.iter().any(|(t, _, _)| *t == tag) {
-                tagged_addresses.push((tag, address.clone(), port));
-            }
-        }
-    }
+    add_default_tagged_addresses(&mut tagged_addresses, &address, port);
     let service = ServiceRegistration {
         kind,
         id: id.clone(),
@@ -603,6 +568,113 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
         proxy_json,
         connect_native,
     };
+    let checks = parse_service_checks(obj, &id, &name)?;
+    Ok(ServiceDefinition {
+        service,
+        checks,
+        sidecar,
+    })
+}
+
+/// Consul's bounds on a service's DNS weights: `Passing` at least 1, both at most 65535.
+fn validate_weights(weights: Option<&Weights>) -> Result<(), DefinitionError> {
+    let Some(w) = weights else {
+        return Ok(());
+    };
+    if w.passing < 1 {
+        return Err(DefinitionError::bad(
+            "Invalid Weights: Passing must be greater than 0",
+        ));
+    }
+    if w.passing > 65535 || w.warning > 65535 {
+        return Err(DefinitionError::bad(
+            "Invalid Weights: DNS Weight must be between 0 and 65535",
+        ));
+    }
+    Ok(())
+}
+
+/// A `connect-proxy` names the service it fronts and has somewhere to listen.
+fn validate_connect_proxy(
+    obj: &Obj,
+    proxy: Option<&Doc>,
+    port: i32,
+) -> Result<(), DefinitionError> {
+    if proxy.is_none_or(|p| p.str("DestinationServiceName").is_empty()) {
+        return Err(DefinitionError::bad(
+            "Validation failed: Proxy.DestinationServiceName must be non-empty for Connect proxy services",
+        ));
+    }
+    if port == 0
+        && obj
+            .string(&["socketpath"])
+            .map_err(decode_failed)?
+            .is_empty()
+    {
+        return Err(DefinitionError::bad(
+            "Validation failed: Port or SocketPath must be set for a Connect proxy",
+        ));
+    }
+    Ok(())
+}
+
+/// The `Connect` block: whether the service is Connect-native, and its sidecar definition (kept
+/// raw; `expand_sidecar` fills it in once the agent allocates a port).
+fn parse_connect(
+    obj: &Obj,
+    kind: &str,
+) -> Result<(bool, Option<serde_json::Value>), DefinitionError> {
+    let Some(connect) = obj.obj(&["connect"]).map_err(decode_failed)? else {
+        return Ok((false, None));
+    };
+    let native = connect.bool(&["native"]).map_err(decode_failed)?;
+    let sidecar = match connect.get(&["sidecarservice"]) {
+        Some(value @ serde_json::Value::Object(_)) => Some(value.clone()),
+        None | Some(serde_json::Value::Null) => None,
+        Some(_) => {
+            return Err(decode_failed(
+                "Connect.SidecarService must be an object".to_string(),
+            ))
+        }
+    };
+    if native && sidecar.is_some() {
+        return Err(DefinitionError::bad(
+            "Invalid Connect configuration: Native cannot be combined with SidecarService",
+        ));
+    }
+    if kind == "connect-proxy" && sidecar.is_some() {
+        return Err(DefinitionError::bad(
+            "Invalid Connect configuration: a connect-proxy cannot have a SidecarService",
+        ));
+    }
+    Ok((native, sidecar))
+}
+
+/// Consul gives a service with an IP address default LAN and WAN tagged addresses of its
+/// family, unless the definition tagged those itself.
+fn add_default_tagged_addresses(
+    tagged_addresses: &mut Vec<(String, String, i32)>,
+    address: &str,
+    port: i32,
+) {
+    let Ok(ip) = address.parse::<std::net::IpAddr>() else {
+        return;
+    };
+    let family = if ip.is_ipv4() { "ipv4" } else { "ipv6" };
+    for tag in [format!("lan_{family}"), format!("wan_{family}")] {
+        if !tagged_addresses.iter().any(|(t, _, _)| *t == tag) {
+            tagged_addresses.push((tag, address.to_string(), port));
+        }
+    }
+}
+
+/// The service's `Check` and `Checks`, with Consul's default IDs (`service:<id>`, numbered
+/// `service:<id>:<n>` when there are several) and names.
+fn parse_service_checks(
+    obj: &Obj,
+    id: &str,
+    name: &str,
+) -> Result<Vec<CheckSpec>, DefinitionError> {
     let mut check_objects = Vec::new();
     if let Some(check) = obj.obj(&["check"]).map_err(decode_failed)? {
         // An empty `Check: {}` (some clients send it) means no check.
@@ -619,7 +691,7 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
     let numbered = check_objects.len() > 1;
     let mut checks = Vec::with_capacity(check_objects.len());
     for (i, check_obj) in check_objects.iter().enumerate() {
-        let mut check = parse_check(check_obj, Some(&id))?;
+        let mut check = parse_check(check_obj, Some(id))?;
         if check.id.is_empty() {
             check.id = if numbered {
                 format!("service:{id}:{}", i + 1)
@@ -632,11 +704,7 @@ pub fn parse_service_definition(obj: &Obj) -> Result<ServiceDefinition, Definiti
         }
         checks.push(check);
     }
-    Ok(ServiceDefinition {
-        service,
-        checks,
-        sidecar,
-    })
+    Ok(checks)
 }
 
 /// Decodes a standalone check (`/v1/agent/check/register`, config `checks`).

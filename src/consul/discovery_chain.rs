@@ -109,6 +109,34 @@ fn entry_fields(tables: &Tables, kind: ConfigKind, name: &str) -> Option<Value> 
     config_entry::get(tables, kind, name).map(|e| fields_of(e))
 }
 
+/// Where a resolver entry's `Redirect` sends `(service, subset, datacenter)`, when it sends
+/// it anywhere else (unset fields keep the service and datacenter; the subset is replaced).
+fn redirect_elsewhere(
+    entry: &Value,
+    service: &str,
+    subset: &str,
+    datacenter: &str,
+) -> Option<(String, String, String)> {
+    let redirect = entry.get("Redirect").filter(|r| r.is_object())?;
+    let to_service = match text(redirect, "Service") {
+        "" => service,
+        s => s,
+    };
+    let to_subset = text(redirect, "ServiceSubset");
+    let to_dc = match text(redirect, "Datacenter") {
+        "" => datacenter,
+        dc => dc,
+    };
+    if to_service == service && to_subset == subset && to_dc == datacenter {
+        return None;
+    }
+    Some((
+        to_service.to_string(),
+        to_subset.to_string(),
+        to_dc.to_string(),
+    ))
+}
+
 fn text<'v>(value: &'v Value, name: &str) -> &'v str {
     value.get(name).and_then(Value::as_str).unwrap_or_default()
 }
@@ -215,24 +243,10 @@ impl Compiler<'_> {
         let entry = entry_fields(self.tables, ConfigKind::ServiceResolver, service);
         if let Some(entry) = &entry {
             self.customized = true;
-            if let Some(redirect) = entry.get("Redirect").filter(|r| r.is_object()) {
-                let to_service = match text(redirect, "Service") {
-                    "" => service,
-                    s => s,
-                };
-                let to_subset = text(redirect, "ServiceSubset");
-                let to_dc = match text(redirect, "Datacenter") {
-                    "" => datacenter,
-                    dc => dc,
-                };
-                if to_service != service || to_subset != subset || to_dc != datacenter {
-                    let (to_service, to_subset, to_dc) = (
-                        to_service.to_string(),
-                        to_subset.to_string(),
-                        to_dc.to_string(),
-                    );
-                    return self.resolver(&to_service, &to_subset, &to_dc, depth + 1);
-                }
+            if let Some((to_service, to_subset, to_dc)) =
+                redirect_elsewhere(entry, service, subset, datacenter)
+            {
+                return self.resolver(&to_service, &to_subset, &to_dc, depth + 1);
             }
         }
         let subset = match (subset, &entry) {
@@ -265,57 +279,8 @@ impl Compiler<'_> {
             all.get(subset.as_str()).or_else(|| all.get("*")).cloned()
         });
         if let Some(failover) = failover {
-            let mut failover_targets = Vec::new();
-            let to_service = match text(&failover, "Service") {
-                "" => service.to_string(),
-                s => s.to_string(),
-            };
-            // Consul's `rewriteTarget`: a failover to the same service keeps the subset
-            // unless it names another one.
-            let to_subset = match text(&failover, "ServiceSubset") {
-                "" if to_service == service => subset.clone(),
-                s => s.to_string(),
-            };
-            let datacenters: Vec<String> = failover
-                .get("Datacenters")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|d| d.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let explicit: Vec<(String, String, String)> = failover
-                .get("Targets")
-                .and_then(Value::as_array)
-                .map(|targets| {
-                    targets
-                        .iter()
-                        .map(|t| {
-                            let s = match text(t, "Service") {
-                                "" => service.to_string(),
-                                s => s.to_string(),
-                            };
-                            let dc = match text(t, "Datacenter") {
-                                "" => datacenter.to_string(),
-                                d => d.to_string(),
-                            };
-                            (s, text(t, "ServiceSubset").to_string(), dc)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            if !explicit.is_empty() {
-                for (s, sub, dc) in explicit {
-                    failover_targets.push(self.target(&s, &sub, &dc, timeout_ns));
-                }
-            } else if datacenters.is_empty() {
-                failover_targets.push(self.target(&to_service, &to_subset, datacenter, timeout_ns));
-            } else {
-                for dc in datacenters {
-                    failover_targets.push(self.target(&to_service, &to_subset, &dc, timeout_ns));
-                }
-            }
+            let at = (service, subset.as_str(), datacenter);
+            let mut failover_targets = self.failover_targets(&failover, at, timeout_ns);
             failover_targets.retain(|t| *t != target);
             if !failover_targets.is_empty() {
                 resolver.push((
@@ -336,6 +301,69 @@ impl Compiler<'_> {
             ]),
         )?;
         Ok(key)
+    }
+
+    /// The targets a resolver's `Failover` block names for the resolver at
+    /// `(service, subset, datacenter)`: its explicit `Targets`, else the failover service in
+    /// each of its `Datacenters`, else the failover service here.
+    fn failover_targets(
+        &mut self,
+        failover: &Value,
+        (service, subset, datacenter): (&str, &str, &str),
+        timeout_ns: i64,
+    ) -> Vec<String> {
+        let to_service = match text(failover, "Service") {
+            "" => service.to_string(),
+            s => s.to_string(),
+        };
+        // Consul's `rewriteTarget`: a failover to the same service keeps the subset
+        // unless it names another one.
+        let to_subset = match text(failover, "ServiceSubset") {
+            "" if to_service == service => subset.to_string(),
+            s => s.to_string(),
+        };
+        let datacenters: Vec<String> = failover
+            .get("Datacenters")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let explicit: Vec<(String, String, String)> = failover
+            .get("Targets")
+            .and_then(Value::as_array)
+            .map(|targets| {
+                targets
+                    .iter()
+                    .map(|t| {
+                        let s = match text(t, "Service") {
+                            "" => service.to_string(),
+                            s => s.to_string(),
+                        };
+                        let dc = match text(t, "Datacenter") {
+                            "" => datacenter.to_string(),
+                            d => d.to_string(),
+                        };
+                        (s, text(t, "ServiceSubset").to_string(), dc)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut failover_targets = Vec::new();
+        if !explicit.is_empty() {
+            for (s, sub, dc) in explicit {
+                failover_targets.push(self.target(&s, &sub, &dc, timeout_ns));
+            }
+        } else if datacenters.is_empty() {
+            failover_targets.push(self.target(&to_service, &to_subset, datacenter, timeout_ns));
+        } else {
+            for dc in datacenters {
+                failover_targets.push(self.target(&to_service, &to_subset, &dc, timeout_ns));
+            }
+        }
+        failover_targets
     }
 
     fn insert_node(&mut self, key: String, node: Doc) -> Result<(), String> {

@@ -12,8 +12,8 @@ use super::{
     Recovered, ReplicaConfig, ServerInfo, SessionTimers,
 };
 use crate::raft::{
-    EntryKind, LogIndex, Membership, Message, NodeId, RaftCore, RaftError, ReadyDone, Restored,
-    Role, SnapshotMeta, Term,
+    EntryKind, LogIndex, Membership, Message, NodeId, RaftCore, RaftError, Ready, ReadyDone,
+    Restored, Role, SnapshotMeta, Term,
 };
 use crate::store::command::{split_stamp, stamp_entry};
 use crate::store::{Change, Command, CommandResult, StoreVersion, Tables};
@@ -90,6 +90,36 @@ pub struct Replica {
     readys_advanced: u64,
 }
 
+/// The store as the snapshot holds it (empty without one); a snapshot whose store is not at
+/// the index its metadata claims is refused.
+fn tables_from_snapshot(snapshot: Option<&(SnapshotMeta, Bytes)>) -> Result<Tables, String> {
+    let Some((meta, data)) = snapshot else {
+        return Ok(Tables::default());
+    };
+    let tables = Tables::from_snapshot_bytes(data)?;
+    if tables.index != meta.last_index {
+        return Err(format!(
+            "snapshot claims index {} but its store is at {}",
+            meta.last_index, tables.index
+        ));
+    }
+    Ok(tables)
+}
+
+/// This server as the server list first knows it: alive, from its own configuration.
+fn local_server(config: &ReplicaConfig) -> ServerInfo {
+    ServerInfo {
+        raft_id: config.raft.id,
+        node_id: config.node_id.clone(),
+        name: config.node_name.clone(),
+        rpc_address: config.rpc_address.clone(),
+        datacenter: config.datacenter.clone(),
+        expect: config.bootstrap_expect,
+        alive: true,
+        left: false,
+    }
+}
+
 impl Replica {
     /// Builds the replica from durable state: restores the store from the snapshot, the core
     /// from the hard state, the snapshot's metadata and the log, and bootstraps a pristine
@@ -105,16 +135,7 @@ impl Replica {
             entries,
             snapshot,
         } = recovered;
-        let mut tables = Tables::default();
-        if let Some((meta, data)) = &snapshot {
-            tables = Tables::from_snapshot_bytes(data)?;
-            if tables.index != meta.last_index {
-                return Err(format!(
-                    "snapshot claims index {} but its store is at {}",
-                    meta.last_index, tables.index
-                ));
-            }
-        }
+        let tables = tables_from_snapshot(snapshot.as_ref())?;
         // Pristine as the core defines it: no entry and no snapshot. A durable hard state
         // alone does not count: the first write carries it together with the bootstrap
         // entry, and a torn write may keep only the hard state; a single-server group then
@@ -145,20 +166,7 @@ impl Replica {
             });
         }
         let membership = core.membership().clone();
-        let mut servers = BTreeMap::new();
-        servers.insert(
-            config.raft.id,
-            ServerInfo {
-                raft_id: config.raft.id,
-                node_id: config.node_id.clone(),
-                name: config.node_name.clone(),
-                rpc_address: config.rpc_address.clone(),
-                datacenter: config.datacenter.clone(),
-                expect: config.bootstrap_expect,
-                alive: true,
-                left: false,
-            },
-        );
+        let servers = BTreeMap::from([(config.raft.id, local_server(&config))]);
         let commit_seen = core.commit_index();
         let shard_count = config.shard_count;
         let mut replica = Replica {
@@ -379,139 +387,160 @@ impl Replica {
     /// Handles every Ready the core has, in the order `Ready` documents.
     pub(super) fn process_ready(&mut self) -> Result<(), Fatal> {
         while self.core.has_ready() {
-            debug_assert_eq!(
-                self.readys_taken, self.readys_advanced,
-                "a Ready was taken before the previous one was advanced"
-            );
-            let mut ready = self.core.ready();
-            self.readys_taken += 1;
-            let mut done = ready.done();
-            for (to, message) in ready.messages.drain(..) {
-                self.effects.push(Effect::Send { to, message });
-            }
-            for read in ready.log_reads.drain(..) {
-                self.effects.push(Effect::ReadLog(read));
-            }
-            for chunk in ready.snapshot_chunks.drain(..) {
-                self.effects.push(Effect::SnapshotChunk(chunk));
-            }
-            let mut changes: Vec<Change> = Vec::new();
-            if let Some(meta) = ready.snapshot.take() {
-                // Restored in the background: reported to the core once it is done.
-                debug_assert!(
-                    ready.committed.is_empty(),
-                    "nothing applies before a restore"
-                );
-                done.snapshot_restored = None;
-                done.applied_through = 0;
-                self.install_snapshot(meta);
-            }
-            let mut persisted_through = done.persisted_through;
-            let mut messages_after_persist = std::mem::take(&mut ready.messages_after_persist);
-            let hard_state = ready.hard_state;
-            if hard_state.is_some() || ready.truncate_from.is_some() || !ready.entries.is_empty() {
-                // Term and vote must be durable before anyone hears of them, and entries
-                // before they count; the commit index may lag (it is recomputed from the
-                // leader after a crash), so a Ready that only moves it rides along with the
-                // next sync instead of paying an fdatasync of its own.
-                let term_or_vote_moved =
-                    hard_state.is_some_and(|hs| (hs.term, hs.vote) != self.durable_term_vote);
-                let must_sync = term_or_vote_moved
-                    || ready.truncate_from.is_some()
-                    || !ready.entries.is_empty();
-                self.effects.push(Effect::Append {
-                    hard_state,
-                    truncate_from: ready.truncate_from,
-                    entries: std::mem::take(&mut ready.entries),
-                });
-                if must_sync {
-                    if let Some(hs) = hard_state {
-                        self.durable_term_vote = (hs.term, hs.vote);
-                    }
-                    // While leading other voters the fsync runs beside the thread, which
-                    // keeps taking proposals and sending appends; everyone else waits for
-                    // the disk anyway, and a hand-off would only add to that.
-                    if self.role == Role::Leader && self.core.membership().voter_count() > 1 {
-                        self.sync_in_background();
-                    } else {
-                        self.sync_now();
-                    }
-                }
-            }
-            // Anything still awaiting a sync implies an outstanding one, so this one test
-            // covers both.
-            if self.sync_completed < self.sync_requested {
-                // This Ready's durable effects follow the writes before it (and its own).
-                debug_assert!(self
-                    .awaiting_sync
-                    .back()
-                    .is_none_or(|last| last.sequence <= self.sync_requested));
-                self.awaiting_sync.push_back(AwaitingSync {
-                    sequence: self.sync_requested,
-                    persisted_through: persisted_through.take(),
-                    messages: std::mem::take(&mut messages_after_persist),
-                });
-            }
-            for (to, message) in messages_after_persist {
-                self.effects.push(Effect::Send { to, message });
-            }
-            if let Some(change) = ready.role_changed {
-                self.on_role_change(change.role, change.term, change.leader);
-            }
-
-            let mut results: Vec<Vec<(u64, ProposalResult)>> =
-                vec![Vec::new(); self.config.shard_count];
-            let mut membership_changed = false;
-            if !ready.committed.is_empty() {
-                membership_changed =
-                    self.apply_committed(&ready.committed, &mut changes, &mut results)?;
-            }
-            self.answer_reads(&ready.read_states, &mut ready.dropped_reads, &mut results);
-            let applied_something = !ready.committed.is_empty() || done.snapshot_restored.is_some();
-            if applied_something && self.role == Role::Leader {
-                self.session_timers
-                    .observe(&self.tables, &changes, self.now_ms());
-            }
-            if applied_something || results.iter().any(|r| !r.is_empty()) {
-                self.publish(changes, results);
-            }
-            debug_assert!(
-                done.applied_through <= self.tables.index,
-                "the Ready reports {} applied but the store is at {}",
-                done.applied_through,
-                self.tables.index
-            );
-            self.core.advance(
-                self.now_ms(),
-                ReadyDone {
-                    persisted_through,
-                    ..done
-                },
-            );
-            self.readys_advanced += 1;
-            // The core's membership moves as soon as a change is appended (not committed).
-            if membership_changed || self.core.membership() != &self.membership {
-                self.membership = self.core.membership().clone();
-                let names: Vec<String> = self
-                    .membership
-                    .members
-                    .iter()
-                    .map(|(id, m)| self.server_name(*id, &m.name))
-                    .collect();
-                let text = format!("raft: configuration is now [{}]", names.join(", "));
-                self.log(log::Level::Info, text);
-                self.update_transport();
-                self.publish_status(false);
-            }
-            if applied_something {
-                self.publish_status(false);
-                self.maybe_snapshot();
-            }
-            if ready.snapshot_wanted {
-                self.start_snapshot();
-            }
+            self.process_one_ready()?;
         }
         Ok(())
+    }
+
+    /// One Ready: what may leave at once, then the writes and what waits for them, the
+    /// role, the applied entries and answered reads, the core advanced, and what follows
+    /// from the new state.
+    fn process_one_ready(&mut self) -> Result<(), Fatal> {
+        debug_assert_eq!(
+            self.readys_taken, self.readys_advanced,
+            "a Ready was taken before the previous one was advanced"
+        );
+        let mut ready = self.core.ready();
+        self.readys_taken += 1;
+        let mut done = ready.done();
+        for (to, message) in ready.messages.drain(..) {
+            self.effects.push(Effect::Send { to, message });
+        }
+        for read in ready.log_reads.drain(..) {
+            self.effects.push(Effect::ReadLog(read));
+        }
+        for chunk in ready.snapshot_chunks.drain(..) {
+            self.effects.push(Effect::SnapshotChunk(chunk));
+        }
+        let mut changes: Vec<Change> = Vec::new();
+        if let Some(meta) = ready.snapshot.take() {
+            // Restored in the background: reported to the core once it is done.
+            debug_assert!(
+                ready.committed.is_empty(),
+                "nothing applies before a restore"
+            );
+            done.snapshot_restored = None;
+            done.applied_through = 0;
+            self.install_snapshot(meta);
+        }
+        let mut persisted_through = done.persisted_through;
+        let mut messages_after_persist = std::mem::take(&mut ready.messages_after_persist);
+        self.persist(&mut ready);
+        // Anything still awaiting a sync implies an outstanding one, so this one test
+        // covers both.
+        if self.sync_completed < self.sync_requested {
+            // This Ready's durable effects follow the writes before it (and its own).
+            debug_assert!(self
+                .awaiting_sync
+                .back()
+                .is_none_or(|last| last.sequence <= self.sync_requested));
+            self.awaiting_sync.push_back(AwaitingSync {
+                sequence: self.sync_requested,
+                persisted_through: persisted_through.take(),
+                messages: std::mem::take(&mut messages_after_persist),
+            });
+        }
+        for (to, message) in messages_after_persist {
+            self.effects.push(Effect::Send { to, message });
+        }
+        if let Some(change) = ready.role_changed {
+            self.on_role_change(change.role, change.term, change.leader);
+        }
+
+        let mut results: Vec<Vec<(u64, ProposalResult)>> =
+            vec![Vec::new(); self.config.shard_count];
+        let mut membership_changed = false;
+        if !ready.committed.is_empty() {
+            membership_changed =
+                self.apply_committed(&ready.committed, &mut changes, &mut results)?;
+        }
+        self.answer_reads(&ready.read_states, &mut ready.dropped_reads, &mut results);
+        let applied_something = !ready.committed.is_empty() || done.snapshot_restored.is_some();
+        if applied_something && self.role == Role::Leader {
+            self.session_timers
+                .observe(&self.tables, &changes, self.now_ms());
+        }
+        if applied_something || results.iter().any(|r| !r.is_empty()) {
+            self.publish(changes, results);
+        }
+        debug_assert!(
+            done.applied_through <= self.tables.index,
+            "the Ready reports {} applied but the store is at {}",
+            done.applied_through,
+            self.tables.index
+        );
+        self.core.advance(
+            self.now_ms(),
+            ReadyDone {
+                persisted_through,
+                ..done
+            },
+        );
+        self.readys_advanced += 1;
+        self.follow_membership(membership_changed);
+        if applied_something {
+            self.publish_status(false);
+            self.maybe_snapshot();
+        }
+        if ready.snapshot_wanted {
+            self.start_snapshot();
+        }
+        Ok(())
+    }
+
+    /// Hands a Ready's hard state, truncation and entries to the disk, syncing when they
+    /// must be durable before they count.
+    fn persist(&mut self, ready: &mut Ready) {
+        let hard_state = ready.hard_state;
+        if hard_state.is_none() && ready.truncate_from.is_none() && ready.entries.is_empty() {
+            return;
+        }
+        // Term and vote must be durable before anyone hears of them, and entries before
+        // they count; the commit index may lag (it is recomputed from the leader after a
+        // crash), so a Ready that only moves it rides along with the next sync instead of
+        // paying an fdatasync of its own.
+        let term_or_vote_moved =
+            hard_state.is_some_and(|hs| (hs.term, hs.vote) != self.durable_term_vote);
+        let must_sync =
+            term_or_vote_moved || ready.truncate_from.is_some() || !ready.entries.is_empty();
+        self.effects.push(Effect::Append {
+            hard_state,
+            truncate_from: ready.truncate_from,
+            entries: std::mem::take(&mut ready.entries),
+        });
+        if !must_sync {
+            return;
+        }
+        if let Some(hs) = hard_state {
+            self.durable_term_vote = (hs.term, hs.vote);
+        }
+        // While leading other voters the fsync runs beside the thread, which keeps taking
+        // proposals and sending appends; everyone else waits for the disk anyway, and a
+        // hand-off would only add to that.
+        if self.role == Role::Leader && self.core.membership().voter_count() > 1 {
+            self.sync_in_background();
+        } else {
+            self.sync_now();
+        }
+    }
+
+    /// Takes up the core's membership, which moves as soon as a change is appended (not
+    /// committed): logged, and the transport and status follow it.
+    fn follow_membership(&mut self, membership_changed: bool) {
+        if !membership_changed && self.core.membership() == &self.membership {
+            return;
+        }
+        self.membership = self.core.membership().clone();
+        let names: Vec<String> = self
+            .membership
+            .members
+            .iter()
+            .map(|(id, m)| self.server_name(*id, &m.name))
+            .collect();
+        let text = format!("raft: configuration is now [{}]", names.join(", "));
+        self.log(log::Level::Info, text);
+        self.update_transport();
+        self.publish_status(false);
     }
 
     /// Applies committed entries to the store and routes each result. Returns whether a

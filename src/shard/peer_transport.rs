@@ -37,7 +37,7 @@ use crate::raft::{Message, NodeId};
 use crate::tls::TlsConfigurator;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -365,114 +365,37 @@ fn sender_loop(
     // The last handshake failure logged: a peer that keeps failing the same way is logged once.
     let mut last_failure = String::new();
     let mut batch = BytesMut::new();
-    let mut taken: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
+    let mut taken: VecDeque<Pending> = VecDeque::new();
     while !link.stop.load(Ordering::SeqCst) {
         let Some(addr) = resolve(&address) else {
             std::thread::sleep(backoff);
             continue;
         };
         let source = crate::shard::dial::source_for(bind_addr, addr);
-        let mut stream = match crate::shard::dial::connect_blocking(source, addr, CONNECT_TIMEOUT) {
+        let stream = match crate::shard::dial::connect_blocking(source, addr, CONNECT_TIMEOUT) {
             Ok(stream) => stream,
             Err(e) => {
                 log::debug!("raft: cannot reach peer {address}: {e}");
-                // Whatever was queued for an unreachable peer is stale; the core resends.
-                clear_queue(&mut link.lock());
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                back_off(&link, &mut backoff);
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        let mut writer = match tls.rpc_client() {
-            None => {
-                if stream.write_all(&[PROTOCOL_RAFT]).is_err() {
-                    continue;
-                }
-                let stream = Arc::new(stream);
-                // Queued while unconnected: whole messages only (direct writes need a
-                // connection).
-                link.lock().stream = Some((stream.clone(), addr.ip()));
-                PeerWriter::Plain(stream)
+        let mut writer = match open_writer(stream, addr, &link, tls, &mut last_failure) {
+            Ok(writer) => writer,
+            Err(Retry::Now) => continue,
+            Err(Retry::AfterBackoff) => {
+                back_off(&link, &mut backoff);
+                continue;
             }
-            Some((config, server_name)) => match tls_handshake(stream, config, server_name) {
-                Ok(session) => {
-                    last_failure.clear();
-                    let mut outbox = link.lock();
-                    outbox.tls = Some((Box::new(session), addr.ip()));
-                    outbox.tls_flush_pending = false;
-                    PeerWriter::Tls(None)
-                }
-                Err(reason) => {
-                    let line = format!("tls: internal_rpc handshake with {addr} failed: {reason}");
-                    if line != last_failure {
-                        log::warn!("{line}");
-                        last_failure = line;
-                    }
-                    clear_queue(&mut link.lock());
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    continue;
-                }
-            },
         };
         backoff = BACKOFF_MIN;
         loop {
-            {
-                let mut outbox = link.lock();
-                while outbox.queue.is_empty() && !outbox.tls_flush_pending {
-                    if link.stop.load(Ordering::SeqCst) {
-                        outbox.stream = None;
-                        outbox.tls = None;
-                        return;
-                    }
-                    outbox = link
-                        .queued
-                        .wait_timeout(outbox, IDLE_CHECK_INTERVAL)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .0;
-                }
-                std::mem::swap(&mut taken, &mut outbox.queue);
-                outbox.queued_bytes = 0;
-                outbox.writing = true;
-                outbox.tls_flush_pending = false;
-                if let PeerWriter::Tls(held) = &mut writer {
-                    // While `writing`, the core queues instead of touching the session.
-                    *held = outbox.tls.take().map(|(session, _)| session);
-                    debug_assert!(held.is_some(), "an idle TLS sender left its session");
-                }
+            if !take_queued(&link, &mut taken, &mut writer) {
+                return;
             }
-            batch.clear();
-            for pending in taken.drain(..) {
-                match pending {
-                    Pending::Bytes(bytes) => batch.extend_from_slice(&bytes),
-                    Pending::Message(message) => {
-                        let payload = rmp_serde::to_vec(&(local_id, &message))
-                            .expect("raft messages always encode");
-                        encode_frame(&mut batch, kind::RAFT_MESSAGE, 0, &payload);
-                    }
-                }
-            }
-            // Traffic to a blocked peer is dropped by closing the connection: the batch may
-            // begin with the rest of a frame the core started, which must not be followed by
-            // anything else on this connection.
-            let result = if faults.is_blocked(addr.ip()) {
-                Err(std::io::ErrorKind::ConnectionAborted.into())
-            } else {
-                writer.write_all(&batch)
-            };
-            let mut outbox = link.lock();
-            outbox.writing = false;
-            if result.is_err() {
-                // The connection may end in the middle of a frame: start the next one clean.
-                outbox.stream = None;
-                outbox.tls = None;
-                clear_queue(&mut outbox);
+            encode_batch(&mut batch, &mut taken, local_id);
+            if write_batch(&link, &faults, addr, &mut writer, &batch).is_err() {
                 break;
-            }
-            if let PeerWriter::Tls(held) = &mut writer {
-                outbox.tls = held.take().map(|session| (session, addr.ip()));
             }
             if batch.capacity() > OUTBOX_BYTES_MAX / 16 {
                 // Give back a buffer grown by a burst (snapshot chunks).
@@ -483,6 +406,142 @@ fn sender_loop(
     let mut outbox = link.lock();
     outbox.stream = None;
     outbox.tls = None;
+}
+
+/// Whatever was queued for an unreachable peer is stale (the core resends): dropped, then the
+/// sender waits before dialing again, twice as long each time up to [`BACKOFF_MAX`].
+fn back_off(link: &PeerLink, backoff: &mut Duration) {
+    clear_queue(&mut link.lock());
+    std::thread::sleep(*backoff);
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
+}
+
+/// Why a fresh connection did not become a writer.
+enum Retry {
+    /// The protocol byte did not go out: dial again at once.
+    Now,
+    /// The TLS handshake failed: back off first.
+    AfterBackoff,
+}
+
+/// Makes a fresh connection the link's: the raft protocol byte on a plain one (the core may
+/// then write to it directly), or a TLS session left in the outbox. A handshake failure is
+/// logged once per distinct reason.
+fn open_writer(
+    stream: TcpStream,
+    addr: SocketAddr,
+    link: &PeerLink,
+    tls: &TlsConfigurator,
+    last_failure: &mut String,
+) -> Result<PeerWriter, Retry> {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    match tls.rpc_client() {
+        None => {
+            let mut stream = stream;
+            if stream.write_all(&[PROTOCOL_RAFT]).is_err() {
+                return Err(Retry::Now);
+            }
+            let stream = Arc::new(stream);
+            // Queued while unconnected: whole messages only (direct writes need a
+            // connection).
+            link.lock().stream = Some((stream.clone(), addr.ip()));
+            Ok(PeerWriter::Plain(stream))
+        }
+        Some((config, server_name)) => match tls_handshake(stream, config, server_name) {
+            Ok(session) => {
+                last_failure.clear();
+                let mut outbox = link.lock();
+                outbox.tls = Some((Box::new(session), addr.ip()));
+                outbox.tls_flush_pending = false;
+                Ok(PeerWriter::Tls(None))
+            }
+            Err(reason) => {
+                let line = format!("tls: internal_rpc handshake with {addr} failed: {reason}");
+                if line != *last_failure {
+                    log::warn!("{line}");
+                    *last_failure = line;
+                }
+                Err(Retry::AfterBackoff)
+            }
+        },
+    }
+}
+
+/// Waits for queued work and takes all of it into `taken`, marking the link `writing` (a TLS
+/// writer takes the session along). Returns false once the link is stopped, leaving it
+/// unconnected.
+fn take_queued(link: &PeerLink, taken: &mut VecDeque<Pending>, writer: &mut PeerWriter) -> bool {
+    let mut outbox = link.lock();
+    while outbox.queue.is_empty() && !outbox.tls_flush_pending {
+        if link.stop.load(Ordering::SeqCst) {
+            outbox.stream = None;
+            outbox.tls = None;
+            return false;
+        }
+        outbox = link
+            .queued
+            .wait_timeout(outbox, IDLE_CHECK_INTERVAL)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0;
+    }
+    std::mem::swap(taken, &mut outbox.queue);
+    outbox.queued_bytes = 0;
+    outbox.writing = true;
+    outbox.tls_flush_pending = false;
+    if let PeerWriter::Tls(held) = writer {
+        // While `writing`, the core queues instead of touching the session.
+        *held = outbox.tls.take().map(|(session, _)| session);
+        debug_assert!(held.is_some(), "an idle TLS sender left its session");
+    }
+    true
+}
+
+/// Encodes the taken work into one batch: bytes as they are, messages framed.
+fn encode_batch(batch: &mut BytesMut, taken: &mut VecDeque<Pending>, local_id: NodeId) {
+    batch.clear();
+    for pending in taken.drain(..) {
+        match pending {
+            Pending::Bytes(bytes) => batch.extend_from_slice(&bytes),
+            Pending::Message(message) => {
+                let payload =
+                    rmp_serde::to_vec(&(local_id, &message)).expect("raft messages always encode");
+                encode_frame(batch, kind::RAFT_MESSAGE, 0, &payload);
+            }
+        }
+    }
+}
+
+/// Writes one batch and hands the link back to the core. A failed write drops the
+/// connection and the queue.
+fn write_batch(
+    link: &PeerLink,
+    faults: &Faults,
+    addr: SocketAddr,
+    writer: &mut PeerWriter,
+    batch: &[u8],
+) -> std::io::Result<()> {
+    // Traffic to a blocked peer is dropped by closing the connection: the batch may begin
+    // with the rest of a frame the core started, which must not be followed by anything else
+    // on this connection.
+    let result = if faults.is_blocked(addr.ip()) {
+        Err(std::io::ErrorKind::ConnectionAborted.into())
+    } else {
+        writer.write_all(batch)
+    };
+    let mut outbox = link.lock();
+    outbox.writing = false;
+    if result.is_err() {
+        // The connection may end in the middle of a frame: start the next one clean.
+        outbox.stream = None;
+        outbox.tls = None;
+        clear_queue(&mut outbox);
+        return result;
+    }
+    if let PeerWriter::Tls(held) = writer {
+        outbox.tls = held.take().map(|session| (session, addr.ip()));
+    }
+    Ok(())
 }
 
 /// Where a sender thread writes: the socket the core also writes to directly, or the TLS

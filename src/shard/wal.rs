@@ -320,6 +320,99 @@ fn all_zero(bytes: &[u8]) -> bool {
         .all(|block| block == &ZEROS[..block.len()])
 }
 
+/// The sequence numbers of the segments (`<sequence>.wal`) in `dir`, in order.
+fn segment_sequences(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut sequences: Vec<u64> = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(".wal") {
+            if let Ok(seq) = stem.parse::<u64>() {
+                sequences.push(seq);
+            }
+        }
+    }
+    sequences.sort_unstable();
+    Ok(sequences)
+}
+
+/// Replays the whole records of one segment's bytes into `replay` and `positions`. Returns
+/// where the whole records end and the highest entry index among them.
+fn replay_segment(
+    bytes: &[u8],
+    sequence: u64,
+    replay: &mut LogReplay,
+    positions: &mut EntryPositions,
+) -> io::Result<(usize, u64)> {
+    let mut offset = 0usize;
+    let mut max_entry_index = 0;
+    while let Some((record, next)) = read_record(bytes, offset) {
+        match record {
+            Record::Entry(entry) => {
+                max_entry_index = max_entry_index.max(entry.index);
+                let at = RecordAt {
+                    sequence,
+                    offset: offset as u64,
+                };
+                positions.record(entry.index, at);
+                replay.entry(entry).map_err(corrupt)?;
+            }
+            Record::HardState(hs) => replay.hard_state(hs),
+            Record::Truncate(from) => {
+                positions.truncate(from);
+                replay.truncate(from);
+            }
+        }
+        offset = next;
+    }
+    Ok((offset, max_entry_index))
+}
+
+/// Zeroes the torn tail of the last segment (from `offset`, where the whole records end) so
+/// no stale record can ever be read after it. Returns how many of its bytes were written.
+fn cut_torn_tail(path: &Path, bytes: &[u8], offset: usize) -> io::Result<u64> {
+    let torn_bytes = bytes[offset..]
+        .iter()
+        .rposition(|b| *b != 0)
+        .map(|p| p as u64 + 1)
+        .unwrap_or(0);
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(offset as u64)?;
+    file.sync_all()?;
+    Ok(torn_bytes)
+}
+
+/// Opens the last segment for appending at `write_offset`, or creates the first one (durably,
+/// with its directory entry), preallocated to `segment_bytes`.
+fn open_active_segment(
+    dir: &Path,
+    segments: &mut Vec<Segment>,
+    segment_bytes: u64,
+    write_offset: u64,
+) -> io::Result<(File, u64)> {
+    if let Some(last) = segments.last() {
+        let file = OpenOptions::new().read(true).write(true).open(&last.path)?;
+        preallocate(&file, segment_bytes.max(write_offset))?;
+        return Ok((file, write_offset));
+    }
+    let path = segment_path(dir, 1);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    preallocate(&file, segment_bytes)?;
+    file.sync_all()?;
+    sync_dir(dir)?;
+    segments.push(Segment {
+        sequence: 1,
+        path,
+        max_entry_index: 0,
+    });
+    Ok((file, 0))
+}
+
 impl Wal {
     /// Opens (or creates) the log in `dir`, recovering everything durable.
     pub fn open(dir: &Path, segment_bytes: u64) -> io::Result<(Wal, Recovered)> {
@@ -327,18 +420,7 @@ impl Wal {
         let snapshot = load_newest_snapshot(dir)?;
         let snapshot_index = snapshot.as_ref().map(|s| s.last_index).unwrap_or(0);
 
-        let mut sequences: Vec<u64> = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".wal") {
-                if let Ok(seq) = stem.parse::<u64>() {
-                    sequences.push(seq);
-                }
-            }
-        }
-        sequences.sort_unstable();
-
+        let sequences = segment_sequences(dir)?;
         let mut recovered = Recovered {
             snapshot,
             ..Recovered::default()
@@ -352,27 +434,8 @@ impl Wal {
             let mut file = File::open(&path)?;
             let mut bytes = Vec::with_capacity(file.metadata()?.len() as usize);
             file.read_to_end(&mut bytes)?;
-            let mut offset = 0usize;
-            let mut max_entry_index = 0;
-            while let Some((record, next)) = read_record(&bytes, offset) {
-                match record {
-                    Record::Entry(entry) => {
-                        max_entry_index = max_entry_index.max(entry.index);
-                        let at = RecordAt {
-                            sequence,
-                            offset: offset as u64,
-                        };
-                        positions.record(entry.index, at);
-                        replay.entry(entry).map_err(corrupt)?;
-                    }
-                    Record::HardState(hs) => replay.hard_state(hs),
-                    Record::Truncate(from) => {
-                        positions.truncate(from);
-                        replay.truncate(from);
-                    }
-                }
-                offset = next;
-            }
+            let (offset, max_entry_index) =
+                replay_segment(&bytes, sequence, &mut replay, &mut positions)?;
             let is_last = position + 1 == sequences.len();
             let tail_nonzero = !all_zero(&bytes[offset..]);
             if !is_last && tail_nonzero {
@@ -383,15 +446,7 @@ impl Wal {
             }
             if is_last {
                 if tail_nonzero {
-                    recovered.torn_tail_bytes = bytes[offset..]
-                        .iter()
-                        .rposition(|b| *b != 0)
-                        .map(|p| p as u64 + 1)
-                        .unwrap_or(0);
-                    // Zero the torn tail so no stale record can ever be read after it.
-                    let file = OpenOptions::new().write(true).open(&path)?;
-                    file.set_len(offset as u64)?;
-                    file.sync_all()?;
+                    recovered.torn_tail_bytes = cut_torn_tail(&path, &bytes, offset)?;
                 }
                 active_write_offset = offset as u64;
             }
@@ -404,28 +459,8 @@ impl Wal {
 
         recovered.hard_state = replay.hard_state;
         let hard_state = recovered.hard_state;
-        let (active, active_write_offset) = if let Some(last) = segments.last() {
-            let file = OpenOptions::new().read(true).write(true).open(&last.path)?;
-            preallocate(&file, segment_bytes.max(active_write_offset))?;
-            (file, active_write_offset)
-        } else {
-            let path = segment_path(dir, 1);
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)?;
-            preallocate(&file, segment_bytes)?;
-            file.sync_all()?;
-            sync_dir(dir)?;
-            segments.push(Segment {
-                sequence: 1,
-                path,
-                max_entry_index: 0,
-            });
-            (file, 0)
-        };
+        let (active, active_write_offset) =
+            open_active_segment(dir, &mut segments, segment_bytes, active_write_offset)?;
         recovered.entries = replay.entries;
         positions.forget_through(snapshot_index);
         let wal = Wal {

@@ -486,36 +486,13 @@ fn load_side(
         dialing_roots.clone()
     };
     if let Some((chain, _)) = &key_pair {
-        // gRPC is never served (no listener), so its copy of a certificate is not warned about.
-        if protocol != Protocol::Grpc {
-            warnings.extend(validity_warning(protocol, settings, &chain[0]));
-        }
-        if protocol == Protocol::InternalRpc && identity.server && settings.verify_server_hostname {
-            let name = identity.server_name();
-            verify::certificate_names(&chain[0], &name).map_err(|names| {
-                format!(
-                    "this server's certificate {} is not valid for {name}{names}; with verify_server_hostname its peers would refuse it as a server (create one with `praetor tls cert create -server`)",
-                    settings.cert_file.as_deref().unwrap_or(Path::new("")).display()
-                )
-            })?;
-        }
+        check_own_certificate(protocol, settings, identity, &chain[0], warnings)?;
     }
     let client = if protocol == Protocol::InternalRpc {
         let key_pair = key_pair
             .as_ref()
             .map(|(chain, key)| (chain.clone(), key.clone_key()));
-        // The servers' auto-encrypt answer may turn the name check on for how we dial them.
-        let adopted;
-        let dialing = if auto.verify_server_hostname && !settings.verify_server_hostname {
-            adopted = ProtocolTls {
-                verify_server_hostname: true,
-                ..settings.clone()
-            };
-            &adopted
-        } else {
-            settings
-        };
-        rpc_client_config(dialing, key_pair, dialing_roots, config.auto_tls())?
+        rpc_dialing_config(settings, auto, key_pair, dialing_roots, config.auto_tls())?
     } else {
         None
     };
@@ -557,6 +534,51 @@ fn load_side(
         ca_certificates: configured_ca.unwrap_or_default(),
         native_server,
     })
+}
+
+/// Looks at this agent's own certificate for `protocol`: a warning when it is near or past
+/// its validity, and on a server checking names, a refusal when peers would not take it as
+/// a server's.
+fn check_own_certificate(
+    protocol: Protocol,
+    settings: &ProtocolTls,
+    identity: &Identity,
+    certificate: &CertificateDer<'static>,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
+    // gRPC is never served (no listener), so its copy of a certificate is not warned about.
+    if protocol != Protocol::Grpc {
+        warnings.extend(validity_warning(protocol, settings, certificate));
+    }
+    if protocol == Protocol::InternalRpc && identity.server && settings.verify_server_hostname {
+        let name = identity.server_name();
+        verify::certificate_names(certificate, &name).map_err(|names| {
+            format!(
+                "this server's certificate {} is not valid for {name}{names}; with verify_server_hostname its peers would refuse it as a server (create one with `praetor tls cert create -server`)",
+                settings.cert_file.as_deref().unwrap_or(Path::new("")).display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// How this agent dials servers' RPC port; the servers' auto-encrypt answer may turn the
+/// name check on.
+fn rpc_dialing_config(
+    settings: &ProtocolTls,
+    auto: &AutoMaterial,
+    key_pair: Option<KeyPair>,
+    roots: Option<Arc<RootCertStore>>,
+    auto_tls: bool,
+) -> Result<Option<Arc<ClientConfig>>, String> {
+    if auto.verify_server_hostname && !settings.verify_server_hostname {
+        let adopted = ProtocolTls {
+            verify_server_hostname: true,
+            ..settings.clone()
+        };
+        return rpc_client_config(&adopted, key_pair, roots, auto_tls);
+    }
+    rpc_client_config(settings, key_pair, roots, auto_tls)
 }
 
 /// A certificate chain and its private key.

@@ -514,14 +514,9 @@ fn weak_bool(value: &Value) -> Option<bool> {
 }
 
 /// Decodes one value of type `ty`; `None` only for a value to leave out (a type error
-/// recorded).
+/// recorded). A one-element list stands for its element where a scalar is expected, as Go's
+/// weak decoding allows.
 fn decode_value(value: &Value, ty: Ty, path: &str, out: &mut Decoding) -> Option<Doc> {
-    let single = |v: &Value| -> Value {
-        match v {
-            Value::Array(items) if items.len() == 1 => items[0].clone(),
-            other => other.clone(),
-        }
-    };
     match ty {
         Ty::Str => match weak_string(&single(value)) {
             Some(s) => Some(Doc::Str(s)),
@@ -547,85 +542,11 @@ fn decode_value(value: &Value, ty: Ty, path: &str, out: &mut Decoding) -> Option
                 None
             }
         },
-        Ty::Float => {
-            let v = single(value);
-            let parsed = match &v {
-                Value::Number(n) => n.as_f64(),
-                Value::String(s) => s.trim().parse().ok(),
-                Value::Null => Some(0.0),
-                _ => None,
-            };
-            match parsed {
-                Some(f) if f.is_finite() => Some(Doc::Float(f)),
-                _ => {
-                    type_error(out, path, "float32", value);
-                    None
-                }
-            }
-        }
-        Ty::Duration => {
-            let v = single(value);
-            let nanos = match &v {
-                Value::String(s) if s.is_empty() => Ok(0),
-                Value::String(s) => parse_go_duration_nanos(s).map_err(|e| e.to_string()),
-                Value::Number(n) => n
-                    .as_i64()
-                    .or_else(|| n.as_f64().map(|f| f as i64))
-                    .ok_or_else(|| format!("'{path}' expected a duration")),
-                Value::Null => Ok(0),
-                _ => Err(String::new()),
-            };
-            match nanos {
-                Ok(0) => Some(Doc::Str(String::new())),
-                Ok(ns) => Some(Doc::Str(format_go_duration(ns))),
-                Err(e) if e.is_empty() => {
-                    type_error(out, path, "time.Duration", value);
-                    None
-                }
-                Err(e) => {
-                    out.type_errors
-                        .push(format!("error decoding '{path}': {e}"));
-                    None
-                }
-            }
-        }
-        Ty::StrList | Ty::IntList => {
-            let items: Vec<Value> = match value {
-                Value::Array(items) => items.clone(),
-                Value::Null => return Some(Doc::Null),
-                other => vec![other.clone()],
-            };
-            let mut list = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                let element = format!("{path}[{i}]");
-                let decoded = if matches!(ty, Ty::StrList) {
-                    decode_value(item, Ty::Str, &element, out)
-                } else {
-                    decode_value(item, Ty::Int, &element, out)
-                };
-                list.extend(decoded);
-            }
-            Some(Doc::List(list))
-        }
-        Ty::StrMap => match unwrap_single(value) {
-            Value::Object(map) => {
-                let mut pairs: Vec<(String, Doc)> = Vec::with_capacity(map.len());
-                for (k, v) in map {
-                    match weak_string(v) {
-                        Some(s) => pairs.push((k.clone(), Doc::Str(s))),
-                        None => type_error(out, &format!("{path}[{k}]"), "string", v),
-                    }
-                }
-                // Go writes map keys sorted.
-                pairs.sort_by(|a, b| a.0.cmp(&b.0));
-                Some(Doc::Obj(pairs))
-            }
-            Value::Null => Some(Doc::Null),
-            other => {
-                type_error(out, path, "map[string]string", other);
-                None
-            }
-        },
+        Ty::Float => decode_float(value, path, out),
+        Ty::Duration => decode_duration(value, path, out),
+        Ty::StrList => decode_scalar_list(value, Ty::Str, path, out),
+        Ty::IntList => decode_scalar_list(value, Ty::Int, path, out),
+        Ty::StrMap => decode_str_map(value, path, out),
         Ty::Obj(fields) | Ty::OptObj(fields) => {
             if value.is_null() {
                 return Some(if matches!(ty, Ty::Obj(_)) {
@@ -636,41 +557,149 @@ fn decode_value(value: &Value, ty: Ty, path: &str, out: &mut Decoding) -> Option
             }
             Some(decode_object(value, fields, path, out))
         }
-        Ty::ObjList(fields) => {
-            let items: Vec<&Value> = match value {
-                Value::Array(items) => items.iter().collect(),
-                Value::Null => return Some(Doc::Null),
-                other => vec![other],
-            };
-            let list = items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| decode_object(item, fields, &format!("{path}[{i}]"), out))
-                .collect();
-            Some(Doc::List(list))
-        }
-        Ty::ObjMap(fields) => match unwrap_single(value) {
-            Value::Object(map) => {
-                let mut pairs: Vec<(String, Doc)> = map
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            decode_object(v, fields, &format!("{path}[{k}]"), out),
-                        )
-                    })
-                    .collect();
-                pairs.sort_by(|a, b| a.0.cmp(&b.0));
-                Some(Doc::Obj(pairs))
-            }
-            Value::Null => Some(Doc::Null),
-            other => {
-                type_error(out, path, "map", other);
-                None
-            }
-        },
+        Ty::ObjList(fields) => decode_object_list(value, fields, path, out),
+        Ty::ObjMap(fields) => decode_object_map(value, fields, path, out),
         Ty::Opaque => Some(Doc::Raw(value.clone())),
         Ty::OpaqueMap => Some(Doc::Raw(unwrap_single(value).clone())),
+    }
+}
+
+/// A one-element list's element; any other value as it is.
+fn single(value: &Value) -> Value {
+    match value {
+        Value::Array(items) if items.len() == 1 => items[0].clone(),
+        other => other.clone(),
+    }
+}
+
+/// A finite float from a number or numeric text (null: zero).
+fn decode_float(value: &Value, path: &str, out: &mut Decoding) -> Option<Doc> {
+    let parsed = match &single(value) {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse().ok(),
+        Value::Null => Some(0.0),
+        _ => None,
+    };
+    match parsed {
+        Some(f) if f.is_finite() => Some(Doc::Float(f)),
+        _ => {
+            type_error(out, path, "float32", value);
+            None
+        }
+    }
+}
+
+/// A duration from Go duration text or nanoseconds, kept as Go prints it (zero: empty).
+fn decode_duration(value: &Value, path: &str, out: &mut Decoding) -> Option<Doc> {
+    let nanos = match &single(value) {
+        Value::String(s) if s.is_empty() => Ok(0),
+        Value::String(s) => parse_go_duration_nanos(s).map_err(|e| e.to_string()),
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .ok_or_else(|| format!("'{path}' expected a duration")),
+        Value::Null => Ok(0),
+        _ => Err(String::new()),
+    };
+    match nanos {
+        Ok(0) => Some(Doc::Str(String::new())),
+        Ok(ns) => Some(Doc::Str(format_go_duration(ns))),
+        Err(e) if e.is_empty() => {
+            type_error(out, path, "time.Duration", value);
+            None
+        }
+        Err(e) => {
+            out.type_errors
+                .push(format!("error decoding '{path}': {e}"));
+            None
+        }
+    }
+}
+
+/// A list of `element` scalars; a lone value is a list of one, and elements that do not
+/// decode are left out (their errors recorded).
+fn decode_scalar_list(value: &Value, element: Ty, path: &str, out: &mut Decoding) -> Option<Doc> {
+    let items: Vec<Value> = match value {
+        Value::Array(items) => items.clone(),
+        Value::Null => return Some(Doc::Null),
+        other => vec![other.clone()],
+    };
+    let mut list = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        list.extend(decode_value(item, element, &format!("{path}[{i}]"), out));
+    }
+    Some(Doc::List(list))
+}
+
+/// A map of strings, keys sorted as Go writes them.
+fn decode_str_map(value: &Value, path: &str, out: &mut Decoding) -> Option<Doc> {
+    match unwrap_single(value) {
+        Value::Object(map) => {
+            let mut pairs: Vec<(String, Doc)> = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                match weak_string(v) {
+                    Some(s) => pairs.push((k.clone(), Doc::Str(s))),
+                    None => type_error(out, &format!("{path}[{k}]"), "string", v),
+                }
+            }
+            // Go writes map keys sorted.
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            Some(Doc::Obj(pairs))
+        }
+        Value::Null => Some(Doc::Null),
+        other => {
+            type_error(out, path, "map[string]string", other);
+            None
+        }
+    }
+}
+
+/// A list of objects of `fields`; a lone object is a list of one.
+fn decode_object_list(
+    value: &Value,
+    fields: &'static [F],
+    path: &str,
+    out: &mut Decoding,
+) -> Option<Doc> {
+    let items: Vec<&Value> = match value {
+        Value::Array(items) => items.iter().collect(),
+        Value::Null => return Some(Doc::Null),
+        other => vec![other],
+    };
+    let list = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| decode_object(item, fields, &format!("{path}[{i}]"), out))
+        .collect();
+    Some(Doc::List(list))
+}
+
+/// A map of objects of `fields`, keys sorted as Go writes them.
+fn decode_object_map(
+    value: &Value,
+    fields: &'static [F],
+    path: &str,
+    out: &mut Decoding,
+) -> Option<Doc> {
+    match unwrap_single(value) {
+        Value::Object(map) => {
+            let mut pairs: Vec<(String, Doc)> = map
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        decode_object(v, fields, &format!("{path}[{k}]"), out),
+                    )
+                })
+                .collect();
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            Some(Doc::Obj(pairs))
+        }
+        Value::Null => Some(Doc::Null),
+        other => {
+            type_error(out, path, "map", other);
+            None
+        }
     }
 }
 

@@ -497,6 +497,34 @@ fn validate_resolver(name: &str, doc: &Doc) -> Result<(), String> {
         return Err("Name is required".to_string());
     }
     as_multierror(meta_reasons(doc))?;
+    let subsets = validate_resolver_subsets(doc)?;
+    let default_subset = doc.str("DefaultSubset");
+    if !default_subset.is_empty() && !subsets.contains(&default_subset) {
+        return Err(format!(
+            "DefaultSubset {default_subset:?} is not a valid subset"
+        ));
+    }
+    if let Some(redirect) = doc.get("Redirect").filter(|d| !matches!(d, Doc::Null)) {
+        if !doc.pairs("Failover").is_empty() {
+            return Err("Redirect and Failover cannot both be set".to_string());
+        }
+        validate_resolver_redirect(name, redirect, &subsets)?;
+    }
+    for (subset, failover) in doc.pairs("Failover") {
+        validate_resolver_failover(name, subset, failover, &subsets)?;
+    }
+    for field in ["ConnectTimeout", "RequestTimeout"] {
+        let value = doc.str(field);
+        if value.starts_with('-') {
+            return Err(format!("Bad {field} '{value}', must be >= 0"));
+        }
+    }
+    Ok(())
+}
+
+/// A resolver's subsets: every name valid (all names are checked before any filter), every
+/// filter one that parses. Returns the subset names.
+fn validate_resolver_subsets(doc: &Doc) -> Result<Vec<&str>, String> {
     let subsets: Vec<&str> = doc
         .pairs("Subsets")
         .iter()
@@ -523,78 +551,75 @@ fn validate_resolver(name: &str, doc: &Doc) -> Result<(), String> {
             }
         }
     }
-    let is_subset = |s: &str| subsets.contains(&s);
-    let default_subset = doc.str("DefaultSubset");
-    if !default_subset.is_empty() && !is_subset(default_subset) {
+    Ok(subsets)
+}
+
+/// A resolver's `Redirect`: names somewhere, not both a peer and a datacenter, and a subset
+/// only of a named service (of this one: one of its subsets).
+fn validate_resolver_redirect(name: &str, redirect: &Doc, subsets: &[&str]) -> Result<(), String> {
+    let empty = [
+        "Service",
+        "ServiceSubset",
+        "Datacenter",
+        "Peer",
+        "SamenessGroup",
+    ]
+    .iter()
+    .all(|f| redirect.str(f).is_empty());
+    if empty {
+        return Err("Redirect is empty".to_string());
+    }
+    if !redirect.str("Peer").is_empty() && !redirect.str("Datacenter").is_empty() {
+        return Err("Redirect.Peer cannot be set with Redirect.Datacenter".to_string());
+    }
+    let service = redirect.str("Service");
+    let subset = redirect.str("ServiceSubset");
+    if service.is_empty() && !subset.is_empty() {
+        return Err("Redirect.ServiceSubset defined without Redirect.Service".to_string());
+    }
+    if service == name && !subset.is_empty() && !subsets.contains(&subset) {
         return Err(format!(
-            "DefaultSubset {default_subset:?} is not a valid subset"
+            "Redirect.ServiceSubset {subset:?} is not a valid subset of {service:?}"
         ));
     }
-    if let Some(redirect) = doc.get("Redirect").filter(|d| !matches!(d, Doc::Null)) {
-        if !doc.pairs("Failover").is_empty() {
-            return Err("Redirect and Failover cannot both be set".to_string());
-        }
-        let empty = [
-            "Service",
-            "ServiceSubset",
-            "Datacenter",
-            "Peer",
-            "SamenessGroup",
-        ]
+    Ok(())
+}
+
+/// One `Failover[subset]` of a resolver: of a known subset (or `*`), naming somewhere to go,
+/// with a subset of this service only if it has it, and no empty datacenter.
+fn validate_resolver_failover(
+    name: &str,
+    subset: &str,
+    failover: &Doc,
+    subsets: &[&str],
+) -> Result<(), String> {
+    if subset != "*" && !subsets.contains(&subset) {
+        return Err(format!("Bad Failover[{subset:?}]: not a valid subset"));
+    }
+    let empty = ["Service", "ServiceSubset", "SamenessGroup"]
         .iter()
-        .all(|f| redirect.str(f).is_empty());
-        if empty {
-            return Err("Redirect is empty".to_string());
-        }
-        if !redirect.str("Peer").is_empty() && !redirect.str("Datacenter").is_empty() {
-            return Err("Redirect.Peer cannot be set with Redirect.Datacenter".to_string());
-        }
-        let service = redirect.str("Service");
-        let subset = redirect.str("ServiceSubset");
-        if service.is_empty() && !subset.is_empty() {
-            return Err("Redirect.ServiceSubset defined without Redirect.Service".to_string());
-        }
-        if service == name && !subset.is_empty() && !is_subset(subset) {
-            return Err(format!(
-                "Redirect.ServiceSubset {subset:?} is not a valid subset of {service:?}"
-            ));
-        }
+        .all(|f| failover.str(f).is_empty())
+        && failover.list("Datacenters").is_empty()
+        && failover.list("Targets").is_empty();
+    if empty {
+        return Err(format!(
+            "Bad Failover[{subset:?}]: one of Service, ServiceSubset, Namespace, Targets, SamenessGroup, or Datacenters is required"
+        ));
     }
-    for (subset, failover) in doc.pairs("Failover") {
-        if subset != "*" && !is_subset(subset) {
-            return Err(format!("Bad Failover[{subset:?}]: not a valid subset"));
-        }
-        let empty = ["Service", "ServiceSubset", "SamenessGroup"]
-            .iter()
-            .all(|f| failover.str(f).is_empty())
-            && failover.list("Datacenters").is_empty()
-            && failover.list("Targets").is_empty();
-        if empty {
-            return Err(format!(
-                "Bad Failover[{subset:?}]: one of Service, ServiceSubset, Namespace, Targets, SamenessGroup, or Datacenters is required"
-            ));
-        }
-        let failover_subset = failover.str("ServiceSubset");
-        let failover_service = failover.str("Service");
-        if !failover_subset.is_empty()
-            && (failover_service.is_empty() || failover_service == name)
-            && !is_subset(failover_subset)
-        {
-            return Err(format!(
-                "Bad Failover[{subset:?}].ServiceSubset {failover_subset:?} is not a valid subset of {failover_service:?}"
-            ));
-        }
-        if failover.strs("Datacenters").iter().any(|dc| dc.is_empty()) {
-            return Err(format!(
-                "Bad Failover[{subset:?}].Datacenters: found empty datacenter"
-            ));
-        }
+    let failover_subset = failover.str("ServiceSubset");
+    let failover_service = failover.str("Service");
+    if !failover_subset.is_empty()
+        && (failover_service.is_empty() || failover_service == name)
+        && !subsets.contains(&failover_subset)
+    {
+        return Err(format!(
+            "Bad Failover[{subset:?}].ServiceSubset {failover_subset:?} is not a valid subset of {failover_service:?}"
+        ));
     }
-    for field in ["ConnectTimeout", "RequestTimeout"] {
-        let value = doc.str(field);
-        if value.starts_with('-') {
-            return Err(format!("Bad {field} '{value}', must be >= 0"));
-        }
+    if failover.strs("Datacenters").iter().any(|dc| dc.is_empty()) {
+        return Err(format!(
+            "Bad Failover[{subset:?}].Datacenters: found empty datacenter"
+        ));
     }
     Ok(())
 }
@@ -676,95 +701,120 @@ fn validate_ingress(_name: &str, doc: &Doc) -> Result<(), String> {
             return Err(format!("port {port} declared on two listeners"));
         }
         ports.push(port);
-        let protocol = listener.str("Protocol");
-        if !matches!(protocol, "tcp" | "http" | "http2" | "grpc") {
+        validate_ingress_listener(listener, port, tls_enabled)?;
+    }
+    Ok(())
+}
+
+/// One ingress listener: a known protocol, at least one service (several, or a wildcard,
+/// only for `http`), its own TLS block, and each service and host once.
+fn validate_ingress_listener(listener: &Doc, port: i64, tls_enabled: bool) -> Result<(), String> {
+    let protocol = listener.str("Protocol");
+    if !matches!(protocol, "tcp" | "http" | "http2" | "grpc") {
+        return Err(format!(
+            "protocol must be 'tcp', 'http', 'grpc' or 'http2'. '{protocol}' is an unsupported protocol"
+        ));
+    }
+    let services = listener.list("Services");
+    if services.is_empty() {
+        return Err(format!("No service declared for listener with port {port}"));
+    }
+    if let Some(tls) = listener.get("TLS") {
+        validate_gateway_tls(tls)?;
+    }
+    if protocol != "http" && services.len() > 1 {
+        return Err(format!(
+            "Multiple services per listener are only supported for protocol = 'http' (listener on port {port})"
+        ));
+    }
+    let mut hosts: Vec<&str> = Vec::new();
+    let mut names: Vec<&str> = Vec::new();
+    for service in services {
+        let service_name = service.str("Name");
+        if service_name == "*" && protocol != "http" {
             return Err(format!(
-                "protocol must be 'tcp', 'http', 'grpc' or 'http2'. '{protocol}' is an unsupported protocol"
+                "Wildcard service name is only valid for protocol = 'http' (listener on port {port})"
             ));
         }
-        let services = listener.list("Services");
-        if services.is_empty() {
-            return Err(format!("No service declared for listener with port {port}"));
-        }
-        if let Some(tls) = listener.get("TLS") {
-            validate_gateway_tls(tls)?;
-        }
-        if protocol != "http" && services.len() > 1 {
+        if service_name.is_empty() {
             return Err(format!(
-                "Multiple services per listener are only supported for protocol = 'http' (listener on port {port})"
+                "Service name cannot be blank (listener on port {port})"
             ));
         }
-        let mut hosts: Vec<&str> = Vec::new();
-        let mut names: Vec<&str> = Vec::new();
-        for service in services {
-            let service_name = service.str("Name");
-            if service_name == "*" && protocol != "http" {
-                return Err(format!(
-                    "Wildcard service name is only valid for protocol = 'http' (listener on port {port})"
-                ));
-            }
-            if service_name.is_empty() {
-                return Err(format!(
-                    "Service name cannot be blank (listener on port {port})"
-                ));
-            }
-            for (key, what) in [
-                ("RequestHeaders", "request headers"),
-                ("ResponseHeaders", "response headers"),
-            ] {
-                // Stored as given (an opaque map): set when it adds, sets or removes any.
-                let set = match service.get(key) {
-                    Some(Doc::Raw(h)) => {
-                        ["Add", "Set"]
-                            .iter()
-                            .any(|k| h[*k].as_object().is_some_and(|m| !m.is_empty()))
-                            || h["Remove"].as_array().is_some_and(|r| !r.is_empty())
-                    }
-                    _ => false,
-                };
-                if set && protocol == "tcp" {
-                    return Err(format!(
-                        "{what} only valid for http, http2 and grpc protocols (service {service_name:?} on listener on port {port})"
-                    ));
-                }
-            }
-            let service_hosts = service.strs("Hosts");
-            if service_name == "*" && !service_hosts.is_empty() {
-                return Err(format!(
-                    "Associating hosts to a wildcard service is not supported (listener on port {port})"
-                ));
-            }
-            if names.contains(&service_name) {
-                return Err(format!(
-                    "Service {service_name} cannot be added multiple times (listener on port {port})"
-                ));
-            }
-            names.push(service_name);
-            if protocol == "tcp" && !service_hosts.is_empty() {
-                return Err(format!(
-                    "Associating hosts to a service is not supported for the tcp protocol (listener on port {port})"
-                ));
-            }
-            for host in service_hosts {
-                if hosts.contains(&host) {
-                    return Err(format!(
-                        "Hosts must be unique within a specific listener (listener on port {port})"
-                    ));
-                }
-                hosts.push(host);
-                if host.contains('*') && !host.starts_with("*.") && host != "*" {
-                    return Err(format!(
-                        "Host '{host}' is not valid, a wildcard specifier is only allowed as the leftmost label"
-                    ));
-                }
-                if host == "*" && tls_enabled {
-                    return Err(
-                        "Host '*' is not allowed when TLS is enabled, all hosts must be valid DNS records to add as a DNSSAN"
-                            .to_string(),
-                    );
-                }
-            }
+        validate_ingress_service_headers(service, service_name, protocol, port)?;
+        let service_hosts = service.strs("Hosts");
+        if service_name == "*" && !service_hosts.is_empty() {
+            return Err(format!(
+                "Associating hosts to a wildcard service is not supported (listener on port {port})"
+            ));
         }
+        if names.contains(&service_name) {
+            return Err(format!(
+                "Service {service_name} cannot be added multiple times (listener on port {port})"
+            ));
+        }
+        names.push(service_name);
+        if protocol == "tcp" && !service_hosts.is_empty() {
+            return Err(format!(
+                "Associating hosts to a service is not supported for the tcp protocol (listener on port {port})"
+            ));
+        }
+        for host in service_hosts {
+            if hosts.contains(&host) {
+                return Err(format!(
+                    "Hosts must be unique within a specific listener (listener on port {port})"
+                ));
+            }
+            hosts.push(host);
+            validate_ingress_host(host, tls_enabled)?;
+        }
+    }
+    Ok(())
+}
+
+/// Header changes on an ingress service need an HTTP-family protocol.
+fn validate_ingress_service_headers(
+    service: &Doc,
+    service_name: &str,
+    protocol: &str,
+    port: i64,
+) -> Result<(), String> {
+    for (key, what) in [
+        ("RequestHeaders", "request headers"),
+        ("ResponseHeaders", "response headers"),
+    ] {
+        // Stored as given (an opaque map): set when it adds, sets or removes any.
+        let set = match service.get(key) {
+            Some(Doc::Raw(h)) => {
+                ["Add", "Set"]
+                    .iter()
+                    .any(|k| h[*k].as_object().is_some_and(|m| !m.is_empty()))
+                    || h["Remove"].as_array().is_some_and(|r| !r.is_empty())
+            }
+            _ => false,
+        };
+        if set && protocol == "tcp" {
+            return Err(format!(
+                "{what} only valid for http, http2 and grpc protocols (service {service_name:?} on listener on port {port})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An ingress host: a wildcard only as the leftmost label, and `*` alone not under TLS
+/// (every host becomes a DNS SAN).
+fn validate_ingress_host(host: &str, tls_enabled: bool) -> Result<(), String> {
+    if host.contains('*') && !host.starts_with("*.") && host != "*" {
+        return Err(format!(
+            "Host '{host}' is not valid, a wildcard specifier is only allowed as the leftmost label"
+        ));
+    }
+    if host == "*" && tls_enabled {
+        return Err(
+            "Host '*' is not allowed when TLS is enabled, all hosts must be valid DNS records to add as a DNSSAN"
+                .to_string(),
+        );
     }
     Ok(())
 }

@@ -129,6 +129,102 @@ fn leeway_field(config: &Map<String, Value>, name: &str) -> Result<i64, String> 
     Ok(if nanos < 0 { -1 } else { nanos / 1_000_000_000 })
 }
 
+/// Refuses a key that is not one of the `jwt` type's (the OIDC-only ones get their own words).
+fn refuse_unknown_keys(config: &Map<String, Value>) -> Result<(), String> {
+    const KNOWN: [&str; 14] = [
+        "JWTValidationPubKeys",
+        "JWKSURL",
+        "JWKSCACert",
+        "OIDCDiscoveryURL",
+        "OIDCDiscoveryCACert",
+        "BoundIssuer",
+        "BoundAudiences",
+        "ClaimMappings",
+        "ListClaimMappings",
+        "JWTSupportedAlgs",
+        "ExpirationLeeway",
+        "NotBeforeLeeway",
+        "ClockSkewLeeway",
+        "NamespaceRules",
+    ];
+    for key in config.keys() {
+        if let Some(oidc) = OIDC_ONLY_FIELDS
+            .iter()
+            .find(|f| f.eq_ignore_ascii_case(key))
+        {
+            return Err(format!("'{oidc}' must not be set for type \"jwt\""));
+        }
+        if !KNOWN.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+            return Err(format!("'' has invalid keys: {key}"));
+        }
+    }
+    Ok(())
+}
+
+/// The key source: exactly one may be set, and praetor takes only PEM keys given inline.
+fn public_keys_field(config: &Map<String, Value>) -> Result<Vec<PublicKey>, String> {
+    let pem_keys = strings_field(config, "JWTValidationPubKeys")?;
+    let jwks_url = string_field(config, "JWKSURL")?;
+    let discovery_url = string_field(config, "OIDCDiscoveryURL")?;
+    let methods = usize::from(!pem_keys.is_empty())
+        + usize::from(!jwks_url.is_empty())
+        + usize::from(!discovery_url.is_empty());
+    if methods != 1 {
+        return Err("exactly one of 'JWTValidationPubKeys', 'JWKSURL', or 'OIDCDiscoveryURL' must be set for type \"jwt\"".to_string());
+    }
+    if pem_keys.is_empty() {
+        return Err("only 'JWTValidationPubKeys' is supported: praetor does not fetch keys from 'JWKSURL' or 'OIDCDiscoveryURL'".to_string());
+    }
+    if pem_keys.len() > PUBLIC_KEYS_MAX {
+        return Err(format!(
+            "'JWTValidationPubKeys' lists more than {PUBLIC_KEYS_MAX} keys"
+        ));
+    }
+    if !string_field(config, "JWKSCACert")?.is_empty() {
+        return Err("'JWKSCACert' should not be set unless 'JWKSURL' is set".to_string());
+    }
+    if !string_field(config, "OIDCDiscoveryCACert")?.is_empty() {
+        return Err(
+            "'OIDCDiscoveryCACert' should not be set unless 'OIDCDiscoveryURL' is set".to_string(),
+        );
+    }
+    let mut public_keys = Vec::with_capacity(pem_keys.len());
+    for (i, pem) in pem_keys.iter().enumerate() {
+        public_keys.push(
+            parse_public_key_pem(pem)
+                .map_err(|e| format!("error parsing public key JWTValidationPubKeys[{i}]: {e}"))?,
+        );
+    }
+    Ok(public_keys)
+}
+
+/// Bounds the claim mappings and refuses two claims mapped to one target.
+fn validate_claim_mappings(
+    claim_mappings: &BTreeMap<String, String>,
+    list_claim_mappings: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    if claim_mappings.len() + list_claim_mappings.len() > CLAIM_MAPPINGS_MAX {
+        return Err(format!(
+            "claim mappings exceed {CLAIM_MAPPINGS_MAX} entries"
+        ));
+    }
+    for (mappings, name) in [
+        (claim_mappings, "ClaimMappings"),
+        (list_claim_mappings, "ListClaimMappings"),
+    ] {
+        let mut targets = std::collections::BTreeSet::new();
+        for target in mappings.values() {
+            if !targets.insert(target) {
+                return Err(format!(
+                    "{name} contains multiple mappings for key {}",
+                    super::rules::go_quote(target)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl JwtConfig {
     /// Validates a method's `Config` JSON for type `jwt`, with Consul's error texts.
     pub fn from_json(text: &str) -> Result<JwtConfig, String> {
@@ -137,67 +233,8 @@ impl JwtConfig {
         } else {
             serde_json::from_str(text).map_err(|e| format!("invalid Config: {e}"))?
         };
-        const KNOWN: [&str; 14] = [
-            "JWTValidationPubKeys",
-            "JWKSURL",
-            "JWKSCACert",
-            "OIDCDiscoveryURL",
-            "OIDCDiscoveryCACert",
-            "BoundIssuer",
-            "BoundAudiences",
-            "ClaimMappings",
-            "ListClaimMappings",
-            "JWTSupportedAlgs",
-            "ExpirationLeeway",
-            "NotBeforeLeeway",
-            "ClockSkewLeeway",
-            "NamespaceRules",
-        ];
-        for key in config.keys() {
-            if let Some(oidc) = OIDC_ONLY_FIELDS
-                .iter()
-                .find(|f| f.eq_ignore_ascii_case(key))
-            {
-                return Err(format!("'{oidc}' must not be set for type \"jwt\""));
-            }
-            if !KNOWN.iter().any(|k| k.eq_ignore_ascii_case(key)) {
-                return Err(format!("'' has invalid keys: {key}"));
-            }
-        }
-        let pem_keys = strings_field(&config, "JWTValidationPubKeys")?;
-        let jwks_url = string_field(&config, "JWKSURL")?;
-        let discovery_url = string_field(&config, "OIDCDiscoveryURL")?;
-        let methods = usize::from(!pem_keys.is_empty())
-            + usize::from(!jwks_url.is_empty())
-            + usize::from(!discovery_url.is_empty());
-        if methods != 1 {
-            return Err("exactly one of 'JWTValidationPubKeys', 'JWKSURL', or 'OIDCDiscoveryURL' must be set for type \"jwt\"".to_string());
-        }
-        if pem_keys.is_empty() {
-            return Err("only 'JWTValidationPubKeys' is supported: praetor does not fetch keys from 'JWKSURL' or 'OIDCDiscoveryURL'".to_string());
-        }
-        if pem_keys.len() > PUBLIC_KEYS_MAX {
-            return Err(format!(
-                "'JWTValidationPubKeys' lists more than {PUBLIC_KEYS_MAX} keys"
-            ));
-        }
-        if !string_field(&config, "JWKSCACert")?.is_empty() {
-            return Err("'JWKSCACert' should not be set unless 'JWKSURL' is set".to_string());
-        }
-        if !string_field(&config, "OIDCDiscoveryCACert")?.is_empty() {
-            return Err(
-                "'OIDCDiscoveryCACert' should not be set unless 'OIDCDiscoveryURL' is set"
-                    .to_string(),
-            );
-        }
-        let mut public_keys = Vec::with_capacity(pem_keys.len());
-        for (i, pem) in pem_keys.iter().enumerate() {
-            public_keys.push(
-                parse_public_key_pem(pem).map_err(|e| {
-                    format!("error parsing public key JWTValidationPubKeys[{i}]: {e}")
-                })?,
-            );
-        }
+        refuse_unknown_keys(&config)?;
+        let public_keys = public_keys_field(&config)?;
         let supported_algs = strings_field(&config, "JWTSupportedAlgs")?;
         for alg in &supported_algs {
             if !SUPPORTED_ALGS.contains(&alg.as_str()) || alg == "ES512" {
@@ -206,25 +243,7 @@ impl JwtConfig {
         }
         let claim_mappings = map_field(&config, "ClaimMappings")?;
         let list_claim_mappings = map_field(&config, "ListClaimMappings")?;
-        if claim_mappings.len() + list_claim_mappings.len() > CLAIM_MAPPINGS_MAX {
-            return Err(format!(
-                "claim mappings exceed {CLAIM_MAPPINGS_MAX} entries"
-            ));
-        }
-        for (mappings, name) in [
-            (&claim_mappings, "ClaimMappings"),
-            (&list_claim_mappings, "ListClaimMappings"),
-        ] {
-            let mut targets = std::collections::BTreeSet::new();
-            for target in mappings.values() {
-                if !targets.insert(target) {
-                    return Err(format!(
-                        "{name} contains multiple mappings for key {}",
-                        super::rules::go_quote(target)
-                    ));
-                }
-            }
-        }
+        validate_claim_mappings(&claim_mappings, &list_claim_mappings)?;
         Ok(JwtConfig {
             public_keys,
             bound_issuer: string_field(&config, "BoundIssuer")?,

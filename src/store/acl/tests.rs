@@ -187,8 +187,8 @@ fn initial_management_bootstraps_or_creates_once() {
     assert!(h.changes.is_empty(), "present already: no write");
 }
 
-#[test]
-fn token_create_validates_like_consul() {
+/// A harness holding one policy, `readers` (ID `P1`), for tokens to link.
+fn harness_with_readers() -> Harness {
     let mut h = Harness::new();
     h.ok(policy(
         P1,
@@ -196,6 +196,12 @@ fn token_create_validates_like_consul() {
         "key_prefix \"\" { policy = \"read\" }",
         true,
     ));
+    h
+}
+
+#[test]
+fn token_create_refuses_bad_ids_links_and_expiry_with_consuls_messages() {
+    let mut h = harness_with_readers();
     let reserved = "00000000-0000-0000-0000-000000000099";
     for (write, expected) in [
         (token("nope", S1, &[]), "Invalid Token: AccessorID - not a valid UUID".to_string()),
@@ -236,6 +242,15 @@ fn token_create_validates_like_consul() {
             TokenWrite { expiration_ttl_ns: 25 * 3_600_000_000_000, ..token(A1, S1, &[]) },
             "ExpirationTime cannot be more than 24h0m0s in the future (was 25h0m0s)".to_string(),
         ),
+    ] {
+        assert_eq!(h.err(create(write)), expected);
+    }
+}
+
+#[test]
+fn token_create_refuses_bad_login_fields_and_identities_with_consuls_messages() {
+    let mut h = harness_with_readers();
+    for (write, expected) in [
         (
             TokenWrite { auth_method: "m".into(), ..token(A1, S1, &[]) },
             "AuthMethod field is disallowed outside of login".to_string(),
@@ -290,7 +305,11 @@ fn token_create_validates_like_consul() {
     ] {
         assert_eq!(h.err(create(write)), expected);
     }
-    // A valid create resolves names to IDs, dedupes and indexes.
+}
+
+/// Creates token `A1`/`S1` linking `readers` by name and by ID, with one service identity
+/// given twice and an hour's expiry.
+fn create_token_with_duplicate_links(h: &mut Harness) {
     h.ok(create(TokenWrite {
         policies: vec![
             LinkRef {
@@ -315,6 +334,12 @@ fn token_create_validates_like_consul() {
         expiration_ttl_ns: 3_600_000_000_000,
         ..token(A1, S1, &[])
     }));
+}
+
+#[test]
+fn a_valid_token_create_resolves_names_to_ids_dedupes_and_indexes() {
+    let mut h = harness_with_readers();
+    create_token_with_duplicate_links(&mut h);
     assert!(h.touched(&format!("token:{A1}")) && h.touched(TOKENS_KEY));
     let t = token_by_accessor(&h.tables, A1).unwrap();
     assert_eq!(t.policies, vec![Arc::<str>::from(P1)]);
@@ -327,7 +352,12 @@ fn token_create_validates_like_consul() {
     );
     assert_eq!(h.tables.acl.indexes.tokens, h.index);
     assert_eq!(h.tables.table_index(Table::Acl), h.index);
-    // IDs in use, by either field, are refused.
+}
+
+#[test]
+fn token_ids_in_use_by_either_field_are_refused() {
+    let mut h = harness_with_readers();
+    create_token_with_duplicate_links(&mut h);
     assert_eq!(
         h.err(create(token(A1, S2, &[]))),
         "Invalid Token: AccessorID is already in use"
@@ -708,20 +738,22 @@ fn rule(id: &str, bind_type: &str, bind_name: &str, create: bool) -> AclOp {
     }))
 }
 
+/// An auth-method write with the fields its validation looks at.
+fn method(name: &str, method_type: &str, ttl: i64, locality: &str, config: &str) -> AclOp {
+    AclOp::AuthMethodSet(Box::new(AuthMethodWrite {
+        name: name.into(),
+        method_type: method_type.into(),
+        max_token_ttl_ns: ttl,
+        token_locality: locality.into(),
+        config_json: config.into(),
+        ..AuthMethodWrite::default()
+    }))
+}
+
 #[test]
-fn auth_methods_and_binding_rules_validate_and_cascade() {
+fn auth_method_writes_validate_like_consul() {
     let mut h = Harness::new();
     let (_, pem) = super::jwt::tests::p256_key();
-    let method = |name: &str, method_type: &str, ttl: i64, locality: &str, config: &str| {
-        AclOp::AuthMethodSet(Box::new(AuthMethodWrite {
-            name: name.into(),
-            method_type: method_type.into(),
-            max_token_ttl_ns: ttl,
-            token_locality: locality.into(),
-            config_json: config.into(),
-            ..AuthMethodWrite::default()
-        }))
-    };
     let good = serde_json::json!({"JWTValidationPubKeys": [&pem]}).to_string();
     assert_eq!(
         h.err(method("", "jwt", 0, "", &good)),
@@ -752,7 +784,18 @@ fn auth_methods_and_binding_rules_validate_and_cascade() {
         .starts_with("Invalid Auth Method: exactly one of"));
     jwt_method(&mut h, &pem);
     assert!(h.touched("auth-method:jwt-a") && h.touched(AUTH_METHODS_KEY));
-    // Binding rules.
+    // The type of a method is immutable.
+    assert_eq!(
+        h.err(method("jwt-a", "oidc", 0, "", &good)),
+        "the Type field of an Auth Method is immutable"
+    );
+}
+
+#[test]
+fn binding_rule_writes_validate_like_consul() {
+    let mut h = Harness::new();
+    let (_, pem) = super::jwt::tests::p256_key();
+    jwt_method(&mut h, &pem);
     assert_eq!(
         h.err(rule("x", "service", "a", true)),
         "Binding Rule ID invalid UUID"
@@ -794,12 +837,14 @@ fn auth_methods_and_binding_rules_validate_and_cascade() {
         h.err(rule(A1, "service", "a", false)),
         format!("cannot find binding rule {A1}")
     );
-    // The type of a method is immutable.
-    assert_eq!(
-        h.err(method("jwt-a", "oidc", 0, "", &good)),
-        "the Type field of an Auth Method is immutable"
-    );
-    // A login token, then deleting the method deletes its rules and tokens.
+}
+
+#[test]
+fn deleting_an_auth_method_deletes_its_rules_and_login_tokens() {
+    let mut h = Harness::new();
+    let (_, pem) = super::jwt::tests::p256_key();
+    jwt_method(&mut h, &pem);
+    h.ok(rule(B1, "service", "svc-${value.name}", true));
     h.ok(create(TokenWrite {
         auth_method: "jwt-a".into(),
         from_login: true,

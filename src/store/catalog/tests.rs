@@ -573,9 +573,9 @@ fn snapshot_fixture_tables() -> Tables {
     tables
 }
 
-/// The catalog writes [`snapshot_fixture_tables`] applies: every field of a registration
-/// set somewhere.
-fn snapshot_fixture_ops() -> Vec<CatalogOp> {
+/// Node-A of the fixture: an ID, metadata and tagged addresses, a weighted service with
+/// tagged addresses, a node-level check and an HTTP service check with its definition.
+fn snapshot_fixture_node_a() -> CatalogOp {
     let definition = CheckDefinition {
         http: "http://10.0.0.1:8080/health".into(),
         header: vec![("X-Probe".into(), vec!["a".into(), "b".into()])],
@@ -585,56 +585,62 @@ fn snapshot_fixture_ops() -> Vec<CatalogOp> {
         deregister_critical_service_after_ns: 60_000_000_000,
         ..Default::default()
     };
-    vec![
-        CatalogOp::Register(Box::new(Registration {
-            id: "9b2d4c1e-57a5-4a2e-8f63-8f1f1f0b6a01".into(),
-            node: "Node-A".into(),
-            address: "10.0.0.1".into(),
-            datacenter: "dc1".into(),
-            tagged_addresses: vec![
-                ("wan".into(), "192.0.2.1".into()),
-                ("lan".into(), "10.0.0.1".into()),
-            ],
-            node_meta: vec![("rack".into(), "r1".into())],
-            service: Some(ServiceRegistration {
-                id: "Web-1".into(),
-                name: "Web".into(),
-                tags: vec!["v1".into(), "Primary".into()],
-                address: "10.0.0.11".into(),
-                tagged_addresses: vec![("lan".into(), "10.0.0.11".into(), 8080)],
-                meta: vec![("version".into(), "1.2.3".into())],
-                port: 8080,
-                weights: Some(Weights {
-                    passing: 3,
-                    warning: 1,
-                }),
-                enable_tag_override: true,
-                ..Default::default()
+    CatalogOp::Register(Box::new(Registration {
+        id: "9b2d4c1e-57a5-4a2e-8f63-8f1f1f0b6a01".into(),
+        node: "Node-A".into(),
+        address: "10.0.0.1".into(),
+        datacenter: "dc1".into(),
+        tagged_addresses: vec![
+            ("wan".into(), "192.0.2.1".into()),
+            ("lan".into(), "10.0.0.1".into()),
+        ],
+        node_meta: vec![("rack".into(), "r1".into())],
+        service: Some(ServiceRegistration {
+            id: "Web-1".into(),
+            name: "Web".into(),
+            tags: vec!["v1".into(), "Primary".into()],
+            address: "10.0.0.11".into(),
+            tagged_addresses: vec![("lan".into(), "10.0.0.11".into(), 8080)],
+            meta: vec![("version".into(), "1.2.3".into())],
+            port: 8080,
+            weights: Some(Weights {
+                passing: 3,
+                warning: 1,
             }),
-            checks: vec![
-                CheckRegistration {
-                    check_id: "serfHealth".into(),
-                    name: "Serf Health Status".into(),
-                    status: "passing".into(),
-                    output: "Agent alive and reachable".into(),
-                    ..Default::default()
-                },
-                CheckRegistration {
-                    check_id: "service:Web-1".into(),
-                    name: "Web HTTP".into(),
-                    status: "warning".into(),
-                    notes: "slow".into(),
-                    output: "HTTP GET: 429".into(),
-                    service_id: "Web-1".into(),
-                    kind: "http".into(),
-                    interval: "10s".into(),
-                    timeout: "1s".into(),
-                    definition: Some(definition),
-                    ..Default::default()
-                },
-            ],
+            enable_tag_override: true,
             ..Default::default()
-        })),
+        }),
+        checks: vec![
+            CheckRegistration {
+                check_id: "serfHealth".into(),
+                name: "Serf Health Status".into(),
+                status: "passing".into(),
+                output: "Agent alive and reachable".into(),
+                ..Default::default()
+            },
+            CheckRegistration {
+                check_id: "service:Web-1".into(),
+                name: "Web HTTP".into(),
+                status: "warning".into(),
+                notes: "slow".into(),
+                output: "HTTP GET: 429".into(),
+                service_id: "Web-1".into(),
+                kind: "http".into(),
+                interval: "10s".into(),
+                timeout: "1s".into(),
+                definition: Some(definition),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    }))
+}
+
+/// The catalog writes [`snapshot_fixture_tables`] applies: every field of a registration
+/// set somewhere.
+fn snapshot_fixture_ops() -> Vec<CatalogOp> {
+    vec![
+        snapshot_fixture_node_a(),
         CatalogOp::Register(Box::new(Registration {
             node: "node-b".into(),
             address: "10.0.0.2".into(),
@@ -850,13 +856,14 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
     assert!(restored.catalog.service_extinction_index > 0);
 }
 
-#[test]
-fn a_service_written_with_its_checks_is_the_same_write_as_one_after_the_other() {
-    // A registration of a service with its own checks builds the instance's view once
-    // (`upsert_service` takes the checks along); the same registration split in two — the
-    // service, then the checks — in one batch at the same index goes the way of separate
-    // writes. Rows, views, indexes and change sets must be the same.
-    use std::collections::HashSet;
+// A registration of a service with its own checks builds the instance's view once
+// (`upsert_service` takes the checks along); the same registration split in two — the
+// service, then the checks — in one batch at the same index goes the way of separate
+// writes. Rows, views, indexes and change sets must be the same; each test below is one
+// kind of combined write.
+
+/// Two `web` instances and a `db` one with service checks, and a node check on `n1`.
+fn combined_write_base() -> Fixture {
     let mut base = Fixture::new();
     base.instance(
         "n1",
@@ -879,106 +886,124 @@ fn a_service_written_with_its_checks_is_the_same_write_as_one_after_the_other() 
     let mut node_check = node_reg("n1", "10.0.0.1");
     node_check.checks = vec![check("serf", "", "passing")];
     assert_eq!(base.register(node_check), CommandResult::Bool(true));
-    let with = |svc: ServiceRegistration, checks: Vec<CheckRegistration>| {
-        let mut reg = node_reg("n1", "10.0.0.1");
-        reg.service = Some(svc);
-        reg.checks = checks;
-        reg
+    base
+}
+
+/// A registration on `n1` of one service with the checks given.
+fn on_n1(svc: ServiceRegistration, checks: Vec<CheckRegistration>) -> Registration {
+    let mut reg = node_reg("n1", "10.0.0.1");
+    reg.service = Some(svc);
+    reg.checks = checks;
+    reg
+}
+
+/// Applies `reg` whole on one copy of the base and split (service, then checks, in one
+/// batch) on another, and asserts the two copies agree on everything a reader sees.
+fn assert_combined_write_is_split_write(reg: Registration) {
+    use std::collections::HashSet;
+    let base = combined_write_base();
+    let fork = || Fixture {
+        tables: base.tables.clone(),
+        next_index: base.next_index,
+        changes: Vec::new(),
     };
-    let cases = [
-        // A new instance with a new check (the churn's registration).
-        with(
-            service("web-9", "web", &[]),
-            vec![check("c9", "web-9", "passing")],
-        ),
-        // New tags (the existing checks are relabelled), one check changed, one new, one
-        // unchanged, given out of order.
-        with(
-            service("web-1", "web", &["v2"]),
-            vec![
-                check("c2", "web-1", "warning"),
-                check("c1", "web-1", "critical"),
-                check("c3", "web-1", "passing"),
-            ],
-        ),
-        // The service renamed, its check with it; the same check twice.
-        with(
-            service("web-1", "www", &["v1"]),
-            vec![
-                check("c1", "web-1", "passing"),
-                check("c1", "web-1", "warning"),
-            ],
-        ),
-        // The service unchanged, its check changed.
-        with(
-            service("web-1", "web", &["v1"]),
-            vec![check("c1", "web-1", "warning")],
-        ),
-        // Not taken along: a check held by another service, a node check.
-        with(
-            service("web-1", "web", &["v3"]),
-            vec![check("d1", "web-1", "passing")],
-        ),
-        with(
-            service("web-1", "web", &["v3"]),
-            vec![check("serf", "web-1", "passing")],
-        ),
-        with(
-            service("web-1", "web", &["v3"]),
-            vec![check("c1", "web-1", "passing"), check("n", "", "passing")],
-        ),
-    ];
-    for (case, reg) in cases.into_iter().enumerate() {
-        let mut together = Fixture {
-            tables: base.tables.clone(),
-            next_index: base.next_index,
-            changes: Vec::new(),
-        };
-        let mut split = Fixture {
-            tables: base.tables.clone(),
-            next_index: base.next_index,
-            changes: Vec::new(),
-        };
-        let mut service_only = reg.clone();
-        service_only.checks.clear();
-        let mut checks_only = reg.clone();
-        checks_only.service = None;
-        let result = together.register(reg);
-        assert_eq!(result, CommandResult::Bool(true), "case {case}");
-        let batch = CatalogOp::Batch(vec![
-            CatalogOp::Register(Box::new(service_only)),
-            CatalogOp::Register(Box::new(checks_only)),
-        ]);
-        assert_eq!(split.run(batch), result, "case {case}");
+    let (mut together, mut split) = (fork(), fork());
+    let mut service_only = reg.clone();
+    service_only.checks.clear();
+    let mut checks_only = reg.clone();
+    checks_only.service = None;
+    let result = together.register(reg);
+    assert_eq!(result, CommandResult::Bool(true));
+    let batch = CatalogOp::Batch(vec![
+        CatalogOp::Register(Box::new(service_only)),
+        CatalogOp::Register(Box::new(checks_only)),
+    ]);
+    assert_eq!(split.run(batch), result);
+    assert_eq!(
+        together.tables.to_snapshot_bytes(),
+        split.tables.to_snapshot_bytes()
+    );
+    assert_eq!(together.tables.table_indexes, split.tables.table_indexes);
+    let set = |f: &Fixture| f.changes.iter().cloned().collect::<HashSet<Change>>();
+    assert_eq!(set(&together), set(&split));
+    assert_eq!(
+        together.changes.len(),
+        set(&together).len(),
+        "no duplicates"
+    );
+    for name in ["web", "www", "db"] {
         assert_eq!(
-            together.tables.to_snapshot_bytes(),
-            split.tables.to_snapshot_bytes(),
-            "case {case}"
+            read::service_index(&together.tables, name),
+            read::service_index(&split.tables, name),
+            "{name}"
         );
-        assert_eq!(together.tables.table_indexes, split.tables.table_indexes);
-        let set = |f: &Fixture| f.changes.iter().cloned().collect::<HashSet<Change>>();
-        assert_eq!(set(&together), set(&split), "case {case}");
-        assert_eq!(
-            together.changes.len(),
-            set(&together).len(),
-            "no duplicates"
-        );
-        for name in ["web", "www", "db"] {
-            assert_eq!(
-                read::service_index(&together.tables, name),
-                read::service_index(&split.tables, name),
-                "case {case}: {name}"
-            );
-            let views = |f: &Fixture| {
-                check_service_nodes(&f.tables, name)
-                    .iter()
-                    .map(|r| {
-                        let checks: Vec<HealthCheck> = r.checks().map(|c| (**c).clone()).collect();
-                        ((**r.service).clone(), checks, r.all_passing())
-                    })
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(views(&together), views(&split), "case {case}: {name}");
-        }
+        let views = |f: &Fixture| {
+            check_service_nodes(&f.tables, name)
+                .iter()
+                .map(|r| {
+                    let checks: Vec<HealthCheck> = r.checks().map(|c| (**c).clone()).collect();
+                    ((**r.service).clone(), checks, r.all_passing())
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(views(&together), views(&split), "{name}");
     }
+}
+
+#[test]
+fn a_new_instance_with_a_new_check_written_together_is_the_split_write() {
+    // The churn's registration.
+    assert_combined_write_is_split_write(on_n1(
+        service("web-9", "web", &[]),
+        vec![check("c9", "web-9", "passing")],
+    ));
+}
+
+#[test]
+fn new_tags_with_changed_new_and_unchanged_checks_written_together_is_the_split_write() {
+    // The existing checks are relabelled; given out of order.
+    assert_combined_write_is_split_write(on_n1(
+        service("web-1", "web", &["v2"]),
+        vec![
+            check("c2", "web-1", "warning"),
+            check("c1", "web-1", "critical"),
+            check("c3", "web-1", "passing"),
+        ],
+    ));
+}
+
+#[test]
+fn a_renamed_service_with_its_check_twice_written_together_is_the_split_write() {
+    assert_combined_write_is_split_write(on_n1(
+        service("web-1", "www", &["v1"]),
+        vec![
+            check("c1", "web-1", "passing"),
+            check("c1", "web-1", "warning"),
+        ],
+    ));
+}
+
+#[test]
+fn an_unchanged_service_with_a_changed_check_written_together_is_the_split_write() {
+    assert_combined_write_is_split_write(on_n1(
+        service("web-1", "web", &["v1"]),
+        vec![check("c1", "web-1", "warning")],
+    ));
+}
+
+#[test]
+fn checks_not_taken_along_written_together_are_the_split_write() {
+    // A check held by another service, a node check.
+    assert_combined_write_is_split_write(on_n1(
+        service("web-1", "web", &["v3"]),
+        vec![check("d1", "web-1", "passing")],
+    ));
+    assert_combined_write_is_split_write(on_n1(
+        service("web-1", "web", &["v3"]),
+        vec![check("serf", "web-1", "passing")],
+    ));
+    assert_combined_write_is_split_write(on_n1(
+        service("web-1", "web", &["v3"]),
+        vec![check("c1", "web-1", "passing"), check("n", "", "passing")],
+    ));
 }

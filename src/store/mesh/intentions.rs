@@ -184,116 +184,145 @@ pub fn validate(
     }
     let mut seen: Vec<(&str, &str, &str)> = Vec::with_capacity(body.sources.len());
     for (i, src) in body.sources.iter().enumerate() {
-        if src.name.is_empty() {
-            return Err(format!("Sources[{i}].Name is required"));
-        }
-        if let Some(message) = wildcard_error(&src.name) {
-            return Err(format!("Sources[{i}].{message}"));
-        }
-        if src.peer.contains('*') {
-            return Err(format!(
-                "Sources[{i}].Peer: cannot use wildcard '*' in peer"
-            ));
-        }
-        if src.sameness_group.contains('*') {
-            return Err(format!(
-                "Sources[{i}].SamenessGroup: cannot use wildcard '*' in sameness group"
-            ));
-        }
-        if !src.sameness_group.is_empty() && !src.peer.is_empty() {
-            return Err(format!(
-                "Sources[{i}].SamenessGroup: cannot set SamenessGroup and Peer at the same time"
-            ));
-        }
-        if src.description.len() > META_VALUE_BYTES_MAX {
-            return Err(format!(
-                "Sources[{i}].Description exceeds maximum length {META_VALUE_BYTES_MAX}"
-            ));
-        }
-        if legacy_write {
-            if !src.peer.is_empty() {
-                return Err(format!(
-                    "Sources[{i}].Peer cannot be set by legacy intentions"
-                ));
-            }
-            if !src.sameness_group.is_empty() {
-                return Err(format!(
-                    "Sources[{i}].SamenessGroup cannot be set by legacy intentions"
-                ));
-            }
-            meta_error(
-                src.legacy_meta.as_deref().unwrap_or_default(),
-                &format!("Sources[{i}]."),
-            )?;
-            if src.legacy_create_time_ns.is_none() {
-                return Err(format!("Sources[{i}].LegacyCreateTime must be set"));
-            }
-            if src.legacy_update_time_ns.is_none() {
-                return Err(format!("Sources[{i}].LegacyUpdateTime must be set"));
-            }
-            if src.legacy_id.is_empty() {
-                return Err(format!("Sources[{i}].LegacyID must be set"));
-            }
-        } else {
-            if src.legacy_meta.as_ref().is_some_and(|m| !m.is_empty()) {
-                return Err(format!("Sources[{i}].LegacyMeta must be omitted"));
-            }
-            if src.legacy_create_time_ns.is_some() {
-                return Err(format!("Sources[{i}].LegacyCreateTime must be omitted"));
-            }
-            if src.legacy_update_time_ns.is_some() {
-                return Err(format!("Sources[{i}].LegacyUpdateTime must be omitted"));
-            }
-            if !src.legacy_id.is_empty() {
-                return Err(format!("Sources[{i}].LegacyID must be omitted"));
-            }
-        }
-        if (legacy_write || !src.is_l7()) && src.action.is_none() {
-            return Err(format!(
-                "Sources[{i}].Action must be set to 'allow' or 'deny'"
-            ));
-        }
-        if src.is_l7() && src.action.is_some() {
-            return Err(format!(
-                "Sources[{i}].Action must be omitted if Permissions are specified"
-            ));
-        }
-        if destination_wild && src.is_l7() {
-            return Err(format!(
-                "Sources[{i}].Permissions cannot be specified on intentions with wildcarded destinations"
-            ));
-        }
-        if src.source_type != "consul" {
-            return Err(format!("Sources[{i}].Type must be set to 'consul'"));
-        }
+        validate_source(i, src, legacy_write, destination_wild)?;
         let qualified = (
             src.name.as_str(),
             src.peer.as_str(),
             src.sameness_group.as_str(),
         );
         if seen.contains(&qualified) {
-            return Err(if !src.peer.is_empty() {
-                format!(
-                    "Sources[{i}] defines peer({:?}) {:?} more than once",
-                    src.peer.as_str(),
-                    src.name.as_str()
-                )
-            } else if !src.sameness_group.is_empty() {
-                format!(
-                    "Sources[{i}] defines sameness-group({:?}) {:?} more than once",
-                    src.sameness_group.as_str(),
-                    src.name.as_str()
-                )
-            } else {
-                format!(
-                    "Sources[{i}] defines {:?} more than once",
-                    src.name.as_str()
-                )
-            });
+            return Err(duplicate_source_error(i, src));
         }
         seen.push(qualified);
     }
     Ok(())
+}
+
+/// One source of a `service-intentions` entry on its own: names, peer and sameness group,
+/// the legacy fields (required on legacy writes, refused otherwise), then action and type.
+fn validate_source(
+    i: usize,
+    src: &SourceIntention,
+    legacy_write: bool,
+    destination_wild: bool,
+) -> Result<(), String> {
+    if src.name.is_empty() {
+        return Err(format!("Sources[{i}].Name is required"));
+    }
+    if let Some(message) = wildcard_error(&src.name) {
+        return Err(format!("Sources[{i}].{message}"));
+    }
+    if src.peer.contains('*') {
+        return Err(format!(
+            "Sources[{i}].Peer: cannot use wildcard '*' in peer"
+        ));
+    }
+    if src.sameness_group.contains('*') {
+        return Err(format!(
+            "Sources[{i}].SamenessGroup: cannot use wildcard '*' in sameness group"
+        ));
+    }
+    if !src.sameness_group.is_empty() && !src.peer.is_empty() {
+        return Err(format!(
+            "Sources[{i}].SamenessGroup: cannot set SamenessGroup and Peer at the same time"
+        ));
+    }
+    if src.description.len() > META_VALUE_BYTES_MAX {
+        return Err(format!(
+            "Sources[{i}].Description exceeds maximum length {META_VALUE_BYTES_MAX}"
+        ));
+    }
+    if legacy_write {
+        validate_legacy_source_fields(i, src)?;
+    } else {
+        refuse_legacy_source_fields(i, src)?;
+    }
+    if (legacy_write || !src.is_l7()) && src.action.is_none() {
+        return Err(format!(
+            "Sources[{i}].Action must be set to 'allow' or 'deny'"
+        ));
+    }
+    if src.is_l7() && src.action.is_some() {
+        return Err(format!(
+            "Sources[{i}].Action must be omitted if Permissions are specified"
+        ));
+    }
+    if destination_wild && src.is_l7() {
+        return Err(format!(
+            "Sources[{i}].Permissions cannot be specified on intentions with wildcarded destinations"
+        ));
+    }
+    if src.source_type != "consul" {
+        return Err(format!("Sources[{i}].Type must be set to 'consul'"));
+    }
+    Ok(())
+}
+
+/// A legacy write carries a local source with its legacy ID, times and meta.
+fn validate_legacy_source_fields(i: usize, src: &SourceIntention) -> Result<(), String> {
+    if !src.peer.is_empty() {
+        return Err(format!(
+            "Sources[{i}].Peer cannot be set by legacy intentions"
+        ));
+    }
+    if !src.sameness_group.is_empty() {
+        return Err(format!(
+            "Sources[{i}].SamenessGroup cannot be set by legacy intentions"
+        ));
+    }
+    meta_error(
+        src.legacy_meta.as_deref().unwrap_or_default(),
+        &format!("Sources[{i}]."),
+    )?;
+    if src.legacy_create_time_ns.is_none() {
+        return Err(format!("Sources[{i}].LegacyCreateTime must be set"));
+    }
+    if src.legacy_update_time_ns.is_none() {
+        return Err(format!("Sources[{i}].LegacyUpdateTime must be set"));
+    }
+    if src.legacy_id.is_empty() {
+        return Err(format!("Sources[{i}].LegacyID must be set"));
+    }
+    Ok(())
+}
+
+/// A config-entry write leaves the legacy fields to the legacy API.
+fn refuse_legacy_source_fields(i: usize, src: &SourceIntention) -> Result<(), String> {
+    if src.legacy_meta.as_ref().is_some_and(|m| !m.is_empty()) {
+        return Err(format!("Sources[{i}].LegacyMeta must be omitted"));
+    }
+    if src.legacy_create_time_ns.is_some() {
+        return Err(format!("Sources[{i}].LegacyCreateTime must be omitted"));
+    }
+    if src.legacy_update_time_ns.is_some() {
+        return Err(format!("Sources[{i}].LegacyUpdateTime must be omitted"));
+    }
+    if !src.legacy_id.is_empty() {
+        return Err(format!("Sources[{i}].LegacyID must be omitted"));
+    }
+    Ok(())
+}
+
+/// Consul's words for a source named twice, qualified by its peer or sameness group.
+fn duplicate_source_error(i: usize, src: &SourceIntention) -> String {
+    if !src.peer.is_empty() {
+        format!(
+            "Sources[{i}] defines peer({:?}) {:?} more than once",
+            src.peer.as_str(),
+            src.name.as_str()
+        )
+    } else if !src.sameness_group.is_empty() {
+        format!(
+            "Sources[{i}] defines sameness-group({:?}) {:?} more than once",
+            src.sameness_group.as_str(),
+            src.name.as_str()
+        )
+    } else {
+        format!(
+            "Sources[{i}] defines {:?} more than once",
+            src.name.as_str()
+        )
+    }
 }
 
 /// What authorized (or refused) a connection.
@@ -822,7 +851,7 @@ mod tests {
     }
 
     #[test]
-    fn legacy_writes_keep_ids_times_and_refuse_config_entry_destinations() {
+    fn legacy_writes_keep_ids_and_times() {
         let mut t = Tables::default();
         t.observe_leader_time(1);
         let r = run(
@@ -888,7 +917,12 @@ mod tests {
         run(&mut t, 11, IntentionOp::LegacyDelete { id: "id-1".into() });
         run(&mut t, 12, IntentionOp::LegacyDelete { id: "id-3".into() });
         assert!(config_entry::get(&t, ConfigKind::ServiceIntentions, "db").is_none());
-        // A destination written as a config entry refuses legacy writes.
+    }
+
+    #[test]
+    fn a_config_entry_destination_refuses_legacy_writes_and_takes_exact_ones() {
+        let mut t = Tables::default();
+        t.observe_leader_time(1);
         write_entry(&mut t, 13, "db", vec![source("web", Action::Allow)]);
         let refused = run(
             &mut t,
