@@ -31,7 +31,6 @@ pub mod gateways;
 pub mod health;
 pub mod host;
 pub mod intentions;
-pub mod internal_dns;
 pub mod keyring;
 pub mod kv;
 pub mod members;
