@@ -33,7 +33,6 @@ mod handler_tests;
 pub mod health;
 pub mod host;
 pub mod intentions;
-pub mod internal_dns;
 pub mod keyring;
 pub mod kv;
 pub mod members;

@@ -15,12 +15,10 @@
 use super::authz::Acl;
 use super::{
     acl, agent, agent_local, authz, catalog, config, connect, coordinate, debug, event,
-    federation_state, gateways, health, host, intentions, internal_dns, keyring, kv, members,
-    monitor, operator, peering, query, session, snapshot, status, txn, ui, ApiError, Context,
-    Outcome, Reply, Request,
+    federation_state, gateways, health, host, intentions, keyring, kv, members, monitor, operator,
+    peering, query, session, snapshot, status, txn, ui, ApiError, Context, Outcome, Reply, Request,
 };
 use crate::config::AgentConfig;
-use crate::dns::remote;
 use crate::proto::http::{HttpLimits, Method};
 
 /// What serves a route once its method is allowed.
@@ -244,11 +242,6 @@ pub static ROUTES: &[Route] = &[
     route(Prefix("/v1/agent/health/service/name/"),     GET,                 Standard, ANSWERS, ServiceFromRest, agent_local::health_by_name),
     route(Prefix("/v1/agent/health/service/id/"),       GET,                 Standard, ANSWERS, AgentRead,  agent_local::health_by_id),
 
-    // A client agent's DNS, answered by its servers (`internal_dns`): the lookups leave out
-    // what the client's default token may not read; the change feed names changed rows only.
-    route(Exact(remote::LOOKUP_PATH),                   PUT,                 Standard, BLOCKS,  Filtered,   internal_dns::lookup),
-    route(Exact(remote::CHANGES_PATH),                  GET,                 Standard, BLOCKS,  Filtered,   internal_dns::changes),
-
     route(Exact("/v1/status/leader"),                   GET,                 Standard, ANSWERS, Acl::None,  status::leader),
     route(Exact("/v1/status/peers"),                    GET,                 Standard, ANSWERS, Acl::None,  status::peers),
     route(Exact("/v1/agent/self"),                      GET,                 Standard, ANSWERS, AgentRead,  agent::agent_self),
@@ -430,14 +423,12 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
 
 /// Routes that answer `?dc=` with this datacenter's view or refuse another one, as Consul's
 /// do: the agent's own endpoints aside (never forwarded), the lists that are the same from
-/// every datacenter, the keyring (which acts on the WAN pool itself) and the internal
-/// endpoints a datacenter's own agents use.
+/// every datacenter and the keyring (which acts on the WAN pool itself).
 const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
     "/v1/event/list",
     "/v1/catalog/datacenters",
     "/v1/coordinate/datacenters",
     "/v1/operator/keyring",
-    remote::CHANGES_PATH,
 ];
 
 impl Route {
@@ -620,11 +611,7 @@ mod tests {
                 );
             }
             if route.acl == Filtered {
-                // A client agent's DNS lookups are a read whose questions come in a body.
-                assert!(
-                    route.methods == GET || text == remote::LOOKUP_PATH,
-                    "{text}: only reads filter rows"
-                );
+                assert!(route.methods == GET, "{text}: only reads filter rows");
             }
         }
         assert_eq!(find("/v1/snapshot").map(|r| r.acl), Some(Management));

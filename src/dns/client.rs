@@ -4,12 +4,14 @@
 //! A client agent has no store, so its shards resolve questions against a [`ClientView`]:
 //! rows a server sent ([`RemoteRows`], one entry per [`Lookup`]) plus, for the query being
 //! completed, the rows just fetched. A resolution that lacked a row ends in
-//! `Handled::Fetch`; the socket loop then calls [`ClientDns::fetch`] (one request over the
-//! shard's multiplexed RPC connection to the server the agent forwards to, `stale` as
-//! `dns_config.allow_stale` says) and answers the message again. A hit in the answer cache
-//! never leaves the shard, as on a server.
+//! `Handled::Fetch`; the socket loop then calls [`ClientDns::fetch`] (one typed call,
+//! [`remote::LOOKUP_METHOD`], on a yamux stream of the shard's connection to the server the
+//! agent uses, `AllowStale` as `dns_config.allow_stale` says; another datacenter's lookups
+//! the same call naming it, which the server hands on) and answers the message again. A hit
+//! in the answer cache never leaves the shard, as on a server. Prepared queries still go as
+//! forwarded HTTP (`GET /v1/query/<name>/execute`).
 //!
-//! Exactness: each shard polls the feed ([`remote::CHANGES_PATH`]) and drops, by the store's
+//! Exactness: each shard polls the feed ([`remote::CHANGES_METHOD`]) and drops, by the store's
 //! rule, the answers and rows every change touches; a reset drops everything. A row fetched
 //! from a version older than the feed's position is used once and not cached (changes
 //! between the two would never evict it). So a cached answer lags the servers by the feed's
@@ -176,10 +178,12 @@ impl ClientDns {
     /// completed.
     pub async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
         let config = &self.settings.config;
-        let token_header = self.token_header();
+        let token = default_token(&self.shard);
+        let token_header = header_of(&token);
         let options = remote::FetchOptions {
             stale_within: config.allow_stale.then_some(config.max_stale),
             agent_node: &self.settings.local.node_name,
+            token: &token,
             token_header: &token_header,
         };
         let mut rows = Vec::with_capacity(lookups.len());
@@ -190,18 +194,23 @@ impl ClientDns {
             } else {
                 super::elsewhere::ELSEWHERE_FETCH_TIMEOUT
             };
-            let (status, body) = self.call_raw(&fetch.request(&options), timeout).await?;
-            if self.feed_contact.get().is_none() {
-                let _ = self.feed_wake.0.try_send(());
-            }
-            if !local {
+            if let remote::FetchTarget::Query { .. } = fetch.target {
+                let (status, body) = self.call_http(&fetch.request(&options), timeout).await?;
+                self.wake_feed();
                 rows.extend(fetch.results(status, &body)?);
                 continue;
             }
-            if status != 200 {
-                return Err(String::from_utf8_lossy(&body).into_owned());
+            let answer = self
+                .call_typed(remote::LOOKUP_METHOD, &fetch.lookup_call(&options), timeout)
+                .await;
+            self.wake_feed();
+            if !local {
+                rows.extend(fetch.call_results(answer.as_deref().map_err(String::as_str))?);
+                continue;
             }
-            let reply = remote::decode_lookup_reply(&body, &fetch.lookups)?;
+            let body = answer?;
+            let payload = remote::reply_payload(&body, remote::LOOKUP_REPLY_FIELD)?;
+            let reply = remote::decode_lookup_reply(payload, &fetch.lookups)?;
             let cache = self.caching()
                 && self.feed_contact.get().is_some()
                 && reply.index >= self.feed_index.get();
@@ -218,18 +227,39 @@ impl ClientDns {
         Ok(rows)
     }
 
-    /// One forwarded HTTP request to the server in use (failing over as the server manager
-    /// does); the body of its 200 answer.
-    async fn call(&self, request: &[u8], timeout: Duration) -> Result<Vec<u8>, String> {
-        let (status, body) = self.call_raw(request, timeout).await?;
-        if status != 200 {
-            return Err(String::from_utf8_lossy(&body).into_owned());
+    /// A lookup reached a server: while the feed has no contact yet, it retries at once.
+    fn wake_feed(&self) {
+        if self.feed_contact.get().is_none() {
+            let _ = self.feed_wake.0.try_send(());
         }
-        Ok(body)
     }
 
-    /// One forwarded HTTP request to the server in use: the status and body of its answer.
-    async fn call_raw(&self, request: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
+    /// One typed call to the server in use (failing over as the server manager does): the
+    /// reply's body, or the server's error text (or the transport's).
+    async fn call_typed(
+        &self,
+        method: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<bytes::Bytes, String> {
+        if self.servers.pick().is_none() {
+            return Err(servers::NO_SERVERS.to_string());
+        }
+        servers::call_typed(
+            &self.servers,
+            &self.shard.rpc,
+            method,
+            body,
+            timeout,
+            Retry::Always,
+        )
+        .await
+        .map_err(|error| error.to_string())
+    }
+
+    /// One forwarded HTTP request to the server in use (a prepared query's execution, until
+    /// it has its typed call): the status and body of its answer.
+    async fn call_http(&self, request: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
         if self.servers.pick().is_none() {
             return Err(servers::NO_SERVERS.to_string());
         }
@@ -328,22 +358,16 @@ impl ClientDns {
         }
     }
 
-    fn token_header(&self) -> String {
-        token_header(&self.shard)
-    }
-
     async fn poll_feed(&self) -> Result<FeedReply, String> {
-        let request = format!(
-            "GET {}?stale&index={}&wait={}s HTTP/1.1\r\nHost: praetor\r\n{}\r\n",
-            remote::CHANGES_PATH,
+        let body = remote::changes_call_body(
             self.feed_index.get(),
-            FEED_WAIT.as_secs(),
-            self.token_header()
+            FEED_WAIT,
+            &default_token(&self.shard),
         );
         let answer = self
-            .call(request.as_bytes(), FEED_WAIT + FEED_ANSWER_SLACK)
+            .call_typed(remote::CHANGES_METHOD, &body, FEED_WAIT + FEED_ANSWER_SLACK)
             .await?;
-        FeedReply::decode(&answer)
+        FeedReply::decode(remote::reply_payload(&answer, remote::CHANGES_REPLY_FIELD)?)
     }
 
     /// Drops the caches once the feed has been silent for `max_stale`: past that, nothing
@@ -466,18 +490,24 @@ impl CatalogView for ClientView<'_> {
     }
 }
 
-/// With ACLs on, the `X-Consul-Token` header line carrying the agent's `default` token,
-/// which the servers filter rows with, as Consul's DNS reads with it; nothing for the
-/// anonymous token.
-pub fn token_header(shard: &Shard) -> String {
+/// With ACLs on, the agent's `default` token, which the servers filter rows with, as
+/// Consul's DNS reads with it; empty (the anonymous token) otherwise.
+pub fn default_token(shard: &Shard) -> String {
     if !shard.config().acl.enabled {
         return String::new();
     }
     let tokens = shard.shared().acl_tokens.read();
-    match tokens.ok().and_then(|t| t.default.clone()) {
-        Some(token) if !token.is_empty() && !token.contains(['\r', '\n']) => {
-            format!("X-Consul-Token: {token}\r\n")
-        }
-        _ => String::new(),
+    tokens
+        .ok()
+        .and_then(|t| t.default.clone())
+        .unwrap_or_default()
+}
+
+/// `token` as the `X-Consul-Token` header line of an HTTP request; nothing for the
+/// anonymous token (or one that cannot be a header's value).
+pub fn header_of(token: &str) -> String {
+    if token.is_empty() || token.contains(['\r', '\n']) {
+        return String::new();
     }
+    format!("X-Consul-Token: {token}\r\n")
 }

@@ -4,18 +4,23 @@
 //! A resolution on a server reads its store version through a [`ServerView`], which also
 //! holds the rows fetched for the question being completed; a lookup answered elsewhere
 //! that it does not hold is noted missing, and the resolution ends in `Handled::Fetch`,
-//! exactly as a client agent's misses do (`dns::client`). The socket loop then asks this
-//! agent's own HTTP API in-process ([`LocalApi`]) with the requests of `dns::remote` —
-//! `PUT /v1/internal/praetor/dns-lookup?dc=<dc>` or `GET /v1/query/<name>/execute` — so the
-//! API's cross-datacenter forwarding and the query's failover serve DNS too, and answers
-//! the message again with the rows at hand.
+//! exactly as a client agent's misses do (`dns::client`). The socket loop then fetches them
+//! ([`Elsewhere::fetch`]) and answers the message again with the rows at hand: another
+//! datacenter's rows with the typed call a client agent makes of its server
+//! (`dns::remote::LOOKUP_METHOD`, naming that datacenter), sent to one of its servers
+//! through the WAN router as any call for another datacenter; a prepared query through this
+//! agent's own HTTP API in-process ([`LocalApi`], `GET /v1/query/<name>/execute`), so that
+//! the query's failover serves DNS too.
 //!
 //! Answers that used fetched rows are not cached: no change feed tells when another
 //! datacenter's rows or a query's results change.
 
-use super::remote::{plan_fetches, FetchOptions, Lookup, LookupResult};
+use super::remote::{self, plan_fetches, FetchOptions, FetchTarget, Lookup, LookupResult};
 use super::view::{AclFiltered, CatalogView, NodeRecord, ReadSet, ServiceInstance};
 use super::{Completion, VersionSource};
+use crate::cluster::router::Router;
+use crate::cluster::servers::Retry;
+use crate::shard::rpc_client::RpcClient;
 use crate::shard::runtime::Shard;
 use crate::store::acl::authorizer::Authorizer;
 use crate::store::StoreVersion;
@@ -126,19 +131,57 @@ pub fn split_response(raw: &[u8]) -> Result<(u16, &[u8]), String> {
     }
 }
 
-/// Fetches `lookups` (all answered elsewhere) through the agent's own API.
-pub async fn fetch(
-    api: &LocalApi,
-    lookups: &[Lookup],
-    options: &FetchOptions<'_>,
-) -> Result<Vec<(Lookup, LookupResult)>, String> {
-    let mut rows = Vec::with_capacity(lookups.len());
-    for fetch in plan_fetches(lookups) {
-        let answer = monoio::time::timeout(ELSEWHERE_FETCH_TIMEOUT, api(fetch.request(options)))
-            .await
-            .map_err(|_| format!("no answer within {ELSEWHERE_FETCH_TIMEOUT:?}"))?;
-        let (status, body) = split_response(&answer)?;
-        rows.extend(fetch.results(status, body)?);
+/// What a server's DNS fetches lookups answered elsewhere through.
+pub struct Elsewhere<'a> {
+    /// The agent's own HTTP API: prepared queries.
+    pub api: &'a LocalApi,
+    /// The WAN router: another datacenter's rows, asked of its servers as the typed call a
+    /// client agent makes of its own ([`remote::LOOKUP_METHOD`] naming that datacenter).
+    pub router: &'a Router,
+    /// This shard's connections to other servers.
+    pub rpc: &'a RpcClient,
+}
+
+impl Elsewhere<'_> {
+    /// Fetches `lookups` (all answered elsewhere).
+    pub async fn fetch(
+        &self,
+        lookups: &[Lookup],
+        options: &FetchOptions<'_>,
+    ) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        let mut rows = Vec::with_capacity(lookups.len());
+        for fetch in plan_fetches(lookups) {
+            match &fetch.target {
+                FetchTarget::Query { .. } => {
+                    let answer = monoio::time::timeout(
+                        ELSEWHERE_FETCH_TIMEOUT,
+                        (self.api)(fetch.request(options)),
+                    )
+                    .await
+                    .map_err(|_| format!("no answer within {ELSEWHERE_FETCH_TIMEOUT:?}"))?;
+                    let (status, body) = split_response(&answer)?;
+                    rows.extend(fetch.results(status, body)?);
+                }
+                FetchTarget::Rows { datacenter } => {
+                    let datacenter = datacenter
+                        .as_deref()
+                        .expect("a server's own rows are in its store");
+                    let answer = self
+                        .router
+                        .call_typed(
+                            self.rpc,
+                            datacenter,
+                            remote::LOOKUP_METHOD,
+                            &fetch.lookup_call(options),
+                            ELSEWHERE_FETCH_TIMEOUT,
+                            Retry::Always,
+                        )
+                        .await
+                        .map_err(|error| error.to_string());
+                    rows.extend(fetch.call_results(answer.as_deref().map_err(String::as_str))?);
+                }
+            }
+        }
+        Ok(rows)
     }
-    Ok(rows)
 }

@@ -4,11 +4,12 @@
 //!
 //! A client agent has no store. It resolves each question itself (its own `dns_config`:
 //! domain, TTLs, `only_passing`, truncation), against a [`CatalogView`] whose rows it asks a
-//! server for, one [`Lookup`] per view call, over the internal endpoint [`LOOKUP_PATH`]. The
-//! server answers every lookup from one store version and says which ([`LookupReply::index`]).
+//! server for, one [`Lookup`] per view call, with the typed call [`LOOKUP_METHOD`] on the
+//! server's RPC port. The server answers every lookup from one store version and says which
+//! ([`LookupReply::index`]).
 //!
 //! The client caches lookup results and encoded answers and drops them by the same rule as
-//! a server does (`store::invalidates`), fed by [`CHANGES_PATH`]: a blocking read that returns
+//! a server does (`store::invalidates`), fed by [`CHANGES_METHOD`]: a blocking read that returns
 //! the changes to the DNS tables ([`FEED_TABLES`]) after the client's index, kept per server
 //! shard in a bounded ring ([`RecentChanges`]), or [`FeedReply::Reset`] when the ring no longer
 //! reaches back that far (the client then drops every cached entry).
@@ -28,10 +29,12 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-/// The internal endpoint a client asks for lookups (PUT, body: the encoded lookups).
-pub const LOOKUP_PATH: &str = "/v1/internal/praetor/dns-lookup";
-/// The internal endpoint of the change feed (GET, `?index=N&wait=…`, blocking).
-pub const CHANGES_PATH: &str = "/v1/internal/praetor/dns-changes";
+/// The typed call on a server's RPC port that answers a batch of lookups (praetor's own
+/// method: see [`LookupCall`]).
+pub const LOOKUP_METHOD: &str = "Praetor.DNSLookup";
+/// The typed call that answers the change feed (praetor's own method: see
+/// [`changes_call_body`]).
+pub const CHANGES_METHOD: &str = "Praetor.DNSChanges";
 /// Most lookups in one request. One resolution makes at most two view calls (PTR: a node,
 /// then a service by address).
 pub const LOOKUPS_PER_REQUEST_MAX: usize = 8;
@@ -254,7 +257,7 @@ pub fn decode_lookups(bytes: &[u8]) -> Result<Vec<Lookup>, String> {
     Ok(lookups)
 }
 
-/// The server side of [`LOOKUP_PATH`]: every lookup against `view` (the version at `index`).
+/// The server side of [`LOOKUP_METHOD`]: every lookup against `view` (the version at `index`).
 pub fn answer_lookups(view: &dyn CatalogView, index: u64, lookups: &[Lookup]) -> Vec<u8> {
     let mut reads = ReadSet::new();
     let reply = LookupReply {
@@ -312,9 +315,89 @@ pub struct FetchOptions<'a> {
     pub stale_within: Option<std::time::Duration>,
     /// This agent's node, for a query's `_agent`.
     pub agent_node: &'a str,
-    /// The `X-Consul-Token: …\r\n` header line the servers filter rows with (empty: the
-    /// anonymous token).
+    /// The token the servers filter rows with (empty: the anonymous token).
+    pub token: &'a str,
+    /// The same token as the `X-Consul-Token: …\r\n` header line of the HTTP requests that
+    /// remain (prepared queries; empty for the anonymous token).
     pub token_header: &'a str,
+}
+
+/// The body of a [`LOOKUP_METHOD`] call, shaped as Consul's requests are (a msgpack map
+/// keyed by Go-style field names in sorted order, `QueryOptions`' fields flattened in) so
+/// that a server routes it as it routes Consul's calls: `Datacenter` naming another
+/// datacenter hands it there, `AllowStale` lets any server answer. `Lookups` carries the
+/// encoded lookups ([`encode_lookups`]), which only praetor reads.
+///
+/// Praetor's own method rather than Consul's `Health.ServiceNodes`, `Catalog.NodeServices`
+/// and kin: a client agent caches rows and keeps them exact with the change feed, which
+/// needs every row of a resolution read from one store version whose raft index it knows
+/// (a row read before the feed's position is used once and never cached). Consul's calls
+/// answer from a version each, with a table's index as `QueryMeta.Index`.
+pub struct LookupCall<'a> {
+    pub datacenter: &'a str,
+    pub lookups: &'a [Lookup],
+    pub stale_within: Option<std::time::Duration>,
+    pub token: &'a str,
+}
+
+/// Nanoseconds as Go's `time.Duration`, saturating.
+fn duration_ns(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl LookupCall<'_> {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = crate::proto::msgpack::Writer::new();
+        w.map_len(5);
+        w.str("AllowStale");
+        w.bool(self.stale_within.is_some());
+        w.str("Datacenter");
+        w.str(self.datacenter);
+        w.str("Lookups");
+        w.bytes(&encode_lookups(self.lookups));
+        w.str("MaxStaleDuration");
+        w.int(self.stale_within.map_or(0, duration_ns));
+        w.str("Token");
+        w.str(self.token);
+        w.into_inner()
+    }
+}
+
+/// The body of a [`CHANGES_METHOD`] call: the changes after `after`, waiting up to `wait`
+/// for one (`MinQueryIndex`, `MaxQueryTime`), from any server (`AllowStale`).
+pub fn changes_call_body(after: u64, wait: std::time::Duration, token: &str) -> Vec<u8> {
+    let mut w = crate::proto::msgpack::Writer::new();
+    w.map_len(4);
+    w.str("AllowStale");
+    w.bool(true);
+    w.str("MaxQueryTime");
+    w.int(duration_ns(wait));
+    w.str("MinQueryIndex");
+    w.uint(after);
+    w.str("Token");
+    w.str(token);
+    w.into_inner()
+}
+
+/// The field a lookup or change-feed reply carries its payload in (next to `QueryMeta`'s).
+pub const LOOKUP_REPLY_FIELD: &str = "Results";
+/// See [`LOOKUP_REPLY_FIELD`].
+pub const CHANGES_REPLY_FIELD: &str = "Changes";
+
+/// The payload of a [`LOOKUP_METHOD`] or [`CHANGES_METHOD`] reply: the bytes of its
+/// `field`, `QueryMeta`'s fields skipped.
+pub fn reply_payload<'b>(body: &'b [u8], field: &str) -> Result<&'b [u8], String> {
+    let corrupt = |e: crate::proto::msgpack::WireError| format!("corrupt DNS reply: {e}");
+    let mut r = crate::proto::msgpack::Reader::new(body);
+    let mut payload = None;
+    for _ in 0..r.map_len().map_err(corrupt)? {
+        if r.str().map_err(corrupt)? == field {
+            payload = Some(r.bytes().map_err(corrupt)?);
+        } else {
+            r.skip().map_err(corrupt)?;
+        }
+    }
+    payload.ok_or_else(|| format!("DNS reply without {field}"))
 }
 
 /// Groups the lookups a resolution lacked into requests: one per datacenter for rows, one
@@ -377,12 +460,13 @@ impl Fetch {
             .collect()
     }
 
-    /// The HTTP/1.1 request that fetches this.
+    /// The HTTP/1.1 request that executes a prepared query (a [`FetchTarget::Query`]
+    /// fetch): `GET /v1/query/<name>/execute`, through the API that serves it.
     pub fn request(&self, options: &FetchOptions) -> Vec<u8> {
-        let mut params: Vec<String> = Vec::new();
-        let datacenter = match &self.target {
-            FetchTarget::Rows { datacenter } | FetchTarget::Query { datacenter, .. } => datacenter,
+        let FetchTarget::Query { name, datacenter } = &self.target else {
+            unreachable!("rows are fetched with a typed call");
         };
+        let mut params: Vec<String> = Vec::new();
         if let Some(dc) = datacenter {
             params.push(format!("dc={}", escape_path_part(dc)));
         }
@@ -394,62 +478,71 @@ impl Fetch {
         } else {
             format!("?{}", params.join("&"))
         };
-        match &self.target {
-            FetchTarget::Rows { .. } => {
-                let body = encode_lookups(&self.sent_lookups());
-                let mut request = format!(
-                    "PUT {LOOKUP_PATH}{query} HTTP/1.1\r\nHost: praetor\r\n{}Content-Length: {}\r\n\r\n",
-                    options.token_header,
-                    body.len()
-                )
-                .into_bytes();
-                request.extend_from_slice(&body);
-                request
-            }
-            FetchTarget::Query { name, .. } => format!(
-                "GET /v1/query/{}/execute{query} HTTP/1.1\r\nHost: praetor\r\n{}{ORIGIN_NODE_HEADER}: {}\r\n\r\n",
-                escape_path_part(name),
-                options.token_header,
-                options.agent_node
-            )
-            .into_bytes(),
-        }
+        format!(
+            "GET /v1/query/{}/execute{query} HTTP/1.1\r\nHost: praetor\r\n{}{ORIGIN_NODE_HEADER}: {}\r\n\r\n",
+            escape_path_part(name),
+            options.token_header,
+            options.agent_node
+        )
+        .into_bytes()
     }
 
-    /// Each lookup's result from the answer to [`Fetch::request`] (`status` and body). A
+    /// The [`LOOKUP_METHOD`] call that fetches rows (a [`FetchTarget::Rows`] fetch): the
+    /// local forms of its lookups, naming their datacenter.
+    pub fn lookup_call(&self, options: &FetchOptions) -> Vec<u8> {
+        let FetchTarget::Rows { datacenter } = &self.target else {
+            unreachable!("a prepared query is fetched over HTTP");
+        };
+        LookupCall {
+            datacenter: datacenter.as_deref().unwrap_or(""),
+            lookups: &self.sent_lookups(),
+            stale_within: options.stale_within,
+            token: options.token,
+        }
+        .encode()
+    }
+
+    /// Each lookup's result from the answer to [`Fetch::lookup_call`]: the reply's body, or
+    /// the server's error. A datacenter with no reachable server answers empty (NXDOMAIN);
+    /// any other failure is an error (SERVFAIL).
+    pub fn call_results(
+        &self,
+        answer: Result<&[u8], &str>,
+    ) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        let body = match answer {
+            Ok(body) => body,
+            Err(error) if error.trim() == NO_PATH_TO_DATACENTER => {
+                return Ok(self
+                    .lookups
+                    .iter()
+                    .map(|l| (l.clone(), l.not_found()))
+                    .collect());
+            }
+            Err(error) => return Err(error.to_string()),
+        };
+        let payload = reply_payload(body, LOOKUP_REPLY_FIELD)?;
+        let reply = decode_lookup_reply(payload, &self.sent_lookups())?;
+        Ok(self.lookups.iter().cloned().zip(reply.results).collect())
+    }
+
+    /// The query's result from the answer to [`Fetch::request`] (`status` and body). A
     /// datacenter with no reachable server, or a query that does not exist, answers empty
     /// (NXDOMAIN); any other failure is an error (SERVFAIL).
     pub fn results(&self, status: u16, body: &[u8]) -> Result<Vec<(Lookup, LookupResult)>, String> {
+        debug_assert!(matches!(self.target, FetchTarget::Query { .. }));
         let unreachable = status == 500 && body.trim_ascii() == NO_PATH_TO_DATACENTER.as_bytes();
-        if unreachable {
-            return Ok(self
-                .lookups
-                .iter()
-                .map(|l| (l.clone(), l.not_found()))
-                .collect());
-        }
-        match &self.target {
-            FetchTarget::Rows { .. } => {
-                if status != 200 {
-                    return Err(String::from_utf8_lossy(body).into_owned());
-                }
-                let reply = decode_lookup_reply(body, &self.sent_lookups())?;
-                Ok(self.lookups.iter().cloned().zip(reply.results).collect())
-            }
-            FetchTarget::Query { .. } => {
-                let answer = match status {
-                    200 => parse_execution(body)?,
-                    404 => QueryAnswer::default(),
-                    _ => return Err(String::from_utf8_lossy(body).into_owned()),
-                };
-                debug_assert_eq!(self.lookups.len(), 1, "one query per fetch");
-                Ok(self
-                    .lookups
-                    .iter()
-                    .map(|l| (l.clone(), LookupResult::Query(answer.clone())))
-                    .collect())
-            }
-        }
+        let answer = match status {
+            _ if unreachable => QueryAnswer::default(),
+            200 => parse_execution(body)?,
+            404 => QueryAnswer::default(),
+            _ => return Err(String::from_utf8_lossy(body).into_owned()),
+        };
+        debug_assert_eq!(self.lookups.len(), 1, "one query per fetch");
+        Ok(self
+            .lookups
+            .iter()
+            .map(|l| (l.clone(), LookupResult::Query(answer.clone())))
+            .collect())
     }
 }
 
@@ -980,14 +1073,43 @@ mod tests {
         let options = FetchOptions {
             stale_within: Some(std::time::Duration::from_secs(5)),
             agent_node: "agent-1",
+            token: "secret",
             token_header: "",
         };
-        let request = String::from_utf8_lossy(&fetches[1].request(&options)).into_owned();
-        assert!(
-            request.starts_with(&format!(
-                "PUT {LOOKUP_PATH}?dc=dc2&stale&max_stale=5s HTTP/1.1\r\n"
-            )),
-            "{request}"
+        // Rows go as a typed call naming the datacenter, with the options and the token.
+        let call = fetches[1].lookup_call(&options);
+        let mut fields = std::collections::BTreeMap::new();
+        let mut r = crate::proto::msgpack::Reader::new(&call);
+        for _ in 0..r.map_len().unwrap() {
+            let name = r.str().unwrap();
+            let start = r.position();
+            r.skip().unwrap();
+            fields.insert(name, &call[start..r.position()]);
+        }
+        let names: Vec<&str> = fields.keys().copied().collect();
+        assert_eq!(
+            names,
+            [
+                "AllowStale",
+                "Datacenter",
+                "Lookups",
+                "MaxStaleDuration",
+                "Token"
+            ]
+        );
+        let text = |bytes: &[u8]| {
+            crate::proto::msgpack::Reader::new(bytes)
+                .str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(text(fields["Datacenter"]), "dc2");
+        assert_eq!(text(fields["Token"]), "secret");
+        assert_eq!(
+            crate::proto::msgpack::Reader::new(fields["MaxStaleDuration"])
+                .i64("MaxStaleDuration")
+                .unwrap(),
+            5_000_000_000
         );
         let request = String::from_utf8(fetches[2].request(&options)).unwrap();
         assert!(
@@ -999,22 +1121,34 @@ mod tests {
         let mut tables = Tables::default();
         registered(&mut tables, 4, "n1", "web");
         let sent = decode_lookups(
-            &fetches[1].request(&options)[request_body_at(&fetches[1].request(&options))..],
+            crate::proto::msgpack::Reader::new(fields["Lookups"])
+                .bytes()
+                .unwrap(),
         )
         .unwrap();
         assert_eq!(sent, [Lookup::service_instances("web"), Lookup::node("n1")]);
         let answer = answer_lookups(&tables, 4, &sent);
-        let rows = fetches[1].results(200, &answer).unwrap();
+        let mut reply = crate::proto::msgpack::Writer::new();
+        reply.map_len(2);
+        reply.str("Index");
+        reply.uint(4);
+        reply.str(LOOKUP_REPLY_FIELD);
+        reply.bytes(&answer);
+        let reply = reply.into_inner();
+        let rows = fetches[1].call_results(Ok(&reply)).unwrap();
         assert_eq!(rows[0].0, dc2_web);
         assert!(matches!(&rows[0].1, LookupResult::Instances(i) if i.len() == 1));
         assert!(matches!(&rows[1].1, LookupResult::Node(Some(_))));
+        assert!(fetches[1].call_results(Ok(b"\x80")).is_err());
         // No path to dc3: empty answers (NXDOMAIN); any other failure is an error.
-        let rows = fetches[3].results(500, b"No path to datacenter").unwrap();
+        let rows = fetches[3]
+            .call_results(Err("No path to datacenter"))
+            .unwrap();
         assert_eq!(
             rows,
             [(dc3_web.clone(), LookupResult::Instances(Vec::new()))]
         );
-        assert!(fetches[3].results(500, b"No cluster leader").is_err());
+        assert!(fetches[3].call_results(Err("No cluster leader")).is_err());
         // A query that does not exist is not found; one that does carries its rows and TTL.
         let rows = fetches[2].results(404, b"Query not found").unwrap();
         assert_eq!(
@@ -1042,10 +1176,6 @@ mod tests {
         assert!(parse_execution(b"{").is_err());
         // Lookups answered elsewhere never travel in a lookup request.
         assert!(decode_lookups(&rmp_serde::to_vec(&vec![dc2_web]).unwrap()).is_err());
-    }
-
-    fn request_body_at(request: &[u8]) -> usize {
-        request.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! [`TCP_IDLE_TIMEOUT`] between queries, [`TCP_READ_TIMEOUT`] within one, and
 //! [`TCP_WRITE_TIMEOUT`] for a client that stops reading.
 
+use crate::cluster::router::Router;
 use crate::cluster::servers::ServerManager;
 use crate::dns::client::{ClientDns, FETCH_ROUNDS_MAX};
 use crate::dns::elsewhere::{self, LocalApi, ServerSource};
@@ -121,9 +122,9 @@ pub struct DnsServer {
     client: Option<Rc<ClientDns>>,
     /// With ACLs on (on a server): the token DNS answers with.
     acl: Option<Rc<RefCell<DnsToken>>>,
-    /// On a server: its own HTTP API, which answers what the store cannot (another
-    /// datacenter's rows, prepared queries).
-    api: Option<LocalApi>,
+    /// On a server: its own HTTP API, which executes prepared queries, and the WAN router,
+    /// through which another datacenter's servers answer lookups of their rows.
+    api: Option<(LocalApi, Arc<Router>)>,
 }
 
 /// The token a server's DNS answers with, as Consul's: the agent's `default` token (as
@@ -177,6 +178,7 @@ impl DnsServer {
         settings: Arc<DnsSettings>,
         servers: Arc<ServerManager>,
         api: LocalApi,
+        router: Arc<Router>,
     ) -> Rc<DnsServer> {
         let seed = rand::random::<u64>() ^ shard.id as u64;
         let state = Rc::new(RefCell::new(ShardDns::new(seed)));
@@ -223,7 +225,7 @@ impl DnsServer {
             state,
             client: None,
             acl,
-            api: Some(api),
+            api: Some((api, router)),
         })
     }
 
@@ -233,15 +235,22 @@ impl DnsServer {
         if let Some(client) = &self.client {
             return client.fetch(lookups).await;
         }
-        let api = self.api.as_ref().expect("a server answers through its API");
+        let (api, router) = self.api.as_ref().expect("a server answers through its API");
         let config = &self.settings.config;
-        let token_header = super::client::token_header(&self.shard);
+        let token = super::client::default_token(&self.shard);
+        let token_header = super::client::header_of(&token);
         let options = FetchOptions {
             stale_within: config.allow_stale.then_some(config.max_stale),
             agent_node: &self.settings.local.node_name,
+            token: &token,
             token_header: &token_header,
         };
-        elsewhere::fetch(api, lookups, &options).await
+        let elsewhere = elsewhere::Elsewhere {
+            api,
+            router,
+            rpc: &self.shard.rpc,
+        };
+        elsewhere.fetch(lookups, &options).await
     }
 
     /// On a client agent, starts the change feed from the servers; call once, when the

@@ -522,7 +522,7 @@ fn ttls_follow_the_config() {
 
 /// A client agent's shard in miniature: its answer cache, the rows it fetched, and how
 /// many lookup requests it sent to the "server" (`catalog`, answered as a server answers
-/// `remote::LOOKUP_PATH`).
+/// `remote::LOOKUP_METHOD`).
 struct ClientFixture {
     settings: DnsSettings,
     state: ShardDns,

@@ -1344,8 +1344,8 @@ fn start_dns(
     dns_tcp: Vec<std::net::TcpListener>,
 ) {
     let id = shard.id;
-    // A server's DNS answers what its store cannot (another datacenter, prepared
-    // queries) through this shard's own HTTP API.
+    // A server's DNS executes prepared queries through this shard's own HTTP API, and asks
+    // another datacenter's servers for their rows through the WAN router.
     let api: crate::dns::elsewhere::LocalApi = {
         let http = http.clone();
         Rc::new(move |request: Vec<u8>| {
@@ -1356,7 +1356,13 @@ fn start_dns(
             })
         })
     };
-    let dns = DnsServer::new(shard.clone(), dns_settings, pools.servers.clone(), api);
+    let dns = DnsServer::new(
+        shard.clone(),
+        dns_settings,
+        pools.servers.clone(),
+        api,
+        pools.router.clone(),
+    );
     if !dns_udp.is_empty() || !dns_tcp.is_empty() {
         dns.start_client_feed();
     }

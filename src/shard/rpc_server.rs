@@ -463,6 +463,8 @@ async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
                 ),
                 kind::FORWARD_HTTP => {
                     telemetry::incr(Counter::RpcRequest);
+                    // Which paths still forward HTTP shows here, until none does.
+                    telemetry::incr(Counter::RpcForwardedHttp);
                     let answer = http.answer(frame.payload).await;
                     encode_frame(
                         &mut out,

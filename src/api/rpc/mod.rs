@@ -29,6 +29,7 @@ pub mod client_session;
 pub mod client_txn;
 pub mod connect_ca;
 pub mod coordinate;
+pub mod dns;
 pub mod health;
 pub mod internal;
 pub mod kvs;
@@ -56,8 +57,9 @@ use std::time::Duration;
 /// What an endpoint answers: the reply's msgpack body, or Consul's error text.
 pub type Answer = Result<Vec<u8>, String>;
 
-/// Consul's RPC services of which praetor serves methods: a call to another method of one
-/// of them is an unknown method, a call to any other service an unknown service.
+/// Consul's RPC services of which praetor serves methods, and praetor's own (`Praetor`,
+/// what its client agents' DNS asks, [`dns`]): a call to another method of one of them is
+/// an unknown method, a call to any other service an unknown service.
 pub const SERVICES: &[&str] = &[
     "ACL",
     "Catalog",
@@ -66,6 +68,7 @@ pub const SERVICES: &[&str] = &[
     "Health",
     "Internal",
     "KVS",
+    "Praetor",
     "Session",
     "Status",
     "Txn",
@@ -124,6 +127,8 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Internal.NodeDump" => internal::node_dump(server, &call).await,
         "Internal.ServiceDump" => internal::service_dump(server, &call).await,
         "Internal.EventFire" => internal::event_fire(server, &call).await,
+        "Praetor.DNSLookup" => dns::lookup(server, &call).await,
+        "Praetor.DNSChanges" => dns::changes(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

@@ -22,7 +22,6 @@ use crate::common;
 use acl_common::{as_token, call, token_with_rules, wait_for_token};
 use common::{Agent, HttpResponse};
 use praetor::api::routes::{Path, ROUTES};
-use praetor::dns::remote;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -839,25 +838,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "",
             AGENT_READ,
             Checked,
-        ),
-        Case {
-            body: remote::encode_lookups(&[remote::Lookup::service_instances("web")]),
-            ..case(
-                remote::LOOKUP_PATH,
-                "PUT",
-                remote::LOOKUP_PATH,
-                "",
-                CATALOG_READ,
-                Filtered(None),
-            )
-        },
-        case(
-            remote::CHANGES_PATH,
-            "GET",
-            remote::CHANGES_PATH,
-            "",
-            CATALOG_READ,
-            Filtered(None),
         ),
         case(
             "/v1/status/leader",

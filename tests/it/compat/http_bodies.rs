@@ -17,7 +17,6 @@ use crate::common;
 
 use common::{request, Agent, HttpResponse};
 use praetor::api::routes::{Path, ROUTES};
-use praetor::dns::remote;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -79,10 +78,6 @@ const NOT_JSON: &[(&str, &str)] = &[
     ("/v1/agent/check/pass/", "the note is a query parameter"),
     ("/v1/agent/check/warn/", "the note is a query parameter"),
     ("/v1/agent/check/fail/", "the note is a query parameter"),
-    (
-        remote::LOOKUP_PATH,
-        "internal: a client agent's DNS question",
-    ),
     ("/v1/operator/raft/peer", "no body"),
     ("/v1/operator/raft/transfer-leader", "no body"),
     ("/v1/snapshot", "the body is a snapshot archive"),

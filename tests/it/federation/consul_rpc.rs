@@ -158,10 +158,16 @@ pub(super) struct TwoDatacenters {
 
 impl TwoDatacenters {
     pub(super) fn start(name: &str, dc1_extra: &[&str]) -> TwoDatacenters {
+        TwoDatacenters::start_with(name, dc1_extra, &[])
+    }
+
+    /// [`TwoDatacenters::start`], `dc2_extra` going to dc2's server.
+    pub(super) fn start_with(name: &str, dc1_extra: &[&str], dc2_extra: &[&str]) -> TwoDatacenters {
         let dc1_args = [&["-datacenter", "dc1"], dc1_extra].concat();
         let dc1 = Cluster::start(1, &dc1_args);
         let join_wan = format!("retry_join_wan = [\"{}\"]", dc1.servers[0].ip);
-        let dc2 = Cluster::start(1, &["-datacenter", "dc2", "-hcl", &join_wan]);
+        let dc2_args = [&["-datacenter", "dc2", "-hcl", &join_wan], dc2_extra].concat();
+        let dc2 = Cluster::start(1, &dc2_args);
         let data = TempDir::new(name);
         let client = dc1.start_client(&data, &dc1_args);
         client.wait_ready();
