@@ -1036,8 +1036,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn lookups_answered_elsewhere_group_into_requests_and_read_their_answers() {
+    /// The lookups of one answer, some local, some in dc2 and dc3, one a prepared query,
+    /// and the fetches they plan: local rows, dc2's rows, the query, dc3's rows.
+    struct Planned {
+        here: Lookup,
+        dc2_web: Lookup,
+        dc2_node: Lookup,
+        dc3_web: Lookup,
+        query: Lookup,
+        fetches: Vec<Fetch>,
+    }
+
+    fn planned() -> Planned {
         let here = Lookup::service_instances("web");
         let dc2_web = Lookup::in_datacenter("DC2", Lookup::service_instances("web"));
         let dc2_node = Lookup::in_datacenter("dc2", Lookup::node("n1"));
@@ -1051,7 +1061,42 @@ mod tests {
             dc3_web.clone(),
             dc2_web.clone(),
         ]);
-        let targets: Vec<&FetchTarget> = fetches.iter().map(|f| &f.target).collect();
+        Planned {
+            here,
+            dc2_web,
+            dc2_node,
+            dc3_web,
+            query,
+            fetches,
+        }
+    }
+
+    fn options() -> FetchOptions<'static> {
+        FetchOptions {
+            stale_within: Some(std::time::Duration::from_secs(5)),
+            agent_node: "agent-1",
+            token: "secret",
+            token_header: "",
+        }
+    }
+
+    /// The fields of an encoded call, each as its encoded value.
+    fn call_fields(call: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
+        let mut fields = std::collections::BTreeMap::new();
+        let mut r = crate::proto::msgpack::Reader::new(call);
+        for _ in 0..r.map_len().unwrap() {
+            let name = r.str().unwrap().to_string();
+            let start = r.position();
+            r.skip().unwrap();
+            fields.insert(name, call[start..r.position()].to_vec());
+        }
+        fields
+    }
+
+    #[test]
+    fn lookups_answered_elsewhere_group_by_where_they_are_answered() {
+        let p = planned();
+        let targets: Vec<&FetchTarget> = p.fetches.iter().map(|f| &f.target).collect();
         assert_eq!(
             targets,
             [
@@ -1068,25 +1113,21 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(fetches[1].lookups, [dc2_web.clone(), dc2_node.clone()]);
-        assert!(!dc2_web.is_local() && !query.is_local() && here.is_local());
-        let options = FetchOptions {
-            stale_within: Some(std::time::Duration::from_secs(5)),
-            agent_node: "agent-1",
-            token: "secret",
-            token_header: "",
-        };
-        // Rows go as a typed call naming the datacenter, with the options and the token.
-        let call = fetches[1].lookup_call(&options);
-        let mut fields = std::collections::BTreeMap::new();
-        let mut r = crate::proto::msgpack::Reader::new(&call);
-        for _ in 0..r.map_len().unwrap() {
-            let name = r.str().unwrap();
-            let start = r.position();
-            r.skip().unwrap();
-            fields.insert(name, &call[start..r.position()]);
-        }
-        let names: Vec<&str> = fields.keys().copied().collect();
+        assert_eq!(
+            p.fetches[1].lookups,
+            [p.dc2_web.clone(), p.dc2_node.clone()]
+        );
+        assert!(!p.dc2_web.is_local() && !p.query.is_local() && p.here.is_local());
+        // Lookups answered elsewhere never travel in a lookup request.
+        assert!(decode_lookups(&rmp_serde::to_vec(&vec![p.dc2_web]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn rows_elsewhere_go_as_a_typed_call_naming_the_datacenter_with_the_options() {
+        let p = planned();
+        let call = p.fetches[1].lookup_call(&options());
+        let fields = call_fields(&call);
+        let names: Vec<&str> = fields.keys().map(String::as_str).collect();
         assert_eq!(
             names,
             [
@@ -1103,25 +1144,30 @@ mod tests {
                 .unwrap()
                 .to_string()
         };
-        assert_eq!(text(fields["Datacenter"]), "dc2");
-        assert_eq!(text(fields["Token"]), "secret");
+        assert_eq!(text(&fields["Datacenter"]), "dc2");
+        assert_eq!(text(&fields["Token"]), "secret");
         assert_eq!(
-            crate::proto::msgpack::Reader::new(fields["MaxStaleDuration"])
+            crate::proto::msgpack::Reader::new(&fields["MaxStaleDuration"])
                 .i64("MaxStaleDuration")
                 .unwrap(),
             5_000_000_000
         );
-        let request = String::from_utf8(fetches[2].request(&options)).unwrap();
+        let request = String::from_utf8(p.fetches[2].request(&options())).unwrap();
         assert!(
             request.starts_with("GET /v1/query/geo-web/execute?stale&max_stale=5s HTTP/1.1\r\n")
         );
         assert!(request.contains("X-Praetor-Origin-Node: agent-1\r\n"));
-        // dc2 answers its lookups as a server answers a client's; the rows come back under
-        // the names the resolution used.
+    }
+
+    #[test]
+    fn answers_from_elsewhere_come_back_under_the_names_the_resolution_used() {
+        let p = planned();
+        let fields = call_fields(&p.fetches[1].lookup_call(&options()));
+        // dc2 answers its lookups as a server answers a client's.
         let mut tables = Tables::default();
         registered(&mut tables, 4, "n1", "web");
         let sent = decode_lookups(
-            crate::proto::msgpack::Reader::new(fields["Lookups"])
+            crate::proto::msgpack::Reader::new(&fields["Lookups"])
                 .bytes()
                 .unwrap(),
         )
@@ -1135,25 +1181,29 @@ mod tests {
         reply.str(LOOKUP_REPLY_FIELD);
         reply.bytes(&answer);
         let reply = reply.into_inner();
-        let rows = fetches[1].call_results(Ok(&reply)).unwrap();
-        assert_eq!(rows[0].0, dc2_web);
+        let rows = p.fetches[1].call_results(Ok(&reply)).unwrap();
+        assert_eq!(rows[0].0, p.dc2_web);
         assert!(matches!(&rows[0].1, LookupResult::Instances(i) if i.len() == 1));
         assert!(matches!(&rows[1].1, LookupResult::Node(Some(_))));
-        assert!(fetches[1].call_results(Ok(b"\x80")).is_err());
+        assert!(p.fetches[1].call_results(Ok(b"\x80")).is_err());
         // No path to dc3: empty answers (NXDOMAIN); any other failure is an error.
-        let rows = fetches[3]
+        let rows = p.fetches[3]
             .call_results(Err("No path to datacenter"))
             .unwrap();
         assert_eq!(
             rows,
-            [(dc3_web.clone(), LookupResult::Instances(Vec::new()))]
+            [(p.dc3_web.clone(), LookupResult::Instances(Vec::new()))]
         );
-        assert!(fetches[3].call_results(Err("No cluster leader")).is_err());
-        // A query that does not exist is not found; one that does carries its rows and TTL.
-        let rows = fetches[2].results(404, b"Query not found").unwrap();
+        assert!(p.fetches[3].call_results(Err("No cluster leader")).is_err());
+    }
+
+    #[test]
+    fn a_prepared_query_answer_carries_its_rows_and_ttl_or_is_not_found() {
+        let p = planned();
+        let rows = p.fetches[2].results(404, b"Query not found").unwrap();
         assert_eq!(
             rows,
-            [(query.clone(), LookupResult::Query(QueryAnswer::default()))]
+            [(p.query.clone(), LookupResult::Query(QueryAnswer::default()))]
         );
         let execution = br#"{"Service":"web","Nodes":[{"Node":{"Node":"n9","Datacenter":"dc2",
             "Address":"10.2.0.9","TaggedAddresses":{"wan":"198.51.100.9"},"Meta":null},
@@ -1161,7 +1211,7 @@ mod tests {
             "TaggedAddresses":null,"Weights":{"Passing":3,"Warning":1}},
             "Checks":[{"Status":"passing"},{"Status":"warning"}]}],
             "DNS":{"TTL":"15s"},"Datacenter":"dc2","Failovers":1}"#;
-        let rows = fetches[2].results(200, execution).unwrap();
+        let rows = p.fetches[2].results(200, execution).unwrap();
         let LookupResult::Query(answer) = &rows[0].1 else {
             panic!("a query answer");
         };
@@ -1174,8 +1224,6 @@ mod tests {
         assert_eq!((instance.port, instance.weight_passing), (8080, 3));
         assert_eq!(instance.health, crate::dns::view::Health::Warning);
         assert!(parse_execution(b"{").is_err());
-        // Lookups answered elsewhere never travel in a lookup request.
-        assert!(decode_lookups(&rmp_serde::to_vec(&vec![dc2_web]).unwrap()).is_err());
     }
 
     #[test]

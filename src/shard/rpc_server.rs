@@ -38,7 +38,7 @@
 //! frame size ([`FRAME_BYTES_MAX`](crate::proto::rpc::FRAME_BYTES_MAX)), a timeout for the
 //! first byte (each of them, outside and inside TLS), the handshake timeout.
 
-use crate::proto::rpc::{decode_frame, encode_frame, kind};
+use crate::proto::rpc::{decode_frame, encode_frame, kind, Frame};
 use crate::proto::rpc_select::{select, select_alpn, Layer, Selection};
 use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::rpc_typed;
@@ -340,7 +340,7 @@ async fn relay_raft(shard: &Shard, mut session: ServerTlsStream<TcpStream>, peer
 async fn read_frames(
     stream: &mut impl AsyncReadRent,
     peer: SocketAddr,
-    mut each: impl AsyncFnMut(crate::proto::rpc::Frame) -> bool,
+    mut each: impl AsyncFnMut(Frame) -> bool,
 ) {
     let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     loop {
@@ -393,29 +393,11 @@ async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     mut reader: impl AsyncReadRent,
-    mut writer: impl AsyncWriteRent + 'static,
+    writer: impl AsyncWriteRent + 'static,
     peer: SocketAddr,
     served: Served,
 ) {
-    let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
-    monoio::spawn(async move {
-        let mut batch = Vec::with_capacity(64 * 1024);
-        while let Ok(first) = rx.recv_async().await {
-            batch.clear();
-            batch.extend_from_slice(&first);
-            while batch.len() < 1 << 20 {
-                match rx.try_recv() {
-                    Ok(frame) => batch.extend_from_slice(&frame),
-                    Err(_) => break,
-                }
-            }
-            let (result, returned) = writer.write_all(std::mem::take(&mut batch)).await;
-            batch = returned;
-            if result.is_err() {
-                return;
-            }
-        }
-    });
+    let tx = spawn_batching_writer(writer);
     let in_flight = Rc::new(Cell::new(0usize));
     read_frames(&mut reader, peer, async |frame| {
         if shard.shared().faults.is_blocked(peer.ip()) {
@@ -437,67 +419,106 @@ async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
         let in_flight = in_flight.clone();
         let shard = shard.clone();
         monoio::spawn(async move {
-            let mut out = BytesMut::new();
-            match frame.kind {
-                kind::AUTO_ENCRYPT_SIGN => {
-                    match crate::shard::auto_encrypt::sign(&shard, &frame.payload) {
-                        Ok(answer) => encode_frame(
-                            &mut out,
-                            kind::AUTO_ENCRYPT_SIGNED,
-                            frame.request_id,
-                            &answer,
-                        ),
-                        Err(why) => {
-                            log::warn!(
-                                "auto_encrypt: refused a certificate request from {peer}: {why}"
-                            );
-                            encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
-                        }
-                    }
-                }
-                other if served == Served::CertificateRequestOnly => encode_frame(
-                    &mut out,
-                    kind::ERROR,
-                    frame.request_id,
-                    format!("request kind {other} needs a verified TLS session").as_bytes(),
-                ),
-                kind::FORWARD_HTTP => {
-                    telemetry::incr(Counter::RpcRequest);
-                    // Which paths still forward HTTP shows here, until none does.
-                    telemetry::incr(Counter::RpcForwardedHttp);
-                    let answer = http.answer(frame.payload).await;
-                    encode_frame(
-                        &mut out,
-                        kind::FORWARD_HTTP_RESPONSE,
-                        frame.request_id,
-                        &answer,
-                    );
-                }
-                kind::TYPED_CALL => match TypedCall::decode_forwarded(frame.payload, peer) {
-                    Ok(call) => {
-                        let answer = rpc_typed::answer(&*http, call).await;
-                        encode_frame(&mut out, kind::TYPED_ANSWER, frame.request_id, &answer);
-                    }
-                    Err(why) => {
-                        telemetry::incr(Counter::RpcRequestError);
-                        encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
-                    }
-                },
-                kind::PING => encode_frame(&mut out, kind::PONG, frame.request_id, b""),
-                other => {
-                    telemetry::incr(Counter::RpcRequestError);
-                    encode_frame(
-                        &mut out,
-                        kind::ERROR,
-                        frame.request_id,
-                        format!("unknown request kind {other}").as_bytes(),
-                    )
-                }
-            }
+            let out = answer_frame(&shard, &*http, frame, peer, served).await;
             in_flight.set(in_flight.get() - 1);
             let _ = tx.send_async(out.freeze()).await;
         });
         true
     })
     .await;
+}
+
+/// Most bytes of answers gathered into one write: answers queued while a write is under way
+/// leave together, up to this much.
+const ANSWER_BATCH_BYTES_MAX: usize = 1 << 20;
+
+/// Starts the task that writes a connection's answers in arrival order, batching those
+/// that queue up; the sender it returns takes whole encoded frames (at most
+/// [`RPC_IN_FLIGHT_MAX`] queued). The task ends when every sender is gone or a write fails.
+fn spawn_batching_writer(mut writer: impl AsyncWriteRent + 'static) -> flume::Sender<Bytes> {
+    let (tx, rx) = flume::bounded::<Bytes>(RPC_IN_FLIGHT_MAX);
+    monoio::spawn(async move {
+        let mut batch = Vec::with_capacity(64 * 1024);
+        while let Ok(first) = rx.recv_async().await {
+            batch.clear();
+            batch.extend_from_slice(&first);
+            while batch.len() < ANSWER_BATCH_BYTES_MAX {
+                match rx.try_recv() {
+                    Ok(frame) => batch.extend_from_slice(&frame),
+                    Err(_) => break,
+                }
+            }
+            let (result, returned) = writer.write_all(std::mem::take(&mut batch)).await;
+            batch = returned;
+            if result.is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
+/// The encoded answer to one request frame: a certificate request on any session, the rest
+/// only on a verified one; an unknown kind is an error frame, never a dropped request.
+async fn answer_frame<H: ForwardedHttp + TypedCalls>(
+    shard: &Shard,
+    http: &H,
+    frame: Frame,
+    peer: SocketAddr,
+    served: Served,
+) -> BytesMut {
+    let mut out = BytesMut::new();
+    match frame.kind {
+        kind::AUTO_ENCRYPT_SIGN => match crate::shard::auto_encrypt::sign(shard, &frame.payload) {
+            Ok(answer) => encode_frame(
+                &mut out,
+                kind::AUTO_ENCRYPT_SIGNED,
+                frame.request_id,
+                &answer,
+            ),
+            Err(why) => {
+                log::warn!("auto_encrypt: refused a certificate request from {peer}: {why}");
+                encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
+            }
+        },
+        other if served == Served::CertificateRequestOnly => encode_frame(
+            &mut out,
+            kind::ERROR,
+            frame.request_id,
+            format!("request kind {other} needs a verified TLS session").as_bytes(),
+        ),
+        kind::FORWARD_HTTP => {
+            telemetry::incr(Counter::RpcRequest);
+            // Which paths still forward HTTP shows here, until none does.
+            telemetry::incr(Counter::RpcForwardedHttp);
+            let answer = http.answer(frame.payload).await;
+            encode_frame(
+                &mut out,
+                kind::FORWARD_HTTP_RESPONSE,
+                frame.request_id,
+                &answer,
+            );
+        }
+        kind::TYPED_CALL => match TypedCall::decode_forwarded(frame.payload, peer) {
+            Ok(call) => {
+                let answer = rpc_typed::answer(http, call).await;
+                encode_frame(&mut out, kind::TYPED_ANSWER, frame.request_id, &answer);
+            }
+            Err(why) => {
+                telemetry::incr(Counter::RpcRequestError);
+                encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
+            }
+        },
+        kind::PING => encode_frame(&mut out, kind::PONG, frame.request_id, b""),
+        other => {
+            telemetry::incr(Counter::RpcRequestError);
+            encode_frame(
+                &mut out,
+                kind::ERROR,
+                frame.request_id,
+                format!("unknown request kind {other}").as_bytes(),
+            )
+        }
+    }
+    out
 }
