@@ -164,7 +164,7 @@ mod tests {
         let bytes = message.encode_to_vec();
         // Field 1 (open), length-delimited; inside: 1 "p", 2 "s", 3 { 1 "default", 2 "dc2" }.
         let expected = [
-            0x0a, 20, 0x0a, 1, b'p', 0x12, 1, b's', 0x1a, 14, 0x0a, 7, b'd', b'e', b'f', b'a',
+            0x0a, 22, 0x0a, 1, b'p', 0x12, 1, b's', 0x1a, 14, 0x0a, 7, b'd', b'e', b'f', b'a',
             b'u', b'l', b't', 0x12, 3, b'd', b'c', b'2',
         ];
         assert_eq!(bytes, expected);
