@@ -67,10 +67,9 @@ pub async fn run(shared: Arc<Shared>, mut shutdown: tokio::sync::broadcast::Rece
             leads && !task.is_finished()
         });
         for id in wanted {
-            if !tasks.contains_key(&id) {
-                let shared = shared.clone();
-                let task_id = id.clone();
-                tasks.insert(id, tokio::spawn(dial_loop(shared, task_id)));
+            if let std::collections::hash_map::Entry::Vacant(slot) = tasks.entry(id) {
+                let task_id = slot.key().clone();
+                slot.insert(tokio::spawn(dial_loop(shared.clone(), task_id)));
             }
         }
     }
