@@ -54,8 +54,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Local services and checks, runners, anti-entropy, agent endpoint work.
     ("agent",   &["proto", "store", "gossip", "replica", "consul", "config", "tls", "telemetry",
                   "logging", "shard", "cluster", "api"]),
-    // The gRPC server: Envoy's xDS from store versions and the agent's answers.
-    ("xds",     &["proto", "store", "consul", "api"]),
+    // The gRPC server: Envoy's xDS from store versions and the agent's answers, and the
+    // cluster peering stream (its endpoint's certificate is signed with `tls`'s Connect CA).
+    ("xds",     &["proto", "store", "consul", "api", "tls"]),
     // The built-in mTLS proxy: a data plane fed by its agent over HTTP.
     ("proxy",   &["proto", "tls"]),
     // Start-up wiring: the only module that imports every layer.

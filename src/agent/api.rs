@@ -122,6 +122,19 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             super::datacenter_read::read(agent, &datacenter, &path, token.as_deref(), timeout).await
         }
         AgentRequest::Datacenters => super::datacenter_read::datacenters(agent).await,
+        AgentRequest::Leadership => {
+            let leads = agent.config.borrow().server && agent.shard.is_leader();
+            AgentReply::text(200, if leads { "true" } else { "false" })
+        }
+        AgentRequest::Propose { command } => {
+            if !agent.config.borrow().server {
+                return AgentReply::text(500, "only a server proposes store writes");
+            }
+            match agent.shard.propose(command).await.into_command_result() {
+                crate::store::CommandResult::Error(reason) => AgentReply::text(500, reason),
+                _ => AgentReply::empty(),
+            }
+        }
     }
 }
 

@@ -101,6 +101,15 @@ pub enum AgentRequest {
     /// The datacenters this agent's servers know (`/v1/catalog/datacenters`), for the
     /// xDS server.
     Datacenters,
+    /// Whether this agent is a server that leads its cluster now, for the peer stream
+    /// (only the leader dials peers and serves their streams): `true` or `false`.
+    Leadership,
+    /// An encoded store command proposed through this server's Raft log, for the peer
+    /// stream's writes (peering state, stream secrets): 200 once applied, 500 with the
+    /// store's or Raft's reason otherwise.
+    Propose {
+        command: Vec<u8>,
+    },
 }
 
 /// A request in flight to the agent.

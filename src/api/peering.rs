@@ -11,9 +11,8 @@
 //!
 //! `peering:write` for the writes, `peering:read` for the reads (the route's rule,
 //! [`ACL_RULE`]). Writes run on the leader (anyone else forwards the request), as Consul
-//! forwards the RPC. What part 1 of #41 leaves out: the secret exchange and the peer stream
-//! (`ExchangeSecret`, `StreamResources`), so an established peering stays `ESTABLISHING`
-//! and a warning says so (`docs/peering.md`).
+//! forwards the RPC. The secret exchange and the peer stream that move a peering to
+//! `ACTIVE` run on the gRPC thread (`xds::peerstream`).
 
 use super::authz::{Authz, CustomRule};
 use super::context::now_unix_ns;
@@ -365,8 +364,8 @@ pub fn establish(
         command,
         respond: Box::new(move |result, reply| match result {
             CommandResult::Bool(true) => {
-                log::warn!(
-                    "peering: peering {name:?} stored as ESTABLISHING; the secret exchange and peer stream with {addresses} are not implemented yet (issue #41 part 2), so it stays ESTABLISHING"
+                log::info!(
+                    "peering: peering {name:?} stored as ESTABLISHING; the leader dials {addresses}"
                 );
                 reply.json(200, b"", &serde_json::json!({}));
             }
@@ -376,8 +375,8 @@ pub fn establish(
 }
 
 /// A token is single use: the dialer refuses one it has established with before (under
-/// this name, or one naming a peer another peering already dials). With the peer stream
-/// (part 2) the acceptor also refuses it, having consumed its secret in the exchange.
+/// this name, or one naming a peer another peering already dials), and the acceptor's
+/// `ExchangeSecret` refuses it once its secret was consumed.
 fn check_token_unused(
     tables: &Tables,
     name: &str,
@@ -477,9 +476,10 @@ pub fn by_name(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
     )
 }
 
-/// Marks the peering `DELETING` (with the time), then removes it. Consul's leader removes
-/// it once the peer stream has torn down what was imported; with no stream yet (part 2)
-/// nothing was imported, so the removal follows at once. A missing peering, or one already
+/// Marks the peering `DELETING` (with the time), then removes it. The stream of this
+/// peering sees the mark and sends the peer `Terminated` before it ends. Consul's leader
+/// removes the row once it has torn down what was imported; nothing is imported yet
+/// (docs/peering.md), so the removal follows at once. A missing peering, or one already
 /// being deleted, answers 200 as Consul does.
 fn delete(ctx: &Context, name: &str) -> Result<Outcome, ApiError> {
     if must_forward(ctx) {

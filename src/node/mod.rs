@@ -923,6 +923,8 @@ fn start_xds(
                 Arc::new(move || tls.server_config(crate::tls::Protocol::Grpc))
                     as crate::xds::tls::ConfigSource
             }),
+            // Cluster peering's stream is a server's, on its gRPC TLS port.
+            peering: config.server && !grpc_tls_listeners.is_empty(),
             tls_listeners: grpc_tls_listeners,
             agent: crate::xds::feed::AgentSource::new(agent_channel.clone()),
             store: xds_feed.clone(),

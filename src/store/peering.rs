@@ -1,8 +1,9 @@
 //! Cluster peerings: Consul's `peering`, `peering-trust-bundles` and `peering-secrets`
 //! tables. A peering is one side of a relationship with another, separately run cluster:
 //! the acceptor's row is created by generating a token (state `PENDING`), the dialer's by
-//! establishing with that token (`ESTABLISHING`); the peer stream (part 2 of #41, not here)
-//! moves both to `ACTIVE`, and to `FAILING` when it breaks.
+//! establishing with that token (`ESTABLISHING`); the peer stream (`xds::peerstream`)
+//! moves both to `ACTIVE`, to `FAILING` when it breaks, and the other side to `TERMINATED`
+//! when one side deletes its peering.
 //!
 //! Writes follow Consul's state store (`state/peering.go`): a write to an existing name must
 //! carry its ID and keeps `CreateIndex`; a write without a state keeps the stored one (a new
@@ -370,7 +371,19 @@ fn write(
                     id: existing.id.clone(),
                 });
             }
-            if !existing.is_active() {
+            // Consul's rules: a peer's termination of a peering being deleted, or of one
+            // already terminated, changes nothing; only a peering marked for deletion
+            // refuses writes (a terminated one may still be marked for deletion).
+            let terminating = row.state == PeeringState::Terminated;
+            if terminating
+                && matches!(
+                    existing.state,
+                    PeeringState::Deleting | PeeringState::Terminated
+                )
+            {
+                return Ok(Table::Peerings);
+            }
+            if existing.state == PeeringState::Deleting || existing.deleted_at.is_some() {
                 return Err(PeeringError::MarkedForDeletion);
             }
             if row.state == PeeringState::Undefined {
@@ -472,8 +485,9 @@ fn remove(tables: &mut Tables, name: &str) -> Result<Table, PeeringError> {
     tables.peering.peerings.remove(&key);
     tables.peering.by_id.remove(&existing.id);
     tables.peering.secrets.remove(&existing.id);
-    // The trust bundle received from the peer is the peer stream's to delete (part 2), as
-    // Consul's leader deletes it while it tears the peering down.
+    // The trust bundle received from the peer is the peer stream's to delete once it
+    // exchanges bundles (docs/peering.md), as Consul's leader deletes it while it tears the
+    // peering down.
     Ok(Table::Peerings)
 }
 

@@ -395,6 +395,63 @@ pub fn sign_leaf(spec: &LeafSpec) -> Result<SignedLeaf, String> {
     })
 }
 
+/// A certificate and its key, PEM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub valid_before_unix_s: i64,
+}
+
+/// The certificate a server presents on its peering endpoint (Consul's server certificate
+/// from the Connect CA): one DNS SAN, `server_name` (`server.<dc>.peering.<trust domain>`,
+/// the name a peering token tells the other cluster to expect), server authentication
+/// only, signed by the active root whose certificate and key are given. The other cluster
+/// verifies it against the roots the token carried.
+pub fn sign_peering_server(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    server_name: &str,
+    ttl: Duration,
+    now_unix_s: i64,
+) -> Result<ServerCert, String> {
+    let ca_key = parse_key(ca_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)
+        .map_err(|e| format!("failed to parse the CA root: {e}"))?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| format!("failed to generate private key: {e}"))?;
+    let (serial, _) = random_serial();
+    let valid_before = now_unix_s + ttl.as_secs() as i64;
+    let mut params = CertificateParams::default();
+    params.serial_number = Some(serial);
+    params.not_before = at(now_unix_s - LEAF_BACKDATE.as_secs() as i64)?;
+    params.not_after = at(valid_before)?;
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, server_name.to_string());
+    params.distinguished_name = name;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.subject_alt_names.push(SanType::DnsName(
+        server_name
+            .to_string()
+            .try_into()
+            .map_err(|_| format!("invalid server name {server_name:?}"))?,
+    ));
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(|e| format!("error signing the peering server certificate: {e}"))?;
+    Ok(ServerCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        valid_before_unix_s: valid_before,
+    })
+}
+
 /// The signing ID of a trust domain, `spiffe://<trust domain>`: the one URI SAN of a CA
 /// certificate of that domain (Consul's `SpiffeIDSigning`).
 pub fn signing_uri(trust_domain: &str) -> String {

@@ -58,7 +58,8 @@ impl StoreFeed {
 
 /// Whether a change set touches anything a proxy snapshot or an xDS ACL check reads:
 /// the catalog (instances, their checks and nodes), config entries (intentions, chains,
-/// protocols), the services gateways link, the CA's roots, or ACLs.
+/// protocols), the services gateways link, the CA's roots, or ACLs; or what the peer
+/// stream reads (peerings and their secrets).
 pub fn concerns_proxies(changes: &[Change]) -> bool {
     changes.iter().any(|c| {
         matches!(
@@ -72,6 +73,8 @@ pub fn concerns_proxies(changes: &[Change]) -> bool {
                 | Table::Intentions
                 | Table::ConnectCa
                 | Table::Acl
+                | Table::Peerings
+                | Table::PeeringTrustBundles
         )
     })
 }
@@ -102,6 +105,30 @@ impl AgentSource {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err("the agent dropped the call".to_string()),
             Err(_) => Err("the agent did not answer in time".to_string()),
+        }
+    }
+
+    /// Whether this agent leads its cluster now (a server's leadership, `false` on a
+    /// client agent).
+    pub async fn leads(&self) -> Result<bool, String> {
+        let reply = self.call(AgentRequest::Leadership, Duration::ZERO).await?;
+        Ok(reply.status == 200 && reply.body == b"true")
+    }
+
+    /// Proposes `command` through this server's Raft log; `Err` carries the store's or
+    /// Raft's reason (not the leader, a refused write).
+    pub async fn propose(&self, command: &crate::store::Command) -> Result<(), String> {
+        let reply = self
+            .call(
+                AgentRequest::Propose {
+                    command: command.encode(),
+                },
+                Duration::ZERO,
+            )
+            .await?;
+        match reply.status {
+            200 => Ok(()),
+            _ => Err(String::from_utf8_lossy(&reply.body).into_owned()),
         }
     }
 

@@ -21,6 +21,7 @@
 pub mod bootstrap;
 pub mod delta;
 pub mod feed;
+pub mod peerstream;
 pub mod proxies;
 pub mod registration;
 pub mod remote;
@@ -33,6 +34,7 @@ pub mod tls;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use tonic::codegen::http;
 
 pub use crate::api::agent::ENVOY_VERSIONS;
 
@@ -48,6 +50,9 @@ pub struct XdsConfig {
     pub store: feed::StoreFeed,
     /// Token checks when ACLs are on.
     pub acl: Option<crate::store::acl::cache::CompileSettings>,
+    /// Whether this server serves and dials cluster peering's stream (a server with
+    /// `ports.grpc_tls`).
+    pub peering: bool,
 }
 
 /// The running server's thread.
@@ -72,6 +77,13 @@ impl XdsThread {
 
 /// Starts the gRPC thread serving ADS on `config.listeners`.
 pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
+    let peering = config.peering.then(|| {
+        peerstream::Shared::new(
+            config.store.clone(),
+            config.agent.clone(),
+            config.settings.datacenter.clone(),
+        )
+    });
     let watchers = proxies::Watchers::new(config.agent, config.store, config.settings);
     let streams = Arc::new(AtomicU64::new(0));
     let ads = server::Ads {
@@ -109,7 +121,7 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
                     return;
                 }
             };
-            runtime.block_on(serve(ads, listeners, tls_config, shutdown_rx));
+            runtime.block_on(serve(ads, peering, listeners, tls_config, shutdown_rx));
         })
         .map_err(|e| format!("cannot start the gRPC thread: {e}"))?;
     Ok(XdsThread {
@@ -122,13 +134,20 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
 
 async fn serve(
     ads: server::Ads,
+    peering: Option<Arc<peerstream::Shared>>,
     listeners: Vec<(std::net::TcpListener, bool)>,
     tls_config: Option<tls::ConfigSource>,
     shutdown: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let service = AggregatedDiscoveryServiceServer::new(ads)
+    let ads = AggregatedDiscoveryServiceServer::new(ads)
         .max_decoding_message_size(server::REQUEST_BYTES_MAX);
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let peering_certs = peering
+        .as_ref()
+        .map(|shared| peerstream::certs::source(shared.store.clone(), shared.datacenter.clone()));
+    let dialers = peering
+        .as_ref()
+        .map(|shared| tokio::spawn(peerstream::dialer::run(shared.clone(), stop_tx.subscribe())));
     let mut servers = Vec::with_capacity(listeners.len());
     for (listener, secure) in listeners {
         let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -141,13 +160,20 @@ async fn serve(
         let mut stop = stop_tx.subscribe();
         let builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)));
-        let service = service.clone();
+        let service = Services {
+            ads: ads.clone(),
+            // The peer stream is served on the TLS port only, as Consul serves it.
+            peering: peering
+                .clone()
+                .filter(|_| secure)
+                .map(peerstream::service::PeerStreamServer::new),
+        };
         let signal = async move {
             let _ = stop.recv().await;
         };
         let served = match (secure, &tls_config) {
             (true, Some(config)) => {
-                let incoming = tls::incoming(listener, config.clone());
+                let incoming = tls::incoming(listener, config.clone(), peering_certs.clone());
                 tokio::spawn(async move {
                     builder
                         .serve_with_incoming_shutdown(service, incoming, signal)
@@ -171,7 +197,45 @@ async fn serve(
     }
     let _ = shutdown.await;
     let _ = stop_tx.send(());
+    if let Some(dialers) = dialers {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), dialers).await;
+    }
     for server in servers {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
+    }
+}
+
+/// What one listener serves: ADS, and on the TLS port of a server the peer stream, chosen
+/// by the gRPC method's path.
+#[derive(Clone)]
+struct Services {
+    ads: AggregatedDiscoveryServiceServer<server::Ads>,
+    peering: Option<peerstream::service::PeerStreamServer>,
+}
+
+impl<B> tower_service::Service<http::Request<B>> for Services
+where
+    B: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let path = request.uri().path();
+        match &mut self.peering {
+            Some(peering) if path.starts_with(peerstream::messages::SERVICE_PREFIX) => {
+                peering.call(request)
+            }
+            _ => self.ads.call(request),
+        }
     }
 }

@@ -23,6 +23,12 @@ const ACCEPTED_QUEUE: usize = 64;
 /// The current `tls.grpc` server configuration, `None` when it has no certificate.
 pub type ConfigSource = Arc<dyn Fn() -> Option<Arc<rustls::ServerConfig>> + Send + Sync>;
 
+/// The configuration for a client that asked for `server_name` by SNI when that name is
+/// this cluster's peering endpoint (`server.<dc>.peering.<trust domain>`), `None` for any
+/// other name: peers verify this server against the Connect CA roots their token carried,
+/// everyone else against `tls.grpc`'s certificate.
+pub type PeeringConfigSource = Arc<dyn Fn(&str) -> Option<Arc<rustls::ServerConfig>> + Send + Sync>;
+
 /// A TLS session the gRPC server serves.
 pub struct TlsConnection(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
 
@@ -82,6 +88,7 @@ fn with_h2(config: &Arc<rustls::ServerConfig>) -> Arc<rustls::ServerConfig> {
 pub fn incoming(
     listener: tokio::net::TcpListener,
     config: ConfigSource,
+    peering: Option<PeeringConfigSource>,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<TlsConnection>> {
     let (tx, rx) = mpsc::channel(ACCEPTED_QUEUE);
     tokio::spawn(async move {
@@ -113,9 +120,23 @@ pub fn incoming(
                 }
             };
             let tx = tx.clone();
+            let peering = peering.clone();
             tokio::spawn(async move {
-                let acceptor = tokio_rustls::TlsAcceptor::from(server);
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                let handshake = async move {
+                    // The ClientHello is read first so that a peer asking for the peering
+                    // endpoint's name gets the Connect CA certificate.
+                    let start = tokio_rustls::LazyConfigAcceptor::new(
+                        rustls::server::Acceptor::default(),
+                        tcp,
+                    )
+                    .await?;
+                    let chosen = match (&peering, start.client_hello().server_name()) {
+                        (Some(peering), Some(name)) => peering(name),
+                        _ => None,
+                    };
+                    start.into_stream(chosen.unwrap_or(server)).await
+                };
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                     Ok(Ok(session)) => {
                         let _ = tx.send(Ok(TlsConnection(session))).await;
                     }

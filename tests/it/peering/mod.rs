@@ -1,6 +1,8 @@
-//! Cluster peering, part 1 (issue #41): tokens, establishment, reads, deletion, ACLs,
-//! snapshots and the `praetor peering` commands, between real dev agents on their own
-//! loopback addresses. The peer stream is part 2: nothing here expects `ACTIVE`.
+//! Cluster peering (issue #41), between real dev agents on their own loopback addresses:
+//! tokens, establishment, reads, deletion, ACLs, snapshots and the `praetor peering`
+//! commands (`http_peering`), and the peer stream — secret exchange, `ACTIVE`, `FAILING`
+//! and recovery, `TERMINATED` (`stream`).
 
 mod http_peering;
+mod stream;
 mod support;

@@ -1,0 +1,509 @@
+//! The peer stream's decisions, without sockets or clocks: what one side of an open stream
+//! sends and concludes on each message, on each tick of time and when its own peering is
+//! deleted ([`Session`]); whether an acceptor admits an `Open` ([`admit`]); how long a
+//! dialer waits before dialing again ([`redial_delay`]); and the peering row a state
+//! change writes ([`with_state`]). Times are milliseconds given by the caller.
+//!
+//! Invariants: a session sends a heartbeat whenever [`Timing::heartbeat_interval`] passed
+//! since it last sent anything, and fails once [`Timing::heartbeat_timeout`] passed since
+//! it last received anything; after `Terminated` (sent or received) it decides nothing
+//! more.
+
+use super::messages::{Open, Payload, ReplicationMessage};
+use crate::store::peering::{self, Peering, PeeringState};
+use crate::store::Tables;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often a side sends a heartbeat (Consul's `defaultOutgoingHeartbeatInterval`).
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(15);
+/// How long a side waits for any message before it calls the stream broken (Consul's
+/// `defaultIncomingHeartbeatTimeout`).
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The first wait before dialing again after a failure; it doubles with each failure in a
+/// row up to [`REDIAL_DELAY_MAX`] (Consul's peering retry backoff: 2^n seconds, at most 64).
+pub const REDIAL_DELAY_MIN: Duration = Duration::from_secs(1);
+pub const REDIAL_DELAY_MAX: Duration = Duration::from_secs(64);
+
+/// The heartbeat settings of one session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            heartbeat_interval: HEARTBEAT_INTERVAL,
+            heartbeat_timeout: HEARTBEAT_TIMEOUT,
+        }
+    }
+}
+
+/// What a session concluded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Send this message to the other side.
+    Send(ReplicationMessage),
+    /// A heartbeat arrived (the peering's `LastHeartbeat`).
+    HeartbeatReceived,
+    /// The other side deleted the peering: mark it `TERMINATED` here and end the stream.
+    PeerTerminated,
+    /// This side's peering was deleted and `Terminated` is on its way: end the stream.
+    LocallyDeleted,
+    /// The stream is broken (the peering becomes `FAILING`), for this reason.
+    Fail(String),
+}
+
+/// One side of an open stream.
+#[derive(Debug)]
+pub struct Session {
+    timing: Timing,
+    last_sent_ms: u64,
+    last_received_ms: u64,
+    ended: bool,
+}
+
+impl Session {
+    /// A session opened at `now_ms` (the `Open` just went one way or the other).
+    pub fn new(timing: Timing, now_ms: u64) -> Session {
+        Session {
+            timing,
+            last_sent_ms: now_ms,
+            last_received_ms: now_ms,
+            ended: false,
+        }
+    }
+
+    fn interval_ms(&self) -> u64 {
+        self.timing.heartbeat_interval.as_millis() as u64
+    }
+
+    fn timeout_ms(&self) -> u64 {
+        self.timing.heartbeat_timeout.as_millis() as u64
+    }
+
+    /// When [`Session::on_tick`] next has something to do.
+    pub fn next_deadline_ms(&self) -> u64 {
+        (self.last_sent_ms + self.interval_ms()).min(self.last_received_ms + self.timeout_ms())
+    }
+
+    /// Whether the session decided it is over.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// A message from the other side.
+    pub fn on_message(&mut self, message: ReplicationMessage, now_ms: u64) -> Vec<Step> {
+        if self.ended {
+            return Vec::new();
+        }
+        self.last_received_ms = now_ms;
+        match message.payload {
+            Some(Payload::Heartbeat(_)) => vec![Step::HeartbeatReceived],
+            Some(Payload::Terminated(_)) => {
+                self.ended = true;
+                vec![Step::PeerTerminated]
+            }
+            Some(Payload::Open(_)) => {
+                self.ended = true;
+                vec![Step::Fail(
+                    "the peer sent Open on a stream that is already open".to_string(),
+                )]
+            }
+            // Resources are not replicated yet (docs/peering.md): a subscription or a
+            // resource is taken as a sign of life and otherwise left alone.
+            Some(Payload::Request(_)) | Some(Payload::Response(_)) | None => Vec::new(),
+        }
+    }
+
+    /// Time passed: a heartbeat due, or the other side silent for too long.
+    pub fn on_tick(&mut self, now_ms: u64) -> Vec<Step> {
+        if self.ended {
+            return Vec::new();
+        }
+        if now_ms.saturating_sub(self.last_received_ms) >= self.timeout_ms() {
+            self.ended = true;
+            return vec![Step::Fail(format!(
+                "no message from the peer for {} s",
+                self.timing.heartbeat_timeout.as_secs()
+            ))];
+        }
+        if now_ms.saturating_sub(self.last_sent_ms) >= self.interval_ms() {
+            self.last_sent_ms = now_ms;
+            return vec![Step::Send(ReplicationMessage::heartbeat())];
+        }
+        Vec::new()
+    }
+
+    /// Anything went out at `now_ms` (a heartbeat is due only after a quiet interval).
+    pub fn sent(&mut self, now_ms: u64) {
+        self.last_sent_ms = self.last_sent_ms.max(now_ms);
+    }
+
+    /// This side's peering was deleted (or marked for deletion): tell the other side.
+    pub fn on_local_delete(&mut self) -> Vec<Step> {
+        if self.ended {
+            return Vec::new();
+        }
+        self.ended = true;
+        vec![
+            Step::Send(ReplicationMessage::terminated()),
+            Step::LocallyDeleted,
+        ]
+    }
+}
+
+/// Whether the peering with local ID `id` should still stream: it exists, is not marked
+/// for deletion and was not terminated by the peer.
+pub fn still_wanted(tables: &Tables, id: &str) -> bool {
+    peering::get_by_id(tables, id).is_some_and(|p| p.is_active())
+}
+
+/// Why an acceptor refuses an `Open`: a gRPC code and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    InvalidArgument(String),
+    NotFound(String),
+    PermissionDenied(String),
+}
+
+/// An admitted `Open`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Admission {
+    pub peering: Arc<Peering>,
+    /// The pending stream secret the dialer used for the first time: it becomes the
+    /// active one (a Raft write before the stream counts as open).
+    pub promote: Option<String>,
+}
+
+/// Whether the acceptor side of `tables` admits `open`: it names a peering this cluster
+/// accepted (a row with no `PeerID` of its own, not deleted) and that peering's active or
+/// pending stream secret.
+pub fn admit(tables: &Tables, open: &Open) -> Result<Admission, Refusal> {
+    if open.peer_id.is_empty() {
+        return Err(Refusal::InvalidArgument(
+            "the Open message must name a PeerID".to_string(),
+        ));
+    }
+    let Some(row) = peering::get_by_id(tables, &open.peer_id) else {
+        return Err(Refusal::NotFound(format!(
+            "no peering with ID {:?}",
+            open.peer_id
+        )));
+    };
+    if !row.is_active() {
+        return Err(Refusal::NotFound(format!(
+            "the peering with ID {:?} was deleted",
+            open.peer_id
+        )));
+    }
+    if row.should_dial() {
+        return Err(Refusal::InvalidArgument(format!(
+            "the peering with ID {:?} is dialed by this cluster, not accepted",
+            open.peer_id
+        )));
+    }
+    let secrets = peering::secrets(tables, &row.id);
+    let given = open.stream_secret_id.as_str();
+    let active = secrets.and_then(|s| s.active_stream_secret.as_deref());
+    let pending = secrets.and_then(|s| s.pending_stream_secret.as_deref());
+    if !given.is_empty() && active == Some(given) {
+        return Ok(Admission {
+            peering: row.clone(),
+            promote: None,
+        });
+    }
+    if !given.is_empty() && pending == Some(given) {
+        return Ok(Admission {
+            peering: row.clone(),
+            promote: Some(given.to_string()),
+        });
+    }
+    Err(Refusal::PermissionDenied(
+        "invalid peering stream secret".to_string(),
+    ))
+}
+
+/// How long a dialer waits before its next attempt after `failures` failed ones in a row
+/// (the first wait follows one failure).
+pub fn redial_delay(failures: u32) -> Duration {
+    let shift = failures.saturating_sub(1).min(16);
+    (REDIAL_DELAY_MIN * (1u32 << shift)).min(REDIAL_DELAY_MAX)
+}
+
+/// What the stream reports about a peering, to merge into its row.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusUpdate {
+    pub last_heartbeat: Option<String>,
+    pub last_receive: Option<String>,
+    pub last_send: Option<String>,
+    /// The other side's datacenter and partition, as its `Open` named them.
+    pub remote: Option<(String, String)>,
+}
+
+/// `row` in `state` with `update` merged, or `None` when the write would say nothing new
+/// or the row must not be written (marked for deletion, or already terminated: a stream
+/// ending after `Terminated` does not make it `FAILING`).
+pub fn with_state(row: &Peering, state: PeeringState, update: &StatusUpdate) -> Option<Peering> {
+    if !row.is_active() {
+        return None;
+    }
+    let mut next = row.clone();
+    next.state = state;
+    let status = &mut next.stream_status;
+    for (field, value) in [
+        (&mut status.last_heartbeat, &update.last_heartbeat),
+        (&mut status.last_receive, &update.last_receive),
+        (&mut status.last_send, &update.last_send),
+    ] {
+        if value.is_some() {
+            field.clone_from(value);
+        }
+    }
+    if let Some((datacenter, partition)) = &update.remote {
+        if !datacenter.is_empty() {
+            next.remote.datacenter.clone_from(datacenter);
+            next.remote.partition.clone_from(partition);
+        }
+    }
+    (next != *row).then_some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::peering::{PeeringOp, SecretsOp};
+    use crate::store::{Command, CommandResult};
+
+    const TIMING: Timing = Timing {
+        heartbeat_interval: Duration::from_secs(15),
+        heartbeat_timeout: Duration::from_secs(120),
+    };
+
+    #[test]
+    fn heartbeats_go_out_every_interval_of_silence() {
+        let mut session = Session::new(TIMING, 0);
+        assert_eq!(session.next_deadline_ms(), 15_000);
+        assert!(session.on_tick(14_999).is_empty());
+        assert_eq!(
+            session.on_tick(15_000),
+            vec![Step::Send(ReplicationMessage::heartbeat())]
+        );
+        // Something else went out at 20 s: the next heartbeat waits a full interval.
+        session.sent(20_000);
+        assert!(session.on_tick(34_999).is_empty());
+        assert_eq!(session.next_deadline_ms(), 35_000);
+        assert_eq!(
+            session.on_tick(35_000),
+            vec![Step::Send(ReplicationMessage::heartbeat())]
+        );
+    }
+
+    #[test]
+    fn a_silent_peer_fails_the_stream_after_the_timeout_and_any_message_resets_it() {
+        let mut session = Session::new(TIMING, 0);
+        assert_eq!(
+            session.on_message(ReplicationMessage::heartbeat(), 100_000),
+            vec![Step::HeartbeatReceived]
+        );
+        // Sending does not count as hearing from the peer.
+        for now in [
+            115_000, 130_000, 145_000, 160_000, 175_000, 190_000, 205_000,
+        ] {
+            assert_eq!(
+                session.on_tick(now),
+                vec![Step::Send(ReplicationMessage::heartbeat())]
+            );
+        }
+        assert!(session.on_tick(219_999).is_empty());
+        let steps = session.on_tick(220_000);
+        assert!(matches!(&steps[..], [Step::Fail(reason)] if reason.contains("120 s")));
+        assert!(session.ended());
+        assert!(session.on_tick(300_000).is_empty());
+    }
+
+    #[test]
+    fn terminated_ends_the_session_either_way() {
+        let mut session = Session::new(TIMING, 0);
+        assert_eq!(
+            session.on_message(ReplicationMessage::terminated(), 5),
+            vec![Step::PeerTerminated]
+        );
+        assert!(session.on_local_delete().is_empty());
+
+        let mut session = Session::new(TIMING, 0);
+        assert_eq!(
+            session.on_local_delete(),
+            vec![
+                Step::Send(ReplicationMessage::terminated()),
+                Step::LocallyDeleted
+            ]
+        );
+        assert!(session
+            .on_message(ReplicationMessage::heartbeat(), 10)
+            .is_empty());
+    }
+
+    #[test]
+    fn a_second_open_fails_and_resources_are_left_alone() {
+        let mut session = Session::new(TIMING, 0);
+        let request = ReplicationMessage::of(Payload::Request(Default::default()));
+        assert!(session.on_message(request, 1).is_empty());
+        let open = ReplicationMessage::of(Payload::Open(Default::default()));
+        assert!(matches!(&session.on_message(open, 2)[..], [Step::Fail(_)]));
+    }
+
+    #[test]
+    fn redials_back_off_from_one_second_to_sixty_four() {
+        let waits: Vec<u64> = (1..=9).map(|n| redial_delay(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(redial_delay(u32::MAX), REDIAL_DELAY_MAX);
+        assert_eq!(redial_delay(0), REDIAL_DELAY_MIN);
+    }
+
+    fn apply(tables: &mut Tables, index: u64, op: PeeringOp) {
+        let mut changes = Vec::new();
+        let result = tables.apply(index, &Command::Peering(op), &mut changes);
+        assert_eq!(result, CommandResult::Bool(true));
+    }
+
+    /// An acceptor's peering `p1` whose token was exchanged for the pending secret `s1`.
+    fn exchanged() -> Tables {
+        let mut tables = Tables::default();
+        let row = Peering {
+            id: "p1".into(),
+            name: "other".into(),
+            ..Default::default()
+        };
+        apply(
+            &mut tables,
+            1,
+            PeeringOp::Write {
+                peering: Box::new(row.clone()),
+                secrets: Some(SecretsOp::GenerateToken {
+                    establishment_secret: "e1".into(),
+                }),
+            },
+        );
+        apply(
+            &mut tables,
+            2,
+            PeeringOp::Write {
+                peering: Box::new(row),
+                secrets: Some(SecretsOp::ExchangeSecret {
+                    establishment_secret: "e1".into(),
+                    pending_stream_secret: "s1".into(),
+                }),
+            },
+        );
+        tables
+    }
+
+    fn open(peer_id: &str, secret: &str) -> Open {
+        Open {
+            peer_id: peer_id.into(),
+            stream_secret_id: secret.into(),
+            remote: None,
+        }
+    }
+
+    #[test]
+    fn the_pending_secret_is_promoted_once_and_the_active_one_admits_after() {
+        let mut tables = exchanged();
+        let admitted = admit(&tables, &open("p1", "s1")).unwrap();
+        assert_eq!(admitted.promote.as_deref(), Some("s1"));
+        apply(
+            &mut tables,
+            3,
+            PeeringOp::Write {
+                peering: Box::new((*admitted.peering).clone()),
+                secrets: Some(SecretsOp::PromotePending {
+                    active_stream_secret: "s1".into(),
+                }),
+            },
+        );
+        let again = admit(&tables, &open("p1", "s1")).unwrap();
+        assert_eq!(again.promote, None);
+    }
+
+    #[test]
+    fn unknown_peers_wrong_secrets_and_dialed_peerings_are_refused() {
+        let tables = exchanged();
+        assert!(matches!(
+            admit(&tables, &open("", "s1")),
+            Err(Refusal::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            admit(&tables, &open("nope", "s1")),
+            Err(Refusal::NotFound(_))
+        ));
+        for secret in ["", "e1", "wrong"] {
+            assert_eq!(
+                admit(&tables, &open("p1", secret)),
+                Err(Refusal::PermissionDenied(
+                    "invalid peering stream secret".into()
+                ))
+            );
+        }
+        let mut tables = tables;
+        let dialed = Peering {
+            id: "d1".into(),
+            name: "dialed".into(),
+            peer_server_addresses: vec!["127.0.0.1:8503".into()],
+            ..Default::default()
+        };
+        apply(
+            &mut tables,
+            3,
+            PeeringOp::Write {
+                peering: Box::new(dialed),
+                secrets: Some(SecretsOp::Establish {
+                    active_stream_secret: "x".into(),
+                }),
+            },
+        );
+        assert!(matches!(
+            admit(&tables, &open("d1", "x")),
+            Err(Refusal::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn a_state_write_merges_the_status_and_skips_deleted_or_unchanged_rows() {
+        let row = Peering {
+            id: "p1".into(),
+            name: "other".into(),
+            state: PeeringState::Pending,
+            ..Default::default()
+        };
+        let update = StatusUpdate {
+            last_receive: Some("2026-01-01T00:00:00Z".into()),
+            remote: Some(("dc2".into(), "default".into())),
+            ..Default::default()
+        };
+        let next = with_state(&row, PeeringState::Active, &update).unwrap();
+        assert_eq!(next.state, PeeringState::Active);
+        assert_eq!(next.remote.datacenter, "dc2");
+        assert_eq!(
+            next.stream_status.last_receive.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(with_state(&next, PeeringState::Active, &update), None);
+        let deleting = Peering {
+            state: PeeringState::Deleting,
+            deleted_at: Some("2026-01-01T00:00:00Z".into()),
+            ..row.clone()
+        };
+        assert_eq!(with_state(&deleting, PeeringState::Failing, &update), None);
+        let terminated = Peering {
+            state: PeeringState::Terminated,
+            ..row
+        };
+        assert_eq!(
+            with_state(&terminated, PeeringState::Failing, &update),
+            None
+        );
+    }
+}
