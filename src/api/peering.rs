@@ -535,3 +535,124 @@ fn proposal_error(result: crate::replica::ProposalResult) -> Option<ApiError> {
         other => ApiError::from_proposal(&other),
     }
 }
+
+/// `GET /v1/exported-services`: Consul's `mesh:read`, as its
+/// `ConfigEntry.GetResolvedExportedServices` checks.
+pub const EXPORTED_SERVICES_RULE: CustomRule = CustomRule {
+    name: "mesh:read",
+    check: mesh_read,
+};
+
+fn mesh_read(_ctx: &Context, _request: &Request, authz: &Authz) -> Result<(), ApiError> {
+    authz.require(authz.authorizer.mesh_read())
+}
+
+/// `GET /v1/exported-services` (blocking): the `exported-services` entry resolved, as
+/// Consul's `ResolvedExportedServices` resolves it — a wildcard name expands to every
+/// service of the catalog — one row per service, in name order, with the peers (and
+/// partitions) that may import it, sorted and without repeats.
+pub fn exported_services(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let options = query_options(ctx, &request.query)?;
+    run_query(ctx, ExportedServicesQuery, options, reply)
+}
+
+struct ExportedServicesQuery;
+
+impl Query for ExportedServicesQuery {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            tables
+                .max_table_index(&[Table::ConfigEntries, Table::Services])
+                .max(1),
+            WatchSet::new()
+                .table(Table::ConfigEntries)
+                .table(Table::Services),
+        )
+    }
+
+    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
+        let mut headers = Vec::with_capacity(128);
+        meta.write_headers(&mut headers);
+        let rows: Vec<Value> = resolved_exports(tables)
+            .into_iter()
+            .map(|(service, consumers)| {
+                let mut resolved = Map::new();
+                if !consumers.peers.is_empty() {
+                    resolved.insert("Peers".into(), consumers.peers.into_iter().collect());
+                }
+                if !consumers.partitions.is_empty() {
+                    resolved.insert(
+                        "Partitions".into(),
+                        consumers.partitions.into_iter().collect(),
+                    );
+                }
+                serde_json::json!({"Service": service, "Consumers": resolved})
+            })
+            .collect();
+        reply.json(200, &headers, &rows);
+    }
+}
+
+/// Who may import one exported service.
+#[derive(Debug, Default, PartialEq)]
+struct Consumers {
+    peers: std::collections::BTreeSet<String>,
+    partitions: std::collections::BTreeSet<String>,
+}
+
+/// The service Consul never exports: the servers' own registration.
+const CONSUL_SERVICE: &str = "consul";
+
+/// The `exported-services` entry (`default`) resolved against the catalog: service name →
+/// its consumers. A wildcard `Name` stands for every service registered now (typical
+/// services: not the servers' `consul`, not proxies or gateways), so the answer moves with
+/// the catalog as Consul's does.
+fn resolved_exports(tables: &Tables) -> BTreeMap<String, Consumers> {
+    use crate::store::mesh::config_entry::{get, ConfigKind, EntryBody};
+    let mut resolved: BTreeMap<String, Consumers> = BTreeMap::new();
+    let Some(entry) = get(tables, ConfigKind::ExportedServices, "default") else {
+        return resolved;
+    };
+    let EntryBody::Json(body) = &entry.body else {
+        return resolved;
+    };
+    // Validated when written; a body that no longer parses exports nothing.
+    let Ok(body) = serde_json::from_str::<Value>(body) else {
+        return resolved;
+    };
+    let catalog_services: Vec<String> = tables
+        .catalog
+        .services
+        .values()
+        .filter_map(|group| group.instances.values().next())
+        .map(|view| &view.service)
+        .filter(|instance| instance.kind().is_empty() && &*instance.name != CONSUL_SERVICE)
+        .map(|instance| instance.name.to_string())
+        .collect();
+    for service in body["Services"].as_array().into_iter().flatten() {
+        let name = service["Name"].as_str().unwrap_or_default();
+        let names: Vec<String> = if name == "*" {
+            catalog_services.clone()
+        } else if name.is_empty() {
+            continue;
+        } else {
+            vec![name.to_string()]
+        };
+        for name in names {
+            let consumers = resolved.entry(name).or_default();
+            for consumer in service["Consumers"].as_array().into_iter().flatten() {
+                if let Some(peer) = consumer["Peer"].as_str().filter(|p| !p.is_empty()) {
+                    consumers.peers.insert(peer.to_string());
+                }
+                if let Some(partition) = consumer["Partition"].as_str().filter(|p| !p.is_empty()) {
+                    consumers.partitions.insert(partition.to_string());
+                }
+            }
+        }
+    }
+    resolved
+}

@@ -314,6 +314,7 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/peering/establish"),               POST,                Standard, ANSWERS, Acl::Custom(peering::ACL_RULE), peering::establish),
     route(Exact("/v1/peerings"),                        GET,                 Standard, BLOCKS,  Acl::Custom(peering::ACL_RULE), peering::list),
     route(Prefix("/v1/peering/"),                       GET_DELETE,          Standard, BLOCKS,  Acl::Custom(peering::ACL_RULE), peering::by_name),
+    route(Exact("/v1/exported-services"),               GET,                 Standard, BLOCKS,  Acl::Custom(peering::EXPORTED_SERVICES_RULE), peering::exported_services),
     route(Prefix("/v1/discovery-chain/"),               GET_POST,            Standard, BLOCKS,  Acl::ServiceReadFromRest, config::discovery_chain),
 ];
 

@@ -19,6 +19,7 @@ mod authz;
 mod catalog;
 mod health;
 mod kv;
+mod peering;
 
 use super::agent_channel::{agent_channel, AgentCall};
 use super::{dispatch, routes, BlockOp, Context, Outcome, Reply, Request};

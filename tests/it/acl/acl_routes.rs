@@ -1315,6 +1315,15 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "operator = \"write\"",
             Checked,
         ),
+        // What the exported-services entry exports: `mesh:read`, as Consul's gRPC read.
+        case(
+            "/v1/exported-services",
+            "GET",
+            "/v1/exported-services",
+            "",
+            "mesh = \"read\"",
+            Checked,
+        ),
         // Cluster peering: `peering:read` to read, `peering:write` for everything else.
         case(
             "/v1/peering/token",
