@@ -135,48 +135,7 @@ async fn dial_once(shared: &Arc<Shared>, row: &Peering, attempt: usize) -> Resul
     let mut grpc = tonic::client::Grpc::new(channel)
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let secrets = peering::secrets(&shared.store.current(), &row.id).cloned();
-    let secret = match secrets
-        .as_ref()
-        .and_then(|s| s.active_stream_secret.clone())
-    {
-        Some(secret) => secret,
-        None => {
-            let establishment_secret = secrets
-                .and_then(|s| s.establishment_secret.clone())
-                .ok_or("the peering holds no establishment secret")?;
-            let request = ExchangeSecretRequest {
-                peer_id: row.peer_id.clone(),
-                establishment_secret,
-            };
-            let call = async {
-                grpc.ready().await.map_err(|e| e.to_string())?;
-                grpc.unary::<_, ExchangeSecretResponse, _>(
-                    tonic::Request::new(request),
-                    http::uri::PathAndQuery::from_static(EXCHANGE_SECRET_PATH),
-                    tonic_prost::ProstCodec::default(),
-                )
-                .await
-                .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
-            };
-            let answer = tokio::time::timeout(CALL_TIMEOUT, call)
-                .await
-                .map_err(|_| "ExchangeSecret timed out".to_string())?
-                .map_err(|e| format!("ExchangeSecret at {address}: {e}"))?
-                .into_inner();
-            if answer.stream_secret.is_empty() {
-                return Err("ExchangeSecret answered no stream secret".to_string());
-            }
-            let command = Command::Peering(PeeringOp::Write {
-                peering: Box::new(row.clone()),
-                secrets: Some(SecretsOp::Establish {
-                    active_stream_secret: answer.stream_secret.clone(),
-                }),
-            });
-            shared.agent.propose(&command).await?;
-            answer.stream_secret
-        }
-    };
+    let secret = stream_secret(shared, row, &mut grpc, address).await?;
     let (tx, rx) = mpsc::channel(SEND_QUEUE);
     let open = ReplicationMessage::of(Payload::Open(Open {
         peer_id: row.peer_id.clone(),
@@ -225,6 +184,59 @@ async fn dial_once(shared: &Arc<Shared>, row: &Peering, attempt: usize) -> Resul
         .await;
     }
     Ok(end)
+}
+
+/// The stream secret to open with: the one this peering holds, else the one the peer's
+/// `ExchangeSecret` gives for the token's establishment secret (written through Raft before
+/// it is used, so a redial after a crash does not spend the establishment secret twice).
+async fn stream_secret(
+    shared: &Arc<Shared>,
+    row: &Peering,
+    grpc: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    address: &str,
+) -> Result<String, String> {
+    let secrets = peering::secrets(&shared.store.current(), &row.id).cloned();
+    match secrets
+        .as_ref()
+        .and_then(|s| s.active_stream_secret.clone())
+    {
+        Some(secret) => Ok(secret),
+        None => {
+            let establishment_secret = secrets
+                .and_then(|s| s.establishment_secret.clone())
+                .ok_or("the peering holds no establishment secret")?;
+            let request = ExchangeSecretRequest {
+                peer_id: row.peer_id.clone(),
+                establishment_secret,
+            };
+            let call = async {
+                grpc.ready().await.map_err(|e| e.to_string())?;
+                grpc.unary::<_, ExchangeSecretResponse, _>(
+                    tonic::Request::new(request),
+                    http::uri::PathAndQuery::from_static(EXCHANGE_SECRET_PATH),
+                    tonic_prost::ProstCodec::default(),
+                )
+                .await
+                .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+            };
+            let answer = tokio::time::timeout(CALL_TIMEOUT, call)
+                .await
+                .map_err(|_| "ExchangeSecret timed out".to_string())?
+                .map_err(|e| format!("ExchangeSecret at {address}: {e}"))?
+                .into_inner();
+            if answer.stream_secret.is_empty() {
+                return Err("ExchangeSecret answered no stream secret".to_string());
+            }
+            let command = Command::Peering(PeeringOp::Write {
+                peering: Box::new(row.clone()),
+                secrets: Some(SecretsOp::Establish {
+                    active_stream_secret: answer.stream_secret.clone(),
+                }),
+            });
+            shared.agent.propose(&command).await?;
+            Ok(answer.stream_secret)
+        }
+    }
 }
 
 /// A gRPC channel to `address` over TLS that trusts only `ca_pems` and expects
