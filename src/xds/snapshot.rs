@@ -16,7 +16,7 @@ use crate::consul::discovery_chain::{self, MeshGatewayMode, Overrides};
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
 use crate::store::catalog::read::{connect_rows, proxy_destination, CheckServiceNode};
-use crate::store::catalog::Status;
+use crate::store::catalog::{InstanceView, Status};
 use crate::store::gateways::{self, GatewayKind};
 use crate::store::mesh::config_entry::{is_http_family, service_protocol};
 use crate::store::mesh::intentions::{self, Action};
@@ -1319,12 +1319,7 @@ fn endpoints(
                 || proxy_destination(instance).is_some_and(|d| d.eq_ignore_ascii_case(service)),
             "connect_rows returns proxies of the service asked for, the gateways no proxy"
         );
-        let node = view.node();
-        let address = if instance.address.is_empty() {
-            node.address.to_string()
-        } else {
-            instance.address.to_string()
-        };
+        let address = instance_address(view);
         let mut healthy = true;
         let mut weight = instance.weights.passing.max(1);
         for check in view.node_checks().iter().chain(view.checks().iter()) {
@@ -1349,6 +1344,25 @@ fn endpoints(
     Ok(out)
 }
 
+/// Where an instance is reached: its own address, else its node's (as Consul's
+/// `CheckServiceNode.BestAddress` without the WAN choice).
+fn instance_address(view: &InstanceView) -> String {
+    let instance = &view.service;
+    if instance.address.is_empty() {
+        view.node().address.to_string()
+    } else {
+        instance.address.to_string()
+    }
+}
+
+/// No check of the instance or of its node is critical or in maintenance.
+fn not_failing(view: &InstanceView) -> bool {
+    view.node_checks()
+        .iter()
+        .chain(view.checks().iter())
+        .all(|check| !matches!(check.status, Status::Critical | Status::Maintenance))
+}
+
 /// Whether `protocol` is served at L7 (HTTP connection manager) rather than TCP.
 pub fn is_l7(protocol: &str) -> bool {
     is_http_family(protocol)
@@ -1367,16 +1381,8 @@ fn local_mesh_gateways(tables: &Tables) -> Vec<Endpoint> {
             let Ok(port) = u16::try_from(instance.port) else {
                 continue;
             };
-            let address = if instance.address.is_empty() {
-                view.node().address.to_string()
-            } else {
-                instance.address.to_string()
-            };
-            let healthy = view
-                .node_checks()
-                .iter()
-                .chain(view.checks().iter())
-                .all(|c| !matches!(c.status, Status::Critical | Status::Maintenance));
+            let address = instance_address(view);
+            let healthy = not_failing(view);
             out.push(Endpoint {
                 address,
                 port,
@@ -1559,16 +1565,8 @@ fn local_servers(tables: &Tables, datacenter: &str, domain: &str) -> Vec<Gateway
             let node = view.node();
             let instance = &view.service;
             let port = u16::try_from(instance.port).ok()?;
-            let address = if instance.address.is_empty() {
-                node.address.to_string()
-            } else {
-                instance.address.to_string()
-            };
-            let healthy = view
-                .node_checks()
-                .iter()
-                .chain(view.checks().iter())
-                .all(|check| !matches!(check.status, Status::Critical | Status::Maintenance));
+            let address = instance_address(view);
+            let healthy = not_failing(view);
             Some(GatewayCluster {
                 name: format!("{}.server.{datacenter}.{domain}", node.name),
                 endpoints: vec![Endpoint {
