@@ -664,12 +664,7 @@ fn prepare_tls_and_telemetry(
 ) -> Result<Arc<crate::tls::TlsConfigurator>, String> {
     let tls = Arc::new(crate::tls::TlsConfigurator::new(
         &config.tls,
-        crate::tls::Identity {
-            datacenter: config.datacenter.clone(),
-            domain: config.dns.domain.clone(),
-            node_name: config.node_name.clone(),
-            server: config.server,
-        },
+        crate::tls::Identity::of(config),
     )?);
     for warning in &tls.current().warnings {
         log::warn!("{warning}");

@@ -101,6 +101,16 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The agent `config` describes: its datacenter, DNS domain, node name and mode.
+    pub fn of(config: &crate::config::AgentConfig) -> Identity {
+        Identity {
+            datacenter: config.datacenter.clone(),
+            domain: config.dns.domain.clone(),
+            node_name: config.node_name.clone(),
+            server: config.server,
+        }
+    }
+
     /// `server.<datacenter>.<domain>`.
     pub fn server_name(&self) -> String {
         verify::server_name_for(&self.datacenter, &self.domain)

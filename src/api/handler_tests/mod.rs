@@ -126,16 +126,8 @@ impl Harness {
         let faults = Arc::new(Faults::default());
         let (raft_tx, raft_rx) =
             raft_inbox(RAFT_INBOX_CAPACITY, faults.clone()).expect("raft inbox doorbell");
-        let tls = crate::tls::TlsConfigurator::new(
-            &config.tls,
-            crate::tls::Identity {
-                datacenter: config.datacenter.clone(),
-                domain: config.dns.domain.clone(),
-                node_name: config.node_name.clone(),
-                server: config.server,
-            },
-        )
-        .expect("a dev agent's TLS settings load");
+        let tls = crate::tls::TlsConfigurator::new(&config.tls, crate::tls::Identity::of(&config))
+            .expect("a dev agent's TLS settings load");
         let shared = Arc::new(Shared {
             config: config.clone(),
             identity: Identity {
