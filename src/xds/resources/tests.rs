@@ -412,16 +412,7 @@ fn a_terminating_gateway_has_one_sni_chain_per_service_and_a_fallback() {
             .value,
     )
     .unwrap();
-    let snis: Vec<Vec<String>> = listener
-        .filter_chains
-        .iter()
-        .map(|c| {
-            c.filter_chain_match
-                .as_ref()
-                .map(|m| m.server_names.clone())
-                .unwrap_or_default()
-        })
-        .collect();
+    let snis = chain_server_names(&listener);
     assert_eq!(
         snis,
         vec![vec![billing.clone()], vec![ledger.clone()], vec![]]
@@ -560,16 +551,7 @@ fn a_mesh_gateway_exposing_the_servers_routes_their_names_as_consul_does() {
             .value,
     )
     .unwrap();
-    let matched: Vec<Vec<String>> = listener
-        .filter_chains
-        .iter()
-        .map(|c| {
-            c.filter_chain_match
-                .as_ref()
-                .map(|m| m.server_names.clone())
-                .unwrap_or_default()
-        })
-        .collect();
+    let matched = chain_server_names(&listener);
     assert_eq!(
         matched,
         vec![
@@ -585,4 +567,21 @@ fn a_mesh_gateway_exposing_the_servers_routes_their_names_as_consul_does() {
         .filter_chains
         .iter()
         .all(|c| c.transport_socket.is_none()));
+}
+
+/// Each filter chain's matched server names, in chain order (empty for a chain without a
+/// match, such as the SNI fallback).
+fn chain_server_names(
+    listener: &envoy_types::pb::envoy::config::listener::v3::Listener,
+) -> Vec<Vec<String>> {
+    listener
+        .filter_chains
+        .iter()
+        .map(|c| {
+            c.filter_chain_match
+                .as_ref()
+                .map(|m| m.server_names.clone())
+                .unwrap_or_default()
+        })
+        .collect()
 }
