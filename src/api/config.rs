@@ -6,8 +6,14 @@
 //! entry on its key, a kind's list on the kind's prefix. With ACLs on, a single entry needs
 //! the read permission of its kind ([`config_entry_read`]), a list is filtered entry by entry, and a
 //! write needs [`can_write`] (Consul's `CanRead`/`CanWrite` of each kind).
+//!
+//! A client agent holds no entries: its reads become `ConfigEntry.Get`, `.List` and
+//! `.ListAll`, its writes `ConfigEntry.Apply` and `.Delete` (`api::rpc::client_config`),
+//! answered with this file's [`entry_answer`] and [`list_answer`]; a server's typed
+//! endpoints (`api::rpc::config_entry`) share its reads and checks.
 
 use super::authz::{config_entry_read, Authz, CustomRule};
+use super::rpc::client_config;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
@@ -48,10 +54,15 @@ pub fn can_write<'a>(
 /// The services a discovery-chain entry's body sends traffic to (Consul's
 /// `GetRelatedServices`), other than the entry's own.
 pub fn related_services(body: &[u8]) -> Vec<String> {
-    let Ok(entry) = config_entry::decode_body(body) else {
-        return Vec::new();
-    };
-    let fields = config_entry::fields_of(&entry);
+    match config_entry::decode_body(body) {
+        Ok(entry) => related_services_of(&entry),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// [`related_services`] of a decoded entry (what `ConfigEntry.Apply` checks).
+pub fn related_services_of(entry: &ConfigEntry) -> Vec<String> {
+    let fields = config_entry::fields_of(entry);
     let mut related: Vec<String> = Vec::new();
     let mut add = |value: Option<&serde_json::Value>| {
         if let Some(name) = value.and_then(|v| v.as_str()) {
@@ -183,14 +194,7 @@ fn delete(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     };
     let kind = ConfigKind::parse(kind)
         .ok_or_else(|| ApiError::bad_request(format!("invalid config entry kind: {kind}")))?;
-    let name = match kind {
-        ConfigKind::ProxyDefaults if name != "global" => {
-            return Err(ApiError::Internal(format!(
-                "invalid name ({name:?}), only \"global\" is supported"
-            )))
-        }
-        _ => name.to_string(),
-    };
+    let name = delete_name(kind, name).map_err(ApiError::Internal)?;
     let cas = cas_param(request)?;
     Ok(Outcome::Write(WriteOp {
         command: Command::ConfigEntry(ConfigEntryOp::Delete { kind, name, cas }),
@@ -200,6 +204,16 @@ fn delete(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     }))
 }
 
+/// The name a delete of `kind` acts on: a `proxy-defaults` entry is only ever `global`.
+pub fn delete_name(kind: ConfigKind, name: &str) -> Result<String, String> {
+    match kind {
+        ConfigKind::ProxyDefaults if name != "global" => Err(format!(
+            "invalid name ({name:?}), only \"global\" is supported"
+        )),
+        _ => Ok(name.to_string()),
+    }
+}
+
 fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     match kind_and_name(request.rest) {
@@ -207,6 +221,11 @@ fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, A
             let kind = ConfigKind::parse(kind_text).ok_or_else(|| {
                 ApiError::Internal(format!("invalid config entry kind: {kind_text}"))
             })?;
+            if ctx.is_client() {
+                return Ok(client_config::get(
+                    ctx, request, kind, kind_text, name, options,
+                ));
+            }
             let query = EntryQuery {
                 kind,
                 kind_text: kind_text.to_string(),
@@ -222,6 +241,9 @@ fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, A
                     ApiError::Internal(format!("invalid config entry kind: {text}"))
                 })?),
             };
+            if ctx.is_client() {
+                return Ok(client_config::list(ctx, request, kind, options));
+            }
             run_query(
                 ctx,
                 ListQuery {
@@ -244,32 +266,54 @@ struct EntryQuery {
 
 impl Query for EntryQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            entries::entries_index(tables),
-            WatchSet::new().key(Table::ConfigEntries, self.key.clone()),
-        )
+        entry_read(tables, &self.key)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
-        let Some(entry) = entries::get(tables, self.kind, &self.name) else {
-            let reason = format!(
-                "Config entry not found for {:?} / {:?}",
-                self.kind_text, self.name
-            );
-            reply.send(
-                404,
-                Some("text/plain; charset=utf-8"),
-                &headers,
-                reason.as_bytes(),
-            );
-            return;
-        };
-        let mut body = Vec::with_capacity(512);
-        config_entry::render(entry, reply.pretty, &mut body);
-        reply.json_bytes(200, &headers, &body);
+        let entry = entries::get(tables, self.kind, &self.name);
+        entry_answer(
+            entry.map(|e| &**e),
+            &self.kind_text,
+            &self.name,
+            &headers,
+            reply,
+        );
     }
+}
+
+/// What a read of one entry depends on: the table's index, the entry's key
+/// (`entries::entry_key`).
+pub fn entry_read(tables: &Tables, key: &Arc<str>) -> (u64, WatchSet) {
+    (
+        entries::entries_index(tables),
+        WatchSet::new().key(Table::ConfigEntries, key.clone()),
+    )
+}
+
+/// The answer to a read of one entry (`kind_text` as the request spelled the kind): the
+/// entry, or 404 in Consul's words. A client agent answers the typed reply with it.
+pub fn entry_answer(
+    entry: Option<&ConfigEntry>,
+    kind_text: &str,
+    name: &str,
+    headers: &[u8],
+    reply: &mut Reply,
+) {
+    let Some(entry) = entry else {
+        let reason = format!("Config entry not found for {kind_text:?} / {name:?}");
+        reply.send(
+            404,
+            Some("text/plain; charset=utf-8"),
+            headers,
+            reason.as_bytes(),
+        );
+        return;
+    };
+    let mut body = Vec::with_capacity(512);
+    config_entry::render(entry, reply.pretty, &mut body);
+    reply.json_bytes(200, headers, &body);
 }
 
 struct ListQuery {
@@ -280,14 +324,7 @@ struct ListQuery {
 
 impl Query for ListQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        let watch = match self.kind {
-            Some(kind) => WatchSet::new().prefix(
-                Table::ConfigEntries,
-                Arc::<str>::from(entries::kind_prefix(kind).as_str()),
-            ),
-            None => WatchSet::new().table(Table::ConfigEntries),
-        };
-        (entries::entries_index(tables), watch)
+        list_read(tables, self.kind)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
@@ -304,10 +341,27 @@ impl Query for ListQuery {
         let mut headers = Vec::with_capacity(200);
         meta.write_headers(&mut headers);
         self.rows.write_header(visible.len() < total, &mut headers);
-        let mut body = Vec::with_capacity(256 * (visible.len() + 1));
-        config_entry::render_list(visible.into_iter(), reply.pretty, &mut body);
-        reply.json_bytes(200, &headers, &body);
+        list_answer(&visible, &headers, reply);
     }
+}
+
+/// What a list of `kind`'s entries (`None`: every kind) depends on.
+pub fn list_read(tables: &Tables, kind: Option<ConfigKind>) -> (u64, WatchSet) {
+    let watch = match kind {
+        Some(kind) => WatchSet::new().prefix(
+            Table::ConfigEntries,
+            Arc::<str>::from(entries::kind_prefix(kind).as_str()),
+        ),
+        None => WatchSet::new().table(Table::ConfigEntries),
+    };
+    (entries::entries_index(tables), watch)
+}
+
+/// The answer to a list of entries, the token's filtering done.
+pub fn list_answer(visible: &[&ConfigEntry], headers: &[u8], reply: &mut Reply) {
+    let mut body = Vec::with_capacity(256 * (visible.len() + 1));
+    config_entry::render_list(visible.iter().copied(), reply.pretty, &mut body);
+    reply.json_bytes(200, headers, &body);
 }
 
 /// `GET` and `POST /v1/discovery-chain/<service>` (POST carries Consul's overrides).

@@ -527,6 +527,13 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
         );
         return catalog_write(ctx, request, catalog_op, op.respond);
     }
+    if let Command::ConfigEntry(config_op) = &op.command {
+        debug_assert!(
+            datacenter.is_empty(),
+            "config entry writes name no datacenter here"
+        );
+        return super::client_config::write_op(ctx, request, config_op, op.respond);
+    }
     let Command::Kv(kv_op) = &op.command else {
         return Outcome::Forward;
     };

@@ -25,8 +25,10 @@ pub mod acl;
 pub mod catalog;
 pub mod client;
 pub mod client_catalog;
+pub mod client_config;
 pub mod client_session;
 pub mod client_txn;
+pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
 pub mod dns;
@@ -63,6 +65,7 @@ pub type Answer = Result<Vec<u8>, String>;
 pub const SERVICES: &[&str] = &[
     "ACL",
     "Catalog",
+    "ConfigEntry",
     "ConnectCA",
     "Coordinate",
     "Health",
@@ -129,6 +132,12 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Internal.EventFire" => internal::event_fire(server, &call).await,
         "Praetor.DNSLookup" => dns::lookup(server, &call).await,
         "Praetor.DNSChanges" => dns::changes(server, &call).await,
+        // The service mesh's configuration (issue #36, mesh).
+        "ConfigEntry.Apply" => config_entry::apply(server, &call).await,
+        "ConfigEntry.Delete" => config_entry::delete(server, &call).await,
+        "ConfigEntry.Get" => config_entry::get(server, &call).await,
+        "ConfigEntry.List" => config_entry::list(server, &call).await,
+        "ConfigEntry.ListAll" => config_entry::list_all(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -310,6 +319,8 @@ fn is_read(method: &str) -> bool {
             | "ConnectCA.Sign"
             | "Coordinate.Update"
             | "Internal.EventFire"
+            | "ConfigEntry.Apply"
+            | "ConfigEntry.Delete"
     )
 }
 

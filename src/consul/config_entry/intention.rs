@@ -35,6 +35,27 @@ pub fn from_doc(destination: &str, doc: &Doc) -> Result<ServiceIntentions, Strin
     Ok(body)
 }
 
+/// The typed body of an entry a server stored and rendered, read back as it is: its
+/// sources in the stored order with their precedence, legacy fields kept, nothing
+/// normalized or validated again (see `config_entry::decode_stored`).
+pub fn from_doc_stored(destination: &str, doc: &Doc) -> Result<ServiceIntentions, String> {
+    let mut sources = Vec::new();
+    for (i, src) in doc.list("Sources").iter().enumerate() {
+        let mut source = source_from_doc(i, src)?;
+        source.precedence = intentions::precedence(destination, &source.name);
+        sources.push(source);
+    }
+    let jwt_json = match doc.get("JWT") {
+        Some(Doc::Raw(Value::Null)) | None => ArcStr::new(),
+        Some(other) => ArcStr::from(other.to_json()),
+    };
+    Ok(ServiceIntentions {
+        sources,
+        jwt_json,
+        meta: doc.str_pairs("Meta"),
+    })
+}
+
 /// One source, with Consul's checks of its action and L7 permissions.
 fn source_from_doc(i: usize, src: &Doc) -> Result<SourceIntention, String> {
     let permissions = src.list("Permissions");

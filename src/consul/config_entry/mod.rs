@@ -126,6 +126,52 @@ pub fn decode(value: &Value) -> Result<ConfigEntry, EntryError> {
     into_entry(kind, name, doc)
 }
 
+/// Reads back an entry a server rendered (its JSON fields, as a typed reply carries them):
+/// the same decoding into the kind's fields as [`decode`], without `Normalize` and
+/// `Validate`, which ran when it was written (and a legacy intention's fields, which a
+/// config-entry write may not set, are kept), and with its raft indexes. A client agent
+/// renders what this returns with [`render`], so that its answer is the server's.
+pub fn decode_stored(value: &Value) -> Result<ConfigEntry, EntryError> {
+    let kind = kind_of(value)?;
+    let map = value.as_object().expect("kind_of accepted an object");
+    let index = |field: &str| map.get(field).and_then(Value::as_u64).unwrap_or(0);
+    let name = match kind {
+        ConfigKind::ProxyDefaults => "global".to_string(),
+        ConfigKind::Mesh => "mesh".to_string(),
+        _ => map
+            .get("Name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+    };
+    let mut rest = map.clone();
+    rest.retain(|k, _| !matches!(k.as_str(), "Kind" | "Name" | "CreateIndex" | "ModifyIndex"));
+    let mut decoding = Decoding::default();
+    let doc = decode_object(
+        &Value::Object(rest),
+        schema::fields(kind),
+        "",
+        &mut decoding,
+    );
+    decoding.into_result().map_err(EntryError::Decode)?;
+    let mut entry = if kind == ConfigKind::ServiceIntentions {
+        let intentions = intention::from_doc_stored(&name, &doc).map_err(EntryError::Invalid)?;
+        ConfigEntry {
+            kind,
+            name: ArcStr::from(name),
+            body: EntryBody::Intentions(std::sync::Arc::new(intentions)),
+            protocol: ArcStr::new(),
+            create_index: 0,
+            modify_index: 0,
+        }
+    } else {
+        into_entry(kind, name, doc)?
+    };
+    entry.create_index = index("CreateIndex");
+    entry.modify_index = index("ModifyIndex");
+    Ok(entry)
+}
+
 /// Consul's name rules per kind: `proxy-defaults` is `global`, `mesh` is `mesh`.
 fn normalize_name(kind: ConfigKind, name: String) -> Result<String, String> {
     match kind {

@@ -21,6 +21,7 @@
 
 pub mod acl;
 pub mod catalog;
+pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
 pub mod internal;
@@ -518,6 +519,14 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "ACL.TokenRead" => decoded(acl::TokenGetRequest::decode(body)),
         "Internal.EventFire" => decoded(internal::EventFireRequest::decode(body)),
         "Internal.ServiceDump" => decoded(internal::ServiceDumpRequest::decode(body)),
+        // Config entries (issue #36, mesh).
+        "ConfigEntry.Apply" | "ConfigEntry.Delete" => {
+            decoded(config_entry::ConfigEntryRequest::decode(body))
+        }
+        "ConfigEntry.Get" | "ConfigEntry.List" => {
+            decoded(config_entry::ConfigEntryQuery::decode(body))
+        }
+        "ConfigEntry.ListAll" => decoded(config_entry::ConfigEntryListAllRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

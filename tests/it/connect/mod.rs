@@ -1,6 +1,8 @@
-//! The mesh: the CA and intentions, config entries, the built-in proxy, Envoy over xDS,
-//! gateways (the built-in mesh gateway across two datacenters), the CA across datacenters.
+//! The mesh: the CA and intentions, config entries (a client agent's as typed calls), the
+//! built-in proxy, Envoy over xDS, gateways (the built-in mesh gateway across two
+//! datacenters), the CA across datacenters.
 
+mod config_calls;
 mod connect_api;
 mod connect_config;
 mod connect_federation;

@@ -1,0 +1,186 @@
+//! A client agent's config entries as Consul's typed calls: `GET /v1/config/<kind>/<name>`
+//! becomes `ConfigEntry.Get`, `GET /v1/config/<kind>` `ConfigEntry.List`, `GET
+//! /v1/config/` (every kind) `ConfigEntry.ListAll` naming every kind, and the writes the
+//! handlers decide on (`PUT /v1/config`, `DELETE /v1/config/<kind>/<name>`, with `?cas`)
+//! `ConfigEntry.Apply` and `ConfigEntry.Delete`, as Consul's `config_endpoint.go` on the
+//! agent sends them.
+//!
+//! The body of a write is decoded and validated here by the handler, as on a server, and
+//! again by the server that applies it. A reply's entries are read back into the store's
+//! entries (`consul::config_entry::decode_stored`) and answered by the server's own
+//! functions (`api::config::entry_answer`, `list_answer`), so the body is the server's
+//! byte for byte; the headers come from the reply's `QueryMeta`.
+
+use super::client::{bad_reply, call, query_options, read_timeout, write};
+use super::client_catalog::headers;
+use crate::api::authz::request_secret;
+use crate::api::config::{entry_answer, list_answer};
+use crate::api::{Context, Outcome, Request, WriteResponder};
+use crate::cluster::servers::Retry;
+use crate::consul::rpc::config_entry::{
+    entry_fields, entry_of, read_delete_response, read_entry_response, read_generic_entries,
+    read_indexed_entries, ConfigEntryListAllRequest, ConfigEntryQuery, ConfigEntryRequest,
+};
+use crate::store::mesh::config_entry::{ConfigEntry, ConfigEntryOp, ConfigKind};
+use crate::store::CommandResult;
+
+/// `GET /v1/config/<kind>/<name>`: `ConfigEntry.Get`.
+pub fn get(
+    ctx: &Context,
+    request: &Request,
+    kind: ConfigKind,
+    kind_text: &str,
+    name: &str,
+    options: crate::api::QueryOptions,
+) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let body = ConfigEntryQuery {
+        kind: kind.as_str(),
+        name,
+        datacenter: "",
+        options: query_options(&options, &secret),
+    }
+    .encode();
+    let (kind_text, name) = (kind_text.to_string(), name.to_string());
+    call(
+        ctx,
+        "",
+        "ConfigEntry.Get",
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, fields) = read_entry_response(body).map_err(bad_reply)?;
+            let entry = fields
+                .as_ref()
+                .map(entry_of)
+                .transpose()
+                .map_err(bad_reply)?;
+            let headers = headers(&meta, &secret);
+            entry_answer(entry.as_ref(), &kind_text, &name, &headers, reply);
+            Ok(())
+        },
+    )
+}
+
+/// `GET /v1/config/<kind>` (`ConfigEntry.List`) or `GET /v1/config/` (`kind` `None`:
+/// `ConfigEntry.ListAll` naming every kind).
+pub fn list(
+    ctx: &Context,
+    request: &Request,
+    kind: Option<ConfigKind>,
+    options: crate::api::QueryOptions,
+) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let rpc_options = query_options(&options, &secret);
+    let (method, body) = match kind {
+        Some(kind) => (
+            "ConfigEntry.List",
+            ConfigEntryQuery {
+                kind: kind.as_str(),
+                name: "",
+                datacenter: "",
+                options: rpc_options,
+            }
+            .encode(),
+        ),
+        None => (
+            "ConfigEntry.ListAll",
+            ConfigEntryListAllRequest {
+                kinds: ConfigKind::ALL.iter().map(|k| k.as_str()).collect(),
+                datacenter: "",
+                options: rpc_options,
+            }
+            .encode(),
+        ),
+    };
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, fields) = if kind.is_some() {
+                read_indexed_entries(body)
+            } else {
+                read_generic_entries(body)
+            }
+            .map_err(bad_reply)?;
+            let entries = fields
+                .iter()
+                .map(entry_of)
+                .collect::<Result<Vec<ConfigEntry>, _>>()
+                .map_err(bad_reply)?;
+            let visible: Vec<&ConfigEntry> = entries.iter().collect();
+            list_answer(&visible, &headers(&meta, &secret), reply);
+            Ok(())
+        },
+    )
+}
+
+/// A config entry write the handler decided on, as `ConfigEntry.Apply` or
+/// `ConfigEntry.Delete`; the server's reply goes to the handler's responder as the command
+/// result the server's store produced.
+pub fn write_op(
+    ctx: &Context,
+    request: &Request,
+    op: &ConfigEntryOp,
+    respond: WriteResponder,
+) -> Outcome {
+    let secret = request_secret(ctx, request);
+    let (method, body) = match op {
+        ConfigEntryOp::Set { entry, cas } => {
+            let mut fields = entry_fields(entry);
+            // Consul's agent puts a CAS index in the entry's `ModifyIndex`.
+            fields["ModifyIndex"] = serde_json::Value::from(cas.unwrap_or(0));
+            let request = ConfigEntryRequest {
+                op: if cas.is_some() {
+                    "upsert-cas"
+                } else {
+                    "upsert"
+                },
+                datacenter: "",
+                kind: entry.kind.as_str(),
+                entry: fields,
+                token: &secret,
+            };
+            ("ConfigEntry.Apply", request.encode())
+        }
+        ConfigEntryOp::Delete { kind, name, cas } => {
+            let mut fields = serde_json::json!({ "Kind": kind.as_str(), "Name": name });
+            if let Some(cas) = cas {
+                fields["ModifyIndex"] = serde_json::Value::from(*cas);
+            }
+            let request = ConfigEntryRequest {
+                op: if cas.is_some() {
+                    "delete-cas"
+                } else {
+                    "delete"
+                },
+                datacenter: "",
+                kind: kind.as_str(),
+                entry: fields,
+                token: &secret,
+            };
+            ("ConfigEntry.Delete", request.encode())
+        }
+        // Legacy intention writes (`/v1/connect/intentions`) and bootstrap entries have no
+        // typed call here yet.
+        ConfigEntryOp::Bootstrap { .. } | ConfigEntryOp::Intention(_) => return Outcome::Forward,
+    };
+    // A write that may have reached a server is not sent again (a CAS could fail the
+    // second time and hide that the first applied).
+    write(ctx, method, body, move |body, reply| {
+        let done = if method == "ConfigEntry.Delete" {
+            read_delete_response(body).map_err(bad_reply)?
+        } else {
+            crate::proto::msgpack::Reader::new(body)
+                .bool()
+                .map_err(bad_reply)?
+        };
+        respond(CommandResult::Bool(done), reply);
+        Ok(())
+    })
+}
