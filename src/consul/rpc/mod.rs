@@ -25,6 +25,7 @@ pub mod connect_ca;
 pub mod coordinate;
 pub mod internal;
 pub mod kvs;
+pub mod prepared_query;
 pub mod rows;
 pub mod session;
 pub mod status;
@@ -518,6 +519,14 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "ACL.TokenRead" => decoded(acl::TokenGetRequest::decode(body)),
         "Internal.EventFire" => decoded(internal::EventFireRequest::decode(body)),
         "Internal.ServiceDump" => decoded(internal::ServiceDumpRequest::decode(body)),
+        "PreparedQuery.Apply" => decoded(prepared_query::QueryRequest::decode(body)),
+        "PreparedQuery.Get" => decoded(prepared_query::SpecificRequest::decode(body)),
+        "PreparedQuery.Execute" | "PreparedQuery.Explain" => {
+            decoded(prepared_query::ExecuteRequest::decode(body))
+        }
+        "PreparedQuery.ExecuteRemote" => {
+            decoded(prepared_query::ExecuteRemoteRequest::decode(body))
+        }
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }
