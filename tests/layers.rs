@@ -46,8 +46,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shard",   &["proto", "store", "raft", "replica", "config", "tls", "telemetry"]),
     // Gossip driver, pools, server discovery, member reconcile, user events.
     ("cluster", &["proto", "store", "gossip", "consul", "config", "telemetry", "shard"]),
-    // DNS resolution, its socket loops, and a client agent's protocol with its servers.
-    ("dns",     &["proto", "store", "config", "telemetry", "shard", "cluster"]),
+    // DNS resolution, its socket loops, and a client agent's protocol with its servers
+    // (Consul's prepared query calls in `consul`'s shapes).
+    ("dns",     &["proto", "store", "consul", "config", "telemetry", "shard", "cluster"]),
     // The HTTP API: routing table, handlers, server loop; serves `dns::remote` on servers.
     ("api",     &["proto", "store", "gossip", "replica", "consul", "config", "tls", "telemetry",
                   "logging", "shard", "cluster", "dns"]),
@@ -173,6 +174,11 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "a client agent's health reads (rpc::client_catalog)",
     ),
     ("kv", "rpc", "a client agent's KV reads (rpc::client)"),
+    (
+        "query",
+        "rpc",
+        "a client agent's prepared queries, and a failover's remote answers (rpc::client)",
+    ),
     (
         "session",
         "rpc",
@@ -356,9 +362,9 @@ fn the_pure_layers_do_no_io_read_no_clock_and_start_no_thread() {
 
 /// Layers that reach servers only through Consul's typed calls (issue #36): outside their
 /// test modules they parse no HTTP, write no HTTP request text and send no forwarded-HTTP
-/// frames. `agent`, `dns` and `shard` join once their last forwarded-HTTP paths are typed
-/// calls (`docs/rpc.md`, *Not yet*).
-const NO_HTTP: &[&str] = &["cluster"];
+/// frames. `agent` and `shard` join once their last forwarded-HTTP paths are typed calls
+/// (`docs/rpc.md`, *Not yet*).
+const NO_HTTP: &[&str] = &["cluster", "dns"];
 
 /// What those layers must not name, and what naming it means.
 const HTTP_MARKS: &[(&str, &str)] = &[

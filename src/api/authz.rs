@@ -258,6 +258,11 @@ impl RowFilter {
     }
 
     /// Consul's header for an answer from which `hidden` rows were left out.
+    /// Whether the caller sent a token, so that it is told when rows were left out.
+    pub fn reveals(&self) -> bool {
+        self.reveal
+    }
+
     pub fn write_header(&self, hidden: bool, headers: &mut Vec<u8>) {
         if hidden && self.reveal {
             headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);

@@ -9,9 +9,9 @@
 //! `NearestN` nearest by WAN coordinates, then `Datacenters` (or `Targets`) not tried yet,
 //! unknown ones skipped — and the first that has instances answers, with `Failovers` set
 //! to the number of datacenters asked (Consul's `queryFailover`). Each remote datacenter
-//! runs the query it is sent through [`EXECUTE_REMOTE_PATH`] (Consul's
-//! `PreparedQuery.ExecuteRemote`: the whole definition travels, since the remote store does
-//! not have it, and it fails over no further).
+//! runs the query it is sent as Consul's `PreparedQuery.ExecuteRemote` call (the whole
+//! definition travels, since the remote store does not have it, and it fails over no
+//! further; `api::rpc::prepared_query` serves it).
 //!
 //! The failover waits for other datacenters, so it runs as [`Outcome::Async`] work on the
 //! shard; an execution answered here is written at once.
@@ -23,14 +23,18 @@
 //! queries are shown only to tokens with `acl:write`.
 
 use super::authz::RowFilter;
+use super::rpc::client_query::{self, Apply};
 use super::{
     check_datacenter, query_options, run_query, ApiError, AsyncResponder, Context, Outcome, Query,
-    QueryMeta, QueryOptions, Reply, Request, WriteOp,
+    QueryMeta, Reply, Request, WriteOp,
 };
 use crate::api::context::Deferred;
+use crate::cluster::servers::Retry;
 use crate::consul::json::JsonWriter;
 use crate::consul::query::{self as consul_query, QueryJson, REDACTED_TOKEN};
 use crate::consul::render;
+use crate::consul::rpc::prepared_query::{self, ExecuteRemoteRequest};
+use crate::consul::rpc::rows::CheckServiceNodeRow;
 use crate::proto::http::Method;
 use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
@@ -41,9 +45,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The internal endpoint a datacenter runs another's query on (GET with the query's JSON
-/// as the body, `?limit`, `?connect`, `?failovers`).
-pub const EXECUTE_REMOTE_PATH: &str = "/v1/internal/praetor/query-execute-remote";
 /// How long one remote datacenter may take to answer a failover execution.
 pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(15);
 /// How deep into the sorted results the node named by `near` is looked for to move it
@@ -106,6 +107,9 @@ fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         ));
     }
     validate(&query)?;
+    if ctx.is_client() {
+        return Ok(client_query::apply(ctx, request, Apply::Create, &query));
+    }
     let version = ctx.current_version();
     query.id = loop {
         let id = uuid::Uuid::new_v4().to_string();
@@ -136,6 +140,9 @@ fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
     // The ID comes from the path, not the body.
     query.id = id.to_string();
     validate(&query)?;
+    if ctx.is_client() {
+        return Ok(client_query::apply(ctx, request, Apply::Update, &query));
+    }
     Ok(Outcome::Write(WriteOp {
         command: Command::Query(QueryOp::Set {
             query: Box::new(query),
@@ -147,6 +154,13 @@ fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
 
 fn delete(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
+    if ctx.is_client() {
+        let query = PreparedQuery {
+            id: id.to_string(),
+            ..PreparedQuery::default()
+        };
+        return Ok(client_query::apply(ctx, request, Apply::Delete, &query));
+    }
     Ok(Outcome::Write(WriteOp {
         command: Command::Query(QueryOp::Delete { id: id.to_string() }),
         respond: Box::new(answer_empty),
@@ -180,7 +194,7 @@ fn validate(query: &PreparedQuery) -> Result<(), ApiError> {
 }
 
 /// Answers `queries`; `filter` adds Consul's header when the token's ACLs `hidden` some.
-fn write_queries<'q>(
+pub(crate) fn write_queries<'q>(
     queries: impl Iterator<Item = &'q PreparedQuery>,
     show_tokens: bool,
     (filter, hidden): (&RowFilter, bool),
@@ -210,6 +224,9 @@ fn token_shown(query: &PreparedQuery, show_tokens: bool) -> &str {
 /// `GET /v1/query`.
 fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(client_query::list(ctx, request, options));
+    }
     let list = ListQuery {
         show_tokens: shows_tokens(ctx, request),
         rows: RowFilter::of(request),
@@ -243,6 +260,9 @@ impl Query for ListQuery {
 /// `GET /v1/query/<id>`: by ID only, as Consul's `PreparedQuery.Get`.
 fn get(ctx: &Context, request: &Request, id: &str, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(client_query::get(ctx, request, id, options));
+    }
     let one = GetQuery {
         id: Arc::from(id),
         show_tokens: shows_tokens(ctx, request),
@@ -276,7 +296,7 @@ impl Query for GetQuery {
     }
 }
 
-fn not_found(reply: &mut Reply, meta: QueryMeta) {
+pub(crate) fn not_found(reply: &mut Reply, meta: QueryMeta) {
     let mut headers = Vec::with_capacity(160);
     meta.write_headers(&mut headers);
     reply.send(
@@ -294,10 +314,10 @@ fn explain(
     id_or_name: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if ctx.is_client() {
-        return Ok(Outcome::Forward);
-    }
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(client_query::explain(ctx, request, id_or_name, options));
+    }
     let explained = ExplainQuery {
         id_or_name: id_or_name.to_string(),
         show_tokens: shows_tokens(ctx, request),
@@ -332,7 +352,7 @@ impl Query for ExplainQuery {
 }
 
 /// `{"Query": …, <query meta>}` in Consul's field order.
-fn write_explanation(
+pub(crate) fn write_explanation(
     out: &mut Vec<u8>,
     pretty: bool,
     resolved: &PreparedQuery,
@@ -394,20 +414,19 @@ impl MetaJson {
 
 /// What an execution was asked, taken from the request before any waiting.
 #[derive(Clone)]
-struct ExecuteRequest {
-    id_or_name: String,
-    limit: usize,
-    connect: bool,
-    /// `?near=`: a node name, `_agent`, or empty.
-    near: String,
-    /// The agent the request first reached (`_agent`).
-    agent_node: String,
+pub(crate) struct ExecuteRequest {
+    pub id_or_name: String,
+    pub limit: usize,
+    pub connect: bool,
+    /// `?near=` (Consul's `Source.Node`): a node name, `_agent`, or empty.
+    pub near: String,
+    /// The agent the request first reached (`_agent`; Consul's `Agent.Node`).
+    pub agent_node: String,
     /// The token to run the failover with (the request's or the agent's default).
-    token: Option<String>,
+    pub token: Option<String>,
     /// What the instances are filtered by (see [`results_filter`]).
-    filter: RowFilter,
-    consistency: Consistency,
-    pretty: bool,
+    pub filter: RowFilter,
+    pub consistency: Consistency,
 }
 
 /// `?limit=`: a count, 0 (or negative, as Consul ignores it) for no limit.
@@ -428,16 +447,16 @@ fn execute(
     id_or_name: &str,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if ctx.is_client() {
-        return Ok(Outcome::Forward);
-    }
     let options = query_options(ctx, &request.query)?;
+    if ctx.is_client() {
+        let limit = parse_limit(request)?;
+        return Ok(client_query::execute(
+            ctx, request, id_or_name, limit, options,
+        ));
+    }
     // The query's own token, read now: the filter is resolved on the shard, before any
     // wait for a barrier.
-    let stored_token = match query::resolve(&ctx.current_version(), id_or_name, "") {
-        Ok(Some(found)) => found.token,
-        _ => String::new(),
-    };
+    let stored_token = stored_token(&ctx.current_version(), id_or_name);
     let asked = ExecuteRequest {
         filter: results_filter(ctx, request, &stored_token)?,
         id_or_name: id_or_name.to_string(),
@@ -454,7 +473,6 @@ fn execute(
             .map(str::to_string)
             .or_else(|| ctx.agent_default_token()),
         consistency: options.consistency,
-        pretty: reply.pretty,
     };
     let lan = ctx.lan().cloned();
     let deferred = ctx.deferred();
@@ -465,52 +483,155 @@ fn execute(
                 return Box::new(move |reply: &mut Reply| reply.error(&error)) as AsyncResponder;
             }
             let version = deferred.current_version();
-            match run_locally(&deferred, &version, lan.as_ref(), &asked) {
-                Step::Answered(respond) => respond,
-                Step::FailOver(plan) => plan.run(deferred).await,
+            let local = run_locally(&deferred, &version, lan.as_ref(), &asked);
+            drop(version);
+            let filter = asked.filter;
+            match local {
+                Ok(step) => {
+                    let executed = step.finish(&deferred).await;
+                    Box::new(move |reply: &mut Reply| executed.respond(reply, filter.reveals()))
+                }
+                Err(ended) => Box::new(move |reply: &mut Reply| ended.respond(reply)),
             }
         }))),
         ReadPlan::Local => {
             let version = ctx.current_version();
             match run_locally(&deferred, &version, lan.as_ref(), &asked) {
-                Step::Answered(respond) => {
-                    respond(reply);
-                    Ok(Outcome::Done)
+                Ok(Step::Executed(executed)) => executed.respond(reply, asked.filter.reveals()),
+                Ok(Step::FailOver(plan)) => {
+                    let filter = asked.filter;
+                    return Ok(Outcome::Async(Box::pin(async move {
+                        let executed = plan.run(&deferred).await;
+                        Box::new(move |reply: &mut Reply| executed.respond(reply, filter.reveals()))
+                            as AsyncResponder
+                    })));
                 }
-                Step::FailOver(plan) => Ok(Outcome::Async(Box::pin(plan.run(deferred)))),
+                Err(ended) => ended.respond(reply),
             }
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+/// The token a query was saved with (empty: none, or no such query), which its
+/// executions run with.
+pub(crate) fn stored_token(version: &StoreVersion, id_or_name: &str) -> String {
+    match query::resolve(version, id_or_name, "") {
+        Ok(Some(found)) => found.token,
+        _ => String::new(),
+    }
+}
+
+/// An execution's answer before it is written, as JSON for HTTP ([`Executed::respond`]) or
+/// as Consul's `PreparedQueryExecuteResponse` for a typed call ([`Executed::encode`]).
+pub(crate) struct Executed {
+    pub service: String,
+    pub dns_ttl: String,
+    /// The datacenter whose instances these are.
+    pub datacenter: String,
+    /// How many other datacenters were asked.
+    pub failovers: u64,
+    pub rows: Vec<CheckServiceNodeRow>,
+    pub meta: QueryMeta,
+    /// Whether the token's rules left some instance out.
+    pub hidden: bool,
+}
+
+impl Executed {
+    /// The HTTP answer; `reveal`: the caller sent a token, so it is told when its rules
+    /// left instances out.
+    pub fn respond(&self, reply: &mut Reply, reveal: bool) {
+        let rows: Vec<CheckServiceNode> =
+            self.rows.iter().map(CheckServiceNodeRow::as_row).collect();
+        let body = execution_body(
+            reply.pretty,
+            &self.execution(),
+            &rows,
+            MetaJson::from(self.meta).filtered(self.hidden),
+        );
+        let mut headers = Vec::with_capacity(160);
+        self.meta.write_headers(&mut headers);
+        if self.hidden && reveal {
+            headers.extend_from_slice(super::FILTERED_BY_ACLS_HEADER);
+        }
+        reply.json_bytes(200, &headers, &body);
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let rows: Vec<CheckServiceNode> =
+            self.rows.iter().map(CheckServiceNodeRow::as_row).collect();
+        let meta = crate::api::rpc::rpc_meta_of(&self.meta, self.hidden);
+        prepared_query::write_execute_response(&meta, &self.execution(), &rows)
+    }
+
+    fn execution(&self) -> prepared_query::Execution<'_> {
+        prepared_query::Execution {
+            service: &self.service,
+            dns_ttl: &self.dns_ttl,
+            datacenter: &self.datacenter,
+            failovers: self.failovers,
+        }
+    }
+}
+
+/// An execution that ended before any instance was selected.
+pub(crate) enum Ended {
+    /// No query has that ID or name (404 over HTTP, Consul's error text over RPC).
+    NotFound(QueryMeta),
+    /// The query could not be resolved (a template's rendering failed).
+    Refused(String),
+}
+
+impl Ended {
+    fn respond(&self, reply: &mut Reply) {
+        match self {
+            Ended::NotFound(meta) => not_found(reply, *meta),
+            Ended::Refused(reason) => reply.error(&ApiError::Internal(reason.clone())),
+        }
+    }
+
+    /// The error a typed call answers.
+    pub fn text(&self) -> String {
+        match self {
+            Ended::NotFound(_) => query::QUERY_NOT_FOUND.to_string(),
+            Ended::Refused(reason) => reason.clone(),
         }
     }
 }
 
 /// Where an execution stands after the local half.
-enum Step {
+pub(crate) enum Step {
     /// The answer is known.
-    Answered(AsyncResponder),
+    Executed(Executed),
     /// No instance here: ask other datacenters.
     FailOver(Box<FailoverPlan>),
 }
 
+impl Step {
+    /// The answer, after the failover if one is needed.
+    pub async fn finish(self, deferred: &Deferred) -> Executed {
+        match self {
+            Step::Executed(executed) => executed,
+            Step::FailOver(plan) => plan.run(deferred).await,
+        }
+    }
+}
+
 /// Resolves and runs the query against this datacenter's `version`.
-fn run_locally(
+pub(crate) fn run_locally(
     deferred: &Deferred,
     version: &StoreVersion,
     lan: Option<&crate::cluster::gossip::GossipHandle>,
     asked: &ExecuteRequest,
-) -> Step {
+) -> Result<Step, Ended> {
     let resolved = match query::resolve(version, &asked.id_or_name, "") {
         Ok(Some(resolved)) => resolved,
         Ok(None) => {
             let meta = deferred.query_meta(query::queries_index(version), asked.consistency);
-            return Step::Answered(Box::new(move |reply: &mut Reply| not_found(reply, meta)));
+            return Err(Ended::NotFound(meta));
         }
-        Err(reason) => {
-            return Step::Answered(Box::new(move |reply: &mut Reply| {
-                reply.error(&ApiError::Internal(reason))
-            }))
-        }
+        Err(reason) => return Err(Ended::Refused(reason)),
     };
-    let local = &deferred.config().datacenter;
     let mut rows = select(version, &resolved.service, asked.connect);
     let hidden = hide_unreadable(&asked.filter, &mut rows);
     let near = if asked.near.is_empty() {
@@ -532,28 +653,35 @@ fn run_locally(
     let meta = deferred.query_meta(index, asked.consistency);
     let targets = failover_targets(deferred.router(), &resolved);
     if !rows.is_empty() || targets.is_empty() {
-        let body = execution_body(
-            asked.pretty,
-            &resolved,
-            &rows,
-            local,
-            0,
-            MetaJson::from(meta).filtered(hidden),
-        );
-        let filter = asked.filter.clone();
-        return Step::Answered(Box::new(move |reply: &mut Reply| {
-            answer_execution(reply, meta, (&filter, hidden), &body)
+        return Ok(Step::Executed(Executed {
+            service: resolved.service.service.clone(),
+            dns_ttl: resolved.dns_ttl.clone(),
+            datacenter: deferred.config().datacenter.clone(),
+            failovers: 0,
+            rows: rows.iter().map(owned_row).collect(),
+            meta,
+            hidden,
         }));
     }
     let mut sent = resolved;
     // The remote side runs it as a plain query: it is already rendered.
     sent.template = Default::default();
-    Step::FailOver(Box::new(FailoverPlan {
+    Ok(Step::FailOver(Box::new(FailoverPlan {
         query: sent,
         datacenters: targets,
         asked: asked.clone(),
         meta,
-    }))
+    })))
+}
+
+/// A selected instance as an owned row (shared pointers into the version's rows), so the
+/// answer may outlive the version, wait for a failover, or come from another datacenter.
+fn owned_row(row: &CheckServiceNode) -> CheckServiceNodeRow {
+    CheckServiceNodeRow {
+        node: row.node.clone(),
+        service: row.service.clone(),
+        checks: row.checks().cloned().collect(),
+    }
 }
 
 /// Which instances an execution may show, as Consul's `PreparedQuery.Execute` decides: a
@@ -575,27 +703,15 @@ fn results_filter(
 }
 
 /// Leaves out the instances `filter` may not read; whether any was left out.
-fn hide_unreadable(filter: &RowFilter, rows: &mut Vec<CheckServiceNode>) -> bool {
+pub(crate) fn hide_unreadable(filter: &RowFilter, rows: &mut Vec<CheckServiceNode>) -> bool {
     filter.retain(rows, |filter, row| {
         filter.node_service(&row.node.name, &row.service.name)
     })
 }
 
-fn answer_execution(
-    reply: &mut Reply,
-    meta: QueryMeta,
-    (filter, hidden): (&RowFilter, bool),
-    body: &[u8],
-) {
-    let mut headers = Vec::with_capacity(160);
-    meta.write_headers(&mut headers);
-    filter.write_header(hidden, &mut headers);
-    reply.json_bytes(200, &headers, body);
-}
-
 /// Shuffles, sorts by distance from `near` with that node first, and keeps `limit`, as
 /// Consul's execution does.
-fn order(
+pub(crate) fn order(
     rows: &mut Vec<CheckServiceNode>,
     version: &StoreVersion,
     lan: Option<&crate::cluster::gossip::GossipHandle>,
@@ -670,7 +786,7 @@ fn failover_targets(router: &crate::cluster::router::Router, query: &PreparedQue
 }
 
 /// A failover to run: the rendered query and where to send it.
-struct FailoverPlan {
+pub(crate) struct FailoverPlan {
     query: PreparedQuery,
     datacenters: Vec<String>,
     asked: ExecuteRequest,
@@ -679,46 +795,40 @@ struct FailoverPlan {
 }
 
 impl FailoverPlan {
-    /// The request that runs the query in `datacenter`, the `failovers`-th tried.
-    fn remote_request(&self, datacenter: &str, failovers: usize) -> Vec<u8> {
-        let body = consul_query::to_json(&self.query);
-        let mut target = format!(
-            "{EXECUTE_REMOTE_PATH}?dc={datacenter}&failovers={failovers}&limit={}",
-            self.asked.limit
-        );
-        if self.asked.connect {
-            target.push_str("&connect");
+    /// The `PreparedQuery.ExecuteRemote` call that runs the query in `datacenter`.
+    fn remote_request(&self, datacenter: &str) -> Vec<u8> {
+        ExecuteRemoteRequest {
+            datacenter,
+            query: self.query.clone(),
+            limit: self.asked.limit as i64,
+            connect: self.asked.connect,
+            options: crate::consul::rpc::QueryOptions {
+                token: self.asked.token.as_deref().unwrap_or(""),
+                allow_stale: self.asked.consistency == Consistency::Stale,
+                require_consistent: self.asked.consistency == Consistency::Consistent,
+                ..Default::default()
+            },
         }
-        if self.asked.consistency == Consistency::Stale {
-            target.push_str("&stale");
-        }
-        if self.asked.pretty {
-            target.push_str("&pretty");
-        }
-        let mut request = format!("GET {target} HTTP/1.1\r\nHost: praetor\r\n").into_bytes();
-        if let Some(token) = self
-            .asked
-            .token
-            .as_deref()
-            .filter(|t| !t.contains(['\r', '\n']))
-        {
-            request.extend_from_slice(format!("X-Consul-Token: {token}\r\n").as_bytes());
-        }
-        request.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
-        request.extend_from_slice(&body);
-        request
+        .encode()
     }
 
-    /// Asks each datacenter in turn; the first that has instances answers (its raw
-    /// answer is passed on). When none has any, the answer is empty, from the last
-    /// datacenter that answered, with `Failovers` counting every one asked.
-    async fn run(self, deferred: Deferred) -> AsyncResponder {
+    /// Asks each datacenter in turn (Consul's `PreparedQuery.ExecuteRemote`, through the
+    /// WAN router); the first that has instances answers, its own metadata with it. When
+    /// none has any, the answer is empty, from the last datacenter that answered, with
+    /// `Failovers` counting every one asked.
+    async fn run(self, deferred: &Deferred) -> Executed {
         let mut answered_by = deferred.config().datacenter.clone();
         for (i, datacenter) in self.datacenters.iter().enumerate() {
-            let failovers = i + 1;
-            let request = self.remote_request(datacenter, failovers);
+            let failovers = (i + 1) as u64;
+            let body = self.remote_request(datacenter);
             let raw = match deferred
-                .request_datacenter(datacenter, &request, FAILOVER_TIMEOUT)
+                .call_datacenter(
+                    datacenter,
+                    "PreparedQuery.ExecuteRemote",
+                    &body,
+                    FAILOVER_TIMEOUT,
+                    Retry::Always,
+                )
                 .await
             {
                 Ok(raw) => raw,
@@ -730,80 +840,58 @@ impl FailoverPlan {
                     continue;
                 }
             };
-            match remote_node_count(&raw) {
-                Ok(0) => answered_by = datacenter.clone(),
-                Ok(_) => {
-                    return Box::new(move |reply: &mut Reply| reply.out.extend_from_slice(&raw));
+            match prepared_query::read_execute_response(&raw) {
+                Ok(remote) if remote.nodes.is_empty() => answered_by = datacenter.clone(),
+                Ok(remote) => {
+                    return Executed {
+                        meta: super::rpc::client::meta_of(&remote.meta),
+                        hidden: remote.meta.results_filtered_by_acls,
+                        service: remote.service,
+                        dns_ttl: remote.dns_ttl,
+                        datacenter: remote.datacenter,
+                        failovers,
+                        rows: remote.nodes,
+                    };
                 }
                 Err(reason) => log::warn!(
                     "prepared query: datacenter {datacenter} answered the failover oddly: {reason}"
                 ),
             }
         }
-        let body = execution_body(
-            self.asked.pretty,
-            &self.query,
-            &[],
-            &answered_by,
-            self.datacenters.len(),
-            MetaJson::from(self.meta),
-        );
-        let meta = self.meta;
-        let filter = self.asked.filter.clone();
-        Box::new(move |reply: &mut Reply| answer_execution(reply, meta, (&filter, false), &body))
+        Executed {
+            service: self.query.service.service.clone(),
+            dns_ttl: self.query.dns_ttl.clone(),
+            datacenter: answered_by,
+            failovers: self.datacenters.len() as u64,
+            rows: Vec::new(),
+            meta: self.meta,
+            hidden: false,
+        }
     }
-}
-
-/// How many instances a remote execution's raw HTTP answer carries; an error for an
-/// answer that is not a 200 execution.
-fn remote_node_count(raw: &[u8]) -> Result<usize, String> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    let head_len = match response.parse(raw) {
-        Ok(httparse::Status::Complete(n)) => n,
-        _ => return Err("a malformed HTTP answer".to_string()),
-    };
-    let body = &raw[head_len..];
-    if response.code != Some(200) {
-        return Err(format!(
-            "status {:?}: {}",
-            response.code,
-            String::from_utf8_lossy(body)
-        ));
-    }
-    #[derive(serde::Deserialize)]
-    struct Nodes {
-        #[serde(rename = "Nodes")]
-        nodes: Option<Vec<serde::de::IgnoredAny>>,
-    }
-    let parsed: Nodes = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    Ok(parsed.nodes.map_or(0, |n| n.len()))
 }
 
 /// An execution's answer: `{Service, Nodes, DNS, Datacenter, PeerName, Failovers, <meta>}`.
 fn execution_body(
     pretty: bool,
-    query: &PreparedQuery,
+    execution: &prepared_query::Execution,
     rows: &[CheckServiceNode],
-    datacenter: &str,
-    failovers: usize,
     meta: MetaJson,
 ) -> Vec<u8> {
     let mut body = Vec::with_capacity(512 + rows.len() * 512);
     let mut w = JsonWriter::new(&mut body, pretty);
     w.begin_object();
-    w.field_str("Service", &query.service.service);
+    w.field_str("Service", execution.service);
     w.field_array("Nodes");
     for row in rows {
         render::check_service_node(&mut w, row);
     }
     w.end_array();
     w.field_object("DNS");
-    w.field_str("TTL", &query.dns_ttl);
+    w.field_str("TTL", execution.dns_ttl);
     w.end_object();
-    w.field_str("Datacenter", datacenter);
+    w.field_str("Datacenter", execution.datacenter);
     w.field_str("PeerName", "");
-    w.field_u64("Failovers", failovers as u64);
+    w.field_u64("Failovers", execution.failovers);
     w.field_u64("Index", meta.index);
     w.field_u64("LastContact", meta.last_contact);
     w.field_bool("KnownLeader", meta.known_leader);
@@ -816,86 +904,9 @@ fn execution_body(
     body
 }
 
-/// `GET /v1/internal/praetor/query-execute-remote` (body: the query): runs another
-/// datacenter's query here, without failover (Consul's `ExecuteRemote`).
-pub fn execute_remote(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    if ctx.is_client() {
-        return Ok(Outcome::Forward);
-    }
-    let options: QueryOptions = query_options(ctx, &request.query)?;
-    let query = decode_body(request.body)?;
-    let failovers = match request.query.get("failovers") {
-        None | Some("") => 0,
-        Some(text) => text
-            .parse::<usize>()
-            .map_err(|_| ApiError::bad_request("Bad failovers count"))?,
-    };
-    let remote = RemoteExecution {
-        filter: results_filter(ctx, request, &query.token)?,
-        query,
-        limit: parse_limit(request)?,
-        connect: request.query.has("connect"),
-        failovers,
-        datacenter: ctx.config().datacenter.clone(),
-    };
-    run_query(ctx, remote, options, reply)
-}
-
-struct RemoteExecution {
-    query: PreparedQuery,
-    filter: RowFilter,
-    limit: usize,
-    connect: bool,
-    failovers: usize,
-    datacenter: String,
-}
-
-impl Query for RemoteExecution {
-    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        let service = &self.query.service.service;
-        (
-            crate::store::catalog::read::service_index(tables, service),
-            WatchSet::new().key(
-                Table::ServiceIndex,
-                Arc::from(&*crate::store::catalog::rows::fold(service)),
-            ),
-        )
-    }
-    fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut rows = select(tables, &self.query.service, self.connect);
-        let hidden = hide_unreadable(&self.filter, &mut rows);
-        // No distance sort in another datacenter: a shuffle spreads the load.
-        order(&mut rows, tables, None, "", self.limit);
-        let body = execution_body(
-            reply.pretty,
-            &self.query,
-            &rows,
-            &self.datacenter,
-            self.failovers,
-            MetaJson::from(meta).filtered(hidden),
-        );
-        answer_execution(reply, meta, (&self.filter, hidden), &body);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn remote_answers_are_counted_and_bad_ones_refused() {
-        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 34\r\n\r\n{\"Nodes\":[{\"a\":1},{}],\"Service\":1}";
-        assert_eq!(remote_node_count(ok), Ok(2));
-        let empty = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n{\"Nodes\":[]}";
-        assert_eq!(remote_node_count(empty), Ok(0));
-        let failed = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nnope";
-        assert!(remote_node_count(failed).unwrap_err().contains("nope"));
-        assert!(remote_node_count(b"garbage").is_err());
-    }
 
     #[test]
     fn execution_bodies_have_consuls_fields_in_order() {
@@ -914,13 +925,19 @@ mod tests {
             consistency: Consistency::Leader,
             cache: None,
         };
-        let body = execution_body(false, &query, &[], "dc2", 1, MetaJson::from(meta));
+        let execution = prepared_query::Execution {
+            service: &query.service.service,
+            dns_ttl: &query.dns_ttl,
+            datacenter: "dc2",
+            failovers: 1,
+        };
+        let body = execution_body(false, &execution, &[], MetaJson::from(meta));
         let text = String::from_utf8(body).unwrap();
         assert_eq!(
             text,
             r#"{"Service":"web","Nodes":[],"DNS":{"TTL":"10s"},"Datacenter":"dc2","PeerName":"","Failovers":1,"Index":7,"LastContact":2000000,"KnownLeader":true,"ConsistencyLevel":"leader","NotModified":false,"Backend":0,"ResultsFilteredByACLs":false}"#
         );
-        let pretty = execution_body(true, &query, &[], "dc2", 1, MetaJson::from(meta));
+        let pretty = execution_body(true, &execution, &[], MetaJson::from(meta));
         let value: serde_json::Value = serde_json::from_slice(&pretty).unwrap();
         assert_eq!(value["Failovers"], 1);
     }

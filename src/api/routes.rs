@@ -221,7 +221,6 @@ pub static ROUTES: &[Route] = &[
 
     route(Exact("/v1/query"),                           GET_POST,            Standard, BLOCKS,  Acl::Query, query::general),
     route(Prefix("/v1/query/"),                         GET_PUT_DELETE,      Standard, BLOCKS,  Acl::Query, query::specific),
-    route(Exact(query::EXECUTE_REMOTE_PATH),            GET,                 Standard, BLOCKS,  Filtered,   query::execute_remote),
 
     route(Exact("/v1/agent/services"),                  GET,                 Standard, ANSWERS, Filtered,   agent_local::services),
     route(Exact("/v1/agent/checks"),                    GET,                 Standard, ANSWERS, Filtered,   agent_local::checks),

@@ -27,7 +27,6 @@ use super::remote::{self, FeedReply, Lookup, LookupResult};
 use super::view::{CatalogView, NodeRecord, ReadSet, ServiceInstance};
 use super::{Completion, DnsSettings, ShardDns, VersionSource};
 use crate::cluster::servers::{self, Retry, ServerManager};
-use crate::proto::rpc::kind;
 use crate::shard::runtime::Shard;
 use crate::store::{Change, DependencyIndex};
 use arcstr::ArcStr;
@@ -179,12 +178,10 @@ impl ClientDns {
     pub async fn fetch(&self, lookups: &[Lookup]) -> Result<Vec<(Lookup, LookupResult)>, String> {
         let config = &self.settings.config;
         let token = default_token(&self.shard);
-        let token_header = header_of(&token);
         let options = remote::FetchOptions {
             stale_within: config.allow_stale.then_some(config.max_stale),
             agent_node: &self.settings.local.node_name,
             token: &token,
-            token_header: &token_header,
         };
         let mut rows = Vec::with_capacity(lookups.len());
         for fetch in remote::plan_fetches(lookups) {
@@ -195,9 +192,11 @@ impl ClientDns {
                 super::elsewhere::ELSEWHERE_FETCH_TIMEOUT
             };
             if let remote::FetchTarget::Query { .. } = fetch.target {
-                let (status, body) = self.call_http(&fetch.request(&options), timeout).await?;
+                let answer = self
+                    .call_typed(remote::QUERY_METHOD, &fetch.query_call(&options), timeout)
+                    .await;
                 self.wake_feed();
-                rows.extend(fetch.results(status, &body)?);
+                rows.extend(fetch.query_results(answer.as_deref().map_err(String::as_str))?);
                 continue;
             }
             let answer = self
@@ -255,29 +254,6 @@ impl ClientDns {
         )
         .await
         .map_err(|error| error.to_string())
-    }
-
-    /// One forwarded HTTP request to the server in use (a prepared query's execution, until
-    /// it has its typed call): the status and body of its answer.
-    async fn call_http(&self, request: &[u8], timeout: Duration) -> Result<(u16, Vec<u8>), String> {
-        if self.servers.pick().is_none() {
-            return Err(servers::NO_SERVERS.to_string());
-        }
-        let frame = servers::call(
-            &self.servers,
-            &self.shard.forward,
-            kind::FORWARD_HTTP,
-            request,
-            timeout,
-            Retry::Always,
-        )
-        .await?;
-        if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-            return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-        }
-        let (status, body) = super::elsewhere::split_response(&frame.payload)
-            .map_err(|e| format!("{e} from the server"))?;
-        Ok((status, body.to_vec()))
     }
 
     /// Applies one feed answer to the caches.
@@ -501,13 +477,4 @@ pub fn default_token(shard: &Shard) -> String {
         .ok()
         .and_then(|t| t.default.clone())
         .unwrap_or_default()
-}
-
-/// `token` as the `X-Consul-Token` header line of an HTTP request; nothing for the
-/// anonymous token (or one that cannot be a header's value).
-pub fn header_of(token: &str) -> String {
-    if token.is_empty() || token.contains(['\r', '\n']) {
-        return String::new();
-    }
-    format!("X-Consul-Token: {token}\r\n")
 }

@@ -8,8 +8,8 @@
 //! ([`Elsewhere::fetch`]) and answers the message again with the rows at hand: another
 //! datacenter's rows with the typed call a client agent makes of its server
 //! (`dns::remote::LOOKUP_METHOD`, naming that datacenter), sent to one of its servers
-//! through the WAN router as any call for another datacenter; a prepared query through this
-//! agent's own HTTP API in-process ([`LocalApi`], `GET /v1/query/<name>/execute`), so that
+//! through the WAN router as any call for another datacenter; a prepared query as the
+//! `PreparedQuery.Execute` call served by this server in-process ([`LocalApi`]), so that
 //! the query's failover serves DNS too.
 //!
 //! Answers that used fetched rows are not cached: no change feed tells when another
@@ -31,10 +31,12 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-/// Runs one HTTP/1.1 request through this agent's own API, as if it had arrived on its
-/// HTTP port, and returns the raw response. `node` wires it to the shard's HTTP server
-/// (DNS sits below the API and never names it).
-pub type LocalApi = std::rc::Rc<dyn Fn(Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>>>>>;
+/// Serves one of Consul's typed calls (method, body) on this server, as if a client agent
+/// had made it on the server port: the reply's body, or the call's error. `node` wires it to
+/// the shard's typed-call endpoints (DNS sits below the API and never names it).
+pub type LocalApi = std::rc::Rc<
+    dyn Fn(&'static str, Vec<u8>) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, String>>>>,
+>;
 
 /// How long a question may wait for what it fetched from elsewhere (another datacenter,
 /// or a query that fails over through several).
@@ -119,21 +121,9 @@ impl CatalogView for ServerView<'_> {
     }
 }
 
-/// The status and body of a raw HTTP/1.1 response.
-pub fn split_response(raw: &[u8]) -> Result<(u16, &[u8]), String> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(raw) {
-        Ok(httparse::Status::Complete(head_len)) => {
-            Ok((response.code.unwrap_or_default(), &raw[head_len..]))
-        }
-        _ => Err("malformed HTTP answer".to_string()),
-    }
-}
-
 /// What a server's DNS fetches lookups answered elsewhere through.
 pub struct Elsewhere<'a> {
-    /// The agent's own HTTP API: prepared queries.
+    /// This server's own typed calls: prepared queries.
     pub api: &'a LocalApi,
     /// The WAN router: another datacenter's rows, asked of its servers as the typed call a
     /// client agent makes of its own ([`remote::LOOKUP_METHOD`] naming that datacenter).
@@ -155,12 +145,11 @@ impl Elsewhere<'_> {
                 FetchTarget::Query { .. } => {
                     let answer = monoio::time::timeout(
                         ELSEWHERE_FETCH_TIMEOUT,
-                        (self.api)(fetch.request(options)),
+                        (self.api)(remote::QUERY_METHOD, fetch.query_call(options)),
                     )
                     .await
                     .map_err(|_| format!("no answer within {ELSEWHERE_FETCH_TIMEOUT:?}"))?;
-                    let (status, body) = split_response(&answer)?;
-                    rows.extend(fetch.results(status, body)?);
+                    rows.extend(fetch.query_results(answer.as_deref().map_err(String::as_str))?);
                 }
                 FetchTarget::Rows { datacenter } => {
                     let datacenter = datacenter

@@ -22,6 +22,7 @@
 //!   order; a reader behind that base, or ahead of the server's version, gets a reset.
 
 use super::view::{CatalogView, NodeRecord, ReadSet, ServiceInstance};
+use crate::consul::rpc::prepared_query::{read_execute_response, ExecuteRequest, QuerySource};
 use crate::store::{Change, ChangeKey, Table};
 use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
@@ -284,9 +285,8 @@ pub fn decode_lookup_reply(bytes: &[u8], lookups: &[Lookup]) -> Result<LookupRep
 
 /// Consul's words when no server of a datacenter can be reached: its names are NXDOMAIN.
 const NO_PATH_TO_DATACENTER: &str = "No path to datacenter";
-/// The header naming the agent a request first reached (`api::ORIGIN_NODE_HEADER`), so a
-/// query's `Near = "_agent"` sorts near the agent that asked.
-const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
+/// The call that executes a prepared query for DNS, as Consul's DNS server makes it.
+pub const QUERY_METHOD: &str = "PreparedQuery.Execute";
 
 /// Where a [`Fetch`] gets its answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,9 +317,6 @@ pub struct FetchOptions<'a> {
     pub agent_node: &'a str,
     /// The token the servers filter rows with (empty: the anonymous token).
     pub token: &'a str,
-    /// The same token as the `X-Consul-Token: …\r\n` header line of the HTTP requests that
-    /// remain (prepared queries; empty for the anonymous token).
-    pub token_header: &'a str,
 }
 
 /// The body of a [`LOOKUP_METHOD`] call, shaped as Consul's requests are (a msgpack map
@@ -435,19 +432,6 @@ pub fn plan_fetches(lookups: &[Lookup]) -> Vec<Fetch> {
     fetches
 }
 
-/// `text` with everything but unreserved characters percent-encoded, for a URL path part.
-fn escape_path_part(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 impl Fetch {
     /// The local forms sent for rows (another datacenter's lookups unwrapped).
     fn sent_lookups(&self) -> Vec<Lookup> {
@@ -460,38 +444,38 @@ impl Fetch {
             .collect()
     }
 
-    /// The HTTP/1.1 request that executes a prepared query (a [`FetchTarget::Query`]
-    /// fetch): `GET /v1/query/<name>/execute`, through the API that serves it.
-    pub fn request(&self, options: &FetchOptions) -> Vec<u8> {
+    /// The `PreparedQuery.Execute` call that runs a prepared query (a
+    /// [`FetchTarget::Query`] fetch), as Consul's DNS asks its servers: this agent as
+    /// `Agent` (what `_agent` names), the datacenter the name gave, DNS's staleness.
+    pub fn query_call(&self, options: &FetchOptions) -> Vec<u8> {
         let FetchTarget::Query { name, datacenter } = &self.target else {
-            unreachable!("rows are fetched with a typed call");
+            unreachable!("rows are fetched with the lookup call");
         };
-        let mut params: Vec<String> = Vec::new();
-        if let Some(dc) = datacenter {
-            params.push(format!("dc={}", escape_path_part(dc)));
+        ExecuteRequest {
+            datacenter: datacenter.as_deref().unwrap_or(""),
+            query_id_or_name: name,
+            agent: QuerySource {
+                node: options.agent_node,
+                ..QuerySource::default()
+            },
+            options: crate::consul::rpc::QueryOptions {
+                token: options.token,
+                allow_stale: options.stale_within.is_some(),
+                max_stale_duration_ns: options
+                    .stale_within
+                    .map_or(0, |d| d.as_nanos().min(i64::MAX as u128) as i64),
+                ..Default::default()
+            },
+            ..ExecuteRequest::default()
         }
-        if let Some(max_stale) = options.stale_within {
-            params.push(format!("stale&max_stale={}s", max_stale.as_secs()));
-        }
-        let query = if params.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", params.join("&"))
-        };
-        format!(
-            "GET /v1/query/{}/execute{query} HTTP/1.1\r\nHost: praetor\r\n{}{ORIGIN_NODE_HEADER}: {}\r\n\r\n",
-            escape_path_part(name),
-            options.token_header,
-            options.agent_node
-        )
-        .into_bytes()
+        .encode()
     }
 
     /// The [`LOOKUP_METHOD`] call that fetches rows (a [`FetchTarget::Rows`] fetch): the
     /// local forms of its lookups, naming their datacenter.
     pub fn lookup_call(&self, options: &FetchOptions) -> Vec<u8> {
         let FetchTarget::Rows { datacenter } = &self.target else {
-            unreachable!("a prepared query is fetched over HTTP");
+            unreachable!("a prepared query is fetched with its own call");
         };
         LookupCall {
             datacenter: datacenter.as_deref().unwrap_or(""),
@@ -525,17 +509,23 @@ impl Fetch {
         Ok(self.lookups.iter().cloned().zip(reply.results).collect())
     }
 
-    /// The query's result from the answer to [`Fetch::request`] (`status` and body). A
-    /// datacenter with no reachable server, or a query that does not exist, answers empty
-    /// (NXDOMAIN); any other failure is an error (SERVFAIL).
-    pub fn results(&self, status: u16, body: &[u8]) -> Result<Vec<(Lookup, LookupResult)>, String> {
+    /// The query's result from the answer to [`Fetch::query_call`]. A datacenter with no
+    /// reachable server, or a query that does not exist, answers empty (NXDOMAIN); any other
+    /// failure is an error (SERVFAIL).
+    pub fn query_results(
+        &self,
+        answer: Result<&[u8], &str>,
+    ) -> Result<Vec<(Lookup, LookupResult)>, String> {
         debug_assert!(matches!(self.target, FetchTarget::Query { .. }));
-        let unreachable = status == 500 && body.trim_ascii() == NO_PATH_TO_DATACENTER.as_bytes();
-        let answer = match status {
-            _ if unreachable => QueryAnswer::default(),
-            200 => parse_execution(body)?,
-            404 => QueryAnswer::default(),
-            _ => return Err(String::from_utf8_lossy(body).into_owned()),
+        let answer = match answer {
+            Ok(body) => query_answer(body)?,
+            Err(error)
+                if error.trim() == NO_PATH_TO_DATACENTER
+                    || error.trim() == crate::store::query::QUERY_NOT_FOUND =>
+            {
+                QueryAnswer::default()
+            }
+            Err(error) => return Err(error.to_string()),
         };
         debug_assert_eq!(self.lookups.len(), 1, "one query per fetch");
         Ok(self
@@ -543,188 +533,6 @@ impl Fetch {
             .iter()
             .map(|l| (l.clone(), LookupResult::Query(answer.clone())))
             .collect())
-    }
-}
-
-/// A prepared query execution's JSON as DNS needs it.
-pub fn parse_execution(body: &[u8]) -> Result<QueryAnswer, String> {
-    let execution: execution_json::Execution =
-        serde_json::from_slice(body).map_err(|e| format!("corrupt query execution: {e}"))?;
-    let instances = execution
-        .nodes
-        .unwrap_or_default()
-        .into_iter()
-        .map(execution_json::Row::into_instance)
-        .collect();
-    let ttl_seconds = match execution.dns.map(|d| d.ttl).filter(|t| !t.is_empty()) {
-        Some(text) => Some(
-            crate::proto::duration::parse_go_duration(&text)
-                .map_err(|e| format!("bad DNS TTL {text:?}: {e}"))?
-                .as_secs()
-                .min(u32::MAX as u64) as u32,
-        ),
-        None => None,
-    };
-    Ok(QueryAnswer {
-        found: true,
-        service: execution.service,
-        instances,
-        ttl_seconds,
-    })
-}
-
-/// The parts of Consul's prepared query execution JSON that DNS reads, and how a result
-/// row becomes a [`ServiceInstance`]. Absent fields read as empty, as Consul's client does.
-mod execution_json {
-    use super::super::view::{Health, NodeRecord, ServiceInstance};
-    use arcstr::ArcStr;
-    use serde::Deserialize;
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    pub(super) struct Execution {
-        #[serde(default)]
-        pub(super) service: String,
-        #[serde(default)]
-        pub(super) nodes: Option<Vec<Row>>,
-        #[serde(rename = "DNS", default)]
-        pub(super) dns: Option<Dns>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    pub(super) struct Dns {
-        #[serde(rename = "TTL", default)]
-        pub(super) ttl: String,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    pub(super) struct Row {
-        node: RowNode,
-        service: RowService,
-        #[serde(default)]
-        checks: Option<Vec<RowCheck>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct RowNode {
-        node: String,
-        #[serde(default)]
-        datacenter: String,
-        #[serde(default)]
-        address: String,
-        #[serde(default)]
-        tagged_addresses: Option<BTreeMap<String, String>>,
-        #[serde(default)]
-        meta: Option<BTreeMap<String, String>>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct RowService {
-        #[serde(rename = "ID", default)]
-        id: String,
-        #[serde(default)]
-        service: String,
-        #[serde(default)]
-        address: String,
-        #[serde(default)]
-        port: i64,
-        #[serde(default)]
-        tags: Option<Vec<String>>,
-        #[serde(default)]
-        tagged_addresses: Option<BTreeMap<String, RowAddress>>,
-        #[serde(default)]
-        weights: Option<RowWeights>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct RowAddress {
-        #[serde(default)]
-        address: String,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct RowWeights {
-        passing: i64,
-        warning: i64,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "PascalCase")]
-    struct RowCheck {
-        #[serde(default)]
-        status: String,
-    }
-
-    fn pairs(map: Option<BTreeMap<String, String>>) -> Vec<(ArcStr, ArcStr)> {
-        map.unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (ArcStr::from(k), ArcStr::from(v)))
-            .collect()
-    }
-
-    /// A weight or port out of `u16`'s range is clamped into it.
-    fn clamped(value: i64) -> u16 {
-        value.clamp(0, u16::MAX as i64) as u16
-    }
-
-    impl Row {
-        /// The row's health is its worst check's: critical or maintenance, then warning.
-        fn health(checks: &[RowCheck]) -> Health {
-            if checks
-                .iter()
-                .any(|c| c.status == "critical" || c.status == "maintenance")
-            {
-                Health::Critical
-            } else if checks.iter().any(|c| c.status == "warning") {
-                Health::Warning
-            } else {
-                Health::Passing
-            }
-        }
-
-        pub(super) fn into_instance(self) -> ServiceInstance {
-            let health = Self::health(&self.checks.unwrap_or_default());
-            let service = self.service;
-            let (weight_passing, weight_warning) = service
-                .weights
-                .map_or((1, 1), |w| (clamped(w.passing), clamped(w.warning)));
-            ServiceInstance {
-                node: Arc::new(NodeRecord {
-                    name: ArcStr::from(self.node.node),
-                    datacenter: ArcStr::from(self.node.datacenter),
-                    address: ArcStr::from(self.node.address),
-                    tagged_addresses: pairs(self.node.tagged_addresses),
-                    meta: pairs(self.node.meta),
-                }),
-                service_id: ArcStr::from(service.id),
-                service_name: ArcStr::from(service.service),
-                address: ArcStr::from(service.address),
-                port: clamped(service.port),
-                tags: service
-                    .tags
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(ArcStr::from)
-                    .collect(),
-                tagged_addresses: service
-                    .tagged_addresses
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (ArcStr::from(k), ArcStr::from(v.address)))
-                    .collect(),
-                weight_passing,
-                weight_warning,
-                health,
-            }
-        }
     }
 }
 
@@ -920,6 +728,27 @@ impl RecentChanges {
     }
 }
 
+/// A `PreparedQueryExecuteResponse` as DNS needs it: the service, its instances (each
+/// with its worst check's health) and the query's TTL.
+pub fn query_answer(body: &[u8]) -> Result<QueryAnswer, String> {
+    let reply = read_execute_response(body).map_err(|e| format!("corrupt query execution: {e}"))?;
+    let ttl_seconds = match reply.dns_ttl.as_str() {
+        "" => None,
+        text => Some(
+            crate::proto::duration::parse_go_duration(text)
+                .map_err(|e| format!("bad DNS TTL {text:?}: {e}"))?
+                .as_secs()
+                .min(u32::MAX as u64) as u32,
+        ),
+    };
+    Ok(QueryAnswer {
+        found: true,
+        instances: super::store_view::query_instances(&reply.nodes),
+        service: reply.service,
+        ttl_seconds,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1076,7 +905,6 @@ mod tests {
             stale_within: Some(std::time::Duration::from_secs(5)),
             agent_node: "agent-1",
             token: "secret",
-            token_header: "",
         }
     }
 
@@ -1152,11 +980,14 @@ mod tests {
                 .unwrap(),
             5_000_000_000
         );
-        let request = String::from_utf8(p.fetches[2].request(&options())).unwrap();
-        assert!(
-            request.starts_with("GET /v1/query/geo-web/execute?stale&max_stale=5s HTTP/1.1\r\n")
-        );
-        assert!(request.contains("X-Praetor-Origin-Node: agent-1\r\n"));
+        let call = p.fetches[2].query_call(&options());
+        let request = ExecuteRequest::decode(&call).unwrap();
+        assert_eq!(request.query_id_or_name, "geo-web");
+        assert_eq!(request.datacenter, "");
+        assert_eq!(request.agent.node, "agent-1", "what _agent names");
+        assert_eq!(request.options.token, "secret");
+        assert!(request.options.allow_stale);
+        assert_eq!(request.options.max_stale_duration_ns, 5_000_000_000);
     }
 
     #[test]
@@ -1199,31 +1030,43 @@ mod tests {
 
     #[test]
     fn a_prepared_query_answer_carries_its_rows_and_ttl_or_is_not_found() {
+        use crate::consul::rpc::prepared_query::{write_execute_response, Execution};
         let p = planned();
-        let rows = p.fetches[2].results(404, b"Query not found").unwrap();
-        assert_eq!(
-            rows,
-            [(p.query.clone(), LookupResult::Query(QueryAnswer::default()))]
-        );
-        let execution = br#"{"Service":"web","Nodes":[{"Node":{"Node":"n9","Datacenter":"dc2",
-            "Address":"10.2.0.9","TaggedAddresses":{"wan":"198.51.100.9"},"Meta":null},
-            "Service":{"ID":"web-1","Service":"web","Address":"","Port":8080,"Tags":["a"],
-            "TaggedAddresses":null,"Weights":{"Passing":3,"Warning":1}},
-            "Checks":[{"Status":"passing"},{"Status":"warning"}]}],
-            "DNS":{"TTL":"15s"},"Datacenter":"dc2","Failovers":1}"#;
-        let rows = p.fetches[2].results(200, execution).unwrap();
+        for missing in ["Query not found", "No path to datacenter"] {
+            let rows = p.fetches[2].query_results(Err(missing)).unwrap();
+            assert_eq!(
+                rows,
+                [(p.query.clone(), LookupResult::Query(QueryAnswer::default()))]
+            );
+        }
+        assert!(p.fetches[2]
+            .query_results(Err("No cluster leader"))
+            .is_err());
+        // dc2's server answers the execution with its rows.
+        let mut tables = Tables::default();
+        registered(&mut tables, 4, "n9", "web");
+        let rows = crate::store::catalog::read::check_service_nodes(&tables, "web");
+        let execution = Execution {
+            service: "web",
+            dns_ttl: "15s",
+            datacenter: "dc2",
+            failovers: 1,
+        };
+        let body =
+            write_execute_response(&crate::consul::rpc::QueryMeta::default(), &execution, &rows);
+        let rows = p.fetches[2].query_results(Ok(&body)).unwrap();
         let LookupResult::Query(answer) = &rows[0].1 else {
             panic!("a query answer");
         };
         assert!(answer.found);
+        assert_eq!(answer.service, "web");
         assert_eq!(answer.ttl_seconds, Some(15));
         assert_eq!(answer.instances.len(), 1);
         let instance = &answer.instances[0];
-        assert_eq!(&*instance.node.datacenter, "dc2");
-        assert_eq!(instance.node.tagged_address("wan"), Some("198.51.100.9"));
-        assert_eq!((instance.port, instance.weight_passing), (8080, 3));
-        assert_eq!(instance.health, crate::dns::view::Health::Warning);
-        assert!(parse_execution(b"{").is_err());
+        assert_eq!(&*instance.node.name, "n9");
+        assert_eq!((instance.port, instance.weight_passing), (80, 1));
+        assert_eq!(instance.health, crate::dns::view::Health::Passing);
+        assert!(p.fetches[2].query_results(Ok(b"\x91")).is_err());
     }
 
     #[test]

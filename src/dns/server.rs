@@ -238,12 +238,10 @@ impl DnsServer {
         let (api, router) = self.api.as_ref().expect("a server answers through its API");
         let config = &self.settings.config;
         let token = super::client::default_token(&self.shard);
-        let token_header = super::client::header_of(&token);
         let options = FetchOptions {
             stale_within: config.allow_stale.then_some(config.max_stale),
             agent_node: &self.settings.local.node_name,
             token: &token,
-            token_header: &token_header,
         };
         let elsewhere = elsewhere::Elsewhere {
             api,

@@ -85,6 +85,17 @@ fn instances_of<'r>(
     out
 }
 
+/// DNS instances of a prepared query's rows as a server answered them, each with its worst
+/// check's health.
+pub fn query_instances(
+    rows: &[crate::consul::rpc::rows::CheckServiceNodeRow],
+) -> Vec<ServiceInstance> {
+    instances_of(rows.iter().map(|row| {
+        let status = crate::store::catalog::read::aggregate(row.checks.iter().map(|c| c.status));
+        (&row.node, &row.service, status)
+    }))
+}
+
 impl CatalogView for Tables {
     fn service_instances(&self, name: &str, reads: &mut ReadSet) -> Vec<ServiceInstance> {
         reads.add_key(Table::ServiceIndex, name);

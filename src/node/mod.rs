@@ -1341,15 +1341,27 @@ fn start_dns(
     dns_tcp: Vec<std::net::TcpListener>,
 ) {
     let id = shard.id;
-    // A server's DNS executes prepared queries through this shard's own HTTP API, and asks
-    // another datacenter's servers for their rows through the WAN router.
+    // A server's DNS executes prepared queries as the typed call this shard serves, and
+    // asks another datacenter's servers for their rows through the WAN router.
     let api: crate::dns::elsewhere::LocalApi = {
         let http = http.clone();
-        Rc::new(move |request: Vec<u8>| {
+        let local_address = shard.shared().rpc_address;
+        Rc::new(move |method: &'static str, body: Vec<u8>| {
             let http = http.clone();
             Box::pin(async move {
-                use crate::shard::rpc_server::ForwardedHttp;
-                http.answer(bytes::Bytes::from(request)).await
+                use crate::shard::rpc_server::{TypedCall, TypedCalls};
+                let call = TypedCall::new(
+                    bytes::Bytes::from_static(method.as_bytes()),
+                    0,
+                    bytes::Bytes::from(body),
+                    local_address,
+                );
+                let answer = http.serve(call).await;
+                if answer.error.is_empty() {
+                    Ok(answer.body)
+                } else {
+                    Err(answer.error)
+                }
             })
         })
     };

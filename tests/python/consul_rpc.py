@@ -492,6 +492,51 @@ def every_other_method(codec):
     check(after["ServiceNodes"] is None, f"web after its deregistration {after!r}")
 
 
+def prepared_queries(codec):
+    """PreparedQuery.* as Consul's agent calls them: write, read, explain, execute here and
+    as another datacenter would (ExecuteRemote, the whole query in the request)."""
+    codec.ok(
+        "Catalog.Register",
+        {"Node": "pq-node", "Address": "10.9.0.1",
+         "Service": {"Service": "pq-web", "ID": "pq-web1", "Port": 80}},
+    )
+    query_id = codec.ok(
+        "PreparedQuery.Apply",
+        {"Op": "create", "Query": {"Name": "pq", "Service": {"Service": "pq-web"}}},
+    )
+    check(isinstance(query_id, str) and len(query_id) == 36, f"a new query's ID {query_id!r}")
+    got = codec.ok("PreparedQuery.Get", {"QueryID": query_id})
+    stored = got["Queries"][0]
+    check((stored["ID"], stored["Name"]) == (query_id, "pq"), f"PreparedQuery.Get {got!r}")
+    check(stored["Service"]["Service"] == "pq-web", f"PreparedQuery.Get {got!r}")
+    check(got["Index"] >= stored["ModifyIndex"] > 0, f"PreparedQuery.Get meta {got!r}")
+    listed = codec.ok("PreparedQuery.List", {})
+    check(query_id in [q["ID"] for q in listed["Queries"]], f"PreparedQuery.List {listed!r}")
+    executed = codec.ok("PreparedQuery.Execute", {"QueryIDOrName": "pq"})
+    check(
+        (executed["Service"], executed["Datacenter"], executed["Failovers"]) == ("pq-web", "dc1", 0),
+        f"PreparedQuery.Execute {executed!r}",
+    )
+    check([n["Node"]["Address"] for n in executed["Nodes"]] == ["10.9.0.1"], f"{executed!r}")
+    explained = codec.ok("PreparedQuery.Explain", {"QueryIDOrName": "pq"})
+    check(explained["Query"]["ID"] == query_id, f"PreparedQuery.Explain {explained!r}")
+    remote = codec.ok(
+        "PreparedQuery.ExecuteRemote",
+        {"Query": {"Service": {"Service": "pq-web"}, "DNS": {"TTL": "7s"}}, "Limit": 1},
+    )
+    check(len(remote["Nodes"]) == 1 and remote["DNS"]["TTL"] == "7s", f"ExecuteRemote {remote!r}")
+    error, _ = codec.call("PreparedQuery.Execute", {"QueryIDOrName": "nope"})
+    check(error == "Query not found", f"an unknown query executed {error!r}")
+    error, _ = codec.call("PreparedQuery.Apply", {"Op": "create", "Query": {"Name": "bad"}})
+    check(
+        error == "Invalid prepared query: Must provide a Service name to query",
+        f"a query without a service {error!r}",
+    )
+    codec.ok("PreparedQuery.Apply", {"Op": "delete", "Query": {"ID": query_id}})
+    error, _ = codec.call("PreparedQuery.Get", {"QueryID": query_id})
+    check(error == "Query not found", f"a deleted query read {error!r}")
+
+
 def unknown_methods(codec):
     error, reply = codec.call("Foo.Bar", {})
     check(error == "rpc: can't find service Foo.Bar", f"unknown service answered {error!r}")
@@ -576,6 +621,7 @@ def plain(ip):
     status_and_kv(codec, "rpc/plain")
     catalog_health_session(codec)
     every_other_method(codec)
+    prepared_queries(codec)
     unknown_methods(codec)
     sock.close()
     blocking_get_is_woken_by_a_write(ip)

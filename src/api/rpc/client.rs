@@ -223,7 +223,7 @@ fn write_in(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn call_mapped(
+pub(super) fn call_mapped(
     ctx: &Context,
     datacenter: &str,
     method: &'static str,

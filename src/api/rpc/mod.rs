@@ -26,6 +26,7 @@ pub mod catalog;
 pub mod client;
 pub mod client_catalog;
 pub mod client_config;
+pub mod client_query;
 pub mod client_session;
 pub mod client_txn;
 pub mod config_entry;
@@ -35,6 +36,7 @@ pub mod dns;
 pub mod health;
 pub mod internal;
 pub mod kvs;
+pub mod prepared_query;
 pub mod session;
 pub mod status;
 pub mod txn;
@@ -72,6 +74,7 @@ pub const SERVICES: &[&str] = &[
     "Internal",
     "KVS",
     "Praetor",
+    "PreparedQuery",
     "Session",
     "Status",
     "Txn",
@@ -130,6 +133,12 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Internal.NodeDump" => internal::node_dump(server, &call).await,
         "Internal.ServiceDump" => internal::service_dump(server, &call).await,
         "Internal.EventFire" => internal::event_fire(server, &call).await,
+        "PreparedQuery.Apply" => prepared_query::apply(server, &call).await,
+        "PreparedQuery.Get" => prepared_query::get(server, &call).await,
+        "PreparedQuery.List" => prepared_query::list(server, &call).await,
+        "PreparedQuery.Explain" => prepared_query::explain(server, &call).await,
+        "PreparedQuery.Execute" => prepared_query::execute(server, &call).await,
+        "PreparedQuery.ExecuteRemote" => prepared_query::execute_remote(server, &call).await,
         "Praetor.DNSLookup" => dns::lookup(server, &call).await,
         "Praetor.DNSChanges" => dns::changes(server, &call).await,
         // The service mesh's configuration (issue #36, mesh).
@@ -321,6 +330,7 @@ fn is_read(method: &str) -> bool {
             | "Internal.EventFire"
             | "ConfigEntry.Apply"
             | "ConfigEntry.Delete"
+            | "PreparedQuery.Apply"
     )
 }
 
@@ -411,6 +421,51 @@ pub fn blocking_wait(server: &Server, options: &QueryOptions) -> Option<Duration
     })
 }
 
+/// The HTTP layer's options for a call's read plan.
+fn plan_options(options: &QueryOptions, wait: Option<Duration>) -> crate::api::QueryOptions {
+    crate::api::QueryOptions {
+        min_index: options.min_query_index,
+        wait: wait.unwrap_or_default(),
+        consistency: consistency(options),
+        max_stale: (options.max_stale_duration_ns > 0)
+            .then(|| Duration::from_nanos(options.max_stale_duration_ns as u64)),
+        filter: None,
+    }
+}
+
+/// Places a read that does not block (`PreparedQuery.Execute`, `Explain`) as its
+/// consistency asks: handed to the leader, or run after a quorum round confirms this
+/// server leads. `None` when it is to be served here now.
+pub async fn one_shot_here(
+    server: &Server,
+    call: &TypedCall,
+    options: &QueryOptions<'_>,
+) -> Option<Answer> {
+    match server.context().read_plan(&plan_options(options, None)) {
+        ReadPlan::Forward => Some(Box::pin(to_leader(server, call, None)).await),
+        ReadPlan::Barrier => {
+            let result = Box::pin(server.shard().read_barrier()).await;
+            ApiError::from_proposal(&result).map(|error| Err(error_text(&error)))
+        }
+        ReadPlan::Local => {
+            crate::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
+            None
+        }
+    }
+}
+
+/// The HTTP layer's metadata as Consul's `QueryMeta`, saying whether the token hid rows.
+pub fn rpc_meta_of(meta: &crate::api::QueryMeta, hidden: bool) -> QueryMeta {
+    QueryMeta {
+        index: meta.index.max(1),
+        last_contact_ns: (meta.last_contact_ms as i64).saturating_mul(1_000_000),
+        known_leader: meta.known_leader,
+        consistency_level: meta.consistency.as_str(),
+        not_modified: false,
+        results_filtered_by_acls: hidden,
+    }
+}
+
 /// Serves a read as the HTTP reads are served: where its consistency says (the leader's
 /// lease, a quorum round, or any server), then, for a blocking query, waiting until its
 /// index passes `MinQueryIndex` or its wait (plus up to 1/16 jitter) runs out.
@@ -423,14 +478,7 @@ pub async fn read(
     let ctx = server.context();
     let shard = server.shard();
     let wait = blocking_wait(server, options);
-    let plan_options = crate::api::QueryOptions {
-        min_index: options.min_query_index,
-        wait: wait.unwrap_or_default(),
-        consistency: consistency(options),
-        max_stale: (options.max_stale_duration_ns > 0)
-            .then(|| Duration::from_nanos(options.max_stale_duration_ns as u64)),
-        filter: None,
-    };
+    let plan_options = plan_options(options, wait);
     match ctx.read_plan(&plan_options) {
         ReadPlan::Forward => return Box::pin(to_leader(server, call, wait)).await,
         ReadPlan::Barrier => {
@@ -459,15 +507,7 @@ pub async fn read(
         let index = index.max(1);
         let timed_out = deadline_ms.is_none_or(|d| shard.shared().now_ms() >= d);
         if index > options.min_query_index || timed_out {
-            let meta = ctx.query_meta(index, plan_options.consistency);
-            let meta = QueryMeta {
-                index,
-                last_contact_ns: (meta.last_contact_ms as i64).saturating_mul(1_000_000),
-                known_leader: meta.known_leader,
-                consistency_level: plan_options.consistency.as_str(),
-                not_modified: false,
-                results_filtered_by_acls: false,
-            };
+            let meta = rpc_meta_of(&ctx.query_meta(index, plan_options.consistency), false);
             return query.reply(&version, &meta);
         }
         drop(version);

@@ -26,6 +26,7 @@ pub mod connect_ca;
 pub mod coordinate;
 pub mod internal;
 pub mod kvs;
+pub mod prepared_query;
 pub mod rows;
 pub mod session;
 pub mod status;
@@ -527,6 +528,14 @@ pub fn decode_any(method: &str, body: &[u8]) {
             decoded(config_entry::ConfigEntryQuery::decode(body))
         }
         "ConfigEntry.ListAll" => decoded(config_entry::ConfigEntryListAllRequest::decode(body)),
+        "PreparedQuery.Apply" => decoded(prepared_query::QueryRequest::decode(body)),
+        "PreparedQuery.Get" => decoded(prepared_query::SpecificRequest::decode(body)),
+        "PreparedQuery.Execute" | "PreparedQuery.Explain" => {
+            decoded(prepared_query::ExecuteRequest::decode(body))
+        }
+        "PreparedQuery.ExecuteRemote" => {
+            decoded(prepared_query::ExecuteRemoteRequest::decode(body))
+        }
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

@@ -30,6 +30,19 @@ pub struct CheckServiceNodeRow {
     pub checks: Vec<RowArc<HealthCheck>>,
 }
 
+impl CheckServiceNodeRow {
+    /// The row as the catalog's reads give it (its checks all count as the node's: the
+    /// renderers list node checks, then the instance's, which is the order they came in).
+    pub fn as_row(&self) -> crate::store::catalog::read::CheckServiceNode<'_> {
+        crate::store::catalog::read::CheckServiceNode {
+            node: &self.node,
+            service: &self.service,
+            node_checks: &self.checks,
+            service_checks: &[],
+        }
+    }
+}
+
 /// `IndexedServices`' rows: each service's name and tags.
 pub type ServiceTagList<'a> = Vec<(&'a str, Vec<&'a str>)>;
 
@@ -293,7 +306,8 @@ pub fn read_indexed_health_checks(body: &[u8]) -> Result<(QueryMeta, Vec<HealthC
 }
 
 /// A `CheckServiceNode`.
-fn read_check_service_node(r: &mut Reader) -> Result<CheckServiceNodeRow, WireError> {
+/// A `CheckServiceNode`.
+pub fn read_check_service_node(r: &mut Reader) -> Result<CheckServiceNodeRow, WireError> {
     let mut node = None;
     let mut service_body: &[u8] = &[];
     let mut checks = Vec::new();

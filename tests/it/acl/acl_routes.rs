@@ -582,14 +582,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             Checked,
         ),
         case(
-            praetor::api::query::EXECUTE_REMOTE_PATH,
-            "GET",
-            &format!("{}?dc=dc1", praetor::api::query::EXECUTE_REMOTE_PATH),
-            r#"{"Name":"q1","Service":{"Service":"web"}}"#,
-            CATALOG_READ,
-            Filtered(None),
-        ),
-        case(
             "/v1/coordinate/datacenters",
             "GET",
             "/v1/coordinate/datacenters",

@@ -6,4 +6,5 @@ mod dc_calls;
 mod dns_calls;
 mod federation_states;
 mod native_tls;
+mod query_calls;
 mod wan;
