@@ -527,6 +527,10 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
         );
         return catalog_write(ctx, request, catalog_op, op.respond);
     }
+    if let Command::Acl(acl_op) = &op.command {
+        debug_assert!(datacenter.is_empty(), "ACL writes name no datacenter here");
+        return super::client_acl::write(ctx, request, acl_op);
+    }
     let Command::Kv(kv_op) = &op.command else {
         return Outcome::Forward;
     };
