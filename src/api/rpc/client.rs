@@ -14,7 +14,9 @@
 //! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
 //! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
 //! call on a yamux stream ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
-//! session endpoints (`client_session`) have files of their own.
+//! session endpoints (`client_session`), transactions (`client_txn`) and the ACL tokens,
+//! policies and roles (`client_acl`, whose writes [`typed_write`] hands over) have files of
+//! their own.
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
 
