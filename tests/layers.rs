@@ -204,6 +204,11 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "rpc",
         "a client agent's config entry calls (rpc::client_config)",
     ),
+    (
+        "acl",
+        "rpc",
+        "a client agent's tokens, policies and roles (rpc::client_acl)",
+    ),
 ];
 
 /// The modules inside `api` (a file or a folder each; `mod.rs` is the vocabulary every

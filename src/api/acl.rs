@@ -12,12 +12,14 @@
 
 use super::authz;
 use super::context::now_unix_ns;
+use super::rpc::client_acl;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj, Schema};
 use crate::consul::filter::{Filter, BINDING_RULE_SELECTOR};
+use crate::consul::rpc::acl::Object;
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
@@ -131,15 +133,26 @@ fn hash_json(hash: &[u8]) -> Value {
 
 /// Consul's `ACLToken` (and, with `stub`, its list form `ACLTokenListStub`).
 pub fn token_json(tables: &Tables, token: &Token, stub: bool) -> Value {
+    let policies = acl::policy_links(tables, &token.policies);
+    let roles = acl::role_links(tables, &token.roles);
+    token_json_linked(token, policies, roles, stub)
+}
+
+/// [`token_json`] with the token's policy and role links already named (`(id, name)`, in
+/// the token's order): what a client agent renders from a server's typed reply.
+pub fn token_json_linked(
+    token: &Token,
+    policies: Vec<(Arc<str>, Arc<str>)>,
+    roles: Vec<(Arc<str>, Arc<str>)>,
+    stub: bool,
+) -> Value {
     let mut o = Map::new();
     o.insert("AccessorID".into(), json!(token.accessor_id_shown()));
     o.insert("SecretID".into(), json!(&*token.secret_id));
     o.insert("Description".into(), json!(token.description));
-    let policies = acl::policy_links(tables, &token.policies);
     if !policies.is_empty() {
         o.insert("Policies".into(), links_json(policies));
     }
-    let roles = acl::role_links(tables, &token.roles);
     if !roles.is_empty() {
         o.insert("Roles".into(), links_json(roles));
     }
@@ -188,11 +201,15 @@ pub fn policy_json(policy: &Policy, stub: bool) -> Value {
 }
 
 pub fn role_json(tables: &Tables, role: &Role) -> Value {
+    role_json_linked(role, acl::policy_links(tables, &role.policies))
+}
+
+/// [`role_json`] with the role's policy links already named.
+pub fn role_json_linked(role: &Role, policies: Vec<(Arc<str>, Arc<str>)>) -> Value {
     let mut o = Map::new();
     o.insert("ID".into(), json!(&*role.id));
     o.insert("Name".into(), json!(&*role.name));
     o.insert("Description".into(), json!(role.description));
-    let policies = acl::policy_links(tables, &role.policies);
     if !policies.is_empty() {
         o.insert("Policies".into(), links_json(policies));
     }
@@ -549,7 +566,8 @@ pub fn token_self(
 ) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     if ctx.is_client() {
-        return Ok(Outcome::Forward);
+        let options = query_options(ctx, &request.query)?;
+        return Ok(client_acl::token_self(ctx, request, options));
     }
     let secret = authz::request_secret(ctx, request);
     // Resolving first gives Consul's 403 for an unknown or expired token.
@@ -602,6 +620,9 @@ trait AclObject: 'static {
     const GENERATES_ID: bool = true;
     /// The table's list watch key.
     const LIST_KEY: &'static str;
+    /// Which kind of Consul's typed calls a client agent reads it with (`ACL.TokenRead`,
+    /// `ACL.PolicyRead`, …); `None` while the kind still goes as forwarded HTTP.
+    const TYPED: Option<Object> = None;
 
     fn index(tables: &Tables) -> u64;
     /// The watch key of one row, from the ID as the path names it.
@@ -636,7 +657,14 @@ fn object_answer<O: AclObject>(id: String) -> impl FnOnce(&Tables) -> Result<Val
 fn create<O: AclObject>(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let mut write = decode_object::<O>(request, true)?;
-    let id = O::id_mut(&mut write);
+    let key = prepare_create::<O>(&mut write)?;
+    self::write(ctx, O::set(write), object_answer::<O>(key))
+}
+
+/// What a create picks before it is proposed (a new ID, a token's secret), and refuses (an
+/// ID a kind may not be created with); the row's key.
+fn prepare_create<O: AclObject>(write: &mut O::Write) -> Result<String, ApiError> {
+    let id = O::id_mut(write);
     if !id.is_empty() {
         if let Some(refusal) = O::CREATE_WITH_ID {
             return Err(ApiError::bad_request(refusal));
@@ -645,8 +673,23 @@ fn create<O: AclObject>(ctx: &Context, request: &Request) -> Result<Outcome, Api
         *id = new_uuid();
     }
     let key = O::key_id(id);
-    O::prepare_create(&mut write);
-    self::write(ctx, O::set(write), object_answer::<O>(key))
+    O::prepare_create(write);
+    Ok(key)
+}
+
+/// [`prepare_create`] of a token, for `ACL.TokenSet` with `Create`.
+pub fn prepare_token_create(write: &mut TokenWrite) -> Result<String, ApiError> {
+    prepare_create::<Tokens>(write)
+}
+
+/// [`prepare_create`] of a policy, for `ACL.PolicySet` without an ID.
+pub fn prepare_policy_create(write: &mut PolicyWrite) -> Result<String, ApiError> {
+    prepare_create::<Policies>(write)
+}
+
+/// [`prepare_create`] of a role, for `ACL.RoleSet` without an ID.
+pub fn prepare_role_create(write: &mut RoleWrite) -> Result<String, ApiError> {
+    prepare_create::<Roles>(write)
 }
 
 /// `/v1/acl/<kind>/<id>`: GET, PUT (update) and DELETE of one row.
@@ -662,6 +705,11 @@ fn object<O: AclObject>(
     }
     let key = O::key_id(id);
     match request.method {
+        Method::Get if ctx.is_client() && O::TYPED.is_some() => {
+            let options = query_options(ctx, &request.query)?;
+            let object = O::TYPED.expect("checked above");
+            Ok(client_acl::read_one(ctx, request, object, id, "", options))
+        }
         Method::Get => read(
             ctx,
             request,
@@ -707,10 +755,12 @@ fn list<O: AclObject>(
 /// A read of a row that does not exist: Consul's 404 (its clients read it as "no such
 /// row"), worded by `acl.ACLResourceNotExistError`.
 fn missing<O: AclObject>() -> ApiError {
-    ApiError::NotFound(format!(
-        "Requested {} does not exist: ACL not found",
-        O::NOUN
-    ))
+    not_found(O::NOUN)
+}
+
+/// Consul's 404 for a `noun` (`token`, `policy`, `role`) that does not exist.
+pub fn not_found(noun: &str) -> ApiError {
+    ApiError::NotFound(format!("Requested {noun} does not exist: ACL not found"))
 }
 
 /// `GET /v1/acl/<kind>/name/<name>`: policies and roles by name.
@@ -727,6 +777,18 @@ fn by_name<O: AclObject>(
             O::WHAT.to_lowercase()
         )));
     }
+    if let (true, Some(object)) = (ctx.is_client(), O::TYPED) {
+        require_enabled(ctx)?;
+        let options = query_options(ctx, &request.query)?;
+        return Ok(client_acl::read_one(
+            ctx,
+            request,
+            object,
+            "",
+            request.rest,
+            options,
+        ));
+    }
     let name = request.rest.to_string();
     read(
         ctx,
@@ -736,6 +798,26 @@ fn by_name<O: AclObject>(
         O::index,
         Box::new(move |tables| find(tables, &name).ok_or_else(missing::<O>)),
     )
+}
+
+/// A list on a client agent: its typed call (`ACL.TokenList`, `ACL.PolicyList`,
+/// `ACL.RoleList`) with the list's filters.
+fn typed_list(
+    ctx: &Context,
+    request: &Request,
+    object: Object,
+    policy: Option<String>,
+    role: Option<String>,
+    auth_method: Option<String>,
+) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    let options = query_options(ctx, &request.query)?;
+    let filters = client_acl::ListFilters {
+        policy: policy.unwrap_or_default(),
+        role: role.unwrap_or_default(),
+        auth_method: auth_method.unwrap_or_default(),
+    };
+    Ok(client_acl::list(ctx, request, object, filters, options))
 }
 
 /// A query parameter that filters a list, unset when empty.
@@ -777,6 +859,7 @@ impl AclObject for Tokens {
     const MISSING: &'static str = "Missing token ID";
     const CREATE_WITH_ID: Option<&'static str> = None;
     const LIST_KEY: &'static str = acl::TOKENS_KEY;
+    const TYPED: Option<Object> = Some(Object::Token);
 
     fn index(tables: &Tables) -> u64 {
         tables.acl.indexes.tokens
@@ -856,6 +939,9 @@ pub fn token_list(
     let policy = list_param(request, "policy");
     let role = list_param(request, "role");
     let method = list_param(request, "authmethod");
+    if ctx.is_client() {
+        return typed_list(ctx, request, Object::Token, policy, role, method);
+    }
     list::<Tokens>(ctx, request, reply, move |tables| {
         let filter = TokenFilter {
             policy: policy.as_deref(),
@@ -908,6 +994,7 @@ impl AclObject for Policies {
     const CREATE_WITH_ID: Option<&'static str> =
         Some("Cannot specify the ID when creating a new policy");
     const LIST_KEY: &'static str = acl::POLICIES_KEY;
+    const TYPED: Option<Object> = Some(Object::Policy);
 
     fn index(tables: &Tables) -> u64 {
         tables.acl.indexes.policies
@@ -950,6 +1037,9 @@ pub fn policy_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    if ctx.is_client() {
+        return typed_list(ctx, request, Object::Policy, None, None, None);
+    }
     list::<Policies>(ctx, request, reply, |tables| {
         acl::policy_list(tables)
             .map(|p| policy_json(p, true))
@@ -987,6 +1077,7 @@ impl AclObject for Roles {
     const CREATE_WITH_ID: Option<&'static str> =
         Some("Cannot specify the ID when creating a new role");
     const LIST_KEY: &'static str = acl::ROLES_KEY;
+    const TYPED: Option<Object> = Some(Object::Role);
 
     fn index(tables: &Tables) -> u64 {
         tables.acl.indexes.roles
@@ -1029,6 +1120,9 @@ pub fn role_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Ou
 /// `GET /v1/acl/roles?policy=`.
 pub fn role_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let policy = list_param(request, "policy");
+    if ctx.is_client() {
+        return typed_list(ctx, request, Object::Role, policy, None, None);
+    }
     list::<Roles>(ctx, request, reply, move |tables| {
         acl::role_list(tables, policy.as_deref())
             .into_iter()

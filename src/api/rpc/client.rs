@@ -14,7 +14,9 @@
 //! `/v1/catalog/datacenters` (`Status.Leader|Peers`, `Catalog.ListDatacenters`), and KV
 //! reads naming another datacenter (`?dc=`), which a server sends there as the same typed
 //! call on a yamux stream ([`across_datacenters`]); the catalog and health reads (`client_catalog`) and the
-//! session endpoints (`client_session`) have files of their own.
+//! session endpoints (`client_session`), transactions (`client_txn`) and the ACL tokens,
+//! policies and roles (`client_acl`, whose writes [`typed_write`] hands over) have files of
+//! their own.
 //! Every other request a client agent cannot answer, or a server hands to another
 //! datacenter, still goes as forwarded HTTP (`api::server`).
 
@@ -533,6 +535,10 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
             "config entry writes name no datacenter here"
         );
         return super::client_config::write_op(ctx, request, config_op, op.respond);
+    }
+    if let Command::Acl(acl_op) = &op.command {
+        debug_assert!(datacenter.is_empty(), "ACL writes name no datacenter here");
+        return super::client_acl::write(ctx, request, acl_op);
     }
     let Command::Kv(kv_op) = &op.command else {
         return Outcome::Forward;

@@ -24,6 +24,7 @@
 pub mod acl;
 pub mod catalog;
 pub mod client;
+pub mod client_acl;
 pub mod client_catalog;
 pub mod client_config;
 pub mod client_query;
@@ -45,6 +46,7 @@ use crate::api::authz::{self, Authz, RowFilter};
 use crate::api::server::{Server, FORWARD_HOPS_MAX, RPC_HOLD_TIMEOUT};
 use crate::api::{ApiError, BLOCKING_JITTER_FRACTION};
 use crate::cluster::servers::Retry;
+use crate::consul::rpc::acl::Object;
 use crate::consul::rpc::{QueryMeta, QueryOptions};
 use crate::proto::msgpack_rpc::{decode_response_header, unknown_method_error, MessageReader};
 use crate::proto::rpc::kind;
@@ -127,6 +129,19 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Coordinate.ListNodes" => coordinate::list_nodes(server, &call).await,
         "Coordinate.Node" => coordinate::node(server, &call).await,
         "ACL.TokenRead" => acl::token_read(server, &call).await,
+        // The ACL objects a client agent reads and writes (`client_acl`).
+        "ACL.TokenList" => acl::list(server, &call, Object::Token).await,
+        "ACL.TokenSet" => acl::token_set(server, &call).await,
+        "ACL.TokenClone" => acl::token_clone(server, &call).await,
+        "ACL.TokenDelete" => acl::delete(server, &call, Object::Token).await,
+        "ACL.PolicyRead" => acl::read_one(server, &call, Object::Policy).await,
+        "ACL.PolicyList" => acl::list(server, &call, Object::Policy).await,
+        "ACL.PolicySet" => acl::policy_set(server, &call).await,
+        "ACL.PolicyDelete" => acl::delete(server, &call, Object::Policy).await,
+        "ACL.RoleRead" => acl::read_one(server, &call, Object::Role).await,
+        "ACL.RoleList" => acl::list(server, &call, Object::Role).await,
+        "ACL.RoleSet" => acl::role_set(server, &call).await,
+        "ACL.RoleDelete" => acl::delete(server, &call, Object::Role).await,
         "ConnectCA.Roots" => connect_ca::roots(server, &call).await,
         "ConnectCA.Sign" => connect_ca::sign(server, &call).await,
         "Internal.NodeInfo" => internal::node_info(server, &call).await,
@@ -331,6 +346,13 @@ fn is_read(method: &str) -> bool {
             | "ConfigEntry.Apply"
             | "ConfigEntry.Delete"
             | "PreparedQuery.Apply"
+            | "ACL.TokenSet"
+            | "ACL.TokenClone"
+            | "ACL.TokenDelete"
+            | "ACL.PolicySet"
+            | "ACL.PolicyDelete"
+            | "ACL.RoleSet"
+            | "ACL.RoleDelete"
     )
 }
 

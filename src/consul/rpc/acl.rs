@@ -9,7 +9,7 @@ use super::{
     QueryOptions,
 };
 use crate::proto::msgpack::{Reader, WireError, Writer};
-use crate::store::acl::{NodeIdentity, Policy, Role, ServiceIdentity, Token};
+use crate::store::acl::{NodeIdentity, Policy, Role, ServiceIdentity, TemplatedPolicy, Token};
 use std::sync::Arc;
 
 /// `ACLTokenGetRequest`: a token by its accessor ID, or by its secret (`TokenIDType`
@@ -111,7 +111,7 @@ fn write_service_identities(w: &mut Writer, identities: &[ServiceIdentity]) {
 }
 
 /// `ACLPolicy`.
-fn write_policy(w: &mut Writer, policy: &Policy) {
+pub fn write_policy(w: &mut Writer, policy: &Policy) {
     let mut f = Fields::new(w, 8);
     f.field("CreateIndex").uint(policy.create_index);
     write_string_list(
@@ -130,8 +130,8 @@ fn write_policy(w: &mut Writer, policy: &Policy) {
 }
 
 /// `ACLRole`, its policy links named (`(id, name)`, in the role's order).
-fn write_role(w: &mut Writer, role: &Role, policies: &[(&str, &str)]) {
-    let mut f = Fields::new(w, 9);
+pub fn write_role(w: &mut Writer, role: &Role, policies: &[(&str, &str)]) {
+    let mut f = Fields::new(w, 10);
     f.field("CreateIndex").uint(role.create_index);
     f.field("Description").str(&role.description);
     f.field("Hash")
@@ -142,6 +142,7 @@ fn write_role(w: &mut Writer, role: &Role, policies: &[(&str, &str)]) {
     write_node_identities(f.field("NodeIdentities"), &role.node_identities);
     write_links(f.field("Policies"), policies);
     write_service_identities(f.field("ServiceIdentities"), &role.service_identities);
+    write_templated_policies(f.field("TemplatedPolicies"), &role.templated_policies);
     f.finish();
 }
 
@@ -165,23 +166,68 @@ pub struct TokenView<'t> {
     pub roles: Vec<(&'t str, &'t str)>,
 }
 
+/// `[]*ACLTemplatedPolicy`; nil when empty.
+fn write_templated_policies(w: &mut Writer, templated: &[TemplatedPolicy]) {
+    if templated.is_empty() {
+        w.nil();
+        return;
+    }
+    w.array_len(templated.len());
+    for policy in templated {
+        let mut t = Fields::new(w, 3);
+        write_string_list(
+            t.field("Datacenters"),
+            policy.datacenters.iter().map(String::as_str),
+            true,
+        );
+        t.field("TemplateName").str(&policy.template_name);
+        let variables = t.field("TemplateVariables");
+        match &policy.name {
+            Some(name) => {
+                let mut v = Fields::new(variables, 1);
+                v.field("Name").str(name);
+                v.finish();
+            }
+            None => variables.nil(),
+        }
+        t.finish();
+    }
+}
+
 /// `ACLToken`.
 pub fn write_token(w: &mut Writer, view: &TokenView) {
+    write_token_as(w, view, false, 0);
+}
+
+/// `ACLTokenListStub`, a token as a list shows it.
+pub fn write_token_stub(w: &mut Writer, view: &TokenView) {
+    write_token_as(w, view, true, 0);
+}
+
+/// `ACLToken` (with `ExpirationTTL`, which only a create carries) or, with `stub`,
+/// `ACLTokenListStub` (with `Legacy`, always false). The AccessorID is the one its creator
+/// wrote, as answers show it.
+fn write_token_as(w: &mut Writer, view: &TokenView, stub: bool, expiration_ttl_ns: i64) {
     let token = view.token;
-    let mut f = Fields::new(w, 15);
-    f.field("AccessorID").str(&token.accessor_id);
+    let mut f = Fields::new(w, 16);
+    f.field("AccessorID").str(token.accessor_id_shown());
     f.field("AuthMethod").str(&token.auth_method);
     f.field("CreateIndex").uint(token.create_index);
     f.field("CreateTime")
         .bytes(&go_time_binary(token.create_time_ns));
     f.field("Description").str(&token.description);
-    f.field("ExpirationTTL").int(0);
+    if !stub {
+        f.field("ExpirationTTL").int(expiration_ttl_ns);
+    }
     match token.expiration_time_ns {
         Some(ns) => f.field("ExpirationTime").bytes(&go_time_binary(ns)),
         None => f.field("ExpirationTime").nil(),
     }
     f.field("Hash")
         .opt_bytes((!token.hash.is_empty()).then_some(&token.hash[..]));
+    if stub {
+        f.field("Legacy").bool(false);
+    }
     f.field("Local").bool(token.local);
     f.field("ModifyIndex").uint(token.modify_index);
     write_node_identities(f.field("NodeIdentities"), &token.node_identities);
@@ -189,6 +235,7 @@ pub fn write_token(w: &mut Writer, view: &TokenView) {
     write_links(f.field("Roles"), &view.roles);
     f.field("SecretID").str(&token.secret_id);
     write_service_identities(f.field("ServiceIdentities"), &token.service_identities);
+    write_templated_policies(f.field("TemplatedPolicies"), &token.templated_policies);
     f.finish();
 }
 
@@ -305,6 +352,593 @@ pub fn read_resolved_token(body: &[u8]) -> Result<ResolvedToken<'_>, WireError> 
         Ok(true)
     })?;
     Ok(resolved)
+}
+
+// ---- the ACL objects' own calls: tokens, policies, roles ----
+
+/// Policy or role links with their names, `(id, name)`, in the row's order.
+pub type Links = Vec<(Arc<str>, Arc<str>)>;
+
+/// An owned `ACLToken` (or `ACLTokenListStub`) as a call carries it: the row, its policy
+/// and role links with their names, and `ExpirationTTL` (which only a create carries).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub token: Token,
+    pub policies: Links,
+    pub roles: Links,
+    pub expiration_ttl_ns: i64,
+}
+
+impl TokenRecord {
+    /// The view [`write_token`] writes.
+    pub fn view(&self) -> TokenView<'_> {
+        TokenView {
+            token: &self.token,
+            policies: borrowed_links(&self.policies),
+            roles: borrowed_links(&self.roles),
+        }
+    }
+}
+
+/// `(id, name)` pairs borrowed.
+pub fn borrowed_links(links: &[(Arc<str>, Arc<str>)]) -> Vec<(&str, &str)> {
+    links.iter().map(|(i, n)| (&**i, &**n)).collect()
+}
+
+/// A token with no fields set, to be filled by a decoder.
+pub fn empty_token() -> Token {
+    Token {
+        accessor_id: Arc::from(""),
+        secret_id: Arc::from(""),
+        description: String::new(),
+        policies: Vec::new(),
+        roles: Vec::new(),
+        service_identities: Vec::new(),
+        node_identities: Vec::new(),
+        templated_policies: Vec::new(),
+        local: false,
+        auth_method: String::new(),
+        expiration_time_ns: None,
+        create_time_ns: 0,
+        hash: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+        accessor_id_as_written: None,
+    }
+}
+
+/// Unix nanoseconds of Go's `time.Time` binary form (version 1, or 2 with a seconds
+/// offset). A time beyond what nanoseconds since 1970 hold in an `i64` (Go's zero time,
+/// year 1, which an unset field carries) reads as 0.
+pub fn go_time_unix_ns(bytes: &[u8]) -> Result<i64, WireError> {
+    /// Seconds from 0001-01-01 to 1970-01-01 (Go's `unixToInternal`).
+    const UNIX_TO_INTERNAL_SECONDS: i64 = 62_135_596_800;
+    if !(bytes.len() == 15 || bytes.len() == 16) || !matches!(bytes[0], 1 | 2) {
+        return Err(WireError::Invalid("a time that is not Go's binary form"));
+    }
+    let seconds = i64::from_be_bytes(bytes[1..9].try_into().expect("eight bytes"));
+    let nanos = i32::from_be_bytes(bytes[9..13].try_into().expect("four bytes"));
+    Ok((seconds - UNIX_TO_INTERNAL_SECONDS)
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(i64::from(nanos)))
+        .unwrap_or(0))
+}
+
+/// `[]ACLTokenPolicyLink` / `[]ACLTokenRoleLink` / `[]ACLRolePolicyLink`.
+fn read_links(r: &mut Reader) -> Result<Links, WireError> {
+    let count = r.array_len()?;
+    let mut links = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (mut id, mut name) = ("", "");
+        each_field(r, |field, r| {
+            match field {
+                "ID" => id = r.str()?,
+                "Name" => name = r.str()?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        links.push((Arc::from(id), Arc::from(name)));
+    }
+    Ok(links)
+}
+
+fn owned_strings(r: &mut Reader) -> Result<Vec<String>, WireError> {
+    Ok(string_list(r)?.into_iter().map(str::to_string).collect())
+}
+
+fn read_service_identities(r: &mut Reader) -> Result<Vec<ServiceIdentity>, WireError> {
+    let count = r.array_len()?;
+    let mut identities = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut identity = ServiceIdentity {
+            service_name: String::new(),
+            datacenters: Vec::new(),
+        };
+        each_field(r, |field, r| {
+            match field {
+                "ServiceName" => identity.service_name = r.str()?.to_string(),
+                "Datacenters" => identity.datacenters = owned_strings(r)?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        identities.push(identity);
+    }
+    Ok(identities)
+}
+
+fn read_node_identities(r: &mut Reader) -> Result<Vec<NodeIdentity>, WireError> {
+    let count = r.array_len()?;
+    let mut identities = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut identity = NodeIdentity {
+            node_name: String::new(),
+            datacenter: String::new(),
+        };
+        each_field(r, |field, r| {
+            match field {
+                "NodeName" => identity.node_name = r.str()?.to_string(),
+                "Datacenter" => identity.datacenter = r.str()?.to_string(),
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        identities.push(identity);
+    }
+    Ok(identities)
+}
+
+fn read_templated_policies(r: &mut Reader) -> Result<Vec<TemplatedPolicy>, WireError> {
+    let count = r.array_len()?;
+    let mut templated = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut policy = TemplatedPolicy {
+            template_name: String::new(),
+            name: None,
+            datacenters: Vec::new(),
+        };
+        each_field(r, |field, r| {
+            match field {
+                "TemplateName" => policy.template_name = r.str()?.to_string(),
+                "Datacenters" => policy.datacenters = owned_strings(r)?,
+                "TemplateVariables" => {
+                    if !r.try_nil()? {
+                        let mut name = String::new();
+                        each_field(r, |field, r| {
+                            if field != "Name" {
+                                return Ok(false);
+                            }
+                            name = r.str()?.to_string();
+                            Ok(true)
+                        })?;
+                        policy.name = Some(name);
+                    }
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        templated.push(policy);
+    }
+    Ok(templated)
+}
+
+/// Reads an `ACLToken` or `ACLTokenListStub`.
+pub fn read_token(r: &mut Reader) -> Result<TokenRecord, WireError> {
+    let mut record = TokenRecord {
+        token: empty_token(),
+        policies: Vec::new(),
+        roles: Vec::new(),
+        expiration_ttl_ns: 0,
+    };
+    let token = &mut record.token;
+    each_field(r, |field, r| {
+        match field {
+            "AccessorID" => token.accessor_id = Arc::from(r.str()?),
+            "SecretID" => token.secret_id = Arc::from(r.str()?),
+            "Description" => token.description = r.str()?.to_string(),
+            "Policies" => record.policies = read_links(r)?,
+            "Roles" => record.roles = read_links(r)?,
+            "ServiceIdentities" => token.service_identities = read_service_identities(r)?,
+            "NodeIdentities" => token.node_identities = read_node_identities(r)?,
+            "TemplatedPolicies" => token.templated_policies = read_templated_policies(r)?,
+            "Local" => token.local = r.bool()?,
+            "AuthMethod" => token.auth_method = r.str()?.to_string(),
+            "ExpirationTime" => {
+                token.expiration_time_ns = match r.opt_bytes()? {
+                    Some(bytes) => Some(go_time_unix_ns(bytes)?),
+                    None => None,
+                }
+            }
+            "ExpirationTTL" => record.expiration_ttl_ns = r.i64("ExpirationTTL")?,
+            "CreateTime" => {
+                token.create_time_ns = match r.opt_bytes()? {
+                    Some(bytes) => go_time_unix_ns(bytes)?,
+                    None => 0,
+                }
+            }
+            "Hash" => token.hash = r.bytes()?.to_vec(),
+            "CreateIndex" => token.create_index = r.u64("CreateIndex")?,
+            "ModifyIndex" => token.modify_index = r.u64("ModifyIndex")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    record.token.policies = record.policies.iter().map(|(id, _)| id.clone()).collect();
+    record.token.roles = record.roles.iter().map(|(id, _)| id.clone()).collect();
+    Ok(record)
+}
+
+/// Reads an `ACLPolicy` or `ACLPolicyListStub` (which has no `Rules`).
+pub fn read_policy(r: &mut Reader) -> Result<Policy, WireError> {
+    let mut policy = Policy {
+        id: Arc::from(""),
+        name: Arc::from(""),
+        description: String::new(),
+        rules: String::new(),
+        datacenters: Vec::new(),
+        hash: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    };
+    each_field(r, |field, r| {
+        match field {
+            "ID" => policy.id = Arc::from(r.str()?),
+            "Name" => policy.name = Arc::from(r.str()?),
+            "Description" => policy.description = r.str()?.to_string(),
+            "Rules" => policy.rules = r.str()?.to_string(),
+            "Datacenters" => policy.datacenters = owned_strings(r)?,
+            "Hash" => policy.hash = r.bytes()?.to_vec(),
+            "CreateIndex" => policy.create_index = r.u64("CreateIndex")?,
+            "ModifyIndex" => policy.modify_index = r.u64("ModifyIndex")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(policy)
+}
+
+/// `ACLPolicyListStub`: a policy without its rules.
+pub fn write_policy_stub(w: &mut Writer, policy: &Policy) {
+    let mut f = Fields::new(w, 7);
+    f.field("CreateIndex").uint(policy.create_index);
+    write_string_list(
+        f.field("Datacenters"),
+        policy.datacenters.iter().map(String::as_str),
+        true,
+    );
+    f.field("Description").str(&policy.description);
+    f.field("Hash")
+        .opt_bytes((!policy.hash.is_empty()).then_some(&policy.hash[..]));
+    f.field("ID").str(&policy.id);
+    f.field("ModifyIndex").uint(policy.modify_index);
+    f.field("Name").str(&policy.name);
+    f.finish();
+}
+
+/// An owned `ACLRole` with its policy links named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoleRecord {
+    pub role: Role,
+    pub policies: Links,
+}
+
+/// Reads an `ACLRole`.
+pub fn read_role(r: &mut Reader) -> Result<RoleRecord, WireError> {
+    let mut record = RoleRecord {
+        role: Role {
+            id: Arc::from(""),
+            name: Arc::from(""),
+            description: String::new(),
+            policies: Vec::new(),
+            service_identities: Vec::new(),
+            node_identities: Vec::new(),
+            templated_policies: Vec::new(),
+            hash: Vec::new(),
+            create_index: 0,
+            modify_index: 0,
+        },
+        policies: Vec::new(),
+    };
+    let role = &mut record.role;
+    each_field(r, |field, r| {
+        match field {
+            "ID" => role.id = Arc::from(r.str()?),
+            "Name" => role.name = Arc::from(r.str()?),
+            "Description" => role.description = r.str()?.to_string(),
+            "Policies" => record.policies = read_links(r)?,
+            "ServiceIdentities" => role.service_identities = read_service_identities(r)?,
+            "NodeIdentities" => role.node_identities = read_node_identities(r)?,
+            "TemplatedPolicies" => role.templated_policies = read_templated_policies(r)?,
+            "Hash" => role.hash = r.bytes()?.to_vec(),
+            "CreateIndex" => role.create_index = r.u64("CreateIndex")?,
+            "ModifyIndex" => role.modify_index = r.u64("ModifyIndex")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    record.role.policies = record.policies.iter().map(|(id, _)| id.clone()).collect();
+    Ok(record)
+}
+
+/// The ACL objects the calls below carry, by the field their requests name them with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Object {
+    Token,
+    Policy,
+    Role,
+}
+
+impl Object {
+    /// The set request's field holding the object (`ACLTokenSetRequest.ACLToken`).
+    fn set_field(self) -> &'static str {
+        match self {
+            Object::Token => "ACLToken",
+            Object::Policy => "Policy",
+            Object::Role => "Role",
+        }
+    }
+
+    /// The delete request's ID field (`ACLTokenDeleteRequest.TokenID`).
+    fn id_field(self) -> &'static str {
+        match self {
+            Object::Token => "TokenID",
+            Object::Policy => "PolicyID",
+            Object::Role => "RoleID",
+        }
+    }
+
+    /// The get request's name field (`ACLPolicyGetRequest.PolicyName`); tokens have none.
+    fn name_field(self) -> &'static str {
+        match self {
+            Object::Token => "",
+            Object::Policy => "PolicyName",
+            Object::Role => "RoleName",
+        }
+    }
+}
+
+/// `ACLTokenSetRequest`, `ACLPolicySetRequest`, `ACLRoleSetRequest`: the object as raw
+/// msgpack (read with [`read_token`], [`read_policy`] or [`read_role`]), `Create` (tokens
+/// only; the others say a create by an empty ID), the datacenter and the write's token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetRequest<'a> {
+    pub datacenter: &'a str,
+    pub object: &'a [u8],
+    pub create: bool,
+    pub token: &'a str,
+}
+
+impl<'a> SetRequest<'a> {
+    pub fn decode(object: Object, body: &'a [u8]) -> Result<SetRequest<'a>, WireError> {
+        let mut request = SetRequest::default();
+        let field = object.set_field();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "Create" => request.create = r.bool()?,
+                "Token" => request.token = r.str()?,
+                _ if name == field => {
+                    let start = r.position();
+                    r.skip()?;
+                    request.object = &body[start..r.position()];
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    /// The request as a client sends it; `write_object` writes the object.
+    pub fn encode(&self, object: Object, write_object: impl FnOnce(&mut Writer)) -> Vec<u8> {
+        let mut w = Writer::new();
+        let with_create = object == Object::Token;
+        let mut f = Fields::new(&mut w, if with_create { 4 } else { 3 });
+        if with_create {
+            write_object(f.field("ACLToken"));
+            f.field("Create").bool(self.create);
+            f.field("Datacenter").str(self.datacenter);
+        } else {
+            f.field("Datacenter").str(self.datacenter);
+            write_object(f.field(object.set_field()));
+        }
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
+    }
+}
+
+/// Writes an `ACLToken` as a set request carries it.
+pub fn write_token_record(w: &mut Writer, record: &TokenRecord) {
+    write_token_as(w, &record.view(), false, record.expiration_ttl_ns);
+}
+
+/// `ACLTokenDeleteRequest`, `ACLPolicyDeleteRequest`, `ACLRoleDeleteRequest`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteRequest<'a> {
+    pub datacenter: &'a str,
+    pub id: &'a str,
+    pub token: &'a str,
+}
+
+impl<'a> DeleteRequest<'a> {
+    pub fn decode(object: Object, body: &'a [u8]) -> Result<DeleteRequest<'a>, WireError> {
+        let mut request = DeleteRequest::default();
+        let id_field = object.id_field();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "Token" => request.token = r.str()?,
+                _ if name == id_field => request.id = r.str()?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    pub fn encode(&self, object: Object) -> Vec<u8> {
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 3);
+        f.field("Datacenter").str(self.datacenter);
+        // `PolicyID` and `RoleID` sort before `Token`; `TokenID` after it.
+        if object == Object::Token {
+            f.field("Token").str(self.token);
+            f.field("TokenID").str(self.id);
+        } else {
+            f.field(object.id_field()).str(self.id);
+            f.field("Token").str(self.token);
+        }
+        f.finish();
+        w.into_inner()
+    }
+}
+
+/// `ACLPolicyGetRequest`, `ACLRoleGetRequest`: one object by ID or by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GetRequest<'a> {
+    pub datacenter: &'a str,
+    pub id: &'a str,
+    pub name: &'a str,
+    pub options: QueryOptions<'a>,
+}
+
+impl<'a> GetRequest<'a> {
+    pub fn decode(object: Object, body: &'a [u8]) -> Result<GetRequest<'a>, WireError> {
+        let mut request = GetRequest::default();
+        let (id_field, name_field) = (object.id_field(), object.name_field());
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                _ if name == id_field => request.id = r.str()?,
+                _ if name == name_field => request.name = r.str()?,
+                _ => return request.options.field(name, r),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    pub fn encode(&self, object: Object) -> Vec<u8> {
+        let mut w = Writer::new();
+        let (id_field, name_field) = (object.id_field(), object.name_field());
+        // `PolicyID` < `PolicyName`, `RoleID` < `RoleName`.
+        self.options
+            .write_request(
+                &mut w,
+                &["Datacenter", id_field, name_field],
+                |name, w| match name {
+                    "Datacenter" => w.str(self.datacenter),
+                    _ if name == id_field => w.str(self.id),
+                    _ => w.str(self.name),
+                },
+            );
+        w.into_inner()
+    }
+}
+
+/// `ACLTokenListRequest`, `ACLPolicyListRequest` and `ACLRoleListRequest`: the list's
+/// filters (tokens: `Policy`, `Role`, `AuthMethod`, `IncludeLocal`, `IncludeGlobal`;
+/// roles: `Policy`; policies: none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListRequest<'a> {
+    pub datacenter: &'a str,
+    pub policy: &'a str,
+    pub role: &'a str,
+    pub auth_method: &'a str,
+    pub include_local: bool,
+    pub include_global: bool,
+    pub options: QueryOptions<'a>,
+}
+
+impl<'a> ListRequest<'a> {
+    pub fn decode(body: &'a [u8]) -> Result<ListRequest<'a>, WireError> {
+        let mut request = ListRequest::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "Policy" => request.policy = r.str()?,
+                "Role" => request.role = r.str()?,
+                "AuthMethod" => request.auth_method = r.str()?,
+                "IncludeLocal" => request.include_local = r.bool()?,
+                "IncludeGlobal" => request.include_global = r.bool()?,
+                _ => return request.options.field(name, r),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    pub fn encode(&self, object: Object) -> Vec<u8> {
+        let own: &[&'static str] = match object {
+            Object::Token => &[
+                "AuthMethod",
+                "Datacenter",
+                "IncludeGlobal",
+                "IncludeLocal",
+                "Policy",
+                "Role",
+            ],
+            Object::Policy => &["Datacenter"],
+            Object::Role => &["Datacenter", "Policy"],
+        };
+        let mut w = Writer::new();
+        self.options
+            .write_request(&mut w, own, |name, w| match name {
+                "AuthMethod" => w.str(self.auth_method),
+                "Datacenter" => w.str(self.datacenter),
+                "IncludeGlobal" => w.bool(self.include_global),
+                "IncludeLocal" => w.bool(self.include_local),
+                "Policy" => w.str(self.policy),
+                _ => w.str(self.role),
+            });
+        w.into_inner()
+    }
+}
+
+/// Reads an `ACLTokenResponse`: its metadata and token (`None` when there is none).
+pub fn read_token_response(body: &[u8]) -> Result<(QueryMeta, Option<TokenRecord>), WireError> {
+    let mut token = None;
+    let meta = read_reply(body, |name, r| {
+        if name != "Token" {
+            return Ok(false);
+        }
+        if !r.try_nil()? {
+            token = Some(read_token(r)?);
+        }
+        Ok(true)
+    })?;
+    Ok((meta, token))
+}
+
+/// Reads a reply that embeds `QueryMeta` next to one object or a list of them (`field`:
+/// `Policy`, `Roles`, `Tokens`, …), each read with `read`; a nil object is no object.
+pub fn read_objects<T>(
+    body: &[u8],
+    field: &str,
+    mut read: impl FnMut(&mut Reader) -> Result<T, WireError>,
+) -> Result<(QueryMeta, Vec<T>), WireError> {
+    let mut objects = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != field {
+            return Ok(false);
+        }
+        match r.peek()? {
+            0xc0 => r.skip()?,
+            0x90..=0x9f | 0xdc | 0xdd => {
+                let count = r.array_len()?;
+                objects.reserve(count);
+                for _ in 0..count {
+                    objects.push(read(r)?);
+                }
+            }
+            _ => objects.push(read(r)?),
+        }
+        Ok(true)
+    })?;
+    Ok((meta, objects))
 }
 
 #[cfg(test)]

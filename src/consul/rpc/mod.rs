@@ -518,6 +518,26 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "Txn.Apply" | "Txn.Read" => decoded(txn::decode(body)),
         "Coordinate.Update" => decoded(coordinate::UpdateRequest::decode(body)),
         "ACL.TokenRead" => decoded(acl::TokenGetRequest::decode(body)),
+        "ACL.TokenList" | "ACL.PolicyList" | "ACL.RoleList" => {
+            decoded(acl::ListRequest::decode(body))
+        }
+        "ACL.TokenSet" | "ACL.TokenClone" => decoded(
+            acl::SetRequest::decode(acl::Object::Token, body)
+                .and_then(|r| acl::read_token(&mut Reader::new(r.object))),
+        ),
+        "ACL.PolicySet" => decoded(
+            acl::SetRequest::decode(acl::Object::Policy, body)
+                .and_then(|r| acl::read_policy(&mut Reader::new(r.object))),
+        ),
+        "ACL.RoleSet" => decoded(
+            acl::SetRequest::decode(acl::Object::Role, body)
+                .and_then(|r| acl::read_role(&mut Reader::new(r.object))),
+        ),
+        "ACL.TokenDelete" => decoded(acl::DeleteRequest::decode(acl::Object::Token, body)),
+        "ACL.PolicyDelete" => decoded(acl::DeleteRequest::decode(acl::Object::Policy, body)),
+        "ACL.RoleDelete" => decoded(acl::DeleteRequest::decode(acl::Object::Role, body)),
+        "ACL.PolicyRead" => decoded(acl::GetRequest::decode(acl::Object::Policy, body)),
+        "ACL.RoleRead" => decoded(acl::GetRequest::decode(acl::Object::Role, body)),
         "Internal.EventFire" => decoded(internal::EventFireRequest::decode(body)),
         "Internal.ServiceDump" => decoded(internal::ServiceDumpRequest::decode(body)),
         // Config entries (issue #36, mesh).

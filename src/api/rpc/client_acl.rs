@@ -1,0 +1,452 @@
+//! A client agent's ACL endpoints as Consul's typed calls: tokens, policies and roles are
+//! read with `ACL.TokenRead`, `ACL.PolicyRead`, `ACL.RoleRead` (by ID, or by name for
+//! policies and roles), listed with `ACL.TokenList`, `ACL.PolicyList`, `ACL.RoleList`,
+//! and written with `ACL.TokenSet`, `ACL.TokenClone`, `ACL.TokenDelete`, `ACL.PolicySet`,
+//! `ACL.PolicyDelete`, `ACL.RoleSet`, `ACL.RoleDelete`, as Consul's `acl_endpoint.go` on the
+//! agent sends them; `/v1/acl/token/self` is `ACL.TokenRead` by the request's own secret.
+//!
+//! The HTTP handler (`api::acl`) decodes and checks the request as it does on a server, so a
+//! bad body gets the same 400 before any call; the handler's store command becomes the
+//! call ([`write`]). A reply comes back as the store's rows with their links named and is
+//! rendered by the server's own JSON renderers (`api::acl::token_json_linked`,
+//! `policy_json`, `role_json_linked`), so the body is the server's byte for byte; a read's
+//! headers come from the reply's `QueryMeta`. The server checks the token (`acl:read`,
+//! `acl:write`) as its HTTP route does, and its refusals come back in its words.
+
+use super::client::{bad_reply, call, meta_of, query_options, read_timeout, write as call_write};
+use crate::api::acl::{not_found, policy_json, role_json_linked, token_json_linked};
+use crate::api::authz::{acl_not_found, request_secret};
+use crate::api::{ApiError, Context, Outcome, Request};
+use crate::cluster::servers::Retry;
+use crate::consul::rpc::acl::{
+    read_objects, read_policy, read_role, read_token, read_token_response, write_policy,
+    write_role, write_token_record, DeleteRequest, GetRequest, Links, ListRequest, Object,
+    SetRequest, TokenGetRequest, TokenRecord,
+};
+use crate::consul::rpc::QueryMeta as RpcQueryMeta;
+use crate::proto::msgpack::Reader;
+use crate::store::acl::apply::{LinkRef, PolicyWrite, RoleWrite, TokenWrite};
+use crate::store::acl::{builtin, AclOp, Policy, Role, Token};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A read's headers, from the reply's metadata, as the server's HTTP read writes them.
+fn read_headers(meta: &RpcQueryMeta) -> Vec<u8> {
+    let mut headers = Vec::with_capacity(160);
+    meta_of(meta).write_headers(&mut headers);
+    headers
+}
+
+/// A typed reply that does not decode.
+fn malformed(error: crate::proto::msgpack::WireError) -> ApiError {
+    bad_reply(error)
+}
+
+/// The JSON of a token record, as the server's handler renders the row.
+fn token_value(record: TokenRecord, stub: bool) -> Value {
+    token_json_linked(&record.token, record.policies, record.roles, stub)
+}
+
+/// `GET /v1/acl/token/<accessor>`, `/v1/acl/policy/<id>`, `/v1/acl/policy/name/<name>`,
+/// `/v1/acl/role/<id>` and `/v1/acl/role/name/<name>`: one object by ID (or by `name`,
+/// when `id` is empty); Consul's 404 when there is none.
+pub fn read_one(
+    ctx: &Context,
+    request: &Request,
+    object: Object,
+    id: &str,
+    name: &str,
+    options: crate::api::QueryOptions,
+) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let rpc_options = query_options(&options, &secret);
+    let (method, body) = match object {
+        Object::Token => (
+            "ACL.TokenRead",
+            TokenGetRequest {
+                datacenter: "",
+                token_id: id,
+                token_id_type: "accessor",
+                expanded: false,
+                options: rpc_options,
+            }
+            .encode(),
+        ),
+        Object::Policy => (
+            "ACL.PolicyRead",
+            GetRequest {
+                datacenter: "",
+                id,
+                name,
+                options: rpc_options,
+            }
+            .encode(object),
+        ),
+        Object::Role => (
+            "ACL.RoleRead",
+            GetRequest {
+                datacenter: "",
+                id,
+                name,
+                options: rpc_options,
+            }
+            .encode(object),
+        ),
+    };
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, value) = match object {
+                Object::Token => {
+                    let (meta, token) = read_token_response(body).map_err(malformed)?;
+                    (meta, token.map(|t| token_value(t, false)))
+                }
+                Object::Policy => {
+                    let (meta, policies) =
+                        read_objects(body, "Policy", read_policy).map_err(malformed)?;
+                    let value = policies.first().map(|p| policy_json(p, false));
+                    (meta, value)
+                }
+                Object::Role => {
+                    let (meta, roles) = read_objects(body, "Role", read_role).map_err(malformed)?;
+                    let value = roles
+                        .into_iter()
+                        .next()
+                        .map(|r| role_json_linked(&r.role, r.policies));
+                    (meta, value)
+                }
+            };
+            let noun = match object {
+                Object::Token => "token",
+                Object::Policy => "policy",
+                Object::Role => "role",
+            };
+            let value = value.ok_or_else(|| not_found(noun))?;
+            reply.json(200, &read_headers(&meta), &value);
+            Ok(())
+        },
+    )
+}
+
+/// A list's filters, as its query parameters gave them (empty: unset).
+#[derive(Clone, Debug, Default)]
+pub struct ListFilters {
+    pub policy: String,
+    pub role: String,
+    pub auth_method: String,
+}
+
+/// `GET /v1/acl/tokens`, `/v1/acl/policies`, `/v1/acl/roles`.
+pub fn list(
+    ctx: &Context,
+    request: &Request,
+    object: Object,
+    filters: ListFilters,
+    options: crate::api::QueryOptions,
+) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let body = ListRequest {
+        datacenter: "",
+        policy: &filters.policy,
+        role: &filters.role,
+        auth_method: &filters.auth_method,
+        // What Consul's agent asks for a list: every token, local or global.
+        include_local: true,
+        include_global: true,
+        options: query_options(&options, &secret),
+    }
+    .encode(object);
+    let method = match object {
+        Object::Token => "ACL.TokenList",
+        Object::Policy => "ACL.PolicyList",
+        Object::Role => "ACL.RoleList",
+    };
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, values): (_, Vec<Value>) = match object {
+                Object::Token => {
+                    let (meta, tokens) =
+                        read_objects(body, "Tokens", read_token).map_err(malformed)?;
+                    (
+                        meta,
+                        tokens.into_iter().map(|t| token_value(t, true)).collect(),
+                    )
+                }
+                Object::Policy => {
+                    let (meta, policies) =
+                        read_objects(body, "Policies", read_policy).map_err(malformed)?;
+                    (
+                        meta,
+                        policies.iter().map(|p| policy_json(p, true)).collect(),
+                    )
+                }
+                Object::Role => {
+                    let (meta, roles) =
+                        read_objects(body, "Roles", read_role).map_err(malformed)?;
+                    (
+                        meta,
+                        roles
+                            .into_iter()
+                            .map(|r| role_json_linked(&r.role, r.policies))
+                            .collect(),
+                    )
+                }
+            };
+            reply.json(200, &read_headers(&meta), &Value::Array(values));
+            Ok(())
+        },
+    )
+}
+
+/// `GET /v1/acl/token/self`: `ACL.TokenRead` by the request's own secret (the anonymous
+/// token's when it has none); Consul's 403 `ACL not found` for a secret no token has.
+pub fn token_self(ctx: &Context, request: &Request, options: crate::api::QueryOptions) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let secret = if secret.is_empty() {
+        builtin::ANONYMOUS_TOKEN_SECRET_ID.to_string()
+    } else {
+        secret
+    };
+    let body = TokenGetRequest {
+        datacenter: "",
+        token_id: &secret,
+        token_id_type: "secret",
+        expanded: false,
+        options: query_options(&options, &secret),
+    }
+    .encode();
+    call(
+        ctx,
+        "",
+        "ACL.TokenRead",
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, token) = read_token_response(body).map_err(malformed)?;
+            let token = token.ok_or_else(acl_not_found)?;
+            reply.json(200, &read_headers(&meta), &token_value(token, false));
+            Ok(())
+        },
+    )
+}
+
+fn arc_links(links: &[LinkRef]) -> Links {
+    links
+        .iter()
+        .map(|l| (Arc::from(l.id.as_str()), Arc::from(l.name.as_str())))
+        .collect()
+}
+
+/// The `ACLToken` a token write carries.
+pub fn token_record(write: &TokenWrite) -> TokenRecord {
+    let policies = arc_links(&write.policies);
+    let roles = arc_links(&write.roles);
+    TokenRecord {
+        token: Token {
+            accessor_id: Arc::from(write.accessor_id.as_str()),
+            secret_id: Arc::from(write.secret_id.as_str()),
+            description: write.description.clone(),
+            policies: policies.iter().map(|(id, _)| id.clone()).collect(),
+            roles: roles.iter().map(|(id, _)| id.clone()).collect(),
+            service_identities: write.service_identities.clone(),
+            node_identities: write.node_identities.clone(),
+            templated_policies: write.templated_policies.clone(),
+            local: write.local,
+            auth_method: write.auth_method.clone(),
+            expiration_time_ns: write.expiration_time_ns,
+            create_time_ns: write.now_unix_ns,
+            ..crate::consul::rpc::acl::empty_token()
+        },
+        policies,
+        roles,
+        expiration_ttl_ns: write.expiration_ttl_ns,
+    }
+}
+
+/// The `ACLPolicy` a policy write carries; a create carries no ID (the server picks it, as
+/// Consul's `ACL.PolicySet` creates a policy without one).
+fn policy_of(write: &PolicyWrite) -> Policy {
+    Policy {
+        id: Arc::from(if write.create { "" } else { write.id.as_str() }),
+        name: Arc::from(write.name.as_str()),
+        description: write.description.clone(),
+        rules: write.rules.clone(),
+        datacenters: write.datacenters.clone(),
+        hash: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// The `ACLRole` a role write carries (a create without an ID, as for policies) and its
+/// policy links.
+fn role_of(write: &RoleWrite) -> (Role, Links) {
+    let links = arc_links(&write.policies);
+    let role = Role {
+        id: Arc::from(if write.create { "" } else { write.id.as_str() }),
+        name: Arc::from(write.name.as_str()),
+        description: write.description.clone(),
+        policies: links.iter().map(|(id, _)| id.clone()).collect(),
+        service_identities: write.service_identities.clone(),
+        node_identities: write.node_identities.clone(),
+        templated_policies: write.templated_policies.clone(),
+        hash: Vec::new(),
+        create_index: 0,
+        modify_index: 0,
+    };
+    (role, links)
+}
+
+/// An ACL write the handler decided on, as its typed call: the reply (the object as the
+/// leader applied it) rendered as the server's handler answers, `true` for a delete.
+/// Writes without a typed call yet (bootstrap, login, logout, auth methods, binding rules)
+/// go as forwarded HTTP.
+pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let set = |create: bool| SetRequest {
+        datacenter: "",
+        object: &[],
+        create,
+        token: &secret,
+    };
+    let delete = |id: &str, object: Object| {
+        DeleteRequest {
+            datacenter: "",
+            id,
+            token: &secret,
+        }
+        .encode(object)
+    };
+    let (method, body, answer): (&'static str, Vec<u8>, RenderReply) = match op {
+        AclOp::TokenSet(write) => (
+            "ACL.TokenSet",
+            set(write.create).encode(Object::Token, |w| {
+                write_token_record(w, &token_record(write))
+            }),
+            token_answer,
+        ),
+        AclOp::TokenClone {
+            source_accessor_id,
+            description,
+            ..
+        } => {
+            // Consul's clone request: the source's accessor and the new description.
+            let write = TokenWrite {
+                accessor_id: source_accessor_id.clone(),
+                description: description.clone().unwrap_or_default(),
+                ..TokenWrite::default()
+            };
+            (
+                "ACL.TokenClone",
+                set(false).encode(Object::Token, |w| {
+                    write_token_record(w, &token_record(&write))
+                }),
+                token_answer,
+            )
+        }
+        AclOp::TokenDelete { accessor_id, .. } => (
+            "ACL.TokenDelete",
+            delete(accessor_id, Object::Token),
+            deleted,
+        ),
+        AclOp::PolicySet(write) => (
+            "ACL.PolicySet",
+            set(write.create).encode(Object::Policy, |w| write_policy(w, &policy_of(write))),
+            policy_answer,
+        ),
+        AclOp::PolicyDelete { id } => ("ACL.PolicyDelete", delete(id, Object::Policy), deleted),
+        AclOp::RoleSet(write) => {
+            let (role, links) = role_of(write);
+            let links: Vec<(&str, &str)> = links.iter().map(|(i, n)| (&**i, &**n)).collect();
+            (
+                "ACL.RoleSet",
+                set(write.create).encode(Object::Role, |w| write_role(w, &role, &links)),
+                role_answer,
+            )
+        }
+        AclOp::RoleDelete { id } => ("ACL.RoleDelete", delete(id, Object::Role), deleted),
+        _ => return Outcome::Forward,
+    };
+    call_write(ctx, method, body, move |body, reply| {
+        reply.json(200, b"", &answer(body)?);
+        Ok(())
+    })
+}
+
+/// How a write's reply becomes the handler's JSON answer.
+type RenderReply = fn(&[u8]) -> Result<Value, ApiError>;
+
+fn token_answer(body: &[u8]) -> Result<Value, ApiError> {
+    let record = read_token(&mut Reader::new(body)).map_err(malformed)?;
+    Ok(token_value(record, false))
+}
+
+fn policy_answer(body: &[u8]) -> Result<Value, ApiError> {
+    let policy = read_policy(&mut Reader::new(body)).map_err(malformed)?;
+    Ok(policy_json(&policy, false))
+}
+
+fn role_answer(body: &[u8]) -> Result<Value, ApiError> {
+    let record = read_role(&mut Reader::new(body)).map_err(malformed)?;
+    Ok(role_json_linked(&record.role, record.policies))
+}
+
+/// A delete's answer: the server's reply (the object's ID or name) is not shown; the
+/// handler answers `true`.
+fn deleted(_: &[u8]) -> Result<Value, ApiError> {
+    Ok(Value::Bool(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::msgpack::Writer;
+
+    #[test]
+    fn a_token_write_travels_as_the_acl_token_it_sets() {
+        let write = TokenWrite {
+            accessor_id: "AbC-1".into(),
+            secret_id: "s".into(),
+            description: "d".into(),
+            policies: vec![LinkRef {
+                id: String::new(),
+                name: "by-name".into(),
+            }],
+            expiration_ttl_ns: 5_000_000_000,
+            create: true,
+            ..TokenWrite::default()
+        };
+        let body = set_body(&write);
+        let request = SetRequest::decode(Object::Token, &body).unwrap();
+        assert!(request.create);
+        assert_eq!(request.token, "t");
+        let record = read_token(&mut Reader::new(request.object)).unwrap();
+        assert_eq!(&*record.token.accessor_id, "AbC-1");
+        assert_eq!(record.policies, vec![(Arc::from(""), Arc::from("by-name"))]);
+        assert_eq!(record.expiration_ttl_ns, 5_000_000_000);
+    }
+
+    fn set_body(write: &TokenWrite) -> Vec<u8> {
+        SetRequest {
+            datacenter: "",
+            object: &[],
+            create: write.create,
+            token: "t",
+        }
+        .encode(Object::Token, |w: &mut Writer| {
+            write_token_record(w, &token_record(write))
+        })
+    }
+}
