@@ -36,7 +36,7 @@ use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read::CheckServiceNode;
 use crate::store::query::{self, select::select, PreparedQuery, QueryOp};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{QueryResult, StoreVersion, Table, Tables};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,16 +114,17 @@ fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         }
     };
     let id = query.id.clone();
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Query(QueryOp::Set {
-            query: Box::new(query),
-            create: true,
-        }),
-        respond: Box::new(move |result, reply| match result {
-            CommandResult::Bool(true) => reply.json(200, b"", &serde_json::json!({ "ID": id })),
-            other => reply.error(&write_refusal(other)),
-        }),
-    }))
+    let create = QueryOp::Set {
+        query: Box::new(query),
+        create: true,
+    };
+    Ok(Outcome::Write(WriteOp::query(
+        create,
+        move |result, reply| match result {
+            QueryResult::Written => reply.json(200, b"", &serde_json::json!({ "ID": id })),
+            QueryResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+        },
+    )))
 }
 
 fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
@@ -136,36 +137,25 @@ fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
     // The ID comes from the path, not the body.
     query.id = id.to_string();
     validate(&query)?;
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Query(QueryOp::Set {
-            query: Box::new(query),
-            create: false,
-        }),
-        respond: Box::new(answer_empty),
-    }))
+    let update = QueryOp::Set {
+        query: Box::new(query),
+        create: false,
+    };
+    Ok(Outcome::Write(WriteOp::query(update, answer_empty)))
 }
 
 fn delete(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Query(QueryOp::Delete { id: id.to_string() }),
-        respond: Box::new(answer_empty),
-    }))
+    let delete = QueryOp::Delete { id: id.to_string() };
+    Ok(Outcome::Write(WriteOp::query(delete, answer_empty)))
 }
 
-/// An update's and a delete's answer: an empty 200, or the store's refusal.
-fn answer_empty(result: CommandResult, reply: &mut Reply) {
+/// An update's and a delete's answer: an empty 200, or the store's refusal (500 with the
+/// store's words, as Consul's RPC errors are).
+fn answer_empty(result: QueryResult, reply: &mut Reply) {
     match result {
-        CommandResult::Bool(true) => reply.send(200, None, b"", b""),
-        other => reply.error(&write_refusal(other)),
-    }
-}
-
-/// A refused query write, answered 500 with the store's words as Consul's RPC errors are.
-fn write_refusal(result: CommandResult) -> ApiError {
-    match result {
-        CommandResult::Error(reason) => ApiError::Internal(reason),
-        other => ApiError::Internal(format!("unexpected result of a query write: {other:?}")),
+        QueryResult::Written => reply.send(200, None, b"", b""),
+        QueryResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
     }
 }
 
