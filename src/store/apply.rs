@@ -73,7 +73,7 @@ impl Tables {
                 Err(reason) => QueryResult::Refused(reason),
             }
             .into(),
-            CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op),
+            CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op).into(),
             CommandOf::ConfigEntry(op) => self.write_config_entry(index, op, changes),
             CommandOf::Ca(op) => mesh::ca::apply(self, index, op, changes),
             CommandOf::FederationState(op) => federation::apply(self, index, op, changes),

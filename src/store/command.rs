@@ -6,7 +6,8 @@
 //!
 //! Results are typed per command family: a KV write answers a [`KvResult`], a catalog write
 //! a [`CatalogResult`], a session write a [`SessionResult`], a transaction a [`TxnAnswer`],
-//! each with exactly the cases its family can produce. [`CommandResult`] is the envelope the
+//! a prepared-query write a [`QueryResult`], an autopilot write an [`AutopilotResult`], the
+//! agent CA's an [`AgentCaResult`], each with exactly the cases its family can produce. [`CommandResult`] is the envelope the
 //! raft thread carries back to the proposer, one variant per family; a handler never sees
 //! it: [`FamilyResult::of`] unwraps the envelope once, at the seam, into the family the
 //! handler's command belongs to (a KV handler cannot be handed a transaction's outcome).
@@ -64,6 +65,7 @@ pub enum CommandResult {
     Txn(TxnAnswer),
     Query(QueryResult),
     Autopilot(AutopilotResult),
+    AgentCa(AgentCaResult),
     /// A family not typed yet, or the raft thread's own answer: success or failure of a
     /// conditional write (`true`/`false` in the HTTP API), a read confirmed, an operator
     /// request carried out.
@@ -85,6 +87,7 @@ impl CommandResult {
             | CommandResult::Session(SessionResult::Refused(reason))
             | CommandResult::Txn(TxnAnswer::Refused(reason))
             | CommandResult::Query(QueryResult::Refused(reason))
+            | CommandResult::AgentCa(AgentCaResult::Refused(reason))
             | CommandResult::Error(reason) => Some(reason),
             CommandResult::Kv(_)
             | CommandResult::Catalog(_)
@@ -92,6 +95,7 @@ impl CommandResult {
             | CommandResult::Txn(_)
             | CommandResult::Query(_)
             | CommandResult::Autopilot(_)
+            | CommandResult::AgentCa(_)
             | CommandResult::Bool(_) => None,
         }
     }
@@ -202,6 +206,16 @@ pub enum AutopilotResult {
     AlreadyInitialized,
 }
 
+/// The agent CA root's write result (auto-encrypt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentCaResult {
+    Initialized,
+    /// A root exists already: it stays, nothing changed.
+    AlreadyInitialized,
+    /// The root or its key is larger than a row may be, with the limit in the text.
+    Refused(String),
+}
+
 /// A command family's result type, as the seam takes it out of the envelope.
 pub trait FamilyResult: Sized {
     /// The family's name, for the seam's message.
@@ -257,6 +271,7 @@ family_result!(SessionResult, Session, "session");
 family_result!(TxnAnswer, Txn, "transaction");
 family_result!(QueryResult, Query, "prepared query");
 family_result!(AutopilotResult, Autopilot, "autopilot");
+family_result!(AgentCaResult, AgentCa, "agent CA");
 
 /// First byte of an encoded command.
 const COMMAND_FORMAT_VERSION: u8 = 1;
@@ -378,5 +393,89 @@ mod tests {
         assert!(Command::decode(&[]).is_err());
         assert!(Command::decode(&[7, 1, 2]).is_err());
         assert!(Command::decode(&[1, 0xc1]).is_err());
+    }
+
+    #[test]
+    fn a_kv_result_answers_as_the_bool_it_replaced() {
+        let took_effect = [
+            KvResult::Written,
+            KvResult::LockAcquired,
+            KvResult::Released,
+        ];
+        for result in took_effect {
+            assert!(result.took_effect(), "{result:?}");
+        }
+        let no_effect = [
+            KvResult::CheckAndSetFailed,
+            KvResult::LockNotAcquired,
+            KvResult::NotReleased,
+        ];
+        for result in no_effect {
+            assert!(!result.took_effect(), "{result:?}");
+        }
+    }
+
+    #[test]
+    fn a_client_agent_rebuilds_the_kv_result_from_the_servers_bool() {
+        let set = KvOp::Set {
+            key: "k".into(),
+            value: Bytes::new(),
+            flags: 0,
+        };
+        let cas = KvOp::DeleteCas {
+            key: "k".into(),
+            modify_index: 3,
+        };
+        let lock = KvOp::Lock {
+            key: "k".into(),
+            value: Bytes::new(),
+            flags: 0,
+            session: "s".into(),
+        };
+        let unlock = KvOp::Unlock {
+            key: "k".into(),
+            value: Bytes::new(),
+            flags: 0,
+            session: "s".into(),
+        };
+        let cases = [
+            (&set, true, KvResult::Written),
+            (&cas, true, KvResult::Written),
+            (&cas, false, KvResult::CheckAndSetFailed),
+            (&lock, true, KvResult::LockAcquired),
+            (&lock, false, KvResult::LockNotAcquired),
+            (&unlock, true, KvResult::Released),
+            (&unlock, false, KvResult::NotReleased),
+        ];
+        for (op, took_effect, expected) in cases {
+            let rebuilt = KvResult::of_reply(op, took_effect);
+            assert_eq!(rebuilt, expected, "{op:?}");
+            assert_eq!(rebuilt.took_effect(), took_effect, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn the_seam_hands_over_the_family_or_the_raft_threads_refusal() {
+        assert_eq!(
+            KvResult::of(CommandResult::Kv(KvResult::LockNotAcquired)),
+            Ok(KvResult::LockNotAcquired)
+        );
+        assert_eq!(
+            CatalogResult::of(CommandResult::Error("No cluster leader".into())),
+            Err("No cluster leader".to_string())
+        );
+        let refused = CommandResult::Session(SessionResult::Refused("Missing node".into()));
+        assert_eq!(refused.refusal(), Some("Missing node"));
+        assert_eq!(
+            SessionResult::of(refused),
+            Ok(SessionResult::Refused("Missing node".into()))
+        );
+        // Answers, not refusals: a failed check-and-set, a transaction that rolled back.
+        assert_eq!(
+            CommandResult::Kv(KvResult::CheckAndSetFailed).refusal(),
+            None
+        );
+        let rolled_back = TxnAnswer::Ran(Box::default());
+        assert_eq!(CommandResult::Txn(rolled_back).refusal(), None);
     }
 }

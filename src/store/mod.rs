@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub use command::{
-    AutopilotResult, CatalogResult, Command, CommandOf, CommandResult, FamilyResult, KvResult,
-    QueryResult, SessionResult, TxnAnswer,
+    AgentCaResult, AutopilotResult, CatalogResult, Command, CommandOf, CommandResult, FamilyResult,
+    KvResult, QueryResult, SessionResult, TxnAnswer,
 };
 pub use dependency::{invalidates, Dependencies, Dependency, DependencyIndex};
 
