@@ -6,7 +6,7 @@
 //! the trailing Raft log (about 30 B per instance) on top.
 
 use praetor::store::catalog::{CatalogOp, CheckRegistration, Registration, ServiceRegistration};
-use praetor::store::{Command, CommandResult, Tables};
+use praetor::store::{CatalogResult, Command, CommandResult, Tables};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
@@ -104,7 +104,7 @@ fn catalog_keeps_little_per_registered_instance() {
         let command = Command::Catalog(CatalogOp::Register(Box::new(node)));
         assert_eq!(
             tables.apply(index, &command, &mut changes),
-            CommandResult::Bool(true)
+            CommandResult::Catalog(CatalogResult::Written)
         );
     }
     let bytes_before = LIVE_BYTES.load(Ordering::Relaxed);
@@ -113,7 +113,7 @@ fn catalog_keeps_little_per_registered_instance() {
         changes.clear();
         index += 1;
         let result = tables.apply(index, command, &mut changes);
-        assert_eq!(result, CommandResult::Bool(true));
+        assert_eq!(result, CommandResult::Catalog(CatalogResult::Written));
     }
     changes = Vec::new();
     drop(changes);

@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 use praetor::store::txn::{KvVerb, TxnOp};
-use praetor::store::{Command, CommandResult, Tables};
+use praetor::store::{Command, CommandResult, Tables, TxnAnswer};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Mutex;
@@ -127,7 +127,9 @@ fn load(keys: usize, value_bytes: usize) -> (Tables, PerEntry) {
         drop(entry);
         changes.clear();
         match tables.apply(index, &command, &mut changes) {
-            CommandResult::Txn(outcome) => assert!(outcome.errors.is_empty(), "{outcome:?}"),
+            CommandResult::Txn(TxnAnswer::Ran(outcome)) => {
+                assert!(outcome.errors.is_empty(), "{outcome:?}")
+            }
             other => panic!("transaction failed: {other:?}"),
         }
     }

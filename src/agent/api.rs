@@ -130,9 +130,15 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             if !agent.config.borrow().server {
                 return AgentReply::text(500, "only a server proposes store writes");
             }
-            match agent.shard.propose(command).await.into_command_result() {
-                crate::store::CommandResult::Error(reason) => AgentReply::text(500, reason),
-                _ => AgentReply::empty(),
+            match agent
+                .shard
+                .propose(command)
+                .await
+                .into_command_result()
+                .refusal()
+            {
+                Some(reason) => AgentReply::text(500, reason),
+                None => AgentReply::empty(),
             }
         }
     }

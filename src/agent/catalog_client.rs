@@ -31,7 +31,7 @@ use crate::shard::rpc_client::CallError;
 use crate::shard::Shard;
 use crate::store::catalog::rows::RowArc;
 use crate::store::catalog::CatalogOp;
-use crate::store::{Command, CommandResult, StoreVersion};
+use crate::store::{CatalogResult, Command, FamilyResult, StoreVersion};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -72,38 +72,39 @@ impl CatalogClient {
     }
 
     /// Replicates one catalog command and returns the store's answer.
-    pub async fn apply(&self, op: CatalogOp) -> CommandResult {
+    pub async fn apply(&self, op: CatalogOp) -> CatalogResult {
         self.apply_as(op, None).await
     }
 
     /// [`CatalogClient::apply`] sent with `token` (a service's or check's own) instead of
     /// the agent's token when it goes to another server.
-    pub async fn apply_as(&self, op: CatalogOp, token: Option<&str>) -> CommandResult {
+    pub async fn apply_as(&self, op: CatalogOp, token: Option<&str>) -> CatalogResult {
         self.apply_command_as(&Command::Catalog(op), token).await
     }
 
     /// [`CatalogClient::apply_as`] of a command the caller keeps (anti-entropy retries a
     /// refused batch operation by operation).
-    pub async fn apply_command_as(&self, command: &Command, token: Option<&str>) -> CommandResult {
+    pub async fn apply_command_as(&self, command: &Command, token: Option<&str>) -> CatalogResult {
         match &self.backend {
             Backend::Local(shard) => {
                 if shard.is_leader() {
-                    return shard.propose(command.encode()).await.into_command_result();
+                    let result = shard.propose(command.encode()).await.into_command_result();
+                    return CatalogResult::of(result).unwrap_or_else(CatalogResult::Refused);
                 }
                 let Command::Catalog(op) = command else {
-                    return CommandResult::Error("only catalog commands go to the leader".into());
+                    return CatalogResult::Refused("only catalog commands go to the leader".into());
                 };
                 match leader_address(shard) {
                     Some(leader) => {
                         let token = request_token(shard, token).unwrap_or_default();
                         apply_typed(shard, &Destination::Leader(leader), op, &token).await
                     }
-                    None => ProposalResult::NotLeader.into_command_result(),
+                    None => CatalogResult::Refused(ProposalResult::NotLeader.to_string()),
                 }
             }
             Backend::Remote { shard, servers } => {
                 let Command::Catalog(op) = command else {
-                    return CommandResult::Error("only catalog commands go to a server".into());
+                    return CatalogResult::Refused("only catalog commands go to a server".into());
                 };
                 let token = request_token(shard, token).unwrap_or_default();
                 let servers = Destination::Servers(servers.clone());
@@ -205,17 +206,17 @@ fn typed_calls(op: &CatalogOp, token: &str, calls: &mut Vec<(&'static str, Vec<u
 
 /// A typed catalog write's answer as the store's: `true`, or the refusal's text (a
 /// transport failure's with Consul's "rpc error" prefix).
-fn written(answer: Result<bytes::Bytes, CallError>) -> CommandResult {
+fn written(answer: Result<bytes::Bytes, CallError>) -> CatalogResult {
     match answer {
-        Ok(_) => CommandResult::Bool(true),
-        Err(CallError::Remote(reason)) => CommandResult::Error(reason),
+        Ok(_) => CatalogResult::Written,
+        Err(CallError::Remote(reason)) => CatalogResult::Refused(reason),
         Err(CallError::Transport { reason, .. })
             if reason.starts_with("rpc error") || reason == servers::NO_SERVERS =>
         {
-            CommandResult::Error(reason)
+            CatalogResult::Refused(reason)
         }
         Err(CallError::Transport { reason, .. }) => {
-            CommandResult::Error(format!("rpc error: {reason}"))
+            CatalogResult::Refused(format!("rpc error: {reason}"))
         }
     }
 }
@@ -237,7 +238,7 @@ async fn apply_typed(
     to: &Destination,
     op: &CatalogOp,
     token: &str,
-) -> CommandResult {
+) -> CatalogResult {
     let mut calls = Vec::new();
     typed_calls(op, token, &mut calls);
     if let [(method, body)] = calls.as_slice() {
@@ -250,10 +251,10 @@ async fn apply_typed(
             monoio::spawn(async move { typed_write(&shard, &to, method, &body).await })
         })
         .collect();
-    let mut result = CommandResult::Bool(true);
+    let mut result = CatalogResult::Written;
     for call in pending {
         let answer = written(call.await);
-        if matches!(result, CommandResult::Bool(_)) {
+        if result == CatalogResult::Written {
             result = answer;
         }
     }

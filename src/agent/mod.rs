@@ -39,7 +39,7 @@ use crate::consul::node_state::NodeState;
 use crate::shard::runtime::Identity;
 use crate::shard::Shard;
 use crate::store::catalog::{CatalogOp, Registration, Status};
-use crate::store::CommandResult;
+use crate::store::CatalogResult;
 use crate::telemetry::incr as telemetry_counter;
 use catalog_client::CatalogClient;
 use local::{LocalState, Source};
@@ -1075,8 +1075,8 @@ pub async fn run(shard: Rc<Shard>, pools: Arc<Pools>, calls: flume::Receiver<Age
 
 async fn apply_logged(client: &CatalogClient, op: CatalogOp, what: &str) {
     match client.apply(op).await {
-        CommandResult::Bool(_) | CommandResult::Txn(_) => log::debug!("agent: {what}"),
-        CommandResult::Error(reason) => log::warn!("agent: {what} failed: {reason}"),
+        CatalogResult::Written => log::debug!("agent: {what}"),
+        CatalogResult::Refused(reason) => log::warn!("agent: {what} failed: {reason}"),
     }
 }
 

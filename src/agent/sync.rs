@@ -25,7 +25,7 @@ use crate::store::catalog::rows::fold;
 use crate::store::catalog::{
     CatalogOp, HealthCheck, Registration, RowArc, ServiceInstance, SERF_CHECK_ID,
 };
-use crate::store::{Command, CommandResult};
+use crate::store::{CatalogResult, Command};
 use crate::telemetry;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -485,12 +485,7 @@ fn apply_mark(agent: &Agent, mark: Mark, now: Instant) {
     }
 }
 
-/// A catalog command's answer as success or the reason it was refused (catalog commands
-/// never answer with transaction results; one would be a refusal too).
-fn catalog_result(result: CommandResult) -> Result<(), String> {
-    match result {
-        CommandResult::Bool(_) => Ok(()),
-        CommandResult::Error(reason) => Err(reason),
-        CommandResult::Txn(_) => Err("a catalog command answered with a transaction result".into()),
-    }
+/// A catalog command's answer as success or the reason it was refused.
+fn catalog_result(result: CatalogResult) -> Result<(), String> {
+    result.into_refusal()
 }

@@ -337,8 +337,8 @@ fn write(
                 Err(error) => reply.error(&error),
             },
             CommandResult::Error(reason) => reply.error(&apply_error(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for an ACL write".to_string(),
+            _ => reply.error(&ApiError::Internal(
+                "unexpected result for an ACL write".to_string(),
             )),
         }),
     }))
@@ -522,8 +522,8 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
                 &ApiError::Status(403, format!("Permission denied: {reason}")),
             ),
             CommandResult::Error(reason) => reply.error(&apply_error(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for an ACL write".to_string(),
+            _ => reply.error(&ApiError::Internal(
+                "unexpected result for an ACL write".to_string(),
             )),
         }),
     }))

@@ -21,20 +21,17 @@ use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, InstanceView};
 use crate::store::gateways::GatewayKind;
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{CatalogResult, StoreVersion, Table, Tables};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
 /// `true` or the store's refusal, as Consul answers catalog writes.
-fn write_result(command: Command) -> Outcome {
-    Outcome::Write(WriteOp {
-        command,
-        respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.json_bool(true),
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-        }),
-    })
+fn write_result(op: CatalogOp) -> Outcome {
+    Outcome::Write(WriteOp::catalog(op, |result, reply| match result {
+        CatalogResult::Written => reply.json_bool(true),
+        CatalogResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+    }))
 }
 
 /// The other datacenter a registration body names (`Datacenter`), if any: Consul forwards
@@ -58,9 +55,7 @@ pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outco
     if let Some(datacenter) = body_datacenter(ctx, &registration.datacenter) {
         return Ok(Outcome::ForwardDatacenter(datacenter));
     }
-    Ok(write_result(Command::Catalog(CatalogOp::Register(
-        Box::new(registration),
-    ))))
+    Ok(write_result(CatalogOp::Register(Box::new(registration))))
 }
 
 /// `PUT /v1/catalog/deregister`.
@@ -89,7 +84,7 @@ pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Out
             return Err(ApiError::bad_request("Must provide node"));
         }
     }
-    Ok(write_result(Command::Catalog(op)))
+    Ok(write_result(op))
 }
 
 /// `node-meta=key:value`, repeatable.
@@ -830,7 +825,7 @@ mod tests {
             };
             tables.apply(
                 i + 1,
-                &Command::Catalog(CatalogOp::Register(Box::new(reg))),
+                &crate::store::Command::Catalog(CatalogOp::Register(Box::new(reg))),
                 &mut changes,
             );
         }

@@ -144,8 +144,8 @@ fn answer_write(result: CommandResult, reply: &mut Reply, as_bool: bool) {
         CommandResult::Bool(done) if as_bool => reply.json_bool(done),
         CommandResult::Bool(_) => reply.json(200, b"", &serde_json::json!({})),
         CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-        CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-            "unexpected transaction result for a config entry write".to_string(),
+        _ => reply.error(&ApiError::Internal(
+            "unexpected result for a config entry write".to_string(),
         )),
     }
 }

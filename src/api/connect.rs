@@ -292,8 +292,8 @@ pub fn configuration(
         respond: Box::new(|result, reply: &mut Reply| match result {
             CommandResult::Bool(_) => reply.send(200, None, b"", b""),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for a CA write".to_string(),
+            _ => reply.error(&ApiError::Internal(
+                "unexpected result for a CA write".to_string(),
             )),
         }),
     }))

@@ -17,7 +17,7 @@ use crate::consul::body::{parse_strict, Obj};
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::MemberStatus;
 use crate::store::catalog::{CatalogOp, CoordinateUpdate, NodeCoordinate};
-use crate::store::{Command, CommandResult, StoreVersion};
+use crate::store::{CatalogResult, StoreVersion};
 use std::collections::HashMap;
 
 /// Consul's JSON for a coordinate.
@@ -393,11 +393,11 @@ pub fn update(ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<Ou
     if update.vec.len() != dimensions {
         return Err(ApiError::Internal(INCOMPATIBLE_COORDINATE.to_string()));
     }
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Catalog(CatalogOp::Coordinates(vec![update])),
-        respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            _ => reply.send(200, None, b"", b""),
-        }),
-    }))
+    Ok(Outcome::Write(WriteOp::catalog(
+        CatalogOp::Coordinates(vec![update]),
+        |result, reply| match result {
+            CatalogResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+            CatalogResult::Written => reply.send(200, None, b"", b""),
+        },
+    )))
 }

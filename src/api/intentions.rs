@@ -140,8 +140,8 @@ fn write_answer(result: CommandResult, reply: &mut Reply, ok: impl FnOnce(&mut R
     match result {
         CommandResult::Bool(_) => ok(reply),
         CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-        CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-            "unexpected transaction result for an intention write".to_string(),
+        _ => reply.error(&ApiError::Internal(
+            "unexpected result for an intention write".to_string(),
         )),
     }
 }

@@ -9,7 +9,7 @@ use crate::consul::json::JsonWriter;
 use crate::proto::http::{Method, QueryParams};
 use crate::shard::watch::WatchSet;
 use crate::store::kv::{self, KvFields, KvOp, KvRow};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{KvResult, StoreVersion, Table, Tables};
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -181,18 +181,15 @@ fn put_in(request: &Request, key: &str) -> Result<Outcome, ApiError> {
             None => (KvOp::Set { key, value, flags }, true),
         }
     };
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Kv(op),
-        respond: Box::new(move |result, reply: &mut Reply| match result {
+    Ok(Outcome::Write(WriteOp::kv(
+        op,
+        move |result, reply| match result {
+            KvResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
             // Consul answers `true` for a plain set whatever the store reports; CAS, acquire
             // and release answer whether they happened.
-            CommandResult::Bool(ok) => reply.json_bool(ok || is_set),
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for a KV write".to_string(),
-            )),
-        }),
-    }))
+            result => reply.json_bool(result.took_effect() || is_set),
+        },
+    )))
 }
 
 fn delete(ctx: &Context, request: &Request, key: &str) -> Result<Outcome, ApiError> {
@@ -220,16 +217,13 @@ fn delete_in(request: &Request, key: &str) -> Result<Outcome, ApiError> {
         }
     };
     let is_cas = matches!(op, KvOp::DeleteCas { .. });
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Kv(op),
-        respond: Box::new(move |result, reply: &mut Reply| match result {
-            CommandResult::Bool(ok) => reply.json_bool(ok || !is_cas),
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for a KV delete".to_string(),
-            )),
-        }),
-    }))
+    Ok(Outcome::Write(WriteOp::kv(
+        op,
+        move |result, reply| match result {
+            KvResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+            result => reply.json_bool(result.took_effect() || !is_cas),
+        },
+    )))
 }
 
 /// Writes entries as Consul's `DirEntry` list.

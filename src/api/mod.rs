@@ -62,7 +62,16 @@ use crate::proto::duration::parse_go_duration;
 use crate::proto::http::{self, Method, QueryParams, RequestHead};
 use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
-use crate::store::{Command, CommandResult, StoreVersion, Tables};
+use crate::store::autopilot::AutopilotOp;
+use crate::store::catalog::CatalogOp;
+use crate::store::kv::KvOp;
+use crate::store::query::QueryOp;
+use crate::store::session::SessionOp;
+use crate::store::txn::TxnOp;
+use crate::store::{
+    AutopilotResult, CatalogResult, Command, CommandResult, FamilyResult, KvResult, QueryResult,
+    SessionResult, StoreVersion, Tables, TxnAnswer,
+};
 use std::time::Duration;
 
 /// Default blocking-query wait when `?wait` is absent (Consul's `default_query_time`).
@@ -496,6 +505,63 @@ pub type WriteResponder = Box<dyn FnOnce(CommandResult, &mut Reply)>;
 pub struct WriteOp {
     pub command: Command,
     pub respond: WriteResponder,
+}
+
+impl WriteOp {
+    /// A KV write whose answer `respond` writes from the KV result.
+    pub fn kv(op: KvOp, respond: impl FnOnce(KvResult, &mut Reply) + 'static) -> WriteOp {
+        WriteOp::typed(Command::Kv(op), respond)
+    }
+
+    /// A catalog write whose answer `respond` writes from the catalog result.
+    pub fn catalog(
+        op: CatalogOp,
+        respond: impl FnOnce(CatalogResult, &mut Reply) + 'static,
+    ) -> WriteOp {
+        WriteOp::typed(Command::Catalog(op), respond)
+    }
+
+    /// A session write whose answer `respond` writes from the session result.
+    pub fn session(
+        op: SessionOp,
+        respond: impl FnOnce(SessionResult, &mut Reply) + 'static,
+    ) -> WriteOp {
+        WriteOp::typed(Command::Session(op), respond)
+    }
+
+    /// A transaction whose answer `respond` writes from the transaction's result.
+    pub fn txn(ops: Vec<TxnOp>, respond: impl FnOnce(TxnAnswer, &mut Reply) + 'static) -> WriteOp {
+        WriteOp::typed(Command::Txn(ops), respond)
+    }
+
+    /// A prepared-query write whose answer `respond` writes from the query result.
+    pub fn query(op: QueryOp, respond: impl FnOnce(QueryResult, &mut Reply) + 'static) -> WriteOp {
+        WriteOp::typed(Command::Query(op), respond)
+    }
+
+    /// An autopilot configuration write whose answer `respond` writes from its result.
+    pub fn autopilot(
+        op: AutopilotOp,
+        respond: impl FnOnce(AutopilotResult, &mut Reply) + 'static,
+    ) -> WriteOp {
+        WriteOp::typed(Command::Autopilot(op), respond)
+    }
+
+    /// The seam between the envelope and a typed responder: the family's result goes to
+    /// `respond`; the raft thread's refusal is answered as Consul answers a failed write
+    /// (500 with its text), for every family alike.
+    fn typed<R: FamilyResult + 'static>(
+        command: Command,
+        respond: impl FnOnce(R, &mut Reply) + 'static,
+    ) -> WriteOp {
+        WriteOp {
+            command,
+            respond: Box::new(move |result, reply: &mut Reply| match R::of(result) {
+                Ok(result) => respond(result, reply),
+                Err(reason) => reply.error(&ApiError::Internal(reason)),
+            }),
+        }
+    }
 }
 
 /// A blocking query waiting for its index to move past `options.min_index`.

@@ -15,7 +15,7 @@ use crate::shard::runtime::{OperatorOp, ReadPlan};
 use crate::shard::watch::WatchSet;
 use crate::store::autopilot::{AutopilotConfig, AutopilotOp};
 use crate::store::catalog::read::service_usage;
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{AutopilotResult, CommandResult, StoreVersion, Table, Tables};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -84,8 +84,8 @@ pub fn remove_peer(
     Ok(Outcome::Leader(LeaderOp::Operator {
         op: OperatorOp::RemovePeer { id, address },
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.send(200, None, b"", b""),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            _ => reply.send(200, None, b"", b""),
         }),
     }))
 }
@@ -104,10 +104,8 @@ pub fn transfer_leader(
     Ok(Outcome::Leader(LeaderOp::Operator {
         op: OperatorOp::TransferLeader { id },
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) | CommandResult::Txn(_) => {
-                reply.json(200, b"", &json!({ "Success": true }))
-            }
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            _ => reply.json(200, b"", &json!({ "Success": true })),
         }),
     }))
 }
@@ -351,17 +349,14 @@ pub fn autopilot_configuration(
     };
     let config = parse_configuration(request.body)
         .map_err(|e| ApiError::bad_request(format!("Error parsing autopilot config: {e}")))?;
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Autopilot(AutopilotOp::Set { config, cas }),
-        respond: Box::new(move |result, reply: &mut Reply| match result {
+    let set = AutopilotOp::Set { config, cas };
+    Ok(Outcome::Write(WriteOp::autopilot(
+        set,
+        move |result, reply| {
             // Consul answers `true` to a plain set and the outcome to a check-and-set.
-            CommandResult::Bool(applied) => reply.json_bool(applied || cas.is_none()),
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            CommandResult::Txn(_) => {
-                reply.error(&ApiError::Internal("unexpected transaction result".into()))
-            }
-        }),
-    }))
+            reply.json_bool(result == AutopilotResult::Written || cas.is_none())
+        },
+    )))
 }
 
 /// `GET /v1/operator/usage`: the catalog's counts for this datacenter, blocking-capable

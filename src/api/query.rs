@@ -40,7 +40,7 @@ use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read::CheckServiceNode;
 use crate::store::query::{self, select::select, PreparedQuery, QueryOp};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{QueryResult, StoreVersion, Table, Tables};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,16 +118,17 @@ fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         }
     };
     let id = query.id.clone();
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Query(QueryOp::Set {
-            query: Box::new(query),
-            create: true,
-        }),
-        respond: Box::new(move |result, reply| match result {
-            CommandResult::Bool(true) => reply.json(200, b"", &serde_json::json!({ "ID": id })),
-            other => reply.error(&write_refusal(other)),
-        }),
-    }))
+    let create = QueryOp::Set {
+        query: Box::new(query),
+        create: true,
+    };
+    Ok(Outcome::Write(WriteOp::query(
+        create,
+        move |result, reply| match result {
+            QueryResult::Written => reply.json(200, b"", &serde_json::json!({ "ID": id })),
+            QueryResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+        },
+    )))
 }
 
 fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
@@ -143,13 +144,11 @@ fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
     if ctx.is_client() {
         return Ok(client_query::apply(ctx, request, Apply::Update, &query));
     }
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Query(QueryOp::Set {
-            query: Box::new(query),
-            create: false,
-        }),
-        respond: Box::new(answer_empty),
-    }))
+    let update = QueryOp::Set {
+        query: Box::new(query),
+        create: false,
+    };
+    Ok(Outcome::Write(WriteOp::query(update, answer_empty)))
 }
 
 fn delete(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
@@ -161,25 +160,16 @@ fn delete(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
         };
         return Ok(client_query::apply(ctx, request, Apply::Delete, &query));
     }
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Query(QueryOp::Delete { id: id.to_string() }),
-        respond: Box::new(answer_empty),
-    }))
+    let delete = QueryOp::Delete { id: id.to_string() };
+    Ok(Outcome::Write(WriteOp::query(delete, answer_empty)))
 }
 
-/// An update's and a delete's answer: an empty 200, or the store's refusal.
-fn answer_empty(result: CommandResult, reply: &mut Reply) {
+/// An update's and a delete's answer: an empty 200, or the store's refusal (500 with the
+/// store's words, as Consul's RPC errors are).
+fn answer_empty(result: QueryResult, reply: &mut Reply) {
     match result {
-        CommandResult::Bool(true) => reply.send(200, None, b"", b""),
-        other => reply.error(&write_refusal(other)),
-    }
-}
-
-/// A refused query write, answered 500 with the store's words as Consul's RPC errors are.
-fn write_refusal(result: CommandResult) -> ApiError {
-    match result {
-        CommandResult::Error(reason) => ApiError::Internal(reason),
-        other => ApiError::Internal(format!("unexpected result of a query write: {other:?}")),
+        QueryResult::Written => reply.send(200, None, b"", b""),
+        QueryResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
     }
 }
 

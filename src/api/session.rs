@@ -27,7 +27,7 @@ use crate::store::session::{
     self, node_watch_key, Behavior, ServiceCheck, Session, SessionOp, LOCK_DELAY_DEFAULT_NS,
     SESSION_TTL_MAX_NS,
 };
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{CommandResult, SessionResult, StoreVersion, Table, Tables};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -189,16 +189,15 @@ pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         }
     };
     session.id = Arc::from(id.as_str());
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Session(SessionOp::Create(Box::new(session))),
-        respond: Box::new(move |result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.json(200, b"", &serde_json::json!({ "ID": id })),
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for a session write".to_string(),
-            )),
-        }),
-    }))
+    Ok(Outcome::Write(WriteOp::session(
+        SessionOp::Create(Box::new(session)),
+        move |result, reply| match result {
+            SessionResult::Created | SessionResult::Destroyed => {
+                reply.json(200, b"", &serde_json::json!({ "ID": id }))
+            }
+            SessionResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+        },
+    )))
 }
 
 /// `PUT /v1/session/destroy/<id>`: `true`, also for a session that does not exist.
@@ -217,13 +216,13 @@ pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
         reply.json_bool(true);
         return Ok(Outcome::Done);
     }
-    Ok(Outcome::Write(WriteOp {
-        command: Command::Session(SessionOp::Destroy { id }),
-        respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            _ => reply.json_bool(true),
-        }),
-    }))
+    Ok(Outcome::Write(WriteOp::session(
+        SessionOp::Destroy { id },
+        |result, reply| match result {
+            SessionResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+            SessionResult::Created | SessionResult::Destroyed => reply.json_bool(true),
+        },
+    )))
 }
 
 /// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
@@ -259,8 +258,8 @@ pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
             }
             CommandResult::Bool(false) => reply.error(&ApiError::NotFound(not_found)),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            CommandResult::Txn(_) => reply.error(&ApiError::Internal(
-                "unexpected transaction result for a session renewal".to_string(),
+            _ => reply.error(&ApiError::Internal(
+                "unexpected result for a session renewal".to_string(),
             )),
         }),
     }))

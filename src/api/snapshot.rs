@@ -80,8 +80,8 @@ fn restore(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     Ok(Outcome::Leader(LeaderOp::Restore {
         state: archive.state,
         respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) | CommandResult::Txn(_) => reply.send(200, None, b"", b""),
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            _ => reply.send(200, None, b"", b""),
         }),
     }))
 }

@@ -29,7 +29,7 @@ use crate::store::kv::KvEntry;
 use crate::store::txn::{
     self, CatalogVerb, KvVerb, TxnError, TxnOp, TxnOutcome, TxnResult, TXN_OPS_MAX,
 };
-use crate::store::{Command, CommandResult, StoreVersion, Tables};
+use crate::store::{StoreVersion, Tables, TxnAnswer};
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -277,16 +277,13 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         return Ok(client_txn::read(ctx, request, &decoded.ops, options));
     }
     if decoded.ops.iter().any(TxnOp::is_write) {
-        return Ok(Outcome::Write(super::WriteOp {
-            command: Command::Txn(decoded.ops),
-            respond: Box::new(|result, reply: &mut Reply| match result {
-                CommandResult::Txn(outcome) => write_outcome(&outcome, b"", reply),
-                CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-                CommandResult::Bool(_) => reply.error(&ApiError::Internal(
-                    "unexpected result for a transaction".to_string(),
-                )),
-            }),
-        }));
+        return Ok(Outcome::Write(super::WriteOp::txn(
+            decoded.ops,
+            |result, reply| match result {
+                TxnAnswer::Ran(outcome) => write_outcome(&outcome, b"", reply),
+                TxnAnswer::Refused(reason) => reply.error(&ApiError::Internal(reason)),
+            },
+        )));
     }
     let options = query_options(ctx, &request.query)?;
     run_query(ctx, ReadTxn { ops: decoded.ops }, options, reply)

@@ -72,8 +72,7 @@ impl fmt::Display for ProposalResult {
     /// and `ErrRaftShutdown`, the rate limiter's `ErrRetryLater`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ProposalResult::Applied(CommandResult::Error(reason)) => f.write_str(reason),
-            ProposalResult::Applied(_) => f.write_str("applied"),
+            ProposalResult::Applied(result) => f.write_str(result.refusal().unwrap_or("applied")),
             ProposalResult::NotLeader => f.write_str("No cluster leader"),
             ProposalResult::LeadershipLost => f.write_str("leadership lost while committing log"),
             ProposalResult::Overloaded => f.write_str(

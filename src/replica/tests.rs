@@ -9,7 +9,7 @@ use crate::raft::{Message, RaftConfig, Role, SnapshotMeta};
 use crate::store::catalog::{CatalogOp, Registration};
 use crate::store::kv::KvOp;
 use crate::store::session::{Behavior, Session, SessionOp};
-use crate::store::{Command, CommandResult, Tables};
+use crate::store::{CatalogResult, Command, CommandResult, KvResult, SessionResult, Tables};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 const SHARDS: usize = 3;
@@ -381,8 +381,14 @@ impl Cluster {
     }
 }
 
+/// The raft thread's answer to a confirmed read or an operator request carried out.
 fn applied_true() -> ProposalResult {
     ProposalResult::Applied(CommandResult::Bool(true))
+}
+
+/// The answer to a KV write that happened.
+fn kv_written() -> ProposalResult {
+    ProposalResult::Applied(CommandResult::Kv(KvResult::Written))
 }
 
 #[test]
@@ -418,7 +424,7 @@ fn every_ready_is_written_once_and_every_proposal_answered_once() {
         "{appended:?}"
     );
     for &request in &ids {
-        assert_eq!(cluster.result_of(1, request), Some(applied_true()));
+        assert_eq!(cluster.result_of(1, request), Some(kv_written()));
     }
     let replica = cluster.replica(1);
     assert!(!replica.raft().has_ready(), "a Ready was left behind");
@@ -465,12 +471,9 @@ fn results_reach_the_shard_that_asked_and_only_it() {
             shard_of_request(request),
             "{request:x} went to shard {shard}"
         );
-        assert_eq!(result, applied_true());
+        assert_eq!(result, kv_written());
     }
-    assert_eq!(
-        cluster.result_of(leader, from_shard_2),
-        Some(applied_true())
-    );
+    assert_eq!(cluster.result_of(leader, from_shard_2), Some(kv_written()));
     assert_eq!(
         cluster.results(follower),
         vec![(1, refused, ProposalResult::NotLeader)]
@@ -593,7 +596,7 @@ fn a_leader_counts_its_own_entries_only_once_the_background_sync_reports() {
     );
     cluster.complete_syncs(leader);
     cluster.run_until(|c| c.result_of(leader, write).is_some());
-    assert_eq!(cluster.result_of(leader, write), Some(applied_true()));
+    assert_eq!(cluster.result_of(leader, write), Some(kv_written()));
 }
 
 #[test]
@@ -876,10 +879,17 @@ fn create_session(id: &str, node: &str, ttl: &str) -> Bytes {
 fn session_ttls_run_on_the_leader_only_and_restart_with_a_new_leader() {
     let mut cluster = Cluster::three();
     let leader = cluster.leader();
-    for (sequence, payload) in [register_node("n1"), create_session("s1", "n1", "10s")]
-        .into_iter()
-        .enumerate()
-    {
+    let writes = [
+        (
+            register_node("n1"),
+            CommandResult::Catalog(CatalogResult::Written),
+        ),
+        (
+            create_session("s1", "n1", "10s"),
+            CommandResult::Session(SessionResult::Created),
+        ),
+    ];
+    for (sequence, (payload, answer)) in writes.into_iter().enumerate() {
         let request = request_id(0, sequence as u64);
         cluster.step(
             leader,
@@ -889,7 +899,10 @@ fn session_ttls_run_on_the_leader_only_and_restart_with_a_new_leader() {
             },
         );
         cluster.run_until(|c| c.result_of(leader, request).is_some());
-        assert_eq!(cluster.result_of(leader, request), Some(applied_true()));
+        assert_eq!(
+            cluster.result_of(leader, request),
+            Some(ProposalResult::Applied(answer))
+        );
     }
     let created_at = cluster.now_ms;
     cluster.run_for(5);

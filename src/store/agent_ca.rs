@@ -14,7 +14,7 @@
 //! raced the first, is refused with `false`); no table index moves, since nothing blocks on
 //! the row (a Connect CA roots endpoint would add its table and announce changes here).
 
-use super::{CommandResult, Tables};
+use super::{AgentCaResult, Tables};
 use serde::{Deserialize, Serialize};
 
 /// Largest PEM text of the root or its key accepted in a command, in bytes.
@@ -39,16 +39,16 @@ pub enum AgentCaOp {
 }
 
 /// Applies `op` at `index`.
-pub fn apply(tables: &mut Tables, index: u64, op: &AgentCaOp) -> CommandResult {
+pub fn apply(tables: &mut Tables, index: u64, op: &AgentCaOp) -> AgentCaResult {
     match op {
         AgentCaOp::Initialize(row) => {
             if tables.agent_ca.is_some() {
-                return CommandResult::Bool(false);
+                return AgentCaResult::AlreadyInitialized;
             }
             if row.certificate_pem.len() > AGENT_CA_PEM_BYTES_MAX
                 || row.private_key_pem.len() > AGENT_CA_PEM_BYTES_MAX
             {
-                return CommandResult::Error(format!(
+                return AgentCaResult::Refused(format!(
                     "agent CA root or key larger than {AGENT_CA_PEM_BYTES_MAX} bytes"
                 ));
             }
@@ -56,7 +56,7 @@ pub fn apply(tables: &mut Tables, index: u64, op: &AgentCaOp) -> CommandResult {
                 created_index: index,
                 ..row.clone()
             });
-            CommandResult::Bool(true)
+            AgentCaResult::Initialized
         }
     }
 }
@@ -64,7 +64,7 @@ pub fn apply(tables: &mut Tables, index: u64, op: &AgentCaOp) -> CommandResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Command;
+    use crate::store::{Command, CommandResult};
 
     fn row(pem: &str) -> AgentCaRow {
         AgentCaRow {
@@ -82,13 +82,13 @@ mod tests {
         let first = Command::AgentCa(AgentCaOp::Initialize(row("first")));
         assert_eq!(
             tables.apply(1, &first, &mut changes),
-            CommandResult::Bool(true)
+            CommandResult::AgentCa(AgentCaResult::Initialized)
         );
         let second = Command::AgentCa(AgentCaOp::Initialize(row("second")));
         assert_eq!(Command::decode(&second.encode()).unwrap(), second);
         assert_eq!(
             tables.apply(2, &second, &mut changes),
-            CommandResult::Bool(false)
+            CommandResult::AgentCa(AgentCaResult::AlreadyInitialized)
         );
         assert!(changes.is_empty());
         let kept = tables.agent_ca.clone().unwrap();
@@ -105,7 +105,7 @@ mod tests {
         )));
         assert!(matches!(
             tables.apply(1, &huge, &mut changes),
-            CommandResult::Error(_)
+            CommandResult::AgentCa(AgentCaResult::Refused(_))
         ));
         assert_eq!(tables.agent_ca, None);
     }

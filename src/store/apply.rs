@@ -27,8 +27,9 @@ use super::kv::{self, KvOp};
 use super::locks::{self, LockOutcome};
 use super::session::{self, SessionOp};
 use super::{
-    acl, autopilot, federation, gateways, mesh, peering, query, restore, txn, Change, ChangeKey,
-    CommandOf, CommandResult, Table, Tables, TABLE_COUNT,
+    acl, autopilot, federation, gateways, mesh, peering, query, restore, txn, CatalogResult,
+    Change, ChangeKey, CommandOf, CommandResult, KvResult, QueryResult, SessionResult, Table,
+    Tables, TABLE_COUNT,
 };
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -50,27 +51,29 @@ impl Tables {
         let rows_before = cfg!(debug_assertions).then(|| RowsBefore::of(self));
         self.advance_to(index);
         let result = match command {
-            CommandOf::Kv(op) => self.write_kv(index, op, changes),
-            CommandOf::Catalog(op) => self.write_catalog(index, op, changes),
+            CommandOf::Kv(op) => self.write_kv(index, op, changes).into(),
+            CommandOf::Catalog(op) => self.write_catalog(index, op, changes).into(),
             CommandOf::Session(SessionOp::Create(new)) => {
                 match session::create(self, index, new, changes) {
-                    Ok(()) => CommandResult::Bool(true),
-                    Err(reason) => CommandResult::Error(reason),
+                    Ok(()) => SessionResult::Created,
+                    Err(reason) => SessionResult::Refused(reason),
                 }
+                .into()
             }
             CommandOf::Session(SessionOp::Destroy { id }) => {
                 self.end_session(index, id, changes);
-                CommandResult::Bool(true)
+                SessionResult::Destroyed.into()
             }
             CommandOf::Restore(op) => restore::apply(self, index, op, changes),
-            CommandOf::Txn(ops) => txn::apply(self, index, ops, changes),
+            CommandOf::Txn(ops) => txn::apply(self, index, ops, changes).into(),
             CommandOf::Acl(op) => acl::apply::apply(self, index, op, changes),
-            CommandOf::Autopilot(op) => autopilot::apply(self, index, op),
+            CommandOf::Autopilot(op) => autopilot::apply(self, index, op).into(),
             CommandOf::Query(op) => match query::apply(self, index, op, changes) {
-                Ok(()) => CommandResult::Bool(true),
-                Err(reason) => CommandResult::Error(reason),
-            },
-            CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op),
+                Ok(()) => QueryResult::Written,
+                Err(reason) => QueryResult::Refused(reason),
+            }
+            .into(),
+            CommandOf::AgentCa(op) => super::agent_ca::apply(self, index, op).into(),
             CommandOf::ConfigEntry(op) => self.write_config_entry(index, op, changes),
             CommandOf::Ca(op) => mesh::ca::apply(self, index, op, changes),
             CommandOf::FederationState(op) => federation::apply(self, index, op, changes),
@@ -134,19 +137,26 @@ impl Tables {
         index: u64,
         op: &KvOp,
         changes: &mut Vec<Change>,
-    ) -> CommandResult {
+    ) -> KvResult {
         let mut removed = Vec::new();
+        let checked = |matched: bool| {
+            if matched {
+                KvResult::Written
+            } else {
+                KvResult::CheckAndSetFailed
+            }
+        };
         let result = match op {
             KvOp::Set { key, value, flags } => {
                 kv::set(self, index, key, value, *flags, changes);
-                CommandResult::Bool(true)
+                KvResult::Written
             }
             KvOp::Cas {
                 key,
                 value,
                 flags,
                 modify_index,
-            } => CommandResult::Bool(kv::cas(
+            } => checked(kv::cas(
                 self,
                 index,
                 key,
@@ -157,9 +167,9 @@ impl Tables {
             )),
             KvOp::Delete { key } => {
                 kv::delete(self, index, key, &mut removed, changes);
-                CommandResult::Bool(true)
+                KvResult::Written
             }
-            KvOp::DeleteCas { key, modify_index } => CommandResult::Bool(kv::delete_cas(
+            KvOp::DeleteCas { key, modify_index } => checked(kv::delete_cas(
                 self,
                 index,
                 key,
@@ -169,11 +179,11 @@ impl Tables {
             )),
             KvOp::DeleteTree { prefix } => {
                 kv::delete_tree(self, index, prefix, &mut removed, changes);
-                CommandResult::Bool(true)
+                KvResult::Written
             }
             KvOp::ReapTombstones { up_to_index } => {
                 kv::reap_tombstones(self, index, *up_to_index);
-                CommandResult::Bool(true)
+                KvResult::Written
             }
             KvOp::Lock {
                 key,
@@ -181,8 +191,9 @@ impl Tables {
                 flags,
                 session,
             } => match locks::lock(self, index, key, value, *flags, session, changes) {
-                Ok(outcome) => CommandResult::Bool(outcome == LockOutcome::Acquired),
-                Err(reason) => CommandResult::Error(reason),
+                Ok(LockOutcome::Acquired) => KvResult::LockAcquired,
+                Ok(LockOutcome::HeldByOther | LockOutcome::LockDelay) => KvResult::LockNotAcquired,
+                Err(reason) => KvResult::Refused(reason),
             },
             KvOp::Unlock {
                 key,
@@ -190,8 +201,9 @@ impl Tables {
                 flags,
                 session,
             } => match locks::unlock(self, index, key, value, *flags, session, changes) {
-                Ok(released) => CommandResult::Bool(released),
-                Err(reason) => CommandResult::Error(reason),
+                Ok(true) => KvResult::Released,
+                Ok(false) => KvResult::NotReleased,
+                Err(reason) => KvResult::Refused(reason),
             },
         };
         locks::forget_deleted(self, &removed);
@@ -204,7 +216,7 @@ impl Tables {
         index: u64,
         op: &CatalogOpOf<S>,
         changes: &mut Vec<Change>,
-    ) -> CommandResult {
+    ) -> CatalogResult {
         let first_change = changes.len();
         // The groups before the write (a persistent map: one reference), for the proxies a
         // write removed, when a gateway's wildcard may have linked what they fronted.
@@ -512,7 +524,10 @@ mod tests {
             flags: 0,
             session: "ghost".into(),
         }));
-        assert!(matches!(refused, CommandResult::Bool(false)), "{refused:?}");
+        assert!(
+            matches!(refused, CommandResult::Kv(KvResult::LockNotAcquired)),
+            "{refused:?}"
+        );
         assert!(f.changes.is_empty());
         assert_eq!(f.tables.table_index(Table::Kvs), at);
         assert_eq!(f.tables.index, at + 1);

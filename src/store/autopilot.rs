@@ -4,7 +4,7 @@
 //! `PUT /v1/operator/autopilot/configuration` (optionally check-and-set on `ModifyIndex`).
 //! The replica's autopilot reads it on every reconcile.
 
-use super::{CommandResult, Tables};
+use super::{AutopilotResult, Tables};
 use serde::{Deserialize, Serialize};
 
 /// Consul's autopilot settings with their indexes. Durations in nanoseconds, as Go keeps a
@@ -62,12 +62,12 @@ pub enum AutopilotOp {
 }
 
 /// Applies an autopilot write at `index`. Touches no table a query watches.
-pub fn apply(tables: &mut Tables, index: u64, op: &AutopilotOp) -> CommandResult {
+pub fn apply(tables: &mut Tables, index: u64, op: &AutopilotOp) -> AutopilotResult {
     let (config, cas) = match op {
         AutopilotOp::Set { config, cas } => (config, *cas),
         AutopilotOp::Initialize { config } => {
             if tables.autopilot.is_some() {
-                return CommandResult::Bool(false);
+                return AutopilotResult::AlreadyInitialized;
             }
             (config, None)
         }
@@ -75,7 +75,7 @@ pub fn apply(tables: &mut Tables, index: u64, op: &AutopilotOp) -> CommandResult
     let existing = tables.autopilot.as_ref();
     if let Some(expected) = cas {
         if existing.map(|c| c.modify_index) != Some(expected) {
-            return CommandResult::Bool(false);
+            return AutopilotResult::CheckAndSetFailed;
         }
     }
     let create_index = existing.map_or(index, |c| c.create_index);
@@ -85,13 +85,13 @@ pub fn apply(tables: &mut Tables, index: u64, op: &AutopilotOp) -> CommandResult
         ..config.clone()
     });
     debug_assert!(create_index <= index);
-    CommandResult::Bool(true)
+    AutopilotResult::Written
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Command;
+    use crate::store::{Command, CommandResult};
 
     #[test]
     fn set_check_and_set_and_initialize_as_consul() {
@@ -106,15 +106,21 @@ mod tests {
             config: defaults.clone(),
             cas: Some(0),
         };
-        assert_eq!(apply(&mut tables, 1, cas), CommandResult::Bool(false));
+        assert_eq!(
+            apply(&mut tables, 1, cas),
+            CommandResult::Autopilot(AutopilotResult::CheckAndSetFailed)
+        );
         let init = AutopilotOp::Initialize {
             config: defaults.clone(),
         };
         assert_eq!(
             apply(&mut tables, 2, init.clone()),
-            CommandResult::Bool(true)
+            CommandResult::Autopilot(AutopilotResult::Written)
         );
-        assert_eq!(apply(&mut tables, 3, init), CommandResult::Bool(false));
+        assert_eq!(
+            apply(&mut tables, 3, init),
+            CommandResult::Autopilot(AutopilotResult::AlreadyInitialized)
+        );
         let stored = tables.autopilot.clone().unwrap();
         assert_eq!((stored.create_index, stored.modify_index), (2, 2));
         let changed = AutopilotConfig {
@@ -125,12 +131,18 @@ mod tests {
             config: changed.clone(),
             cas: Some(1),
         };
-        assert_eq!(apply(&mut tables, 4, stale), CommandResult::Bool(false));
+        assert_eq!(
+            apply(&mut tables, 4, stale),
+            CommandResult::Autopilot(AutopilotResult::CheckAndSetFailed)
+        );
         let fresh = AutopilotOp::Set {
             config: changed,
             cas: Some(2),
         };
-        assert_eq!(apply(&mut tables, 5, fresh), CommandResult::Bool(true));
+        assert_eq!(
+            apply(&mut tables, 5, fresh),
+            CommandResult::Autopilot(AutopilotResult::Written)
+        );
         let stored = tables.autopilot.clone().unwrap();
         assert_eq!(
             (stored.min_quorum, stored.create_index, stored.modify_index),

@@ -412,7 +412,7 @@ pub fn keys<'a>(tables: &'a Tables, prefix: &str, separator: &str) -> (u64, Vec<
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Command, CommandResult};
+    use super::super::{Command, CommandResult, KvResult};
     use super::*;
 
     struct Fixture {
@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn set_then_get_tracks_indexes() {
         let mut f = Fixture::new();
-        assert_eq!(f.set("a", "1"), CommandResult::Bool(true));
+        assert_eq!(f.set("a", "1"), CommandResult::Kv(KvResult::Written));
         let (index, entry) = get(&f.tables, "a");
         let entry = entry.unwrap();
         assert_eq!(
@@ -486,23 +486,29 @@ mod tests {
         };
         assert_eq!(
             f.run(cas("k", 5)),
-            CommandResult::Bool(false),
+            CommandResult::Kv(KvResult::CheckAndSetFailed),
             "cas≠0 on a missing key fails"
         );
         assert_eq!(
             f.run(cas("k", 0)),
-            CommandResult::Bool(true),
+            CommandResult::Kv(KvResult::Written),
             "cas=0 creates"
         );
         assert_eq!(
             f.run(cas("k", 0)),
-            CommandResult::Bool(false),
+            CommandResult::Kv(KvResult::CheckAndSetFailed),
             "cas=0 on an existing key fails"
         );
         let current = get(&f.tables, "k").0;
-        assert_eq!(f.run(cas("k", current + 100)), CommandResult::Bool(false));
+        assert_eq!(
+            f.run(cas("k", current + 100)),
+            CommandResult::Kv(KvResult::CheckAndSetFailed)
+        );
         assert!(f.changes.is_empty());
-        assert_eq!(f.run(cas("k", current)), CommandResult::Bool(true));
+        assert_eq!(
+            f.run(cas("k", current)),
+            CommandResult::Kv(KvResult::Written)
+        );
     }
 
     #[test]
@@ -532,7 +538,7 @@ mod tests {
                 key: "gone".into(),
                 modify_index: 3
             }),
-            CommandResult::Bool(true)
+            CommandResult::Kv(KvResult::Written)
         );
         f.set("k", "v");
         let current = get(&f.tables, "k").0;
@@ -541,7 +547,7 @@ mod tests {
                 key: "k".into(),
                 modify_index: current + 1
             }),
-            CommandResult::Bool(false)
+            CommandResult::Kv(KvResult::CheckAndSetFailed)
         );
         assert!(get(&f.tables, "k").1.is_some());
         assert_eq!(
@@ -549,7 +555,7 @@ mod tests {
                 key: "k".into(),
                 modify_index: current
             }),
-            CommandResult::Bool(true)
+            CommandResult::Kv(KvResult::Written)
         );
         assert!(get(&f.tables, "k").1.is_none());
     }

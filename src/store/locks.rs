@@ -255,7 +255,7 @@ mod tests {
     use super::super::fixture::Fixture;
     use super::super::kv::KvOp;
     use super::super::session::SessionOp;
-    use super::super::{Command, CommandResult, Table};
+    use super::super::{Command, CommandResult, KvResult, Table};
     use super::*;
 
     #[test]
@@ -263,11 +263,17 @@ mod tests {
         let mut f = Fixture::new();
         f.create("a", "n1", &[], Behavior::Release);
         f.create("b", "n1", &[], Behavior::Release);
-        assert_eq!(f.lock("k", "a", "v1"), CommandResult::Bool(true));
+        assert_eq!(
+            f.lock("k", "a", "v1"),
+            CommandResult::Kv(KvResult::LockAcquired)
+        );
         let first = f.entry("k").unwrap();
         assert_eq!((first.lock_index(), first.session()), (1, Some("a")));
         // The holder re-acquires: value and flags update, LockIndex stays.
-        assert_eq!(f.lock("k", "a", "v2"), CommandResult::Bool(true));
+        assert_eq!(
+            f.lock("k", "a", "v2"),
+            CommandResult::Kv(KvResult::LockAcquired)
+        );
         let again = f.entry("k").unwrap();
         assert_eq!((again.lock_index(), again.value()), (1, &b"v2"[..]));
         // Re-acquiring with identical contents writes nothing.
@@ -276,7 +282,10 @@ mod tests {
         assert_eq!(f.entry("k").unwrap().modify_index(), before);
         assert!(f.changes.is_empty());
         // Another session is refused while the lock is held.
-        assert_eq!(f.lock("k", "b", "x"), CommandResult::Bool(false));
+        assert_eq!(
+            f.lock("k", "b", "x"),
+            CommandResult::Kv(KvResult::LockNotAcquired)
+        );
         // Unlock by a non-holder fails; by the holder clears Session and keeps LockIndex.
         let unlock = |session: &str| {
             Command::Kv(KvOp::Unlock {
@@ -286,8 +295,8 @@ mod tests {
                 session: session.into(),
             })
         };
-        assert_eq!(f.run(unlock("b")), CommandResult::Bool(false));
-        assert_eq!(f.run(unlock("a")), CommandResult::Bool(true));
+        assert_eq!(f.run(unlock("b")), CommandResult::Kv(KvResult::NotReleased));
+        assert_eq!(f.run(unlock("a")), CommandResult::Kv(KvResult::Released));
         let released = f.entry("k").unwrap();
         assert_eq!(
             (released.session(), released.lock_index(), released.flags()),
@@ -295,16 +304,19 @@ mod tests {
         );
         assert!(f.tables.sessions.held.is_empty());
         // A new acquisition increments LockIndex.
-        assert_eq!(f.lock("k", "b", "y"), CommandResult::Bool(true));
+        assert_eq!(
+            f.lock("k", "b", "y"),
+            CommandResult::Kv(KvResult::LockAcquired)
+        );
         assert_eq!(f.entry("k").unwrap().lock_index(), 2);
         // Errors Consul reports from the store.
         assert_eq!(
             f.lock("k2", "", "v"),
-            CommandResult::Error("missing session".into())
+            CommandResult::Kv(KvResult::Refused("missing session".into()))
         );
         assert_eq!(
             f.lock("k2", "ghost", "v"),
-            CommandResult::Error("invalid session \"ghost\"".into())
+            CommandResult::Kv(KvResult::Refused("invalid session \"ghost\"".into()))
         );
     }
 
@@ -326,9 +338,15 @@ mod tests {
         assert_eq!(lock_delay_until(&f.tables, "k"), Some(1_015_000));
         // Inside the delay even a live session cannot acquire; at its end it can.
         f.tables.leader_time_ms = 1_014_999;
-        assert_eq!(f.lock("k", "b", "v"), CommandResult::Bool(false));
+        assert_eq!(
+            f.lock("k", "b", "v"),
+            CommandResult::Kv(KvResult::LockNotAcquired)
+        );
         f.tables.leader_time_ms = 1_015_000;
-        assert_eq!(f.lock("k", "b", "v"), CommandResult::Bool(true));
+        assert_eq!(
+            f.lock("k", "b", "v"),
+            CommandResult::Kv(KvResult::LockAcquired)
+        );
         assert!(
             f.tables.sessions.lock_delays.is_empty(),
             "expired delays are pruned"

@@ -44,7 +44,10 @@ pub mod txn;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-pub use command::{Command, CommandOf, CommandResult};
+pub use command::{
+    AgentCaResult, AutopilotResult, CatalogResult, Command, CommandOf, CommandResult, FamilyResult,
+    KvResult, QueryResult, SessionResult, TxnAnswer,
+};
 pub use dependency::{invalidates, Dependencies, Dependency, DependencyIndex};
 
 /// The tables whose max-index Consul reports; one slot each in [`Tables::table_indexes`].

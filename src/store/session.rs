@@ -321,27 +321,31 @@ pub(super) fn broken_bindings(tables: &Tables, catalog_changes: &[Change]) -> Ve
 mod tests {
     use super::super::fixture::Fixture;
     use super::*;
-    use crate::store::CommandResult;
+    use crate::store::{CommandResult, SessionResult};
 
     #[test]
     fn create_validates_node_and_checks_with_consuls_words() {
         let mut f = Fixture::new();
         assert_eq!(
             f.create("s0", "nope", &[], Behavior::Release),
-            CommandResult::Error("Missing node registration".into())
+            CommandResult::Session(SessionResult::Refused("Missing node registration".into()))
         );
         assert_eq!(
             f.create("s0", "n1", &["absent"], Behavior::Release),
-            CommandResult::Error("Missing check 'absent' registration".into())
+            CommandResult::Session(SessionResult::Refused(
+                "Missing check 'absent' registration".into()
+            ))
         );
         f.register_node("n1", &[("serfHealth", "passing"), ("web", "critical")]);
         assert_eq!(
             f.create("s0", "n1", &["web"], Behavior::Release),
-            CommandResult::Error("Check 'web' is in critical state".into())
+            CommandResult::Session(SessionResult::Refused(
+                "Check 'web' is in critical state".into()
+            ))
         );
         assert_eq!(
             f.create("s1", "N1", &["serfHealth"], Behavior::Release),
-            CommandResult::Bool(true)
+            CommandResult::Session(SessionResult::Created)
         );
         assert_eq!(
             f.changes,
@@ -358,7 +362,7 @@ mod tests {
         assert_eq!(sessions_index(&f.tables), f.next_index);
         assert!(matches!(
             f.create("s1", "n1", &[], Behavior::Release),
-            CommandResult::Error(_)
+            CommandResult::Session(SessionResult::Refused(_))
         ));
     }
 }

@@ -19,7 +19,7 @@ use super::catalog::{
 };
 use super::kv::{self, KvEntry, KvFields, KvOp, KvRow};
 use super::locks::{self, LockOutcome};
-use super::{Change, CommandResult, Tables};
+use super::{CatalogResult, Change, KvResult, Tables, TxnAnswer};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -234,9 +234,9 @@ pub(super) fn apply(
     index: u64,
     ops: &[TxnOp],
     changes: &mut Vec<Change>,
-) -> CommandResult {
+) -> TxnAnswer {
     if ops.len() > TXN_OPS_MAX {
-        return CommandResult::Error(format!(
+        return TxnAnswer::Refused(format!(
             "Transaction contains too many operations ({} > {TXN_OPS_MAX})",
             ops.len()
         ));
@@ -265,7 +265,7 @@ pub(super) fn apply(
     } else {
         outcome.results.clear();
     }
-    CommandResult::Txn(Box::new(outcome))
+    TxnAnswer::Ran(Box::new(outcome))
 }
 
 /// Runs a transaction of reads only against one version, without Raft.
@@ -402,8 +402,8 @@ fn catalog_write(
     changes: &mut Vec<Change>,
 ) -> Result<(), String> {
     match tables.write_catalog(index, &op, changes) {
-        CommandResult::Error(reason) => Err(reason),
-        _ => Ok(()),
+        CatalogResult::Written => Ok(()),
+        CatalogResult::Refused(reason) => Err(reason),
     }
 }
 
@@ -481,7 +481,7 @@ fn kv_write(
             },
             changes,
         ) {
-            CommandResult::Bool(true) => Ok(kv_result(tables, key)),
+            KvResult::Written => Ok(kv_result(tables, key)),
             _ => Err(format!("failed to set key {key:?}, index is stale")),
         },
         KvVerb::Lock => match locks::lock(tables, index, key, value, flags, session, changes)? {
@@ -528,7 +528,7 @@ fn kv_write(
             },
             changes,
         ) {
-            CommandResult::Bool(true) => Ok(Vec::new()),
+            KvResult::Written => Ok(Vec::new()),
             _ => Err(format!("failed to delete key {key:?}, index is stale")),
         },
         _ => Err(format!("unknown KV verb {verb:?}")),
@@ -723,7 +723,7 @@ fn check_write(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Command, Table};
+    use super::super::{Command, CommandResult, Table};
     use super::*;
 
     fn kv(verb: KvVerb, key: &str, value: &str, index: u64) -> TxnOp {
@@ -740,7 +740,7 @@ mod tests {
     fn run(tables: &mut Tables, at: u64, ops: Vec<TxnOp>, changes: &mut Vec<Change>) -> TxnOutcome {
         changes.clear();
         match tables.apply(at, &Command::Txn(ops), changes) {
-            CommandResult::Txn(outcome) => *outcome,
+            CommandResult::Txn(TxnAnswer::Ran(outcome)) => *outcome,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -833,7 +833,7 @@ mod tests {
         let ops = vec![kv(KvVerb::Set, "a", "1", 0); TXN_OPS_MAX + 1];
         assert!(matches!(
             tables.apply(1, &Command::Txn(ops), &mut Vec::new()),
-            CommandResult::Error(_)
+            CommandResult::Txn(TxnAnswer::Refused(_))
         ));
     }
 

@@ -35,7 +35,7 @@ use praetor::replica::{
     request_id, shard_of_request, AppliedBatch, ClusterStatus, Effect, Input, Now, OperatorOp,
     ProposalResult, Replica, ReplicaConfig, ServerInfo,
 };
-use praetor::store::{CommandResult, StoreVersion, Tables};
+use praetor::store::{CommandResult, KvResult, StoreVersion, Tables};
 
 use super::disk::Disk;
 use super::kv;
@@ -1527,7 +1527,7 @@ impl World {
                     index,
                     proposed_at,
                 },
-                ProposalResult::Applied(CommandResult::Bool(true)),
+                ProposalResult::Applied(CommandResult::Kv(KvResult::Written)),
             ) => {
                 let Some(index) = index else {
                     fail!(

@@ -3,7 +3,7 @@
 //! `Catalog.NodeServices`, as Consul's `catalog_endpoint.go` serves them.
 
 use super::{
-    authorize, decode_error, elsewhere, error_text, propose, read, read_here, rows, Answer,
+    authorize, decode_error, elsewhere, error_text, propose_typed, read, read_here, rows, Answer,
     Placement, Read,
 };
 use crate::api::authz::{check_deregister, check_registration, RowFilter};
@@ -23,14 +23,14 @@ use crate::shard::watch::WatchSet;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, InstanceView};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{CatalogResult, Command, StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 /// A catalog write's answer: Go's `struct{}` reply, or the store's refusal.
-fn written(result: CommandResult) -> Answer {
+fn written(result: CatalogResult) -> Answer {
     match result {
-        CommandResult::Error(reason) => Err(reason),
-        CommandResult::Bool(_) | CommandResult::Txn(_) => Ok(vec![0x80]),
+        CatalogResult::Refused(reason) => Err(reason),
+        CatalogResult::Written => Ok(vec![0x80]),
     }
 }
 
@@ -84,7 +84,7 @@ pub async fn register(server: &Server, call: &TypedCall) -> Answer {
     }
     crate::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
     let command = Command::Catalog(CatalogOp::Register(Box::new(registration)));
-    written(propose(server, command).await?)
+    written(propose_typed(server, command).await?)
 }
 
 /// `Catalog.Deregister`: the node, or one of its services or checks.
@@ -108,7 +108,7 @@ pub async fn deregister(server: &Server, call: &TypedCall) -> Answer {
         service_id: request.service_id.to_string(),
         check_id: request.check_id.to_string(),
     });
-    written(propose(server, command).await?)
+    written(propose_typed(server, command).await?)
 }
 
 /// `Catalog.ListDatacenters`: every known datacenter, nearest first.

@@ -35,7 +35,7 @@ use crate::replica::ProposalResult;
 use crate::shard::rpc_client::CallError;
 use crate::shard::runtime::Consistency;
 use crate::store::kv::KvOp;
-use crate::store::{Command, CommandResult};
+use crate::store::{CatalogResult, Command, KvResult};
 use std::time::Duration;
 
 /// How long a call waits for its answer beyond a blocking query's own wait.
@@ -557,11 +557,12 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
     }
     .encode();
     let respond = op.respond;
+    let kv_op = kv_op.clone();
     // A write that may have reached a server is not sent again (it could apply twice).
     write_in(ctx, datacenter, "KVS.Apply", body, move |body, reply| {
         let mut r = crate::proto::msgpack::Reader::new(body);
         let applied = r.bool().map_err(bad_reply)?;
-        respond(CommandResult::Bool(applied), reply);
+        respond(KvResult::of_reply(&kv_op, applied).into(), reply);
         Ok(())
     })
 }
@@ -602,7 +603,7 @@ fn catalog_write(
     };
     // A write that may have reached a server is not sent again: its answer would be lost.
     write(ctx, method, body, move |_, reply| {
-        respond(CommandResult::Bool(true), reply);
+        respond(CatalogResult::Written.into(), reply);
         Ok(())
     })
 }

@@ -34,9 +34,9 @@ fn applied(result: CommandResult) -> Result<bool, String> {
     match result {
         CommandResult::Bool(done) => Ok(done),
         CommandResult::Error(reason) => Err(reason),
-        CommandResult::Txn(_) => {
-            Err("unexpected transaction result for a config entry write".to_string())
-        }
+        other => Err(format!(
+            "unexpected result of a config entry write: {other:?}"
+        )),
     }
 }
 

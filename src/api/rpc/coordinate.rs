@@ -3,8 +3,8 @@
 //! catalog node's from what `Coordinate.Update` stored.
 
 use super::{
-    authorize, decode_error, elsewhere, propose, read, read_here, require, rows, Answer, Placement,
-    Read,
+    authorize, decode_error, elsewhere, propose_typed, read, read_here, require, rows, Answer,
+    Placement, Read,
 };
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
@@ -16,7 +16,7 @@ use crate::proto::msgpack::Writer;
 use crate::shard::rpc_server::TypedCall;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::CatalogOp;
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{CatalogResult, Command, StoreVersion, Table, Tables};
 
 /// `Coordinate.Update`: stores one node's coordinate.
 pub async fn update(server: &Server, call: &TypedCall) -> Answer {
@@ -34,9 +34,9 @@ pub async fn update(server: &Server, call: &TypedCall) -> Answer {
     let authz = authorize(server, request.token)?;
     require(&authz, |a| a.node_write(&request.update.node))?;
     let command = Command::Catalog(CatalogOp::Coordinates(vec![request.update]));
-    match propose(server, command).await? {
-        CommandResult::Error(reason) => Err(reason),
-        _ => Ok(vec![0x80]),
+    match propose_typed(server, command).await? {
+        CatalogResult::Refused(reason) => Err(reason),
+        CatalogResult::Written => Ok(vec![0x80]),
     }
 }
 

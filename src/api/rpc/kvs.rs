@@ -3,8 +3,8 @@
 //! "Permission denied", lists leave out the keys the token may not read.
 
 use super::{
-    authorize, decode_error, elsewhere, propose, read, read_here, require, rows, Answer, Placement,
-    Read,
+    authorize, decode_error, elsewhere, propose_typed, read, read_here, require, rows, Answer,
+    Placement, Read,
 };
 use crate::api::kv::KEY_BYTES_MAX;
 use crate::api::server::Server;
@@ -16,7 +16,7 @@ use crate::proto::msgpack::Writer;
 use crate::shard::rpc_server::TypedCall;
 use crate::shard::watch::WatchSet;
 use crate::store::kv::{self, KvOp};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{Command, KvResult, StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 struct GetKey {
@@ -159,13 +159,9 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
         KvOp::DeleteTree { prefix } => require(&authz, |a| a.key_write_prefix(prefix))?,
         _ => require(&authz, |a| a.key_write(key))?,
     }
-    let result = propose(server, Command::Kv(op)).await?;
-    let outcome = match result {
-        CommandResult::Bool(ok) => request.replies_outcome() && ok,
-        CommandResult::Error(reason) => return Err(reason),
-        CommandResult::Txn(_) => {
-            return Err("unexpected transaction result for a KV write".to_string())
-        }
+    let outcome = match propose_typed(server, Command::Kv(op)).await? {
+        KvResult::Refused(reason) => return Err(reason),
+        result => request.replies_outcome() && result.took_effect(),
     };
     let mut w = Writer::new();
     w.bool(outcome);

@@ -55,7 +55,7 @@ use crate::shard::rpc_server::{TypedAnswer, TypedCall, TypedCalls};
 use crate::shard::runtime::{Consistency, ReadPlan};
 use crate::shard::watch::WatchSet;
 use crate::store::acl::authorizer::{Authorizer, Check};
-use crate::store::{Command, CommandResult, StoreVersion, Tables};
+use crate::store::{Command, CommandResult, FamilyResult, StoreVersion, Tables};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -406,6 +406,14 @@ pub async fn propose(server: &Server, command: Command) -> Result<CommandResult,
             .map(|e| error_text(&e))
             .unwrap_or_else(|| refused.to_string())),
     }
+}
+
+/// [`propose`] of a command of family `R`: the family's result, or the refusal's text.
+pub async fn propose_typed<R: FamilyResult>(
+    server: &Server,
+    command: Command,
+) -> Result<R, String> {
+    R::of(propose(server, command).await?)
 }
 
 /// A blocking-capable read: what it depends on, and its reply.

@@ -10,8 +10,8 @@
 //! the leader, which makes a new query's ID, and answers it.
 
 use super::{
-    authorize, decode_error, elsewhere, one_shot_here, propose, read, read_here, require, rows,
-    Answer, Placement, Read,
+    authorize, decode_error, elsewhere, one_shot_here, propose_typed, read, read_here, require,
+    rows, Answer, Placement, Read,
 };
 use crate::api::authz::{Authz, RowFilter};
 use crate::api::query::{self as http_query, ExecuteRequest as Asked};
@@ -27,7 +27,7 @@ use crate::shard::rpc_server::TypedCall;
 use crate::shard::runtime::Consistency;
 use crate::shard::watch::WatchSet;
 use crate::store::query::{self, select::select, PreparedQuery, QueryOp};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{Command, QueryResult, StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 /// Whether stored tokens may be shown to the caller: with ACLs off, or to a token with
@@ -122,9 +122,9 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
         other => return Err(format!("Unknown prepared query operation: {other}")),
     };
     drop(version);
-    match propose(server, command).await? {
-        CommandResult::Error(reason) => Err(reason),
-        _ => {
+    match propose_typed::<QueryResult>(server, command).await? {
+        QueryResult::Refused(reason) => Err(reason),
+        QueryResult::Written => {
             let mut w = crate::proto::msgpack::Writer::new();
             w.str(&query.id);
             Ok(w.into_inner())

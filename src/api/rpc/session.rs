@@ -4,8 +4,8 @@
 //! the node, behavior and TTL; a renewal resets the leader's timer and answers the session.
 
 use super::{
-    authorize, decode_error, elsewhere, propose, read, read_here, require, rows, Answer, Placement,
-    Read,
+    authorize, decode_error, elsewhere, propose_typed, read, read_here, require, rows, Answer,
+    Placement, Read,
 };
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
@@ -21,7 +21,7 @@ use crate::shard::watch::WatchSet;
 use crate::store::session::{
     self, node_watch_key, Behavior, Session, SessionOp, SESSION_TTL_MAX_NS,
 };
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{Command, CommandResult, SessionResult, StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 fn string_reply(text: &str) -> Vec<u8> {
@@ -54,9 +54,10 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
             };
             require(&authz, |a| a.session_write(&existing.node))?;
             drop(version);
-            return match propose(server, Command::Session(SessionOp::Destroy { id })).await? {
-                CommandResult::Error(reason) => Err(reason),
-                _ => Ok(string_reply("")),
+            let destroy = Command::Session(SessionOp::Destroy { id });
+            return match propose_typed(server, destroy).await? {
+                SessionResult::Refused(reason) => Err(reason),
+                SessionResult::Created | SessionResult::Destroyed => Ok(string_reply("")),
             };
         }
         other => return Err(format!("Invalid session operation '{other}'")),
@@ -91,9 +92,9 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
     drop(version);
     session.id = Arc::from(id.as_str());
     let command = Command::Session(SessionOp::Create(Box::new(request.session)));
-    match propose(server, command).await? {
-        CommandResult::Error(reason) => Err(reason),
-        _ => Ok(string_reply(&id)),
+    match propose_typed(server, command).await? {
+        SessionResult::Refused(reason) => Err(reason),
+        SessionResult::Created | SessionResult::Destroyed => Ok(string_reply(&id)),
     }
 }
 
@@ -251,9 +252,7 @@ pub async fn renew(server: &Server, call: &TypedCall) -> Answer {
             sessions_reply(&meta, &RowFilter::default(), Vec::new())
         }
         ProposalResult::Applied(CommandResult::Error(reason)) => Err(reason),
-        ProposalResult::Applied(CommandResult::Txn(_)) => {
-            Err("unexpected transaction result for a session renewal".to_string())
-        }
+        ProposalResult::Applied(_) => Err("unexpected result for a session renewal".to_string()),
         refused => Err(refused.to_string()),
     }
 }

@@ -2,7 +2,7 @@
 //! needs what the same single request would; pre-check failures answer `Errors` without
 //! touching Raft; a read-only transaction runs against one store version, without Raft.
 
-use super::{authorize, elsewhere, propose, read, require, Answer, Placement, Read};
+use super::{authorize, elsewhere, propose_typed, read, require, Answer, Placement, Read};
 use crate::api::authz::Authz;
 use crate::api::server::Server;
 use crate::consul::rpc::txn::{decode, write_read_response, write_response};
@@ -11,7 +11,7 @@ use crate::proto::msgpack::Writer;
 use crate::shard::rpc_server::TypedCall;
 use crate::shard::watch::WatchSet;
 use crate::store::txn::{self, CatalogVerb, KvVerb, TxnOp, TxnOutcome};
-use crate::store::{Command, CommandResult, StoreVersion, Tables};
+use crate::store::{Command, StoreVersion, Tables, TxnAnswer};
 
 /// Each operation's ACL check.
 fn check_ops(authz: &Option<Authz>, ops: &[TxnOp]) -> Result<(), String> {
@@ -76,10 +76,9 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
         write_response(&mut w, &outcome);
         return Ok(w.into_inner());
     }
-    match propose(server, Command::Txn(request.ops)).await? {
-        CommandResult::Txn(outcome) => write_response(&mut w, &outcome),
-        CommandResult::Error(reason) => return Err(reason),
-        CommandResult::Bool(_) => return Err("unexpected result for a transaction".to_string()),
+    match propose_typed(server, Command::Txn(request.ops)).await? {
+        TxnAnswer::Ran(outcome) => write_response(&mut w, &outcome),
+        TxnAnswer::Refused(reason) => return Err(reason),
     }
     Ok(w.into_inner())
 }

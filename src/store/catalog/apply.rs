@@ -13,7 +13,7 @@ use super::rows::{
 };
 use super::PackedMap;
 use super::{CatalogTables, InstanceView, NodeEntry, NodeHead, ServiceGroup, SERF_CHECK_ID};
-use crate::store::{Change, ChangeKey, CommandResult, Table, Tables};
+use crate::store::{CatalogResult, Change, ChangeKey, Table, Tables};
 use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -1370,7 +1370,7 @@ pub(in crate::store) fn apply<S: Text>(
     index: u64,
     op: &CatalogOpOf<S>,
     changes: &mut Vec<Change>,
-) -> CommandResult {
+) -> CatalogResult {
     let (result, bumped) = {
         let first_change = changes.len();
         let mut tx = Tx {
@@ -1399,7 +1399,7 @@ pub(in crate::store) fn apply<S: Text>(
         tables.catalog.check_invariants();
     }
     match result {
-        Ok(()) => CommandResult::Bool(true),
-        Err(reason) => CommandResult::Error(reason),
+        Ok(()) => CatalogResult::Written,
+        Err(reason) => CatalogResult::Refused(reason),
     }
 }

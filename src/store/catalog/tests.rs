@@ -4,7 +4,7 @@
 use super::read::{self, check_service_nodes};
 use super::rows::{Status, Tags};
 use super::*;
-use crate::store::{Change, Command, CommandResult, Table, Tables};
+use crate::store::{CatalogResult, Change, Command, CommandResult, QueryResult, Table, Tables};
 
 struct Fixture {
     tables: Tables,
@@ -65,7 +65,10 @@ impl Fixture {
         let mut reg = node_reg(node, "10.0.0.1");
         reg.service = Some(svc);
         reg.checks = checks;
-        assert_eq!(self.register(reg), CommandResult::Bool(true));
+        assert_eq!(
+            self.register(reg),
+            CommandResult::Catalog(CatalogResult::Written)
+        );
     }
     fn touched(&self, table: Table, key: &str) -> bool {
         self.changes
@@ -117,7 +120,10 @@ fn identical_registration_changes_nothing() {
     f.register(reg());
     let index = read::service_index(&f.tables, "web");
     let table_indexes = f.tables.table_indexes;
-    assert_eq!(f.register(reg()), CommandResult::Bool(true));
+    assert_eq!(
+        f.register(reg()),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     assert!(f.changes.is_empty(), "{:?}", f.changes);
     assert_eq!(read::service_index(&f.tables, "web"), index);
     assert_eq!(f.tables.table_indexes, table_indexes);
@@ -195,7 +201,7 @@ fn deregistering_the_last_instance_records_an_extinction() {
         service_id: "web-1".into(),
         check_id: String::new(),
     });
-    assert_eq!(result, CommandResult::Bool(true));
+    assert_eq!(result, CommandResult::Catalog(CatalogResult::Written));
     assert!(f.tables.catalog.group("web").is_none());
     assert!(
         read::check(&f.tables, "n1", "c1").is_none(),
@@ -215,7 +221,7 @@ fn deregistering_the_last_instance_records_an_extinction() {
         service_id: "web-1".into(),
         check_id: String::new(),
     });
-    assert_eq!(again, CommandResult::Bool(true));
+    assert_eq!(again, CommandResult::Catalog(CatalogResult::Written));
     assert!(f.changes.is_empty());
 }
 
@@ -252,7 +258,7 @@ fn refused_registrations_change_nothing() {
     reg.checks = vec![check("c1", "no-such-service", "passing")];
     let result = f.register(reg);
     assert!(
-        matches!(&result, CommandResult::Error(e) if e.contains("Missing service registration")),
+        matches!(&result, CommandResult::Catalog(CatalogResult::Refused(e)) if e.contains("Missing service registration")),
         "{result:?}"
     );
     assert_eq!(
@@ -273,7 +279,9 @@ fn refused_registrations_change_nothing() {
         ),
     ] {
         match f.register(reg) {
-            CommandResult::Error(e) => assert!(e.contains(message), "{e}"),
+            CommandResult::Catalog(CatalogResult::Refused(e)) => {
+                assert!(e.contains(message), "{e}")
+            }
             other => panic!("expected {message}, got {other:?}"),
         }
     }
@@ -283,7 +291,7 @@ fn refused_registrations_change_nothing() {
         ..check("x", "", "passing")
     }];
     assert!(
-        matches!(f.register(bad_check), CommandResult::Error(e) if e.contains("does not match"))
+        matches!(f.register(bad_check), CommandResult::Catalog(CatalogResult::Refused(e)) if e.contains("does not match"))
     );
 }
 
@@ -340,7 +348,10 @@ fn node_ids_rename_unhealthy_nodes_and_protect_healthy_ones() {
     // Without a serf check the old node is not considered healthy: the ID moves.
     let mut renamed = node_reg("new-name", "10.0.0.1");
     renamed.id = id.into();
-    assert_eq!(f.register(renamed), CommandResult::Bool(true));
+    assert_eq!(
+        f.register(renamed),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     assert!(f.tables.catalog.node("old-name").is_none());
     assert_eq!(&**f.tables.catalog.node_ids.get(id).unwrap(), "new-name");
     // A healthy node keeps its name against a different ID.
@@ -356,7 +367,7 @@ fn node_ids_rename_unhealthy_nodes_and_protect_healthy_ones() {
     let mut thief = node_reg("new-name", "10.0.0.7");
     thief.id = "0b3d1c60-98e1-4c41-a0f1-4b8e9b0fa001".into();
     assert!(
-        matches!(f.register(thief), CommandResult::Error(e) if e.contains("is reserved by node"))
+        matches!(f.register(thief), CommandResult::Catalog(CatalogResult::Refused(e)) if e.contains("is reserved by node"))
     );
 }
 
@@ -392,7 +403,10 @@ fn batches_apply_each_operation_independently() {
         CatalogOp::Register(Box::new(good)),
         CatalogOp::Register(Box::new(bad)),
     ]));
-    assert!(matches!(result, CommandResult::Error(_)));
+    assert!(matches!(
+        result,
+        CommandResult::Catalog(CatalogResult::Refused(_))
+    ));
     assert_eq!(check_service_nodes(&f.tables, "web").len(), 1);
     assert!(f.tables.catalog.node("n2").is_none());
 }
@@ -498,7 +512,10 @@ fn checks_moving_between_services_and_node_level_keep_every_view_current() {
     // c moves from a-1 to b-1: both services' answers change.
     let mut reg = node_reg("n1", "10.0.0.1");
     reg.checks = vec![check("c", "b-1", "warning")];
-    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert_eq!(
+        f.register(reg),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     assert_eq!(own(&f, "a"), ["d"]);
     assert_eq!(own(&f, "b"), ["c"]);
     assert!(f.touched(Table::ServiceIndex, "a") && f.touched(Table::ServiceIndex, "b"));
@@ -509,7 +526,10 @@ fn checks_moving_between_services_and_node_level_keep_every_view_current() {
     // c becomes a node check: in every view's node checks, in nobody's own list.
     let mut reg = node_reg("n1", "10.0.0.1");
     reg.checks = vec![check("c", "", "critical")];
-    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert_eq!(
+        f.register(reg),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     assert!(own(&f, "b").is_empty());
     for svc in ["a", "b"] {
         let nodes = check_service_nodes(&f.tables, svc);
@@ -519,7 +539,10 @@ fn checks_moving_between_services_and_node_level_keep_every_view_current() {
     // And back to a service check, then deleted.
     let mut reg = node_reg("n1", "10.0.0.1");
     reg.checks = vec![check("C", "A-1", "passing")];
-    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert_eq!(
+        f.register(reg),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     assert_eq!(own(&f, "a"), ["C", "d"]);
     assert!(check_service_nodes(&f.tables, "b")[0]
         .node_checks
@@ -551,7 +574,10 @@ fn a_node_name_changing_case_relabels_rows_and_views() {
     let mut reg = node_reg("n1", "10.0.0.1");
     reg.node = "NODE1".into();
     reg.checks = vec![check("nc", "", "passing")];
-    assert_eq!(f.register(reg), CommandResult::Bool(true));
+    assert_eq!(
+        f.register(reg),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     let nodes = check_service_nodes(&f.tables, "a");
     assert_eq!(&*nodes[0].node.name, "NODE1");
     assert_eq!(&*nodes[0].service.node, "NODE1");
@@ -568,7 +594,7 @@ fn snapshot_fixture_tables() -> Tables {
     let mut changes = Vec::new();
     for (i, op) in snapshot_fixture_ops().into_iter().enumerate() {
         let result = tables.apply(i as u64 + 1, &Command::Catalog(op), &mut changes);
-        assert_eq!(result, CommandResult::Bool(true));
+        assert_eq!(result, CommandResult::Catalog(CatalogResult::Written));
     }
     tables
 }
@@ -779,7 +805,7 @@ fn snapshot_fixture_tables_with_query() -> Tables {
         }),
         &mut changes,
     );
-    assert_eq!(result, CommandResult::Bool(true));
+    assert_eq!(result, CommandResult::Query(QueryResult::Written));
     tables
 }
 
@@ -885,7 +911,10 @@ fn combined_write_base() -> Fixture {
     );
     let mut node_check = node_reg("n1", "10.0.0.1");
     node_check.checks = vec![check("serf", "", "passing")];
-    assert_eq!(base.register(node_check), CommandResult::Bool(true));
+    assert_eq!(
+        base.register(node_check),
+        CommandResult::Catalog(CatalogResult::Written)
+    );
     base
 }
 
@@ -913,7 +942,7 @@ fn assert_combined_write_is_split_write(reg: Registration) {
     let mut checks_only = reg.clone();
     checks_only.service = None;
     let result = together.register(reg);
-    assert_eq!(result, CommandResult::Bool(true));
+    assert_eq!(result, CommandResult::Catalog(CatalogResult::Written));
     let batch = CatalogOp::Batch(vec![
         CatalogOp::Register(Box::new(service_only)),
         CatalogOp::Register(Box::new(checks_only)),

@@ -447,7 +447,7 @@ pub fn remove_bound_to_session(
 mod tests {
     use super::super::fixture::Fixture;
     use super::super::session::{Behavior, SessionOp};
-    use super::super::{Command, CommandResult};
+    use super::super::{Command, CommandResult, QueryResult};
     use super::*;
 
     const ID_A: &str = "6b2c8a52-1f3e-4b7a-9c1d-000000000001";
@@ -476,7 +476,7 @@ mod tests {
 
     fn error(result: CommandResult) -> String {
         match result {
-            CommandResult::Error(e) => e,
+            CommandResult::Query(QueryResult::Refused(e)) => e,
             other => panic!("expected an error, got {other:?}"),
         }
     }
@@ -486,7 +486,7 @@ mod tests {
         let mut f = Fixture::new();
         assert_eq!(
             set(&mut f, query(ID_A, "Web", "web"), true),
-            CommandResult::Bool(true)
+            CommandResult::Query(QueryResult::Written)
         );
         let created_at = f.next_index;
         assert_eq!(queries_index(&f.tables), created_at);
@@ -509,7 +509,7 @@ mod tests {
         // An update keeps the create index and may rename.
         assert_eq!(
             set(&mut f, query(ID_A, "www", "web"), false),
-            CommandResult::Bool(true)
+            CommandResult::Query(QueryResult::Written)
         );
         let row = get(&f.tables, ID_A).unwrap();
         assert_eq!(
@@ -535,8 +535,14 @@ mod tests {
         short.template.kind = template::NAME_PREFIX_MATCH.into();
         let mut long = query(ID_B, "geo-db-", "long-${name.suffix}");
         long.template.kind = template::NAME_PREFIX_MATCH.into();
-        assert_eq!(set(&mut f, short, true), CommandResult::Bool(true));
-        assert_eq!(set(&mut f, long, true), CommandResult::Bool(true));
+        assert_eq!(
+            set(&mut f, short, true),
+            CommandResult::Query(QueryResult::Written)
+        );
+        assert_eq!(
+            set(&mut f, long, true),
+            CommandResult::Query(QueryResult::Written)
+        );
         let resolved = |f: &Fixture, name: &str| {
             resolve(&f.tables, name, "")
                 .unwrap()
@@ -555,7 +561,10 @@ mod tests {
         // A catch-all template with the empty name matches everything else; only one.
         let mut any = query("6b2c8a52-1f3e-4b7a-9c1d-000000000004", "", "${name.full}");
         any.template.kind = template::NAME_PREFIX_MATCH.into();
-        assert_eq!(set(&mut f, any.clone(), true), CommandResult::Bool(true));
+        assert_eq!(
+            set(&mut f, any.clone(), true),
+            CommandResult::Query(QueryResult::Written)
+        );
         assert_eq!(resolved(&f, "other").as_deref(), Some("other"));
         any.id = "6b2c8a52-1f3e-4b7a-9c1d-000000000005".into();
         assert_eq!(
@@ -574,10 +583,13 @@ mod tests {
             "invalid session \"s1\""
         );
         f.create("s1", "n1", &[], Behavior::Release);
-        assert_eq!(set(&mut f, bound, true), CommandResult::Bool(true));
+        assert_eq!(
+            set(&mut f, bound, true),
+            CommandResult::Query(QueryResult::Written)
+        );
         assert_eq!(
             set(&mut f, query(ID_B, "kept", "web"), true),
-            CommandResult::Bool(true)
+            CommandResult::Query(QueryResult::Written)
         );
         f.run(Command::Session(SessionOp::Destroy { id: "s1".into() }));
         assert!(get(&f.tables, ID_A).is_none());
