@@ -119,6 +119,13 @@ fn a_client_agent_serves_acl_tokens_policies_and_roles_with_typed_calls() {
             "/v1/acl/token/self".to_string(),
             "00000000-0000-4000-8000-00000000dead",
         ),
+        // The agent answers templated policies itself, after the same `acl:read` check.
+        ("/v1/acl/templated-policies".to_string(), MANAGEMENT),
+        ("/v1/acl/templated-policies".to_string(), &secret),
+        (
+            "/v1/acl/templated-policy/name/builtin/service".to_string(),
+            &secret,
+        ),
     ];
     for (path, token) in &reads {
         let on_client = call(&client, "GET", path, b"", Some(token));
