@@ -187,6 +187,26 @@ pub(super) fn call(
     )
 }
 
+/// A read in this datacenter: sent again on another server if one cannot be reached (a
+/// read may be), waiting as long as its blocking query may.
+pub(super) fn read_call(
+    ctx: &Context,
+    method: &'static str,
+    body: Vec<u8>,
+    options: &crate::api::QueryOptions,
+    respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    call(
+        ctx,
+        "",
+        method,
+        body,
+        read_timeout(options),
+        Retry::Always,
+        respond,
+    )
+}
+
 /// A write made after the handler returned: sent once unless it certainly never left
 /// ([`Retry::NotSent`]), its answer typed as the proposal ended ([`WriteOutcome`]);
 /// `respond` writes an applied write's reply.

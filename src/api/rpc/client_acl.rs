@@ -13,11 +13,10 @@
 //! headers come from the reply's `QueryMeta`. The server checks the token (`acl:read`,
 //! `acl:write`) as its HTTP route does, and its refusals come back in its words.
 
-use super::client::{bad_reply, call, meta_of, query_options, read_timeout, write as call_write};
+use super::client::{bad_reply, meta_of, query_options, read_call, write as call_write};
 use crate::api::acl::{not_found, policy_json, role_json_linked, token_json_linked};
 use crate::api::authz::{acl_not_found, request_secret};
 use crate::api::{ApiError, Context, Outcome, Request};
-use crate::cluster::servers::Retry;
 use crate::consul::rpc::acl::{
     read_objects, read_policy, read_role, read_token, read_token_response, write_policy,
     write_role, write_token_record, DeleteRequest, GetRequest, Links, ListRequest, Object,
@@ -93,44 +92,36 @@ pub fn read_one(
             .encode(object),
         ),
     };
-    call(
-        ctx,
-        "",
-        method,
-        body,
-        read_timeout(&options),
-        Retry::Always,
-        move |body, reply| {
-            let (meta, value) = match object {
-                Object::Token => {
-                    let (meta, token) = read_token_response(body).map_err(malformed)?;
-                    (meta, token.map(|t| token_value(t, false)))
-                }
-                Object::Policy => {
-                    let (meta, policies) =
-                        read_objects(body, "Policy", read_policy).map_err(malformed)?;
-                    let value = policies.first().map(|p| policy_json(p, false));
-                    (meta, value)
-                }
-                Object::Role => {
-                    let (meta, roles) = read_objects(body, "Role", read_role).map_err(malformed)?;
-                    let value = roles
-                        .into_iter()
-                        .next()
-                        .map(|r| role_json_linked(&r.role, r.policies));
-                    (meta, value)
-                }
-            };
-            let noun = match object {
-                Object::Token => "token",
-                Object::Policy => "policy",
-                Object::Role => "role",
-            };
-            let value = value.ok_or_else(|| not_found(noun))?;
-            reply.json(200, &read_headers(&meta), &value);
-            Ok(())
-        },
-    )
+    read_call(ctx, method, body, &options, move |body, reply| {
+        let (meta, value) = match object {
+            Object::Token => {
+                let (meta, token) = read_token_response(body).map_err(malformed)?;
+                (meta, token.map(|t| token_value(t, false)))
+            }
+            Object::Policy => {
+                let (meta, policies) =
+                    read_objects(body, "Policy", read_policy).map_err(malformed)?;
+                let value = policies.first().map(|p| policy_json(p, false));
+                (meta, value)
+            }
+            Object::Role => {
+                let (meta, roles) = read_objects(body, "Role", read_role).map_err(malformed)?;
+                let value = roles
+                    .into_iter()
+                    .next()
+                    .map(|r| role_json_linked(&r.role, r.policies));
+                (meta, value)
+            }
+        };
+        let noun = match object {
+            Object::Token => "token",
+            Object::Policy => "policy",
+            Object::Role => "role",
+        };
+        let value = value.ok_or_else(|| not_found(noun))?;
+        reply.json(200, &read_headers(&meta), &value);
+        Ok(())
+    })
 }
 
 /// A list's filters, as its query parameters gave them (empty: unset).
@@ -166,47 +157,37 @@ pub fn list(
         Object::Policy => "ACL.PolicyList",
         Object::Role => "ACL.RoleList",
     };
-    call(
-        ctx,
-        "",
-        method,
-        body,
-        read_timeout(&options),
-        Retry::Always,
-        move |body, reply| {
-            let (meta, values): (_, Vec<Value>) = match object {
-                Object::Token => {
-                    let (meta, tokens) =
-                        read_objects(body, "Tokens", read_token).map_err(malformed)?;
-                    (
-                        meta,
-                        tokens.into_iter().map(|t| token_value(t, true)).collect(),
-                    )
-                }
-                Object::Policy => {
-                    let (meta, policies) =
-                        read_objects(body, "Policies", read_policy).map_err(malformed)?;
-                    (
-                        meta,
-                        policies.iter().map(|p| policy_json(p, true)).collect(),
-                    )
-                }
-                Object::Role => {
-                    let (meta, roles) =
-                        read_objects(body, "Roles", read_role).map_err(malformed)?;
-                    (
-                        meta,
-                        roles
-                            .into_iter()
-                            .map(|r| role_json_linked(&r.role, r.policies))
-                            .collect(),
-                    )
-                }
-            };
-            reply.json(200, &read_headers(&meta), &Value::Array(values));
-            Ok(())
-        },
-    )
+    read_call(ctx, method, body, &options, move |body, reply| {
+        let (meta, values): (_, Vec<Value>) = match object {
+            Object::Token => {
+                let (meta, tokens) = read_objects(body, "Tokens", read_token).map_err(malformed)?;
+                (
+                    meta,
+                    tokens.into_iter().map(|t| token_value(t, true)).collect(),
+                )
+            }
+            Object::Policy => {
+                let (meta, policies) =
+                    read_objects(body, "Policies", read_policy).map_err(malformed)?;
+                (
+                    meta,
+                    policies.iter().map(|p| policy_json(p, true)).collect(),
+                )
+            }
+            Object::Role => {
+                let (meta, roles) = read_objects(body, "Roles", read_role).map_err(malformed)?;
+                (
+                    meta,
+                    roles
+                        .into_iter()
+                        .map(|r| role_json_linked(&r.role, r.policies))
+                        .collect(),
+                )
+            }
+        };
+        reply.json(200, &read_headers(&meta), &Value::Array(values));
+        Ok(())
+    })
 }
 
 /// `GET /v1/acl/token/self`: `ACL.TokenRead` by the request's own secret (the anonymous
@@ -226,20 +207,12 @@ pub fn token_self(ctx: &Context, request: &Request, options: crate::api::QueryOp
         options: query_options(&options, &secret),
     }
     .encode();
-    call(
-        ctx,
-        "",
-        "ACL.TokenRead",
-        body,
-        read_timeout(&options),
-        Retry::Always,
-        move |body, reply| {
-            let (meta, token) = read_token_response(body).map_err(malformed)?;
-            let token = token.ok_or_else(acl_not_found)?;
-            reply.json(200, &read_headers(&meta), &token_value(token, false));
-            Ok(())
-        },
-    )
+    read_call(ctx, "ACL.TokenRead", body, &options, move |body, reply| {
+        let (meta, token) = read_token_response(body).map_err(malformed)?;
+        let token = token.ok_or_else(acl_not_found)?;
+        reply.json(200, &read_headers(&meta), &token_value(token, false));
+        Ok(())
+    })
 }
 
 fn arc_links(links: &[LinkRef]) -> Links {

@@ -11,12 +11,11 @@
 //! functions (`api::config::entry_answer`, `list_answer`), so the body is the server's
 //! byte for byte; the headers come from the reply's `QueryMeta`.
 
-use super::client::{bad_reply, call, query_options, read_timeout, write};
+use super::client::{bad_reply, query_options, read_call, write};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
 use crate::api::config::{entry_answer, list_answer};
 use crate::api::{Context, Outcome, Request, WriteResponder};
-use crate::cluster::servers::Retry;
 use crate::consul::rpc::config_entry::{
     entry_fields, entry_of, read_delete_response, read_entry_response, read_generic_entries,
     read_indexed_entries, ConfigEntryListAllRequest, ConfigEntryQuery, ConfigEntryRequest,
@@ -42,13 +41,11 @@ pub fn get(
     }
     .encode();
     let (kind_text, name) = (kind_text.to_string(), name.to_string());
-    call(
+    read_call(
         ctx,
-        "",
         "ConfigEntry.Get",
         body,
-        read_timeout(&options),
-        Retry::Always,
+        &options,
         move |body, reply| {
             let (meta, fields) = read_entry_response(body).map_err(bad_reply)?;
             let entry = fields
@@ -94,30 +91,22 @@ pub fn list(
             .encode(),
         ),
     };
-    call(
-        ctx,
-        "",
-        method,
-        body,
-        read_timeout(&options),
-        Retry::Always,
-        move |body, reply| {
-            let (meta, fields) = if kind.is_some() {
-                read_indexed_entries(body)
-            } else {
-                read_generic_entries(body)
-            }
+    read_call(ctx, method, body, &options, move |body, reply| {
+        let (meta, fields) = if kind.is_some() {
+            read_indexed_entries(body)
+        } else {
+            read_generic_entries(body)
+        }
+        .map_err(bad_reply)?;
+        let entries = fields
+            .iter()
+            .map(entry_of)
+            .collect::<Result<Vec<ConfigEntry>, _>>()
             .map_err(bad_reply)?;
-            let entries = fields
-                .iter()
-                .map(entry_of)
-                .collect::<Result<Vec<ConfigEntry>, _>>()
-                .map_err(bad_reply)?;
-            let visible: Vec<&ConfigEntry> = entries.iter().collect();
-            list_answer(&visible, &headers(&meta, &secret), reply);
-            Ok(())
-        },
-    )
+        let visible: Vec<&ConfigEntry> = entries.iter().collect();
+        list_answer(&visible, &headers(&meta, &secret), reply);
+        Ok(())
+    })
 }
 
 /// A config entry write the handler decided on, as `ConfigEntry.Apply` or

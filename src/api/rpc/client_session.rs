@@ -10,7 +10,7 @@
 //! renderer (`api::session::write_sessions`), so the body is the server's byte for byte;
 //! the headers come from the reply's `QueryMeta`.
 
-use super::client::{bad_reply, call, query_options, read_timeout, write, CALL_TIMEOUT};
+use super::client::{bad_reply, call, query_options, read_call, write, CALL_TIMEOUT};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
 use crate::api::session::write_sessions;
@@ -148,13 +148,7 @@ pub fn read(
             .encode(),
         ),
     };
-    call(
-        ctx,
-        "",
-        method,
-        body,
-        read_timeout(&options),
-        Retry::Always,
-        move |body, reply| sessions_answer(body, &secret, reply),
-    )
+    read_call(ctx, method, body, &options, move |body, reply| {
+        sessions_answer(body, &secret, reply)
+    })
 }

@@ -6,11 +6,10 @@
 //! server's own renderer (`api::txn::write_outcome`); a read's `X-Consul-KnownLeader` and
 //! `X-Consul-LastContact` come from its `QueryMeta`.
 
-use super::client::{bad_reply, call, meta_of, query_options, read_timeout, write};
+use super::client::{bad_reply, meta_of, query_options, read_call, write};
 use crate::api::authz::request_secret;
 use crate::api::txn::{read_headers, write_outcome};
 use crate::api::{Context, Outcome, Request};
-use crate::cluster::servers::Retry;
 use crate::consul::rpc::txn::{encode_apply, encode_read, read_response};
 use crate::store::txn::TxnOp;
 
@@ -36,17 +35,9 @@ pub fn read(
 ) -> Outcome {
     let secret = request_secret(ctx, request);
     let body = encode_read(ops, &query_options(&options, &secret));
-    call(
-        ctx,
-        "",
-        "Txn.Read",
-        body,
-        read_timeout(&options),
-        Retry::Always,
-        |body, reply| {
-            let (meta, outcome) = read_response(body).map_err(bad_reply)?;
-            write_outcome(&outcome, &read_headers(&meta_of(&meta)), reply);
-            Ok(())
-        },
-    )
+    read_call(ctx, "Txn.Read", body, &options, |body, reply| {
+        let (meta, outcome) = read_response(body).map_err(bad_reply)?;
+        write_outcome(&outcome, &read_headers(&meta_of(&meta)), reply);
+        Ok(())
+    })
 }

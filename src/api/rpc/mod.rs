@@ -425,7 +425,7 @@ pub trait Read {
 }
 
 /// The consistency a call's options ask for.
-fn consistency(options: &QueryOptions) -> Consistency {
+pub(super) fn consistency(options: &QueryOptions) -> Consistency {
     if options.require_consistent {
         Consistency::Consistent
     } else if options.allow_stale {

@@ -10,8 +10,8 @@
 //! the leader, which makes a new query's ID, and answers it.
 
 use super::{
-    authorize, decode_error, elsewhere, one_shot_here, propose_typed, read, read_here, require,
-    rows, Answer, Placement, Read,
+    authorize, consistency, decode_error, elsewhere, one_shot_here, propose_typed, read, read_here,
+    require, rows, Answer, Placement, Read,
 };
 use crate::api::authz::{Authz, RowFilter};
 use crate::api::query::{self as http_query, ExecuteRequest as Asked};
@@ -24,7 +24,6 @@ use crate::consul::rpc::prepared_query::{
 };
 use crate::consul::rpc::QueryMeta;
 use crate::shard::rpc_server::TypedCall;
-use crate::shard::runtime::Consistency;
 use crate::shard::watch::WatchSet;
 use crate::store::query::{self, select::select, PreparedQuery, QueryOp};
 use crate::store::{Command, QueryResult, StoreVersion, Table, Tables};
@@ -43,17 +42,6 @@ fn token_shown(query: &PreparedQuery, show_tokens: bool) -> &str {
         &query.token
     } else {
         REDACTED_TOKEN
-    }
-}
-
-/// The consistency a call's options ask for.
-fn consistency(options: &crate::consul::rpc::QueryOptions) -> Consistency {
-    if options.require_consistent {
-        Consistency::Consistent
-    } else if options.allow_stale {
-        Consistency::Stale
-    } else {
-        Consistency::Leader
     }
 }
 

@@ -74,6 +74,19 @@ fn read_optional_pairs(r: &mut Reader) -> Result<Option<Vec<(String, String)>>, 
     Ok(Some(pairs))
 }
 
+/// `QueryDNSOptions`: its `TTL`.
+fn read_dns_ttl(r: &mut Reader) -> Result<String, WireError> {
+    let mut ttl = String::new();
+    each_field(r, |name, r| {
+        if name != "TTL" {
+            return Ok(false);
+        }
+        ttl = r.str()?.to_string();
+        Ok(true)
+    })?;
+    Ok(ttl)
+}
+
 /// Consul's `structs.PreparedQuery`.
 pub fn write_query(w: &mut Writer, query: &PreparedQuery) {
     let mut f = Fields::new(w, 9);
@@ -150,13 +163,7 @@ pub fn read_query(r: &mut Reader) -> Result<PreparedQuery, WireError> {
             "Token" => query.token = r.str()?.to_string(),
             "CreateIndex" => query.create_index = r.u64("CreateIndex")?,
             "ModifyIndex" => query.modify_index = r.u64("ModifyIndex")?,
-            "DNS" => each_field(r, |name, r| match name {
-                "TTL" => {
-                    query.dns_ttl = r.str()?.to_string();
-                    Ok(true)
-                }
-                _ => Ok(false),
-            })?,
+            "DNS" => query.dns_ttl = read_dns_ttl(r)?,
             "Template" => query.template = read_template(r)?,
             "Service" => query.service = read_service_query(r)?,
             _ => return Ok(false),
@@ -537,13 +544,7 @@ pub fn read_execute_response(body: &[u8]) -> Result<ExecuteReply, WireError> {
             "Service" => service = r.str()?.to_string(),
             "Datacenter" => datacenter = r.str()?.to_string(),
             "Failovers" => failovers = r.u64("Failovers")?,
-            "DNS" => each_field(r, |name, r| match name {
-                "TTL" => {
-                    dns_ttl = r.str()?.to_string();
-                    Ok(true)
-                }
-                _ => Ok(false),
-            })?,
+            "DNS" => dns_ttl = read_dns_ttl(r)?,
             "Nodes" => {
                 let count = r.array_len()?;
                 nodes = Vec::with_capacity(count);

@@ -11,7 +11,7 @@ use crate::acl_common;
 use crate::common;
 
 use acl_common::{call, wait_for_token};
-use common::{Agent, Cluster, HttpResponse, TempDir};
+use common::{Cluster, HttpResponse, TempDir};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,23 +23,6 @@ fn acl_hcl() -> String {
     format!(
         "acl {{\n enabled = true\n default_policy = \"deny\"\n tokens {{\n  initial_management = \"{MANAGEMENT}\"\n  agent = \"{MANAGEMENT}\"\n }}\n}}\ntelemetry {{ prometheus_retention_time = \"1m\" }}"
     )
-}
-
-/// The server's `consul_rpc_forwarded_http` counter.
-fn forwarded_http(server: &Agent) -> u64 {
-    let response = call(
-        server,
-        "GET",
-        "/v1/agent/metrics?format=prometheus",
-        b"",
-        Some(MANAGEMENT),
-    );
-    let text = response.text();
-    let line = text
-        .lines()
-        .find(|line| line.starts_with("consul_rpc_forwarded_http"))
-        .unwrap_or_else(|| panic!("no consul_rpc_forwarded_http in:\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
 /// What a comparison looks at: the status, the body, and the index the headers carry.
@@ -61,7 +44,7 @@ fn a_client_agent_serves_acl_tokens_policies_and_roles_with_typed_calls() {
     let client = cluster.start_client(&client_data, &["-hcl", &acl_hcl()]);
     client.wait_ready();
     wait_for_token(&client, MANAGEMENT);
-    let before = forwarded_http(server);
+    let before = server.prometheus_counter("consul_rpc_forwarded_http", Some(MANAGEMENT));
 
     // py-consul through the client agent, and one raw call on the server's port.
     let script = concat!(
@@ -194,7 +177,7 @@ fn a_client_agent_serves_acl_tokens_policies_and_roles_with_typed_calls() {
     assert!(woken.text().contains("wakes-the-list"), "{}", woken.text());
 
     assert_eq!(
-        forwarded_http(server),
+        server.prometheus_counter("consul_rpc_forwarded_http", Some(MANAGEMENT)),
         before,
         "the client agent's ACL requests went as forwarded HTTP"
     );

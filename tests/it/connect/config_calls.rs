@@ -14,29 +14,8 @@ use common::{Agent, Cluster, HttpResponse, TempDir};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Cumulative counters need the Prometheus output, which needs a retention.
-const PROMETHEUS: &str = "telemetry { prometheus_retention_time = \"1m\" }";
 const MANAGEMENT: &str = "5d0c8a1e-3f2b-4c6d-9e7f-36a1b2c3d4e5";
 const FILTERED: &str = "X-Consul-Results-Filtered-By-ACLs";
-
-/// The server's `consul_rpc_forwarded_http` counter.
-fn forwarded_http(agent: &Agent) -> u64 {
-    let text = agent.get("/v1/agent/metrics?format=prometheus").text();
-    let line = text
-        .lines()
-        .find(|line| line.starts_with("consul_rpc_forwarded_http"))
-        .unwrap_or_else(|| panic!("no consul_rpc_forwarded_http in:\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
-/// Waits until `agent`'s log has a line containing `what` (bounded: 10 s).
-fn wait_for_log(agent: &Agent, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !agent.log().lines().any(|line| line.contains(what)) {
-        assert!(Instant::now() < deadline, "no log line with {what:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// `method path` on the client and on its server with `token`, until both answer the same
 /// (bounded: 10 s); the client's answer.
@@ -80,12 +59,12 @@ fn put(agent: &Agent, path: &str, body: &str, token: Option<&str>) -> HttpRespon
 
 #[test]
 fn a_client_agent_manages_config_entries_through_typed_calls() {
-    let cluster = Cluster::start(1, &["-hcl", PROMETHEUS]);
+    let cluster = Cluster::start(1, &["-hcl", common::PROMETHEUS_HCL]);
     let data = TempDir::new("config-calls-client");
     let client = cluster.start_client(&data, &[]);
     client.wait_ready();
     let server = &cluster.servers[0];
-    let before = forwarded_http(server);
+    let before = server.prometheus_counter("consul_rpc_forwarded_http", None);
 
     // Writes: each kind's body is decoded on the client and applied by the server.
     let bodies = [
@@ -103,7 +82,7 @@ fn a_client_agent_manages_config_entries_through_typed_calls() {
             "{body}"
         );
     }
-    wait_for_log(server, "rpc: call ConfigEntry.Apply");
+    common::wait_for_log(server, &["rpc: call ConfigEntry.Apply"]);
 
     // Reads, as the server answers them.
     for path in [
@@ -137,9 +116,9 @@ fn a_client_agent_manages_config_entries_through_typed_calls() {
         missing.text(),
         "Config entry not found for \"service-defaults\" / \"nothing\""
     );
-    wait_for_log(server, "rpc: call ConfigEntry.Get");
-    wait_for_log(server, "rpc: call ConfigEntry.List");
-    wait_for_log(server, "rpc: call ConfigEntry.ListAll");
+    common::wait_for_log(server, &["rpc: call ConfigEntry.Get"]);
+    common::wait_for_log(server, &["rpc: call ConfigEntry.List"]);
+    common::wait_for_log(server, &["rpc: call ConfigEntry.ListAll"]);
 
     // CAS: a stale index is refused, the current one applied.
     let index = entry["ModifyIndex"].as_u64().unwrap();
@@ -215,12 +194,12 @@ fn a_client_agent_manages_config_entries_through_typed_calls() {
         server.delete("/v1/config/proxy-defaults/other"),
     );
     assert_eq!((asked.status, asked.text()), (direct.status, direct.text()));
-    wait_for_log(server, "rpc: call ConfigEntry.Delete");
+    common::wait_for_log(server, &["rpc: call ConfigEntry.Delete"]);
     same(&client, server, "GET", "/v1/config/service-defaults", None);
     assert_eq!(server.get("/v1/config/service-defaults/web").status, 404);
 
     assert_eq!(
-        forwarded_http(server),
+        server.prometheus_counter("consul_rpc_forwarded_http", None),
         before,
         "config entry requests reached the server as forwarded HTTP"
     );
@@ -231,7 +210,7 @@ fn a_client_agents_config_entry_calls_carry_the_requests_token() {
     let acl = format!(
         "acl {{\n enabled = true\n default_policy = \"deny\"\n tokens {{\n  initial_management = \"{MANAGEMENT}\"\n  agent = \"{MANAGEMENT}\"\n }}\n}}"
     );
-    let cluster = Cluster::spawn(1, &["-hcl", &acl, "-hcl", PROMETHEUS]);
+    let cluster = Cluster::spawn(1, &["-hcl", &acl, "-hcl", common::PROMETHEUS_HCL]);
     let server = &cluster.servers[0];
     server.wait_ready();
     wait_for_token(server, MANAGEMENT);

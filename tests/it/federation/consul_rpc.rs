@@ -180,22 +180,7 @@ impl TwoDatacenters {
     }
 }
 
-/// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
-pub(super) fn wait_for_log(agent: &Agent, what: &[&str]) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !agent
-        .log()
-        .lines()
-        .any(|line| what.iter().all(|w| line.contains(w)))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no log line with {what:?}:\n{}",
-            agent.log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
+pub(super) use common::wait_for_log;
 
 #[test]
 fn a_client_agent_serves_kv_through_typed_calls() {

@@ -18,8 +18,6 @@ use std::time::{Duration, Instant};
 /// How long a name may take to answer: replication, then (for dc2) the WAN pool's
 /// convergence.
 const ANSWER_LIMIT: Duration = Duration::from_secs(30);
-/// Cumulative counters need the Prometheus output, which needs a retention.
-const PROMETHEUS: &str = "telemetry { prometheus_retention_time = \"1m\" }";
 
 fn a_records(dns: SocketAddr, name: &str) -> Vec<String> {
     let mut lines: Vec<String> = dns_common::dig(dns, &[name, "A", "+short"])
@@ -46,16 +44,6 @@ fn wait_for_answer(dns: SocketAddr, name: &str, expected: &[&str]) {
     }
 }
 
-/// The agent's `consul_rpc_forwarded_http` counter.
-fn forwarded_http(agent: &Agent) -> u64 {
-    let text = agent.get("/v1/agent/metrics?format=prometheus").text();
-    let line = text
-        .lines()
-        .find(|line| line.starts_with("consul_rpc_forwarded_http"))
-        .unwrap_or_else(|| panic!("no consul_rpc_forwarded_http in:\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
 fn register(agent: &Agent, node: &str, address: &str) {
     let body = json!({"Node": node, "Address": address,
                       "Service": {"Service": "web", "ID": "web-1", "Port": 80}});
@@ -69,8 +57,8 @@ fn a_client_agents_dns_asks_its_servers_with_typed_calls_only() {
         dc1, dc2, client, ..
     } = &TwoDatacenters::start_with(
         "dns-calls-client",
-        &["-dns-port=8600", "-hcl", PROMETHEUS],
-        &["-hcl", PROMETHEUS],
+        &["-dns-port=8600", "-hcl", common::PROMETHEUS_HCL],
+        &["-hcl", common::PROMETHEUS_HCL],
     );
     let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
     // Each datacenter has one server, its leader: these writes are not forwarded.
@@ -107,7 +95,7 @@ fn a_client_agents_dns_asks_its_servers_with_typed_calls_only() {
 
     for agent in [server, remote] {
         assert_eq!(
-            forwarded_http(agent),
+            agent.prometheus_counter("consul_rpc_forwarded_http", None),
             0,
             "HTTP requests reached {} inside praetor's frames",
             agent.ip

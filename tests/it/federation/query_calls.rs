@@ -11,19 +11,6 @@ use super::consul_rpc::{wait_for_log, TwoDatacenters};
 use common::{request, Agent};
 use serde_json::{json, Value};
 
-/// Cumulative counters need the Prometheus output, which needs a retention.
-const PROMETHEUS: &str = "telemetry { prometheus_retention_time = \"1m\" }";
-
-/// The agent's `consul_rpc_forwarded_http` counter.
-fn forwarded_http(agent: &Agent) -> u64 {
-    let text = agent.get("/v1/agent/metrics?format=prometheus").text();
-    let line = text
-        .lines()
-        .find(|line| line.starts_with("consul_rpc_forwarded_http"))
-        .unwrap_or_else(|| panic!("no consul_rpc_forwarded_http in:\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
 fn register(agent: &Agent, node: &str, address: &str, service: &str) {
     let body = json!({"Node": node, "Address": address,
                       "Service": {"Service": service, "ID": format!("{service}-1"), "Port": 80}});
@@ -61,8 +48,8 @@ fn a_client_agents_prepared_queries_are_typed_calls() {
         dc1, dc2, client, ..
     } = &TwoDatacenters::start_with(
         "query-calls-client",
-        &["-hcl", PROMETHEUS],
-        &["-hcl", PROMETHEUS],
+        &["-hcl", common::PROMETHEUS_HCL],
+        &["-hcl", common::PROMETHEUS_HCL],
     );
     let (server, remote) = (&dc1.servers[0], &dc2.servers[0]);
     register(server, "api-dc1", "10.7.1.1", "api");
@@ -147,7 +134,7 @@ fn a_client_agents_prepared_queries_are_typed_calls() {
 
     for agent in [server, remote] {
         assert_eq!(
-            forwarded_http(agent),
+            agent.prometheus_counter("consul_rpc_forwarded_http", None),
             0,
             "HTTP requests reached {} inside praetor's frames",
             agent.ip

@@ -256,7 +256,30 @@ impl Agent {
     pub fn delete(&self, path: &str) -> HttpResponse {
         request(self.addr(), "DELETE", path, b"", &[])
     }
+
+    /// A counter of the agent's Prometheus metrics (the agent needs [`PROMETHEUS_HCL`]),
+    /// read with `token` when ACLs guard them: how many HTTP requests reached a server
+    /// inside praetor's frames (`consul_rpc_forwarded_http`), for one.
+    pub fn prometheus_counter(&self, name: &str, token: Option<&str>) -> u64 {
+        let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
+        let response = request(
+            self.addr(),
+            "GET",
+            "/v1/agent/metrics?format=prometheus",
+            b"",
+            &headers,
+        );
+        let text = response.text();
+        let line = text
+            .lines()
+            .find(|line| line.split(' ').next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
 }
+
+/// Agent configuration that keeps cumulative counters for the Prometheus format.
+pub const PROMETHEUS_HCL: &str = "telemetry { prometheus_retention_time = \"1m\" }";
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -817,4 +840,21 @@ pub fn presented_certificate(
         .expect("openssl x509 reads the certificate");
     let parsed = x509.wait_with_output().expect("openssl x509 ends");
     Ok(String::from_utf8_lossy(&parsed.stdout).into_owned())
+}
+
+/// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
+pub fn wait_for_log(agent: &Agent, what: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent
+        .log()
+        .lines()
+        .any(|line| what.iter().all(|w| line.contains(w)))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line with {what:?}:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
