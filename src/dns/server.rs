@@ -122,7 +122,7 @@ pub struct DnsServer {
     client: Option<Rc<ClientDns>>,
     /// With ACLs on (on a server): the token DNS answers with.
     acl: Option<Rc<RefCell<DnsToken>>>,
-    /// On a server: its own HTTP API, which executes prepared queries, and the WAN router,
+    /// On a server: its own typed-call endpoints, which execute prepared queries, and the WAN router,
     /// through which another datacenter's servers answer lookups of their rows.
     api: Option<(LocalApi, Arc<Router>)>,
 }
