@@ -577,12 +577,18 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
     }
     .encode();
     let respond = op.respond;
-    let kv_op = kv_op.clone();
+    // What the server's one bool will mean, decided now from the operation (so the
+    // operation, its key and value, need not travel with the call).
+    let (took_effect, did_not) = (
+        KvResult::of_reply(kv_op, true),
+        KvResult::of_reply(kv_op, false),
+    );
     // A write that may have reached a server is not sent again (it could apply twice).
     write_in(ctx, datacenter, "KVS.Apply", body, move |body, reply| {
         let mut r = crate::proto::msgpack::Reader::new(body);
         let applied = r.bool().map_err(bad_reply)?;
-        respond(KvResult::of_reply(&kv_op, applied).into(), reply);
+        let result = if applied { took_effect } else { did_not };
+        respond(result.into(), reply);
         Ok(())
     })
 }
