@@ -240,7 +240,7 @@ pub fn token_record(write: &TokenWrite) -> TokenRecord {
             auth_method: write.auth_method.clone(),
             expiration_time_ns: write.expiration_time_ns,
             create_time_ns: write.now_unix_ns,
-            ..crate::consul::rpc::acl::empty_token()
+            ..crate::store::acl::Token::empty()
         },
         policies,
         roles,

@@ -385,28 +385,6 @@ pub fn borrowed_links(links: &[(Arc<str>, Arc<str>)]) -> Vec<(&str, &str)> {
     links.iter().map(|(i, n)| (&**i, &**n)).collect()
 }
 
-/// A token with no fields set, to be filled by a decoder.
-pub fn empty_token() -> Token {
-    Token {
-        accessor_id: Arc::from(""),
-        secret_id: Arc::from(""),
-        description: String::new(),
-        policies: Vec::new(),
-        roles: Vec::new(),
-        service_identities: Vec::new(),
-        node_identities: Vec::new(),
-        templated_policies: Vec::new(),
-        local: false,
-        auth_method: String::new(),
-        expiration_time_ns: None,
-        create_time_ns: 0,
-        hash: Vec::new(),
-        create_index: 0,
-        modify_index: 0,
-        accessor_id_as_written: None,
-    }
-}
-
 /// Unix nanoseconds of Go's `time.Time` binary form (version 1, or 2 with a seconds
 /// offset). A time beyond what nanoseconds since 1970 hold in an `i64` (Go's zero time,
 /// year 1, which an unset field carries) reads as 0.
@@ -527,7 +505,7 @@ fn read_templated_policies(r: &mut Reader) -> Result<Vec<TemplatedPolicy>, WireE
 /// Reads an `ACLToken` or `ACLTokenListStub`.
 pub fn read_token(r: &mut Reader) -> Result<TokenRecord, WireError> {
     let mut record = TokenRecord {
-        token: empty_token(),
+        token: Token::empty(),
         policies: Vec::new(),
         roles: Vec::new(),
         expiration_ttl_ns: 0,

@@ -643,18 +643,6 @@ fn anonymous_stub() -> Token {
         accessor_id: Arc::from(builtin::ANONYMOUS_TOKEN_ACCESSOR_ID),
         secret_id: Arc::from(builtin::ANONYMOUS_TOKEN_SECRET_ID),
         description: builtin::ANONYMOUS_TOKEN_DESCRIPTION.to_string(),
-        policies: Vec::new(),
-        roles: Vec::new(),
-        service_identities: Vec::new(),
-        node_identities: Vec::new(),
-        templated_policies: Vec::new(),
-        local: false,
-        auth_method: String::new(),
-        expiration_time_ns: None,
-        create_time_ns: 0,
-        hash: Vec::new(),
-        create_index: 0,
-        modify_index: 0,
-        accessor_id_as_written: None,
+        ..Token::empty()
     }
 }

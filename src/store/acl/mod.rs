@@ -97,6 +97,28 @@ pub struct Token {
 }
 
 impl Token {
+    /// A token with no field set: what a decoder fills, and the base of the builtin ones.
+    pub fn empty() -> Token {
+        Token {
+            accessor_id: Arc::from(""),
+            secret_id: Arc::from(""),
+            description: String::new(),
+            policies: Vec::new(),
+            roles: Vec::new(),
+            service_identities: Vec::new(),
+            node_identities: Vec::new(),
+            templated_policies: Vec::new(),
+            local: false,
+            auth_method: String::new(),
+            expiration_time_ns: None,
+            create_time_ns: 0,
+            hash: Vec::new(),
+            create_index: 0,
+            modify_index: 0,
+            accessor_id_as_written: None,
+        }
+    }
+
     /// The AccessorID as answers show it: as its creator wrote it.
     pub fn accessor_id_shown(&self) -> &str {
         self.accessor_id_as_written
