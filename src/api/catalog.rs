@@ -114,7 +114,7 @@ pub fn parse_filter(request: &Request, schema: filter::Schema) -> Result<Option<
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if client_catalog::typed(ctx, request, &[]) {
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::NODE)?;
         return Ok(client_catalog::nodes(ctx, request, options, ""));
     }
@@ -200,7 +200,7 @@ pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<O
         ));
     }
     // `Catalog.ListServices` has no filter on the server yet: a filtered list goes as HTTP.
-    if client_catalog::typed(ctx, request, &["filter"]) {
+    if client_catalog::typed(ctx, request, &options, &["filter"]) {
         return Ok(client_catalog::services(ctx, request, options, ""));
     }
     let query = ServicesQuery {
@@ -636,7 +636,7 @@ fn service_nodes(
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
-    if !connect && client_catalog::typed(ctx, request, &[]) {
+    if !connect && client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::SERVICE_NODE)?;
         return Ok(client_catalog::service_nodes(
             ctx, request, name, options, "",
@@ -770,7 +770,7 @@ fn node_services_of(
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    if !as_list && client_catalog::typed(ctx, request, &[]) {
+    if !as_list && client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::NODE_SERVICE)?;
         return Ok(client_catalog::node_services(
             ctx, request, name, options, "",

@@ -32,6 +32,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// How often a follower looks for a leader while it holds a call for one.
+const LEADER_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+/// Attempts of one call on the leader before its transport failure is the answer.
+const LEADER_CALL_ATTEMPTS_MAX: u32 = 3;
+
 /// What a handler's deferred work (an [`Outcome::Async`](super::Outcome) future, which
 /// outlives the handler) may use: the shard's versions and read barrier, and requests to
 /// other datacenters' servers through the WAN router over the shard's own connections.
@@ -79,8 +84,9 @@ impl Deferred {
         }
     }
 
-    /// On a client agent: makes one of Consul's typed calls on a server of this datacenter
-    /// (failing over among them as `retry` allows); the reply's msgpack body, or why not.
+    /// Makes one of Consul's typed calls on a server of this datacenter: on a client agent,
+    /// one of its servers (failing over among them as `retry` allows); on a follower
+    /// server, the leader ([`Deferred::call_leader`]). The reply's msgpack body, or why not.
     pub async fn call_server(
         &self,
         method: &str,
@@ -88,6 +94,9 @@ impl Deferred {
         timeout: std::time::Duration,
         retry: crate::cluster::servers::Retry,
     ) -> Result<bytes::Bytes, crate::shard::rpc_client::CallError> {
+        if !self.shard.is_client() {
+            return self.call_leader(method, body, timeout, retry).await;
+        }
         crate::cluster::servers::call_typed(
             &self.servers,
             &self.shard.rpc,
@@ -97,6 +106,60 @@ impl Deferred {
             retry,
         )
         .await
+    }
+
+    /// On a server: makes a typed call on the leader, as Consul's `ForwardRPC` hands a
+    /// follower's write or leader read to it — on a yamux stream of this shard's connection
+    /// to the leader's RPC port. Without a known leader the call waits up to
+    /// `RPC_HOLD_TIMEOUT` for one, then fails with "No cluster leader"; a transport failure
+    /// is tried again (on whichever server leads by then) only as `retry` allows. When this
+    /// server has just become the leader, the call goes to its own port, whose typed-call
+    /// endpoint waits for the leadership to be usable and serves it.
+    pub async fn call_leader(
+        &self,
+        method: &str,
+        body: &[u8],
+        timeout: std::time::Duration,
+        retry: crate::cluster::servers::Retry,
+    ) -> Result<bytes::Bytes, crate::shard::rpc_client::CallError> {
+        use crate::cluster::servers::Retry;
+        use crate::shard::rpc_client::CallError;
+        debug_assert!(!self.shard.is_client(), "only servers know a leader");
+        let started = Instant::now();
+        let mut attempts: u32 = 0;
+        loop {
+            let leader = self
+                .shard
+                .cluster_status()
+                .leader_rpc_address
+                .parse::<std::net::SocketAddr>();
+            let held_too_long = started.elapsed() >= crate::cluster::servers::RPC_HOLD_TIMEOUT;
+            let Ok(leader) = leader else {
+                if held_too_long {
+                    let no_leader = crate::replica::ProposalResult::NotLeader;
+                    return Err(CallError::Remote(no_leader.to_string()));
+                }
+                monoio::time::sleep(LEADER_POLL_INTERVAL).await;
+                continue;
+            };
+            attempts += 1;
+            match self
+                .shard
+                .rpc
+                .call(leader, None, method, body, timeout)
+                .await
+            {
+                Err(CallError::Transport { reason, sent })
+                    if (retry == Retry::Always || !sent)
+                        && attempts < LEADER_CALL_ATTEMPTS_MAX
+                        && !held_too_long =>
+                {
+                    log::debug!("rpc: call {method} on leader {leader} failed: {reason}");
+                    monoio::time::sleep(LEADER_POLL_INTERVAL).await;
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// On a server: makes one of Consul's typed calls on a server of `datacenter` through
@@ -321,6 +384,19 @@ impl Context {
     /// A client agent: no Raft, no store; everything store-bound goes to a server.
     pub fn is_client(&self) -> bool {
         self.shard.is_client()
+    }
+
+    /// Whether a read with `options` is one of Consul's typed calls to a server rather
+    /// than run here: always on a client agent; on a follower, when its consistency needs
+    /// the leader (which then serves the same call, as Consul's `ForwardRPC` sends it).
+    pub fn reads_by_call(&self, options: &QueryOptions) -> bool {
+        self.is_client() || self.read_plan(options) == ReadPlan::Forward
+    }
+
+    /// Whether a write is one of Consul's typed calls to a server: on a client agent, and
+    /// on a follower (the call goes to the leader, which proposes it).
+    pub fn writes_by_call(&self) -> bool {
+        self.is_client() || !self.is_leader()
     }
 
     pub fn cluster_status(&self) -> Arc<ClusterStatus> {

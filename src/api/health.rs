@@ -58,7 +58,7 @@ fn service_health(
         return Err(ApiError::bad_request("Missing service name"));
     }
     let passing = passing_param(request)?;
-    if view == ServiceView::Health && client_catalog::typed(ctx, request, &[]) {
+    if view == ServiceView::Health && client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::CHECK_SERVICE_NODE)?;
         return Ok(client_catalog::service_health(
             ctx, request, name, passing, options, "",
@@ -91,7 +91,7 @@ pub fn service_checks(
         return Err(ApiError::bad_request("Missing service name"));
     }
     // praetor's HTTP answer also applies `?tag` here; the typed call does not carry it.
-    if client_catalog::typed(ctx, request, &["tag"]) {
+    if client_catalog::typed(ctx, request, &options, &["tag"]) {
         parse_filter(request, filter::HEALTH_CHECK)?;
         return Ok(client_catalog::service_checks(
             ctx, request, name, options, "",
@@ -171,7 +171,7 @@ pub fn node(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    if client_catalog::typed(ctx, request, &[]) {
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::HEALTH_CHECK)?;
         return Ok(client_catalog::node_checks(ctx, request, name, options, ""));
     }
@@ -226,7 +226,7 @@ pub fn check_state(state: &str) -> Result<Option<Status>, ApiError> {
 pub fn state(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     let state = check_state(request.rest)?;
-    if client_catalog::typed(ctx, request, &[]) {
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::HEALTH_CHECK)?;
         return Ok(client_catalog::checks_in_state(
             ctx,

@@ -75,7 +75,7 @@ fn get(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         // A client agent asks a server with Consul's typed call.
         return super::rpc::client::kv_get(ctx, request, key, options, "");
     }

@@ -670,10 +670,14 @@ pub fn dispatch(
         }),
     };
     match result {
-        // A client agent sends the writes it has typed calls for as those calls.
-        Ok(Outcome::Write(op)) if ctx.is_client() => rpc::client::typed_write(ctx, request, op),
-        // Writes are proposed by the leader; anyone else hands the request over.
-        Ok(Outcome::Write(_) | Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
+        // A client agent sends the writes it has typed calls for as those calls to a
+        // server, a follower as those calls to the leader.
+        Ok(Outcome::Write(op)) if ctx.writes_by_call() => {
+            rpc::client::typed_write(ctx, request, op)
+        }
+        // The leader's own work (and writes without a typed call yet, which `typed_write`
+        // answers `Forward`) goes to it as forwarded HTTP.
+        Ok(Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
         Ok(outcome) => outcome,
         Err(error) => {
             reply.error(&error);

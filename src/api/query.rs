@@ -107,7 +107,7 @@ fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         ));
     }
     validate(&query)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_query::apply(ctx, request, Apply::Create, &query));
     }
     let version = ctx.current_version();
@@ -141,7 +141,7 @@ fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
     // The ID comes from the path, not the body.
     query.id = id.to_string();
     validate(&query)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_query::apply(ctx, request, Apply::Update, &query));
     }
     let update = QueryOp::Set {
@@ -153,7 +153,7 @@ fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
 
 fn delete(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         let query = PreparedQuery {
             id: id.to_string(),
             ..PreparedQuery::default()
@@ -214,7 +214,7 @@ fn token_shown(query: &PreparedQuery, show_tokens: bool) -> &str {
 /// `GET /v1/query`.
 fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_query::list(ctx, request, options));
     }
     let list = ListQuery {
@@ -250,7 +250,7 @@ impl Query for ListQuery {
 /// `GET /v1/query/<id>`: by ID only, as Consul's `PreparedQuery.Get`.
 fn get(ctx: &Context, request: &Request, id: &str, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_query::get(ctx, request, id, options));
     }
     let one = GetQuery {
@@ -305,7 +305,7 @@ fn explain(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_query::explain(ctx, request, id_or_name, options));
     }
     let explained = ExplainQuery {
@@ -438,7 +438,7 @@ fn execute(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         let limit = parse_limit(request)?;
         return Ok(client_query::execute(
             ctx, request, id_or_name, limit, options,

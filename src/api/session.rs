@@ -152,7 +152,7 @@ pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         .to_string();
     let (mut session, behavior_text) = decode_create(request.body, &default_node)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         // The server checks the rest, in the same words, and picks the ID.
         return Ok(client_session::create(
             ctx,
@@ -208,7 +208,7 @@ pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
         return Err(ApiError::bad_request("Missing session"));
     }
     let id = id.to_ascii_lowercase();
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_session::destroy(ctx, request, &id));
     }
     // Consul answers without a log entry when there is nothing to destroy.
@@ -232,17 +232,16 @@ pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
     if id.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_session::renew(
             ctx,
             request,
             &id.to_ascii_lowercase(),
         ));
     }
-    if !ctx.is_leader() {
-        // Only the leader keeps timers, and only its state says whether the session lives.
-        return Ok(Outcome::Forward);
-    }
+    // Only the leader keeps timers, and only its state says whether the session lives:
+    // anyone else sent `Session.Renew` to it above.
+    debug_assert!(ctx.is_leader(), "a session is renewed on the leader");
     let id = id.to_ascii_lowercase();
     let not_found = format!("Session id '{id}' not found");
     let Some(row) = session::get(&ctx.current_version(), &id).cloned() else {
@@ -392,7 +391,7 @@ pub fn info(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outco
         return Err(ApiError::bad_request("Missing session"));
     }
     let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_session::read(ctx, request, Which::One(&id), options));
     }
     let rows = RowFilter::of(request);
@@ -410,7 +409,7 @@ pub fn node_sessions(
     if node.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_session::read(
             ctx,
             request,
@@ -429,7 +428,7 @@ pub fn node_sessions(
 /// `GET /v1/session/list`.
 pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_session::read(ctx, request, Which::All, options));
     }
     let rows = RowFilter::of(request);

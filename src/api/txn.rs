@@ -269,14 +269,11 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         write_outcome(&outcome, b"", reply);
         return Ok(Outcome::Done);
     }
-    if ctx.is_client() {
-        if decoded.ops.iter().any(TxnOp::is_write) {
-            return Ok(client_txn::apply(ctx, request, &decoded.ops));
-        }
-        let options = query_options(ctx, &request.query)?;
-        return Ok(client_txn::read(ctx, request, &decoded.ops, options));
+    let writes = decoded.ops.iter().any(TxnOp::is_write);
+    if writes && ctx.writes_by_call() {
+        return Ok(client_txn::apply(ctx, request, &decoded.ops));
     }
-    if decoded.ops.iter().any(TxnOp::is_write) {
+    if writes {
         return Ok(Outcome::Write(super::WriteOp::txn(
             decoded.ops,
             |result, reply| match result {
@@ -286,6 +283,9 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
         )));
     }
     let options = query_options(ctx, &request.query)?;
+    if ctx.reads_by_call(&options) {
+        return Ok(client_txn::read(ctx, request, &decoded.ops, options));
+    }
     run_query(ctx, ReadTxn { ops: decoded.ops }, options, reply)
 }
 

@@ -1,5 +1,7 @@
-//! A client agent's half of Consul's typed calls: an HTTP request it cannot answer itself is
-//! decoded once into the typed request (`KeyRequest`, `KVSRequest`, …), sent to a server
+//! A client agent's half of Consul's typed calls — and a follower server's, for what only
+//! its leader answers (writes, leader and consistent reads; the call then goes to the
+//! leader, [`Deferred::call_leader`](crate::api::context::Deferred::call_leader)): an HTTP
+//! request it cannot answer itself is decoded once into the typed request (`KeyRequest`, `KVSRequest`, …), sent to a server
 //! with [`Deferred::call_server`](crate::api::context::Deferred::call_server) (a yamux
 //! stream on the shard's connection to it, failing over among servers), and the typed
 //! reply is rendered as Consul's agent renders it — as `agent/kvs_endpoint.go` does with

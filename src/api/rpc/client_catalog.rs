@@ -110,10 +110,16 @@ pub fn across_datacenters(
     Some(outcome)
 }
 
-/// Whether a client agent's read goes as its typed call: not for the parameters the typed
-/// requests do not carry yet (`near`, `cached`, `peer`), nor the ones named in `also`.
-pub fn typed(ctx: &crate::api::Context, request: &Request, also: &[&str]) -> bool {
-    ctx.is_client()
+/// Whether a read goes as its typed call (a client agent's, or a follower's read for the
+/// leader): not for the parameters the typed requests do not carry yet (`near`, `cached`,
+/// `peer`), nor the ones named in `also`.
+pub fn typed(
+    ctx: &crate::api::Context,
+    request: &Request,
+    options: &crate::api::QueryOptions,
+    also: &[&str],
+) -> bool {
+    ctx.reads_by_call(options)
         && !["near", "cached", "peer"]
             .iter()
             .chain(also)

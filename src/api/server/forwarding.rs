@@ -1,6 +1,7 @@
-//! Forwarding: a request this server does not answer itself goes to the leader, or to a
-//! server of another datacenter, as its raw HTTP/1.1 bytes over RPC, and the raw answer comes
-//! back into the output buffer.
+//! Forwarding: a request this server does not answer itself and that has no typed call yet
+//! (those go as Consul's calls, `api::rpc::client`) goes to the leader, or to a server of
+//! another datacenter, as its raw HTTP/1.1 bytes over RPC, and the raw answer comes back
+//! into the output buffer.
 //!
 //! A forwarded request is re-framed with `Content-Length` and an `X-Praetor-Forwarded` hop
 //! count (at most [`FORWARD_HOPS_MAX`]); the receiving server answers it through the very
