@@ -16,7 +16,7 @@ use super::{
 };
 use crate::config::connect::CaSettings;
 use crate::consul::bodies;
-use crate::consul::body::{parse_json, parse_strict, Obj};
+use crate::consul::body::{parse_strict, Obj};
 use crate::consul::config_entry::doc::{self, Doc};
 use crate::proto::http::Method;
 use crate::proto::rfc3339;
@@ -29,9 +29,6 @@ use crate::tls::connect_ca;
 use arcstr::ArcStr;
 use std::sync::Arc;
 
-/// The internal route a secondary datacenter's leader sends its intermediate CSR to, on the
-/// primary (Consul's `ConnectCA.SignIntermediate`).
-pub const SIGN_INTERMEDIATE_PATH: &str = "/v1/internal/praetor/connect/sign-intermediate";
 /// Consul's refusal of `SignIntermediate` outside the primary datacenter.
 pub const NOT_PRIMARY: &str = "not the primary datacenter";
 
@@ -645,31 +642,15 @@ pub fn issued_doc(leaf: &IssuedLeaf, private_key_pem: Option<&str>) -> Doc {
     Doc::Obj(fields)
 }
 
-/// `PUT /v1/internal/praetor/connect/sign-intermediate` (body `{"CSR": …}`), on the
-/// primary's leader: signs a secondary datacenter's intermediate with the active root
-/// (`operator:write`, as Consul's `SignIntermediate`). The answer is
-/// `{"IntermediatePEM": …, "RootID": …}`: the root that signed it, so the secondary knows
-/// which of the roots it replicated its intermediate hangs from.
-pub fn sign_intermediate(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
+/// Signs a secondary datacenter's intermediate CSR with the active root, on the primary's
+/// leader: what Consul's `ConnectCA.SignIntermediate` answers (`api::rpc::connect_ca`,
+/// after the token's `operator:write`). The PEM of the signed certificate.
+pub fn sign_intermediate_pem(ctx: &Context, csr: &str) -> Result<String, ApiError> {
     require_connect(ctx)?;
     if is_secondary(ctx.config()) {
         return Err(ApiError::Internal(NOT_PRIMARY.to_string()));
     }
-    if !ctx.is_leader() {
-        return Ok(Outcome::Forward);
-    }
-    let value = parse_json(request.body)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let obj = Obj::new(&value)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let csr = obj
-        .opt_string(&["csr"])
-        .map_err(ApiError::bad_request)?
-        .unwrap_or_default();
+    debug_assert!(ctx.is_leader(), "the primary's leader signs intermediates");
     let version = ctx.current_version();
     let state = &version.mesh.ca;
     let (Some(config), Some(root)) = (&state.config, state.active_root()) else {
@@ -677,19 +658,13 @@ pub fn sign_intermediate(
             "CA is uninitialized and unable to sign certificates yet".to_string(),
         ));
     };
-    let pem = connect_ca::sign_intermediate(&connect_ca::IntermediateSpec {
-        csr_pem: &csr,
+    connect_ca::sign_intermediate(&connect_ca::IntermediateSpec {
+        csr_pem: csr,
         ca_cert_pem: root.signer_cert_pem(),
         ca_key_pem: &root.signing_key_pem,
         trust_domain: &config.trust_domain(),
         ttl: settings_of(config).intermediate_cert_ttl,
         now_unix_s: unix_s(super::context::now_unix_ns()),
     })
-    .map_err(ApiError::Internal)?;
-    let body = Doc::Obj(vec![
-        ("IntermediatePEM".into(), Doc::Str(pem)),
-        ("RootID".into(), Doc::Str(root.id.to_string())),
-    ]);
-    send_doc(reply, b"", &body);
-    Ok(Outcome::Done)
+    .map_err(ApiError::Internal)
 }

@@ -9,28 +9,25 @@
 //! - `GET /v1/internal/federation-state/<dc>`: `{"State": …}` with the query meta in the
 //!   body, as Consul's `FederationStateResponse`; 404 with no body when the datacenter has
 //!   none; `operator:read`.
-//! - `PUT` [`APPLY_PATH`]`?dc=<primary>`: praetor's carrier for Consul's
-//!   `FederationState.Apply` (`{"Op": "upsert"|"delete", "State": …}`), which each
-//!   secondary's leader sends its own state with (`agent::federation`); `operator:write`,
-//!   answered by the primary's leader only.
+//!
+//! Writes have no HTTP endpoint, as in Consul: each secondary's leader sends its own state
+//! to the primary as `FederationState.Apply` (`agent::federation`), whose store operation
+//! [`apply_op`] builds (`api::rpc::federation_state` serves the call).
 //!
 //! The reads are blocking-capable on the table's index, and watch the whole table (or the
 //! one datacenter's key).
 
 use super::authz::RowFilter;
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request,
 };
-use crate::consul::federation_state::{self as shapes, write_state, write_state_fields};
+use crate::consul::federation_state::{write_state, write_state_fields};
 use crate::consul::json::JsonWriter;
 use crate::shard::watch::WatchSet;
 use crate::store::federation::{self, FederationState, FederationStateOp};
-use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
+use crate::store::{StoreVersion, Table, Tables};
 use arcstr::ArcStr;
 use std::sync::Arc;
-
-/// Where a secondary's leader sends its datacenter's state to the primary.
-pub const APPLY_PATH: &str = "/v1/internal/praetor/federation-state/apply";
 
 /// Sends a compact JSON body as the answer, re-laid out when `?pretty` asked for it.
 fn send(reply: &mut Reply, meta: QueryMeta, headers: Option<Vec<u8>>, compact: Vec<u8>) {
@@ -206,45 +203,35 @@ pub fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcom
 pub const NOT_PRIMARY: &str =
     "federation states are written in the primary datacenter; send the write there with ?dc=";
 
-/// `PUT` [`APPLY_PATH`]: `{"Op": "upsert"|"delete", "State": {…}}`.
-pub fn apply(ctx: &Context, request: &Request, _reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// The store operation of Consul's `FederationState.Apply` (`op` `"upsert"` or
+/// `"delete"`, `api::rpc::federation_state`), refused in a secondary datacenter, without a
+/// state, and for another operation, in Consul's words.
+pub fn apply_op(
+    ctx: &Context,
+    op: &str,
+    state: Option<FederationState>,
+) -> Result<FederationStateOp, ApiError> {
     if crate::api::connect::is_secondary(ctx.config()) {
         return Err(ApiError::Internal(NOT_PRIMARY.to_string()));
     }
-    let value: serde_json::Value = serde_json::from_slice(request.body)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let state = match &value["State"] {
-        serde_json::Value::Null => {
-            return Err(ApiError::Internal(
-                "invalid request: missing federation state datacenter".to_string(),
-            ))
-        }
-        state => shapes::parse_state(state).map_err(ApiError::Internal)?,
+    let Some(state) = state else {
+        return Err(ApiError::Internal(
+            "invalid request: missing federation state datacenter".to_string(),
+        ));
     };
-    let op = match value["Op"].as_str().unwrap_or_default() {
-        "upsert" => FederationStateOp::Upsert(Box::new(FederationState {
+    match op {
+        "upsert" => Ok(FederationStateOp::Upsert(Box::new(FederationState {
             // The writer's indexes mean nothing here; the primary's own are set by the apply.
             primary_modify_index: 0,
             create_index: 0,
             modify_index: 0,
             ..state
-        })),
-        "delete" => FederationStateOp::Delete {
+        }))),
+        "delete" => Ok(FederationStateOp::Delete {
             datacenter: ArcStr::from(state.datacenter.as_str()),
-        },
-        other => {
-            return Err(ApiError::Internal(format!(
-                "Invalid federation state operation: {other}"
-            )))
-        }
-    };
-    Ok(Outcome::Write(WriteOp {
-        command: Command::FederationState(op),
-        respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Error(reason) => {
-                reply.send(500, None, b"", reason.as_bytes());
-            }
-            _ => reply.json_bool(true),
         }),
-    }))
+        other => Err(ApiError::Internal(format!(
+            "Invalid federation state operation: {other}"
+        ))),
+    }
 }

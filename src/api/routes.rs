@@ -264,7 +264,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/internal/federation-states"),      GET,                 Standard, BLOCKS,  OperatorRead, federation_state::list),
     route(Exact("/v1/internal/federation-states/mesh-gateways"), GET,        Standard, BLOCKS,  Filtered,   federation_state::mesh_gateways),
     route(Prefix("/v1/internal/federation-state/"),     GET,                 Standard, BLOCKS,  OperatorRead, federation_state::get),
-    route(Exact(federation_state::APPLY_PATH),          PUT,                 Standard, ANSWERS, OperatorWrite, federation_state::apply),
 
     // ACLs (`api::acl`): the endpoints decide their own checks where Consul's do.
     route(Exact("/v1/acl/bootstrap"),                   PUT,                 Standard, ANSWERS, Acl::None,  acl::bootstrap),
@@ -307,7 +306,6 @@ pub static ROUTES: &[Route] = &[
     route(Exact("/v1/agent/connect/ca/roots"),          GET,                 Standard, BLOCKS,  Acl::None,  connect::roots),
     route(Exact("/v1/agent/connect/authorize"),         POST_PUT,            Standard, ANSWERS, Acl::Custom(connect::AUTHORIZE_ACL_RULE), connect::authorize),
     route(Prefix("/v1/agent/connect/ca/leaf/"),         GET,                 Standard, ANSWERS, Acl::ServiceWriteFromRest, agent_local::connect_leaf),
-    route(Exact(connect::SIGN_INTERMEDIATE_PATH),       PUT,                 Standard, ANSWERS, OperatorWrite, connect::sign_intermediate),
     // Cluster peering (`api::peering`): `peering:read` on GET, `peering:write` otherwise.
     route(Exact("/v1/peering/token"),                   POST,                Standard, ANSWERS, Acl::Custom(peering::ACL_RULE), peering::generate_token),
     route(Exact("/v1/peering/establish"),               POST,                Standard, ANSWERS, Acl::Custom(peering::ACL_RULE), peering::establish),

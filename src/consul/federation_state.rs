@@ -1,6 +1,6 @@
-//! Consul's `FederationState` JSON: rendering the store's rows, reading them back from
-//! another server's answer (replication) or a request body (anti-entropy's upsert), and
-//! building one datacenter's row from its catalog.
+//! Consul's `FederationState` JSON: rendering the store's rows, reading a gateway's
+//! `CheckServiceNode` back (from another server's typed answer, `consul::rpc::federation_state`),
+//! and building one datacenter's row from its catalog.
 //!
 //! A gateway is kept as its `CheckServiceNode` JSON in one canonical form — compact, object
 //! keys in name order (what `serde_json` writes) — whichever way it arrived: rendered here
@@ -12,9 +12,7 @@
 use super::json::JsonWriter;
 use super::render;
 use crate::store::catalog::read::CheckServiceNode;
-use crate::store::federation::{
-    FederationState, MeshGateway, DATACENTER_NAME_BYTES_MAX, MESH_GATEWAYS_PER_DATACENTER_MAX,
-};
+use crate::store::federation::{FederationState, MeshGateway, MESH_GATEWAYS_PER_DATACENTER_MAX};
 use crate::store::Tables;
 use arcstr::ArcStr;
 use serde_json::Value;
@@ -50,73 +48,6 @@ pub fn write_state_fields(w: &mut JsonWriter, state: &FederationState) {
     w.field_u64("PrimaryModifyIndex", state.primary_modify_index);
     w.field_u64("CreateIndex", state.create_index);
     w.field_u64("ModifyIndex", state.modify_index);
-}
-
-/// One state as compact JSON text.
-pub fn state_json(state: &FederationState) -> String {
-    let mut out = Vec::with_capacity(256 + state.mesh_gateways.len() * 1024);
-    let mut w = JsonWriter::new(&mut out, false);
-    write_state(&mut w, state);
-    w.finish();
-    String::from_utf8(out).expect("the JSON writer writes UTF-8")
-}
-
-/// Reads a `FederationState` object (another server's answer, or a request's `State`).
-/// Its indexes are kept as written: replication reads the primary's `ModifyIndex`.
-pub fn parse_state(value: &Value) -> Result<FederationState, String> {
-    let object = value
-        .as_object()
-        .ok_or("a federation state is not an object")?;
-    let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default();
-    let number = |key: &str| object.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let datacenter = text("Datacenter");
-    if datacenter.is_empty() {
-        return Err("invalid request: missing federation state datacenter".to_string());
-    }
-    if datacenter.len() > DATACENTER_NAME_BYTES_MAX {
-        return Err(format!(
-            "datacenter name longer than {DATACENTER_NAME_BYTES_MAX} bytes"
-        ));
-    }
-    let gateways = match object.get("MeshGateways") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(list)) => list.as_slice(),
-        Some(_) => return Err("MeshGateways is not a list".to_string()),
-    };
-    if gateways.len() > MESH_GATEWAYS_PER_DATACENTER_MAX {
-        return Err(format!(
-            "more than {MESH_GATEWAYS_PER_DATACENTER_MAX} mesh gateways in {datacenter}"
-        ));
-    }
-    Ok(FederationState {
-        datacenter: ArcStr::from(datacenter),
-        mesh_gateways: gateways
-            .iter()
-            .map(gateway_from_value)
-            .collect::<Result<_, _>>()?,
-        updated_at: ArcStr::from(text("UpdatedAt")),
-        primary_modify_index: number("PrimaryModifyIndex"),
-        create_index: number("CreateIndex"),
-        modify_index: number("ModifyIndex"),
-    })
-}
-
-/// Reads a list of states (`/v1/internal/federation-states`).
-pub fn parse_states(body: &[u8]) -> Result<Vec<FederationState>, String> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("bad federation states: {e}"))?;
-    let list = match &value {
-        Value::Array(list) => list.as_slice(),
-        Value::Null => &[],
-        _ => return Err("bad federation states: not a list".to_string()),
-    };
-    if list.len() > STATES_PER_ANSWER_MAX {
-        return Err(format!(
-            "{} federation states, more than {STATES_PER_ANSWER_MAX}",
-            list.len()
-        ));
-    }
-    list.iter().map(parse_state).collect()
 }
 
 /// One gateway from its `CheckServiceNode` JSON, with what the locator needs extracted.
@@ -254,8 +185,17 @@ mod tests {
         assert!(gateway_from_value(&json!({"Node": {}})).is_err());
     }
 
+    /// One state as compact JSON text.
+    fn state_json(state: &FederationState) -> String {
+        let mut out = Vec::new();
+        let mut w = JsonWriter::new(&mut out, false);
+        write_state(&mut w, state);
+        w.finish();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
-    fn states_round_trip_through_their_json() {
+    fn states_render_as_consuls_json() {
         let state = FederationState {
             datacenter: ArcStr::from("dc2"),
             mesh_gateways: vec![gateway_from_value(&gateway_value(None, "passing")).unwrap()],
@@ -266,17 +206,14 @@ mod tests {
         };
         let text = state_json(&state);
         assert!(text.starts_with(r#"{"Datacenter":"dc2","MeshGateways":[{"Checks":"#));
-        let list = format!("[{text}]");
-        assert_eq!(parse_states(list.as_bytes()).unwrap(), vec![state.clone()]);
+        assert!(text.ends_with(
+            r#""UpdatedAt":"2026-12-06T18:00:00.5Z","PrimaryModifyIndex":4,"CreateIndex":3,"ModifyIndex":4}"#
+        ));
         // An empty state leaves `MeshGateways` out, as Go's `omitempty`.
         let empty = FederationState {
             mesh_gateways: Vec::new(),
             ..state
         };
         assert!(!state_json(&empty).contains("MeshGateways"));
-        assert_eq!(parse_states(b"null").unwrap(), vec![]);
-        assert!(parse_states(b"{}").is_err());
-        assert!(parse_states(br#"[{"Datacenter":""}]"#).is_err());
-        assert!(parse_states(br#"[{"Datacenter":"d","MeshGateways":{}}]"#).is_err());
     }
 }

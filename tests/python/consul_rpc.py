@@ -738,7 +738,55 @@ def acl(ip, management):
     check(isinstance(token["Token"]["CreateTime"], (bytes, str)), f"CreateTime {token!r}")
     error, _ = codec.call("ACL.TokenRead", {"TokenID": token["Token"]["AccessorID"]})
     check(error.startswith("Permission denied"), f"reading a token anonymously {error!r}")
+    secondary_calls(codec, management)
     sock.close()
+
+
+def go_time(unix_s):
+    """Go's time.Time MarshalBinary of a Unix time in UTC, as go-msgpack writes it."""
+    return bytes([1]) + (unix_s + 62135596800).to_bytes(8, "big") + bytes(4) + b"\xff\xff"
+
+
+def secondary_calls(codec, management):
+    """What a secondary datacenter's leader calls on its primary: FederationState.Apply
+    and .List (operator:write and operator:read) and ConnectCA.SignIntermediate
+    (operator:write)."""
+    state = {
+        "Datacenter": "dc9",
+        "MeshGateways": [
+            {
+                "Node": {"Node": "gw9", "Address": "10.9.9.9"},
+                "Service": {"ID": "gw", "Service": "gw", "Kind": "mesh-gateway", "Port": 8443},
+                "Checks": [{"CheckID": "serfHealth", "Status": "passing"}],
+            }
+        ],
+        "UpdatedAt": go_time(1_700_000_000),
+        "PrimaryModifyIndex": 0,
+    }
+    for method, body in [
+        ("FederationState.Apply", {"Op": "upsert", "State": state}),
+        ("FederationState.List", {}),
+        ("ConnectCA.SignIntermediate", {"CSR": "not a CSR"}),
+    ]:
+        error, _ = codec.call(method, body)
+        check(error.startswith("Permission denied"), f"{method} anonymously {error!r}")
+    applied = codec.ok("FederationState.Apply", {"Op": "upsert", "State": state, "Token": management})
+    check(applied is True, f"FederationState.Apply {applied!r}")
+    listed = codec.ok("FederationState.List", {"Token": management})
+    states = {s["Datacenter"]: s for s in listed["States"]}
+    check("dc9" in states, f"FederationState.List {listed!r}")
+    gateway = states["dc9"]["MeshGateways"][0]
+    check(gateway["Service"]["Port"] == 8443, f"the gateway read back {gateway!r}")
+    check(text(states["dc9"]["UpdatedAt"]) == go_time(1_700_000_000), f"UpdatedAt {states['dc9']!r}")
+    check(states["dc9"]["ModifyIndex"] > 0 and "Index" in listed, f"{listed!r}")
+    error, _ = codec.call("FederationState.Apply", {"Op": "frob", "State": state, "Token": management})
+    check(error == "Invalid federation state operation: frob", f"a bad operation {error!r}")
+    gone = codec.ok("FederationState.Apply", {"Op": "delete", "State": state, "Token": management})
+    check(gone is True, f"FederationState.Apply delete {gone!r}")
+    listed = codec.ok("FederationState.List", {"Token": management})
+    check("dc9" not in [s["Datacenter"] for s in listed["States"] or []], f"{listed!r}")
+    error, _ = codec.call("ConnectCA.SignIntermediate", {"CSR": "not a CSR", "Token": management})
+    check(error and not error.startswith("Permission denied"), f"a bad CSR {error!r}")
 
 
 def main():

@@ -210,23 +210,25 @@ async fn new_signer(
     settings: &CaSettings,
 ) -> Result<Signer, String> {
     let (csr, key) = connect_ca::make_intermediate_csr(trust_domain, settings.private_key_bits)?;
-    let signed = primary::sign_intermediate(agent, primary, &csr).await?;
-    if signed.root_id != *primary_active.id {
-        return Err(format!(
-            "the primary signed with root {} while {} was the active one read; reading again",
-            signed.root_id, primary_active.id
-        ));
-    }
+    let signed_pem = primary::sign_intermediate(agent, primary, &csr).await?;
+    // The primary signs with the root active when the call arrives: one that rotated since
+    // the roots were read fails this check, and the next round reads them again.
     let facts = connect_ca::check_intermediate(
-        &signed.pem,
+        &signed_pem,
         &key,
         &primary_active.root_cert_pem,
         trust_domain,
-    )?;
+    )
+    .map_err(|e| {
+        format!(
+            "the primary's intermediate does not chain to its active root {} (read again next round): {e}",
+            primary_active.id
+        )
+    })?;
     log::info!("connect: received new intermediate certificate from primary datacenter");
     Ok(Signer {
         key_pem: ArcStr::from(key),
-        cert_pem: ArcStr::from(signed.pem),
+        cert_pem: ArcStr::from(signed_pem),
         signing_key_id: ArcStr::from(facts.signing_key_id),
     })
 }

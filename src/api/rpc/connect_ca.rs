@@ -1,7 +1,9 @@
-//! `ConnectCA.Roots` and `ConnectCA.Sign`, as Consul's `connect_ca_endpoint.go` serves
-//! them: the roots from this server's store version (blocking on the roots' key, as
-//! `/v1/connect/ca/roots` does); a CSR signed on the leader by the active root, after the
-//! token's `service:write` on the service the CSR names, as Consul checks it.
+//! `ConnectCA.Roots`, `ConnectCA.Sign` and `ConnectCA.SignIntermediate`, as Consul's
+//! `connect_ca_endpoint.go` serves them: the roots from this server's store version
+//! (blocking on the roots' key, as `/v1/connect/ca/roots` does); a CSR signed on the leader
+//! by the active root, after the token's `service:write` on the service the CSR names, as
+//! Consul checks it; a secondary datacenter's intermediate signed by the primary's leader
+//! (`operator:write`).
 
 use super::{authorize, decode_error, elsewhere, error_text, read, read_here, require};
 use super::{Answer, Placement, Read};
@@ -89,5 +91,23 @@ pub async fn sign(server: &Server, call: &TypedCall) -> Answer {
             index: leaf.index,
         },
     );
+    Ok(w.into_inner())
+}
+
+/// `ConnectCA.SignIntermediate`: on the primary's leader, which signs a secondary
+/// datacenter's intermediate CSR with its active root after the token's `operator:write`;
+/// the reply is the certificate's PEM, as Consul's is.
+pub async fn sign_intermediate(server: &Server, call: &TypedCall) -> Answer {
+    let request = CaSignRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    let authz = authorize(server, request.token)?;
+    require(&authz, |a| a.operator_write())?;
+    let pem = crate::api::connect::sign_intermediate_pem(server.context(), request.csr)
+        .map_err(|e| error_text(&e))?;
+    let mut w = Writer::new();
+    w.str(&pem);
     Ok(w.into_inner())
 }

@@ -34,6 +34,7 @@ pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
 pub mod dns;
+pub mod federation_state;
 pub mod health;
 pub mod internal;
 pub mod kvs;
@@ -72,6 +73,7 @@ pub const SERVICES: &[&str] = &[
     "ConfigEntry",
     "ConnectCA",
     "Coordinate",
+    "FederationState",
     "Health",
     "Internal",
     "KVS",
@@ -162,6 +164,10 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ConfigEntry.Get" => config_entry::get(server, &call).await,
         "ConfigEntry.List" => config_entry::list(server, &call).await,
         "ConfigEntry.ListAll" => config_entry::list_all(server, &call).await,
+        // A secondary datacenter's leader and its primary (`agent::connect::primary`).
+        "FederationState.Apply" => federation_state::apply(server, &call).await,
+        "FederationState.List" => federation_state::list(server, &call).await,
+        "ConnectCA.SignIntermediate" => connect_ca::sign_intermediate(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -341,6 +347,8 @@ fn is_read(method: &str) -> bool {
             | "Session.Apply"
             | "Txn.Apply"
             | "ConnectCA.Sign"
+            | "ConnectCA.SignIntermediate"
+            | "FederationState.Apply"
             | "Coordinate.Update"
             | "Internal.EventFire"
             | "ConfigEntry.Apply"

@@ -136,6 +136,99 @@ pub fn read_ca_roots(body: &[u8]) -> Result<(QueryMeta, CaRootsView<'_>), WireEr
     Ok((meta, view))
 }
 
+/// Most roots one `IndexedCARoots` reply may list when read whole: far more than rotation
+/// keeps (an active root and the rotated-out ones until they expire); more is a broken or
+/// hostile answer.
+pub const ROOTS_PER_ANSWER_MAX: usize = 64;
+
+/// An `IndexedCARoots` reply read whole (a secondary datacenter replicating its primary's
+/// roots): the active root's ID, the trust domain, and every root as the store keeps one,
+/// without keys (none travel).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CaRootsReply {
+    pub active_root_id: String,
+    pub trust_domain: String,
+    pub roots: Vec<CaRoot>,
+}
+
+/// Reads an `IndexedCARoots` reply whole; a root without its ID or certificate is refused.
+pub fn read_ca_roots_whole(body: &[u8]) -> Result<(QueryMeta, CaRootsReply), WireError> {
+    let mut reply = CaRootsReply::default();
+    let meta = read_reply(body, |name, r| {
+        match name {
+            "ActiveRootID" => reply.active_root_id = r.str()?.to_string(),
+            "TrustDomain" => reply.trust_domain = r.str()?.to_string(),
+            "Roots" => {
+                if r.try_nil()? {
+                    return Ok(true);
+                }
+                let count = r.array_len()?;
+                if count > ROOTS_PER_ANSWER_MAX {
+                    return Err(WireError::TooLarge {
+                        what: "roots of one answer",
+                        limit: ROOTS_PER_ANSWER_MAX,
+                    });
+                }
+                reply.roots.reserve(count);
+                for _ in 0..count {
+                    reply.roots.push(read_root(r)?);
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok((meta, reply))
+}
+
+/// One `CARoot` as [`write_root`] writes it, keys left empty.
+fn read_root(r: &mut Reader) -> Result<CaRoot, WireError> {
+    use arcstr::ArcStr;
+    let mut root = CaRoot::default();
+    each_field(r, |name, r| {
+        match name {
+            "Active" => root.active = r.bool()?,
+            "ExternalTrustDomain" => root.external_trust_domain = ArcStr::from(r.str()?),
+            "ID" => root.id = ArcStr::from(r.str()?),
+            "IntermediateCerts" => {
+                if r.try_nil()? {
+                    return Ok(true);
+                }
+                let count = r.array_len()?;
+                if count > ROOTS_PER_ANSWER_MAX {
+                    return Err(WireError::TooLarge {
+                        what: "intermediates of one root",
+                        limit: ROOTS_PER_ANSWER_MAX,
+                    });
+                }
+                for _ in 0..count {
+                    root.intermediate_certs.push(ArcStr::from(r.str()?));
+                }
+            }
+            "Name" => root.name = ArcStr::from(r.str()?),
+            "NotAfter" => root.not_after_unix_s = go_time_unix_s(r.bytes()?)?,
+            "NotBefore" => root.not_before_unix_s = go_time_unix_s(r.bytes()?)?,
+            "PrivateKeyBits" => {
+                root.private_key_bits = u32::try_from(r.i64("PrivateKeyBits")?).map_err(|_| {
+                    WireError::IntegerOverflow {
+                        field: "PrivateKeyBits",
+                    }
+                })?
+            }
+            "PrivateKeyType" => root.private_key_type = ArcStr::from(r.str()?),
+            "RootCert" => root.root_cert_pem = ArcStr::from(r.str()?),
+            "SerialNumber" => root.serial_number = r.u64("SerialNumber")?,
+            "SigningKeyID" => root.signing_key_id = ArcStr::from(r.str()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    if root.id.is_empty() || root.root_cert_pem.is_empty() {
+        return Err(WireError::Invalid("a root without its ID or certificate"));
+    }
+    Ok(root)
+}
+
 /// A signed leaf as `IssuedCert` carries it (without a private key: the agent made it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IssuedCert<'a> {
@@ -234,6 +327,68 @@ mod tests {
         assert_eq!(CaSignRequest::decode(&request.encode()).unwrap(), request);
         assert!(go_time_unix_s(&[3; 15]).is_err());
         assert_eq!(go_time_unix_s(&GO_ZERO_TIME).unwrap(), -62_135_596_800);
+    }
+
+    #[test]
+    fn a_roots_reply_read_whole_keeps_every_root_without_keys() {
+        let root = CaRoot {
+            id: "b".into(),
+            name: "new".into(),
+            root_cert_pem: "pem-b".into(),
+            intermediate_certs: vec!["x".into()],
+            active: true,
+            private_key_type: "ec".into(),
+            private_key_bits: 384,
+            serial_number: 7,
+            not_before_unix_s: 1_700_000_000,
+            not_after_unix_s: 1_893_456_000,
+            signing_key_pem: "secret".into(),
+            ..CaRoot::default()
+        };
+        let mut w = Writer::new();
+        let meta = QueryMeta {
+            index: 9,
+            ..QueryMeta::default()
+        };
+        write_ca_roots(
+            &mut w,
+            &meta,
+            "b",
+            "t.consul",
+            &[std::sync::Arc::new(root.clone())],
+        );
+        let (read_meta, reply) = read_ca_roots_whole(&w.into_inner()).unwrap();
+        assert_eq!(read_meta.index, 9);
+        assert_eq!(
+            (&*reply.active_root_id, &*reply.trust_domain),
+            ("b", "t.consul")
+        );
+        let expected = CaRoot {
+            signing_key_pem: "".into(),
+            ..root
+        };
+        assert_eq!(reply.roots, vec![expected]);
+        // The primary before its CA exists: no roots.
+        let mut w = Writer::new();
+        write_ca_roots(&mut w, &meta, "", "", &[]);
+        assert!(read_ca_roots_whole(&w.into_inner())
+            .unwrap()
+            .1
+            .roots
+            .is_empty());
+        // A root without its certificate.
+        let mut w = Writer::new();
+        write_ca_roots(
+            &mut w,
+            &meta,
+            "a",
+            "t",
+            &[std::sync::Arc::new(CaRoot {
+                id: "a".into(),
+                ..CaRoot::default()
+            })],
+        );
+        assert!(read_ca_roots_whole(&w.into_inner()).is_err());
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod catalog;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
+pub mod federation_state;
 pub mod internal;
 pub mod kvs;
 pub mod prepared_query;
@@ -556,6 +557,10 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "PreparedQuery.ExecuteRemote" => {
             decoded(prepared_query::ExecuteRemoteRequest::decode(body))
         }
+        "ConnectCA.Sign" | "ConnectCA.SignIntermediate" => {
+            decoded(connect_ca::CaSignRequest::decode(body))
+        }
+        "FederationState.Apply" => decoded(federation_state::ApplyRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

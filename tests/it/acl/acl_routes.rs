@@ -1291,22 +1291,6 @@ fn every_route_answers_no_unknown_insufficient_and_sufficient_tokens_as_its_rule
             "operator = \"read\"",
             Checked,
         ),
-        case(
-            praetor::api::federation_state::APPLY_PATH,
-            "PUT",
-            praetor::api::federation_state::APPLY_PATH,
-            r#"{"Op":"delete","State":{"Datacenter":"dc9"}}"#,
-            "operator = \"write\"",
-            Checked,
-        ),
-        case(
-            praetor::api::connect::SIGN_INTERMEDIATE_PATH,
-            "PUT",
-            praetor::api::connect::SIGN_INTERMEDIATE_PATH,
-            r#"{"CSR":"not a CSR"}"#,
-            "operator = \"write\"",
-            Checked,
-        ),
         // What the exported-services entry exports: `mesh:read`, as Consul's gRPC read.
         case(
             "/v1/exported-services",

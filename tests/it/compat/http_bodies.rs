@@ -91,14 +91,6 @@ const NOT_JSON: &[(&str, &str)] = &[
         "/v1/config",
         "a config entry: Consul's own decoder, checked after the table",
     ),
-    (
-        praetor::api::connect::SIGN_INTERMEDIATE_PATH,
-        "internal: a secondary datacenter's intermediate certificate request",
-    ),
-    (
-        praetor::api::federation_state::APPLY_PATH,
-        "internal: a datacenter leader's federation state sent to the primary",
-    ),
 ];
 
 fn route_text(path: Path) -> &'static str {
