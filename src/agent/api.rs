@@ -113,14 +113,12 @@ async fn handle(agent: &Rc<Agent>, request: AgentRequest, pretty: bool) -> Agent
             super::connect::leaf::serve(agent, &service, &dns_sans, min_index, wait, token, pretty)
                 .await
         }
-        AgentRequest::DatacenterRead {
+        AgentRequest::DatacenterCall {
             datacenter,
-            path,
-            token,
+            method,
+            body,
             timeout,
-        } => {
-            super::datacenter_read::read(agent, &datacenter, &path, token.as_deref(), timeout).await
-        }
+        } => super::datacenter_read::call(agent, &datacenter, method, &body, timeout).await,
         AgentRequest::Datacenters => super::datacenter_read::datacenters(agent).await,
         AgentRequest::Leadership => {
             let leads = agent.config.borrow().server && agent.shard.is_leader();

@@ -25,7 +25,6 @@ use crate::consul::node_state::{node_state_in, NodeState};
 use crate::consul::rpc::catalog::{encode_register, DeregisterRequest, NodeSpecificRequest};
 use crate::consul::rpc::rows::{read_indexed_health_checks, read_indexed_node_services};
 use crate::consul::rpc::QueryOptions;
-use crate::proto::rpc::{kind, Frame};
 use crate::replica::ProposalResult;
 use crate::shard::rpc_client::CallError;
 use crate::shard::Shard;
@@ -366,53 +365,5 @@ fn request_token(shard: &Shard, given: Option<&str>) -> Option<String> {
     match given.filter(|t| !t.is_empty()) {
         Some(token) if shard.config().acl.enabled => Some(token.to_string()),
         _ => agent_token(shard),
-    }
-}
-
-/// An HTTP request as praetor's `FORWARD_HTTP` frame carries it to a server (the paths not
-/// yet typed calls, issue #36), with the token when there is one.
-pub(crate) fn forwarded_request(
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> Vec<u8> {
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: praetor\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        request.push_str(&format!("X-Consul-Token: {token}\r\n"));
-    }
-    request.push_str("\r\n");
-    let mut request = request.into_bytes();
-    request.extend_from_slice(body);
-    request
-}
-
-/// A `FORWARD_HTTP_RESPONSE` read back: status, `X-Consul-Index` (0 when absent) and body;
-/// any other frame is the server's refusal, in its words; `from` names the answerer.
-pub(crate) fn forwarded_answer(frame: &Frame, from: &str) -> Result<(u16, u64, Vec<u8>), String> {
-    if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-        return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-    }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&frame.payload) {
-        Ok(httparse::Status::Complete(head_len)) => {
-            let index = response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("X-Consul-Index"))
-                .and_then(|h| std::str::from_utf8(h.value).ok())
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            Ok((
-                response.code.unwrap_or(500),
-                index,
-                frame.payload[head_len..].to_vec(),
-            ))
-        }
-        _ => Err(format!("malformed answer from {from}")),
     }
 }

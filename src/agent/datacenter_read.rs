@@ -3,94 +3,98 @@
 //! datacenter's mesh gateways, and a sidecar whose upstream resolves in another datacenter
 //! needs that datacenter's proxies or gateways.
 //!
-//! A read is an HTTP GET carried in a `FORWARD_HTTP` frame, as `?dc=` reads are forwarded:
-//! a server sends it through the WAN router to a server of the datacenter it names, a
-//! client agent to its own server (the path's `?dc=` makes that server hand it on). The
-//! answer is the remote server's own, status, `X-Consul-Index` and body, so a blocking
-//! read (`?index=`) blocks there.
+//! A read is one of Consul's typed calls whose request names the other datacenter
+//! (`xds::remote` builds it): a server sends it through the WAN router to a server of that
+//! datacenter, a client agent to one of its own servers, which hands it on, as Consul's
+//! `forwardDC` does. The reply is the remote server's msgpack, its `QueryMeta` included, so
+//! a blocking call (`MinQueryIndex`) blocks there.
 
-use super::catalog_client::{forwarded_answer, forwarded_request};
 use super::Agent;
 use crate::api::agent_channel::AgentReply;
 use crate::cluster::servers::Retry;
-use crate::proto::rpc::kind;
+use crate::consul::rpc::catalog::DcSpecificRequest;
+use crate::consul::rpc::status::read_string_list_reply;
 use std::time::Duration;
 
 /// How long a client agent's read of its servers' datacenter list may take.
 const DATACENTERS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Answers `path` from a server of `datacenter` (never this one: the caller reads its own
-/// store for that).
-pub async fn read(
+/// Makes `method` (a read whose `body` names `datacenter`, never this one: the caller reads
+/// its own store for that) on a server of that datacenter: 200 with the reply's msgpack, or
+/// 502 with why not.
+pub async fn call(
     agent: &Agent,
     datacenter: &str,
-    path: &str,
-    token: Option<&str>,
+    method: &'static str,
+    body: &[u8],
     timeout: Duration,
 ) -> AgentReply {
-    let token = token.filter(|t| !t.is_empty() && !t.contains(['\r', '\n']));
     let answer = if agent.shard.is_client() {
-        to_servers(agent, path, token, timeout).await
+        crate::cluster::servers::call_typed(
+            &agent.pools.servers,
+            &agent.shard.rpc,
+            method,
+            body,
+            timeout,
+            Retry::Always,
+        )
+        .await
     } else {
         if datacenter == agent.config.borrow().datacenter {
             return AgentReply::text(400, "a server reads its own datacenter from its store");
         }
-        let request = forwarded_request("GET", path, token, b"");
         agent
             .pools
             .router
-            .forward(
-                &agent.shard.forward,
+            .call_typed(
+                &agent.shard.rpc,
                 datacenter,
-                kind::FORWARD_HTTP,
-                &request,
+                method,
+                body,
                 timeout,
                 Retry::Always,
             )
             .await
-            .and_then(|frame| forwarded_answer(&frame, "the other datacenter"))
     };
     match answer {
-        Ok((status, index, body)) => {
-            let mut reply = AgentReply::json(status, body);
-            reply.headers = format!("X-Consul-Index: {index}\r\n").into_bytes();
-            reply
-        }
-        Err(reason) => AgentReply::text(502, reason),
+        Ok(reply) => AgentReply {
+            content_type: Some("application/msgpack"),
+            ..AgentReply::json(200, reply.to_vec())
+        },
+        Err(reason) => AgentReply::text(502, reason.to_string()),
     }
 }
 
-/// A client agent's GET to one of its servers (which hands a `?dc=` read on).
-async fn to_servers(
-    agent: &Agent,
-    path: &str,
-    token: Option<&str>,
-    timeout: Duration,
-) -> Result<(u16, u64, Vec<u8>), String> {
-    let request = forwarded_request("GET", path, token, b"");
-    crate::cluster::servers::call(
-        &agent.pools.servers,
-        &agent.shard.forward,
-        kind::FORWARD_HTTP,
-        &request,
-        timeout,
-        Retry::Always,
-    )
-    .await
-    .and_then(|frame| forwarded_answer(&frame, "the server"))
-}
-
-/// The datacenters known here: the WAN router's on a server, its servers' on a client.
+/// The datacenters known here, as a JSON list: the WAN router's on a server, its servers'
+/// (`Catalog.ListDatacenters`) on a client.
 pub async fn datacenters(agent: &Agent) -> AgentReply {
-    if !agent.shard.is_client() {
-        let names = agent.pools.router.datacenters();
-        return AgentReply::json(
-            200,
-            serde_json::to_vec(&names).expect("a list of names encodes"),
-        );
-    }
-    match to_servers(agent, "/v1/catalog/datacenters", None, DATACENTERS_TIMEOUT).await {
-        Ok((status, _, body)) => AgentReply::json(status, body),
-        Err(reason) => AgentReply::text(502, reason),
-    }
+    let names = if agent.shard.is_client() {
+        let body = DcSpecificRequest::default().encode();
+        let answer = crate::cluster::servers::call_typed(
+            &agent.pools.servers,
+            &agent.shard.rpc,
+            "Catalog.ListDatacenters",
+            &body,
+            DATACENTERS_TIMEOUT,
+            Retry::Always,
+        )
+        .await;
+        match answer.map(|reply| read_string_list_reply(&reply).map(|names| to_owned(&names))) {
+            Ok(Ok(names)) => names,
+            Ok(Err(error)) => {
+                return AgentReply::text(502, crate::consul::rpc::decode_error(error));
+            }
+            Err(reason) => return AgentReply::text(502, reason.to_string()),
+        }
+    } else {
+        agent.pools.router.datacenters()
+    };
+    AgentReply::json(
+        200,
+        serde_json::to_vec(&names).expect("a list of names encodes"),
+    )
+}
+
+fn to_owned(names: &[&str]) -> Vec<String> {
+    names.iter().map(|name| name.to_string()).collect()
 }

@@ -90,16 +90,17 @@ pub enum AgentRequest {
         token: Option<String>,
     },
     /// A read of another datacenter's catalog for the xDS server (mesh gateways and
-    /// sidecars reaching it): `path` (with its `?dc=`) answered by a server of
-    /// `datacenter`, with `token` as its ACL token; the answer carries `X-Consul-Index`.
-    DatacenterRead {
+    /// sidecars reaching it): one of Consul's typed calls (`method`, with `body` naming
+    /// `datacenter` and carrying the token) answered by a server of `datacenter`; the
+    /// answer's body is the reply's msgpack.
+    DatacenterCall {
         datacenter: String,
-        path: String,
-        token: Option<String>,
+        method: &'static str,
+        body: Vec<u8>,
         timeout: Duration,
     },
-    /// The datacenters this agent's servers know (`/v1/catalog/datacenters`), for the
-    /// xDS server.
+    /// The datacenters this agent's servers know (`Catalog.ListDatacenters`), for the
+    /// xDS server, as a JSON list.
     Datacenters,
     /// Whether this agent is a server that leads its cluster now, for the peer stream
     /// (only the leader dials peers and serves their streams): `true` or `false`.

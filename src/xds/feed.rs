@@ -15,7 +15,6 @@
 use super::registration::{decode_leaf, decode_registration, LeafCert, ProxyRegistration};
 use crate::api::agent_channel::{AgentCall, AgentChannel, AgentReply, AgentRequest};
 use crate::store::{Change, StoreVersion, Table};
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -193,21 +192,22 @@ impl AgentSource {
         }
     }
 
-    /// `path` answered by a server of another datacenter, as `(X-Consul-Index, body)`; a
-    /// blocking read (`index=`, `wait=` in `path`) waits there up to `wait`.
-    pub async fn datacenter_read(
+    /// One of Consul's typed calls (`method`, `body` naming another datacenter) answered
+    /// by a server of `datacenter`: the reply's msgpack body. A blocking call
+    /// (`MinQueryIndex`) waits there up to `wait`.
+    pub async fn datacenter_call(
         &self,
         datacenter: &str,
-        path: &str,
-        token: &str,
+        method: &'static str,
+        body: Vec<u8>,
         wait: Duration,
-    ) -> Result<(u64, Value), String> {
+    ) -> Result<Vec<u8>, String> {
         let reply = self
             .call(
-                AgentRequest::DatacenterRead {
+                AgentRequest::DatacenterCall {
                     datacenter: datacenter.to_string(),
-                    path: path.to_string(),
-                    token: (!token.is_empty()).then(|| token.to_string()),
+                    method,
+                    body,
                     timeout: wait + DATACENTER_READ_SLACK,
                 },
                 wait + DATACENTER_READ_SLACK,
@@ -220,14 +220,7 @@ impl AgentSource {
                 String::from_utf8_lossy(&reply.body).trim()
             ));
         }
-        let index = String::from_utf8_lossy(&reply.headers)
-            .lines()
-            .find_map(|l| l.strip_prefix("X-Consul-Index: "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        let body = serde_json::from_slice(&reply.body)
-            .map_err(|e| format!("{datacenter} answered malformed JSON: {e}"))?;
-        Ok((index, body))
+        Ok(reply.body)
     }
 
     /// The datacenters the servers know, this one included.

@@ -1,11 +1,12 @@
 //! What a proxy's snapshot knows of other datacenters (Consul's proxycfg watches with a
 //! `Datacenter`): the mesh gateways of each, and the Connect-capable instances of a service
 //! an upstream reaches there directly. A server's store holds only its own datacenter, so
-//! these come from that datacenter's servers, over blocking reads the agent makes for the
-//! gRPC thread ([`AgentSource::datacenter_read`]).
+//! these come from that datacenter's servers, over blocking typed calls (Consul's
+//! `Health.ServiceNodes`, `Internal.ServiceDump`, naming the datacenter) the agent makes for
+//! the gRPC thread ([`AgentSource::datacenter_call`]).
 //!
 //! [`RemoteQuery`] names one read; [`RemoteFollowers`] keeps one task per query a proxy
-//! needs, each following its answer with blocking reads (`?index=`), and starts and stops
+//! needs, each following its answer with blocking reads (`MinQueryIndex`), and starts and stops
 //! them as the needs change (needs are derived from the last snapshot, so a new need is
 //! followed from the next build on). [`RemoteView`] is what the followers hold at one
 //! moment, as plain data: the snapshot builder reads it and stays pure.
@@ -19,7 +20,10 @@
 use super::feed::AgentSource;
 use super::snapshot::{Endpoint, ENDPOINTS_PER_TARGET_MAX};
 use crate::consul::filter::Filter;
-use crate::proto::spiffe::percent_encode as encode;
+use crate::consul::rpc::catalog::ServiceSpecificRequest;
+use crate::consul::rpc::internal::ServiceDumpRequest;
+use crate::consul::rpc::{decode_error, read_json, QueryOptions};
+use crate::proto::msgpack::Reader;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -64,32 +68,73 @@ impl RemoteQuery {
         }
     }
 
-    /// The HTTP path of the read, blocking past `index`.
-    pub fn path(&self, index: u64) -> String {
-        let wait = REMOTE_WAIT.as_secs();
+    /// The typed call of the read, blocking past `index`, with `token`: its method and
+    /// body, naming the datacenter (whose servers a server hands it to). A datacenter's
+    /// gateway names come from `Internal.ServiceDump` of the mesh-gateway kind, as Consul's
+    /// proxycfg asks for another datacenter's gateways; a gateway's and a service's
+    /// instances from `Health.ServiceNodes` (`Connect` set for a service's sidecars).
+    pub fn call(&self, index: u64, token: &str) -> (&'static str, Vec<u8>) {
+        let options = |filter| QueryOptions {
+            token,
+            min_query_index: index,
+            max_query_time_ns: REMOTE_WAIT.as_nanos() as i64,
+            filter,
+            ..QueryOptions::default()
+        };
         match self {
-            RemoteQuery::GatewayNames { datacenter } => format!(
-                "/v1/catalog/services?dc={}&index={index}&wait={wait}s&filter={}",
-                encode(datacenter),
-                encode(&format!("ServiceKind == \"{MESH_GATEWAY_KIND}\""))
+            RemoteQuery::GatewayNames { datacenter } => (
+                "Internal.ServiceDump",
+                ServiceDumpRequest {
+                    datacenter,
+                    service_kind: Some(MESH_GATEWAY_KIND),
+                    options: options(""),
+                }
+                .encode(),
             ),
-            RemoteQuery::Gateways { datacenter, name } => format!(
-                "/v1/health/service/{}?dc={}&index={index}&wait={wait}s&filter={}",
-                encode(name),
-                encode(datacenter),
-                encode(&format!("Service.Kind == \"{MESH_GATEWAY_KIND}\""))
+            RemoteQuery::Gateways { datacenter, name } => (
+                "Health.ServiceNodes",
+                ServiceSpecificRequest {
+                    datacenter,
+                    service_name: name,
+                    options: options(MESH_GATEWAY_FILTER),
+                    ..ServiceSpecificRequest::default()
+                }
+                .encode(),
             ),
             RemoteQuery::Connect {
                 datacenter,
                 service,
-            } => format!(
-                "/v1/health/connect/{}?dc={}&index={index}&wait={wait}s",
-                encode(service),
-                encode(datacenter)
+            } => (
+                "Health.ServiceNodes",
+                ServiceSpecificRequest {
+                    datacenter,
+                    service_name: service,
+                    connect: true,
+                    options: options(""),
+                    ..ServiceSpecificRequest::default()
+                }
+                .encode(),
             ),
         }
     }
+
+    /// Reads the reply of [`RemoteQuery::call`]: its index and what it says. The reply's
+    /// `CheckServiceNode`s are read as JSON values (the map of their fields), which is what
+    /// a subset's filter and the parsers below read.
+    pub fn read(&self, reply: &[u8]) -> Result<(u64, RemoteAnswer), String> {
+        let value = read_json(&mut Reader::new(reply))
+            .map_err(|e| format!("a malformed answer: {}", decode_error(e)))?;
+        let index = value["Index"].as_u64().unwrap_or(0);
+        let answer = match self {
+            RemoteQuery::GatewayNames { .. } => RemoteAnswer::Names(parse_names(&value["Nodes"])?),
+            _ => RemoteAnswer::Instances(parse_instances(&value["Nodes"])?),
+        };
+        Ok((index, answer))
+    }
 }
+
+/// The filter of a gateway's instances: only mesh gateways, whatever else shares the name.
+const MESH_GATEWAY_FILTER: &str = "Service.Kind == \"mesh-gateway\"";
 
 /// One instance of another datacenter as a health answer shows it.
 #[derive(Clone, Debug, PartialEq)]
@@ -184,14 +229,24 @@ pub fn parse_instances(body: &Value) -> Result<Vec<RemoteInstance>, String> {
     Ok(out)
 }
 
-/// Reads `/v1/catalog/services`' answer: the names, in order, at most
-/// [`GATEWAY_NAMES_MAX`].
-pub fn parse_names(body: &Value) -> Result<Vec<String>, String> {
-    match body {
-        Value::Object(names) => Ok(names.keys().take(GATEWAY_NAMES_MAX).cloned().collect()),
-        Value::Null => Ok(Vec::new()),
-        _ => Err("a service list that is not an object".to_string()),
-    }
+/// The names of the mesh-gateway services among `Internal.ServiceDump`'s instances, in
+/// name order, at most [`GATEWAY_NAMES_MAX`].
+pub fn parse_names(rows: &Value) -> Result<Vec<String>, String> {
+    let rows = match rows {
+        Value::Array(rows) => rows.as_slice(),
+        Value::Null => &[],
+        _ => return Err("a service dump that is not a list".to_string()),
+    };
+    let names: BTreeSet<&str> = rows
+        .iter()
+        .filter(|row| row["Service"]["Kind"] == MESH_GATEWAY_KIND)
+        .filter_map(|row| row["Service"]["Service"].as_str())
+        .collect();
+    Ok(names
+        .into_iter()
+        .take(GATEWAY_NAMES_MAX)
+        .map(str::to_string)
+        .collect())
 }
 
 /// What a proxy knows of other datacenters at one moment.
@@ -317,16 +372,11 @@ async fn follow(
 ) {
     let mut index = 0;
     loop {
+        let (method, body) = query.call(index, &token);
         let answer = agent
-            .datacenter_read(query.datacenter(), &query.path(index), &token, REMOTE_WAIT)
+            .datacenter_call(query.datacenter(), method, body, REMOTE_WAIT)
             .await
-            .and_then(|(next, body)| {
-                let parsed = match &query {
-                    RemoteQuery::GatewayNames { .. } => RemoteAnswer::Names(parse_names(&body)?),
-                    _ => RemoteAnswer::Instances(parse_instances(&body)?),
-                };
-                Ok((next, parsed))
-            });
+            .and_then(|reply| query.read(&reply));
         match answer {
             Ok((next, parsed)) => {
                 let modified = tx.send_if_modified(|slot| {
@@ -556,9 +606,72 @@ mod tests {
             datacenter: "dc2".into(),
             name: "mesh gw".into(),
         };
+        let (method, body) = q.call(7, "secret");
+        assert_eq!(method, "Health.ServiceNodes");
+        let request = ServiceSpecificRequest::decode(&body).unwrap();
         assert_eq!(
-            q.path(7),
-            "/v1/health/service/mesh%20gw?dc=dc2&index=7&wait=60s&filter=Service.Kind%20%3D%3D%20%22mesh-gateway%22"
+            (request.datacenter, request.service_name),
+            ("dc2", "mesh gw")
         );
+        assert_eq!(request.options.min_query_index, 7);
+        assert_eq!(request.options.max_query_time_ns, 60_000_000_000);
+        assert_eq!(
+            (request.options.token, request.options.filter),
+            ("secret", MESH_GATEWAY_FILTER)
+        );
+        assert!(!request.connect);
+        let connect = RemoteQuery::Connect {
+            datacenter: "dc2".into(),
+            service: "api".into(),
+        };
+        let (_, body) = connect.call(0, "");
+        assert!(ServiceSpecificRequest::decode(&body).unwrap().connect);
+        let names = RemoteQuery::GatewayNames {
+            datacenter: "dc2".into(),
+        };
+        let (method, body) = names.call(3, "");
+        assert_eq!(method, "Internal.ServiceDump");
+        let request = ServiceDumpRequest::decode(&body).unwrap();
+        assert_eq!(
+            (request.datacenter, request.service_kind),
+            ("dc2", Some(MESH_GATEWAY_KIND))
+        );
+    }
+
+    #[test]
+    fn replies_read_as_their_index_and_rows() {
+        use crate::proto::msgpack::Writer;
+        let row = serde_json::json!({
+            "Node": {"Node": "n1", "Address": "10.0.0.2"},
+            "Service": {"Service": "gw-b", "Kind": "mesh-gateway", "Port": 8443},
+            "Checks": [],
+        });
+        let other = serde_json::json!({
+            "Node": {"Node": "n2", "Address": "10.0.0.3"},
+            "Service": {"Service": "gw-a", "Kind": "mesh-gateway", "Port": 8443},
+            "Checks": [],
+        });
+        let mut w = Writer::new();
+        crate::consul::rpc::write_json(
+            &mut w,
+            &serde_json::json!({"Index": 12, "Nodes": [row, other.clone(), other]}),
+        );
+        let reply = w.into_inner();
+        let names = RemoteQuery::GatewayNames {
+            datacenter: "dc2".into(),
+        };
+        assert_eq!(
+            names.read(&reply).unwrap(),
+            (12, RemoteAnswer::Names(vec!["gw-a".into(), "gw-b".into()]))
+        );
+        let gateways = RemoteQuery::Gateways {
+            datacenter: "dc2".into(),
+            name: "gw-a".into(),
+        };
+        let (index, RemoteAnswer::Instances(instances)) = gateways.read(&reply).unwrap() else {
+            panic!("instances expected");
+        };
+        assert_eq!((index, instances.len()), (12, 3));
+        assert!(names.read(b"\xc1").is_err());
     }
 }

@@ -120,4 +120,19 @@ impl<'a> ServiceDumpRequest<'a> {
         request.service_kind = use_kind.then_some(kind);
         Ok(request)
     }
+
+    /// The request as a client sends it (`UseServiceKind` set when a kind is asked for).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["Datacenter", "ServiceKind", "UseServiceKind"],
+            |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                "ServiceKind" => w.str(self.service_kind.unwrap_or_default()),
+                _ => w.bool(self.service_kind.is_some()),
+            },
+        );
+        w.into_inner()
+    }
 }
