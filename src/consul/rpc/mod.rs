@@ -26,6 +26,7 @@ pub mod connect_ca;
 pub mod coordinate;
 pub mod internal;
 pub mod kvs;
+pub mod operator;
 pub mod prepared_query;
 pub mod rows;
 pub mod session;
@@ -555,6 +556,14 @@ pub fn decode_any(method: &str, body: &[u8]) {
         }
         "PreparedQuery.ExecuteRemote" => {
             decoded(prepared_query::ExecuteRemoteRequest::decode(body))
+        }
+        // The CA's configuration and the operator's calls (issue #36, operator).
+        "ConnectCA.ConfigurationSet" => decoded(connect_ca::CaRequest::decode(body)),
+        "Operator.RaftRemovePeerByAddress" | "Operator.RaftRemovePeerByID" => {
+            decoded(operator::RaftRemovePeerRequest::decode(body))
+        }
+        "Operator.AutopilotSetConfiguration" => {
+            decoded(operator::AutopilotSetConfigRequest::decode(body))
         }
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
