@@ -4,6 +4,7 @@
 mod autopilot;
 mod cluster;
 mod crash_recovery;
+mod operator_calls;
 mod portability;
 mod restarts;
 mod service_operation;
