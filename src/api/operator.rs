@@ -190,7 +190,11 @@ pub fn leader_health(ctx: &Context) -> Result<Option<Arc<AutopilotHealth>>, ApiE
 /// The leader's autopilot health as `Operator.ServerHealth` and `Operator.AutopilotState`
 /// carry it.
 pub fn health_of(health: &AutopilotHealth) -> OperatorHealth {
-    let ns = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX / 1_000_000) * 1_000_000;
+    let ns = |ms: u64| {
+        i64::try_from(ms)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000_000)
+    };
     OperatorHealth {
         healthy: health.healthy,
         failure_tolerance: health.failure_tolerance as u64,
