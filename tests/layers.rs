@@ -209,6 +209,16 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "rpc",
         "a client agent's tokens, policies and roles (rpc::client_acl)",
     ),
+    (
+        "connect",
+        "rpc",
+        "a client agent's CA configuration calls (rpc::client_operator)",
+    ),
+    (
+        "operator",
+        "rpc",
+        "a client agent's operator calls (rpc::client_operator)",
+    ),
 ];
 
 /// The modules inside `api` (a file or a folder each; `mod.rs` is the vocabulary every

@@ -11,6 +11,7 @@
 //! cluster's roots were made under.
 
 use super::intentions::{default_allow, require_connect};
+use super::rpc::client_operator;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
@@ -18,6 +19,7 @@ use crate::config::connect::CaSettings;
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj};
 use crate::consul::config_entry::doc::{self, Doc};
+use crate::consul::rpc::connect_ca::CaConfiguration;
 use crate::proto::http::Method;
 use crate::proto::rfc3339;
 use crate::proto::spiffe::{self, SpiffeError};
@@ -172,84 +174,133 @@ pub fn roots(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     run_query(ctx, RootsQuery { pem }, options, reply)
 }
 
+/// What the CA configuration's reads depend on: its `ModifyIndex` (at least 1) and its key.
+pub fn ca_config_index(tables: &Tables) -> (u64, WatchSet) {
+    let index = tables.mesh.ca.config.as_ref().map_or(0, |c| c.modify_index);
+    (
+        index.max(1),
+        WatchSet::new().key(Table::ConnectCa, Arc::<str>::from(ca::CONFIG_WATCH_KEY)),
+    )
+}
+
+/// The refusal of a CA configuration read before the leader wrote the first one.
+pub const CA_NOT_INITIALIZED: &str = "CA has not finished initializing";
+
+/// The stored configuration as Consul's `CAConfiguration` carries it: `Config` the map as
+/// it was written.
+pub fn ca_configuration_of(config: &CaConfig) -> CaConfiguration {
+    CaConfiguration {
+        cluster_id: config.cluster_id.to_string(),
+        provider: config.provider.to_string(),
+        config: serde_json::from_str(&config.config_json).unwrap_or(serde_json::Value::Null),
+        force_without_cross_signing: config.force_without_cross_signing,
+        create_index: config.create_index,
+        modify_index: config.modify_index,
+    }
+}
+
+/// `GET /v1/connect/ca/configuration`'s answer: on a server from its store, on a client
+/// agent from the `ConnectCA.ConfigurationGet` reply.
+pub fn ca_configuration_answer(config: &CaConfiguration, headers: &[u8], reply: &mut Reply) {
+    let body = Doc::Obj(vec![
+        ("Provider".into(), Doc::Str(config.provider.clone())),
+        ("Config".into(), Doc::Raw(config.config.clone())),
+        ("State".into(), Doc::Null),
+        (
+            "ForceWithoutCrossSigning".into(),
+            Doc::Bool(config.force_without_cross_signing),
+        ),
+        ("CreateIndex".into(), Doc::Int(config.create_index as i64)),
+        ("ModifyIndex".into(), Doc::Int(config.modify_index as i64)),
+    ]);
+    send_doc(reply, headers, &body);
+}
+
 struct ConfigQuery;
 
 impl Query for ConfigQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        let index = tables.mesh.ca.config.as_ref().map_or(0, |c| c.modify_index);
-        (
-            index.max(1),
-            WatchSet::new().key(Table::ConnectCa, Arc::<str>::from(ca::CONFIG_WATCH_KEY)),
-        )
+        ca_config_index(tables)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
         let Some(config) = &tables.mesh.ca.config else {
-            reply.error(&ApiError::Internal(
-                "CA has not finished initializing".to_string(),
-            ));
+            reply.error(&ApiError::Internal(CA_NOT_INITIALIZED.to_string()));
             return;
         };
-        let settings: serde_json::Value =
-            serde_json::from_str(&config.config_json).unwrap_or(serde_json::Value::Null);
-        let body = Doc::Obj(vec![
-            ("Provider".into(), Doc::Str(config.provider.to_string())),
-            ("Config".into(), Doc::Raw(settings)),
-            ("State".into(), Doc::Null),
-            (
-                "ForceWithoutCrossSigning".into(),
-                Doc::Bool(config.force_without_cross_signing),
-            ),
-            ("CreateIndex".into(), Doc::Int(config.create_index as i64)),
-            ("ModifyIndex".into(), Doc::Int(config.modify_index as i64)),
-        ]);
-        send_doc(reply, &headers, &body);
+        ca_configuration_answer(&ca_configuration_of(config), &headers, reply);
     }
 }
 
-/// `GET` and `PUT /v1/connect/ca/configuration`.
-pub fn configuration(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
-    if request.method == Method::Get {
-        let options = query_options(ctx, &request.query)?;
-        return run_query(ctx, ConfigQuery, options, reply);
+/// A CA configuration to set, as a `PUT` body or a `CARequest` carries it.
+pub struct CaConfigSet {
+    pub provider: String,
+    /// `Config` as written; `Null` when left out.
+    pub config: serde_json::Value,
+    pub force_without_cross_signing: bool,
+}
+
+impl CaConfigSet {
+    /// The body of a `PUT /v1/connect/ca/configuration`.
+    fn parse(body: &[u8]) -> Result<CaConfigSet, ApiError> {
+        let value = parse_strict(body, &bodies::CA_CONFIGURATION)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+        let obj = Obj::new(&value)
+            .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
+        let provider = obj
+            .opt_string(&["provider"])
+            .map_err(ApiError::bad_request)?
+            .unwrap_or_default();
+        Ok(CaConfigSet {
+            provider,
+            config: obj.get(&["config"]).cloned().unwrap_or_default(),
+            force_without_cross_signing: obj.bool(&["forcewithoutcrosssigning"]).unwrap_or(false),
+        })
     }
-    super::check_datacenter(ctx, &request.query)?;
-    if !ctx.is_leader() {
-        return Ok(Outcome::Forward);
+
+    /// The configuration as `ConnectCA.ConfigurationSet` carries it.
+    pub fn to_wire(&self) -> CaConfiguration {
+        CaConfiguration {
+            provider: self.provider.clone(),
+            config: self.config.clone(),
+            force_without_cross_signing: self.force_without_cross_signing,
+            ..CaConfiguration::default()
+        }
     }
-    let value = parse_strict(request.body, &bodies::CA_CONFIGURATION)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let obj = Obj::new(&value)
-        .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    let provider = obj
-        .opt_string(&["provider"])
-        .map_err(ApiError::bad_request)?
-        .unwrap_or_default();
-    if provider != ca::PROVIDER_CONSUL {
+
+    /// A `ConnectCA.ConfigurationSet`'s configuration.
+    pub fn of_wire(config: CaConfiguration) -> CaConfigSet {
+        CaConfigSet {
+            provider: config.provider,
+            config: config.config,
+            force_without_cross_signing: config.force_without_cross_signing,
+        }
+    }
+}
+
+/// The store command that sets `set` on the leader (which alone holds the active root's
+/// key): the provider checked, the settings read over the defaults, and a new root made and
+/// cross-signed when the key or the root's lifetime changes. Shared by the HTTP handler and
+/// `ConnectCA.ConfigurationSet`.
+pub fn ca_config_command(ctx: &Context, set: &CaConfigSet) -> Result<Command, ApiError> {
+    if set.provider != ca::PROVIDER_CONSUL {
         return Err(ApiError::Internal(format!(
-            "could not initialize provider: unknown CA provider {provider:?}"
+            "could not initialize provider: unknown CA provider {:?}",
+            set.provider
         )));
     }
-    let force = obj.bool(&["forcewithoutcrosssigning"]).unwrap_or(false);
-    let settings = match obj.get(&["config"]) {
-        Some(serde_json::Value::Object(map)) => CaSettings::from_map(map, &CaSettings::default()),
-        None | Some(serde_json::Value::Null) => Ok(CaSettings::default()),
-        Some(_) => Err("Config must be an object".to_string()),
+    let settings = match &set.config {
+        serde_json::Value::Object(map) => CaSettings::from_map(map, &CaSettings::default()),
+        serde_json::Value::Null => Ok(CaSettings::default()),
+        _ => Err("Config must be an object".to_string()),
     }
     .map_err(|e| ApiError::Internal(format!("error parsing CA config: {e}")))?;
     let version = ctx.current_version();
     let state = &version.mesh.ca;
     let (Some(current), Some(active)) = (&state.config, state.active_root()) else {
-        return Err(ApiError::Internal(
-            "CA has not finished initializing".to_string(),
-        ));
+        return Err(ApiError::Internal(CA_NOT_INITIALIZED.to_string()));
     };
     let current_settings = settings_of(current);
     // A secondary holds no root to rotate: its leader renews its intermediate with a key of
@@ -268,31 +319,66 @@ pub fn configuration(
     };
     // Consul keeps the `Config` map as it was written (`"72h"`, not `"72h0m0s"`); readers
     // take it over the defaults through `CaSettings::from_map`.
-    let written = match obj.get(&["config"]) {
-        Some(value @ serde_json::Value::Object(_)) => value.to_string(),
+    let written = match &set.config {
+        value @ serde_json::Value::Object(_) => value.to_string(),
         _ => "{}".to_string(),
     };
     let config = CaConfig {
         cluster_id: current.cluster_id.clone(),
         provider: ArcStr::from(ca::PROVIDER_CONSUL),
         config_json: ArcStr::from(written),
-        force_without_cross_signing: force,
+        force_without_cross_signing: set.force_without_cross_signing,
         create_index: 0,
         modify_index: 0,
     };
+    Ok(Command::Ca(CaOp::SetConfig {
+        config: Box::new(config),
+        new_root,
+        expected_active_root: active.id.to_string(),
+    }))
+}
+
+/// The answer to a CA configuration write, from the store's result (a client agent's
+/// `ConnectCA.ConfigurationSet` reply stands for `Bool`).
+pub fn ca_config_set_answer(result: CommandResult, reply: &mut Reply) {
+    match result {
+        CommandResult::Bool(_) => reply.send(200, None, b"", b""),
+        CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+        _ => reply.error(&ApiError::Internal(
+            "unexpected result for a CA write".to_string(),
+        )),
+    }
+}
+
+/// `GET` and `PUT /v1/connect/ca/configuration`. A client agent sends them to a server as
+/// `ConnectCA.ConfigurationGet` and `ConnectCA.ConfigurationSet`; that server checks that
+/// Connect is enabled, as Consul's does.
+pub fn configuration(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() {
+        require_connect(ctx)?;
+    }
+    if request.method == Method::Get {
+        let options = query_options(ctx, &request.query)?;
+        if ctx.is_client() {
+            return Ok(client_operator::ca_configuration_get(ctx, request, options));
+        }
+        return run_query(ctx, ConfigQuery, options, reply);
+    }
+    super::check_datacenter(ctx, &request.query)?;
+    let set = CaConfigSet::parse(request.body)?;
+    if ctx.is_client() {
+        return Ok(client_operator::ca_configuration_set(ctx, request, &set));
+    }
+    if !ctx.is_leader() {
+        return Ok(Outcome::Forward);
+    }
     Ok(Outcome::Write(WriteOp {
-        command: Command::Ca(CaOp::SetConfig {
-            config: Box::new(config),
-            new_root,
-            expected_active_root: active.id.to_string(),
-        }),
-        respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Bool(_) => reply.send(200, None, b"", b""),
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            _ => reply.error(&ApiError::Internal(
-                "unexpected result for a CA write".to_string(),
-            )),
-        }),
+        command: ca_config_command(ctx, &set)?,
+        respond: Box::new(ca_config_set_answer),
     }))
 }
 

@@ -2,15 +2,24 @@
 //! configuration, removing a peer, leadership transfer, the autopilot configuration (read,
 //! set, check-and-set), the servers' health and autopilot state as the leader's autopilot
 //! judges them (`replica::autopilot`), and the catalog's usage counts.
+//!
+//! A client agent asks a server with Consul's typed calls (`api::rpc::client_operator`):
+//! the answers are rendered here from the values those calls carry
+//! (`consul::rpc::operator`), which a server builds from its own state, so both answer the
+//! same. Leadership transfer has no such call and goes as forwarded HTTP.
 
+use super::rpc::client_operator;
 use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
     Request, WriteOp,
 };
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj};
+use crate::consul::rpc::operator::{
+    OperatorHealth, RaftConfiguration, RaftServer, ServerHealth as WireServerHealth,
+};
 use crate::proto::duration::format_go_duration;
-use crate::replica::{AutopilotHealth, ServerHealth};
+use crate::replica::AutopilotHealth;
 use crate::shard::runtime::{OperatorOp, ReadPlan};
 use crate::shard::watch::WatchSet;
 use crate::store::autopilot::{AutopilotConfig, AutopilotOp};
@@ -25,35 +34,66 @@ fn must_forward(ctx: &Context, request: &Request) -> Result<bool, ApiError> {
     Ok(ctx.read_plan(&options) == ReadPlan::Forward)
 }
 
-pub fn configuration(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    if must_forward(ctx, request)? {
-        return Ok(Outcome::Forward);
-    }
+/// The Raft configuration as `RaftConfigurationResponse` carries it (what
+/// `Operator.RaftGetConfiguration` answers).
+pub fn raft_configuration_of(ctx: &Context) -> RaftConfiguration {
     let status = ctx.cluster_status();
-    let servers: Vec<_> = status
+    RaftConfiguration {
+        servers: status
+            .servers
+            .iter()
+            .map(|s| RaftServer {
+                id: s.node_id.clone(),
+                node: s.name.clone(),
+                address: s.address.clone(),
+                leader: Some(s.raft_id) == status.leader_raft_id,
+                protocol_version: "3".to_string(),
+                voter: s.voter,
+                last_index: status.last_index,
+            })
+            .collect(),
+        index: status.membership_index,
+    }
+}
+
+/// `GET /v1/operator/raft/configuration`'s answer: on a server from its own Raft state, on
+/// a client agent from the `Operator.RaftGetConfiguration` reply.
+pub fn raft_configuration_answer(configuration: &RaftConfiguration, reply: &mut Reply) {
+    let servers: Vec<_> = configuration
         .servers
         .iter()
         .map(|s| {
             json!({
-                "ID": s.node_id,
-                "Node": s.name,
+                "ID": s.id,
+                "Node": s.node,
                 "Address": s.address,
-                "Leader": Some(s.raft_id) == status.leader_raft_id,
-                "ProtocolVersion": "3",
+                "Leader": s.leader,
+                "ProtocolVersion": s.protocol_version,
                 "Voter": s.voter,
-                "LastIndex": status.last_index,
+                "LastIndex": s.last_index,
             })
         })
         .collect();
     reply.json(
         200,
         b"",
-        &json!({ "Servers": servers, "Index": status.membership_index }),
+        &json!({ "Servers": servers, "Index": configuration.index }),
     );
+}
+
+pub fn configuration(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    if ctx.is_client() {
+        let options = query_options(ctx, &request.query)?;
+        return Ok(client_operator::raft_configuration(ctx, request, options));
+    }
+    if must_forward(ctx, request)? {
+        return Ok(Outcome::Forward);
+    }
+    raft_configuration_answer(&raft_configuration_of(ctx), reply);
     Ok(Outcome::Done)
 }
 
@@ -80,6 +120,9 @@ pub fn remove_peer(
         return Err(ApiError::bad_request(
             "Must specify only one of ?id or ?address",
         ));
+    }
+    if ctx.is_client() {
+        return Ok(client_operator::remove_peer(ctx, request, id, address));
     }
     Ok(Outcome::Leader(LeaderOp::Operator {
         op: OperatorOp::RemovePeer { id, address },
@@ -111,8 +154,8 @@ pub fn transfer_leader(
 }
 
 /// Go's `time.Time` in JSON, rounded to the second: `2023-05-10T21:34:05Z`.
-fn rfc3339_seconds(unix_ms: u64) -> String {
-    let secs = ((unix_ms + 500) / 1000) as i64;
+fn rfc3339_seconds(unix_ns: i64) -> String {
+    let secs = (unix_ns.saturating_add(500_000_000)).div_euclid(1_000_000_000);
     time::OffsetDateTime::from_unix_timestamp(secs)
         .ok()
         .and_then(|t| {
@@ -123,16 +166,17 @@ fn rfc3339_seconds(unix_ms: u64) -> String {
 }
 
 /// A `ReadableDuration` as Consul prints it (`"200ms"`, `"10s"`).
-fn readable_ms(ms: Option<u64>) -> String {
-    match ms {
+fn readable_ns(ns: i64) -> String {
+    if ns < 0 {
         // Consul's never-contacted server shows Go's -1ns.
-        None => "-1ns".to_string(),
-        Some(ms) => format_go_duration(ms as i64 * 1_000_000),
+        return "-1ns".to_string();
     }
+    format_go_duration(ns)
 }
 
-/// Autopilot's health, which only the leader computes: a follower forwards.
-fn leader_health(ctx: &Context) -> Result<Option<Arc<AutopilotHealth>>, ApiError> {
+/// Autopilot's health, which only the leader computes: `None` on a follower, which
+/// forwards.
+pub fn leader_health(ctx: &Context) -> Result<Option<Arc<AutopilotHealth>>, ApiError> {
     if !ctx.is_leader() {
         return Ok(None);
     }
@@ -143,34 +187,58 @@ fn leader_health(ctx: &Context) -> Result<Option<Arc<AutopilotHealth>>, ApiError
         .ok_or_else(|| ApiError::Internal("autopilot has not judged the servers yet".into()))
 }
 
-/// `GET /v1/operator/autopilot/health`: 200 when every server is healthy, else 429 with the
-/// same body, as Consul.
-pub fn autopilot_health(
-    ctx: &Context,
-    request: &Request,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    super::check_datacenter(ctx, &request.query)?;
-    let Some(health) = leader_health(ctx)? else {
-        return Ok(Outcome::Forward);
+/// The leader's autopilot health as `Operator.ServerHealth` and `Operator.AutopilotState`
+/// carry it.
+pub fn health_of(health: &AutopilotHealth) -> OperatorHealth {
+    let ns = |ms: u64| {
+        i64::try_from(ms)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000_000)
     };
+    OperatorHealth {
+        healthy: health.healthy,
+        failure_tolerance: health.failure_tolerance as u64,
+        servers: health
+            .servers
+            .iter()
+            .map(|s| WireServerHealth {
+                id: s.node_id.clone(),
+                name: s.name.clone(),
+                address: s.address.clone(),
+                serf_status: s.serf_status,
+                version: crate::CONSUL_API_VERSION.to_string(),
+                leader: s.leader,
+                last_contact_ns: s.last_contact_ms.map_or(-1, ns),
+                last_term: s.last_term,
+                last_index: s.last_index,
+                healthy: s.healthy,
+                voter: s.voter,
+                stable_since_unix_ns: ns(s.stable_since_unix_ms),
+            })
+            .collect(),
+    }
+}
+
+/// `GET /v1/operator/autopilot/health`'s answer: 200 when every server is healthy, else 429
+/// with the same body, as Consul.
+pub fn health_answer(health: &OperatorHealth, reply: &mut Reply) {
     let servers: Vec<_> = health
         .servers
         .iter()
         .map(|s| {
             json!({
-                "ID": s.node_id,
+                "ID": s.id,
                 "Name": s.name,
                 "Address": s.address,
                 "SerfStatus": s.serf_status,
-                "Version": crate::CONSUL_API_VERSION,
+                "Version": s.version,
                 "Leader": s.leader,
-                "LastContact": readable_ms(s.last_contact_ms),
+                "LastContact": readable_ns(s.last_contact_ns),
                 "LastTerm": s.last_term,
                 "LastIndex": s.last_index,
                 "Healthy": s.healthy,
                 "Voter": s.voter,
-                "StableSince": rfc3339_seconds(s.stable_since_unix_ms),
+                "StableSince": rfc3339_seconds(s.stable_since_unix_ns),
             })
         })
         .collect();
@@ -184,12 +252,45 @@ pub fn autopilot_health(
             "Servers": servers,
         }),
     );
+}
+
+/// `GET /v1/operator/autopilot/health` (`state` false) and `/state` (`state` true): the
+/// leader answers from its autopilot, a client agent asks a server (`Operator.ServerHealth`,
+/// `Operator.AutopilotState`), a follower forwards.
+fn autopilot_view(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    state: bool,
+) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
+    if ctx.is_client() {
+        return Ok(client_operator::autopilot_health(ctx, request, state));
+    }
+    let Some(health) = leader_health(ctx)? else {
+        return Ok(Outcome::Forward);
+    };
+    let health = health_of(&health);
+    if state {
+        state_answer(&health, reply);
+    } else {
+        health_answer(&health, reply);
+    }
     Ok(Outcome::Done)
+}
+
+/// `GET /v1/operator/autopilot/health`.
+pub fn autopilot_health(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    autopilot_view(ctx, request, reply, false)
 }
 
 /// A server's autopilot status: `leader`, `voter`, or `non-voter` (still stabilizing or
 /// waiting for promotion).
-fn server_status(server: &ServerHealth) -> &'static str {
+fn server_status(server: &WireServerHealth) -> &'static str {
     if server.leader {
         "leader"
     } else if server.voter {
@@ -205,25 +306,26 @@ pub fn autopilot_state(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    super::check_datacenter(ctx, &request.query)?;
-    let Some(health) = leader_health(ctx)? else {
-        return Ok(Outcome::Forward);
-    };
+    autopilot_view(ctx, request, reply, true)
+}
+
+/// `GET /v1/operator/autopilot/state`'s answer.
+pub fn state_answer(health: &OperatorHealth, reply: &mut Reply) {
     let mut servers = serde_json::Map::new();
     for s in &health.servers {
         servers.insert(
-            s.node_id.clone(),
+            s.id.clone(),
             json!({
-                "ID": s.node_id,
+                "ID": s.id,
                 "Name": s.name,
                 "Address": s.address,
                 "NodeStatus": s.serf_status,
-                "Version": crate::CONSUL_API_VERSION,
-                "LastContact": readable_ms(s.last_contact_ms),
+                "Version": s.version,
+                "LastContact": readable_ns(s.last_contact_ns),
                 "LastTerm": s.last_term,
                 "LastIndex": s.last_index,
                 "Healthy": s.healthy,
-                "StableSince": rfc3339_seconds(s.stable_since_unix_ms),
+                "StableSince": rfc3339_seconds(s.stable_since_unix_ns),
                 "ReadReplica": false,
                 "Status": server_status(s),
                 "Meta": {"consul-network-segment": ""},
@@ -235,13 +337,13 @@ pub fn autopilot_state(
         .servers
         .iter()
         .find(|s| s.leader)
-        .map(|s| s.node_id.clone())
+        .map(|s| s.id.clone())
         .unwrap_or_default();
     let voters: Vec<&str> = health
         .servers
         .iter()
         .filter(|s| s.voter)
-        .map(|s| s.node_id.as_str())
+        .map(|s| s.id.as_str())
         .collect();
     reply.json(
         200,
@@ -257,11 +359,10 @@ pub fn autopilot_state(
             "Voters": voters,
         }),
     );
-    Ok(Outcome::Done)
 }
 
 /// An autopilot configuration as Consul's API shows it.
-fn configuration_json(config: &AutopilotConfig) -> serde_json::Value {
+pub fn configuration_json(config: &AutopilotConfig) -> serde_json::Value {
     json!({
         "CleanupDeadServers": config.cleanup_dead_servers,
         "LastContactThreshold": format_go_duration(config.last_contact_threshold_ns),
@@ -320,21 +421,30 @@ fn parse_configuration(body: &[u8]) -> Result<AutopilotConfig, String> {
     })
 }
 
-/// `GET|PUT /v1/operator/autopilot/configuration`.
+/// Consul's refusal to read the autopilot configuration before the leader wrote it.
+pub const AUTOPILOT_NOT_INITIALIZED: &str = "autopilot config not initialized yet";
+
+/// `GET|PUT /v1/operator/autopilot/configuration`. On a client agent the read is
+/// `Operator.AutopilotGetConfiguration`; the write, the handler's store command, becomes
+/// `Operator.AutopilotSetConfiguration` (`api::rpc::client::typed_write`).
 pub fn autopilot_configuration(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     if request.method == crate::proto::http::Method::Get {
+        if ctx.is_client() {
+            let options = query_options(ctx, &request.query)?;
+            return Ok(client_operator::autopilot_configuration(
+                ctx, request, options,
+            ));
+        }
         if must_forward(ctx, request)? {
             return Ok(Outcome::Forward);
         }
         let version = ctx.current_version();
         let Some(config) = version.autopilot.as_ref() else {
-            return Err(ApiError::Internal(
-                "autopilot config not initialized yet".into(),
-            ));
+            return Err(ApiError::Internal(AUTOPILOT_NOT_INITIALIZED.into()));
         };
         reply.json(200, b"", &configuration_json(config));
         return Ok(Outcome::Done);

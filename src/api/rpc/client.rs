@@ -562,6 +562,13 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
         debug_assert!(datacenter.is_empty(), "ACL writes name no datacenter here");
         return super::client_acl::write(ctx, request, acl_op);
     }
+    if let Command::Autopilot(autopilot_op) = &op.command {
+        debug_assert!(
+            datacenter.is_empty(),
+            "autopilot writes name no datacenter here"
+        );
+        return super::client_operator::autopilot_write(ctx, request, autopilot_op, op.respond);
+    }
     let Command::Kv(kv_op) = &op.command else {
         return Outcome::Forward;
     };

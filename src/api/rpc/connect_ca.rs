@@ -1,25 +1,31 @@
-//! `ConnectCA.Roots`, `ConnectCA.Sign` and `ConnectCA.SignIntermediate`, as Consul's
-//! `connect_ca_endpoint.go` serves them: the roots from this server's store version
-//! (blocking on the roots' key, as `/v1/connect/ca/roots` does); a CSR signed on the leader
-//! by the active root, after the token's `service:write` on the service the CSR names, as
-//! Consul checks it; a secondary datacenter's intermediate signed by the primary's leader
-//! (`operator:write`).
+//! `ConnectCA.Roots`, `ConnectCA.Sign`, as Consul's `connect_ca_endpoint.go` serves
+//! them: the roots from this server's store version (blocking on the roots' key, as
+//! `/v1/connect/ca/roots` does); a CSR signed on the leader by the active root, after the
+//! token's `service:write` on the service the CSR names, as Consul checks it; a secondary
+//! datacenter's intermediate signed by the primary's leader (`ConnectCA.SignIntermediate`,
+//! `operator:write`). The CA's configuration: `ConnectCA.ConfigurationGet` (blocking on the configuration's key, as
+//! `GET /v1/connect/ca/configuration` does; `operator:read`, the HTTP route's rule) and
+//! `ConnectCA.ConfigurationSet` (on the leader, `operator:write`; the HTTP handler's own
+//! command, root rotation included).
 
-use super::{authorize, decode_error, elsewhere, error_text, read, read_here, require};
+use super::{authorize, decode_error, elsewhere, error_text, propose, read, read_here, require};
 use super::{Answer, Placement, Read};
-use crate::api::connect::{csr_pem_service, sign_csr};
+use crate::api::connect::{
+    ca_config_command, ca_config_index, ca_configuration_of, csr_pem_service, sign_csr,
+    CaConfigSet, CA_NOT_INITIALIZED,
+};
 use crate::api::intentions::require_connect;
 use crate::api::server::Server;
 use crate::consul::rpc::catalog::DcSpecificRequest;
 use crate::consul::rpc::connect_ca::{
-    write_ca_roots, write_issued_cert, CaSignRequest, IssuedCert,
+    write_ca_roots, write_issued_cert, CaRequest, CaSignRequest, IssuedCert,
 };
 use crate::consul::rpc::QueryMeta;
 use crate::proto::msgpack::Writer;
 use crate::shard::rpc_server::TypedCall;
 use crate::shard::watch::WatchSet;
 use crate::store::mesh::ca;
-use crate::store::{StoreVersion, Table, Tables};
+use crate::store::{CommandResult, StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 struct Roots;
@@ -92,6 +98,62 @@ pub async fn sign(server: &Server, call: &TypedCall) -> Answer {
         },
     );
     Ok(w.into_inner())
+}
+
+struct Configuration;
+
+impl Read for Configuration {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        ca_config_index(tables)
+    }
+
+    fn reply(&self, version: &StoreVersion, _meta: &QueryMeta) -> Answer {
+        // `CAConfiguration` carries no `QueryMeta`, as in Consul.
+        match &version.mesh.ca.config {
+            Some(config) => Ok(ca_configuration_of(config).encode()),
+            None => Err(CA_NOT_INITIALIZED.to_string()),
+        }
+    }
+}
+
+/// `ConnectCA.ConfigurationGet`.
+pub async fn configuration_get(server: &Server, call: &TypedCall) -> Answer {
+    let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    require_connect(server.context()).map_err(|e| error_text(&e))?;
+    require(&authz, |a| a.operator_read())?;
+    read(server, call, &request.options, Configuration).await
+}
+
+/// `ConnectCA.ConfigurationSet`: on the leader, which alone holds the key a rotation
+/// cross-signs with. Answers nil.
+pub async fn configuration_set(server: &Server, call: &TypedCall) -> Answer {
+    let request = CaRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    let ctx = server.context();
+    require_connect(ctx).map_err(|e| error_text(&e))?;
+    let authz = authorize(server, request.token)?;
+    require(&authz, |a| a.operator_write())?;
+    let Some(config) = request.config else {
+        return Err("missing CA configuration".to_string());
+    };
+    let command =
+        ca_config_command(ctx, &CaConfigSet::of_wire(config)).map_err(|e| error_text(&e))?;
+    match propose(server, command).await? {
+        CommandResult::Bool(_) => {
+            let mut w = Writer::new();
+            w.nil();
+            Ok(w.into_inner())
+        }
+        CommandResult::Error(reason) => Err(reason),
+        _ => Err("unexpected result for a CA write".to_string()),
+    }
 }
 
 /// `ConnectCA.SignIntermediate`: on the primary's leader, which signs a secondary

@@ -27,6 +27,7 @@ pub mod client;
 pub mod client_acl;
 pub mod client_catalog;
 pub mod client_config;
+pub mod client_operator;
 pub mod client_query;
 pub mod client_session;
 pub mod client_txn;
@@ -38,6 +39,7 @@ pub mod federation_state;
 pub mod health;
 pub mod internal;
 pub mod kvs;
+pub mod operator;
 pub mod prepared_query;
 pub mod session;
 pub mod status;
@@ -77,6 +79,7 @@ pub const SERVICES: &[&str] = &[
     "Health",
     "Internal",
     "KVS",
+    "Operator",
     "Praetor",
     "PreparedQuery",
     "Session",
@@ -168,6 +171,22 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "FederationState.Apply" => federation_state::apply(server, &call).await,
         "FederationState.List" => federation_state::list(server, &call).await,
         "ConnectCA.SignIntermediate" => connect_ca::sign_intermediate(server, &call).await,
+        // The CA's configuration and the operator's calls (issue #36, operator).
+        "ConnectCA.ConfigurationGet" => connect_ca::configuration_get(server, &call).await,
+        "ConnectCA.ConfigurationSet" => connect_ca::configuration_set(server, &call).await,
+        "Operator.RaftGetConfiguration" => operator::raft_get_configuration(server, &call).await,
+        "Operator.RaftRemovePeerByAddress" => {
+            operator::raft_remove_peer(server, &call, false).await
+        }
+        "Operator.RaftRemovePeerByID" => operator::raft_remove_peer(server, &call, true).await,
+        "Operator.AutopilotGetConfiguration" => {
+            operator::autopilot_get_configuration(server, &call).await
+        }
+        "Operator.AutopilotSetConfiguration" => {
+            operator::autopilot_set_configuration(server, &call).await
+        }
+        "Operator.ServerHealth" => operator::autopilot_health(server, &call, false).await,
+        "Operator.AutopilotState" => operator::autopilot_health(server, &call, true).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -361,6 +380,10 @@ fn is_read(method: &str) -> bool {
             | "ACL.PolicyDelete"
             | "ACL.RoleSet"
             | "ACL.RoleDelete"
+            | "ConnectCA.ConfigurationSet"
+            | "Operator.RaftRemovePeerByAddress"
+            | "Operator.RaftRemovePeerByID"
+            | "Operator.AutopilotSetConfiguration"
     )
 }
 

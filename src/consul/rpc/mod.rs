@@ -27,6 +27,7 @@ pub mod coordinate;
 pub mod federation_state;
 pub mod internal;
 pub mod kvs;
+pub mod operator;
 pub mod prepared_query;
 pub mod rows;
 pub mod session;
@@ -561,6 +562,14 @@ pub fn decode_any(method: &str, body: &[u8]) {
             decoded(connect_ca::CaSignRequest::decode(body))
         }
         "FederationState.Apply" => decoded(federation_state::ApplyRequest::decode(body)),
+        // The CA's configuration and the operator's calls (issue #36, operator).
+        "ConnectCA.ConfigurationSet" => decoded(connect_ca::CaRequest::decode(body)),
+        "Operator.RaftRemovePeerByAddress" | "Operator.RaftRemovePeerByID" => {
+            decoded(operator::RaftRemovePeerRequest::decode(body))
+        }
+        "Operator.AutopilotSetConfiguration" => {
+            decoded(operator::AutopilotSetConfigRequest::decode(body))
+        }
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

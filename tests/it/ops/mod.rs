@@ -5,6 +5,7 @@ mod autopilot;
 mod cluster;
 mod crash_recovery;
 mod follower_calls;
+mod operator_calls;
 mod portability;
 mod restarts;
 mod service_operation;
