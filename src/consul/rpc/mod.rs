@@ -24,6 +24,8 @@ pub mod catalog;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
+pub mod discovery_chain;
+pub mod intention;
 pub mod internal;
 pub mod kvs;
 pub mod prepared_query;
@@ -556,6 +558,13 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "PreparedQuery.ExecuteRemote" => {
             decoded(prepared_query::ExecuteRemoteRequest::decode(body))
         }
+        // Intentions and the discovery chain (issue #36, intentions).
+        "Intention.Apply" => decoded(intention::IntentionRequest::decode(body)),
+        "Intention.Get" | "Intention.Match" | "Intention.Check" => {
+            decoded(intention::IntentionQueryRequest::decode(body))
+        }
+        "Intention.List" => decoded(intention::IntentionListRequest::decode(body)),
+        "DiscoveryChain.Get" => decoded(discovery_chain::DiscoveryChainRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }
