@@ -27,14 +27,17 @@ pub mod client;
 pub mod client_acl;
 pub mod client_catalog;
 pub mod client_config;
+pub mod client_intention;
 pub mod client_query;
 pub mod client_session;
 pub mod client_txn;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
+pub mod discovery_chain;
 pub mod dns;
 pub mod health;
+pub mod intention;
 pub mod internal;
 pub mod kvs;
 pub mod prepared_query;
@@ -72,7 +75,9 @@ pub const SERVICES: &[&str] = &[
     "ConfigEntry",
     "ConnectCA",
     "Coordinate",
+    "DiscoveryChain",
     "Health",
+    "Intention",
     "Internal",
     "KVS",
     "Praetor",
@@ -162,6 +167,13 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ConfigEntry.Get" => config_entry::get(server, &call).await,
         "ConfigEntry.List" => config_entry::list(server, &call).await,
         "ConfigEntry.ListAll" => config_entry::list_all(server, &call).await,
+        // Intentions and the discovery chain (issue #36, intentions).
+        "Intention.Apply" => intention::apply(server, &call).await,
+        "Intention.Get" => intention::get(server, &call).await,
+        "Intention.List" => intention::list(server, &call).await,
+        "Intention.Match" => intention::match_intentions(server, &call).await,
+        "Intention.Check" => intention::check(server, &call).await,
+        "DiscoveryChain.Get" => discovery_chain::get(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -345,6 +357,7 @@ fn is_read(method: &str) -> bool {
             | "Internal.EventFire"
             | "ConfigEntry.Apply"
             | "ConfigEntry.Delete"
+            | "Intention.Apply"
             | "PreparedQuery.Apply"
             | "ACL.TokenSet"
             | "ACL.TokenClone"
