@@ -219,6 +219,11 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "rpc",
         "a client agent's operator calls (rpc::client_operator)",
     ),
+    (
+        "intentions",
+        "rpc",
+        "a client agent's intention calls (rpc::client_intention)",
+    ),
 ];
 
 /// The modules inside `api` (a file or a folder each; `mod.rs` is the vocabulary every

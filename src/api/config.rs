@@ -8,7 +8,8 @@
 //! write needs [`can_write`] (Consul's `CanRead`/`CanWrite` of each kind).
 //!
 //! A client agent holds no entries: its reads become `ConfigEntry.Get`, `.List` and
-//! `.ListAll`, its writes `ConfigEntry.Apply` and `.Delete` (`api::rpc::client_config`),
+//! `.ListAll`, its writes `ConfigEntry.Apply` and `.Delete`, its discovery chains
+//! `DiscoveryChain.Get` (`api::rpc::client_config`),
 //! answered with this file's [`entry_answer`] and [`list_answer`]; a server's typed
 //! endpoints (`api::rpc::config_entry`) share its reads and checks.
 
@@ -414,6 +415,16 @@ pub fn discovery_chain(
                 .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
         }
     }
+    if ctx.is_client() {
+        return Ok(client_config::discovery_chain(
+            ctx,
+            request,
+            &service,
+            &datacenter,
+            &overrides,
+            options,
+        ));
+    }
     run_query(
         ctx,
         ChainQuery {
@@ -427,11 +438,45 @@ pub fn discovery_chain(
     )
 }
 
-struct ChainQuery {
-    service: String,
-    datacenter: String,
-    use_in_datacenter: String,
-    overrides: crate::consul::discovery_chain::Overrides,
+/// A service's compiled discovery chain (`DiscoveryChain.Get` on a server reads it too).
+pub struct ChainQuery {
+    pub service: String,
+    pub datacenter: String,
+    pub use_in_datacenter: String,
+    pub overrides: crate::consul::discovery_chain::Overrides,
+}
+
+impl ChainQuery {
+    /// The `{"Chain": …}` answer, or the compiler's refusal.
+    pub fn compiled(
+        &self,
+        tables: &Tables,
+    ) -> Result<crate::consul::config_entry::doc::Doc, String> {
+        crate::consul::discovery_chain::compile(
+            tables,
+            &self.service,
+            &self.datacenter,
+            &self.use_in_datacenter,
+            self.overrides.clone(),
+        )
+    }
+}
+
+/// Answers a compiled chain's `{"Chain": …}` document with `headers`, in the request's
+/// layout. A client agent answers `DiscoveryChain.Get`'s reply with it.
+pub fn chain_answer(
+    doc: &crate::consul::config_entry::doc::Doc,
+    headers: &[u8],
+    reply: &mut Reply,
+) {
+    let compact = doc.to_json();
+    let mut body = Vec::with_capacity(compact.len() * 2);
+    if reply.pretty {
+        crate::consul::config_entry::doc::indent(compact.as_bytes(), &mut body);
+    } else {
+        body.extend_from_slice(compact.as_bytes());
+    }
+    reply.json_bytes(200, headers, &body);
 }
 
 impl Query for ChainQuery {
@@ -446,23 +491,8 @@ impl Query for ChainQuery {
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
-        match crate::consul::discovery_chain::compile(
-            tables,
-            &self.service,
-            &self.datacenter,
-            &self.use_in_datacenter,
-            self.overrides.clone(),
-        ) {
-            Ok(doc) => {
-                let compact = doc.to_json();
-                let mut body = Vec::with_capacity(compact.len() * 2);
-                if reply.pretty {
-                    crate::consul::config_entry::doc::indent(compact.as_bytes(), &mut body);
-                } else {
-                    body.extend_from_slice(compact.as_bytes());
-                }
-                reply.json_bytes(200, &headers, &body);
-            }
+        match self.compiled(tables) {
+            Ok(doc) => chain_answer(&doc, &headers, reply),
             Err(reason) => reply.send(
                 500,
                 Some("text/plain; charset=utf-8"),

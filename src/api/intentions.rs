@@ -8,7 +8,14 @@
 //!
 //! The default decision (`check` when nothing matches) follows the ACL default policy:
 //! allow with ACLs off, as in Consul.
+//!
+//! A client agent holds no entries: each route becomes Consul's typed call
+//! (`Intention.Apply`, `.Get`, `.List`, `.Match`, `.Check`; `api::rpc::client_intention`)
+//! once the request is decoded, and the reply is rendered with this file's renderers. The
+//! server's endpoints (`api::rpc::intention`) decide writes with the same `plan_*`
+//! functions, check the same rules and read with the same queries.
 
+use super::rpc::client_intention;
 use super::{
     query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
 };
@@ -23,7 +30,7 @@ use crate::store::{Command, CommandResult, StoreVersion, Table, Tables};
 use std::sync::Arc;
 
 /// Most names one `match` request may ask about.
-pub const MATCH_NAMES_MAX: usize = 64;
+pub const MATCH_NAMES_MAX: usize = crate::consul::rpc::intention::MATCH_ENTRIES_MAX;
 
 /// The rule of the intention routes: [`check_acl`].
 pub const ACL_RULE: super::authz::CustomRule = super::authz::CustomRule {
@@ -75,14 +82,21 @@ pub fn check_acl(
             Ok(())
         }
         (_, Method::Get) => Ok(()),
-        _ => {
-            let version = ctx.current_version();
-            match intentions::by_legacy_id(&version, request.rest) {
-                Some((entry, _)) => authz.require(a.intention_write(&entry.name)),
-                None => Ok(()),
-            }
-        }
+        _ => match write_target(&ctx.current_version(), request.rest, "") {
+            Some(destination) => authz.require(a.intention_write(&destination)),
+            None => Ok(()),
+        },
     }
+}
+
+/// The destination whose `intentions:write` a write needs: the stored intention's when it
+/// is named by `id` (`None` when there is none: the write is refused as missing), else
+/// `destination`.
+pub fn write_target(version: &StoreVersion, id: &str, destination: &str) -> Option<String> {
+    if id.is_empty() {
+        return Some(destination.to_string());
+    }
+    intentions::by_legacy_id(version, id).map(|(entry, _)| entry.name.to_string())
 }
 
 /// Consul's refusal when Connect is off on the servers.
@@ -170,19 +184,17 @@ pub fn intentions(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
+    if !ctx.is_client() {
+        require_connect(ctx)?;
+    }
     if request.method == crate::proto::http::Method::Post {
         return create(ctx, request);
     }
     let options = query_options(ctx, &request.query)?;
-    let filter = match request.query.get("filter") {
-        Some(text) if !text.is_empty() => Some(
-            crate::consul::filter::Filter::parse(text, crate::consul::filter::INTENTION)
-                .map_err(ApiError::bad_request)?
-                .ok_or_else(|| ApiError::bad_request("empty filter"))?,
-        ),
-        _ => None,
-    };
+    let filter = list_filter(request.query.get("filter"))?;
+    if ctx.is_client() {
+        return Ok(client_intention::list(ctx, request, options));
+    }
     run_query(
         ctx,
         ListQuery {
@@ -194,10 +206,52 @@ pub fn intentions(
     )
 }
 
+/// A list's `?filter` (or `QueryOptions.Filter`), refused in Consul's words when it does
+/// not parse.
+pub fn list_filter(text: Option<&str>) -> Result<Option<crate::consul::filter::Filter>, ApiError> {
+    match text {
+        Some(text) if !text.is_empty() => Ok(Some(
+            crate::consul::filter::Filter::parse(text, crate::consul::filter::INTENTION)
+                .map_err(ApiError::bad_request)?
+                .ok_or_else(|| ApiError::bad_request("empty filter"))?,
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// A write decided against a store version: its command, and the intention's ID (empty
+/// for the writes by name).
+pub struct Planned {
+    pub op: IntentionOp,
+    pub id: String,
+}
+
 /// `POST /v1/connect/intentions`: a legacy intention with a fresh ID.
 fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
     let ixn = decode_body(request)?;
+    if ctx.is_client() {
+        return Ok(client_intention::apply(
+            ctx,
+            request,
+            "create",
+            &ixn,
+            client_intention::Answer::Id,
+        ));
+    }
+    let planned = plan_create(&ctx.current_version(), &ixn, super::context::now_unix_ns())?;
+    let answer = serde_json::json!({ "ID": planned.id });
+    Ok(intention_write(planned.op, move |reply| {
+        reply.json(200, b"", &answer)
+    }))
+}
+
+/// A legacy create: Consul's checks, then a fresh ID no stored intention has.
+pub fn plan_create(
+    version: &StoreVersion,
+    ixn: &LegacyIntention,
+    now_ns: i64,
+) -> Result<Planned, ApiError> {
     if !ixn.source_peer.is_empty() {
         return Err(ApiError::Internal(
             "SourcePeer field is not supported on this endpoint. Use config entries instead"
@@ -210,43 +264,40 @@ fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
         ));
     }
     ixn.validate(true).map_err(ApiError::Internal)?;
-    let version = ctx.current_version();
     let id = loop {
         let candidate = uuid::Uuid::new_v4().to_string();
-        if intentions::by_legacy_id(&version, &candidate).is_none() {
+        if intentions::by_legacy_id(version, &candidate).is_none() {
             break candidate;
         }
     };
-    let source = ixn.to_source(&id, Some(super::context::now_unix_ns()));
-    let answer = serde_json::json!({ "ID": id });
-    Ok(intention_write(
-        IntentionOp::LegacyCreate {
+    let source = ixn.to_source(&id, Some(now_ns));
+    Ok(Planned {
+        op: IntentionOp::LegacyCreate {
             destination: ixn.destination_name.clone(),
             source,
         },
-        move |reply| reply.json(200, b"", &answer),
-    ))
+        id,
+    })
 }
 
 /// `GET`, `PUT` and `DELETE /v1/connect/intentions/exact?source=…&destination=…`.
 pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
+    if !ctx.is_client() {
+        require_connect(ctx)?;
+    }
     let source = parse_name(required(request, "source")?, "source")?;
     let destination = parse_name(required(request, "destination")?, "destination")?;
     match request.method {
         crate::proto::http::Method::Get => {
             let options = query_options(ctx, &request.query)?;
-            let key = entry_key(&destination);
-            run_query(
-                ctx,
-                ExactQuery {
-                    source,
-                    destination,
-                    key,
-                },
-                options,
-                reply,
-            )
+            if ctx.is_client() {
+                let query = client_intention::Get::Exact {
+                    source: &source,
+                    destination: &destination,
+                };
+                return Ok(client_intention::get(ctx, request, query, options));
+            }
+            run_query(ctx, ExactQuery::new(source, destination), options, reply)
         }
         crate::proto::http::Method::Put => {
             super::check_datacenter(ctx, &request.query)?;
@@ -254,45 +305,34 @@ pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             ixn.id.clear();
             ixn.source_name = source;
             ixn.destination_name = destination;
-            if !ixn.meta.is_empty() {
-                let version = ctx.current_version();
-                let previous = entries::get(
-                    &version,
-                    ConfigKind::ServiceIntentions,
-                    &ixn.destination_name,
-                )
-                .and_then(|e| e.intentions().map(|b| b.meta.clone()));
-                let mut given = ixn.meta.clone();
-                given.sort();
-                let previous = previous.map(|mut meta| {
-                    meta.sort();
-                    meta
-                });
-                match previous {
-                    Some(meta) if meta == given => ixn.meta.clear(),
-                    Some(_) => {
-                        return Err(ApiError::Internal(
-                            "Meta must not be specified, or should be unchanged during an update."
-                                .to_string(),
-                        ))
-                    }
-                    None => {
-                        return Err(ApiError::Internal("Meta must not be specified".to_string()))
-                    }
-                }
+            if ctx.is_client() {
+                return Ok(client_intention::apply(
+                    ctx,
+                    request,
+                    "upsert",
+                    &ixn,
+                    client_intention::Answer::True,
+                ));
             }
-            ixn.validate(false).map_err(ApiError::Internal)?;
-            let source = ixn.to_source("", None);
-            Ok(intention_write(
-                IntentionOp::Upsert {
-                    destination: ixn.destination_name.clone(),
-                    source,
-                },
-                |reply| reply.json_bool(true),
-            ))
+            let planned = plan_upsert(&ctx.current_version(), ixn)?;
+            Ok(intention_write(planned.op, |reply| reply.json_bool(true)))
         }
         _ => {
             super::check_datacenter(ctx, &request.query)?;
+            if ctx.is_client() {
+                let ixn = LegacyIntention {
+                    source_name: source,
+                    destination_name: destination,
+                    ..LegacyIntention::default()
+                };
+                return Ok(client_intention::apply(
+                    ctx,
+                    request,
+                    "delete",
+                    &ixn,
+                    client_intention::Answer::True,
+                ));
+            }
             // By-name deletions are idempotent: nothing to delete answers without a write.
             if ctx.is_leader()
                 && intentions::exact(&ctx.current_version(), &source, &destination).is_none()
@@ -311,13 +351,70 @@ pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     }
 }
 
+/// An upsert by name (`PUT /v1/connect/intentions/exact`): `Meta` only when unchanged,
+/// then Consul's checks.
+pub fn plan_upsert(version: &StoreVersion, mut ixn: LegacyIntention) -> Result<Planned, ApiError> {
+    if !ixn.meta.is_empty() {
+        let previous = entries::get(
+            version,
+            ConfigKind::ServiceIntentions,
+            &ixn.destination_name,
+        )
+        .and_then(|e| e.intentions().map(|b| b.meta.clone()));
+        let mut given = ixn.meta.clone();
+        given.sort();
+        let previous = previous.map(|mut meta| {
+            meta.sort();
+            meta
+        });
+        match previous {
+            Some(meta) if meta == given => ixn.meta.clear(),
+            Some(_) => {
+                return Err(ApiError::Internal(
+                    "Meta must not be specified, or should be unchanged during an update."
+                        .to_string(),
+                ))
+            }
+            None => return Err(ApiError::Internal("Meta must not be specified".to_string())),
+        }
+    }
+    ixn.validate(false).map_err(ApiError::Internal)?;
+    let source = ixn.to_source("", None);
+    Ok(Planned {
+        op: IntentionOp::Upsert {
+            destination: ixn.destination_name.clone(),
+            source,
+        },
+        id: String::new(),
+    })
+}
+
+/// A deletion by name: `None` when there is nothing to delete (by-name deletions are
+/// idempotent and answer without a write).
+pub fn plan_delete_exact(
+    version: &StoreVersion,
+    source: &str,
+    destination: &str,
+) -> Option<Planned> {
+    intentions::exact(version, source, destination)?;
+    Some(Planned {
+        op: IntentionOp::DeleteExact {
+            destination: destination.to_string(),
+            source: source.to_string(),
+        },
+        id: String::new(),
+    })
+}
+
 /// `GET /v1/connect/intentions/match?by=source|destination&name=…`.
 pub fn match_intentions(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
+    if !ctx.is_client() {
+        require_connect(ctx)?;
+    }
     let options = query_options(ctx, &request.query)?;
     let by_destination = match request.query.get_all("by").collect::<Vec<_>>()[..] {
         ["source"] => false,
@@ -349,6 +446,15 @@ pub fn match_intentions(
         let name = parse_name(raw, "name")?;
         names.push((raw.to_string(), name));
     }
+    if ctx.is_client() {
+        return Ok(client_intention::match_intentions(
+            ctx,
+            request,
+            by_destination,
+            names,
+            options,
+        ));
+    }
     run_query(
         ctx,
         MatchQuery {
@@ -362,7 +468,9 @@ pub fn match_intentions(
 
 /// `GET /v1/connect/intentions/check?source=…&destination=…`.
 pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
+    if !ctx.is_client() {
+        require_connect(ctx)?;
+    }
     let options = query_options(ctx, &request.query)?;
     let source_type = request.query.get("source-type").unwrap_or("consul");
     let source_raw = required(request, "source")?;
@@ -372,22 +480,33 @@ pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         source_raw.to_string()
     };
     let destination = parse_name(required(request, "destination")?, "destination")?;
-    let query = CheckQuery {
-        keys: [entry_key(&destination), entry_key(WILDCARD)],
-        source,
-        destination,
-        default_allow: default_allow(ctx),
-    };
+    if ctx.is_client() {
+        return Ok(client_intention::check(
+            ctx,
+            request,
+            &source,
+            &destination,
+            source_type,
+            options,
+        ));
+    }
+    let query = CheckQuery::new(source, destination, default_allow(ctx));
     run_query(ctx, query, options, reply)
 }
 
 /// `GET`, `PUT` and `DELETE /v1/connect/intentions/<id>`: the legacy API by ID.
 pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
+    if !ctx.is_client() {
+        require_connect(ctx)?;
+    }
     let id = request.rest.to_string();
     match request.method {
         crate::proto::http::Method::Get => {
             let options = query_options(ctx, &request.query)?;
+            if ctx.is_client() {
+                let query = client_intention::Get::Id(&id);
+                return Ok(client_intention::get(ctx, request, query, options));
+            }
             run_query(
                 ctx,
                 IdQuery {
@@ -400,58 +519,127 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         }
         crate::proto::http::Method::Put => {
             super::check_datacenter(ctx, &request.query)?;
-            let ixn = decode_body(request)?;
-            let version = ctx.current_version();
-            let Some((entry, _)) = intentions::by_legacy_id(&version, &id) else {
-                return Err(ApiError::Internal(format!(
-                    "Cannot modify non-existent intention: '{id}'"
-                )));
-            };
-            if !entry.name.eq_ignore_ascii_case(&ixn.destination_name) {
-                return Err(ApiError::Internal(
-                    "Cannot modify Destination partition/namespace/name for an intention once it exists."
-                        .to_string(),
+            let mut ixn = decode_body(request)?;
+            if ctx.is_client() {
+                ixn.id = id;
+                return Ok(client_intention::apply(
+                    ctx,
+                    request,
+                    "update",
+                    &ixn,
+                    client_intention::Answer::Id,
                 ));
             }
-            ixn.validate(true).map_err(ApiError::Internal)?;
-            let source = ixn.to_source(&id, Some(super::context::now_unix_ns()));
-            let answer = serde_json::json!({ "ID": id });
-            Ok(intention_write(
-                IntentionOp::LegacyUpdate {
-                    id: id.clone(),
-                    destination: ixn.destination_name.clone(),
-                    source,
-                },
-                move |reply| reply.json(200, b"", &answer),
-            ))
+            let planned = plan_update(
+                &ctx.current_version(),
+                &id,
+                &ixn,
+                super::context::now_unix_ns(),
+            )?;
+            let answer = serde_json::json!({ "ID": planned.id });
+            Ok(intention_write(planned.op, move |reply| {
+                reply.json(200, b"", &answer)
+            }))
         }
         _ => {
             super::check_datacenter(ctx, &request.query)?;
-            let version = ctx.current_version();
-            if intentions::by_legacy_id(&version, &id).is_none() {
-                return Err(ApiError::Internal(format!(
-                    "Cannot delete non-existent intention: '{id}'"
-                )));
+            if ctx.is_client() {
+                let ixn = LegacyIntention {
+                    id,
+                    ..LegacyIntention::default()
+                };
+                return Ok(client_intention::apply(
+                    ctx,
+                    request,
+                    "delete",
+                    &ixn,
+                    client_intention::Answer::True,
+                ));
             }
-            Ok(intention_write(IntentionOp::LegacyDelete { id }, |reply| {
-                reply.json_bool(true)
-            }))
+            let planned = plan_delete(&ctx.current_version(), &id)?;
+            Ok(intention_write(planned.op, |reply| reply.json_bool(true)))
         }
     }
+}
+
+/// A legacy update of the intention `id`: it must exist and keep its destination.
+pub fn plan_update(
+    version: &StoreVersion,
+    id: &str,
+    ixn: &LegacyIntention,
+    now_ns: i64,
+) -> Result<Planned, ApiError> {
+    let Some((entry, _)) = intentions::by_legacy_id(version, id) else {
+        return Err(ApiError::Internal(format!(
+            "Cannot modify non-existent intention: '{id}'"
+        )));
+    };
+    if !entry.name.eq_ignore_ascii_case(&ixn.destination_name) {
+        return Err(ApiError::Internal(
+            "Cannot modify Destination partition/namespace/name for an intention once it exists."
+                .to_string(),
+        ));
+    }
+    ixn.validate(true).map_err(ApiError::Internal)?;
+    let source = ixn.to_source(id, Some(now_ns));
+    Ok(Planned {
+        op: IntentionOp::LegacyUpdate {
+            id: id.to_string(),
+            destination: ixn.destination_name.clone(),
+            source,
+        },
+        id: id.to_string(),
+    })
+}
+
+/// A legacy deletion of the intention `id`, which must exist.
+pub fn plan_delete(version: &StoreVersion, id: &str) -> Result<Planned, ApiError> {
+    if intentions::by_legacy_id(version, id).is_none() {
+        return Err(ApiError::Internal(format!(
+            "Cannot delete non-existent intention: '{id}'"
+        )));
+    }
+    Ok(Planned {
+        op: IntentionOp::LegacyDelete { id: id.to_string() },
+        id: id.to_string(),
+    })
 }
 
 fn send_doc(reply: &mut Reply, meta: QueryMeta, extra_headers: &[u8], body: &Doc) {
     let mut headers = Vec::with_capacity(200);
     meta.write_headers(&mut headers);
     headers.extend_from_slice(extra_headers);
+    send_rendered(reply, &headers, body);
+}
+
+/// Answers a rendered intention document with `headers`, in the request's layout. A
+/// client agent answers its typed replies with it.
+pub fn send_rendered(reply: &mut Reply, headers: &[u8], body: &Doc) {
     let compact = body.to_json();
     if reply.pretty {
         let mut out = Vec::with_capacity(compact.len() * 2);
         doc::indent(compact.as_bytes(), &mut out);
-        reply.json_bytes(200, &headers, &out);
+        reply.json_bytes(200, headers, &out);
     } else {
-        reply.json_bytes(200, &headers, compact.as_bytes());
+        reply.json_bytes(200, headers, compact.as_bytes());
     }
+}
+
+/// The `{"Allowed": …}` answer of a check.
+pub fn check_doc(allowed: bool) -> Doc {
+    Doc::Obj(vec![("Allowed".to_string(), Doc::Bool(allowed))])
+}
+
+/// The answer of a match: each name as the request gave it, with its intentions (a name
+/// given twice once), keys sorted as Go writes a map's.
+pub fn match_doc(found: Vec<(String, Vec<Doc>)>) -> Doc {
+    let mut pairs: Vec<(String, Doc)> = Vec::with_capacity(found.len());
+    for (given, docs) in found {
+        pairs.retain(|(k, _)| *k != given);
+        pairs.push((given, Doc::List(docs)));
+    }
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    Doc::Obj(pairs)
 }
 
 fn legacy(entry: &entries::ConfigEntry, source: &intentions::SourceIntention) -> Doc {
@@ -475,13 +663,43 @@ fn not_found(reply: &mut Reply, meta: QueryMeta) {
         404,
         Some("text/plain; charset=utf-8"),
         &headers,
-        b"Intention not found",
+        NOT_FOUND.as_bytes(),
     );
 }
 
-struct ListQuery {
-    rows: super::authz::RowFilter,
-    filter: Option<crate::consul::filter::Filter>,
+/// Consul's answer for an intention that is not there (`ErrIntentionNotFound`).
+pub const NOT_FOUND: &str = "Intention not found";
+
+/// A stored intention: its destination's entry and its source.
+pub type Found<'t> = (&'t entries::ConfigEntry, &'t intentions::SourceIntention);
+
+/// Every intention, less what the token may not read and what the filter leaves out.
+pub struct ListQuery {
+    pub rows: super::authz::RowFilter,
+    pub filter: Option<crate::consul::filter::Filter>,
+}
+
+impl ListQuery {
+    /// The intentions listed, and whether the token hid any.
+    pub fn listed<'t>(&self, tables: &'t Tables) -> (Vec<Found<'t>>, bool) {
+        let mut list = Vec::new();
+        let mut hidden = false;
+        for (entry, source) in intentions::all(tables) {
+            if let Some(filter) = &self.filter {
+                let value: serde_json::Value =
+                    serde_json::from_str(&legacy(entry, source).to_json()).unwrap_or_default();
+                if !filter.matches(&value) {
+                    continue;
+                }
+            }
+            if !self.rows.intention(&entry.name) {
+                hidden = true;
+                continue;
+            }
+            list.push((entry, source));
+        }
+        (list, hidden)
+    }
 }
 
 impl Query for ListQuery {
@@ -493,33 +711,34 @@ impl Query for ListQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut list = Vec::new();
-        let mut hidden = false;
-        for (entry, source) in intentions::all(tables) {
-            let doc = legacy(entry, source);
-            if let Some(filter) = &self.filter {
-                let value: serde_json::Value =
-                    serde_json::from_str(&doc.to_json()).unwrap_or_default();
-                if !filter.matches(&value) {
-                    continue;
-                }
-            }
-            if !self.rows.intention(&entry.name) {
-                hidden = true;
-                continue;
-            }
-            list.push(doc);
-        }
+        let (found, hidden) = self.listed(tables);
+        let list = found.into_iter().map(|(e, s)| legacy(e, s)).collect();
         let mut extra = Vec::new();
         self.rows.write_header(hidden, &mut extra);
         send_doc(reply, meta, &extra, &Doc::List(list));
     }
 }
 
-struct ExactQuery {
-    source: String,
-    destination: String,
+/// One intention by source and destination.
+pub struct ExactQuery {
+    pub source: String,
+    pub destination: String,
     key: Arc<str>,
+}
+
+impl ExactQuery {
+    pub fn new(source: String, destination: String) -> ExactQuery {
+        let key = entry_key(&destination);
+        ExactQuery {
+            source,
+            destination,
+            key,
+        }
+    }
+
+    pub fn found<'t>(&self, tables: &'t Tables) -> Option<Found<'t>> {
+        intentions::exact(tables, &self.source, &self.destination).map(|(e, s)| (&**e, s))
+    }
 }
 
 impl Query for ExactQuery {
@@ -531,16 +750,30 @@ impl Query for ExactQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        match intentions::exact(tables, &self.source, &self.destination) {
+        match self.found(tables) {
             Some((entry, source)) => send_doc(reply, meta, b"", &legacy(entry, source)),
             None => not_found(reply, meta),
         }
     }
 }
 
-struct IdQuery {
-    id: String,
-    acl: Option<Arc<Authorizer>>,
+/// One intention by its legacy ID; `intentions:read` on its destination.
+pub struct IdQuery {
+    pub id: String,
+    pub acl: Option<Arc<Authorizer>>,
+}
+
+impl IdQuery {
+    /// The intention, or the refusal's text when the token may not read it.
+    pub fn found<'t>(&self, tables: &'t Tables) -> Result<Option<Found<'t>>, String> {
+        let Some((entry, source)) = intentions::by_legacy_id(tables, &self.id) else {
+            return Ok(None);
+        };
+        if let Some(Err(denial)) = self.acl.as_ref().map(|a| a.intention_read(&entry.name)) {
+            return Err(denial.message(None));
+        }
+        Ok(Some((entry, source)))
+    }
 }
 
 impl Query for IdQuery {
@@ -552,30 +785,31 @@ impl Query for IdQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        match intentions::by_legacy_id(tables, &self.id) {
-            Some((entry, _))
-                if self
-                    .acl
-                    .as_ref()
-                    .is_some_and(|a| a.intention_read(&entry.name).is_err()) =>
-            {
-                let denial = self
-                    .acl
-                    .as_ref()
-                    .and_then(|a| a.intention_read(&entry.name).err());
-                let text = denial.map(|d| d.message(None)).unwrap_or_default();
+        match self.found(tables) {
+            Err(text) => {
                 reply.send(403, Some("text/plain; charset=utf-8"), b"", text.as_bytes());
             }
-            Some((entry, source)) => send_doc(reply, meta, b"", &legacy(entry, source)),
-            None => not_found(reply, meta),
+            Ok(Some((entry, source))) => send_doc(reply, meta, b"", &legacy(entry, source)),
+            Ok(None) => not_found(reply, meta),
         }
     }
 }
 
-struct MatchQuery {
-    by_destination: bool,
+/// The intentions that apply to each name, by source or by destination.
+pub struct MatchQuery {
+    pub by_destination: bool,
     /// (as given, as parsed)
-    names: Vec<(String, String)>,
+    pub names: Vec<(String, String)>,
+}
+
+impl MatchQuery {
+    /// Each name's intentions, in the order the names were given.
+    pub fn found<'t>(&self, tables: &'t Tables) -> Vec<Vec<Found<'t>>> {
+        self.names
+            .iter()
+            .map(|(_, name)| intentions::matches(tables, name, self.by_destination))
+            .collect()
+    }
 }
 
 impl Query for MatchQuery {
@@ -593,26 +827,40 @@ impl Query for MatchQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut pairs: Vec<(String, Doc)> = Vec::with_capacity(self.names.len());
-        for (given, name) in &self.names {
-            let found = intentions::matches(tables, name, self.by_destination)
-                .into_iter()
-                .map(|(entry, source)| legacy(entry, source))
-                .collect();
-            pairs.retain(|(k, _)| k != given);
-            pairs.push((given.clone(), Doc::List(found)));
-        }
-        // Go writes a map's keys sorted.
-        pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        send_doc(reply, meta, b"", &Doc::Obj(pairs));
+        let found = self
+            .names
+            .iter()
+            .zip(self.found(tables))
+            .map(|((given, _), found)| {
+                let docs = found.into_iter().map(|(e, s)| legacy(e, s)).collect();
+                (given.clone(), docs)
+            })
+            .collect();
+        send_doc(reply, meta, b"", &match_doc(found));
     }
 }
 
-struct CheckQuery {
+/// Whether a source may connect to a destination.
+pub struct CheckQuery {
     keys: [Arc<str>; 2],
     source: String,
     destination: String,
     default_allow: bool,
+}
+
+impl CheckQuery {
+    pub fn new(source: String, destination: String, default_allow: bool) -> CheckQuery {
+        CheckQuery {
+            keys: [entry_key(&destination), entry_key(WILDCARD)],
+            source,
+            destination,
+            default_allow,
+        }
+    }
+
+    pub fn allowed(&self, tables: &Tables) -> bool {
+        intentions::decide(tables, &self.source, &self.destination).allowed(self.default_allow)
+    }
 }
 
 impl Query for CheckQuery {
@@ -626,13 +874,6 @@ impl Query for CheckQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let allowed =
-            intentions::decide(tables, &self.source, &self.destination).allowed(self.default_allow);
-        send_doc(
-            reply,
-            meta,
-            b"",
-            &Doc::Obj(vec![("Allowed".to_string(), Doc::Bool(allowed))]),
-        );
+        send_doc(reply, meta, b"", &check_doc(self.allowed(tables)));
     }
 }

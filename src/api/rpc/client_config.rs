@@ -3,7 +3,8 @@
 //! /v1/config/` (every kind) `ConfigEntry.ListAll` naming every kind, and the writes the
 //! handlers decide on (`PUT /v1/config`, `DELETE /v1/config/<kind>/<name>`, with `?cas`)
 //! `ConfigEntry.Apply` and `ConfigEntry.Delete`, as Consul's `config_endpoint.go` on the
-//! agent sends them.
+//! agent sends them; `GET` and `POST /v1/discovery-chain/<service>` become
+//! `DiscoveryChain.Get` ([`discovery_chain`]).
 //!
 //! The body of a write is decoded and validated here by the handler, as on a server, and
 //! again by the server that applies it. A reply's entries are read back into the store's
@@ -14,7 +15,7 @@
 use super::client::{bad_reply, query_options, read_call, write};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
-use crate::api::config::{entry_answer, list_answer};
+use crate::api::config::{chain_answer, entry_answer, list_answer};
 use crate::api::{Context, Outcome, Request, WriteResponder};
 use crate::consul::rpc::config_entry::{
     entry_fields, entry_of, read_delete_response, read_entry_response, read_generic_entries,
@@ -155,9 +156,12 @@ pub fn write_op(
             };
             ("ConfigEntry.Delete", request.encode())
         }
-        // Legacy intention writes (`/v1/connect/intentions`) and bootstrap entries have no
-        // typed call here yet.
-        ConfigEntryOp::Bootstrap { .. } | ConfigEntryOp::Intention(_) => return Outcome::Forward,
+        // The intentions API's writes are `Intention.Apply` (`client_intention`).
+        ConfigEntryOp::Intention(op) => {
+            return super::client_intention::write_op(ctx, request, op, respond)
+        }
+        // Bootstrap entries are the servers' own, never a client agent's write.
+        ConfigEntryOp::Bootstrap { .. } => return Outcome::Forward,
     };
     // A write that may have reached a server is not sent again (a CAS could fail the
     // second time and hide that the first applied).
@@ -172,4 +176,41 @@ pub fn write_op(
         respond(CommandResult::Bool(done), reply);
         Ok(())
     })
+}
+
+/// `GET` and `POST /v1/discovery-chain/<service>`: `DiscoveryChain.Get` with the request's
+/// overrides, the chain rendered by the server's own renderer (`api::config::chain_answer`).
+pub fn discovery_chain(
+    ctx: &Context,
+    request: &Request,
+    service: &str,
+    datacenter: &str,
+    overrides: &crate::consul::discovery_chain::Overrides,
+    options: crate::api::QueryOptions,
+) -> Outcome {
+    use crate::consul::config_entry::doc::Doc;
+    use crate::consul::rpc::discovery_chain::{read_response, DiscoveryChainRequest};
+    let secret = request_secret(ctx, request).into_owned();
+    let body = DiscoveryChainRequest {
+        name: service,
+        evaluate_in_datacenter: datacenter,
+        override_mesh_gateway_mode: overrides.mesh_gateway.as_str(),
+        override_protocol: overrides.protocol.as_deref().unwrap_or_default(),
+        override_connect_timeout_ns: overrides.connect_timeout_ns.unwrap_or(0),
+        datacenter: "",
+        options: query_options(&options, &secret),
+    }
+    .encode();
+    read_call(
+        ctx,
+        "DiscoveryChain.Get",
+        body,
+        &options,
+        move |body, reply| {
+            let (meta, chain) = read_response(body).map_err(bad_reply)?;
+            let doc = Doc::Obj(vec![("Chain".to_string(), chain)]);
+            chain_answer(&doc, &headers(&meta, &secret), reply);
+            Ok(())
+        },
+    )
 }

@@ -27,6 +27,7 @@ pub mod client;
 pub mod client_acl;
 pub mod client_catalog;
 pub mod client_config;
+pub mod client_intention;
 pub mod client_operator;
 pub mod client_query;
 pub mod client_session;
@@ -34,9 +35,11 @@ pub mod client_txn;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
+pub mod discovery_chain;
 pub mod dns;
 pub mod federation_state;
 pub mod health;
+pub mod intention;
 pub mod internal;
 pub mod kvs;
 pub mod operator;
@@ -75,8 +78,10 @@ pub const SERVICES: &[&str] = &[
     "ConfigEntry",
     "ConnectCA",
     "Coordinate",
+    "DiscoveryChain",
     "FederationState",
     "Health",
+    "Intention",
     "Internal",
     "KVS",
     "Operator",
@@ -187,6 +192,13 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         }
         "Operator.ServerHealth" => operator::autopilot_health(server, &call, false).await,
         "Operator.AutopilotState" => operator::autopilot_health(server, &call, true).await,
+        // Intentions and the discovery chain (issue #36, intentions).
+        "Intention.Apply" => intention::apply(server, &call).await,
+        "Intention.Get" => intention::get(server, &call).await,
+        "Intention.List" => intention::list(server, &call).await,
+        "Intention.Match" => intention::match_intentions(server, &call).await,
+        "Intention.Check" => intention::check(server, &call).await,
+        "DiscoveryChain.Get" => discovery_chain::get(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -372,6 +384,7 @@ fn is_read(method: &str) -> bool {
             | "Internal.EventFire"
             | "ConfigEntry.Apply"
             | "ConfigEntry.Delete"
+            | "Intention.Apply"
             | "PreparedQuery.Apply"
             | "ACL.TokenSet"
             | "ACL.TokenClone"

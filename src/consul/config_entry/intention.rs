@@ -249,6 +249,18 @@ pub fn to_doc(body: &ServiceIntentions) -> Doc {
     Doc::Obj(fields)
 }
 
+/// The metadata an intention shows: a legacy intention its own, a config-entry one its
+/// entry's.
+pub fn shown_meta<'m>(
+    entry_meta: &'m [(String, String)],
+    src: &'m SourceIntention,
+) -> &'m [(String, String)] {
+    match &src.legacy_meta {
+        Some(meta) if !src.legacy_id.is_empty() => meta,
+        _ => entry_meta,
+    }
+}
+
 /// Go's zero `time.Time`, as a legacy intention without times renders it.
 const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
@@ -287,11 +299,7 @@ pub fn legacy_doc(
     if src.is_l7() {
         put("Permissions", Doc::Json(src.permissions_json.to_string()));
     }
-    // A legacy intention shows its own metadata, a config-entry one its entry's.
-    let meta: &[(String, String)] = match &src.legacy_meta {
-        Some(meta) if !src.legacy_id.is_empty() => meta,
-        _ => entry_meta,
-    };
+    let meta = shown_meta(entry_meta, src);
     if !meta.is_empty() {
         put("Meta", str_map(meta));
     }

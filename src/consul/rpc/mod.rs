@@ -24,7 +24,9 @@ pub mod catalog;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
+pub mod discovery_chain;
 pub mod federation_state;
+pub mod intention;
 pub mod internal;
 pub mod kvs;
 pub mod operator;
@@ -570,6 +572,13 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "Operator.AutopilotSetConfiguration" => {
             decoded(operator::AutopilotSetConfigRequest::decode(body))
         }
+        // Intentions and the discovery chain (issue #36, intentions).
+        "Intention.Apply" => decoded(intention::IntentionRequest::decode(body)),
+        "Intention.Get" | "Intention.Match" | "Intention.Check" => {
+            decoded(intention::IntentionQueryRequest::decode(body))
+        }
+        "Intention.List" => decoded(intention::IntentionListRequest::decode(body)),
+        "DiscoveryChain.Get" => decoded(discovery_chain::DiscoveryChainRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }
