@@ -454,13 +454,77 @@ fn bootstrap_reset_index(ctx: &Context) -> u64 {
     text.trim().parse().unwrap_or(0)
 }
 
-/// `PUT /v1/acl/bootstrap`: the first management token, once.
+/// Consul's words (`structs.ACLBootstrapNotAllowedErr`, with the reset index) when the
+/// bootstrap is done: what `ACL.BootstrapTokens` answers; the HTTP answer prefixes them with
+/// "Permission denied: " ([`bootstrap_error`]).
+const BOOTSTRAP_NOT_ALLOWED: &str = "ACL bootstrap no longer allowed";
+
+/// The management token's secret a bootstrap asks for (`BootstrapSecret`, checked as a
+/// UUID), or a new one when it names none.
+pub fn bootstrap_secret(chosen: &str) -> Result<String, ApiError> {
+    match chosen {
+        "" => Ok(new_uuid()),
+        text => uuid::Uuid::parse_str(text)
+            .map(|u| u.to_string())
+            .map_err(|e| ApiError::bad_request(format!("Invalid BootstrapSecret: {e}"))),
+    }
+}
+
+/// Whether a bootstrap may run now: the reset index to propose it with (the one the
+/// operator wrote into `acl-bootstrap-reset`, 0 for none), or Consul's refusal.
+pub fn bootstrap_allowed(ctx: &Context) -> Result<u64, String> {
+    let version = ctx.current_version();
+    let reset_index = bootstrap_reset_index(ctx);
+    let (allowed, index) = acl::can_bootstrap(&version);
+    if !allowed && reset_index != index {
+        return Err(format!("{BOOTSTRAP_NOT_ALLOWED} (reset index: {index})"));
+    }
+    Ok(reset_index)
+}
+
+/// The bootstrap's store command with a new accessor ID, and that ID.
+pub fn bootstrap_op(secret_id: String, reset_index: u64) -> (AclOp, String) {
+    let accessor_id = new_uuid();
+    let op = AclOp::Bootstrap {
+        accessor_id: accessor_id.clone(),
+        secret_id,
+        now_unix_ns: now_unix_ns(),
+        reset_index,
+    };
+    (op, accessor_id)
+}
+
+/// After a bootstrap with a reset index is applied: the reset file is used once, so a later
+/// bootstrap needs a new reset index.
+pub fn bootstrap_applied(data_dir: Option<&std::path::Path>, reset_index: u64) {
+    if reset_index == 0 {
+        return;
+    }
+    if let Some(dir) = data_dir {
+        let _ = std::fs::remove_file(dir.join(BOOTSTRAP_RESET_FILE));
+    }
+}
+
+/// A bootstrap's refusal as Consul's HTTP handler answers it: 403 `Permission denied: ACL
+/// bootstrap no longer allowed (reset index: N)`; the apply's other errors as ACL writes'.
+pub fn bootstrap_error(reason: String) -> ApiError {
+    if reason.starts_with(BOOTSTRAP_NOT_ALLOWED) {
+        ApiError::Status(403, format!("Permission denied: {reason}"))
+    } else {
+        apply_error(reason)
+    }
+}
+
+/// The bootstrap's answer: the token, and its secret again as `ID` (Consul's legacy field).
+pub fn bootstrap_json(mut token: Value) -> Value {
+    token["ID"] = token["SecretID"].clone();
+    token
+}
+
+/// `PUT /v1/acl/bootstrap`: the first management token, once. A client agent sends it as
+/// `ACL.BootstrapTokens` once the body is decoded.
 pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    if ctx.is_client() {
-        // The reset file and the tables are the servers'.
-        return Ok(Outcome::Forward);
-    }
     super::check_datacenter(ctx, &request.query)?;
     // The body may choose the management token's secret, as `consul acl bootstrap <file>`
     // does.
@@ -468,60 +532,31 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
     let chosen = Obj::new(&body)
         .and_then(|o| o.string(&["bootstrapsecret"]))
         .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
-    let secret_id = match chosen.as_str() {
-        "" => new_uuid(),
-        text => uuid::Uuid::parse_str(text)
-            .map_err(|e| ApiError::bad_request(format!("Invalid BootstrapSecret: {e}")))?
-            .to_string(),
-    };
-    let version = ctx.current_version();
-    let reset_index = bootstrap_reset_index(ctx);
-    let (allowed, index) = acl::can_bootstrap(&version);
-    if !allowed && reset_index != index {
-        return Err(ApiError::Status(
-            403,
-            format!("Permission denied: ACL bootstrap no longer allowed (reset index: {index})"),
-        ));
+    if ctx.is_client() {
+        // The reset file and the tables are the servers'; the server checks the secret.
+        return Ok(client_acl::bootstrap(ctx, &chosen));
     }
-    let accessor_id = new_uuid();
-    let op = AclOp::Bootstrap {
-        accessor_id: accessor_id.clone(),
-        secret_id: secret_id.clone(),
-        now_unix_ns: now_unix_ns(),
-        reset_index,
-    };
-    let reset_file = ctx
-        .config()
-        .data_dir
-        .as_ref()
-        .map(|d| d.join(BOOTSTRAP_RESET_FILE));
+    let secret_id = bootstrap_secret(&chosen)?;
+    let reset_index = bootstrap_allowed(ctx).map_err(bootstrap_error)?;
+    let (op, accessor_id) = bootstrap_op(secret_id, reset_index);
     let versions = ctx.version_reader();
+    let data_dir = ctx.config().data_dir.clone();
     Ok(Outcome::Write(WriteOp {
         command: Command::Acl(op),
         respond: Box::new(move |result, reply: &mut Reply| match result {
             CommandResult::Bool(_) => {
-                if reset_index != 0 {
-                    if let Some(path) = reset_file {
-                        // Used once: a later bootstrap needs a new reset index.
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
+                bootstrap_applied(data_dir.as_deref(), reset_index);
                 let tables = versions.current();
                 match acl::token_by_accessor(&tables, &accessor_id) {
                     Some(token) => {
-                        let mut value = token_json(&tables, token, false);
-                        value["ID"] = json!(secret_id);
-                        reply.json(200, b"", &value);
+                        reply.json(200, b"", &bootstrap_json(token_json(&tables, token, false)))
                     }
                     None => reply.error(&ApiError::Internal(
                         "bootstrap token missing after apply".to_string(),
                     )),
                 }
             }
-            CommandResult::Error(reason) if reason.contains("no longer allowed") => reply.error(
-                &ApiError::Status(403, format!("Permission denied: {reason}")),
-            ),
-            CommandResult::Error(reason) => reply.error(&apply_error(reason)),
+            CommandResult::Error(reason) => reply.error(&bootstrap_error(reason)),
             _ => reply.error(&ApiError::Internal(
                 "unexpected result for an ACL write".to_string(),
             )),
@@ -690,6 +725,11 @@ pub fn prepare_policy_create(write: &mut PolicyWrite) -> Result<String, ApiError
 /// [`prepare_create`] of a role, for `ACL.RoleSet` without an ID.
 pub fn prepare_role_create(write: &mut RoleWrite) -> Result<String, ApiError> {
     prepare_create::<Roles>(write)
+}
+
+/// [`prepare_create`] of a binding rule, for `ACL.BindingRuleSet` without an ID.
+pub fn prepare_binding_rule_create(write: &mut BindingRuleWrite) -> Result<String, ApiError> {
+    prepare_create::<BindingRules>(write)
 }
 
 /// `/v1/acl/<kind>/<id>`: GET, PUT (update) and DELETE of one row.
@@ -1259,6 +1299,7 @@ impl AclObject for AuthMethods {
     const CREATE_WITH_ID: Option<&'static str> = None;
     const GENERATES_ID: bool = false;
     const LIST_KEY: &'static str = acl::AUTH_METHODS_KEY;
+    const TYPED: Option<Object> = Some(Object::AuthMethod);
 
     fn index(tables: &Tables) -> u64 {
         tables.acl.indexes.auth_methods
@@ -1314,6 +1355,9 @@ pub fn auth_method_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    if ctx.is_client() {
+        return typed_list(ctx, request, Object::AuthMethod, None, None, None);
+    }
     list::<AuthMethods>(ctx, request, reply, |tables| {
         acl::auth_method_list(tables)
             .map(|m| auth_method_json(m, true))
@@ -1342,6 +1386,7 @@ impl AclObject for BindingRules {
     const CREATE_WITH_ID: Option<&'static str> =
         Some("Cannot specify the ID when creating a new binding rule");
     const LIST_KEY: &'static str = acl::BINDING_RULES_KEY;
+    const TYPED: Option<Object> = Some(Object::BindingRule);
 
     fn index(tables: &Tables) -> u64 {
         tables.acl.indexes.binding_rules
@@ -1395,6 +1440,9 @@ pub fn binding_rule_list(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let method = list_param(request, "authmethod");
+    if ctx.is_client() {
+        return typed_list(ctx, request, Object::BindingRule, None, None, method);
+    }
     list::<BindingRules>(ctx, request, reply, move |tables| {
         acl::binding_rule_list(tables, method.as_deref())
             .into_iter()
@@ -1414,35 +1462,32 @@ pub fn binding_rule(
 
 // ---- login and logout ----
 
-/// `POST /v1/acl/login`: trades a bearer token the auth method verifies for an ACL token.
-pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    require_enabled(ctx)?;
-    if ctx.is_client() {
-        // The auth methods and binding rules are the servers'.
-        return Ok(Outcome::Forward);
-    }
-    let value = decode_body(request, "Failed to decode request body", &bodies::ACL_LOGIN)?;
-    let obj = Obj::new(&value)
-        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
-    let method_name = obj
-        .string(&["authmethod"])
-        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
-    let bearer = obj
-        .string(&["bearertoken"])
-        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?;
-    let meta: BTreeMap<String, String> = obj
-        .str_map(&["meta"])
-        .map_err(|e| ApiError::bad_request(format!("Failed to decode request body: {e}")))?
-        .into_iter()
-        .collect();
+/// What a login asks for: the auth method's name, the bearer token it is to verify, and
+/// the new token's meta.
+pub struct LoginAsk {
+    pub auth_method: String,
+    pub bearer_token: String,
+    pub meta: BTreeMap<String, String>,
+}
+
+/// Refuses a bearer token longer than the verifier reads (Consul's 400).
+fn check_bearer(bearer: &str) -> Result<(), ApiError> {
     if bearer.len() > jwt::JWT_BYTES_MAX {
         return Err(ApiError::bad_request(format!(
             "BearerToken exceeds {} bytes",
             jwt::JWT_BYTES_MAX
         )));
     }
+    Ok(())
+}
+
+/// A login's token: the bearer token verified by the named auth method, the method's
+/// binding rules matched against what it says, and the token they bind, to be written with
+/// `AclOp::TokenSet`; also its accessor ID. The HTTP handler and `ACL.Login` share it.
+pub fn login_token(ctx: &Context, ask: &LoginAsk) -> Result<(TokenWrite, String), ApiError> {
+    check_bearer(&ask.bearer_token)?;
     let version = ctx.current_version();
-    let method = acl::auth_method_by_name(&version, &method_name)
+    let method = acl::auth_method_by_name(&version, &ask.auth_method)
         .ok_or_else(authz::acl_not_found)?
         .clone();
     if method.method_type != jwt::METHOD_TYPE {
@@ -1453,7 +1498,7 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
     }
     let config = jwt::JwtConfig::from_json(&method.config_json).map_err(ApiError::Internal)?;
     let now = now_unix_ns();
-    let identity = jwt::verify(&config, &bearer, now.div_euclid(1_000_000_000))
+    let identity = jwt::verify(&config, &ask.bearer_token, now.div_euclid(1_000_000_000))
         .map_err(|e| ApiError::Status(403, format!("Permission denied: {e}")))?;
     let selectable = identity.selectable();
     let mut matched: Vec<&BindingRule> = Vec::new();
@@ -1475,9 +1520,34 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
         accessor_id: accessor_id.clone(),
         secret_id: new_uuid(),
         now_unix_ns: now,
-        meta: &meta,
+        meta: &ask.meta,
     };
     let token = login::bind(&version, &matched, &login_request).map_err(apply_error)?;
+    Ok((token, accessor_id))
+}
+
+/// `POST /v1/acl/login`: trades a bearer token the auth method verifies for an ACL token.
+/// A client agent decodes the body, then sends it as `ACL.Login`.
+pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    require_enabled(ctx)?;
+    let value = decode_body(request, "Failed to decode request body", &bodies::ACL_LOGIN)?;
+    let refused = |e: String| ApiError::bad_request(format!("Failed to decode request body: {e}"));
+    let obj = Obj::new(&value).map_err(refused)?;
+    let ask = LoginAsk {
+        auth_method: obj.string(&["authmethod"]).map_err(refused)?,
+        bearer_token: obj.string(&["bearertoken"]).map_err(refused)?,
+        meta: obj
+            .str_map(&["meta"])
+            .map_err(refused)?
+            .into_iter()
+            .collect(),
+    };
+    check_bearer(&ask.bearer_token)?;
+    if ctx.is_client() {
+        // The auth methods and binding rules are the servers'.
+        return Ok(client_acl::login(ctx, &ask));
+    }
+    let (token, accessor_id) = login_token(ctx, &ask)?;
     write(
         ctx,
         AclOp::TokenSet(Box::new(token)),

@@ -12,25 +12,41 @@
 //!   (`api::authz`'s `AclByMethod`); writes run on the leader, prepared by the HTTP
 //!   handlers' own code (`api::acl::prepare_*_create`) and applied as the same store
 //!   commands, so validation and its words are the apply's; a set answers the object as
-//!   the applied version holds it, a delete its ID (tokens) or name (policies, roles).
+//!   the applied version holds it, a delete its ID (tokens) or name (policies, roles);
+//! - the auth methods and binding rules (`ACL.AuthMethodRead|List|Set|Delete`,
+//!   `ACL.BindingRuleRead|List|Set|Delete`), checked and applied as the tokens' are; their
+//!   deletes answer a bool, `false` without writing anything when there is no such row, as
+//!   Consul's do;
+//! - `ACL.Login`, `ACL.Logout` and `ACL.BootstrapTokens`, on the leader, with the HTTP
+//!   handlers' own code (`api::acl::login_token`, `bootstrap_allowed`, …): a login and a
+//!   bootstrap answer the new `ACLToken`, a logout `true`; they need no ACL rule (a login
+//!   carries no token, a logout's token is the one it deletes).
 
 use super::{
     authorize, decode_error, elsewhere, error_text, propose, read, require, Answer, Placement, Read,
 };
-use crate::api::acl::{prepare_policy_create, prepare_role_create, prepare_token_create};
+use crate::api::acl::{
+    bootstrap_allowed, bootstrap_applied, bootstrap_op, bootstrap_secret, login_token,
+    prepare_binding_rule_create, prepare_policy_create, prepare_role_create, prepare_token_create,
+    LoginAsk,
+};
 use crate::api::authz::Authz;
 use crate::api::server::Server;
 use crate::config::acl::DownPolicy;
 use crate::consul::rpc::acl::{
-    borrowed_links, read_policy, read_role, read_token, write_policy, write_policy_stub,
-    write_role, write_token, write_token_response, write_token_stub, DeleteRequest, ExpandedView,
-    GetRequest, ListRequest, Object, SetRequest, TokenGetRequest, TokenView,
+    borrowed_links, read_auth_method, read_binding_rule, read_policy, read_role, read_token,
+    write_auth_method, write_binding_rule, write_policy, write_policy_stub, write_role,
+    write_token, write_token_response, write_token_stub, BootstrapRequest, DeleteRequest,
+    ExpandedView, GetRequest, ListRequest, LoginRequest, LogoutRequest, Object, SetRequest,
+    TokenGetRequest, TokenView,
 };
 use crate::consul::rpc::QueryMeta;
 use crate::proto::msgpack::{Reader, Writer};
 use crate::shard::rpc_server::TypedCall;
 use crate::shard::watch::WatchSet;
-use crate::store::acl::apply::{LinkRef, PolicyWrite, RoleWrite, TokenWrite};
+use crate::store::acl::apply::{
+    AuthMethodWrite, BindingRuleWrite, LinkRef, PolicyWrite, RoleWrite, TokenWrite,
+};
 use crate::store::acl::authorizer::DefaultPolicy;
 use crate::store::acl::{self as acl_store, cache, Token};
 use crate::store::acl::{AclOp, Role, TokenFilter};
@@ -185,6 +201,8 @@ fn object_index(object: Object, tables: &Tables) -> u64 {
         Object::Token => tables.acl.indexes.tokens,
         Object::Policy => tables.acl.indexes.policies,
         Object::Role => tables.acl.indexes.roles,
+        Object::AuthMethod => tables.acl.indexes.auth_methods,
+        Object::BindingRule => tables.acl.indexes.binding_rules,
     }
 }
 
@@ -239,6 +257,20 @@ impl Read for One {
                     None => w.nil(),
                 });
             }
+            Object::AuthMethod => {
+                let method = acl_store::auth_method_by_name(version, &self.id);
+                meta.write_reply(&mut w, &["AuthMethod"], |_, w| match method {
+                    Some(method) => write_auth_method(w, method, false),
+                    None => w.nil(),
+                });
+            }
+            Object::BindingRule => {
+                let rule = acl_store::binding_rule_by_id(version, &self.id);
+                meta.write_reply(&mut w, &["BindingRule"], |_, w| match rule {
+                    Some(rule) => write_binding_rule(w, rule),
+                    None => w.nil(),
+                });
+            }
             Object::Role | Object::Token => {
                 let role = if self.id.is_empty() {
                     acl_store::role_by_name(version, &self.name)
@@ -255,7 +287,9 @@ impl Read for One {
     }
 }
 
-/// `ACL.PolicyRead` or `ACL.RoleRead` (`ACLPolicyGetRequest`, `ACLRoleGetRequest`).
+/// `ACL.PolicyRead`, `ACL.RoleRead`, `ACL.AuthMethodRead` or `ACL.BindingRuleRead`
+/// (`ACLPolicyGetRequest`, `ACLRoleGetRequest`, `ACLAuthMethodGetRequest`,
+/// `ACLBindingRuleGetRequest`); a missing object is a nil one.
 pub async fn read_one(server: &Server, call: &TypedCall, object: Object) -> Answer {
     let request = GetRequest::decode(object, &call.body).map_err(decode_error)?;
     let wait = super::blocking_wait(server, &request.options);
@@ -325,12 +359,31 @@ impl Read for List {
                     }
                 });
             }
+            Object::AuthMethod => {
+                let methods: Vec<_> = acl_store::auth_method_list(version).collect();
+                meta.write_reply(&mut w, &["AuthMethods"], |_, w| {
+                    w.array_len(methods.len());
+                    for method in &methods {
+                        write_auth_method(w, method, true);
+                    }
+                });
+            }
+            Object::BindingRule => {
+                let rules = acl_store::binding_rule_list(version, self.auth_method.as_deref());
+                meta.write_reply(&mut w, &["BindingRules"], |_, w| {
+                    w.array_len(rules.len());
+                    for rule in &rules {
+                        write_binding_rule(w, rule);
+                    }
+                });
+            }
         }
         Ok(w.into_inner())
     }
 }
 
-/// `ACL.TokenList`, `ACL.PolicyList` or `ACL.RoleList`, with the list's filters.
+/// `ACL.TokenList`, `ACL.PolicyList`, `ACL.RoleList`, `ACL.AuthMethodList` or
+/// `ACL.BindingRuleList`, with the list's filters.
 pub async fn list(server: &Server, call: &TypedCall, object: Object) -> Answer {
     let request = ListRequest::decode(&call.body).map_err(decode_error)?;
     let wait = super::blocking_wait(server, &request.options);
@@ -530,6 +583,21 @@ pub async fn delete(server: &Server, call: &TypedCall, object: Object) -> Answer
             Object::Role => acl_store::role_by_id(&version, &id)
                 .map(|r| r.name.to_string())
                 .unwrap_or_default(),
+            Object::AuthMethod | Object::BindingRule => {
+                // Consul's answer is a bool: false, and nothing written, when there is no
+                // such row.
+                let exists = if object == Object::AuthMethod {
+                    acl_store::auth_method_by_name(&version, &id).is_some()
+                } else {
+                    acl_store::binding_rule_by_id(&version, &id).is_some()
+                };
+                if !exists {
+                    let mut w = Writer::new();
+                    w.bool(false);
+                    return Ok(w.into_inner());
+                }
+                String::new()
+            }
         }
     };
     let op = match object {
@@ -542,9 +610,151 @@ pub async fn delete(server: &Server, call: &TypedCall, object: Object) -> Answer
         },
         Object::Policy => AclOp::PolicyDelete { id },
         Object::Role => AclOp::RoleDelete { id },
+        Object::AuthMethod => AclOp::AuthMethodDelete { name: id },
+        Object::BindingRule => AclOp::BindingRuleDelete { id },
     };
     apply(server, op).await?;
     let mut w = Writer::new();
-    w.str(&answer);
+    match object {
+        Object::AuthMethod | Object::BindingRule => w.bool(true),
+        Object::Token | Object::Policy | Object::Role => w.str(&answer),
+    }
     Ok(w.into_inner())
+}
+
+// ---- auth methods, binding rules, login, logout, bootstrap ----
+
+/// `ACL.AuthMethodSet` (`ACLAuthMethodSetRequest`): a create, or an update of the method
+/// of that name; answers the method as the applied version holds it.
+pub async fn auth_method_set(server: &Server, call: &TypedCall) -> Answer {
+    let request = SetRequest::decode(Object::AuthMethod, &call.body).map_err(decode_error)?;
+    if let Err(answer) = write_here(server, call, request.datacenter, request.token).await {
+        return answer;
+    }
+    let method = read_auth_method(&mut Reader::new(request.object)).map_err(decode_error)?;
+    let name = method.name.to_string();
+    let write = AuthMethodWrite {
+        name: name.clone(),
+        method_type: method.method_type,
+        display_name: method.display_name,
+        description: method.description,
+        max_token_ttl_ns: method.max_token_ttl_ns,
+        token_locality: method.token_locality,
+        config_json: method.config_json,
+    };
+    apply(server, AclOp::AuthMethodSet(Box::new(write))).await?;
+    let version = server.context().current_version();
+    let method =
+        acl_store::auth_method_by_name(&version, &name).ok_or_else(|| ACL_NOT_FOUND.to_string())?;
+    let mut w = Writer::new();
+    write_auth_method(&mut w, method, false);
+    Ok(w.into_inner())
+}
+
+/// `ACL.BindingRuleSet` (`ACLBindingRuleSetRequest`): a create when the rule has no ID
+/// (the server picks it, as Consul's), an update otherwise.
+pub async fn binding_rule_set(server: &Server, call: &TypedCall) -> Answer {
+    let request = SetRequest::decode(Object::BindingRule, &call.body).map_err(decode_error)?;
+    if let Err(answer) = write_here(server, call, request.datacenter, request.token).await {
+        return answer;
+    }
+    let rule = read_binding_rule(&mut Reader::new(request.object)).map_err(decode_error)?;
+    let mut write = BindingRuleWrite {
+        id: rule.id.to_string(),
+        description: rule.description,
+        auth_method: rule.auth_method.to_string(),
+        selector: rule.selector,
+        bind_type: rule.bind_type,
+        bind_name: rule.bind_name,
+        bind_vars_name: rule.bind_vars_name,
+        create: rule.id.is_empty(),
+    };
+    let key = if write.create {
+        prepare_binding_rule_create(&mut write).map_err(|e| error_text(&e))?
+    } else {
+        write.id.to_lowercase()
+    };
+    apply(server, AclOp::BindingRuleSet(Box::new(write))).await?;
+    let version = server.context().current_version();
+    let rule =
+        acl_store::binding_rule_by_id(&version, &key).ok_or_else(|| ACL_NOT_FOUND.to_string())?;
+    let mut w = Writer::new();
+    write_binding_rule(&mut w, rule);
+    Ok(w.into_inner())
+}
+
+/// `ACL.Login` (`ACLLoginRequest`): on the leader, the bearer token verified by the auth
+/// method and the token its binding rules bind written (the HTTP handler's own
+/// `api::acl::login_token`); answers the new `ACLToken`.
+pub async fn login(server: &Server, call: &TypedCall) -> Answer {
+    let request = LoginRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    if !server.context().acl_enabled() {
+        return Err(ACL_DISABLED.to_string());
+    }
+    if !request.token.is_empty() {
+        // Consul's words: a login is how a token is had, so it carries none.
+        return Err("do not provide a token when logging in".to_string());
+    }
+    let ask = LoginAsk {
+        auth_method: request.auth_method.to_string(),
+        bearer_token: request.bearer_token.to_string(),
+        meta: request
+            .meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    let (token, accessor_id) = login_token(server.context(), &ask).map_err(|e| error_text(&e))?;
+    apply(server, AclOp::TokenSet(Box::new(token))).await?;
+    token_reply(server, &accessor_id)
+}
+
+/// `ACL.Logout` (`ACLLogoutRequest`): deletes the login token the request's own token is;
+/// `ACL not found` for an unknown one, Consul's refusal for a token no login made.
+pub async fn logout(server: &Server, call: &TypedCall) -> Answer {
+    let request = LogoutRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    if !server.context().acl_enabled() {
+        return Err(ACL_DISABLED.to_string());
+    }
+    if request.token.is_empty() {
+        return Err(ACL_NOT_FOUND.to_string());
+    }
+    let op = AclOp::Logout {
+        secret_id: request.token.to_string(),
+    };
+    apply(server, op).await?;
+    let mut w = Writer::new();
+    w.bool(true);
+    Ok(w.into_inner())
+}
+
+/// `ACL.BootstrapTokens` (`ACLInitialTokenBootstrapRequest`): on the leader, the first
+/// management token (with the request's `BootstrapSecret`, or a new one), once — or again
+/// with the reset index the operator wrote into the data directory, as the HTTP handler
+/// allows it (`api::acl::bootstrap_allowed`); answers the new `ACLToken`, or Consul's
+/// `ACL bootstrap no longer allowed (reset index: N)`.
+pub async fn bootstrap(server: &Server, call: &TypedCall) -> Answer {
+    let request = BootstrapRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    let ctx = server.context();
+    if !ctx.acl_enabled() {
+        return Err(ACL_DISABLED.to_string());
+    }
+    let secret_id = bootstrap_secret(request.bootstrap_secret).map_err(|e| error_text(&e))?;
+    let reset_index = bootstrap_allowed(ctx)?;
+    let (op, accessor_id) = bootstrap_op(secret_id, reset_index);
+    apply(server, op).await?;
+    bootstrap_applied(ctx.config().data_dir.as_deref(), reset_index);
+    token_reply(server, &accessor_id)
 }

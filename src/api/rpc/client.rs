@@ -229,11 +229,6 @@ fn write_in(
     body: Vec<u8>,
     respond: impl FnOnce(&[u8], &mut Reply) -> Result<(), ApiError> + 'static,
 ) -> Outcome {
-    let error_of_write = |error| {
-        WriteOutcome::of(Err(error))
-            .error()
-            .unwrap_or_else(|| ApiError::Internal("rpc error: no answer".to_string()))
-    };
     call_mapped(
         ctx,
         datacenter,
@@ -241,9 +236,16 @@ fn write_in(
         body,
         CALL_TIMEOUT,
         Retry::NotSent,
-        error_of_write,
+        write_error,
         respond,
     )
+}
+
+/// A failed write's HTTP error, typed as the proposal ended ([`WriteOutcome`]).
+pub(super) fn write_error(error: CallError) -> ApiError {
+    WriteOutcome::of(Err(error))
+        .error()
+        .unwrap_or_else(|| ApiError::Internal("rpc error: no answer".to_string()))
 }
 
 #[allow(clippy::too_many_arguments)]

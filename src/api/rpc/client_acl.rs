@@ -4,6 +4,9 @@
 //! and written with `ACL.TokenSet`, `ACL.TokenClone`, `ACL.TokenDelete`, `ACL.PolicySet`,
 //! `ACL.PolicyDelete`, `ACL.RoleSet`, `ACL.RoleDelete`, as Consul's `acl_endpoint.go` on the
 //! agent sends them; `/v1/acl/token/self` is `ACL.TokenRead` by the request's own secret.
+//! Auth methods and binding rules go the same way (`ACL.AuthMethod*`, `ACL.BindingRule*`),
+//! as do `/v1/acl/login` ([`login`], `ACL.Login`), `/v1/acl/logout` (`ACL.Logout` with the
+//! request's token) and `/v1/acl/bootstrap` ([`bootstrap`], `ACL.BootstrapTokens`).
 //!
 //! The HTTP handler (`api::acl`) decodes and checks the request as it does on a server, so a
 //! bad body gets the same 400 before any call; the handler's store command becomes the
@@ -13,19 +16,30 @@
 //! headers come from the reply's `QueryMeta`. The server checks the token (`acl:read`,
 //! `acl:write`) as its HTTP route does, and its refusals come back in its words.
 
-use super::client::{bad_reply, meta_of, query_options, read_call, write as call_write};
-use crate::api::acl::{not_found, policy_json, role_json_linked, token_json_linked};
+use super::client::{
+    bad_reply, call_mapped, meta_of, query_options, read_call, write as call_write, write_error,
+    CALL_TIMEOUT,
+};
+use crate::api::acl::{
+    auth_method_json, binding_rule_json, bootstrap_error, bootstrap_json, not_found, policy_json,
+    role_json_linked, token_json_linked, LoginAsk,
+};
 use crate::api::authz::{acl_not_found, request_secret};
 use crate::api::{ApiError, Context, Outcome, Request};
+use crate::cluster::servers::Retry;
 use crate::consul::rpc::acl::{
-    read_objects, read_policy, read_role, read_token, read_token_response, write_policy,
-    write_role, write_token_record, DeleteRequest, GetRequest, Links, ListRequest, Object,
-    SetRequest, TokenGetRequest, TokenRecord,
+    read_auth_method, read_binding_rule, read_objects, read_policy, read_role, read_token,
+    read_token_response, write_auth_method, write_binding_rule, write_policy, write_role,
+    write_token_record, BootstrapRequest, DeleteRequest, GetRequest, Links, ListRequest,
+    LoginRequest, LogoutRequest, Object, SetRequest, TokenGetRequest, TokenRecord,
 };
-use crate::consul::rpc::QueryMeta as RpcQueryMeta;
+use crate::consul::rpc::{QueryMeta as RpcQueryMeta, QueryOptions as RpcQueryOptions};
 use crate::proto::msgpack::Reader;
-use crate::store::acl::apply::{LinkRef, PolicyWrite, RoleWrite, TokenWrite};
-use crate::store::acl::{builtin, AclOp, Policy, Role, Token};
+use crate::shard::rpc_client::CallError;
+use crate::store::acl::apply::{
+    AuthMethodWrite, BindingRuleWrite, LinkRef, PolicyWrite, RoleWrite, TokenWrite,
+};
+use crate::store::acl::{builtin, AclOp, AuthMethod, BindingRule, Policy, Role, Token};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -81,8 +95,12 @@ pub fn read_one(
             }
             .encode(object),
         ),
-        Object::Role => (
-            "ACL.RoleRead",
+        Object::Role | Object::AuthMethod | Object::BindingRule => (
+            match object {
+                Object::Role => "ACL.RoleRead",
+                Object::AuthMethod => "ACL.AuthMethodRead",
+                _ => "ACL.BindingRuleRead",
+            },
             GetRequest {
                 datacenter: "",
                 id,
@@ -112,11 +130,24 @@ pub fn read_one(
                     .map(|r| role_json_linked(&r.role, r.policies));
                 (meta, value)
             }
+            Object::AuthMethod => {
+                let (meta, methods) =
+                    read_objects(body, "AuthMethod", read_auth_method).map_err(malformed)?;
+                let value = methods.first().map(|m| auth_method_json(m, false));
+                (meta, value)
+            }
+            Object::BindingRule => {
+                let (meta, rules) =
+                    read_objects(body, "BindingRule", read_binding_rule).map_err(malformed)?;
+                (meta, rules.first().map(binding_rule_json))
+            }
         };
         let noun = match object {
             Object::Token => "token",
             Object::Policy => "policy",
             Object::Role => "role",
+            Object::AuthMethod => "auth method",
+            Object::BindingRule => "binding rule",
         };
         let value = value.ok_or_else(|| not_found(noun))?;
         reply.json(200, &read_headers(&meta), &value);
@@ -156,6 +187,8 @@ pub fn list(
         Object::Token => "ACL.TokenList",
         Object::Policy => "ACL.PolicyList",
         Object::Role => "ACL.RoleList",
+        Object::AuthMethod => "ACL.AuthMethodList",
+        Object::BindingRule => "ACL.BindingRuleList",
     };
     read_call(ctx, method, body, &options, move |body, reply| {
         let (meta, values): (_, Vec<Value>) = match object {
@@ -183,6 +216,19 @@ pub fn list(
                         .map(|r| role_json_linked(&r.role, r.policies))
                         .collect(),
                 )
+            }
+            Object::AuthMethod => {
+                let (meta, methods) =
+                    read_objects(body, "AuthMethods", read_auth_method).map_err(malformed)?;
+                (
+                    meta,
+                    methods.iter().map(|m| auth_method_json(m, true)).collect(),
+                )
+            }
+            Object::BindingRule => {
+                let (meta, rules) =
+                    read_objects(body, "BindingRules", read_binding_rule).map_err(malformed)?;
+                (meta, rules.iter().map(binding_rule_json).collect())
             }
         };
         reply.json(200, &read_headers(&meta), &Value::Array(values));
@@ -283,9 +329,9 @@ fn role_of(write: &RoleWrite) -> (Role, Links) {
 }
 
 /// An ACL write the handler decided on, as its typed call: the reply (the object as the
-/// leader applied it) rendered as the server's handler answers, `true` for a delete.
-/// Writes without a typed call yet (bootstrap, login, logout, auth methods, binding rules)
-/// go as forwarded HTTP.
+/// leader applied it) rendered as the server's handler answers, `true` for a delete or a
+/// logout. The leader's own commands never come from a handler (a bootstrap and a login
+/// are sent by [`bootstrap`] and [`login`] before any command is made).
 pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let set = |create: bool| SetRequest {
@@ -350,12 +396,134 @@ pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
             )
         }
         AclOp::RoleDelete { id } => ("ACL.RoleDelete", delete(id, Object::Role), deleted),
-        _ => return Outcome::Forward,
+        AclOp::AuthMethodSet(write) => (
+            "ACL.AuthMethodSet",
+            set(false).encode(Object::AuthMethod, |w| {
+                write_auth_method(w, &auth_method_of(write), false)
+            }),
+            auth_method_answer,
+        ),
+        AclOp::AuthMethodDelete { name } => (
+            "ACL.AuthMethodDelete",
+            delete(name, Object::AuthMethod),
+            deleted,
+        ),
+        AclOp::BindingRuleSet(write) => (
+            "ACL.BindingRuleSet",
+            set(false).encode(Object::BindingRule, |w| {
+                write_binding_rule(w, &binding_rule_of(write))
+            }),
+            binding_rule_answer,
+        ),
+        AclOp::BindingRuleDelete { id } => (
+            "ACL.BindingRuleDelete",
+            delete(id, Object::BindingRule),
+            deleted,
+        ),
+        // The login token to delete is the call's own token (`WriteRequest.Token`).
+        AclOp::Logout { secret_id } => (
+            "ACL.Logout",
+            LogoutRequest {
+                datacenter: "",
+                token: secret_id,
+            }
+            .encode(),
+            deleted,
+        ),
+        // The leader's own commands, never a handler's.
+        AclOp::Initialize { .. }
+        | AclOp::InitialManagement { .. }
+        | AclOp::ReapExpiredTokens { .. }
+        | AclOp::Bootstrap { .. } => return Outcome::Forward,
     };
     call_write(ctx, method, body, move |body, reply| {
         reply.json(200, b"", &answer(body)?);
         Ok(())
     })
+}
+
+/// The `ACLAuthMethod` an auth method write carries.
+fn auth_method_of(write: &AuthMethodWrite) -> AuthMethod {
+    AuthMethod {
+        name: Arc::from(write.name.as_str()),
+        method_type: write.method_type.clone(),
+        display_name: write.display_name.clone(),
+        description: write.description.clone(),
+        max_token_ttl_ns: write.max_token_ttl_ns,
+        token_locality: write.token_locality.clone(),
+        config_json: write.config_json.clone(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// The `ACLBindingRule` a binding rule write carries; a create carries no ID (the server
+/// picks it, as Consul's `ACL.BindingRuleSet` creates a rule without one).
+fn binding_rule_of(write: &BindingRuleWrite) -> BindingRule {
+    BindingRule {
+        id: Arc::from(if write.create { "" } else { write.id.as_str() }),
+        description: write.description.clone(),
+        auth_method: Arc::from(write.auth_method.as_str()),
+        selector: write.selector.clone(),
+        bind_type: write.bind_type.clone(),
+        bind_name: write.bind_name.clone(),
+        bind_vars_name: write.bind_vars_name.clone(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// `POST /v1/acl/login` once the handler decoded it: `ACL.Login` (on the leader, which
+/// verifies the bearer token with the auth method and writes the token its binding rules
+/// bind); the new token rendered as the server's handler answers it.
+pub fn login(ctx: &Context, ask: &LoginAsk) -> Outcome {
+    let body = LoginRequest {
+        datacenter: "",
+        auth_method: &ask.auth_method,
+        bearer_token: &ask.bearer_token,
+        meta: ask
+            .meta
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
+        // A login carries no token, as Consul's agent sends it.
+        token: "",
+    }
+    .encode();
+    call_write(ctx, "ACL.Login", body, move |body, reply| {
+        reply.json(200, b"", &token_answer(body)?);
+        Ok(())
+    })
+}
+
+/// `PUT /v1/acl/bootstrap` once the handler decoded it: `ACL.BootstrapTokens` with the
+/// secret the body chose (checked by the server); the token rendered with its secret as
+/// `ID`, as the server's handler answers, and the server's refusal as Consul's agent
+/// answers it (403 `Permission denied: ACL bootstrap no longer allowed (reset index: N)`).
+pub fn bootstrap(ctx: &Context, chosen_secret: &str) -> Outcome {
+    let body = BootstrapRequest {
+        bootstrap_secret: chosen_secret,
+        datacenter: "",
+        options: RpcQueryOptions::default(),
+    }
+    .encode();
+    let refusal = |error: CallError| match error {
+        CallError::Remote(text) => bootstrap_error(text),
+        other => write_error(other),
+    };
+    call_mapped(
+        ctx,
+        "",
+        "ACL.BootstrapTokens",
+        body,
+        CALL_TIMEOUT,
+        Retry::NotSent,
+        refusal,
+        move |body, reply| {
+            reply.json(200, b"", &bootstrap_json(token_answer(body)?));
+            Ok(())
+        },
+    )
 }
 
 /// How a write's reply becomes the handler's JSON answer.
@@ -376,8 +544,18 @@ fn role_answer(body: &[u8]) -> Result<Value, ApiError> {
     Ok(role_json_linked(&record.role, record.policies))
 }
 
-/// A delete's answer: the server's reply (the object's ID or name) is not shown; the
-/// handler answers `true`.
+fn auth_method_answer(body: &[u8]) -> Result<Value, ApiError> {
+    let method = read_auth_method(&mut Reader::new(body)).map_err(malformed)?;
+    Ok(auth_method_json(&method, false))
+}
+
+fn binding_rule_answer(body: &[u8]) -> Result<Value, ApiError> {
+    let rule = read_binding_rule(&mut Reader::new(body)).map_err(malformed)?;
+    Ok(binding_rule_json(&rule))
+}
+
+/// A delete's (or logout's) answer: the server's reply (the object's ID or name, or a bool)
+/// is not shown; the handler answers `true`.
 fn deleted(_: &[u8]) -> Result<Value, ApiError> {
     Ok(Value::Bool(true))
 }

@@ -152,6 +152,18 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ACL.RoleList" => acl::list(server, &call, Object::Role).await,
         "ACL.RoleSet" => acl::role_set(server, &call).await,
         "ACL.RoleDelete" => acl::delete(server, &call, Object::Role).await,
+        // Auth methods, binding rules, login, logout and bootstrap (issue #36, ACL auth).
+        "ACL.AuthMethodRead" => acl::read_one(server, &call, Object::AuthMethod).await,
+        "ACL.AuthMethodList" => acl::list(server, &call, Object::AuthMethod).await,
+        "ACL.AuthMethodSet" => acl::auth_method_set(server, &call).await,
+        "ACL.AuthMethodDelete" => acl::delete(server, &call, Object::AuthMethod).await,
+        "ACL.BindingRuleRead" => acl::read_one(server, &call, Object::BindingRule).await,
+        "ACL.BindingRuleList" => acl::list(server, &call, Object::BindingRule).await,
+        "ACL.BindingRuleSet" => acl::binding_rule_set(server, &call).await,
+        "ACL.BindingRuleDelete" => acl::delete(server, &call, Object::BindingRule).await,
+        "ACL.Login" => acl::login(server, &call).await,
+        "ACL.Logout" => acl::logout(server, &call).await,
+        "ACL.BootstrapTokens" => acl::bootstrap(server, &call).await,
         "ConnectCA.Roots" => connect_ca::roots(server, &call).await,
         "ConnectCA.Sign" => connect_ca::sign(server, &call).await,
         "Internal.NodeInfo" => internal::node_info(server, &call).await,
@@ -397,6 +409,13 @@ fn is_read(method: &str) -> bool {
             | "Operator.RaftRemovePeerByAddress"
             | "Operator.RaftRemovePeerByID"
             | "Operator.AutopilotSetConfiguration"
+            | "ACL.AuthMethodSet"
+            | "ACL.AuthMethodDelete"
+            | "ACL.BindingRuleSet"
+            | "ACL.BindingRuleDelete"
+            | "ACL.Login"
+            | "ACL.Logout"
+            | "ACL.BootstrapTokens"
     )
 }
 

@@ -3,13 +3,21 @@
 //! form) and, for an `Expanded` read, Consul's `ExpandedTokenInfo` (the token's policies,
 //! synthesized ones included, and its roles). A client agent resolves a request's token
 //! with an expanded read by the token's own secret ([`read_resolved_token`]).
+//!
+//! Below those, the requests and objects of the other ACL calls: tokens, policies, roles,
+//! auth methods (`ACLAuthMethod`, its `Config` the stored JSON as a msgpack map) and
+//! binding rules (`ACLBindingRule`), each read and written with its get, list, set and
+//! delete request; and `ACLLoginRequest`, `ACLLogoutRequest` and
+//! `ACLInitialTokenBootstrapRequest`.
 
 use super::{
-    each_field, go_time_binary, read_reply, string_list, write_string_list, Fields, QueryMeta,
-    QueryOptions,
+    each_field, go_time_binary, read_json, read_reply, string_list, string_map, write_json,
+    write_string_list, write_string_map, Fields, QueryMeta, QueryOptions,
 };
 use crate::proto::msgpack::{Reader, WireError, Writer};
-use crate::store::acl::{NodeIdentity, Policy, Role, ServiceIdentity, TemplatedPolicy, Token};
+use crate::store::acl::{
+    AuthMethod, BindingRule, NodeIdentity, Policy, Role, ServiceIdentity, TemplatedPolicy, Token,
+};
 use std::sync::Arc;
 
 /// `ACLTokenGetRequest`: a token by its accessor ID, or by its secret (`TokenIDType`
@@ -646,6 +654,8 @@ pub enum Object {
     Token,
     Policy,
     Role,
+    AuthMethod,
+    BindingRule,
 }
 
 impl Object {
@@ -655,6 +665,8 @@ impl Object {
             Object::Token => "ACLToken",
             Object::Policy => "Policy",
             Object::Role => "Role",
+            Object::AuthMethod => "AuthMethod",
+            Object::BindingRule => "BindingRule",
         }
     }
 
@@ -664,15 +676,29 @@ impl Object {
             Object::Token => "TokenID",
             Object::Policy => "PolicyID",
             Object::Role => "RoleID",
+            Object::AuthMethod => "AuthMethodName",
+            Object::BindingRule => "BindingRuleID",
         }
     }
 
-    /// The get request's name field (`ACLPolicyGetRequest.PolicyName`); tokens have none.
+    /// The get request's name field (`ACLPolicyGetRequest.PolicyName`); tokens, auth
+    /// methods (named by their ID field) and binding rules have none.
     fn name_field(self) -> &'static str {
         match self {
-            Object::Token => "",
             Object::Policy => "PolicyName",
             Object::Role => "RoleName",
+            Object::Token | Object::AuthMethod | Object::BindingRule => "",
+        }
+    }
+
+    /// The get request's own fields, sorted as go-msgpack writes them.
+    fn get_fields(self) -> &'static [&'static str] {
+        match self {
+            Object::Token => &["Datacenter", "TokenID"],
+            Object::Policy => &["Datacenter", "PolicyID", "PolicyName"],
+            Object::Role => &["Datacenter", "RoleID", "RoleName"],
+            Object::AuthMethod => &["AuthMethodName", "Datacenter"],
+            Object::BindingRule => &["BindingRuleID", "Datacenter"],
         }
     }
 }
@@ -714,13 +740,18 @@ impl<'a> SetRequest<'a> {
         let mut w = Writer::new();
         let with_create = object == Object::Token;
         let mut f = Fields::new(&mut w, if with_create { 4 } else { 3 });
+        let field = object.set_field();
         if with_create {
             write_object(f.field("ACLToken"));
             f.field("Create").bool(self.create);
             f.field("Datacenter").str(self.datacenter);
+        } else if field < "Datacenter" {
+            // `AuthMethod`, `BindingRule`.
+            write_object(f.field(field));
+            f.field("Datacenter").str(self.datacenter);
         } else {
             f.field("Datacenter").str(self.datacenter);
-            write_object(f.field(object.set_field()));
+            write_object(f.field(field));
         }
         f.field("Token").str(self.token);
         f.finish();
@@ -759,15 +790,17 @@ impl<'a> DeleteRequest<'a> {
 
     pub fn encode(&self, object: Object) -> Vec<u8> {
         let mut w = Writer::new();
-        let mut f = Fields::new(&mut w, 3);
-        f.field("Datacenter").str(self.datacenter);
-        // `PolicyID` and `RoleID` sort before `Token`; `TokenID` after it.
-        if object == Object::Token {
-            f.field("Token").str(self.token);
-            f.field("TokenID").str(self.id);
-        } else {
-            f.field(object.id_field()).str(self.id);
-            f.field("Token").str(self.token);
+        let id_field = object.id_field();
+        let mut fields = [
+            ("Datacenter", self.datacenter),
+            (id_field, self.id),
+            ("Token", self.token),
+        ];
+        // `AuthMethodName` and `BindingRuleID` sort first, `TokenID` last.
+        fields.sort_unstable_by_key(|(name, _)| *name);
+        let mut f = Fields::new(&mut w, fields.len());
+        for (name, value) in fields {
+            f.field(name).str(value);
         }
         f.finish();
         w.into_inner()
@@ -791,7 +824,7 @@ impl<'a> GetRequest<'a> {
             match name {
                 "Datacenter" => request.datacenter = r.str()?,
                 _ if name == id_field => request.id = r.str()?,
-                _ if name == name_field => request.name = r.str()?,
+                _ if !name_field.is_empty() && name == name_field => request.name = r.str()?,
                 _ => return request.options.field(name, r),
             }
             Ok(true)
@@ -801,18 +834,13 @@ impl<'a> GetRequest<'a> {
 
     pub fn encode(&self, object: Object) -> Vec<u8> {
         let mut w = Writer::new();
-        let (id_field, name_field) = (object.id_field(), object.name_field());
-        // `PolicyID` < `PolicyName`, `RoleID` < `RoleName`.
+        let id_field = object.id_field();
         self.options
-            .write_request(
-                &mut w,
-                &["Datacenter", id_field, name_field],
-                |name, w| match name {
-                    "Datacenter" => w.str(self.datacenter),
-                    _ if name == id_field => w.str(self.id),
-                    _ => w.str(self.name),
-                },
-            );
+            .write_request(&mut w, object.get_fields(), |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                _ if name == id_field => w.str(self.id),
+                _ => w.str(self.name),
+            });
         w.into_inner()
     }
 }
@@ -859,8 +887,9 @@ impl<'a> ListRequest<'a> {
                 "Policy",
                 "Role",
             ],
-            Object::Policy => &["Datacenter"],
+            Object::Policy | Object::AuthMethod => &["Datacenter"],
             Object::Role => &["Datacenter", "Policy"],
+            Object::BindingRule => &["AuthMethod", "Datacenter"],
         };
         let mut w = Writer::new();
         self.options
@@ -917,6 +946,266 @@ pub fn read_objects<T>(
         Ok(true)
     })?;
     Ok((meta, objects))
+}
+
+// ---- auth methods, binding rules, login, logout and bootstrap ----
+
+/// `ACLAuthMethod` (with `stub`, `ACLAuthMethodListStub`, which has no `Config`): the
+/// method's `Config` is the JSON object praetor stores, written as the
+/// `map[string]interface{}` Consul carries.
+pub fn write_auth_method(w: &mut Writer, method: &AuthMethod, stub: bool) {
+    let mut f = Fields::new(w, if stub { 8 } else { 9 });
+    if !stub {
+        let config: serde_json::Value =
+            serde_json::from_str(&method.config_json).unwrap_or_default();
+        match config {
+            serde_json::Value::Null => f.field("Config").nil(),
+            config => write_json(f.field("Config"), &config),
+        }
+    }
+    f.field("CreateIndex").uint(method.create_index);
+    f.field("Description").str(&method.description);
+    f.field("DisplayName").str(&method.display_name);
+    f.field("MaxTokenTTL").int(method.max_token_ttl_ns);
+    f.field("ModifyIndex").uint(method.modify_index);
+    f.field("Name").str(&method.name);
+    f.field("TokenLocality").str(&method.token_locality);
+    f.field("Type").str(&method.method_type);
+    f.finish();
+}
+
+/// Reads an `ACLAuthMethod` or `ACLAuthMethodListStub`; a nil or missing `Config` is the
+/// empty object praetor stores for none.
+pub fn read_auth_method(r: &mut Reader) -> Result<AuthMethod, WireError> {
+    let mut method = AuthMethod {
+        name: Arc::from(""),
+        method_type: String::new(),
+        display_name: String::new(),
+        description: String::new(),
+        max_token_ttl_ns: 0,
+        token_locality: String::new(),
+        config_json: "{}".to_string(),
+        create_index: 0,
+        modify_index: 0,
+    };
+    each_field(r, |field, r| {
+        match field {
+            "Name" => method.name = Arc::from(r.str()?),
+            "Type" => method.method_type = r.str()?.to_string(),
+            "DisplayName" => method.display_name = r.str()?.to_string(),
+            "Description" => method.description = r.str()?.to_string(),
+            "MaxTokenTTL" => method.max_token_ttl_ns = r.i64("MaxTokenTTL")?,
+            "TokenLocality" => method.token_locality = r.str()?.to_string(),
+            "Config" => {
+                method.config_json = match read_json(r)? {
+                    serde_json::Value::Null => "{}".to_string(),
+                    config => config.to_string(),
+                }
+            }
+            "CreateIndex" => method.create_index = r.u64("CreateIndex")?,
+            "ModifyIndex" => method.modify_index = r.u64("ModifyIndex")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(method)
+}
+
+/// `ACLBindingRule`; `BindVars` (`*ACLTemplatedPolicyVariables`) nil when unset.
+pub fn write_binding_rule(w: &mut Writer, rule: &BindingRule) {
+    let mut f = Fields::new(w, 9);
+    f.field("AuthMethod").str(&rule.auth_method);
+    f.field("BindName").str(&rule.bind_name);
+    f.field("BindType").str(&rule.bind_type);
+    let vars = f.field("BindVars");
+    match &rule.bind_vars_name {
+        Some(name) => {
+            let mut v = Fields::new(vars, 1);
+            v.field("Name").str(name);
+            v.finish();
+        }
+        None => vars.nil(),
+    }
+    f.field("CreateIndex").uint(rule.create_index);
+    f.field("Description").str(&rule.description);
+    f.field("ID").str(&rule.id);
+    f.field("ModifyIndex").uint(rule.modify_index);
+    f.field("Selector").str(&rule.selector);
+    f.finish();
+}
+
+/// Reads an `ACLBindingRule`.
+pub fn read_binding_rule(r: &mut Reader) -> Result<BindingRule, WireError> {
+    let mut rule = BindingRule {
+        id: Arc::from(""),
+        description: String::new(),
+        auth_method: Arc::from(""),
+        selector: String::new(),
+        bind_type: String::new(),
+        bind_name: String::new(),
+        bind_vars_name: None,
+        create_index: 0,
+        modify_index: 0,
+    };
+    each_field(r, |field, r| {
+        match field {
+            "ID" => rule.id = Arc::from(r.str()?),
+            "Description" => rule.description = r.str()?.to_string(),
+            "AuthMethod" => rule.auth_method = Arc::from(r.str()?),
+            "Selector" => rule.selector = r.str()?.to_string(),
+            "BindType" => rule.bind_type = r.str()?.to_string(),
+            "BindName" => rule.bind_name = r.str()?.to_string(),
+            "BindVars" => {
+                if !r.try_nil()? {
+                    let mut name = String::new();
+                    each_field(r, |field, r| {
+                        if field != "Name" {
+                            return Ok(false);
+                        }
+                        name = r.str()?.to_string();
+                        Ok(true)
+                    })?;
+                    rule.bind_vars_name = Some(name);
+                }
+            }
+            "CreateIndex" => rule.create_index = r.u64("CreateIndex")?,
+            "ModifyIndex" => rule.modify_index = r.u64("ModifyIndex")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(rule)
+}
+
+/// `ACLLoginRequest`: `Auth` (`*ACLLoginParams`: the auth method's name, the bearer token
+/// it verifies, the token's meta), the datacenter, and the write's token (which a login
+/// must not carry).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoginRequest<'a> {
+    pub datacenter: &'a str,
+    pub auth_method: &'a str,
+    pub bearer_token: &'a str,
+    pub meta: Vec<(&'a str, &'a str)>,
+    pub token: &'a str,
+}
+
+impl<'a> LoginRequest<'a> {
+    pub fn decode(body: &'a [u8]) -> Result<LoginRequest<'a>, WireError> {
+        let mut request = LoginRequest::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "Token" => request.token = r.str()?,
+                "Auth" => {
+                    if r.try_nil()? {
+                        return Ok(true);
+                    }
+                    each_field(r, |name, r| {
+                        match name {
+                            "AuthMethod" => request.auth_method = r.str()?,
+                            "BearerToken" => request.bearer_token = r.str()?,
+                            "Meta" => {
+                                request.meta = if r.try_nil()? {
+                                    Vec::new()
+                                } else {
+                                    string_map(r)?
+                                }
+                            }
+                            _ => return Ok(false),
+                        }
+                        Ok(true)
+                    })?;
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 3);
+        let mut auth = Fields::new(f.field("Auth"), 3);
+        auth.field("AuthMethod").str(self.auth_method);
+        auth.field("BearerToken").str(self.bearer_token);
+        write_string_map(auth.field("Meta"), self.meta.iter().copied(), true);
+        auth.finish();
+        f.field("Datacenter").str(self.datacenter);
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
+    }
+}
+
+/// `ACLLogoutRequest`: the datacenter and the write's token, which is the login token to
+/// delete.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogoutRequest<'a> {
+    pub datacenter: &'a str,
+    pub token: &'a str,
+}
+
+impl<'a> LogoutRequest<'a> {
+    pub fn decode(body: &'a [u8]) -> Result<LogoutRequest<'a>, WireError> {
+        let mut request = LogoutRequest::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "Token" => request.token = r.str()?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 2);
+        f.field("Datacenter").str(self.datacenter);
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
+    }
+}
+
+/// `ACLInitialTokenBootstrapRequest` (`BootstrapSecret`, the secret the management token
+/// is to have, empty for a new one; what older agents send, a `DCSpecificRequest`, reads
+/// as one without it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BootstrapRequest<'a> {
+    pub bootstrap_secret: &'a str,
+    pub datacenter: &'a str,
+    pub options: QueryOptions<'a>,
+}
+
+impl<'a> BootstrapRequest<'a> {
+    pub fn decode(body: &'a [u8]) -> Result<BootstrapRequest<'a>, WireError> {
+        let mut request = BootstrapRequest::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "BootstrapSecret" => request.bootstrap_secret = r.str()?,
+                "Datacenter" => request.datacenter = r.str()?,
+                _ => return request.options.field(name, r),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["BootstrapSecret", "Datacenter"],
+            |name, w| match name {
+                "BootstrapSecret" => w.str(self.bootstrap_secret),
+                _ => w.str(self.datacenter),
+            },
+        );
+        w.into_inner()
+    }
 }
 
 #[cfg(test)]
@@ -1032,5 +1321,141 @@ mod tests {
         .unwrap();
         assert!(names.windows(2).all(|p| p[0] < p[1]), "{names:?}");
         assert_eq!(names.len(), 17, "{names:?}");
+    }
+
+    fn field_names(body: &[u8]) -> Vec<&str> {
+        let mut names = Vec::new();
+        each_field(&mut Reader::new(body), |name, _| {
+            names.push(name);
+            Ok(false)
+        })
+        .unwrap();
+        names
+    }
+
+    #[test]
+    fn auth_methods_binding_rules_and_logins_travel_as_consuls_structs() {
+        let method = AuthMethod {
+            name: Arc::from("ci"),
+            method_type: "jwt".into(),
+            display_name: "CI".into(),
+            description: "d".into(),
+            max_token_ttl_ns: 600_000_000_000,
+            token_locality: "global".into(),
+            config_json: r#"{"BoundAudiences":["a"],"ClockSkewLeeway":-1,"Ratio":0.5}"#.into(),
+            create_index: 3,
+            modify_index: 4,
+        };
+        for stub in [false, true] {
+            let mut w = Writer::new();
+            write_auth_method(&mut w, &method, stub);
+            let body = w.into_inner();
+            let names = field_names(&body);
+            assert!(names.windows(2).all(|p| p[0] < p[1]), "{names:?}");
+            assert_eq!(names.contains(&"Config"), !stub);
+            let back = read_auth_method(&mut Reader::new(&body)).unwrap();
+            let config: serde_json::Value = serde_json::from_str(&back.config_json).unwrap();
+            let expected: serde_json::Value = if stub {
+                serde_json::json!({})
+            } else {
+                serde_json::from_str(&method.config_json).unwrap()
+            };
+            assert_eq!(config, expected);
+            assert_eq!(
+                AuthMethod {
+                    config_json: method.config_json.clone(),
+                    ..back
+                },
+                method
+            );
+        }
+        let rule = BindingRule {
+            id: Arc::from("r1"),
+            description: String::new(),
+            auth_method: Arc::from("ci"),
+            selector: "value.name == \"x\"".into(),
+            bind_type: "templated-policy".into(),
+            bind_name: "builtin/service".into(),
+            bind_vars_name: Some("${value.name}".into()),
+            create_index: 5,
+            modify_index: 6,
+        };
+        let mut w = Writer::new();
+        write_binding_rule(&mut w, &rule);
+        let body = w.into_inner();
+        let names = field_names(&body);
+        assert!(names.windows(2).all(|p| p[0] < p[1]), "{names:?}");
+        assert_eq!(read_binding_rule(&mut Reader::new(&body)).unwrap(), rule);
+
+        // A set request writes the object before `Datacenter` (`AuthMethod` < `Datacenter`)
+        // and a delete names the object by its own ID field.
+        let set = SetRequest {
+            datacenter: "dc1",
+            object: &[],
+            create: false,
+            token: "t",
+        }
+        .encode(Object::BindingRule, |w| write_binding_rule(w, &rule));
+        assert_eq!(field_names(&set), ["BindingRule", "Datacenter", "Token"]);
+        let decoded = SetRequest::decode(Object::BindingRule, &set).unwrap();
+        assert_eq!(
+            read_binding_rule(&mut Reader::new(decoded.object)).unwrap(),
+            rule
+        );
+        let delete = DeleteRequest {
+            datacenter: "",
+            id: "ci",
+            token: "t",
+        }
+        .encode(Object::AuthMethod);
+        assert_eq!(
+            field_names(&delete),
+            ["AuthMethodName", "Datacenter", "Token"]
+        );
+        assert_eq!(
+            DeleteRequest::decode(Object::AuthMethod, &delete)
+                .unwrap()
+                .id,
+            "ci"
+        );
+        let get = GetRequest {
+            id: "r1",
+            ..GetRequest::default()
+        }
+        .encode(Object::BindingRule);
+        let names = field_names(&get);
+        assert!(names.windows(2).all(|p| p[0] < p[1]), "{names:?}");
+        assert_eq!(
+            GetRequest::decode(Object::BindingRule, &get).unwrap().id,
+            "r1"
+        );
+
+        let login = LoginRequest {
+            datacenter: "dc1",
+            auth_method: "ci",
+            bearer_token: "a.b.c",
+            meta: vec![("run", "7")],
+            token: "",
+        };
+        assert_eq!(LoginRequest::decode(&login.encode()).unwrap(), login);
+        let logout = LogoutRequest {
+            datacenter: "",
+            token: "secret",
+        };
+        assert_eq!(LogoutRequest::decode(&logout.encode()).unwrap(), logout);
+        let bootstrap = BootstrapRequest {
+            bootstrap_secret: "s",
+            ..BootstrapRequest::default()
+        };
+        assert_eq!(
+            BootstrapRequest::decode(&bootstrap.encode()).unwrap(),
+            bootstrap
+        );
+        // What older agents send, a `DCSpecificRequest`, is a bootstrap with a new secret.
+        let older = crate::consul::rpc::catalog::DcSpecificRequest::default().encode();
+        assert_eq!(
+            BootstrapRequest::decode(&older).unwrap().bootstrap_secret,
+            ""
+        );
     }
 }

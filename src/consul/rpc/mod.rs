@@ -542,6 +542,27 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "ACL.RoleDelete" => decoded(acl::DeleteRequest::decode(acl::Object::Role, body)),
         "ACL.PolicyRead" => decoded(acl::GetRequest::decode(acl::Object::Policy, body)),
         "ACL.RoleRead" => decoded(acl::GetRequest::decode(acl::Object::Role, body)),
+        // Auth methods, binding rules, login, logout and bootstrap (issue #36, ACL auth).
+        "ACL.AuthMethodRead" => decoded(acl::GetRequest::decode(acl::Object::AuthMethod, body)),
+        "ACL.BindingRuleRead" => decoded(acl::GetRequest::decode(acl::Object::BindingRule, body)),
+        "ACL.AuthMethodList" | "ACL.BindingRuleList" => decoded(acl::ListRequest::decode(body)),
+        "ACL.AuthMethodSet" => decoded(
+            acl::SetRequest::decode(acl::Object::AuthMethod, body)
+                .and_then(|r| acl::read_auth_method(&mut Reader::new(r.object))),
+        ),
+        "ACL.BindingRuleSet" => decoded(
+            acl::SetRequest::decode(acl::Object::BindingRule, body)
+                .and_then(|r| acl::read_binding_rule(&mut Reader::new(r.object))),
+        ),
+        "ACL.AuthMethodDelete" => {
+            decoded(acl::DeleteRequest::decode(acl::Object::AuthMethod, body))
+        }
+        "ACL.BindingRuleDelete" => {
+            decoded(acl::DeleteRequest::decode(acl::Object::BindingRule, body))
+        }
+        "ACL.Login" => decoded(acl::LoginRequest::decode(body)),
+        "ACL.Logout" => decoded(acl::LogoutRequest::decode(body)),
+        "ACL.BootstrapTokens" => decoded(acl::BootstrapRequest::decode(body)),
         "Internal.EventFire" => decoded(internal::EventFireRequest::decode(body)),
         "Internal.ServiceDump" => decoded(internal::ServiceDumpRequest::decode(body)),
         // Config entries (issue #36, mesh).

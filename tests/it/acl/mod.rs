@@ -1,6 +1,7 @@
-//! ACLs: tokens, policies, roles, auth methods, JWT, the routing table's rules, a cluster
-//! with ACLs.
+//! ACLs: tokens, policies, roles, auth methods, binding rules, login, JWT, the routing
+//! table's rules, a cluster with ACLs.
 
+mod acl_auth_calls;
 mod acl_client_calls;
 mod acl_cluster;
 mod acl_http;
