@@ -532,7 +532,7 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
     let chosen = Obj::new(&body)
         .and_then(|o| o.string(&["bootstrapsecret"]))
         .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         // The reset file and the tables are the servers'; the server checks the secret.
         return Ok(client_acl::bootstrap(ctx, &chosen));
     }
@@ -600,7 +600,7 @@ pub fn token_self(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         let options = query_options(ctx, &request.query)?;
         return Ok(client_acl::token_self(ctx, request, options));
     }
@@ -745,7 +745,7 @@ fn object<O: AclObject>(
     }
     let key = O::key_id(id);
     match request.method {
-        Method::Get if ctx.is_client() && O::TYPED.is_some() => {
+        Method::Get if super::read_by_call(ctx, request)? && O::TYPED.is_some() => {
             let options = query_options(ctx, &request.query)?;
             let object = O::TYPED.expect("checked above");
             Ok(client_acl::read_one(ctx, request, object, id, "", options))
@@ -817,7 +817,7 @@ fn by_name<O: AclObject>(
             O::WHAT.to_lowercase()
         )));
     }
-    if let (true, Some(object)) = (ctx.is_client(), O::TYPED) {
+    if let (true, Some(object)) = (super::read_by_call(ctx, request)?, O::TYPED) {
         require_enabled(ctx)?;
         let options = query_options(ctx, &request.query)?;
         return Ok(client_acl::read_one(
@@ -979,7 +979,7 @@ pub fn token_list(
     let policy = list_param(request, "policy");
     let role = list_param(request, "role");
     let method = list_param(request, "authmethod");
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         return typed_list(ctx, request, Object::Token, policy, role, method);
     }
     list::<Tokens>(ctx, request, reply, move |tables| {
@@ -1077,7 +1077,7 @@ pub fn policy_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         return typed_list(ctx, request, Object::Policy, None, None, None);
     }
     list::<Policies>(ctx, request, reply, |tables| {
@@ -1160,7 +1160,7 @@ pub fn role_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Ou
 /// `GET /v1/acl/roles?policy=`.
 pub fn role_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let policy = list_param(request, "policy");
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         return typed_list(ctx, request, Object::Role, policy, None, None);
     }
     list::<Roles>(ctx, request, reply, move |tables| {
@@ -1355,7 +1355,7 @@ pub fn auth_method_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         return typed_list(ctx, request, Object::AuthMethod, None, None, None);
     }
     list::<AuthMethods>(ctx, request, reply, |tables| {
@@ -1440,7 +1440,7 @@ pub fn binding_rule_list(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let method = list_param(request, "authmethod");
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         return typed_list(ctx, request, Object::BindingRule, None, None, method);
     }
     list::<BindingRules>(ctx, request, reply, move |tables| {
@@ -1543,7 +1543,7 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
             .collect(),
     };
     check_bearer(&ask.bearer_token)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         // The auth methods and binding rules are the servers'.
         return Ok(client_acl::login(ctx, &ask));
     }

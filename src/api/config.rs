@@ -222,7 +222,7 @@ fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, A
             let kind = ConfigKind::parse(kind_text).ok_or_else(|| {
                 ApiError::Internal(format!("invalid config entry kind: {kind_text}"))
             })?;
-            if ctx.is_client() {
+            if ctx.reads_by_call(&options) {
                 return Ok(client_config::get(
                     ctx, request, kind, kind_text, name, options,
                 ));
@@ -242,7 +242,7 @@ fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, A
                     ApiError::Internal(format!("invalid config entry kind: {text}"))
                 })?),
             };
-            if ctx.is_client() {
+            if ctx.reads_by_call(&options) {
                 return Ok(client_config::list(ctx, request, kind, options));
             }
             run_query(
@@ -415,7 +415,7 @@ pub fn discovery_chain(
                 .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
         }
     }
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         return Ok(client_config::discovery_chain(
             ctx,
             request,

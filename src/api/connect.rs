@@ -363,14 +363,14 @@ pub fn configuration(
     }
     if request.method == Method::Get {
         let options = query_options(ctx, &request.query)?;
-        if ctx.is_client() {
+        if ctx.reads_by_call(&options) {
             return Ok(client_operator::ca_configuration_get(ctx, request, options));
         }
         return run_query(ctx, ConfigQuery, options, reply);
     }
     super::check_datacenter(ctx, &request.query)?;
     let set = CaConfigSet::parse(request.body)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_operator::ca_configuration_set(ctx, request, &set));
     }
     if !ctx.is_leader() {

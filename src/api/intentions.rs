@@ -192,7 +192,7 @@ pub fn intentions(
     }
     let options = query_options(ctx, &request.query)?;
     let filter = list_filter(request.query.get("filter"))?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_intention::list(ctx, request, options));
     }
     run_query(
@@ -230,7 +230,7 @@ pub struct Planned {
 fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
     let ixn = decode_body(request)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_intention::apply(
             ctx,
             request,
@@ -290,7 +290,7 @@ pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     match request.method {
         crate::proto::http::Method::Get => {
             let options = query_options(ctx, &request.query)?;
-            if ctx.is_client() {
+            if ctx.reads_by_call(&options) {
                 let query = client_intention::Get::Exact {
                     source: &source,
                     destination: &destination,
@@ -305,7 +305,7 @@ pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             ixn.id.clear();
             ixn.source_name = source;
             ixn.destination_name = destination;
-            if ctx.is_client() {
+            if ctx.writes_by_call() {
                 return Ok(client_intention::apply(
                     ctx,
                     request,
@@ -319,7 +319,7 @@ pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         }
         _ => {
             super::check_datacenter(ctx, &request.query)?;
-            if ctx.is_client() {
+            if ctx.writes_by_call() {
                 let ixn = LegacyIntention {
                     source_name: source,
                     destination_name: destination,
@@ -446,7 +446,7 @@ pub fn match_intentions(
         let name = parse_name(raw, "name")?;
         names.push((raw.to_string(), name));
     }
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_intention::match_intentions(
             ctx,
             request,
@@ -480,7 +480,7 @@ pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         source_raw.to_string()
     };
     let destination = parse_name(required(request, "destination")?, "destination")?;
-    if ctx.is_client() {
+    if ctx.reads_by_call(&options) {
         return Ok(client_intention::check(
             ctx,
             request,
@@ -503,7 +503,7 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
     match request.method {
         crate::proto::http::Method::Get => {
             let options = query_options(ctx, &request.query)?;
-            if ctx.is_client() {
+            if ctx.reads_by_call(&options) {
                 let query = client_intention::Get::Id(&id);
                 return Ok(client_intention::get(ctx, request, query, options));
             }
@@ -520,7 +520,7 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         crate::proto::http::Method::Put => {
             super::check_datacenter(ctx, &request.query)?;
             let mut ixn = decode_body(request)?;
-            if ctx.is_client() {
+            if ctx.writes_by_call() {
                 ixn.id = id;
                 return Ok(client_intention::apply(
                     ctx,
@@ -543,7 +543,7 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         }
         _ => {
             super::check_datacenter(ctx, &request.query)?;
-            if ctx.is_client() {
+            if ctx.writes_by_call() {
                 let ixn = LegacyIntention {
                     id,
                     ..LegacyIntention::default()

@@ -450,6 +450,19 @@ pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions,
     query_options_in(ctx, query)
 }
 
+/// Whether a read of `request` is one of Consul's typed calls to a server rather than run
+/// here ([`Context::reads_by_call`]): always on a client agent, never on the leader, and on
+/// a follower as its query options' consistency says (parsed here for the question only).
+pub fn read_by_call(ctx: &Context, request: &Request) -> Result<bool, ApiError> {
+    if ctx.is_client() {
+        return Ok(true);
+    }
+    if ctx.is_leader() {
+        return Ok(false);
+    }
+    Ok(ctx.reads_by_call(&query_options(ctx, &request.query)?))
+}
+
 /// [`query_options`] for a request whose `dc` another datacenter answers.
 pub fn query_options_in(ctx: &Context, query: &QueryParams) -> Result<QueryOptions, ApiError> {
     let min_index = match query.get("index") {

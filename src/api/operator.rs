@@ -86,7 +86,7 @@ pub fn configuration(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if ctx.is_client() {
+    if super::read_by_call(ctx, request)? {
         let options = query_options(ctx, &request.query)?;
         return Ok(client_operator::raft_configuration(ctx, request, options));
     }
@@ -121,7 +121,7 @@ pub fn remove_peer(
             "Must specify only one of ?id or ?address",
         ));
     }
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_operator::remove_peer(ctx, request, id, address));
     }
     Ok(Outcome::Leader(LeaderOp::Operator {
@@ -264,7 +264,7 @@ fn autopilot_view(
     state: bool,
 ) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
-    if ctx.is_client() {
+    if ctx.writes_by_call() {
         return Ok(client_operator::autopilot_health(ctx, request, state));
     }
     let Some(health) = leader_health(ctx)? else {
@@ -433,7 +433,7 @@ pub fn autopilot_configuration(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     if request.method == crate::proto::http::Method::Get {
-        if ctx.is_client() {
+        if super::read_by_call(ctx, request)? {
             let options = query_options(ctx, &request.query)?;
             return Ok(client_operator::autopilot_configuration(
                 ctx, request, options,

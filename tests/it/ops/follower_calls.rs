@@ -1,6 +1,7 @@
 //! A follower server hands what only the leader answers — writes, and reads whose
 //! consistency needs the leader — to it as Consul's typed calls (`KVS.Apply`,
-//! `Catalog.Register`, `Session.Apply`, `Txn.Apply`, `PreparedQuery.Execute`, …), as
+//! `Catalog.Register`, `Session.Apply`, `Txn.Apply`, `PreparedQuery.Execute`,
+//! `ConfigEntry.Apply`, `Intention.*`, `DiscoveryChain.Get`, `Operator.*`, …), as
 //! Consul's `ForwardRPC` does, not as HTTP inside praetor's frames. Three real servers:
 //! every request is made on a follower, its answer compared with the leader's own answer
 //! for the same read, and no server's `consul_rpc_forwarded_http` moves while it happens.
@@ -50,7 +51,15 @@ fn same(follower: &Agent, leader: &Agent, path: &str) -> HttpResponse {
 
 #[test]
 fn a_follower_hands_writes_and_leader_reads_to_the_leader_as_typed_calls() {
-    let cluster = Cluster::start(3, &["-hcl", common::PROMETHEUS_HCL]);
+    let cluster = Cluster::start(
+        3,
+        &[
+            "-hcl",
+            common::PROMETHEUS_HCL,
+            "-hcl",
+            "connect { enabled = true }",
+        ],
+    );
     let leader_index = cluster.wait_for_leader(Duration::from_secs(10));
     let leader = &cluster.servers[leader_index];
     let follower = &cluster.servers[(leader_index + 1) % 3];
@@ -184,6 +193,52 @@ fn a_follower_hands_writes_and_leader_reads_to_the_leader_as_typed_calls() {
         (gone.status, gone.text()),
         (404, "Query not found".to_string())
     );
+
+    // The service mesh's configuration: a config entry, intentions, the discovery chain,
+    // the CA's configuration.
+    let entry = br#"{"Kind":"service-defaults","Name":"web","Protocol":"http"}"#;
+    assert_eq!(follower.put("/v1/config", entry).text().trim(), "true");
+    same(follower, leader, "/v1/config/service-defaults/web");
+    same(follower, leader, "/v1/config/service-defaults");
+    let intention = br#"{"SourceName":"api","DestinationName":"web","Action":"allow"}"#;
+    let created = request(
+        follower.addr(),
+        "POST",
+        "/v1/connect/intentions",
+        intention,
+        &[],
+    );
+    assert_eq!(created.status, 200, "{}", created.text());
+    let intention_id = created.json()["ID"].as_str().unwrap().to_string();
+    same(
+        follower,
+        leader,
+        &format!("/v1/connect/intentions/{intention_id}"),
+    );
+    same(follower, leader, "/v1/connect/intentions");
+    let check = same(
+        follower,
+        leader,
+        "/v1/connect/intentions/check?source=api&destination=web",
+    );
+    assert_eq!(check.json()["Allowed"], true);
+    same(
+        follower,
+        leader,
+        "/v1/connect/intentions/match?by=destination&name=web",
+    );
+    let removed = follower.delete(&format!("/v1/connect/intentions/{intention_id}"));
+    assert_eq!(removed.status, 200, "{}", removed.text());
+    same(follower, leader, "/v1/discovery-chain/web");
+    same(follower, leader, "/v1/connect/ca/configuration");
+
+    // The operator's reads: what the leader knows of Raft and autopilot.
+    let raft = same(follower, leader, "/v1/operator/raft/configuration");
+    assert_eq!(raft.json()["Servers"].as_array().unwrap().len(), 3);
+    same(follower, leader, "/v1/operator/autopilot/configuration");
+    let health = follower.get("/v1/operator/autopilot/health");
+    assert_eq!(health.status, 200, "{}", health.text());
+    assert_eq!(health.json()["Servers"].as_array().unwrap().len(), 3);
 
     // None of it travelled as HTTP inside praetor's frames; the leader served the calls.
     assert_eq!(
