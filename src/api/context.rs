@@ -178,33 +178,6 @@ impl Deferred {
             .call_typed(&self.shard.rpc, datacenter, method, body, timeout, retry)
             .await
     }
-
-    /// Runs `request` (a complete HTTP/1.1 request) on a server of `datacenter` as if it
-    /// had arrived there, and returns its raw HTTP answer. A read is retried on another of
-    /// its servers when one cannot be reached.
-    pub async fn request_datacenter(
-        &self,
-        datacenter: &str,
-        request: &[u8],
-        timeout: std::time::Duration,
-    ) -> Result<bytes::Bytes, String> {
-        use crate::proto::rpc::kind;
-        let frame = self
-            .router
-            .forward(
-                &self.shard.forward,
-                datacenter,
-                kind::FORWARD_HTTP,
-                request,
-                timeout,
-                crate::cluster::servers::Retry::Always,
-            )
-            .await?;
-        if frame.kind != kind::FORWARD_HTTP_RESPONSE {
-            return Err(String::from_utf8_lossy(&frame.payload).into_owned());
-        }
-        Ok(frame.payload)
-    }
 }
 
 fn query_meta_of(shard: &Shard, index: u64, consistency: Consistency) -> QueryMeta {

@@ -16,7 +16,6 @@ use crate::common;
 use acl_common::call;
 use common::{Cluster, HttpResponse, TempDir};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Default `allow` so that nothing needs a token before the bootstrap (the metrics read
@@ -108,28 +107,18 @@ fn a_client_agent_serves_acl_bootstrap_auth_methods_binding_rules_and_login_with
     assert_eq!(bad_client.status, 400, "{}", bad_client.text());
 
     // py-consul through the client agent, and raw calls on the server's port.
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/acl_auth_calls.py"
+    let script = "acl_auth_calls.py";
+    let printed = common::run_python(
+        script,
+        &[
+            &client.ip.to_string(),
+            &client.http_port.to_string(),
+            &server.ip.to_string(),
+            &management,
+        ],
+        &[&client, server],
     );
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(client.ip.to_string())
-        .arg(client.http_port.to_string())
-        .arg(server.ip.to_string())
-        .arg(&management)
-        .output()
-        .expect("python3 must be installed (tests/run.sh installs it)");
-    assert!(
-        output.status.success(),
-        "acl_auth_calls.py failed:\nstdout: {}\nstderr: {}\nclient log:\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-        client.log(),
-        server.log()
-    );
-    let created: Value =
-        serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    let created: Value = serde_json::from_str(printed.trim()).unwrap();
     let field = |name: &str| created[name].as_str().unwrap().to_string();
     let (rule, reader, jwt) = (field("rule"), field("reader"), field("jwt"));
 

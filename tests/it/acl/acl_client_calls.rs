@@ -13,7 +13,6 @@ use crate::common;
 use acl_common::{call, wait_for_token};
 use common::{Cluster, HttpResponse, TempDir};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const MANAGEMENT: &str = "5c2e1d3b-5555-4e7a-9c59-0123456789ab";
@@ -47,28 +46,18 @@ fn a_client_agent_serves_acl_tokens_policies_and_roles_with_typed_calls() {
     let before = server.prometheus_counter("consul_rpc_forwarded_http", Some(MANAGEMENT));
 
     // py-consul through the client agent, and one raw call on the server's port.
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/acl_client_calls.py"
+    let script = "acl_client_calls.py";
+    let printed = common::run_python(
+        script,
+        &[
+            &client.ip.to_string(),
+            &client.http_port.to_string(),
+            &server.ip.to_string(),
+            MANAGEMENT,
+        ],
+        &[&client, server],
     );
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(client.ip.to_string())
-        .arg(client.http_port.to_string())
-        .arg(server.ip.to_string())
-        .arg(MANAGEMENT)
-        .output()
-        .expect("python3 must be installed (tests/run.sh installs it)");
-    assert!(
-        output.status.success(),
-        "acl_client_calls.py failed:\nstdout: {}\nstderr: {}\nclient log:\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-        client.log(),
-        server.log()
-    );
-    let created: Value =
-        serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    let created: Value = serde_json::from_str(printed.trim()).unwrap();
     let field = |name: &str| created[name].as_str().unwrap().to_string();
     let (policy, role, accessor, secret) = (
         field("policy"),

@@ -9,16 +9,16 @@
 use crate::acl_common;
 use crate::common;
 
-use acl_common::{call, token_with_rules, wait_for_token};
+use acl_common::{
+    call, same_answer, token_with_rules, wait_for_token, FILTERED_HEADER as FILTERED,
+};
 use common::{Agent, Cluster, HttpResponse, TempDir};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MANAGEMENT: &str = "5d0c8a1e-3f2b-4c6d-9e7f-36a1b2c3d4e5";
-const FILTERED: &str = "X-Consul-Results-Filtered-By-ACLs";
 
-/// `method path` on the client and on its server with `token`, until both answer the same
-/// (bounded: 10 s); the client's answer.
+/// `method path` on the client and on its server with `token`, until both answer the same,
+/// query headers included (`acl_common::same_answer`); the client's answer.
 fn same(
     client: &Agent,
     server: &Agent,
@@ -26,31 +26,7 @@ fn same(
     path: &str,
     token: Option<&str>,
 ) -> HttpResponse {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let asked = call(client, method, path, b"", token);
-        let direct = call(server, method, path, b"", token);
-        let same = asked.status == direct.status
-            && asked.body == direct.body
-            && asked.header("X-Consul-Index") == direct.header("X-Consul-Index")
-            && asked.header("X-Consul-KnownLeader") == direct.header("X-Consul-KnownLeader")
-            && asked.header(FILTERED) == direct.header(FILTERED)
-            && asked.header("Content-Type") == direct.header("Content-Type");
-        if same {
-            return asked;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{method} {path}: the client answered\n{} {:?}\n{}\nthe server\n{} {:?}\n{}",
-            asked.status,
-            asked.headers,
-            asked.text(),
-            direct.status,
-            direct.headers,
-            direct.text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    same_answer(client, server, (method, path, b""), token, true)
 }
 
 fn put(agent: &Agent, path: &str, body: &str, token: Option<&str>) -> HttpResponse {
@@ -331,21 +307,6 @@ fn a_client_agents_config_entry_calls_carry_the_requests_token() {
 #[test]
 fn an_independent_client_calls_config_entry_methods_on_the_server_port() {
     let agent = Agent::dev(&[]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/config_entry_rpc.py"
-    );
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(agent.ip.to_string())
-        .output()
-        .expect("python3 must be installed (tests/run.sh installs it)");
-    assert!(
-        output.status.success(),
-        "config_entry_rpc.py failed:\nstdout: {}\nstderr: {}\nagent log:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-        agent.log()
-    );
-    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+    let script = "config_entry_rpc.py";
+    common::run_python(script, &[&agent.ip.to_string()], &[&agent]);
 }

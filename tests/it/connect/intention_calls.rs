@@ -10,17 +10,16 @@
 use crate::acl_common;
 use crate::common;
 
-use acl_common::{call, token_with_rules, wait_for_token};
+use acl_common::{
+    call, same_answer, token_with_rules, wait_for_token, FILTERED_HEADER as FILTERED,
+};
 use common::{Agent, Cluster, HttpResponse, TempDir};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MANAGEMENT: &str = "7a0c8a1e-3f2b-4c6d-9e7f-36a1b2c3d4e6";
-const FILTERED: &str = "X-Consul-Results-Filtered-By-ACLs";
 
 /// `method path` with `body` on the client and on its server with `token`, until both
-/// answer the same (bounded: 10 s); the client's answer. With `headers`, the query's
-/// headers must match too (a refusal carries none on either).
+/// answer the same (`acl_common::same_answer`); the client's answer.
 fn same_as(
     client: &Agent,
     server: &Agent,
@@ -28,34 +27,13 @@ fn same_as(
     token: Option<&str>,
     headers: bool,
 ) -> HttpResponse {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let asked = call(client, method, path, body.as_bytes(), token);
-        let direct = call(server, method, path, body.as_bytes(), token);
-        let mut same = asked.status == direct.status
-            && asked.body == direct.body
-            && asked.header("Content-Type") == direct.header("Content-Type");
-        if headers {
-            same = same
-                && asked.header("X-Consul-Index") == direct.header("X-Consul-Index")
-                && asked.header("X-Consul-KnownLeader") == direct.header("X-Consul-KnownLeader")
-                && asked.header(FILTERED) == direct.header(FILTERED);
-        }
-        if same {
-            return asked;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{method} {path}: the client answered\n{} {:?}\n{}\nthe server\n{} {:?}\n{}",
-            asked.status,
-            asked.headers,
-            asked.text(),
-            direct.status,
-            direct.headers,
-            direct.text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    same_answer(
+        client,
+        server,
+        (method, path, body.as_bytes()),
+        token,
+        headers,
+    )
 }
 
 fn same(client: &Agent, server: &Agent, path: &str, token: Option<&str>) -> HttpResponse {
@@ -435,18 +413,6 @@ fn a_client_agents_intention_calls_carry_the_requests_token() {
 #[test]
 fn an_independent_client_calls_intention_methods_on_the_server_port() {
     let agent = Agent::dev(&[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/intention_rpc.py");
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(agent.ip.to_string())
-        .output()
-        .expect("python3 must be installed (tests/run.sh installs it)");
-    assert!(
-        output.status.success(),
-        "intention_rpc.py failed:\nstdout: {}\nstderr: {}\nagent log:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-        agent.log()
-    );
-    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+    let script = "intention_rpc.py";
+    common::run_python(script, &[&agent.ip.to_string()], &[&agent]);
 }

@@ -22,31 +22,8 @@ fn run_client(args: &[&str], agent: &Agent) {
 
 /// Runs the client; on failure shows the logs of `agents`.
 fn run_client_of(args: &[&str], agents: &[Agent]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/consul_rpc.py");
-    let output = Command::new("python3")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python3 must be installed (tests/run.sh installs it)");
-    let logs = || {
-        agents
-            .iter()
-            .map(|a| format!("--- {}\n{}", a.ip, a.log()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    assert!(
-        output.status.success(),
-        "consul_rpc.py {args:?} failed:\nstdout: {}\nstderr: {}\nagent logs:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-        logs()
-    );
-    assert!(
-        agents.iter().all(|a| !a.log().contains("panicked")),
-        "an agent panicked:\n{}",
-        logs()
-    );
+    let agents: Vec<&Agent> = agents.iter().collect();
+    common::run_python("consul_rpc.py", args, &agents);
 }
 
 #[test]

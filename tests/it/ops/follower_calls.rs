@@ -6,6 +6,7 @@
 //! every request is made on a follower, its answer compared with the leader's own answer
 //! for the same read, and no server's `consul_rpc_forwarded_http` moves while it happens.
 
+use crate::acl_common::same_answer;
 use crate::common;
 
 use common::{request, Agent, Cluster, HttpResponse};
@@ -20,33 +21,10 @@ fn forwarded_http(cluster: &Cluster) -> Vec<u64> {
         .collect()
 }
 
-/// `path` read on the follower and on the leader until both answer the same status,
-/// body and index (bounded: 10 s; the leader may apply a write a moment before the
-/// follower's call returns); the follower's answer.
+/// `path` read on the follower and on the leader until both answer alike, query headers
+/// included (`acl_common::same_answer`); the follower's answer.
 fn same(follower: &Agent, leader: &Agent, path: &str) -> HttpResponse {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let asked = follower.get(path);
-        let direct = leader.get(path);
-        if asked.status == direct.status
-            && asked.body == direct.body
-            && asked.header("X-Consul-Index") == direct.header("X-Consul-Index")
-            && asked.header("X-Consul-KnownLeader") == direct.header("X-Consul-KnownLeader")
-        {
-            return asked;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "GET {path}: the follower answered\n{} {:?}\n{}\nthe leader\n{} {:?}\n{}",
-            asked.status,
-            asked.headers,
-            asked.text(),
-            direct.status,
-            direct.headers,
-            direct.text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    same_answer(follower, leader, ("GET", path, b""), None, true)
 }
 
 #[test]

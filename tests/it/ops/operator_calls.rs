@@ -15,7 +15,6 @@ use crate::common;
 use acl_common::{call, token_with_rules, wait_for_token};
 use common::{Agent, Cluster, HttpResponse, TempDir};
 use serde_json::Value;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const MANAGEMENT: &str = "8f1e2d3c-4b5a-4697-8a7b-6c5d4e3f2a1b";
@@ -471,7 +470,7 @@ fn a_client_agent_reads_the_raft_configuration_and_autopilots_view_through_typed
 #[test]
 fn an_independent_client_calls_the_operator_methods_on_the_server_port() {
     let agent = Agent::dev(&[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/operator_rpc.py");
+    let script = "operator_rpc.py";
     // Autopilot's first judgement and the CA's first configuration come a moment after the
     // leader does.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -484,17 +483,5 @@ fn an_independent_client_calls_the_operator_methods_on_the_server_port() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(agent.ip.to_string())
-        .output()
-        .expect("python3 must be installed (tests/run.sh installs it)");
-    assert!(
-        output.status.success(),
-        "operator_rpc.py failed:\nstdout: {}\nstderr: {}\nagent log:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-        agent.log()
-    );
-    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+    common::run_python(script, &[&agent.ip.to_string()], &[&agent]);
 }

@@ -1,5 +1,7 @@
 //! Helpers the ACL tests share: requests with a token, writes as a token that must succeed,
-//! a token made from a policy's rules, and waiting for the initial management token.
+//! a token made from a policy's rules, waiting for the initial management token, and two
+//! agents' answers to one request compared (a client agent's or a follower's against the
+//! server that answers itself).
 
 #![allow(dead_code)]
 
@@ -76,6 +78,50 @@ pub fn wait_for_token(agent: &Agent, token: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while call(agent, "GET", "/v1/acl/token/self", b"", Some(token)).status != 200 {
         assert!(Instant::now() < deadline, "the token never resolved");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The header that says a token hid rows.
+pub const FILTERED_HEADER: &str = "X-Consul-Results-Filtered-By-ACLs";
+
+/// `method path` with `body` on `asked` (a client agent, a follower) and on `direct` (the
+/// server that answers itself) with `token`, until both answer the same status, body and
+/// `Content-Type` (bounded: 10 s; a write lands on one a moment before the other sees it);
+/// `asked`'s answer. With `headers`, the query's headers must match too (`X-Consul-Index`,
+/// `X-Consul-KnownLeader`, the filtered-by-ACLs header; a refusal carries none on either).
+pub fn same_answer(
+    asked: &Agent,
+    direct: &Agent,
+    (method, path, body): (&str, &str, &[u8]),
+    token: Option<&str>,
+    headers: bool,
+) -> HttpResponse {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = call(asked, method, path, body, token);
+        let expected = call(direct, method, path, body, token);
+        let header_names = ["X-Consul-Index", "X-Consul-KnownLeader", FILTERED_HEADER];
+        let same = answer.status == expected.status
+            && answer.body == expected.body
+            && answer.header("Content-Type") == expected.header("Content-Type")
+            && (!headers
+                || header_names
+                    .iter()
+                    .all(|name| answer.header(name) == expected.header(name)));
+        if same {
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{method} {path}: asked\n{} {:?}\n{}\nanswering itself\n{} {:?}\n{}",
+            answer.status,
+            answer.headers,
+            answer.text(),
+            expected.status,
+            expected.headers,
+            expected.text()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -842,6 +842,39 @@ pub fn presented_certificate(
     Ok(String::from_utf8_lossy(&parsed.stdout).into_owned())
 }
 
+/// Runs `tests/python/<script>` with `args` (an independent client: py-consul, or msgpack
+/// and the standard library) and returns what it printed; a failure shows its output and
+/// the logs of `agents`, and an agent that panicked meanwhile fails the test too. A missing
+/// interpreter or module is a failure, not a skip: `tests/run.sh` installs them.
+pub fn run_python(script: &str, args: &[&str], agents: &[&Agent]) -> String {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("python3 must be installed (tests/run.sh installs it)");
+    let logs = || {
+        agents
+            .iter()
+            .map(|a| format!("--- {}\n{}", a.ip, a.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        output.status.success(),
+        "{script} {args:?} failed:\nstdout: {}\nstderr: {}\nagent logs:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        logs()
+    );
+    assert!(
+        agents.iter().all(|a| !a.log().contains("panicked")),
+        "an agent panicked:\n{}",
+        logs()
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Waits until `agent`'s log has a line with every piece of `what` (bounded: 10 s).
 pub fn wait_for_log(agent: &Agent, what: &[&str]) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
