@@ -51,9 +51,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a request waits for a leader to appear before "No cluster leader" (Consul's
-/// `rpc_hold_timeout` default).
-pub const RPC_HOLD_TIMEOUT: Duration = Duration::from_secs(7);
+/// How long a request waits for a leader to appear before "No cluster leader": the one
+/// `rpc_hold_timeout` every RPC waits (Consul's default), which a client agent's calls wait
+/// for a server too.
+pub use crate::cluster::servers::RPC_HOLD_TIMEOUT;
 /// Forwards one request may take before it is refused as a loop.
 pub const FORWARD_HOPS_MAX: u32 = 3;
 
