@@ -373,9 +373,6 @@ pub fn configuration(
     if ctx.writes_by_call() {
         return Ok(client_operator::ca_configuration_set(ctx, request, &set));
     }
-    if !ctx.is_leader() {
-        return Ok(Outcome::Forward);
-    }
     Ok(Outcome::Write(WriteOp {
         command: ca_config_command(ctx, &set)?,
         respond: Box::new(ca_config_set_answer),

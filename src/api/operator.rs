@@ -20,19 +20,13 @@ use crate::consul::rpc::operator::{
 };
 use crate::proto::duration::format_go_duration;
 use crate::replica::AutopilotHealth;
-use crate::shard::runtime::{OperatorOp, ReadPlan};
+use crate::shard::runtime::OperatorOp;
 use crate::shard::watch::WatchSet;
 use crate::store::autopilot::{AutopilotConfig, AutopilotOp};
 use crate::store::catalog::read::service_usage;
 use crate::store::{AutopilotResult, CommandResult, StoreVersion, Table, Tables};
 use serde_json::json;
 use std::sync::Arc;
-
-/// Reads of Raft state are answered by the leader unless `?stale`, as Consul forwards them.
-fn must_forward(ctx: &Context, request: &Request) -> Result<bool, ApiError> {
-    let options = query_options(ctx, &request.query)?;
-    Ok(ctx.read_plan(&options) == ReadPlan::Forward)
-}
 
 /// The Raft configuration as `RaftConfigurationResponse` carries it (what
 /// `Operator.RaftGetConfiguration` answers).
@@ -90,9 +84,9 @@ pub fn configuration(
         let options = query_options(ctx, &request.query)?;
         return Ok(client_operator::raft_configuration(ctx, request, options));
     }
-    if must_forward(ctx, request)? {
-        return Ok(Outcome::Forward);
-    }
+    // A read the leader must answer went as its typed call above; bad parameters are
+    // refused here as on any read.
+    query_options(ctx, &request.query)?;
     raft_configuration_answer(&raft_configuration_of(ctx), reply);
     Ok(Outcome::Done)
 }
@@ -439,9 +433,9 @@ pub fn autopilot_configuration(
                 ctx, request, options,
             ));
         }
-        if must_forward(ctx, request)? {
-            return Ok(Outcome::Forward);
-        }
+        // A read the leader must answer went as its typed call above; bad parameters are
+        // refused here as on any read.
+        query_options(ctx, &request.query)?;
         let version = ctx.current_version();
         let Some(config) = version.autopilot.as_ref() else {
             return Err(ApiError::Internal(AUTOPILOT_NOT_INITIALIZED.into()));
