@@ -40,6 +40,11 @@ if ! python3 -c "import msgpack" >/dev/null 2>&1; then
   echo "tests/run.sh: installing msgpack"
   python3 -m pip install -q msgpack
 fi
+if ! python3 -c "import cryptography" >/dev/null 2>&1; then
+  # tests/python/acl_auth_calls.py signs the JWT its auth method verifies.
+  echo "tests/run.sh: installing cryptography"
+  python3 -m pip install -q cryptography
+fi
 if ! python3 -c "import selenium" >/dev/null 2>&1; then
   echo "tests/run.sh: installing selenium"
   python3 -m pip install -q selenium
