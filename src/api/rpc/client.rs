@@ -297,7 +297,22 @@ pub fn across_datacenters(
 ) -> Option<Result<Outcome, ApiError>> {
     let kv = request.path == "/v1/kv" || request.path.starts_with("/v1/kv/");
     if !kv {
-        return super::client_catalog::across_datacenters(ctx, request, datacenter);
+        // Each family answers for its own paths (`None`: not one of them, or a variant
+        // without a typed call yet).
+        type Family = fn(&Context, &Request, &str) -> Option<Result<Outcome, ApiError>>;
+        const FAMILIES: &[Family] = &[
+            super::client_catalog::across_datacenters,
+            super::client_session::across_datacenters,
+            super::client_txn::across_datacenters,
+            super::client_query::across_datacenters,
+            super::client_config::across_datacenters,
+            super::client_intention::across_datacenters,
+            super::client_operator::across_datacenters,
+            super::client_acl::across_datacenters,
+        ];
+        return FAMILIES
+            .iter()
+            .find_map(|family| family(ctx, request, datacenter));
     }
     if request.method != crate::proto::http::Method::Get {
         // A write: the handler's own command, sent as `KVS.Apply` naming the datacenter.
