@@ -295,6 +295,21 @@ pub fn request_secret<'r>(ctx: &Context, request: &'r Request) -> Cow<'r, str> {
     Cow::Owned(ctx.agent_default_token().unwrap_or_default())
 }
 
+/// On a follower: the resolution of a token this server does not know (yet), for a
+/// request its leader checks (see `Route::serve`). It may do nothing; the secret is the
+/// request's, which the typed call carries to the leader.
+pub fn unknown_here(request: &Request) -> Authz {
+    let secret: Arc<str> = Arc::from(request.token().unwrap_or_default());
+    Authz {
+        accessor_id: Arc::from(""),
+        secret_id: secret,
+        authorizer: Arc::new(Authorizer::compile(
+            &[],
+            crate::store::acl::authorizer::DefaultPolicy::Deny,
+        )),
+    }
+}
+
 /// Resolves `secret` against the shard's current version.
 pub fn resolve(ctx: &Context, secret: &str) -> Result<Authz, ApiError> {
     let resolved = ctx.resolve_token(secret).map_err(|e| match e {

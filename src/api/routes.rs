@@ -497,11 +497,14 @@ impl Route {
         if ctx.acl_enabled() && (!ctx.is_client() || self.answered_by_agent()) {
             let resolved = match authz::authorize(ctx, self.acl, request) {
                 // A follower may not have applied a token the leader just created (through
-                // this very server, a moment ago). Consul checks a forwarded request on the
-                // leader, after forwarding; here a token unknown to a follower sends the
-                // request to the leader, which knows every committed token and answers
-                // `ACL not found` itself if it is unknown there too. Stale reads and the
-                // agent's own endpoints stay local, as in Consul.
+                // this very server, a moment ago). Consul checks a forwarded call on the
+                // leader; here too: the follower sends every write and every read that is
+                // not `?stale` to the leader as its typed call, carrying the token, and the
+                // leader — which knows every committed token — checks it and answers `ACL
+                // not found` itself if it is unknown there too. Meanwhile the request holds
+                // a token that may do nothing, so that nothing this server still answered
+                // itself could grant more than the token. Stale reads and the agent's own
+                // endpoints stay local, as in Consul.
                 Err(error)
                     if error == authz::acl_not_found()
                         && !ctx.is_client()
@@ -509,7 +512,11 @@ impl Route {
                         && !self.answered_by_agent()
                         && !request.query.has("stale") =>
                 {
-                    return Ok(Outcome::Forward);
+                    log::debug!(
+                        "acl: a token unknown here goes to the leader with {}",
+                        self.path.text()
+                    );
+                    authz::unknown_here(request)
                 }
                 other => other?,
             };
