@@ -14,6 +14,7 @@
 //! revision that anti-entropy must see accepted before the entry counts as synced.
 
 pub mod api;
+pub mod auto_encrypt;
 pub mod catalog_client;
 pub mod checks;
 pub mod child;

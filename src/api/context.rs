@@ -354,6 +354,15 @@ impl Context {
         self.shard.is_leader()
     }
 
+    /// Signs a client agent's certificate (`AutoEncrypt.Sign`) with this server's
+    /// replicated root, or says why not in Consul's words.
+    pub fn sign_agent_certificate(
+        &self,
+        request: &crate::shard::auto_encrypt::AgentCertificateRequest,
+    ) -> Result<crate::shard::auto_encrypt::AgentCertificate, String> {
+        crate::shard::auto_encrypt::sign(&self.shard, request)
+    }
+
     /// A client agent: no Raft, no store; everything store-bound goes to a server.
     pub fn is_client(&self) -> bool {
         self.shard.is_client()

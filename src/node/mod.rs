@@ -674,10 +674,10 @@ fn prepare_tls_and_telemetry(
     crate::api::routes::register_metric_series();
     // Auto-encrypt: a client agent gets its certificate before it serves anything.
     if !config.server && config.tls.auto_tls() {
-        let not_after = crate::shard::auto_encrypt::bootstrap(config, &tls, &|pause| {
+        let not_after = crate::agent::auto_encrypt::bootstrap(config, &tls, &|pause| {
             sleep_unless_stopped(pause)
         })?;
-        crate::shard::auto_encrypt::spawn_renewal(config.clone(), tls.clone(), not_after)?;
+        crate::agent::auto_encrypt::spawn_renewal(config.clone(), tls.clone(), not_after)?;
     }
     Ok(tls)
 }

@@ -2,7 +2,6 @@
 //! about the store, the runtime, or time. `hcl` is here too: Consul's config files and ACL
 //! rules are both HCL1 text, read by the config loader and by the store's rule parser.
 
-pub mod auto_encrypt;
 pub mod dns;
 pub mod duration;
 pub mod gossip;

@@ -44,12 +44,8 @@ pub mod kind {
     /// RPC request: `Status.Ping`; answered with an empty `PONG`.
     pub const PING: u8 = 5;
     pub const PONG: u8 = 6;
-    /// RPC request: `AutoEncrypt.Sign`, a client agent's certificate request
-    /// ([`crate::proto::auto_encrypt::SignRequest`], msgpack).
-    pub const AUTO_ENCRYPT_SIGN: u8 = 7;
-    /// RPC response: the signed certificate
-    /// ([`crate::proto::auto_encrypt::SignResponse`], msgpack).
-    pub const AUTO_ENCRYPT_SIGNED: u8 = 8;
+    // 7 and 8 carried auto-encrypt's request and answer before `AutoEncrypt.Sign` became
+    // a typed call; they stay unused so that an old agent's frame is refused, not misread.
     /// RPC request: one of Consul's typed calls handed to another praetor server (a
     /// follower's to the leader, or to another datacenter): a hop count byte, then the call
     /// as net/rpc writes it ([`crate::proto::msgpack_rpc`]: header, then body).

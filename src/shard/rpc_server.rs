@@ -21,8 +21,10 @@
 //!
 //! - Insecure TLS ([`rpc_type::TLS_INSECURE`](crate::proto::rpc_select::rpc_type::TLS_INSECURE)),
 //!   on servers with `auto_encrypt.allow_tls`: a handshake that asks for no client
-//!   certificate, then request frames of which only auto-encrypt's certificate request is
-//!   served ([`crate::shard::auto_encrypt::sign`]); anything else gets an error frame.
+//!   certificate, then one msgpack net/rpc codec at once (no second byte, as Consul's pool
+//!   dials it) on which only `AutoEncrypt.Sign` is served ([`CertificateRequestOnly`]);
+//!   any other method gets net/rpc's "can't find service" answer, as Consul's insecure
+//!   RPC server, which registers only that endpoint, gives it.
 //!
 //! - Native TLS (a ClientHello as the first byte, as Consul's `handleNativeTLS`): the byte
 //!   and the rest of the hello go to a TLS server that offers Consul's ALPN names and
@@ -125,7 +127,7 @@ async fn serve<H: ForwardedHttp + TypedCalls>(
         }
         Ok(Selection::PraetorFrames) => {
             let (reader, writer) = stream.into_split();
-            rpc_stream(shard, http, reader, writer, peer, Served::All).await
+            rpc_stream(shard, http, reader, writer, peer).await
         }
         Ok(Selection::StartTls) => tls_session(shard, http, stream, peer).await,
         Ok(Selection::StartInsecureTls) => insecure_tls_session(shard, http, stream, peer).await,
@@ -223,7 +225,7 @@ async fn serve_inside_tls<H: ForwardedHttp + TypedCalls>(
         }
         Selection::PraetorFrames => {
             let (reader, writer) = session.into_split();
-            rpc_stream(shard, http, reader, writer, peer, Served::All).await
+            rpc_stream(shard, http, reader, writer, peer).await
         }
         other => {
             debug_assert!(false, "{other:?} selected inside TLS");
@@ -231,8 +233,8 @@ async fn serve_inside_tls<H: ForwardedHttp + TypedCalls>(
     }
 }
 
-/// Auto-encrypt's first request: TLS without a client certificate, then request frames at
-/// once (no second byte), of which only the certificate request is served.
+/// Auto-encrypt's first request: TLS without a client certificate, then one msgpack
+/// net/rpc codec at once (no second byte), on which only `AutoEncrypt.Sign` is served.
 async fn insecure_tls_session<H: ForwardedHttp + TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
@@ -246,8 +248,27 @@ async fn insecure_tls_session<H: ForwardedHttp + TypedCalls>(
     };
     if let Some(session) = handshake(config, stream, &[], peer).await {
         let (reader, writer) = session.into_split();
-        let served = Served::CertificateRequestOnly;
-        rpc_stream(shard, http, reader, writer, peer, served).await
+        let calls = Rc::new(CertificateRequestOnly(http));
+        rpc_typed::serve_codec(shard, calls, reader, writer, peer).await
+    }
+}
+
+/// The calls of the insecure session: `AutoEncrypt.Sign` reaches the server's table, any
+/// other method is answered as a server that knows only the `AutoEncrypt` service.
+pub struct CertificateRequestOnly<C>(pub Rc<C>);
+
+/// The one service the insecure session serves.
+const CERTIFICATE_SERVICE: &str = "AutoEncrypt";
+
+impl<C: TypedCalls> TypedCalls for CertificateRequestOnly<C> {
+    async fn serve(&self, call: TypedCall) -> rpc_typed::TypedAnswer {
+        if call.method() == "AutoEncrypt.Sign" {
+            return self.0.serve(call).await;
+        }
+        rpc_typed::TypedAnswer::error(crate::proto::msgpack_rpc::unknown_method_error(
+            call.method(),
+            |service| service == CERTIFICATE_SERVICE,
+        ))
     }
 }
 
@@ -274,14 +295,6 @@ async fn handshake(
             log::warn!("{line}");
         })
         .ok()
-}
-
-/// Which requests a session serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Served {
-    All,
-    /// The insecure session: only `AutoEncrypt.Sign`.
-    CertificateRequestOnly,
 }
 
 /// Bytes relayed per read of a peer's TLS Raft stream.
@@ -395,7 +408,6 @@ async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
     mut reader: impl AsyncReadRent,
     writer: impl AsyncWriteRent + 'static,
     peer: SocketAddr,
-    served: Served,
 ) {
     let tx = spawn_batching_writer(writer);
     let in_flight = Rc::new(Cell::new(0usize));
@@ -417,9 +429,8 @@ async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
         in_flight.set(in_flight.get() + 1);
         let http = http.clone();
         let in_flight = in_flight.clone();
-        let shard = shard.clone();
         monoio::spawn(async move {
-            let out = answer_frame(&shard, &*http, frame, peer, served).await;
+            let out = answer_frame(&*http, frame, peer).await;
             in_flight.set(in_flight.get() - 1);
             let _ = tx.send_async(out.freeze()).await;
         });
@@ -458,35 +469,15 @@ fn spawn_batching_writer(mut writer: impl AsyncWriteRent + 'static) -> flume::Se
     tx
 }
 
-/// The encoded answer to one request frame: a certificate request on any session, the rest
-/// only on a verified one; an unknown kind is an error frame, never a dropped request.
+/// The encoded answer to one request frame; an unknown kind is an error frame, never a
+/// dropped request.
 async fn answer_frame<H: ForwardedHttp + TypedCalls>(
-    shard: &Shard,
     http: &H,
     frame: Frame,
     peer: SocketAddr,
-    served: Served,
 ) -> BytesMut {
     let mut out = BytesMut::new();
     match frame.kind {
-        kind::AUTO_ENCRYPT_SIGN => match crate::shard::auto_encrypt::sign(shard, &frame.payload) {
-            Ok(answer) => encode_frame(
-                &mut out,
-                kind::AUTO_ENCRYPT_SIGNED,
-                frame.request_id,
-                &answer,
-            ),
-            Err(why) => {
-                log::warn!("auto_encrypt: refused a certificate request from {peer}: {why}");
-                encode_frame(&mut out, kind::ERROR, frame.request_id, why.as_bytes())
-            }
-        },
-        other if served == Served::CertificateRequestOnly => encode_frame(
-            &mut out,
-            kind::ERROR,
-            frame.request_id,
-            format!("request kind {other} needs a verified TLS session").as_bytes(),
-        ),
         kind::FORWARD_HTTP => {
             telemetry::incr(Counter::RpcRequest);
             // Which paths still forward HTTP shows here, until none does.

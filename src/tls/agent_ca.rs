@@ -67,7 +67,11 @@ pub struct AgentSignRequest<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SignedAgentCertificate {
     pub certificate_pem: String,
+    /// The certificate's serial number, in decimal.
+    pub serial_number: String,
     pub root_pem: String,
+    /// Start of validity, Unix seconds.
+    pub not_before_unix: i64,
     /// End of validity, Unix seconds: when to have renewed it by.
     pub not_after_unix: i64,
 }
@@ -125,6 +129,30 @@ pub fn generate_root(trust_domain: &str, now: OffsetDateTime) -> Result<AgentCaR
         certificate_pem: certificate.pem(),
         private_key_pem: key.serialize_pem(),
     })
+}
+
+/// Who a client agent's certificate request names, as Consul's `AutoEncrypt.Sign` reads
+/// it from the request's SPIFFE ID (`spiffe://<trust domain>/agent/client/dc/<dc>/id/<node>`):
+/// (datacenter, node). The trust domain is the CA's to decide, so any is accepted here.
+pub fn agent_of_request(csr_pem: &str) -> Result<(String, String), String> {
+    if csr_pem.len() > CSR_PEM_BYTES_MAX {
+        return Err(format!(
+            "certificate request larger than {CSR_PEM_BYTES_MAX} bytes"
+        ));
+    }
+    let csr = CertificateSigningRequestParams::from_pem(csr_pem)
+        .map_err(|e| format!("invalid certificate request: {e}"))?;
+    let agent = csr.params.subject_alt_names.iter().find_map(|san| {
+        let SanType::URI(uri) = san else {
+            return None;
+        };
+        let rest = uri.as_str().strip_prefix("spiffe://")?;
+        let path = &rest[rest.find('/')?..];
+        let (datacenter, node) = path.strip_prefix("/agent/client/dc/")?.split_once("/id/")?;
+        (!datacenter.is_empty() && !node.is_empty() && !node.contains('/'))
+            .then(|| (datacenter.to_string(), node.to_string()))
+    });
+    agent.ok_or_else(|| "certificate request does not name a client agent's SPIFFE ID".to_string())
 }
 
 /// A client agent's key and certificate request: (CSR PEM, private key PEM). The request
@@ -232,7 +260,8 @@ impl AgentSigner for AgentCaRoot {
             .map_err(|e| SignError::Failed(format!("the agent CA is unusable: {e}")))?;
         // Only what the request may decide is taken from it; the rest is the CA's.
         let mut params = CertificateParams::default();
-        params.serial_number = Some(random_serial().0);
+        let (serial, serial_decimal) = random_serial();
+        params.serial_number = Some(serial);
         params.not_before = now - BACKDATE;
         params.not_after = now + AGENT_CERT_TTL;
         let mut name = DistinguishedName::new();
@@ -260,7 +289,9 @@ impl AgentSigner for AgentCaRoot {
         .map_err(|e| SignError::Failed(format!("failed to sign: {e}")))?;
         Ok(SignedAgentCertificate {
             certificate_pem: signed.pem(),
+            serial_number: serial_decimal,
             root_pem: self.certificate_pem.clone(),
+            not_before_unix: (now - BACKDATE).unix_timestamp(),
             not_after_unix: (now + AGENT_CERT_TTL).unix_timestamp(),
         })
     }
@@ -387,8 +418,31 @@ mod tests {
             "{error}"
         );
         // The trust domain a client writes before it knows the cluster's is replaced by the
-        // CA's own.
+        // CA's own. The request names its agent whatever the trust domain; garbage, or a
+        // request naming no agent, is refused.
         let (csr, _) = agent_csr(UNKNOWN_TRUST_DOMAIN, "dc1", "web-1", &[], &[]).unwrap();
+        assert_eq!(
+            agent_of_request(&csr).unwrap(),
+            ("dc1".to_string(), "web-1".to_string())
+        );
+        assert!(agent_of_request("not a CSR")
+            .unwrap_err()
+            .starts_with("invalid certificate request"));
+        let mut service = CertificateParams::default();
+        service.subject_alt_names = vec![SanType::URI(
+            "spiffe://t.consul/ns/default/dc/dc1/svc/web"
+                .try_into()
+                .unwrap(),
+        )];
+        let service_csr = service
+            .serialize_request(&new_key().unwrap())
+            .unwrap()
+            .pem()
+            .unwrap();
+        assert_eq!(
+            agent_of_request(&service_csr).unwrap_err(),
+            "certificate request does not name a client agent's SPIFFE ID"
+        );
         let signed = root.sign_agent(&request(&csr, "web-1"), now).unwrap();
         use x509_parser::prelude::{FromDer, X509Certificate};
         let leaf = der(&signed.certificate_pem);

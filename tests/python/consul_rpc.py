@@ -4,7 +4,8 @@ documented wire and structs, with no praetor code: Go's net/rpc with msgpack
 (hashicorp/net-rpc-msgpackrpc: a header map {ServiceMethod, Seq}, then the body; answers
 {ServiceMethod, Seq, Error}, then the body), on byte 0 (one codec on the connection) and on
 byte 4 (yamux, hashicorp/yamux spec.md: 12-byte big-endian headers, one codec per stream),
-and over TLS (byte 3, then the inner byte).
+and over TLS (byte 3, then the inner byte); auto-encrypt's certificate request on byte 7
+(TLS without a client certificate, then the codec at once, as Consul's agent dials it).
 
 Usage:
   consul_rpc.py plain <ip>                  calls over byte 0 and yamux, bad input
@@ -28,6 +29,7 @@ import msgpack
 RPC_CONSUL = 0
 RPC_TLS = 3
 RPC_MULTIPLEX_V2 = 4
+RPC_TLS_INSECURE = 7
 PORT = 8300
 SECOND = 1_000_000_000  # a Go time.Duration is nanoseconds
 
@@ -656,6 +658,58 @@ def tls(ip, ca, cert, key):
     first, second = session.open().codec(), session.open().codec()
     kv_set(first, "rpc/tls-mux", b"x")
     check(entry_value(kv_get(second, "rpc/tls-mux")) == b"x", "yamux inside TLS")
+    sock.close()
+    auto_encrypt(ip, ca)
+
+
+def auto_encrypt(ip, ca):
+    """`AutoEncrypt.Sign` on byte 7: the server signs a CSR naming an agent's SPIFFE ID and
+    answers Consul's SignedResponse; nothing else is served on that session."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    agent_uri = "spiffe://unknown.consul/agent/client/dc/dc1/id/py-agent"
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "py-agent")]))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(agent_uri)]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    csr_pem = csr.public_bytes(serialization.Encoding.PEM).decode()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(ca)
+    raw = dial(ip, RPC_TLS_INSECURE)
+    sock = context.wrap_socket(raw, server_hostname="server.dc1.consul")
+    codec = Codec(sock.sendall, lambda: sock.recv(65536))
+    reply = codec.ok("AutoEncrypt.Sign", {"Datacenter": "dc1", "CSR": csr_pem, "Token": ""})
+    issued = reply["IssuedCert"]
+    check(issued["Agent"] == "py-agent", f"IssuedCert.Agent {issued['Agent']!r}")
+    cert = x509.load_pem_x509_certificate(text(issued["CertPEM"]))
+    uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    uris = uris.get_values_for_type(x509.UniformResourceIdentifier)
+    check(len(uris) == 1 and uris[0].endswith("/agent/client/dc/dc1/id/py-agent"), f"URIs {uris}")
+    check(issued["AgentURI"] == uris[0], f"AgentURI {issued['AgentURI']!r} vs {uris}")
+    check(cert.public_key().public_numbers() == key.public_key().public_numbers(), "signed another key")
+    roots = reply["ConnectCARoots"]
+    check(roots["TrustDomain"] and uris[0].startswith("spiffe://" + roots["TrustDomain"] + "/"),
+          f"trust domain {roots['TrustDomain']!r} vs {uris}")
+    active = [r for r in roots["Roots"] if r["Active"]]
+    check(len(active) == 1 and active[0]["ID"] == roots["ActiveRootID"], f"roots {roots!r}")
+    with open(ca) as f:
+        check(reply["ManualCARoots"] == [f.read()], "ManualCARoots is not the servers' CA")
+    check(reply["GossipKey"] == "", "a gossip key was handed out")
+    check(isinstance(reply["VerifyServerHostname"], bool), "VerifyServerHostname")
+    # The insecure session serves nothing else, and a CSR naming no agent is refused.
+    error, _ = codec.call("Status.Ping", {})
+    check(error == "rpc: can't find service Status.Ping", f"Status.Ping on byte 7: {error!r}")
+    error, _ = codec.call("AutoEncrypt.Sign", {"Datacenter": "dc1", "CSR": "not a CSR", "Token": ""})
+    check(error.startswith("invalid certificate request"), f"garbage CSR: {error!r}")
     sock.close()
 
 

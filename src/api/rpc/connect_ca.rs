@@ -89,6 +89,8 @@ pub async fn sign(server: &Server, call: &TypedCall) -> Answer {
         &mut w,
         &IssuedCert {
             serial_number: &leaf.signed.serial_number,
+            agent: "",
+            agent_uri: "",
             cert_pem: &leaf.chain_pem,
             service: &leaf.signed.service,
             service_uri: &leaf.signed.service_uri,

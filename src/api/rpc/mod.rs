@@ -22,6 +22,7 @@
 //! find method …".
 
 pub mod acl;
+pub mod auto_encrypt;
 pub mod catalog;
 pub mod client;
 pub mod client_acl;
@@ -74,6 +75,7 @@ pub type Answer = Result<Vec<u8>, String>;
 /// an unknown method, a call to any other service an unknown service.
 pub const SERVICES: &[&str] = &[
     "ACL",
+    "AutoEncrypt",
     "Catalog",
     "ConfigEntry",
     "ConnectCA",
@@ -166,6 +168,7 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ACL.BootstrapTokens" => acl::bootstrap(server, &call).await,
         "ConnectCA.Roots" => connect_ca::roots(server, &call).await,
         "ConnectCA.Sign" => connect_ca::sign(server, &call).await,
+        "AutoEncrypt.Sign" => auto_encrypt::sign(server, &call),
         "Internal.NodeInfo" => internal::node_info(server, &call).await,
         "Internal.NodeDump" => internal::node_dump(server, &call).await,
         "Internal.ServiceDump" => internal::service_dump(server, &call).await,

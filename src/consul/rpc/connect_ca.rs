@@ -235,6 +235,10 @@ fn read_root(r: &mut Reader) -> Result<CaRoot, WireError> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IssuedCert<'a> {
     pub serial_number: &'a str,
+    /// A client agent's certificate (`AutoEncrypt.Sign`): its node name and SPIFFE ID;
+    /// empty for a service's leaf.
+    pub agent: &'a str,
+    pub agent_uri: &'a str,
     /// The leaf and the intermediates that chain it to the roots, PEM.
     pub cert_pem: &'a str,
     pub service: &'a str,
@@ -248,8 +252,8 @@ pub struct IssuedCert<'a> {
 /// `IssuedCert`.
 pub fn write_issued_cert(w: &mut Writer, cert: &IssuedCert) {
     let mut f = Fields::new(w, 14);
-    f.field("Agent").str("");
-    f.field("AgentURI").str("");
+    f.field("Agent").str(cert.agent);
+    f.field("AgentURI").str(cert.agent_uri);
     f.field("CertPEM").str(cert.cert_pem);
     f.field("CreateIndex").uint(cert.index);
     f.field("Kind").str("");
@@ -285,10 +289,17 @@ fn go_time_unix_s(bytes: &[u8]) -> Result<i64, WireError> {
 
 /// Reads an `IssuedCert` reply.
 pub fn read_issued_cert(body: &[u8]) -> Result<IssuedCert<'_>, WireError> {
+    read_issued_cert_from(&mut Reader::new(body))
+}
+
+/// Reads an `IssuedCert` where it stands in a larger value.
+pub fn read_issued_cert_from<'a>(reader: &mut Reader<'a>) -> Result<IssuedCert<'a>, WireError> {
     let mut cert = IssuedCert::default();
-    each_field(&mut Reader::new(body), |name, r| {
+    each_field(reader, |name, r| {
         match name {
             "SerialNumber" => cert.serial_number = r.str()?,
+            "Agent" => cert.agent = r.str()?,
+            "AgentURI" => cert.agent_uri = r.str()?,
             "CertPEM" => cert.cert_pem = r.str()?,
             "Service" => cert.service = r.str()?,
             "ServiceURI" => cert.service_uri = r.str()?,
@@ -414,6 +425,8 @@ mod tests {
     fn an_issued_cert_and_a_sign_request_read_back_as_written() {
         let cert = IssuedCert {
             serial_number: "0a:0b",
+            agent: "",
+            agent_uri: "",
             cert_pem: "-----BEGIN CERTIFICATE-----\n",
             service: "web",
             service_uri: "spiffe://t.consul/ns/default/dc/dc1/svc/web",

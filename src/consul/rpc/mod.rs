@@ -20,6 +20,7 @@
 //! an error naming the field.
 
 pub mod acl;
+pub mod auto_encrypt;
 pub mod catalog;
 pub mod config_entry;
 pub mod connect_ca;
@@ -581,7 +582,7 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "PreparedQuery.ExecuteRemote" => {
             decoded(prepared_query::ExecuteRemoteRequest::decode(body))
         }
-        "ConnectCA.Sign" | "ConnectCA.SignIntermediate" => {
+        "ConnectCA.Sign" | "ConnectCA.SignIntermediate" | "AutoEncrypt.Sign" => {
             decoded(connect_ca::CaSignRequest::decode(body))
         }
         "FederationState.Apply" => decoded(federation_state::ApplyRequest::decode(body)),

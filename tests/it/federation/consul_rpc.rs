@@ -41,7 +41,7 @@ fn an_independent_client_speaks_consuls_rpc_over_tls_with_verify_incoming() {
     let file = |name: &str| pki.path().join(name).display().to_string();
     let tls = format!(
         "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} \
-         internal_rpc {{ verify_incoming = true }} }}",
+         internal_rpc {{ verify_incoming = true }} }} auto_encrypt {{ allow_tls = true }}",
         file("consul-agent-ca.pem"),
         file("dc1-server-consul-0.pem"),
         file("dc1-server-consul-0-key.pem"),

@@ -545,38 +545,67 @@ fn expired_and_misnamed_certificates_fail_with_readable_lines() {
 /// Consul's byte for TLS without a client certificate (auto-encrypt's first request).
 const BYTE_TLS_INSECURE: u8 = 7;
 
-/// One `AutoEncrypt.Sign` exchange over an established session; the answer frame's kind and
-/// payload.
-fn sign_exchange(stream: &mut (impl Read + Write), node: &str) -> (u8, Vec<u8>) {
-    use praetor::proto::auto_encrypt::SignRequest;
-    let (csr_pem, _key) = praetor::tls::agent_ca::agent_csr(
+/// Consul's byte for one msgpack net/rpc codec (`RPCConsul`).
+const BYTE_CONSUL_RPC: u8 = 0;
+
+/// One msgpack net/rpc call over an established session: the answer's error text (empty
+/// on success) and body.
+fn typed_call(stream: &mut (impl Read + Write), method: &str, body: &[u8]) -> (String, Vec<u8>) {
+    use praetor::proto::msgpack_rpc::{decode_response_header, encode_request, MessageReader};
+    let mut out = Vec::new();
+    encode_request(&mut out, method, 9, body);
+    stream.write_all(&out).unwrap();
+    stream.flush().unwrap();
+    let mut buffer = Vec::new();
+    let mut reader = MessageReader::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let extent = loop {
+        if let Some(extent) = reader.advance(&buffer).unwrap() {
+            break extent;
+        }
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "the server closed the session without answering");
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let header = decode_response_header(&buffer[..extent.header_length]).unwrap();
+    assert_eq!((header.method, header.seq), (method, 9));
+    (
+        header.error.to_string(),
+        buffer[extent.header_length..extent.total()].to_vec(),
+    )
+}
+
+/// `AutoEncrypt.Sign` for `node` of `datacenter` over an established session: the signed
+/// answer, or the server's error text. Also returns the key the request was made with.
+fn sign_call(
+    stream: &mut (impl Read + Write),
+    node: &str,
+    datacenter: &str,
+) -> (
+    Result<praetor::consul::rpc::auto_encrypt::SignedAgent, String>,
+    String,
+) {
+    let (csr_pem, key_pem) = praetor::tls::agent_ca::agent_csr(
         praetor::tls::agent_ca::UNKNOWN_TRUST_DOMAIN,
-        "dc1",
+        datacenter,
         node,
         &[],
         &[],
     )
     .unwrap();
-    let request = SignRequest {
-        datacenter: "dc1".into(),
-        node: node.into(),
-        csr_pem,
-        token: String::new(),
+    let body = praetor::consul::rpc::connect_ca::CaSignRequest {
+        datacenter,
+        csr: &csr_pem,
+        token: "",
+    }
+    .encode();
+    let (error, reply) = typed_call(stream, "AutoEncrypt.Sign", &body);
+    let answer = if error.is_empty() {
+        Ok(praetor::consul::rpc::auto_encrypt::read_signed_response(&reply).unwrap())
+    } else {
+        Err(error)
     };
-    let mut frame = BytesMut::new();
-    encode_frame(&mut frame, kind::AUTO_ENCRYPT_SIGN, 9, &request.encode());
-    stream.write_all(&frame).unwrap();
-    stream.flush().unwrap();
-    read_frame(stream)
-}
-
-fn read_frame(reader: &mut impl Read) -> (u8, Vec<u8>) {
-    let mut head = [0u8; 13];
-    reader.read_exact(&mut head).unwrap();
-    let body = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
-    let mut payload = vec![0u8; body - 9];
-    reader.read_exact(&mut payload).unwrap();
-    (head[4], payload)
+    (answer, key_pem)
 }
 
 /// Dials `addr` with the insecure TLS byte, verifying the server against `ca`.
@@ -675,53 +704,27 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
     let follower = (leader + 1) % 3;
     let rpc_addr = SocketAddr::new(cluster.servers[follower].ip, 8300);
     let mut insecure = dial_insecure_tls(rpc_addr, &pki.ca());
-    // Only the certificate request is served there.
-    insecure.write_all(&ping_frame()).unwrap();
-    insecure.flush().unwrap();
-    let (kind_got, text) = read_frame(&mut insecure);
-    assert_eq!(kind_got, kind::ERROR);
-    assert_eq!(
-        String::from_utf8_lossy(&text),
-        format!("request kind {} needs a verified TLS session", kind::PING)
-    );
+    // Only the certificate request is served there, as on a Consul server, whose insecure
+    // RPC server knows the `AutoEncrypt` service alone.
+    let (error, _) = typed_call(&mut insecure, "Status.Ping", &[0x80]);
+    assert_eq!(error, "rpc: can't find service Status.Ping");
+    let (error, _) = typed_call(&mut insecure, "AutoEncrypt.Other", &[0x80]);
+    assert_eq!(error, "rpc: can't find method AutoEncrypt.Other");
     let key_node = "probe-node";
-    let (csr_pem, key_pem) = praetor::tls::agent_ca::agent_csr(
-        praetor::tls::agent_ca::UNKNOWN_TRUST_DOMAIN,
-        "dc1",
-        key_node,
-        &[],
-        &[],
-    )
-    .unwrap();
-    let request = praetor::proto::auto_encrypt::SignRequest {
-        datacenter: "dc1".into(),
-        node: key_node.into(),
-        csr_pem,
-        token: String::new(),
-    };
-    let mut frame = BytesMut::new();
-    encode_frame(&mut frame, kind::AUTO_ENCRYPT_SIGN, 3, &request.encode());
-    insecure.write_all(&frame).unwrap();
-    insecure.flush().unwrap();
-    let (kind_got, payload) = read_frame(&mut insecure);
+    let (signed, key_pem) = sign_call(&mut insecure, key_node, "dc1");
+    let signed = signed.unwrap();
     assert_eq!(
-        kind_got,
-        kind::AUTO_ENCRYPT_SIGNED,
-        "{}",
-        String::from_utf8_lossy(&payload)
-    );
-    let signed = praetor::proto::auto_encrypt::SignResponse::decode(&payload).unwrap();
-    assert_eq!(
-        signed.server_ca_roots_pem,
+        signed.manual_ca_roots,
         vec![std::fs::read_to_string(pki.ca()).unwrap()]
     );
     assert!(signed.verify_server_hostname);
-    let agent_root = &signed.agent_ca_roots_pem[0];
+    let agent_root = signed.connect_ca_roots.roots[0].root_cert_pem.to_string();
     assert_ne!(
         agent_root.trim(),
         std::fs::read_to_string(pki.ca()).unwrap().trim()
     );
-    // With the mesh on (the default), the root is the Connect CA's active root, as in Consul.
+    // With the mesh on (the default), the root is the Connect CA's active root, as in Consul,
+    // and `ConnectCARoots` is the Connect CA's `IndexedCARoots`.
     let roots: serde_json::Value =
         serde_json::from_str(&cluster.servers[leader].get("/v1/connect/ca/roots").text()).unwrap();
     let active = roots["Roots"]
@@ -735,9 +738,18 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
         active["RootCert"].as_str().unwrap().trim(),
         "the agent certificate's root is the Connect CA's"
     );
-    let lifetime = signed.not_after_unix - time::OffsetDateTime::now_utc().unix_timestamp();
+    assert_eq!(
+        signed.connect_ca_roots.active_root_id,
+        active["ID"].as_str().unwrap()
+    );
+    assert_eq!(
+        signed.connect_ca_roots.trust_domain,
+        roots["TrustDomain"].as_str().unwrap()
+    );
+    let lifetime = signed.valid_before_unix_s - time::OffsetDateTime::now_utc().unix_timestamp();
     assert!((71 * 3600..=72 * 3600).contains(&lifetime), "{lifetime}");
-    // The same root on every server: the one in Raft.
+    // The same root on every server: the one in Raft. The certificate renews over an
+    // ordinary mutual-TLS session (byte 3, then byte 0 inside), as a Consul agent renews.
     let probe = TempDir::new("rpc-auto-encrypt-probe");
     let cert = probe.path().join("probe.pem");
     let key = probe.path().join("probe-key.pem");
@@ -746,33 +758,20 @@ fn a_client_whose_only_certificate_came_from_auto_encrypt_writes_through_verifyi
     for server in &cluster.servers {
         let addr = SocketAddr::new(server.ip, 8300);
         let mut session = dial_tls(addr, &pki.ca(), Some((cert.clone(), key.clone())));
-        session.write_all(&[BYTE_RPC]).unwrap();
-        let (kind_got, payload) = sign_exchange(&mut session, key_node);
+        session.write_all(&[BYTE_CONSUL_RPC]).unwrap();
+        let (renewed, _) = sign_call(&mut session, key_node, "dc1");
+        let renewed = renewed.unwrap_or_else(|e| panic!("{}: {e}", server.ip));
         assert_eq!(
-            kind_got,
-            kind::AUTO_ENCRYPT_SIGNED,
-            "{}: {}",
-            server.ip,
-            String::from_utf8_lossy(&payload)
+            *renewed.connect_ca_roots.roots[0].root_cert_pem, *agent_root,
+            "{}",
+            server.ip
         );
-        let renewed = praetor::proto::auto_encrypt::SignResponse::decode(&payload).unwrap();
-        assert_eq!(&renewed.agent_ca_roots_pem[0], agent_root, "{}", server.ip);
     }
     // A request for another datacenter is refused with a reason.
     let mut session = dial_insecure_tls(rpc_addr, &pki.ca());
-    let mut other_dc = praetor::proto::auto_encrypt::SignRequest {
-        datacenter: "dc2".into(),
-        ..request
-    };
-    other_dc.token.clear();
-    let mut frame = BytesMut::new();
-    encode_frame(&mut frame, kind::AUTO_ENCRYPT_SIGN, 4, &other_dc.encode());
-    session.write_all(&frame).unwrap();
-    session.flush().unwrap();
-    let (kind_got, text) = read_frame(&mut session);
-    assert_eq!(kind_got, kind::ERROR);
+    let (other_dc, _) = sign_call(&mut session, key_node, "dc2");
     assert_eq!(
-        String::from_utf8_lossy(&text),
+        other_dc.unwrap_err(),
         "mismatched datacenter (client_dc='dc2' server_dc='dc1'); check client has same datacenter set as servers"
     );
 }
@@ -803,19 +802,13 @@ fn with_the_mesh_off_the_agent_ca_signs() {
     );
     let rpc_addr = SocketAddr::new(server.ip, 8300);
     let mut insecure = dial_insecure_tls(rpc_addr, &pki.ca());
-    let (kind_got, payload) = sign_exchange(&mut insecure, "mesh-off-node");
-    assert_eq!(
-        kind_got,
-        kind::AUTO_ENCRYPT_SIGNED,
-        "{}",
-        String::from_utf8_lossy(&payload)
-    );
-    let signed = praetor::proto::auto_encrypt::SignResponse::decode(&payload).unwrap();
-    let root = praetor::tls::files::pem_slice_certificates(
-        signed.agent_ca_roots_pem[0].as_bytes(),
-        "root",
-    )
-    .unwrap();
+    let (signed, _) = sign_call(&mut insecure, "mesh-off-node", "dc1");
+    let signed = signed.unwrap();
+    let agent_root = &signed.connect_ca_roots.roots[0];
+    assert_eq!(signed.connect_ca_roots.active_root_id, &*agent_root.id);
+    let root =
+        praetor::tls::files::pem_slice_certificates(agent_root.root_cert_pem.as_bytes(), "root")
+            .unwrap();
     assert_eq!(root.len(), 1);
     let (_, parsed) = x509_parser::parse_x509_certificate(&root[0]).unwrap();
     assert!(parsed.is_ca(), "the agent CA's root");
