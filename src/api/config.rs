@@ -15,9 +15,7 @@
 
 use super::authz::{config_entry_read, Authz, CustomRule};
 use super::rpc::client_config;
-use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
-};
+use super::{run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::consul::config_entry::{self, EntryError};
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
@@ -164,6 +162,12 @@ fn cas_param(request: &Request) -> Result<Option<u64>, ApiError> {
 /// `PUT /v1/config`.
 pub fn apply(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
+    apply_op(request)
+}
+
+/// The write of a `PUT /v1/config` body, decoded and checked as the handler does (the
+/// datacenter aside: [`client_config::across_datacenters`] sends it to another one).
+pub fn apply_op(request: &Request) -> Result<Outcome, ApiError> {
     let entry = config_entry::decode_body(request.body).map_err(|e| match e {
         EntryError::Decode(m) => ApiError::bad_request(format!("Request decoding failed: {m}")),
         EntryError::Invalid(m) => ApiError::Internal(m),
@@ -181,13 +185,30 @@ pub fn apply(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
 /// `GET` and `DELETE /v1/config/<kind>[/<name>]`.
 pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     match request.method {
-        Method::Delete => delete(ctx, request),
-        _ => get(ctx, request, reply),
+        Method::Delete => {
+            super::check_datacenter(ctx, &request.query)?;
+            delete_op(request)
+        }
+        _ => get(ctx, request, reply, ""),
     }
 }
 
-fn delete(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
-    super::check_datacenter(ctx, &request.query)?;
+/// A `GET /v1/config/<kind>[/<name>]` naming another datacenter (`?dc=`): parsed as the
+/// handler parses it, then that datacenter's typed call.
+pub fn get_elsewhere(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    // The typed call answers it: the handler writes nothing to this reply.
+    let mut unused = Vec::new();
+    let mut reply = Reply::new(&mut unused, false, false);
+    get(ctx, request, &mut reply, datacenter)
+}
+
+/// The write of a `DELETE /v1/config/<kind>/<name>`, checked as the handler does (the
+/// datacenter aside).
+pub fn delete_op(request: &Request) -> Result<Outcome, ApiError> {
     let Some((kind, name)) = kind_and_name(request.rest) else {
         return Err(ApiError::NotFound(
             "Must provide both a kind and name to delete".to_string(),
@@ -215,16 +236,24 @@ pub fn delete_name(kind: ConfigKind, name: &str) -> Result<String, String> {
     }
 }
 
-fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(ctx, &request.query)?;
+/// A read of entries: here, by this datacenter's typed call, or by `datacenter`'s (not
+/// empty: another one, named by `?dc=`).
+fn get(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = client_config::options_in(ctx, request, datacenter)?;
+    let by_call = !datacenter.is_empty() || ctx.reads_by_call(&options);
     match kind_and_name(request.rest) {
         Some((kind_text, name)) => {
             let kind = ConfigKind::parse(kind_text).ok_or_else(|| {
                 ApiError::Internal(format!("invalid config entry kind: {kind_text}"))
             })?;
-            if ctx.reads_by_call(&options) {
+            if by_call {
                 return Ok(client_config::get(
-                    ctx, request, kind, kind_text, name, options,
+                    ctx, request, kind, kind_text, name, options, datacenter,
                 ));
             }
             let query = EntryQuery {
@@ -242,8 +271,8 @@ fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, A
                     ApiError::Internal(format!("invalid config entry kind: {text}"))
                 })?),
             };
-            if ctx.reads_by_call(&options) {
-                return Ok(client_config::list(ctx, request, kind, options));
+            if by_call {
+                return Ok(client_config::list(ctx, request, kind, options, datacenter));
             }
             run_query(
                 ctx,
@@ -371,13 +400,38 @@ pub fn discovery_chain(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(ctx, &request.query)?;
+    discovery_chain_in(ctx, request, reply, "")
+}
+
+/// A discovery chain naming another datacenter (`?dc=`): parsed as the handler parses it,
+/// then `DiscoveryChain.Get` naming that datacenter, whose servers compile it (in their
+/// own datacenter unless `?compile-dc` says otherwise, as Consul's do).
+pub fn discovery_chain_elsewhere(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    // The typed call answers it: the handler writes nothing to this reply.
+    let mut unused = Vec::new();
+    let mut reply = Reply::new(&mut unused, false, false);
+    discovery_chain_in(ctx, request, &mut reply, datacenter)
+}
+
+fn discovery_chain_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    call_datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = client_config::options_in(ctx, request, call_datacenter)?;
     let service = request.rest.to_string();
     if service.is_empty() {
         return Err(ApiError::bad_request("Missing chain name"));
     }
     let datacenter = match request.query.get("compile-dc") {
         Some(dc) if !dc.is_empty() => dc.to_string(),
+        // The servers of the datacenter named compile it in theirs.
+        _ if !call_datacenter.is_empty() => call_datacenter.to_string(),
         _ => ctx.config().datacenter.clone(),
     };
     let mut overrides = crate::consul::discovery_chain::Overrides::default();
@@ -415,7 +469,7 @@ pub fn discovery_chain(
                 .map_err(|e| ApiError::bad_request(format!("Request decoding failed: {e}")))?;
         }
     }
-    if super::read_by_call(ctx, request)? {
+    if !call_datacenter.is_empty() || super::read_by_call(ctx, request)? {
         return Ok(client_config::discovery_chain(
             ctx,
             request,
@@ -423,6 +477,7 @@ pub fn discovery_chain(
             &datacenter,
             &overrides,
             options,
+            call_datacenter,
         ));
     }
     run_query(

@@ -11,10 +11,8 @@
 //! cluster's roots were made under.
 
 use super::intentions::{default_allow, require_connect};
-use super::rpc::client_operator;
-use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
-};
+use super::rpc::{client_config, client_connect};
+use super::{run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::config::connect::CaSettings;
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj};
@@ -100,19 +98,58 @@ pub fn roots_doc(state: &CaState) -> Doc {
         .active_root()
         .map(|r| r.id.to_string())
         .unwrap_or_default();
-    let roots = if state.roots.is_empty() {
+    let roots: Vec<&CaRoot> = state.roots.iter().map(|r| &**r).collect();
+    roots_doc_of(active, state.trust_domain().unwrap_or_default(), &roots)
+}
+
+/// [`roots_doc`] of its parts (a client agent's `ConnectCA.Roots` reply).
+fn roots_doc_of(active_root_id: String, trust_domain: String, roots: &[&CaRoot]) -> Doc {
+    let roots = if roots.is_empty() {
         Doc::Null
     } else {
-        Doc::List(state.roots.iter().map(|r| root_doc(r)).collect())
+        Doc::List(roots.iter().map(|r| root_doc(r)).collect())
     };
     Doc::Obj(vec![
-        ("ActiveRootID".into(), Doc::Str(active)),
-        (
-            "TrustDomain".into(),
-            Doc::Str(state.trust_domain().unwrap_or_default()),
-        ),
+        ("ActiveRootID".into(), Doc::Str(active_root_id)),
+        ("TrustDomain".into(), Doc::Str(trust_domain)),
         ("Roots".into(), roots),
     ])
+}
+
+/// The answer to a roots read: `?pem`'s certificate chain (each root, then its
+/// intermediates), else the `IndexedCARoots` JSON. A client agent answers `ConnectCA.Roots`'
+/// reply with it.
+pub fn roots_answer(
+    active_root_id: String,
+    trust_domain: String,
+    roots: &[&CaRoot],
+    pem: bool,
+    headers: &[u8],
+    reply: &mut Reply,
+) {
+    if pem {
+        let mut chain = String::new();
+        for root in roots {
+            chain.push_str(root.root_cert_pem.trim_end());
+            chain.push('\n');
+            for intermediate in &root.intermediate_certs {
+                chain.push_str(intermediate.trim_end());
+                chain.push('\n');
+            }
+        }
+        reply.send(
+            200,
+            Some("application/pem-certificate-chain"),
+            headers,
+            chain.as_bytes(),
+        );
+        return;
+    }
+    send_doc(
+        reply,
+        headers,
+        &roots_doc_of(active_root_id, trust_domain, roots),
+    );
 }
 
 fn send_doc(reply: &mut Reply, headers: &[u8], body: &Doc) {
@@ -141,37 +178,72 @@ impl Query for RootsQuery {
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut headers = Vec::with_capacity(160);
         meta.write_headers(&mut headers);
-        if self.pem {
-            let mut chain = String::new();
-            for root in &tables.mesh.ca.roots {
-                chain.push_str(root.root_cert_pem.trim_end());
-                chain.push('\n');
-                for intermediate in &root.intermediate_certs {
-                    chain.push_str(intermediate.trim_end());
-                    chain.push('\n');
-                }
-            }
-            reply.send(
-                200,
-                Some("application/pem-certificate-chain"),
-                &headers,
-                chain.as_bytes(),
-            );
-            return;
-        }
-        send_doc(reply, &headers, &roots_doc(&tables.mesh.ca));
+        let state = &tables.mesh.ca;
+        let active = state
+            .active_root()
+            .map(|r| r.id.to_string())
+            .unwrap_or_default();
+        let roots: Vec<&CaRoot> = state.roots.iter().map(|r| &**r).collect();
+        roots_answer(
+            active,
+            state.trust_domain().unwrap_or_default(),
+            &roots,
+            self.pem,
+            &headers,
+            reply,
+        );
     }
 }
 
 /// `GET /v1/connect/ca/roots` and `/v1/agent/connect/ca/roots`.
 pub fn roots(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    require_connect(ctx)?;
-    let options = query_options(ctx, &request.query)?;
+    roots_in(ctx, request, reply, "")
+}
+
+/// A roots read here, by this datacenter's `ConnectCA.Roots` (a client agent, or a
+/// follower's read for the leader), or by `datacenter`'s (not empty: named by `?dc=`,
+/// whose servers check that Connect is on there).
+fn roots_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    // A client agent's server (or the other datacenter's) checks it, as Consul's does.
+    if !ctx.is_client() && datacenter.is_empty() {
+        require_connect(ctx)?;
+    }
+    let options = client_config::options_in(ctx, request, datacenter)?;
     let pem = request
         .query
         .get("pem")
         .is_some_and(|v| v == "true" || v.is_empty());
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+        return Ok(client_connect::roots(
+            ctx, request, options, pem, datacenter,
+        ));
+    }
     run_query(ctx, RootsQuery { pem }, options, reply)
+}
+
+/// A Connect CA request naming another datacenter (`?dc=`): the roots and the CA
+/// configuration, parsed and checked as their handlers do, then that datacenter's typed
+/// call. `None` for the other paths.
+pub fn elsewhere(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    type Handler = fn(&Context, &Request, &mut Reply, &str) -> Result<Outcome, ApiError>;
+    let handler: Handler = match request.path {
+        "/v1/connect/ca/roots" => roots_in,
+        "/v1/connect/ca/configuration" => configuration_in,
+        _ => return None,
+    };
+    // The typed call answers it: the handler writes nothing to this reply.
+    let mut unused = Vec::new();
+    let mut reply = Reply::new(&mut unused, false, false);
+    Some(handler(ctx, request, &mut reply, datacenter))
 }
 
 /// What the CA configuration's reads depend on: its `ModifyIndex` (at least 1) and its key.
@@ -358,20 +430,36 @@ pub fn configuration(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() {
+    configuration_in(ctx, request, reply, "")
+}
+
+/// The CA configuration here, or by `datacenter`'s typed call (not empty: named by `?dc=`).
+fn configuration_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() && datacenter.is_empty() {
         require_connect(ctx)?;
     }
     if request.method == Method::Get {
-        let options = query_options(ctx, &request.query)?;
-        if ctx.reads_by_call(&options) {
-            return Ok(client_operator::ca_configuration_get(ctx, request, options));
+        let options = client_config::options_in(ctx, request, datacenter)?;
+        if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+            return Ok(client_connect::ca_configuration_get(
+                ctx, request, options, datacenter,
+            ));
         }
         return run_query(ctx, ConfigQuery, options, reply);
     }
-    super::check_datacenter(ctx, &request.query)?;
+    if datacenter.is_empty() {
+        super::check_datacenter(ctx, &request.query)?;
+    }
     let set = CaConfigSet::parse(request.body)?;
-    if ctx.writes_by_call() {
-        return Ok(client_operator::ca_configuration_set(ctx, request, &set));
+    if !datacenter.is_empty() || ctx.writes_by_call() {
+        return Ok(client_connect::ca_configuration_set(
+            ctx, request, &set, datacenter,
+        ));
     }
     Ok(Outcome::Write(WriteOp {
         command: ca_config_command(ctx, &set)?,
@@ -486,21 +574,67 @@ pub fn trusted_domain(state: &CaState, trust_domain: &str) -> bool {
 }
 
 /// The `Reason` Consul gives for a matched intention.
-fn matched_reason(kind: &str, destination: &str, source: &intentions::SourceIntention) -> String {
-    let id = if source.legacy_id.is_empty() {
+fn matched_reason(destination: &str, source: &intentions::SourceIntention) -> String {
+    matched_reason_of(
+        &source.name,
+        destination,
+        &source.legacy_id,
+        i64::from(source.precedence),
+        source.is_l7(),
+        source.action,
+    )
+}
+
+/// [`matched_reason`] of an intention's parts (a client agent's `Intention.Match` reply).
+pub fn matched_reason_of(
+    source: &str,
+    destination: &str,
+    legacy_id: &str,
+    precedence: i64,
+    l7: bool,
+    action: Option<Action>,
+) -> String {
+    let kind = if l7 { "L7" } else { "L4" };
+    let id = if legacy_id.is_empty() {
         String::new()
     } else {
-        format!("ID: {}, ", source.legacy_id)
+        format!("ID: {legacy_id}, ")
     };
-    let detail = match source.action {
-        _ if source.is_l7() => "Permissions: L7".to_string(),
+    let detail = match action {
+        _ if l7 => "Permissions: L7".to_string(),
         Some(Action::Allow) => "Action: ALLOW".to_string(),
         Some(Action::Deny) | None => "Action: DENY".to_string(),
     };
-    format!(
-        "Matched {kind} intention: {} => {destination} ({id}Precedence: {}, {detail})",
-        source.name, source.precedence
-    )
+    format!("Matched {kind} intention: {source} => {destination} ({id}Precedence: {precedence}, {detail})")
+}
+
+/// The service a client certificate's SPIFFE URI names, refused in Consul's words.
+fn client_service(client_cert_uri: &str) -> Result<spiffe::ServiceId, ApiError> {
+    spiffe::parse_service(client_cert_uri).map_err(|e| match e {
+        SpiffeError::NotSpiffe => {
+            ApiError::bad_request("ClientCertURI not a valid Connect identifier")
+        }
+        SpiffeError::NotService => {
+            ApiError::bad_request("ClientCertURI not a valid Service identifier")
+        }
+    })
+}
+
+/// The reason a certificate of another trust domain is refused.
+pub fn untrusted_reason(trust_domain: &str) -> String {
+    format!("Client certificate trust domain {trust_domain:?} does not match this cluster's")
+}
+
+/// The answer to an authorization: `{"Authorized": …, "Reason": …}`.
+pub fn authorize_answer(authorized: bool, reason: &str, reply: &mut Reply) {
+    let mut body = Vec::with_capacity(96 + reason.len());
+    let mut w = crate::consul::json::JsonWriter::new(&mut body, reply.pretty);
+    w.begin_object();
+    w.field_bool("Authorized", authorized);
+    w.field_str("Reason", reason);
+    w.end_object();
+    w.finish();
+    reply.json_bytes(200, b"", &body);
 }
 
 /// One authorization decision: `(authorized, reason)`. A pure function of the version, the
@@ -511,38 +645,22 @@ pub fn authorize_decision(
     client_cert_uri: &str,
     default_allow: bool,
 ) -> Result<(bool, String), ApiError> {
-    let id = spiffe::parse_service(client_cert_uri).map_err(|e| match e {
-        SpiffeError::NotSpiffe => {
-            ApiError::bad_request("ClientCertURI not a valid Connect identifier")
-        }
-        SpiffeError::NotService => {
-            ApiError::bad_request("ClientCertURI not a valid Service identifier")
-        }
-    })?;
+    let id = client_service(client_cert_uri)?;
     if !trusted_domain(&tables.mesh.ca, &id.trust_domain) {
-        return Ok((
-            false,
-            format!(
-                "Client certificate trust domain {:?} does not match this cluster's",
-                id.trust_domain
-            ),
-        ));
+        return Ok((false, untrusted_reason(&id.trust_domain)));
     }
     Ok(match intentions::decide(tables, &id.service, target) {
         Decision::Matched {
             destination,
             source,
-        } => {
-            let kind = if source.is_l7() { "L7" } else { "L4" };
-            (
-                Decision::Matched {
-                    destination,
-                    source,
-                }
-                .allowed(default_allow),
-                matched_reason(kind, destination, source),
-            )
-        }
+        } => (
+            Decision::Matched {
+                destination,
+                source,
+            }
+            .allowed(default_allow),
+            matched_reason(destination, source),
+        ),
         Decision::Default => (
             default_allow,
             "Default behavior configured by ACLs".to_string(),
@@ -591,10 +709,6 @@ fn authorize_fields(body: &[u8]) -> Result<(String, String), ApiError> {
 /// `POST /v1/agent/connect/authorize`.
 pub fn authorize(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     require_connect(ctx)?;
-    if ctx.is_client() {
-        // A client agent keeps no store: a server decides from its own.
-        return Ok(Outcome::Forward);
-    }
     let (target, uri) = authorize_fields(request.body)?;
     if target.is_empty() {
         return Err(ApiError::bad_request("Target service must be specified"));
@@ -602,16 +716,21 @@ pub fn authorize(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<
     if uri.is_empty() {
         return Err(ApiError::bad_request("Client cert URI must be specified"));
     }
+    if ctx.is_client() {
+        // A client agent keeps no store: it decides from the roots and the intentions its
+        // server answers (`ConnectCA.Roots`, `Intention.Match`), as Consul's agent does.
+        let id = client_service(&uri)?;
+        return Ok(client_connect::authorize(
+            ctx,
+            request,
+            target,
+            id,
+            default_allow(ctx),
+        ));
+    }
     let version = ctx.current_version();
     let (authorized, reason) = authorize_decision(&version, &target, &uri, default_allow(ctx))?;
-    let mut body = Vec::with_capacity(96 + reason.len());
-    let mut w = crate::consul::json::JsonWriter::new(&mut body, reply.pretty);
-    w.begin_object();
-    w.field_bool("Authorized", authorized);
-    w.field_str("Reason", &reason);
-    w.end_object();
-    w.finish();
-    reply.json_bytes(200, b"", &body);
+    authorize_answer(authorized, &reason, reply);
     Ok(Outcome::Done)
 }
 

@@ -15,10 +15,8 @@
 //! server's endpoints (`api::rpc::intention`) decide writes with the same `plan_*`
 //! functions, check the same rules and read with the same queries.
 
-use super::rpc::client_intention;
-use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
-};
+use super::rpc::{client_config, client_intention};
+use super::{run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::consul::body::{parse_json, parse_strict};
 use crate::consul::config_entry::doc::{self, Doc};
 use crate::consul::config_entry::intention::{decode_legacy, legacy_doc, LegacyIntention};
@@ -184,16 +182,25 @@ pub fn intentions(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() {
+    intentions_in(ctx, request, reply, "")
+}
+
+fn intentions_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() && datacenter.is_empty() {
         require_connect(ctx)?;
     }
     if request.method == crate::proto::http::Method::Post {
-        return create(ctx, request);
+        return create(ctx, request, datacenter);
     }
-    let options = query_options(ctx, &request.query)?;
+    let options = client_config::options_in(ctx, request, datacenter)?;
     let filter = list_filter(request.query.get("filter"))?;
-    if ctx.reads_by_call(&options) {
-        return Ok(client_intention::list(ctx, request, options));
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+        return Ok(client_intention::list(ctx, request, options, datacenter));
     }
     run_query(
         ctx,
@@ -227,16 +234,19 @@ pub struct Planned {
 }
 
 /// `POST /v1/connect/intentions`: a legacy intention with a fresh ID.
-fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
-    super::check_datacenter(ctx, &request.query)?;
+fn create(ctx: &Context, request: &Request, datacenter: &str) -> Result<Outcome, ApiError> {
+    if datacenter.is_empty() {
+        super::check_datacenter(ctx, &request.query)?;
+    }
     let ixn = decode_body(request)?;
-    if ctx.writes_by_call() {
+    if !datacenter.is_empty() || ctx.writes_by_call() {
         return Ok(client_intention::apply(
             ctx,
             request,
             "create",
             &ixn,
             client_intention::Answer::Id,
+            datacenter,
         ));
     }
     let planned = plan_create(&ctx.current_version(), &ixn, super::context::now_unix_ns())?;
@@ -282,44 +292,60 @@ pub fn plan_create(
 
 /// `GET`, `PUT` and `DELETE /v1/connect/intentions/exact?source=…&destination=…`.
 pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() {
+    exact_in(ctx, request, reply, "")
+}
+
+fn exact_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() && datacenter.is_empty() {
         require_connect(ctx)?;
     }
     let source = parse_name(required(request, "source")?, "source")?;
     let destination = parse_name(required(request, "destination")?, "destination")?;
     match request.method {
         crate::proto::http::Method::Get => {
-            let options = query_options(ctx, &request.query)?;
-            if ctx.reads_by_call(&options) {
+            let options = client_config::options_in(ctx, request, datacenter)?;
+            if !datacenter.is_empty() || ctx.reads_by_call(&options) {
                 let query = client_intention::Get::Exact {
                     source: &source,
                     destination: &destination,
                 };
-                return Ok(client_intention::get(ctx, request, query, options));
+                return Ok(client_intention::get(
+                    ctx, request, query, options, datacenter,
+                ));
             }
             run_query(ctx, ExactQuery::new(source, destination), options, reply)
         }
         crate::proto::http::Method::Put => {
-            super::check_datacenter(ctx, &request.query)?;
+            if datacenter.is_empty() {
+                super::check_datacenter(ctx, &request.query)?;
+            }
             let mut ixn = decode_body(request)?;
             ixn.id.clear();
             ixn.source_name = source;
             ixn.destination_name = destination;
-            if ctx.writes_by_call() {
+            if !datacenter.is_empty() || ctx.writes_by_call() {
                 return Ok(client_intention::apply(
                     ctx,
                     request,
                     "upsert",
                     &ixn,
                     client_intention::Answer::True,
+                    datacenter,
                 ));
             }
             let planned = plan_upsert(&ctx.current_version(), ixn)?;
             Ok(intention_write(planned.op, |reply| reply.json_bool(true)))
         }
         _ => {
-            super::check_datacenter(ctx, &request.query)?;
-            if ctx.writes_by_call() {
+            if datacenter.is_empty() {
+                super::check_datacenter(ctx, &request.query)?;
+            }
+            if !datacenter.is_empty() || ctx.writes_by_call() {
                 let ixn = LegacyIntention {
                     source_name: source,
                     destination_name: destination,
@@ -331,6 +357,7 @@ pub fn exact(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
                     "delete",
                     &ixn,
                     client_intention::Answer::True,
+                    datacenter,
                 ));
             }
             // By-name deletions are idempotent: nothing to delete answers without a write.
@@ -412,10 +439,19 @@ pub fn match_intentions(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() {
+    match_intentions_in(ctx, request, reply, "")
+}
+
+fn match_intentions_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() && datacenter.is_empty() {
         require_connect(ctx)?;
     }
-    let options = query_options(ctx, &request.query)?;
+    let options = client_config::options_in(ctx, request, datacenter)?;
     let by_destination = match request.query.get_all("by").collect::<Vec<_>>()[..] {
         ["source"] => false,
         ["destination"] => true,
@@ -446,13 +482,14 @@ pub fn match_intentions(
         let name = parse_name(raw, "name")?;
         names.push((raw.to_string(), name));
     }
-    if ctx.reads_by_call(&options) {
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
         return Ok(client_intention::match_intentions(
             ctx,
             request,
             by_destination,
             names,
             options,
+            datacenter,
         ));
     }
     run_query(
@@ -468,10 +505,19 @@ pub fn match_intentions(
 
 /// `GET /v1/connect/intentions/check?source=…&destination=…`.
 pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() {
+    check_in(ctx, request, reply, "")
+}
+
+fn check_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() && datacenter.is_empty() {
         require_connect(ctx)?;
     }
-    let options = query_options(ctx, &request.query)?;
+    let options = client_config::options_in(ctx, request, datacenter)?;
     let source_type = request.query.get("source-type").unwrap_or("consul");
     let source_raw = required(request, "source")?;
     let source = if source_type == "consul" {
@@ -480,7 +526,7 @@ pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
         source_raw.to_string()
     };
     let destination = parse_name(required(request, "destination")?, "destination")?;
-    if ctx.reads_by_call(&options) {
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
         return Ok(client_intention::check(
             ctx,
             request,
@@ -488,6 +534,7 @@ pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             &destination,
             source_type,
             options,
+            datacenter,
         ));
     }
     let query = CheckQuery::new(source, destination, default_allow(ctx));
@@ -496,16 +543,27 @@ pub fn check(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
 
 /// `GET`, `PUT` and `DELETE /v1/connect/intentions/<id>`: the legacy API by ID.
 pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() {
+    by_id_in(ctx, request, reply, "")
+}
+
+fn by_id_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if !ctx.is_client() && datacenter.is_empty() {
         require_connect(ctx)?;
     }
     let id = request.rest.to_string();
     match request.method {
         crate::proto::http::Method::Get => {
-            let options = query_options(ctx, &request.query)?;
-            if ctx.reads_by_call(&options) {
+            let options = client_config::options_in(ctx, request, datacenter)?;
+            if !datacenter.is_empty() || ctx.reads_by_call(&options) {
                 let query = client_intention::Get::Id(&id);
-                return Ok(client_intention::get(ctx, request, query, options));
+                return Ok(client_intention::get(
+                    ctx, request, query, options, datacenter,
+                ));
             }
             run_query(
                 ctx,
@@ -518,9 +576,11 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             )
         }
         crate::proto::http::Method::Put => {
-            super::check_datacenter(ctx, &request.query)?;
+            if datacenter.is_empty() {
+                super::check_datacenter(ctx, &request.query)?;
+            }
             let mut ixn = decode_body(request)?;
-            if ctx.writes_by_call() {
+            if !datacenter.is_empty() || ctx.writes_by_call() {
                 ixn.id = id;
                 return Ok(client_intention::apply(
                     ctx,
@@ -528,6 +588,7 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
                     "update",
                     &ixn,
                     client_intention::Answer::Id,
+                    datacenter,
                 ));
             }
             let planned = plan_update(
@@ -542,8 +603,10 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
             }))
         }
         _ => {
-            super::check_datacenter(ctx, &request.query)?;
-            if ctx.writes_by_call() {
+            if datacenter.is_empty() {
+                super::check_datacenter(ctx, &request.query)?;
+            }
+            if !datacenter.is_empty() || ctx.writes_by_call() {
                 let ixn = LegacyIntention {
                     id,
                     ..LegacyIntention::default()
@@ -554,12 +617,36 @@ pub fn by_id(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outc
                     "delete",
                     &ixn,
                     client_intention::Answer::True,
+                    datacenter,
                 ));
             }
             let planned = plan_delete(&ctx.current_version(), &id)?;
             Ok(intention_write(planned.op, |reply| reply.json_bool(true)))
         }
     }
+}
+
+/// An intentions request naming another datacenter (`?dc=`): parsed and checked as the
+/// handler does (the same errors), then that datacenter's typed call. `None` for a path
+/// that is not the intentions'.
+pub fn elsewhere(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    type Handler = fn(&Context, &Request, &mut Reply, &str) -> Result<Outcome, ApiError>;
+    let handler: Handler = match request.path {
+        "/v1/connect/intentions" => intentions_in,
+        "/v1/connect/intentions/exact" => exact_in,
+        "/v1/connect/intentions/match" => match_intentions_in,
+        "/v1/connect/intentions/check" => check_in,
+        path if path.starts_with("/v1/connect/intentions/") => by_id_in,
+        _ => return None,
+    };
+    // The typed call answers it: the handler writes nothing to this reply.
+    let mut unused = Vec::new();
+    let mut reply = Reply::new(&mut unused, false, false);
+    Some(handler(ctx, request, &mut reply, datacenter))
 }
 
 /// A legacy update of the intention `id`: it must exist and keep its destination.

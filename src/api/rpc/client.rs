@@ -222,7 +222,7 @@ pub(super) fn write(
 }
 
 /// [`write`] in `datacenter` (empty: this one).
-fn write_in(
+pub(super) fn write_in(
     ctx: &Context,
     datacenter: &str,
     method: &'static str,
@@ -306,6 +306,7 @@ pub fn across_datacenters(
             super::client_txn::across_datacenters,
             super::client_query::across_datacenters,
             super::client_config::across_datacenters,
+            super::client_connect::across_datacenters,
             super::client_intention::across_datacenters,
             super::client_operator::across_datacenters,
             super::client_acl::across_datacenters,

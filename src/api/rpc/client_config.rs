@@ -12,11 +12,12 @@
 //! functions (`api::config::entry_answer`, `list_answer`), so the body is the server's
 //! byte for byte; the headers come from the reply's `QueryMeta`.
 
-use super::client::{bad_reply, query_options, read_call, write};
+use super::client::{bad_reply, call, query_options, read_timeout, write_in};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
 use crate::api::config::{chain_answer, entry_answer, list_answer};
-use crate::api::{Context, Outcome, Request, WriteResponder};
+use crate::api::{ApiError, Context, Outcome, Request, WriteResponder};
+use crate::cluster::servers::Retry;
 use crate::consul::rpc::config_entry::{
     entry_fields, entry_of, read_delete_response, read_entry_response, read_generic_entries,
     read_indexed_entries, ConfigEntryListAllRequest, ConfigEntryQuery, ConfigEntryRequest,
@@ -32,18 +33,20 @@ pub fn get(
     kind_text: &str,
     name: &str,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = ConfigEntryQuery {
         kind: kind.as_str(),
         name,
-        datacenter: "",
+        datacenter,
         options: query_options(&options, &secret),
     }
     .encode();
     let (kind_text, name) = (kind_text.to_string(), name.to_string());
-    read_call(
+    read_in(
         ctx,
+        datacenter,
         "ConfigEntry.Get",
         body,
         &options,
@@ -68,6 +71,7 @@ pub fn list(
     request: &Request,
     kind: Option<ConfigKind>,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let rpc_options = query_options(&options, &secret);
@@ -77,7 +81,7 @@ pub fn list(
             ConfigEntryQuery {
                 kind: kind.as_str(),
                 name: "",
-                datacenter: "",
+                datacenter,
                 options: rpc_options,
             }
             .encode(),
@@ -86,28 +90,35 @@ pub fn list(
             "ConfigEntry.ListAll",
             ConfigEntryListAllRequest {
                 kinds: ConfigKind::ALL.iter().map(|k| k.as_str()).collect(),
-                datacenter: "",
+                datacenter,
                 options: rpc_options,
             }
             .encode(),
         ),
     };
-    read_call(ctx, method, body, &options, move |body, reply| {
-        let (meta, fields) = if kind.is_some() {
-            read_indexed_entries(body)
-        } else {
-            read_generic_entries(body)
-        }
-        .map_err(bad_reply)?;
-        let entries = fields
-            .iter()
-            .map(entry_of)
-            .collect::<Result<Vec<ConfigEntry>, _>>()
+    read_in(
+        ctx,
+        datacenter,
+        method,
+        body,
+        &options,
+        move |body, reply| {
+            let (meta, fields) = if kind.is_some() {
+                read_indexed_entries(body)
+            } else {
+                read_generic_entries(body)
+            }
             .map_err(bad_reply)?;
-        let visible: Vec<&ConfigEntry> = entries.iter().collect();
-        list_answer(&visible, &headers(&meta, &secret), reply);
-        Ok(())
-    })
+            let entries = fields
+                .iter()
+                .map(entry_of)
+                .collect::<Result<Vec<ConfigEntry>, _>>()
+                .map_err(bad_reply)?;
+            let visible: Vec<&ConfigEntry> = entries.iter().collect();
+            list_answer(&visible, &headers(&meta, &secret), reply);
+            Ok(())
+        },
+    )
 }
 
 /// A config entry write the handler decided on, as `ConfigEntry.Apply` or
@@ -118,6 +129,17 @@ pub fn write_op(
     request: &Request,
     op: &ConfigEntryOp,
     respond: WriteResponder,
+) -> Outcome {
+    write_op_in(ctx, request, op, respond, "")
+}
+
+/// [`write_op`] in `datacenter` (empty: this one).
+fn write_op_in(
+    ctx: &Context,
+    request: &Request,
+    op: &ConfigEntryOp,
+    respond: WriteResponder,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
     let (method, body) = match op {
@@ -131,7 +153,7 @@ pub fn write_op(
                 } else {
                     "upsert"
                 },
-                datacenter: "",
+                datacenter,
                 kind: entry.kind.as_str(),
                 entry: fields,
                 token: &secret,
@@ -149,7 +171,7 @@ pub fn write_op(
                 } else {
                     "delete"
                 },
-                datacenter: "",
+                datacenter,
                 kind: kind.as_str(),
                 entry: fields,
                 token: &secret,
@@ -165,7 +187,7 @@ pub fn write_op(
     };
     // A write that may have reached a server is not sent again (a CAS could fail the
     // second time and hide that the first applied).
-    write(ctx, method, body, move |body, reply| {
+    write_in(ctx, datacenter, method, body, move |body, reply| {
         let done = if method == "ConfigEntry.Delete" {
             read_delete_response(body).map_err(bad_reply)?
         } else {
@@ -187,6 +209,7 @@ pub fn discovery_chain(
     datacenter: &str,
     overrides: &crate::consul::discovery_chain::Overrides,
     options: crate::api::QueryOptions,
+    call_datacenter: &str,
 ) -> Outcome {
     use crate::consul::config_entry::doc::Doc;
     use crate::consul::rpc::discovery_chain::{read_response, DiscoveryChainRequest};
@@ -197,12 +220,13 @@ pub fn discovery_chain(
         override_mesh_gateway_mode: overrides.mesh_gateway.as_str(),
         override_protocol: overrides.protocol.as_deref().unwrap_or_default(),
         override_connect_timeout_ns: overrides.connect_timeout_ns.unwrap_or(0),
-        datacenter: "",
+        datacenter: call_datacenter,
         options: query_options(&options, &secret),
     }
     .encode();
-    read_call(
+    read_in(
         ctx,
+        call_datacenter,
         "DiscoveryChain.Get",
         body,
         &options,
@@ -215,13 +239,76 @@ pub fn discovery_chain(
     )
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
-pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
+/// A read's query options: checked against this datacenter as the handler does when the
+/// read is this datacenter's (`datacenter` empty), else parsed only (another datacenter's
+/// servers answer it).
+pub fn options_in(
+    ctx: &Context,
+    request: &Request,
     datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
+) -> Result<crate::api::QueryOptions, ApiError> {
+    if datacenter.is_empty() {
+        crate::api::query_options(ctx, &request.query)
+    } else {
+        crate::api::query_options_in(ctx, &request.query)
+    }
+}
+
+/// A read made after the handler returned, in `datacenter` (empty: this one): sent again
+/// on another server if one cannot be reached, waiting as long as its blocking query may.
+pub(super) fn read_in(
+    ctx: &Context,
+    datacenter: &str,
+    method: &'static str,
+    body: Vec<u8>,
+    options: &crate::api::QueryOptions,
+    respond: impl FnOnce(&[u8], &mut crate::api::Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    call(
+        ctx,
+        datacenter,
+        method,
+        body,
+        read_timeout(options),
+        Retry::Always,
+        respond,
+    )
+}
+
+/// The config entry and discovery chain requests naming another datacenter (`?dc=`), as
+/// their typed calls naming it ([`super::client::across_datacenters`]): parsed and checked
+/// as the handlers do (the same errors), answered as they answer.
+pub fn across_datacenters(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    use crate::proto::http::Method;
+    let path = request.path;
+    if path.starts_with("/v1/discovery-chain/") {
+        return Some(crate::api::config::discovery_chain_elsewhere(
+            ctx, request, datacenter,
+        ));
+    }
+    let write = |outcome: Result<Outcome, ApiError>| {
+        outcome.and_then(|outcome| match outcome {
+            Outcome::Write(op) => match &op.command {
+                crate::store::Command::ConfigEntry(config_op) => {
+                    Ok(write_op_in(ctx, request, config_op, op.respond, datacenter))
+                }
+                _ => Err(ApiError::Internal("not a config entry write".to_string())),
+            },
+            other => Ok(other),
+        })
+    };
+    if path == "/v1/config" && request.method == Method::Put {
+        return Some(write(crate::api::config::apply_op(request)));
+    }
+    if !path.starts_with("/v1/config/") {
+        return None;
+    }
+    Some(match request.method {
+        Method::Delete => write(crate::api::config::delete_op(request)),
+        _ => crate::api::config::get_elsewhere(ctx, request, datacenter),
+    })
 }

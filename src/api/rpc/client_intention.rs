@@ -13,10 +13,9 @@
 //! `api::intentions::send_rendered`), so the body is the server's byte for byte; the
 //! headers come from the reply's `QueryMeta`.
 
-use super::client::{
-    bad_reply, call_mapped, error_of, query_options, read_call, read_timeout, write,
-};
+use super::client::{bad_reply, call_mapped, error_of, query_options, read_timeout, write_in};
 use super::client_catalog::headers;
+use super::client_config::read_in;
 use crate::api::authz::request_secret;
 use crate::api::intentions::{check_doc, match_doc, send_rendered, NOT_FOUND};
 use crate::api::{ApiError, Context, Outcome, Request, WriteResponder};
@@ -82,26 +81,33 @@ pub fn apply(
     op: &'static str,
     ixn: &LegacyIntention,
     answer: Answer,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
     let body = IntentionRequest {
-        datacenter: "",
+        datacenter,
         op,
         intention: Some(wire_of(ixn)),
         token: &secret,
     }
     .encode();
     // A write that may have reached a server is not sent again (a create would make two).
-    write(ctx, "Intention.Apply", body, move |body, reply| {
-        match answer {
-            Answer::Id => {
-                let id = read_apply_reply(body).map_err(bad_reply)?;
-                reply.json(200, b"", &serde_json::json!({ "ID": id }));
+    write_in(
+        ctx,
+        datacenter,
+        "Intention.Apply",
+        body,
+        move |body, reply| {
+            match answer {
+                Answer::Id => {
+                    let id = read_apply_reply(body).map_err(bad_reply)?;
+                    reply.json(200, b"", &serde_json::json!({ "ID": id }));
+                }
+                Answer::True => reply.json_bool(true),
             }
-            Answer::True => reply.json_bool(true),
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
 }
 
 /// The legacy body a stored source was made from.
@@ -168,7 +174,7 @@ pub fn write_op(
         token: &secret,
     }
     .encode();
-    write(ctx, "Intention.Apply", body, move |_, reply| {
+    write_in(ctx, "", "Intention.Apply", body, move |_, reply| {
         respond(CommandResult::Bool(true), reply);
         Ok(())
     })
@@ -189,6 +195,7 @@ pub fn get(
     request: &Request,
     which: Get,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let (intention_id, exact) = match which {
@@ -207,13 +214,14 @@ pub fn get(
     let body = IntentionQueryRequest {
         intention_id,
         exact,
+        datacenter,
         options: query_options(&options, &secret),
         ..IntentionQueryRequest::default()
     }
     .encode();
     call_mapped(
         ctx,
-        "",
+        datacenter,
         "Intention.Get",
         body,
         read_timeout(&options),
@@ -232,24 +240,36 @@ pub fn get(
 }
 
 /// `GET /v1/connect/intentions` (`?filter` travels as `Filter`): `Intention.List`.
-pub fn list(ctx: &Context, request: &Request, options: crate::api::QueryOptions) -> Outcome {
+pub fn list(
+    ctx: &Context,
+    request: &Request,
+    options: crate::api::QueryOptions,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = IntentionListRequest {
-        datacenter: "",
+        datacenter,
         legacy: true,
         options: query_options(&options, &secret),
     }
     .encode();
-    read_call(ctx, "Intention.List", body, &options, move |body, reply| {
-        let (meta, list) = read_indexed_intentions(body).map_err(bad_reply)?;
-        let docs = list
-            .iter()
-            .map(Intention::to_doc)
-            .collect::<Result<Vec<Doc>, _>>()
-            .map_err(bad_reply)?;
-        send_rendered(reply, &headers(&meta, &secret), &Doc::List(docs));
-        Ok(())
-    })
+    read_in(
+        ctx,
+        datacenter,
+        "Intention.List",
+        body,
+        &options,
+        move |body, reply| {
+            let (meta, list) = read_indexed_intentions(body).map_err(bad_reply)?;
+            let docs = list
+                .iter()
+                .map(Intention::to_doc)
+                .collect::<Result<Vec<Doc>, _>>()
+                .map_err(bad_reply)?;
+            send_rendered(reply, &headers(&meta, &secret), &Doc::List(docs));
+            Ok(())
+        },
+    )
 }
 
 /// `GET /v1/connect/intentions/match`: `Intention.Match` of the names as parsed, answered
@@ -260,6 +280,7 @@ pub fn match_intentions(
     by_destination: bool,
     names: Vec<(String, String)>,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = IntentionQueryRequest {
@@ -271,12 +292,14 @@ pub fn match_intentions(
             },
             names: names.iter().map(|(_, name)| name.as_str()).collect(),
         }),
+        datacenter,
         options: query_options(&options, &secret),
         ..IntentionQueryRequest::default()
     }
     .encode();
-    read_call(
+    read_in(
         ctx,
+        datacenter,
         "Intention.Match",
         body,
         &options,
@@ -310,6 +333,7 @@ pub fn check(
     destination: &str,
     source_type: &str,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = IntentionQueryRequest {
@@ -318,12 +342,14 @@ pub fn check(
             destination_name: destination,
             source_type,
         }),
+        datacenter,
         options: query_options(&options, &secret),
         ..IntentionQueryRequest::default()
     }
     .encode();
-    read_call(
+    read_in(
         ctx,
+        datacenter,
         "Intention.Check",
         body,
         &options,
@@ -335,13 +361,13 @@ pub fn check(
     )
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
+/// The intentions requests naming another datacenter (`?dc=`), as their typed calls naming
+/// it ([`super::client::across_datacenters`]), parsed and checked by the handlers
+/// (`api::intentions::elsewhere`); `None` for the others.
 pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
+    ctx: &Context,
+    request: &Request,
     datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
+) -> Option<Result<Outcome, ApiError>> {
+    crate::api::intentions::elsewhere(ctx, request, datacenter)
 }

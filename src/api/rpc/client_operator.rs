@@ -1,10 +1,8 @@
-//! A client agent's CA configuration and operator endpoints as Consul's typed calls, as
-//! Consul's agent sends them (`agent/connect_ca_endpoint.go`, `agent/operator_endpoint.go`):
+//! A client agent's operator endpoints as Consul's typed calls, as Consul's agent sends
+//! them (`agent/operator_endpoint.go`; the CA configuration's are `client_connect`'s):
 //!
 //! | HTTP on the agent | typed call |
 //! |---|---|
-//! | `GET /v1/connect/ca/configuration` | `ConnectCA.ConfigurationGet` |
-//! | `PUT /v1/connect/ca/configuration` | `ConnectCA.ConfigurationSet` (`Op` `set-config`) |
 //! | `GET /v1/operator/raft/configuration` | `Operator.RaftGetConfiguration` |
 //! | `DELETE /v1/operator/raft/peer?address=` / `?id=` | `Operator.RaftRemovePeerByAddress` / `ByID` |
 //! | `GET` / `PUT /v1/operator/autopilot/configuration` (`?cas`) | `Operator.AutopilotGetConfiguration` / `SetConfiguration` |
@@ -13,20 +11,17 @@
 //!
 //! The handlers decode and check the request first, as on a server (a bad body is the
 //! server's 400 before any call); the server checks the token. Replies are read back into
-//! the values the server's own handlers render (`api::operator`, `api::connect`), so the
-//! body is the server's. None of these replies carries `QueryMeta`: the CA configuration's
-//! `X-Consul-Index` is its `ModifyIndex`, the index the server's read reports.
+//! the values the server's own handlers render (`api::operator`), so the body is the
+//! server's. None of these replies carries `QueryMeta`.
 
 use super::client::{bad_reply, call, query_options, read_call, write, CALL_TIMEOUT};
 use crate::api::authz::request_secret;
-use crate::api::connect::{ca_config_set_answer, ca_configuration_answer, CaConfigSet};
 use crate::api::operator::{
     configuration_json, health_answer, raft_configuration_answer, state_answer,
 };
 use crate::api::{Context, Outcome, Request, WriteResponder};
 use crate::cluster::servers::Retry;
 use crate::consul::rpc::catalog::DcSpecificRequest;
-use crate::consul::rpc::connect_ca::{CaConfiguration, CaRequest};
 use crate::consul::rpc::operator::{
     decode_health, decode_state, read_autopilot_config, AutopilotSetConfigRequest,
     RaftConfiguration, RaftRemovePeerRequest,
@@ -34,7 +29,7 @@ use crate::consul::rpc::operator::{
 use crate::consul::rpc::QueryOptions as RpcQueryOptions;
 use crate::proto::msgpack::Reader;
 use crate::store::autopilot::{AutopilotConfig, AutopilotOp};
-use crate::store::{AutopilotResult, CommandResult};
+use crate::store::AutopilotResult;
 
 /// A `DCSpecificRequest` for this datacenter with the request's options and token.
 fn dc_request(ctx: &Context, options: RpcQueryOptions) -> Vec<u8> {
@@ -44,58 +39,6 @@ fn dc_request(ctx: &Context, options: RpcQueryOptions) -> Vec<u8> {
         options,
     }
     .encode()
-}
-
-/// `GET /v1/connect/ca/configuration`: `ConnectCA.ConfigurationGet` (blocking as the
-/// server's read is).
-pub fn ca_configuration_get(
-    ctx: &Context,
-    request: &Request,
-    options: crate::api::QueryOptions,
-) -> Outcome {
-    let secret = request_secret(ctx, request).into_owned();
-    let body = dc_request(ctx, query_options(&options, &secret));
-    let consistency = options.consistency;
-    read_call(
-        ctx,
-        "ConnectCA.ConfigurationGet",
-        body,
-        &options,
-        move |body, reply| {
-            let config = CaConfiguration::decode(body).map_err(bad_reply)?;
-            let meta = crate::api::QueryMeta {
-                index: config.modify_index.max(1),
-                // The server answered from a leader's store (or a stale one when asked).
-                known_leader: true,
-                last_contact_ms: 0,
-                consistency,
-                cache: None,
-            };
-            let mut headers = Vec::with_capacity(160);
-            meta.write_headers(&mut headers);
-            ca_configuration_answer(&config, &headers, reply);
-            Ok(())
-        },
-    )
-}
-
-/// `PUT /v1/connect/ca/configuration`: `ConnectCA.ConfigurationSet` with the body the
-/// handler decoded; the server checks the provider and the settings and rotates the root.
-pub fn ca_configuration_set(ctx: &Context, request: &Request, set: &CaConfigSet) -> Outcome {
-    let secret = request_secret(ctx, request);
-    let body = CaRequest {
-        datacenter: &ctx.config().datacenter,
-        op: "set-config",
-        config: Some(set.to_wire()),
-        token: &secret,
-    }
-    .encode();
-    // A write that may have reached a server is not sent again (a rotation would make two
-    // roots).
-    write(ctx, "ConnectCA.ConfigurationSet", body, |_, reply| {
-        ca_config_set_answer(CommandResult::Bool(true), reply);
-        Ok(())
-    })
 }
 
 /// `GET /v1/operator/raft/configuration`: `Operator.RaftGetConfiguration`.

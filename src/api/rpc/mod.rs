@@ -28,6 +28,7 @@ pub mod client;
 pub mod client_acl;
 pub mod client_catalog;
 pub mod client_config;
+pub mod client_connect;
 pub mod client_intention;
 pub mod client_operator;
 pub mod client_query;

@@ -190,6 +190,8 @@ fn read_root(r: &mut Reader) -> Result<CaRoot, WireError> {
     each_field(r, |name, r| {
         match name {
             "Active" => root.active = r.bool()?,
+            "CreateIndex" => root.create_index = r.u64("CreateIndex")?,
+            "ModifyIndex" => root.modify_index = r.u64("ModifyIndex")?,
             "ExternalTrustDomain" => root.external_trust_domain = ArcStr::from(r.str()?),
             "ID" => root.id = ArcStr::from(r.str()?),
             "IntermediateCerts" => {

@@ -5,6 +5,7 @@ mod consul_rpc;
 mod dc_calls;
 mod dns_calls;
 mod federation_states;
+mod mesh_calls;
 mod native_tls;
 mod query_calls;
 mod wan;
