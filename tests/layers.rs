@@ -224,6 +224,11 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "rpc",
         "a client agent's intention calls (rpc::client_intention)",
     ),
+    (
+        "event",
+        "rpc",
+        "a user event fired in another datacenter (rpc::event)",
+    ),
 ];
 
 /// The modules inside `api` (a file or a folder each; `mod.rs` is the vocabulary every

@@ -13,10 +13,12 @@ use crate::consul::user_event::{list_index, validate_filters, ConsulEvent, EVENT
 use std::sync::Arc;
 use std::time::Instant;
 
-/// `PUT /v1/event/fire/<name>`.
+/// `PUT /v1/event/fire/<name>`. With `?dc=` naming another datacenter the event is fired
+/// there: `Internal.EventFire` naming it, as Consul's agent sends it
+/// ([`crate::api::rpc::event`]).
 pub fn fire(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     let name = request.rest;
-    check_datacenter(ctx, &request.query)?;
+    let elsewhere = super::other_datacenter(ctx, &request.query);
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing name"));
     }
@@ -36,6 +38,9 @@ pub fn fire(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, 
         ltime: 0,
     };
     validate_filters(&event).map_err(ApiError::BadRequest)?;
+    if let Some(datacenter) = elsewhere {
+        return Ok(super::rpc::event::fire_in(ctx, request, event, &datacenter));
+    }
     let handle = lan_handle(ctx)?;
     let serf_name = format!("{}{}", crate::consul::user_event::EVENT_NAME_PREFIX, name);
     let envelope = event.encode();

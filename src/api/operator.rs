@@ -6,7 +6,9 @@
 //! A client agent asks a server with Consul's typed calls (`api::rpc::client_operator`):
 //! the answers are rendered here from the values those calls carry
 //! (`consul::rpc::operator`), which a server builds from its own state, so both answer the
-//! same. Leadership transfer has no such call and goes as forwarded HTTP.
+//! same. Leadership transfer goes as praetor's own `Operator.TransferLeader`, the usage
+//! counts as `Operator.Usage`. A request naming another datacenter (`?dc=`) is the same
+//! call naming it ([`across`]).
 
 use super::rpc::client_operator;
 use super::{
@@ -82,7 +84,9 @@ pub fn configuration(
 ) -> Result<Outcome, ApiError> {
     if super::read_by_call(ctx, request)? {
         let options = query_options(ctx, &request.query)?;
-        return Ok(client_operator::raft_configuration(ctx, request, options));
+        return Ok(client_operator::raft_configuration(
+            ctx, request, options, "",
+        ));
     }
     // A read the leader must answer went as its typed call above; bad parameters are
     // refused here as on any read.
@@ -97,6 +101,23 @@ pub fn remove_peer(
     _reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
+    let (id, address) = peer_to_remove(request)?;
+    if ctx.writes_by_call() {
+        return Ok(client_operator::remove_peer(ctx, request, id, address, ""));
+    }
+    Ok(Outcome::Leader(LeaderOp::Operator {
+        op: OperatorOp::RemovePeer { id, address },
+        respond: Box::new(|result, reply: &mut Reply| match result {
+            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
+            _ => reply.send(200, None, b"", b""),
+        }),
+    }))
+}
+
+/// The `?id` or `?address` of a peer removal (exactly one, as Consul insists).
+type PeerToRemove = (Option<String>, Option<String>);
+
+fn peer_to_remove(request: &Request) -> Result<PeerToRemove, ApiError> {
     let id = request
         .query
         .get("id")
@@ -115,16 +136,7 @@ pub fn remove_peer(
             "Must specify only one of ?id or ?address",
         ));
     }
-    if ctx.writes_by_call() {
-        return Ok(client_operator::remove_peer(ctx, request, id, address));
-    }
-    Ok(Outcome::Leader(LeaderOp::Operator {
-        op: OperatorOp::RemovePeer { id, address },
-        respond: Box::new(|result, reply: &mut Reply| match result {
-            CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            _ => reply.send(200, None, b"", b""),
-        }),
-    }))
+    Ok((id, address))
 }
 
 pub fn transfer_leader(
@@ -138,6 +150,16 @@ pub fn transfer_leader(
         .get("id")
         .filter(|v| !v.is_empty())
         .map(str::to_string);
+    if ctx.writes_by_call() {
+        // The leader hands its leadership over: a client agent or a follower asks it with
+        // praetor's own call (Consul's agents use gRPC there).
+        return Ok(client_operator::transfer_leader(
+            ctx,
+            request,
+            id.as_deref(),
+            "",
+        ));
+    }
     Ok(Outcome::Leader(LeaderOp::Operator {
         op: OperatorOp::TransferLeader { id },
         respond: Box::new(|result, reply: &mut Reply| match result {
@@ -259,10 +281,11 @@ fn autopilot_view(
 ) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
     if ctx.writes_by_call() {
-        return Ok(client_operator::autopilot_health(ctx, request, state));
+        return Ok(client_operator::autopilot_health(ctx, request, state, ""));
     }
     let Some(health) = leader_health(ctx)? else {
-        return Ok(Outcome::Forward);
+        // Leadership moved since this server thought it led: the leader answers.
+        return Ok(client_operator::autopilot_health(ctx, request, state, ""));
     };
     let health = health_of(&health);
     if state {
@@ -430,7 +453,7 @@ pub fn autopilot_configuration(
         if super::read_by_call(ctx, request)? {
             let options = query_options(ctx, &request.query)?;
             return Ok(client_operator::autopilot_configuration(
-                ctx, request, options,
+                ctx, request, options, "",
             ));
         }
         // A read the leader must answer went as its typed call above; bad parameters are
@@ -444,6 +467,16 @@ pub fn autopilot_configuration(
         return Ok(Outcome::Done);
     }
     super::check_datacenter(ctx, &request.query)?;
+    let (config, cas) = autopilot_set_of(request)?;
+    let set = AutopilotOp::Set { config, cas };
+    Ok(Outcome::Write(WriteOp::autopilot(
+        set,
+        autopilot_set_answer(cas),
+    )))
+}
+
+/// A `PUT /v1/operator/autopilot/configuration`'s configuration and `?cas`.
+fn autopilot_set_of(request: &Request) -> Result<(AutopilotConfig, Option<u64>), ApiError> {
     let cas = match request.query.get("cas") {
         None => None,
         Some(text) => Some(
@@ -453,20 +486,77 @@ pub fn autopilot_configuration(
     };
     let config = parse_configuration(request.body)
         .map_err(|e| ApiError::bad_request(format!("Error parsing autopilot config: {e}")))?;
-    let set = AutopilotOp::Set { config, cas };
-    Ok(Outcome::Write(WriteOp::autopilot(
-        set,
-        move |result, reply| {
-            // Consul answers `true` to a plain set and the outcome to a check-and-set.
-            reply.json_bool(result == AutopilotResult::Written || cas.is_none())
-        },
-    )))
+    Ok((config, cas))
+}
+
+/// How an autopilot write is answered: `true` to a plain set and the outcome to a
+/// check-and-set, as Consul answers.
+fn autopilot_set_answer(cas: Option<u64>) -> impl FnOnce(AutopilotResult, &mut Reply) {
+    move |result, reply| reply.json_bool(result == AutopilotResult::Written || cas.is_none())
+}
+
+/// An operator request naming another datacenter (`?dc=`): parsed and checked as for this
+/// one, then its typed call naming `datacenter`, whose servers answer it. `None` for the
+/// paths that are not the operator's Raft, autopilot and usage endpoints.
+pub fn across(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    use crate::proto::http::Method;
+    let options = || super::query_options_in(ctx, &request.query);
+    let outcome = match request.path {
+        "/v1/operator/raft/configuration" => options()
+            .map(|options| client_operator::raft_configuration(ctx, request, options, datacenter)),
+        "/v1/operator/raft/peer" => peer_to_remove(request).map(|(id, address)| {
+            client_operator::remove_peer(ctx, request, id, address, datacenter)
+        }),
+        "/v1/operator/raft/transfer-leader" => {
+            let id = request.query.get("id").filter(|v| !v.is_empty());
+            Ok(client_operator::transfer_leader(
+                ctx, request, id, datacenter,
+            ))
+        }
+        "/v1/operator/autopilot/health" => Ok(client_operator::autopilot_health(
+            ctx, request, false, datacenter,
+        )),
+        "/v1/operator/autopilot/state" => Ok(client_operator::autopilot_health(
+            ctx, request, true, datacenter,
+        )),
+        "/v1/operator/autopilot/configuration" if request.method == Method::Get => {
+            options().map(|options| {
+                client_operator::autopilot_configuration(ctx, request, options, datacenter)
+            })
+        }
+        "/v1/operator/autopilot/configuration" => {
+            autopilot_set_of(request).map(|(config, cas)| {
+                // The handler's own responder, through the command family's seam.
+                let set = WriteOp::autopilot(
+                    AutopilotOp::Set {
+                        config: config.clone(),
+                        cas,
+                    },
+                    autopilot_set_answer(cas),
+                );
+                client_operator::autopilot_set(ctx, request, &config, cas, set.respond, datacenter)
+            })
+        }
+        "/v1/operator/usage" => {
+            options().map(|options| client_operator::usage(ctx, request, options, datacenter))
+        }
+        _ => return None,
+    };
+    Some(outcome)
 }
 
 /// `GET /v1/operator/usage`: the catalog's counts for this datacenter, blocking-capable
-/// like Consul's (it moves with the nodes and services tables).
+/// like Consul's (it moves with the nodes and services tables). A client agent, or a
+/// follower for a leader read, asks with `Operator.Usage`.
 pub fn usage(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.reads_by_call(&options) {
+        return Ok(client_operator::usage(ctx, request, options, ""));
+    }
     let query = UsageQuery {
         datacenter: ctx.config().datacenter.clone(),
     };
@@ -477,46 +567,61 @@ struct UsageQuery {
     datacenter: String,
 }
 
+/// What the usage read depends on: the nodes and services tables.
+pub fn usage_watch(tables: &Tables) -> (u64, WatchSet) {
+    (
+        tables.max_table_index(&[Table::Nodes, Table::Services]),
+        WatchSet::new().table(Table::Nodes).table(Table::Services),
+    )
+}
+
 impl Query for UsageQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            tables.max_table_index(&[Table::Nodes, Table::Services]),
-            WatchSet::new().table(Table::Nodes).table(Table::Services),
-        )
+        usage_watch(tables)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let usage = service_usage(tables);
-        let connect: serde_json::Map<String, serde_json::Value> = usage
-            .connect_instances
-            .iter()
-            .map(|(kind, n)| (kind.to_string(), json!(n)))
-            .collect();
-        let mut headers = Vec::with_capacity(160);
-        meta.write_headers(&mut headers);
-        // Consul answers its `structs.Usage`, which embeds the query's `QueryMeta`: the
-        // body repeats what the headers say.
-        reply.json(
-            200,
-            &headers,
-            &json!({
-                "Usage": {
-                    self.datacenter.clone(): {
-                        "Services": usage.services,
-                        "ServiceInstances": usage.service_instances,
-                        "ConnectServiceInstances": connect,
-                        "BillableServiceInstances": usage.billable_service_instances,
-                        "Nodes": usage.nodes,
-                    }
-                },
-                "Index": meta.index,
-                "LastContact": meta.last_contact_ms.saturating_mul(1_000_000),
-                "KnownLeader": meta.known_leader,
-                "ConsistencyLevel": meta.consistency.as_str(),
-                "NotModified": false,
-                "Backend": 0,
-                "ResultsFilteredByACLs": false,
-            }),
-        );
+        usage_answer(&self.datacenter, &service_usage(tables), meta, reply);
     }
+}
+
+/// `GET /v1/operator/usage`'s answer: on a server from its store, on a client agent from
+/// the `Operator.Usage` reply (`datacenter` the one the answering server counted).
+pub fn usage_answer(
+    datacenter: &str,
+    usage: &crate::store::catalog::read::ServiceUsage,
+    meta: QueryMeta,
+    reply: &mut Reply,
+) {
+    let connect: serde_json::Map<String, serde_json::Value> = usage
+        .connect_instances
+        .iter()
+        .map(|(kind, n)| (kind.to_string(), json!(n)))
+        .collect();
+    let mut headers = Vec::with_capacity(160);
+    meta.write_headers(&mut headers);
+    // Consul answers its `structs.Usage`, which embeds the query's `QueryMeta`: the
+    // body repeats what the headers say.
+    reply.json(
+        200,
+        &headers,
+        &json!({
+            "Usage": {
+                datacenter: {
+                    "Services": usage.services,
+                    "ServiceInstances": usage.service_instances,
+                    "ConnectServiceInstances": connect,
+                    "BillableServiceInstances": usage.billable_service_instances,
+                    "Nodes": usage.nodes,
+                }
+            },
+            "Index": meta.index,
+            "LastContact": meta.last_contact_ms.saturating_mul(1_000_000),
+            "KnownLeader": meta.known_leader,
+            "ConsistencyLevel": meta.consistency.as_str(),
+            "NotModified": false,
+            "Backend": 0,
+            "ResultsFilteredByACLs": false,
+        }),
+    );
 }

@@ -59,8 +59,18 @@ pub fn general(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
     }
 }
 
-/// `/v1/query/<id>` (GET, PUT, DELETE), `/v1/query/<id|name>/execute` and `/explain` (GET).
-pub fn specific(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+/// What a `/v1/query/<…>` request asks for, from its path and method.
+enum Specific<'r> {
+    Execute(&'r str),
+    Explain(&'r str),
+    Get(&'r str),
+    Update(&'r str),
+    Delete(&'r str),
+}
+
+/// Reads `/v1/query/<id>` (GET, PUT, DELETE), `/v1/query/<id|name>/execute` and `/explain`
+/// (GET only).
+fn specific_of<'r>(request: &Request<'r>) -> Result<Specific<'r>, ApiError> {
     let rest = request.rest;
     let only_get = |request: &Request| -> Result<(), ApiError> {
         if request.method == Method::Get {
@@ -73,17 +83,70 @@ pub fn specific(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<O
     };
     if let Some(id_or_name) = rest.strip_suffix("/execute") {
         only_get(request)?;
-        return execute(ctx, request, id_or_name, reply);
+        return Ok(Specific::Execute(id_or_name));
     }
     if let Some(id_or_name) = rest.strip_suffix("/explain") {
         only_get(request)?;
-        return explain(ctx, request, id_or_name, reply);
+        return Ok(Specific::Explain(id_or_name));
     }
-    match request.method {
-        Method::Get => get(ctx, request, rest, reply),
-        Method::Put => update(ctx, request, rest),
-        _ => delete(ctx, request, rest),
+    Ok(match request.method {
+        Method::Get => Specific::Get(rest),
+        Method::Put => Specific::Update(rest),
+        _ => Specific::Delete(rest),
+    })
+}
+
+/// `/v1/query/<id>` (GET, PUT, DELETE), `/v1/query/<id|name>/execute` and `/explain` (GET).
+pub fn specific(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    match specific_of(request)? {
+        Specific::Execute(id_or_name) => execute(ctx, request, id_or_name, reply),
+        Specific::Explain(id_or_name) => explain(ctx, request, id_or_name, reply),
+        Specific::Get(id) => get(ctx, request, id, reply),
+        Specific::Update(id) => update(ctx, request, id),
+        Specific::Delete(id) => delete(ctx, request, id),
     }
+}
+
+/// A `/v1/query` request naming another datacenter (`?dc=`): parsed, decoded and validated
+/// as for this one, then its typed call (`PreparedQuery.*`) naming `datacenter`, whose
+/// servers answer it.
+pub(crate) fn across(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = || super::query_options_in(ctx, &request.query);
+    if request.path == "/v1/query" {
+        return Ok(match request.method {
+            Method::Get => client_query::list(ctx, request, options()?, datacenter),
+            _ => {
+                let query = decode_create(request)?;
+                client_query::apply(ctx, request, Apply::Create, &query, datacenter)
+            }
+        });
+    }
+    Ok(match specific_of(request)? {
+        Specific::Execute(id_or_name) => {
+            let options = options()?;
+            let limit = parse_limit(request)?;
+            client_query::execute(ctx, request, id_or_name, limit, options, datacenter)
+        }
+        Specific::Explain(id_or_name) => {
+            client_query::explain(ctx, request, id_or_name, options()?, datacenter)
+        }
+        Specific::Get(id) => client_query::get(ctx, request, id, options()?, datacenter),
+        Specific::Update(id) => {
+            let query = decode_update(request, id)?;
+            client_query::apply(ctx, request, Apply::Update, &query, datacenter)
+        }
+        Specific::Delete(id) => {
+            let query = PreparedQuery {
+                id: id.to_string(),
+                ..PreparedQuery::default()
+            };
+            client_query::apply(ctx, request, Apply::Delete, &query, datacenter)
+        }
+    })
 }
 
 /// Whether stored tokens may be shown to this request: with ACLs off, or to a token with
@@ -98,17 +161,23 @@ fn shows_tokens(ctx: &Context, request: &Request) -> bool {
         .is_some_and(|authz| authz.authorizer.acl_write().is_ok())
 }
 
-fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
-    check_datacenter(ctx, &request.query)?;
-    let mut query = decode_body(request.body)?;
+/// A create's query, decoded and validated as Consul's endpoint does.
+fn decode_create(request: &Request) -> Result<PreparedQuery, ApiError> {
+    let query = decode_body(request.body)?;
     if !query.id.is_empty() {
         return Err(ApiError::Internal(
             "ID must be empty when creating a new prepared query".to_string(),
         ));
     }
     validate(&query)?;
+    Ok(query)
+}
+
+fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
+    let mut query = decode_create(request)?;
     if ctx.writes_by_call() {
-        return Ok(client_query::apply(ctx, request, Apply::Create, &query));
+        return Ok(client_query::apply(ctx, request, Apply::Create, &query, ""));
     }
     let version = ctx.current_version();
     query.id = loop {
@@ -131,18 +200,24 @@ fn create(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
     )))
 }
 
-fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
-    check_datacenter(ctx, &request.query)?;
+/// An update's query, decoded and validated as Consul's endpoint does; the ID comes from
+/// the path, not the body.
+fn decode_update(request: &Request, id: &str) -> Result<PreparedQuery, ApiError> {
     let mut query = if request.body.iter().all(u8::is_ascii_whitespace) {
         PreparedQuery::default()
     } else {
         decode_body(request.body)?
     };
-    // The ID comes from the path, not the body.
     query.id = id.to_string();
     validate(&query)?;
+    Ok(query)
+}
+
+fn update(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiError> {
+    check_datacenter(ctx, &request.query)?;
+    let query = decode_update(request, id)?;
     if ctx.writes_by_call() {
-        return Ok(client_query::apply(ctx, request, Apply::Update, &query));
+        return Ok(client_query::apply(ctx, request, Apply::Update, &query, ""));
     }
     let update = QueryOp::Set {
         query: Box::new(query),
@@ -158,7 +233,7 @@ fn delete(ctx: &Context, request: &Request, id: &str) -> Result<Outcome, ApiErro
             id: id.to_string(),
             ..PreparedQuery::default()
         };
-        return Ok(client_query::apply(ctx, request, Apply::Delete, &query));
+        return Ok(client_query::apply(ctx, request, Apply::Delete, &query, ""));
     }
     let delete = QueryOp::Delete { id: id.to_string() };
     Ok(Outcome::Write(WriteOp::query(delete, answer_empty)))
@@ -215,7 +290,7 @@ fn token_shown(query: &PreparedQuery, show_tokens: bool) -> &str {
 fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     if ctx.reads_by_call(&options) {
-        return Ok(client_query::list(ctx, request, options));
+        return Ok(client_query::list(ctx, request, options, ""));
     }
     let list = ListQuery {
         show_tokens: shows_tokens(ctx, request),
@@ -251,7 +326,7 @@ impl Query for ListQuery {
 fn get(ctx: &Context, request: &Request, id: &str, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     if ctx.reads_by_call(&options) {
-        return Ok(client_query::get(ctx, request, id, options));
+        return Ok(client_query::get(ctx, request, id, options, ""));
     }
     let one = GetQuery {
         id: Arc::from(id),
@@ -306,7 +381,7 @@ fn explain(
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     if ctx.reads_by_call(&options) {
-        return Ok(client_query::explain(ctx, request, id_or_name, options));
+        return Ok(client_query::explain(ctx, request, id_or_name, options, ""));
     }
     let explained = ExplainQuery {
         id_or_name: id_or_name.to_string(),
@@ -441,7 +516,7 @@ fn execute(
     if ctx.reads_by_call(&options) {
         let limit = parse_limit(request)?;
         return Ok(client_query::execute(
-            ctx, request, id_or_name, limit, options,
+            ctx, request, id_or_name, limit, options, "",
         ));
     }
     // The query's own token, read now: the filter is resolved on the shard, before any

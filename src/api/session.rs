@@ -145,6 +145,16 @@ fn ttl_bounds_text(min_ns: i64) -> String {
 /// `PUT /v1/session/create`.
 pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
+    create_in(ctx, request, "")
+}
+
+/// A create in `datacenter` (empty: this one; another goes as its typed call naming it,
+/// with this agent's node as Consul's agent fills it in).
+pub(crate) fn create_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     let default_node = request
         .header(ORIGIN_NODE_HEADER)
         .filter(|n| !n.is_empty())
@@ -152,13 +162,14 @@ pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
         .to_string();
     let (mut session, behavior_text) = decode_create(request.body, &default_node)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
-    if ctx.writes_by_call() {
+    if !datacenter.is_empty() || ctx.writes_by_call() {
         // The server checks the rest, in the same words, and picks the ID.
         return Ok(client_session::create(
             ctx,
             request,
             &session,
             &behavior_text,
+            datacenter,
         ));
     }
     // The session endpoint's checks, with its words and its 500 status.
@@ -202,14 +213,10 @@ pub fn create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome
 
 /// `PUT /v1/session/destroy/<id>`: `true`, also for a session that does not exist.
 pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let id = request.rest;
     super::check_datacenter(ctx, &request.query)?;
-    if id.is_empty() {
-        return Err(ApiError::bad_request("Missing session"));
-    }
-    let id = id.to_ascii_lowercase();
+    let id = session_id(request)?;
     if ctx.writes_by_call() {
-        return Ok(client_session::destroy(ctx, request, &id));
+        return Ok(client_session::destroy(ctx, request, &id, ""));
     }
     // Consul answers without a log entry when there is nothing to destroy.
     if ctx.is_leader() && session::get(&ctx.current_version(), &id).is_none() {
@@ -225,24 +232,44 @@ pub fn destroy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
     )))
 }
 
-/// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
-pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
-    let id = request.rest;
-    super::check_datacenter(ctx, &request.query)?;
-    if id.is_empty() {
+/// A destroy in another datacenter, as `Session.Apply` naming it.
+pub(crate) fn destroy_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let id = session_id(request)?;
+    Ok(client_session::destroy(ctx, request, &id, datacenter))
+}
+
+/// The session ID a destroy or renewal names (lowercased, as Consul's IDs are).
+fn session_id(request: &Request) -> Result<String, ApiError> {
+    if request.rest.is_empty() {
         return Err(ApiError::bad_request("Missing session"));
     }
+    Ok(request.rest.to_ascii_lowercase())
+}
+
+/// A renewal in another datacenter, as `Session.Renew` naming it.
+pub(crate) fn renew_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let id = session_id(request)?;
+    Ok(client_session::renew(ctx, request, &id, datacenter))
+}
+
+/// `PUT /v1/session/renew/<id>`: the session as a one-element list, 404 once it is gone.
+pub fn renew(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+    super::check_datacenter(ctx, &request.query)?;
+    let id = session_id(request)?;
     if ctx.writes_by_call() {
-        return Ok(client_session::renew(
-            ctx,
-            request,
-            &id.to_ascii_lowercase(),
-        ));
+        return Ok(client_session::renew(ctx, request, &id, ""));
     }
     // Only the leader keeps timers, and only its state says whether the session lives:
     // anyone else sent `Session.Renew` to it above.
     debug_assert!(ctx.is_leader(), "a session is renewed on the leader");
-    let id = id.to_ascii_lowercase();
     let not_found = format!("Session id '{id}' not found");
     let Some(row) = session::get(&ctx.current_version(), &id).cloned() else {
         return Err(ApiError::NotFound(not_found));
@@ -385,14 +412,16 @@ impl Query for ListQuery {
 
 /// `GET /v1/session/info/<id>`: `[session]`, or `[]` when it does not exist.
 pub fn info(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let id = request.rest;
     let options = query_options(ctx, &request.query)?;
-    if id.is_empty() {
-        return Err(ApiError::bad_request("Missing session"));
-    }
-    let id: Arc<str> = Arc::from(id.to_ascii_lowercase());
+    let id: Arc<str> = Arc::from(session_id(request)?);
     if ctx.reads_by_call(&options) {
-        return Ok(client_session::read(ctx, request, Which::One(&id), options));
+        return Ok(client_session::read(
+            ctx,
+            request,
+            Which::One(&id),
+            options,
+            "",
+        ));
     }
     let rows = RowFilter::of(request);
     run_query(ctx, InfoQuery { id, rows }, options, reply)
@@ -415,6 +444,7 @@ pub fn node_sessions(
             request,
             Which::OfNode(node),
             options,
+            "",
         ));
     }
     let query = NodeQuery {
@@ -429,10 +459,62 @@ pub fn node_sessions(
 pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     if ctx.reads_by_call(&options) {
-        return Ok(client_session::read(ctx, request, Which::All, options));
+        return Ok(client_session::read(ctx, request, Which::All, options, ""));
     }
     let rows = RowFilter::of(request);
     run_query(ctx, ListQuery { rows }, options, reply)
+}
+
+/// `GET /v1/session/info/<id>` in another datacenter, as `Session.Get` naming it.
+pub(crate) fn info_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = super::query_options_in(ctx, &request.query)?;
+    let id = session_id(request)?;
+    Ok(client_session::read(
+        ctx,
+        request,
+        Which::One(&id),
+        options,
+        datacenter,
+    ))
+}
+
+/// `GET /v1/session/node/<node>` in another datacenter, as `Session.NodeSessions`.
+pub(crate) fn node_sessions_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = super::query_options_in(ctx, &request.query)?;
+    if request.rest.is_empty() {
+        return Err(ApiError::bad_request("Missing node name"));
+    }
+    Ok(client_session::read(
+        ctx,
+        request,
+        Which::OfNode(request.rest),
+        options,
+        datacenter,
+    ))
+}
+
+/// `GET /v1/session/list` in another datacenter, as `Session.List` naming it.
+pub(crate) fn list_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = super::query_options_in(ctx, &request.query)?;
+    Ok(client_session::read(
+        ctx,
+        request,
+        Which::All,
+        options,
+        datacenter,
+    ))
 }
 
 #[cfg(test)]

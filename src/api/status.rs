@@ -8,7 +8,12 @@ pub fn leader(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     check_datacenter(ctx, &request.query)?;
     if ctx.is_client() {
         // A client agent asks a server, as Consul's does.
-        return Ok(super::rpc::client::status(ctx, request, "Status.Leader"));
+        return Ok(super::rpc::client::status(
+            ctx,
+            request,
+            "Status.Leader",
+            "",
+        ));
     }
     reply.json(200, b"", &reported_leader(ctx));
     Ok(Outcome::Done)
@@ -49,7 +54,7 @@ pub fn leader_registered(tables: &crate::store::Tables, leader_name: &str) -> bo
 pub fn peers(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
     if ctx.is_client() {
-        return Ok(super::rpc::client::status(ctx, request, "Status.Peers"));
+        return Ok(super::rpc::client::status(ctx, request, "Status.Peers", ""));
     }
     let status = ctx.cluster_status();
     reply.json(200, b"", &status.voter_rpc_addresses);
@@ -68,6 +73,7 @@ pub fn datacenters(
             ctx,
             request,
             "Catalog.ListDatacenters",
+            "",
         ));
     }
     let datacenters = ctx.router().datacenters_by_distance();

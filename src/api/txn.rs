@@ -251,27 +251,16 @@ fn decode_check_op(check_op: &Obj) -> Result<(TxnOp, Option<String>), Refusal> {
 /// `PUT /v1/txn`.
 pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     super::check_datacenter(ctx, &request.query)?;
-    let config = ctx.config();
-    let decoded = match decode_ops(request.body, config.kv_max_value_size, &config.datacenter) {
+    let decoded = match decode_request(ctx, request, &ctx.config().datacenter)? {
         Ok(decoded) => decoded,
-        Err(Refusal::Decode(reason)) => {
-            return Err(ApiError::bad_request(format!(
-                "Failed to parse body: {reason}"
-            )))
+        Err(refused) => {
+            write_outcome(&refused, b"", reply);
+            return Ok(Outcome::Done);
         }
-        Err(Refusal::TooLarge(reason)) => return Err(ApiError::TooLarge(reason)),
     };
-    if !decoded.errors.is_empty() {
-        let outcome = TxnOutcome {
-            results: Vec::new(),
-            errors: decoded.errors,
-        };
-        write_outcome(&outcome, b"", reply);
-        return Ok(Outcome::Done);
-    }
     let writes = decoded.ops.iter().any(TxnOp::is_write);
     if writes && ctx.writes_by_call() {
-        return Ok(client_txn::apply(ctx, request, &decoded.ops));
+        return Ok(client_txn::apply(ctx, request, &decoded.ops, ""));
     }
     if writes {
         return Ok(Outcome::Write(super::WriteOp::txn(
@@ -284,9 +273,64 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     }
     let options = query_options(ctx, &request.query)?;
     if ctx.reads_by_call(&options) {
-        return Ok(client_txn::read(ctx, request, &decoded.ops, options));
+        return Ok(client_txn::read(ctx, request, &decoded.ops, options, ""));
     }
     run_query(ctx, ReadTxn { ops: decoded.ops }, options, reply)
+}
+
+/// The request's operations, decoded as a server's endpoint decodes them (a node operation
+/// without a datacenter is in `home`); `Ok(Err(_))` when a pre-check refused some, which
+/// is answered with their errors and without a call.
+fn decode_request(
+    ctx: &Context,
+    request: &Request,
+    home: &str,
+) -> Result<Result<Decoded, TxnOutcome>, ApiError> {
+    let decoded = match decode_ops(request.body, ctx.config().kv_max_value_size, home) {
+        Ok(decoded) => decoded,
+        Err(Refusal::Decode(reason)) => {
+            return Err(ApiError::bad_request(format!(
+                "Failed to parse body: {reason}"
+            )))
+        }
+        Err(Refusal::TooLarge(reason)) => return Err(ApiError::TooLarge(reason)),
+    };
+    if !decoded.errors.is_empty() {
+        return Ok(Err(TxnOutcome {
+            results: Vec::new(),
+            errors: decoded.errors,
+        }));
+    }
+    Ok(Ok(decoded))
+}
+
+/// `PUT /v1/txn?dc=<other>`: decoded and pre-checked as for this datacenter, then
+/// `Txn.Apply` (an operation writes) or `Txn.Read` naming `datacenter`.
+pub(crate) fn across(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let decoded = match decode_request(ctx, request, datacenter)? {
+        Ok(decoded) => decoded,
+        Err(refused) => {
+            return Ok(Outcome::Async(Box::pin(async move {
+                Box::new(move |reply: &mut Reply| write_outcome(&refused, b"", reply))
+                    as super::AsyncResponder
+            })))
+        }
+    };
+    if decoded.ops.iter().any(TxnOp::is_write) {
+        return Ok(client_txn::apply(ctx, request, &decoded.ops, datacenter));
+    }
+    let options = super::query_options_in(ctx, &request.query)?;
+    Ok(client_txn::read(
+        ctx,
+        request,
+        &decoded.ops,
+        options,
+        datacenter,
+    ))
 }
 
 /// A read-only transaction: served like other reads, but never blocking.

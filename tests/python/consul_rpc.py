@@ -492,6 +492,15 @@ def every_other_method(codec):
     check(gone == {}, f"Catalog.Deregister {gone!r}")
     after = codec.ok("Catalog.ServiceNodes", {"ServiceName": "web"})
     check(after["ServiceNodes"] is None, f"web after its deregistration {after!r}")
+    # Operator.Usage: structs.Usage, the catalog's counts keyed by the server's datacenter,
+    # with the read's QueryMeta; Status.Leader naming a datacenter nobody knows is refused.
+    usage = codec.ok("Operator.Usage", {"Datacenter": "dc1"})
+    check(list(usage["Usage"]) == ["dc1"], f"Operator.Usage {usage!r}")
+    check(usage["Usage"]["dc1"]["Nodes"] >= 2, f"Operator.Usage nodes {usage!r}")
+    check("connect-proxy" in usage["Usage"]["dc1"]["ConnectServiceInstances"], f"{usage!r}")
+    check(usage["Index"] > 0 and usage["KnownLeader"], f"Operator.Usage meta {usage!r}")
+    error, _ = codec.call("Status.Leader", {"Datacenter": "dc9"})
+    check(error == "No path to datacenter", f"Status.Leader naming dc9 {error!r}")
 
 
 def prepared_queries(codec):

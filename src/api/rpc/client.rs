@@ -310,6 +310,7 @@ pub fn across_datacenters(
             super::client_intention::across_datacenters,
             super::client_operator::across_datacenters,
             super::client_acl::across_datacenters,
+            super::client_status::across_datacenters,
         ];
         return FAMILIES
             .iter()
@@ -431,8 +432,9 @@ pub fn kv_get(
 /// agent: `Status.Leader`, `Status.Peers` or `Catalog.ListDatacenters` on a server, the
 /// reply rendered as that server's JSON. The request is the `DCSpecificRequest` Consul's
 /// agent sends (this datacenter, the request's token); `ListDatacenters`' own request is
-/// `QueryOptions` alone, the same fields less the datacenter's.
-pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome {
+/// `QueryOptions` alone, the same fields less the datacenter's. `datacenter` names another
+/// datacenter whose servers answer (`?dc=`, `Status.*` only), empty for this one.
+pub fn status(ctx: &Context, request: &Request, method: &'static str, datacenter: &str) -> Outcome {
     let secret = request_secret(ctx, request);
     let options = RpcQueryOptions {
         token: &secret,
@@ -444,7 +446,11 @@ pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome
         w.into_inner()
     } else {
         DcSpecificRequest {
-            datacenter: &ctx.config().datacenter,
+            datacenter: if datacenter.is_empty() {
+                &ctx.config().datacenter
+            } else {
+                datacenter
+            },
             node_meta_filters: Vec::new(),
             options,
         }
@@ -452,7 +458,7 @@ pub fn status(ctx: &Context, request: &Request, method: &'static str) -> Outcome
     };
     call(
         ctx,
-        "",
+        datacenter,
         method,
         body,
         CALL_TIMEOUT,

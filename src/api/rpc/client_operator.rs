@@ -8,22 +8,30 @@
 //! | `GET` / `PUT /v1/operator/autopilot/configuration` (`?cas`) | `Operator.AutopilotGetConfiguration` / `SetConfiguration` |
 //! | `GET /v1/operator/autopilot/health` | `Operator.ServerHealth` |
 //! | `GET /v1/operator/autopilot/state` | `Operator.AutopilotState` |
+//! | `GET /v1/operator/usage` | `Operator.Usage` |
+//! | `POST` / `PUT /v1/operator/raft/transfer-leader` (`?id`) | `Operator.TransferLeader` (praetor's own) |
+//!
+//! The operator's requests naming another datacenter (`?dc=`) are the same calls naming it
+//! ([`across_datacenters`]), which this agent's server (or this server, through the WAN
+//! router) hands to a server there.
 //!
 //! The handlers decode and check the request first, as on a server (a bad body is the
 //! server's 400 before any call); the server checks the token. Replies are read back into
 //! the values the server's own handlers render (`api::operator`), so the body is the
 //! server's. None of these replies carries `QueryMeta`.
 
-use super::client::{bad_reply, call, query_options, read_call, write, CALL_TIMEOUT};
+use super::client::{
+    bad_reply, call, meta_of, query_options, read_timeout, write_in, CALL_TIMEOUT,
+};
 use crate::api::authz::request_secret;
 use crate::api::operator::{
-    configuration_json, health_answer, raft_configuration_answer, state_answer,
+    configuration_json, health_answer, raft_configuration_answer, state_answer, usage_answer,
 };
-use crate::api::{Context, Outcome, Request, WriteResponder};
+use crate::api::{ApiError, Context, Outcome, Request, WriteResponder};
 use crate::cluster::servers::Retry;
 use crate::consul::rpc::catalog::DcSpecificRequest;
 use crate::consul::rpc::operator::{
-    decode_health, decode_state, read_autopilot_config, AutopilotSetConfigRequest,
+    decode_health, decode_state, decode_usage, read_autopilot_config, AutopilotSetConfigRequest,
     RaftConfiguration, RaftRemovePeerRequest,
 };
 use crate::consul::rpc::QueryOptions as RpcQueryOptions;
@@ -31,29 +39,44 @@ use crate::proto::msgpack::Reader;
 use crate::store::autopilot::{AutopilotConfig, AutopilotOp};
 use crate::store::AutopilotResult;
 
-/// A `DCSpecificRequest` for this datacenter with the request's options and token.
-fn dc_request(ctx: &Context, options: RpcQueryOptions) -> Vec<u8> {
+/// The datacenter a request names: `datacenter`, or this agent's when empty (as Consul's
+/// agent fills `Datacenter` in).
+fn named<'a>(ctx: &'a Context, datacenter: &'a str) -> &'a str {
+    if datacenter.is_empty() {
+        &ctx.config().datacenter
+    } else {
+        datacenter
+    }
+}
+
+/// A `DCSpecificRequest` for `datacenter` (empty: this one) with the request's options
+/// and token.
+fn dc_request_in(ctx: &Context, options: RpcQueryOptions, datacenter: &str) -> Vec<u8> {
     DcSpecificRequest {
-        datacenter: &ctx.config().datacenter,
+        datacenter: named(ctx, datacenter),
         node_meta_filters: Vec::new(),
         options,
     }
     .encode()
 }
 
-/// `GET /v1/operator/raft/configuration`: `Operator.RaftGetConfiguration`.
+/// `GET /v1/operator/raft/configuration`: `Operator.RaftGetConfiguration` of `datacenter`
+/// (empty: this one).
 pub fn raft_configuration(
     ctx: &Context,
     request: &Request,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
-    let body = dc_request(ctx, query_options(&options, &secret));
-    read_call(
+    let body = dc_request_in(ctx, query_options(&options, &secret), datacenter);
+    call(
         ctx,
+        datacenter,
         "Operator.RaftGetConfiguration",
         body,
-        &options,
+        read_timeout(&options),
+        Retry::Always,
         |body, reply| {
             let configuration = RaftConfiguration::decode(body).map_err(bad_reply)?;
             raft_configuration_answer(&configuration, reply);
@@ -63,12 +86,14 @@ pub fn raft_configuration(
 }
 
 /// `DELETE /v1/operator/raft/peer`: `Operator.RaftRemovePeerByID` for `?id`, else
-/// `Operator.RaftRemovePeerByAddress` (the handler made sure exactly one is given).
+/// `Operator.RaftRemovePeerByAddress` (the handler made sure exactly one is given), in
+/// `datacenter` (empty: this one).
 pub fn remove_peer(
     ctx: &Context,
     request: &Request,
     id: Option<String>,
     address: Option<String>,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
     let method = if id.is_some() {
@@ -77,31 +102,35 @@ pub fn remove_peer(
         "Operator.RaftRemovePeerByAddress"
     };
     let body = RaftRemovePeerRequest {
-        datacenter: &ctx.config().datacenter,
+        datacenter: named(ctx, datacenter),
         address: address.as_deref().unwrap_or(""),
         id: id.as_deref().unwrap_or(""),
         token: &secret,
     }
     .encode();
-    write(ctx, method, body, |_, reply| {
+    write_in(ctx, datacenter, method, body, |_, reply| {
         reply.send(200, None, b"", b"");
         Ok(())
     })
 }
 
-/// `GET /v1/operator/autopilot/configuration`: `Operator.AutopilotGetConfiguration`.
+/// `GET /v1/operator/autopilot/configuration`: `Operator.AutopilotGetConfiguration` of
+/// `datacenter` (empty: this one).
 pub fn autopilot_configuration(
     ctx: &Context,
     request: &Request,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
-    let body = dc_request(ctx, query_options(&options, &secret));
-    read_call(
+    let body = dc_request_in(ctx, query_options(&options, &secret), datacenter);
+    call(
         ctx,
+        datacenter,
         "Operator.AutopilotGetConfiguration",
         body,
-        &options,
+        read_timeout(&options),
+        Retry::Always,
         |body, reply| {
             let config = read_autopilot_config(&mut Reader::new(body)).map_err(bad_reply)?;
             reply.json(200, b"", &configuration_json(&config));
@@ -124,10 +153,22 @@ pub fn autopilot_write(
         // The leader's own initial write never comes from an HTTP request.
         return Outcome::Forward;
     };
+    autopilot_set(ctx, request, config, *cas, respond, "")
+}
+
+/// `Operator.AutopilotSetConfiguration` in `datacenter` (empty: this one), answered by
+/// `respond` as the leader's own write would be.
+pub fn autopilot_set(
+    ctx: &Context,
+    request: &Request,
+    config: &AutopilotConfig,
+    cas: Option<u64>,
+    respond: WriteResponder,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request);
-    let cas = *cas;
     let body = AutopilotSetConfigRequest {
-        datacenter: &ctx.config().datacenter,
+        datacenter: named(ctx, datacenter),
         config: AutopilotConfig {
             modify_index: cas.unwrap_or(0),
             ..config.clone()
@@ -136,8 +177,9 @@ pub fn autopilot_write(
         token: &secret,
     }
     .encode();
-    write(
+    write_in(
         ctx,
+        datacenter,
         "Operator.AutopilotSetConfiguration",
         body,
         move |body, reply| {
@@ -154,16 +196,23 @@ pub fn autopilot_write(
 }
 
 /// `GET /v1/operator/autopilot/health` (`Operator.ServerHealth`) or `/state` (`state`:
-/// `Operator.AutopilotState`), which the server hands to its leader.
-pub fn autopilot_health(ctx: &Context, request: &Request, state: bool) -> Outcome {
+/// `Operator.AutopilotState`), which the server hands to its leader (in `datacenter`;
+/// empty: this one).
+pub fn autopilot_health(
+    ctx: &Context,
+    request: &Request,
+    state: bool,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request);
-    let body = dc_request(
+    let body = dc_request_in(
         ctx,
         RpcQueryOptions {
             token: &secret,
             require_consistent: true,
             ..RpcQueryOptions::default()
         },
+        datacenter,
     );
     let (method, decode): (_, fn(&[u8]) -> _) = if state {
         ("Operator.AutopilotState", decode_state)
@@ -172,7 +221,7 @@ pub fn autopilot_health(ctx: &Context, request: &Request, state: bool) -> Outcom
     };
     call(
         ctx,
-        "",
+        datacenter,
         method,
         body,
         CALL_TIMEOUT,
@@ -189,13 +238,72 @@ pub fn autopilot_health(ctx: &Context, request: &Request, state: bool) -> Outcom
     )
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
-pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
+/// `GET /v1/operator/usage`: `Operator.Usage` of `datacenter` (empty: this one),
+/// blocking as the server's read does; rendered by the server's own renderer with the
+/// datacenter the answering server counted.
+pub fn usage(
+    ctx: &Context,
+    request: &Request,
+    options: crate::api::QueryOptions,
     datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
+) -> Outcome {
+    let secret = request_secret(ctx, request);
+    let body = dc_request_in(ctx, query_options(&options, &secret), datacenter);
+    call(
+        ctx,
+        datacenter,
+        "Operator.Usage",
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        |body, reply| {
+            let (meta, counted, usage) = decode_usage(body).map_err(bad_reply)?;
+            usage_answer(&counted, &usage, meta_of(&meta), reply);
+            Ok(())
+        },
+    )
+}
+
+/// `POST` / `PUT /v1/operator/raft/transfer-leader` (`?id`): `Operator.TransferLeader`
+/// (praetor's own) on the leader of `datacenter` (empty: this one), sent once.
+pub fn transfer_leader(
+    ctx: &Context,
+    request: &Request,
+    id: Option<&str>,
+    datacenter: &str,
+) -> Outcome {
+    let secret = request_secret(ctx, request);
+    let body = RaftRemovePeerRequest {
+        datacenter: named(ctx, datacenter),
+        address: "",
+        id: id.unwrap_or(""),
+        token: &secret,
+    }
+    .encode();
+    write_in(
+        ctx,
+        datacenter,
+        "Operator.TransferLeader",
+        body,
+        |body, reply| {
+            Reader::new(body).bool().map_err(bad_reply)?;
+            reply.json(200, b"", &serde_json::json!({ "Success": true }));
+            Ok(())
+        },
+    )
+}
+
+/// The operator's requests that name another datacenter (`?dc=`), as their typed calls
+/// naming it ([`super::client::across_datacenters`]), parsed and checked by the handlers
+/// (`api::operator`) as for this datacenter; `None` for other paths (the CA configuration
+/// is another family's, the keyring answered in this datacenter).
+pub fn across_datacenters(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    if !request.path.starts_with("/v1/operator/") {
+        return None;
+    }
+    crate::api::operator::across(ctx, request, datacenter)
 }

@@ -10,7 +10,7 @@
 //! (`api::query`), so the bodies are a server's; the headers come from the reply's
 //! `QueryMeta`. A query that does not exist is a 404 with Consul's words, as on a server.
 
-use super::client::{bad_reply, call_mapped, error_of, query_options, read_timeout, write};
+use super::client::{bad_reply, call_mapped, error_of, query_options, read_timeout, write_in};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
 use crate::api::query::{write_explanation, Executed};
@@ -50,18 +50,23 @@ fn queries_answer(body: &[u8], secret: &str, reply: &mut Reply) -> Result<(), Ap
     Ok(())
 }
 
-/// `GET /v1/query`: `PreparedQuery.List`.
-pub fn list(ctx: &Context, request: &Request, options: crate::api::QueryOptions) -> Outcome {
+/// `GET /v1/query`: `PreparedQuery.List` in `datacenter` (empty: this one).
+pub fn list(
+    ctx: &Context,
+    request: &Request,
+    options: crate::api::QueryOptions,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = DcSpecificRequest {
-        datacenter: "",
+        datacenter,
         node_meta_filters: Vec::new(),
         options: query_options(&options, &secret),
     }
     .encode();
     call_mapped(
         ctx,
-        "",
+        datacenter,
         "PreparedQuery.List",
         body,
         read_timeout(&options),
@@ -71,23 +76,24 @@ pub fn list(ctx: &Context, request: &Request, options: crate::api::QueryOptions)
     )
 }
 
-/// `GET /v1/query/<id>`: `PreparedQuery.Get`.
+/// `GET /v1/query/<id>`: `PreparedQuery.Get` in `datacenter` (empty: this one).
 pub fn get(
     ctx: &Context,
     request: &Request,
     id: &str,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = SpecificRequest {
-        datacenter: "",
+        datacenter,
         query_id: id,
         options: query_options(&options, &secret),
     }
     .encode();
     call_mapped(
         ctx,
-        "",
+        datacenter,
         "PreparedQuery.Get",
         body,
         read_timeout(&options),
@@ -97,18 +103,20 @@ pub fn get(
     )
 }
 
-/// The execute request of `/execute` and `/explain`: the name, `?limit`, `?connect`,
-/// `?near` and this agent as `_agent`.
+/// The execute request of `/execute` and `/explain` in `datacenter` (empty: this one):
+/// the name, `?limit`, `?connect`, `?near` and this agent as `_agent` (both in this agent's
+/// datacenter, as Consul's agent fills `Source` and `Agent`).
 fn execute_request<'a>(
     ctx: &'a Context,
     request: &'a Request,
     id_or_name: &'a str,
     limit: usize,
     options: crate::consul::rpc::QueryOptions<'a>,
+    datacenter: &'a str,
 ) -> ExecuteRequest<'a> {
     let config = ctx.config();
     ExecuteRequest {
-        datacenter: "",
+        datacenter,
         query_id_or_name: id_or_name,
         limit: limit as i64,
         connect: request.query.has("connect"),
@@ -126,13 +134,15 @@ fn execute_request<'a>(
     }
 }
 
-/// `GET /v1/query/<id|name>/execute`: `PreparedQuery.Execute`.
+/// `GET /v1/query/<id|name>/execute`: `PreparedQuery.Execute` in `datacenter` (empty:
+/// this one).
 pub fn execute(
     ctx: &Context,
     request: &Request,
     id_or_name: &str,
     limit: usize,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = execute_request(
@@ -141,11 +151,12 @@ pub fn execute(
         id_or_name,
         limit,
         query_options(&options, &secret),
+        datacenter,
     )
     .encode();
     call_mapped(
         ctx,
-        "",
+        datacenter,
         "PreparedQuery.Execute",
         body,
         super::client::CALL_TIMEOUT + crate::api::query::FAILOVER_TIMEOUT,
@@ -168,12 +179,14 @@ pub fn execute(
     )
 }
 
-/// `GET /v1/query/<id|name>/explain`: `PreparedQuery.Explain`.
+/// `GET /v1/query/<id|name>/explain`: `PreparedQuery.Explain` in `datacenter` (empty:
+/// this one).
 pub fn explain(
     ctx: &Context,
     request: &Request,
     id_or_name: &str,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = execute_request(
@@ -182,11 +195,12 @@ pub fn explain(
         id_or_name,
         0,
         query_options(&options, &secret),
+        datacenter,
     )
     .encode();
     call_mapped(
         ctx,
-        "",
+        datacenter,
         "PreparedQuery.Explain",
         body,
         read_timeout(&options),
@@ -216,9 +230,15 @@ pub enum Apply {
     Delete,
 }
 
-/// A query write: `PreparedQuery.Apply`, sent once (a create that may have reached a server
-/// is not sent again: it could make two).
-pub fn apply(ctx: &Context, request: &Request, op: Apply, query: &PreparedQuery) -> Outcome {
+/// A query write: `PreparedQuery.Apply` in `datacenter` (empty: this one), sent once (a
+/// create that may have reached a server is not sent again: it could make two).
+pub fn apply(
+    ctx: &Context,
+    request: &Request,
+    op: Apply,
+    query: &PreparedQuery,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request);
     let (name, create) = match op {
         Apply::Create => ("create", true),
@@ -226,32 +246,41 @@ pub fn apply(ctx: &Context, request: &Request, op: Apply, query: &PreparedQuery)
         Apply::Delete => ("delete", false),
     };
     let body = QueryRequest {
-        datacenter: "",
+        datacenter,
         op: name,
         query: query.clone(),
         token: &secret,
     }
     .encode();
-    write(ctx, "PreparedQuery.Apply", body, move |body, reply| {
-        if create {
-            let id = crate::proto::msgpack::Reader::new(body)
-                .str()
-                .map_err(bad_reply)?;
-            reply.json(200, b"", &serde_json::json!({ "ID": id }));
-        } else {
-            reply.send(200, None, b"", b"");
-        }
-        Ok(())
-    })
+    write_in(
+        ctx,
+        datacenter,
+        "PreparedQuery.Apply",
+        body,
+        move |body, reply| {
+            if create {
+                let id = crate::proto::msgpack::Reader::new(body)
+                    .str()
+                    .map_err(bad_reply)?;
+                reply.json(200, b"", &serde_json::json!({ "ID": id }));
+            } else {
+                reply.send(200, None, b"", b"");
+            }
+            Ok(())
+        },
+    )
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
+/// The prepared-query requests that name another datacenter (`?dc=`), as their typed calls
+/// naming it ([`super::client::across_datacenters`]), parsed and checked by the handlers
+/// (`api::query`) as for this datacenter; `None` for other paths.
 pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
+    ctx: &Context,
+    request: &Request,
     datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
+) -> Option<Result<Outcome, ApiError>> {
+    if request.path != "/v1/query" && !request.path.starts_with("/v1/query/") {
+        return None;
+    }
+    Some(crate::api::query::across(ctx, request, datacenter))
 }

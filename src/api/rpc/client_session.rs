@@ -10,7 +10,7 @@
 //! renderer (`api::session::write_sessions`), so the body is the server's byte for byte;
 //! the headers come from the reply's `QueryMeta`.
 
-use super::client::{bad_reply, call, query_options, read_call, write, CALL_TIMEOUT};
+use super::client::{bad_reply, call, query_options, read_timeout, write_in, CALL_TIMEOUT};
 use super::client_catalog::headers;
 use crate::api::authz::request_secret;
 use crate::api::session::write_sessions;
@@ -34,13 +34,19 @@ fn sessions_answer(body: &[u8], secret: &str, reply: &mut Reply) -> Result<(), A
     Ok(())
 }
 
-/// `PUT /v1/session/create`: `Session.Apply` (`create`) with the session as decoded here;
-/// the server's reply is the new session's ID.
-pub fn create(ctx: &Context, request: &Request, session: &Session, behavior: &str) -> Outcome {
+/// `PUT /v1/session/create`: `Session.Apply` (`create`) with the session as decoded here,
+/// in `datacenter` (empty: this one); the server's reply is the new session's ID.
+pub fn create(
+    ctx: &Context,
+    request: &Request,
+    session: &Session,
+    behavior: &str,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request);
-    let body = encode_apply("create", session, behavior, &secret);
+    let body = encode_apply(datacenter, "create", session, behavior, &secret);
     // A create that may have reached a server is not sent again: it could make two.
-    write(ctx, "Session.Apply", body, |body, reply| {
+    write_in(ctx, datacenter, "Session.Apply", body, |body, reply| {
         let id = crate::proto::msgpack::Reader::new(body)
             .str()
             .map_err(bad_reply)?;
@@ -49,27 +55,29 @@ pub fn create(ctx: &Context, request: &Request, session: &Session, behavior: &st
     })
 }
 
-/// `PUT /v1/session/destroy/<id>`: `Session.Apply` (`destroy`); `true` once the server
-/// answers, also for a session that did not exist (as a server's own endpoint answers).
-pub fn destroy(ctx: &Context, request: &Request, id: &str) -> Outcome {
+/// `PUT /v1/session/destroy/<id>`: `Session.Apply` (`destroy`) in `datacenter` (empty:
+/// this one); `true` once the server answers, also for a session that did not exist (as a
+/// server's own endpoint answers).
+pub fn destroy(ctx: &Context, request: &Request, id: &str, datacenter: &str) -> Outcome {
     let secret = request_secret(ctx, request);
     let session = Session {
         id: Arc::from(id),
         ..empty_session()
     };
-    let body = encode_apply("destroy", &session, "", &secret);
-    write(ctx, "Session.Apply", body, |_, reply| {
+    let body = encode_apply(datacenter, "destroy", &session, "", &secret);
+    write_in(ctx, datacenter, "Session.Apply", body, |_, reply| {
         reply.json_bool(true);
         Ok(())
     })
 }
 
 /// `PUT /v1/session/renew/<id>`: `Session.Renew` on the leader (the server hands it
-/// there); the session as a one-element list, or 404 once it is gone.
-pub fn renew(ctx: &Context, request: &Request, id: &str) -> Outcome {
+/// there; in `datacenter`, empty for this one); the session as a one-element list, or 404
+/// once it is gone.
+pub fn renew(ctx: &Context, request: &Request, id: &str, datacenter: &str) -> Outcome {
     let secret = request_secret(ctx, request);
     let body = SessionSpecificRequest {
-        datacenter: "",
+        datacenter,
         session_id: id,
         options: RpcQueryOptions {
             token: &secret,
@@ -81,7 +89,7 @@ pub fn renew(ctx: &Context, request: &Request, id: &str) -> Outcome {
     // A renewal changes nothing but a timer: sending it again is harmless.
     call(
         ctx,
-        "",
+        datacenter,
         "Session.Renew",
         body,
         CALL_TIMEOUT,
@@ -110,12 +118,14 @@ pub enum Which<'a> {
     All,
 }
 
-/// A session read as its typed call, with the request's token and query options.
+/// A session read as its typed call in `datacenter` (empty: this one), with the request's
+/// token and query options.
 pub fn read(
     ctx: &Context,
     request: &Request,
     which: Which,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let rpc_options = query_options(&options, &secret);
@@ -123,7 +133,7 @@ pub fn read(
         Which::One(id) => (
             "Session.Get",
             SessionSpecificRequest {
-                datacenter: "",
+                datacenter,
                 session_id: id,
                 options: rpc_options,
             }
@@ -132,6 +142,7 @@ pub fn read(
         Which::OfNode(node) => (
             "Session.NodeSessions",
             NodeSpecificRequest {
+                datacenter,
                 node,
                 options: rpc_options,
                 ..NodeSpecificRequest::default()
@@ -141,25 +152,48 @@ pub fn read(
         Which::All => (
             "Session.List",
             DcSpecificRequest {
-                datacenter: "",
+                datacenter,
                 node_meta_filters: Vec::new(),
                 options: rpc_options,
             }
             .encode(),
         ),
     };
-    read_call(ctx, method, body, &options, move |body, reply| {
-        sessions_answer(body, &secret, reply)
-    })
+    call(
+        ctx,
+        datacenter,
+        method,
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| sessions_answer(body, &secret, reply),
+    )
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
+/// The session requests that name another datacenter (`?dc=`), as their typed calls
+/// naming it ([`super::client::across_datacenters`]), parsed and checked by the handlers
+/// (`api::session`) as they are for this datacenter; `None` for other paths.
 pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
+    ctx: &Context,
+    request: &Request,
     datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
+) -> Option<Result<Outcome, ApiError>> {
+    use crate::api::session;
+    let path = request.path;
+    let outcome = if path == "/v1/session/create" {
+        session::create_in(ctx, request, datacenter)
+    } else if path.starts_with("/v1/session/destroy/") {
+        session::destroy_in(ctx, request, datacenter)
+    } else if path.starts_with("/v1/session/renew/") {
+        session::renew_in(ctx, request, datacenter)
+    } else if path.starts_with("/v1/session/info/") {
+        session::info_in(ctx, request, datacenter)
+    } else if path.starts_with("/v1/session/node/") {
+        session::node_sessions_in(ctx, request, datacenter)
+    } else if path == "/v1/session/list" {
+        session::list_in(ctx, request, datacenter)
+    } else {
+        return None;
+    };
+    Some(outcome)
 }

@@ -6,49 +6,63 @@
 //! server's own renderer (`api::txn::write_outcome`); a read's `X-Consul-KnownLeader` and
 //! `X-Consul-LastContact` come from its `QueryMeta`.
 
-use super::client::{bad_reply, meta_of, query_options, read_call, write};
+use super::client::{bad_reply, call, meta_of, query_options, read_timeout, write_in};
 use crate::api::authz::request_secret;
 use crate::api::txn::{read_headers, write_outcome};
-use crate::api::{Context, Outcome, Request};
+use crate::api::{ApiError, Context, Outcome, Request};
+use crate::cluster::servers::Retry;
 use crate::consul::rpc::txn::{encode_apply, encode_read, read_response};
 use crate::store::txn::TxnOp;
 
-/// `Txn.Apply`: the operations, at least one a write, applied by the leader at once.
-pub fn apply(ctx: &Context, request: &Request, ops: &[TxnOp]) -> Outcome {
+/// `Txn.Apply`: the operations, at least one a write, applied by the leader of
+/// `datacenter` (empty: this one) at once.
+pub fn apply(ctx: &Context, request: &Request, ops: &[TxnOp], datacenter: &str) -> Outcome {
     let secret = request_secret(ctx, request);
-    let body = encode_apply(ops, &secret);
+    let body = encode_apply(datacenter, ops, &secret);
     // A transaction that may have reached a server is not sent again: it could apply twice.
-    write(ctx, "Txn.Apply", body, |body, reply| {
+    write_in(ctx, datacenter, "Txn.Apply", body, |body, reply| {
         let (_, outcome) = read_response(body).map_err(bad_reply)?;
         write_outcome(&outcome, b"", reply);
         Ok(())
     })
 }
 
-/// `Txn.Read`: read operations only, answered by a server from one version, under the
-/// request's consistency mode.
+/// `Txn.Read`: read operations only, answered by a server of `datacenter` (empty: this
+/// one) from one version, under the request's consistency mode.
 pub fn read(
     ctx: &Context,
     request: &Request,
     ops: &[TxnOp],
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
-    let body = encode_read(ops, &query_options(&options, &secret));
-    read_call(ctx, "Txn.Read", body, &options, |body, reply| {
-        let (meta, outcome) = read_response(body).map_err(bad_reply)?;
-        write_outcome(&outcome, &read_headers(&meta_of(&meta)), reply);
-        Ok(())
-    })
+    let body = encode_read(datacenter, ops, &query_options(&options, &secret));
+    call(
+        ctx,
+        datacenter,
+        "Txn.Read",
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        |body, reply| {
+            let (meta, outcome) = read_response(body).map_err(bad_reply)?;
+            write_outcome(&outcome, &read_headers(&meta_of(&meta)), reply);
+            Ok(())
+        },
+    )
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
+/// `PUT /v1/txn?dc=<other>`: decoded and pre-checked by the handler as for this
+/// datacenter, then `Txn.Apply` or `Txn.Read` naming the other one
+/// ([`super::client::across_datacenters`]); `None` for other paths.
 pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
+    ctx: &Context,
+    request: &Request,
     datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
+) -> Option<Result<Outcome, ApiError>> {
+    if request.path != "/v1/txn" {
+        return None;
+    }
+    Some(crate::api::txn::across(ctx, request, datacenter))
 }

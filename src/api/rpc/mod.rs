@@ -33,12 +33,14 @@ pub mod client_intention;
 pub mod client_operator;
 pub mod client_query;
 pub mod client_session;
+pub mod client_status;
 pub mod client_txn;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
 pub mod discovery_chain;
 pub mod dns;
+pub mod event;
 pub mod federation_state;
 pub mod health;
 pub mod intention;
@@ -114,8 +116,8 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
     log::debug!("rpc: call {}", call.method());
     let answer = match call.method() {
         "Status.Ping" => Ok(crate::consul::rpc::status::ping_reply()),
-        "Status.Leader" => status::leader(server),
-        "Status.Peers" => status::peers(server),
+        "Status.Leader" => status::leader(server, &call).await,
+        "Status.Peers" => status::peers(server, &call).await,
         "KVS.Get" => kvs::get(server, &call).await,
         "KVS.List" => kvs::list(server, &call).await,
         "KVS.ListKeys" => kvs::list_keys(server, &call).await,
@@ -208,6 +210,9 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         }
         "Operator.ServerHealth" => operator::autopilot_health(server, &call, false).await,
         "Operator.AutopilotState" => operator::autopilot_health(server, &call, true).await,
+        // Sessions, transactions, queries, status, events, operator (issue #36, dcstate).
+        "Operator.Usage" => operator::usage(server, &call).await,
+        "Operator.TransferLeader" => operator::transfer_leader(server, &call).await,
         // Intentions and the discovery chain (issue #36, intentions).
         "Intention.Apply" => intention::apply(server, &call).await,
         "Intention.Get" => intention::get(server, &call).await,
@@ -413,6 +418,7 @@ fn is_read(method: &str) -> bool {
             | "Operator.RaftRemovePeerByAddress"
             | "Operator.RaftRemovePeerByID"
             | "Operator.AutopilotSetConfiguration"
+            | "Operator.TransferLeader"
             | "ACL.AuthMethodSet"
             | "ACL.AuthMethodDelete"
             | "ACL.BindingRuleSet"

@@ -9,6 +9,11 @@
 //! - `RaftRemovePeerByAddress`, `RaftRemovePeerByID` and `AutopilotSetConfiguration` run on
 //!   the leader: a Raft membership change, and the store's autopilot command.
 //!
+//! Two more serve what Consul's agents reach otherwise: `Operator.Usage` (Consul's own,
+//! the catalog's counts as `/v1/operator/usage` reports them, a blocking read anywhere its
+//! consistency allows) and `Operator.TransferLeader`, praetor's own (Consul's agents use
+//! the gRPC `OperatorService` for it): on the leader, which hands its leadership over.
+//!
 //! Reads need `operator:read`, writes `operator:write`, the HTTP routes' rules, checked
 //! with the call's token once the call is where it runs.
 
@@ -22,7 +27,7 @@ use crate::api::operator::{
 use crate::api::server::Server;
 use crate::consul::rpc::catalog::DcSpecificRequest;
 use crate::consul::rpc::operator::{
-    encode_health, encode_state, write_autopilot_config, AutopilotSetConfigRequest,
+    encode_health, encode_state, encode_usage, write_autopilot_config, AutopilotSetConfigRequest,
     RaftRemovePeerRequest,
 };
 use crate::proto::msgpack::Writer;
@@ -149,4 +154,63 @@ pub async fn autopilot_set_configuration(server: &Server, call: &TypedCall) -> A
     let mut w = Writer::new();
     w.bool(request.cas && result == AutopilotResult::Written);
     Ok(w.into_inner())
+}
+
+/// `Operator.Usage`: the catalog's counts (`structs.Usage` keyed by this datacenter), read
+/// as the HTTP `/v1/operator/usage` is, blocking on the nodes and services tables.
+pub async fn usage(server: &Server, call: &TypedCall) -> Answer {
+    let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    require(&authz, |a| a.operator_read())?;
+    let query = UsageRead {
+        datacenter: server.context().config().datacenter.clone(),
+    };
+    super::read(server, call, &request.options, query).await
+}
+
+/// The read behind `Operator.Usage`.
+struct UsageRead {
+    datacenter: String,
+}
+
+impl super::Read for UsageRead {
+    fn evaluate(&self, tables: &crate::store::Tables) -> (u64, crate::shard::watch::WatchSet) {
+        crate::api::operator::usage_watch(tables)
+    }
+    fn reply(
+        &self,
+        version: &crate::store::StoreVersion,
+        meta: &crate::consul::rpc::QueryMeta,
+    ) -> Answer {
+        let usage = crate::store::catalog::read::service_usage(version);
+        Ok(encode_usage(meta, &self.datacenter, &usage))
+    }
+}
+
+/// `Operator.TransferLeader` (praetor's own; a `RaftRemovePeerRequest`'s fields, `ID` the
+/// server to hand leadership to, empty for any): on the leader, answering `true` once
+/// leadership moved, as `/v1/operator/raft/transfer-leader` answers `Success`.
+pub async fn transfer_leader(server: &Server, call: &TypedCall) -> Answer {
+    let request = RaftRemovePeerRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    let authz = authorize(server, request.token)?;
+    require(&authz, |a| a.operator_write())?;
+    let op = OperatorOp::TransferLeader {
+        id: (!request.id.is_empty()).then(|| request.id.to_string()),
+    };
+    match server.shard().operator(op).await {
+        ProposalResult::Applied(CommandResult::Error(reason)) => Err(reason),
+        ProposalResult::Applied(_) => {
+            let mut w = Writer::new();
+            w.bool(true);
+            Ok(w.into_inner())
+        }
+        refused => Err(refused.to_string()),
+    }
 }

@@ -594,6 +594,9 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "Operator.AutopilotSetConfiguration" => {
             decoded(operator::AutopilotSetConfigRequest::decode(body))
         }
+        // praetor's own leadership transfer (issue #36, dcstate); `Operator.Usage` is a
+        // `DCSpecificRequest`, the default below.
+        "Operator.TransferLeader" => decoded(operator::RaftRemovePeerRequest::decode(body)),
         // Intentions and the discovery chain (issue #36, intentions).
         "Intention.Apply" => decoded(intention::IntentionRequest::decode(body)),
         "Intention.Get" | "Intention.Match" | "Intention.Check" => {

@@ -16,6 +16,7 @@
 use super::{each_field, go_time_binary, Fields};
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::autopilot::AutopilotConfig;
+use crate::store::catalog::read::{ServiceUsage, CONNECT_KINDS};
 
 /// One server of the Raft configuration (`structs.RaftServer`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -531,6 +532,90 @@ pub fn decode_state(body: &[u8]) -> Result<OperatorHealth, WireError> {
     Ok(health)
 }
 
+/// `Operator.Usage`'s reply, `structs.Usage`: the catalog's counts of the answering
+/// server's datacenter (`Usage`, keyed by its name; `structs.ServiceUsage` each, the Connect
+/// counts keyed by kind) with the read's `QueryMeta` embedded.
+pub fn encode_usage(meta: &super::QueryMeta, datacenter: &str, usage: &ServiceUsage) -> Vec<u8> {
+    let mut w = Writer::new();
+    meta.write_reply(&mut w, &["Usage"], |_, w| {
+        w.map_len(1);
+        w.str(datacenter);
+        let mut f = Fields::new(w, 5);
+        f.field("BillableServiceInstances")
+            .uint(usage.billable_service_instances as u64);
+        let connect = f.field("ConnectServiceInstances");
+        connect.map_len(usage.connect_instances.len());
+        for (kind, count) in usage.connect_instances {
+            connect.str(kind);
+            connect.uint(count as u64);
+        }
+        f.field("Nodes").uint(usage.nodes as u64);
+        f.field("ServiceInstances")
+            .uint(usage.service_instances as u64);
+        f.field("Services").uint(usage.services as u64);
+        f.finish();
+    });
+    w.into_inner()
+}
+
+/// Reads [`encode_usage`]'s reply back: its `QueryMeta`, the datacenter it counts and the
+/// counts. A Connect kind praetor does not count, or a second datacenter, is refused: the
+/// server is not answering for one datacenter as praetor's servers do.
+pub fn decode_usage(body: &[u8]) -> Result<(super::QueryMeta, String, ServiceUsage), WireError> {
+    let mut datacenter = None;
+    let mut usage = ServiceUsage {
+        connect_instances: CONNECT_KINDS.map(|kind| (kind, 0)),
+        ..ServiceUsage::default()
+    };
+    let count = |r: &mut Reader, field| r.u64(field).map(|n| n as usize);
+    let meta = super::read_reply(body, |name, r| {
+        if name != "Usage" {
+            return Ok(false);
+        }
+        if r.try_nil()? {
+            return Ok(true);
+        }
+        for _ in 0..r.map_len()? {
+            if datacenter.is_some() {
+                return Err(WireError::Invalid("Usage: more than one datacenter"));
+            }
+            datacenter = Some(r.str()?.to_string());
+            each_field(r, |name, r| {
+                match name {
+                    "BillableServiceInstances" => {
+                        usage.billable_service_instances = count(r, "BillableServiceInstances")?
+                    }
+                    "Nodes" => usage.nodes = count(r, "Nodes")?,
+                    "ServiceInstances" => usage.service_instances = count(r, "ServiceInstances")?,
+                    "Services" => usage.services = count(r, "Services")?,
+                    "ConnectServiceInstances" => {
+                        if r.try_nil()? {
+                            return Ok(true);
+                        }
+                        for _ in 0..r.map_len()? {
+                            let kind = r.str()?;
+                            let n = count(r, "ConnectServiceInstances")?;
+                            let slot = usage
+                                .connect_instances
+                                .iter_mut()
+                                .find(|(known, _)| *known == kind)
+                                .ok_or(WireError::Invalid(
+                                    "ConnectServiceInstances: unknown kind",
+                                ))?;
+                            slot.1 = n;
+                        }
+                    }
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            })?;
+        }
+        Ok(true)
+    })?;
+    let datacenter = datacenter.ok_or(WireError::Invalid("Usage: no datacenter"))?;
+    Ok((meta, datacenter, usage))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,5 +702,31 @@ mod tests {
             AutopilotSetConfigRequest::decode(&set.encode()).unwrap(),
             set
         );
+    }
+
+    #[test]
+    fn usage_reads_back_as_it_was_written() {
+        let mut usage = ServiceUsage {
+            nodes: 3,
+            services: 2,
+            service_instances: 5,
+            billable_service_instances: 4,
+            connect_instances: CONNECT_KINDS.map(|kind| (kind, 0)),
+        };
+        usage.connect_instances[0].1 = 1;
+        let meta = crate::consul::rpc::QueryMeta {
+            index: 42,
+            known_leader: true,
+            consistency_level: "leader",
+            ..Default::default()
+        };
+        let body = encode_usage(&meta, "dc2", &usage);
+        let (read_meta, datacenter, read) = decode_usage(&body).unwrap();
+        assert_eq!((read_meta.index, datacenter.as_str()), (42, "dc2"));
+        assert_eq!(read, usage);
+        // A reply without the datacenter's counts is not praetor's.
+        let mut w = Writer::new();
+        meta.write_reply(&mut w, &[], |_, _| {});
+        assert!(decode_usage(&w.into_inner()).is_err());
     }
 }

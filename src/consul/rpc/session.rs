@@ -101,11 +101,18 @@ pub fn empty_session() -> Session {
 }
 
 /// `Session.Apply`'s request as a client agent sends it: `op` (`create` or `destroy`),
-/// the session with its behavior as the caller wrote it, and the token.
-pub fn encode_apply(op: &str, session: &Session, behavior: &str, token: &str) -> Vec<u8> {
+/// the session with its behavior as the caller wrote it, and the token; `datacenter` the
+/// one it is applied in (empty: the server's own).
+pub fn encode_apply(
+    datacenter: &str,
+    op: &str,
+    session: &Session,
+    behavior: &str,
+    token: &str,
+) -> Vec<u8> {
     let mut w = Writer::new();
     let mut f = Fields::new(&mut w, 4);
-    f.field("Datacenter").str("");
+    f.field("Datacenter").str(datacenter);
     f.field("Op").str(op);
     write_session_as(f.field("Session"), session, behavior);
     f.field("Token").str(token);

@@ -387,22 +387,24 @@ fn write_ops(w: &mut Writer, ops: &[TxnOp]) {
     }
 }
 
-/// `Txn.Apply`'s `TxnRequest` as a client agent sends it.
-pub fn encode_apply(ops: &[TxnOp], token: &str) -> Vec<u8> {
+/// `Txn.Apply`'s `TxnRequest` as a client agent sends it, for `datacenter` (empty: the
+/// server's own).
+pub fn encode_apply(datacenter: &str, ops: &[TxnOp], token: &str) -> Vec<u8> {
     let mut w = Writer::new();
     let mut f = Fields::new(&mut w, 3);
-    f.field("Datacenter").str("");
+    f.field("Datacenter").str(datacenter);
     write_ops(f.field("Ops"), ops);
     f.field("Token").str(token);
     f.finish();
     w.into_inner()
 }
 
-/// `Txn.Read`'s `TxnReadRequest` (read operations only) as a client agent sends it.
-pub fn encode_read(ops: &[TxnOp], options: &QueryOptions) -> Vec<u8> {
+/// `Txn.Read`'s `TxnReadRequest` (read operations only) as a client agent sends it, for
+/// `datacenter` (empty: the server's own).
+pub fn encode_read(datacenter: &str, ops: &[TxnOp], options: &QueryOptions) -> Vec<u8> {
     let mut w = Writer::new();
     options.write_request(&mut w, &["Datacenter", "Ops"], |name, w| match name {
-        "Datacenter" => w.str(""),
+        "Datacenter" => w.str(datacenter),
         _ => write_ops(w, ops),
     });
     w.into_inner()
@@ -649,7 +651,7 @@ mod tests {
                 modify_index: 6,
             },
         ];
-        let body = encode_apply(&ops, "t");
+        let body = encode_apply("", &ops, "t");
         let request = decode(&body).unwrap();
         assert_eq!(request.options.token, "t");
         assert!(request.errors.is_empty(), "{:?}", request.errors);
@@ -669,7 +671,7 @@ mod tests {
             allow_stale: true,
             ..QueryOptions::default()
         };
-        let body = encode_read(&ops[..1], &options);
+        let body = encode_read("", &ops[..1], &options);
         let request = decode(&body).unwrap();
         assert!(request.options.allow_stale);
         assert_eq!(request.ops.len(), 1);

@@ -3,6 +3,7 @@
 
 mod consul_rpc;
 mod dc_calls;
+mod dcstate_calls;
 mod dns_calls;
 mod federation_states;
 mod mesh_calls;
