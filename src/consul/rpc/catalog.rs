@@ -1,8 +1,9 @@
 //! The catalog's and health's structs: `RegisterRequest` (decoded into the store's
 //! [`Registration`] with the same defaults and checks as the HTTP body), `DeregisterRequest`,
 //! the read requests (`DCSpecificRequest`, `ServiceSpecificRequest`, `NodeSpecificRequest`,
-//! `ChecksInStateRequest`), and the rows of replies: `Node`, `ServiceNode`, `NodeService`,
-//! `HealthCheck`, `CheckServiceNode`.
+//! `ChecksInStateRequest`; a `ServiceSpecificRequest`'s `Source` is Consul's `QuerySource`),
+//! and the rows of replies: `Node`, `ServiceNode`, `NodeService`, `HealthCheck`,
+//! `CheckServiceNode`, `GatewayService`.
 
 use super::{
     each_field, owned_pairs, string_list, string_map, write_request_field, write_string_list,
