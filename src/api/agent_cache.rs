@@ -225,6 +225,43 @@ pub fn wanted(use_cache: bool, request: &Request) -> bool {
     use_cache && request.query.has("cached")
 }
 
+/// A `?cached` request's entry in the agent's cache: looked up once its answer's index is
+/// known. What a typed read's answer (`api::rpc::client_catalog`) goes through, as a
+/// locally answered read goes through [`run`].
+pub struct CacheLookup {
+    key: String,
+    control: CacheControl,
+}
+
+impl CacheLookup {
+    /// The request's entry, when it asks for the cache and this agent has it on; the
+    /// request's conflicts (`?cached` with `?consistent`, a malformed `Cache-Control`) are
+    /// Consul's 400s.
+    pub fn of(
+        ctx: &super::Context,
+        request: &Request,
+        options: &QueryOptions,
+    ) -> Result<Option<CacheLookup>, ApiError> {
+        if !wanted(ctx.config().http_use_cache, request) {
+            return Ok(None);
+        }
+        if options.consistency == Consistency::Consistent {
+            return Err(ApiError::bad_request(
+                "Cannot specify ?cached with ?consistent, conflicting semantics.",
+            ));
+        }
+        Ok(Some(CacheLookup {
+            key: request_key(request),
+            control: parse_cache_control(request.header("Cache-Control"))?,
+        }))
+    }
+
+    /// What the cache says of an answer at `index`, now.
+    pub fn meta(&self, index: u64) -> CacheMeta {
+        lookup(&self.key, index, self.control, Instant::now())
+    }
+}
+
 /// Runs `query` for a request of an endpoint Consul's agent cache serves: through the cache
 /// when the request asks for it, plainly otherwise.
 pub fn run<Q: Query + 'static>(
@@ -234,18 +271,12 @@ pub fn run<Q: Query + 'static>(
     options: QueryOptions,
     reply: &mut Reply,
 ) -> Result<super::Outcome, ApiError> {
-    if !wanted(ctx.config().http_use_cache, request) {
+    let Some(CacheLookup { key, control }) = CacheLookup::of(ctx, request, &options)? else {
         return super::run_query(ctx, query, options, reply);
-    }
-    if options.consistency == Consistency::Consistent {
-        return Err(ApiError::bad_request(
-            "Cannot specify ?cached with ?consistent, conflicting semantics.",
-        ));
-    }
-    let control = parse_cache_control(request.header("Cache-Control"))?;
+    };
     let cached = Cached {
         inner: query,
-        key: request_key(request),
+        key,
         control,
     };
     super::run_query(ctx, cached, options, reply)

@@ -27,41 +27,88 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// `true` or the store's refusal, as Consul answers catalog writes.
-fn write_result(op: CatalogOp) -> Outcome {
-    Outcome::Write(WriteOp::catalog(op, |result, reply| match result {
+fn write_result(op: CatalogOp) -> WriteOp {
+    WriteOp::catalog(op, |result, reply| match result {
         CatalogResult::Written => reply.json_bool(true),
         CatalogResult::Refused(reason) => reply.error(&ApiError::Internal(reason)),
-    }))
+    })
 }
 
-/// The other datacenter a registration body names (`Datacenter`), if any: Consul forwards
-/// the write there, as it does `?dc=`.
-fn body_datacenter(ctx: &Context, datacenter: &str) -> Option<String> {
-    (!datacenter.is_empty() && !datacenter.eq_ignore_ascii_case(&ctx.config().datacenter))
-        .then(|| datacenter.to_ascii_lowercase())
+/// The other datacenter a catalog write goes to: `?dc=` (`query`, already known to be
+/// another one), else the body's `Datacenter` when it names another, as Consul forwards
+/// the write there.
+fn target_datacenter(ctx: &Context, query: Option<&str>, body: &str) -> Option<String> {
+    if let Some(datacenter) = query {
+        return Some(datacenter.to_string());
+    }
+    (!body.is_empty() && !body.eq_ignore_ascii_case(&ctx.config().datacenter))
+        .then(|| body.to_ascii_lowercase())
+}
+
+/// A catalog write's outcome: here, or as `Catalog.Register` / `Deregister` naming the
+/// other datacenter (a client agent's server, or this server, hands it there).
+fn write_in(
+    ctx: &Context,
+    request: &Request,
+    op: CatalogOp,
+    datacenter: Option<String>,
+) -> Outcome {
+    match datacenter {
+        None => Outcome::Write(write_result(op)),
+        Some(datacenter) => {
+            super::rpc::client::catalog_write_in(ctx, request, write_result(op), &datacenter)
+        }
+    }
 }
 
 /// `PUT /v1/catalog/register`.
 pub fn register(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::telemetry::incr(crate::consul::metrics::Counter::CatalogRegisterRequests);
     super::check_datacenter(ctx, &request.query)?;
-    let registration = parse_registration(request.body, &ctx.config().datacenter).map_err(|e| {
-        if e == PEER_REGISTRATION_REFUSED {
-            ApiError::Internal(e)
-        } else {
-            ApiError::bad_request(format!("Request decode failed: {e}"))
-        }
-    })?;
-    if let Some(datacenter) = body_datacenter(ctx, &registration.datacenter) {
-        return Ok(Outcome::ForwardDatacenter(datacenter));
+    register_in(ctx, request, None)
+}
+
+/// A registration, in `datacenter` when the request names another one (`?dc=`): the body
+/// parsed and checked as here, the write made there.
+pub fn register_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: Option<&str>,
+) -> Result<Outcome, ApiError> {
+    let mut registration =
+        parse_registration(request.body, &ctx.config().datacenter).map_err(|e| {
+            if e == PEER_REGISTRATION_REFUSED {
+                ApiError::Internal(e)
+            } else {
+                ApiError::bad_request(format!("Request decode failed: {e}"))
+            }
+        })?;
+    let target = target_datacenter(ctx, datacenter, &registration.datacenter);
+    if let Some(target) = &target {
+        // The request names the datacenter that serves it, as Consul's agent fills it.
+        registration.datacenter = target.clone();
     }
-    Ok(write_result(CatalogOp::Register(Box::new(registration))))
+    Ok(write_in(
+        ctx,
+        request,
+        CatalogOp::Register(Box::new(registration)),
+        target,
+    ))
 }
 
 /// `PUT /v1/catalog/deregister`.
 pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     crate::telemetry::incr(crate::consul::metrics::Counter::CatalogDeregisterRequests);
     super::check_datacenter(ctx, &request.query)?;
+    deregister_in(ctx, request, None)
+}
+
+/// A deregistration, in `datacenter` when the request names another one (`?dc=`).
+pub fn deregister_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: Option<&str>,
+) -> Result<Outcome, ApiError> {
     let decode = || -> Result<(CatalogOp, String), String> {
         let value = parse_strict(request.body, &bodies::DEREGISTER_REQUEST)?;
         let obj = Obj::new(&value)?;
@@ -72,19 +119,17 @@ pub fn deregister(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Out
         };
         Ok((op, obj.string(&["datacenter"])?))
     };
-    let (op, datacenter) =
+    let (op, body_datacenter) =
         decode().map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     // The body's `Datacenter` routes the write, as a registration's does (an unknown one is
     // Consul's "No path to datacenter").
-    if let Some(datacenter) = body_datacenter(ctx, &datacenter) {
-        return Ok(Outcome::ForwardDatacenter(datacenter));
-    }
+    let target = target_datacenter(ctx, datacenter, &body_datacenter);
     if let CatalogOp::Deregister { node, .. } = &op {
         if node.is_empty() {
             return Err(ApiError::bad_request("Must provide node"));
         }
     }
-    Ok(write_result(op))
+    Ok(write_in(ctx, request, op, target))
 }
 
 /// `node-meta=key:value`, repeatable.
@@ -114,7 +159,8 @@ pub fn parse_filter(request: &Request, schema: filter::Schema) -> Result<Option<
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    if client_catalog::typed(ctx, request, &options, &[]) {
+    // `DCSpecificRequest` carries no `Source` here: `?near` is answered as HTTP.
+    if client_catalog::typed(ctx, request, &options, &["near"]) {
         parse_filter(request, filter::NODE)?;
         return Ok(client_catalog::nodes(ctx, request, options, ""));
     }
@@ -199,9 +245,9 @@ pub fn services(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<O
             "listing service names imported from a peer is not supported".to_string(),
         ));
     }
-    // `Catalog.ListServices` has no filter on the server yet: a filtered list goes as HTTP.
-    if client_catalog::typed(ctx, request, &options, &["filter"]) {
-        return Ok(client_catalog::services(ctx, request, options, ""));
+    if client_catalog::typed(ctx, request, &options, &[]) {
+        parse_filter(request, filter::SERVICE_NODE)?;
+        return client_catalog::services(ctx, request, options, "");
     }
     let query = ServicesQuery {
         node_meta: node_meta_filters(request),
@@ -473,29 +519,9 @@ impl ServiceQuery {
         Some(parts)
     }
 
-    /// The instances the query reads: the service's group; for the Connect views its
-    /// native instances, the proxies fronting it and the terminating gateways linking it
-    /// (as Consul appends them); for the ingress view the ingress gateways linking it.
+    /// The instances the query reads ([`service_views`]).
     fn views<'t>(&self, tables: &'t Tables) -> Vec<&'t crate::store::catalog::InstanceView> {
-        match self.view {
-            ServiceView::Connect | ServiceView::HealthConnect => {
-                let mut views = read::connect_rows(tables, &self.service).views;
-                views.extend(super::gateways::linked_instances(
-                    tables,
-                    &self.service,
-                    GatewayKind::Terminating,
-                ));
-                views
-            }
-            ServiceView::HealthIngress => {
-                super::gateways::linked_instances(tables, &self.service, GatewayKind::Ingress)
-            }
-            _ => tables
-                .catalog
-                .group(&self.service)
-                .map(|g| g.instances.values().collect())
-                .unwrap_or_default(),
-        }
+        service_views(tables, &self.service, self.view)
     }
 
     fn render(&self, tables: &Tables, pretty: bool, body: &mut Vec<u8>) {
@@ -552,36 +578,7 @@ impl ServiceQuery {
 
 impl Query for ServiceQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        if matches!(self.view, ServiceView::Connect | ServiceView::HealthConnect) {
-            // A new proxy may appear under any name: the query also watches the services
-            // table, and re-evaluating keeps it parked unless one of its groups moved.
-            let rows = read::connect_rows(tables, &self.service);
-            let mut watch = WatchSet::new()
-                .key(Table::ServiceIndex, self.folded.clone())
-                .table(Table::Services);
-            for group in rows.proxy_groups {
-                watch = watch.key(Table::ServiceIndex, Arc::<str>::from(group.as_str()));
-            }
-            let (gateway_index, watch) = super::gateways::watch_linked(
-                tables,
-                &self.service,
-                GatewayKind::Terminating,
-                watch,
-            );
-            return (rows.index.max(gateway_index), watch);
-        }
-        if self.view == ServiceView::HealthIngress {
-            return super::gateways::watch_linked(
-                tables,
-                &self.service,
-                GatewayKind::Ingress,
-                WatchSet::new(),
-            );
-        }
-        (
-            read::service_index(tables, &self.service),
-            WatchSet::new().key(Table::ServiceIndex, self.folded.clone()),
-        )
+        service_read(tables, &self.service, &self.folded, self.view)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
@@ -615,6 +612,73 @@ impl Query for ServiceQuery {
     }
 }
 
+/// The instances a query of `view` about `service` reads: the service's group; for the
+/// Connect views its native instances, the proxies fronting it and the terminating
+/// gateways linking it (as Consul appends them); for the ingress view the ingress gateways
+/// linking it. Shared with the typed calls (`api::rpc::catalog`), which answer the same.
+pub fn service_views<'t>(
+    tables: &'t Tables,
+    service: &str,
+    view: ServiceView,
+) -> Vec<&'t crate::store::catalog::InstanceView> {
+    match view {
+        ServiceView::Connect | ServiceView::HealthConnect => {
+            let mut views = read::connect_rows(tables, service).views;
+            views.extend(super::gateways::linked_instances(
+                tables,
+                service,
+                GatewayKind::Terminating,
+            ));
+            views
+        }
+        ServiceView::HealthIngress => {
+            super::gateways::linked_instances(tables, service, GatewayKind::Ingress)
+        }
+        _ => tables
+            .catalog
+            .group(service)
+            .map(|g| g.instances.values().collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// The index of a query of `view` about `service` and what it depends on (`folded` is the
+/// service's folded name): the service's index key; for the Connect views also the services
+/// table (a new proxy may appear under any name; re-evaluating keeps the query parked unless
+/// one of its groups moved), the proxies' groups and the linked terminating gateways; for
+/// the ingress view the linked ingress gateways.
+pub fn service_read(
+    tables: &Tables,
+    service: &str,
+    folded: &Arc<str>,
+    view: ServiceView,
+) -> (u64, WatchSet) {
+    if matches!(view, ServiceView::Connect | ServiceView::HealthConnect) {
+        let rows = read::connect_rows(tables, service);
+        let mut watch = WatchSet::new()
+            .key(Table::ServiceIndex, folded.clone())
+            .table(Table::Services);
+        for group in rows.proxy_groups {
+            watch = watch.key(Table::ServiceIndex, Arc::<str>::from(group.as_str()));
+        }
+        let (gateway_index, watch) =
+            super::gateways::watch_linked(tables, service, GatewayKind::Terminating, watch);
+        return (rows.index.max(gateway_index), watch);
+    }
+    if view == ServiceView::HealthIngress {
+        return super::gateways::watch_linked(
+            tables,
+            service,
+            GatewayKind::Ingress,
+            WatchSet::new(),
+        );
+    }
+    (
+        read::service_index(tables, service),
+        WatchSet::new().key(Table::ServiceIndex, folded.clone()),
+    )
+}
+
 /// `GET /v1/catalog/service/<s>`.
 pub fn service(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     service_nodes(ctx, request, false, reply)
@@ -636,17 +700,15 @@ fn service_nodes(
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
-    if !connect && client_catalog::typed(ctx, request, &options, &[]) {
-        parse_filter(request, filter::SERVICE_NODE)?;
-        return Ok(client_catalog::service_nodes(
-            ctx, request, name, options, "",
-        ));
-    }
     let view = if connect {
         ServiceView::Connect
     } else {
         ServiceView::Catalog
     };
+    if client_catalog::typed(ctx, request, &options, &[]) {
+        parse_filter(request, filter::SERVICE_NODE)?;
+        return client_catalog::service_nodes(ctx, request, name, view, options, "");
+    }
     let query = ServiceQuery::new(
         view,
         request,
@@ -770,10 +832,10 @@ fn node_services_of(
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing node name"));
     }
-    if !as_list && client_catalog::typed(ctx, request, &options, &[]) {
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::NODE_SERVICE)?;
         return Ok(client_catalog::node_services(
-            ctx, request, name, options, "",
+            ctx, request, name, as_list, options, "",
         ));
     }
     let query = NodeQuery {

@@ -248,7 +248,7 @@ fn node_entries(
 
 /// `GET /v1/coordinate/datacenters`: every datacenter's servers with their WAN
 /// coordinates, by datacenter name (Consul's `GetDatacenterMaps`). A client agent asks its
-/// server.
+/// server (`Coordinate.ListDatacenters`) and answers the server's list as it came.
 pub fn datacenters(
     ctx: &Context,
     request: &Request,
@@ -256,8 +256,15 @@ pub fn datacenters(
 ) -> Result<Outcome, ApiError> {
     check_datacenter(ctx, &request.query)?;
     if ctx.is_client() {
-        return Ok(Outcome::Forward);
+        return Ok(super::rpc::client_internal::coordinate_datacenters(ctx));
     }
+    reply.json(200, b"", &datacenter_maps(ctx)?);
+    Ok(Outcome::Done)
+}
+
+/// The `DatacenterMap`s of `GET /v1/coordinate/datacenters` on a server, as JSON values:
+/// what the HTTP answer and `Coordinate.ListDatacenters` both carry.
+pub fn datacenter_maps(ctx: &Context) -> Result<serde_json::Value, ApiError> {
     let datacenter = ctx.config().datacenter.clone();
     if let Some(wan) = super::members::wan_handle(ctx) {
         let servers: HashMap<String, String> = wan
@@ -294,8 +301,7 @@ pub fn datacenters(
                 })
             })
             .collect();
-        reply.json(200, b"", &body);
-        return Ok(Outcome::Done);
+        return Ok(serde_json::Value::Array(body));
     }
     // No WAN pool (`-serf-wan-port=-1`): this datacenter's servers from the LAN pool.
     let lan = super::members::lan_handle(ctx)?;
@@ -312,13 +318,11 @@ pub fn datacenters(
             serde_json::json!({ "Node": format!("{name}.{datacenter}"), "Coord": coordinate_json(c) })
         })
         .collect();
-    let body = serde_json::json!([{
+    Ok(serde_json::json!([{
         "Datacenter": datacenter,
         "AreaID": "wan",
         "Coordinates": coordinates,
-    }]);
-    reply.json(200, b"", &body);
-    Ok(Outcome::Done)
+    }]))
 }
 
 /// Consul's wording for a coordinate that carries a non-finite number (or none at all).

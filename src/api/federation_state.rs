@@ -30,7 +30,7 @@ use arcstr::ArcStr;
 use std::sync::Arc;
 
 /// Sends a compact JSON body as the answer, re-laid out when `?pretty` asked for it.
-fn send(reply: &mut Reply, meta: QueryMeta, headers: Option<Vec<u8>>, compact: Vec<u8>) {
+pub fn send(reply: &mut Reply, meta: QueryMeta, headers: Option<Vec<u8>>, compact: Vec<u8>) {
     let headers = headers.unwrap_or_else(|| {
         let mut headers = Vec::with_capacity(128);
         meta.write_headers(&mut headers);
@@ -57,20 +57,31 @@ impl Query for ListQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut body = Vec::with_capacity(256);
-        let mut w = JsonWriter::new(&mut body, false);
-        w.begin_array();
-        for state in federation::list(tables) {
-            write_state(&mut w, state);
-        }
-        w.end_array();
-        w.finish();
+        let body = list_body(federation::list(tables).map(|state| &**state));
         send(reply, meta, None, body);
     }
 }
 
+/// The compact body of `GET /v1/internal/federation-states`.
+pub fn list_body<'s>(states: impl Iterator<Item = &'s FederationState>) -> Vec<u8> {
+    let mut body = Vec::with_capacity(256);
+    let mut w = JsonWriter::new(&mut body, false);
+    w.begin_array();
+    for state in states {
+        write_state(&mut w, state);
+    }
+    w.end_array();
+    w.finish();
+    body
+}
+
 pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.reads_by_call(&options) {
+        return Ok(super::rpc::client_internal::federation_states(
+            ctx, request, options, "",
+        ));
+    }
     run_query(ctx, ListQuery, options, reply)
 }
 
@@ -85,48 +96,65 @@ impl Query for MeshGatewaysQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut hidden = false;
-        let mut body = Vec::with_capacity(256);
-        let mut w = JsonWriter::new(&mut body, false);
-        w.begin_object();
-        for state in federation::list(tables) {
-            let shown: Vec<_> = state
-                .mesh_gateways
-                .iter()
-                .filter(|gateway| {
-                    let readable = self.readable(gateway);
-                    hidden |= !readable;
-                    readable
-                })
-                .collect();
-            if shown.is_empty() {
-                continue;
-            }
-            w.field_array(&state.datacenter);
-            for gateway in shown {
-                w.raw_element(gateway.json.as_bytes());
-            }
-            w.end_array();
-        }
-        w.end_object();
-        w.finish();
+        let (shown, hidden) = readable_gateways(tables, &self.rows);
         let headers = self.rows.list_headers(meta, hidden);
-        send(reply, meta, Some(headers), body);
+        send(reply, meta, Some(headers), mesh_gateways_body(&shown));
     }
 }
 
-impl MeshGatewaysQuery {
-    /// `node:read` on its node and `service:read` on its service, as Consul filters a
-    /// `CheckServiceNode`.
-    fn readable(&self, gateway: &federation::MeshGateway) -> bool {
-        if !self.rows.is_active() {
-            return true;
+/// Each datacenter's mesh gateways the token may read (its node and its service, as Consul
+/// filters a `CheckServiceNode`), leaving out datacenters with none to show; and whether
+/// the token hid any.
+pub fn readable_gateways<'t>(
+    tables: &'t Tables,
+    rows: &RowFilter,
+) -> (Vec<(&'t str, Vec<&'t federation::MeshGateway>)>, bool) {
+    let mut hidden = false;
+    let mut datacenters = Vec::new();
+    for state in federation::list(tables) {
+        let shown: Vec<_> = state
+            .mesh_gateways
+            .iter()
+            .filter(|gateway| {
+                let readable = readable(rows, gateway);
+                hidden |= !readable;
+                readable
+            })
+            .collect();
+        if !shown.is_empty() {
+            datacenters.push((state.datacenter.as_str(), shown));
         }
-        let value: serde_json::Value =
-            serde_json::from_str(&gateway.json).unwrap_or(serde_json::Value::Null);
-        let service = value["Service"]["Service"].as_str().unwrap_or_default();
-        self.rows.node(&gateway.node) && self.rows.service(service)
     }
+    (datacenters, hidden)
+}
+
+/// The compact body of `GET /v1/internal/federation-states/mesh-gateways`.
+pub fn mesh_gateways_body(datacenters: &[(&str, Vec<&federation::MeshGateway>)]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(256);
+    let mut w = JsonWriter::new(&mut body, false);
+    w.begin_object();
+    for (datacenter, gateways) in datacenters {
+        w.field_array(datacenter);
+        for gateway in gateways {
+            w.raw_element(gateway.json.as_bytes());
+        }
+        w.end_array();
+    }
+    w.end_object();
+    w.finish();
+    body
+}
+
+/// `node:read` on a gateway's node and `service:read` on its service, as Consul filters a
+/// `CheckServiceNode`.
+fn readable(rows: &RowFilter, gateway: &federation::MeshGateway) -> bool {
+    if !rows.is_active() {
+        return true;
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(&gateway.json).unwrap_or(serde_json::Value::Null);
+    let service = value["Service"]["Service"].as_str().unwrap_or_default();
+    rows.node(&gateway.node) && rows.service(service)
 }
 
 pub fn mesh_gateways(
@@ -135,6 +163,11 @@ pub fn mesh_gateways(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
+    if ctx.reads_by_call(&options) {
+        return Ok(super::rpc::client_internal::mesh_gateways(
+            ctx, request, options, "",
+        ));
+    }
     let query = MeshGatewaysQuery {
         rows: RowFilter::of(request),
     };
@@ -155,32 +188,42 @@ impl Query for GetQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let Some(state) = federation::get(tables, &self.datacenter) else {
-            let mut headers = Vec::with_capacity(128);
-            meta.write_headers(&mut headers);
-            reply.send(404, None, &headers, b"");
-            return;
-        };
-        let mut body = Vec::with_capacity(512);
-        let mut w = JsonWriter::new(&mut body, false);
-        w.begin_object();
-        w.field_object("State");
-        write_state_fields(&mut w, state);
-        w.end_object();
-        w.field_u64("Index", meta.index);
-        w.field_u64(
-            "LastContact",
-            meta.last_contact_ms.saturating_mul(1_000_000),
+        get_answer(
+            federation::get(tables, &self.datacenter).map(|state| &**state),
+            meta,
+            reply,
         );
-        w.field_bool("KnownLeader", meta.known_leader);
-        w.field_str("ConsistencyLevel", meta.consistency.as_str());
-        w.field_bool("NotModified", false);
-        w.field_u64("Backend", 0);
-        w.field_bool("ResultsFilteredByACLs", false);
-        w.end_object();
-        w.finish();
-        send(reply, meta, None, body);
     }
+}
+
+/// Answers `GET /v1/internal/federation-state/<dc>`: the state with the query's metadata in
+/// the body, or 404 with no body when the datacenter has none.
+pub fn get_answer(state: Option<&FederationState>, meta: QueryMeta, reply: &mut Reply) {
+    let Some(state) = state else {
+        let mut headers = Vec::with_capacity(128);
+        meta.write_headers(&mut headers);
+        reply.send(404, None, &headers, b"");
+        return;
+    };
+    let mut body = Vec::with_capacity(512);
+    let mut w = JsonWriter::new(&mut body, false);
+    w.begin_object();
+    w.field_object("State");
+    write_state_fields(&mut w, state);
+    w.end_object();
+    w.field_u64("Index", meta.index);
+    w.field_u64(
+        "LastContact",
+        meta.last_contact_ms.saturating_mul(1_000_000),
+    );
+    w.field_bool("KnownLeader", meta.known_leader);
+    w.field_str("ConsistencyLevel", meta.consistency.as_str());
+    w.field_bool("NotModified", false);
+    w.field_u64("Backend", 0);
+    w.field_bool("ResultsFilteredByACLs", false);
+    w.end_object();
+    w.finish();
+    send(reply, meta, None, body);
 }
 
 pub fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
@@ -189,6 +232,11 @@ pub fn get(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcom
         return Err(ApiError::bad_request("Missing datacenter name"));
     }
     let options = query_options(ctx, &request.query)?;
+    if ctx.reads_by_call(&options) {
+        return Ok(super::rpc::client_internal::federation_state(
+            ctx, request, datacenter, options, "",
+        ));
+    }
     run_query(
         ctx,
         GetQuery {

@@ -107,41 +107,59 @@ struct GatewayServicesQuery {
     rows: RowFilter,
 }
 
+/// The index of a read of the rows `gateway` links and what it depends on.
+pub fn gateway_read(tables: &Tables, gateway: &str) -> (u64, WatchSet) {
+    (
+        gateways::gateway_index(tables, gateway),
+        WatchSet::new().key(Table::GatewayServices, gateways::gateway_key(gateway)),
+    )
+}
+
+/// The rows `gateway` links whose service `rows` may read, and whether any was left out.
+pub fn readable_rows<'t>(
+    tables: &'t Tables,
+    gateway: &str,
+    rows: &RowFilter,
+) -> (Vec<&'t Arc<GatewayService>>, bool) {
+    let mut hidden = false;
+    let shown = gateways::gateway_rows(tables, gateway)
+        .into_iter()
+        .filter(|row| {
+            let readable = rows.service(&row.service);
+            hidden |= !readable;
+            readable
+        })
+        .collect();
+    (shown, hidden)
+}
+
+/// A gateway's rows as `GET /v1/catalog/gateway-services/<gateway>` answers them: `null`
+/// for none (Consul's nil list), else the list of `GatewayService`s.
+pub fn gateway_services_body(shown: &[&GatewayService], pretty: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(64 + shown.len() * 256);
+    if shown.is_empty() {
+        body.extend_from_slice(if pretty { b"null\n" } else { b"null" });
+        return body;
+    }
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_array();
+    for row in shown {
+        write_row(&mut w, row);
+    }
+    w.end_array();
+    w.finish();
+    body
+}
+
 impl Query for GatewayServicesQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            gateways::gateway_index(tables, &self.gateway),
-            WatchSet::new().key(Table::GatewayServices, gateways::gateway_key(&self.gateway)),
-        )
+        gateway_read(tables, &self.gateway)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let rows = gateways::gateway_rows(tables, &self.gateway);
-        let mut hidden = false;
-        let shown: Vec<&Arc<GatewayService>> = rows
-            .into_iter()
-            .filter(|row| {
-                let readable = self.rows.service(&row.service);
-                hidden |= !readable;
-                readable
-            })
-            .collect();
-        let mut body = Vec::with_capacity(64 + shown.len() * 256);
-        if shown.is_empty() {
-            // Consul answers the nil list of a gateway that links nothing as `null`.
-            body.extend_from_slice(b"null");
-        } else {
-            let mut w = JsonWriter::new(&mut body, reply.pretty);
-            w.begin_array();
-            for row in &shown {
-                write_row(&mut w, row);
-            }
-            w.end_array();
-            w.finish();
-        }
-        if reply.pretty && shown.is_empty() {
-            body.push(b'\n');
-        }
+        let (shown, hidden) = readable_rows(tables, &self.gateway, &self.rows);
+        let shown: Vec<&GatewayService> = shown.into_iter().map(|row| &**row).collect();
+        let body = gateway_services_body(&shown, reply.pretty);
         reply.json_bytes(200, &self.rows.list_headers(meta, hidden), &body);
     }
 }
@@ -157,6 +175,11 @@ pub fn catalog_gateway_services(
     let options = query_options(ctx, &request.query)?;
     if gateway.is_empty() {
         return Err(ApiError::bad_request("Missing gateway name"));
+    }
+    if super::rpc::client_catalog::typed(ctx, request, &options, &[]) {
+        return Ok(super::rpc::client_catalog::gateway_services(
+            ctx, request, gateway, options, "",
+        ));
     }
     let query = GatewayServicesQuery {
         gateway: Arc::from(gateway),

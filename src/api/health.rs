@@ -58,11 +58,9 @@ fn service_health(
         return Err(ApiError::bad_request("Missing service name"));
     }
     let passing = passing_param(request)?;
-    if view == ServiceView::Health && client_catalog::typed(ctx, request, &options, &[]) {
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::CHECK_SERVICE_NODE)?;
-        return Ok(client_catalog::service_health(
-            ctx, request, name, passing, options, "",
-        ));
+        return client_catalog::service_health(ctx, request, name, view, passing, options, "");
     }
     let query = ServiceQuery::new(
         view,
@@ -90,8 +88,8 @@ pub fn service_checks(
     if name.is_empty() {
         return Err(ApiError::bad_request("Missing service name"));
     }
-    // praetor's HTTP answer also applies `?tag` here; the typed call does not carry it.
-    if client_catalog::typed(ctx, request, &options, &["tag"]) {
+    // praetor's HTTP answer also applies `?tag` here: the call carries it as `ServiceTags`.
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::HEALTH_CHECK)?;
         return Ok(client_catalog::service_checks(
             ctx, request, name, options, "",

@@ -52,7 +52,7 @@ const fn field(name: &'static str, kind: Kind) -> Field {
 }
 
 /// `NodeInfo` (`/v1/internal/ui/nodes`, `node/<n>`).
-const NODE_INFO: Schema = &[
+pub const NODE_INFO: Schema = &[
     field("ID", Kind::Str),
     field("Node", Kind::Str),
     field("Address", Kind::Str),
@@ -98,6 +98,12 @@ fn send_filtered_json(
     let mut headers = Vec::with_capacity(200);
     meta.write_headers(&mut headers);
     rows.write_header(hidden, &mut headers);
+    send_with_headers(reply, headers, body, gzip);
+}
+
+/// Sends a UI answer's JSON `body` after `headers` (the query's), gzip-coded when `gzip`
+/// and worth it: what a server's handler and a client agent's typed read both answer.
+pub fn send_with_headers(reply: &mut Reply, mut headers: Vec<u8>, body: &[u8], gzip: bool) {
     headers.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     if gzip && body.len() >= UI_GZIP_BODY_BYTES_MIN {
         // Fast compression: these bodies are rendered per request, and level 1 already
@@ -174,7 +180,30 @@ impl Query for ServicesQuery {
 /// Writes one `NodeInfo`: the node, its services and all its checks — those the token may
 /// read (Consul's node dump filter).
 fn node_info(w: &mut JsonWriter, entry: &NodeEntry, rows: &RowFilter) {
-    let node = entry.node();
+    write_node_info(
+        w,
+        entry.node(),
+        entry
+            .services
+            .values()
+            .filter(|service| rows.service(&service.name))
+            .map(|service| &**service),
+        entry
+            .checks
+            .values()
+            .filter(|check| rows.service(&check.service_name))
+            .map(|check| &**check),
+    );
+}
+
+/// Writes one `NodeInfo` of the rows given (those the token may read): what the UI's node
+/// answers show, whether read here or from a server's `Internal.NodeDump`.
+pub fn write_node_info<'r>(
+    w: &mut JsonWriter,
+    node: &crate::store::catalog::Node,
+    services: impl Iterator<Item = &'r crate::store::catalog::ServiceInstance>,
+    checks: impl Iterator<Item = &'r crate::store::catalog::HealthCheck>,
+) {
     w.begin_object();
     w.field_str("ID", &node.id);
     w.field_str("Node", &node.name);
@@ -194,17 +223,13 @@ fn node_info(w: &mut JsonWriter, entry: &NodeEntry, rows: &RowFilter) {
     }
     w.end_object();
     w.field_array("Services");
-    for service in entry.services.values() {
-        if rows.service(&service.name) {
-            render::node_service(w, service);
-        }
+    for service in services {
+        render::node_service(w, service);
     }
     w.end_array();
     w.field_array("Checks");
-    for check in entry.checks.values() {
-        if rows.service(&check.service_name) {
-            render::health_check(w, check);
-        }
+    for check in checks {
+        render::health_check(w, check);
     }
     w.end_array();
     w.end_object();
@@ -581,6 +606,12 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             };
             run_query(ctx, query, options, reply)
         }
+        "nodes" if ctx.reads_by_call(&options) => {
+            parse_filter(request, NODE_INFO)?;
+            Ok(super::rpc::client_internal::ui_nodes(
+                ctx, request, None, options, "",
+            ))
+        }
         "nodes" => {
             let query = NodesQuery {
                 rows: RowFilter::of(request),
@@ -609,6 +640,15 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             if let Some(name) = rest.strip_prefix("node/") {
                 if name.is_empty() {
                     return Err(ApiError::bad_request("Missing node name"));
+                }
+                if ctx.reads_by_call(&options) {
+                    return Ok(super::rpc::client_internal::ui_nodes(
+                        ctx,
+                        request,
+                        Some(name),
+                        options,
+                        "",
+                    ));
                 }
                 let query = NodeQuery {
                     node: Arc::from(name),

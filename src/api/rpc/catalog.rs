@@ -3,18 +3,20 @@
 //! `Catalog.NodeServices`, as Consul's `catalog_endpoint.go` serves them.
 
 use super::{
-    authorize, decode_error, elsewhere, error_text, propose_typed, read, read_here, rows, Answer,
-    Placement, Read,
+    authorize, decode_error, elsewhere, error_text, propose_typed, read, read_here, require, rows,
+    Answer, Placement, Read,
 };
 use crate::api::authz::{check_deregister, check_registration, RowFilter};
-use crate::api::catalog::{service_tags, services_read};
+use crate::api::catalog::{
+    nearest_first, service_read, service_tags, service_views, services_read, ServiceView,
+};
 use crate::api::server::Server;
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
 use crate::consul::rpc::catalog::{
-    decode_register, satisfies, write_node, write_node_service, write_service_node,
-    DcSpecificRequest, DeregisterRequest, NodeSpecificRequest, RegisterError,
-    ServiceSpecificRequest,
+    decode_register, satisfies, write_gateway_service, write_node, write_node_service,
+    write_service_node, DcSpecificRequest, DeregisterRequest, NodeSpecificRequest, QuerySource,
+    RegisterError, ServiceSpecificRequest,
 };
 use crate::consul::rpc::QueryMeta;
 use crate::proto::msgpack::Writer;
@@ -24,6 +26,7 @@ use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
 use crate::store::catalog::{CatalogOp, InstanceView};
 use crate::store::{CatalogResult, Command, StoreVersion, Table, Tables};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A catalog write's answer: Go's `struct{}` reply, or the store's refusal.
@@ -197,6 +200,8 @@ pub async fn list_nodes(server: &Server, call: &TypedCall) -> Answer {
 
 struct Services {
     node_meta: Vec<(String, String)>,
+    /// Evaluated against each instance as a `ServiceNode`, as the HTTP handler does.
+    filter: Option<Filter>,
     rows: RowFilter,
 }
 
@@ -209,6 +214,11 @@ impl Read for Services {
         let meta_filters = pairs(&self.node_meta);
         let (services, hidden) = service_tags(version, &self.rows, |view| {
             satisfies(&view.node().meta, &meta_filters)
+                && self.filter.as_ref().is_none_or(|filter| {
+                    filter.matches(&render::as_value(|w| {
+                        render::service_node(w, view.node(), &view.service)
+                    }))
+                })
         });
         let mut w = Writer::new();
         meta.filtered(hidden)
@@ -232,33 +242,47 @@ pub async fn list_services(server: &Server, call: &TypedCall) -> Answer {
     };
     let query = Services {
         node_meta: owned(&request.node_meta_filters),
+        filter: parse_filter(request.options.filter, filter::SERVICE_NODE)?,
         rows: rows(&authz),
     };
     read(server, call, &request.options, query).await
 }
 
-/// The instances a service query selects, with what it depends on: the service's group,
-/// or (`Connect`) its Connect-capable instances and the proxies fronting it.
+/// The instances a service query selects, with what it depends on: those the HTTP
+/// handler's view reads ([`service_views`]: the service's group, the Connect view with its
+/// proxies and terminating gateways, or the ingress gateways linking it), nearest first to
+/// the request's `Source` when it names a node of this datacenter.
 pub struct Instances {
     pub service: Arc<str>,
     pub folded: Arc<str>,
-    pub connect: bool,
+    pub view: ServiceView,
     pub tags: Vec<String>,
     pub node_meta: Vec<(String, String)>,
     pub filter: Option<Filter>,
     pub rows: RowFilter,
+    /// Estimated seconds from the request's `Source` node to each node, taken when the call
+    /// starts (as the HTTP handler takes them), or `None` to keep the catalog's order.
+    pub near: Option<HashMap<String, f64>>,
 }
 
 impl Instances {
     pub fn new(
+        ctx: &crate::api::Context,
         request: &ServiceSpecificRequest,
         schema: filter::Schema,
         rows: RowFilter,
     ) -> Result<Instances, String> {
+        let view = if request.ingress {
+            ServiceView::HealthIngress
+        } else if request.connect {
+            ServiceView::Connect
+        } else {
+            ServiceView::Catalog
+        };
         Ok(Instances {
             service: Arc::from(request.service_name),
             folded: Arc::from(&*fold(request.service_name)),
-            connect: request.connect,
+            view,
             tags: request
                 .required_tags()
                 .iter()
@@ -267,14 +291,12 @@ impl Instances {
             node_meta: owned(&request.node_meta_filters),
             filter: parse_filter(request.options.filter, schema)?,
             rows,
+            near: distances(ctx, &request.source),
         })
     }
 
     pub fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            read::service_index(tables, &self.service),
-            WatchSet::new().key(Table::ServiceIndex, self.folded.clone()),
-        )
+        service_read(tables, &self.service, &self.folded, self.view)
     }
 
     /// The selected instances, and whether the token hid any; `render` gives a row's JSON
@@ -284,18 +306,10 @@ impl Instances {
         tables: &'t Tables,
         render: impl Fn(&InstanceView) -> serde_json::Value,
     ) -> (Vec<&'t InstanceView>, bool) {
-        let views: Vec<&InstanceView> = if self.connect {
-            read::connect_rows(tables, &self.service).views
-        } else {
-            tables
-                .catalog
-                .group(&self.service)
-                .map(|g| g.instances.values().collect())
-                .unwrap_or_default()
-        };
+        let views = service_views(tables, &self.service, self.view);
         let meta_filters = pairs(&self.node_meta);
         let mut hidden = false;
-        let selected = views
+        let selected: Vec<&InstanceView> = views
             .into_iter()
             .filter(|view| {
                 if !self.tags.iter().all(|t| view.service.has_tag(t))
@@ -315,8 +329,32 @@ impl Instances {
                     .is_none_or(|f| f.matches(&render(view)))
             })
             .collect();
-        (selected, hidden)
+        let Some(near) = &self.near else {
+            return (selected, hidden);
+        };
+        let distances: Vec<Option<f64>> = selected
+            .iter()
+            .map(|view| near.get(&*view.node().name).copied())
+            .collect();
+        let sorted = nearest_first(&distances)
+            .into_iter()
+            .map(|i| selected[i])
+            .collect();
+        (sorted, hidden)
     }
+}
+
+/// The distances a request's `Source` asks to sort by, as Consul's `sortNodesByDistanceFrom`:
+/// only for a node of this datacenter (another datacenter's node has no coordinate here), and
+/// only when that node's coordinate is known.
+pub fn distances(ctx: &crate::api::Context, source: &QuerySource) -> Option<HashMap<String, f64>> {
+    let here = source
+        .datacenter
+        .eq_ignore_ascii_case(&ctx.config().datacenter);
+    if source.node.is_empty() || !here {
+        return None;
+    }
+    crate::api::coordinate::distances_from(ctx, source.node)
 }
 
 struct ServiceNodes(Instances);
@@ -357,6 +395,7 @@ pub async fn service_nodes(server: &Server, call: &TypedCall) -> Answer {
         return Err("Must provide service name".to_string());
     }
     let query = ServiceNodes(Instances::new(
+        server.context(),
         &request,
         filter::SERVICE_NODE,
         rows(&authz),
@@ -367,6 +406,9 @@ pub async fn service_nodes(server: &Server, call: &TypedCall) -> Answer {
 struct NodeServices {
     node: Arc<str>,
     folded: Arc<str>,
+    /// `Catalog.NodeServiceList`'s reply (a list of services) rather than
+    /// `Catalog.NodeServices`' (a map by ID).
+    as_list: bool,
     filter: Option<Filter>,
     rows: RowFilter,
 }
@@ -402,9 +444,30 @@ impl Read for NodeServices {
                     .collect()
             })
             .unwrap_or_default();
-        services.sort_by(|a, b| a.id.cmp(&b.id));
         let meta = meta.filtered(hidden);
         let mut w = Writer::new();
+        if self.as_list {
+            // `IndexedNodeServiceList`: a struct, never nil; an unknown node's is empty.
+            meta.write_reply(&mut w, &["NodeServices"], |_, w| {
+                let mut f = crate::consul::rpc::Fields::new(w, 2);
+                match entry {
+                    Some(entry) => write_node(f.field("Node"), entry.node()),
+                    None => f.field("Node").nil(),
+                }
+                let w = f.field("Services");
+                if services.is_empty() {
+                    w.nil();
+                } else {
+                    w.array_len(services.len());
+                    for service in &services {
+                        write_node_service(w, service);
+                    }
+                }
+                f.finish();
+            });
+            return Ok(w.into_inner());
+        }
+        services.sort_by(|a, b| a.id.cmp(&b.id));
         meta.write_reply(&mut w, &["NodeServices"], |_, w| {
             let Some(entry) = entry else {
                 w.nil();
@@ -426,6 +489,15 @@ impl Read for NodeServices {
 
 /// `Catalog.NodeServices`: the node and its services by ID (nil for an unknown node).
 pub async fn node_services(server: &Server, call: &TypedCall) -> Answer {
+    node_services_of(server, call, false).await
+}
+
+/// `Catalog.NodeServiceList`: the node and the list of its services (`/v1/catalog/node-services`).
+pub async fn node_service_list(server: &Server, call: &TypedCall) -> Answer {
+    node_services_of(server, call, true).await
+}
+
+async fn node_services_of(server: &Server, call: &TypedCall, as_list: bool) -> Answer {
     let request = NodeSpecificRequest::decode(&call.body).map_err(decode_error)?;
     let authz = match read_here(server, call, request.datacenter, &request.options).await {
         Ok(authz) => authz,
@@ -437,7 +509,54 @@ pub async fn node_services(server: &Server, call: &TypedCall) -> Answer {
     let query = NodeServices {
         node: Arc::from(request.node),
         folded: Arc::from(&*fold(request.node)),
+        as_list,
         filter: parse_filter(request.options.filter, filter::NODE_SERVICE)?,
+        rows: rows(&authz),
+    };
+    read(server, call, &request.options, query).await
+}
+
+/// The rows a gateway links (`Catalog.GatewayServices`).
+struct GatewayServices {
+    gateway: Arc<str>,
+    rows: RowFilter,
+}
+
+impl Read for GatewayServices {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        crate::api::gateways::gateway_read(tables, &self.gateway)
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let (shown, hidden) =
+            crate::api::gateways::readable_rows(version, &self.gateway, &self.rows);
+        let mut w = Writer::new();
+        meta.filtered(hidden)
+            .write_reply(&mut w, &["Services"], |_, w| {
+                if shown.is_empty() {
+                    w.nil();
+                    return;
+                }
+                w.array_len(shown.len());
+                for row in &shown {
+                    write_gateway_service(w, row);
+                }
+            });
+        Ok(w.into_inner())
+    }
+}
+
+/// `Catalog.GatewayServices`: the services a gateway links (`service:read` on the gateway,
+/// the HTTP route's rule; rows of services the token may not read left out).
+pub async fn gateway_services(server: &Server, call: &TypedCall) -> Answer {
+    let request = ServiceSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    require(&authz, |a| a.service_read(request.service_name))?;
+    let query = GatewayServices {
+        gateway: Arc::from(request.service_name),
         rows: rows(&authz),
     };
     read(server, call, &request.options, query).await

@@ -302,6 +302,7 @@ pub fn across_datacenters(
         type Family = fn(&Context, &Request, &str) -> Option<Result<Outcome, ApiError>>;
         const FAMILIES: &[Family] = &[
             super::client_catalog::across_datacenters,
+            super::client_internal::across_datacenters,
             super::client_session::across_datacenters,
             super::client_txn::across_datacenters,
             super::client_query::across_datacenters,
@@ -569,11 +570,7 @@ pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
 /// the call there; a server sends it there itself. Only KV writes name another datacenter.
 fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &str) -> Outcome {
     if let Command::Catalog(catalog_op) = &op.command {
-        debug_assert!(
-            datacenter.is_empty(),
-            "catalog writes name no datacenter here"
-        );
-        return catalog_write(ctx, request, catalog_op, op.respond);
+        return catalog_write(ctx, request, catalog_op, op.respond, datacenter);
     }
     if let Command::ConfigEntry(config_op) = &op.command {
         debug_assert!(
@@ -626,15 +623,28 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
     })
 }
 
-/// `PUT /v1/catalog/register` and `/deregister` on a client agent: `Catalog.Register` or
-/// `Catalog.Deregister` with the request's token; the server's empty reply is the `true`
-/// the handler answers, its refusal the error Consul's agent answers. Other catalog
-/// commands have no typed call and go as HTTP.
+/// A catalog write the handler decided on, made in `datacenter` (another one, named by
+/// `?dc=` or the body's `Datacenter`): `Catalog.Register` or `Catalog.Deregister` naming it.
+pub fn catalog_write_in(
+    ctx: &Context,
+    request: &Request,
+    op: WriteOp,
+    datacenter: &str,
+) -> Outcome {
+    typed_write_in(ctx, request, op, datacenter)
+}
+
+/// `PUT /v1/catalog/register` and `/deregister` on a client agent, or naming another
+/// datacenter (`datacenter`; empty: this one): `Catalog.Register` or `Catalog.Deregister`
+/// with the request's token; the server's empty reply is the `true` the handler answers,
+/// its refusal the error Consul's agent answers. Other catalog commands have no typed call
+/// and go as HTTP.
 fn catalog_write(
     ctx: &Context,
     request: &Request,
     op: &crate::store::catalog::CatalogOp,
     respond: crate::api::WriteResponder,
+    datacenter: &str,
 ) -> Outcome {
     use crate::consul::rpc::catalog::{encode_register, DeregisterRequest};
     use crate::store::catalog::CatalogOp;
@@ -650,18 +660,18 @@ fn catalog_write(
         } => (
             "Catalog.Deregister",
             DeregisterRequest {
+                datacenter,
                 node,
                 service_id,
                 check_id,
                 token: &secret,
-                ..DeregisterRequest::default()
             }
             .encode(),
         ),
         CatalogOp::Batch(_) | CatalogOp::Coordinates(_) => return Outcome::Forward,
     };
     // A write that may have reached a server is not sent again: its answer would be lost.
-    write(ctx, method, body, move |_, reply| {
+    write_in(ctx, datacenter, method, body, move |_, reply| {
         respond(CatalogResult::Written.into(), reply);
         Ok(())
     })

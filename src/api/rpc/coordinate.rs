@@ -129,3 +129,14 @@ pub async fn node(server: &Server, call: &TypedCall) -> Answer {
     };
     read(server, call, &request.options, query).await
 }
+
+/// `Coordinate.ListDatacenters`: every datacenter's servers with their WAN coordinates
+/// (Consul's `[]DatacenterMap`, the values `/v1/coordinate/datacenters` answers). Its
+/// request is Consul's empty struct: nothing in it is read, and no ACL applies.
+pub fn list_datacenters(server: &Server) -> Answer {
+    let maps = crate::api::coordinate::datacenter_maps(server.context())
+        .map_err(|e| super::error_text(&e))?;
+    let mut w = Writer::new();
+    crate::consul::rpc::write_json(&mut w, &maps);
+    Ok(w.into_inner())
+}

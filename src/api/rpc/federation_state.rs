@@ -2,14 +2,19 @@
 //! `federation_state_endpoint.go` serves them: a secondary datacenter's leader upserts its
 //! own state in the primary (on the primary's leader, `operator:write`) and reads every
 //! state back, blocking, to replicate them (`operator:read`). The store operation and the
-//! refusals are the HTTP layer's (`api::federation_state::apply_op`).
+//! refusals are the HTTP layer's (`api::federation_state::apply_op`). `Get` (one
+//! datacenter's state, `operator:read`) and `ListMeshGateways` (each datacenter's mesh
+//! gateways, filtered by the token as a `CheckServiceNode` is) are what
+//! `/v1/internal/federation-state/<dc>` and `/federation-states/mesh-gateways` answer.
 
 use super::{authorize, decode_error, elsewhere, error_text, propose, read, read_here, require};
 use super::{Answer, Placement, Read};
 use crate::api::federation_state::apply_op;
 use crate::api::server::Server;
 use crate::consul::rpc::catalog::DcSpecificRequest;
-use crate::consul::rpc::federation_state::{write_states_reply, ApplyRequest};
+use crate::consul::rpc::federation_state::{
+    write_mesh_gateways_reply, write_state_reply, write_states_reply, ApplyRequest, StateQuery,
+};
 use crate::consul::rpc::QueryMeta;
 use crate::proto::msgpack::Writer;
 use crate::shard::rpc_server::TypedCall;
@@ -65,4 +70,70 @@ pub async fn apply(server: &Server, call: &TypedCall) -> Answer {
             Ok(w.into_inner())
         }
     }
+}
+
+/// Each datacenter's mesh gateways the token may read.
+struct MeshGateways {
+    rows: crate::api::authz::RowFilter,
+}
+
+impl Read for MeshGateways {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        List.evaluate(tables)
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let (shown, hidden) = crate::api::federation_state::readable_gateways(version, &self.rows);
+        let mut w = Writer::new();
+        write_mesh_gateways_reply(&mut w, &meta.filtered(hidden), &shown);
+        Ok(w.into_inner())
+    }
+}
+
+/// `FederationState.ListMeshGateways`.
+pub async fn list_mesh_gateways(server: &Server, call: &TypedCall) -> Answer {
+    let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    let query = MeshGateways {
+        rows: super::rows(&authz),
+    };
+    read(server, call, &request.options, query).await
+}
+
+/// One datacenter's state, watching its key.
+struct Get {
+    datacenter: std::sync::Arc<str>,
+}
+
+impl Read for Get {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            federation::index(tables),
+            WatchSet::new().key(Table::FederationStates, self.datacenter.clone()),
+        )
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let state = federation::get(version, &self.datacenter).map(|state| &**state);
+        let mut w = Writer::new();
+        write_state_reply(&mut w, meta, state);
+        Ok(w.into_inner())
+    }
+}
+
+/// `FederationState.Get`: `TargetDatacenter`'s state (nil when it has none).
+pub async fn get(server: &Server, call: &TypedCall) -> Answer {
+    let request = StateQuery::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    require(&authz, |a| a.operator_read())?;
+    let query = Get {
+        datacenter: std::sync::Arc::from(request.target_datacenter),
+    };
+    read(server, call, &request.options, query).await
 }

@@ -3,7 +3,7 @@
 //! a server's business: Consul's agent filters the answer itself.
 
 use super::catalog::{parse_filter, Instances};
-use super::{decode_error, read, read_here, rows, Answer, Read};
+use super::{decode_error, read, read_here, require, rows, Answer, Read};
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
 use crate::consul::filter::{self, Filter};
@@ -69,7 +69,16 @@ pub async fn service_nodes(server: &Server, call: &TypedCall) -> Answer {
     if request.service_name.is_empty() {
         return Err("Must provide service name".to_string());
     }
-    let instances = Instances::new(&request, filter::CHECK_SERVICE_NODE, rows(&authz))?;
+    if request.ingress {
+        // The HTTP route's rule (`service:read` on the service the gateways front).
+        require(&authz, |a| a.service_read(request.service_name))?;
+    }
+    let instances = Instances::new(
+        server.context(),
+        &request,
+        filter::CHECK_SERVICE_NODE,
+        rows(&authz),
+    )?;
     read(server, call, &request.options, ServiceHealth(instances)).await
 }
 
@@ -167,9 +176,13 @@ pub async fn node_checks(server: &Server, call: &TypedCall) -> Answer {
     read(server, call, &request.options, query).await
 }
 
+/// A service's checks, as the HTTP handler's checks view selects them: the instances with
+/// the request's tags (`ServiceTags` with `TagFilter`, praetor's `?tag` on this route) and
+/// node-meta, those the token may read, and of their checks those the expression keeps.
 struct ServiceChecks {
     service: Arc<str>,
     folded: Arc<str>,
+    tags: Vec<String>,
     node_meta: Vec<(String, String)>,
     filter: Option<Filter>,
     rows: RowFilter,
@@ -184,12 +197,37 @@ impl Read for ServiceChecks {
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
-        let (checks, hidden) = kept_checks(
-            read::service_checks(version, &self.service),
-            &self.node_meta,
-            &self.rows,
-            &self.filter,
-        );
+        let pairs: Vec<(&str, &str)> = self
+            .node_meta
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut hidden = false;
+        let mut checks: Vec<&HealthCheck> = Vec::new();
+        let views = version
+            .catalog
+            .group(&self.service)
+            .map(|group| group.instances.values());
+        for view in views.into_iter().flatten() {
+            if !self.tags.iter().all(|t| view.service.has_tag(t))
+                || !satisfies(&view.node().meta, &pairs)
+            {
+                continue;
+            }
+            if !self
+                .rows
+                .node_service(&view.node().name, &view.service.name)
+            {
+                hidden = true;
+                continue;
+            }
+            checks.extend(
+                view.checks()
+                    .iter()
+                    .map(|c| &**c)
+                    .filter(|c| keep(&self.filter, c)),
+            );
+        }
         checks_reply(meta, &checks, hidden)
     }
 }
@@ -204,6 +242,11 @@ pub async fn service_checks(server: &Server, call: &TypedCall) -> Answer {
     let query = ServiceChecks {
         service: Arc::from(request.service_name),
         folded: Arc::from(&*fold(request.service_name)),
+        tags: request
+            .required_tags()
+            .iter()
+            .map(|t| t.to_string())
+            .collect(),
         node_meta: crate::consul::rpc::owned_pairs(&request.node_meta_filters),
         filter: parse_filter(request.options.filter, filter::HEALTH_CHECK)?,
         rows: rows(&authz),

@@ -6,6 +6,8 @@ use super::{
 };
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
+use crate::consul::filter::Filter;
+use crate::consul::render;
 use crate::consul::rpc::catalog::{DcSpecificRequest, NodeSpecificRequest};
 use crate::consul::rpc::internal::{
     write_node_dump, write_service_dump, EventFireRequest, NodeInfo, ServiceDumpRequest,
@@ -58,7 +60,23 @@ fn info<'t>(entry: &'t NodeEntry, rows: &RowFilter, hidden: &mut bool) -> Option
 struct Dump {
     /// One node (`Internal.NodeInfo`), or all.
     node: Option<(Arc<str>, Arc<str>)>,
+    /// `NodeDump`'s `Filter`, over each `NodeInfo` as the UI's `/nodes` renders it.
+    filter: Option<Filter>,
     rows: RowFilter,
+}
+
+/// Whether `filter` keeps a node's info.
+fn matches(filter: &Option<Filter>, info: &NodeInfo) -> bool {
+    filter.as_ref().is_none_or(|filter| {
+        filter.matches(&render::as_value(|w| {
+            crate::api::ui::write_node_info(
+                w,
+                info.node,
+                info.services.iter().copied(),
+                info.checks.iter().copied(),
+            )
+        }))
+    })
 }
 
 impl Read for Dump {
@@ -89,6 +107,7 @@ impl Read for Dump {
                 .nodes
                 .values()
                 .filter_map(|entry| info(entry, &self.rows, &mut hidden))
+                .filter(|info| matches(&self.filter, info))
                 .collect(),
         };
         let meta = meta.filtered(hidden);
@@ -107,6 +126,7 @@ pub async fn node_info(server: &Server, call: &TypedCall) -> Answer {
     };
     let query = Dump {
         node: Some((Arc::from(request.node), Arc::from(&*fold(request.node)))),
+        filter: None,
         rows: rows(&authz),
     };
     read(server, call, &request.options, query).await
@@ -121,6 +141,7 @@ pub async fn node_dump(server: &Server, call: &TypedCall) -> Answer {
     };
     let query = Dump {
         node: None,
+        filter: super::catalog::parse_filter(request.options.filter, crate::api::ui::NODE_INFO)?,
         rows: rows(&authz),
     };
     read(server, call, &request.options, query).await

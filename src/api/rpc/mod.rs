@@ -30,6 +30,7 @@ pub mod client_catalog;
 pub mod client_config;
 pub mod client_connect;
 pub mod client_intention;
+pub mod client_internal;
 pub mod client_operator;
 pub mod client_query;
 pub mod client_session;
@@ -220,6 +221,14 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Intention.Match" => intention::match_intentions(server, &call).await,
         "Intention.Check" => intention::check(server, &call).await,
         "DiscoveryChain.Get" => discovery_chain::get(server, &call).await,
+        // The catalog's, health's, UI's and federation states' other reads (issue #36, dccatalog).
+        "Catalog.NodeServiceList" => catalog::node_service_list(server, &call).await,
+        "Catalog.GatewayServices" => catalog::gateway_services(server, &call).await,
+        "Coordinate.ListDatacenters" => coordinate::list_datacenters(server),
+        "FederationState.Get" => federation_state::get(server, &call).await,
+        "FederationState.ListMeshGateways" => {
+            federation_state::list_mesh_gateways(server, &call).await
+        }
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

@@ -1,8 +1,9 @@
 //! The catalog's and health's structs: `RegisterRequest` (decoded into the store's
 //! [`Registration`] with the same defaults and checks as the HTTP body), `DeregisterRequest`,
 //! the read requests (`DCSpecificRequest`, `ServiceSpecificRequest`, `NodeSpecificRequest`,
-//! `ChecksInStateRequest`), and the rows of replies: `Node`, `ServiceNode`, `NodeService`,
-//! `HealthCheck`, `CheckServiceNode`.
+//! `ChecksInStateRequest`; a `ServiceSpecificRequest`'s `Source` is Consul's `QuerySource`),
+//! and the rows of replies: `Node`, `ServiceNode`, `NodeService`, `HealthCheck`,
+//! `CheckServiceNode`, `GatewayService`.
 
 use super::{
     each_field, owned_pairs, string_list, string_map, write_request_field, write_string_list,
@@ -576,6 +577,43 @@ impl DcSpecificRequest<'_> {
     }
 }
 
+/// Consul's `QuerySource`: the node a read is made from, for `?near` (answers sorted
+/// nearest first by network coordinates when it names a node of the serving datacenter).
+/// Its `Segment`, `NodePartition` and `Ip` are written empty and skipped when read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuerySource<'a> {
+    pub datacenter: &'a str,
+    pub node: &'a str,
+}
+
+impl<'a> QuerySource<'a> {
+    fn decode(r: &mut Reader<'a>) -> Result<QuerySource<'a>, WireError> {
+        let mut source = QuerySource::default();
+        if r.try_nil()? {
+            return Ok(source);
+        }
+        each_field(r, |name, r| {
+            match name {
+                "Datacenter" => source.datacenter = r.str()?,
+                "Node" => source.node = r.str()?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(source)
+    }
+
+    fn encode(&self, w: &mut Writer) {
+        let mut f = Fields::new(w, 5);
+        f.field("Datacenter").str(self.datacenter);
+        f.field("Ip").str("");
+        f.field("Node").str(self.node);
+        f.field("NodePartition").str("");
+        f.field("Segment").str("");
+        f.finish();
+    }
+}
+
 /// `ServiceSpecificRequest`: the instances of one service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServiceSpecificRequest<'a> {
@@ -588,6 +626,8 @@ pub struct ServiceSpecificRequest<'a> {
     pub connect: bool,
     pub ingress: bool,
     pub peer_name: &'a str,
+    /// `?near`: where the read is made from.
+    pub source: QuerySource<'a>,
     pub options: QueryOptions<'a>,
 }
 
@@ -606,6 +646,7 @@ impl<'a> ServiceSpecificRequest<'a> {
                 "Connect" => request.connect = r.bool()?,
                 "Ingress" => request.ingress = r.bool()?,
                 "PeerName" => request.peer_name = r.str()?,
+                "Source" => request.source = QuerySource::decode(r)?,
                 _ => return request.options.field(name, r),
             }
             Ok(true)
@@ -643,6 +684,7 @@ impl ServiceSpecificRequest<'_> {
                 "PeerName",
                 "ServiceName",
                 "ServiceTags",
+                "Source",
                 "TagFilter",
             ],
             |name, w| match name {
@@ -655,6 +697,7 @@ impl ServiceSpecificRequest<'_> {
                 "PeerName" => w.str(self.peer_name),
                 "ServiceName" => w.str(self.service_name),
                 "ServiceTags" => write_string_list(w, self.service_tags.iter().copied(), true),
+                "Source" => self.source.encode(w),
                 _ => w.bool(self.tag_filter),
             },
         );
@@ -994,6 +1037,135 @@ pub fn write_check_service_node(w: &mut Writer, row: &CheckServiceNode) {
     write_node(f.field("Node"), row.node);
     write_node_service(f.field("Service"), row.service);
     f.finish();
+}
+
+/// One `GatewayService` (`Catalog.GatewayServices`' rows): the gateway and the service as
+/// `ServiceName`s, the listener's settings and the row's `RaftIndex`.
+pub fn write_gateway_service(w: &mut Writer, row: &crate::store::gateways::GatewayService) {
+    let service_name = |w: &mut Writer, name: &str| {
+        let mut f = Fields::new(w, 1);
+        f.field("Name").str(name);
+        f.finish();
+    };
+    let mut f = Fields::new(w, 14);
+    f.field("CAFile").str(&row.ca_file);
+    f.field("CertFile").str(&row.cert_file);
+    f.field("CreateIndex").uint(row.create_index);
+    f.field("FromWildcard").bool(row.from_wildcard);
+    service_name(f.field("Gateway"), &row.gateway);
+    f.field("GatewayKind").str(row.gateway_kind.as_str());
+    write_string_list(f.field("Hosts"), row.hosts.iter().map(|h| &**h), true);
+    f.field("KeyFile").str(&row.key_file);
+    f.field("ModifyIndex").uint(row.modify_index);
+    f.field("Port").int(i64::from(row.port));
+    f.field("Protocol").str(&row.protocol);
+    f.field("SNI").str(&row.sni);
+    service_name(f.field("Service"), &row.service);
+    f.field("ServiceKind").str(&row.service_kind);
+    f.finish();
+}
+
+/// A `GatewayService` read back into the store's row (the inverse of
+/// [`write_gateway_service`]); a kind other than the two gateways' is refused.
+pub fn read_gateway_service(
+    r: &mut Reader,
+) -> Result<crate::store::gateways::GatewayService, WireError> {
+    use crate::store::catalog::rows::arc_str;
+    use crate::store::gateways::{GatewayKind, GatewayService};
+    fn service_name(r: &mut Reader) -> Result<arcstr::ArcStr, WireError> {
+        let mut name = "";
+        if r.try_nil()? {
+            return Ok(arcstr::ArcStr::default());
+        }
+        each_field(r, |field, r| {
+            if field != "Name" {
+                return Ok(false);
+            }
+            name = r.str()?;
+            Ok(true)
+        })?;
+        Ok(arcstr::ArcStr::from(name))
+    }
+    let mut row = GatewayService {
+        gateway: Default::default(),
+        service: Default::default(),
+        gateway_kind: GatewayKind::Terminating,
+        port: 0,
+        protocol: Default::default(),
+        hosts: Vec::new(),
+        ca_file: Default::default(),
+        cert_file: Default::default(),
+        key_file: Default::default(),
+        sni: Default::default(),
+        from_wildcard: false,
+        service_kind: Default::default(),
+        create_index: 0,
+        modify_index: 0,
+    };
+    each_field(r, |name, r| {
+        match name {
+            "CAFile" => row.ca_file = arc_str(r.str()?),
+            "CertFile" => row.cert_file = arc_str(r.str()?),
+            "CreateIndex" => row.create_index = r.u64("CreateIndex")?,
+            "FromWildcard" => row.from_wildcard = r.bool()?,
+            "Gateway" => row.gateway = service_name(r)?,
+            "GatewayKind" => {
+                row.gateway_kind = match r.str()? {
+                    "ingress-gateway" => GatewayKind::Ingress,
+                    "terminating-gateway" => GatewayKind::Terminating,
+                    _ => return Err(WireError::Invalid("unknown GatewayKind")),
+                }
+            }
+            "Hosts" => {
+                row.hosts = if r.try_nil()? {
+                    Vec::new()
+                } else {
+                    string_list(r)?.into_iter().map(arc_str).collect()
+                }
+            }
+            "KeyFile" => row.key_file = arc_str(r.str()?),
+            "ModifyIndex" => row.modify_index = r.u64("ModifyIndex")?,
+            "Port" => {
+                row.port = u16::try_from(r.i64("Port")?)
+                    .map_err(|_| WireError::IntegerOverflow { field: "Port" })?
+            }
+            "Protocol" => row.protocol = arc_str(r.str()?),
+            "SNI" => row.sni = arc_str(r.str()?),
+            "Service" => row.service = service_name(r)?,
+            "ServiceKind" => row.service_kind = arc_str(r.str()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(row)
+}
+
+/// `IndexedGatewayServices` (`Catalog.GatewayServices`): the rows, nil for none.
+pub fn read_indexed_gateway_services(
+    body: &[u8],
+) -> Result<
+    (
+        super::QueryMeta,
+        Vec<crate::store::gateways::GatewayService>,
+    ),
+    WireError,
+> {
+    let mut rows = Vec::new();
+    let meta = super::read_reply(body, |name, r| {
+        if name != "Services" {
+            return Ok(false);
+        }
+        if r.try_nil()? {
+            return Ok(true);
+        }
+        let count = r.array_len()?;
+        rows.reserve(count.min(r.rest().len()));
+        for _ in 0..count {
+            rows.push(read_gateway_service(r)?);
+        }
+        Ok(true)
+    })?;
+    Ok((meta, rows))
 }
 
 #[cfg(test)]

@@ -201,6 +201,144 @@ pub fn read_states_reply(body: &[u8]) -> Result<(QueryMeta, Vec<FederationState>
     Ok((meta, states))
 }
 
+/// `FederationStateQuery` (`FederationState.Get`): one datacenter's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateQuery<'a> {
+    /// The datacenter that serves the call.
+    pub datacenter: &'a str,
+    /// The datacenter whose state is read.
+    pub target_datacenter: &'a str,
+    pub options: super::QueryOptions<'a>,
+}
+
+impl<'a> StateQuery<'a> {
+    pub fn decode(body: &'a [u8]) -> Result<StateQuery<'a>, WireError> {
+        let mut request = StateQuery::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Datacenter" => request.datacenter = r.str()?,
+                "TargetDatacenter" => request.target_datacenter = r.str()?,
+                _ => return request.options.field(name, r),
+            }
+            Ok(true)
+        })?;
+        Ok(request)
+    }
+
+    /// The request as a client sends it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["Datacenter", "TargetDatacenter"],
+            |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                _ => w.str(self.target_datacenter),
+            },
+        );
+        w.into_inner()
+    }
+}
+
+/// `FederationStateResponse`: one state (nil when the datacenter has none) and the query's
+/// metadata.
+pub fn write_state_reply(w: &mut Writer, meta: &QueryMeta, state: Option<&FederationState>) {
+    meta.write_reply(w, &["State"], |_, w| match state {
+        Some(state) => write_state(w, state),
+        None => w.nil(),
+    });
+}
+
+/// Reads a `FederationStateResponse`.
+pub fn read_state_reply(body: &[u8]) -> Result<(QueryMeta, Option<FederationState>), WireError> {
+    let mut state = None;
+    let meta = read_reply(body, |name, r| {
+        if name != "State" {
+            return Ok(false);
+        }
+        if !r.try_nil()? {
+            state = Some(read_state(r)?);
+        }
+        Ok(true)
+    })?;
+    Ok((meta, state))
+}
+
+/// `DatacenterIndexedCheckServiceNodes` (`FederationState.ListMeshGateways`): each
+/// datacenter's mesh gateways as `CheckServiceNode`s (the stored JSON's fields), in the
+/// order given.
+pub fn write_mesh_gateways_reply(
+    w: &mut Writer,
+    meta: &QueryMeta,
+    datacenters: &[(&str, Vec<&crate::store::federation::MeshGateway>)],
+) {
+    meta.write_reply(w, &["DatacenterNodes"], |_, w| {
+        if datacenters.is_empty() {
+            w.nil();
+            return;
+        }
+        w.map_len(datacenters.len());
+        for (datacenter, gateways) in datacenters {
+            w.str(datacenter);
+            w.array_len(gateways.len());
+            for gateway in gateways {
+                // The store wrote this JSON itself: it parses.
+                let value: serde_json::Value =
+                    serde_json::from_str(&gateway.json).unwrap_or(serde_json::Value::Null);
+                write_json(w, &value);
+            }
+        }
+    });
+}
+
+/// A datacenter's mesh gateways as `ListMeshGateways` answers them.
+pub type DatacenterGateways<'a> = Vec<(&'a str, Vec<crate::store::federation::MeshGateway>)>;
+
+/// Reads a `DatacenterIndexedCheckServiceNodes` reply: at most [`STATES_PER_ANSWER_MAX`]
+/// datacenters of at most [`MESH_GATEWAYS_PER_DATACENTER_MAX`] gateways each.
+pub fn read_mesh_gateways_reply(
+    body: &[u8],
+) -> Result<(QueryMeta, DatacenterGateways<'_>), WireError> {
+    let mut datacenters = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "DatacenterNodes" {
+            return Ok(false);
+        }
+        if r.try_nil()? {
+            return Ok(true);
+        }
+        let count = r.map_len()?;
+        if count > STATES_PER_ANSWER_MAX {
+            return Err(WireError::TooLarge {
+                what: "datacenters of one answer",
+                limit: STATES_PER_ANSWER_MAX,
+            });
+        }
+        for _ in 0..count {
+            let datacenter = r.str()?;
+            let mut gateways = Vec::new();
+            if !r.try_nil()? {
+                let gateway_count = r.array_len()?;
+                if gateway_count > MESH_GATEWAYS_PER_DATACENTER_MAX {
+                    return Err(WireError::TooLarge {
+                        what: "mesh gateways of one datacenter",
+                        limit: MESH_GATEWAYS_PER_DATACENTER_MAX,
+                    });
+                }
+                for _ in 0..gateway_count {
+                    let value = read_json(r)?;
+                    gateways.push(gateway_from_value(&value).map_err(|_| {
+                        WireError::Invalid("a mesh gateway without its Node or Service")
+                    })?);
+                }
+            }
+            datacenters.push((datacenter, gateways));
+        }
+        Ok(true)
+    })?;
+    Ok((meta, datacenters))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -597,6 +597,13 @@ pub fn decode_any(method: &str, body: &[u8]) {
         // praetor's own leadership transfer (issue #36, dcstate); `Operator.Usage` is a
         // `DCSpecificRequest`, the default below.
         "Operator.TransferLeader" => decoded(operator::RaftRemovePeerRequest::decode(body)),
+        // The catalog's, health's, UI's and federation states' other reads (issue #36, dccatalog).
+        "Catalog.NodeServiceList" => decoded(catalog::NodeSpecificRequest::decode(body)),
+        "Catalog.GatewayServices" => decoded(catalog::ServiceSpecificRequest::decode(body)),
+        "FederationState.Get" => decoded(federation_state::StateQuery::decode(body)),
+        "FederationState.List" | "FederationState.ListMeshGateways" => {
+            decoded(catalog::DcSpecificRequest::decode(body))
+        }
         // Intentions and the discovery chain (issue #36, intentions).
         "Intention.Apply" => decoded(intention::IntentionRequest::decode(body)),
         "Intention.Get" | "Intention.Match" | "Intention.Check" => {

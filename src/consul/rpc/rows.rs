@@ -300,6 +300,105 @@ pub fn read_indexed_node_services(
     Ok((meta, found))
 }
 
+/// `IndexedNodeServiceList` (`Catalog.NodeServiceList`): the node and the list of its
+/// services; `None` for a node that does not exist (the struct's nil `Node`).
+pub fn read_indexed_node_service_list(
+    body: &[u8],
+) -> Result<(QueryMeta, Option<NodeWithServices>), WireError> {
+    let mut found = None;
+    let meta = read_reply(body, |name, r| {
+        if name != "NodeServices" {
+            return Ok(false);
+        }
+        if r.try_nil()? {
+            return Ok(true);
+        }
+        // As for `IndexedNodeServices`: services read before the node are attached once
+        // it is known.
+        let mut node = None;
+        let mut service_bodies: Vec<&[u8]> = Vec::new();
+        each_field(r, |name, r| {
+            match name {
+                "Node" => {
+                    if !r.try_nil()? {
+                        node = Some(read_node(r)?);
+                    }
+                }
+                "Services" => {
+                    if r.try_nil()? {
+                        return Ok(true);
+                    }
+                    let count = r.array_len()?;
+                    for _ in 0..count {
+                        let start = r.position();
+                        let rest = r.rest();
+                        r.skip()?;
+                        service_bodies.push(&rest[..r.position() - start]);
+                    }
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        if let Some(node) = node {
+            let services = service_bodies
+                .into_iter()
+                .map(|body| read_node_service(&mut Reader::new(body), &node))
+                .collect::<Result<Vec<_>, _>>()?;
+            found = Some((node, services));
+        }
+        Ok(true)
+    })?;
+    Ok((meta, found))
+}
+
+/// A `NodeInfo` read back (`Internal.NodeInfo`, `NodeDump`): the node, its services and
+/// its checks, in the order the server sent them.
+pub type NodeInfoRow = (Node, Vec<ServiceInstance>, Vec<HealthCheck>);
+
+/// `IndexedNodeDump` (`Internal.NodeInfo`, `Internal.NodeDump`): each `NodeInfo`, whose
+/// node's fields sit beside its `Services` and `Checks`.
+pub fn read_indexed_node_dump(body: &[u8]) -> Result<(QueryMeta, Vec<NodeInfoRow>), WireError> {
+    let mut dump = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "Dump" {
+            return Ok(false);
+        }
+        dump = read_list(r, |r| {
+            let mut node = empty_node();
+            let mut services: Vec<&[u8]> = Vec::new();
+            let mut checks = Vec::new();
+            each_field(r, |name, r| {
+                match name {
+                    "Services" => {
+                        if r.try_nil()? {
+                            return Ok(true);
+                        }
+                        let count = r.array_len()?;
+                        for _ in 0..count {
+                            let start = r.position();
+                            let rest = r.rest();
+                            r.skip()?;
+                            services.push(&rest[..r.position() - start]);
+                        }
+                    }
+                    "Checks" => checks = read_list(r, read_health_check)?,
+                    _ => return node_field(&mut node, name, r),
+                }
+                Ok(true)
+            })?;
+            // The services are the node's: read once its fields are all known.
+            let services = services
+                .into_iter()
+                .map(|body| read_node_service(&mut Reader::new(body), &node))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((node, services, checks))
+        })?;
+        Ok(true)
+    })?;
+    Ok((meta, dump))
+}
+
 /// `IndexedHealthChecks` (`Health.NodeChecks`, `ServiceChecks`, `ChecksInState`).
 pub fn read_indexed_health_checks(body: &[u8]) -> Result<(QueryMeta, Vec<HealthCheck>), WireError> {
     read_indexed_list(body, "HealthChecks", read_health_check)
