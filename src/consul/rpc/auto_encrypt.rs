@@ -12,7 +12,7 @@
 
 use super::connect_ca::{read_ca_roots_whole, read_issued_cert_from, write_ca_roots};
 use super::connect_ca::{CaRootsReply, IssuedCert};
-use super::{each_field, string_list, write_string_list, Fields, QueryMeta};
+use super::{each_field, string_list, value_bytes, write_string_list, Fields, QueryMeta};
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::mesh::ca::CaRoot;
 
@@ -65,13 +65,6 @@ pub struct SignedAgent {
     pub connect_ca_roots: CaRootsReply,
     pub manual_ca_roots: Vec<String>,
     pub verify_server_hostname: bool,
-}
-
-/// The bytes of the value `reader` stands at, which it then passes.
-fn value_bytes<'a>(reader: &mut Reader<'a>) -> Result<&'a [u8], WireError> {
-    let start = reader.rest();
-    reader.skip()?;
-    Ok(&start[..start.len() - reader.rest().len()])
 }
 
 /// Reads a `SignedResponse`; a certificate without PEM is refused.

@@ -61,6 +61,14 @@ pub fn each_field<'a>(
     Ok(())
 }
 
+/// The bytes of the value `reader` stands at, which it then passes: a nested struct kept
+/// whole to be read later (when a field it needs comes after it) or by another reader.
+pub fn value_bytes<'a>(reader: &mut Reader<'a>) -> Result<&'a [u8], WireError> {
+    let start = reader.rest();
+    reader.skip()?;
+    Ok(&start[..start.len() - reader.rest().len()])
+}
+
 /// A reply that embeds `QueryMeta`: reads its fields, handing the others to `own`.
 pub fn read_reply<'a>(
     body: &'a [u8],

@@ -13,7 +13,7 @@
 //! bytes left) and the reader's nesting limit.
 
 use super::catalog::{check_field, service_field};
-use super::{each_field, read_reply, string_list, string_map, QueryMeta};
+use super::{each_field, read_reply, string_list, string_map, value_bytes, QueryMeta};
 use crate::proto::msgpack::{Reader, WireError};
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::{arc_str, RowArc, StrMap, Tags};
@@ -250,10 +250,33 @@ pub fn read_indexed_service_nodes(
     read_indexed_list(body, "ServiceNodes", read_service_node)
 }
 
+/// How a node's services travel: Consul's `NodeServices` keys them by ID,
+/// `NodeServiceList` lists them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ServicesShape {
+    ById,
+    List,
+}
+
 /// `IndexedNodeServices` (`Catalog.NodeServices`): the node and its services (nil for a
 /// node that does not exist).
 pub fn read_indexed_node_services(
     body: &[u8],
+) -> Result<(QueryMeta, Option<NodeWithServices>), WireError> {
+    read_node_with_services(body, ServicesShape::ById)
+}
+
+/// `IndexedNodeServiceList` (`Catalog.NodeServiceList`): the node and the list of its
+/// services; `None` for a node that does not exist (the struct's nil `Node`).
+pub fn read_indexed_node_service_list(
+    body: &[u8],
+) -> Result<(QueryMeta, Option<NodeWithServices>), WireError> {
+    read_node_with_services(body, ServicesShape::List)
+}
+
+fn read_node_with_services(
+    body: &[u8],
+    shape: ServicesShape,
 ) -> Result<(QueryMeta, Option<NodeWithServices>), WireError> {
     let mut found = None;
     let meta = read_reply(body, |name, r| {
@@ -275,65 +298,18 @@ pub fn read_indexed_node_services(
                     }
                 }
                 "Services" => {
-                    let count = r.map_len()?;
-                    for _ in 0..count {
-                        r.str()?;
-                        let start = r.position();
-                        let rest = r.rest();
-                        r.skip()?;
-                        service_bodies.push(&rest[..r.position() - start]);
-                    }
-                }
-                _ => return Ok(false),
-            }
-            Ok(true)
-        })?;
-        if let Some(node) = node {
-            let services = service_bodies
-                .into_iter()
-                .map(|body| read_node_service(&mut Reader::new(body), &node))
-                .collect::<Result<Vec<_>, _>>()?;
-            found = Some((node, services));
-        }
-        Ok(true)
-    })?;
-    Ok((meta, found))
-}
-
-/// `IndexedNodeServiceList` (`Catalog.NodeServiceList`): the node and the list of its
-/// services; `None` for a node that does not exist (the struct's nil `Node`).
-pub fn read_indexed_node_service_list(
-    body: &[u8],
-) -> Result<(QueryMeta, Option<NodeWithServices>), WireError> {
-    let mut found = None;
-    let meta = read_reply(body, |name, r| {
-        if name != "NodeServices" {
-            return Ok(false);
-        }
-        if r.try_nil()? {
-            return Ok(true);
-        }
-        // As for `IndexedNodeServices`: services read before the node are attached once
-        // it is known.
-        let mut node = None;
-        let mut service_bodies: Vec<&[u8]> = Vec::new();
-        each_field(r, |name, r| {
-            match name {
-                "Node" => {
-                    if !r.try_nil()? {
-                        node = Some(read_node(r)?);
-                    }
-                }
-                "Services" => {
                     if r.try_nil()? {
                         return Ok(true);
                     }
-                    let count = r.array_len()?;
+                    let count = match shape {
+                        ServicesShape::ById => r.map_len()?,
+                        ServicesShape::List => r.array_len()?,
+                    };
                     for _ in 0..count {
-                        let start = r.position();
-                        let rest = r.rest();
-                        r.skip()?;
-                        service_bodies.push(&rest[..r.position() - start]);
+                        if shape == ServicesShape::ById {
+                            r.str()?;
+                        }
+                        service_bodies.push(value_bytes(r)?);
                     }
                 }
                 _ => return Ok(false),
@@ -376,10 +352,7 @@ pub fn read_indexed_node_dump(body: &[u8]) -> Result<(QueryMeta, Vec<NodeInfoRow
                         }
                         let count = r.array_len()?;
                         for _ in 0..count {
-                            let start = r.position();
-                            let rest = r.rest();
-                            r.skip()?;
-                            services.push(&rest[..r.position() - start]);
+                            services.push(value_bytes(r)?);
                         }
                     }
                     "Checks" => checks = read_list(r, read_health_check)?,
@@ -414,10 +387,7 @@ pub fn read_check_service_node(r: &mut Reader) -> Result<CheckServiceNodeRow, Wi
         match name {
             "Node" => node = Some(read_node(r)?),
             "Service" => {
-                let start = r.position();
-                let rest = r.rest();
-                r.skip()?;
-                service_body = &rest[..r.position() - start];
+                service_body = value_bytes(r)?;
             }
             "Checks" => checks = read_list(r, |r| read_health_check(r).map(RowArc::new))?,
             _ => return Ok(false),
