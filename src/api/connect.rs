@@ -10,7 +10,7 @@
 //! client certificate's URI is checked to be a service SPIFFE ID of a trust domain this
 //! cluster's roots were made under.
 
-use super::intentions::{default_allow, require_connect};
+use super::intentions::{default_allow, require_connect, require_connect_here};
 use super::rpc::{client_config, client_connect};
 use super::{run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp};
 use crate::config::connect::CaSettings;
@@ -209,10 +209,7 @@ fn roots_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    // A client agent's server (or the other datacenter's) checks it, as Consul's does.
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     let options = client_config::options_in(ctx, request, datacenter)?;
     let pem = request
         .query
@@ -440,9 +437,7 @@ fn configuration_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     if request.method == Method::Get {
         let options = client_config::options_in(ctx, request, datacenter)?;
         if !datacenter.is_empty() || ctx.reads_by_call(&options) {

@@ -108,6 +108,16 @@ pub fn require_connect(ctx: &Context) -> Result<(), ApiError> {
     }
 }
 
+/// [`require_connect`] when this server answers the request itself; a client agent's
+/// server, or the servers of the datacenter the request names, check it there, as
+/// Consul's do.
+pub fn require_connect_here(ctx: &Context, datacenter: &str) -> Result<(), ApiError> {
+    if ctx.is_client() || !datacenter.is_empty() {
+        return Ok(());
+    }
+    require_connect(ctx)
+}
+
 /// The default decision when no intention matches: the ACL default policy, allow with
 /// ACLs off.
 pub fn default_allow(ctx: &Context) -> bool {
@@ -191,9 +201,7 @@ fn intentions_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     if request.method == crate::proto::http::Method::Post {
         return create(ctx, request, datacenter);
     }
@@ -301,9 +309,7 @@ fn exact_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     let source = parse_name(required(request, "source")?, "source")?;
     let destination = parse_name(required(request, "destination")?, "destination")?;
     match request.method {
@@ -448,9 +454,7 @@ fn match_intentions_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     let options = client_config::options_in(ctx, request, datacenter)?;
     let by_destination = match request.query.get_all("by").collect::<Vec<_>>()[..] {
         ["source"] => false,
@@ -514,9 +518,7 @@ fn check_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     let options = client_config::options_in(ctx, request, datacenter)?;
     let source_type = request.query.get("source-type").unwrap_or("consul");
     let source_raw = required(request, "source")?;
@@ -552,9 +554,7 @@ fn by_id_in(
     reply: &mut Reply,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    if !ctx.is_client() && datacenter.is_empty() {
-        require_connect(ctx)?;
-    }
+    require_connect_here(ctx, datacenter)?;
     let id = request.rest.to_string();
     match request.method {
         crate::proto::http::Method::Get => {
