@@ -310,7 +310,6 @@ pub fn across_datacenters(
             super::client_connect::across_datacenters,
             super::client_intention::across_datacenters,
             super::client_operator::across_datacenters,
-            super::client_acl::across_datacenters,
             super::client_status::across_datacenters,
         ];
         return FAMILIES

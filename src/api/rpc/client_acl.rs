@@ -560,17 +560,6 @@ fn deleted(_: &[u8]) -> Result<Value, ApiError> {
     Ok(Value::Bool(true))
 }
 
-/// The requests of this family that name another datacenter (`?dc=`), as their typed
-/// calls to a server there ([`super::client::across_datacenters`]); `None` for the others.
-pub fn across_datacenters(
-    ctx: &crate::api::Context,
-    request: &crate::api::Request,
-    datacenter: &str,
-) -> Option<Result<crate::api::Outcome, crate::api::ApiError>> {
-    let _ = (ctx, request, datacenter);
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
