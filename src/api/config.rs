@@ -200,10 +200,7 @@ pub fn get_elsewhere(
     request: &Request,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    // The typed call answers it: the handler writes nothing to this reply.
-    let mut unused = Vec::new();
-    let mut reply = Reply::new(&mut unused, false, false);
-    get(ctx, request, &mut reply, datacenter)
+    super::run_for_datacenter(ctx, request, datacenter, get)
 }
 
 /// The write of a `DELETE /v1/config/<kind>/<name>`, checked as the handler does (the
@@ -411,10 +408,7 @@ pub fn discovery_chain_elsewhere(
     request: &Request,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    // The typed call answers it: the handler writes nothing to this reply.
-    let mut unused = Vec::new();
-    let mut reply = Reply::new(&mut unused, false, false);
-    discovery_chain_in(ctx, request, &mut reply, datacenter)
+    super::run_for_datacenter(ctx, request, datacenter, discovery_chain_in)
 }
 
 fn discovery_chain_in(

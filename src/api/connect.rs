@@ -231,16 +231,12 @@ pub fn elsewhere(
     request: &Request,
     datacenter: &str,
 ) -> Option<Result<Outcome, ApiError>> {
-    type Handler = fn(&Context, &Request, &mut Reply, &str) -> Result<Outcome, ApiError>;
-    let handler: Handler = match request.path {
+    let handler: super::DatacenterHandler = match request.path {
         "/v1/connect/ca/roots" => roots_in,
         "/v1/connect/ca/configuration" => configuration_in,
         _ => return None,
     };
-    // The typed call answers it: the handler writes nothing to this reply.
-    let mut unused = Vec::new();
-    let mut reply = Reply::new(&mut unused, false, false);
-    Some(handler(ctx, request, &mut reply, datacenter))
+    Some(super::run_for_datacenter(ctx, request, datacenter, handler))
 }
 
 /// What the CA configuration's reads depend on: its `ModifyIndex` (at least 1) and its key.

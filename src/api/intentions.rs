@@ -634,8 +634,7 @@ pub fn elsewhere(
     request: &Request,
     datacenter: &str,
 ) -> Option<Result<Outcome, ApiError>> {
-    type Handler = fn(&Context, &Request, &mut Reply, &str) -> Result<Outcome, ApiError>;
-    let handler: Handler = match request.path {
+    let handler: super::DatacenterHandler = match request.path {
         "/v1/connect/intentions" => intentions_in,
         "/v1/connect/intentions/exact" => exact_in,
         "/v1/connect/intentions/match" => match_intentions_in,
@@ -643,10 +642,7 @@ pub fn elsewhere(
         path if path.starts_with("/v1/connect/intentions/") => by_id_in,
         _ => return None,
     };
-    // The typed call answers it: the handler writes nothing to this reply.
-    let mut unused = Vec::new();
-    let mut reply = Reply::new(&mut unused, false, false);
-    Some(handler(ctx, request, &mut reply, datacenter))
+    Some(super::run_for_datacenter(ctx, request, datacenter, handler))
 }
 
 /// A legacy update of the intention `id`: it must exist and keep its destination.

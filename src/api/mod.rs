@@ -450,6 +450,24 @@ pub fn query_options(ctx: &Context, query: &QueryParams) -> Result<QueryOptions,
     query_options_in(ctx, query)
 }
 
+/// A handler that takes the datacenter its request names (empty: this one).
+pub type DatacenterHandler = fn(&Context, &Request, &mut Reply, &str) -> Result<Outcome, ApiError>;
+
+/// Runs `handler` for a request another datacenter answers (`?dc=`): it parses and checks
+/// the request as always (the same errors), then makes that datacenter's typed call, whose
+/// answer is the reply, so the handler writes nothing to one of its own.
+pub fn run_for_datacenter(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+    handler: DatacenterHandler,
+) -> Result<Outcome, ApiError> {
+    debug_assert!(!datacenter.is_empty(), "another datacenter is named");
+    let mut unused = Vec::new();
+    let mut reply = Reply::new(&mut unused, false, false);
+    handler(ctx, request, &mut reply, datacenter)
+}
+
 /// Whether a read of `request` is one of Consul's typed calls to a server rather than run
 /// here ([`Context::reads_by_call`]): always on a client agent, never on the leader, and on
 /// a follower as its query options' consistency says (parsed here for the question only).
