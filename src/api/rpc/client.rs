@@ -636,8 +636,8 @@ pub fn catalog_write_in(
 /// `PUT /v1/catalog/register` and `/deregister` on a client agent, or naming another
 /// datacenter (`datacenter`; empty: this one): `Catalog.Register` or `Catalog.Deregister`
 /// with the request's token; the server's empty reply is the `true` the handler answers,
-/// its refusal the error Consul's agent answers. Other catalog commands have no typed call
-/// and go as HTTP.
+/// its refusal the error Consul's agent answers. A coordinate (`PUT /v1/coordinate/update`)
+/// is `Coordinate.Update`. Other catalog commands have no typed call and go as HTTP.
 fn catalog_write(
     ctx: &Context,
     request: &Request,
@@ -663,6 +663,17 @@ fn catalog_write(
                 node,
                 service_id,
                 check_id,
+                token: &secret,
+            }
+            .encode(),
+        ),
+        // `PUT /v1/coordinate/update` makes one coordinate: `Coordinate.Update`.
+        CatalogOp::Coordinates(updates) if updates.len() == 1 => (
+            "Coordinate.Update",
+            crate::consul::rpc::coordinate::UpdateRequest {
+                datacenter,
+                update: updates[0].clone(),
+                has_coordinate: true,
                 token: &secret,
             }
             .encode(),

@@ -81,6 +81,40 @@ impl<'a> UpdateRequest<'a> {
     }
 }
 
+impl UpdateRequest<'_> {
+    /// The request as a client agent sends it (`PUT /v1/coordinate/update`): Consul's
+    /// `CoordinateUpdateRequest`, its `Coord` serf's coordinate.
+    pub fn encode(&self) -> Vec<u8> {
+        let u = &self.update;
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 5);
+        {
+            let w = f.field("Coord");
+            if self.has_coordinate {
+                write_coordinate(
+                    w,
+                    &NodeCoordinate {
+                        node: &u.node,
+                        segment: &u.segment,
+                        vec: &u.vec,
+                        error: u.error,
+                        adjustment: u.adjustment,
+                        height: u.height,
+                    },
+                );
+            } else {
+                w.nil();
+            }
+        }
+        f.field("Datacenter").str(self.datacenter);
+        f.field("Node").str(&u.node);
+        f.field("Segment").str(&u.segment);
+        f.field("Token").str(self.token);
+        f.finish();
+        w.into_inner()
+    }
+}
+
 /// One node's coordinate, as the reply rows carry it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeCoordinate<'a> {
@@ -124,4 +158,40 @@ pub fn write_indexed_coordinates(w: &mut Writer, meta: &QueryMeta, rows: &[NodeC
             f.finish();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_request_reads_back_as_it_was_written() {
+        let request = UpdateRequest {
+            datacenter: "dc1",
+            update: CoordinateUpdate {
+                node: "n1".to_string(),
+                segment: String::new(),
+                vec: vec![0.5, -0.25],
+                error: 1.5,
+                adjustment: 0.0,
+                height: 1e-5,
+            },
+            has_coordinate: true,
+            token: "secret",
+        };
+        let body = request.encode();
+        assert_eq!(UpdateRequest::decode(&body).unwrap(), request);
+        let missing = UpdateRequest {
+            has_coordinate: false,
+            update: CoordinateUpdate {
+                node: "n1".to_string(),
+                ..CoordinateUpdate::default()
+            },
+            ..request.clone()
+        };
+        let body = missing.encode();
+        let decoded = UpdateRequest::decode(&body).unwrap();
+        assert!(!decoded.has_coordinate);
+        assert!(decoded.validate(2).is_err());
+    }
 }
