@@ -159,8 +159,8 @@ pub fn parse_filter(request: &Request, schema: filter::Schema) -> Result<Option<
 /// `GET /v1/catalog/nodes`.
 pub fn nodes(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
-    // `DCSpecificRequest` carries no `Source` here: `?near` is answered as HTTP.
-    if client_catalog::typed(ctx, request, &options, &["near"]) {
+    // `?near` travels as the `DCSpecificRequest`'s `Source`.
+    if client_catalog::typed(ctx, request, &options, &[]) {
         parse_filter(request, filter::NODE)?;
         return Ok(client_catalog::nodes(ctx, request, options, ""));
     }

@@ -14,9 +14,9 @@ use crate::api::server::Server;
 use crate::consul::filter::{self, Filter};
 use crate::consul::render;
 use crate::consul::rpc::catalog::{
-    decode_register, satisfies, write_gateway_service, write_node, write_node_service,
-    write_service_node, DcSpecificRequest, DeregisterRequest, NodeSpecificRequest, QuerySource,
-    RegisterError, ServiceSpecificRequest,
+    dc_request_source, decode_register, satisfies, write_gateway_service, write_node,
+    write_node_service, write_service_node, DcSpecificRequest, DeregisterRequest,
+    NodeSpecificRequest, QuerySource, RegisterError, ServiceSpecificRequest,
 };
 use crate::consul::rpc::QueryMeta;
 use crate::proto::msgpack::Writer;
@@ -126,6 +126,9 @@ struct Nodes {
     node_meta: Vec<(String, String)>,
     filter: Option<Filter>,
     rows: RowFilter,
+    /// The request's `Source`: seconds from it to each node, to answer nearest first
+    /// (nodes without a coordinate last), as the HTTP handler's `?near` does.
+    near: Option<HashMap<String, f64>>,
 }
 
 impl Read for Nodes {
@@ -139,7 +142,7 @@ impl Read for Nodes {
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
         let mut hidden = false;
         let meta_filters: Vec<(&str, &str)> = pairs(&self.node_meta);
-        let nodes: Vec<_> = version
+        let mut nodes: Vec<_> = version
             .catalog
             .nodes
             .values()
@@ -156,6 +159,16 @@ impl Read for Nodes {
                         .is_none_or(|f| f.matches(&render::as_value(|w| render::node(w, node))))
             })
             .collect();
+        if let Some(near) = &self.near {
+            let distances: Vec<Option<f64>> = nodes
+                .iter()
+                .map(|node| near.get(&*node.name).copied())
+                .collect();
+            nodes = nearest_first(&distances)
+                .into_iter()
+                .map(|i| nodes[i])
+                .collect();
+        }
         let meta = meta.filtered(hidden);
         let mut w = Writer::new();
         meta.write_reply(&mut w, &["Nodes"], |_, w| {
@@ -190,10 +203,12 @@ pub async fn list_nodes(server: &Server, call: &TypedCall) -> Answer {
         Ok(authz) => authz,
         Err(answer) => return answer,
     };
+    let source = dc_request_source(&call.body).map_err(decode_error)?;
     let query = Nodes {
         node_meta: owned(&request.node_meta_filters),
         filter: parse_filter(request.options.filter, filter::NODE)?,
         rows: rows(&authz),
+        near: distances(server.context(), &source),
     };
     read(server, call, &request.options, query).await
 }

@@ -16,8 +16,8 @@
 //! itself; `?cached` goes through this agent's cache bookkeeping (`api::agent_cache`), which
 //! adds `X-Cache` and `Age` as the locally answered read does.
 //!
-//! `?peer` reads (and `/v1/catalog/nodes?near`, whose `DCSpecificRequest` carries no
-//! `Source` here) stay as they were ([`typed`]).
+//! `?peer` reads stay as they were ([`typed`]); `/v1/catalog/nodes?near` carries the
+//! node as its `DCSpecificRequest`'s `Source`.
 
 use super::client::{bad_reply, call, meta_of, query_options, read_timeout};
 use crate::api::agent_cache::CacheLookup;
@@ -271,6 +271,22 @@ impl<'r> Read<'r> {
         .encode()
     }
 
+    /// [`Read::dc_request`] with the `?near` node as its `Source` (`Catalog.ListNodes`).
+    fn nodes_request(&self, datacenter: &str) -> Vec<u8> {
+        let request = DcSpecificRequest {
+            datacenter,
+            node_meta_filters: self.meta_pairs(),
+            options: self.rpc_options(),
+        };
+        if self.near.is_empty() {
+            return request.encode();
+        }
+        request.encode_with_source(&QuerySource {
+            datacenter: &self.here,
+            node: &self.near,
+        })
+    }
+
     /// One node's rows.
     fn node_request(&self, datacenter: &str, node: &str) -> Vec<u8> {
         NodeSpecificRequest {
@@ -330,7 +346,7 @@ impl<'r> Read<'r> {
     }
 }
 
-/// `GET /v1/catalog/nodes`: `Catalog.ListNodes`.
+/// `GET /v1/catalog/nodes` (`?near` as the `Source`): `Catalog.ListNodes`.
 pub fn nodes(
     ctx: &crate::api::Context,
     request: &Request,
@@ -338,7 +354,7 @@ pub fn nodes(
     datacenter: &str,
 ) -> Outcome {
     let read = Read::new(ctx, request, options);
-    let body = read.dc_request(datacenter);
+    let body = read.nodes_request(datacenter);
     read.call(
         ctx,
         datacenter,

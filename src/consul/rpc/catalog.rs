@@ -575,6 +575,36 @@ impl DcSpecificRequest<'_> {
         );
         w.into_inner()
     }
+
+    /// The request with its `Source` (`GET /v1/catalog/nodes?near=`: `Catalog.ListNodes`
+    /// sorts the nodes nearest that node first).
+    pub fn encode_with_source(&self, source: &QuerySource) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.options.write_request(
+            &mut w,
+            &["Datacenter", "NodeMetaFilters", "Source"],
+            |name, w| match name {
+                "Datacenter" => w.str(self.datacenter),
+                "Source" => source.encode(w),
+                _ => super::write_string_map(w, self.node_meta_filters.iter().copied(), true),
+            },
+        );
+        w.into_inner()
+    }
+}
+
+/// A `DCSpecificRequest`'s `Source`, read apart from the fields [`DcSpecificRequest`]
+/// keeps (only `Catalog.ListNodes` sorts by it); empty when the request has none.
+pub fn dc_request_source(body: &[u8]) -> Result<QuerySource<'_>, WireError> {
+    let mut source = QuerySource::default();
+    each_field(&mut Reader::new(body), |name, r| {
+        if name != "Source" {
+            return Ok(false);
+        }
+        source = QuerySource::decode(r)?;
+        Ok(true)
+    })?;
+    Ok(source)
 }
 
 /// Consul's `QuerySource`: the node a read is made from, for `?near` (answers sorted
