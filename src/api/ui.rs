@@ -24,6 +24,12 @@
 //! compresses its HTTP answers; the 1,000-service summary a browser loads shrinks about
 //! tenfold. The per-service summaries themselves are built in `ui_summary.rs`, which the
 //! topology endpoint shares.
+//!
+//! A client agent (or a request naming another datacenter) reads the rows with a typed call
+//! instead (`api::rpc::client_ui`: `Internal.ServiceDump`, `GatewayServiceDump`,
+//! `ServiceTopology`; `client_internal` for the nodes) and renders them with the functions
+//! below that render the server's own answer ([`services_body`],
+//! [`gateway_services_nodes_body`]), so the two answers cannot drift apart.
 
 use super::authz::RowFilter;
 use super::ui_summary::{bucket, summarize, summarize_catalog, Summary};
@@ -158,23 +164,57 @@ impl Query for ServicesQuery {
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
         let mut hidden = false;
-        let mut summaries = if self.peer {
-            Vec::new()
+        let (summaries, links) = if self.peer {
+            (Vec::new(), Vec::new())
         } else {
-            summarize_catalog(tables, self.filter.as_ref(), &self.rows, &mut hidden)
+            (
+                summarize_catalog(tables, self.filter.as_ref(), &self.rows, &mut hidden),
+                readable_links(tables.gateways.rows.values(), &self.rows, &mut hidden),
+            )
         };
-        add_gateway_links(tables, &mut summaries);
-        let mut body = Vec::with_capacity(64 + summaries.len() * 320);
-        let mut w = JsonWriter::new(&mut body, reply.pretty);
-        w.begin_array();
-        for summary in &summaries {
-            debug_assert!(summary.instances > 0 || summary.connected_with_proxy);
-            summary.write(&mut w);
-        }
-        w.end_array();
-        w.finish();
+        let body = services_body(summaries, &links, reply.pretty);
         send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
     }
+}
+
+/// The gateway-service rows a services list marks its summaries with: all but the
+/// wildcard ones, and only those whose gateway and service the token may read (`hidden`
+/// says whether some were left out), as Consul filters `IndexedNodesWithGateways`'
+/// `Gateways`. What a server's `/v1/internal/ui/services` and `Internal.ServiceDump` share.
+pub fn readable_links<'t>(
+    rows: impl Iterator<Item = &'t Arc<crate::store::gateways::GatewayService>>,
+    filter: &RowFilter,
+    hidden: &mut bool,
+) -> Vec<&'t crate::store::gateways::GatewayService> {
+    rows.filter(|row| *fold(&row.service) != *crate::store::gateways::WILDCARD)
+        .filter(|row| {
+            let shown = filter.service(&row.gateway) && filter.service(&row.service);
+            *hidden |= !shown;
+            shown
+        })
+        .map(|row| &**row)
+        .collect()
+}
+
+/// `/v1/internal/ui/services`' body: the summaries, marked with the gateway `links`, as
+/// Consul's `ServiceListingSummary` list. A server's handler and a client agent's typed
+/// read (`Internal.ServiceDump`) both render it here.
+pub fn services_body(
+    mut summaries: Vec<Summary<'_>>,
+    links: &[&crate::store::gateways::GatewayService],
+    pretty: bool,
+) -> Vec<u8> {
+    add_gateway_links(links, &mut summaries);
+    let mut body = Vec::with_capacity(64 + summaries.len() * 320);
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_array();
+    for summary in &summaries {
+        debug_assert!(summary.instances > 0 || summary.connected_with_proxy);
+        summary.write(&mut w);
+    }
+    w.end_array();
+    w.finish();
+    body
 }
 
 /// Writes one `NodeInfo`: the node, its services and all its checks — those the token may
@@ -415,9 +455,12 @@ impl Query for OverviewQuery {
 
 /// Marks the services a gateway with an instance links (`ConnectedWithGateway`) and counts
 /// each gateway's linked services (`AssociatedServiceCount`), from the gateway-services
-/// rows, as Consul's services summary does.
-fn add_gateway_links(tables: &Tables, summaries: &mut [Summary<'_>]) {
-    if tables.gateways.rows.is_empty() {
+/// rows (wildcard rows left out), as Consul's services summary does.
+fn add_gateway_links(
+    links: &[&crate::store::gateways::GatewayService],
+    summaries: &mut [Summary<'_>],
+) {
+    if links.is_empty() {
         return;
     }
     let position: HashMap<String, usize> = summaries
@@ -425,20 +468,20 @@ fn add_gateway_links(tables: &Tables, summaries: &mut [Summary<'_>]) {
         .enumerate()
         .map(|(i, s)| (fold(&s.name).into_owned(), i))
         .collect();
-    for (key, row) in &tables.gateways.rows {
-        if *key.service == *crate::store::gateways::WILDCARD {
+    for row in links {
+        let (gateway, service) = (fold(&row.gateway), fold(&row.service));
+        if *service == *crate::store::gateways::WILDCARD {
             continue;
         }
         let gateway_has_instances = position
-            .get(&*key.gateway)
+            .get(&*gateway)
             .is_some_and(|&i| summaries[i].instances > 0);
-        if let Some(&i) = position.get(&*key.gateway) {
+        if let Some(&i) = position.get(&*gateway) {
             summaries[i].associated_service_count += 1;
         }
-        if let Some(&i) = position.get(&*key.service) {
+        if let Some(&i) = position.get(&*service) {
             summaries[i].connected_with_gateway |= gateway_has_instances;
         }
-        debug_assert_eq!(*key.service, *fold(&row.service));
     }
 }
 
@@ -457,82 +500,153 @@ struct GatewayServicesNodesQuery {
 
 impl Query for GatewayServicesNodesQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        use crate::store::gateways;
-        let mut index = gateways::gateway_index(tables, &self.gateway);
-        let mut watch =
-            WatchSet::new().key(Table::GatewayServices, gateways::gateway_key(&self.gateway));
-        for row in gateways::gateway_rows(tables, &self.gateway) {
-            index = index.max(read::service_index(tables, &row.service));
-            watch = watch.key(Table::ServiceIndex, Arc::<str>::from(&*fold(&row.service)));
-        }
-        (index, watch)
+        gateway_services_nodes_read(tables, &self.gateway)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let rows = crate::store::gateways::gateway_rows(tables, &self.gateway);
         let mut hidden = false;
-        let readable: Vec<_> = rows
+        let (links, instances) = gateway_dump(tables, &self.gateway, &self.rows, &mut hidden);
+        let instances = instances.into_iter().flat_map(|(_, rows)| rows);
+        let body = gateway_services_nodes_body(
+            &links,
+            instances,
+            &self.datacenter,
+            &self.domains,
+            reply.pretty,
+        );
+        send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
+    }
+}
+
+/// The index and watches of a gateway's linked services (`gateway-services-nodes/<g>`,
+/// `Internal.GatewayServiceDump`): the gateway's rows and each linked service's instances.
+pub fn gateway_services_nodes_read(tables: &Tables, gateway: &str) -> (u64, WatchSet) {
+    use crate::store::gateways;
+    let mut index = gateways::gateway_index(tables, gateway);
+    let mut watch = WatchSet::new().key(Table::GatewayServices, gateways::gateway_key(gateway));
+    for row in gateways::gateway_rows(tables, gateway) {
+        index = index.max(read::service_index(tables, &row.service));
+        watch = watch.key(Table::ServiceIndex, Arc::<str>::from(&*fold(&row.service)));
+    }
+    (index, watch)
+}
+
+/// The readable instances of one linked service (by its folded name).
+pub type LinkedInstances<'t> = (String, Vec<read::CheckServiceNode<'t>>);
+
+/// What a gateway's dump holds: the links the token may read (the gateway's rows, in
+/// order) and the instances the token may read of each linked service, once per service
+/// name; `hidden` says whether anything was left out. What a server's
+/// `gateway-services-nodes/<g>` and `Internal.GatewayServiceDump` share.
+pub fn gateway_dump<'t>(
+    tables: &'t Tables,
+    gateway: &str,
+    rows: &RowFilter,
+    hidden: &mut bool,
+) -> (
+    Vec<&'t crate::store::gateways::GatewayService>,
+    Vec<LinkedInstances<'t>>,
+) {
+    let links: Vec<&crate::store::gateways::GatewayService> =
+        crate::store::gateways::gateway_rows(tables, gateway)
             .into_iter()
             .filter(|row| {
-                let shown = self.rows.service(&row.service);
-                hidden |= !shown;
+                let shown = rows.service(&row.service);
+                *hidden |= !shown;
+                shown
+            })
+            .map(|row| &**row)
+            .collect();
+    let mut instances: Vec<LinkedInstances<'t>> = Vec::new();
+    for link in &links {
+        let name = fold(&link.service).into_owned();
+        if instances.iter().any(|(seen, _)| *seen == name) {
+            continue;
+        }
+        let shown = tables
+            .catalog
+            .services
+            .get(name.as_str())
+            .into_iter()
+            .flat_map(read::check_service_nodes_of_group)
+            .filter(|row| {
+                let shown = rows.node_service(&row.node.name, &row.service.name);
+                *hidden |= !shown;
                 shown
             })
             .collect();
-        let mut names: Vec<String> = readable
-            .iter()
-            .map(|row| fold(&row.service).into_owned())
-            .collect();
-        names.dedup();
-        let groups = names
-            .iter()
-            .filter_map(|name| tables.catalog.services.get(name.as_str()))
-            .flat_map(read::check_service_nodes_of_group);
-        let mut summaries = summarize(groups, None, &self.rows, &mut hidden);
-        for row in &readable {
-            let folded = fold(&row.service);
-            let position = summaries.iter().position(|s| fold(&s.name) == folded);
-            let summary = match position {
-                Some(i) => &mut summaries[i],
-                None => {
-                    summaries.push(Summary {
-                        name: row.service.to_string(),
-                        ..Summary::default()
-                    });
-                    summaries.last_mut().expect("just pushed")
-                }
-            };
-            if row.port == 0 {
-                continue;
-            }
-            let defaults: Vec<String> = self
-                .domains
-                .iter()
-                .map(|domain| format!("{}.ingress.{}.{domain}", row.service, self.datacenter))
-                .collect();
-            let hosts: Vec<&str> = if row.hosts.is_empty() {
-                defaults.iter().map(|h| &**h).collect()
-            } else {
-                row.hosts.iter().map(|h| &**h).collect()
-            };
-            for host in hosts {
-                let address = format!("{}:{}", host.trim_end_matches('.'), row.port);
-                if !summary.gateway_addresses.contains(&address) {
-                    summary.gateway_addresses.push(address);
-                }
-            }
-        }
-        summaries.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut body = Vec::with_capacity(64 + summaries.len() * 320);
-        let mut w = JsonWriter::new(&mut body, reply.pretty);
-        w.begin_array();
-        for summary in &summaries {
-            summary.write(&mut w);
-        }
-        w.end_array();
-        w.finish();
-        send_filtered_json(reply, meta, &body, self.gzip, &self.rows, hidden);
+        instances.push((name, shown));
     }
+    (links, instances)
+}
+
+/// `gateway-services-nodes/<g>`'s body: one summary per linked service over its
+/// `instances` (already filtered by the token), with the addresses an ingress gateway's
+/// `links` expose it at (`<service>.ingress.<datacenter>.<domain>` for each of `domains`
+/// when a link names no hosts). A server's handler and a client agent's typed read
+/// (`Internal.GatewayServiceDump`) both render it here.
+pub fn gateway_services_nodes_body<'a>(
+    links: &[&crate::store::gateways::GatewayService],
+    instances: impl Iterator<Item = read::CheckServiceNode<'a>>,
+    datacenter: &str,
+    domains: &[String],
+    pretty: bool,
+) -> Vec<u8> {
+    let mut hidden = false;
+    let mut summaries = summarize(instances, None, &RowFilter::default(), &mut hidden);
+    debug_assert!(!hidden, "the instances were filtered before");
+    for row in links {
+        let folded = fold(&row.service);
+        let position = summaries.iter().position(|s| fold(&s.name) == folded);
+        let summary = match position {
+            Some(i) => &mut summaries[i],
+            None => {
+                summaries.push(Summary {
+                    name: row.service.to_string(),
+                    ..Summary::default()
+                });
+                summaries.last_mut().expect("just pushed")
+            }
+        };
+        if row.port == 0 {
+            continue;
+        }
+        let defaults: Vec<String> = domains
+            .iter()
+            .map(|domain| format!("{}.ingress.{datacenter}.{domain}", row.service))
+            .collect();
+        let hosts: Vec<&str> = if row.hosts.is_empty() {
+            defaults.iter().map(|h| &**h).collect()
+        } else {
+            row.hosts.iter().map(|h| &**h).collect()
+        };
+        for host in hosts {
+            let address = format!("{}:{}", host.trim_end_matches('.'), row.port);
+            if !summary.gateway_addresses.contains(&address) {
+                summary.gateway_addresses.push(address);
+            }
+        }
+    }
+    summaries.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut body = Vec::with_capacity(64 + summaries.len() * 320);
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_array();
+    for summary in &summaries {
+        summary.write(&mut w);
+    }
+    w.end_array();
+    w.finish();
+    body
+}
+
+/// The DNS domains an ingress gateway's default addresses use: the domain and the
+/// alternate one, without their dots.
+pub fn ingress_domains(config: &crate::config::AgentConfig) -> Vec<String> {
+    std::iter::once(&config.dns.domain)
+        .chain(config.dns.alt_domain.as_ref())
+        .filter(|d| !d.is_empty())
+        .map(|d| d.trim_matches('.').to_string())
+        .collect()
 }
 
 /// `exported-services`: empty until peering exists, at the services table's index so that
@@ -558,7 +672,7 @@ fn parse_filter(request: &Request, schema: Schema) -> Result<Option<Filter>, Api
 }
 
 /// `/v1/internal/ui/metrics-proxy/…`: Consul's answers when no proxy is configured.
-fn metrics_proxy(ctx: &Context) -> Result<Outcome, ApiError> {
+pub fn metrics_proxy(ctx: &Context) -> Result<Outcome, ApiError> {
     let ui = &ctx.config().ui;
     if !ui.serves() {
         return Err(ApiError::NotFound("UI is not enabled".to_string()));
@@ -597,6 +711,9 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
     let options = query_options(ctx, &request.query)?;
     let gzip = accepts_gzip(request.header("Accept-Encoding"));
     match rest {
+        "services" if ctx.reads_by_call(&options) => {
+            super::rpc::client_ui::services(ctx, request, options, "")
+        }
         "services" => {
             let query = ServicesQuery {
                 rows: RowFilter::of(request),
@@ -682,6 +799,11 @@ fn service_topology(
     if let Some(authz) = request.acl.get() {
         authz.require(authz.authorizer.service_read(name))?;
     }
+    if ctx.reads_by_call(&options) {
+        return Ok(super::rpc::client_ui::service_topology(
+            ctx, request, name, kind, options, "",
+        ));
+    }
     let query = TopologyQuery {
         service: Arc::from(name),
         kind,
@@ -707,12 +829,13 @@ fn gateway_services_nodes(
     if let Some(authz) = request.acl.get() {
         authz.require(authz.authorizer.service_read(gateway))?;
     }
+    if ctx.reads_by_call(&options) {
+        return Ok(super::rpc::client_ui::gateway_services_nodes(
+            ctx, request, gateway, options, "",
+        ));
+    }
     let config = ctx.config();
-    let domains = std::iter::once(&config.dns.domain)
-        .chain(config.dns.alt_domain.as_ref())
-        .filter(|d| !d.is_empty())
-        .map(|d| d.trim_matches('.').to_string())
-        .collect();
+    let domains = ingress_domains(config);
     let query = GatewayServicesNodesQuery {
         gateway: Arc::from(gateway),
         datacenter: config.datacenter.clone(),

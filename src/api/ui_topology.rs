@@ -26,6 +26,11 @@ use super::authz::RowFilter;
 use super::ui_summary::{proxy_facts, summarize, ProxyFacts, Summary, META_EXTERNAL_SOURCE};
 use super::{ApiError, Query, QueryMeta, Reply};
 use crate::consul::json::JsonWriter;
+use crate::consul::rpc::internal::{
+    write_service_topology, IntentionDecision, ServiceTopology, ServiceTopologyReply, TopologySide,
+};
+use crate::consul::rpc::QueryMeta as RpcQueryMeta;
+use crate::proto::msgpack::Writer;
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read::{self, CheckServiceNode};
 use crate::store::catalog::rows::fold;
@@ -58,6 +63,14 @@ pub enum TopologyKind {
 }
 
 impl TopologyKind {
+    /// The kind as `?kind=` and `ServiceKind` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopologyKind::Typical => "",
+            TopologyKind::IngressGateway => "ingress-gateway",
+        }
+    }
+
     /// `?kind=`: Consul's 400s for a missing or unsupported kind.
     pub fn parse(kind: Option<&str>) -> Result<TopologyKind, ApiError> {
         match kind {
@@ -73,12 +86,12 @@ impl TopologyKind {
 
 /// Consul's `IntentionDecisionSummary` for one connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct DecisionSummary<'t> {
-    default_allow: bool,
-    allowed: bool,
-    has_permissions: bool,
-    external_source: &'t str,
-    has_exact: bool,
+pub struct DecisionSummary<'t> {
+    pub default_allow: bool,
+    pub allowed: bool,
+    pub has_permissions: bool,
+    pub external_source: &'t str,
+    pub has_exact: bool,
 }
 
 impl<'t> DecisionSummary<'t> {
@@ -157,15 +170,17 @@ fn external_source<'t>(
 /// One side of the topology (upstreams or downstreams) while it is gathered: names in the
 /// order found, keyed by folded name, each with where it came from and its decision.
 #[derive(Default)]
-struct Side<'t> {
-    names: Vec<String>,
-    sources: BTreeMap<String, &'static str>,
-    decisions: BTreeMap<String, DecisionSummary<'t>>,
+pub struct Side<'t> {
+    pub names: Vec<String>,
+    /// Where each name came from, keyed by folded name.
+    pub sources: BTreeMap<String, &'t str>,
+    /// The intention decision of each name's connection, keyed by folded name.
+    pub decisions: BTreeMap<String, DecisionSummary<'t>>,
 }
 
-impl Side<'_> {
+impl<'t> Side<'t> {
     /// Adds `name` unless it is there; whether it was new.
-    fn add(&mut self, name: &str, source: &'static str) -> bool {
+    fn add(&mut self, name: &str, source: &'t str) -> bool {
         let key = fold(name).into_owned();
         if self.sources.contains_key(&key) {
             return false;
@@ -175,8 +190,24 @@ impl Side<'_> {
         true
     }
 
-    fn source_of(&self, name: &str) -> Option<&'static str> {
+    fn source_of(&self, name: &str) -> Option<&'t str> {
         self.sources.get(&*fold(name)).copied()
+    }
+
+    /// A side as `Internal.ServiceTopology` carries it: each name's source and decision
+    /// (names in no particular order; the answer is rendered from the maps alone).
+    pub fn from_maps(
+        sources: impl Iterator<Item = (&'t str, &'t str)>,
+        decisions: impl Iterator<Item = (&'t str, DecisionSummary<'t>)>,
+    ) -> Side<'t> {
+        let mut side = Side::default();
+        for (name, source) in sources {
+            side.add(name, source);
+        }
+        for (name, decision) in decisions {
+            side.decisions.insert(fold(name).into_owned(), decision);
+        }
+        side
     }
 }
 
@@ -293,30 +324,200 @@ pub struct TopologyQuery {
     pub datacenter: Arc<str>,
 }
 
+/// A topology's index and watches (`service-topology/<s>`, `Internal.ServiceTopology`):
+/// the catalog tables and the config entries (intentions are config entries).
+pub fn topology_read(tables: &Tables) -> (u64, WatchSet) {
+    let watched = [
+        Table::Nodes,
+        Table::Services,
+        Table::Checks,
+        Table::ConfigEntries,
+    ];
+    let mut watch = WatchSet::new();
+    for table in watched {
+        watch = watch.table(table);
+    }
+    (tables.max_table_index(&watched), watch)
+}
+
 impl Query for TopologyQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        let watched = [
-            Table::Nodes,
-            Table::Services,
-            Table::Checks,
-            Table::ConfigEntries,
-        ];
-        let mut watch = WatchSet::new();
-        for table in watched {
-            watch = watch.table(table);
-        }
-        (tables.max_table_index(&watched), watch)
+        topology_read(tables)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut body = Vec::with_capacity(2048);
-        let mut w = JsonWriter::new(&mut body, reply.pretty);
-        let hidden = self.write_topology(tables, &mut w);
-        w.finish();
+        let view = self.gather(tables);
+        let body = topology_body(&view, &self.datacenter, reply.pretty);
         let mut headers = Vec::with_capacity(200);
         meta.write_headers(&mut headers);
-        self.rows.write_header(hidden, &mut headers);
+        self.rows.write_header(view.hidden, &mut headers);
         reply.json_bytes(200, &headers, &body);
+    }
+}
+
+/// A topology as it was gathered (Consul's `ServiceTopology`): the neighbours' rows the
+/// token may read, each side's sources and decisions, and the upstreams only routing
+/// configuration names. What a server's handler renders, and what
+/// `Internal.ServiceTopology` carries to a client agent, which renders the same.
+pub struct TopologyView<'t> {
+    pub protocol: String,
+    /// Every proxy of the service is transparent.
+    pub transparent: bool,
+    pub upstreams: Vec<CheckServiceNode<'t>>,
+    pub downstreams: Vec<CheckServiceNode<'t>>,
+    pub up: Side<'t>,
+    pub down: Side<'t>,
+    /// Upstreams with no listed instance that a router, splitter or resolver names, sorted.
+    pub routed: Vec<String>,
+    /// The token's filter left rows out.
+    pub hidden: bool,
+}
+
+/// The service-topology answer's body from a gathered topology; a name known only from
+/// routing configuration reports `datacenter`.
+pub fn topology_body(view: &TopologyView, datacenter: &str, pretty: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(2048);
+    let mut w = JsonWriter::new(&mut body, pretty);
+    write_view(view, datacenter, &mut w);
+    w.finish();
+    body
+}
+
+/// Summaries of rows already filtered by the token.
+fn summaries<'t>(rows: &[CheckServiceNode<'t>]) -> Vec<Summary<'t>> {
+    let mut hidden = false;
+    let summaries = summarize(
+        rows.iter().copied(),
+        None,
+        &RowFilter::default(),
+        &mut hidden,
+    );
+    debug_assert!(!hidden, "the rows were filtered before");
+    summaries
+}
+
+fn write_view(view: &TopologyView, datacenter: &str, w: &mut JsonWriter) {
+    let upstreams = summaries(&view.upstreams);
+    let downstreams = summaries(&view.downstreams);
+    w.begin_object();
+    w.field_str("Protocol", &view.protocol);
+    w.field_bool("TransparentProxy", view.transparent);
+    w.field_array("Upstreams");
+    for summary in upstreams.iter().filter(|s| shown_kind(s)) {
+        write_summary(w, summary, &view.up);
+    }
+    for name in &view.routed {
+        let summary = Summary::named(name, datacenter);
+        let decision = view
+            .up
+            .decisions
+            .get(&*fold(name))
+            .copied()
+            .unwrap_or_default();
+        w.begin_object();
+        summary.write_fields(w);
+        w.field_str("Source", SOURCE_ROUTING_CONFIG);
+        decision.write(w);
+        w.end_object();
+    }
+    w.end_array();
+    w.field_array("Downstreams");
+    for summary in downstreams.iter().filter(|s| shown_kind(s)) {
+        write_summary(w, summary, &view.down);
+    }
+    w.end_array();
+    w.field_bool("FilteredByACLs", view.hidden);
+    w.end_object();
+}
+
+/// The maps of one side as `Internal.ServiceTopology` carries them: every name's decision
+/// and label, names in `routed` labelled `routing-config` (how a client agent tells them).
+fn side_maps<'v>(side: &'v Side<'v>, routed: &[String]) -> TopologySide<'v> {
+    let key = |name: &str| fold(name).into_owned();
+    TopologySide {
+        decisions: side
+            .names
+            .iter()
+            .map(|name| {
+                let d = side.decisions.get(&key(name)).copied().unwrap_or_default();
+                (
+                    name.as_str(),
+                    IntentionDecision {
+                        allowed: d.allowed,
+                        default_allow: d.default_allow,
+                        external_source: d.external_source,
+                        has_exact: d.has_exact,
+                        has_permissions: d.has_permissions,
+                    },
+                )
+            })
+            .collect(),
+        sources: side
+            .names
+            .iter()
+            .map(|name| {
+                let label = if routed.contains(name) {
+                    SOURCE_ROUTING_CONFIG
+                } else {
+                    side.sources.get(&key(name)).copied().unwrap_or("")
+                };
+                (name.as_str(), label)
+            })
+            .collect(),
+    }
+}
+
+/// Writes a gathered topology as `IndexedServiceTopology` (`Internal.ServiceTopology`).
+pub fn write_topology_reply(w: &mut Writer, meta: &RpcQueryMeta, view: &TopologyView) {
+    let topology = ServiceTopology {
+        upstreams: &view.upstreams,
+        downstreams: &view.downstreams,
+        up: side_maps(&view.up, &view.routed),
+        down: side_maps(&view.down, &[]),
+        metrics_protocol: &view.protocol,
+        transparent_proxy: view.transparent,
+        filtered_by_acls: view.hidden,
+    };
+    write_service_topology(w, &meta.filtered(view.hidden), &topology);
+}
+
+/// A topology read back from `Internal.ServiceTopology`'s reply, to render as the server's
+/// handler does: the upstreams labelled `routing-config` are the routed ones.
+pub fn view_of<'r>(reply: &'r ServiceTopologyReply<'r>) -> TopologyView<'r> {
+    let side = |maps: &'r TopologySide<'r>| {
+        Side::from_maps(
+            maps.sources.iter().copied(),
+            maps.decisions.iter().map(|(name, d)| {
+                (
+                    *name,
+                    DecisionSummary {
+                        default_allow: d.default_allow,
+                        allowed: d.allowed,
+                        has_permissions: d.has_permissions,
+                        external_source: d.external_source,
+                        has_exact: d.has_exact,
+                    },
+                )
+            }),
+        )
+    };
+    let mut routed: Vec<String> = reply
+        .up
+        .sources
+        .iter()
+        .filter(|(_, label)| *label == SOURCE_ROUTING_CONFIG)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    routed.sort();
+    TopologyView {
+        protocol: reply.metrics_protocol.to_string(),
+        transparent: reply.transparent_proxy,
+        upstreams: reply.upstreams.iter().map(|row| row.as_row()).collect(),
+        downstreams: reply.downstreams.iter().map(|row| row.as_row()).collect(),
+        up: side(&reply.up),
+        down: side(&reply.down),
+        routed,
+        hidden: reply.filtered_by_acls || reply.meta.results_filtered_by_acls,
     }
 }
 
@@ -378,7 +579,15 @@ impl TopologyQuery {
     }
 
     /// Writes the topology; whether the token's filter left something out.
+    #[cfg(test)]
     fn write_topology(&self, tables: &Tables, w: &mut JsonWriter) -> bool {
+        let view = self.gather(tables);
+        write_view(&view, &self.datacenter, w);
+        view.hidden
+    }
+
+    /// Gathers the topology from one store version, as the token may see it.
+    pub fn gather<'t>(&self, tables: &'t Tables) -> TopologyView<'t> {
         let service = &*self.service;
         let proxies = all_proxies(tables);
         let own_proxies: Vec<&ProxyFacts> = proxies
@@ -400,29 +609,35 @@ impl TopologyQuery {
             self.upstreams(tables, &proxies, &own_proxies, &candidates, by_intentions);
         let (down, down_rows) = self.downstreams(tables, &proxies, &candidates);
 
+        // The rows the token may not read are left out (as `summarize` leaves them out).
         let mut hidden = false;
-        let upstreams = summarize(up_rows.into_iter(), None, &self.rows, &mut hidden);
-        let downstreams = summarize(down_rows.into_iter(), None, &self.rows, &mut hidden);
-
-        w.begin_object();
-        w.field_str("Protocol", &protocol(tables, service, self.kind));
-        w.field_bool("TransparentProxy", fully_transparent);
-        w.field_array("Upstreams");
-        let mut listed: HashSet<String> = HashSet::new();
-        for summary in upstreams.iter().filter(|s| shown_kind(s)) {
-            listed.insert(fold(&summary.name).into_owned());
-            write_summary(w, summary, &up);
+        let mut readable = |rows: Vec<CheckServiceNode<'t>>| -> Vec<CheckServiceNode<'t>> {
+            rows.into_iter()
+                .filter(|row| {
+                    let shown = self.rows.node_service(&row.node.name, &row.service.name);
+                    hidden |= !shown;
+                    shown
+                })
+                .collect()
+        };
+        let upstreams = readable(up_rows);
+        let downstreams = readable(down_rows);
+        let listed: HashSet<String> = summaries(&upstreams)
+            .iter()
+            .filter(|s| shown_kind(s))
+            .map(|s| fold(&s.name).into_owned())
+            .collect();
+        let routed = self.routed_upstreams(tables, &up, &listed);
+        TopologyView {
+            protocol: protocol(tables, service, self.kind),
+            transparent: fully_transparent,
+            upstreams,
+            downstreams,
+            up,
+            down,
+            routed,
+            hidden,
         }
-        self.write_routed_upstreams(tables, &up, &listed, w);
-        w.end_array();
-        w.field_array("Downstreams");
-        for summary in downstreams.iter().filter(|s| shown_kind(s)) {
-            write_summary(w, summary, &down);
-        }
-        w.end_array();
-        w.field_bool("FilteredByACLs", hidden);
-        w.end_object();
-        hidden
     }
 
     /// Upstreams: what this service's proxies are registered to reach, then (for a
@@ -504,15 +719,15 @@ impl TopologyQuery {
         (down, down_rows)
     }
 
-    /// Upstreams no instance stands for, but routing configuration does: by name.
-    fn write_routed_upstreams(
+    /// Upstreams no listed instance stands for, but routing configuration does: by
+    /// name, sorted.
+    fn routed_upstreams(
         &self,
         tables: &Tables,
         up: &Side,
         listed: &HashSet<String>,
-        w: &mut JsonWriter,
-    ) {
-        let mut routed: Vec<&String> = up
+    ) -> Vec<String> {
+        let mut routed: Vec<String> = up
             .names
             .iter()
             .filter(|name| !listed.contains(&*fold(name)))
@@ -521,17 +736,10 @@ impl TopologyQuery {
                     .iter()
                     .any(|kind| config_entry::get(tables, *kind, name).is_some())
             })
+            .cloned()
             .collect();
         routed.sort();
-        for name in routed {
-            let summary = Summary::named(name, &self.datacenter);
-            let decision = up.decisions.get(&*fold(name)).copied().unwrap_or_default();
-            w.begin_object();
-            summary.write_fields(w);
-            w.field_str("Source", SOURCE_ROUTING_CONFIG);
-            decision.write(w);
-            w.end_object();
-        }
+        routed
     }
 }
 

@@ -1,16 +1,21 @@
-//! `Internal.NodeInfo`, `Internal.NodeDump`, `Internal.ServiceDump` and
-//! `Internal.EventFire`, as Consul's `internal_endpoint.go` serves them.
+//! `Internal.NodeInfo`, `Internal.NodeDump`, `Internal.ServiceDump`,
+//! `Internal.GatewayServiceDump` and `Internal.EventFire`, as Consul's
+//! `internal_endpoint.go` serves them. The UI's summaries a client agent renders from
+//! these replies are the server's own handler's (`api::ui`): the rows each read selects,
+//! its index and its ACL filtering are shared with that handler.
 
 use super::{
-    authorize, decode_error, elsewhere, read, read_here, require, rows, Answer, Placement, Read,
+    authorize, decode_error, elsewhere, error_text, read, read_here, require, rows, Answer,
+    Placement, Read,
 };
 use crate::api::authz::RowFilter;
 use crate::api::server::Server;
 use crate::consul::filter::Filter;
 use crate::consul::render;
-use crate::consul::rpc::catalog::{DcSpecificRequest, NodeSpecificRequest};
+use crate::consul::rpc::catalog::{DcSpecificRequest, NodeSpecificRequest, ServiceSpecificRequest};
 use crate::consul::rpc::internal::{
-    write_node_dump, write_service_dump, EventFireRequest, NodeInfo, ServiceDumpRequest,
+    write_gateway_service_dump, write_node_dump, write_service_dump, EventFireRequest, NodeInfo,
+    ServiceDumpRequest, ServiceInfo,
 };
 use crate::consul::rpc::QueryMeta;
 use crate::consul::user_event::EVENT_NAME_PREFIX;
@@ -149,12 +154,22 @@ pub async fn node_dump(server: &Server, call: &TypedCall) -> Answer {
 
 struct Services {
     kind: Option<String>,
+    /// `Filter`, over each instance as a `CheckServiceNode`.
+    filter: Option<Filter>,
     rows: RowFilter,
 }
 
 impl Read for Services {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        whole_catalog(tables)
+        let (index, watch) = whole_catalog(tables);
+        if self.kind.is_some() {
+            return (index, watch);
+        }
+        // A dump of every kind carries the gateway-service rows too, at their index.
+        (
+            index.max(tables.table_index(Table::GatewayServices)),
+            watch.table(Table::GatewayServices),
+        )
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
@@ -176,17 +191,31 @@ impl Read for Services {
                     hidden = true;
                     continue;
                 }
-                found.push(CheckServiceNode {
+                let row = CheckServiceNode {
                     node: view.node(),
                     service: &view.service,
                     node_checks: view.node_checks(),
                     service_checks: view.checks(),
+                };
+                let kept = self.filter.as_ref().is_none_or(|filter| {
+                    filter.matches(&render::as_value(|w| render::check_service_node(w, &row)))
                 });
+                if kept {
+                    found.push(row);
+                }
             }
         }
+        let gateways = match self.kind {
+            Some(_) => Vec::new(),
+            None => crate::api::ui::readable_links(
+                version.gateways.rows.values(),
+                &self.rows,
+                &mut hidden,
+            ),
+        };
         let meta = meta.filtered(hidden);
         let mut w = Writer::new();
-        write_service_dump(&mut w, &meta, &found);
+        write_service_dump(&mut w, &meta, &found, &gateways);
         Ok(w.into_inner())
     }
 }
@@ -200,6 +229,72 @@ pub async fn service_dump(server: &Server, call: &TypedCall) -> Answer {
     };
     let query = Services {
         kind: request.service_kind.map(str::to_string),
+        filter: super::catalog::parse_filter(
+            request.options.filter,
+            crate::consul::filter::CHECK_SERVICE_NODE,
+        )?,
+        rows: rows(&authz),
+    };
+    read(server, call, &request.options, query).await
+}
+
+struct GatewayDump {
+    gateway: String,
+    rows: RowFilter,
+}
+
+impl Read for GatewayDump {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        crate::api::ui::gateway_services_nodes_read(tables, &self.gateway)
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let mut hidden = false;
+        let (links, instances) =
+            crate::api::ui::gateway_dump(version, &self.gateway, &self.rows, &mut hidden);
+        let mut dump = Vec::new();
+        for link in links {
+            let folded = fold(&link.service);
+            let of_service = instances
+                .iter()
+                .find(|(name, _)| **name == *folded)
+                .map(|(_, rows)| rows.as_slice())
+                .unwrap_or_default();
+            if of_service.is_empty() {
+                dump.push(ServiceInfo {
+                    instance: None,
+                    link,
+                });
+            }
+            for row in of_service {
+                dump.push(ServiceInfo {
+                    instance: Some(*row),
+                    link,
+                });
+            }
+        }
+        let meta = meta.filtered(hidden);
+        let mut w = Writer::new();
+        write_gateway_service_dump(&mut w, &meta, &dump);
+        Ok(w.into_inner())
+    }
+}
+
+/// `Internal.GatewayServiceDump`: each service a gateway links with its instances (a
+/// linked service without instances once, without them); `service:read` on the gateway,
+/// as `/v1/internal/ui/gateway-services-nodes/<g>`.
+pub async fn gateway_service_dump(server: &Server, call: &TypedCall) -> Answer {
+    let request = ServiceSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    if request.service_name.is_empty() {
+        return Err("Must provide gateway name".to_string());
+    }
+    require(&authz, |a| a.service_read(request.service_name))?;
+    let query = GatewayDump {
+        gateway: request.service_name.to_string(),
         rows: rows(&authz),
     };
     read(server, call, &request.options, query).await
@@ -239,4 +334,45 @@ pub async fn event_fire(server: &Server, call: &TypedCall) -> Answer {
     let mut w = Writer::new();
     meta.write_reply(&mut w, &[], |_, _| {});
     Ok(w.into_inner())
+}
+
+struct Topology(crate::api::ui_topology::TopologyQuery);
+
+impl Read for Topology {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        crate::api::ui_topology::topology_read(tables)
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let view = self.0.gather(version);
+        let mut w = Writer::new();
+        crate::api::ui_topology::write_topology_reply(&mut w, meta, &view);
+        Ok(w.into_inner())
+    }
+}
+
+/// `Internal.ServiceTopology`: a service's upstreams and downstreams with their intention
+/// decisions (`ServiceKind` empty or `ingress-gateway`); `service:read` on the service, the
+/// neighbours' rows filtered by the token, as `/v1/internal/ui/service-topology/<s>`.
+pub async fn service_topology(server: &Server, call: &TypedCall) -> Answer {
+    use crate::api::ui_topology::{TopologyKind, TopologyQuery};
+    let request = ServiceSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    if request.service_name.is_empty() {
+        return Err("Must provide a service name".to_string());
+    }
+    let kind = TopologyKind::parse(Some(request.service_kind)).map_err(|e| error_text(&e))?;
+    require(&authz, |a| a.service_read(request.service_name))?;
+    let ctx = server.context();
+    let query = TopologyQuery {
+        service: Arc::from(request.service_name),
+        kind,
+        rows: rows(&authz),
+        default_allow: crate::api::intentions::default_allow(ctx),
+        datacenter: Arc::from(ctx.config().datacenter.as_str()),
+    };
+    read(server, call, &request.options, Topology(query)).await
 }

@@ -36,6 +36,7 @@ pub mod client_query;
 pub mod client_session;
 pub mod client_status;
 pub mod client_txn;
+pub mod client_ui;
 pub mod config_entry;
 pub mod connect_ca;
 pub mod coordinate;
@@ -229,6 +230,9 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "FederationState.ListMeshGateways" => {
             federation_state::list_mesh_gateways(server, &call).await
         }
+        // The UI's summaries (issue #36, r10ui).
+        "Internal.GatewayServiceDump" => internal::gateway_service_dump(server, &call).await,
+        "Internal.ServiceTopology" => internal::service_topology(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

@@ -658,6 +658,8 @@ pub struct ServiceSpecificRequest<'a> {
     pub peer_name: &'a str,
     /// `?near`: where the read is made from.
     pub source: QuerySource<'a>,
+    /// `ServiceKind`: the kind `Internal.ServiceTopology` is asked for (`?kind=`).
+    pub service_kind: &'a str,
     pub options: QueryOptions<'a>,
 }
 
@@ -677,6 +679,7 @@ impl<'a> ServiceSpecificRequest<'a> {
                 "Ingress" => request.ingress = r.bool()?,
                 "PeerName" => request.peer_name = r.str()?,
                 "Source" => request.source = QuerySource::decode(r)?,
+                "ServiceKind" => request.service_kind = r.str()?,
                 _ => return request.options.field(name, r),
             }
             Ok(true)
@@ -712,6 +715,7 @@ impl ServiceSpecificRequest<'_> {
                 "Ingress",
                 "NodeMetaFilters",
                 "PeerName",
+                "ServiceKind",
                 "ServiceName",
                 "ServiceTags",
                 "Source",
@@ -725,6 +729,7 @@ impl ServiceSpecificRequest<'_> {
                     super::write_string_map(w, self.node_meta_filters.iter().copied(), true)
                 }
                 "PeerName" => w.str(self.peer_name),
+                "ServiceKind" => w.str(self.service_kind),
                 "ServiceName" => w.str(self.service_name),
                 "ServiceTags" => write_string_list(w, self.service_tags.iter().copied(), true),
                 "Source" => self.source.encode(w),

@@ -1,14 +1,21 @@
 //! The `Internal` endpoint's structs: `NodeInfo` rows of `IndexedNodeDump`
-//! (`Internal.NodeInfo`, `Internal.NodeDump`), the `CheckServiceNodes` of
-//! `IndexedNodesWithGateways` (`Internal.ServiceDump`), and `EventFireRequest`.
+//! (`Internal.NodeInfo`, `Internal.NodeDump`), the `CheckServiceNodes` and
+//! `GatewayServices` of `IndexedNodesWithGateways` (`Internal.ServiceDump`), the
+//! `ServiceInfo` rows of `IndexedServiceDump` (`Internal.GatewayServiceDump`), and
+//! `EventFireRequest`.
 
 use super::catalog::{
-    write_check_service_node, write_health_checks, write_node_service, write_str_map,
+    read_gateway_service, write_check_service_node, write_gateway_service, write_health_check,
+    write_health_checks, write_node, write_node_service, write_str_map,
 };
-use super::{each_field, Fields, QueryMeta, QueryOptions};
+use super::rows::CheckServiceNodeRow;
+use super::rows::{read_check_service_node, read_health_check, read_node, read_node_service};
+use super::{each_field, read_reply, value_bytes, Fields, QueryMeta, QueryOptions};
 use crate::proto::msgpack::{Reader, WireError, Writer};
 use crate::store::catalog::read::CheckServiceNode;
-use crate::store::catalog::{HealthCheck, Node, ServiceInstance};
+use crate::store::catalog::{HealthCheck, Node, RowArc, ServiceInstance};
+use crate::store::gateways::GatewayService;
+use std::sync::Arc;
 
 /// One node with its services and checks.
 pub struct NodeInfo<'a> {
@@ -56,18 +63,157 @@ pub fn write_node_dump(w: &mut Writer, meta: &QueryMeta, dump: &[NodeInfo]) {
     });
 }
 
-/// `IndexedNodesWithGateways` (`Internal.ServiceDump`): no gateways, nothing imported.
-pub fn write_service_dump(w: &mut Writer, meta: &QueryMeta, rows: &[CheckServiceNode]) {
-    meta.write_reply(w, &["Gateways", "ImportedNodes", "Nodes"], |name, w| {
-        if name != "Nodes" || rows.is_empty() {
+/// `IndexedNodesWithGateways` (`Internal.ServiceDump`): the instances and, for a dump of
+/// every kind, the gateway-service rows (nil for none); nothing imported.
+pub fn write_service_dump(
+    w: &mut Writer,
+    meta: &QueryMeta,
+    rows: &[CheckServiceNode],
+    gateways: &[&GatewayService],
+) {
+    meta.write_reply(
+        w,
+        &["Gateways", "ImportedNodes", "Nodes"],
+        |name, w| match name {
+            "Nodes" if !rows.is_empty() => {
+                w.array_len(rows.len());
+                for row in rows {
+                    write_check_service_node(w, row);
+                }
+            }
+            "Gateways" if !gateways.is_empty() => {
+                w.array_len(gateways.len());
+                for row in gateways {
+                    write_gateway_service(w, row);
+                }
+            }
+            _ => w.nil(),
+        },
+    );
+}
+
+/// `IndexedNodesWithGateways` read back: the instances and the gateway-service rows.
+pub type ServiceDump = (QueryMeta, Vec<CheckServiceNodeRow>, Vec<GatewayService>);
+
+/// Reads `IndexedNodesWithGateways` (`Internal.ServiceDump`'s reply); `ImportedNodes` is
+/// skipped (nothing is imported without peering).
+pub fn read_service_dump(body: &[u8]) -> Result<ServiceDump, WireError> {
+    let (mut rows, mut gateways) = (Vec::new(), Vec::new());
+    let meta = read_reply(body, |name, r| {
+        match name {
+            "Nodes" => rows = read_nil_or_list(r, read_check_service_node)?,
+            "Gateways" => gateways = read_nil_or_list(r, read_gateway_service)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok((meta, rows, gateways))
+}
+
+/// A msgpack list, or nil as an empty one; each element read by `item`.
+fn read_nil_or_list<'a, T>(
+    r: &mut Reader<'a>,
+    mut item: impl FnMut(&mut Reader<'a>) -> Result<T, WireError>,
+) -> Result<Vec<T>, WireError> {
+    if r.try_nil()? {
+        return Ok(Vec::new());
+    }
+    let count = r.array_len()?;
+    // The count is bounded by the reader's container limit; the bytes left bound it again.
+    let mut items = Vec::with_capacity(count.min(r.rest().len()));
+    for _ in 0..count {
+        items.push(item(r)?);
+    }
+    Ok(items)
+}
+
+/// One `ServiceInfo` of `Internal.GatewayServiceDump`: an instance of a service the
+/// gateway links (`None` for a linked service without instances) and the link.
+pub struct ServiceInfo<'a> {
+    pub instance: Option<CheckServiceNode<'a>>,
+    pub link: &'a GatewayService,
+}
+
+/// `IndexedServiceDump` (`Internal.GatewayServiceDump`): one `ServiceInfo` per instance of
+/// each linked service, its `Node`, `Service` and `Checks` nil for a service without one.
+pub fn write_gateway_service_dump(w: &mut Writer, meta: &QueryMeta, dump: &[ServiceInfo]) {
+    meta.write_reply(w, &["Dump"], |_, w| {
+        if dump.is_empty() {
             w.nil();
             return;
         }
-        w.array_len(rows.len());
-        for row in rows {
-            write_check_service_node(w, row);
+        w.array_len(dump.len());
+        for info in dump {
+            let mut f = Fields::new(w, 4);
+            match &info.instance {
+                Some(row) => {
+                    let w = f.field("Checks");
+                    w.array_len(row.node_checks.len() + row.service_checks.len());
+                    for check in row.checks() {
+                        write_health_check(w, check);
+                    }
+                }
+                None => f.field("Checks").nil(),
+            }
+            write_gateway_service(f.field("GatewayService"), info.link);
+            match &info.instance {
+                Some(row) => write_node(f.field("Node"), row.node),
+                None => f.field("Node").nil(),
+            }
+            match &info.instance {
+                Some(row) => write_node_service(f.field("Service"), row.service),
+                None => f.field("Service").nil(),
+            }
+            f.finish();
         }
     });
+}
+
+/// A `ServiceInfo` read back: the instance (when it has a node) and the link.
+pub type ServiceInfoRow = (Option<CheckServiceNodeRow>, GatewayService);
+
+/// Reads `IndexedServiceDump`; an entry without a `GatewayService` is refused (the
+/// gateway's dump always names the link).
+pub fn read_gateway_service_dump(
+    body: &[u8],
+) -> Result<(QueryMeta, Vec<ServiceInfoRow>), WireError> {
+    let mut dump = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "Dump" {
+            return Ok(false);
+        }
+        dump = read_nil_or_list(r, read_service_info)?;
+        Ok(true)
+    })?;
+    Ok((meta, dump))
+}
+
+fn read_service_info(r: &mut Reader) -> Result<ServiceInfoRow, WireError> {
+    let (mut node, mut service_body, mut checks, mut link) = (None, None, Vec::new(), None);
+    each_field(r, |name, r| {
+        match name {
+            "Node" if !r.try_nil()? => node = Some(read_node(r)?),
+            "Service" if !r.try_nil()? => service_body = Some(value_bytes(r)?),
+            "Checks" => checks = read_nil_or_list(r, |r| read_health_check(r).map(RowArc::new))?,
+            "GatewayService" if !r.try_nil()? => link = Some(read_gateway_service(r)?),
+            "Node" | "Service" | "GatewayService" => {}
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    let link = link.ok_or(WireError::Invalid("ServiceInfo without its GatewayService"))?;
+    let instance = match (node, service_body) {
+        (Some(node), Some(body)) => {
+            let service = read_node_service(&mut Reader::new(body), &node)?;
+            Some(CheckServiceNodeRow {
+                node: Arc::new(node),
+                service: RowArc::new(service),
+                checks,
+            })
+        }
+        _ => None,
+    };
+    Ok((instance, link))
 }
 
 /// `EventFireRequest`: a user event to broadcast.
@@ -134,5 +280,240 @@ impl<'a> ServiceDumpRequest<'a> {
             },
         );
         w.into_inner()
+    }
+}
+
+/// Consul's `IntentionDecisionSummary`: the decision for one connection of a topology.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntentionDecision<'a> {
+    pub allowed: bool,
+    pub default_allow: bool,
+    pub external_source: &'a str,
+    pub has_exact: bool,
+    pub has_permissions: bool,
+}
+
+impl<'a> IntentionDecision<'a> {
+    fn write(&self, w: &mut Writer) {
+        let mut f = Fields::new(w, 5);
+        f.field("Allowed").bool(self.allowed);
+        f.field("DefaultAllow").bool(self.default_allow);
+        f.field("ExternalSource").str(self.external_source);
+        f.field("HasExact").bool(self.has_exact);
+        f.field("HasPermissions").bool(self.has_permissions);
+        f.finish();
+    }
+
+    fn read(r: &mut Reader<'a>) -> Result<IntentionDecision<'a>, WireError> {
+        let mut decision = IntentionDecision::default();
+        each_field(r, |name, r| {
+            match name {
+                "Allowed" => decision.allowed = r.bool()?,
+                "DefaultAllow" => decision.default_allow = r.bool()?,
+                "ExternalSource" => decision.external_source = r.str()?,
+                "HasExact" => decision.has_exact = r.bool()?,
+                "HasPermissions" => decision.has_permissions = r.bool()?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(decision)
+    }
+}
+
+/// One side's maps of a `ServiceTopology`: each neighbour's name with its decision, and
+/// with the label of why it is a neighbour.
+#[derive(Debug, Default)]
+pub struct TopologySide<'a> {
+    pub decisions: Vec<(&'a str, IntentionDecision<'a>)>,
+    pub sources: Vec<(&'a str, &'a str)>,
+}
+
+/// `IndexedServiceTopology` (`Internal.ServiceTopology`) as a server writes it: the
+/// neighbours' rows the token may read, each side's maps, the service's metrics protocol
+/// and whether every proxy of it is transparent.
+pub struct ServiceTopology<'a> {
+    pub upstreams: &'a [CheckServiceNode<'a>],
+    pub downstreams: &'a [CheckServiceNode<'a>],
+    pub up: TopologySide<'a>,
+    pub down: TopologySide<'a>,
+    pub metrics_protocol: &'a str,
+    pub transparent_proxy: bool,
+    pub filtered_by_acls: bool,
+}
+
+fn write_check_service_nodes(w: &mut Writer, rows: &[CheckServiceNode]) {
+    if rows.is_empty() {
+        w.nil();
+        return;
+    }
+    w.array_len(rows.len());
+    for row in rows {
+        write_check_service_node(w, row);
+    }
+}
+
+fn write_decisions(w: &mut Writer, decisions: &[(&str, IntentionDecision)]) {
+    w.map_len(decisions.len());
+    for (name, decision) in decisions {
+        w.str(name);
+        decision.write(w);
+    }
+}
+
+fn write_labels(w: &mut Writer, labels: &[(&str, &str)]) {
+    w.map_len(labels.len());
+    for (name, label) in labels {
+        w.str(name);
+        w.str(label);
+    }
+}
+
+/// Writes `IndexedServiceTopology`.
+pub fn write_service_topology(w: &mut Writer, meta: &QueryMeta, topology: &ServiceTopology) {
+    meta.write_reply(w, &["FilteredByACLs", "ServiceTopology"], |name, w| {
+        if name == "FilteredByACLs" {
+            w.bool(topology.filtered_by_acls);
+            return;
+        }
+        let mut f = Fields::new(w, 8);
+        write_decisions(f.field("DownstreamDecisions"), &topology.down.decisions);
+        write_labels(f.field("DownstreamSources"), &topology.down.sources);
+        write_check_service_nodes(f.field("Downstreams"), topology.downstreams);
+        f.field("MetricsProtocol").str(topology.metrics_protocol);
+        f.field("TransparentProxy").bool(topology.transparent_proxy);
+        write_decisions(f.field("UpstreamDecisions"), &topology.up.decisions);
+        write_labels(f.field("UpstreamSources"), &topology.up.sources);
+        write_check_service_nodes(f.field("Upstreams"), topology.upstreams);
+        f.finish();
+    });
+}
+
+/// `IndexedServiceTopology` read back.
+#[derive(Default)]
+pub struct ServiceTopologyReply<'a> {
+    pub meta: QueryMeta,
+    pub filtered_by_acls: bool,
+    pub upstreams: Vec<CheckServiceNodeRow>,
+    pub downstreams: Vec<CheckServiceNodeRow>,
+    pub up: TopologySide<'a>,
+    pub down: TopologySide<'a>,
+    pub metrics_protocol: &'a str,
+    pub transparent_proxy: bool,
+}
+
+/// A `map[string]T`, or nil as an empty one; each value read by `value`.
+fn read_nil_or_map<'a, T>(
+    r: &mut Reader<'a>,
+    mut value: impl FnMut(&mut Reader<'a>) -> Result<T, WireError>,
+) -> Result<Vec<(&'a str, T)>, WireError> {
+    if r.try_nil()? {
+        return Ok(Vec::new());
+    }
+    let count = r.map_len()?;
+    let mut entries = Vec::with_capacity(count.min(r.rest().len()));
+    for _ in 0..count {
+        let key = r.str()?;
+        entries.push((key, value(r)?));
+    }
+    Ok(entries)
+}
+
+/// Reads `IndexedServiceTopology`; a nil `ServiceTopology` is an empty one.
+pub fn read_service_topology(body: &[u8]) -> Result<ServiceTopologyReply<'_>, WireError> {
+    let mut reply = ServiceTopologyReply::default();
+    let mut topology: &[u8] = &[];
+    let meta = read_reply(body, |name, r| {
+        match name {
+            "FilteredByACLs" => reply.filtered_by_acls = r.bool()?,
+            "ServiceTopology" => topology = value_bytes(r)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    reply.meta = meta;
+    let mut r = Reader::new(topology);
+    if topology.is_empty() || r.try_nil()? {
+        return Ok(reply);
+    }
+    each_field(&mut r, |name, r| {
+        match name {
+            "DownstreamDecisions" => {
+                reply.down.decisions = read_nil_or_map(r, IntentionDecision::read)?
+            }
+            "DownstreamSources" => reply.down.sources = read_nil_or_map(r, |r| r.str())?,
+            "Downstreams" => reply.downstreams = read_nil_or_list(r, read_check_service_node)?,
+            "MetricsProtocol" => reply.metrics_protocol = r.str()?,
+            "TransparentProxy" => reply.transparent_proxy = r.bool()?,
+            "UpstreamDecisions" => {
+                reply.up.decisions = read_nil_or_map(r, IntentionDecision::read)?
+            }
+            "UpstreamSources" => reply.up.sources = read_nil_or_map(r, |r| r.str())?,
+            "Upstreams" => reply.upstreams = read_nil_or_list(r, read_check_service_node)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topology_reads_back_as_it_was_written() {
+        let meta = QueryMeta {
+            index: 7,
+            known_leader: true,
+            consistency_level: "leader",
+            ..QueryMeta::default()
+        };
+        let decision = IntentionDecision {
+            allowed: true,
+            default_allow: true,
+            external_source: "kubernetes",
+            has_exact: false,
+            has_permissions: false,
+        };
+        let topology = ServiceTopology {
+            upstreams: &[],
+            downstreams: &[],
+            up: TopologySide {
+                decisions: vec![("db", decision)],
+                sources: vec![("db", "proxy-registration")],
+            },
+            down: TopologySide::default(),
+            metrics_protocol: "http",
+            transparent_proxy: true,
+            filtered_by_acls: true,
+        };
+        let mut w = Writer::new();
+        write_service_topology(&mut w, &meta, &topology);
+        let body = w.into_inner();
+        let reply = read_service_topology(&body).unwrap();
+        assert_eq!(reply.meta.index, 7);
+        assert!(reply.filtered_by_acls && reply.transparent_proxy);
+        assert_eq!(reply.metrics_protocol, "http");
+        assert_eq!(reply.up.decisions, vec![("db", decision)]);
+        assert_eq!(reply.up.sources, vec![("db", "proxy-registration")]);
+        assert!(reply.down.sources.is_empty() && reply.upstreams.is_empty());
+    }
+
+    #[test]
+    fn a_gateway_dump_without_links_is_nil_and_an_info_needs_its_link() {
+        let mut w = Writer::new();
+        write_gateway_service_dump(&mut w, &QueryMeta::default(), &[]);
+        let (_, dump) = read_gateway_service_dump(&w.into_inner()).unwrap();
+        assert!(dump.is_empty());
+        // A `ServiceInfo` with no `GatewayService` is refused.
+        let mut w = Writer::new();
+        QueryMeta::default().write_reply(&mut w, &["Dump"], |_, w| {
+            w.array_len(1);
+            let mut f = Fields::new(w, 1);
+            f.field("GatewayService").nil();
+            f.finish();
+        });
+        assert!(read_gateway_service_dump(&w.into_inner()).is_err());
     }
 }

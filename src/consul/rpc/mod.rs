@@ -619,6 +619,10 @@ pub fn decode_any(method: &str, body: &[u8]) {
         }
         "Intention.List" => decoded(intention::IntentionListRequest::decode(body)),
         "DiscoveryChain.Get" => decoded(discovery_chain::DiscoveryChainRequest::decode(body)),
+        // The UI's summaries (issue #36, r10ui).
+        "Internal.GatewayServiceDump" | "Internal.ServiceTopology" => {
+            decoded(catalog::ServiceSpecificRequest::decode(body))
+        }
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

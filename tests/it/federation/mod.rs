@@ -10,4 +10,5 @@ mod federation_states;
 mod mesh_calls;
 mod native_tls;
 mod query_calls;
+mod ui_calls;
 mod wan;
