@@ -41,6 +41,7 @@ use super::{
 use crate::consul::filter::{self, Field, Filter, Kind, Schema};
 use crate::consul::json::JsonWriter;
 use crate::consul::render;
+use crate::consul::rpc::internal::{CatalogSummary, HealthSummary as WireHealthSummary};
 use crate::shard::watch::WatchSet;
 use crate::store::catalog::read;
 use crate::store::catalog::rows::fold;
@@ -132,11 +133,11 @@ pub fn send_with_headers(reply: &mut Reply, mut headers: Vec<u8>, body: &[u8], g
 }
 
 /// Consul's index for the UI's catalog summaries: the highest of the three catalog tables.
-fn catalog_index(tables: &Tables) -> u64 {
+pub(crate) fn catalog_index(tables: &Tables) -> u64 {
     tables.max_table_index(&[Table::Nodes, Table::Services, Table::Checks])
 }
 
-fn catalog_tables_watch() -> WatchSet {
+pub(crate) fn catalog_tables_watch() -> WatchSet {
     WatchSet::new()
         .table(Table::Nodes)
         .table(Table::Services)
@@ -373,16 +374,14 @@ impl HealthSummary {
         self.counts[bucket(status)] += 1;
     }
 
-    fn write(&self, w: &mut JsonWriter, name: Option<&str>) {
-        w.begin_object();
-        if let Some(name) = name.filter(|n| !n.is_empty()) {
-            w.field_str("Name", name);
+    fn named(&self, name: &str) -> WireHealthSummary {
+        WireHealthSummary {
+            name: name.to_string(),
+            total: self.total,
+            passing: self.counts[0],
+            warning: self.counts[1],
+            critical: self.counts[2],
         }
-        w.field_u64("Total", self.total);
-        w.field_u64("Passing", self.counts[0]);
-        w.field_u64("Warning", self.counts[1]);
-        w.field_u64("Critical", self.counts[2]);
-        w.end_object();
     }
 }
 
@@ -400,7 +399,7 @@ fn worst(statuses: impl Iterator<Item = Status>) -> Status {
 /// `GET /v1/internal/ui/catalog-overview`: Consul's `CatalogSummary`. A node's health is its
 /// worst node-level check; an instance's, its worst own check (node checks aside, as Consul
 /// computes it); checks are summarized by name.
-struct OverviewQuery;
+pub(crate) struct OverviewQuery;
 
 impl Query for OverviewQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
@@ -408,49 +407,79 @@ impl Query for OverviewQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut nodes = HealthSummary::default();
-        let mut services: BTreeMap<&str, HealthSummary> = BTreeMap::new();
-        let mut checks: BTreeMap<&str, HealthSummary> = BTreeMap::new();
-        for entry in tables.catalog.nodes.values() {
-            nodes.add(worst(entry.node_checks().iter().map(|c| c.status)));
-            for check in entry.checks.values() {
-                checks.entry(&check.name).or_default().add(check.status);
-            }
-        }
-        for group in tables.catalog.services.values() {
-            for view in group.instances.values() {
-                services
-                    .entry(&view.service.name)
-                    .or_default()
-                    .add(worst(view.checks().iter().map(|c| c.status)));
-            }
-        }
-        let mut body = Vec::with_capacity(256 + (services.len() + checks.len()) * 96);
-        let mut w = JsonWriter::new(&mut body, reply.pretty);
-        w.begin_object();
-        // Go's nil slices: a list with nothing in it is null.
-        if nodes.total == 0 {
-            w.field_null("Nodes");
-        } else {
-            w.field_array("Nodes");
-            nodes.write(&mut w, None);
-            w.end_array();
-        }
-        for (name, list) in [("Services", &services), ("Checks", &checks)] {
-            if list.is_empty() {
-                w.field_null(name);
-                continue;
-            }
-            w.field_array(name);
-            for (item, summary) in list {
-                summary.write(&mut w, Some(item));
-            }
-            w.end_array();
-        }
-        w.end_object();
-        w.finish();
+        let body = overview_body(&catalog_summary(tables), reply.pretty);
         send_json(reply, meta, &body, false);
     }
+}
+
+/// The catalog's summary, as `Internal.CatalogOverview` carries it and the overview shows.
+pub(crate) fn catalog_summary(tables: &StoreVersion) -> CatalogSummary {
+    let mut nodes = HealthSummary::default();
+    let mut services: BTreeMap<&str, HealthSummary> = BTreeMap::new();
+    let mut checks: BTreeMap<&str, HealthSummary> = BTreeMap::new();
+    for entry in tables.catalog.nodes.values() {
+        nodes.add(worst(entry.node_checks().iter().map(|c| c.status)));
+        for check in entry.checks.values() {
+            checks.entry(&check.name).or_default().add(check.status);
+        }
+    }
+    for group in tables.catalog.services.values() {
+        for view in group.instances.values() {
+            services
+                .entry(&view.service.name)
+                .or_default()
+                .add(worst(view.checks().iter().map(|c| c.status)));
+        }
+    }
+    let named = |list: BTreeMap<&str, HealthSummary>| -> Vec<WireHealthSummary> {
+        list.into_iter()
+            .map(|(name, summary)| summary.named(name))
+            .collect()
+    };
+    CatalogSummary {
+        // One summary of every node, none without nodes (Consul's nil list).
+        nodes: (nodes.total > 0)
+            .then(|| nodes.named(""))
+            .into_iter()
+            .collect(),
+        services: named(services),
+        checks: named(checks),
+    }
+}
+
+/// The overview's JSON body: on a server from its store, on a client agent from the
+/// `Internal.CatalogOverview` reply.
+pub(crate) fn overview_body(summary: &CatalogSummary, pretty: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(256 + (summary.services.len() + summary.checks.len()) * 96);
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_object();
+    for (name, list) in [
+        ("Nodes", &summary.nodes),
+        ("Services", &summary.services),
+        ("Checks", &summary.checks),
+    ] {
+        // Go's nil slices: a list with nothing in it is null.
+        if list.is_empty() {
+            w.field_null(name);
+            continue;
+        }
+        w.field_array(name);
+        for item in list {
+            w.begin_object();
+            if !item.name.is_empty() {
+                w.field_str("Name", &item.name);
+            }
+            w.field_u64("Total", item.total);
+            w.field_u64("Passing", item.passing);
+            w.field_u64("Warning", item.warning);
+            w.field_u64("Critical", item.critical);
+            w.end_object();
+        }
+        w.end_array();
+    }
+    w.end_object();
+    w.finish();
+    body
 }
 
 /// Marks the services a gateway with an instance links (`ConnectedWithGateway`) and counts
@@ -737,6 +766,9 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             };
             run_query(ctx, query, options, reply)
         }
+        "catalog-overview" if ctx.reads_by_call(&options) => Ok(
+            super::rpc::client_ui::catalog_overview(ctx, request, options, ""),
+        ),
         "catalog-overview" => {
             // Consul's overview counts everything, so it needs `operator:read`.
             if let Some(authz) = request.acl.get() {

@@ -8,6 +8,8 @@
 //!   exposes;
 //! - `/v1/internal/ui/service-topology/<s>?kind=`: `Internal.ServiceTopology`, the
 //!   neighbours' instances with where each came from and its intention decision;
+//! - `/v1/internal/ui/catalog-overview`: `Internal.CatalogOverview`, the catalog's health
+//!   counts, rendered as the server renders them;
 //! - `/v1/internal/ui/metrics-proxy/…` names no datacenter a server could answer for: as in
 //!   Consul, the agent proxies to its own configured backend (or refuses), whatever `?dc=`
 //!   says, and no server is asked.
@@ -26,7 +28,7 @@ use crate::api::{ApiError, Context, Outcome, QueryOptions, Request};
 use crate::cluster::servers::Retry;
 use crate::consul::rpc::catalog::ServiceSpecificRequest;
 use crate::consul::rpc::internal::{
-    read_gateway_service_dump, read_service_dump, ServiceDumpRequest,
+    decode_catalog_summary, read_gateway_service_dump, read_service_dump, ServiceDumpRequest,
 };
 use crate::store::catalog::rows::fold;
 
@@ -52,6 +54,9 @@ pub fn across_datacenters(
     if rest == "services" {
         return Some(services(ctx, request, options, datacenter));
     }
+    if rest == "catalog-overview" {
+        return Some(Ok(catalog_overview(ctx, request, options, datacenter)));
+    }
     if let Some(gateway) = rest.strip_prefix("gateway-services-nodes/") {
         if gateway.is_empty() {
             return Some(Err(ApiError::bad_request("Missing gateway name")));
@@ -70,6 +75,37 @@ pub fn across_datacenters(
         );
     }
     None
+}
+
+/// `GET /v1/internal/ui/catalog-overview`: `Internal.CatalogOverview` (`operator:read`,
+/// checked by the server), its summary rendered by the server handler's own function.
+pub fn catalog_overview(
+    ctx: &Context,
+    request: &Request,
+    options: QueryOptions,
+    datacenter: &str,
+) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let body = crate::consul::rpc::catalog::DcSpecificRequest {
+        datacenter,
+        node_meta_filters: Vec::new(),
+        options: super::client::query_options(&options, &secret),
+    }
+    .encode();
+    call(
+        ctx,
+        datacenter,
+        "Internal.CatalogOverview",
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, summary) = decode_catalog_summary(body).map_err(bad_reply)?;
+            let answer = crate::api::ui::overview_body(&summary, reply.pretty);
+            crate::api::ui::send_with_headers(reply, headers(&meta, &secret), &answer, false);
+            Ok(())
+        },
+    )
 }
 
 /// The datacenter an answer describes: the one named, else this agent's.

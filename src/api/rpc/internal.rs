@@ -376,3 +376,35 @@ pub async fn service_topology(server: &Server, call: &TypedCall) -> Answer {
     };
     read(server, call, &request.options, Topology(query)).await
 }
+
+/// The read behind `Internal.CatalogOverview`.
+struct Overview;
+
+impl Read for Overview {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        (
+            crate::api::ui::catalog_index(tables),
+            crate::api::ui::catalog_tables_watch(),
+        )
+    }
+
+    fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        let summary = crate::api::ui::catalog_summary(version);
+        Ok(crate::consul::rpc::internal::encode_catalog_summary(
+            meta, &summary,
+        ))
+    }
+}
+
+/// `Internal.CatalogOverview`: the catalog's nodes, services and checks counted by health;
+/// it counts everything, so it needs `operator:read`, as
+/// `/v1/internal/ui/catalog-overview`.
+pub async fn catalog_overview(server: &Server, call: &TypedCall) -> Answer {
+    let request = DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    let authz = match read_here(server, call, request.datacenter, &request.options).await {
+        Ok(authz) => authz,
+        Err(answer) => return answer,
+    };
+    require(&authz, |a| a.operator_read())?;
+    read(server, call, &request.options, Overview).await
+}

@@ -233,6 +233,7 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         // The UI's summaries (issue #36, r10ui).
         "Internal.GatewayServiceDump" => internal::gateway_service_dump(server, &call).await,
         "Internal.ServiceTopology" => internal::service_topology(server, &call).await,
+        "Internal.CatalogOverview" => internal::catalog_overview(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

@@ -501,6 +501,44 @@ mod tests {
     }
 
     #[test]
+    fn a_catalog_summary_reads_back_as_it_was_written_and_empty_lists_are_nil() {
+        let summary = CatalogSummary {
+            nodes: vec![HealthSummary {
+                total: 3,
+                passing: 2,
+                critical: 1,
+                ..HealthSummary::default()
+            }],
+            services: vec![HealthSummary {
+                name: "web".to_string(),
+                total: 1,
+                warning: 1,
+                ..HealthSummary::default()
+            }],
+            checks: Vec::new(),
+        };
+        let meta = QueryMeta {
+            index: 9,
+            ..QueryMeta::default()
+        };
+        let body = encode_catalog_summary(&meta, &summary);
+        let (read_meta, read_summary) = decode_catalog_summary(&body).unwrap();
+        assert_eq!((read_meta.index, read_summary), (9, summary));
+        // `Checks` went as Go's nil slice.
+        let mut r = Reader::new(&body);
+        let mut checks_nil = false;
+        each_field(&mut r, |name, r| {
+            if name == "Checks" {
+                checks_nil = r.try_nil()?;
+                return Ok(true);
+            }
+            Ok(false)
+        })
+        .unwrap();
+        assert!(checks_nil);
+    }
+
+    #[test]
     fn a_gateway_dump_without_links_is_nil_and_an_info_needs_its_link() {
         let mut w = Writer::new();
         write_gateway_service_dump(&mut w, &QueryMeta::default(), &[]);
@@ -516,4 +554,98 @@ mod tests {
         });
         assert!(read_gateway_service_dump(&w.into_inner()).is_err());
     }
+}
+
+/// One `structs.HealthSummary` of `Internal.CatalogOverview`: what it counts (empty for
+/// the nodes' summary) and how many of those are passing, warning and critical.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthSummary {
+    pub name: String,
+    pub total: u64,
+    pub passing: u64,
+    pub warning: u64,
+    pub critical: u64,
+}
+
+/// `structs.CatalogSummary`: the nodes' health (one summary, none without nodes), each
+/// service's instances by health and each check name's checks by health, names in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CatalogSummary {
+    pub nodes: Vec<HealthSummary>,
+    pub services: Vec<HealthSummary>,
+    pub checks: Vec<HealthSummary>,
+}
+
+fn write_health_summaries(w: &mut Writer, summaries: &[HealthSummary]) {
+    // Go's nil slice for an empty list, as Consul's reply carries it.
+    if summaries.is_empty() {
+        w.nil();
+        return;
+    }
+    w.array_len(summaries.len());
+    for summary in summaries {
+        let mut f = Fields::new(w, 7);
+        f.field("Critical").uint(summary.critical);
+        f.field("Name").str(&summary.name);
+        f.field("Namespace").str("");
+        f.field("Partition").str("");
+        f.field("Passing").uint(summary.passing);
+        f.field("Total").uint(summary.total);
+        f.field("Warning").uint(summary.warning);
+        f.finish();
+    }
+}
+
+fn read_health_summaries(r: &mut Reader) -> Result<Vec<HealthSummary>, WireError> {
+    if r.try_nil()? {
+        return Ok(Vec::new());
+    }
+    let count = r.array_len()?;
+    let mut summaries = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let mut summary = HealthSummary::default();
+        each_field(r, |name, r| {
+            match name {
+                "Name" => summary.name = r.str()?.to_string(),
+                "Total" => summary.total = r.u64("Total")?,
+                "Passing" => summary.passing = r.u64("Passing")?,
+                "Warning" => summary.warning = r.u64("Warning")?,
+                "Critical" => summary.critical = r.u64("Critical")?,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        summaries.push(summary);
+    }
+    Ok(summaries)
+}
+
+/// `Internal.CatalogOverview`'s reply: the [`CatalogSummary`] with the read's `QueryMeta`
+/// embedded, as Consul's `structs.CatalogSummary` carries it.
+pub fn encode_catalog_summary(meta: &QueryMeta, summary: &CatalogSummary) -> Vec<u8> {
+    let mut w = Writer::new();
+    meta.write_reply(&mut w, &["Checks", "Nodes", "Services"], |name, w| {
+        let list = match name {
+            "Checks" => &summary.checks,
+            "Nodes" => &summary.nodes,
+            _ => &summary.services,
+        };
+        write_health_summaries(w, list);
+    });
+    w.into_inner()
+}
+
+/// Reads [`encode_catalog_summary`]'s reply back.
+pub fn decode_catalog_summary(body: &[u8]) -> Result<(QueryMeta, CatalogSummary), WireError> {
+    let mut summary = CatalogSummary::default();
+    let meta = read_reply(body, |name, r| {
+        match name {
+            "Nodes" => summary.nodes = read_health_summaries(r)?,
+            "Services" => summary.services = read_health_summaries(r)?,
+            "Checks" => summary.checks = read_health_summaries(r)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok((meta, summary))
 }

@@ -116,6 +116,7 @@ fn ui_summaries_nodes_near_and_coordinates_are_typed_calls_here_and_across_datac
         "/v1/internal/ui/service-topology/web".to_string(),
         "/v1/internal/ui/service-topology/web?kind=bogus".to_string(),
         "/v1/internal/ui/services?filter=Service.Nope%3D%3D1".to_string(),
+        "/v1/internal/ui/catalog-overview".to_string(),
         format!("/v1/catalog/nodes?near={server_node}"),
         "/v1/catalog/nodes?near=mesh-dc1".to_string(),
     ];
@@ -306,6 +307,8 @@ fn a_client_agents_ui_refusals_and_filtered_summaries_are_its_servers() {
         // Refused: `service:read` on the gateway, on the service.
         "/v1/internal/ui/gateway-services-nodes/gw",
         "/v1/internal/ui/service-topology/db?kind=",
+        // Refused: the overview counts everything, so it needs `operator:read`.
+        "/v1/internal/ui/catalog-overview",
         // Filtered: db's and gw's rows left out, with the filtered header.
         "/v1/internal/ui/services",
         "/v1/internal/ui/service-topology/web?kind=",
