@@ -680,20 +680,54 @@ pub fn ingress_domains(config: &crate::config::AgentConfig) -> Vec<String> {
 
 /// `exported-services`: empty until peering exists, at the services table's index so that
 /// a blocking client waits rather than spins.
+/// `exported-services`: nothing is exported to a peer's UI listing here, so the list is
+/// empty, at the services table's index.
 struct EmptyListQuery;
+
+/// The read behind the exported-services list (here and `Internal.ExportedServicesForPeer`).
+pub(crate) fn exported_services_read(tables: &Tables) -> (u64, WatchSet) {
+    (
+        read::services_index(tables),
+        WatchSet::new().table(Table::Services),
+    )
+}
 
 impl Query for EmptyListQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            read::services_index(tables),
-            WatchSet::new().table(Table::Services),
-        )
+        exported_services_read(tables)
     }
 
     fn respond(&self, _tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let body: &[u8] = if reply.pretty { b"[]\n" } else { b"[]" };
-        send_json(reply, meta, body, false);
+        send_json(
+            reply,
+            meta,
+            &exported_services_body(&[], reply.pretty),
+            false,
+        );
     }
+}
+
+/// `exported-services`' `?peer`, which Consul requires.
+pub(crate) fn exported_services_peer<'r>(request: &'r Request) -> Result<&'r str, ApiError> {
+    match request.query.get("peer") {
+        Some(peer) if !peer.is_empty() => Ok(peer),
+        _ => Err(ApiError::Internal("must provide PeerName".to_string())),
+    }
+}
+
+/// The exported-services list: each service exported to the peer, by name.
+pub(crate) fn exported_services_body(names: &[String], pretty: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(16 + names.len() * 32);
+    let mut w = JsonWriter::new(&mut body, pretty);
+    w.begin_array();
+    for name in names {
+        w.begin_object();
+        w.field_str("Name", name);
+        w.end_object();
+    }
+    w.end_array();
+    w.finish();
+    body
 }
 
 fn parse_filter(request: &Request, schema: Schema) -> Result<Option<Filter>, ApiError> {
@@ -777,8 +811,11 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
             run_query(ctx, OverviewQuery, options, reply)
         }
         "exported-services" => {
-            if request.query.get("peer").is_none_or(str::is_empty) {
-                return Err(ApiError::Internal("must provide PeerName".to_string()));
+            let peer = exported_services_peer(request)?;
+            if ctx.reads_by_call(&options) {
+                return Ok(super::rpc::client_ui::exported_services(
+                    ctx, request, peer, options, "",
+                ));
             }
             run_query(ctx, EmptyListQuery, options, reply)
         }

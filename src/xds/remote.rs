@@ -87,6 +87,7 @@ impl RemoteQuery {
                 ServiceDumpRequest {
                     datacenter,
                     service_kind: Some(MESH_GATEWAY_KIND),
+                    peer_name: "",
                     options: options(""),
                 }
                 .encode(),

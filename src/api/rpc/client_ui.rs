@@ -10,6 +10,7 @@
 //!   neighbours' instances with where each came from and its intention decision;
 //! - `/v1/internal/ui/catalog-overview`: `Internal.CatalogOverview`, the catalog's health
 //!   counts, rendered as the server renders them;
+//! - `/v1/internal/ui/exported-services?peer=`: `Internal.ExportedServicesForPeer`;
 //! - `/v1/internal/ui/metrics-proxy/…` names no datacenter a server could answer for: as in
 //!   Consul, the agent proxies to its own configured backend (or refuses), whatever `?dc=`
 //!   says, and no server is asked.
@@ -28,7 +29,8 @@ use crate::api::{ApiError, Context, Outcome, QueryOptions, Request};
 use crate::cluster::servers::Retry;
 use crate::consul::rpc::catalog::ServiceSpecificRequest;
 use crate::consul::rpc::internal::{
-    decode_catalog_summary, read_gateway_service_dump, read_service_dump, ServiceDumpRequest,
+    decode_catalog_summary, decode_exported_services, read_gateway_service_dump, read_service_dump,
+    ServiceDumpRequest,
 };
 use crate::store::catalog::rows::fold;
 
@@ -56,6 +58,12 @@ pub fn across_datacenters(
     }
     if rest == "catalog-overview" {
         return Some(Ok(catalog_overview(ctx, request, options, datacenter)));
+    }
+    if rest == "exported-services" {
+        return Some(
+            crate::api::ui::exported_services_peer(request)
+                .map(|peer| exported_services(ctx, request, peer, options, datacenter)),
+        );
     }
     if let Some(gateway) = rest.strip_prefix("gateway-services-nodes/") {
         if gateway.is_empty() {
@@ -108,6 +116,39 @@ pub fn catalog_overview(
     )
 }
 
+/// `GET /v1/internal/ui/exported-services?peer=`: `Internal.ExportedServicesForPeer`,
+/// the names rendered as the server's handler renders its list.
+pub fn exported_services(
+    ctx: &Context,
+    request: &Request,
+    peer: &str,
+    options: QueryOptions,
+    datacenter: &str,
+) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let body = ServiceDumpRequest {
+        datacenter,
+        service_kind: None,
+        peer_name: peer,
+        options: super::client::query_options(&options, &secret),
+    }
+    .encode();
+    call(
+        ctx,
+        datacenter,
+        "Internal.ExportedServicesForPeer",
+        body,
+        read_timeout(&options),
+        Retry::Always,
+        move |body, reply| {
+            let (meta, names) = decode_exported_services(body).map_err(bad_reply)?;
+            let answer = crate::api::ui::exported_services_body(&names, reply.pretty);
+            crate::api::ui::send_with_headers(reply, headers(&meta, &secret), &answer, false);
+            Ok(())
+        },
+    )
+}
+
 /// The datacenter an answer describes: the one named, else this agent's.
 fn answering(ctx: &Context, datacenter: &str) -> String {
     if datacenter.is_empty() {
@@ -133,6 +174,7 @@ pub fn services(
     let body = ServiceDumpRequest {
         datacenter,
         service_kind: None,
+        peer_name: "",
         options: super::client::query_options(&options, &secret),
     }
     .encode();

@@ -408,3 +408,34 @@ pub async fn catalog_overview(server: &Server, call: &TypedCall) -> Answer {
     require(&authz, |a| a.operator_read())?;
     read(server, call, &request.options, Overview).await
 }
+
+/// The read behind `Internal.ExportedServicesForPeer`.
+struct Exported;
+
+impl Read for Exported {
+    fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
+        crate::api::ui::exported_services_read(tables)
+    }
+
+    fn reply(&self, _version: &StoreVersion, meta: &QueryMeta) -> Answer {
+        // The UI's listing of what is exported to a peer is empty here, as the server's
+        // own `/v1/internal/ui/exported-services` answers it.
+        Ok(crate::consul::rpc::internal::encode_exported_services(
+            meta,
+            &[],
+        ))
+    }
+}
+
+/// `Internal.ExportedServicesForPeer`: the services exported to `PeerName`, which it
+/// requires, as `/v1/internal/ui/exported-services?peer=`.
+pub async fn exported_services_for_peer(server: &Server, call: &TypedCall) -> Answer {
+    let request = ServiceDumpRequest::decode(&call.body).map_err(decode_error)?;
+    if let Err(answer) = read_here(server, call, request.datacenter, &request.options).await {
+        return answer;
+    }
+    if request.peer_name.is_empty() {
+        return Err("must provide PeerName".to_string());
+    }
+    read(server, call, &request.options, Exported).await
+}

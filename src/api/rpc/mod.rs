@@ -234,6 +234,9 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Internal.GatewayServiceDump" => internal::gateway_service_dump(server, &call).await,
         "Internal.ServiceTopology" => internal::service_topology(server, &call).await,
         "Internal.CatalogOverview" => internal::catalog_overview(server, &call).await,
+        "Internal.ExportedServicesForPeer" => {
+            internal::exported_services_for_peer(server, &call).await
+        }
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

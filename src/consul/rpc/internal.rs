@@ -247,6 +247,8 @@ pub struct ServiceDumpRequest<'a> {
     pub datacenter: &'a str,
     /// The kind asked for when `UseServiceKind` is set.
     pub service_kind: Option<&'a str>,
+    /// The peer whose exported services `Internal.ExportedServicesForPeer` lists.
+    pub peer_name: &'a str,
     pub options: QueryOptions<'a>,
 }
 
@@ -257,6 +259,7 @@ impl<'a> ServiceDumpRequest<'a> {
         each_field(&mut Reader::new(body), |name, r| {
             match name {
                 "Datacenter" => request.datacenter = r.str()?,
+                "PeerName" => request.peer_name = r.str()?,
                 "ServiceKind" => kind = r.str()?,
                 "UseServiceKind" => use_kind = r.bool()?,
                 _ => return request.options.field(name, r),
@@ -272,9 +275,10 @@ impl<'a> ServiceDumpRequest<'a> {
         let mut w = Writer::new();
         self.options.write_request(
             &mut w,
-            &["Datacenter", "ServiceKind", "UseServiceKind"],
+            &["Datacenter", "PeerName", "ServiceKind", "UseServiceKind"],
             |name, w| match name {
                 "Datacenter" => w.str(self.datacenter),
+                "PeerName" => w.str(self.peer_name),
                 "ServiceKind" => w.str(self.service_kind.unwrap_or_default()),
                 _ => w.bool(self.service_kind.is_some()),
             },
@@ -455,6 +459,55 @@ pub fn read_service_topology(body: &[u8]) -> Result<ServiceTopologyReply<'_>, Wi
         Ok(true)
     })?;
     Ok(reply)
+}
+
+/// `Internal.ExportedServicesForPeer`'s reply, Consul's `IndexedServiceList`: the
+/// services exported to the peer (`ServiceName`s) with the read's `QueryMeta`.
+pub fn encode_exported_services(meta: &QueryMeta, services: &[&str]) -> Vec<u8> {
+    let mut w = Writer::new();
+    meta.write_reply(&mut w, &["Services"], |_, w| {
+        if services.is_empty() {
+            w.nil();
+            return;
+        }
+        w.array_len(services.len());
+        for name in services {
+            let mut f = Fields::new(w, 3);
+            f.field("Name").str(name);
+            f.field("Namespace").str("");
+            f.field("Partition").str("");
+            f.finish();
+        }
+    });
+    w.into_inner()
+}
+
+/// Reads [`encode_exported_services`]'s reply back: its `QueryMeta` and the names.
+pub fn decode_exported_services(body: &[u8]) -> Result<(QueryMeta, Vec<String>), WireError> {
+    let mut names = Vec::new();
+    let meta = read_reply(body, |name, r| {
+        if name != "Services" {
+            return Ok(false);
+        }
+        if r.try_nil()? {
+            return Ok(true);
+        }
+        let count = r.array_len()?;
+        names.reserve(count.min(1024));
+        for _ in 0..count {
+            let mut service = String::new();
+            each_field(r, |name, r| {
+                if name != "Name" {
+                    return Ok(false);
+                }
+                service = r.str()?.to_string();
+                Ok(true)
+            })?;
+            names.push(service);
+        }
+        Ok(true)
+    })?;
+    Ok((meta, names))
 }
 
 #[cfg(test)]

@@ -573,7 +573,9 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "ACL.Logout" => decoded(acl::LogoutRequest::decode(body)),
         "ACL.BootstrapTokens" => decoded(acl::BootstrapRequest::decode(body)),
         "Internal.EventFire" => decoded(internal::EventFireRequest::decode(body)),
-        "Internal.ServiceDump" => decoded(internal::ServiceDumpRequest::decode(body)),
+        "Internal.ServiceDump" | "Internal.ExportedServicesForPeer" => {
+            decoded(internal::ServiceDumpRequest::decode(body))
+        }
         // Config entries (issue #36, mesh).
         "ConfigEntry.Apply" | "ConfigEntry.Delete" => {
             decoded(config_entry::ConfigEntryRequest::decode(body))
