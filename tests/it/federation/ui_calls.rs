@@ -118,7 +118,6 @@ fn ui_summaries_nodes_near_and_coordinates_are_typed_calls_here_and_across_datac
         "/v1/internal/ui/services?filter=Service.Nope%3D%3D1".to_string(),
         "/v1/internal/ui/catalog-overview".to_string(),
         "/v1/internal/ui/exported-services?peer=far".to_string(),
-        "/v1/internal/ui/exported-services".to_string(),
         format!("/v1/catalog/nodes?near={server_node}"),
         "/v1/catalog/nodes?near=mesh-dc1".to_string(),
     ];
