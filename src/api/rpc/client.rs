@@ -311,6 +311,7 @@ pub fn across_datacenters(
             super::client_intention::across_datacenters,
             super::client_operator::across_datacenters,
             super::client_status::across_datacenters,
+            super::client_acl::across_datacenters,
         ];
         return FAMILIES
             .iter()
