@@ -14,12 +14,13 @@ use super::authz;
 use super::context::now_unix_ns;
 use super::rpc::client_acl;
 use super::{
-    query_options, run_query, ApiError, Context, Outcome, Query, QueryMeta, Reply, Request, WriteOp,
+    query_options, run_query, ApiError, Context, DatacenterHandler, Outcome, Query, QueryMeta,
+    Reply, Request, WriteOp,
 };
 use crate::consul::bodies;
 use crate::consul::body::{parse_strict, Obj, Schema};
 use crate::consul::filter::{Filter, BINDING_RULE_SELECTOR};
-use crate::consul::rpc::acl::Object;
+use crate::consul::rpc::acl::{Object, ReplicationStatus};
 use crate::proto::duration::{format_go_duration, parse_go_duration_nanos};
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
@@ -522,10 +523,12 @@ pub fn bootstrap_json(mut token: Value) -> Value {
 }
 
 /// `PUT /v1/acl/bootstrap`: the first management token, once. A client agent sends it as
-/// `ACL.BootstrapTokens` once the body is decoded.
+/// `ACL.BootstrapTokens` once the body is decoded. `?dc` is not read: the bootstrap is
+/// always this datacenter's, as Consul's agent names its own datacenter in the request
+/// whatever the query says (`api::rpc::client_acl::across_datacenters` runs this handler
+/// for a request naming another one).
 pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    super::check_datacenter(ctx, &request.query)?;
     // The body may choose the management token's secret, as `consul acl bootstrap <file>`
     // does.
     let body = decode_body(request, "Request decoding failed", &bodies::ACL_BOOTSTRAP)?;
@@ -564,33 +567,109 @@ pub fn bootstrap(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outc
     }))
 }
 
-/// `GET /v1/acl/replication`: one datacenter, so replication never runs.
+/// This server's ACL replication status, what `ACL.ReplicationStatus` answers: every
+/// datacenter keeps its own ACLs (nothing is replicated from the primary), so replication
+/// is never enabled and never ran.
+pub fn replication_status(ctx: &Context) -> ReplicationStatus {
+    let config = ctx.config();
+    ReplicationStatus {
+        source_datacenter: config
+            .acl
+            .primary_datacenter
+            .clone()
+            .unwrap_or_else(|| config.datacenter.clone()),
+        ..ReplicationStatus::default()
+    }
+}
+
+/// A replication status as Consul's `GET /v1/acl/replication` renders it (Go's zero time
+/// for a time that never was).
+pub fn replication_json(status: &ReplicationStatus) -> Value {
+    let time = |unix_ns: Option<i64>| match unix_ns {
+        Some(unix_ns) => format_time(unix_ns),
+        None => "0001-01-01T00:00:00Z".to_string(),
+    };
+    json!({
+        "Enabled": status.enabled,
+        "Running": status.running,
+        "SourceDatacenter": status.source_datacenter,
+        "ReplicationType": status.replication_type,
+        "ReplicatedIndex": status.replicated_index,
+        "ReplicatedRoleIndex": status.replicated_role_index,
+        "ReplicatedTokenIndex": status.replicated_token_index,
+        "LastSuccess": time(status.last_success_unix_ns),
+        "LastError": time(status.last_error_unix_ns),
+        "LastErrorMessage": status.last_error_message,
+    })
+}
+
+/// `GET /v1/acl/replication`: the replication status, which a server answers itself and a
+/// client agent asks its server for (`ACL.ReplicationStatus`).
 pub fn replication(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    replication_in(ctx, request, reply, "")
+}
+
+/// [`replication`] in `datacenter` (empty: this one): `ACL.ReplicationStatus` naming it.
+fn replication_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    super::check_datacenter(ctx, &request.query)?;
-    let zero_time = "0001-01-01T00:00:00Z";
-    reply.json(
-        200,
-        b"",
-        &json!({
-            "Enabled": false,
-            "Running": false,
-            "SourceDatacenter": ctx.config().acl.primary_datacenter.clone()
-                .unwrap_or_else(|| ctx.config().datacenter.clone()),
-            "ReplicationType": "",
-            "ReplicatedIndex": 0,
-            "ReplicatedRoleIndex": 0,
-            "ReplicatedTokenIndex": 0,
-            "LastSuccess": zero_time,
-            "LastError": zero_time,
-            "LastErrorMessage": "",
-        }),
-    );
-    Ok(Outcome::Done)
+    if datacenter.is_empty() {
+        super::check_datacenter(ctx, &request.query)?;
+        if !ctx.is_client() {
+            reply.json(200, b"", &replication_json(&replication_status(ctx)));
+            return Ok(Outcome::Done);
+        }
+    }
+    Ok(client_acl::replication(ctx, request, datacenter))
+}
+
+/// The ACL requests naming another datacenter (`?dc=`), run by their handlers with that
+/// datacenter: parsed and refused as here, then its typed call (a write, the handler's
+/// store command, as the typed call naming it). `None` for a path that is no ACL
+/// endpoint's. A bootstrap is this datacenter's whatever `?dc` says, as Consul's.
+pub fn for_datacenter(path: &str) -> Option<DatacenterHandler> {
+    let handler: DatacenterHandler = match path {
+        "/v1/acl/bootstrap" => |ctx, request, reply, _| bootstrap(ctx, request, reply),
+        "/v1/acl/replication" => replication_in,
+        "/v1/acl/login" => login_in,
+        "/v1/acl/logout" => |ctx, request, reply, _| logout(ctx, request, reply),
+        "/v1/acl/token/self" => token_self_in,
+        "/v1/acl/tokens" => token_list_in,
+        "/v1/acl/policies" => policy_list_in,
+        "/v1/acl/roles" => role_list_in,
+        "/v1/acl/auth-methods" => auth_method_list_in,
+        "/v1/acl/binding-rules" => binding_rule_list_in,
+        "/v1/acl/token" => |ctx, request, reply, _| token_create(ctx, request, reply),
+        "/v1/acl/policy" => |ctx, request, reply, _| policy_create(ctx, request, reply),
+        "/v1/acl/role" => |ctx, request, reply, _| role_create(ctx, request, reply),
+        "/v1/acl/auth-method" => |ctx, request, reply, _| auth_method_create(ctx, request, reply),
+        "/v1/acl/binding-rule" => |ctx, request, reply, _| binding_rule_create(ctx, request, reply),
+        path if path.starts_with("/v1/acl/policy/name/") => policy_by_name_in,
+        path if path.starts_with("/v1/acl/role/name/") => role_by_name_in,
+        path if path.starts_with("/v1/acl/token/") => token_in,
+        path if path.starts_with("/v1/acl/policy/") => {
+            |ctx, request, reply, datacenter| object::<Policies>(ctx, request, reply, datacenter)
+        }
+        path if path.starts_with("/v1/acl/role/") => {
+            |ctx, request, reply, datacenter| object::<Roles>(ctx, request, reply, datacenter)
+        }
+        path if path.starts_with("/v1/acl/auth-method/") => {
+            |ctx, request, reply, datacenter| object::<AuthMethods>(ctx, request, reply, datacenter)
+        }
+        path if path.starts_with("/v1/acl/binding-rule/") => |ctx, request, reply, datacenter| {
+            object::<BindingRules>(ctx, request, reply, datacenter)
+        },
+        _ => return None,
+    };
+    Some(handler)
 }
 
 /// `GET /v1/acl/token/self`: the token the request carries.
@@ -599,10 +678,20 @@ pub fn token_self(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    token_self_in(ctx, request, reply, "")
+}
+
+/// [`token_self`] in `datacenter` (empty: this one): `ACL.TokenRead` by the secret there.
+fn token_self_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
-    if super::read_by_call(ctx, request)? {
-        let options = query_options(ctx, &request.query)?;
-        return Ok(client_acl::token_self(ctx, request, options));
+    if by_call(ctx, request, datacenter)? {
+        let options = options_in(ctx, request, datacenter)?;
+        return Ok(client_acl::token_self(ctx, request, options, datacenter));
     }
     let secret = authz::request_secret(ctx, request);
     // Resolving first gives Consul's 403 for an unknown or expired token.
@@ -732,11 +821,14 @@ pub fn prepare_binding_rule_create(write: &mut BindingRuleWrite) -> Result<Strin
     prepare_create::<BindingRules>(write)
 }
 
-/// `/v1/acl/<kind>/<id>`: GET, PUT (update) and DELETE of one row.
+/// `/v1/acl/<kind>/<id>`: GET, PUT (update) and DELETE of one row; a GET naming another
+/// `datacenter` is its typed read there (a write is the handler's command, which the
+/// caller sends there).
 fn object<O: AclObject>(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
+    datacenter: &str,
 ) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let id = request.rest;
@@ -745,10 +837,12 @@ fn object<O: AclObject>(
     }
     let key = O::key_id(id);
     match request.method {
-        Method::Get if super::read_by_call(ctx, request)? && O::TYPED.is_some() => {
-            let options = query_options(ctx, &request.query)?;
+        Method::Get if by_call(ctx, request, datacenter)? && O::TYPED.is_some() => {
+            let options = options_in(ctx, request, datacenter)?;
             let object = O::TYPED.expect("checked above");
-            Ok(client_acl::read_one(ctx, request, object, id, "", options))
+            Ok(client_acl::read_one(
+                ctx, request, object, id, "", options, datacenter,
+            ))
         }
         Method::Get => read(
             ctx,
@@ -803,11 +897,36 @@ pub fn not_found(noun: &str) -> ApiError {
     ApiError::NotFound(format!("Requested {noun} does not exist: ACL not found"))
 }
 
+/// Whether a read goes as its typed call: always when it names another datacenter
+/// (`datacenter` not empty), else as [`super::read_by_call`] decides.
+fn by_call(ctx: &Context, request: &Request, datacenter: &str) -> Result<bool, ApiError> {
+    if datacenter.is_empty() {
+        super::read_by_call(ctx, request)
+    } else {
+        Ok(true)
+    }
+}
+
+/// A read's query options: `?dc` checked against this datacenter when the read is this
+/// datacenter's (`datacenter` empty), else parsed only (another datacenter answers it).
+fn options_in(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<super::QueryOptions, ApiError> {
+    if datacenter.is_empty() {
+        query_options(ctx, &request.query)
+    } else {
+        super::query_options_in(ctx, &request.query)
+    }
+}
+
 /// `GET /v1/acl/<kind>/name/<name>`: policies and roles by name.
 fn by_name<O: AclObject>(
     ctx: &Context,
     request: &Request,
     reply: &mut Reply,
+    datacenter: &str,
     find: fn(&Tables, &str) -> Option<Value>,
 ) -> Result<Outcome, ApiError> {
     if request.rest.is_empty() {
@@ -817,9 +936,9 @@ fn by_name<O: AclObject>(
             O::WHAT.to_lowercase()
         )));
     }
-    if let (true, Some(object)) = (super::read_by_call(ctx, request)?, O::TYPED) {
+    if let (true, Some(object)) = (by_call(ctx, request, datacenter)?, O::TYPED) {
         require_enabled(ctx)?;
-        let options = query_options(ctx, &request.query)?;
+        let options = options_in(ctx, request, datacenter)?;
         return Ok(client_acl::read_one(
             ctx,
             request,
@@ -827,6 +946,7 @@ fn by_name<O: AclObject>(
             "",
             request.rest,
             options,
+            datacenter,
         ));
     }
     let name = request.rest.to_string();
@@ -840,24 +960,26 @@ fn by_name<O: AclObject>(
     )
 }
 
-/// A list on a client agent: its typed call (`ACL.TokenList`, `ACL.PolicyList`,
-/// `ACL.RoleList`) with the list's filters.
+/// A list on a client agent, or naming another datacenter: its typed call
+/// (`ACL.TokenList`, `ACL.PolicyList`, `ACL.RoleList`, …) with the list's filters.
 fn typed_list(
     ctx: &Context,
     request: &Request,
     object: Object,
-    policy: Option<String>,
-    role: Option<String>,
-    auth_method: Option<String>,
+    filters: (Option<String>, Option<String>, Option<String>),
+    datacenter: &str,
 ) -> Result<Outcome, ApiError> {
+    let (policy, role, auth_method) = filters;
     require_enabled(ctx)?;
-    let options = query_options(ctx, &request.query)?;
+    let options = options_in(ctx, request, datacenter)?;
     let filters = client_acl::ListFilters {
         policy: policy.unwrap_or_default(),
         role: role.unwrap_or_default(),
         auth_method: auth_method.unwrap_or_default(),
     };
-    Ok(client_acl::list(ctx, request, object, filters, options))
+    Ok(client_acl::list(
+        ctx, request, object, filters, options, datacenter,
+    ))
 }
 
 /// A query parameter that filters a list, unset when empty.
@@ -976,11 +1098,22 @@ pub fn token_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    token_list_in(ctx, request, reply, "")
+}
+
+/// [`token_list`] in `datacenter` (empty: this one).
+fn token_list_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     let policy = list_param(request, "policy");
     let role = list_param(request, "role");
     let method = list_param(request, "authmethod");
-    if super::read_by_call(ctx, request)? {
-        return typed_list(ctx, request, Object::Token, policy, role, method);
+    if by_call(ctx, request, datacenter)? {
+        let filters = (policy, role, method);
+        return typed_list(ctx, request, Object::Token, filters, datacenter);
     }
     list::<Tokens>(ctx, request, reply, move |tables| {
         let filter = TokenFilter {
@@ -997,13 +1130,23 @@ pub fn token_list(
 
 /// `/v1/acl/token/<accessor>` (GET, PUT, DELETE) and `PUT /v1/acl/token/<accessor>/clone`.
 pub fn token(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    token_in(ctx, request, reply, "")
+}
+
+/// [`token`] in `datacenter` (empty: this one).
+fn token_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let Some(source) = request
         .rest
         .strip_suffix("/clone")
         .filter(|_| request.method == Method::Put)
     else {
-        return object::<Tokens>(ctx, request, reply);
+        return object::<Tokens>(ctx, request, reply, datacenter);
     };
     let value = decode_body(request, "Token decoding failed", &bodies::ACL_TOKEN)?;
     let description = Obj::new(&value)
@@ -1077,8 +1220,18 @@ pub fn policy_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if super::read_by_call(ctx, request)? {
-        return typed_list(ctx, request, Object::Policy, None, None, None);
+    policy_list_in(ctx, request, reply, "")
+}
+
+/// [`policy_list`] in `datacenter` (empty: this one).
+fn policy_list_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if by_call(ctx, request, datacenter)? {
+        return typed_list(ctx, request, Object::Policy, (None, None, None), datacenter);
     }
     list::<Policies>(ctx, request, reply, |tables| {
         acl::policy_list(tables)
@@ -1093,14 +1246,24 @@ pub fn policy_by_name(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    by_name::<Policies>(ctx, request, reply, |tables, name| {
+    policy_by_name_in(ctx, request, reply, "")
+}
+
+/// [`policy_by_name`] in `datacenter` (empty: this one).
+fn policy_by_name_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    by_name::<Policies>(ctx, request, reply, datacenter, |tables, name| {
         acl::policy_by_name(tables, name).map(|p| policy_json(p, false))
     })
 }
 
 /// `/v1/acl/policy/<id>`: GET, PUT, DELETE.
 pub fn policy(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    object::<Policies>(ctx, request, reply)
+    object::<Policies>(ctx, request, reply, "")
 }
 
 // ---- roles ----
@@ -1159,9 +1322,19 @@ pub fn role_create(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Ou
 
 /// `GET /v1/acl/roles?policy=`.
 pub fn role_list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    role_list_in(ctx, request, reply, "")
+}
+
+/// [`role_list`] in `datacenter` (empty: this one).
+fn role_list_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     let policy = list_param(request, "policy");
-    if super::read_by_call(ctx, request)? {
-        return typed_list(ctx, request, Object::Role, policy, None, None);
+    if by_call(ctx, request, datacenter)? {
+        return typed_list(ctx, request, Object::Role, (policy, None, None), datacenter);
     }
     list::<Roles>(ctx, request, reply, move |tables| {
         acl::role_list(tables, policy.as_deref())
@@ -1177,14 +1350,24 @@ pub fn role_by_name(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    by_name::<Roles>(ctx, request, reply, |tables, name| {
+    role_by_name_in(ctx, request, reply, "")
+}
+
+/// [`role_by_name`] in `datacenter` (empty: this one).
+fn role_by_name_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    by_name::<Roles>(ctx, request, reply, datacenter, |tables, name| {
         acl::role_by_name(tables, name).map(|r| role_json(tables, r))
     })
 }
 
 /// `/v1/acl/role/<id>`: GET, PUT, DELETE.
 pub fn role(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    object::<Roles>(ctx, request, reply)
+    object::<Roles>(ctx, request, reply, "")
 }
 
 // ---- templated policies ----
@@ -1355,8 +1538,19 @@ pub fn auth_method_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    if super::read_by_call(ctx, request)? {
-        return typed_list(ctx, request, Object::AuthMethod, None, None, None);
+    auth_method_list_in(ctx, request, reply, "")
+}
+
+/// [`auth_method_list`] in `datacenter` (empty: this one).
+fn auth_method_list_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if by_call(ctx, request, datacenter)? {
+        let filters = (None, None, None);
+        return typed_list(ctx, request, Object::AuthMethod, filters, datacenter);
     }
     list::<AuthMethods>(ctx, request, reply, |tables| {
         acl::auth_method_list(tables)
@@ -1371,7 +1565,7 @@ pub fn auth_method(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    object::<AuthMethods>(ctx, request, reply)
+    object::<AuthMethods>(ctx, request, reply, "")
 }
 
 struct BindingRules;
@@ -1439,9 +1633,20 @@ pub fn binding_rule_list(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
+    binding_rule_list_in(ctx, request, reply, "")
+}
+
+/// [`binding_rule_list`] in `datacenter` (empty: this one).
+fn binding_rule_list_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     let method = list_param(request, "authmethod");
-    if super::read_by_call(ctx, request)? {
-        return typed_list(ctx, request, Object::BindingRule, None, None, method);
+    if by_call(ctx, request, datacenter)? {
+        let filters = (None, None, method);
+        return typed_list(ctx, request, Object::BindingRule, filters, datacenter);
     }
     list::<BindingRules>(ctx, request, reply, move |tables| {
         acl::binding_rule_list(tables, method.as_deref())
@@ -1457,7 +1662,7 @@ pub fn binding_rule(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    object::<BindingRules>(ctx, request, reply)
+    object::<BindingRules>(ctx, request, reply, "")
 }
 
 // ---- login and logout ----
@@ -1528,7 +1733,17 @@ pub fn login_token(ctx: &Context, ask: &LoginAsk) -> Result<(TokenWrite, String)
 
 /// `POST /v1/acl/login`: trades a bearer token the auth method verifies for an ACL token.
 /// A client agent decodes the body, then sends it as `ACL.Login`.
-pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome, ApiError> {
+pub fn login(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    login_in(ctx, request, reply, "")
+}
+
+/// [`login`] in `datacenter` (empty: this one): `ACL.Login` naming it.
+fn login_in(
+    ctx: &Context,
+    request: &Request,
+    _: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     require_enabled(ctx)?;
     let value = decode_body(request, "Failed to decode request body", &bodies::ACL_LOGIN)?;
     let refused = |e: String| ApiError::bad_request(format!("Failed to decode request body: {e}"));
@@ -1543,9 +1758,10 @@ pub fn login(ctx: &Context, request: &Request, _: &mut Reply) -> Result<Outcome,
             .collect(),
     };
     check_bearer(&ask.bearer_token)?;
-    if ctx.writes_by_call() {
-        // The auth methods and binding rules are the servers'.
-        return Ok(client_acl::login(ctx, &ask));
+    if !datacenter.is_empty() || ctx.writes_by_call() {
+        // The auth methods and binding rules are the servers' (the leader's of that
+        // datacenter).
+        return Ok(client_acl::login(ctx, &ask, datacenter));
     }
     let (token, accessor_id) = login_token(ctx, &ask)?;
     write(

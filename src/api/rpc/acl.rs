@@ -20,7 +20,11 @@
 //! - `ACL.Login`, `ACL.Logout` and `ACL.BootstrapTokens`, on the leader, with the HTTP
 //!   handlers' own code (`api::acl::login_token`, `bootstrap_allowed`, …): a login and a
 //!   bootstrap answer the new `ACLToken`, a logout `true`; they need no ACL rule (a login
-//!   carries no token, a logout's token is the one it deletes).
+//!   carries no token, a logout's token is the one it deletes);
+//! - `ACL.ReplicationStatus` (a `DCSpecificRequest`), on the leader: the status
+//!   `GET /v1/acl/replication` renders (`api::acl::replication_status`), with no ACL rule
+//!   and whether ACLs are on or off, as Consul's (it leaks nothing, and health checks read
+//!   it without a management token).
 
 use super::{
     authorize, decode_error, elsewhere, error_text, propose, read, require, Answer, Placement, Read,
@@ -757,4 +761,16 @@ pub async fn bootstrap(server: &Server, call: &TypedCall) -> Answer {
     apply(server, op).await?;
     bootstrap_applied(ctx.config().data_dir.as_deref(), reset_index);
     token_reply(server, &accessor_id)
+}
+
+/// `ACL.ReplicationStatus` (`DCSpecificRequest`): on the leader (Consul's endpoint makes it
+/// a consistent read), the datacenter's `ACLReplicationStatus`.
+pub async fn replication_status(server: &Server, call: &TypedCall) -> Answer {
+    let request =
+        crate::consul::rpc::catalog::DcSpecificRequest::decode(&call.body).map_err(decode_error)?;
+    if let Some(answer) = elsewhere(server, call, request.datacenter, Placement::Leader, None).await
+    {
+        return answer;
+    }
+    Ok(crate::api::acl::replication_status(server.context()).encode())
 }

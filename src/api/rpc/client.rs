@@ -312,6 +312,7 @@ pub fn across_datacenters(
             super::client_operator::across_datacenters,
             super::client_status::across_datacenters,
             super::client_ui::across_datacenters,
+            super::client_acl::across_datacenters,
         ];
         return FAMILIES
             .iter()

@@ -17,12 +17,12 @@
 //! `acl:write`) as its HTTP route does, and its refusals come back in its words.
 
 use super::client::{
-    bad_reply, call_mapped, meta_of, query_options, read_call, write as call_write, write_error,
-    CALL_TIMEOUT,
+    bad_reply, call_mapped, error_of, meta_of, query_options, read_call, read_timeout,
+    write as write_here, write_error, CALL_TIMEOUT,
 };
 use crate::api::acl::{
     auth_method_json, binding_rule_json, bootstrap_error, bootstrap_json, not_found, policy_json,
-    role_json_linked, token_json_linked, LoginAsk,
+    replication_json, role_json_linked, token_json_linked, LoginAsk,
 };
 use crate::api::authz::{acl_not_found, request_secret};
 use crate::api::{ApiError, Context, Outcome, Request};
@@ -31,8 +31,10 @@ use crate::consul::rpc::acl::{
     read_auth_method, read_binding_rule, read_objects, read_policy, read_role, read_token,
     read_token_response, write_auth_method, write_binding_rule, write_policy, write_role,
     write_token_record, BootstrapRequest, DeleteRequest, GetRequest, Links, ListRequest,
-    LoginRequest, LogoutRequest, Object, SetRequest, TokenGetRequest, TokenRecord,
+    LoginRequest, LogoutRequest, Object, ReplicationStatus, SetRequest, TokenGetRequest,
+    TokenRecord,
 };
+use crate::consul::rpc::catalog::DcSpecificRequest;
 use crate::consul::rpc::{QueryMeta as RpcQueryMeta, QueryOptions as RpcQueryOptions};
 use crate::proto::msgpack::Reader;
 use crate::shard::rpc_client::CallError;
@@ -55,6 +57,79 @@ fn malformed(error: crate::proto::msgpack::WireError) -> ApiError {
     bad_reply(error)
 }
 
+/// The answer of another datacenter's server with ACLs off (`ACL.*`'s `ACL support
+/// disabled`): the 401 that server's own HTTP endpoint gives, so a request naming that
+/// datacenter gets its answer. (In this datacenter the agent's own ACL setting answers
+/// 401 before any call, and a server that disagrees with it is answered 500, as Consul's
+/// agent answers it.)
+fn disabled_there(error: &CallError) -> Option<ApiError> {
+    match error {
+        CallError::Remote(text) if text == crate::api::rpc::acl::ACL_DISABLED => {
+            Some(ApiError::Status(401, text.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// A failed read, as Consul's agent answers it ([`error_of`]), ACLs off there aside.
+fn read_error(error: CallError) -> ApiError {
+    disabled_there(&error).unwrap_or_else(|| error_of(error))
+}
+
+/// A failed write, typed as the proposal ended ([`write_error`]), ACLs off there aside.
+fn failed_write(error: CallError) -> ApiError {
+    disabled_there(&error).unwrap_or_else(|| write_error(error))
+}
+
+/// A read made after the handler returned, in `datacenter` (empty: this one): sent again
+/// on another server if one cannot be reached, waiting as long as its blocking query may.
+fn read_in(
+    ctx: &Context,
+    datacenter: &str,
+    method: &'static str,
+    body: Vec<u8>,
+    options: &crate::api::QueryOptions,
+    respond: impl FnOnce(&[u8], &mut crate::api::Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    if datacenter.is_empty() {
+        return read_call(ctx, method, body, options, respond);
+    }
+    call_mapped(
+        ctx,
+        datacenter,
+        method,
+        body,
+        read_timeout(options),
+        Retry::Always,
+        read_error,
+        respond,
+    )
+}
+
+/// A write made after the handler returned, in `datacenter` (empty: this one): sent once
+/// unless it certainly never left.
+fn write_in(
+    ctx: &Context,
+    datacenter: &str,
+    method: &'static str,
+    body: Vec<u8>,
+    respond: impl FnOnce(&[u8], &mut crate::api::Reply) -> Result<(), ApiError> + 'static,
+) -> Outcome {
+    if datacenter.is_empty() {
+        return write_here(ctx, method, body, respond);
+    }
+    call_mapped(
+        ctx,
+        datacenter,
+        method,
+        body,
+        CALL_TIMEOUT,
+        Retry::NotSent,
+        failed_write,
+        respond,
+    )
+}
+
 /// The JSON of a token record, as the server's handler renders the row.
 fn token_value(record: TokenRecord, stub: bool) -> Value {
     token_json_linked(&record.token, record.policies, record.roles, stub)
@@ -62,7 +137,7 @@ fn token_value(record: TokenRecord, stub: bool) -> Value {
 
 /// `GET /v1/acl/token/<accessor>`, `/v1/acl/policy/<id>`, `/v1/acl/policy/name/<name>`,
 /// `/v1/acl/role/<id>` and `/v1/acl/role/name/<name>`: one object by ID (or by `name`,
-/// when `id` is empty); Consul's 404 when there is none.
+/// when `id` is empty); Consul's 404 when there is none. In `datacenter` (empty: this one).
 pub fn read_one(
     ctx: &Context,
     request: &Request,
@@ -70,6 +145,7 @@ pub fn read_one(
     id: &str,
     name: &str,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let rpc_options = query_options(&options, &secret);
@@ -77,7 +153,7 @@ pub fn read_one(
         Object::Token => (
             "ACL.TokenRead",
             TokenGetRequest {
-                datacenter: "",
+                datacenter,
                 token_id: id,
                 token_id_type: "accessor",
                 expanded: false,
@@ -88,7 +164,7 @@ pub fn read_one(
         Object::Policy => (
             "ACL.PolicyRead",
             GetRequest {
-                datacenter: "",
+                datacenter,
                 id,
                 name,
                 options: rpc_options,
@@ -102,7 +178,7 @@ pub fn read_one(
                 _ => "ACL.BindingRuleRead",
             },
             GetRequest {
-                datacenter: "",
+                datacenter,
                 id,
                 name,
                 options: rpc_options,
@@ -110,49 +186,56 @@ pub fn read_one(
             .encode(object),
         ),
     };
-    read_call(ctx, method, body, &options, move |body, reply| {
-        let (meta, value) = match object {
-            Object::Token => {
-                let (meta, token) = read_token_response(body).map_err(malformed)?;
-                (meta, token.map(|t| token_value(t, false)))
-            }
-            Object::Policy => {
-                let (meta, policies) =
-                    read_objects(body, "Policy", read_policy).map_err(malformed)?;
-                let value = policies.first().map(|p| policy_json(p, false));
-                (meta, value)
-            }
-            Object::Role => {
-                let (meta, roles) = read_objects(body, "Role", read_role).map_err(malformed)?;
-                let value = roles
-                    .into_iter()
-                    .next()
-                    .map(|r| role_json_linked(&r.role, r.policies));
-                (meta, value)
-            }
-            Object::AuthMethod => {
-                let (meta, methods) =
-                    read_objects(body, "AuthMethod", read_auth_method).map_err(malformed)?;
-                let value = methods.first().map(|m| auth_method_json(m, false));
-                (meta, value)
-            }
-            Object::BindingRule => {
-                let (meta, rules) =
-                    read_objects(body, "BindingRule", read_binding_rule).map_err(malformed)?;
-                (meta, rules.first().map(binding_rule_json))
-            }
-        };
-        let noun = match object {
-            Object::Token => "token",
-            Object::Policy => "policy",
-            Object::Role => "role",
-            Object::AuthMethod => "auth method",
-            Object::BindingRule => "binding rule",
-        };
-        let value = value.ok_or_else(|| not_found(noun))?;
-        reply.json(200, &read_headers(&meta), &value);
-        Ok(())
-    })
+    read_in(
+        ctx,
+        datacenter,
+        method,
+        body,
+        &options,
+        move |body, reply| {
+            let (meta, value) = match object {
+                Object::Token => {
+                    let (meta, token) = read_token_response(body).map_err(malformed)?;
+                    (meta, token.map(|t| token_value(t, false)))
+                }
+                Object::Policy => {
+                    let (meta, policies) =
+                        read_objects(body, "Policy", read_policy).map_err(malformed)?;
+                    let value = policies.first().map(|p| policy_json(p, false));
+                    (meta, value)
+                }
+                Object::Role => {
+                    let (meta, roles) = read_objects(body, "Role", read_role).map_err(malformed)?;
+                    let value = roles
+                        .into_iter()
+                        .next()
+                        .map(|r| role_json_linked(&r.role, r.policies));
+                    (meta, value)
+                }
+                Object::AuthMethod => {
+                    let (meta, methods) =
+                        read_objects(body, "AuthMethod", read_auth_method).map_err(malformed)?;
+                    let value = methods.first().map(|m| auth_method_json(m, false));
+                    (meta, value)
+                }
+                Object::BindingRule => {
+                    let (meta, rules) =
+                        read_objects(body, "BindingRule", read_binding_rule).map_err(malformed)?;
+                    (meta, rules.first().map(binding_rule_json))
+                }
+            };
+            let noun = match object {
+                Object::Token => "token",
+                Object::Policy => "policy",
+                Object::Role => "role",
+                Object::AuthMethod => "auth method",
+                Object::BindingRule => "binding rule",
+            };
+            let value = value.ok_or_else(|| not_found(noun))?;
+            reply.json(200, &read_headers(&meta), &value);
+            Ok(())
+        },
+    )
 }
 
 /// A list's filters, as its query parameters gave them (empty: unset).
@@ -163,17 +246,19 @@ pub struct ListFilters {
     pub auth_method: String,
 }
 
-/// `GET /v1/acl/tokens`, `/v1/acl/policies`, `/v1/acl/roles`.
+/// `GET /v1/acl/tokens`, `/v1/acl/policies`, `/v1/acl/roles`, `/v1/acl/auth-methods`,
+/// `/v1/acl/binding-rules`, in `datacenter` (empty: this one).
 pub fn list(
     ctx: &Context,
     request: &Request,
     object: Object,
     filters: ListFilters,
     options: crate::api::QueryOptions,
+    datacenter: &str,
 ) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let body = ListRequest {
-        datacenter: "",
+        datacenter,
         policy: &filters.policy,
         role: &filters.role,
         auth_method: &filters.auth_method,
@@ -190,55 +275,70 @@ pub fn list(
         Object::AuthMethod => "ACL.AuthMethodList",
         Object::BindingRule => "ACL.BindingRuleList",
     };
-    read_call(ctx, method, body, &options, move |body, reply| {
-        let (meta, values): (_, Vec<Value>) = match object {
-            Object::Token => {
-                let (meta, tokens) = read_objects(body, "Tokens", read_token).map_err(malformed)?;
-                (
-                    meta,
-                    tokens.into_iter().map(|t| token_value(t, true)).collect(),
-                )
-            }
-            Object::Policy => {
-                let (meta, policies) =
-                    read_objects(body, "Policies", read_policy).map_err(malformed)?;
-                (
-                    meta,
-                    policies.iter().map(|p| policy_json(p, true)).collect(),
-                )
-            }
-            Object::Role => {
-                let (meta, roles) = read_objects(body, "Roles", read_role).map_err(malformed)?;
-                (
-                    meta,
-                    roles
-                        .into_iter()
-                        .map(|r| role_json_linked(&r.role, r.policies))
-                        .collect(),
-                )
-            }
-            Object::AuthMethod => {
-                let (meta, methods) =
-                    read_objects(body, "AuthMethods", read_auth_method).map_err(malformed)?;
-                (
-                    meta,
-                    methods.iter().map(|m| auth_method_json(m, true)).collect(),
-                )
-            }
-            Object::BindingRule => {
-                let (meta, rules) =
-                    read_objects(body, "BindingRules", read_binding_rule).map_err(malformed)?;
-                (meta, rules.iter().map(binding_rule_json).collect())
-            }
-        };
-        reply.json(200, &read_headers(&meta), &Value::Array(values));
-        Ok(())
-    })
+    read_in(
+        ctx,
+        datacenter,
+        method,
+        body,
+        &options,
+        move |body, reply| {
+            let (meta, values): (_, Vec<Value>) = match object {
+                Object::Token => {
+                    let (meta, tokens) =
+                        read_objects(body, "Tokens", read_token).map_err(malformed)?;
+                    (
+                        meta,
+                        tokens.into_iter().map(|t| token_value(t, true)).collect(),
+                    )
+                }
+                Object::Policy => {
+                    let (meta, policies) =
+                        read_objects(body, "Policies", read_policy).map_err(malformed)?;
+                    (
+                        meta,
+                        policies.iter().map(|p| policy_json(p, true)).collect(),
+                    )
+                }
+                Object::Role => {
+                    let (meta, roles) =
+                        read_objects(body, "Roles", read_role).map_err(malformed)?;
+                    (
+                        meta,
+                        roles
+                            .into_iter()
+                            .map(|r| role_json_linked(&r.role, r.policies))
+                            .collect(),
+                    )
+                }
+                Object::AuthMethod => {
+                    let (meta, methods) =
+                        read_objects(body, "AuthMethods", read_auth_method).map_err(malformed)?;
+                    (
+                        meta,
+                        methods.iter().map(|m| auth_method_json(m, true)).collect(),
+                    )
+                }
+                Object::BindingRule => {
+                    let (meta, rules) =
+                        read_objects(body, "BindingRules", read_binding_rule).map_err(malformed)?;
+                    (meta, rules.iter().map(binding_rule_json).collect())
+                }
+            };
+            reply.json(200, &read_headers(&meta), &Value::Array(values));
+            Ok(())
+        },
+    )
 }
 
 /// `GET /v1/acl/token/self`: `ACL.TokenRead` by the request's own secret (the anonymous
-/// token's when it has none); Consul's 403 `ACL not found` for a secret no token has.
-pub fn token_self(ctx: &Context, request: &Request, options: crate::api::QueryOptions) -> Outcome {
+/// token's when it has none); Consul's 403 `ACL not found` for a secret no token has. In
+/// `datacenter` (empty: this one), whose tokens are its own.
+pub fn token_self(
+    ctx: &Context,
+    request: &Request,
+    options: crate::api::QueryOptions,
+    datacenter: &str,
+) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let secret = if secret.is_empty() {
         builtin::ANONYMOUS_TOKEN_SECRET_ID.to_string()
@@ -246,19 +346,27 @@ pub fn token_self(ctx: &Context, request: &Request, options: crate::api::QueryOp
         secret
     };
     let body = TokenGetRequest {
-        datacenter: "",
+        datacenter,
         token_id: &secret,
         token_id_type: "secret",
         expanded: false,
         options: query_options(&options, &secret),
     }
     .encode();
-    read_call(ctx, "ACL.TokenRead", body, &options, move |body, reply| {
-        let (meta, token) = read_token_response(body).map_err(malformed)?;
-        let token = token.ok_or_else(acl_not_found)?;
-        reply.json(200, &read_headers(&meta), &token_value(token, false));
-        Ok(())
-    })
+    let method = "ACL.TokenRead";
+    read_in(
+        ctx,
+        datacenter,
+        method,
+        body,
+        &options,
+        move |body, reply| {
+            let (meta, token) = read_token_response(body).map_err(malformed)?;
+            let token = token.ok_or_else(acl_not_found)?;
+            reply.json(200, &read_headers(&meta), &token_value(token, false));
+            Ok(())
+        },
+    )
 }
 
 fn arc_links(links: &[LinkRef]) -> Links {
@@ -333,16 +441,22 @@ fn role_of(write: &RoleWrite) -> (Role, Links) {
 /// logout. The leader's own commands never come from a handler (a bootstrap and a login
 /// are sent by [`bootstrap`] and [`login`] before any command is made).
 pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
+    write_op_in(ctx, request, op, "")
+}
+
+/// [`write`] in `datacenter` (empty: this one): the call names it, and that datacenter's
+/// leader applies it.
+fn write_op_in(ctx: &Context, request: &Request, op: &AclOp, datacenter: &str) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
     let set = |create: bool| SetRequest {
-        datacenter: "",
+        datacenter,
         object: &[],
         create,
         token: &secret,
     };
     let delete = |id: &str, object: Object| {
         DeleteRequest {
-            datacenter: "",
+            datacenter,
             id,
             token: &secret,
         }
@@ -424,19 +538,28 @@ pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
         AclOp::Logout { secret_id } => (
             "ACL.Logout",
             LogoutRequest {
-                datacenter: "",
+                datacenter,
                 token: secret_id,
             }
             .encode(),
             deleted,
         ),
-        // The leader's own commands, never a handler's.
+        // The leader's own commands: no handler makes one for a typed call (a bootstrap
+        // goes as [`bootstrap`] before its command is made), so one here is a bug.
         AclOp::Initialize { .. }
         | AclOp::InitialManagement { .. }
         | AclOp::ReapExpiredTokens { .. }
-        | AclOp::Bootstrap { .. } => return Outcome::Forward,
+        | AclOp::Bootstrap { .. } => {
+            let error = ApiError::Internal(
+                "an ACL command only the leader makes has no typed call".to_string(),
+            );
+            return Outcome::Async(Box::pin(async move {
+                Box::new(move |reply: &mut crate::api::Reply| reply.error(&error))
+                    as crate::api::AsyncResponder
+            }));
+        }
     };
-    call_write(ctx, method, body, move |body, reply| {
+    write_in(ctx, datacenter, method, body, move |body, reply| {
         reply.json(200, b"", &answer(body)?);
         Ok(())
     })
@@ -475,10 +598,11 @@ fn binding_rule_of(write: &BindingRuleWrite) -> BindingRule {
 
 /// `POST /v1/acl/login` once the handler decoded it: `ACL.Login` (on the leader, which
 /// verifies the bearer token with the auth method and writes the token its binding rules
-/// bind); the new token rendered as the server's handler answers it.
-pub fn login(ctx: &Context, ask: &LoginAsk) -> Outcome {
+/// bind); the new token rendered as the server's handler answers it. In `datacenter`
+/// (empty: this one), whose auth methods verify it and whose token it is.
+pub fn login(ctx: &Context, ask: &LoginAsk, datacenter: &str) -> Outcome {
     let body = LoginRequest {
-        datacenter: "",
+        datacenter,
         auth_method: &ask.auth_method,
         bearer_token: &ask.bearer_token,
         meta: ask
@@ -490,7 +614,7 @@ pub fn login(ctx: &Context, ask: &LoginAsk) -> Outcome {
         token: "",
     }
     .encode();
-    call_write(ctx, "ACL.Login", body, move |body, reply| {
+    write_in(ctx, datacenter, "ACL.Login", body, move |body, reply| {
         reply.json(200, b"", &token_answer(body)?);
         Ok(())
     })
@@ -524,6 +648,61 @@ pub fn bootstrap(ctx: &Context, chosen_secret: &str) -> Outcome {
             Ok(())
         },
     )
+}
+
+/// `GET /v1/acl/replication` on a client agent, or naming another datacenter:
+/// `ACL.ReplicationStatus` (a `DCSpecificRequest`; the server needs no token for it, as
+/// Consul's), rendered as the server's handler renders its own status.
+pub fn replication(ctx: &Context, request: &Request, datacenter: &str) -> Outcome {
+    let secret = request_secret(ctx, request).into_owned();
+    let body = DcSpecificRequest {
+        datacenter,
+        options: RpcQueryOptions {
+            token: &secret,
+            // The leader's status, as Consul's endpoint asks for it.
+            require_consistent: true,
+            ..RpcQueryOptions::default()
+        },
+        ..DcSpecificRequest::default()
+    }
+    .encode();
+    let options = crate::api::QueryOptions {
+        min_index: 0,
+        wait: std::time::Duration::ZERO,
+        consistency: crate::shard::runtime::Consistency::Consistent,
+        max_stale: None,
+        filter: None,
+    };
+    let method = "ACL.ReplicationStatus";
+    read_in(ctx, datacenter, method, body, &options, |body, reply| {
+        let status = ReplicationStatus::decode(body).map_err(malformed)?;
+        reply.json(200, b"", &replication_json(&status));
+        Ok(())
+    })
+}
+
+/// The ACL requests naming another datacenter (`?dc=`), as their typed calls naming it
+/// ([`super::client::across_datacenters`]): run by their handlers with that datacenter
+/// (`api::acl::for_datacenter`), so they are parsed and refused as in this one; a write
+/// the handler decided on becomes its typed call naming the datacenter, whose leader
+/// applies it. A bootstrap is this datacenter's whatever `?dc` says, as Consul's.
+pub fn across_datacenters(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    let handler = crate::api::acl::for_datacenter(request.path)?;
+    let outcome = crate::api::run_for_datacenter(ctx, request, datacenter, handler);
+    if request.path == "/v1/acl/bootstrap" {
+        return Some(outcome);
+    }
+    Some(outcome.and_then(|outcome| match outcome {
+        Outcome::Write(op) => match &op.command {
+            crate::store::Command::Acl(acl_op) => Ok(write_op_in(ctx, request, acl_op, datacenter)),
+            _ => Err(ApiError::Internal("not an ACL write".to_string())),
+        },
+        other => Ok(other),
+    }))
 }
 
 /// How a write's reply becomes the handler's JSON answer.

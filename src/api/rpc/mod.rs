@@ -171,6 +171,8 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ACL.Login" => acl::login(server, &call).await,
         "ACL.Logout" => acl::logout(server, &call).await,
         "ACL.BootstrapTokens" => acl::bootstrap(server, &call).await,
+        // ACL replication's status (issue #36, r10acl).
+        "ACL.ReplicationStatus" => acl::replication_status(server, &call).await,
         "ConnectCA.Roots" => connect_ca::roots(server, &call).await,
         "ConnectCA.Sign" => connect_ca::sign(server, &call).await,
         "AutoEncrypt.Sign" => auto_encrypt::sign(server, &call),

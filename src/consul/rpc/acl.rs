@@ -7,8 +7,9 @@
 //! Below those, the requests and objects of the other ACL calls: tokens, policies, roles,
 //! auth methods (`ACLAuthMethod`, its `Config` the stored JSON as a msgpack map) and
 //! binding rules (`ACLBindingRule`), each read and written with its get, list, set and
-//! delete request; and `ACLLoginRequest`, `ACLLogoutRequest` and
-//! `ACLInitialTokenBootstrapRequest`.
+//! delete request; `ACLLoginRequest`, `ACLLogoutRequest` and
+//! `ACLInitialTokenBootstrapRequest`; and `ACLReplicationStatus`, what
+//! `ACL.ReplicationStatus` answers ([`ReplicationStatus`]).
 
 use super::{
     each_field, go_time_binary, read_json, read_reply, string_list, string_map, write_json,
@@ -1208,6 +1209,91 @@ impl<'a> BootstrapRequest<'a> {
     }
 }
 
+/// `ACLReplicationStatus`, what `ACL.ReplicationStatus` answers (a `DCSpecificRequest`):
+/// whether this datacenter replicates ACLs from its primary, and how far it got. Its two
+/// times are `None` for Go's zero time (never), which an unset status carries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicationStatus {
+    pub enabled: bool,
+    pub running: bool,
+    pub source_datacenter: String,
+    pub replication_type: String,
+    pub replicated_index: u64,
+    pub replicated_role_index: u64,
+    pub replicated_token_index: u64,
+    pub last_success_unix_ns: Option<i64>,
+    pub last_error_unix_ns: Option<i64>,
+    pub last_error_message: String,
+}
+
+/// Go's `time.Time{}.MarshalBinary()`: version 1, second 0 of year 1, UTC.
+const GO_ZERO_TIME: [u8; 15] = [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
+/// A time of the status as Go's binary form: the zero time for `None`.
+fn write_status_time(w: &mut Writer, unix_ns: Option<i64>) {
+    match unix_ns {
+        Some(unix_ns) => w.bytes(&go_time_binary(unix_ns)),
+        None => w.bytes(&GO_ZERO_TIME),
+    }
+}
+
+/// A time of the status: `None` for Go's zero time (any zone), else its Unix nanoseconds.
+fn read_status_time(r: &mut Reader) -> Result<Option<i64>, WireError> {
+    let bytes = r.bytes()?;
+    // Seconds and nanoseconds all zero: year 1, what an unset `time.Time` holds.
+    if bytes.len() >= 13 && bytes[1..13].iter().all(|b| *b == 0) {
+        go_time_unix_ns(bytes)?;
+        return Ok(None);
+    }
+    go_time_unix_ns(bytes).map(Some)
+}
+
+impl ReplicationStatus {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        let mut f = Fields::new(&mut w, 10);
+        f.field("Enabled").bool(self.enabled);
+        write_status_time(f.field("LastError"), self.last_error_unix_ns);
+        f.field("LastErrorMessage").str(&self.last_error_message);
+        write_status_time(f.field("LastSuccess"), self.last_success_unix_ns);
+        f.field("ReplicatedIndex").uint(self.replicated_index);
+        f.field("ReplicatedRoleIndex")
+            .uint(self.replicated_role_index);
+        f.field("ReplicatedTokenIndex")
+            .uint(self.replicated_token_index);
+        f.field("ReplicationType").str(&self.replication_type);
+        f.field("Running").bool(self.running);
+        f.field("SourceDatacenter").str(&self.source_datacenter);
+        f.finish();
+        w.into_inner()
+    }
+
+    pub fn decode(body: &[u8]) -> Result<ReplicationStatus, WireError> {
+        let mut status = ReplicationStatus::default();
+        each_field(&mut Reader::new(body), |name, r| {
+            match name {
+                "Enabled" => status.enabled = r.bool()?,
+                "Running" => status.running = r.bool()?,
+                "SourceDatacenter" => status.source_datacenter = r.str()?.to_string(),
+                "ReplicationType" => status.replication_type = r.str()?.to_string(),
+                "ReplicatedIndex" => status.replicated_index = r.u64("ReplicatedIndex")?,
+                "ReplicatedRoleIndex" => {
+                    status.replicated_role_index = r.u64("ReplicatedRoleIndex")?
+                }
+                "ReplicatedTokenIndex" => {
+                    status.replicated_token_index = r.u64("ReplicatedTokenIndex")?
+                }
+                "LastSuccess" => status.last_success_unix_ns = read_status_time(r)?,
+                "LastError" => status.last_error_unix_ns = read_status_time(r)?,
+                "LastErrorMessage" => status.last_error_message = r.str()?.to_string(),
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(status)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1223,6 +1309,22 @@ mod tests {
             create_index: 3,
             modify_index: 4,
         })
+    }
+
+    #[test]
+    fn a_replication_status_crosses_with_its_zero_times_as_go_writes_them() {
+        let status = ReplicationStatus {
+            source_datacenter: "dc1".into(),
+            replicated_token_index: 7,
+            last_success_unix_ns: Some(1_700_000_000_123_000_000),
+            ..ReplicationStatus::default()
+        };
+        let body = status.encode();
+        // Go's zero time for the error that never happened.
+        let zero = [0xaf, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+        assert!(body.windows(zero.len()).any(|w| w == zero));
+        assert_eq!(ReplicationStatus::decode(&body).unwrap(), status);
+        assert!(ReplicationStatus::decode(&body[..body.len() - 1]).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Several datacenters: WAN federation and `?dc=`, and Consul's RPC between agents and
 //! servers.
 
+mod acl_dc_calls;
 mod catalog_calls;
 mod consul_rpc;
 mod dc_calls;
