@@ -311,6 +311,8 @@ pub fn across_datacenters(
             super::client_intention::across_datacenters,
             super::client_operator::across_datacenters,
             super::client_status::across_datacenters,
+            super::client_peering::across_datacenters,
+            super::snapshot::across_datacenters,
         ];
         return FAMILIES
             .iter()

@@ -9,5 +9,6 @@ mod dns_calls;
 mod federation_states;
 mod mesh_calls;
 mod native_tls;
+mod peer_snapshot_calls;
 mod query_calls;
 mod wan;
