@@ -10,17 +10,24 @@
 //! - `DELETE /v1/peering/<name>`: marks the peering `DELETING`, then removes it.
 //!
 //! `peering:write` for the writes, `peering:read` for the reads (the route's rule,
-//! [`ACL_RULE`]). Writes run on the leader (anyone else forwards the request), as Consul
-//! forwards the RPC. The secret exchange and the peer stream that move a peering to
-//! `ACTIVE` run on the gRPC thread (`xds::peerstream`).
+//! [`ACL_RULE`]). Writes run on the leader, as Consul forwards the RPC: a client agent, a
+//! follower, and a request naming another datacenter (`?dc=`, [`across`]) send the typed
+//! call `Peering.*` (praetor's own methods, `api::rpc::client_peering`), which the leader
+//! serves from the same pieces (`api::rpc::peering`): the checked arguments
+//! ([`TokenArgs`], [`EstablishArgs`]), the store command ([`token_write`],
+//! [`establish_write`], [`deletion`]) and the renderers ([`read_answer`], [`list_answer`],
+//! [`exported_answer`]), so every path answers the same bytes. The secret exchange and the
+//! peer stream that move a peering to `ACTIVE` run on the gRPC thread (`xds::peerstream`).
 
 use super::authz::{Authz, CustomRule};
 use super::context::now_unix_ns;
+use super::rpc::client_peering;
 use super::{
-    query_options, run_query, ApiError, AsyncResponder, Context, Outcome, Query, QueryMeta, Reply,
-    Request, WriteOp,
+    query_options, query_options_in, run_query, ApiError, AsyncResponder, Context, Outcome, Query,
+    QueryMeta, QueryOptions, Reply, Request, WriteOp,
 };
 use crate::consul::peering::{self as shapes, PeeringToken, TokenRemote};
+use crate::consul::rpc::peering::ExportedService;
 use crate::proto::http::Method;
 use crate::shard::watch::WatchSet;
 use crate::store::peering::{self, Peering, PeeringOp, PeeringRemote, PeeringState, SecretsOp};
@@ -107,22 +114,31 @@ fn meta_field(map: &Map<String, Value>) -> Result<BTreeMap<String, String>, ApiE
             .collect::<Result<_, ApiError>>()?,
         Some(_) => return Err(wrong()),
     };
+    validate_meta(&meta)?;
+    Ok(meta)
+}
+
+/// Consul's metadata rules for a peering's `Meta`.
+fn validate_meta(meta: &BTreeMap<String, String>) -> Result<(), ApiError> {
     let pairs: Vec<(String, String)> = meta.clone().into_iter().collect();
     crate::consul::registration::validate_meta(&pairs, false)
-        .map_err(|e| ApiError::bad_request(format!("meta tags failed validation: {e}")))?;
-    Ok(meta)
+        .map_err(|e| ApiError::bad_request(format!("meta tags failed validation: {e}")))
 }
 
 /// A partition other than `default` is enterprise-only, as Consul CE answers it.
 fn check_partition(map: &Map<String, Value>, request: &Request) -> Result<(), ApiError> {
     let named = string_field(map, "Partition")?;
     let query = request.query.get("partition").unwrap_or_default();
-    for partition in [named.as_str(), query] {
-        if !partition.is_empty() && partition != "default" {
-            return Err(ApiError::bad_request(
-                "Partitions are a Consul Enterprise feature",
-            ));
-        }
+    check_partition_name(&named)?;
+    check_partition_name(query)
+}
+
+/// Only the `default` partition (or none) exists in CE.
+pub fn check_partition_name(partition: &str) -> Result<(), ApiError> {
+    if !partition.is_empty() && partition != "default" {
+        return Err(ApiError::bad_request(
+            "Partitions are a Consul Enterprise feature",
+        ));
     }
     Ok(())
 }
@@ -190,16 +206,59 @@ fn join_host_port(host: &str, port: i32) -> String {
     }
 }
 
-/// Writes run on a server that leads; anyone else hands the request over.
-fn must_forward(ctx: &Context) -> bool {
-    ctx.is_client() || !ctx.is_leader()
+/// Whether a request is made as its typed call: one naming another datacenter, or a write
+/// on a client agent or a follower.
+fn write_by_call(ctx: &Context, datacenter: &str) -> bool {
+    !datacenter.is_empty() || ctx.writes_by_call()
+}
+
+/// A token request's checked arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenArgs {
+    pub name: String,
+    pub meta: BTreeMap<String, String>,
+    pub external: Vec<String>,
+}
+
+impl TokenArgs {
+    /// Checks a typed call's arguments as the HTTP handler checks its body.
+    pub fn checked(
+        name: &str,
+        partition: &str,
+        meta: BTreeMap<String, String>,
+        external: Vec<String>,
+    ) -> Result<TokenArgs, ApiError> {
+        if name.is_empty() {
+            return Err(ApiError::bad_request(
+                "PeerName is required in the payload when generating a new peering token.",
+            ));
+        }
+        check_partition_name(partition)?;
+        shapes::validate_peer_name(name).map_err(ApiError::bad_request)?;
+        validate_meta(&meta)?;
+        Ok(TokenArgs {
+            name: name.to_string(),
+            meta,
+            external,
+        })
+    }
 }
 
 /// `POST /v1/peering/token`.
 pub fn generate_token(
     ctx: &Context,
     request: &Request,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    generate_token_in(ctx, request, reply, "")
+}
+
+/// `POST /v1/peering/token` in `datacenter` (empty: this one).
+fn generate_token_in(
+    ctx: &Context,
+    request: &Request,
     _reply: &mut Reply,
+    datacenter: &str,
 ) -> Result<Outcome, ApiError> {
     let body = body_object(
         request,
@@ -215,9 +274,35 @@ pub fn generate_token(
     shapes::validate_peer_name(&name).map_err(ApiError::bad_request)?;
     let meta = meta_field(&body)?;
     let external = string_list_field(&body, "ServerExternalAddresses")?;
-    if must_forward(ctx) {
-        return Ok(Outcome::Forward);
+    let args = TokenArgs {
+        name,
+        meta,
+        external,
+    };
+    if write_by_call(ctx, datacenter) {
+        return Ok(client_peering::generate_token(
+            ctx, request, &args, datacenter,
+        ));
     }
+    let (command, token) = token_write(ctx, &args)?;
+    let text = shapes::encode_token(&token);
+    Ok(Outcome::Write(WriteOp {
+        command,
+        respond: Box::new(move |result, reply| match written(result) {
+            Ok(()) => token_answer(&text, reply),
+            Err(error) => reply.error(&error),
+        }),
+    }))
+}
+
+/// `{"PeeringToken": …}`, the token request's answer.
+pub fn token_answer(text: &str, reply: &mut Reply) {
+    reply.json(200, b"", &serde_json::json!({ "PeeringToken": text }));
+}
+
+/// On the leader: the peering write of a token request (a new `PENDING` peering, or the
+/// stored one, with a fresh establishment secret) and the token that hands it out.
+pub fn token_write(ctx: &Context, args: &TokenArgs) -> Result<(Command, PeeringToken), ApiError> {
     let config = ctx.config();
     if !config.connect.enabled {
         return Err(ApiError::Internal(
@@ -232,7 +317,7 @@ pub fn generate_token(
     let tables = ctx.current_version();
     let (server_name, ca) = tls_materials(&tables, &config.datacenter)?;
     let addresses = server_addresses(ctx, &tables)?;
-    let row = match peering::get(&tables, &name) {
+    let row = match peering::get(&tables, &args.name) {
         Some(existing) if existing.should_dial() => {
             return Err(ApiError::Internal(format!(
                 "cannot create peering with name: {:?}; there is already an established peering",
@@ -244,15 +329,16 @@ pub fn generate_token(
         Some(existing) => (**existing).clone(),
         None => Peering {
             id: uuid::Uuid::new_v4().to_string(),
-            name: name.clone(),
-            meta,
+            name: args.name.clone(),
+            meta: args.meta.clone(),
             ..Default::default()
         },
     };
     let secret = uuid::Uuid::new_v4().to_string();
+    let external = &args.external;
     let token = PeeringToken {
         ca: Some(ca),
-        manual_server_addresses: (!external.is_empty()).then_some(external),
+        manual_server_addresses: (!external.is_empty()).then(|| external.clone()),
         server_addresses: Some(addresses),
         server_name,
         peer_id: row.id.clone(),
@@ -269,16 +355,15 @@ pub fn generate_token(
             establishment_secret: secret,
         }),
     });
-    Ok(Outcome::Write(WriteOp {
-        command,
-        respond: Box::new(move |result, reply| match result {
-            CommandResult::Bool(true) => {
-                let body = serde_json::json!({ "PeeringToken": shapes::encode_token(&token) });
-                reply.json(200, b"", &body);
-            }
-            other => reply.error(&write_failure(other)),
-        }),
-    }))
+    Ok((command, token))
+}
+
+/// A peering write's result: applied, or Consul's error for it.
+pub fn written(result: CommandResult) -> Result<(), ApiError> {
+    match result {
+        CommandResult::Bool(true) => Ok(()),
+        other => Err(write_failure(other)),
+    }
 }
 
 fn write_failure(result: CommandResult) -> ApiError {
@@ -290,11 +375,64 @@ fn write_failure(result: CommandResult) -> ApiError {
     }
 }
 
+/// An establishment request's checked arguments: the token decoded and validated.
+#[derive(Clone, Debug)]
+pub struct EstablishArgs {
+    pub name: String,
+    /// The token as the request carried it (base64).
+    pub text: String,
+    pub token: PeeringToken,
+    pub meta: BTreeMap<String, String>,
+}
+
+impl EstablishArgs {
+    /// Checks a typed call's arguments as the HTTP handler checks its body.
+    pub fn checked(
+        name: &str,
+        partition: &str,
+        text: &str,
+        meta: BTreeMap<String, String>,
+    ) -> Result<EstablishArgs, ApiError> {
+        if name.is_empty() {
+            return Err(ApiError::bad_request(
+                "PeerName is required in the payload when establishing a peering.",
+            ));
+        }
+        if text.is_empty() {
+            return Err(ApiError::bad_request(
+                "PeeringToken is required in the payload when establishing a peering.",
+            ));
+        }
+        check_partition_name(partition)?;
+        shapes::validate_peer_name(name).map_err(ApiError::bad_request)?;
+        let token = decode_checked_token(text)?;
+        validate_meta(&meta)?;
+        Ok(EstablishArgs {
+            name: name.to_string(),
+            text: text.to_string(),
+            token,
+            meta,
+        })
+    }
+}
+
+fn decode_checked_token(text: &str) -> Result<PeeringToken, ApiError> {
+    let token = shapes::decode_token(text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    shapes::validate_token(&token).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(token)
+}
+
 /// `POST /v1/peering/establish`.
-pub fn establish(
+pub fn establish(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    establish_in(ctx, request, reply, "")
+}
+
+/// `POST /v1/peering/establish` in `datacenter` (empty: this one).
+fn establish_in(
     ctx: &Context,
     request: &Request,
     _reply: &mut Reply,
+    datacenter: &str,
 ) -> Result<Outcome, ApiError> {
     let body = body_object(request, &crate::consul::bodies::PEERING_ESTABLISH_REQUEST)?;
     let name = string_field(&body, "PeerName")?;
@@ -311,12 +449,46 @@ pub fn establish(
     }
     check_partition(&body, request)?;
     shapes::validate_peer_name(&name).map_err(ApiError::bad_request)?;
-    let token = shapes::decode_token(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    shapes::validate_token(&token).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let token = decode_checked_token(&text)?;
     let meta = meta_field(&body)?;
-    if must_forward(ctx) {
-        return Ok(Outcome::Forward);
+    let args = EstablishArgs {
+        name,
+        text,
+        token,
+        meta,
+    };
+    if write_by_call(ctx, datacenter) {
+        return Ok(client_peering::establish(ctx, request, &args, datacenter));
     }
+    let (command, addresses) = establish_write(ctx, &args)?;
+    let name = args.name;
+    Ok(Outcome::Write(WriteOp {
+        command,
+        respond: Box::new(move |result, reply| match written(result) {
+            Ok(()) => {
+                established(&name, &addresses);
+                empty_answer(reply);
+            }
+            Err(error) => reply.error(&error),
+        }),
+    }))
+}
+
+/// Logs a peering stored as `ESTABLISHING`, which the leader now dials.
+pub fn established(name: &str, addresses: &str) {
+    log::info!("peering: peering {name:?} stored as ESTABLISHING; the leader dials {addresses}");
+}
+
+/// `{}`, the answer of an establishment.
+pub fn empty_answer(reply: &mut Reply) {
+    reply.json(200, b"", &serde_json::json!({}));
+}
+
+/// On the leader: the dialer's peering write of an establishment, and the addresses it
+/// dials (for the log).
+pub fn establish_write(ctx: &Context, args: &EstablishArgs) -> Result<(Command, String), ApiError> {
+    let token = &args.token;
+    let name = &args.name;
     let tables = ctx.current_version();
     let (own_server_name, _) = tls_materials(&tables, &ctx.config().datacenter)
         .map_err(|e| ApiError::Internal(format!("failed to fetch TLS materials: {}", e.text())))?;
@@ -325,8 +497,8 @@ pub fn establish(
             "cannot create a peering within the same cluster {own_server_name:?}. Refer to the `exported-services` documentation if you want to export between partitions without peering"
         )));
     }
-    let existing = peering::get(&tables, &name);
-    check_token_unused(&tables, &name, existing, &token)?;
+    let existing = peering::get(&tables, name);
+    check_token_unused(&tables, name, existing, token)?;
     let id = match existing {
         Some(existing) if !existing.should_dial() => {
             return Err(ApiError::Internal(format!(
@@ -340,7 +512,7 @@ pub fn establish(
     let row = Peering {
         id,
         name: name.clone(),
-        meta,
+        meta: args.meta.clone(),
         state: PeeringState::Establishing,
         peer_id: token.peer_id.clone(),
         peer_ca_pems: token.ca().to_vec(),
@@ -360,18 +532,7 @@ pub fn establish(
             establishment_secret: token.establishment_secret.clone(),
         }),
     });
-    Ok(Outcome::Write(WriteOp {
-        command,
-        respond: Box::new(move |result, reply| match result {
-            CommandResult::Bool(true) => {
-                log::info!(
-                    "peering: peering {name:?} stored as ESTABLISHING; the leader dials {addresses}"
-                );
-                reply.json(200, b"", &serde_json::json!({}));
-            }
-            other => reply.error(&write_failure(other)),
-        }),
-    }))
+    Ok((command, addresses))
 }
 
 /// A token is single use: the dialer refuses one it has established with before (under
@@ -403,6 +564,45 @@ fn check_token_unused(
     Ok(())
 }
 
+/// What a read of one peering depends on: the peerings table's index, the peering's key.
+pub fn read_watch(tables: &Tables, name: &str) -> (u64, WatchSet) {
+    let key = crate::store::catalog::rows::fold(name).into_owned();
+    (
+        peering::index(tables),
+        WatchSet::new().key(Table::Peerings, key),
+    )
+}
+
+/// What the list of peerings depends on.
+pub fn list_watch(tables: &Tables) -> (u64, WatchSet) {
+    (
+        peering::index(tables),
+        WatchSet::new().table(Table::Peerings),
+    )
+}
+
+/// `GET /v1/peering/<name>`'s answer: the peering, or Consul's 404.
+pub fn read_answer(name: &str, row: Option<&Peering>, meta: QueryMeta, reply: &mut Reply) {
+    match row {
+        Some(row) => {
+            let mut headers = Vec::with_capacity(128);
+            meta.write_headers(&mut headers);
+            reply.json(200, &headers, &shapes::api_peering(row));
+        }
+        None => reply.error(&ApiError::NotFound(format!(
+            "Peering not found for {name:?}"
+        ))),
+    }
+}
+
+/// `GET /v1/peerings`' answer.
+pub fn list_answer(rows: &[&Peering], meta: QueryMeta, reply: &mut Reply) {
+    let mut headers = Vec::with_capacity(128);
+    meta.write_headers(&mut headers);
+    let rows: Vec<_> = rows.iter().map(|p| shapes::api_peering(p)).collect();
+    reply.json(200, &headers, &rows);
+}
+
 /// `GET /v1/peering/<name>`.
 struct ReadQuery {
     name: String,
@@ -410,23 +610,12 @@ struct ReadQuery {
 
 impl Query for ReadQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        let key = crate::store::catalog::rows::fold(&self.name).into_owned();
-        (
-            peering::index(tables),
-            WatchSet::new().key(Table::Peerings, key),
-        )
+        read_watch(tables, &self.name)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut headers = Vec::with_capacity(128);
-        meta.write_headers(&mut headers);
-        match peering::get(tables, &self.name) {
-            Some(row) => reply.json(200, &headers, &shapes::api_peering(row)),
-            None => reply.error(&ApiError::NotFound(format!(
-                "Peering not found for {:?}",
-                self.name
-            ))),
-        }
+        let row = peering::get(tables, &self.name).map(|row| &**row);
+        read_answer(&self.name, row, meta, reply);
     }
 }
 
@@ -435,37 +624,71 @@ struct ListQuery;
 
 impl Query for ListQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            peering::index(tables),
-            WatchSet::new().table(Table::Peerings),
-        )
+        list_watch(tables)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut headers = Vec::with_capacity(128);
-        meta.write_headers(&mut headers);
-        let rows: Vec<_> = peering::list(tables)
-            .map(|p| shapes::api_peering(p))
-            .collect();
-        reply.json(200, &headers, &rows);
+        let rows: Vec<&Peering> = peering::list(tables).map(|p| &**p).collect();
+        list_answer(&rows, meta, reply);
+    }
+}
+
+/// A read's options: `?dc` checked when the request is this datacenter's.
+fn read_options(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Result<QueryOptions, ApiError> {
+    if datacenter.is_empty() {
+        query_options(ctx, &request.query)
+    } else {
+        query_options_in(ctx, &request.query)
     }
 }
 
 pub fn list(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(ctx, &request.query)?;
+    list_in(ctx, request, reply, "")
+}
+
+/// `GET /v1/peerings` in `datacenter` (empty: this one).
+fn list_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = read_options(ctx, request, datacenter)?;
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+        return Ok(client_peering::list(ctx, request, options, datacenter));
+    }
     run_query(ctx, ListQuery, options, reply)
 }
 
 /// `GET|DELETE /v1/peering/<name>`.
 pub fn by_name(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    by_name_in(ctx, request, reply, "")
+}
+
+/// `GET|DELETE /v1/peering/<name>` in `datacenter` (empty: this one).
+fn by_name_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     let name = request.rest;
     if name.is_empty() {
         return Err(ApiError::bad_request("Must specify a name to fetch."));
     }
     if request.method == Method::Delete {
-        return delete(ctx, name);
+        return delete(ctx, request, name, datacenter);
     }
-    let options = query_options(ctx, &request.query)?;
+    let options = read_options(ctx, request, datacenter)?;
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+        return Ok(client_peering::read(
+            ctx, request, name, options, datacenter,
+        ));
+    }
     run_query(
         ctx,
         ReadQuery {
@@ -481,16 +704,36 @@ pub fn by_name(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
 /// removes the row once it has torn down what was imported; nothing is imported yet
 /// (docs/peering.md), so the removal follows at once. A missing peering, or one already
 /// being deleted, answers 200 as Consul does.
-fn delete(ctx: &Context, name: &str) -> Result<Outcome, ApiError> {
-    if must_forward(ctx) {
-        return Ok(Outcome::Forward);
+fn delete(
+    ctx: &Context,
+    request: &Request,
+    name: &str,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    if write_by_call(ctx, datacenter) {
+        return Ok(client_peering::delete(ctx, request, name, datacenter));
     }
-    let tables = ctx.current_version();
-    let Some(existing) = peering::get(&tables, name) else {
+    let Some((marked, remove)) = deletion(&ctx.current_version(), name) else {
         return Ok(Outcome::Async(Box::pin(async { done() })));
     };
+    let deferred = ctx.deferred();
+    Ok(Outcome::Async(Box::pin(async move {
+        if let Some(error) = proposal_error(deferred.propose(&marked).await) {
+            return Box::new(move |reply: &mut Reply| reply.error(&error)) as AsyncResponder;
+        }
+        if let Some(error) = proposal_error(deferred.propose(&remove).await) {
+            removal_failed(&error);
+        }
+        done()
+    })))
+}
+
+/// The two writes of a deletion — the mark, then the removal — or `None` when there is
+/// nothing to delete (no such peering, or one already being deleted), which answers 200.
+pub fn deletion(tables: &Tables, name: &str) -> Option<(Command, Command)> {
+    let existing = peering::get(tables, name)?;
     if existing.state == PeeringState::Deleting {
-        return Ok(Outcome::Async(Box::pin(async { done() })));
+        return None;
     }
     let marked = Command::Peering(PeeringOp::Write {
         peering: Box::new(Peering {
@@ -507,25 +750,25 @@ fn delete(ctx: &Context, name: &str) -> Result<Outcome, ApiError> {
     let remove = Command::Peering(PeeringOp::Remove {
         name: existing.name.clone(),
     });
-    let deferred = ctx.deferred();
-    Ok(Outcome::Async(Box::pin(async move {
-        if let Some(error) = proposal_error(deferred.propose(&marked).await) {
-            return Box::new(move |reply: &mut Reply| reply.error(&error)) as AsyncResponder;
-        }
-        if let Some(error) = proposal_error(deferred.propose(&remove).await) {
-            // The peering stays marked; a later DELETE answers 200 and the operator sees
-            // it as DELETING.
-            log::warn!(
-                "peering: removing a peering marked for deletion failed: {}",
-                error.text()
-            );
-        }
-        done()
-    })))
+    Some((marked, remove))
+}
+
+/// The peering stays marked; a later DELETE answers 200 and the operator sees it as
+/// DELETING.
+pub fn removal_failed(error: &ApiError) {
+    log::warn!(
+        "peering: removing a peering marked for deletion failed: {}",
+        error.text()
+    );
+}
+
+/// A deletion's answer: 200, empty.
+pub fn deleted_answer(reply: &mut Reply) {
+    reply.send(200, None, b"", b"");
 }
 
 fn done() -> AsyncResponder {
-    Box::new(|reply: &mut Reply| reply.send(200, None, b"", b""))
+    Box::new(deleted_answer)
 }
 
 fn proposal_error(result: crate::replica::ProposalResult) -> Option<ApiError> {
@@ -556,45 +799,97 @@ pub fn exported_services(
     request: &Request,
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
-    let options = query_options(ctx, &request.query)?;
+    exported_services_in(ctx, request, reply, "")
+}
+
+/// `GET /v1/exported-services` in `datacenter` (empty: this one).
+fn exported_services_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = read_options(ctx, request, datacenter)?;
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+        return Ok(client_peering::exported_services(
+            ctx, request, options, datacenter,
+        ));
+    }
     run_query(ctx, ExportedServicesQuery, options, reply)
+}
+
+/// What the exported services depend on: the config entries and the catalog's services.
+pub fn exported_watch(tables: &Tables) -> (u64, WatchSet) {
+    (
+        tables
+            .max_table_index(&[Table::ConfigEntries, Table::Services])
+            .max(1),
+        WatchSet::new()
+            .table(Table::ConfigEntries)
+            .table(Table::Services),
+    )
+}
+
+/// The exported services of `tables`, one per service in name order.
+pub fn exported_services_of(tables: &Tables) -> Vec<ExportedService> {
+    resolved_exports(tables)
+        .into_iter()
+        .map(|(service, consumers)| ExportedService {
+            service,
+            peers: consumers.peers.into_iter().collect(),
+            partitions: consumers.partitions.into_iter().collect(),
+        })
+        .collect()
+}
+
+/// `GET /v1/exported-services`' answer.
+pub fn exported_answer(services: &[ExportedService], meta: QueryMeta, reply: &mut Reply) {
+    let mut headers = Vec::with_capacity(128);
+    meta.write_headers(&mut headers);
+    let rows: Vec<Value> = services
+        .iter()
+        .map(|service| {
+            let mut resolved = Map::new();
+            if !service.peers.is_empty() {
+                resolved.insert("Peers".into(), service.peers.clone().into());
+            }
+            if !service.partitions.is_empty() {
+                resolved.insert("Partitions".into(), service.partitions.clone().into());
+            }
+            serde_json::json!({"Service": service.service, "Consumers": resolved})
+        })
+        .collect();
+    reply.json(200, &headers, &rows);
 }
 
 struct ExportedServicesQuery;
 
 impl Query for ExportedServicesQuery {
     fn evaluate(&self, tables: &Tables) -> (u64, WatchSet) {
-        (
-            tables
-                .max_table_index(&[Table::ConfigEntries, Table::Services])
-                .max(1),
-            WatchSet::new()
-                .table(Table::ConfigEntries)
-                .table(Table::Services),
-        )
+        exported_watch(tables)
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let mut headers = Vec::with_capacity(128);
-        meta.write_headers(&mut headers);
-        let rows: Vec<Value> = resolved_exports(tables)
-            .into_iter()
-            .map(|(service, consumers)| {
-                let mut resolved = Map::new();
-                if !consumers.peers.is_empty() {
-                    resolved.insert("Peers".into(), consumers.peers.into_iter().collect());
-                }
-                if !consumers.partitions.is_empty() {
-                    resolved.insert(
-                        "Partitions".into(),
-                        consumers.partitions.into_iter().collect(),
-                    );
-                }
-                serde_json::json!({"Service": service, "Consumers": resolved})
-            })
-            .collect();
-        reply.json(200, &headers, &rows);
+        exported_answer(&exported_services_of(tables), meta, reply);
     }
+}
+
+/// The peering requests that name another datacenter (`?dc=`), as their typed calls
+/// naming it, parsed and checked as for this one (the same errors); `None` for other paths.
+pub fn across(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    let handler: super::DatacenterHandler = match request.path {
+        "/v1/peering/token" => generate_token_in,
+        "/v1/peering/establish" => establish_in,
+        "/v1/peerings" => list_in,
+        "/v1/exported-services" => exported_services_in,
+        path if path.starts_with("/v1/peering/") => by_name_in,
+        _ => return None,
+    };
+    Some(super::run_for_datacenter(ctx, request, datacenter, handler))
 }
 
 /// Who may import one exported service.

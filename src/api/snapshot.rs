@@ -2,11 +2,21 @@
 //! through Raft like any write: on the leader, [`replicate_restore`] proposes the state in
 //! chunks of [`RESTORE_CHUNK_BYTES`] and then the commit every server verifies, so no log
 //! entry carries more than one chunk.
+//!
+//! A client agent, a follower (for a save that is not `?stale`, and every restore) and a
+//! request naming another datacenter (`?dc=`, [`across`]) make the typed call
+//! `Snapshot.Save` or `Snapshot.Restore` instead (`api::rpc::snapshot`), the archive inside
+//! the call, up to [`SNAPSHOT_CALL_BYTES_MAX`] bytes; the server that answers builds the
+//! archive ([`archive_of`]) or checks and restores it ([`checked_state`]) as here.
 
-use super::{query_options, ApiError, Context, LeaderOp, Outcome, Reply, Request};
+use super::{
+    query_options, query_options_in, ApiError, Context, LeaderOp, Outcome, QueryMeta, Reply,
+    Request,
+};
+pub use crate::consul::rpc::snapshot::SNAPSHOT_CALL_BYTES_MAX;
 use crate::proto::http::Method;
 use crate::proto::snapshot_archive;
-use crate::shard::runtime::{ProposalResult, ReadPlan, Shard};
+use crate::shard::runtime::{ProposalResult, Shard};
 use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult, Tables};
 use serde_json::json;
@@ -20,19 +30,63 @@ pub const SNAPSHOT_STATE_BYTES_MAX: u64 = 16 << 30;
 
 /// `/v1/snapshot`: GET saves, PUT restores.
 pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
+    handle_in(ctx, request, reply, "")
+}
+
+/// `/v1/snapshot` in `datacenter` (empty: this one).
+fn handle_in(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
     match request.method {
-        Method::Get => save(ctx, request, reply),
-        Method::Put => restore(ctx, request),
+        Method::Get => save(ctx, request, reply, datacenter),
+        Method::Put => restore(ctx, request, datacenter),
         _ => unreachable!("the routing table admits only GET and PUT"),
     }
 }
 
-fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
-    let options = query_options(ctx, &request.query)?;
-    match ctx.read_plan(&options) {
-        ReadPlan::Forward => return Ok(Outcome::Forward),
-        ReadPlan::Barrier | ReadPlan::Local => {}
+/// `/v1/snapshot?dc=<other>`: the typed call naming that datacenter.
+pub fn across(
+    ctx: &Context,
+    request: &Request,
+    datacenter: &str,
+) -> Option<Result<Outcome, ApiError>> {
+    (request.path == "/v1/snapshot")
+        .then(|| super::run_for_datacenter(ctx, request, datacenter, handle_in))
+}
+
+fn save(
+    ctx: &Context,
+    request: &Request,
+    reply: &mut Reply,
+    datacenter: &str,
+) -> Result<Outcome, ApiError> {
+    let options = if datacenter.is_empty() {
+        query_options(ctx, &request.query)?
+    } else {
+        query_options_in(ctx, &request.query)?
+    };
+    if !datacenter.is_empty() || ctx.reads_by_call(&options) {
+        return Ok(super::rpc::snapshot::save(
+            ctx, request, &options, datacenter,
+        ));
     }
+    let (archive, index) = archive_of(ctx)?;
+    save_answer(archive, ctx.query_meta(index, options.consistency), reply);
+    Ok(Outcome::Done)
+}
+
+/// A save's answer: the archive, with the query's headers.
+pub fn save_answer(archive: Vec<u8>, meta: QueryMeta, reply: &mut Reply) {
+    let mut headers = Vec::with_capacity(160);
+    meta.write_headers(&mut headers);
+    reply.send_owned(200, Some("application/x-gzip"), &headers, archive);
+}
+
+/// The archive of this server's current state, and the index it was taken at.
+pub fn archive_of(ctx: &Context) -> Result<(Vec<u8>, u64), ApiError> {
     let version = ctx.current_version();
     // The state is serialized twice, straight from the shared version: once to learn its
     // length and checksum (the tar header and SHA256SUMS need them), once into the
@@ -63,27 +117,40 @@ fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, 
         Vec::with_capacity(ARCHIVE_INITIAL_BYTES),
     )
     .map_err(|e| ApiError::Internal(format!("snapshot archive: {e}")))?;
-    let mut headers = Vec::with_capacity(160);
-    ctx.query_meta(version.index, options.consistency)
-        .write_headers(&mut headers);
-    reply.send_owned(200, Some("application/x-gzip"), &headers, archive);
-    Ok(Outcome::Done)
+    Ok((archive, version.index))
 }
 
-fn restore(ctx: &Context, request: &Request) -> Result<Outcome, ApiError> {
-    super::check_datacenter(ctx, &request.query)?;
-    let archive = snapshot_archive::read_archive(request.body, SNAPSHOT_STATE_BYTES_MAX)
-        .map_err(ApiError::BadRequest)?;
-    // Refuse a state this version cannot decode before replicating a byte of it.
-    Tables::from_snapshot_bytes(&archive.state)
-        .map_err(|e| ApiError::bad_request(format!("snapshot state cannot be restored: {e}")))?;
+fn restore(ctx: &Context, request: &Request, datacenter: &str) -> Result<Outcome, ApiError> {
+    if datacenter.is_empty() {
+        super::check_datacenter(ctx, &request.query)?;
+    }
+    let state = checked_state(request.body)?;
+    if !datacenter.is_empty() || ctx.writes_by_call() {
+        drop(state);
+        return super::rpc::snapshot::restore(ctx, request, datacenter);
+    }
     Ok(Outcome::Leader(LeaderOp::Restore {
-        state: archive.state,
+        state,
         respond: Box::new(|result, reply: &mut Reply| match result {
             CommandResult::Error(reason) => reply.error(&ApiError::Internal(reason)),
-            _ => reply.send(200, None, b"", b""),
+            _ => restored_answer(reply),
         }),
     }))
+}
+
+/// A restore's answer: 200, empty.
+pub fn restored_answer(reply: &mut Reply) {
+    reply.send(200, None, b"", b"");
+}
+
+/// The state inside a restore's archive, refused (400) when the archive is not whole or the
+/// state is one this version cannot decode — before a byte of it is replicated.
+pub fn checked_state(archive: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let archive = snapshot_archive::read_archive(archive, SNAPSHOT_STATE_BYTES_MAX)
+        .map_err(ApiError::BadRequest)?;
+    Tables::from_snapshot_bytes(&archive.state)
+        .map_err(|e| ApiError::bad_request(format!("snapshot state cannot be restored: {e}")))?;
+    Ok(archive.state)
 }
 /// Replicates a restore: the state in chunks through the log, then the commit that every
 /// server verifies and switches to. A failed chunk aborts the staged restore.

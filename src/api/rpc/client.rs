@@ -313,6 +313,8 @@ pub fn across_datacenters(
             super::client_status::across_datacenters,
             super::client_ui::across_datacenters,
             super::client_acl::across_datacenters,
+            super::client_peering::across_datacenters,
+            super::snapshot::across_datacenters,
         ];
         return FAMILIES
             .iter()

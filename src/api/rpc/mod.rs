@@ -32,6 +32,7 @@ pub mod client_connect;
 pub mod client_intention;
 pub mod client_internal;
 pub mod client_operator;
+pub mod client_peering;
 pub mod client_query;
 pub mod client_session;
 pub mod client_status;
@@ -49,8 +50,10 @@ pub mod intention;
 pub mod internal;
 pub mod kvs;
 pub mod operator;
+pub mod peering;
 pub mod prepared_query;
 pub mod session;
+pub mod snapshot;
 pub mod status;
 pub mod txn;
 
@@ -92,9 +95,11 @@ pub const SERVICES: &[&str] = &[
     "Internal",
     "KVS",
     "Operator",
+    "Peering",
     "Praetor",
     "PreparedQuery",
     "Session",
+    "Snapshot",
     "Status",
     "Txn",
 ];
@@ -239,6 +244,18 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "Internal.ExportedServicesForPeer" => {
             internal::exported_services_for_peer(server, &call).await
         }
+        // Cluster peering (praetor's own methods) and exported services (issue #36, peering).
+        "Peering.GenerateToken" => peering::generate_token(server, &call).await,
+        "Peering.Establish" => peering::establish(server, &call).await,
+        "Peering.Read" => peering::read_peering(server, &call).await,
+        "Peering.List" => peering::list(server, &call).await,
+        "Peering.Delete" => peering::delete(server, &call).await,
+        "ConfigEntry.GetResolvedExportedServices" => {
+            peering::exported_services(server, &call).await
+        }
+        // Snapshots (praetor's own methods; issue #36, peering).
+        "Snapshot.Save" => snapshot::serve_save(server, &call).await,
+        "Snapshot.Restore" => snapshot::serve_restore(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -445,6 +462,10 @@ fn is_read(method: &str) -> bool {
             | "ACL.Login"
             | "ACL.Logout"
             | "ACL.BootstrapTokens"
+            | "Peering.GenerateToken"
+            | "Peering.Establish"
+            | "Peering.Delete"
+            | "Snapshot.Restore"
     )
 }
 

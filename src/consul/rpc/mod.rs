@@ -31,9 +31,11 @@ pub mod intention;
 pub mod internal;
 pub mod kvs;
 pub mod operator;
+pub mod peering;
 pub mod prepared_query;
 pub mod rows;
 pub mod session;
+pub mod snapshot;
 pub mod status;
 pub mod txn;
 
@@ -625,6 +627,14 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "Internal.GatewayServiceDump" | "Internal.ServiceTopology" => {
             decoded(catalog::ServiceSpecificRequest::decode(body))
         }
+        // Peering (praetor's own methods) and exported services (issue #36, peering).
+        "Peering.GenerateToken" => decoded(peering::GenerateTokenRequest::decode(body)),
+        "Peering.Establish" => decoded(peering::EstablishRequest::decode(body)),
+        "Peering.Read" | "Peering.Delete" => decoded(peering::PeeringNameRequest::decode(body)),
+        "Peering.List" | "ConfigEntry.GetResolvedExportedServices" => {
+            decoded(peering::PartitionRequest::decode(body))
+        }
+        "Snapshot.Save" | "Snapshot.Restore" => decoded(snapshot::SnapshotRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

@@ -10,6 +10,7 @@ mod dns_calls;
 mod federation_states;
 mod mesh_calls;
 mod native_tls;
+mod peer_snapshot_calls;
 mod query_calls;
 mod ui_calls;
 mod wan;

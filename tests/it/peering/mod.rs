@@ -5,4 +5,4 @@
 
 mod http_peering;
 mod stream;
-mod support;
+pub(crate) mod support;
