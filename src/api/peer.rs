@@ -5,6 +5,10 @@
 //! the index and blocking behaviour of the local read, so a client watching a peer's
 //! service blocks and wakes as it would against Consul. An empty `peer` names nothing.
 //!
+//! On a client agent (or a follower, or with `?dc=`) the read goes as the local read's
+//! typed call, and its reply's `QueryMeta` heads the same empty answer
+//! (`rpc::client_catalog`).
+//!
 //! Writes that name a peer are refused where they are decoded
 //! (`consul::registration::PEER_REGISTRATION_REFUSED`); listing service names from a peer
 //! is refused by `catalog::services`, as Consul refuses it.
@@ -33,7 +37,19 @@ pub enum Empty {
 }
 
 impl Empty {
-    fn body(self, pretty: bool) -> Vec<u8> {
+    /// The empty answer of the read at `path`: a node's services or a node as Consul
+    /// answers them when nothing is found, a list for every other read.
+    pub fn of_path(path: &str) -> Empty {
+        if path.starts_with("/v1/catalog/node-services/") {
+            Empty::NodeServices
+        } else if path.starts_with("/v1/catalog/node/") {
+            Empty::Null
+        } else {
+            Empty::List
+        }
+    }
+
+    pub fn body(self, pretty: bool) -> Vec<u8> {
         let mut body = Vec::with_capacity(64);
         if self == Empty::Null {
             body.extend_from_slice(if pretty { b"null\n" } else { b"null" });

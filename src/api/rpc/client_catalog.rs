@@ -16,7 +16,8 @@
 //! itself; `?cached` goes through this agent's cache bookkeeping (`api::agent_cache`), which
 //! adds `X-Cache` and `Age` as the locally answered read does.
 //!
-//! `?peer` reads stay as they were ([`typed`]); `/v1/catalog/nodes?near` carries the
+//! `?peer` reads make the local read's call and answer its empty form at the reply's
+//! index (`api::peer`); `/v1/catalog/nodes?near` carries the
 //! node as its `DCSpecificRequest`'s `Source`.
 
 use super::client::{bad_reply, call, meta_of, query_options, read_timeout};
@@ -67,7 +68,7 @@ pub fn across_datacenters(
             _ => None,
         };
     }
-    if request.method != crate::proto::http::Method::Get || request.query.has("peer") {
+    if request.method != crate::proto::http::Method::Get {
         return None;
     }
     let (name, missing) = (request.rest, |what: &str| {
@@ -150,19 +151,14 @@ fn service_view(path: &str) -> Option<ServiceView> {
 }
 
 /// Whether a read goes as its typed call (a client agent's, or a follower's read for the
-/// leader): not for `?peer`, which the typed requests do not carry, nor the parameters
-/// named in `also`.
+/// leader): not when the request has one of the parameters named in `also`.
 pub fn typed(
     ctx: &crate::api::Context,
     request: &Request,
     options: &crate::api::QueryOptions,
     also: &[&str],
 ) -> bool {
-    ctx.reads_by_call(options)
-        && !["peer"]
-            .iter()
-            .chain(also)
-            .any(|name| request.query.has(name))
+    ctx.reads_by_call(options) && !also.iter().any(|name| request.query.has(name))
 }
 
 /// The headers of a reply: `QueryMeta`'s, and Consul's filtered header when the token hid
@@ -216,6 +212,9 @@ struct Read<'r> {
     /// This agent's datacenter, the `Source`'s.
     here: String,
     cache: Option<CacheLookup>,
+    /// `?peer`: nothing is imported from a peer, so the answer is the read's empty form
+    /// at the reply's index ([`crate::api::peer`]).
+    peer_empty: Option<crate::api::peer::Empty>,
     request: &'r Request<'r>,
 }
 
@@ -237,6 +236,10 @@ impl<'r> Read<'r> {
             near,
             here: config.datacenter.clone(),
             cache: None,
+            // A gateway's services take no `?peer` (their server handler reads none).
+            peer_empty: crate::api::peer::named(request)
+                .filter(|_| !request.path.starts_with("/v1/catalog/gateway-services/"))
+                .map(|_| crate::api::peer::Empty::of_path(request.path)),
             request,
         }
     }
@@ -330,6 +333,25 @@ impl<'r> Read<'r> {
         respond: impl FnOnce(&[u8], &Answering, &mut Reply) -> Result<(), ApiError> + 'static,
     ) -> Outcome {
         let timeout = read_timeout(&self.options);
+        if let Some(empty) = self.peer_empty {
+            return call(
+                ctx,
+                datacenter,
+                method,
+                body,
+                timeout,
+                Retry::Always,
+                move |body, reply| {
+                    // Only the reply's `QueryMeta` counts: its rows are the local ones.
+                    let meta = crate::consul::rpc::read_reply(body, |_, _| Ok(false))
+                        .map_err(bad_reply)?;
+                    let mut headers = Vec::with_capacity(160);
+                    super::client::meta_of(&meta).write_headers(&mut headers);
+                    reply.json_bytes(200, &headers, &empty.body(reply.pretty));
+                    Ok(())
+                },
+            );
+        }
         let answering = Answering {
             secret: self.secret,
             cache: self.cache,

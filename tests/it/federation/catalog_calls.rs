@@ -121,6 +121,15 @@ fn catalog_and_ui_reads_and_writes_are_typed_calls_here_and_across_datacenters()
         "/v1/internal/federation-states".to_string(),
         "/v1/internal/federation-states/mesh-gateways".to_string(),
         "/v1/internal/federation-state/dc1".to_string(),
+        // A peer's rows: none are imported, so each is the read's empty form at its index.
+        "/v1/catalog/nodes?peer=far".to_string(),
+        "/v1/catalog/service/web?peer=far".to_string(),
+        "/v1/catalog/node/mesh-dc1?peer=far".to_string(),
+        "/v1/catalog/node-services/mesh-dc1?peer=far".to_string(),
+        "/v1/health/service/web?peer=far".to_string(),
+        "/v1/health/checks/web?peer=far".to_string(),
+        "/v1/health/node/mesh-dc1?peer=far".to_string(),
+        "/v1/health/state/any?peer=far".to_string(),
     ];
     for path in &reads {
         let local = same_answer(client, server, ("GET", path, b""), None, true);
