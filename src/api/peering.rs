@@ -216,7 +216,7 @@ pub fn generate_token(
     let meta = meta_field(&body)?;
     let external = string_list_field(&body, "ServerExternalAddresses")?;
     if must_forward(ctx) {
-        return Ok(Outcome::Forward);
+        return Err(super::no_typed_call());
     }
     let config = ctx.config();
     if !config.connect.enabled {
@@ -315,7 +315,7 @@ pub fn establish(
     shapes::validate_token(&token).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let meta = meta_field(&body)?;
     if must_forward(ctx) {
-        return Ok(Outcome::Forward);
+        return Err(super::no_typed_call());
     }
     let tables = ctx.current_version();
     let (own_server_name, _) = tls_materials(&tables, &ctx.config().datacenter)
@@ -483,7 +483,7 @@ pub fn by_name(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Ou
 /// being deleted, answers 200 as Consul does.
 fn delete(ctx: &Context, name: &str) -> Result<Outcome, ApiError> {
     if must_forward(ctx) {
-        return Ok(Outcome::Forward);
+        return Err(super::no_typed_call());
     }
     let tables = ctx.current_version();
     let Some(existing) = peering::get(&tables, name) else {

@@ -30,7 +30,7 @@ pub fn handle(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Out
 fn save(ctx: &Context, request: &Request, reply: &mut Reply) -> Result<Outcome, ApiError> {
     let options = query_options(ctx, &request.query)?;
     match ctx.read_plan(&options) {
-        ReadPlan::Forward => return Ok(Outcome::Forward),
+        ReadPlan::Forward => return Err(super::no_typed_call()),
         ReadPlan::Barrier | ReadPlan::Local => {}
     }
     let version = ctx.current_version();

@@ -434,7 +434,7 @@ pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
         AclOp::Initialize { .. }
         | AclOp::InitialManagement { .. }
         | AclOp::ReapExpiredTokens { .. }
-        | AclOp::Bootstrap { .. } => return Outcome::Forward,
+        | AclOp::Bootstrap { .. } => return super::client::no_call_for_write(),
     };
     call_write(ctx, method, body, move |body, reply| {
         reply.json(200, b"", &answer(body)?);
