@@ -407,9 +407,8 @@ fn the_pure_layers_do_no_io_read_no_clock_and_start_no_thread() {
 
 /// Layers that reach servers only through Consul's typed calls (issue #36): outside their
 /// test modules they parse no HTTP, write no HTTP request text and send no forwarded-HTTP
-/// frames. `shard` joins once its last forwarded-HTTP path is a typed call (`docs/rpc.md`,
-/// *Not yet*).
-const NO_HTTP: &[&str] = &["agent", "cluster", "dns"];
+/// frames (which no longer exist; the marks keep them from coming back).
+const NO_HTTP: &[&str] = &["agent", "cluster", "dns", "shard"];
 
 /// Files of those layers whose HTTP is their job, not a way to reach a server: the HTTP
 /// health check runner speaks HTTP to the checked service.

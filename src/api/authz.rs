@@ -560,11 +560,7 @@ fn check_session_by_id(ctx: &Context, request: &Request, authz: &Authz) -> Resul
 }
 
 fn check_session_create(ctx: &Context, request: &Request, authz: &Authz) -> Result<(), ApiError> {
-    let default_node = request
-        .header(super::ORIGIN_NODE_HEADER)
-        .filter(|n| !n.is_empty())
-        .unwrap_or(&ctx.config().node_name)
-        .to_string();
+    let default_node = ctx.config().node_name.clone();
     let node = match parse_json(request.body) {
         Ok(value) => Obj::new(&value)
             .ok()

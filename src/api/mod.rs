@@ -96,10 +96,6 @@ pub fn blocking_wait(
 /// Consul adds up to wait/16 of random jitter so that many watchers don't return together.
 pub const BLOCKING_JITTER_FRACTION: u32 = 16;
 
-/// The node of the agent a forwarded request first arrived at, added by its first hop
-/// (`server`): the node Consul defaults to when a request names none (a session's `Node`).
-pub const ORIGIN_NODE_HEADER: &str = "X-Praetor-Origin-Node";
-
 /// Sent on a list answer from which the request's token hid rows (Consul's header).
 pub const FILTERED_BY_ACLS_HEADER: &[u8] = b"X-Consul-Results-Filtered-By-ACLs: true\r\n";
 
@@ -610,17 +606,12 @@ pub enum Outcome {
     Block(BlockOp),
     /// Leader-side work beyond one command.
     Leader(LeaderOp),
-    /// This server cannot answer; run the request on the leader.
-    Forward,
-    /// The request names another datacenter (`?dc=`, lowercased): a server sends it to a
-    /// server of that datacenter through the WAN router, a client agent to its server.
-    ForwardDatacenter(String),
     /// Local work that must wait (a gossip join, leave, keyring query, event wait); the
     /// future yields how to answer.
     Async(AsyncOp),
     /// An answer sent in pieces as they come (`/v1/agent/metrics/stream`), with chunked
     /// encoding, until the sender is dropped or the client hangs up; the connection closes
-    /// after it. Only a client's own connection streams: a forwarded request cannot.
+    /// after it.
     Stream(StreamOp),
 }
 
@@ -649,6 +640,16 @@ pub enum LeaderOp {
     },
 }
 
+/// The refusal of a request that only the leader (or another server) can answer and
+/// whose handler made no typed call for it. Every handler sends such requests as their
+/// typed calls (`rpc::client`), so this answers a praetor bug in words, not a wrong answer.
+pub fn no_typed_call() -> ApiError {
+    ApiError::Internal(
+        "rpc error: this request must be answered by the leader, and no call carries it there"
+            .to_string(),
+    )
+}
+
 /// Runs a read query: answers at once unless it is a blocking query whose index has not
 /// moved yet, in which case it is handed back to be parked.
 pub fn run_query<Q: Query + 'static>(
@@ -658,7 +659,7 @@ pub fn run_query<Q: Query + 'static>(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     match ctx.read_plan(&options) {
-        ReadPlan::Forward => return Ok(Outcome::Forward),
+        ReadPlan::Forward => return Err(no_typed_call()),
         ReadPlan::Barrier => {
             crate::telemetry::incr(crate::consul::metrics::Counter::RpcQuery);
             return Ok(Outcome::Block(BlockOp {
@@ -706,9 +707,13 @@ pub fn dispatch(
         Ok(Outcome::Write(op)) if ctx.writes_by_call() => {
             rpc::client::typed_write(ctx, request, op)
         }
-        // The leader's own work (and writes without a typed call yet, which `typed_write`
-        // answers `Forward`) goes to it as forwarded HTTP.
-        Ok(Outcome::Leader(_)) if !ctx.is_leader() => Outcome::Forward,
+        // The leader's own work: every handler that hands work to the leader sends a
+        // follower's or a client agent's request as its typed call first, so this is a
+        // handler that forgot to, refused rather than run where it must not.
+        Ok(Outcome::Leader(_)) if !ctx.is_leader() => {
+            reply.error(&no_typed_call());
+            Outcome::Done
+        }
         Ok(outcome) => outcome,
         Err(error) => {
             reply.error(&error);

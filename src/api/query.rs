@@ -528,11 +528,7 @@ fn execute(
         limit: parse_limit(request)?,
         connect: request.query.has("connect"),
         near: request.query.get("near").unwrap_or("").to_string(),
-        agent_node: request
-            .header(super::ORIGIN_NODE_HEADER)
-            .filter(|n| !n.is_empty())
-            .unwrap_or(&ctx.config().node_name)
-            .to_string(),
+        agent_node: ctx.config().node_name.clone(),
         token: request
             .token()
             .map(str::to_string)
@@ -542,7 +538,8 @@ fn execute(
     let lan = ctx.lan().cloned();
     let deferred = ctx.deferred();
     match ctx.read_plan(&options) {
-        ReadPlan::Forward => Ok(Outcome::Forward),
+        // `reads_by_call` above sent this read as `PreparedQuery.Execute`.
+        ReadPlan::Forward => Err(super::no_typed_call()),
         ReadPlan::Barrier => Ok(Outcome::Async(Box::pin(async move {
             if let Err(error) = deferred.read_barrier().await {
                 return Box::new(move |reply: &mut Reply| reply.error(&error)) as AsyncResponder;

@@ -480,15 +480,18 @@ impl Route {
             // Another datacenter's servers check and answer it, as Consul forwards the RPC
             // before it resolves the token.
             if let Some(datacenter) = super::other_datacenter(ctx, &request.query) {
-                // Requests with a typed call go as that call; the others as HTTP.
-                if let Some(outcome) =
+                // Every route answered across datacenters has its family's typed call.
+                let Some(outcome) =
                     super::rpc::client::across_datacenters(ctx, request, &datacenter)
-                {
-                    return outcome.map(|outcome| {
-                        super::translate::translate_typed(ctx, request.path, &datacenter, outcome)
-                    });
-                }
-                return Ok(Outcome::ForwardDatacenter(datacenter));
+                else {
+                    return Err(ApiError::Internal(format!(
+                        "rpc error: no call carries {} to datacenter {datacenter}",
+                        self.path.text()
+                    )));
+                };
+                return outcome.map(|outcome| {
+                    super::translate::translate_typed(ctx, request.path, &datacenter, outcome)
+                });
             }
         }
         // The one place a request's token is checked: no handler runs before its rule.

@@ -3,8 +3,7 @@
 //! Create defaults as Consul's agent does (the agent's node, the `serfHealth` check, a 15 s
 //! lock-delay, `release`), validates TTL and behavior as Consul's session endpoint does, and
 //! generates the session ID here, on the leader, so the command every server applies carries
-//! it. A request forwarded from another agent defaults to that agent's node
-//! (`X-Praetor-Origin-Node`). Renewals go to the leader, which keeps the TTL timers; they
+//! it. Renewals go to the leader, which keeps the TTL timers; they
 //! touch no log entry. On a client agent each endpoint is its typed call
 //! (`rpc::client_session`): the agent decodes and defaults a create, the server does the rest.
 //!
@@ -15,7 +14,7 @@ use super::authz::RowFilter;
 use super::rpc::client_session::{self, Which};
 use super::{
     query_options, run_query, ApiError, Context, LeaderOp, Outcome, Query, QueryMeta, Reply,
-    Request, WriteOp, ORIGIN_NODE_HEADER,
+    Request, WriteOp,
 };
 use crate::consul::body::{normalize_key, parse_strict, Obj};
 use crate::consul::json::JsonWriter;
@@ -155,12 +154,8 @@ pub(crate) fn create_in(
     request: &Request,
     datacenter: &str,
 ) -> Result<Outcome, ApiError> {
-    let default_node = request
-        .header(ORIGIN_NODE_HEADER)
-        .filter(|n| !n.is_empty())
-        .unwrap_or(&ctx.config().node_name)
-        .to_string();
-    let (mut session, behavior_text) = decode_create(request.body, &default_node)
+    let default_node = ctx.config().node_name.as_str();
+    let (mut session, behavior_text) = decode_create(request.body, default_node)
         .map_err(|e| ApiError::bad_request(format!("Request decode failed: {e}")))?;
     if !datacenter.is_empty() || ctx.writes_by_call() {
         // The server checks the rest, in the same words, and picks the ID.

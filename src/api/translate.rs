@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 /// The header Consul sets on a translated answer.
 const TRANSLATED_HEADER: &str = "X-Consul-Translate-Addresses: true\r\n";
 /// Most bytes of an answer decoded for translation; larger ones pass untranslated (the
-/// same limit as any forwarded answer, which is one RPC frame).
+/// most a typed answer from another datacenter can carry, one RPC frame).
 const TRANSLATED_BODY_BYTES_MAX: usize = crate::proto::rpc::FRAME_BYTES_MAX;
 
 /// What shape of answer an endpoint gives.
@@ -59,34 +59,9 @@ fn shape_of(path: &str) -> Option<Shape> {
     Some(shape)
 }
 
-/// Rewrites the answer at `output[start..]` to a request for another datacenter
-/// (`request`, as forwarded) when its endpoint is one Consul translates. An answer that is
-/// not a 200 with a JSON body of the expected shape is left as it is.
-pub fn translate_answer(
-    ctx: &Context,
-    request: &[u8],
-    datacenter: &str,
-    output: &mut Vec<u8>,
-    start: usize,
-) {
-    debug_assert!(ctx.config().translate_wan_addrs);
-    let Some(path) = request_path(request) else {
-        return;
-    };
-    let Some(shape) = shape_of(path) else {
-        return;
-    };
-    let local = &ctx.config().datacenter;
-    if let Some(translated) = translate_response(&output[start..], shape, datacenter, local) {
-        output.truncate(start);
-        output.extend_from_slice(&translated);
-    }
-}
-
 /// A typed `?dc=` read's outcome (`api::rpc::client`), its answer translated once
-/// rendered, as [`translate_answer`] translates a forwarded one: the typed path renders the
-/// remote rows into the same HTTP answer, so the same rewrite applies to it. Outcomes of
-/// other shapes, or with the setting off, are left as they are.
+/// rendered: the typed path renders the remote rows into the HTTP answer, which is then
+/// rewritten. Outcomes of other shapes, or with the setting off, are left as they are.
 pub fn translate_typed(
     ctx: &Context,
     path: &str,
@@ -118,14 +93,6 @@ pub fn translate_typed(
             }
         }) as super::AsyncResponder
     }))
-}
-
-/// The path of a request's target (no query string).
-fn request_path(request: &[u8]) -> Option<&str> {
-    let line_end = request.iter().position(|b| *b == b'\r')?;
-    let line = std::str::from_utf8(&request[..line_end]).ok()?;
-    let target = line.split(' ').nth(1)?;
-    Some(target.split('?').next().unwrap_or(target))
 }
 
 /// The response with its body translated and its head adjusted, or `None` to leave it.
@@ -339,10 +306,6 @@ mod tests {
         assert_eq!(shape_of("/v1/kv/a"), None);
         assert_eq!(shape_of("/v1/query/q/execute"), Some(Shape::QueryExecution));
         assert_eq!(shape_of("/v1/catalog/nodes"), Some(Shape::Nodes));
-        assert_eq!(
-            request_path(b"GET /v1/catalog/nodes?dc=dc2 HTTP/1.1\r\n\r\n"),
-            Some("/v1/catalog/nodes")
-        );
         let nodes =
             r#"[{"Node":"n1","Address":"10.0.0.1","TaggedAddresses":{"wan":"198.51.100.1"}}]"#;
         let out = translate_response(&response(nodes), Shape::Nodes, "dc2", "dc1").unwrap();

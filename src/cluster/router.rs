@@ -32,7 +32,6 @@ use crate::cluster::pools::{self, server_of};
 use crate::cluster::servers::{self, Retry, Server, ServerManager};
 use crate::gossip::coordinate::{distance_seconds, Coordinate};
 use crate::gossip::{GossipEvent, MemberInfo, MemberStatus};
-use crate::proto::rpc::Frame;
 use crate::shard::forward::ForwardPool;
 use crate::shard::rpc_client::{CallError, RpcClient};
 use crate::shard::runtime::Shared;
@@ -161,44 +160,6 @@ impl Router {
             .into_iter()
             .filter(|dc| *dc != self.local_datacenter)
             .collect()
-    }
-
-    /// Sends one request frame to a server of `datacenter` over `pool` (the calling shard's
-    /// connections) and waits for its response, failing over among that datacenter's
-    /// servers as [`servers::call`] does. `NO_PATH` at once when no server of it is alive.
-    pub async fn forward(
-        &self,
-        pool: &ForwardPool,
-        datacenter: &str,
-        kind: u8,
-        payload: &[u8],
-        timeout: Duration,
-        retry: Retry,
-    ) -> Result<Frame, String> {
-        debug_assert_ne!(
-            datacenter, self.local_datacenter,
-            "the local datacenter is never routed to"
-        );
-        let Some(route) = self.datacenter(datacenter) else {
-            return Err(NO_PATH.to_string());
-        };
-        match &route.path {
-            Path::Direct(servers) => {
-                if servers.pick().is_none() {
-                    return Err(NO_PATH.to_string());
-                }
-                servers::call_in(
-                    servers,
-                    pool,
-                    Some(datacenter),
-                    kind,
-                    payload,
-                    timeout,
-                    retry,
-                )
-                .await
-            }
-        }
     }
 
     /// Makes one of Consul's typed calls on a server of `datacenter` over `client` (the

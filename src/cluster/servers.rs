@@ -18,7 +18,7 @@
 //! [`LogLimiter`]) are pure: time and random draws come in as arguments. [`ServerManager`]
 //! shares one list among all shards of the agent without locks on the request path: a pick
 //! is one atomic load, and the rare changes swap a new list in (read-copy-update).
-//! [`call`] is the one way a client sends an RPC: pick, send, and on a transport failure
+//! [`call_typed`] is the one way a client sends an RPC: pick, send, and on a transport failure
 //! mark the server failed and retry on the next, within Consul's `rpc_hold_timeout`.
 //!
 //! Invariants: the server in use is always `servers[0]`; a server appears at most once; a
@@ -26,8 +26,6 @@
 //! already rotated past it), so concurrent failures of one server rotate it once.
 
 use crate::consul::metrics::Counter;
-use crate::proto::rpc::Frame;
-use crate::shard::forward::ForwardPool;
 use crate::shard::rpc_client::{CallError, RpcClient};
 use crate::telemetry;
 use arc_swap::ArcSwap;
@@ -439,45 +437,8 @@ pub enum Retry {
     NotSent,
 }
 
-/// Sends one request frame to a server the manager picks, over `pool` (the calling shard's
-/// connections), and waits for its response. A transport failure marks the server failed
-/// and, as `retry` allows, tries again at once on the next server (after a short random
-/// pause when no other server is left), for at most `RPC_HOLD_TIMEOUT`; with no server
-/// known it waits for one that long. Answers from a server, errors included, are returned
-/// as they are.
-pub async fn call(
-    manager: &ServerManager,
-    pool: &ForwardPool,
-    kind: u8,
-    payload: &[u8],
-    timeout: Duration,
-    retry: Retry,
-) -> Result<Frame, String> {
-    call_in(manager, pool, None, kind, payload, timeout, retry).await
-}
-
-/// [`call`] to the servers of `datacenter` (`None`: this agent's own), whose name a TLS
-/// connection asks for: the WAN router's calls (`cluster::router`) go through here with the
-/// remote datacenter's list.
-pub async fn call_in(
-    manager: &ServerManager,
-    pool: &ForwardPool,
-    datacenter: Option<&str>,
-    kind: u8,
-    payload: &[u8],
-    timeout: Duration,
-    retry: Retry,
-) -> Result<Frame, String> {
-    with_failover(manager, retry, async |addr| {
-        pool.call_checked_in(datacenter, addr, kind, payload, timeout)
-            .await
-            .map_err(|failure| (failure.reason, failure.sent))
-    })
-    .await
-}
-
 /// Makes one of Consul's typed calls on a server the manager picks, over `client` (the
-/// calling shard's connections), with [`call`]'s failover. The server's answer is
+/// calling shard's connections), with [`with_failover`]'s failover. The server's answer is
 /// returned as it is, its error text included (`Err(CallError::Remote)`); a transport
 /// failure after the last attempt is `Err(CallError::Transport)`.
 pub async fn call_typed(

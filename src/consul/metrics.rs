@@ -82,7 +82,6 @@ catalogue! {
         RpcRequest => def("rpc.request", "Requests this server answered for another agent over the server RPC port."),
         RpcRequestError => def("rpc.request_error", "Server RPC requests that failed."),
         RpcQuery => def("rpc.query", "Read queries this server evaluated."),
-        RpcForwardedHttp => def("rpc.forwarded_http", "HTTP requests other agents sent this server inside praetor's frames instead of as typed calls (praetor)."),
         ClientRpc => def("client.rpc", "RPCs this client agent sent to a server."),
         ClientRpcFailed => def("client.rpc.failed", "RPCs this client agent sent that failed."),
         ClientRpcExceeded => def("client.rpc.exceeded", "RPCs refused by this agent's rate limit (praetor has none: always 0)."),

@@ -19,7 +19,7 @@
 //! contact is `dns_config.max_stale` old, then are dropped, and misses answer SERVFAIL. With
 //! `allow_stale = false` nothing is cached: every question asks the leader's state.
 //!
-//! Every request goes through the agent's server manager ([`servers::call`]): to the server
+//! Every request goes through the agent's server manager ([`servers::call_typed`]): to the server
 //! in use, and on a transport failure to the next one at once (lookups and feed polls are
 //! reads, safe to repeat). With no server known a lookup fails at once, as Consul's does.
 

@@ -3,8 +3,8 @@
 //! As in Consul, the first byte of a connection selects the protocol
 //! ([`crate::proto::rpc_select`]); two of them carry praetor's own frames:
 //! - [`PROTOCOL_RAFT`]: a one-way stream of Raft messages from a peer (Consul's Raft byte).
-//! - [`PROTOCOL_RPC`]: multiplexed request/response frames (forwarded HTTP requests, …), on a
-//!   byte Consul does not use: Consul's own RPC (bytes 0 and 4) is typed msgpack calls, see
+//! - [`PROTOCOL_RPC`]: multiplexed request/response frames (a typed call one server hands to
+//!   another, a ping), on a byte Consul does not use: Consul's own RPC (bytes 0 and 4) is typed msgpack calls, see
 //!   [`crate::proto::msgpack_rpc`] and [`crate::proto::yamux`].
 //!
 //! After that byte, both protocols are a sequence of frames:
@@ -21,8 +21,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 pub const PROTOCOL_RAFT: u8 = 0x01;
 pub const PROTOCOL_RPC: u8 = 0x13;
 
-/// Largest frame body: a 1 MiB snapshot chunk or a forwarded request up to the HTTP body
-/// limit, with room for headers.
+/// Largest frame body: a 1 MiB snapshot chunk, or a typed call handed on whole (a
+/// transaction or a registration up to the HTTP body limit), with room around it.
 pub const FRAME_BYTES_MAX: usize = 80 << 20;
 /// `kind u8 | request_id u64` after the length.
 pub const FRAME_HEADER_BYTES: usize = 9;
@@ -35,10 +35,9 @@ pub const FRAME_RESERVE_AHEAD_BYTES: usize = 1 << 20;
 pub mod kind {
     /// Raft stream: payload is `(from, Message)` in msgpack.
     pub const RAFT_MESSAGE: u8 = 1;
-    /// RPC request: a raw HTTP/1.1 request (head and body) to run as if received locally.
-    pub const FORWARD_HTTP: u8 = 2;
-    /// RPC response: the raw HTTP/1.1 response to a `FORWARD_HTTP`.
-    pub const FORWARD_HTTP_RESPONSE: u8 = 3;
+    // 2 and 3 carried raw HTTP/1.1 requests and answers between servers before every
+    // request became a typed call; they stay unused, so an old server's frame is refused
+    // as an unknown kind, not misread.
     /// RPC response: the request failed on the server; payload is a UTF-8 reason.
     pub const ERROR: u8 = 4;
     /// RPC request: `Status.Ping`; answered with an empty `PONG`.
@@ -154,7 +153,7 @@ mod tests {
     #[test]
     fn frames_round_trip_in_pieces() {
         let mut wire = BytesMut::new();
-        encode_frame(&mut wire, kind::FORWARD_HTTP, 7, b"GET / HTTP/1.1\r\n\r\n");
+        encode_frame(&mut wire, kind::TYPED_CALL, 7, b"\x00a typed call");
         encode_frame(&mut wire, kind::PING, 8, b"");
         let wire = wire.freeze();
         for split in 0..wire.len() {
@@ -170,7 +169,7 @@ mod tests {
             }
             assert_eq!(frames.len(), 2, "split at {split}");
             assert_eq!(frames[0].request_id, 7);
-            assert_eq!(&frames[0].payload[..], b"GET / HTTP/1.1\r\n\r\n");
+            assert_eq!(&frames[0].payload[..], b"\x00a typed call");
             assert_eq!((frames[1].kind, frames[1].payload.len()), (kind::PING, 0));
             assert!(buf.is_empty());
         }

@@ -10,7 +10,7 @@
 //!
 //! Architecture invariant: the runtime knows nothing of HTTP, DNS, gossip or the agent. What
 //! it must hand upwards goes through types it defines: [`Shard::on_new_version`] observers,
-//! [`rpc_server::ForwardedHttp`] for requests other servers forward.
+//! [`rpc_server::TypedCalls`] for the typed calls agents and other servers make.
 
 pub mod auto_encrypt;
 pub mod dial;

@@ -8,7 +8,8 @@
 //!   typed calls (`KVS.Get`, `Catalog.Register`, …) carried by [`crate::shard::rpc_typed`] to
 //!   the [`TypedCalls`] the HTTP layer serves.
 //! - [`PROTOCOL_RPC`](crate::proto::rpc::PROTOCOL_RPC): praetor's multiplexed request frames
-//!   (on a byte Consul does not use) — each runs as its own task, answers go back through the
+//!   (on a byte Consul does not use): a typed call one server hands to another with its hop
+//!   count, or a ping. Each runs as its own task, answers go back through the
 //!   connection's single writer task, tagged with the request id.
 //! - TLS ([`rpc_type::TLS`](crate::proto::rpc_select::rpc_type::TLS)): a TLS handshake (the
 //!   client certificate required and verified under `verify_incoming`), then a second
@@ -55,7 +56,6 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use std::cell::Cell;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -66,19 +66,7 @@ pub const RPC_IN_FLIGHT_MAX: usize = 16_384;
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
-/// What answers the HTTP requests other servers forward here ([`kind::FORWARD_HTTP`]). The
-/// HTTP layer sits above the runtime, so whoever starts the shard hands it in; the runtime
-/// only carries the bytes.
-pub trait ForwardedHttp: 'static {
-    /// The raw HTTP/1.1 response to a raw HTTP/1.1 request.
-    fn answer(&self, request: Bytes) -> impl Future<Output = Vec<u8>>;
-}
-
-pub async fn accept_loop<H: ForwardedHttp + TypedCalls>(
-    shard: Rc<Shard>,
-    http: Rc<H>,
-    listener: TcpListener,
-) {
+pub async fn accept_loop<H: TypedCalls>(shard: Rc<Shard>, http: Rc<H>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -105,7 +93,7 @@ async fn protocol_byte(stream: &mut impl AsyncReadRent) -> Option<u8> {
     matches!(result, Ok(1)).then(|| first[0])
 }
 
-async fn serve<H: ForwardedHttp + TypedCalls>(
+async fn serve<H: TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     mut stream: TcpStream,
@@ -137,7 +125,7 @@ async fn serve<H: ForwardedHttp + TypedCalls>(
 }
 
 /// A TLS session on the server port: handshake, then the protocol byte inside it.
-async fn tls_session<H: ForwardedHttp + TypedCalls>(
+async fn tls_session<H: TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     stream: TcpStream,
@@ -163,7 +151,7 @@ async fn tls_session<H: ForwardedHttp + TypedCalls>(
 
 /// Native TLS: `first` (the ClientHello's first byte, already read) and the rest of the
 /// handshake go to rustls; the negotiated ALPN protocol selects what follows.
-async fn native_tls_session<H: ForwardedHttp + TypedCalls>(
+async fn native_tls_session<H: TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     stream: TcpStream,
@@ -198,7 +186,7 @@ async fn native_tls_session<H: ForwardedHttp + TypedCalls>(
 }
 
 /// Serves what a protocol byte inside TLS, or a native TLS session's ALPN, selected.
-async fn serve_inside_tls<H: ForwardedHttp + TypedCalls>(
+async fn serve_inside_tls<H: TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     tls: &TlsConfigurator,
@@ -235,7 +223,7 @@ async fn serve_inside_tls<H: ForwardedHttp + TypedCalls>(
 
 /// Auto-encrypt's first request: TLS without a client certificate, then one msgpack
 /// net/rpc codec at once (no second byte), on which only `AutoEncrypt.Sign` is served.
-async fn insecure_tls_session<H: ForwardedHttp + TypedCalls>(
+async fn insecure_tls_session<H: TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     stream: TcpStream,
@@ -402,7 +390,7 @@ async fn raft_stream(shard: &Shard, stream: TcpStream, peer: SocketAddr) {
 
 /// Serves multiplexed requests read from `reader`; answers leave through `writer` (the two
 /// halves of a plain or a TLS connection).
-async fn rpc_stream<H: ForwardedHttp + TypedCalls>(
+async fn rpc_stream<H: TypedCalls>(
     shard: Rc<Shard>,
     http: Rc<H>,
     mut reader: impl AsyncReadRent,
@@ -471,25 +459,9 @@ fn spawn_batching_writer(mut writer: impl AsyncWriteRent + 'static) -> flume::Se
 
 /// The encoded answer to one request frame; an unknown kind is an error frame, never a
 /// dropped request.
-async fn answer_frame<H: ForwardedHttp + TypedCalls>(
-    http: &H,
-    frame: Frame,
-    peer: SocketAddr,
-) -> BytesMut {
+async fn answer_frame<H: TypedCalls>(http: &H, frame: Frame, peer: SocketAddr) -> BytesMut {
     let mut out = BytesMut::new();
     match frame.kind {
-        kind::FORWARD_HTTP => {
-            telemetry::incr(Counter::RpcRequest);
-            // Which paths still forward HTTP shows here, until none does.
-            telemetry::incr(Counter::RpcForwardedHttp);
-            let answer = http.answer(frame.payload).await;
-            encode_frame(
-                &mut out,
-                kind::FORWARD_HTTP_RESPONSE,
-                frame.request_id,
-                &answer,
-            );
-        }
         kind::TYPED_CALL => match TypedCall::decode_forwarded(frame.payload, peer) {
             Ok(call) => {
                 let answer = rpc_typed::answer(http, call).await;

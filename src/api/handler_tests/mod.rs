@@ -277,8 +277,6 @@ impl Harness {
                 Checked::Answered(parse_answer(&output))
             }
             Outcome::Block(op) => self.resume(op),
-            Outcome::Forward => panic!("{request}: forwarded, but the harness leads"),
-            Outcome::ForwardDatacenter(dc) => panic!("{request}: sent to datacenter {dc}"),
             Outcome::Leader(_) | Outcome::Async(_) | Outcome::Stream(_) => {
                 panic!("{request}: needs the agent around the handler, not in-process")
             }

@@ -561,10 +561,19 @@ fn kvs_request<'o>(op: &'o KvOp, token: &'o str) -> Option<KvsRequest<'o>> {
     })
 }
 
-/// On a client agent, a write the handler decided on becomes the typed call a server
-/// applies (so far: KV writes, as `KVS.Apply`), its reply handed to the handler's responder
-/// as the command result the server produced. A write without a typed call yet is
-/// forwarded as HTTP (`Outcome::Forward`).
+/// The outcome of a write no typed call carries: the leader's own commands (tombstone
+/// reaping, bootstrap entries, ACL initialization), which no handler hands to a client
+/// agent or a follower. Reaching it is a praetor bug, answered in words.
+pub fn no_call_for_write() -> Outcome {
+    let error = crate::api::no_typed_call();
+    Outcome::Async(Box::pin(async move {
+        Box::new(move |reply: &mut Reply| reply.error(&error)) as crate::api::AsyncResponder
+    }))
+}
+
+/// On a client agent or a follower, a write the handler decided on becomes the typed call
+/// a server applies (`KVS.Apply`, `Catalog.Register`, `ACL.TokenSet`, …), its reply handed
+/// to the handler's responder as the command result the server produced.
 pub fn typed_write(ctx: &Context, request: &Request, op: WriteOp) -> Outcome {
     typed_write_in(ctx, request, op, "")
 }
@@ -594,15 +603,11 @@ fn typed_write_in(ctx: &Context, request: &Request, op: WriteOp, datacenter: &st
         return super::client_operator::autopilot_write(ctx, request, autopilot_op, op.respond);
     }
     let Command::Kv(kv_op) = &op.command else {
-        return Outcome::Forward;
+        return no_call_for_write();
     };
     let secret = request_secret(ctx, request);
     let Some(call_request) = kvs_request(kv_op, &secret) else {
-        return if datacenter.is_empty() {
-            Outcome::Forward
-        } else {
-            Outcome::ForwardDatacenter(datacenter.to_string())
-        };
+        return no_call_for_write();
     };
     let body = KvsRequest {
         datacenter,
@@ -682,7 +687,7 @@ fn catalog_write(
             }
             .encode(),
         ),
-        CatalogOp::Batch(_) | CatalogOp::Coordinates(_) => return Outcome::Forward,
+        CatalogOp::Batch(_) | CatalogOp::Coordinates(_) => return no_call_for_write(),
     };
     // A write that may have reached a server is not sent again: its answer would be lost.
     write_in(ctx, datacenter, method, body, move |_, reply| {

@@ -549,15 +549,7 @@ fn write_op_in(ctx: &Context, request: &Request, op: &AclOp, datacenter: &str) -
         AclOp::Initialize { .. }
         | AclOp::InitialManagement { .. }
         | AclOp::ReapExpiredTokens { .. }
-        | AclOp::Bootstrap { .. } => {
-            let error = ApiError::Internal(
-                "an ACL command only the leader makes has no typed call".to_string(),
-            );
-            return Outcome::Async(Box::pin(async move {
-                Box::new(move |reply: &mut crate::api::Reply| reply.error(&error))
-                    as crate::api::AsyncResponder
-            }));
-        }
+        | AclOp::Bootstrap { .. } => return super::client::no_call_for_write(),
     };
     write_in(ctx, datacenter, method, body, move |body, reply| {
         reply.json(200, b"", &answer(body)?);

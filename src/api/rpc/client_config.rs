@@ -183,7 +183,7 @@ fn write_op_in(
             return super::client_intention::write_op(ctx, request, op, respond)
         }
         // Bootstrap entries are the servers' own, never a client agent's write.
-        ConfigEntryOp::Bootstrap { .. } => return Outcome::Forward,
+        ConfigEntryOp::Bootstrap { .. } => return super::client::no_call_for_write(),
     };
     // A write that may have reached a server is not sent again (a CAS could fail the
     // second time and hide that the first applied).

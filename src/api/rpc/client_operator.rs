@@ -151,7 +151,7 @@ pub fn autopilot_write(
 ) -> Outcome {
     let AutopilotOp::Set { config, cas } = op else {
         // The leader's own initial write never comes from an HTTP request.
-        return Outcome::Forward;
+        return super::client::no_call_for_write();
     };
     autopilot_set(ctx, request, config, *cas, respond, "")
 }

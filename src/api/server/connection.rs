@@ -390,7 +390,6 @@ async fn next_request(
             },
             keep_alive,
             &mut conn.output,
-            0,
         )
     };
     conn.input.drain(..body.consumed);
@@ -532,7 +531,6 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
         let Some(Dispatched {
             outcome,
             shape,
-            forward,
             keep_alive,
             tail,
             answer_key,
@@ -573,7 +571,7 @@ async fn serve_requests(server: &Server, conn: &mut Connection) -> io::Result<()
                 }
             }
         }
-        let shared = complete(server, outcome, shape, &mut conn.output, forward, None).await?;
+        let shared = complete(server, outcome, shape, &mut conn.output, None).await?;
         debug_assert!(shared.is_none(), "only parked queries share answers");
         answered();
         if let Some(tail) = tail {

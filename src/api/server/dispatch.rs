@@ -1,15 +1,10 @@
-//! Buffered dispatch: a request whose bytes are all in memory — read from a client, or
-//! forwarded by another server — goes through [`api::dispatch`], and what must wait is
-//! carried out by [`complete`] the same way whoever sent it.
+//! Buffered dispatch: a request whose bytes are all in memory goes through
+//! [`api::dispatch`], and what must wait is carried out by [`complete`].
 //!
 //! Dispatch itself is synchronous and writes nothing but into the output buffer; it decides
-//! how the answer is shaped, re-frames a request to forward, and keys a query to park by its
-//! request head (woken queries with identical heads share one rendered answer). The order of
+//! how the answer is shaped and keys a query to park by its request head (woken queries with identical heads share one rendered answer). The order of
 //! answers is the order of requests: an outcome is completed before the next request is read.
 
-use super::forwarding::{
-    forward_timeout_for, forward_to_datacenter, forward_to_leader, reframe_for_forwarding,
-};
 use super::parking::park;
 use super::{ReplyShape, Server};
 use crate::api::routes::{self, Route};
@@ -22,7 +17,7 @@ use crate::shard::runtime::ProposalResult;
 use crate::telemetry;
 use std::borrow::Cow;
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A request ready to dispatch: its head, where its body is, and the route its raw path
 /// matched (which also sized the body).
@@ -34,14 +29,12 @@ pub(super) struct Buffered<'a> {
 }
 
 /// Dispatches a request whose bytes are all in memory. Returns the outcome, how to shape
-/// the answer, when the outcome is `Forward` the re-framed request and its timeout, and a
-/// large body to stream after what `output` holds.
+/// the answer, and a large body to stream after what `output` holds.
 pub(super) fn dispatch_buffered(
     server: &Server,
     request: Buffered,
     keep_alive: bool,
     output: &mut Vec<u8>,
-    hops: u32,
 ) -> Dispatched {
     let input = request.input;
     let head = request.head;
@@ -54,7 +47,6 @@ pub(super) fn dispatch_buffered(
     match (decoded_path, query) {
         (Some(path), Ok(query)) => {
             let pretty = server.shard.config().dev_mode || query.has("pretty");
-            let forward_timeout = forward_timeout_for(server.shard.config(), &query);
             // Nearly every path has no escapes: the route found for the body limit serves it.
             let route = match path {
                 Cow::Borrowed(_) => request.route,
@@ -88,13 +80,6 @@ pub(super) fn dispatch_buffered(
                 tail.is_none() || matches!(outcome, Outcome::Done),
                 "only a finished answer has a body to stream"
             );
-            let forward = match outcome {
-                Outcome::Forward | Outcome::ForwardDatacenter(_) => Some((
-                    forwarded_request(server, &req, request.body, hops),
-                    forward_timeout,
-                )),
-                _ => None,
-            };
             // A parked query keeps its head: woken queries with identical heads share one
             // rendered answer (see `shared_answers`).
             let answer_key = matches!(&outcome, Outcome::Block(op) if op.options.is_blocking())
@@ -102,7 +87,6 @@ pub(super) fn dispatch_buffered(
             Dispatched {
                 outcome,
                 shape: ReplyShape { keep_alive, pretty },
-                forward,
                 keep_alive,
                 tail,
                 answer_key,
@@ -121,28 +105,9 @@ pub(super) fn dispatch_buffered(
     }
 }
 
-/// The request re-framed for the server that answers it, one hop further.
-fn forwarded_request(server: &Server, req: &Request, body: &[u8], hops: u32) -> Vec<u8> {
-    reframe_for_forwarding(
-        req.buf,
-        req.head,
-        body,
-        hops + 1,
-        &server.shard.config().node_name,
-        // A request without a token is answered with this agent's default token, not the
-        // default of the server that answers it.
-        server
-            .context
-            .acl_enabled()
-            .then(|| req.token().is_none())
-            .filter(|none| *none)
-            .and_then(|_| server.context.agent_default_token()),
-    )
-}
-
 /// On a client agent with ACLs, the secret a request it answers itself authenticates with
 /// (its own token, else the agent's default); `None` when the request needs no resolution
-/// here (a server, or a request forwarded to one).
+/// here (a server).
 pub(super) fn client_token_to_resolve(
     server: &Server,
     route: Option<&Route>,
@@ -172,7 +137,6 @@ pub(super) fn client_token_to_resolve(
 pub(super) struct Dispatched {
     pub(super) outcome: Outcome,
     pub(super) shape: ReplyShape,
-    pub(super) forward: Option<(Vec<u8>, Duration)>,
     pub(super) keep_alive: bool,
     pub(super) tail: Option<StreamedArray>,
     /// The request head of a query to park, the key of its shared answer.
@@ -190,7 +154,6 @@ impl Dispatched {
                 keep_alive,
                 pretty: false,
             },
-            forward: None,
             keep_alive,
             tail: None,
             answer_key: None,
@@ -206,7 +169,6 @@ pub(super) async fn complete(
     outcome: Outcome,
     shape: ReplyShape,
     output: &mut Vec<u8>,
-    forward: Option<(Vec<u8>, Duration)>,
     answer_key: Option<Box<[u8]>>,
 ) -> io::Result<Option<SharedAnswer>> {
     let ReplyShape { keep_alive, pretty } = shape;
@@ -245,31 +207,10 @@ pub(super) async fn complete(
             Ok(None)
         }
         Outcome::Stream(_) => {
-            // Only a forwarded request gets here: its answer travels back as one message.
+            // The connection loop streams a client's answer itself before it gets here.
             Reply::new(output, keep_alive, pretty).error(&api::ApiError::Internal(
-                "a streamed answer cannot be forwarded".into(),
+                "a streamed answer is served by its connection".into(),
             ));
-            Ok(None)
-        }
-        Outcome::Forward => {
-            let (payload, timeout) = forward.expect("a forward outcome carries its request");
-            Box::pin(forward_to_leader(
-                server, payload, timeout, output, keep_alive,
-            ))
-            .await;
-            Ok(None)
-        }
-        Outcome::ForwardDatacenter(datacenter) => {
-            let (payload, timeout) = forward.expect("a forward outcome carries its request");
-            Box::pin(forward_to_datacenter(
-                server,
-                &datacenter,
-                payload,
-                timeout,
-                output,
-                keep_alive,
-            ))
-            .await;
             Ok(None)
         }
     }

@@ -1,38 +1,32 @@
-//! The HTTP/1.1 server of a shard: accept, read, parse, dispatch, write — and the same
-//! request path for requests forwarded from other servers over RPC.
+//! The HTTP/1.1 server of a shard: accept, read, parse, dispatch, write.
 //!
 //! A request is dispatched synchronously ([`api::dispatch`]); what must wait comes back as an
 //! owned [`api::Outcome`] that [`dispatch::complete`] carries out: propose a write, park a
-//! blocking query, pass a read barrier, or forward the request to the leader. Four rooms:
+//! blocking query, pass a read barrier, or await a typed call to another server (a
+//! request this server does not answer itself goes as Consul's typed call,
+//! `api::rpc::client`, never as HTTP). Three rooms:
 //!
 //! - [`connection`]: the connection loop. One task per connection with one input and one
 //!   output buffer, reused across requests; pipelined requests are answered in order, their
 //!   answers written with one syscall when no further complete request is buffered.
-//! - [`dispatch`]: buffered dispatch. A request whose bytes are all in memory (from a client
-//!   or forwarded by another server) goes through `api::dispatch`, and its outcome is carried
-//!   out the same way whoever sent it.
+//! - [`dispatch`]: buffered dispatch. A request whose bytes are all in memory goes through
+//!   `api::dispatch`, and its outcome is carried out.
 //! - [`parking`]: blocking queries. A parked query holds no buffers, watches its client for
 //!   a hang-up, and shares its rendered answer with identical woken queries.
-//! - [`forwarding`]: requests answered elsewhere, by the leader or another datacenter,
-//!   re-framed with `Content-Length` and an `X-Praetor-Forwarded` hop count; the receiving
-//!   server answers through the very same dispatch path, so every endpoint forwards without
-//!   endpoint-specific RPCs.
 //!
-//! Dispatch and forwarding call each other by nature (a forwarded request is dispatched; a
-//! dispatched request may be forwarded), as do the connection loop and parking (a parked
-//! query keeps its connection's socket and input).
+//! The connection loop and parking call each other by nature (a parked query keeps its
+//! connection's socket and input).
 //!
 //! Limits and timeouts: head size and header count ([`HttpLimits`]), body size per endpoint
 //! (`api::routes::body_limit`), `HEADER_READ_TIMEOUT` from the first byte of a request to the end of
 //! its head, `BODY_READ_TIMEOUT` between body reads, `IDLE_TIMEOUT` between requests,
 //! `WRITE_TIMEOUT` for a client that stops reading, `RPC_HOLD_TIMEOUT` waiting for a leader,
-//! `FORWARD_HOPS_MAX` forwards per request.
+//! `FORWARD_HOPS_MAX` servers a typed call is handed through.
 //!
 //! [`HttpLimits`]: crate::proto::http::HttpLimits
 
 mod connection;
 mod dispatch;
-mod forwarding;
 mod parking;
 
 pub use self::connection::{accept_loop, accept_tls_loop};
@@ -55,7 +49,8 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// `rpc_hold_timeout` every RPC waits (Consul's default), which a client agent's calls wait
 /// for a server too.
 pub use crate::cluster::servers::RPC_HOLD_TIMEOUT;
-/// Forwards one request may take before it is refused as a loop.
+/// Servers one typed call may be handed through (follower to leader, to another
+/// datacenter) before it is refused as a loop.
 pub const FORWARD_HOPS_MAX: u32 = 3;
 
 /// One shard's HTTP server: the context its handlers see, and the runtime it carries their

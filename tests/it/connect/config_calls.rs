@@ -1,9 +1,7 @@
 //! Config entries through a client agent as Consul's typed calls: `/v1/config` on a client
 //! agent becomes `ConfigEntry.Apply`, `.Get`, `.List`, `.ListAll` and `.Delete` on its
 //! server's RPC port, and the client answers byte for byte what the server answers for the
-//! same request (status, body, `X-Consul-Index`, the filtered-by-ACLs header). No HTTP
-//! request travels inside praetor's frames while it does (`consul_rpc_forwarded_http` stays
-//! where it was). An independent msgpack-rpc client (`tests/python/config_entry_rpc.py`)
+//! same request (status, body, `X-Consul-Index`, the filtered-by-ACLs header). An independent msgpack-rpc client (`tests/python/config_entry_rpc.py`)
 //! calls the methods on a server's port in Consul's own shapes.
 
 use crate::acl_common;
@@ -40,7 +38,6 @@ fn a_client_agent_manages_config_entries_through_typed_calls() {
     let client = cluster.start_client(&data, &[]);
     client.wait_ready();
     let server = &cluster.servers[0];
-    let before = server.prometheus_counter("consul_rpc_forwarded_http", None);
 
     // Writes: each kind's body is decoded on the client and applied by the server.
     let bodies = [
@@ -173,12 +170,6 @@ fn a_client_agent_manages_config_entries_through_typed_calls() {
     common::wait_for_log(server, &["rpc: call ConfigEntry.Delete"]);
     same(&client, server, "GET", "/v1/config/service-defaults", None);
     assert_eq!(server.get("/v1/config/service-defaults/web").status, 404);
-
-    assert_eq!(
-        server.prometheus_counter("consul_rpc_forwarded_http", None),
-        before,
-        "config entry requests reached the server as forwarded HTTP"
-    );
 }
 
 #[test]
@@ -193,21 +184,6 @@ fn a_client_agents_config_entry_calls_carry_the_requests_token() {
     let data = TempDir::new("config-calls-acl-client");
     let client = cluster.start_client(&data, &["-hcl", &acl]);
     client.wait_ready();
-    let metrics = call(
-        server,
-        "GET",
-        "/v1/agent/metrics?format=prometheus",
-        b"",
-        Some(MANAGEMENT),
-    );
-    let counter = |text: &str| -> u64 {
-        let line = text
-            .lines()
-            .find(|line| line.starts_with("consul_rpc_forwarded_http"))
-            .unwrap_or_else(|| panic!("no consul_rpc_forwarded_http in:\n{text}"));
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    };
-    let before = counter(&metrics.text());
 
     let (web_only, _, _) = token_with_rules(
         server,
@@ -289,19 +265,6 @@ fn a_client_agents_config_entry_calls_carry_the_requests_token() {
     );
     assert_eq!((asked.status, asked.text()), (direct.status, direct.text()));
     assert_eq!(asked.status, 403);
-
-    let metrics = call(
-        server,
-        "GET",
-        "/v1/agent/metrics?format=prometheus",
-        b"",
-        Some(MANAGEMENT),
-    );
-    assert_eq!(
-        counter(&metrics.text()),
-        before,
-        "config entry requests reached the server as forwarded HTTP"
-    );
 }
 
 #[test]

@@ -2,9 +2,7 @@
 //! `/v1/connect/intentions*` on a client agent becomes `Intention.Apply`, `.Get`, `.List`,
 //! `.Match` and `.Check` on its server's RPC port, `/v1/discovery-chain/<service>`
 //! `DiscoveryChain.Get`, and the client answers what the server answers for the same
-//! request (status, body, `X-Consul-Index`, the filtered-by-ACLs header). No HTTP request
-//! travels inside praetor's frames while it does (`consul_rpc_forwarded_http` stays where
-//! it was). An independent msgpack-rpc client (`tests/python/intention_rpc.py`) calls
+//! request (status, body, `X-Consul-Index`, the filtered-by-ACLs header). An independent msgpack-rpc client (`tests/python/intention_rpc.py`) calls
 //! `Intention.*` on a server's port in Consul's own shapes.
 
 use crate::acl_common;
@@ -77,7 +75,6 @@ fn a_client_agent_manages_intentions_through_typed_calls() {
     // L7 permissions need an HTTP destination.
     let http = r#"{"Kind": "service-defaults", "Name": "db", "Protocol": "http"}"#;
     assert_eq!(send(server, "PUT", "/v1/config", http).text(), "true");
-    let before = server.prometheus_counter("consul_rpc_forwarded_http", None);
 
     // Creates: a legacy POST answers the server's new ID; upserts by name answer true (on
     // another destination: the store keeps legacy and by-name intentions apart).
@@ -287,12 +284,6 @@ fn a_client_agent_manages_intentions_through_typed_calls() {
         assert_eq!(answer.status, 400, "{}", answer.text());
     }
     common::wait_for_log(server, &["rpc: call DiscoveryChain.Get"]);
-
-    assert_eq!(
-        server.prometheus_counter("consul_rpc_forwarded_http", None),
-        before,
-        "intention and discovery-chain requests reached the server as forwarded HTTP"
-    );
 }
 
 #[test]
@@ -307,7 +298,6 @@ fn a_client_agents_intention_calls_carry_the_requests_token() {
     let data = TempDir::new("intention-calls-acl-client");
     let client = cluster.start_client(&data, &["-hcl", &acl]);
     client.wait_ready();
-    let before = server.prometheus_counter("consul_rpc_forwarded_http", Some(MANAGEMENT));
 
     let (reader, reader_accessor, _) = token_with_rules(
         server,
@@ -402,12 +392,6 @@ fn a_client_agents_intention_calls_carry_the_requests_token() {
     );
     assert_eq!(chain.status, 403, "{}", chain.text());
     same(&client, server, "/v1/discovery-chain/db", Some(&reader));
-
-    assert_eq!(
-        server.prometheus_counter("consul_rpc_forwarded_http", Some(MANAGEMENT)),
-        before,
-        "intention requests reached the server as forwarded HTTP"
-    );
 }
 
 #[test]

@@ -5,8 +5,7 @@
 //! service's checks, a node's services as a list, a gateway's services, the UI's nodes, the
 //! federation states — answers on the client agent what dc1's server answers for the same
 //! request, and with `?dc=dc2` what dc2's server answers; registrations naming dc2 (by
-//! `?dc=` or by the body's `Datacenter`) land in dc2. No server's
-//! `consul_rpc_forwarded_http` moves throughout. With ACLs, the client agent's refusals and
+//! `?dc=` or by the body's `Datacenter`) land in dc2. With ACLs, the client agent's refusals and
 //! filtered answers are its server's. An independent msgpack-rpc client
 //! (`tests/python/catalog_rpc.py`) calls the new methods on a server's port in Consul's
 //! shapes.
@@ -18,14 +17,6 @@ use super::consul_rpc::TwoDatacenters;
 use common::{Agent, Cluster, TempDir};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// The forwarded-HTTP counters of `servers`, one each.
-fn forwarded_http(servers: &[&Agent], token: Option<&str>) -> Vec<u64> {
-    servers
-        .iter()
-        .map(|s| s.prometheus_counter("consul_rpc_forwarded_http", token))
-        .collect()
-}
 
 fn put_ok(agent: &Agent, path: &str, body: &Value) {
     let r = agent.put(path, body.to_string().as_bytes());
@@ -90,7 +81,6 @@ fn catalog_and_ui_reads_and_writes_are_typed_calls_here_and_across_datacenters()
         assert!(Instant::now() < deadline, "dc1 never reached dc2");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let before = forwarded_http(&[server, remote], None);
     let server_node = node_name(server);
 
     // Each read: on the client agent as dc1's server answers it; with `?dc=dc2` on either
@@ -259,12 +249,6 @@ fn catalog_and_ui_reads_and_writes_are_typed_calls_here_and_across_datacenters()
             (400, "Must provide node".to_string())
         );
     }
-
-    assert_eq!(
-        forwarded_http(&[server, remote], None),
-        before,
-        "a request went as forwarded HTTP"
-    );
 }
 
 const MANAGEMENT: &str = "5d6c7b8a-9e0f-4a1b-8c2d-3e4f5a6b7c8d";
@@ -318,7 +302,6 @@ fn a_client_agents_catalog_refusals_and_filtered_answers_are_its_servers() {
         r#"service "web" { policy = "read" } node_prefix "" { policy = "read" }"#,
     );
     wait_for_token(&client, &reader);
-    let before = forwarded_http(&[server], admin);
     for path in [
         // Refused: the route's `service:read` on the gateway, or on the ingress's service.
         "/v1/catalog/gateway-services/gw",
@@ -373,11 +356,6 @@ fn a_client_agents_catalog_refusals_and_filtered_answers_are_its_servers() {
         true,
     );
     assert_eq!(all.json().as_array().unwrap().len(), 2, "{}", all.text());
-    assert_eq!(
-        forwarded_http(&[server], admin),
-        before,
-        "a request went as forwarded HTTP"
-    );
 }
 
 #[test]

@@ -4,8 +4,7 @@
 //! dc1's server answers them itself; `?dc=dc2`, on dc1's server and on the client agent,
 //! answers as dc2's server does, and writes land in dc2; a follower of a three-server
 //! cluster answers as its leader; a snapshot saved through the client agent restores
-//! through it; ACL refusals are the leader's; and no server's `consul_rpc_forwarded_http`
-//! moves — nothing travels as HTTP inside praetor's frames.
+//! through it; and ACL refusals are the leader's.
 
 use crate::acl_common::{call, same_answer, wait_for_token};
 use crate::common::{self, Agent, Cluster, HttpResponse, TempDir};
@@ -14,14 +13,6 @@ use crate::peering::support::{certificates, decode, post, trust_domain, GRPC_TLS
 use super::consul_rpc::{wait_for_log, TwoDatacenters};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// The forwarded-HTTP counter of each server, in order.
-fn forwarded(servers: &[&Agent], token: Option<&str>) -> Vec<u64> {
-    servers
-        .iter()
-        .map(|server| server.prometheus_counter("consul_rpc_forwarded_http", token))
-        .collect()
-}
 
 /// Waits until `server` logged a call of each of `methods` (`rpc: call <method>`).
 fn served(server: &Agent, methods: &[&str]) {
@@ -126,7 +117,6 @@ fn peering_and_snapshots_on_a_client_agent_and_in_another_datacenter_are_typed_c
         assert!(Instant::now() < deadline, "dc1 never reached dc2");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let before = forwarded(&[server, remote], None);
 
     // Snapshots first (a restore brings back everything else as it was).
     assert_eq!(server.put("/v1/kv/snap/key", b"before").text(), "true");
@@ -289,11 +279,6 @@ fn peering_and_snapshots_on_a_client_agent_and_in_another_datacenter_are_typed_c
             "ConfigEntry.GetResolvedExportedServices",
         ],
     );
-    assert_eq!(
-        forwarded(&[server, remote], None),
-        before,
-        "a request went as forwarded HTTP"
-    );
 }
 
 const MANAGEMENT: &str = "4c1d2e3f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
@@ -357,8 +342,6 @@ fn a_follower_and_a_client_agent_answer_peering_and_snapshots_as_the_leader() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let servers: Vec<&Agent> = cluster.servers.iter().collect();
-    let before = forwarded(&servers, admin);
 
     for asked in [follower, &client] {
         // Peering: a token through the follower or the agent, read and listed alike.
@@ -407,9 +390,4 @@ fn a_follower_and_a_client_agent_answer_peering_and_snapshots_as_the_leader() {
         wait_status(leader, &path, 404, admin);
     }
     served(leader, &["Peering.GenerateToken", "Snapshot.Restore"]);
-    assert_eq!(
-        forwarded(&servers, admin),
-        before,
-        "a request went as forwarded HTTP"
-    );
 }

@@ -258,8 +258,7 @@ impl Agent {
     }
 
     /// A counter of the agent's Prometheus metrics (the agent needs [`PROMETHEUS_HCL`]),
-    /// read with `token` when ACLs guard them: how many HTTP requests reached a server
-    /// inside praetor's frames (`consul_rpc_forwarded_http`), for one.
+    /// read with `token` when ACLs guard them.
     pub fn prometheus_counter(&self, name: &str, token: Option<&str>) -> u64 {
         let headers: Vec<(&str, &str)> = token.map(|t| ("X-Consul-Token", t)).into_iter().collect();
         let response = request(
