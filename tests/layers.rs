@@ -249,6 +249,16 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
         "rpc",
         "a client agent's UI node reads (rpc::client_internal)",
     ),
+    (
+        "peering",
+        "rpc",
+        "a client agent's peering calls (rpc::client_peering)",
+    ),
+    (
+        "snapshot",
+        "rpc",
+        "a client agent's and a follower's snapshots (rpc::snapshot)",
+    ),
 ];
 
 /// The modules inside `api` (a file or a folder each; `mod.rs` is the vocabulary every
