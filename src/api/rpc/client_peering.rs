@@ -205,12 +205,15 @@ pub fn read(
     )
 }
 
-/// `GET /v1/peerings`: `Peering.List` of `datacenter` (empty: this one).
-pub fn list(
+/// A read of the whole partition (`PartitionRequest`) by `method` in `datacenter` (empty:
+/// this one), its reply rendered by `respond`: the peering list and the exported services.
+fn partition_read(
     ctx: &Context,
     request: &Request,
     options: crate::api::QueryOptions,
     datacenter: &str,
+    method: &'static str,
+    respond: impl FnOnce(&[u8], &mut crate::api::Reply) -> Result<(), ApiError> + 'static,
 ) -> Outcome {
     let secret = request_secret(ctx, request);
     let body = PartitionRequest {
@@ -222,10 +225,27 @@ pub fn list(
     call(
         ctx,
         datacenter,
-        "Peering.List",
+        method,
         body,
         read_timeout(&options),
         Retry::Always,
+        respond,
+    )
+}
+
+/// `GET /v1/peerings`: `Peering.List` of `datacenter` (empty: this one).
+pub fn list(
+    ctx: &Context,
+    request: &Request,
+    options: crate::api::QueryOptions,
+    datacenter: &str,
+) -> Outcome {
+    partition_read(
+        ctx,
+        request,
+        options,
+        datacenter,
+        "Peering.List",
         |body, reply| {
             let (meta, rows) = decode_list_reply(body).map_err(bad_reply)?;
             let rows: Vec<_> = rows.iter().collect();
@@ -243,20 +263,12 @@ pub fn exported_services(
     options: crate::api::QueryOptions,
     datacenter: &str,
 ) -> Outcome {
-    let secret = request_secret(ctx, request);
-    let body = PartitionRequest {
-        datacenter: named(ctx, datacenter),
-        partition: "",
-        options: query_options(&options, &secret),
-    }
-    .encode();
-    call(
+    partition_read(
         ctx,
+        request,
+        options,
         datacenter,
         "ConfigEntry.GetResolvedExportedServices",
-        body,
-        read_timeout(&options),
-        Retry::Always,
         |body, reply| {
             let (meta, services) = decode_exported_services(body).map_err(bad_reply)?;
             exported_answer(&services, meta_of(&meta), reply);
