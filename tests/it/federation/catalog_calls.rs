@@ -10,7 +10,7 @@
 //! (`tests/python/catalog_rpc.py`) calls the new methods on a server's port in Consul's
 //! shapes.
 
-use crate::acl_common::{self, call, same_answer, token_with_rules, wait_for_token};
+use crate::acl_common::{self, call, same_answer, same_gets, token_with_rules, wait_for_token};
 use crate::common;
 
 use super::consul_rpc::TwoDatacenters;
@@ -302,7 +302,7 @@ fn a_client_agents_catalog_refusals_and_filtered_answers_are_its_servers() {
         r#"service "web" { policy = "read" } node_prefix "" { policy = "read" }"#,
     );
     wait_for_token(&client, &reader);
-    for path in [
+    let paths = [
         // Refused: the route's `service:read` on the gateway, or on the ingress's service.
         "/v1/catalog/gateway-services/gw",
         "/v1/health/ingress/db",
@@ -316,15 +316,8 @@ fn a_client_agents_catalog_refusals_and_filtered_answers_are_its_servers() {
         "/v1/catalog/services?filter=ServiceName%20!%3D%20%22x%22",
         "/v1/health/checks/web?tag=x",
         "/v1/internal/federation-states/mesh-gateways",
-    ] {
-        let answer = same_answer(&client, server, ("GET", path, b""), Some(&reader), true);
-        assert!(
-            matches!(answer.status, 200 | 403),
-            "{path}: {} {}",
-            answer.status,
-            answer.text()
-        );
-    }
+    ];
+    same_gets(&client, server, &paths, Some(&reader), &[200, 403]);
     let refused = call(
         &client,
         "GET",

@@ -12,7 +12,7 @@
 //! independent msgpack-rpc client (`tests/python/ui_rpc.py`) calls the new methods on a
 //! server's port in Consul's shapes.
 
-use crate::acl_common::{self, call, same_answer, token_with_rules, wait_for_token};
+use crate::acl_common::{self, call, same_answer, same_gets, token_with_rules, wait_for_token};
 use crate::common;
 
 use super::consul_rpc::TwoDatacenters;
@@ -288,7 +288,7 @@ fn a_client_agents_ui_refusals_and_filtered_summaries_are_its_servers() {
         r#"service "web" { policy = "read" } service "web-proxy" { policy = "read" } node_prefix "" { policy = "read" }"#,
     );
     wait_for_token(&client, &reader);
-    for path in [
+    let paths = [
         // Refused: `service:read` on the gateway, on the service.
         "/v1/internal/ui/gateway-services-nodes/gw",
         "/v1/internal/ui/service-topology/db?kind=",
@@ -298,15 +298,8 @@ fn a_client_agents_ui_refusals_and_filtered_summaries_are_its_servers() {
         "/v1/internal/ui/services",
         "/v1/internal/ui/service-topology/web?kind=",
         "/v1/catalog/nodes?near=mesh",
-    ] {
-        let answer = same_answer(&client, server, ("GET", path, b""), Some(&reader), true);
-        assert!(
-            matches!(answer.status, 200 | 403),
-            "{path}: {} {}",
-            answer.status,
-            answer.text()
-        );
-    }
+    ];
+    same_gets(&client, server, &paths, Some(&reader), &[200, 403]);
     let refused = call(
         &client,
         "GET",

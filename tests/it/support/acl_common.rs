@@ -85,6 +85,26 @@ pub fn wait_for_token(agent: &Agent, token: &str) {
 /// The header that says a token hid rows.
 pub const FILTERED_HEADER: &str = "X-Consul-Results-Filtered-By-ACLs";
 
+/// [`same_answer`] for each GET of `paths` (with the query's headers), each answer's
+/// status one of `statuses`.
+pub fn same_gets(
+    asked: &Agent,
+    direct: &Agent,
+    paths: &[&str],
+    token: Option<&str>,
+    statuses: &[u16],
+) {
+    for path in paths {
+        let answer = same_answer(asked, direct, ("GET", path, b""), token, true);
+        assert!(
+            statuses.contains(&answer.status),
+            "{path}: {} {}",
+            answer.status,
+            answer.text()
+        );
+    }
+}
+
 /// `method path` with `body` on `asked` (a client agent, a follower) and on `direct` (the
 /// server that answers itself) with `token`, until both answer the same status, body and
 /// `Content-Type` (bounded: 10 s; a write lands on one a moment before the other sees it);
