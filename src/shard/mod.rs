@@ -140,11 +140,8 @@ pub fn spawn_shard(
             if let Some(core) = core {
                 core_affinity::set_for_current(core);
             }
-            let mut runtime = match monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-                .with_entries(URING_ENTRIES)
-                .enable_timer()
-                .build()
-            {
+            // A kernel that refuses cooperative task work (before 6.0, for `SINGLE_ISSUER`) gets the plain ring.
+            let mut runtime = match uring_runtime(true).or_else(|_| uring_runtime(false)) {
                 Ok(runtime) => runtime,
                 // io_uring's rings need physically contiguous pages, which a fragmented
                 // host may not have (ENOMEM): serve with epoll rather than not at all.
@@ -165,6 +162,31 @@ pub fn spawn_shard(
             });
         })
         .map_err(|e| format!("cannot start shard thread {id}: {e}"))
+}
+
+/// The shard's io_uring runtime. `cooperative` asks the kernel to run a completion's task
+/// work when the shard next enters the kernel (it does at every loop turn) instead of
+/// interrupting it with an inter-processor signal, and promises that only this thread
+/// submits (`SINGLE_ISSUER`). Under a hypervisor each such signal is a costly exit, and a
+/// busy shard takes one per completion otherwise; older kernels refuse the flags, and the
+/// caller then asks again without them.
+fn uring_runtime(
+    cooperative: bool,
+) -> std::io::Result<
+    monoio::FusionRuntime<
+        monoio::time::TimeDriver<monoio::IoUringDriver>,
+        monoio::time::TimeDriver<monoio::LegacyDriver>,
+    >,
+> {
+    let mut ring = io_uring::IoUring::builder();
+    if cooperative {
+        ring.setup_coop_taskrun().setup_single_issuer();
+    }
+    monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        .with_entries(URING_ENTRIES)
+        .uring_builder(ring)
+        .enable_timer()
+        .build()
 }
 
 /// How often parked blocking queries are checked for expired waits.
