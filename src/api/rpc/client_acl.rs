@@ -448,21 +448,38 @@ pub fn write(ctx: &Context, request: &Request, op: &AclOp) -> Outcome {
 /// leader applies it.
 fn write_op_in(ctx: &Context, request: &Request, op: &AclOp, datacenter: &str) -> Outcome {
     let secret = request_secret(ctx, request).into_owned();
+    let Some((method, body, answer)) = write_call(op, datacenter, &secret) else {
+        return super::client::no_call_for_write();
+    };
+    write_in(ctx, datacenter, method, body, move |body, reply| {
+        reply.json(200, b"", &answer(body)?);
+        Ok(())
+    })
+}
+
+/// The typed call that carries `op` to `datacenter` with the caller's `secret`: Consul's
+/// method, its msgpack body, and how its reply is rendered. `None` for the leader's own
+/// commands, which no handler makes for a typed call.
+fn write_call(
+    op: &AclOp,
+    datacenter: &str,
+    secret: &str,
+) -> Option<(&'static str, Vec<u8>, RenderReply)> {
     let set = |create: bool| SetRequest {
         datacenter,
         object: &[],
         create,
-        token: &secret,
+        token: secret,
     };
     let delete = |id: &str, object: Object| {
         DeleteRequest {
             datacenter,
             id,
-            token: &secret,
+            token: secret,
         }
         .encode(object)
     };
-    let (method, body, answer): (&'static str, Vec<u8>, RenderReply) = match op {
+    let call: (&'static str, Vec<u8>, RenderReply) = match op {
         AclOp::TokenSet(write) => (
             "ACL.TokenSet",
             set(write.create).encode(Object::Token, |w| {
@@ -549,12 +566,9 @@ fn write_op_in(ctx: &Context, request: &Request, op: &AclOp, datacenter: &str) -
         AclOp::Initialize { .. }
         | AclOp::InitialManagement { .. }
         | AclOp::ReapExpiredTokens { .. }
-        | AclOp::Bootstrap { .. } => return super::client::no_call_for_write(),
+        | AclOp::Bootstrap { .. } => return None,
     };
-    write_in(ctx, datacenter, method, body, move |body, reply| {
-        reply.json(200, b"", &answer(body)?);
-        Ok(())
-    })
+    Some(call)
 }
 
 /// The `ACLAuthMethod` an auth method write carries.
