@@ -52,6 +52,34 @@ impl Deferred {
         self.shard.config()
     }
 
+    // A snapshot travels on a connection of its own, which `api::rpc::snapshot` picks a
+    // server for and dials itself, as Consul's `SnapshotRPC` does; these are what it needs.
+
+    /// Whether this agent is a client agent.
+    pub fn is_client(&self) -> bool {
+        self.shard.is_client()
+    }
+
+    /// On a client agent, the servers its requests go to.
+    pub fn servers(&self) -> &ServerManager {
+        &self.servers
+    }
+
+    /// The cluster's status as this shard last saw it (the leader and its RPC address).
+    pub fn cluster_status(&self) -> Arc<ClusterStatus> {
+        self.shard.cluster_status()
+    }
+
+    /// This server's own RPC address.
+    pub fn rpc_address(&self) -> std::net::SocketAddr {
+        self.shard.shared().rpc_address
+    }
+
+    /// The shard's RPC client: the TLS settings and bind address connections dial with.
+    pub fn rpc_client(&self) -> &crate::shard::rpc_client::RpcClient {
+        &self.shard.rpc
+    }
+
     /// The WAN router: which datacenters exist and how near they are.
     pub fn router(&self) -> &crate::cluster::router::Router {
         &self.router

@@ -4,16 +4,15 @@
 //! entry carries more than one chunk.
 //!
 //! A client agent, a follower (for a save that is not `?stale`, and every restore) and a
-//! request naming another datacenter (`?dc=`, [`across`]) make the typed call
-//! `Snapshot.Save` or `Snapshot.Restore` instead (`api::rpc::snapshot`), the archive inside
-//! the call, up to [`SNAPSHOT_CALL_BYTES_MAX`] bytes; the server that answers builds the
-//! archive ([`archive_of`]) or checks and restores it ([`checked_state`]) as here.
+//! request naming another datacenter (`?dc=`, [`across`]) send the request on a snapshot
+//! connection of its own instead (byte 5, as Consul's agents do; `api::rpc::snapshot`), the
+//! archive streamed after it; the server that answers builds the archive ([`archive_of`]) or
+//! checks and restores it ([`checked_state`]) as here.
 
 use super::{
     query_options, query_options_in, ApiError, Context, LeaderOp, Outcome, QueryMeta, Reply,
     Request,
 };
-pub use crate::consul::rpc::snapshot::SNAPSHOT_CALL_BYTES_MAX;
 use crate::proto::http::Method;
 use crate::proto::snapshot_archive;
 use crate::shard::runtime::{ProposalResult, Shard};
@@ -21,7 +20,8 @@ use crate::store::restore::{RestoreOp, RESTORE_CHUNK_BYTES};
 use crate::store::{Command, CommandResult, Tables};
 use serde_json::json;
 
-/// Largest restore archive accepted, compressed.
+/// Largest restore archive accepted, compressed: the `PUT` body, and the archive a byte-5
+/// restore streams.
 pub const SNAPSHOT_UPLOAD_BYTES_MAX: usize = 4 << 30;
 /// Capacity the compressed archive starts with; it grows as the compressor writes.
 const ARCHIVE_INITIAL_BYTES: usize = 64 * 1024;
@@ -47,7 +47,7 @@ fn handle_in(
     }
 }
 
-/// `/v1/snapshot?dc=<other>`: the typed call naming that datacenter.
+/// `/v1/snapshot?dc=<other>`: a snapshot connection naming that datacenter.
 pub fn across(
     ctx: &Context,
     request: &Request,

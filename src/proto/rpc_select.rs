@@ -2,7 +2,8 @@
 //!
 //! Consul multiplexes everything on one port and lets the dialer say what follows with one
 //! byte (`agent/pool/conn.go`): [`rpc_type`]. praetor speaks Consul's RPC — one msgpack
-//! net/rpc codec on the connection (0) or yamux streams each carrying one (4) — Raft (1,
+//! net/rpc codec on the connection (0) or yamux streams each carrying one (4), a snapshot's
+//! own stream (5) — Raft (1,
 //! Consul's byte, praetor's own framing after it), plain or inside TLS (3), TLS without
 //! client verification (7) for auto-encrypt's certificate request, and its own multiplexed
 //! request frames on [`rpc_type::PRAETOR_FRAMES`], a byte Consul does not use. After a TLS
@@ -139,6 +140,9 @@ pub enum Selection {
     ConsulRpc,
     /// yamux: every stream one msgpack net/rpc codec.
     Multiplex,
+    /// A snapshot's own connection: a `SnapshotRequest`, the archive one way or the other,
+    /// a `SnapshotResponse` (`shard::snapshot_stream`).
+    Snapshot,
     /// praetor's multiplexed request frames (forwarded HTTP, ping).
     PraetorFrames,
     /// Handshake as a TLS server (verifying client certificates as configured), then read
@@ -244,6 +248,7 @@ pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selecti
         rpc_type::RAFT => Selection::Raft,
         rpc_type::CONSUL => Selection::ConsulRpc,
         rpc_type::MULTIPLEX_V2 => Selection::Multiplex,
+        rpc_type::SNAPSHOT => Selection::Snapshot,
         rpc_type::PRAETOR_FRAMES => Selection::PraetorFrames,
         rpc_type::TLS | rpc_type::TLS_INSECURE if layer == Layer::InsideTls => {
             return Err(Refusal::TlsInsideTls)
@@ -260,7 +265,6 @@ pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selecti
         }
         rpc_type::NATIVE_TLS => Selection::NativeTls,
         rpc_type::MULTIPLEX => return Err(not_spoken(byte, "the old muxado multiplexer")),
-        rpc_type::SNAPSHOT => return Err(not_spoken(byte, "snapshot stream")),
         rpc_type::GOSSIP => return Err(not_spoken(byte, "gossip over RPC")),
         rpc_type::GRPC => return Err(not_spoken(byte, "gRPC")),
         rpc_type::RAFT_FORWARDING => return Err(not_spoken(byte, "Raft forwarding")),
@@ -293,6 +297,7 @@ pub fn select_alpn(negotiated: Option<&[u8]>) -> Result<Selection, Refusal> {
         alpn::RPC_SINGLE => Ok(Selection::ConsulRpc),
         alpn::RPC_MULTI => Ok(Selection::Multiplex),
         alpn::RAFT => Ok(Selection::Raft),
+        alpn::RPC_SNAPSHOT => Ok(Selection::Snapshot),
         _ => Err(Refusal::AlpnNotSpoken { name }),
     }
 }
@@ -396,9 +401,14 @@ mod tests {
 
     #[test]
     fn other_bytes_are_refused_by_name() {
+        assert_eq!(select(5, Layer::Outer, &OPEN), Ok(Selection::Snapshot));
         assert_eq!(
-            select(5, Layer::Outer, &OPEN).unwrap_err().to_string(),
-            "protocol byte 5 (snapshot stream) is not spoken by praetor"
+            select(5, Layer::InsideTls, &VERIFYING),
+            Ok(Selection::Snapshot)
+        );
+        assert_eq!(
+            select(5, Layer::Outer, &VERIFYING),
+            Err(Refusal::PlaintextWithVerifyIncoming { byte: 5 })
         );
         assert_eq!(
             select(8, Layer::InsideTls, &OPEN).unwrap_err().to_string(),
@@ -414,7 +424,7 @@ mod tests {
                     || select(*b, Layer::Outer, &OPEN).is_ok()
             })
             .collect::<Vec<u8>>();
-        assert_eq!(accepted, vec![0, 1, 3, 4, 7, 0x13, 0x16]);
+        assert_eq!(accepted, vec![0, 1, 3, 4, 5, 7, 0x13, 0x16]);
     }
 
     #[test]
@@ -450,8 +460,8 @@ mod tests {
         assert_eq!(by_name("consul/rpc-single"), Ok(Selection::ConsulRpc));
         assert_eq!(by_name("consul/rpc-multi"), Ok(Selection::Multiplex));
         assert_eq!(by_name("consul/raft"), Ok(Selection::Raft));
+        assert_eq!(by_name("consul/rpc-snapshot"), Ok(Selection::Snapshot));
         for name in [
-            "consul/rpc-snapshot",
             "consul/rpc-gossip",
             "consul/rpc-grpc",
             "consul/raft-forwarding",

@@ -24,6 +24,7 @@ pub mod rpc_client;
 pub mod rpc_server;
 pub mod rpc_typed;
 pub mod runtime;
+pub mod snapshot_stream;
 pub mod telemetry;
 pub mod wal;
 pub mod watch;

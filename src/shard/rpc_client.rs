@@ -253,6 +253,17 @@ impl RpcClient {
         self.clock.elapsed().as_millis() as u64
     }
 
+    /// How connections of this client use TLS; a snapshot's own connection
+    /// (`shard::snapshot_stream`) dials as these do.
+    pub fn tls(&self) -> &TlsConfigurator {
+        &self.tls
+    }
+
+    /// The address connections leave from.
+    pub fn bind_addr(&self) -> IpAddr {
+        self.bind_addr
+    }
+
     /// Calls `method` with `body` (one msgpack value) on the server at `addr` (of
     /// `datacenter`, whose server name a new TLS connection asks for; `None`: this
     /// agent's), waiting at most `timeout`; the reply's msgpack body.

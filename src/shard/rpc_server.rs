@@ -7,6 +7,8 @@
 //! - Consul's RPC: one msgpack net/rpc codec (byte 0) or a yamux session of them (byte 4):
 //!   typed calls (`KVS.Get`, `Catalog.Register`, …) carried by [`crate::shard::rpc_typed`] to
 //!   the [`TypedCalls`] the HTTP layer serves.
+//! - A snapshot's own connection (byte 5, `RPCSnapshot`): handed whole to
+//!   [`TypedCalls::serve_snapshot`] as a [`SnapshotStream`], plain or inside TLS.
 //! - [`PROTOCOL_RPC`](crate::proto::rpc::PROTOCOL_RPC): praetor's multiplexed request frames
 //!   (on a byte Consul does not use): a typed call one server hands to another with its hop
 //!   count, or a ping. Each runs as its own task, answers go back through the
@@ -47,6 +49,7 @@ use crate::shard::raft_inbox::PeerSocket;
 use crate::shard::rpc_typed;
 pub use crate::shard::rpc_typed::{TypedAnswer, TypedCall, TypedCalls};
 use crate::shard::runtime::{RaftInput, Shard};
+use crate::shard::snapshot_stream::SnapshotStream;
 use crate::telemetry::{self, Counter};
 use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
@@ -112,6 +115,10 @@ async fn serve<H: TypedCalls>(
         Ok(Selection::Multiplex) => {
             let (reader, writer) = stream.into_split();
             rpc_typed::serve_yamux(shard, http, reader, writer, peer).await
+        }
+        Ok(Selection::Snapshot) => {
+            http.serve_snapshot(SnapshotStream::Plain(stream), peer)
+                .await
         }
         Ok(Selection::PraetorFrames) => {
             let (reader, writer) = stream.into_split();
@@ -210,6 +217,10 @@ async fn serve_inside_tls<H: TypedCalls>(
         Selection::Multiplex => {
             let (reader, writer) = session.into_split();
             rpc_typed::serve_yamux(shard, http, reader, writer, peer).await
+        }
+        Selection::Snapshot => {
+            let stream = SnapshotStream::Accepted(Box::new(session));
+            http.serve_snapshot(stream, peer).await
         }
         Selection::PraetorFrames => {
             let (reader, writer) = session.into_split();

@@ -136,6 +136,18 @@ impl TypedAnswer {
 /// endpoints, so whoever starts the shard hands it in.
 pub trait TypedCalls: 'static {
     fn serve(&self, call: TypedCall) -> impl Future<Output = TypedAnswer>;
+
+    /// Serves a byte-5 (`RPCSnapshot`) connection to its end. By default the connection
+    /// is closed unanswered: a table without snapshots (the insecure session's) serves none.
+    fn serve_snapshot(
+        &self,
+        stream: crate::shard::snapshot_stream::SnapshotStream,
+        peer: SocketAddr,
+    ) -> impl Future<Output = ()> {
+        log::warn!("rpc: refused a snapshot connection from {peer}: not served here");
+        drop(stream);
+        async {}
+    }
 }
 
 /// Serves one call and encodes its answer as net/rpc writes it.

@@ -99,7 +99,6 @@ pub const SERVICES: &[&str] = &[
     "Praetor",
     "PreparedQuery",
     "Session",
-    "Snapshot",
     "Status",
     "Txn",
 ];
@@ -113,6 +112,15 @@ const LEADER_POLL: Duration = Duration::from_millis(50);
 impl TypedCalls for Server {
     fn serve(&self, call: TypedCall) -> impl Future<Output = TypedAnswer> {
         serve(self, call)
+    }
+
+    // Snapshots on their own connection, byte 5 (issue #36, r11snap).
+    fn serve_snapshot(
+        &self,
+        stream: crate::shard::snapshot_stream::SnapshotStream,
+        peer: std::net::SocketAddr,
+    ) -> impl Future<Output = ()> {
+        snapshot::serve_stream(self, stream, peer)
     }
 }
 
@@ -253,9 +261,6 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ConfigEntry.GetResolvedExportedServices" => {
             peering::exported_services(server, &call).await
         }
-        // Snapshots (praetor's own methods; issue #36, peering).
-        "Snapshot.Save" => snapshot::serve_save(server, &call).await,
-        "Snapshot.Restore" => snapshot::serve_restore(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {
@@ -465,7 +470,6 @@ fn is_read(method: &str) -> bool {
             | "Peering.GenerateToken"
             | "Peering.Establish"
             | "Peering.Delete"
-            | "Snapshot.Restore"
     )
 }
 

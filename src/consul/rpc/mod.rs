@@ -634,7 +634,8 @@ pub fn decode_any(method: &str, body: &[u8]) {
         "Peering.List" | "ConfigEntry.GetResolvedExportedServices" => {
             decoded(peering::PartitionRequest::decode(body))
         }
-        "Snapshot.Save" | "Snapshot.Restore" => decoded(snapshot::SnapshotRequest::decode(body)),
+        // Not a method: the request a byte-5 (`RPCSnapshot`) connection opens with.
+        "RPCSnapshot" => decoded(snapshot::SnapshotRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

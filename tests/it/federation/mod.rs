@@ -12,5 +12,6 @@ mod mesh_calls;
 mod native_tls;
 mod peer_snapshot_calls;
 mod query_calls;
+mod snapshot_stream;
 mod ui_calls;
 mod wan;

@@ -1,5 +1,6 @@
-//! Cluster peering and snapshots as typed calls (`Peering.*`, praetor's own;
-//! `ConfigEntry.GetResolvedExportedServices`; `Snapshot.Save` and `Snapshot.Restore`): a
+//! Cluster peering as typed calls (`Peering.*`, praetor's own;
+//! `ConfigEntry.GetResolvedExportedServices`) and snapshots on their own connection (byte
+//! 5, `RPCSnapshot`, as Consul's): a
 //! dc1 client agent answers `/v1/peering*`, `/v1/exported-services` and `/v1/snapshot` as
 //! dc1's server answers them itself; `?dc=dc2`, on dc1's server and on the client agent,
 //! answers as dc2's server does, and writes land in dc2; a follower of a three-server
@@ -151,7 +152,9 @@ fn peering_and_snapshots_on_a_client_agent_and_in_another_datacenter_are_typed_c
         404,
         "dc1 holds dc2's key"
     );
-    served(remote, &["Snapshot.Save", "Snapshot.Restore"]);
+    // dc2's server served them on their own connections (byte 5), relayed by dc1's.
+    wait_for_log(remote, &["rpc: snapshot Save from"]);
+    wait_for_log(remote, &["rpc: snapshot Restore from"]);
 
     // Peering in dc1 through the client agent: a token, the acceptor's PENDING peering.
     let (_, document) = token_via(client, "/v1/peering/token", "via-client", None);
@@ -389,5 +392,6 @@ fn a_follower_and_a_client_agent_answer_peering_and_snapshots_as_the_leader() {
         assert_eq!(deleted.status, 200, "{}", deleted.text());
         wait_status(leader, &path, 404, admin);
     }
-    served(leader, &["Peering.GenerateToken", "Snapshot.Restore"]);
+    served(leader, &["Peering.GenerateToken"]);
+    wait_for_log(leader, &["rpc: snapshot Restore from"]);
 }
