@@ -4,8 +4,9 @@
 # Builds praetor with bench/floors/catalog-writes-as-kv.patch applied (in a throw-away git
 # worktree, so the tree you work in is untouched) and measures the churn rows for the real
 # binary and the floor binary in one sitting with bench/ab.py. The patched server turns every
-# catalog write — `/v1/catalog/register`, `/v1/catalog/deregister`, and the batches a local
-# agent's anti-entropy sends — into a KV set of the write's raw bytes: no JSON decode, no
+# catalog write — `/v1/catalog/register`, `/v1/catalog/deregister`, the service changes a
+# server's own anti-entropy proposes, and the `Catalog.Register`/`Catalog.Deregister` calls of
+# service changes a client agent sends — into a KV set of the write's raw bytes: no JSON decode, no
 # catalog apply, no index or wake-up bookkeeping, but the same HTTP request, the same bytes
 # through Raft and the WAL on three servers, and (via the agent) all of the agent's own work.
 # Whatever the floor's ratio against KV PUT is, no implementation of the catalog can beat it.
