@@ -1028,3 +1028,21 @@ fn links_between_docs_resolve() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// `bench/churn_floor.sh` (described in docs/benchmarks.md) builds praetor with its floor
+/// patch applied: the patch must apply to the tree as it is, or the churn figure cannot be
+/// measured at all (it went stale once when the catalog path became typed calls).
+#[test]
+fn the_churn_floor_patch_applies_to_the_tree() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = std::process::Command::new("git")
+        .current_dir(root)
+        .args(["apply", "--check", "bench/floors/catalog-writes-as-kv.patch"])
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "bench/floors/catalog-writes-as-kv.patch no longer applies: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
