@@ -29,6 +29,7 @@ pub mod discovery_chain;
 pub mod federation_state;
 pub mod intention;
 pub mod internal;
+pub mod keyring;
 pub mod kvs;
 pub mod operator;
 pub mod peering;
@@ -635,6 +636,8 @@ pub fn decode_any(method: &str, body: &[u8]) {
             decoded(peering::PartitionRequest::decode(body))
         }
         "Snapshot.Save" | "Snapshot.Restore" => decoded(snapshot::SnapshotRequest::decode(body)),
+        // The gossip keyrings (issue #36, r11key).
+        "Internal.KeyringOperation" => decoded(keyring::KeyringRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }
