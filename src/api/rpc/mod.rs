@@ -48,6 +48,7 @@ pub mod federation_state;
 pub mod health;
 pub mod intention;
 pub mod internal;
+pub mod keyring;
 pub mod kvs;
 pub mod operator;
 pub mod peering;
@@ -256,6 +257,8 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         // Snapshots (praetor's own methods; issue #36, peering).
         "Snapshot.Save" => snapshot::serve_save(server, &call).await,
         "Snapshot.Restore" => snapshot::serve_restore(server, &call).await,
+        // The gossip keyrings (issue #36, r11key).
+        "Internal.KeyringOperation" => keyring::keyring_operation(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

@@ -2,7 +2,9 @@
 //! gossip keyrings, with the key in base64 as the HTTP body carried it) and
 //! `KeyringResponses` (one `KeyringResponse` per gossip pool and datacenter). The
 //! operation travels as Consul's `KeyringOp` text — `list`, `install`, `use`, `remove`;
-//! a request naming another is decoded, and refused by the server in Consul's words.
+//! a request naming another is decoded, and refused by the server in Consul's words. A
+//! key is checked as memberlist checks one ([`decode_key`]) by the agent before any call
+//! and by the server before any query.
 
 use super::{each_field, QueryMeta, QueryOptions};
 use crate::proto::msgpack::{Reader, WireError, Writer};
@@ -39,6 +41,21 @@ impl KeyringOperation {
         .into_iter()
         .find(|op| op.as_str() == name)
     }
+}
+
+/// Decodes and checks a base64 gossip key (16, 24 or 32 bytes once decoded).
+pub fn decode_key(text: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("Invalid key: {e}"))?;
+    if ![16, 24, 32].contains(&key.len()) {
+        return Err(format!(
+            "Invalid key: key size must be 16, 24 or 32 bytes, got {}",
+            key.len()
+        ));
+    }
+    Ok(key)
 }
 
 /// `KeyringRequest`: what to do to the keyrings, and how far.
