@@ -130,6 +130,44 @@ fn a_client_agents_keyring_goes_through_its_server_to_every_pool_and_datacenter(
         vec![(false, "dc1".to_string(), 2)]
     );
     assert_eq!(pools(&list(client, "?relay-factor=2")), expected);
+    // `praetor keyring` passes both on.
+    let http = client.http_addr();
+    let (code, out, err) = cli(
+        &[
+            "keyring",
+            "-list",
+            "-local-only",
+            "-relay-factor=1",
+            "-http-addr",
+            &http,
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("dc1 (LAN):\n  {first} [2/2]")),
+        "{out}"
+    );
+    assert!(!out.contains("WAN:") && !out.contains("dc2"), "{out}");
+    let (code, out, _) = cli(&["keyring", "-list", "-http-addr", &http], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("WAN:") && out.contains("dc2 (LAN):"), "{out}");
+    let (code, _, err) = cli(
+        &[
+            "keyring",
+            "-install",
+            &first,
+            "-local-only",
+            "-http-addr",
+            &http,
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("local-only can only be set for list requests"),
+        "{err}"
+    );
     for (method, query, words) in [
         (
             "POST",
