@@ -175,6 +175,11 @@ const API_CYCLE_EXCUSED: &[(&str, &str, &str)] = &[
     ),
     ("kv", "rpc", "a client agent's KV reads (rpc::client)"),
     (
+        "keyring",
+        "rpc",
+        "the keyring through a server, Internal.KeyringOperation (rpc::keyring)",
+    ),
+    (
         "query",
         "rpc",
         "a client agent's prepared queries, and a failover's remote answers (rpc::client)",

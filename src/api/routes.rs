@@ -421,7 +421,7 @@ pub fn refuse_enterprise_scope(request: &Request) -> Result<(), ApiError> {
 
 /// Routes that answer `?dc=` with this datacenter's view or refuse another one, as Consul's
 /// do: the agent's own endpoints aside (never forwarded), the lists that are the same from
-/// every datacenter and the keyring (which acts on the WAN pool itself).
+/// every datacenter and the keyring (whose server hands it to every datacenter itself).
 const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
     "/v1/event/list",
     "/v1/catalog/datacenters",
@@ -431,15 +431,15 @@ const ANSWERED_IN_THIS_DATACENTER: &[&str] = &[
 
 impl Route {
     /// Answered from the agent's own state and gossip, never forwarded to a server:
-    /// `/v1/agent/*`, user events, coordinates and the gossip keyring. On a client agent
-    /// these are the requests checked there, with a token its servers resolved.
+    /// `/v1/agent/*`, user events and coordinates. On a client agent these are the
+    /// requests checked there, with a token its servers resolved. (The gossip keyring is
+    /// not one: it goes to a server as `Internal.KeyringOperation`, which checks it.)
     pub fn answered_by_agent(&self) -> bool {
         let path = self.path.text();
         [
             "/v1/agent/",
             "/v1/event/",
             "/v1/coordinate/",
-            "/v1/operator/keyring",
             // Built into the agent, read from no server's tables; still `acl:read`, which
             // the agent checks as Consul's does.
             "/v1/acl/templated-polic",

@@ -104,6 +104,12 @@ pub struct KeyringArgs {
     /// Remove a key that is not primary.
     #[arg(long)]
     pub remove: Option<String>,
+    /// How many other members relay each member's answer (0 to 5).
+    #[arg(long = "relay-factor", default_value_t = 0)]
+    pub relay_factor: u64,
+    /// List only this datacenter's LAN pool (with -list or -list-primary).
+    #[arg(long = "local-only")]
+    pub local_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -383,11 +389,27 @@ pub fn keyring(args: KeyringArgs) -> Result<i32, String> {
                 .to_string(),
         );
     }
+    // Consul's checks of the two flags, before any request.
+    if args.relay_factor > 5 {
+        return Err(
+            "Error parsing relay factor: Relay factor must be in range: [0, 5]".to_string(),
+        );
+    }
+    let listing = args.list || args.list_primary;
+    if args.local_only && !listing {
+        return Err(
+            "Error validating local-only: local-only can only be set for list requests".to_string(),
+        );
+    }
+    let mut path = format!("/v1/operator/keyring?relay-factor={}", args.relay_factor);
+    if args.local_only {
+        path.push_str("&local-only=true");
+    }
     let client = args.http.client()?;
-    if args.list || args.list_primary {
+    if listing {
         println!("==> Gathering installed encryption keys...");
         let response = client
-            .ok("GET", "/v1/operator/keyring", None)
+            .ok("GET", &path, None)
             .map_err(|e| format!("error: {e}"))?;
         let pools = json_of(&response.body, "keyring")?;
         let field = if args.list_primary {
@@ -426,7 +448,7 @@ pub fn keyring(args: KeyringArgs) -> Result<i32, String> {
     println!("{banner}");
     let body = serde_json::json!({ "Key": key }).to_string();
     client
-        .ok(method, "/v1/operator/keyring", Some(body.as_bytes()))
+        .ok(method, &path, Some(body.as_bytes()))
         .map_err(|e| format!("error: {e}"))?;
     Ok(0)
 }

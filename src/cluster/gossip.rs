@@ -82,7 +82,8 @@ enum Command {
         bool,
         flume::Sender<Result<(), GossipError>>,
     ),
-    KeyOp(KeyOp, flume::Sender<KeyOpResult>),
+    /// An operation, the relay factor of its answers, and where its result goes.
+    KeyOp(KeyOp, u8, flume::Sender<KeyOpResult>),
     LocalKey(LocalKeyOp, flume::Sender<Result<(), GossipError>>),
     SetTags(
         std::collections::BTreeMap<String, String>,
@@ -346,8 +347,18 @@ impl GossipHandle {
     /// A cluster-wide keyring operation (serf's `_serf_*-key` queries), as Consul's
     /// `/v1/operator/keyring` and `consul keyring` use.
     pub async fn keyring(&self, op: KeyOp) -> Result<KeyOpResult, GossipError> {
+        self.keyring_relayed(op, 0).await
+    }
+
+    /// [`GossipHandle::keyring`] whose answers `relay_factor` other members relay too
+    /// (serf's relay factor, as `?relay-factor` asks).
+    pub async fn keyring_relayed(
+        &self,
+        op: KeyOp,
+        relay_factor: u8,
+    ) -> Result<KeyOpResult, GossipError> {
         let (tx, rx) = flume::bounded(1);
-        self.send(Command::KeyOp(op, tx))?;
+        self.send(Command::KeyOp(op, relay_factor, tx))?;
         rx.recv_async().await.map_err(|_| GossipError::Stopped)
     }
 
@@ -760,10 +771,12 @@ fn apply_command(st: &Rc<State>, cmd: Command) {
                 .user_event(now, &name, &payload, coalesce);
             let _ = tx.send(r.map_err(GossipError::Failed));
         }
-        Command::KeyOp(op, tx) => {
+        Command::KeyOp(op, relay_factor, tx) => {
             let id = st.request_id();
             st.key_ops.borrow_mut().insert(id, tx);
-            st.core.borrow_mut().key_op(now, id, op);
+            st.core
+                .borrow_mut()
+                .key_op_relayed(now, id, op, relay_factor);
         }
         Command::LocalKey(op, tx) => {
             let mut core = st.core.borrow_mut();

@@ -48,6 +48,7 @@ pub mod federation_state;
 pub mod health;
 pub mod intention;
 pub mod internal;
+pub mod keyring;
 pub mod kvs;
 pub mod operator;
 pub mod peering;
@@ -261,6 +262,8 @@ pub async fn serve(server: &Server, call: TypedCall) -> TypedAnswer {
         "ConfigEntry.GetResolvedExportedServices" => {
             peering::exported_services(server, &call).await
         }
+        // The gossip keyrings (issue #36, r11key).
+        "Internal.KeyringOperation" => keyring::keyring_operation(server, &call).await,
         method => Err(unknown_method_error(method, |s| SERVICES.contains(&s))),
     };
     match answer {

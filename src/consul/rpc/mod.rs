@@ -29,6 +29,7 @@ pub mod discovery_chain;
 pub mod federation_state;
 pub mod intention;
 pub mod internal;
+pub mod keyring;
 pub mod kvs;
 pub mod operator;
 pub mod peering;
@@ -636,6 +637,8 @@ pub fn decode_any(method: &str, body: &[u8]) {
         }
         // Not a method: the request a byte-5 (`RPCSnapshot`) connection opens with.
         "RPCSnapshot" => decoded(snapshot::SnapshotRequest::decode(body)),
+        // The gossip keyrings (issue #36, r11key).
+        "Internal.KeyringOperation" => decoded(keyring::KeyringRequest::decode(body)),
         _ => decoded(catalog::DcSpecificRequest::decode(body)),
     };
 }

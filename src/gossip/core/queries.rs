@@ -11,7 +11,16 @@ impl Gossip {
         self.config.gossip_interval * self.config.query_timeout_mult * scale
     }
 
-    pub(super) fn start_query(&mut self, name: &str, payload: Vec<u8>, request: u64, key_op: bool) {
+    /// Starts a query; `relay_factor` members relay each answer too (serf's
+    /// `RelayFactor`, which Consul's keyring operations pass on).
+    pub(super) fn start_query(
+        &mut self,
+        name: &str,
+        payload: Vec<u8>,
+        request: u64,
+        key_op: bool,
+        relay_factor: u8,
+    ) {
         let timeout = self.default_query_timeout();
         let q = QueryMsg {
             ltime: self.query_clock,
@@ -21,7 +30,7 @@ impl Gossip {
             source_node: self.config.node_name.clone(),
             filters: Vec::new(),
             flags: 0,
-            relay_factor: 0,
+            relay_factor,
             timeout_ns: timeout.as_nanos() as i64,
             name: name.to_owned(),
             payload,

@@ -312,12 +312,18 @@ impl Gossip {
     /// serf `KeyManager` operations: a query to every member, aggregated into
     /// [`Output::KeyOpDone`].
     pub fn key_op(&mut self, now: Duration, request: u64, op: KeyOp) {
+        self.key_op_relayed(now, request, op, 0);
+    }
+
+    /// [`Gossip::key_op`] whose answers `relay_factor` other members relay as well (serf's
+    /// `KeyRequestOptions.RelayFactor`, 0 to 5).
+    pub fn key_op_relayed(&mut self, now: Duration, request: u64, op: KeyOp, relay_factor: u8) {
         self.now = self.now.max(now);
         let key = match &op {
             KeyOp::Install(k) | KeyOp::Use(k) | KeyOp::Remove(k) => k.clone(),
             KeyOp::List => Vec::new(),
         };
         let payload = KeyRequest { key }.encode();
-        self.start_query(op.query_name(), payload, request, true);
+        self.start_query(op.query_name(), payload, request, true, relay_factor);
     }
 }

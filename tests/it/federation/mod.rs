@@ -8,6 +8,7 @@ mod dc_calls;
 mod dcstate_calls;
 mod dns_calls;
 mod federation_states;
+mod keyring_calls;
 mod mesh_calls;
 mod native_tls;
 mod peer_snapshot_calls;
