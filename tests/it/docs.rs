@@ -1037,7 +1037,11 @@ fn the_churn_floor_patch_applies_to_the_tree() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = std::process::Command::new("git")
         .current_dir(root)
-        .args(["apply", "--check", "bench/floors/catalog-writes-as-kv.patch"])
+        .args([
+            "apply",
+            "--check",
+            "bench/floors/catalog-writes-as-kv.patch",
+        ])
         .output()
         .expect("git runs");
     assert!(
