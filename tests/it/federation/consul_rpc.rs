@@ -13,7 +13,7 @@
 
 use crate::common;
 
-use common::{praetor_in, Agent, Cluster, TempDir};
+use common::{Agent, Cluster, TempDir};
 use std::process::Command;
 
 fn run_client(args: &[&str], agent: &Agent) {
@@ -34,29 +34,10 @@ fn an_independent_client_speaks_consuls_rpc_over_byte_0_and_yamux() {
 
 #[test]
 fn an_independent_client_speaks_consuls_rpc_over_tls_with_verify_incoming() {
-    let pki = TempDir::new("consul-rpc-pki");
-    praetor_in(pki.path(), &["tls", "ca", "create"]);
-    praetor_in(pki.path(), &["tls", "cert", "create", "-server"]);
-    praetor_in(pki.path(), &["tls", "cert", "create", "-client"]);
-    let file = |name: &str| pki.path().join(name).display().to_string();
-    let tls = format!(
-        "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} \
-         internal_rpc {{ verify_incoming = true }} }} auto_encrypt {{ allow_tls = true }}",
-        file("consul-agent-ca.pem"),
-        file("dc1-server-consul-0.pem"),
-        file("dc1-server-consul-0-key.pem"),
-    );
-    let agent = Agent::dev(&["-hcl", &tls]);
-    run_client(
-        &[
-            "tls",
-            &agent.ip.to_string(),
-            &file("consul-agent-ca.pem"),
-            &file("dc1-client-consul-0.pem"),
-            &file("dc1-client-consul-0-key.pem"),
-        ],
-        &agent,
-    );
+    let (_pki, agent, client_args) =
+        super::verify_incoming_dev_agent("auto_encrypt { allow_tls = true }");
+    let args: Vec<&str> = client_args.iter().map(String::as_str).collect();
+    run_client(&args, &agent);
 }
 
 #[test]

@@ -16,3 +16,34 @@ mod query_calls;
 mod snapshot_stream;
 mod ui_calls;
 mod wan;
+
+/// A dev agent whose server port requires client certificates (`verify_incoming`), with
+/// `extra_hcl` added to its TLS configuration, and the arguments an independent client
+/// (`tests/python/*_rpc.py tls`) takes to reach it: the agent's address, the CA, and a
+/// client certificate and key. The PKI lives in the returned directory.
+fn verify_incoming_dev_agent(
+    extra_hcl: &str,
+) -> (crate::common::TempDir, crate::common::Agent, Vec<String>) {
+    use crate::common::{praetor_in, Agent, TempDir};
+    let pki = TempDir::new("rpc-tls-pki");
+    praetor_in(pki.path(), &["tls", "ca", "create"]);
+    praetor_in(pki.path(), &["tls", "cert", "create", "-server"]);
+    praetor_in(pki.path(), &["tls", "cert", "create", "-client"]);
+    let file = |name: &str| pki.path().join(name).display().to_string();
+    let tls = format!(
+        "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} \
+         internal_rpc {{ verify_incoming = true }} }} {extra_hcl}",
+        file("consul-agent-ca.pem"),
+        file("dc1-server-consul-0.pem"),
+        file("dc1-server-consul-0-key.pem"),
+    );
+    let agent = Agent::dev(&["-hcl", &tls]);
+    let client_args = vec![
+        "tls".to_string(),
+        agent.ip.to_string(),
+        file("consul-agent-ca.pem"),
+        file("dc1-client-consul-0.pem"),
+        file("dc1-client-consul-0-key.pem"),
+    ];
+    (pki, agent, client_args)
+}

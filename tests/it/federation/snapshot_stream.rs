@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{praetor_in, wait_for_log, Agent, Cluster, TempDir};
+use common::{wait_for_log, Agent, Cluster, TempDir};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -25,30 +25,9 @@ fn an_independent_client_saves_and_restores_on_byte_5() {
 
 #[test]
 fn an_independent_client_streams_snapshots_inside_tls_with_verify_incoming() {
-    let pki = TempDir::new("snapshot-rpc-pki");
-    praetor_in(pki.path(), &["tls", "ca", "create"]);
-    praetor_in(pki.path(), &["tls", "cert", "create", "-server"]);
-    praetor_in(pki.path(), &["tls", "cert", "create", "-client"]);
-    let file = |name: &str| pki.path().join(name).display().to_string();
-    let tls = format!(
-        "tls {{ defaults {{ ca_file = \"{}\" cert_file = \"{}\" key_file = \"{}\" }} \
-         internal_rpc {{ verify_incoming = true }} }}",
-        file("consul-agent-ca.pem"),
-        file("dc1-server-consul-0.pem"),
-        file("dc1-server-consul-0-key.pem"),
-    );
-    let agent = Agent::dev(&["-hcl", &tls]);
-    common::run_python(
-        "snapshot_rpc.py",
-        &[
-            "tls",
-            &agent.ip.to_string(),
-            &file("consul-agent-ca.pem"),
-            &file("dc1-client-consul-0.pem"),
-            &file("dc1-client-consul-0-key.pem"),
-        ],
-        &[&agent],
-    );
+    let (_pki, agent, client_args) = super::verify_incoming_dev_agent("");
+    let args: Vec<&str> = client_args.iter().map(String::as_str).collect();
+    common::run_python("snapshot_rpc.py", &args, &[&agent]);
 }
 
 #[test]
