@@ -24,36 +24,12 @@ import sys
 
 import msgpack
 
+from consul_rpc import PORT, check, dial, fail, pack, unpacker
+
 RPC_CONSUL = 0
 RPC_TLS = 3
 RPC_SNAPSHOT = 5
-PORT = 8300
 SAVE, RESTORE = 0, 1
-
-
-def fail(message):
-    print(f"FAIL: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
-
-
-def pack(value):
-    return msgpack.packb(value, use_bin_type=True)
-
-
-def unpacker():
-    # Go's go-msgpack writes strings and []byte alike as raw strings.
-    return msgpack.Unpacker(raw=False, unicode_errors="surrogateescape", strict_map_key=False)
-
-
-def dial(ip, first_byte):
-    sock = socket.create_connection((ip, PORT), timeout=30)
-    sock.sendall(bytes([first_byte]))
-    return sock
 
 
 def call(ip, method, body):
