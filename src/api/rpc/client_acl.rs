@@ -491,21 +491,11 @@ fn write_call(
             source_accessor_id,
             description,
             ..
-        } => {
-            // Consul's clone request: the source's accessor and the new description.
-            let write = TokenWrite {
-                accessor_id: source_accessor_id.clone(),
-                description: description.clone().unwrap_or_default(),
-                ..TokenWrite::default()
-            };
-            (
-                "ACL.TokenClone",
-                set(false).encode(Object::Token, |w| {
-                    write_token_record(w, &token_record(&write))
-                }),
-                token_answer,
-            )
-        }
+        } => (
+            "ACL.TokenClone",
+            clone_body(set(false), source_accessor_id, description.as_deref()),
+            token_answer,
+        ),
         AclOp::TokenDelete { accessor_id, .. } => (
             "ACL.TokenDelete",
             delete(accessor_id, Object::Token),
@@ -569,6 +559,18 @@ fn write_call(
         | AclOp::Bootstrap { .. } => return None,
     };
     Some(call)
+}
+
+/// Consul's clone request: the source token's accessor and the new token's description.
+fn clone_body(request: SetRequest, source_accessor_id: &str, description: Option<&str>) -> Vec<u8> {
+    let write = TokenWrite {
+        accessor_id: source_accessor_id.to_string(),
+        description: description.unwrap_or_default().to_string(),
+        ..TokenWrite::default()
+    };
+    request.encode(Object::Token, |w| {
+        write_token_record(w, &token_record(&write))
+    })
 }
 
 /// The `ACLAuthMethod` an auth method write carries.
