@@ -14,6 +14,7 @@ use crate::acl_common::{self, call, same_answer, same_gets, token_with_rules, wa
 use crate::common;
 
 use super::consul_rpc::TwoDatacenters;
+use super::node_name;
 use common::{Agent, Cluster, TempDir};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -48,18 +49,6 @@ fn register_mesh(server: &Agent, node: &str, address: &str) {
         &json!({"Kind": "ingress-gateway", "Name": "gw",
                 "Listeners": [{"Port": 8080, "Protocol": "tcp", "Services": [{"Name": "web"}]}]}),
     );
-}
-
-/// The node name an agent goes by.
-fn node_name(agent: &Agent) -> String {
-    let me = agent.get("/v1/agent/self").json();
-    me["Config"]["NodeName"].as_str().unwrap().to_string()
-}
-
-/// `path` with `?dc=dc2` (or `&dc=dc2`) added.
-fn in_dc2(path: &str) -> String {
-    let separator = if path.contains('?') { '&' } else { '?' };
-    format!("{path}{separator}dc=dc2")
 }
 
 #[test]
@@ -121,23 +110,7 @@ fn catalog_and_ui_reads_and_writes_are_typed_calls_here_and_across_datacenters()
         "/v1/health/node/mesh-dc1?peer=far".to_string(),
         "/v1/health/state/any?peer=far".to_string(),
     ];
-    for path in &reads {
-        let local = same_answer(client, server, ("GET", path, b""), None, true);
-        assert!(
-            matches!(local.status, 200 | 404),
-            "{path}: {}",
-            local.text()
-        );
-        let far = in_dc2(path);
-        for agent in [server, client] {
-            let answer = same_answer(agent, remote, ("GET", &far, b""), None, true);
-            assert!(
-                matches!(answer.status, 200 | 404),
-                "{far}: {}",
-                answer.text()
-            );
-        }
-    }
+    super::reads_agree_here_and_in_dc2(client, server, remote, &reads, &[200, 404]);
     // What the reads said: the Connect view is the proxy, the ingress view the gateway, a
     // tag that nothing carries selects no checks, the list form of a node's services.
     let connect = client.get("/v1/catalog/connect/web").json();

@@ -47,3 +47,41 @@ fn verify_incoming_dev_agent(
     ];
     (pki, agent, client_args)
 }
+
+/// The node name an agent goes by.
+fn node_name(agent: &crate::common::Agent) -> String {
+    let me = agent.get("/v1/agent/self").json();
+    me["Config"]["NodeName"].as_str().unwrap().to_string()
+}
+
+/// `path` with `?dc=dc2` (or `&dc=dc2`) added.
+fn in_dc2(path: &str) -> String {
+    let separator = if path.contains('?') { '&' } else { '?' };
+    format!("{path}{separator}dc=dc2")
+}
+
+/// Each GET of `reads` answers alike on `client` and on its `server`, and with `?dc=dc2` on
+/// both of them as on dc2's `remote` (status, body, query headers), with a status among
+/// `statuses`.
+fn reads_agree_here_and_in_dc2(
+    client: &crate::common::Agent,
+    server: &crate::common::Agent,
+    remote: &crate::common::Agent,
+    reads: &[String],
+    statuses: &[u16],
+) {
+    use crate::acl_common::same_answer;
+    for path in reads {
+        let local = same_answer(client, server, ("GET", path, b""), None, true);
+        assert!(statuses.contains(&local.status), "{path}: {}", local.text());
+        let far = in_dc2(path);
+        for agent in [server, client] {
+            let answer = same_answer(agent, remote, ("GET", &far, b""), None, true);
+            assert!(
+                statuses.contains(&answer.status),
+                "{far}: {}",
+                answer.text()
+            );
+        }
+    }
+}

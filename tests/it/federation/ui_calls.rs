@@ -16,6 +16,7 @@ use crate::acl_common::{self, call, same_answer, same_gets, token_with_rules, wa
 use crate::common;
 
 use super::consul_rpc::TwoDatacenters;
+use super::node_name;
 use common::{Agent, Cluster, TempDir};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -67,18 +68,6 @@ fn register_mesh(server: &Agent, node: &str, address: &str, token: Option<&str>)
     );
 }
 
-/// The node name an agent goes by.
-fn node_name(agent: &Agent) -> String {
-    let me = agent.get("/v1/agent/self").json();
-    me["Config"]["NodeName"].as_str().unwrap().to_string()
-}
-
-/// `path` with `?dc=dc2` (or `&dc=dc2`) added.
-fn in_dc2(path: &str) -> String {
-    let separator = if path.contains('?') { '&' } else { '?' };
-    format!("{path}{separator}dc=dc2")
-}
-
 #[test]
 fn ui_summaries_nodes_near_and_coordinates_are_typed_calls_here_and_across_datacenters() {
     let prometheus = ["-hcl", common::PROMETHEUS_HCL];
@@ -112,23 +101,7 @@ fn ui_summaries_nodes_near_and_coordinates_are_typed_calls_here_and_across_datac
         format!("/v1/catalog/nodes?near={server_node}"),
         "/v1/catalog/nodes?near=mesh-dc1".to_string(),
     ];
-    for path in &reads {
-        let local = same_answer(client, server, ("GET", path, b""), None, true);
-        assert!(
-            matches!(local.status, 200 | 400),
-            "{path}: {}",
-            local.text()
-        );
-        let far = in_dc2(path);
-        for agent in [server, client] {
-            let answer = same_answer(agent, remote, ("GET", &far, b""), None, true);
-            assert!(
-                matches!(answer.status, 200 | 400),
-                "{far}: {}",
-                answer.text()
-            );
-        }
-    }
+    super::reads_agree_here_and_in_dc2(client, server, remote, &reads, &[200, 400]);
     // What they said: the summaries count the proxy's checks for web and mark the gateway's
     // links; the gateway's services carry the listeners' addresses; web's upstreams are db
     // (its proxy's registration) and api (routing configuration only).
