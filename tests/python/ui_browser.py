@@ -111,6 +111,19 @@ def css(driver, selector):
     return driver.find_elements(By.CSS_SELECTOR, selector)
 
 
+def click(driver, selector, what, text=None):
+    """Clicks the first element matching selector (and text, when given) once it is there.
+    Live updates re-render lists and tabs between finding an element and clicking it, as
+    they may under a user's pointer: a stale element means "find it again", not failure."""
+    def attempt(d):
+        for element in css(d, selector):
+            if text is None or element.text == text:
+                element.click()
+                return True
+        return False
+    wait(driver, attempt, what)
+
+
 def alert_texts(driver, kind):
     # Read in the page in one step: alerts come and go while the test looks at them.
     return driver.execute_script(
@@ -198,7 +211,7 @@ def hidden_tab_pauses(driver):
 
 
 def instances(driver):
-    css(driver, 'tr[data-service="alpha"] a')[0].click()
+    click(driver, 'tr[data-service="alpha"] a', "alpha's link in the list")
     wait(driver, lambda d: css(d, 'li.instance[data-instance="alpha-1"]'), "alpha's instance")
     assert driver.current_url == BASE + "/ui/dc1/services/alpha/instances", driver.current_url
     instance = css(driver, 'li.instance[data-instance="alpha-1"]')[0]
@@ -211,7 +224,7 @@ def instances(driver):
 def kv_create_and_cas(driver):
     driver.find_element(By.LINK_TEXT, "Key/Value").click()
     wait(driver, lambda d: css(d, "a.button"), "the Create button")
-    css(driver, "a.button")[0].click()
+    click(driver, "a.button", "the first button link")
     wait(driver, lambda d: css(d, "#kv-key"), "the new key form")
     key = driver.find_element(By.ID, "kv-key")
     key.clear()
@@ -357,7 +370,7 @@ def mesh(driver):
     status, summaries = api("GET", "/v1/internal/ui/services")
     assert any(s["Name"] == "shop-sidecar-proxy" and s["Kind"] == "connect-proxy" for s in summaries), summaries
 
-    css(driver, 'tr[data-service="shop"] a')[0].click()
+    click(driver, 'tr[data-service="shop"] a', "shop's link in the list")
     wait(driver, lambda d: css(d, 'li.instance[data-instance="shop"] section.sidecar[data-proxy="shop-sidecar-proxy"]'),
          "shop's sidecar under its instance")
     upstream = css(driver, 'section.sidecar tr[data-upstream="stock"]')[0]
@@ -366,7 +379,7 @@ def mesh(driver):
     assert "service:shop-sidecar-proxy:1" in checks and "service:shop-sidecar-proxy:2" in checks, checks
     shot(driver, "service-sidecar")
 
-    [tab for tab in css(driver, "nav.tabs a") if tab.text == "Topology"][0].click()
+    click(driver, "nav.tabs a", "the Topology tab", text="Topology")
     wait(driver, lambda d: css(d, '#topology-upstreams tr[data-service="stock"][data-allowed="false"]'), "stock denied")
     row = css(driver, '#topology-upstreams tr[data-service="stock"]')[0]
     assert row.get_attribute("data-source") == "proxy-registration"
@@ -390,7 +403,7 @@ def mesh(driver):
     driver.get(BASE + "/ui/dc1/services/stock/topology")
     wait(driver, lambda d: css(d, '#topology-downstreams tr[data-service="shop"]'), "shop as stock's downstream")
 
-    [tab for tab in css(driver, "nav.tabs a") if tab.text == "Intentions"][0].click()
+    click(driver, "nav.tabs a", "the Intentions tab", text="Intentions")
     wait(driver, lambda d: css(d, '#service-intentions tr[data-intention="shop>stock"]'), "the intention on stock's page")
     assert driver.current_url == BASE + "/ui/dc1/services/stock/intentions", driver.current_url
     assert not css(driver, '#service-intentions tr[data-intention="web>db"]'), "an intention of other services"
@@ -409,7 +422,7 @@ def config_entries(driver):
     status, _ = api("PUT", "/v1/config", {"Kind": "service-defaults", "Name": "ui-web", "Protocol": "http"})
     assert status == 200, status
     wait(driver, lambda d: css(d, 'tr[data-entry="ui-web"]'), "the entry listed live")
-    css(driver, 'tr[data-entry="ui-web"] a')[0].click()
+    click(driver, 'tr[data-entry="ui-web"] a', "the ui-web entry's link")
     wait(driver, lambda d: '"Protocol": "http"' in d.find_element(By.ID, "config-entry").text, "the entry shown")
 
 
@@ -452,7 +465,7 @@ def acls(driver):
     driver.get(ACL_BASE + "/ui/")
     wait(driver, lambda d: css(d, "#login-link"), "the Log in link")
     assert not css(driver, 'tr[data-service="acl-web"]')
-    css(driver, "#login-link")[0].click()
+    click(driver, "#login-link", "the log-in link")
     wait(driver, lambda d: css(d, "#login-token"), "the login form")
     field = driver.find_element(By.ID, "login-token")
     assert field.get_attribute("type") == "password"
@@ -498,7 +511,7 @@ def acls(driver):
     driver.find_element(By.ID, "logout").click()
     wait(driver, lambda d: css(d, "#login-link"), "the Log in link after logging out")
     assert driver.execute_script("return sessionStorage.getItem('praetor-ui/token')") is None
-    css(driver, "#login-link")[0].click()
+    click(driver, "#login-link", "the log-in link")
     wait(driver, lambda d: css(d, "#login-token"), "the login form")
     driver.find_element(By.ID, "login-token").send_keys(MANAGEMENT)
     driver.find_element(By.CSS_SELECTOR, "#login-form button[type=submit]").click()
@@ -507,7 +520,7 @@ def acls(driver):
     wait(driver, lambda d: css(d, f'#acl-table tr[data-id="{accessor}"]'), "the read-only token listed")
     shot(driver, "acl-tokens")
     # Edit the token: its description changes, its policy link and secret stay.
-    css(driver, f'#acl-table tr[data-id="{accessor}"] a')[0].click()
+    click(driver, f'#acl-table tr[data-id="{accessor}"] a', "the token's link in the table")
     wait(driver, lambda d: css(d, '#acl-policies input[value="read-only"]:checked'), "the token's policy ticked")
     description = driver.find_element(By.ID, "acl-description")
     description.clear()
@@ -534,7 +547,7 @@ def acls(driver):
     driver.get(ACL_BASE + "/ui/dc1/acls/roles/create")
     wait(driver, lambda d: css(d, '#acl-policies input[value="read-only"]'), "the policies to choose from")
     driver.find_element(By.ID, "acl-name").send_keys("viewer")
-    css(driver, '#acl-policies input[value="read-only"]')[0].click()
+    click(driver, '#acl-policies input[value="read-only"]', "the read-only policy's box")
     driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
     wait(driver, lambda d: any("Created the role viewer" in t for t in alert_texts(d, "success")), "the created role")
     status, role = api("GET", "/v1/acl/role/name/viewer", base=ACL_BASE, token=MANAGEMENT)
@@ -542,7 +555,7 @@ def acls(driver):
     driver.get(ACL_BASE + "/ui/dc1/acls/tokens/create")
     wait(driver, lambda d: css(d, '#acl-roles input[value="viewer"]'), "the roles to choose from")
     driver.find_element(By.ID, "acl-description").send_keys("made with a role")
-    css(driver, '#acl-roles input[value="viewer"]')[0].click()
+    click(driver, '#acl-roles input[value="viewer"]', "the viewer role's box")
     driver.find_element(By.CSS_SELECTOR, "#acl-form button[type=submit]").click()
     wait(driver, lambda d: css(d, "#acl-secret"), "the new token's page")
     secret = driver.execute_script("return document.getElementById('acl-secret').textContent")
