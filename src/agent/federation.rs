@@ -48,23 +48,40 @@ pub const LOOK_INTERVAL: Duration = Duration::from_secs(1);
 pub const RETRY_MIN: Duration = Duration::from_secs(1);
 pub const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// What the leader has started in its current leadership.
+/// What the leader has started in its current leadership, and the gateway locator every
+/// server keeps.
 #[derive(Default)]
 pub struct FederationDuties {
     /// Counts leaderships: a task runs while it equals the value the task started with.
     generation: Rc<Cell<u64>>,
     started: Cell<bool>,
-    /// This leadership's gateway locator, once started.
+    /// The gateway locator, once started: it runs on every server for as long as the
+    /// agent does (a follower's trusts its local gateways; the leader's also hears how
+    /// replication from the primary goes).
     locator: RefCell<Option<Rc<RefCell<GatewayLocator>>>>,
 }
 
 impl FederationDuties {
-    /// Stops this leadership's tasks (at their next step).
+    /// Stops this leadership's tasks (at their next step); the locator stays, without the
+    /// replication signal only a leader has.
     pub fn lost_leadership(&self) {
         if self.started.replace(false) {
             self.generation.set(self.generation.get() + 1);
-            *self.locator.borrow_mut() = None;
+            if let Some(locator) = self.locator.borrow().as_ref() {
+                locator.borrow_mut().forget_replication();
+            }
         }
+    }
+
+    /// Starts the gateway locator once (on every server, leader or not).
+    pub fn follow(&self, agent: &Rc<Agent>) -> Rc<RefCell<GatewayLocator>> {
+        if let Some(locator) = self.locator.borrow().as_ref() {
+            return locator.clone();
+        }
+        let locator = Rc::new(RefCell::new(new_locator(&agent.config.borrow())));
+        *self.locator.borrow_mut() = Some(locator.clone());
+        monoio::spawn(locate(agent.clone(), locator.clone()));
+        locator
     }
 
     /// One round of the leader: starts the tasks once per leadership.
@@ -73,8 +90,7 @@ impl FederationDuties {
             return;
         }
         let mine = self.generation.get();
-        let locator = Rc::new(RefCell::new(new_locator(&agent.config.borrow())));
-        *self.locator.borrow_mut() = Some(locator.clone());
+        let locator = self.follow(agent);
         let task = Task {
             agent: agent.clone(),
             generation: self.generation.clone(),
@@ -84,11 +100,10 @@ impl FederationDuties {
         if is_secondary(&agent.config.borrow()) {
             monoio::spawn(replicate(task.clone()));
         }
-        monoio::spawn(locate(task.clone()));
         monoio::spawn(anti_entropy(task));
     }
 
-    /// The current leadership's locator, if this server leads.
+    /// The gateway locator, once started.
     pub fn locator(&self) -> Option<Rc<RefCell<GatewayLocator>>> {
         self.locator.borrow().clone()
     }
@@ -149,32 +164,31 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Keeps the locator current for as long as this leadership lasts.
-async fn locate(task: Task) {
-    let agent = &task.agent;
+/// Keeps the locator current for as long as the agent runs, and with
+/// `connect.enable_mesh_gateway_wan_federation` hands its choice to the router after
+/// every look.
+async fn locate(agent: Rc<Agent>, locator: Rc<RefCell<GatewayLocator>>) {
     let configured = primary_gateways(&agent.config.borrow());
     let mut read_at = None;
-    while task.current() {
+    while !agent.shard.shutting_down() {
         let version = agent.shard.current_version();
         let index = federation::index(&version);
         if read_at != Some(index) {
             read_at = Some(index);
             let states = federation::list(&version).map(|s| &**s);
-            if task.locator.borrow_mut().update_from_states(states) {
+            if locator.borrow_mut().update_from_states(states) {
                 log_choice(
-                    &task.locator.borrow(),
+                    &locator.borrow(),
                     &agent.config.borrow().pending.primary_datacenter,
                 );
             }
         }
-        let due = task
-            .locator
+        let due = locator
             .borrow()
             .fallback_refresh_due(!configured.is_empty(), now_ms());
         if due {
             let resolved = resolve(configured.clone()).await;
-            if task
-                .locator
+            if locator
                 .borrow_mut()
                 .refresh_fallback(resolved.clone(), now_ms())
             {
@@ -183,8 +197,41 @@ async fn locate(task: Task) {
                 );
             }
         }
+        if agent.pools.router.dials_through_gateways() {
+            let primary = agent.config.borrow().pending.primary_datacenter.clone();
+            agent.pools.router.set_gateways(choices(
+                &locator.borrow(),
+                &agent.pools.router,
+                &primary,
+            ));
+        }
         monoio::time::sleep(LOOK_INTERVAL).await;
     }
+}
+
+/// The gateways the locator offers toward every datacenter the router knows, and the
+/// primary (which a secondary may reach before the WAN pool shows it). Addresses that do
+/// not parse as `ip:port` are left out.
+fn choices(
+    locator: &GatewayLocator,
+    router: &crate::cluster::router::Router,
+    primary: &str,
+) -> std::collections::BTreeMap<String, Vec<std::net::SocketAddr>> {
+    let mut datacenters = router.other_datacenters_by_distance();
+    if !primary.is_empty() && primary != router.local_datacenter() {
+        datacenters.push(primary.to_string());
+    }
+    datacenters
+        .into_iter()
+        .map(|datacenter| {
+            let gateways = locator
+                .gateways_for(&datacenter)
+                .iter()
+                .filter_map(|address| address.parse().ok())
+                .collect();
+            (datacenter, gateways)
+        })
+        .collect()
 }
 
 fn log_choice(locator: &GatewayLocator, primary: &str) {

@@ -1101,6 +1101,7 @@ async fn reconcile_loop(agent: Rc<Agent>) {
             monoio::time::sleep(RECONCILE_INTERVAL).await;
         } else {
             mesh.lost_leadership();
+            mesh.follow(&agent);
             monoio::time::sleep(LEADERSHIP_POLL_INTERVAL).await;
         }
     }

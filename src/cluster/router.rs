@@ -37,6 +37,7 @@ use crate::shard::rpc_client::{CallError, RpcClient};
 use crate::shard::runtime::Shared;
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,12 @@ pub struct Router {
     wan: Option<GossipHandle>,
     /// Every other datacenter with a server in the WAN pool, by name.
     remote: ArcSwap<BTreeMap<String, Arc<Datacenter>>>,
+    /// `connect.enable_mesh_gateway_wan_federation`: calls to other datacenters go through
+    /// mesh gateways instead of straight to their servers.
+    through_gateways: bool,
+    /// With `through_gateways`: the gateways that may carry a call to each datacenter, as
+    /// the gateway locator chose them last (`agent::federation`).
+    gateways: ArcSwap<BTreeMap<String, Vec<SocketAddr>>>,
 }
 
 impl Router {
@@ -87,7 +94,42 @@ impl Router {
             local_datacenter: local_datacenter.to_string(),
             wan,
             remote: ArcSwap::from_pointee(BTreeMap::new()),
+            through_gateways: false,
+            gateways: ArcSwap::from_pointee(BTreeMap::new()),
         }
+    }
+
+    /// This router dials other datacenters through mesh gateways
+    /// (`connect.enable_mesh_gateway_wan_federation`).
+    pub fn through_mesh_gateways(mut self) -> Router {
+        self.through_gateways = true;
+        self
+    }
+
+    /// Whether calls to other datacenters go through mesh gateways.
+    pub fn dials_through_gateways(&self) -> bool {
+        self.through_gateways
+    }
+
+    /// Replaces the gateways that may carry a call to each datacenter (the locator's
+    /// current choice); at most [`DATACENTERS_MAX`] datacenters are kept.
+    pub fn set_gateways(&self, by_datacenter: BTreeMap<String, Vec<SocketAddr>>) {
+        debug_assert!(
+            self.through_gateways,
+            "only a gateway-federated router uses gateways"
+        );
+        let kept = by_datacenter.into_iter().take(DATACENTERS_MAX).collect();
+        self.gateways.store(Arc::new(kept));
+    }
+
+    /// One gateway toward `datacenter`, chosen at random among the locator's.
+    fn pick_gateway(&self, datacenter: &str) -> Option<SocketAddr> {
+        let gateways = self.gateways.load();
+        let candidates = gateways.get(datacenter)?;
+        if candidates.is_empty() {
+            return None;
+        }
+        Some(candidates[rand::random_range(0..candidates.len())])
     }
 
     pub fn local_datacenter(&self) -> &str {
@@ -188,6 +230,13 @@ impl Router {
                 if servers.pick().is_none() {
                     return Err(no_path());
                 }
+                if self.through_gateways {
+                    return self
+                        .call_through_gateways(
+                            servers, client, datacenter, method, body, timeout, retry,
+                        )
+                        .await;
+                }
                 servers::call_typed_in(
                     servers,
                     client,
@@ -199,6 +248,48 @@ impl Router {
                 )
                 .await
             }
+        }
+    }
+
+    /// [`Router::call_typed`] when datacenters federate through mesh gateways (Consul's
+    /// `DialRPCViaMeshGateway`): the server in use is reached through one of the gateways
+    /// the locator chose, asking for that server by its name; failover among the servers
+    /// is the direct path's, and each attempt picks a gateway afresh.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_through_gateways(
+        &self,
+        servers: &ServerManager,
+        client: &RpcClient,
+        datacenter: &str,
+        method: &str,
+        body: &[u8],
+        timeout: Duration,
+        retry: Retry,
+    ) -> Result<bytes::Bytes, CallError> {
+        let answer = servers::with_failover(servers, retry, async |addr| {
+            let list = servers.list();
+            let Some(server) = list.servers().iter().find(|server| server.addr == addr) else {
+                return Err((format!("server {addr} left the list"), false));
+            };
+            let node = node_of_wan_member(&server.name, datacenter);
+            let Some(gateway) = self.pick_gateway(datacenter) else {
+                let reason = format!("no mesh gateway is known to reach datacenter {datacenter:?}");
+                return Err((reason, false));
+            };
+            match client
+                .call_through_gateway(gateway, node, datacenter, method, body, timeout)
+                .await
+            {
+                Err(CallError::Transport { reason, sent }) => {
+                    Err((format!("through mesh gateway {gateway}: {reason}"), sent))
+                }
+                answered => Ok(answered),
+            }
+        })
+        .await;
+        match answer {
+            Ok(answered) => answered,
+            Err(reason) => Err(CallError::Transport { reason, sent: true }),
         }
     }
 
@@ -235,6 +326,16 @@ impl Router {
         }
         (added, removed)
     }
+}
+
+/// A server's node name from its WAN pool name, which is `<node>.<datacenter>` (Consul's
+/// `wanfed.SplitNodeName`); a name without the suffix is the node's own.
+pub fn node_of_wan_member<'a>(member: &'a str, datacenter: &str) -> &'a str {
+    member
+        .strip_suffix(datacenter)
+        .and_then(|rest| rest.strip_suffix('.'))
+        .filter(|node| !node.is_empty())
+        .unwrap_or(member)
 }
 
 /// A new datacenter's list is first rebalanced after Consul's minimum reuse time.
@@ -343,7 +444,9 @@ pub async fn wan_router(shared: Arc<Shared>, wan: GossipHandle, router: Arc<Rout
                 let at = route.rebalance_at.lock().map(|at| *at);
                 at.is_ok_and(|at| Instant::now() >= at)
             };
-            if !due {
+            // Through gateways the pings (straight to a server's RPC port) would not
+            // arrive; the list then moves only when a call fails.
+            if !due || router.through_gateways {
                 continue;
             }
             let servers = route.path.servers();
@@ -412,6 +515,16 @@ mod tests {
         c.vec[0] = x;
         c.height = 0.0;
         c
+    }
+
+    #[test]
+    fn a_wan_members_node_name_drops_its_datacenter_suffix() {
+        assert_eq!(node_of_wan_member("s1.dc1", "dc1"), "s1");
+        assert_eq!(node_of_wan_member("web.prod.dc1", "dc1"), "web.prod");
+        // A name without the suffix (or with nothing before it) is the node's own.
+        assert_eq!(node_of_wan_member("s1", "dc1"), "s1");
+        assert_eq!(node_of_wan_member(".dc1", "dc1"), ".dc1");
+        assert_eq!(node_of_wan_member("s1xdc1", "dc1"), "s1xdc1");
     }
 
     #[test]

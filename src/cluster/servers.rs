@@ -482,7 +482,7 @@ pub async fn call_typed_in(
 /// (`Err((reason, sent))`) marks the server failed and, as `retry` allows, tries the next
 /// one at once (after a short random pause when no other is left), for at most
 /// `RPC_HOLD_TIMEOUT`; with no server known it waits for one that long.
-async fn with_failover<T>(
+pub(crate) async fn with_failover<T>(
     manager: &ServerManager,
     retry: Retry,
     mut attempt: impl AsyncFnMut(SocketAddr) -> Result<T, (String, bool)>,

@@ -175,6 +175,9 @@ pub struct ConnectConfig {
     /// registered without a port are placed.
     pub sidecar_min_port: u16,
     pub sidecar_max_port: u16,
+    /// `connect.enable_mesh_gateway_wan_federation`: servers reach other datacenters'
+    /// servers through mesh gateways (the router, `cluster::router`).
+    pub mesh_gateway_wan_federation: bool,
 }
 
 impl Default for ConnectConfig {
@@ -186,6 +189,7 @@ impl Default for ConnectConfig {
             bootstrap_entries: Vec::new(),
             sidecar_min_port: SIDECAR_MIN_PORT_DEFAULT,
             sidecar_max_port: SIDECAR_MAX_PORT_DEFAULT,
+            mesh_gateway_wan_federation: false,
         }
     }
 }
@@ -232,6 +236,13 @@ impl ConnectConfig {
                         .ok_or_else(|| format!("connect.ca_config: {value} is not an object"))?;
                     config.ca = CaSettings::from_map(map, &config.ca)
                         .map_err(|e| format!("connect.ca_config: {e}"))?;
+                }
+                "enable_mesh_gateway_wan_federation" => {
+                    config.mesh_gateway_wan_federation = value.as_bool().ok_or_else(|| {
+                        format!(
+                            "connect.enable_mesh_gateway_wan_federation: {value} is not a boolean"
+                        )
+                    })?
                 }
                 // Checked against the key table, which warns about them.
                 _ => {}

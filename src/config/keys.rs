@@ -765,21 +765,13 @@ static CONNECT: Block = Block {
     go_names: true,
     fields: &[
         f("enabled", Bool, acts("connect.enabled")),
-        g(
-            "ca_provider",
-            "caprovider",
-            Str,
-            acts("connect.ca"),
-        ),
+        g("ca_provider", "caprovider", Str, acts("connect.ca")),
         g("ca_config", "caconfig", Map, acts("connect.ca")),
         g(
             "enable_mesh_gateway_wan_federation",
             "meshgatewaywanfederationenabled",
             Bool,
-            not_unless(
-                "datacenters federate through their WAN gossip pool and server RPC, not through mesh gateways",
-                Holds::Bool(false),
-            ),
+            acts("connect.mesh_gateway_wan_federation"),
         ),
         g(
             "test_ca_leaf_root_change_spread",

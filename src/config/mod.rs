@@ -406,10 +406,23 @@ fn primary_gateways_warning(raw: &Map<String, Value>) -> Option<String> {
         Some(Value::String(one)) => !one.is_empty(),
         _ => false,
     };
+    let through_gateways = raw
+        .get("connect")
+        .and_then(|connect| connect.get("enable_mesh_gateway_wan_federation"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if through_gateways {
+        return Some(
+            "connect.enable_mesh_gateway_wan_federation: RPC between datacenters goes through \
+             mesh gateways, but WAN gossip still travels straight between the servers' serf \
+             WAN ports"
+                .to_string(),
+        );
+    }
     listed.then(|| {
-        "primary_gateways: the gateway locator resolves them and logs the gateway it would \
-         dial, but servers do not dial through mesh gateways yet: datacenters federate over \
-         their WAN pool"
+        "primary_gateways: used only with connect.enable_mesh_gateway_wan_federation = true; \
+         the gateway locator resolves them and logs its choice, and servers dial other \
+         datacenters directly"
             .to_string()
     })
 }

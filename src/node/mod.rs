@@ -414,10 +414,17 @@ fn wire(prepared: &Prepared) -> Result<Wired, String> {
         wan: wan.as_ref().map(|(handle, _)| handle.clone()),
         events: Arc::default(),
         servers: Arc::default(),
-        router: Arc::new(crate::cluster::router::Router::new(
-            &config.datacenter,
-            wan.as_ref().map(|(handle, _)| handle.clone()),
-        )),
+        router: Arc::new({
+            let router = crate::cluster::router::Router::new(
+                &config.datacenter,
+                wan.as_ref().map(|(handle, _)| handle.clone()),
+            );
+            if config.connect.mesh_gateway_wan_federation {
+                router.through_mesh_gateways()
+            } else {
+                router
+            }
+        }),
     });
     let (agent_channel, agent_calls) = agent_channel();
     Ok(Wired {

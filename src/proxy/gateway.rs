@@ -121,6 +121,10 @@ struct Gateway {
     servers_domain: Option<String>,
     routes: ArcSwap<Routes>,
     next: AtomicUsize,
+    /// The datacenters whose gateways the federation states name (when the gateway exposes
+    /// the servers): those rows win over `?dc=` answers, which under federation through
+    /// gateways would need this very route to arrive.
+    federated: std::sync::Mutex<HashSet<String>>,
 }
 
 /// A route's destinations and the address to dial them from.
@@ -298,6 +302,7 @@ pub async fn run(settings: &ProxySettings, id: &str) -> Result<i32, String> {
         servers_domain: expose_servers.then(|| format!(".{}", found.domain)),
         routes: ArcSwap::from_pointee(Routes::default()),
         next: AtomicUsize::new(0),
+        federated: std::sync::Mutex::default(),
     });
     let threads = match settings.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -316,6 +321,7 @@ pub async fn run(settings: &ProxySettings, id: &str) -> Result<i32, String> {
     );
     if expose_servers {
         monoio::spawn(watch_servers(gateway.clone()));
+        monoio::spawn(watch_federation_states(gateway.clone()));
     }
     let services = monoio::spawn(watch_services(gateway.clone()));
     watch_datacenters(gateway).await;
@@ -608,6 +614,64 @@ fn server_addresses(rows: &serde_json::Value) -> HashMap<String, Arc<Vec<SocketA
     servers
 }
 
+/// Follows the federation states' mesh gateways (`/v1/internal/federation-states/
+/// mesh-gateways`, this datacenter's replicated copy), as Consul's mesh gateway does when
+/// it carries server traffic: every other datacenter named there is reached through the
+/// gateways its row lists, at their WAN addresses.
+async fn watch_federation_states(gateway: Arc<Gateway>) {
+    let mut retry = RETRY_MIN;
+    let mut index = 0;
+    loop {
+        let path = format!(
+            "/v1/internal/federation-states/mesh-gateways?index={index}&wait={}s",
+            WATCH_WAIT.as_secs()
+        );
+        match gateway.agent.get(&path, WATCH_WAIT + WATCH_SLACK).await {
+            Ok(answer) if answer.status == 200 => {
+                retry = RETRY_MIN;
+                index = answer.index;
+                let Ok(by_datacenter) = answer.json() else {
+                    continue;
+                };
+                let found: HashMap<String, Arc<Vec<SocketAddr>>> = by_datacenter
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(datacenter, rows)| (datacenter.to_ascii_lowercase(), rows))
+                    .filter(|(datacenter, _)| *datacenter != gateway.datacenter)
+                    .take(DATACENTERS_MAX)
+                    .map(|(datacenter, rows)| {
+                        let rows = rows.as_array().cloned().unwrap_or_default();
+                        (datacenter, Arc::new(gateway_addresses(&rows, "wan")))
+                    })
+                    .collect();
+                if let Ok(mut federated) = gateway.federated.lock() {
+                    *federated = found.keys().cloned().collect();
+                }
+                gateway.update(|routes| {
+                    for (datacenter, addresses) in &found {
+                        routes
+                            .datacenters
+                            .insert(datacenter.clone(), addresses.clone());
+                    }
+                });
+            }
+            Ok(answer) => {
+                log::warn!(
+                    "proxy: gateway federation states: {} {}",
+                    answer.status,
+                    answer.text()
+                );
+                backoff(&mut retry).await;
+            }
+            Err(e) => {
+                log::warn!("proxy: gateway federation states: {e}");
+                backoff(&mut retry).await;
+            }
+        }
+    }
+}
+
 /// Follows the list of datacenters and, for each other one, its mesh gateways.
 async fn watch_datacenters(gateway: Arc<Gateway>) {
     let mut watched: HashSet<String> = HashSet::new();
@@ -655,6 +719,13 @@ async fn watch_remote_gateways(gateway: Arc<Gateway>, datacenter: String) {
                 retry = RETRY_MIN;
                 index = new_index;
                 let addresses = Arc::new(gateway_addresses(&rows, "wan"));
+                let federated = gateway
+                    .federated
+                    .lock()
+                    .is_ok_and(|federated| federated.contains(&datacenter));
+                if federated {
+                    continue;
+                }
                 gateway.update(|routes| {
                     routes
                         .datacenters
@@ -893,6 +964,7 @@ mod tests {
             servers_domain: None,
             routes: ArcSwap::from_pointee(routes),
             next: AtomicUsize::new(0),
+            federated: std::sync::Mutex::default(),
         }
     }
 

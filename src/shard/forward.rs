@@ -342,6 +342,19 @@ pub(crate) async fn dial_tls(
 ) -> Result<crate::tls::stream::ClientTlsStream<monoio::net::TcpStream>, String> {
     let (written, _) = stream.write_all(vec![rpc_type::TLS]).await;
     written.map_err(|e| format!("cannot write to {addr}: {e}"))?;
+    dial_native_tls(stream, config, server_name, addr).await
+}
+
+/// Opens native TLS on a fresh connection (no type byte: the ClientHello comes first, and
+/// the ALPN protocol in `config` says what follows), as a server dials another datacenter
+/// through a mesh gateway; a failed handshake is logged as one readable line, which is
+/// also the error.
+pub(crate) async fn dial_native_tls(
+    stream: monoio::net::TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    server_name: rustls::pki_types::ServerName<'static>,
+    addr: SocketAddr,
+) -> Result<crate::tls::stream::ClientTlsStream<monoio::net::TcpStream>, String> {
     crate::tls::stream::connect(config, server_name, stream, HANDSHAKE_TIMEOUT_DEFAULT)
         .await
         .map_err(|error| {

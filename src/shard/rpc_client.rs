@@ -232,6 +232,9 @@ impl Connection {
 /// The typed-call client of one shard: a connection per server.
 pub struct RpcClient {
     connections: RefCell<HashMap<SocketAddr, Rc<RefCell<Connection>>>>,
+    /// Connections through mesh gateways, by gateway and the server name asked for: each is
+    /// a TLS session with that one server, which the gateway splices through.
+    through_gateways: RefCell<HashMap<(SocketAddr, String), Rc<RefCell<Connection>>>>,
     tls: Arc<TlsConfigurator>,
     /// The agent's bind address, which connections leave from (Consul's `RPCSrcAddr`).
     bind_addr: IpAddr,
@@ -243,6 +246,7 @@ impl RpcClient {
     pub fn new(tls: Arc<TlsConfigurator>, bind_addr: IpAddr) -> RpcClient {
         RpcClient {
             connections: RefCell::default(),
+            through_gateways: RefCell::default(),
             tls,
             bind_addr,
             clock: Instant::now(),
@@ -279,6 +283,65 @@ impl RpcClient {
             .connection(addr, datacenter)
             .await
             .map_err(CallError::unsent)?;
+        self.call_on(&connection, addr, method, body, timeout).await
+    }
+
+    /// [`RpcClient::call`] on the server `node` of `datacenter` through the mesh gateway at
+    /// `gateway` (WAN federation through mesh gateways): native TLS with ALPN
+    /// `consul/rpc-multi` and the server's own name, so the gateway hands the session to
+    /// that server, and yamux inside it as on byte 4.
+    pub async fn call_through_gateway(
+        &self,
+        gateway: SocketAddr,
+        node: &str,
+        datacenter: &str,
+        method: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, CallError> {
+        let (config, server_name) = self
+            .tls
+            .native_rpc_client(node, datacenter, crate::proto::rpc_select::alpn::RPC_MULTI)
+            .map_err(CallError::unsent)?;
+        let key = (gateway, server_name.to_str().into_owned());
+        let existing = self.through_gateways.borrow().get(&key).cloned();
+        let connection = match existing {
+            Some(connection) if connection.borrow().closed.is_none() => connection,
+            _ => {
+                let stream = self.connect(gateway).await.map_err(CallError::unsent)?;
+                let session = super::forward::dial_native_tls(stream, config, server_name, gateway)
+                    .await
+                    .map_err(CallError::unsent)?;
+                let connection = self.new_connection();
+                let (reader, writer) = session.into_split();
+                let rings = connection.1;
+                spawn_session(
+                    connection.0.clone(),
+                    reader,
+                    writer,
+                    rings,
+                    gateway,
+                    self.clock,
+                );
+                self.through_gateways
+                    .borrow_mut()
+                    .insert(key, connection.0.clone());
+                connection.0
+            }
+        };
+        self.call_on(&connection, gateway, method, body, timeout)
+            .await
+    }
+
+    /// One call on `connection` (to `addr`, named in errors).
+    async fn call_on(
+        &self,
+        connection: &Rc<RefCell<Connection>>,
+        addr: SocketAddr,
+        method: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, CallError> {
         let id = {
             let mut state = connection.borrow_mut();
             if let Some(reason) = &state.closed {
@@ -337,13 +400,10 @@ impl RpcClient {
         Ok(connection)
     }
 
-    async fn dial(
-        &self,
-        addr: SocketAddr,
-        datacenter: Option<&str>,
-    ) -> Result<Rc<RefCell<Connection>>, String> {
+    /// A TCP connection to `addr` from the bind address, within the dial timeout.
+    async fn connect(&self, addr: SocketAddr) -> Result<monoio::net::TcpStream, String> {
         let source = crate::shard::dial::source_for(self.bind_addr, addr);
-        let mut stream =
+        let stream =
             match monoio::time::timeout(CONNECT_TIMEOUT, crate::shard::dial::connect(source, addr))
                 .await
             {
@@ -352,10 +412,11 @@ impl RpcClient {
                 Err(_) => return Err(format!("timed out connecting to {addr}")),
             };
         let _ = stream.set_nodelay(true);
-        let tls = match datacenter {
-            None => self.tls.rpc_client(),
-            Some(datacenter) => self.tls.rpc_client_for(datacenter)?,
-        };
+        Ok(stream)
+    }
+
+    /// A new client session's state and the receiving end of its doorbell.
+    fn new_connection(&self) -> (Rc<RefCell<Connection>>, flume::Receiver<()>) {
         let (doorbell, rings) = flume::bounded::<()>(1);
         let connection = Rc::new(RefCell::new(Connection {
             session: Session::new(Role::Client, self.now_ms()),
@@ -365,6 +426,20 @@ impl RpcClient {
             closed: None,
             doorbell,
         }));
+        (connection, rings)
+    }
+
+    async fn dial(
+        &self,
+        addr: SocketAddr,
+        datacenter: Option<&str>,
+    ) -> Result<Rc<RefCell<Connection>>, String> {
+        let mut stream = self.connect(addr).await?;
+        let tls = match datacenter {
+            None => self.tls.rpc_client(),
+            Some(datacenter) => self.tls.rpc_client_for(datacenter)?,
+        };
+        let (connection, rings) = self.new_connection();
         let clock = self.clock;
         match tls {
             None => {

@@ -369,6 +369,42 @@ impl TlsConfigurator {
         Ok(Some((config, name)))
     }
 
+    /// How a server dials another datacenter's server `node` through a mesh gateway
+    /// (Consul's `DialRPCViaMeshGateway`): native TLS with internal RPC's configuration, the
+    /// ALPN protocol `alpn` offered, and the server's own name
+    /// `<node>.server.<datacenter>.<domain>` asked for, which is what the gateway routes by.
+    /// `Err` without outgoing TLS (a gateway only passes TLS through) or when the names
+    /// cannot make a TLS server name.
+    pub fn native_rpc_client(
+        &self,
+        node: &str,
+        datacenter: &str,
+        alpn: &str,
+    ) -> Result<(Arc<ClientConfig>, ServerName<'static>), String> {
+        let loaded = self.current.load();
+        let Some(base) = loaded.internal_rpc.client.clone() else {
+            return Err(
+                "dialing through mesh gateways needs TLS on internal RPC (verify_outgoing with a CA and a certificate)"
+                    .to_string(),
+            );
+        };
+        if datacenter.is_empty() || node.is_empty() {
+            return Err(
+                "a server without a name or datacenter cannot be dialed through a gateway"
+                    .to_string(),
+            );
+        }
+        let text = format!(
+            "{node}.{}",
+            verify::server_name_for(datacenter, &self.identity.domain)
+        );
+        let name = ServerName::try_from(text.clone())
+            .map_err(|_| format!("{text:?} is not a valid TLS server name"))?;
+        let mut config = (*base).clone();
+        config.alpn_protocols = vec![alpn.as_bytes().to_vec()];
+        Ok((Arc::new(config), name))
+    }
+
     /// What the server port's first byte may select.
     pub fn listener_policy(&self) -> ListenerPolicy {
         let loaded = self.current.load();

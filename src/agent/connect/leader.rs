@@ -46,6 +46,12 @@ impl LeaderDuties {
         }
     }
 
+    /// One round on a server that does not lead: what every server keeps running (the
+    /// gateway locator) is started once.
+    pub fn follow(&self, agent: &Rc<Agent>) {
+        self.federation.follow(agent);
+    }
+
     /// One round, on the leader.
     pub async fn run(&self, agent: &Rc<Agent>) {
         if !self.bootstrapped.get() {

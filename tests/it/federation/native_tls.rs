@@ -22,6 +22,7 @@
 use crate::agent_support::wait_for;
 use crate::common::{fresh_loopback, praetor_binary, praetor_in, Agent, TempDir};
 use crate::envoy::{free_port, Envoy};
+use crate::nemesis::Firewall;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -145,6 +146,7 @@ struct Gateway {
     child: Child,
     log: PathBuf,
     lan: SocketAddr,
+    wan: SocketAddr,
 }
 
 impl Gateway {
@@ -177,6 +179,7 @@ impl Gateway {
             child,
             log,
             lan: SocketAddr::new(ip, lan),
+            wan: SocketAddr::new(ip, wan),
         }
     }
 
@@ -375,4 +378,142 @@ fn wait_for_ok(limit: Duration, mut probe: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Whether a TCP connection from `source` to `destination` opens within two seconds (the
+/// test's own view of the firewall, from the standard library's sockets in Python, which
+/// can choose the source address).
+fn tcp_opens(source: IpAddr, destination: SocketAddr) -> bool {
+    let script = format!(
+        "import socket\ns = socket.socket()\ns.bind(('{source}', 0))\ns.settimeout(2)\n\
+         try:\n    s.connect(('{}', {}))\n    print('open')\nexcept OSError as e:\n    print('closed', e)\n",
+        destination.ip(),
+        destination.port()
+    );
+    let output = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).starts_with("open")
+}
+
+/// WAN federation through mesh gateways, the RPC part (issue #40): with
+/// `connect.enable_mesh_gateway_wan_federation`, dc1's and dc2's servers cannot open each
+/// other's RPC port (iptables), only their gateways'. dc2 learns dc1's gateway from
+/// `primary_gateways`, gets dc1's roots and federation states through it, and each
+/// datacenter's `?dc=` reads (a blocking one included) reach the other through the
+/// gateways: dc2 → gw2 → gw1 → s1 and back.
+#[test]
+fn servers_call_other_datacenters_only_through_mesh_gateways() {
+    let pki = Pki::new("wanfed-pki");
+    let dir = TempDir::new("wanfed");
+    pki.server("dc1", "s1");
+    pki.server("dc2", "s2");
+    let (dc1_ip, dc2_ip) = (fresh_loopback(), fresh_loopback());
+    let mut firewall = Firewall::new(&[dc1_ip, dc2_ip]);
+    firewall.drop_tcp_port(dc2_ip, dc1_ip, 8300);
+    firewall.drop_tcp_port(dc1_ip, dc2_ip, 8300);
+    let through_gateways = "connect { enable_mesh_gateway_wan_federation = true }";
+    let primary = "primary_datacenter = \"dc1\"";
+    let outgoing = "internal_rpc { verify_outgoing = true }";
+    let dc1 = Agent::dev_at(
+        dc1_ip,
+        &[
+            "-datacenter",
+            "dc1",
+            "-node",
+            "s1",
+            "-hcl",
+            primary,
+            "-hcl",
+            through_gateways,
+            "-hcl",
+            &pki.server_tls("dc1", outgoing),
+        ],
+    );
+    let gw1 = Gateway::start(dir.path(), "gw1", &dc1, fresh_loopback());
+    let join_wan = format!("retry_join_wan = [\"{dc1_ip}\"]");
+    let primary_gateways = format!("primary_gateways = [\"{}\"]", gw1.wan);
+    let dc2 = Agent::dev_at(
+        dc2_ip,
+        &[
+            "-datacenter",
+            "dc2",
+            "-node",
+            "s2",
+            "-hcl",
+            primary,
+            "-hcl",
+            through_gateways,
+            "-hcl",
+            &join_wan,
+            "-hcl",
+            &primary_gateways,
+            "-hcl",
+            &pki.server_tls("dc2", outgoing),
+        ],
+    );
+    let gw2 = Gateway::start(dir.path(), "gw2", &dc2, fresh_loopback());
+    let logs = || {
+        format!(
+            "dc1:\n{}\ndc2:\n{}\ngw1:\n{}\ngw2:\n{}",
+            dc1.log(),
+            dc2.log(),
+            gw1.log(),
+            gw2.log()
+        )
+    };
+    // The firewall holds: neither server can open the other's RPC port.
+    assert!(!tcp_opens(dc2_ip, SocketAddr::new(dc1_ip, 8300)));
+    assert!(!tcp_opens(dc1_ip, SocketAddr::new(dc2_ip, 8300)));
+    assert!(tcp_opens(dc2_ip, gw1.wan), "dc2 reaches dc1's gateway");
+
+    let federated = wait_for_ok(FEDERATION_LIMIT, || {
+        let roots = dc2.get("/v1/connect/ca/roots").json();
+        roots["TrustDomain"].as_str().is_some_and(|t| !t.is_empty())
+    });
+    assert!(federated, "dc2 never got dc1's roots\n{}", logs());
+
+    assert_eq!(dc1.put("/v1/kv/wanfed/key", b"from-dc1").status, 200);
+    let mut last = String::new();
+    let read = wait_for_ok(ROUTE_LIMIT, || {
+        let answer = dc2.get("/v1/kv/wanfed/key?dc=dc1&raw");
+        last = format!("{} {}", answer.status, answer.text());
+        answer.status == 200 && answer.text() == "from-dc1"
+    });
+    assert!(read, "dc2 reading dc1's key: {last}\n{}", logs());
+
+    // dc1's gateway learns dc2's gateways from the federation states dc2 wrote into the
+    // primary, so dc1's server reaches dc2's the same way.
+    let read = wait_for_ok(ROUTE_LIMIT, || {
+        let answer = dc1.get("/v1/catalog/nodes?dc=dc2");
+        last = format!("{} {}", answer.status, answer.text());
+        answer.status == 200 && answer.text().contains("\"s2\"")
+    });
+    assert!(read, "dc1 reading dc2's catalog: {last}\n{}", logs());
+
+    // A blocking read crosses the gateways and is woken by a write in dc1.
+    let index = dc2
+        .get("/v1/kv/wanfed/key?dc=dc1")
+        .header("X-Consul-Index")
+        .unwrap()
+        .to_string();
+    let waiting = {
+        let http = dc2.addr();
+        let path = format!("/v1/kv/wanfed/key?dc=dc1&raw&index={index}&wait=30s");
+        std::thread::spawn(move || {
+            crate::common::try_request_timeout(http, "GET", &path, Duration::from_secs(45)).unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(dc1.put("/v1/kv/wanfed/key", b"second").status, 200);
+    let woken = waiting.join().unwrap();
+    assert_eq!(
+        (woken.status, woken.text()),
+        (200, "second".to_string()),
+        "{}",
+        logs()
+    );
+    // Nothing went straight to the other datacenter's RPC port.
+    assert!(firewall.is_partitioned());
 }

@@ -39,8 +39,8 @@ fn iptables(args: &[&str]) -> Result<String, String> {
 /// The partitions one test makes among its agents' addresses.
 pub struct Firewall {
     comment: String,
-    /// The (source, destination) pairs dropped now.
-    dropped: BTreeSet<(IpAddr, IpAddr)>,
+    /// The (source, destination, TCP port or every packet) rules in force now.
+    dropped: BTreeSet<(IpAddr, IpAddr, Option<u16>)>,
 }
 
 impl Firewall {
@@ -72,34 +72,45 @@ impl Firewall {
         firewall
     }
 
-    fn rule(&self, source: IpAddr, destination: IpAddr) -> Vec<String> {
-        [
+    fn rule(&self, source: IpAddr, destination: IpAddr, port: Option<u16>) -> Vec<String> {
+        let mut rule: Vec<String> = [
             "INPUT",
             "-s",
             &source.to_string(),
             "-d",
             &destination.to_string(),
-            "-m",
-            "comment",
-            "--comment",
-            &self.comment,
-            "-j",
-            "DROP",
         ]
         .iter()
         .map(|s| s.to_string())
-        .collect()
+        .collect();
+        if let Some(port) = port {
+            rule.extend(["-p", "tcp", "--dport", &port.to_string()].map(str::to_string));
+        }
+        rule.extend(
+            ["-m", "comment", "--comment", &self.comment, "-j", "DROP"].map(str::to_string),
+        );
+        rule
+    }
+
+    fn add(&mut self, source: IpAddr, destination: IpAddr, port: Option<u16>) {
+        if self.dropped.insert((source, destination, port)) {
+            let rule = self.rule(source, destination, port);
+            let mut args = vec!["-I"];
+            args.extend(rule.iter().map(String::as_str));
+            iptables(&args).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 
     fn drop_between(&mut self, a: IpAddr, b: IpAddr) {
         for (source, destination) in [(a, b), (b, a)] {
-            if self.dropped.insert((source, destination)) {
-                let rule = self.rule(source, destination);
-                let mut args = vec!["-I"];
-                args.extend(rule.iter().map(String::as_str));
-                iptables(&args).unwrap_or_else(|e| panic!("{e}"));
-            }
+            self.add(source, destination, None);
         }
+    }
+
+    /// Drops TCP from `source` to `destination`'s `port` only (say, a server's RPC port
+    /// while its gossip ports stay reachable).
+    pub fn drop_tcp_port(&mut self, source: IpAddr, destination: IpAddr, port: u16) {
+        self.add(source, destination, Some(port));
     }
 
     /// Cuts `isolated` off from every address in `others`, in both directions.
@@ -111,8 +122,8 @@ impl Firewall {
 
     /// Removes every rule this firewall added.
     pub fn heal(&mut self) {
-        for (source, destination) in std::mem::take(&mut self.dropped) {
-            let rule = self.rule(source, destination);
+        for (source, destination, port) in std::mem::take(&mut self.dropped) {
+            let rule = self.rule(source, destination, port);
             let mut args = vec!["-D"];
             args.extend(rule.iter().map(String::as_str));
             if let Err(e) = iptables(&args) {
