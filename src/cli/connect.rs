@@ -1,5 +1,6 @@
-//! `praetor connect ca get-config|set-config`, `praetor connect proxy` and `praetor connect
-//! envoy` (in `envoy.rs`), as `consul connect` names them.
+//! `praetor connect ca get-config|set-config`, `praetor connect proxy`, `praetor connect
+//! envoy` (in `envoy.rs`), as `consul connect` names them, and praetor's `connect
+//! grpc-bootstrap` (in `grpc_bootstrap.rs`).
 
 use super::HttpFlags;
 use clap::{Args, Subcommand};
@@ -13,6 +14,8 @@ pub enum ConnectCommand {
     Proxy(Box<ProxyArgs>),
     /// Runs (or configures) Envoy as a service's sidecar proxy.
     Envoy(Box<super::envoy::EnvoyArgs>),
+    /// Writes a proxyless gRPC client's xDS bootstrap and keeps its certificates current.
+    GrpcBootstrap(Box<super::grpc_bootstrap::GrpcBootstrapArgs>),
 }
 
 /// `connect proxy`: Consul's flags for the built-in proxy.
@@ -248,6 +251,7 @@ pub fn run(command: ConnectCommand) -> Result<i32, String> {
             crate::proxy::run(proxy_settings(*args)?)
         }
         ConnectCommand::Envoy(args) => super::envoy::run(*args),
+        ConnectCommand::GrpcBootstrap(args) => super::grpc_bootstrap::run(*args),
     }
 }
 

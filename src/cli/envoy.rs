@@ -259,7 +259,10 @@ pub(crate) fn lookup_gateway(
 
 /// Finds the one `connect-proxy` registered for `service_id` (Consul's
 /// `LookupProxyIDForSidecar`).
-fn proxy_for_sidecar(client: &super::client::Client, service_id: &str) -> Result<String, String> {
+pub(crate) fn proxy_for_sidecar(
+    client: &super::client::Client,
+    service_id: &str,
+) -> Result<String, String> {
     let response = client
         .ok("GET", "/v1/agent/services", None)
         .map_err(|e| format!("Failed looking up sidecar proxy info for {service_id}: {e}"))?;
@@ -286,7 +289,7 @@ fn proxy_for_sidecar(client: &super::client::Client, service_id: &str) -> Result
 
 /// The agent's gRPC address, and whether it speaks TLS: `-grpc-addr`, else the port the
 /// agent reports in `/v1/agent/self` (its TLS port first) on `localhost`.
-fn grpc_address(
+pub(crate) fn grpc_address(
     client: &super::client::Client,
     flag: Option<&str>,
 ) -> Result<(String, u16, bool), String> {

@@ -19,6 +19,7 @@ pub mod debug;
 pub mod envoy;
 pub mod goflag;
 pub mod gossip;
+pub mod grpc_bootstrap;
 pub mod intention;
 pub mod kv;
 pub mod lock;

@@ -45,6 +45,25 @@ pub struct Built {
     pub version: StoreVersion,
     /// When its inputs changed: the moment the change that led to it was seen.
     pub seen_at: Instant,
+    /// The gRPC flavour of the resources ([`resources::grpc`]), built on the first ask of
+    /// a proxyless gRPC client's stream, so Envoy-only proxies never pay for it.
+    grpc: std::sync::OnceLock<Result<Resources, String>>,
+}
+
+impl Built {
+    /// The resources for a proxyless gRPC client, built once per build.
+    pub fn grpc_resources(&self) -> &Result<Resources, String> {
+        self.grpc.get_or_init(|| {
+            let built = resources::grpc::build(&self.snapshot);
+            if let Err(reason) = &built {
+                log::error!(
+                    "xds: cannot build the gRPC resources of proxy {:?}: {reason}",
+                    self.snapshot.proxy_id
+                );
+            }
+            built
+        })
+    }
 }
 
 /// A stream's handle on its proxy's watcher.
@@ -546,6 +565,7 @@ fn rebuild(
             resources,
             version,
             seen_at,
+            grpc: std::sync::OnceLock::new(),
         })),
         Err(reason) => {
             log::error!(

@@ -335,6 +335,7 @@ async fn drive<F: Flavour>(
     let mut state_rx = None;
     let mut auth_timer = Box::pin(tokio::time::sleep(AUTH_CHECK_INTERVAL));
     let mut store_rx = acl.as_ref().map(|_| watchers.store().subscribe());
+    let mut grpc_client = false;
     loop {
         let event = tokio::select! {
             message = inbound.message() => Event::Request(match message {
@@ -352,6 +353,11 @@ async fn drive<F: Flavour>(
             Event::Request(None) => return Ok(()),
             Event::Request(Some(request)) => {
                 if watch.is_none() {
+                    // A proxyless gRPC client announces itself in its first request and is
+                    // served the gRPC flavour of its proxy's resources from then on.
+                    grpc_client = F::node(&request).is_some_and(|node| {
+                        super::resources::grpc::is_grpc_client(&node.user_agent_name)
+                    });
                     if let Some(proxy_id) = proxy_of(F::node(&request)) {
                         let w = watchers
                             .watch(&proxy_id, &token)
@@ -403,7 +409,16 @@ async fn drive<F: Flavour>(
         auth_timer
             .as_mut()
             .reset(tokio::time::Instant::now() + AUTH_CHECK_INTERVAL);
-        for response in protocol.responses(&built.resources) {
+        let resources = if grpc_client {
+            match built.grpc_resources() {
+                Ok(resources) => resources,
+                // Logged once by the build; the stream waits for the next one.
+                Err(_) => continue,
+            }
+        } else {
+            &built.resources
+        };
+        for response in protocol.responses(resources) {
             if tx.send(Ok(response)).await.is_err() {
                 return Ok(());
             }

@@ -10,6 +10,7 @@
 
 pub mod clusters;
 pub mod endpoints;
+pub mod grpc;
 pub mod listeners;
 pub mod mesh_gateway;
 pub mod rbac;

@@ -51,7 +51,7 @@ fn catch_all() -> RouteMatch {
     }
 }
 
-fn route_configuration(upstream: &Upstream) -> Result<RouteConfiguration, String> {
+pub(super) fn route_configuration(upstream: &Upstream) -> Result<RouteConfiguration, String> {
     let name = format!(
         "{}.default.default.{}",
         upstream.destination, upstream.datacenter

@@ -585,3 +585,202 @@ fn chain_server_names(
         })
         .collect()
 }
+
+// The gRPC flavour (proxyless gRPC clients): names, api listeners, certificate providers,
+// weighted localities.
+mod grpc_flavour {
+    use super::*;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::RouteSpecifier, HttpConnectionManager,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        common_tls_context::ValidationContextType, UpstreamTlsContext,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+
+    fn listener(r: &Resources, name: &str) -> (Listener, HttpConnectionManager) {
+        let listener = Listener::decode(&*r.of(ResourceType::Listener)[name].any.value).unwrap();
+        let api = listener
+            .api_listener
+            .clone()
+            .expect("an api listener")
+            .api_listener;
+        let manager = HttpConnectionManager::decode(&*api.expect("a manager").value).unwrap();
+        (listener, manager)
+    }
+
+    #[test]
+    fn grpc_libraries_are_told_from_envoy_by_their_user_agent() {
+        for name in ["gRPC C-core", "grpc-java", "gRPC Go", "gRPC Python"] {
+            assert!(grpc::is_grpc_client(name), "{name}");
+        }
+        for name in ["envoy", "", "grp"] {
+            assert!(!grpc::is_grpc_client(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_tcp_upstream_is_an_api_listener_an_eds_cluster_and_weighted_endpoints() {
+        let r = grpc::build(&snapshot(vec![tcp_db()])).unwrap();
+        let sni = format!("db.default.dc1.internal.{TD}");
+        // No public listener, no local_app: a proxyless client only dials out.
+        assert_eq!(names(&r, ResourceType::Listener), vec!["db".to_string()]);
+        assert_eq!(names(&r, ResourceType::Cluster), vec![sni.clone()]);
+        assert_eq!(names(&r, ResourceType::Endpoint), vec![sni.clone()]);
+        assert!(names(&r, ResourceType::Route).is_empty());
+
+        let (listener, manager) = listener(&r, "db");
+        assert!(listener.address.is_none() && listener.filter_chains.is_empty());
+        assert_eq!(
+            manager.http_filters.last().map(|f| f.name.as_str()),
+            Some("envoy.filters.http.router")
+        );
+        let Some(RouteSpecifier::RouteConfig(routes)) = &manager.route_specifier else {
+            panic!("an inline route configuration: {manager:?}");
+        };
+        let Some(route::Action::Route(action)) = &routes.virtual_hosts[0].routes[0].action else {
+            panic!("{routes:?}");
+        };
+        assert_eq!(
+            action.cluster_specifier,
+            Some(route_action::ClusterSpecifier::Cluster(sni.clone()))
+        );
+
+        let cluster = Cluster::decode(&*r.of(ResourceType::Cluster)[&sni].any.value).unwrap();
+        let socket = cluster.transport_socket.expect("mTLS");
+        assert_eq!(socket.name, "envoy.transport_sockets.tls");
+        let Some(
+            envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+                any,
+            ),
+        ) = socket.config_type
+        else {
+            panic!("a typed TLS context");
+        };
+        let tls = UpstreamTlsContext::decode(&*any.value).unwrap();
+        let common = tls.common_tls_context.unwrap();
+        // Certificates from the bootstrap's file watcher, never inline PEM.
+        assert!(common.tls_certificates.is_empty());
+        assert_eq!(
+            common
+                .tls_certificate_provider_instance
+                .unwrap()
+                .instance_name,
+            grpc::CERTIFICATE_PROVIDER_INSTANCE
+        );
+        let Some(ValidationContextType::ValidationContext(validation)) =
+            common.validation_context_type
+        else {
+            panic!("a validation context");
+        };
+        assert_eq!(
+            validation
+                .ca_certificate_provider_instance
+                .unwrap()
+                .instance_name,
+            grpc::CERTIFICATE_PROVIDER_INSTANCE
+        );
+        assert!(validation.trusted_ca.is_none());
+        #[allow(deprecated)]
+        let sans: Vec<_> = validation
+            .match_subject_alt_names
+            .iter()
+            .map(|m| m.match_pattern.clone())
+            .collect();
+        assert_eq!(
+            sans,
+            vec![Some(MatchPattern::Exact(crate::xds::snapshot::spiffe_id(
+                TD, "dc1", "db"
+            )))]
+        );
+
+        let assignment =
+            ClusterLoadAssignment::decode(&*r.of(ResourceType::Endpoint)[&sni].any.value).unwrap();
+        assert_eq!(assignment.endpoints.len(), 1);
+        let locality = &assignment.endpoints[0];
+        assert_eq!(
+            locality.load_balancing_weight.as_ref().map(|w| w.value),
+            Some(1)
+        );
+        let named = locality.locality.as_ref().unwrap();
+        assert_eq!(
+            (named.region.as_str(), named.zone.as_str()),
+            ("dc1", "db.default.default.dc1")
+        );
+        assert_eq!(locality.lb_endpoints.len(), 1);
+    }
+
+    #[test]
+    fn failover_targets_are_named_localities_at_the_next_priorities() {
+        let up = upstream(
+            "tcp",
+            vec![(
+                "resolver:db.default.default.dc1",
+                ChainNode::Resolver {
+                    target: "db.default.default.dc1".into(),
+                    failover: vec!["empty".into(), "db.default.default.dc2".into()],
+                },
+            )],
+            vec![
+                target("db", vec![healthy(21000)]),
+                Target {
+                    id: "empty".into(),
+                    ..target("db", Vec::new())
+                },
+                Target {
+                    id: "db.default.default.dc2".into(),
+                    datacenter: "dc2".into(),
+                    spiffe_id: crate::xds::snapshot::spiffe_id(TD, "dc2", "db"),
+                    ..target("db", vec![healthy(21001)])
+                },
+            ],
+        );
+        let r = grpc::build(&snapshot(vec![up])).unwrap();
+        let sni = format!("db.default.dc1.internal.{TD}");
+        let assignment =
+            ClusterLoadAssignment::decode(&*r.of(ResourceType::Endpoint)[&sni].any.value).unwrap();
+        // The failover without instances hands its level to the next one.
+        let levels: Vec<(u32, String, String)> = assignment
+            .endpoints
+            .iter()
+            .map(|l| {
+                let named = l.locality.clone().unwrap();
+                (l.priority, named.region, named.zone)
+            })
+            .collect();
+        assert_eq!(
+            levels,
+            vec![
+                (0, "dc1".to_string(), "db.default.default.dc1".to_string()),
+                (1, "dc2".to_string(), "db.default.default.dc2".to_string()),
+            ]
+        );
+        assert!(assignment
+            .endpoints
+            .iter()
+            .all(|l| l.load_balancing_weight.is_some()));
+    }
+
+    #[test]
+    fn an_l7_upstream_carries_its_chain_inline() {
+        let r = grpc::build(&snapshot(vec![upstream(
+            "grpc",
+            vec![(
+                "resolver:db.default.default.dc1",
+                ChainNode::Resolver {
+                    target: "db.default.default.dc1".into(),
+                    failover: Vec::new(),
+                },
+            )],
+            vec![target("db", vec![healthy(21000)])],
+        )]))
+        .unwrap();
+        let (_, manager) = listener(&r, "db");
+        let Some(RouteSpecifier::RouteConfig(routes)) = &manager.route_specifier else {
+            panic!("{manager:?}");
+        };
+        assert_eq!(routes.virtual_hosts[0].domains, vec!["*".to_string()]);
+        assert!(names(&r, ResourceType::Route).is_empty());
+    }
+}

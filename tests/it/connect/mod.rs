@@ -10,6 +10,7 @@ mod connect_proxy;
 mod envoy_mesh;
 mod gateways;
 mod gateways_envoy;
+mod grpc_proxyless;
 mod intention_calls;
 mod mesh_gateways_builtin;
 mod mesh_gateways_envoy;
