@@ -615,6 +615,48 @@ fn validate_connect_proxy(
             "Validation failed: Port or SocketPath must be set for a Connect proxy",
         ));
     }
+    if let Some(proxy) = proxy {
+        validate_expose(proxy)
+            .map_err(|e| DefinitionError::bad(format!("Validation failed: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The protocols an exposed path may speak, in the order Consul lists them.
+const EXPOSE_PROTOCOLS: [&str; 2] = ["http", "http2"];
+
+/// Consul's rules for `Proxy.Expose.Paths` of a connect proxy, checked in its order (the
+/// first broken one, in its words): a path is given, no two paths share a listener port,
+/// the listener port is a port, the protocol (any case) is `http` or `http2` when given.
+/// Consul checks neither the path's leading `/` nor `LocalPathPort` here, and neither
+/// does praetor: Envoy matches a path without the slash against nothing.
+fn validate_expose(proxy: &Doc) -> Result<(), String> {
+    let Some(expose) = proxy.get("Expose") else {
+        return Ok(());
+    };
+    let mut listener_ports = std::collections::BTreeSet::new();
+    for path in expose.list("Paths") {
+        if path.str("Path").is_empty() {
+            return Err("expose.paths: empty path exposed".to_string());
+        }
+        let listener_port = path.int("ListenerPort");
+        if !listener_ports.insert(listener_port) {
+            return Err("expose.paths: duplicate listener ports exposed".to_string());
+        }
+        if !(1..=65535).contains(&listener_port) {
+            return Err(format!(
+                "expose.paths: invalid listener port: {listener_port}"
+            ));
+        }
+        let protocol = path.str("Protocol").to_lowercase();
+        if !protocol.is_empty() && !EXPOSE_PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(format!(
+                "protocol '{protocol}' not supported for path: {}, must be in: [{}]",
+                path.str("Path"),
+                EXPOSE_PROTOCOLS.join(" ")
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -836,5 +878,45 @@ mod tests {
             (2, 3, 3)
         );
         assert_eq!(check.output_max_bytes(), CHECK_OUTPUT_BYTES_MAX);
+    }
+
+    #[test]
+    fn expose_paths_are_validated_with_consuls_words() {
+        let check = |expose: serde_json::Value| {
+            let proxy = normalize_proxy(&serde_json::json!({
+                "DestinationServiceName": "web", "Expose": expose
+            }))
+            .unwrap();
+            validate_expose(&proxy)
+        };
+        let path = |p: &str, port: i64, protocol: &str| {
+            serde_json::json!({"Path": p, "LocalPathPort": 8080, "ListenerPort": port,
+                               "Protocol": protocol})
+        };
+        assert_eq!(check(serde_json::json!({"Checks": true})), Ok(()));
+        assert_eq!(
+            check(
+                serde_json::json!({"Paths": [path("/a", 21500, "HTTP2"), path("/a", 21501, "")]})
+            ),
+            Ok(()),
+            "one path on two ports is Consul's too"
+        );
+        assert_eq!(
+            check(serde_json::json!({"Paths": [path("", 21500, "")]})).unwrap_err(),
+            "expose.paths: empty path exposed"
+        );
+        assert_eq!(
+            check(serde_json::json!({"Paths": [path("/a", 21500, ""), path("/b", 21500, "")]}))
+                .unwrap_err(),
+            "expose.paths: duplicate listener ports exposed"
+        );
+        assert_eq!(
+            check(serde_json::json!({"Paths": [path("/a", -1, "")]})).unwrap_err(),
+            "expose.paths: invalid listener port: -1"
+        );
+        assert_eq!(
+            check(serde_json::json!({"Paths": [path("/a", 21500, "tcp")]})).unwrap_err(),
+            "protocol 'tcp' not supported for path: /a, must be in: [http http2]"
+        );
     }
 }

@@ -20,8 +20,10 @@
 
 pub mod bootstrap;
 pub mod delta;
+pub mod expose;
 pub mod feed;
 pub mod peerstream;
+pub mod prepared_query;
 pub mod proxies;
 pub mod registration;
 pub mod remote;

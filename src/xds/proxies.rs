@@ -484,13 +484,24 @@ impl ProxyLoop {
         }
     }
 
-    /// Says once per change which of a gateway's config entries are accepted but not applied.
+    /// Says once per change which of a gateway's config entries are accepted but not
+    /// applied, or which of a sidecar's prepared-query upstreams select nothing here.
     fn warn_unapplied(&mut self, snapshot: &Snapshot) {
         if snapshot.unapplied == self.warned_unapplied {
             return;
         }
         self.warned_unapplied = snapshot.unapplied.clone();
-        if !self.warned_unapplied.is_empty() {
+        if self.warned_unapplied.is_empty() {
+            return;
+        }
+        if snapshot.kind == ProxyKind::ConnectProxy {
+            // A sidecar's are its prepared-query upstreams that select nothing here.
+            log::warn!(
+                "xds: proxy {:?}: {}",
+                snapshot.proxy_id,
+                self.warned_unapplied.join("; ")
+            );
+        } else {
             log::warn!(
                 "xds: gateway {:?}: config entry {} accepted but not applied: praetor's ingress listeners take no certificates from SDS yet",
                 snapshot.proxy_id,
@@ -530,6 +541,12 @@ fn warn_escape_hatches(registration: &ProxyRegistration) {
             "xds: proxy {:?}: {} accepted but not applied: praetor does not take Envoy escape hatches yet",
             registration.id,
             keys.join(", ")
+        );
+    }
+    if registration.expose.checks {
+        log::warn!(
+            "xds: proxy {:?}: Proxy.Expose.Checks accepted but not applied: the agent does not route its checks through exposed listeners yet (Expose.Paths are served)",
+            registration.id
         );
     }
 }

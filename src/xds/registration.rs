@@ -111,6 +111,8 @@ pub struct ProxyRegistration {
     pub expose_servers: bool,
     /// The agent's `ContentHash`: a changed hash is a changed registration.
     pub content_hash: String,
+    /// `Proxy.Expose`: paths served in plain text on listeners of their own.
+    pub expose: super::expose::Expose,
 }
 
 /// The `Meta` key `connect envoy -expose-servers` sets on a mesh gateway, as Consul's
@@ -233,6 +235,7 @@ pub fn decode_registration(body: &[u8]) -> Result<ProxyRegistration, String> {
                 .and_then(Value::as_object)
                 .is_some_and(|meta| text(meta, WAN_FEDERATION_META_KEY) == "1"),
         content_hash: text(object, "ContentHash"),
+        expose: super::expose::decode(proxy)?,
     })
 }
 

@@ -400,6 +400,10 @@ pub struct Snapshot {
     /// Settings of the gateway's config entry that praetor accepts but does not apply yet
     /// (`Listeners[0].TLS`, …), for the watcher to warn about.
     pub unapplied: Vec<String>,
+    /// A sidecar's exposed paths (`Proxy.Expose.Paths`), each a plain-text listener.
+    pub expose: Vec<super::expose::ExposePath>,
+    /// A sidecar's prepared-query upstreams, each executed against the store version.
+    pub prepared_queries: Vec<super::prepared_query::QueryUpstream>,
 }
 
 impl Snapshot {
@@ -448,6 +452,17 @@ pub fn build(
     }
     let inbound = sidecar_inbound(registration, tables, settings)?;
     let upstreams = sidecar_upstreams(registration, (tables, remote), settings, &trust_domain)?;
+    let prepared_queries: Vec<_> = registration
+        .upstreams
+        .iter()
+        .filter(|u| u.destination_type == "prepared_query")
+        .map(|u| super::prepared_query::build(tables, u, &settings.datacenter, &trust_domain))
+        .collect();
+    let unapplied = prepared_queries
+        .iter()
+        .filter(|q| !q.unserved.is_empty())
+        .map(|q| format!("upstream {:?}: {}", q.id, q.unserved))
+        .collect();
     Ok(Snapshot {
         kind: registration.kind,
         proxy_id: registration.id.clone(),
@@ -463,7 +478,9 @@ pub fn build(
         ingress: Vec::new(),
         terminating: Vec::new(),
         mesh: MeshGatewayRoutes::default(),
-        unapplied: Vec::new(),
+        unapplied,
+        expose: registration.expose.paths.clone(),
+        prepared_queries,
     })
 }
 
@@ -709,6 +726,8 @@ fn build_gateway(
         } else {
             Vec::new()
         },
+        expose: Vec::new(),
+        prepared_queries: Vec::new(),
     })
 }
 
@@ -1730,6 +1749,7 @@ mod tests {
             wan_address: Some(("198.51.100.9".into(), 443)),
             expose_servers: false,
             content_hash: String::new(),
+            expose: Default::default(),
         };
         let settings = XdsSettings {
             datacenter: "dc1".into(),

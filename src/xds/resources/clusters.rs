@@ -53,7 +53,7 @@ pub fn build(snapshot: &Snapshot) -> Result<BTreeMap<String, Cluster>, String> {
 
 /// HTTP/2 towards the upstream, for `http2` and `grpc` services (a single map entry, so
 /// the encoding is the same every time).
-fn http2_options(
+pub(super) fn http2_options(
     protocol: &str,
 ) -> std::collections::HashMap<String, envoy_types::pb::google::protobuf::Any> {
     let mut options = std::collections::HashMap::new();
@@ -154,7 +154,7 @@ pub fn resolver_cluster_name(upstream: &Upstream, node: &str) -> Option<String> 
 }
 
 /// Envoy's circuit breakers for `limits`: one threshold with the limits set, else none.
-fn circuit_breakers(limits: &UpstreamLimits) -> CircuitBreakers {
+pub(super) fn circuit_breakers(limits: &UpstreamLimits) -> CircuitBreakers {
     let value = |n: u32| (n > 0).then_some(UInt32Value { value: n });
     let threshold = circuit_breakers::Thresholds {
         max_connections: value(limits.max_connections),
@@ -173,7 +173,7 @@ fn circuit_breakers(limits: &UpstreamLimits) -> CircuitBreakers {
 
 /// Envoy's outlier detection for Consul's `PassiveHealthCheck` (Consul's
 /// `ToOutlierDetection`): only what is set, the rest Envoy's defaults.
-fn outlier_detection(settings: &OutlierSettings) -> OutlierDetection {
+pub(super) fn outlier_detection(settings: &OutlierSettings) -> OutlierDetection {
     let count = |n: Option<u32>| n.map(|value| UInt32Value { value });
     OutlierDetection {
         interval: settings.interval_ms.map(duration_ms),

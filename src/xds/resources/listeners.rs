@@ -84,7 +84,7 @@ fn http_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> Ht
     }
 }
 
-fn router_filter() -> HttpFilter {
+pub(super) fn router_filter() -> HttpFilter {
     http_filter(ROUTER_FILTER, any(&Router::default()))
 }
 

@@ -11,8 +11,10 @@
 pub mod clusters;
 pub mod endpoints;
 pub mod grpc;
+pub mod expose;
 pub mod listeners;
 pub mod mesh_gateway;
+pub mod prepared_query;
 pub mod rbac;
 pub mod routes;
 pub mod terminating;
@@ -164,9 +166,17 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             Resource::encode(&cluster, children),
         );
     }
+    for (name, cluster) in expose::clusters(snapshot) {
+        out.insert(
+            ResourceType::Cluster,
+            name,
+            Resource::encode(&cluster, Vec::new()),
+        );
+    }
     for (name, cluster) in terminating::clusters(snapshot)
         .into_iter()
         .chain(mesh_gateway::clusters(snapshot))
+        .chain(prepared_query::clusters(snapshot))
     {
         out.insert(
             ResourceType::Cluster,
@@ -178,6 +188,7 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
         .into_iter()
         .chain(terminating::endpoints(snapshot))
         .chain(mesh_gateway::endpoints(snapshot))
+        .chain(prepared_query::endpoints(snapshot))
     {
         out.insert(
             ResourceType::Endpoint,
@@ -192,7 +203,11 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             Resource::encode(&built.listener, built.routes),
         );
     }
-    for listener in mesh_gateway::listeners(snapshot) {
+    for listener in mesh_gateway::listeners(snapshot)
+        .into_iter()
+        .chain(expose::listeners(snapshot))
+        .chain(prepared_query::listeners(snapshot))
+    {
         out.insert(
             ResourceType::Listener,
             listener.name.clone(),

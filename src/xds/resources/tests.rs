@@ -65,6 +65,8 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
         terminating: Vec::new(),
         mesh: Default::default(),
         unapplied: Vec::new(),
+        expose: Vec::new(),
+        prepared_queries: Vec::new(),
     }
 }
 
@@ -593,6 +595,106 @@ mod grpc_flavour {
     use envoy_types::pb::envoy::config::listener::v3::Listener;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         http_connection_manager::RouteSpecifier, HttpConnectionManager,
+// Expose paths and prepared-query upstreams (helper r12expose).
+
+fn hcm_of(
+    listener: &envoy_types::pb::envoy::config::listener::v3::Listener,
+) -> envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager{
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    let Some(ConfigType::TypedConfig(any)) = &listener.filter_chains[0].filters[0].config_type
+    else {
+        panic!("no typed config");
+    };
+    prost::Message::decode(&*any.value).unwrap()
+}
+
+#[test]
+fn an_exposed_path_is_a_plain_listener_routing_only_its_path() {
+    use crate::xds::expose::ExposePath;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+    let mut s = snapshot(Vec::new());
+    s.expose = vec![
+        ExposePath {
+            path: "/health".into(),
+            local_path_port: 8080,
+            listener_port: 21500,
+            protocol: String::new(),
+        },
+        ExposePath {
+            path: "/grpc.health.v1.Health/Check".into(),
+            local_path_port: 9090,
+            listener_port: 21501,
+            protocol: "http2".into(),
+        },
+    ];
+    let r = build(&s).unwrap();
+    assert_eq!(
+        names(&r, ResourceType::Listener),
+        vec![
+            "exposed_path_grpchealthv1HealthCheck:0.0.0.0:21501".to_string(),
+            "exposed_path_health:0.0.0.0:21500".to_string(),
+            "public_listener:0.0.0.0:21000".to_string(),
+        ]
+    );
+    // The service's own port goes to local_app; another port gets a cluster of its own.
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec!["exposed_cluster_9090".to_string(), "local_app".to_string()]
+    );
+    let cluster = Cluster::decode(
+        &*r.of(ResourceType::Cluster)["exposed_cluster_9090"]
+            .any
+            .value,
+    )
+    .unwrap();
+    assert!(
+        !cluster.typed_extension_protocol_options.is_empty(),
+        "HTTP/2"
+    );
+    let listener =
+        |name: &str| Listener::decode(&*r.of(ResourceType::Listener)[name].any.value).unwrap();
+    let health = listener("exposed_path_health:0.0.0.0:21500");
+    assert!(health.filter_chains[0].transport_socket.is_none(), "no TLS");
+    assert_eq!(health.filter_chains[0].filters.len(), 1, "no RBAC");
+    let manager = hcm_of(&health);
+    assert_eq!(manager.stat_prefix, "exposed_path_filter_health_21500");
+    assert!(manager.http2_protocol_options.is_none());
+    let Some(RouteSpecifier::RouteConfig(routes)) = manager.route_specifier else {
+        panic!("an inline route configuration");
+    };
+    assert_eq!(routes.name, "exposed_path_filter_health_21500");
+    let host = &routes.virtual_hosts[0];
+    assert_eq!(host.domains, vec!["*".to_string()]);
+    assert_eq!(host.routes.len(), 1, "exactly the path, no catch-all");
+    assert_eq!(
+        host.routes[0].r#match.as_ref().unwrap().path_specifier,
+        Some(PathSpecifier::Path("/health".into()))
+    );
+    let Some(route::Action::Route(action)) = &host.routes[0].action else {
+        panic!("a route");
+    };
+    assert_eq!(
+        action.cluster_specifier,
+        Some(route_action::ClusterSpecifier::Cluster("local_app".into()))
+    );
+    let grpc = hcm_of(&listener(
+        "exposed_path_grpchealthv1HealthCheck:0.0.0.0:21501",
+    ));
+    assert!(grpc.http2_protocol_options.is_some());
+    // A gateway exposes nothing.
+    s.kind = ProxyKind::IngressGateway;
+    assert!(expose::listeners(&s).is_empty() && expose::clusters(&s).is_empty());
+}
+
+#[test]
+fn a_prepared_query_upstream_has_consuls_names_and_sans() {
+    use crate::xds::prepared_query::QueryUpstream;
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        tcp_proxy, TcpProxy,
     };
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         common_tls_context::ValidationContextType, UpstreamTlsContext,
@@ -783,4 +885,66 @@ mod grpc_flavour {
         assert_eq!(routes.virtual_hosts[0].domains, vec!["*".to_string()]);
         assert!(names(&r, ResourceType::Route).is_empty());
     }
+    let sni = format!("db-query.default.dc1.query.{TD}");
+    let mut s = snapshot(Vec::new());
+    s.prepared_queries = vec![QueryUpstream {
+        id: "prepared_query:db-query".into(),
+        query: "db-query".into(),
+        bind_address: "127.0.0.1".into(),
+        bind_port: 9292,
+        sni: sni.clone(),
+        spiffe_ids: vec![crate::xds::snapshot::spiffe_id(TD, "dc1", "db")],
+        connect_timeout_ms: 5000,
+        endpoints: vec![healthy(21000)],
+        unserved: String::new(),
+    }];
+    let r = build(&s).unwrap();
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![sni.clone(), "local_app".to_string()]
+    );
+    assert_eq!(names(&r, ResourceType::Endpoint), vec![sni.clone()]);
+    assert_eq!(
+        r.of(ResourceType::Cluster)[&sni].children,
+        vec![sni.clone()]
+    );
+    let listener_name = "prepared_query:db-query:127.0.0.1:9292";
+    assert!(r.of(ResourceType::Listener).contains_key(listener_name));
+    let listener =
+        Listener::decode(&*r.of(ResourceType::Listener)[listener_name].any.value).unwrap();
+    let Some(ConfigType::TypedConfig(any)) = &listener.filter_chains[0].filters[0].config_type
+    else {
+        panic!("no typed config");
+    };
+    let proxy = TcpProxy::decode(&*any.value).unwrap();
+    assert_eq!(proxy.stat_prefix, "upstream.prepared_query:db-query");
+    assert_eq!(
+        proxy.cluster_specifier,
+        Some(tcp_proxy::ClusterSpecifier::Cluster(sni.clone()))
+    );
+    let cluster = Cluster::decode(&*r.of(ResourceType::Cluster)[&sni].any.value).unwrap();
+    let socket = cluster.transport_socket.unwrap();
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+        any,
+    )) = socket.config_type
+    else {
+        panic!("a TLS context");
+    };
+    let tls = UpstreamTlsContext::decode(&*any.value).unwrap();
+    assert_eq!(tls.sni, sni);
+    let Some(ValidationContextType::ValidationContext(validation)) =
+        tls.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!("a validation context");
+    };
+    let sans: Vec<_> = validation
+        .match_typed_subject_alt_names
+        .iter()
+        .map(|m| format!("{:?}", m.matcher))
+        .collect();
+    assert_eq!(sans.len(), 1);
+    assert!(sans[0].contains(&format!("spiffe://{TD}/ns/default/dc/dc1/svc/db")));
+    let assignment =
+        ClusterLoadAssignment::decode(&*r.of(ResourceType::Endpoint)[&sni].any.value).unwrap();
+    assert_eq!(assignment.endpoints[0].lb_endpoints.len(), 1);
 }
