@@ -423,13 +423,19 @@ fn bootstrap_args(args: &EnvoyArgs) -> Result<BootstrapArgs, String> {
     let (agent_address, agent_port, tls) = grpc_address(&client, grpc_addr.as_deref())?;
     let agent_ca_pem = if tls { Some(agent_ca(args)?) } else { None };
     let datacenter = service["Datacenter"].as_str().unwrap_or("dc1").to_string();
-    warn_unapplied_bootstrap_settings(&service);
+    let proxy_config = service["Proxy"]["Config"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    warn_unapplied_bootstrap_settings(&proxy_config);
+    let config = crate::xds::bootstrap_config::parse(&proxy_config, &env)?;
     let ready_bind = if kind == "ingress-gateway" {
         Some(ingress_ready_bind(&service)?)
     } else {
         None
     };
     Ok(BootstrapArgs {
+        config,
         ready_bind,
         proxy_cluster: if !destination.is_empty() {
             destination
@@ -486,16 +492,12 @@ fn warn_unserved_kinds(kind: &str) {
     }
 }
 
-/// Consul's central bootstrap settings (stats sinks, tracing, extra static resources…) are
-/// not written into the bootstrap yet: say so rather than drop them silently.
-fn warn_unapplied_bootstrap_settings(service: &Value) {
-    let unapplied: Vec<&str> = service["Proxy"]["Config"]
-        .as_object()
-        .into_iter()
-        .flat_map(|c| c.keys())
-        .filter(|k| k.starts_with("envoy_"))
-        .map(String::as_str)
-        .collect();
+/// The bootstrap keys of `Proxy.Config` praetor does not apply (a Go template replacing
+/// the whole bootstrap, the telemetry collector): say so rather than drop them silently.
+/// The other `envoy_*` keys either shape the bootstrap or are the agent's (xDS) to apply
+/// or warn about.
+fn warn_unapplied_bootstrap_settings(config: &serde_json::Map<String, Value>) {
+    let unapplied = crate::xds::bootstrap_config::unapplied_keys(config);
     if !unapplied.is_empty() {
         eprintln!(
             "[WARN]  connect envoy: Proxy.Config {} accepted but not applied to the bootstrap",

@@ -4,8 +4,14 @@
 //! cluster pointing at the agent's gRPC port (HTTP/2, TLS with the agent's CA on
 //! `grpc_tls`), Consul's stats tags, and ADS over `DELTA_GRPC` carrying the ACL token as
 //! `x-consul-token` metadata, with `initial_fetch_timeout: 0s` so Envoy waits for its
-//! configuration instead of starting without it. Pure.
+//! configuration instead of starting without it; then what the proxy's `Proxy.Config`
+//! adds (`bootstrap_config`): stats sinks, tags and flush interval, tracing, extra static
+//! clusters and listeners, and the listeners exposing `/metrics`, `/stats` and `/ready`
+//! from Envoy's admin through the `self_admin` cluster. Pure.
 
+use super::bootstrap_config::{
+    admin_path_listener, BootstrapConfig, PROMETHEUS_SCRAPE_PATH, SELF_ADMIN_CLUSTER,
+};
 use serde_json::{json, Value};
 
 /// The name of the static cluster that reaches the agent (Consul's `LocalAgentClusterName`).
@@ -33,12 +39,9 @@ pub struct BootstrapArgs {
     /// which an ingress gateway gets at its LAN address so the TCP check of its
     /// registration finds a listener there).
     pub ready_bind: Option<(String, u16)>,
+    /// The bootstrap keys of the proxy's `Proxy.Config`.
+    pub config: BootstrapConfig,
 }
-
-/// Consul's name of the static cluster that reaches Envoy's own admin.
-const SELF_ADMIN_CLUSTER: &str = "self_admin";
-/// Consul's name of the readiness listener.
-const READY_LISTENER: &str = "envoy_ready_listener";
 
 /// A static cluster's one endpoint.
 fn load_assignment(cluster: &str, address: &str, port: u16) -> Value {
@@ -48,37 +51,6 @@ fn load_assignment(cluster: &str, address: &str, port: u16) -> Value {
             "address": address,
             "port_value": port
         }}}}]}]
-    })
-}
-
-/// The readiness listener: `/ready` is passed to the admin, anything else is 404.
-fn ready_listener(address: &str, port: u16) -> Value {
-    json!({
-        "name": READY_LISTENER,
-        "address": {"socket_address": {"address": address, "port_value": port}},
-        "filter_chains": [{"filters": [{
-            "name": "envoy.filters.network.http_connection_manager",
-            "typedConfig": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                "stat_prefix": "envoy_ready",
-                "codec_type": "HTTP1",
-                "route_config": {
-                    "name": "self_admin_route",
-                    "virtual_hosts": [{
-                        "name": SELF_ADMIN_CLUSTER,
-                        "domains": ["*"],
-                        "routes": [
-                            {"match": {"path": "/ready"}, "route": {"cluster": SELF_ADMIN_CLUSTER, "prefix_rewrite": "/ready"}},
-                            {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
-                        ]
-                    }]
-                },
-                "http_filters": [{
-                    "name": "envoy.filters.http.router",
-                    "typedConfig": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
-                }]
-            }
-        }]}]
     })
 }
 
@@ -146,7 +118,14 @@ fn stats_tags(args: &BootstrapArgs) -> Vec<Value> {
             r"^(?:tcp|http)\.upstream\.([^.]+(?:\.[^.]+)?(?:\.([^.]+))?\.[^.]+\.)",
         ),
     ];
-    let mut tags = Vec::new();
+    // The proxy's own `envoy_stats_tags` come first; a default tag of the same name gives
+    // way to one of them.
+    let mut tags: Vec<Value> = args
+        .config
+        .stats_tags
+        .iter()
+        .map(|(name, value)| json!({"tag_name": name, "fixed_value": value}))
+        .collect();
     for (part, regex) in CLUSTER_PARTS {
         tags.push(json!({"regex": regex, "tag_name": format!("consul.destination.{part}")}));
     }
@@ -158,13 +137,19 @@ fn stats_tags(args: &BootstrapArgs) -> Vec<Value> {
         let old = regex.replacen(r"(?:passthrough~)?", "", 1);
         tags.push(json!({"regex": old, "tag_name": format!("consul.{part}")}));
     }
-    tags.push(json!({"tag_name": "local_cluster", "fixed_value": args.proxy_cluster}));
-    tags.push(
-        json!({"tag_name": "consul.source.service", "fixed_value": args.proxy_source_service}),
-    );
-    tags.push(json!({"tag_name": "consul.source.namespace", "fixed_value": "default"}));
-    tags.push(json!({"tag_name": "consul.source.partition", "fixed_value": "default"}));
-    tags.push(json!({"tag_name": "consul.source.datacenter", "fixed_value": args.datacenter}));
+    let defaults = [
+        ("local_cluster", args.proxy_cluster.as_str()),
+        ("consul.source.service", args.proxy_source_service.as_str()),
+        ("consul.source.namespace", "default"),
+        ("consul.source.partition", "default"),
+        ("consul.source.datacenter", args.datacenter.as_str()),
+    ];
+    for (name, value) in defaults {
+        if value.is_empty() || args.config.stats_tags.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        tags.push(json!({"tag_name": name, "fixed_value": value}));
+    }
     tags
 }
 
@@ -192,12 +177,36 @@ pub fn generate(args: &BootstrapArgs) -> Value {
             }
         });
     }
-    let mut static_resources = json!({"clusters": [local_agent]});
-    if let Some((address, port)) = &args.ready_bind {
-        static_resources["clusters"]
-            .as_array_mut()
-            .expect("clusters is an array")
-            .push(json!({
+    // Consul's order: the agent's cluster, the proxy's extra clusters, then `self_admin`
+    // when a listener needs it and the proxy did not name one so; the proxy's extra
+    // listeners, then the prometheus, stats and ready listeners.
+    let config = &args.config;
+    let mut clusters = vec![local_agent];
+    clusters.extend(config.extra_clusters.iter().cloned());
+    let mut listeners = config.extra_listeners.clone();
+    let admin_listeners = [
+        (
+            "envoy_prometheus_metrics",
+            &config.prometheus_bind,
+            "path",
+            PROMETHEUS_SCRAPE_PATH,
+            "/stats/prometheus",
+        ),
+        (
+            "envoy_metrics",
+            &config.stats_bind,
+            "prefix",
+            "/stats",
+            "/stats",
+        ),
+        ("envoy_ready", &args.ready_bind, "path", "/ready", "/ready"),
+    ];
+    for (name, bind, match_kind, match_value, rewrite) in admin_listeners {
+        let Some((address, port)) = bind else {
+            continue;
+        };
+        if !clusters.iter().any(|c| c["name"] == SELF_ADMIN_CLUSTER) {
+            clusters.push(json!({
                 "name": SELF_ADMIN_CLUSTER,
                 "ignore_health_on_host_removal": false,
                 "connect_timeout": "5s",
@@ -209,9 +218,24 @@ pub fn generate(args: &BootstrapArgs) -> Value {
                     args.admin_bind_port,
                 )
             }));
-        static_resources["listeners"] = json!([ready_listener(address, *port)]);
+        }
+        listeners.push(admin_path_listener(
+            name,
+            (address, *port),
+            match_kind,
+            match_value,
+            rewrite,
+        ));
     }
-    json!({
+    let mut static_resources = json!({"clusters": clusters});
+    if !listeners.is_empty() {
+        static_resources["listeners"] = Value::Array(listeners);
+    }
+    let stats_config = config
+        .stats_config
+        .clone()
+        .unwrap_or_else(|| json!({"stats_tags": stats_tags(args), "use_all_default_tags": true}));
+    let mut document = json!({
         "admin": {
             "access_log": [{
                 "name": "Consul Listener Filter Log",
@@ -235,7 +259,7 @@ pub fn generate(args: &BootstrapArgs) -> Value {
             "static_layer": {"re2.max_program_size.error_level": 1048576}
         }]},
         "static_resources": static_resources,
-        "stats_config": {"stats_tags": stats_tags(args), "use_all_default_tags": true},
+        "stats_config": stats_config,
         "dynamic_resources": {
             "lds_config": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
             "cds_config": {"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"},
@@ -248,7 +272,17 @@ pub fn generate(args: &BootstrapArgs) -> Value {
                 }
             }
         }
-    })
+    });
+    if !config.stats_sinks.is_empty() {
+        document["stats_sinks"] = Value::Array(config.stats_sinks.clone());
+    }
+    if let Some(interval) = &config.stats_flush_interval {
+        document["stats_flush_interval"] = json!(interval);
+    }
+    if let Some(tracing) = &config.tracing {
+        document["tracing"] = tracing.clone();
+    }
+    document
 }
 
 #[cfg(test)]
@@ -269,6 +303,7 @@ mod tests {
             admin_bind_port: 19000,
             token: "secret".into(),
             ready_bind: None,
+            config: BootstrapConfig::default(),
         }
     }
 
@@ -311,5 +346,94 @@ mod tests {
         assert_eq!(listener["name"], "envoy_ready_listener");
         assert_eq!(listener["address"]["socket_address"]["port_value"], 8443);
         assert_eq!(doc["static_resources"]["clusters"][1]["name"], "self_admin");
+    }
+
+    #[test]
+    fn proxy_config_keys_shape_the_bootstrap_in_consuls_order() {
+        let config = crate::xds::bootstrap_config::parse(
+            json!({
+                "envoy_statsd_url": "udp://127.0.0.1:8125",
+                "envoy_extra_stats_sinks_json": "{\"name\": \"envoy.stat_sinks.hystrix\"}",
+                "envoy_extra_static_clusters_json": "{\"name\": \"zipkin\"}",
+                "envoy_extra_static_listeners_json": "{\"name\": \"mine\"}",
+                "envoy_prometheus_bind_addr": "0.0.0.0:9102",
+                "envoy_stats_bind_addr": "0.0.0.0:9103",
+                "envoy_stats_tags": ["local_cluster=mine", "team=a"],
+                "envoy_stats_flush_interval": "3s",
+                "envoy_tracing_json": "{\"http\": {\"name\": \"z\"}}",
+            })
+            .as_object()
+            .unwrap(),
+            &|_| None,
+        )
+        .unwrap();
+        let doc = generate(&BootstrapArgs {
+            config,
+            ..sidecar_args()
+        });
+        let names = |list: &str| -> Vec<String> {
+            doc["static_resources"][list]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names("clusters"), ["local_agent", "zipkin", "self_admin"]);
+        assert_eq!(
+            names("listeners"),
+            [
+                "mine",
+                "envoy_prometheus_metrics_listener",
+                "envoy_metrics_listener"
+            ]
+        );
+        let prometheus = &doc["static_resources"]["listeners"][1]["filter_chains"][0]["filters"][0]
+            ["typedConfig"]["route_config"]["virtual_hosts"][0]["routes"][0];
+        assert_eq!(prometheus["match"]["path"], "/metrics");
+        assert_eq!(prometheus["route"]["prefix_rewrite"], "/stats/prometheus");
+        assert_eq!(doc["stats_sinks"][0]["name"], "envoy.stat_sinks.statsd");
+        assert_eq!(doc["stats_sinks"][1]["name"], "envoy.stat_sinks.hystrix");
+        assert_eq!(doc["stats_flush_interval"], "3s");
+        assert_eq!(doc["tracing"]["http"]["name"], "z");
+        let tags = doc["stats_config"]["stats_tags"].as_array().unwrap();
+        assert_eq!(
+            tags[0],
+            json!({"tag_name": "local_cluster", "fixed_value": "mine"})
+        );
+        assert_eq!(tags[1], json!({"tag_name": "team", "fixed_value": "a"}));
+        // The default `local_cluster` gave way to the proxy's.
+        assert_eq!(
+            tags.iter()
+                .filter(|t| t["tag_name"] == "local_cluster")
+                .count(),
+            1
+        );
+        assert_eq!(tags.len(), 30);
+    }
+
+    #[test]
+    fn stats_config_json_replaces_the_tags_and_a_named_self_admin_is_kept() {
+        let config = crate::xds::bootstrap_config::parse(
+            json!({
+                "envoy_stats_config_json": "{\"use_all_default_tags\": false}",
+                "envoy_stats_tags": ["ignored=1"],
+                "envoy_extra_static_clusters_json": "{\"name\": \"self_admin\", \"type\": \"STATIC\"}",
+                "envoy_prometheus_bind_addr": "127.0.0.1:9102",
+            })
+            .as_object()
+            .unwrap(),
+            &|_| None,
+        )
+        .unwrap();
+        let doc = generate(&BootstrapArgs {
+            config,
+            ..sidecar_args()
+        });
+        assert_eq!(doc["stats_config"], json!({"use_all_default_tags": false}));
+        let clusters = doc["static_resources"]["clusters"].as_array().unwrap();
+        assert_eq!(clusters.len(), 2);
+        assert_eq!(clusters[1], json!({"name": "self_admin", "type": "STATIC"}));
+        assert!(doc.get("stats_sinks").is_none());
     }
 }

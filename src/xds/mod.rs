@@ -19,6 +19,7 @@
 //! the store version each build came from before anything of it is sent.
 
 pub mod bootstrap;
+pub mod bootstrap_config;
 pub mod delta;
 pub mod expose;
 pub mod feed;

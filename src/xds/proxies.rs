@@ -523,7 +523,10 @@ fn warn_escape_hatches(registration: &ProxyRegistration) {
             // A gateway's bind rules (`envoy_gateway_bind_addresses`, …, which
             // `connect envoy -register -bind-address` writes) are not applied either: its
             // listeners bind the registration's address.
-            k.starts_with("envoy_") && (k.ends_with("_json") || k.starts_with("envoy_gateway_"))
+            // The bootstrap's keys are `connect envoy`'s, which applies them.
+            k.starts_with("envoy_")
+                && (k.ends_with("_json") || k.starts_with("envoy_gateway_"))
+                && !super::bootstrap_config::is_bootstrap_key(k)
         })
         .map(|k| format!("Proxy.Config.{k}"))
         .collect();

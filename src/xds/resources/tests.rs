@@ -588,13 +588,6 @@ fn chain_server_names(
         .collect()
 }
 
-// The gRPC flavour (proxyless gRPC clients): names, api listeners, certificate providers,
-// weighted localities.
-mod grpc_flavour {
-    use super::*;
-    use envoy_types::pb::envoy::config::listener::v3::Listener;
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-        http_connection_manager::RouteSpecifier, HttpConnectionManager,
 // Expose paths and prepared-query upstreams (helper r12expose).
 
 fn hcm_of(
@@ -695,6 +688,81 @@ fn a_prepared_query_upstream_has_consuls_names_and_sans() {
     use envoy_types::pb::envoy::config::listener::v3::Listener;
     use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         tcp_proxy, TcpProxy,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        common_tls_context::ValidationContextType, UpstreamTlsContext,
+    };
+    let sni = format!("db-query.default.dc1.query.{TD}");
+    let mut s = snapshot(Vec::new());
+    s.prepared_queries = vec![QueryUpstream {
+        id: "prepared_query:db-query".into(),
+        query: "db-query".into(),
+        bind_address: "127.0.0.1".into(),
+        bind_port: 9292,
+        sni: sni.clone(),
+        spiffe_ids: vec![crate::xds::snapshot::spiffe_id(TD, "dc1", "db")],
+        connect_timeout_ms: 5000,
+        endpoints: vec![healthy(21000)],
+        unserved: String::new(),
+    }];
+    let r = build(&s).unwrap();
+    assert_eq!(
+        names(&r, ResourceType::Cluster),
+        vec![sni.clone(), "local_app".to_string()]
+    );
+    assert_eq!(names(&r, ResourceType::Endpoint), vec![sni.clone()]);
+    assert_eq!(
+        r.of(ResourceType::Cluster)[&sni].children,
+        vec![sni.clone()]
+    );
+    let listener_name = "prepared_query:db-query:127.0.0.1:9292";
+    assert!(r.of(ResourceType::Listener).contains_key(listener_name));
+    let listener =
+        Listener::decode(&*r.of(ResourceType::Listener)[listener_name].any.value).unwrap();
+    let Some(ConfigType::TypedConfig(any)) = &listener.filter_chains[0].filters[0].config_type
+    else {
+        panic!("no typed config");
+    };
+    let proxy = TcpProxy::decode(&*any.value).unwrap();
+    assert_eq!(proxy.stat_prefix, "upstream.prepared_query:db-query");
+    assert_eq!(
+        proxy.cluster_specifier,
+        Some(tcp_proxy::ClusterSpecifier::Cluster(sni.clone()))
+    );
+    let cluster = Cluster::decode(&*r.of(ResourceType::Cluster)[&sni].any.value).unwrap();
+    let socket = cluster.transport_socket.unwrap();
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+        any,
+    )) = socket.config_type
+    else {
+        panic!("a TLS context");
+    };
+    let tls = UpstreamTlsContext::decode(&*any.value).unwrap();
+    assert_eq!(tls.sni, sni);
+    let Some(ValidationContextType::ValidationContext(validation)) =
+        tls.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!("a validation context");
+    };
+    let sans: Vec<_> = validation
+        .match_typed_subject_alt_names
+        .iter()
+        .map(|m| format!("{:?}", m.matcher))
+        .collect();
+    assert_eq!(sans.len(), 1);
+    assert!(sans[0].contains(&format!("spiffe://{TD}/ns/default/dc/dc1/svc/db")));
+    let assignment =
+        ClusterLoadAssignment::decode(&*r.of(ResourceType::Endpoint)[&sni].any.value).unwrap();
+    assert_eq!(assignment.endpoints[0].lb_endpoints.len(), 1);
+}
+
+// The gRPC flavour (proxyless gRPC clients): names, api listeners, certificate providers,
+// weighted localities.
+mod grpc_flavour {
+    use super::*;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::RouteSpecifier, HttpConnectionManager,
     };
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         common_tls_context::ValidationContextType, UpstreamTlsContext,
@@ -885,66 +953,4 @@ fn a_prepared_query_upstream_has_consuls_names_and_sans() {
         assert_eq!(routes.virtual_hosts[0].domains, vec!["*".to_string()]);
         assert!(names(&r, ResourceType::Route).is_empty());
     }
-    let sni = format!("db-query.default.dc1.query.{TD}");
-    let mut s = snapshot(Vec::new());
-    s.prepared_queries = vec![QueryUpstream {
-        id: "prepared_query:db-query".into(),
-        query: "db-query".into(),
-        bind_address: "127.0.0.1".into(),
-        bind_port: 9292,
-        sni: sni.clone(),
-        spiffe_ids: vec![crate::xds::snapshot::spiffe_id(TD, "dc1", "db")],
-        connect_timeout_ms: 5000,
-        endpoints: vec![healthy(21000)],
-        unserved: String::new(),
-    }];
-    let r = build(&s).unwrap();
-    assert_eq!(
-        names(&r, ResourceType::Cluster),
-        vec![sni.clone(), "local_app".to_string()]
-    );
-    assert_eq!(names(&r, ResourceType::Endpoint), vec![sni.clone()]);
-    assert_eq!(
-        r.of(ResourceType::Cluster)[&sni].children,
-        vec![sni.clone()]
-    );
-    let listener_name = "prepared_query:db-query:127.0.0.1:9292";
-    assert!(r.of(ResourceType::Listener).contains_key(listener_name));
-    let listener =
-        Listener::decode(&*r.of(ResourceType::Listener)[listener_name].any.value).unwrap();
-    let Some(ConfigType::TypedConfig(any)) = &listener.filter_chains[0].filters[0].config_type
-    else {
-        panic!("no typed config");
-    };
-    let proxy = TcpProxy::decode(&*any.value).unwrap();
-    assert_eq!(proxy.stat_prefix, "upstream.prepared_query:db-query");
-    assert_eq!(
-        proxy.cluster_specifier,
-        Some(tcp_proxy::ClusterSpecifier::Cluster(sni.clone()))
-    );
-    let cluster = Cluster::decode(&*r.of(ResourceType::Cluster)[&sni].any.value).unwrap();
-    let socket = cluster.transport_socket.unwrap();
-    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
-        any,
-    )) = socket.config_type
-    else {
-        panic!("a TLS context");
-    };
-    let tls = UpstreamTlsContext::decode(&*any.value).unwrap();
-    assert_eq!(tls.sni, sni);
-    let Some(ValidationContextType::ValidationContext(validation)) =
-        tls.common_tls_context.unwrap().validation_context_type
-    else {
-        panic!("a validation context");
-    };
-    let sans: Vec<_> = validation
-        .match_typed_subject_alt_names
-        .iter()
-        .map(|m| format!("{:?}", m.matcher))
-        .collect();
-    assert_eq!(sans.len(), 1);
-    assert!(sans[0].contains(&format!("spiffe://{TD}/ns/default/dc/dc1/svc/db")));
-    let assignment =
-        ClusterLoadAssignment::decode(&*r.of(ResourceType::Endpoint)[&sni].any.value).unwrap();
-    assert_eq!(assignment.endpoints[0].lb_endpoints.len(), 1);
 }

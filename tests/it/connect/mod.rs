@@ -7,6 +7,7 @@ mod connect_api;
 mod connect_config;
 mod connect_federation;
 mod connect_proxy;
+mod envoy_bootstrap;
 mod envoy_expose;
 mod envoy_mesh;
 mod gateways;
