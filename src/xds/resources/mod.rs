@@ -10,8 +10,8 @@
 
 pub mod clusters;
 pub mod endpoints;
-pub mod grpc;
 pub mod expose;
+pub mod grpc;
 pub mod listeners;
 pub mod mesh_gateway;
 pub mod prepared_query;
