@@ -229,12 +229,16 @@ impl Connection {
     }
 }
 
+/// A connection through a mesh gateway: the gateway's address and the server name asked
+/// for in the handshake.
+type GatewayRoute = (SocketAddr, String);
+
 /// The typed-call client of one shard: a connection per server.
 pub struct RpcClient {
     connections: RefCell<HashMap<SocketAddr, Rc<RefCell<Connection>>>>,
     /// Connections through mesh gateways, by gateway and the server name asked for: each is
     /// a TLS session with that one server, which the gateway splices through.
-    through_gateways: RefCell<HashMap<(SocketAddr, String), Rc<RefCell<Connection>>>>,
+    through_gateways: RefCell<HashMap<GatewayRoute, Rc<RefCell<Connection>>>>,
     tls: Arc<TlsConfigurator>,
     /// The agent's bind address, which connections leave from (Consul's `RPCSrcAddr`).
     bind_addr: IpAddr,
