@@ -6,7 +6,9 @@
 
 use super::{ads_config_source, any, duration_ms, inline, socket_address, LOCAL_APP_CLUSTER};
 use crate::xds::registration::ProxyKind;
-use crate::xds::snapshot::{is_l7, ChainNode, OutlierSettings, Snapshot, Upstream, UpstreamLimits};
+use crate::xds::snapshot::{
+    is_l7, ChainNode, OutlierSettings, Snapshot, Target, Upstream, UpstreamLimits,
+};
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers;
 use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{self, ClusterDiscoveryType, DiscoveryType},
@@ -185,10 +187,18 @@ pub(super) fn outlier_detection(settings: &OutlierSettings) -> OutlierDetection 
     }
 }
 
-fn upstream_clusters(
-    snapshot: &Snapshot,
-    upstream: &Upstream,
-) -> Result<Vec<(String, Cluster)>, String> {
+/// One resolver of an upstream's discovery chain, as its cluster needs it: the target, the
+/// failover targets the chain knows, and the SPIFFE IDs a peer may present (the target's
+/// first, each once).
+pub(super) struct Resolver<'a> {
+    pub primary: &'a Target,
+    pub failovers: Vec<&'a Target>,
+    pub spiffe_ids: Vec<String>,
+}
+
+/// The resolvers of `upstream`'s chain, in node order; a resolver of a target the chain
+/// does not list is an error.
+pub(super) fn resolvers(upstream: &Upstream) -> Result<Vec<Resolver<'_>>, String> {
     let mut out = Vec::new();
     for node in upstream.nodes.values() {
         let ChainNode::Resolver { target, failover } = node else {
@@ -200,14 +210,36 @@ fn upstream_clusters(
                 upstream.id
             )
         })?;
+        let failovers: Vec<&Target> = failover
+            .iter()
+            .filter_map(|id| upstream.targets.get(id))
+            .collect();
         let mut spiffe_ids = vec![primary.spiffe_id.clone()];
-        for id in failover {
-            if let Some(t) = upstream.targets.get(id) {
-                if !spiffe_ids.contains(&t.spiffe_id) {
-                    spiffe_ids.push(t.spiffe_id.clone());
-                }
+        for t in &failovers {
+            if !spiffe_ids.contains(&t.spiffe_id) {
+                spiffe_ids.push(t.spiffe_id.clone());
             }
         }
+        out.push(Resolver {
+            primary,
+            failovers,
+            spiffe_ids,
+        });
+    }
+    Ok(out)
+}
+
+fn upstream_clusters(
+    snapshot: &Snapshot,
+    upstream: &Upstream,
+) -> Result<Vec<(String, Cluster)>, String> {
+    let mut out = Vec::new();
+    for Resolver {
+        primary,
+        spiffe_ids,
+        ..
+    } in resolvers(upstream)?
+    {
         let protocol = if is_l7(&upstream.protocol) {
             upstream.protocol.as_str()
         } else {

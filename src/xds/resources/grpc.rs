@@ -21,9 +21,10 @@
 //! Invariants: pure; every cluster a listener routes to is in the clusters, and every EDS
 //! cluster has its load assignment (empty when the target has no instances).
 
+use super::clusters::{resolver_cluster_name, resolvers, Resolver};
 use super::{ads_config_source, any, duration_ms, Resource, ResourceType};
-use super::{clusters::resolver_cluster_name, endpoints::lb_endpoints, Resources};
-use crate::xds::snapshot::{is_l7, ChainNode, Snapshot, Target, Upstream};
+use super::{endpoints::lb_endpoints, Resources};
+use crate::xds::snapshot::{is_l7, Snapshot, Target, Upstream};
 use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{self, ClusterDiscoveryType, DiscoveryType},
     Cluster,
@@ -155,26 +156,12 @@ fn upstream_clusters(
     upstream: &Upstream,
 ) -> Result<Vec<(String, Cluster, ClusterLoadAssignment)>, String> {
     let mut out = Vec::new();
-    for node in upstream.nodes.values() {
-        let ChainNode::Resolver { target, failover } = node else {
-            continue;
-        };
-        let primary = upstream.targets.get(target).ok_or_else(|| {
-            format!(
-                "upstream {:?}: resolver of unknown target {target:?}",
-                upstream.id
-            )
-        })?;
-        let failovers: Vec<&Target> = failover
-            .iter()
-            .filter_map(|id| upstream.targets.get(id))
-            .collect();
-        let mut spiffe_ids = vec![primary.spiffe_id.clone()];
-        for t in &failovers {
-            if !spiffe_ids.contains(&t.spiffe_id) {
-                spiffe_ids.push(t.spiffe_id.clone());
-            }
-        }
+    for Resolver {
+        primary,
+        failovers,
+        spiffe_ids,
+    } in resolvers(upstream)?
+    {
         let name = primary.sni.clone();
         let cluster = Cluster {
             name: name.clone(),
