@@ -266,31 +266,28 @@ impl Router {
         timeout: Duration,
         retry: Retry,
     ) -> Result<bytes::Bytes, CallError> {
-        let answer = servers::with_failover(servers, retry, async |addr| {
+        let transport = |reason: String, sent: bool| CallError::Transport { reason, sent };
+        servers::with_failover(servers, retry, async |addr| {
             let list = servers.list();
             let Some(server) = list.servers().iter().find(|server| server.addr == addr) else {
-                return Err((format!("server {addr} left the list"), false));
+                return Err(transport(format!("server {addr} left the list"), false));
             };
             let node = node_of_wan_member(&server.name, datacenter);
             let Some(gateway) = self.pick_gateway(datacenter) else {
                 let reason = format!("no mesh gateway is known to reach datacenter {datacenter:?}");
-                return Err((reason, false));
+                return Err(transport(reason, false));
             };
-            match client
+            client
                 .call_through_gateway(gateway, node, datacenter, method, body, timeout)
                 .await
-            {
-                Err(CallError::Transport { reason, sent }) => {
-                    Err((format!("through mesh gateway {gateway}: {reason}"), sent))
-                }
-                answered => Ok(answered),
-            }
+                .map_err(|error| match error {
+                    CallError::Transport { reason, sent } => {
+                        transport(format!("through mesh gateway {gateway}: {reason}"), sent)
+                    }
+                    remote => remote,
+                })
         })
-        .await;
-        match answer {
-            Ok(answered) => answered,
-            Err(reason) => Err(CallError::Transport { reason, sent: true }),
-        }
+        .await
     }
 
     /// Brings the routes in line with the WAN pool's membership: new datacenters get a

@@ -464,35 +464,32 @@ pub async fn call_typed_in(
     timeout: Duration,
     retry: Retry,
 ) -> Result<bytes::Bytes, CallError> {
-    let answer = with_failover(manager, retry, async |addr| {
-        match client.call(addr, datacenter, method, body, timeout).await {
-            Err(CallError::Transport { reason, sent }) => Err((reason, sent)),
-            // A server's answer, error or not, ends the call.
-            answered => Ok(answered),
-        }
+    with_failover(manager, retry, async |addr| {
+        client.call(addr, datacenter, method, body, timeout).await
     })
-    .await;
-    match answer {
-        Ok(answered) => answered,
-        Err(reason) => Err(CallError::Transport { reason, sent: true }),
-    }
+    .await
 }
 
-/// Runs `attempt` on the server in use until it answers: a transport failure
-/// (`Err((reason, sent))`) marks the server failed and, as `retry` allows, tries the next
-/// one at once (after a short random pause when no other is left), for at most
-/// `RPC_HOLD_TIMEOUT`; with no server known it waits for one that long.
-pub(crate) async fn with_failover<T>(
+/// Runs `attempt` on the server in use until a server answers (`Ok`, or its error text as
+/// `Err(CallError::Remote)`, which ends the call as it is): a transport failure marks the
+/// server failed and, as `retry` allows (always, or only when nothing was sent), tries the
+/// next one at once (after a short random pause when no other is left), for at most
+/// `RPC_HOLD_TIMEOUT`; with no server known it waits for one that long. The last transport
+/// failure comes back as `CallError::Transport`, its reason prefixed `rpc error:`.
+pub(crate) async fn with_failover(
     manager: &ServerManager,
     retry: Retry,
-    mut attempt: impl AsyncFnMut(SocketAddr) -> Result<T, (String, bool)>,
-) -> Result<T, String> {
+    mut attempt: impl AsyncFnMut(SocketAddr) -> Result<bytes::Bytes, CallError>,
+) -> Result<bytes::Bytes, CallError> {
     let started = Instant::now();
     let mut attempts = 0usize;
     loop {
         let Some(addr) = manager.pick() else {
             if started.elapsed() >= RPC_HOLD_TIMEOUT {
-                return Err(NO_SERVERS.to_string());
+                return Err(CallError::Transport {
+                    reason: NO_SERVERS.to_string(),
+                    sent: true,
+                });
             }
             monoio::time::sleep(NO_SERVER_POLL_INTERVAL).await;
             continue;
@@ -501,14 +498,18 @@ pub(crate) async fn with_failover<T>(
         // Counted per attempt, as Consul's client counts each try.
         telemetry::incr(Counter::ClientRpc);
         let (reason, sent) = match attempt(addr).await {
-            Ok(answer) => return Ok(answer),
-            Err(failure) => failure,
+            Err(CallError::Transport { reason, sent }) => (reason, sent),
+            // A server's answer, error or not, ends the call.
+            answered => return answered,
         };
         telemetry::incr(Counter::ClientRpcFailed);
         manager.failed(addr, &reason, Instant::now());
         let may_retry = retry == Retry::Always || !sent;
         if !may_retry || attempts >= CALL_ATTEMPTS_MAX || started.elapsed() >= RPC_HOLD_TIMEOUT {
-            return Err(format!("rpc error: {reason}"));
+            return Err(CallError::Transport {
+                reason: format!("rpc error: {reason}"),
+                sent: true,
+            });
         }
         if manager.pick() == Some(addr) {
             // Nowhere else to go: wait a little before asking the same server again.
