@@ -56,6 +56,15 @@ pub enum Path {
     Direct(ServerManager),
 }
 
+/// Where a connection to another datacenter's server is dialed ([`Router::dial_target`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DialTarget {
+    /// The server's own RPC port.
+    Server(SocketAddr),
+    /// A mesh gateway of that datacenter, asked for server `node` by SNI.
+    Gateway { gateway: SocketAddr, node: String },
+}
+
 impl Path {
     fn servers(&self) -> &ServerManager {
         match self {
@@ -139,6 +148,25 @@ impl Router {
     /// The remote datacenter `name`, if the WAN pool shows a server of it.
     pub fn datacenter(&self, name: &str) -> Option<Arc<Datacenter>> {
         self.remote.load().get(name).cloned()
+    }
+
+    /// Where a connection of its own (a snapshot's) to a server of `datacenter` goes: the
+    /// server the router would call now, or — with WAN federation through mesh gateways —
+    /// a gateway the locator picked, with that server's node name for the SNI. `None` when
+    /// the datacenter, its servers or (in gateway mode) its gateways are unknown.
+    pub fn dial_target(&self, datacenter: &str) -> Option<DialTarget> {
+        let route = self.datacenter(datacenter)?;
+        let servers = route.path.servers();
+        let addr = servers.pick()?;
+        if !self.through_gateways {
+            return Some(DialTarget::Server(addr));
+        }
+        let list = servers.list();
+        let server = list.servers().iter().find(|server| server.addr == addr)?;
+        Some(DialTarget::Gateway {
+            gateway: self.pick_gateway(datacenter)?,
+            node: node_of_wan_member(&server.name, datacenter).to_string(),
+        })
     }
 
     /// Every known datacenter, this one included, by name.

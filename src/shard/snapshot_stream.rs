@@ -196,6 +196,37 @@ fn too_large(limit: u64) -> String {
     format!("snapshot archive exceeds {limit} bytes")
 }
 
+/// Dials a snapshot connection to server `node` of `datacenter` through the mesh gateway at
+/// `gateway` (WAN federation through mesh gateways): native TLS without a type byte, ALPN
+/// `consul/rpc-snapshot` and SNI `<node>.server.<datacenter>.<domain>`, which the gateway
+/// routes to that server's RPC port, as Consul's servers dial each other in that mode.
+pub async fn dial_through_gateway(
+    client: &RpcClient,
+    gateway: SocketAddr,
+    node: &str,
+    datacenter: &str,
+) -> Result<SnapshotStream, String> {
+    let (config, server_name) = client.tls().native_rpc_client(
+        node,
+        datacenter,
+        crate::proto::rpc_select::alpn::RPC_SNAPSHOT,
+    )?;
+    let source = crate::shard::dial::source_for(client.bind_addr(), gateway);
+    let stream = match monoio::time::timeout(
+        CONNECT_TIMEOUT,
+        crate::shard::dial::connect(source, gateway),
+    )
+    .await
+    {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(format!("cannot connect to mesh gateway {gateway}: {e}")),
+        Err(_) => return Err(format!("timed out connecting to mesh gateway {gateway}")),
+    };
+    let _ = stream.set_nodelay(true);
+    let session = super::forward::dial_native_tls(stream, config, server_name, gateway).await?;
+    Ok(SnapshotStream::Dialed(Box::new(session)))
+}
+
 /// Dials a byte-5 connection to the server at `addr` (of `datacenter`, whose server name a
 /// TLS connection asks for; `None`: this agent's), as `client`'s typed calls dial: from the
 /// bind address, inside TLS (byte 3, then 5) under `verify_outgoing`.

@@ -27,7 +27,7 @@ use crate::api::snapshot::{
     SNAPSHOT_UPLOAD_BYTES_MAX,
 };
 use crate::api::{ApiError, AsyncResponder, Context, Outcome, Reply, Request};
-use crate::cluster::router::{Path, NO_PATH};
+use crate::cluster::router::{DialTarget, NO_PATH};
 use crate::cluster::servers::{NO_SERVERS, RPC_HOLD_TIMEOUT};
 use crate::consul::rpc::snapshot::{
     decode_response, encode_response, unrecognized_op, SnapshotOp, SnapshotRequest,
@@ -57,6 +57,30 @@ enum Route {
         addr: SocketAddr,
         datacenter: Option<String>,
     },
+    /// On server `node` of `datacenter`, through the mesh gateway at `gateway`.
+    ThroughGateway {
+        gateway: SocketAddr,
+        node: String,
+        datacenter: String,
+    },
+}
+
+impl Route {
+    /// Dials the connection a request routed away from here is sent on.
+    async fn dial(&self, deferred: &Deferred) -> Result<SnapshotStream, String> {
+        let client = deferred.rpc_client();
+        match self {
+            Route::Here => snapshot_stream::dial(client, deferred.rpc_address(), None).await,
+            Route::To { addr, datacenter } => {
+                snapshot_stream::dial(client, *addr, datacenter.as_deref()).await
+            }
+            Route::ThroughGateway {
+                gateway,
+                node,
+                datacenter,
+            } => snapshot_stream::dial_through_gateway(client, *gateway, node, datacenter).await,
+        }
+    }
 }
 
 /// Consul's routing of a snapshot request on a server: another datacenter's server (the
@@ -66,15 +90,18 @@ async fn route(deferred: &Deferred, datacenter: &str, allow_stale: bool) -> Resu
     let ours = &deferred.config().datacenter;
     if !datacenter.is_empty() && !datacenter.eq_ignore_ascii_case(ours) {
         let datacenter = datacenter.to_ascii_lowercase();
-        let remote = deferred.router().datacenter(&datacenter);
-        let Some(Path::Direct(servers)) = remote.as_deref().map(|remote| &remote.path) else {
-            return Err(NO_PATH.to_string());
+        return match deferred.router().dial_target(&datacenter) {
+            None => Err(NO_PATH.to_string()),
+            Some(DialTarget::Server(addr)) => Ok(Route::To {
+                addr,
+                datacenter: Some(datacenter),
+            }),
+            Some(DialTarget::Gateway { gateway, node }) => Ok(Route::ThroughGateway {
+                gateway,
+                node,
+                datacenter,
+            }),
         };
-        let addr = servers.pick().ok_or_else(|| NO_PATH.to_string())?;
-        return Ok(Route::To {
-            addr,
-            datacenter: Some(datacenter),
-        });
     }
     if allow_stale {
         return Ok(Route::Here);
@@ -143,10 +170,8 @@ async fn dispatch(
     let deferred = server.context().deferred();
     match route(&deferred, request.datacenter, request.allow_stale).await {
         Err(error) => return refuse(stream, &error).await,
-        Ok(Route::To { addr, datacenter }) => {
-            return relay(&deferred, stream, request, rest, addr, datacenter).await
-        }
         Ok(Route::Here) => {}
+        Ok(away) => return relay(&deferred, stream, request, rest, &away).await,
     }
     let authorized = authorize(server, request.token)
         .and_then(|authz| require(&authz, |a| a.snapshot()).map(drop));
@@ -208,7 +233,7 @@ async fn dispatch(
     }
 }
 
-/// Hands the connection on to the server at `addr`: the request, what the caller sends
+/// Hands the connection on to the server `route` names: the request, what the caller sends
 /// (the archive of a restore) until it half-closes, then the server's answer back until it
 /// closes, one chunk in hand at a time.
 async fn relay(
@@ -216,12 +241,10 @@ async fn relay(
     inbound: &mut SnapshotStream,
     request: &SnapshotRequest<'_>,
     rest: Vec<u8>,
-    addr: SocketAddr,
-    datacenter: Option<String>,
+    route: &Route,
 ) -> Result<(), String> {
     let upstream = async {
-        let mut upstream =
-            snapshot_stream::dial(deferred.rpc_client(), addr, datacenter.as_deref()).await?;
+        let mut upstream = route.dial(deferred).await?;
         let written = upstream.write_all(request.encode()).await;
         written.map_err(|e| format!("failed to encode request: {e}"))?;
         Ok::<_, String>(upstream)
@@ -269,22 +292,23 @@ async fn exchange(
     archive: Option<Vec<u8>>,
 ) -> Exchanged {
     let internal = |e: String| ApiError::Internal(format!("rpc error: {e}"));
-    let (addr, datacenter) = if deferred.is_client() {
+    let route = if deferred.is_client() {
         let addr = deferred.servers().pick();
-        (addr.ok_or_else(|| internal(NO_SERVERS.into()))?, None)
+        Route::To {
+            addr: addr.ok_or_else(|| internal(NO_SERVERS.into()))?,
+            datacenter: None,
+        }
     } else {
         match route(deferred, datacenter, allow_stale).await {
-            Ok(Route::To { addr, datacenter }) => (addr, datacenter),
-            Ok(Route::Here) => (deferred.rpc_address(), None),
+            Ok(route) => route,
             Err(error) => return Err(error_of(CallError::Remote(error))),
         }
     };
-    let dialed = snapshot_stream::dial(deferred.rpc_client(), addr, datacenter.as_deref()).await;
-    let mut stream = match dialed {
+    let mut stream = match route.dial(deferred).await {
         Ok(stream) => stream,
         Err(reason) => {
-            if deferred.is_client() {
-                deferred.servers().failed(addr, &reason, Instant::now());
+            if let (true, Route::To { addr, .. }) = (deferred.is_client(), &route) {
+                deferred.servers().failed(*addr, &reason, Instant::now());
             }
             return Err(internal(reason));
         }

@@ -514,6 +514,16 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
         "{}",
         logs()
     );
+    // A snapshot of dc1 saved through dc2 travels on a snapshot connection of its own
+    // through the gateways (ALPN `consul/rpc-snapshot`), not on byte 5 straight to dc1.
+    let snapshot = dc2.get("/v1/snapshot?dc=dc1");
+    assert_eq!(snapshot.status, 200, "{}\n{}", snapshot.text(), logs());
+    assert!(
+        snapshot.body.starts_with(&[0x1f, 0x8b]),
+        "a gzip archive, {} bytes",
+        snapshot.body.len()
+    );
+    assert!(snapshot.index() > 0);
     // Nothing went straight to the other datacenter's RPC port.
     assert!(firewall.is_partitioned());
 }
