@@ -14,6 +14,7 @@
 use crate::consul::definition::{CheckKind, CheckSpec};
 use crate::store::catalog::{CheckRegistration, ServiceRegistration, Status};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
 /// Where a service or check came from; `reload` replaces only config-file entries.
@@ -104,10 +105,24 @@ pub struct LocalState {
     /// its token until its deregistration is accepted.
     pub service_tokens: BTreeMap<String, String>,
     pub check_tokens: BTreeMap<String, String>,
+    /// The HTTP and gRPC checks a local sidecar exposes (`Proxy.Expose.Checks`), by check
+    /// ID: each is probed through the sidecar's listener on its own port, and the catalog
+    /// learns that port as the check's `ExposedPort`. Kept by
+    /// [`LocalState::refresh_exposed_checks`]; no two entries share a port.
+    pub exposed_checks: BTreeMap<String, ExposedCheck>,
     next_revision: u64,
     next_generation: u64,
     /// Bumped on every change visible through the agent API (for hash-blocking reads).
     pub change_count: u64,
+}
+
+/// Where a check a sidecar exposes is probed: the sidecar's plain-text listener for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExposedCheck {
+    /// The sidecar's registered address (empty: the agent's own host).
+    pub proxy_address: String,
+    /// The listener's port, from `ports.expose_min_port ..= expose_max_port`.
+    pub port: u16,
 }
 
 /// What a check result did to the local state.
@@ -407,6 +422,107 @@ impl LocalState {
                 .is_some_and(|at| now.saturating_duration_since(at) < defer)
     }
 
+    /// The local services whose sidecar exposes their checks, by service ID, with that
+    /// sidecar's address: a `connect-proxy` with `Proxy.Expose.Checks` names them as its
+    /// `DestinationServiceID` (the first such proxy by ID wins, as a map lookup would).
+    fn services_exposing_checks(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for service in self.services.values() {
+            let registration = &service.registration;
+            if registration.kind != "connect-proxy" {
+                continue;
+            }
+            let Some(proxy) = registration.proxy_json.as_deref() else {
+                continue;
+            };
+            let Ok(proxy) = serde_json::from_str::<serde_json::Value>(proxy) else {
+                continue;
+            };
+            let exposes = proxy
+                .pointer("/Expose/Checks")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false);
+            let destination = proxy
+                .get("DestinationServiceID")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            if exposes && !destination.is_empty() {
+                out.entry(destination.to_string())
+                    .or_insert_with(|| registration.address.clone());
+            }
+        }
+        out
+    }
+
+    /// Brings [`LocalState::exposed_checks`] in line with the registrations, after any of
+    /// them changed: every HTTP and gRPC check of a service whose sidecar exposes checks
+    /// keeps its port or gets the lowest free one of `ports`; a check no longer exposed
+    /// gives its port back. A check whose port changed is marked for the catalog. Returns
+    /// the checks left without a port because `ports` is used up (Consul's agent refuses
+    /// them with `no ports available to expose '<check>'`; these keep their own target).
+    pub fn refresh_exposed_checks(&mut self, ports: RangeInclusive<u16>) -> Vec<String> {
+        let exposing = self.services_exposing_checks();
+        let wanted: BTreeMap<String, String> = self
+            .checks
+            .values()
+            .filter(|check| {
+                check
+                    .spec
+                    .as_ref()
+                    .is_some_and(|spec| matches!(spec.kind, CheckKind::Http | CheckKind::Grpc))
+            })
+            .filter_map(|check| {
+                let address = exposing.get(&check.service_id)?;
+                Some((check.id.clone(), address.clone()))
+            })
+            .collect();
+        let mut moved: Vec<String> = Vec::new();
+        self.exposed_checks.retain(|id, _| {
+            let keep = wanted.contains_key(id);
+            if !keep {
+                moved.push(id.clone());
+            }
+            keep
+        });
+        let mut unplaced = Vec::new();
+        for (id, proxy_address) in wanted {
+            if let Some(exposed) = self.exposed_checks.get_mut(&id) {
+                exposed.proxy_address = proxy_address;
+                continue;
+            }
+            let used: BTreeSet<u16> = self.exposed_checks.values().map(|e| e.port).collect();
+            match ports.clone().find(|port| *port > 0 && !used.contains(port)) {
+                Some(port) => {
+                    self.exposed_checks.insert(
+                        id.clone(),
+                        ExposedCheck {
+                            proxy_address,
+                            port,
+                        },
+                    );
+                    moved.push(id);
+                }
+                None => unplaced.push(id),
+            }
+        }
+        for id in moved {
+            let revision = self.bump();
+            if let Some(check) = self.checks.get_mut(&id) {
+                check.revision = revision;
+            }
+        }
+        debug_assert_eq!(
+            self.exposed_checks
+                .values()
+                .map(|e| e.port)
+                .collect::<BTreeSet<_>>()
+                .len(),
+            self.exposed_checks.len(),
+            "no two exposed checks share a listener port"
+        );
+        unplaced
+    }
+
     /// The catalog registration of a local check.
     pub fn check_registration(&self, check: &LocalCheck, node: &str) -> CheckRegistration {
         let (definition, interval, timeout) = match &check.spec {
@@ -448,7 +564,10 @@ impl LocalState {
             kind: check.kind().to_string(),
             interval,
             timeout,
-            exposed_port: 0,
+            exposed_port: self
+                .exposed_checks
+                .get(&check.id)
+                .map_or(0, |exposed| i32::from(exposed.port)),
             definition,
         }
     }
@@ -563,5 +682,73 @@ mod tests {
         assert!(state.checks.is_empty());
         assert!(state.deleted_services.contains("web"));
         assert!(!state.remove_service("web"));
+    }
+
+    #[test]
+    fn a_sidecar_exposing_checks_gives_each_http_and_grpc_check_a_port() {
+        let mut state = LocalState::default();
+        let now = Instant::now();
+        let ports = 21500..=21501;
+        let web = ServiceRegistration {
+            id: "web".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        state.add_service(web, Source::Api);
+        for (id, kind) in [
+            ("http", CheckKind::Http),
+            ("grpc", CheckKind::Grpc),
+            ("ttl", CheckKind::Ttl),
+        ] {
+            state.add_check(spec(id, kind), Source::Api, now);
+        }
+        // No sidecar yet: nothing is exposed.
+        assert!(state.refresh_exposed_checks(ports.clone()).is_empty());
+        assert!(state.exposed_checks.is_empty());
+        let sidecar = |checks: bool| ServiceRegistration {
+            kind: "connect-proxy".into(),
+            id: "web-sidecar-proxy".into(),
+            name: "web-sidecar-proxy".into(),
+            address: "127.0.0.9".into(),
+            proxy_json: Some(format!(
+                r#"{{"DestinationServiceName":"web","DestinationServiceID":"web","Expose":{{"Checks":{checks}}}}}"#
+            )),
+            ..Default::default()
+        };
+        state.add_service(sidecar(true), Source::Api);
+        for check in state.checks.values_mut() {
+            check.synced_revision = check.revision;
+        }
+        assert!(state.refresh_exposed_checks(ports.clone()).is_empty());
+        let port_of = |state: &LocalState, id: &str| state.exposed_checks.get(id).map(|e| e.port);
+        assert_eq!(port_of(&state, "grpc"), Some(21500));
+        assert_eq!(port_of(&state, "http"), Some(21501));
+        assert_eq!(port_of(&state, "ttl"), None);
+        assert_eq!(state.exposed_checks["http"].proxy_address, "127.0.0.9");
+        // The catalog must learn the ports: both checks are out of sync, the TTL one not.
+        assert!(!state.checks["http"].in_sync() && !state.checks["grpc"].in_sync());
+        assert!(state.checks["ttl"].in_sync());
+        let http = state.checks["http"].clone();
+        assert_eq!(state.check_registration(&http, "n1").exposed_port, 21501);
+        // A third exposed check finds the range used up.
+        state.add_check(
+            CheckSpec {
+                id: "http2".into(),
+                ..spec("http2", CheckKind::Http)
+            },
+            Source::Api,
+            now,
+        );
+        assert_eq!(state.refresh_exposed_checks(ports.clone()), vec!["http2"]);
+        // Ports stay put across refreshes, and go back when the sidecar stops exposing.
+        state.remove_check("grpc");
+        assert!(state.refresh_exposed_checks(ports.clone()).is_empty());
+        assert_eq!(port_of(&state, "http"), Some(21501));
+        assert_eq!(port_of(&state, "http2"), Some(21500));
+        state.add_service(sidecar(false), Source::Api);
+        assert!(state.refresh_exposed_checks(ports).is_empty());
+        assert!(state.exposed_checks.is_empty());
+        let http = state.checks["http"].clone();
+        assert_eq!(state.check_registration(&http, "n1").exposed_port, 0);
     }
 }

@@ -474,6 +474,7 @@ impl Agent {
                 ),
             }
         }
+        self.refresh_exposed_checks();
         self.notify_changed();
     }
 
@@ -508,6 +509,22 @@ impl Agent {
 
     fn notify_changed(&self) {
         self.changed.notify_all();
+    }
+
+    /// Re-derives which checks a local sidecar exposes once registrations changed
+    /// ([`LocalState::refresh_exposed_checks`]); a check left without a port is logged in
+    /// Consul's words and keeps probing its own target.
+    fn refresh_exposed_checks(&self) {
+        let ports = {
+            let config = self.config.borrow();
+            config.connect.expose_min_port..=config.connect.expose_max_port
+        };
+        let unplaced = self.state.borrow_mut().refresh_exposed_checks(ports);
+        for check in unplaced {
+            log::error!(
+                "agent: error exposing check {check:?}: no ports available to expose '{check}'"
+            );
+        }
     }
 
     /// Adds a service and its checks, replacing an existing one with the same ID. Without
@@ -573,6 +590,7 @@ impl Agent {
             self.restore_check_state(&check);
             self.start_runner(check, generation);
         }
+        self.refresh_exposed_checks();
         self.notify_changed();
     }
 
@@ -592,6 +610,7 @@ impl Agent {
         }
         self.restore_check_state(&check);
         self.start_runner(check, generation);
+        self.refresh_exposed_checks();
         self.notify_changed();
     }
 
@@ -716,6 +735,7 @@ impl Agent {
             for check in checks {
                 self.purge_check(&check);
             }
+            self.refresh_exposed_checks();
             self.notify_changed();
         }
         removed
@@ -725,6 +745,7 @@ impl Agent {
         let removed = self.state.borrow_mut().remove_check(id);
         if removed {
             self.purge_check(id);
+            self.refresh_exposed_checks();
             self.notify_changed();
         }
         removed
@@ -795,13 +816,34 @@ impl Agent {
 
     async fn probe(&self, spec: &CheckSpec) -> checks::ProbeResult {
         let def = &spec.definition;
+        // A check a sidecar exposes is probed through the sidecar's listener for it, as
+        // Consul's agent probes its `ProxyHTTP`/`ProxyGRPC` target.
+        let exposed = self.state.borrow().exposed_checks.get(&spec.id).cloned();
         match spec.kind {
             CheckKind::Http => {
-                checks::http::probe(def, spec.timeout(), spec.output_max_bytes()).await
+                let timeout = spec.timeout();
+                let max = spec.output_max_bytes();
+                match exposed {
+                    Some(exposed) => {
+                        let mut def = def.clone();
+                        def.http =
+                            checks::via_listener(&def.http, &exposed.proxy_address, exposed.port);
+                        checks::http::probe(&def, timeout, max).await
+                    }
+                    None => checks::http::probe(def, timeout, max).await,
+                }
             }
             CheckKind::Tcp => checks::tcp(&def.tcp, spec.timeout()).await,
             CheckKind::Udp => checks::udp(&def.udp, spec.timeout()).await,
-            CheckKind::Grpc => checks::grpc::probe(&def.grpc, spec.timeout()).await,
+            CheckKind::Grpc => {
+                let target = match exposed {
+                    Some(exposed) => {
+                        checks::via_listener(&def.grpc, &exposed.proxy_address, exposed.port)
+                    }
+                    None => def.grpc.clone(),
+                };
+                checks::grpc::probe(&target, spec.timeout()).await
+            }
             CheckKind::H2ping => checks::h2ping::probe(def, spec.timeout()).await,
             CheckKind::Script => {
                 let timeout = if def.timeout_ns > 0 {

@@ -218,6 +218,8 @@ fn agent_keys(config: &AgentConfig) -> Value {
         "ConnectEnabled": config.connect.enabled,
         "ConnectSidecarMaxPort": config.connect.sidecar_max_port,
         "ConnectSidecarMinPort": config.connect.sidecar_min_port,
+        "ExposeMaxPort": config.connect.expose_max_port,
+        "ExposeMinPort": config.connect.expose_min_port,
     })
 }
 

@@ -26,6 +26,10 @@ pub const LEAF_CERT_TTL_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Consul's sidecar port range.
 pub const SIDECAR_MIN_PORT_DEFAULT: u16 = 21000;
 pub const SIDECAR_MAX_PORT_DEFAULT: u16 = 21255;
+/// `ports.expose_min_port` and `ports.expose_max_port` as Consul defaults them: where a
+/// sidecar with `Proxy.Expose.Checks` serves its service's HTTP and gRPC checks.
+pub const EXPOSE_MIN_PORT_DEFAULT: u16 = 21500;
+pub const EXPOSE_MAX_PORT_DEFAULT: u16 = 21755;
 
 /// The built-in CA's key and lifetimes (`connect.ca_config`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,6 +179,10 @@ pub struct ConnectConfig {
     /// registered without a port are placed.
     pub sidecar_min_port: u16,
     pub sidecar_max_port: u16,
+    /// `ports.expose_min_port` ..= `ports.expose_max_port`: the listener ports the agent
+    /// gives the checks a sidecar exposes (`Proxy.Expose.Checks`).
+    pub expose_min_port: u16,
+    pub expose_max_port: u16,
     /// `connect.enable_mesh_gateway_wan_federation`: servers reach other datacenters'
     /// servers through mesh gateways (the router, `cluster::router`).
     pub mesh_gateway_wan_federation: bool,
@@ -189,6 +197,8 @@ impl Default for ConnectConfig {
             bootstrap_entries: Vec::new(),
             sidecar_min_port: SIDECAR_MIN_PORT_DEFAULT,
             sidecar_max_port: SIDECAR_MAX_PORT_DEFAULT,
+            expose_min_port: EXPOSE_MIN_PORT_DEFAULT,
+            expose_max_port: EXPOSE_MAX_PORT_DEFAULT,
             mesh_gateway_wan_federation: false,
         }
     }
@@ -257,6 +267,16 @@ impl ConnectConfig {
                 config.sidecar_min_port, config.sidecar_max_port
             ));
         }
+        config.expose_min_port = port(ports, "expose_min_port", EXPOSE_MIN_PORT_DEFAULT)?;
+        config.expose_max_port = port(ports, "expose_max_port", EXPOSE_MAX_PORT_DEFAULT)?;
+        if config.expose_min_port > 0
+            && (config.expose_max_port == 0 || config.expose_min_port > config.expose_max_port)
+        {
+            return Err(format!(
+                "Expose min port {} must be less than or equal to the max port {}",
+                config.expose_min_port, config.expose_max_port
+            ));
+        }
         if let Some(entries) = raw.get("config_entries") {
             let map = entries
                 .as_object()
@@ -294,6 +314,13 @@ mod tests {
         assert!(c.enabled);
         assert_eq!(c.ca.leaf_cert_ttl, LEAF_CERT_TTL_DEFAULT);
         assert_eq!((c.sidecar_min_port, c.sidecar_max_port), (21000, 21255));
+        assert_eq!((c.expose_min_port, c.expose_max_port), (21500, 21755));
+        let c = parse(r#"{"ports":{"expose_min_port":30000,"expose_max_port":30001}}"#).unwrap();
+        assert_eq!((c.expose_min_port, c.expose_max_port), (30000, 30001));
+        assert_eq!(
+            parse(r#"{"ports":{"expose_min_port":30001,"expose_max_port":30000}}"#).unwrap_err(),
+            "Expose min port 30001 must be less than or equal to the max port 30000"
+        );
         let c = parse(r#"{"connect":{"enabled":false,"ca_config":{"leaf_cert_ttl":"2h","private_key_bits":384}}}"#).unwrap();
         assert!(!c.enabled);
         assert_eq!(c.ca.leaf_cert_ttl, Duration::from_secs(7200));

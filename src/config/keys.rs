@@ -233,16 +233,8 @@ static PORTS: Block = Block {
         ),
         f("sidecar_min_port", Int, acts("sidecar_min_port")),
         f("sidecar_max_port", Int, acts("sidecar_max_port")),
-        f(
-            "expose_min_port",
-            Int,
-            not("the built-in proxy exposes no paths outside the mesh"),
-        ),
-        f(
-            "expose_max_port",
-            Int,
-            not("the built-in proxy exposes no paths outside the mesh"),
-        ),
+        f("expose_min_port", Int, acts("expose_min_port")),
+        f("expose_max_port", Int, acts("expose_max_port")),
     ],
 };
 

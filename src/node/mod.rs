@@ -918,6 +918,8 @@ fn start_xds(
                     || default_policy == crate::store::acl::authorizer::DefaultPolicy::Allow,
                 dns_domain: config.dns.domain.clone(),
                 alt_domain: config.dns.alt_domain.clone(),
+                node_name: config.node_name.clone(),
+                advertise_address: config.advertise().to_string(),
             },
             listeners: grpc_listeners,
             tls: (!grpc_tls_listeners.is_empty()).then(|| {

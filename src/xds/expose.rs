@@ -10,6 +10,9 @@
 //! cluster `exposed_cluster_<port>` of its own; every other request on that listener is
 //! Envoy's 404. Pure: no I/O.
 
+use crate::consul::definition::CheckKind;
+use crate::store::catalog::read::instance_checks;
+use crate::store::Tables;
 use serde_json::{Map, Value};
 
 /// Most paths one registration may expose (a bound on the listeners one snapshot builds).
@@ -34,6 +37,11 @@ pub struct ExposePath {
     pub listener_port: u16,
     /// `http` (also when empty) or `http2`.
     pub protocol: String,
+    /// The only sources whose connections the listener takes, as `(address, prefix length)`
+    /// ranges: empty for a registered path (anyone who reaches the port); for a path made
+    /// from a check, this host's loopback and the agent's LAN address, as Consul limits
+    /// those to the agent that probes them.
+    pub allowed_sources: Vec<(String, u32)>,
 }
 
 impl ExposePath {
@@ -113,6 +121,7 @@ pub fn decode(proxy: &Map<String, Value>) -> Result<Expose, String> {
             local_path_port: port("LocalPathPort")?,
             listener_port: port("ListenerPort")?,
             protocol: text("Protocol").to_ascii_lowercase(),
+            allowed_sources: Vec::new(),
         });
     }
     Ok(Expose {
@@ -122,6 +131,89 @@ pub fn decode(proxy: &Map<String, Value>) -> Result<Expose, String> {
             .unwrap_or(false),
         paths,
     })
+}
+
+/// The path gRPC's health protocol asks on (`grpc.health.v1.Health/Check`).
+pub const GRPC_HEALTH_PATH: &str = "/grpc.health.v1.Health/Check";
+
+/// The port of `host:port` (a URL's authority or a gRPC check's target before its
+/// `/service`), if it names one.
+fn authority_port(authority: &str) -> Option<u16> {
+    let (_, port) = authority.rsplit_once(':')?;
+    port.parse().ok().filter(|port| *port > 0)
+}
+
+/// The paths `Proxy.Expose.Checks` adds (Consul's `parseCheckPath`): one per HTTP or gRPC
+/// check of the destination instance `destination_id` on `node` to which the agent gave a
+/// listener port (its `ExposedPort`). An HTTP check's path is its URL's path and its local
+/// port the URL's; a gRPC check asks `grpc.health.v1.Health/Check` over HTTP/2 on its
+/// target's port. A check whose target names no port is left out, as Consul leaves it out
+/// with a warning. Each listener takes connections from this host and from
+/// `advertise_address` only. Pure: reads `tables`.
+pub fn check_paths(
+    tables: &Tables,
+    node: &str,
+    destination_id: &str,
+    advertise_address: &str,
+) -> Vec<ExposePath> {
+    let Some(entry) = tables.catalog.node(node) else {
+        return Vec::new();
+    };
+    let advertise_prefix = if advertise_address.contains(':') {
+        128
+    } else {
+        32
+    };
+    let allowed_sources = vec![
+        ("127.0.0.1".to_string(), 8),
+        ("::1".to_string(), 128),
+        (advertise_address.to_string(), advertise_prefix),
+    ];
+    let mut paths = Vec::new();
+    for check in instance_checks(entry, destination_id) {
+        let (Ok(listener_port), Some(definition)) =
+            (u16::try_from(check.exposed_port()), check.definition())
+        else {
+            continue;
+        };
+        if listener_port == 0 {
+            continue;
+        }
+        let derived = match check.kind() {
+            kind if kind == CheckKind::Http.as_str() => {
+                let rest = definition
+                    .http
+                    .split_once("://")
+                    .map_or(definition.http.as_str(), |(_, rest)| rest);
+                let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+                let path_end = rest[end..]
+                    .find(['?', '#'])
+                    .map_or(rest.len(), |at| end + at);
+                authority_port(&rest[..end]).map(|port| {
+                    let path = &rest[end..path_end];
+                    (path.to_string(), port, "http")
+                })
+            }
+            kind if kind == CheckKind::Grpc.as_str() => {
+                let authority = definition.grpc.split('/').next().unwrap_or_default();
+                authority_port(authority).map(|port| (GRPC_HEALTH_PATH.to_string(), port, "http2"))
+            }
+            _ => None,
+        };
+        if let Some((path, local_path_port, protocol)) = derived {
+            paths.push(ExposePath {
+                path,
+                local_path_port,
+                listener_port,
+                protocol: protocol.to_string(),
+                allowed_sources: allowed_sources.clone(),
+            });
+        }
+        if paths.len() >= EXPOSE_PATHS_MAX {
+            break;
+        }
+    }
+    paths
 }
 
 #[cfg(test)]
@@ -136,6 +228,7 @@ mod tests {
             local_path_port: 8080,
             listener_port: 21500,
             protocol: "http".into(),
+            allowed_sources: Vec::new(),
         };
         assert_eq!(path.listener_name(), "exposed_path_healthreadynow");
         assert_eq!(

@@ -546,12 +546,6 @@ fn warn_escape_hatches(registration: &ProxyRegistration) {
             keys.join(", ")
         );
     }
-    if registration.expose.checks {
-        log::warn!(
-            "xds: proxy {:?}: Proxy.Expose.Checks accepted but not applied: the agent does not route its checks through exposed listeners yet (Expose.Paths are served)",
-            registration.id
-        );
-    }
 }
 
 /// The state for one set of inputs: the previous build when nothing it shows changed.

@@ -45,6 +45,10 @@ pub struct XdsSettings {
     /// gateway's leaf carries.
     pub dns_domain: String,
     pub alt_domain: Option<String>,
+    /// This agent's node name and LAN address: a sidecar's `Expose.Checks` paths are its
+    /// destination's checks on this node, and take connections from this address.
+    pub node_name: String,
+    pub advertise_address: String,
 }
 
 /// One intention source as the RBAC builders see it.
@@ -479,9 +483,29 @@ pub fn build(
         terminating: Vec::new(),
         mesh: MeshGatewayRoutes::default(),
         unapplied,
-        expose: registration.expose.paths.clone(),
+        expose: exposed_paths(registration, tables, settings),
         prepared_queries,
     })
+}
+
+/// A sidecar's exposed paths: its registration's `Expose.Paths`, then, with
+/// `Expose.Checks`, one per check of its destination the agent gave a listener port.
+fn exposed_paths(
+    registration: &ProxyRegistration,
+    tables: &Tables,
+    settings: &XdsSettings,
+) -> Vec<super::expose::ExposePath> {
+    let mut paths = registration.expose.paths.clone();
+    if registration.expose.checks {
+        paths.extend(super::expose::check_paths(
+            tables,
+            &settings.node_name,
+            &registration.destination_id,
+            &settings.advertise_address,
+        ));
+    }
+    paths.truncate(super::expose::EXPOSE_PATHS_MAX);
+    paths
 }
 
 /// The CA's root certificates, the active one first.
@@ -1756,6 +1780,8 @@ mod tests {
             default_allow: true,
             dns_domain: "consul".into(),
             alt_domain: None,
+            node_name: "node1".into(),
+            advertise_address: "127.0.0.1".into(),
         };
         let routes = mesh_gateway_routes(&registration, &tables, &remote, &settings, "td").unwrap();
         let listeners: Vec<_> = routes

@@ -82,6 +82,26 @@ pub fn split_host_port(target: &str) -> Result<(&str, u16), String> {
     Ok((host, port))
 }
 
+/// `target` (an HTTP check's URL or a gRPC check's `host:port[/service]`) with its host
+/// and port replaced by a sidecar's exposed listener: `host` (empty: this host, which Go's
+/// dialer takes an empty host for) and `port`; the scheme, path, query and gRPC service
+/// stay. Consul's agent rewrites its `ProxyHTTP`/`ProxyGRPC` targets the same way.
+pub fn via_listener(target: &str, host: &str, port: u16) -> String {
+    let host = match host {
+        "" => "127.0.0.1".to_string(),
+        v6 if v6.contains(':') && !v6.starts_with('[') => format!("[{v6}]"),
+        other => other.to_string(),
+    };
+    let (scheme, rest) = match target.find("://") {
+        Some(at) => target.split_at(at + 3),
+        None => ("", target),
+    };
+    // The authority ends where the path, query or fragment starts (a gRPC target's
+    // `/service` included).
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    format!("{scheme}{host}:{port}{}", &rest[end..])
+}
+
 /// Connects to `addr` within `timeout`.
 pub async fn connect(
     addr: SocketAddr,
@@ -157,6 +177,27 @@ mod tests {
         assert_eq!(split_host_port("[::1]:9000").unwrap(), ("::1", 9000));
         assert!(split_host_port("nohost").is_err());
         assert!(split_host_port("h:99999").is_err());
+    }
+
+    #[test]
+    fn exposed_checks_are_probed_through_the_sidecars_listener() {
+        assert_eq!(
+            via_listener("http://10.0.0.5:8080/health?full=1", "127.0.0.9", 21500),
+            "http://127.0.0.9:21500/health?full=1"
+        );
+        assert_eq!(
+            via_listener("https://app.local/ready", "", 21501),
+            "https://127.0.0.1:21501/ready"
+        );
+        assert_eq!(
+            via_listener("http://[::1]:9000", "::1", 21502),
+            "http://[::1]:21502"
+        );
+        assert_eq!(
+            via_listener("10.0.0.5:9090/grpc.health.v1.Health", "10.0.0.6", 21503),
+            "10.0.0.6:21503/grpc.health.v1.Health"
+        );
+        assert_eq!(via_listener("10.0.0.5:9090", "", 21504), "127.0.0.1:21504");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! connection manager routes exactly that path and nothing else (Envoy answers 404 to any
 //! other), to `local_app` when the path is on the service's own port, else to a static
 //! cluster `exposed_cluster_<port>` of the local address. No TLS and no RBAC: exposing a
-//! path is opening it to whoever reaches the port, as in Consul.
+//! path is opening it to whoever reaches the port, as in Consul — except a path made from
+//! a check (`Expose.Checks`), whose filter chain matches only the probing agent's sources.
 
 use super::clusters::http2_options;
 use super::listeners::{router_filter, HCM_FILTER};
@@ -21,7 +22,7 @@ use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
-use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener};
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch, Listener};
 use envoy_types::pb::envoy::config::route::v3::{
     route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
     VirtualHost,
@@ -86,6 +87,27 @@ pub fn clusters(snapshot: &Snapshot) -> BTreeMap<String, Cluster> {
     out
 }
 
+/// The filter chain match of a path that takes connections from some sources only (a
+/// check's path: the probing agent's), none for a path open to any source.
+fn source_match(path: &ExposePath) -> Option<FilterChainMatch> {
+    if path.allowed_sources.is_empty() {
+        return None;
+    }
+    Some(FilterChainMatch {
+        source_prefix_ranges: path
+            .allowed_sources
+            .iter()
+            .map(|(address, prefix_len)| core::CidrRange {
+                address_prefix: address.clone(),
+                prefix_len: Some(envoy_types::pb::google::protobuf::UInt32Value {
+                    value: *prefix_len,
+                }),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
 /// One listener per exposed path.
 pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
     if snapshot.kind != ProxyKind::ConnectProxy {
@@ -133,6 +155,7 @@ pub fn listeners(snapshot: &Snapshot) -> Vec<Listener> {
                 address: Some(socket_address(address, path.listener_port)),
                 traffic_direction: core::TrafficDirection::Inbound as i32,
                 filter_chains: vec![FilterChain {
+                    filter_chain_match: source_match(path),
                     filters: vec![network_filter(HCM_FILTER, any(&manager))],
                     ..Default::default()
                 }],

@@ -614,12 +614,15 @@ fn an_exposed_path_is_a_plain_listener_routing_only_its_path() {
             local_path_port: 8080,
             listener_port: 21500,
             protocol: String::new(),
+            allowed_sources: Vec::new(),
         },
+        // As `Expose.Checks` derives a gRPC check's path.
         ExposePath {
             path: "/grpc.health.v1.Health/Check".into(),
             local_path_port: 9090,
             listener_port: 21501,
             protocol: "http2".into(),
+            allowed_sources: vec![("127.0.0.1".into(), 8), ("10.0.0.7".into(), 32)],
         },
     ];
     let r = build(&s).unwrap();
@@ -672,9 +675,29 @@ fn an_exposed_path_is_a_plain_listener_routing_only_its_path() {
         action.cluster_specifier,
         Some(route_action::ClusterSpecifier::Cluster("local_app".into()))
     );
-    let grpc = hcm_of(&listener(
-        "exposed_path_grpchealthv1HealthCheck:0.0.0.0:21501",
-    ));
+    assert!(
+        health.filter_chains[0].filter_chain_match.is_none(),
+        "a registered path takes any source"
+    );
+    let grpc_listener = listener("exposed_path_grpchealthv1HealthCheck:0.0.0.0:21501");
+    let sources: Vec<(String, u32)> = grpc_listener.filter_chains[0]
+        .filter_chain_match
+        .as_ref()
+        .expect("a check's path takes only the agent's sources")
+        .source_prefix_ranges
+        .iter()
+        .map(|range| {
+            (
+                range.address_prefix.clone(),
+                range.prefix_len.map_or(0, |len| len.value),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        vec![("127.0.0.1".to_string(), 8), ("10.0.0.7".to_string(), 32)]
+    );
+    let grpc = hcm_of(&grpc_listener);
     assert!(grpc.http2_protocol_options.is_some());
     // A gateway exposes nothing.
     s.kind = ProxyKind::IngressGateway;

@@ -2,7 +2,9 @@
 //! `praetor agent -dev`: an exposed `/health` reaches the application in plain HTTP while
 //! every other path on that port is Envoy's 404 and the public listener still takes only
 //! mTLS; a path on another port of the application gets its own cluster; Consul's
-//! validation refuses a bad `Expose` at registration; a prepared-query upstream carries TCP
+//! validation refuses a bad `Expose` at registration; with `Expose.Checks` the agent probes
+//! the service's HTTP check through a listener of the sidecar on a port of
+//! `ports.expose_min_port..=expose_max_port`; a prepared-query upstream carries TCP
 //! to the query's service, follows intentions and gains an endpoint when the service gains
 //! an instance.
 
@@ -133,6 +135,105 @@ fn an_exposed_path_reaches_the_app_without_mtls_and_nothing_else_does() {
     assert!(
         !dump.contains(&format!("exposed_cluster_{app_port}")),
         "a path on the service's own port goes to local_app"
+    );
+}
+
+/// The agent's view of check `id`: `(Status, Output, ExposedPort)`.
+fn agent_check(agent: &Agent, id: &str) -> (String, String, i64) {
+    let checks = agent.get("/v1/agent/checks").json();
+    let check = &checks[id];
+    (
+        check["Status"].as_str().unwrap_or_default().to_string(),
+        check["Output"].as_str().unwrap_or_default().to_string(),
+        check["ExposedPort"].as_i64().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn exposed_checks_are_probed_through_the_sidecar() {
+    let ip = common::fresh_loopback();
+    let exposed_port = free_port(ip);
+    let ports =
+        format!("ports {{ expose_min_port = {exposed_port} expose_max_port = {exposed_port} }}");
+    let agent = Agent::dev_at(ip, &["-hcl", &ports]);
+    let dir = TempDir::new("envoy-expose-checks");
+    let app_port = free_port(ip);
+    let proxy_port = free_port(ip);
+    http_server(SocketAddr::new(ip, app_port), "app");
+    let address = ip.to_string();
+    let check_url = format!("http://{address}:{app_port}/health");
+    register(
+        &agent,
+        json!({
+            "Name": "web", "Port": app_port, "Address": address,
+            "Check": {"CheckID": "web-http", "HTTP": check_url, "Interval": "1s"},
+            "Connect": {"SidecarService": {
+                "Address": address, "Port": proxy_port,
+                "Proxy": {"LocalServiceAddress": address, "Expose": {"Checks": true}},
+                "Check": {"TCP": format!("{address}:{proxy_port}"), "Interval": "1s"},
+            }}
+        }),
+    );
+    // Before the sidecar runs, the check is probed at the sidecar's listener, which nothing
+    // serves yet: critical, naming that port, while the application itself is up.
+    let exposed_url = format!("http://{address}:{exposed_port}/health");
+    wait_for(
+        "the check probes the exposed port",
+        READY_TIMEOUT,
+        || match agent_check(&agent, "web-http") {
+            (status, output, port)
+                if status == "critical"
+                    && output.contains(&exposed_url)
+                    && port == i64::from(exposed_port) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    );
+    // The catalog has the port too, with the check's own URL unchanged.
+    let catalog = agent.get("/v1/health/checks/web").json();
+    assert_eq!(catalog[0]["ExposedPort"], json!(exposed_port), "{catalog}");
+    assert_eq!(
+        catalog[0]["Definition"]["HTTP"],
+        json!(check_url),
+        "{catalog}"
+    );
+
+    let web = Envoy::start(&agent, &dir, "web", &["-sidecar-for", "web"]);
+    wait_for(
+        "the check passes through Envoy",
+        READY_TIMEOUT,
+        || match agent_check(&agent, "web-http") {
+            (status, output, _) if status == "passing" && output.contains(&exposed_url) => Ok(()),
+            other => Err(format!("{other:?}\n{}", web.log())),
+        },
+    );
+    web.assert_connected_and_nothing_rejected();
+    let dump = web.admin_get("/config_dump");
+    for needle in [
+        format!("exposed_path_health:{address}:{exposed_port}"),
+        format!("exposed_path_filter_health_{exposed_port}"),
+        "source_prefix_ranges".to_string(),
+    ] {
+        assert!(dump.contains(&needle), "config_dump lacks {needle}");
+    }
+    // Only the check's path is routed on that listener.
+    assert_eq!(
+        curl_get(&format!("http://{address}:{exposed_port}/other")).0,
+        404
+    );
+
+    // Without the sidecar the check goes back to its own target and the port is freed.
+    let r = agent.put("/v1/agent/service/deregister/web-sidecar-proxy", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_for(
+        "the check probes the application again",
+        READY_TIMEOUT,
+        || match agent_check(&agent, "web-http") {
+            (status, output, 0) if status == "passing" && output.contains(&check_url) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
     );
 }
 
