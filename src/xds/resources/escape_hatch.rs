@@ -154,6 +154,7 @@ pub fn tracing(json: &str) -> Result<Tracing, EscapeHatchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Name;
 
     #[test]
     fn the_vendored_descriptors_decode_and_know_the_hatches_types() {

@@ -117,7 +117,7 @@ fn a_custom_tcp_public_listener_gets_the_network_rbac_and_mtls_on_every_chain() 
     ];
     assert_eq!(filter_names(&listener), vec![expected.clone(), expected]);
     for tls in downstream_tls(&listener) {
-        assert_eq!(tls.require_client_certificate.unwrap().value, true);
+        assert!(tls.require_client_certificate.unwrap().value);
         let common = tls.common_tls_context.unwrap();
         assert_eq!(common.tls_certificates.len(), 1);
     }
