@@ -457,7 +457,7 @@ impl ProxyLoop {
     fn publish(&mut self, state: ProxyState, state_tx: &watch::Sender<ProxyState>) {
         match state {
             ProxyState::Ready(built) => {
-                self.warn_unapplied(&built.snapshot);
+                self.warn_unapplied(&built);
                 if self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &built)) {
                     self.watchers
                         .unchanged
@@ -485,12 +485,20 @@ impl ProxyLoop {
     }
 
     /// Says once per change which of a gateway's config entries are accepted but not
-    /// applied, or which of a sidecar's prepared-query upstreams select nothing here.
-    fn warn_unapplied(&mut self, snapshot: &Snapshot) {
-        if snapshot.unapplied == self.warned_unapplied {
+    /// applied, or for a sidecar which prepared-query upstreams select nothing here and
+    /// which escape hatches are ignored or fell back.
+    fn warn_unapplied(&mut self, built: &Built) {
+        let snapshot = &built.snapshot;
+        let unapplied: Vec<String> = snapshot
+            .unapplied
+            .iter()
+            .chain(&built.resources.warnings)
+            .cloned()
+            .collect();
+        if unapplied == self.warned_unapplied {
             return;
         }
-        self.warned_unapplied = snapshot.unapplied.clone();
+        self.warned_unapplied = unapplied;
         if self.warned_unapplied.is_empty() {
             return;
         }
@@ -511,37 +519,47 @@ impl ProxyLoop {
     }
 }
 
-/// Consul's Envoy escape hatches (`envoy_public_listener_json`, `envoy_local_cluster_json`,
-/// an upstream's `envoy_listener_json` and `envoy_cluster_json`, …) replace generated
-/// resources with raw Envoy JSON; praetor does not apply them yet, and says so once per
-/// registration instead of ignoring them silently.
+/// Says once per registration which `envoy_*` keys praetor does not apply: a sidecar's
+/// escape hatches act (the resource builders decode them; JSON that does not decode is the
+/// build's error, logged when it fails), but a gateway takes none of them, a
+/// prepared-query upstream none of its own, and a hatch that is not a string is not read.
 fn warn_escape_hatches(registration: &ProxyRegistration) {
-    let mut keys: Vec<String> = registration
-        .config
-        .keys()
-        .filter(|k| {
-            // A gateway's bind rules (`envoy_gateway_bind_addresses`, …, which
-            // `connect envoy -register -bind-address` writes) are not applied either: its
-            // listeners bind the registration's address.
-            // The bootstrap's keys are `connect envoy`'s, which applies them.
-            k.starts_with("envoy_")
-                && (k.ends_with("_json") || k.starts_with("envoy_gateway_"))
-                && !super::bootstrap_config::is_bootstrap_key(k)
-        })
-        .map(|k| format!("Proxy.Config.{k}"))
-        .collect();
+    use super::resources::escape_hatch::{
+        LISTENER_TRACING_KEY, LOCAL_CLUSTER_KEY, PUBLIC_LISTENER_KEY, UPSTREAM_CLUSTER_KEY,
+        UPSTREAM_LISTENER_KEY,
+    };
+    let sidecar = registration.kind == ProxyKind::ConnectProxy;
+    let applied = |key: &str| {
+        sidecar && [PUBLIC_LISTENER_KEY, LOCAL_CLUSTER_KEY, LISTENER_TRACING_KEY].contains(&key)
+    };
+    let mut keys: Vec<String> = Vec::new();
+    for (key, value) in &registration.config {
+        // A gateway's bind rules (`envoy_gateway_bind_addresses`, …, which
+        // `connect envoy -register -bind-address` writes) are not applied: its listeners
+        // bind the registration's address. The bootstrap's keys are `connect envoy`'s,
+        // which applies them.
+        let known = key.starts_with("envoy_")
+            && (key.ends_with("_json") || key.starts_with("envoy_gateway_"))
+            && !super::bootstrap_config::is_bootstrap_key(key);
+        if known && !(applied(key) && value.is_string()) {
+            keys.push(format!("Proxy.Config.{key}"));
+        }
+    }
     for upstream in &registration.upstreams {
-        keys.extend(
-            upstream
-                .config
-                .keys()
-                .filter(|k| k.starts_with("envoy_"))
-                .map(|k| format!("Upstreams[{}].Config.{k}", upstream.destination_name)),
-        );
+        let service = sidecar && upstream.destination_type == "service";
+        for (key, value) in &upstream.config {
+            let hatch = [UPSTREAM_LISTENER_KEY, UPSTREAM_CLUSTER_KEY].contains(&key.as_str());
+            if key.starts_with("envoy_") && !(service && hatch && value.is_string()) {
+                keys.push(format!(
+                    "Upstreams[{}].Config.{key}",
+                    upstream.destination_name
+                ));
+            }
+        }
     }
     if !keys.is_empty() {
         log::warn!(
-            "xds: proxy {:?}: {} accepted but not applied: praetor does not take Envoy escape hatches yet",
+            "xds: proxy {:?}: {} accepted but not applied: praetor applies the Envoy escape hatches of a sidecar and its service upstreams only, given as strings",
             registration.id,
             keys.join(", ")
         );

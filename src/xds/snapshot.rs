@@ -183,6 +183,52 @@ pub struct Upstream {
     /// The circuit breakers and outlier detection of its clusters (an ingress gateway's
     /// entry sets them; a sidecar's upstreams keep Envoy's defaults).
     pub limits: UpstreamLimits,
+    /// A sidecar upstream's escape hatches, kept only while its discovery chain is the
+    /// default one (Consul ignores them for a configured chain).
+    pub escape_hatches: UpstreamEscapeHatches,
+}
+
+/// An upstream's Envoy escape hatches from its `Config`: Envoy JSON replacing its listener
+/// (`envoy_listener_json`) or its cluster (`envoy_cluster_json`), decoded by the resource
+/// builders.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamEscapeHatches {
+    pub listener_json: Option<String>,
+    pub cluster_json: Option<String>,
+}
+
+impl UpstreamEscapeHatches {
+    fn of(config: &serde_json::Map<String, Value>) -> UpstreamEscapeHatches {
+        use super::resources::escape_hatch::{UPSTREAM_CLUSTER_KEY, UPSTREAM_LISTENER_KEY};
+        UpstreamEscapeHatches {
+            listener_json: config_str(config, UPSTREAM_LISTENER_KEY).map(str::to_string),
+            cluster_json: config_str(config, UPSTREAM_CLUSTER_KEY).map(str::to_string),
+        }
+    }
+}
+
+/// A sidecar's Envoy escape hatches from its `Proxy.Config`: Envoy JSON replacing the public
+/// listener or `local_app`, and the tracing of its HTTP connection managers, decoded by the
+/// resource builders.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProxyEscapeHatches {
+    pub public_listener_json: Option<String>,
+    pub local_cluster_json: Option<String>,
+    pub listener_tracing_json: Option<String>,
+}
+
+impl ProxyEscapeHatches {
+    fn of(config: &serde_json::Map<String, Value>) -> ProxyEscapeHatches {
+        use super::resources::escape_hatch::{
+            LISTENER_TRACING_KEY, LOCAL_CLUSTER_KEY, PUBLIC_LISTENER_KEY,
+        };
+        let key = |k| config_str(config, k).map(str::to_string);
+        ProxyEscapeHatches {
+            public_listener_json: key(PUBLIC_LISTENER_KEY),
+            local_cluster_json: key(LOCAL_CLUSTER_KEY),
+            listener_tracing_json: key(LISTENER_TRACING_KEY),
+        }
+    }
 }
 
 /// An ingress service's limits, as Consul's `configIngressUpstreamCluster` gives its
@@ -408,6 +454,9 @@ pub struct Snapshot {
     pub expose: Vec<super::expose::ExposePath>,
     /// A sidecar's prepared-query upstreams, each executed against the store version.
     pub prepared_queries: Vec<super::prepared_query::QueryUpstream>,
+    /// A sidecar's escape hatches (a gateway's are not applied: Consul's gateways read
+    /// none of them).
+    pub escape_hatches: ProxyEscapeHatches,
 }
 
 impl Snapshot {
@@ -455,18 +504,26 @@ pub fn build(
         );
     }
     let inbound = sidecar_inbound(registration, tables, settings)?;
-    let upstreams = sidecar_upstreams(registration, (tables, remote), settings, &trust_domain)?;
+    let mut unapplied = Vec::new();
+    let upstreams = sidecar_upstreams(
+        registration,
+        (tables, remote),
+        settings,
+        &trust_domain,
+        &mut unapplied,
+    )?;
     let prepared_queries: Vec<_> = registration
         .upstreams
         .iter()
         .filter(|u| u.destination_type == "prepared_query")
         .map(|u| super::prepared_query::build(tables, u, &settings.datacenter, &trust_domain))
         .collect();
-    let unapplied = prepared_queries
-        .iter()
-        .filter(|q| !q.unserved.is_empty())
-        .map(|q| format!("upstream {:?}: {}", q.id, q.unserved))
-        .collect();
+    unapplied.extend(
+        prepared_queries
+            .iter()
+            .filter(|q| !q.unserved.is_empty())
+            .map(|q| format!("upstream {:?}: {}", q.id, q.unserved)),
+    );
     Ok(Snapshot {
         kind: registration.kind,
         proxy_id: registration.id.clone(),
@@ -485,6 +542,7 @@ pub fn build(
         unapplied,
         expose: exposed_paths(registration, tables, settings),
         prepared_queries,
+        escape_hatches: ProxyEscapeHatches::of(&registration.config),
     })
 }
 
@@ -556,6 +614,7 @@ fn sidecar_upstreams(
     (tables, remote): (&Tables, &RemoteView),
     settings: &XdsSettings,
     trust_domain: &str,
+    unapplied: &mut Vec<String>,
 ) -> Result<Vec<Upstream>, String> {
     let mut upstreams = Vec::with_capacity(registration.upstreams.len());
     for upstream in &registration.upstreams {
@@ -579,7 +638,7 @@ fn sidecar_upstreams(
                 .unwrap_or_default()
                 .or(MeshGatewayMode::parse(&registration.mesh_gateway_mode).unwrap_or_default()),
         };
-        upstreams.push(compile_upstream(
+        let (mut compiled, default_chain) = compile_upstream(
             (tables, remote),
             settings,
             trust_domain,
@@ -591,7 +650,26 @@ fn sidecar_upstreams(
                 bind_address: upstream.bind_address.clone(),
                 bind_port: upstream.bind_port,
             },
-        )?);
+        )?;
+        let hatches = UpstreamEscapeHatches::of(&upstream.config);
+        if default_chain {
+            compiled.escape_hatches = hatches;
+        } else {
+            // Consul's words when a chain's config entries (or the upstream's own protocol
+            // or connect timeout) already shape what the hatch would replace.
+            for (key, set) in [
+                ("envoy_listener_json", hatches.listener_json.is_some()),
+                ("envoy_cluster_json", hatches.cluster_json.is_some()),
+            ] {
+                if set {
+                    unapplied.push(format!(
+                        "upstream {:?}: ignoring escape hatch setting {key}, because a discovery chain is configured for {:?}",
+                        compiled.id, compiled.destination
+                    ));
+                }
+            }
+        }
+        upstreams.push(compiled);
     }
     Ok(upstreams)
 }
@@ -607,13 +685,14 @@ struct UpstreamSpec<'a> {
 }
 
 /// An upstream with its discovery chain compiled against `tables`, its targets in other
-/// datacenters reached as `remote` shows them.
+/// datacenters reached as `remote` shows them, and whether that chain is the default one
+/// (Consul's `Default`: no config entry, override or protocol shapes it).
 fn compile_upstream(
     (tables, remote): (&Tables, &RemoteView),
     settings: &XdsSettings,
     trust_domain: &str,
     spec: UpstreamSpec<'_>,
-) -> Result<Upstream, String> {
+) -> Result<(Upstream, bool), String> {
     let chain = discovery_chain::compile(
         tables,
         spec.destination,
@@ -627,7 +706,8 @@ fn compile_upstream(
     let chain = &chain["Chain"];
     let (nodes, targets) =
         chain_parts(chain, (tables, remote), trust_domain, &settings.datacenter)?;
-    Ok(Upstream {
+    let default_chain = chain["Default"].as_bool().unwrap_or(false);
+    let upstream = Upstream {
         id: spec.id,
         destination: spec.destination.to_string(),
         datacenter: spec.datacenter,
@@ -638,7 +718,9 @@ fn compile_upstream(
         nodes,
         targets,
         limits: UpstreamLimits::default(),
-    })
+        escape_hatches: UpstreamEscapeHatches::default(),
+    };
+    Ok((upstream, default_chain))
 }
 
 /// Consul's default `Host` of a service behind an ingress gateway, whatever the domain.
@@ -752,6 +834,7 @@ fn build_gateway(
         },
         expose: Vec::new(),
         prepared_queries: Vec::new(),
+        escape_hatches: ProxyEscapeHatches::default(),
     })
 }
 
@@ -797,7 +880,8 @@ fn ingress_parts(
                 bind_address: bind_address.to_string(),
                 bind_port: 0,
             };
-            let mut upstream = compile_upstream((tables, remote), settings, trust_domain, spec)?;
+            let (mut upstream, _) =
+                compile_upstream((tables, remote), settings, trust_domain, spec)?;
             upstream.limits = UpstreamLimits::ingress(defaults, config);
             upstreams.push(upstream);
         }

@@ -3,7 +3,13 @@
 //! resolver's target SNI (`<svc>.default.<dc>.internal.<trust domain>`). An upstream
 //! cluster speaks mTLS with the proxy's leaf, trusts the roots, sends the target's SNI and
 //! accepts only the SPIFFE IDs of the targets it may reach (its own and its failovers').
+//!
+//! Escape hatches replace clusters with the user's Envoy JSON: `envoy_local_cluster_json`
+//! replaces `local_app` as given; an upstream's `envoy_cluster_json` replaces its one
+//! cluster and gets that cluster's mTLS transport socket, as Consul overlays it, so a custom
+//! upstream cluster still speaks mTLS with the right SNI and SPIFFE IDs.
 
+use super::escape_hatch::{self, LOCAL_CLUSTER_KEY, UPSTREAM_CLUSTER_KEY};
 use super::{ads_config_source, any, duration_ms, inline, socket_address, LOCAL_APP_CLUSTER};
 use crate::xds::registration::ProxyKind;
 use crate::xds::snapshot::{
@@ -43,7 +49,12 @@ pub fn build(snapshot: &Snapshot) -> Result<BTreeMap<String, Cluster>, String> {
     let mut clusters = BTreeMap::new();
     if snapshot.kind == ProxyKind::ConnectProxy {
         // A gateway fronts no local application.
-        clusters.insert(LOCAL_APP_CLUSTER.to_string(), local_app(snapshot));
+        let local = match &snapshot.escape_hatches.local_cluster_json {
+            Some(json) => escape_hatch::cluster(json)
+                .map_err(|e| format!("failed to parse Proxy.Config.{LOCAL_CLUSTER_KEY}: {e}"))?,
+            None => local_app(snapshot),
+        };
+        clusters.insert(local.name.clone(), local);
     }
     for upstream in &snapshot.upstreams {
         for (name, cluster) in upstream_clusters(snapshot, upstream)? {
@@ -270,5 +281,28 @@ fn upstream_clusters(
         };
         out.push((name, cluster));
     }
-    Ok(out)
+    match &upstream.escape_hatches.cluster_json {
+        Some(json) => Ok(vec![escape_hatch_cluster(upstream, json, out)?]),
+        None => Ok(out),
+    }
+}
+
+/// An upstream's `envoy_cluster_json` cluster in place of the one its chain makes, with
+/// that cluster's mTLS transport socket (Consul overlays it whatever the user gave).
+fn escape_hatch_cluster(
+    upstream: &Upstream,
+    json: &str,
+    generated: Vec<(String, Cluster)>,
+) -> Result<(String, Cluster), String> {
+    let mut custom = escape_hatch::cluster(json).map_err(|e| {
+        format!(
+            "failed to parse Upstreams[{}].Config.{UPSTREAM_CLUSTER_KEY}: {e}",
+            upstream.id
+        )
+    })?;
+    let [(_, generated)] = <[(String, Cluster); 1]>::try_from(generated).map_err(|_| {
+        "cannot inject escape hatch cluster when discovery chain had no nodes".to_string()
+    })?;
+    custom.transport_socket = generated.transport_socket;
+    Ok((custom.name.clone(), custom))
 }

@@ -68,6 +68,15 @@ pub fn assignment(
 pub fn build(snapshot: &Snapshot) -> BTreeMap<String, ClusterLoadAssignment> {
     let mut out = BTreeMap::new();
     for upstream in &snapshot.upstreams {
+        // An `envoy_cluster_json` cluster replaces the upstream's one cluster, and its
+        // endpoints take its name, as Consul names them (JSON that does not decode fails
+        // the clusters, so the name here does not matter then).
+        let custom_name = upstream
+            .escape_hatches
+            .cluster_json
+            .as_deref()
+            .and_then(|json| super::escape_hatch::cluster(json).ok())
+            .map(|cluster| cluster.name);
         for node in upstream.nodes.values() {
             let ChainNode::Resolver { target, failover } = node else {
                 continue;
@@ -90,12 +99,12 @@ pub fn build(snapshot: &Snapshot) -> BTreeMap<String, ClusterLoadAssignment> {
             for (level, locality) in endpoints.iter_mut().enumerate() {
                 locality.priority = level as u32;
             }
-            out.entry(primary.sni.clone())
-                .or_insert(ClusterLoadAssignment {
-                    cluster_name: primary.sni.clone(),
-                    endpoints,
-                    ..Default::default()
-                });
+            let name = custom_name.clone().unwrap_or_else(|| primary.sni.clone());
+            out.entry(name.clone()).or_insert(ClusterLoadAssignment {
+                cluster_name: name,
+                endpoints,
+                ..Default::default()
+            });
         }
     }
     out

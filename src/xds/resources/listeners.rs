@@ -7,8 +7,15 @@
 //! HTTP-family one. An upstream listener proxies TCP to its chain's cluster, or for an L7
 //! chain runs an HTTP connection manager whose routes come over RDS under the upstream's
 //! ID.
+//!
+//! Escape hatches replace listeners with the user's Envoy JSON ([`escape_hatch`]): an
+//! upstream's is served as given, as Consul serves it; the public listener's still gets the
+//! intentions' RBAC filter first and the inbound mTLS on every filter chain, so a custom
+//! listener can never take plain-text or unauthorized traffic. `envoy_listener_tracing_json`
+//! sets the tracing of every HTTP connection manager praetor writes.
 
 use super::clusters::{resolver_cluster_name, TLS_TRANSPORT_SOCKET};
+use super::escape_hatch::{self, LISTENER_TRACING_KEY, PUBLIC_LISTENER_KEY, UPSTREAM_LISTENER_KEY};
 use super::rbac::{self, HttpRbac, NetworkRbac};
 use super::{ads_config_source, any, inline, socket_address, LOCAL_APP_CLUSTER, PUBLIC_LISTENER};
 use crate::xds::registration::ProxyKind;
@@ -22,7 +29,7 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_connection_manager::{
-        ForwardClientCertDetails, RouteSpecifier, SetCurrentClientCertDetails,
+        ForwardClientCertDetails, RouteSpecifier, SetCurrentClientCertDetails, Tracing,
     },
     http_filter, HttpConnectionManager, HttpFilter, Rds,
 };
@@ -32,9 +39,12 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, TlsParameters,
 };
 use envoy_types::pb::google::protobuf::BoolValue;
+use prost::{Message, Name};
 
 pub const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
 pub const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
+/// The connection manager's deprecated name, which Envoy still takes in user JSON.
+const HCM_FILTER_OLD: &str = "envoy.http_connection_manager";
 pub const ROUTER_FILTER: &str = "envoy.filters.http.router";
 
 /// A listener and the route configurations it asks for over RDS.
@@ -43,19 +53,42 @@ pub struct BuiltListener {
     pub routes: Vec<String>,
 }
 
-pub fn build(snapshot: &Snapshot) -> Result<Vec<BuiltListener>, String> {
+/// Every listener of `snapshot`; what an escape hatch could not do is added to `warnings`
+/// (the builder stays pure: the watcher logs them).
+pub fn build(
+    snapshot: &Snapshot,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<BuiltListener>, String> {
     let mut out = Vec::with_capacity(1 + snapshot.upstreams.len());
-    if snapshot.kind == ProxyKind::ConnectProxy && snapshot.inbound.bind_port != 0 {
-        out.push(BuiltListener {
-            listener: public_listener(snapshot),
-            routes: Vec::new(),
-        });
+    let tracing = listener_tracing(snapshot, warnings);
+    if snapshot.kind == ProxyKind::ConnectProxy {
+        if let Some(json) = &snapshot.escape_hatches.public_listener_json {
+            out.push(custom_public_listener(snapshot, json, warnings)?);
+        } else if snapshot.inbound.bind_port != 0 {
+            out.push(BuiltListener {
+                listener: public_listener(snapshot, tracing.as_ref()),
+                routes: Vec::new(),
+            });
+        }
     }
     for upstream in &snapshot.upstreams {
+        if let Some(json) = &upstream.escape_hatches.listener_json {
+            let listener = escape_hatch::listener(json).map_err(|e| {
+                format!(
+                    "failed to parse Upstreams[{}].Config.{UPSTREAM_LISTENER_KEY}: {e}",
+                    upstream.id
+                )
+            })?;
+            out.push(BuiltListener {
+                routes: rds_route_names(&listener),
+                listener,
+            });
+            continue;
+        }
         if upstream.bind_port == 0 {
             continue;
         }
-        out.push(upstream_listener(upstream)?);
+        out.push(upstream_listener(upstream, tracing.as_ref())?);
     }
     for listener in &snapshot.ingress {
         out.push(ingress_listener(snapshot, listener)?);
@@ -88,18 +121,153 @@ pub(super) fn router_filter() -> HttpFilter {
     http_filter(ROUTER_FILTER, any(&Router::default()))
 }
 
+/// The tracing `envoy_listener_tracing_json` gives the HTTP connection managers; JSON that
+/// does not decode leaves them Envoy's default, as Consul does, with a warning.
+fn listener_tracing(snapshot: &Snapshot, warnings: &mut Vec<String>) -> Option<Tracing> {
+    if snapshot.kind != ProxyKind::ConnectProxy {
+        return None;
+    }
+    let json = snapshot.escape_hatches.listener_tracing_json.as_ref()?;
+    match escape_hatch::tracing(json) {
+        Ok(tracing) => Some(tracing),
+        Err(e) => {
+            warnings.push(format!(
+                "failed to parse ListenerTracingJSON config (Proxy.Config.{LISTENER_TRACING_KEY}), the listeners keep Envoy's default tracing: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// The public listener's transport socket: mTLS with the leaf, client certificates checked
+/// against the roots.
+fn public_tls_socket(snapshot: &Snapshot) -> core::TransportSocket {
+    core::TransportSocket {
+        name: TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(
+            &public_tls(snapshot),
+        ))),
+    }
+}
+
+/// The sidecar's public listener from `envoy_public_listener_json` (Consul's
+/// `makeListenerFromUserConfig`, then `finalizePublicListenerFromConfig`): the user's
+/// listener with the intentions enforced first in every filter chain and the inbound mTLS on
+/// every chain. For an HTTP-family service the HTTP RBAC filter goes first into each chain's
+/// HTTP connection manager; a chain without one makes every chain take the network RBAC
+/// filter first instead, with a warning, as Consul falls back.
+fn custom_public_listener(
+    snapshot: &Snapshot,
+    json: &str,
+    warnings: &mut Vec<String>,
+) -> Result<BuiltListener, String> {
+    let mut listener = escape_hatch::listener(json)
+        .map_err(|e| format!("failed to parse Proxy.Config.{PUBLIC_LISTENER_KEY}: {e}"))?;
+    let inbound = &snapshot.inbound;
+    let mut http_rbac = false;
+    if is_l7(&inbound.protocol) {
+        let rules = rbac::rules(inbound, &snapshot.trust_domain, true);
+        match with_http_rbac(&listener.filter_chains, rules) {
+            Ok(chains) => {
+                listener.filter_chains = chains;
+                http_rbac = true;
+            }
+            Err(reason) => warnings.push(format!(
+                "could not inject the HTTP RBAC filter to enforce intentions on user-provided '{PUBLIC_LISTENER_KEY}' config; falling back on the RBAC network filter instead: {reason}"
+            )),
+        }
+    }
+    if !http_rbac {
+        let rbac = NetworkRbac {
+            rules: Some(rbac::rules(inbound, &snapshot.trust_domain, false)),
+            stat_prefix: "connect_authz".to_string(),
+        };
+        let filter = network_filter(rbac::NETWORK_RBAC_FILTER, any(&rbac));
+        for chain in &mut listener.filter_chains {
+            chain.filters.insert(0, filter.clone());
+        }
+    }
+    let socket = public_tls_socket(snapshot);
+    for chain in &mut listener.filter_chains {
+        chain.transport_socket = Some(socket.clone());
+    }
+    Ok(BuiltListener {
+        routes: rds_route_names(&listener),
+        listener,
+    })
+}
+
+/// The HTTP connection manager of a user's filter, if it is one.
+fn connection_manager(filter: &Filter) -> Option<Result<HttpConnectionManager, String>> {
+    if filter.name != HCM_FILTER && filter.name != HCM_FILTER_OLD {
+        return None;
+    }
+    Some(match &filter.config_type {
+        Some(filter::ConfigType::TypedConfig(config))
+            if config.type_url == HttpConnectionManager::type_url() =>
+        {
+            HttpConnectionManager::decode(config.value.as_slice()).map_err(|e| e.to_string())
+        }
+        _ => Err(format!(
+            "a {:?} filter with an unsupported config type",
+            filter.name
+        )),
+    })
+}
+
+/// `chains` with the HTTP RBAC filter first in each chain's HTTP connection manager (Consul's
+/// `injectHTTPFilterOnFilterChains`), or why a chain cannot take it.
+fn with_http_rbac(chains: &[FilterChain], rules: rbac::Rules) -> Result<Vec<FilterChain>, String> {
+    let filter = http_filter(
+        rbac::HTTP_RBAC_FILTER,
+        any(&HttpRbac { rules: Some(rules) }),
+    );
+    let mut out = chains.to_vec();
+    for (index, chain) in out.iter_mut().enumerate() {
+        let (position, manager) = chain
+            .filters
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| connection_manager(f).map(|m| (i, m)))
+            .ok_or_else(|| {
+                format!("filter chain {index} lacks either a {HCM_FILTER_OLD:?} or {HCM_FILTER:?} filter")
+            })?;
+        let mut manager = manager.map_err(|e| format!("filter chain {index} has {e}"))?;
+        manager.http_filters.insert(0, filter.clone());
+        let name = chain.filters[position].name.clone();
+        chain.filters[position] = network_filter(&name, any(&manager));
+    }
+    Ok(out)
+}
+
+/// The route configurations a user's listener asks for over RDS.
+fn rds_route_names(listener: &Listener) -> Vec<String> {
+    let mut names = Vec::new();
+    for chain in &listener.filter_chains {
+        for filter in &chain.filters {
+            if let Some(Ok(manager)) = connection_manager(filter) {
+                if let Some(RouteSpecifier::Rds(rds)) = manager.route_specifier {
+                    names.push(rds.route_config_name);
+                }
+            }
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// The sidecar's public listener: mTLS from other proxies, authorized by the intentions'
 /// RBAC, forwarded to the local application (through HTTP routing for an L7 protocol).
-fn public_listener(snapshot: &Snapshot) -> Listener {
+fn public_listener(snapshot: &Snapshot, tracing: Option<&Tracing>) -> Listener {
     let inbound = &snapshot.inbound;
     let l7 = is_l7(&inbound.protocol);
     let rules = rbac::rules(inbound, &snapshot.trust_domain, l7);
     let filters = if l7 {
-        public_http_filters(rules)
+        public_http_filters(rules, tracing)
     } else {
         public_tcp_filters(rules)
     };
-    let tls = public_tls(snapshot);
     Listener {
         name: format!(
             "{PUBLIC_LISTENER}:{}:{}",
@@ -109,10 +277,7 @@ fn public_listener(snapshot: &Snapshot) -> Listener {
         traffic_direction: core::TrafficDirection::Inbound as i32,
         filter_chains: vec![FilterChain {
             filters,
-            transport_socket: Some(core::TransportSocket {
-                name: TLS_TRANSPORT_SOCKET.to_string(),
-                config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&tls))),
-            }),
+            transport_socket: Some(public_tls_socket(snapshot)),
             ..Default::default()
         }],
         ..Default::default()
@@ -121,7 +286,7 @@ fn public_listener(snapshot: &Snapshot) -> Listener {
 
 /// An L7 public listener's filters: an HTTP connection manager with the RBAC filter, routing
 /// every request to the local application and passing the client certificate on.
-fn public_http_filters(rules: rbac::Rules) -> Vec<Filter> {
+fn public_http_filters(rules: rbac::Rules, tracing: Option<&Tracing>) -> Vec<Filter> {
     let route_config = RouteConfiguration {
         name: PUBLIC_LISTENER.to_string(),
         virtual_hosts: vec![VirtualHost {
@@ -164,6 +329,7 @@ fn public_http_filters(rules: rbac::Rules) -> Vec<Filter> {
             uri: true,
             ..Default::default()
         }),
+        tracing: tracing.cloned(),
         ..Default::default()
     };
     vec![network_filter(HCM_FILTER, any(&manager))]
@@ -222,7 +388,10 @@ fn upstream_stat_prefix(upstream: &Upstream) -> String {
     )
 }
 
-fn upstream_listener(upstream: &Upstream) -> Result<BuiltListener, String> {
+fn upstream_listener(
+    upstream: &Upstream,
+    tracing: Option<&Tracing>,
+) -> Result<BuiltListener, String> {
     let stat_prefix = upstream_stat_prefix(upstream);
     let (filter, routes) = if is_l7(&upstream.protocol) {
         let manager = HttpConnectionManager {
@@ -232,6 +401,7 @@ fn upstream_listener(upstream: &Upstream) -> Result<BuiltListener, String> {
                 route_config_name: upstream.id.clone(),
             })),
             http_filters: vec![router_filter()],
+            tracing: tracing.cloned(),
             ..Default::default()
         };
         (
@@ -394,7 +564,7 @@ fn ingress_listener(
         upstream.bind_port = listener.port;
         // The chain of a TCP listener is served as TCP whatever the service's protocol.
         upstream.protocol = "tcp".to_string();
-        let mut built = upstream_listener(&upstream)?;
+        let mut built = upstream_listener(&upstream, None)?;
         if let Some(tls) = &listener.tls {
             for chain in &mut built.listener.filter_chains {
                 chain.transport_socket = Some(ingress_tls_socket(snapshot, listener, tls));

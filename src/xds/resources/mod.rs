@@ -10,6 +10,7 @@
 
 pub mod clusters;
 pub mod endpoints;
+pub mod escape_hatch;
 pub mod expose;
 pub mod grpc;
 pub mod listeners;
@@ -124,6 +125,9 @@ pub fn hex(bytes: &[u8]) -> String {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Resources {
     pub by_type: [BTreeMap<String, Arc<Resource>>; 4],
+    /// What the build could not apply as configured (an escape hatch's fallback), for the
+    /// watcher to log once.
+    pub warnings: Vec<String>,
 }
 
 impl Resources {
@@ -196,7 +200,7 @@ pub fn build(snapshot: &Snapshot) -> Result<Resources, String> {
             Resource::encode(&assignment, Vec::new()),
         );
     }
-    for built in listeners::build(snapshot)? {
+    for built in listeners::build(snapshot, &mut out.warnings)? {
         out.insert(
             ResourceType::Listener,
             built.listener.name.clone(),

@@ -36,6 +36,7 @@ fn upstream(protocol: &str, nodes: Vec<(&str, ChainNode)>, targets: Vec<Target>)
         nodes: nodes.into_iter().map(|(k, n)| (k.to_string(), n)).collect(),
         targets: targets.into_iter().map(|t| (t.id.clone(), t)).collect(),
         limits: Default::default(),
+        escape_hatches: Default::default(),
     }
 }
 
@@ -67,6 +68,7 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
         unapplied: Vec::new(),
         expose: Vec::new(),
         prepared_queries: Vec::new(),
+        escape_hatches: Default::default(),
     }
 }
 
@@ -977,3 +979,5 @@ mod grpc_flavour {
         assert!(names(&r, ResourceType::Route).is_empty());
     }
 }
+
+mod escape_hatches;
