@@ -339,10 +339,9 @@ impl Mirror {
             return;
         };
         for service in wanted {
-            if !followers.contains_key(&service) {
-                let query = MirrorQuery::Connect(service.clone());
-                let task = runtime.spawn(follow(self.clone(), query));
-                followers.insert(service, task);
+            if let std::collections::btree_map::Entry::Vacant(slot) = followers.entry(service) {
+                let query = MirrorQuery::Connect(slot.key().clone());
+                slot.insert(runtime.spawn(follow(self.clone(), query)));
             }
         }
     }
@@ -558,7 +557,10 @@ mod tests {
         assert_eq!(registrations[1].node, "n2");
         assert_eq!(registrations[1].address, "10.0.0.2");
         let service = registrations[1].service.as_ref().unwrap();
-        assert_eq!((service.kind.as_str(), service.port), ("connect-proxy", 21001));
+        assert_eq!(
+            (service.kind.as_str(), service.port),
+            ("connect-proxy", 21001)
+        );
         assert!(service.proxy_json.as_deref().unwrap().contains("db"));
         assert_eq!(registrations[1].checks[0].status, "warning");
         // Registered again, they make the same rows.

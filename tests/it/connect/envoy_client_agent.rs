@@ -52,7 +52,10 @@ fn sidecars_on_client_agents_carry_traffic_and_follow_the_servers() {
     let grpc = "-grpc-port=8502";
     let cluster = Cluster::start(1, &[grpc]);
     let server = &cluster.servers[0];
-    let (web_data, db_data) = (TempDir::new("xds-client-web"), TempDir::new("xds-client-db"));
+    let (web_data, db_data) = (
+        TempDir::new("xds-client-web"),
+        TempDir::new("xds-client-db"),
+    );
     let web_agent = cluster.start_client(&web_data, &[grpc]);
     let db_agent = cluster.start_client(&db_data, &[grpc]);
     web_agent.wait_ready();
