@@ -129,3 +129,38 @@ fn sidecars_on_client_agents_carry_traffic_and_follow_the_servers() {
     common::wait_for_log(server, &["rpc: call ConfigEntry.ListAll"]);
     common::wait_for_log(server, &["rpc: call Health.ServiceNodes"]);
 }
+
+/// A client agent with ACLs enabled cannot check a stream's token (its mirror holds no ACL
+/// tables): it refuses the stream with `FailedPrecondition` (9) and the reason, which
+/// Envoy logs, and never serves it unchecked.
+#[test]
+fn a_client_agent_with_acls_refuses_xds_with_its_reason() {
+    let acl = r#"acl { enabled = true default_policy = "allow" }"#;
+    let cluster = Cluster::start(1, &["-hcl", acl]);
+    let data = TempDir::new("xds-client-acl");
+    let client = cluster.start_client(&data, &["-grpc-port=8502", "-hcl", acl]);
+    client.wait_ready();
+    common::wait_for_log(&client, &["cannot check xDS tokens yet"]);
+    let port = free_port(client.ip);
+    register_with_sidecar(&client, "web", port, free_port(client.ip), json!([]));
+    let dir = TempDir::new("xds-client-acl-envoy");
+    let web_envoy = Envoy::start(&client, &dir, "web", &["-sidecar-for", "web"]);
+    wait_for("Envoy logs the refusal", Duration::from_secs(30), || {
+        let log = web_envoy.log();
+        // gRPC carries the status message percent-encoded, and Envoy logs it so.
+        if log.contains("closed: 9, this%20client%20agent%20has%20ACLs%20enabled") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
+    let stats = web_envoy.stats();
+    assert_eq!(
+        stats
+            .get("listener_manager.lds.update_success")
+            .copied()
+            .unwrap_or(0),
+        0,
+        "{stats:?}"
+    );
+}
