@@ -929,6 +929,8 @@ fn start_xds(
             }),
             // Cluster peering's stream is a server's, on its gRPC TLS port.
             peering: config.server && !grpc_tls_listeners.is_empty(),
+            // A client agent's store versions come from its servers (`xds::mirror`).
+            client: !config.server,
             tls_listeners: grpc_tls_listeners,
             agent: crate::xds::feed::AgentSource::new(agent_channel.clone()),
             store: xds_feed.clone(),
@@ -940,7 +942,9 @@ fn start_xds(
                 }),
         })?)
     };
-    let xds_feed = xds.as_ref().map(|_| xds_feed);
+    // Shard 0 publishes into the feed on a server only: a client agent's versions are its
+    // mirror's.
+    let xds_feed = xds.as_ref().filter(|_| config.server).map(|_| xds_feed);
     Ok((xds, xds_feed))
 }
 

@@ -9,8 +9,8 @@
 //!   asked over the agent channel exactly as the agent's HTTP endpoints ask, so the server
 //!   sees what `/v1/agent/service/<id>` and `/v1/agent/connect/ca/leaf/<s>` show.
 //!
-//! A client agent would feed [`StoreFeed`] from its servers instead (the catalog, config
-//! entries and roots a proxy reads); nothing above this module needs to change for it.
+//! A client agent feeds [`StoreFeed`] from its servers instead ([`super::mirror`]: the
+//! catalog, config entries and roots a proxy reads); nothing above this module knows which.
 
 use super::registration::{decode_leaf, decode_registration, LeafCert, ProxyRegistration};
 use crate::api::agent_channel::{AgentCall, AgentChannel, AgentReply, AgentRequest};

@@ -4,7 +4,8 @@
 //!
 //! gRPC runs on one thread of its own with a tokio runtime (tonic, prost, envoy-types), so
 //! the thread-per-core shards never see tokio. What it serves is built from two sources
-//! behind one seam ([`feed`]): the store versions a shard publishes, and the agent's own
+//! behind one seam ([`feed`]): the store versions a shard publishes (on a client agent,
+//! the [`mirror`] of its servers' answers), and the agent's own
 //! answers about its registrations and leaf certificates, asked over the agent channel.
 //!
 //! The path of a change: a write is applied, shard 0 installs the version and publishes it
@@ -23,6 +24,7 @@ pub mod bootstrap_config;
 pub mod delta;
 pub mod expose;
 pub mod feed;
+pub mod mirror;
 pub mod peerstream;
 pub mod prepared_query;
 pub mod proxies;
@@ -56,7 +58,14 @@ pub struct XdsConfig {
     /// Whether this server serves and dials cluster peering's stream (a server with
     /// `ports.grpc_tls`).
     pub peering: bool,
+    /// Whether this is a client agent: its store versions come from a [`mirror::Mirror`]
+    /// of its servers' answers, not from a shard.
+    pub client: bool,
 }
+
+/// Why a client agent with ACLs enabled refuses xDS streams: the mirror holds no ACL
+/// tables to check a stream's token against, and a stream is never served unchecked.
+pub const CLIENT_ACL_REFUSAL: &str = "this client agent has ACLs enabled and cannot check xDS tokens yet: connect the proxy to a server agent's gRPC port";
 
 /// The running server's thread.
 pub struct XdsThread {
@@ -87,12 +96,25 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
             config.settings.datacenter.clone(),
         )
     });
-    let watchers = proxies::Watchers::new(config.agent, config.store, config.settings);
+    let refusal = (config.client && config.acl.is_some()).then(|| {
+        log::warn!("xds: {CLIENT_ACL_REFUSAL}");
+        CLIENT_ACL_REFUSAL
+    });
+    let mirror = (config.client && refusal.is_none()).then(|| {
+        mirror::Mirror::new(
+            config.agent.clone(),
+            config.settings.datacenter.clone(),
+            config.store.clone(),
+        )
+    });
+    let watchers =
+        proxies::Watchers::new(config.agent, config.store, config.settings, mirror.clone());
     let streams = Arc::new(AtomicU64::new(0));
     let ads = server::Ads {
         watchers: watchers.clone(),
         acl: config.acl.map(|s| Arc::new(server::AclChecker::new(s))),
         streams: streams.clone(),
+        refusal,
     };
     let mut listeners = Vec::with_capacity(config.listeners.len() + config.tls_listeners.len());
     for (listener, secure) in config
@@ -124,7 +146,12 @@ pub fn spawn(config: XdsConfig) -> Result<XdsThread, String> {
                     return;
                 }
             };
-            runtime.block_on(serve(ads, peering, listeners, tls_config, shutdown_rx));
+            runtime.block_on(async move {
+                if let Some(mirror) = &mirror {
+                    mirror.start();
+                }
+                serve(ads, peering, listeners, tls_config, shutdown_rx).await
+            });
         })
         .map_err(|e| format!("cannot start the gRPC thread: {e}"))?;
     Ok(XdsThread {

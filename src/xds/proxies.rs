@@ -9,6 +9,7 @@
 //! watcher one comparison and its streams nothing.
 
 use super::feed::{AgentSource, StoreFeed};
+use super::mirror::{local_needs, Mirror};
 use super::registration::{LeafCert, ProxyKind, ProxyRegistration};
 use super::remote::{self, RemoteFollowers, RemoteQuery, RemoteView};
 use super::resources::{self, Resources};
@@ -86,6 +87,8 @@ pub struct Watchers {
     agent: AgentSource,
     store: StoreFeed,
     settings: XdsSettings,
+    /// On a client agent, the mirror that feeds `store`: told what each proxy needs.
+    mirror: Option<Arc<Mirror>>,
     live: Mutex<HashMap<String, Weak<ProxyWatch>>>,
     /// Snapshot rebuilds that produced new resources, and those that did not (counted for
     /// the figures: CPU per streamed update).
@@ -94,11 +97,17 @@ pub struct Watchers {
 }
 
 impl Watchers {
-    pub fn new(agent: AgentSource, store: StoreFeed, settings: XdsSettings) -> Arc<Watchers> {
+    pub fn new(
+        agent: AgentSource,
+        store: StoreFeed,
+        settings: XdsSettings,
+        mirror: Option<Arc<Mirror>>,
+    ) -> Arc<Watchers> {
         Arc::new(Watchers {
             agent,
             store,
             settings,
+            mirror,
             live: Mutex::new(HashMap::new()),
             rebuilds: Default::default(),
             unchanged: Default::default(),
@@ -134,7 +143,7 @@ impl Watchers {
         ));
         let build = tokio::spawn(run(
             self.clone(),
-            token.to_string(),
+            (proxy_id.to_string(), token.to_string()),
             registration_rx,
             state_tx,
         ));
@@ -303,16 +312,32 @@ impl Drop for LeafFollower {
     }
 }
 
+impl Drop for ProxyLoop {
+    /// A proxy no longer watched needs nothing of the mirror.
+    fn drop(&mut self) {
+        if let Some(mirror) = &self.watchers.mirror {
+            mirror.release(&self.mirror_key);
+        }
+    }
+}
+
+/// Numbers the watchers started, for their keys in the mirror.
+static WATCHER_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Rebuilds the proxy's snapshot whenever its registration, leaf or store version changes.
 async fn run(
     watchers: Arc<Watchers>,
-    token: String,
+    (proxy_id, token): (String, String),
     mut registration_rx: watch::Receiver<RegistrationSlot>,
     state_tx: watch::Sender<ProxyState>,
 ) {
+    // A watcher replaced by a newer one of the same proxy may be dropped after the new
+    // one told the mirror its needs: each watcher's needs are its own.
+    let serial = WATCHER_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut proxy = ProxyLoop {
         store_rx: watchers.store.subscribe(),
         watchers,
+        mirror_key: format!("{proxy_id}#{serial}"),
         token,
         leaf: None,
         service_leaves: ServiceLeaves::new(),
@@ -352,6 +377,8 @@ async fn run(
 /// What one proxy's rebuild loop keeps between rounds.
 struct ProxyLoop {
     watchers: Arc<Watchers>,
+    /// The key of this watcher's needs in the mirror (client agents).
+    mirror_key: String,
     token: String,
     store_rx: watch::Receiver<StoreVersion>,
     /// The proxy's own leaf, restarted when its service or DNS SANs change.
@@ -448,6 +475,13 @@ impl ProxyLoop {
             let needs = remote_needs(&built.snapshot, &view, &watchers.settings);
             self.remote_followers
                 .follow(&needs, &watchers.agent, &self.token);
+            // On a client agent, this datacenter's instances come the same way.
+            if let Some(mirror) = &watchers.mirror {
+                mirror.need(
+                    &self.mirror_key,
+                    local_needs(&built.snapshot, &watchers.settings),
+                );
+            }
         }
         state
     }

@@ -44,6 +44,9 @@ pub struct Ads {
     pub watchers: Arc<Watchers>,
     pub acl: Option<Arc<AclChecker>>,
     pub streams: Arc<AtomicU64>,
+    /// Why every stream is refused, if this agent cannot serve xDS safely (a client agent
+    /// with ACLs enabled).
+    pub refusal: Option<&'static str>,
 }
 
 /// Token checks for streams when ACLs are on: one authorizer cache, emptied whenever the
@@ -155,6 +158,9 @@ impl Ads {
         protocol: F,
         request: Request<Streaming<F::Request>>,
     ) -> Result<Response<Responses<F>>, Status> {
+        if let Some(reason) = self.refusal {
+            return Err(Status::failed_precondition(reason));
+        }
         let count = self.admit()?;
         let token = token_of(&request);
         let (tx, rx) = mpsc::channel(STREAM_SEND_QUEUE);

@@ -18,7 +18,7 @@ use crate::proto::msgpack::{Reader, WireError};
 use crate::store::catalog::apply::{check_row, instance_row};
 use crate::store::catalog::rows::{arc_str, RowArc, StrMap, Tags};
 use crate::store::catalog::{
-    CheckRegistration, HealthCheck, Node, ServiceInstance, ServiceRegistration,
+    CheckRegistration, HealthCheck, Node, Registration, ServiceInstance, ServiceRegistration,
 };
 use std::sync::Arc;
 
@@ -408,6 +408,59 @@ pub fn read_indexed_check_service_nodes(
     body: &[u8],
 ) -> Result<(QueryMeta, Vec<CheckServiceNodeRow>), WireError> {
     read_indexed_list(body, "Nodes", read_check_service_node)
+}
+
+/// A `CheckServiceNode` read back as the catalog registration that would make it: the
+/// node, the instance and the checks, with the fields a registration carries (a client
+/// agent's xDS mirror applies these to a store of its own).
+pub fn read_check_service_node_registration(r: &mut Reader) -> Result<Registration, WireError> {
+    let mut node = None;
+    let mut service = ServiceRegistration::default();
+    let mut checks = Vec::new();
+    let mut peer = false;
+    each_field(r, |name, r| {
+        match name {
+            "Node" => node = Some(read_node(r)?),
+            "Service" => {
+                each_field(r, |name, r| service_field(&mut service, name, r, &mut peer))?;
+            }
+            "Checks" => {
+                checks = read_list(r, |r| {
+                    let mut check = CheckRegistration::default();
+                    each_field(r, |name, r| check_field(&mut check, name, r, &mut peer))?;
+                    Ok(check)
+                })?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    let node = node.unwrap_or_else(empty_node);
+    let pairs = |map: &StrMap| -> Vec<(String, String)> {
+        map.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    Ok(Registration {
+        id: node.id.to_string(),
+        node: node.name.to_string(),
+        address: node.address.to_string(),
+        datacenter: node.datacenter.to_string(),
+        tagged_addresses: pairs(&node.tagged_addresses),
+        node_meta: pairs(&node.meta),
+        service: Some(service),
+        checks,
+        skip_node_update: false,
+        keep_node_meta: false,
+    })
+}
+
+/// `IndexedCheckServiceNodes` (`Health.ServiceNodes`) read as registrations
+/// ([`read_check_service_node_registration`]).
+pub fn read_indexed_check_service_node_registrations(
+    body: &[u8],
+) -> Result<(QueryMeta, Vec<Registration>), WireError> {
+    read_indexed_list(body, "Nodes", read_check_service_node_registration)
 }
 
 #[cfg(test)]

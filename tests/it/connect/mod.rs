@@ -8,6 +8,7 @@ mod connect_config;
 mod connect_federation;
 mod connect_proxy;
 mod envoy_bootstrap;
+mod envoy_client_agent;
 mod envoy_escape;
 mod envoy_expose;
 mod envoy_mesh;
