@@ -27,7 +27,7 @@
 use super::feed::{AgentSource, StoreFeed};
 use super::remote::RemoteQuery;
 use super::snapshot::{Snapshot, XdsSettings, ENDPOINTS_PER_TARGET_MAX};
-use crate::consul::rpc::catalog::DcSpecificRequest;
+use crate::consul::rpc::catalog::{DcSpecificRequest, ServiceSpecificRequest};
 use crate::consul::rpc::config_entry::{entry_of, read_generic_entries, ConfigEntryListAllRequest};
 use crate::consul::rpc::connect_ca::{read_ca_roots_whole, CaRootsReply};
 use crate::consul::rpc::rows::read_indexed_check_service_node_registrations;
@@ -65,6 +65,9 @@ pub enum MirrorQuery {
     Roots,
     /// The Connect-capable instances of a service (its sidecars and native instances).
     Connect(String),
+    /// Every instance of a service with its own checks: a sidecar's destination whose
+    /// checks the sidecar exposes (their listener ports are read from them).
+    Instances(String),
 }
 
 /// What a read answered.
@@ -109,6 +112,16 @@ impl MirrorQuery {
                 service: service.clone(),
             }
             .call(index, ""),
+            MirrorQuery::Instances(service) => (
+                "Health.ServiceNodes",
+                ServiceSpecificRequest {
+                    datacenter,
+                    service_name: service,
+                    options,
+                    ..ServiceSpecificRequest::default()
+                }
+                .encode(),
+            ),
         }
     }
 
@@ -130,7 +143,7 @@ impl MirrorQuery {
                 let (meta, roots) = read_ca_roots_whole(reply).map_err(malformed)?;
                 Ok((meta.index, MirrorAnswer::Roots(roots)))
             }
-            MirrorQuery::Connect(_) => {
+            MirrorQuery::Connect(_) | MirrorQuery::Instances(_) => {
                 let (meta, mut rows) =
                     read_indexed_check_service_node_registrations(reply).map_err(malformed)?;
                 rows.truncate(INSTANCES_PER_SERVICE_MAX);
@@ -145,8 +158,8 @@ impl MirrorQuery {
 pub struct Answers {
     pub entries: Option<Vec<ConfigEntry>>,
     pub roots: Option<CaRootsReply>,
-    /// Each followed service's instances, as registrations.
-    pub services: BTreeMap<String, Vec<Registration>>,
+    /// Each followed instance read's answer, as registrations.
+    pub services: BTreeMap<MirrorQuery, Vec<Registration>>,
 }
 
 impl Answers {
@@ -157,8 +170,11 @@ impl Answers {
                 self.entries = Some(entries)
             }
             (MirrorQuery::Roots, MirrorAnswer::Roots(roots)) => self.roots = Some(roots),
-            (MirrorQuery::Connect(service), MirrorAnswer::Instances(rows)) => {
-                self.services.insert(service.clone(), rows);
+            (
+                MirrorQuery::Connect(_) | MirrorQuery::Instances(_),
+                MirrorAnswer::Instances(rows),
+            ) => {
+                self.services.insert(query.clone(), rows);
             }
             (query, _) => debug_assert!(false, "an answer that is not {query:?}'s"),
         }
@@ -230,25 +246,30 @@ pub fn tables_of(answers: &Answers, first_index: u64) -> (Tables, Vec<String>) {
     (tables, refused)
 }
 
-/// The services of this datacenter a snapshot's upstreams target: what the mirror follows
-/// for that proxy.
-pub fn local_needs(snapshot: &Snapshot, settings: &XdsSettings) -> BTreeSet<String> {
-    snapshot
+/// The services of this datacenter a snapshot's upstreams target, and its own destination
+/// when it exposes its destination's checks (their listener ports are read from the
+/// destination's instance on this node): what the mirror follows for that proxy.
+pub fn local_needs(snapshot: &Snapshot, settings: &XdsSettings) -> BTreeSet<MirrorQuery> {
+    let mut needs: BTreeSet<MirrorQuery> = snapshot
         .upstreams
         .iter()
         .flat_map(|upstream| upstream.targets.values())
         .filter(|target| target.datacenter == settings.datacenter)
-        .map(|target| target.service.clone())
-        .collect()
+        .map(|target| MirrorQuery::Connect(target.service.clone()))
+        .collect();
+    if snapshot.exposes_checks && !snapshot.destination.is_empty() {
+        needs.insert(MirrorQuery::Instances(snapshot.destination.clone()));
+    }
+    needs
 }
 
 /// The followers and what they hold.
 struct Inner {
     answers: Answers,
     /// Each proxy watcher's needs, by the watcher's key.
-    needs: BTreeMap<String, BTreeSet<String>>,
-    /// One follower per needed service.
-    followers: BTreeMap<String, JoinHandle<()>>,
+    needs: BTreeMap<String, BTreeSet<MirrorQuery>>,
+    /// One follower per needed instance read.
+    followers: BTreeMap<MirrorQuery, JoinHandle<()>>,
     /// The index of the version last published.
     published: u64,
     /// Whether too many services were needed (warned once per excess).
@@ -289,7 +310,7 @@ impl Mirror {
 
     /// Makes `services` what the watcher `watcher` needs (its proxy's last snapshot's
     /// local targets).
-    pub fn need(self: &Arc<Self>, watcher: &str, services: BTreeSet<String>) {
+    pub fn need(self: &Arc<Self>, watcher: &str, services: BTreeSet<MirrorQuery>) {
         let mut inner = self.inner.lock().expect("mirror lock");
         if inner.needs.get(watcher) == Some(&services) {
             return;
@@ -309,7 +330,7 @@ impl Mirror {
     /// Follows exactly the services some proxy needs (up to [`SERVICES_MAX`]); a service
     /// no longer needed is dropped with its answer.
     fn refollow(self: &Arc<Self>, inner: &mut Inner) {
-        let mut wanted: BTreeSet<String> = inner.needs.values().flatten().cloned().collect();
+        let mut wanted: BTreeSet<MirrorQuery> = inner.needs.values().flatten().cloned().collect();
         if wanted.len() > SERVICES_MAX {
             if !inner.warned_excess {
                 log::warn!(
@@ -325,11 +346,11 @@ impl Mirror {
         let Inner {
             followers, answers, ..
         } = inner;
-        followers.retain(|service, task| {
-            let keep = wanted.contains(service);
+        followers.retain(|query, task| {
+            let keep = wanted.contains(query);
             if !keep {
                 task.abort();
-                answers.services.remove(service);
+                answers.services.remove(query);
             }
             keep
         });
@@ -338,9 +359,9 @@ impl Mirror {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        for service in wanted {
-            if let std::collections::btree_map::Entry::Vacant(slot) = followers.entry(service) {
-                let query = MirrorQuery::Connect(slot.key().clone());
+        for query in wanted {
+            if let std::collections::btree_map::Entry::Vacant(slot) = followers.entry(query) {
+                let query = slot.key().clone();
                 slot.insert(runtime.spawn(follow(self.clone(), query)));
             }
         }
@@ -349,11 +370,10 @@ impl Mirror {
     /// Keeps a follower's new answer and publishes the version it makes.
     fn record(&self, query: &MirrorQuery, answer: MirrorAnswer) {
         let mut inner = self.inner.lock().expect("mirror lock");
-        if let MirrorQuery::Connect(service) = query {
-            // An answer that arrived as its service stopped being needed.
-            if !inner.followers.contains_key(service) {
-                return;
-            }
+        let instance_read = matches!(query, MirrorQuery::Connect(_) | MirrorQuery::Instances(_));
+        // An answer that arrived as its read stopped being needed.
+        if instance_read && !inner.followers.contains_key(query) {
+            return;
         }
         inner.answers.record(query, answer);
         if !inner.answers.complete() {
@@ -571,5 +591,27 @@ mod tests {
         let again = check_service_nodes(&mirrored, "db-sidecar-proxy");
         assert_eq!(again.len(), 2);
         assert_eq!(again[1].service.port, 21001);
+    }
+
+    #[test]
+    fn a_sidecar_exposing_checks_needs_its_destinations_own_instances() {
+        let settings = XdsSettings {
+            datacenter: "dc1".into(),
+            default_allow: true,
+            dns_domain: "consul".into(),
+            alt_domain: None,
+            node_name: "n1".into(),
+            advertise_address: "10.0.0.1".into(),
+        };
+        let mut snapshot = crate::xds::resources::tests::snapshot(Vec::new());
+        snapshot.destination = "web".into();
+        assert!(!local_needs(&snapshot, &settings).contains(&MirrorQuery::Instances("web".into())));
+        snapshot.exposes_checks = true;
+        assert!(local_needs(&snapshot, &settings).contains(&MirrorQuery::Instances("web".into())));
+        // Its answer is kept like a Connect read's, and dropped with it.
+        let mut answers = Answers::default();
+        let query = MirrorQuery::Instances("web".into());
+        answers.record(&query, MirrorAnswer::Instances(Vec::new()));
+        assert!(answers.services.contains_key(&query));
     }
 }

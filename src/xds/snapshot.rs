@@ -450,8 +450,12 @@ pub struct Snapshot {
     /// Settings of the gateway's config entry that praetor accepts but does not apply yet
     /// (`Listeners[0].TLS`, …), for the watcher to warn about.
     pub unapplied: Vec<String>,
-    /// A sidecar's exposed paths (`Proxy.Expose.Paths`), each a plain-text listener.
+    /// A sidecar's exposed paths (`Proxy.Expose.Paths`, then its checks'), each a
+    /// plain-text listener.
     pub expose: Vec<super::expose::ExposePath>,
+    /// `Proxy.Expose.Checks`: the paths include the destination's checks, read from its
+    /// instance on this node (which a client agent's mirror must therefore follow).
+    pub exposes_checks: bool,
     /// A sidecar's prepared-query upstreams, each executed against the store version.
     pub prepared_queries: Vec<super::prepared_query::QueryUpstream>,
     /// A sidecar's escape hatches (a gateway's are not applied: Consul's gateways read
@@ -541,6 +545,7 @@ pub fn build(
         mesh: MeshGatewayRoutes::default(),
         unapplied,
         expose: exposed_paths(registration, tables, settings),
+        exposes_checks: registration.expose.checks,
         prepared_queries,
         escape_hatches: ProxyEscapeHatches::of(&registration.config),
     })
@@ -833,6 +838,7 @@ fn build_gateway(
             Vec::new()
         },
         expose: Vec::new(),
+        exposes_checks: false,
         prepared_queries: Vec::new(),
         escape_hatches: ProxyEscapeHatches::default(),
     })

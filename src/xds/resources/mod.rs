@@ -314,4 +314,4 @@ pub fn regex_escape(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -40,7 +40,7 @@ fn upstream(protocol: &str, nodes: Vec<(&str, ChainNode)>, targets: Vec<Target>)
     }
 }
 
-fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
+pub(crate) fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
     Snapshot {
         kind: ProxyKind::ConnectProxy,
         proxy_id: "web-sidecar-proxy".into(),
@@ -67,6 +67,7 @@ fn snapshot(upstreams: Vec<Upstream>) -> Snapshot {
         mesh: Default::default(),
         unapplied: Vec::new(),
         expose: Vec::new(),
+        exposes_checks: false,
         prepared_queries: Vec::new(),
         escape_hatches: Default::default(),
     }
