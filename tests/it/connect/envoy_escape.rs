@@ -10,7 +10,7 @@ use crate::common;
 use crate::envoy;
 
 use common::{echo_server, round_trip, Agent, TempDir};
-use envoy::{free_port, register, wait_for, Envoy};
+use envoy::{free_port, wait_for, Envoy};
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -71,24 +71,8 @@ fn upstream_cluster_json(sni: &str) -> String {
 
 /// Registers `name` on `port` with a sidecar on `proxy_port` whose proxy has `config` and
 /// `upstreams`.
-fn register_sidecar(
-    agent: &Agent,
-    (name, port, proxy_port): (&str, u16, u16),
-    config: Value,
-    upstreams: Value,
-) {
-    let ip = agent.ip.to_string();
-    register(
-        agent,
-        json!({
-            "Name": name, "Port": port, "Address": ip,
-            "Connect": {"SidecarService": {
-                "Address": ip, "Port": proxy_port,
-                "Proxy": {"LocalServiceAddress": ip, "Config": config, "Upstreams": upstreams},
-                "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
-            }}
-        }),
-    );
+fn register_sidecar(agent: &Agent, service: (&str, u16, u16), config: Value, upstreams: Value) {
+    envoy::register_with_sidecar_config(agent, service, Some(config), upstreams);
 }
 
 fn trust_domain(agent: &Agent) -> String {

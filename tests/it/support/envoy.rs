@@ -261,14 +261,28 @@ pub fn register_with_sidecar(
     proxy_port: u16,
     upstreams: Value,
 ) {
+    register_with_sidecar_config(agent, (name, port, proxy_port), None, upstreams);
+}
+
+/// [`register_with_sidecar`] whose proxy has `Proxy.Config` `config` as well, when given.
+pub fn register_with_sidecar_config(
+    agent: &Agent,
+    (name, port, proxy_port): (&str, u16, u16),
+    config: Option<Value>,
+    upstreams: Value,
+) {
     let ip = agent.ip.to_string();
+    let mut proxy = json!({"LocalServiceAddress": ip, "Upstreams": upstreams});
+    if let Some(config) = config {
+        proxy["Config"] = config;
+    }
     register(
         agent,
         json!({
             "Name": name, "Port": port, "Address": ip,
             "Connect": {"SidecarService": {
                 "Address": ip, "Port": proxy_port,
-                "Proxy": {"LocalServiceAddress": ip, "Upstreams": upstreams},
+                "Proxy": proxy,
                 "Check": {"TCP": format!("{ip}:{proxy_port}"), "Interval": "1s"},
             }}
         }),
