@@ -161,11 +161,9 @@ impl Router {
         if !self.through_gateways {
             return Some(DialTarget::Server(addr));
         }
-        let list = servers.list();
-        let server = list.servers().iter().find(|server| server.addr == addr)?;
         Some(DialTarget::Gateway {
+            node: server_node(servers, addr, datacenter)?,
             gateway: self.pick_gateway(datacenter)?,
-            node: node_of_wan_member(&server.name, datacenter).to_string(),
         })
     }
 
@@ -296,17 +294,15 @@ impl Router {
     ) -> Result<bytes::Bytes, CallError> {
         let transport = |reason: String, sent: bool| CallError::Transport { reason, sent };
         servers::with_failover(servers, retry, async |addr| {
-            let list = servers.list();
-            let Some(server) = list.servers().iter().find(|server| server.addr == addr) else {
+            let Some(node) = server_node(servers, addr, datacenter) else {
                 return Err(transport(format!("server {addr} left the list"), false));
             };
-            let node = node_of_wan_member(&server.name, datacenter);
             let Some(gateway) = self.pick_gateway(datacenter) else {
                 let reason = format!("no mesh gateway is known to reach datacenter {datacenter:?}");
                 return Err(transport(reason, false));
             };
             client
-                .call_through_gateway(gateway, node, datacenter, method, body, timeout)
+                .call_through_gateway(gateway, &node, datacenter, method, body, timeout)
                 .await
                 .map_err(|error| match error {
                     CallError::Transport { reason, sent } => {
@@ -351,6 +347,14 @@ impl Router {
         }
         (added, removed)
     }
+}
+
+/// The node name of the server at `addr` among `servers` of `datacenter`, which a gateway
+/// is asked for by SNI; `None` once it left the list.
+fn server_node(servers: &ServerManager, addr: SocketAddr, datacenter: &str) -> Option<String> {
+    let list = servers.list();
+    let server = list.servers().iter().find(|server| server.addr == addr)?;
+    Some(node_of_wan_member(&server.name, datacenter).to_string())
 }
 
 /// A server's node name from its WAN pool name, which is `<node>.<datacenter>` (Consul's
