@@ -166,6 +166,17 @@ pub fn resolver_cluster_name(upstream: &Upstream, node: &str) -> Option<String> 
     }
 }
 
+/// The one cluster a TCP upstream proxies to: the cluster of the resolver its chain starts
+/// at (a TCP chain has no splitter or router to start at).
+pub fn tcp_cluster_name(upstream: &Upstream) -> Result<String, String> {
+    resolver_cluster_name(upstream, &upstream.start).ok_or_else(|| {
+        format!(
+            "upstream {:?}: a TCP chain must start at a resolver (it starts at {:?})",
+            upstream.id, upstream.start
+        )
+    })
+}
+
 /// Envoy's circuit breakers for `limits`: one threshold with the limits set, else none.
 pub(super) fn circuit_breakers(limits: &UpstreamLimits) -> CircuitBreakers {
     let value = |n: u32| (n > 0).then_some(UInt32Value { value: n });

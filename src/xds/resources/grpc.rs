@@ -21,7 +21,7 @@
 //! Invariants: pure; every cluster a listener routes to is in the clusters, and every EDS
 //! cluster has its load assignment (empty when the target has no instances).
 
-use super::clusters::{resolver_cluster_name, resolvers, Resolver};
+use super::clusters::{resolvers, tcp_cluster_name, Resolver};
 use super::{ads_config_source, any, duration_ms, Resource, ResourceType};
 use super::{endpoints::lb_endpoints, Resources};
 use crate::xds::snapshot::{is_l7, Snapshot, Target, Upstream};
@@ -103,12 +103,7 @@ fn api_listener(upstream: &Upstream) -> Result<Listener, String> {
     let route_config = if is_l7(&upstream.protocol) {
         super::routes::route_configuration(upstream)?
     } else {
-        let cluster = resolver_cluster_name(upstream, &upstream.start).ok_or_else(|| {
-            format!(
-                "upstream {:?}: a TCP chain must start at a resolver (it starts at {:?})",
-                upstream.id, upstream.start
-            )
-        })?;
+        let cluster = tcp_cluster_name(upstream)?;
         RouteConfiguration {
             name: upstream.id.clone(),
             virtual_hosts: vec![VirtualHost {

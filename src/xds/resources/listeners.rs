@@ -14,7 +14,7 @@
 //! listener can never take plain-text or unauthorized traffic. `envoy_listener_tracing_json`
 //! sets the tracing of every HTTP connection manager praetor writes.
 
-use super::clusters::{resolver_cluster_name, TLS_TRANSPORT_SOCKET};
+use super::clusters::{tcp_cluster_name, TLS_TRANSPORT_SOCKET};
 use super::escape_hatch::{self, LISTENER_TRACING_KEY, PUBLIC_LISTENER_KEY, UPSTREAM_LISTENER_KEY};
 use super::rbac::{self, HttpRbac, NetworkRbac};
 use super::{ads_config_source, any, inline, socket_address, LOCAL_APP_CLUSTER, PUBLIC_LISTENER};
@@ -409,12 +409,7 @@ fn upstream_listener(
             vec![upstream.id.clone()],
         )
     } else {
-        let cluster = resolver_cluster_name(upstream, &upstream.start).ok_or_else(|| {
-            format!(
-                "upstream {:?}: a TCP chain must start at a resolver (it starts at {:?})",
-                upstream.id, upstream.start
-            )
-        })?;
+        let cluster = tcp_cluster_name(upstream)?;
         let proxy = TcpProxy {
             stat_prefix,
             cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster)),
