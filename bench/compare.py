@@ -106,6 +106,15 @@ MGW = dict(db_proxy=18711, web_proxy=18712, up=18713, gw1_lan=18714, gw1_wan=187
 # A gateway's registration check runs every 10 s (Consul's): after a swap, the phase waits
 # this long with the new gateways listening, so no check result from the gap remains.
 MGW_CHECK_SETTLE_S = 11
+# WAN federation through mesh gateways (issue #40): two pairs of -dev datacenters, both with
+# TLS on internal RPC from the same CA. `flat`: dc2 joins dc1's WAN pool and calls dc1's
+# server port; `gw`: connect.enable_mesh_gateway_wan_federation, one built-in gateway exposing
+# its servers per datacenter, dc2 knowing only dc1's gateway (`primary_gateways`).
+WF_FLAT = [dict(http=18740 + 5 * i, dns=18741 + 5 * i, server=18742 + 5 * i, serf_lan=18743 + 5 * i,
+                serf_wan=18744 + 5 * i) for i in range(2)]
+WF_GW = [dict(http=18750 + 5 * i, dns=18751 + 5 * i, server=18752 + 5 * i, serf_lan=18753 + 5 * i,
+              serf_wan=18754 + 5 * i) for i in range(2)]
+WF_GATEWAYS = [dict(lan=18760 + 2 * i, wan=18761 + 2 * i) for i in range(2)]
 ETCD1 = dict(client=12379, peer=12380)
 ETCD3 = [dict(client=12381 + 2 * i, peer=12382 + 2 * i) for i in range(3)]
 # Source addresses loadgen may spread parked connections over.
@@ -133,7 +142,8 @@ SYSTEM_PROCESSES = {"etcd3": [f"etcd3-{i}" for i in range(3)], "cluster": [f"pra
                     "cluster-tls": [f"praetor-tls-s{i}" for i in range(3)],
                     "mesh": ["mesh-echo", "mesh-proxy-db", "mesh-proxy-web"], "haproxy-mesh": ["haproxy-mesh"],
                     "envoy-mesh": ["envoy-db", "envoy-web"],
-                    "mgw": ["mgw-dc2", "mgw-gw1", "mgw-gw2", "mgw-proxy-db", "mgw-proxy-web"]}
+                    "mgw": ["mgw-dc2", "mgw-gw1", "mgw-gw2", "mgw-proxy-db", "mgw-proxy-web"],
+                    "wanfed": ["wf-flat-dc1", "wf-flat-dc2", "wf-gw-dc1", "wf-gw-dc2", "wf-gw1", "wf-gw2"]}
 # Longest excerpt of a process log quoted in a row's note.
 LOG_TAIL_CHARS_MAX = 200
 
@@ -869,6 +879,85 @@ class Bench:
         p99 = [doc[side]["median"].get("p99_ms") for side in ("a", "b")]
         row["note"] = "; ".join(x for x in (
             f"p99: local {fmt_num(p99[0], 'ms')}, forwarded {fmt_num(p99[1], 'ms')}", row["note"]) if x)
+        with open(os.path.join(self.out, "rows.json"), "w") as f:
+            json.dump(self.rows, f, indent=1)
+
+    def start_wanfed(self):
+        """Both pairs of `WF_*` datacenters; ready once each pair's dc1 answers `?dc=dc2`."""
+        if not os.path.exists(self.praetor):
+            return "praetor binary not built"
+        pki = os.path.join(self.tmp, "wanfed-pki")
+        os.makedirs(pki, exist_ok=True)
+        for argv in (["tls", "ca", "create"], ["tls", "cert", "create", "-server", "-dc", "dc1", "-node", "wf1"],
+                     ["tls", "cert", "create", "-server", "-dc", "dc2", "-node", "wf2"]):
+            made = subprocess.run([self.praetor] + argv, cwd=pki, capture_output=True, timeout=PROBE_TIMEOUT_S * 10)
+            if made.returncode != 0:
+                return f"praetor {' '.join(argv)} failed: {made.stderr[-LOG_TAIL_CHARS_MAX:]!r}"
+
+        def tls(dc):
+            files = [os.path.join(pki, f) for f in ("consul-agent-ca.pem", f"{dc}-server-consul-0.pem",
+                                                     f"{dc}-server-consul-0-key.pem")]
+            return ('tls { defaults { ca_file = "%s" cert_file = "%s" key_file = "%s" } '
+                    'internal_rpc { verify_outgoing = true } }' % tuple(files))
+
+        def agent(name, ports, dc, node, hcl):
+            data = os.path.join(self.tmp, f"{name}-{time.monotonic_ns()}")
+            extra = ["-dev", "-datacenter", dc, "-node", node, "-data-dir", data]
+            for snippet in ['primary_datacenter = "dc1"', tls(dc)] + hcl:
+                extra += ["-hcl", snippet]
+            self.procs.start(name, self.praetor_argv(ports, extra))
+
+        def gateway(name, ports, agent_ports):
+            self.procs.start(name, [self.praetor, "connect", "proxy", "-gateway=mesh", "-register", "-expose-servers",
+                                    "-threads", str(max(1, (os.cpu_count() or 1) // 2)),
+                                    "-http-addr", f"127.0.0.1:{agent_ports['http']}",
+                                    "-address", f"127.0.0.1:{ports['lan']}", "-wan-address", f"127.0.0.1:{ports['wan']}"])
+
+        through = "connect { enable_mesh_gateway_wan_federation = true }"
+        agent("wf-flat-dc1", WF_FLAT[0], "dc1", "wf1", [])
+        agent("wf-flat-dc2", WF_FLAT[1], "dc2", "wf2", ['retry_join_wan = ["127.0.0.1:%d"]' % WF_FLAT[0]["serf_wan"]])
+        agent("wf-gw-dc1", WF_GW[0], "dc1", "wf1", [through])
+        if not wait_tcp(WF_GW[0]["http"], START_TIMEOUT_S):
+            return "the gateway pair's dc1 never listened: " + self.procs.log_tail("wf-gw-dc1")
+        gateway("wf-gw1", WF_GATEWAYS[0], WF_GW[0])
+        agent("wf-gw-dc2", WF_GW[1], "dc2", "wf2",
+              [through, 'primary_gateways = ["127.0.0.1:%d"]' % WF_GATEWAYS[0]["wan"]])
+        if not wait_tcp(WF_GW[1]["http"], START_TIMEOUT_S):
+            return "the gateway pair's dc2 never listened: " + self.procs.log_tail("wf-gw-dc2")
+        gateway("wf-gw2", WF_GATEWAYS[1], WF_GW[1])
+        deadline = time.monotonic() + 4 * START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            dead = self.procs.dead(SYSTEM_PROCESSES["wanfed"])
+            if dead:
+                return f"{dead[0]} {CRASHED} (code {dead[1]}): " + self.procs.log_tail(dead[0])
+            answers = [http("GET", f"http://127.0.0.1:{ports['http']}/v1/kv/bench/wf-probe?dc=dc2")[0]
+                       for ports in (WF_FLAT[0], WF_GW[0])]
+            if all(status == 404 for status in answers):
+                return None
+            time.sleep(0.5)
+        return "dc1 did not reach dc2 in both pairs within %ds: flat %s, gateways %s" % (
+            4 * START_TIMEOUT_S, self.procs.log_tail("wf-flat-dc1"), self.procs.log_tail("wf-gw-dc1"))
+
+    def row_kv_get_dc2_gateways(self):
+        """A KV GET that dc1 forwards to dc2 (`?dc=dc2`, one typed call per request on dc1's
+        pooled yamux session to dc2's server, TLS in both): over the flat WAN (A) and through
+        both datacenters' mesh gateways (B, dc1 → gw1 → gw2 → dc2, spliced TLS)."""
+        row_id = "kv-get-dc2-gateways-vs-wan"
+        title = "KV GET 64 conns, ?dc=dc2 from dc1: through mesh gateways vs over the flat WAN pool (TLS in both)"
+        target = "≥ 0.8×, p99 reported"
+        reason = self.needs("wanfed")
+        if reason:
+            return self.unavailable(row_id, title, target, reason)
+        doc = self.compare_row(row_id, title, ["kv-get", "--target-a", f"http://127.0.0.1:{WF_FLAT[0]['http']}",
+                                               "--datacenter-a", "dc2",
+                                               "--target-b", f"http://127.0.0.1:{WF_GW[0]['http']}",
+                                               "--datacenter-b", "dc2", "--name-a", "?dc=dc2 over the WAN pool",
+                                               "--name-b", "?dc=dc2 through gateways", "--key", "bench/wfget"]
+                               + self.common(64), target, lambda d: d["ratio"]["median"] >= 0.8)
+        row = self.rows[-1]
+        p99 = [doc[side]["median"].get("p99_ms") for side in ("a", "b")]
+        row["note"] = "; ".join(x for x in (
+            f"p99: WAN pool {fmt_num(p99[0], 'ms')}, gateways {fmt_num(p99[1], 'ms')}", row["note"]) if x)
         with open(os.path.join(self.out, "rows.json"), "w") as f:
             json.dump(self.rows, f, indent=1)
 
@@ -2541,6 +2630,7 @@ class Bench:
             (["kv-put-client-vs-leader"], self.row_kv_put_client, []),
             (["dns-client-vs-server"], self.row_dns_client_vs_server, ["client-agent"]),
             (["kv-get-dc2-forwarded-vs-local"], self.row_kv_get_dc2, ["dc2"]),
+            (["kv-get-dc2-gateways-vs-wan"], self.row_kv_get_dc2_gateways, ["wanfed"]),
             (["sessions-vs-kv-put"], self.row_sessions, ["etcd3"]),
             (["kv-put-3srv-tls"], self.row_kv_put_3srv_tls, ["cluster", "cluster-tls"]),
             (["https-get-vs-http"], self.row_https_get, []),

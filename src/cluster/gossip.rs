@@ -6,11 +6,15 @@
 //! (arc-swap), requests go over a channel and are answered asynchronously, and
 //! membership/user events arrive on a bounded channel.
 //!
+//! A WAN pool federated through mesh gateways sends what goes to members of other
+//! datacenters through [`GatewayRoutes`] instead of its own sockets.
+//!
 //! Invariants: the core is only touched from the driver's thread (it lives in a
 //! `RefCell` borrowed for the duration of one synchronous call, never across an
 //! await); every TCP exchange is bounded by `tcp_timeout` and by the stream size limit
 //! of the wire format; no socket operation blocks the shard.
 
+use super::gossip_gateways::{GatewayRoutes, GatewaySettings, Route};
 use crate::consul::metrics::Counter;
 use crate::telemetry;
 use std::cell::{Cell, RefCell};
@@ -69,8 +73,11 @@ pub enum LocalKeyOp {
 }
 
 enum Command {
+    /// Addresses to join, the names some were given (`name/address`), whether to ignore
+    /// old user events, and where the result goes.
     Join(
         Vec<SocketAddr>,
+        Vec<(SocketAddr, String)>,
         bool,
         flume::Sender<Result<usize, GossipError>>,
     ),
@@ -145,6 +152,8 @@ pub struct GossipDriver {
     commands: flume::Receiver<Command>,
     events: flume::Sender<GossipEvent>,
     user_events: flume::Sender<UserEvent>,
+    /// How members of other datacenters are reached through mesh gateways, when they are.
+    gateways: Option<GatewaySettings>,
 }
 
 /// Creates a handle and the driver that serves it.
@@ -180,13 +189,26 @@ pub fn gossip_pair(config: DriverConfig) -> (GossipHandle, GossipDriver) {
             commands: cmd_rx,
             events: ev_tx,
             user_events: user_tx,
+            gateways: None,
         },
     )
 }
 
-fn parse_join_addr(s: &str, default_port: u16) -> Result<Vec<SocketAddr>, GossipError> {
-    // memberlist accepts "name/addr"; the name is only a hint.
-    let s = s.rsplit('/').next().unwrap_or(s);
+/// A join address's name, if it gives one (memberlist's `name/address`), and the
+/// addresses it resolves to.
+type JoinAddress = (Option<String>, Vec<SocketAddr>);
+
+fn parse_join_addr(s: &str, default_port: u16) -> Result<JoinAddress, GossipError> {
+    // memberlist accepts "name/addr": the name says which node answers there, which a
+    // pool federated through gateways needs to route the join.
+    let (name, s) = match s.rsplit_once('/') {
+        Some((name, address)) => (Some(name.to_string()).filter(|n| !n.is_empty()), address),
+        None => (None, s),
+    };
+    parse_join_host(s, default_port).map(|addresses| (name, addresses))
+}
+
+fn parse_join_host(s: &str, default_port: u16) -> Result<Vec<SocketAddr>, GossipError> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(vec![a]);
     }
@@ -289,11 +311,16 @@ impl GossipHandle {
 
     async fn join_inner(&self, addrs: &[String], ignore_old: bool) -> Result<usize, GossipError> {
         let mut resolved = Vec::new();
+        let mut named = Vec::new();
         for a in addrs {
-            resolved.extend(parse_join_addr(a, self.shared.default_port)?);
+            let (name, addresses) = parse_join_addr(a, self.shared.default_port)?;
+            if let Some(name) = name {
+                named.extend(addresses.iter().map(|address| (*address, name.clone())));
+            }
+            resolved.extend(addresses);
         }
         let (tx, rx) = flume::bounded(1);
-        self.send(Command::Join(resolved, ignore_old, tx))?;
+        self.send(Command::Join(resolved, named, ignore_old, tx))?;
         rx.recv_async().await.map_err(|_| GossipError::Stopped)?
     }
 
@@ -403,11 +430,20 @@ struct State {
     leaves: RefCell<HashMap<u64, flume::Sender<()>>>,
     key_ops: RefCell<HashMap<u64, flume::Sender<KeyOpResult>>>,
     next_request: Cell<u64>,
+    gateways: Option<Rc<GatewayRoutes>>,
 }
 
 impl State {
     fn now(&self) -> Duration {
         self.origin.elapsed()
+    }
+
+    /// The gateway route for a member of another datacenter at `to`, when this pool
+    /// federates through gateways.
+    fn gateway_route(&self, to: SocketAddr) -> Option<(Rc<GatewayRoutes>, Route)> {
+        let gateways = self.gateways.as_ref()?;
+        let route = gateways.route(to)?;
+        Some((gateways.clone(), route))
     }
 
     fn request_id(&self) -> u64 {
@@ -420,7 +456,15 @@ impl State {
         let core = self.core.borrow();
         if core.members_version() != self.members_version.get() {
             self.members_version.set(core.members_version());
-            self.shared.members.store(Arc::new(core.members()));
+            let members = core.members();
+            if let Some(gateways) = &self.gateways {
+                gateways.set_members(
+                    members
+                        .iter()
+                        .map(|m| (SocketAddr::new(m.addr, m.port), m.name.as_str())),
+                );
+            }
+            self.shared.members.store(Arc::new(members));
         }
         let stale = self
             .coordinates_at
@@ -452,6 +496,10 @@ async fn flush(st: &Rc<State>) {
             match o {
                 Output::Packet { to, bytes } => {
                     telemetry::add(Counter::MemberlistUdpSent, bytes.len() as u64);
+                    if let Some((gateways, route)) = st.gateway_route(to) {
+                        gateways.send_packet(route, &bytes);
+                        continue;
+                    }
                     // UDP is best effort; a failed send is a lost packet to SWIM.
                     let _ = st.udp.send_to(bytes, to).await;
                 }
@@ -459,9 +507,17 @@ async fn flush(st: &Rc<State>) {
                     telemetry::incr(Counter::MemberlistTcpConnect);
                     telemetry::add(Counter::MemberlistTcpSent, bytes.len() as u64);
                     let st2 = st.clone();
+                    let through = st.gateway_route(to);
                     monoio::spawn(async move {
-                        let source = crate::shard::dial::source_for(st2.bind_ip, to);
-                        let reply = stream_exchange(source, to, bytes, st2.tcp_timeout).await;
+                        let reply = match through {
+                            Some((gateways, route)) => {
+                                gateway_exchange(&gateways, &route, bytes, st2.tcp_timeout).await
+                            }
+                            None => {
+                                let source = crate::shard::dial::source_for(st2.bind_ip, to);
+                                stream_exchange(source, to, bytes, st2.tcp_timeout).await
+                            }
+                        };
                         let now = st2.now();
                         match &reply {
                             Ok(b) => st2.core.borrow_mut().handle_stream_reply(now, id, Ok(b)),
@@ -528,7 +584,7 @@ async fn flush(st: &Rc<State>) {
 }
 
 /// Reads one complete stream message; `accepting` is true on the listening side.
-async fn read_frame(stream: &mut TcpStream, accepting: bool) -> Result<Vec<u8>, String> {
+async fn read_frame<S: AsyncReadRent>(stream: &mut S, accepting: bool) -> Result<Vec<u8>, String> {
     let mut acc: Vec<u8> = Vec::new();
     let mut chunk = Vec::with_capacity(STREAM_READ_CHUNK_BYTES);
     loop {
@@ -570,6 +626,23 @@ async fn stream_exchange(
     match monoio::time::timeout(timeout, work).await {
         Ok(r) => r,
         Err(_) => Err(format!("stream to {to} timed out")),
+    }
+}
+
+/// A stream exchange with a member of another datacenter through a mesh gateway.
+async fn gateway_exchange(
+    gateways: &GatewayRoutes,
+    route: &Route,
+    bytes: Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let work = async {
+        let mut session = gateways.open_stream(route, bytes).await?;
+        read_frame(&mut session, false).await
+    };
+    match monoio::time::timeout(timeout, work).await {
+        Ok(reply) => reply,
+        Err(_) => Err(format!("stream to {} timed out", route.name)),
     }
 }
 
@@ -628,6 +701,19 @@ impl GossipDriver {
         Ok(bound)
     }
 
+    /// The address [`GossipDriver::bind`] bound, if it ran.
+    pub fn bound_address(&self) -> Option<SocketAddr> {
+        let (udp, _) = self.sockets.as_ref()?;
+        udp.local_addr().ok()
+    }
+
+    /// Sends what goes to members of other datacenters through mesh gateways (a WAN pool
+    /// with `connect.enable_mesh_gateway_wan_federation`).
+    pub fn route_through_gateways(&mut self, settings: GatewaySettings) {
+        debug_assert!(self.gateways.is_none(), "routed through gateways once");
+        self.gateways = Some(settings);
+    }
+
     /// Serves the pool until [`GossipHandle::shutdown`] (after a completed
     /// [`GossipHandle::leave`] the node stays bound but silent), on the sockets
     /// [`GossipDriver::bind`] bound or, without it, on sockets bound now. Must run on a
@@ -640,6 +726,7 @@ impl GossipDriver {
             commands,
             events,
             user_events,
+            gateways,
         } = self;
         let (udp, listener) = match sockets {
             Some(sockets) => sockets,
@@ -674,6 +761,7 @@ impl GossipDriver {
             leaves: RefCell::new(HashMap::new()),
             key_ops: RefCell::new(HashMap::new()),
             next_request: Cell::new(0),
+            gateways: gateways.map(|settings| Rc::new(GatewayRoutes::new(settings))),
         });
         st.publish();
         monoio::select! {
@@ -750,7 +838,12 @@ fn apply_command(st: &Rc<State>, cmd: Command) {
     let now = st.now();
     match cmd {
         Command::Shutdown => {}
-        Command::Join(addrs, ignore_old, tx) => {
+        Command::Join(addrs, named, ignore_old, tx) => {
+            if let Some(gateways) = &st.gateways {
+                for (address, name) in named {
+                    gateways.add_hint(address, name);
+                }
+            }
             let id = st.request_id();
             st.joins.borrow_mut().insert(id, tx);
             st.core.borrow_mut().join(now, id, &addrs, ignore_old);

@@ -6,9 +6,12 @@
 //! raft thread bootstraps and reconciles from (or, on a client agent, into the server it
 //! forwards to, kept by [`servers`]); [`router`] keeps, on a server, the other datacenters'
 //! servers from the WAN pool; [`reconcile`] maps members to the catalog registrations the leader keeps;
-//! [`user_events`] keeps the Consul user events heard on the LAN pool.
+//! [`user_events`] keeps the Consul user events heard on the LAN pool;
+//! [`gossip_gateways`] carries the WAN pool's gossip to other datacenters through mesh
+//! gateways when they federate that way.
 
 pub mod gossip;
+pub mod gossip_gateways;
 pub mod pools;
 pub mod reconcile;
 pub mod router;

@@ -443,6 +443,17 @@ pub(crate) async fn rebalance(
     manager.rebalanced(&order, healthy);
 }
 
+/// Where a secondary federated through mesh gateways joins its primary's WAN pool:
+/// memberlist's `name/address` with the name `*.<primary>` (any server of the primary,
+/// which the pool routes through a gateway by that name) and a placeholder address from
+/// TEST-NET-1 that is never dialed, as Consul's agent joins.
+pub fn primary_join_address(primary_datacenter: &str, port: u16) -> String {
+    format!("*.{primary_datacenter}/{PRIMARY_JOIN_PLACEHOLDER}:{port}")
+}
+
+/// The address that stands for "any server of the primary" in [`primary_join_address`].
+const PRIMARY_JOIN_PLACEHOLDER: &str = "192.0.2.2";
+
 /// How often a server checks that every server of its datacenter is in the WAN pool.
 const WAN_FLOOD_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -451,11 +462,26 @@ const WAN_FLOOD_INTERVAL: Duration = Duration::from_secs(5);
 /// floods the datacenter's servers from the LAN pool into the WAN pool through their
 /// `wan_join_port` tags, as Consul's flood joiner does, so every server of a datacenter is
 /// in the WAN pool without configuration.
+///
+/// Federated through mesh gateways, a secondary instead joins its primary through them, at
+/// [`primary_join_address`], until it succeeds; the primary joins no one (its secondaries
+/// join it), as in Consul, whose configuration refuses WAN join addresses in that mode.
 pub async fn wan_loop(shared: Arc<Shared>, lan: GossipHandle, wan: GossipHandle) {
     let config = &shared.config;
+    let through_gateways = config.connect.mesh_gateway_wan_federation;
+    let retry = if !through_gateways {
+        raw_list(config, "retry_join_wan")
+    } else if config.pending.primary_datacenter != config.datacenter {
+        vec![primary_join_address(
+            &config.pending.primary_datacenter,
+            config.ports.serf_wan.max(0) as u16,
+        )]
+    } else {
+        Vec::new()
+    };
     let joins = Joins {
         start: raw_list(config, "start_join_wan"),
-        retry: raw_list(config, "retry_join_wan"),
+        retry,
         retry_interval: raw_duration(config, "retry_interval_wan"),
         retry_max: raw_count(config, "retry_max_wan"),
         flags: ("-join-wan", "-retry-join-wan"),

@@ -132,7 +132,7 @@ impl Router {
     }
 
     /// One gateway toward `datacenter`, chosen at random among the locator's.
-    fn pick_gateway(&self, datacenter: &str) -> Option<SocketAddr> {
+    pub fn pick_gateway(&self, datacenter: &str) -> Option<SocketAddr> {
         let gateways = self.gateways.load();
         let candidates = gateways.get(datacenter)?;
         if candidates.is_empty() {

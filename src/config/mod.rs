@@ -343,6 +343,9 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     let process = process::from_raw(&raw, &mut warnings)?;
     let watches = watches::from_raw(&raw, &mut warnings)?;
     let connect = connect::ConnectConfig::from_raw(&raw)?;
+    if connect.mesh_gateway_wan_federation {
+        check_wan_federation_through_gateways(&raw, server, &node_name)?;
+    }
     warnings.extend(tls.not_active_warnings());
     warnings.extend(primary_gateways_warning(&raw));
     let disable_remote_exec = get_bool(&raw, "disable_remote_exec")?.unwrap_or(true);
@@ -397,34 +400,60 @@ fn from_merged(raw: Map<String, Value>) -> Result<AgentConfig, String> {
     })
 }
 
-/// `primary_gateways` feeds the gateway locator, which resolves the addresses and logs the
-/// gateway it would dial; no server traffic goes through mesh gateways yet (issue #40,
-/// part 2), so an operator who lists them is told.
+/// `primary_gateways` feeds the gateway locator, which servers dial through only when
+/// `connect.enable_mesh_gateway_wan_federation` is on; an operator who lists them without
+/// it is told.
 fn primary_gateways_warning(raw: &Map<String, Value>) -> Option<String> {
     let listed = match raw.get("primary_gateways") {
         Some(Value::Array(items)) => !items.is_empty(),
         Some(Value::String(one)) => !one.is_empty(),
         _ => false,
     };
-    let through_gateways = raw
-        .get("connect")
-        .and_then(|connect| connect.get("enable_mesh_gateway_wan_federation"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if through_gateways {
-        return Some(
-            "connect.enable_mesh_gateway_wan_federation: RPC between datacenters goes through \
-             mesh gateways, but WAN gossip still travels straight between the servers' serf \
-             WAN ports"
-                .to_string(),
-        );
-    }
-    listed.then(|| {
-        "primary_gateways: used only with connect.enable_mesh_gateway_wan_federation = true; \
+    listed
+        .then(|| {
+            "primary_gateways: used only with connect.enable_mesh_gateway_wan_federation = true; \
          the gateway locator resolves them and logs its choice, and servers dial other \
          datacenters directly"
-            .to_string()
-    })
+                .to_string()
+        })
+        .filter(|_| !wan_federation_through_gateways(raw))
+}
+
+fn wan_federation_through_gateways(raw: &Map<String, Value>) -> bool {
+    raw.get("connect")
+        .and_then(|connect| connect.get("enable_mesh_gateway_wan_federation"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// What Consul refuses alongside `connect.enable_mesh_gateway_wan_federation = true`:
+/// a client agent, a node name with `/` (WAN join addresses are `name/address`), and WAN
+/// join addresses, since a secondary joins its primary through the gateways by itself.
+fn check_wan_federation_through_gateways(
+    raw: &Map<String, Value>,
+    server: bool,
+    node_name: &str,
+) -> Result<(), String> {
+    const SWITCH: &str = "'connect.enable_mesh_gateway_wan_federation = true'";
+    if !server {
+        return Err(format!("{SWITCH} requires 'server = true'"));
+    }
+    if node_name.contains('/') {
+        return Err(format!(
+            "{SWITCH} requires that 'node_name' not contain '/' characters"
+        ));
+    }
+    for key in ["retry_join_wan", "start_join_wan"] {
+        let listed = match raw.get(key) {
+            Some(Value::Array(items)) => !items.is_empty(),
+            Some(Value::String(one)) => !one.is_empty(),
+            _ => false,
+        };
+        if listed {
+            return Err(format!("'{key}' is incompatible with {SWITCH}"));
+        }
+    }
+    Ok(())
 }
 
 /// The agent's ports: Consul's defaults (the dev agent also serves xDS on 8502), each
@@ -1067,7 +1096,7 @@ mod tests {
     }
 
     #[test]
-    fn listed_primary_gateways_warn_that_servers_do_not_dial_through_them_yet() {
+    fn listed_primary_gateways_warn_when_servers_do_not_dial_through_gateways() {
         let warned = |raw: Value| {
             from_merged(object(raw))
                 .unwrap()
@@ -1080,6 +1109,57 @@ mod tests {
         ));
         assert!(!warned(json!({"dev_mode": true, "primary_gateways": []})));
         assert!(!warned(json!({"dev_mode": true})));
+        let through_gateways = json!({"enable_mesh_gateway_wan_federation": true});
+        assert!(!warned(json!({
+            "dev_mode": true,
+            "server": true,
+            "primary_gateways": ["10.0.0.1:8443"],
+            "connect": through_gateways,
+        })));
+    }
+
+    #[test]
+    fn wan_federation_through_gateways_refuses_what_consul_refuses() {
+        let through_gateways = json!({"enable_mesh_gateway_wan_federation": true});
+        let refusal = |mut raw: Value| {
+            raw["connect"] = through_gateways.clone();
+            if raw.get("server").is_none() {
+                raw["server"] = json!(true);
+            }
+            from_merged(object(raw)).err()
+        };
+        assert_eq!(refusal(json!({"dev_mode": true, "node_name": "s1"})), None);
+        assert_eq!(
+            refusal(json!({"dev_mode": true, "retry_join_wan": ["10.0.0.1"]})),
+            Some(
+                "'retry_join_wan' is incompatible with \
+                 'connect.enable_mesh_gateway_wan_federation = true'"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            refusal(json!({"dev_mode": true, "start_join_wan": ["10.0.0.1"]})),
+            Some(
+                "'start_join_wan' is incompatible with \
+                 'connect.enable_mesh_gateway_wan_federation = true'"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            refusal(json!({"dev_mode": true, "node_name": "a/b"})),
+            Some(
+                "'connect.enable_mesh_gateway_wan_federation = true' requires that \
+                 'node_name' not contain '/' characters"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            refusal(json!({"dev_mode": true, "server": false})),
+            Some(
+                "'connect.enable_mesh_gateway_wan_federation = true' requires 'server = true'"
+                    .to_string()
+            )
+        );
     }
 
     #[test]

@@ -724,6 +724,7 @@ fn shared_state(
         exit_error: std::sync::OnceLock::new(),
         node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
         reload_listeners: std::sync::Mutex::new(Vec::new()),
+        wan_gossip_pool: std::sync::OnceLock::new(),
     })
 }
 
@@ -1411,6 +1412,26 @@ fn spawn_gossip_driver(shared: &Arc<Shared>, driver: GossipDriver, pool: &'stati
     });
 }
 
+/// WAN federation through mesh gateways: the WAN pool sends to other datacenters through
+/// the gateways the router's locator picks, and the server port relays what arrives that
+/// way into the pool's own sockets.
+fn route_wan_gossip_through_gateways(
+    shared: &Arc<Shared>,
+    driver: &mut GossipDriver,
+    router: Arc<crate::cluster::router::Router>,
+) {
+    if let Some(bound) = driver.bound_address() {
+        let pool = crate::shard::wanfed::local_pool_address(bound);
+        let first = shared.wan_gossip_pool.set(pool).is_ok();
+        debug_assert!(first, "one WAN pool per agent");
+    }
+    driver.route_through_gateways(crate::cluster::gossip_gateways::GatewaySettings {
+        local_datacenter: shared.config.datacenter.clone(),
+        pick_gateway: Box::new(move |datacenter| router.pick_gateway(datacenter)),
+        runtime: shared.clone(),
+    });
+}
+
 /// Shard 0's gossip: the LAN driver and the loops over it (server routing on a client
 /// agent, member reconcile on a server, user events, joins), and the WAN pool's.
 fn start_gossip(
@@ -1444,7 +1465,10 @@ fn start_gossip(
         handle.clone(),
         pools.events.clone(),
     ));
-    if let (Some(driver), Some(wan)) = (gossip_wan, pools.wan.clone()) {
+    if let (Some(mut driver), Some(wan)) = (gossip_wan, pools.wan.clone()) {
+        if shared.config.connect.mesh_gateway_wan_federation {
+            route_wan_gossip_through_gateways(&shared, &mut driver, pools.router.clone());
+        }
         spawn_gossip_driver(&shared, driver, "WAN");
         monoio::spawn(crate::cluster::router::wan_router(
             shared.clone(),

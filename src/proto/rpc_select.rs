@@ -155,6 +155,12 @@ pub enum Selection {
     /// a TLS server that requires a verified client certificate and offers [`alpn::OFFERED`];
     /// then [`select_alpn`] decides on the negotiated protocol.
     NativeTls,
+    /// WAN gossip packets from a server of another datacenter, through mesh gateways: each
+    /// a big-endian `u32` length and that many bytes (native TLS only, no type byte).
+    WanGossipPacket,
+    /// One WAN gossip stream (a push/pull exchange) from a server of another datacenter,
+    /// through mesh gateways (native TLS only, no type byte).
+    WanGossipStream,
 }
 
 impl Selection {
@@ -278,6 +284,11 @@ pub fn select(byte: u8, layer: Layer, policy: &ListenerPolicy) -> Result<Selecti
     // protocol never passes a listener that verifies incoming connections.
     debug_assert!(layer == Layer::Outer || !selection.starts_tls());
     debug_assert!(!(plaintext && policy.verify_incoming));
+    // WAN gossip through gateways has no type byte: only native TLS's ALPN selects it.
+    debug_assert!(!matches!(
+        selection,
+        Selection::WanGossipPacket | Selection::WanGossipStream
+    ));
     Ok(selection)
 }
 
@@ -298,6 +309,8 @@ pub fn select_alpn(negotiated: Option<&[u8]>) -> Result<Selection, Refusal> {
         alpn::RPC_MULTI => Ok(Selection::Multiplex),
         alpn::RAFT => Ok(Selection::Raft),
         alpn::RPC_SNAPSHOT => Ok(Selection::Snapshot),
+        alpn::WAN_GOSSIP_PACKET => Ok(Selection::WanGossipPacket),
+        alpn::WAN_GOSSIP_STREAM => Ok(Selection::WanGossipStream),
         _ => Err(Refusal::AlpnNotSpoken { name }),
     }
 }
@@ -461,12 +474,18 @@ mod tests {
         assert_eq!(by_name("consul/rpc-multi"), Ok(Selection::Multiplex));
         assert_eq!(by_name("consul/raft"), Ok(Selection::Raft));
         assert_eq!(by_name("consul/rpc-snapshot"), Ok(Selection::Snapshot));
+        assert_eq!(
+            by_name("consul/wan-gossip/packet"),
+            Ok(Selection::WanGossipPacket)
+        );
+        assert_eq!(
+            by_name("consul/wan-gossip/stream"),
+            Ok(Selection::WanGossipStream)
+        );
         for name in [
             "consul/rpc-gossip",
             "consul/rpc-grpc",
             "consul/raft-forwarding",
-            "consul/wan-gossip/packet",
-            "consul/wan-gossip/stream",
         ] {
             assert_eq!(
                 by_name(name).unwrap_err().to_string(),

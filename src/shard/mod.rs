@@ -27,6 +27,7 @@ pub mod runtime;
 pub mod snapshot_stream;
 pub mod telemetry;
 pub mod wal;
+pub mod wanfed;
 pub mod watch;
 
 pub use runtime::Shard;

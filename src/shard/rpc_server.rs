@@ -34,7 +34,9 @@
 //!   requires a verified client certificate; the negotiated protocol then selects typed
 //!   calls (`consul/rpc-single`, `consul/rpc-multi`) or Raft (`consul/raft`, with the same
 //!   server-role check) with no second byte. Mesh gateways route such connections to a
-//!   server by SNI. ALPN protocols praetor does not speak are refused by name.
+//!   server by SNI. WAN gossip from other datacenters (`consul/wan-gossip/packet|stream`)
+//!   is relayed to this server's WAN pool ([`crate::shard::wanfed`]) when it federates
+//!   through gateways. ALPN protocols praetor does not speak are refused by name.
 //!
 //! What a byte selects is decided in one place ([`crate::proto::rpc_select::select`]); with
 //! `verify_incoming` a plaintext byte is refused and logged with the peer's address.
@@ -50,6 +52,7 @@ use crate::shard::rpc_typed;
 pub use crate::shard::rpc_typed::{TypedAnswer, TypedCall, TypedCalls};
 use crate::shard::runtime::{RaftInput, Shard};
 use crate::shard::snapshot_stream::SnapshotStream;
+use crate::shard::wanfed;
 use crate::telemetry::{self, Counter};
 use crate::tls::stream::{FirstRecord, ServerTlsStream, HANDSHAKE_TIMEOUT_DEFAULT};
 use crate::tls::Protocol;
@@ -127,6 +130,12 @@ async fn serve<H: TypedCalls>(
         Ok(Selection::StartTls) => tls_session(shard, http, stream, peer).await,
         Ok(Selection::StartInsecureTls) => insecure_tls_session(shard, http, stream, peer).await,
         Ok(Selection::NativeTls) => native_tls_session(shard, http, stream, peer, byte).await,
+        Ok(selected @ (Selection::WanGossipPacket | Selection::WanGossipStream)) => {
+            debug_assert!(
+                false,
+                "{selected:?} is selected by ALPN only, never by a byte"
+            );
+        }
         Err(refusal) => log::warn!("rpc: refused a connection from {peer}: {refusal}"),
     }
 }
@@ -225,6 +234,23 @@ async fn serve_inside_tls<H: TypedCalls>(
         Selection::PraetorFrames => {
             let (reader, writer) = session.into_split();
             rpc_stream(shard, http, reader, writer, peer).await
+        }
+        Selection::WanGossipPacket | Selection::WanGossipStream => {
+            let Some(pool) = shard.shared().wan_gossip_pool.get().copied() else {
+                log::warn!(
+                    "rpc: refused WAN gossip from {peer}: this server does not federate \
+                     through mesh gateways (connect.enable_mesh_gateway_wan_federation)"
+                );
+                return;
+            };
+            if selection == Selection::WanGossipStream {
+                return wanfed::relay_stream(session, pool, peer).await;
+            }
+            // The write half stays open while packets come: the sender reads nothing, but
+            // a closed half would end its connection.
+            let (reader, writer) = session.into_split();
+            wanfed::relay_packets(reader, pool, peer).await;
+            drop(writer);
         }
         other => {
             debug_assert!(false, "{other:?} selected inside TLS");

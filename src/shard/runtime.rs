@@ -255,6 +255,10 @@ pub struct Shared {
     /// Called, on the agent's thread, with every configuration a reload applied: how the
     /// layers above the agent (`node`'s watch supervisor) follow reloads.
     pub reload_listeners: std::sync::Mutex<Vec<ReloadListener>>,
+    /// Where this server's WAN pool listens, once bound, when WAN gossip from other
+    /// datacenters may arrive through mesh gateways (`shard::wanfed`); unset otherwise, and
+    /// the server port then refuses the WAN gossip ALPN protocols.
+    pub wan_gossip_pool: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 /// See [`Shared::reload_listeners`].

@@ -206,24 +206,15 @@ pub async fn dial_through_gateway(
     node: &str,
     datacenter: &str,
 ) -> Result<SnapshotStream, String> {
-    let (config, server_name) = client.tls().native_rpc_client(
+    let session = super::wanfed::dial_through_gateway(
+        client.tls(),
+        client.bind_addr(),
+        gateway,
         node,
         datacenter,
         crate::proto::rpc_select::alpn::RPC_SNAPSHOT,
-    )?;
-    let source = crate::shard::dial::source_for(client.bind_addr(), gateway);
-    let stream = match monoio::time::timeout(
-        CONNECT_TIMEOUT,
-        crate::shard::dial::connect(source, gateway),
     )
-    .await
-    {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return Err(format!("cannot connect to mesh gateway {gateway}: {e}")),
-        Err(_) => return Err(format!("timed out connecting to mesh gateway {gateway}")),
-    };
-    let _ = stream.set_nodelay(true);
-    let session = super::forward::dial_native_tls(stream, config, server_name, gateway).await?;
+    .await?;
     Ok(SnapshotStream::Dialed(Box::new(session)))
 }
 

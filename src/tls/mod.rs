@@ -181,6 +181,10 @@ impl AutoMaterial {
     }
 }
 
+/// The node name that asks a mesh gateway for any server of a datacenter (Consul's `*`, as
+/// in the WAN join address `*.<primary>/…` of a secondary federated through gateways).
+pub const ANY_SERVER_NODE: &str = "*";
+
 /// The agent's TLS state: the current [`Loaded`] configurations, replaced whole on reload.
 pub struct TlsConfigurator {
     identity: Identity,
@@ -372,7 +376,8 @@ impl TlsConfigurator {
     /// How a server dials another datacenter's server `node` through a mesh gateway
     /// (Consul's `DialRPCViaMeshGateway`): native TLS with internal RPC's configuration, the
     /// ALPN protocol `alpn` offered, and the server's own name
-    /// `<node>.server.<datacenter>.<domain>` asked for, which is what the gateway routes by.
+    /// `<node>.server.<datacenter>.<domain>` asked for, which is what the gateway routes by;
+    /// for the node [`ANY_SERVER_NODE`], `server.<datacenter>.<domain>` (any of its servers).
     /// `Err` without outgoing TLS (a gateway only passes TLS through) or when the names
     /// cannot make a TLS server name.
     pub fn native_rpc_client(
@@ -394,10 +399,13 @@ impl TlsConfigurator {
                     .to_string(),
             );
         }
-        let text = format!(
-            "{node}.{}",
-            verify::server_name_for(datacenter, &self.identity.domain)
-        );
+        // The node `*` stands for any server of the datacenter (Consul's `ServerSNI`), which
+        // a gateway exposing its servers picks.
+        let any_server = verify::server_name_for(datacenter, &self.identity.domain);
+        let text = match node {
+            ANY_SERVER_NODE => any_server,
+            node => format!("{node}.{any_server}"),
+        };
         let name = ServerName::try_from(text.clone())
             .map_err(|_| format!("{text:?} is not a valid TLS server name"))?;
         let mut config = (*base).clone();

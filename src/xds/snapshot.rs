@@ -421,6 +421,11 @@ pub struct MeshGatewayRoutes {
     /// `server.<datacenter>.<domain>` whose endpoints are that datacenter's gateways, by
     /// datacenter name; empty otherwise.
     pub server_datacenters: Vec<(String, GatewayCluster)>,
+    /// With `-expose-servers`: every server of this datacenter as one cluster
+    /// `server.<datacenter>.<domain>` (Consul's catch-all), which a server of another
+    /// datacenter that knows no server by name (a secondary joining its primary) reaches
+    /// through the SNI fallback chain; `None` otherwise or without servers.
+    pub any_server: Option<GatewayCluster>,
 }
 
 /// Everything a `connect-proxy` or a gateway is configured from.
@@ -1654,7 +1659,7 @@ fn mesh_gateway_routes(
             )
         })
         .collect();
-    let (servers, server_datacenters) = if registration.expose_servers {
+    let (servers, server_datacenters, any_server) = if registration.expose_servers {
         let domain = settings.dns_domain.trim_end_matches('.');
         let remote_servers = remote
             .datacenters
@@ -1668,9 +1673,17 @@ fn mesh_gateway_routes(
                 (dc.clone(), cluster)
             })
             .collect();
-        (local_servers(tables, local, domain), remote_servers)
+        let servers = local_servers(tables, local, domain);
+        let any_server = (!servers.is_empty()).then(|| GatewayCluster {
+            name: format!("server.{local}.{domain}"),
+            endpoints: servers
+                .iter()
+                .flat_map(|server| server.endpoints.iter().cloned())
+                .collect(),
+        });
+        (servers, remote_servers, any_server)
     } else {
-        (Vec::new(), Vec::new())
+        (Vec::new(), Vec::new(), None)
     };
     Ok(MeshGatewayRoutes {
         listeners,
@@ -1678,6 +1691,7 @@ fn mesh_gateway_routes(
         datacenters,
         servers,
         server_datacenters,
+        any_server,
     })
 }
 
@@ -1894,7 +1908,9 @@ mod tests {
         assert_eq!(routes.datacenters[0].1.name, "dc2.internal.td");
         assert_eq!(routes.datacenters[0].1.endpoints[0].address, "wan-10.2.0.9");
         assert!(
-            routes.servers.is_empty() && routes.server_datacenters.is_empty(),
+            routes.servers.is_empty()
+                && routes.server_datacenters.is_empty()
+                && routes.any_server.is_none(),
             "server names are routed only with -expose-servers"
         );
 
@@ -1933,5 +1949,14 @@ mod tests {
             ("dc2", "server.dc2.consul")
         );
         assert_eq!(cluster.endpoints[0].address, "wan-10.2.0.9");
+        // And all of them under the catch-all name, for a dialer that names no server.
+        let any = routes.any_server.as_ref().unwrap();
+        assert_eq!(any.name, "server.dc1.consul");
+        let ports: Vec<_> = any
+            .endpoints
+            .iter()
+            .map(|e| format!("{}:{}", e.address, e.port))
+            .collect();
+        assert_eq!(ports, vec!["10.0.0.4:8300", "10.0.0.3:8300"]);
     }
 }

@@ -8,8 +8,9 @@ library's ssl module and msgpack; the codec and yamux client are consul_rpc.py's
 Usage:
   consul_native_tls.py direct <ip> <ca> <cert> <key> <node> <dc>
       the server's own port: both ALPN protocols answer, the certificate names
-      <node>.server.<dc>.consul; an unspoken protocol, a wrong one, none at all and a
-      missing client certificate get no answer
+      <node>.server.<dc>.consul; an unspoken protocol, WAN gossip (the server does not
+      federate through gateways), a wrong one, none at all and a missing client
+      certificate get no answer
   consul_native_tls.py through <ip:port> <sni> <ca> <cert> <key>
       a gateway: with <sni> as the server name, Status.Ping answers and the certificate
       presented is valid for <sni>
@@ -98,6 +99,11 @@ def direct(ip, ca, cert, key, node, dc):
     sock.close()
     multi(address, sni, ca, cert, key)
     # A Consul protocol praetor does not speak: the handshake completes, then the close.
+    grpc = context(ca, cert, key, ["consul/rpc-grpc"])
+    sock = open_tls(address, sni, grpc)
+    check(sock.selected_alpn_protocol() == "consul/rpc-grpc", "gRPC negotiated")
+    no_answer(sock, ping_request(), "consul/rpc-grpc")
+    # WAN gossip, to a server that does not federate through mesh gateways: the same.
     packet = context(ca, cert, key, ["consul/wan-gossip/packet"])
     sock = open_tls(address, sni, packet)
     check(sock.selected_alpn_protocol() == "consul/wan-gossip/packet", "gossip negotiated")

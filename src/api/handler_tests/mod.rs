@@ -151,6 +151,7 @@ impl Harness {
             exit_error: std::sync::OnceLock::new(),
             node_meta: arc_swap::ArcSwap::from_pointee(config.node_meta.clone()),
             reload_listeners: std::sync::Mutex::new(Vec::new()),
+            wan_gossip_pool: std::sync::OnceLock::new(),
         });
         let (_sender, inbox) = shard_channel();
         let tables = Tables::default();

@@ -90,6 +90,7 @@ fn all_clusters(snapshot: &Snapshot) -> impl Iterator<Item = &GatewayCluster> {
         .chain(snapshot.mesh.datacenters.iter().map(|(_, c)| c))
         .chain(&snapshot.mesh.servers)
         .chain(snapshot.mesh.server_datacenters.iter().map(|(_, c)| c))
+        .chain(&snapshot.mesh.any_server)
 }
 
 /// One EDS cluster per local service (or subset) and per other datacenter, by name.

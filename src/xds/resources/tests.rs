@@ -466,6 +466,7 @@ fn a_mesh_gateway_routes_by_sni_without_terminating() {
         )],
         servers: Vec::new(),
         server_datacenters: Vec::new(),
+        any_server: None,
     };
     let r = build(&s).unwrap();
     assert_eq!(
@@ -535,6 +536,10 @@ fn a_mesh_gateway_exposing_the_servers_routes_their_names_as_consul_does() {
             cluster("s2.server.dc1.consul", 8300),
         ],
         server_datacenters: vec![("dc2".into(), cluster("server.dc2.consul", 443))],
+        any_server: Some(GatewayCluster {
+            name: "server.dc1.consul".into(),
+            endpoints: vec![healthy(8300), healthy(8301)],
+        }),
     };
     let r = build(&s).unwrap();
     assert_eq!(
@@ -543,6 +548,7 @@ fn a_mesh_gateway_exposing_the_servers_routes_their_names_as_consul_does() {
             format!("dc2.internal.{TD}"),
             "s1.server.dc1.consul".to_string(),
             "s2.server.dc1.consul".to_string(),
+            "server.dc1.consul".to_string(),
             "server.dc2.consul".to_string(),
         ]
     );

@@ -115,7 +115,8 @@ fn native_tls_with_consuls_alpn_names_serves_rpc_and_refuses_the_rest() {
         describe(&output)
     );
     for refusal in [
-        "ALPN protocol consul/wan-gossip/packet is not spoken by praetor",
+        "ALPN protocol consul/rpc-grpc is not spoken by praetor",
+        "this server does not federate through mesh gateways",
         "native TLS connection negotiated no ALPN protocol",
     ] {
         assert!(log.contains(refusal), "no {refusal:?} in the log:\n{log}");
@@ -397,12 +398,14 @@ fn tcp_opens(source: IpAddr, destination: SocketAddr) -> bool {
     String::from_utf8_lossy(&output.stdout).starts_with("open")
 }
 
-/// WAN federation through mesh gateways, the RPC part (issue #40): with
-/// `connect.enable_mesh_gateway_wan_federation`, dc1's and dc2's servers cannot open each
-/// other's RPC port (iptables), only their gateways'. dc2 learns dc1's gateway from
-/// `primary_gateways`, gets dc1's roots and federation states through it, and each
-/// datacenter's `?dc=` reads (a blocking one included) reach the other through the
-/// gateways: dc2 → gw2 → gw1 → s1 and back.
+/// WAN federation through mesh gateways (issue #40): with
+/// `connect.enable_mesh_gateway_wan_federation`, dc1's and dc2's servers cannot reach each
+/// other's RPC port or serf WAN port (iptables, TCP and UDP), only their gateways'. dc2
+/// knows nothing of dc1 but `primary_gateways`: it joins dc1's WAN pool through dc1's
+/// gateway (`*.dc1`), after which WAN gossip flows both ways through the gateways and both
+/// servers see each other alive; dc2 gets dc1's roots and federation states through them,
+/// and each datacenter's `?dc=` reads (a blocking one included) reach the other through
+/// the gateways: dc2 → gw2 → gw1 → s1 and back.
 #[test]
 fn servers_call_other_datacenters_only_through_mesh_gateways() {
     let pki = Pki::new("wanfed-pki");
@@ -411,8 +414,11 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
     pki.server("dc2", "s2");
     let (dc1_ip, dc2_ip) = (fresh_loopback(), fresh_loopback());
     let mut firewall = Firewall::new(&[dc1_ip, dc2_ip]);
-    firewall.drop_tcp_port(dc2_ip, dc1_ip, 8300);
-    firewall.drop_tcp_port(dc1_ip, dc2_ip, 8300);
+    for (source, destination) in [(dc2_ip, dc1_ip), (dc1_ip, dc2_ip)] {
+        firewall.drop_tcp_port(source, destination, 8300);
+        firewall.drop_tcp_port(source, destination, 8302);
+        firewall.drop_udp_port(source, destination, 8302);
+    }
     let through_gateways = "connect { enable_mesh_gateway_wan_federation = true }";
     let primary = "primary_datacenter = \"dc1\"";
     let outgoing = "internal_rpc { verify_outgoing = true }";
@@ -432,7 +438,6 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
         ],
     );
     let gw1 = Gateway::start(dir.path(), "gw1", &dc1, fresh_loopback());
-    let join_wan = format!("retry_join_wan = [\"{dc1_ip}\"]");
     let primary_gateways = format!("primary_gateways = [\"{}\"]", gw1.wan);
     let dc2 = Agent::dev_at(
         dc2_ip,
@@ -445,8 +450,6 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
             primary,
             "-hcl",
             through_gateways,
-            "-hcl",
-            &join_wan,
             "-hcl",
             &primary_gateways,
             "-hcl",
@@ -463,10 +466,30 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
             gw2.log()
         )
     };
-    // The firewall holds: neither server can open the other's RPC port.
-    assert!(!tcp_opens(dc2_ip, SocketAddr::new(dc1_ip, 8300)));
-    assert!(!tcp_opens(dc1_ip, SocketAddr::new(dc2_ip, 8300)));
+    // The firewall holds: neither server can open the other's RPC or serf WAN port.
+    for port in [8300, 8302] {
+        assert!(!tcp_opens(dc2_ip, SocketAddr::new(dc1_ip, port)));
+        assert!(!tcp_opens(dc1_ip, SocketAddr::new(dc2_ip, port)));
+    }
     assert!(tcp_opens(dc2_ip, gw1.wan), "dc2 reaches dc1's gateway");
+
+    // dc2 joins dc1's WAN pool through the gateways, and the probes that keep both
+    // members alive go through them too.
+    let both_alive = |agent: &Agent| {
+        let members = agent.get("/v1/agent/members?wan=1").json();
+        let alive = |name: &str| {
+            members
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["Name"] == name && m["Status"] == 1))
+        };
+        alive("s1.dc1") && alive("s2.dc2")
+    };
+    let converged = wait_for_ok(FEDERATION_LIMIT, || both_alive(&dc1) && both_alive(&dc2));
+    assert!(
+        converged,
+        "the WAN pool never converged through the gateways\n{}",
+        logs()
+    );
 
     let federated = wait_for_ok(FEDERATION_LIMIT, || {
         let roots = dc2.get("/v1/connect/ca/roots").json();
@@ -524,6 +547,8 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
         snapshot.body.len()
     );
     assert!(snapshot.index() > 0);
-    // Nothing went straight to the other datacenter's RPC port.
+    // Still alive on both sides after all that, so the gossip through the gateways is
+    // not only the join's: and nothing went straight to the other datacenter's ports.
+    assert!(both_alive(&dc1) && both_alive(&dc2), "{}", logs());
     assert!(firewall.is_partitioned());
 }

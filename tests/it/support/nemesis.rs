@@ -36,11 +36,14 @@ fn iptables(args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// A rule: source, destination, and the protocol and port it drops (every packet if none).
+type Rule = (IpAddr, IpAddr, Option<(&'static str, u16)>);
+
 /// The partitions one test makes among its agents' addresses.
 pub struct Firewall {
     comment: String,
-    /// The (source, destination, TCP port or every packet) rules in force now.
-    dropped: BTreeSet<(IpAddr, IpAddr, Option<u16>)>,
+    /// The rules in force now.
+    dropped: BTreeSet<Rule>,
 }
 
 impl Firewall {
@@ -72,7 +75,12 @@ impl Firewall {
         firewall
     }
 
-    fn rule(&self, source: IpAddr, destination: IpAddr, port: Option<u16>) -> Vec<String> {
+    fn rule(
+        &self,
+        source: IpAddr,
+        destination: IpAddr,
+        port: Option<(&'static str, u16)>,
+    ) -> Vec<String> {
         let mut rule: Vec<String> = [
             "INPUT",
             "-s",
@@ -83,8 +91,8 @@ impl Firewall {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        if let Some(port) = port {
-            rule.extend(["-p", "tcp", "--dport", &port.to_string()].map(str::to_string));
+        if let Some((protocol, port)) = port {
+            rule.extend(["-p", protocol, "--dport", &port.to_string()].map(str::to_string));
         }
         rule.extend(
             ["-m", "comment", "--comment", &self.comment, "-j", "DROP"].map(str::to_string),
@@ -92,7 +100,7 @@ impl Firewall {
         rule
     }
 
-    fn add(&mut self, source: IpAddr, destination: IpAddr, port: Option<u16>) {
+    fn add(&mut self, source: IpAddr, destination: IpAddr, port: Option<(&'static str, u16)>) {
         if self.dropped.insert((source, destination, port)) {
             let rule = self.rule(source, destination, port);
             let mut args = vec!["-I"];
@@ -110,7 +118,12 @@ impl Firewall {
     /// Drops TCP from `source` to `destination`'s `port` only (say, a server's RPC port
     /// while its gossip ports stay reachable).
     pub fn drop_tcp_port(&mut self, source: IpAddr, destination: IpAddr, port: u16) {
-        self.add(source, destination, Some(port));
+        self.add(source, destination, Some(("tcp", port)));
+    }
+
+    /// Drops UDP from `source` to `destination`'s `port` only (a gossip port's datagrams).
+    pub fn drop_udp_port(&mut self, source: IpAddr, destination: IpAddr, port: u16) {
+        self.add(source, destination, Some(("udp", port)));
     }
 
     /// Cuts `isolated` off from every address in `others`, in both directions.
