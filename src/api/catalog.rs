@@ -719,7 +719,7 @@ fn service_nodes(
     )?
     .with_near(ctx, request);
     if peer::named(request).is_some() {
-        return peer::run(ctx, request, query, options, Empty::List, reply);
+        return peer::run_service(ctx, request, query, options, reply);
     }
     agent_cache::run(ctx, request, query, options, reply)
 }
