@@ -142,25 +142,25 @@ pub struct ImportedServiceQuery {
 }
 
 impl ImportedServiceQuery {
-    /// The peer form of `local` naming `peer`, for the views a peer's rows answer; `local`
-    /// back for the others.
-    pub fn of(local: ServiceQuery, peer: &str) -> Result<ImportedServiceQuery, ServiceQuery> {
-        let health = match local.view {
-            ServiceView::Health => true,
-            ServiceView::Catalog => false,
-            _ => return Err(local),
-        };
-        Ok(ImportedServiceQuery {
+    /// Whether a peer's rows answer `view` (the others answer empty).
+    pub fn answers(view: ServiceView) -> bool {
+        matches!(view, ServiceView::Health | ServiceView::Catalog)
+    }
+
+    /// The peer form of `local` (a view [`ImportedServiceQuery::answers`]) naming `peer`.
+    pub fn new(local: ServiceQuery, peer: &str) -> ImportedServiceQuery {
+        debug_assert!(ImportedServiceQuery::answers(local.view));
+        ImportedServiceQuery {
             peer: peer.to_string(),
             folded_peer: Arc::from(&*fold(peer)),
             service: local.service,
-            health,
+            health: local.view == ServiceView::Health,
             passing: local.passing,
             tags: local.tags,
             node_meta: local.node_meta,
             filter: local.filter,
             rows: local.rows,
-        })
+        }
     }
 }
 
@@ -207,7 +207,7 @@ impl Query for ImportedServiceQuery {
                     }
                 };
                 if let Some(filter) = &self.filter {
-                    if !filter.matches(&render::as_value(&row)) {
+                    if !filter.matches(&render::as_value(row)) {
                         continue;
                     }
                 }
@@ -230,8 +230,8 @@ pub fn run_service(
     reply: &mut Reply,
 ) -> Result<Outcome, ApiError> {
     let peer = named(request).unwrap_or_default();
-    match ImportedServiceQuery::of(query, peer) {
-        Ok(imported) => run_query(ctx, imported, options, reply),
-        Err(local) => run(ctx, request, local, options, Empty::List, reply),
+    if !ImportedServiceQuery::answers(query.view) {
+        return run(ctx, request, query, options, Empty::List, reply);
     }
+    run_query(ctx, ImportedServiceQuery::new(query, peer), options, reply)
 }
