@@ -722,6 +722,82 @@ mod tests {
         assert!(session.on_exports(&desired).is_empty());
     }
 
+    /// A catalog with `web` (a passing check) and `api` on node `n1`, and an
+    /// `exported-services` entry from `entry`'s `Services`.
+    fn catalog_exporting(services: &str) -> Tables {
+        use crate::store::catalog::{
+            CatalogOp, CheckRegistration, Registration, ServiceRegistration,
+        };
+        use crate::store::mesh::config_entry::ConfigEntryOp;
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        for (index, (service, checks)) in [("web", vec!["web-ok"]), ("api", vec![])]
+            .into_iter()
+            .enumerate()
+        {
+            let registration = Registration {
+                node: "n1".into(),
+                address: "10.0.0.1".into(),
+                service: Some(ServiceRegistration {
+                    id: service.into(),
+                    name: service.into(),
+                    port: 80,
+                    ..Default::default()
+                }),
+                checks: checks
+                    .into_iter()
+                    .map(|id| CheckRegistration {
+                        check_id: id.into(),
+                        name: id.into(),
+                        status: "passing".into(),
+                        service_id: service.into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let command = Command::Catalog(CatalogOp::Register(Box::new(registration)));
+            tables.apply(index as u64 + 1, &command, &mut changes);
+        }
+        let body =
+            format!(r#"{{"Kind":"exported-services","Name":"default","Services":{services}}}"#);
+        let entry = crate::consul::config_entry::decode_body(body.as_bytes()).unwrap();
+        let command = Command::ConfigEntry(ConfigEntryOp::Set {
+            entry: Box::new(entry),
+            cas: None,
+        });
+        assert_eq!(
+            tables.apply(5, &command, &mut changes),
+            CommandResult::Bool(true)
+        );
+        tables
+    }
+
+    #[test]
+    fn a_peer_is_sent_what_the_entry_exports_to_it_with_instances_and_checks() {
+        let tables = catalog_exporting(
+            r#"[{"Name":"web","Consumers":[{"Peer":"other"}]},{"Name":"api","Consumers":[{"Peer":"third"}]}]"#,
+        );
+        let exports = exports_for(&tables, "Other");
+        assert_eq!(exports.keys().collect::<Vec<_>>(), ["web"]);
+        let nodes = &exports["web"].nodes;
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].node.as_ref().unwrap().node, "n1");
+        assert_eq!(nodes[0].service.as_ref().unwrap().id, "web");
+        let checks: Vec<(&str, &str)> = nodes[0]
+            .checks
+            .iter()
+            .map(|c| (c.check_id.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(checks, [("web-ok", "passing")]);
+        assert!(exports_for(&tables, "nobody").is_empty());
+        // A wildcard exports every typical service.
+        let tables = catalog_exporting(r#"[{"Name":"*","Consumers":[{"Peer":"other"}]}]"#);
+        let exports = exports_for(&tables, "other");
+        assert_eq!(exports.keys().collect::<Vec<_>>(), ["api", "web"]);
+        assert!(exports["api"].nodes[0].checks.is_empty());
+    }
+
     fn response(url: &str, id: &str, value: Vec<u8>) -> ReplicationMessage {
         ReplicationMessage::of(Payload::Response(ResourceResponse {
             nonce: "7".into(),
