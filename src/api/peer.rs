@@ -21,7 +21,6 @@
 //! is refused by `catalog::services`, as Consul refuses it.
 
 use super::authz::RowFilter;
-use super::catalog::{ServiceQuery, ServiceView};
 use super::{
     run_query, ApiError, Context, Outcome, Query, QueryMeta, QueryOptions, Reply, Request,
 };
@@ -29,7 +28,6 @@ use crate::consul::filter::Filter;
 use crate::consul::json::JsonWriter;
 use crate::consul::render;
 use crate::shard::watch::WatchSet;
-use crate::store::catalog::rows::fold;
 use crate::store::peering;
 use crate::store::{StoreVersion, Table, Tables};
 use std::sync::Arc;
@@ -129,39 +127,17 @@ pub fn run<Q: Query + 'static>(
 /// `?peer=` on `/v1/health/service/<s>` or `/v1/catalog/service/<s>`: the instances of `s`
 /// imported from the peer, filtered as the local read filters.
 pub struct ImportedServiceQuery {
-    peer: String,
-    folded_peer: Arc<str>,
-    service: Arc<str>,
+    pub peer: String,
+    /// `peer` folded: the key of its imports.
+    pub folded_peer: Arc<str>,
+    pub service: Arc<str>,
     /// `CheckServiceNode`s (health) rather than `ServiceNode`s (catalog).
-    health: bool,
-    passing: bool,
-    tags: Vec<String>,
-    node_meta: Vec<(String, String)>,
-    filter: Option<Filter>,
-    rows: RowFilter,
-}
-
-impl ImportedServiceQuery {
-    /// Whether a peer's rows answer `view` (the others answer empty).
-    pub fn answers(view: ServiceView) -> bool {
-        matches!(view, ServiceView::Health | ServiceView::Catalog)
-    }
-
-    /// The peer form of `local` (a view [`ImportedServiceQuery::answers`]) naming `peer`.
-    pub fn new(local: ServiceQuery, peer: &str) -> ImportedServiceQuery {
-        debug_assert!(ImportedServiceQuery::answers(local.view));
-        ImportedServiceQuery {
-            peer: peer.to_string(),
-            folded_peer: Arc::from(&*fold(peer)),
-            service: local.service,
-            health: local.view == ServiceView::Health,
-            passing: local.passing,
-            tags: local.tags,
-            node_meta: local.node_meta,
-            filter: local.filter,
-            rows: local.rows,
-        }
-    }
+    pub health: bool,
+    pub passing: bool,
+    pub tags: Vec<String>,
+    pub node_meta: Vec<(String, String)>,
+    pub filter: Option<Filter>,
+    pub rows: RowFilter,
 }
 
 impl Query for ImportedServiceQuery {
@@ -218,20 +194,4 @@ impl Query for ImportedServiceQuery {
         w.finish();
         reply.json_bytes(200, &self.rows.list_headers(meta, hidden), &body);
     }
-}
-
-/// Runs a service read that names a peer: its imported rows where the view has them, the
-/// empty answer of the local read otherwise.
-pub fn run_service(
-    ctx: &Context,
-    request: &Request,
-    query: ServiceQuery,
-    options: QueryOptions,
-    reply: &mut Reply,
-) -> Result<Outcome, ApiError> {
-    let peer = named(request).unwrap_or_default();
-    if !ImportedServiceQuery::answers(query.view) {
-        return run(ctx, request, query, options, Empty::List, reply);
-    }
-    run_query(ctx, ImportedServiceQuery::new(query, peer), options, reply)
 }
