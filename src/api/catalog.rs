@@ -719,9 +719,39 @@ fn service_nodes(
     )?
     .with_near(ctx, request);
     if peer::named(request).is_some() {
-        return peer::run(ctx, request, query, options, Empty::List, reply);
+        return run_peer_service(ctx, request, query, options, reply);
     }
     agent_cache::run(ctx, request, query, options, reply)
+}
+
+/// Runs a service read that names a peer (`?peer=`): the instances imported from it for the
+/// health and catalog views ([`peer::ImportedServiceQuery`]), the local read's empty answer
+/// for the others.
+pub fn run_peer_service(
+    ctx: &Context,
+    request: &Request,
+    query: ServiceQuery,
+    options: super::QueryOptions,
+    reply: &mut Reply,
+) -> Result<Outcome, ApiError> {
+    let peer_name = peer::named(request).unwrap_or_default();
+    let health = match query.view {
+        ServiceView::Health => true,
+        ServiceView::Catalog => false,
+        _ => return peer::run(ctx, request, query, options, Empty::List, reply),
+    };
+    let imported = peer::ImportedServiceQuery {
+        peer: peer_name.to_string(),
+        folded_peer: Arc::from(&*fold(peer_name)),
+        service: query.service,
+        health,
+        passing: query.passing,
+        tags: query.tags,
+        node_meta: query.node_meta,
+        filter: query.filter,
+        rows: query.rows,
+    };
+    super::run_query(ctx, imported, options, reply)
 }
 
 /// `/v1/catalog/node/<n>` (a map of services) or `/v1/catalog/node-services/<n>` (a list).

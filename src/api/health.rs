@@ -72,7 +72,7 @@ fn service_health(
     )?
     .with_near(ctx, request);
     if peer::named(request).is_some() {
-        return peer::run(ctx, request, query, options, Empty::List, reply);
+        return super::catalog::run_peer_service(ctx, request, query, options, reply);
     }
     agent_cache::run(ctx, request, query, options, reply)
 }

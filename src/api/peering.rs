@@ -564,12 +564,15 @@ fn check_token_unused(
     Ok(())
 }
 
-/// What a read of one peering depends on: the peerings table's index, the peering's key.
+/// What a read of one peering depends on: the peerings table's index, the peering's key,
+/// and its imports (its `StreamStatus.ImportedServices`).
 pub fn read_watch(tables: &Tables, name: &str) -> (u64, WatchSet) {
     let key = crate::store::catalog::rows::fold(name).into_owned();
     (
         peering::index(tables),
-        WatchSet::new().key(Table::Peerings, key),
+        WatchSet::new()
+            .key(Table::Peerings, key.clone())
+            .key(Table::ImportedServices, key),
     )
 }
 
@@ -577,8 +580,26 @@ pub fn read_watch(tables: &Tables, name: &str) -> (u64, WatchSet) {
 pub fn list_watch(tables: &Tables) -> (u64, WatchSet) {
     (
         peering::index(tables),
-        WatchSet::new().table(Table::Peerings),
+        WatchSet::new()
+            .table(Table::Peerings)
+            .table(Table::ImportedServices),
     )
+}
+
+/// `row` with its stream status's service lists filled in from the store, as Consul fills
+/// them from its stream tracker: the services imported from the peer, and those this
+/// cluster's `exported-services` entry exports to it (while the peering is not deleted).
+pub fn with_stream_services(tables: &Tables, row: &Peering) -> Peering {
+    let mut row = row.clone();
+    row.stream_status.imported_services = peering::imported_services(tables, &row.name)
+        .map(|s| s.service.clone())
+        .collect();
+    row.stream_status.exported_services = if row.is_active() {
+        services_exported_to(tables, &row.name)
+    } else {
+        Vec::new()
+    };
+    row
 }
 
 /// `GET /v1/peering/<name>`'s answer: the peering, or Consul's 404.
@@ -614,8 +635,8 @@ impl Query for ReadQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let row = peering::get(tables, &self.name).map(|row| &**row);
-        read_answer(&self.name, row, meta, reply);
+        let row = peering::get(tables, &self.name).map(|row| with_stream_services(tables, row));
+        read_answer(&self.name, row.as_ref(), meta, reply);
     }
 }
 
@@ -628,7 +649,10 @@ impl Query for ListQuery {
     }
 
     fn respond(&self, tables: &StoreVersion, meta: QueryMeta, reply: &mut Reply) {
-        let rows: Vec<&Peering> = peering::list(tables).map(|p| &**p).collect();
+        let rows: Vec<Peering> = peering::list(tables)
+            .map(|p| with_stream_services(tables, p))
+            .collect();
+        let rows: Vec<&Peering> = rows.iter().collect();
         list_answer(&rows, meta, reply);
     }
 }
@@ -839,6 +863,21 @@ pub fn exported_services_of(tables: &Tables) -> Vec<ExportedService> {
             peers: consumers.peers.into_iter().collect(),
             partitions: consumers.partitions.into_iter().collect(),
         })
+        .collect()
+}
+
+/// The services this cluster exports to the peering it calls `peer_name` (a consumer's
+/// `Peer`, compared as Consul compares peer names: without regard to case), in name order.
+pub fn services_exported_to(tables: &Tables, peer_name: &str) -> Vec<String> {
+    resolved_exports(tables)
+        .into_iter()
+        .filter(|(_, consumers)| {
+            consumers
+                .peers
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(peer_name))
+        })
+        .map(|(service, _)| service)
         .collect()
 }
 

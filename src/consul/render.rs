@@ -29,10 +29,19 @@ fn str_map(
 
 /// The fields of a `Node`, inside an open object.
 pub fn node_fields(w: &mut JsonWriter, node: &Node) {
+    node_fields_of_peer(w, node, "");
+}
+
+/// The fields of a `Node` imported from peer `peer` (none: a local node), whose
+/// `PeerName` Consul writes only when set.
+pub fn node_fields_of_peer(w: &mut JsonWriter, node: &Node, peer: &str) {
     w.field_str("ID", &node.id);
     w.field_str("Node", &node.name);
     w.field_str("Address", &node.address);
     w.field_str("Datacenter", &node.datacenter);
+    if !peer.is_empty() {
+        w.field_str("PeerName", peer);
+    }
     str_map(w, "TaggedAddresses", &node.tagged_addresses, true);
     str_map(w, "Meta", &node.meta, false);
     w.field_u64("CreateIndex", node.create_index);
@@ -98,6 +107,16 @@ fn connect(w: &mut JsonWriter, name: &str, service: &ServiceInstance) {
 
 /// A `ServiceNode` (`/v1/catalog/service/<s>`): node columns joined with the instance.
 pub fn service_node(w: &mut JsonWriter, node: &Node, service: &ServiceInstance) {
+    service_node_of_peer(w, node, service, "");
+}
+
+/// A `ServiceNode` imported from peer `peer` (none: a local one).
+pub fn service_node_of_peer(
+    w: &mut JsonWriter,
+    node: &Node,
+    service: &ServiceInstance,
+    peer: &str,
+) {
     w.begin_object();
     w.field_str("ID", &node.id);
     w.field_str("Node", &node.name);
@@ -119,6 +138,9 @@ pub fn service_node(w: &mut JsonWriter, node: &Node, service: &ServiceInstance) 
     proxy(w, "ServiceProxy", service);
     connect(w, "ServiceConnect", service);
     w.field_null("ServiceLocality");
+    if !peer.is_empty() {
+        w.field_str("PeerName", peer);
+    }
     w.field_u64("CreateIndex", service.create_index);
     w.field_u64("ModifyIndex", service.modify_index);
     w.end_object();
@@ -126,6 +148,11 @@ pub fn service_node(w: &mut JsonWriter, node: &Node, service: &ServiceInstance) 
 
 /// The fields of a `NodeService`, inside an open object.
 pub fn node_service_fields(w: &mut JsonWriter, service: &ServiceInstance) {
+    node_service_fields_of_peer(w, service, "");
+}
+
+/// The fields of a `NodeService` imported from peer `peer` (none: a local one).
+pub fn node_service_fields_of_peer(w: &mut JsonWriter, service: &ServiceInstance, peer: &str) {
     if !service.kind().is_empty() {
         w.field_str("Kind", service.kind());
     }
@@ -145,7 +172,7 @@ pub fn node_service_fields(w: &mut JsonWriter, service: &ServiceInstance) {
     w.field_bool("EnableTagOverride", service.enable_tag_override);
     proxy(w, "Proxy", service);
     connect(w, "Connect", service);
-    w.field_str("PeerName", "");
+    w.field_str("PeerName", peer);
     w.field_u64("CreateIndex", service.create_index);
     w.field_u64("ModifyIndex", service.modify_index);
 }
@@ -282,6 +309,11 @@ fn definition(w: &mut JsonWriter, def: Option<&CheckDefinition>) {
 
 /// The fields of a `HealthCheck`, inside an open object.
 pub fn health_check_fields(w: &mut JsonWriter, check: &HealthCheck) {
+    health_check_fields_of_peer(w, check, "");
+}
+
+/// The fields of a `HealthCheck` imported from peer `peer` (none: a local one).
+pub fn health_check_fields_of_peer(w: &mut JsonWriter, check: &HealthCheck, peer: &str) {
     w.field_str("Node", &check.node);
     w.field_str("CheckID", &check.check_id);
     w.field_str("Name", &check.name);
@@ -295,6 +327,9 @@ pub fn health_check_fields(w: &mut JsonWriter, check: &HealthCheck) {
     w.field_str("Interval", check.interval());
     w.field_str("Timeout", check.timeout());
     w.field_i64("ExposedPort", check.exposed_port() as i64);
+    if !peer.is_empty() {
+        w.field_str("PeerName", peer);
+    }
     definition(w, check.definition());
     w.field_u64("CreateIndex", check.create_index);
     w.field_u64("ModifyIndex", check.modify_index);
@@ -318,6 +353,31 @@ pub fn check_service_node(w: &mut JsonWriter, row: &CheckServiceNode) {
     w.field_array("Checks");
     for check in row.checks() {
         health_check(w, check);
+    }
+    w.end_array();
+    w.end_object();
+}
+
+/// A `CheckServiceNode` imported from peer `peer`: every row names the peer.
+pub fn imported_check_service_node<'c>(
+    w: &mut JsonWriter,
+    node: &Node,
+    service: &ServiceInstance,
+    checks: impl Iterator<Item = &'c HealthCheck>,
+    peer: &str,
+) {
+    w.begin_object();
+    w.field_object("Node");
+    node_fields_of_peer(w, node, peer);
+    w.end_object();
+    w.field_object("Service");
+    node_service_fields_of_peer(w, service, peer);
+    w.end_object();
+    w.field_array("Checks");
+    for check in checks {
+        w.begin_object();
+        health_check_fields_of_peer(w, check, peer);
+        w.end_object();
     }
     w.end_array();
     w.end_object();

@@ -52,7 +52,8 @@ pub const fn key_case(table: Table) -> KeyCase {
         | Table::ConfigEntries
         | Table::GatewayServices
         | Table::Peerings
-        | Table::PeeringTrustBundles => KeyCase::Folded,
+        | Table::PeeringTrustBundles
+        | Table::ImportedServices => KeyCase::Folded,
         // `Sessions` keys are session IDs, and `node:<folded node>` for a node's sessions
         // (`session::node_watch_key` folds the node part itself).
         Table::Kvs

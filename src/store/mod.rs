@@ -83,6 +83,9 @@ pub enum Table {
     Peerings = 17,
     /// The trust bundles received from peers (`store::peering`), keyed by folded peer name.
     PeeringTrustBundles = 18,
+    /// The services peers export to this cluster (`store::peering`), keyed by folded peer
+    /// name.
+    ImportedServices = 19,
 }
 
 impl Table {
@@ -107,6 +110,7 @@ impl Table {
         Table::FederationStates,
         Table::Peerings,
         Table::PeeringTrustBundles,
+        Table::ImportedServices,
     ];
 }
 
@@ -122,7 +126,7 @@ pub fn changes_everywhere() -> Vec<Change> {
 }
 
 /// Number of slots in [`Tables::table_indexes`]; room for every [`Table`] variant.
-pub const TABLE_COUNT: usize = 19;
+pub const TABLE_COUNT: usize = 20;
 
 /// The key a change touched within its table, in the table's canonical form
 /// (`dependency::canonical_key`). What a read depended on is the other half:
@@ -198,8 +202,8 @@ pub struct Tables {
     /// each leader's anti-entropy writes its datacenter's again).
     #[serde(default)]
     pub federation: federation::FederationTables,
-    /// Cluster peerings, their secrets and trust bundles (format 4 on: older snapshots
-    /// restore with none).
+    /// Cluster peerings, their secrets, trust bundles and imported services (format 4 on:
+    /// older snapshots restore with none; the imported services from format 5 on).
     #[serde(default)]
     pub peering: peering::PeeringTables,
 }
@@ -288,7 +292,7 @@ impl Tables {
         input
             .read_exact(&mut format)
             .map_err(|_| "empty store snapshot".to_string())?;
-        // Formats 1 to 3 are format 4 without some trailing tables (defaulted) and with
+        // Formats 1 to 4 are format 5 without some trailing tables (defaulted) and with
         // fewer table indexes (see `table_indexes_of_any_format`).
         if !SNAPSHOT_FORMATS_READ.contains(&format[0]) {
             return Err(format!("unsupported store snapshot format {}", format[0]));
@@ -299,7 +303,7 @@ impl Tables {
     /// Rebuilds a version from [`Tables::to_snapshot_bytes`] output.
     pub fn from_snapshot_bytes(bytes: &[u8]) -> Result<Tables, String> {
         match bytes.split_first() {
-            // Formats 1 to 3 are format 4 without some trailing tables, which then default
+            // Formats 1 to 4 are format 5 without some trailing tables, which then default
             // to none, and with fewer table indexes.
             Some((format, rest)) if SNAPSHOT_FORMATS_READ.contains(format) => {
                 rmp_serde::from_slice(rest).map_err(|e| format!("corrupt store snapshot: {e}"))
@@ -318,7 +322,10 @@ impl Tables {
 /// 3: a 17th table index and the federation states (`Tables::federation`) at the end; a
 /// format-2 reader would refuse the longer index array, hence the new number.
 /// 4: two more table indexes (19) and the peering tables (`Tables::peering`) at the end.
-const SNAPSHOT_FORMAT_VERSION: u8 = 4;
+/// 5: a 20th table index and the imported services at the end of the peering tables.
+const SNAPSHOT_FORMAT_VERSION: u8 = 5;
+/// The format before the imported services, still read.
+const SNAPSHOT_FORMAT_BEFORE_IMPORTS: u8 = 4;
 /// The format before the peering tables, still read.
 const SNAPSHOT_FORMAT_BEFORE_PEERING: u8 = 3;
 /// The format before the federation states, still read.
@@ -326,10 +333,11 @@ const SNAPSHOT_FORMAT_BEFORE_FEDERATION: u8 = 2;
 /// The format before the agent CA and the mesh tables, still read.
 const SNAPSHOT_FORMAT_BEFORE_AGENT_CA: u8 = 1;
 /// Every format [`Tables::read_snapshot`] accepts.
-const SNAPSHOT_FORMATS_READ: [u8; 4] = [
+const SNAPSHOT_FORMATS_READ: [u8; 5] = [
     SNAPSHOT_FORMAT_BEFORE_AGENT_CA,
     SNAPSHOT_FORMAT_BEFORE_FEDERATION,
     SNAPSHOT_FORMAT_BEFORE_PEERING,
+    SNAPSHOT_FORMAT_BEFORE_IMPORTS,
     SNAPSHOT_FORMAT_VERSION,
 ];
 
@@ -384,12 +392,12 @@ mod tests {
             }),
             &mut changes,
         );
-        // Format 4 is the fields as one msgpack array, the table indexes a 19-slot array,
+        // Format 5 is the fields as one msgpack array, the table indexes a 20-slot array,
         // ending with the agent CA (nil here), the mesh tables, the gateway-services table,
         // the federation states and the peering tables; format 1 is the same array without
         // those five fields and with 16 table indexes.
         let current = tables.to_snapshot_bytes();
-        assert_eq!(current[0], 4);
+        assert_eq!(current[0], 5);
         let fields = current[1] & 0x0f;
         assert_eq!(current[1], 0x90 | fields, "a fixarray of the fields");
         let mut tail = rmp_serde::to_vec(&tables.mesh).unwrap();

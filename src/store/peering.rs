@@ -13,13 +13,23 @@
 //! (rotation: the earlier token stops working), exchanging it consumes it for a pending
 //! stream secret (single use), and the dialer stores the active stream secret it was given.
 //!
+//! Imported services (Consul keeps them in its catalog with a `PeerName`; praetor keeps
+//! them apart, so no local read can mistake them for local rows): what a peer exported to
+//! this cluster, one row per (peer, service) holding the `CheckServiceNode`s as the peer
+//! sent them. The peer stream writes a service's whole instance list at once (an empty
+//! list removes it) and prunes what a new exported-service list no longer names; removing
+//! a peering, or its termination by the peer, removes its imports.
+//!
 //! Watch keys: [`Table::Peerings`] by folded peering name (secrets announce their peering's
 //! name; they are never read over HTTP), [`Table::PeeringTrustBundles`] by folded peer
-//! name. Invariants: a row's key is its folded name and `by_id` maps every row's ID to that
-//! key and nothing else; secrets exist only for a stored peering's ID; `create_index ≤
-//! modify_index ≤` the table index.
+//! name, [`Table::ImportedServices`] by folded peer name. Invariants: a row's key is its
+//! folded name and `by_id` maps every row's ID to that key and nothing else; secrets exist
+//! only for a stored peering's ID; imports exist only under a stored, active peering's
+//! folded name, never empty, within [`IMPORTED_SERVICES_PER_PEERING_MAX`] and
+//! [`IMPORTED_INSTANCES_PER_PEERING_MAX`]; `create_index ≤ modify_index ≤` the table index.
 
 use super::catalog::rows::fold;
+use super::catalog::{HealthCheck, Node, ServiceInstance};
 use super::{Change, CommandResult, Table, Tables};
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -33,6 +43,14 @@ pub const PEER_LIST_ENTRIES_MAX: usize = 64;
 /// Most peerings one cluster may hold: far more than any deployment, and a bound on what
 /// writes can make every server store.
 pub const PEERINGS_MAX: usize = 4096;
+/// Most services one peer may export to this cluster (more are refused, and the peer stream
+/// answers the resource with a NACK): a bound on what one peer can make every server store.
+pub const IMPORTED_SERVICES_PER_PEERING_MAX: usize = 5_000;
+/// Most service instances (`CheckServiceNode`s) imported from one peer, over all its
+/// services.
+pub const IMPORTED_INSTANCES_PER_PEERING_MAX: usize = 50_000;
+/// Most checks one imported instance may carry.
+pub const IMPORTED_CHECKS_PER_INSTANCE_MAX: usize = 256;
 
 /// Consul's `PeeringState`, rendered in upper case.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +179,35 @@ pub struct TrustBundle {
     pub modify_index: u64,
 }
 
+/// One instance of an imported service, as the peer sent it (Consul's `CheckServiceNode`);
+/// the rows' indexes are this cluster's, set when the instance was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedInstance {
+    pub node: Node,
+    pub service: ServiceInstance,
+    pub checks: Vec<HealthCheck>,
+}
+
+impl ImportedInstance {
+    /// Whether every check of the instance passes (Consul's `?passing`).
+    pub fn all_passing(&self) -> bool {
+        self.checks
+            .iter()
+            .all(|c| c.status == super::catalog::Status::Passing)
+    }
+}
+
+/// What one peer exports to this cluster of one service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedService {
+    /// The local name of the peering it came through.
+    pub peer_name: String,
+    pub service: String,
+    pub instances: Vec<ImportedInstance>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
 /// Writes to the peering tables.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PeeringOp {
@@ -176,7 +223,22 @@ pub enum PeeringOp {
     TrustBundleDelete {
         peer_name: String,
     },
+    /// The instances peer `peer_name` exports of `service` now (none: it no longer exports
+    /// it). Refused for a peering that does not exist or is being deleted or terminated.
+    Import {
+        peer_name: String,
+        service: String,
+        instances: Vec<ImportedInstance>,
+    },
+    /// The services peer `peer_name` exports now: the imports of any other are removed.
+    ImportList {
+        peer_name: String,
+        services: Vec<String>,
+    },
 }
+
+/// Folded peer name → service name → what that peer exports of it.
+pub type Imports = OrdMap<String, OrdMap<String, Arc<ImportedService>>>;
 
 /// The peering tables of one store version.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -189,6 +251,10 @@ pub struct PeeringTables {
     pub secrets: OrdMap<String, Arc<PeeringSecrets>>,
     /// Folded peer name → trust bundle.
     pub trust_bundles: OrdMap<String, Arc<TrustBundle>>,
+    /// What each peer exports to this cluster (format 5 on: older snapshots restore with
+    /// none, and the peer stream sends them again).
+    #[serde(default)]
+    pub imports: Imports,
 }
 
 /// Why a peering write was refused, in Consul's words.
@@ -209,6 +275,9 @@ pub enum PeeringError {
     NoSecretsFor(String),
     InvalidEstablishmentSecret,
     NoPendingSecret,
+    MissingServiceName,
+    ImportsTooMany(&'static str, usize),
+    ImportedInstanceInvalid(String),
 }
 
 impl std::fmt::Display for PeeringError {
@@ -256,6 +325,13 @@ impl std::fmt::Display for PeeringError {
                 )
             }
             PeeringError::NoPendingSecret => write!(f, "no pending stream secret to promote"),
+            PeeringError::MissingServiceName => write!(f, "Missing service name"),
+            PeeringError::ImportsTooMany(what, max) => {
+                write!(f, "a peer may export at most {max} {what} to this cluster")
+            }
+            PeeringError::ImportedInstanceInvalid(why) => {
+                write!(f, "invalid imported instance: {why}")
+            }
         }
     }
 }
@@ -291,6 +367,38 @@ pub fn index(tables: &Tables) -> u64 {
     tables.table_index(Table::Peerings)
 }
 
+/// What peer `peer_name` exports to this cluster of `service`.
+pub fn imported<'t>(
+    tables: &'t Tables,
+    peer_name: &str,
+    service: &str,
+) -> Option<&'t Arc<ImportedService>> {
+    tables
+        .peering
+        .imports
+        .get(fold(peer_name).as_ref())?
+        .get(service)
+}
+
+/// Every service peer `peer_name` exports to this cluster, by name.
+pub fn imported_services<'t>(
+    tables: &'t Tables,
+    peer_name: &str,
+) -> impl Iterator<Item = &'t Arc<ImportedService>> {
+    tables
+        .peering
+        .imports
+        .get(fold(peer_name).as_ref())
+        .into_iter()
+        .flat_map(|services| services.values())
+}
+
+/// The index a read of imported services reports: the imports table's, so it never goes
+/// back (at least 1, as Consul's reads never answer 0).
+pub fn imports_index(tables: &Tables) -> u64 {
+    tables.table_index(Table::ImportedServices).max(1)
+}
+
 pub(super) fn apply(
     tables: &mut Tables,
     index: u64,
@@ -311,6 +419,23 @@ pub(super) fn apply(
                 None => return CommandResult::Bool(true),
             }
         }
+        PeeringOp::Import {
+            peer_name,
+            service,
+            instances,
+        } => match import(tables, index, peer_name, service, instances) {
+            Ok(true) => Ok(Table::ImportedServices),
+            Ok(false) => return CommandResult::Bool(true),
+            Err(error) => Err(error),
+        },
+        PeeringOp::ImportList {
+            peer_name,
+            services,
+        } => match import_list(tables, peer_name, services) {
+            Ok(true) => Ok(Table::ImportedServices),
+            Ok(false) => return CommandResult::Bool(true),
+            Err(error) => Err(error),
+        },
     };
     match outcome {
         Ok(table) => {
@@ -319,9 +444,18 @@ pub(super) fn apply(
                 PeeringOp::Remove { name } => fold(name).into_owned(),
                 PeeringOp::TrustBundleWrite(bundle) => fold(&bundle.peer_name).into_owned(),
                 PeeringOp::TrustBundleDelete { peer_name } => fold(peer_name).into_owned(),
+                PeeringOp::Import { peer_name, .. } | PeeringOp::ImportList { peer_name, .. } => {
+                    fold(peer_name).into_owned()
+                }
             };
+            let key = Arc::<str>::from(key);
             tables.bump_table(table, index);
-            changes.push(Change::key(table, &Arc::<str>::from(key)));
+            changes.push(Change::key(table, &key));
+            // A peering removed or terminated takes its imports along: their readers wake.
+            if table == Table::Peerings && drop_imports_unless_active(tables, &key) {
+                tables.bump_table(Table::ImportedServices, index);
+                changes.push(Change::key(Table::ImportedServices, &key));
+            }
             CommandResult::Bool(true)
         }
         Err(error) => CommandResult::Error(error.to_string()),
@@ -489,6 +623,193 @@ fn remove(tables: &mut Tables, name: &str) -> Result<Table, PeeringError> {
     // exchanges bundles (docs/peering.md), as Consul's leader deletes it while it tears the
     // peering down.
     Ok(Table::Peerings)
+}
+
+/// Removes the imports of the peering under folded name `key` unless it exists and is
+/// active; whether there were any.
+fn drop_imports_unless_active(tables: &mut Tables, key: &str) -> bool {
+    let active = tables
+        .peering
+        .peerings
+        .get(key)
+        .is_some_and(|p| p.is_active());
+    !active && tables.peering.imports.remove(key).is_some()
+}
+
+/// The instances' count over all services of `peer`, leaving out `except`.
+fn instances_of(services: &OrdMap<String, Arc<ImportedService>>, except: &str) -> usize {
+    services
+        .iter()
+        .filter(|(name, _)| name.as_str() != except)
+        .map(|(_, s)| s.instances.len())
+        .sum()
+}
+
+/// Writes what `peer_name` exports of `service`; whether anything changed.
+fn import(
+    tables: &mut Tables,
+    index: u64,
+    peer_name: &str,
+    service: &str,
+    instances: &[ImportedInstance],
+) -> Result<bool, PeeringError> {
+    let key = fold(peer_name).into_owned();
+    let peering = tables
+        .peering
+        .peerings
+        .get(&key)
+        .filter(|p| p.is_active())
+        .ok_or_else(|| PeeringError::NotFound(peer_name.to_string()))?;
+    let peer_name = peering.name.clone();
+    if service.is_empty() {
+        return Err(PeeringError::MissingServiceName);
+    }
+    for instance in instances {
+        if instance.service.name != service {
+            return Err(PeeringError::ImportedInstanceInvalid(format!(
+                "an instance of {:?} in the resource of {service:?}",
+                &*instance.service.name
+            )));
+        }
+        if instance.node.name.is_empty() || instance.service.id.is_empty() {
+            return Err(PeeringError::ImportedInstanceInvalid(
+                "an instance without a node name or service ID".to_string(),
+            ));
+        }
+        if instance.checks.len() > IMPORTED_CHECKS_PER_INSTANCE_MAX {
+            return Err(PeeringError::ImportsTooMany(
+                "checks per instance",
+                IMPORTED_CHECKS_PER_INSTANCE_MAX,
+            ));
+        }
+    }
+    let mut services = tables
+        .peering
+        .imports
+        .get(&key)
+        .cloned()
+        .unwrap_or_default();
+    let existing = services.get(service).cloned();
+    if instances.is_empty() {
+        if existing.is_none() {
+            return Ok(false);
+        }
+        services.remove(service);
+    } else {
+        if existing.is_none() && services.len() >= IMPORTED_SERVICES_PER_PEERING_MAX {
+            return Err(PeeringError::ImportsTooMany(
+                "services",
+                IMPORTED_SERVICES_PER_PEERING_MAX,
+            ));
+        }
+        if instances_of(&services, service) + instances.len() > IMPORTED_INSTANCES_PER_PEERING_MAX {
+            return Err(PeeringError::ImportsTooMany(
+                "service instances",
+                IMPORTED_INSTANCES_PER_PEERING_MAX,
+            ));
+        }
+        // The rows carry this cluster's indexes: an unchanged instance keeps its own, so a
+        // re-sent list moves only what moved.
+        let stamped = instances
+            .iter()
+            .map(|instance| stamp(instance, existing.as_deref(), index))
+            .collect::<Vec<_>>();
+        if existing
+            .as_ref()
+            .is_some_and(|old| old.instances == stamped)
+        {
+            return Ok(false);
+        }
+        let row = ImportedService {
+            peer_name,
+            service: service.to_string(),
+            instances: stamped,
+            create_index: existing.as_ref().map_or(index, |old| old.create_index),
+            modify_index: index,
+        };
+        services.insert(service.to_string(), Arc::new(row));
+    }
+    if services.is_empty() {
+        tables.peering.imports.remove(&key);
+    } else {
+        tables.peering.imports.insert(key, services);
+    }
+    Ok(true)
+}
+
+/// `instance` with this cluster's indexes: those of the same instance before when nothing
+/// in it changed, else `index` (the create index kept when the instance existed).
+fn stamp(
+    instance: &ImportedInstance,
+    before: Option<&ImportedService>,
+    index: u64,
+) -> ImportedInstance {
+    let old = before.and_then(|b| {
+        b.instances
+            .iter()
+            .find(|o| o.node.name == instance.node.name && o.service.id == instance.service.id)
+    });
+    let mut row = instance.clone();
+    let created = old.map_or(index, |o| o.service.create_index);
+    row.node.create_index = old.map_or(index, |o| o.node.create_index);
+    row.node.modify_index = match old {
+        Some(o) if o.node.same_as(&row.node) => o.node.modify_index,
+        _ => index,
+    };
+    row.service.create_index = created;
+    row.service.modify_index = match old {
+        Some(o) if o.service.same_as(&row.service) => o.service.modify_index,
+        _ => index,
+    };
+    for check in &mut row.checks {
+        let previous = old.and_then(|o| o.checks.iter().find(|c| c.check_id == check.check_id));
+        check.create_index = previous.map_or(index, |c| c.create_index);
+        check.modify_index = match previous {
+            Some(c) if c.same_as(check) => c.modify_index,
+            _ => index,
+        };
+    }
+    row
+}
+
+/// Keeps only the imports of `peer_name` that `services` names; whether any went.
+fn import_list(
+    tables: &mut Tables,
+    peer_name: &str,
+    services: &[String],
+) -> Result<bool, PeeringError> {
+    let key = fold(peer_name).into_owned();
+    if !tables
+        .peering
+        .peerings
+        .get(&key)
+        .is_some_and(|p| p.is_active())
+    {
+        return Err(PeeringError::NotFound(peer_name.to_string()));
+    }
+    if services.len() > IMPORTED_SERVICES_PER_PEERING_MAX {
+        return Err(PeeringError::ImportsTooMany(
+            "services",
+            IMPORTED_SERVICES_PER_PEERING_MAX,
+        ));
+    }
+    let Some(held) = tables.peering.imports.get(&key) else {
+        return Ok(false);
+    };
+    let kept: OrdMap<String, Arc<ImportedService>> = held
+        .iter()
+        .filter(|(name, _)| services.iter().any(|s| s == *name))
+        .map(|(name, row)| (name.clone(), row.clone()))
+        .collect();
+    if kept.len() == held.len() {
+        return Ok(false);
+    }
+    if kept.is_empty() {
+        tables.peering.imports.remove(&key);
+    } else {
+        tables.peering.imports.insert(key, kept);
+    }
+    Ok(true)
 }
 
 fn write_trust_bundle(tables: &mut Tables, index: u64, bundle: &TrustBundle) {
@@ -736,5 +1057,208 @@ mod tests {
         assert_eq!(get_by_id(&restored, "id-9").unwrap().peer_id, "remote-id");
         assert_eq!(secrets(&restored, "id-9"), secrets(&tables, "id-9"));
         assert_eq!(index(&restored), 9);
+    }
+
+    fn instance(node: &str, id: &str, status: crate::store::catalog::Status) -> ImportedInstance {
+        use crate::store::catalog::{StrMap, Weights};
+        use arcstr::ArcStr;
+        ImportedInstance {
+            node: Node {
+                id: ArcStr::new(),
+                name: ArcStr::from(node),
+                address: ArcStr::from("10.0.0.1"),
+                datacenter: ArcStr::from("dc1"),
+                tagged_addresses: StrMap::default(),
+                meta: StrMap::default(),
+                create_index: 0,
+                modify_index: 0,
+            },
+            service: ServiceInstance {
+                node: ArcStr::from(node),
+                id: ArcStr::from(id),
+                name: ArcStr::from("web"),
+                tags: Default::default(),
+                address: ArcStr::new(),
+                meta: StrMap::default(),
+                port: 80,
+                weights: Weights::default(),
+                enable_tag_override: false,
+                extras: None,
+                create_index: 0,
+                modify_index: 0,
+            },
+            checks: vec![HealthCheck {
+                node: ArcStr::from(node),
+                check_id: ArcStr::from("c"),
+                name: ArcStr::from("c"),
+                status,
+                kind_code: 0,
+                output: ArcStr::new(),
+                service_id: ArcStr::from(id),
+                service_name: ArcStr::from("web"),
+                service_tags: Default::default(),
+                extras: None,
+                create_index: 0,
+                modify_index: 0,
+            }],
+        }
+    }
+
+    fn import_cmd(peer: &str, service: &str, instances: Vec<ImportedInstance>) -> Command {
+        Command::Peering(PeeringOp::Import {
+            peer_name: peer.into(),
+            service: service.into(),
+            instances,
+        })
+    }
+
+    #[test]
+    fn imports_are_written_whole_restamped_only_when_changed_and_pruned_by_the_list() {
+        use crate::store::catalog::Status;
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        tables.apply(2, &write_cmd(acceptor("Dc2", "id-1"), None), &mut changes);
+        changes.clear();
+        let web = vec![instance("n1", "web-1", Status::Passing)];
+        assert_eq!(
+            tables.apply(3, &import_cmd("dc2", "web", web.clone()), &mut changes),
+            CommandResult::Bool(true)
+        );
+        assert_eq!(
+            changes,
+            vec![Change::key(Table::ImportedServices, &Arc::from("dc2"))]
+        );
+        assert_eq!(imports_index(&tables), 3);
+        let row = imported(&tables, "DC2", "web").unwrap();
+        assert_eq!(row.peer_name, "Dc2", "the peering's own spelling");
+        assert_eq!(row.instances[0].checks[0].modify_index, 3);
+        // The same instances again change nothing.
+        changes.clear();
+        tables.apply(4, &import_cmd("dc2", "web", web), &mut changes);
+        assert!(changes.is_empty());
+        assert_eq!(imports_index(&tables), 3);
+        // A health flip moves the check's index, not the node's.
+        tables.apply(
+            5,
+            &import_cmd(
+                "dc2",
+                "web",
+                vec![instance("n1", "web-1", Status::Critical)],
+            ),
+            &mut changes,
+        );
+        let row = imported(&tables, "dc2", "web").unwrap();
+        assert_eq!(row.instances[0].checks[0].status, Status::Critical);
+        assert_eq!(row.instances[0].checks[0].modify_index, 5);
+        assert_eq!(row.instances[0].node.modify_index, 3);
+        assert_eq!((row.create_index, row.modify_index), (3, 5));
+        let mut api = instance("n2", "api-1", Status::Passing);
+        api.service.name = "api".into();
+        tables.apply(6, &import_cmd("dc2", "api", vec![api]), &mut changes);
+        let names: Vec<String> = imported_services(&tables, "dc2")
+            .map(|s| s.service.clone())
+            .collect();
+        assert_eq!(names, ["api", "web"]);
+        // The list prunes; an empty instance list removes.
+        let list = Command::Peering(PeeringOp::ImportList {
+            peer_name: "dc2".into(),
+            services: vec!["web".into()],
+        });
+        tables.apply(7, &list, &mut changes);
+        assert!(imported(&tables, "dc2", "api").is_none());
+        tables.apply(8, &import_cmd("dc2", "web", Vec::new()), &mut changes);
+        assert_eq!(imported_services(&tables, "dc2").count(), 0);
+        assert!(tables.peering.imports.is_empty());
+        assert_eq!(imports_index(&tables), 8);
+    }
+
+    #[test]
+    fn imports_are_refused_for_unknown_peerings_wrong_instances_and_over_the_limits() {
+        use crate::store::catalog::Status;
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        let refused = tables.apply(
+            2,
+            &import_cmd("nope", "web", vec![instance("n", "w", Status::Passing)]),
+            &mut changes,
+        );
+        assert_eq!(
+            refused,
+            CommandResult::Error("Peering not found for \"nope\"".into())
+        );
+        tables.apply(3, &write_cmd(acceptor("dc2", "id-1"), None), &mut changes);
+        let mut other = instance("n", "w", Status::Passing);
+        other.service.name = "api".into();
+        assert!(matches!(
+            tables.apply(4, &import_cmd("dc2", "web", vec![other]), &mut changes),
+            CommandResult::Error(_)
+        ));
+        let many: Vec<ImportedInstance> = (0..=IMPORTED_INSTANCES_PER_PEERING_MAX)
+            .map(|i| instance("n", &format!("w{i}"), Status::Passing))
+            .collect();
+        let refused = tables.apply(5, &import_cmd("dc2", "web", many), &mut changes);
+        assert_eq!(
+            refused,
+            CommandResult::Error(format!(
+                "a peer may export at most {IMPORTED_INSTANCES_PER_PEERING_MAX} service instances to this cluster"
+            ))
+        );
+        assert!(tables.peering.imports.is_empty());
+    }
+
+    #[test]
+    fn deleting_or_terminating_a_peering_drops_its_imports_and_wakes_their_readers() {
+        use crate::store::catalog::Status;
+        for state in [PeeringState::Deleting, PeeringState::Terminated] {
+            let mut tables = Tables::default();
+            let mut changes = Vec::new();
+            tables.apply(2, &write_cmd(acceptor("dc2", "id-1"), None), &mut changes);
+            tables.apply(
+                3,
+                &import_cmd("dc2", "web", vec![instance("n", "w", Status::Passing)]),
+                &mut changes,
+            );
+            let mut row = acceptor("dc2", "id-1");
+            row.state = state;
+            if state == PeeringState::Deleting {
+                row.deleted_at = Some("2026-12-08T00:00:00Z".into());
+            }
+            changes.clear();
+            assert_eq!(
+                tables.apply(4, &write_cmd(row, None), &mut changes),
+                CommandResult::Bool(true)
+            );
+            assert!(imported(&tables, "dc2", "web").is_none(), "{state:?}");
+            assert!(changes.contains(&Change::key(Table::ImportedServices, &Arc::from("dc2"))));
+            assert_eq!(imports_index(&tables), 4);
+            // And nothing more is imported through it.
+            assert!(matches!(
+                tables.apply(
+                    5,
+                    &import_cmd("dc2", "web", vec![instance("n", "w", Status::Passing)]),
+                    &mut changes
+                ),
+                CommandResult::Error(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn imports_survive_a_snapshot() {
+        use crate::store::catalog::Status;
+        let mut tables = Tables::default();
+        let mut changes = Vec::new();
+        tables.apply(2, &write_cmd(acceptor("dc2", "id-1"), None), &mut changes);
+        tables.apply(
+            3,
+            &import_cmd("dc2", "web", vec![instance("n", "w", Status::Warning)]),
+            &mut changes,
+        );
+        let restored = Tables::from_snapshot_bytes(&tables.to_snapshot_bytes()).unwrap();
+        assert_eq!(
+            imported(&restored, "dc2", "web"),
+            imported(&tables, "dc2", "web")
+        );
+        assert_eq!(imports_index(&restored), 3);
     }
 }

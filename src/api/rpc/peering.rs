@@ -16,8 +16,8 @@ use super::{
 };
 use crate::api::peering::{
     check_partition_name, deletion, establish_write, established, exported_services_of,
-    exported_watch, list_watch, read_watch, removal_failed, token_write, written, EstablishArgs,
-    TokenArgs,
+    exported_watch, list_watch, read_watch, removal_failed, token_write, with_stream_services,
+    written, EstablishArgs, TokenArgs,
 };
 use crate::api::server::Server;
 use crate::api::ApiError;
@@ -134,8 +134,8 @@ impl Read for ReadPeering<'_> {
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
-        let row = peering::get(version, self.name).map(|row| &**row);
-        Ok(encode_read_reply(meta, row))
+        let row = peering::get(version, self.name).map(|row| with_stream_services(version, row));
+        Ok(encode_read_reply(meta, row.as_ref()))
     }
 }
 
@@ -164,8 +164,10 @@ impl Read for ListPeerings {
     }
 
     fn reply(&self, version: &StoreVersion, meta: &QueryMeta) -> Answer {
-        let rows: Vec<_> = peering::list(version).map(|row| &**row).collect();
-        Ok(encode_list_reply(meta, rows.into_iter()))
+        let rows: Vec<_> = peering::list(version)
+            .map(|row| with_stream_services(version, row))
+            .collect();
+        Ok(encode_list_reply(meta, rows.iter()))
     }
 }
 

@@ -5,8 +5,8 @@
 //! of `Peer`, `Partition` and `SamenessGroup`, no wildcard peer or partition, and no
 //! partition but `default` nor sameness group (enterprise features).
 //!
-//! The entry is stored and served like any other; the peer stream that acts on it is part 2
-//! of issue #41.
+//! The entry is stored and served like any other; the peer stream sends what it exports to
+//! each peer (`xds::peerstream::machine::exports_for`, docs/peering.md).
 
 use super::doc::Doc;
 

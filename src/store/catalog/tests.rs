@@ -769,9 +769,12 @@ const SNAPSHOT_WRITTEN_FORMAT_2: &[u8] = include_bytes!("testdata/snapshot-forma
 /// The same state as written before the peering tables: format 3, 17 table indexes and the
 /// federation states (empty here) appended.
 const SNAPSHOT_WRITTEN_FORMAT_3: &[u8] = include_bytes!("testdata/snapshot-format-3.bin");
-/// The same state as today's code writes it: format 4, 19 table indexes and the peering
-/// tables (empty here) appended.
-const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-4.bin");
+/// The same state as written before the imported services: format 4, 19 table indexes and
+/// the peering tables (empty here) appended.
+const SNAPSHOT_WRITTEN_FORMAT_4: &[u8] = include_bytes!("testdata/snapshot-format-4.bin");
+/// The same state as today's code writes it: format 5, 20 table indexes and the imported
+/// services (none here) at the end of the peering tables.
+const SNAPSHOT_WRITTEN_NOW: &[u8] = include_bytes!("testdata/snapshot-format-5.bin");
 
 /// The fixture's catalog with a prepared query written after it.
 fn snapshot_fixture_tables_with_query() -> Tables {
@@ -818,7 +821,7 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
         std::fs::write(
             concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/src/store/catalog/testdata/snapshot-format-4.bin"
+                "/src/store/catalog/testdata/snapshot-format-5.bin"
             ),
             fresh.to_snapshot_bytes(),
         )
@@ -833,6 +836,14 @@ fn snapshots_written_by_earlier_versions_restore_and_the_format_is_unchanged() {
     now.queries.check_invariants();
     assert_eq!(now.queries.len(), 1);
     assert_eq!(now.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
+    // Format 4 restores to the same state, no imported services and their table index 0.
+    let format_4 = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_FORMAT_4).unwrap();
+    assert!(format_4.peering.imports.is_empty());
+    assert_eq!(
+        format_4.table_index(crate::store::Table::ImportedServices),
+        0
+    );
+    assert_eq!(format_4.to_snapshot_bytes(), SNAPSHOT_WRITTEN_NOW);
     // Format 3 restores to the same state, the peering tables empty and their table
     // indexes 0.
     let format_3 = Tables::from_snapshot_bytes(SNAPSHOT_WRITTEN_FORMAT_3).unwrap();

@@ -13,14 +13,20 @@
 //!   2 min of silence; a broken stream marks the peering `FAILING` and the dialer dials
 //!   again with backoff; deleting the peering on one side sends `Terminated` and the other
 //!   side marks its peering `TERMINATED`.
+//! - **Replication** on an open stream: each side subscribes to exported services; each
+//!   sends what its `exported-services` entry exports to the other ([`machine::exports_for`])
+//!   and sends again when the exported instances, their health or the entry change (the
+//!   session watches the store); the receiver writes what it imports through Raft into
+//!   `store::peering`'s imported services and ACKs each resource (NACKs what it cannot
+//!   write). Resources travel as Consul's protobufs ([`pbservice`]).
 //! - The acceptor presents a certificate for `server.<dc>.peering.<trust domain>` signed by
 //!   the Connect CA when a client asks for that name by SNI ([`certs`]).
 //!
 //! The decisions (what to send on which message or tick, admission, backoff, the row a
 //! state change writes) are pure and unit-tested in [`machine`]; this module's other files
 //! move bytes and proposals. Only the leader dials and accepts; writes go through the
-//! agent's Raft proposals ([`crate::xds::feed::AgentSource::propose`]). Resources
-//! (exported services, trust bundles) are not replicated yet: see `docs/peering.md`.
+//! agent's Raft proposals ([`crate::xds::feed::AgentSource::propose`]). Trust bundles
+//! and server addresses are not replicated: see `docs/peering.md`.
 //!
 //! Bounds: every message at most [`MESSAGE_BYTES_MAX`]; [`SEND_QUEUE`] messages queued per
 //! stream; one session per peering (a new `Open` for the same peering ends the old one);
@@ -30,6 +36,7 @@ pub mod certs;
 pub mod dialer;
 pub mod machine;
 pub mod messages;
+pub mod pbservice;
 pub mod service;
 pub mod session;
 

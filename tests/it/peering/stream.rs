@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// The peering `name` as `agent` reads it, `None` when there is none.
-fn read(agent: &Agent, name: &str) -> Option<Value> {
+pub(super) fn read(agent: &Agent, name: &str) -> Option<Value> {
     let answer = agent.get(&format!("/v1/peering/{name}"));
     match answer.status {
         200 => Some(answer.json()),
@@ -20,7 +20,7 @@ fn read(agent: &Agent, name: &str) -> Option<Value> {
 }
 
 /// Waits (bounded) until `agent`'s peering `name` satisfies `done`, returning it.
-fn wait_for(
+pub(super) fn wait_for(
     agent: &Agent,
     name: &str,
     what: &str,
@@ -42,14 +42,14 @@ fn wait_for(
     }
 }
 
-fn wait_state(agent: &Agent, name: &str, state: &str, timeout: Duration) -> Value {
+pub(super) fn wait_state(agent: &Agent, name: &str, state: &str, timeout: Duration) -> Value {
     wait_for(agent, name, state, timeout, |p| {
         p.as_ref().is_some_and(|p| p["State"] == state)
     })
     .unwrap()
 }
 
-fn establish(dialer: &Agent, name: &str, token: &str) {
+pub(super) fn establish(dialer: &Agent, name: &str, token: &str) {
     let body = json!({"PeerName": name, "PeeringToken": token});
     let answer = post(dialer, "/v1/peering/establish", &body, None);
     assert_eq!(answer.status, 200, "{}", answer.text());
