@@ -209,9 +209,10 @@ async fn locate(agent: Rc<Agent>, locator: Rc<RefCell<GatewayLocator>>) {
     }
 }
 
-/// The gateways the locator offers toward every datacenter the router knows, and the
-/// primary (which a secondary may reach before the WAN pool shows it). Addresses that do
-/// not parse as `ip:port` are left out.
+/// The gateways the locator offers toward every datacenter the router knows, the primary
+/// (which a secondary may reach before the WAN pool shows it), and every datacenter the
+/// federation states name (which a restarted server rejoins through them before its WAN
+/// pool shows them). Addresses that do not parse as `ip:port` are left out.
 fn choices(
     locator: &GatewayLocator,
     router: &crate::cluster::router::Router,
@@ -221,6 +222,9 @@ fn choices(
     if !primary.is_empty() && primary != router.local_datacenter() {
         datacenters.push(primary.to_string());
     }
+    datacenters.extend(locator.federated_datacenters().iter().cloned());
+    datacenters.sort();
+    datacenters.dedup();
     datacenters
         .into_iter()
         .map(|datacenter| {

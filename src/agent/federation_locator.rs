@@ -45,6 +45,9 @@ pub struct GatewayLocator {
     primary_gateways: Vec<String>,
     /// This datacenter's usable gateways by LAN address.
     local_gateways: Vec<String>,
+    /// The other datacenters the federation states name, in name order: the ones a server
+    /// may dial through gateways even before its WAN pool shows them (after a restart).
+    federated_datacenters: Vec<String>,
     /// What `primary_gateways` resolved to last.
     fallback: Vec<String>,
     fallback_refreshed_at_ms: Option<u64>,
@@ -73,6 +76,7 @@ impl GatewayLocator {
             populated: false,
             primary_gateways: Vec::new(),
             local_gateways: Vec::new(),
+            federated_datacenters: Vec::new(),
             fallback: Vec::new(),
             fallback_refreshed_at_ms: None,
             use_replication_signal: false,
@@ -92,7 +96,11 @@ impl GatewayLocator {
         states: impl Iterator<Item = &'s FederationState>,
     ) -> bool {
         let (mut local, mut primary) = (Vec::new(), Vec::new());
+        let mut datacenters = Vec::new();
         for state in states {
+            if *state.datacenter != *self.datacenter {
+                datacenters.push(state.datacenter.to_string());
+            }
             let usable = state
                 .mesh_gateways
                 .iter()
@@ -106,6 +114,7 @@ impl GatewayLocator {
             }
         }
         let (local, primary) = (sorted(local), sorted(primary));
+        self.federated_datacenters = sorted(datacenters);
         self.populated = true;
         let changed = local != self.local_gateways || primary != self.primary_gateways;
         self.local_gateways = local;
@@ -173,6 +182,11 @@ impl GatewayLocator {
     }
 
     /// The addresses that may carry a call to `datacenter`, sorted.
+    /// The other datacenters the federation states name.
+    pub fn federated_datacenters(&self) -> &[String] {
+        &self.federated_datacenters
+    }
+
     pub fn gateways_for(&self, datacenter: &str) -> Vec<String> {
         if !self.populated {
             return Vec::new();
@@ -275,6 +289,8 @@ mod tests {
         assert_eq!(locator.gateways_for("dc3"), ["10.2.0.1:443"]);
         // The primary, as a follower (no replication signal): local gateways too.
         assert_eq!(locator.gateways_for("dc1"), ["10.2.0.1:443"]);
+        // The states name the other datacenters, this one left out.
+        assert_eq!(locator.federated_datacenters(), ["dc1"]);
     }
 
     #[test]

@@ -442,7 +442,8 @@ impl State {
     /// federates through gateways.
     fn gateway_route(&self, to: SocketAddr) -> Option<(Rc<GatewayRoutes>, Route)> {
         let gateways = self.gateways.as_ref()?;
-        let route = gateways.route(to)?;
+        let core = self.core.borrow();
+        let route = gateways.route(to, core.sender_name(to))?;
         Some((gateways.clone(), route))
     }
 

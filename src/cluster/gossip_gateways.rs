@@ -7,7 +7,9 @@
 //! address that is not a member yet (a secondary joins its primary through
 //! `*.<primary>/<placeholder>`, any server of the primary). A member of this datacenter,
 //! or an address with no name, is reached directly as before; a member of another
-//! datacenter through a gateway the locator picked:
+//! datacenter through a gateway the locator picked. A ping's sender that is not a member
+//! (yet) is named by the ping itself, which the core remembers (`Gossip::sender_name`), so
+//! its ack finds the way back as memberlist's does:
 //!
 //! - packets go, length-prefixed, over one pooled native TLS connection per member
 //!   (ALPN `consul/wan-gossip/packet`), opened on the first packet, closed after
@@ -35,6 +37,8 @@ use std::sync::Arc;
 
 /// Packets queued for one member's connection (while it dials, say) before more are lost.
 pub const PACKET_QUEUE_MAX: usize = 64;
+/// Join addresses remembered with the names they were given.
+pub const HINTS_MAX: usize = 256;
 /// Packet connections kept open at once, one per member of another datacenter.
 pub const PACKET_CONNECTIONS_MAX: usize = 512;
 
@@ -102,22 +106,34 @@ impl GatewayRoutes {
         *self.names.borrow_mut() = names;
     }
 
-    /// Remembers that `addr` stands for `name` until a member holds it.
+    /// Remembers that `addr` stands for `name` (the latest join naming it says). At most
+    /// [`HINTS_MAX`]: a full map starts afresh, which only costs joins in flight their route.
     pub fn add_hint(&self, addr: SocketAddr, name: String) {
-        self.hints.borrow_mut().insert(addr, name);
+        let mut hints = self.hints.borrow_mut();
+        if hints.len() >= HINTS_MAX && !hints.contains_key(&addr) {
+            hints.clear();
+        }
+        hints.insert(addr, name);
+        debug_assert!(hints.len() <= HINTS_MAX);
     }
 
-    /// The member of another datacenter at `to`; `None` to send directly.
-    pub fn route(&self, to: SocketAddr) -> Option<Route> {
+    /// The member of another datacenter at `to`; `None` to send directly. `sender` is the
+    /// name the core learned from a ping sent from `to` (a sender not yet a member, say
+    /// right after this server restarted), used when neither a member nor a hint names it.
+    pub fn route(&self, to: SocketAddr, sender: Option<&str>) -> Option<Route> {
         let names = self.names.borrow();
         let hints = self.hints.borrow();
-        let name = names.get(&to).or_else(|| hints.get(&to))?;
+        let name = names
+            .get(&to)
+            .or_else(|| hints.get(&to))
+            .map(String::as_str)
+            .or(sender)?;
         let (node, datacenter) = split_wan_name(name)?;
         if datacenter == self.settings.local_datacenter {
             return None;
         }
         Some(Route {
-            name: name.clone(),
+            name: name.to_string(),
             node: node.to_string(),
             datacenter: datacenter.to_string(),
         })

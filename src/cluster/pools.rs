@@ -12,6 +12,7 @@
 //! [`client_router`] keeps the server manager ([`servers`]) in line with the pool instead.
 
 use crate::cluster::gossip::{gossip_pair, DriverConfig, GossipDriver, GossipHandle};
+use crate::cluster::router::Router;
 use crate::cluster::servers;
 use crate::config::AgentConfig;
 use crate::gossip::{GossipConfig, GossipEvent, MemberInfo, MemberStatus};
@@ -443,16 +444,51 @@ pub(crate) async fn rebalance(
     manager.rebalanced(&order, healthy);
 }
 
-/// Where a secondary federated through mesh gateways joins its primary's WAN pool:
-/// memberlist's `name/address` with the name `*.<primary>` (any server of the primary,
-/// which the pool routes through a gateway by that name) and a placeholder address from
-/// TEST-NET-1 that is never dialed, as Consul's agent joins.
-pub fn primary_join_address(primary_datacenter: &str, port: u16) -> String {
-    format!("*.{primary_datacenter}/{PRIMARY_JOIN_PLACEHOLDER}:{port}")
+/// Where a server federated through mesh gateways joins another datacenter's WAN pool:
+/// memberlist's `name/address` with the name `*.<datacenter>` (any server of it, which the
+/// pool routes through a gateway by that name) and a placeholder address from TEST-NET-1
+/// that is never dialed, as Consul's agent joins its primary (`192.0.2.2`, slot 0). Each
+/// datacenter joined at once needs a `slot` of its own, since the pool maps the address to
+/// the name until the join is done.
+pub fn join_address_through_gateways(datacenter: &str, slot: usize, port: u16) -> String {
+    debug_assert!(slot < JOIN_PLACEHOLDER_SLOTS);
+    format!("*.{datacenter}/192.0.2.{}:{port}", 2 + slot)
 }
 
-/// The address that stands for "any server of the primary" in [`primary_join_address`].
-const PRIMARY_JOIN_PLACEHOLDER: &str = "192.0.2.2";
+/// Placeholder addresses for joins through gateways: 192.0.2.2 to 192.0.2.201.
+const JOIN_PLACEHOLDER_SLOTS: usize = 200;
+
+/// Federated through gateways, each other datacenter the locator knows gateways for but of
+/// which the WAN pool shows no alive server is joined through them (`*.<datacenter>`,
+/// placeholder slots from 1): how a server that restarted, or a primary that lost sight of
+/// a secondary, finds the other datacenters again, where Consul's servers rejoin from their
+/// serf snapshot (praetor keeps none).
+async fn rejoin_through_gateways(wan: &GossipHandle, router: &Router, port: u16) {
+    let members = wan.members();
+    let datacenters = router.gateway_datacenters();
+    for (slot, datacenter) in datacenters
+        .iter()
+        .enumerate()
+        .take(JOIN_PLACEHOLDER_SLOTS - 1)
+    {
+        let seen = members.iter().any(|member| {
+            member.status == MemberStatus::Alive
+                && member.tags.get("dc").is_some_and(|dc| dc == datacenter)
+        });
+        if seen {
+            continue;
+        }
+        let address = join_address_through_gateways(datacenter, slot + 1, port);
+        match wan.join(&[address]).await {
+            Ok(joined) => log::info!(
+                "agent: joined {joined} server(s) of datacenter {datacenter:?} through mesh gateways"
+            ),
+            Err(e) => log::debug!(
+                "agent: joining datacenter {datacenter:?} through mesh gateways failed: {e}"
+            ),
+        }
+    }
+}
 
 /// How often a server checks that every server of its datacenter is in the WAN pool.
 const WAN_FLOOD_INTERVAL: Duration = Duration::from_secs(5);
@@ -463,17 +499,25 @@ const WAN_FLOOD_INTERVAL: Duration = Duration::from_secs(5);
 /// `wan_join_port` tags, as Consul's flood joiner does, so every server of a datacenter is
 /// in the WAN pool without configuration.
 ///
-/// Federated through mesh gateways, a secondary instead joins its primary through them, at
-/// [`primary_join_address`], until it succeeds; the primary joins no one (its secondaries
-/// join it), as in Consul, whose configuration refuses WAN join addresses in that mode.
-pub async fn wan_loop(shared: Arc<Shared>, lan: GossipHandle, wan: GossipHandle) {
+/// Federated through mesh gateways, a secondary instead joins its primary through them
+/// ([`join_address_through_gateways`]) until it succeeds, as in Consul, whose configuration
+/// refuses WAN join addresses in that mode; and every 5 s any server joins a datacenter
+/// whose gateways it knows but none of whose servers it sees alive
+/// (`rejoin_through_gateways`).
+pub async fn wan_loop(
+    shared: Arc<Shared>,
+    lan: GossipHandle,
+    wan: GossipHandle,
+    router: Arc<Router>,
+) {
     let config = &shared.config;
     let through_gateways = config.connect.mesh_gateway_wan_federation;
     let retry = if !through_gateways {
         raw_list(config, "retry_join_wan")
     } else if config.pending.primary_datacenter != config.datacenter {
-        vec![primary_join_address(
+        vec![join_address_through_gateways(
             &config.pending.primary_datacenter,
+            0,
             config.ports.serf_wan.max(0) as u16,
         )]
     } else {
@@ -520,6 +564,9 @@ pub async fn wan_loop(shared: Arc<Shared>, lan: GossipHandle, wan: GossipHandle)
             if let Err(e) = wan.join(&[address]).await {
                 log::debug!("agent: WAN flood join of {wan_name} failed: {e}");
             }
+        }
+        if through_gateways {
+            rejoin_through_gateways(&wan, &router, config.ports.serf_wan.max(0) as u16).await;
         }
         monoio::time::sleep(WAN_FLOOD_INTERVAL).await;
     }

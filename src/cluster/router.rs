@@ -141,6 +141,18 @@ impl Router {
         Some(candidates[rand::random_range(0..candidates.len())])
     }
 
+    /// The other datacenters the locator gave gateways for (gateway mode), by name.
+    pub fn gateway_datacenters(&self) -> Vec<String> {
+        let gateways = self.gateways.load();
+        gateways
+            .iter()
+            .filter(|(datacenter, found)| {
+                **datacenter != self.local_datacenter && !found.is_empty()
+            })
+            .map(|(datacenter, _)| datacenter.clone())
+            .collect()
+    }
+
     pub fn local_datacenter(&self) -> &str {
         &self.local_datacenter
     }

@@ -62,6 +62,8 @@ const MIN_ENCODED_KEY_LENGTH: usize = 25;
 /// members (all of them in pools up to this size, a random sample beyond), on top of
 /// gossiping it: see [`Gossip::announce`].
 const ANNOUNCE_FANOUT_MEMBERS_MAX: usize = 1024;
+/// Senders of recent pings remembered by address, for [`Gossip::sender_name`].
+const SENDER_NAMES_MAX: usize = 64;
 
 /// memberlist `suspicionTimeout`.
 pub fn suspicion_timeout(suspicion_mult: u32, n: usize, interval: Duration) -> Duration {
@@ -267,6 +269,9 @@ pub struct Gossip {
     // memberlist
     nodes: Vec<Node>,
     index: HashMap<String, usize>,
+    /// The names pings and indirect ping requests gave for the addresses their answers go
+    /// to; at most [`SENDER_NAMES_MAX`].
+    sender_names: BTreeMap<SocketAddr, String>,
     incarnation: u32,
     seq: u32,
     probe_index: usize,
@@ -339,6 +344,7 @@ impl Gossip {
             rng: StdRng::from_seed(seed),
             now,
             out: Vec::new(),
+            sender_names: BTreeMap::new(),
             timers: BinaryHeap::new(),
             timer_seq: 0,
             stats: GossipStats::default(),
@@ -679,6 +685,12 @@ impl Gossip {
             label: &self.config.label,
             skip_inbound_label_check: self.config.skip_inbound_label_check,
         }
+    }
+
+    /// The node name the last ping or indirect ping request from a sender answered at
+    /// `address` gave, if one did (see `remember_sender`).
+    pub fn sender_name(&self, address: SocketAddr) -> Option<&str> {
+        self.sender_names.get(&address).map(String::as_str)
     }
 
     /// memberlist `rawSendMsgPacket`.

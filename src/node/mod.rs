@@ -1479,6 +1479,7 @@ fn start_gossip(
             shared.clone(),
             handle.clone(),
             wan,
+            pools.router.clone(),
         ));
     }
     monoio::spawn(crate::cluster::pools::join_loop(shared, handle));

@@ -354,6 +354,22 @@ impl Gossip {
         from
     }
 
+    /// Remembers that the answer to `address` goes to node `name` (memberlist's ping names
+    /// its sender), so that a driver routing by name (WAN gossip through mesh gateways) can
+    /// answer a sender that is not a member yet, as memberlist addresses its ack by the
+    /// ping's `SourceNode`. Bounded by [`SENDER_NAMES_MAX`]: a full map forgets its first.
+    fn remember_sender(&mut self, address: SocketAddr, name: &str) {
+        if name.is_empty() {
+            return;
+        }
+        if self.sender_names.len() >= SENDER_NAMES_MAX && !self.sender_names.contains_key(&address)
+        {
+            self.sender_names.pop_first();
+        }
+        self.sender_names.insert(address, name.to_string());
+        debug_assert!(self.sender_names.len() <= SENDER_NAMES_MAX);
+    }
+
     pub(super) fn handle_ping(&mut self, from: SocketAddr, p: Ping) {
         if !p.node.is_empty() && p.node != self.config.node_name {
             return;
@@ -364,6 +380,7 @@ impl Gossip {
             Some(self.vivaldi.coordinate().encode_ack_payload())
         };
         let to = Self::reply_addr(from, &p.source_addr, p.source_port);
+        self.remember_sender(to, &p.source_node);
         self.send_msg(
             to,
             Message::Ack(AckResp {
@@ -387,6 +404,7 @@ impl Gossip {
         let ping = self.self_ping(&ind.node);
         let local_seq = ping.seq_no;
         let reply_to = Self::reply_addr(from, &ind.source_addr, ind.source_port);
+        self.remember_sender(reply_to, &ind.source_node);
         let earlier = self.ack_handlers.insert(
             local_seq,
             AckHandler::Relay {

@@ -398,98 +398,130 @@ fn tcp_opens(source: IpAddr, destination: SocketAddr) -> bool {
     String::from_utf8_lossy(&output.stdout).starts_with("open")
 }
 
-/// WAN federation through mesh gateways (issue #40): with
+/// Two single-server datacenters that reach each other only through mesh gateways: with
 /// `connect.enable_mesh_gateway_wan_federation`, dc1's and dc2's servers cannot reach each
 /// other's RPC port or serf WAN port (iptables, TCP and UDP), only their gateways'. dc2
-/// knows nothing of dc1 but `primary_gateways`: it joins dc1's WAN pool through dc1's
-/// gateway (`*.dc1`), after which WAN gossip flows both ways through the gateways and both
-/// servers see each other alive; dc2 gets dc1's roots and federation states through them,
-/// and each datacenter's `?dc=` reads (a blocking one included) reach the other through
-/// the gateways: dc2 → gw2 → gw1 → s1 and back.
+/// knows nothing of dc1 but `primary_gateways`.
+struct ThroughGateways {
+    dir: TempDir,
+    firewall: Firewall,
+    dc1: Agent,
+    gw1: Gateway,
+    dc2: Agent,
+    gw2: Gateway,
+}
+
+impl ThroughGateways {
+    /// Starts both datacenters and their gateways, checks that the firewall holds, and
+    /// returns once dc2 joined dc1's WAN pool through the gateways (`*.dc1`) and both
+    /// servers see each other alive, which takes WAN gossip through the gateways both ways.
+    fn start(pki: &Pki, name: &str) -> ThroughGateways {
+        let dir = TempDir::new(name);
+        pki.server("dc1", "s1");
+        pki.server("dc2", "s2");
+        let (dc1_ip, dc2_ip) = (fresh_loopback(), fresh_loopback());
+        let mut firewall = Firewall::new(&[dc1_ip, dc2_ip]);
+        for (source, destination) in [(dc2_ip, dc1_ip), (dc1_ip, dc2_ip)] {
+            firewall.drop_tcp_port(source, destination, 8300);
+            firewall.drop_tcp_port(source, destination, 8302);
+            firewall.drop_udp_port(source, destination, 8302);
+        }
+        let through_gateways = "connect { enable_mesh_gateway_wan_federation = true }";
+        let primary = "primary_datacenter = \"dc1\"";
+        let outgoing = "internal_rpc { verify_outgoing = true }";
+        let dc1 = Agent::dev_at(
+            dc1_ip,
+            &[
+                "-datacenter",
+                "dc1",
+                "-node",
+                "s1",
+                "-hcl",
+                primary,
+                "-hcl",
+                through_gateways,
+                "-hcl",
+                &pki.server_tls("dc1", outgoing),
+            ],
+        );
+        let gw1 = Gateway::start(dir.path(), "gw1", &dc1, fresh_loopback());
+        let primary_gateways = format!("primary_gateways = [\"{}\"]", gw1.wan);
+        let dc2 = Agent::dev_at(
+            dc2_ip,
+            &[
+                "-datacenter",
+                "dc2",
+                "-node",
+                "s2",
+                "-hcl",
+                primary,
+                "-hcl",
+                through_gateways,
+                "-hcl",
+                &primary_gateways,
+                "-hcl",
+                &pki.server_tls("dc2", outgoing),
+            ],
+        );
+        let gw2 = Gateway::start(dir.path(), "gw2", &dc2, fresh_loopback());
+        let pair = ThroughGateways {
+            dir,
+            firewall,
+            dc1,
+            gw1,
+            dc2,
+            gw2,
+        };
+        // The firewall holds: neither server can open the other's RPC or serf WAN port.
+        for port in [8300, 8302] {
+            assert!(!tcp_opens(dc2_ip, SocketAddr::new(dc1_ip, port)));
+            assert!(!tcp_opens(dc1_ip, SocketAddr::new(dc2_ip, port)));
+        }
+        assert!(tcp_opens(dc2_ip, pair.gw1.wan), "dc2 reaches dc1's gateway");
+        let converged = wait_for_ok(FEDERATION_LIMIT, || pair.both_alive());
+        assert!(
+            converged,
+            "the WAN pool never converged through the gateways\n{}",
+            pair.logs()
+        );
+        pair
+    }
+
+    /// Each server sees both WAN members alive.
+    fn both_alive(&self) -> bool {
+        [&self.dc1, &self.dc2].into_iter().all(|agent| {
+            let members = agent.get("/v1/agent/members?wan=1").json();
+            let alive = |name: &str| {
+                members
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["Name"] == name && m["Status"] == 1))
+            };
+            alive("s1.dc1") && alive("s2.dc2")
+        })
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "dc1:\n{}\ndc2:\n{}\ngw1:\n{}\ngw2:\n{}",
+            self.dc1.log(),
+            self.dc2.log(),
+            self.gw1.log(),
+            self.gw2.log()
+        )
+    }
+}
+
+/// WAN federation through mesh gateways (issue #40): once [`ThroughGateways`] converged
+/// (dc2 joined dc1's WAN pool through the gateways, WAN gossip flows both ways through
+/// them), dc2 gets dc1's roots and federation states through them, and each datacenter's
+/// `?dc=` reads (a blocking one included) and a snapshot reach the other: dc2 → gw2 → gw1
+/// → s1 and back.
 #[test]
 fn servers_call_other_datacenters_only_through_mesh_gateways() {
     let pki = Pki::new("wanfed-pki");
-    let dir = TempDir::new("wanfed");
-    pki.server("dc1", "s1");
-    pki.server("dc2", "s2");
-    let (dc1_ip, dc2_ip) = (fresh_loopback(), fresh_loopback());
-    let mut firewall = Firewall::new(&[dc1_ip, dc2_ip]);
-    for (source, destination) in [(dc2_ip, dc1_ip), (dc1_ip, dc2_ip)] {
-        firewall.drop_tcp_port(source, destination, 8300);
-        firewall.drop_tcp_port(source, destination, 8302);
-        firewall.drop_udp_port(source, destination, 8302);
-    }
-    let through_gateways = "connect { enable_mesh_gateway_wan_federation = true }";
-    let primary = "primary_datacenter = \"dc1\"";
-    let outgoing = "internal_rpc { verify_outgoing = true }";
-    let dc1 = Agent::dev_at(
-        dc1_ip,
-        &[
-            "-datacenter",
-            "dc1",
-            "-node",
-            "s1",
-            "-hcl",
-            primary,
-            "-hcl",
-            through_gateways,
-            "-hcl",
-            &pki.server_tls("dc1", outgoing),
-        ],
-    );
-    let gw1 = Gateway::start(dir.path(), "gw1", &dc1, fresh_loopback());
-    let primary_gateways = format!("primary_gateways = [\"{}\"]", gw1.wan);
-    let dc2 = Agent::dev_at(
-        dc2_ip,
-        &[
-            "-datacenter",
-            "dc2",
-            "-node",
-            "s2",
-            "-hcl",
-            primary,
-            "-hcl",
-            through_gateways,
-            "-hcl",
-            &primary_gateways,
-            "-hcl",
-            &pki.server_tls("dc2", outgoing),
-        ],
-    );
-    let gw2 = Gateway::start(dir.path(), "gw2", &dc2, fresh_loopback());
-    let logs = || {
-        format!(
-            "dc1:\n{}\ndc2:\n{}\ngw1:\n{}\ngw2:\n{}",
-            dc1.log(),
-            dc2.log(),
-            gw1.log(),
-            gw2.log()
-        )
-    };
-    // The firewall holds: neither server can open the other's RPC or serf WAN port.
-    for port in [8300, 8302] {
-        assert!(!tcp_opens(dc2_ip, SocketAddr::new(dc1_ip, port)));
-        assert!(!tcp_opens(dc1_ip, SocketAddr::new(dc2_ip, port)));
-    }
-    assert!(tcp_opens(dc2_ip, gw1.wan), "dc2 reaches dc1's gateway");
-
-    // dc2 joins dc1's WAN pool through the gateways, and the probes that keep both
-    // members alive go through them too.
-    let both_alive = |agent: &Agent| {
-        let members = agent.get("/v1/agent/members?wan=1").json();
-        let alive = |name: &str| {
-            members
-                .as_array()
-                .is_some_and(|m| m.iter().any(|m| m["Name"] == name && m["Status"] == 1))
-        };
-        alive("s1.dc1") && alive("s2.dc2")
-    };
-    let converged = wait_for_ok(FEDERATION_LIMIT, || both_alive(&dc1) && both_alive(&dc2));
-    assert!(
-        converged,
-        "the WAN pool never converged through the gateways\n{}",
-        logs()
-    );
+    let pair = ThroughGateways::start(&pki, "wanfed");
+    let (dc1, dc2) = (&pair.dc1, &pair.dc2);
+    let logs = || pair.logs();
 
     let federated = wait_for_ok(FEDERATION_LIMIT, || {
         let roots = dc2.get("/v1/connect/ca/roots").json();
@@ -549,6 +581,77 @@ fn servers_call_other_datacenters_only_through_mesh_gateways() {
     assert!(snapshot.index() > 0);
     // Still alive on both sides after all that, so the gossip through the gateways is
     // not only the join's: and nothing went straight to the other datacenter's ports.
-    assert!(both_alive(&dc1) && both_alive(&dc2), "{}", logs());
-    assert!(firewall.is_partitioned());
+    assert!(pair.both_alive(), "{}", logs());
+    assert!(pair.firewall.is_partitioned());
+}
+
+/// How long federation through gateways may take to recover from a fault (issue #40's
+/// figure).
+const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// Waits until `recovered`, failing the test after [`RECOVERY_LIMIT`] with `what` and the
+/// logs; returns how long it took.
+fn recovery_time(
+    pair: &ThroughGateways,
+    what: &str,
+    mut recovered: impl FnMut() -> bool,
+) -> Duration {
+    let started = std::time::Instant::now();
+    let ok = wait_for_ok(RECOVERY_LIMIT, &mut recovered);
+    assert!(
+        ok,
+        "{what} did not recover within {RECOVERY_LIMIT:?}\n{}",
+        pair.logs()
+    );
+    let took = started.elapsed();
+    eprintln!("[wanfed] {what}: recovered in {} ms", took.as_millis());
+    took
+}
+
+/// Faults the Consul issue tracker reports as breaking federation through mesh gateways,
+/// each recovered from within 30 s with every acknowledged write still there:
+/// - the primary's server restarted (`kill -9`, then the same data dir; consul#12658):
+///   dc2 reads dc1's keys through the gateways again and both WAN members are alive;
+/// - the secondary's gateway replaced by one at new addresses (consul#10132): dc1 learns
+///   them from dc2's federation state, and reaches dc2's server (`?dc=dc2`) and its WAN
+///   member through them again.
+#[test]
+fn federation_through_gateways_recovers_from_a_primary_restart_and_moved_gateways() {
+    let pki = Pki::new("wanfed-faults-pki");
+    let mut pair = ThroughGateways::start(&pki, "wanfed-faults");
+    let written = pair.dc1.put("/v1/kv/wanfed/acknowledged", b"kept");
+    assert_eq!(written.status, 200, "{}", written.text());
+    let reads_dc1 = |pair: &ThroughGateways| {
+        let answer = pair.dc2.get("/v1/kv/wanfed/acknowledged?dc=dc1&raw");
+        answer.status == 200 && answer.text() == "kept"
+    };
+    let routed = wait_for_ok(ROUTE_LIMIT, || reads_dc1(&pair));
+    assert!(routed, "dc2 never read dc1's key\n{}", pair.logs());
+
+    // The primary's server crashes and comes back on the same data.
+    pair.dc1.kill9();
+    pair.dc1.restart();
+    recovery_time(&pair, "the primary's restart", || {
+        reads_dc1(&pair) && pair.both_alive()
+    });
+
+    // dc2's gateway moves: the old one is killed, a new one registers at new addresses.
+    let reads_dc2 = |pair: &ThroughGateways| {
+        let answer = pair.dc1.get("/v1/catalog/nodes?dc=dc2");
+        answer.status == 200 && answer.text().contains("\"s2\"")
+    };
+    assert!(
+        wait_for_ok(ROUTE_LIMIT, || reads_dc2(&pair)),
+        "{}",
+        pair.logs()
+    );
+    let old = pair.gw2.wan;
+    pair.gw2 = Gateway::start(pair.dir.path(), "gw2-moved", &pair.dc2, fresh_loopback());
+    assert_ne!(pair.gw2.wan, old, "the new gateway has new addresses");
+    recovery_time(&pair, "dc2's moved gateway", || {
+        let states = pair.dc1.get("/v1/internal/federation-state/dc2").text();
+        states.contains(&pair.gw2.wan.ip().to_string()) && reads_dc2(&pair) && pair.both_alive()
+    });
+    assert!(reads_dc1(&pair), "{}", pair.logs());
+    assert!(pair.firewall.is_partitioned());
 }
