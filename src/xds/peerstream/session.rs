@@ -52,34 +52,26 @@ pub async fn run(
     // subscriptions); exports are computed again only when it moves.
     let mut exports_seen: Option<(u64, usize)> = None;
     loop {
+        // What the exports changed to goes out first; the loop then comes back here and,
+        // with nothing new to export, waits for the stream, a tick or the store.
         let tables = shared.store.current();
         let seen = (
             machine::exports_version(&tables),
             session.subscription_count(),
         );
-        if session.subscription_count() > 0 && exports_seen != Some(seen) {
+        let exports = (session.subscription_count() > 0 && exports_seen != Some(seen)).then(|| {
             exports_seen = Some(seen);
-            let steps = match peering::get_by_id(&tables, id) {
+            match peering::get_by_id(&tables, id) {
                 Some(row) => session.on_exports(&machine::exports_for(&tables, &row.name)),
                 None => Vec::new(),
-            };
-            if let Some(end) = carry_out(
-                shared,
-                id,
-                &mut session,
-                outbound,
-                steps,
-                now_ms(),
-                &mut last_status_write,
-            )
-            .await
-            {
-                return end;
             }
-        }
+        });
         drop(tables);
-        let deadline = base + Duration::from_millis(session.next_deadline_ms());
-        let steps = tokio::select! {
+        let steps = if let Some(steps) = exports {
+            steps
+        } else {
+            let deadline = base + Duration::from_millis(session.next_deadline_ms());
+            tokio::select! {
             message = inbound.message() => match message {
                 Ok(Some(message)) => session.on_message(message, now_ms()),
                 Ok(None) => return End::Failed("the peer closed the stream".to_string()),
@@ -102,6 +94,7 @@ pub async fn run(
                     return End::LostLeadership;
                 }
                 continue;
+            }
             }
         };
         if let Some(end) = carry_out(
